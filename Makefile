@@ -1,0 +1,138 @@
+# sandboxd — non-recursive Makefile.
+#
+#   make            build sandboxd, sandbox-init, sandboxctl
+#   make check      install deps, build, unit tests (plain and ASan+UBSan), integration tests
+#   make demo       install deps, build, run the main job in the test world
+#   make bench      benchmarks beside bwrap and plain fork+exec
+#   make install    binaries, systemd units, man pages
+
+PREFIX    ?= /usr/local
+BINDIR    ?= $(PREFIX)/bin
+SBINDIR   ?= $(PREFIX)/sbin
+LIBEXECDIR?= $(PREFIX)/libexec/sandboxd
+MANDIR    ?= $(PREFIX)/share/man
+UNITDIR   ?= /etc/systemd/system
+DESTDIR   ?=
+VERSION   := 0.1.0
+
+CC        ?= gcc
+PKGS      := libcjson libgit2 libarchive libseccomp libcap libnl-3.0 libnl-route-3.0 \
+             libmnl libnftnl libsystemd libcurl libcrypto
+PKG_CFLAGS:= $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
+CMOCKA_LIBS   := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+WARN      := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter \
+             -Wno-missing-field-initializers
+HARDEN    := -D_FORTIFY_SOURCE=2 -fstack-protector-strong -fPIE -fstack-clash-protection
+CFLAGS    ?= -O2 -g
+ALL_CFLAGS:= -std=gnu11 -D_GNU_SOURCE $(WARN) $(HARDEN) $(CFLAGS) -I. $(PKG_CFLAGS) \
+             -DSANDBOXD_VERSION='"$(VERSION)"' -DLIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
+LDFLAGS_H := -pie -Wl,-z,relro,-z,now -pthread
+LIBS      := $(PKG_LIBS) -pthread
+
+# Build flavours: build/ (release) and build/asan/ (unit tests under sanitizers).
+B         := build
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+CORE_SRC  := $(wildcard libcore/*.c)
+POLICY_SRC:= $(wildcard policy/*.c)
+INIT_SRC  := $(wildcard libcore/init/*.c)
+DAEMON_SRC:= $(filter-out sandboxd/main.c,$(wildcard sandboxd/*.c))
+CLI_SRC   := $(filter-out cli/main.c,$(wildcard cli/*.c))
+UNIT_SRC  := $(wildcard tests/unit/test-*.c)
+
+obj = $(patsubst %.c,$(1)/%.o,$(2))
+
+BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl
+UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
+
+.PHONY: all deps check unit unit-asan integration demo bench install clean fuzz
+all: $(BINS)
+
+deps:
+	@scripts/install-deps
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -c $< -o $@
+
+$(B)/tests/%.o: tests/unit/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CMOCKA_CFLAGS) -c $< -o $@
+
+$(B)/libcore.a: $(call obj,$(B),$(CORE_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(B)/libpolicy.a: $(call obj,$(B),$(POLICY_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(B)/libdaemon.a: $(call obj,$(B),$(DAEMON_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(B)/libclient.a: $(call obj,$(B),$(CLI_SRC))
+	@rm -f $@; ar rcs $@ $^
+
+$(B)/sandboxd: $(B)/sandboxd/main.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libcore.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
+$(B)/sandbox-init: $(call obj,$(B),$(INIT_SRC)) $(B)/libcore.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
+$(B)/sandboxctl: $(B)/cli/main.o $(B)/libclient.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson libcrypto) -pthread
+
+# Unit tests link every library object (not the mains), so any module is testable.
+TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
+$(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS) $(CMOCKA_LIBS)
+
+ASAN_OBJS = $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
+$(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $^ $(LIBS) $(CMOCKA_LIBS)
+
+unit: $(UNIT_BINS)
+	@scripts/run-unit $(UNIT_BINS)
+unit-asan: $(UNIT_ASAN)
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 scripts/run-unit $(UNIT_ASAN)
+
+integration: $(BINS)
+	@python3 tests/integration/run.py
+
+check: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory unit-asan
+	@$(MAKE) --no-print-directory integration
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@python3 tests/integration/demo.py
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@python3 tests/bench/bench.py
+
+install: $(BINS)
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
+	install -m 0755 $(B)/sandboxd $(DESTDIR)$(SBINDIR)/sandboxd
+	install -m 0755 $(B)/sandbox-init $(DESTDIR)$(LIBEXECDIR)/sandbox-init
+	install -m 0755 $(B)/sandboxctl $(DESTDIR)$(BINDIR)/sandboxctl
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)/usr/lib/sysusers.d
+	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/sandboxd.service > $(DESTDIR)$(UNITDIR)/sandboxd.service
+	install -m 0644 systemd/sandboxd.socket $(DESTDIR)$(UNITDIR)/sandboxd.socket
+	install -m 0644 systemd/sandboxd.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/sandboxd.conf
+	install -m 0644 systemd/sandboxd.sysusers $(DESTDIR)/usr/lib/sysusers.d/sandboxd.conf
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 docs/man/sandboxctl.1 $(DESTDIR)$(MANDIR)/man1/sandboxctl.1
+	install -m 0644 docs/man/sandboxd.8 $(DESTDIR)$(MANDIR)/man8/sandboxd.8
+
+fuzz:
+	@echo "no fuzz targets yet"
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

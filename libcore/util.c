@@ -1,0 +1,247 @@
+/* Small helpers: base64, time, names, atomic writes, rm -rf (see util.h). */
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "libcore/util.h"
+
+char *core_base64_encode(const void *data, size_t len) {
+        size_t out = 4 * ((len + 2) / 3) + 1;
+        char *s = malloc(out);
+        if (!s)
+                return NULL;
+        EVP_EncodeBlock((unsigned char *)s, data, (int)len);
+        return s;
+}
+
+int core_base64_decode(const char *text, void **ret_data, size_t *ret_len) {
+        size_t n = strlen(text);
+        if (n % 4 != 0)
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++) {
+                char c = text[i];
+                bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                          (c >= '0' && c <= '9') || c == '+' || c == '/' ||
+                          (c == '=' && i >= n - 2);
+                if (!ok || (c != '=' && i > 0 && text[i - 1] == '='))
+                        return -EINVAL;
+        }
+        unsigned char *buf = malloc(n / 4 * 3 + 1);
+        if (!buf)
+                return -ENOMEM;
+        int r = n ? EVP_DecodeBlock(buf, (const unsigned char *)text, (int)n) : 0;
+        if (r < 0) {
+                free(buf);
+                return -EINVAL;
+        }
+        size_t len = (size_t)r;
+        /* EVP_DecodeBlock counts padding as zero bytes; take them back. */
+        if (n >= 1 && text[n - 1] == '=')
+                len--;
+        if (n >= 2 && text[n - 2] == '=')
+                len--;
+        buf[len] = 0;
+        *ret_data = buf;
+        *ret_len = len;
+        return 0;
+}
+
+uint64_t core_now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t core_monotonic_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+char *core_format_time(uint64_t epoch_ms, char *buf, size_t size) {
+        time_t t = (time_t)(epoch_ms / 1000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        char base[24];
+        strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(buf, size, "%s.%03uZ", base, (unsigned)(epoch_ms % 1000));
+        return buf;
+}
+
+bool core_name_is_valid(const char *name) {
+        size_t n = name ? strlen(name) : 0;
+        if (n < 1 || n > 63)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char c = name[i];
+                bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+                if (!alnum && !(i > 0 && c == '-'))
+                        return false;
+        }
+        return true;
+}
+
+void core_random_hex(char *buf, size_t nchars) {
+        static const char hex[] = "0123456789abcdef";
+        unsigned char r[64];
+        if (nchars > sizeof(r))
+                nchars = sizeof(r);
+        if (getrandom(r, nchars, 0) != (ssize_t)nchars)
+                for (size_t i = 0; i < nchars; i++)
+                        r[i] = (unsigned char)(random() & 0xff);
+        for (size_t i = 0; i < nchars; i++)
+                buf[i] = hex[r[i] & 0xf];
+        buf[nchars] = 0;
+}
+
+int core_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+        _cleanup_free_ char *tmp = NULL;
+        char rnd[9];
+        core_random_hex(rnd, 8);
+        if (asprintf(&tmp, "%s.tmp-%s", path, rnd) < 0)
+                return -ENOMEM;
+        _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return negative_errno();
+        const char *p = data;
+        while (len > 0) {
+                ssize_t w = write(fd, p, len);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        int r = negative_errno();
+                        unlink(tmp);
+                        return r;
+                }
+                p += w;
+                len -= (size_t)w;
+        }
+        if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+                int r = negative_errno();
+                unlink(tmp);
+                return r;
+        }
+        return 0;
+}
+
+int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        size_t cap = 4096, len = 0;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                if (len == cap) {
+                        if (cap >= max_bytes)
+                                return -EFBIG;
+                        cap = cap * 2 > max_bytes ? max_bytes : cap * 2;
+                        char *nb = realloc(buf, cap + 1);
+                        if (!nb)
+                                return -ENOMEM;
+                        buf = nb;
+                }
+                ssize_t r = read(fd, buf + len, cap - len);
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                if (r == 0)
+                        break;
+                len += (size_t)r;
+        }
+        buf[len] = 0;
+        if (ret_len)
+                *ret_len = len;
+        *ret_data = TAKE_PTR(buf);
+        return 0;
+}
+
+int core_mkdir_p(const char *path, mode_t mode) {
+        _cleanup_free_ char *p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+        for (char *s = p + 1; *s; s++) {
+                if (*s != '/')
+                        continue;
+                *s = 0;
+                if (mkdir(p, mode) < 0 && errno != EEXIST)
+                        return negative_errno();
+                *s = '/';
+        }
+        if (mkdir(p, mode) < 0 && errno != EEXIST)
+                return negative_errno();
+        return 0;
+}
+
+static int rm_rf_at(int dfd, dev_t dev) {
+        _cleanup_closedir_ DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return negative_errno();
+        }
+        int ret = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                        if (errno != ENOENT && !ret)
+                                ret = negative_errno();
+                        continue;
+                }
+                if (S_ISDIR(st.st_mode)) {
+                        if (st.st_dev != dev) {
+                                if (!ret)
+                                        ret = -EXDEV;
+                                continue;
+                        }
+                        int sub = openat(dirfd(d), de->d_name,
+                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        if (sub < 0) {
+                                if (!ret)
+                                        ret = negative_errno();
+                                continue;
+                        }
+                        int r = rm_rf_at(sub, dev);
+                        if (r < 0 && !ret)
+                                ret = r;
+                        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && !ret)
+                                ret = negative_errno();
+                } else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && !ret)
+                        ret = negative_errno();
+        }
+        return ret;
+}
+
+int core_rm_rf(const char *path) {
+        struct stat st;
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        if (!S_ISDIR(st.st_mode))
+                return unlink(path) < 0 && errno != ENOENT ? negative_errno() : 0;
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        int r = rm_rf_at(fd, st.st_dev);
+        if (rmdir(path) < 0 && errno != ENOENT && !r)
+                r = negative_errno();
+        return r;
+}
+
+int core_write_string(const char *path, const char *s) {
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return negative_errno();
+        size_t n = strlen(s);
+        ssize_t w = write(fd, s, n);
+        if (w < 0)
+                return negative_errno();
+        return (size_t)w == n ? 0 : -EIO;
+}

@@ -1,0 +1,57 @@
+/* Small helpers with no better home: base64 (OpenSSL), time, names,
+ * atomic file writes, fd hygiene. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "libcore/macro.h"
+
+/* Base64 (RFC 4648, standard alphabet, padded). Returns a malloc'd
+ * NUL-terminated string owned by the caller, or NULL on ENOMEM. */
+char *core_base64_encode(const void *data, size_t len);
+
+/* Decodes RFC 4648 base64 (whitespace not allowed). On success stores a
+ * malloc'd buffer (caller frees; NUL-terminated for convenience, the NUL not
+ * counted) in *ret_data and its length in bytes in *ret_len and returns 0;
+ * -EINVAL on malformed input, -ENOMEM. */
+int core_base64_decode(const char *text, void **ret_data, size_t *ret_len);
+
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME). */
+uint64_t core_now_ms(void);
+/* Milliseconds on CLOCK_MONOTONIC. */
+uint64_t core_monotonic_ms(void);
+
+/* Formats epoch milliseconds as RFC 3339 UTC ("2026-11-30T05:35:19.123Z")
+ * into buf (at least 32 bytes). Returns buf. */
+char *core_format_time(uint64_t epoch_ms, char *buf, size_t size);
+
+/* True when name is a valid sandbox name: [a-z0-9][a-z0-9-]{0,62}
+ * (DESIGN §3). */
+bool core_name_is_valid(const char *name);
+
+/* Fills buf (at least 9 bytes) with 8 random lowercase hex characters. */
+void core_random_hex(char *buf, size_t nchars);
+
+/* Writes `len` bytes to `path` atomically: a temporary file in the same
+ * directory, fsync, rename. Mode is applied to the new file. Returns 0 or a
+ * negative errno. */
+int core_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer (caller frees).
+ * Fails with -EFBIG past max_bytes. Returns 0 or a negative errno. */
+int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len);
+
+/* mkdir -p with the given mode for each created component. 0 or -errno. */
+int core_mkdir_p(const char *path, mode_t mode);
+
+/* Removes a directory tree without following symlinks and without crossing
+ * into other mounts (fd-relative, like `rm -rf --one-file-system`).
+ * Missing path is success. Returns 0 or the first negative errno seen, after
+ * trying every entry. */
+int core_rm_rf(const char *path);
+
+/* Writes a string to a file that already exists (sysfs, cgroupfs, procfs).
+ * 0 or -errno. */
+int core_write_string(const char *path, const char *s);
