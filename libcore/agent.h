@@ -1,0 +1,55 @@
+/* The protocol between sandboxd and sandbox-init (PID 1 inside a sandbox).
+ *
+ * Transport: a SOCK_SEQPACKET socketpair made by sandboxd before clone; init
+ * gets its end as fd 3 (AGENT_FD) and nothing else but 0-2 (/dev/null). The
+ * socket is never reachable by path from inside the sandbox. Each packet is
+ * one JSON object (UTF-8, no trailing newline), at most AGENT_MAX_PACKET
+ * bytes; larger payloads (file contents) are split by the sender into
+ * chunks (see fs.write / fs.read below).
+ *
+ * Startup:
+ *   sandboxd → init   {"op":"setup", "hostname":S, "rootfs":DIR, "lower":DIR,
+ *                      "upper":DIR, "work":DIR,
+ *                      "binds":[{"src":S,"dst":S,"ro":B}...],
+ *                      "netSlot":N|-1, "poolBase":"10.201.0.0", "poolPrefix":16,
+ *                      "env":{"K":"V"...}}
+ *   init → sandboxd   {"ev":"ready"} or {"ev":"error","message":S} (then init exits 1)
+ *
+ * Commands (id chosen by sandboxd, unique per session):
+ *   → {"op":"run","id":N,"argv":[S...],"env":[ "K=V"... ],"cwd":S,"uid":U,"gid":G,
+ *      "tty":B,"rows":R,"cols":C,"stdin":B}      stdin false: stdin is /dev/null
+ *   ← {"ev":"started","id":N,"pid":P}  or  {"ev":"exit","id":N,"code":127,"error":S}
+ *   ← {"ev":"output","id":N,"stream":"stdout"|"stderr","data":BASE64}
+ *   ← {"ev":"exit","id":N,"code":C}     C = exit status, or 128+signal
+ *                                        sent after all output of that command
+ *   → {"op":"write","id":N,"data":BASE64}   → {"op":"close_stdin","id":N}
+ *   → {"op":"resize","id":N,"rows":R,"cols":C}
+ *   → {"op":"kill","id":N,"signal":S}   signal to the command's process group
+ *
+ * File operations, run by init inside the sandbox's mount namespace with
+ * fsuid/fsgid 1000 (so the sandbox user's permissions apply and no host path
+ * is ever followed):
+ *   → {"op":"fs","req":N,"action":"write","path":S,"mode":M,"data":BASE64,
+ *      "append":B}   (append: false for the first chunk, true for the rest)
+ *   → {"op":"fs","req":N,"action":"read","path":S,"offset":O}  reply data is
+ *      at most AGENT_FS_CHUNK bytes from offset; "eof":B says whether more follows
+ *   → {"op":"fs","req":N,"action":"mkdir","path":S,"parents":B}
+ *   → {"op":"fs","req":N,"action":"list"|"stat","path":S}
+ *   → {"op":"fs","req":N,"action":"remove","path":S,"recursive":B}
+ *   ← {"ev":"fs","req":N,"result":{...}}   (read: {"data":B64,"size":S,"eof":B};
+ *      stat: Stat object of docs/API.md; list: {"entries":[Stat...]}; else {})
+ *   ← {"ev":"fs","req":N,"errno":E,"message":S}
+ *   Relative paths are resolved against /workspace.
+ *
+ * Stop:
+ *   → {"op":"stop","graceMs":N}   SIGTERM to every process, SIGKILL after
+ *      graceMs, then init exits 0. When its socket closes (sandboxd gone),
+ *      init does the same with a grace of 0.
+ */
+#pragma once
+
+#define AGENT_FD 3
+#define AGENT_MAX_PACKET (256 * 1024)
+#define AGENT_FS_CHUNK (128 * 1024)
+#define SANDBOX_UID 1000
+#define SANDBOX_GID 1000

@@ -1,0 +1,67 @@
+/* Per-session cgroups on cgroup v2, on the v1 controllers, or on a hybrid
+ * host (v1 controllers with a v2 hierarchy beside them), behind one ops table
+ * as crun does.
+ *
+ * Every session's cgroup nests under sandboxd's own cgroup in each hierarchy
+ * (found from /proc/self/cgroup), never at a hierarchy's root:
+ *   v1:  <mount>/<own path>/sandboxd-sessions/<name>
+ *   v2:  sandboxd moves itself into <own>/supervisor (the "no internal
+ *        processes" rule of a delegated subtree, as with systemd's
+ *        Delegate=yes), enables the controllers it needs in <own> and
+ *        <own>/sessions, and places sessions at <own>/sessions/<name>.
+ * v1 hierarchies used: pids, memory, cpu, freezer (those mounted). */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+#include "libcore/error.h"
+
+typedef enum core_cgroup_mode {
+        CORE_CGROUP_V1,      /* controllers on v1 */
+        CORE_CGROUP_V2,      /* unified only */
+        CORE_CGROUP_HYBRID,  /* v1 controllers plus a v2 hierarchy */
+} core_cgroup_mode;
+
+typedef struct core_cgroup core_cgroup;
+
+typedef struct core_cgroup_limits {
+        uint64_t pids_max;      /* 0 = unlimited */
+        uint64_t memory_max;    /* bytes; 0 = unlimited */
+        unsigned cpu_quota_pct; /* percent of one CPU (vcpus × 100); 0 = unlimited */
+} core_cgroup_limits;
+
+/* Detects the host's cgroup layout and prepares sandboxd's parent cgroups.
+ * Call once at daemon start. Returns 0 or a negative errno. */
+int core_cgroup_init(sb_error **ret_err);
+
+/* The mode found by core_cgroup_init(). */
+core_cgroup_mode core_cgroup_get_mode(void);
+const char *core_cgroup_mode_name(core_cgroup_mode m); /* "v1", "v2", "hybrid" */
+
+/* Creates the session cgroup `name` in every hierarchy in use and applies
+ * limits. Caller owns *ret (free with core_cgroup_free, which does not
+ * remove it). An existing cgroup of that name (a leftover) is reused. */
+int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_cgroup **ret,
+                       sb_error **ret_err);
+
+/* Moves pid into the session cgroup in every hierarchy. */
+int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err);
+
+/* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
+ * reading cgroup.procs repeatedly until empty). */
+int core_cgroup_kill_all(core_cgroup *cg);
+
+/* Removes the cgroup directories (after the processes are gone; retries
+ * briefly while the kernel reaps). Returns the first error after trying all. */
+int core_cgroup_destroy(core_cgroup *cg);
+
+/* Removes leftover session cgroups of any name (daemon start, tests), killing
+ * what is in them. Returns the number removed or a negative errno. */
+int core_cgroup_remove_all_sessions(void);
+
+/* Path of the session cgroup in the hierarchy used for process tracking
+ * (v2 path when available, else the v1 pids path). Owned by cg. */
+const char *core_cgroup_path(const core_cgroup *cg);
+
+void core_cgroup_free(core_cgroup *cg);
+DEFINE_TRIVIAL_CLEANUP_FUNC(core_cgroup, core_cgroup_free);

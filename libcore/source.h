@@ -1,0 +1,62 @@
+/* Sandbox sources: tarballs (libarchive) and git repositories (libgit2),
+ * materialised into a sandbox's /workspace directory on the host side
+ * before the sandbox starts.
+ *
+ * Threat: the archive or repository is hostile. Nothing it contains may land
+ * outside the destination directory (`..`, absolute names, symlinks followed
+ * by later members, hardlinks to outside paths), no device node or setuid bit
+ * survives, and no repository-controlled program (hooks, ext:: transports,
+ * option-looking URLs) ever runs.
+ *
+ * All functions here are blocking and meant for a worker thread; they may
+ * change the calling thread's fs attributes (unshare(CLONE_FS), chroot,
+ * setfsuid) only inside a child thread or process of their own, never the
+ * caller's. */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include "libcore/error.h"
+
+typedef struct core_git_source {
+        const char *url;        /* https://, http://, git://, file:// */
+        const char *revision;   /* commit, tag or branch; NULL = remote HEAD */
+        unsigned depth;         /* 0 = full history */
+        const char *username;   /* NULL = none */
+        const char *password;   /* NULL = none; never logged or put in errors */
+} core_git_source;
+
+/* Checks a git URL before anything runs: scheme must be https, http, git or
+ * file; `ext::` and other transports, scp-like "host:path", any URL whose
+ * host, path or user part starts with '-' (option injection such as
+ * `--upload-pack=…`, `ssh://-oProxyCommand=…`), and control characters are
+ * refused. Returns 0, or -EINVAL with *ret_err (reason "source_failed",
+ * field "source.url") naming what was wrong. */
+int core_git_url_check(const char *url, sb_error **ret_err);
+
+/* Clones `src` into `dest_dir` (an existing, empty directory), then checks
+ * out `revision` if given; with depth > 0 makes a shallow clone. Files are
+ * owned by uid:gid. Hooks never run (libgit2 does not run them; core.hooksPath
+ * is not consulted). Returns 0 or a negative errno with *ret_err carrying
+ * libgit2's message (reason "source_failed"). Credentials never appear in the
+ * error text. */
+int core_source_git_clone(const core_git_source *src, const char *dest_dir, uid_t uid, gid_t gid,
+                          sb_error **ret_err);
+
+/* Checks a tarball location: an absolute path, file://, http:// or https://.
+ * Returns 0 or -EINVAL with *ret_err (field "source.url" or "source.path"). */
+int core_tarball_location_check(const char *location, sb_error **ret_err);
+
+/* Fetches a tarball (absolute path, file://PATH, http(s):// URL via libcurl,
+ * redirects followed up to 5, max size max_bytes) and extracts it into
+ * `dest_dir` (an existing directory) with members owned by uid:gid.
+ * Compression (none, gzip, xz, zstd, bzip2) is detected by libarchive.
+ *
+ * Containment: members named absolute or with `..` components are refused
+ * (the whole extraction fails), symlinks are created but never followed by
+ * later members, hardlinks must name a member inside dest_dir, device nodes,
+ * FIFOs and sockets are skipped, setuid/setgid/sticky bits are dropped.
+ * Returns 0 or a negative errno with *ret_err (reason "source_failed")
+ * naming the member that was refused or libarchive's/libcurl's message. */
+int core_source_tarball_extract(const char *location, const char *dest_dir, uid_t uid, gid_t gid,
+                                uint64_t max_bytes, sb_error **ret_err);

@@ -1,0 +1,38 @@
+/* daemon.json: every key optional with a default; an unknown key or a bad
+ * value stops the start with a message naming the key. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+#include "libcore/error.h"
+
+typedef struct daemon_config {
+        char *socket_path;          /* "socket", default /run/sandboxd/sandboxd.sock */
+        char *state_dir;            /* "stateDir", default /var/lib/sandboxd */
+        char *run_dir;              /* "runDir", default /run/sandboxd */
+        char *socket_group;         /* "socketGroup", default "sandboxd" (missing group: root only, warned) */
+        size_t max_line_bytes;      /* "maxLineBytes", default 16 MiB, 1 KiB..1 GiB */
+        uint64_t default_timeout_ms;/* "defaultTimeoutMs", default 300000 */
+        uint64_t max_timeout_ms;    /* "maxTimeoutMs", default 86400000 */
+        unsigned max_vcpus;         /* "maxVcpus", default 8 */
+        uint64_t pids_max;          /* "pidsMax", default 4096 */
+        uint64_t stop_grace_ms;     /* "stopGraceMs", default 2000 */
+        size_t command_log_bytes;   /* "commandLogBytes", default 1 MiB per stream */
+        uint64_t max_source_bytes;  /* "maxSourceBytes", default 4 GiB (tarball download cap) */
+        char *network_pool;         /* "networkPool", default "10.201.0.0/16" */
+        char *init_path;            /* "initPath", default: sandbox-init beside the sandboxd binary, else LIBEXECDIR */
+} daemon_config;
+
+/* Fills *cfg with defaults. */
+void daemon_config_defaults(daemon_config *cfg);
+
+/* Loads `path` over the defaults in *cfg. A missing file is fine only when
+ * `must_exist` is false (the default path). Errors name the key:
+ * "daemon.json: maxVcpus: must be an integer from 1 to 256". */
+int daemon_config_load(daemon_config *cfg, const char *path, bool must_exist, sb_error **ret_err);
+
+/* Parses a JSON text (same rules as the file). Used by load and the tests. */
+int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err);
+
+void daemon_config_free(daemon_config *cfg);

@@ -1,0 +1,19 @@
+/* The sandbox registry: sandboxes, sessions and commands, and the JSON-RPC
+ * methods that act on them (sandbox.*, command.*, fs.*, daemon.info). */
+#pragma once
+
+#include <systemd/sd-event.h>
+#include "sandboxd/config.h"
+#include "sandboxd/rpc.h"
+
+typedef struct manager manager;
+
+/* Prepares state and run directories, cgroups, the host nftables table, and
+ * reconciles leftovers from an earlier run. Caller owns *ret. */
+int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_error **ret_err);
+
+/* Registers every method on the server and the connection close hook. */
+void manager_register_methods(manager *m, rpc_server *server);
+
+/* Stops every session and removes host-wide objects (daemon exit). */
+void manager_free(manager *m);

@@ -1,0 +1,19 @@
+/* Slow work off the event loop: each job runs `work` on a fresh thread, then
+ * `done` on the event loop thread. A thread per job (not a pool) so jobs may
+ * unshare(CLONE_FS) / chroot / setfsuid their own thread freely. */
+#pragma once
+
+#include <systemd/sd-event.h>
+
+typedef void (*worker_fn)(void *userdata);
+
+/* Prepares the completion channel (an eventfd source on `event`). */
+int worker_init(sd_event *event);
+void worker_shutdown(void);
+
+/* Runs work(userdata) on a new detached thread, then done(userdata) on the
+ * event loop thread. Returns 0 or a negative errno (then neither runs). */
+int worker_submit(worker_fn work, worker_fn done, void *userdata);
+
+/* Number of jobs started and not yet done. */
+unsigned worker_in_flight(void);
