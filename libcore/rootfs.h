@@ -1,0 +1,37 @@
+/* The sandbox's root filesystem, assembled inside its new mount namespace by
+ * sandbox-init before anything else runs there: overlayfs (runtime lower,
+ * the sandbox's own upper), read-only binds of host entries the runtime
+ * needs, fresh /proc, a minimal /dev, /tmp and /dev/shm tmpfs, then
+ * pivot_root with the old root detached. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "libcore/error.h"
+
+typedef struct core_bind {
+        char *src;  /* host path, resolved before pivot_root */
+        char *dst;  /* path inside the sandbox root */
+        bool ro;
+} core_bind;
+
+typedef struct core_rootfs_config {
+        char *rootfs;   /* empty mountpoint directory on the host (run dir) */
+        char *lower;    /* runtime directory (read-only lower layer) */
+        char *upper;    /* the sandbox's upper directory */
+        char *work;     /* overlayfs work directory, same filesystem as upper */
+        core_bind *binds;
+        size_t n_binds;
+        char *hostname;
+} core_rootfs_config;
+
+/* Runs in sandbox-init (PID 1 of new mount, PID, UTS, IPC, network and
+ * cgroup namespaces, as root) before any sandbox code: makes every mount
+ * private, mounts the overlay on cfg->rootfs, the binds, /proc (with
+ * /proc/sys read-only), /dev, /dev/pts (newinstance), /dev/shm, /tmp,
+ * read-only /sys, sets the hostname, pivot_root()s into the new root and
+ * detaches the old one. On return the process's root and cwd are the
+ * sandbox root. Returns 0 or a negative errno with *ret_err naming the step. */
+int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err);
+
+void core_rootfs_config_clear(core_rootfs_config *cfg);
