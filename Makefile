@@ -55,7 +55,7 @@ all: $(BINS)
 deps:
 	@scripts/install-deps
 
-$(B)/%.o: %.c
+$(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
@@ -63,24 +63,29 @@ $(B)/asan/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -c $< -o $@
 
+# Single objects by source path (make build/libcore/util.o) while developing.
+$(B)/libcore/%.o $(B)/sandboxd/%.o $(B)/cli/%.o $(B)/policy/%.o: $(B)/obj/%.o
+	@true
+
 $(B)/tests/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CMOCKA_CFLAGS) -c $< -o $@
 
-$(B)/libcore.a: $(call obj,$(B),$(CORE_SRC))
+$(B)/libcore.a: $(call obj,$(B)/obj,$(CORE_SRC))
 	@rm -f $@; ar rcs $@ $^
-$(B)/libpolicy.a: $(call obj,$(B),$(POLICY_SRC))
+$(B)/libpolicy.a: $(call obj,$(B)/obj,$(POLICY_SRC))
 	@rm -f $@; ar rcs $@ $^
-$(B)/libdaemon.a: $(call obj,$(B),$(DAEMON_SRC))
+$(B)/libdaemon.a: $(call obj,$(B)/obj,$(DAEMON_SRC))
 	@rm -f $@; ar rcs $@ $^
-$(B)/libclient.a: $(call obj,$(B),$(CLI_SRC))
+$(B)/libclient.a: $(call obj,$(B)/obj,$(CLI_SRC))
 	@rm -f $@; ar rcs $@ $^
 
-$(B)/sandboxd: $(B)/sandboxd/main.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libcore.a
+$(B)/sandboxd: $(B)/obj/sandboxd/main.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libcore.a
+	@if [ -d $@ ]; then rm -rf $@; fi
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
-$(B)/sandbox-init: $(call obj,$(B),$(INIT_SRC)) $(B)/libcore.a
+$(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
-$(B)/sandboxctl: $(B)/cli/main.o $(B)/libclient.a
+$(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/libclient.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson libcrypto) -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
@@ -91,7 +96,7 @@ $(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
 ASAN_OBJS = $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
 $(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $^ $(LIBS) $(CMOCKA_LIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LIBS) $(CMOCKA_LIBS)
 
 unit: $(UNIT_BINS)
 	@scripts/run-unit $(UNIT_BINS)

@@ -9,6 +9,8 @@
  *        processes" rule of a delegated subtree, as with systemd's
  *        Delegate=yes), enables the controllers it needs in <own> and
  *        <own>/sessions, and places sessions at <own>/sessions/<name>.
+ *        When <own> is the hierarchy's root (hybrid hosts, cgroup
+ *        namespaces) nothing moves and the parent is <root>/sandboxd-sessions.
  * v1 hierarchies used: pids, memory, cpu, freezer (those mounted). */
 #pragma once
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include "libcore/error.h"
 
@@ -34,12 +35,15 @@ typedef struct core_git_source {
  * field "source.url") naming what was wrong. */
 int core_git_url_check(const char *url, sb_error **ret_err);
 
-/* Clones `src` into `dest_dir` (an existing, empty directory), then checks
- * out `revision` if given; with depth > 0 makes a shallow clone. Files are
- * owned by uid:gid. Hooks never run (libgit2 does not run them; core.hooksPath
- * is not consulted). Returns 0 or a negative errno with *ret_err carrying
- * libgit2's message (reason "source_failed"). Credentials never appear in the
- * error text. */
+/* Clones `src` into `dest_dir` (an existing, empty directory, which is
+ * chowned to uid:gid), then checks out `revision` if given (detached HEAD).
+ * `depth` is accepted but the clone is always full: libgit2 1.5 has no
+ * shallow fetch (it arrived in 1.7). Files are owned by uid:gid (the clone
+ * runs as that user, so a file:// repository must be readable by it).
+ * Hooks never run (libgit2 does not run them; core.hooksPath is not
+ * consulted); url.*.insteadOf is not applied. Returns 0 or a negative errno
+ * with *ret_err carrying libgit2's message (reason "source_failed").
+ * Credentials never appear in the error text. */
 int core_source_git_clone(const core_git_source *src, const char *dest_dir, uid_t uid, gid_t gid,
                           sb_error **ret_err);
 
@@ -56,6 +60,9 @@ int core_tarball_location_check(const char *location, sb_error **ret_err);
  * (the whole extraction fails), symlinks are created but never followed by
  * later members, hardlinks must name a member inside dest_dir, device nodes,
  * FIFOs and sockets are skipped, setuid/setgid/sticky bits are dropped.
+ * dest_dir is chowned to uid:gid; max_bytes bounds both the fetched archive
+ * and the total unpacked size. On failure dest_dir may hold a partial
+ * extraction; the caller removes it.
  * Returns 0 or a negative errno with *ret_err (reason "source_failed")
  * naming the member that was refused or libarchive's/libcurl's message. */
 int core_source_tarball_extract(const char *location, const char *dest_dir, uid_t uid, gid_t gid,

@@ -1,0 +1,51 @@
+/* What sandboxctl's command files share: the global options, error and
+ * usage reporting with the exit code to return, and human output (JSON,
+ * "key: value" lines, tables). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <cjson/cJSON.h>
+#include "cli/client.h"
+#include "cli/parse.h"
+
+typedef struct ctl_globals {
+        const char *socket;   /* --socket, or NULL */
+        bool json;            /* --json: print results as JSON */
+} ctl_globals;
+
+/* Prints "sandboxctl: <message>" on stderr and returns `exit_code`. */
+int ctl_error(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints a usage error with a hint to `sandboxctl <command> --help` (command
+ * may be NULL) and returns CLI_EXIT_USAGE. */
+int ctl_usage(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reports a failed call: "sandboxctl: <context>: <message>" (the field is
+ * appended when the message does not name it), and with --json the error
+ * object {code, message, data: {reason, field}} as one line on stderr too.
+ * Returns the exit code for it (cli_exit_code). context may be NULL. */
+int ctl_report(const ctl_globals *g, const char *context, const client_error *e);
+
+/* Connects to the socket chosen by client_socket_path(g->socket). On
+ * failure prints what to do and returns CLI_EXIT_UNREACHABLE; 0 on
+ * success with *ret owned by the caller. */
+int ctl_connect(const ctl_globals *g, client **ret);
+
+/* Pretty-prints `json` on stdout followed by a newline. */
+void ctl_print_json(const cJSON *json);
+
+/* Prints an object as "key: value" lines: nested objects flatten to
+ * "a.b: v", arrays of scalars join with ", ", arrays of objects index as
+ * "a[0].b: v", null prints "-". */
+void ctl_print_fields(const cJSON *obj);
+
+/* Prints a table: a header row and rows of `ncols` strings each (NULL
+ * prints "-"), columns padded to the widest cell. */
+void ctl_print_table(const char *const *header, size_t ncols, char ***rows, size_t nrows);
+
+/* `exec` (cli/exec.c): argv[0] is "exec". Returns the exit code. */
+int ctl_exec(ctl_globals *g, int argc, char **argv);
+
+/* Writes all of buf to fd, retrying on EINTR. Returns 0 or a negative errno. */
+int ctl_write_all(int fd, const void *buf, size_t len);

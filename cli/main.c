@@ -1,0 +1,758 @@
+/* sandboxctl: the command line front end of sandboxd (DESIGN §6 "CLI").
+ * Parses the global options, dispatches to one function per command, and
+ * turns results into human output or --json. `exec` lives in cli/exec.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "libcore/macro.h"
+#include "cli/ctl.h"
+
+static const char main_help[] =
+        "Usage: sandboxctl [--socket PATH] [--json] COMMAND [OPTIONS] ...\n"
+        "\n"
+        "Talks to sandboxd, the sandbox daemon.\n"
+        "\n"
+        "Commands:\n"
+        "  create [OPTIONS]              create a sandbox and print its name\n"
+        "  ls [--tag K=V]...             list sandboxes\n"
+        "  get NAME                      show a sandbox\n"
+        "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox\n"
+        "  stop NAME                     stop a sandbox's session\n"
+        "  rm NAME                       delete a sandbox\n"
+        "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
+        "  daemon info                   show the daemon's version, limits and host support\n"
+        "\n"
+        "Global options:\n"
+        "  --socket PATH   daemon socket (default: $SANDBOXD_SOCKET, else " CLIENT_DEFAULT_SOCKET ")\n"
+        "  --json          print results as JSON\n"
+        "  -h, --help      show help (also after a command: sandboxctl exec --help)\n"
+        "  --version       show the version\n"
+        "\n"
+        "Exit status: 0 ok, 1 error, 2 usage, 3 invalid or denied policy, 4 not found,\n"
+        "5 conflict, 69 daemon unreachable, 130 interrupted; exec exits with the command's code.\n";
+
+/* Long options every command accepts, so `sandboxctl get x --json` works as
+ * well as `sandboxctl --json get x`. */
+enum { OPT_SOCKET = 1000, OPT_JSON, OPT_FIRST_COMMAND };
+#define COMMON_OPTIONS                                          \
+        { "socket", required_argument, NULL, OPT_SOCKET },      \
+        { "json", no_argument, NULL, OPT_JSON },                \
+        { "help", no_argument, NULL, 'h' }
+
+/* Handles the common options for a command; returns 1 when handled, 0 for
+ * `--help` (help printed), -1 when `opt` is not common. */
+static int common_option(ctl_globals *g, int opt, const char *help) {
+        switch (opt) {
+        case OPT_SOCKET:
+                g->socket = optarg;
+                return 1;
+        case OPT_JSON:
+                g->json = true;
+                return 1;
+        case 'h':
+                fputs(help, stdout);
+                return 0;
+        default:
+                return -1;
+        }
+}
+
+/* Runs one call on a fresh connection. Returns 0 with *ret_result, or the
+ * exit code after reporting the failure with `context`. */
+static int call(const ctl_globals *g, const char *context, const char *method, cJSON *params,
+                cJSON **ret_result) {
+        _cleanup_client_ client *c = NULL;
+        int r = ctl_connect(g, &c);
+        if (r != 0) {
+                cJSON_Delete(params);
+                return r;
+        }
+        _cleanup_client_error_ client_error *err = NULL;
+        if (client_call(c, method, params, -1, NULL, NULL, ret_result, &err) < 0)
+                return ctl_report(g, context, err);
+        return 0;
+}
+
+/* Parses the single NAME operand a command takes after its options. */
+static int one_name(const char *command, int argc, char **argv, const char **ret) {
+        if (optind + 1 != argc)
+                return ctl_usage(command, optind >= argc ? "%s: missing NAME" : "%s: too many arguments",
+                                 command);
+        *ret = argv[optind];
+        return 0;
+}
+
+static cJSON *name_params(const char *name) {
+        cJSON *p = cJSON_CreateObject();
+        if (p)
+                cJSON_AddStringToObject(p, "name", name);
+        return p;
+}
+
+/* get / stop / rm / daemon info share one shape: one call, then either JSON,
+ * the fields, or nothing. */
+static int simple_command(ctl_globals *g, int argc, char **argv, const char *help,
+                          const char *method, bool takes_name, bool print_fields) {
+        static const struct option opts[] = { COMMON_OPTIONS, {} };
+        int opt;
+        optind = 0;
+        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, help);
+                if (r == 0)
+                        return 0;
+                if (r < 0)
+                        return ctl_usage(argv[0], "%s: unknown option", argv[0]);
+        }
+        const char *name = NULL;
+        cJSON *params = NULL;
+        if (takes_name) {
+                int r = one_name(argv[0], argc, argv, &name);
+                if (r != 0)
+                        return r;
+                params = name_params(name);
+        } else if (optind != argc)
+                return ctl_usage(argv[0], "%s: too many arguments", argv[0]);
+
+        _cleanup_free_ char *context = NULL;
+        if (asprintf(&context, "%s%s%s", argv[0], name ? " " : "", name ? name : "") < 0)
+                context = NULL;
+        cJSON *result = NULL;
+        int r = call(g, context, method, params, &result);
+        if (r != 0)
+                return r;
+        if (g->json)
+                ctl_print_json(result);
+        else if (print_fields)
+                ctl_print_fields(result);
+        cJSON_Delete(result);
+        return 0;
+}
+
+static int cmd_get(ctl_globals *g, int argc, char **argv) {
+        return simple_command(g, argc, argv,
+                              "Usage: sandboxctl get [--json] NAME\n\nShows a sandbox as key: value lines.\n",
+                              "sandbox.get", true, true);
+}
+
+static int cmd_stop(ctl_globals *g, int argc, char **argv) {
+        return simple_command(g, argc, argv,
+                              "Usage: sandboxctl stop [--json] NAME\n\n"
+                              "Stops the sandbox's session (SIGTERM, a grace period, SIGKILL).\n"
+                              "A sandbox that is not persistent is then deleted. Prints nothing.\n",
+                              "sandbox.stop", true, false);
+}
+
+static int cmd_rm(ctl_globals *g, int argc, char **argv) {
+        return simple_command(g, argc, argv,
+                              "Usage: sandboxctl rm [--json] NAME\n\n"
+                              "Stops the sandbox if needed and removes every trace of it. Prints nothing.\n",
+                              "sandbox.delete", true, false);
+}
+
+static int cmd_daemon(ctl_globals *g, int argc, char **argv) {
+        static const char help[] = "Usage: sandboxctl daemon info [--json]\n\n"
+                                   "Shows the daemon's version, paths, limits and what this host supports.\n";
+        if (argc >= 2 && (streq(argv[1], "--help") || streq(argv[1], "-h"))) {
+                fputs(help, stdout);
+                return 0;
+        }
+        if (argc < 2 || !streq(argv[1], "info"))
+                return ctl_usage("daemon", argc < 2 ? "daemon: missing subcommand (info)" :
+                                 "daemon: unknown subcommand '%s'", argv[argc < 2 ? 0 : 1]);
+        argv[1] = (char *) "daemon info";
+        return simple_command(g, argc - 1, argv + 1, help, "daemon.info", false, true);
+}
+
+/* The NETWORK column: the policy's name, or "custom" for an object. */
+static const char *network_cell(const cJSON *sandbox) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(sandbox, "networkPolicy");
+        if (cJSON_IsString(p))
+                return p->valuestring;
+        return cJSON_IsObject(p) ? "custom" : NULL;
+}
+
+static const char *string_cell(const cJSON *obj, const char *key) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+        return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void print_sandbox_table(const cJSON *sandboxes) {
+        static const char *const header[] = { "NAME", "STATUS", "RUNTIME", "NETWORK", "CREATED", "EXPIRES" };
+        size_t n = (size_t) cJSON_GetArraySize(sandboxes), i = 0;
+        _cleanup_free_ char ***rows = calloc(n ? n : 1, sizeof(char **));
+        _cleanup_free_ char **cells = calloc(n ? n * 6 : 1, sizeof(char *));
+        if (!rows || !cells)
+                return;
+        const cJSON *s;
+        cJSON_ArrayForEach(s, sandboxes) {
+                char **row = rows[i] = cells + i * 6;
+                i++;
+                row[0] = (char *) string_cell(s, "name");
+                row[1] = (char *) string_cell(s, "status");
+                row[2] = (char *) string_cell(s, "runtime");
+                row[3] = (char *) network_cell(s);
+                row[4] = (char *) string_cell(s, "createdAt");
+                row[5] = (char *) string_cell(s, "expiresAt");
+        }
+        ctl_print_table(header, 6, rows, n);
+}
+
+/* Fetches every page of sandbox.list (following nextCursor) into one
+ * array. Returns 0 with *ret, or an exit code. */
+static int list_all(const ctl_globals *g, const char *prefix, const cJSON *tags, cJSON **ret) {
+        _cleanup_client_ client *c = NULL;
+        int r = ctl_connect(g, &c);
+        if (r != 0)
+                return r;
+        _cleanup_json_ cJSON *all = cJSON_CreateArray();
+        _cleanup_free_ char *cursor = NULL;
+        do {
+                cJSON *p = cJSON_CreateObject();
+                if (prefix)
+                        cJSON_AddStringToObject(p, "namePrefix", prefix);
+                if (tags->child)
+                        cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(tags, true));
+                if (cursor)
+                        cJSON_AddStringToObject(p, "cursor", cursor);
+                _cleanup_client_error_ client_error *err = NULL;
+                _cleanup_json_ cJSON *result = NULL;
+                if (client_call(c, "sandbox.list", p, -1, NULL, NULL, &result, &err) < 0)
+                        return ctl_report(g, "ls", err);
+                cJSON *list = cJSON_GetObjectItemCaseSensitive(result, "sandboxes");
+                cJSON *s;
+                while (cJSON_IsArray(list) && (s = cJSON_DetachItemFromArray(list, 0)))
+                        cJSON_AddItemToArray(all, s);
+                free(cursor);
+                const char *next = string_cell(result, "nextCursor");
+                cursor = next ? strdup(next) : NULL;
+        } while (cursor);
+        *ret = TAKE_PTR(all);
+        return 0;
+}
+
+static int cmd_ls(ctl_globals *g, int argc, char **argv) {
+        static const char help[] =
+                "Usage: sandboxctl ls [--json] [--prefix P] [--tag K=V]...\n\n"
+                "Lists sandboxes as a table: NAME STATUS RUNTIME NETWORK CREATED EXPIRES.\n"
+                "  --prefix P   only names starting with P\n"
+                "  --tag K=V    only sandboxes with this tag (repeatable; all must match)\n";
+        enum { OPT_TAG = OPT_FIRST_COMMAND, OPT_PREFIX };
+        static const struct option opts[] = {
+                COMMON_OPTIONS, { "tag", required_argument, NULL, OPT_TAG },
+                { "prefix", required_argument, NULL, OPT_PREFIX }, {}
+        };
+        _cleanup_json_ cJSON *tags = cJSON_CreateObject();
+        const char *prefix = NULL;
+        int opt;
+        optind = 0;
+        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, help);
+                if (r >= 0) {
+                        if (r == 0)
+                                return 0;
+                } else if (opt == OPT_TAG) {
+                        if (cli_kv_add(tags, optarg) < 0)
+                                return ctl_usage("ls", "ls: --tag wants K=V, got '%s'", optarg);
+                } else if (opt == OPT_PREFIX)
+                        prefix = optarg;
+                else
+                        return ctl_usage("ls", "ls: unknown option");
+        }
+        if (optind != argc)
+                return ctl_usage("ls", "ls: too many arguments");
+
+        _cleanup_json_ cJSON *all = NULL;
+        int r = list_all(g, prefix, tags, &all);
+        if (r != 0)
+                return r;
+        if (g->json) {
+                cJSON *out = cJSON_CreateObject();
+                cJSON_AddItemToObject(out, "sandboxes", TAKE_PTR(all));
+                cJSON_AddNullToObject(out, "nextCursor");
+                ctl_print_json(out);
+                cJSON_Delete(out);
+        } else
+                print_sandbox_table(all);
+        return 0;
+}
+
+/* --- create ----------------------------------------------------------- */
+
+static const char create_help[] =
+        "Usage: sandboxctl create [OPTIONS]\n\n"
+        "Creates a sandbox, waits until it runs with its source in /workspace, and\n"
+        "prints its name.\n\n"
+        "  --name N                 name ([a-z0-9][a-z0-9-]{0,62}; default sbx-xxxxxxxx)\n"
+        "  --runtime R              base root filesystem (default host)\n"
+        "  --git URL                clone URL into /workspace\n"
+        "    --depth N              shallow clone of N commits\n"
+        "    --revision REV         branch, tag or commit to check out\n"
+        "    --git-username U       user for an authenticated clone\n"
+        "    --git-password-env VAR read the password from environment variable VAR\n"
+        "    --git-password-stdin   read the password from the first line of stdin\n"
+        "  --tarball PATH|URL       extract a tarball into /workspace (a path is made absolute)\n"
+        "  --snapshot ID            start from a snapshot\n"
+        "  --timeout DURATION       session lifetime: 90s, 5m, 2h or milliseconds (default 5m)\n"
+        "  --vcpus N                CPUs (memory is N x 2 GiB)\n"
+        "  --port P                 expose a port (repeatable)\n"
+        "  --env K=V                environment for every command (repeatable)\n"
+        "  --tag K=V                tag (repeatable, at most 5)\n"
+        "  --persistent             keep the filesystem when the session ends\n"
+        "  --allow-all | --deny-all | --policy FILE\n"
+        "                           network policy (default allow-all); FILE holds the\n"
+        "                           JSON policy document, - for stdin\n"
+        "Passwords are never taken on the command line, where other users can read them.\n";
+
+enum {
+        OPT_NAME = OPT_FIRST_COMMAND, OPT_RUNTIME, OPT_GIT, OPT_DEPTH, OPT_REVISION, OPT_GIT_USER,
+        OPT_GIT_PASS_ENV, OPT_GIT_PASS_STDIN, OPT_TARBALL, OPT_SNAPSHOT, OPT_TIMEOUT, OPT_VCPUS,
+        OPT_PORT, OPT_ENV, OPT_TAG, OPT_PERSISTENT, OPT_ALLOW_ALL, OPT_DENY_ALL, OPT_POLICY,
+};
+
+typedef struct create_args {
+        cJSON *params;      /* the request being built */
+        cJSON *source;      /* params.source, once a source option is seen */
+        const char *git_url, *depth, *revision, *user, *pass_env;
+        bool pass_stdin;
+        bool source_conflict; /* more than one of --git, --tarball, --snapshot */
+        int policies;       /* how many of --allow-all/--deny-all/--policy */
+} create_args;
+
+/* Parses a positive integer in [1, max]. */
+static int parse_uint(const char *s, long max, long *ret) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < 1 || v > max)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+/* Reads a whole file ("-" = stdin) into a new NUL-terminated buffer. */
+static int read_file(const char *path, char **ret, size_t *ret_len) {
+        _cleanup_fclose_ FILE *f = streq(path, "-") ? NULL : fopen(path, "re");
+        FILE *in = streq(path, "-") ? stdin : f;
+        if (!in)
+                return negative_errno();
+        size_t len = 0, cap = 65536;
+        _cleanup_free_ char *buf = malloc(cap);
+        if (!buf)
+                return -ENOMEM;
+        size_t n;
+        while ((n = fread(buf + len, 1, cap - len - 1, in)) > 0) {
+                len += n;
+                if (cap - len - 1 == 0) {
+                        char *b = realloc(buf, cap * 2);
+                        if (!b)
+                                return -ENOMEM;
+                        buf = b;
+                        cap *= 2;
+                }
+        }
+        if (ferror(in))
+                return -EIO;
+        buf[len] = 0;
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+static int set_policy(create_args *a, const char *value, bool from_file) {
+        a->policies++;
+        cJSON_DeleteItemFromObjectCaseSensitive(a->params, "networkPolicy");
+        if (!from_file) {
+                cJSON_AddStringToObject(a->params, "networkPolicy", value);
+                return 0;
+        }
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        int r = read_file(value, &text, &len);
+        if (r < 0)
+                return ctl_error(CLI_EXIT_ERROR, "create: read policy %s: %s", value, strerror(-r));
+        const char *where = NULL;
+        cJSON *policy = cJSON_ParseWithOpts(text, &where, true);
+        if (!policy)
+                return ctl_error(CLI_EXIT_POLICY, "create: policy %s is not valid JSON (near byte %zu)",
+                                 value, where ? (size_t) (where - text) : (size_t) 0);
+        cJSON_AddItemToObject(a->params, "networkPolicy", policy);
+        return 0;
+}
+
+static cJSON *ensure_source(create_args *a, const char *type) {
+        if (a->source)
+                a->source_conflict = true;
+        cJSON_DeleteItemFromObjectCaseSensitive(a->params, "source");
+        a->source = cJSON_AddObjectToObject(a->params, "source");
+        cJSON_AddStringToObject(a->source, "type", type);
+        return a->source;
+}
+
+static int set_tarball(create_args *a, const char *value) {
+        cJSON *s = ensure_source(a, "tarball");
+        if (strstr(value, "://")) {
+                cJSON_AddStringToObject(s, "url", value);
+                return 0;
+        }
+        /* The daemon resolves paths in its own cwd, not ours. */
+        char abs[PATH_MAX];
+        if (!realpath(value, abs))
+                return ctl_error(CLI_EXIT_ERROR, "create: tarball %s: %s", value, strerror(errno));
+        cJSON_AddStringToObject(s, "path", abs);
+        return 0;
+}
+
+/* Sets obj[key] = item, replacing an earlier value (a repeated option's
+ * last value wins, as with most command line tools). */
+static void set_item(cJSON *obj, const char *key, cJSON *item) {
+        cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+        cJSON_AddItemToObject(obj, key, item);
+}
+
+/* Handles one create option. Returns 0, or an exit code. */
+static int create_option(create_args *a, int opt) {
+        cJSON *p = a->params;
+        long n;
+        int64_t ms;
+        switch (opt) {
+        case OPT_NAME: set_item(p, "name", cJSON_CreateString(optarg)); return 0;
+        case OPT_RUNTIME: set_item(p, "runtime", cJSON_CreateString(optarg)); return 0;
+        case OPT_GIT: a->git_url = optarg; return 0;
+        case OPT_DEPTH: a->depth = optarg; return 0;
+        case OPT_REVISION: a->revision = optarg; return 0;
+        case OPT_GIT_USER: a->user = optarg; return 0;
+        case OPT_GIT_PASS_ENV: a->pass_env = optarg; return 0;
+        case OPT_GIT_PASS_STDIN: a->pass_stdin = true; return 0;
+        case OPT_TARBALL: return set_tarball(a, optarg);
+        case OPT_SNAPSHOT:
+                cJSON_AddStringToObject(ensure_source(a, "snapshot"), "snapshotId", optarg);
+                return 0;
+        case OPT_TIMEOUT:
+                if (cli_parse_duration(optarg, &ms) < 0)
+                        return ctl_usage("create", "create: bad --timeout '%s' (use 90s, 5m, 2h or milliseconds)", optarg);
+                set_item(p, "timeout", cJSON_CreateNumber((double) ms));
+                return 0;
+        case OPT_VCPUS:
+                if (parse_uint(optarg, 1024, &n) < 0)
+                        return ctl_usage("create", "create: bad --vcpus '%s'", optarg);
+                set_item(p, "resources", cJSON_CreateObject());
+                cJSON_AddNumberToObject(cJSON_GetObjectItemCaseSensitive(p, "resources"), "vcpus", (double) n);
+                return 0;
+        case OPT_PORT:
+                if (parse_uint(optarg, 65535, &n) < 0)
+                        return ctl_usage("create", "create: bad --port '%s' (1-65535)", optarg);
+                if (!cJSON_GetObjectItemCaseSensitive(p, "ports"))
+                        cJSON_AddArrayToObject(p, "ports");
+                cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(p, "ports"), cJSON_CreateNumber((double) n));
+                return 0;
+        case OPT_ENV:
+        case OPT_TAG: {
+                const char *key = opt == OPT_ENV ? "env" : "tags";
+                if (!cJSON_GetObjectItemCaseSensitive(p, key))
+                        cJSON_AddObjectToObject(p, key);
+                if (cli_kv_add(cJSON_GetObjectItemCaseSensitive(p, key), optarg) < 0)
+                        return ctl_usage("create", "create: --%s wants K=V, got '%s'",
+                                         opt == OPT_ENV ? "env" : "tag", optarg);
+                return 0;
+        }
+        case OPT_PERSISTENT: set_item(p, "persistent", cJSON_CreateTrue()); return 0;
+        case OPT_ALLOW_ALL: return set_policy(a, "allow-all", false);
+        case OPT_DENY_ALL: return set_policy(a, "deny-all", false);
+        case OPT_POLICY: return set_policy(a, optarg, true);
+        default: return ctl_usage("create", "create: unknown option");
+        }
+}
+
+/* Reads the git password from the place the user named. */
+static int git_password(const create_args *a, char **ret) {
+        if (a->pass_env) {
+                const char *v = getenv(a->pass_env);
+                if (!v)
+                        return ctl_error(CLI_EXIT_USAGE, "create: environment variable %s is not set", a->pass_env);
+                *ret = strdup(v);
+        } else {
+                char *line = NULL;
+                size_t cap = 0;
+                ssize_t n = getline(&line, &cap, stdin);
+                if (n < 0) {
+                        free(line);
+                        return ctl_error(CLI_EXIT_USAGE, "create: no password on stdin");
+                }
+                line[strcspn(line, "\r\n")] = 0;
+                *ret = line;
+        }
+        return *ret ? 0 : ctl_error(CLI_EXIT_ERROR, "out of memory");
+}
+
+/* Turns the git options into params.source once all options are read, so
+ * their order on the command line does not matter. */
+static int finish_git(create_args *a) {
+        bool extras = a->depth || a->revision || a->user || a->pass_env || a->pass_stdin;
+        if (!a->git_url)
+                return extras ? ctl_usage("create", "create: --depth, --revision and --git-* need --git URL") : 0;
+        cJSON *s = ensure_source(a, "git");
+        if (a->source_conflict)
+                return ctl_usage("create", "create: choose one of --git, --tarball, --snapshot");
+        cJSON_AddStringToObject(s, "url", a->git_url);
+        long depth;
+        if (a->depth) {
+                if (parse_uint(a->depth, INT32_MAX, &depth) < 0)
+                        return ctl_usage("create", "create: bad --depth '%s'", a->depth);
+                cJSON_AddNumberToObject(s, "depth", (double) depth);
+        }
+        if (a->revision)
+                cJSON_AddStringToObject(s, "revision", a->revision);
+        if (a->user)
+                cJSON_AddStringToObject(s, "username", a->user);
+        if (a->pass_env && a->pass_stdin)
+                return ctl_usage("create", "create: choose one of --git-password-env, --git-password-stdin");
+        if (a->pass_env || a->pass_stdin) {
+                _cleanup_free_ char *pw = NULL;
+                int r = git_password(a, &pw);
+                if (r != 0)
+                        return r;
+                cJSON_AddStringToObject(s, "password", pw);
+                explicit_bzero(pw, strlen(pw));
+        }
+        return 0;
+}
+
+static int cmd_create(ctl_globals *g, int argc, char **argv) {
+        static const struct option opts[] = {
+                COMMON_OPTIONS,
+                { "name", required_argument, NULL, OPT_NAME },
+                { "runtime", required_argument, NULL, OPT_RUNTIME },
+                { "git", required_argument, NULL, OPT_GIT },
+                { "depth", required_argument, NULL, OPT_DEPTH },
+                { "revision", required_argument, NULL, OPT_REVISION },
+                { "git-username", required_argument, NULL, OPT_GIT_USER },
+                { "git-password-env", required_argument, NULL, OPT_GIT_PASS_ENV },
+                { "git-password-stdin", no_argument, NULL, OPT_GIT_PASS_STDIN },
+                { "tarball", required_argument, NULL, OPT_TARBALL },
+                { "snapshot", required_argument, NULL, OPT_SNAPSHOT },
+                { "timeout", required_argument, NULL, OPT_TIMEOUT },
+                { "vcpus", required_argument, NULL, OPT_VCPUS },
+                { "port", required_argument, NULL, OPT_PORT },
+                { "env", required_argument, NULL, OPT_ENV },
+                { "tag", required_argument, NULL, OPT_TAG },
+                { "persistent", no_argument, NULL, OPT_PERSISTENT },
+                { "allow-all", no_argument, NULL, OPT_ALLOW_ALL },
+                { "deny-all", no_argument, NULL, OPT_DENY_ALL },
+                { "policy", required_argument, NULL, OPT_POLICY },
+                {}
+        };
+        _cleanup_json_ cJSON *params = cJSON_CreateObject();
+        create_args a = { .params = params };
+        int opt;
+        optind = 0;
+        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, create_help);
+                if (r == 0)
+                        return 0;
+                if (r < 0 && (r = create_option(&a, opt)) != 0)
+                        return r;
+        }
+        if (optind != argc)
+                return ctl_usage("create", "create: unexpected argument '%s'", argv[optind]);
+        if (a.policies > 1)
+                return ctl_usage("create", "create: choose one of --allow-all, --deny-all, --policy");
+        int r = finish_git(&a);
+        if (r != 0)
+                return r;
+        if (a.source_conflict)
+                return ctl_usage("create", "create: choose one of --git, --tarball, --snapshot");
+
+        cJSON *result = NULL;
+        r = call(g, "create", "sandbox.create", TAKE_PTR(params), &result);
+        if (r != 0)
+                return r;
+        if (g->json)
+                ctl_print_json(result);
+        else
+                printf("%s\n", string_cell(result, "name") ? string_cell(result, "name") : "?");
+        cJSON_Delete(result);
+        return 0;
+}
+
+/* --- cp --------------------------------------------------------------- */
+
+static const char cp_help[] =
+        "Usage: sandboxctl cp [--json] SRC DST\n\n"
+        "Copies one file between the host and a sandbox. Exactly one side is NAME:PATH\n"
+        "(a relative PATH is under /workspace); - as the host side means stdin or stdout.\n"
+        "A host path that contains ':' can be written as ./a:b. Copying into an existing\n"
+        "directory keeps the file's name. Directories are not supported yet.\n";
+
+static const char *base_name(const char *path) {
+        const char *slash = strrchr(path, '/');
+        return slash ? slash + 1 : path;
+}
+
+/* Asks for the type of a path in the sandbox: "file", "directory", ... or
+ * NULL when unknown (including not found: the copy then reports it). */
+static char *remote_type(client *c, const char *name, const char *path) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "sandbox", name);
+        cJSON_AddStringToObject(p, "path", path);
+        _cleanup_json_ cJSON *st = NULL;
+        if (client_call(c, "fs.stat", p, -1, NULL, NULL, &st, NULL) < 0)
+                return NULL;
+        const char *t = string_cell(st, "type");
+        return t ? strdup(t) : NULL;
+}
+
+static int cp_to_sandbox(const ctl_globals *g, client *c, const char *local, const char *name, const char *path) {
+        struct stat st = {};
+        bool from_stdin = streq(local, "-");
+        if (!from_stdin && stat(local, &st) < 0)
+                return ctl_error(CLI_EXIT_ERROR, "cp: %s: %s", local, strerror(errno));
+        if (!from_stdin && S_ISDIR(st.st_mode))
+                return ctl_error(CLI_EXIT_ERROR, "cp: directories are not supported yet");
+        _cleanup_free_ char *data = NULL;
+        size_t len;
+        int r = read_file(local, &data, &len);
+        if (r < 0)
+                return ctl_error(CLI_EXIT_ERROR, "cp: read %s: %s", local, strerror(-r));
+        _cleanup_free_ char *type = remote_type(c, name, path), *target = NULL;
+        if ((type && streq(type, "directory")) || (path[strlen(path) - 1] == '/' && !from_stdin)) {
+                if (from_stdin)
+                        return ctl_error(CLI_EXIT_ERROR, "cp: %s:%s is a directory", name, path);
+                if (asprintf(&target, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", base_name(local)) < 0)
+                        return ctl_error(CLI_EXIT_ERROR, "out of memory");
+        }
+        _cleanup_free_ char *b64 = client_base64_encode(data, len);
+        if (!b64)
+                return ctl_error(CLI_EXIT_ERROR, "cp: %s is too large", local);
+        cJSON *params = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(params, "files");
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "sandbox", name);
+        cJSON_AddStringToObject(f, "path", target ? target : path);
+        cJSON_AddStringToObject(f, "content", b64);
+        if (!from_stdin)
+                cJSON_AddNumberToObject(f, "mode", st.st_mode & 07777);
+        cJSON_AddItemToArray(files, f);
+        _cleanup_client_error_ client_error *err = NULL;
+        _cleanup_json_ cJSON *result = NULL;
+        if (client_call(c, "fs.write", params, -1, NULL, NULL, &result, &err) < 0)
+                return ctl_report(g, "cp", err);
+        if (g->json)
+                ctl_print_json(result);
+        return 0;
+}
+
+static int cp_from_sandbox(const ctl_globals *g, client *c, const char *name, const char *path, const char *local) {
+        _cleanup_free_ char *type = remote_type(c, name, path);
+        if (type && streq(type, "directory"))
+                return ctl_error(CLI_EXIT_ERROR, "cp: directories are not supported yet");
+        cJSON *params = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "sandbox", name);
+        cJSON_AddStringToObject(params, "path", path);
+        _cleanup_client_error_ client_error *err = NULL;
+        _cleanup_json_ cJSON *result = NULL;
+        if (client_call(c, "fs.read", params, -1, NULL, NULL, &result, &err) < 0)
+                return ctl_report(g, "cp", err);
+        const char *content = string_cell(result, "content");
+        _cleanup_free_ void *data = NULL;
+        size_t len;
+        if (!content || client_base64_decode(content, &data, &len) < 0)
+                return ctl_error(CLI_EXIT_ERROR, "cp: unreadable content from sandboxd");
+        if (streq(local, "-"))
+                return ctl_write_all(STDOUT_FILENO, data, len) < 0 ?
+                        ctl_error(CLI_EXIT_ERROR, "cp: write stdout: %s", strerror(errno)) : 0;
+
+        struct stat st;
+        _cleanup_free_ char *target = NULL;
+        if (stat(local, &st) == 0 && S_ISDIR(st.st_mode) &&
+            asprintf(&target, "%s/%s", local, base_name(path)) < 0)
+                return ctl_error(CLI_EXIT_ERROR, "out of memory");
+        const char *dst = target ? target : local;
+        _cleanup_close_ int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+        if (fd < 0)
+                return ctl_error(CLI_EXIT_ERROR, "cp: %s: %s", dst, strerror(errno));
+        int r = ctl_write_all(fd, data, len);
+        if (r < 0)
+                return ctl_error(CLI_EXIT_ERROR, "cp: write %s: %s", dst, strerror(-r));
+        return 0;
+}
+
+static int cmd_cp(ctl_globals *g, int argc, char **argv) {
+        static const struct option opts[] = { COMMON_OPTIONS, {} };
+        int opt;
+        optind = 0;
+        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, cp_help);
+                if (r == 0)
+                        return 0;
+                if (r < 0)
+                        return ctl_usage("cp", "cp: unknown option");
+        }
+        if (argc - optind != 2)
+                return ctl_usage("cp", "cp: want SRC and DST");
+        const char *src = argv[optind], *dst = argv[optind + 1];
+        _cleanup_free_ char *sname = NULL, *spath = NULL, *dname = NULL, *dpath = NULL;
+        int rs = cli_parse_remote(src, &sname, &spath);
+        int rd = cli_parse_remote(dst, &dname, &dpath);
+        if (rs < 0 || rd < 0)
+                return ctl_error(CLI_EXIT_ERROR, "out of memory");
+        if (rs + rd != 1)
+                return ctl_usage("cp", "cp: exactly one of SRC and DST must be NAME:PATH");
+
+        _cleanup_client_ client *c = NULL;
+        int r = ctl_connect(g, &c);
+        if (r != 0)
+                return r;
+        return rd ? cp_to_sandbox(g, c, src, dname, dpath) : cp_from_sandbox(g, c, sname, spath, dst);
+}
+
+/* --- dispatch --------------------------------------------------------- */
+
+static const struct {
+        const char *name;
+        int (*run)(ctl_globals *g, int argc, char **argv);
+} commands[] = {
+        { "create", cmd_create },
+        { "ls", cmd_ls },
+        { "get", cmd_get },
+        { "exec", ctl_exec },
+        { "stop", cmd_stop },
+        { "rm", cmd_rm },
+        { "cp", cmd_cp },
+        { "daemon", cmd_daemon },
+};
+
+int main(int argc, char **argv) {
+        enum { OPT_VERSION = OPT_FIRST_COMMAND };
+        static const struct option opts[] = {
+                COMMON_OPTIONS, { "version", no_argument, NULL, OPT_VERSION }, {}
+        };
+        ctl_globals g = {};
+        int opt;
+        /* '+': stop at the command name; its options are its own. */
+        while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+                if (opt == OPT_VERSION) {
+                        printf("sandboxctl %s\n", SANDBOXD_VERSION);
+                        return 0;
+                }
+                int r = common_option(&g, opt, main_help);
+                if (r == 0)
+                        return 0;
+                if (r < 0)
+                        return ctl_usage(NULL, "unknown option");
+        }
+        if (optind >= argc)
+                return ctl_usage(NULL, "missing command");
+        for (size_t i = 0; i < ELEMENTSOF(commands); i++)
+                if (streq(argv[optind], commands[i].name)) {
+                        int r = commands[i].run(&g, argc - optind, argv + optind);
+                        fflush(stdout);
+                        return r;
+                }
+        return ctl_usage(NULL, "unknown command '%s'", argv[optind]);
+}

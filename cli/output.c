@@ -1,0 +1,181 @@
+/* sandboxctl's reporting and human output: error lines and exit codes,
+ * connection failures with a hint, pretty JSON, "key: value" lines and
+ * aligned tables. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "libcore/macro.h"
+#include "cli/ctl.h"
+
+int ctl_error(int exit_code, const char *fmt, ...) {
+        va_list ap;
+        fputs("sandboxctl: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        return exit_code;
+}
+
+int ctl_usage(const char *command, const char *fmt, ...) {
+        va_list ap;
+        fputs("sandboxctl: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        if (command)
+                fprintf(stderr, "\nTry 'sandboxctl %s --help'.\n", command);
+        else
+                fputs("\nTry 'sandboxctl --help'.\n", stderr);
+        return CLI_EXIT_USAGE;
+}
+
+static void print_error_json(const client_error *e) {
+        cJSON *j = cJSON_CreateObject();
+        if (!j)
+                return;
+        cJSON_AddNumberToObject(j, "code", e->code);
+        cJSON_AddStringToObject(j, "message", e->message);
+        cJSON *data = cJSON_AddObjectToObject(j, "data");
+        if (data && e->reason)
+                cJSON_AddStringToObject(data, "reason", e->reason);
+        if (data && e->field)
+                cJSON_AddStringToObject(data, "field", e->field);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(j);
+        if (text)
+                fprintf(stderr, "%s\n", text);
+        cJSON_Delete(j);
+}
+
+int ctl_report(const ctl_globals *g, const char *context, const client_error *e) {
+        if (!e)
+                return ctl_error(CLI_EXIT_ERROR, "%s%sout of memory", context ? context : "",
+                                 context ? ": " : "");
+        bool add_field = e->field && !strstr(e->message, e->field);
+        fprintf(stderr, "sandboxctl: %s%s%s%s%s%s\n", context ? context : "", context ? ": " : "",
+                e->message, add_field ? " (" : "", add_field ? e->field : "", add_field ? ")" : "");
+        if (g && g->json)
+                print_error_json(e);
+        return cli_exit_code(e);
+}
+
+int ctl_connect(const ctl_globals *g, client **ret) {
+        const char *path = client_socket_path(g->socket);
+        int r = client_connect(path, ret);
+        if (r >= 0)
+                return 0;
+        const char *hint = "is it running? Try 'systemctl start sandboxd', "
+                           "or point --socket / $" CLIENT_SOCKET_ENV " at its socket";
+        if (r == -EACCES || r == -EPERM)
+                hint = "connecting needs root or membership in group 'sandboxd'";
+        return ctl_error(CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s (%s)",
+                         path, strerror(-r), hint);
+}
+
+void ctl_print_json(const cJSON *json) {
+        _cleanup_free_ char *text = cJSON_Print(json);
+        if (text)
+                printf("%s\n", text);
+}
+
+static bool all_scalars(const cJSON *array) {
+        const cJSON *item;
+        cJSON_ArrayForEach(item, array)
+                if (cJSON_IsObject(item) || cJSON_IsArray(item))
+                        return false;
+        return true;
+}
+
+/* Appends the text of a scalar to f: strings raw, null "-", others as JSON. */
+static void print_scalar(FILE *f, const cJSON *v) {
+        if (cJSON_IsString(v))
+                fputs(v->valuestring, f);
+        else if (cJSON_IsNull(v))
+                fputc('-', f);
+        else {
+                _cleanup_free_ char *t = cJSON_PrintUnformatted(v);
+                fputs(t ? t : "?", f);
+        }
+}
+
+static void print_field(const char *key, const cJSON *v) {
+        if (cJSON_IsObject(v) && v->child) {
+                for (const cJSON *c = v->child; c; c = c->next) {
+                        _cleanup_free_ char *k = NULL;
+                        if (asprintf(&k, "%s.%s", key, c->string) >= 0)
+                                print_field(k, c);
+                }
+                return;
+        }
+        if (cJSON_IsArray(v) && !all_scalars(v)) {
+                int i = 0;
+                for (const cJSON *c = v->child; c; c = c->next, i++) {
+                        _cleanup_free_ char *k = NULL;
+                        if (asprintf(&k, "%s[%d]", key, i) >= 0)
+                                print_field(k, c);
+                }
+                return;
+        }
+        printf("%s: ", key);
+        if (cJSON_IsArray(v)) {
+                if (!v->child)
+                        fputc('-', stdout);
+                for (const cJSON *c = v->child; c; c = c->next) {
+                        print_scalar(stdout, c);
+                        if (c->next)
+                                fputs(", ", stdout);
+                }
+        } else if (cJSON_IsObject(v))
+                fputc('-', stdout);   /* an empty object */
+        else
+                print_scalar(stdout, v);
+        fputc('\n', stdout);
+}
+
+void ctl_print_fields(const cJSON *obj) {
+        for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next)
+                print_field(c->string, c);
+}
+
+void ctl_print_table(const char *const *header, size_t ncols, char ***rows, size_t nrows) {
+        size_t width[16] = { 0 };
+        if (ncols > ELEMENTSOF(width))
+                ncols = ELEMENTSOF(width);
+        for (size_t j = 0; j < ncols; j++) {
+                width[j] = strlen(header[j]);
+                for (size_t i = 0; i < nrows; i++) {
+                        size_t n = rows[i][j] ? strlen(rows[i][j]) : 1;
+                        if (n > width[j])
+                                width[j] = n;
+                }
+        }
+        for (size_t i = 0; i <= nrows; i++)
+                for (size_t j = 0; j < ncols; j++) {
+                        const char *cell = i == 0 ? header[j] : rows[i - 1][j];
+                        if (!cell)
+                                cell = "-";
+                        if (j + 1 == ncols)
+                                printf("%s\n", cell);
+                        else
+                                printf("%-*s  ", (int) width[j], cell);
+                }
+}
+
+int ctl_write_all(int fd, const void *buf, size_t len) {
+        const char *p = buf;
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return negative_errno();
+                }
+                p += n;
+                len -= (size_t) n;
+        }
+        return 0;
+}

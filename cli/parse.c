@@ -1,0 +1,144 @@
+/* Argument helpers for sandboxctl (durations, K=V, NAME:PATH, names) and
+ * the error → exit code table. Kept apart from main.c so unit tests link
+ * them. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libcore/macro.h"
+#include "cli/parse.h"
+
+/* Units accepted after the digits of a DURATION, in milliseconds. "ms" is
+ * listed before "m" only for readability: matching is exact. */
+static const struct {
+        const char *suffix;
+        int64_t ms;
+} duration_units[] = {
+        { "", 1 },
+        { "ms", 1 },
+        { "s", 1000 },
+        { "m", 60 * 1000 },
+        { "h", 60 * 60 * 1000 },
+};
+
+int cli_parse_duration(const char *s, int64_t *ret_ms) {
+        if (!s || !isdigit((unsigned char) s[0]))
+                return -EINVAL;
+        int64_t value = 0;
+        const char *p = s;
+        for (; isdigit((unsigned char) *p); p++) {
+                int digit = *p - '0';
+                if (value > (INT64_MAX - digit) / 10)
+                        return -ERANGE;
+                value = value * 10 + digit;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(duration_units); i++) {
+                if (!streq(p, duration_units[i].suffix))
+                        continue;
+                if (value == 0)
+                        return -EINVAL;
+                if (value > INT64_MAX / duration_units[i].ms)
+                        return -ERANGE;
+                *ret_ms = value * duration_units[i].ms;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+const char *cli_format_duration(int64_t ms, char *buf, size_t size) {
+        for (size_t i = ELEMENTSOF(duration_units) - 1; i >= 2; i--)
+                if (ms != 0 && ms % duration_units[i].ms == 0) {
+                        snprintf(buf, size, "%" PRId64 "%s", ms / duration_units[i].ms,
+                                 duration_units[i].suffix);
+                        return buf;
+                }
+        snprintf(buf, size, "%" PRId64 "ms", ms);
+        return buf;
+}
+
+int cli_parse_kv(const char *s, char **ret_key, char **ret_value) {
+        const char *eq = s ? strchr(s, '=') : NULL;
+        if (!eq || eq == s)
+                return -EINVAL;
+        char *copy = strdup(s);
+        if (!copy)
+                return -ENOMEM;
+        copy[eq - s] = 0;
+        *ret_key = copy;
+        *ret_value = copy + (eq - s) + 1;
+        return 0;
+}
+
+int cli_kv_add(cJSON *obj, const char *s) {
+        char *value;
+        _cleanup_free_ char *key = NULL;
+        int r = cli_parse_kv(s, &key, &value);
+        if (r < 0)
+                return r;
+        cJSON *v = cJSON_CreateString(value);
+        if (!v)
+                return -ENOMEM;
+        cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+        if (!cJSON_AddItemToObject(obj, key, v)) {
+                cJSON_Delete(v);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+bool cli_valid_name(const char *s) {
+        size_t n = strlen(s);
+        if (n < 1 || n > 63)
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                char ch = s[i];
+                bool ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || (i > 0 && ch == '-');
+                if (!ok)
+                        return false;
+        }
+        return true;
+}
+
+int cli_parse_remote(const char *s, char **ret_name, char **ret_path) {
+        const char *colon = strchr(s, ':');
+        if (!colon || colon[1] == 0 || colon - s > 63)
+                return 0;
+        char name[64];
+        memcpy(name, s, (size_t) (colon - s));
+        name[colon - s] = 0;
+        if (!cli_valid_name(name))
+                return 0;
+        char *n = strdup(name), *p = strdup(colon + 1);
+        if (!n || !p) {
+                free(n);
+                free(p);
+                return -ENOMEM;
+        }
+        *ret_name = n;
+        *ret_path = p;
+        return 1;
+}
+
+int cli_exit_code(const client_error *e) {
+        if (!e)
+                return CLI_EXIT_ERROR;
+        if (e->code == CLIENT_ERROR_LOCAL)
+                return e->reason && streq(e->reason, CLIENT_REASON_DISCONNECTED) ?
+                        CLI_EXIT_UNREACHABLE : CLI_EXIT_ERROR;
+        if (e->reason) {
+                if (streq(e->reason, "invalid_policy"))
+                        return CLI_EXIT_POLICY;
+                if (streq(e->reason, "not_found"))
+                        return CLI_EXIT_NOT_FOUND;
+                if (streq(e->reason, "already_exists"))
+                        return CLI_EXIT_CONFLICT;
+        }
+        /* -32602 on the policy itself is still a policy the daemon refused. */
+        if (e->code == -32602 && e->field && strncmp(e->field, "networkPolicy", 13) == 0)
+                return CLI_EXIT_POLICY;
+        return CLI_EXIT_ERROR;
+}

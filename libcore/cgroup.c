@@ -1,0 +1,596 @@
+/* Session cgroups: layout detection (v1, v2, hybrid), sandboxd's parent
+ * cgroups, and the create / limit / attach / kill / destroy cycle of one
+ * session's cgroup, dispatched per hierarchy through an ops table as crun's
+ * libcrun/cgroup*.c does.
+ *
+ * Where the session cgroups live (never at a hierarchy's root: the parent is
+ * sandboxd's own cgroup from /proc/self/cgroup, its delegated subtree):
+ *   v1 (each of pids, memory, cpu, freezer that is mounted):
+ *        <mount>/<own>/sandboxd-sessions/<name>
+ *   v2:  <mount>/<own>/sessions/<name>; sandboxd first moves the processes of
+ *        <own> into <own>/supervisor, because a cgroup that enables
+ *        controllers for its children may hold no processes itself. When
+ *        <own> is the hierarchy's root (a hybrid host, a container's cgroup
+ *        namespace) the root is shared with everyone, so the directory is
+ *        called "sandboxd-sessions" there to stay clear of other managers'
+ *        names, and nothing moves (the root is exempt from that rule).
+ * On a hybrid host the v2 hierarchy carries no controllers; it is still used
+ * for process tracking because it offers cgroup.kill. */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "libcore/cgroup.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+
+#define CGROUP_MAX_HIERARCHIES 8
+#define SESSIONS_V1 "sandboxd-sessions"
+#define SESSIONS_V2 "sessions"
+#define SUPERVISOR_V2 "supervisor"
+/* Teardown bounds: the kernel removes exiting tasks asynchronously, so an
+ * rmdir right after SIGKILL may see EBUSY for a few milliseconds. */
+#define RETRY_STEP_MS 10
+#define RETRY_TOTAL_MS 1000
+#define KILL_ROUNDS 100
+
+/* Controller bits for the v2 subtree_control mask. */
+enum { CTL_PIDS = 1 << 0, CTL_MEMORY = 1 << 1, CTL_CPU = 1 << 2 };
+
+typedef struct hierarchy hierarchy;
+
+typedef struct cgroup_ops {
+        const char *name;
+        int (*set_limits)(const hierarchy *h, const char *dir, const core_cgroup_limits *l);
+        int (*kill_all)(const char *dir);
+} cgroup_ops;
+
+struct hierarchy {
+        const cgroup_ops *ops;
+        char *controller; /* v1 controller name; NULL for v2 */
+        char *parent;     /* absolute directory holding the session cgroups */
+        unsigned v2_ctl;  /* v2: controllers enabled for the sessions */
+};
+
+struct core_cgroup {
+        char *name;
+        size_t n;
+        char *dirs[CGROUP_MAX_HIERARCHIES]; /* one per state.h[i] */
+};
+
+static struct {
+        bool ready;
+        core_cgroup_mode mode;
+        size_t n;
+        hierarchy h[CGROUP_MAX_HIERARCHIES];
+} state;
+
+/* The v1 controllers sessions use, in tracking-preference order. cpuset is
+ * left out on purpose (a new cpuset cgroup needs cpus/mems copied before it
+ * accepts a task and sandboxes have no pinning need), as are blkio and
+ * devices (the sandbox gets no block devices; /dev is a private minimal tree). */
+static const char *const v1_controllers[] = { "pids", "memory", "cpu", "freezer" };
+
+static void sleep_ms(int ms) {
+        (void) poll(NULL, 0, ms);
+}
+
+static int write_file(const char *dir, const char *file, const char *value) {
+        _cleanup_free_ char *p = NULL;
+        if (asprintf(&p, "%s/%s", dir, file) < 0)
+                return -ENOMEM;
+        int r = core_write_string(p, value);
+        if (r < 0)
+                log_debug_errno(r, "cgroup: write '%s' to %s: %m", value, p);
+        return r;
+}
+
+static int write_u64_or(const char *dir, const char *file, uint64_t v, const char *unlimited) {
+        char buf[32];
+        if (v == 0)
+                return write_file(dir, file, unlimited);
+        snprintf(buf, sizeof(buf), "%" PRIu64, v);
+        return write_file(dir, file, buf);
+}
+
+/* Kills by reading cgroup.procs until it stays empty: a process may fork
+ * between the read and the kill, so one pass is not enough; the rounds are
+ * bounded so a fork bomb without a pids limit cannot hold us forever. */
+static int kill_by_procs(const char *dir) {
+        _cleanup_free_ char *procs = NULL;
+        if (asprintf(&procs, "%s/cgroup.procs", dir) < 0)
+                return -ENOMEM;
+        for (int round = 0; round < KILL_ROUNDS; round++) {
+                _cleanup_free_ char *data = NULL;
+                int r = core_read_file(procs, 16 << 20, &data, NULL);
+                if (r == -ENOENT)
+                        return 0;
+                if (r < 0)
+                        return r;
+                bool any = false;
+                for (char *s = data, *end; *s; s = end) {
+                        long pid = strtol(s, &end, 10);
+                        if (end == s)
+                                break;
+                        if (pid > 0 && kill((pid_t) pid, SIGKILL) == 0)
+                                any = true;
+                }
+                if (!any)
+                        return 0;
+                sleep_ms(RETRY_STEP_MS);
+        }
+        return -EBUSY;
+}
+
+static int v1_set_limits(const hierarchy *h, const char *dir, const core_cgroup_limits *l) {
+        if (streq(h->controller, "pids"))
+                return write_u64_or(dir, "pids.max", l->pids_max, "max");
+        if (streq(h->controller, "memory")) {
+                int r = write_u64_or(dir, "memory.limit_in_bytes", l->memory_max, "-1");
+                if (r < 0)
+                        return r;
+                /* Swap accounting, when the kernel has it: the same bound, so
+                 * swap is no way around the limit. Must follow limit_in_bytes
+                 * (the kernel requires memsw >= limit). */
+                r = write_u64_or(dir, "memory.memsw.limit_in_bytes", l->memory_max, "-1");
+                return r == -ENOENT ? 0 : r;
+        }
+        if (streq(h->controller, "cpu")) {
+                int r = write_file(dir, "cpu.cfs_period_us", "100000");
+                if (r < 0)
+                        return r;
+                /* percent of one CPU at a 100 ms period = pct * 1000 us */
+                return write_u64_or(dir, "cpu.cfs_quota_us", (uint64_t) l->cpu_quota_pct * 1000, "-1");
+        }
+        return 0; /* freezer: no limit, used for stop/fork freezing */
+}
+
+static int v2_set_limits(const hierarchy *h, const char *dir, const core_cgroup_limits *l) {
+        int r;
+        if (h->v2_ctl & CTL_PIDS && (r = write_u64_or(dir, "pids.max", l->pids_max, "max")) < 0)
+                return r;
+        if (h->v2_ctl & CTL_MEMORY && (r = write_u64_or(dir, "memory.max", l->memory_max, "max")) < 0)
+                return r;
+        if (h->v2_ctl & CTL_CPU) {
+                char buf[48] = "max 100000";
+                if (l->cpu_quota_pct)
+                        snprintf(buf, sizeof(buf), "%u 100000", l->cpu_quota_pct * 1000);
+                if ((r = write_file(dir, "cpu.max", buf)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* cgroup.kill (Linux 5.14) kills the whole subtree atomically, forks
+ * included; older kernels fall back to the procs loop. */
+static int v2_kill_all(const char *dir) {
+        int r = write_file(dir, "cgroup.kill", "1");
+        if (r == -ENOENT || r == -EINVAL || r == -EOPNOTSUPP)
+                return kill_by_procs(dir);
+        return r;
+}
+
+static const cgroup_ops ops_v1 = { "v1", v1_set_limits, kill_by_procs };
+static const cgroup_ops ops_v2 = { "v2", v2_set_limits, v2_kill_all };
+
+/* ---- detection ---- */
+
+/* Finds our own path for a hierarchy in /proc/self/cgroup: `controller` is
+ * a v1 controller name, or NULL for the v2 line ("0::/path"). */
+static int own_path(const char *cgroup_file, const char *controller, char **ret) {
+        _cleanup_free_ char *copy = strdup(cgroup_file);
+        if (!copy)
+                return -ENOMEM;
+        char *save = NULL;
+        for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char *c1 = strchr(line, ':');
+                char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = '\0';
+                const char *ctls = c1 + 1, *path = c2 + 1;
+                bool hit = false;
+                if (!controller)
+                        hit = strncmp(line, "0:", 2) == 0 && *ctls == '\0';
+                else {
+                        _cleanup_free_ char *list = strdup(ctls);
+                        char *s2 = NULL;
+                        for (char *t = list ? strtok_r(list, ",", &s2) : NULL; t && !hit;
+                             t = strtok_r(NULL, ",", &s2))
+                                hit = streq(t, controller);
+                }
+                if (hit) {
+                        *ret = strdup(path);
+                        return *ret ? 0 : -ENOMEM;
+                }
+        }
+        return -ENOENT;
+}
+
+/* Parses one mountinfo line: is it a cgroup (v1) mount carrying
+ * `controller`, or the cgroup2 mount when controller is NULL? On a hit
+ * returns the mount point and the mount's root within the hierarchy. */
+static bool mount_matches(char *line, const char *controller, char **ret_mnt, char **ret_root) {
+        char *sep = strstr(line, " - ");
+        if (!sep)
+                return false;
+        *sep = '\0';
+        char *fields[5] = {}, *save = NULL, *t = strtok_r(line, " ", &save);
+        for (int i = 0; t && i < 5; i++, t = strtok_r(NULL, " ", &save))
+                fields[i] = t;
+        char *fstype = strtok_r(sep + 3, " ", &save);
+        strtok_r(NULL, " ", &save); /* source */
+        char *super = strtok_r(NULL, " ", &save);
+        if (!fields[4] || !fstype || !super)
+                return false;
+        bool hit = false;
+        if (!controller)
+                hit = streq(fstype, "cgroup2");
+        else if (streq(fstype, "cgroup"))
+                for (char *s2 = NULL, *o = strtok_r(super, ",", &s2); o && !hit; o = strtok_r(NULL, ",", &s2))
+                        hit = streq(o, controller);
+        if (hit) {
+                *ret_mnt = fields[4];
+                *ret_root = fields[3];
+        }
+        return hit;
+}
+
+/* Absolute directory of our own cgroup in one hierarchy, or -ENOENT when
+ * that hierarchy is not mounted here. */
+static int hierarchy_dir(const char *mountinfo, const char *cgroup_file, const char *controller,
+                         char **ret, bool *ret_is_root) {
+        _cleanup_free_ char *copy = strdup(mountinfo), *own = NULL;
+        if (!copy)
+                return -ENOMEM;
+        int r = own_path(cgroup_file, controller, &own);
+        if (r < 0)
+                return r;
+        char *save = NULL, *mnt = NULL, *root = NULL;
+        for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+                if (mount_matches(line, controller, &mnt, &root))
+                        break;
+        if (!mnt)
+                return -ENOENT;
+        /* A mount of a sub-tree (bind-mounted cgroup dir in a container)
+         * shows our path relative to its root. */
+        const char *rel = own;
+        size_t rl = strlen(root);
+        if (!streq(root, "/") && strncmp(own, root, rl) == 0 && (own[rl] == '/' || own[rl] == '\0'))
+                rel = own + rl;
+        if (streq(rel, "/") || *rel == '\0')
+                rel = "";
+        *ret_is_root = *rel == '\0';
+        return asprintf(ret, "%s%s", mnt, rel) < 0 ? -ENOMEM : 0;
+}
+
+static unsigned parse_controllers(const char *list) {
+        static const struct { const char *name; unsigned bit; } table[] = {
+                { "pids", CTL_PIDS }, { "memory", CTL_MEMORY }, { "cpu", CTL_CPU },
+        };
+        unsigned mask = 0;
+        _cleanup_free_ char *copy = strdup(list ? list : "");
+        char *save = NULL;
+        for (char *t = copy ? strtok_r(copy, " \n", &save) : NULL; t; t = strtok_r(NULL, " \n", &save))
+                for (size_t i = 0; i < ELEMENTSOF(table); i++)
+                        if (streq(t, table[i].name))
+                                mask |= table[i].bit;
+        return mask;
+}
+
+static unsigned read_controllers(const char *dir, const char *file) {
+        _cleanup_free_ char *p = NULL, *data = NULL;
+        if (asprintf(&p, "%s/%s", dir, file) < 0 || core_read_file(p, 4096, &data, NULL) < 0)
+                return 0;
+        return parse_controllers(data);
+}
+
+/* Enables each wanted controller for the children of dir; one at a time so
+ * a controller the kernel refuses costs only itself. Returns what is on. */
+static unsigned enable_controllers(const char *dir, unsigned wanted) {
+        static const char *const names[] = { "+pids", "+memory", "+cpu" };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (wanted & (1u << i))
+                        (void) write_file(dir, "cgroup.subtree_control", names[i]);
+        return read_controllers(dir, "cgroup.subtree_control") & wanted;
+}
+
+/* v2 "no internal processes": before <own> can enable controllers for
+ * children it must be empty, so every process in it (sandboxd and anything
+ * the service manager put beside it) moves to <own>/supervisor. */
+static int v2_move_to_supervisor(const char *own) {
+        _cleanup_free_ char *sup = NULL, *procs = NULL;
+        if (asprintf(&sup, "%s/" SUPERVISOR_V2, own) < 0 || asprintf(&procs, "%s/cgroup.procs", own) < 0)
+                return -ENOMEM;
+        if (mkdir(sup, 0755) < 0 && errno != EEXIST)
+                return negative_errno();
+        for (int round = 0; round < KILL_ROUNDS; round++) {
+                _cleanup_free_ char *data = NULL;
+                int r = core_read_file(procs, 1 << 20, &data, NULL);
+                if (r < 0)
+                        return r;
+                if (!*data)
+                        return 0;
+                for (char *s = data, *end; *s; s = end) {
+                        long pid = strtol(s, &end, 10);
+                        if (end == s)
+                                break;
+                        char buf[24];
+                        snprintf(buf, sizeof(buf), "%ld", pid);
+                        r = write_file(sup, "cgroup.procs", buf);
+                        if (r < 0 && r != -ESRCH)
+                                return r;
+                }
+        }
+        return -EBUSY;
+}
+
+/* Prepares the v2 parent: <own>/sessions with the controllers it can get. */
+static int v2_prepare(char *own, bool own_is_root, hierarchy *h) {
+        unsigned wanted = read_controllers(own, "cgroup.controllers");
+        int r;
+        if (wanted && !own_is_root && (r = v2_move_to_supervisor(own)) < 0)
+                return r;
+        if (wanted)
+                wanted = enable_controllers(own, wanted);
+        if (asprintf(&h->parent, "%s/%s", own, own_is_root ? SESSIONS_V1 : SESSIONS_V2) < 0)
+                return -ENOMEM;
+        if (mkdir(h->parent, 0755) < 0 && errno != EEXIST)
+                return negative_errno();
+        h->v2_ctl = wanted ? enable_controllers(h->parent, wanted) : 0;
+        h->ops = &ops_v2;
+        return 0;
+}
+
+static void state_clear(void) {
+        for (size_t i = 0; i < state.n; i++) {
+                free(state.h[i].controller);
+                free(state.h[i].parent);
+        }
+        memset(&state, 0, sizeof(state));
+}
+
+/* Adds the v1 hierarchies that are mounted; returns how many. */
+static int add_v1(const char *mountinfo, const char *cgroup_file) {
+        int found = 0;
+        for (size_t i = 0; i < ELEMENTSOF(v1_controllers); i++) {
+                _cleanup_free_ char *own = NULL;
+                bool is_root;
+                int r = hierarchy_dir(mountinfo, cgroup_file, v1_controllers[i], &own, &is_root);
+                if (r == -ENOENT)
+                        continue;
+                if (r < 0)
+                        return r;
+                hierarchy *h = &state.h[state.n];
+                h->ops = &ops_v1;
+                h->controller = strdup(v1_controllers[i]);
+                if (!h->controller || asprintf(&h->parent, "%s/" SESSIONS_V1, own) < 0)
+                        return -ENOMEM;
+                state.n++;
+                if (mkdir(h->parent, 0755) < 0 && errno != EEXIST)
+                        return negative_errno();
+                found++;
+        }
+        return found;
+}
+
+int core_cgroup_init(sb_error **ret_err) {
+        _cleanup_free_ char *mountinfo = NULL, *cgroup_file = NULL, *own2 = NULL;
+        int r;
+
+        state_clear();
+        if ((r = core_read_file("/proc/self/mountinfo", 4 << 20, &mountinfo, NULL)) < 0 ||
+            (r = core_read_file("/proc/self/cgroup", 1 << 20, &cgroup_file, NULL)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "cgroup: read /proc/self: %s", strerror(-r));
+
+        /* v2 first: when present it is the tracking hierarchy (cgroup.kill). */
+        bool is_root = false;
+        r = hierarchy_dir(mountinfo, cgroup_file, NULL, &own2, &is_root);
+        if (r < 0 && r != -ENOENT)
+                return sb_error_set(ret_err, r, NULL, NULL, "cgroup: find own v2 cgroup: %s", strerror(-r));
+        bool have_v2 = r == 0;
+        if (have_v2) {
+                r = v2_prepare(own2, is_root, &state.h[0]);
+                if (r < 0) {
+                        free(state.h[0].parent);
+                        state.h[0] = (hierarchy) {};
+                        have_v2 = false;
+                        log_debug_errno(r, "cgroup: v2 hierarchy at %s unusable: %m", own2);
+                } else
+                        state.n = 1;
+        }
+        int nv1 = add_v1(mountinfo, cgroup_file);
+        if (nv1 < 0) {
+                state_clear();
+                return sb_error_set(ret_err, nv1, NULL, NULL, "cgroup: prepare v1 hierarchies: %s",
+                                    strerror(-nv1));
+        }
+        if (state.n == 0)
+                return sb_error_set(ret_err, -ENOMEDIUM, NULL, NULL, "cgroup: no usable cgroup hierarchy");
+        state.mode = nv1 == 0 ? CORE_CGROUP_V2 : have_v2 ? CORE_CGROUP_HYBRID : CORE_CGROUP_V1;
+        state.ready = true;
+        return 0;
+}
+
+core_cgroup_mode core_cgroup_get_mode(void) {
+        return state.mode;
+}
+
+const char *core_cgroup_mode_name(core_cgroup_mode m) {
+        switch (m) {
+        case CORE_CGROUP_V1: return "v1";
+        case CORE_CGROUP_V2: return "v2";
+        case CORE_CGROUP_HYBRID: return "hybrid";
+        }
+        return "unknown";
+}
+
+/* ---- one session ---- */
+
+static bool name_ok(const char *name) {
+        return name && *name && strlen(name) < 200 && !strchr(name, '/') && !streq(name, ".") &&
+               !streq(name, "..");
+}
+
+static int cgroup_new(const char *name, core_cgroup **ret) {
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = calloc(1, sizeof(*cg));
+        if (!cg || !(cg->name = strdup(name)))
+                return -ENOMEM;
+        for (size_t i = 0; i < state.n; i++) {
+                if (asprintf(&cg->dirs[i], "%s/%s", state.h[i].parent, name) < 0)
+                        return -ENOMEM;
+                cg->n++;
+        }
+        *ret = TAKE_PTR(cg);
+        return 0;
+}
+
+int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_cgroup **ret,
+                       sb_error **ret_err) {
+        static const core_cgroup_limits none = {};
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        int r;
+
+        if (!name_ok(name))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup: invalid name '%s'", name ? name : "");
+        if (!state.ready && (r = core_cgroup_init(ret_err)) < 0)
+                return r;
+        if ((r = cgroup_new(name, &cg)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': %s", name, strerror(-r));
+        for (size_t i = 0; i < cg->n; i++) {
+                if (mkdir(cg->dirs[i], 0755) < 0 && errno != EEXIST)
+                        r = negative_errno();
+                else
+                        r = state.h[i].ops->set_limits(&state.h[i], cg->dirs[i], limits ? limits : &none);
+                if (r < 0) {
+                        sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': set up %s: %s", name, cg->dirs[i],
+                                     strerror(-r));
+                        (void) core_cgroup_destroy(cg);
+                        return r;
+                }
+        }
+        *ret = TAKE_PTR(cg);
+        return 0;
+}
+
+int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err) {
+        char buf[24];
+        snprintf(buf, sizeof(buf), "%d", (int) pid);
+        for (size_t i = 0; i < cg->n; i++) {
+                int r = write_file(cg->dirs[i], "cgroup.procs", buf);
+                if (r < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': move pid %d into %s: %s",
+                                            cg->name, (int) pid, cg->dirs[i], strerror(-r));
+        }
+        return 0;
+}
+
+int core_cgroup_kill_all(core_cgroup *cg) {
+        int ret = 0;
+        /* The tracking hierarchy first (atomic cgroup.kill when v2), then a
+         * sweep of the others in case a process was only partly attached. */
+        for (size_t i = 0; i < cg->n; i++) {
+                int r = i == 0 ? state.h[i].ops->kill_all(cg->dirs[i]) : kill_by_procs(cg->dirs[i]);
+                if (r < 0 && r != -ENOENT && ret == 0)
+                        ret = r;
+        }
+        return ret;
+}
+
+/* rmdir with a bounded wait: after SIGKILL the kernel still has to reap the
+ * tasks, and until then the directory is busy. */
+static int rmdir_retry(const char *dir) {
+        for (int waited = 0;; waited += RETRY_STEP_MS) {
+                if (rmdir(dir) == 0 || errno == ENOENT)
+                        return 0;
+                if (errno != EBUSY || waited >= RETRY_TOTAL_MS)
+                        return negative_errno();
+                sleep_ms(RETRY_STEP_MS);
+        }
+}
+
+int core_cgroup_destroy(core_cgroup *cg) {
+        int ret = 0;
+        for (size_t i = 0; i < cg->n; i++) {
+                int r = rmdir_retry(cg->dirs[i]);
+                if (r < 0) {
+                        log_debug_errno(r, "cgroup: remove %s: %m", cg->dirs[i]);
+                        if (ret == 0)
+                                ret = r;
+                }
+        }
+        return ret;
+}
+
+/* Collects the distinct session names found under every parent. */
+static int list_sessions(char ***ret, size_t *ret_n) {
+        char **names = NULL;
+        size_t n = 0;
+        for (size_t i = 0; i < state.n; i++) {
+                _cleanup_closedir_ DIR *d = opendir(state.h[i].parent);
+                if (!d)
+                        continue;
+                for (struct dirent *de; (de = readdir(d));) {
+                        bool dup = de->d_type != DT_DIR || !name_ok(de->d_name);
+                        for (size_t j = 0; j < n && !dup; j++)
+                                dup = streq(names[j], de->d_name);
+                        if (dup)
+                                continue;
+                        char **nn = realloc(names, (n + 1) * sizeof(*nn));
+                        if (!nn || !(nn[n] = strdup(de->d_name))) {
+                                names = nn ? nn : names;
+                                while (n)
+                                        free(names[--n]);
+                                free(names);
+                                return -ENOMEM;
+                        }
+                        names = nn;
+                        n++;
+                }
+        }
+        *ret = names;
+        *ret_n = n;
+        return 0;
+}
+
+int core_cgroup_remove_all_sessions(void) {
+        int r;
+        if (!state.ready && (r = core_cgroup_init(NULL)) < 0)
+                return r;
+        char **names = NULL;
+        size_t n = 0;
+        if ((r = list_sessions(&names, &n)) < 0)
+                return r;
+        int removed = 0, first_err = 0;
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+                r = cgroup_new(names[i], &cg);
+                if (r >= 0) {
+                        (void) core_cgroup_kill_all(cg);
+                        r = core_cgroup_destroy(cg);
+                }
+                if (r >= 0)
+                        removed++;
+                else if (!first_err)
+                        first_err = r;
+                free(names[i]);
+        }
+        free(names);
+        return first_err < 0 ? first_err : removed;
+}
+
+const char *core_cgroup_path(const core_cgroup *cg) {
+        return cg && cg->n ? cg->dirs[0] : NULL;
+}
+
+void core_cgroup_free(core_cgroup *cg) {
+        if (!cg)
+                return;
+        for (size_t i = 0; i < cg->n; i++)
+                free(cg->dirs[i]);
+        free(cg->name);
+        free(cg);
+}

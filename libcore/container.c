@@ -1,0 +1,205 @@
+/* Starting a sandbox's PID 1 and the built-in `host` runtime (container.h).
+ *
+ * Runs in sandboxd (parent side, root, host namespaces), on a worker thread.
+ * The clone child is a copy of a multi-threaded process, so between clone()
+ * and exec it makes raw syscalls only (no malloc, no locks). */
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include "libcore/agent.h"
+#include "libcore/container.h"
+#include "libcore/util.h"
+
+int core_init_memfd(const char *path, sb_error **ret_err) {
+        _cleanup_close_ int src = open(path, O_RDONLY | O_CLOEXEC);
+        if (src < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", path);
+        struct stat st;
+        if (fstat(src, &st) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "stat %s: %m", path);
+        _cleanup_close_ int mfd = memfd_create("sandbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (mfd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "memfd_create: %m");
+        off_t off = 0;
+        while (off < st.st_size) {
+                ssize_t n = sendfile(mfd, src, &off, (size_t)(st.st_size - off));
+                if (n <= 0)
+                        return sb_error_set(ret_err, n < 0 ? negative_errno() : -EIO, NULL, NULL,
+                                            "copy %s into memfd: %m", path);
+        }
+        if (fchmod(mfd, 0555) < 0 ||
+            fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "seal memfd: %m");
+        return TAKE_FD(mfd);
+}
+
+struct child_args {
+        int init_fd;
+        int agent_fd;
+        int devnull;
+};
+
+/* Child side of clone(): raw syscalls only, then exec. */
+static int child_main(void *p) {
+        struct child_args *a = p;
+        /* Park the memfd above the fds we are about to set, then give it the
+         * slot right after the agent socket (close-on-exec), so closing
+         * everything else cannot take it. */
+        int exe = fcntl(a->init_fd, F_DUPFD_CLOEXEC, 64);
+        if (exe < 0 || dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 || dup2(a->devnull, 2) < 0 ||
+            dup2(a->agent_fd, AGENT_FD) < 0 || dup3(exe, AGENT_FD + 1, O_CLOEXEC) < 0)
+                _exit(126);
+        /* Only 0-3 may cross into the sandbox. Everything of the daemon's is
+         * O_CLOEXEC already; close_range makes it true even if one is not. */
+        syscall(SYS_close_range, AGENT_FD + 2, ~0U, 0);
+        char *const argv[] = {(char *)"sandbox-init", NULL};
+        char *const envp[] = {NULL};
+        /* execveat on the memfd: it is the memfd, not a path, that runs. */
+        syscall(SYS_execveat, AGENT_FD + 1, "", argv, envp, AT_EMPTY_PATH);
+        _exit(127);
+}
+
+int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_error **ret_err) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "socketpair: %m");
+        _cleanup_close_ int ours = sv[0], theirs = sv[1];
+        _cleanup_close_ int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (devnull < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open /dev/null: %m");
+
+        const size_t stack_size = 256 * 1024;
+        _cleanup_free_ char *stack = malloc(stack_size);
+        if (!stack)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        struct child_args a = {.init_fd = init_memfd, .agent_fd = theirs, .devnull = devnull};
+        int pidfd = -EBADF;
+        int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_PIDFD |
+                    SIGCHLD;
+        pid_t pid = clone(child_main, stack + stack_size, flags, &a, &pidfd);
+        if (pid < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone sandbox-init: %m");
+        _cleanup_close_ int pfd = pidfd;
+
+        if (cg) {
+                int r = core_cgroup_attach(cg, pid, ret_err);
+                if (r < 0) {
+                        syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+                        waitpid(pid, NULL, 0);
+                        return sb_error_prefix(ret_err, "attach sandbox-init to its cgroup");
+                }
+        }
+        ret->pid = pid;
+        ret->pidfd = TAKE_FD(pfd);
+        ret->agent_fd = TAKE_FD(ours);
+        return 0;
+}
+
+const char *const core_runtime_host_binds[][2] = {
+        {"/usr", "/usr"},
+        {"/etc/ld.so.cache", "/etc/ld.so.cache"},
+        {"/etc/alternatives", "/etc/alternatives"},
+        {"/etc/ssl", "/etc/ssl"},
+        {"/etc/ca-certificates", "/etc/ca-certificates"},
+        {NULL, NULL},
+};
+
+static int write_at(int dfd, const char *name, const char *text) {
+        _cleanup_close_ int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+                return negative_errno();
+        size_t n = strlen(text);
+        return write(fd, text, n) == (ssize_t)n ? 0 : -EIO;
+}
+
+static int build_etc(int etc) {
+        static const struct { const char *name, *text; } files[] = {
+                {"passwd", "root:x:0:0:root:/root:/bin/bash\n"
+                           "sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/bash\n"
+                           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+                {"group", "root:x:0:\ntty:x:5:\nsandbox:x:1000:\nnogroup:x:65534:\n"},
+                {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
+                                  "networks: files\nprotocols: files\nservices: files\n"},
+                {"hosts", "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"},
+                {"hostname", "sandbox\n"},
+                {"resolv.conf", "# no resolver: this sandbox has no network\n"},
+                {"shells", "/bin/sh\n/bin/bash\n/usr/bin/bash\n"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                int r = write_at(etc, files[i].name, files[i].text);
+                if (r < 0)
+                        return r;
+        }
+        /* Mount points for the host binds under /etc. */
+        for (size_t i = 0; core_runtime_host_binds[i][0]; i++) {
+                const char *dst = core_runtime_host_binds[i][1];
+                if (strncmp(dst, "/etc/", 5) != 0)
+                        continue;
+                struct stat st;
+                if (stat(core_runtime_host_binds[i][0], &st) < 0)
+                        continue;
+                if (S_ISDIR(st.st_mode)) {
+                        if (mkdirat(etc, dst + 5, 0755) < 0 && errno != EEXIST)
+                                return negative_errno();
+                } else {
+                        int r = write_at(etc, dst + 5, "");
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
+int core_runtime_host_build(const char *dir, sb_error **ret_err) {
+        static const char *const dirs[] = {"usr", "etc", "proc", "dev", "sys", "tmp", "run", "var", "var/tmp",
+                                           "home", "root", "mnt", "opt", "srv", "workspace"};
+        static const char *const usr_links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+        _cleanup_free_ char *tmp = NULL, *old = NULL;
+        if (asprintf(&tmp, "%s.new", dir) < 0 || asprintf(&old, "%s.old", dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        core_rm_rf(tmp);
+        core_rm_rf(old);
+        int r = core_mkdir_p(tmp, 0755);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "mkdir %s: %s", tmp, strerror(-r));
+        _cleanup_close_ int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", tmp);
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+                if (mkdirat(dfd, dirs[i], 0755) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mkdir %s: %m", dirs[i]);
+        if (fchmodat(dfd, "tmp", 01777, 0) < 0 || fchmodat(dfd, "var/tmp", 01777, 0) < 0 ||
+            fchmodat(dfd, "root", 0700, 0) < 0 || mkdirat(dfd, "home/sandbox", 0755) < 0 ||
+            fchownat(dfd, "home/sandbox", SANDBOX_UID, SANDBOX_GID, 0) < 0 ||
+            fchownat(dfd, "workspace", SANDBOX_UID, SANDBOX_GID, 0) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "prepare runtime tree: %m");
+        /* Merged /usr, as on the host: follow the host's own layout. */
+        for (size_t i = 0; i < ELEMENTSOF(usr_links); i++) {
+                char host[64], target[64];
+                snprintf(host, sizeof(host), "/usr/%s", usr_links[i]);
+                if (access(host, F_OK) < 0)
+                        continue;
+                snprintf(target, sizeof(target), "usr/%s", usr_links[i]);
+                if (symlinkat(target, dfd, usr_links[i]) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "symlink %s: %m",
+                                            usr_links[i]);
+        }
+        _cleanup_close_ int etc = openat(dfd, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (etc < 0 || (r = build_etc(etc)) < 0)
+                return sb_error_set(ret_err, etc < 0 ? negative_errno() : r, NULL, NULL,
+                                    "generate runtime /etc: %s", strerror(etc < 0 ? errno : -r));
+        /* Swap in: the previous build (if any) stays until the new one is whole. */
+        if (access(dir, F_OK) == 0 && rename(dir, old) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", dir);
+        if (rename(tmp, dir) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", tmp);
+        core_rm_rf(old);
+        return 0;
+}

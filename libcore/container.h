@@ -1,0 +1,40 @@
+/* Starting a sandbox's PID 1: the clone into new namespaces and the exec of
+ * sandbox-init from a sealed memfd; and the built-in `host` runtime. */
+#pragma once
+
+#include <sys/types.h>
+#include "libcore/cgroup.h"
+#include "libcore/error.h"
+
+/* Copies the sandbox-init binary at `path` into a memfd and seals it
+ * (F_SEAL_SEAL|SHRINK|GROW|WRITE), so sandboxes exec an immutable copy that
+ * no host path leads to (/proc/1/exe inside shows only the memfd).
+ * Returns the fd (O_CLOEXEC, caller owns) or a negative errno. */
+int core_init_memfd(const char *path, sb_error **ret_err);
+
+typedef struct core_spawn_result {
+        pid_t pid;       /* sandbox-init, in the caller's PID namespace */
+        int pidfd;       /* CLOEXEC pidfd of pid */
+        int agent_fd;    /* CLOEXEC SOCK_SEQPACKET end for the agent protocol */
+} core_spawn_result;
+
+/* Clones a child in new mount, PID, UTS, IPC and network namespaces (the
+ * cgroup namespace is entered by init itself once it sits in its cgroup),
+ * attaches it to `cg` (may be NULL), and execs `init_memfd` with the agent
+ * socket on fd 3 and /dev/null on 0-2; no other fd crosses. Safe to call
+ * from any thread: the child only makes raw syscalls before exec.
+ * On success fills *ret (caller owns the fds); on failure nothing is left. */
+int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_error **ret_err);
+
+/* Builds (or rebuilds, atomically) the `host` runtime in `dir`: the
+ * merged-usr skeleton (bin, lib*, sbin links into usr), empty mount points
+ * for the host binds, and a generated /etc (passwd and group with root and
+ * the `sandbox` user uid/gid 1000, nsswitch.conf, hosts) — never the host's
+ * /etc as a whole. Returns 0 or a negative errno. */
+int core_runtime_host_build(const char *dir, sb_error **ret_err);
+
+/* The read-only host binds the `host` runtime needs, as {src, dst} pairs
+ * terminated by {NULL, NULL}: /usr and the few /etc entries programs need
+ * (ld.so.cache, alternatives, ssl, ca-certificates). Entries missing on the
+ * host are skipped by the caller. */
+extern const char *const core_runtime_host_binds[][2];

@@ -1,0 +1,238 @@
+/* sandbox-init's side of the agent socket (libcore/agent.h): non-blocking
+ * sends with a bounded queue and backpressure on command output, packet
+ * receipt and dispatch, epoll registration helpers, and the start of a stop. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include "libcore/agent.h"
+#include "libcore/init/init.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+void queue_clear(init_queue *q) {
+        while (q->head) {
+                init_buf *b = q->head;
+                q->head = b->next;
+                free(b);
+        }
+        q->tail = NULL;
+        q->bytes = 0;
+}
+
+/* Appends a copy of data. 0 or -ENOMEM. */
+int queue_push(init_queue *q, const void *data, size_t len) {
+        init_buf *b = malloc(sizeof(*b) + len);
+        if (!b)
+                return -ENOMEM;
+        b->next = NULL;
+        b->len = len;
+        b->off = 0;
+        memcpy(b->data, data, len);
+        if (q->tail)
+                q->tail->next = b;
+        else
+                q->head = b;
+        q->tail = b;
+        q->bytes += len;
+        return 0;
+}
+
+/* Registers (or changes) fd for `events`; events 0 removes it. */
+int watch_set(init_agent *a, int fd, init_watch *w, bool *watched, uint32_t events) {
+        if (events == 0) {
+                watch_clear(a, fd, watched);
+                return 0;
+        }
+        struct epoll_event ev = { .events = events, .data.ptr = w };
+        if (epoll_ctl(a->epfd, *watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0)
+                return log_warning_errno(negative_errno(), "epoll_ctl fd %d: %m", fd);
+        *watched = true;
+        return 0;
+}
+
+void watch_clear(init_agent *a, int fd, bool *watched) {
+        if (*watched && fd >= 0)
+                (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, fd, NULL);
+        *watched = false;
+}
+
+static void sock_mark_dead(init_agent *a) {
+        if (a->sock_dead)
+                return;
+        a->sock_dead = true;
+        watch_clear(a, a->sock, &a->sock_out_watched);
+        (void)epoll_ctl(a->epfd, EPOLL_CTL_DEL, a->sock, NULL);
+        queue_clear(&a->send_queue);
+        agent_update_backpressure(a);
+}
+
+/* Pauses command output above the high mark, resumes below the low mark. */
+void agent_update_backpressure(init_agent *a) {
+        if (!a->output_paused && a->send_queue.bytes > INIT_SEND_HIGH)
+                cmd_set_output_paused(a, true);
+        else if (a->output_paused && a->send_queue.bytes < INIT_SEND_LOW)
+                cmd_set_output_paused(a, false);
+}
+
+/* Sends queued packets until the socket would block. Each packet is one
+ * SOCK_SEQPACKET record, so a record is either sent whole or not at all. */
+void agent_flush(init_agent *a) {
+        while (!a->sock_dead && a->send_queue.head) {
+                init_buf *b = a->send_queue.head;
+                ssize_t n = send(a->sock, b->data, b->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        break;
+                if (n < 0 && errno != EMSGSIZE) {
+                        log_warning_errno(negative_errno(), "agent socket send: %m");
+                        sock_mark_dead(a);
+                        return;
+                }
+                if (n < 0)
+                        log_warning("dropping a %zu byte packet: too large", b->len);
+                a->send_queue.head = b->next;
+                if (!b->next)
+                        a->send_queue.tail = NULL;
+                a->send_queue.bytes -= b->len;
+                free(b);
+        }
+        if (a->sock_dead)
+                return;
+        uint32_t want = EPOLLIN | (a->send_queue.head ? EPOLLOUT : 0);
+        if (a->sock_out_watched != !!a->send_queue.head) {
+                struct epoll_event ev = { .events = want, .data.ptr = &a->w_sock };
+                if (epoll_ctl(a->epfd, EPOLL_CTL_MOD, a->sock, &ev) == 0)
+                        a->sock_out_watched = !!a->send_queue.head;
+        }
+        agent_update_backpressure(a);
+}
+
+/* Serialises msg and sends it in order after anything already queued.
+ * A dead socket swallows the message (sandboxd is gone; init is stopping). */
+int agent_send(init_agent *a, const cJSON *msg) {
+        if (a->sock_dead)
+                return 0;
+        _cleanup_free_ char *s = cJSON_PrintUnformatted(msg);
+        if (!s)
+                return -ENOMEM;
+        int r = queue_push(&a->send_queue, s, strlen(s));
+        if (r < 0)
+                return r;
+        agent_flush(a);
+        return 0;
+}
+
+/* {"ev":"error","message":...} with the request's "id" or "req" when known. */
+void agent_send_error(init_agent *a, const cJSON *id, const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        log_debug("error event: %s", msg);
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", "error");
+        if (cJSON_IsNumber(id))
+                cJSON_AddNumberToObject(ev, "id", id->valuedouble);
+        cJSON_AddStringToObject(ev, "message", msg);
+        (void)agent_send(a, ev);
+}
+
+static void handle_fs(init_agent *a, const cJSON *req) {
+        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(req, "req");
+        if (!cJSON_IsNumber(rid))
+                return agent_send_error(a, NULL, "fs: \"req\" must be a number");
+        cJSON *result = NULL;
+        _cleanup_free_ char *message = NULL;
+        int r = init_fs_handle(req, INIT_WORKSPACE, &result, &message);
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!ev) {
+                cJSON_Delete(result);
+                return;
+        }
+        cJSON_AddStringToObject(ev, "ev", "fs");
+        cJSON_AddNumberToObject(ev, "req", rid->valuedouble);
+        if (r < 0) {
+                cJSON_AddNumberToObject(ev, "errno", -r);
+                cJSON_AddStringToObject(ev, "message", message ? message : strerror(-r));
+        } else
+                cJSON_AddItemToObject(ev, "result", result);
+        (void)agent_send(a, ev);
+}
+
+static void handle_packet(init_agent *a, const char *buf, size_t len) {
+        _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, len);
+        if (!cJSON_IsObject(req))
+                return agent_send_error(a, NULL, "malformed packet: not a JSON object");
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(req, "op");
+        if (!cJSON_IsString(op))
+                return agent_send_error(a, NULL, "malformed packet: \"op\" must be a string");
+        const char *o = op->valuestring;
+        if (streq(o, "run"))
+                cmd_run(a, req);
+        else if (streq(o, "write") || streq(o, "close_stdin") || streq(o, "resize") ||
+                 streq(o, "kill"))
+                cmd_op(a, o, req);
+        else if (streq(o, "fs"))
+                handle_fs(a, req);
+        else if (streq(o, "stop")) {
+                const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "graceMs");
+                agent_begin_stop(a, cJSON_IsNumber(g) && g->valuedouble > 0 ? (int64_t)g->valuedouble : 0);
+        } else
+                agent_send_error(a, cJSON_GetObjectItemCaseSensitive(req, "id"),
+                                 "unknown op \"%.64s\"", o);
+}
+
+/* Reads every packet available now. EOF (sandboxd gone) starts a stop with
+ * no grace, as agent.h says. */
+void agent_on_socket(init_agent *a, uint32_t events) {
+        if (a->sock_dead)
+                return;
+        if (events & EPOLLOUT)
+                agent_flush(a);
+        if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+                return;
+        static char buf[AGENT_MAX_PACKET + 1];
+        for (int i = 0; i < 64 && !a->sock_dead; i++) {
+                ssize_t n = recv(a->sock, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                if (n <= 0) {
+                        log_debug("agent socket closed");
+                        sock_mark_dead(a);
+                        agent_begin_stop(a, 0);
+                        return;
+                }
+                if ((size_t)n > AGENT_MAX_PACKET) {
+                        agent_send_error(a, NULL, "packet of %zd bytes exceeds the %d byte limit",
+                                         n, AGENT_MAX_PACKET);
+                        continue;
+                }
+                handle_packet(a, buf, (size_t)n);
+        }
+}
+
+/* SIGTERM to every process of the PID namespace now, SIGKILL at the
+ * deadline (main loop). kill(-1) from PID 1 reaches every process in its
+ * namespace but init itself; main() refuses to run as anything but PID 1,
+ * because from a host PID it would reach every process of the host. A second
+ * stop can only shorten the grace. */
+void agent_begin_stop(init_agent *a, int64_t grace_ms) {
+        uint64_t deadline = core_monotonic_ms() + (uint64_t)(grace_ms > 0 ? grace_ms : 0);
+        if (a->stopping && deadline >= a->stop_deadline_ms)
+                return;
+        if (!a->stopping)
+                (void)kill(-1, SIGTERM);
+        a->stopping = true;
+        a->stop_deadline_ms = deadline;
+}

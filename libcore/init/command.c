@@ -1,0 +1,688 @@
+/* Commands run by sandbox-init: the fork/exec sequence of the child (session,
+ * stdio on pipes or a pty, user, cwd, signal reset, exec errors reported
+ * through a close-on-exec pipe), relaying output as `output` events, stdin,
+ * resize and kill, and reaping with `exit` events sent after all output. */
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <termios.h>
+#include "libcore/agent.h"
+#include "libcore/init/init.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+/* Steps of the child that can fail before exec; reported to the parent. */
+enum child_stage { STAGE_STDIO, STAGE_TTY, STAGE_USER, STAGE_CWD, STAGE_EXEC };
+
+typedef struct child_report {
+        int stage;
+        int err; /* positive errno */
+} child_report;
+
+typedef struct run_spec {
+        int64_t id;
+        char **argv;   /* NULL-terminated, points into the request */
+        char **envp;   /* NULL-terminated, owned array of borrowed strings */
+        const char *path; /* PATH used to find argv[0] */
+        const char *cwd;
+        bool cwd_given;
+        uid_t uid;
+        gid_t gid;
+        bool tty, want_stdin;
+        unsigned short rows, cols;
+} run_spec;
+
+static void run_spec_clear(run_spec *s) {
+        free(s->argv);
+        free(s->envp);
+}
+
+static init_cmd *cmd_find(init_agent *a, int64_t id) {
+        for (init_cmd *c = a->cmds; c; c = c->next)
+                if (c->id == id)
+                        return c;
+        return NULL;
+}
+
+static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", "exit");
+        cJSON_AddNumberToObject(ev, "id", (double)id);
+        cJSON_AddNumberToObject(ev, "code", code);
+        if (error)
+                cJSON_AddStringToObject(ev, "error", error);
+        (void)agent_send(a, ev);
+}
+
+/* ---- the child side (runs between fork and exec; no return) ---- */
+
+_noreturn_ static void child_fail(int report_fd, int stage, int err) {
+        child_report rep = { .stage = stage, .err = err };
+        (void)!write(report_fd, &rep, sizeof(rep));
+        _exit(127);
+}
+
+/* Puts fd on target unless it is already there (dup2 to itself would keep
+ * O_CLOEXEC set). */
+static int move_fd(int fd, int target) {
+        if (fd == target)
+                return fcntl(fd, F_SETFD, 0);
+        return dup2(fd, target) < 0 ? -1 : 0;
+}
+
+/* In the child: stdio, session, identity, cwd, signals, then exec. Every
+ * step runs before exec so the new program inherits nothing of init but
+ * what is set up here: fds 0-2 only, its own session, no supplementary
+ * groups, no_new_privs, default signal dispositions and an empty mask. */
+_noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd,
+                                  const int in_pipe[2], const int out_pipe[2], const int err_pipe[2]) {
+        if (setsid() < 0)
+                child_fail(report_fd, STAGE_TTY, errno);
+        int in = -1, out, err;
+        if (s->tty) {
+                /* Session leader without a controlling terminal: the pty
+                 * slave becomes its controlling terminal, so job control and
+                 * SIGHUP/SIGWINCH work as in a login shell. */
+                if (ioctl(slave_fd, TIOCSCTTY, 0) < 0)
+                        child_fail(report_fd, STAGE_TTY, errno);
+                in = out = err = slave_fd;
+        } else {
+                if (s->want_stdin)
+                        in = in_pipe[0];
+                else if ((in = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+                        child_fail(report_fd, STAGE_STDIO, errno);
+                out = out_pipe[1];
+                err = err_pipe[1];
+        }
+        /* Descending order is not enough to avoid clobbering in general, but
+         * every source fd here is >= 3 (0-2 are init's /dev/null). */
+        if (move_fd(in, 0) < 0 || move_fd(out, 1) < 0 || move_fd(err, 2) < 0)
+                child_fail(report_fd, STAGE_STDIO, errno);
+        /* No fd of init (agent socket, other commands' pipes and ptys) may
+         * reach the command. report_fd is close-on-exec: it closes at exec
+         * and so tells the parent that exec succeeded. */
+        if (report_fd > 3)
+                (void)close_range(3, (unsigned)report_fd - 1, 0);
+        (void)close_range((unsigned)report_fd + 1, ~0U, 0);
+
+        /* Identity: groups first (needs CAP_SETGID), then gid, uid last. */
+        if (setgroups(0, NULL) < 0 || setresgid(s->gid, s->gid, s->gid) < 0 ||
+            setresuid(s->uid, s->uid, s->uid) < 0)
+                child_fail(report_fd, STAGE_USER, errno);
+        /* no_new_privs for every command: setuid binaries inside the sandbox
+         * cannot raise privileges, and seccomp can be loaded unprivileged. */
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                child_fail(report_fd, STAGE_USER, errno);
+        /* chdir after the uid change, so the user's own permissions apply. */
+        if (chdir(s->cwd) < 0) {
+                if (s->cwd_given || chdir("/") < 0)
+                        child_fail(report_fd, STAGE_CWD, errno);
+        }
+        umask(022);
+
+        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        for (int sig = 1; sig < _NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void)sigaction(sig, &dfl, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        (void)sigprocmask(SIG_SETMASK, &none, NULL);
+
+        /* >>> Capability bounding and seccomp go here: last, right before
+         * execvpe, so the filter need not allow anything this sequence
+         * still does. <<< */
+
+        /* execvpe searches the PATH of the calling process's environment,
+         * not of envp: give it the command's PATH. */
+        char *path_env[2] = { NULL, NULL };
+        if (asprintf(&path_env[0], "PATH=%s", s->path) < 0)
+                child_fail(report_fd, STAGE_EXEC, ENOMEM);
+        environ = path_env;
+        execvpe(s->argv[0], s->argv, s->envp);
+        child_fail(report_fd, STAGE_EXEC, errno);
+}
+
+/* ---- the parent side ---- */
+
+/* Base env from setup, then the run's own "K=V" entries replace or add. */
+static int build_env(init_agent *a, const cJSON *env, run_spec *s) {
+        size_t n_base = 0, n_extra = cJSON_GetArraySize(env);
+        while (a->base_env && a->base_env[n_base])
+                n_base++;
+        char **e = calloc(n_base + n_extra + 2, sizeof(char *));
+        if (!e)
+                return -ENOMEM;
+        size_t n = 0;
+        for (size_t i = 0; i < n_base; i++)
+                e[n++] = a->base_env[i];
+        const cJSON *it;
+        cJSON_ArrayForEach(it, env) {
+                const char *kv = cJSON_GetStringValue(it);
+                const char *eq = kv ? strchr(kv, '=') : NULL;
+                if (!eq || eq == kv) {
+                        free(e);
+                        return -EINVAL;
+                }
+                size_t klen = (size_t)(eq - kv) + 1, j;
+                for (j = 0; j < n; j++)
+                        if (strncmp(e[j], kv, klen) == 0)
+                                break;
+                e[j == n ? n++ : j] = (char *)kv;
+        }
+        s->path = NULL;
+        for (size_t j = 0; j < n; j++)
+                if (strncmp(e[j], "PATH=", 5) == 0)
+                        s->path = e[j] + 5;
+        if (!s->path) {
+                e[n++] = (char *)"PATH=" INIT_DEFAULT_PATH;
+                s->path = INIT_DEFAULT_PATH;
+        }
+        s->envp = e;
+        return 0;
+}
+
+static int num_field(const cJSON *req, const char *name, double lo, double hi, double def, double *ret) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, name);
+        if (!v || cJSON_IsNull(v)) {
+                *ret = def;
+                return 0;
+        }
+        if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi ||
+            v->valuedouble != (double)(int64_t)v->valuedouble)
+                return -EINVAL;
+        *ret = v->valuedouble;
+        return 0;
+}
+
+/* Parses a run request; on failure returns a message naming the field. */
+static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
+        double id, uid, gid, rows, cols;
+        if (num_field(req, "id", 0, 9007199254740991.0, -1, &id) < 0 || id < 0)
+                return "run: \"id\" must be a non-negative integer";
+        s->id = (int64_t)id;
+        if (cmd_find(a, s->id))
+                return "run: a command with this id is running";
+        const cJSON *argv = cJSON_GetObjectItemCaseSensitive(req, "argv");
+        int argc = cJSON_GetArraySize(argv);
+        if (!cJSON_IsArray(argv) || argc < 1)
+                return "run: \"argv\" must be a non-empty array of strings";
+        s->argv = calloc((size_t)argc + 1, sizeof(char *));
+        if (!s->argv)
+                return "run: out of memory";
+        for (int i = 0; i < argc; i++)
+                if (!(s->argv[i] = cJSON_GetStringValue(cJSON_GetArrayItem(argv, i))))
+                        return "run: \"argv\" must be a non-empty array of strings";
+        if (!*s->argv[0])
+                return "run: \"argv[0]\" is empty";
+        const cJSON *env = cJSON_GetObjectItemCaseSensitive(req, "env");
+        if ((env && !cJSON_IsNull(env) && !cJSON_IsArray(env)) || build_env(a, env, s) < 0)
+                return "run: \"env\" must be an array of \"K=V\" strings";
+        const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(req, "cwd");
+        s->cwd_given = cJSON_IsString(cwd) && *cwd->valuestring;
+        s->cwd = s->cwd_given ? cwd->valuestring : INIT_WORKSPACE;
+        if (num_field(req, "uid", 0, 4294967294.0, SANDBOX_UID, &uid) < 0 ||
+            num_field(req, "gid", 0, 4294967294.0, SANDBOX_GID, &gid) < 0)
+                return "run: \"uid\" and \"gid\" must be integers";
+        if (num_field(req, "rows", 1, 65535, 24, &rows) < 0 || num_field(req, "cols", 1, 65535, 80, &cols) < 0)
+                return "run: \"rows\" and \"cols\" must be integers from 1 to 65535";
+        s->uid = (uid_t)uid;
+        s->gid = (gid_t)gid;
+        s->rows = (unsigned short)rows;
+        s->cols = (unsigned short)cols;
+        s->tty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "tty"));
+        s->want_stdin = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"));
+        return NULL;
+}
+
+static void close_pair(int p[2]) {
+        for (int i = 0; i < 2; i++)
+                if (p[i] >= 0)
+                        close(p[i]);
+        p[0] = p[1] = -EBADF;
+}
+
+/* Opens the pty pair in init: the master through /dev/ptmx (inside the
+ * sandbox a newinstance devpts), the slave through TIOCGPTPEER so that no
+ * path under /dev/pts is looked up while root. */
+static int open_pty(const run_spec *s, int *ret_master, int *ret_slave) {
+        _cleanup_close_ int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (master < 0)
+                return negative_errno();
+        if (unlockpt(master) < 0)
+                return negative_errno();
+        struct winsize ws = { .ws_row = s->rows, .ws_col = s->cols };
+        if (ioctl(master, TIOCSWINSZ, &ws) < 0)
+                return negative_errno();
+        int slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (slave < 0)
+                return negative_errno();
+        *ret_master = TAKE_FD(master);
+        *ret_slave = slave;
+        return 0;
+}
+
+static const char *stage_name(int stage) {
+        switch (stage) {
+        case STAGE_STDIO: return "set up stdio";
+        case STAGE_TTY: return "set up terminal";
+        case STAGE_USER: return "switch user";
+        default: return "start";
+        }
+}
+
+/* Text for the exit event of a command that never ran. Exit code 127 when
+ * the program or the directory is missing (as shells do), 126 otherwise. */
+static int describe_failure(const run_spec *s, const child_report *rep, char *buf, size_t size) {
+        char e[128];
+        snprintf(e, sizeof(e), "%s", strerror(rep->err));
+        e[0] = (char)(e[0] >= 'A' && e[0] <= 'Z' ? e[0] - 'A' + 'a' : e[0]);
+        if (rep->stage == STAGE_EXEC)
+                snprintf(buf, size, "%s: %s", s->argv[0], e);
+        else if (rep->stage == STAGE_CWD)
+                snprintf(buf, size, "chdir %s: %s", s->cwd, e);
+        else
+                snprintf(buf, size, "%s: %s", stage_name(rep->stage), e);
+        return rep->err == ENOENT ? 127 : 126;
+}
+
+static int set_nonblock(int fd) {
+        int fl = fcntl(fd, F_GETFL);
+        return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? negative_errno() : 0;
+}
+
+static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
+        init_cmd *c = calloc(1, sizeof(*c));
+        if (!c)
+                return NULL;
+        c->id = s->id;
+        c->pid = pid;
+        c->tty = s->tty;
+        c->out_fd = c->err_fd = c->in_fd = -EBADF;
+        c->w_out = (init_watch){ WATCH_STDOUT, c };
+        c->w_err = (init_watch){ WATCH_STDERR, c };
+        c->w_in = (init_watch){ WATCH_STDIN, c };
+        c->next = a->cmds;
+        a->cmds = c;
+        return c;
+}
+
+/* Parent after fork: waits for exec (the report pipe closes) or a failure
+ * report, then either registers the command or reports its exit. */
+static void after_fork(init_agent *a, const run_spec *s, pid_t pid, int report_fd,
+                       int master, int in_pipe[2], int out_pipe[2], int err_pipe[2]) {
+        child_report rep;
+        ssize_t n;
+        do
+                n = read(report_fd, &rep, sizeof(rep));
+        while (n < 0 && errno == EINTR);
+        if (n == (ssize_t)sizeof(rep)) {
+                int st;
+                while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                        ;
+                char msg[512];
+                int code = describe_failure(s, &rep, msg, sizeof(msg));
+                close_pair(in_pipe);
+                close_pair(out_pipe);
+                close_pair(err_pipe);
+                if (master >= 0)
+                        close(master);
+                return send_exit(a, s->id, code, msg);
+        }
+        init_cmd *c = cmd_new(a, s, pid);
+        if (!c) {
+                (void)kill(-pid, SIGKILL); /* reaped silently */
+                close_pair(in_pipe);
+                close_pair(out_pipe);
+                close_pair(err_pipe);
+                if (master >= 0)
+                        close(master);
+                return send_exit(a, s->id, 126, "out of memory");
+        }
+        if (s->tty) {
+                c->out_fd = master;
+                c->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
+        } else {
+                c->out_fd = TAKE_FD(out_pipe[0]);
+                c->err_fd = TAKE_FD(err_pipe[0]);
+                c->in_fd = s->want_stdin ? TAKE_FD(in_pipe[1]) : -EBADF;
+        }
+        close_pair(in_pipe);
+        close_pair(out_pipe);
+        close_pair(err_pipe);
+        (void)set_nonblock(c->out_fd);
+        if (c->err_fd >= 0)
+                (void)set_nonblock(c->err_fd);
+        if (c->in_fd >= 0)
+                (void)set_nonblock(c->in_fd);
+        if (!a->output_paused) {
+                (void)watch_set(a, c->out_fd, &c->w_out, &c->out_watched, EPOLLIN);
+                if (c->err_fd >= 0)
+                        (void)watch_set(a, c->err_fd, &c->w_err, &c->err_watched, EPOLLIN);
+        }
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", "started");
+        cJSON_AddNumberToObject(ev, "id", (double)s->id);
+        cJSON_AddNumberToObject(ev, "pid", pid);
+        (void)agent_send(a, ev);
+}
+
+/* Handles {"op":"run",...}: never fails init; every failure becomes an
+ * error event (bad request) or an exit event (the command did not start). */
+void cmd_run(init_agent *a, const cJSON *req) {
+        _cleanup_(run_spec_clear) run_spec s = {};
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(req, "id");
+        const char *bad = parse_run(a, req, &s);
+        if (bad)
+                return agent_send_error(a, idj, "%s", bad);
+        if (a->stopping)
+                return send_exit(a, s.id, 126, "sandbox is stopping");
+
+        int in_pipe[2] = { -EBADF, -EBADF }, out_pipe[2] = { -EBADF, -EBADF },
+            err_pipe[2] = { -EBADF, -EBADF }, report[2] = { -EBADF, -EBADF };
+        int master = -EBADF, slave = -EBADF, r = 0;
+        if (s.tty)
+                r = open_pty(&s, &master, &slave);
+        else if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 ||
+                 (s.want_stdin && pipe2(in_pipe, O_CLOEXEC) < 0))
+                r = negative_errno();
+        if (r >= 0 && pipe2(report, O_CLOEXEC) < 0)
+                r = negative_errno();
+        pid_t pid = r >= 0 ? fork() : -1;
+        if (r >= 0 && pid < 0)
+                r = negative_errno();
+        if (pid == 0)
+                child_exec(&s, report[1], slave, in_pipe, out_pipe, err_pipe);
+        if (slave >= 0)
+                close(slave);
+        if (report[1] >= 0)
+                close(report[1]);
+        report[1] = -EBADF;
+        if (r < 0) {
+                close_pair(in_pipe);
+                close_pair(out_pipe);
+                close_pair(err_pipe);
+                close_pair(report);
+                if (master >= 0)
+                        close(master);
+                char msg[256];
+                snprintf(msg, sizeof(msg), "%s: %s", s.tty ? "open pty" : "start", strerror(-r));
+                return send_exit(a, s.id, 126, msg);
+        }
+        after_fork(a, &s, pid, report[0], master, in_pipe, out_pipe, err_pipe);
+        close_pair(report);
+}
+
+/* ---- output, stdin, exit ---- */
+
+static void close_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
+        int *fd = k == WATCH_STDOUT ? &c->out_fd : k == WATCH_STDERR ? &c->err_fd : &c->in_fd;
+        bool *w = k == WATCH_STDOUT ? &c->out_watched : k == WATCH_STDERR ? &c->err_watched : &c->in_watched;
+        watch_clear(a, *fd, w);
+        if (*fd >= 0)
+                close(*fd);
+        *fd = -EBADF;
+        if (k == WATCH_STDIN)
+                queue_clear(&c->in_queue);
+}
+
+/* Reads one chunk and sends it. Returns bytes read, 0 at end of stream
+ * (EOF, or EIO on a pty master whose slave side is all closed), -EAGAIN
+ * when nothing is there now. */
+static ssize_t read_chunk(init_agent *a, init_cmd *c, enum init_watch_kind k) {
+        static char buf[INIT_OUTPUT_CHUNK];
+        int fd = k == WATCH_STDOUT ? c->out_fd : c->err_fd;
+        ssize_t n;
+        do
+                n = read(fd, buf, sizeof(buf));
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EAGAIN)
+                return -EAGAIN;
+        if (n <= 0)
+                return 0;
+        _cleanup_free_ char *b64 = core_base64_encode(buf, (size_t)n);
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (b64 && ev) {
+                cJSON_AddStringToObject(ev, "ev", "output");
+                cJSON_AddNumberToObject(ev, "id", (double)c->id);
+                cJSON_AddStringToObject(ev, "stream", k == WATCH_STDERR ? "stderr" : "stdout");
+                cJSON_AddStringToObject(ev, "data", b64);
+                (void)agent_send(a, ev);
+        }
+        return n;
+}
+
+/* The exit event goes out once the process is reaped and its streams are
+ * closed; then the command is forgotten. */
+static void maybe_finish(init_agent *a, init_cmd *c) {
+        if (c->finished || !c->reaped || c->out_fd >= 0 || c->err_fd >= 0)
+                return;
+        c->finished = true;
+        close_stream(a, c, WATCH_STDIN);
+        int code = WIFEXITED(c->status) ? WEXITSTATUS(c->status) :
+                   WIFSIGNALED(c->status) ? 128 + WTERMSIG(c->status) : 255;
+        send_exit(a, c->id, code, NULL);
+        for (init_cmd **p = &a->cmds; *p; p = &(*p)->next)
+                if (*p == c) {
+                        *p = c->next;
+                        break;
+                }
+        /* Later events of the same epoll batch may still point at c. */
+        c->next = a->dead;
+        a->dead = c;
+}
+
+void cmd_free_dead(init_agent *a) {
+        while (a->dead) {
+                init_cmd *c = a->dead;
+                a->dead = c->next;
+                free(c);
+        }
+}
+
+static void stdin_flush(init_agent *a, init_cmd *c) {
+        while (c->in_fd >= 0 && c->in_queue.head) {
+                init_buf *b = c->in_queue.head;
+                ssize_t n = write(c->in_fd, b->data + b->off, b->len - b->off);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        break;
+                if (n < 0) { /* EPIPE: the command closed its stdin */
+                        close_stream(a, c, WATCH_STDIN);
+                        return;
+                }
+                b->off += (size_t)n;
+                c->in_queue.bytes -= (size_t)n;
+                if (b->off == b->len) {
+                        c->in_queue.head = b->next;
+                        if (!b->next)
+                                c->in_queue.tail = NULL;
+                        free(b);
+                }
+        }
+        if (c->in_fd < 0)
+                return;
+        if (!c->in_queue.head && c->in_close_pending)
+                return close_stream(a, c, WATCH_STDIN);
+        (void)watch_set(a, c->in_fd, &c->w_in, &c->in_watched, c->in_queue.head ? EPOLLOUT : 0);
+}
+
+void cmd_on_event(init_agent *a, init_watch *w, uint32_t events) {
+        init_cmd *c = w->cmd;
+        if (w->kind == WATCH_STDIN) {
+                if (events & EPOLLERR)
+                        return close_stream(a, c, WATCH_STDIN);
+                return stdin_flush(a, c);
+        }
+        if ((w->kind == WATCH_STDOUT ? c->out_fd : c->err_fd) < 0)
+                return; /* closed earlier in this epoll batch */
+        if (read_chunk(a, c, w->kind) == 0) {
+                close_stream(a, c, w->kind);
+                maybe_finish(a, c);
+        }
+}
+
+/* Takes what is readable now from a reaped command's stream, then closes it:
+ * output written before the exit is in the pipe or pty buffer already
+ * (n_tty flushes pending pty input before reporting EIO), and a daemonised
+ * grandchild that keeps the stream open must not delay the exit event. */
+static void drain_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
+        int fd = k == WATCH_STDOUT ? c->out_fd : c->err_fd;
+        size_t total = 0;
+        while (fd >= 0 && total < INIT_DRAIN_MAX) {
+                ssize_t n = read_chunk(a, c, k);
+                if (n <= 0)
+                        break;
+                total += (size_t)n;
+        }
+        close_stream(a, c, k);
+}
+
+/* Reaps every child that has exited. As PID 1, init is also the parent of
+ * every orphan of the sandbox; those are reaped silently. */
+void cmd_reap(init_agent *a) {
+        for (;;) {
+                int st;
+                pid_t pid = waitpid(-1, &st, WNOHANG);
+                if (pid < 0 && errno == EINTR)
+                        continue;
+                a->children_gone = pid < 0 && errno == ECHILD;
+                if (pid <= 0)
+                        return;
+                for (init_cmd *c = a->cmds; c; c = c->next)
+                        if (c->pid == pid && !c->reaped) {
+                                c->reaped = true;
+                                c->status = st;
+                                drain_stream(a, c, WATCH_STDOUT);
+                                drain_stream(a, c, WATCH_STDERR);
+                                maybe_finish(a, c);
+                                break;
+                        }
+        }
+}
+
+/* Backpressure: removes every output stream from epoll, or adds them back. */
+void cmd_set_output_paused(init_agent *a, bool paused) {
+        a->output_paused = paused;
+        for (init_cmd *c = a->cmds; c; c = c->next) {
+                uint32_t ev = paused ? 0 : EPOLLIN;
+                if (c->out_fd >= 0)
+                        (void)watch_set(a, c->out_fd, &c->w_out, &c->out_watched, ev);
+                if (c->err_fd >= 0)
+                        (void)watch_set(a, c->err_fd, &c->w_err, &c->err_watched, ev);
+        }
+}
+
+/* At the very end of a stop (everything killed and reaped): any command
+ * still listed gets its exit event so sandboxd is not left waiting. */
+void cmd_finish_all(init_agent *a) {
+        cmd_reap(a);
+        while (a->cmds) {
+                init_cmd *c = a->cmds;
+                if (!c->reaped) {
+                        c->reaped = true;
+                        c->status = SIGKILL; /* a wait status of "killed by SIGKILL" */
+                }
+                drain_stream(a, c, WATCH_STDOUT);
+                drain_stream(a, c, WATCH_STDERR);
+                maybe_finish(a, c);
+        }
+}
+
+/* ---- write / close_stdin / resize / kill ---- */
+
+static int parse_signal(const cJSON *v) {
+        if (!v || cJSON_IsNull(v))
+                return SIGKILL;
+        if (cJSON_IsNumber(v))
+                return v->valuedouble >= 1 && v->valuedouble < _NSIG &&
+                       v->valuedouble == (int)v->valuedouble ? (int)v->valuedouble : -EINVAL;
+        const char *s = cJSON_GetStringValue(v);
+        if (!s)
+                return -EINVAL;
+        if (strncasecmp(s, "SIG", 3) == 0)
+                s += 3;
+        for (int sig = 1; sig < NSIG; sig++) {
+                const char *abbrev = sigabbrev_np(sig);
+                if (abbrev && strcasecmp(abbrev, s) == 0)
+                        return sig;
+        }
+        return -EINVAL;
+}
+
+static void op_write(init_agent *a, init_cmd *c, const cJSON *req, const cJSON *idj) {
+        const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "data"));
+        _cleanup_free_ void *buf = NULL;
+        size_t len = 0;
+        if (!data || core_base64_decode(data, &buf, &len) < 0)
+                return agent_send_error(a, idj, "write: \"data\" must be base64");
+        if (c->in_fd < 0 || c->in_close_pending)
+                return agent_send_error(a, idj, "write: stdin of command %" PRId64 " is closed", c->id);
+        if (c->in_queue.bytes + len > INIT_STDIN_MAX)
+                return agent_send_error(a, idj, "write: command %" PRId64 " is not reading its stdin", c->id);
+        if (len && queue_push(&c->in_queue, buf, len) < 0)
+                return agent_send_error(a, idj, "write: out of memory");
+        stdin_flush(a, c);
+}
+
+static void op_close_stdin(init_agent *a, init_cmd *c) {
+        if (c->in_fd < 0 || c->in_close_pending)
+                return;
+        /* A pty has no end of file of its own: the line discipline turns
+         * VEOF (^D, at the start of a line) into one for the reader. */
+        if (c->tty)
+                (void)queue_push(&c->in_queue, "\x04", 1);
+        c->in_close_pending = true;
+        stdin_flush(a, c);
+}
+
+static void op_resize(init_agent *a, init_cmd *c, const cJSON *req, const cJSON *idj) {
+        double rows, cols;
+        if (num_field(req, "rows", 1, 65535, 24, &rows) < 0 || num_field(req, "cols", 1, 65535, 80, &cols) < 0)
+                return agent_send_error(a, idj, "resize: \"rows\" and \"cols\" must be integers from 1 to 65535");
+        if (!c->tty || c->out_fd < 0)
+                return; /* nothing to resize; not an error for sandboxd */
+        struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+        if (ioctl(c->out_fd, TIOCSWINSZ, &ws) < 0)
+                agent_send_error(a, idj, "resize: %m");
+}
+
+/* Handles write, close_stdin, resize and kill for a running command. */
+void cmd_op(init_agent *a, const char *op, const cJSON *req) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(req, "id");
+        if (!cJSON_IsNumber(idj))
+                return agent_send_error(a, NULL, "%s: \"id\" must be a number", op);
+        init_cmd *c = cmd_find(a, (int64_t)idj->valuedouble);
+        if (!c)
+                return agent_send_error(a, idj, "%s: no running command with id %.0f", op, idj->valuedouble);
+        if (streq(op, "write"))
+                op_write(a, c, req, idj);
+        else if (streq(op, "close_stdin"))
+                op_close_stdin(a, c);
+        else if (streq(op, "resize"))
+                op_resize(a, c, req, idj);
+        else {
+                int sig = parse_signal(cJSON_GetObjectItemCaseSensitive(req, "signal"));
+                if (sig < 0)
+                        return agent_send_error(a, idj, "kill: unknown signal");
+                /* The command leads its own process group (setsid), so the
+                 * signal also reaches what it started. A reaped command may
+                 * still wait for its streams: nothing left to signal. */
+                if (!c->reaped && kill(-c->pid, sig) < 0 && errno != ESRCH)
+                        agent_send_error(a, idj, "kill: %m");
+        }
+}

@@ -1,0 +1,116 @@
+/* Private interfaces of sandbox-init (PID 1 inside every sandbox): the agent
+ * state shared by the socket side (agent.c), the command side (command.c),
+ * the file operations (fsops.c) and the startup/stop sequence (main.c).
+ * The wire protocol is libcore/agent.h. */
+#pragma once
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Raw bytes of command output per `output` event (base64 adds a third, so a
+ * packet stays far below AGENT_MAX_PACKET). */
+#define INIT_OUTPUT_CHUNK (64 * 1024)
+/* Bytes queued for the socket above which init stops reading command output,
+ * and below which it starts again: a command that spews output while
+ * sandboxd reads slowly must not grow init's memory without bound. */
+#define INIT_SEND_HIGH (8u * 1024 * 1024)
+#define INIT_SEND_LOW (1u * 1024 * 1024)
+/* Bound on stdin bytes queued for one command that does not read them. */
+#define INIT_STDIN_MAX (16u * 1024 * 1024)
+/* Output read from one stream after its process was reaped: what is in the
+ * pipe now is taken, a daemonised grandchild that keeps writing is not. */
+#define INIT_DRAIN_MAX (1u * 1024 * 1024)
+#define INIT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define INIT_WORKSPACE "/workspace"
+
+struct init_cmd;
+
+enum init_watch_kind {
+        WATCH_SOCKET,
+        WATCH_SIGNAL,
+        WATCH_STDOUT, /* also the pty master of a tty command */
+        WATCH_STDERR,
+        WATCH_STDIN,
+};
+
+/* What an epoll registration points at (epoll_event.data.ptr). */
+typedef struct init_watch {
+        enum init_watch_kind kind;
+        struct init_cmd *cmd;
+} init_watch;
+
+/* A queued byte buffer: a packet for the socket or stdin for a command. */
+typedef struct init_buf {
+        struct init_buf *next;
+        size_t len, off;
+        char data[];
+} init_buf;
+
+typedef struct init_queue {
+        init_buf *head, *tail;
+        size_t bytes;
+} init_queue;
+
+typedef struct init_cmd {
+        struct init_cmd *next;
+        int64_t id;
+        pid_t pid;
+        bool tty;
+        bool reaped;
+        bool finished;         /* exit event sent; freed after this epoll batch */
+        int status;            /* wait status once reaped */
+        int out_fd, err_fd;    /* read ends (err_fd unused for a tty); -EBADF once closed */
+        int in_fd;             /* stdin pipe write end, or a dup of the pty master */
+        bool out_watched, err_watched, in_watched;
+        bool in_close_pending; /* close stdin once the queue drains */
+        init_watch w_out, w_err, w_in;
+        init_queue in_queue;
+} init_cmd;
+
+typedef struct init_agent {
+        int sock, epfd, sigfd;
+        init_watch w_sock, w_sig;
+        init_queue send_queue;
+        bool sock_out_watched;
+        bool sock_dead;        /* EOF or error: nothing more is sent or read */
+        bool output_paused;    /* send_queue above INIT_SEND_HIGH */
+        char **base_env;       /* NULL-terminated "K=V" from setup */
+        init_cmd *cmds;
+        init_cmd *dead;        /* finished commands, freed between epoll batches */
+        bool stopping;
+        uint64_t stop_deadline_ms; /* CLOCK_MONOTONIC */
+        bool children_gone;    /* last waitpid() said ECHILD */
+} init_agent;
+
+/* agent.c */
+void queue_clear(init_queue *q);
+int queue_push(init_queue *q, const void *data, size_t len);
+int agent_send(init_agent *a, const cJSON *msg);
+void agent_send_error(init_agent *a, const cJSON *id, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+void agent_flush(init_agent *a);
+void agent_on_socket(init_agent *a, uint32_t events);
+void agent_update_backpressure(init_agent *a);
+void agent_begin_stop(init_agent *a, int64_t grace_ms);
+int watch_set(init_agent *a, int fd, init_watch *w, bool *watched, uint32_t events);
+void watch_clear(init_agent *a, int fd, bool *watched);
+
+/* command.c */
+void cmd_run(init_agent *a, const cJSON *req);
+void cmd_op(init_agent *a, const char *op, const cJSON *req);
+void cmd_on_event(init_agent *a, init_watch *w, uint32_t events);
+void cmd_reap(init_agent *a);
+void cmd_set_output_paused(init_agent *a, bool paused);
+void cmd_finish_all(init_agent *a);
+void cmd_free_dead(init_agent *a);
+
+/* fsops.c: one file request of agent.h ("op":"fs"), run in the calling
+ * process with fsuid/fsgid SANDBOX_UID/SANDBOX_GID for the duration of the
+ * call. Relative paths resolve against `workspace`. On success returns 0 and
+ * stores the result object (caller owns) in *ret_result; on failure returns a
+ * negative errno and stores a message ("fs.write /x/y: Permission denied",
+ * caller frees) in *ret_message. */
+int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message);

@@ -1,0 +1,291 @@
+/* sandbox-init: PID 1 of every sandbox. Owns the startup sequence (setup
+ * packet, cgroup namespace, root filesystem, network, base environment),
+ * the event loop over the agent socket, signals and command streams, and
+ * the stop sequence (SIGTERM to all, grace, SIGKILL, reap, exit). */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include "libcore/agent.h"
+#include "libcore/init/init.h"
+#include "libcore/log.h"
+#include "libcore/net.h"
+#include "libcore/rootfs.h"
+#include "libcore/util.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+/* Blocking send of one packet, bounded by timeout_ms (setup replies and the
+ * last events before exit, when there is no loop left to wait in). */
+static int send_blocking(int sock, const char *data, size_t len, int timeout_ms) {
+        for (;;) {
+                if (send(sock, data, len, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+                        return 0;
+                if (errno != EAGAIN && errno != EINTR)
+                        return negative_errno();
+                struct pollfd p = { .fd = sock, .events = POLLOUT };
+                int r = poll(&p, 1, timeout_ms);
+                if (r == 0)
+                        return -ETIMEDOUT;
+                if (r < 0 && errno != EINTR)
+                        return negative_errno();
+        }
+}
+
+static void send_setup_reply(int sock, const char *error) {
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", error ? "error" : "ready");
+        if (error)
+                cJSON_AddStringToObject(ev, "message", error);
+        _cleanup_free_ char *s = cJSON_PrintUnformatted(ev);
+        if (s)
+                (void)send_blocking(sock, s, strlen(s), 5000);
+}
+
+static char *dup_string(const cJSON *o, const char *name) {
+        const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, name));
+        return s ? strdup(s) : NULL;
+}
+
+/* setup → core_rootfs_config. Every path is required once "rootfs" is set. */
+static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, sb_error **ret_err) {
+        cfg->rootfs = dup_string(setup, "rootfs");
+        cfg->lower = dup_string(setup, "lower");
+        cfg->upper = dup_string(setup, "upper");
+        cfg->work = dup_string(setup, "work");
+        cfg->hostname = dup_string(setup, "hostname");
+        if (!cfg->rootfs || !cfg->lower || !cfg->upper || !cfg->work)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "setup: \"rootfs\", \"lower\", \"upper\" and \"work\" must be strings");
+        const cJSON *binds = cJSON_GetObjectItemCaseSensitive(setup, "binds");
+        int n = cJSON_GetArraySize(binds);
+        if (binds && !cJSON_IsNull(binds) && !cJSON_IsArray(binds))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: \"binds\" must be an array");
+        if (n > 0 && !(cfg->binds = calloc((size_t)n, sizeof(core_bind))))
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "setup: out of memory");
+        for (int i = 0; i < n; i++) {
+                const cJSON *b = cJSON_GetArrayItem(binds, i);
+                core_bind *cb = &cfg->binds[cfg->n_binds++];
+                cb->src = dup_string(b, "src");
+                cb->dst = dup_string(b, "dst");
+                cb->ro = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "ro"));
+                if (!cb->src || !cb->dst)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                            "setup: binds[%d] needs \"src\" and \"dst\" strings", i);
+        }
+        return 0;
+}
+
+static int setup_network(const cJSON *setup, sb_error **ret_err) {
+        core_net_pool pool = { .prefix = 16 };
+        const char *base = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(setup, "poolBase"));
+        if (inet_pton(AF_INET, base ? base : "10.201.0.0", &pool.base) != 1)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: \"poolBase\" is not an IPv4 address");
+        const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(setup, "poolPrefix");
+        if (cJSON_IsNumber(prefix))
+                pool.prefix = (unsigned)prefix->valueint;
+        const cJSON *slot = cJSON_GetObjectItemCaseSensitive(setup, "netSlot");
+        int s = cJSON_IsNumber(slot) ? slot->valueint : -1;
+        int r = core_net_configure_inside(&pool, s >= 0 ? (unsigned)s : 0, s >= 0, ret_err);
+        return r < 0 ? sb_error_prefix(ret_err, "configure network") : 0;
+}
+
+/* setup "env" {"K":"V"} → NULL-terminated "K=V" array, the base of every
+ * command's environment. */
+static int setup_env(init_agent *a, const cJSON *setup, sb_error **ret_err) {
+        const cJSON *env = cJSON_GetObjectItemCaseSensitive(setup, "env");
+        if (env && !cJSON_IsNull(env) && !cJSON_IsObject(env))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: \"env\" must be an object");
+        a->base_env = calloc((size_t)cJSON_GetArraySize(env) + 1, sizeof(char *));
+        if (!a->base_env)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "setup: out of memory");
+        size_t n = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, env) {
+                if (!cJSON_IsString(it) || !*it->string || strchr(it->string, '='))
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                            "setup: env values must be strings with names without '='");
+                if (asprintf(&a->base_env[n], "%s=%s", it->string, it->valuestring) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "setup: out of memory");
+                n++;
+        }
+        return 0;
+}
+
+/* Startup, in order: the setup packet; a cgroup namespace (init already sits
+ * in the sandbox's cgroup, so that cgroup becomes the root of what the
+ * sandbox sees); the network; the root filesystem ("rootfs": null skips
+ * it, a mode for tests that run init on the host's filesystem); the base
+ * environment; no supplementary groups (fs operations use fsuid 1000 and
+ * must not carry root's groups). */
+static int setup(init_agent *a, sb_error **ret_err) {
+        static char buf[AGENT_MAX_PACKET + 1];
+        ssize_t n;
+        do
+                n = recv(a->sock, buf, sizeof(buf), MSG_TRUNC);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0 || n > AGENT_MAX_PACKET)
+                return sb_error_set(ret_err, n < 0 ? negative_errno() : -EBADMSG, NULL, NULL,
+                                    "setup: no valid setup packet");
+        _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, (size_t)n);
+        const char *op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "op"));
+        if (!op || !streq(op, "setup"))
+                return sb_error_set(ret_err, -EBADMSG, NULL, NULL, "setup: first packet must be {\"op\":\"setup\"}");
+        if (unshare(CLONE_NEWCGROUP) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "setup: unshare cgroup namespace: %m");
+        /* The network first: its sysctls (disable_ipv6) are written through
+         * /proc/sys, which is read-only once the sandbox's /proc is mounted. */
+        int r = setup_network(req, ret_err);
+        if (r < 0)
+                return r;
+        const cJSON *rootfs = cJSON_GetObjectItemCaseSensitive(req, "rootfs");
+        if (rootfs && !cJSON_IsNull(rootfs)) {
+                _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = {};
+                r = parse_rootfs(req, &cfg, ret_err);
+                if (r >= 0)
+                        r = core_rootfs_setup(&cfg, ret_err);
+                if (r < 0)
+                        return r;
+        }
+        r = setup_env(a, req, ret_err);
+        if (r < 0)
+                return r;
+        if (setgroups(0, NULL) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "setup: setgroups: %m");
+        return 0;
+}
+
+/* SIGCHLD, SIGTERM and SIGINT through a signalfd. As PID 1 of its namespace
+ * init gets only the signals it handles; blocking them here and reading
+ * them from the loop keeps every handler out of async context. SIGPIPE is
+ * ignored: a command that closes its stdin must not kill init. */
+static int setup_signals(init_agent *a) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGCHLD);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+                return negative_errno();
+        signal(SIGPIPE, SIG_IGN);
+        a->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+        return a->sigfd < 0 ? negative_errno() : 0;
+}
+
+static void on_signals(init_agent *a) {
+        struct signalfd_siginfo si;
+        while (read(a->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)
+                        agent_begin_stop(a, 0);
+        }
+        /* SIGCHLD coalesces; one reap loop covers every exited child. */
+        cmd_reap(a);
+}
+
+static int serve(init_agent *a) {
+        struct epoll_event evs[64];
+        for (;;) {
+                int timeout = -1;
+                if (a->stopping) {
+                        cmd_reap(a);
+                        uint64_t now = core_monotonic_ms();
+                        if (a->children_gone || now >= a->stop_deadline_ms)
+                                return 0;
+                        timeout = (int)(a->stop_deadline_ms - now > INT_MAX ? INT_MAX : a->stop_deadline_ms - now);
+                }
+                int n = epoll_wait(a->epfd, evs, (int)ELEMENTSOF(evs), timeout);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return log_error_errno(negative_errno(), "epoll_wait: %m");
+                for (int i = 0; i < n; i++) {
+                        init_watch *w = evs[i].data.ptr;
+                        if (w->kind == WATCH_SOCKET)
+                                agent_on_socket(a, evs[i].events);
+                        else if (w->kind == WATCH_SIGNAL)
+                                on_signals(a);
+                        else
+                                cmd_on_event(a, w, evs[i].events);
+                }
+                cmd_free_dead(a);
+        }
+}
+
+/* The end of a stop: SIGKILL to everything left, reap it all (waitid with
+ * WNOWAIT blocks without consuming a status that cmd_reap must record),
+ * send the last exit events, and exit. */
+_noreturn_ static void finish(init_agent *a) {
+        (void)kill(-1, SIGKILL);
+        for (;;) {
+                cmd_reap(a);
+                if (a->children_gone)
+                        break;
+                siginfo_t si;
+                if (waitid(P_ALL, 0, &si, WEXITED | WNOWAIT) < 0 && errno == ECHILD)
+                        break;
+        }
+        cmd_finish_all(a);
+        cmd_free_dead(a);
+        if (!a->sock_dead)
+                for (init_buf *b = a->send_queue.head; b; b = b->next)
+                        if (send_blocking(a->sock, b->data, b->len, 2000) < 0)
+                                break;
+        queue_clear(&a->send_queue);
+        _exit(0);
+}
+
+int main(int argc, char **argv) {
+        log_set_ident("sandbox-init");
+        init_agent a = { .sock = AGENT_FD, .epfd = -EBADF, .sigfd = -EBADF };
+        a.w_sock = (init_watch){ WATCH_SOCKET, NULL };
+        a.w_sig = (init_watch){ WATCH_SIGNAL, NULL };
+
+        int type = 0;
+        socklen_t tl = sizeof(type);
+        if (getsockopt(a.sock, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET)
+                return log_error("fd %d is not the agent socket", AGENT_FD), 1;
+        /* kill(-1) in the stop sequence reaches every process the caller may
+         * signal: from PID 1 of a PID namespace that is the sandbox, from
+         * anywhere else it would be the host. */
+        if (getpid() != 1) {
+                send_setup_reply(a.sock, "sandbox-init must run as PID 1 of a new PID namespace");
+                return 1;
+        }
+        (void)fcntl(a.sock, F_SETFD, FD_CLOEXEC);
+        /* Room for whole packets of AGENT_MAX_PACKET and bursts of output. */
+        int sndbuf = 4 * 1024 * 1024;
+        (void)setsockopt(a.sock, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        umask(022);
+
+        _cleanup_error_ sb_error *err = NULL;
+        int r = setup(&a, &err);
+        if (r < 0) {
+                send_setup_reply(a.sock, err ? err->message : strerror(-r));
+                return 1;
+        }
+        if (setup_signals(&a) < 0 || (a.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+                send_setup_reply(a.sock, "setup: signalfd or epoll failed");
+                return 1;
+        }
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &a.w_sock };
+        struct epoll_event evs = { .events = EPOLLIN, .data.ptr = &a.w_sig };
+        if (epoll_ctl(a.epfd, EPOLL_CTL_ADD, a.sock, &ev) < 0 ||
+            epoll_ctl(a.epfd, EPOLL_CTL_ADD, a.sigfd, &evs) < 0) {
+                send_setup_reply(a.sock, "setup: epoll_ctl failed");
+                return 1;
+        }
+        send_setup_reply(a.sock, NULL);
+        (void)serve(&a);
+        finish(&a);
+}

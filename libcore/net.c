@@ -1,0 +1,228 @@
+/* Per-session network plumbing with libnl-route-3: pool arithmetic, the veth
+ * pair "sbx<n>" <-> "eth0" (created from the host, peer moved into the
+ * sandbox's network namespace at creation), and the configuration of that
+ * namespace from inside it (lo, eth0 address, default route, IPv6 off).
+ * The host-wide nftables table lives in nft.c. */
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <netlink/route/link/veth.h>
+#include <netlink/route/route.h>
+#include <string.h>
+#include "libcore/log.h"
+#include "libcore/net.h"
+#include "libcore/util.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nl_sock, nl_socket_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct rtnl_link, rtnl_link_put);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct rtnl_addr, rtnl_addr_put);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct rtnl_route, rtnl_route_put);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nl_addr, nl_addr_put);
+
+#define SANDBOX_IFNAME "eth0"
+
+struct in_addr core_net_host_addr(const core_net_pool *pool, unsigned slot) {
+        return (struct in_addr) { .s_addr = htonl(ntohl(pool->base.s_addr) + 2u * slot) };
+}
+
+struct in_addr core_net_sandbox_addr(const core_net_pool *pool, unsigned slot) {
+        return (struct in_addr) { .s_addr = htonl(ntohl(pool->base.s_addr) + 2u * slot + 1u) };
+}
+
+unsigned core_net_pool_slots(const core_net_pool *pool) {
+        if (pool->prefix > 31)
+                return 0;
+        return 1u << (31 - pool->prefix);
+}
+
+/* libnl reports its own NLE_* codes; the errno contract wants errnos. */
+static int nlerr_to_errno(int nlerr) {
+        switch (nlerr < 0 ? -nlerr : nlerr) {
+        case NLE_EXIST: return -EEXIST;
+        case NLE_OBJ_NOTFOUND:
+        case NLE_NODEV: return -ENODEV;
+        case NLE_PERM: return -EPERM;
+        case NLE_NOACCESS: return -EACCES;
+        case NLE_NOMEM: return -ENOMEM;
+        case NLE_INVAL: return -EINVAL;
+        case NLE_BUSY: return -EBUSY;
+        case NLE_RANGE: return -ERANGE;
+        case NLE_NOADDR: return -EADDRNOTAVAIL;
+        case NLE_OPNOTSUPP: return -EOPNOTSUPP;
+        case NLE_AF_NOSUPPORT: return -EAFNOSUPPORT;
+        default: return -EIO;
+        }
+}
+
+static int nl_fail(sb_error **err, int nlerr, const char *what, const char *ifname) {
+        return sb_error_set(err, nlerr_to_errno(nlerr), NULL, NULL, "%s %s: %s", what, ifname,
+                            nl_geterror(nlerr));
+}
+
+static int route_socket(struct nl_sock **ret, sb_error **err) {
+        _cleanup_(nl_socket_freep) struct nl_sock *sk = nl_socket_alloc();
+        if (!sk)
+                return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
+        int r = nl_connect(sk, NETLINK_ROUTE); /* libnl opens it SOCK_CLOEXEC */
+        if (r < 0)
+                return nl_fail(err, r, "netlink:", "connect");
+        *ret = TAKE_PTR(sk);
+        return 0;
+}
+
+/* net.ipv6.conf.<ifname>.disable_ipv6 = 1. Missing file (no IPv6 in the
+ * kernel, or the interface is gone) is fine: no IPv6 then either. */
+static int disable_ipv6(const char *ifname) {
+        char path[96];
+        snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/disable_ipv6", ifname);
+        int r = core_write_string(path, "1");
+        return r == -ENOENT ? 0 : r;
+}
+
+/* Brings ifname up; returns its ifindex in *ret_index when non-NULL. */
+static int link_up(struct nl_sock *sk, const char *ifname, int *ret_index, sb_error **err) {
+        _cleanup_(rtnl_link_putp) struct rtnl_link *link = NULL, *change = rtnl_link_alloc();
+        if (!change)
+                return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
+        int r = rtnl_link_get_kernel(sk, 0, ifname, &link);
+        if (r < 0)
+                return nl_fail(err, r, "find link", ifname);
+        rtnl_link_set_flags(change, IFF_UP);
+        if ((r = rtnl_link_change(sk, link, change, 0)) < 0)
+                return nl_fail(err, r, "bring up", ifname);
+        if (ret_index)
+                *ret_index = rtnl_link_get_ifindex(link);
+        return 0;
+}
+
+/* Adds addr/31 to ifindex. An identical address already there (a leftover
+ * of an earlier run on the same slot) is accepted. */
+static int add_addr31(struct nl_sock *sk, int ifindex, struct in_addr addr, const char *ifname,
+                      sb_error **err) {
+        _cleanup_(rtnl_addr_putp) struct rtnl_addr *a = rtnl_addr_alloc();
+        _cleanup_(nl_addr_putp) struct nl_addr *local = nl_addr_build(AF_INET, &addr, sizeof(addr));
+        if (!a || !local)
+                return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
+        nl_addr_set_prefixlen(local, 31);
+        rtnl_addr_set_ifindex(a, ifindex);
+        int r = rtnl_addr_set_local(a, local);
+        if (r >= 0) {
+                rtnl_addr_set_prefixlen(a, 31);
+                r = rtnl_addr_add(sk, a, 0);
+        }
+        if (r < 0 && r != -NLE_EXIST)
+                return nl_fail(err, r, "add address to", ifname);
+        return 0;
+}
+
+static int add_default_route(struct nl_sock *sk, int ifindex, struct in_addr gw, sb_error **err) {
+        struct in_addr any = { .s_addr = INADDR_ANY };
+        _cleanup_(rtnl_route_putp) struct rtnl_route *rt = rtnl_route_alloc();
+        _cleanup_(nl_addr_putp) struct nl_addr *dst = nl_addr_build(AF_INET, &any, sizeof(any));
+        _cleanup_(nl_addr_putp) struct nl_addr *via = nl_addr_build(AF_INET, &gw, sizeof(gw));
+        struct rtnl_nexthop *nh = rtnl_route_nh_alloc();
+        if (!rt || !dst || !via || !nh) {
+                if (nh)
+                        rtnl_route_nh_free(nh);
+                return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
+        }
+        nl_addr_set_prefixlen(dst, 0);
+        rtnl_route_set_family(rt, AF_INET);
+        rtnl_route_set_table(rt, RT_TABLE_MAIN);
+        rtnl_route_set_protocol(rt, RTPROT_STATIC);
+        rtnl_route_set_scope(rt, RT_SCOPE_UNIVERSE);
+        int r = rtnl_route_set_dst(rt, dst);
+        rtnl_route_nh_set_ifindex(nh, ifindex);
+        rtnl_route_nh_set_gateway(nh, via);
+        rtnl_route_add_nexthop(rt, nh); /* rt owns nh from here */
+        if (r >= 0)
+                r = rtnl_route_add(sk, rt, NLM_F_REPLACE);
+        if (r < 0)
+                return nl_fail(err, r, "add default route via", SANDBOX_IFNAME);
+        return 0;
+}
+
+static int delete_link(struct nl_sock *sk, const char *ifname, sb_error **err) {
+        _cleanup_(rtnl_link_putp) struct rtnl_link *link = rtnl_link_alloc();
+        if (!link)
+                return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
+        rtnl_link_set_name(link, ifname);
+        int r = rtnl_link_delete(sk, link);
+        if (r < 0 && r != -NLE_OBJ_NOTFOUND && r != -NLE_NODEV)
+                return nl_fail(err, r, "delete link", ifname);
+        return 0;
+}
+
+int core_veth_create(const core_net_pool *pool, unsigned slot, pid_t netns_pid, sb_error **ret_err) {
+        _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
+        char ifname[IFNAMSIZ];
+        int r, ifindex = 0;
+
+        if (slot >= core_net_pool_slots(pool) || netns_pid <= 0)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "veth: slot %u or pid %d out of range",
+                                    slot, (int) netns_pid);
+        snprintf(ifname, sizeof(ifname), "sbx%u", slot);
+        if ((r = route_socket(&sk, ret_err)) < 0)
+                return r;
+        /* The peer is created directly inside the sandbox's namespace
+         * (IFLA_NET_NS_PID), so it never exists on the host under a name
+         * another session could collide with. */
+        r = rtnl_link_veth_add(sk, ifname, SANDBOX_IFNAME, netns_pid);
+        if (r < 0)
+                return nl_fail(ret_err, r, "create veth", ifname);
+
+        /* IPv6 off before the link goes up, so the host side never gets a
+         * link-local address or sends DAD / router solicitations. */
+        if ((r = disable_ipv6(ifname)) < 0)
+                sb_error_set(ret_err, r, NULL, NULL, "disable IPv6 on %s: %s", ifname, strerror(-r));
+        else if ((r = link_up(sk, ifname, &ifindex, ret_err)) >= 0)
+                r = add_addr31(sk, ifindex, core_net_host_addr(pool, slot), ifname, ret_err);
+        if (r < 0) {
+                (void) delete_link(sk, ifname, NULL);
+                return r;
+        }
+        return 0;
+}
+
+int core_veth_delete(unsigned slot, sb_error **ret_err) {
+        _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
+        char ifname[IFNAMSIZ];
+        int r;
+        snprintf(ifname, sizeof(ifname), "sbx%u", slot);
+        if ((r = route_socket(&sk, ret_err)) < 0)
+                return r;
+        /* Deleting one end of a veth deletes its peer in the other netns. */
+        return delete_link(sk, ifname, ret_err);
+}
+
+/* Runs in sandbox-init, inside the sandbox's fresh network namespace, as
+ * root there, BEFORE /proc/sys is remounted read-only: the disable_ipv6
+ * writes below are the last writes to /proc/sys/net the sandbox needs.
+ * /proc/sys/net resolves against the writer's network namespace, so these
+ * writes touch only the sandbox's own stack. */
+int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool with_eth0,
+                              sb_error **ret_err) {
+        static const char *const v6_off[] = { "all", "default", "lo", SANDBOX_IFNAME };
+        _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
+        int r, ifindex = 0;
+
+        /* IPv6 off first, before any link is up: the pool is IPv4 only and
+         * the host policy is written for IPv4, so IPv6 would be a way
+         * around it (a second layer, beside the host's IPv6 reject rule). */
+        for (size_t i = 0; i < ELEMENTSOF(v6_off); i++)
+                if ((r = disable_ipv6(v6_off[i])) < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "disable IPv6 on %s: %s", v6_off[i],
+                                            strerror(-r));
+        if ((r = route_socket(&sk, ret_err)) < 0)
+                return r;
+        if ((r = link_up(sk, "lo", NULL, ret_err)) < 0 || !with_eth0)
+                return r;
+        if (slot >= core_net_pool_slots(pool))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "network slot %u out of range", slot);
+        if ((r = link_up(sk, SANDBOX_IFNAME, &ifindex, ret_err)) < 0 ||
+            (r = add_addr31(sk, ifindex, core_net_sandbox_addr(pool, slot), SANDBOX_IFNAME, ret_err)) < 0)
+                return r;
+        return add_default_route(sk, ifindex, core_net_host_addr(pool, slot), ret_err);
+}

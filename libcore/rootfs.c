@@ -1,0 +1,293 @@
+/* The sandbox root filesystem: overlayfs over the runtime, binds, /proc,
+ * /dev, /tmp, /sys, masks, pivot_root (see rootfs.h).
+ *
+ * Runs in sandbox-init, PID 1 of fresh namespaces, as real root, before any
+ * sandbox code. Every mount is made with the new mount API (fsopen/fsmount,
+ * open_tree) and attached with move_mount() onto a target fd that was
+ * resolved with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS) beneath the
+ * new root. Threat: a persistent sandbox's upper layer is sandbox-controlled,
+ * so a previous session could have replaced /proc or /usr with a symlink to
+ * a host path; resolving targets by string on the host would then mount over
+ * the host's tree. With fd targets that cannot leave the root and refuse
+ * symlinks, a planted link makes the setup fail instead. */
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include "libcore/rootfs.h"
+#include "libcore/util.h"
+
+static int openat2_beneath(int rootfd, const char *path, int flags) {
+        struct open_how how = {
+                .flags = (uint64_t)(flags | O_CLOEXEC),
+                .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        while (*path == '/')
+                path++;
+        if (!*path)
+                path = ".";
+        int fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof(how));
+        return fd < 0 ? negative_errno() : fd;
+}
+
+/* Moves the detached mount `mntfd` onto `dst` beneath rootfd. */
+static int attach(int rootfd, int mntfd, const char *dst, sb_error **ret_err) {
+        _cleanup_close_ int target = openat2_beneath(rootfd, dst, O_PATH);
+        if (target < 0)
+                return sb_error_set(ret_err, target, NULL, NULL, "open mount point %s: %s", dst,
+                                    strerror(-target));
+        if (move_mount(mntfd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount on %s: %m", dst);
+        return 0;
+}
+
+/* A fresh filesystem instance (proc, tmpfs, devpts, sysfs) with the given
+ * fsconfig string options ("key=value" or "key") and mount attributes. */
+static int mount_new(int rootfd, const char *fstype, const char *const *opts, unsigned attrs,
+                     const char *dst, sb_error **ret_err) {
+        _cleanup_close_ int fsfd = fsopen(fstype, FSOPEN_CLOEXEC);
+        if (fsfd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsopen %s: %m", fstype);
+        for (const char *const *o = opts; o && *o; o++) {
+                char key[64];
+                const char *eq = strchr(*o, '=');
+                int r;
+                if (eq) {
+                        snprintf(key, sizeof(key), "%.*s", (int)(eq - *o), *o);
+                        r = fsconfig(fsfd, FSCONFIG_SET_STRING, key, eq + 1, 0);
+                } else
+                        r = fsconfig(fsfd, FSCONFIG_SET_FLAG, *o, NULL, 0);
+                if (r < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "%s option %s: %m",
+                                            fstype, *o);
+        }
+        if (fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "create %s: %m", fstype);
+        _cleanup_close_ int mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, attrs);
+        if (mnt < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsmount %s: %m", fstype);
+        return attach(rootfd, mnt, dst, ret_err);
+}
+
+/* Binds host path src (recursively) onto dst beneath rootfd. */
+static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, bool ro,
+                     sb_error **ret_err) {
+        _cleanup_close_ int tree = open_tree(srcdfd, src,
+                                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+        if (tree < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open_tree %s: %m", src);
+        struct mount_attr attr = {
+                .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (ro ? MOUNT_ATTR_RDONLY : 0),
+                .propagation = MS_PRIVATE,
+        };
+        if (mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount_setattr %s: %m", src);
+        return attach(rootfd, tree, dst, ret_err);
+}
+
+/* Paths under /proc hidden behind the verified /dev/null (files) or an empty
+ * read-only tmpfs (directories). Source: Docker's default masked paths
+ * (moby oci/defaults.go, maskedPaths) plus /proc/sysrq-trigger from its
+ * read-only list. Left out on purpose: /proc/asound (absent on servers). */
+static const char *const masked_files[] = {
+        "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+        "/proc/timer_stats", "/proc/sched_debug", "/proc/sysrq-trigger",
+};
+static const char *const masked_dirs[] = {
+        "/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus", "/proc/fs", "/sys/firmware",
+};
+
+static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {
+        static const char *const none[] = {NULL};
+        int r = mount_new(rootfd, "proc", none, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                          "/proc", ret_err);
+        if (r < 0)
+                return r;
+        /* /proc/sys read-only: a bind of itself, remounted read-only. */
+        _cleanup_close_ int procfd = openat2_beneath(rootfd, "/proc", O_PATH | O_DIRECTORY);
+        if (procfd < 0)
+                return sb_error_set(ret_err, procfd, NULL, NULL, "open /proc: %s", strerror(-procfd));
+        r = bind_path(rootfd, procfd, "sys", "/proc/sys", true, ret_err);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(masked_files); i++) {
+                _cleanup_close_ int t = openat2_beneath(rootfd, masked_files[i], O_PATH);
+                if (t == -ENOENT)
+                        continue;
+                _cleanup_close_ int tree = open_tree(devnull, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+                                                                      AT_EMPTY_PATH);
+                if (tree < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone /dev/null: %m");
+                r = attach(rootfd, tree, masked_files[i], ret_err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int mask_dirs(int rootfd, sb_error **ret_err) {
+        static const char *const ro_opts[] = {"size=0", "mode=0555", NULL};
+        for (size_t i = 0; i < ELEMENTSOF(masked_dirs); i++) {
+                _cleanup_close_ int t = openat2_beneath(rootfd, masked_dirs[i], O_PATH | O_DIRECTORY);
+                if (t < 0)
+                        continue;
+                int r = mount_new(rootfd, "tmpfs", ro_opts,
+                                  MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                                  masked_dirs[i], ret_err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The minimal /dev of DESIGN §4. Device nodes are created with mknod on a
+ * fresh tmpfs (not bound from the host), so nothing of the host's /dev is
+ * shared. */
+static int mount_dev(int rootfd, sb_error **ret_err) {
+        static const char *const dev_opts[] = {"mode=0755", "size=65536", NULL};
+        static const char *const pts_opts[] = {"newinstance", "ptmxmode=0666", "mode=0620", "gid=5", NULL};
+        static const char *const shm_opts[] = {"mode=1777", "size=67108864", NULL};
+        static const struct { const char *name; unsigned maj, min; mode_t mode; } nodes[] = {
+                {"null", 1, 3, 0666}, {"zero", 1, 5, 0666}, {"full", 1, 7, 0666},
+                {"random", 1, 8, 0666}, {"urandom", 1, 9, 0666}, {"tty", 5, 0, 0666},
+        };
+        static const struct { const char *name, *target; } links[] = {
+                {"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
+                {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
+        };
+        int r = mount_new(rootfd, "tmpfs", dev_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "/dev", ret_err);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int devfd = openat2_beneath(rootfd, "/dev", O_PATH | O_DIRECTORY);
+        if (devfd < 0)
+                return sb_error_set(ret_err, devfd, NULL, NULL, "open /dev: %s", strerror(-devfd));
+        for (size_t i = 0; i < ELEMENTSOF(nodes); i++) {
+                if (mknodat(devfd, nodes[i].name, S_IFCHR | nodes[i].mode,
+                            makedev(nodes[i].maj, nodes[i].min)) < 0 ||
+                    fchmodat(devfd, nodes[i].name, nodes[i].mode, 0) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mknod /dev/%s: %m",
+                                            nodes[i].name);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(links); i++)
+                if (symlinkat(links[i].target, devfd, links[i].name) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "symlink /dev/%s: %m",
+                                            links[i].name);
+        if (mkdirat(devfd, "pts", 0755) < 0 || mkdirat(devfd, "shm", 01777) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mkdir in /dev: %m");
+        r = mount_new(rootfd, "devpts", pts_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, "/dev/pts", ret_err);
+        if (r < 0)
+                return r;
+        return mount_new(rootfd, "tmpfs", shm_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/dev/shm", ret_err);
+}
+
+static int mount_overlay(const core_rootfs_config *cfg, sb_error **ret_err) {
+        _cleanup_close_ int fsfd = fsopen("overlay", FSOPEN_CLOEXEC);
+        if (fsfd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsopen overlay: %m");
+        const char *keys[] = {"lowerdir", "upperdir", "workdir"};
+        const char *vals[] = {cfg->lower, cfg->upper, cfg->work};
+        for (size_t i = 0; i < 3; i++)
+                if (fsconfig(fsfd, FSCONFIG_SET_STRING, keys[i], vals[i], 0) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay %s=%s: %m",
+                                            keys[i], vals[i]);
+        if (fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "create overlay: %m");
+        _cleanup_close_ int mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        if (mnt < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsmount overlay: %m");
+        if (move_mount(mnt, "", AT_FDCWD, cfg->rootfs, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount overlay on %s: %m",
+                                    cfg->rootfs);
+        return 0;
+}
+
+/* Opens the host's /dev/null and checks it is the real character device 1:3
+ * before it is used to mask files (never a path from inside the sandbox). */
+static int open_verified_devnull(sb_error **ret_err) {
+        int fd = open("/dev/null", O_PATH | O_CLOEXEC | O_NOFOLLOW);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || !S_ISCHR(st.st_mode) || st.st_rdev != makedev(1, 3)) {
+                if (fd >= 0)
+                        close(fd);
+                return sb_error_set(ret_err, -ENODEV, NULL, NULL, "host /dev/null is not the null device");
+        }
+        return fd;
+}
+
+int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
+        static const char *const tmp_opts[] = {"mode=1777", NULL};
+        static const char *const none[] = {NULL};
+        int r;
+
+        /* 1. Nothing we mount may propagate back to the host's namespace. */
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "make / private: %m");
+
+        _cleanup_close_ int devnull = open_verified_devnull(ret_err);
+        if (devnull < 0)
+                return devnull;
+
+        /* 2. The overlay root, then everything else beneath it by fd. */
+        r = mount_overlay(cfg, ret_err);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int rootfd = open(cfg->rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rootfd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", cfg->rootfs);
+
+        for (size_t i = 0; i < cfg->n_binds; i++) {
+                r = bind_path(rootfd, AT_FDCWD, cfg->binds[i].src, cfg->binds[i].dst, cfg->binds[i].ro,
+                              ret_err);
+                if (r < 0)
+                        return r;
+        }
+        if ((r = mount_proc(rootfd, devnull, ret_err)) < 0 || (r = mount_dev(rootfd, ret_err)) < 0)
+                return r;
+        r = mount_new(rootfd, "tmpfs", tmp_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/tmp", ret_err);
+        if (r < 0)
+                return r;
+        /* sysfs of the new network namespace, read-only. */
+        r = mount_new(rootfd, "sysfs", none,
+                      MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "/sys",
+                      ret_err);
+        if (r < 0)
+                return r;
+        if ((r = mask_dirs(rootfd, ret_err)) < 0)
+                return r;
+
+        if (cfg->hostname && sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "sethostname: %m");
+
+        /* 3. pivot_root(".", ".") stacks the old root on the new one; detaching
+         * it leaves no path back to the host's tree (as runc and crun do). */
+        if (fchdir(rootfd) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chdir to new root: %m");
+        if (syscall(SYS_pivot_root, ".", ".") < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pivot_root: %m");
+        if (umount2(".", MNT_DETACH) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "detach old root: %m");
+        if (chdir("/") < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chdir /: %m");
+        return 0;
+}
+
+void core_rootfs_config_clear(core_rootfs_config *cfg) {
+        if (!cfg)
+                return;
+        free(cfg->rootfs);
+        free(cfg->lower);
+        free(cfg->upper);
+        free(cfg->work);
+        free(cfg->hostname);
+        for (size_t i = 0; i < cfg->n_binds; i++) {
+                free(cfg->binds[i].src);
+                free(cfg->binds[i].dst);
+        }
+        free(cfg->binds);
+        *cfg = (core_rootfs_config){0};
+}

@@ -1,0 +1,288 @@
+/* Git sources: URL vetting (option injection, transports that run
+ * programs) and cloning with libgit2 on a thread that runs as the sandbox
+ * user (see source.h and source-internal.h).
+ *
+ * Shallow clones: libgit2 1.5 (Debian 12) has no shallow-fetch support
+ * (git_fetch_options.depth arrived in libgit2 1.7), and running the git
+ * binary instead would bring back every risk this module avoids (hooks,
+ * config-driven programs, ext::). So `depth` is accepted and ignored: the
+ * clone always carries the full history. */
+#include <ctype.h>
+#include <git2.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "libcore/source-internal.h"
+#include "libcore/source.h"
+
+#define REASON "source_failed"
+#define FIELD "source.url"
+
+/* ---- URL check ------------------------------------------------------------ */
+
+/* Allowed schemes. Left out on purpose: ssh (runs the ssh binary with
+ * URL-derived arguments in git; needs keys we do not manage), ext (runs an
+ * arbitrary command), fd, and any other `<transport>::` form. */
+static const char *const allowed_schemes[] = {"https", "http", "git", "file"};
+
+_printf_(2, 3) static int url_error(sb_error **ret_err, const char *fmt, ...) {
+        _cleanup_free_ char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        int r = vasprintf(&msg, fmt, ap);
+        va_end(ap);
+        if (r < 0)
+                return sb_error_set(ret_err, -EINVAL, REASON, FIELD, "source.url: invalid git URL");
+        return sb_error_set(ret_err, -EINVAL, REASON, FIELD, "source.url: %s", msg);
+}
+
+static bool host_char_ok(char c) {
+        /* DNS names, IPv4, bracketed IPv6 and a port. No '%' so an encoded
+         * '-' or space cannot slip past the checks below. */
+        return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_' || c == ':' || c == '[' ||
+               c == ']';
+}
+
+/* Checks "user@host:port" (the authority, `len` bytes at `a`). */
+static int check_authority(const char *a, size_t len, sb_error **ret_err) {
+        const char *at = memrchr(a, '@', len);
+        const char *host = at ? at + 1 : a;
+        size_t hlen = len - (size_t)(host - a);
+        if (at && (at == a || a[0] == '-'))
+                return url_error(ret_err, "user part %s; it must not be empty or start with '-'",
+                                 at == a ? "is empty" : "starts with '-'");
+        if (hlen == 0)
+                return url_error(ret_err, "the URL has no host; use scheme://host/path");
+        if (host[0] == '-')
+                return url_error(ret_err, "host starts with '-' (option injection); use a real host name");
+        for (size_t i = 0; i < hlen; i++)
+                if (!host_char_ok(host[i]))
+                        return url_error(ret_err,
+                                         "host contains a character that is not allowed (%s); use "
+                                         "letters, digits, '.', '-' and an optional :port",
+                                         host[i] == ' ' ? "space" : "control or special character");
+        return 0;
+}
+
+/* Where "<transport>::" or "://" puts the scheme. Returns the length of the
+ * scheme before "://", or 0 with *ret_err set. */
+static int check_scheme(const char *url, sb_error **ret_err) {
+        const char *sep = strstr(url, "://");
+        const char *dc = strstr(url, "::");
+        if (dc && (!sep || dc < sep)) {
+                _cleanup_free_ char *t = strndup(url, (size_t)(dc - url));
+                return url_error(ret_err,
+                                 "transport '%s::' is not allowed; use an https, http, git or file "
+                                 "URL",
+                                 t ? t : "");
+        }
+        if (!sep) {
+                if (strchr(url, ':'))
+                        return url_error(ret_err, "scp-like 'host:path' URLs (ssh) are not allowed; use "
+                                                  "https, http, git or file");
+                return url_error(ret_err, "'%s' is not a URL; use https://, http://, git:// or file:///path",
+                                 url);
+        }
+        size_t n = (size_t)(sep - url);
+        for (size_t i = 0; i < ELEMENTSOF(allowed_schemes); i++)
+                if (strlen(allowed_schemes[i]) == n && strncasecmp(url, allowed_schemes[i], n) == 0)
+                        return (int)n;
+        _cleanup_free_ char *s = strndup(url, n);
+        return url_error(ret_err, "scheme '%s' is not allowed; use https, http, git or file", s ? s : "");
+}
+
+int core_git_url_check(const char *url, sb_error **ret_err) {
+        if (!url || !url[0])
+                return url_error(ret_err, "empty URL; use https, http, git or file");
+        for (const char *p = url; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                        return url_error(ret_err, "control characters are not allowed");
+        if (url[0] == '-')
+                return url_error(ret_err, "the URL starts with '-' (option injection); give a URL such as "
+                                          "https://host/repo.git");
+        int n = check_scheme(url, ret_err);
+        if (n <= 0)
+                return n < 0 ? n : -EINVAL;
+        const char *auth = url + n + 3;
+        size_t alen = strcspn(auth, "/");
+        const char *path = auth + alen;
+        if (strncasecmp(url, "file", 4) == 0 && n == 4) {
+                if (alen != 0 && !(alen == 9 && strncasecmp(auth, "localhost", 9) == 0))
+                        return url_error(ret_err, "file URLs must be local; use file:///path");
+        } else {
+                int r = check_authority(auth, alen, ret_err);
+                if (r < 0)
+                        return r;
+        }
+        if (path[0] != '/' || path[1] == '\0')
+                return url_error(ret_err, "the URL has no repository path");
+        if (path[1] == '-')
+                return url_error(ret_err, "the path starts with '-' (option injection)");
+        return 0;
+}
+
+/* ---- clone ---------------------------------------------------------------- */
+
+static pthread_once_t git_once = PTHREAD_ONCE_INIT;
+static int git_init_result;
+
+/* libgit2 is initialised once for the process and never shut down (other
+ * threads may still clone). The host's global, XDG and system gitconfig are
+ * not read: an `url.*.insteadOf` or proxy setting of the machine's root
+ * account has no business rewriting a sandbox's source. */
+static void git_init_once(void) {
+        git_init_result = git_libgit2_init();
+        if (git_init_result < 0)
+                return;
+        static const int levels[] = {GIT_CONFIG_LEVEL_PROGRAMDATA, GIT_CONFIG_LEVEL_SYSTEM,
+                                     GIT_CONFIG_LEVEL_XDG, GIT_CONFIG_LEVEL_GLOBAL};
+        for (size_t i = 0; i < ELEMENTSOF(levels); i++)
+                git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH, levels[i], "");
+        /* The new repository is owned by the sandbox user while the euid
+         * stays 0, and a file:// source may belong to any account, so
+         * libgit2's safe.directory ownership check would refuse both. That
+         * check guards git's config-driven programs (fsmonitor, hooks),
+         * which libgit2 never runs; the data is only read. */
+        git_libgit2_opts(GIT_OPT_SET_OWNER_VALIDATION, 0);
+}
+
+typedef struct clone_job {
+        const core_git_source *src;
+        const char *dest_dir;
+        bool creds_used;
+} clone_job;
+
+/* Replaces every occurrence of `secret` in msg by "<redacted>". Returns a
+ * malloc'd string or NULL on ENOMEM. */
+static char *redact(const char *msg, const char *secret) {
+        size_t sl = secret ? strlen(secret) : 0;
+        if (sl == 0)
+                return strdup(msg);
+        size_t cap = strlen(msg) * 10 / (sl < 10 ? sl : 10) + strlen(msg) + 1, o = 0;
+        char *out = malloc(cap);
+        if (!out)
+                return NULL;
+        for (const char *p = msg; *p;) {
+                if (strncmp(p, secret, sl) == 0) {
+                        memcpy(out + o, "<redacted>", 10);
+                        o += 10;
+                        p += sl;
+                } else
+                        out[o++] = *p++;
+        }
+        out[o] = 0;
+        return out;
+}
+
+/* Fills *ret_err from libgit2's last error on this thread. */
+static int git_fail(const clone_job *j, int r, const char *what, sb_error **ret_err) {
+        const git_error *ge = git_error_last();
+        _cleanup_free_ char *msg =
+                redact(ge && ge->message ? ge->message : "unknown error", j->src->password);
+        int code = r == GIT_ENOTFOUND ? -ENOENT : r == GIT_EAUTH ? -EACCES : -EIO;
+        return sb_error_set(ret_err, code, REASON, NULL, "%s: %s", what, msg ? msg : "unknown error");
+}
+
+/* Offers the configured user/password once, over http(s) only: a second
+ * call means the server refused them, and retrying would loop forever. */
+static int credentials_cb(git_credential **out, const char *url, const char *user_from_url,
+                          unsigned allowed_types, void *payload) {
+        clone_job *j = payload;
+        const core_git_source *s = j->src;
+        bool http = strncasecmp(url, "https://", 8) == 0 || strncasecmp(url, "http://", 7) == 0;
+        if (j->creds_used || !http || !s->username || !(allowed_types & GIT_CREDENTIAL_USERPASS_PLAINTEXT)) {
+                git_error_set_str(GIT_ERROR_NET,
+                                  j->creds_used ? "authentication failed" : "authentication required");
+                return GIT_EAUTH;
+        }
+        j->creds_used = true;
+        return git_credential_userpass_plaintext_new(out, s->username, s->password ? s->password : "");
+}
+
+static int checkout_revision(clone_job *j, git_repository *repo, sb_error **ret_err) {
+        const char *rev = j->src->revision;
+        git_object *obj = NULL, *commit = NULL;
+        int r = git_revparse_single(&obj, repo, rev);
+        if (r == GIT_ENOTFOUND) {
+                /* A branch other than the default exists only as origin/<name>. */
+                _cleanup_free_ char *remote = NULL;
+                if (asprintf(&remote, "origin/%s", rev) < 0)
+                        return -ENOMEM;
+                r = git_revparse_single(&obj, repo, remote);
+                if (r == GIT_ENOTFOUND)
+                        git_error_set_str(GIT_ERROR_REFERENCE, "no commit, tag or branch of that name");
+        }
+        if (r >= 0)
+                r = git_object_peel(&commit, obj, GIT_OBJECT_COMMIT);
+        if (r < 0) {
+                git_object_free(obj);
+                return git_fail(j, r, "resolve revision", ret_err);
+        }
+        git_checkout_options co = GIT_CHECKOUT_OPTIONS_INIT;
+        co.checkout_strategy = GIT_CHECKOUT_FORCE;
+        r = git_checkout_tree(repo, commit, &co);
+        if (r >= 0)
+                r = git_repository_set_head_detached(repo, git_object_id(commit));
+        if (r < 0)
+                r = git_fail(j, r, "check out revision", ret_err);
+        git_object_free(commit);
+        git_object_free(obj);
+        return r;
+}
+
+/* Creates "origin" without url.*.insteadOf rewriting: the URL that was
+ * checked is the URL that is fetched. (It also avoids a libgit2 1.5 leak in
+ * the insteadOf config scan, fixed upstream in libgit2 PR #6382.) */
+static int remote_create_cb(git_remote **out, git_repository *repo, const char *name, const char *url,
+                            void *payload) {
+        git_remote_create_options o = GIT_REMOTE_CREATE_OPTIONS_INIT;
+        o.repository = repo;
+        o.name = name;
+        o.flags = GIT_REMOTE_CREATE_SKIP_INSTEADOF;
+        return git_remote_create_with_opts(out, url, &o);
+}
+
+/* Runs on the confined thread (fsuid/fsgid = the sandbox user). */
+static int clone_confined(void *userdata, sb_error **ret_err) {
+        clone_job *j = userdata;
+        git_clone_options opts = GIT_CLONE_OPTIONS_INIT;
+        /* A real fetch even for file:// — never hardlink objects of a host
+         * repository into the workspace. */
+        opts.local = GIT_CLONE_NO_LOCAL;
+        opts.checkout_opts.checkout_strategy = j->src->revision ? GIT_CHECKOUT_NONE : GIT_CHECKOUT_SAFE;
+        opts.fetch_opts.callbacks.credentials = credentials_cb;
+        opts.fetch_opts.callbacks.payload = j;
+        opts.remote_cb = remote_create_cb;
+        /* certificate_check stays NULL: libgit2 verifies TLS itself. */
+        git_repository *repo = NULL;
+        int r = git_clone(&repo, j->src->url, j->dest_dir, &opts);
+        if (r < 0)
+                return git_fail(j, r, "clone", ret_err);
+        if (j->src->revision)
+                r = checkout_revision(j, repo, ret_err);
+        git_repository_free(repo);
+        return r;
+}
+
+int core_source_git_clone(const core_git_source *src, const char *dest_dir, uid_t uid, gid_t gid,
+                          sb_error **ret_err) {
+        int r = core_git_url_check(src->url, ret_err);
+        if (r < 0)
+                return r;
+        if (src->revision && (!src->revision[0] || src->revision[0] == '-'))
+                return sb_error_set(ret_err, -EINVAL, REASON, "source.revision",
+                                    "source.revision: must not be empty or start with '-'");
+        pthread_once(&git_once, git_init_once);
+        if (git_init_result < 0)
+                return sb_error_set(ret_err, -EIO, REASON, NULL, "clone: libgit2 failed to initialise");
+        _cleanup_close_ int dest_fd = source_open_dest(dest_dir, uid, gid, ret_err);
+        if (dest_fd < 0)
+                return sb_error_prefix(ret_err, "clone");
+        clone_job j = {.src = src, .dest_dir = dest_dir};
+        /* No chroot here: libgit2 needs the host's resolver and CA store, and
+         * file:// names a host path. Running as uid:gid still bounds what a
+         * hostile repository or a libgit2 bug could write (or read). */
+        return source_run_confined(-EBADF, uid, gid, clone_confined, &j, ret_err);
+}

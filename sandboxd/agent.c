@@ -1,0 +1,209 @@
+/* The daemon's side of the channel to sandbox-init (libcore/agent.h): a
+ * non-blocking SOCK_SEQPACKET socket on the event loop with an outgoing
+ * queue, so a sandbox that stops reading never stalls the daemon, plus the
+ * pidfd that tells when init has exited. */
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include "libcore/agent.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+
+static int update_events(session *s) {
+        if (!s->agent_src)
+                return 0;
+        return sd_event_source_set_io_events(s->agent_src, EPOLLIN | (s->outq ? EPOLLOUT : 0));
+}
+
+static void flush_queue(session *s) {
+        while (s->outq) {
+                agent_packet *p = s->outq;
+                ssize_t n = send(s->agent_fd, p->data, p->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n < 0) {
+                        if (errno == EAGAIN || errno == EINTR)
+                                break;
+                        log_debug_errno(negative_errno(), "send to sandbox-init of '%s': %m", s->sb->name);
+                        s->agent_closed = true;
+                        break;
+                }
+                s->outq = p->next;
+                free(p->data);
+                free(p);
+        }
+        if (!s->outq)
+                s->outq_tail = &s->outq;
+        update_events(s);
+}
+
+int agent_send(session *s, cJSON *json) {
+        char *text = cJSON_PrintUnformatted(json);
+        cJSON_Delete(json);
+        if (!text)
+                return -ENOMEM;
+        size_t len = strlen(text);
+        if (len > AGENT_MAX_PACKET) {
+                free(text);
+                return -EMSGSIZE;
+        }
+        if (s->agent_closed) {
+                free(text);
+                return -EPIPE;
+        }
+        agent_packet *p = calloc(1, sizeof(*p));
+        if (!p) {
+                free(text);
+                return -ENOMEM;
+        }
+        p->data = text;
+        p->len = len;
+        *s->outq_tail = p;
+        s->outq_tail = &p->next;
+        flush_queue(s);
+        return 0;
+}
+
+int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata) {
+        agent_fs_op *o = calloc(1, sizeof(*o));
+        if (!o) {
+                cJSON_Delete(op);
+                return -ENOMEM;
+        }
+        o->req = ++s->next_fs_req;
+        o->cb = cb;
+        o->userdata = userdata;
+        cJSON_AddStringToObject(op, "op", "fs");
+        cJSON_AddNumberToObject(op, "req", o->req);
+        int r = agent_send(s, op);
+        if (r < 0) {
+                free(o);
+                return r;
+        }
+        o->next = s->fs_ops;
+        s->fs_ops = o;
+        return 0;
+}
+
+static void on_fs_reply(session *s, cJSON *msg) {
+        cJSON *req = cJSON_GetObjectItem(msg, "req");
+        if (!cJSON_IsNumber(req))
+                return;
+        for (agent_fs_op **pp = &s->fs_ops; *pp; pp = &(*pp)->next) {
+                agent_fs_op *o = *pp;
+                if (o->req != (unsigned)req->valuedouble)
+                        continue;
+                *pp = o->next;
+                cJSON *err = cJSON_GetObjectItem(msg, "errno");
+                const char *message = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message"));
+                if (cJSON_IsNumber(err))
+                        o->cb(s, NULL, -(int)err->valuedouble, message, o->userdata);
+                else
+                        o->cb(s, cJSON_GetObjectItem(msg, "result"), 0, NULL, o->userdata);
+                free(o);
+                return;
+        }
+}
+
+static void dispatch(session *s, cJSON *msg) {
+        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "ev"));
+        cJSON *id = cJSON_GetObjectItem(msg, "id");
+        unsigned cid = cJSON_IsNumber(id) ? (unsigned)id->valuedouble : 0;
+        if (!ev)
+                return;
+        if (streq(ev, "output"))
+                command_on_output(s, cid, cJSON_GetStringValue(cJSON_GetObjectItem(msg, "stream")),
+                                  cJSON_GetStringValue(cJSON_GetObjectItem(msg, "data")));
+        else if (streq(ev, "started")) {
+                cJSON *pid = cJSON_GetObjectItem(msg, "pid");
+                command_on_started(s, cid, cJSON_IsNumber(pid) ? (pid_t)pid->valuedouble : 0);
+        } else if (streq(ev, "exit")) {
+                cJSON *code = cJSON_GetObjectItem(msg, "code");
+                command_on_exit(s, cid, cJSON_IsNumber(code) ? (int)code->valuedouble : 255,
+                                cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")));
+        } else if (streq(ev, "fs"))
+                on_fs_reply(s, msg);
+        else if (streq(ev, "error"))
+                log_warning("sandbox '%s': sandbox-init: %s", s->sb->name,
+                            cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message")) ?: "error");
+}
+
+static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        session *s = userdata;
+        static char buf[AGENT_MAX_PACKET + 1];
+        if (revents & EPOLLOUT)
+                flush_queue(s);
+        /* Bounded work per wakeup so one chatty sandbox cannot starve others. */
+        for (int i = 0; i < 64 && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)); i++) {
+                ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+                if (n < 0) {
+                        if (errno == EAGAIN || errno == EINTR)
+                                break;
+                        n = 0;
+                }
+                if (n == 0) {
+                        /* init is gone or going; the pidfd says when. */
+                        s->agent_closed = true;
+                        sd_event_source_set_enabled(src, SD_EVENT_OFF);
+                        break;
+                }
+                buf[n] = 0;
+                cJSON *msg = cJSON_ParseWithLength(buf, (size_t)n);
+                if (!msg) {
+                        log_debug("sandbox '%s': malformed packet from sandbox-init", s->sb->name);
+                        continue;
+                }
+                dispatch(s, msg);
+                cJSON_Delete(msg);
+                if (!s->agent_src)
+                        break; /* the session ended inside dispatch */
+        }
+        return 0;
+}
+
+static int on_pidfd(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        session *s = userdata;
+        siginfo_t si = {0};
+        if (waitid(P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG) < 0 || si.si_pid == 0)
+                return 0;
+        int status = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
+        sd_event_source_set_enabled(src, SD_EVENT_OFF);
+        session_ended(s, status);
+        return 0;
+}
+
+int agent_attach(session *s, sd_event *event) {
+        s->outq_tail = &s->outq;
+        int fl = fcntl(s->agent_fd, F_GETFL);
+        if (fl < 0 || fcntl(s->agent_fd, F_SETFL, fl | O_NONBLOCK) < 0)
+                return negative_errno();
+        int r = sd_event_add_io(event, &s->agent_src, s->agent_fd, EPOLLIN, on_agent_io, s);
+        if (r < 0)
+                return r;
+        return sd_event_add_io(event, &s->pidfd_src, s->pidfd, EPOLLIN, on_pidfd, s);
+}
+
+void agent_detach(session *s) {
+        s->agent_src = sd_event_source_disable_unref(s->agent_src);
+        s->pidfd_src = sd_event_source_disable_unref(s->pidfd_src);
+        while (s->outq) {
+                agent_packet *p = s->outq;
+                s->outq = p->next;
+                free(p->data);
+                free(p);
+        }
+        s->outq_tail = &s->outq;
+        /* Pending file operations fail: the sandbox stopped under them. */
+        while (s->fs_ops) {
+                agent_fs_op *o = s->fs_ops;
+                s->fs_ops = o->next;
+                o->cb(s, NULL, -ESHUTDOWN, "the sandbox stopped", o->userdata);
+                free(o);
+        }
+        if (s->agent_fd >= 0)
+                close(s->agent_fd);
+        s->agent_fd = -EBADF;
+        if (s->pidfd >= 0)
+                close(s->pidfd);
+        s->pidfd = -EBADF;
+}

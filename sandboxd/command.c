@@ -1,0 +1,587 @@
+/* command.* methods: start commands through sandbox-init, stream their
+ * output to the connection that started them, keep a bounded log of each
+ * stream, and answer run/wait when they exit. */
+#include <signal.h>
+#include <string.h>
+#include "libcore/agent.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+
+/* Commands kept per daemon after they exit, oldest forgotten first. */
+#define MAX_FINISHED_COMMANDS 4096
+
+/* ---- helpers ------------------------------------------------------------ */
+
+int req_list_add(req_list *l, rpc_request *req) {
+        rpc_request **n = realloc(l->items, (l->n + 1) * sizeof(*n));
+        if (!n) {
+                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                return -ENOMEM;
+        }
+        l->items = n;
+        l->items[l->n++] = req;
+        return 0;
+}
+
+req_list req_list_take(req_list *l) {
+        req_list t = *l;
+        *l = (req_list){0};
+        return t;
+}
+
+void ring_append(ring *r, const char *data, size_t len) {
+        if (!r->buf || !r->cap)
+                return;
+        if (len >= r->cap) {
+                data += len - r->cap;
+                r->truncated = r->truncated || r->len > 0 || len > r->cap;
+                len = r->cap;
+                r->start = 0;
+                r->len = 0;
+        }
+        for (size_t i = 0; i < len; i++) {
+                size_t pos = (r->start + r->len) % r->cap;
+                r->buf[pos] = data[i];
+                if (r->len < r->cap)
+                        r->len++;
+                else {
+                        r->start = (r->start + 1) % r->cap;
+                        r->truncated = true;
+                }
+        }
+}
+
+char *ring_base64(const ring *r) {
+        _cleanup_free_ char *flat = malloc(r->len + 1);
+        if (!flat)
+                return NULL;
+        for (size_t i = 0; i < r->len; i++)
+                flat[i] = r->buf[(r->start + i) % r->cap];
+        return core_base64_encode(flat, r->len);
+}
+
+void ring_free(ring *r) {
+        free(r->buf);
+        *r = (ring){0};
+}
+
+static command *find_by_agent_id(session *s, unsigned id) {
+        for (command *c = s->sb->m->commands; c; c = c->next)
+                if (c->sess == s && c->agent_id == id)
+                        return c;
+        return NULL;
+}
+
+static cJSON *command_json(const command *c) {
+        char buf[40];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "cmdId", c->cmd_id);
+        cJSON_AddStringToObject(o, "sandbox", c->sb->name);
+        cJSON_AddStringToObject(o, "cmd", c->cmd);
+        cJSON_AddItemToObject(o, "args", cJSON_Duplicate(c->args, 1));
+        cJSON_AddStringToObject(o, "cwd", c->cwd);
+        cJSON_AddStringToObject(o, "user", c->sudo ? "root" : "sandbox");
+        cJSON_AddBoolToObject(o, "tty", c->tty);
+        cJSON_AddStringToObject(o, "startedAt", core_format_time(c->started_ms, buf, sizeof(buf)));
+        if (c->exited) {
+                cJSON_AddNumberToObject(o, "exitCode", c->exit_code);
+                cJSON_AddNumberToObject(o, "durationMs", (double)(c->ended_ms - c->started_ms));
+        } else {
+                cJSON_AddNullToObject(o, "exitCode");
+                cJSON_AddNullToObject(o, "durationMs");
+        }
+        return o;
+}
+
+static cJSON *finished_json(const command *c) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "cmdId", c->cmd_id);
+        cJSON_AddNumberToObject(o, "exitCode", c->exit_code);
+        cJSON_AddNumberToObject(o, "durationMs", (double)(c->ended_ms - c->started_ms));
+        return o;
+}
+
+void command_free(command *c) {
+        free(c->cmd);
+        free(c->cwd);
+        cJSON_Delete(c->args);
+        ring_free(&c->out);
+        ring_free(&c->err);
+        sd_event_source_disable_unref(c->timeout_src);
+        if (c->conn)
+                rpc_conn_unref(c->conn);
+        free(c->waiters.items);
+        free(c);
+}
+
+/* Forgets the oldest finished commands past the bound. */
+static void prune_finished(manager *m) {
+        while (m->n_commands > MAX_FINISHED_COMMANDS) {
+                command **oldest = NULL;
+                for (command **pp = &m->commands; *pp; pp = &(*pp)->next)
+                        if ((*pp)->exited && !(*pp)->waiters.n && !(*pp)->run_req)
+                                oldest = pp;
+                if (!oldest)
+                        return;
+                command *c = *oldest;
+                *oldest = c->next;
+                m->n_commands--;
+                command_free(c);
+        }
+}
+
+/* ---- events from sandbox-init ------------------------------------------ */
+
+void command_on_started(session *s, unsigned id, pid_t pid) {
+        command *c = find_by_agent_id(s, id);
+        if (!c)
+                return;
+        c->started = true;
+        if (c->detached && c->run_req) {
+                rpc_reply(c->run_req, command_json(c));
+                c->run_req = NULL;
+        }
+}
+
+void command_on_output(session *s, unsigned id, const char *stream, const char *b64) {
+        command *c = find_by_agent_id(s, id);
+        if (!c || !stream || !b64)
+                return;
+        bool is_err = streq(stream, "stderr");
+        _cleanup_free_ void *data = NULL;
+        size_t len = 0;
+        if (core_base64_decode(b64, &data, &len) < 0)
+                return;
+        ring_append(is_err ? &c->err : &c->out, data, len);
+        if (c->conn && rpc_conn_is_open(c->conn)) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "cmdId", c->cmd_id);
+                cJSON_AddStringToObject(p, "stream", is_err ? "stderr" : "stdout");
+                cJSON_AddStringToObject(p, "data", b64);
+                rpc_notify(c->conn, "command.output", p);
+        }
+}
+
+static void command_finish(command *c, int code, const char *error) {
+        if (c->exited)
+                return;
+        c->exited = true;
+        c->exit_code = code;
+        c->ended_ms = core_now_ms();
+        c->timeout_src = sd_event_source_disable_unref(c->timeout_src);
+        bool open = c->conn && rpc_conn_is_open(c->conn);
+        if (error) {
+                /* An exec failure reads like a shell's: on stderr, exit 126/127. */
+                _cleanup_free_ char *line = NULL;
+                if (asprintf(&line, "sandboxd: %s\n", error) >= 0) {
+                        ring_append(&c->err, line, strlen(line));
+                        _cleanup_free_ char *b64 = core_base64_encode(line, strlen(line));
+                        if (open && b64) {
+                                cJSON *p = cJSON_CreateObject();
+                                cJSON_AddStringToObject(p, "cmdId", c->cmd_id);
+                                cJSON_AddStringToObject(p, "stream", "stderr");
+                                cJSON_AddStringToObject(p, "data", b64);
+                                rpc_notify(c->conn, "command.output", p);
+                        }
+                }
+        }
+        if (open)
+                rpc_notify(c->conn, "command.exit", finished_json(c));
+        if (c->run_req) {
+                rpc_reply(c->run_req, c->detached ? command_json(c) : finished_json(c));
+                c->run_req = NULL;
+        }
+        req_list w = req_list_take(&c->waiters);
+        for (size_t i = 0; i < w.n; i++)
+                rpc_reply(w.items[i], finished_json(c));
+        free(w.items);
+        if (c->conn) {
+                rpc_conn_unref(c->conn);
+                c->conn = NULL;
+        }
+}
+
+void command_on_exit(session *s, unsigned id, int code, const char *error) {
+        command *c = find_by_agent_id(s, id);
+        if (c)
+                command_finish(c, code, error);
+        prune_finished(s->sb->m);
+}
+
+void commands_session_gone(session *s) {
+        for (command *c = s->sb->m->commands; c; c = c->next)
+                if (c->sess == s) {
+                        command_finish(c, 128 + SIGKILL, NULL);
+                        c->sess = NULL;
+                }
+}
+
+void commands_forget_sandbox(manager *m, sandbox *sb) {
+        for (command **pp = &m->commands; *pp;) {
+                command *c = *pp;
+                if (c->sb == sb) {
+                        command_finish(c, 128 + SIGKILL, NULL);
+                        *pp = c->next;
+                        m->n_commands--;
+                        command_free(c);
+                } else
+                        pp = &c->next;
+        }
+}
+
+void commands_conn_closed(manager *m, rpc_conn *conn) {
+        for (command *c = m->commands; c; c = c->next)
+                if (c->conn == conn) {
+                        rpc_conn_unref(c->conn);
+                        c->conn = NULL;
+                }
+}
+
+/* ---- command.run ------------------------------------------------------- */
+
+static int on_command_timeout(sd_event_source *src, uint64_t usec, void *userdata) {
+        command *c = userdata;
+        if (c->sess && !c->exited) {
+                cJSON *op = cJSON_CreateObject();
+                cJSON_AddStringToObject(op, "op", "kill");
+                cJSON_AddNumberToObject(op, "id", c->agent_id);
+                cJSON_AddNumberToObject(op, "signal", SIGKILL);
+                agent_send(c->sess, op);
+        }
+        return 0;
+}
+
+/* The environment of a command: defaults for its user, then the sandbox's,
+ * then the command's own (later ones win). */
+static cJSON *build_env(const sandbox *sb, cJSON *cmd_env, bool sudo, bool tty) {
+        cJSON *merged = cJSON_CreateObject();
+        cJSON_AddStringToObject(merged, "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        cJSON_AddStringToObject(merged, "HOME", sudo ? "/root" : "/home/sandbox");
+        cJSON_AddStringToObject(merged, "USER", sudo ? "root" : "sandbox");
+        cJSON_AddStringToObject(merged, "LOGNAME", sudo ? "root" : "sandbox");
+        cJSON_AddStringToObject(merged, "LANG", "C.UTF-8");
+        cJSON_AddStringToObject(merged, "HOSTNAME", sb->name);
+        if (tty)
+                cJSON_AddStringToObject(merged, "TERM", "xterm-256color");
+        cJSON *layers[] = {sb->env, cmd_env};
+        for (size_t i = 0; i < 2; i++) {
+                cJSON *it;
+                cJSON_ArrayForEach(it, layers[i]) {
+                        cJSON_DeleteItemFromObjectCaseSensitive(merged, it->string);
+                        cJSON_AddStringToObject(merged, it->string, it->valuestring);
+                }
+        }
+        cJSON *list = cJSON_CreateArray();
+        cJSON *it;
+        cJSON_ArrayForEach(it, merged) {
+                _cleanup_free_ char *kv = NULL;
+                if (asprintf(&kv, "%s=%s", it->string, it->valuestring) >= 0)
+                        cJSON_AddItemToArray(list, cJSON_CreateString(kv));
+        }
+        cJSON_Delete(merged);
+        return list;
+}
+
+typedef struct run_params {
+        const char *cmd, *cwd, *stdin_b64;
+        cJSON *args, *env;
+        bool sudo, detached, tty;
+        int64_t rows, cols, timeout_ms;
+} run_params;
+
+static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret_err) {
+        int r;
+        p->cwd = "/workspace";
+        p->rows = 24;
+        p->cols = 80;
+        if ((r = rpc_param_string(req, "cmd", true, &p->cmd, ret_err)) < 0 ||
+            (r = rpc_param_array(req, "args", false, &p->args, ret_err)) < 0 ||
+            (r = rpc_param_string(req, "cwd", false, &p->cwd, ret_err)) < 0 ||
+            (r = rpc_param_object(req, "env", false, &p->env, ret_err)) < 0 ||
+            (r = rpc_param_bool(req, "sudo", &p->sudo, ret_err)) < 0 ||
+            (r = rpc_param_bool(req, "detached", &p->detached, ret_err)) < 0 ||
+            (r = rpc_param_bool(req, "tty", &p->tty, ret_err)) < 0 ||
+            (r = rpc_param_string(req, "stdin", false, &p->stdin_b64, ret_err)) < 0 ||
+            (r = rpc_param_int(req, "rows", false, 1, 10000, &p->rows, ret_err)) < 0 ||
+            (r = rpc_param_int(req, "cols", false, 1, 10000, &p->cols, ret_err)) < 0 ||
+            (r = rpc_param_int(req, "timeoutMs", false, 1, (int64_t)m->cfg->max_timeout_ms, &p->timeout_ms,
+                               ret_err)) < 0)
+                return r;
+        if (!*p->cmd)
+                return sb_error_set(ret_err, -EINVAL, NULL, "cmd", "cmd: must not be empty");
+        if (!*p->cwd || p->cwd[0] != '/')
+                return sb_error_set(ret_err, -EINVAL, NULL, "cwd", "cwd: must be an absolute path inside the sandbox");
+        int i = 0;
+        cJSON *it;
+        cJSON_ArrayForEach(it, p->args) {
+                if (!cJSON_IsString(it)) {
+                        char field[32];
+                        snprintf(field, sizeof(field), "args[%d]", i);
+                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be a string", field);
+                }
+                i++;
+        }
+        cJSON_ArrayForEach(it, p->env) {
+                char field[300];
+                snprintf(field, sizeof(field), "env.%s", it->string);
+                if (!cJSON_IsString(it) || !*it->string || strchr(it->string, '='))
+                        return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                            "%s: must be a string under a name without '='", field);
+        }
+        if (p->stdin_b64) {
+                _cleanup_free_ void *d = NULL;
+                size_t n;
+                if (core_base64_decode(p->stdin_b64, &d, &n) < 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, "stdin", "stdin: must be base64");
+        }
+        return 0;
+}
+
+static void send_stdin(command *c, const char *b64) {
+        _cleanup_free_ void *data = NULL;
+        size_t len = 0;
+        if (core_base64_decode(b64, &data, &len) < 0)
+                return;
+        for (size_t off = 0; off < len; off += AGENT_FS_CHUNK) {
+                size_t n = len - off < AGENT_FS_CHUNK ? len - off : AGENT_FS_CHUNK;
+                cJSON *op = cJSON_CreateObject();
+                cJSON_AddStringToObject(op, "op", "write");
+                cJSON_AddNumberToObject(op, "id", c->agent_id);
+                _cleanup_free_ char *chunk = core_base64_encode((char *)data + off, n);
+                cJSON_AddStringToObject(op, "data", chunk ? chunk : "");
+                agent_send(c->sess, op);
+        }
+        cJSON *op = cJSON_CreateObject();
+        cJSON_AddStringToObject(op, "op", "close_stdin");
+        cJSON_AddNumberToObject(op, "id", c->agent_id);
+        agent_send(c->sess, op);
+}
+
+static void method_run(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        run_params p = {0};
+        if (parse_run(req, m, &p, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        sandbox *sb = sandbox_require_running(req, m, "sandbox");
+        if (!sb)
+                return;
+        session *s = sb->sess;
+        command *c = calloc(1, sizeof(*c));
+        c->sb = sb;
+        c->sess = s;
+        c->agent_id = ++s->next_cmd_id;
+        memcpy(c->cmd_id, "cmd-", 4);
+        core_random_hex(c->cmd_id + 4, 16);
+        c->cmd = strdup(p.cmd);
+        c->args = p.args ? cJSON_Duplicate(p.args, 1) : cJSON_CreateArray();
+        c->cwd = strdup(p.cwd);
+        c->sudo = p.sudo;
+        c->tty = p.tty;
+        c->detached = p.detached;
+        c->started_ms = core_now_ms();
+        c->out = (ring){.buf = malloc(m->cfg->command_log_bytes), .cap = m->cfg->command_log_bytes};
+        c->err = (ring){.buf = malloc(m->cfg->command_log_bytes), .cap = m->cfg->command_log_bytes};
+        c->conn = rpc_conn_ref(req->conn);
+        c->run_req = req;
+        c->next = m->commands;
+        m->commands = c;
+        m->n_commands++;
+
+        cJSON *op = cJSON_CreateObject();
+        cJSON_AddStringToObject(op, "op", "run");
+        cJSON_AddNumberToObject(op, "id", c->agent_id);
+        cJSON *argv = cJSON_AddArrayToObject(op, "argv");
+        cJSON_AddItemToArray(argv, cJSON_CreateString(p.cmd));
+        cJSON *it;
+        cJSON_ArrayForEach(it, c->args)
+                cJSON_AddItemToArray(argv, cJSON_CreateString(it->valuestring));
+        cJSON_AddItemToObject(op, "env", build_env(sb, p.env, p.sudo, p.tty));
+        cJSON_AddStringToObject(op, "cwd", p.cwd);
+        cJSON_AddNumberToObject(op, "uid", p.sudo ? 0 : SANDBOX_UID);
+        cJSON_AddNumberToObject(op, "gid", p.sudo ? 0 : SANDBOX_GID);
+        cJSON_AddBoolToObject(op, "tty", p.tty);
+        cJSON_AddNumberToObject(op, "rows", (double)p.rows);
+        cJSON_AddNumberToObject(op, "cols", (double)p.cols);
+        /* stdin stays open for command.write only when the caller can still
+         * write: a detached command without inline stdin, or a tty. */
+        cJSON_AddBoolToObject(op, "stdin", p.stdin_b64 || p.detached || p.tty);
+        int r = agent_send(s, op);
+        if (r < 0) {
+                command_finish(c, 255, "could not reach sandbox-init");
+                return;
+        }
+        if (p.stdin_b64)
+                send_stdin(c, p.stdin_b64);
+        if (p.timeout_ms > 0)
+                sd_event_add_time_relative(m->event, &c->timeout_src, CLOCK_MONOTONIC,
+                                           (uint64_t)p.timeout_ms * 1000, 1000, on_command_timeout, c);
+}
+
+/* ---- the other command.* methods ---------------------------------------- */
+
+static command *lookup_command(rpc_request *req, manager *m) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *id = NULL;
+        if (rpc_param_string(req, "cmdId", true, &id, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return NULL;
+        }
+        command *c = manager_find_command(m, id);
+        if (!c)
+                reply_not_found(req, "command", id);
+        return c;
+}
+
+/* A command that can still take input; replies itself when not. */
+static command *lookup_live(rpc_request *req, manager *m) {
+        command *c = lookup_command(req, m);
+        if (c && (c->exited || !c->sess)) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "command %s has already exited", c->cmd_id);
+                return NULL;
+        }
+        return c;
+}
+
+static void method_write(rpc_request *req, void *userdata) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *data = NULL;
+        _cleanup_free_ void *raw = NULL;
+        size_t len;
+        if (rpc_param_string(req, "data", true, &data, &err) < 0 ||
+            (core_base64_decode(data, &raw, &len) < 0 &&
+             sb_error_set(&err, -EINVAL, NULL, "data", "data: must be base64") < 0)) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        command *c = lookup_live(req, userdata);
+        if (!c)
+                return;
+        for (size_t off = 0; off < len; off += AGENT_FS_CHUNK) {
+                size_t n = len - off < AGENT_FS_CHUNK ? len - off : AGENT_FS_CHUNK;
+                cJSON *op = cJSON_CreateObject();
+                cJSON_AddStringToObject(op, "op", "write");
+                cJSON_AddNumberToObject(op, "id", c->agent_id);
+                _cleanup_free_ char *chunk = core_base64_encode((char *)raw + off, n);
+                cJSON_AddStringToObject(op, "data", chunk ? chunk : "");
+                agent_send(c->sess, op);
+        }
+        rpc_reply(req, NULL);
+}
+
+static void method_close_stdin(rpc_request *req, void *userdata) {
+        command *c = lookup_live(req, userdata);
+        if (!c)
+                return;
+        cJSON *op = cJSON_CreateObject();
+        cJSON_AddStringToObject(op, "op", "close_stdin");
+        cJSON_AddNumberToObject(op, "id", c->agent_id);
+        agent_send(c->sess, op);
+        rpc_reply(req, NULL);
+}
+
+static void method_resize(rpc_request *req, void *userdata) {
+        _cleanup_error_ sb_error *err = NULL;
+        int64_t rows = 0, cols = 0;
+        if (rpc_param_int(req, "rows", true, 1, 10000, &rows, &err) < 0 ||
+            rpc_param_int(req, "cols", true, 1, 10000, &cols, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        command *c = lookup_live(req, userdata);
+        if (!c)
+                return;
+        cJSON *op = cJSON_CreateObject();
+        cJSON_AddStringToObject(op, "op", "resize");
+        cJSON_AddNumberToObject(op, "id", c->agent_id);
+        cJSON_AddNumberToObject(op, "rows", (double)rows);
+        cJSON_AddNumberToObject(op, "cols", (double)cols);
+        agent_send(c->sess, op);
+        rpc_reply(req, NULL);
+}
+
+/* Signal names as kill(1) takes them, with or without "SIG". */
+static int parse_signal(cJSON *v) {
+        static const struct { const char *name; int sig; } table[] = {
+                {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"KILL", SIGKILL}, {"USR1", SIGUSR1},
+                {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"STOP", SIGSTOP}, {"ALRM", SIGALRM},
+                {"WINCH", SIGWINCH},
+        };
+        if (!v || cJSON_IsNull(v))
+                return SIGKILL;
+        if (cJSON_IsNumber(v))
+                return v->valuedouble >= 1 && v->valuedouble <= 64 && v->valuedouble == (int)v->valuedouble
+                               ? (int)v->valuedouble : -1;
+        if (!cJSON_IsString(v))
+                return -1;
+        const char *s = v->valuestring;
+        if (!strncmp(s, "SIG", 3))
+                s += 3;
+        for (size_t i = 0; i < ELEMENTSOF(table); i++)
+                if (streq(s, table[i].name))
+                        return table[i].sig;
+        return -1;
+}
+
+static void method_kill(rpc_request *req, void *userdata) {
+        int sig = parse_signal(cJSON_GetObjectItem(req->params, "signal"));
+        if (sig < 0) {
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "signal",
+                                "signal: must be a number from 1 to 64 or a name like \"TERM\"");
+                return;
+        }
+        command *c = lookup_command(req, userdata);
+        if (!c)
+                return;
+        if (!c->exited && c->sess) {
+                cJSON *op = cJSON_CreateObject();
+                cJSON_AddStringToObject(op, "op", "kill");
+                cJSON_AddNumberToObject(op, "id", c->agent_id);
+                cJSON_AddNumberToObject(op, "signal", sig);
+                agent_send(c->sess, op);
+        }
+        rpc_reply(req, NULL);
+}
+
+static void method_wait(rpc_request *req, void *userdata) {
+        command *c = lookup_command(req, userdata);
+        if (!c)
+                return;
+        if (c->exited)
+                rpc_reply(req, finished_json(c));
+        else
+                req_list_add(&c->waiters, req);
+}
+
+static void method_get(rpc_request *req, void *userdata) {
+        command *c = lookup_command(req, userdata);
+        if (c)
+                rpc_reply(req, command_json(c));
+}
+
+static void method_logs(rpc_request *req, void *userdata) {
+        command *c = lookup_command(req, userdata);
+        if (!c)
+                return;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "cmdId", c->cmd_id);
+        _cleanup_free_ char *out = ring_base64(&c->out), *err = ring_base64(&c->err);
+        cJSON_AddStringToObject(o, "stdout", out ? out : "");
+        cJSON_AddStringToObject(o, "stderr", err ? err : "");
+        cJSON_AddBoolToObject(o, "truncated", c->out.truncated || c->err.truncated);
+        rpc_reply(req, o);
+}
+
+void register_command_methods(manager *m, rpc_server *s) {
+        rpc_server_add_method(s, "command.run", method_run, m);
+        rpc_server_add_method(s, "command.write", method_write, m);
+        rpc_server_add_method(s, "command.closeStdin", method_close_stdin, m);
+        rpc_server_add_method(s, "command.resize", method_resize, m);
+        rpc_server_add_method(s, "command.kill", method_kill, m);
+        rpc_server_add_method(s, "command.wait", method_wait, m);
+        rpc_server_add_method(s, "command.get", method_get, m);
+        rpc_server_add_method(s, "command.logs", method_logs, m);
+}

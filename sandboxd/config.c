@@ -1,0 +1,292 @@
+/* daemon.json: the defaults, the table of known keys with their types and
+ * ranges, and the loader that applies a file over the defaults (config.h).
+ *
+ * The file is validated as a whole before anything is applied, so a bad file
+ * leaves the configuration it was loaded over untouched. */
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "libcore/util.h"
+#include "sandboxd/config.h"
+
+#define KIB ((uint64_t) 1024)
+#define MIB (KIB * 1024)
+#define GIB (MIB * 1024)
+
+/* A daemon.json file is small; anything bigger is not a config file. */
+#define CONFIG_MAX_BYTES (1 * MIB)
+
+typedef enum {
+        KEY_PATH,      /* absolute path string */
+        KEY_SOCKET,    /* absolute path that fits in sockaddr_un.sun_path */
+        KEY_NAME,      /* non-empty string without '/' or ':' (a group name) */
+        KEY_CIDR4,     /* canonical IPv4 CIDR */
+        KEY_SIZE,      /* integer stored in a size_t */
+        KEY_U64,       /* integer stored in a uint64_t */
+        KEY_UINT,      /* integer stored in an unsigned */
+} key_kind;
+
+typedef struct config_key {
+        const char *name;
+        key_kind kind;
+        size_t offset;
+        uint64_t min, max;  /* integers only */
+} config_key;
+
+#define OFF(f) offsetof(daemon_config, f)
+
+/* The ranges keep values where the rest of the daemon was designed to work:
+ * maxVcpus 256 bounds cpu.max arithmetic, pidsMax 4194304 is the kernel's
+ * PID_MAX_LIMIT, timeouts stop at 30 days, the pool prefix at /30 leaves at
+ * least two /31 links. */
+static const config_key config_keys[] = {
+        { "socket",           KEY_SOCKET, OFF(socket_path) },
+        { "stateDir",         KEY_PATH,   OFF(state_dir) },
+        { "runDir",           KEY_PATH,   OFF(run_dir) },
+        { "socketGroup",      KEY_NAME,   OFF(socket_group) },
+        { "maxLineBytes",     KEY_SIZE,   OFF(max_line_bytes), 1 * KIB, 1 * GIB },
+        { "defaultTimeoutMs", KEY_U64,    OFF(default_timeout_ms), 1000, 30ULL * 86400000 },
+        { "maxTimeoutMs",     KEY_U64,    OFF(max_timeout_ms), 1000, 30ULL * 86400000 },
+        { "maxVcpus",         KEY_UINT,   OFF(max_vcpus), 1, 256 },
+        { "pidsMax",          KEY_U64,    OFF(pids_max), 16, 4194304 },
+        { "stopGraceMs",      KEY_U64,    OFF(stop_grace_ms), 0, 600000 },
+        { "commandLogBytes",  KEY_SIZE,   OFF(command_log_bytes), 4 * KIB, 1 * GIB },
+        { "maxSourceBytes",   KEY_U64,    OFF(max_source_bytes), 1 * MIB, 1024 * GIB },
+        { "networkPool",      KEY_CIDR4,  OFF(network_pool) },
+        { "initPath",         KEY_PATH,   OFF(init_path) },
+};
+
+/* Start-up only: running out of memory while building the defaults leaves
+ * nothing sensible to do. */
+static char *xstrdup(const char *s) {
+        char *p = strdup(s);
+        if (!p)
+                abort();
+        return p;
+}
+
+/* sandbox-init beside our own binary (a build tree or a relocated install),
+ * else the configured LIBEXECDIR. */
+static char *default_init_path(void) {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n > 0) {
+                exe[n] = '\0';
+                char *slash = strrchr(exe, '/');
+                if (slash) {
+                        _cleanup_free_ char *p = NULL;
+                        *slash = '\0';
+                        if (asprintf(&p, "%s/sandbox-init", exe) >= 0 && access(p, X_OK) == 0)
+                                return TAKE_PTR(p);
+                }
+        }
+        return xstrdup(LIBEXECDIR "/sandbox-init");
+}
+
+void daemon_config_defaults(daemon_config *cfg) {
+        *cfg = (daemon_config) {
+                .socket_path = xstrdup("/run/sandboxd/sandboxd.sock"),
+                .state_dir = xstrdup("/var/lib/sandboxd"),
+                .run_dir = xstrdup("/run/sandboxd"),
+                .socket_group = xstrdup("sandboxd"),
+                .max_line_bytes = 16 * MIB,
+                .default_timeout_ms = 300000,
+                .max_timeout_ms = 86400000,
+                .max_vcpus = 8,
+                .pids_max = 4096,
+                .stop_grace_ms = 2000,
+                .command_log_bytes = 1 * MIB,
+                .max_source_bytes = 4 * GIB,
+                .network_pool = xstrdup("10.201.0.0/16"),
+                .init_path = default_init_path(),
+        };
+}
+
+void daemon_config_free(daemon_config *cfg) {
+        if (!cfg)
+                return;
+        free(cfg->socket_path);
+        free(cfg->state_dir);
+        free(cfg->run_dir);
+        free(cfg->socket_group);
+        free(cfg->network_pool);
+        free(cfg->init_path);
+        *cfg = (daemon_config) {};
+}
+
+/* A canonical IPv4 CIDR with a prefix from 8 to 30 and no host bits. */
+static bool cidr4_is_valid(const char *s) {
+        const char *slash = strchr(s, '/');
+        if (!slash || slash - s >= INET_ADDRSTRLEN)
+                return false;
+        char addr[INET_ADDRSTRLEN];
+        memcpy(addr, s, slash - s);
+        addr[slash - s] = '\0';
+        struct in_addr in;
+        if (inet_pton(AF_INET, addr, &in) != 1)
+                return false;
+        char *end;
+        errno = 0;
+        long prefix = strtol(slash + 1, &end, 10);
+        if (errno || *end || end == slash + 1 || slash[1] == '+' || slash[1] == '-' ||
+            prefix < 8 || prefix > 30)
+                return false;
+        uint32_t mask = ~(uint32_t) 0 << (32 - prefix);
+        return (ntohl(in.s_addr) & ~mask) == 0;
+}
+
+static int check_string(const config_key *k, const cJSON *v, sb_error **ret_err) {
+        if (!cJSON_IsString(v))
+                return sb_error_set(ret_err, -EINVAL, NULL, k->name, "daemon.json: %s: must be a string",
+                                    k->name);
+        const char *s = v->valuestring;
+        switch (k->kind) {
+        case KEY_SOCKET:
+                if (s[0] != '/' || strlen(s) >= sizeof(((struct sockaddr_un *) NULL)->sun_path))
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be an absolute path shorter than %zu bytes",
+                                            k->name, sizeof(((struct sockaddr_un *) NULL)->sun_path));
+                return 0;
+        case KEY_PATH:
+                if (s[0] != '/')
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be an absolute path", k->name);
+                return 0;
+        case KEY_NAME:
+                if (!s[0] || strpbrk(s, "/: \t\n"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be a group name", k->name);
+                return 0;
+        case KEY_CIDR4:
+                if (!cidr4_is_valid(s))
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be an IPv4 network like 10.201.0.0/16 "
+                                            "with a prefix from 8 to 30 and no host bits set",
+                                            k->name);
+                return 0;
+        default:
+                return -EINVAL;
+        }
+}
+
+static int check_integer(const config_key *k, const cJSON *v, uint64_t *ret, sb_error **ret_err) {
+        double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        /* The range bounds are far below 2^53, so a double in range is exact. */
+        if (!isfinite(d) || d != floor(d) || d < (double) k->min || d > (double) k->max)
+                return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                    "daemon.json: %s: must be an integer from %" PRIu64 " to %" PRIu64,
+                                    k->name, k->min, k->max);
+        *ret = (uint64_t) d;
+        return 0;
+}
+
+static const config_key *find_key(const char *name) {
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
+                if (streq(config_keys[i].name, name))
+                        return &config_keys[i];
+        return NULL;
+}
+
+static int unknown_key(const char *name, sb_error **ret_err) {
+        char known[512] = "";
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                if (i > 0)
+                        strncat(known, ", ", sizeof(known) - strlen(known) - 1);
+                strncat(known, config_keys[i].name, sizeof(known) - strlen(known) - 1);
+        }
+        return sb_error_set(ret_err, -EINVAL, NULL, name, "daemon.json: unknown key '%s'; known keys: %s",
+                            name, known);
+}
+
+static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
+        char *base = (char *) cfg + k->offset;
+        uint64_t n = 0;
+        switch (k->kind) {
+        case KEY_SIZE:
+        case KEY_U64:
+        case KEY_UINT:
+                n = (uint64_t) v->valuedouble;  /* checked by check_integer() */
+                if (k->kind == KEY_SIZE)
+                        *(size_t *) base = (size_t) n;
+                else if (k->kind == KEY_U64)
+                        *(uint64_t *) base = n;
+                else
+                        *(unsigned *) base = (unsigned) n;
+                break;
+        default:
+                free(*(char **) base);
+                *(char **) base = xstrdup(v->valuestring);
+        }
+}
+
+/* Pass one: every key known, every value of the right type and range, and
+ * the cross-key rule defaultTimeoutMs <= maxTimeoutMs on the merged values. */
+static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_err) {
+        uint64_t def = cfg->default_timeout_ms, max = cfg->max_timeout_ms;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, root) {
+                const config_key *k = find_key(v->string);
+                if (!k)
+                        return unknown_key(v->string, ret_err);
+                if (cJSON_GetObjectItemCaseSensitive(root, v->string) != v)
+                        return sb_error_set(ret_err, -EINVAL, NULL, v->string,
+                                            "daemon.json: %s: key given more than once", v->string);
+                uint64_t n = 0;
+                int r = k->kind >= KEY_SIZE ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
+                if (r < 0)
+                        return r;
+                if (k->offset == OFF(default_timeout_ms))
+                        def = n;
+                else if (k->offset == OFF(max_timeout_ms))
+                        max = n;
+        }
+        if (def > max)
+                return sb_error_set(ret_err, -EINVAL, NULL, "defaultTimeoutMs",
+                                    "daemon.json: defaultTimeoutMs: %" PRIu64 " exceeds maxTimeoutMs (%" PRIu64 ")",
+                                    def, max);
+        return 0;
+}
+
+int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err) {
+        const char *end = NULL;
+        cJSON *root = cJSON_ParseWithOpts(text, &end, true);
+        if (!root) {
+                size_t at = end && end >= text ? (size_t) (end - text) : 0;
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "daemon.json: not valid JSON (near byte %zu)", at);
+        }
+        int r = 0;
+        if (!cJSON_IsObject(root))
+                r = sb_error_set(ret_err, -EINVAL, NULL, NULL, "daemon.json: the top level must be an object");
+        else
+                r = validate(cfg, root, ret_err);
+        if (r == 0) {
+                const cJSON *v;
+                cJSON_ArrayForEach(v, root)
+                        apply(cfg, find_key(v->string), v);
+        }
+        cJSON_Delete(root);
+        return r;
+}
+
+int daemon_config_load(daemon_config *cfg, const char *path, bool must_exist, sb_error **ret_err) {
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        int r = core_read_file(path, CONFIG_MAX_BYTES, &text, &len);
+        if (r == -ENOENT && !must_exist)
+                return 0;
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "read config '%s': %s", path, strerror(-r));
+        if (strlen(text) != len)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "config '%s': contains a NUL byte", path);
+        r = daemon_config_parse(cfg, text, ret_err);
+        if (r < 0)
+                return sb_error_prefix(ret_err, "config '%s'", path);
+        return 0;
+}

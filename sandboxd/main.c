@@ -1,0 +1,227 @@
+/* sandboxd's entry point: command line, configuration, signal handling and
+ * the start-up and shutdown order of the event loop, the worker channel, the
+ * manager and the JSON-RPC server.
+ *
+ * Signals: SIGTERM and SIGINT are blocked and turned into sd-event sources
+ * that end the loop; SIGCHLD is blocked too, so child exits are only seen
+ * through sd_event_add_child() or pidfds (the manager's job) and never
+ * interrupt a system call; SIGPIPE is ignored (sockets also write with
+ * MSG_NOSIGNAL). The mask is set before any thread starts, so worker threads
+ * inherit it and these signals always go to the event loop. */
+#include <getopt.h>
+#include <grp.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-event.h>
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/config.h"
+#include "sandboxd/manager.h"
+#include "sandboxd/rpc.h"
+#include "sandboxd/worker.h"
+
+#define DEFAULT_CONFIG "/etc/sandboxd/daemon.json"
+
+typedef struct args {
+        const char *config;
+        bool config_given;
+        const char *socket, *state_dir, *run_dir;
+} args;
+
+static void usage(FILE *f) {
+        fprintf(f,
+                "Usage: sandboxd [OPTIONS]\n"
+                "Runs the sandbox daemon in the foreground; needs root.\n\n"
+                "  --config FILE     daemon.json to read (default " DEFAULT_CONFIG ")\n"
+                "  --socket PATH     JSON-RPC socket (default /run/sandboxd/sandboxd.sock)\n"
+                "  --state-dir DIR   state directory (default /var/lib/sandboxd)\n"
+                "  --run-dir DIR     runtime directory (default /run/sandboxd)\n"
+                "  --help            show this help\n"
+                "  --version         show the version\n");
+}
+
+/* Returns 1 to go on, 0 to exit successfully (help, version), -EINVAL on a
+ * usage error (already reported). */
+static int parse_args(int argc, char **argv, args *a) {
+        static const struct option opts[] = {
+                { "config", required_argument, NULL, 'c' },
+                { "socket", required_argument, NULL, 's' },
+                { "state-dir", required_argument, NULL, 'S' },
+                { "run-dir", required_argument, NULL, 'R' },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, 'V' },
+                {}
+        };
+        *a = (args) { .config = DEFAULT_CONFIG };
+        int c;
+        while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
+                switch (c) {
+                case 'c': a->config = optarg; a->config_given = true; break;
+                case 's': a->socket = optarg; break;
+                case 'S': a->state_dir = optarg; break;
+                case 'R': a->run_dir = optarg; break;
+                case 'h': usage(stdout); return 0;
+                case 'V': printf("sandboxd %s\n", SANDBOXD_VERSION); return 0;
+                default: usage(stderr); return -EINVAL;
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "sandboxd: unexpected argument '%s'\n", argv[optind]);
+                usage(stderr);
+                return -EINVAL;
+        }
+        return 1;
+}
+
+/* A flag value replaces the file's; paths must be absolute like the file's. */
+static int override_path(char **field, const char *value, const char *flag) {
+        if (!value)
+                return 0;
+        if (value[0] != '/')
+                return log_error_errno(-EINVAL, "%s: must be an absolute path: %s", flag, value);
+        char *p = strdup(value);
+        if (!p)
+                return log_error_errno(-ENOMEM, "out of memory");
+        free(*field);
+        *field = p;
+        return 0;
+}
+
+static int load_config(const args *a, daemon_config *cfg) {
+        _cleanup_error_ sb_error *err = NULL;
+        daemon_config_defaults(cfg);
+        if (daemon_config_load(cfg, a->config, a->config_given, &err) < 0)
+                return log_error_errno(err->code, "%s", err->message);
+        if (override_path(&cfg->socket_path, a->socket, "--socket") < 0 ||
+            override_path(&cfg->state_dir, a->state_dir, "--state-dir") < 0 ||
+            override_path(&cfg->run_dir, a->run_dir, "--run-dir") < 0)
+                return -EINVAL;
+        return 0;
+}
+
+/* The group whose members may connect; a missing group leaves root only. */
+static gid_t socket_gid(const char *group) {
+        struct group *g = getgrnam(group);
+        if (!g) {
+                log_warning("socket group '%s' does not exist; only root may connect", group);
+                return (gid_t) -1;
+        }
+        return g->gr_gid;
+}
+
+static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        log_info("received %s, shutting down", strsignal((int) si->ssi_signo));
+        return sd_event_exit(sd_event_source_get_event(s), 0);
+}
+
+static int setup_signals(sd_event *event) {
+        sigset_t mask;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGCHLD);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return log_error_errno(-errno, "block signals: %m");
+        signal(SIGPIPE, SIG_IGN);
+        int r = sd_event_add_signal(event, NULL, SIGTERM, on_exit_signal, NULL);
+        if (r >= 0)
+                r = sd_event_add_signal(event, NULL, SIGINT, on_exit_signal, NULL);
+        if (r < 0)
+                return log_error_errno(r, "watch signals: %m");
+        return 0;
+}
+
+/* Socket activation (sandboxd.socket) or our own socket. Returns the fd to
+ * adopt, -1 to bind, or a negative errno < -1 on error. */
+static int activation_fd(void) {
+        int n = sd_listen_fds(1);
+        if (n < 0)
+                return log_error_errno(n, "socket activation: %m");
+        if (n > 1)
+                return log_error_errno(-EINVAL, "socket activation: expected one socket, got %d", n);
+        return n == 1 ? SD_LISTEN_FDS_START : -1;
+}
+
+static int start_server(sd_event *event, const daemon_config *cfg, manager *m, rpc_server **ret) {
+        _cleanup_error_ sb_error *err = NULL;
+        rpc_server_config rc = {
+                .socket_path = cfg->socket_path,
+                .listen_fd = activation_fd(),
+                .max_line_bytes = cfg->max_line_bytes,
+                .socket_gid = socket_gid(cfg->socket_group),
+                .socket_mode = 0660,
+        };
+        if (rc.listen_fd < -1)
+                return rc.listen_fd;
+        if (rc.listen_fd < 0) {
+                _cleanup_free_ char *dir = strdup(cfg->socket_path);
+                if (!dir)
+                        return log_error_errno(-ENOMEM, "out of memory");
+                int r = core_mkdir_p(dirname(dir), 0755);
+                if (r < 0)
+                        return log_error_errno(r, "create socket directory '%s': %m", dir);
+        }
+        if (rpc_server_new(event, &rc, ret, &err) < 0)
+                return log_error_errno(err->code, "%s", err->message);
+        manager_register_methods(m, *ret);
+        if (rc.listen_fd >= 0)
+                log_info("listening on the socket passed by the service manager");
+        else
+                log_info("listening on %s", cfg->socket_path);
+        return 0;
+}
+
+/* Shutdown order: stop taking requests, let finished jobs report to the
+ * manager while it still exists, then stop the manager. */
+static int run(const daemon_config *cfg) {
+        _cleanup_error_ sb_error *err = NULL;
+        sd_event *event = NULL;
+        manager *m = NULL;
+        rpc_server *server = NULL;
+        int r = sd_event_default(&event);
+        if (r < 0)
+                return log_error_errno(r, "event loop: %m");
+        /* Pings systemd's watchdog from the loop when WatchdogSec= is set, so
+         * a wedged loop gets the daemon restarted. */
+        (void) sd_event_set_watchdog(event, true);
+        r = setup_signals(event);
+        if (r >= 0 && (r = worker_init(event)) < 0)
+                log_error_errno(r, "worker channel: %m");
+        if (r >= 0 && (r = manager_new(event, cfg, &m, &err)) < 0)
+                log_error_errno(r, "%s", err ? err->message : "start manager: failed");
+        if (r >= 0)
+                r = start_server(event, cfg, m, &server);
+        if (r >= 0) {
+                (void) sd_notify(0, "READY=1\nSTATUS=Listening");
+                r = sd_event_loop(event);
+                if (r < 0)
+                        log_error_errno(r, "event loop: %m");
+                (void) sd_notify(0, "STOPPING=1");
+        }
+        rpc_server_free(server);
+        worker_shutdown();
+        manager_free(m);
+        sd_event_unref(event);
+        return r;
+}
+
+int main(int argc, char **argv) {
+        log_set_ident("sandboxd");
+        args a;
+        int r = parse_args(argc, argv, &a);
+        if (r <= 0)
+                return r == 0 ? EXIT_SUCCESS : 2;
+        if (geteuid() != 0) {
+                log_error("sandboxd must run as root (it creates namespaces, mounts, cgroups and nftables rules)");
+                return EXIT_FAILURE;
+        }
+        daemon_config cfg;
+        r = load_config(&a, &cfg);
+        if (r >= 0)
+                r = run(&cfg);
+        daemon_config_free(&cfg);
+        return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,242 @@
+/* The registry: startup (directories, the host runtime, the sealed
+ * sandbox-init, cgroups, the host nftables table, reconciliation of what an
+ * earlier run left), lookups, the address pool, daemon.info and method
+ * registration. */
+#include <arpa/inet.h>
+#include <libgen.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "libcore/container.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+
+sandbox *manager_find_sandbox(manager *m, const char *name) {
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                if (streq(sb->name, name))
+                        return sb;
+        return NULL;
+}
+
+command *manager_find_command(manager *m, const char *cmd_id) {
+        for (command *c = m->commands; c; c = c->next)
+                if (streq(c->cmd_id, cmd_id))
+                        return c;
+        return NULL;
+}
+
+int manager_alloc_slot(manager *m) {
+        for (unsigned i = 0; i < m->n_slots; i++)
+                if (!m->slots[i]) {
+                        m->slots[i] = true;
+                        return (int)i;
+                }
+        return -ENOSPC;
+}
+
+void manager_release_slot(manager *m, int slot) {
+        if (slot >= 0 && (unsigned)slot < m->n_slots)
+                m->slots[slot] = false;
+}
+
+void reply_not_found(rpc_request *req, const char *what, const char *name) {
+        rpc_reply_error(req, RPC_APP_ERROR, "not_found", NULL, "%s '%s' not found", what, name);
+}
+
+static void on_conn_close(rpc_conn *c, void *userdata) {
+        commands_conn_closed(userdata, c);
+}
+
+static void method_info(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        const daemon_config *cfg = m->cfg;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "version", SANDBOXD_VERSION);
+        cJSON_AddNumberToObject(o, "pid", getpid());
+        cJSON_AddStringToObject(o, "socket", cfg->socket_path);
+        cJSON_AddStringToObject(o, "stateDir", cfg->state_dir);
+        cJSON_AddStringToObject(o, "runDir", cfg->run_dir);
+        cJSON *lim = cJSON_AddObjectToObject(o, "limits");
+        cJSON_AddNumberToObject(lim, "maxLineBytes", (double)cfg->max_line_bytes);
+        cJSON_AddNumberToObject(lim, "maxTimeoutMs", (double)cfg->max_timeout_ms);
+        cJSON_AddNumberToObject(lim, "defaultTimeoutMs", (double)cfg->default_timeout_ms);
+        cJSON_AddNumberToObject(lim, "maxVcpus", cfg->max_vcpus);
+        cJSON_AddNumberToObject(lim, "maxTags", 5);
+        cJSON_AddNumberToObject(lim, "maxPorts", 15);
+        cJSON_AddNumberToObject(lim, "pidsMax", (double)cfg->pids_max);
+        cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
+        cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
+        cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);
+        cJSON_AddBoolToObject(cap, "seccomp", access("/proc/sys/kernel/seccomp", F_OK) == 0);
+        cJSON_AddBoolToObject(cap, "userns", access("/proc/self/ns/user", F_OK) == 0);
+        cJSON_AddBoolToObject(cap, "nftables", m->have_nft);
+        unsigned n = 0, running = 0;
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                n++;
+                running += sb->sess != NULL;
+        }
+        cJSON_AddNumberToObject(o, "sandboxes", n);
+        cJSON_AddNumberToObject(o, "running", running);
+        rpc_reply(req, o);
+}
+
+void manager_register_methods(manager *m, rpc_server *server) {
+        m->server = server;
+        rpc_server_set_close_handler(server, on_conn_close, m);
+        rpc_server_add_method(server, "daemon.info", method_info, m);
+        register_sandbox_methods(m, server);
+        register_command_methods(m, server);
+        register_fs_methods(m, server);
+}
+
+static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err) {
+        char addr[64];
+        unsigned prefix;
+        if (sscanf(text, "%63[0-9.]/%u", addr, &prefix) != 2 || inet_pton(AF_INET, addr, &pool->base) != 1 ||
+            prefix < 8 || prefix > 30)
+                return sb_error_set(ret_err, -EINVAL, NULL, "networkPool",
+                                    "networkPool: '%s' is not an IPv4 CIDR with a prefix from 8 to 30", text);
+        uint32_t mask = htonl(~0U << (32 - prefix));
+        if (pool->base.s_addr & ~mask)
+                return sb_error_set(ret_err, -EINVAL, NULL, "networkPool",
+                                    "networkPool: '%s' has host bits set", text);
+        pool->prefix = prefix;
+        return 0;
+}
+
+/* sandbox-init beside our own binary (a build tree), else LIBEXECDIR. */
+static char *find_init(const daemon_config *cfg) {
+        if (cfg->init_path)
+                return strdup(cfg->init_path);
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        if (n > 0) {
+                self[n] = 0;
+                char *p = NULL;
+                if (asprintf(&p, "%s/sandbox-init", dirname(self)) >= 0 && access(p, X_OK) == 0)
+                        return p;
+                free(p);
+        }
+        return strdup(LIBEXECDIR "/sandbox-init");
+}
+
+/* Leftovers of an earlier run: sessions cannot outlive their daemon (init
+ * stops when its socket closes), so every non-persistent sandbox directory
+ * is removed and persistent ones come back stopped. */
+static void reconcile(manager *m) {
+        int n = core_cgroup_remove_all_sessions();
+        if (n > 0)
+                log_info("removed %d leftover session cgroups", n);
+        /* No veth to sweep: a session's veth lives in its network namespace,
+         * which dies with its init, and init stops when our socket closes. */
+        core_rm_rf(m->run_sandboxes_dir);
+        core_mkdir_p(m->run_sandboxes_dir, 0700);
+        _cleanup_closedir_ DIR *d = opendir(m->sandboxes_dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                _cleanup_free_ char *dir = NULL, *conf = NULL, *text = NULL;
+                if (asprintf(&dir, "%s/%s", m->sandboxes_dir, de->d_name) < 0 ||
+                    asprintf(&conf, "%s/config.json", dir) < 0)
+                        continue;
+                cJSON *c = core_read_file(conf, 1 << 20, &text, NULL) >= 0 ? cJSON_Parse(text) : NULL;
+                bool persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
+                cJSON_Delete(c);
+                if (!persistent) {
+                        log_info("removing leftover sandbox '%s'", de->d_name);
+                        core_rm_rf(dir);
+                }
+                /* Persistent sandboxes are restored by the lifecycle work; until
+                 * then their files stay untouched on disk. */
+        }
+}
+
+int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_error **ret_err) {
+        manager *m = calloc(1, sizeof(*m));
+        if (!m)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        m->event = sd_event_ref(event);
+        m->cfg = cfg;
+        m->init_memfd = -EBADF;
+        m->started_ms = core_now_ms();
+        _cleanup_free_ char *init = NULL;
+        int r;
+        if (asprintf(&m->sandboxes_dir, "%s/sandboxes", cfg->state_dir) < 0 ||
+            asprintf(&m->runtimes_dir, "%s/runtimes", cfg->state_dir) < 0 ||
+            asprintf(&m->host_runtime, "%s/runtimes/host", cfg->state_dir) < 0 ||
+            asprintf(&m->run_sandboxes_dir, "%s/sandboxes", cfg->run_dir) < 0) {
+                r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                goto fail;
+        }
+        if ((r = core_mkdir_p(m->sandboxes_dir, 0700)) < 0 || (r = core_mkdir_p(m->runtimes_dir, 0700)) < 0 ||
+            (r = core_mkdir_p(m->run_sandboxes_dir, 0700)) < 0) {
+                r = sb_error_set(ret_err, r, NULL, NULL, "create state directories under %s and %s: %s",
+                                 cfg->state_dir, cfg->run_dir, strerror(-r));
+                goto fail;
+        }
+        /* The lower layer must be traversable by the sandbox user. */
+        if (chmod(cfg->state_dir, 0711) < 0 || chmod(m->runtimes_dir, 0711) < 0) {
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "chmod %s: %m", cfg->state_dir);
+                goto fail;
+        }
+        if ((r = parse_pool(cfg->network_pool, &m->pool, ret_err)) < 0)
+                goto fail;
+        m->n_slots = core_net_pool_slots(&m->pool);
+        if (m->n_slots > 65536)
+                m->n_slots = 65536;
+        m->slots = calloc(m->n_slots, sizeof(bool));
+        init = find_init(cfg);
+        if ((r = core_init_memfd(init, ret_err)) < 0) {
+                sb_error_prefix(ret_err, "load sandbox-init (set initPath in daemon.json?)");
+                goto fail;
+        }
+        m->init_memfd = r;
+        if ((r = core_runtime_host_build(m->host_runtime, ret_err)) < 0) {
+                sb_error_prefix(ret_err, "build the host runtime");
+                goto fail;
+        }
+        if ((r = core_cgroup_init(ret_err)) < 0) {
+                sb_error_prefix(ret_err, "cgroups");
+                goto fail;
+        }
+        if ((r = core_net_host_setup(&m->pool, ret_err)) < 0) {
+                sb_error_prefix(ret_err, "nftables");
+                goto fail;
+        }
+        m->have_nft = true;
+        reconcile(m);
+        *ret = m;
+        return 0;
+fail:
+        manager_free(m);
+        return r;
+}
+
+void manager_free(manager *m) {
+        if (!m)
+                return;
+        sandbox_stop_all(m);
+        while (m->commands) {
+                command *c = m->commands;
+                m->commands = c->next;
+                command_free(c);
+        }
+        while (m->sandboxes) {
+                sandbox *sb = m->sandboxes;
+                m->sandboxes = sb->next;
+                sandbox_free(sb);
+        }
+        if (m->have_nft)
+                core_net_host_teardown(NULL);
+        if (m->init_memfd >= 0)
+                close(m->init_memfd);
+        free(m->sandboxes_dir);
+        free(m->runtimes_dir);
+        free(m->host_runtime);
+        free(m->run_sandboxes_dir);
+        free(m->slots);
+        sd_event_unref(m->event);
+        free(m);
+}

@@ -1,0 +1,873 @@
+/* The JSON-RPC 2.0 server (rpc.h): the listening socket, per-connection
+ * framing (one message per '\n'-terminated line), request validation and
+ * dispatch, reply and notification encoding, write queues, peer checks, and
+ * the parameter helpers that turn a bad parameter into a -32602 naming it.
+ *
+ * Everything here runs on the event loop thread. Nothing blocks: sockets are
+ * non-blocking, output is queued and written when the socket is writable.
+ *
+ * Connection lifetime: the server's list holds one reference to each open
+ * connection, every request in flight holds one more. A connection closes
+ * (fd closed, close handler called) on peer hangup, on an I/O error, after
+ * flushing a fatal framing error, or when its write queue grows past
+ * RPC_OUT_QUEUE_MAX; replies to a closed connection are dropped, and the
+ * memory goes when the last request holding it is finished.
+ *
+ * A peer that only shuts down its writing side (shutdown(SHUT_WR), as
+ * `nc -N` or a pipe into socat does) still gets the answers to everything it
+ * sent: the connection closes once those requests are finished and flushed. */
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include "libcore/log.h"
+#include "sandboxd/rpc.h"
+
+/* A peer that stops reading may not make the daemon hold unbounded memory:
+ * once more than this many bytes wait unsent and another message is queued,
+ * the connection is dropped. One message larger than this still goes out
+ * when the queue is empty. */
+#define RPC_OUT_QUEUE_MAX (64u * 1024 * 1024)
+/* Read size, and reads per wakeup, so one chatty connection cannot starve
+ * the others (epoll is level-triggered: unread input wakes us again). */
+#define RPC_READ_CHUNK (64u * 1024)
+#define RPC_READS_PER_WAKEUP 16
+/* Back-off when accept() fails for lack of file descriptors: the listening
+ * socket stays readable, so retrying at once would spin. */
+#define RPC_ACCEPT_BACKOFF_USEC (100 * 1000)
+
+typedef struct rpc_method {
+        char *name;
+        rpc_handler handler;
+        void *userdata;
+} rpc_method;
+
+struct rpc_conn {
+        unsigned refs;
+        rpc_server *server;       /* NULL once closed */
+        int fd;
+        sd_event_source *io;
+        sd_event_source *close_later;  /* deferred close, holds a reference */
+        struct ucred cred;
+        bool open;                /* accepted, not closed, not doomed */
+        bool accepted;            /* passed the peer check: the close handler hears of it */
+        bool read_eof;            /* the peer shut down its writing side */
+        bool close_after_flush;   /* a fatal error line is queued: stop reading */
+        unsigned in_flight;       /* requests handed to handlers, not yet finished */
+        char *in;                 /* unframed input */
+        size_t in_len, in_alloc, in_scanned;
+        char *out;                /* queued output, out_off bytes already written */
+        size_t out_len, out_off, out_alloc;
+        rpc_conn *prev, *next;
+};
+
+struct rpc_server {
+        sd_event *event;
+        int listen_fd;
+        sd_event_source *listen_io;
+        sd_event_source *accept_backoff;
+        char *bound_path;         /* the socket file we created, unlinked on free */
+        dev_t bound_dev;
+        ino_t bound_ino;
+        size_t max_line_bytes;
+        gid_t socket_gid;
+        rpc_method *methods;
+        size_t n_methods;
+        rpc_close_handler close_handler;
+        void *close_userdata;
+        rpc_conn *conns;
+};
+
+static void conn_close(rpc_conn *c);
+static void conn_update_events(rpc_conn *c);
+
+/* ---- connection references and teardown ---- */
+
+rpc_conn *rpc_conn_ref(rpc_conn *c) {
+        if (c)
+                c->refs++;
+        return c;
+}
+
+void rpc_conn_unref(rpc_conn *c) {
+        if (!c || --c->refs > 0)
+                return;
+        /* The last reference: conn_close() already ran (the server's list
+         * holds a reference while the connection is open). */
+        free(c->in);
+        free(c->out);
+        free(c);
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(rpc_conn, rpc_conn_unref);
+
+bool rpc_conn_is_open(const rpc_conn *c) {
+        return c && c->open && !c->close_after_flush;
+}
+
+uid_t rpc_conn_uid(const rpc_conn *c) {
+        return c->cred.uid;
+}
+
+static int close_later_cb(sd_event_source *s, void *userdata) {
+        conn_close(userdata);
+        return 0;
+}
+
+/* Closes from a place where closing now could pull the connection from under
+ * a caller (a handler replying, a notification from the manager): the close
+ * handler then runs on a later loop iteration, never nested in a handler. */
+static void conn_close_soon(rpc_conn *c) {
+        c->open = false;
+        if (c->close_later || !c->server)
+                return;
+        if (sd_event_add_defer(c->server->event, &c->close_later, close_later_cb, c) < 0) {
+                /* No memory for a defer source: stop listening for input and
+                 * let the next I/O event (or server teardown) close it. */
+                log_warning("rpc: cannot schedule connection close");
+                return;
+        }
+        rpc_conn_ref(c);
+}
+
+static void conn_close(rpc_conn *c) {
+        rpc_server *s = c->server;
+        if (!s)
+                return;
+        rpc_conn_ref(c);  /* keeps c alive through the close handler */
+        bool was_accepted = c->accepted;
+        c->open = false;
+        c->accepted = false;
+        c->io = sd_event_source_disable_unref(c->io);
+        if (c->close_later) {
+                c->close_later = sd_event_source_disable_unref(c->close_later);
+                rpc_conn_unref(c);
+        }
+        if (c->fd >= 0)
+                close(c->fd);
+        c->fd = -EBADF;
+        free(c->out);
+        c->out = NULL;
+        c->out_len = c->out_off = c->out_alloc = 0;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                s->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        c->prev = c->next = NULL;
+        c->server = NULL;
+        if (was_accepted && s->close_handler)
+                s->close_handler(c, s->close_userdata);
+        c->refs--;  /* the server list's reference; ours is still held */
+        rpc_conn_unref(c);
+}
+
+/* ---- output ---- */
+
+/* Appends one encoded message plus '\n' to the write queue. Takes `msg`. */
+static void conn_queue(rpc_conn *c, cJSON *msg) {
+        if (!c->open) {
+                cJSON_Delete(msg);
+                return;
+        }
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(msg);
+        cJSON_Delete(msg);
+        if (!text) {
+                log_warning("rpc: out of memory encoding a message; dropping the connection");
+                return conn_close_soon(c);
+        }
+        size_t n = strlen(text), pending = c->out_len - c->out_off;
+        if (pending > RPC_OUT_QUEUE_MAX) {
+                log_warning("rpc: peer uid %u is not reading (%zu bytes queued); dropping the connection",
+                            (unsigned) c->cred.uid, pending);
+                return conn_close_soon(c);
+        }
+        if (c->out_off > 0 && c->out_off >= pending) {
+                memmove(c->out, c->out + c->out_off, pending);
+                c->out_len = pending;
+                c->out_off = 0;
+        }
+        if (c->out_len + n + 1 > c->out_alloc) {
+                size_t want = c->out_len + n + 1, alloc = c->out_alloc ? c->out_alloc : 4096;
+                while (alloc < want)
+                        alloc *= 2;
+                char *p = realloc(c->out, alloc);
+                if (!p) {
+                        log_warning("rpc: out of memory queueing a message; dropping the connection");
+                        return conn_close_soon(c);
+                }
+                c->out = p;
+                c->out_alloc = alloc;
+        }
+        memcpy(c->out + c->out_len, text, n);
+        c->out[c->out_len + n] = '\n';
+        c->out_len += n + 1;
+        conn_update_events(c);
+}
+
+/* Writes what the socket takes. Returns 0, or a negative errno when the
+ * connection is broken. MSG_NOSIGNAL: a vanished peer is an error here, not
+ * a SIGPIPE for the whole daemon. */
+static int conn_flush(rpc_conn *c) {
+        while (c->out_off < c->out_len) {
+                ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return 0;
+                        return -errno;
+                }
+                c->out_off += (size_t) n;
+        }
+        c->out_off = c->out_len = 0;
+        return 0;
+}
+
+static void conn_update_events(rpc_conn *c) {
+        if (!c->io)
+                return;
+        uint32_t ev = 0;
+        if (c->open && !c->read_eof && !c->close_after_flush)
+                ev |= EPOLLIN | EPOLLRDHUP;
+        if (c->out_off < c->out_len)
+                ev |= EPOLLOUT;
+        if (sd_event_source_set_io_events(c->io, ev) < 0)
+                conn_close_soon(c);
+}
+
+static cJSON *envelope(cJSON *id) {
+        cJSON *msg = cJSON_CreateObject();
+        if (!msg) {
+                cJSON_Delete(id);
+                return NULL;
+        }
+        cJSON_AddStringToObject(msg, "jsonrpc", "2.0");
+        cJSON_AddItemToObject(msg, "id", id ? id : cJSON_CreateNull());
+        return msg;
+}
+
+/* Builds an error response. `id` is taken (NULL: null). */
+static cJSON *error_message(cJSON *id, int code, const char *reason, const char *field,
+                            const char *message) {
+        cJSON *msg = envelope(id);
+        cJSON *err = cJSON_AddObjectToObject(msg, "error");
+        if (!err)
+                return msg;
+        cJSON_AddNumberToObject(err, "code", code);
+        cJSON_AddStringToObject(err, "message", message);
+        if (reason || field) {
+                cJSON *data = cJSON_AddObjectToObject(err, "data");
+                if (reason)
+                        cJSON_AddStringToObject(data, "reason", reason);
+                if (field)
+                        cJSON_AddStringToObject(data, "field", field);
+        }
+        return msg;
+}
+
+/* ---- requests ---- */
+
+static void request_free(rpc_request *req) {
+        rpc_conn *c = req->conn;
+        cJSON_Delete(req->id);
+        cJSON_Delete(req->params);
+        free(req->method);
+        free(req);
+        if (c->in_flight > 0 && --c->in_flight == 0 && c->read_eof && c->open)
+                /* The half-closed peer's last answer is queued: close once
+                 * it is flushed (the defer runs after this iteration's I/O). */
+                c->close_after_flush = true, conn_update_events(c);
+        if (c->close_after_flush && c->out_off == c->out_len && c->open)
+                conn_close_soon(c);
+        rpc_conn_unref(c);
+}
+
+void rpc_reply(rpc_request *req, cJSON *result) {
+        if (req->id && rpc_conn_is_open(req->conn)) {
+                cJSON *msg = envelope(TAKE_PTR(req->id));
+                if (!result)
+                        result = cJSON_CreateObject();
+                if (msg)
+                        cJSON_AddItemToObject(msg, "result", TAKE_PTR(result));
+                conn_queue(req->conn, msg);
+        }
+        cJSON_Delete(result);
+        request_free(req);
+}
+
+static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
+                         const char *fmt, va_list ap) {
+        if (req->id && rpc_conn_is_open(req->conn)) {
+                _cleanup_free_ char *message = NULL;
+                if (vasprintf(&message, fmt, ap) < 0)
+                        message = NULL;
+                conn_queue(req->conn, error_message(TAKE_PTR(req->id), code, reason, field,
+                                                    message ? message : "error"));
+        }
+        request_free(req);
+}
+
+void rpc_reply_error(rpc_request *req, int code, const char *reason, const char *field,
+                     const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        reply_errorv(req, code, reason, field, fmt, ap);
+        va_end(ap);
+}
+
+void rpc_reply_sb_error(rpc_request *req, const sb_error *err) {
+        if (!err)
+                return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "internal error");
+        if (err->field && (!err->reason || streq(err->reason, "invalid_params")))
+                return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, err->field, "%s", err->message);
+        rpc_reply_error(req, RPC_APP_ERROR, err->reason ? err->reason : "failed", err->field, "%s",
+                        err->message);
+}
+
+void rpc_notify(rpc_conn *conn, const char *method, cJSON *params) {
+        if (!rpc_conn_is_open(conn)) {
+                cJSON_Delete(params);
+                return;
+        }
+        cJSON *msg = cJSON_CreateObject();
+        if (msg) {
+                cJSON_AddStringToObject(msg, "jsonrpc", "2.0");
+                cJSON_AddStringToObject(msg, "method", method);
+                if (params)
+                        cJSON_AddItemToObject(msg, "params", TAKE_PTR(params));
+        }
+        cJSON_Delete(params);
+        if (msg)
+                conn_queue(conn, msg);
+}
+
+/* Answers a line that never became a request (parse error, invalid request,
+ * framing error). `id` is taken. */
+static void reply_raw_error(rpc_conn *c, cJSON *id, int code, const char *fmt, ...) _printf_(4, 5);
+static void reply_raw_error(rpc_conn *c, cJSON *id, int code, const char *fmt, ...) {
+        _cleanup_free_ char *message = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&message, fmt, ap) < 0)
+                message = NULL;
+        va_end(ap);
+        conn_queue(c, error_message(id, code, NULL, NULL, message ? message : "error"));
+}
+
+static const rpc_method *find_method(const rpc_server *s, const char *name) {
+        for (size_t i = 0; i < s->n_methods; i++)
+                if (streq(s->methods[i].name, name))
+                        return &s->methods[i];
+        return NULL;
+}
+
+/* Checks the request object (JSON-RPC 2.0 §4). On a violation, answers
+ * -32600 itself and returns false. *ret_has_id tells a request from a
+ * notification. */
+static bool request_is_valid(rpc_conn *c, cJSON *root, bool *ret_has_id) {
+        if (cJSON_IsArray(root)) {
+                reply_raw_error(c, NULL, RPC_INVALID_REQUEST, "batch requests are not supported");
+                return false;
+        }
+        if (!cJSON_IsObject(root)) {
+                reply_raw_error(c, NULL, RPC_INVALID_REQUEST, "a request must be a JSON object");
+                return false;
+        }
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+        if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id) && !cJSON_IsNull(id)) {
+                reply_raw_error(c, NULL, RPC_INVALID_REQUEST, "id must be a string, a number or null");
+                return false;
+        }
+        cJSON *reply_id = id ? cJSON_Duplicate(id, false) : NULL;
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "jsonrpc");
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "method");
+        cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "params");
+        if (!cJSON_IsString(v) || !streq(v->valuestring, "2.0"))
+                reply_raw_error(c, reply_id, RPC_INVALID_REQUEST, "jsonrpc must be \"2.0\"");
+        else if (!cJSON_IsString(m))
+                reply_raw_error(c, reply_id, RPC_INVALID_REQUEST, "method must be a string");
+        else if (p && !cJSON_IsObject(p) && !cJSON_IsArray(p))
+                reply_raw_error(c, reply_id, RPC_INVALID_REQUEST, "params must be an object or an array");
+        else {
+                cJSON_Delete(reply_id);
+                *ret_has_id = id != NULL;
+                return true;
+        }
+        return false;
+}
+
+/* Parses one line (without its '\n') and dispatches it. */
+static void handle_line(rpc_conn *c, const char *line, size_t len) {
+        size_t i = 0;
+        while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
+                i++;
+        if (i == len)
+                return;  /* empty lines are keep-alives, not errors */
+        const char *end = NULL;
+        cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
+        if (root && end) {
+                /* The whole line must be one value: "{} {}" or "{}x" is not. */
+                for (const char *e = end; e < line + len; e++)
+                        if (*e != ' ' && *e != '\t' && *e != '\r') {
+                                cJSON_Delete(root);
+                                root = NULL;
+                                break;
+                        }
+        }
+        if (!root)
+                return reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid JSON");
+        bool has_id = false;
+        if (!request_is_valid(c, root, &has_id)) {
+                cJSON_Delete(root);
+                return;
+        }
+        rpc_request *req = calloc(1, sizeof(*req));
+        if (!req) {
+                cJSON_Delete(root);
+                return reply_raw_error(c, NULL, RPC_INTERNAL_ERROR, "out of memory");
+        }
+        req->conn = rpc_conn_ref(c);
+        c->in_flight++;
+        req->id = has_id ? cJSON_DetachItemFromObjectCaseSensitive(root, "id") : NULL;
+        req->method = strdup(cJSON_GetObjectItemCaseSensitive(root, "method")->valuestring);
+        req->params = cJSON_DetachItemFromObjectCaseSensitive(root, "params");
+        if (!req->params)
+                req->params = cJSON_CreateObject();
+        cJSON_Delete(root);
+        if (!req->method || !req->params)
+                return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+        const rpc_method *m = find_method(c->server, req->method);
+        if (!m)
+                return rpc_reply_error(req, RPC_METHOD_NOT_FOUND, NULL, NULL, "method not found: %s",
+                                       req->method);
+        m->handler(req, m->userdata);
+}
+
+/* ---- input ---- */
+
+/* Frames and handles every complete line in the input buffer. At EOF, an
+ * unterminated last line counts as a line. */
+static void conn_process_input(rpc_conn *c, bool at_eof) {
+        size_t start = 0;
+        while (c->open && !c->close_after_flush) {
+                char *nl = memchr(c->in + c->in_scanned, '\n', c->in_len - c->in_scanned);
+                size_t line_len = nl ? (size_t) (nl - (c->in + start)) : c->in_len - start;
+                if (line_len > c->server->max_line_bytes) {
+                        reply_raw_error(c, NULL, RPC_INVALID_REQUEST, "line exceeds maxLineBytes (%zu bytes)",
+                                        c->server->max_line_bytes);
+                        c->close_after_flush = true;
+                        break;
+                }
+                if (!nl) {
+                        c->in_scanned = c->in_len;
+                        if (at_eof && line_len > 0) {
+                                handle_line(c, c->in + start, line_len);
+                                start = c->in_len;
+                        }
+                        break;
+                }
+                handle_line(c, c->in + start, line_len);
+                start += line_len + 1;
+                c->in_scanned = start;
+        }
+        if (!c->open || c->close_after_flush) {
+                c->in_len = c->in_scanned = 0;
+                return;
+        }
+        memmove(c->in, c->in + start, c->in_len - start);
+        c->in_len -= start;
+        c->in_scanned -= start;
+        if (c->in_len == 0 && c->in_alloc > 4 * RPC_READ_CHUNK) {
+                /* Give back the room a once-long line took. */
+                free(c->in);
+                c->in = NULL;
+                c->in_alloc = 0;
+        }
+}
+
+/* Reads what is there. Returns 0, 1 at end of input, or a negative errno. */
+static int conn_read(rpc_conn *c) {
+        for (int i = 0; i < RPC_READS_PER_WAKEUP; i++) {
+                if (c->in_alloc - c->in_len < RPC_READ_CHUNK) {
+                        char *p = realloc(c->in, c->in_len + RPC_READ_CHUNK);
+                        if (!p)
+                                return -ENOMEM;
+                        c->in = p;
+                        c->in_alloc = c->in_len + RPC_READ_CHUNK;
+                }
+                ssize_t n = recv(c->fd, c->in + c->in_len, c->in_alloc - c->in_len, MSG_DONTWAIT);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return errno == EAGAIN ? 0 : -errno;
+                }
+                if (n == 0)
+                        return 1;
+                c->in_len += (size_t) n;
+                /* Frame as we go so a flood of lines never buffers more than
+                 * one partial line plus one chunk. */
+                conn_process_input(c, false);
+                if (!c->open || c->close_after_flush)
+                        return 0;
+        }
+        return 0;
+}
+
+static int conn_io_cb(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        rpc_conn *c = userdata;
+        _cleanup_(rpc_conn_unrefp) rpc_conn *hold = rpc_conn_ref(c);
+        if (revents & EPOLLERR)
+                return conn_close(c), 0;
+        if (c->open && !c->read_eof && !c->close_after_flush && (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))) {
+                int r = conn_read(c);
+                if (r < 0)
+                        return conn_close(c), 0;
+                if (r > 0) {
+                        c->read_eof = true;
+                        conn_process_input(c, true);
+                }
+        }
+        /* Both directions gone: nobody can read what we would write. */
+        if ((revents & EPOLLHUP) || !c->server)
+                return conn_close(c), 0;
+        if (conn_flush(c) < 0)
+                return conn_close(c), 0;
+        bool drained = c->out_off == c->out_len;
+        if (drained && (c->close_after_flush || (c->read_eof && c->in_flight == 0) || !c->open))
+                return conn_close(c), 0;
+        conn_update_events(c);
+        return 0;
+}
+
+/* ---- accepting ---- */
+
+/* Root, or a member of the socket group by primary or supplementary group.
+ * The supplementary groups come from SO_PEERGROUPS: the kernel's record of
+ * the peer's credentials at connect() time, so neither a later setgroups()
+ * nor a recycled pid (the weakness of reading /proc/<pid>/status) can change
+ * the answer. The socket's mode and group already keep others from
+ * connecting; this is the second lock. */
+static bool peer_is_allowed(const rpc_server *s, int fd, const struct ucred *cred) {
+        if (cred->uid == 0)
+                return true;
+        if (s->socket_gid == (gid_t) -1)
+                return false;
+        if (cred->gid == s->socket_gid)
+                return true;
+        socklen_t len = 64 * sizeof(gid_t);
+        for (int attempt = 0; attempt < 2; attempt++) {
+                _cleanup_free_ gid_t *groups = malloc(len);
+                if (!groups)
+                        return false;
+                if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+                        if (errno == ERANGE)
+                                continue;  /* len now holds the size needed */
+                        return false;
+                }
+                for (size_t i = 0; i < len / sizeof(gid_t); i++)
+                        if (groups[i] == s->socket_gid)
+                                return true;
+                return false;
+        }
+        return false;
+}
+
+static int conn_new(rpc_server *s, int fd) {
+        rpc_conn *c = calloc(1, sizeof(*c));
+        if (!c)
+                return close(fd), -ENOMEM;
+        c->refs = 1;  /* the server list's */
+        c->server = s;
+        c->fd = fd;
+        c->open = true;
+        c->next = s->conns;
+        if (s->conns)
+                s->conns->prev = c;
+        s->conns = c;
+        socklen_t len = sizeof(c->cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
+                int r = -errno;
+                conn_close(c);
+                return r;
+        }
+        int r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN | EPOLLRDHUP, conn_io_cb, c);
+        if (r < 0) {
+                conn_close(c);
+                return r;
+        }
+        if (!peer_is_allowed(s, fd, &c->cred)) {
+                log_warning("rpc: refused connection from uid %u gid %u pid %d: not root and not in the socket group",
+                            (unsigned) c->cred.uid, (unsigned) c->cred.gid, (int) c->cred.pid);
+                cJSON *err = error_message(NULL, RPC_APP_ERROR, "permission_denied", NULL,
+                                           "permission denied: only root and members of the socket group may use sandboxd");
+                conn_queue(c, err);
+                c->close_after_flush = true;
+                conn_update_events(c);
+                return 0;
+        }
+        c->accepted = true;
+        log_debug("rpc: connection from uid %u pid %d", (unsigned) c->cred.uid, (int) c->cred.pid);
+        return 0;
+}
+
+static int accept_backoff_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        rpc_server *s = userdata;
+        s->accept_backoff = sd_event_source_disable_unref(s->accept_backoff);
+        sd_event_source_set_enabled(s->listen_io, SD_EVENT_ON);
+        return 0;
+}
+
+static int listen_io_cb(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        rpc_server *s = userdata;
+        for (int i = 0; i < 64; i++) {
+                int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (cfd < 0) {
+                        if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+                                return 0;
+                        log_warning_errno(-errno, "rpc: accept: %m");
+                        if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
+                            !s->accept_backoff &&
+                            sd_event_add_time_relative(s->event, &s->accept_backoff, CLOCK_MONOTONIC,
+                                                       RPC_ACCEPT_BACKOFF_USEC, 0, accept_backoff_cb, s) >= 0)
+                                sd_event_source_set_enabled(s->listen_io, SD_EVENT_OFF);
+                        return 0;
+                }
+                int r = conn_new(s, cfd);
+                if (r < 0)
+                        log_warning_errno(r, "rpc: set up connection: %m");
+        }
+        return 0;
+}
+
+/* ---- the listening socket ---- */
+
+/* Refuses to replace anything but a stale socket: a regular file at the
+ * configured path is an operator's mistake, and a socket someone still
+ * listens on is another running daemon. */
+static int check_existing(const char *path, sb_error **ret_err) {
+        struct stat st;
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : sb_error_set(ret_err, -errno, NULL, NULL, "stat '%s': %m", path);
+        if (!S_ISSOCK(st.st_mode))
+                return sb_error_set(ret_err, -EEXIST, NULL, NULL, "'%s' exists and is not a socket; not replacing it",
+                                    path);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return sb_error_set(ret_err, -errno, NULL, NULL, "socket: %m");
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        strncpy(sa.sun_path, path, sizeof(sa.sun_path) - 1);
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 || errno == EAGAIN)
+                return sb_error_set(ret_err, -EADDRINUSE, NULL, NULL,
+                                    "'%s': another server is listening there (is sandboxd already running?)",
+                                    path);
+        return 0;
+}
+
+/* Binds under a temporary name, sets mode and owner, then renames over the
+ * final path: the socket never exists at its public path with the umask's
+ * mode or root's group, and a stale socket is replaced atomically. */
+static int bind_socket(rpc_server *s, const rpc_server_config *cfg, sb_error **ret_err) {
+        const char *path = cfg->socket_path;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        _cleanup_free_ char *tmp = NULL;
+        if (!path || path[0] != '/')
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "socket path must be absolute");
+        if (asprintf(&tmp, "%s.%d.tmp", path, (int) getpid()) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if (strlen(tmp) >= sizeof(sa.sun_path))
+                return sb_error_set(ret_err, -ENAMETOOLONG, NULL, NULL, "socket path '%s' is too long", path);
+        int r = check_existing(path, ret_err);
+        if (r < 0)
+                return r;
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return sb_error_set(ret_err, -errno, NULL, NULL, "socket: %m");
+        strcpy(sa.sun_path, tmp);
+        (void) unlink(tmp);  /* our own leftover from a crash with a recycled pid */
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                return sb_error_set(ret_err, -errno, NULL, NULL, "bind '%s': %m", tmp);
+        gid_t gid = cfg->socket_gid == (gid_t) -1 ? 0 : cfg->socket_gid;
+        struct stat st;
+        if (chmod(tmp, cfg->socket_mode) < 0 || chown(tmp, 0, gid) < 0 || lstat(tmp, &st) < 0 ||
+            rename(tmp, path) < 0) {
+                r = sb_error_set(ret_err, -errno, NULL, NULL, "set up socket '%s': %m", path);
+                (void) unlink(tmp);
+                return r;
+        }
+        if (listen(fd, SOMAXCONN) < 0) {
+                r = sb_error_set(ret_err, -errno, NULL, NULL, "listen '%s': %m", path);
+                (void) unlink(path);
+                return r;
+        }
+        s->bound_path = strdup(path);
+        s->bound_dev = st.st_dev;
+        s->bound_ino = st.st_ino;
+        s->listen_fd = TAKE_FD(fd);
+        return 0;
+}
+
+/* A socket from systemd: must be a listening Unix stream socket. systemd
+ * hands it over blocking; accept4() needs it non-blocking. */
+static int adopt_socket(rpc_server *s, int fd, sb_error **ret_err) {
+        int r = sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "inherited socket %d: %s", fd, strerror(-r));
+        if (r == 0)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "inherited fd %d is not a listening Unix stream socket", fd);
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+                return sb_error_set(ret_err, -errno, NULL, NULL, "inherited socket %d: %m", fd);
+        s->listen_fd = fd;
+        return 0;
+}
+
+int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **ret, sb_error **ret_err) {
+        rpc_server *s = calloc(1, sizeof(*s));
+        if (!s)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        s->event = sd_event_ref(event);
+        s->listen_fd = -EBADF;
+        s->max_line_bytes = cfg->max_line_bytes ? cfg->max_line_bytes : 16u * 1024 * 1024;
+        s->socket_gid = cfg->socket_gid;
+        int r = cfg->listen_fd >= 0 ? adopt_socket(s, cfg->listen_fd, ret_err) : bind_socket(s, cfg, ret_err);
+        if (r >= 0) {
+                r = sd_event_add_io(event, &s->listen_io, s->listen_fd, EPOLLIN, listen_io_cb, s);
+                if (r < 0)
+                        sb_error_set(ret_err, r, NULL, NULL, "watch listening socket: %s", strerror(-r));
+        }
+        if (r < 0) {
+                rpc_server_free(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+void rpc_server_free(rpc_server *s) {
+        if (!s)
+                return;
+        /* Close connections first: their close handler may still look at
+         * the server's owner, which outlives this call. */
+        while (s->conns)
+                conn_close(s->conns);
+        sd_event_source_disable_unref(s->listen_io);
+        sd_event_source_disable_unref(s->accept_backoff);
+        if (s->listen_fd >= 0)
+                close(s->listen_fd);
+        /* Unlink only the socket we made: a newer daemon may have replaced it. */
+        struct stat st;
+        if (s->bound_path && lstat(s->bound_path, &st) == 0 && st.st_dev == s->bound_dev &&
+            st.st_ino == s->bound_ino)
+                (void) unlink(s->bound_path);
+        free(s->bound_path);
+        for (size_t i = 0; i < s->n_methods; i++)
+                free(s->methods[i].name);
+        free(s->methods);
+        sd_event_unref(s->event);
+        free(s);
+}
+
+int rpc_server_add_method(rpc_server *s, const char *method, rpc_handler handler, void *userdata) {
+        if (find_method(s, method))
+                return -EEXIST;
+        rpc_method *m = realloc(s->methods, (s->n_methods + 1) * sizeof(*m));
+        if (!m)
+                return -ENOMEM;
+        s->methods = m;
+        char *name = strdup(method);
+        if (!name)
+                return -ENOMEM;
+        s->methods[s->n_methods++] = (rpc_method) { name, handler, userdata };
+        return 0;
+}
+
+void rpc_server_set_close_handler(rpc_server *s, rpc_close_handler h, void *userdata) {
+        s->close_handler = h;
+        s->close_userdata = userdata;
+}
+
+/* ---- parameter helpers ---- */
+
+static int param_get(rpc_request *req, const char *field, bool required, cJSON **ret, sb_error **ret_err) {
+        cJSON *v = cJSON_IsObject(req->params) ? cJSON_GetObjectItemCaseSensitive(req->params, field) : NULL;
+        if (!v && required)
+                return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: missing required parameter", field);
+        *ret = v;
+        return 0;
+}
+
+static int param_wrong_type(const char *field, const char *what, sb_error **ret_err) {
+        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be %s", field, what);
+}
+
+int rpc_param_string(rpc_request *req, const char *field, bool required, const char **ret,
+                     sb_error **ret_err) {
+        cJSON *v = NULL;
+        int r = param_get(req, field, required, &v, ret_err);
+        if (r < 0 || !v)
+                return r;
+        if (!cJSON_IsString(v))
+                return param_wrong_type(field, "a string", ret_err);
+        *ret = v->valuestring;
+        return 0;
+}
+
+int rpc_param_bool(rpc_request *req, const char *field, bool *ret, sb_error **ret_err) {
+        cJSON *v = NULL;
+        int r = param_get(req, field, false, &v, ret_err);
+        if (r < 0 || !v)
+                return r;
+        if (!cJSON_IsBool(v))
+                return param_wrong_type(field, "true or false", ret_err);
+        *ret = cJSON_IsTrue(v);
+        return 0;
+}
+
+int rpc_param_int(rpc_request *req, const char *field, bool required, int64_t min, int64_t max,
+                  int64_t *ret, sb_error **ret_err) {
+        cJSON *v = NULL;
+        int r = param_get(req, field, required, &v, ret_err);
+        if (r < 0 || !v)
+                return r;
+        double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        /* 2^63 is exactly representable; anything at or past it (or below
+         * -2^63) does not fit an int64_t and must not reach the cast. */
+        if (!isfinite(d) || d != floor(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 ||
+            (int64_t) d < min || (int64_t) d > max)
+                return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                    "%s: must be an integer from %" PRId64 " to %" PRId64, field, min, max);
+        *ret = (int64_t) d;
+        return 0;
+}
+
+int rpc_param_object(rpc_request *req, const char *field, bool required, cJSON **ret, sb_error **ret_err) {
+        cJSON *v = NULL;
+        int r = param_get(req, field, required, &v, ret_err);
+        if (r < 0 || !v)
+                return r;
+        if (!cJSON_IsObject(v))
+                return param_wrong_type(field, "an object", ret_err);
+        *ret = v;
+        return 0;
+}
+
+int rpc_param_array(rpc_request *req, const char *field, bool required, cJSON **ret, sb_error **ret_err) {
+        cJSON *v = NULL;
+        int r = param_get(req, field, required, &v, ret_err);
+        if (r < 0 || !v)
+                return r;
+        if (!cJSON_IsArray(v))
+                return param_wrong_type(field, "an array", ret_err);
+        *ret = v;
+        return 0;
+}

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""make bench: sandboxd's costs beside bubblewrap and a plain fork+exec.
+
+Measured in one run, in the test world (tests/integration/world.py), with a
+private sandboxd:
+  (a) create --deny-all + exec true + rm, through sandboxctl and through the
+      raw JSON-RPC API
+  (b) exec `true` in a running sandbox (sandboxctl and raw API)
+  (c) bwrap --unshare-all ... true
+  (d) fork+exec of true (subprocess)
+and sandboxd's resident memory idle and with N idle sandboxes (the daemon's
+VmRSS, and the daemon plus every sandbox-init it started). Prints p50/p90 and
+ratios. No assertions on time: numbers are reported, never judged.
+
+    python3 tests/bench/bench.py [--iterations N] [--sandboxes N]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+import world as W  # noqa: E402
+
+BWRAP = ["bwrap", "--unshare-all", "--dev", "/dev", "--proc", "/proc", "--ro-bind", "/usr", "/usr",
+         "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+         "--symlink", "usr/lib64", "/lib64", "true"]
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def timed(fn, n):
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        fn(i)
+        out.append((time.perf_counter() - t) * 1000.0)
+    return out
+
+
+def rss_kib(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def children_rss(daemon_pid):
+    """(count, KiB) of sandbox-init processes descending from the daemon."""
+    parents = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                s = f.read()
+            parents[int(p)] = int(s[s.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+    count = kib = 0
+    for pid in parents:
+        q, depth = pid, 0
+        while q in parents and q != daemon_pid and depth < 32:
+            q, depth = parents[q], depth + 1
+        if q == daemon_pid and pid != daemon_pid:
+            try:
+                exe = os.readlink("/proc/%d/exe" % pid)
+            except OSError:
+                exe = ""
+            if "sandbox-init" in exe:
+                count += 1
+                kib += rss_kib(pid)
+    return count, kib
+
+
+def check_ok(code, what, err=""):
+    if code != 0:
+        raise SystemExit("bench: %s failed (exit %d): %s" % (what, code, str(err).strip()[:300]))
+
+
+def main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--sandboxes", type=int, default=100)
+    args = ap.parse_args(argv)
+    n = args.iterations
+    if os.geteuid() != 0:
+        print("bench: needs root")
+        return 1
+    rows = []
+    with W.World(quiet=False) as w:
+        d = w.start_sandboxd()
+        print("bench: %d iterations each, sandboxd pid %d" % (n, d.pid), flush=True)
+        tag = w.id
+
+        def cli_cycle(i):
+            name = "b%s-c%d" % (tag, i)
+            c, _o, e = d.ctl("create", "--name", name, "--deny-all")
+            check_ok(c, "create", e)
+            c, _o, e = d.ctl("exec", name, "--", "true")
+            check_ok(c, "exec", e)
+            c, _o, e = d.ctl("rm", name)
+            check_ok(c, "rm", e)
+
+        rpc = d.connect(120)
+
+        def rpc_call(method, params):
+            m = rpc.call(method, params, 120)
+            if "error" in m:
+                raise SystemExit("bench: %s: %s" % (method, m["error"]))
+            return m["result"]
+
+        def rpc_cycle(i):
+            name = "b%s-r%d" % (tag, i)
+            rpc_call("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+            rpc_call("command.run", {"sandbox": name, "cmd": "true"})
+            rpc_call("sandbox.delete", {"name": name})
+            rpc.notes.clear()
+
+        rows.append(("create+exec+rm (sandboxctl)", timed(cli_cycle, n)))
+        rows.append(("create+exec+rm (JSON-RPC)", timed(rpc_cycle, n)))
+
+        warm = "b%s-warm" % tag
+        c, _o, e = d.ctl("create", "--name", warm, "--deny-all")
+        check_ok(c, "create", e)
+
+        def cli_exec(i):
+            c, _o, e = d.ctl("exec", warm, "--", "true")
+            check_ok(c, "exec", e)
+
+        def rpc_exec(i):
+            rpc_call("command.run", {"sandbox": warm, "cmd": "true"})
+            rpc.notes.clear()
+
+        rows.append(("exec true (sandboxctl)", timed(cli_exec, n)))
+        rows.append(("exec true (JSON-RPC)", timed(rpc_exec, n)))
+        d.ctl("rm", warm)
+
+        if shutil.which("bwrap"):
+            def bwrap(i):
+                subprocess.run(BWRAP, check=True, stdin=subprocess.DEVNULL)
+            rows.append(("bwrap --unshare-all true", timed(bwrap, n)))
+        rows.append(("fork+exec true", timed(lambda i: subprocess.run(["true"], check=True), n)))
+
+        # Memory: idle, then with N idle sandboxes.
+        idle = rss_kib(d.pid)
+        names = []
+        for i in range(args.sandboxes):
+            name = "b%s-m%d" % (tag, i)
+            rpc_call("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+            names.append(name)
+        loaded = rss_kib(d.pid)
+        inits, inits_kib = children_rss(d.pid)
+        for name in names:
+            rpc_call("sandbox.delete", {"name": name})
+        after = rss_kib(d.pid)
+        rpc.close()
+        w.stop_sandboxd()
+
+    base = {r[0]: pct(r[1], 50) for r in rows}
+    fe = base.get("fork+exec true")
+    bw = base.get("bwrap --unshare-all true")
+    print()
+    print("%-30s %9s %9s %9s %11s %9s" % ("operation", "p50 ms", "p90 ms", "runs",
+                                         "x fork+exec", "x bwrap"))
+    for label, xs in rows:
+        p50 = pct(xs, 50)
+        print("%-30s %9.2f %9.2f %9d %11s %9s" % (
+            label, p50, pct(xs, 90), len(xs),
+            "%.1f" % (p50 / fe) if fe else "-", "%.1f" % (p50 / bw) if bw else "-"))
+    print()
+    k = max(1, args.sandboxes)
+    print("memory (VmRSS, KiB)")
+    print("  sandboxd idle                      %8d" % idle)
+    print("  sandboxd with %3d idle sandboxes   %8d   (+%.1f KiB per sandbox)"
+          % (args.sandboxes, loaded, (loaded - idle) / k))
+    print("  sandbox-init processes (%3d)       %8d   (%.1f KiB each)"
+          % (inits, inits_kib, inits_kib / max(1, inits)))
+    print("  host total per sandbox             %8.1f   (daemon delta + its sandbox-init)"
+          % ((loaded - idle + inits_kib) / k))
+    print("  sandboxd after deleting them       %8d" % after)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

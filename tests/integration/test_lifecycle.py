@@ -1,0 +1,78 @@
+"""Sandbox lifecycle: create/get/list, timeout, stop, delete leaves nothing."""
+import json
+
+import leaks
+from common import create, delete, expect, expect_eq, get, poll, sandbox, sh_ok
+
+
+def test_create_get_list_delete(world):
+    name, _c, out, _e = create(world, "basic", "--deny-all", "--tag", "team=a")
+    try:
+        sb = json.loads(out)
+        expect_eq((sb.get("name"), sb.get("status")), (name, "running"), "create result")
+        expect_eq(sb.get("networkPolicy"), "deny-all", "networkPolicy")
+        got, code, err = get(world, name)
+        expect(got is not None, "get failed:", code, err)
+        expect_eq(got.get("id"), sb.get("id"), "id from get")
+        code, out, err = world.ctl("--json", "ls")
+        expect_eq(code, 0, "ls exit code (%s)" % err.strip())
+        expect(name in out, "ls does not list", name)
+    finally:
+        code, _o, err = delete(world, name)
+    expect_eq(code, 0, "rm exit code (%s)" % err.strip())
+    _g, code, _e = get(world, name)
+    expect_eq(code, 4, "get after rm: exit code (not found)")
+    leaks.check(world, name)
+
+
+def test_create_duplicate_name_conflicts(world):
+    with sandbox(world, "dup", "--deny-all") as name:
+        code, _o, err = world.ctl("create", "--name", name, "--deny-all")
+        expect_eq(code, 5, "exit code of a second create with the same name (%s)" % err.strip())
+
+
+def test_unknown_sandbox_is_not_found(world):
+    code, _o, _e = world.ctl("exec", world.name("ghost"), "--", "true")
+    expect_eq(code, 4, "exec into a missing sandbox: exit code")
+
+
+def test_sandbox_timeout_stops_session(world):
+    name, _c, _o, _e = create(world, "timeout", "--deny-all", "--timeout", "2s")
+    try:
+        def stopped():
+            sb, code, _err = get(world, name)
+            if sb is None:
+                return code == 4 and "gone"  # non-persistent: deleted when its session ends
+            return sb.get("status") in ("stopped", "failed") and sb["status"]
+        state = poll(stopped, 30, "sandbox %s to stop after its 2 s timeout" % name)
+        expect(state in ("gone", "stopped"), "state after timeout:", state)
+        code, _o, _e = world.ctl("exec", name, "--", "true")
+        expect(code != 0, "exec after the timeout should fail")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_delete_with_running_commands_leaves_nothing(world):
+    name, _c, _o, _e = create(world, "leak", "--allow-all")
+    try:
+        world.ctl("exec", "--detach", name, "--", "sleep", "300", check=True)
+        world.ctl("exec", "--detach", name, "--", "sh", "-c", "sleep 300 & sleep 300", check=True)
+        sh_ok(world, name, "echo x > /workspace/f")
+    finally:
+        code, _o, err = delete(world, name)
+    expect_eq(code, 0, "rm exit code (%s)" % err.strip())
+    leaks.check(world, name)
+
+
+def test_stop_then_get(world):
+    name, _c, _o, _e = create(world, "stop", "--deny-all")
+    try:
+        code, _o, err = world.ctl("stop", name)
+        expect_eq(code, 0, "stop exit code (%s)" % err.strip())
+        sb, code, _e = get(world, name)
+        expect(sb is None or sb.get("status") in ("stopped", "failed"),
+               "status after stop:", sb and sb.get("status"))
+    finally:
+        delete(world, name)
+    leaks.check(world, name)

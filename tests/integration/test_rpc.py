@@ -1,0 +1,216 @@
+"""Bad input on the JSON-RPC socket: every case gets the documented error
+(docs/API.md) and the daemon keeps serving other clients."""
+import json
+import socket
+
+import world as W
+from common import expect, expect_eq, sandbox
+
+# method -> (required params with a valid-looking value, a wrong-typed value per field)
+METHODS = {
+    "sandbox.get": {"name": ("x", 5)},
+    "sandbox.stop": {"name": ("x", 5)},
+    "sandbox.delete": {"name": ("x", [])},
+    "sandbox.extendTimeout": {"name": ("x", 5), "duration": (1000, "long")},
+    "command.run": {"sandbox": ("x", 5), "cmd": ("true", {"a": 1})},
+    "command.write": {"cmdId": ("cmd-x", 5), "data": ("", 5)},
+    "command.closeStdin": {"cmdId": ("cmd-x", True)},
+    "command.resize": {"cmdId": ("cmd-x", 5), "rows": (24, "24"), "cols": (80, "80")},
+    "command.wait": {"cmdId": ("cmd-x", 5)},
+    "command.kill": {"cmdId": ("cmd-x", 5)},
+    "command.logs": {"cmdId": ("cmd-x", None)},
+    "command.get": {"cmdId": ("cmd-x", 5)},
+    "fs.write": {"sandbox": ("x", 5), "files": ([], "files")},
+    "fs.read": {"sandbox": ("x", 5), "path": ("/x", 5)},
+    "fs.mkdir": {"sandbox": ("x", 5), "path": ("/x", 5)},
+    "fs.list": {"sandbox": ("x", 5), "path": ("/x", 5)},
+    "fs.stat": {"sandbox": ("x", 5), "path": ("/x", 5)},
+    "fs.remove": {"sandbox": ("x", 5), "path": ("/x", 5)},
+}
+
+# Optional params of the create and list calls, wrong-typed.
+OPTIONAL_WRONG = [
+    ("sandbox.create", {"name": 5}, "name"),
+    ("sandbox.create", {"name": "Bad_Name!"}, "name"),
+    ("sandbox.create", {"timeout": "5m"}, "timeout"),
+    ("sandbox.create", {"env": {"K": 5}}, "env.K"),
+    ("sandbox.create", {"tags": ["a"]}, "tags"),
+    ("sandbox.create", {"persistent": "yes"}, "persistent"),
+    ("sandbox.create", {"resources": {"vcpus": "two"}}, "resources.vcpus"),
+    ("sandbox.create", {"source": {"type": "git"}}, "source.url"),
+    ("sandbox.create", {"source": {"type": "floppy"}}, "source.type"),
+    ("sandbox.create", {"source": {"type": "git", "url": 5}}, "source.url"),
+    ("sandbox.list", {"limit": "ten"}, "limit"),
+    ("fs.write", {"sandbox": "x", "files": [{"path": 5, "content": ""}]}, "files[0].path"),
+    ("fs.write", {"sandbox": "x", "files": [{"path": "/a", "content": 5}]}, "files[0].content"),
+    ("command.run", {"sandbox": "x", "cmd": "true", "args": [1]}, "args[0]"),
+    ("command.run", {"sandbox": "x", "cmd": "true", "timeoutMs": "1s"}, "timeoutMs"),
+]
+
+
+def _still_serving(world, d=None):
+    d = d or world.daemon
+    expect(d.alive(), "sandboxd died")
+    msg = d.rpc("daemon.info", None, timeout=10)
+    expect("result" in msg and msg["result"].get("pid") is not None,
+           "daemon.info after bad input:", json.dumps(msg)[:300])
+
+
+def _err(msg, what):
+    expect(isinstance(msg, dict) and "error" in msg, "%s: expected an error, got" % what,
+           json.dumps(msg)[:300])
+    return msg["error"]
+
+
+def test_daemon_info_answers(world):
+    r = world.rpc_result("daemon.info")
+    for k in ("version", "pid", "limits", "capabilities"):
+        expect(k in r, "daemon.info lacks", k, r)
+    expect_eq(r["pid"], world.daemon.pid, "daemon.info pid")
+
+
+def test_missing_params_are_32602_with_field(world):
+    bad = []
+    for method, fields in METHODS.items():
+        msg = world.rpc(method, {})
+        e = _err(msg, method + " {}")
+        field = (e.get("data") or {}).get("field")
+        if e.get("code") != -32602 or field not in fields:
+            bad.append("%s {} -> %s" % (method, json.dumps(e)[:160]))
+    expect(not bad, "missing params not answered with -32602 naming the field:", "; ".join(bad))
+    _still_serving(world)
+
+
+def test_wrong_typed_params_are_32602_with_field(world):
+    bad = []
+    for method, fields in METHODS.items():
+        for f in fields:
+            params = {k: v[0] for k, v in fields.items()}
+            params[f] = fields[f][1]
+            e = _err(world.rpc(method, params), method)
+            field = (e.get("data") or {}).get("field")
+            if e.get("code") != -32602 or field != f:
+                bad.append("%s %s -> %s" % (method, json.dumps(params), json.dumps(e)[:160]))
+    for method, params, f in OPTIONAL_WRONG:
+        e = _err(world.rpc(method, params), method)
+        field = (e.get("data") or {}).get("field")
+        if e.get("code") != -32602 or field != f:
+            bad.append("%s %s -> %s" % (method, json.dumps(params), json.dumps(e)[:160]))
+    expect(not bad, "%d wrong-typed params not answered with -32602 naming the field:" % len(bad),
+           "; ".join(bad))
+    _still_serving(world)
+
+
+def test_params_not_an_object_is_32602(world):
+    with world.daemon.connect() as c:
+        c.send({"jsonrpc": "2.0", "id": 1, "method": "sandbox.get", "params": "x"})
+        e = _err(c.read_msg(10), "params as a string")
+        expect(e.get("code") in (-32602, -32600), "params as a string:", e)
+    _still_serving(world)
+
+
+def test_unknown_method_is_32601(world):
+    e = _err(world.rpc("sandbox.explode", {}), "unknown method")
+    expect_eq(e.get("code"), -32601, "code")
+    _still_serving(world)
+
+
+def test_garbage_is_32700(world):
+    with world.daemon.connect() as c:
+        c.send_raw(b"\x00\xff{{{ not json\n")
+        m = c.read_msg(10)
+        e = _err(m, "garbage")
+        expect_eq(e.get("code"), -32700, "code for garbage")
+        expect("id" in m and m["id"] is None, "parse error id should be null:", m)
+        # The connection keeps working after a parse error.
+        r = c.call("daemon.info", None, 10)
+        expect("result" in r, "same connection after a parse error:", r)
+    _still_serving(world)
+
+
+def test_batch_is_32600(world):
+    with world.daemon.connect() as c:
+        c.send([{"jsonrpc": "2.0", "id": 1, "method": "daemon.info"}])
+        e = _err(c.read_msg(10), "batch")
+        expect_eq(e.get("code"), -32600, "code for a batch")
+    _still_serving(world)
+
+
+def test_invalid_request_objects_are_32600(world):
+    cases = [{"id": 1, "method": "daemon.info"},                      # no jsonrpc
+             {"jsonrpc": "1.0", "id": 1, "method": "daemon.info"},
+             {"jsonrpc": "2.0", "id": 1, "method": 5},
+             {"jsonrpc": "2.0", "id": {"x": 1}, "method": "daemon.info"},
+             42, "str"]
+    bad = []
+    with world.daemon.connect() as c:
+        for case in cases:
+            c.send(case)
+            m = c.read_msg(10)
+            if not (isinstance(m, dict) and (m.get("error") or {}).get("code") == -32600):
+                bad.append("%s -> %s" % (json.dumps(case), json.dumps(m)[:160]))
+    expect(not bad, "not -32600:", "; ".join(bad))
+    _still_serving(world)
+
+
+def test_line_over_limit_is_32600_and_daemon_survives(world):
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"maxLineBytes": 4096}, tag="small")
+    try:
+        with d.connect(10) as c:
+            big = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "daemon.info",
+                              "params": {"pad": "x" * 10000}}).encode() + b"\n"
+            try:
+                c.send_raw(big)
+            except OSError:
+                pass  # the daemon may close before reading it all
+            m = c.read_msg(10)
+            e = _err(m, "line over maxLineBytes")
+            expect_eq(e.get("code"), -32600, "code for an oversized line")
+            # The connection is closed afterwards (the rest cannot be framed).
+            try:
+                rest = c.read_msg(10)
+            except (OSError, ValueError):
+                rest = None
+            expect(rest is None, "connection should close after an oversized line:", rest)
+        # A line just under the limit still works.
+        r = d.rpc("daemon.info", {"pad": "y" * 2000}, timeout=10)
+        expect("result" in r or (r.get("error") or {}).get("code") == -32602,
+               "line under the limit:", json.dumps(r)[:200])
+        info = d.rpc_result("daemon.info", None, 10)
+        expect_eq(info.get("limits", {}).get("maxLineBytes"), 4096, "limits.maxLineBytes")
+        _still_serving(world, d)
+    finally:
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def test_client_disconnect_mid_stream(world):
+    with sandbox(world, "hangup", "--deny-all") as name:
+        c = world.daemon.connect(30)
+        c.start("command.run", {"sandbox": name, "cmd": "sh",
+                                "args": ["-c", "yes | head -c 10000000"]})
+        c.wait_note(lambda n: n.get("method") == "command.output", 30)
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        _still_serving(world)
+        # The sandbox keeps working for the next client.
+        code, out, err = world.ctl("exec", name, "--", "echo", "alive")
+        expect_eq((code, out), (0, "alive\n"), "exec after a client hung up (%s)" % err.strip())
+        # Many half-finished clients do not wedge the daemon either.
+        socks = []
+        for _ in range(20):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(world.daemon.socket)
+            s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.in')
+            socks.append(s)
+        _still_serving(world)
+        for s in socks:
+            s.close()
+    _still_serving(world)
+
+
+def test_not_found_reason(world):
+    e = _err(world.rpc("sandbox.get", {"name": world.name("missing")}), "get missing")
+    expect_eq((e.get("code"), (e.get("data") or {}).get("reason")), (-32000, "not_found"),
+              "error for a missing sandbox")

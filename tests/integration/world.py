@@ -1,0 +1,720 @@
+"""The test world (DESIGN §8): a private "world host" network namespace where
+sandboxd runs, wired by veth to a private "internet" namespace that holds the
+fake upstream (dnsmasq, a git daemon, an HTTP server, TCP listeners).
+
+Nothing here touches the machine's real network: both namespaces are new,
+the veth is created inside them, and the only addresses used are
+203.0.113.0/24 (TEST-NET-3) inside the world and loopback.
+
+Usage:
+
+    with World() as w:
+        d = w.start_sandboxd()
+        code, out, err = w.ctl("create", "--deny-all", "--name", "x")
+
+Everything the world creates (namespaces, resolv.conf, cgroups, processes,
+temp dirs) is torn down on exit, on an exception, at interpreter exit and on
+SIGINT/SIGTERM. Processes are stopped by pid (or by the process group of a
+process this module started), never by name.
+"""
+import atexit
+import base64
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _toplevel():
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=HERE,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        if out:
+            return out
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+REPO = _toplevel()
+BUILD = os.path.join(REPO, "build")
+# Overridable to test installed binaries (SANDBOXD=/usr/local/sbin/sandboxd ...).
+SANDBOXD = os.environ.get("SANDBOXD", os.path.join(BUILD, "sandboxd"))
+SANDBOX_INIT = os.environ.get("SANDBOX_INIT", os.path.join(BUILD, "sandbox-init"))
+SANDBOXCTL = os.environ.get("SANDBOXCTL", os.path.join(BUILD, "sandboxctl"))
+SERVERS = os.path.join(HERE, "servers.py")
+
+HOST_ADDR = "203.0.113.1"
+INET_ADDR = "203.0.113.254"
+GIT_ADDR = "203.0.113.9"
+HTTP_ADDR = "203.0.113.10"
+DNS_ADDR = "203.0.113.53"
+SPARE_ADDR = "203.0.113.11"
+LISTEN_PORT = 7000
+
+
+class WorldError(Exception):
+    pass
+
+
+class Skip(Exception):
+    """Raised by a test that cannot run here (says why)."""
+
+
+def _run(cmd, check=True, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise WorldError("%s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()))
+    return p
+
+
+def _kill_group(proc, grace=5.0):
+    """SIGTERM the process group of `proc` (a process we started with
+    start_new_session), wait, then SIGKILL."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(5)
+
+
+def _wait_ready_line(proc, what, deadline_s=10.0):
+    """Waits for a server started with stdout=PIPE to print "ready"."""
+    deadline = time.monotonic() + deadline_s
+    buf = b""
+    fd = proc.stdout.fileno()
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not r:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+        if b"ready" in buf:
+            return
+    raise WorldError("%s did not become ready (exit %s)" % (what, proc.poll()))
+
+
+# ---------------------------------------------------------------- cgroups
+
+def _cgroup_hierarchies():
+    """[(mountpoint, own path)] for every cgroup hierarchy this process is in."""
+    own = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            hid, ctrls, path = line.rstrip("\n").split(":", 2)
+            own[(hid, ctrls)] = path
+    result = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.split(" - ", 1)
+            mnt = left.split()[4]
+            fstype, _src, opts = right.split()[:3]
+            if fstype == "cgroup2":
+                for (hid, _c), path in own.items():
+                    if hid == "0":
+                        result.append((mnt, path))
+            elif fstype == "cgroup":
+                optset = set(opts.split(","))
+                for (hid, ctrls), path in own.items():
+                    if hid != "0" and ctrls and set(ctrls.split(",")) <= optset:
+                        result.append((mnt, path))
+    seen, uniq = set(), []
+    for m, p in result:
+        if m not in seen:
+            seen.add(m)
+            uniq.append((m, p))
+    return uniq
+
+
+def cgroup_mounts():
+    """Mount points of every cgroup filesystem the host has."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.split(" - ", 1)
+            if right.split()[0] in ("cgroup", "cgroup2"):
+                mounts.append(left.split()[4])
+    return mounts
+
+
+# ---------------------------------------------------------------- RPC
+
+class RpcConn:
+    """A raw JSON-RPC 2.0 client: one message per line over the Unix socket.
+    Notifications that arrive while waiting for a response are kept in
+    `notes` in arrival order."""
+
+    def __init__(self, path, timeout=60.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+        self.notes = []
+        self.responses = {}
+        self.next_id = 1
+        self.timeout = timeout
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send_raw(self, data):
+        self.sock.sendall(data)
+
+    def send(self, obj):
+        self.send_raw(json.dumps(obj).encode() + b"\n")
+
+    def read_msg(self, timeout=None):
+        """Next message (dict or whatever JSON the line holds); None on EOF."""
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no message from sandboxd in time")
+            self.sock.settimeout(left)
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def start(self, method, params=None):
+        """Sends a request; returns its id."""
+        rid = self.next_id
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return rid
+
+    def wait(self, rid, timeout=None):
+        """The response to request `rid` (the whole message)."""
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        while rid not in self.responses:
+            msg = self.read_msg(max(0.001, deadline - time.monotonic()))
+            if msg is None:
+                raise ConnectionError("sandboxd closed the connection")
+            if isinstance(msg, dict) and "id" in msg and ("result" in msg or "error" in msg):
+                self.responses[msg["id"]] = msg
+            else:
+                self.notes.append(msg)
+        return self.responses.pop(rid)
+
+    def call(self, method, params=None, timeout=None):
+        return self.wait(self.start(method, params), timeout)
+
+    def result(self, method, params=None, timeout=None):
+        msg = self.call(method, params, timeout)
+        if "error" in msg:
+            raise WorldError("%s: %s" % (method, json.dumps(msg["error"])))
+        return msg["result"]
+
+    def wait_note(self, pred, timeout=None):
+        """Waits for (and removes) the first notification matching pred."""
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        while True:
+            for i, n in enumerate(self.notes):
+                if pred(n):
+                    return self.notes.pop(i)
+            msg = self.read_msg(max(0.001, deadline - time.monotonic()))
+            if msg is None:
+                raise ConnectionError("sandboxd closed the connection")
+            if isinstance(msg, dict) and "id" in msg and ("result" in msg or "error" in msg):
+                self.responses[msg["id"]] = msg
+            else:
+                self.notes.append(msg)
+
+    def output(self, cmd_id, stream="stdout"):
+        """Concatenated command.output data seen so far for cmd_id."""
+        data = b""
+        for n in self.notes:
+            p = n.get("params", {}) if isinstance(n, dict) else {}
+            if n.get("method") == "command.output" and p.get("cmdId") == cmd_id \
+                    and p.get("stream") == stream:
+                data += base64.b64decode(p.get("data", ""))
+        return data
+
+
+# ---------------------------------------------------------------- daemon
+
+class Daemon:
+    """One sandboxd process running in the world host namespace."""
+
+    def __init__(self, world, config=None, tag="d"):
+        self.world = world
+        self.dir = tempfile.mkdtemp(prefix="sandboxd-%s-" % tag, dir=world.tmp)
+        self.socket = os.path.join(self.dir, "sandboxd.sock")
+        self.state_dir = os.path.join(self.dir, "state")
+        self.run_dir = os.path.join(self.dir, "run")
+        self.log_path = os.path.join(self.dir, "sandboxd.log")
+        self.config = config
+        self.proc = None
+        self.pid = None
+
+    def start(self, deadline_s=20.0):
+        # Not `ip netns exec`: it remounts /sys, which hides the cgroup
+        # filesystems. Enter the network namespace only, and in a mount
+        # namespace of its own (slave: host mounts still propagate in) bind
+        # the world's resolv.conf, as `ip netns exec` would.
+        resolv = os.path.join(self.world.etc_netns, "resolv.conf")
+        argv = ["nsenter", "--net=/run/netns/" + self.world.host_ns, "--",
+                "unshare", "--mount", "--propagation", "slave", "--",
+                "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolv,
+                SANDBOXD, "--socket", self.socket, "--state-dir", self.state_dir,
+                "--run-dir", self.run_dir]
+        if self.config is not None:
+            cfg = os.path.join(self.dir, "daemon.json")
+            with open(cfg, "w") as f:
+                json.dump(self.config, f)
+            argv += ["--config", cfg]
+        if not os.path.isfile(SANDBOXD) or not os.access(SANDBOXD, os.X_OK):
+            raise WorldError("%s is not built" % SANDBOXD)
+        log = open(self.log_path, "ab")
+        cg = self.world.cgroup_dirs
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                     start_new_session=True,
+                                     preexec_fn=lambda: _join_cgroups(cg))
+        log.close()
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise WorldError("sandboxd exited with %s at start:\n%s"
+                                 % (self.proc.returncode, self.log_tail()))
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(self.socket)
+                s.close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise WorldError("sandboxd socket did not accept within %.0fs:\n%s"
+                         % (deadline_s, self.log_tail()))
+
+    def stop(self, grace=15.0):
+        """SIGTERM by pid, wait, SIGKILL after the deadline. Returns the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n=60):
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+            return "\n".join(lines[-n:])
+        except OSError:
+            return "(no log)"
+
+    def ctl(self, *args, input=None, check=None, timeout=120, env=None, binary=False):
+        """Runs build/sandboxctl --socket S ARGS. Returns (code, stdout, stderr);
+        with check=True a non-zero exit raises, with check=N a different exit
+        raises."""
+        argv = [SANDBOXCTL, "--socket", self.socket] + [str(a) for a in args]
+        e = dict(os.environ)
+        e.pop("SANDBOXD_SOCKET", None)
+        if env:
+            e.update(env)
+        if isinstance(input, str):
+            input = input.encode()
+        p = subprocess.run(argv, input=input, capture_output=True, timeout=timeout, env=e,
+                           stdin=None if input is not None else subprocess.DEVNULL)
+        out, err = p.stdout, p.stderr
+        if not binary:
+            out, err = out.decode(errors="replace"), err.decode(errors="replace")
+        if check is True and p.returncode != 0 or \
+                (check is not None and check is not True and check is not False
+                 and p.returncode != check):
+            raise WorldError("sandboxctl %s: exit %d\nstdout: %s\nstderr: %s"
+                             % (" ".join(map(str, args)), p.returncode, out, err))
+        return p.returncode, out, err
+
+    def connect(self, timeout=60.0):
+        return RpcConn(self.socket, timeout)
+
+    def rpc(self, method, params=None, timeout=60.0):
+        """One request on a fresh connection; returns the whole response message."""
+        with self.connect(timeout) as c:
+            return c.call(method, params, timeout)
+
+    def rpc_result(self, method, params=None, timeout=60.0):
+        with self.connect(timeout) as c:
+            return c.result(method, params, timeout)
+
+
+def _join_cgroups(dirs):
+    pid = str(os.getpid())
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(pid)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- world
+
+_LIVE = []
+
+
+def _teardown_all():
+    for w in list(_LIVE):
+        w.close()
+
+
+def _on_signal(signum, frame):
+    _teardown_all()
+    sys.exit(128 + signum)
+
+
+atexit.register(_teardown_all)
+
+
+class World:
+    def __init__(self, quiet=True):
+        self.id = secrets.token_hex(3)
+        self.host_ns = "sbxw-host-" + self.id
+        self.net_ns = "sbxw-net-" + self.id
+        self.tmp = None
+        self.procs = []          # (name, Popen) started in the namespaces
+        self.daemon = None
+        self.daemons = []
+        self.cgroup_dirs = []
+        self.netns_made = []
+        self.etc_netns = None
+        self.quiet = quiet
+        self.git_head = None
+        self.closed = False
+
+    # --- setup
+    def __enter__(self):
+        self.open()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def open(self):
+        _LIVE.append(self)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+                signal.signal(s, _on_signal)
+        try:
+            self.tmp = tempfile.mkdtemp(prefix="sbxw-%s-" % self.id)
+            os.chmod(self.tmp, 0o755)
+            self._make_netns()
+            self._make_cgroups()
+            self._start_dns()
+            self._make_git()
+            self._start_http()
+            self.inet_listener = self.start_listener("net", HTTP_ADDR, LISTEN_PORT)
+            self.host_listener = self.start_listener("host", HOST_ADDR, LISTEN_PORT)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _make_netns(self):
+        for ns in (self.host_ns, self.net_ns):
+            _run(["ip", "netns", "add", ns])
+            self.netns_made.append(ns)
+        H, N = self.host_ns, self.net_ns
+        # Created inside the namespaces: the veth never exists in the host's.
+        _run(["ip", "-n", H, "link", "add", "wan0", "type", "veth", "peer", "name", "inet0",
+              "netns", N])
+        _run(["ip", "-n", H, "link", "set", "lo", "up"])
+        _run(["ip", "-n", N, "link", "set", "lo", "up"])
+        _run(["ip", "-n", H, "addr", "add", HOST_ADDR + "/24", "dev", "wan0"])
+        for a in (INET_ADDR, GIT_ADDR, HTTP_ADDR, DNS_ADDR, SPARE_ADDR):
+            _run(["ip", "-n", N, "addr", "add", a + "/24", "dev", "inet0"])
+        _run(["ip", "-n", H, "link", "set", "wan0", "up"])
+        _run(["ip", "-n", N, "link", "set", "inet0", "up"])
+        _run(["ip", "-n", H, "route", "add", "default", "via", INET_ADDR])
+        self.etc_netns = os.path.join("/etc/netns", H)
+        os.makedirs(self.etc_netns, exist_ok=True)
+        with open(os.path.join(self.etc_netns, "resolv.conf"), "w") as f:
+            f.write("nameserver %s\n" % DNS_ADDR)
+
+    def _make_cgroups(self):
+        """A child cgroup per hierarchy for this world's daemons (as systemd's
+        Delegate=yes gives a service), so sessions nest under it and no other
+        sandboxd on the machine sees them as its own."""
+        for mnt, own in _cgroup_hierarchies():
+            d = os.path.join(mnt, own.lstrip("/"), "sbxw-" + self.id)
+            try:
+                os.mkdir(d)
+            except OSError:
+                continue
+            self.cgroup_dirs.append(d)
+            parent = os.path.dirname(d)
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                src = os.path.join(parent, knob)
+                if os.path.exists(src):
+                    try:
+                        with open(src) as f:
+                            val = f.read().strip()
+                        with open(os.path.join(d, knob), "w") as f:
+                            f.write(val)
+                    except OSError:
+                        pass
+
+    def _spawn(self, name, ns, argv, ready=None):
+        ns_name = self.host_ns if ns == "host" else self.net_ns
+        log = open(os.path.join(self.tmp, name + ".log"), "ab")
+        p = subprocess.Popen(["ip", "netns", "exec", ns_name] + argv,
+                             stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE if ready else log, stderr=log,
+                             start_new_session=True)
+        log.close()
+        self.procs.append((name, p))
+        if ready:
+            _wait_ready_line(p, name)
+        return p
+
+    def _start_dns(self):
+        self._spawn("dnsmasq", "net", [
+            "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
+            "--pid-file=", "--listen-address=" + DNS_ADDR, "--bind-interfaces",
+            "--log-facility=-", "--log-queries",
+            "--address=/git.test/" + GIT_ADDR, "--address=/http.test/" + HTTP_ADDR,
+            "--address=/blocked.test/" + SPARE_ADDR, "--address=/spare.test/" + SPARE_ADDR,
+        ])
+        self.wait_until(lambda: GIT_ADDR in self.run_in_host(
+            ["getent", "ahostsv4", "git.test"], check=False).stdout, 10, "dnsmasq answers")
+
+    def _make_git(self):
+        self.git_dir = os.path.join(self.tmp, "git")
+        os.mkdir(self.git_dir)
+        self.git_repo = os.path.join(self.git_dir, "sandboxd.git")
+        _run(["git", "clone", "-q", "--bare", REPO, self.git_repo])
+        self.git_head = _run(["git", "-C", self.git_repo, "rev-parse", "HEAD"]).stdout.strip()
+        self._spawn("git-daemon", "net", [
+            "git", "daemon", "--export-all", "--base-path=" + self.git_dir, "--reuseaddr",
+            "--listen=" + GIT_ADDR, "--port=9418", "--informative-errors", self.git_dir])
+        self.wait_tcp("net", GIT_ADDR, 9418)
+
+    def _start_http(self):
+        self.http_dir = os.path.join(self.tmp, "www")
+        os.mkdir(self.http_dir)
+        self.http_log = os.path.join(self.tmp, "http-requests.log")
+        open(self.http_log, "w").close()
+        self._spawn("http", "net", [sys.executable, SERVERS, "http", HTTP_ADDR, "80",
+                                    self.http_dir, self.http_log], ready=True)
+
+    def start_listener(self, ns, addr, port):
+        """A TCP accept/echo listener in `ns` ("host" or "net"); returns a
+        Listener whose connections() lists the peers seen so far."""
+        log = os.path.join(self.tmp, "listen-%s-%s-%d.log" % (ns, addr, port))
+        open(log, "w").close()
+        self._spawn("listen-%s-%d" % (addr, port), ns,
+                    [sys.executable, SERVERS, "tcp", addr, str(port), log], ready=True)
+        return Listener(addr, port, log)
+
+    # --- helpers
+    def name(self, tag):
+        """A sandbox name unique to this run: t<world id>-<n>-<tag>."""
+        self._n = getattr(self, "_n", 0) + 1
+        return ("t%s-%d-%s" % (self.id, self._n, tag)).lower()[:63]
+
+    @property
+    def git_url(self):
+        return "git://%s/sandboxd.git" % GIT_ADDR
+
+    def http_url(self, name):
+        return "http://%s/%s" % (HTTP_ADDR, name)
+
+    def add_http_file(self, name, data):
+        path = os.path.join(self.http_dir, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return self.http_url(name)
+
+    def run_in_host(self, cmd, check=False, timeout=60, input=None):
+        """Runs argv `cmd` in the world host namespace; CompletedProcess (text)."""
+        return subprocess.run(["ip", "netns", "exec", self.host_ns] + list(cmd),
+                              capture_output=True, text=True, timeout=timeout, check=check,
+                              input=input, stdin=None if input is not None else subprocess.DEVNULL)
+
+    def run_in_net(self, cmd, check=False, timeout=60):
+        return subprocess.run(["ip", "netns", "exec", self.net_ns] + list(cmd),
+                              capture_output=True, text=True, timeout=timeout, check=check,
+                              stdin=subprocess.DEVNULL)
+
+    def wait_tcp(self, ns, addr, port, secs=10):
+        run = self.run_in_host if ns == "host" else self.run_in_net
+        if run([sys.executable, SERVERS, "wait-tcp", addr, str(port), str(secs)]).returncode:
+            raise WorldError("%s:%d did not accept within %ss" % (addr, port, secs))
+
+    @staticmethod
+    def wait_until(pred, secs, what, interval=0.05):
+        deadline = time.monotonic() + secs
+        while True:
+            v = pred()
+            if v:
+                return v
+            if time.monotonic() > deadline:
+                raise WorldError("timed out after %ss waiting for %s" % (secs, what))
+            time.sleep(interval)
+
+    # --- sandboxd
+    def start_sandboxd(self, config=None, tag="d"):
+        d = Daemon(self, config, tag)
+        self.daemons.append(d)
+        d.start()
+        self.daemon = d
+        return d
+
+    def stop_sandboxd(self, d=None):
+        d = d or self.daemon
+        if d is None:
+            return None
+        rc = d.stop()
+        if d is self.daemon:
+            self.daemon = None
+        return rc
+
+    def ctl(self, *args, **kw):
+        return self.daemon.ctl(*args, **kw)
+
+    def rpc(self, method, params=None, timeout=60.0):
+        return self.daemon.rpc(method, params, timeout)
+
+    def rpc_result(self, method, params=None, timeout=60.0):
+        return self.daemon.rpc_result(method, params, timeout)
+
+    # --- teardown
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        errors = []
+
+        def step(fn, *a):
+            try:
+                fn(*a)
+            except Exception as e:  # keep tearing down; report at the end
+                errors.append("%s: %s" % (getattr(fn, "__name__", fn), e))
+
+        for d in self.daemons:
+            step(d.stop)
+        for _name, p in reversed(self.procs):
+            step(_kill_group, p)
+        step(self._kill_cgroup_leftovers)
+        for d in reversed(self.cgroup_dirs):
+            step(_rmdir_tree, d)
+        for ns in reversed(self.netns_made):
+            step(_run, ["ip", "netns", "del", ns])
+        if self.etc_netns:
+            step(shutil.rmtree, self.etc_netns, True)
+        if self.tmp:
+            step(self._remove_tmp)
+        if self in _LIVE:
+            _LIVE.remove(self)
+        if errors and not self.quiet:
+            print("world teardown: " + "; ".join(errors), file=sys.stderr)
+        self.teardown_errors = errors
+
+    def _kill_cgroup_leftovers(self):
+        """Anything still in this world's cgroups was started by its daemons."""
+        for d in self.cgroup_dirs:
+            pids = _cgroup_pids(d)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if pids:
+                self.wait_until(lambda: not _cgroup_pids(d), 10, "cgroup %s to empty" % d)
+
+    def _remove_tmp(self):
+        # Leftover mounts below tmp (a leaking daemon) must go before rm -r.
+        for mp in sorted(mounts_below(self.tmp), key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp], capture_output=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Listener:
+    def __init__(self, addr, port, log):
+        self.addr, self.port, self.log = addr, port, log
+
+    def connections(self):
+        with open(self.log) as f:
+            return [l.strip() for l in f if l.strip()]
+
+
+def _cgroup_pids(d):
+    pids = []
+    for root, _dirs, files in os.walk(d):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(root, "cgroup.procs")) as f:
+                    pids += [int(x) for x in f.read().split()]
+            except OSError:
+                pass
+    return pids
+
+
+def _rmdir_tree(d):
+    if not os.path.isdir(d):
+        return
+    for root, dirs, _files in os.walk(d, topdown=False):
+        for x in dirs:
+            os.rmdir(os.path.join(root, x))
+    os.rmdir(d)
+
+
+def mounts_below(path, pid="self"):
+    """Mount points (from /proc/PID/mountinfo) at or below `path`."""
+    out = []
+    try:
+        with open("/proc/%s/mountinfo" % pid) as f:
+            for line in f:
+                mp = line.split()[4].replace("\\040", " ")
+                if mp == path or mp.startswith(path.rstrip("/") + "/"):
+                    out.append(mp)
+    except OSError:
+        pass
+    return out

@@ -1,0 +1,300 @@
+/* Unit tests for libcore/cgroup.c on the real cgroup hierarchies (needs
+ * root). The test process first moves itself into a private cgroup
+ * ("sbx-unit-<pid>") under its own cgroup in every hierarchy sessions use,
+ * so sandboxd's parent cgroups, and remove_all_sessions(), only ever see
+ * this test's sessions, never those of a sandboxd running on the machine.
+ * Teardown moves back and removes everything it made. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+#include "libcore/cgroup.h"
+#include "libcore/util.h"
+
+/* A hierarchy the library may use, with our original path in it. */
+typedef struct moved {
+        char mount[128];
+        char orig[512];
+        char priv[640];
+        char ctl[64]; /* v1 controllers of the hierarchy, "" for v2 */
+} moved;
+
+static moved hier[8];
+static size_t nhier;
+
+static bool wanted(const char *ctls) {
+        static const char *const used[] = { "pids", "memory", "cpu", "freezer" };
+        for (size_t i = 0; i < ELEMENTSOF(used); i++) {
+                _cleanup_free_ char *copy = strdup(ctls);
+                char *save = NULL;
+                for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                        if (streq(t, used[i]))
+                                return true;
+        }
+        return false;
+}
+
+static void rmdir_tree(const char *dir) {
+        DIR *d = opendir(dir);
+        if (!d)
+                return;
+        for (struct dirent *de; (de = readdir(d));) {
+                if (de->d_type != DT_DIR || streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                char sub[1024];
+                snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+                rmdir_tree(sub);
+        }
+        closedir(d);
+        rmdir(dir);
+}
+
+/* The mount point of each hierarchy is found the way this project's test
+ * machines lay it out (/sys/fs/cgroup/<controllers>, cgroup2 at
+ * /sys/fs/cgroup/unified or /sys/fs/cgroup). */
+static int enter_private_cgroup(void **state) {
+        _cleanup_free_ char *data = NULL;
+        char pid[24];
+        snprintf(pid, sizeof(pid), "%d", (int) getpid());
+        if (core_read_file("/proc/self/cgroup", 1 << 16, &data, NULL) < 0)
+                return -1;
+        char *save = NULL;
+        for (char *line = strtok_r(data, "\n", &save); line && nhier < ELEMENTSOF(hier);
+             line = strtok_r(NULL, "\n", &save)) {
+                char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c2)
+                        continue;
+                *c2 = '\0';
+                moved *m = &hier[nhier];
+                struct stat st;
+                if (c1[1] == '\0' && strncmp(line, "0:", 2) == 0)
+                        snprintf(m->mount, sizeof(m->mount), "%s",
+                                 stat("/sys/fs/cgroup/unified", &st) == 0 ? "/sys/fs/cgroup/unified"
+                                                                         : "/sys/fs/cgroup");
+                else if (wanted(c1 + 1))
+                        snprintf(m->mount, sizeof(m->mount), "/sys/fs/cgroup/%s", c1 + 1);
+                else
+                        continue;
+                const char *own = streq(c2 + 1, "/") ? "" : c2 + 1;
+                char orig[sizeof(m->orig)];
+                snprintf(orig, sizeof(orig), "%s%s", m->mount, own);
+                snprintf(m->orig, sizeof(m->orig), "%s", orig);
+                snprintf(m->priv, sizeof(m->priv), "%s/sbx-unit-%s", orig, pid);
+                if (mkdir(m->priv, 0755) < 0 && errno != EEXIST)
+                        return -1;
+                char procs[700];
+                snprintf(procs, sizeof(procs), "%s/cgroup.procs", m->priv);
+                if (core_write_string(procs, pid) < 0)
+                        return -1;
+                snprintf(m->ctl, sizeof(m->ctl), "%s", c1 + 1);
+                nhier++;
+        }
+        sb_error *err = NULL;
+        int r = core_cgroup_init(&err);
+        sb_error_free(err);
+        return r;
+}
+
+static int leave_private_cgroup(void **state) {
+        char pid[24];
+        snprintf(pid, sizeof(pid), "%d", (int) getpid());
+        (void) core_cgroup_remove_all_sessions();
+        for (size_t i = 0; i < nhier; i++) {
+                char procs[600];
+                snprintf(procs, sizeof(procs), "%s/cgroup.procs", hier[i].orig);
+                (void) core_write_string(procs, pid);
+                rmdir_tree(hier[i].priv);
+        }
+        nhier = 0;
+        return 0;
+}
+
+static char *read_in(const char *dir, const char *name, const char *file) {
+        char path[1024];
+        char *data = NULL;
+        snprintf(path, sizeof(path), "%s/%s/%s", dir, name, file);
+        if (core_read_file(path, 1 << 16, &data, NULL) < 0)
+                return NULL;
+        return data;
+}
+
+/* Reads <file> of session `name` in the v1 hierarchy of controller `ctl`;
+ * NULL when that controller is not on v1 here. */
+static char *v1_read(const char *ctl, const char *name, const char *file) {
+        for (size_t i = 0; i < nhier; i++)
+                if (streq(hier[i].ctl, ctl)) {
+                        char dir[700];
+                        snprintf(dir, sizeof(dir), "%s/sandboxd-sessions", hier[i].priv);
+                        return read_in(dir, name, file);
+                }
+        return NULL;
+}
+
+static bool exists_anywhere(const char *name) {
+        for (size_t i = 0; i < nhier; i++) {
+                char p[1024];
+                struct stat st;
+                snprintf(p, sizeof(p), "%s/sandboxd-sessions/%s", hier[i].priv, name);
+                if (stat(p, &st) == 0)
+                        return true;
+                snprintf(p, sizeof(p), "%s/sessions/%s", hier[i].priv, name);
+                if (stat(p, &st) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* A child that blocks until its pipe closes; returns its pid and the write
+ * end (closing it lets the child exit). */
+static pid_t spawn_sleeper(int *ret_wr) {
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char c;
+                close(p[1]);
+                if (read(p[0], &c, 1) < 0)
+                        _exit(1);
+                _exit(0);
+        }
+        close(p[0]);
+        *ret_wr = p[1];
+        return pid;
+}
+
+static void test_mode_matches_the_mounted_hierarchies(void **state) {
+        struct stat st;
+        bool v1 = stat("/sys/fs/cgroup/pids/tasks", &st) == 0 || stat("/sys/fs/cgroup/memory/tasks", &st) == 0;
+        bool v2 = stat("/sys/fs/cgroup/unified/cgroup.procs", &st) == 0 ||
+                  stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0;
+        core_cgroup_mode want = v1 && v2 ? CORE_CGROUP_HYBRID : v1 ? CORE_CGROUP_V1 : CORE_CGROUP_V2;
+        assert_int_equal(core_cgroup_get_mode(), want);
+        assert_string_equal(core_cgroup_mode_name(CORE_CGROUP_HYBRID), "hybrid");
+}
+
+static void test_session_gets_limits_holds_its_process_and_kill_destroy_leave_nothing(void **state) {
+        core_cgroup_limits lim = { .pids_max = 10, .memory_max = 256u << 20, .cpu_quota_pct = 150 };
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        sb_error *err = NULL;
+        int wr;
+
+        assert_int_equal(core_cgroup_create("unit-a", &lim, &cg, &err), 0);
+        assert_null(err);
+        pid_t pid = spawn_sleeper(&wr);
+        assert_int_equal(core_cgroup_attach(cg, pid, &err), 0);
+        assert_null(err);
+
+        char *procs = read_in(core_cgroup_path(cg), "", "cgroup.procs"), want[24];
+        snprintf(want, sizeof(want), "%d\n", (int) pid);
+        assert_non_null(procs);
+        assert_string_equal(procs, want);
+        free(procs);
+        if (core_cgroup_get_mode() != CORE_CGROUP_V2) {
+                static const char *const checks[][3] = {
+                        { "pids", "pids.max", "10\n" },
+                        { "memory", "memory.limit_in_bytes", "268435456\n" },
+                        { "cpu", "cpu.cfs_quota_us", "150000\n" },
+                        { "cpu", "cpu.cfs_period_us", "100000\n" },
+                };
+                for (size_t i = 0; i < ELEMENTSOF(checks); i++) {
+                        char *v = v1_read(checks[i][0], "unit-a", checks[i][1]);
+                        assert_non_null(v);
+                        assert_string_equal(v, checks[i][2]);
+                        free(v);
+                }
+        }
+
+        assert_int_equal(core_cgroup_kill_all(cg), 0);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        close(wr);
+        assert_int_equal(core_cgroup_destroy(cg), 0);
+        assert_false(exists_anywhere("unit-a"));
+}
+
+static void test_pids_limit_stops_forks_past_the_maximum(void **state) {
+        core_cgroup_limits lim = { .pids_max = 3 };
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        int go[2], res[2];
+        assert_int_equal(core_cgroup_create("unit-pids", &lim, &cg, NULL), 0);
+        assert_int_equal(pipe2(go, O_CLOEXEC), 0);
+        assert_int_equal(pipe2(res, O_CLOEXEC), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char c;
+                int ok = 0;
+                if (read(go[0], &c, 1) != 1)
+                        _exit(1);
+                for (int i = 0; i < 6; i++) {
+                        pid_t k = fork();
+                        if (k == 0) {
+                                if (read(go[0], &c, 1) < 0) /* parked until killed */
+                                        _exit(1);
+                                _exit(0);
+                        }
+                        ok += k > 0;
+                }
+                if (write(res[1], &ok, sizeof(ok)) != sizeof(ok) || read(go[0], &c, 1) < 0)
+                        _exit(1);
+                _exit(0);
+        }
+        assert_int_equal(core_cgroup_attach(cg, pid, NULL), 0);
+        assert_int_equal(write(go[1], "g", 1), 1);
+        int forked = -1;
+        assert_int_equal(read(res[0], &forked, sizeof(forked)), sizeof(forked));
+        assert_int_equal(forked, 2); /* the child itself plus two */
+        assert_int_equal(core_cgroup_kill_all(cg), 0);
+        waitpid(pid, NULL, 0);
+        close(go[0]), close(go[1]), close(res[0]), close(res[1]);
+        assert_int_equal(core_cgroup_destroy(cg), 0);
+        assert_false(exists_anywhere("unit-pids"));
+}
+
+static void test_remove_all_sessions_kills_and_removes_every_leftover(void **state) {
+        _cleanup_(core_cgroup_freep) core_cgroup *a = NULL;
+        _cleanup_(core_cgroup_freep) core_cgroup *b = NULL;
+        int wr;
+        assert_int_equal(core_cgroup_create("left-1", NULL, &a, NULL), 0);
+        assert_int_equal(core_cgroup_create("left-2", NULL, &b, NULL), 0);
+        pid_t pid = spawn_sleeper(&wr);
+        assert_int_equal(core_cgroup_attach(a, pid, NULL), 0);
+
+        assert_int_equal(core_cgroup_remove_all_sessions(), 2);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFSIGNALED(status));
+        close(wr);
+        assert_false(exists_anywhere("left-1"));
+        assert_false(exists_anywhere("left-2"));
+        assert_int_equal(core_cgroup_remove_all_sessions(), 0);
+}
+
+static void test_create_refuses_names_that_escape_the_parent(void **state) {
+        core_cgroup *cg = NULL;
+        sb_error *err = NULL;
+        assert_int_equal(core_cgroup_create("../evil", NULL, &cg, &err), -EINVAL);
+        assert_null(cg);
+        assert_non_null(err);
+        sb_error_free(err);
+        assert_int_equal(core_cgroup_create("..", NULL, &cg, NULL), -EINVAL);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_mode_matches_the_mounted_hierarchies),
+                cmocka_unit_test(test_session_gets_limits_holds_its_process_and_kill_destroy_leave_nothing),
+                cmocka_unit_test(test_pids_limit_stops_forks_past_the_maximum),
+                cmocka_unit_test(test_remove_all_sessions_kills_and_removes_every_leftover),
+                cmocka_unit_test(test_create_refuses_names_that_escape_the_parent),
+        };
+        return cmocka_run_group_tests(tests, enter_private_cgroup, leave_private_cgroup);
+}

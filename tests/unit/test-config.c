@@ -1,0 +1,205 @@
+/* Unit tests for daemon.json parsing (sandboxd/config.c): defaults, every
+ * key, and errors that name the offending key. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+#include "libcore/util.h"
+#include "sandboxd/config.h"
+
+/* Parses `text` over the defaults; returns the error message (caller frees)
+ * or NULL on success. */
+static char *parse_error(const char *text, daemon_config *cfg) {
+        sb_error *err = NULL;
+        daemon_config_defaults(cfg);
+        int r = daemon_config_parse(cfg, text, &err);
+        if (r == 0) {
+                assert_null(err);
+                return NULL;
+        }
+        assert_non_null(err);
+        char *msg = strdup(err->message);
+        sb_error_free(err);
+        return msg;
+}
+
+static void assert_rejected_naming(const char *text, const char *needle) {
+        daemon_config cfg;
+        char *msg = parse_error(text, &cfg);
+        assert_non_null(msg);
+        if (!strstr(msg, needle))
+                fail_msg("message '%s' does not contain '%s'", msg, needle);
+        free(msg);
+        daemon_config_free(&cfg);
+}
+
+static void test_defaults_match_the_design(void **state) {
+        daemon_config cfg;
+        daemon_config_defaults(&cfg);
+        assert_string_equal(cfg.socket_path, "/run/sandboxd/sandboxd.sock");
+        assert_string_equal(cfg.state_dir, "/var/lib/sandboxd");
+        assert_string_equal(cfg.run_dir, "/run/sandboxd");
+        assert_string_equal(cfg.socket_group, "sandboxd");
+        assert_int_equal(cfg.max_line_bytes, 16 * 1024 * 1024);
+        assert_int_equal(cfg.default_timeout_ms, 300000);
+        assert_int_equal(cfg.max_timeout_ms, 86400000);
+        assert_int_equal(cfg.max_vcpus, 8);
+        assert_int_equal(cfg.pids_max, 4096);
+        assert_int_equal(cfg.stop_grace_ms, 2000);
+        assert_int_equal(cfg.command_log_bytes, 1024 * 1024);
+        assert_int_equal(cfg.max_source_bytes, 4ULL * 1024 * 1024 * 1024);
+        assert_string_equal(cfg.network_pool, "10.201.0.0/16");
+        assert_non_null(cfg.init_path);
+        assert_true(strstr(cfg.init_path, "/sandbox-init") != NULL);
+        daemon_config_free(&cfg);
+}
+
+static void test_empty_object_keeps_defaults(void **state) {
+        daemon_config cfg;
+        assert_null(parse_error(" { } ", &cfg));
+        assert_int_equal(cfg.max_vcpus, 8);
+        assert_string_equal(cfg.socket_path, "/run/sandboxd/sandboxd.sock");
+        daemon_config_free(&cfg);
+}
+
+static void test_every_key_is_parsed(void **state) {
+        daemon_config cfg;
+        const char *text =
+                "{\"socket\": \"/tmp/x/s.sock\", \"stateDir\": \"/srv/state\", \"runDir\": \"/run/x\","
+                " \"socketGroup\": \"wheel\", \"maxLineBytes\": 2048, \"defaultTimeoutMs\": 60000,"
+                " \"maxTimeoutMs\": 120000, \"maxVcpus\": 16, \"pidsMax\": 100, \"stopGraceMs\": 0,"
+                " \"commandLogBytes\": 65536, \"maxSourceBytes\": 1048576,"
+                " \"networkPool\": \"10.99.0.0/20\", \"initPath\": \"/opt/sandbox-init\"}";
+        assert_null(parse_error(text, &cfg));
+        assert_string_equal(cfg.socket_path, "/tmp/x/s.sock");
+        assert_string_equal(cfg.state_dir, "/srv/state");
+        assert_string_equal(cfg.run_dir, "/run/x");
+        assert_string_equal(cfg.socket_group, "wheel");
+        assert_int_equal(cfg.max_line_bytes, 2048);
+        assert_int_equal(cfg.default_timeout_ms, 60000);
+        assert_int_equal(cfg.max_timeout_ms, 120000);
+        assert_int_equal(cfg.max_vcpus, 16);
+        assert_int_equal(cfg.pids_max, 100);
+        assert_int_equal(cfg.stop_grace_ms, 0);
+        assert_int_equal(cfg.command_log_bytes, 65536);
+        assert_int_equal(cfg.max_source_bytes, 1048576);
+        assert_string_equal(cfg.network_pool, "10.99.0.0/20");
+        assert_string_equal(cfg.init_path, "/opt/sandbox-init");
+        daemon_config_free(&cfg);
+}
+
+static void test_unknown_key_is_named_with_known_keys(void **state) {
+        assert_rejected_naming("{\"maxVcpu\": 4}", "unknown key 'maxVcpu'");
+        assert_rejected_naming("{\"maxVcpu\": 4}", "known keys: socket, stateDir");
+        assert_rejected_naming("{\"maxVcpu\": 4}", "maxVcpus");
+}
+
+static void test_wrong_type_is_named(void **state) {
+        assert_rejected_naming("{\"maxVcpus\": \"4\"}", "maxVcpus: must be an integer from 1 to 256");
+        assert_rejected_naming("{\"maxVcpus\": 2.5}", "maxVcpus: must be an integer");
+        assert_rejected_naming("{\"stateDir\": 7}", "stateDir: must be a string");
+        assert_rejected_naming("{\"socketGroup\": null}", "socketGroup: must be a string");
+        assert_rejected_naming("{\"pidsMax\": true}", "pidsMax: must be an integer");
+}
+
+static void test_out_of_range_is_named_with_range(void **state) {
+        assert_rejected_naming("{\"maxVcpus\": 0}", "maxVcpus: must be an integer from 1 to 256");
+        assert_rejected_naming("{\"maxVcpus\": 257}", "maxVcpus: must be an integer from 1 to 256");
+        assert_rejected_naming("{\"maxLineBytes\": 100}", "maxLineBytes: must be an integer from 1024 to 1073741824");
+        assert_rejected_naming("{\"maxVcpus\": 1e400}", "maxVcpus");
+        assert_rejected_naming("{\"defaultTimeoutMs\": 7200000, \"maxTimeoutMs\": 3600000}",
+                               "defaultTimeoutMs: 7200000 exceeds maxTimeoutMs (3600000)");
+        assert_rejected_naming("{\"stateDir\": \"relative/dir\"}", "stateDir: must be an absolute path");
+        assert_rejected_naming("{\"networkPool\": \"10.201.0.5/16\"}", "networkPool: must be an IPv4 network");
+        assert_rejected_naming("{\"networkPool\": \"10.201.0.0/31\"}", "networkPool");
+        assert_rejected_naming("{\"networkPool\": \"fd00::/64\"}", "networkPool");
+}
+
+static void test_socket_path_must_fit_sockaddr(void **state) {
+        char text[300];
+        char longpath[200];
+        memset(longpath, 'a', sizeof(longpath) - 1);
+        longpath[0] = '/';
+        longpath[sizeof(longpath) - 1] = '\0';
+        snprintf(text, sizeof(text), "{\"socket\": \"%s\"}", longpath);
+        assert_rejected_naming(text, "socket: must be an absolute path shorter than 108 bytes");
+}
+
+static void test_top_level_must_be_an_object(void **state) {
+        assert_rejected_naming("[1, 2]", "the top level must be an object");
+        assert_rejected_naming("\"socket\"", "the top level must be an object");
+        assert_rejected_naming("{\"maxVcpus\": 4", "not valid JSON");
+        assert_rejected_naming("{} {}", "not valid JSON");
+}
+
+static void test_bad_file_leaves_config_untouched(void **state) {
+        daemon_config cfg;
+        daemon_config_defaults(&cfg);
+        sb_error *err = NULL;
+        assert_int_equal(daemon_config_parse(&cfg, "{\"maxVcpus\": 32, \"pidsMax\": -1}", &err), -EINVAL);
+        assert_string_equal(err->field, "pidsMax");
+        assert_int_equal(cfg.max_vcpus, 8);
+        sb_error_free(err);
+        daemon_config_free(&cfg);
+}
+
+static void test_duplicate_key_is_rejected(void **state) {
+        assert_rejected_naming("{\"maxVcpus\": 4, \"maxVcpus\": 200}", "maxVcpus: key given more than once");
+}
+
+static void test_load_missing_file(void **state) {
+        daemon_config cfg;
+        daemon_config_defaults(&cfg);
+        sb_error *err = NULL;
+        assert_int_equal(daemon_config_load(&cfg, "/nonexistent/daemon.json", false, &err), 0);
+        assert_null(err);
+        assert_int_equal(daemon_config_load(&cfg, "/nonexistent/daemon.json", true, &err), -ENOENT);
+        assert_non_null(err);
+        assert_non_null(strstr(err->message, "/nonexistent/daemon.json"));
+        sb_error_free(err);
+        daemon_config_free(&cfg);
+}
+
+static void test_load_file_names_path_and_key(void **state) {
+        char dir[] = "/tmp/test-config-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char path[64];
+        snprintf(path, sizeof(path), "%s/daemon.json", dir);
+        const char *good = "{\"maxVcpus\": 12}\n";
+        assert_int_equal(core_write_file_atomic(path, good, strlen(good), 0644), 0);
+        daemon_config cfg;
+        daemon_config_defaults(&cfg);
+        sb_error *err = NULL;
+        assert_int_equal(daemon_config_load(&cfg, path, true, &err), 0);
+        assert_int_equal(cfg.max_vcpus, 12);
+        const char *bad = "{\"maxVcpus\": 999}";
+        assert_int_equal(core_write_file_atomic(path, bad, strlen(bad), 0644), 0);
+        assert_int_equal(daemon_config_load(&cfg, path, true, &err), -EINVAL);
+        assert_non_null(strstr(err->message, path));
+        assert_non_null(strstr(err->message, "maxVcpus"));
+        assert_int_equal(cfg.max_vcpus, 12);
+        sb_error_free(err);
+        daemon_config_free(&cfg);
+        assert_int_equal(core_rm_rf(dir), 0);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_defaults_match_the_design),
+                cmocka_unit_test(test_empty_object_keeps_defaults),
+                cmocka_unit_test(test_every_key_is_parsed),
+                cmocka_unit_test(test_unknown_key_is_named_with_known_keys),
+                cmocka_unit_test(test_wrong_type_is_named),
+                cmocka_unit_test(test_out_of_range_is_named_with_range),
+                cmocka_unit_test(test_socket_path_must_fit_sockaddr),
+                cmocka_unit_test(test_top_level_must_be_an_object),
+                cmocka_unit_test(test_bad_file_leaves_config_untouched),
+                cmocka_unit_test(test_duplicate_key_is_rejected),
+                cmocka_unit_test(test_load_missing_file),
+                cmocka_unit_test(test_load_file_names_path_and_key),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

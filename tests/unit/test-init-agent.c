@@ -1,0 +1,531 @@
+/* Tests of sandbox-init (libcore/init/) through its agent socket, the way
+ * sandboxd drives it: each test starts build/sandbox-init (or $SANDBOX_INIT)
+ * as PID 1 of private PID, mount, network, UTS and IPC namespaces with a
+ * SOCK_SEQPACKET socket on fd 3, sends a setup packet with "rootfs": null
+ * (init stays on the host's filesystem) and no network slot, and then runs
+ * commands and file operations. Needs root. Nothing leaves the machine: the
+ * network namespace is private and gets only lo. */
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+#include "libcore/agent.h"
+#include "libcore/util.h"
+
+#define TIMEOUT_MS 10000
+
+typedef struct init_proc {
+        int sock;
+        pid_t pid; /* the helper whose exit status is init's */
+        char tmp[64];
+} init_proc;
+
+typedef struct result {
+        char out[1 << 16], err[1 << 16];
+        size_t out_len, err_len, out_total;
+        bool started, exited;
+        int code;
+        char error[256];
+} result;
+
+static const char *init_binary(void) {
+        const char *p = getenv("SANDBOX_INIT");
+        return p && *p ? p : "build/sandbox-init";
+}
+
+/* In the helper: new namespaces, then a fork so the child is their PID 1.
+ * Both die with their parent (PDEATHSIG), so a failed test leaks nothing. */
+_noreturn_ static void helper(int fd, int other) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(other); /* the test's end: init must see EOF when the test closes it */
+        if (unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC) < 0 ||
+            mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+                _exit(100);
+        pid_t pid = fork();
+        if (pid < 0)
+                _exit(101);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                int null = open("/dev/null", O_RDWR);
+                if (dup2(fd, AGENT_FD) < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 ||
+                    (!getenv("INIT_TEST_STDERR") && dup2(null, 2) < 0))
+                        _exit(102);
+                close_range(AGENT_FD + 1, ~0U, 0);
+                char *argv[] = { (char *)"sandbox-init", NULL }, *envp[] = { NULL };
+                execve(init_binary(), argv, envp);
+                _exit(103);
+        }
+        int st;
+        while (waitpid(pid, &st, 0) < 0)
+                ;
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
+static void send_json(init_proc *ip, const char *fmt, ...) _printf_(2, 3);
+static void send_json(init_proc *ip, const char *fmt, ...) {
+        char buf[8192];
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+        va_end(ap);
+        assert_true(n > 0 && (size_t)n < sizeof(buf));
+        assert_int_equal(send(ip->sock, buf, (size_t)n, MSG_NOSIGNAL), n);
+}
+
+/* Next packet as JSON, or NULL at EOF. Fails the test after TIMEOUT_MS. */
+static cJSON *recv_event(init_proc *ip) {
+        static char buf[AGENT_MAX_PACKET + 1];
+        struct pollfd p = { .fd = ip->sock, .events = POLLIN };
+        int r = poll(&p, 1, TIMEOUT_MS);
+        if (r != 1)
+                fail_msg("no event from sandbox-init within %d ms", TIMEOUT_MS);
+        ssize_t n = recv(ip->sock, buf, sizeof(buf), 0);
+        assert_true(n >= 0);
+        if (n == 0)
+                return NULL;
+        cJSON *ev = cJSON_ParseWithLength(buf, (size_t)n);
+        if (!ev)
+                fail_msg("unparsable packet: %.*s", (int)n, buf);
+        return ev;
+}
+
+static const char *ev_str(const cJSON *ev, const char *key) {
+        return cJSON_GetStringValue(cJSON_GetObjectItem(ev, key));
+}
+
+/* Waits (pidfd + poll, bounded) for the helper and returns init's exit code. */
+static int wait_init(init_proc *ip) {
+        int pfd = (int)syscall(SYS_pidfd_open, ip->pid, 0);
+        assert_true(pfd >= 0);
+        struct pollfd p = { .fd = pfd, .events = POLLIN };
+        int r = poll(&p, 1, TIMEOUT_MS);
+        close(pfd);
+        if (r != 1) {
+                kill(ip->pid, SIGKILL);
+                waitpid(ip->pid, NULL, 0);
+                ip->pid = -1;
+                fail_msg("sandbox-init did not exit");
+        }
+        int st;
+        assert_int_equal(waitpid(ip->pid, &st, 0), ip->pid);
+        ip->pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void spawn(init_proc *ip) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        int bufsz = 1 << 20;
+        setsockopt(sv[0], SOL_SOCKET, SO_SNDBUFFORCE, &bufsz, sizeof(bufsz));
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+                helper(sv[1], sv[0]);
+        close(sv[1]);
+        ip->sock = sv[0];
+        ip->pid = pid;
+}
+
+static int start(void **state) {
+        init_proc *ip = calloc(1, sizeof(*ip));
+        if (!ip || access(init_binary(), X_OK) < 0) {
+                fprintf(stderr, "%s: not built\n", init_binary());
+                return -1;
+        }
+        strcpy(ip->tmp, "/tmp/test-init-agent-XXXXXX");
+        if (!mkdtemp(ip->tmp) || chown(ip->tmp, SANDBOX_UID, SANDBOX_GID) < 0)
+                return -1;
+        spawn(ip);
+        send_json(ip, "{\"op\":\"setup\",\"rootfs\":null,\"netSlot\":-1,"
+                      "\"env\":{\"PATH\":\"/usr/bin:/bin\",\"BASE\":\"b\",\"OVER\":\"base\"}}");
+        cJSON *ev = recv_event(ip);
+        bool ok = ev && streq(ev_str(ev, "ev"), "ready");
+        if (!ok)
+                fprintf(stderr, "setup failed: %s\n", ev ? cJSON_PrintUnformatted(ev) : "EOF");
+        cJSON_Delete(ev);
+        *state = ip;
+        return ok ? 0 : -1;
+}
+
+static int stop(void **state) {
+        init_proc *ip = *state;
+        if (!ip)
+                return 0;
+        if (ip->sock >= 0)
+                close(ip->sock); /* EOF: init stops with no grace */
+        if (ip->pid > 0) {
+                kill(ip->pid, SIGKILL);
+                waitpid(ip->pid, NULL, 0);
+        }
+        core_rm_rf(ip->tmp);
+        free(ip);
+        return 0;
+}
+
+static void append(char *buf, size_t *len, const void *data, size_t n, size_t cap) {
+        size_t k = n < cap - 1 - *len ? n : cap - 1 - *len;
+        memcpy(buf + *len, data, k);
+        *len += k;
+        buf[*len] = 0;
+}
+
+/* Reads events of command `id` into r until it exits, or until stdout holds
+ * `until` (when given). */
+static void pump(init_proc *ip, int id, result *r, const char *until) {
+        while (!r->exited && !(until && strstr(r->out, until))) {
+                cJSON *ev = recv_event(ip);
+                assert_non_null(ev);
+                const char *kind = ev_str(ev, "ev");
+                assert_non_null(kind);
+                if (cJSON_GetObjectItem(ev, "id") && cJSON_GetObjectItem(ev, "id")->valueint != id)
+                        fail_msg("event for another command: %s", cJSON_PrintUnformatted(ev));
+                if (streq(kind, "started"))
+                        r->started = true;
+                else if (streq(kind, "output")) {
+                        void *data;
+                        size_t n;
+                        assert_int_equal(core_base64_decode(ev_str(ev, "data"), &data, &n), 0);
+                        assert_true(n <= 64 * 1024);
+                        if (streq(ev_str(ev, "stream"), "stderr"))
+                                append(r->err, &r->err_len, data, n, sizeof(r->err));
+                        else {
+                                append(r->out, &r->out_len, data, n, sizeof(r->out));
+                                r->out_total += n;
+                        }
+                        free(data);
+                } else if (streq(kind, "exit")) {
+                        r->exited = true;
+                        r->code = cJSON_GetObjectItem(ev, "code")->valueint;
+                        const char *e = ev_str(ev, "error");
+                        snprintf(r->error, sizeof(r->error), "%s", e ? e : "");
+                } else
+                        fail_msg("unexpected event: %s", cJSON_PrintUnformatted(ev));
+                cJSON_Delete(ev);
+        }
+}
+
+/* Runs sh -c SCRIPT with extra run fields and waits for its exit. */
+static result *run_sh(init_proc *ip, int id, const char *script, const char *extra) {
+        result *r = calloc(1, sizeof(*r));
+        assert_non_null(r);
+        cJSON *argv = cJSON_CreateArray();
+        cJSON_AddItemToArray(argv, cJSON_CreateString("sh"));
+        cJSON_AddItemToArray(argv, cJSON_CreateString("-c"));
+        cJSON_AddItemToArray(argv, cJSON_CreateString(script));
+        char *a = cJSON_PrintUnformatted(argv);
+        send_json(ip, "{\"op\":\"run\",\"id\":%d,\"argv\":%s%s}", id, a, extra ? extra : "");
+        free(a);
+        cJSON_Delete(argv);
+        pump(ip, id, r, NULL);
+        return r;
+}
+
+static void test_stdout_and_stderr_are_separate_and_exit_code_is_reported(void **state) {
+        init_proc *ip = *state;
+        _cleanup_free_ result *r = run_sh(ip, 1, "echo out; echo err >&2; exit 3", NULL);
+        assert_true(r->started);
+        assert_string_equal(r->out, "out\n");
+        assert_string_equal(r->err, "err\n");
+        assert_int_equal(r->code, 3);
+        assert_string_equal(r->error, "");
+}
+
+static void test_death_by_signal_is_128_plus_signal(void **state) {
+        _cleanup_free_ result *r = run_sh(*state, 1, "kill -TERM $$", NULL);
+        assert_int_equal(r->code, 128 + SIGTERM);
+}
+
+static void test_all_output_arrives_before_exit(void **state) {
+        _cleanup_free_ result *r = run_sh(*state, 1, "head -c 3000000 /dev/zero; exit 5", NULL);
+        assert_int_equal(r->out_total, 3000000);
+        assert_int_equal(r->code, 5);
+}
+
+static void test_missing_command_exits_127_without_starting(void **state) {
+        init_proc *ip = *state;
+        result r = {};
+        send_json(ip, "{\"op\":\"run\",\"id\":7,\"argv\":[\"no-such-command-xyz\"]}");
+        pump(ip, 7, &r, NULL);
+        assert_false(r.started);
+        assert_int_equal(r.code, 127);
+        assert_string_equal(r.error, "no-such-command-xyz: no such file or directory");
+}
+
+static void test_non_executable_file_exits_126(void **state) {
+        init_proc *ip = *state;
+        char p[128];
+        snprintf(p, sizeof(p), "%s/notexec", ip->tmp);
+        assert_int_equal(core_write_file_atomic(p, "x", 1, 0644), 0);
+        result r = {};
+        send_json(ip, "{\"op\":\"run\",\"id\":8,\"argv\":[\"%s\"]}", p);
+        pump(ip, 8, &r, NULL);
+        assert_int_equal(r.code, 126);
+        assert_non_null(strstr(r.error, "permission denied"));
+}
+
+static void test_missing_cwd_is_reported(void **state) {
+        _cleanup_free_ result *r = run_sh(*state, 1, "pwd", ",\"cwd\":\"/no/such/dir\"");
+        assert_false(r->started);
+        assert_int_equal(r->code, 127);
+        assert_string_equal(r->error, "chdir /no/such/dir: no such file or directory");
+}
+
+static void test_cwd_env_and_user_apply(void **state) {
+        init_proc *ip = *state;
+        char extra[256];
+        snprintf(extra, sizeof(extra), ",\"cwd\":\"%s\",\"env\":[\"OVER=run\",\"EXTRA=e\"]", ip->tmp);
+        _cleanup_free_ result *r = run_sh(ip, 1, "pwd; echo $BASE $OVER $EXTRA; id -u; id -g; id -G", extra);
+        char want[256];
+        snprintf(want, sizeof(want), "%s\nb run e\n1000\n1000\n1000\n", ip->tmp);
+        assert_string_equal(r->out, want);
+        _cleanup_free_ result *root = run_sh(ip, 2, "id -u; id -G", ",\"uid\":0,\"gid\":0");
+        assert_string_equal(root->out, "0\n0\n");
+}
+
+static void test_command_gets_only_stdio_and_no_new_privs(void **state) {
+        /* exec'd by the shell, ls inherits exactly the shell's fds; 3 is the
+         * directory ls itself reads. */
+        _cleanup_free_ result *r = run_sh(*state, 1, "grep NoNewPrivs /proc/self/status; exec ls /proc/self/fd", NULL);
+        assert_string_equal(r->out, "NoNewPrivs:\t1\n0\n1\n2\n3\n");
+}
+
+static void test_stdin_is_relayed_and_closed(void **state) {
+        init_proc *ip = *state;
+        result r = {};
+        send_json(ip, "{\"op\":\"run\",\"id\":3,\"argv\":[\"cat\"],\"stdin\":true}");
+        _cleanup_free_ char *b64 = core_base64_encode("hello\n", 6);
+        send_json(ip, "{\"op\":\"write\",\"id\":3,\"data\":\"%s\"}", b64);
+        pump(ip, 3, &r, "hello\n");
+        send_json(ip, "{\"op\":\"close_stdin\",\"id\":3}");
+        pump(ip, 3, &r, NULL);
+        assert_string_equal(r.out, "hello\n");
+        assert_int_equal(r.code, 0);
+}
+
+static void test_without_stdin_reads_end_of_file(void **state) {
+        _cleanup_free_ result *r = run_sh(*state, 1, "cat; echo done", NULL);
+        assert_string_equal(r->out, "done\n");
+}
+
+static void test_tty_command_gets_a_pty_and_sees_resize(void **state) {
+        init_proc *ip = *state;
+        _cleanup_free_ result *t = run_sh(ip, 1, "tty", ",\"tty\":true");
+        assert_int_equal(strncmp(t->out, "/dev/pts/", 9), 0);
+        assert_int_equal(t->code, 0);
+
+        result r = {};
+        send_json(ip, "{\"op\":\"run\",\"id\":2,\"argv\":[\"sh\",\"-c\",\"stty size; read x; stty size\"],"
+                      "\"tty\":true,\"rows\":24,\"cols\":80,\"stdin\":true}");
+        pump(ip, 2, &r, "24 80\r\n");
+        send_json(ip, "{\"op\":\"resize\",\"id\":2,\"rows\":50,\"cols\":100}");
+        _cleanup_free_ char *b64 = core_base64_encode("x\n", 2);
+        send_json(ip, "{\"op\":\"write\",\"id\":2,\"data\":\"%s\"}", b64);
+        pump(ip, 2, &r, NULL);
+        assert_non_null(strstr(r.out, "50 100"));
+        assert_int_equal(r.code, 0);
+}
+
+static void test_kill_signals_the_process_group(void **state) {
+        init_proc *ip = *state;
+        result r = {};
+        /* The shell waits on a child: only a group signal ends both fast. */
+        send_json(ip, "{\"op\":\"run\",\"id\":4,\"argv\":[\"sh\",\"-c\",\"echo up; sleep 1000; echo never\"]}");
+        pump(ip, 4, &r, "up\n");
+        send_json(ip, "{\"op\":\"kill\",\"id\":4,\"signal\":\"TERM\"}");
+        pump(ip, 4, &r, NULL);
+        assert_int_equal(r.code, 128 + SIGTERM);
+        assert_string_equal(r.out, "up\n");
+}
+
+static void test_background_grandchild_does_not_delay_exit(void **state) {
+        _cleanup_free_ result *r = run_sh(*state, 1, "sleep 1000 & echo hi", NULL);
+        assert_string_equal(r->out, "hi\n");
+        assert_int_equal(r->code, 0);
+}
+
+static void test_malformed_packets_get_errors_and_init_keeps_serving(void **state) {
+        init_proc *ip = *state;
+        const char *bad[] = {
+                "not json", "[1,2]", "{\"op\":42}", "{\"op\":\"run\",\"id\":\"x\"}",
+                "{\"op\":\"run\",\"id\":1,\"argv\":[]}", "{\"op\":\"kill\",\"id\":999}",
+                "{\"op\":\"write\",\"id\":999,\"data\":\"eA==\"}", "{\"op\":\"nope\"}",
+                "{\"op\":\"fs\",\"action\":\"read\"}",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                send_json(ip, "%s", bad[i]);
+                cJSON *ev = recv_event(ip);
+                assert_non_null(ev);
+                assert_string_equal(ev_str(ev, "ev"), "error");
+                assert_non_null(ev_str(ev, "message"));
+                cJSON_Delete(ev);
+        }
+        _cleanup_free_ result *r = run_sh(ip, 1, "echo still here", NULL);
+        assert_string_equal(r->out, "still here\n");
+}
+
+static cJSON *fs_call(init_proc *ip, const char *fmt, ...) _printf_(2, 3);
+static cJSON *fs_call(init_proc *ip, const char *fmt, ...) {
+        char buf[4096];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof(buf), fmt, ap);
+        va_end(ap);
+        send_json(ip, "%s", buf);
+        cJSON *ev = recv_event(ip);
+        assert_non_null(ev);
+        assert_string_equal(ev_str(ev, "ev"), "fs");
+        return ev;
+}
+
+static void test_fs_operations_over_the_socket(void **state) {
+        init_proc *ip = *state;
+        _cleanup_free_ char *b64 = core_base64_encode("content", 7);
+        cJSON *ev = fs_call(ip, "{\"op\":\"fs\",\"req\":1,\"action\":\"write\",\"path\":\"%s/d/f.txt\",\"data\":\"%s\"}",
+                            ip->tmp, b64);
+        assert_int_equal(cJSON_GetObjectItem(ev, "req")->valueint, 1);
+        assert_true(cJSON_IsObject(cJSON_GetObjectItem(ev, "result")));
+        cJSON_Delete(ev);
+
+        ev = fs_call(ip, "{\"op\":\"fs\",\"req\":2,\"action\":\"read\",\"path\":\"%s/d/f.txt\"}", ip->tmp);
+        cJSON *res = cJSON_GetObjectItem(ev, "result");
+        assert_string_equal(ev_str(res, "data"), b64);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(res, "eof")));
+        cJSON_Delete(ev);
+
+        ev = fs_call(ip, "{\"op\":\"fs\",\"req\":3,\"action\":\"list\",\"path\":\"%s/d\"}", ip->tmp);
+        cJSON *entries = cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "result"), "entries");
+        assert_int_equal(cJSON_GetArraySize(entries), 1);
+        assert_string_equal(ev_str(cJSON_GetArrayItem(entries, 0), "name"), "f.txt");
+        assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(entries, 0), "uid")->valueint, SANDBOX_UID);
+        cJSON_Delete(ev);
+
+        ev = fs_call(ip, "{\"op\":\"fs\",\"req\":4,\"action\":\"remove\",\"path\":\"%s/d\"}", ip->tmp);
+        assert_int_equal(cJSON_GetObjectItem(ev, "errno")->valueint, ENOTEMPTY);
+        cJSON_Delete(ev);
+        ev = fs_call(ip, "{\"op\":\"fs\",\"req\":5,\"action\":\"remove\",\"path\":\"%s/d\",\"recursive\":true}", ip->tmp);
+        assert_true(cJSON_IsObject(cJSON_GetObjectItem(ev, "result")));
+        cJSON_Delete(ev);
+        ev = fs_call(ip, "{\"op\":\"fs\",\"req\":6,\"action\":\"stat\",\"path\":\"%s/d\"}", ip->tmp);
+        assert_int_equal(cJSON_GetObjectItem(ev, "errno")->valueint, ENOENT);
+        char want[256];
+        snprintf(want, sizeof(want), "fs.stat %s/d: No such file or directory", ip->tmp);
+        assert_string_equal(ev_str(ev, "message"), want);
+        cJSON_Delete(ev);
+}
+
+static void test_stop_terminates_commands_and_exits_zero(void **state) {
+        init_proc *ip = *state;
+        result r = {};
+        send_json(ip, "{\"op\":\"run\",\"id\":5,\"argv\":[\"sleep\",\"1000\"]}");
+        while (!r.started) {
+                cJSON *ev = recv_event(ip);
+                r.started = ev && streq(ev_str(ev, "ev"), "started");
+                cJSON_Delete(ev);
+        }
+        send_json(ip, "{\"op\":\"stop\",\"graceMs\":10000}");
+        pump(ip, 5, &r, NULL);
+        assert_int_equal(r.code, 128 + SIGTERM);
+        assert_null(recv_event(ip)); /* init closes its socket by exiting */
+        assert_int_equal(wait_init(ip), 0);
+}
+
+static void test_stop_kills_after_grace_when_term_is_ignored(void **state) {
+        init_proc *ip = *state;
+        result r = {};
+        send_json(ip, "{\"op\":\"run\",\"id\":6,\"argv\":[\"sh\",\"-c\",\"trap '' TERM; echo ready; exec sleep 1000\"]}");
+        pump(ip, 6, &r, "ready\n");
+        uint64_t t0 = core_monotonic_ms();
+        send_json(ip, "{\"op\":\"stop\",\"graceMs\":300}");
+        pump(ip, 6, &r, NULL);
+        assert_int_equal(r.code, 128 + SIGKILL);
+        assert_true(core_monotonic_ms() - t0 >= 300);
+        assert_int_equal(wait_init(ip), 0);
+}
+
+static void test_socket_close_stops_everything(void **state) {
+        init_proc *ip = *state;
+        result r = {};
+        send_json(ip, "{\"op\":\"run\",\"id\":9,\"argv\":[\"sh\",\"-c\",\"echo up; sleep 1000\"]}");
+        pump(ip, 9, &r, "up\n");
+        close(ip->sock);
+        ip->sock = -1;
+        /* init exits only once every process of its namespace is reaped */
+        assert_int_equal(wait_init(ip), 0);
+}
+
+static void test_first_packet_must_be_setup(void **state) {
+        init_proc ip = { .sock = -1 };
+        spawn(&ip);
+        send_json(&ip, "{\"op\":\"run\",\"id\":1,\"argv\":[\"true\"]}");
+        cJSON *ev = recv_event(&ip);
+        assert_non_null(ev);
+        assert_string_equal(ev_str(ev, "ev"), "error");
+        cJSON_Delete(ev);
+        assert_int_equal(wait_init(&ip), 1);
+        close(ip.sock);
+}
+
+/* Outside a new PID namespace kill(-1) would reach the host: init refuses. */
+static void test_refuses_to_run_unless_pid_1(void **state) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (dup2(sv[1], AGENT_FD) < 0)
+                        _exit(102);
+                char *argv[] = { (char *)"sandbox-init", NULL }, *envp[] = { NULL };
+                execve(init_binary(), argv, envp);
+                _exit(103);
+        }
+        close(sv[1]);
+        init_proc ip = { .sock = sv[0], .pid = pid };
+        cJSON *ev = recv_event(&ip);
+        assert_non_null(ev);
+        assert_string_equal(ev_str(ev, "ev"), "error");
+        cJSON_Delete(ev);
+        assert_int_equal(wait_init(&ip), 1);
+        close(sv[0]);
+}
+
+int main(void) {
+#define T(f) cmocka_unit_test_setup_teardown(f, start, stop)
+        const struct CMUnitTest tests[] = {
+                T(test_stdout_and_stderr_are_separate_and_exit_code_is_reported),
+                T(test_death_by_signal_is_128_plus_signal),
+                T(test_all_output_arrives_before_exit),
+                T(test_missing_command_exits_127_without_starting),
+                T(test_non_executable_file_exits_126),
+                T(test_missing_cwd_is_reported),
+                T(test_cwd_env_and_user_apply),
+                T(test_command_gets_only_stdio_and_no_new_privs),
+                T(test_stdin_is_relayed_and_closed),
+                T(test_without_stdin_reads_end_of_file),
+                T(test_tty_command_gets_a_pty_and_sees_resize),
+                T(test_kill_signals_the_process_group),
+                T(test_background_grandchild_does_not_delay_exit),
+                T(test_malformed_packets_get_errors_and_init_keeps_serving),
+                T(test_fs_operations_over_the_socket),
+                T(test_stop_terminates_commands_and_exits_zero),
+                T(test_stop_kills_after_grace_when_term_is_ignored),
+                T(test_socket_close_stops_everything),
+                cmocka_unit_test(test_first_packet_must_be_setup),
+                cmocka_unit_test(test_refuses_to_run_unless_pid_1),
+        };
+#undef T
+        return cmocka_run_group_tests_name("init-agent", tests, NULL, NULL);
+}
