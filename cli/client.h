@@ -131,6 +131,7 @@ int client_wait(client *c, int64_t id, int timeout_ms, client_notify_fn cb, void
 int client_call(client *c, const char *method, cJSON *params, int timeout_ms,
                 client_notify_fn cb, void *userdata, cJSON **ret_result, client_error **ret_err);
 
+/* Frees a message (its JSON and error); accepts NULL. */
 void client_msg_free(client_msg *m);
 
 /* Builds an error (printf-style message); reason and field may be NULL.
@@ -143,6 +144,7 @@ client_error *client_error_new(int code, const char *reason, const char *field,
  * so). Returns NULL only on ENOMEM. */
 client_error *client_error_from_json(const cJSON *error);
 
+/* Frees an error; accepts NULL. */
 void client_error_free(client_error *e);
 
 /* Base64 (RFC 4648, padded, no line breaks). Encode returns a new

@@ -38,8 +38,10 @@ static const char exec_help[] =
         "  -i, --interactive    send our stdin to the command\n"
         "  -t, --tty            run it on a terminal (our terminal goes raw meanwhile)\n\n"
         "Ctrl-C (without -t) sends SIGINT to the command; a second Ctrl-C leaves at once\n"
-        "with status 130. Without -i, a command that has printed nothing yet cannot be\n"
-        "signalled (its id is not known yet); the second Ctrl-C still leaves.\n";
+        "with status 130. A command whose id is not known yet (it has printed nothing)\n"
+        "is not waited for: sandboxctl leaves with 130 and sandboxd hangs the command up\n"
+        "(SIGHUP), as a closed terminal would. So does any exit of sandboxctl while a\n"
+        "command it started without --detach still runs.\n";
 
 typedef struct exec_opts {
         bool sudo, detach, interactive, tty;
@@ -296,6 +298,11 @@ static int handle_signals(session *s) {
                         if (send_cmd(s, "command.resize", p) < 0)
                                 return ctl_error(CLI_EXIT_UNREACHABLE, "exec: lost sandboxd");
                 } else if (sig == SIGINT && ++s->interrupts < 2) {
+                        /* No id to signal yet: a detached run's id is on its
+                         * way; otherwise leaving closes the connection, and
+                         * sandboxd hangs up commands whose caller left. */
+                        if (!s->cmd_id && !s->detached)
+                                return CLI_EXIT_INTERRUPTED;
                         if (!s->cmd_id)
                                 s->kill_pending = true;
                         else if (send_interrupt(s) < 0)

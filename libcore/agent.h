@@ -14,6 +14,8 @@
  *                      "netSlot":N|-1, "poolBase":"10.201.0.0", "poolPrefix":16,
  *                      "env":{"K":"V"...}}
  *   init → sandboxd   {"ev":"ready"} or {"ev":"error","message":S} (then init exits 1)
+ *   "rootfs": null skips the root filesystem (init stays on the filesystem it
+ *   started on; for tests). init refuses to run unless it is PID 1.
  *
  * Commands (id chosen by sandboxd, unique per session):
  *   → {"op":"run","id":N,"argv":[S...],"env":[ "K=V"... ],"cwd":S,"uid":U,"gid":G,
@@ -25,6 +27,15 @@
  *   → {"op":"write","id":N,"data":BASE64}   → {"op":"close_stdin","id":N}
  *   → {"op":"resize","id":N,"rows":R,"cols":C}
  *   → {"op":"kill","id":N,"signal":S}   signal to the command's process group
+ *      (S a number or a name, "TERM" or "SIGTERM"; default SIGKILL)
+ *   Run defaults: cwd /workspace (or / when that is missing and no cwd was
+ *   given), uid/gid SANDBOX_UID/GID, 24x80; "env" entries override setup's
+ *   env; PATH defaults to /usr/local/sbin:...:/bin. A command that never ran
+ *   gets only the exit event: code 127 when the program or cwd is missing,
+ *   126 otherwise, "error" e.g. "foo: no such file or directory".
+ *   close_stdin on a tty sends VEOF (^D) to the pty.
+ *   A malformed packet, or one naming no running command, gets
+ *   {"ev":"error","message":S} (with "id" when it had one); init goes on.
  *
  * File operations, run by init inside the sandbox's mount namespace with
  * fsuid/fsgid 1000 (so the sandbox user's permissions apply and no host path
@@ -39,7 +50,9 @@
  *   ← {"ev":"fs","req":N,"result":{...}}   (read: {"data":B64,"size":S,"eof":B};
  *      stat: Stat object of docs/API.md; list: {"entries":[Stat...]}; else {})
  *   ← {"ev":"fs","req":N,"errno":E,"message":S}
- *   Relative paths are resolved against /workspace.
+ *   Relative paths are resolved against /workspace. write applies "mode"
+ *   (default 0644) only when it creates the file. A list that would not fit
+ *   in one packet fails with EFBIG.
  *
  * Stop:
  *   → {"op":"stop","graceMs":N}   SIGTERM to every process, SIGKILL after

@@ -230,11 +230,21 @@ void commands_forget_sandbox(manager *m, sandbox *sb) {
         }
 }
 
+/* The caller of a command that was not detached went away: the command is
+ * hung up (SIGHUP to its process group), as when a terminal closes, so an
+ * interrupted client does not leave work running. Detached commands go on. */
 void commands_conn_closed(manager *m, rpc_conn *conn) {
         for (command *c = m->commands; c; c = c->next)
                 if (c->conn == conn) {
                         rpc_conn_unref(c->conn);
                         c->conn = NULL;
+                        if (!c->detached && !c->exited && c->sess) {
+                                cJSON *op = cJSON_CreateObject();
+                                cJSON_AddStringToObject(op, "op", "kill");
+                                cJSON_AddNumberToObject(op, "id", c->agent_id);
+                                cJSON_AddNumberToObject(op, "signal", SIGHUP);
+                                agent_send(c->sess, op);
+                        }
                 }
 }
 

@@ -177,7 +177,8 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 goto fail;
         }
         /* The lower layer must be traversable by the sandbox user. */
-        if (chmod(cfg->state_dir, 0711) < 0 || chmod(m->runtimes_dir, 0711) < 0) {
+        if (chmod(cfg->state_dir, 0711) < 0 || chmod(m->runtimes_dir, 0711) < 0 ||
+            chmod(m->sandboxes_dir, 0711) < 0) {
                 r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "chmod %s: %m", cfg->state_dir);
                 goto fail;
         }

@@ -396,9 +396,13 @@ static int prepare_dirs(create_job *j, sb_error **ret_err) {
         if (asprintf(&upper, "%s/upper", sb->dir) < 0 || asprintf(&work, "%s/work", sb->dir) < 0 ||
             asprintf(&ws, "%s/upper/workspace", sb->dir) < 0 || asprintf(&rootfs, "%s/rootfs", sb->run_dir) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (mkdir(sb->dir, 0700) < 0)
+        if (mkdir(sb->dir, 0710) < 0)
                 return sb_error_set(ret_err, negative_errno(), errno == EEXIST ? "already_exists" : NULL, NULL,
                                     "create %s: %m", sb->dir);
+        /* Sources are fetched as the sandbox user (libcore/source.h), which
+         * must traverse to upper/workspace; nobody else may. */
+        if (chown(sb->dir, 0, SANDBOX_GID) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
         int r;
         if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
             (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)

@@ -65,7 +65,7 @@ def main():
             step("Inside: who am I, where am I")
             stream(["exec", name, "--", "sh", "-c",
                     "echo \"user $(id -un) uid $(id -u) on host $(hostname)\"; "
-                    "echo \"PID 1 is $(cat /proc/1/comm)\"; pwd"], d)
+                    "echo \"PID 1 is $(tr \"\\\\0\" \" \" < /proc/1/cmdline)\"; pwd"], d)
             step("Inside: git log --oneline | head -5")
             stream(["exec", name, "--", "sh", "-c", "git log --oneline | head -5"], d)
             step("Inside: ls")

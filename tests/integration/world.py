@@ -273,6 +273,9 @@ class Daemon:
     def __init__(self, world, config=None, tag="d"):
         self.world = world
         self.dir = tempfile.mkdtemp(prefix="sandboxd-%s-" % tag, dir=world.tmp)
+        # As /var/lib and /run are: traversable by everyone (sandboxd drops
+        # to the sandbox user's fsuid for some source work).
+        os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "sandboxd.sock")
         self.state_dir = os.path.join(self.dir, "state")
         self.run_dir = os.path.join(self.dir, "run")
