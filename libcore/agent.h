@@ -34,8 +34,9 @@
  *   gets only the exit event: code 127 when the program or cwd is missing,
  *   126 otherwise, "error" e.g. "foo: no such file or directory".
  *   close_stdin on a tty sends VEOF (^D) to the pty.
- *   A malformed packet, or one naming no running command, gets
+ *   A malformed packet, or a write naming no running command, gets
  *   {"ev":"error","message":S} (with "id" when it had one); init goes on.
+ *   kill, resize and close_stdin of a command that has exited are no-ops.
  *
  * File operations, run by init inside the sandbox's mount namespace with
  * fsuid/fsgid 1000 (so the sandbox user's permissions apply and no host path

@@ -667,8 +667,12 @@ void cmd_op(init_agent *a, const char *op, const cJSON *req) {
         if (!cJSON_IsNumber(idj))
                 return agent_send_error(a, NULL, "%s: \"id\" must be a number", op);
         init_cmd *c = cmd_find(a, (int64_t)idj->valuedouble);
+        /* kill, resize and close_stdin race with the command's exit as a
+         * matter of course; only lost stdin is worth an error. */
+        if (!c && streq(op, "write"))
+                return agent_send_error(a, idj, "write: no running command with id %.0f", idj->valuedouble);
         if (!c)
-                return agent_send_error(a, idj, "%s: no running command with id %.0f", op, idj->valuedouble);
+                return;
         if (streq(op, "write"))
                 op_write(a, c, req, idj);
         else if (streq(op, "close_stdin"))

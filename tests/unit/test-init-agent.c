@@ -360,7 +360,7 @@ static void test_malformed_packets_get_errors_and_init_keeps_serving(void **stat
         init_proc *ip = *state;
         const char *bad[] = {
                 "not json", "[1,2]", "{\"op\":42}", "{\"op\":\"run\",\"id\":\"x\"}",
-                "{\"op\":\"run\",\"id\":1,\"argv\":[]}", "{\"op\":\"kill\",\"id\":999}",
+                "{\"op\":\"run\",\"id\":1,\"argv\":[]}", "{\"op\":\"kill\",\"id\":\"x\"}",
                 "{\"op\":\"write\",\"id\":999,\"data\":\"eA==\"}", "{\"op\":\"nope\"}",
                 "{\"op\":\"fs\",\"action\":\"read\"}",
         };
