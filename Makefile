@@ -93,10 +93,13 @@ TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
 $(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS) $(CMOCKA_LIBS)
 
+# test-init-agent drives the real sandbox-init binary.
+$(B)/tests/test-init-agent $(B)/asan/tests/test-init-agent: | $(B)/sandbox-init
+
 ASAN_OBJS = $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
 $(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $(filter %.c %.o,$^) $(LIBS) $(CMOCKA_LIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $< $(ASAN_OBJS) $(LIBS) $(CMOCKA_LIBS)
 
 unit: $(UNIT_BINS)
 	@scripts/run-unit $(UNIT_BINS)

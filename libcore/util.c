@@ -131,14 +131,22 @@ int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
-        size_t cap = 4096, len = 0;
+        size_t cap = max_bytes < 4096 ? max_bytes : 4096, len = 0;
         _cleanup_free_ char *buf = malloc(cap + 1);
         if (!buf)
                 return -ENOMEM;
         for (;;) {
                 if (len == cap) {
-                        if (cap >= max_bytes)
-                                return -EFBIG;
+                        if (cap >= max_bytes) {
+                                /* Full: anything more is over the limit. */
+                                char extra;
+                                ssize_t r = read(fd, &extra, 1);
+                                if (r < 0)
+                                        return negative_errno();
+                                if (r > 0)
+                                        return -EFBIG;
+                                break;
+                        }
                         cap = cap * 2 > max_bytes ? max_bytes : cap * 2;
                         char *nb = realloc(buf, cap + 1);
                         if (!nb)

@@ -90,8 +90,8 @@ def main(argv):
                 skipped += 1
                 print("SKIP %s: %s" % (name, e), flush=True)
                 continue
-            except KeyboardInterrupt:
-                raise
+            except (KeyboardInterrupt, SystemExit):
+                raise  # SIGINT/SIGTERM: the world is torn down, stop here
             except BaseException as e:  # a test's SystemExit is a failure too
                 failed += 1
                 print("FAIL %s: %s" % (name, one_line(e)), flush=True)
