@@ -476,16 +476,35 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
         return 0;
 }
 
-int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err) {
+static int attach(core_cgroup *cg, pid_t pid, bool skip_v2, sb_error **ret_err) {
         char buf[24];
         snprintf(buf, sizeof(buf), "%d", (int) pid);
         for (size_t i = 0; i < cg->n; i++) {
+                if (skip_v2 && state.h[i].ops == &ops_v2)
+                        continue;
                 int r = write_file(cg->dirs[i], "cgroup.procs", buf);
                 if (r < 0)
                         return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': move pid %d into %s: %s",
                                             cg->name, (int) pid, cg->dirs[i], strerror(-r));
         }
         return 0;
+}
+
+int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err) {
+        return attach(cg, pid, false, ret_err);
+}
+
+int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err) {
+        return attach(cg, pid, true, ret_err);
+}
+
+int core_cgroup_open_v2(const core_cgroup *cg) {
+        for (size_t i = 0; cg && i < cg->n; i++)
+                if (state.h[i].ops == &ops_v2) {
+                        int fd = open(cg->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        return fd < 0 ? negative_errno() : fd;
+                }
+        return -ENOENT;
 }
 
 int core_cgroup_kill_all(core_cgroup *cg) {

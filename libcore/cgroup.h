@@ -49,6 +49,17 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
 /* Moves pid into the session cgroup in every hierarchy. */
 int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err);
 
+/* Opens the session's cgroup v2 directory (O_DIRECTORY|O_CLOEXEC) for
+ * clone3(CLONE_INTO_CGROUP), which places a child at birth instead of
+ * migrating it later: a v2 migration waits for an RCU grace period
+ * (cgroup_threadgroup_rwsem), about 10 ms on this class of machine. Returns
+ * the fd (caller owns) or -ENOENT when no v2 hierarchy is in use. */
+int core_cgroup_open_v2(const core_cgroup *cg);
+
+/* Like core_cgroup_attach() but leaves out the v2 hierarchy, for a process
+ * cloned into it with core_cgroup_open_v2(). */
+int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err);
+
 /* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
  * reading cgroup.procs repeatedly until empty). */
 int core_cgroup_kill_all(core_cgroup *cg);

@@ -40,6 +40,14 @@ int core_init_memfd(const char *path, sb_error **ret_err) {
         return TAKE_FD(mfd);
 }
 
+/* struct clone_args of <linux/sched.h> (kernel ABI, v2 = 88 bytes), kept
+ * here because that header's CLONE_* clash with glibc's <sched.h>. */
+struct clone3_args {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+                set_tid_size, cgroup;
+};
+#define CLONE3_INTO_CGROUP 0x200000000ULL
+
 struct child_args {
         int init_fd;
         int agent_fd;
@@ -47,7 +55,7 @@ struct child_args {
 };
 
 /* Child side of clone(): raw syscalls only, then exec. */
-static int child_main(void *p) {
+_noreturn_ static void child_main(void *p) {
         struct child_args *a = p;
         /* Park the memfd above the fds we are about to set, then give it the
          * slot right after the agent socket (close-on-exec), so closing
@@ -75,21 +83,30 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_
         if (devnull < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open /dev/null: %m");
 
-        const size_t stack_size = 256 * 1024;
-        _cleanup_free_ char *stack = malloc(stack_size);
-        if (!stack)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         struct child_args a = {.init_fd = init_memfd, .agent_fd = theirs, .devnull = devnull};
+        /* clone3 so the child is born in its v2 cgroup (no migration, see
+         * core_cgroup_open_v2); without CLONE_VM the child runs on a copy of
+         * this stack, like fork, and makes raw syscalls only until exec. */
+        _cleanup_close_ int cgfd = cg ? core_cgroup_open_v2(cg) : -ENOENT;
         int pidfd = -EBADF;
-        int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_PIDFD |
-                    SIGCHLD;
-        pid_t pid = clone(child_main, stack + stack_size, flags, &a, &pidfd);
+        struct clone3_args args = {
+                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_PIDFD |
+                         (cgfd >= 0 ? CLONE3_INTO_CGROUP : 0),
+                .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                .exit_signal = SIGCHLD,
+                .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0,
+        };
+        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+        if (pid == 0)
+                child_main(&a);
         if (pid < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone sandbox-init: %m");
         _cleanup_close_ int pfd = pidfd;
 
         if (cg) {
-                int r = core_cgroup_attach(cg, pid, ret_err);
+                /* A v1 migration waits for an RCU grace period (~10 ms here);
+                 * the v2 one was avoided by CLONE_INTO_CGROUP above. */
+                int r = cgfd >= 0 ? core_cgroup_attach_v1(cg, pid, ret_err) : core_cgroup_attach(cg, pid, ret_err);
                 if (r < 0) {
                         syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
                         waitpid(pid, NULL, 0);

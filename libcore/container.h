@@ -20,9 +20,10 @@ typedef struct core_spawn_result {
 
 /* Clones a child in new mount, PID, UTS, IPC and network namespaces (the
  * cgroup namespace is entered by init itself once it sits in its cgroup),
- * attaches it to `cg` (may be NULL), and execs `init_memfd` with the agent
- * socket on fd 3 and /dev/null on 0-2; no other fd crosses. Safe to call
- * from any thread: the child only makes raw syscalls before exec.
+ * born in the v2 cgroup of `cg` when there is one (clone3 CLONE_INTO_CGROUP)
+ * and attached to its v1 cgroups right after, and execs `init_memfd` with
+ * the agent socket on fd 3 and /dev/null on 0-2; no other fd crosses. Safe
+ * to call from any thread: the child only makes raw syscalls before exec.
  * On success fills *ret (caller owns the fds); on failure nothing is left. */
 int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_error **ret_err);
 

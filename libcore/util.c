@@ -97,7 +97,7 @@ void core_random_hex(char *buf, size_t nchars) {
         buf[nchars] = 0;
 }
 
-int core_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+static int write_file_replace(const char *path, const void *data, size_t len, mode_t mode, bool durable) {
         _cleanup_free_ char *tmp = NULL;
         char rnd[9];
         core_random_hex(rnd, 8);
@@ -119,12 +119,20 @@ int core_write_file_atomic(const char *path, const void *data, size_t len, mode_
                 p += w;
                 len -= (size_t)w;
         }
-        if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+        if ((durable && fsync(fd) < 0) || rename(tmp, path) < 0) {
                 int r = negative_errno();
                 unlink(tmp);
                 return r;
         }
         return 0;
+}
+
+int core_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode) {
+        return write_file_replace(path, data, len, mode, true);
+}
+
+int core_write_file_replace(const char *path, const void *data, size_t len, mode_t mode) {
+        return write_file_replace(path, data, len, mode, false);
 }
 
 int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len) {

@@ -39,6 +39,11 @@ void core_random_hex(char *buf, size_t nchars);
  * negative errno. */
 int core_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
 
+/* Like core_write_file_atomic() without the fsync: readers see the old or
+ * the new content, never a mix, but a crash may lose the write. For files
+ * that are regenerated anyway (a sandbox's /etc/hosts). */
+int core_write_file_replace(const char *path, const void *data, size_t len, mode_t mode);
+
 /* Reads a whole file into a malloc'd NUL-terminated buffer (caller frees).
  * Fails with -EFBIG past max_bytes. Returns 0 or a negative errno. */
 int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len);

@@ -383,7 +383,7 @@ static int write_upper_etc(const sandbox *sb, const char *upper, bool network) {
                 _cleanup_free_ char *p = NULL;
                 if (asprintf(&p, "%s/%s", etc, names[i]) < 0)
                         return -ENOMEM;
-                int r = core_write_file_atomic(p, texts[i], strlen(texts[i]), 0644);
+                int r = core_write_file_replace(p, texts[i], strlen(texts[i]), 0644);
                 if (r < 0)
                         return r;
         }
@@ -533,7 +533,10 @@ static void create_work(void *userdata) {
                 _cleanup_free_ char *text = cJSON_Print(conf), *path = NULL;
                 cJSON_Delete(conf);
                 if (!text || asprintf(&path, "%s/config.json", sb->dir) < 0 ||
-                    (r = core_write_file_atomic(path, text, strlen(text), 0600)) < 0) {
+                    /* Only a persistent sandbox outlives a crash (DESIGN §7);
+                     * the others are removed at the next start anyway. */
+                    (r = (sb->persistent ? core_write_file_atomic
+                                         : core_write_file_replace)(path, text, strlen(text), 0600)) < 0) {
                         r = sb_error_set(&j->err, -EIO, NULL, NULL, "write config.json");
                         goto fail;
                 }

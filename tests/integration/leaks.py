@@ -101,9 +101,11 @@ def _links(world):
     return ["link left in world host: %s" % n for n in names if n.startswith("sbx")]
 
 
-def _cgroups(name):
+def _cgroups(world, name):
+    """Session cgroups left below this world's own cgroups (another sandboxd
+    on the machine, with its own sessions, is none of this world's business)."""
     problems = []
-    for mnt in W.cgroup_mounts():
+    for mnt in (getattr(world, "cgroup_dirs", None) or W.cgroup_mounts()):
         for root, dirs, _files in os.walk(mnt):
             base = os.path.basename(root)
             if base in ("sandboxd-sessions", "sessions"):
@@ -182,7 +184,7 @@ def find(world, name, daemon=None):
     problems += _mounts(world, d, name)
     if name == "all":
         problems += _links(world)
-    problems += _cgroups(name)
+    problems += _cgroups(world, name)
     problems += _nft(world, name)
     problems += _processes(d, name)
     problems += _state(d, name)
