@@ -17,7 +17,7 @@ VERSION   := 0.1.0
 
 CC        ?= gcc
 PKGS      := libcjson libgit2 libarchive libseccomp libcap libnl-3.0 libnl-route-3.0 \
-             libmnl libnftnl libsystemd libcurl libcrypto
+             libmnl libnftnl libsystemd libcurl
 PKG_CFLAGS:= $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
@@ -29,8 +29,8 @@ HARDEN    := -D_FORTIFY_SOURCE=2 -fstack-protector-strong -fPIE -fstack-clash-pr
 CFLAGS    ?= -O2 -g
 ALL_CFLAGS:= -std=gnu11 -D_GNU_SOURCE $(WARN) $(HARDEN) $(CFLAGS) -I. $(PKG_CFLAGS) \
              -DSANDBOXD_VERSION='"$(VERSION)"' -DLIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
-LDFLAGS_H := -pie -Wl,-z,relro,-z,now -pthread
-LIBS      := $(PKG_LIBS) -pthread
+LDFLAGS_H := -pie -Wl,-z,relro,-z,now -Wl,--as-needed -pthread
+LIBS      := $(PKG_LIBS) -lresolv -pthread
 
 # Build flavours: build/ (release) and build/asan/ (unit tests under sanitizers).
 B         := build
@@ -86,7 +86,7 @@ $(B)/sandboxd: $(B)/obj/sandboxd/main.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/l
 $(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/libclient.a
-	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson libcrypto) -pthread
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson) -lresolv -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
 TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a

@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
-#include <openssl/evp.h>
+#include "libcore/base64.h"
 
 #include "libcore/macro.h"
 #include "cli/client.h"
@@ -469,34 +469,9 @@ int client_call(client *c, const char *method, cJSON *params, int timeout_ms,
 }
 
 char *client_base64_encode(const void *data, size_t len) {
-        /* EVP_EncodeBlock takes an int length; 4 output bytes per 3 input. */
-        if (len > (size_t) INT32_MAX / 4 * 3)
-                return NULL;
-        char *out = malloc((len + 2) / 3 * 4 + 1);
-        if (!out)
-                return NULL;
-        EVP_EncodeBlock((unsigned char *) out, data, (int) len);
-        return out;
+        return base64_encode(data, len);
 }
 
 int client_base64_decode(const char *text, void **ret, size_t *ret_len) {
-        size_t n = strlen(text);
-        if (n % 4 != 0 || n > (size_t) INT32_MAX)
-                return -EINVAL;
-        _cleanup_free_ unsigned char *out = malloc(n / 4 * 3 + 1);
-        if (!out)
-                return -ENOMEM;
-        int r = EVP_DecodeBlock(out, (const unsigned char *) text, (int) n);
-        if (r < 0)
-                return -EINVAL;
-        /* EVP_DecodeBlock counts the '=' padding as zero bytes: drop them. */
-        size_t len = (size_t) r;
-        if (n >= 1 && text[n - 1] == '=')
-                len--;
-        if (n >= 2 && text[n - 2] == '=')
-                len--;
-        out[len] = 0;
-        *ret = TAKE_PTR(out);
-        *ret_len = len;
-        return 0;
+        return base64_decode(text, ret, ret_len);
 }

@@ -1,52 +1,19 @@
 /* Small helpers: base64, time, names, atomic writes, rm -rf (see util.h). */
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "libcore/base64.h"
 #include "libcore/util.h"
 
 char *core_base64_encode(const void *data, size_t len) {
-        size_t out = 4 * ((len + 2) / 3) + 1;
-        char *s = malloc(out);
-        if (!s)
-                return NULL;
-        EVP_EncodeBlock((unsigned char *)s, data, (int)len);
-        return s;
+        return base64_encode(data, len);
 }
 
 int core_base64_decode(const char *text, void **ret_data, size_t *ret_len) {
-        size_t n = strlen(text);
-        if (n % 4 != 0)
-                return -EINVAL;
-        for (size_t i = 0; i < n; i++) {
-                char c = text[i];
-                bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                          (c >= '0' && c <= '9') || c == '+' || c == '/' ||
-                          (c == '=' && i >= n - 2);
-                if (!ok || (c != '=' && i > 0 && text[i - 1] == '='))
-                        return -EINVAL;
-        }
-        unsigned char *buf = malloc(n / 4 * 3 + 1);
-        if (!buf)
-                return -ENOMEM;
-        int r = n ? EVP_DecodeBlock(buf, (const unsigned char *)text, (int)n) : 0;
-        if (r < 0) {
-                free(buf);
-                return -EINVAL;
-        }
-        size_t len = (size_t)r;
-        /* EVP_DecodeBlock counts padding as zero bytes; take them back. */
-        if (n >= 1 && text[n - 1] == '=')
-                len--;
-        if (n >= 2 && text[n - 2] == '=')
-                len--;
-        buf[len] = 0;
-        *ret_data = buf;
-        *ret_len = len;
-        return 0;
+        return base64_decode(text, ret_data, ret_len);
 }
 
 uint64_t core_now_ms(void) {

@@ -60,8 +60,32 @@ def rss_kib(pid):
     return 0
 
 
+def pss_kib(pid):
+    """Proportional set size: shared pages split among the processes that map them."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def used_kib():
+    """Memory in use on the machine, as free(1) counts it (total - free -
+    buffers - page cache - reclaimable slab): includes the kernel's side of a
+    sandbox (namespaces, mounts, page tables, cgroups)."""
+    m = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            m[k] = int(v.split()[0])
+    return m["MemTotal"] - m["MemFree"] - m["Buffers"] - m["Cached"] - m["SReclaimable"]
+
+
 def children_rss(daemon_pid):
-    """(count, KiB) of sandbox-init processes descending from the daemon."""
+    """(count, RSS KiB, PSS KiB) of sandbox-init processes descending from the daemon."""
     parents = {}
     for p in os.listdir("/proc"):
         if not p.isdigit():
@@ -72,7 +96,7 @@ def children_rss(daemon_pid):
             parents[int(p)] = int(s[s.rindex(")") + 2:].split()[1])
         except (OSError, ValueError):
             continue
-    count = kib = 0
+    count = kib = pss = 0
     for pid in parents:
         q, depth = pid, 0
         while q in parents and q != daemon_pid and depth < 32:
@@ -85,7 +109,8 @@ def children_rss(daemon_pid):
             if "sandbox-init" in exe:
                 count += 1
                 kib += rss_kib(pid)
-    return count, kib
+                pss += pss_kib(pid)
+    return count, kib, pss
 
 
 def check_ok(code, what, err=""):
@@ -159,13 +184,15 @@ def main(argv):
 
         # Memory: idle, then with N idle sandboxes.
         idle = rss_kib(d.pid)
+        used_before = used_kib()
         names = []
         for i in range(args.sandboxes):
             name = "b%s-m%d" % (tag, i)
             rpc_call("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
             names.append(name)
         loaded = rss_kib(d.pid)
-        inits, inits_kib = children_rss(d.pid)
+        used_after = used_kib()
+        inits, inits_kib, inits_pss = children_rss(d.pid)
         for name in names:
             rpc_call("sandbox.delete", {"name": name})
         after = rss_kib(d.pid)
@@ -191,8 +218,12 @@ def main(argv):
           % (args.sandboxes, loaded, (loaded - idle) / k))
     print("  sandbox-init processes (%3d)       %8d   (%.1f KiB each)"
           % (inits, inits_kib, inits_kib / max(1, inits)))
-    print("  host total per sandbox             %8.1f   (daemon delta + its sandbox-init)"
-          % ((loaded - idle + inits_kib) / k))
+    print("  sandbox-init PSS (%3d)             %8d   (%.1f KiB each: shared pages split)"
+          % (inits, inits_pss, inits_pss / max(1, inits)))
+    print("  host per sandbox, processes        %8.1f   (daemon delta + its sandbox-init PSS)"
+          % ((loaded - idle + inits_pss) / k))
+    print("  host per sandbox, machine-wide     %8.1f   (used memory delta incl. kernel objects)"
+          % ((used_after - used_before) / k))
     print("  sandboxd after deleting them       %8d" % after)
     return 0
 
