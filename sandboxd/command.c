@@ -30,26 +30,42 @@ req_list req_list_take(req_list *l) {
         return t;
 }
 
+/* Keeps the last r->cap bytes. The buffer grows on demand (most commands
+ * print little, and exec latency should not pay for a 1 MiB allocation),
+ * then wraps once it reaches cap. */
 void ring_append(ring *r, const char *data, size_t len) {
-        if (!r->buf || !r->cap)
+        if (!r->cap || !len)
                 return;
         if (len >= r->cap) {
-                data += len - r->cap;
                 r->truncated = r->truncated || r->len > 0 || len > r->cap;
+                data += len - r->cap;
                 len = r->cap;
-                r->start = 0;
-                r->len = 0;
+                r->start = r->len = 0;
         }
-        for (size_t i = 0; i < len; i++) {
-                size_t pos = (r->start + r->len) % r->cap;
-                r->buf[pos] = data[i];
-                if (r->len < r->cap)
-                        r->len++;
-                else {
-                        r->start = (r->start + 1) % r->cap;
-                        r->truncated = true;
-                }
+        if (r->alloc < r->cap && r->len + len > r->alloc) {
+                size_t want = r->alloc ? r->alloc : 4096;
+                while (want < r->len + len)
+                        want *= 2;
+                if (want > r->cap)
+                        want = r->cap;
+                char *nb = realloc(r->buf, want);
+                if (!nb)
+                        return;
+                r->buf = nb;
+                r->alloc = want;
         }
+        if (r->len + len > r->alloc) {
+                /* Full: drop the oldest bytes to make room. */
+                size_t drop = r->len + len - r->alloc;
+                r->start = (r->start + drop) % r->alloc;
+                r->len -= drop;
+                r->truncated = true;
+        }
+        size_t pos = (r->start + r->len) % r->alloc;
+        size_t first = len < r->alloc - pos ? len : r->alloc - pos;
+        memcpy(r->buf + pos, data, first);
+        memcpy(r->buf, data + first, len - first);
+        r->len += len;
 }
 
 char *ring_base64(const ring *r) {
@@ -57,7 +73,7 @@ char *ring_base64(const ring *r) {
         if (!flat)
                 return NULL;
         for (size_t i = 0; i < r->len; i++)
-                flat[i] = r->buf[(r->start + i) % r->cap];
+                flat[i] = r->buf[(r->start + i) % r->alloc];
         return core_base64_encode(flat, r->len);
 }
 
@@ -393,8 +409,8 @@ static void method_run(rpc_request *req, void *userdata) {
         c->tty = p.tty;
         c->detached = p.detached;
         c->started_ms = core_now_ms();
-        c->out = (ring){.buf = malloc(m->cfg->command_log_bytes), .cap = m->cfg->command_log_bytes};
-        c->err = (ring){.buf = malloc(m->cfg->command_log_bytes), .cap = m->cfg->command_log_bytes};
+        c->out = (ring){.cap = m->cfg->command_log_bytes};
+        c->err = (ring){.cap = m->cfg->command_log_bytes};
         c->conn = rpc_conn_ref(req->conn);
         c->run_req = req;
         c->next = m->commands;

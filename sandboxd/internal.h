@@ -32,7 +32,9 @@ req_list req_list_take(req_list *l);
 /* Last `cap` bytes of a stream. */
 typedef struct ring {
         char *buf;
-        size_t cap, start, len;
+        size_t cap;     /* most bytes kept */
+        size_t alloc;   /* bytes allocated so far (grows up to cap) */
+        size_t start, len;
         bool truncated;
 } ring;
 void ring_append(ring *r, const char *data, size_t len);
