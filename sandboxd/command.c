@@ -392,7 +392,7 @@ static void method_run(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, m, "sandbox");
+        sandbox *sb = sandbox_require_running(req, m, "sandbox", method_run);
         if (!sb)
                 return;
         session *s = sb->sess;

@@ -45,7 +45,7 @@ static void simple_done(session *s, cJSON *result, int err, const char *message,
         free(op);
 }
 
-static void simple_method(rpc_request *req, manager *m, const char *action) {
+static void simple_method(rpc_request *req, manager *m, const char *action, rpc_handler self) {
         _cleanup_error_ sb_error *err = NULL;
         const char *path = NULL;
         bool parents = true, recursive = false;
@@ -54,7 +54,7 @@ static void simple_method(rpc_request *req, manager *m, const char *action) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, m, "sandbox");
+        sandbox *sb = sandbox_require_running(req, m, "sandbox", self);
         if (!sb)
                 return;
         simple_op *op = calloc(1, sizeof(*op));
@@ -71,10 +71,10 @@ static void simple_method(rpc_request *req, manager *m, const char *action) {
                 simple_done(sb->sess, NULL, r, NULL, op);
 }
 
-static void method_mkdir(rpc_request *req, void *m) { simple_method(req, m, "mkdir"); }
-static void method_list(rpc_request *req, void *m) { simple_method(req, m, "list"); }
-static void method_stat(rpc_request *req, void *m) { simple_method(req, m, "stat"); }
-static void method_remove(rpc_request *req, void *m) { simple_method(req, m, "remove"); }
+static void method_mkdir(rpc_request *req, void *m) { simple_method(req, m, "mkdir", method_mkdir); }
+static void method_list(rpc_request *req, void *m) { simple_method(req, m, "list", method_list); }
+static void method_stat(rpc_request *req, void *m) { simple_method(req, m, "stat", method_stat); }
+static void method_remove(rpc_request *req, void *m) { simple_method(req, m, "remove", method_remove); }
 
 /* ---- fs.read: chained reads by offset ------------------------------------ */
 
@@ -156,7 +156,7 @@ static void method_read(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, userdata, "sandbox");
+        sandbox *sb = sandbox_require_running(req, userdata, "sandbox", method_read);
         if (!sb)
                 return;
         read_op *op = calloc(1, sizeof(*op));
@@ -281,7 +281,7 @@ static void method_write(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, userdata, "sandbox");
+        sandbox *sb = sandbox_require_running(req, userdata, "sandbox", method_write);
         if (!sb)
                 return;
         write_op *op = calloc(1, sizeof(*op));

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <systemd/sd-event.h>
 #include "libcore/cgroup.h"
+#include "libcore/container.h"
 #include "libcore/net.h"
 #include "sandboxd/config.h"
 #include "sandboxd/manager.h"
@@ -28,6 +29,17 @@ typedef struct req_list {
 int req_list_add(req_list *l, rpc_request *req);
 /* Takes the requests out of the list (the caller replies to each). */
 req_list req_list_take(req_list *l);
+
+/* Requests parked until a session runs, each with the handler that runs it
+ * again then (or that answers it: create's own request). */
+typedef struct redo_list {
+        rpc_request **reqs;
+        rpc_handler *fns;
+        size_t n;
+} redo_list;
+int redo_list_add(redo_list *l, rpc_request *req, rpc_handler fn);
+redo_list redo_list_take(redo_list *l);
+void redo_list_clear(redo_list *l);
 
 /* Last `cap` bytes of a stream. */
 typedef struct ring {
@@ -113,9 +125,28 @@ struct sandbox {
         char *dir;                /* <state>/sandboxes/<name> */
         char *run_dir;            /* <run>/sandboxes/<name> */
         bool deleting;
+        bool starting;            /* a session is being started */
         req_list stop_waiters, delete_waiters;
+        redo_list pending;        /* requests waiting for the session to run */
         sandbox *next;
 };
+
+/* A session being started on a worker thread (session_start). */
+typedef struct start_job {
+        manager *m;
+        sandbox *sb;
+        bool fresh;               /* a new sandbox: directories, source, config first */
+        /* source, copied out of the request (fresh only) */
+        char *src_type, *url, *revision, *username, *password;
+        unsigned depth;
+        char *config_text;        /* config.json to write (fresh only) */
+        char *rootfs;
+        /* results from the worker */
+        core_spawn_result spawn;
+        core_cgroup *cg;
+        int slot;
+        sb_error *err;
+} start_job;
 
 struct manager {
         sd_event *event;
@@ -144,13 +175,35 @@ void reply_not_found(rpc_request *req, const char *what, const char *name);
 /* sandbox.c */
 void register_sandbox_methods(manager *m, rpc_server *s);
 cJSON *sandbox_to_json(const sandbox *sb);
-/* Looks up params.<field> as a sandbox name; replies not_found or
- * sandbox_stopped itself and returns NULL when there is no running session. */
-sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field);
+cJSON *sandbox_config_json(const sandbox *sb);
+/* Looks up params.<field> as a sandbox name. Returns the sandbox when its
+ * session runs. Otherwise answers the request itself (not_found,
+ * sandbox_stopped) and returns NULL — except for a stopped persistent
+ * sandbox when `redo` is given: then a new session is started (DESIGN §3:
+ * any command on a stopped persistent sandbox resumes it) and the request
+ * is run again through `redo` once it runs. */
+sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field, rpc_handler redo);
+/* Writes <dir>/config.json (durably for a persistent sandbox); `text` NULL
+ * means the sandbox's current config. Worker-thread safe when text is given. */
+int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err);
+/* Registers a sandbox found on disk at start (persistent ones). */
+int sandbox_load(manager *m, const char *dir, sb_error **ret_err);
+void sandbox_unlink(manager *m, sandbox *sb);
+void sandbox_free(sandbox *sb);
+void session_history_update(sandbox *sb, const char *status, uint64_t ended_ms);
+void set_status(sandbox *sb, const char *status);
+
+/* session.c */
+/* Starts a session on sb in a worker (j->fresh: a new sandbox). Parked
+ * requests in sb->pending run once it runs or get the error. Takes j on
+ * success; on failure j->err says why and the caller still owns j. */
+int session_start(sandbox *sb, start_job *j);
+void start_job_free(start_job *j);
+void session_stop(sandbox *sb);
 /* Called by agent.c when sandbox-init has exited. */
 void session_ended(session *s, int status);
+void start_teardown(sandbox *sb, session *s, bool remove_files);
 void sandbox_stop_all(manager *m);
-void sandbox_free(sandbox *sb);
 
 /* agent.c */
 int agent_attach(session *s, sd_event *event);

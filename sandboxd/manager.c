@@ -123,7 +123,7 @@ static char *find_init(const daemon_config *cfg) {
 
 /* Leftovers of an earlier run: sessions cannot outlive their daemon (init
  * stops when its socket closes), so every non-persistent sandbox directory
- * is removed and persistent ones come back stopped. */
+ * is removed and persistent ones come back stopped (they resume on use). */
 static void reconcile(manager *m) {
         int n = core_cgroup_remove_all_sessions();
         if (n > 0)
@@ -147,9 +147,12 @@ static void reconcile(manager *m) {
                 if (!persistent) {
                         log_info("removing leftover sandbox '%s'", de->d_name);
                         core_rm_rf(dir);
+                        continue;
                 }
-                /* Persistent sandboxes are restored by the lifecycle work; until
-                 * then their files stay untouched on disk. */
+                _cleanup_error_ sb_error *err = NULL;
+                if (sandbox_load(m, dir, &err) < 0)
+                        log_warning("persistent sandbox '%s' not restored (its files are kept): %s", de->d_name,
+                                    err ? err->message : "out of memory");
         }
 }
 

@@ -1,7 +1,6 @@
-/* sandbox.* methods and the session lifecycle: create (validate on the loop,
- * build on a worker thread, attach on the loop), stop (SIGTERM, grace,
- * SIGKILL through sandbox-init), timeout, delete, and teardown of every
- * trace (cgroup, veth, directories) on a worker thread. */
+/* sandbox.* methods: validation of create parameters, the registry view
+ * (get, list), stop, delete, timeouts, update, getOrCreate, and the saved
+ * config of each sandbox. Sessions themselves live in session.c. */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -19,7 +18,6 @@
 #include "sandboxd/internal.h"
 #include "sandboxd/worker.h"
 
-#define SETUP_TIMEOUT_MS 15000
 
 /* ---- JSON view ---------------------------------------------------------- */
 
@@ -52,7 +50,7 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         return o;
 }
 
-static cJSON *sandbox_config_json(const sandbox *sb) {
+cJSON *sandbox_config_json(const sandbox *sb) {
         cJSON *o = sandbox_to_json(sb);
         cJSON_DeleteItemFromObject(o, "status");
         cJSON_DeleteItemFromObject(o, "expiresAt");
@@ -60,7 +58,7 @@ static cJSON *sandbox_config_json(const sandbox *sb) {
         return o;
 }
 
-static void session_history_update(sandbox *sb, const char *status, uint64_t ended_ms) {
+void session_history_update(sandbox *sb, const char *status, uint64_t ended_ms) {
         cJSON *last = cJSON_GetArrayItem(sb->sessions, cJSON_GetArraySize(sb->sessions) - 1);
         if (!last)
                 return;
@@ -72,7 +70,7 @@ static void session_history_update(sandbox *sb, const char *status, uint64_t end
         }
 }
 
-static void set_status(sandbox *sb, const char *status) {
+void set_status(sandbox *sb, const char *status) {
         sb->status = status;
         session_history_update(sb, status, 0);
 }
@@ -94,10 +92,11 @@ void sandbox_free(sandbox *sb) {
         free(sb->run_dir);
         free(sb->stop_waiters.items);
         free(sb->delete_waiters.items);
+        redo_list_clear(&sb->pending);
         free(sb);
 }
 
-static void sandbox_unlink(manager *m, sandbox *sb) {
+void sandbox_unlink(manager *m, sandbox *sb) {
         for (sandbox **pp = &m->sandboxes; *pp; pp = &(*pp)->next)
                 if (*pp == sb) {
                         *pp = sb->next;
@@ -105,7 +104,54 @@ static void sandbox_unlink(manager *m, sandbox *sb) {
                 }
 }
 
-sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field) {
+int redo_list_add(redo_list *l, rpc_request *req, rpc_handler fn) {
+        rpc_request **r = realloc(l->reqs, (l->n + 1) * sizeof(*r));
+        if (r)
+                l->reqs = r;
+        rpc_handler *f = r ? realloc(l->fns, (l->n + 1) * sizeof(*f)) : NULL;
+        if (!f) {
+                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                return -ENOMEM;
+        }
+        l->fns = f;
+        l->reqs[l->n] = req;
+        l->fns[l->n++] = fn;
+        return 0;
+}
+
+redo_list redo_list_take(redo_list *l) {
+        redo_list t = *l;
+        *l = (redo_list){0};
+        return t;
+}
+
+void redo_list_clear(redo_list *l) {
+        free(l->reqs);
+        free(l->fns);
+        *l = (redo_list){0};
+}
+
+/* Starts a new session on a stopped persistent sandbox; parked requests
+ * run when it is up. */
+static void start_resume(sandbox *sb) {
+        start_job *j = calloc(1, sizeof(*j));
+        if (!j)
+                return;
+        j->m = sb->m;
+        j->sb = sb;
+        j->slot = -1;
+        j->spawn.pidfd = j->spawn.agent_fd = -EBADF;
+        log_info("sandbox '%s': resuming", sb->name);
+        if (session_start(sb, j) < 0) {
+                redo_list l = redo_list_take(&sb->pending);
+                for (size_t i = 0; i < l.n; i++)
+                        rpc_reply_sb_error(l.reqs[i], j->err);
+                redo_list_clear(&l);
+                start_job_free(j);
+        }
+}
+
+sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field, rpc_handler redo) {
         _cleanup_error_ sb_error *err = NULL;
         const char *name = NULL;
         if (rpc_param_string(req, field, true, &name, &err) < 0) {
@@ -117,43 +163,41 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
                 reply_not_found(req, "sandbox", name);
                 return NULL;
         }
-        if (!sb->sess || sb->sess->stopping || !streq(sb->status, "running")) {
-                rpc_reply_error(req, RPC_APP_ERROR, "sandbox_stopped", NULL,
-                                "sandbox '%s' is %s; create a new one (or resume a persistent one)", name,
-                                sb->status);
+        if (sb->sess && !sb->sess->stopping && streq(sb->status, "running"))
+                return sb;
+        /* Being created or resumed: wait for it. A stopped (or stopping)
+         * persistent sandbox: resume it (DESIGN §3). */
+        if (redo && (sb->starting || sb->persistent)) {
+                if (redo_list_add(&sb->pending, req, redo) < 0)
+                        return NULL;
+                if (!sb->starting && !sb->sess)
+                        start_resume(sb);
                 return NULL;
         }
-        return sb;
+        rpc_reply_error(req, RPC_APP_ERROR, "sandbox_stopped", NULL,
+                        "sandbox '%s' is %s; create a new one (a persistent one resumes on use)", name, sb->status);
+        return NULL;
+}
+
+int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err) {
+        _cleanup_free_ char *own = NULL, *path = NULL;
+        if (!text) {
+                cJSON *conf = sandbox_config_json(sb);
+                own = cJSON_Print(conf);
+                cJSON_Delete(conf);
+                text = own;
+        }
+        if (!text || asprintf(&path, "%s/config.json", sb->dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        /* Only a persistent sandbox outlives a crash (DESIGN §7); the others
+         * are removed at the next start anyway, so they skip the fsync. */
+        int r = (sb->persistent ? core_write_file_atomic : core_write_file_replace)(path, text, strlen(text), 0600);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "write %s: %s", path, strerror(-r));
+        return 0;
 }
 
 /* ---- create: validation (loop thread) ------------------------------------ */
-
-typedef struct create_job {
-        manager *m;
-        sandbox *sb;
-        rpc_request *req;
-        /* source, copied out of the request */
-        char *src_type, *url, *revision, *username, *password;
-        unsigned depth;
-        /* results from the worker */
-        core_spawn_result spawn;
-        core_cgroup *cg;
-        int slot;
-        sb_error *err;
-} create_job;
-
-static void create_job_free(create_job *j) {
-        free(j->src_type);
-        free(j->url);
-        free(j->revision);
-        free(j->username);
-        if (j->password) {
-                explicit_bzero(j->password, strlen(j->password));
-                free(j->password);
-        }
-        sb_error_free(j->err);
-        free(j);
-}
 
 static int dup_str(cJSON *obj, const char *key, char **ret) {
         cJSON *v = cJSON_GetObjectItem(obj, key);
@@ -165,7 +209,7 @@ static int dup_str(cJSON *obj, const char *key, char **ret) {
         return *ret ? 0 : -ENOMEM;
 }
 
-static int parse_source(create_job *j, cJSON *src, sb_error **ret_err) {
+static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
         static const char *const git_keys[] = {"type", "url", "depth", "revision", "username", "password"};
         static const char *const tar_keys[] = {"type", "url", "path"};
         if (!cJSON_IsObject(src))
@@ -241,7 +285,7 @@ static int parse_source(create_job *j, cJSON *src, sb_error **ret_err) {
 }
 
 /* The source as shown by sandbox.get: never the password. */
-static cJSON *source_view(const create_job *j, cJSON *src) {
+static cJSON *source_view(const start_job *j, cJSON *src) {
         if (!src)
                 return NULL;
         cJSON *o = cJSON_Duplicate(src, 1);
@@ -277,7 +321,7 @@ static int parse_string_map(rpc_request *req, const char *field, unsigned max, c
         return 0;
 }
 
-static int parse_create(manager *m, rpc_request *req, sandbox *sb, create_job *j, sb_error **ret_err) {
+static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j, sb_error **ret_err) {
         const daemon_config *cfg = m->cfg;
         const char *name = NULL, *runtime = "host";
         int64_t timeout = (int64_t)cfg->default_timeout_ms;
@@ -346,290 +390,41 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, create_job *j
         return sb->name && sb->runtime && sb->policy ? 0 : sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
-/* ---- create: the worker thread ------------------------------------------- */
-
-static int write_upper_etc(const sandbox *sb, const char *upper, bool network) {
-        _cleanup_free_ char *etc = NULL, *hosts = NULL, *hostname = NULL, *resolv = NULL;
-        if (asprintf(&etc, "%s/etc", upper) < 0)
-                return -ENOMEM;
-        if (mkdir(etc, 0755) < 0 && errno != EEXIST)
-                return negative_errno();
-        if (asprintf(&hosts, "127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n",
-                     sb->name) < 0 ||
-            asprintf(&hostname, "%s\n", sb->name) < 0)
-                return -ENOMEM;
-        /* resolv.conf: with network, the host's own resolvers that a sandbox can
-         * reach (loopback ones cannot be: they are the host's). */
-        size_t cap = 4096, len = 0;
-        resolv = calloc(1, cap);
-        if (!resolv)
-                return -ENOMEM;
-        if (network) {
-                _cleanup_fclose_ FILE *f = fopen("/etc/resolv.conf", "re");
-                char line[512];
-                while (f && fgets(line, sizeof(line), f)) {
-                        char ns[256];
-                        if (sscanf(line, " nameserver %255s", ns) != 1 || !strncmp(ns, "127.", 4) || streq(ns, "::1"))
-                                continue;
-                        len += (size_t)snprintf(resolv + len, cap - len, "nameserver %s\n", ns);
-                        if (len >= cap - 300)
-                                break;
-                }
-        } else
-                snprintf(resolv, cap, "# deny-all: this sandbox has no network\n");
-        static const char *const names[] = {"hosts", "hostname", "resolv.conf"};
-        const char *texts[] = {hosts, hostname, resolv};
-        for (size_t i = 0; i < 3; i++) {
-                _cleanup_free_ char *p = NULL;
-                if (asprintf(&p, "%s/%s", etc, names[i]) < 0)
-                        return -ENOMEM;
-                int r = core_write_file_replace(p, texts[i], strlen(texts[i]), 0644);
-                if (r < 0)
-                        return r;
-        }
-        return 0;
+static sandbox *find_by_param(rpc_request *req, manager *m) {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name"));
+        return name ? manager_find_sandbox(m, name) : NULL;
 }
 
-static int prepare_dirs(create_job *j, sb_error **ret_err) {
-        sandbox *sb = j->sb;
-        _cleanup_free_ char *upper = NULL, *work = NULL, *ws = NULL, *rootfs = NULL;
-        if (asprintf(&upper, "%s/upper", sb->dir) < 0 || asprintf(&work, "%s/work", sb->dir) < 0 ||
-            asprintf(&ws, "%s/upper/workspace", sb->dir) < 0 || asprintf(&rootfs, "%s/rootfs", sb->run_dir) < 0)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (mkdir(sb->dir, 0710) < 0)
-                return sb_error_set(ret_err, negative_errno(), errno == EEXIST ? "already_exists" : NULL, NULL,
-                                    "create %s: %m", sb->dir);
-        /* Sources are fetched as the sandbox user (libcore/source.h), which
-         * must traverse to upper/workspace; nobody else may. */
-        if (chown(sb->dir, 0, SANDBOX_GID) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
-        int r;
-        if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
-            (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
-        if (chown(ws, SANDBOX_UID, SANDBOX_GID) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown workspace: %m");
-        if ((r = write_upper_etc(sb, upper, streq(sb->policy, "allow-all"))) < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "write sandbox /etc: %s", strerror(-r));
-        return 0;
+/* Redo handlers: answer once the new session runs. */
+static void reply_sandbox(rpc_request *req, void *userdata) {
+        sandbox *sb = find_by_param(req, userdata);
+        if (!sb)
+                reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name")));
+        else
+                rpc_reply(req, sandbox_to_json(sb));
 }
 
-static int fetch_source(create_job *j, sb_error **ret_err) {
-        if (!j->src_type)
-                return 0;
-        _cleanup_free_ char *ws = NULL;
-        if (asprintf(&ws, "%s/upper/workspace", j->sb->dir) < 0)
-                return -ENOMEM;
-        int r;
-        if (streq(j->src_type, "git")) {
-                core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
-                                     .username = j->username, .password = j->password};
-                r = core_source_git_clone(&g, ws, SANDBOX_UID, SANDBOX_GID, ret_err);
-        } else
-                r = core_source_tarball_extract(j->url, ws, SANDBOX_UID, SANDBOX_GID, j->m->cfg->max_source_bytes,
-                                                ret_err);
-        if (r < 0) {
-                sb_error_set(ret_err, r, "source_failed", NULL, "%s", strerror(-r));
-                free((*ret_err)->reason);
-                (*ret_err)->reason = strdup("source_failed");
-                return sb_error_prefix(ret_err, "%s source", j->src_type);
-        }
-        return 0;
-}
-
-static cJSON *setup_packet(create_job *j) {
-        sandbox *sb = j->sb;
-        manager *m = j->m;
-        char buf[INET_ADDRSTRLEN];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "op", "setup");
-        cJSON_AddStringToObject(o, "hostname", sb->name);
-        char *p = NULL;
-        if (asprintf(&p, "%s/rootfs", sb->run_dir) >= 0)
-                cJSON_AddStringToObject(o, "rootfs", p);
-        free(p);
-        cJSON_AddStringToObject(o, "lower", m->host_runtime);
-        if (asprintf(&p, "%s/upper", sb->dir) >= 0)
-                cJSON_AddStringToObject(o, "upper", p);
-        free(p);
-        if (asprintf(&p, "%s/work", sb->dir) >= 0)
-                cJSON_AddStringToObject(o, "work", p);
-        free(p);
-        cJSON *binds = cJSON_AddArrayToObject(o, "binds");
-        for (size_t i = 0; core_runtime_host_binds[i][0]; i++) {
-                if (access(core_runtime_host_binds[i][0], F_OK) < 0)
-                        continue;
-                cJSON *b = cJSON_CreateObject();
-                cJSON_AddStringToObject(b, "src", core_runtime_host_binds[i][0]);
-                cJSON_AddStringToObject(b, "dst", core_runtime_host_binds[i][1]);
-                cJSON_AddBoolToObject(b, "ro", true);
-                cJSON_AddItemToArray(binds, b);
-        }
-        cJSON_AddNumberToObject(o, "netSlot", j->slot);
-        cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
-        cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
-        cJSON_AddItemToObject(o, "env", cJSON_Duplicate(sb->env, 1));
-        return o;
-}
-
-/* Sends the setup packet and waits (bounded) for ready or error. */
-static int setup_init(create_job *j, sb_error **ret_err) {
-        cJSON *pkt = setup_packet(j);
-        _cleanup_free_ char *text = cJSON_PrintUnformatted(pkt);
-        cJSON_Delete(pkt);
-        if (!text)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (send(j->spawn.agent_fd, text, strlen(text), MSG_NOSIGNAL) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "send setup to sandbox-init: %m");
-        struct pollfd p = {.fd = j->spawn.agent_fd, .events = POLLIN};
-        int r = poll(&p, 1, SETUP_TIMEOUT_MS);
-        if (r <= 0)
-                return sb_error_set(ret_err, r < 0 ? negative_errno() : -ETIMEDOUT, NULL, NULL,
-                                    "sandbox-init did not report ready within %d ms", SETUP_TIMEOUT_MS);
-        char buf[8192];
-        ssize_t n = recv(j->spawn.agent_fd, buf, sizeof(buf) - 1, 0);
-        if (n <= 0)
-                return sb_error_set(ret_err, -EPIPE, NULL, NULL, "sandbox-init exited during setup");
-        buf[n] = 0;
-        cJSON *msg = cJSON_Parse(buf);
-        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "ev"));
-        if (ev && streq(ev, "ready")) {
-                cJSON_Delete(msg);
-                return 0;
-        }
-        r = sb_error_set(ret_err, -EIO, NULL, NULL, "sandbox-init setup: %s",
-                         cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message")) ?: "unexpected answer");
-        cJSON_Delete(msg);
-        return r;
-}
-
-static void kill_spawned(core_spawn_result *sp) {
-        if (sp->pidfd >= 0) {
-                syscall(SYS_pidfd_send_signal, sp->pidfd, SIGKILL, NULL, 0);
-                siginfo_t si;
-                waitid(P_PIDFD, (id_t)sp->pidfd, &si, WEXITED);
-                close(sp->pidfd);
-        }
-        if (sp->agent_fd >= 0)
-                close(sp->agent_fd);
-        sp->pidfd = sp->agent_fd = -EBADF;
-}
-
-/* Worker thread: directories, source, config, cgroup, clone, veth, setup.
- * On failure everything made here is undone before returning. */
-static void create_work(void *userdata) {
-        create_job *j = userdata;
-        sandbox *sb = j->sb;
-        manager *m = j->m;
-        int r;
-        bool made_dir = false;
-        if ((r = prepare_dirs(j, &j->err)) < 0)
-                goto fail;
-        made_dir = true;
-        if ((r = fetch_source(j, &j->err)) < 0)
-                goto fail;
-        {
-                cJSON *conf = sandbox_config_json(sb);
-                _cleanup_free_ char *text = cJSON_Print(conf), *path = NULL;
-                cJSON_Delete(conf);
-                if (!text || asprintf(&path, "%s/config.json", sb->dir) < 0 ||
-                    /* Only a persistent sandbox outlives a crash (DESIGN §7);
-                     * the others are removed at the next start anyway. */
-                    (r = (sb->persistent ? core_write_file_atomic
-                                         : core_write_file_replace)(path, text, strlen(text), 0600)) < 0) {
-                        r = sb_error_set(&j->err, -EIO, NULL, NULL, "write config.json");
-                        goto fail;
-                }
-        }
-        core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
-                                  .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
-                                  .cpu_quota_pct = sb->vcpus * 100};
-        if ((r = core_cgroup_create(sb->name, &lim, &j->cg, &j->err)) < 0) {
-                sb_error_prefix(&j->err, "create cgroup");
-                goto fail;
-        }
-        if ((r = core_spawn_init(m->init_memfd, j->cg, &j->spawn, &j->err)) < 0)
-                goto fail;
-        if (j->slot >= 0 && (r = core_veth_create(&m->pool, (unsigned)j->slot, j->spawn.pid, &j->err)) < 0) {
-                sb_error_prefix(&j->err, "create veth");
-                goto fail;
-        }
-        if ((r = setup_init(j, &j->err)) < 0)
-                goto fail;
-        return;
-fail:
-        kill_spawned(&j->spawn);
-        if (j->slot >= 0)
-                core_veth_delete((unsigned)j->slot, NULL);
-        if (j->cg) {
-                core_cgroup_kill_all(j->cg);
-                core_cgroup_destroy(j->cg);
-                core_cgroup_free(j->cg);
-                j->cg = NULL;
-        }
-        if (made_dir) {
-                core_rm_rf(sb->dir);
-                core_rm_rf(sb->run_dir);
-        }
-        sb_error_default_reason(&j->err, "failed");
-}
-
-static int on_expire(sd_event_source *s, uint64_t usec, void *userdata);
-
-static int session_start_timers(sandbox *sb) {
-        session *s = sb->sess;
-        sb->expires_ms = core_now_ms() + sb->timeout_ms;
-        return sd_event_add_time_relative(sb->m->event, &s->expire_src, CLOCK_MONOTONIC,
-                                          sb->timeout_ms * 1000, 10 * 1000, on_expire, sb);
-}
-
-/* Loop thread: the worker finished. */
-static void create_done(void *userdata) {
-        create_job *j = userdata;
-        sandbox *sb = j->sb;
-        manager *m = j->m;
-        if (j->err) {
-                log_info("create sandbox '%s' failed: %s", sb->name, j->err->message);
-                rpc_reply_sb_error(j->req, j->err);
-                manager_release_slot(m, j->slot);
-                sandbox_unlink(m, sb);
-                sandbox_free(sb);
-                create_job_free(j);
+static void reply_get_or_create(rpc_request *req, void *userdata, bool created) {
+        sandbox *sb = find_by_param(req, userdata);
+        if (!sb) {
+                reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name")));
                 return;
         }
-        session *s = calloc(1, sizeof(*s));
-        s->sb = sb;
-        s->pid = j->spawn.pid;
-        s->pidfd = j->spawn.pidfd;
-        s->agent_fd = j->spawn.agent_fd;
-        s->net_slot = j->slot;
-        s->cg = j->cg;
-        s->started_ms = core_now_ms();
-        core_random_hex(s->id, 32);
-        sb->sess = s;
-        cJSON *h = cJSON_CreateObject();
-        char buf[40];
-        cJSON_AddStringToObject(h, "id", s->id);
-        cJSON_AddStringToObject(h, "status", "running");
-        cJSON_AddStringToObject(h, "startedAt", core_format_time(s->started_ms, buf, sizeof(buf)));
-        cJSON_AddNullToObject(h, "endedAt");
-        cJSON_AddItemToArray(sb->sessions, h);
-        sb->status = "running";
-        int r = agent_attach(s, m->event);
-        if (r >= 0)
-                r = session_start_timers(sb);
-        if (r < 0)
-                log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
-        log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sb->policy);
-        rpc_reply(j->req, sandbox_to_json(sb));
-        create_job_free(j);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "sandbox", sandbox_to_json(sb));
+        cJSON_AddBoolToObject(o, "created", created);
+        rpc_reply(req, o);
 }
 
-static void method_create(rpc_request *req, void *userdata) {
-        manager *m = userdata;
+static void reply_created(rpc_request *req, void *m) { reply_get_or_create(req, m, true); }
+static void reply_existing(rpc_request *req, void *m) { reply_get_or_create(req, m, false); }
+
+/* Validates, registers (pending) and starts a new sandbox; `on_ready`
+ * answers the request once it runs. */
+static void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready) {
         _cleanup_error_ sb_error *err = NULL;
         sandbox *sb = calloc(1, sizeof(*sb));
-        create_job *j = calloc(1, sizeof(*j));
+        start_job *j = calloc(1, sizeof(*j));
         if (!sb || !j) {
                 free(sb);
                 free(j);
@@ -640,6 +435,7 @@ static void method_create(rpc_request *req, void *userdata) {
         sb->sessions = cJSON_CreateArray();
         j->m = m;
         j->sb = sb;
+        j->fresh = true;
         j->slot = -1;
         j->spawn.pidfd = j->spawn.agent_fd = -EBADF;
         if (parse_create(m, req, sb, j, &err) < 0) {
@@ -651,156 +447,71 @@ static void method_create(rpc_request *req, void *userdata) {
                                 "sandbox '%s' already exists; pick another name or delete it first", sb->name);
                 goto drop;
         }
-        if (streq(sb->policy, "allow-all") && (j->slot = manager_alloc_slot(m)) < 0) {
-                rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
-                                "no free address in the network pool %s", m->cfg->network_pool);
-                goto drop;
-        }
         core_random_hex(sb->id, 32);
         sb->created_ms = core_now_ms();
         sb->status = "pending";
-        if (asprintf(&sb->dir, "%s/%s", m->sandboxes_dir, sb->name) < 0 ||
-            asprintf(&sb->run_dir, "%s/%s", m->run_sandboxes_dir, sb->name) < 0) {
+        cJSON *conf = sandbox_config_json(sb);
+        j->config_text = cJSON_Print(conf);
+        cJSON_Delete(conf);
+        /* The effective name (generated when omitted) for the redo handler. */
+        cJSON_DeleteItemFromObject(req->params, "name");
+        cJSON_AddStringToObject(req->params, "name", sb->name);
+        if (!j->config_text || asprintf(&sb->dir, "%s/%s", m->sandboxes_dir, sb->name) < 0 ||
+            asprintf(&sb->run_dir, "%s/%s", m->run_sandboxes_dir, sb->name) < 0 ||
+            redo_list_add(&sb->pending, req, on_ready) < 0) {
                 rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
                 goto drop;
         }
-        /* Registered while pending, so a concurrent create of the same name
-         * answers already_exists. */
-        sb->next = m->sandboxes;
-        m->sandboxes = sb;
-        j->req = req;
-        int r = worker_submit(create_work, create_done, j);
-        if (r < 0) {
-                sandbox_unlink(m, sb);
-                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "start worker: %s", strerror(-r));
+        if (session_start(sb, j) < 0) {
+                rpc_reply_sb_error(req, j->err);
                 goto drop;
         }
+        /* Registered while pending, so a concurrent create of the same name
+         * answers already_exists and getOrCreate waits for this one. */
+        sb->next = m->sandboxes;
+        m->sandboxes = sb;
         return;
 drop:
-        manager_release_slot(m, j->slot);
+        sb->pending = (redo_list){0};
         sandbox_free(sb);
-        create_job_free(j);
+        start_job_free(j);
 }
 
-/* ---- stop, timeout, teardown --------------------------------------------- */
-
-static int on_kill_timer(sd_event_source *src, uint64_t usec, void *userdata) {
-        session *s = userdata;
-        log_warning("sandbox '%s': sandbox-init did not stop in time; killing it", s->sb->name);
-        if (s->pidfd >= 0)
-                syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
-        return 0;
+static void method_create(rpc_request *req, void *userdata) {
+        create_sandbox(req, userdata, reply_sandbox);
 }
 
-static void session_stop(sandbox *sb) {
-        session *s = sb->sess;
-        if (!s || s->stopping)
+/* created is true for exactly one of concurrent callers: the loop is
+ * single-threaded and a sandbox is registered (pending) before the first
+ * caller's handler returns; the others wait for it to run. */
+static void method_get_or_create(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        const char *name = NULL;
+        if (rpc_param_string(req, "name", true, &name, &err) < 0) {
+                rpc_reply_sb_error(req, err);
                 return;
-        s->stopping = true;
-        set_status(sb, "stopping");
-        uint64_t grace = sb->m->cfg->stop_grace_ms;
-        cJSON *op = cJSON_CreateObject();
-        cJSON_AddStringToObject(op, "op", "stop");
-        cJSON_AddNumberToObject(op, "graceMs", (double)grace);
-        if (agent_send(s, op) < 0 && s->pidfd >= 0)
-                syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
-        /* Backstop: init that ignores stop is killed (its PID namespace with it). */
-        sd_event_add_time_relative(sb->m->event, &s->kill_src, CLOCK_MONOTONIC, (grace + 3000) * 1000, 0,
-                                   on_kill_timer, s);
-}
-
-static int on_expire(sd_event_source *src, uint64_t usec, void *userdata) {
-        sandbox *sb = userdata;
-        log_info("sandbox '%s': timeout reached; stopping", sb->name);
-        session_stop(sb);
-        return 0;
-}
-
-typedef struct teardown_job {
-        manager *m;
-        sandbox *sb;
-        session *s;       /* may be NULL */
-        bool remove_files;
-} teardown_job;
-
-/* Worker thread: everything the kernel holds for the session, then files.
- * Every step is tried; errors are logged, never stop the rest. */
-static void teardown_work(void *userdata) {
-        teardown_job *t = userdata;
-        if (t->s) {
-                if (t->s->net_slot >= 0)
-                        core_veth_delete((unsigned)t->s->net_slot, NULL);
-                if (t->s->cg) {
-                        core_cgroup_kill_all(t->s->cg);
-                        int r = core_cgroup_destroy(t->s->cg);
-                        if (r < 0)
-                                log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
-                }
         }
-        if (t->remove_files) {
-                int r = core_rm_rf(t->sb->dir);
-                if (r < 0)
-                        log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, t->sb->dir);
+        sandbox *sb = manager_find_sandbox(m, name);
+        if (!sb) {
+                create_sandbox(req, m, reply_created);
+                return;
         }
-        core_rm_rf(t->sb->run_dir);
+        if (sb->deleting) {
+                rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
+                                "sandbox '%s' is being deleted; try again when it is gone", name);
+                return;
+        }
+        if (sb->starting)
+                redo_list_add(&sb->pending, req, reply_existing);
+        else
+                reply_existing(req, m);
 }
 
-static void finish_requests(sandbox *sb, req_list *l, bool empty_result) {
-        req_list taken = req_list_take(l);
-        for (size_t i = 0; i < taken.n; i++)
-                rpc_reply(taken.items[i], empty_result ? cJSON_CreateObject() : sandbox_to_json(sb));
-        free(taken.items);
-}
-
-static void teardown_done(void *userdata) {
-        teardown_job *t = userdata;
-        sandbox *sb = t->sb;
-        manager *m = t->m;
-        if (t->s) {
-                manager_release_slot(m, t->s->net_slot);
-                core_cgroup_free(t->s->cg);
-                free(t->s);
-        }
-        finish_requests(sb, &sb->stop_waiters, false);
-        if (t->remove_files) {
-                finish_requests(sb, &sb->delete_waiters, true);
-                log_info("sandbox '%s' deleted", sb->name);
-                commands_forget_sandbox(m, sb);
-                sandbox_unlink(m, sb);
-                sandbox_free(sb);
-        }
-        free(t);
-}
-
-static void start_teardown(sandbox *sb, session *s, bool remove_files) {
-        teardown_job *t = calloc(1, sizeof(*t));
-        t->m = sb->m;
-        t->sb = sb;
-        t->s = s;
-        t->remove_files = remove_files;
-        if (worker_submit(teardown_work, teardown_done, t) < 0) {
-                teardown_work(t);
-                teardown_done(t);
-        }
-}
-
-void session_ended(session *s, int status) {
-        sandbox *sb = s->sb;
-        bool expected = s->stopping;
-        log_info("sandbox '%s': session ended (init status %d%s)", sb->name, status,
-                 expected ? "" : ", unexpected");
-        s->kill_src = sd_event_source_disable_unref(s->kill_src);
-        s->expire_src = sd_event_source_disable_unref(s->expire_src);
-        agent_detach(s);
-        commands_session_gone(s);
-        sb->sess = NULL;
-        sb->status = expected ? "stopped" : "failed";
-        session_history_update(sb, sb->status, core_now_ms());
-        /* A non-persistent sandbox lives exactly as long as its session. */
-        bool remove = sb->deleting || !sb->persistent;
-        if (remove)
-                sb->deleting = true;
-        start_teardown(sb, s, remove);
+/* A sandbox whose first session is still being made is not there yet for
+ * get/stop/delete (create answers when it is). */
+static bool being_created(const sandbox *sb) {
+        return sb->starting && cJSON_GetArraySize(sb->sessions) == 0;
 }
 
 static sandbox *lookup(rpc_request *req, manager *m) {
@@ -811,7 +522,7 @@ static sandbox *lookup(rpc_request *req, manager *m) {
                 return NULL;
         }
         sandbox *sb = manager_find_sandbox(m, name);
-        if (!sb || streq(sb->status, "pending")) {
+        if (!sb || being_created(sb)) {
                 reply_not_found(req, "sandbox", name);
                 return NULL;
         }
@@ -819,24 +530,40 @@ static sandbox *lookup(rpc_request *req, manager *m) {
 }
 
 static void method_get(rpc_request *req, void *userdata) {
+        _cleanup_error_ sb_error *err = NULL;
+        bool resume = false;
+        if (rpc_param_bool(req, "resume", &resume, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         sandbox *sb = lookup(req, userdata);
-        if (sb)
+        if (!sb)
+                return;
+        if (!resume || sb->deleting || (sb->sess && !sb->sess->stopping)) {
                 rpc_reply(req, sandbox_to_json(sb));
+                return;
+        }
+        if (!sb->persistent) {
+                rpc_reply_error(req, RPC_APP_ERROR, "sandbox_stopped", NULL,
+                                "sandbox '%s' is not persistent; only persistent sandboxes resume", sb->name);
+                return;
+        }
+        /* Resumes it (or waits for the start under way), then answers. */
+        sandbox_require_running(req, userdata, "name", method_get);
 }
 
 static void method_stop(rpc_request *req, void *userdata) {
         sandbox *sb = lookup(req, userdata);
         if (!sb)
                 return;
-        if (!sb->sess) {
-                if (sb->deleting)
-                        req_list_add(&sb->stop_waiters, req);
-                else
-                        rpc_reply(req, sandbox_to_json(sb));
+        if (!sb->sess && !sb->starting && !sb->deleting) {
+                rpc_reply(req, sandbox_to_json(sb));
                 return;
         }
         req_list_add(&sb->stop_waiters, req);
-        session_stop(sb);
+        if (sb->sess)
+                session_stop(sb);
+        /* Starting: stopped as soon as it runs (start_done). */
 }
 
 static void method_delete(rpc_request *req, void *userdata) {
@@ -849,8 +576,9 @@ static void method_delete(rpc_request *req, void *userdata) {
         sb->deleting = true;
         if (sb->sess)
                 session_stop(sb);
-        else
+        else if (!sb->starting)
                 start_teardown(sb, NULL, true);
+        /* Starting: stopped and removed as soon as it runs (start_done). */
 }
 
 static void method_extend(rpc_request *req, void *userdata) {
@@ -861,7 +589,7 @@ static void method_extend(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, m, "name");
+        sandbox *sb = sandbox_require_running(req, m, "name", NULL);
         if (!sb)
                 return;
         uint64_t now = core_now_ms();
@@ -872,6 +600,155 @@ static void method_extend(rpc_request *req, void *userdata) {
         sd_event_source_set_time_relative(sb->sess->expire_src, (expires - now) * 1000);
         sd_event_source_set_enabled(sb->sess->expire_src, SD_EVENT_ONESHOT);
         rpc_reply(req, sandbox_to_json(sb));
+}
+
+/* sandbox.update: timeout, env, tags (and, while they cannot change yet,
+ * resources, ports and networkPolicy only to their current values).
+ * A timeout increase also extends the running session by the difference;
+ * a decrease applies from the next session on. */
+static void method_update(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        int64_t timeout = -1;
+        cJSON *env = NULL, *tags = NULL, *ports = NULL, *res = NULL;
+        if (rpc_param_int(req, "timeout", false, 1000, (int64_t)m->cfg->max_timeout_ms, &timeout, &err) < 0 ||
+            rpc_param_object(req, "resources", false, &res, &err) < 0 ||
+            rpc_param_array(req, "ports", false, &ports, &err) < 0 ||
+            (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", 0, &env, &err) < 0) ||
+            (cJSON_GetObjectItem(req->params, "tags") && parse_string_map(req, "tags", 5, &tags, &err) < 0)) {
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        sandbox *sb = lookup(req, m);
+        cJSON *policy = cJSON_GetObjectItem(req->params, "networkPolicy");
+        cJSON *vcpus = cJSON_GetObjectItem(res, "vcpus");
+        const char *fail_field = NULL, *fail_reason = NULL, *fail_msg = NULL;
+        if (sb && policy && !(cJSON_IsString(policy) && streq(policy->valuestring, sb->policy))) {
+                fail_field = "networkPolicy";
+                fail_reason = "invalid_policy";
+                fail_msg = "networkPolicy: changing the policy of an existing sandbox is not supported yet";
+        } else if (sb && vcpus && !(cJSON_IsNumber(vcpus) && vcpus->valuedouble == sb->vcpus)) {
+                fail_field = "resources.vcpus";
+                fail_msg = "resources.vcpus: changing resources is not supported yet";
+        } else if (sb && ports && cJSON_GetArraySize(ports) > 0) {
+                fail_field = "ports";
+                fail_msg = "ports: exposing ports is not supported yet";
+        }
+        if (!sb || fail_field) {
+                if (fail_field)
+                        rpc_reply_error(req, fail_reason ? RPC_APP_ERROR : RPC_INVALID_PARAMS, fail_reason,
+                                        fail_field, "%s", fail_msg);
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                return;
+        }
+        if (env) {
+                cJSON_Delete(sb->env);
+                sb->env = env;
+        }
+        if (tags) {
+                cJSON_Delete(sb->tags);
+                sb->tags = tags;
+        }
+        if (timeout > 0) {
+                if (sb->sess && (uint64_t)timeout > sb->timeout_ms && sb->sess->expire_src) {
+                        uint64_t now = core_now_ms();
+                        uint64_t expires = sb->expires_ms + ((uint64_t)timeout - sb->timeout_ms);
+                        if (expires > now + m->cfg->max_timeout_ms)
+                                expires = now + m->cfg->max_timeout_ms;
+                        sb->expires_ms = expires;
+                        sd_event_source_set_time_relative(sb->sess->expire_src, (expires - now) * 1000);
+                        sd_event_source_set_enabled(sb->sess->expire_src, SD_EVENT_ONESHOT);
+                }
+                sb->timeout_ms = (uint64_t)timeout;
+        }
+        int r = sandbox_save_config(sb, NULL, &err);
+        if (r < 0)
+                log_warning("sandbox '%s': %s", sb->name, err->message);
+        rpc_reply(req, sandbox_to_json(sb));
+}
+
+static uint64_t parse_time(const char *text) {
+        struct tm tm = {0};
+        unsigned ms = 0;
+        if (!text)
+                return 0;
+        const char *rest = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (rest && *rest == '.')
+                ms = (unsigned)strtoul(rest + 1, NULL, 10);
+        return rest ? (uint64_t)timegm(&tm) * 1000 + ms : 0;
+}
+
+static char *dup_json_string(cJSON *o, const char *key, const char *fallback) {
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, key));
+        return strdup(v ? v : fallback);
+}
+
+static cJSON *dup_json_of_type(cJSON *o, const char *key, cJSON_bool (*is)(const cJSON *), cJSON *fallback) {
+        cJSON *v = cJSON_GetObjectItem(o, key);
+        if (v && is(v)) {
+                cJSON_Delete(fallback);
+                return cJSON_Duplicate(v, 1);
+        }
+        return fallback;
+}
+
+int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        if (asprintf(&path, "%s/config.json", dir) < 0)
+                return -ENOMEM;
+        int r = core_read_file(path, 1 << 20, &text, NULL);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "read %s: %s", path, strerror(-r));
+        cJSON *c = cJSON_Parse(text);
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "id"));
+        if (!c || !name || !core_name_is_valid(name) || !id || strlen(id) != 32 || manager_find_sandbox(m, name)) {
+                cJSON_Delete(c);
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "%s: not a valid sandbox config", path);
+        }
+        sandbox *sb = calloc(1, sizeof(*sb));
+        sb->m = m;
+        sb->name = strdup(name);
+        memcpy(sb->id, id, 33);
+        sb->runtime = dup_json_string(c, "runtime", "host");
+        sb->policy = dup_json_string(c, "networkPolicy", "deny-all");
+        if (!streq(sb->policy, "allow-all") && !streq(sb->policy, "deny-all")) {
+                free(sb->policy);
+                sb->policy = strdup("deny-all"); /* fail closed */
+        }
+        cJSON *src = cJSON_GetObjectItem(c, "source");
+        sb->source = cJSON_IsObject(src) ? cJSON_Duplicate(src, 1) : NULL;
+        cJSON *t = cJSON_GetObjectItem(c, "timeout");
+        sb->timeout_ms = cJSON_IsNumber(t) && t->valuedouble >= 1000 ? (uint64_t)t->valuedouble
+                                                                     : m->cfg->default_timeout_ms;
+        sb->env = dup_json_of_type(c, "env", cJSON_IsObject, cJSON_CreateObject());
+        sb->tags = dup_json_of_type(c, "tags", cJSON_IsObject, cJSON_CreateObject());
+        sb->ports = dup_json_of_type(c, "ports", cJSON_IsArray, cJSON_CreateArray());
+        sb->sessions = dup_json_of_type(c, "sessions", cJSON_IsArray, cJSON_CreateArray());
+        cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "resources"), "vcpus");
+        sb->vcpus = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= m->cfg->max_vcpus
+                            ? (unsigned)v->valuedouble : 1;
+        sb->persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
+        sb->created_ms = parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(c, "createdAt")));
+        sb->status = "stopped";
+        /* Sessions that were running when the daemon went away ended then. */
+        cJSON *h;
+        cJSON_ArrayForEach(h, sb->sessions) {
+                const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(h, "status"));
+                if (st && !streq(st, "stopped") && !streq(st, "failed"))
+                        cJSON_ReplaceItemInObject(h, "status", cJSON_CreateString("stopped"));
+        }
+        cJSON_Delete(c);
+        if (asprintf(&sb->dir, "%s", dir) < 0 || asprintf(&sb->run_dir, "%s/%s", m->run_sandboxes_dir, name) < 0) {
+                sandbox_free(sb);
+                return -ENOMEM;
+        }
+        sb->next = m->sandboxes;
+        m->sandboxes = sb;
+        return 0;
 }
 
 static int cmp_names(const void *a, const void *b) {
@@ -922,35 +799,14 @@ static void method_list(rpc_request *req, void *userdata) {
         rpc_reply(req, res);
 }
 
-void sandbox_stop_all(manager *m) {
-        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
-                session *s = sb->sess;
-                if (!s)
-                        continue;
-                /* Daemon exit: the PID namespace dies with its init. */
-                if (s->pidfd >= 0) {
-                        syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
-                        siginfo_t si;
-                        waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
-                }
-                s->kill_src = sd_event_source_disable_unref(s->kill_src);
-                s->expire_src = sd_event_source_disable_unref(s->expire_src);
-                agent_detach(s);
-                commands_session_gone(s);
-                sb->sess = NULL;
-                teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};
-                teardown_work(&t);
-                manager_release_slot(m, s->net_slot);
-                core_cgroup_free(s->cg);
-                free(s);
-        }
-}
-
 void register_sandbox_methods(manager *m, rpc_server *s) {
         rpc_server_add_method(s, "sandbox.create", method_create, m);
+        rpc_server_add_method(s, "sandbox.getOrCreate", method_get_or_create, m);
         rpc_server_add_method(s, "sandbox.get", method_get, m);
         rpc_server_add_method(s, "sandbox.list", method_list, m);
         rpc_server_add_method(s, "sandbox.stop", method_stop, m);
         rpc_server_add_method(s, "sandbox.delete", method_delete, m);
         rpc_server_add_method(s, "sandbox.extendTimeout", method_extend, m);
+        rpc_server_add_method(s, "sandbox.update", method_update, m);
 }
+

@@ -14,15 +14,19 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <termios.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include "libcore/agent.h"
+#include "libcore/caps.h"
 #include "libcore/init/init.h"
 #include "libcore/log.h"
+#include "libcore/seccomp.h"
 #include "libcore/util.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
 
 /* Steps of the child that can fail before exec; reported to the parent. */
-enum child_stage { STAGE_STDIO, STAGE_TTY, STAGE_USER, STAGE_CWD, STAGE_EXEC };
+enum child_stage { STAGE_STDIO, STAGE_TTY, STAGE_USER, STAGE_CWD, STAGE_CONFINE, STAGE_EXEC };
 
 typedef struct child_report {
         int stage;
@@ -82,10 +86,26 @@ static int move_fd(int fd, int target) {
         return dup2(fd, target) < 0 ? -1 : 0;
 }
 
+/* chdir(path) refusing every /proc magic link on the way (openat2
+ * RESOLVE_NO_MAGICLINKS). Returns 0 or -1 with errno set. */
+static int enter_cwd(const char *path) {
+        struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC, .resolve = RESOLVE_NO_MAGICLINKS };
+        int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+        if (fd < 0)
+                return -1;
+        int r = fchdir(fd);
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return r;
+}
+
 /* In the child: stdio, session, identity, cwd, signals, then exec. Every
  * step runs before exec so the new program inherits nothing of init but
  * what is set up here: fds 0-2 only, its own session, no supplementary
- * groups, no_new_privs, default signal dispositions and an empty mask. */
+ * groups, no_new_privs, default signal dispositions and an empty mask, the
+ * capabilities of its uid (libcore/caps.h) and the seccomp filter
+ * (libcore/seccomp.h). */
 _noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd,
                                   const int in_pipe[2], const int out_pipe[2], const int err_pipe[2]) {
         if (setsid() < 0)
@@ -117,6 +137,17 @@ _noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd
                 (void)close_range(3, (unsigned)report_fd - 1, 0);
         (void)close_range((unsigned)report_fd + 1, ~0U, 0);
 
+        /* Capabilities, step 1, while still root with init's full set:
+         * CAP_SETPCAP is needed to shrink the bounding set, and a uid change
+         * would drop it. Not dumpable first: from here on the child holds
+         * no more than a root command may, and a `sudo` command of the same
+         * uid must not ptrace it and skip the rest of this sequence
+         * (exec makes the new program dumpable again). */
+        uint64_t keep = core_caps_for_uid(s->uid);
+        int r = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? negative_errno() : core_caps_bound(keep);
+        if (r < 0)
+                child_fail(report_fd, STAGE_CONFINE, -r);
+
         /* Identity: groups first (needs CAP_SETGID), then gid, uid last. */
         if (setgroups(0, NULL) < 0 || setresgid(s->gid, s->gid, s->gid) < 0 ||
             setresuid(s->uid, s->uid, s->uid) < 0)
@@ -125,8 +156,11 @@ _noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd
          * cannot raise privileges, and seccomp can be loaded unprivileged. */
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
                 child_fail(report_fd, STAGE_USER, errno);
-        /* chdir after the uid change, so the user's own permissions apply. */
-        if (chdir(s->cwd) < 0) {
+        /* chdir after the uid change, so the user's own permissions apply.
+         * Never through a /proc magic link (/proc/self/fd/N, /proc/1/cwd,
+         * /dev/fd/N): those name whatever an fd or a process points at,
+         * which is how runc's CVE-2024-21626 reached the host. */
+        if (enter_cwd(s->cwd) < 0) {
                 if (s->cwd_given || chdir("/") < 0)
                         child_fail(report_fd, STAGE_CWD, errno);
         }
@@ -140,9 +174,15 @@ _noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd
         sigemptyset(&none);
         (void)sigprocmask(SIG_SETMASK, &none, NULL);
 
-        /* >>> Capability bounding and seccomp go here: last, right before
-         * execvpe, so the filter need not allow anything this sequence
-         * still does. <<< */
+        /* Capabilities, step 2: permitted, effective and inheritable to
+         * exactly the kept set (nothing for the sandbox user). Then seccomp,
+         * last, right before execvpe, so the filter need not allow anything
+         * this sequence still does; it was compiled in the parent before
+         * fork (core_seccomp_default caches it), so this only installs it. */
+        const core_seccomp *filter = NULL;
+        if ((r = core_caps_set(keep)) < 0 || (r = core_seccomp_default(&filter, NULL)) < 0 ||
+            (r = core_seccomp_install(filter)) < 0)
+                child_fail(report_fd, STAGE_CONFINE, -r);
 
         /* execvpe searches the PATH of the calling process's environment,
          * not of envp: give it the command's PATH. */
@@ -278,6 +318,7 @@ static const char *stage_name(int stage) {
         case STAGE_STDIO: return "set up stdio";
         case STAGE_TTY: return "set up terminal";
         case STAGE_USER: return "switch user";
+        case STAGE_CONFINE: return "apply capabilities and seccomp";
         default: return "start";
         }
 }
@@ -401,6 +442,11 @@ void cmd_run(init_agent *a, const cJSON *req) {
                 r = negative_errno();
         if (r >= 0 && pipe2(report, O_CLOEXEC) < 0)
                 r = negative_errno();
+        /* The seccomp filter is compiled once, here in init, so that each
+         * child only installs it; no filter, no command (fail closed). */
+        const core_seccomp *filter;
+        if (r >= 0)
+                r = core_seccomp_default(&filter, NULL);
         pid_t pid = r >= 0 ? fork() : -1;
         if (r >= 0 && pid < 0)
                 r = negative_errno();

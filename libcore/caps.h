@@ -1,0 +1,34 @@
+/* Capabilities of sandbox commands (DESIGN §4): none at all for the sandbox
+ * user, a Docker-like default set for root (`sudo`). Applied in the
+ * command's child in two steps around the identity change, because the
+ * bounding set can only be shrunk while CAP_SETPCAP is still held. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The capabilities (bit n = capability n) a command running as uid keeps:
+ * the default set of core_caps_root_set() for uid 0, nothing otherwise. */
+uint64_t core_caps_for_uid(uid_t uid);
+
+/* The set a root command keeps. Source: Docker's default capabilities (moby
+ * oci/caps/defaults.go) without CAP_MKNOD (see caps.c). */
+uint64_t core_caps_root_set(void);
+
+/* Step 1, in the child while still root with init's full set, before
+ * setresuid: drops every capability not in keep from the bounding set,
+ * clears the ambient set and limits the inheritable set to keep. Needs
+ * CAP_SETPCAP. Returns 0 or a negative errno. */
+int core_caps_bound(uint64_t keep);
+
+/* Step 2, after setresuid and before exec: sets permitted, effective and
+ * inheritable to exactly keep (a uid change from root already emptied
+ * permitted and effective; this makes the result independent of that rule
+ * and covers root, whose sets a uid change keeps). Returns 0 or a negative
+ * errno (-EPERM when keep holds a capability the process lacks). */
+int core_caps_set(uint64_t keep);
+
+/* Checks that the calling process holds exactly keep in its permitted,
+ * effective, inheritable and bounding sets and nothing in ambient.
+ * Returns 0, -EPERM on a mismatch, or another negative errno. */
+int core_caps_verify(uint64_t keep);

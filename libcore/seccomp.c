@@ -1,0 +1,241 @@
+/* The seccomp deny table and its compilation to BPF (see seccomp.h).
+ *
+ * Runs in sandbox-init: core_seccomp_default() in the parent before fork,
+ * core_seccomp_install() in the command's child as the last step before
+ * execve, after the identity change and no_new_privs, so the filter need
+ * not allow anything that sequence still does. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "libcore/log.h"
+#include "libcore/seccomp.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+struct core_seccomp {
+        size_t len;
+        struct sock_filter *insns;
+};
+
+/* Every namespace-creating flag. CLONE_NEWTIME shares its bit with the exit
+ * signal of clone(2) (CSIGNAL), so it is only matched for unshare; clone3,
+ * the one clone that can take it, is refused as a whole. */
+#define NS_FLAGS_CLONE (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | \
+                        CLONE_NEWPID | CLONE_NEWNET)
+#define NS_FLAGS_UNSHARE (NS_FLAGS_CLONE | CLONE_NEWTIME)
+
+#define DENY(n) { .name = (n), .err = EPERM, .match = CORE_SC_ALL }
+
+/* Source: the syscalls Docker's default profile (moby
+ * profiles/seccomp/default.json, and docs/security/seccomp.md "Significant
+ * syscalls blocked by the default profile") does not allow a container
+ * without extra capabilities, plus DESIGN §4's list. Names that do not exist
+ * on x86_64 (umount, stime, vm86, vm86old, ...) are left out: the native
+ * ABI is the only one a command can reach.
+ *
+ * Left out on purpose (allowed):
+ * - ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, process_madvise:
+ *   Docker allows them on kernels >= 4.8, where seccomp runs after a tracer
+ *   changes a syscall, so a tracee cannot be used to bypass the filter. The
+ *   kernel's own ptrace access checks still apply (same uid, and the
+ *   tracer's permitted capabilities must cover the tracee's: a command can
+ *   never attach to sandbox-init, which holds every capability), and
+ *   debuggers and strace keep working inside a sandbox.
+ * - sethostname/setdomainname: the UTS namespace is the sandbox's own and
+ *   they need CAP_SYS_ADMIN, which no command holds.
+ * - seccomp: a command may stack stricter filters of its own. */
+static const core_seccomp_rule deny_rules[] = {
+        /* io_uring: a second syscall interface that bypasses this filter
+         * (its operations are not syscalls) and a steady source of kernel
+         * bugs; Docker blocks it since moby 25. */
+        DENY("io_uring_setup"), DENY("io_uring_enter"), DENY("io_uring_register"),
+        /* Kernel attack surface with a history of exploits. */
+        DENY("userfaultfd"), DENY("bpf"), DENY("perf_event_open"), DENY("fanotify_init"),
+        /* The kernel keyring is not namespaced. */
+        DENY("keyctl"), DENY("add_key"), DENY("request_key"),
+        /* Loading code into the kernel. */
+        DENY("kexec_load"), DENY("kexec_file_load"), DENY("init_module"), DENY("finit_module"),
+        DENY("delete_module"), DENY("create_module"), DENY("get_kernel_syms"), DENY("query_module"),
+        /* The mount family, old and new API: the sandbox's mounts are final. */
+        DENY("mount"), DENY("umount2"), DENY("fsopen"), DENY("fsconfig"), DENY("fsmount"),
+        DENY("fspick"), DENY("move_mount"), DENY("open_tree"), DENY("mount_setattr"),
+        DENY("pivot_root"), DENY("chroot"),
+        /* Namespaces: no new ones (user namespaces above all: they hand an
+         * unprivileged process a full capability set over new kernel code),
+         * no joining others. clone3 gets ENOSYS, not EPERM, so that libc
+         * falls back to clone(2), whose flags this filter can read. */
+        { .name = "clone", .err = EPERM, .match = CORE_SC_ANY_BIT, .arg = 0, .bits = NS_FLAGS_CLONE },
+        { .name = "unshare", .err = EPERM, .match = CORE_SC_ANY_BIT, .arg = 0, .bits = NS_FLAGS_UNSHARE },
+        { .name = "clone3", .err = ENOSYS, .match = CORE_SC_ALL },
+        DENY("setns"),
+        /* Only the default persona and the 0xffffffff query: other
+         * personalities turn off ASLR or make data executable. */
+        { .name = "personality", .err = EPERM, .match = CORE_SC_NOT_QUERY, .arg = 0 },
+        /* Injecting input into a terminal that another process reads (the
+         * pty of a `sandboxctl exec -t` session ends at the caller's). */
+        { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = TIOCSTI },
+        { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = TIOCLINUX },
+        /* Host-wide state that is not namespaced: accounting, swap, power,
+         * clocks, the kernel log, quotas, raw I/O ports. */
+        DENY("acct"), DENY("swapon"), DENY("swapoff"), DENY("reboot"),
+        DENY("settimeofday"), DENY("clock_settime"), DENY("clock_adjtime"), DENY("adjtimex"),
+        DENY("syslog"), DENY("quotactl"), DENY("quotactl_fd"), DENY("lookup_dcookie"),
+        DENY("vhangup"), DENY("nfsservctl"), DENY("iopl"), DENY("ioperm"),
+        /* File handles bypass path-based confinement (the "shocker"
+         * escape used open_by_handle_at). */
+        DENY("open_by_handle_at"), DENY("name_to_handle_at"),
+        /* NUMA policy and obsolete calls Docker blocks without CAP_SYS_NICE
+         * or at all. */
+        DENY("get_mempolicy"), DENY("set_mempolicy"), DENY("set_mempolicy_home_node"),
+        DENY("mbind"), DENY("move_pages"), DENY("sysfs"), DENY("_sysctl"), DENY("uselib"),
+        DENY("ustat"),
+};
+
+const core_seccomp_rule *core_seccomp_rules(size_t *ret_n) {
+        *ret_n = ELEMENTSOF(deny_rules);
+        return deny_rules;
+}
+
+/* Adds the libseccomp rules of one table row. Argument comparisons are on
+ * the low 32 bits (SCMP_CMP_MASKED_EQ with a 32-bit mask) because the
+ * kernel reads these arguments as int: garbage in the upper half of the
+ * register must not slip past the filter. */
+static int add_rule(scmp_filter_ctx ctx, int nr, const core_seccomp_rule *r) {
+        uint32_t act = SCMP_ACT_ERRNO((uint32_t)r->err);
+        int k;
+        switch (r->match) {
+        case CORE_SC_ALL:
+                return seccomp_rule_add_exact(ctx, act, nr, 0);
+        case CORE_SC_EQ32:
+                return seccomp_rule_add_exact(ctx, act, nr, 1,
+                                              SCMP_CMP64(r->arg, SCMP_CMP_MASKED_EQ, 0xffffffffu, r->bits));
+        case CORE_SC_ANY_BIT:
+                /* One rule per bit: libseccomp ORs rules, and "any bit set"
+                 * is an OR of "this bit set". */
+                for (k = 0; k < 32; k++) {
+                        uint64_t bit = 1ull << k;
+                        if (!(r->bits & bit))
+                                continue;
+                        int e = seccomp_rule_add_exact(ctx, act, nr, 1,
+                                                       SCMP_CMP64(r->arg, SCMP_CMP_MASKED_EQ, bit, bit));
+                        if (e < 0)
+                                return e;
+                }
+                return 0;
+        case CORE_SC_NOT_QUERY:
+                /* "Not all 32 bits equal" is "bit 0 differs from some bit
+                 * k"; libseccomp allows one comparison per argument and
+                 * rule, and one masked compare tests both bits at once. */
+                for (k = 1; k < 32; k++) {
+                        uint64_t mask = 1ull | (1ull << k);
+                        int e = seccomp_rule_add_exact(ctx, act, nr, 1,
+                                                       SCMP_CMP64(r->arg, SCMP_CMP_MASKED_EQ, mask, 1ull));
+                        if (e >= 0)
+                                e = seccomp_rule_add_exact(ctx, act, nr, 1,
+                                                           SCMP_CMP64(r->arg, SCMP_CMP_MASKED_EQ, mask, 1ull << k));
+                        if (e < 0)
+                                return e;
+                }
+                return 0;
+        }
+        return -EINVAL;
+}
+
+/* libseccomp's BPF, copied out through a memfd (2.5 has no in-memory export). */
+static int export_bpf(scmp_filter_ctx ctx, core_seccomp *f) {
+        _cleanup_close_ int fd = memfd_create("seccomp-bpf", MFD_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        int r = seccomp_export_bpf(ctx, fd);
+        if (r < 0)
+                return r;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (st.st_size <= 0 || st.st_size % (off_t)sizeof(struct sock_filter) != 0 ||
+            st.st_size / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS)
+                return -E2BIG;
+        f->insns = malloc((size_t)st.st_size);
+        if (!f->insns)
+                return -ENOMEM;
+        ssize_t n = pread(fd, f->insns, (size_t)st.st_size, 0);
+        if (n != st.st_size)
+                return n < 0 ? negative_errno() : -EIO;
+        f->len = (size_t)st.st_size / sizeof(struct sock_filter);
+        return 0;
+}
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(void, seccomp_release);
+
+int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
+        /* A filter for the native architecture only: libseccomp then sends
+         * every other audit arch (i386 through int 0x80 or sysenter) and, on
+         * x86_64, every x32 syscall number (bit 0x40000000, which shares
+         * the x86_64 audit arch) to the bad-arch action. KILL_PROCESS: no
+         * program a sandbox runs legitimately uses another ABI, and a
+         * process that tries is an exploit or a binary that cannot work. */
+        _cleanup_(seccomp_releasep) void *ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "seccomp_init: out of memory");
+        int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "seccomp: bad-arch action: %s", strerror(-r));
+        for (size_t i = 0; i < ELEMENTSOF(deny_rules); i++) {
+                int nr = seccomp_syscall_resolve_name(deny_rules[i].name);
+                if (nr == __NR_SCMP_ERROR || nr < 0) {
+                        log_debug("seccomp: %s does not exist on this architecture", deny_rules[i].name);
+                        continue;
+                }
+                r = add_rule(ctx, nr, &deny_rules[i]);
+                if (r < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "seccomp: rule for %s: %s",
+                                            deny_rules[i].name, strerror(-r));
+        }
+        _cleanup_(core_seccomp_freep) core_seccomp *f = calloc(1, sizeof(*f));
+        if (!f)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "seccomp: out of memory");
+        r = export_bpf(ctx, f);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "seccomp: export BPF: %s", strerror(-r));
+        log_debug("seccomp: filter of %zu instructions", f->len);
+        *ret = TAKE_PTR(f);
+        return 0;
+}
+
+void core_seccomp_free(core_seccomp *f) {
+        if (!f)
+                return;
+        free(f->insns);
+        free(f);
+}
+
+int core_seccomp_default(const core_seccomp **ret, sb_error **ret_err) {
+        static core_seccomp *cached;
+        if (!cached) {
+                int r = core_seccomp_new(&cached, ret_err);
+                if (r < 0)
+                        return r;
+        }
+        *ret = cached;
+        return 0;
+}
+
+int core_seccomp_install(const core_seccomp *f) {
+        struct sock_fprog prog = { .len = (unsigned short)f->len, .filter = f->insns };
+        return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? negative_errno() : 0;
+}
+
+size_t core_seccomp_size(const core_seccomp *f) {
+        return f ? f->len : 0;
+}

@@ -1,0 +1,60 @@
+/* The seccomp filter every sandbox command runs under (DESIGN §4): default
+ * allow, a deny list modelled on Docker's default profile plus the kernel
+ * attack surface this project closes on top (io_uring, userfaultfd, keys,
+ * bpf, perf, namespace-creating clone/unshare, the mount family, TIOCSTI and
+ * TIOCLINUX), and the native syscall ABI only. The filter is compiled once
+ * with libseccomp into a BPF program; installing it is one prctl, safe in a
+ * forked child. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "libcore/error.h"
+
+typedef struct core_seccomp core_seccomp;
+
+/* How a syscall is matched by one row of the deny table. */
+enum core_seccomp_match {
+        CORE_SC_ALL,       /* every call */
+        CORE_SC_ANY_BIT,   /* any of the bits `bits` set in argument `arg` (low 32 bits) */
+        CORE_SC_EQ32,      /* the low 32 bits of argument `arg` equal `bits` */
+        CORE_SC_NOT_QUERY, /* argument `arg` (32 bits) is neither 0 nor 0xffffffff */
+};
+
+/* One row of the deny table: calls of `name` that match get -err. */
+typedef struct core_seccomp_rule {
+        const char *name;
+        int err; /* positive errno */
+        enum core_seccomp_match match;
+        unsigned arg;
+        uint64_t bits;
+} core_seccomp_rule;
+
+/* The deny table (static storage). *ret_n receives its length. Names the
+ * native architecture does not have are skipped when the filter is built. */
+const core_seccomp_rule *core_seccomp_rules(size_t *ret_n);
+
+/* Compiles the filter with libseccomp and exports it as BPF. The caller owns
+ * *ret and frees it with core_seccomp_free(). Errors: -ENOMEM, or the
+ * negative errno libseccomp returned, with a message naming the rule. */
+int core_seccomp_new(core_seccomp **ret, sb_error **ret_err);
+
+/* Frees a filter; accepts NULL. */
+void core_seccomp_free(core_seccomp *f);
+DEFINE_TRIVIAL_CLEANUP_FUNC(core_seccomp, core_seccomp_free);
+
+/* The process-wide filter, built on the first call and kept for the life of
+ * the process (sandbox-init builds it before forking a command, so the child
+ * only installs it). Returns 0 and stores a borrowed pointer in *ret, or the
+ * error of core_seccomp_new(); a failed build is retried on the next call.
+ * Not thread-safe: sandbox-init is single-threaded. */
+int core_seccomp_default(const core_seccomp **ret, sb_error **ret_err);
+
+/* Installs f on the calling thread with one prctl(PR_SET_SECCOMP), without
+ * allocating: usable between fork and exec. The caller must have set
+ * no_new_privs first (or hold CAP_SYS_ADMIN). Returns 0 or a negative errno. */
+int core_seccomp_install(const core_seccomp *f);
+
+/* Number of BPF instructions in f (for tests and debug logs). */
+size_t core_seccomp_size(const core_seccomp *f);

@@ -1,0 +1,518 @@
+/* The session lifecycle: starting one (for a new sandbox: directories,
+ * source and config first) on a worker thread and attaching it on the
+ * loop; stop (SIGTERM, grace, SIGKILL through sandbox-init); timeout; and
+ * teardown of every trace (cgroup, veth, directories) on a worker thread. */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include "libcore/agent.h"
+#include "libcore/container.h"
+#include "libcore/log.h"
+#include "libcore/source.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+#include "sandboxd/worker.h"
+
+#define SETUP_TIMEOUT_MS 15000
+
+static void finish_requests(sandbox *sb, req_list *l, bool empty_result);
+
+/* ---- the worker thread ----------------------------------------------------- */
+
+static int write_upper_etc(const sandbox *sb, const char *upper, bool network) {
+        _cleanup_free_ char *etc = NULL, *hosts = NULL, *hostname = NULL, *resolv = NULL;
+        if (asprintf(&etc, "%s/etc", upper) < 0)
+                return -ENOMEM;
+        if (mkdir(etc, 0755) < 0 && errno != EEXIST)
+                return negative_errno();
+        if (asprintf(&hosts, "127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n",
+                     sb->name) < 0 ||
+            asprintf(&hostname, "%s\n", sb->name) < 0)
+                return -ENOMEM;
+        /* resolv.conf: with network, the host's own resolvers that a sandbox can
+         * reach (loopback ones cannot be: they are the host's). */
+        size_t cap = 4096, len = 0;
+        resolv = calloc(1, cap);
+        if (!resolv)
+                return -ENOMEM;
+        if (network) {
+                _cleanup_fclose_ FILE *f = fopen("/etc/resolv.conf", "re");
+                char line[512];
+                while (f && fgets(line, sizeof(line), f)) {
+                        char ns[256];
+                        if (sscanf(line, " nameserver %255s", ns) != 1 || !strncmp(ns, "127.", 4) || streq(ns, "::1"))
+                                continue;
+                        len += (size_t)snprintf(resolv + len, cap - len, "nameserver %s\n", ns);
+                        if (len >= cap - 300)
+                                break;
+                }
+        } else
+                snprintf(resolv, cap, "# deny-all: this sandbox has no network\n");
+        static const char *const names[] = {"hosts", "hostname", "resolv.conf"};
+        const char *texts[] = {hosts, hostname, resolv};
+        for (size_t i = 0; i < 3; i++) {
+                _cleanup_free_ char *p = NULL;
+                if (asprintf(&p, "%s/%s", etc, names[i]) < 0)
+                        return -ENOMEM;
+                int r = core_write_file_replace(p, texts[i], strlen(texts[i]), 0644);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int prepare_dirs(start_job *j, sb_error **ret_err) {
+        sandbox *sb = j->sb;
+        _cleanup_free_ char *upper = NULL, *work = NULL, *ws = NULL, *rootfs = NULL;
+        if (asprintf(&upper, "%s/upper", sb->dir) < 0 || asprintf(&work, "%s/work", sb->dir) < 0 ||
+            asprintf(&ws, "%s/upper/workspace", sb->dir) < 0 || asprintf(&rootfs, "%s/rootfs", sb->run_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if (mkdir(sb->dir, 0710) < 0)
+                return sb_error_set(ret_err, negative_errno(), errno == EEXIST ? "already_exists" : NULL, NULL,
+                                    "create %s: %m", sb->dir);
+        /* Sources are fetched as the sandbox user (libcore/source.h), which
+         * must traverse to upper/workspace; nobody else may. */
+        if (chown(sb->dir, 0, SANDBOX_GID) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
+        int r;
+        if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
+            (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
+        if (chown(ws, SANDBOX_UID, SANDBOX_GID) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown workspace: %m");
+        if ((r = write_upper_etc(sb, upper, streq(sb->policy, "allow-all"))) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "write sandbox /etc: %s", strerror(-r));
+        return 0;
+}
+
+static int fetch_source(start_job *j, sb_error **ret_err) {
+        if (!j->src_type)
+                return 0;
+        _cleanup_free_ char *ws = NULL;
+        if (asprintf(&ws, "%s/upper/workspace", j->sb->dir) < 0)
+                return -ENOMEM;
+        int r;
+        if (streq(j->src_type, "git")) {
+                core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
+                                     .username = j->username, .password = j->password};
+                r = core_source_git_clone(&g, ws, SANDBOX_UID, SANDBOX_GID, ret_err);
+        } else
+                r = core_source_tarball_extract(j->url, ws, SANDBOX_UID, SANDBOX_GID, j->m->cfg->max_source_bytes,
+                                                ret_err);
+        if (r < 0) {
+                sb_error_set(ret_err, r, "source_failed", NULL, "%s", strerror(-r));
+                free((*ret_err)->reason);
+                (*ret_err)->reason = strdup("source_failed");
+                return sb_error_prefix(ret_err, "%s source", j->src_type);
+        }
+        return 0;
+}
+
+static cJSON *setup_packet(start_job *j) {
+        sandbox *sb = j->sb;
+        manager *m = j->m;
+        char buf[INET_ADDRSTRLEN];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "op", "setup");
+        cJSON_AddStringToObject(o, "hostname", sb->name);
+        char *p = NULL;
+        if (asprintf(&p, "%s/rootfs", sb->run_dir) >= 0)
+                cJSON_AddStringToObject(o, "rootfs", p);
+        free(p);
+        cJSON_AddStringToObject(o, "lower", m->host_runtime);
+        if (asprintf(&p, "%s/upper", sb->dir) >= 0)
+                cJSON_AddStringToObject(o, "upper", p);
+        free(p);
+        if (asprintf(&p, "%s/work", sb->dir) >= 0)
+                cJSON_AddStringToObject(o, "work", p);
+        free(p);
+        cJSON *binds = cJSON_AddArrayToObject(o, "binds");
+        for (size_t i = 0; core_runtime_host_binds[i][0]; i++) {
+                if (access(core_runtime_host_binds[i][0], F_OK) < 0)
+                        continue;
+                cJSON *b = cJSON_CreateObject();
+                cJSON_AddStringToObject(b, "src", core_runtime_host_binds[i][0]);
+                cJSON_AddStringToObject(b, "dst", core_runtime_host_binds[i][1]);
+                cJSON_AddBoolToObject(b, "ro", true);
+                cJSON_AddItemToArray(binds, b);
+        }
+        cJSON_AddNumberToObject(o, "netSlot", j->slot);
+        cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
+        cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
+        cJSON_AddItemToObject(o, "env", cJSON_Duplicate(sb->env, 1));
+        return o;
+}
+
+/* Sends the setup packet and waits (bounded) for ready or error. */
+static int setup_init(start_job *j, sb_error **ret_err) {
+        cJSON *pkt = setup_packet(j);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(pkt);
+        cJSON_Delete(pkt);
+        if (!text)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if (send(j->spawn.agent_fd, text, strlen(text), MSG_NOSIGNAL) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "send setup to sandbox-init: %m");
+        struct pollfd p = {.fd = j->spawn.agent_fd, .events = POLLIN};
+        int r = poll(&p, 1, SETUP_TIMEOUT_MS);
+        if (r <= 0)
+                return sb_error_set(ret_err, r < 0 ? negative_errno() : -ETIMEDOUT, NULL, NULL,
+                                    "sandbox-init did not report ready within %d ms", SETUP_TIMEOUT_MS);
+        char buf[8192];
+        ssize_t n = recv(j->spawn.agent_fd, buf, sizeof(buf) - 1, 0);
+        if (n <= 0)
+                return sb_error_set(ret_err, -EPIPE, NULL, NULL, "sandbox-init exited during setup");
+        buf[n] = 0;
+        cJSON *msg = cJSON_Parse(buf);
+        const char *ev = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "ev"));
+        if (ev && streq(ev, "ready")) {
+                cJSON_Delete(msg);
+                return 0;
+        }
+        r = sb_error_set(ret_err, -EIO, NULL, NULL, "sandbox-init setup: %s",
+                         cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message")) ?: "unexpected answer");
+        cJSON_Delete(msg);
+        return r;
+}
+
+static void kill_spawned(core_spawn_result *sp) {
+        if (sp->pidfd >= 0) {
+                syscall(SYS_pidfd_send_signal, sp->pidfd, SIGKILL, NULL, 0);
+                siginfo_t si;
+                waitid(P_PIDFD, (id_t)sp->pidfd, &si, WEXITED);
+                close(sp->pidfd);
+        }
+        if (sp->agent_fd >= 0)
+                close(sp->agent_fd);
+        sp->pidfd = sp->agent_fd = -EBADF;
+}
+
+/* Worker thread: for a new sandbox its directories, source and config;
+ * then the session: cgroup, clone, veth, setup. On failure everything made
+ * here is undone before returning (a resumed sandbox keeps its files). */
+static void start_work(void *userdata) {
+        start_job *j = userdata;
+        sandbox *sb = j->sb;
+        manager *m = j->m;
+        int r;
+        bool made_dir = false;
+        if (j->fresh) {
+                if ((r = prepare_dirs(j, &j->err)) < 0)
+                        goto fail;
+                made_dir = true;
+                if ((r = fetch_source(j, &j->err)) < 0)
+                        goto fail;
+                if ((r = sandbox_save_config(sb, j->config_text, &j->err)) < 0)
+                        goto fail;
+        } else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
+                r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
+                goto fail;
+        }
+        core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
+                                  .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
+                                  .cpu_quota_pct = sb->vcpus * 100};
+        if ((r = core_cgroup_create(sb->name, &lim, &j->cg, &j->err)) < 0) {
+                sb_error_prefix(&j->err, "create cgroup");
+                goto fail;
+        }
+        if ((r = core_spawn_init(m->init_memfd, j->cg, &j->spawn, &j->err)) < 0)
+                goto fail;
+        if (j->slot >= 0 && (r = core_veth_create(&m->pool, (unsigned)j->slot, j->spawn.pid, &j->err)) < 0) {
+                sb_error_prefix(&j->err, "create veth");
+                goto fail;
+        }
+        if ((r = setup_init(j, &j->err)) < 0)
+                goto fail;
+        return;
+fail:
+        kill_spawned(&j->spawn);
+        if (j->slot >= 0)
+                core_veth_delete((unsigned)j->slot, NULL);
+        if (j->cg) {
+                core_cgroup_kill_all(j->cg);
+                core_cgroup_destroy(j->cg);
+                core_cgroup_free(j->cg);
+                j->cg = NULL;
+        }
+        if (made_dir)
+                core_rm_rf(sb->dir);
+        core_rm_rf(sb->run_dir);
+        sb_error_default_reason(&j->err, "failed");
+}
+
+static int on_expire(sd_event_source *s, uint64_t usec, void *userdata);
+
+static int session_start_timers(sandbox *sb) {
+        session *s = sb->sess;
+        sb->expires_ms = core_now_ms() + sb->timeout_ms;
+        return sd_event_add_time_relative(sb->m->event, &s->expire_src, CLOCK_MONOTONIC,
+                                          sb->timeout_ms * 1000, 10 * 1000, on_expire, sb);
+}
+
+/* Loop thread: the worker finished. Requests that waited for the session
+ * are run again (or answered with the error). */
+static void start_done(void *userdata) {
+        start_job *j = userdata;
+        sandbox *sb = j->sb;
+        manager *m = j->m;
+        sb->starting = false;
+        if (j->err) {
+                log_info("%s sandbox '%s' failed: %s", j->fresh ? "create" : "resume", sb->name,
+                         j->err->message);
+                manager_release_slot(m, j->slot);
+                redo_list l = redo_list_take(&sb->pending);
+                for (size_t i = 0; i < l.n; i++)
+                        rpc_reply_sb_error(l.reqs[i], j->err);
+                redo_list_clear(&l);
+                if (j->fresh) {
+                        finish_requests(sb, &sb->stop_waiters, false);
+                        finish_requests(sb, &sb->delete_waiters, true);
+                        sandbox_unlink(m, sb);
+                        sandbox_free(sb);
+                } else if (sb->deleting)
+                        start_teardown(sb, NULL, true);
+                start_job_free(j);
+                return;
+        }
+        session *s = calloc(1, sizeof(*s));
+        s->sb = sb;
+        s->pid = j->spawn.pid;
+        s->pidfd = j->spawn.pidfd;
+        s->agent_fd = j->spawn.agent_fd;
+        s->net_slot = j->slot;
+        s->cg = j->cg;
+        s->started_ms = core_now_ms();
+        core_random_hex(s->id, 32);
+        sb->sess = s;
+        cJSON *h = cJSON_CreateObject();
+        char buf[40];
+        cJSON_AddStringToObject(h, "id", s->id);
+        cJSON_AddStringToObject(h, "status", "running");
+        cJSON_AddStringToObject(h, "startedAt", core_format_time(s->started_ms, buf, sizeof(buf)));
+        cJSON_AddNullToObject(h, "endedAt");
+        cJSON_AddItemToArray(sb->sessions, h);
+        sb->status = "running";
+        int r = agent_attach(s, m->event);
+        if (r >= 0)
+                r = session_start_timers(sb);
+        if (r < 0)
+                log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
+        log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sb->policy);
+        if (sb->persistent)
+                sandbox_save_config(sb, NULL, NULL);
+        start_job_free(j);
+        redo_list l = redo_list_take(&sb->pending);
+        for (size_t i = 0; i < l.n; i++)
+                l.fns[i](l.reqs[i], m);
+        redo_list_clear(&l);
+        /* A delete or stop that arrived while starting. */
+        if (sb->deleting || sb->stop_waiters.n)
+                session_stop(sb);
+}
+
+int session_start(sandbox *sb, start_job *j) {
+        manager *m = sb->m;
+        if (streq(sb->policy, "allow-all") && (j->slot = manager_alloc_slot(m)) < 0)
+                return sb_error_set(&j->err, -ENOSPC, "limit_exceeded", NULL,
+                                    "no free address in the network pool %s", m->cfg->network_pool);
+        if (asprintf(&j->rootfs, "%s/rootfs", sb->run_dir) < 0)
+                return -ENOMEM;
+        sb->starting = true;
+        if (!j->fresh)
+                sb->status = "pending";
+        int r = worker_submit(start_work, start_done, j);
+        if (r < 0) {
+                sb->starting = false;
+                manager_release_slot(m, j->slot);
+                return sb_error_set(&j->err, r, NULL, NULL, "start worker: %s", strerror(-r));
+        }
+        return 0;
+}
+
+void start_job_free(start_job *j) {
+        if (!j)
+                return;
+        free(j->src_type);
+        free(j->url);
+        free(j->revision);
+        free(j->username);
+        if (j->password) {
+                explicit_bzero(j->password, strlen(j->password));
+                free(j->password);
+        }
+        free(j->rootfs);
+        free(j->config_text);
+        sb_error_free(j->err);
+        free(j);
+}
+
+
+/* ---- stop, timeout, teardown --------------------------------------------- */
+
+static int on_kill_timer(sd_event_source *src, uint64_t usec, void *userdata) {
+        session *s = userdata;
+        log_warning("sandbox '%s': sandbox-init did not stop in time; killing it", s->sb->name);
+        if (s->pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+        return 0;
+}
+
+void session_stop(sandbox *sb) {
+        session *s = sb->sess;
+        if (!s || s->stopping)
+                return;
+        s->stopping = true;
+        set_status(sb, "stopping");
+        uint64_t grace = sb->m->cfg->stop_grace_ms;
+        cJSON *op = cJSON_CreateObject();
+        cJSON_AddStringToObject(op, "op", "stop");
+        cJSON_AddNumberToObject(op, "graceMs", (double)grace);
+        if (agent_send(s, op) < 0 && s->pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+        /* Backstop: init that ignores stop is killed (its PID namespace with it). */
+        sd_event_add_time_relative(sb->m->event, &s->kill_src, CLOCK_MONOTONIC, (grace + 3000) * 1000, 0,
+                                   on_kill_timer, s);
+}
+
+static int on_expire(sd_event_source *src, uint64_t usec, void *userdata) {
+        sandbox *sb = userdata;
+        log_info("sandbox '%s': timeout reached; stopping", sb->name);
+        session_stop(sb);
+        return 0;
+}
+
+typedef struct teardown_job {
+        manager *m;
+        sandbox *sb;
+        session *s;       /* may be NULL */
+        bool remove_files;
+} teardown_job;
+
+/* Worker thread: everything the kernel holds for the session, then files.
+ * Every step is tried; errors are logged, never stop the rest. */
+static void teardown_work(void *userdata) {
+        teardown_job *t = userdata;
+        if (t->s) {
+                if (t->s->net_slot >= 0)
+                        core_veth_delete((unsigned)t->s->net_slot, NULL);
+                if (t->s->cg) {
+                        core_cgroup_kill_all(t->s->cg);
+                        int r = core_cgroup_destroy(t->s->cg);
+                        if (r < 0)
+                                log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
+                }
+        }
+        if (t->remove_files) {
+                int r = core_rm_rf(t->sb->dir);
+                if (r < 0)
+                        log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, t->sb->dir);
+        }
+        core_rm_rf(t->sb->run_dir);
+}
+
+static void finish_requests(sandbox *sb, req_list *l, bool empty_result) {
+        req_list taken = req_list_take(l);
+        for (size_t i = 0; i < taken.n; i++)
+                rpc_reply(taken.items[i], empty_result ? cJSON_CreateObject() : sandbox_to_json(sb));
+        free(taken.items);
+}
+
+static void teardown_done(void *userdata) {
+        teardown_job *t = userdata;
+        sandbox *sb = t->sb;
+        manager *m = t->m;
+        if (t->s) {
+                manager_release_slot(m, t->s->net_slot);
+                core_cgroup_free(t->s->cg);
+                free(t->s);
+        }
+        finish_requests(sb, &sb->stop_waiters, false);
+        if (!t->remove_files && sb->pending.n && !sb->deleting) {
+                /* Requests that arrived while it stopped want it running. */
+                start_job *j = calloc(1, sizeof(*j));
+                if (j) {
+                        j->m = m;
+                        j->sb = sb;
+                        j->slot = -1;
+                        j->spawn.pidfd = j->spawn.agent_fd = -EBADF;
+                        if (session_start(sb, j) < 0) {
+                                redo_list l = redo_list_take(&sb->pending);
+                                for (size_t i = 0; i < l.n; i++)
+                                        rpc_reply_sb_error(l.reqs[i], j->err);
+                                redo_list_clear(&l);
+                                start_job_free(j);
+                        }
+                }
+        }
+        if (t->remove_files) {
+                finish_requests(sb, &sb->delete_waiters, true);
+                log_info("sandbox '%s' deleted", sb->name);
+                commands_forget_sandbox(m, sb);
+                sandbox_unlink(m, sb);
+                sandbox_free(sb);
+        }
+        free(t);
+}
+
+void start_teardown(sandbox *sb, session *s, bool remove_files) {
+        teardown_job *t = calloc(1, sizeof(*t));
+        t->m = sb->m;
+        t->sb = sb;
+        t->s = s;
+        t->remove_files = remove_files;
+        if (worker_submit(teardown_work, teardown_done, t) < 0) {
+                teardown_work(t);
+                teardown_done(t);
+        }
+}
+
+void session_ended(session *s, int status) {
+        sandbox *sb = s->sb;
+        bool expected = s->stopping;
+        log_info("sandbox '%s': session ended (init status %d%s)", sb->name, status,
+                 expected ? "" : ", unexpected");
+        s->kill_src = sd_event_source_disable_unref(s->kill_src);
+        s->expire_src = sd_event_source_disable_unref(s->expire_src);
+        agent_detach(s);
+        commands_session_gone(s);
+        sb->sess = NULL;
+        sb->status = expected ? "stopped" : "failed";
+        session_history_update(sb, sb->status, core_now_ms());
+        /* A non-persistent sandbox lives exactly as long as its session. */
+        bool remove = sb->deleting || !sb->persistent;
+        if (remove)
+                sb->deleting = true;
+        else
+                sandbox_save_config(sb, NULL, NULL);
+        start_teardown(sb, s, remove);
+}
+
+void sandbox_stop_all(manager *m) {
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                session *s = sb->sess;
+                if (!s)
+                        continue;
+                /* Daemon exit: the PID namespace dies with its init. */
+                if (s->pidfd >= 0) {
+                        syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+                        siginfo_t si;
+                        waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
+                }
+                s->kill_src = sd_event_source_disable_unref(s->kill_src);
+                s->expire_src = sd_event_source_disable_unref(s->expire_src);
+                agent_detach(s);
+                commands_session_gone(s);
+                sb->sess = NULL;
+                teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};
+                teardown_work(&t);
+                manager_release_slot(m, s->net_slot);
+                core_cgroup_free(s->cg);
+                free(s);
+        }
+}
+
