@@ -17,7 +17,7 @@ VERSION   := 0.1.0
 
 CC        ?= gcc
 PKGS      := libcjson libgit2 libarchive libseccomp libcap libnl-3.0 libnl-route-3.0 \
-             libmnl libnftnl libsystemd libcurl
+             libmnl libnftnl libsystemd libcurl libpcre2-8
 PKG_CFLAGS:= $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)

@@ -25,6 +25,7 @@ static const char main_help[] =
         "  get NAME                      show a sandbox\n"
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox\n"
         "  stop NAME                     stop a sandbox's session\n"
+        "  update NAME [OPTIONS]         change a sandbox's timeout, env or tags\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
         "  daemon info                   show the daemon's version, limits and host support\n"
@@ -581,6 +582,63 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
         return 0;
 }
 
+/* --- update ------------------------------------------------------------ */
+
+static const char update_help[] =
+        "Usage: sandboxctl update [--json] NAME [--timeout DURATION] [--env K=V]... [--tag K=V]...\n\n"
+        "Changes a sandbox. --timeout (90s, 5m, 2h or milliseconds): an increase also\n"
+        "extends the running session. --env replaces the sandbox's environment for\n"
+        "commands started afterwards; --tag replaces its tags (at most 5).\n";
+
+static int cmd_update(ctl_globals *g, int argc, char **argv) {
+        enum { OPT_U_TIMEOUT = OPT_FIRST_COMMAND, OPT_U_ENV, OPT_U_TAG };
+        static const struct option opts[] = {
+                COMMON_OPTIONS,
+                { "timeout", required_argument, NULL, OPT_U_TIMEOUT },
+                { "env", required_argument, NULL, OPT_U_ENV },
+                { "tag", required_argument, NULL, OPT_U_TAG },
+                {}
+        };
+        _cleanup_json_ cJSON *params = cJSON_CreateObject();
+        int opt;
+        int64_t ms;
+        optind = 0;
+        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, update_help);
+                if (r == 0)
+                        return 0;
+                if (r > 0)
+                        continue;
+                if (opt == OPT_U_TIMEOUT) {
+                        if (cli_parse_duration(optarg, &ms) < 0)
+                                return ctl_usage("update", "update: bad --timeout '%s' (use 90s, 5m, 2h or milliseconds)",
+                                                 optarg);
+                        set_item(params, "timeout", cJSON_CreateNumber((double) ms));
+                } else if (opt == OPT_U_ENV || opt == OPT_U_TAG) {
+                        const char *key = opt == OPT_U_ENV ? "env" : "tags";
+                        if (!cJSON_GetObjectItemCaseSensitive(params, key))
+                                cJSON_AddObjectToObject(params, key);
+                        if (cli_kv_add(cJSON_GetObjectItemCaseSensitive(params, key), optarg) < 0)
+                                return ctl_usage("update", "update: --%s wants K=V, got '%s'",
+                                                 opt == OPT_U_ENV ? "env" : "tag", optarg);
+                } else
+                        return ctl_usage("update", "update: unknown option");
+        }
+        const char *name = NULL;
+        int r = one_name("update", argc, argv, &name);
+        if (r != 0)
+                return r;
+        cJSON_AddStringToObject(params, "name", name);
+        cJSON *result = NULL;
+        r = call(g, "update", "sandbox.update", TAKE_PTR(params), &result);
+        if (r != 0)
+                return r;
+        if (g->json)
+                ctl_print_json(result);
+        cJSON_Delete(result);
+        return 0;
+}
+
 /* --- cp --------------------------------------------------------------- */
 
 static const char cp_help[] =
@@ -722,6 +780,7 @@ static const struct {
         { "get", cmd_get },
         { "exec", ctl_exec },
         { "stop", cmd_stop },
+        { "update", cmd_update },
         { "rm", cmd_rm },
         { "cp", cmd_cp },
         { "daemon", cmd_daemon },

@@ -132,3 +132,13 @@ def test_update_rejects_bad_values_naming_the_field(world):
             expect_eq((e.get("data") or {}).get("field"), field, "data.field for %r" % params)
         sb = world.rpc_result("sandbox.get", {"name": name})
         expect_eq(sb["tags"], {}, "nothing stored after rejected updates")
+
+
+def test_sandboxctl_update_sets_tags_and_timeout(world):
+    with sandbox(world, "updcli", "--deny-all") as name:
+        code, _o, err = world.ctl("update", name, "--tag", "team=c", "--timeout", "10m")
+        expect_eq(code, 0, "update exit code (%s)" % err.strip())
+        sb = world.rpc_result("sandbox.get", {"name": name})
+        expect_eq((sb["tags"], sb["timeout"]), ({"team": "c"}, 600000), "tags and timeout after update")
+        code, _o, _e = world.ctl("update", world.name("ghost"), "--tag", "a=b")
+        expect_eq(code, 4, "update of a missing sandbox: exit code")

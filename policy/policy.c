@@ -1,0 +1,2 @@
+/* Parsing and validation of the networkPolicy document (stub). */
+#include "policy/policy.h"

@@ -1,0 +1,252 @@
+/* Escape probes, compiled and run inside a sandbox by tests/escape/run.py.
+ *
+ *     probe CASE [ARG...]
+ *
+ * Each case tries one way out of the sandbox and prints one line per
+ * attempt. Exit 0: every attempt was refused. Exit 1: something got
+ * through (the line starting with ESCAPED says what). Exit 2: usage. The
+ * runner also checks the host's side, so a probe that lies about success
+ * still fails the test. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static int escaped;
+
+static void result(int ok, const char *what) {
+        if (ok)
+                printf("BLOCKED %s: %s\n", what, strerror(errno));
+        else {
+                printf("ESCAPED %s\n", what);
+                escaped = 1;
+        }
+}
+
+/* open(O_WRONLY) of every /proc/N/exe; one that opens is only fine when the
+ * binary lives in the sandbox's own writable tree. */
+static void exe_write(void) {
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+                if (e->d_name[0] < '0' || e->d_name[0] > '9')
+                        continue;
+                char path[64], target[4096] = "";
+                snprintf(path, sizeof(path), "/proc/%s/exe", e->d_name);
+                ssize_t n = readlink(path, target, sizeof(target) - 1);
+                target[n > 0 ? n : 0] = 0;
+                int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+                if (fd < 0) {
+                        char what[4200];
+                        snprintf(what, sizeof(what), "write %s (%s)", path, target);
+                        result(1, what);
+                        continue;
+                }
+                ssize_t w = write(fd, "", 0);
+                close(fd);
+                (void)w;
+                int own = strncmp(target, "/workspace/", 11) == 0 || strncmp(target, "/tmp/", 5) == 0;
+                char what[4200];
+                snprintf(what, sizeof(what), "opened %s (%s) for writing", path, target);
+                if (own)
+                        printf("OWN %s\n", what);
+                else
+                        result(0, what);
+        }
+        if (d)
+                closedir(d);
+}
+
+static void write_file(const char *path, const char *data) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        char what[256];
+        snprintf(what, sizeof(what), "write %s", path);
+        if (fd < 0)
+                return result(1, what);
+        struct stat st;
+        /* A mask: the path is the null device, the write goes nowhere. */
+        if (fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)) {
+                close(fd);
+                errno = 0;
+                return result(1, "masked by /dev/null");
+        }
+        ssize_t n = write(fd, data, strlen(data));
+        close(fd);
+        result(n < 0, what);
+}
+
+static void read_kcore(void) {
+        int fd = open("/proc/kcore", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return result(1, "open /proc/kcore");
+        char buf[4096];
+        ssize_t n = read(fd, buf, sizeof(buf));
+        close(fd);
+        errno = n < 0 ? errno : 0;
+        result(n <= 0, "read /proc/kcore");
+}
+
+static void tty_ioctls(void) {
+        if (!isatty(0)) {
+                printf("USAGE stdin is not a terminal\n");
+                exit(2);
+        }
+        char c = '#';
+        result(ioctl(0, TIOCSTI, &c) < 0, "ioctl TIOCSTI");
+        char sub = 11; /* TIOCL_GETKMSGREDIRECT: harmless if it went through */
+        result(ioctl(0, TIOCLINUX, &sub) < 0, "ioctl TIOCLINUX");
+}
+
+static void user_ns(void) {
+        result(unshare(CLONE_NEWUSER) < 0, "unshare(CLONE_NEWUSER)");
+        result(syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0) < 0, "clone(CLONE_NEWUSER)");
+        result(unshare(CLONE_NEWNS) < 0, "unshare(CLONE_NEWNS)");
+        result(setns(0, 0) < 0, "setns");
+}
+
+/* x32 ABI: x86_64 syscall numbers with bit 30 set. The filter must kill
+ * the process; if it comes back at all the ABI reached the kernel. */
+static void user_ns_x32(void) {
+        fflush(stdout);
+        long r = syscall(0x40000000 | SYS_unshare, CLONE_NEWUSER);
+        printf("RETURNED x32 unshare: %ld (%s)\n", r, r < 0 ? strerror(errno) : "ok");
+        result(0, "x32 syscall returned instead of killing the process");
+}
+
+/* i386 ABI through int 0x80: socketcall(SYS_SOCKET, ...) as the 32-bit
+ * compat path, a classic filter bypass. Must kill the process. */
+static void int80_socketcall(void) {
+        static unsigned int args[3] = {AF_UNIX, SOCK_STREAM, 0};
+        long ret;
+        fflush(stdout);
+        __asm__ volatile("int $0x80" : "=a"(ret) : "a"(102), "b"(1), "c"(args) : "memory");
+        printf("RETURNED int 0x80 socketcall: %ld\n", ret);
+        result(0, "int 0x80 returned instead of killing the process");
+}
+
+static void syscalls(void) {
+        result(syscall(SYS_io_uring_setup, 8, calloc(1, 256)) < 0, "io_uring_setup");
+        result(syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -3, 0) < 0, "keyctl");
+        result(syscall(SYS_add_key, "user", "x", "y", 1, -3) < 0, "add_key");
+        char attr[128] = {0};
+        result(syscall(SYS_bpf, 0 /* BPF_MAP_CREATE */, attr, sizeof(attr)) < 0, "bpf");
+        result(mount("none", "/mnt", "tmpfs", 0, NULL) < 0, "mount tmpfs");
+        result(umount2("/proc", MNT_DETACH) < 0, "umount2 /proc");
+        result(syscall(SYS_fsopen, "tmpfs", 0) < 0, "fsopen");
+        result(chroot("/tmp") < 0, "chroot");
+        result(syscall(SYS_userfaultfd, 0) < 0, "userfaultfd");
+        result(syscall(SYS_perf_event_open, calloc(1, 128), 0, -1, -1, 0) < 0, "perf_event_open");
+}
+
+static void ptrace_init(void) {
+        result(ptrace(PTRACE_ATTACH, 1, 0, 0) < 0, "ptrace(PTRACE_ATTACH, 1)");
+        result(ptrace(PTRACE_SEIZE, 1, 0, 0) < 0, "ptrace(PTRACE_SEIZE, 1)");
+        result(open("/proc/1/mem", O_RDONLY | O_CLOEXEC) < 0, "open /proc/1/mem");
+        result(open("/proc/1/environ", O_RDONLY | O_CLOEXEC) < 0, "open /proc/1/environ");
+}
+
+static void mknod_devices(void) {
+        result(mknod("/dev/sbx-escape-blk", S_IFBLK | 0600, makedev(7, 0)) < 0, "mknod block 7:0");
+        result(mknod("/dev/sbx-escape-mem", S_IFCHR | 0600, makedev(1, 1)) < 0, "mknod /dev/mem 1:1");
+        result(mknod("/tmp/sbx-escape-blk", S_IFBLK | 0600, makedev(7, 0)) < 0, "mknod in /tmp");
+}
+
+static void cgroup_mkdir(void) {
+        static const char *const dirs[] = {"/sys/fs/cgroup/sbx-escape", "/sys/fs/cgroup/memory/sbx-escape",
+                                           "/sys/fs/cgroup/unified/sbx-escape", "/sys/fs/cgroup/pids/sbx-escape"};
+        for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+                char what[128];
+                snprintf(what, sizeof(what), "mkdir %s", dirs[i]);
+                result(mkdir(dirs[i], 0755) < 0, what);
+        }
+}
+
+/* Lists this process's open fds (beyond the one reading the directory). */
+static void fds(void) {
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+                if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+                        continue;
+                char path[64], target[512] = "";
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+                ssize_t n = readlink(path, target, sizeof(target) - 1);
+                target[n > 0 ? n : 0] = 0;
+                printf("FD %s %s\n", e->d_name, target);
+                if (atoi(e->d_name) > 2) {
+                        escaped = 1;
+                        printf("ESCAPED fd %s leaked\n", e->d_name);
+                }
+        }
+        if (d)
+                closedir(d);
+}
+
+/* connect() to each Unix socket address given ("@name" is abstract). */
+static void unix_connect(int argc, char **argv) {
+        for (int i = 0; i < argc; i++) {
+                struct sockaddr_un sa = {.sun_family = AF_UNIX};
+                size_t len = strlen(argv[i]);
+                if (len >= sizeof(sa.sun_path))
+                        len = sizeof(sa.sun_path) - 1;
+                memcpy(sa.sun_path, argv[i], len);
+                if (argv[i][0] == '@')
+                        sa.sun_path[0] = 0;
+                int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                char what[256];
+                snprintf(what, sizeof(what), "connect %s", argv[i]);
+                int r = connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
+                result(r < 0, what);
+                close(s);
+        }
+}
+
+int main(int argc, char **argv) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        const char *c = argc > 1 ? argv[1] : "";
+        if (!strcmp(c, "exe-write"))
+                exe_write();
+        else if (!strcmp(c, "write") && argc == 4)
+                write_file(argv[2], argv[3]);
+        else if (!strcmp(c, "kcore"))
+                read_kcore();
+        else if (!strcmp(c, "tty"))
+                tty_ioctls();
+        else if (!strcmp(c, "userns"))
+                user_ns();
+        else if (!strcmp(c, "userns-x32"))
+                user_ns_x32();
+        else if (!strcmp(c, "int80"))
+                int80_socketcall();
+        else if (!strcmp(c, "syscalls"))
+                syscalls();
+        else if (!strcmp(c, "ptrace"))
+                ptrace_init();
+        else if (!strcmp(c, "mknod"))
+                mknod_devices();
+        else if (!strcmp(c, "cgroup"))
+                cgroup_mkdir();
+        else if (!strcmp(c, "fds"))
+                fds();
+        else if (!strcmp(c, "connect"))
+                unix_connect(argc - 2, argv + 2);
+        else {
+                fprintf(stderr, "usage: probe CASE [ARG...]\n");
+                return 2;
+        }
+        return escaped;
+}

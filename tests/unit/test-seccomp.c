@@ -1,0 +1,231 @@
+/* Unit tests for libcore/seccomp.c and libcore/caps.c: the filter a sandbox
+ * command runs under, installed in a forked child of the test, refuses
+ * what DESIGN §4 lists (with the argument filters holding against garbage
+ * in the upper half of a register) and lets ordinary work through; other
+ * ABIs kill the process; the capability steps leave the sandbox user with
+ * nothing and root with the default set. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <pthread.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/capability.h>
+#include <sys/ioctl.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include "libcore/caps.h"
+#include "libcore/seccomp.h"
+
+/* Runs fn in a forked child under the filter; returns its wait status. fn
+ * returns 0 for success or the number of the check that failed. */
+static int run_filtered(int (*fn)(void)) {
+        const core_seccomp *f = NULL;
+        assert_int_equal(core_seccomp_default(&f, NULL), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || core_seccomp_install(f) < 0)
+                        _exit(100);
+                _exit(fn());
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        return st;
+}
+
+static void expect_exit_zero(int st) {
+        if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
+                fail_msg("check %d in the filtered child failed", WEXITSTATUS(st));
+        assert_true(WIFEXITED(st));
+}
+
+/* errno of a raw syscall that is expected to fail, 0 if it succeeded. */
+#define ERR_OF(call) ((call) < 0 ? errno : 0)
+
+static void *thread_fn(void *p) {
+        return p;
+}
+
+static int ordinary_work(void) {
+        if (getpid() <= 0)
+                return 1;
+        pid_t c = fork(); /* clone without namespace flags */
+        if (c < 0)
+                return 2;
+        if (c == 0)
+                _exit(0);
+        if (waitpid(c, NULL, 0) != c)
+                return 3;
+        pthread_t t; /* glibc tries clone3, gets ENOSYS, falls back to clone */
+        if (pthread_create(&t, NULL, thread_fn, NULL) != 0 || pthread_join(t, NULL) != 0)
+                return 4;
+        if (personality(0xffffffff) < 0 || personality(PER_LINUX) < 0)
+                return 5;
+        if (unshare(CLONE_FILES) < 0) /* no namespace flag: allowed */
+                return 6;
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        int n = 0;
+        if (fd < 0 || (ioctl(fd, FIONREAD, &n) < 0 && errno != ENOTTY && errno != EINVAL))
+                return 7;
+        close(fd);
+        return 0;
+}
+
+static void test_filter_lets_ordinary_work_through(void **state) {
+        expect_exit_zero(run_filtered(ordinary_work));
+}
+
+static int denied_calls(void) {
+        static const unsigned long ns_flags[] = {CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID,
+                                                 CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWCGROUP, 0x80 /* NEWTIME */};
+        for (size_t i = 0; i < ELEMENTSOF(ns_flags); i++) {
+                if (ERR_OF(syscall(SYS_unshare, ns_flags[i])) != EPERM)
+                        return 10 + (int)i;
+                /* Garbage in the upper half is ignored by the kernel (int
+                 * argument) and must be by the filter too. */
+                if (ERR_OF(syscall(SYS_unshare, ns_flags[i] | 0xabcd00000000ul)) != EPERM)
+                        return 20 + (int)i;
+        }
+        if (ERR_OF(syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)) != EPERM)
+                return 30;
+        if (ERR_OF(syscall(SYS_clone3, NULL, 0)) != ENOSYS)
+                return 31;
+        if (ERR_OF(syscall(SYS_setns, 0, 0)) != EPERM)
+                return 32;
+        if (ERR_OF(personality(PER_LINUX32)) != EPERM || ERR_OF(personality(ADDR_NO_RANDOMIZE)) != EPERM ||
+            ERR_OF(personality(READ_IMPLIES_EXEC)) != EPERM || ERR_OF(personality(0xfffffffe)) != EPERM ||
+            ERR_OF(personality(0x7fffffff)) != EPERM)
+                return 33;
+        if (ERR_OF(syscall(SYS_ioctl, 0, (unsigned long)TIOCSTI, "x")) != EPERM ||
+            ERR_OF(syscall(SYS_ioctl, 0, 0x100000000ul | TIOCSTI, "x")) != EPERM ||
+            ERR_OF(syscall(SYS_ioctl, 0, (unsigned long)TIOCLINUX, "x")) != EPERM)
+                return 34;
+        static const long plain[] = {SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register,
+                                     SYS_userfaultfd, SYS_keyctl, SYS_add_key, SYS_request_key, SYS_bpf,
+                                     SYS_perf_event_open, SYS_kexec_load, SYS_kexec_file_load,
+                                     SYS_init_module, SYS_finit_module, SYS_delete_module, SYS_mount,
+                                     SYS_umount2, SYS_fsopen, SYS_fsconfig, SYS_fsmount, SYS_fspick,
+                                     SYS_move_mount, SYS_open_tree, SYS_mount_setattr, SYS_pivot_root,
+                                     SYS_chroot, SYS_acct, SYS_swapon, SYS_swapoff, SYS_reboot,
+                                     SYS_settimeofday, SYS_clock_settime, SYS_adjtimex, SYS_syslog,
+                                     SYS_quotactl, SYS_lookup_dcookie, SYS_vhangup,
+                                     SYS_open_by_handle_at, SYS_name_to_handle_at};
+        for (size_t i = 0; i < ELEMENTSOF(plain); i++)
+                if (ERR_OF(syscall(plain[i], 0, 0, 0, 0, 0, 0)) != EPERM)
+                        return 40 + (int)i;
+        return 0;
+}
+
+static void test_filter_refuses_design_list_with_eperm(void **state) {
+        expect_exit_zero(run_filtered(denied_calls));
+}
+
+static int x32_getpid(void) {
+        syscall(0x40000000 | SYS_getpid);
+        return 1; /* reached only if the call returned */
+}
+
+static int i386_getpid(void) {
+        long ret;
+        __asm__ volatile("int $0x80" : "=a"(ret) : "a"(20 /* i386 getpid */) : "memory");
+        return ret > 0 ? 2 : 3;
+}
+
+static void test_non_native_abis_kill_the_process(void **state) {
+        int st = run_filtered(x32_getpid);
+        assert_true(WIFSIGNALED(st));
+        assert_int_equal(WTERMSIG(st), SIGSYS);
+        st = run_filtered(i386_getpid);
+        assert_true(WIFSIGNALED(st));
+        assert_int_equal(WTERMSIG(st), SIGSYS);
+}
+
+static void test_rule_table_names_exist_on_this_arch(void **state) {
+        size_t n;
+        const core_seccomp_rule *rules = core_seccomp_rules(&n);
+        assert_true(n > 40);
+        /* Every row names a syscall libseccomp knows on x86_64: a typo
+         * would otherwise be skipped silently when the filter is built. */
+        for (size_t i = 0; i < n; i++) {
+                assert_true(rules[i].err == EPERM || rules[i].err == ENOSYS);
+                if (seccomp_syscall_resolve_name(rules[i].name) < 0)
+                        fail_msg("%s is not a syscall here", rules[i].name);
+        }
+        _cleanup_(core_seccomp_freep) core_seccomp *f = NULL;
+        assert_int_equal(core_seccomp_new(&f, NULL), 0);
+        assert_true(core_seccomp_size(f) > n);
+        assert_true(core_seccomp_size(f) < 4096);
+}
+
+static void test_root_set_is_docker_default_without_mknod(void **state) {
+        uint64_t root = core_caps_root_set();
+        static const cap_value_t want[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_NET_RAW,
+                                           CAP_SETGID, CAP_SETUID, CAP_SETFCAP, CAP_SETPCAP,
+                                           CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL, CAP_AUDIT_WRITE};
+        uint64_t m = 0;
+        for (size_t i = 0; i < ELEMENTSOF(want); i++)
+                m |= 1ull << want[i];
+        assert_int_equal(root, m);
+        assert_false(root & (1ull << CAP_MKNOD));
+        assert_false(root & (1ull << CAP_SYS_ADMIN));
+        assert_int_equal(core_caps_for_uid(1000), 0);
+        assert_int_equal(core_caps_for_uid(0), root);
+}
+
+/* In a forked child of a root test: the two capability steps around a
+ * change to uid, as sandbox-init does. Exit 0 when the result is exactly
+ * the expected set. */
+static int caps_child(uid_t uid) {
+        uint64_t keep = core_caps_for_uid(uid);
+        if (core_caps_bound(keep) < 0)
+                return 1;
+        if (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+                return 2;
+        if (core_caps_set(keep) < 0)
+                return 3;
+        return core_caps_verify(keep) < 0 ? 4 : 0;
+}
+
+static void test_cap_steps_leave_exactly_the_kept_set(void **state) {
+        if (geteuid() != 0)
+                skip();
+        uid_t uids[] = {1000, 0};
+        for (size_t i = 0; i < ELEMENTSOF(uids); i++) {
+                pid_t pid = fork();
+                assert_true(pid >= 0);
+                if (pid == 0)
+                        _exit(caps_child(uids[i]));
+                int st;
+                assert_int_equal(waitpid(pid, &st, 0), pid);
+                assert_true(WIFEXITED(st));
+                assert_int_equal(WEXITSTATUS(st), 0);
+        }
+}
+
+static void test_verify_notices_extra_capabilities(void **state) {
+        if (geteuid() != 0)
+                skip();
+        /* The test runs as root with the full set: not the root set. */
+        assert_int_equal(core_caps_verify(core_caps_root_set()), -EPERM);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_filter_lets_ordinary_work_through),
+                cmocka_unit_test(test_filter_refuses_design_list_with_eperm),
+                cmocka_unit_test(test_non_native_abis_kill_the_process),
+                cmocka_unit_test(test_rule_table_names_exist_on_this_arch),
+                cmocka_unit_test(test_root_set_is_docker_default_without_mknod),
+                cmocka_unit_test(test_cap_steps_leave_exactly_the_kept_set),
+                cmocka_unit_test(test_verify_notices_extra_capabilities),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
