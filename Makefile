@@ -1,7 +1,7 @@
 # sandboxd — non-recursive Makefile.
 #
 #   make            build sandboxd, sandbox-init, sandboxctl
-#   make check      install deps, build, unit tests (plain and ASan+UBSan), integration tests
+#   make check      install deps, build, unit tests and integration tests, each plain and under ASan+UBSan
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec
 #   make install    binaries, systemd units, man pages
@@ -49,7 +49,7 @@ BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps check unit unit-asan integration demo bench install clean fuzz
+.PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz
 all: $(BINS)
 
 deps:
@@ -101,6 +101,11 @@ $(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $< $(ASAN_OBJS) $(LIBS) $(CMOCKA_LIBS)
 
+# sandboxd itself under ASan+UBSan, for the integration suite.
+$(B)/asan/bin/sandboxd: $(B)/asan/sandboxd/main.o $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CORE_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_FLAGS) $(LDFLAGS_H) -o $@ $^ $(LIBS)
+
 unit: $(UNIT_BINS)
 	@scripts/run-unit $(UNIT_BINS)
 unit-asan: $(UNIT_ASAN)
@@ -108,12 +113,22 @@ unit-asan: $(UNIT_ASAN)
 
 integration: $(BINS)
 	@python3 tests/integration/run.py
+	@python3 tests/escape/run.py
+
+# The integration suite against a sandboxd built with ASan+UBSan: memory
+# errors and leaks in the daemon fail it (the sandbox-init it runs is the
+# plain one: it is exec'd from a memfd and must stay small).
+integration-asan: $(BINS) $(B)/asan/bin/sandboxd
+	@SANDBOXD=$(B)/asan/bin/sandboxd SANDBOX_INIT=$(B)/sandbox-init \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  python3 tests/integration/run.py
 
 check: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory unit-asan
 	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory integration-asan
 
 demo: deps
 	@$(MAKE) --no-print-directory all

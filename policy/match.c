@@ -162,6 +162,8 @@ int pol_pattern_parse(const char *in, pol_pattern *ret, const char **ret_why) {
         size_t hlen;
         if (!in || !*in)
                 return *ret_why = "empty pattern", -EINVAL;
+        if (strchr(in, '/'))
+                return *ret_why = "a pattern is a domain name, not a URL (write api.example.com)", -EINVAL;
         if (in[0] == '[' || (strchr(in, ':') != strrchr(in, ':')))
                 return *ret_why = "is an IP address; list it under subnets.allow as a CIDR", -EINVAL;
         colon = strrchr(in, ':');

@@ -109,10 +109,8 @@ int redo_list_add(redo_list *l, rpc_request *req, rpc_handler fn) {
         if (r)
                 l->reqs = r;
         rpc_handler *f = r ? realloc(l->fns, (l->n + 1) * sizeof(*f)) : NULL;
-        if (!f) {
-                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+        if (!f)
                 return -ENOMEM;
-        }
         l->fns = f;
         l->reqs[l->n] = req;
         l->fns[l->n++] = fn;
@@ -168,8 +166,10 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
         /* Being created or resumed: wait for it. A stopped (or stopping)
          * persistent sandbox: resume it (DESIGN §3). */
         if (redo && (sb->starting || sb->persistent)) {
-                if (redo_list_add(&sb->pending, req, redo) < 0)
+                if (redo_list_add(&sb->pending, req, redo) < 0) {
+                        rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
                         return NULL;
+                }
                 if (!sb->starting && !sb->sess)
                         start_resume(sb);
                 return NULL;
@@ -472,7 +472,7 @@ static void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready) {
         m->sandboxes = sb;
         return;
 drop:
-        sb->pending = (redo_list){0};
+        redo_list_clear(&sb->pending); /* req was answered above, not by the list */
         sandbox_free(sb);
         start_job_free(j);
 }
@@ -502,9 +502,10 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
                                 "sandbox '%s' is being deleted; try again when it is gone", name);
                 return;
         }
-        if (sb->starting)
-                redo_list_add(&sb->pending, req, reply_existing);
-        else
+        if (sb->starting) {
+                if (redo_list_add(&sb->pending, req, reply_existing) < 0)
+                        rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+        } else
                 reply_existing(req, m);
 }
 
@@ -622,24 +623,29 @@ static void method_update(rpc_request *req, void *userdata) {
                 return;
         }
         sandbox *sb = lookup(req, m);
+        if (!sb) {
+                /* lookup answered (and freed) the request. */
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                return;
+        }
         cJSON *policy = cJSON_GetObjectItem(req->params, "networkPolicy");
         cJSON *vcpus = cJSON_GetObjectItem(res, "vcpus");
         const char *fail_field = NULL, *fail_reason = NULL, *fail_msg = NULL;
-        if (sb && policy && !(cJSON_IsString(policy) && streq(policy->valuestring, sb->policy))) {
+        if (policy && !(cJSON_IsString(policy) && streq(policy->valuestring, sb->policy))) {
                 fail_field = "networkPolicy";
                 fail_reason = "invalid_policy";
                 fail_msg = "networkPolicy: changing the policy of an existing sandbox is not supported yet";
-        } else if (sb && vcpus && !(cJSON_IsNumber(vcpus) && vcpus->valuedouble == sb->vcpus)) {
+        } else if (vcpus && !(cJSON_IsNumber(vcpus) && vcpus->valuedouble == sb->vcpus)) {
                 fail_field = "resources.vcpus";
                 fail_msg = "resources.vcpus: changing resources is not supported yet";
-        } else if (sb && ports && cJSON_GetArraySize(ports) > 0) {
+        } else if (ports && cJSON_GetArraySize(ports) > 0) {
                 fail_field = "ports";
                 fail_msg = "ports: exposing ports is not supported yet";
         }
-        if (!sb || fail_field) {
-                if (fail_field)
-                        rpc_reply_error(req, fail_reason ? RPC_APP_ERROR : RPC_INVALID_PARAMS, fail_reason,
-                                        fail_field, "%s", fail_msg);
+        if (fail_field) {
+                rpc_reply_error(req, fail_reason ? RPC_APP_ERROR : RPC_INVALID_PARAMS, fail_reason, fail_field,
+                                "%s", fail_msg);
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 return;
@@ -742,7 +748,7 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
                         cJSON_ReplaceItemInObject(h, "status", cJSON_CreateString("stopped"));
         }
         cJSON_Delete(c);
-        if (asprintf(&sb->dir, "%s", dir) < 0 || asprintf(&sb->run_dir, "%s/%s", m->run_sandboxes_dir, name) < 0) {
+        if (asprintf(&sb->dir, "%s", dir) < 0 || asprintf(&sb->run_dir, "%s/%s", m->run_sandboxes_dir, sb->name) < 0) {
                 sandbox_free(sb);
                 return -ENOMEM;
         }

@@ -45,13 +45,13 @@ static void exe_write(void) {
         while (d && (e = readdir(d))) {
                 if (e->d_name[0] < '0' || e->d_name[0] > '9')
                         continue;
-                char path[64], target[4096] = "";
+                char path[300], target[4096] = "";
                 snprintf(path, sizeof(path), "/proc/%s/exe", e->d_name);
                 ssize_t n = readlink(path, target, sizeof(target) - 1);
                 target[n > 0 ? n : 0] = 0;
                 int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
                 if (fd < 0) {
-                        char what[4200];
+                        char what[4800];
                         snprintf(what, sizeof(what), "write %s (%s)", path, target);
                         result(1, what);
                         continue;
@@ -60,7 +60,7 @@ static void exe_write(void) {
                 close(fd);
                 (void)w;
                 int own = strncmp(target, "/workspace/", 11) == 0 || strncmp(target, "/tmp/", 5) == 0;
-                char what[4200];
+                char what[4800];
                 snprintf(what, sizeof(what), "opened %s (%s) for writing", path, target);
                 if (own)
                         printf("OWN %s\n", what);
@@ -182,7 +182,7 @@ static void fds(void) {
         while (d && (e = readdir(d))) {
                 if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
                         continue;
-                char path[64], target[512] = "";
+                char path[300], target[512] = "";
                 snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
                 ssize_t n = readlink(path, target, sizeof(target) - 1);
                 target[n > 0 ? n : 0] = 0;

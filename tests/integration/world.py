@@ -48,8 +48,8 @@ def _toplevel():
 REPO = _toplevel()
 BUILD = os.path.join(REPO, "build")
 # Overridable to test installed binaries (SANDBOXD=/usr/local/sbin/sandboxd ...).
-SANDBOXD = os.environ.get("SANDBOXD", os.path.join(BUILD, "sandboxd"))
-SANDBOX_INIT = os.environ.get("SANDBOX_INIT", os.path.join(BUILD, "sandbox-init"))
+SANDBOXD = os.path.abspath(os.environ.get("SANDBOXD", os.path.join(BUILD, "sandboxd")))
+SANDBOX_INIT = os.path.abspath(os.environ.get("SANDBOX_INIT", os.path.join(BUILD, "sandbox-init")))
 SANDBOXCTL = os.environ.get("SANDBOXCTL", os.path.join(BUILD, "sandboxctl"))
 SERVERS = os.path.join(HERE, "servers.py")
 
@@ -295,10 +295,15 @@ class Daemon:
                 "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolv,
                 SANDBOXD, "--socket", self.socket, "--state-dir", self.state_dir,
                 "--run-dir", self.run_dir]
-        if self.config is not None:
+        config = self.config
+        if "SANDBOX_INIT" in os.environ:
+            # A sandboxd outside build/ (installed, or the ASan build) is told
+            # which sandbox-init to run.
+            config = dict(config or {}, initPath=SANDBOX_INIT)
+        if config is not None:
             cfg = os.path.join(self.dir, "daemon.json")
             with open(cfg, "w") as f:
-                json.dump(self.config, f)
+                json.dump(config, f)
             argv += ["--config", cfg]
         if not os.path.isfile(SANDBOXD) or not os.access(SANDBOXD, os.X_OK):
             raise WorldError("%s is not built" % SANDBOXD)

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Escape tests: a process with root inside a sandbox (`sandboxctl exec
+--sudo`) tries the known ways out, and containment is asserted from the
+host's side wherever the host has something to check (binaries hashed,
+sysctls re-read, cgroup trees walked, listeners asked who connected).
+
+    python3 tests/escape/run.py [-v] [SUBSTRING...]
+
+The probes are tests/escape/probe.c, copied into the sandbox and compiled
+there with the host's cc (the sandbox has the host's /usr read-only). One
+line per test (PASS/FAIL), then "escape: N passed, N failed"; exit 1 on any
+failure. Runs sandboxd in the test world (tests/integration/world.py).
+"""
+import ctypes
+import hashlib
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+import world as W  # noqa: E402
+from common import expect, expect_eq  # noqa: E402
+
+PROBE_SRC = os.path.join(HERE, "probe.c")
+PROBE = "/workspace/probe"
+SIGSYS_EXIT = 128 + signal.SIGSYS
+# Inherited by sandboxd: must never be readable inside a sandbox.
+SECRET = "sbx-escape-" + secrets.token_hex(8)
+
+
+class Ctx:
+    def __init__(self, world, name):
+        self.world, self.name = world, name
+
+    def run(self, *argv, sudo=True, flags=(), timeout=60):
+        f = list(flags) + (["--sudo"] if sudo else [])
+        return self.world.ctl("exec", *f, self.name, "--", *argv, timeout=timeout)
+
+    def probe(self, *args, sudo=True, flags=()):
+        return self.run(PROBE, *args, sudo=sudo, flags=flags)
+
+    def probe_blocked(self, *args, flags=()):
+        code, out, err = self.probe(*args, flags=flags)
+        expect("ESCAPED" not in out and code == 0,
+               "probe %s: exit %d:" % (" ".join(args), code), out.strip()[-600:], err.strip()[-300:])
+        expect("BLOCKED" in out, "probe %s printed no attempt:" % " ".join(args), out.strip()[-300:])
+        return out
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+# ---------------------------------------------------------------- tests
+
+def test_proc_exe_writes_leave_host_binaries_unchanged(c):
+    d = c.world.daemon
+    daemon_exe = os.readlink("/proc/%d/exe" % d.pid)
+    paths = sorted({W.SANDBOXD, W.SANDBOX_INIT, daemon_exe, "/usr/bin/dash", os.path.realpath("/bin/sh")})
+    before = {p: sha256(p) for p in paths}
+    c.probe_blocked("exe-write")
+    # /proc/1/exe is init's sealed memfd: a shell redirect must fail too.
+    code, _out, _err = c.run("sh", "-c", "printf x >> /proc/1/exe")
+    expect(code != 0, "appending to /proc/1/exe succeeded inside the sandbox")
+    code, _out, _err = c.run("sh", "-c", "cp /bin/true /proc/1/exe")
+    expect(code != 0, "overwriting /proc/1/exe succeeded inside the sandbox")
+    for p in paths:
+        expect_eq(sha256(p), before[p], "sha256 of host binary %s" % p)
+
+
+def test_cwd_through_proc_magic_links_is_refused(c):
+    for cwd in ("/proc/self/fd/0", "/proc/self/fd/1", "/proc/self/fd/3", "/proc/1/cwd", "/proc/1/root",
+                "/proc/self/root", "/dev/fd/0", "/dev/stdin"):
+        for sudo in (True, False):
+            code, out, err = c.run("pwd", sudo=sudo, flags=("--cwd", cwd))
+            expect(code != 0 and "chdir" in err,
+                   "cwd %s%s was accepted: exit %d:" % (cwd, " (sudo)" if sudo else "", code),
+                   out.strip(), err.strip())
+    # An ordinary directory still works, and the command never started above.
+    code, out, _err = c.run("pwd", flags=("--cwd", "/tmp"))
+    expect_eq((code, out.strip()), (0, "/tmp"), "pwd in /tmp")
+
+
+def test_commands_start_with_fds_0_to_2_only(c):
+    for flags in ((), ("-t",), ("-i",)):
+        for sudo in (True, False):
+            code, out, err = c.probe("fds", sudo=sudo, flags=flags)
+            fds = sorted(int(m) for m in re.findall(r"^FD (\d+)", out, re.M))
+            expect(code == 0 and fds == [0, 1, 2],
+                   "fds of a command %s: exit %d:" % (" ".join(flags), code), out.strip(), err.strip())
+
+
+def _dmesg_sysrq_count():
+    r = subprocess.run(["dmesg"], capture_output=True, text=True)
+    return r.stdout.lower().count("sysrq") if r.returncode == 0 else None
+
+
+def test_sysrq_trigger_write_goes_nowhere(c):
+    before = _dmesg_sysrq_count()
+    # 'h' only prints the help text: harmless even if the mask failed.
+    c.probe_blocked("write", "/proc/sysrq-trigger", "h")
+    code, _o, _e = c.run("sh", "-c", "echo h > /proc/sysrq-trigger && grep -q . /proc/sysrq-trigger")
+    expect(code != 0, "/proc/sysrq-trigger is a readable, writable file inside")
+    after = _dmesg_sysrq_count()
+    if before is not None:
+        expect_eq(after, before, "sysrq lines in the host's kernel log")
+
+
+def test_core_pattern_is_read_only(c):
+    before = read("/proc/sys/kernel/core_pattern")
+    c.probe_blocked("write", "/proc/sys/kernel/core_pattern", "|/workspace/evil %p")
+    code, _o, _e = c.run("sh", "-c", "echo '|/tmp/x' > /proc/sys/kernel/core_pattern")
+    expect(code != 0, "writing core_pattern succeeded inside")
+    expect_eq(read("/proc/sys/kernel/core_pattern"), before, "host core_pattern")
+    code, out, _e = c.run("sh", "-c", "grep -w /proc/sys /proc/self/mountinfo")
+    expect(code == 0 and re.search(r"\sro[\s,]", out),
+           "/proc/sys is not mounted read-only inside:", out.strip())
+
+
+def test_kcore_reads_nothing(c):
+    c.probe_blocked("kcore")
+
+
+def test_tiocsti_and_tioclinux_refused_on_tty(c):
+    out = c.probe_blocked("tty", flags=("-t",))
+    expect("TIOCSTI" in out and "TIOCLINUX" in out, "tty probe did not try both ioctls:", out)
+
+
+def test_user_namespace_refused(c):
+    c.probe_blocked("userns")
+    code, out, _e = c.probe("userns", sudo=False)
+    expect(code == 0 and "ESCAPED" not in out, "user namespace as the sandbox user:", out.strip())
+
+
+def test_x32_syscall_kills_the_process(c):
+    code, out, err = c.probe("userns-x32")
+    expect_eq(code, SIGSYS_EXIT, "exit code of an x32 unshare(CLONE_NEWUSER) (%s %s)"
+              % (out.strip(), err.strip()))
+
+
+def test_int80_socketcall_kills_the_process(c):
+    code, out, err = c.probe("int80")
+    expect_eq(code, SIGSYS_EXIT, "exit code of a 32-bit int 0x80 socketcall (%s %s)"
+              % (out.strip(), err.strip()))
+
+
+def test_kernel_surface_syscalls_refused(c):
+    out = c.probe_blocked("syscalls")
+    for what in ("io_uring_setup", "keyctl", "bpf", "mount tmpfs", "fsopen", "userfaultfd"):
+        expect(("BLOCKED " + what) in out, "%s not tried or not refused:" % what, out)
+
+
+def test_ptrace_of_init_refused(c):
+    c.probe_blocked("ptrace")
+
+
+def test_device_nodes_cannot_be_made(c):
+    c.probe_blocked("mknod")
+
+
+def test_cgroup_filesystem_is_not_writable(c):
+    c.probe_blocked("cgroup")
+    code, _o, _e = c.run("mkdir", "/sys/fs/sbx-escape")
+    expect(code != 0, "mkdir under /sys succeeded inside")
+    code, out, _e = c.run("sh", "-c", "grep cgroup /proc/self/mountinfo || true")
+    for line in out.splitlines():
+        expect(re.search(r"\sro[\s,]", line), "a cgroup filesystem is mounted read-write:", line)
+    for d in c.world.cgroup_dirs:
+        for root, dirs, _files in os.walk(d):
+            expect("sbx-escape" not in dirs, "a cgroup made inside appeared on the host:", root)
+
+
+def test_proc_shows_nothing_of_the_daemon(c):
+    d = c.world.daemon
+    script = ("for p in /proc/[0-9]*; do echo \"PID ${p#/proc/}\"; tr '\\0' ' ' < $p/cmdline; echo; "
+              "tr '\\0' '\\n' < $p/environ 2>/dev/null; done")
+    code, out, err = c.run("sh", "-c", script)
+    expect(code == 0, "listing /proc failed:", err.strip())
+    pids = [int(x) for x in re.findall(r"^PID (\d+)", out, re.M)]
+    expect(1 in pids and len(pids) <= 6, "sandbox /proc lists other processes:", pids)
+    for needle in (SECRET, d.socket, d.state_dir, os.path.basename(W.SANDBOXD) + " --socket"):
+        expect(needle not in out, "the daemon's %r is visible inside the sandbox" % needle)
+    code, out, _e = c.run("sh", "-c", "cat /proc/1/environ")
+    expect(SECRET not in out, "the daemon's environment reached PID 1")
+
+
+def test_daemon_control_socket_unreachable(c):
+    d = c.world.daemon
+    c.probe_blocked("connect", d.socket, os.path.join(d.run_dir, "sandboxd.sock"))
+
+
+class _NetnsAbstract:
+    """An abstract Unix listener bound in the daemon's network namespace (the
+    world host), made by switching this thread there and back."""
+
+    CLONE_NEWNET = 0x40000000
+
+    def __init__(self, world):
+        libc = ctypes.CDLL(None, use_errno=True)
+        own = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        there = os.open("/run/netns/" + world.host_ns, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if libc.setns(there, self.CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns to the world host")
+            try:
+                self.name = "sbx-escape-" + secrets.token_hex(4)
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                self.sock.bind("\0" + self.name)
+                self.sock.listen(8)
+                self.sock.setblocking(False)
+            finally:
+                if libc.setns(own, self.CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns back")
+        finally:
+            os.close(own)
+            os.close(there)
+
+    def accepted_any(self):
+        try:
+            conn, _ = self.sock.accept()
+            conn.close()
+            return True
+        except BlockingIOError:
+            return False
+
+    def close(self):
+        self.sock.close()
+
+
+def test_abstract_sockets_of_daemon_world_unreachable(c):
+    lst = _NetnsAbstract(c.world)
+    try:
+        names = ["@" + lst.name]
+        # Every other abstract socket in the daemon's network namespace too.
+        for line in read("/proc/%d/net/unix" % c.world.daemon.pid).splitlines()[1:]:
+            f = line.split()
+            if len(f) >= 8 and f[7].startswith("@") and f[7] not in names:
+                names.append(f[7])
+        c.probe_blocked("connect", *names[:50])
+        expect(not lst.accepted_any(), "the world host's abstract listener accepted a connection")
+    finally:
+        lst.close()
+
+
+def test_capabilities_none_for_user_default_set_for_root(c):
+    code, out, _e = c.run("grep", "^Cap\\|NoNewPrivs\\|^Seccomp:", "/proc/self/status", sudo=False)
+    for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        expect(re.search(r"^%s:\s+0+$" % k, out, re.M), "%s of the sandbox user is not empty:" % k, out)
+    expect(re.search(r"^NoNewPrivs:\s+1", out, re.M) and re.search(r"^Seccomp:\s+2", out, re.M),
+           "no_new_privs or seccomp missing for the sandbox user:", out)
+    code, out, _e = c.run("grep", "^Cap\\|NoNewPrivs\\|^Seccomp:", "/proc/self/status")
+    eff = int(re.search(r"^CapEff:\s+(\w+)", out, re.M).group(1), 16)
+    bnd = int(re.search(r"^CapBnd:\s+(\w+)", out, re.M).group(1), 16)
+    CAP_SYS_ADMIN, CAP_MKNOD, CAP_SYS_PTRACE, CAP_CHOWN = 21, 27, 19, 0
+    expect(eff == bnd and eff & (1 << CAP_CHOWN), "root's capabilities are not the default set:", out)
+    for cap in (CAP_SYS_ADMIN, CAP_MKNOD, CAP_SYS_PTRACE):
+        expect(not bnd & (1 << cap), "root inside keeps capability %d:" % cap, out)
+    expect(re.search(r"^NoNewPrivs:\s+1", out, re.M) and re.search(r"^Seccomp:\s+2", out, re.M),
+           "no_new_privs or seccomp missing for root:", out)
+
+
+def test_setuid_binary_gains_nothing(c):
+    code, _o, err = c.run("sh", "-c", "cp /usr/bin/id /workspace/suid-id && chmod 4755 /workspace/suid-id")
+    expect(code == 0, "making a setuid copy of id failed:", err)
+    code, out, err = c.run("/workspace/suid-id", "-u", sudo=False)
+    expect_eq((code, out.strip()), (0, "1000"), "effective uid of a setuid-root binary run by the sandbox user")
+
+
+# ---------------------------------------------------------------- runner
+
+def discover(filters):
+    tests = [(fn.__code__.co_firstlineno, n, fn) for n, fn in globals().items()
+             if n.startswith("test_") and callable(fn)]
+    return [(n, fn) for _l, n, fn in sorted(tests) if not filters or any(f in n for f in filters)]
+
+
+def prepare(world):
+    """One sandbox for every probe, with the probe built inside it."""
+    name = world.name("escape")
+    code, out, err = world.ctl("create", "--deny-all", "--name", name, timeout=180)
+    if code != 0:
+        raise W.WorldError("create: exit %d: %s" % (code, (err or out).strip()))
+    code, out, err = world.ctl("cp", PROBE_SRC, "%s:/workspace/probe.c" % name)
+    if code != 0:
+        raise W.WorldError("cp probe.c: exit %d: %s" % (code, (err or out).strip()))
+    code, out, err = world.ctl("exec", name, "--", "cc", "-O1", "-o", PROBE, "/workspace/probe.c",
+                               timeout=120)
+    if code != 0:
+        raise W.WorldError("cc probe.c inside the sandbox: exit %d: %s" % (code, (err or out).strip()))
+    return Ctx(world, name)
+
+
+def main(argv):
+    verbose = "-v" in argv
+    tests = discover([a for a in argv if not a.startswith("-")])
+    if os.geteuid() != 0:
+        print("escape: needs root")
+        print("escape: 0 passed, %d failed" % len(tests))
+        return 1
+    passed = failed = 0
+    os.environ["SBX_ESCAPE_SECRET"] = SECRET
+    world = W.World(quiet=False)
+    ctx = None
+    try:
+        world.open()
+        world.start_sandboxd()
+        ctx = prepare(world)
+    except Exception as e:
+        print("FAIL setup: %s" % e)
+        world.close()
+        print("escape: 0 passed, %d failed" % len(tests))
+        return 1
+    try:
+        for name, fn in tests:
+            start = time.monotonic()
+            try:
+                fn(ctx)
+            except Exception as e:
+                failed += 1
+                print("FAIL %s: %s" % (name, " | ".join(str(e).splitlines())[:800]), flush=True)
+                if verbose:
+                    traceback.print_exc(file=sys.stdout)
+                continue
+            passed += 1
+            print("PASS %s (%.1fs)" % (name, time.monotonic() - start) if verbose else "PASS %s" % name,
+                  flush=True)
+    finally:
+        try:
+            world.ctl("rm", ctx.name)
+        except Exception:
+            pass
+        world.close()
+    print("escape: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
