@@ -507,6 +507,51 @@ int core_cgroup_open_v2(const core_cgroup *cg) {
         return -ENOENT;
 }
 
+/* Polls a cgroup file until it holds `want` (a prefix match), up to 2 s. */
+static int wait_for_value(const char *dir, const char *file, const char *want) {
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/%s", dir, file) < 0)
+                return -ENOMEM;
+        for (int i = 0; i < 400; i++) {
+                char buf[256] = "";
+                _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        return negative_errno();
+                ssize_t n = read(fd, buf, sizeof(buf) - 1);
+                if (n < 0)
+                        return negative_errno();
+                buf[n] = 0;
+                if (strstr(buf, want))
+                        return 0;
+                sleep_ms(5);
+        }
+        return -ETIMEDOUT;
+}
+
+int core_cgroup_freeze(core_cgroup *cg, bool frozen) {
+        /* v2 first: cgroup.freeze reports completion in cgroup.events. */
+        for (size_t i = 0; cg && i < cg->n; i++)
+                if (state.h[i].ops == &ops_v2) {
+                        _cleanup_free_ char *f = NULL;
+                        if (asprintf(&f, "%s/cgroup.freeze", cg->dirs[i]) < 0)
+                                return -ENOMEM;
+                        if (access(f, F_OK) < 0)
+                                break;
+                        int r = write_file(cg->dirs[i], "cgroup.freeze", frozen ? "1" : "0");
+                        if (r < 0)
+                                return r;
+                        return wait_for_value(cg->dirs[i], "cgroup.events", frozen ? "frozen 1" : "frozen 0");
+                }
+        for (size_t i = 0; cg && i < cg->n; i++)
+                if (state.h[i].controller && streq(state.h[i].controller, "freezer")) {
+                        int r = write_file(cg->dirs[i], "freezer.state", frozen ? "FROZEN" : "THAWED");
+                        if (r < 0)
+                                return r;
+                        return wait_for_value(cg->dirs[i], "freezer.state", frozen ? "FROZEN" : "THAWED");
+                }
+        return -ENOTSUP;
+}
+
 int core_cgroup_kill_all(core_cgroup *cg) {
         int ret = 0;
         /* The tracking hierarchy first (atomic cgroup.kill when v2), then a

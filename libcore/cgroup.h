@@ -14,6 +14,7 @@
  * v1 hierarchies used: pids, memory, cpu, freezer (those mounted). */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include "libcore/error.h"
@@ -59,6 +60,13 @@ int core_cgroup_open_v2(const core_cgroup *cg);
 /* Like core_cgroup_attach() but leaves out the v2 hierarchy, for a process
  * cloned into it with core_cgroup_open_v2(). */
 int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err);
+
+/* Freezes (true) or thaws (false) every process of the session: v2
+ * cgroup.freeze, else the v1 freezer's freezer.state. Freezing waits
+ * (bounded, 2 s) until the kernel reports the cgroup frozen, so a copy of
+ * the session's files taken afterwards is consistent. Returns 0, -ENOTSUP
+ * when no freezer is available, -ETIMEDOUT, or another negative errno. */
+int core_cgroup_freeze(core_cgroup *cg, bool frozen);
 
 /* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
  * reading cgroup.procs repeatedly until empty). */

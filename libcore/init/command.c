@@ -139,10 +139,11 @@ _noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd
 
         /* Capabilities, step 1, while still root with init's full set:
          * CAP_SETPCAP is needed to shrink the bounding set, and a uid change
-         * would drop it. Not dumpable first: from here on the child holds
-         * no more than a root command may, and a `sudo` command of the same
-         * uid must not ptrace it and skip the rest of this sequence
-         * (exec makes the new program dumpable again). */
+         * would drop it. Not dumpable first: once its capabilities are down
+         * to a root command's, a `sudo` command (same uid) could otherwise
+         * ptrace it and skip the rest of this sequence; until then the
+         * kernel's capability check refuses. Exec makes the new program
+         * dumpable again. */
         uint64_t keep = core_caps_for_uid(s->uid);
         int r = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? negative_errno() : core_caps_bound(keep);
         if (r < 0)
