@@ -274,6 +274,11 @@ int core_source_git_clone(const core_git_source *src, const char *dest_dir, uid_
         if (src->revision && (!src->revision[0] || src->revision[0] == '-'))
                 return sb_error_set(ret_err, -EINVAL, REASON, "source.revision",
                                     "source.revision: must not be empty or start with '-'");
+        /* Resolved here, outside the clone: libgit2's connections cannot be
+         * hooked. A name that re-resolves differently during the clone is
+         * not caught (DNS rebinding); documented in docs/SECURITY.md. */
+        if ((r = core_source_host_check(src->url, ret_err)) < 0)
+                return r;
         pthread_once(&git_once, git_init_once);
         if (git_init_result < 0)
                 return sb_error_set(ret_err, -EIO, REASON, NULL, "clone: libgit2 failed to initialise");

@@ -5,6 +5,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <curl/curl.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -215,6 +216,24 @@ static size_t sink_write(char *data, size_t size, size_t n, void *userdata) {
         return len;
 }
 
+typedef struct guard {
+        const char *refused;   /* why the last connect was refused, or NULL */
+        char addr[INET6_ADDRSTRLEN];
+} guard;
+
+static curl_socket_t guarded_socket(void *data, curlsocktype purpose, struct curl_sockaddr *a) {
+        guard *g = data;
+        const char *why = core_source_address_forbidden(&a->addr);
+        if (why) {
+                g->refused = why;
+                const void *ip = a->family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&a->addr)->sin6_addr
+                                                       : (const void *)&((struct sockaddr_in *)&a->addr)->sin_addr;
+                inet_ntop(a->family, ip, g->addr, sizeof(g->addr));
+                return CURL_SOCKET_BAD;
+        }
+        return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 /* Downloads url into fd. Redirects: at most 5, and only to http(s), so a
  * server cannot bounce us to file:// or another scheme. HTTP >= 400 fails. */
 static int http_fetch(const char *url, int fd, uint64_t max_bytes, sb_error **ret_err) {
@@ -239,10 +258,19 @@ static int http_fetch(const char *url, int fd, uint64_t max_bytes, sb_error **re
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+        /* Every connect, redirects included, is checked against the
+         * forbidden ranges (no DNS-rebinding window: this is the address
+         * actually dialled). */
+        guard g = {0};
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, guarded_socket);
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &g);
         CURLcode rc = curl_easy_perform(h);
         curl_easy_cleanup(h);
         if (rc == CURLE_OK)
                 return 0;
+        if (g.refused)
+                return sb_error_set(ret_err, -EACCES, REASON, "source.url",
+                                    "source.url: refusing to download from %s (%s)", g.addr, g.refused);
         if (s.err == -EFBIG || rc == CURLE_FILESIZE_EXCEEDED)
                 return sb_error_set(ret_err, -EFBIG, REASON, NULL,
                                     "download: tarball is larger than the limit of %llu bytes",
@@ -255,16 +283,24 @@ static int http_fetch(const char *url, int fd, uint64_t max_bytes, sb_error **re
 }
 
 static int open_local(const char *path, uint64_t max_bytes, sb_error **ret_err) {
-        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
+        /* O_PATH first: opening a FIFO would block the worker (and the name,
+         * and shutdown) forever, and opening a device can have side effects.
+         * Only once it is known to be a plain file is it opened for reading,
+         * through the same inode. */
+        _cleanup_close_ int pfd = open(path, O_PATH | O_CLOEXEC);
+        if (pfd < 0)
                 return sb_error_set(ret_err, negative_errno(), REASON, "source.path", "open '%s': %m", path);
         struct stat st;
-        if (fstat(fd, &st) < 0)
+        if (fstat(pfd, &st) < 0)
                 return sb_error_set(ret_err, negative_errno(), REASON, "source.path", "stat '%s': %m", path);
-        /* A FIFO or device would block or never end; only plain files. */
         if (!S_ISREG(st.st_mode))
                 return sb_error_set(ret_err, -EINVAL, REASON, "source.path", "'%s' is not a regular file",
                                     path);
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
+        _cleanup_close_ int fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return sb_error_set(ret_err, negative_errno(), REASON, "source.path", "open '%s': %m", path);
         if ((uint64_t)st.st_size > max_bytes)
                 return sb_error_set(ret_err, -EFBIG, REASON, "source.path",
                                     "'%s' is larger than the limit of %llu bytes", path,

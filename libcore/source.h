@@ -47,6 +47,22 @@ int core_git_url_check(const char *url, sb_error **ret_err);
 int core_source_git_clone(const core_git_source *src, const char *dest_dir, uid_t uid, gid_t gid,
                           sb_error **ret_err);
 
+/* Addresses a source is never fetched from, whatever the URL says:
+ * link-local (169.254.0.0/16, fe80::/10: cloud metadata lives there),
+ * unspecified, multicast and broadcast (RFC 6890). Sources are fetched by the
+ * daemon from the host's network, outside every sandbox's policy, so this is
+ * the guard against a URL an agent supplied reaching the metadata service.
+ * Returns a static description of the range, or NULL when allowed. */
+struct sockaddr;
+const char *core_source_address_forbidden(const struct sockaddr *sa);
+
+/* Resolves the host of a network URL (http, https, git) and fails with
+ * -EACCES (field "source.url") when any of its addresses is forbidden
+ * (core_source_address_forbidden). file:// and paths pass. Used before a git
+ * clone, whose connections cannot be hooked; for downloads the connect
+ * itself is checked as well, redirects included. */
+int core_source_host_check(const char *url, sb_error **ret_err);
+
 /* Checks a tarball location: an absolute path, file://, http:// or https://.
  * Returns 0 or -EINVAL with *ret_err (field "source.url" or "source.path"). */
 int core_tarball_location_check(const char *location, sb_error **ret_err);

@@ -145,6 +145,11 @@ _noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd
          * kernel's capability check refuses. Exec makes the new program
          * dumpable again. */
         uint64_t keep = core_caps_for_uid(s->uid);
+        /* init is exempt from the OOM killer (main.c); its commands must not
+         * inherit that, or a memory hog would make the whole session's
+         * cgroup unkillable. Raising the score needs no privilege. */
+        if (core_write_string("/proc/self/oom_score_adj", "0") < 0)
+                child_fail(report_fd, STAGE_CONFINE, errno);
         int r = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? negative_errno() : core_caps_bound(keep);
         if (r < 0)
                 child_fail(report_fd, STAGE_CONFINE, -r);

@@ -263,6 +263,12 @@ int main(int argc, char **argv) {
                 return 1;
         }
         (void)fcntl(a.sock, F_SETFD, FD_CLOEXEC);
+        /* The OOM killer picks the largest task of the session's memory
+         * cgroup; tmpfs pages (/tmp, /dev/shm) count against the cgroup but
+         * no task, so without this it picks init and the whole session dies.
+         * Commands reset it to 0 before exec (command.c). */
+        if (core_write_string("/proc/self/oom_score_adj", "-1000") < 0)
+                log_debug("cannot set oom_score_adj of sandbox-init: %m");
         /* Room for whole packets of AGENT_MAX_PACKET and bursts of output. */
         int sndbuf = 4 * 1024 * 1024;
         (void)setsockopt(a.sock, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));

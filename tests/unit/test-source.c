@@ -405,6 +405,57 @@ static void test_tarball_over_size_limit_is_refused(void **state) {
         sb_error_free(err);
 }
 
+/* A FIFO (or device) named as the tarball must be refused at once, never
+ * opened: opening a FIFO blocks until a writer appears. alarm() turns a hang
+ * into a failure. */
+static void test_tarball_path_to_fifo_or_device_is_refused_without_opening(void **state) {
+        world *w = *state;
+        char fifo[160];
+        snprintf(fifo, sizeof(fifo), "%s/fifo", w->top);
+        assert_int_equal(mkfifo(fifo, 0644), 0);
+        const char *paths[] = {fifo, "/dev/zero"};
+        for (size_t i = 0; i < 2; i++) {
+                sb_error *err = NULL;
+                alarm(5);
+                assert_int_equal(core_source_tarball_extract(paths[i], w->dest, UID, GID, CAP, &err), -EINVAL);
+                alarm(0);
+                assert_non_null(strstr(err->message, "not a regular file"));
+                sb_error_free(err);
+        }
+        unlink(fifo);
+}
+
+/* Source URLs never reach link-local (metadata), unspecified or multicast
+ * addresses: not by name, not by literal, not through a redirect. */
+static void test_source_urls_to_metadata_and_other_forbidden_addresses_are_refused(void **state) {
+        world *w = *state;
+        static const char *const bad[] = {
+                "http://169.254.169.254/latest/meta-data", "https://169.254.0.1/x.tar",
+                "git://[fe80::1]/repo.git", "http://0.0.0.0/x", "http://[::ffff:169.254.169.254]/x",
+                "http://224.0.0.1/x",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                sb_error *err = NULL;
+                assert_int_equal(core_source_host_check(bad[i], &err), -EACCES);
+                assert_string_equal(err->field, "source.url");
+                assert_non_null(strstr(err->message, "refusing"));
+                sb_error_free(err);
+        }
+        static const char *const allowed[] = {"http://127.0.0.1/x", "git://203.0.113.9/r.git", "/tmp/x.tar",
+                                           "file:///tmp/x.tar", "https://[::1]:8443/x"};
+        for (size_t i = 0; i < ELEMENTSOF(allowed); i++) {
+                sb_error *err = NULL;
+                assert_int_equal(core_source_host_check(allowed[i], &err), 0);
+                assert_null(err);
+        }
+        /* The download path checks the address it dials, too. */
+        sb_error *err = NULL;
+        assert_int_equal(core_source_tarball_extract("http://169.254.169.254/x.tar", w->dest, UID, GID, CAP, &err),
+                         -EACCES);
+        assert_non_null(strstr(err->message, "link-local"));
+        sb_error_free(err);
+}
+
 static void test_tarball_garbage_and_missing_file_fail_with_message(void **state) {
         world *w = *state;
         assert_int_equal(core_write_file_atomic(w->tar, "not a tarball at all", 20, 0644), 0);
@@ -736,6 +787,8 @@ int main(void) {
                 T(test_tarball_symlink_then_member_through_it_lands_nowhere_outside),
                 T(test_tarball_hardlink_to_outside_then_rewrite_leaves_victim_unchanged),
                 T(test_tarball_device_nodes_and_fifos_are_skipped),
+        T(test_tarball_path_to_fifo_or_device_is_refused_without_opening),
+        T(test_source_urls_to_metadata_and_other_forbidden_addresses_are_refused),
                 T(test_tarball_setuid_setgid_sticky_bits_are_dropped),
                 T(test_tarball_over_size_limit_is_refused),
                 T(test_tarball_garbage_and_missing_file_fail_with_message),
