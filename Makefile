@@ -17,7 +17,7 @@ VERSION   := 0.1.0
 
 CC        ?= gcc
 PKGS      := libcjson libgit2 libarchive libseccomp libcap libnl-3.0 libnl-route-3.0 \
-             libmnl libnftnl libsystemd libcurl libpcre2-8
+             libmnl libnftnl libsystemd libcurl libpcre2-8 ldns
 PKG_CFLAGS:= $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
@@ -39,13 +39,14 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 CORE_SRC  := $(wildcard libcore/*.c)
 POLICY_SRC:= $(wildcard policy/*.c)
 INIT_SRC  := $(wildcard libcore/init/*.c)
+NETD_SRC  := $(wildcard policy/netd/*.c)
 DAEMON_SRC:= $(filter-out sandboxd/main.c,$(wildcard sandboxd/*.c))
 CLI_SRC   := $(filter-out cli/main.c,$(wildcard cli/*.c))
 UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 
 obj = $(patsubst %.c,$(1)/%.o,$(2))
 
-BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl
+BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
@@ -85,6 +86,8 @@ $(B)/sandboxd: $(B)/obj/sandboxd/main.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/l
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
+$(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcore.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/libclient.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson) -lresolv -pthread
 
@@ -95,6 +98,8 @@ $(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
 
 # test-init-agent drives the real sandbox-init binary.
 $(B)/tests/test-init-agent $(B)/asan/tests/test-init-agent: | $(B)/sandbox-init
+# test-dns drives the real sandbox-netd binary once, end to end on loopback.
+$(B)/tests/test-dns $(B)/asan/tests/test-dns: | $(B)/sandbox-netd
 
 ASAN_OBJS = $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
 $(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
@@ -142,6 +147,7 @@ install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(B)/sandboxd $(DESTDIR)$(SBINDIR)/sandboxd
 	install -m 0755 $(B)/sandbox-init $(DESTDIR)$(LIBEXECDIR)/sandbox-init
+	install -m 0755 $(B)/sandbox-netd $(DESTDIR)$(LIBEXECDIR)/sandbox-netd
 	install -m 0755 $(B)/sandboxctl $(DESTDIR)$(BINDIR)/sandboxctl
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)/usr/lib/sysusers.d
 	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/sandboxd.service > $(DESTDIR)$(UNITDIR)/sandboxd.service

@@ -47,5 +47,10 @@ void ctl_print_table(const char *const *header, size_t ncols, char ***rows, size
 /* `exec` (cli/exec.c): argv[0] is "exec". Returns the exit code. */
 int ctl_exec(ctl_globals *g, int argc, char **argv);
 
+/* `fork`, `snapshot`, `snapshots` (cli/snapshot.c). Return the exit code. */
+int ctl_fork(ctl_globals *g, int argc, char **argv);
+int ctl_snapshot(ctl_globals *g, int argc, char **argv);
+int ctl_snapshots(ctl_globals *g, int argc, char **argv);
+
 /* Writes all of buf to fd, retrying on EINTR. Returns 0 or a negative errno. */
 int ctl_write_all(int fd, const void *buf, size_t len);

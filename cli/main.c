@@ -26,6 +26,9 @@ static const char main_help[] =
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox\n"
         "  stop NAME                     stop a sandbox's session\n"
         "  update NAME [OPTIONS]         change a sandbox's timeout, env or tags\n"
+        "  fork SRC [--name N]           a new sandbox from SRC's current filesystem\n"
+        "  snapshot NAME                 snapshot a sandbox; prints the snapshot id\n"
+        "  snapshots [rm ID]             list snapshots, or delete one\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
         "  daemon info                   show the daemon's version, limits and host support\n"
@@ -666,18 +669,45 @@ static char *remote_type(client *c, const char *name, const char *path) {
         return t ? strdup(t) : NULL;
 }
 
+/* Sends one fs.write of data[0..len) to path: the first piece creates or
+ * truncates the file (and carries the mode), the rest append. */
+static int cp_send_piece(const ctl_globals *g, client *c, const char *name, const char *path, const char *data,
+                         size_t len, bool append, int mode) {
+        _cleanup_free_ char *b64 = client_base64_encode(data, len);
+        if (!b64)
+                return ctl_error(CLI_EXIT_ERROR, "out of memory");
+        cJSON *params = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(params, "files");
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(params, "sandbox", name);
+        cJSON_AddStringToObject(f, "path", path);
+        cJSON_AddStringToObject(f, "content", b64);
+        if (append)
+                cJSON_AddBoolToObject(f, "append", true);
+        else if (mode >= 0)
+                cJSON_AddNumberToObject(f, "mode", mode);
+        cJSON_AddItemToArray(files, f);
+        _cleanup_client_error_ client_error *err = NULL;
+        _cleanup_json_ cJSON *result = NULL;
+        if (client_call(c, "fs.write", params, -1, NULL, NULL, &result, &err) < 0)
+                return ctl_report(g, "cp", err);
+        if (g->json && !append)
+                ctl_print_json(result);
+        return 0;
+}
+
+/* Copies in pieces of CP_CHUNK bytes, so a file of any size stays far below
+ * the daemon's maxLineBytes (base64 adds a third) and memory stays flat. */
+#define CP_CHUNK (4u * 1024 * 1024)
+
 static int cp_to_sandbox(const ctl_globals *g, client *c, const char *local, const char *name, const char *path) {
         struct stat st = {};
         bool from_stdin = streq(local, "-");
-        if (!from_stdin && stat(local, &st) < 0)
+        _cleanup_fclose_ FILE *file = from_stdin ? NULL : fopen(local, "re");
+        FILE *in = from_stdin ? stdin : file;
+        if (!in || fstat(fileno(in), &st) < 0)
                 return ctl_error(CLI_EXIT_ERROR, "cp: %s: %s", local, strerror(errno));
         if (!from_stdin && S_ISDIR(st.st_mode))
                 return ctl_error(CLI_EXIT_ERROR, "cp: directories are not supported yet");
-        _cleanup_free_ char *data = NULL;
-        size_t len;
-        int r = read_file(local, &data, &len);
-        if (r < 0)
-                return ctl_error(CLI_EXIT_ERROR, "cp: read %s: %s", local, strerror(-r));
         _cleanup_free_ char *type = remote_type(c, name, path), *target = NULL;
         if ((type && streq(type, "directory")) || (path[strlen(path) - 1] == '/' && !from_stdin)) {
                 if (from_stdin)
@@ -685,23 +715,25 @@ static int cp_to_sandbox(const ctl_globals *g, client *c, const char *local, con
                 if (asprintf(&target, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", base_name(local)) < 0)
                         return ctl_error(CLI_EXIT_ERROR, "out of memory");
         }
-        _cleanup_free_ char *b64 = client_base64_encode(data, len);
-        if (!b64)
-                return ctl_error(CLI_EXIT_ERROR, "cp: %s is too large", local);
-        cJSON *params = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(params, "files");
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(params, "sandbox", name);
-        cJSON_AddStringToObject(f, "path", target ? target : path);
-        cJSON_AddStringToObject(f, "content", b64);
-        if (!from_stdin)
-                cJSON_AddNumberToObject(f, "mode", st.st_mode & 07777);
-        cJSON_AddItemToArray(files, f);
-        _cleanup_client_error_ client_error *err = NULL;
-        _cleanup_json_ cJSON *result = NULL;
-        if (client_call(c, "fs.write", params, -1, NULL, NULL, &result, &err) < 0)
-                return ctl_report(g, "cp", err);
-        if (g->json)
-                ctl_print_json(result);
+        _cleanup_free_ char *buf = malloc(CP_CHUNK);
+        if (!buf)
+                return ctl_error(CLI_EXIT_ERROR, "out of memory");
+        bool first = true;
+        for (;;) {
+                size_t n = fread(buf, 1, CP_CHUNK, in);
+                if (ferror(in))
+                        return ctl_error(CLI_EXIT_ERROR, "cp: read %s: %s", local, strerror(errno ? errno : EIO));
+                /* An empty file is still one (empty) write: it gets created. */
+                if (n == 0 && !first)
+                        break;
+                int r = cp_send_piece(g, c, name, target ? target : path, buf, n, !first,
+                                      from_stdin ? -1 : (int) (st.st_mode & 07777));
+                if (r != 0)
+                        return r;
+                first = false;
+                if (n < CP_CHUNK && feof(in))
+                        break;
+        }
         return 0;
 }
 
@@ -781,6 +813,9 @@ static const struct {
         { "exec", ctl_exec },
         { "stop", cmd_stop },
         { "update", cmd_update },
+        { "fork", ctl_fork },
+        { "snapshot", ctl_snapshot },
+        { "snapshots", ctl_snapshots },
         { "rm", cmd_rm },
         { "cp", cmd_cp },
         { "daemon", cmd_daemon },

@@ -6,14 +6,20 @@
  * Where the session cgroups live (never at a hierarchy's root: the parent is
  * sandboxd's own cgroup from /proc/self/cgroup, its delegated subtree):
  *   v1 (each of pids, memory, cpu, freezer that is mounted):
- *        <mount>/<own>/sandboxd-sessions/<name>
- *   v2:  <mount>/<own>/sessions/<name>; sandboxd first moves the processes of
- *        <own> into <own>/supervisor, because a cgroup that enables
- *        controllers for its children may hold no processes itself. When
- *        <own> is the hierarchy's root (a hybrid host, a container's cgroup
- *        namespace) the root is shared with everyone, so the directory is
- *        called "sandboxd-sessions" there to stay clear of other managers'
- *        names, and nothing moves (the root is exempt from that rule).
+ *        <mount>/<own>/sandboxd-sessions-<instance>/<name>
+ *   v2:  <mount>/<own>/sandboxd-sessions-<instance>/<name>; sandboxd first
+ *        moves the processes of <own> into <own>/supervisor, because a cgroup
+ *        that enables controllers for its children may hold no processes
+ *        itself. When <own> is the hierarchy's root (a hybrid host, a
+ *        container's cgroup namespace) nothing moves (the root is exempt
+ *        from that rule).
+ * <instance> is a key derived from the daemon's state directory
+ * (core_cgroup_instance_key). Two daemons can share <own> (a second daemon
+ * with another --state-dir, a test run beside a live daemon); the key keeps
+ * each one's start-up sweep (core_cgroup_remove_all_sessions) and its
+ * session names away from the other's. "supervisor" is shared on purpose:
+ * it holds only daemon processes, never a session, and no instance removes
+ * or kills it, so moving processes into it harms no one.
  * On a hybrid host the v2 hierarchy carries no controllers; it is still used
  * for process tracking because it offers cgroup.kill. */
 #include <fcntl.h>
@@ -28,9 +34,11 @@
 #include "libcore/util.h"
 
 #define CGROUP_MAX_HIERARCHIES 8
-#define SESSIONS_V1 "sandboxd-sessions"
-#define SESSIONS_V2 "sessions"
+/* Prefix of every instance's session parent; tools and tests find sessions
+ * by it. */
+#define SESSIONS_PREFIX "sandboxd-sessions"
 #define SUPERVISOR_V2 "supervisor"
+#define INSTANCE_KEY_MAX 32
 /* Teardown bounds: the kernel removes exiting tasks asynchronously, so an
  * rmdir right after SIGKILL may see EBUSY for a few milliseconds. */
 #define RETRY_STEP_MS 10
@@ -63,6 +71,7 @@ struct core_cgroup {
 
 static struct {
         bool ready;
+        char instance[INSTANCE_KEY_MAX + 1];
         core_cgroup_mode mode;
         size_t n;
         hierarchy h[CGROUP_MAX_HIERARCHIES];
@@ -328,7 +337,8 @@ static int v2_move_to_supervisor(const char *own) {
         return -EBUSY;
 }
 
-/* Prepares the v2 parent: <own>/sessions with the controllers it can get. */
+/* Prepares the v2 parent: <own>/sandboxd-sessions-<instance> with the
+ * controllers it can get. */
 static int v2_prepare(char *own, bool own_is_root, hierarchy *h) {
         unsigned wanted = read_controllers(own, "cgroup.controllers");
         int r;
@@ -336,7 +346,7 @@ static int v2_prepare(char *own, bool own_is_root, hierarchy *h) {
                 return r;
         if (wanted)
                 wanted = enable_controllers(own, wanted);
-        if (asprintf(&h->parent, "%s/%s", own, own_is_root ? SESSIONS_V1 : SESSIONS_V2) < 0)
+        if (asprintf(&h->parent, "%s/" SESSIONS_PREFIX "-%s", own, state.instance) < 0)
                 return -ENOMEM;
         if (mkdir(h->parent, 0755) < 0 && errno != EEXIST)
                 return negative_errno();
@@ -367,7 +377,7 @@ static int add_v1(const char *mountinfo, const char *cgroup_file) {
                 hierarchy *h = &state.h[state.n];
                 h->ops = &ops_v1;
                 h->controller = strdup(v1_controllers[i]);
-                if (!h->controller || asprintf(&h->parent, "%s/" SESSIONS_V1, own) < 0)
+                if (!h->controller || asprintf(&h->parent, "%s/" SESSIONS_PREFIX "-%s", own, state.instance) < 0)
                         return -ENOMEM;
                 state.n++;
                 if (mkdir(h->parent, 0755) < 0 && errno != EEXIST)
@@ -377,11 +387,41 @@ static int add_v1(const char *mountinfo, const char *cgroup_file) {
         return found;
 }
 
-int core_cgroup_init(sb_error **ret_err) {
+/* A key becomes part of a directory name: letters, digits, '-' and '_'
+ * only, so it can neither climb out of <own> nor collide with "supervisor". */
+static bool instance_ok(const char *key) {
+        if (!key || !*key || strlen(key) > INSTANCE_KEY_MAX)
+                return false;
+        for (const char *c = key; *c; c++)
+                if (!(('a' <= *c && *c <= 'z') || ('A' <= *c && *c <= 'Z') || ('0' <= *c && *c <= '9') ||
+                      *c == '-' || *c == '_'))
+                        return false;
+        return true;
+}
+
+int core_cgroup_instance_key(const char *state_dir, char **ret) {
+        _cleanup_free_ char *abs = realpath(state_dir, NULL);
+        if (!abs)
+                return negative_errno();
+        /* FNV-1a, 64 bit (Fowler/Noll/Vo, draft-eastlake-fnv): not a secret
+         * or an authenticator, only a short stable name per directory. */
+        uint64_t h = UINT64_C(0xcbf29ce484222325);
+        for (const unsigned char *c = (const unsigned char *) abs; *c; c++) {
+                h ^= *c;
+                h *= UINT64_C(0x100000001b3);
+        }
+        return asprintf(ret, "%016" PRIx64, h) < 0 ? -ENOMEM : 0;
+}
+
+int core_cgroup_init(const char *instance, sb_error **ret_err) {
         _cleanup_free_ char *mountinfo = NULL, *cgroup_file = NULL, *own2 = NULL;
         int r;
 
         state_clear();
+        if (!instance_ok(instance))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup: invalid instance key '%s'",
+                                    instance ? instance : "");
+        snprintf(state.instance, sizeof(state.instance), "%s", instance);
         if ((r = core_read_file("/proc/self/mountinfo", 4 << 20, &mountinfo, NULL)) < 0 ||
             (r = core_read_file("/proc/self/cgroup", 1 << 20, &cgroup_file, NULL)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "cgroup: read /proc/self: %s", strerror(-r));
@@ -448,6 +488,25 @@ static int cgroup_new(const char *name, core_cgroup **ret) {
         return 0;
 }
 
+/* Does the cgroup at `dir` hold a process, its subtree included? v2 says so
+ * in cgroup.events ("populated"); v1 has no such file, and sessions make no
+ * sub-cgroups there, so the directory's own cgroup.procs answers. A missing
+ * directory is empty. Returns 1, 0 or a negative errno. */
+static int populated(const char *dir) {
+        _cleanup_free_ char *events = NULL, *procs = NULL, *data = NULL;
+        if (asprintf(&events, "%s/cgroup.events", dir) < 0 || asprintf(&procs, "%s/cgroup.procs", dir) < 0)
+                return -ENOMEM;
+        int r = core_read_file(events, 1 << 16, &data, NULL);
+        if (r >= 0)
+                return strstr(data, "populated 1") != NULL;
+        if (r != -ENOENT)
+                return r;
+        r = core_read_file(procs, 16 << 20, &data, NULL);
+        if (r == -ENOENT)
+                return 0;
+        return r < 0 ? r : data[0] != '\0';
+}
+
 int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_cgroup **ret,
                        sb_error **ret_err) {
         static const core_cgroup_limits none = {};
@@ -456,10 +515,24 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
 
         if (!name_ok(name))
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup: invalid name '%s'", name ? name : "");
-        if (!state.ready && (r = core_cgroup_init(ret_err)) < 0)
-                return r;
+        if (!state.ready)
+                return sb_error_set(ret_err, -ESTALE, NULL, NULL, "cgroup: core_cgroup_init() was not called");
         if ((r = cgroup_new(name, &cg)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': %s", name, strerror(-r));
+        /* An empty leftover (a crash of this instance) may be reused. One
+         * with processes is a live session: sharing it would let one
+         * session's limits, freeze and kill hit the other, so refuse, and
+         * leave it exactly as it is. */
+        for (size_t i = 0; i < cg->n; i++)
+                if ((r = populated(cg->dirs[i])) != 0) {
+                        if (r > 0)
+                                return sb_error_set(ret_err, -EEXIST, NULL, NULL,
+                                                    "cgroup '%s': %s already exists and has processes in it "
+                                                    "(a session of that name is running)",
+                                                    name, cg->dirs[i]);
+                        return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': read %s: %s", name,
+                                            cg->dirs[i], strerror(-r));
+                }
         for (size_t i = 0; i < cg->n; i++) {
                 if (mkdir(cg->dirs[i], 0755) < 0 && errno != EEXIST)
                         r = negative_errno();
@@ -622,8 +695,8 @@ static int list_sessions(char ***ret, size_t *ret_n) {
 
 int core_cgroup_remove_all_sessions(void) {
         int r;
-        if (!state.ready && (r = core_cgroup_init(NULL)) < 0)
-                return r;
+        if (!state.ready)
+                return -ESTALE;
         char **names = NULL;
         size_t n = 0;
         if ((r = list_sessions(&names, &n)) < 0)
@@ -644,6 +717,15 @@ int core_cgroup_remove_all_sessions(void) {
         }
         free(names);
         return first_err < 0 ? first_err : removed;
+}
+
+int core_cgroup_fini(void) {
+        int ret = 0;
+        for (size_t i = 0; state.ready && i < state.n; i++)
+                if (rmdir(state.h[i].parent) < 0 && errno != ENOENT && ret == 0)
+                        ret = negative_errno();
+        state_clear();
+        return ret;
 }
 
 const char *core_cgroup_path(const core_cgroup *cg) {

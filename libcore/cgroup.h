@@ -3,14 +3,17 @@
  * as crun does.
  *
  * Every session's cgroup nests under sandboxd's own cgroup in each hierarchy
- * (found from /proc/self/cgroup), never at a hierarchy's root:
- *   v1:  <mount>/<own path>/sandboxd-sessions/<name>
+ * (found from /proc/self/cgroup), never at a hierarchy's root, inside a
+ * parent that belongs to one daemon instance (its state directory):
+ *   v1:  <mount>/<own path>/sandboxd-sessions-<instance>/<name>
  *   v2:  sandboxd moves itself into <own>/supervisor (the "no internal
  *        processes" rule of a delegated subtree, as with systemd's
  *        Delegate=yes), enables the controllers it needs in <own> and
- *        <own>/sessions, and places sessions at <own>/sessions/<name>.
+ *        <own>/sandboxd-sessions-<instance>, and places sessions there.
  *        When <own> is the hierarchy's root (hybrid hosts, cgroup
- *        namespaces) nothing moves and the parent is <root>/sandboxd-sessions.
+ *        namespaces) nothing moves.
+ * Two daemons that share <own> therefore never see, sweep or reuse each
+ * other's sessions.
  * v1 hierarchies used: pids, memory, cpu, freezer (those mounted). */
 #pragma once
 
@@ -33,9 +36,27 @@ typedef struct core_cgroup_limits {
         unsigned cpu_quota_pct; /* percent of one CPU (vcpus × 100); 0 = unlimited */
 } core_cgroup_limits;
 
-/* Detects the host's cgroup layout and prepares sandboxd's parent cgroups.
- * Call once at daemon start. Returns 0 or a negative errno. */
-int core_cgroup_init(sb_error **ret_err);
+/* The instance key of a daemon whose state directory is `state_dir` (which
+ * must exist): 16 hex digits of a 64-bit FNV-1a hash of its canonical
+ * absolute path, so the same directory always gives the same key (a
+ * restarted daemon finds its own leftovers) and two directories give two
+ * keys. *ret is malloc'd (caller frees). Returns 0 or a negative errno
+ * (realpath's, -ENOMEM). */
+int core_cgroup_instance_key(const char *state_dir, char **ret);
+
+/* Detects the host's cgroup layout and prepares this instance's parent
+ * cgroups (sandboxd-sessions-<instance>). `instance` is 1 to 32 letters,
+ * digits, '-' or '_' (core_cgroup_instance_key gives one); -EINVAL
+ * otherwise. Call once at daemon start, before any other core_cgroup_*
+ * call (they fail with -ESTALE before it); calling it again switches
+ * instance. Returns 0 or a negative errno. */
+int core_cgroup_init(const char *instance, sb_error **ret_err);
+
+/* Removes this instance's parent cgroups when they are empty (daemon
+ * shutdown, after every session is destroyed) and forgets the layout.
+ * Returns 0, or the first rmdir error after trying all (-EBUSY while a
+ * session is left). */
+int core_cgroup_fini(void);
 
 /* The mode found by core_cgroup_init(). */
 core_cgroup_mode core_cgroup_get_mode(void);
@@ -43,7 +64,9 @@ const char *core_cgroup_mode_name(core_cgroup_mode m); /* "v1", "v2", "hybrid" *
 
 /* Creates the session cgroup `name` in every hierarchy in use and applies
  * limits. Caller owns *ret (free with core_cgroup_free, which does not
- * remove it). An existing cgroup of that name (a leftover) is reused. */
+ * remove it). An existing empty cgroup of that name (a leftover) is reused;
+ * one that has processes in it (a running session) is refused with -EEXIST
+ * and left untouched. */
 int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_cgroup **ret,
                        sb_error **ret_err);
 
@@ -76,8 +99,9 @@ int core_cgroup_kill_all(core_cgroup *cg);
  * briefly while the kernel reaps). Returns the first error after trying all. */
 int core_cgroup_destroy(core_cgroup *cg);
 
-/* Removes leftover session cgroups of any name (daemon start, tests), killing
- * what is in them. Returns the number removed or a negative errno. */
+/* Removes this instance's leftover session cgroups of any name (daemon
+ * start, tests), killing what is in them; other instances' sessions are not
+ * touched. Returns the number removed or a negative errno. */
 int core_cgroup_remove_all_sessions(void);
 
 /* Path of the session cgroup in the hierarchy used for process tracking

@@ -1,7 +1,8 @@
 /* Per-session network plumbing with libnl-route-3: pool arithmetic, the veth
  * pair "sbx<n>" <-> "eth0" (created from the host, peer moved into the
  * sandbox's network namespace at creation), and the configuration of that
- * namespace from inside it (lo, eth0 address, default route, IPv6 off).
+ * namespace from inside it (lo, eth0 address, default route, IPv6 off),
+ * and the lock that gives a network namespace to one daemon only.
  * The host-wide nftables table lives in nft.c. */
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -10,7 +11,10 @@
 #include <netlink/route/link.h>
 #include <netlink/route/link/veth.h>
 #include <netlink/route/route.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include "libcore/log.h"
 #include "libcore/net.h"
 #include "libcore/util.h"
@@ -225,4 +229,85 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
             (r = add_addr31(sk, ifindex, core_net_sandbox_addr(pool, slot), SANDBOX_IFNAME, ret_err)) < 0)
                 return r;
         return add_default_route(sk, ifindex, core_net_host_addr(pool, slot), ret_err);
+}
+
+/* ---- one daemon per network namespace ---- */
+
+/* /run, not the daemon's run dir: two daemons with different run dirs must
+ * still meet on the same file. The namespace's inode number names it (nsfs
+ * inodes are unique while the namespace lives). */
+#define NETNS_LOCK_FMT "/run/sandboxd-netns-%llu.lock"
+#define NETNS_LOCK_TRIES 8
+
+static int netns_lock_path(char *buf, size_t size) {
+        struct stat st;
+        if (stat("/proc/self/ns/net", &st) < 0)
+                return negative_errno();
+        snprintf(buf, size, NETNS_LOCK_FMT, (unsigned long long) st.st_ino);
+        return 0;
+}
+
+/* The pid the holder wrote, or 0 when it is not there (yet). */
+static pid_t lock_holder(int fd) {
+        char buf[24] = "";
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+        return pid > 0 && pid < INT32_MAX ? (pid_t) pid : 0;
+}
+
+static int refuse_busy(int fd, sb_error **ret_err) {
+        pid_t pid = lock_holder(fd);
+        if (pid > 0)
+                return sb_error_set(ret_err, -EBUSY, NULL, NULL,
+                                    "another sandboxd (pid %d) manages this network namespace; "
+                                    "give each daemon its own network namespace", (int) pid);
+        return sb_error_set(ret_err, -EBUSY, NULL, NULL,
+                            "another sandboxd manages this network namespace; "
+                            "give each daemon its own network namespace");
+}
+
+int core_net_lock_namespace(sb_error **ret_err) {
+        char path[64];
+        int r = netns_lock_path(path, sizeof(path));
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "stat /proc/self/ns/net: %s", strerror(-r));
+        for (int i = 0; i < NETNS_LOCK_TRIES; i++) {
+                /* O_NOFOLLOW: /run is root's, but a planted symlink must not
+                 * make us truncate another file. */
+                _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+                if (fd < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", path);
+                if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                        if (errno == EWOULDBLOCK)
+                                return refuse_busy(fd, ret_err);
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "lock %s: %m", path);
+                }
+                /* The holder unlinks the file before it lets go; a lock won
+                 * on that unlinked inode guards nothing, so only a lock on
+                 * the file the path names now counts. */
+                struct stat held, named;
+                if (fstat(fd, &held) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "stat %s: %m", path);
+                if (stat(path, &named) < 0 || held.st_ino != named.st_ino || held.st_dev != named.st_dev)
+                        continue;
+                char pid[24];
+                int len = snprintf(pid, sizeof(pid), "%d\n", (int) getpid());
+                if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t) len, 0) != len)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "write %s: %m", path);
+                return TAKE_FD(fd);
+        }
+        return sb_error_set(ret_err, -EAGAIN, NULL, NULL, "lock %s: it keeps being replaced", path);
+}
+
+void core_net_unlock_namespace(int fd) {
+        if (fd < 0)
+                return;
+        char path[64];
+        struct stat held, named;
+        /* Unlink while still holding the lock, and only our own file: a
+         * waiter that opened it meanwhile sees it unlinked and retries. */
+        if (netns_lock_path(path, sizeof(path)) == 0 && fstat(fd, &held) == 0 && stat(path, &named) == 0 &&
+            held.st_ino == named.st_ino && held.st_dev == named.st_dev)
+                (void) unlink(path);
+        close(fd);
 }

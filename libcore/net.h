@@ -9,6 +9,7 @@
 
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include "libcore/error.h"
 
@@ -36,6 +37,24 @@ int core_net_host_setup(const core_net_pool *pool, sb_error **ret_err);
  * is success. */
 int core_net_host_teardown(sb_error **ret_err);
 
+/* One sandboxd per network namespace: the `inet sandboxd` table and the
+ * "sbx<n>" names are per namespace, so a second daemon there would delete
+ * the first one's table at its shutdown (its sandboxes then reach the host
+ * and the metadata address: fail-open) and reuse its slots. Takes an
+ * exclusive flock on /run/sandboxd-netns-<inode of /proc/self/ns/net>.lock
+ * and writes our pid into it. Call before any nftables or veth work and keep
+ * the fd (O_CLOEXEC) for the daemon's life. Returns the fd (caller owns;
+ * release with core_net_unlock_namespace) or a negative errno: -EBUSY when
+ * another process holds it, with the message "another sandboxd (pid N)
+ * manages this network namespace; give each daemon its own network
+ * namespace". */
+int core_net_lock_namespace(sb_error **ret_err);
+
+/* Releases a lock from core_net_lock_namespace(): removes the lock file
+ * (when it is still ours) and closes fd. Call last at shutdown, after the
+ * nftables table is gone. A negative fd is a no-op. */
+void core_net_unlock_namespace(int fd);
+
 /* Creates veth "sbx<slot>" <-> peer, moves the peer into the network
  * namespace of `netns_pid` where it is named "eth0", assigns the host side
  * its /31 address, disables IPv6 on it and brings it up. On failure nothing
@@ -51,3 +70,72 @@ int core_veth_delete(unsigned slot, sb_error **ret_err);
  * every interface (net.ipv6.conf.{all,default}.disable_ipv6). */
 int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool with_eth0,
                               sb_error **ret_err);
+
+/* ---- fail closed when the table disappears ----
+ *
+ * `nft flush ruleset` (which `systemctl restart nftables` runs on Debian)
+ * removes `inet sandboxd` with every other table; sandboxes would then reach
+ * the host, link-local and the LAN without NAT. The daemon watches the
+ * nftables notification group and repairs the table at once:
+ *   core_net_monitor_read() == 1  ->  core_net_host_ensure() == 1
+ *   ->  re-apply every session (pol_nft_session_apply).
+ * The kernel has no per-interface default that the table could open
+ * instead (see core_net_host_ensure in nft.c). */
+
+/* Checks that the table, its chains and maps exist and that each host chain
+ * holds exactly its rules; if not, re-installs the whole table as
+ * core_net_host_setup() does (which drops every session chain). Returns 0
+ * when the table was intact, 1 when it re-installed it (the caller must
+ * re-apply the sessions), or a negative errno with *ret_err filled. */
+int core_net_host_ensure(const core_net_pool *pool, sb_error **ret_err);
+
+/* Opens a non-blocking, close-on-exec netlink socket subscribed to the
+ * nftables notifications (NFNLGRP_NFTABLES) of the caller's network
+ * namespace. Returns the fd (caller closes) or a negative errno. */
+int core_net_monitor_open(sb_error **ret_err);
+
+/* Reads every pending notification from a core_net_monitor_open() fd
+ * without blocking. Returns 1 when one of them deleted the table, a host
+ * chain, a host map or a rule of a host chain (or notifications were lost
+ * to an overflow, which may have hidden one), 0 otherwise, or a negative
+ * errno. Session objects ("s_*") and set elements are ignored: the daemon
+ * changes those itself. */
+int core_net_monitor_read(int fd);
+
+/* ---- nftables batches (used by policy/nftgen.c) ----
+ *
+ * One batch per change, sent once: messages built with libnftnl into a
+ * growable buffer between batch-begin and batch-end, each with NLM_F_ACK
+ * and a label; extended ACKs on; every ACK drained and the first error
+ * mapped to its message's label: "nftables: <label>: <strerror> (<kernel
+ * explanation>)". */
+
+#define CORE_NFT_TABLE "sandboxd"             /* family inet */
+#define CORE_NFT_SESSIONS_MAP "sessions"      /* forward: ifname : verdict */
+#define CORE_NFT_SESSIONS_INPUT_MAP "sessions_input" /* input: ifname : jump only */
+#define CORE_NFT_DENY_CHAIN "deny"            /* tcp reset, else icmpx admin-prohibited */
+#define CORE_NFT_MSG_MAX 4096                 /* room reserved per message */
+
+typedef struct core_nft_batch core_nft_batch;
+
+/* Starts a batch (writes batch-begin). 0 or -ENOMEM; the caller frees it
+ * with core_nft_batch_free(). */
+int core_nft_batch_new(core_nft_batch **ret);
+
+/* Frees a batch; accepts NULL. */
+void core_nft_batch_free(core_nft_batch *b);
+DEFINE_TRIVIAL_CLEANUP_FUNC(core_nft_batch, core_nft_batch_free);
+
+/* Reserves CORE_NFT_MSG_MAX zeroed bytes for the next message and labels it
+ * (printf format) for errors. Stores its sequence number in *ret_seq and
+ * returns the buffer to build it in (valid until the next reserve), or NULL
+ * on ENOMEM. */
+void *core_nft_batch_reserve(core_nft_batch *b, uint32_t *ret_seq, const char *fmt, ...) _printf_(3, 4);
+
+/* Appends the message built in the last reserved buffer (its length is read
+ * from its nlmsghdr). 0 or -ENOBUFS. */
+int core_nft_batch_commit(core_nft_batch *b);
+
+/* Ends the batch, sends it in one sendmsg() and reads every ACK. 0, or the
+ * first error with *ret_err naming its message. */
+int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err);

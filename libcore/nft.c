@@ -7,8 +7,14 @@
  * asks for an ACK and extended ACKs are on, so every error the kernel
  * reports comes back with the sequence number of the message that caused it
  * and is mapped to that rule's label (libnftnl/nftables' mnl_batch_talk
- * habit): "nftables: rule 'forward: ...': Operation not supported". */
+ * habit): "nftables: rule 'forward: ...': Operation not supported".
+ *
+ * Also owns the batch machinery policy/nftgen.c builds session objects
+ * with (core_nft_batch_*), the dispatch maps `sessions`/`sessions_input`
+ * and the shared `deny` chain, and the repair path for a table that
+ * disappeared (core_net_host_ensure, core_net_monitor_*). */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_conntrack_common.h>
 #include <linux/netfilter/nf_tables.h>
@@ -19,9 +25,14 @@
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/set.h>
 #include <libnftnl/table.h>
+#include <libnftnl/udata.h>
+#include <net/if.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include "libcore/log.h"
 #include "libcore/net.h"
@@ -29,19 +40,22 @@
 
 #define TABLE_NAME "sandboxd"
 #define SBX_PREFIX "sbx" /* nft compares only the bytes before '*' */
-#define MAX_MSGS 32
+/* nft's datatype number for interface names (nftables src/datatype.h,
+ * TYPE_IFNAME): lets `nft list` print the maps' keys as names. */
+#define NFT_TYPE_IFNAME 41
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_table, nftnl_table_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_chain, nftnl_chain_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_rule, nftnl_rule_free);
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_nlmsg_batch, mnl_nlmsg_batch_stop);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set, nftnl_set_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_udata_buf, nftnl_udata_buf_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 /* ---- the ruleset as data ---- */
 
 enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX };
 enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL };
-enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ };
+enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP };
 
 typedef struct host_rule {
         const char *chain;
@@ -52,10 +66,11 @@ typedef struct host_rule {
         bool tcp;          /* meta l4proto tcp */
         bool ct_est_rel;   /* ct state established,related */
         enum verdict verdict;
+        const char *map;   /* V_VMAP: iifname vmap @map */
 } host_rule;
 
 typedef struct host_chain {
-        const char *name, *type;
+        const char *name, *type; /* type NULL: a regular chain, no hook */
         uint32_t hook;
         int32_t prio;
 } host_chain;
@@ -64,7 +79,20 @@ static const host_chain host_chains[] = {
         { "input", "filter", NF_INET_LOCAL_IN, 0 },
         { "forward", "filter", NF_INET_FORWARD, 0 },
         { "postrouting", "nat", NF_INET_POST_ROUTING, 100 }, /* srcnat */
+        /* The one place a session's denial is turned into a packet back to
+         * the sandbox: per-session chains `goto deny`. */
+        { CORE_NFT_DENY_CHAIN, NULL, 0, 0 },
 };
+
+/* Per-session dispatch (DESIGN §5.2): one hash lookup per packet whatever
+ * the number of sessions. `sessions` (forward) maps "sbx<n>" to `goto
+ * s_sbx<n>` or `goto deny`; an interface that is not in it falls through to
+ * the forward policy, accept (allow-all needs no chain). `sessions_input`
+ * is consulted before input's final rejects, for the gateway services (DNS
+ * filter, proxy) on the host side of a veth: its elements must be `jump`s
+ * to chains that only accept those services, so the rejects still follow
+ * for everything else and the host stays unreachable. */
+static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSIONS_INPUT_MAP };
 
 /* DESIGN §5.1 rule 5: a sandbox never reaches the host itself, another
  * sandbox or link-local (cloud metadata), and IPv6 is off (the pool is IPv4
@@ -76,6 +104,8 @@ static const host_chain host_chains[] = {
 static const host_rule host_rules[] = {
         { "input", "input: sbx* ct state established,related accept",
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, true, V_ACCEPT },
+        { "input", "input: iifname vmap @" CORE_NFT_SESSIONS_INPUT_MAP,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_INPUT_MAP },
         { "input", "input: sbx* tcp reject with tcp reset",
           IF_SBX, IF_ANY, 0, ADDR_ANY, true, false, V_REJECT_TCP },
         { "input", "input: sbx* reject with icmpx admin-prohibited",
@@ -92,8 +122,16 @@ static const host_rule host_rules[] = {
           IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, true, false, V_REJECT_TCP },
         { "forward", "forward: sbx* ipv6 reject",
           IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, false, false, V_REJECT_ICMPX },
+        /* After every absolute rule above: a session's policy can only
+         * narrow what they leave. */
+        { "forward", "forward: iifname vmap @" CORE_NFT_SESSIONS_MAP,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_MAP },
         { "postrouting", "postrouting: pool -> !sbx* masquerade",
           IF_ANY, IF_NOT_SBX, NFPROTO_IPV4, SADDR_POOL, false, false, V_MASQ },
+        { CORE_NFT_DENY_CHAIN, "deny: tcp reject with tcp reset",
+          IF_ANY, IF_ANY, 0, ADDR_ANY, true, false, V_REJECT_TCP },
+        { CORE_NFT_DENY_CHAIN, "deny: reject with icmpx admin-prohibited",
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_REJECT_ICMPX },
 };
 
 /* ---- expression helpers (each returns 0 or -ENOMEM) ---- */
@@ -207,8 +245,23 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
                 return add_expr(r, e);
         case V_MASQ:
                 return add_expr(r, nftnl_expr_alloc("masq"));
+        case V_VMAP:
+                break; /* needs the map name: see add_vmap() */
         }
         return -EINVAL;
+}
+
+static int add_vmap(struct nftnl_rule *r, const char *map) {
+        int ret = add_meta(r, NFT_META_IIFNAME);
+        struct nftnl_expr *e;
+        if (ret < 0)
+                return ret;
+        if ((e = nftnl_expr_alloc("lookup"))) {
+                nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, map);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_DREG, NFT_REG_VERDICT);
+        }
+        return add_expr(r, e);
 }
 
 /* Builds one rule of host_rules into a libnftnl rule object. */
@@ -239,113 +292,128 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 return k;
         if (hr->ct_est_rel && (k = add_ct_est_rel(r)) < 0)
                 return k;
-        if ((k = add_verdict(r, hr->verdict)) < 0)
+        if ((k = hr->verdict == V_VMAP ? add_vmap(r, hr->map) : add_verdict(r, hr->verdict)) < 0)
                 return k;
         *ret = TAKE_PTR(r);
         return 0;
 }
 
-/* ---- one batch, its ACKs and their mapping back to messages ---- */
+/* ---- one batch, its ACKs and their mapping back to messages ----
+ *
+ * A growable buffer of netlink messages between a batch-begin and a
+ * batch-end, each with a label that names it in errors. Sequence numbers
+ * are seq0 + index, so an ACK maps back to its label by subtraction. */
 
-typedef struct batch {
-        struct mnl_nlmsg_batch *b;
-        uint32_t seq0, seq;      /* first and next sequence number */
-        const char *kind[MAX_MSGS], *name[MAX_MSGS]; /* per seq - seq0 */
-        unsigned acks;           /* messages that asked for an ACK */
-        char buf[64 * 1024];
-} batch;
+struct core_nft_batch {
+        char *buf;
+        size_t len, cap, reserved; /* reserved: offset of the message being built */
+        uint32_t seq0, seq;        /* first and next sequence number */
+        char **labels;             /* per seq - seq0; NULL for begin/end */
+        size_t n_labels, cap_labels;
+        unsigned acks;             /* messages that asked for an ACK */
+        bool ended;
+};
 
-static uint32_t next_seq_base(void) {
+static uint32_t next_seq_base(uint32_t span) {
         /* Distinct per batch so a late ACK of an earlier batch cannot be
          * taken for one of ours. */
         static uint32_t counter;
         if (!counter)
                 counter = (uint32_t) time(NULL) << 8;
-        return counter += MAX_MSGS;
+        uint32_t r = counter;
+        counter += span;
+        return r;
 }
 
-static void batch_init(batch *bt) {
-        bt->seq0 = bt->seq = next_seq_base();
-        bt->acks = 0;
-        bt->b = mnl_nlmsg_batch_start(bt->buf, sizeof(bt->buf));
+void core_nft_batch_free(core_nft_batch *b) {
+        if (!b)
+                return;
+        for (size_t i = 0; i < b->n_labels; i++)
+                free(b->labels[i]);
+        free(b->labels);
+        free(b->buf);
+        free(b);
 }
 
-/* Reserves the next message slot: returns its buffer and records a label. */
-static void *batch_slot(batch *bt, const char *kind, const char *name, uint32_t *ret_seq) {
-        uint32_t i = bt->seq - bt->seq0;
-        if (i >= MAX_MSGS)
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+        if (need <= *cap)
+                return 0;
+        size_t n = *cap ? *cap : 16;
+        while (n < need)
+                n *= 2;
+        void *q = reallocarray(*p, n, elem);
+        if (!q)
+                return -ENOMEM;
+        *p = q;
+        *cap = n;
+        return 0;
+}
+
+/* Records the label of the next sequence number. */
+static int push_label(core_nft_batch *b, char *label) {
+        void *l = b->labels;
+        if (grow(&l, &b->cap_labels, b->n_labels + 1, sizeof(char *)) < 0) {
+                free(label);
+                return -ENOMEM;
+        }
+        b->labels = l;
+        b->labels[b->n_labels++] = label;
+        return 0;
+}
+
+static void *reserve(core_nft_batch *b, uint32_t *ret_seq) {
+        void *p = b->buf;
+        if (grow(&p, &b->cap, b->len + CORE_NFT_MSG_MAX, 1) < 0)
                 return NULL;
-        bt->kind[i] = kind;
-        bt->name[i] = name;
-        *ret_seq = bt->seq++;
-        if (kind)
-                bt->acks++;
-        return mnl_nlmsg_batch_current(bt->b);
+        b->buf = p;
+        b->reserved = b->len;
+        memset(b->buf + b->len, 0, CORE_NFT_MSG_MAX);
+        *ret_seq = b->seq++;
+        return b->buf + b->len;
 }
 
-static int batch_commit_msg(batch *bt) {
-        return mnl_nlmsg_batch_next(bt->b) ? 0 : -ENOBUFS;
-}
-
-static int batch_table(batch *bt, uint16_t type, uint16_t flags) {
-        _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
+int core_nft_batch_new(core_nft_batch **ret) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *b = calloc(1, sizeof(*b));
         uint32_t seq;
-        void *buf = batch_slot(bt, "table", "inet " TABLE_NAME, &seq);
-        if (!t || !buf)
+        if (!b)
                 return -ENOMEM;
-        nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
-        if (nftnl_table_set_str(t, NFTNL_TABLE_NAME, TABLE_NAME) < 0)
+        /* A window of 2^20 sequence numbers per batch: far more messages
+         * than any batch holds (POL_MAX_CIDRS ranges per set). */
+        b->seq0 = b->seq = next_seq_base(1u << 20);
+        void *buf = reserve(b, &seq);
+        if (!buf || push_label(b, NULL) < 0)
                 return -ENOMEM;
-        struct nlmsghdr *nlh = nftnl_table_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq);
-        nftnl_table_nlmsg_build_payload(nlh, t);
-        return batch_commit_msg(bt);
+        nftnl_batch_begin(buf, seq);
+        b->len += ((struct nlmsghdr *) buf)->nlmsg_len;
+        *ret = TAKE_PTR(b);
+        return 0;
 }
 
-static int batch_chain(batch *bt, const host_chain *hc) {
-        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
-        uint32_t seq;
-        void *buf = batch_slot(bt, "chain", hc->name, &seq);
-        if (!c || !buf)
-                return -ENOMEM;
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
-        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, TABLE_NAME) < 0 ||
-            nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, hc->name) < 0 ||
-            nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, hc->type) < 0)
-                return -ENOMEM;
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, hc->hook);
-        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, hc->prio);
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
-        struct nlmsghdr *nlh = nftnl_chain_nlmsg_build_hdr(buf, NFT_MSG_NEWCHAIN, NFPROTO_INET,
-                                                           NLM_F_CREATE | NLM_F_ACK, seq);
-        nftnl_chain_nlmsg_build_payload(nlh, c);
-        return batch_commit_msg(bt);
+void *core_nft_batch_reserve(core_nft_batch *b, uint32_t *ret_seq, const char *fmt, ...) {
+        char *label = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vasprintf(&label, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                return NULL;
+        void *buf = reserve(b, ret_seq);
+        if (!buf || push_label(b, label) < 0) {
+                if (!buf)
+                        free(label);
+                return NULL;
+        }
+        return buf;
 }
 
-static int batch_rule(batch *bt, const host_rule *hr, const core_net_pool *pool) {
-        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
-        uint32_t seq;
-        int ret = build_rule(hr, pool, &r);
-        if (ret < 0)
-                return ret;
-        void *buf = batch_slot(bt, "rule", hr->label, &seq);
-        if (!buf)
-                return -ENOBUFS;
-        struct nlmsghdr *nlh = nftnl_rule_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
-                                                          NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq);
-        nftnl_rule_nlmsg_build_payload(nlh, r);
-        return batch_commit_msg(bt);
-}
-
-static int batch_edge(batch *bt, bool begin) {
-        uint32_t seq;
-        void *buf = batch_slot(bt, NULL, NULL, &seq);
-        if (!buf)
-                return -ENOBUFS;
-        if (begin)
-                nftnl_batch_begin(buf, seq);
-        else
-                nftnl_batch_end(buf, seq);
-        return batch_commit_msg(bt);
+int core_nft_batch_commit(core_nft_batch *b) {
+        const struct nlmsghdr *nlh = (const struct nlmsghdr *) (b->buf + b->reserved);
+        if (nlh->nlmsg_len > CORE_NFT_MSG_MAX)
+                return -ENOBUFS; /* already overran: a builder bug, never sent */
+        if (nlh->nlmsg_flags & NLM_F_ACK)
+                b->acks++;
+        b->len += MNL_ALIGN(nlh->nlmsg_len);
+        return 0;
 }
 
 static int ext_ack_attr_cb(const struct nlattr *a, void *data) {
@@ -355,7 +423,7 @@ static int ext_ack_attr_cb(const struct nlattr *a, void *data) {
 }
 
 /* Records the first error of the batch with the message it belongs to. */
-static void note_error(batch *bt, const struct nlmsghdr *nlh, sb_error **err, int *first) {
+static void note_error(const core_nft_batch *b, const struct nlmsghdr *nlh, sb_error **err, int *first) {
         const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
         const char *ext = NULL;
         if (e->error == 0 || *first)
@@ -366,11 +434,10 @@ static void note_error(batch *bt, const struct nlmsghdr *nlh, sb_error **err, in
                         off += e->msg.nlmsg_len - sizeof(struct nlmsghdr);
                 (void) mnl_attr_parse(nlh, MNL_ALIGN(off), ext_ack_attr_cb, &ext);
         }
-        uint32_t i = e->msg.nlmsg_seq - bt->seq0;
-        bool known = i < MAX_MSGS && e->msg.nlmsg_seq >= bt->seq0 && bt->kind[i];
+        uint32_t i = e->msg.nlmsg_seq - b->seq0;
+        const char *label = i < b->n_labels && b->labels[i] ? b->labels[i] : "batch";
         *first = e->error;
-        sb_error_set(err, e->error, NULL, NULL, "nftables: %s '%s': %s%s%s%s",
-                     known ? bt->kind[i] : "batch", known ? bt->name[i] : "begin", strerror(-e->error),
+        sb_error_set(err, e->error, NULL, NULL, "nftables: %s: %s%s%s%s", label, strerror(-e->error),
                      ext ? " (" : "", ext ? ext : "", ext ? ")" : "");
 }
 
@@ -378,17 +445,19 @@ static void note_error(batch *bt, const struct nlmsghdr *nlh, sb_error **err, in
  * inside sendmsg() and queues all its ACKs before returning, even after an
  * error (it reports every failing message, then aborts the transaction), so
  * the wait below only guards against a kernel that never answers. */
-static int drain_acks(struct mnl_socket *nl, batch *bt, sb_error **err) {
-        char buf[MNL_SOCKET_BUFFER_SIZE];
+static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error **err) {
+        _cleanup_free_ char *buf = malloc(MNL_SOCKET_BUFFER_SIZE);
         unsigned seen = 0;
         int first = 0;
         struct pollfd pfd = { .fd = mnl_socket_get_fd(nl), .events = POLLIN };
-        while (seen < bt->acks) {
+        if (!buf)
+                return -ENOMEM;
+        while (seen < b->acks) {
                 int p = poll(&pfd, 1, 5000);
                 if (p <= 0)
                         return first ? first : sb_error_set(err, p == 0 ? -ETIMEDOUT : negative_errno(),
                                                             NULL, NULL, "nftables: no ACK from the kernel");
-                ssize_t n = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+                ssize_t n = mnl_socket_recvfrom(nl, buf, MNL_SOCKET_BUFFER_SIZE);
                 if (n < 0)
                         return first ? first : sb_error_set(err, negative_errno(), NULL, NULL,
                                                             "nftables: receive ACK: %m");
@@ -398,16 +467,20 @@ static int drain_acks(struct mnl_socket *nl, batch *bt, sb_error **err) {
                                 continue;
                         const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
                         seen++;
-                        note_error(bt, nlh, err, &first);
-                        /* An error on the batch header (ENOMEM) replaces all ACKs. */
-                        if (e->error && e->msg.nlmsg_seq == bt->seq0)
+                        note_error(b, nlh, err, &first);
+                        /* An error on the batch header (ENOMEM, EPERM)
+                         * replaces all ACKs. */
+                        if (e->error && e->msg.nlmsg_seq == b->seq0)
                                 return first;
                 }
         }
         return first;
 }
 
-static int batch_send(batch *bt, sb_error **err) {
+/* Opens a netfilter netlink socket with extended and capped ACKs; the
+ * buffers are forced large enough for `bytes` of requests and `acks` ACKs,
+ * since a batch is sent in one sendmsg() and answered before it returns. */
+static int open_nl(size_t bytes, unsigned acks, struct mnl_socket **ret, sb_error **err) {
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
         int one = 1;
         if (!nl)
@@ -416,11 +489,115 @@ static int batch_send(batch *bt, sb_error **err) {
          * the reply small (no echo of each request). */
         (void) mnl_socket_setsockopt(nl, NETLINK_EXT_ACK, &one, sizeof(one));
         (void) mnl_socket_setsockopt(nl, NETLINK_CAP_ACK, &one, sizeof(one));
+        int snd = (int) bytes + 65536, rcv = (int) acks * 128 + 65536;
+        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof(snd));
+        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof(rcv));
         if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
                 return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: bind netlink socket: %m");
-        if (mnl_socket_sendto(nl, mnl_nlmsg_batch_head(bt->b), mnl_nlmsg_batch_size(bt->b)) < 0)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: send batch: %m");
-        return drain_acks(nl, bt, err);
+        *ret = TAKE_PTR(nl);
+        return 0;
+}
+
+int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err) {
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        uint32_t seq;
+        int r;
+        if (!b->ended) {
+                void *buf = reserve(b, &seq);
+                if (!buf || push_label(b, NULL) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s",
+                                            strerror(ENOMEM));
+                nftnl_batch_end(buf, seq);
+                b->len += ((struct nlmsghdr *) buf)->nlmsg_len;
+                b->ended = true;
+        }
+        if ((r = open_nl(b->len, b->acks, &nl, ret_err)) < 0)
+                return r;
+        if (mnl_socket_sendto(nl, b->buf, b->len) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables: send batch: %m");
+        return drain_acks(nl, b, ret_err);
+}
+
+/* ---- the host table as messages ---- */
+
+static int batch_table(core_nft_batch *bt, uint16_t type, uint16_t flags) {
+        _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "table 'inet " TABLE_NAME "'");
+        if (!t || !buf)
+                return -ENOMEM;
+        nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
+        if (nftnl_table_set_str(t, NFTNL_TABLE_NAME, TABLE_NAME) < 0)
+                return -ENOMEM;
+        struct nlmsghdr *nlh = nftnl_table_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq);
+        nftnl_table_nlmsg_build_payload(nlh, t);
+        return core_nft_batch_commit(bt);
+}
+
+static int batch_chain(core_nft_batch *bt, const host_chain *hc) {
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "chain '%s'", hc->name);
+        if (!c || !buf)
+                return -ENOMEM;
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, TABLE_NAME) < 0 ||
+            nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, hc->name) < 0)
+                return -ENOMEM;
+        if (hc->type) { /* a base chain; the others are only jumped to */
+                if (nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, hc->type) < 0)
+                        return -ENOMEM;
+                nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, hc->hook);
+                nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, hc->prio);
+                nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
+        }
+        struct nlmsghdr *nlh = nftnl_chain_nlmsg_build_hdr(buf, NFT_MSG_NEWCHAIN, NFPROTO_INET,
+                                                           NLM_F_CREATE | NLM_F_ACK, seq);
+        nftnl_chain_nlmsg_build_payload(nlh, c);
+        return core_nft_batch_commit(bt);
+}
+
+/* A map from interface name to verdict (`type ifname : verdict`). */
+static int batch_map(core_nft_batch *bt, const char *name) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
+        _cleanup_(nftnl_udata_buf_freep) struct nftnl_udata_buf *ud = nftnl_udata_buf_alloc(64);
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "map '%s'", name);
+        if (!s || !ud || !buf)
+                return -ENOMEM;
+        /* Only for `nft list`: names are host-order strings (nft's
+         * BYTEORDER_HOST_ENDIAN); without it nft prints the keys as "". */
+        if (!nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_KEYBYTEORDER, 1) ||
+            nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud)) < 0)
+                return -ENOMEM;
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+        if (nftnl_set_set_str(s, NFTNL_SET_TABLE, TABLE_NAME) < 0 || nftnl_set_set_str(s, NFTNL_SET_NAME, name) < 0)
+                return -ENOMEM;
+        nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_MAP);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_IFNAME);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, IFNAMSIZ);
+        nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
+        nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, 0);
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSET, NFPROTO_INET,
+                                                     NLM_F_CREATE | NLM_F_ACK, seq);
+        nftnl_set_nlmsg_build_payload(nlh, s);
+        return core_nft_batch_commit(bt);
+}
+
+static int batch_rule(core_nft_batch *bt, const host_rule *hr, const core_net_pool *pool) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
+        uint32_t seq;
+        int ret = build_rule(hr, pool, &r);
+        if (ret < 0)
+                return ret;
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s'", hr->label);
+        if (!buf)
+                return -ENOMEM;
+        struct nlmsghdr *nlh = nftnl_rule_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
+                                                          NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq);
+        nftnl_rule_nlmsg_build_payload(nlh, r);
+        return core_nft_batch_commit(bt);
 }
 
 /* Sandbox traffic is routed, not bridged: without forwarding in the
@@ -433,52 +610,234 @@ static int write_ip_forward(sb_error **ret_err) {
         return 0;
 }
 
+/* The whole table in one batch. add (no EXCL) + delete + add: in one
+ * transaction this replaces whatever an earlier run (or a half-deleted
+ * table) left, without a window where the host has no rules and without
+ * failing when there was nothing. Session chains go with the old table. */
+static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        int r;
+        if ((r = core_nft_batch_new(&bt)) < 0 || (r = batch_table(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE)) < 0 ||
+            (r = batch_table(bt, NFT_MSG_DELTABLE, 0)) < 0 || (r = batch_table(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE)) < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(host_chains); i++)
+                if ((r = batch_chain(bt, &host_chains[i])) < 0)
+                        return r;
+        /* Maps before the rules that look them up. */
+        for (size_t i = 0; i < ELEMENTSOF(host_maps); i++)
+                if ((r = batch_map(bt, host_maps[i])) < 0)
+                        return r;
+        for (size_t i = 0; i < ELEMENTSOF(host_rules); i++)
+                if ((r = batch_rule(bt, &host_rules[i], pool)) < 0)
+                        return r;
+        *ret = TAKE_PTR(bt);
+        return 0;
+}
+
 int core_net_host_setup(const core_net_pool *pool, sb_error **ret_err) {
-        _cleanup_free_ batch *bt = calloc(1, sizeof(*bt));
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         int r;
         if (!pool || pool->prefix > 30 || pool->prefix < 8)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "nftables: invalid address pool prefix");
-        if (!bt)
-                return -ENOMEM;
         if ((r = write_ip_forward(ret_err)) < 0)
                 return r;
-        batch_init(bt);
-        _cleanup_(mnl_nlmsg_batch_stopp) struct mnl_nlmsg_batch *b = bt->b;
-        /* add (no EXCL) + delete + add: in one transaction this replaces
-         * whatever an earlier run left, without a window where the host
-         * has no rules and without failing when there was nothing. */
-        if ((r = batch_edge(bt, true)) < 0 || (r = batch_table(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE)) < 0 ||
-            (r = batch_table(bt, NFT_MSG_DELTABLE, 0)) < 0 ||
-            (r = batch_table(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE)) < 0)
-                goto fail;
-        for (size_t i = 0; i < ELEMENTSOF(host_chains); i++)
-                if ((r = batch_chain(bt, &host_chains[i])) < 0)
-                        goto fail;
-        for (size_t i = 0; i < ELEMENTSOF(host_rules); i++)
-                if ((r = batch_rule(bt, &host_rules[i], pool)) < 0)
-                        goto fail;
-        if ((r = batch_edge(bt, false)) < 0)
-                goto fail;
-        return batch_send(bt, ret_err);
-fail:
-        return sb_error_set(ret_err, r, NULL, NULL, "nftables: build batch: %s", strerror(-r));
+        if ((r = build_host_batch(pool, &bt)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "nftables: build batch: %s", strerror(-r));
+        return core_nft_batch_send(bt, ret_err);
 }
 
 int core_net_host_teardown(sb_error **ret_err) {
-        _cleanup_free_ batch *bt = calloc(1, sizeof(*bt));
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         _cleanup_error_ sb_error *err = NULL;
         int r;
-        if (!bt)
-                return -ENOMEM;
-        batch_init(bt);
-        _cleanup_(mnl_nlmsg_batch_stopp) struct mnl_nlmsg_batch *b = bt->b;
-        if ((r = batch_edge(bt, true)) < 0 || (r = batch_table(bt, NFT_MSG_DELTABLE, 0)) < 0 ||
-            (r = batch_edge(bt, false)) < 0)
+        if ((r = core_nft_batch_new(&bt)) < 0 || (r = batch_table(bt, NFT_MSG_DELTABLE, 0)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "nftables: build batch: %s", strerror(-r));
-        r = batch_send(bt, &err);
+        r = core_nft_batch_send(bt, &err);
         if (r == -ENOENT)
                 return 0;
         if (r < 0 && ret_err && !*ret_err)
                 *ret_err = TAKE_PTR(err);
         return r;
+}
+
+/* ---- fail closed when the table goes away ---- */
+
+static int count_cb(const struct nlmsghdr *nlh, void *data) {
+        (*(unsigned *) data)++;
+        return MNL_CB_OK;
+}
+
+/* Sends one GET request (built by the caller into buf) and counts the
+ * objects in the answer. A missing object is -ENOENT. */
+static int nl_get_count(struct mnl_socket *nl, struct nlmsghdr *nlh, unsigned *ret_n) {
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        uint32_t seq = nlh->nlmsg_seq, portid = mnl_socket_get_portid(nl);
+        unsigned n = 0;
+        int r;
+        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+                return negative_errno();
+        do {
+                ssize_t len = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+                if (len < 0)
+                        return negative_errno();
+                r = mnl_cb_run(buf, (size_t) len, seq, portid, count_cb, &n);
+        } while (r > MNL_CB_STOP);
+        if (r < 0)
+                return negative_errno();
+        *ret_n = n;
+        return 0;
+}
+
+/* 0 when the table, every host chain and map exist and each chain holds
+ * exactly its rules from host_rules; -ENOENT (or -ESTALE for a rule count
+ * that differs, e.g. after `nft flush chain`) otherwise. */
+static int host_table_intact(struct mnl_socket *nl) {
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        uint32_t seq = next_seq_base(64);
+        unsigned n;
+        int r;
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETTABLE, NFPROTO_INET, NLM_F_ACK, seq++);
+        mnl_attr_put_strz(nlh, NFTA_TABLE_NAME, TABLE_NAME);
+        if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                return r;
+        for (size_t i = 0; i < ELEMENTSOF(host_maps); i++) {
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFPROTO_INET, NLM_F_ACK, seq++);
+                mnl_attr_put_strz(nlh, NFTA_SET_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_SET_NAME, host_maps[i]);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(host_chains); i++) {
+                unsigned want = 0;
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFPROTO_INET, NLM_F_ACK, seq++);
+                mnl_attr_put_strz(nlh, NFTA_CHAIN_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_CHAIN_NAME, host_chains[i].name);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+                /* A dump filtered by table and chain: the rules of one chain. */
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, seq++);
+                mnl_attr_put_strz(nlh, NFTA_RULE_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_RULE_CHAIN, host_chains[i].name);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+                for (size_t k = 0; k < ELEMENTSOF(host_rules); k++)
+                        want += streq(host_rules[k].chain, host_chains[i].name);
+                if (n != want)
+                        return -ESTALE;
+        }
+        return 0;
+}
+
+/* Why repair from userspace rather than a kernel default the table opens:
+ * - net.ipv4.conf.sbx<n>.forwarding=0 does stop forwarding of what arrives
+ *   on the veth (ip_route_input checks the input device), but nothing in
+ *   nftables can turn it back on per packet, so sandboxes would never reach
+ *   anything; and it does not cover local delivery to the host's addresses.
+ * - Policy routing (`ip rule iif sbx<n> fwmark 0/M prohibit`, the table
+ *   setting mark M in prerouting) fails closed for forwarding, but the
+ *   `local` rule at preference 0 is consulted first, so the host stays
+ *   reachable unless that rule is moved, which rewrites the host's routing
+ *   policy for everything else on it.
+ * - An owned table (NFT_TABLE_F_OWNER) survives `nft flush ruleset` but dies
+ *   with the daemon's socket, turning a daemon crash into fail-open.
+ * So the table is re-installed within one notification round trip instead;
+ * the window is the time between the flush and core_net_monitor_read(). */
+int core_net_host_ensure(const core_net_pool *pool, sb_error **ret_err) {
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        int r;
+        if ((r = open_nl(0, 0, &nl, ret_err)) < 0)
+                return r;
+        r = host_table_intact(nl);
+        if (r == 0)
+                return 0;
+        if (r != -ENOENT && r != -ESTALE)
+                return sb_error_set(ret_err, r, NULL, NULL, "nftables: check table inet " TABLE_NAME ": %s",
+                                    strerror(-r));
+        if ((r = core_net_host_setup(pool, ret_err)) < 0)
+                return r;
+        return 1;
+}
+
+int core_net_monitor_open(sb_error **ret_err) {
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER,
+                                                                              SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int group = NFNLGRP_NFTABLES, size = 1 << 20;
+        if (!nl)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables monitor: open socket: %m");
+        if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
+            mnl_socket_setsockopt(nl, NETLINK_ADD_MEMBERSHIP, &group, sizeof(group)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables monitor: subscribe: %m");
+        /* A large buffer so a big ruleset change does not overflow it; an
+         * overflow is reported as a deletion anyway (core_net_monitor_read). */
+        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size));
+        /* The socket outlives the libmnl handle: a duplicate keeps it
+         * (memberships belong to the socket, not the descriptor). */
+        int fd = fcntl(mnl_socket_get_fd(nl), F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables monitor: dup: %m");
+        return fd;
+}
+
+typedef struct del_attrs {
+        uint16_t name_attr; /* which attribute names the object */
+        const char *table, *name;
+} del_attrs;
+
+/* NFTA_TABLE_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_TABLE and NFTA_SET_TABLE are
+ * all attribute 1, so one callback serves every message type; the object's
+ * name is NFTA_CHAIN_NAME, NFTA_RULE_CHAIN (a rule is judged by its chain)
+ * or NFTA_SET_NAME. */
+static int del_attr_cb(const struct nlattr *a, void *data) {
+        del_attrs *d = data;
+        if (mnl_attr_validate(a, MNL_TYPE_NUL_STRING) < 0)
+                return MNL_CB_OK;
+        if (mnl_attr_get_type(a) == 1)
+                d->table = mnl_attr_get_str(a);
+        else if (mnl_attr_get_type(a) == d->name_attr)
+                d->name = mnl_attr_get_str(a);
+        return MNL_CB_OK;
+}
+
+/* True for a deletion that weakens the host table: the table itself, one of
+ * its host chains, maps or host-chain rules. Session objects ("s_*") are
+ * replaced by the daemon itself on every policy change, and set elements
+ * come and go with pins and sessions, so neither counts. */
+static bool weakens_table(const struct nlmsghdr *nlh) {
+        uint16_t type = nlh->nlmsg_type;
+        const struct nfgenmsg *g = mnl_nlmsg_get_payload(nlh);
+        del_attrs d = {};
+        if (NFNL_SUBSYS_ID(type) != NFNL_SUBSYS_NFTABLES || g->nfgen_family != NFPROTO_INET)
+                return false;
+        switch (NFNL_MSG_TYPE(type)) {
+        case NFT_MSG_DELTABLE: d.name_attr = NFTA_TABLE_NAME; break;
+        case NFT_MSG_DELCHAIN: d.name_attr = NFTA_CHAIN_NAME; break;
+        case NFT_MSG_DELRULE: d.name_attr = NFTA_RULE_CHAIN; break;
+        case NFT_MSG_DELSET: d.name_attr = NFTA_SET_NAME; break;
+        default: return false;
+        }
+        (void) mnl_attr_parse(nlh, sizeof(struct nfgenmsg), del_attr_cb, &d);
+        if (NFNL_MSG_TYPE(type) == NFT_MSG_DELTABLE)
+                return d.table && streq(d.table, TABLE_NAME);
+        return d.table && streq(d.table, TABLE_NAME) && d.name && strncmp(d.name, "s_", 2) != 0;
+}
+
+int core_net_monitor_read(int fd) {
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        int seen = 0;
+        for (;;) {
+                ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+                if (n < 0 && errno == EAGAIN)
+                        return seen;
+                /* Lost notifications may have been deletions: fail closed. */
+                if (n < 0 && errno == ENOBUFS) {
+                        seen = 1;
+                        continue;
+                }
+                if (n < 0)
+                        return errno == EINTR ? seen : negative_errno();
+                const struct nlmsghdr *nlh = (const struct nlmsghdr *) buf;
+                for (int len = (int) n; mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len))
+                        if (weakens_table(nlh))
+                                seen = 1;
+        }
 }

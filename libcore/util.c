@@ -38,6 +38,17 @@ char *core_format_time(uint64_t epoch_ms, char *buf, size_t size) {
         return buf;
 }
 
+uint64_t core_parse_time(const char *text) {
+        struct tm tm = {0};
+        unsigned ms = 0;
+        if (!text)
+                return 0;
+        const char *rest = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (rest && *rest == '.')
+                ms = (unsigned)strtoul(rest + 1, NULL, 10) % 1000;
+        return rest ? (uint64_t)timegm(&tm) * 1000 + ms : 0;
+}
+
 bool core_name_is_valid(const char *name) {
         size_t n = name ? strlen(name) : 0;
         if (n < 1 || n > 63)

@@ -27,6 +27,10 @@ uint64_t core_monotonic_ms(void);
  * into buf (at least 32 bytes). Returns buf. */
 char *core_format_time(uint64_t epoch_ms, char *buf, size_t size);
 
+/* Parses core_format_time()'s RFC 3339 UTC form back to epoch ms; 0 when
+ * it does not parse. */
+uint64_t core_parse_time(const char *text);
+
 /* True when name is a valid sandbox name: [a-z0-9][a-z0-9-]{0,62}
  * (DESIGN §3). */
 bool core_name_is_valid(const char *name);

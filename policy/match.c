@@ -559,6 +559,11 @@ const pol_range *pol_addr_classify(const pol_addr *a) {
         return classify_raw(a, &c);
 }
 
+const pol_range *pol_forbidden_ranges(size_t *ret_n) {
+        *ret_n = ELEMENTSOF(ranges);
+        return ranges;
+}
+
 const char *pol_range_kind_to_string(pol_range_kind k) {
         static const char *const names[] = {
                 [POL_RANGE_UNSPECIFIED] = "unspecified",     [POL_RANGE_LOOPBACK] = "loopback",

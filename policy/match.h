@@ -172,6 +172,10 @@ bool pol_cidr_within(const pol_cidr *inner, const pol_cidr *outer);
  * embedded IPv4), or NULL for a public address. */
 const pol_range *pol_addr_classify(const pol_addr *a);
 
+/* The forbidden range table itself (static storage), with its size in
+ * *ret_n: for generators that must cover every row (the nftables sets). */
+const pol_range *pol_forbidden_ranges(size_t *ret_n);
+
 /* Name of a range kind ("loopback", "link-local", ...). */
 const char *pol_range_kind_to_string(pol_range_kind k);
 

@@ -1,7 +1,11 @@
 /* The daemon's side of the channel to sandbox-init (libcore/agent.h): a
  * non-blocking SOCK_SEQPACKET socket on the event loop with an outgoing
  * queue, so a sandbox that stops reading never stalls the daemon, plus the
- * pidfd that tells when init has exited. */
+ * pidfd that tells when init has exited.
+ *
+ * Everything that arrives here is sandbox-controlled: root inside a sandbox
+ * can ptrace init and speak on its socket. Packets are parsed with bounds,
+ * and any text from them that reaches the log goes through text_for_log(). */
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -10,11 +14,23 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 
 static int update_events(session *s) {
         if (!s->agent_src)
                 return 0;
-        return sd_event_source_set_io_events(s->agent_src, EPOLLIN | (s->outq ? EPOLLOUT : 0));
+        return sd_event_source_set_io_events(s->agent_src, (s->output_paused ? 0 : EPOLLIN) |
+                                                                   (s->outq ? EPOLLOUT : 0));
+}
+
+void agent_set_paused(session *s, bool paused) {
+        if (s->output_paused == paused)
+                return;
+        s->output_paused = paused;
+        log_debug("sandbox '%s': %s reading sandbox-init (a client reads output slowly)", s->sb->name,
+                  paused ? "pausing" : "resuming");
+        if (update_events(s) < 0)
+                log_warning("sandbox '%s': cannot change the events of the sandbox-init socket", s->sb->name);
 }
 
 static void flush_queue(session *s) {
@@ -123,9 +139,12 @@ static void dispatch(session *s, cJSON *msg) {
                                 cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")));
         } else if (streq(ev, "fs"))
                 on_fs_reply(s, msg);
-        else if (streq(ev, "error"))
+        else if (streq(ev, "error")) {
+                char safe[TEXT_LOG_BUF];
                 log_warning("sandbox '%s': sandbox-init: %s", s->sb->name,
-                            cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message")) ?: "error");
+                            text_for_log(cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message")) ?: "error",
+                                         safe, sizeof(safe)));
+        }
 }
 
 static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
@@ -133,8 +152,12 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
         static char buf[AGENT_MAX_PACKET + 1];
         if (revents & EPOLLOUT)
                 flush_queue(s);
-        /* Bounded work per wakeup so one chatty sandbox cannot starve others. */
-        for (int i = 0; i < 64 && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)); i++) {
+        /* Bounded work per wakeup so one chatty sandbox cannot starve others.
+         * Paused (a slow client), reading stops between packets; after a
+         * hangup it goes on regardless, since init can add nothing more and
+         * a level-triggered EPOLLHUP left unread would wake us forever. */
+        bool hup = revents & (EPOLLHUP | EPOLLERR);
+        for (int i = 0; i < 64 && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (hup || !s->output_paused); i++) {
                 ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
                 if (n < 0) {
                         if (errno == EAGAIN || errno == EINTR)

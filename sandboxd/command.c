@@ -1,6 +1,12 @@
 /* command.* methods: start commands through sandbox-init, stream their
  * output to the connection that started them, keep a bounded log of each
- * stream, and answer run/wait when they exit. */
+ * stream, and answer run/wait when they exit.
+ *
+ * Flow control: output is only read from sandbox-init as fast as the
+ * slowest connection receiving a session's output takes it. When such a
+ * connection is congested (rpc.h), the session's agent socket is paused;
+ * init then pauses its commands' pipes and the commands block on write, as
+ * with `cmd | slow-reader` on a terminal. The drain handler resumes it. */
 #include <signal.h>
 #include <string.h>
 #include "libcore/agent.h"
@@ -147,6 +153,27 @@ static void prune_finished(manager *m) {
         }
 }
 
+/* ---- flow control -------------------------------------------------------- */
+
+/* Pauses s while any live command of it streams to a congested connection,
+ * resumes it otherwise. */
+static void session_recheck_paused(session *s) {
+        bool congested = false;
+        for (command *c = s->sb->m->commands; c && !congested; c = c->next)
+                congested = c->sess == s && !c->exited && c->conn && rpc_conn_is_congested(c->conn);
+        agent_set_paused(s, congested);
+}
+
+static void recheck_paused_sessions(manager *m) {
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                if (sb->sess && sb->sess->output_paused)
+                        session_recheck_paused(sb->sess);
+}
+
+static void on_conn_drained(rpc_conn *conn, void *userdata) {
+        recheck_paused_sessions(userdata);
+}
+
 /* ---- events from sandbox-init ------------------------------------------ */
 
 void command_on_started(session *s, unsigned id, pid_t pid) {
@@ -176,6 +203,8 @@ void command_on_output(session *s, unsigned id, const char *stream, const char *
                 cJSON_AddStringToObject(p, "stream", is_err ? "stderr" : "stdout");
                 cJSON_AddStringToObject(p, "data", b64);
                 rpc_notify(c->conn, "command.output", p);
+                if (rpc_conn_is_congested(c->conn))
+                        agent_set_paused(s, true);
         }
 }
 
@@ -216,6 +245,8 @@ static void command_finish(command *c, int code, const char *error) {
                 rpc_conn_unref(c->conn);
                 c->conn = NULL;
         }
+        if (c->sess && c->sess->output_paused)
+                session_recheck_paused(c->sess);
 }
 
 void command_on_exit(session *s, unsigned id, int code, const char *error) {
@@ -262,6 +293,8 @@ void commands_conn_closed(manager *m, rpc_conn *conn) {
                                 agent_send(c->sess, op);
                         }
                 }
+        /* A congested connection that closed no longer holds its sessions. */
+        recheck_paused_sessions(m);
 }
 
 /* ---- command.run ------------------------------------------------------- */
@@ -331,8 +364,8 @@ static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret
             (r = rpc_param_string(req, "stdin", false, &p->stdin_b64, ret_err)) < 0 ||
             (r = rpc_param_int(req, "rows", false, 1, 10000, &p->rows, ret_err)) < 0 ||
             (r = rpc_param_int(req, "cols", false, 1, 10000, &p->cols, ret_err)) < 0 ||
-            (r = rpc_param_int(req, "timeoutMs", false, 1, (int64_t)m->cfg->max_timeout_ms, &p->timeout_ms,
-                               ret_err)) < 0)
+            (r = rpc_param_duration_ms(req, "timeoutMs", false, 1, (int64_t)m->cfg->max_timeout_ms,
+                                       &p->timeout_ms, ret_err)) < 0)
                 return r;
         if (!*p->cmd)
                 return sb_error_set(ret_err, -EINVAL, NULL, "cmd", "cmd: must not be empty");
@@ -610,4 +643,5 @@ void register_command_methods(manager *m, rpc_server *s) {
         rpc_server_add_method(s, "command.wait", method_wait, m);
         rpc_server_add_method(s, "command.get", method_get, m);
         rpc_server_add_method(s, "command.logs", method_logs, m);
+        rpc_server_set_drain_handler(s, on_conn_drained, m);
 }

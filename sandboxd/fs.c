@@ -110,8 +110,8 @@ static void read_step(session *s, cJSON *result, int err, const char *message, v
                 return;
         }
         if (op->len + n > FS_READ_MAX) {
-                rpc_reply_error(op->req, RPC_APP_ERROR, "limit_exceeded", "path",
-                                "fs.read %s: file is larger than %llu bytes", op->path,
+                rpc_reply_error(op->req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                "fs.read %s: file is larger than %llu bytes (64 MiB)", op->path,
                                 (unsigned long long)FS_READ_MAX);
                 read_free(op);
                 return;
@@ -235,7 +235,9 @@ static int write_next(session *s, write_op *op) {
                 cJSON *mode = cJSON_GetObjectItem(f, "mode");
                 cJSON_AddNumberToObject(o, "mode", cJSON_IsNumber(mode) ? mode->valuedouble : 0644);
                 cJSON_AddStringToObject(o, "data", chunk ? chunk : "");
-                cJSON_AddBoolToObject(o, "append", op->sent);
+                /* A client's own append continues a file it sends in pieces
+                 * (sandboxctl cp); our chunks of one content always do. */
+                cJSON_AddBoolToObject(o, "append", op->sent || cJSON_IsTrue(cJSON_GetObjectItem(f, "append")));
                 op->off += n;
                 op->sent = true;
                 return agent_fs(s, o, write_step, op);
@@ -249,10 +251,12 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                 char field[64];
                 snprintf(field, sizeof(field), "files[%d]", i);
                 if (!cJSON_IsObject(f))
-                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be an object {path, content, mode?}", field);
+                        return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                            "%s: must be an object {path, content, mode?, append?}", field);
                 const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
                 const char *content = cJSON_GetStringValue(cJSON_GetObjectItem(f, "content"));
                 cJSON *mode = cJSON_GetObjectItem(f, "mode");
+                cJSON *append = cJSON_GetObjectItem(f, "append");
                 _cleanup_free_ void *d = NULL;
                 size_t n;
                 if (!path || !*path || strlen(path) > 4096) {
@@ -267,6 +271,10 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                              mode->valuedouble != (int)mode->valuedouble)) {
                         snprintf(field, sizeof(field), "files[%d].mode", i);
                         return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: permission bits from 0 to 07777", field);
+                }
+                if (append && !cJSON_IsBool(append)) {
+                        snprintf(field, sizeof(field), "files[%d].append", i);
+                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be true or false", field);
                 }
                 i++;
         }

@@ -103,6 +103,7 @@ struct session {
         unsigned next_cmd_id, next_fs_req;
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
+        bool output_paused;       /* not reading init: a client is slow (agent_set_paused) */
 };
 
 struct sandbox {
@@ -126,6 +127,10 @@ struct sandbox {
         char *run_dir;            /* <run>/sandboxes/<name> */
         bool deleting;
         bool starting;            /* a session is being started */
+        cJSON *layers;            /* immutable layers below the upper, top first (ids) */
+        unsigned capturing;       /* snapshot/fork copies of its upper in flight */
+        session *deferred_teardown_session;
+        bool deferred_teardown, deferred_remove;
         req_list stop_waiters, delete_waiters;
         redo_list pending;        /* requests waiting for the session to run */
         sandbox *next;
@@ -148,12 +153,24 @@ typedef struct start_job {
         sb_error *err;
 } start_job;
 
+typedef struct snapshot {
+        char id[40];              /* "snap-" + 32 hex */
+        char *sandbox;            /* the sandbox it was taken of */
+        cJSON *layers;            /* the filesystem: layer ids, top first */
+        cJSON *config;            /* the sandbox's config when taken */
+        uint64_t created_ms;
+        struct snapshot *next;
+} snapshot;
+
 struct manager {
         sd_event *event;
         const daemon_config *cfg;
-        char *sandboxes_dir, *runtimes_dir, *run_sandboxes_dir;
+        char *sandboxes_dir, *runtimes_dir, *run_sandboxes_dir, *layers_dir, *snapshots_dir;
+        snapshot *snapshots;
         char *host_runtime;
         int init_memfd;
+        int netns_lock_fd;        /* core_net_lock_namespace(), held for life */
+        int state_lock_fd;        /* flock on <state dir>/sandboxd.lock */
         core_net_pool pool;
         bool *slots;              /* slot in use */
         unsigned n_slots;
@@ -189,6 +206,12 @@ int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err)
 /* Registers a sandbox found on disk at start (persistent ones). */
 int sandbox_load(manager *m, const char *dir, sb_error **ret_err);
 void sandbox_unlink(manager *m, sandbox *sb);
+/* Validates req->params as sandbox.create's, registers the sandbox and
+ * starts it on `layers` (NULL: none, or a snapshot source's); `on_ready`
+ * answers once it runs. */
+void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJSON *layers);
+/* Answers req with the Sandbox named by params.name. */
+void reply_sandbox(rpc_request *req, void *userdata);
 void sandbox_free(sandbox *sb);
 void session_history_update(sandbox *sb, const char *status, uint64_t ended_ms);
 void set_status(sandbox *sb, const char *status);
@@ -210,6 +233,10 @@ int agent_attach(session *s, sd_event *event);
 /* Queues one packet (takes json). */
 int agent_send(session *s, cJSON *json);
 int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
+/* Stops (or resumes) reading init's socket, so init stops reading its
+ * commands' pipes and they block on write: backpressure from a client that
+ * reads command output slower than it is made. */
+void agent_set_paused(session *s, bool paused);
 void agent_detach(session *s);
 
 /* command.c */
@@ -223,6 +250,22 @@ void commands_session_gone(session *s);
 void commands_forget_sandbox(manager *m, sandbox *sb);
 void commands_conn_closed(manager *m, rpc_conn *c);
 void command_free(command *c);
+
+/* snapshot.c */
+void register_snapshot_methods(manager *m, rpc_server *s);
+/* The overlayfs lowerdir of a sandbox: its layers, then the runtime.
+ * Caller frees. */
+char *sandbox_lowerdir(const sandbox *sb);
+/* Loads snapshots/<id>.json records and removes layers nothing refers to
+ * (daemon start, after persistent sandboxes are loaded). */
+void snapshots_load(manager *m);
+/* Removes the layers of `layers` that no sandbox or snapshot refers to any
+ * more (after a delete), on a worker thread; then done(userdata) on the
+ * loop (done may be NULL). */
+void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), void *userdata);
+void snapshots_free(manager *m);
+/* Finds the snapshot by id; NULL when unknown. */
+snapshot *manager_find_snapshot(manager *m, const char *id);
 
 /* fs.c */
 void register_fs_methods(manager *m, rpc_server *s);

@@ -5,7 +5,9 @@
 #include <arpa/inet.h>
 #include <libgen.h>
 #include <limits.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include "libcore/container.h"
 #include "libcore/log.h"
@@ -88,6 +90,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_sandbox_methods(m, server);
         register_command_methods(m, server);
         register_fs_methods(m, server);
+        register_snapshot_methods(m, server);
 }
 
 static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err) {
@@ -121,9 +124,48 @@ static char *find_init(const daemon_config *cfg) {
         return strdup(LIBEXECDIR "/sandbox-init");
 }
 
+/* One daemon per state directory: reconcile() deletes the non-persistent
+ * sandboxes it finds there and sweeps the sessions of the instance the
+ * directory names, so a second daemon on the same directory (in another
+ * network namespace, where the namespace lock does not meet it) would
+ * destroy the first one's sandboxes. The lock file stays (never unlinked),
+ * so there is no replace race. */
+static int lock_state_dir(manager *m, sb_error **ret_err) {
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/sandboxd.lock", m->cfg->state_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        m->state_lock_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (m->state_lock_fd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", path);
+        if (flock(m->state_lock_fd, LOCK_EX | LOCK_NB) < 0) {
+                if (errno == EWOULDBLOCK)
+                        return sb_error_set(ret_err, -EBUSY, NULL, NULL,
+                                            "another sandboxd uses the state directory %s; give each daemon "
+                                            "its own --state-dir", m->cfg->state_dir);
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "lock %s: %m", path);
+        }
+        return 0;
+}
+
+/* Cgroups of this instance only: the key comes from the state directory,
+ * so a restart finds its own leftovers and another daemon sharing our
+ * cgroup keeps its sessions. */
+static int init_cgroups(const daemon_config *cfg, sb_error **ret_err) {
+        _cleanup_free_ char *key = NULL;
+        int r = core_cgroup_instance_key(cfg->state_dir, &key);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "cgroups: instance key of %s: %s", cfg->state_dir,
+                                    strerror(-r));
+        if ((r = core_cgroup_init(key, ret_err)) < 0)
+                sb_error_prefix(ret_err, "cgroups");
+        return r;
+}
+
 /* Leftovers of an earlier run: sessions cannot outlive their daemon (init
  * stops when its socket closes), so every non-persistent sandbox directory
- * is removed and persistent ones come back stopped (they resume on use). */
+ * is removed and persistent ones come back stopped (they resume on use).
+ * The cgroup sweep reaches this instance's sessions only (the state lock
+ * makes sure no live daemon has the same instance). */
 static void reconcile(manager *m) {
         int n = core_cgroup_remove_all_sessions();
         if (n > 0)
@@ -163,22 +205,33 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         m->event = sd_event_ref(event);
         m->cfg = cfg;
         m->init_memfd = -EBADF;
+        m->state_lock_fd = -EBADF;
         m->started_ms = core_now_ms();
         _cleanup_free_ char *init = NULL;
         int r;
+        /* First of all: a daemon refused here has touched nothing, neither
+         * the other daemon's nftables table and veths nor its state. */
+        m->netns_lock_fd = r = core_net_lock_namespace(ret_err);
+        if (r < 0)
+                goto fail;
         if (asprintf(&m->sandboxes_dir, "%s/sandboxes", cfg->state_dir) < 0 ||
             asprintf(&m->runtimes_dir, "%s/runtimes", cfg->state_dir) < 0 ||
             asprintf(&m->host_runtime, "%s/runtimes/host", cfg->state_dir) < 0 ||
-            asprintf(&m->run_sandboxes_dir, "%s/sandboxes", cfg->run_dir) < 0) {
+            asprintf(&m->run_sandboxes_dir, "%s/sandboxes", cfg->run_dir) < 0 ||
+            asprintf(&m->layers_dir, "%s/layers", cfg->state_dir) < 0 ||
+            asprintf(&m->snapshots_dir, "%s/snapshots", cfg->state_dir) < 0) {
                 r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
                 goto fail;
         }
         if ((r = core_mkdir_p(m->sandboxes_dir, 0700)) < 0 || (r = core_mkdir_p(m->runtimes_dir, 0700)) < 0 ||
+            (r = core_mkdir_p(m->layers_dir, 0711)) < 0 || (r = core_mkdir_p(m->snapshots_dir, 0700)) < 0 ||
             (r = core_mkdir_p(m->run_sandboxes_dir, 0700)) < 0) {
                 r = sb_error_set(ret_err, r, NULL, NULL, "create state directories under %s and %s: %s",
                                  cfg->state_dir, cfg->run_dir, strerror(-r));
                 goto fail;
         }
+        if ((r = lock_state_dir(m, ret_err)) < 0)
+                goto fail;
         /* The lower layer must be traversable by the sandbox user. */
         if (chmod(cfg->state_dir, 0711) < 0 || chmod(m->runtimes_dir, 0711) < 0 ||
             chmod(m->sandboxes_dir, 0711) < 0) {
@@ -201,16 +254,15 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 sb_error_prefix(ret_err, "build the host runtime");
                 goto fail;
         }
-        if ((r = core_cgroup_init(ret_err)) < 0) {
-                sb_error_prefix(ret_err, "cgroups");
+        if ((r = init_cgroups(cfg, ret_err)) < 0)
                 goto fail;
-        }
         if ((r = core_net_host_setup(&m->pool, ret_err)) < 0) {
                 sb_error_prefix(ret_err, "nftables");
                 goto fail;
         }
         m->have_nft = true;
         reconcile(m);
+        snapshots_load(m);
         *ret = m;
         return 0;
 fail:
@@ -234,12 +286,20 @@ void manager_free(manager *m) {
         }
         if (m->have_nft)
                 core_net_host_teardown(NULL);
+        (void) core_cgroup_fini();
         if (m->init_memfd >= 0)
                 close(m->init_memfd);
+        if (m->state_lock_fd >= 0)
+                close(m->state_lock_fd);
+        /* Last: only once our table is gone may another daemon take over. */
+        core_net_unlock_namespace(m->netns_lock_fd);
         free(m->sandboxes_dir);
         free(m->runtimes_dir);
         free(m->host_runtime);
         free(m->run_sandboxes_dir);
+        free(m->layers_dir);
+        free(m->snapshots_dir);
+        snapshots_free(m);
         free(m->slots);
         sd_event_unref(m->event);
         free(m);

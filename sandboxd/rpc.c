@@ -9,9 +9,15 @@
  * Connection lifetime: the server's list holds one reference to each open
  * connection, every request in flight holds one more. A connection closes
  * (fd closed, close handler called) on peer hangup, on an I/O error, after
- * flushing a fatal framing error, or when its write queue grows past
- * RPC_OUT_QUEUE_MAX; replies to a closed connection are dropped, and the
- * memory goes when the last request holding it is finished.
+ * flushing a fatal framing error, or when more than RPC_OUT_QUEUE_MAX bytes
+ * wait and the peer has taken nothing for the stall timeout; replies to a
+ * closed connection are dropped, and the memory goes when the last request
+ * holding it is finished.
+ *
+ * Input hygiene: a line must be well-formed UTF-8 (a strict JSON client
+ * must be able to read back whatever we store and echo) and no string in it
+ * may hold NUL (cJSON keeps C strings, so "x\u0000y" would silently become
+ * "x" — a different path, name or argument than the client sent).
  *
  * A peer that only shuts down its writing side (shutdown(SHUT_WR), as
  * `nc -N` or a pipe into socat does) still gets the answers to everything it
@@ -28,12 +34,15 @@
 #include <systemd/sd-daemon.h>
 #include "libcore/log.h"
 #include "sandboxd/rpc.h"
+#include "sandboxd/text.h"
 
-/* A peer that stops reading may not make the daemon hold unbounded memory:
- * once more than this many bytes wait unsent and another message is queued,
- * the connection is dropped. One message larger than this still goes out
- * when the queue is empty. */
+/* A peer that stops reading may not make the daemon hold unbounded memory.
+ * Above this many unsent bytes the connection's input is no longer read (no
+ * new requests, so no new answers), and if the peer then takes no byte for
+ * the stall timeout it is dropped. A slow reader is never dropped: sources
+ * of unbounded output (command streams) stop at RPC_CONN_HIGH_WATER. */
 #define RPC_OUT_QUEUE_MAX (64u * 1024 * 1024)
+#define RPC_STALL_TIMEOUT_MS_DEFAULT 30000u
 /* Read size, and reads per wakeup, so one chatty connection cannot starve
  * the others (epoll is level-triggered: unread input wakes us again). */
 #define RPC_READ_CHUNK (64u * 1024)
@@ -59,6 +68,9 @@ struct rpc_conn {
         bool accepted;            /* passed the peer check: the close handler hears of it */
         bool read_eof;            /* the peer shut down its writing side */
         bool close_after_flush;   /* a fatal error line is queued: stop reading */
+        bool congested;           /* passed RPC_CONN_HIGH_WATER, not yet drained */
+        uint64_t progress_usec;   /* CLOCK_MONOTONIC: the peer last took bytes, or the queue filled */
+        sd_event_source *stall;   /* armed while more than RPC_OUT_QUEUE_MAX wait */
         unsigned in_flight;       /* requests handed to handlers, not yet finished */
         char *in;                 /* unframed input */
         size_t in_len, in_alloc, in_scanned;
@@ -76,11 +88,14 @@ struct rpc_server {
         dev_t bound_dev;
         ino_t bound_ino;
         size_t max_line_bytes;
+        uint64_t stall_usec;
         gid_t socket_gid;
         rpc_method *methods;
         size_t n_methods;
         rpc_close_handler close_handler;
         void *close_userdata;
+        rpc_drain_handler drain_handler;
+        void *drain_userdata;
         rpc_conn *conns;
 };
 
@@ -115,6 +130,19 @@ uid_t rpc_conn_uid(const rpc_conn *c) {
         return c->cred.uid;
 }
 
+size_t rpc_conn_queued(const rpc_conn *c) {
+        return c ? c->out_len - c->out_off : 0;
+}
+
+bool rpc_conn_is_congested(const rpc_conn *c) {
+        return c && c->server && c->congested;
+}
+
+void rpc_server_set_drain_handler(rpc_server *s, rpc_drain_handler h, void *userdata) {
+        s->drain_handler = h;
+        s->drain_userdata = userdata;
+}
+
 static int close_later_cb(sd_event_source *s, void *userdata) {
         conn_close(userdata);
         return 0;
@@ -145,6 +173,8 @@ static void conn_close(rpc_conn *c) {
         c->open = false;
         c->accepted = false;
         c->io = sd_event_source_disable_unref(c->io);
+        c->stall = sd_event_source_disable_unref(c->stall);
+        c->congested = false;
         if (c->close_later) {
                 c->close_later = sd_event_source_disable_unref(c->close_later);
                 rpc_conn_unref(c);
@@ -171,6 +201,51 @@ static void conn_close(rpc_conn *c) {
 
 /* ---- output ---- */
 
+static uint64_t conn_now(const rpc_conn *c) {
+        uint64_t now = 0;
+        (void) sd_event_now(c->server->event, CLOCK_MONOTONIC, &now);
+        return now;
+}
+
+/* Fires stall_usec after the peer last took bytes while more than
+ * RPC_OUT_QUEUE_MAX wait: a peer that reads nothing at all is dropped, one
+ * that still reads (however slowly) gets another period. */
+static int stall_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        rpc_conn *c = userdata;
+        size_t pending = c->out_len - c->out_off;
+        if (!c->server || pending <= RPC_OUT_QUEUE_MAX)
+                return 0;  /* oneshot: stays off until the queue grows again */
+        uint64_t deadline = c->progress_usec + c->server->stall_usec;
+        if (usec >= deadline) {
+                log_warning("rpc: peer uid %u read nothing for %" PRIu64 " ms with %zu bytes queued; dropping the connection",
+                            (unsigned) c->cred.uid, c->server->stall_usec / 1000, pending);
+                conn_close(c);
+                return 0;
+        }
+        if (sd_event_source_set_time(src, deadline) < 0 || sd_event_source_set_enabled(src, SD_EVENT_ONESHOT) < 0)
+                conn_close_soon(c);
+        return 0;
+}
+
+/* Past RPC_OUT_QUEUE_MAX: (re)arms the stall check. */
+static void conn_arm_stall(rpc_conn *c) {
+        uint64_t deadline = c->progress_usec + c->server->stall_usec;
+        int r;
+        if (c->stall) {
+                int enabled = SD_EVENT_OFF;
+                if (sd_event_source_get_enabled(c->stall, &enabled) >= 0 && enabled != SD_EVENT_OFF)
+                        return;
+                r = sd_event_source_set_time(c->stall, deadline);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(c->stall, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time(c->server->event, &c->stall, CLOCK_MONOTONIC, deadline, 0, stall_cb, c);
+        if (r < 0) {
+                log_warning("rpc: cannot watch a stalled peer; dropping the connection");
+                conn_close_soon(c);
+        }
+}
+
 /* Appends one encoded message plus '\n' to the write queue. Takes `msg`. */
 static void conn_queue(rpc_conn *c, cJSON *msg) {
         if (!c->open) {
@@ -184,11 +259,21 @@ static void conn_queue(rpc_conn *c, cJSON *msg) {
                 return conn_close_soon(c);
         }
         size_t n = strlen(text), pending = c->out_len - c->out_off;
-        if (pending > RPC_OUT_QUEUE_MAX) {
-                log_warning("rpc: peer uid %u is not reading (%zu bytes queued); dropping the connection",
-                            (unsigned) c->cred.uid, pending);
-                return conn_close_soon(c);
+        if (!text_utf8_valid(text, n, NULL)) {
+                /* Only strings can hold such bytes (cJSON writes everything
+                 * else as ASCII), and a strict client must get UTF-8 even
+                 * when a file name or message from a sandbox is not. */
+                char *fixed = text_utf8_repair(text, n);
+                if (!fixed) {
+                        log_warning("rpc: out of memory encoding a message; dropping the connection");
+                        return conn_close_soon(c);
+                }
+                free(text);
+                text = fixed;
+                n = strlen(text);
         }
+        if (pending == 0)
+                c->progress_usec = conn_now(c);  /* the peer's clock starts now */
         if (c->out_off > 0 && c->out_off >= pending) {
                 memmove(c->out, c->out + c->out_off, pending);
                 c->out_len = pending;
@@ -209,6 +294,11 @@ static void conn_queue(rpc_conn *c, cJSON *msg) {
         memcpy(c->out + c->out_len, text, n);
         c->out[c->out_len + n] = '\n';
         c->out_len += n + 1;
+        pending = c->out_len - c->out_off;
+        if (pending > RPC_CONN_HIGH_WATER)
+                c->congested = true;
+        if (pending > RPC_OUT_QUEUE_MAX)
+                conn_arm_stall(c);
         conn_update_events(c);
 }
 
@@ -227,16 +317,28 @@ static int conn_flush(rpc_conn *c) {
                         return -errno;
                 }
                 c->out_off += (size_t) n;
+                if (n > 0)
+                        c->progress_usec = conn_now(c);
         }
         c->out_off = c->out_len = 0;
         return 0;
+}
+
+/* After a write: a congested connection that drained tells its sources. */
+static void conn_check_drained(rpc_conn *c) {
+        if (!c->congested || c->out_len - c->out_off > RPC_CONN_LOW_WATER)
+                return;
+        c->congested = false;
+        rpc_server *s = c->server;
+        if (s && c->accepted && s->drain_handler)
+                s->drain_handler(c, s->drain_userdata);
 }
 
 static void conn_update_events(rpc_conn *c) {
         if (!c->io)
                 return;
         uint32_t ev = 0;
-        if (c->open && !c->read_eof && !c->close_after_flush)
+        if (c->open && !c->read_eof && !c->close_after_flush && c->out_len - c->out_off <= RPC_OUT_QUEUE_MAX)
                 ev |= EPOLLIN | EPOLLRDHUP;
         if (c->out_off < c->out_len)
                 ev |= EPOLLOUT;
@@ -405,13 +507,50 @@ static bool request_is_valid(rpc_conn *c, cJSON *root, bool *ret_has_id) {
         return false;
 }
 
+/* True when a string in `line` (valid JSON) holds NUL: a \u0000 escape, or
+ * a raw 0 byte anywhere. The scan tracks string boundaries and skips each
+ * escape's second character, so "\\u0000" (an escaped backslash, then
+ * "u0000") is not a NUL. */
+static bool has_nul(const char *line, size_t len) {
+        bool in_string = false;
+        for (size_t i = 0; i < len; i++) {
+                char ch = line[i];
+                if (ch == '\0')
+                        return true;
+                if (!in_string) {
+                        in_string = ch == '"';
+                        continue;
+                }
+                if (ch == '"')
+                        in_string = false;
+                else if (ch == '\\') {
+                        if (i + 5 < len && line[i + 1] == 'u' && memcmp(line + i + 2, "0000", 4) == 0)
+                                return true;
+                        i++;
+                }
+        }
+        return false;
+}
+
+/* The id to answer a line that parsed but is refused, when it has a usable
+ * one (else NULL: null). */
+static cJSON *reply_id_of(cJSON *root) {
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+        if (!id || !(cJSON_IsString(id) || cJSON_IsNumber(id)))
+                return NULL;
+        return cJSON_Duplicate(id, false);
+}
+
 /* Parses one line (without its '\n') and dispatches it. */
 static void handle_line(rpc_conn *c, const char *line, size_t len) {
-        size_t i = 0;
+        size_t i = 0, bad = 0;
         while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
                 i++;
         if (i == len)
                 return;  /* empty lines are keep-alives, not errors */
+        if (!text_utf8_valid(line, len, &bad))
+                return reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid UTF-8 at byte %zu",
+                                       bad);
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
         if (root && end) {
@@ -425,6 +564,12 @@ static void handle_line(rpc_conn *c, const char *line, size_t len) {
         }
         if (!root)
                 return reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid JSON");
+        if (has_nul(line, len)) {
+                cJSON *id = reply_id_of(root);
+                cJSON_Delete(root);
+                return reply_raw_error(c, id, RPC_INVALID_REQUEST,
+                                       "invalid request: strings may not contain NUL (\\u0000)");
+        }
         bool has_id = false;
         if (!request_is_valid(c, root, &has_id)) {
                 cJSON_Delete(root);
@@ -516,7 +661,7 @@ static int conn_read(rpc_conn *c) {
                 /* Frame as we go so a flood of lines never buffers more than
                  * one partial line plus one chunk. */
                 conn_process_input(c, false);
-                if (!c->open || c->close_after_flush)
+                if (!c->open || c->close_after_flush || c->out_len - c->out_off > RPC_OUT_QUEUE_MAX)
                         return 0;
         }
         return 0;
@@ -541,6 +686,9 @@ static int conn_io_cb(sd_event_source *src, int fd, uint32_t revents, void *user
                 return conn_close(c), 0;
         if (conn_flush(c) < 0)
                 return conn_close(c), 0;
+        conn_check_drained(c);
+        if (!c->server)
+                return 0;  /* the drain handler closed it */
         bool drained = c->out_off == c->out_len;
         if (drained && (c->close_after_flush || (c->read_eof && c->in_flight == 0) || !c->open))
                 return conn_close(c), 0;
@@ -738,6 +886,7 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         s->event = sd_event_ref(event);
         s->listen_fd = -EBADF;
         s->max_line_bytes = cfg->max_line_bytes ? cfg->max_line_bytes : 16u * 1024 * 1024;
+        s->stall_usec = (uint64_t) (cfg->stall_timeout_ms ? cfg->stall_timeout_ms : RPC_STALL_TIMEOUT_MS_DEFAULT) * 1000;
         s->socket_gid = cfg->socket_gid;
         int r = cfg->listen_fd >= 0 ? adopt_socket(s, cfg->listen_fd, ret_err) : bind_socket(s, cfg, ret_err);
         if (r >= 0) {
@@ -846,6 +995,52 @@ int rpc_param_int(rpc_request *req, const char *field, bool required, int64_t mi
             (int64_t) d < min || (int64_t) d > max)
                 return sb_error_set(ret_err, -EINVAL, NULL, field,
                                     "%s: must be an integer from %" PRId64 " to %" PRId64, field, min, max);
+        *ret = (int64_t) d;
+        return 0;
+}
+
+char *rpc_format_duration(int64_t ms, char *buf, size_t size) {
+        static const struct {
+                const char *unit;
+                int64_t ms;
+        } units[] = { { "h", 3600000 }, { "m", 60000 }, { "s", 1000 }, { "ms", 1 } };
+        size_t o = 0;
+        buf[0] = '\0';
+        if (ms <= 0) {
+                snprintf(buf, size, "0s");
+                return buf;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(units) && ms > 0 && o < size; i++) {
+                int64_t n = ms / units[i].ms;
+                ms %= units[i].ms;
+                if (n > 0) {
+                        int w = snprintf(buf + o, size - o, "%" PRId64 "%s", n, units[i].unit);
+                        o += w > 0 ? (size_t) w : 0;
+                }
+        }
+        return buf;
+}
+
+int rpc_param_duration_ms(rpc_request *req, const char *field, bool required, int64_t min_ms, int64_t max_ms,
+                          int64_t *ret, sb_error **ret_err) {
+        cJSON *v = NULL;
+        int r = param_get(req, field, required, &v, ret_err);
+        if (r < 0 || !v)
+                return r;
+        char lo[32], hi[32];
+        rpc_format_duration(min_ms, lo, sizeof(lo));
+        rpc_format_duration(max_ms, hi, sizeof(hi));
+        double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (!isfinite(d) || d != floor(d))
+                return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                    "%s: must be a whole number of milliseconds from %" PRId64 " ms (%s) to %" PRId64
+                                    " ms (%s)", field, min_ms, lo, max_ms, hi);
+        if (d > (double) max_ms)
+                return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                    "%s: %.15g ms is over the maximum of %" PRId64 " ms (%s)", field, d, max_ms, hi);
+        if (d < (double) min_ms)
+                return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                    "%s: %.15g ms is under the minimum of %" PRId64 " ms (%s)", field, d, min_ms, lo);
         *ret = (int64_t) d;
         return 0;
 }

@@ -44,6 +44,7 @@ typedef struct rpc_server_config {
         size_t max_line_bytes;    /* default 16 MiB */
         gid_t socket_gid;         /* group allowed to connect (SO_PEERCRED); (gid_t)-1 = root only */
         mode_t socket_mode;       /* 0660 */
+        unsigned stall_timeout_ms; /* default 30000; see rpc_conn_queued() */
 } rpc_server_config;
 
 /* Creates the server: binds (unlinking a stale socket file) or adopts the
@@ -77,6 +78,31 @@ bool rpc_conn_is_open(const rpc_conn *c);
 /* Peer credentials from SO_PEERCRED at accept time. */
 uid_t rpc_conn_uid(const rpc_conn *c);
 
+/* Output flow control. A connection whose peer reads slower than a source
+ * produces (command output) becomes congested once more than
+ * RPC_CONN_HIGH_WATER bytes wait unsent; the source should then stop
+ * producing until the drain handler says the queue fell to
+ * RPC_CONN_LOW_WATER or below (hysteresis, so it does not flap per packet).
+ *
+ * The daemon never drops a connection for the size of its queue alone: only
+ * when more than 64 MiB wait AND the peer has taken no byte for
+ * stall_timeout_ms (a peer that reads nothing at all). While more than
+ * 64 MiB wait, the connection's input is not read, so a peer that sends
+ * requests without reading answers cannot grow the queue further. */
+#define RPC_CONN_HIGH_WATER (4u * 1024 * 1024)
+#define RPC_CONN_LOW_WATER (1u * 1024 * 1024)
+
+/* Bytes queued for the peer and not yet written (0 once closed). */
+size_t rpc_conn_queued(const rpc_conn *c);
+/* True from the moment the queue passed RPC_CONN_HIGH_WATER until the drain
+ * handler ran for it (or the connection closed: then false). */
+bool rpc_conn_is_congested(const rpc_conn *c);
+/* Called on the event loop when a congested connection's queue has drained
+ * to RPC_CONN_LOW_WATER or below. Not called for a connection that closes
+ * instead (the close handler runs then). */
+typedef void (*rpc_drain_handler)(rpc_conn *conn, void *userdata);
+void rpc_server_set_drain_handler(rpc_server *s, rpc_drain_handler h, void *userdata);
+
 /* Parameter helpers: each returns 0 and stores the value (borrowed from
  * req->params, valid while req lives), or, when the field is missing but not
  * required, leaves *ret untouched and returns 0; on a wrong type or missing
@@ -88,6 +114,14 @@ int rpc_param_bool(rpc_request *req, const char *field, bool *ret, sb_error **re
 /* Integers must be whole numbers within [min, max]. */
 int rpc_param_int(rpc_request *req, const char *field, bool required, int64_t min, int64_t max,
                   int64_t *ret, sb_error **ret_err);
+/* Like rpc_param_int for a duration in milliseconds, with messages that
+ * give the bound in ms and as a duration a person reads at a glance:
+ * "timeout: 172800000 ms is over the maximum of 86400000 ms (24h)". */
+int rpc_param_duration_ms(rpc_request *req, const char *field, bool required, int64_t min_ms, int64_t max_ms,
+                          int64_t *ret, sb_error **ret_err);
+/* Formats `ms` (>= 0) as "24h", "1h30m", "2s", "1s500ms" into buf (at least
+ * 32 bytes); returns buf. */
+char *rpc_format_duration(int64_t ms, char *buf, size_t size);
 /* Borrowed object/array (type checked). */
 int rpc_param_object(rpc_request *req, const char *field, bool required, cJSON **ret, sb_error **ret_err);
 int rpc_param_array(rpc_request *req, const char *field, bool required, cJSON **ret, sb_error **ret_err);

@@ -52,6 +52,7 @@ cJSON *sandbox_to_json(const sandbox *sb) {
 
 cJSON *sandbox_config_json(const sandbox *sb) {
         cJSON *o = sandbox_to_json(sb);
+        cJSON_AddItemToObject(o, "layers", sb->layers ? cJSON_Duplicate(sb->layers, 1) : cJSON_CreateArray());
         cJSON_DeleteItemFromObject(o, "status");
         cJSON_DeleteItemFromObject(o, "expiresAt");
         cJSON_DeleteItemFromObject(o, "sessions");
@@ -87,6 +88,7 @@ void sandbox_free(sandbox *sb) {
         cJSON_Delete(sb->tags);
         cJSON_Delete(sb->ports);
         cJSON_Delete(sb->sessions);
+        cJSON_Delete(sb->layers);
         free(sb->policy);
         free(sb->dir);
         free(sb->run_dir);
@@ -215,11 +217,29 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
         if (!cJSON_IsObject(src))
                 return sb_error_set(ret_err, -EINVAL, NULL, "source", "source: must be an object with a type");
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        if (type && streq(type, "snapshot")) {
+                /* The filesystem of a snapshot: its layers, shared read-only.
+                 * An unknown id is an error, never a fallback to another. */
+                cJSON *it;
+                cJSON_ArrayForEach(it, src)
+                        if (!streq(it->string, "type") && !streq(it->string, "snapshotId"))
+                                return sb_error_set(ret_err, -EINVAL, NULL, "source",
+                                                    "source.%s: unknown key for a snapshot source", it->string);
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId"));
+                if (!id)
+                        return sb_error_set(ret_err, -EINVAL, NULL, "source.snapshotId",
+                                            "source.snapshotId: a string is required");
+                snapshot *snap = manager_find_snapshot(j->m, id);
+                if (!snap)
+                        return sb_error_set(ret_err, -ENOENT, "not_found", "source.snapshotId",
+                                            "snapshot '%s' not found (sandboxctl snapshots lists them)", id);
+                cJSON_Delete(j->sb->layers);
+                j->sb->layers = cJSON_Duplicate(snap->layers, 1);
+                return 0;
+        }
         if (!type || (!streq(type, "git") && !streq(type, "tarball")))
                 return sb_error_set(ret_err, -EINVAL, NULL, "source.type",
-                                    type && streq(type, "snapshot")
-                                            ? "source.type: snapshots are not supported yet"
-                                            : "source.type: must be \"git\" or \"tarball\"");
+                                    "source.type: must be \"git\", \"tarball\" or \"snapshot\"");
         bool git = streq(type, "git");
         const char *const *keys = git ? git_keys : tar_keys;
         size_t nkeys = git ? ELEMENTSOF(git_keys) : ELEMENTSOF(tar_keys);
@@ -396,7 +416,7 @@ static sandbox *find_by_param(rpc_request *req, manager *m) {
 }
 
 /* Redo handlers: answer once the new session runs. */
-static void reply_sandbox(rpc_request *req, void *userdata) {
+void reply_sandbox(rpc_request *req, void *userdata) {
         sandbox *sb = find_by_param(req, userdata);
         if (!sb)
                 reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name")));
@@ -421,7 +441,7 @@ static void reply_existing(rpc_request *req, void *m) { reply_get_or_create(req,
 
 /* Validates, registers (pending) and starts a new sandbox; `on_ready`
  * answers the request once it runs. */
-static void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready) {
+void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJSON *layers) {
         _cleanup_error_ sb_error *err = NULL;
         sandbox *sb = calloc(1, sizeof(*sb));
         start_job *j = calloc(1, sizeof(*j));
@@ -442,6 +462,12 @@ static void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready) {
                 rpc_reply_sb_error(req, err);
                 goto drop;
         }
+        if (layers) {
+                cJSON_Delete(sb->layers);
+                sb->layers = cJSON_Duplicate(layers, 1);
+        }
+        if (!sb->layers)
+                sb->layers = cJSON_CreateArray();
         if (manager_find_sandbox(m, sb->name)) {
                 rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
                                 "sandbox '%s' already exists; pick another name or delete it first", sb->name);
@@ -478,7 +504,7 @@ drop:
 }
 
 static void method_create(rpc_request *req, void *userdata) {
-        create_sandbox(req, userdata, reply_sandbox);
+        create_sandbox(req, userdata, reply_sandbox, NULL);
 }
 
 /* created is true for exactly one of concurrent callers: the loop is
@@ -494,7 +520,7 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
         }
         sandbox *sb = manager_find_sandbox(m, name);
         if (!sb) {
-                create_sandbox(req, m, reply_created);
+                create_sandbox(req, m, reply_created, NULL);
                 return;
         }
         if (sb->deleting) {
@@ -676,17 +702,6 @@ static void method_update(rpc_request *req, void *userdata) {
         rpc_reply(req, sandbox_to_json(sb));
 }
 
-static uint64_t parse_time(const char *text) {
-        struct tm tm = {0};
-        unsigned ms = 0;
-        if (!text)
-                return 0;
-        const char *rest = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (rest && *rest == '.')
-                ms = (unsigned)strtoul(rest + 1, NULL, 10);
-        return rest ? (uint64_t)timegm(&tm) * 1000 + ms : 0;
-}
-
 static char *dup_json_string(cJSON *o, const char *key, const char *fallback) {
         const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, key));
         return strdup(v ? v : fallback);
@@ -734,11 +749,12 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->tags = dup_json_of_type(c, "tags", cJSON_IsObject, cJSON_CreateObject());
         sb->ports = dup_json_of_type(c, "ports", cJSON_IsArray, cJSON_CreateArray());
         sb->sessions = dup_json_of_type(c, "sessions", cJSON_IsArray, cJSON_CreateArray());
+        sb->layers = dup_json_of_type(c, "layers", cJSON_IsArray, cJSON_CreateArray());
         cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "resources"), "vcpus");
         sb->vcpus = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= m->cfg->max_vcpus
                             ? (unsigned)v->valuedouble : 1;
         sb->persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
-        sb->created_ms = parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(c, "createdAt")));
+        sb->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(c, "createdAt")));
         sb->status = "stopped";
         /* Sessions that were running when the daemon went away ended then. */
         cJSON *h;

@@ -125,7 +125,8 @@ static cJSON *setup_packet(start_job *j) {
         if (asprintf(&p, "%s/rootfs", sb->run_dir) >= 0)
                 cJSON_AddStringToObject(o, "rootfs", p);
         free(p);
-        cJSON_AddStringToObject(o, "lower", m->host_runtime);
+        _cleanup_free_ char *lower = sandbox_lowerdir(sb);
+        cJSON_AddStringToObject(o, "lower", lower ? lower : m->host_runtime);
         if (asprintf(&p, "%s/upper", sb->dir) >= 0)
                 cJSON_AddStringToObject(o, "upper", p);
         free(p);
@@ -422,6 +423,12 @@ static void finish_requests(sandbox *sb, req_list *l, bool empty_result) {
         free(taken.items);
 }
 
+static void finish_delete(void *userdata) {
+        sandbox *sb = userdata;
+        finish_requests(sb, &sb->delete_waiters, true);
+        sandbox_free(sb);
+}
+
 static void teardown_done(void *userdata) {
         teardown_job *t = userdata;
         sandbox *sb = t->sb;
@@ -450,16 +457,25 @@ static void teardown_done(void *userdata) {
                 }
         }
         if (t->remove_files) {
-                finish_requests(sb, &sb->delete_waiters, true);
                 log_info("sandbox '%s' deleted", sb->name);
                 commands_forget_sandbox(m, sb);
                 sandbox_unlink(m, sb);
-                sandbox_free(sb);
+                /* Its layers may now be unused (it left the registry); delete
+                 * answers once they are gone too. */
+                layers_collect(m, sb->layers, finish_delete, sb);
         }
         free(t);
 }
 
 void start_teardown(sandbox *sb, session *s, bool remove_files) {
+        if (sb->capturing) {
+                /* A snapshot or fork is copying its upper layer: the files
+                 * (and the frozen cgroup) go when the copy is done. */
+                sb->deferred_teardown = true;
+                sb->deferred_teardown_session = s;
+                sb->deferred_remove = sb->deferred_remove || remove_files;
+                return;
+        }
         teardown_job *t = calloc(1, sizeof(*t));
         t->m = sb->m;
         t->sb = sb;

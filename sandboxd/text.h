@@ -16,6 +16,13 @@
  * ill-formed sequence. */
 bool text_utf8_valid(const char *s, size_t len, size_t *ret_bad_offset);
 
+/* A malloc'd copy of s[0..len) (NUL-terminated; caller frees) with each
+ * byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD,
+ * the Unicode "maximal subpart" practice; NULL on ENOMEM. For text the daemon
+ * relays but does not own (file names and messages from inside a sandbox),
+ * so every line it sends stays valid for strict JSON clients. */
+char *text_utf8_repair(const char *s, size_t len);
+
 /* Makes `s` (NULL allowed: "(null)") safe for one log line in `buf` of
  * `size` bytes and returns buf: control characters (C0 incl. \n \r ESC,
  * DEL, and the C1 range U+0080..U+009F, which some terminals act on), bytes

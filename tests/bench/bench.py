@@ -122,6 +122,8 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=50)
     ap.add_argument("--sandboxes", type=int, default=100)
+    ap.add_argument("--fork-sizes", type=int, nargs="*", default=[1, 100, 1024],
+                    help="MiB written before fork/snapshot measurements")
     args = ap.parse_args(argv)
     n = args.iterations
     if os.geteuid() != 0:
@@ -182,6 +184,40 @@ def main(argv):
             rows.append(("bwrap --unshare-all true", timed(bwrap, n)))
         rows.append(("fork+exec true", timed(lambda i: subprocess.run(["true"], check=True), n)))
 
+        # Fork, snapshot and resume against the size of what the sandbox wrote,
+        # beside `cp -a` of the same tree on the host.
+        lifecycle = []
+        for mib in args.fork_sizes:
+            src = "b%s-f%d" % (tag, mib)
+            rpc_call("sandbox.create", {"name": src, "networkPolicy": "deny-all", "persistent": True,
+                                        "timeout": 3600000})
+            rpc_call("command.run", {"sandbox": src, "cmd": "sh", "args": ["-c",
+                     "mkdir -p /workspace/data && head -c %dM /dev/urandom > /workspace/data/blob "
+                     "&& for i in $(seq 200); do echo $i > /workspace/data/f$i; done" % mib]})
+            rpc.notes.clear()
+            upper = os.path.join(d.state_dir, "sandboxes", src, "upper")
+            t = time.perf_counter()
+            subprocess.run(["cp", "-a", upper, upper + ".cp"], check=True)
+            cp_ms = (time.perf_counter() - t) * 1000
+            shutil.rmtree(upper + ".cp")
+            t = time.perf_counter()
+            rpc_call("sandbox.fork", {"sourceSandbox": src, "name": src + "-run"})
+            fork_running = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()
+            snap = rpc_call("sandbox.snapshot", {"name": src})["id"]
+            snap_ms = (time.perf_counter() - t) * 1000
+            rpc_call("sandbox.stop", {"name": src})
+            t = time.perf_counter()
+            rpc_call("sandbox.fork", {"sourceSandbox": src, "name": src + "-stop"})
+            fork_stopped = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()
+            rpc_call("sandbox.get", {"name": src, "resume": True})
+            resume_ms = (time.perf_counter() - t) * 1000
+            lifecycle.append((mib, cp_ms, fork_running, fork_stopped, snap_ms, resume_ms))
+            for name in (src + "-run", src + "-stop", src):
+                rpc_call("sandbox.delete", {"name": name})
+            rpc_call("snapshot.delete", {"id": snap})
+
         # Memory: idle, then with N idle sandboxes.
         idle = rss_kib(d.pid)
         used_before = used_kib()
@@ -210,6 +246,14 @@ def main(argv):
         print("%-30s %9.2f %9.2f %9d %11s %9s" % (
             label, p50, pct(xs, 90), len(xs),
             "%.1f" % (p50 / fe) if fe else "-", "%.1f" % (p50 / bw) if bw else "-"))
+    print()
+    print("%-10s %10s %14s %14s %12s %10s   (ms, one run each)" % (
+        "written", "cp -a", "fork running", "fork stopped", "snapshot", "resume"))
+    for mib, cp_ms, fr, fs, sn, rs in lifecycle:
+        print("%7d MiB %10.1f %14.1f %14.1f %12.1f %10.1f" % (mib, cp_ms, fr, fs, sn, rs))
+    if len(lifecycle) > 1:
+        print("  fork stopped, largest / smallest: %.2fx (flat in size when close to 1)"
+              % (lifecycle[-1][3] / max(lifecycle[0][3], 0.001)))
     print()
     k = max(1, args.sandboxes)
     print("memory (VmRSS, KiB)")

@@ -10,8 +10,9 @@ Looked at:
     or run dir (for "all": anything below them at all)
   - links named sbx* in the world host namespace ("all" only: link names are
     not tied to sandbox names)
-  - cgroup directories named after the sandbox below a sandboxd-sessions or
-    sessions directory, in every cgroup hierarchy
+  - cgroup directories named after the sandbox below a sandboxd-sessions*
+    (sandboxd-sessions-<instance>) or sessions directory, in every cgroup
+    hierarchy
   - nftables: chains or sets in `inet sandboxd` of the world host namespace
     whose name carries the sandbox name (for "all": any chain that is not a
     base chain, any set)
@@ -108,7 +109,7 @@ def _cgroups(world, name):
     for mnt in (getattr(world, "cgroup_dirs", None) or W.cgroup_mounts()):
         for root, dirs, _files in os.walk(mnt):
             base = os.path.basename(root)
-            if base in ("sandboxd-sessions", "sessions"):
+            if base.startswith("sandboxd-sessions") or base == "sessions":
                 for x in dirs:
                     if name == "all" or x == name:
                         problems.append("cgroup left: %s" % os.path.join(root, x))

@@ -270,14 +270,17 @@ class RpcConn:
 class Daemon:
     """One sandboxd process running in the world host namespace."""
 
-    def __init__(self, world, config=None, tag="d"):
+    def __init__(self, world, config=None, tag="d", netns=None, state_dir=None):
+        """`netns` (a name under /run/netns) defaults to the world host
+        namespace; `state_dir` to a fresh one of this daemon's own."""
         self.world = world
+        self.netns = netns or world.host_ns
         self.dir = tempfile.mkdtemp(prefix="sandboxd-%s-" % tag, dir=world.tmp)
         # As /var/lib and /run are: traversable by everyone (sandboxd drops
         # to the sandbox user's fsuid for some source work).
         os.chmod(self.dir, 0o755)
         self.socket = os.path.join(self.dir, "sandboxd.sock")
-        self.state_dir = os.path.join(self.dir, "state")
+        self.state_dir = state_dir or os.path.join(self.dir, "state")
         self.run_dir = os.path.join(self.dir, "run")
         self.log_path = os.path.join(self.dir, "sandboxd.log")
         self.config = config
@@ -290,7 +293,7 @@ class Daemon:
         # namespace of its own (slave: host mounts still propagate in) bind
         # the world's resolv.conf, as `ip netns exec` would.
         resolv = os.path.join(self.world.etc_netns, "resolv.conf")
-        argv = ["nsenter", "--net=/run/netns/" + self.world.host_ns, "--",
+        argv = ["nsenter", "--net=/run/netns/" + self.netns, "--",
                 "unshare", "--mount", "--propagation", "slave", "--",
                 "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolv,
                 SANDBOXD, "--socket", self.socket, "--state-dir", self.state_dir,
@@ -613,6 +616,14 @@ class World:
         self.daemons.append(d)
         d.start()
         self.daemon = d
+        return d
+
+    def add_sandboxd(self, config=None, tag="d", netns=None, state_dir=None):
+        """A further Daemon of this world, not started and not made
+        world.daemon (for tests of several daemons side by side); stopped at
+        world teardown like the others. Call .start() on it."""
+        d = Daemon(self, config, tag, netns, state_dir)
+        self.daemons.append(d)
         return d
 
     def stop_sandboxd(self, d=None):

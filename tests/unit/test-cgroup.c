@@ -3,7 +3,9 @@
  * ("sbx-unit-<pid>") under its own cgroup in every hierarchy sessions use,
  * so sandboxd's parent cgroups, and remove_all_sessions(), only ever see
  * this test's sessions, never those of a sandboxd running on the machine.
- * Teardown moves back and removes everything it made. */
+ * Sessions belong to instance KEY_A unless a test switches to KEY_B (a
+ * second daemon sharing the same cgroup). Teardown moves back and removes
+ * everything it made. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -27,6 +29,9 @@ typedef struct moved {
 
 static moved hier[8];
 static size_t nhier;
+
+#define KEY_A "unit-a"
+#define KEY_B "unit-b"
 
 static bool wanted(const char *ctls) {
         static const char *const used[] = { "pids", "memory", "cpu", "freezer" };
@@ -96,7 +101,7 @@ static int enter_private_cgroup(void **state) {
                 nhier++;
         }
         sb_error *err = NULL;
-        int r = core_cgroup_init(&err);
+        int r = core_cgroup_init(KEY_A, &err);
         sb_error_free(err);
         return r;
 }
@@ -124,30 +129,47 @@ static char *read_in(const char *dir, const char *name, const char *file) {
         return data;
 }
 
-/* Reads <file> of session `name` in the v1 hierarchy of controller `ctl`;
- * NULL when that controller is not on v1 here. */
+/* Reads <file> of session `name` (instance KEY_A) in the v1 hierarchy of
+ * controller `ctl`; NULL when that controller is not on v1 here. */
 static char *v1_read(const char *ctl, const char *name, const char *file) {
         for (size_t i = 0; i < nhier; i++)
                 if (streq(hier[i].ctl, ctl)) {
                         char dir[700];
-                        snprintf(dir, sizeof(dir), "%s/sandboxd-sessions", hier[i].priv);
+                        snprintf(dir, sizeof(dir), "%s/sandboxd-sessions-" KEY_A, hier[i].priv);
                         return read_in(dir, name, file);
                 }
         return NULL;
 }
 
-static bool exists_anywhere(const char *name) {
+/* Does session `name` of instance `key` exist in any hierarchy? */
+static bool exists_in(const char *key, const char *name) {
         for (size_t i = 0; i < nhier; i++) {
                 char p[1024];
                 struct stat st;
-                snprintf(p, sizeof(p), "%s/sandboxd-sessions/%s", hier[i].priv, name);
-                if (stat(p, &st) == 0)
-                        return true;
-                snprintf(p, sizeof(p), "%s/sessions/%s", hier[i].priv, name);
+                snprintf(p, sizeof(p), "%s/sandboxd-sessions-%s/%s", hier[i].priv, key, name);
                 if (stat(p, &st) == 0)
                         return true;
         }
         return false;
+}
+
+static bool exists_anywhere(const char *name) {
+        return exists_in(KEY_A, name) || exists_in(KEY_B, name);
+}
+
+static bool parent_exists(const char *key) {
+        for (size_t i = 0; i < nhier; i++) {
+                char p[1024];
+                struct stat st;
+                snprintf(p, sizeof(p), "%s/sandboxd-sessions-%s", hier[i].priv, key);
+                if (stat(p, &st) == 0)
+                        return true;
+        }
+        return false;
+}
+
+static bool alive(pid_t pid) {
+        return waitpid(pid, NULL, WNOHANG) == 0;
 }
 
 /* A child that blocks until its pipe closes; returns its pid and the write
@@ -288,6 +310,99 @@ static void test_create_refuses_names_that_escape_the_parent(void **state) {
         assert_int_equal(core_cgroup_create("..", NULL, &cg, NULL), -EINVAL);
 }
 
+static void test_sweep_of_one_instance_leaves_another_instances_sessions_running(void **state) {
+        _cleanup_(core_cgroup_freep) core_cgroup *a = NULL;
+        _cleanup_(core_cgroup_freep) core_cgroup *b = NULL;
+        _cleanup_(core_cgroup_freep) core_cgroup *b2 = NULL;
+        int wa, wb, status;
+        assert_int_equal(core_cgroup_create("same", NULL, &a, NULL), 0);
+        pid_t pa = spawn_sleeper(&wa);
+        assert_int_equal(core_cgroup_attach(a, pa, NULL), 0);
+
+        /* A second daemon in the same cgroup, with a session of the same name. */
+        assert_int_equal(core_cgroup_init(KEY_B, NULL), 0);
+        assert_int_equal(core_cgroup_create("same", NULL, &b, NULL), 0);
+        assert_int_equal(core_cgroup_create("b-only", NULL, &b2, NULL), 0);
+        pid_t pb = spawn_sleeper(&wb);
+        assert_int_equal(core_cgroup_attach(b, pb, NULL), 0);
+        assert_string_not_equal(core_cgroup_path(a), core_cgroup_path(b));
+
+        assert_int_equal(core_cgroup_remove_all_sessions(), 2);
+        assert_int_equal(waitpid(pb, &status, 0), pb);
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        assert_true(alive(pa));
+        assert_true(exists_in(KEY_A, "same"));
+        assert_false(exists_in(KEY_B, "same"));
+        assert_false(exists_in(KEY_B, "b-only"));
+        /* Shutdown of the second daemon removes its (now empty) parent only. */
+        assert_int_equal(core_cgroup_fini(), 0);
+        assert_false(parent_exists(KEY_B));
+        assert_true(parent_exists(KEY_A));
+
+        assert_int_equal(core_cgroup_init(KEY_A, NULL), 0);
+        assert_true(alive(pa));
+        assert_int_equal(core_cgroup_remove_all_sessions(), 1);
+        assert_int_equal(waitpid(pa, &status, 0), pa);
+        assert_true(WIFSIGNALED(status));
+        close(wa), close(wb);
+        assert_false(exists_anywhere("same"));
+}
+
+static void test_create_refuses_a_running_session_of_that_name_but_reuses_an_empty_one(void **state) {
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        core_cgroup *again = NULL;
+        sb_error *err = NULL;
+        int wr;
+        assert_int_equal(core_cgroup_create("busy", NULL, &cg, NULL), 0);
+        pid_t pid = spawn_sleeper(&wr);
+        assert_int_equal(core_cgroup_attach(cg, pid, NULL), 0);
+
+        assert_int_equal(core_cgroup_create("busy", NULL, &again, &err), -EEXIST);
+        assert_null(again);
+        assert_non_null(err);
+        assert_non_null(strstr(err->message, "has processes in it"));
+        sb_error_free(err);
+        /* Refused means untouched: the running session keeps its process. */
+        assert_true(alive(pid));
+        assert_true(exists_in(KEY_A, "busy"));
+
+        assert_int_equal(core_cgroup_kill_all(cg), 0);
+        assert_int_equal(waitpid(pid, NULL, 0), pid);
+        close(wr);
+        assert_int_equal(core_cgroup_create("busy", NULL, &again, NULL), 0);
+        assert_string_equal(core_cgroup_path(again), core_cgroup_path(cg));
+        assert_int_equal(core_cgroup_destroy(again), 0);
+        core_cgroup_free(again);
+        assert_false(exists_anywhere("busy"));
+}
+
+static void test_instance_key_names_the_directory_not_its_spelling(void **state) {
+        _cleanup_free_ char *k1 = NULL, *k2 = NULL, *k3 = NULL;
+        assert_int_equal(core_cgroup_instance_key("/tmp", &k1), 0);
+        assert_int_equal(core_cgroup_instance_key("/tmp/../tmp/", &k2), 0);
+        assert_int_equal(core_cgroup_instance_key("/", &k3), 0);
+        assert_int_equal(strlen(k1), 16);
+        assert_int_equal(strspn(k1, "0123456789abcdef"), 16);
+        assert_string_equal(k1, k2);
+        assert_string_not_equal(k1, k3);
+        char *none = NULL;
+        assert_int_equal(core_cgroup_instance_key("/nonexistent/sandboxd-state", &none), -ENOENT);
+        assert_null(none);
+}
+
+static void test_init_refuses_keys_that_are_not_plain_names(void **state) {
+        sb_error *err = NULL;
+        assert_int_equal(core_cgroup_init("../x", &err), -EINVAL);
+        assert_non_null(err);
+        sb_error_free(err);
+        assert_int_equal(core_cgroup_init("", NULL), -EINVAL);
+        assert_int_equal(core_cgroup_init(NULL, NULL), -EINVAL);
+        /* Nothing is usable until a valid init. */
+        core_cgroup *cg = NULL;
+        assert_int_equal(core_cgroup_create("after-bad-init", NULL, &cg, NULL), -ESTALE);
+        assert_int_equal(core_cgroup_init(KEY_A, NULL), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mode_matches_the_mounted_hierarchies),
@@ -295,6 +410,10 @@ int main(void) {
                 cmocka_unit_test(test_pids_limit_stops_forks_past_the_maximum),
                 cmocka_unit_test(test_remove_all_sessions_kills_and_removes_every_leftover),
                 cmocka_unit_test(test_create_refuses_names_that_escape_the_parent),
+                cmocka_unit_test(test_sweep_of_one_instance_leaves_another_instances_sessions_running),
+                cmocka_unit_test(test_create_refuses_a_running_session_of_that_name_but_reuses_an_empty_one),
+                cmocka_unit_test(test_instance_key_names_the_directory_not_its_spelling),
+                cmocka_unit_test(test_init_refuses_keys_that_are_not_plain_names),
         };
         return cmocka_run_group_tests(tests, enter_private_cgroup, leave_private_cgroup);
 }

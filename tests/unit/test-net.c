@@ -3,7 +3,8 @@
  * touches the network runs in a private network namespace the test creates
  * (unshare(CLONE_NEWNET) of the test thread, undone in teardown); the
  * "sandbox" is a forked child in a second private namespace. Nothing leaves
- * this machine. Needs root. */
+ * this machine. Also: the one-daemon-per-network-namespace lock, taken in
+ * such private namespaces only. Needs root. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -16,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 #include "libcore/net.h"
@@ -150,6 +152,41 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
         free(out);
         assert_int_equal(core_net_host_teardown(&err), 0); /* missing table: success */
         assert_null(err);
+}
+
+static void test_flush_ruleset_is_seen_by_the_monitor_and_ensure_reinstalls(void **state) {
+        core_net_pool p = test_pool();
+        sb_error *err = NULL;
+        int status;
+
+        assert_int_equal(core_net_host_setup(&p, &err), 0);
+        assert_int_equal(core_net_host_ensure(&p, &err), 0); /* intact: nothing to do */
+        int fd = core_net_monitor_open(&err);
+        assert_true(fd >= 0);
+        assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+        assert_int_equal(core_net_monitor_read(fd), 0);
+
+        /* What `systemctl restart nftables` does on Debian. */
+        free(run_capture("nft flush ruleset", &status));
+        assert_int_equal(status, 0);
+        assert_int_equal(core_net_monitor_read(fd), 1);
+        assert_int_equal(core_net_host_ensure(&p, &err), 1);
+        assert_null(err);
+        char *out = run_capture("nft list chain inet sandboxd forward 2>&1", &status);
+        assert_int_equal(status, 0);
+        assert_int_equal(count_substr(out, "iifname vmap @sessions"), 1);
+        free(out);
+        assert_int_equal(core_net_host_ensure(&p, &err), 0);
+
+        /* A flushed host chain is as bad as a missing table. */
+        (void) core_net_monitor_read(fd);
+        free(run_capture("nft flush chain inet sandboxd input", &status));
+        assert_int_equal(core_net_monitor_read(fd), 1);
+        assert_int_equal(core_net_host_ensure(&p, &err), 1);
+        out = run_capture("nft list chain inet sandboxd input 2>&1", &status);
+        assert_int_equal(count_substr(out, "reject with icmpx admin-prohibited"), 1);
+        free(out);
+        close(fd);
 }
 
 static void test_host_setup_refuses_a_pool_without_room_for_a_pair(void **state) {
@@ -319,10 +356,66 @@ static void test_veth_create_into_missing_process_leaves_nothing(void **state) {
         assert_int_equal(if_nametoindex("sbx3"), 0);
 }
 
+static void current_lock_path(char *buf, size_t size) {
+        struct stat st;
+        assert_int_equal(stat("/proc/self/ns/net", &st), 0);
+        snprintf(buf, size, "/run/sandboxd-netns-%llu.lock", (unsigned long long) st.st_ino);
+}
+
+/* Runs core_net_lock_namespace() in a forked child, in a network namespace
+ * of its own when `own_netns`; returns its result (0 for a lock it got). */
+static int lock_in_child(bool own_netns) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                if (own_netns && unshare(CLONE_NEWNET) < 0)
+                        _exit(100);
+                int fd = core_net_lock_namespace(NULL);
+                core_net_unlock_namespace(fd);
+                _exit(fd >= 0 ? 0 : -fd);
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        return -WEXITSTATUS(status);
+}
+
+static void test_one_daemon_per_network_namespace(void **state) {
+        sb_error *err = NULL;
+        char path[64], want[160];
+        current_lock_path(path, sizeof(path));
+        int fd = core_net_lock_namespace(&err);
+        assert_true(fd >= 0);
+        assert_null(err);
+        assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+
+        /* flock belongs to the open file, so a second open from this very
+         * process is refused just as another daemon's would be. */
+        assert_int_equal(core_net_lock_namespace(&err), -EBUSY);
+        assert_non_null(err);
+        snprintf(want, sizeof(want),
+                 "another sandboxd (pid %d) manages this network namespace; give each daemon its own "
+                 "network namespace", (int) getpid());
+        assert_string_equal(err->message, want);
+        sb_error_free(err);
+        assert_int_equal(lock_in_child(false), -EBUSY);
+        /* Another namespace is another daemon's business. */
+        assert_int_equal(lock_in_child(true), 0);
+
+        core_net_unlock_namespace(fd);
+        struct stat st;
+        assert_int_equal(stat(path, &st), -1);
+        assert_int_equal(errno, ENOENT);
+        /* Released: the namespace is free for the next daemon. */
+        assert_int_equal(lock_in_child(false), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_pool_slots_are_consecutive_slash31_pairs),
                 cmocka_unit_test_setup_teardown(test_host_setup_installs_table_idempotently_and_teardown_removes_it,
+                                                enter_private_netns, leave_private_netns),
+                cmocka_unit_test_setup_teardown(test_flush_ruleset_is_seen_by_the_monitor_and_ensure_reinstalls,
                                                 enter_private_netns, leave_private_netns),
                 cmocka_unit_test_setup_teardown(test_host_setup_refuses_a_pool_without_room_for_a_pair,
                                                 enter_private_netns, leave_private_netns),
@@ -331,6 +424,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_sandbox_reaches_host_only_until_host_rules_reject_it_at_once,
                                                 enter_private_netns, leave_private_netns),
                 cmocka_unit_test_setup_teardown(test_veth_create_into_missing_process_leaves_nothing,
+                                                enter_private_netns, leave_private_netns),
+                cmocka_unit_test_setup_teardown(test_one_daemon_per_network_namespace,
                                                 enter_private_netns, leave_private_netns),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,10 +18,12 @@
 #include <cmocka.h>
 #include "libcore/util.h"
 #include "sandboxd/rpc.h"
+#include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
 #define DEADLINE_MS 5000
 #define TEST_MAX_LINE 1024
+#define TEST_STALL_MS 300
 
 typedef struct fixture {
         char dir[64];
@@ -31,6 +33,8 @@ typedef struct fixture {
         unsigned closes;        /* close handler calls */
         unsigned notes;         /* test.note calls */
         unsigned pending_later; /* test.later timers not yet fired */
+        unsigned drains;        /* drain handler calls */
+        rpc_conn *flooded;      /* the connection test.flood last wrote to (a reference) */
 } fixture;
 
 typedef struct client {
@@ -107,6 +111,9 @@ static void m_notify(rpc_request *req, void *userdata) {
 
 /* Sends params.mib notifications of 1 MiB each, then answers. */
 static void m_flood(rpc_request *req, void *userdata) {
+        fixture *f = userdata;
+        rpc_conn_unref(f->flooded);
+        f->flooded = rpc_conn_ref(req->conn);
         _cleanup_error_ sb_error *err = NULL;
         int64_t mib = 0;
         if (rpc_param_int(req, "mib", true, 1, 200, &mib, &err) < 0)
@@ -155,6 +162,22 @@ static void m_work(rpc_request *req, void *userdata) {
         assert_int_equal(worker_submit(work_run, work_done, j), 0);
 }
 
+/* Validates params.ms as a duration from 1s to 24h. */
+static void m_duration(rpc_request *req, void *userdata) {
+        _cleanup_error_ sb_error *err = NULL;
+        int64_t ms = 0;
+        if (rpc_param_duration_ms(req, "timeout", true, 1000, 86400000, &ms, &err) < 0)
+                return rpc_reply_sb_error(req, err);
+        rpc_reply(req, NULL);
+}
+
+static void on_drain(rpc_conn *c, void *userdata) {
+        fixture *f = userdata;
+        f->drains++;
+        assert_false(rpc_conn_is_congested(c));
+        assert_true(rpc_conn_queued(c) <= RPC_CONN_LOW_WATER);
+}
+
 static void on_close(rpc_conn *c, void *userdata) {
         fixture *f = userdata;
         f->closes++;
@@ -170,6 +193,7 @@ static int start_server(fixture *f, gid_t gid, mode_t mode) {
                 .max_line_bytes = TEST_MAX_LINE,
                 .socket_gid = gid,
                 .socket_mode = mode,
+                .stall_timeout_ms = TEST_STALL_MS,
         };
         sb_error *err = NULL;
         int r = rpc_server_new(f->event, &cfg, &f->server, &err);
@@ -186,7 +210,9 @@ static int start_server(fixture *f, gid_t gid, mode_t mode) {
         assert_int_equal(rpc_server_add_method(f->server, "test.work", m_work, f), 0);
         assert_int_equal(rpc_server_add_method(f->server, "test.flood", m_flood, f), 0);
         assert_int_equal(rpc_server_add_method(f->server, "test.echo", m_echo, f), -EEXIST);
+        assert_int_equal(rpc_server_add_method(f->server, "test.duration", m_duration, f), 0);
         rpc_server_set_close_handler(f->server, on_close, f);
+        rpc_server_set_drain_handler(f->server, on_drain, f);
         return 0;
 }
 
@@ -221,6 +247,7 @@ static int teardown(void **state) {
         /* Let every timer-held request finish so nothing leaks. */
         RUN_UNTIL(f, f->pending_later == 0);
         assert_int_equal(f->pending_later, 0);
+        rpc_conn_unref(f->flooded);
         rpc_server_free(f->server);
         struct stat st;
         assert_int_equal(lstat(f->path, &st), -1);  /* the socket file is gone */
@@ -387,6 +414,145 @@ static void test_garbage_gets_parse_error_and_connection_survives(void **state) 
         assert_int_equal(id_of(m), 2);
         cJSON_Delete(m);
         client_close(&c);
+}
+
+static const char *error_message_of(cJSON *msg) {
+        return cJSON_GetObjectItem(cJSON_GetObjectItem(msg, "error"), "message")->valuestring;
+}
+
+static void test_invalid_utf8_gets_32700_naming_the_byte(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        static const struct {
+                const char *line;
+                const char *where;
+        } cases[] = {
+                { "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.echo\",\"params\":{\"p\":\"\xff\"}}\n", "at byte 60" },
+                /* overlong NUL, a UTF-16 surrogate, past U+10FFFF, truncated */
+                { "{\"p\":\"\xc0\x80\"}\n", "at byte 6" },
+                { "{\"p\":\"\xed\xa0\x80\"}\n", "at byte 6" },
+                { "{\"p\":\"\xf4\x90\x80\x80\"}\n", "at byte 6" },
+                { "{\"p\":\"ab\xe2\x82\"}\n", "at byte 8" },
+                { "{\"p\":\"\x80\"}\n", "at byte 6" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                client_send(&c, cases[i].line);
+                cJSON *m = client_read(f, &c);
+                assert_error(m, RPC_PARSE_ERROR);
+                assert_true(id_is_null(m));
+                assert_non_null(strstr(error_message_of(m), "not valid UTF-8"));
+                assert_non_null(strstr(error_message_of(m), cases[i].where));
+                cJSON_Delete(m);
+        }
+        /* Well-formed multi-byte text (2, 3 and 4 bytes) goes through untouched. */
+        const char *text = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xef\xbf\xbf";
+        char line[256];
+        snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"test.echo\",\"params\":{\"p\":\"%s\"}}\n",
+                 text);
+        client_send(&c, line);
+        cJSON *m = client_read(f, &c);
+        assert_int_equal(id_of(m), 2);
+        assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "result"), "p")->valuestring, text);
+        cJSON_Delete(m);
+        client_close(&c);
+}
+
+static void test_nul_in_a_string_is_refused(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        const char *bad[] = {
+                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"test.echo\",\"params\":{\"path\":\"x\\u0000y\"}}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"test.echo\",\"params\":{\"a\\u0000\":1}}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"test.echo\",\"params\":{\"p\":\"\\\\\\u0000\"}}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"test.echo\",\"params\":[\"\\u0000\"]}\n",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                client_send(&c, bad[i]);
+                cJSON *m = client_read(f, &c);
+                assert_error(m, RPC_INVALID_REQUEST);
+                assert_int_equal(id_of(m), 3);
+                assert_non_null(strstr(error_message_of(m), "may not contain NUL"));
+                cJSON_Delete(m);
+        }
+        /* An escaped backslash before "u0000" is text, not NUL; so are
+         * other escapes and "\u0001". */
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"test.echo\",\"params\":"
+                        "{\"p\":\"\\\\u0000\",\"q\":\"\\u00001\",\"r\":\"\\u0001\\\"\"}}\n");
+        cJSON *m = client_read(f, &c);
+        assert_int_equal(id_of(m), 4);
+        assert_error(m, RPC_INVALID_REQUEST);  /* "\u00001" is a NUL and then "1" */
+        cJSON_Delete(m);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"test.echo\",\"params\":"
+                        "{\"p\":\"\\\\u0000\",\"r\":\"\\u0001\\\"\"}}\n");
+        m = client_read(f, &c);
+        assert_int_equal(id_of(m), 5);
+        cJSON *res = cJSON_GetObjectItem(m, "result");
+        assert_string_equal(cJSON_GetObjectItem(res, "p")->valuestring, "\\u0000");
+        assert_string_equal(cJSON_GetObjectItem(res, "r")->valuestring, "\x01\"");
+        cJSON_Delete(m);
+        client_close(&c);
+}
+
+static void test_duration_errors_give_ms_and_a_duration(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        static const struct {
+                const char *value;
+                const char *message;
+        } cases[] = {
+                { "172800000", "timeout: 172800000 ms is over the maximum of 86400000 ms (24h)" },
+                { "999", "timeout: 999 ms is under the minimum of 1000 ms (1s)" },
+                { "\"48h\"", "timeout: must be a whole number of milliseconds from 1000 ms (1s) to 86400000 ms (24h)" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                char line[256];
+                snprintf(line, sizeof(line),
+                         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.duration\",\"params\":{\"timeout\":%s}}\n",
+                         cases[i].value);
+                client_send(&c, line);
+                cJSON *m = client_read(f, &c);
+                assert_error(m, RPC_INVALID_PARAMS);
+                assert_string_equal(error_data(m, "field"), "timeout");
+                assert_string_equal(error_message_of(m), cases[i].message);
+                cJSON_Delete(m);
+        }
+        char buf[32];
+        assert_string_equal(rpc_format_duration(5400000, buf, sizeof(buf)), "1h30m");
+        assert_string_equal(rpc_format_duration(1500, buf, sizeof(buf)), "1s500ms");
+        assert_string_equal(rpc_format_duration(300000, buf, sizeof(buf)), "5m");
+        assert_string_equal(rpc_format_duration(0, buf, sizeof(buf)), "0s");
+        client_close(&c);
+}
+
+static void test_text_for_log_defuses_control_characters(void **state) {
+        char buf[TEXT_LOG_BUF];
+        /* A forged level prefix on a new line, an escape sequence, a C1 CSI,
+         * a backslash (so \x0a in the input cannot pass for an escape) and
+         * bytes that are not UTF-8. */
+        assert_string_equal(text_for_log("oops\n<0>forged\r\x1b[2J\x7f", buf, sizeof(buf)),
+                            "oops\\x0a<0>forged\\x0d\\x1b[2J\\x7f");
+        assert_string_equal(text_for_log("a\\x0ab \xc2\x9b \xff\xc0\x80", buf, sizeof(buf)),
+                            "a\\\\x0ab \\xc2\\x9b \\xff\\xc0\\x80");
+        assert_string_equal(text_for_log("caf\xc3\xa9 \xe2\x82\xac", buf, sizeof(buf)), "caf\xc3\xa9 \xe2\x82\xac");
+        assert_string_equal(text_for_log(NULL, buf, sizeof(buf)), "(null)");
+        /* Long input is cut and marked; a small buffer never overflows. */
+        char big[TEXT_LOG_MAX * 2];
+        memset(big, '\n', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        text_for_log(big, buf, sizeof(buf));
+        assert_int_equal(strlen(buf), TEXT_LOG_MAX * 4 + 3);
+        assert_string_equal(buf + strlen(buf) - 3, "...");
+        char small[12];
+        assert_string_equal(text_for_log("abcdefghijklmnop", small, sizeof(small)), "abcde...");
+}
+
+static void test_utf8_repair_replaces_only_bad_bytes(void **state) {
+        _cleanup_free_ char *a = text_utf8_repair("ok \xff x \xed\xa0\x80 \xc3\xa9", 13);
+        assert_string_equal(a, "ok \xef\xbf\xbd x \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd \xc3\xa9");
+        size_t bad = 0;
+        assert_true(text_utf8_valid(a, strlen(a), NULL));
+        assert_false(text_utf8_valid("ab\xf5", 3, &bad));
+        assert_int_equal(bad, 2);
 }
 
 static void test_invalid_requests_get_32600(void **state) {
@@ -651,6 +817,63 @@ static void test_peer_that_stops_reading_is_dropped(void **state) {
         client_close(&slow);
 }
 
+/* Reads what arrived, counting lines; at most `max` bytes. */
+static size_t client_drain(client *c, size_t max, size_t *lines) {
+        char tmp[65536];
+        size_t got = 0;
+        while (got < max) {
+                ssize_t n = recv(c->fd, tmp, sizeof(tmp) < max - got ? sizeof(tmp) : max - got, MSG_DONTWAIT);
+                if (n <= 0)
+                        break;
+                for (ssize_t i = 0; i < n; i++)
+                        *lines += tmp[i] == '\n';
+                got += (size_t) n;
+        }
+        return got;
+}
+
+static void test_congested_connection_reports_when_drained(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.flood\",\"params\":{\"mib\":8}}\n");
+        RUN_UNTIL(f, f->flooded != NULL);
+        assert_non_null(f->flooded);
+        assert_true(rpc_conn_is_congested(f->flooded));
+        assert_true(rpc_conn_queued(f->flooded) > RPC_CONN_HIGH_WATER);
+        assert_int_equal(f->drains, 0);
+        /* The peer reads: once the queue is down to the low mark, one call. */
+        size_t lines = 0;
+        uint64_t end = now_ms() + DEADLINE_MS;
+        while (lines < 9 && now_ms() < end) {
+                client_drain(&c, SIZE_MAX, &lines);
+                sd_event_run(f->event, 10000);
+        }
+        assert_int_equal(lines, 9);  /* 8 notifications and the answer */
+        assert_int_equal(f->drains, 1);
+        assert_false(rpc_conn_is_congested(f->flooded));
+        assert_int_equal(rpc_conn_queued(f->flooded), 0);
+        assert_int_equal(f->closes, 0);
+        client_close(&c);
+}
+
+static void test_slow_reader_with_a_huge_queue_is_kept(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.flood\",\"params\":{\"mib\":80}}\n");
+        /* 256 KiB per 20 ms: the queue stays over 64 MiB for more than a
+         * second (several stall periods), but the peer keeps taking bytes. */
+        size_t lines = 0;
+        uint64_t end = now_ms() + 4 * DEADLINE_MS;
+        while (lines < 81 && now_ms() < end && f->closes == 0) {
+                client_drain(&c, 256 * 1024, &lines);
+                usleep(20 * 1000);
+                sd_event_run(f->event, 0);
+        }
+        assert_int_equal(f->closes, 0);
+        assert_int_equal(lines, 81);
+        client_close(&c);
+}
+
 static void test_socket_file_has_mode_and_refuses_to_clobber(void **state) {
         fixture *f = *state;
         struct stat st;
@@ -776,6 +999,9 @@ int main(void) {
                 T(test_two_lines_in_one_write_get_two_answers),
                 T(test_line_split_across_writes_is_one_request),
                 T(test_garbage_gets_parse_error_and_connection_survives),
+                T(test_invalid_utf8_gets_32700_naming_the_byte),
+                T(test_nul_in_a_string_is_refused),
+                T(test_duration_errors_give_ms_and_a_duration),
                 T(test_invalid_requests_get_32600),
                 T(test_unknown_method_gets_32601),
                 T(test_param_helpers_name_the_field),
@@ -789,10 +1015,14 @@ int main(void) {
                 T(test_half_closed_peer_still_gets_answers),
                 T(test_worker_runs_off_loop_and_finishes_on_loop),
                 T(test_peer_that_stops_reading_is_dropped),
+                T(test_congested_connection_reports_when_drained),
+                T(test_slow_reader_with_a_huge_queue_is_kept),
                 T(test_socket_file_has_mode_and_refuses_to_clobber),
                 T(test_peer_outside_socket_group_is_refused),
                 T(test_root_only_when_no_group),
 #undef T
+                cmocka_unit_test(test_text_for_log_defuses_control_characters),
+                cmocka_unit_test(test_utf8_repair_replaces_only_bad_bytes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

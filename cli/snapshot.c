@@ -1,0 +1,151 @@
+/* sandboxctl fork, snapshot and snapshots: thin wrappers over sandbox.fork,
+ * sandbox.snapshot and snapshot.list/delete (docs/API.md). */
+#include <getopt.h>
+#include <string.h>
+#include "cli/ctl.h"
+#include "libcore/macro.h"
+
+static const struct option common_opts[] = {
+        {"socket", required_argument, NULL, 1000}, {"json", no_argument, NULL, 1001},
+        {"help", no_argument, NULL, 'h'},          {"name", required_argument, NULL, 1002},
+        {}};
+
+/* Parses the common options plus --name (when name_out); returns -1 to go
+ * on, or an exit code (0 after --help). */
+static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, const char **name_out) {
+        int opt;
+        optind = 0;
+        while ((opt = getopt_long(argc, argv, "h", common_opts, NULL)) != -1) {
+                switch (opt) {
+                case 1000: g->socket = optarg; break;
+                case 1001: g->json = true; break;
+                case 'h': fputs(help, stdout); return 0;
+                case 1002:
+                        if (name_out) {
+                                *name_out = optarg;
+                                break;
+                        }
+                        /* fall through */
+                default: return ctl_usage(argv[0], "%s: unknown option", argv[0]);
+                }
+        }
+        return -1;
+}
+
+static int one_call(const ctl_globals *g, const char *context, const char *method, cJSON *params,
+                    cJSON **ret) {
+        _cleanup_(client_freep) client *c = NULL;
+        int r = ctl_connect(g, &c);
+        if (r != 0) {
+                cJSON_Delete(params);
+                return r;
+        }
+        client_error *err = NULL;
+        if (client_call(c, method, params, -1, NULL, NULL, ret, &err) < 0) {
+                r = ctl_report(g, context, err);
+                client_error_free(err);
+                return r;
+        }
+        return 0;
+}
+
+int ctl_fork(ctl_globals *g, int argc, char **argv) {
+        static const char help[] =
+                "Usage: sandboxctl fork [--json] SRC [--name N]\n\n"
+                "Creates a sandbox whose filesystem is SRC's current state and whose config is\n"
+                "SRC's. A running SRC is frozen for a consistent copy and thawed; its commands\n"
+                "keep running. A stopped (persistent) SRC is forked without copying. The two\n"
+                "never share writable state. Prints the new sandbox's name.\n";
+        const char *name = NULL;
+        int r = parse_opts(g, argc, argv, help, &name);
+        if (r >= 0)
+                return r;
+        if (optind + 1 != argc)
+                return ctl_usage("fork", "fork: %s", optind >= argc ? "missing SRC" : "too many arguments");
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "sourceSandbox", argv[optind]);
+        if (name)
+                cJSON_AddStringToObject(p, "name", name);
+        cJSON *res = NULL;
+        if ((r = one_call(g, "fork", "sandbox.fork", p, &res)) != 0)
+                return r;
+        if (g->json)
+                ctl_print_json(res);
+        else
+                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "name")) ?: "?");
+        cJSON_Delete(res);
+        return 0;
+}
+
+int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
+        static const char help[] =
+                "Usage: sandboxctl snapshot [--json] NAME\n\n"
+                "Takes a snapshot of sandbox NAME's filesystem and config; a running sandbox\n"
+                "keeps running. Prints the snapshot id, a source for `create --snapshot ID`.\n";
+        int r = parse_opts(g, argc, argv, help, NULL);
+        if (r >= 0)
+                return r;
+        if (optind + 1 != argc)
+                return ctl_usage("snapshot", "snapshot: %s", optind >= argc ? "missing NAME" : "too many arguments");
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", argv[optind]);
+        cJSON *res = NULL;
+        if ((r = one_call(g, "snapshot", "sandbox.snapshot", p, &res)) != 0)
+                return r;
+        if (g->json)
+                ctl_print_json(res);
+        else
+                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "id")) ?: "?");
+        cJSON_Delete(res);
+        return 0;
+}
+
+int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
+        static const char help[] =
+                "Usage: sandboxctl snapshots [--json]\n"
+                "       sandboxctl snapshots rm ID\n\n"
+                "Lists snapshots, or deletes one. Deleting a snapshot that sandboxes were\n"
+                "created from is safe: they keep their files.\n";
+        int r = parse_opts(g, argc, argv, help, NULL);
+        if (r >= 0)
+                return r;
+        if (optind < argc && streq(argv[optind], "rm")) {
+                if (optind + 2 != argc)
+                        return ctl_usage("snapshots", "snapshots rm: give one snapshot ID");
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "id", argv[optind + 1]);
+                cJSON *res = NULL;
+                if ((r = one_call(g, "snapshots rm", "snapshot.delete", p, &res)) != 0)
+                        return r;
+                cJSON_Delete(res);
+                return 0;
+        }
+        if (optind != argc)
+                return ctl_usage("snapshots", "snapshots: unexpected argument '%s'", argv[optind]);
+        cJSON *res = NULL;
+        if ((r = one_call(g, "snapshots", "snapshot.list", cJSON_CreateObject(), &res)) != 0)
+                return r;
+        cJSON *arr = cJSON_GetObjectItem(res, "snapshots");
+        if (g->json) {
+                ctl_print_json(res);
+                cJSON_Delete(res);
+                return 0;
+        }
+        static const char *const header[] = {"ID", "SANDBOX", "CREATED"};
+        size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
+        char ***rows = calloc(n + 1, sizeof(*rows));
+        cJSON *it;
+        cJSON_ArrayForEach(it, arr) {
+                rows[i] = calloc(3, sizeof(char *));
+                rows[i][0] = cJSON_GetStringValue(cJSON_GetObjectItem(it, "id"));
+                rows[i][1] = cJSON_GetStringValue(cJSON_GetObjectItem(it, "sandbox"));
+                rows[i][2] = cJSON_GetStringValue(cJSON_GetObjectItem(it, "createdAt"));
+                i++;
+        }
+        ctl_print_table(header, 3, rows, n);
+        for (i = 0; i < n; i++)
+                free(rows[i]);
+        free(rows);
+        cJSON_Delete(res);
+        return 0;
+}

@@ -1,0 +1,603 @@
+/* Generates and installs the per-session nftables objects of a network
+ * policy (see policy/nftgen.h for what each mode gets): address ranges from
+ * subnets.allow/deny and the forbidden-range table, merged into disjoint
+ * intervals; the session chain as a data table of rules; one libnftnl batch
+ * per change, sent through libcore's batch (one sendmsg, every ACK read,
+ * errors mapped to the message's label). */
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/set.h>
+#include <net/if.h>
+#include <stdlib.h>
+#include <string.h>
+#include "libcore/net.h"
+#include "policy/nftgen.h"
+
+#define NFT_TYPE_IPADDR 7 /* nftables src/datatype.h TYPE_IPADDR */
+#define NFT_TYPE_IFNAME 41
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_chain, nftnl_chain_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_rule, nftnl_rule_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set, nftnl_set_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
+
+/* ---- the session's objects as data ---- */
+
+enum set_id { SET_ALLOW, SET_DENY, SET_FORBID, SET_DNS, N_SETS };
+
+static const struct {
+        const char *suffix;
+        uint32_t flags;
+} session_sets[N_SETS] = {
+        [SET_ALLOW] = { "allow4", NFT_SET_INTERVAL },
+        [SET_DENY] = { "deny4", NFT_SET_INTERVAL },
+        [SET_FORBID] = { "forbid4", NFT_SET_INTERVAL },
+        [SET_DNS] = { "dns4", NFT_SET_TIMEOUT },
+};
+
+enum srule_kind { SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_ALL };
+
+typedef struct session_rule {
+        enum srule_kind kind;
+        enum set_id set;  /* SR_DADDR_SET */
+        uint8_t l4proto;  /* SR_DPORT */
+        uint16_t port;    /* SR_DPORT */
+        bool accept;      /* else goto deny */
+        const char *text; /* names the rule in errors, as nft prints it */
+} session_rule;
+
+/* Order is precedence (DESIGN §5.1 rules 4-5, §5.2): deny beats every
+ * allow; the forbidden ranges beat subnets.allow except where a CIDR names
+ * them (already cut out of forbid4); resolvers other than the DNS filter on
+ * the gateway (reached through the input chain, not here) are refused even
+ * at allowed addresses, or subnets.allow 0.0.0.0/0 would bypass the filter
+ * (53 plain DNS, 853 DNS over TLS / QUIC, RFC 7858 / RFC 9250). */
+static const session_rule session_rules[] = {
+        { SR_CT_EST, 0, 0, 0, true, "ct state established,related accept" },
+        { SR_DADDR_SET, SET_DENY, 0, 0, false, "ip daddr @deny4 goto deny" },
+        { SR_DADDR_SET, SET_FORBID, 0, 0, false, "ip daddr @forbid4 goto deny" },
+        { SR_DPORT, 0, IPPROTO_TCP, 53, false, "tcp dport 53 goto deny" },
+        { SR_DPORT, 0, IPPROTO_UDP, 53, false, "udp dport 53 goto deny" },
+        { SR_DPORT, 0, IPPROTO_TCP, 853, false, "tcp dport 853 goto deny" },
+        { SR_DPORT, 0, IPPROTO_UDP, 853, false, "udp dport 853 goto deny" },
+        { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" },
+        { SR_DADDR_SET, SET_DNS, 0, 0, true, "ip daddr @dns4 accept" },
+        { SR_ALL, 0, 0, 0, false, "goto deny" },
+};
+
+typedef struct names {
+        char ifname[IFNAMSIZ];
+        char chain[IFNAMSIZ + 2];
+        char set[N_SETS][IFNAMSIZ + 16];
+} names;
+
+/* Session interfaces are "sbx<n>": the host-wide rules that make the host,
+ * other sandboxes and link-local unreachable match exactly that prefix, so
+ * a policy is never attached to an interface they do not cover. */
+static int make_names(const char *ifname, names *n, sb_error **err) {
+        size_t len = ifname ? strlen(ifname) : 0;
+        if (len <= 3 || len >= IFNAMSIZ || strncmp(ifname, "sbx", 3) != 0 ||
+            strspn(ifname + 3, "0123456789") != len - 3)
+                return sb_error_set(err, -EINVAL, NULL, NULL, "nftables: '%s' is not a session interface (sbx<n>)",
+                                    ifname ? ifname : "");
+        memset(n, 0, sizeof(*n));
+        memcpy(n->ifname, ifname, len);
+        snprintf(n->chain, sizeof(n->chain), "s_%s", ifname);
+        for (int i = 0; i < N_SETS; i++)
+                snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
+        return 0;
+}
+
+/* ---- address ranges ---- */
+
+typedef struct range {
+        uint32_t lo, hi; /* host order, inclusive */
+} range;
+
+typedef struct ranges {
+        range *v;
+        size_t n, cap;
+} ranges;
+
+static void ranges_done(ranges *r) {
+        free(r->v);
+}
+
+static int ranges_add(ranges *r, uint32_t lo, uint32_t hi) {
+        if (r->n == r->cap) {
+                size_t cap = r->cap ? r->cap * 2 : 16;
+                range *v = reallocarray(r->v, cap, sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                r->v = v;
+                r->cap = cap;
+        }
+        r->v[r->n++] = (range) { lo, hi };
+        return 0;
+}
+
+static int cmp_range(const void *a, const void *b) {
+        const range *x = a, *y = b;
+        return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Sorts and merges overlapping and adjacent ranges into disjoint ones, as
+ * nft's automerge does: an interval set holds each address once, and two
+ * ranges that touch would otherwise share a boundary element (EEXIST). */
+static void ranges_merge(ranges *r) {
+        size_t out = 0;
+        if (r->n == 0)
+                return; /* v may be NULL */
+        qsort(r->v, r->n, sizeof(range), cmp_range);
+        for (size_t i = 0; i < r->n; i++) {
+                if (out > 0 && (r->v[out - 1].hi == UINT32_MAX || r->v[i].lo <= r->v[out - 1].hi + 1)) {
+                        if (r->v[i].hi > r->v[out - 1].hi)
+                                r->v[out - 1].hi = r->v[i].hi;
+                        continue;
+                }
+                r->v[out++] = r->v[i];
+        }
+        r->n = out;
+}
+
+static range cidr_range(const pol_cidr *c) {
+        uint32_t a, mask = c->prefix ? ~0u << (32 - c->prefix) : 0;
+        memcpy(&a, c->addr.bytes, 4);
+        a = ntohl(a) & mask;
+        return (range) { a, a | ~mask };
+}
+
+static int ranges_from_cidrs(ranges *r, const pol_cidr *c, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                if (c[i].addr.family != AF_INET)
+                        continue; /* IPv6: see nftgen.h */
+                range x = cidr_range(&c[i]);
+                if (ranges_add(r, x.lo, x.hi) < 0)
+                        return -ENOMEM;
+        }
+        ranges_merge(r);
+        return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+        return x < y ? -1 : x > y;
+}
+
+/* The IPv4 addresses the forbidden-range table keeps unreachable under p
+ * (rule 5 as pol_check_address applies it, subnets.deny aside since deny4
+ * comes first). The verdict is constant between consecutive boundaries of
+ * the table's rows and of the allow CIDRs, so one check per such piece,
+ * with match.c itself deciding, gives the exact set. */
+static int forbidden_ranges(const pol_policy *p, ranges *out) {
+        size_t n_rows, n = 0;
+        const pol_range *rows = pol_forbidden_ranges(&n_rows);
+        _cleanup_free_ uint64_t *b = calloc(2 * (n_rows + p->n_subnet_allow) + 1, sizeof(uint64_t));
+        pol_policy q = *p;
+        if (!b)
+                return -ENOMEM;
+        b[n++] = 0;
+        for (size_t i = 0; i < n_rows; i++) {
+                pol_cidr c;
+                char *why = NULL;
+                if (pol_cidr_parse(rows[i].cidr, &c, &why) < 0 || c.addr.family != AF_INET) {
+                        free(why);
+                        continue;
+                }
+                range x = cidr_range(&c);
+                b[n++] = x.lo, b[n++] = (uint64_t) x.hi + 1;
+        }
+        for (size_t i = 0; i < p->n_subnet_allow; i++)
+                if (p->subnet_allow[i].addr.family == AF_INET) {
+                        range x = cidr_range(&p->subnet_allow[i]);
+                        b[n++] = x.lo, b[n++] = (uint64_t) x.hi + 1;
+                }
+        qsort(b, n, sizeof(uint64_t), cmp_u64);
+        q.subnet_deny = NULL;
+        q.n_subnet_deny = 0;
+        for (size_t i = 0; i < n && b[i] <= UINT32_MAX; i++) {
+                if (i + 1 < n && b[i + 1] == b[i])
+                        continue; /* duplicate boundary: the last copy starts the piece */
+                uint64_t end = i + 1 < n ? b[i + 1] - 1 : UINT32_MAX;
+                pol_addr a = { .family = AF_INET };
+                uint32_t be = htonl((uint32_t) b[i]);
+                pol_verdict v;
+                memcpy(a.bytes, &be, 4);
+                if (!pol_check_address(&q, &a, NULL, 0, &v) && v.layer == POL_LAYER_FORBIDDEN &&
+                    ranges_add(out, (uint32_t) b[i], (uint32_t) end) < 0)
+                        return -ENOMEM;
+        }
+        ranges_merge(out);
+        return 0;
+}
+
+/* "10.0.0.0/8" when the range is one CIDR, else "10.0.0.0-10.0.1.255". */
+static void range_text(range x, char *buf, size_t size) {
+        char lo[INET_ADDRSTRLEN], hi[INET_ADDRSTRLEN];
+        struct in_addr a = { htonl(x.lo) }, b = { htonl(x.hi) };
+        uint32_t span = x.hi - x.lo;
+        inet_ntop(AF_INET, &a, lo, sizeof(lo));
+        inet_ntop(AF_INET, &b, hi, sizeof(hi));
+        if ((span & (span + 1)) == 0 && (x.lo & span) == 0)
+                snprintf(buf, size, "%s/%d", lo, span == UINT32_MAX ? 0 : 32 - __builtin_popcount(span));
+        else
+                snprintf(buf, size, "%s-%s", lo, hi);
+}
+
+/* ---- expressions (each returns 0 or -ENOMEM) ---- */
+
+static int add_expr(struct nftnl_rule *r, struct nftnl_expr *e) {
+        if (!e)
+                return -ENOMEM;
+        nftnl_rule_add_expr(r, e);
+        return 0;
+}
+
+static int add_load(struct nftnl_rule *r, const char *name, uint32_t key_attr, uint32_t key, uint32_t dreg_attr) {
+        struct nftnl_expr *e = nftnl_expr_alloc(name);
+        if (e) {
+                nftnl_expr_set_u32(e, key_attr, key);
+                nftnl_expr_set_u32(e, dreg_attr, NFT_REG_1);
+        }
+        return add_expr(r, e);
+}
+
+static int add_cmp(struct nftnl_rule *r, const void *data, uint32_t len) {
+        struct nftnl_expr *e = nftnl_expr_alloc("cmp");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_EQ);
+                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
+        }
+        return add_expr(r, e);
+}
+
+static int add_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len) {
+        struct nftnl_expr *e = nftnl_expr_alloc("payload");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+        }
+        return add_expr(r, e);
+}
+
+static int add_ct_est_rel(struct nftnl_rule *r) {
+        uint32_t mask = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED), zero = 0;
+        struct nftnl_expr *e;
+        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_STATE, NFTNL_EXPR_CT_DREG);
+        if (k < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("bitwise"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(mask));
+                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
+                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
+        }
+        if ((k = add_expr(r, e)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("cmp"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
+                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
+        }
+        return add_expr(r, e);
+}
+
+/* meta nfproto ipv4 ip daddr @set: the nfproto check is the dependency nft
+ * adds itself so the payload offset means an IPv4 header. */
+static int add_daddr_lookup(struct nftnl_rule *r, const char *set) {
+        uint8_t v4 = NFPROTO_IPV4;
+        struct nftnl_expr *e;
+        int k;
+        if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+            (k = add_cmp(r, &v4, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("lookup"))) {
+                nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
+        }
+        return add_expr(r, e);
+}
+
+static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
+        uint16_t be = htons(port);
+        int k;
+        if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_L4PROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+            (k = add_cmp(r, &proto, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)) < 0)
+                return k;
+        return add_cmp(r, &be, 2);
+}
+
+static int add_verdict(struct nftnl_rule *r, bool accept) {
+        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, accept ? NF_ACCEPT : NFT_GOTO);
+                if (!accept)
+                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
+        }
+        return add_expr(r, e);
+}
+
+static int build_rule(const session_rule *sr, const names *n, struct nftnl_rule **ret) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
+        int k = 0;
+        if (!r)
+                return -ENOMEM;
+        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
+            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, n->chain) < 0)
+                return -ENOMEM;
+        switch (sr->kind) {
+        case SR_CT_EST: k = add_ct_est_rel(r); break;
+        case SR_DADDR_SET: k = add_daddr_lookup(r, n->set[sr->set]); break;
+        case SR_DPORT: k = add_dport(r, sr->l4proto, sr->port); break;
+        case SR_ALL: break;
+        }
+        if (k < 0 || (k = add_verdict(r, sr->accept)) < 0)
+                return k;
+        *ret = TAKE_PTR(r);
+        return 0;
+}
+
+/* ---- messages ---- */
+
+static int msg_chain(core_nft_batch *bt, uint16_t type, uint16_t flags, const char *chain) {
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "chain %s", chain);
+        if (!c || !buf)
+                return -ENOMEM;
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, CORE_NFT_TABLE) < 0 ||
+            nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, chain) < 0)
+                return -ENOMEM;
+        nftnl_chain_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq), c);
+        return core_nft_batch_commit(bt);
+}
+
+static struct nftnl_set *new_set(const char *name) {
+        struct nftnl_set *s = nftnl_set_alloc();
+        if (!s)
+                return NULL;
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+        if (nftnl_set_set_str(s, NFTNL_SET_TABLE, CORE_NFT_TABLE) < 0 || nftnl_set_set_str(s, NFTNL_SET_NAME, name) < 0) {
+                nftnl_set_free(s);
+                return NULL;
+        }
+        return s;
+}
+
+static int msg_set(core_nft_batch *bt, uint16_t type, uint16_t flags, const names *n, enum set_id id) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(n->set[id]);
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s", n->set[id]);
+        if (!s || !buf)
+                return -ENOMEM;
+        if (type == NFT_MSG_NEWSET) {
+                nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
+                nftnl_set_set_u32(s, NFTNL_SET_FLAGS, session_sets[id].flags);
+                nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_IPADDR);
+                nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, 4);
+        }
+        nftnl_set_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq), s);
+        return core_nft_batch_commit(bt);
+}
+
+/* Adds a built set with its elements as one NEWSETELEM message. */
+static int msg_elems(core_nft_batch *bt, uint16_t type, struct nftnl_set *s, uint32_t seq, void *buf) {
+        nftnl_set_elems_nlmsg_build_payload(
+                nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, (type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0) | NLM_F_ACK, seq), s);
+        return core_nft_batch_commit(bt);
+}
+
+static int add_key_elem(struct nftnl_set *s, const void *key, size_t len, uint32_t flags, uint64_t timeout_ms) {
+        struct nftnl_set_elem *e = nftnl_set_elem_alloc();
+        if (!e)
+                return -ENOMEM;
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, len);
+        if (flags)
+                nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, flags);
+        if (timeout_ms)
+                nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, timeout_ms);
+        nftnl_set_elem_add(s, e);
+        return 0;
+}
+
+/* One interval: its start element and, unless it runs to 255.255.255.255,
+ * the end element one past it (NFT_SET_ELEM_INTERVAL_END), nft's own
+ * encoding. One message per interval so an error names it. */
+static int msg_range(core_nft_batch *bt, const char *set, range x) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(set);
+        char text[40];
+        uint32_t seq, lo = htonl(x.lo), end = htonl(x.hi + 1);
+        range_text(x, text, sizeof(text));
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", set, text);
+        if (!s || !buf || add_key_elem(s, &lo, 4, 0, 0) < 0 ||
+            (x.hi != UINT32_MAX && add_key_elem(s, &end, 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+                return -ENOMEM;
+        return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
+}
+
+/* The session's element of the `sessions` map: add with a goto verdict, or
+ * delete (chain NULL). */
+static int msg_map_elem(core_nft_batch *bt, const names *n, const char *chain) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(CORE_NFT_SESSIONS_MAP);
+        struct nftnl_set_elem *e = nftnl_set_elem_alloc();
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "map %s element %s", CORE_NFT_SESSIONS_MAP, n->ifname);
+        if (!s || !e || !buf) {
+                nftnl_set_elem_free(e);
+                return -ENOMEM;
+        }
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, n->ifname, IFNAMSIZ);
+        if (chain) {
+                nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, NFT_GOTO);
+                nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, chain);
+        }
+        nftnl_set_elem_add(s, e);
+        return msg_elems(bt, chain ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
+}
+
+static int msg_rule(core_nft_batch *bt, const session_rule *sr, const names *n) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
+        uint32_t seq;
+        int k = build_rule(sr, n, &r);
+        if (k < 0)
+                return k;
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s'", n->chain, sr->text);
+        if (!buf)
+                return -ENOMEM;
+        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
+                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
+        return core_nft_batch_commit(bt);
+}
+
+/* 1 when `sessions` holds an element for the interface, 0 when not. A
+ * delete of a missing element would fail the whole batch, and its verdict
+ * may differ from any we would add first (goto deny vs goto s_<if>), so it
+ * is looked up; only the daemon changes session elements, one change at a
+ * time. */
+static int map_elem_exists(const names *n, sb_error **err) {
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(CORE_NFT_SESSIONS_MAP);
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        int r;
+        if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
+                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: open netlink socket: %m");
+        if (!s || add_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
+                return -ENOMEM;
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, 1);
+        nftnl_set_elems_nlmsg_build_payload(nlh, s);
+        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+        do {
+                ssize_t len = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+                if (len < 0)
+                        return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+                r = mnl_cb_run(buf, (size_t) len, 1, mnl_socket_get_portid(nl), NULL, NULL);
+        } while (r > MNL_CB_STOP);
+        if (r < 0 && errno == ENOENT)
+                return 0;
+        if (r < 0)
+                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: map %s element %s: %m",
+                                    CORE_NFT_SESSIONS_MAP, n->ifname);
+        return 1;
+}
+
+/* ---- changes ---- */
+
+/* Deletes whatever the session has: the map element (if any) first, since
+ * it references the chain; then the chain with its rules, which reference
+ * the sets; then the sets. Chain and sets are added without EXCL right
+ * before their delete, so a missing one is not an error and the batch
+ * needs no knowledge of what an earlier change left. */
+static int purge(core_nft_batch *bt, const names *n, bool has_elem) {
+        int k;
+        if (has_elem && (k = msg_map_elem(bt, n, NULL)) < 0)
+                return k;
+        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain)) < 0)
+                return k;
+        for (int i = 0; i < N_SETS; i++)
+                if ((k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE, n, i)) < 0 ||
+                    (k = msg_set(bt, NFT_MSG_DELSET, 0, n, i)) < 0)
+                        return k;
+        return 0;
+}
+
+static int add_ranges(core_nft_batch *bt, const char *set, const ranges *r) {
+        for (size_t i = 0; i < r->n; i++) {
+                int k = msg_range(bt, set, r->v[i]);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
+/* Chain, sets with their ranges, rules, then the map element that makes
+ * the chain live: within the batch nothing is visible before the commit. */
+static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p) {
+        ranges allow = {}, deny = {}, forbid = {};
+        int k;
+        if ((k = ranges_from_cidrs(&allow, p->subnet_allow, p->n_subnet_allow)) < 0 ||
+            (k = ranges_from_cidrs(&deny, p->subnet_deny, p->n_subnet_deny)) < 0 ||
+            (k = forbidden_ranges(p, &forbid)) < 0)
+                goto out;
+        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0)
+                goto out;
+        for (int i = 0; i < N_SETS; i++)
+                if ((k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i)) < 0)
+                        goto out;
+        if ((k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 || (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 ||
+            (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0)
+                goto out;
+        for (size_t i = 0; i < ELEMENTSOF(session_rules); i++)
+                if ((k = msg_rule(bt, &session_rules[i], n)) < 0)
+                        goto out;
+        k = msg_map_elem(bt, n, n->chain);
+out:
+        ranges_done(&allow);
+        ranges_done(&deny);
+        ranges_done(&forbid);
+        return k;
+}
+
+static int change(const char *ifname, const pol_policy *p, bool remove, sb_error **ret_err) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        names n;
+        int k, has_elem;
+        if ((k = make_names(ifname, &n, ret_err)) < 0)
+                return k;
+        if ((has_elem = map_elem_exists(&n, ret_err)) < 0)
+                return has_elem;
+        if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, &n, has_elem)) < 0)
+                goto fail;
+        if (!remove && p->mode == POL_MODE_DENY_ALL && (k = msg_map_elem(bt, &n, CORE_NFT_DENY_CHAIN)) < 0)
+                goto fail;
+        if (!remove && p->mode == POL_MODE_CUSTOM && (k = add_custom(bt, &n, p)) < 0)
+                goto fail;
+        return core_nft_batch_send(bt, ret_err);
+fail:
+        return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname, strerror(-k));
+}
+
+int pol_nft_session_apply(const char *ifname, const pol_policy *p, sb_error **ret_err) {
+        if (!p)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "nftables: no policy for %s", ifname);
+        return change(ifname, p, false, ret_err);
+}
+
+int pol_nft_session_remove(const char *ifname, sb_error **ret_err) {
+        return change(ifname, NULL, true, ret_err);
+}
+
+int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_error **ret_err) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = NULL;
+        char text[INET_ADDRSTRLEN];
+        uint32_t seq;
+        names n;
+        int k;
+        if ((k = make_names(ifname, &n, ret_err)) < 0)
+                return k;
+        inet_ntop(AF_INET, &addr, text, sizeof(text));
+        uint64_t ms = (uint64_t) (ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
+        if ((k = core_nft_batch_new(&bt)) < 0 || !(s = new_set(n.set[SET_DNS])) ||
+            add_key_elem(s, &addr.s_addr, 4, 0, ms) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n.set[SET_DNS], text);
+        if (!buf || (k = msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf)) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
+        return core_nft_batch_send(bt, ret_err);
+}

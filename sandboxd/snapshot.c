@@ -1,0 +1,512 @@
+/* Layers, snapshots and forks.
+ *
+ * A sandbox's filesystem is its own upper directory over a stack of
+ * immutable layers (layers/<id>/, former upper directories) over the
+ * runtime. Capturing a sandbox turns its current upper into a new layer:
+ *   - stopped: the upper directory is renamed into layers/ and the sandbox
+ *     continues on a fresh empty upper — O(1) in the size of its files;
+ *   - running: the session is frozen (cgroup freezer) so the copy is
+ *     consistent, the upper is copied (libarchive, xattrs and whiteouts
+ *     kept), and the session thawed — its commands keep running.
+ * A fork is a new sandbox on [captured layer, source's layers...]; a
+ * snapshot is a record of that chain plus the source's config. Nobody ever
+ * writes to a layer, so forks and snapshots never share writable state.
+ * A layer is removed when no sandbox and no snapshot refers to it. */
+#include <string.h>
+#include <sys/stat.h>
+#include "libcore/copy.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+#include "sandboxd/worker.h"
+
+/* overlayfs takes at most 500 lower layers, and the whole lowerdir string
+ * must fit in a page; beyond this a capture is refused. */
+#define MAX_LAYERS 64
+
+char *sandbox_lowerdir(const sandbox *sb) {
+        manager *m = sb->m;
+        size_t n = strlen(m->host_runtime) + 1;
+        cJSON *it;
+        cJSON_ArrayForEach(it, sb->layers)
+                n += strlen(m->layers_dir) + strlen(it->valuestring) + 2;
+        char *s = malloc(n), *p = s;
+        if (!s)
+                return NULL;
+        cJSON_ArrayForEach(it, sb->layers)
+                p += sprintf(p, "%s/%s:", m->layers_dir, it->valuestring);
+        strcpy(p, m->host_runtime);
+        return s;
+}
+
+snapshot *manager_find_snapshot(manager *m, const char *id) {
+        for (snapshot *s = m->snapshots; s; s = s->next)
+                if (streq(s->id, id))
+                        return s;
+        return NULL;
+}
+
+static void snapshot_free(snapshot *s) {
+        if (!s)
+                return;
+        free(s->sandbox);
+        cJSON_Delete(s->layers);
+        cJSON_Delete(s->config);
+        free(s);
+}
+
+void snapshots_free(manager *m) {
+        while (m->snapshots) {
+                snapshot *s = m->snapshots;
+                m->snapshots = s->next;
+                snapshot_free(s);
+        }
+}
+
+static bool chain_has(const cJSON *chain, const char *id) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, chain)
+                if (cJSON_IsString(it) && streq(it->valuestring, id))
+                        return true;
+        return false;
+}
+
+static bool layer_in_use(manager *m, const char *id) {
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                if (chain_has(sb->layers, id))
+                        return true;
+        for (snapshot *s = m->snapshots; s; s = s->next)
+                if (chain_has(s->layers, id))
+                        return true;
+        return false;
+}
+
+typedef struct rm_job {
+        char **paths;
+        size_t n;
+        void (*done)(void *userdata);
+        void *userdata;
+} rm_job;
+
+static void rm_work(void *userdata) {
+        rm_job *j = userdata;
+        for (size_t i = 0; i < j->n; i++) {
+                int r = core_rm_rf(j->paths[i]);
+                if (r < 0)
+                        log_warning_errno(r, "remove layer %s: %m", j->paths[i]);
+        }
+}
+
+static void rm_done(void *userdata) {
+        rm_job *j = userdata;
+        for (size_t i = 0; i < j->n; i++)
+                free(j->paths[i]);
+        free(j->paths);
+        if (j->done)
+                j->done(j->userdata);
+        free(j);
+}
+
+void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), void *userdata) {
+        rm_job *j = calloc(1, sizeof(*j));
+        if (!j) {
+                if (done)
+                        done(userdata);
+                return;
+        }
+        j->done = done;
+        j->userdata = userdata;
+        j->paths = calloc((size_t)cJSON_GetArraySize(layers) + 1, sizeof(char *));
+        cJSON *it;
+        cJSON_ArrayForEach(it, layers)
+                if (cJSON_IsString(it) && !layer_in_use(m, it->valuestring) &&
+                    asprintf(&j->paths[j->n], "%s/%s", m->layers_dir, it->valuestring) >= 0)
+                        j->n++;
+        if (!j->n || worker_submit(rm_work, rm_done, j) < 0) {
+                rm_work(j);
+                rm_done(j);
+        }
+}
+
+/* ---- capture ------------------------------------------------------------- */
+
+typedef void (*capture_cb)(manager *m, rpc_request *req, sandbox *sb, cJSON *chain, sb_error *err);
+
+typedef struct capture_job {
+        manager *m;
+        sandbox *sb;
+        rpc_request *req;
+        capture_cb cb;
+        char id[33];
+        char *upper, *dest;
+        core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
+        sb_error *err;
+} capture_job;
+
+static cJSON *chain_with(const char *id, const cJSON *below) {
+        cJSON *c = cJSON_CreateArray();
+        cJSON_AddItemToArray(c, cJSON_CreateString(id));
+        const cJSON *it;
+        cJSON_ArrayForEach(it, below)
+                cJSON_AddItemToArray(c, cJSON_Duplicate(it, 1));
+        return c;
+}
+
+/* Worker: freeze, copy the upper into a new layer, thaw. Thawing is tried
+ * whatever happened, so a failed copy never leaves the sandbox frozen. */
+static void capture_work(void *userdata) {
+        capture_job *j = userdata;
+        _cleanup_free_ char *tmp = NULL;
+        if (asprintf(&tmp, "%s.tmp", j->dest) < 0) {
+                sb_error_set(&j->err, -ENOMEM, NULL, NULL, "out of memory");
+                return;
+        }
+        int r = core_cgroup_freeze(j->cg, true);
+        if (r < 0 && r != -ENOTSUP) {
+                sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));
+                core_cgroup_freeze(j->cg, false);
+                return;
+        }
+        r = core_tree_copy(j->upper, tmp, &j->err);
+        int t = core_cgroup_freeze(j->cg, false);
+        if (t < 0 && t != -ENOTSUP)
+                log_warning_errno(t, "sandbox '%s': thaw after copy: %m", j->sb->name);
+        if (r >= 0 && rename(tmp, j->dest) < 0)
+                r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "rename %s: %m", tmp);
+        if (r < 0)
+                core_rm_rf(tmp);
+}
+
+static void capture_done(void *userdata) {
+        capture_job *j = userdata;
+        sandbox *sb = j->sb;
+        manager *m = j->m;
+        sb->capturing--;
+        cJSON *chain = j->err ? NULL : chain_with(j->id, sb->layers);
+        j->cb(m, j->req, sb, chain, j->err);
+        cJSON_Delete(chain);
+        if (!sb->capturing && sb->deferred_teardown) {
+                sb->deferred_teardown = false;
+                start_teardown(sb, sb->deferred_teardown_session, sb->deferred_remove);
+        }
+        free(j->upper);
+        free(j->dest);
+        sb_error_free(j->err);
+        free(j);
+}
+
+/* A stopped sandbox: its upper becomes the layer, in place. */
+static int capture_stopped(sandbox *sb, const char *id, const char *dest, sb_error **ret_err) {
+        _cleanup_free_ char *upper = NULL;
+        if (asprintf(&upper, "%s/upper", sb->dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if (rename(upper, dest) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "move %s to a layer: %m", upper);
+        if (mkdir(upper, 0755) < 0) {
+                int r = negative_errno();
+                (void)rename(dest, upper);
+                return sb_error_set(ret_err, r, NULL, NULL, "mkdir %s: %s", upper, strerror(-r));
+        }
+        cJSON *chain = chain_with(id, sb->layers);
+        cJSON_Delete(sb->layers);
+        sb->layers = chain;
+        return sandbox_save_config(sb, NULL, ret_err);
+}
+
+/* Captures sb's filesystem and calls cb with the chain of layers that now
+ * holds it (or an error). cb runs later when the sandbox is running. */
+static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
+        _cleanup_error_ sb_error *err = NULL;
+        if (sb->starting || sb->deleting || (sb->sess && sb->sess->stopping)) {
+                sb_error_set(&err, -EBUSY, "unavailable", NULL, "sandbox '%s' is %s; try again in a moment",
+                             sb->name, sb->deleting ? "being deleted" : "starting or stopping");
+                cb(m, req, sb, NULL, err);
+                return;
+        }
+        if (cJSON_GetArraySize(sb->layers) >= MAX_LAYERS) {
+                sb_error_set(&err, -E2BIG, "limit_exceeded", NULL,
+                             "sandbox '%s' already stands on %d layers", sb->name, MAX_LAYERS);
+                cb(m, req, sb, NULL, err);
+                return;
+        }
+        char id[33];
+        core_random_hex(id, 32);
+        _cleanup_free_ char *dest = NULL;
+        if (asprintf(&dest, "%s/%s", m->layers_dir, id) < 0)
+                return;
+        if (!sb->sess) {
+                if (capture_stopped(sb, id, dest, &err) < 0) {
+                        cb(m, req, sb, NULL, err);
+                        return;
+                }
+                cb(m, req, sb, sb->layers, NULL);
+                return;
+        }
+        capture_job *j = calloc(1, sizeof(*j));
+        j->m = m;
+        j->sb = sb;
+        j->req = req;
+        j->cb = cb;
+        memcpy(j->id, id, sizeof(id));
+        j->dest = TAKE_PTR(dest);
+        j->cg = sb->sess->cg;
+        if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
+                sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
+                cb(m, req, sb, NULL, err);
+                free(j->upper);
+                free(j->dest);
+                free(j);
+                return;
+        }
+        sb->capturing++;
+}
+
+/* ---- sandbox.fork ------------------------------------------------------------ */
+
+/* The fork's create parameters: the source's config, then the overrides,
+ * then the new name. */
+static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char *name) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "runtime", src->runtime);
+        cJSON_AddNumberToObject(p, "timeout", (double)src->timeout_ms);
+        cJSON *res = cJSON_AddObjectToObject(p, "resources");
+        cJSON_AddNumberToObject(res, "vcpus", src->vcpus);
+        cJSON_AddItemToObject(p, "env", cJSON_Duplicate(src->env, 1));
+        cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(src->tags, 1));
+        cJSON_AddStringToObject(p, "networkPolicy", src->policy);
+        cJSON_AddBoolToObject(p, "persistent", src->persistent);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, overrides) {
+                cJSON_DeleteItemFromObject(p, it->string);
+                cJSON_AddItemToObject(p, it->string, cJSON_Duplicate(it, 1));
+        }
+        if (name)
+                cJSON_AddStringToObject(p, "name", name);
+        return p;
+}
+
+static void fork_captured(manager *m, rpc_request *req, sandbox *src, cJSON *chain, sb_error *err) {
+        if (err) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name"));
+        cJSON *overrides = cJSON_GetObjectItem(req->params, "overrides");
+        cJSON *p = fork_params(src, overrides, name);
+        cJSON_Delete(req->params);
+        req->params = p;
+        log_info("sandbox '%s': forked (%d layers)", src->name, cJSON_GetArraySize(chain));
+        create_sandbox(req, m, reply_sandbox, chain);
+}
+
+static void method_fork(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        const char *src_name = NULL, *name = NULL;
+        cJSON *overrides = NULL;
+        if (rpc_param_string(req, "sourceSandbox", true, &src_name, &err) < 0 ||
+            rpc_param_string(req, "name", false, &name, &err) < 0 ||
+            rpc_param_object(req, "overrides", false, &overrides, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        static const char *const forbidden[] = {"source", "name"};
+        for (size_t i = 0; i < ELEMENTSOF(forbidden); i++)
+                if (cJSON_GetObjectItem(overrides, forbidden[i])) {
+                        rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "overrides",
+                                        "overrides.%s: a fork's %s comes from its source; use the top-level name",
+                                        forbidden[i], forbidden[i]);
+                        return;
+                }
+        sandbox *src = manager_find_sandbox(m, src_name);
+        if (!src || (src->starting && cJSON_GetArraySize(src->sessions) == 0)) {
+                reply_not_found(req, "sandbox", src_name);
+                return;
+        }
+        if (name && manager_find_sandbox(m, name)) {
+                rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
+                                "sandbox '%s' already exists; pick another name", name);
+                return;
+        }
+        capture(m, req, src, fork_captured);
+}
+
+/* ---- snapshots ---------------------------------------------------------------- */
+
+static cJSON *snapshot_json(const snapshot *s) {
+        char buf[40];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", s->id);
+        cJSON_AddStringToObject(o, "sandbox", s->sandbox);
+        cJSON_AddStringToObject(o, "createdAt", core_format_time(s->created_ms, buf, sizeof(buf)));
+        cJSON_AddNumberToObject(o, "layers", cJSON_GetArraySize(s->layers));
+        cJSON_AddItemToObject(o, "config", cJSON_Duplicate(s->config, 1));
+        return o;
+}
+
+static int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err) {
+        cJSON *o = snapshot_json(s);
+        cJSON_ReplaceItemInObject(o, "layers", cJSON_Duplicate(s->layers, 1));
+        _cleanup_free_ char *text = cJSON_Print(o), *path = NULL;
+        cJSON_Delete(o);
+        if (!text || asprintf(&path, "%s/%s.json", m->snapshots_dir, s->id) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_write_file_atomic(path, text, strlen(text), 0600);
+        return r < 0 ? sb_error_set(ret_err, r, NULL, NULL, "write %s: %s", path, strerror(-r)) : 0;
+}
+
+static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *chain, sb_error *err) {
+        if (err) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        _cleanup_error_ sb_error *e = NULL;
+        snapshot *s = calloc(1, sizeof(*s));
+        memcpy(s->id, "snap-", 5);
+        core_random_hex(s->id + 5, 32);
+        s->sandbox = strdup(sb->name);
+        s->layers = cJSON_Duplicate(chain, 1);
+        s->config = sandbox_config_json(sb);
+        static const char *const drop[] = {"name", "id", "createdAt", "sessions", "layers", "source"};
+        for (size_t i = 0; i < ELEMENTSOF(drop); i++)
+                cJSON_DeleteItemFromObject(s->config, drop[i]);
+        s->created_ms = core_now_ms();
+        if (snapshot_save(m, s, &e) < 0) {
+                rpc_reply_sb_error(req, e);
+                snapshot_free(s);
+                layers_collect(m, chain, NULL, NULL);
+                return;
+        }
+        s->next = m->snapshots;
+        m->snapshots = s;
+        log_info("sandbox '%s': snapshot %s", sb->name, s->id);
+        rpc_reply(req, snapshot_json(s));
+}
+
+static void method_snapshot(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        const char *name = NULL;
+        if (rpc_param_string(req, "name", true, &name, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        sandbox *sb = manager_find_sandbox(m, name);
+        if (!sb || (sb->starting && cJSON_GetArraySize(sb->sessions) == 0)) {
+                reply_not_found(req, "sandbox", name);
+                return;
+        }
+        capture(m, req, sb, snapshot_captured);
+}
+
+static void reply_empty(void *req) {
+        rpc_reply(req, NULL);
+}
+
+static snapshot *lookup_snapshot(rpc_request *req, manager *m) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *id = NULL;
+        if (rpc_param_string(req, "id", true, &id, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return NULL;
+        }
+        snapshot *s = manager_find_snapshot(m, id);
+        if (!s)
+                reply_not_found(req, "snapshot", id);
+        return s;
+}
+
+static void method_snapshot_get(rpc_request *req, void *userdata) {
+        snapshot *s = lookup_snapshot(req, userdata);
+        if (s)
+                rpc_reply(req, snapshot_json(s));
+}
+
+static void method_snapshot_list(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        const char *of = NULL;
+        if (rpc_param_string(req, "sandbox", false, &of, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON *arr = cJSON_AddArrayToObject(o, "snapshots");
+        for (snapshot *s = m->snapshots; s; s = s->next)
+                if (!of || streq(of, s->sandbox))
+                        cJSON_AddItemToArray(arr, snapshot_json(s));
+        rpc_reply(req, o);
+}
+
+/* Safe while sandboxes stand on it: they hold their own references to its
+ * layers, which stay until the last user is gone. */
+static void method_snapshot_delete(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        snapshot *s = lookup_snapshot(req, m);
+        if (!s)
+                return;
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/%s.json", m->snapshots_dir, s->id) >= 0 && unlink(path) < 0 && errno != ENOENT) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "remove %s: %m", path);
+                return;
+        }
+        for (snapshot **pp = &m->snapshots; *pp; pp = &(*pp)->next)
+                if (*pp == s) {
+                        *pp = s->next;
+                        break;
+                }
+        /* Answered once the layers only it used are gone from disk. */
+        layers_collect(m, s->layers, reply_empty, req);
+        snapshot_free(s);
+}
+
+void snapshots_load(manager *m) {
+        _cleanup_closedir_ DIR *d = opendir(m->snapshots_dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                size_t n = strlen(de->d_name);
+                if (n < 6 || strcmp(de->d_name + n - 5, ".json") != 0 || strncmp(de->d_name, "snap-", 5) != 0)
+                        continue;
+                _cleanup_free_ char *path = NULL, *text = NULL;
+                if (asprintf(&path, "%s/%s", m->snapshots_dir, de->d_name) < 0 ||
+                    core_read_file(path, 1 << 20, &text, NULL) < 0)
+                        continue;
+                cJSON *o = cJSON_Parse(text);
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(o, "id"));
+                cJSON *layers = cJSON_GetObjectItem(o, "layers");
+                if (!id || strlen(id) >= sizeof(((snapshot *)0)->id) || !cJSON_IsArray(layers)) {
+                        log_warning("snapshot record %s is not valid; left as it is", path);
+                        cJSON_Delete(o);
+                        continue;
+                }
+                snapshot *s = calloc(1, sizeof(*s));
+                snprintf(s->id, sizeof(s->id), "%s", id);
+                s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandbox")) ?: "");
+                s->layers = cJSON_Duplicate(layers, 1);
+                cJSON *conf = cJSON_GetObjectItem(o, "config");
+                s->config = cJSON_IsObject(conf) ? cJSON_Duplicate(conf, 1) : cJSON_CreateObject();
+                s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(o, "createdAt")));
+                s->next = m->snapshots;
+                m->snapshots = s;
+                cJSON_Delete(o);
+        }
+        /* Layers nothing refers to: leftovers of a crash during a capture. */
+        _cleanup_closedir_ DIR *l = opendir(m->layers_dir);
+        while (l && (de = readdir(l))) {
+                if (de->d_name[0] == '.' || layer_in_use(m, de->d_name))
+                        continue;
+                _cleanup_free_ char *path = NULL;
+                if (asprintf(&path, "%s/%s", m->layers_dir, de->d_name) >= 0) {
+                        log_info("removing unused layer %s", de->d_name);
+                        core_rm_rf(path);
+                }
+        }
+}
+
+void register_snapshot_methods(manager *m, rpc_server *s) {
+        rpc_server_add_method(s, "sandbox.fork", method_fork, m);
+        rpc_server_add_method(s, "sandbox.snapshot", method_snapshot, m);
+        rpc_server_add_method(s, "snapshot.list", method_snapshot_list, m);
+        rpc_server_add_method(s, "snapshot.get", method_snapshot_get, m);
+        rpc_server_add_method(s, "snapshot.delete", method_snapshot_delete, m);
+}

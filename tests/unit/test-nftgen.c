@@ -1,0 +1,412 @@
+/* Unit tests for policy/nftgen.c: the per-session nftables objects. Every
+ * test runs in a private network namespace it creates (unshare of the test
+ * thread, undone in teardown) with the host table installed; the objects
+ * are checked with the `nft` binary and the verdicts with real TCP connects
+ * from a "sandbox" namespace through its veth and the host namespace to a
+ * "listener" namespace. Nothing leaves this machine. Needs root. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+#include "libcore/net.h"
+#include "libcore/util.h"
+#include "policy/nftgen.h"
+
+#define SLOT 3
+#define IF "sbx3"
+
+static int orig_netns = -1;
+static pid_t kids[2] = { -1, -1 };
+static int to_kid[2] = { -1, -1 }, from_kid[2] = { -1, -1 };
+
+static core_net_pool test_pool(void) {
+        core_net_pool p = { .prefix = 16 };
+        inet_pton(AF_INET, "10.201.0.0", &p.base);
+        return p;
+}
+
+static int setup(void **state) {
+        core_net_pool p = test_pool();
+        orig_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (orig_netns < 0 || unshare(CLONE_NEWNET) < 0)
+                return -1;
+        return core_net_host_setup(&p, NULL) < 0 ? -1 : 0;
+}
+
+/* Kills the helper children and returns to the original namespace; the
+ * private ones, with their table and links, go away with their last
+ * reference. */
+static int teardown(void **state) {
+        for (int i = 0; i < 2; i++) {
+                if (kids[i] > 0) {
+                        kill(kids[i], SIGKILL);
+                        waitpid(kids[i], NULL, 0);
+                }
+                if (to_kid[i] >= 0)
+                        close(to_kid[i]);
+                if (from_kid[i] >= 0)
+                        close(from_kid[i]);
+                kids[i] = to_kid[i] = from_kid[i] = -1;
+        }
+        (void) core_veth_delete(SLOT, NULL);
+        (void) core_net_host_teardown(NULL);
+        int r = setns(orig_netns, CLONE_NEWNET);
+        close(orig_netns);
+        orig_netns = -1;
+        return r;
+}
+
+static pol_policy *policy(const char *json) {
+        cJSON *j = cJSON_Parse(json);
+        pol_policy *p = NULL;
+        sb_error *err = NULL;
+        assert_non_null(j);
+        if (pol_policy_parse(j, &p, &err) < 0)
+                fail_msg("policy: %s", err->message);
+        cJSON_Delete(j);
+        return p;
+}
+
+static void apply(const char *json) {
+        pol_policy *p = policy(json);
+        sb_error *err = NULL;
+        if (pol_nft_session_apply(IF, p, &err) < 0)
+                fail_msg("apply: %s", err->message);
+        pol_policy_free(p);
+}
+
+static char *run(const char *cmd) {
+        FILE *f = popen(cmd, "re");
+        assert_non_null(f);
+        size_t cap = 1 << 17, len = 0, n;
+        char *buf = calloc(1, cap);
+        assert_non_null(buf);
+        while ((n = fread(buf + len, 1, cap - 1 - len, f)) > 0)
+                len += n;
+        pclose(f);
+        return buf;
+}
+
+static int count(const char *hay, const char *needle) {
+        int n = 0;
+        for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+                n++;
+        return n;
+}
+
+/* The elements line of one set, as nft prints it. */
+static char *set_elements(const char *set) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "nft list set inet sandboxd %s 2>&1 | tr -s ' \\t\\n' ' '", set);
+        return run(cmd);
+}
+
+static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(void **state) {
+        sb_error *err = NULL;
+        apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"203.0.113.0/24\"],\"deny\":[\"8.8.8.0/24\"]}}");
+        char *out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "chain s_sbx3 {"), 1);
+        for (const char *s = "allow4\0deny4\0forbid4\0dns4\0"; *s; s += strlen(s) + 1) {
+                char want[64];
+                snprintf(want, sizeof(want), "set s_sbx3_%s {", s);
+                if (count(out, want) != 1)
+                        fail_msg("expected once: %s\nin:\n%s", want, out);
+        }
+        assert_int_equal(count(out, "\"sbx3\" : goto s_sbx3"), 1);
+        static const char *const rules[] = {
+                "ct state established,related accept\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
+                "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
+                "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n\t\tip daddr @s_sbx3_allow4 accept\n"
+                "\t\tip daddr @s_sbx3_dns4 accept\n\t\tgoto deny\n\t}",
+        };
+        if (count(out, rules[0]) != 1)
+                fail_msg("session chain not as expected:\n%s", out);
+        free(out);
+
+        /* Replace: the new policy's ranges, never the old ones, and still
+         * one of everything. */
+        apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"1.1.1.0/24\"]}}");
+        out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "chain s_sbx3 {"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 1);
+        assert_int_equal(count(out, "1.1.1.0/24"), 1);
+        assert_int_equal(count(out, "203.0.113.0/24"), 1); /* forbidden again: in forbid4 only */
+        assert_int_equal(count(out, "8.8.8.0/24"), 0);
+        assert_int_equal(count(out, "\"sbx3\" : goto s_sbx3"), 1);
+        free(out);
+
+        apply("\"deny-all\"");
+        out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "s_sbx3"), 0);
+        assert_int_equal(count(out, "\"sbx3\" : goto deny"), 1);
+        free(out);
+
+        apply("\"allow-all\"");
+        out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "sbx3\""), 0);
+        assert_int_equal(count(out, "s_sbx3"), 0);
+        free(out);
+
+        apply("{\"allow\":[\"example.com\"]}");
+        assert_int_equal(pol_nft_session_remove(IF, &err), 0);
+        assert_int_equal(pol_nft_session_remove(IF, &err), 0); /* nothing there: success */
+        assert_null(err);
+        out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "sbx3"), 0);
+        free(out);
+}
+
+static void test_overlapping_and_adjacent_prefixes_become_disjoint_ranges(void **state) {
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"10.0.0.0/25\",\"10.0.0.128/25\",\"192.0.2.0/24\"],"
+              "\"deny\":[\"10.0.0.0/8\",\"10.0.0.0/16\",\"10.1.2.3/32\",\"1.2.3.0/24\",\"1.2.4.0/24\"]}}");
+        char *deny = set_elements("s_sbx3_deny4"), *allow = set_elements("s_sbx3_allow4");
+        char *forbid = set_elements("s_sbx3_forbid4");
+        if (!strstr(deny, "elements = { 1.2.3.0-1.2.4.255, 10.0.0.0/8 }"))
+                fail_msg("deny4: %s", deny);
+        if (!strstr(allow, "elements = { 10.0.0.0/24, 192.0.2.0/24 }"))
+                fail_msg("allow4: %s", allow);
+        /* The private and documentation ranges that subnets.allow names are
+         * cut out of the forbidden set; the rest of 10/8 stays. */
+        if (!strstr(forbid, "10.0.1.0-10.255.255.255") || strstr(forbid, "192.0.2.0/24") ||
+            !strstr(forbid, "169.254.0.0/16") || !strstr(forbid, "192.168.0.0/16"))
+                fail_msg("forbid4: %s", forbid);
+        free(deny);
+        free(allow);
+        free(forbid);
+}
+
+static void test_allow_all_subnet_never_opens_loopback_or_metadata(void **state) {
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/0\"]}}");
+        char *forbid = set_elements("s_sbx3_forbid4");
+        if (!strstr(forbid, "127.0.0.0/8") || !strstr(forbid, "169.254.0.0/16") || !strstr(forbid, "10.0.0.0/8"))
+                fail_msg("forbid4: %s", forbid);
+        free(forbid);
+}
+
+static void test_pin_adds_address_with_floored_timeout_and_errors_name_the_set(void **state) {
+        struct in_addr a;
+        sb_error *err = NULL;
+        inet_pton(AF_INET, "93.184.216.34", &a);
+        assert_int_equal(pol_nft_pin(IF, a, 5, &err), -ENOENT); /* no custom policy yet */
+        assert_non_null(err);
+        assert_string_equal(err->message,
+                            "nftables: set s_sbx3_dns4 element 93.184.216.34: No such file or directory");
+        sb_error_free(err);
+        err = NULL;
+
+        apply("{\"allow\":[\"example.com\"]}");
+        assert_int_equal(pol_nft_pin(IF, a, 5, &err), 0);
+        assert_null(err);
+        char *dns = set_elements("s_sbx3_dns4");
+        if (!strstr(dns, "93.184.216.34 timeout 30s expires"))
+                fail_msg("dns4: %s", dns);
+        free(dns);
+        inet_pton(AF_INET, "93.184.216.35", &a);
+        assert_int_equal(pol_nft_pin(IF, a, 3600, &err), 0);
+        dns = set_elements("s_sbx3_dns4");
+        if (!strstr(dns, "93.184.216.35 timeout 1h expires"))
+                fail_msg("dns4: %s", dns);
+        free(dns);
+
+        assert_int_equal(pol_nft_pin("eth0", a, 60, &err), -EINVAL);
+        sb_error_free(err);
+}
+
+static void test_own_changes_do_not_alarm_the_monitor(void **state) {
+        sb_error *err = NULL;
+        int fd = core_net_monitor_open(&err);
+        assert_true(fd >= 0);
+        apply("{\"allow\":[\"example.com\"]}");
+        apply("{\"allow\":[\"example.org\"]}");
+        assert_int_equal(pol_nft_session_remove(IF, &err), 0);
+        assert_int_equal(core_net_monitor_read(fd), 0);
+        close(fd);
+}
+
+/* ---- real connects: sandbox netns -> sbx3 -> host netns -> lst0 -> listener netns ---- */
+
+typedef struct cmd {
+        char op;
+        struct in_addr dst;
+        uint16_t port;
+} cmd;
+
+typedef struct reply {
+        int r, ms;
+} reply;
+
+static const char *const listen_on[] = { "10.1.1.1:8080", "192.168.77.1:8080", "192.168.77.1:53" };
+
+static int connect_timed(struct in_addr dst, uint16_t port, int *ret_ms) {
+        uint64_t t0 = core_monotonic_ms();
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), r = 0, e = 0;
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = dst };
+        socklen_t l = sizeof(e);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 && errno != EINPROGRESS)
+                r = -errno;
+        /* Bounded, so a silently dropped SYN fails the test instead of
+         * hanging it. */
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
+        if (r == 0 && poll(&p, 1, 3000) == 0)
+                r = -ETIMEDOUT;
+        else if (r == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) == 0 && e)
+                r = -e;
+        *ret_ms = (int) (core_monotonic_ms() - t0);
+        close(fd);
+        return r;
+}
+
+static int listen_all(void) {
+        for (size_t i = 0; i < ELEMENTSOF(listen_on); i++) {
+                char host[32];
+                unsigned port;
+                struct sockaddr_in sa = { .sin_family = AF_INET };
+                sscanf(listen_on[i], "%31[^:]:%u", host, &port);
+                inet_pton(AF_INET, host, &sa.sin_addr);
+                sa.sin_port = htons((uint16_t) port);
+                int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0 || bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 16) < 0)
+                        return -errno; /* fds stay open until the child dies */
+        }
+        return 0;
+}
+
+static _noreturn_ void kid_main(int rd, int wr) {
+        core_net_pool p = test_pool();
+        reply rep = { .r = unshare(CLONE_NEWNET) < 0 ? -errno : 0 };
+        cmd c;
+        if (write(wr, &rep, sizeof(rep)) != sizeof(rep))
+                _exit(1);
+        while (read(rd, &c, sizeof(c)) == sizeof(c)) {
+                rep = (reply) {};
+                switch (c.op) {
+                case 'c': rep.r = core_net_configure_inside(&p, SLOT, true, NULL); break;
+                case 'l': rep.r = listen_all(); break;
+                case 't': rep.r = connect_timed(c.dst, c.port, &rep.ms); break;
+                default: _exit(0);
+                }
+                if (write(wr, &rep, sizeof(rep)) != sizeof(rep))
+                        _exit(1);
+        }
+        _exit(0);
+}
+
+static reply ask(int k, char op, const char *dst, uint16_t port) {
+        cmd c = { .op = op, .port = port };
+        reply rep;
+        if (dst)
+                inet_pton(AF_INET, dst, &c.dst);
+        if (op && write(to_kid[k], &c, sizeof(c)) != sizeof(c))
+                fail_msg("child gone");
+        if (read(from_kid[k], &rep, sizeof(rep)) != sizeof(rep))
+                fail_msg("no reply from child for '%c'", op);
+        return rep;
+}
+
+static void start_kid(int k) {
+        int down[2], up[2];
+        assert_int_equal(pipe2(down, O_CLOEXEC), 0);
+        assert_int_equal(pipe2(up, O_CLOEXEC), 0);
+        kids[k] = fork();
+        assert_true(kids[k] >= 0);
+        if (kids[k] == 0) {
+                close(down[1]);
+                close(up[0]);
+                kid_main(down[0], up[1]);
+        }
+        close(down[0]);
+        close(up[1]);
+        to_kid[k] = down[1];
+        from_kid[k] = up[0];
+        assert_int_equal(ask(k, 0, NULL, 0).r, 0); /* in its own netns */
+}
+
+static void sh(const char *fmt, ...) {
+        char buf[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof(buf), fmt, ap);
+        va_end(ap);
+        if (system(buf) != 0)
+                fail_msg("failed: %s", buf);
+}
+
+/* The listener namespace is the "internet" beyond the host: reached through
+ * lst0, which is not a session interface, with the host masquerading. */
+static void build_topology(void) {
+        core_net_pool p = test_pool();
+        sb_error *err = NULL;
+        start_kid(0);
+        start_kid(1);
+        assert_int_equal(core_veth_create(&p, SLOT, kids[0], &err), 0);
+        assert_int_equal(ask(0, 'c', NULL, 0).r, 0);
+        sh("ip link add lst0 type veth peer name up0 netns %d", (int) kids[1]);
+        sh("ip addr add 10.1.1.254/24 dev lst0 && ip link set lst0 up && ip route add 192.168.77.0/24 dev lst0");
+        sh("nsenter -t %d -n sh -c 'ip addr add 10.1.1.1/24 dev up0 && ip addr add 192.168.77.1/24 dev up0 && "
+           "ip link set up0 up && ip link set lo up'", (int) kids[1]);
+        assert_int_equal(ask(1, 'l', NULL, 0).r, 0);
+}
+
+static void expect_refused(const char *dst, uint16_t port) {
+        reply t = ask(0, 't', dst, port);
+        if (t.r != -ECONNREFUSED)
+                fail_msg("%s:%u: %s, expected refused", dst, port, strerror(-t.r));
+        assert_in_range(t.ms, 0, 1000);
+}
+
+static void test_deny_beats_allow_in_real_connects_and_denials_fail_at_once(void **state) {
+        build_topology();
+        /* allow-all: both listeners reachable through the host. */
+        apply("\"allow-all\"");
+        assert_int_equal(ask(0, 't', "10.1.1.1", 8080).r, 0);
+        assert_int_equal(ask(0, 't', "192.168.77.1", 8080).r, 0);
+
+        /* allow 0.0.0.0/0 + deny 10.0.0.0/8 + allow 10.1.1.1/32: denied. */
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/0\",\"10.1.1.1/32\",\"192.168.77.0/24\"],"
+              "\"deny\":[\"10.0.0.0/8\"]}}");
+        expect_refused("10.1.1.1", 8080);
+        assert_int_equal(ask(0, 't', "192.168.77.1", 8080).r, 0);
+        /* A resolver other than the DNS filter, even at an allowed address. */
+        expect_refused("192.168.77.1", 53);
+
+        /* A private range no CIDR names is forbidden under a custom policy. */
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/0\"]}}");
+        expect_refused("192.168.77.1", 8080);
+
+        /* Between an allow and a deny CIDR that both name it, deny wins. */
+        apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"10.1.1.1/32\"],\"deny\":[\"10.1.1.1/32\"]}}");
+        expect_refused("10.1.1.1", 8080);
+        apply("\"deny-all\"");
+        expect_refused("192.168.77.1", 8080);
+        apply("\"allow-all\"");
+        assert_int_equal(ask(0, 't', "192.168.77.1", 8080).r, 0);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_apply_replace_and_remove_leave_exactly_the_expected_objects,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_overlapping_and_adjacent_prefixes_become_disjoint_ranges,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_allow_all_subnet_never_opens_loopback_or_metadata, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_pin_adds_address_with_floored_timeout_and_errors_name_the_set,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(test_own_changes_do_not_alarm_the_monitor, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_deny_beats_allow_in_real_connects_and_denials_fail_at_once,
+                                                setup, teardown),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
