@@ -54,3 +54,15 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv);
 
 /* Writes all of buf to fd, retrying on EINTR. Returns 0 or a negative errno. */
 int ctl_write_all(int fd, const void *buf, size_t len);
+
+/* `policy test` and `events` (cli/policy.c). Return the exit code. */
+int ctl_policy(ctl_globals *g, int argc, char **argv);
+int ctl_events(ctl_globals *g, int argc, char **argv);
+
+/* Adds `value` to the list `list` ("allow", "subnets.allow" or
+ * "subnets.deny") of the custom policy document *doc, creating the document
+ * ({"allow": [...], "subnets": {"allow": [...], "deny": [...]}}) on first
+ * use; the caller owns *doc. For create's and update's --allow,
+ * --allow-subnet and --deny-subnet; the daemon validates the values.
+ * Returns 0 or -ENOMEM. */
+int ctl_policy_add(cJSON **doc, const char *list, const char *value);

@@ -25,12 +25,14 @@ static const char main_help[] =
         "  get NAME                      show a sandbox\n"
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox\n"
         "  stop NAME                     stop a sandbox's session\n"
-        "  update NAME [OPTIONS]         change a sandbox's timeout, env or tags\n"
+        "  update NAME [OPTIONS]         change a sandbox's timeout, env, tags or network policy\n"
         "  fork SRC [--name N]           a new sandbox from SRC's current filesystem\n"
         "  snapshot NAME                 snapshot a sandbox; prints the snapshot id\n"
         "  snapshots [rm ID]             list snapshots, or delete one\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
+        "  policy test NAME URL          would the sandbox's policy allow URL? (exit 0 yes, 3 no)\n"
+        "  events [NAME] [--kind K]...   print events (denials, lifecycle) as they happen\n"
         "  daemon info                   show the daemon's version, limits and host support\n"
         "\n"
         "Global options:\n"
@@ -312,12 +314,18 @@ static const char create_help[] =
         "  --allow-all | --deny-all | --policy FILE\n"
         "                           network policy (default allow-all); FILE holds the\n"
         "                           JSON policy document, - for stdin\n"
+        "  --allow PATTERN          or a custom policy: allow this domain pattern\n"
+        "                           (*.example.com, api.example.com:443; repeatable),\n"
+        "  --allow-subnet CIDR      allow addresses in CIDR (repeatable),\n"
+        "  --deny-subnet CIDR       deny addresses in CIDR, before any allow (repeatable);\n"
+        "                           a custom policy denies everything it does not allow\n"
         "Passwords are never taken on the command line, where other users can read them.\n";
 
 enum {
         OPT_NAME = OPT_FIRST_COMMAND, OPT_RUNTIME, OPT_GIT, OPT_DEPTH, OPT_REVISION, OPT_GIT_USER,
         OPT_GIT_PASS_ENV, OPT_GIT_PASS_STDIN, OPT_TARBALL, OPT_SNAPSHOT, OPT_TIMEOUT, OPT_VCPUS,
         OPT_PORT, OPT_ENV, OPT_TAG, OPT_PERSISTENT, OPT_ALLOW_ALL, OPT_DENY_ALL, OPT_POLICY,
+        OPT_ALLOW, OPT_ALLOW_SUBNET, OPT_DENY_SUBNET,
 };
 
 typedef struct create_args {
@@ -327,7 +335,33 @@ typedef struct create_args {
         bool pass_stdin;
         bool source_conflict; /* more than one of --git, --tarball, --snapshot */
         int policies;       /* how many of --allow-all/--deny-all/--policy */
+        cJSON *custom;      /* the document --allow/--allow-subnet/--deny-subnet build */
 } create_args;
+
+/* Frees what create_args owns (the custom document until it is moved into
+ * params). */
+static void create_args_done(create_args *a) {
+        cJSON_Delete(a->custom);
+}
+
+/* The list of the custom policy document an option adds to, or NULL. */
+static const char *custom_policy_list(int opt) {
+        return opt == OPT_ALLOW ? "allow" : opt == OPT_ALLOW_SUBNET ? "subnets.allow" :
+               opt == OPT_DENY_SUBNET ? "subnets.deny" : NULL;
+}
+
+/* Puts the custom document into params.networkPolicy once all options are
+ * read; it excludes the named policies. Returns 0 or an exit code. */
+static int finish_custom_policy(const char *command, create_args *a) {
+        if (!a->custom)
+                return 0;
+        if (a->policies)
+                return ctl_usage(command, "%s: --allow, --allow-subnet and --deny-subnet build a custom policy; "
+                                 "they cannot be combined with --allow-all, --deny-all or --policy", command);
+        cJSON_DeleteItemFromObjectCaseSensitive(a->params, "networkPolicy");
+        cJSON_AddItemToObject(a->params, "networkPolicy", TAKE_PTR(a->custom));
+        return 0;
+}
 
 /* Parses a positive integer in [1, max]. */
 static int parse_uint(const char *s, long max, long *ret) {
@@ -470,6 +504,11 @@ static int create_option(create_args *a, int opt) {
         case OPT_ALLOW_ALL: return set_policy(a, "allow-all", false);
         case OPT_DENY_ALL: return set_policy(a, "deny-all", false);
         case OPT_POLICY: return set_policy(a, optarg, true);
+        case OPT_ALLOW:
+        case OPT_ALLOW_SUBNET:
+        case OPT_DENY_SUBNET:
+                return ctl_policy_add(&a->custom, custom_policy_list(opt), optarg) < 0 ?
+                        ctl_error(CLI_EXIT_ERROR, "out of memory") : 0;
         default: return ctl_usage("create", "create: unknown option");
         }
 }
@@ -550,10 +589,13 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
                 { "allow-all", no_argument, NULL, OPT_ALLOW_ALL },
                 { "deny-all", no_argument, NULL, OPT_DENY_ALL },
                 { "policy", required_argument, NULL, OPT_POLICY },
+                { "allow", required_argument, NULL, OPT_ALLOW },
+                { "allow-subnet", required_argument, NULL, OPT_ALLOW_SUBNET },
+                { "deny-subnet", required_argument, NULL, OPT_DENY_SUBNET },
                 {}
         };
         _cleanup_json_ cJSON *params = cJSON_CreateObject();
-        create_args a = { .params = params };
+        _cleanup_(create_args_done) create_args a = { .params = params };
         int opt;
         optind = 0;
         while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -567,7 +609,10 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
                 return ctl_usage("create", "create: unexpected argument '%s'", argv[optind]);
         if (a.policies > 1)
                 return ctl_usage("create", "create: choose one of --allow-all, --deny-all, --policy");
-        int r = finish_git(&a);
+        int r = finish_custom_policy("create", &a);
+        if (r != 0)
+                return r;
+        r = finish_git(&a);
         if (r != 0)
                 return r;
         if (a.source_conflict)
@@ -588,10 +633,14 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
 /* --- update ------------------------------------------------------------ */
 
 static const char update_help[] =
-        "Usage: sandboxctl update [--json] NAME [--timeout DURATION] [--env K=V]... [--tag K=V]...\n\n"
+        "Usage: sandboxctl update [--json] NAME [--timeout DURATION] [--env K=V]... [--tag K=V]...\n"
+        "         [--allow-all | --deny-all | --policy FILE |\n"
+        "          --allow PATTERN... [--allow-subnet CIDR]... [--deny-subnet CIDR]...]\n\n"
         "Changes a sandbox. --timeout (90s, 5m, 2h or milliseconds): an increase also\n"
         "extends the running session. --env replaces the sandbox's environment for\n"
-        "commands started afterwards; --tag replaces its tags (at most 5).\n";
+        "commands started afterwards; --tag replaces its tags (at most 5).\n"
+        "The policy options (as for create) replace the whole network policy; a\n"
+        "running session switches to the new one at once.\n";
 
 static int cmd_update(ctl_globals *g, int argc, char **argv) {
         enum { OPT_U_TIMEOUT = OPT_FIRST_COMMAND, OPT_U_ENV, OPT_U_TAG };
@@ -600,9 +649,18 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                 { "timeout", required_argument, NULL, OPT_U_TIMEOUT },
                 { "env", required_argument, NULL, OPT_U_ENV },
                 { "tag", required_argument, NULL, OPT_U_TAG },
+                { "allow-all", no_argument, NULL, OPT_ALLOW_ALL },
+                { "deny-all", no_argument, NULL, OPT_DENY_ALL },
+                { "policy", required_argument, NULL, OPT_POLICY },
+                { "allow", required_argument, NULL, OPT_ALLOW },
+                { "allow-subnet", required_argument, NULL, OPT_ALLOW_SUBNET },
+                { "deny-subnet", required_argument, NULL, OPT_DENY_SUBNET },
                 {}
         };
         _cleanup_json_ cJSON *params = cJSON_CreateObject();
+        /* The policy options share create's handling (same document, same
+         * conflicts). */
+        _cleanup_(create_args_done) create_args pa = { .params = params };
         int opt;
         int64_t ms;
         optind = 0;
@@ -624,11 +682,20 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                         if (cli_kv_add(cJSON_GetObjectItemCaseSensitive(params, key), optarg) < 0)
                                 return ctl_usage("update", "update: --%s wants K=V, got '%s'",
                                                  opt == OPT_U_ENV ? "env" : "tag", optarg);
+                } else if (opt == OPT_ALLOW_ALL || opt == OPT_DENY_ALL || opt == OPT_POLICY ||
+                           custom_policy_list(opt)) {
+                        if ((r = create_option(&pa, opt)) != 0)
+                                return r;
                 } else
                         return ctl_usage("update", "update: unknown option");
         }
+        if (pa.policies > 1)
+                return ctl_usage("update", "update: choose one of --allow-all, --deny-all, --policy");
+        int r = finish_custom_policy("update", &pa);
+        if (r != 0)
+                return r;
         const char *name = NULL;
-        int r = one_name("update", argc, argv, &name);
+        r = one_name("update", argc, argv, &name);
         if (r != 0)
                 return r;
         cJSON_AddStringToObject(params, "name", name);
@@ -818,6 +885,8 @@ static const struct {
         { "snapshots", ctl_snapshots },
         { "rm", cmd_rm },
         { "cp", cmd_cp },
+        { "policy", ctl_policy },
+        { "events", ctl_events },
         { "daemon", cmd_daemon },
 };
 

@@ -98,7 +98,7 @@ int core_net_monitor_open(sb_error **ret_err);
  * without blocking. Returns 1 when one of them deleted the table, a host
  * chain, a host map or a rule of a host chain (or notifications were lost
  * to an overflow, which may have hidden one), 0 otherwise, or a negative
- * errno. Session objects ("s_*") and set elements are ignored: the daemon
+ * errno. Session objects ("s_*", "i_*") and set elements are ignored: the daemon
  * changes those itself. */
 int core_net_monitor_read(int fd);
 

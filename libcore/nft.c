@@ -55,7 +55,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX };
 enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL };
-enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP };
+enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY };
 
 typedef struct host_rule {
         const char *chain;
@@ -85,13 +85,16 @@ static const host_chain host_chains[] = {
 };
 
 /* Per-session dispatch (DESIGN §5.2): one hash lookup per packet whatever
- * the number of sessions. `sessions` (forward) maps "sbx<n>" to `goto
- * s_sbx<n>` or `goto deny`; an interface that is not in it falls through to
- * the forward policy, accept (allow-all needs no chain). `sessions_input`
- * is consulted before input's final rejects, for the gateway services (DNS
- * filter, proxy) on the host side of a veth: its elements must be `jump`s
- * to chains that only accept those services, so the rejects still follow
- * for everything else and the host stays unreachable. */
+ * the number of sessions. `sessions` (forward) maps "sbx<n>" to `accept`
+ * (allow-all), `goto s_sbx<n>` (custom) or `goto deny`; an "sbx*" interface
+ * that is not in it (a leftover veth, or every veth right after the table
+ * was re-installed and before the daemon re-applied its sessions) meets
+ * the catch-all `goto deny` that follows the lookup: fail closed.
+ * `sessions_input` is consulted before input's final rejects, for the
+ * gateway services (DNS filter, proxy) on the host side of a veth: its
+ * elements must be `jump`s to chains that only accept those services, so
+ * the rejects still follow for everything else and the host stays
+ * unreachable. */
 static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSIONS_INPUT_MAP };
 
 /* DESIGN §5.1 rule 5: a sandbox never reaches the host itself, another
@@ -126,6 +129,11 @@ static const host_rule host_rules[] = {
          * narrow what they leave. */
         { "forward", "forward: iifname vmap @" CORE_NFT_SESSIONS_MAP,
           IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_MAP },
+        /* Right after the lookup: a session veth the daemon has not (or no
+         * longer) given a verdict is denied, never forwarded by the chain's
+         * policy accept. */
+        { "forward", "forward: sbx* goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
         { "postrouting", "postrouting: pool -> !sbx* masquerade",
           IF_ANY, IF_NOT_SBX, NFPROTO_IPV4, SADDR_POOL, false, false, V_MASQ },
         { CORE_NFT_DENY_CHAIN, "deny: tcp reject with tcp reset",
@@ -245,6 +253,13 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
                 return add_expr(r, e);
         case V_MASQ:
                 return add_expr(r, nftnl_expr_alloc("masq"));
+        case V_GOTO_DENY:
+                if ((e = nftnl_expr_alloc("immediate"))) {
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, NFT_GOTO);
+                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
+                }
+                return add_expr(r, e);
         case V_VMAP:
                 break; /* needs the map name: see add_vmap() */
         }
@@ -799,9 +814,11 @@ static int del_attr_cb(const struct nlattr *a, void *data) {
 }
 
 /* True for a deletion that weakens the host table: the table itself, one of
- * its host chains, maps or host-chain rules. Session objects ("s_*") are
- * replaced by the daemon itself on every policy change, and set elements
- * come and go with pins and sessions, so neither counts. */
+ * its host chains, maps or host-chain rules. Session objects ("s_*" forward
+ * chains and sets, "i_*" gateway-service input chains) are replaced by the
+ * daemon itself on every policy change, and set elements come and go with
+ * pins and sessions, so neither counts: a session object can only go once
+ * its map element is gone, and a missing element means deny. */
 static bool weakens_table(const struct nlmsghdr *nlh) {
         uint16_t type = nlh->nlmsg_type;
         const struct nfgenmsg *g = mnl_nlmsg_get_payload(nlh);
@@ -818,7 +835,8 @@ static bool weakens_table(const struct nlmsghdr *nlh) {
         (void) mnl_attr_parse(nlh, sizeof(struct nfgenmsg), del_attr_cb, &d);
         if (NFNL_MSG_TYPE(type) == NFT_MSG_DELTABLE)
                 return d.table && streq(d.table, TABLE_NAME);
-        return d.table && streq(d.table, TABLE_NAME) && d.name && strncmp(d.name, "s_", 2) != 0;
+        return d.table && streq(d.table, TABLE_NAME) && d.name && strncmp(d.name, "s_", 2) != 0 &&
+               strncmp(d.name, "i_", 2) != 0;
 }
 
 int core_net_monitor_read(int fd) {

@@ -1,5 +1,7 @@
 /* Small helpers: base64, time, names, atomic writes, rm -rf (see util.h). */
 #include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -238,4 +240,61 @@ int core_write_string(const char *path, const char *s) {
         if (w < 0)
                 return negative_errno();
         return (size_t)w == n ? 0 : -EIO;
+}
+
+extern char **environ;
+
+int core_spawn_helper(const char *path, char *const argv[], int out[2], pid_t *ret_pid, sb_error **ret_err) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+        /* Everything else of the daemon's is O_CLOEXEC; this makes sure. */
+        posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        char *const envp[] = {NULL};
+        pid_t pid;
+        int r = posix_spawn(&pid, path, &fa, NULL, argv, envp);
+        posix_spawn_file_actions_destroy(&fa);
+        close(p[1]);
+        if (r != 0) {
+                close(p[0]);
+                return sb_error_set(ret_err, -r, NULL, NULL, "start %s: %s", path, strerror(r));
+        }
+        out[0] = p[0];
+        out[1] = -EBADF;
+        *ret_pid = pid;
+        return 0;
+}
+
+int core_read_line_timeout(int fd, char *buf, size_t size, int timeout_ms) {
+        uint64_t deadline = core_monotonic_ms() + (uint64_t)timeout_ms;
+        size_t len = 0;
+        while (len + 1 < size) {
+                uint64_t now = core_monotonic_ms();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                struct pollfd pfd = {.fd = fd, .events = POLLIN};
+                int r = poll(&pfd, 1, (int)(deadline - now));
+                if (r < 0 && errno != EINTR)
+                        return negative_errno();
+                if (r <= 0)
+                        continue;
+                char c;
+                ssize_t n = read(fd, &c, 1);
+                if (n < 0) {
+                        if (errno == EINTR || errno == EAGAIN)
+                                continue;
+                        return negative_errno();
+                }
+                if (n == 0)
+                        return -EPIPE;
+                if (c == '\n')
+                        break;
+                buf[len++] = c;
+        }
+        buf[len] = 0;
+        return (int)len;
 }

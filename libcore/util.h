@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "libcore/error.h"
 #include "libcore/macro.h"
 
 /* Base64 (RFC 4648, standard alphabet, padded). Returns a malloc'd
@@ -60,6 +61,18 @@ int core_mkdir_p(const char *path, mode_t mode);
  * Missing path is success. Returns 0 or the first negative errno seen, after
  * trying every entry. */
 int core_rm_rf(const char *path);
+
+/* Starts a helper program (sandbox-netd) with stdin on /dev/null, stdout on
+ * a new pipe whose read end goes to out[0] (O_CLOEXEC), stderr inherited,
+ * an empty environment and no other fd. posix_spawn, so it is safe from any
+ * thread. Stores the pid in *ret_pid. Returns 0 or a negative errno. */
+int core_spawn_helper(const char *path, char *const argv[], int out[2], pid_t *ret_pid, sb_error **ret_err);
+
+/* Reads one '\n'-terminated line (without the newline) from a blocking or
+ * non-blocking fd, waiting at most timeout_ms in total; reads byte by byte so
+ * nothing after the line is consumed. Returns the length, -ETIMEDOUT, -EPIPE
+ * at end of file, or another negative errno. */
+int core_read_line_timeout(int fd, char *buf, size_t size, int timeout_ms);
 
 /* Writes a string to a file that already exists (sysfs, cgroupfs, procfs).
  * 0 or -errno. */

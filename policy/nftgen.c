@@ -1,9 +1,10 @@
 /* Generates and installs the per-session nftables objects of a network
  * policy (see policy/nftgen.h for what each mode gets): address ranges from
  * subnets.allow/deny and the forbidden-range table, merged into disjoint
- * intervals; the session chain as a data table of rules; one libnftnl batch
- * per change, sent through libcore's batch (one sendmsg, every ACK read,
- * errors mapped to the message's label). */
+ * intervals; the session's forward chain and its gateway-services input
+ * chain as data tables of rules; one libnftnl batch per change, sent
+ * through libcore's batch (one sendmsg, every ACK read, errors mapped to
+ * the message's label). */
 #include <arpa/inet.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_conntrack_common.h>
@@ -42,13 +43,13 @@ static const struct {
         [SET_DNS] = { "dns4", NFT_SET_TIMEOUT },
 };
 
-enum srule_kind { SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_ALL };
+enum srule_kind { SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_GW_DPORT, SR_ALL };
 
 typedef struct session_rule {
         enum srule_kind kind;
         enum set_id set;  /* SR_DADDR_SET */
-        uint8_t l4proto;  /* SR_DPORT */
-        uint16_t port;    /* SR_DPORT */
+        uint8_t l4proto;  /* SR_DPORT, SR_GW_DPORT */
+        uint16_t port;    /* SR_DPORT, SR_GW_DPORT */
         bool accept;      /* else goto deny */
         const char *text; /* names the rule in errors, as nft prints it */
 } session_rule;
@@ -72,9 +73,25 @@ static const session_rule session_rules[] = {
         { SR_ALL, 0, 0, 0, false, "goto deny" },
 };
 
+/* The input chain i_<if> of a custom session, reached by `jump` from the
+ * host input chain's `sessions_input` lookup, which comes after `ct state
+ * established,related accept` and before input's final rejects. It accepts
+ * only the gateway services, and only at the session's own gateway address
+ * (SR_GW_DPORT matches `ip daddr <gateway>` first): never the host's other
+ * addresses (DESIGN §5.1 rule 5), another session's gateway, a broadcast or
+ * IPv6. The last rule denies the rest itself rather than returning, so the
+ * chain's meaning does not depend on what follows the lookup. The proxy's
+ * ports belong here too once it listens on the gateway. */
+static const session_rule gateway_rules[] = {
+        { SR_GW_DPORT, 0, IPPROTO_UDP, 53, true, "udp dport 53 accept" },
+        { SR_GW_DPORT, 0, IPPROTO_TCP, 53, true, "tcp dport 53 accept" },
+        { SR_ALL, 0, 0, 0, false, "goto deny" },
+};
+
 typedef struct names {
         char ifname[IFNAMSIZ];
-        char chain[IFNAMSIZ + 2];
+        char chain[IFNAMSIZ + 2];  /* s_<if>: forward */
+        char ichain[IFNAMSIZ + 2]; /* i_<if>: input, gateway services */
         char set[N_SETS][IFNAMSIZ + 16];
 } names;
 
@@ -90,6 +107,7 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
         memset(n, 0, sizeof(*n));
         memcpy(n->ifname, ifname, len);
         snprintf(n->chain, sizeof(n->chain), "s_%s", ifname);
+        snprintf(n->ichain, sizeof(n->ichain), "i_%s", ifname);
         for (int i = 0; i < N_SETS; i++)
                 snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
         return 0;
@@ -309,6 +327,16 @@ static int add_daddr_lookup(struct nftnl_rule *r, const char *set) {
         return add_expr(r, e);
 }
 
+/* meta nfproto ipv4 ip daddr <addr>: as nft emits it. */
+static int add_daddr(struct nftnl_rule *r, struct in_addr addr) {
+        uint8_t v4 = NFPROTO_IPV4;
+        int k;
+        if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+            (k = add_cmp(r, &v4, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)) < 0)
+                return k;
+        return add_cmp(r, &addr.s_addr, 4);
+}
+
 static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
         uint16_t be = htons(port);
         int k;
@@ -329,19 +357,25 @@ static int add_verdict(struct nftnl_rule *r, bool accept) {
         return add_expr(r, e);
 }
 
-static int build_rule(const session_rule *sr, const names *n, struct nftnl_rule **ret) {
+/* One rule of session_rules or gateway_rules, appended to `chain`. */
+static int build_rule(const session_rule *sr, const char *chain, const names *n, struct in_addr gateway,
+                      struct nftnl_rule **ret) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
         int k = 0;
         if (!r)
                 return -ENOMEM;
         nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
         if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
-            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, n->chain) < 0)
+            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) < 0)
                 return -ENOMEM;
         switch (sr->kind) {
         case SR_CT_EST: k = add_ct_est_rel(r); break;
         case SR_DADDR_SET: k = add_daddr_lookup(r, n->set[sr->set]); break;
         case SR_DPORT: k = add_dport(r, sr->l4proto, sr->port); break;
+        case SR_GW_DPORT:
+                if ((k = add_daddr(r, gateway)) >= 0)
+                        k = add_dport(r, sr->l4proto, sr->port);
+                break;
         case SR_ALL: break;
         }
         if (k < 0 || (k = add_verdict(r, sr->accept)) < 0)
@@ -429,33 +463,47 @@ static int msg_range(core_nft_batch *bt, const char *set, range x) {
         return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
 }
 
-/* The session's element of the `sessions` map: add with a goto verdict, or
- * delete (chain NULL). */
-static int msg_map_elem(core_nft_batch *bt, const names *n, const char *chain) {
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(CORE_NFT_SESSIONS_MAP);
+/* A map element's verdict: NF_ACCEPT, or NFT_GOTO / NFT_JUMP to chain. */
+typedef struct elem_verdict {
+        int code;
+        const char *chain;
+} elem_verdict;
+
+/* The session's element of `map` (sessions or sessions_input): add with
+ * verdict v, or delete (v NULL). */
+static int msg_map_elem(core_nft_batch *bt, const char *map, const names *n, const elem_verdict *v) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(map);
         struct nftnl_set_elem *e = nftnl_set_elem_alloc();
         uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "map %s element %s", CORE_NFT_SESSIONS_MAP, n->ifname);
+        void *buf = core_nft_batch_reserve(bt, &seq, "map %s element %s", map, n->ifname);
         if (!s || !e || !buf) {
                 nftnl_set_elem_free(e);
                 return -ENOMEM;
         }
         nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, n->ifname, IFNAMSIZ);
-        if (chain) {
-                nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, NFT_GOTO);
-                nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, chain);
+        if (v) {
+                nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t) v->code);
+                if (v->chain)
+                        nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, v->chain);
         }
         nftnl_set_elem_add(s, e);
-        return msg_elems(bt, chain ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
+        return msg_elems(bt, v ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
 }
 
-static int msg_rule(core_nft_batch *bt, const session_rule *sr, const names *n) {
+static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
+                    struct in_addr gateway) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
+        char gw[INET_ADDRSTRLEN + 10] = "";
         uint32_t seq;
-        int k = build_rule(sr, n, &r);
+        int k = build_rule(sr, chain, n, gateway, &r);
         if (k < 0)
                 return k;
-        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s'", n->chain, sr->text);
+        if (sr->kind == SR_GW_DPORT) {
+                char a[INET_ADDRSTRLEN];
+                inet_ntop(AF_INET, &gateway, a, sizeof(a));
+                snprintf(gw, sizeof(gw), "ip daddr %s ", a);
+        }
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s%s'", chain, gw, sr->text);
         if (!buf)
                 return -ENOMEM;
         nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
@@ -463,14 +511,14 @@ static int msg_rule(core_nft_batch *bt, const session_rule *sr, const names *n) 
         return core_nft_batch_commit(bt);
 }
 
-/* 1 when `sessions` holds an element for the interface, 0 when not. A
- * delete of a missing element would fail the whole batch, and its verdict
- * may differ from any we would add first (goto deny vs goto s_<if>), so it
- * is looked up; only the daemon changes session elements, one change at a
- * time. */
-static int map_elem_exists(const names *n, sb_error **err) {
+/* 1 when `map` holds an element for the interface, 0 when not. A delete
+ * of a missing element would fail the whole batch, and its verdict may
+ * differ from any we would add first (accept, goto deny, goto s_<if>), so
+ * it is looked up; only the daemon changes session elements, one change at
+ * a time. */
+static int map_elem_exists(const char *map, const names *n, sb_error **err) {
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(CORE_NFT_SESSIONS_MAP);
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(map);
         char buf[MNL_SOCKET_BUFFER_SIZE];
         int r;
         if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
@@ -491,23 +539,27 @@ static int map_elem_exists(const names *n, sb_error **err) {
                 return 0;
         if (r < 0)
                 return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: map %s element %s: %m",
-                                    CORE_NFT_SESSIONS_MAP, n->ifname);
+                                    map, n->ifname);
         return 1;
 }
 
 /* ---- changes ---- */
 
-/* Deletes whatever the session has: the map element (if any) first, since
- * it references the chain; then the chain with its rules, which reference
- * the sets; then the sets. Chain and sets are added without EXCL right
- * before their delete, so a missing one is not an error and the batch
- * needs no knowledge of what an earlier change left. */
-static int purge(core_nft_batch *bt, const names *n, bool has_elem) {
+/* Deletes whatever the session has: the map elements (if any) first, since
+ * they reference the chains; then the chains with their rules, which
+ * reference the sets; then the sets. Chains and sets are added without
+ * EXCL right before their delete, so a missing one is not an error and the
+ * batch needs no knowledge of what an earlier change left. */
+static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem) {
         int k;
-        if (has_elem && (k = msg_map_elem(bt, n, NULL)) < 0)
+        if (has_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, NULL)) < 0)
+                return k;
+        if (has_input_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, NULL)) < 0)
                 return k;
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain)) < 0)
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->ichain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->ichain)) < 0)
                 return k;
         for (int i = 0; i < N_SETS; i++)
                 if ((k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE, n, i)) < 0 ||
@@ -525,9 +577,25 @@ static int add_ranges(core_nft_batch *bt, const char *set, const ranges *r) {
         return 0;
 }
 
+/* The input chain i_<if> with its rules, then the `sessions_input`
+ * element that jumps to it (a jump, as host_maps in libcore/nft.c
+ * requires: input's rejects still follow if the chain ever returns). */
+static int add_gateway_services(core_nft_batch *bt, const names *n, struct in_addr gateway) {
+        const elem_verdict jump = { NFT_JUMP, n->ichain };
+        int k;
+        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->ichain)) < 0)
+                return k;
+        for (size_t i = 0; i < ELEMENTSOF(gateway_rules); i++)
+                if ((k = msg_rule(bt, &gateway_rules[i], n->ichain, n, gateway)) < 0)
+                        return k;
+        return msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, &jump);
+}
+
 /* Chain, sets with their ranges, rules, then the map element that makes
- * the chain live: within the batch nothing is visible before the commit. */
-static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p) {
+ * the chain live, and the gateway services: within the batch nothing is
+ * visible before the commit. */
+static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway) {
+        const elem_verdict go = { NFT_GOTO, n->chain };
         ranges allow = {}, deny = {}, forbid = {};
         int k;
         if ((k = ranges_from_cidrs(&allow, p->subnet_allow, p->n_subnet_allow)) < 0 ||
@@ -543,9 +611,11 @@ static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p) {
             (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0)
                 goto out;
         for (size_t i = 0; i < ELEMENTSOF(session_rules); i++)
-                if ((k = msg_rule(bt, &session_rules[i], n)) < 0)
+                if ((k = msg_rule(bt, &session_rules[i], n->chain, n, gateway)) < 0)
                         goto out;
-        k = msg_map_elem(bt, n, n->chain);
+        if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0)
+                goto out;
+        k = add_gateway_services(bt, n, gateway);
 out:
         ranges_done(&allow);
         ranges_done(&deny);
@@ -553,33 +623,58 @@ out:
         return k;
 }
 
-static int change(const char *ifname, const pol_policy *p, bool remove, sb_error **ret_err) {
-        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
-        names n;
-        int k, has_elem;
-        if ((k = make_names(ifname, &n, ret_err)) < 0)
-                return k;
-        if ((has_elem = map_elem_exists(&n, ret_err)) < 0)
-                return has_elem;
-        if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, &n, has_elem)) < 0)
-                goto fail;
-        if (!remove && p->mode == POL_MODE_DENY_ALL && (k = msg_map_elem(bt, &n, CORE_NFT_DENY_CHAIN)) < 0)
-                goto fail;
-        if (!remove && p->mode == POL_MODE_CUSTOM && (k = add_custom(bt, &n, p)) < 0)
-                goto fail;
-        return core_nft_batch_send(bt, ret_err);
-fail:
-        return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname, strerror(-k));
+/* What a mode adds after the purge; p NULL: nothing (remove). */
+static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway) {
+        static const elem_verdict accept = { NF_ACCEPT, NULL }, deny = { NFT_GOTO, CORE_NFT_DENY_CHAIN };
+        if (!p)
+                return 0;
+        switch (p->mode) {
+        case POL_MODE_ALLOW_ALL: return msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &accept);
+        case POL_MODE_DENY_ALL: return msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &deny);
+        case POL_MODE_CUSTOM: return add_custom(bt, n, p, gateway);
+        }
+        return -EINVAL;
 }
 
-int pol_nft_session_apply(const char *ifname, const pol_policy *p, sb_error **ret_err) {
+static int change(const char *ifname, const pol_policy *p, struct in_addr gateway, sb_error **ret_err) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        names n;
+        int k, has_elem, has_input_elem;
+        if ((k = make_names(ifname, &n, ret_err)) < 0)
+                return k;
+        if ((has_elem = map_elem_exists(CORE_NFT_SESSIONS_MAP, &n, ret_err)) < 0)
+                return has_elem;
+        if ((has_input_elem = map_elem_exists(CORE_NFT_SESSIONS_INPUT_MAP, &n, ret_err)) < 0)
+                return has_input_elem;
+        if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, &n, has_elem, has_input_elem)) < 0 ||
+            (k = add_mode(bt, &n, p, gateway)) < 0)
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname,
+                                    strerror(-k));
+        return core_nft_batch_send(bt, ret_err);
+}
+
+/* The gateway is where the sandbox's resolv.conf points: a unicast host
+ * address. 0.0.0.0, broadcast, loopback or multicast would be a caller bug
+ * that points the gateway rules at something other than the veth. */
+static bool gateway_valid(struct in_addr gateway) {
+        uint32_t a = ntohl(gateway.s_addr);
+        return a != INADDR_ANY && a != INADDR_BROADCAST && (a >> 24) != IN_LOOPBACKNET && !IN_MULTICAST(a);
+}
+
+int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_addr gateway,
+                          sb_error **ret_err) {
+        char text[INET_ADDRSTRLEN];
         if (!p)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "nftables: no policy for %s", ifname);
-        return change(ifname, p, false, ret_err);
+        if (p->mode == POL_MODE_CUSTOM && !gateway_valid(gateway))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "nftables: invalid gateway address %s for %s",
+                                    inet_ntop(AF_INET, &gateway, text, sizeof(text)), ifname);
+        return change(ifname, p, gateway, ret_err);
 }
 
 int pol_nft_session_remove(const char *ifname, sb_error **ret_err) {
-        return change(ifname, NULL, true, ret_err);
+        return change(ifname, NULL, (struct in_addr) {}, ret_err);
 }
 
 int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_error **ret_err) {

@@ -1,16 +1,20 @@
 /* Per-session nftables objects generated from a network policy (DESIGN
- * §5.2): the chain `s_<ifname>`, its address sets and its element of the
- * host table's `sessions` verdict map, all inside `inet sandboxd` (built by
- * libcore/nft.c). Every change is one libnftnl batch sent once; errors name
+ * §5.2): the chains `s_<ifname>` (forward) and `i_<ifname>` (input, the
+ * gateway services), the address sets and the session's elements of the
+ * host table's `sessions` and `sessions_input` verdict maps, all inside
+ * `inet sandboxd` (built by libcore/nft.c). Every change is one libnftnl batch sent once; errors name
  * the message that failed ("nftables: set s_sbx3_allow4 element
  * 10.0.0.0/8: File exists").
  *
  * What a session gets, by mode:
- * - allow-all: nothing; forwarded traffic meets the forward chain's policy
- *   (accept) after the host-wide rules (no host, no other sandbox, no
- *   link-local, no IPv6).
+ * - allow-all: the map element `"<if>" : accept`; forwarded traffic is
+ *   accepted after the host-wide rules (no host, no other sandbox, no
+ *   link-local, no IPv6). The element is required: the host forward chain
+ *   follows its lookup with `iifname "sbx*" goto deny`, so a veth without
+ *   an element is denied, never forwarded. No input element: its DNS goes
+ *   to the host's resolvers through forwarding.
  * - deny-all: the map element `"<if>" : goto deny` (it has no veth in
- *   normal operation; this keeps a stray one closed).
+ *   normal operation; this keeps a stray one closed). No input element.
  * - custom: chain s_<if> and sets s_<if>_allow4, _deny4, _forbid4 (interval
  *   sets, disjoint merged ranges) and _dns4 (timeouts, DNS pins), and the
  *   element `"<if>" : goto s_<if>`. The chain, in order:
@@ -22,7 +26,18 @@
  *     ip daddr @dns4 accept                pinned answers of allowed names
  *     goto deny                            a custom policy denies the rest
  *   where `deny` answers TCP with a reset and anything else with ICMP
- *   admin-prohibited.
+ *   admin-prohibited. Also chain i_<if> and the element `"<if>" : jump
+ *   i_<if>` in `sessions_input`, which the host input chain consults after
+ *   `ct state established,related accept` and before its final rejects:
+ *     ip daddr <gateway> udp dport 53 accept   the DNS filter (sandbox-netd)
+ *     ip daddr <gateway> tcp dport 53 accept
+ *     goto deny                                the rest of the host stays shut
+ *
+ * The host table holds no session state of its own: after
+ * core_net_host_setup(), or core_net_host_ensure() returning 1 (the table
+ * was re-installed), every session's elements are gone and its veth is
+ * denied in both directions of the host, so the caller must call
+ * pol_nft_session_apply() again for every live session.
  *
  * IPv4 only: the host table rejects every IPv6 packet from "sbx*" before
  * the dispatch, so IPv6 CIDRs of a policy have nothing to act on here and
@@ -39,16 +54,21 @@
 #define POL_NFT_PIN_MIN_TTL 30
 
 /* Creates, or atomically replaces, the objects of session interface
- * `ifname` ("sbx<n>") for policy p, in one batch: the old chain, sets and
- * map element are deleted and the new ones added, so no packet sees both or
- * neither (rule 9). DNS pins of the old policy are dropped with its set:
- * they were judged under the old policy (fail closed). The host table must
- * exist (core_net_host_setup). Returns 0 or a negative errno with *ret_err
- * naming the failing object. */
-int pol_nft_session_apply(const char *ifname, const pol_policy *p, sb_error **ret_err);
+ * `ifname` ("sbx<n>") for policy p, in one batch: the old chains, sets and
+ * map elements are deleted and the new ones added, so no packet sees both
+ * or neither (rule 9). DNS pins of the old policy are dropped with its set:
+ * they were judged under the old policy (fail closed). `gateway` is the
+ * host side of the session's veth (core_net_host_addr() of its slot), where
+ * the DNS filter answers; only a custom policy uses it, and then it must be
+ * a unicast address (-EINVAL otherwise). The host table must exist
+ * (core_net_host_setup). Returns 0 or a negative errno with *ret_err naming
+ * the failing object. */
+int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_addr gateway,
+                          sb_error **ret_err);
 
-/* Deletes every object of session `ifname`; nothing there is success.
- * Returns 0 or a negative errno with *ret_err filled. */
+/* Deletes every object of session `ifname`, in both maps; nothing there is
+ * success. Its veth, if it still exists, is denied from then on. Returns 0
+ * or a negative errno with *ret_err filled. */
 int pol_nft_session_remove(const char *ifname, sb_error **ret_err);
 
 /* Pins `addr` into the session's s_<if>_dns4 set for ttl_s seconds (at

@@ -13,6 +13,10 @@
 #include "libcore/cgroup.h"
 #include "libcore/container.h"
 #include "libcore/net.h"
+#include "policy/match.h"
+#include "policy/nftgen.h"
+#include "policy/policy.h"
+#include "sandboxd/events.h"
 #include "sandboxd/config.h"
 #include "sandboxd/manager.h"
 #include "sandboxd/rpc.h"
@@ -104,6 +108,12 @@ struct session {
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
         bool output_paused;       /* not reading init: a client is slow (agent_set_paused) */
+        struct in_addr gateway;   /* host side of the veth (network order) */
+        pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */
+        int netd_out;             /* its stdout: ready/pin/deny lines */
+        sd_event_source *netd_src;
+        char *netd_buf;           /* partial line */
+        size_t netd_len;
 };
 
 struct sandbox {
@@ -115,7 +125,9 @@ struct sandbox {
         uint64_t timeout_ms;
         cJSON *env;               /* object of strings */
         cJSON *tags;              /* object of strings */
-        char *policy;             /* "allow-all" | "deny-all" */
+        cJSON *policy;            /* networkPolicy as given (string or object), header values included */
+        pol_policy *pol;          /* the same, parsed and validated */
+        uint64_t denials;         /* denied DNS questions and answers, all sessions */
         bool persistent;
         unsigned vcpus;
         cJSON *ports;             /* array */
@@ -136,6 +148,9 @@ struct sandbox {
         sandbox *next;
 };
 
+/* "allow-all", "deny-all" or "custom". */
+const char *sandbox_policy_mode(const sandbox *sb);
+
 /* A session being started on a worker thread (session_start). */
 typedef struct start_job {
         manager *m;
@@ -148,6 +163,8 @@ typedef struct start_job {
         char *rootfs;
         /* results from the worker */
         core_spawn_result spawn;
+        pid_t netd_pid;
+        int netd_out;
         core_cgroup *cg;
         int slot;
         sb_error *err;
@@ -169,6 +186,9 @@ struct manager {
         snapshot *snapshots;
         char *host_runtime;
         int init_memfd;
+        char *netd_path;          /* sandbox-netd */
+        int nft_monitor;          /* nftables notifications (core_net_monitor_open) */
+        sd_event_source *nft_monitor_src;
         int netns_lock_fd;        /* core_net_lock_namespace(), held for life */
         int state_lock_fd;        /* flock on <state dir>/sandboxd.lock */
         core_net_pool pool;
@@ -187,6 +207,10 @@ sandbox *manager_find_sandbox(manager *m, const char *name);
 command *manager_find_command(manager *m, const char *cmd_id);
 int manager_alloc_slot(manager *m);
 void manager_release_slot(manager *m, int slot);
+/* Addresses no sandbox may reach whatever its policy says (DESIGN §5.1
+ * rule 5): every address of the host (read now, in the daemon's network
+ * namespace) and the whole sandbox pool. Caller frees *ret. */
+int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n);
 void reply_not_found(rpc_request *req, const char *what, const char *name);
 
 /* sandbox.c */
@@ -222,7 +246,15 @@ void set_status(sandbox *sb, const char *status);
  * success; on failure j->err says why and the caller still owns j. */
 int session_start(sandbox *sb, start_job *j);
 void start_job_free(start_job *j);
+/* A job for session_start on sb (fresh = a new sandbox). NULL on ENOMEM. */
+start_job *start_job_new(sandbox *sb, bool fresh);
 void session_stop(sandbox *sb);
+/* Applies policy p to a running session: its nftables objects in one batch,
+ * then its DNS filter restarted on p. On failure nothing changed. */
+int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err);
+/* Re-applies every running session's nftables objects (after the host
+ * table was re-installed). */
+void sessions_reapply_rules(manager *m);
 /* Called by agent.c when sandbox-init has exited. */
 void session_ended(session *s, int status);
 void start_teardown(sandbox *sb, session *s, bool remove_files);

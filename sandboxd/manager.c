@@ -3,6 +3,7 @@
  * earlier run left), lookups, the address pool, daemon.info and method
  * registration. */
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <libgen.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 
 sandbox *manager_find_sandbox(manager *m, const char *name) {
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
@@ -48,6 +50,7 @@ void reply_not_found(rpc_request *req, const char *what, const char *name) {
 
 static void on_conn_close(rpc_conn *c, void *userdata) {
         commands_conn_closed(userdata, c);
+        events_conn_closed(userdata, c);
 }
 
 static void method_info(rpc_request *req, void *userdata) {
@@ -91,6 +94,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_command_methods(m, server);
         register_fs_methods(m, server);
         register_snapshot_methods(m, server);
+        register_event_methods(m, server);
 }
 
 static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err) {
@@ -105,6 +109,61 @@ static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err)
                 return sb_error_set(ret_err, -EINVAL, NULL, "networkPool",
                                     "networkPool: '%s' has host bits set", text);
         pool->prefix = prefix;
+        return 0;
+}
+
+static int on_nft_event(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        manager *m = userdata;
+        if (core_net_monitor_read(fd) != 1)
+                return 0;
+        _cleanup_error_ sb_error *err = NULL;
+        int r = core_net_host_ensure(&m->pool, &err);
+        if (r < 0) {
+                log_error("nftables: our table was changed and cannot be re-installed: %s; stopping every "
+                          "sandbox with network (fail closed)", err ? err->message : "failed");
+                for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                        if (sb->sess && sb->sess->net_slot >= 0)
+                                session_stop(sb);
+        } else if (r == 1) {
+                log_warning("nftables: table inet sandboxd was removed or changed; re-installed it and the "
+                            "rules of every session");
+                sessions_reapply_rules(m);
+        }
+        return 0;
+}
+
+int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
+        struct ifaddrs *ifa = NULL;
+        if (getifaddrs(&ifa) < 0)
+                ifa = NULL;
+        size_t n = 1, cap = 1;
+        for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+                cap++;
+        pol_cidr *v = calloc(cap, sizeof(*v));
+        if (!v) {
+                freeifaddrs(ifa);
+                return -ENOMEM;
+        }
+        /* The whole pool: other sandboxes and every host side of a veth. */
+        v[0].addr.family = AF_INET;
+        memcpy(v[0].addr.bytes, &m->pool.base, 4);
+        v[0].prefix = m->pool.prefix;
+        for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+                if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+                        continue;
+                pol_cidr *c = &v[n++];
+                c->addr.family = i->ifa_addr->sa_family;
+                if (c->addr.family == AF_INET) {
+                        memcpy(c->addr.bytes, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+                        c->prefix = 32;
+                } else {
+                        memcpy(c->addr.bytes, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+                        c->prefix = 128;
+                }
+        }
+        freeifaddrs(ifa);
+        *ret = v;
+        *ret_n = n;
         return 0;
 }
 
@@ -193,8 +252,10 @@ static void reconcile(manager *m) {
                 }
                 _cleanup_error_ sb_error *err = NULL;
                 if (sandbox_load(m, dir, &err) < 0)
-                        log_warning("persistent sandbox '%s' not restored (its files are kept): %s", de->d_name,
-                                    err ? err->message : "out of memory");
+                        log_warning("persistent sandbox '%s' not restored (its files are kept): %s",
+                                    text_for_log(de->d_name, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF),
+                                    text_for_log(err ? err->message : "out of memory", (char[TEXT_LOG_BUF]){0},
+                                                 TEXT_LOG_BUF));
         }
 }
 
@@ -205,6 +266,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         m->event = sd_event_ref(event);
         m->cfg = cfg;
         m->init_memfd = -EBADF;
+        m->nft_monitor = -EBADF;
         m->state_lock_fd = -EBADF;
         m->started_ms = core_now_ms();
         _cleanup_free_ char *init = NULL;
@@ -250,6 +312,14 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 goto fail;
         }
         m->init_memfd = r;
+        /* sandbox-netd lives where sandbox-init does (build tree or LIBEXECDIR). */
+        {
+                _cleanup_free_ char *dir = strdup(init);
+                if (!dir || asprintf(&m->netd_path, "%s/sandbox-netd", dirname(dir)) < 0) {
+                        r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                        goto fail;
+                }
+        }
         if ((r = core_runtime_host_build(m->host_runtime, ret_err)) < 0) {
                 sb_error_prefix(ret_err, "build the host runtime");
                 goto fail;
@@ -261,6 +331,18 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 goto fail;
         }
         m->have_nft = true;
+        /* Fail closed when someone removes our table (`nft flush ruleset`,
+         * a restart of the nftables service): re-install it and every
+         * session's rules at once; until then unknown veths are denied. */
+        if ((r = core_net_monitor_open(ret_err)) < 0) {
+                sb_error_prefix(ret_err, "nftables monitor");
+                goto fail;
+        }
+        m->nft_monitor = r;
+        if ((r = sd_event_add_io(event, &m->nft_monitor_src, m->nft_monitor, EPOLLIN, on_nft_event, m)) < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "watch nftables: %s", strerror(-r));
+                goto fail;
+        }
         reconcile(m);
         snapshots_load(m);
         *ret = m;
@@ -297,6 +379,10 @@ void manager_free(manager *m) {
         free(m->runtimes_dir);
         free(m->host_runtime);
         free(m->run_sandboxes_dir);
+        sd_event_source_disable_unref(m->nft_monitor_src);
+        if (m->nft_monitor >= 0)
+                close(m->nft_monitor);
+        free(m->netd_path);
         free(m->layers_dir);
         free(m->snapshots_dir);
         snapshots_free(m);

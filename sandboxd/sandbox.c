@@ -16,6 +16,7 @@
 #include "libcore/source.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
 
@@ -43,7 +44,10 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON_AddNumberToObject(res, "vcpus", sb->vcpus);
         cJSON_AddItemToObject(o, "env", cJSON_Duplicate(sb->env, 1));
         cJSON_AddItemToObject(o, "tags", cJSON_Duplicate(sb->tags, 1));
-        cJSON_AddStringToObject(o, "networkPolicy", sb->policy);
+        /* Header values of rules carry credentials: never shown (DESIGN §3). */
+        cJSON *pol = sb->pol ? pol_policy_to_json(sb->pol, true) : NULL;
+        cJSON_AddItemToObject(o, "networkPolicy", pol ? pol : cJSON_CreateString("deny-all"));
+        cJSON_AddNumberToObject(o, "denials", (double)sb->denials);
         cJSON_AddBoolToObject(o, "persistent", sb->persistent);
         add_time(o, "createdAt", sb->created_ms);
         cJSON_AddItemToObject(o, "sessions", cJSON_Duplicate(sb->sessions, 1));
@@ -53,6 +57,9 @@ cJSON *sandbox_to_json(const sandbox *sb) {
 cJSON *sandbox_config_json(const sandbox *sb) {
         cJSON *o = sandbox_to_json(sb);
         cJSON_AddItemToObject(o, "layers", sb->layers ? cJSON_Duplicate(sb->layers, 1) : cJSON_CreateArray());
+        /* The config keeps the policy whole (it is re-applied on resume). */
+        cJSON_ReplaceItemInObject(o, "networkPolicy", cJSON_Duplicate(sb->policy, 1));
+        cJSON_DeleteItemFromObject(o, "denials");
         cJSON_DeleteItemFromObject(o, "status");
         cJSON_DeleteItemFromObject(o, "expiresAt");
         cJSON_DeleteItemFromObject(o, "sessions");
@@ -89,7 +96,8 @@ void sandbox_free(sandbox *sb) {
         cJSON_Delete(sb->ports);
         cJSON_Delete(sb->sessions);
         cJSON_Delete(sb->layers);
-        free(sb->policy);
+        cJSON_Delete(sb->policy);
+        pol_policy_free(sb->pol);
         free(sb->dir);
         free(sb->run_dir);
         free(sb->stop_waiters.items);
@@ -134,13 +142,9 @@ void redo_list_clear(redo_list *l) {
 /* Starts a new session on a stopped persistent sandbox; parked requests
  * run when it is up. */
 static void start_resume(sandbox *sb) {
-        start_job *j = calloc(1, sizeof(*j));
+        start_job *j = start_job_new(sb, false);
         if (!j)
                 return;
-        j->m = sb->m;
-        j->sb = sb;
-        j->slot = -1;
-        j->spawn.pidfd = j->spawn.agent_fd = -EBADF;
         log_info("sandbox '%s': resuming", sb->name);
         if (session_start(sb, j) < 0) {
                 redo_list l = redo_list_take(&sb->pending);
@@ -341,6 +345,19 @@ static int parse_string_map(rpc_request *req, const char *field, unsigned max, c
         return 0;
 }
 
+/* Fail closed: HTTP rules (header injection, forwardURL) need the egress
+ * proxy, which is not built yet; a policy that has them is refused rather
+ * than applied without them. */
+static int policy_enforceable(const pol_policy *p, sb_error **ret_err) {
+        for (size_t i = 0; i < p->n_domains; i++)
+                if (p->domains[i].n_rules > 0)
+                        return sb_error_set(ret_err, -EOPNOTSUPP, "invalid_policy", "networkPolicy.allow",
+                                            "networkPolicy.allow[\"%s\"]: HTTP rules (transform, forwardURL) "
+                                            "are not supported yet; list the domain without rules",
+                                            p->domains[i].pattern.text);
+        return 0;
+}
+
 static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j, sb_error **ret_err) {
         const daemon_config *cfg = m->cfg;
         const char *name = NULL, *runtime = "host";
@@ -350,7 +367,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         int r;
         if ((r = rpc_param_string(req, "name", false, &name, ret_err)) < 0 ||
             (r = rpc_param_string(req, "runtime", false, &runtime, ret_err)) < 0 ||
-            (r = rpc_param_int(req, "timeout", false, 1000, (int64_t)cfg->max_timeout_ms, &timeout, ret_err)) < 0 ||
+            (r = rpc_param_duration_ms(req, "timeout", false, 1000, (int64_t)cfg->max_timeout_ms, &timeout, ret_err)) < 0 ||
             (r = rpc_param_bool(req, "persistent", &persistent, ret_err)) < 0 ||
             (r = rpc_param_object(req, "resources", false, &res, ret_err)) < 0 ||
             (r = rpc_param_array(req, "ports", false, &ports, ret_err)) < 0 ||
@@ -377,18 +394,11 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         if (ports && cJSON_GetArraySize(ports) > 0)
                 return sb_error_set(ret_err, -EOPNOTSUPP, NULL, "ports", "ports: exposing ports is not supported yet");
         policy = cJSON_GetObjectItem(req->params, "networkPolicy");
-        if (!policy || cJSON_IsNull(policy))
-                sb->policy = strdup("allow-all");
-        else if (cJSON_IsString(policy) && (streq(policy->valuestring, "allow-all") ||
-                                              streq(policy->valuestring, "deny-all")))
-                sb->policy = strdup(policy->valuestring);
-        else if (cJSON_IsObject(policy))
-                /* Fail closed: never treat a policy we cannot enforce as allow-all. */
-                return sb_error_set(ret_err, -EOPNOTSUPP, "invalid_policy", "networkPolicy",
-                                    "networkPolicy: custom policy objects are not supported yet; use \"allow-all\" or \"deny-all\"");
-        else
-                return sb_error_set(ret_err, -EINVAL, "invalid_policy", "networkPolicy",
-                                    "networkPolicy: must be \"allow-all\", \"deny-all\" or a policy object");
+        /* Fail closed: a policy that does not validate is refused whole,
+         * with the field and the fix (DESIGN §5.1 rule 8). */
+        if ((r = pol_policy_parse(policy, &sb->pol, ret_err)) < 0 || (r = policy_enforceable(sb->pol, ret_err)) < 0)
+                return r;
+        sb->policy = policy && !cJSON_IsNull(policy) ? cJSON_Duplicate(policy, 1) : cJSON_CreateString("allow-all");
         src = cJSON_GetObjectItem(req->params, "source");
         if (src && !cJSON_IsNull(src)) {
                 if ((r = parse_source(j, src, ret_err)) < 0)
@@ -408,6 +418,12 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         sb->persistent = persistent;
         sb->ports = cJSON_CreateArray();
         return sb->name && sb->runtime && sb->policy ? 0 : sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+}
+
+const char *sandbox_policy_mode(const sandbox *sb) {
+        if (!sb->pol || sb->pol->mode == POL_MODE_DENY_ALL)
+                return "deny-all";
+        return sb->pol->mode == POL_MODE_ALLOW_ALL ? "allow-all" : "custom";
 }
 
 static sandbox *find_by_param(rpc_request *req, manager *m) {
@@ -444,20 +460,15 @@ static void reply_existing(rpc_request *req, void *m) { reply_get_or_create(req,
 void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJSON *layers) {
         _cleanup_error_ sb_error *err = NULL;
         sandbox *sb = calloc(1, sizeof(*sb));
-        start_job *j = calloc(1, sizeof(*j));
+        if (sb)
+                sb->m = m;
+        start_job *j = sb ? start_job_new(sb, true) : NULL;
         if (!sb || !j) {
                 free(sb);
-                free(j);
                 rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
                 return;
         }
-        sb->m = m;
         sb->sessions = cJSON_CreateArray();
-        j->m = m;
-        j->sb = sb;
-        j->fresh = true;
-        j->slot = -1;
-        j->spawn.pidfd = j->spawn.agent_fd = -EBADF;
         if (parse_create(m, req, sb, j, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 goto drop;
@@ -612,7 +623,7 @@ static void method_extend(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
         int64_t duration = 0;
-        if (rpc_param_int(req, "duration", true, 1, (int64_t)m->cfg->max_timeout_ms, &duration, &err) < 0) {
+        if (rpc_param_duration_ms(req, "duration", true, 1, (int64_t)m->cfg->max_timeout_ms, &duration, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -629,8 +640,9 @@ static void method_extend(rpc_request *req, void *userdata) {
         rpc_reply(req, sandbox_to_json(sb));
 }
 
-/* sandbox.update: timeout, env, tags (and, while they cannot change yet,
- * resources, ports and networkPolicy only to their current values).
+/* sandbox.update: timeout, env, tags, networkPolicy (live on a running
+ * session, atomically; not to or from deny-all while it runs), and, while
+ * they cannot change yet, resources and ports only to their current values.
  * A timeout increase also extends the running session by the difference;
  * a decrease applies from the next session on. */
 static void method_update(rpc_request *req, void *userdata) {
@@ -638,7 +650,7 @@ static void method_update(rpc_request *req, void *userdata) {
         _cleanup_error_ sb_error *err = NULL;
         int64_t timeout = -1;
         cJSON *env = NULL, *tags = NULL, *ports = NULL, *res = NULL;
-        if (rpc_param_int(req, "timeout", false, 1000, (int64_t)m->cfg->max_timeout_ms, &timeout, &err) < 0 ||
+        if (rpc_param_duration_ms(req, "timeout", false, 1000, (int64_t)m->cfg->max_timeout_ms, &timeout, &err) < 0 ||
             rpc_param_object(req, "resources", false, &res, &err) < 0 ||
             rpc_param_array(req, "ports", false, &ports, &err) < 0 ||
             (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", 0, &env, &err) < 0) ||
@@ -658,10 +670,24 @@ static void method_update(rpc_request *req, void *userdata) {
         cJSON *policy = cJSON_GetObjectItem(req->params, "networkPolicy");
         cJSON *vcpus = cJSON_GetObjectItem(res, "vcpus");
         const char *fail_field = NULL, *fail_reason = NULL, *fail_msg = NULL;
-        if (policy && !(cJSON_IsString(policy) && streq(policy->valuestring, sb->policy))) {
+        _cleanup_policy_ pol_policy *newpol = NULL;
+        if (policy && (pol_policy_parse(policy, &newpol, &err) < 0 || policy_enforceable(newpol, &err) < 0)) {
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        bool was_net = !streq(sandbox_policy_mode(sb), "deny-all");
+        if (newpol && (sb->sess || sb->starting) && was_net != (newpol->mode != POL_MODE_DENY_ALL)) {
                 fail_field = "networkPolicy";
                 fail_reason = "invalid_policy";
-                fail_msg = "networkPolicy: changing the policy of an existing sandbox is not supported yet";
+                fail_msg = "networkPolicy: a running sandbox cannot switch to or from deny-all (it has no "
+                           "network interface); stop it (persistent) and update it, or create a new one";
+        } else if (newpol && sb->starting) {
+                /* The starting session reads the policy on a worker thread. */
+                fail_field = "networkPolicy";
+                fail_reason = "unavailable";
+                fail_msg = "networkPolicy: the sandbox is starting; try again when it runs";
         } else if (vcpus && !(cJSON_IsNumber(vcpus) && vcpus->valuedouble == sb->vcpus)) {
                 fail_field = "resources.vcpus";
                 fail_msg = "resources.vcpus: changing resources is not supported yet";
@@ -675,6 +701,20 @@ static void method_update(rpc_request *req, void *userdata) {
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 return;
+        }
+        if (newpol) {
+                /* One nftables batch swaps the running session's rules: no
+                 * moment where both or neither apply (rule 9). */
+                if (sb->sess && session_apply_policy(sb->sess, newpol, &err) < 0) {
+                        cJSON_Delete(env);
+                        cJSON_Delete(tags);
+                        rpc_reply_sb_error(req, err);
+                        return;
+                }
+                pol_policy_free(sb->pol);
+                sb->pol = TAKE_PTR(newpol);
+                cJSON_Delete(sb->policy);
+                sb->policy = cJSON_Duplicate(policy, 1);
         }
         if (env) {
                 cJSON_Delete(sb->env);
@@ -698,7 +738,7 @@ static void method_update(rpc_request *req, void *userdata) {
         }
         int r = sandbox_save_config(sb, NULL, &err);
         if (r < 0)
-                log_warning("sandbox '%s': %s", sb->name, err->message);
+                log_warning("sandbox '%s': %s", sb->name, text_for_log(err->message, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF));
         rpc_reply(req, sandbox_to_json(sb));
 }
 
@@ -735,11 +775,16 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->name = strdup(name);
         memcpy(sb->id, id, 33);
         sb->runtime = dup_json_string(c, "runtime", "host");
-        sb->policy = dup_json_string(c, "networkPolicy", "deny-all");
-        if (!streq(sb->policy, "allow-all") && !streq(sb->policy, "deny-all")) {
-                free(sb->policy);
-                sb->policy = strdup("deny-all"); /* fail closed */
+        cJSON *pj = cJSON_GetObjectItem(c, "networkPolicy");
+        if (!pj || pol_policy_parse(pj, &sb->pol, NULL) < 0) {
+                /* Fail closed: a stored policy that no longer validates. */
+                log_warning("sandbox '%s': stored networkPolicy does not validate; using deny-all", name);
+                pj = NULL;
+                cJSON *deny = cJSON_CreateString("deny-all");
+                pol_policy_parse(deny, &sb->pol, NULL);
+                cJSON_Delete(deny);
         }
+        sb->policy = pj ? cJSON_Duplicate(pj, 1) : cJSON_CreateString("deny-all");
         cJSON *src = cJSON_GetObjectItem(c, "source");
         sb->source = cJSON_IsObject(src) ? cJSON_Duplicate(src, 1) : NULL;
         cJSON *t = cJSON_GetObjectItem(c, "timeout");

@@ -17,6 +17,7 @@
 #include "libcore/source.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
 #define SETUP_TIMEOUT_MS 15000
@@ -25,7 +26,12 @@ static void finish_requests(sandbox *sb, req_list *l, bool empty_result);
 
 /* ---- the worker thread ----------------------------------------------------- */
 
-static int write_upper_etc(const sandbox *sb, const char *upper, bool network) {
+/* The sandbox's own /etc files, written into its upper layer before every
+ * session (the gateway can differ between sessions). resolv.conf: a custom
+ * policy resolves through its DNS filter on the gateway (and nothing else
+ * answers it, DESIGN §5.2); allow-all uses the host's resolvers a sandbox
+ * can reach (not loopback ones: they are the host's); deny-all none. */
+static int write_upper_etc(const sandbox *sb, const char *upper, const char *mode, struct in_addr gateway) {
         _cleanup_free_ char *etc = NULL, *hosts = NULL, *hostname = NULL, *resolv = NULL;
         if (asprintf(&etc, "%s/etc", upper) < 0)
                 return -ENOMEM;
@@ -35,13 +41,11 @@ static int write_upper_etc(const sandbox *sb, const char *upper, bool network) {
                      sb->name) < 0 ||
             asprintf(&hostname, "%s\n", sb->name) < 0)
                 return -ENOMEM;
-        /* resolv.conf: with network, the host's own resolvers that a sandbox can
-         * reach (loopback ones cannot be: they are the host's). */
         size_t cap = 4096, len = 0;
         resolv = calloc(1, cap);
         if (!resolv)
                 return -ENOMEM;
-        if (network) {
+        if (streq(mode, "allow-all")) {
                 _cleanup_fclose_ FILE *f = fopen("/etc/resolv.conf", "re");
                 char line[512];
                 while (f && fgets(line, sizeof(line), f)) {
@@ -52,6 +56,10 @@ static int write_upper_etc(const sandbox *sb, const char *upper, bool network) {
                         if (len >= cap - 300)
                                 break;
                 }
+        } else if (streq(mode, "custom")) {
+                char gw[INET_ADDRSTRLEN];
+                inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
+                snprintf(resolv, cap, "# the sandbox's DNS filter (sandbox-netd)\nnameserver %s\noptions edns0\n", gw);
         } else
                 snprintf(resolv, cap, "# deny-all: this sandbox has no network\n");
         static const char *const names[] = {"hosts", "hostname", "resolv.conf"};
@@ -86,8 +94,6 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
                 return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
         if (chown(ws, SANDBOX_UID, SANDBOX_GID) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown workspace: %m");
-        if ((r = write_upper_etc(sb, upper, streq(sb->policy, "allow-all"))) < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "write sandbox /etc: %s", strerror(-r));
         return 0;
 }
 
@@ -193,6 +199,215 @@ static void kill_spawned(core_spawn_result *sp) {
         sp->pidfd = sp->agent_fd = -EBADF;
 }
 
+/* ---- the DNS filter (sandbox-netd) of a custom-policy session -------------- */
+
+/* The host's first resolver: sandbox-netd runs in the daemon's network
+ * namespace, so a loopback resolver (systemd-resolved) is fine here. */
+static int upstream_resolver(char *buf, size_t size) {
+        _cleanup_fclose_ FILE *f = fopen("/etc/resolv.conf", "re");
+        char line[512], ns[256];
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, " nameserver %255s", ns) == 1) {
+                        snprintf(buf, size, strchr(ns, ':') ? "[%s]:53" : "%s:53", ns);
+                        return 0;
+                }
+        return -ENOENT;
+}
+
+/* Starts sandbox-netd for policy p on gateway:53 and waits (bounded) for its
+ * ready line. Its stdout (pins and denials, one JSON object a line) is
+ * returned in *ret_out. Blocking: a worker thread, or the loop for a live
+ * update. */
+static int netd_start(manager *m, const char *run_dir, const pol_policy *p, struct in_addr gateway,
+                      pid_t *ret_pid, int *ret_out, sb_error **ret_err) {
+        char gw[INET_ADDRSTRLEN], listen_arg[64], upstream[300];
+        inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
+        snprintf(listen_arg, sizeof(listen_arg), "%s:53", gw);
+        if (upstream_resolver(upstream, sizeof(upstream)) < 0)
+                return sb_error_set(ret_err, -ENOENT, NULL, NULL, "DNS filter: no nameserver in /etc/resolv.conf");
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        cJSON *doc = pol_policy_to_json(p, false);
+        text = doc ? cJSON_PrintUnformatted(doc) : NULL;
+        cJSON_Delete(doc);
+        if (!text || asprintf(&path, "%s/policy.json", run_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_mkdir_p(run_dir, 0700);
+        if (r >= 0)
+                r = core_write_file_replace(path, text, strlen(text), 0600);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "DNS filter: write %s: %s", path, strerror(-r));
+        _cleanup_free_ pol_cidr *never = NULL;
+        size_t n_never = 0;
+        manager_never_list(m, &never, &n_never);
+        char **argv = calloc(12 + 2 * n_never, sizeof(char *));
+        char (*cidrs)[64] = calloc(n_never + 1, 64);
+        size_t a = 0;
+        argv[a++] = (char *)"sandbox-netd";
+        argv[a++] = (char *)"--listen";
+        argv[a++] = listen_arg;
+        argv[a++] = (char *)"--upstream";
+        argv[a++] = upstream;
+        argv[a++] = (char *)"--policy";
+        argv[a++] = path;
+        for (size_t i = 0; i < n_never; i++) {
+                pol_cidr_format(&never[i], cidrs[i], 64);
+                argv[a++] = (char *)"--never";
+                argv[a++] = cidrs[i];
+        }
+        int out[2] = {-EBADF, -EBADF};
+        r = core_spawn_helper(m->netd_path, argv, out, ret_pid, ret_err);
+        free(argv);
+        free(cidrs);
+        if (r < 0)
+                return sb_error_prefix(ret_err, "DNS filter");
+        _cleanup_close_ int fd = out[0];
+        /* The ready line comes once it has bound :53 and dropped privileges. */
+        char line[512];
+        r = core_read_line_timeout(fd, line, sizeof(line), 5000);
+        if (r < 0 || !strstr(line, "\"ready\":true")) {
+                kill(*ret_pid, SIGKILL);
+                waitpid(*ret_pid, NULL, 0);
+                *ret_pid = 0;
+                return sb_error_set(ret_err, r < 0 ? r : -EIO, NULL, NULL,
+                                    "DNS filter did not start on %s (see the daemon log)", listen_arg);
+        }
+        *ret_out = TAKE_FD(fd);
+        return 0;
+}
+
+static void netd_stop(pid_t *pid) {
+        if (*pid <= 0)
+                return;
+        kill(*pid, SIGTERM);
+        /* netd exits at once on SIGTERM; bounded wait, then SIGKILL. */
+        for (int i = 0; i < 200; i++) {
+                if (waitpid(*pid, NULL, WNOHANG) == *pid) {
+                        *pid = 0;
+                        return;
+                }
+                usleep(5000);
+        }
+        kill(*pid, SIGKILL);
+        waitpid(*pid, NULL, 0);
+        *pid = 0;
+}
+
+/* One line from sandbox-netd: pin the address before netd releases the
+ * answer (it waits for us to read the next line), or record a denial. */
+static void netd_line(session *s, const char *line) {
+        sandbox *sb = s->sb;
+        cJSON *o = cJSON_Parse(line);
+        const char *pin = cJSON_GetStringValue(cJSON_GetObjectItem(o, "pin"));
+        const char *deny = cJSON_GetStringValue(cJSON_GetObjectItem(o, "deny"));
+        char ifname[32];
+        snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+        if (pin) {
+                struct in_addr a;
+                cJSON *ttl = cJSON_GetObjectItem(o, "ttl");
+                _cleanup_error_ sb_error *err = NULL;
+                if (inet_pton(AF_INET, pin, &a) == 1 &&
+                    pol_nft_pin(ifname, a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) < 0)
+                        log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "failed");
+        } else if (deny) {
+                sb->denials++;
+                cJSON *f = cJSON_CreateObject();
+                cJSON_AddStringToObject(f, "layer", "dns");
+                cJSON_AddStringToObject(f, "host", deny);
+                const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(o, "message"));
+                cJSON_AddStringToObject(f, "message", msg ? msg : "denied by the sandbox's network policy");
+                const char *layer = cJSON_GetStringValue(cJSON_GetObjectItem(o, "layer"));
+                cJSON_AddStringToObject(f, "rule", layer ? layer : "");
+                events_emit(sb->m, EVENT_DENIED, sb->name, f);
+        }
+        cJSON_Delete(o);
+}
+
+static int on_netd_output(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        session *s = userdata;
+        char buf[4096];
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n <= 0) {
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return 0;
+                log_warning("sandbox '%s': its DNS filter exited", s->sb->name);
+                s->netd_src = sd_event_source_disable_unref(s->netd_src);
+                return 0;
+        }
+        char *nb = realloc(s->netd_buf, s->netd_len + (size_t)n + 1);
+        if (!nb)
+                return 0;
+        s->netd_buf = nb;
+        memcpy(s->netd_buf + s->netd_len, buf, (size_t)n);
+        s->netd_len += (size_t)n;
+        s->netd_buf[s->netd_len] = 0;
+        char *start = s->netd_buf, *nl;
+        while ((nl = strchr(start, '\n'))) {
+                *nl = 0;
+                netd_line(s, start);
+                start = nl + 1;
+        }
+        s->netd_len -= (size_t)(start - s->netd_buf);
+        memmove(s->netd_buf, start, s->netd_len + 1);
+        if (s->netd_len > 65536)
+                s->netd_len = 0; /* a line that long is not one of ours */
+        return 0;
+}
+
+static int netd_attach(session *s) {
+        if (s->netd_out < 0)
+                return 0;
+        int fl = fcntl(s->netd_out, F_GETFL);
+        if (fl >= 0)
+                (void)fcntl(s->netd_out, F_SETFL, fl | O_NONBLOCK);
+        return sd_event_add_io(s->sb->m->event, &s->netd_src, s->netd_out, EPOLLIN, on_netd_output, s);
+}
+
+static void netd_detach(session *s) {
+        s->netd_src = sd_event_source_disable_unref(s->netd_src);
+        if (s->netd_out >= 0)
+                close(s->netd_out);
+        s->netd_out = -EBADF;
+        free(s->netd_buf);
+        s->netd_buf = NULL;
+        s->netd_len = 0;
+}
+
+int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
+        sandbox *sb = s->sb;
+        char ifname[32];
+        snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+        int r = pol_nft_session_apply(ifname, p, s->gateway, ret_err);
+        if (r < 0)
+                return r;
+        /* The DNS filter restarts on the new policy; while it does, queries
+         * go unanswered (fail closed). */
+        netd_detach(s);
+        netd_stop(&s->netd_pid);
+        if (p->mode == POL_MODE_CUSTOM) {
+                r = netd_start(sb->m, sb->run_dir, p, s->gateway, &s->netd_pid, &s->netd_out, ret_err);
+                if (r < 0)
+                        return r;
+                netd_attach(s);
+        }
+        return 0;
+}
+
+void sessions_reapply_rules(manager *m) {
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                session *s = sb->sess;
+                if (!s || s->net_slot < 0)
+                        continue;
+                char ifname[32];
+                snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+                _cleanup_error_ sb_error *err = NULL;
+                if (pol_nft_session_apply(ifname, sb->pol, s->gateway, &err) < 0)
+                        log_error("sandbox '%s': re-apply its network rules: %s; stopping it (fail closed)",
+                                  sb->name, err ? err->message : "failed");
+                if (err)
+                        session_stop(sb);
+        }
+}
+
 /* Worker thread: for a new sandbox its directories, source and config;
  * then the session: cgroup, clone, veth, setup. On failure everything made
  * here is undone before returning (a resumed sandbox keeps its files). */
@@ -200,6 +415,8 @@ static void start_work(void *userdata) {
         start_job *j = userdata;
         sandbox *sb = j->sb;
         manager *m = j->m;
+        char ifname[32];
+        snprintf(ifname, sizeof(ifname), "sbx%d", j->slot);
         int r;
         bool made_dir = false;
         if (j->fresh) {
@@ -214,6 +431,19 @@ static void start_work(void *userdata) {
                 r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
                 goto fail;
         }
+        const char *mode = sandbox_policy_mode(sb);
+        struct in_addr gateway = {0};
+        if (j->slot >= 0)
+                gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
+        {
+                _cleanup_free_ char *upper = NULL;
+                if (asprintf(&upper, "%s/upper", sb->dir) < 0 ||
+                    (r = write_upper_etc(sb, upper, mode, gateway)) < 0) {
+                        r = sb_error_set(&j->err, r < 0 ? r : -ENOMEM, NULL, NULL, "write sandbox /etc: %s",
+                                         strerror(r < 0 ? -r : ENOMEM));
+                        goto fail;
+                }
+        }
         core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
                                   .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
                                   .cpu_quota_pct = sb->vcpus * 100};
@@ -227,13 +457,26 @@ static void start_work(void *userdata) {
                 sb_error_prefix(&j->err, "create veth");
                 goto fail;
         }
+        /* The session's rules before anything inside can send a packet:
+         * init configures eth0 only after setup below. */
+        if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
+                goto fail;
+        if (streq(mode, "custom") &&
+            (r = netd_start(m, sb->run_dir, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->err)) < 0)
+                goto fail;
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
         return;
 fail:
         kill_spawned(&j->spawn);
-        if (j->slot >= 0)
+        netd_stop(&j->netd_pid);
+        if (j->netd_out >= 0)
+                close(j->netd_out);
+        j->netd_out = -EBADF;
+        if (j->slot >= 0) {
+                pol_nft_session_remove(ifname, NULL);
                 core_veth_delete((unsigned)j->slot, NULL);
+        }
         if (j->cg) {
                 core_cgroup_kill_all(j->cg);
                 core_cgroup_destroy(j->cg);
@@ -263,8 +506,10 @@ static void start_done(void *userdata) {
         manager *m = j->m;
         sb->starting = false;
         if (j->err) {
+                /* The message can carry text from the source or the sandbox. */
+                char safe[TEXT_LOG_BUF];
                 log_info("%s sandbox '%s' failed: %s", j->fresh ? "create" : "resume", sb->name,
-                         j->err->message);
+                         text_for_log(j->err->message, safe, sizeof(safe)));
                 manager_release_slot(m, j->slot);
                 redo_list l = redo_list_take(&sb->pending);
                 for (size_t i = 0; i < l.n; i++)
@@ -287,6 +532,12 @@ static void start_done(void *userdata) {
         s->agent_fd = j->spawn.agent_fd;
         s->net_slot = j->slot;
         s->cg = j->cg;
+        if (j->slot >= 0)
+                s->gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
+        s->netd_pid = j->netd_pid;
+        s->netd_out = j->netd_out;
+        j->netd_pid = 0;
+        j->netd_out = -EBADF;
         s->started_ms = core_now_ms();
         core_random_hex(s->id, 32);
         sb->sess = s;
@@ -300,10 +551,12 @@ static void start_done(void *userdata) {
         sb->status = "running";
         int r = agent_attach(s, m->event);
         if (r >= 0)
+                r = netd_attach(s);
+        if (r >= 0)
                 r = session_start_timers(sb);
         if (r < 0)
                 log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
-        log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sb->policy);
+        log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sandbox_policy_mode(sb));
         if (sb->persistent)
                 sandbox_save_config(sb, NULL, NULL);
         start_job_free(j);
@@ -318,7 +571,7 @@ static void start_done(void *userdata) {
 
 int session_start(sandbox *sb, start_job *j) {
         manager *m = sb->m;
-        if (streq(sb->policy, "allow-all") && (j->slot = manager_alloc_slot(m)) < 0)
+        if (!streq(sandbox_policy_mode(sb), "deny-all") && (j->slot = manager_alloc_slot(m)) < 0)
                 return sb_error_set(&j->err, -ENOSPC, "limit_exceeded", NULL,
                                     "no free address in the network pool %s", m->cfg->network_pool);
         if (asprintf(&j->rootfs, "%s/rootfs", sb->run_dir) < 0)
@@ -335,6 +588,18 @@ int session_start(sandbox *sb, start_job *j) {
         return 0;
 }
 
+start_job *start_job_new(sandbox *sb, bool fresh) {
+        start_job *j = calloc(1, sizeof(*j));
+        if (!j)
+                return NULL;
+        j->m = sb->m;
+        j->sb = sb;
+        j->fresh = fresh;
+        j->slot = -1;
+        j->spawn.pidfd = j->spawn.agent_fd = j->netd_out = -EBADF;
+        return j;
+}
+
 void start_job_free(start_job *j) {
         if (!j)
                 return;
@@ -346,6 +611,9 @@ void start_job_free(start_job *j) {
                 explicit_bzero(j->password, strlen(j->password));
                 free(j->password);
         }
+        netd_stop(&j->netd_pid);
+        if (j->netd_out >= 0)
+                close(j->netd_out);
         free(j->rootfs);
         free(j->config_text);
         sb_error_free(j->err);
@@ -399,8 +667,16 @@ typedef struct teardown_job {
 static void teardown_work(void *userdata) {
         teardown_job *t = userdata;
         if (t->s) {
-                if (t->s->net_slot >= 0)
+                netd_stop(&t->s->netd_pid);
+                if (t->s->net_slot >= 0) {
+                        char ifname[32];
+                        snprintf(ifname, sizeof(ifname), "sbx%d", t->s->net_slot);
+                        _cleanup_error_ sb_error *err = NULL;
+                        if (pol_nft_session_remove(ifname, &err) < 0)
+                                log_warning("sandbox '%s': remove its nftables objects: %s", t->sb->name,
+                                            err ? err->message : "failed");
                         core_veth_delete((unsigned)t->s->net_slot, NULL);
+                }
                 if (t->s->cg) {
                         core_cgroup_kill_all(t->s->cg);
                         int r = core_cgroup_destroy(t->s->cg);
@@ -441,12 +717,8 @@ static void teardown_done(void *userdata) {
         finish_requests(sb, &sb->stop_waiters, false);
         if (!t->remove_files && sb->pending.n && !sb->deleting) {
                 /* Requests that arrived while it stopped want it running. */
-                start_job *j = calloc(1, sizeof(*j));
+                start_job *j = start_job_new(sb, false);
                 if (j) {
-                        j->m = m;
-                        j->sb = sb;
-                        j->slot = -1;
-                        j->spawn.pidfd = j->spawn.agent_fd = -EBADF;
                         if (session_start(sb, j) < 0) {
                                 redo_list l = redo_list_take(&sb->pending);
                                 for (size_t i = 0; i < l.n; i++)
@@ -495,6 +767,7 @@ void session_ended(session *s, int status) {
         s->kill_src = sd_event_source_disable_unref(s->kill_src);
         s->expire_src = sd_event_source_disable_unref(s->expire_src);
         agent_detach(s);
+        netd_detach(s);
         commands_session_gone(s);
         sb->sess = NULL;
         sb->status = expected ? "stopped" : "failed";
@@ -522,6 +795,7 @@ void sandbox_stop_all(manager *m) {
                 s->kill_src = sd_event_source_disable_unref(s->kill_src);
                 s->expire_src = sd_event_source_disable_unref(s->expire_src);
                 agent_detach(s);
+                netd_detach(s);
                 commands_session_gone(s);
                 sb->sess = NULL;
                 teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};

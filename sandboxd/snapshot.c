@@ -273,7 +273,7 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
         cJSON_AddNumberToObject(res, "vcpus", src->vcpus);
         cJSON_AddItemToObject(p, "env", cJSON_Duplicate(src->env, 1));
         cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(src->tags, 1));
-        cJSON_AddStringToObject(p, "networkPolicy", src->policy);
+        cJSON_AddItemToObject(p, "networkPolicy", cJSON_Duplicate(src->policy, 1));
         cJSON_AddBoolToObject(p, "persistent", src->persistent);
         const cJSON *it;
         cJSON_ArrayForEach(it, overrides) {

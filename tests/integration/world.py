@@ -60,6 +60,13 @@ HTTP_ADDR = "203.0.113.10"
 DNS_ADDR = "203.0.113.53"
 SPARE_ADDR = "203.0.113.11"
 LISTEN_PORT = 7000
+# "Public" hosts of the fake internet, for custom policies: every range above
+# is documentation space, which a custom policy never reaches unless
+# subnets.allow names it (DESIGN §5.1 rule 5). These addresses live only on
+# the internet namespace's veth; the world has no route anywhere else.
+PUB_NET = "5.5.5.0/24"
+PUB_API_ADDR = "5.5.5.10"     # api.public.test
+PUB_OTHER_ADDR = "5.5.5.11"   # other.public.test
 
 
 class WorldError(Exception):
@@ -463,6 +470,8 @@ class World:
             self._start_http()
             self.inet_listener = self.start_listener("net", HTTP_ADDR, LISTEN_PORT)
             self.host_listener = self.start_listener("host", HOST_ADDR, LISTEN_PORT)
+            self.pub_api_listener = self.start_listener("net", PUB_API_ADDR, LISTEN_PORT)
+            self.pub_other_listener = self.start_listener("net", PUB_OTHER_ADDR, LISTEN_PORT)
         except BaseException:
             self.close()
             raise
@@ -480,6 +489,8 @@ class World:
         _run(["ip", "-n", N, "link", "set", "lo", "up"])
         _run(["ip", "-n", H, "addr", "add", HOST_ADDR + "/24", "dev", "wan0"])
         for a in (INET_ADDR, GIT_ADDR, HTTP_ADDR, DNS_ADDR, SPARE_ADDR):
+            _run(["ip", "-n", N, "addr", "add", a + "/24", "dev", "inet0"])
+        for a in (PUB_API_ADDR, PUB_OTHER_ADDR):
             _run(["ip", "-n", N, "addr", "add", a + "/24", "dev", "inet0"])
         _run(["ip", "-n", H, "link", "set", "wan0", "up"])
         _run(["ip", "-n", N, "link", "set", "inet0", "up"])
@@ -532,6 +543,8 @@ class World:
             "--log-facility=-", "--log-queries",
             "--address=/git.test/" + GIT_ADDR, "--address=/http.test/" + HTTP_ADDR,
             "--address=/blocked.test/" + SPARE_ADDR, "--address=/spare.test/" + SPARE_ADDR,
+            "--address=/api.public.test/" + PUB_API_ADDR, "--address=/other.public.test/" + PUB_OTHER_ADDR,
+            "--address=/metadata.public.test/169.254.169.254",
         ])
         self.wait_until(lambda: GIT_ADDR in self.run_in_host(
             ["getent", "ahostsv4", "git.test"], check=False).stdout, 10, "dnsmasq answers")

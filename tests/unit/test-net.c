@@ -130,6 +130,10 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 "iifname \"sbx*\" ip daddr 169.254.0.0/16 meta l4proto tcp reject with tcp reset",
                 "iifname \"sbx*\" ip daddr 169.254.0.0/16 reject with icmpx admin-prohibited",
                 "iifname \"sbx*\" meta nfproto ipv6 reject with icmpx admin-prohibited",
+                /* A session veth without an element in @sessions is denied,
+                 * not left to the policy accept. */
+                "iifname vmap @sessions\n\t\tiifname \"sbx*\" goto deny\n\t}",
+                "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" meta l4proto tcp reject with tcp reset",
                 "type nat hook postrouting priority srcnat; policy accept;",
                 "ip saddr 10.201.0.0/16 oifname != \"sbx*\" masquerade",
         };

@@ -2,7 +2,8 @@
  * test runs in a private network namespace it creates (unshare of the test
  * thread, undone in teardown) with the host table installed; the objects
  * are checked with the `nft` binary and the verdicts with real TCP connects
- * from a "sandbox" namespace through its veth and the host namespace to a
+ * and UDP round trips from a "sandbox" namespace through its veth to the
+ * host namespace itself (the gateway services) or through it to a
  * "listener" namespace. Nothing leaves this machine. Needs root. */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -25,9 +26,13 @@
 #define SLOT 3
 #define IF "sbx3"
 
+/* kids[0]: the sandbox, kids[1]: the listener namespace, kids[2]: a UDP
+ * echo in the host namespace (the DNS filter's stand-in). */
+#define N_KIDS 3
 static int orig_netns = -1;
-static pid_t kids[2] = { -1, -1 };
-static int to_kid[2] = { -1, -1 }, from_kid[2] = { -1, -1 };
+static pid_t kids[N_KIDS] = { -1, -1, -1 };
+static int to_kid[N_KIDS] = { -1, -1, -1 }, from_kid[N_KIDS] = { -1, -1, -1 };
+static int host_fds[4] = { -1, -1, -1, -1 }; /* TCP listeners in the host namespace */
 
 static core_net_pool test_pool(void) {
         core_net_pool p = { .prefix = 16 };
@@ -47,7 +52,12 @@ static int setup(void **state) {
  * private ones, with their table and links, go away with their last
  * reference. */
 static int teardown(void **state) {
-        for (int i = 0; i < 2; i++) {
+        for (size_t i = 0; i < ELEMENTSOF(host_fds); i++) {
+                if (host_fds[i] >= 0)
+                        close(host_fds[i]);
+                host_fds[i] = -1;
+        }
+        for (int i = 0; i < N_KIDS; i++) {
                 if (kids[i] > 0) {
                         kill(kids[i], SIGKILL);
                         waitpid(kids[i], NULL, 0);
@@ -77,10 +87,16 @@ static pol_policy *policy(const char *json) {
         return p;
 }
 
+/* The host side of the session's veth: where its DNS filter answers. */
+static struct in_addr gateway(void) {
+        core_net_pool p = test_pool();
+        return core_net_host_addr(&p, SLOT);
+}
+
 static void apply(const char *json) {
         pol_policy *p = policy(json);
         sb_error *err = NULL;
-        if (pol_nft_session_apply(IF, p, &err) < 0)
+        if (pol_nft_session_apply(IF, p, gateway(), &err) < 0)
                 fail_msg("apply: %s", err->message);
         pol_policy_free(p);
 }
@@ -123,6 +139,12 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
                         fail_msg("expected once: %s\nin:\n%s", want, out);
         }
         assert_int_equal(count(out, "\"sbx3\" : goto s_sbx3"), 1);
+        /* The gateway services: the DNS filter at the gateway, nothing else
+         * of the host. */
+        assert_int_equal(count(out, "\"sbx3\" : jump i_sbx3"), 1);
+        if (count(out, "chain i_sbx3 {\n\t\tip daddr 10.201.0.6 udp dport 53 accept\n"
+                       "\t\tip daddr 10.201.0.6 tcp dport 53 accept\n\t\tgoto deny\n\t}") != 1)
+                fail_msg("input chain not as expected:\n%s", out);
         static const char *const rules[] = {
                 "ct state established,related accept\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
                 "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
@@ -148,13 +170,17 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         apply("\"deny-all\"");
         out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "s_sbx3"), 0);
+        assert_int_equal(count(out, "i_sbx3"), 0);
+        assert_int_equal(count(out, "sbx3\""), 1);
         assert_int_equal(count(out, "\"sbx3\" : goto deny"), 1);
         free(out);
 
         apply("\"allow-all\"");
         out = run("nft list table inet sandboxd");
-        assert_int_equal(count(out, "sbx3\""), 0);
+        assert_int_equal(count(out, "sbx3\""), 1);
+        assert_int_equal(count(out, "\"sbx3\" : accept"), 1);
         assert_int_equal(count(out, "s_sbx3"), 0);
+        assert_int_equal(count(out, "i_sbx3"), 0);
         free(out);
 
         apply("{\"allow\":[\"example.com\"]}");
@@ -162,6 +188,26 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         assert_int_equal(pol_nft_session_remove(IF, &err), 0); /* nothing there: success */
         assert_null(err);
         out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "sbx3"), 0);
+        free(out);
+}
+
+static void test_custom_policy_refuses_a_gateway_that_is_not_unicast(void **state) {
+        pol_policy *p = policy("{\"allow\":[\"example.com\"]}");
+        static const char *const bad[] = { "0.0.0.0", "255.255.255.255", "127.0.0.1", "224.0.0.1" };
+        sb_error *err = NULL;
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                struct in_addr gw;
+                char want[96];
+                inet_pton(AF_INET, bad[i], &gw);
+                assert_int_equal(pol_nft_session_apply(IF, p, gw, &err), -EINVAL);
+                snprintf(want, sizeof(want), "nftables: invalid gateway address %s for sbx3", bad[i]);
+                assert_string_equal(err->message, want);
+                sb_error_free(err);
+                err = NULL;
+        }
+        pol_policy_free(p);
+        char *out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "sbx3"), 0);
         free(out);
 }
@@ -233,7 +279,7 @@ static void test_own_changes_do_not_alarm_the_monitor(void **state) {
         close(fd);
 }
 
-/* ---- real connects: sandbox netns -> sbx3 -> host netns -> lst0 -> listener netns ---- */
+/* ---- real connects: sandbox netns -> sbx3 -> host netns (-> lst0 -> listener netns) ---- */
 
 typedef struct cmd {
         char op;
@@ -268,6 +314,27 @@ static int connect_timed(struct in_addr dst, uint16_t port, int *ret_ms) {
         return r;
 }
 
+/* Sends one datagram and waits for the echo: 0 for a round trip, else the
+ * error the ICMP answer left on the socket (or -ETIMEDOUT). */
+static int udp_round_trip(struct in_addr dst, uint16_t port, int *ret_ms) {
+        uint64_t t0 = core_monotonic_ms();
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), r = 0;
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = dst };
+        char c;
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || send(fd, "q", 1, 0) < 0)
+                r = -errno;
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (r == 0 && poll(&p, 1, 3000) == 0)
+                r = -ETIMEDOUT;
+        else if (r == 0 && recv(fd, &c, 1, MSG_DONTWAIT) < 0)
+                r = -errno;
+        *ret_ms = (int) (core_monotonic_ms() - t0);
+        close(fd);
+        return r;
+}
+
 static int listen_all(void) {
         for (size_t i = 0; i < ELEMENTSOF(listen_on); i++) {
                 char host[32];
@@ -295,6 +362,7 @@ static _noreturn_ void kid_main(int rd, int wr) {
                 case 'c': rep.r = core_net_configure_inside(&p, SLOT, true, NULL); break;
                 case 'l': rep.r = listen_all(); break;
                 case 't': rep.r = connect_timed(c.dst, c.port, &rep.ms); break;
+                case 'u': rep.r = udp_round_trip(c.dst, c.port, &rep.ms); break;
                 default: _exit(0);
                 }
                 if (write(wr, &rep, sizeof(rep)) != sizeof(rep))
@@ -366,6 +434,120 @@ static void expect_refused(const char *dst, uint16_t port) {
         assert_in_range(t.ms, 0, 1000);
 }
 
+/* A denied datagram: ICMP admin-prohibited, at once (a closed port would
+ * answer port-unreachable, ECONNREFUSED, and the echo would answer). */
+static void expect_udp_prohibited(const char *dst, uint16_t port) {
+        reply u = ask(0, 'u', dst, port);
+        if (u.r != -EHOSTUNREACH)
+                fail_msg("udp %s:%u: %s, expected admin-prohibited", dst, port, strerror(-u.r));
+        assert_in_range(u.ms, 0, 1000);
+}
+
+static void expect_reachable(char op, const char *dst, uint16_t port) {
+        reply t = ask(0, op, dst, port);
+        if (t.r != 0)
+                fail_msg("%s %s:%u: %s, expected reachable", op == 'u' ? "udp" : "tcp", dst, port,
+                         strerror(-t.r));
+}
+
+static int bound_socket(int type, uint16_t port) {
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) }; /* every address */
+        int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0), one = 1;
+        assert_true(fd >= 0);
+        assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+        assert_int_equal(bind(fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        return fd;
+}
+
+/* Services on every address of the host namespace, as sandbox-netd and
+ * the host's own daemons would be: TCP 53 and 8080 (listening, the kernel
+ * completes handshakes) and a UDP echo on 53 and 54 in a child. Bound here,
+ * before the fork, so they are up before the first probe. */
+static void start_host_services(void) {
+        int udp[2] = { bound_socket(SOCK_DGRAM, 53), bound_socket(SOCK_DGRAM, 54) };
+        host_fds[0] = bound_socket(SOCK_STREAM, 53);
+        host_fds[1] = bound_socket(SOCK_STREAM, 8080);
+        assert_int_equal(listen(host_fds[0], 16), 0);
+        assert_int_equal(listen(host_fds[1], 16), 0);
+        kids[2] = fork();
+        assert_true(kids[2] >= 0);
+        if (kids[2] == 0) {
+                struct pollfd p[2] = { { .fd = udp[0], .events = POLLIN }, { .fd = udp[1], .events = POLLIN } };
+                while (poll(p, 2, -1) > 0)
+                        for (int i = 0; i < 2; i++) {
+                                struct sockaddr_in from;
+                                socklen_t l = sizeof(from);
+                                char b[512];
+                                ssize_t n = recvfrom(udp[i], b, sizeof(b), MSG_DONTWAIT, (struct sockaddr *) &from, &l);
+                                if (n > 0)
+                                        (void) sendto(udp[i], b, (size_t) n, 0, (struct sockaddr *) &from, l);
+                        }
+                _exit(0);
+        }
+        close(udp[0]);
+        close(udp[1]);
+}
+
+static void test_custom_session_reaches_only_the_dns_filter_on_its_gateway(void **state) {
+        sb_error *err = NULL;
+        const char *gw = "10.201.0.6";      /* core_net_host_addr(slot 3) */
+        const char *other = "10.1.1.254";   /* the host's address on lst0 */
+        build_topology();
+        start_host_services();
+
+        apply("{\"allow\":[\"example.com\"]}");
+        expect_reachable('u', gw, 53);
+        expect_reachable('t', gw, 53);
+        /* Another port on the gateway, the same port on another address of
+         * the host: both shut, at once. */
+        expect_refused(gw, 8080);
+        expect_udp_prohibited(gw, 54);
+        expect_refused(other, 53);
+        expect_udp_prohibited(other, 53);
+
+        /* allow-all resolves through the host's resolvers by forwarding: no
+         * input element, the gateway stays shut. */
+        apply("\"allow-all\"");
+        expect_refused(gw, 53);
+        expect_udp_prohibited(gw, 53);
+        apply("{\"allow\":[\"example.org\"]}");
+        expect_reachable('u', gw, 53);
+
+        /* remove takes the input chain and its element with the rest. */
+        assert_int_equal(pol_nft_session_remove(IF, &err), 0);
+        assert_null(err);
+        char *out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "sbx3\""), 0);
+        assert_int_equal(count(out, "i_sbx3"), 0);
+        free(out);
+        expect_refused(gw, 53);
+        expect_udp_prohibited(gw, 53);
+}
+
+/* A session veth the daemon has no element for (a leftover, or every veth
+ * right after the table was re-installed) is denied, never forwarded. */
+static void test_veth_without_element_is_denied_until_its_policy_is_applied_again(void **state) {
+        core_net_pool p = test_pool();
+        sb_error *err = NULL;
+        build_topology();
+        expect_refused("10.1.1.1", 8080);
+        apply("\"allow-all\"");
+        expect_reachable('t', "10.1.1.1", 8080);
+
+        /* The table repaired after `nft flush ruleset`: the element is gone
+         * with the old table until the session is re-applied. */
+        free(run("nft flush ruleset"));
+        assert_int_equal(core_net_host_ensure(&p, &err), 1);
+        assert_null(err);
+        expect_refused("10.1.1.1", 8080);
+        apply("\"allow-all\"");
+        expect_reachable('t', "10.1.1.1", 8080);
+
+        /* A leftover veth after its session was removed. */
+        assert_int_equal(pol_nft_session_remove(IF, &err), 0);
+        expect_refused("10.1.1.1", 8080);
+}
+
 static void test_deny_beats_allow_in_real_connects_and_denials_fail_at_once(void **state) {
         build_topology();
         /* allow-all: both listeners reachable through the host. */
@@ -407,6 +589,12 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_own_changes_do_not_alarm_the_monitor, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_deny_beats_allow_in_real_connects_and_denials_fail_at_once,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(test_custom_policy_refuses_a_gateway_that_is_not_unicast, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_custom_session_reaches_only_the_dns_filter_on_its_gateway,
+                                                setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_veth_without_element_is_denied_until_its_policy_is_applied_again, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

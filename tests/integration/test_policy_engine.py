@@ -1,0 +1,117 @@
+"""The egress policy engine end to end (DESIGN §5): DNS filter, pinned
+addresses, subnets precedence, live update, repair of a flushed table."""
+import json
+import os
+import tempfile
+import time
+
+import world as W
+from common import create, delete, expect, expect_eq, get, poll, sandbox, sh
+
+
+def _policy_file(world, doc):
+    fd, path = tempfile.mkstemp(prefix="policy-", suffix=".json", dir=world.tmp)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def _connect(world, name, host, port=W.LISTEN_PORT):
+    """(exit code, seconds) of a TCP connect from inside the sandbox."""
+    t = time.monotonic()
+    code, _o, _e = sh(world, name, "timeout 5 bash -c 'echo > /dev/tcp/%s/%d'" % (host, port))
+    return code, time.monotonic() - t
+
+
+def _resolves(world, name, host):
+    code, out, _e = sh(world, name, "getent ahostsv4 %s | head -1" % host)
+    return out.split()[0] if code == 0 and out.strip() else None
+
+
+def test_custom_policy_resolves_and_reaches_only_allowed_names(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "pol", "--policy", pol) as name:
+        expect_eq(_resolves(world, name, "api.public.test"), W.PUB_API_ADDR, "allowed name resolves")
+        code, _t = _connect(world, name, "api.public.test")
+        expect_eq(code, 0, "connect to the allowed name")
+        expect_eq(_resolves(world, name, "other.public.test"), None, "a name not allowed does not resolve")
+        code, secs = _connect(world, name, W.PUB_OTHER_ADDR)
+        expect(code != 0 and secs < 1.0, "a direct connect to an address nobody resolved fails fast:", code, secs)
+        code, secs = _connect(world, name, W.HOST_ADDR)
+        expect(code != 0 and secs < 1.0, "the host itself stays unreachable:", code, secs)
+        sb, _c, _e = get(world, name)
+        expect(sb["denials"] >= 1, "the denied question is counted:", sb.get("denials"))
+
+
+def test_direct_dns_to_another_resolver_is_refused(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "dns", "--policy", pol) as name:
+        script = ("import socket,sys\n"
+                  "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(2)\n"
+                  "s.connect(('%s',53))\n"
+                  "q=bytes.fromhex('12340100000100000000000003617069067075626c69630474657374000001000"
+                  "1')\n"
+                  "try:\n s.send(q); s.recv(512); print('answered')\n"
+                  "except OSError as e: print('refused', e.errno)\n") % W.DNS_ADDR
+        code, out, err = sh(world, name, "python3 -c \"%s\"" % script.replace('"', '\\"'))
+        expect(out.startswith("refused"), "a query to the world's resolver directly:", out.strip(), err.strip())
+
+
+def test_denied_subnet_beats_an_allowed_name(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"], "subnets": {"deny": ["5.5.5.0/24"]}})
+    with sandbox(world, "deny", "--policy", pol) as name:
+        expect_eq(_resolves(world, name, "api.public.test"), None,
+                  "an allowed name whose address is in a denied subnet")
+        code, secs = _connect(world, name, W.PUB_API_ADDR)
+        expect(code != 0 and secs < 1.0, "connect into the denied subnet:", code, secs)
+
+
+def test_name_resolving_to_metadata_is_refused_whole(world):
+    pol = _policy_file(world, {"allow": ["metadata.public.test"]})
+    with sandbox(world, "meta", "--policy", pol) as name:
+        expect_eq(_resolves(world, name, "metadata.public.test"), None, "a name that resolves to 169.254.169.254")
+
+
+def test_subnets_allow_admits_addresses_without_a_name(world):
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": [W.PUB_OTHER_ADDR + "/32"]}})
+    with sandbox(world, "sub", "--policy", pol) as name:
+        code, _t = _connect(world, name, W.PUB_OTHER_ADDR)
+        expect_eq(code, 0, "connect to an address subnets.allow names")
+        code, secs = _connect(world, name, W.PUB_API_ADDR)
+        expect(code != 0 and secs < 1.0, "another address:", code, secs)
+
+
+def test_live_update_swaps_the_policy_and_commands_keep_running(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "live", "--policy", pol) as name:
+        world.ctl("exec", "--detach", name, "--", "sleep", "300", check=True)
+        expect_eq(_resolves(world, name, "other.public.test"), None, "before the update")
+        r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+        expect("result" in r, "update:", r)
+        expect_eq(_resolves(world, name, "other.public.test"), W.PUB_OTHER_ADDR, "after the update")
+        code, _t = _connect(world, name, "other.public.test")
+        expect_eq(code, 0, "connect after the update")
+        expect_eq(_resolves(world, name, "api.public.test"), None, "the old name after the update")
+        code, out, _e = sh(world, name, "pgrep -c sleep")
+        expect_eq(out.strip(), "1", "the detached command survived the update")
+
+
+def test_invalid_policy_names_the_field_and_nothing_is_created(world):
+    name = world.name("badpol")
+    pol = _policy_file(world, {"allow": ["www*.com"]})
+    code, _o, err = world.ctl("create", "--name", name, "--policy", pol)
+    expect_eq(code, 3, "exit code for an invalid policy (%s)" % err.strip())
+    expect("networkPolicy.allow[0]" in err, "the error names the field:", err.strip())
+    _sb, code, _e = get(world, name)
+    expect_eq(code, 4, "nothing was created")
+
+
+def test_flushed_ruleset_is_repaired_and_sandboxes_stay_contained(world):
+    with sandbox(world, "flush", "--allow-all") as name:
+        world.run_in_host(["nft", "flush", "ruleset"])
+        poll(lambda: "table inet sandboxd" in world.run_in_host(["nft", "list", "tables"], check=False).stdout,
+             10, "sandboxd to re-install its table")
+        code, secs = _connect(world, name, W.HOST_ADDR)
+        expect(code != 0 and secs < 1.0, "the host after the repair:", code, secs)
+        code, _t = _connect(world, name, W.HTTP_ADDR)
+        expect_eq(code, 0, "allow-all still reaches the internet after the repair")
