@@ -142,6 +142,7 @@ demo: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/bench/bench.py
+	@python3 tests/bench/bench_policy.py
 
 install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
@@ -157,6 +158,7 @@ install: $(BINS)
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
 	install -m 0644 docs/man/sandboxctl.1 $(DESTDIR)$(MANDIR)/man1/sandboxctl.1
 	install -m 0644 docs/man/sandboxd.8 $(DESTDIR)$(MANDIR)/man8/sandboxd.8
+	install -D -m 0644 docs/man/sandboxd-policy.5 $(DESTDIR)$(MANDIR)/man5/sandboxd-policy.5
 
 fuzz:
 	@echo "no fuzz targets yet"

@@ -76,6 +76,20 @@ static int route_socket(struct nl_sock **ret, sb_error **err) {
         return 0;
 }
 
+/* net.ipv4.conf.<ifname>.rp_filter = 1 (strict reverse-path filtering,
+ * RFC 3704): a packet from the sandbox is dropped unless its source is an
+ * address routed back through this very veth — i.e. the sandbox's own.
+ * Threat: root inside forges source addresses, and then the DNS filter's
+ * answers, rejects' ICMP errors quoting the packet, and forwarded packets
+ * (masquerade only rewrites pool sources) carry its bytes to any address,
+ * another sandbox included. The kernel uses max(all, <if>), so this holds
+ * whatever the host's defaults are. */
+static int strict_reverse_path(const char *ifname) {
+        char path[128];
+        snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/rp_filter", ifname);
+        return core_write_string(path, "1");
+}
+
 /* net.ipv6.conf.<ifname>.disable_ipv6 = 1. Missing file (no IPv6 in the
  * kernel, or the interface is gone) is fine: no IPv6 then either. */
 static int disable_ipv6(const char *ifname) {
@@ -181,6 +195,8 @@ int core_veth_create(const core_net_pool *pool, unsigned slot, pid_t netns_pid, 
          * link-local address or sends DAD / router solicitations. */
         if ((r = disable_ipv6(ifname)) < 0)
                 sb_error_set(ret_err, r, NULL, NULL, "disable IPv6 on %s: %s", ifname, strerror(-r));
+        else if ((r = strict_reverse_path(ifname)) < 0)
+                sb_error_set(ret_err, r, NULL, NULL, "rp_filter on %s: %s", ifname, strerror(-r));
         else if ((r = link_up(sk, ifname, &ifindex, ret_err)) >= 0)
                 r = add_addr31(sk, ifindex, core_net_host_addr(pool, slot), ifname, ret_err);
         if (r < 0) {

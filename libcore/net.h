@@ -27,7 +27,8 @@ unsigned core_net_pool_slots(const core_net_pool *pool);
 /* Host-wide setup, run once at daemon start (idempotent): enables IPv4
  * forwarding and (re)creates the nftables table `inet sandboxd` in one atomic
  * libnftnl batch: traffic from any "sbx*" interface to the host itself is
- * rejected (TCP reset, otherwise ICMP admin-prohibited), forwarded traffic
+ * rejected (through the `deny` chain: logged to NFLOG, libcore/nflog.h,
+ * then TCP reset, otherwise ICMP admin-prohibited), forwarded traffic
  * from "sbx*" to another "sbx*" or to 169.254.0.0/16 is rejected, IPv6 from
  * "sbx*" is rejected, and the pool is masqueraded when it leaves through any
  * other interface. Errors name the failing rule (extended ACK). */
@@ -113,7 +114,7 @@ int core_net_monitor_read(int fd);
 #define CORE_NFT_TABLE "sandboxd"             /* family inet */
 #define CORE_NFT_SESSIONS_MAP "sessions"      /* forward: ifname : verdict */
 #define CORE_NFT_SESSIONS_INPUT_MAP "sessions_input" /* input: ifname : jump only */
-#define CORE_NFT_DENY_CHAIN "deny"            /* tcp reset, else icmpx admin-prohibited */
+#define CORE_NFT_DENY_CHAIN "deny"            /* limited nflog, then tcp reset, else icmpx admin-prohibited */
 #define CORE_NFT_MSG_MAX 4096                 /* room reserved per message */
 
 typedef struct core_nft_batch core_nft_batch;

@@ -36,6 +36,7 @@
 #include <time.h>
 #include "libcore/log.h"
 #include "libcore/net.h"
+#include "libcore/nflog.h"
 #include "libcore/util.h"
 
 #define TABLE_NAME "sandboxd"
@@ -55,7 +56,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX };
 enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL };
-enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY };
+enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG };
 
 typedef struct host_rule {
         const char *chain;
@@ -79,8 +80,9 @@ static const host_chain host_chains[] = {
         { "input", "filter", NF_INET_LOCAL_IN, 0 },
         { "forward", "filter", NF_INET_FORWARD, 0 },
         { "postrouting", "nat", NF_INET_POST_ROUTING, 100 }, /* srcnat */
-        /* The one place a session's denial is turned into a packet back to
-         * the sandbox: per-session chains `goto deny`. */
+        /* The one place a denial is logged and turned into a packet back
+         * to the sandbox: per-session chains and the host-protection rules
+         * below `goto deny`. */
         { CORE_NFT_DENY_CHAIN, NULL, 0, 0 },
 };
 
@@ -99,32 +101,28 @@ static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSION
 
 /* DESIGN §5.1 rule 5: a sandbox never reaches the host itself, another
  * sandbox or link-local (cloud metadata), and IPv6 is off (the pool is IPv4
- * only, so any IPv6 would bypass the per-session IPv4 policy). Denied TCP
- * gets a reset and everything else ICMP admin-prohibited so a denied
- * connect fails at once instead of hanging (§5.2). Return traffic for
- * connections the host opened into a sandbox stays allowed. The base chains
- * keep policy accept: sessions' own policies decide everything else. */
+ * only, so any IPv6 would bypass the per-session IPv4 policy). Each of those
+ * denials goes to the shared `deny` chain, like a session's: it logs the
+ * packet to NFLOG (so the denial becomes an event, DESIGN §5.2) and answers
+ * TCP with a reset and everything else with ICMP admin-prohibited, so a
+ * denied connect fails at once instead of hanging. `goto`, not `jump`: the
+ * deny chain always ends in a reject, and nothing after a denial in the
+ * calling chain may ever run. Return traffic for connections the host
+ * opened into a sandbox stays allowed. The base chains keep policy accept:
+ * sessions' own policies decide everything else. */
 static const host_rule host_rules[] = {
         { "input", "input: sbx* ct state established,related accept",
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, true, V_ACCEPT },
         { "input", "input: iifname vmap @" CORE_NFT_SESSIONS_INPUT_MAP,
           IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_INPUT_MAP },
-        { "input", "input: sbx* tcp reject with tcp reset",
-          IF_SBX, IF_ANY, 0, ADDR_ANY, true, false, V_REJECT_TCP },
-        { "input", "input: sbx* reject with icmpx admin-prohibited",
-          IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_REJECT_ICMPX },
-        { "forward", "forward: sbx* -> sbx* tcp reject",
-          IF_SBX, IF_SBX, 0, ADDR_ANY, true, false, V_REJECT_TCP },
-        { "forward", "forward: sbx* -> sbx* reject",
-          IF_SBX, IF_SBX, 0, ADDR_ANY, false, false, V_REJECT_ICMPX },
-        { "forward", "forward: sbx* -> 169.254.0.0/16 tcp reject",
-          IF_SBX, IF_ANY, NFPROTO_IPV4, DADDR_LINKLOCAL, true, false, V_REJECT_TCP },
-        { "forward", "forward: sbx* -> 169.254.0.0/16 reject",
-          IF_SBX, IF_ANY, NFPROTO_IPV4, DADDR_LINKLOCAL, false, false, V_REJECT_ICMPX },
-        { "forward", "forward: sbx* ipv6 tcp reject",
-          IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, true, false, V_REJECT_TCP },
-        { "forward", "forward: sbx* ipv6 reject",
-          IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, false, false, V_REJECT_ICMPX },
+        { "input", "input: sbx* goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { "forward", "forward: sbx* -> sbx* goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { "forward", "forward: sbx* -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, NFPROTO_IPV4, DADDR_LINKLOCAL, false, false, V_GOTO_DENY },
+        { "forward", "forward: sbx* ipv6 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, false, false, V_GOTO_DENY },
         /* After every absolute rule above: a session's policy can only
          * narrow what they leave. */
         { "forward", "forward: iifname vmap @" CORE_NFT_SESSIONS_MAP,
@@ -136,6 +134,13 @@ static const host_rule host_rules[] = {
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
         { "postrouting", "postrouting: pool -> !sbx* masquerade",
           IF_ANY, IF_NOT_SBX, NFPROTO_IPV4, SADDR_POOL, false, false, V_MASQ },
+        /* Log first, then reject. The limit belongs to the log rule alone:
+         * over the rate the rule just does not match and the rejects below
+         * still answer every packet, so a flood costs the daemon at most
+         * CORE_NFLOG_RATE reports a second for the whole table (one rule,
+         * one token bucket) and never lets a packet through. */
+        { CORE_NFT_DENY_CHAIN, "deny: limit log to nflog",
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_LOG },
         { CORE_NFT_DENY_CHAIN, "deny: tcp reject with tcp reset",
           IF_ANY, IF_ANY, 0, ADDR_ANY, true, false, V_REJECT_TCP },
         { CORE_NFT_DENY_CHAIN, "deny: reject with icmpx admin-prohibited",
@@ -232,6 +237,33 @@ static int add_ct_est_rel(struct nftnl_rule *r) {
         return ret < 0 ? ret : add_cmp(r, NFT_CMP_NEQ, &zero, sizeof(zero));
 }
 
+/* `limit rate CORE_NFLOG_RATE/second burst CORE_NFLOG_BURST packets log
+ * prefix CORE_NFLOG_PREFIX group CORE_NFLOG_GROUP snaplen
+ * CORE_NFLOG_SNAPLEN`: headers only, enough for the addresses and ports a
+ * report carries (libcore/nflog.c), not the payload a sandbox sent. */
+static int add_limited_log(struct nftnl_rule *r) {
+        struct nftnl_expr *e = nftnl_expr_alloc("limit");
+        int ret;
+        if (e) {
+                nftnl_expr_set_u64(e, NFTNL_EXPR_LIMIT_RATE, CORE_NFLOG_RATE);
+                nftnl_expr_set_u64(e, NFTNL_EXPR_LIMIT_UNIT, 1); /* seconds */
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LIMIT_BURST, CORE_NFLOG_BURST);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LIMIT_TYPE, NFT_LIMIT_PKTS);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LIMIT_FLAGS, 0);
+        }
+        if ((ret = add_expr(r, e)) < 0)
+                return ret;
+        if ((e = nftnl_expr_alloc("log"))) {
+                nftnl_expr_set_u16(e, NFTNL_EXPR_LOG_GROUP, CORE_NFLOG_GROUP);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LOG_SNAPLEN, CORE_NFLOG_SNAPLEN);
+                if (nftnl_expr_set_str(e, NFTNL_EXPR_LOG_PREFIX, CORE_NFLOG_PREFIX) < 0) {
+                        nftnl_expr_free(e);
+                        return -ENOMEM;
+                }
+        }
+        return add_expr(r, e);
+}
+
 static int add_verdict(struct nftnl_rule *r, enum verdict v) {
         struct nftnl_expr *e;
         switch (v) {
@@ -260,6 +292,8 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
                         nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
                 }
                 return add_expr(r, e);
+        case V_LOG:
+                return add_limited_log(r);
         case V_VMAP:
                 break; /* needs the map name: see add_vmap() */
         }

@@ -1,6 +1,7 @@
 /* Small helpers: base64, time, names, atomic writes, rm -rf (see util.h). */
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
@@ -244,13 +245,23 @@ int core_write_string(const char *path, const char *s) {
 
 extern char **environ;
 
-int core_spawn_helper(const char *path, char *const argv[], int out[2], pid_t *ret_pid, sb_error **ret_err) {
-        int p[2];
+int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *ret_in, pid_t *ret_pid,
+                      sb_error **ret_err) {
+        int p[2], q[2] = {-EBADF, -EBADF};
         if (pipe2(p, O_CLOEXEC) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
+        if (ret_in && pipe2(q, O_CLOEXEC) < 0) {
+                int r = negative_errno();
+                close(p[0]);
+                close(p[1]);
+                return sb_error_set(ret_err, r, NULL, NULL, "pipe: %s", strerror(-r));
+        }
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        if (ret_in)
+                posix_spawn_file_actions_adddup2(&fa, q[0], 0);
+        else
+                posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_adddup2(&fa, p[1], 1);
         /* Everything else of the daemon's is O_CLOEXEC; this makes sure. */
         posix_spawn_file_actions_addclosefrom_np(&fa, 3);
@@ -259,12 +270,17 @@ int core_spawn_helper(const char *path, char *const argv[], int out[2], pid_t *r
         int r = posix_spawn(&pid, path, &fa, NULL, argv, envp);
         posix_spawn_file_actions_destroy(&fa);
         close(p[1]);
+        if (ret_in)
+                close(q[0]);
         if (r != 0) {
                 close(p[0]);
+                if (ret_in)
+                        close(q[1]);
                 return sb_error_set(ret_err, -r, NULL, NULL, "start %s: %s", path, strerror(r));
         }
-        out[0] = p[0];
-        out[1] = -EBADF;
+        *ret_out = p[0];
+        if (ret_in)
+                *ret_in = q[1];
         *ret_pid = pid;
         return 0;
 }

@@ -62,11 +62,14 @@ int core_mkdir_p(const char *path, mode_t mode);
  * trying every entry. */
 int core_rm_rf(const char *path);
 
-/* Starts a helper program (sandbox-netd) with stdin on /dev/null, stdout on
- * a new pipe whose read end goes to out[0] (O_CLOEXEC), stderr inherited,
- * an empty environment and no other fd. posix_spawn, so it is safe from any
- * thread. Stores the pid in *ret_pid. Returns 0 or a negative errno. */
-int core_spawn_helper(const char *path, char *const argv[], int out[2], pid_t *ret_pid, sb_error **ret_err);
+/* Starts a helper program (sandbox-netd) with stdout on a new pipe whose
+ * read end goes to *ret_out, stdin on a second pipe whose write end goes to
+ * *ret_in (or /dev/null when ret_in is NULL), stderr inherited, an empty
+ * environment and no other fd; our ends are O_CLOEXEC. posix_spawn, so it
+ * is safe from any thread. Stores the pid in *ret_pid. Returns 0 or a
+ * negative errno. */
+int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *ret_in, pid_t *ret_pid,
+                      sb_error **ret_err);
 
 /* Reads one '\n'-terminated line (without the newline) from a blocking or
  * non-blocking fd, waiting at most timeout_ms in total; reads byte by byte so

@@ -211,11 +211,14 @@ static bool read_question(const ldns_pkt *pkt, bool tcp, pol_dns_query *q) {
 }
 
 /* The query sent upstream: the question alone (client EDNS options such as
- * Client Subnet and cookies stay here), RD, our EDNS size, a fresh id. */
+ * Client Subnet and cookies stay here), in lower case (the case of the
+ * client's letters would otherwise be a channel to the upstream resolver,
+ * ~1 bit a letter), RD, our EDNS size, a fresh id. */
 static int build_upstream(pol_dns_query *q, pol_dns_result *ret) {
         ldns_rdf *name = ldns_dname_new_frm_data((uint16_t)q->qname_len, q->qname_wire);
         if (!name)
                 return -ENOMEM;
+        ldns_dname2canonical(name);
         _cleanup_pkt_ ldns_pkt *pkt = ldns_pkt_query_new(name, q->qtype, q->qclass, LDNS_RD);
         if (!pkt)
                 return -ENOMEM;

@@ -423,6 +423,11 @@ static int msg_set(core_nft_batch *bt, uint16_t type, uint16_t flags, const name
                 nftnl_set_set_u32(s, NFTNL_SET_FLAGS, session_sets[id].flags);
                 nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_IPADDR);
                 nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, 4);
+                /* Bounded: a sandbox that floods its DNS filter with fresh
+                 * answers fills its own pin set, then gets SERVFAIL, never
+                 * an unbounded kernel allocation. */
+                if (id == SET_DNS)
+                        nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, POL_NFT_PIN_MAX);
         }
         nftnl_set_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq), s);
         return core_nft_batch_commit(bt);

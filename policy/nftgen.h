@@ -52,6 +52,8 @@
 
 /* Floor of a DNS pin's lifetime, seconds (DESIGN §5.1 rule 6). */
 #define POL_NFT_PIN_MIN_TTL 30
+/* Most DNS-pinned addresses a session holds at once (the set's size). */
+#define POL_NFT_PIN_MAX 16384
 
 /* Creates, or atomically replaces, the objects of session interface
  * `ifname` ("sbx<n>") for policy p, in one batch: the old chains, sets and

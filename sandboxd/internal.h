@@ -111,6 +111,7 @@ struct session {
         struct in_addr gateway;   /* host side of the veth (network order) */
         pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */
         int netd_out;             /* its stdout: ready/pin/deny lines */
+        int netd_in;              /* its stdin: one ack per pin line */
         sd_event_source *netd_src;
         char *netd_buf;           /* partial line */
         size_t netd_len;
@@ -164,7 +165,7 @@ typedef struct start_job {
         /* results from the worker */
         core_spawn_result spawn;
         pid_t netd_pid;
-        int netd_out;
+        int netd_out, netd_in;
         core_cgroup *cg;
         int slot;
         sb_error *err;
@@ -189,6 +190,8 @@ struct manager {
         char *netd_path;          /* sandbox-netd */
         int nft_monitor;          /* nftables notifications (core_net_monitor_open) */
         sd_event_source *nft_monitor_src;
+        int nflog;                /* denied packets (core_nflog_open), or -EBADF */
+        sd_event_source *nflog_src;
         int netns_lock_fd;        /* core_net_lock_namespace(), held for life */
         int state_lock_fd;        /* flock on <state dir>/sandboxd.lock */
         core_net_pool pool;

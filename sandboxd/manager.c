@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include "libcore/container.h"
+#include "libcore/nflog.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -129,6 +130,52 @@ static int on_nft_event(sd_event_source *src, int fd, uint32_t revents, void *us
                             "rules of every session");
                 sessions_reapply_rules(m);
         }
+        return 0;
+}
+
+/* A packet the nftables rules denied (NFLOG): counted on its sandbox and
+ * told as an event that names the rule, judged again with the sandbox's
+ * policy (DESIGN §5.2: every denial is an event and a counter). */
+static void on_denied_packet(const core_nflog_packet *p, void *userdata) {
+        manager *m = userdata;
+        int slot;
+        if (sscanf(p->ifname, "sbx%d", &slot) != 1)
+                return;
+        sandbox *sb = NULL;
+        for (sandbox *it = m->sandboxes; it && !sb; it = it->next)
+                if (it->sess && it->sess->net_slot == slot)
+                        sb = it;
+        if (!sb)
+                return;
+        sb->denials++;
+        char dst[INET6_ADDRSTRLEN] = "";
+        inet_ntop(p->family == AF_INET6 ? AF_INET6 : AF_INET, &p->daddr, dst, sizeof(dst));
+        pol_addr a = {.family = p->family == AF_INET6 ? AF_INET6 : AF_INET};
+        memcpy(a.bytes, &p->daddr, p->family == AF_INET6 ? 16 : 4);
+        _cleanup_free_ pol_cidr *never = NULL;
+        size_t n_never = 0;
+        manager_never_list(m, &never, &n_never);
+        pol_verdict v;
+        pol_check_address(sb->pol, &a, never, n_never, &v);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "layer", "nftables");
+        cJSON_AddStringToObject(f, "destination", dst);
+        if (p->dport)
+                cJSON_AddNumberToObject(f, "port", p->dport);
+        cJSON_AddStringToObject(f, "protocol", p->proto == IPPROTO_TCP ? "tcp" : p->proto == IPPROTO_UDP ? "udp"
+                                               : p->proto == IPPROTO_ICMP ? "icmp" : "other");
+        cJSON_AddStringToObject(f, "rule", v.allow ? "not resolved through the DNS filter" : v.detail);
+        char msg[320], port[8] = "";
+        if (p->dport)
+                snprintf(port, sizeof(port), ":%u", p->dport);
+        snprintf(msg, sizeof(msg), "blocked by sandbox policy: %s%s is %s", dst, port,
+                 v.allow ? "an address no allowed name resolved to" : v.detail);
+        cJSON_AddStringToObject(f, "message", msg);
+        events_emit(m, EVENT_DENIED, sb->name, f);
+}
+
+static int on_nflog(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        core_nflog_read(fd, on_denied_packet, userdata);
         return 0;
 }
 
@@ -267,9 +314,11 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         m->cfg = cfg;
         m->init_memfd = -EBADF;
         m->nft_monitor = -EBADF;
+        m->nflog = -EBADF;
         m->state_lock_fd = -EBADF;
         m->started_ms = core_now_ms();
         _cleanup_free_ char *init = NULL;
+        _cleanup_error_ sb_error *nferr = NULL;
         int r;
         /* First of all: a daemon refused here has touched nothing, neither
          * the other daemon's nftables table and veths nor its state. */
@@ -343,6 +392,16 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 sb_error_set(ret_err, r, NULL, NULL, "watch nftables: %s", strerror(-r));
                 goto fail;
         }
+        /* Denials as events: visibility, not enforcement, so a group held
+         * by someone else (ulogd) is a warning, not a failure. */
+        m->nflog = core_nflog_open(CORE_NFLOG_GROUP, &nferr);
+        if (m->nflog < 0)
+                log_warning("nftables denials will not be reported as events: %s",
+                            nferr ? nferr->message : "cannot open NFLOG");
+        else if ((r = sd_event_add_io(event, &m->nflog_src, m->nflog, EPOLLIN, on_nflog, m)) < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "watch NFLOG: %s", strerror(-r));
+                goto fail;
+        }
         reconcile(m);
         snapshots_load(m);
         *ret = m;
@@ -379,6 +438,9 @@ void manager_free(manager *m) {
         free(m->runtimes_dir);
         free(m->host_runtime);
         free(m->run_sandboxes_dir);
+        sd_event_source_disable_unref(m->nflog_src);
+        if (m->nflog >= 0)
+                close(m->nflog);
         sd_event_source_disable_unref(m->nft_monitor_src);
         if (m->nft_monitor >= 0)
                 close(m->nft_monitor);

@@ -219,7 +219,7 @@ static int upstream_resolver(char *buf, size_t size) {
  * returned in *ret_out. Blocking: a worker thread, or the loop for a live
  * update. */
 static int netd_start(manager *m, const char *run_dir, const pol_policy *p, struct in_addr gateway,
-                      pid_t *ret_pid, int *ret_out, sb_error **ret_err) {
+                      pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
         char gw[INET_ADDRSTRLEN], listen_arg[64], upstream[300];
         inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
         snprintf(listen_arg, sizeof(listen_arg), "%s:53", gw);
@@ -239,7 +239,7 @@ static int netd_start(manager *m, const char *run_dir, const pol_policy *p, stru
         _cleanup_free_ pol_cidr *never = NULL;
         size_t n_never = 0;
         manager_never_list(m, &never, &n_never);
-        char **argv = calloc(12 + 2 * n_never, sizeof(char *));
+        char **argv = calloc(13 + 2 * n_never, sizeof(char *));
         char (*cidrs)[64] = calloc(n_never + 1, 64);
         size_t a = 0;
         argv[a++] = (char *)"sandbox-netd";
@@ -249,18 +249,19 @@ static int netd_start(manager *m, const char *run_dir, const pol_policy *p, stru
         argv[a++] = upstream;
         argv[a++] = (char *)"--policy";
         argv[a++] = path;
+        argv[a++] = (char *)"--ack";
         for (size_t i = 0; i < n_never; i++) {
                 pol_cidr_format(&never[i], cidrs[i], 64);
                 argv[a++] = (char *)"--never";
                 argv[a++] = cidrs[i];
         }
-        int out[2] = {-EBADF, -EBADF};
-        r = core_spawn_helper(m->netd_path, argv, out, ret_pid, ret_err);
+        int out = -EBADF, in = -EBADF;
+        r = core_spawn_helper(m->netd_path, argv, &out, &in, ret_pid, ret_err);
         free(argv);
         free(cidrs);
         if (r < 0)
                 return sb_error_prefix(ret_err, "DNS filter");
-        _cleanup_close_ int fd = out[0];
+        _cleanup_close_ int fd = out, ack = in;
         /* The ready line comes once it has bound :53 and dropped privileges. */
         char line[512];
         r = core_read_line_timeout(fd, line, sizeof(line), 5000);
@@ -272,6 +273,7 @@ static int netd_start(manager *m, const char *run_dir, const pol_policy *p, stru
                                     "DNS filter did not start on %s (see the daemon log)", listen_arg);
         }
         *ret_out = TAKE_FD(fd);
+        *ret_in = TAKE_FD(ack);
         return 0;
 }
 
@@ -305,9 +307,14 @@ static void netd_line(session *s, const char *line) {
                 struct in_addr a;
                 cJSON *ttl = cJSON_GetObjectItem(o, "ttl");
                 _cleanup_error_ sb_error *err = NULL;
-                if (inet_pton(AF_INET, pin, &a) == 1 &&
-                    pol_nft_pin(ifname, a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) < 0)
-                        log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "failed");
+                bool ok = inet_pton(AF_INET, pin, &a) == 1 &&
+                          pol_nft_pin(ifname, a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
+                if (!ok)
+                        log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "not an IPv4 address");
+                /* netd releases the answer only on "\n": the address is in the
+                 * set before the sandbox learns it; anything else is SERVFAIL. */
+                if (s->netd_in >= 0 && write(s->netd_in, ok ? "\n" : "!", 1) != 1)
+                        log_warning("sandbox '%s': cannot acknowledge a pin to its DNS filter: %m", sb->name);
         } else if (deny) {
                 sb->denials++;
                 cJSON *f = cJSON_CreateObject();
@@ -367,6 +374,9 @@ static void netd_detach(session *s) {
         if (s->netd_out >= 0)
                 close(s->netd_out);
         s->netd_out = -EBADF;
+        if (s->netd_in >= 0)
+                close(s->netd_in);
+        s->netd_in = -EBADF;
         free(s->netd_buf);
         s->netd_buf = NULL;
         s->netd_len = 0;
@@ -384,7 +394,7 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         netd_detach(s);
         netd_stop(&s->netd_pid);
         if (p->mode == POL_MODE_CUSTOM) {
-                r = netd_start(sb->m, sb->run_dir, p, s->gateway, &s->netd_pid, &s->netd_out, ret_err);
+                r = netd_start(sb->m, sb->run_dir, p, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in, ret_err);
                 if (r < 0)
                         return r;
                 netd_attach(s);
@@ -462,7 +472,7 @@ static void start_work(void *userdata) {
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
         if (streq(mode, "custom") &&
-            (r = netd_start(m, sb->run_dir, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->err)) < 0)
+            (r = netd_start(m, sb->run_dir, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in, &j->err)) < 0)
                 goto fail;
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
@@ -472,7 +482,9 @@ fail:
         netd_stop(&j->netd_pid);
         if (j->netd_out >= 0)
                 close(j->netd_out);
-        j->netd_out = -EBADF;
+        if (j->netd_in >= 0)
+                close(j->netd_in);
+        j->netd_out = j->netd_in = -EBADF;
         if (j->slot >= 0) {
                 pol_nft_session_remove(ifname, NULL);
                 core_veth_delete((unsigned)j->slot, NULL);
@@ -536,8 +548,9 @@ static void start_done(void *userdata) {
                 s->gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
         s->netd_pid = j->netd_pid;
         s->netd_out = j->netd_out;
+        s->netd_in = j->netd_in;
         j->netd_pid = 0;
-        j->netd_out = -EBADF;
+        j->netd_out = j->netd_in = -EBADF;
         s->started_ms = core_now_ms();
         core_random_hex(s->id, 32);
         sb->sess = s;
@@ -596,7 +609,7 @@ start_job *start_job_new(sandbox *sb, bool fresh) {
         j->sb = sb;
         j->fresh = fresh;
         j->slot = -1;
-        j->spawn.pidfd = j->spawn.agent_fd = j->netd_out = -EBADF;
+        j->spawn.pidfd = j->spawn.agent_fd = j->netd_out = j->netd_in = -EBADF;
         return j;
 }
 
@@ -614,6 +627,8 @@ void start_job_free(start_job *j) {
         netd_stop(&j->netd_pid);
         if (j->netd_out >= 0)
                 close(j->netd_out);
+        if (j->netd_in >= 0)
+                close(j->netd_in);
         free(j->rootfs);
         free(j->config_text);
         sb_error_free(j->err);

@@ -19,9 +19,11 @@
  *   {"pin":"1.2.3.4","ttl":30,"name":"x.test"}           per accepted address
  *   {"deny":"evil.test","qtype":"A","layer":"default","message":"..."}
  * Ordering contract: every pin line of an answer is written (and flushed)
- * before that answer is sent to the client, so the reader can install the
- * address in nftables before the client can connect to it. If stdout cannot
- * take the line, the client gets SERVFAIL instead of the answer.
+ * before that answer is sent to the client; with --ack, netd also waits for
+ * the reader's acknowledgement ('\n' on stdin) of each pin line, so the
+ * address is in nftables before the client can learn it. If stdout cannot
+ * take the line (or no ack comes in time), the client gets SERVFAIL instead
+ * of the answer.
  *
  * Event loop: poll(2) over the UDP socket, the TCP listener and one
  * connected UDP socket per query in flight (a fresh source port and id per
@@ -64,6 +66,7 @@ typedef struct config {
         int timeout_ms;
         pol_cidr never[MAX_NEVER];
         size_t n_never;
+        bool ack;          /* --ack: wait for one '\n' on stdin per pin line */
 } config;
 
 typedef struct inflight {
@@ -95,8 +98,26 @@ static int emit(cJSON *obj) {
         return r;
 }
 
+/* With --ack, waits for sandboxd's acknowledgement of one pin line: one
+ * '\n' on stdin, written once the address is in the nftables set. Bounded
+ * by the query timeout; a missing ack fails the answer (SERVFAIL), it never
+ * releases an answer whose address is not pinned. Called with out_lock
+ * held, so acks pair with lines across TCP threads. */
+static int wait_ack(void) {
+        struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+        int r;
+        do
+                r = poll(&p, 1, cfg.timeout_ms);
+        while (r < 0 && errno == EINTR);
+        char c;
+        if (r <= 0 || read(STDIN_FILENO, &c, 1) != 1 || c != '\n')
+                return -ETIMEDOUT;
+        return 0;
+}
+
 /* Pins every address of an accepted answer. Must return before the answer
- * is released (see the file comment). */
+ * is released (see the file comment): with --ack, only once sandboxd has
+ * installed each address. */
 static int emit_pins(const pol_dns_result *res) {
         for (size_t i = 0; i < res->n_pins; i++) {
                 char a[INET6_ADDRSTRLEN];
@@ -104,7 +125,15 @@ static int emit_pins(const pol_dns_result *res) {
                 cJSON_AddStringToObject(o, "pin", pol_addr_format(&res->pins[i].addr, a, sizeof(a)));
                 cJSON_AddNumberToObject(o, "ttl", res->pins[i].ttl);
                 cJSON_AddStringToObject(o, "name", res->query.name);
-                int r = emit(o);
+                _cleanup_free_ char *line = cJSON_PrintUnformatted(o);
+                cJSON_Delete(o);
+                if (!line)
+                        return -ENOMEM;
+                pthread_mutex_lock(&out_lock);
+                int r = (puts(line) < 0 || fflush(stdout) != 0) ? -EIO : 0;
+                if (r >= 0 && cfg.ack)
+                        r = wait_ack();
+                pthread_mutex_unlock(&out_lock);
                 if (r < 0)
                         return r;
         }
@@ -486,7 +515,8 @@ static int parse_args(int argc, char **argv) {
                 { "listen", required_argument, NULL, 'l' },  { "upstream", required_argument, NULL, 'u' },
                 { "policy", required_argument, NULL, 'p' },  { "never", required_argument, NULL, 'n' },
                 { "user", required_argument, NULL, 'U' },    { "timeout-ms", required_argument, NULL, 't' },
-                { "help", no_argument, NULL, 'h' },          {},
+                { "ack", no_argument, NULL, 'a' },           { "help", no_argument, NULL, 'h' },
+                {},
         };
         bool have_listen = false, have_upstream = false;
         int c;
@@ -514,6 +544,9 @@ static int parse_args(int argc, char **argv) {
                         break;
                 case 'U':
                         cfg.user = optarg;
+                        break;
+                case 'a':
+                        cfg.ack = true;
                         break;
                 case 't':
                         cfg.timeout_ms = atoi(optarg);

@@ -115,3 +115,71 @@ def test_flushed_ruleset_is_repaired_and_sandboxes_stay_contained(world):
         expect(code != 0 and secs < 1.0, "the host after the repair:", code, secs)
         code, _t = _connect(world, name, W.HTTP_ADDR)
         expect_eq(code, 0, "allow-all still reaches the internet after the repair")
+
+
+def test_denied_connect_is_an_event_naming_the_address_and_a_counter(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "nflog", "--policy", pol) as name:
+        c = world.daemon.connect(30)
+        try:
+            r = c.call("events.subscribe", {"sandbox": name, "kinds": ["denied"]}, 30)
+            expect("result" in r, "subscribe:", r)
+            before = get(world, name)[0]["denials"]
+            code, _t = _connect(world, name, W.PUB_OTHER_ADDR)
+            expect(code != 0, "the connect is refused")
+            note = c.wait_note(lambda n: n.get("method") == "event" and
+                               n["params"].get("layer") == "nftables", 10)
+            p = note["params"]
+            expect_eq((p["sandbox"], p["destination"], p.get("port")), (name, W.PUB_OTHER_ADDR, W.LISTEN_PORT),
+                      "event fields")
+            expect("blocked by sandbox policy" in p["message"], "message:", p["message"])
+            expect(get(world, name)[0]["denials"] > before, "the counter grew")
+        finally:
+            c.close()
+
+
+_SPOOF = r'''
+import socket, struct, sys
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b)); s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+def query(name):
+    q = b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0"
+    return struct.pack("!HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0) + q + struct.pack("!HH", 1, 1)
+src, dst, name = sys.argv[1], sys.argv[2], sys.argv[3]
+payload = query(name)
+udp = struct.pack("!HHHH", 7000, 53, 8 + len(payload), 0) + payload
+ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0,
+                 socket.inet_aton(src), socket.inet_aton(dst))
+ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+s.sendto(ip + udp, (dst, 0))
+print("sent")
+'''
+
+
+def test_forged_source_addresses_are_dropped_before_anything_answers(world):
+    """Root inside forges its source: the DNS filter must never answer (or
+    reflect bytes) to an address that is not the sandbox's own."""
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "spoof", "--policy", pol) as name:
+        gw = sh(world, name, "awk '/nameserver/ {print $2}' /etc/resolv.conf")[1].strip()
+        world.ctl("cp", "-", name + ":/tmp/spoof.py", input=_SPOOF.encode(), binary=True, check=True)
+        c = world.daemon.connect(30)
+        try:
+            c.call("events.subscribe", {"sandbox": name, "kinds": ["denied"]}, 30)
+            code, out, err = world.ctl("exec", "--sudo", name, "--", "python3", "/tmp/spoof.py",
+                                       W.PUB_OTHER_ADDR, gw, "forged-source.denied.test")
+            expect_eq(code, 0, "raw send as root (%s)" % (err or b"").strip()[:200] if isinstance(err, bytes) else err)
+            # A query with the sandbox's real source, sent after the forged one:
+            # its denial event comes; the forged one's must not have come first.
+            sh(world, name, "getent hosts real-source.denied.test")
+            seen = []
+            note = c.wait_note(lambda n: n.get("method") == "event" and
+                               (seen.append(n["params"].get("host")) or
+                                n["params"].get("host") == "real-source.denied.test"), 10)
+            expect(note is not None, "the real query's denial event")
+            expect("forged-source.denied.test" not in seen, "the forged query was answered:", seen)
+        finally:
+            c.close()

@@ -66,7 +66,8 @@ LISTEN_PORT = 7000
 # the internet namespace's veth; the world has no route anywhere else.
 PUB_NET = "5.5.5.0/24"
 PUB_API_ADDR = "5.5.5.10"     # api.public.test
-PUB_OTHER_ADDR = "5.5.5.11"   # other.public.test
+PUB_OTHER_ADDR = "5.5.5.11"   # other.public.test, a.b.public.test
+PRIVATE_ANSWER_ADDR = "10.0.0.1"  # private.public.test (a DNS answer only: no host has it)
 
 
 class WorldError(Exception):
@@ -545,6 +546,16 @@ class World:
             "--address=/blocked.test/" + SPARE_ADDR, "--address=/spare.test/" + SPARE_ADDR,
             "--address=/api.public.test/" + PUB_API_ADDR, "--address=/other.public.test/" + PUB_OTHER_ADDR,
             "--address=/metadata.public.test/169.254.169.254",
+            # Names for the policy tests (test_policy_rules.py): an allowed
+            # name with a private answer, one whose answer mixes a public and
+            # a loopback address, a name two labels below public.test, and
+            # the apex public.test itself (host-record: that name only, so
+            # other names under public.test stay unanswered).
+            "--address=/private.public.test/" + PRIVATE_ANSWER_ADDR,
+            "--host-record=mixed.public.test," + PUB_API_ADDR,
+            "--host-record=mixed.public.test,127.0.0.1",
+            "--host-record=a.b.public.test," + PUB_OTHER_ADDR,
+            "--host-record=public.test," + PUB_API_ADDR,
         ])
         self.wait_until(lambda: GIT_ADDR in self.run_in_host(
             ["getent", "ahostsv4", "git.test"], check=False).stdout, 10, "dnsmasq answers")
