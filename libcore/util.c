@@ -265,9 +265,22 @@ int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *r
         posix_spawn_file_actions_adddup2(&fa, p[1], 1);
         /* Everything else of the daemon's is O_CLOEXEC; this makes sure. */
         posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        /* The caller may block signals for its own loop (sandboxd blocks
+         * SIGTERM, SIGINT and SIGCHLD for sd-event); a helper must start
+         * with none blocked and default dispositions, or it never sees the
+         * SIGTERM that stops it. */
+        posix_spawnattr_t attr;
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        posix_spawnattr_init(&attr);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &all);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         char *const envp[] = {NULL};
         pid_t pid;
-        int r = posix_spawn(&pid, path, &fa, NULL, argv, envp);
+        int r = posix_spawn(&pid, path, &fa, &attr, argv, envp);
+        posix_spawnattr_destroy(&attr);
         posix_spawn_file_actions_destroy(&fa);
         close(p[1]);
         if (ret_in)

@@ -195,8 +195,14 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
         v[0].addr.family = AF_INET;
         memcpy(v[0].addr.bytes, &m->pool.base, 4);
         v[0].prefix = m->pool.prefix;
+        uint32_t pool_mask = htonl(~0U << (32 - m->pool.prefix));
         for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
                 if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+                        continue;
+                /* The veths' host sides are in the pool, already listed whole:
+                 * listing each would grow the list with every session. */
+                if (i->ifa_addr->sa_family == AF_INET &&
+                    (((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr & pool_mask) == m->pool.base.s_addr)
                         continue;
                 pol_cidr *c = &v[n++];
                 c->addr.family = i->ifa_addr->sa_family;

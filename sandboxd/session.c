@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include "libcore/agent.h"
 #include "libcore/container.h"
+#include "libcore/conntrack.h"
 #include "libcore/log.h"
 #include "libcore/source.h"
 #include "libcore/util.h"
@@ -389,6 +390,14 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         int r = pol_nft_session_apply(ifname, p, s->gateway, ret_err);
         if (r < 0)
                 return r;
+        /* The chain accepts established flows before any policy rule, so
+         * flows the old policy admitted would outlive it: drop the
+         * sandbox's conntrack entries, after the swap, so each flow's next
+         * packet meets the new rules (a denied TCP flow is reset). A failure
+         * leaves old flows running but the new policy in force for new ones. */
+        _cleanup_error_ sb_error *ct_err = NULL;
+        if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
+                log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
         /* The DNS filter restarts on the new policy; while it does, queries
          * go unanswered (fail closed). */
         netd_detach(s);

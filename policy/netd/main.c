@@ -52,7 +52,7 @@
 
 #define MAX_INFLIGHT 128      /* UDP queries waiting for upstream */
 #define MAX_TCP_CLIENTS 32
-#define MAX_NEVER 64
+#define MAX_NEVER 1024
 #define TCP_IDLE_MS 10000     /* a TCP client that says nothing is dropped */
 #define POLICY_MAX_BYTES (1 << 20)
 

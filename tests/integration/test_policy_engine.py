@@ -183,3 +183,86 @@ def test_forged_source_addresses_are_dropped_before_anything_answers(world):
             expect("forged-source.denied.test" not in seen, "the forged query was answered:", seen)
         finally:
             c.close()
+
+
+# A server that keeps every connection open and reads until the peer goes
+# away, logging each peer once its first bytes arrive (the world's listener
+# echoes once and closes, which would end the flow by itself).
+_HOLD_SERVER = r'''
+import socket, sys, threading
+addr, port, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((addr, port))
+s.listen(16)
+print("ready", flush=True)
+def handle(c, peer):
+    first = True
+    while True:
+        try:
+            d = c.recv(4096)
+        except OSError:
+            break
+        if not d:
+            break
+        if first:
+            with open(log, "a") as f:
+                f.write("%s:%d\n" % peer)
+            first = False
+    c.close()
+while True:
+    c, peer = s.accept()
+    threading.Thread(target=handle, args=(c, peer), daemon=True).start()
+'''
+
+# Inside the sandbox: one long connection sending a line every 100 ms,
+# reporting to /tmp/flow.log how it ended.
+_LONG_FLOW = r'''
+import socket, sys, time
+log = open("/tmp/flow.log", "w", buffering=1)
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+log.write("connected\n")
+deadline = time.monotonic() + 60
+try:
+    while time.monotonic() < deadline:
+        s.sendall(b"tick\n")
+        time.sleep(0.1)
+    log.write("alive\n")
+except OSError as e:
+    log.write("broken %d\n" % e.errno)
+'''
+
+
+def test_update_cuts_established_flows_the_new_policy_denies(world):
+    """An established connection is judged again by the new policy after
+    sandbox.update: one the new policy denies is reset, not kept alive by
+    its conntrack entry."""
+    import errno
+    import signal
+    import sys
+    port = W.LISTEN_PORT + 1
+    log = os.path.join(world.tmp, "hold-%d.log" % port)
+    open(log, "w").close()
+    srv = world._spawn("hold-%d" % port, "net", [sys.executable, "-c", _HOLD_SERVER, W.PUB_API_ADDR,
+                                                 str(port), log], ready=True)
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    try:
+        with sandbox(world, "cut", "--policy", pol) as name:
+            world.ctl("cp", "-", name + ":/tmp/flow.py", input=_LONG_FLOW.encode(), binary=True, check=True)
+            world.ctl("exec", "--detach", name, "--", "python3", "/tmp/flow.py", "api.public.test", str(port),
+                      check=True)
+            flow = lambda: sh(world, name, "cat /tmp/flow.log 2>/dev/null")[1]
+            poll(lambda: open(log).read().strip(), 10, "the long flow's first bytes at the server")
+            expect_eq(flow().strip(), "connected", "the flow runs under the first policy")
+
+            r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+            expect("result" in r, "update:", r)
+            ended = poll(lambda: (lambda t: t if "broken" in t or "alive" in t else None)(flow()), 5,
+                         "the established flow to a name the new policy denies to end")
+            errno_ = int(ended.split()[-1]) if "broken" in ended else None
+            expect(errno_ in (errno.ECONNRESET, errno.EPIPE), "the denied flow was reset:", ended.strip())
+            code, _t = _connect(world, name, "other.public.test")
+            expect_eq(code, 0, "a new connection the new policy allows")
+    finally:
+        os.killpg(srv.pid, signal.SIGKILL)
+        srv.wait(5)

@@ -10,7 +10,7 @@ from common import expect, expect_eq
 from test_policy_rules import NXDOMAIN, _blocked, dns
 
 TOTAL = 200
-BATCH = 50  # sessions alive at once (each runs its own DNS filter)
+BATCH = 100  # sessions alive at once (each runs its own DNS filter; more than the 64 host addresses sandbox-netd once took)
 
 
 def _ruleset(world):
