@@ -397,20 +397,25 @@ static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret
         return 0;
 }
 
-static void send_stdin(command *c, const char *b64) {
-        _cleanup_free_ void *data = NULL;
-        size_t len = 0;
-        if (core_base64_decode(b64, &data, &len) < 0)
-                return;
+/* Sends raw bytes to the command's stdin in agent-sized chunks. */
+static void write_stdin(command *c, const void *data, size_t len) {
         for (size_t off = 0; off < len; off += AGENT_FS_CHUNK) {
                 size_t n = len - off < AGENT_FS_CHUNK ? len - off : AGENT_FS_CHUNK;
                 cJSON *op = cJSON_CreateObject();
                 cJSON_AddStringToObject(op, "op", "write");
                 cJSON_AddNumberToObject(op, "id", c->agent_id);
-                _cleanup_free_ char *chunk = core_base64_encode((char *)data + off, n);
+                _cleanup_free_ char *chunk = core_base64_encode((const char *)data + off, n);
                 cJSON_AddStringToObject(op, "data", chunk ? chunk : "");
                 agent_send(c->sess, op);
         }
+}
+
+static void send_stdin(command *c, const char *b64) {
+        _cleanup_free_ void *data = NULL;
+        size_t len = 0;
+        if (core_base64_decode(b64, &data, &len) < 0)
+                return;
+        write_stdin(c, data, len);
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "op", "close_stdin");
         cJSON_AddNumberToObject(op, "id", c->agent_id);
@@ -519,15 +524,7 @@ static void method_write(rpc_request *req, void *userdata) {
         command *c = lookup_live(req, userdata);
         if (!c)
                 return;
-        for (size_t off = 0; off < len; off += AGENT_FS_CHUNK) {
-                size_t n = len - off < AGENT_FS_CHUNK ? len - off : AGENT_FS_CHUNK;
-                cJSON *op = cJSON_CreateObject();
-                cJSON_AddStringToObject(op, "op", "write");
-                cJSON_AddNumberToObject(op, "id", c->agent_id);
-                _cleanup_free_ char *chunk = core_base64_encode((char *)raw + off, n);
-                cJSON_AddStringToObject(op, "data", chunk ? chunk : "");
-                agent_send(c->sess, op);
-        }
+        write_stdin(c, raw, len);
         rpc_reply(req, NULL);
 }
 

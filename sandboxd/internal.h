@@ -233,6 +233,9 @@ int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err)
 /* Registers a sandbox found on disk at start (persistent ones). */
 int sandbox_load(manager *m, const char *dir, sb_error **ret_err);
 void sandbox_unlink(manager *m, sandbox *sb);
+/* The sandbox named by params.<field>, or NULL after answering the request
+ * (-32602, or not_found — also while its first session is being made). */
+sandbox *sandbox_lookup(rpc_request *req, manager *m, const char *field);
 /* Validates req->params as sandbox.create's, registers the sandbox and
  * starts it on `layers` (NULL: none, or a snapshot source's); `on_ready`
  * answers once it runs. */

@@ -552,10 +552,10 @@ static bool being_created(const sandbox *sb) {
         return sb->starting && cJSON_GetArraySize(sb->sessions) == 0;
 }
 
-static sandbox *lookup(rpc_request *req, manager *m) {
+sandbox *sandbox_lookup(rpc_request *req, manager *m, const char *field) {
         _cleanup_error_ sb_error *err = NULL;
         const char *name = NULL;
-        if (rpc_param_string(req, "name", true, &name, &err) < 0) {
+        if (rpc_param_string(req, field, true, &name, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return NULL;
         }
@@ -565,6 +565,10 @@ static sandbox *lookup(rpc_request *req, manager *m) {
                 return NULL;
         }
         return sb;
+}
+
+static sandbox *lookup(rpc_request *req, manager *m) {
+        return sandbox_lookup(req, m, "name");
 }
 
 static void method_get(rpc_request *req, void *userdata) {

@@ -385,18 +385,9 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
 
 static void method_snapshot(rpc_request *req, void *userdata) {
         manager *m = userdata;
-        _cleanup_error_ sb_error *err = NULL;
-        const char *name = NULL;
-        if (rpc_param_string(req, "name", true, &name, &err) < 0) {
-                rpc_reply_sb_error(req, err);
-                return;
-        }
-        sandbox *sb = manager_find_sandbox(m, name);
-        if (!sb || (sb->starting && cJSON_GetArraySize(sb->sessions) == 0)) {
-                reply_not_found(req, "sandbox", name);
-                return;
-        }
-        capture(m, req, sb, snapshot_captured);
+        sandbox *sb = sandbox_lookup(req, m, "name");
+        if (sb)
+                capture(m, req, sb, snapshot_captured);
 }
 
 static void reply_empty(void *req) {
