@@ -168,8 +168,8 @@ static void on_denied_packet(const core_nflog_packet *p, void *userdata) {
         char msg[320], port[8] = "";
         if (p->dport)
                 snprintf(port, sizeof(port), ":%u", p->dport);
-        snprintf(msg, sizeof(msg), "blocked by sandbox policy: %s%s is %s", dst, port,
-                 v.allow ? "an address no allowed name resolved to" : v.detail);
+        snprintf(msg, sizeof(msg), "blocked by sandbox policy: connection to %s%s: %s", dst, port,
+                 v.allow ? "no allowed name resolved to this address" : v.detail);
         cJSON_AddStringToObject(f, "message", msg);
         events_emit(m, EVENT_DENIED, sb->name, f);
 }

@@ -24,6 +24,7 @@
 #define SETUP_TIMEOUT_MS 15000
 
 static void finish_requests(sandbox *sb, req_list *l, bool empty_result);
+static void emit_status(sandbox *sb, const char *status);
 
 /* ---- the worker thread ----------------------------------------------------- */
 
@@ -579,6 +580,7 @@ static void start_done(void *userdata) {
         if (r < 0)
                 log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
         log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sandbox_policy_mode(sb));
+        emit_status(sb, "running");
         if (sb->persistent)
                 sandbox_save_config(sb, NULL, NULL);
         start_job_free(j);
@@ -723,8 +725,16 @@ static void finish_requests(sandbox *sb, req_list *l, bool empty_result) {
         free(taken.items);
 }
 
+/* A lifecycle event on the stream (kind "sandbox"). */
+static void emit_status(sandbox *sb, const char *status) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "status", status);
+        events_emit(sb->m, EVENT_SANDBOX, sb->name, f);
+}
+
 static void finish_delete(void *userdata) {
         sandbox *sb = userdata;
+        emit_status(sb, "deleted");
         finish_requests(sb, &sb->delete_waiters, true);
         sandbox_free(sb);
 }
@@ -796,6 +806,7 @@ void session_ended(session *s, int status) {
         sb->sess = NULL;
         sb->status = expected ? "stopped" : "failed";
         session_history_update(sb, sb->status, core_now_ms());
+        emit_status(sb, sb->status);
         /* A non-persistent sandbox lives exactly as long as its session. */
         bool remove = sb->deleting || !sb->persistent;
         if (remove)

@@ -76,3 +76,25 @@ def test_stop_then_get(world):
     finally:
         delete(world, name)
     leaks.check(world, name)
+
+
+def test_lifecycle_changes_are_events(world):
+    name = world.name("lifeevents")
+    c = world.daemon.connect(30)
+    try:
+        r = c.call("events.subscribe", {"sandbox": name, "kinds": ["sandbox"]}, 30)
+        expect("result" in r, "subscribe:", r)
+        code, _o, err = world.ctl("create", "--name", name, "--deny-all")
+        expect_eq(code, 0, "create (%s)" % err.strip())
+        seen = []
+
+        def status(want):
+            return lambda n: (n.get("method") == "event" and
+                              (seen.append(n["params"].get("status")) or n["params"].get("status") == want))
+        c.wait_note(status("running"), 10)
+        delete(world, name)
+        c.wait_note(status("deleted"), 10)
+        expect("stopped" in seen, "a stopped event before deleted:", seen)
+    finally:
+        c.close()
+        delete(world, name)
