@@ -1,7 +1,8 @@
 /* sandboxctl fork, snapshot and snapshots: thin wrappers over sandbox.fork,
- * sandbox.snapshot and snapshot.list/delete (docs/API.md). */
+ * sandbox.snapshot and snapshot.list/delete/export/import (docs/API.md). */
 #include <getopt.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli/ctl.h"
 #include "libcore/macro.h"
 
@@ -100,12 +101,59 @@ int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
         return 0;
 }
 
+/* The daemon resolves paths on its own host with its own working
+ * directory; a relative FILE is meant relative to ours. */
+static char *absolute_path(const char *file) {
+        if (file[0] == '/')
+                return strdup(file);
+        _cleanup_free_ char *cwd = getcwd(NULL, 0);
+        char *abs = NULL;
+        if (!cwd || asprintf(&abs, "%s/%s", cwd, file) < 0)
+                return NULL;
+        return abs;
+}
+
+/* snapshots export ID FILE / snapshots import FILE (argv[0] is the verb). */
+static int snapshots_transfer(ctl_globals *g, int argc, char **argv) {
+        bool export = streq(argv[0], "export");
+        if (argc != (export ? 3 : 2))
+                return ctl_usage("snapshots", export ? "snapshots export: give a snapshot ID and a FILE"
+                                                     : "snapshots import: give one FILE");
+        _cleanup_free_ char *path = absolute_path(argv[argc - 1]);
+        if (!path)
+                return ctl_usage("snapshots", "snapshots %s: cannot resolve '%s'", argv[0], argv[argc - 1]);
+        cJSON *p = cJSON_CreateObject();
+        if (export)
+                cJSON_AddStringToObject(p, "id", argv[1]);
+        cJSON_AddStringToObject(p, "path", path);
+        cJSON *res = NULL;
+        int r = one_call(g, export ? "snapshots export" : "snapshots import",
+                         export ? "snapshot.export" : "snapshot.import", p, &res);
+        if (r != 0)
+                return r;
+        if (g->json)
+                ctl_print_json(res);
+        else if (export)
+                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "path")) ?: "?");
+        else
+                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "id")) ?: "?");
+        cJSON_Delete(res);
+        return 0;
+}
+
 int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
                 "Usage: sandboxctl snapshots [--json]\n"
-                "       sandboxctl snapshots rm ID\n\n"
+                "       sandboxctl snapshots rm ID\n"
+                "       sandboxctl snapshots export ID FILE\n"
+                "       sandboxctl snapshots import FILE\n\n"
                 "Lists snapshots, or deletes one. Deleting a snapshot that sandboxes were\n"
-                "created from is safe: they keep their files.\n";
+                "created from is safe: they keep their files.\n\n"
+                "export writes snapshot ID to FILE (a new file; zstd tar, gzip when FILE ends\n"
+                "in .gz or .tgz) on the daemon's host. import reads such a file into a new\n"
+                "snapshot and prints its id. FILE is made absolute against the current\n"
+                "directory. Imported files lose setuid/setgid bits and xattrs other than\n"
+                "trusted.overlay.* and user.*; device nodes other than whiteouts are refused.\n";
         int r = parse_opts(g, argc, argv, help, NULL);
         if (r >= 0)
                 return r;
@@ -120,6 +168,8 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 cJSON_Delete(res);
                 return 0;
         }
+        if (optind < argc && (streq(argv[optind], "export") || streq(argv[optind], "import")))
+                return snapshots_transfer(g, argc - optind, argv + optind);
         if (optind != argc)
                 return ctl_usage("snapshots", "snapshots: unexpected argument '%s'", argv[optind]);
         cJSON *res = NULL;

@@ -24,6 +24,7 @@
 typedef struct sandbox sandbox;
 typedef struct session session;
 typedef struct command command;
+typedef struct port_listener port_listener;
 
 /* A list of requests waiting for the same event. */
 typedef struct req_list {
@@ -113,6 +114,9 @@ struct session {
         int netd_out;             /* its stdout: ready/pin/deny lines */
         int netd_in;              /* its stdin: one ack per pin line */
         sd_event_source *netd_src;
+        int netns_fd;             /* the sandbox's network namespace (ports connect there) */
+        port_listener **listeners; /* exposed ports (ports.c) */
+        size_t n_listeners;
         char *netd_buf;           /* partial line */
         size_t netd_len;
 };
@@ -166,6 +170,7 @@ typedef struct start_job {
         core_spawn_result spawn;
         pid_t netd_pid;
         int netd_out, netd_in;
+        int netns_fd;             /* the sandbox's network namespace, for ports */
         core_cgroup *cg;
         int slot;
         sb_error *err;
@@ -305,5 +310,20 @@ void snapshots_free(manager *m);
 /* Finds the snapshot by id; NULL when unknown. */
 snapshot *manager_find_snapshot(manager *m, const char *id);
 
+/* ports.c */
+/* Validates a ports array (1-65535, unique, at most 15): a new array of
+ * numbers in *ret, or -EINVAL/-E2BIG naming ports[i]. */
+int ports_parse(const cJSON *ports, cJSON **ret, sb_error **ret_err);
+/* Listens on 127.0.0.1 for each of the sandbox's ports (session start). */
+int ports_open(session *s, sb_error **ret_err);
+/* Stops listening and closes the session's netns fd (session end). */
+void ports_close(session *s);
+/* [{port, endpoint}] for sandbox.get; endpoint null without a session. */
+cJSON *ports_json(const sandbox *sb);
+
 /* fs.c */
 void register_fs_methods(manager *m, rpc_server *s);
+
+/* snapshot-io.c */
+/* snapshot.export and snapshot.import: a snapshot as a tar file. */
+void register_snapshot_io_methods(manager *m, rpc_server *s);

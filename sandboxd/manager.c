@@ -95,6 +95,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_command_methods(m, server);
         register_fs_methods(m, server);
         register_snapshot_methods(m, server);
+        register_snapshot_io_methods(m, server);
         register_event_methods(m, server);
 }
 

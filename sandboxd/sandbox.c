@@ -37,7 +37,7 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON_AddStringToObject(o, "status", sb->status);
         cJSON_AddStringToObject(o, "runtime", sb->runtime);
         cJSON_AddItemToObject(o, "source", sb->source ? cJSON_Duplicate(sb->source, 1) : cJSON_CreateNull());
-        cJSON_AddItemToObject(o, "ports", cJSON_Duplicate(sb->ports, 1));
+        cJSON_AddItemToObject(o, "ports", ports_json(sb));
         cJSON_AddNumberToObject(o, "timeout", (double)sb->timeout_ms);
         add_time(o, "expiresAt", sb->sess ? sb->expires_ms : 0);
         cJSON *res = cJSON_AddObjectToObject(o, "resources");
@@ -57,6 +57,7 @@ cJSON *sandbox_to_json(const sandbox *sb) {
 cJSON *sandbox_config_json(const sandbox *sb) {
         cJSON *o = sandbox_to_json(sb);
         cJSON_AddItemToObject(o, "layers", sb->layers ? cJSON_Duplicate(sb->layers, 1) : cJSON_CreateArray());
+        cJSON_ReplaceItemInObject(o, "ports", cJSON_Duplicate(sb->ports, 1));
         /* The config keeps the policy whole (it is re-applied on resume). */
         cJSON_ReplaceItemInObject(o, "networkPolicy", cJSON_Duplicate(sb->policy, 1));
         cJSON_DeleteItemFromObject(o, "denials");
@@ -391,8 +392,8 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 if (v)
                         sb->vcpus = (unsigned)v->valuedouble;
         }
-        if (ports && cJSON_GetArraySize(ports) > 0)
-                return sb_error_set(ret_err, -EOPNOTSUPP, NULL, "ports", "ports: exposing ports is not supported yet");
+        if ((r = ports_parse(ports, &sb->ports, ret_err)) < 0)
+                return r;
         policy = cJSON_GetObjectItem(req->params, "networkPolicy");
         /* Fail closed: a policy that does not validate is refused whole,
          * with the field and the fix (DESIGN §5.1 rule 8). */
@@ -416,7 +417,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         sb->runtime = strdup(runtime);
         sb->timeout_ms = (uint64_t)timeout;
         sb->persistent = persistent;
-        sb->ports = cJSON_CreateArray();
+
         return sb->name && sb->runtime && sb->policy ? 0 : sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
@@ -695,9 +696,9 @@ static void method_update(rpc_request *req, void *userdata) {
         } else if (vcpus && !(cJSON_IsNumber(vcpus) && vcpus->valuedouble == sb->vcpus)) {
                 fail_field = "resources.vcpus";
                 fail_msg = "resources.vcpus: changing resources is not supported yet";
-        } else if (ports && cJSON_GetArraySize(ports) > 0) {
+        } else if (ports && !cJSON_Compare(ports, sb->ports, true)) {
                 fail_field = "ports";
-                fail_msg = "ports: exposing ports is not supported yet";
+                fail_msg = "ports: changing the ports of an existing sandbox is not supported yet";
         }
         if (fail_field) {
                 rpc_reply_error(req, fail_reason ? RPC_APP_ERROR : RPC_INVALID_PARAMS, fail_reason, fail_field,

@@ -473,6 +473,14 @@ static void start_work(void *userdata) {
         }
         if ((r = core_spawn_init(m->init_memfd, j->cg, &j->spawn, &j->err)) < 0)
                 goto fail;
+        {
+                char ns[64];
+                snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)j->spawn.pid);
+                if ((j->netns_fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0) {
+                        r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "open %s: %m", ns);
+                        goto fail;
+                }
+        }
         if (j->slot >= 0 && (r = core_veth_create(&m->pool, (unsigned)j->slot, j->spawn.pid, &j->err)) < 0) {
                 sb_error_prefix(&j->err, "create veth");
                 goto fail;
@@ -559,6 +567,8 @@ static void start_done(void *userdata) {
         s->netd_pid = j->netd_pid;
         s->netd_out = j->netd_out;
         s->netd_in = j->netd_in;
+        s->netns_fd = j->netns_fd;
+        j->netns_fd = -EBADF;
         j->netd_pid = 0;
         j->netd_out = j->netd_in = -EBADF;
         s->started_ms = core_now_ms();
@@ -575,6 +585,9 @@ static void start_done(void *userdata) {
         int r = agent_attach(s, m->event);
         if (r >= 0)
                 r = netd_attach(s);
+        _cleanup_error_ sb_error *perr = NULL;
+        if (r >= 0 && ports_open(s, &perr) < 0)
+                log_warning("sandbox '%s': %s", sb->name, perr ? perr->message : "ports");
         if (r >= 0)
                 r = session_start_timers(sb);
         if (r < 0)
@@ -620,7 +633,7 @@ start_job *start_job_new(sandbox *sb, bool fresh) {
         j->sb = sb;
         j->fresh = fresh;
         j->slot = -1;
-        j->spawn.pidfd = j->spawn.agent_fd = j->netd_out = j->netd_in = -EBADF;
+        j->spawn.pidfd = j->spawn.agent_fd = j->netd_out = j->netd_in = j->netns_fd = -EBADF;
         return j;
 }
 
@@ -640,6 +653,8 @@ void start_job_free(start_job *j) {
                 close(j->netd_out);
         if (j->netd_in >= 0)
                 close(j->netd_in);
+        if (j->netns_fd >= 0)
+                close(j->netns_fd);
         free(j->rootfs);
         free(j->config_text);
         sb_error_free(j->err);
@@ -802,6 +817,7 @@ void session_ended(session *s, int status) {
         s->expire_src = sd_event_source_disable_unref(s->expire_src);
         agent_detach(s);
         netd_detach(s);
+        ports_close(s);
         commands_session_gone(s);
         sb->sess = NULL;
         sb->status = expected ? "stopped" : "failed";
@@ -831,6 +847,7 @@ void sandbox_stop_all(manager *m) {
                 s->expire_src = sd_event_source_disable_unref(s->expire_src);
                 agent_detach(s);
                 netd_detach(s);
+                ports_close(s);
                 commands_session_gone(s);
                 sb->sess = NULL;
                 teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};

@@ -1,0 +1,660 @@
+/* Snapshot export and import (snapshot.export, snapshot.import).
+ *
+ * The file is a tar (pax; zstd, or gzip when the name ends in .gz/.tgz):
+ *   snapshot.json   {"sandbox", "createdAt", "config"}
+ *   layers/0/...    the top layer, then layers/1/ ... down the stack
+ * with owners, modes, times, xattrs and overlayfs whiteouts (0:0 character
+ * devices) kept, read with libarchive's disk reader as libcore/copy.c does.
+ *
+ * An imported file is untrusted: it came from elsewhere and its layers end
+ * up as lower directories of sandboxes. Every member is checked against an
+ * allow list of names and types before libarchive writes it, extraction
+ * runs on a worker thread chrooted into the layers directory with
+ * libarchive's SECURE_* checks, and setuid/setgid bits, device nodes other
+ * than whiteouts and xattrs outside trusted.overlay.* and user.* are not
+ * brought in. A failed import leaves no layer and no record behind. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+#include "sandboxd/worker.h"
+
+/* Same bound as a capture (snapshot.c): overlayfs' lowerdir must fit. */
+#define MAX_IMPORT_LAYERS 64
+/* snapshot.json is a small record; anything bigger is not ours. */
+#define MAX_RECORD_BYTES (1 << 20)
+
+static void archive_freep(struct archive **a) {
+        if (*a)
+                archive_free(*a);
+}
+static void entry_freep(struct archive_entry **e) {
+        if (*e)
+                archive_entry_free(*e);
+}
+static void resolver_freep(struct archive_entry_linkresolver **r) {
+        if (*r)
+                archive_entry_linkresolver_free(*r);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+        size_t n = strlen(s), k = strlen(suffix);
+        return n >= k && streq(s + n - k, suffix);
+}
+
+/* The Snapshot object, as snapshot.get answers it. */
+static cJSON *snapshot_object(const snapshot *s) {
+        char buf[40];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", s->id);
+        cJSON_AddStringToObject(o, "sandbox", s->sandbox);
+        cJSON_AddStringToObject(o, "createdAt", core_format_time(s->created_ms, buf, sizeof(buf)));
+        cJSON_AddNumberToObject(o, "layers", cJSON_GetArraySize(s->layers));
+        cJSON_AddItemToObject(o, "config", cJSON_Duplicate(s->config, 1));
+        return o;
+}
+
+/* ---- export ------------------------------------------------------------------- */
+
+typedef struct export_job {
+        rpc_request *req;
+        char *path;
+        char *record;             /* snapshot.json's text */
+        char **layer_dirs;        /* absolute, top first */
+        size_t n_layers;
+        int64_t bytes;
+        sb_error *err;
+} export_job;
+
+static int write_member_data(struct archive *wr, const char *name, const void *data, size_t len,
+                             sb_error **ret_err) {
+        _cleanup_(entry_freep) struct archive_entry *e = archive_entry_new();
+        archive_entry_set_pathname(e, name);
+        archive_entry_set_filetype(e, AE_IFREG);
+        archive_entry_set_perm(e, 0600);
+        archive_entry_set_size(e, (la_int64_t)len);
+        archive_entry_set_mtime(e, (time_t)(core_now_ms() / 1000), 0);
+        if (archive_write_header(wr, e) != ARCHIVE_OK || archive_write_data(wr, data, len) != (la_ssize_t)len)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "write %s: %s", name, archive_error_string(wr));
+        return 0;
+}
+
+/* Renames a disk entry from <dir>/... to <prefix>/... (and its hardlink
+ * target) and writes it with its data. */
+static int export_entry(struct archive *rd, struct archive *wr, struct archive_entry *e, const char *dir,
+                        const char *prefix, sb_error **ret_err) {
+        size_t n = strlen(dir);
+        const char *path = archive_entry_pathname(e), *link = archive_entry_hardlink(e);
+        _cleanup_free_ char *to = NULL, *link_to = NULL;
+        if (strncmp(path, dir, n) != 0 || (path[n] && path[n] != '/') ||
+            (link && (strncmp(link, dir, n) != 0 || link[n] != '/')))
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "export: unexpected path %s", path);
+        if (asprintf(&to, "%s%s%s", prefix, path + n, path[n] ? "" : "/") < 0 ||
+            (link && asprintf(&link_to, "%s%s", prefix, link + n) < 0))
+                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        archive_entry_copy_pathname(e, to);
+        if (link)
+                archive_entry_copy_hardlink(e, link_to);
+        if (archive_write_header(wr, e) < ARCHIVE_WARN)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "export %s: %s", to, archive_error_string(wr));
+        if (archive_entry_filetype(e) == AE_IFREG && archive_entry_size(e) > 0 && !link) {
+                char buf[64 * 1024];
+                la_ssize_t got;
+                while ((got = archive_read_data(rd, buf, sizeof(buf))) > 0)
+                        if (archive_write_data(wr, buf, (size_t)got) != got)
+                                return sb_error_set(ret_err, -EIO, "failed", NULL, "export %s: %s", to,
+                                                    archive_error_string(wr));
+                if (got < 0)
+                        return sb_error_set(ret_err, -EIO, "failed", NULL, "export %s: %s", path,
+                                            archive_error_string(rd));
+        }
+        return 0;
+}
+
+/* Adds one layer directory under `prefix` (layers/<n>). */
+static int export_layer(struct archive *wr, const char *dir, const char *prefix, sb_error **ret_err) {
+        _cleanup_(archive_freep) struct archive *rd = archive_read_disk_new();
+        _cleanup_(resolver_freep) struct archive_entry_linkresolver *lr = archive_entry_linkresolver_new();
+        if (!rd || !lr)
+                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        /* Physical walk: a layer's symlinks are data, never followed. Numeric
+         * owners only: names mean nothing on another host. */
+        archive_read_disk_set_symlink_physical(rd);
+        archive_read_disk_set_behavior(rd, ARCHIVE_READDISK_NO_TRAVERSE_MOUNTS);
+        archive_entry_linkresolver_set_strategy(lr, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
+        if (archive_read_disk_open(rd, dir) != ARCHIVE_OK)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "open %s: %s", dir, archive_error_string(rd));
+        for (;;) {
+                _cleanup_(entry_freep) struct archive_entry *e = archive_entry_new();
+                int r = archive_read_next_header2(rd, e);
+                if (r == ARCHIVE_EOF)
+                        return 0;
+                if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+                        return sb_error_set(ret_err, -EIO, "failed", NULL, "read %s: %s", dir,
+                                            archive_error_string(rd));
+                archive_read_disk_descend(rd);
+                struct archive_entry *sparse = NULL, *cur = e;
+                archive_entry_linkify(lr, &cur, &sparse);
+                if (cur) {
+                        r = export_entry(rd, wr, cur, dir, prefix, ret_err);
+                        if (cur != e)
+                                archive_entry_free(cur);
+                        if (r < 0)
+                                return r;
+                }
+        }
+}
+
+static int export_write(export_job *j, int fd) {
+        _cleanup_(archive_freep) struct archive *wr = archive_write_new();
+        if (!wr)
+                return sb_error_set(&j->err, -ENOMEM, "failed", NULL, "out of memory");
+        bool gz = ends_with(j->path, ".gz") || ends_with(j->path, ".tgz");
+        if (archive_write_set_format_pax(wr) != ARCHIVE_OK ||
+            (gz ? archive_write_add_filter_gzip(wr) : archive_write_add_filter_zstd(wr)) != ARCHIVE_OK ||
+            archive_write_open_fd(wr, fd) != ARCHIVE_OK)
+                return sb_error_set(&j->err, -EIO, "failed", NULL, "export: %s", archive_error_string(wr));
+        int r = write_member_data(wr, "snapshot.json", j->record, strlen(j->record), &j->err);
+        for (size_t i = 0; r >= 0 && i < j->n_layers; i++) {
+                char prefix[32];
+                snprintf(prefix, sizeof(prefix), "layers/%zu", i);
+                r = export_layer(wr, j->layer_dirs[i], prefix, &j->err);
+        }
+        if (r >= 0 && archive_write_close(wr) != ARCHIVE_OK)
+                r = sb_error_set(&j->err, -EIO, "failed", NULL, "export: %s", archive_error_string(wr));
+        return r;
+}
+
+/* Worker thread. The file is created exclusively (never through an
+ * existing name or symlink) and removed again on any failure. */
+static void export_work(void *userdata) {
+        export_job *j = userdata;
+        _cleanup_close_ int fd = open(j->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+                sb_error_set(&j->err, negative_errno(), "failed", NULL, "create %s: %m", j->path);
+                return;
+        }
+        struct stat st;
+        if (export_write(j, fd) < 0 || fsync(fd) < 0 || fstat(fd, &st) < 0) {
+                if (!j->err)
+                        sb_error_set(&j->err, negative_errno(), "failed", NULL, "write %s: %m", j->path);
+                (void)unlink(j->path);
+                return;
+        }
+        j->bytes = st.st_size;
+}
+
+static void export_job_free(export_job *j) {
+        for (size_t i = 0; i < j->n_layers; i++)
+                free(j->layer_dirs[i]);
+        free(j->layer_dirs);
+        free(j->path);
+        free(j->record);
+        sb_error_free(j->err);
+        free(j);
+}
+
+static void export_done(void *userdata) {
+        export_job *j = userdata;
+        if (j->err) {
+                log_warning("snapshot export to %s: %s", j->path, j->err->message);
+                rpc_reply_sb_error(j->req, j->err);
+        } else {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "path", j->path);
+                cJSON_AddNumberToObject(o, "bytes", (double)j->bytes);
+                log_info("snapshot exported to %s (%lld bytes)", j->path, (long long)j->bytes);
+                rpc_reply(j->req, o);
+        }
+        export_job_free(j);
+}
+
+/* params.path: absolute, and nothing there yet. */
+static const char *param_new_path(rpc_request *req, bool must_not_exist) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *path = NULL;
+        if (rpc_param_string(req, "path", true, &path, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return NULL;
+        }
+        struct stat st;
+        if (path[0] != '/') {
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: '%s' is not an absolute path", path);
+                return NULL;
+        }
+        if (must_not_exist && lstat(path, &st) == 0) {
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: %s exists; give a new file name", path);
+                return NULL;
+        }
+        return path;
+}
+
+static char *export_record(const snapshot *s) {
+        cJSON *o = snapshot_object(s);
+        cJSON_DeleteItemFromObject(o, "id");
+        cJSON_DeleteItemFromObject(o, "layers");
+        char *text = cJSON_Print(o);
+        cJSON_Delete(o);
+        return text;
+}
+
+static void method_export(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        const char *id = NULL;
+        if (rpc_param_string(req, "id", true, &id, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        snapshot *s = manager_find_snapshot(m, id);
+        if (!s) {
+                reply_not_found(req, "snapshot", id);
+                return;
+        }
+        const char *path = param_new_path(req, true);
+        if (!path)
+                return;
+        export_job *j = calloc(1, sizeof(*j));
+        if (!j) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
+                return;
+        }
+        j->req = req;
+        j->path = strdup(path);
+        j->record = export_record(s);
+        j->layer_dirs = calloc((size_t)cJSON_GetArraySize(s->layers) + 1, sizeof(char *));
+        bool ok = j->path && j->record && j->layer_dirs;
+        cJSON *it;
+        cJSON_ArrayForEach(it, s->layers) {
+                if (!ok || !cJSON_IsString(it) ||
+                    asprintf(&j->layer_dirs[j->n_layers], "%s/%s", m->layers_dir, it->valuestring) < 0) {
+                        ok = false;
+                        break;
+                }
+                j->n_layers++;
+        }
+        if (!ok || worker_submit(export_work, export_done, j) < 0) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "cannot start the export");
+                export_job_free(j);
+        }
+}
+
+/* ---- import ------------------------------------------------------------------- */
+
+typedef struct import_job {
+        manager *m;
+        rpc_request *req;
+        char *path;
+        char *layers_dir;
+        char ids[MAX_IMPORT_LAYERS][33];   /* new layer id per index; "" until seen */
+        size_t n_layers;                    /* highest index seen + 1 */
+        cJSON *record;                      /* parsed snapshot.json */
+        sb_error *err;
+} import_job;
+
+/* xattrs a layer may carry: overlayfs' own (whiteouts, opaque directories,
+ * redirects) and the user namespace. security.* (capabilities, SELinux
+ * labels) and system.* (ACLs) from a foreign file would grant or label
+ * things on this host, so they are dropped. */
+static const char *const allowed_xattr_prefixes[] = {"trusted.overlay.", "user."};
+
+static void filter_xattrs(struct archive_entry *e) {
+        size_t n = (size_t)archive_entry_xattr_reset(e);
+        if (!n)
+                return;
+        char **names = calloc(n, sizeof(char *));
+        const void **vals = calloc(n, sizeof(void *));
+        size_t *sizes = calloc(n, sizeof(size_t)), k = 0;
+        const char *name;
+        const void *val;
+        size_t size;
+        while (names && vals && sizes && archive_entry_xattr_next(e, &name, &val, &size) == ARCHIVE_OK)
+                for (size_t i = 0; i < ELEMENTSOF(allowed_xattr_prefixes); i++)
+                        if (strncmp(name, allowed_xattr_prefixes[i], strlen(allowed_xattr_prefixes[i])) == 0) {
+                                names[k] = strdup(name);
+                                vals[k] = malloc(size ?: 1);
+                                if (names[k] && vals[k])
+                                        memcpy((void *)vals[k], val, size);
+                                sizes[k++] = size;
+                                break;
+                        }
+        archive_entry_xattr_clear(e);
+        for (size_t i = 0; i < k; i++) {
+                if (names[i] && vals[i])
+                        archive_entry_xattr_add_entry(e, names[i], vals[i], sizes[i]);
+                free(names[i]);
+                free((void *)vals[i]);
+        }
+        free(names);
+        free(vals);
+        free(sizes);
+}
+
+/* Splits "layers/<n>[/rest]" into n and rest ("" for the layer's root).
+ * Refuses absolute names, "." / ".." / empty components and anything else. */
+static int parse_member(const char *name, size_t *ret_n, const char **ret_rest) {
+        if (strncmp(name, "layers/", 7) != 0)
+                return -EINVAL;
+        const char *p = name + 7;
+        char *end;
+        if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+                return -EINVAL;
+        unsigned long n = strtoul(p, &end, 10);
+        if (n >= MAX_IMPORT_LAYERS || (*end && *end != '/'))
+                return -EINVAL;
+        const char *rest = *end ? end + 1 : end;
+        /* Each component: non-empty, not "." or "..". A trailing '/' (a
+         * directory) is fine. */
+        for (const char *c = rest; *c;) {
+                size_t len = strcspn(c, "/");
+                if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+                        return -EINVAL;
+                c += len;
+                if (*c == '/')
+                        c++;
+        }
+        *ret_n = n;
+        *ret_rest = rest;
+        return 0;
+}
+
+/* The new layer directory for index n (relative to the layers dir, which
+ * is the thread's root), created on first use. */
+static int layer_tmp(import_job *j, size_t n, char *buf, size_t size, sb_error **ret_err) {
+        if (!j->ids[n][0]) {
+                core_random_hex(j->ids[n], 32);
+                snprintf(buf, size, "/%s.tmp", j->ids[n]);
+                if (mkdir(buf, 0755) < 0) {
+                        int r = negative_errno();
+                        j->ids[n][0] = 0;
+                        return sb_error_set(ret_err, r, "failed", NULL, "mkdir layer: %s", strerror(-r));
+                }
+                if (n + 1 > j->n_layers)
+                        j->n_layers = n + 1;
+        }
+        snprintf(buf, size, "/%s.tmp", j->ids[n]);
+        return 0;
+}
+
+/* Checks one layer member and points it (and its hardlink target) into
+ * the layer's new directory. */
+static int import_rewrite(import_job *j, struct archive_entry *e, size_t n, const char *rest, sb_error **ret_err) {
+        const char *name = archive_entry_pathname(e);
+        mode_t type = archive_entry_filetype(e);
+        const char *link = archive_entry_hardlink(e);
+        if (!rest[0] && (type != AE_IFDIR || link))
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "member '%s': a layer's root must be a directory", name);
+        if (link) {
+                size_t ln;
+                const char *lrest;
+                if (parse_member(link, &ln, &lrest) < 0 || ln != n || !lrest[0])
+                        return sb_error_set(ret_err, -EINVAL, "failed", NULL,
+                                            "member '%s': hardlink to '%s' outside its layer", name, link);
+        } else if (type == AE_IFCHR || type == AE_IFBLK) {
+                /* Only overlayfs whiteouts: a real device node would give a
+                 * sandbox direct access to host hardware. */
+                if (type != AE_IFCHR || archive_entry_rdev(e) != makedev(0, 0))
+                        return sb_error_set(ret_err, -EPERM, "failed", NULL,
+                                            "member '%s': device nodes are not allowed (only 0:0 whiteouts)", name);
+        } else if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFIFO)
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "member '%s': unsupported file type", name);
+        char root[48];
+        int r = layer_tmp(j, n, root, sizeof(root), ret_err);
+        if (r < 0)
+                return r;
+        _cleanup_free_ char *to = NULL, *link_to = NULL;
+        if (asprintf(&to, "%s/%s", root, rest) < 0)
+                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        if (link) {
+                size_t ln;
+                const char *lrest;
+                (void)parse_member(link, &ln, &lrest);
+                if (asprintf(&link_to, "%s/%s", root, lrest) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+                archive_entry_copy_hardlink(e, link_to);
+        }
+        archive_entry_copy_pathname(e, to);
+        /* setuid/setgid from a foreign file would be a privilege the sandbox
+         * user never had on this host. */
+        archive_entry_set_perm(e, archive_entry_perm(e) & ~(mode_t)(S_ISUID | S_ISGID));
+        archive_entry_acl_clear(e);
+        archive_entry_set_fflags(e, 0, 0);
+        filter_xattrs(e);
+        return 0;
+}
+
+static int read_record(import_job *j, struct archive *rd, struct archive_entry *e, sb_error **ret_err) {
+        la_int64_t size = archive_entry_size(e);
+        if (j->record)
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "member 'snapshot.json' appears twice");
+        if (archive_entry_filetype(e) != AE_IFREG || size <= 0 || size > MAX_RECORD_BYTES)
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "member 'snapshot.json': not a small regular file");
+        _cleanup_free_ char *text = calloc(1, (size_t)size + 1);
+        if (!text)
+                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        if (archive_read_data(rd, text, (size_t)size) != size)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "read snapshot.json: %s", archive_error_string(rd));
+        j->record = cJSON_Parse(text);
+        if (!cJSON_IsObject(j->record) || !cJSON_IsObject(cJSON_GetObjectItem(j->record, "config")))
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL,
+                                    "member 'snapshot.json': not a snapshot record (an object with a config object)");
+        return 0;
+}
+
+static int import_member(import_job *j, struct archive *rd, struct archive *wr, struct archive_entry *e,
+                         sb_error **ret_err) {
+        const char *name = archive_entry_pathname(e);
+        if (!name)
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "a member without a name");
+        if (streq(name, "snapshot.json"))
+                return read_record(j, rd, e, ret_err);
+        size_t n;
+        const char *rest;
+        if (parse_member(name, &n, &rest) < 0)
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL,
+                                    "member '%s': not snapshot.json or under layers/<n>/ (names with '..', "
+                                    "absolute names and others are refused)", name);
+        _cleanup_free_ char *shown = strdup(name);
+        int r = import_rewrite(j, e, n, rest, ret_err);
+        if (r < 0)
+                return r;
+        if (archive_write_header(wr, e) < ARCHIVE_WARN)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "member '%s': %s", shown ?: "?",
+                                    archive_error_string(wr));
+        if (archive_entry_size(e) > 0 && !archive_entry_hardlink(e)) {
+                const void *buf;
+                size_t len;
+                la_int64_t off;
+                while ((r = archive_read_data_block(rd, &buf, &len, &off)) == ARCHIVE_OK)
+                        if (archive_write_data_block(wr, buf, len, off) < ARCHIVE_WARN)
+                                return sb_error_set(ret_err, -EIO, "failed", NULL, "member '%s': %s",
+                                                    shown ?: "?", archive_error_string(wr));
+                if (r != ARCHIVE_EOF)
+                        return sb_error_set(ret_err, -EIO, "failed", NULL, "member '%s': %s", shown ?: "?",
+                                            archive_error_string(rd));
+        }
+        if (archive_write_finish_entry(wr) < ARCHIVE_WARN)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "member '%s': %s", shown ?: "?",
+                                    archive_error_string(wr));
+        return 0;
+}
+
+/* Runs chrooted into the layers directory (see import_work). */
+static int import_extract(import_job *j, int archive_fd, sb_error **ret_err) {
+        _cleanup_(archive_freep) struct archive *rd = archive_read_new();
+        _cleanup_(archive_freep) struct archive *wr = archive_write_disk_new();
+        if (!rd || !wr)
+                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        archive_read_support_filter_all(rd);
+        archive_read_support_format_tar(rd);
+        /* No standard lookup: owners stay numeric (and the chroot has no
+         * passwd file). SECURE_SYMLINKS refuses to write through a symlink
+         * an earlier member made; NODOTDOT repeats our own name check. The
+         * rewritten names are absolute in the chroot, so no NOABSOLUTEPATHS.
+         * Not FFLAGS (an immutable file could not be removed with its
+         * layer) or ACLs. */
+        archive_write_disk_set_options(wr, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
+                                                   ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+                                                   ARCHIVE_EXTRACT_SECURE_NODOTDOT);
+        if (archive_read_open_fd(rd, archive_fd, 64 * 1024) != ARCHIVE_OK)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "read %s: %s", j->path, archive_error_string(rd));
+        for (;;) {
+                struct archive_entry *e;
+                int r = archive_read_next_header(rd, &e);
+                if (r == ARCHIVE_EOF)
+                        break;
+                if (r < ARCHIVE_WARN)
+                        return sb_error_set(ret_err, -EIO, "failed", NULL, "read %s: %s", j->path,
+                                            archive_error_string(rd));
+                if ((r = import_member(j, rd, wr, e, ret_err)) < 0)
+                        return r;
+        }
+        if (archive_write_close(wr) != ARCHIVE_OK)
+                return sb_error_set(ret_err, -EIO, "failed", NULL, "import: %s", archive_error_string(wr));
+        if (!j->record)
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "%s has no snapshot.json", j->path);
+        if (!j->n_layers)
+                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "%s has no layers/0/", j->path);
+        for (size_t i = 0; i < j->n_layers; i++)
+                if (!j->ids[i][0])
+                        return sb_error_set(ret_err, -EINVAL, "failed", NULL, "%s has no layers/%zu/", j->path, i);
+        return 0;
+}
+
+/* Worker thread. The archive is opened before the chroot (its path is the
+ * host's); unshare(CLONE_FS) keeps the chroot to this thread, which ends
+ * with the job. */
+static void import_work(void *userdata) {
+        import_job *j = userdata;
+        _cleanup_close_ int fd = open(j->path, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int dir = open(j->layers_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int r;
+        if (fd < 0 || dir < 0)
+                r = sb_error_set(&j->err, negative_errno(), "failed", NULL, "open %s: %m", fd < 0 ? j->path : j->layers_dir);
+        else if (unshare(CLONE_FS) < 0 || fchdir(dir) < 0 || chroot(".") < 0 || chdir("/") < 0)
+                r = sb_error_set(&j->err, negative_errno(), "failed", NULL, "chroot into %s: %m", j->layers_dir);
+        else
+                r = import_extract(j, fd, &j->err);
+        for (size_t i = 0; r >= 0 && i < j->n_layers; i++) {
+                char tmp[48];
+                snprintf(tmp, sizeof(tmp), "%s.tmp", j->ids[i]);
+                if (renameat(dir, tmp, dir, j->ids[i]) < 0)
+                        r = sb_error_set(&j->err, negative_errno(), "failed", NULL, "rename layer %s: %m", tmp);
+        }
+        if (r >= 0)
+                return;
+        /* Nothing stays: neither the partial directories nor renamed ones.
+         * Layers are only ever made after the chroot, so the paths are the
+         * chroot's. */
+        for (size_t i = 0; i < j->n_layers; i++) {
+                if (!j->ids[i][0])
+                        continue;
+                char p[48];
+                snprintf(p, sizeof(p), "/%s.tmp", j->ids[i]);
+                core_rm_rf(p);
+                snprintf(p, sizeof(p), "/%s", j->ids[i]);
+                core_rm_rf(p);
+        }
+}
+
+static void import_job_free(import_job *j) {
+        free(j->path);
+        free(j->layers_dir);
+        cJSON_Delete(j->record);
+        sb_error_free(j->err);
+        free(j);
+}
+
+/* Writes the record, then registers the snapshot. A crash between the
+ * rename of the layers and this leaves layers nothing refers to, which
+ * the next start removes (snapshots_load). */
+static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
+        manager *m = j->m;
+        snapshot *s = calloc(1, sizeof(*s));
+        if (!s)
+                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        memcpy(s->id, "snap-", 5);
+        core_random_hex(s->id + 5, 32);
+        s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(j->record, "sandbox")) ?: "");
+        s->config = cJSON_Duplicate(cJSON_GetObjectItem(j->record, "config"), 1);
+        s->layers = cJSON_CreateArray();
+        for (size_t i = 0; i < j->n_layers; i++)
+                cJSON_AddItemToArray(s->layers, cJSON_CreateString(j->ids[i]));
+        /* createdAt is when the snapshot was taken, wherever that was. */
+        s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(j->record, "createdAt")));
+        if (!s->created_ms)
+                s->created_ms = core_now_ms();
+        cJSON *o = snapshot_object(s);
+        cJSON_ReplaceItemInObject(o, "layers", cJSON_Duplicate(s->layers, 1));
+        _cleanup_free_ char *text = cJSON_Print(o), *path = NULL;
+        cJSON_Delete(o);
+        int r = 0;
+        if (!text || !s->sandbox || asprintf(&path, "%s/%s.json", m->snapshots_dir, s->id) < 0)
+                r = sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        else if ((r = core_write_file_atomic(path, text, strlen(text), 0600)) < 0)
+                sb_error_set(ret_err, r, "failed", NULL, "write %s: %s", path, strerror(-r));
+        if (r < 0) {
+                free(s->sandbox);
+                cJSON_Delete(s->config);
+                cJSON_Delete(s->layers);
+                free(s);
+                return r;
+        }
+        s->next = m->snapshots;
+        m->snapshots = s;
+        *ret = s;
+        return 0;
+}
+
+static void import_done(void *userdata) {
+        import_job *j = userdata;
+        snapshot *s = NULL;
+        if (!j->err && import_register(j, &s, &j->err) < 0) {
+                cJSON *layers = cJSON_CreateArray();
+                for (size_t i = 0; i < j->n_layers; i++)
+                        cJSON_AddItemToArray(layers, cJSON_CreateString(j->ids[i]));
+                layers_collect(j->m, layers, NULL, NULL);
+                cJSON_Delete(layers);
+        }
+        if (j->err) {
+                sb_error_prefix(&j->err, "import %s", j->path);
+                log_warning("snapshot %s", j->err->message);
+                rpc_reply_sb_error(j->req, j->err);
+        } else {
+                log_info("snapshot %s imported from %s (%zu layers)", s->id, j->path, j->n_layers);
+                rpc_reply(j->req, snapshot_object(s));
+        }
+        import_job_free(j);
+}
+
+static void method_import(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        const char *path = param_new_path(req, false);
+        if (!path)
+                return;
+        import_job *j = calloc(1, sizeof(*j));
+        if (!j) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
+                return;
+        }
+        j->m = m;
+        j->req = req;
+        j->path = strdup(path);
+        j->layers_dir = strdup(m->layers_dir);
+        if (!j->path || !j->layers_dir || worker_submit(import_work, import_done, j) < 0) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "cannot start the import");
+                import_job_free(j);
+        }
+}
+
+void register_snapshot_io_methods(manager *m, rpc_server *s) {
+        rpc_server_add_method(s, "snapshot.export", method_export, m);
+        rpc_server_add_method(s, "snapshot.import", method_import, m);
+}
