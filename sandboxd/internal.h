@@ -307,6 +307,11 @@ void snapshots_load(manager *m);
  * loop (done may be NULL). */
 void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), void *userdata);
 void snapshots_free(manager *m);
+/* The Snapshot object of snapshot.get. Caller deletes. */
+cJSON *snapshot_json(const snapshot *s);
+/* Writes snapshots/<id>.json (durably). */
+int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err);
+void snapshot_free(snapshot *s);
 /* Finds the snapshot by id; NULL when unknown. */
 snapshot *manager_find_snapshot(manager *m, const char *id);
 

@@ -49,18 +49,6 @@ static bool ends_with(const char *s, const char *suffix) {
         return n >= k && streq(s + n - k, suffix);
 }
 
-/* The Snapshot object, as snapshot.get answers it. */
-static cJSON *snapshot_object(const snapshot *s) {
-        char buf[40];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "id", s->id);
-        cJSON_AddStringToObject(o, "sandbox", s->sandbox);
-        cJSON_AddStringToObject(o, "createdAt", core_format_time(s->created_ms, buf, sizeof(buf)));
-        cJSON_AddNumberToObject(o, "layers", cJSON_GetArraySize(s->layers));
-        cJSON_AddItemToObject(o, "config", cJSON_Duplicate(s->config, 1));
-        return o;
-}
-
 /* ---- export ------------------------------------------------------------------- */
 
 typedef struct export_job {
@@ -237,7 +225,7 @@ static const char *param_new_path(rpc_request *req, bool must_not_exist) {
 }
 
 static char *export_record(const snapshot *s) {
-        cJSON *o = snapshot_object(s);
+        cJSON *o = snapshot_json(s);
         cJSON_DeleteItemFromObject(o, "id");
         cJSON_DeleteItemFromObject(o, "layers");
         char *text = cJSON_Print(o);
@@ -591,20 +579,9 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
         s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(j->record, "createdAt")));
         if (!s->created_ms)
                 s->created_ms = core_now_ms();
-        cJSON *o = snapshot_object(s);
-        cJSON_ReplaceItemInObject(o, "layers", cJSON_Duplicate(s->layers, 1));
-        _cleanup_free_ char *text = cJSON_Print(o), *path = NULL;
-        cJSON_Delete(o);
-        int r = 0;
-        if (!text || !s->sandbox || asprintf(&path, "%s/%s.json", m->snapshots_dir, s->id) < 0)
-                r = sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
-        else if ((r = core_write_file_atomic(path, text, strlen(text), 0600)) < 0)
-                sb_error_set(ret_err, r, "failed", NULL, "write %s: %s", path, strerror(-r));
+        int r = s->sandbox ? snapshot_save(m, s, ret_err) : sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
         if (r < 0) {
-                free(s->sandbox);
-                cJSON_Delete(s->config);
-                cJSON_Delete(s->layers);
-                free(s);
+                snapshot_free(s);
                 return r;
         }
         s->next = m->snapshots;
@@ -629,7 +606,7 @@ static void import_done(void *userdata) {
                 rpc_reply_sb_error(j->req, j->err);
         } else {
                 log_info("snapshot %s imported from %s (%zu layers)", s->id, j->path, j->n_layers);
-                rpc_reply(j->req, snapshot_object(s));
+                rpc_reply(j->req, snapshot_json(s));
         }
         import_job_free(j);
 }

@@ -46,7 +46,7 @@ snapshot *manager_find_snapshot(manager *m, const char *id) {
         return NULL;
 }
 
-static void snapshot_free(snapshot *s) {
+void snapshot_free(snapshot *s) {
         if (!s)
                 return;
         free(s->sandbox);
@@ -333,7 +333,7 @@ static void method_fork(rpc_request *req, void *userdata) {
 
 /* ---- snapshots ---------------------------------------------------------------- */
 
-static cJSON *snapshot_json(const snapshot *s) {
+cJSON *snapshot_json(const snapshot *s) {
         char buf[40];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "id", s->id);
@@ -344,7 +344,7 @@ static cJSON *snapshot_json(const snapshot *s) {
         return o;
 }
 
-static int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err) {
+int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err) {
         cJSON *o = snapshot_json(s);
         cJSON_ReplaceItemInObject(o, "layers", cJSON_Duplicate(s->layers, 1));
         _cleanup_free_ char *text = cJSON_Print(o), *path = NULL;

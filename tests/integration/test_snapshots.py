@@ -18,7 +18,11 @@ def test_fork_of_running_sandbox_copies_files_and_keeps_source_running(world):
     try:
         sh_ok(world, src, "echo before > /workspace/a && mkdir -p /workspace/d && echo deep > /workspace/d/f")
         world.ctl("exec", "--detach", src, "--", "sh", "-c",
-                  "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done", check=True)
+                  # Renamed into place, so a reader never sees a half-written file.
+                  "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; "
+                  "sleep 0.05; done", check=True)
+        poll(lambda: sh(world, src, "cat /tmp/counter 2>/dev/null")[1].strip().isdigit(), 10,
+             "the source's loop to start counting")
         code, out, err = world.ctl("fork", src, "--name", fork)
         expect_eq((code, out), (0, fork + "\n"), "fork exit and output (%s)" % err.strip())
         code, out, _e = sh(world, fork, "cat /workspace/a /workspace/d/f; hostname")
