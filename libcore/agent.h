@@ -12,7 +12,7 @@
  *                      "upper":DIR, "work":DIR,
  *                      "binds":[{"src":S,"dst":S,"ro":B}...],
  *                      "netSlot":N|-1, "poolBase":"10.201.0.0", "poolPrefix":16,
- *                      "env":{"K":"V"...}}
+ *                      "env":{"K":"V"...}, "tmpSize":BYTES}
  *   init → sandboxd   {"ev":"ready"} or {"ev":"error","message":S} (then init exits 1)
  *   "rootfs": null skips the root filesystem (init stays on the filesystem it
  *   started on; for tests). init refuses to run unless it is PID 1.

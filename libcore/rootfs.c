@@ -220,7 +220,13 @@ static int open_verified_devnull(sb_error **ret_err) {
 }
 
 int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
-        static const char *const tmp_opts[] = {"mode=1777", NULL};
+        /* /tmp is bounded below the session's memory limit: tmpfs pages are
+         * charged to the cgroup but to no task, so an unbounded /tmp could
+         * fill the cgroup with memory the OOM killer cannot free, leaving
+         * even sandbox-init unable to allocate. */
+        char tmp_size[48];
+        snprintf(tmp_size, sizeof(tmp_size), "size=%llu", (unsigned long long)cfg->tmp_size);
+        const char *const tmp_opts[] = {"mode=1777", cfg->tmp_size ? tmp_size : NULL, NULL};
         static const char *const none[] = {NULL};
         int r;
 

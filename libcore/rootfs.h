@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "libcore/error.h"
 
 typedef struct core_bind {
@@ -23,6 +24,7 @@ typedef struct core_rootfs_config {
         core_bind *binds;
         size_t n_binds;
         char *hostname;
+        uint64_t tmp_size;  /* bytes for /tmp's tmpfs; 0: the kernel's default */
 } core_rootfs_config;
 
 /* Runs in sandbox-init (PID 1 of new mount, PID, UTS, IPC, network and

@@ -129,6 +129,8 @@ static cJSON *setup_packet(start_job *j) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "op", "setup");
         cJSON_AddStringToObject(o, "hostname", sb->name);
+        /* Half the session's memory (vcpus × 2048 MiB, DESIGN §3). */
+        cJSON_AddNumberToObject(o, "tmpSize", (double)((uint64_t)sb->vcpus * 1024ULL * 1024 * 1024));
         char *p = NULL;
         if (asprintf(&p, "%s/rootfs", sb->run_dir) >= 0)
                 cJSON_AddStringToObject(o, "rootfs", p);

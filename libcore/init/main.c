@@ -65,6 +65,8 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, sb_error **
         cfg->upper = dup_string(setup, "upper");
         cfg->work = dup_string(setup, "work");
         cfg->hostname = dup_string(setup, "hostname");
+        const cJSON *tmp = cJSON_GetObjectItemCaseSensitive(setup, "tmpSize");
+        cfg->tmp_size = cJSON_IsNumber(tmp) && tmp->valuedouble > 0 ? (uint64_t)tmp->valuedouble : 0;
         if (!cfg->rootfs || !cfg->lower || !cfg->upper || !cfg->work)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL,
                                     "setup: \"rootfs\", \"lower\", \"upper\" and \"work\" must be strings");
