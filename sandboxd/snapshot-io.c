@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include "libcore/copy.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -30,19 +31,6 @@
 #define MAX_IMPORT_LAYERS 64
 /* snapshot.json is a small record; anything bigger is not ours. */
 #define MAX_RECORD_BYTES (1 << 20)
-
-static void archive_freep(struct archive **a) {
-        if (*a)
-                archive_free(*a);
-}
-static void entry_freep(struct archive_entry **e) {
-        if (*e)
-                archive_entry_free(*e);
-}
-static void resolver_freep(struct archive_entry_linkresolver **r) {
-        if (*r)
-                archive_entry_linkresolver_free(*r);
-}
 
 static bool ends_with(const char *s, const char *suffix) {
         size_t n = strlen(s), k = strlen(suffix);
@@ -63,7 +51,7 @@ typedef struct export_job {
 
 static int write_member_data(struct archive *wr, const char *name, const void *data, size_t len,
                              sb_error **ret_err) {
-        _cleanup_(entry_freep) struct archive_entry *e = archive_entry_new();
+        _cleanup_(archive_entry_freep) struct archive_entry *e = archive_entry_new();
         archive_entry_set_pathname(e, name);
         archive_entry_set_filetype(e, AE_IFREG);
         archive_entry_set_perm(e, 0600);
@@ -72,72 +60,6 @@ static int write_member_data(struct archive *wr, const char *name, const void *d
         if (archive_write_header(wr, e) != ARCHIVE_OK || archive_write_data(wr, data, len) != (la_ssize_t)len)
                 return sb_error_set(ret_err, -EIO, "failed", NULL, "write %s: %s", name, archive_error_string(wr));
         return 0;
-}
-
-/* Renames a disk entry from <dir>/... to <prefix>/... (and its hardlink
- * target) and writes it with its data. */
-static int export_entry(struct archive *rd, struct archive *wr, struct archive_entry *e, const char *dir,
-                        const char *prefix, sb_error **ret_err) {
-        size_t n = strlen(dir);
-        const char *path = archive_entry_pathname(e), *link = archive_entry_hardlink(e);
-        _cleanup_free_ char *to = NULL, *link_to = NULL;
-        if (strncmp(path, dir, n) != 0 || (path[n] && path[n] != '/') ||
-            (link && (strncmp(link, dir, n) != 0 || link[n] != '/')))
-                return sb_error_set(ret_err, -EINVAL, "failed", NULL, "export: unexpected path %s", path);
-        if (asprintf(&to, "%s%s%s", prefix, path + n, path[n] ? "" : "/") < 0 ||
-            (link && asprintf(&link_to, "%s%s", prefix, link + n) < 0))
-                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
-        archive_entry_copy_pathname(e, to);
-        if (link)
-                archive_entry_copy_hardlink(e, link_to);
-        if (archive_write_header(wr, e) < ARCHIVE_WARN)
-                return sb_error_set(ret_err, -EIO, "failed", NULL, "export %s: %s", to, archive_error_string(wr));
-        if (archive_entry_filetype(e) == AE_IFREG && archive_entry_size(e) > 0 && !link) {
-                char buf[64 * 1024];
-                la_ssize_t got;
-                while ((got = archive_read_data(rd, buf, sizeof(buf))) > 0)
-                        if (archive_write_data(wr, buf, (size_t)got) != got)
-                                return sb_error_set(ret_err, -EIO, "failed", NULL, "export %s: %s", to,
-                                                    archive_error_string(wr));
-                if (got < 0)
-                        return sb_error_set(ret_err, -EIO, "failed", NULL, "export %s: %s", path,
-                                            archive_error_string(rd));
-        }
-        return 0;
-}
-
-/* Adds one layer directory under `prefix` (layers/<n>). */
-static int export_layer(struct archive *wr, const char *dir, const char *prefix, sb_error **ret_err) {
-        _cleanup_(archive_freep) struct archive *rd = archive_read_disk_new();
-        _cleanup_(resolver_freep) struct archive_entry_linkresolver *lr = archive_entry_linkresolver_new();
-        if (!rd || !lr)
-                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
-        /* Physical walk: a layer's symlinks are data, never followed. Numeric
-         * owners only: names mean nothing on another host. */
-        archive_read_disk_set_symlink_physical(rd);
-        archive_read_disk_set_behavior(rd, ARCHIVE_READDISK_NO_TRAVERSE_MOUNTS);
-        archive_entry_linkresolver_set_strategy(lr, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
-        if (archive_read_disk_open(rd, dir) != ARCHIVE_OK)
-                return sb_error_set(ret_err, -EIO, "failed", NULL, "open %s: %s", dir, archive_error_string(rd));
-        for (;;) {
-                _cleanup_(entry_freep) struct archive_entry *e = archive_entry_new();
-                int r = archive_read_next_header2(rd, e);
-                if (r == ARCHIVE_EOF)
-                        return 0;
-                if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
-                        return sb_error_set(ret_err, -EIO, "failed", NULL, "read %s: %s", dir,
-                                            archive_error_string(rd));
-                archive_read_disk_descend(rd);
-                struct archive_entry *sparse = NULL, *cur = e;
-                archive_entry_linkify(lr, &cur, &sparse);
-                if (cur) {
-                        r = export_entry(rd, wr, cur, dir, prefix, ret_err);
-                        if (cur != e)
-                                archive_entry_free(cur);
-                        if (r < 0)
-                                return r;
-                }
-        }
 }
 
 static int export_write(export_job *j, int fd) {
@@ -153,7 +75,8 @@ static int export_write(export_job *j, int fd) {
         for (size_t i = 0; r >= 0 && i < j->n_layers; i++) {
                 char prefix[32];
                 snprintf(prefix, sizeof(prefix), "layers/%zu", i);
-                r = export_layer(wr, j->layer_dirs[i], prefix, &j->err);
+                if ((r = core_tree_write(j->layer_dirs[i], wr, prefix, true, &j->err)) < 0)
+                        sb_error_prefix(&j->err, "export");
         }
         if (r >= 0 && archive_write_close(wr) != ARCHIVE_OK)
                 r = sb_error_set(&j->err, -EIO, "failed", NULL, "export: %s", archive_error_string(wr));
