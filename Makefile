@@ -17,7 +17,7 @@ VERSION   := 0.1.0
 
 CC        ?= gcc
 PKGS      := libcjson libgit2 libarchive libseccomp libcap libnl-3.0 libnl-route-3.0 \
-             libmnl libnftnl libsystemd libcurl libpcre2-8 ldns
+             libmnl libnftnl libsystemd libcurl libpcre2-8 ldns openssl
 PKG_CFLAGS:= $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
@@ -30,7 +30,7 @@ CFLAGS    ?= -O2 -g
 ALL_CFLAGS:= -std=gnu11 -D_GNU_SOURCE $(WARN) $(HARDEN) $(CFLAGS) -I. $(PKG_CFLAGS) \
              -DSANDBOXD_VERSION='"$(VERSION)"' -DLIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
 LDFLAGS_H := -pie -Wl,-z,relro,-z,now -Wl,--as-needed -pthread
-LIBS      := $(PKG_LIBS) -lresolv -pthread
+LIBS      := $(PKG_LIBS) -lhttp_parser -lresolv -pthread
 
 # Build flavours: build/ (release) and build/asan/ (unit tests under sanitizers).
 B         := build
