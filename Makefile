@@ -100,6 +100,8 @@ $(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
 $(B)/tests/test-init-agent $(B)/asan/tests/test-init-agent: | $(B)/sandbox-init
 # test-dns drives the real sandbox-netd binary once, end to end on loopback.
 $(B)/tests/test-dns $(B)/asan/tests/test-dns: | $(B)/sandbox-netd
+# test-proxy drives it once too, with --proxy.
+$(B)/tests/test-proxy $(B)/asan/tests/test-proxy: | $(B)/sandbox-netd
 
 ASAN_OBJS = $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
 $(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
@@ -143,6 +145,7 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/bench/bench.py
 	@python3 tests/bench/bench_policy.py
+	@python3 tests/bench/bench_proxy.py
 
 install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)

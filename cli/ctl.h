@@ -52,6 +52,9 @@ int ctl_fork(ctl_globals *g, int argc, char **argv);
 int ctl_snapshot(ctl_globals *g, int argc, char **argv);
 int ctl_snapshots(ctl_globals *g, int argc, char **argv);
 
+/* `runtime list|import|bootstrap|rm` (cli/runtime.c). Returns the exit code. */
+int ctl_runtime(ctl_globals *g, int argc, char **argv);
+
 /* Writes all of buf to fd, retrying on EINTR. Returns 0 or a negative errno. */
 int ctl_write_all(int fd, const void *buf, size_t len);
 

@@ -25,10 +25,11 @@ static const char main_help[] =
         "  get NAME                      show a sandbox\n"
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox\n"
         "  stop NAME                     stop a sandbox's session\n"
-        "  update NAME [OPTIONS]         change a sandbox's timeout, env, tags or network policy\n"
+        "  update NAME [OPTIONS]         change a sandbox's timeout, vCPUs, env, tags or network policy\n"
         "  fork SRC [--name N]           a new sandbox from SRC's current filesystem\n"
         "  snapshot NAME                 snapshot a sandbox; prints the snapshot id\n"
         "  snapshots [rm ID]             list snapshots, or delete one\n"
+        "  runtime list|import|bootstrap|rm  root filesystems for --runtime (runtime --help)\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
         "  policy test NAME URL          would the sandbox's policy allow URL? (exit 0 yes, 3 no)\n"
@@ -311,6 +312,8 @@ static const char create_help[] =
         "  --env K=V                environment for every command (repeatable)\n"
         "  --tag K=V                tag (repeatable, at most 5)\n"
         "  --persistent             keep the filesystem when the session ends\n"
+        "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n"
+        "                           host id (default: the daemon's \"userns\" setting)\n"
         "  --allow-all | --deny-all | --policy FILE\n"
         "                           network policy (default allow-all); FILE holds the\n"
         "                           JSON policy document, - for stdin\n"
@@ -324,7 +327,7 @@ static const char create_help[] =
 enum {
         OPT_NAME = OPT_FIRST_COMMAND, OPT_RUNTIME, OPT_GIT, OPT_DEPTH, OPT_REVISION, OPT_GIT_USER,
         OPT_GIT_PASS_ENV, OPT_GIT_PASS_STDIN, OPT_TARBALL, OPT_SNAPSHOT, OPT_TIMEOUT, OPT_VCPUS,
-        OPT_PORT, OPT_ENV, OPT_TAG, OPT_PERSISTENT, OPT_ALLOW_ALL, OPT_DENY_ALL, OPT_POLICY,
+        OPT_PORT, OPT_ENV, OPT_TAG, OPT_PERSISTENT, OPT_USERNS, OPT_NO_USERNS, OPT_ALLOW_ALL, OPT_DENY_ALL, OPT_POLICY,
         OPT_ALLOW, OPT_ALLOW_SUBNET, OPT_DENY_SUBNET,
 };
 
@@ -501,6 +504,8 @@ static int create_option(create_args *a, int opt) {
                 return 0;
         }
         case OPT_PERSISTENT: set_item(p, "persistent", cJSON_CreateTrue()); return 0;
+        case OPT_USERNS: set_item(p, "userns", cJSON_CreateTrue()); return 0;
+        case OPT_NO_USERNS: set_item(p, "userns", cJSON_CreateFalse()); return 0;
         case OPT_ALLOW_ALL: return set_policy(a, "allow-all", false);
         case OPT_DENY_ALL: return set_policy(a, "deny-all", false);
         case OPT_POLICY: return set_policy(a, optarg, true);
@@ -586,6 +591,8 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
                 { "env", required_argument, NULL, OPT_ENV },
                 { "tag", required_argument, NULL, OPT_TAG },
                 { "persistent", no_argument, NULL, OPT_PERSISTENT },
+                { "userns", no_argument, NULL, OPT_USERNS },
+                { "no-userns", no_argument, NULL, OPT_NO_USERNS },
                 { "allow-all", no_argument, NULL, OPT_ALLOW_ALL },
                 { "deny-all", no_argument, NULL, OPT_DENY_ALL },
                 { "policy", required_argument, NULL, OPT_POLICY },
@@ -633,20 +640,24 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
 /* --- update ------------------------------------------------------------ */
 
 static const char update_help[] =
-        "Usage: sandboxctl update [--json] NAME [--timeout DURATION] [--env K=V]... [--tag K=V]...\n"
+        "Usage: sandboxctl update [--json] NAME [--timeout DURATION] [--vcpus N] [--env K=V]... [--tag K=V]...\n"
         "         [--allow-all | --deny-all | --policy FILE |\n"
         "          --allow PATTERN... [--allow-subnet CIDR]... [--deny-subnet CIDR]...]\n\n"
         "Changes a sandbox. --timeout (90s, 5m, 2h or milliseconds): an increase also\n"
-        "extends the running session. --env replaces the sandbox's environment for\n"
+        "extends the running session. --vcpus sets CPUs and memory (N x 2 GiB) of the\n"
+        "running session at once and of its next sessions; lowering memory below what\n"
+        "the sandbox uses is refused when the kernel cannot reclaim enough (cgroup v1)\n"
+        "or ends in an OOM kill inside the sandbox (cgroup v2). --env replaces the sandbox's environment for\n"
         "commands started afterwards; --tag replaces its tags (at most 5).\n"
         "The policy options (as for create) replace the whole network policy; a\n"
         "running session switches to the new one at once.\n";
 
 static int cmd_update(ctl_globals *g, int argc, char **argv) {
-        enum { OPT_U_TIMEOUT = OPT_FIRST_COMMAND, OPT_U_ENV, OPT_U_TAG };
+        enum { OPT_U_TIMEOUT = OPT_FIRST_COMMAND, OPT_U_ENV, OPT_U_TAG, OPT_U_VCPUS };
         static const struct option opts[] = {
                 COMMON_OPTIONS,
                 { "timeout", required_argument, NULL, OPT_U_TIMEOUT },
+                { "vcpus", required_argument, NULL, OPT_U_VCPUS },
                 { "env", required_argument, NULL, OPT_U_ENV },
                 { "tag", required_argument, NULL, OPT_U_TAG },
                 { "allow-all", no_argument, NULL, OPT_ALLOW_ALL },
@@ -675,6 +686,14 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                                 return ctl_usage("update", "update: bad --timeout '%s' (use 90s, 5m, 2h or milliseconds)",
                                                  optarg);
                         set_item(params, "timeout", cJSON_CreateNumber((double) ms));
+                } else if (opt == OPT_U_VCPUS) {
+                        /* The daemon checks the range (its maxVcpus). */
+                        long n;
+                        if (parse_uint(optarg, 1024, &n) < 0)
+                                return ctl_usage("update", "update: bad --vcpus '%s'", optarg);
+                        cJSON *res = cJSON_CreateObject();
+                        cJSON_AddNumberToObject(res, "vcpus", (double) n);
+                        set_item(params, "resources", res);
                 } else if (opt == OPT_U_ENV || opt == OPT_U_TAG) {
                         const char *key = opt == OPT_U_ENV ? "env" : "tags";
                         if (!cJSON_GetObjectItemCaseSensitive(params, key))
@@ -883,6 +902,7 @@ static const struct {
         { "fork", ctl_fork },
         { "snapshot", ctl_snapshot },
         { "snapshots", ctl_snapshots },
+        { "runtime", ctl_runtime },
         { "rm", cmd_rm },
         { "cp", cmd_cp },
         { "policy", ctl_policy },

@@ -134,7 +134,7 @@ int cli_exit_code(const client_error *e) {
                         return CLI_EXIT_POLICY;
                 if (streq(e->reason, "not_found"))
                         return CLI_EXIT_NOT_FOUND;
-                if (streq(e->reason, "already_exists"))
+                if (streq(e->reason, "already_exists") || streq(e->reason, "in_use"))
                         return CLI_EXIT_CONFLICT;
         }
         /* -32602 on the policy itself is still a policy the daemon refused. */

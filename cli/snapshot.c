@@ -9,11 +9,12 @@
 static const struct option common_opts[] = {
         {"socket", required_argument, NULL, 1000}, {"json", no_argument, NULL, 1001},
         {"help", no_argument, NULL, 'h'},          {"name", required_argument, NULL, 1002},
-        {}};
+        {"expire", required_argument, NULL, 1003}, {}};
 
-/* Parses the common options plus --name (when name_out); returns -1 to go
- * on, or an exit code (0 after --help). */
-static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, const char **name_out) {
+/* Parses the common options plus --name (when name_out) and --expire (when
+ * expire_out); returns -1 to go on, or an exit code (0 after --help). */
+static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, const char **name_out,
+                      const char **expire_out) {
         int opt;
         optind = 0;
         while ((opt = getopt_long(argc, argv, "h", common_opts, NULL)) != -1) {
@@ -24,6 +25,12 @@ static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, c
                 case 1002:
                         if (name_out) {
                                 *name_out = optarg;
+                                break;
+                        }
+                        return ctl_usage(argv[0], "%s: unknown option", argv[0]);
+                case 1003:
+                        if (expire_out) {
+                                *expire_out = optarg;
                                 break;
                         }
                         /* fall through */
@@ -58,7 +65,7 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
                 "keep running. A stopped (persistent) SRC is forked without copying. The two\n"
                 "never share writable state. Prints the new sandbox's name.\n";
         const char *name = NULL;
-        int r = parse_opts(g, argc, argv, help, &name);
+        int r = parse_opts(g, argc, argv, help, &name, NULL);
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
@@ -80,16 +87,26 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
 
 int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
-                "Usage: sandboxctl snapshot [--json] NAME\n\n"
+                "Usage: sandboxctl snapshot [--json] NAME [--expire DURATION]\n\n"
                 "Takes a snapshot of sandbox NAME's filesystem and config; a running sandbox\n"
-                "keeps running. Prints the snapshot id, a source for `create --snapshot ID`.\n";
-        int r = parse_opts(g, argc, argv, help, NULL);
+                "keeps running. Prints the snapshot id, a source for `create --snapshot ID`.\n"
+                "--expire (90s, 5m, 2h, or milliseconds; at most 365 days) deletes the\n"
+                "snapshot that long after it is taken; sandboxes created from it keep their\n"
+                "files, and it is kept, shown as expired, until the last of them is deleted.\n";
+        const char *expire = NULL;
+        int r = parse_opts(g, argc, argv, help, NULL, &expire);
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
                 return ctl_usage("snapshot", "snapshot: %s", optind >= argc ? "missing NAME" : "too many arguments");
+        int64_t ms = 0;
+        if (expire && (cli_parse_duration(expire, &ms) < 0 || ms <= 0))
+                return ctl_usage("snapshot", "snapshot: bad --expire '%s' (use 90s, 5m, 2h or milliseconds)",
+                                 expire);
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "name", argv[optind]);
+        if (expire)
+                cJSON_AddNumberToObject(p, "expiration", (double)ms);
         cJSON *res = NULL;
         if ((r = one_call(g, "snapshot", "sandbox.snapshot", p, &res)) != 0)
                 return r;
@@ -154,7 +171,7 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 "snapshot and prints its id. FILE is made absolute against the current\n"
                 "directory. Imported files lose setuid/setgid bits and xattrs other than\n"
                 "trusted.overlay.* and user.*; device nodes other than whiteouts are refused.\n";
-        int r = parse_opts(g, argc, argv, help, NULL);
+        int r = parse_opts(g, argc, argv, help, NULL, NULL);
         if (r >= 0)
                 return r;
         if (optind < argc && streq(argv[optind], "rm")) {
@@ -181,18 +198,21 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 cJSON_Delete(res);
                 return 0;
         }
-        static const char *const header[] = {"ID", "SANDBOX", "CREATED"};
+        static const char *const header[] = {"ID", "SANDBOX", "CREATED", "EXPIRES"};
         size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
         char ***rows = calloc(n + 1, sizeof(*rows));
         cJSON *it;
         cJSON_ArrayForEach(it, arr) {
-                rows[i] = calloc(3, sizeof(char *));
+                rows[i] = calloc(4, sizeof(char *));
                 rows[i][0] = cJSON_GetStringValue(cJSON_GetObjectItem(it, "id"));
                 rows[i][1] = cJSON_GetStringValue(cJSON_GetObjectItem(it, "sandbox"));
                 rows[i][2] = cJSON_GetStringValue(cJSON_GetObjectItem(it, "createdAt"));
+                rows[i][3] = cJSON_IsTrue(cJSON_GetObjectItem(it, "expired"))
+                                     ? "expired"
+                                     : cJSON_GetStringValue(cJSON_GetObjectItem(it, "expiresAt")) ?: "never";
                 i++;
         }
-        ctl_print_table(header, 3, rows, n);
+        ctl_print_table(header, 4, rows, n);
         for (i = 0; i < n; i++)
                 free(rows[i]);
         free(rows);

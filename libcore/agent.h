@@ -12,7 +12,12 @@
  *                      "upper":DIR, "work":DIR,
  *                      "binds":[{"src":S,"dst":S,"ro":B}...],
  *                      "netSlot":N|-1, "poolBase":"10.201.0.0", "poolPrefix":16,
- *                      "env":{"K":"V"...}, "tmpSize":BYTES}
+ *                      "env":{"K":"V"...}, "tmpSize":BYTES, "userns":B}
+ *   With "userns": true (init is root of its own user namespace) the packet
+ *   carries detached mount fds (SCM_RIGHTS): fd 0 of that array is the root
+ *   overlay (lower/upper/work are then not mounted by init), and each bind
+ *   has "fd":N, the index of its mount; init attaches them instead of
+ *   opening the paths, which it could not reach.
  *   init → sandboxd   {"ev":"ready"} or {"ev":"error","message":S} (then init exits 1)
  *   "rootfs": null skips the root filesystem (init stays on the filesystem it
  *   started on; for tests). init refuses to run unless it is PID 1.

@@ -15,17 +15,22 @@ uint64_t core_caps_for_uid(uid_t uid);
  * oci/caps/defaults.go) without CAP_MKNOD (see caps.c). */
 uint64_t core_caps_root_set(void);
 
+/* The calling thread's bounding set (bit n = capability n). */
+uint64_t core_caps_bounding(void);
+
 /* Step 1, in the child while still root with init's full set, before
  * setresuid: drops every capability not in keep from the bounding set,
  * clears the ambient set and limits the inheritable set to keep. Needs
- * CAP_SETPCAP. Returns 0 or a negative errno. */
+ * CAP_SETPCAP. Allocates nothing (safe in a CLONE_VM child). Returns 0 or
+ * a negative errno. */
 int core_caps_bound(uint64_t keep);
 
 /* Step 2, after setresuid and before exec: sets permitted, effective and
  * inheritable to exactly keep (a uid change from root already emptied
  * permitted and effective; this makes the result independent of that rule
- * and covers root, whose sets a uid change keeps). Returns 0 or a negative
- * errno (-EPERM when keep holds a capability the process lacks). */
+ * and covers root, whose sets a uid change keeps). Allocates nothing.
+ * Returns 0 or a negative errno (-EPERM when keep holds a capability the
+ * process lacks). */
 int core_caps_set(uint64_t keep);
 
 /* Checks that the calling process holds exactly keep in its permitted,

@@ -46,13 +46,15 @@
 #define KILL_ROUNDS 100
 
 /* Controller bits for the v2 subtree_control mask. */
-enum { CTL_PIDS = 1 << 0, CTL_MEMORY = 1 << 1, CTL_CPU = 1 << 2 };
+enum { CTL_PIDS = 1 << 0, CTL_MEMORY = 1 << 1, CTL_CPU = 1 << 2, CTL_ALL = 7 };
 
 typedef struct hierarchy hierarchy;
 
 typedef struct cgroup_ops {
         const char *name;
-        int (*set_limits)(const hierarchy *h, const char *dir, const core_cgroup_limits *l);
+        /* Writes the limits named in `what` (CTL_* bits) that this
+         * hierarchy carries; the others are left alone. */
+        int (*set_limits)(const hierarchy *h, const char *dir, const core_cgroup_limits *l, unsigned what);
         int (*kill_all)(const char *dir);
 } cgroup_ops;
 
@@ -134,20 +136,34 @@ static int kill_by_procs(const char *dir) {
         return -EBUSY;
 }
 
-static int v1_set_limits(const hierarchy *h, const char *dir, const core_cgroup_limits *l) {
-        if (streq(h->controller, "pids"))
-                return write_u64_or(dir, "pids.max", l->pids_max, "max");
-        if (streq(h->controller, "memory")) {
-                int r = write_u64_or(dir, "memory.limit_in_bytes", l->memory_max, "-1");
+/* v1 memory: memory.memsw.limit_in_bytes (swap accounting, when the kernel
+ * has it) carries the same bound, so swap is no way around the limit. The
+ * kernel requires memsw >= limit at every moment, so a raise writes memsw
+ * first and a lowering writes it last; which one this is shows as EINVAL
+ * from the first write. Lowering below the usage makes the kernel reclaim,
+ * and when it cannot reclaim enough the write fails with EBUSY and the old
+ * limit stays (mem_cgroup_resize_max; Documentation/admin-guide/
+ * cgroup-v1/memory.rst, "Setting a limit lower than the usage"). */
+static int v1_set_memory(const char *dir, uint64_t max) {
+        int r = write_u64_or(dir, "memory.limit_in_bytes", max, "-1");
+        if (r == -EINVAL) {
+                r = write_u64_or(dir, "memory.memsw.limit_in_bytes", max, "-1");
                 if (r < 0)
                         return r;
-                /* Swap accounting, when the kernel has it: the same bound, so
-                 * swap is no way around the limit. Must follow limit_in_bytes
-                 * (the kernel requires memsw >= limit). */
-                r = write_u64_or(dir, "memory.memsw.limit_in_bytes", l->memory_max, "-1");
-                return r == -ENOENT ? 0 : r;
+                r = write_u64_or(dir, "memory.limit_in_bytes", max, "-1");
         }
-        if (streq(h->controller, "cpu")) {
+        if (r < 0)
+                return r;
+        r = write_u64_or(dir, "memory.memsw.limit_in_bytes", max, "-1");
+        return r == -ENOENT ? 0 : r;
+}
+
+static int v1_set_limits(const hierarchy *h, const char *dir, const core_cgroup_limits *l, unsigned what) {
+        if (streq(h->controller, "pids") && what & CTL_PIDS)
+                return write_u64_or(dir, "pids.max", l->pids_max, "max");
+        if (streq(h->controller, "memory") && what & CTL_MEMORY)
+                return v1_set_memory(dir, l->memory_max);
+        if (streq(h->controller, "cpu") && what & CTL_CPU) {
                 int r = write_file(dir, "cpu.cfs_period_us", "100000");
                 if (r < 0)
                         return r;
@@ -157,13 +173,14 @@ static int v1_set_limits(const hierarchy *h, const char *dir, const core_cgroup_
         return 0; /* freezer: no limit, used for stop/fork freezing */
 }
 
-static int v2_set_limits(const hierarchy *h, const char *dir, const core_cgroup_limits *l) {
+static int v2_set_limits(const hierarchy *h, const char *dir, const core_cgroup_limits *l, unsigned what) {
         int r;
-        if (h->v2_ctl & CTL_PIDS && (r = write_u64_or(dir, "pids.max", l->pids_max, "max")) < 0)
+        what &= h->v2_ctl;
+        if (what & CTL_PIDS && (r = write_u64_or(dir, "pids.max", l->pids_max, "max")) < 0)
                 return r;
-        if (h->v2_ctl & CTL_MEMORY && (r = write_u64_or(dir, "memory.max", l->memory_max, "max")) < 0)
+        if (what & CTL_MEMORY && (r = write_u64_or(dir, "memory.max", l->memory_max, "max")) < 0)
                 return r;
-        if (h->v2_ctl & CTL_CPU) {
+        if (what & CTL_CPU) {
                 char buf[48] = "max 100000";
                 if (l->cpu_quota_pct)
                         snprintf(buf, sizeof(buf), "%u 100000", l->cpu_quota_pct * 1000);
@@ -258,6 +275,12 @@ static int hierarchy_dir(const char *mountinfo, const char *cgroup_file, const c
         int r = own_path(cgroup_file, controller, &own);
         if (r < 0)
                 return r;
+        /* A daemon started from inside an earlier instance's leaf (a
+         * restart by a process that was moved with it) is already in
+         * <own>/supervisor: <own> is still the delegated subtree. */
+        size_t ol = strlen(own), sl = strlen("/" SUPERVISOR_V2);
+        if (!controller && ol > sl && streq(own + ol - sl, "/" SUPERVISOR_V2))
+                own[ol - sl] = '\0';
         char *save = NULL, *mnt = NULL, *root = NULL;
         for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
                 if (mount_matches(line, controller, &mnt, &root))
@@ -342,8 +365,15 @@ static int v2_move_to_supervisor(const char *own) {
 static int v2_prepare(char *own, bool own_is_root, hierarchy *h) {
         unsigned wanted = read_controllers(own, "cgroup.controllers");
         int r;
-        if (wanted && !own_is_root && (r = v2_move_to_supervisor(own)) < 0)
-                return r;
+        /* Moved even when no controller is on offer (a hybrid host's
+         * scratch subtree): the layout is then the same everywhere, and a
+         * controller delegated later can be enabled without moving anyone.
+         * Only a failed move that controllers need is fatal. */
+        if (!own_is_root && (r = v2_move_to_supervisor(own)) < 0) {
+                if (wanted)
+                        return r;
+                log_debug_errno(r, "cgroup: move into %s/" SUPERVISOR_V2 ": %m", own);
+        }
         if (wanted)
                 wanted = enable_controllers(own, wanted);
         if (asprintf(&h->parent, "%s/" SESSIONS_PREFIX "-%s", own, state.instance) < 0)
@@ -537,7 +567,7 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
                 if (mkdir(cg->dirs[i], 0755) < 0 && errno != EEXIST)
                         r = negative_errno();
                 else
-                        r = state.h[i].ops->set_limits(&state.h[i], cg->dirs[i], limits ? limits : &none);
+                        r = state.h[i].ops->set_limits(&state.h[i], cg->dirs[i], limits ? limits : &none, CTL_ALL);
                 if (r < 0) {
                         sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': set up %s: %s", name, cg->dirs[i],
                                      strerror(-r));
@@ -546,6 +576,43 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
                 }
         }
         *ret = TAKE_PTR(cg);
+        return 0;
+}
+
+/* Writes the limits in `what` in every hierarchy, stopping at the first
+ * failure, whose directory goes to *ret_dir. */
+static int apply_limits(core_cgroup *cg, const core_cgroup_limits *l, unsigned what, const char **ret_dir) {
+        for (size_t i = 0; i < cg->n; i++) {
+                int r = state.h[i].ops->set_limits(&state.h[i], cg->dirs[i], l, what);
+                if (r < 0) {
+                        if (ret_dir)
+                                *ret_dir = cg->dirs[i];
+                        return r;
+                }
+        }
+        return 0;
+}
+
+int core_cgroup_update(core_cgroup *cg, const core_cgroup_limits *old, const core_cgroup_limits *limits,
+                       sb_error **ret_err) {
+        const char *dir = "?";
+        /* Memory first: it is the one limit the kernel may refuse (v1, usage
+         * above the new limit), and then nothing else has changed yet. A
+         * later failure puts the old values back, so the session never runs
+         * under half of an update. */
+        int r = apply_limits(cg, limits, CTL_MEMORY, &dir);
+        if (r >= 0 && (r = apply_limits(cg, limits, CTL_CPU | CTL_PIDS, &dir)) < 0)
+                (void) apply_limits(cg, old, CTL_ALL, NULL);
+        else if (r < 0)
+                (void) apply_limits(cg, old, CTL_MEMORY, NULL);
+        if (r == -EBUSY)
+                return sb_error_set(ret_err, r, NULL, NULL,
+                                    "cgroup '%s': the session uses more memory than the new limit of %" PRIu64
+                                    " MiB and the kernel could not reclaim enough",
+                                    cg->name, limits->memory_max >> 20);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': set limits in %s: %s", cg->name, dir,
+                                    strerror(-r));
         return 0;
 }
 

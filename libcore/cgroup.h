@@ -8,8 +8,10 @@
  *   v1:  <mount>/<own path>/sandboxd-sessions-<instance>/<name>
  *   v2:  sandboxd moves itself into <own>/supervisor (the "no internal
  *        processes" rule of a delegated subtree, as with systemd's
- *        Delegate=yes), enables the controllers it needs in <own> and
- *        <own>/sandboxd-sessions-<instance>, and places sessions there.
+ *        Delegate=yes; done even when no controller is delegated, so the
+ *        layout is the same everywhere), enables the controllers it needs
+ *        in <own> and <own>/sandboxd-sessions-<instance>, and places
+ *        sessions there.
  *        When <own> is the hierarchy's root (hybrid hosts, cgroup
  *        namespaces) nothing moves.
  * Two daemons that share <own> therefore never see, sweep or reuse each
@@ -68,6 +70,20 @@ const char *core_cgroup_mode_name(core_cgroup_mode m); /* "v1", "v2", "hybrid" *
  * one that has processes in it (a running session) is refused with -EEXIST
  * and left untouched. */
 int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_cgroup **ret,
+                       sb_error **ret_err);
+
+/* Changes a running session's limits from `old` (what it has now, for the
+ * rollback) to `limits`, in every hierarchy. Memory is written first; if
+ * any write fails the old values are written back, so the session keeps
+ * either the old limits or the new ones. Lowering memory below the
+ * session's usage makes the kernel reclaim (page cache, swap); what cannot
+ * be reclaimed is handled as the kernel does for that hierarchy:
+ *   v1 memory.limit_in_bytes: the write fails, -EBUSY, old limits kept;
+ *   v2 memory.max: the kernel OOM-kills processes inside the session.
+ * (Documentation/admin-guide/cgroup-v1/memory.rst and cgroup-v2.rst.)
+ * Neither can touch the caller: it is not in the session's cgroup.
+ * Returns 0 or a negative errno. */
+int core_cgroup_update(core_cgroup *cg, const core_cgroup_limits *old, const core_cgroup_limits *limits,
                        sb_error **ret_err);
 
 /* Moves pid into the session cgroup in every hierarchy. */

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include "libcore/agent.h"
 #include "libcore/container.h"
+#include "libcore/userns.h"
 #include "libcore/util.h"
 
 int core_init_memfd(const char *path, sb_error **ret_err) {
@@ -52,11 +53,28 @@ struct child_args {
         int init_fd;
         int agent_fd;
         int devnull;
+        int sync_fd;     /* userns: read end; EOF before a byte = abort */
+        int sync_w;      /* its write end, closed in the child so EOF can come */
 };
 
 /* Child side of clone(): raw syscalls only, then exec. */
 _noreturn_ static void child_main(void *p) {
         struct child_args *a = p;
+        if (a->sync_fd >= 0) {
+                /* User namespace: wait until the parent has written
+                 * uid_map/gid_map. Exec'ing before would drop every
+                 * capability (the kernel grants them at exec only to the
+                 * namespace's uid 0, which has no host id yet). Then become
+                 * that uid 0 (host id = the range's base): clone kept host
+                 * root's ids, which are not mapped here. The host groups go
+                 * too: setgroups is still allowed (the maps were written by
+                 * host root), and none of host root's groups may follow. */
+                char c;
+                close(a->sync_w);
+                if (read(a->sync_fd, &c, 1) != 1 || syscall(SYS_setgroups, 0, NULL) < 0 ||
+                    syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
+                        _exit(125);
+        }
         /* Park the memfd above the fds we are about to set, then give it the
          * slot right after the agent socket (close-on-exec), so closing
          * everything else cannot take it. */
@@ -74,7 +92,17 @@ _noreturn_ static void child_main(void *p) {
         _exit(127);
 }
 
-int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_error **ret_err) {
+/* Parent side of the userns start: maps, then the go byte. On failure the
+ * child sees EOF and exits. */
+static int release_userns_child(pid_t pid, uint32_t userns_base, int sync_w, sb_error **ret_err) {
+        int r = core_userns_write_maps(pid, userns_base, ret_err);
+        if (r >= 0 && write(sync_w, "1", 1) != 1)
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "release sandbox-init: %m");
+        return r;
+}
+
+int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, core_spawn_result *ret,
+                    sb_error **ret_err) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "socketpair: %m");
@@ -83,7 +111,16 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_
         if (devnull < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open /dev/null: %m");
 
-        struct child_args a = {.init_fd = init_memfd, .agent_fd = theirs, .devnull = devnull};
+        _cleanup_close_ int sync_r = -EBADF, sync_w = -EBADF;
+        if (userns_base) {
+                int p[2];
+                if (pipe2(p, O_CLOEXEC) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
+                sync_r = p[0];
+                sync_w = p[1];
+        }
+        struct child_args a = {.init_fd = init_memfd, .agent_fd = theirs, .devnull = devnull, .sync_fd = sync_r,
+                              .sync_w = sync_w};
         /* clone3 so the child is born in its v2 cgroup (no migration, see
          * core_cgroup_open_v2); without CLONE_VM the child runs on a copy of
          * this stack, like fork, and makes raw syscalls only until exec. */
@@ -91,7 +128,7 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_
         int pidfd = -EBADF;
         struct clone3_args args = {
                 .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_PIDFD |
-                         (cgfd >= 0 ? CLONE3_INTO_CGROUP : 0),
+                         (userns_base ? CLONE_NEWUSER : 0) | (cgfd >= 0 ? CLONE3_INTO_CGROUP : 0),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,
                 .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0,
@@ -102,6 +139,17 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_
         if (pid < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone sandbox-init: %m");
         _cleanup_close_ int pfd = pidfd;
+        /* With CLONE_NEWUSER every other new namespace (mount, PID, UTS,
+         * IPC, network) is owned by the new user namespace, so sandbox root
+         * holds its capabilities over them and over nothing else. */
+        if (userns_base) {
+                close(TAKE_FD(sync_r)); /* the child holds its own copy */
+                if (release_userns_child(pid, userns_base, sync_w, ret_err) < 0) {
+                        syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+                        waitpid(pid, NULL, 0);
+                        return sb_error_prefix(ret_err, "user namespace of sandbox-init");
+                }
+        }
 
         if (cg) {
                 /* A v1 migration waits for an RCU grace period (~10 ms here);

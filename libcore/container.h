@@ -2,6 +2,7 @@
  * sandbox-init from a sealed memfd; and the built-in `host` runtime. */
 #pragma once
 
+#include <stdint.h>
 #include <sys/types.h>
 #include "libcore/cgroup.h"
 #include "libcore/error.h"
@@ -24,8 +25,14 @@ typedef struct core_spawn_result {
  * and attached to its v1 cgroups right after, and execs `init_memfd` with
  * the agent socket on fd 3 and /dev/null on 0-2; no other fd crosses. Safe
  * to call from any thread: the child only makes raw syscalls before exec.
- * On success fills *ret (caller owns the fds); on failure nothing is left. */
-int core_spawn_init(int init_memfd, core_cgroup *cg, core_spawn_result *ret, sb_error **ret_err);
+ * On success fills *ret (caller owns the fds); on failure nothing is left.
+ * With `userns_base` non-zero the child is also in a new user namespace
+ * owning all the others, mapped sandbox 0..65535 → host userns_base..+65535
+ * (libcore/userns.h): the maps are written here before the child may exec,
+ * and it runs sandbox-init as the namespace's uid/gid 0 with no host group.
+ * 0: no user namespace (sandbox root is host root). */
+int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, core_spawn_result *ret,
+                    sb_error **ret_err);
 
 /* Builds (or rebuilds, atomically) the `host` runtime in `dir`: the
  * merged-usr skeleton (bin, lib*, sbin links into usr), empty mount points

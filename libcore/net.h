@@ -115,6 +115,10 @@ int core_net_monitor_read(int fd);
 #define CORE_NFT_SESSIONS_MAP "sessions"      /* forward: ifname : verdict */
 #define CORE_NFT_SESSIONS_INPUT_MAP "sessions_input" /* input: ifname : jump only */
 #define CORE_NFT_DENY_CHAIN "deny"            /* limited nflog, then tcp reset, else icmpx admin-prohibited */
+#define CORE_NFT_PROXIED_SET "proxied"        /* ifname: TCP 80/443 redirected to the egress proxy */
+/* The egress proxy's port on each gateway (policy/proxy.h POL_PROXY_PORT;
+ * libcore cannot include policy/, so nftgen.c checks the two agree). */
+#define CORE_NFT_PROXY_PORT 3128
 #define CORE_NFT_MSG_MAX 4096                 /* room reserved per message */
 
 typedef struct core_nft_batch core_nft_batch;

@@ -10,13 +10,15 @@
  * habit): "nftables: rule 'forward: ...': Operation not supported".
  *
  * Also owns the batch machinery policy/nftgen.c builds session objects
- * with (core_nft_batch_*), the dispatch maps `sessions`/`sessions_input`
- * and the shared `deny` chain, and the repair path for a table that
+ * with (core_nft_batch_*), the dispatch maps `sessions`/`sessions_input`,
+ * the `proxied` interface set with the prerouting chain that redirects
+ * those sessions' HTTP(S) to the egress proxy, the shared `deny` chain, and the repair path for a table that
  * disappeared (core_net_host_ensure, core_net_monitor_*). */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_nat.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
@@ -56,7 +58,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX };
 enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL };
-enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG };
+enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT };
 
 typedef struct host_rule {
         const char *chain;
@@ -68,6 +70,9 @@ typedef struct host_rule {
         bool ct_est_rel;   /* ct state established,related */
         enum verdict verdict;
         const char *map;   /* V_VMAP: iifname vmap @map */
+        const char *iifset; /* iifname @iifset (a set of interface names) */
+        uint16_t dport;    /* with tcp: tcp dport N */
+        uint16_t to_port;  /* V_REDIRECT: redirect to :to_port */
 } host_rule;
 
 typedef struct host_chain {
@@ -80,6 +85,8 @@ static const host_chain host_chains[] = {
         { "input", "filter", NF_INET_LOCAL_IN, 0 },
         { "forward", "filter", NF_INET_FORWARD, 0 },
         { "postrouting", "nat", NF_INET_POST_ROUTING, 100 }, /* srcnat */
+        /* dstnat: the egress proxy's interception (host_rules below). */
+        { "prerouting", "nat", NF_INET_PRE_ROUTING, -100 },
         /* The one place a denial is logged and turned into a packet back
          * to the sandbox: per-session chains and the host-protection rules
          * below `goto deny`. */
@@ -98,6 +105,13 @@ static const host_chain host_chains[] = {
  * the rejects still follow for everything else and the host stays
  * unreachable. */
 static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSIONS_INPUT_MAP };
+
+/* Plain sets of interface names (`type ifname`), one hash lookup per
+ * packet. `proxied`: the veths of custom-policy sessions, whose TCP to
+ * ports 80 and 443 the prerouting chain redirects to the egress proxy on
+ * their own gateway (DESIGN §5.2). policy/nftgen.c adds and removes the
+ * elements with the session's other objects. */
+static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
 
 /* DESIGN §5.1 rule 5: a sandbox never reaches the host itself, another
  * sandbox or link-local (cloud metadata), and IPv6 is off (the pool is IPv4
@@ -134,6 +148,19 @@ static const host_rule host_rules[] = {
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
         { "postrouting", "postrouting: pool -> !sbx* masquerade",
           IF_ANY, IF_NOT_SBX, NFPROTO_IPV4, SADDR_POOL, false, false, V_MASQ },
+        /* A custom policy's HTTP and HTTPS go through the proxy whether or
+         * not the client honours HTTP(S)_PROXY. `redirect` rewrites the
+         * destination to the primary address of the input interface: the
+         * session's own gateway, where its i_<if> chain admits the proxy
+         * port and nothing else of the host. Only the first packet of a
+         * flow passes a nat chain, so the cost is one set lookup per new
+         * connection, whatever the number of sessions. */
+        { "prerouting", "prerouting: iifname @" CORE_NFT_PROXIED_SET " tcp dport 80 redirect",
+          IF_ANY, IF_ANY, NFPROTO_IPV4, ADDR_ANY, true, false, V_REDIRECT, NULL, CORE_NFT_PROXIED_SET,
+          80, CORE_NFT_PROXY_PORT },
+        { "prerouting", "prerouting: iifname @" CORE_NFT_PROXIED_SET " tcp dport 443 redirect",
+          IF_ANY, IF_ANY, NFPROTO_IPV4, ADDR_ANY, true, false, V_REDIRECT, NULL, CORE_NFT_PROXIED_SET,
+          443, CORE_NFT_PROXY_PORT },
         /* Log first, then reject. The limit belongs to the log rule alone:
          * over the rate the rule just does not match and the rejects below
          * still answer every packet, so a flood costs the daemon at most
@@ -295,7 +322,8 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
         case V_LOG:
                 return add_limited_log(r);
         case V_VMAP:
-                break; /* needs the map name: see add_vmap() */
+        case V_REDIRECT:
+                break; /* need more than the verdict: add_vmap(), add_redirect() */
         }
         return -EINVAL;
 }
@@ -309,6 +337,53 @@ static int add_vmap(struct nftnl_rule *r, const char *map) {
                 nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, map);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_DREG, NFT_REG_VERDICT);
+        }
+        return add_expr(r, e);
+}
+
+/* iifname @set: the input interface's name looked up in a named set. */
+static int add_iifset(struct nftnl_rule *r, const char *set) {
+        int ret = add_meta(r, NFT_META_IIFNAME);
+        struct nftnl_expr *e;
+        if (ret < 0)
+                return ret;
+        if ((e = nftnl_expr_alloc("lookup"))) {
+                nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
+        }
+        return add_expr(r, e);
+}
+
+/* After `meta l4proto tcp`: the destination port, as nft emits it. */
+static int add_dport(struct nftnl_rule *r, uint16_t port) {
+        uint16_t be = htons(port);
+        struct nftnl_expr *e = nftnl_expr_alloc("payload");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_TRANSPORT_HEADER);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, 2);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, 2);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+        }
+        int ret = add_expr(r, e);
+        return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &be, sizeof(be));
+}
+
+/* `redirect to :port`: the port in a register, then redir with a
+ * specified protocol range (NF_NAT_RANGE_PROTO_SPECIFIED), as nft emits
+ * it. */
+static int add_redirect(struct nftnl_rule *r, uint16_t port) {
+        uint16_t be = htons(port);
+        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
+        int ret;
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+                nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &be, sizeof(be));
+        }
+        if ((ret = add_expr(r, e)) < 0)
+                return ret;
+        if ((e = nftnl_expr_alloc("redir"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
         }
         return add_expr(r, e);
 }
@@ -327,6 +402,8 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 return -ENOMEM;
         if ((k = add_ifname(r, NFT_META_IIFNAME, hr->iif)) < 0)
                 return k;
+        if (hr->iifset && (k = add_iifset(r, hr->iifset)) < 0)
+                return k;
         if (proto && ((k = add_meta(r, NFT_META_NFPROTO)) < 0 || (k = add_cmp(r, NFT_CMP_EQ, &proto, 1)) < 0))
                 return k;
         if (hr->addr == DADDR_LINKLOCAL && (k = add_ip_prefix(r, 16, linklocal, 16)) < 0)
@@ -339,9 +416,17 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 return k;
         if (hr->tcp && ((k = add_meta(r, NFT_META_L4PROTO)) < 0 || (k = add_cmp(r, NFT_CMP_EQ, &tcp, 1)) < 0))
                 return k;
+        if (hr->dport && (k = add_dport(r, hr->dport)) < 0)
+                return k;
         if (hr->ct_est_rel && (k = add_ct_est_rel(r)) < 0)
                 return k;
-        if ((k = hr->verdict == V_VMAP ? add_vmap(r, hr->map) : add_verdict(r, hr->verdict)) < 0)
+        if (hr->verdict == V_VMAP)
+                k = add_vmap(r, hr->map);
+        else if (hr->verdict == V_REDIRECT)
+                k = add_redirect(r, hr->to_port);
+        else
+                k = add_verdict(r, hr->verdict);
+        if (k < 0)
                 return k;
         *ret = TAKE_PTR(r);
         return 0;
@@ -606,12 +691,13 @@ static int batch_chain(core_nft_batch *bt, const host_chain *hc) {
         return core_nft_batch_commit(bt);
 }
 
-/* A map from interface name to verdict (`type ifname : verdict`). */
-static int batch_map(core_nft_batch *bt, const char *name) {
+/* A map from interface name to verdict (`type ifname : verdict`), or with
+ * is_map false a plain set of interface names (`type ifname`). */
+static int batch_map(core_nft_batch *bt, const char *name, bool is_map) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
         _cleanup_(nftnl_udata_buf_freep) struct nftnl_udata_buf *ud = nftnl_udata_buf_alloc(64);
         uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "map '%s'", name);
+        void *buf = core_nft_batch_reserve(bt, &seq, "%s '%s'", is_map ? "map" : "set", name);
         if (!s || !ud || !buf)
                 return -ENOMEM;
         /* Only for `nft list`: names are host-order strings (nft's
@@ -623,11 +709,13 @@ static int batch_map(core_nft_batch *bt, const char *name) {
         if (nftnl_set_set_str(s, NFTNL_SET_TABLE, TABLE_NAME) < 0 || nftnl_set_set_str(s, NFTNL_SET_NAME, name) < 0)
                 return -ENOMEM;
         nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
-        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_MAP);
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, is_map ? NFT_SET_MAP : 0);
         nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_IFNAME);
         nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, IFNAMSIZ);
-        nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
-        nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, 0);
+        if (is_map) {
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, 0);
+        }
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSET, NFPROTO_INET,
                                                      NLM_F_CREATE | NLM_F_ACK, seq);
         nftnl_set_nlmsg_build_payload(nlh, s);
@@ -672,9 +760,12 @@ static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
         for (size_t i = 0; i < ELEMENTSOF(host_chains); i++)
                 if ((r = batch_chain(bt, &host_chains[i])) < 0)
                         return r;
-        /* Maps before the rules that look them up. */
+        /* Maps and sets before the rules that look them up. */
         for (size_t i = 0; i < ELEMENTSOF(host_maps); i++)
-                if ((r = batch_map(bt, host_maps[i])) < 0)
+                if ((r = batch_map(bt, host_maps[i], true)) < 0)
+                        return r;
+        for (size_t i = 0; i < ELEMENTSOF(host_sets); i++)
+                if ((r = batch_map(bt, host_sets[i], false)) < 0)
                         return r;
         for (size_t i = 0; i < ELEMENTSOF(host_rules); i++)
                 if ((r = batch_rule(bt, &host_rules[i], pool)) < 0)
@@ -737,7 +828,7 @@ static int nl_get_count(struct mnl_socket *nl, struct nlmsghdr *nlh, unsigned *r
         return 0;
 }
 
-/* 0 when the table, every host chain and map exist and each chain holds
+/* 0 when the table, every host chain, map and set exist and each chain holds
  * exactly its rules from host_rules; -ENOENT (or -ESTALE for a rule count
  * that differs, e.g. after `nft flush chain`) otherwise. */
 static int host_table_intact(struct mnl_socket *nl) {
@@ -749,10 +840,11 @@ static int host_table_intact(struct mnl_socket *nl) {
         mnl_attr_put_strz(nlh, NFTA_TABLE_NAME, TABLE_NAME);
         if ((r = nl_get_count(nl, nlh, &n)) < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(host_maps); i++) {
+        for (size_t i = 0; i < ELEMENTSOF(host_maps) + ELEMENTSOF(host_sets); i++) {
+                const char *name = i < ELEMENTSOF(host_maps) ? host_maps[i] : host_sets[i - ELEMENTSOF(host_maps)];
                 nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFPROTO_INET, NLM_F_ACK, seq++);
                 mnl_attr_put_strz(nlh, NFTA_SET_TABLE, TABLE_NAME);
-                mnl_attr_put_strz(nlh, NFTA_SET_NAME, host_maps[i]);
+                mnl_attr_put_strz(nlh, NFTA_SET_NAME, name);
                 if ((r = nl_get_count(nl, nlh, &n)) < 0)
                         return r;
         }

@@ -145,10 +145,35 @@ static int mask_dirs(int rootfd, sb_error **ret_err) {
         return 0;
 }
 
+/* User namespace: device nodes on a tmpfs mounted there are unusable
+ * (SB_I_NODEV) and mknod is refused, so each node is a read-write bind of
+ * the host's own node onto an empty file (as bubblewrap does), checked to
+ * be the device it should be. */
+static int bind_dev_node(int devfd, const char *name, dev_t want, sb_error **ret_err) {
+        char host[32];
+        snprintf(host, sizeof(host), "/dev/%s", name);
+        _cleanup_close_ int tree = open_tree(AT_FDCWD, host, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        struct stat st;
+        if (tree < 0 || fstat(tree, &st) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "bind host %s: %m", host);
+        if (!S_ISCHR(st.st_mode) || st.st_rdev != want)
+                return sb_error_set(ret_err, -ENODEV, NULL, NULL, "host %s is not the expected device", host);
+        struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, .propagation = MS_PRIVATE};
+        if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount_setattr %s: %m", host);
+        _cleanup_close_ int f = openat(devfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (f < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "create /dev/%s: %m", name);
+        if (move_mount(tree, "", f, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount on /dev/%s: %m", name);
+        return 0;
+}
+
 /* The minimal /dev of DESIGN §4. Device nodes are created with mknod on a
  * fresh tmpfs (not bound from the host), so nothing of the host's /dev is
- * shared. */
-static int mount_dev(int rootfd, sb_error **ret_err) {
+ * shared; in a user namespace, where that cannot work, the six nodes are
+ * binds of the host's (bind_dev_node), and nothing else of its /dev. */
+static int mount_dev(int rootfd, bool userns, sb_error **ret_err) {
         static const char *const dev_opts[] = {"mode=0755", "size=65536", NULL};
         static const char *const pts_opts[] = {"newinstance", "ptmxmode=0666", "mode=0620", "gid=5", NULL};
         static const char *const shm_opts[] = {"mode=1777", "size=67108864", NULL};
@@ -167,6 +192,12 @@ static int mount_dev(int rootfd, sb_error **ret_err) {
         if (devfd < 0)
                 return sb_error_set(ret_err, devfd, NULL, NULL, "open /dev: %s", strerror(-devfd));
         for (size_t i = 0; i < ELEMENTSOF(nodes); i++) {
+                if (userns) {
+                        r = bind_dev_node(devfd, nodes[i].name, makedev(nodes[i].maj, nodes[i].min), ret_err);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
                 if (mknodat(devfd, nodes[i].name, S_IFCHR | nodes[i].mode,
                             makedev(nodes[i].maj, nodes[i].min)) < 0 ||
                     fchmodat(devfd, nodes[i].name, nodes[i].mode, 0) < 0)
@@ -183,6 +214,31 @@ static int mount_dev(int rootfd, sb_error **ret_err) {
         if (r < 0)
                 return r;
         return mount_new(rootfd, "tmpfs", shm_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/dev/shm", ret_err);
+}
+
+/* User namespace: init is root of its own namespace only, so it cannot
+ * traverse sandboxd's run directory (0700, host root) to reach cfg->rootfs.
+ * The overlay sandboxd built goes instead onto a directory of a small
+ * staging tmpfs of init's own, over /tmp of this mount namespace (any
+ * directory every uid may traverse would do); pivot_root and the detach of
+ * the old root take the staging tmpfs away again. Returns an O_PATH fd of
+ * the overlay's root. */
+static int attach_userns_root(const core_rootfs_config *cfg, sb_error **ret_err) {
+        _cleanup_close_ int fsfd = fsopen("tmpfs", FSOPEN_CLOEXEC);
+        if (fsfd < 0 || fsconfig(fsfd, FSCONFIG_SET_STRING, "size", "65536", 0) < 0 ||
+            fsconfig(fsfd, FSCONFIG_SET_STRING, "mode", "0700", 0) < 0 ||
+            fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "staging tmpfs: %m");
+        _cleanup_close_ int staging = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        if (staging < 0 || mkdirat(staging, "root", 0755) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "staging tmpfs: %m");
+        if (move_mount(staging, "", AT_FDCWD, "/tmp", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount staging tmpfs: %m");
+        _cleanup_close_ int mp = openat(staging, "root", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (mp < 0 || move_mount(cfg->overlay_fd, "", mp, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount the idmapped overlay: %m");
+        int rootfd = openat(staging, "root", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return rootfd >= 0 ? rootfd : sb_error_set(ret_err, negative_errno(), NULL, NULL, "open the overlay root: %m");
 }
 
 static int mount_overlay(const core_rootfs_config *cfg, sb_error **ret_err) {
@@ -239,20 +295,38 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
                 return devnull;
 
         /* 2. The overlay root, then everything else beneath it by fd. */
-        r = mount_overlay(cfg, ret_err);
-        if (r < 0)
-                return r;
-        _cleanup_close_ int rootfd = open(cfg->rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int rootfd = -EBADF;
+        if (cfg->userns) {
+                if (cfg->overlay_fd <= 2)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL, "user namespace without an overlay mount");
+                rootfd = attach_userns_root(cfg, ret_err);
+                if (rootfd < 0)
+                        return rootfd;
+        } else {
+                r = mount_overlay(cfg, ret_err);
+                if (r < 0)
+                        return r;
+                rootfd = open(cfg->rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        }
         if (rootfd < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", cfg->rootfs);
 
         for (size_t i = 0; i < cfg->n_binds; i++) {
+                if (cfg->binds[i].fd > 2) {
+                        r = attach(rootfd, cfg->binds[i].fd, cfg->binds[i].dst, ret_err);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (cfg->userns)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL, "bind %s: no mount from sandboxd",
+                                            cfg->binds[i].dst);
                 r = bind_path(rootfd, AT_FDCWD, cfg->binds[i].src, cfg->binds[i].dst, cfg->binds[i].ro,
                               ret_err);
                 if (r < 0)
                         return r;
         }
-        if ((r = mount_proc(rootfd, devnull, ret_err)) < 0 || (r = mount_dev(rootfd, ret_err)) < 0)
+        if ((r = mount_proc(rootfd, devnull, ret_err)) < 0 || (r = mount_dev(rootfd, cfg->userns, ret_err)) < 0)
                 return r;
         r = mount_new(rootfd, "tmpfs", tmp_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/tmp", ret_err);
         if (r < 0)
@@ -293,7 +367,11 @@ void core_rootfs_config_clear(core_rootfs_config *cfg) {
         for (size_t i = 0; i < cfg->n_binds; i++) {
                 free(cfg->binds[i].src);
                 free(cfg->binds[i].dst);
+                if (cfg->binds[i].fd > 2)
+                        close(cfg->binds[i].fd);
         }
         free(cfg->binds);
-        *cfg = (core_rootfs_config){0};
+        if (cfg->overlay_fd > 2)
+                close(cfg->overlay_fd);
+        *cfg = (core_rootfs_config){.overlay_fd = -EBADF};
 }

@@ -14,6 +14,8 @@ typedef struct core_bind {
         char *src;  /* host path, resolved before pivot_root */
         char *dst;  /* path inside the sandbox root */
         bool ro;
+        int fd;     /* > 2: a detached clone of src made by sandboxd (user
+                     * namespace), attached instead of opening src; owned */
 } core_bind;
 
 typedef struct core_rootfs_config {
@@ -25,6 +27,14 @@ typedef struct core_rootfs_config {
         size_t n_binds;
         char *hostname;
         uint64_t tmp_size;  /* bytes for /tmp's tmpfs; 0: the kernel's default */
+        /* User namespace (libcore/userns.h): init runs as root of its own
+         * user namespace, where it may not mknod usable devices nor mount
+         * an overlay with trusted xattrs. `overlay_fd` is then the root
+         * overlay sandboxd built on idmapped layers (a detached mount, > 2,
+         * owned by the config), attached instead of lower/upper/work; and
+         * /dev's nodes are binds of the host's. */
+        bool userns;
+        int overlay_fd;     /* > 2 or -EBADF */
 } core_rootfs_config;
 
 /* Runs in sandbox-init (PID 1 of new mount, PID, UTS, IPC, network and
@@ -33,7 +43,10 @@ typedef struct core_rootfs_config {
  * /proc/sys read-only), /dev, /dev/pts (newinstance), /dev/shm, /tmp,
  * read-only /sys, sets the hostname, pivot_root()s into the new root and
  * detaches the old one. On return the process's root and cwd are the
- * sandbox root. Returns 0 or a negative errno with *ret_err naming the step. */
+ * sandbox root. With cfg->userns (init is root of its own user namespace
+ * only) the overlay and the binds are the mounts sandboxd passed in
+ * (overlay_fd, binds[].fd) and /dev's nodes are binds of the host's.
+ * Returns 0 or a negative errno with *ret_err naming the step. */
 int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err);
 
 void core_rootfs_config_clear(core_rootfs_config *cfg);

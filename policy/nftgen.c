@@ -20,6 +20,9 @@
 #include <string.h>
 #include "libcore/net.h"
 #include "policy/nftgen.h"
+#include "policy/proxy.h"
+
+_Static_assert(POL_PROXY_PORT == CORE_NFT_PROXY_PORT, "the prerouting redirect and the proxy agree on the port");
 
 #define NFT_TYPE_IPADDR 7 /* nftables src/datatype.h TYPE_IPADDR */
 #define NFT_TYPE_IFNAME 41
@@ -68,6 +71,11 @@ static const session_rule session_rules[] = {
         { SR_DPORT, 0, IPPROTO_UDP, 53, false, "udp dport 53 goto deny" },
         { SR_DPORT, 0, IPPROTO_TCP, 853, false, "tcp dport 853 goto deny" },
         { SR_DPORT, 0, IPPROTO_UDP, 853, false, "udp dport 853 goto deny" },
+        /* HTTP/3 (QUIC, RFC 9000) cannot pass the proxy, which reads the
+         * SNI of a TCP ClientHello: refused at once with ICMP
+         * admin-prohibited so clients fall back to TCP 443 without waiting
+         * for a timeout. */
+        { SR_DPORT, 0, IPPROTO_UDP, 443, false, "udp dport 443 goto deny" },
         { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" },
         { SR_DADDR_SET, SET_DNS, 0, 0, true, "ip daddr @dns4 accept" },
         { SR_ALL, 0, 0, 0, false, "goto deny" },
@@ -80,11 +88,14 @@ static const session_rule session_rules[] = {
  * (SR_GW_DPORT matches `ip daddr <gateway>` first): never the host's other
  * addresses (DESIGN §5.1 rule 5), another session's gateway, a broadcast or
  * IPv6. The last rule denies the rest itself rather than returning, so the
- * chain's meaning does not depend on what follows the lookup. The proxy's
- * ports belong here too once it listens on the gateway. */
+ * chain's meaning does not depend on what follows the lookup. The proxy
+ * port takes both the connections the prerouting chain redirected there
+ * (TCP 80/443, rewritten to this gateway) and the clients that address it
+ * as HTTP(S)_PROXY. */
 static const session_rule gateway_rules[] = {
         { SR_GW_DPORT, 0, IPPROTO_UDP, 53, true, "udp dport 53 accept" },
         { SR_GW_DPORT, 0, IPPROTO_TCP, 53, true, "tcp dport 53 accept" },
+        { SR_GW_DPORT, 0, IPPROTO_TCP, POL_PROXY_PORT, true, "tcp dport 3128 accept" },
         { SR_ALL, 0, 0, 0, false, "goto deny" },
 };
 
@@ -495,6 +506,16 @@ static int msg_map_elem(core_nft_batch *bt, const char *map, const names *n, con
         return msg_elems(bt, v ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
 }
 
+/* The session's element of the `proxied` interface set: add, or delete. */
+static int msg_proxied_elem(core_nft_batch *bt, const names *n, bool add) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(CORE_NFT_PROXIED_SET);
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", CORE_NFT_PROXIED_SET, n->ifname);
+        if (!s || !buf || add_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
+                return -ENOMEM;
+        return msg_elems(bt, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
+}
+
 static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
                     struct in_addr gateway) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
@@ -516,7 +537,8 @@ static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chai
         return core_nft_batch_commit(bt);
 }
 
-/* 1 when `map` holds an element for the interface, 0 when not. A delete
+/* 1 when `map` (or the plain set `proxied`) holds an element for the
+ * interface, 0 when not. A delete
  * of a missing element would fail the whole batch, and its verdict may
  * differ from any we would add first (accept, goto deny, goto s_<if>), so
  * it is looked up; only the daemon changes session elements, one change at
@@ -555,8 +577,10 @@ static int map_elem_exists(const char *map, const names *n, sb_error **err) {
  * reference the sets; then the sets. Chains and sets are added without
  * EXCL right before their delete, so a missing one is not an error and the
  * batch needs no knowledge of what an earlier change left. */
-static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem) {
+static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem, bool proxied) {
         int k;
+        if (proxied && (k = msg_proxied_elem(bt, n, false)) < 0)
+                return k;
         if (has_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, NULL)) < 0)
                 return k;
         if (has_input_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, NULL)) < 0)
@@ -618,9 +642,13 @@ static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, s
         for (size_t i = 0; i < ELEMENTSOF(session_rules); i++)
                 if ((k = msg_rule(bt, &session_rules[i], n->chain, n, gateway)) < 0)
                         goto out;
-        if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0)
+        if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
+            (k = add_gateway_services(bt, n, gateway)) < 0)
                 goto out;
-        k = add_gateway_services(bt, n, gateway);
+        /* Last: the redirect starts once the gateway admits the proxy port
+         * (within one batch this only orders the messages; the commit makes
+         * all of it visible at once). */
+        k = msg_proxied_elem(bt, n, true);
 out:
         ranges_done(&allow);
         ranges_done(&deny);
@@ -644,14 +672,16 @@ static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, str
 static int change(const char *ifname, const pol_policy *p, struct in_addr gateway, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         names n;
-        int k, has_elem, has_input_elem;
+        int k, has_elem, has_input_elem, proxied;
         if ((k = make_names(ifname, &n, ret_err)) < 0)
                 return k;
         if ((has_elem = map_elem_exists(CORE_NFT_SESSIONS_MAP, &n, ret_err)) < 0)
                 return has_elem;
         if ((has_input_elem = map_elem_exists(CORE_NFT_SESSIONS_INPUT_MAP, &n, ret_err)) < 0)
                 return has_input_elem;
-        if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, &n, has_elem, has_input_elem)) < 0 ||
+        if ((proxied = map_elem_exists(CORE_NFT_PROXIED_SET, &n, ret_err)) < 0)
+                return proxied;
+        if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, &n, has_elem, has_input_elem, proxied)) < 0 ||
             (k = add_mode(bt, &n, p, gateway)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname,
                                     strerror(-k));

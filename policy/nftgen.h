@@ -2,7 +2,8 @@
  * §5.2): the chains `s_<ifname>` (forward) and `i_<ifname>` (input, the
  * gateway services), the address sets and the session's elements of the
  * host table's `sessions` and `sessions_input` verdict maps, all inside
- * `inet sandboxd` (built by libcore/nft.c). Every change is one libnftnl batch sent once; errors name
+ * `inet sandboxd` (built by libcore/nft.c), and its element of the
+ * `proxied` interface set. Every change is one libnftnl batch sent once; errors name
  * the message that failed ("nftables: set s_sbx3_allow4 element
  * 10.0.0.0/8: File exists").
  *
@@ -22,6 +23,7 @@
  *     ip daddr @deny4 goto deny            subnets.deny beats everything
  *     ip daddr @forbid4 goto deny          rule 5 ranges not named by allow
  *     tcp/udp dport 53, 853 goto deny      no resolver but the DNS filter
+ *     udp dport 443 goto deny              QUIC: clients fall back to TCP
  *     ip daddr @allow4 accept              subnets.allow
  *     ip daddr @dns4 accept                pinned answers of allowed names
  *     goto deny                            a custom policy denies the rest
@@ -31,7 +33,12 @@
  *   `ct state established,related accept` and before its final rejects:
  *     ip daddr <gateway> udp dport 53 accept   the DNS filter (sandbox-netd)
  *     ip daddr <gateway> tcp dport 53 accept
+ *     ip daddr <gateway> tcp dport 3128 accept the egress proxy (sandbox-netd)
  *     goto deny                                the rest of the host stays shut
+ *   and the element `"<if>"` in the interface set `proxied`, which the
+ *   host table's prerouting (nat) chain looks up to redirect the session's
+ *   TCP to ports 80 and 443 to <gateway>:3128 (POL_PROXY_PORT), so HTTP and
+ *   HTTPS pass the proxy even from clients that ignore HTTP(S)_PROXY.
  *
  * The host table holds no session state of its own: after
  * core_net_host_setup(), or core_net_host_ensure() returning 1 (the table

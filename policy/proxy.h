@@ -56,6 +56,18 @@ int pol_proxy_ca_load(const char *cert_path, const char *key_path, pol_proxy_ca 
 /* Frees a CA and its cached leaves; the key is wiped (accepts NULL). */
 void pol_proxy_ca_free(pol_proxy_ca *ca);
 
+struct x509_st;
+struct evp_pkey_st;
+
+/* The leaf certificate for `host` (a normalised name, or an address text:
+ * SAN DNS:<host> or IP:<addr>), minted on first use and cached per host
+ * (bounded, least recently used evicted, re-minted after a day; valid from
+ * 1 h back to 7 days ahead). Stores new references in *ret_cert and
+ * *ret_key; the caller drops them with X509_free()/EVP_PKEY_free().
+ * Thread-safe. 0, -EINVAL or -ENOMEM. */
+int pol_proxy_ca_leaf(pol_proxy_ca *ca, const char *host, struct x509_st **ret_cert,
+                      struct evp_pkey_st **ret_key);
+
 /* The SSL_CTX for upstream connections: TLS 1.2+, peer verification always
  * on against the system roots plus, when extra_ca_file is not NULL, the
  * certificates in that PEM file (daemon.json "proxy.upstreamCA"). There is
@@ -73,7 +85,8 @@ typedef struct pol_proxy_event {
         const char *host;    /* normalised host, or the raw text when it did not normalise */
         uint16_t port;
         const char *reason;  /* "not-allowed", "sni-mismatch", "host-mismatch", "missing-sni",
-                                "bad-request", "framing", "upstream-tls", "upstream-unreachable" */
+                                "bad-request", "framing", "upstream-tls", "upstream-unreachable",
+                                "upstream-timeout", "transform-needs-tls", "forward-denied" */
         const pol_verdict *verdict; /* the policy verdict, when one was made; else NULL */
         const char *message; /* one legible sentence for the event stream */
 } pol_proxy_event;
@@ -168,6 +181,13 @@ int pol_stream_write_all(pol_stream *s, const void *buf, size_t n);
  * connection's original destination (SO_ORIGINAL_DST) when nftables
  * redirected it, or NULL when the client addressed the proxy directly. */
 void pol_proxy_serve(const pol_proxy_env *env, int client_fd, const struct sockaddr_storage *orig);
+
+/* Connects to t->addrs in order on t->port, each with a connect timeout of
+ * timeout_ms; the first that answers wins. The socket is blocking, with
+ * timeout_ms as SO_RCVTIMEO/SO_SNDTIMEO, and TCP_NODELAY. Returns the fd
+ * (O_CLOEXEC, caller closes) or the last negative errno (-EHOSTUNREACH
+ * when there is no address). */
+int pol_proxy_dial(const pol_proxy_target *t, int timeout_ms);
 
 /* Resolves `name` through env->resolver (A records; AAAA when the host has
  * IPv6 upstream, later) and judges the answer with pol_check_resolved() on

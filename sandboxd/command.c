@@ -323,6 +323,7 @@ static cJSON *build_env(const sandbox *sb, cJSON *cmd_env, bool sudo, bool tty) 
         cJSON_AddStringToObject(merged, "HOSTNAME", sb->name);
         if (tty)
                 cJSON_AddStringToObject(merged, "TERM", "xterm-256color");
+        session_proxy_env(sb, merged);
         cJSON *layers[] = {sb->env, cmd_env};
         for (size_t i = 0; i < 2; i++) {
                 cJSON *it;

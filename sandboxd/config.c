@@ -30,6 +30,7 @@ typedef enum {
         KEY_SIZE,      /* integer stored in a size_t */
         KEY_U64,       /* integer stored in a uint64_t */
         KEY_UINT,      /* integer stored in an unsigned */
+        KEY_BOOL,      /* true or false, stored in a bool */
 } key_kind;
 
 typedef struct config_key {
@@ -60,6 +61,15 @@ static const config_key config_keys[] = {
         { "maxSourceBytes",   KEY_U64,    OFF(max_source_bytes), 1 * MIB, 1024 * GIB },
         { "networkPool",      KEY_CIDR4,  OFF(network_pool) },
         { "initPath",         KEY_PATH,   OFF(init_path) },
+        { "runtimeCache",     KEY_PATH,   OFF(runtime_cache) },
+        { "bootstrapTimeoutMs", KEY_U64,  OFF(bootstrap_timeout_ms), 10000, 6ULL * 3600000 },
+        { "proxyUpstreamCA",  KEY_PATH,   OFF(proxy_upstream_ca) },
+        /* The user namespace pool (libcore/userns.h): host ids
+         * [usernsBase, usernsBase + usernsSize), 65536 per sandbox; checked
+         * against host accounts and /etc/sub[ug]id at start. */
+        { "userns",           KEY_BOOL,   OFF(userns) },
+        { "usernsBase",       KEY_U64,    OFF(userns_base), 65536, 4294967295ULL - 65536 },
+        { "usernsSize",       KEY_U64,    OFF(userns_size), 65536, 4294967295ULL - 65536 },
 };
 
 /* Start-up only: running out of memory while building the defaults leaves
@@ -105,6 +115,9 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .max_source_bytes = 4 * GIB,
                 .network_pool = xstrdup("10.201.0.0/16"),
                 .init_path = default_init_path(),
+                .bootstrap_timeout_ms = 1800000,
+                .userns_base = 100000000,
+                .userns_size = 4096 * 65536ULL,
         };
 }
 
@@ -117,6 +130,8 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->socket_group);
         free(cfg->network_pool);
         free(cfg->init_path);
+        free(cfg->runtime_cache);
+        free(cfg->proxy_upstream_ca);
         *cfg = (daemon_config) {};
 }
 
@@ -219,6 +234,9 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
                 else
                         *(unsigned *) base = (unsigned) n;
                 break;
+        case KEY_BOOL:
+                *(bool *) base = cJSON_IsTrue(v);
+                break;
         default:
                 free(*(char **) base);
                 *(char **) base = xstrdup(v->valuestring);
@@ -238,7 +256,13 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         return sb_error_set(ret_err, -EINVAL, NULL, v->string,
                                             "daemon.json: %s: key given more than once", v->string);
                 uint64_t n = 0;
-                int r = k->kind >= KEY_SIZE ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
+                int r;
+                if (k->kind == KEY_BOOL)
+                        r = cJSON_IsBool(v) ? 0
+                                            : sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                                           "daemon.json: %s: must be true or false", k->name);
+                else
+                        r = k->kind >= KEY_SIZE ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
                 if (r < 0)
                         return r;
                 if (k->offset == OFF(default_timeout_ms))

@@ -22,6 +22,13 @@ typedef struct daemon_config {
         uint64_t max_source_bytes;  /* "maxSourceBytes", default 4 GiB (tarball download cap) */
         char *network_pool;         /* "networkPool", default "10.201.0.0/16" */
         char *init_path;            /* "initPath", default: sandbox-init beside the sandboxd binary, else LIBEXECDIR */
+        char *runtime_cache;        /* "runtimeCache", debootstrap trees by suite and mirror; NULL: <stateDir>/cache/debootstrap */
+        uint64_t bootstrap_timeout_ms; /* "bootstrapTimeoutMs", default 1800000 (30 min) per debootstrap run */
+        bool userns;                /* "userns", default false: sandboxes without "userns" get this */
+        uint64_t userns_base;       /* "usernsBase", default 100000000: first host id of the pool */
+        uint64_t userns_size;       /* "usernsSize", default 268435456 (4096 sandboxes of 65536 ids) */
+        char *proxy_upstream_ca;    /* "proxyUpstreamCA", PEM roots the egress proxy trusts for upstreams
+                                       besides the host's; NULL: none */
 } daemon_config;
 
 /* Fills *cfg with defaults. */

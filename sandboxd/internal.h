@@ -119,6 +119,9 @@ struct session {
         size_t n_listeners;
         char *netd_buf;           /* partial line */
         size_t netd_len;
+        int netd_reloaded;        /* last {"reloaded":...} line: 1 ok, -1 refused, 0 none yet */
+        bool proxy_ca;            /* its egress proxy CA exists */
+        bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
 };
 
 struct sandbox {
@@ -134,6 +137,8 @@ struct sandbox {
         pol_policy *pol;          /* the same, parsed and validated */
         uint64_t denials;         /* denied DNS questions and answers, all sessions */
         bool persistent;
+        bool userns;              /* runs in a user namespace (libcore/userns.h) */
+        uint32_t userns_base;     /* host id of its uid/gid 0 while it holds a range, else 0 */
         unsigned vcpus;
         cJSON *ports;             /* array */
         uint64_t created_ms, expires_ms;
@@ -173,6 +178,8 @@ typedef struct start_job {
         int netns_fd;             /* the sandbox's network namespace, for ports */
         core_cgroup *cg;
         int slot;
+        bool proxy_ca;            /* the session CA exists (netd terminates TLS with it) */
+        bool sandbox_trusts_ca;   /* its bundle is bound over the sandbox's system bundle */
         sb_error *err;
 } start_job;
 
@@ -182,6 +189,8 @@ typedef struct snapshot {
         cJSON *layers;            /* the filesystem: layer ids, top first */
         cJSON *config;            /* the sandbox's config when taken */
         uint64_t created_ms;
+        uint64_t expires_ms;      /* 0 = never (sandbox.snapshot's expiration) */
+        bool expired;             /* past expires_ms, kept while a sandbox stands on it */
         struct snapshot *next;
 } snapshot;
 
@@ -190,7 +199,9 @@ struct manager {
         const daemon_config *cfg;
         char *sandboxes_dir, *runtimes_dir, *run_sandboxes_dir, *layers_dir, *snapshots_dir;
         snapshot *snapshots;
+        sd_event_source *snapshot_expire_src; /* next snapshot expiration (snapshot.c) */
         char *host_runtime;
+        cJSON *runtime_jobs;      /* names being imported or bootstrapped (runtime.c) */
         int init_memfd;
         char *netd_path;          /* sandbox-netd */
         int nft_monitor;          /* nftables notifications (core_net_monitor_open) */
@@ -203,6 +214,7 @@ struct manager {
         bool *slots;              /* slot in use */
         unsigned n_slots;
         bool have_nft;
+        char *userns_unavailable; /* why user-namespace sandboxes cannot run here, or NULL */
         sandbox *sandboxes;
         command *commands;
         unsigned n_commands;
@@ -220,6 +232,25 @@ void manager_release_slot(manager *m, int slot);
  * namespace) and the whole sandbox pool. Caller frees *ret. */
 int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n);
 void reply_not_found(rpc_request *req, const char *what, const char *name);
+
+/* userns.c */
+/* Start-up: checks the pool against host accounts and subordinate ids and
+ * probes idmapped overlays under the state directory. Fails only when
+ * daemon.json makes userns the default and the host cannot do it; else
+ * records the reason in m->userns_unavailable. */
+int userns_manager_init(manager *m, sb_error **ret_err);
+/* Gives sb (sb->userns set) the lowest free host id range of the pool, or
+ * clears sb->userns_base without userns. Errors: unavailable (host),
+ * limit_exceeded (pool full). */
+int userns_assign(manager *m, sandbox *sb, sb_error **ret_err);
+/* From config.json: "userns" and "usernsRange".start, re-assigned when the
+ * stored range is outside the pool or taken. */
+void userns_load(manager *m, sandbox *sb, const cJSON *conf);
+/* Adds "userns" (bool) and, with a range, "usernsRange" {start, count}. */
+void userns_to_json(const sandbox *sb, cJSON *o);
+/* daemon.info capabilities.userns: {available, mode, reason?, default,
+ * poolStart, poolRanges}. */
+void userns_info(const manager *m, cJSON *cap);
 
 /* sandbox.c */
 void register_sandbox_methods(manager *m, rpc_server *s);
@@ -263,6 +294,14 @@ void session_stop(sandbox *sb);
 /* Applies policy p to a running session: its nftables objects in one batch,
  * then its DNS filter restarted on p. On failure nothing changed. */
 int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err);
+
+/* Adds to a command's environment (an object of strings, before the
+ * sandbox's and the command's own variables) what the session's egress
+ * proxy needs: the CA bundle variables whenever the session trusts its CA,
+ * and HTTP(S)_PROXY / NO_PROXY (both cases) while its policy is custom.
+ * Read at each command start, so a live policy update applies to every
+ * command started after it. */
+void session_proxy_env(const sandbox *sb, cJSON *env);
 /* Re-applies every running session's nftables objects (after the host
  * table was re-installed). */
 void sessions_reapply_rules(manager *m);
@@ -314,6 +353,11 @@ int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err);
 void snapshot_free(snapshot *s);
 /* Finds the snapshot by id; NULL when unknown. */
 snapshot *manager_find_snapshot(manager *m, const char *id);
+/* Re-arms the expiration timer: expired snapshots go on the next loop
+ * iteration unless a sandbox still stands on them (then they are marked
+ * expired and retried). Called at start and after anything that may free
+ * one (a sandbox deleted). */
+void snapshots_schedule_expiry(manager *m);
 
 /* ports.c */
 /* Validates a ports array (1-65535, unique, at most 15): a new array of
@@ -332,3 +376,27 @@ void register_fs_methods(manager *m, rpc_server *s);
 /* snapshot-io.c */
 /* snapshot.export and snapshot.import: a snapshot as a tar file. */
 void register_snapshot_io_methods(manager *m, rpc_server *s);
+/* Helpers for reading an untrusted tar (snapshot and runtime imports). */
+struct archive;
+struct archive_entry;
+/* Keeps only the entry's xattrs whose names start with one of `prefixes`. */
+void tar_filter_xattrs(struct archive_entry *e, const char *const *prefixes, size_t n_prefixes);
+/* True when every '/'-separated component of a relative member name is
+ * non-empty and neither "." nor ".." (a trailing '/' is fine). */
+bool tar_relative_name_ok(const char *rest);
+/* Writes entry e (already checked and renamed) and its data from rd to the
+ * disk writer wr; errors name the member as `shown`. */
+int tar_copy_member(struct archive *rd, struct archive *wr, struct archive_entry *e, const char *shown,
+                    sb_error **ret_err);
+
+/* runtime.c */
+/* runtime.list, runtime.import, runtime.bootstrap and runtime.delete. */
+void register_runtime_methods(manager *m, rpc_server *s);
+/* The root directory of runtime `name` (<state>/runtimes/<name>). Caller
+ * frees; NULL on ENOMEM. */
+char *runtime_dir(const manager *m, const char *name);
+/* 0 when runtime `name` exists and is not being replaced; else -ENOENT
+ * with reason not_found naming `field`. */
+int runtime_check(manager *m, const char *name, const char *field, sb_error **ret_err);
+/* Removes what an interrupted import or bootstrap left (daemon start). */
+void runtimes_load(manager *m);

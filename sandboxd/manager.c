@@ -75,7 +75,7 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
         cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);
         cJSON_AddBoolToObject(cap, "seccomp", access("/proc/sys/kernel/seccomp", F_OK) == 0);
-        cJSON_AddBoolToObject(cap, "userns", access("/proc/self/ns/user", F_OK) == 0);
+        userns_info(m, cap);
         cJSON_AddBoolToObject(cap, "nftables", m->have_nft);
         unsigned n = 0, running = 0;
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
@@ -96,6 +96,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_fs_methods(m, server);
         register_snapshot_methods(m, server);
         register_snapshot_io_methods(m, server);
+        register_runtime_methods(m, server);
         register_event_methods(m, server);
 }
 
@@ -382,6 +383,8 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         }
         if ((r = init_cgroups(cfg, ret_err)) < 0)
                 goto fail;
+        if ((r = userns_manager_init(m, ret_err)) < 0)
+                goto fail;
         if ((r = core_net_host_setup(&m->pool, ret_err)) < 0) {
                 sb_error_prefix(ret_err, "nftables");
                 goto fail;
@@ -411,6 +414,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         }
         reconcile(m);
         snapshots_load(m);
+        runtimes_load(m);
         *ret = m;
         return 0;
 fail:
@@ -444,6 +448,8 @@ void manager_free(manager *m) {
         free(m->sandboxes_dir);
         free(m->runtimes_dir);
         free(m->host_runtime);
+        free(m->userns_unavailable);
+        cJSON_Delete(m->runtime_jobs);
         free(m->run_sandboxes_dir);
         sd_event_source_disable_unref(m->nflog_src);
         if (m->nflog >= 0)

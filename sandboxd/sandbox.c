@@ -49,6 +49,7 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON_AddItemToObject(o, "networkPolicy", pol ? pol : cJSON_CreateString("deny-all"));
         cJSON_AddNumberToObject(o, "denials", (double)sb->denials);
         cJSON_AddBoolToObject(o, "persistent", sb->persistent);
+        userns_to_json(sb, o);
         add_time(o, "createdAt", sb->created_ms);
         cJSON_AddItemToObject(o, "sessions", cJSON_Duplicate(sb->sessions, 1));
         return o;
@@ -238,6 +239,10 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                 if (!snap)
                         return sb_error_set(ret_err, -ENOENT, "not_found", "source.snapshotId",
                                             "snapshot '%s' not found (sandboxctl snapshots lists them)", id);
+                /* Kept only for the sandboxes already on it (snapshot.c). */
+                if (snap->expired)
+                        return sb_error_set(ret_err, -ENOENT, "not_found", "source.snapshotId",
+                                            "snapshot '%s' has expired", id);
                 cJSON_Delete(j->sb->layers);
                 j->sb->layers = cJSON_Duplicate(snap->layers, 1);
                 return 0;
@@ -346,30 +351,39 @@ static int parse_string_map(rpc_request *req, const char *field, unsigned max, c
         return 0;
 }
 
-/* Fail closed: HTTP rules (header injection, forwardURL) need the egress
- * proxy, which is not built yet; a policy that has them is refused rather
- * than applied without them. */
-static int policy_enforceable(const pol_policy *p, sb_error **ret_err) {
-        for (size_t i = 0; i < p->n_domains; i++)
-                if (p->domains[i].n_rules > 0)
-                        return sb_error_set(ret_err, -EOPNOTSUPP, "invalid_policy", "networkPolicy.allow",
-                                            "networkPolicy.allow[\"%s\"]: HTTP rules (transform, forwardURL) "
-                                            "are not supported yet; list the domain without rules",
-                                            p->domains[i].pattern.text);
-        return 0;
+/* The runtime of a new sandbox: the one asked for, else a snapshot
+ * source's own (its layers only make sense on the runtime they were taken
+ * on, so another is refused), else `host`. It must exist. */
+static int create_runtime(manager *m, const cJSON *src, const char **runtime, sb_error **ret_err) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        if (type && streq(type, "snapshot")) {
+                snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId")));
+                const char *own = snap ? cJSON_GetStringValue(cJSON_GetObjectItem(snap->config, "runtime")) : NULL;
+                own = own ? own : "host";
+                if (*runtime && !streq(*runtime, own))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "runtime",
+                                            "runtime: snapshot '%s' was taken on runtime '%s', not '%s'",
+                                            snap ? snap->id : "?", own, *runtime);
+                *runtime = own;
+        }
+        if (!*runtime)
+                *runtime = "host";
+        return runtime_check(m, *runtime, "runtime", ret_err);
 }
 
 static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j, sb_error **ret_err) {
         const daemon_config *cfg = m->cfg;
-        const char *name = NULL, *runtime = "host";
+        const char *name = NULL, *runtime = NULL;
         int64_t timeout = (int64_t)cfg->default_timeout_ms;
         bool persistent = false;
+        bool userns = cfg->userns;  /* absent: the daemon's default */
         cJSON *policy = NULL, *src = NULL, *res = NULL, *ports = NULL;
         int r;
         if ((r = rpc_param_string(req, "name", false, &name, ret_err)) < 0 ||
             (r = rpc_param_string(req, "runtime", false, &runtime, ret_err)) < 0 ||
             (r = rpc_param_duration_ms(req, "timeout", false, 1000, (int64_t)cfg->max_timeout_ms, &timeout, ret_err)) < 0 ||
             (r = rpc_param_bool(req, "persistent", &persistent, ret_err)) < 0 ||
+            (r = rpc_param_bool(req, "userns", &userns, ret_err)) < 0 ||
             (r = rpc_param_object(req, "resources", false, &res, ret_err)) < 0 ||
             (r = rpc_param_array(req, "ports", false, &ports, ret_err)) < 0 ||
             (r = parse_string_map(req, "env", 0, &sb->env, ret_err)) < 0 ||
@@ -379,9 +393,6 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 return sb_error_set(ret_err, -EINVAL, NULL, "name",
                                     "name: '%s' is not valid; use 1-63 of a-z, 0-9 and '-', starting with a letter or digit",
                                     name);
-        if (!streq(runtime, "host"))
-                return sb_error_set(ret_err, -ENOENT, "not_found", "runtime",
-                                    "runtime: '%s' not found; the built-in runtime is 'host'", runtime);
         sb->vcpus = 1;
         if (res) {
                 cJSON *v = cJSON_GetObjectItem(res, "vcpus");
@@ -397,7 +408,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         policy = cJSON_GetObjectItem(req->params, "networkPolicy");
         /* Fail closed: a policy that does not validate is refused whole,
          * with the field and the fix (DESIGN §5.1 rule 8). */
-        if ((r = pol_policy_parse(policy, &sb->pol, ret_err)) < 0 || (r = policy_enforceable(sb->pol, ret_err)) < 0)
+        if ((r = pol_policy_parse(policy, &sb->pol, ret_err)) < 0)
                 return r;
         sb->policy = policy && !cJSON_IsNull(policy) ? cJSON_Duplicate(policy, 1) : cJSON_CreateString("allow-all");
         src = cJSON_GetObjectItem(req->params, "source");
@@ -406,6 +417,8 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                         return r;
                 sb->source = source_view(j, src);
         }
+        if ((r = create_runtime(m, src, &runtime, ret_err)) < 0)
+                return r;
         char rnd[17];
         if (name)
                 sb->name = strdup(name);
@@ -417,6 +430,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         sb->runtime = strdup(runtime);
         sb->timeout_ms = (uint64_t)timeout;
         sb->persistent = persistent;
+        sb->userns = userns;
 
         return sb->name && sb->runtime && sb->policy ? 0 : sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
 }
@@ -483,6 +497,10 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
         if (manager_find_sandbox(m, sb->name)) {
                 rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
                                 "sandbox '%s' already exists; pick another name or delete it first", sb->name);
+                goto drop;
+        }
+        if (userns_assign(m, sb, &err) < 0) {
+                rpc_reply_sb_error(req, err);
                 goto drop;
         }
         core_random_hex(sb->id, 32);
@@ -645,18 +663,62 @@ static void method_extend(rpc_request *req, void *userdata) {
         rpc_reply(req, sandbox_to_json(sb));
 }
 
-/* sandbox.update: timeout, env, tags, networkPolicy (live on a running
- * session, atomically; not to or from deny-all while it runs), and, while
- * they cannot change yet, resources and ports only to their current values.
+/* update's resources.vcpus: a whole number from 1 to maxVcpus. Returns it,
+ * 0 when absent, or -EINVAL with *ret_err naming the field. */
+static int update_vcpus_param(const manager *m, const cJSON *res, sb_error **ret_err) {
+        const cJSON *v = cJSON_GetObjectItem(res, "vcpus");
+        if (!v)
+                return 0;
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > m->cfg->max_vcpus ||
+            v->valuedouble != (double)(unsigned)v->valuedouble)
+                return sb_error_set(ret_err, -EINVAL, NULL, "resources.vcpus",
+                                    "resources.vcpus: must be a whole number from 1 to %u", m->cfg->max_vcpus);
+        return (int)v->valuedouble;
+}
+
+/* The cgroup limits of a session with `vcpus` (DESIGN §3): CPU quota of
+ * vcpus × the period, vcpus × 2048 MiB of memory, the daemon's pidsMax.
+ * session.c's start applies the same. */
+static core_cgroup_limits vcpu_limits(const manager *m, unsigned vcpus) {
+        return (core_cgroup_limits){.pids_max = m->cfg->pids_max,
+                                    .memory_max = (uint64_t)vcpus * 2048ULL * 1024 * 1024,
+                                    .cpu_quota_pct = vcpus * 100};
+}
+
+/* Moves sb's running session from `from` to `to` vCPUs at once. Lowering
+ * memory below what the session holds: the kernel reclaims; on v1, what it
+ * cannot reclaim makes the update fail (limit_exceeded, old limits kept),
+ * on v2 it OOM-kills inside the sandbox (core_cgroup_update). */
+static int resize_session(sandbox *sb, unsigned from, unsigned to, sb_error **ret_err) {
+        _cleanup_error_ sb_error *e = NULL;
+        core_cgroup_limits old = vcpu_limits(sb->m, from), new = vcpu_limits(sb->m, to);
+        if (!sb->sess || !sb->sess->cg)
+                return 0;
+        int r = core_cgroup_update(sb->sess->cg, &old, &new, &e);
+        if (r < 0)
+                return sb_error_set(ret_err, r, r == -EBUSY ? "limit_exceeded" : "failed", "resources.vcpus",
+                                    "resources.vcpus: %s%s", e ? e->message : strerror(-r),
+                                    r == -EBUSY ? "; nothing changed (free memory in the sandbox, or stop it "
+                                                  "and update it)" : "");
+        log_info("sandbox '%s': %u vCPUs (was %u)", sb->name, to, from);
+        return 0;
+}
+
+/* sandbox.update: timeout, env, tags, resources (live on a running session:
+ * its cgroup limits change at once; persisted for the next sessions),
+ * networkPolicy (live, atomically; not to or from deny-all while it runs),
+ * and, while they cannot change yet, ports only to their current values.
  * A timeout increase also extends the running session by the difference;
  * a decrease applies from the next session on. */
 static void method_update(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
         int64_t timeout = -1;
+        int new_vcpus = 0;
         cJSON *env = NULL, *tags = NULL, *ports = NULL, *res = NULL;
         if (rpc_param_duration_ms(req, "timeout", false, 1000, (int64_t)m->cfg->max_timeout_ms, &timeout, &err) < 0 ||
             rpc_param_object(req, "resources", false, &res, &err) < 0 ||
+            (new_vcpus = update_vcpus_param(m, res, &err)) < 0 ||
             rpc_param_array(req, "ports", false, &ports, &err) < 0 ||
             (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", 0, &env, &err) < 0) ||
             (cJSON_GetObjectItem(req->params, "tags") && parse_string_map(req, "tags", 5, &tags, &err) < 0)) {
@@ -673,10 +735,9 @@ static void method_update(rpc_request *req, void *userdata) {
                 return;
         }
         cJSON *policy = cJSON_GetObjectItem(req->params, "networkPolicy");
-        cJSON *vcpus = cJSON_GetObjectItem(res, "vcpus");
         const char *fail_field = NULL, *fail_reason = NULL, *fail_msg = NULL;
         _cleanup_policy_ pol_policy *newpol = NULL;
-        if (policy && (pol_policy_parse(policy, &newpol, &err) < 0 || policy_enforceable(newpol, &err) < 0)) {
+        if (policy && pol_policy_parse(policy, &newpol, &err) < 0) {
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 rpc_reply_sb_error(req, err);
@@ -693,9 +754,11 @@ static void method_update(rpc_request *req, void *userdata) {
                 fail_field = "networkPolicy";
                 fail_reason = "unavailable";
                 fail_msg = "networkPolicy: the sandbox is starting; try again when it runs";
-        } else if (vcpus && !(cJSON_IsNumber(vcpus) && vcpus->valuedouble == sb->vcpus)) {
+        } else if (new_vcpus > 0 && (unsigned)new_vcpus != sb->vcpus && sb->starting) {
+                /* The starting session reads vcpus on a worker thread. */
                 fail_field = "resources.vcpus";
-                fail_msg = "resources.vcpus: changing resources is not supported yet";
+                fail_reason = "unavailable";
+                fail_msg = "resources.vcpus: the sandbox is starting; try again when it runs";
         } else if (ports && !cJSON_Compare(ports, sb->ports, true)) {
                 fail_field = "ports";
                 fail_msg = "ports: changing the ports of an existing sandbox is not supported yet";
@@ -707,10 +770,24 @@ static void method_update(rpc_request *req, void *userdata) {
                 cJSON_Delete(tags);
                 return;
         }
+        /* Resources before the policy: a refused resize leaves everything
+         * as it was, and a refused policy puts the old limits back. */
+        unsigned old_vcpus = sb->vcpus;
+        if (new_vcpus > 0 && (unsigned)new_vcpus != old_vcpus) {
+                if (resize_session(sb, old_vcpus, (unsigned)new_vcpus, &err) < 0) {
+                        cJSON_Delete(env);
+                        cJSON_Delete(tags);
+                        rpc_reply_sb_error(req, err);
+                        return;
+                }
+                sb->vcpus = (unsigned)new_vcpus;
+        }
         if (newpol) {
                 /* One nftables batch swaps the running session's rules: no
                  * moment where both or neither apply (rule 9). */
                 if (sb->sess && session_apply_policy(sb->sess, newpol, &err) < 0) {
+                        if (sb->vcpus != old_vcpus && resize_session(sb, sb->vcpus, old_vcpus, NULL) >= 0)
+                                sb->vcpus = old_vcpus;
                         cJSON_Delete(env);
                         cJSON_Delete(tags);
                         rpc_reply_sb_error(req, err);
@@ -804,6 +881,7 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->vcpus = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= m->cfg->max_vcpus
                             ? (unsigned)v->valuedouble : 1;
         sb->persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
+        userns_load(m, sb, c);
         sb->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(c, "createdAt")));
         sb->status = "stopped";
         /* Sessions that were running when the daemon went away ended then. */

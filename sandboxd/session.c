@@ -16,7 +16,9 @@
 #include "libcore/conntrack.h"
 #include "libcore/log.h"
 #include "libcore/source.h"
+#include "libcore/userns.h"
 #include "libcore/util.h"
+#include "policy/proxy.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -122,6 +124,116 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         return 0;
 }
 
+/* ---- the egress proxy's CA and the sandbox's trust ---------------------------- */
+
+/* The system bundle inside the sandbox (Debian's, bound from the host with
+ * /etc/ssl), which OpenSSL, GnuTLS, curl, git, Python and Node read. */
+#define SANDBOX_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+
+/* Where a session's CA lives on the host. <run>/proxy (0700 root) holds
+ * the key: only sandboxd and sandbox-netd (which loads it before dropping
+ * privileges) read it, and the sandbox's mount namespace has no path to
+ * any of the run directory. <run>/trust holds the public bundle that is
+ * bound read-only over SANDBOX_CA_BUNDLE. Both go with the run directory
+ * when the session ends. */
+static int ca_paths(const sandbox *sb, char **ret_cert, char **ret_key, char **ret_bundle) {
+        if (asprintf(ret_cert, "%s/proxy/ca.crt", sb->run_dir) < 0)
+                return -ENOMEM;
+        if (asprintf(ret_key, "%s/proxy/ca.key", sb->run_dir) < 0) {
+                free(*ret_cert);
+                return -ENOMEM;
+        }
+        if (asprintf(ret_bundle, "%s/trust/ca-bundle.crt", sb->run_dir) < 0) {
+                free(*ret_cert);
+                free(*ret_key);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* mkdir that also fixes the mode of a directory left by an earlier
+ * session, so a loosened proxy/ never holds a new key. */
+static int make_dir_mode(const char *path, mode_t mode) {
+        int r = core_mkdir_p(path, mode);
+        if (r < 0)
+                return r;
+        return chmod(path, mode) < 0 ? negative_errno() : 0;
+}
+
+/* Worker thread, any session with a network interface: a fresh CA
+ * (policy/tls.c) and the bundle the sandbox trusts, the host's roots
+ * followed by the session CA. Made for allow-all sessions too, so that a
+ * live update to a custom policy (whose proxy terminates TLS with this CA)
+ * finds the trust already in place in every process of the sandbox: the
+ * bundle is bound once, at setup, and cannot be swapped later without
+ * touching the sandbox's mounts. The CA without the key is harmless to
+ * trust: nothing but sandbox-netd can sign with it. Without a host bundle
+ * to extend there is no trust to install and the session runs without it;
+ * its proxy then cannot terminate TLS that the sandbox accepts. */
+static int ca_prepare(start_job *j, sb_error **ret_err) {
+        sandbox *sb = j->sb;
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL, *trust_dir = NULL;
+        _cleanup_free_ char *host = NULL, *mine = NULL, *text = NULL;
+        size_t n_host = 0, n_mine = 0;
+        int r;
+        /* The CA is made for every networked session: netd terminates with
+         * it whatever the runtime. */
+        bool trust = streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
+        if (j->slot < 0)
+                return 0;
+        if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0 ||
+            asprintf(&trust_dir, "%s/trust", sb->run_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if ((r = make_dir_mode(proxy_dir, 0700)) < 0 || (r = make_dir_mode(trust_dir, 0755)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: create %s: %s", proxy_dir, strerror(-r));
+        if ((r = pol_proxy_ca_generate(cert, key, sb->name, ret_err)) < 0)
+                return sb_error_prefix(ret_err, "egress proxy CA");
+        j->proxy_ca = true;
+        /* Only the host runtime binds the host's /etc/ssl, so only there is
+         * the bundle's mount point known to exist; an imported runtime keeps
+         * its own trust store (docs/POLICY.md, CA trust). */
+        if (!trust)
+                return 0;
+        if ((r = core_read_file(SANDBOX_CA_BUNDLE, 16 << 20, &host, &n_host)) < 0 ||
+            (r = core_read_file(cert, 1 << 20, &mine, &n_mine)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: read certificates: %s", strerror(-r));
+        if (asprintf(&text, "%.*s\n# sandboxd session CA (egress proxy) of '%s'\n%.*s", (int)n_host, host, sb->name,
+                     (int)n_mine, mine) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if ((r = core_write_file_replace(bundle, text, strlen(text), 0644)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: write %s: %s", bundle, strerror(-r));
+        j->sandbox_trusts_ca = true;
+        return 0;
+}
+
+/* The variables clients read their CA bundle from, all pointing at the
+ * system bundle that holds the session CA. NODE_EXTRA_CA_CERTS adds to
+ * Node's built-in roots, so the whole bundle there is harmless. */
+static const char *const ca_env_vars[] = {
+        "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+};
+
+void session_proxy_env(const sandbox *sb, cJSON *env) {
+        const session *s = sb->sess;
+        char url[64], gw[INET_ADDRSTRLEN];
+        if (!s || s->net_slot < 0)
+                return;
+        if (s->sandbox_trusts_ca)
+                for (size_t i = 0; i < ELEMENTSOF(ca_env_vars); i++)
+                        cJSON_AddStringToObject(env, ca_env_vars[i], SANDBOX_CA_BUNDLE);
+        if (!streq(sandbox_policy_mode(sb), "custom"))
+                return;
+        /* The same proxy nftables redirects ports 80 and 443 to; clients
+         * that honour these get CONNECT and absolute-form requests there,
+         * the others are intercepted. Loopback stays direct. */
+        snprintf(url, sizeof(url), "http://%s:%d", inet_ntop(AF_INET, &s->gateway, gw, sizeof(gw)), POL_PROXY_PORT);
+        static const char *const proxy_vars[] = { "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy" };
+        for (size_t i = 0; i < ELEMENTSOF(proxy_vars); i++)
+                cJSON_AddStringToObject(env, proxy_vars[i], url);
+        cJSON_AddStringToObject(env, "NO_PROXY", "localhost,127.0.0.1,::1");
+        cJSON_AddStringToObject(env, "no_proxy", "localhost,127.0.0.1,::1");
+}
+
 static cJSON *setup_packet(start_job *j) {
         sandbox *sb = j->sb;
         manager *m = j->m;
@@ -135,8 +247,11 @@ static cJSON *setup_packet(start_job *j) {
         if (asprintf(&p, "%s/rootfs", sb->run_dir) >= 0)
                 cJSON_AddStringToObject(o, "rootfs", p);
         free(p);
+        /* The runtime is the lowest layer; only `host` is a skeleton that
+         * needs the host's /usr and /etc entries bound in (runtime.c). */
         _cleanup_free_ char *lower = sandbox_lowerdir(sb);
-        cJSON_AddStringToObject(o, "lower", lower ? lower : m->host_runtime);
+        if (lower)
+                cJSON_AddStringToObject(o, "lower", lower);
         if (asprintf(&p, "%s/upper", sb->dir) >= 0)
                 cJSON_AddStringToObject(o, "upper", p);
         free(p);
@@ -144,7 +259,7 @@ static cJSON *setup_packet(start_job *j) {
                 cJSON_AddStringToObject(o, "work", p);
         free(p);
         cJSON *binds = cJSON_AddArrayToObject(o, "binds");
-        for (size_t i = 0; core_runtime_host_binds[i][0]; i++) {
+        for (size_t i = 0; streq(sb->runtime, "host") && core_runtime_host_binds[i][0]; i++) {
                 if (access(core_runtime_host_binds[i][0], F_OK) < 0)
                         continue;
                 cJSON *b = cJSON_CreateObject();
@@ -153,21 +268,108 @@ static cJSON *setup_packet(start_job *j) {
                 cJSON_AddBoolToObject(b, "ro", true);
                 cJSON_AddItemToArray(binds, b);
         }
+        /* After the host's /etc/ssl: the combined bundle covers the file
+         * inside that bind. Read-only, so the sandbox cannot plant a CA of
+         * its own for other processes to trust. */
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
+        if (j->sandbox_trusts_ca && ca_paths(sb, &cert, &key, &bundle) >= 0) {
+                cJSON *b = cJSON_CreateObject();
+                cJSON_AddStringToObject(b, "src", bundle);
+                cJSON_AddStringToObject(b, "dst", SANDBOX_CA_BUNDLE);
+                cJSON_AddBoolToObject(b, "ro", true);
+                cJSON_AddItemToArray(binds, b);
+        }
         cJSON_AddNumberToObject(o, "netSlot", j->slot);
         cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
         cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
         cJSON_AddItemToObject(o, "env", cJSON_Duplicate(sb->env, 1));
+        if (sb->userns_base)
+                cJSON_AddBoolToObject(o, "userns", true);
         return o;
+}
+
+#define SETUP_MAX_FDS 64  /* as sandbox-init receives them */
+
+/* Mount fds sent with the setup packet (user namespace only). */
+typedef struct setup_fds {
+        int fd[SETUP_MAX_FDS];
+        size_t n;
+} setup_fds;
+
+static void setup_fds_close(setup_fds *f) {
+        for (size_t i = 0; i < f->n; i++)
+                close(f->fd[i]);
+        f->n = 0;
+}
+
+/* One packet, with the fds attached (SCM_RIGHTS) when there are any. */
+static ssize_t send_with_fds(int sock, const char *text, const setup_fds *fds) {
+        struct iovec iov = {.iov_base = (void *)text, .iov_len = strlen(text)};
+        union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * SETUP_MAX_FDS)]; } ctl = {};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (fds->n) {
+                mh.msg_control = ctl.b;
+                mh.msg_controllen = CMSG_SPACE(sizeof(int) * fds->n);
+                struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int) * fds->n);
+                memcpy(CMSG_DATA(c), fds->fd, sizeof(int) * fds->n);
+        }
+        return sendmsg(sock, &mh, MSG_NOSIGNAL);
+}
+
+/* User namespace: every bind of the packet as a detached mount made here
+ * (init cannot reach paths under our 0700 directories), its index in
+ * "fd". */
+static int userns_binds(cJSON *pkt, setup_fds *fds, sb_error **ret_err) {
+        cJSON *b;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItem(pkt, "binds")) {
+                const char *src = cJSON_GetStringValue(cJSON_GetObjectItem(b, "src"));
+                if (!src || fds->n >= SETUP_MAX_FDS)
+                        return sb_error_set(ret_err, -E2BIG, NULL, NULL, "too many binds");
+                int fd = core_userns_bind_tree(src, !cJSON_IsFalse(cJSON_GetObjectItem(b, "ro")), ret_err);
+                if (fd < 0)
+                        return fd;
+                cJSON_AddNumberToObject(b, "fd", (double)fds->n);
+                fds->fd[fds->n++] = fd;
+        }
+        return 0;
+}
+
+/* User namespace: the root overlay on idmapped layers, built here (host
+ * root) for init, which cannot (libcore/userns.h). */
+static int userns_overlay(start_job *j, sb_error **ret_err) {
+        char ns[64];
+        snprintf(ns, sizeof(ns), "/proc/%d/ns/user", (int)j->spawn.pid);
+        _cleanup_close_ int nsfd = open(ns, O_RDONLY | O_CLOEXEC);
+        if (nsfd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", ns);
+        _cleanup_free_ char *lower = sandbox_lowerdir(j->sb);
+        if (!lower)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_userns_overlay(nsfd, lower, j->sb->dir, j->sb->userns_base, ret_err);
+        return r < 0 ? sb_error_prefix(ret_err, "user namespace root") : r;
 }
 
 /* Sends the setup packet and waits (bounded) for ready or error. */
 static int setup_init(start_job *j, sb_error **ret_err) {
+        _cleanup_(setup_fds_close) setup_fds fds = {.n = 0};
         cJSON *pkt = setup_packet(j);
+        if (j->sb->userns_base) {
+                int fd = userns_overlay(j, ret_err);
+                if (fd >= 0)
+                        fds.fd[fds.n++] = fd;
+                if (fd < 0 || (fd = userns_binds(pkt, &fds, ret_err)) < 0) {
+                        cJSON_Delete(pkt);
+                        return fd;
+                }
+        }
         _cleanup_free_ char *text = cJSON_PrintUnformatted(pkt);
         cJSON_Delete(pkt);
         if (!text)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (send(j->spawn.agent_fd, text, strlen(text), MSG_NOSIGNAL) < 0)
+        if (send_with_fds(j->spawn.agent_fd, text, &fds) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "send setup to sandbox-init: %m");
         struct pollfd p = {.fd = j->spawn.agent_fd, .events = POLLIN};
         int r = poll(&p, 1, SETUP_TIMEOUT_MS);
@@ -218,15 +420,46 @@ static int upstream_resolver(char *buf, size_t size) {
         return -ENOENT;
 }
 
-/* Starts sandbox-netd for policy p on gateway:53 and waits (bounded) for its
+/* The egress proxy's arguments: where it listens (the port nftables
+ * redirects TCP 80/443 to), the session CA it terminates TLS with (without
+ * one, hosts with rules are refused), the extra roots it verifies
+ * upstreams against, and the name its 403 pages and events carry. */
+static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char *proxy_arg, char *cert,
+                              char *key) {
+        const char *extra = sb->m->cfg->proxy_upstream_ca;
+        size_t a = 0;
+        argv[a++] = (char *)"--proxy";
+        argv[a++] = proxy_arg;
+        if (with_ca) {
+                argv[a++] = (char *)"--ca-cert";
+                argv[a++] = cert;
+                argv[a++] = (char *)"--ca-key";
+                argv[a++] = key;
+        }
+        if (extra) {
+                argv[a++] = (char *)"--upstream-ca";
+                argv[a++] = (char *)extra;
+        }
+        argv[a++] = (char *)"--name";
+        argv[a++] = sb->name;
+        return a;
+}
+
+/* Starts sandbox-netd for policy p: the DNS filter on gateway:53 and the
+ * egress proxy on gateway:POL_PROXY_PORT, and waits (bounded) for its
  * ready line. Its stdout (pins and denials, one JSON object a line) is
  * returned in *ret_out. Blocking: a worker thread, or the loop for a live
  * update. */
-static int netd_start(manager *m, const char *run_dir, const pol_policy *p, struct in_addr gateway,
+static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_policy *p, struct in_addr gateway,
                       pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
-        char gw[INET_ADDRSTRLEN], listen_arg[64], upstream[300];
+        const char *run_dir = sb->run_dir;
+        char gw[INET_ADDRSTRLEN], listen_arg[64], proxy_arg[64], upstream[300];
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
         inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
         snprintf(listen_arg, sizeof(listen_arg), "%s:53", gw);
+        snprintf(proxy_arg, sizeof(proxy_arg), "%s:%d", gw, POL_PROXY_PORT);
+        if (ca_paths(sb, &cert, &key, &bundle) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         if (upstream_resolver(upstream, sizeof(upstream)) < 0)
                 return sb_error_set(ret_err, -ENOENT, NULL, NULL, "DNS filter: no nameserver in /etc/resolv.conf");
         _cleanup_free_ char *path = NULL, *text = NULL;
@@ -243,7 +476,7 @@ static int netd_start(manager *m, const char *run_dir, const pol_policy *p, stru
         _cleanup_free_ pol_cidr *never = NULL;
         size_t n_never = 0;
         manager_never_list(m, &never, &n_never);
-        char **argv = calloc(13 + 2 * n_never, sizeof(char *));
+        char **argv = calloc(25 + 2 * n_never, sizeof(char *));
         char (*cidrs)[64] = calloc(n_never + 1, 64);
         size_t a = 0;
         argv[a++] = (char *)"sandbox-netd";
@@ -254,6 +487,7 @@ static int netd_start(manager *m, const char *run_dir, const pol_policy *p, stru
         argv[a++] = (char *)"--policy";
         argv[a++] = path;
         argv[a++] = (char *)"--ack";
+        a += netd_proxy_args(sb, with_ca, argv + a, proxy_arg, cert, key);
         for (size_t i = 0; i < n_never; i++) {
                 pol_cidr_format(&never[i], cidrs[i], 64);
                 argv[a++] = (char *)"--never";
@@ -269,12 +503,16 @@ static int netd_start(manager *m, const char *run_dir, const pol_policy *p, stru
         /* The ready line comes once it has bound :53 and dropped privileges. */
         char line[512];
         r = core_read_line_timeout(fd, line, sizeof(line), 5000);
-        if (r < 0 || !strstr(line, "\"ready\":true")) {
+        /* Both must be up: a custom policy without its proxy would leave
+         * the redirected ports 80 and 443 refused (fail closed, but not
+         * what the policy says). */
+        if (r < 0 || !strstr(line, "\"ready\":true") || !strstr(line, "\"proxy\"")) {
                 kill(*ret_pid, SIGKILL);
                 waitpid(*ret_pid, NULL, 0);
                 *ret_pid = 0;
                 return sb_error_set(ret_err, r < 0 ? r : -EIO, NULL, NULL,
-                                    "DNS filter did not start on %s (see the daemon log)", listen_arg);
+                                    "DNS filter and egress proxy did not start on %s and %s (see the daemon log)",
+                                    listen_arg, proxy_arg);
         }
         *ret_out = TAKE_FD(fd);
         *ret_in = TAKE_FD(ack);
@@ -298,6 +536,32 @@ static void netd_stop(pid_t *pid) {
         *pid = 0;
 }
 
+static bool layer_is(cJSON *o, const char *layer) {
+        const char *l = cJSON_GetStringValue(cJSON_GetObjectItem(o, "layer"));
+        return l && streq(l, layer);
+}
+
+/* A refusal by the egress proxy ({"deny":host,"port":N,"layer":"proxy",
+ * "reason":...,"rule":...,"message":...}): an event on the stream and a
+ * count in the sandbox's counters, as the DNS filter's and nftables'
+ * denials are. netd never puts a header value in these lines. */
+static void proxy_denial(sandbox *sb, cJSON *o, const char *host) {
+        cJSON *port = cJSON_GetObjectItem(o, "port");
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(o, "message"));
+        const char *rule = cJSON_GetStringValue(cJSON_GetObjectItem(o, "rule"));
+        const char *reason = cJSON_GetStringValue(cJSON_GetObjectItem(o, "reason"));
+        cJSON *f = cJSON_CreateObject();
+        sb->denials++;
+        cJSON_AddStringToObject(f, "layer", "proxy");
+        cJSON_AddStringToObject(f, "host", host);
+        if (cJSON_IsNumber(port) && port->valuedouble >= 0 && port->valuedouble <= 65535)
+                cJSON_AddNumberToObject(f, "port", port->valuedouble);
+        cJSON_AddStringToObject(f, "reason", reason ? reason : "not-allowed");
+        cJSON_AddStringToObject(f, "message", msg ? msg : "refused by the sandbox's egress proxy");
+        cJSON_AddStringToObject(f, "rule", rule ? rule : "");
+        events_emit(sb->m, EVENT_DENIED, sb->name, f);
+}
+
 /* One line from sandbox-netd: pin the address before netd releases the
  * answer (it waits for us to read the next line), or record a denial. */
 static void netd_line(session *s, const char *line) {
@@ -305,9 +569,15 @@ static void netd_line(session *s, const char *line) {
         cJSON *o = cJSON_Parse(line);
         const char *pin = cJSON_GetStringValue(cJSON_GetObjectItem(o, "pin"));
         const char *deny = cJSON_GetStringValue(cJSON_GetObjectItem(o, "deny"));
+        const cJSON *reloaded = cJSON_GetObjectItem(o, "reloaded");
         char ifname[32];
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
-        if (pin) {
+        if (cJSON_IsBool(reloaded)) {
+                s->netd_reloaded = cJSON_IsTrue(reloaded) ? 1 : -1;
+                if (s->netd_reloaded < 0)
+                        log_warning("sandbox '%s': its DNS filter refused the new policy: %s", sb->name,
+                                    cJSON_GetStringValue(cJSON_GetObjectItem(o, "message")) ?: "?");
+        } else if (pin) {
                 struct in_addr a;
                 cJSON *ttl = cJSON_GetObjectItem(o, "ttl");
                 _cleanup_error_ sb_error *err = NULL;
@@ -319,6 +589,8 @@ static void netd_line(session *s, const char *line) {
                  * set before the sandbox learns it; anything else is SERVFAIL. */
                 if (s->netd_in >= 0 && write(s->netd_in, ok ? "\n" : "!", 1) != 1)
                         log_warning("sandbox '%s': cannot acknowledge a pin to its DNS filter: %m", sb->name);
+        } else if (deny && layer_is(o, "proxy")) {
+                proxy_denial(sb, o, deny);
         } else if (deny) {
                 sb->denials++;
                 cJSON *f = cJSON_CreateObject();
@@ -333,20 +605,16 @@ static void netd_line(session *s, const char *line) {
         cJSON_Delete(o);
 }
 
-static int on_netd_output(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
-        session *s = userdata;
+/* Reads what netd wrote and handles every complete line. Returns the
+ * read(2) result: > 0 bytes, 0 at EOF, negative errno (-EAGAIN: nothing). */
+static ssize_t netd_read(session *s) {
         char buf[4096];
-        ssize_t n = read(fd, buf, sizeof(buf));
-        if (n <= 0) {
-                if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                        return 0;
-                log_warning("sandbox '%s': its DNS filter exited", s->sb->name);
-                s->netd_src = sd_event_source_disable_unref(s->netd_src);
-                return 0;
-        }
+        ssize_t n = read(s->netd_out, buf, sizeof(buf));
+        if (n <= 0)
+                return n < 0 ? negative_errno() : 0;
         char *nb = realloc(s->netd_buf, s->netd_len + (size_t)n + 1);
         if (!nb)
-                return 0;
+                return n;
         s->netd_buf = nb;
         memcpy(s->netd_buf + s->netd_len, buf, (size_t)n);
         s->netd_len += (size_t)n;
@@ -361,7 +629,60 @@ static int on_netd_output(sd_event_source *src, int fd, uint32_t revents, void *
         memmove(s->netd_buf, start, s->netd_len + 1);
         if (s->netd_len > 65536)
                 s->netd_len = 0; /* a line that long is not one of ours */
+        return n;
+}
+
+static int on_netd_output(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        session *s = userdata;
+        ssize_t n = netd_read(s);
+        if (n == 0 || (n < 0 && n != -EAGAIN && n != -EINTR)) {
+                log_warning("sandbox '%s': its DNS filter and egress proxy (sandbox-netd) exited", s->sb->name);
+                s->netd_src = sd_event_source_disable_unref(s->netd_src);
+        }
         return 0;
+}
+
+/* Swaps the policy of the running netd without a restart: the policy file
+ * is rewritten in place (netd holds it open from before its privilege
+ * drop, so it must stay the same inode), then SIGHUP; netd answers with a
+ * {"reloaded":...} line, read here (bounded) while pins and denials that
+ * arrive meanwhile are handled as usual. Connections and queries already
+ * in progress finish under the policy they started with. 0, or a negative
+ * errno when the caller should restart netd instead. Runs on the loop. */
+static int netd_reload(session *s, const pol_policy *p) {
+        if (s->netd_pid <= 0 || s->netd_out < 0)
+                return -ESRCH;
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        cJSON *doc = pol_policy_to_json(p, false);
+        text = doc ? cJSON_PrintUnformatted(doc) : NULL;
+        cJSON_Delete(doc);
+        if (!text || asprintf(&path, "%s/policy.json", s->sb->run_dir) < 0)
+                return -ENOMEM;
+        _cleanup_close_ int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return negative_errno();
+        for (size_t off = 0, len = strlen(text); off < len;) {
+                ssize_t w = write(fd, text + off, len - off);
+                if (w < 0 && errno != EINTR)
+                        return negative_errno();
+                off += w > 0 ? (size_t)w : 0;
+        }
+        s->netd_reloaded = 0;
+        if (kill(s->netd_pid, SIGHUP) < 0)
+                return negative_errno();
+        uint64_t deadline = core_monotonic_ms() + 2000;
+        while (s->netd_reloaded == 0) {
+                uint64_t now = core_monotonic_ms();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                struct pollfd pfd = { .fd = s->netd_out, .events = POLLIN };
+                if (poll(&pfd, 1, (int)(deadline - now)) < 0 && errno != EINTR)
+                        return negative_errno();
+                ssize_t n = netd_read(s);
+                if (n == 0 || (n < 0 && n != -EAGAIN && n != -EINTR))
+                        return n == 0 ? -EPIPE : (int)n;
+        }
+        return s->netd_reloaded > 0 ? 0 : -EINVAL;
 }
 
 static int netd_attach(session *s) {
@@ -401,12 +722,21 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         _cleanup_error_ sb_error *ct_err = NULL;
         if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
                 log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
-        /* The DNS filter restarts on the new policy; while it does, queries
-         * go unanswered (fail closed). */
+        /* A custom policy replacing a custom one is swapped inside the
+         * running netd. Otherwise (or if that fails) netd restarts on the
+         * new policy; while it does, queries go unanswered (fail closed). */
+        if (p->mode == POL_MODE_CUSTOM && s->netd_pid > 0) {
+                int k = netd_reload(s, p);
+                if (k >= 0)
+                        return 0;
+                log_warning("sandbox '%s': reload of its DNS filter failed (%s); restarting it", sb->name,
+                            strerror(-k));
+        }
         netd_detach(s);
         netd_stop(&s->netd_pid);
         if (p->mode == POL_MODE_CUSTOM) {
-                r = netd_start(sb->m, sb->run_dir, p, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in, ret_err);
+                r = netd_start(sb->m, sb, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
+                               ret_err);
                 if (r < 0)
                         return r;
                 netd_attach(s);
@@ -453,6 +783,13 @@ static void start_work(void *userdata) {
                 r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
                 goto fail;
         }
+        /* User namespace: the layers keep sandbox ids on disk, so host uid
+         * 1000 would own the workspace there; nobody but root may reach
+         * it once the source is in (the fetch needed group 1000's x). */
+        if (sb->userns_base && chmod(sb->dir, 0700) < 0) {
+                r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "chmod %s: %m", sb->dir);
+                goto fail;
+        }
         const char *mode = sandbox_policy_mode(sb);
         struct in_addr gateway = {0};
         if (j->slot >= 0)
@@ -466,6 +803,8 @@ static void start_work(void *userdata) {
                         goto fail;
                 }
         }
+        if ((r = ca_prepare(j, &j->err)) < 0)
+                goto fail;
         core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
                                   .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
                                   .cpu_quota_pct = sb->vcpus * 100};
@@ -473,7 +812,7 @@ static void start_work(void *userdata) {
                 sb_error_prefix(&j->err, "create cgroup");
                 goto fail;
         }
-        if ((r = core_spawn_init(m->init_memfd, j->cg, &j->spawn, &j->err)) < 0)
+        if ((r = core_spawn_init(m->init_memfd, j->cg, sb->userns_base, &j->spawn, &j->err)) < 0)
                 goto fail;
         {
                 char ns[64];
@@ -492,7 +831,8 @@ static void start_work(void *userdata) {
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
         if (streq(mode, "custom") &&
-            (r = netd_start(m, sb->run_dir, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in, &j->err)) < 0)
+            (r = netd_start(m, sb, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
+                            &j->err)) < 0)
                 goto fail;
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
@@ -569,6 +909,8 @@ static void start_done(void *userdata) {
         s->netd_pid = j->netd_pid;
         s->netd_out = j->netd_out;
         s->netd_in = j->netd_in;
+        s->proxy_ca = j->proxy_ca;
+        s->sandbox_trusts_ca = j->sandbox_trusts_ca;
         s->netns_fd = j->netns_fd;
         j->netns_fd = -EBADF;
         j->netd_pid = 0;
@@ -610,6 +952,13 @@ static void start_done(void *userdata) {
 
 int session_start(sandbox *sb, start_job *j) {
         manager *m = sb->m;
+        /* Never a silent downgrade: a userns sandbox whose range could not
+         * be kept (pool changed, host can no longer) gets one now or fails. */
+        if (sb->userns && !sb->userns_base) {
+                int ur = userns_assign(m, sb, &j->err);
+                if (ur < 0)
+                        return ur;
+        }
         if (!streq(sandbox_policy_mode(sb), "deny-all") && (j->slot = manager_alloc_slot(m)) < 0)
                 return sb_error_set(&j->err, -ENOSPC, "limit_exceeded", NULL,
                                     "no free address in the network pool %s", m->cfg->network_pool);

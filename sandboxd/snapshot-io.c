@@ -216,7 +216,7 @@ typedef struct import_job {
  * things on this host, so they are dropped. */
 static const char *const allowed_xattr_prefixes[] = {"trusted.overlay.", "user."};
 
-static void filter_xattrs(struct archive_entry *e) {
+void tar_filter_xattrs(struct archive_entry *e, const char *const *prefixes, size_t n_prefixes) {
         size_t n = (size_t)archive_entry_xattr_reset(e);
         if (!n)
                 return;
@@ -227,8 +227,8 @@ static void filter_xattrs(struct archive_entry *e) {
         const void *val;
         size_t size;
         while (names && vals && sizes && archive_entry_xattr_next(e, &name, &val, &size) == ARCHIVE_OK)
-                for (size_t i = 0; i < ELEMENTSOF(allowed_xattr_prefixes); i++)
-                        if (strncmp(name, allowed_xattr_prefixes[i], strlen(allowed_xattr_prefixes[i])) == 0) {
+                for (size_t i = 0; i < n_prefixes; i++)
+                        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) {
                                 names[k] = strdup(name);
                                 vals[k] = malloc(size ?: 1);
                                 if (names[k] && vals[k])
@@ -248,6 +248,24 @@ static void filter_xattrs(struct archive_entry *e) {
         free(sizes);
 }
 
+static void filter_xattrs(struct archive_entry *e) {
+        tar_filter_xattrs(e, allowed_xattr_prefixes, ELEMENTSOF(allowed_xattr_prefixes));
+}
+
+bool tar_relative_name_ok(const char *rest) {
+        /* Each component: non-empty, not "." or "..". A trailing '/' (a
+         * directory) is fine. */
+        for (const char *c = rest; *c;) {
+                size_t len = strcspn(c, "/");
+                if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+                        return false;
+                c += len;
+                if (*c == '/')
+                        c++;
+        }
+        return true;
+}
+
 /* Splits "layers/<n>[/rest]" into n and rest ("" for the layer's root).
  * Refuses absolute names, "." / ".." / empty components and anything else. */
 static int parse_member(const char *name, size_t *ret_n, const char **ret_rest) {
@@ -261,16 +279,8 @@ static int parse_member(const char *name, size_t *ret_n, const char **ret_rest) 
         if (n >= MAX_IMPORT_LAYERS || (*end && *end != '/'))
                 return -EINVAL;
         const char *rest = *end ? end + 1 : end;
-        /* Each component: non-empty, not "." or "..". A trailing '/' (a
-         * directory) is fine. */
-        for (const char *c = rest; *c;) {
-                size_t len = strcspn(c, "/");
-                if (len == 0 || (len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
-                        return -EINVAL;
-                c += len;
-                if (*c == '/')
-                        c++;
-        }
+        if (!tar_relative_name_ok(rest))
+                return -EINVAL;
         *ret_n = n;
         *ret_rest = rest;
         return 0;
@@ -376,6 +386,12 @@ static int import_member(import_job *j, struct archive *rd, struct archive *wr, 
         int r = import_rewrite(j, e, n, rest, ret_err);
         if (r < 0)
                 return r;
+        return tar_copy_member(rd, wr, e, shown, ret_err);
+}
+
+int tar_copy_member(struct archive *rd, struct archive *wr, struct archive_entry *e, const char *shown,
+                    sb_error **ret_err) {
+        int r;
         if (archive_write_header(wr, e) < ARCHIVE_WARN)
                 return sb_error_set(ret_err, -EIO, "failed", NULL, "member '%s': %s", shown ?: "?",
                                     archive_error_string(wr));

@@ -11,7 +11,15 @@
  * A fork is a new sandbox on [captured layer, source's layers...]; a
  * snapshot is a record of that chain plus the source's config. Nobody ever
  * writes to a layer, so forks and snapshots never share writable state.
- * A layer is removed when no sandbox and no snapshot refers to it. */
+ * A layer is removed when no sandbox and no snapshot refers to it.
+ *
+ * Expiration: a snapshot taken with `expiration` (ms) is deleted by a timer
+ * on the event loop once expiresAt passes (and at start for those that
+ * passed while the daemon was down). A sandbox "stands on" a snapshot when
+ * the snapshot's whole layer chain is the bottom of its own (it was created
+ * from it, or is the stopped sandbox it was taken of); such a snapshot is
+ * only marked expired, can no longer be created from, and goes once the
+ * last of those sandboxes is deleted. */
 #include <string.h>
 #include <sys/stat.h>
 #include "libcore/copy.h"
@@ -24,9 +32,19 @@
  * must fit in a page; beyond this a capture is refused. */
 #define MAX_LAYERS 64
 
+/* Longest expiration accepted by sandbox.snapshot (docs/API.md): a year;
+ * longer-lived snapshots are taken without one and deleted by hand. */
+#define MAX_EXPIRATION_MS (365LL * 24 * 3600 * 1000)
+/* An expired snapshot a sandbox stands on is looked at again this often,
+ * besides right after each sandbox deletion (layers_collect). */
+#define HELD_RECHECK_MS (60 * 1000)
+
 char *sandbox_lowerdir(const sandbox *sb) {
         manager *m = sb->m;
-        size_t n = strlen(m->host_runtime) + 1;
+        _cleanup_free_ char *runtime = runtime_dir(m, sb->runtime ? sb->runtime : "host");
+        if (!runtime)
+                return NULL;
+        size_t n = strlen(runtime) + 1;
         cJSON *it;
         cJSON_ArrayForEach(it, sb->layers)
                 n += strlen(m->layers_dir) + strlen(it->valuestring) + 2;
@@ -35,7 +53,7 @@ char *sandbox_lowerdir(const sandbox *sb) {
                 return NULL;
         cJSON_ArrayForEach(it, sb->layers)
                 p += sprintf(p, "%s/%s:", m->layers_dir, it->valuestring);
-        strcpy(p, m->host_runtime);
+        strcpy(p, runtime);
         return s;
 }
 
@@ -56,6 +74,7 @@ void snapshot_free(snapshot *s) {
 }
 
 void snapshots_free(manager *m) {
+        m->snapshot_expire_src = sd_event_source_disable_unref(m->snapshot_expire_src);
         while (m->snapshots) {
                 snapshot *s = m->snapshots;
                 m->snapshots = s->next;
@@ -107,7 +126,15 @@ static void rm_done(void *userdata) {
         free(j);
 }
 
+static void arm_expiry(manager *m, uint64_t delay_ms);
+
 void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), void *userdata) {
+        /* A sandbox left: an expired snapshot it stood on may go now. */
+        for (snapshot *s = m->snapshots; s; s = s->next)
+                if (s->expired) {
+                        arm_expiry(m, 0);
+                        break;
+                }
         rm_job *j = calloc(1, sizeof(*j));
         if (!j) {
                 if (done)
@@ -275,6 +302,9 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
         cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(src->tags, 1));
         cJSON_AddItemToObject(p, "networkPolicy", cJSON_Duplicate(src->policy, 1));
         cJSON_AddBoolToObject(p, "persistent", src->persistent);
+        /* The fork gets a range of its own; the copied layers hold sandbox
+         * ids, so none of its files needs remapping (libcore/userns.h). */
+        cJSON_AddBoolToObject(p, "userns", src->userns);
         const cJSON *it;
         cJSON_ArrayForEach(it, overrides) {
                 cJSON_DeleteItemFromObject(p, it->string);
@@ -339,6 +369,11 @@ cJSON *snapshot_json(const snapshot *s) {
         cJSON_AddStringToObject(o, "id", s->id);
         cJSON_AddStringToObject(o, "sandbox", s->sandbox);
         cJSON_AddStringToObject(o, "createdAt", core_format_time(s->created_ms, buf, sizeof(buf)));
+        if (s->expires_ms)
+                cJSON_AddStringToObject(o, "expiresAt", core_format_time(s->expires_ms, buf, sizeof(buf)));
+        else
+                cJSON_AddNullToObject(o, "expiresAt");
+        cJSON_AddBoolToObject(o, "expired", s->expired);
         cJSON_AddNumberToObject(o, "layers", cJSON_GetArraySize(s->layers));
         cJSON_AddItemToObject(o, "config", cJSON_Duplicate(s->config, 1));
         return o;
@@ -347,6 +382,7 @@ cJSON *snapshot_json(const snapshot *s) {
 int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err) {
         cJSON *o = snapshot_json(s);
         cJSON_ReplaceItemInObject(o, "layers", cJSON_Duplicate(s->layers, 1));
+        cJSON_DeleteItemFromObject(o, "expired"); /* recomputed at start */
         _cleanup_free_ char *text = cJSON_Print(o), *path = NULL;
         cJSON_Delete(o);
         if (!text || asprintf(&path, "%s/%s.json", m->snapshots_dir, s->id) < 0)
@@ -371,6 +407,10 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();
+        /* Validated by method_snapshot before the capture. */
+        cJSON *exp = cJSON_GetObjectItem(req->params, "expiration");
+        if (cJSON_IsNumber(exp) && exp->valuedouble > 0)
+                s->expires_ms = s->created_ms + (uint64_t)exp->valuedouble;
         if (snapshot_save(m, s, &e) < 0) {
                 rpc_reply_sb_error(req, e);
                 snapshot_free(s);
@@ -380,11 +420,20 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         s->next = m->snapshots;
         m->snapshots = s;
         log_info("sandbox '%s': snapshot %s", sb->name, s->id);
+        if (s->expires_ms)
+                snapshots_schedule_expiry(m);
         rpc_reply(req, snapshot_json(s));
 }
 
 static void method_snapshot(rpc_request *req, void *userdata) {
         manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        int64_t expiration = 0;
+        /* 0 (or absent) = never expires. */
+        if (rpc_param_duration_ms(req, "expiration", false, 0, MAX_EXPIRATION_MS, &expiration, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         sandbox *sb = sandbox_lookup(req, m, "name");
         if (sb)
                 capture(m, req, sb, snapshot_captured);
@@ -429,6 +478,26 @@ static void method_snapshot_list(rpc_request *req, void *userdata) {
         rpc_reply(req, o);
 }
 
+/* Removes s's record and unlinks it from the registry, frees it, and
+ * collects the layers only it used; done(userdata) runs once they are gone
+ * (as layers_collect). On failure s stays and done is not called. */
+static int snapshot_remove(manager *m, snapshot *s, void (*done)(void *), void *userdata, sb_error **ret_err) {
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/%s.json", m->snapshots_dir, s->id) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if (unlink(path) < 0 && errno != ENOENT)
+                return sb_error_set(ret_err, negative_errno(), "failed", NULL, "remove %s: %m", path);
+        for (snapshot **pp = &m->snapshots; *pp; pp = &(*pp)->next)
+                if (*pp == s) {
+                        *pp = s->next;
+                        break;
+                }
+        /* The layers only it used go from disk; sandboxes on it keep theirs. */
+        layers_collect(m, s->layers, done, userdata);
+        snapshot_free(s);
+        return 0;
+}
+
 /* Safe while sandboxes stand on it: they hold their own references to its
  * layers, which stay until the last user is gone. */
 static void method_snapshot_delete(rpc_request *req, void *userdata) {
@@ -436,19 +505,86 @@ static void method_snapshot_delete(rpc_request *req, void *userdata) {
         snapshot *s = lookup_snapshot(req, m);
         if (!s)
                 return;
-        _cleanup_free_ char *path = NULL;
-        if (asprintf(&path, "%s/%s.json", m->snapshots_dir, s->id) >= 0 && unlink(path) < 0 && errno != ENOENT) {
-                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "remove %s: %m", path);
+        _cleanup_error_ sb_error *err = NULL;
+        if (snapshot_remove(m, s, reply_empty, req, &err) < 0)
+                rpc_reply_sb_error(req, err);
+}
+
+/* ---- expiration ------------------------------------------------------------- */
+
+/* Does a sandbox stand on s: is s's whole chain the bottom of its own? */
+static bool stood_on(manager *m, const snapshot *s) {
+        int n = cJSON_GetArraySize(s->layers);
+        if (n == 0)
+                return false;
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                int k = cJSON_GetArraySize(sb->layers);
+                bool match = k >= n;
+                for (int i = 0; match && i < n; i++) {
+                        const char *a = cJSON_GetStringValue(cJSON_GetArrayItem(sb->layers, k - n + i));
+                        const char *b = cJSON_GetStringValue(cJSON_GetArrayItem(s->layers, i));
+                        match = a && b && streq(a, b);
+                }
+                if (match)
+                        return true;
+        }
+        return false;
+}
+
+/* Deletes what expired and nothing stands on; marks the rest expired. */
+static void expire_now(manager *m) {
+        uint64_t now = core_now_ms();
+        for (snapshot *s = m->snapshots, *next; s; s = next) {
+                next = s->next;
+                if (!s->expires_ms || s->expires_ms > now)
+                        continue;
+                if (stood_on(m, s)) {
+                        if (!s->expired)
+                                log_info("snapshot %s expired; kept while a sandbox stands on it", s->id);
+                        s->expired = true;
+                        continue;
+                }
+                _cleanup_error_ sb_error *err = NULL;
+                log_info("snapshot %s expired; deleting it", s->id);
+                if (snapshot_remove(m, s, NULL, NULL, &err) < 0)
+                        log_warning("snapshot %s: %s", s->id, err->message);
+        }
+}
+
+static int on_expiry(sd_event_source *src, uint64_t usec, void *userdata) {
+        manager *m = userdata;
+        expire_now(m);
+        snapshots_schedule_expiry(m);
+        return 0;
+}
+
+static void arm_expiry(manager *m, uint64_t delay_ms) {
+        int r;
+        if (!m->snapshot_expire_src)
+                r = sd_event_add_time_relative(m->event, &m->snapshot_expire_src, CLOCK_MONOTONIC, delay_ms * 1000,
+                                               0, on_expiry, m);
+        else if ((r = sd_event_source_set_time_relative(m->snapshot_expire_src, delay_ms * 1000)) >= 0)
+                r = sd_event_source_set_enabled(m->snapshot_expire_src, SD_EVENT_ONESHOT);
+        if (r < 0)
+                log_warning_errno(r, "snapshot expiration timer: %m");
+}
+
+void snapshots_schedule_expiry(manager *m) {
+        uint64_t now = core_now_ms(), next = UINT64_MAX;
+        for (snapshot *s = m->snapshots; s; s = s->next) {
+                uint64_t at = s->expired ? now + HELD_RECHECK_MS : s->expires_ms;
+                if (s->expires_ms && at < next)
+                        next = at;
+        }
+        if (next == UINT64_MAX) {
+                if (m->snapshot_expire_src)
+                        (void)sd_event_source_set_enabled(m->snapshot_expire_src, SD_EVENT_OFF);
                 return;
         }
-        for (snapshot **pp = &m->snapshots; *pp; pp = &(*pp)->next)
-                if (*pp == s) {
-                        *pp = s->next;
-                        break;
-                }
-        /* Answered once the layers only it used are gone from disk. */
-        layers_collect(m, s->layers, reply_empty, req);
-        snapshot_free(s);
+        /* Wall-clock expiresAt, waited for on the monotonic clock and
+         * re-checked when the timer fires, so a clock step only moves the
+         * deletion, never loses it. */
+        arm_expiry(m, next > now ? next - now : 0);
 }
 
 void snapshots_load(manager *m) {
@@ -477,6 +613,7 @@ void snapshots_load(manager *m) {
                 cJSON *conf = cJSON_GetObjectItem(o, "config");
                 s->config = cJSON_IsObject(conf) ? cJSON_Duplicate(conf, 1) : cJSON_CreateObject();
                 s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(o, "createdAt")));
+                s->expires_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(o, "expiresAt")));
                 s->next = m->snapshots;
                 m->snapshots = s;
                 cJSON_Delete(o);
@@ -492,6 +629,9 @@ void snapshots_load(manager *m) {
                         core_rm_rf(path);
                 }
         }
+        /* Those that expired while the daemon was down go on the first
+         * loop iteration. */
+        snapshots_schedule_expiry(m);
 }
 
 void register_snapshot_methods(manager *m, rpc_server *s) {

@@ -58,8 +58,24 @@ static char *dup_string(const cJSON *o, const char *name) {
         return s ? strdup(s) : NULL;
 }
 
-/* setup → core_rootfs_config. Every path is required once "rootfs" is set. */
-static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, sb_error **ret_err) {
+#define SETUP_MAX_FDS 64
+
+/* Mount fds received with the setup packet; taken ones are -EBADF. */
+typedef struct recv_fds {
+        int fd[SETUP_MAX_FDS];
+        size_t n;
+} recv_fds;
+
+static void recv_fds_close(recv_fds *f) {
+        for (size_t i = 0; i < f->n; i++)
+                if (f->fd[i] >= 0)
+                        close(f->fd[i]);
+        f->n = 0;
+}
+
+/* setup → core_rootfs_config. Every path is required once "rootfs" is set.
+ * A bind's "fd" is an index into `fds`, taken by the config. */
+static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, recv_fds *fds, sb_error **ret_err) {
         cfg->rootfs = dup_string(setup, "rootfs");
         cfg->lower = dup_string(setup, "lower");
         cfg->upper = dup_string(setup, "upper");
@@ -82,6 +98,13 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, sb_error **
                 cb->src = dup_string(b, "src");
                 cb->dst = dup_string(b, "dst");
                 cb->ro = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "ro"));
+                const cJSON *fd = cJSON_GetObjectItemCaseSensitive(b, "fd");
+                cb->fd = -EBADF;
+                if (cJSON_IsNumber(fd)) {
+                        if (fd->valueint < 1 || (size_t)fd->valueint >= fds->n || fds->fd[fd->valueint] < 0)
+                                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: binds[%d].fd is not a received fd", i);
+                        cb->fd = TAKE_FD(fds->fd[fd->valueint]);
+                }
                 if (!cb->src || !cb->dst)
                         return sb_error_set(ret_err, -EINVAL, NULL, NULL,
                                             "setup: binds[%d] needs \"src\" and \"dst\" strings", i);
@@ -131,15 +154,36 @@ static int setup_env(init_agent *a, const cJSON *setup, sb_error **ret_err) {
  * it, a mode for tests that run init on the host's filesystem); the base
  * environment; no supplementary groups (fs operations use fsuid 1000 and
  * must not carry root's groups). */
-static int setup(init_agent *a, sb_error **ret_err) {
-        static char buf[AGENT_MAX_PACKET + 1];
+/* The setup packet into buf; its fds (SCM_RIGHTS, close-on-exec) into
+ * *fds. A user-namespace sandbox's mounts come that way: the root overlay
+ * first, then one per bind ("fd": its index); init cannot make them. */
+static ssize_t recv_setup(int sock, char *buf, size_t size, recv_fds *fds, sb_error **ret_err) {
+        union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int) * SETUP_MAX_FDS)]; } ctl;
+        struct iovec iov = { .iov_base = buf, .iov_len = size };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
         ssize_t n;
         do
-                n = recv(a->sock, buf, sizeof(buf), MSG_TRUNC);
+                n = recvmsg(sock, &mh, MSG_TRUNC | MSG_CMSG_CLOEXEC);
         while (n < 0 && errno == EINTR);
+        for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fds->n == 0) {
+                        fds->n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                        memcpy(fds->fd, CMSG_DATA(c), fds->n * sizeof(int));
+                }
+        if (n > 0 && (mh.msg_flags & MSG_CTRUNC))
+                return sb_error_set(ret_err, -EBADMSG, NULL, NULL, "setup: too many file descriptors");
         if (n <= 0 || n > AGENT_MAX_PACKET)
                 return sb_error_set(ret_err, n < 0 ? negative_errno() : -EBADMSG, NULL, NULL,
                                     "setup: no valid setup packet");
+        return n;
+}
+
+static int setup(init_agent *a, sb_error **ret_err) {
+        static char buf[AGENT_MAX_PACKET + 1];
+        _cleanup_(recv_fds_close) recv_fds fds = { .n = 0 };
+        ssize_t n = recv_setup(a->sock, buf, sizeof(buf), &fds, ret_err);
+        if (n < 0)
+                return (int)n;
         _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, (size_t)n);
         const char *op = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "op"));
         if (!op || !streq(op, "setup"))
@@ -153,8 +197,13 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 return r;
         const cJSON *rootfs = cJSON_GetObjectItemCaseSensitive(req, "rootfs");
         if (rootfs && !cJSON_IsNull(rootfs)) {
-                _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = {};
-                r = parse_rootfs(req, &cfg, ret_err);
+                _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = { .overlay_fd = -EBADF };
+                cfg.userns = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "userns"));
+                if (cfg.userns && fds.n == 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: \"userns\" needs the overlay mount fd");
+                if (cfg.userns)
+                        cfg.overlay_fd = TAKE_FD(fds.fd[0]);
+                r = parse_rootfs(req, &cfg, &fds, ret_err);
                 if (r >= 0)
                         r = core_rootfs_setup(&cfg, ret_err);
                 if (r < 0)

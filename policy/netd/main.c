@@ -1,14 +1,33 @@
-/* sandbox-netd: the unprivileged process that runs the DNS filter of one
- * session (DESIGN §2, §5.2). It parses hostile traffic, so it holds no
- * privilege: when started as root it binds its sockets, then drops to an
- * unprivileged user with no capabilities and no_new_privs before it reads a
- * single packet.
+/* sandbox-netd: the unprivileged process that runs the DNS filter and the
+ * egress proxy of one session (DESIGN §2, §5.2). It parses hostile traffic,
+ * so it holds no privilege: when started as root it binds its sockets and
+ * loads the session CA, then drops to an unprivileged user with no
+ * capabilities and no_new_privs before it reads a single packet.
  *
  * Command line (the standalone / test mode; the fd-3 control socket for
  * sandboxd comes later and will carry the same JSON lines):
  *
  *   sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE
- *                [--never CIDR]... [--user NAME] [--timeout-ms N]
+ *                [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]
+ *                [--proxy ADDR:PORT [--ca-cert FILE --ca-key FILE]
+ *                 [--upstream-ca FILE] [--name NAME]]
+ *
+ * With --proxy it also serves the egress proxy (policy/proxy.c) on TCP
+ * ADDR:PORT (PORT 0: a free port, shown as "proxy" in the ready line): one
+ * thread per connection, at most MAX_PROXY_CLIENTS at once. A connection
+ * nftables redirected there (SO_ORIGINAL_DST) is served transparently; one
+ * that addressed the proxy itself is an HTTP_PROXY / HTTPS_PROXY client.
+ * The proxy resolves names through --upstream itself. Without --ca-cert,
+ * hosts whose policy entry has rules are refused (they need termination).
+ *
+ * Policy reload without a restart: rewrite FILE in place (same inode, e.g.
+ * O_TRUNC and write; a rename would leave netd reading the old inode), then
+ * send SIGHUP. netd re-reads it through the descriptor it opened as root
+ * (after the drop it may not be allowed to open FILE again), swaps it in for
+ * every query and connection that starts afterwards, and reports
+ * {"reloaded":true,"bytes":N} or {"reloaded":false,"message":"..."} (the
+ * policy in force then stays unchanged). Connections already decided keep
+ * the policy they were judged by.
  *
  * It answers DNS on ADDR:PORT over UDP and TCP (PORT 0: a free port, the
  * same for both), judges queries with policy/dns.c against the
@@ -18,6 +37,8 @@
  *   {"ready":true,"listen":"127.0.0.1:5353","uid":65534}  once, after setup
  *   {"pin":"1.2.3.4","ttl":30,"name":"x.test"}           per accepted address
  *   {"deny":"evil.test","qtype":"A","layer":"default","message":"..."}
+ *   {"deny":"evil.test","port":443,"layer":"proxy","reason":"not-allowed",
+ *    "rule":"<verdict detail>","message":"..."}                 per proxy refusal
  * Ordering contract: every pin line of an answer is written (and flushed)
  * before that answer is sent to the client; with --ack, netd also waits for
  * the reader's acknowledgement ('\n' on stdin) of each pin line, so the
@@ -31,6 +52,7 @@
  * its own thread with blocking I/O bounded by socket timeouts; both their
  * count and their message size are bounded. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <poll.h>
@@ -43,18 +65,22 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <linux/netfilter_ipv4.h>
+#include <openssl/ssl.h>
 #include <cjson/cJSON.h>
 #include "libcore/caps.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "policy/dns.h"
 #include "policy/policy.h"
+#include "policy/proxy.h"
 
 #define MAX_INFLIGHT 128      /* UDP queries waiting for upstream */
 #define MAX_TCP_CLIENTS 32
 #define MAX_NEVER 1024
 #define TCP_IDLE_MS 10000     /* a TCP client that says nothing is dropped */
 #define POLICY_MAX_BYTES (1 << 20)
+#define MAX_PROXY_CLIENTS 256 /* proxy connections served at once */
 
 typedef struct config {
         struct sockaddr_storage listen;
@@ -67,6 +93,10 @@ typedef struct config {
         pol_cidr never[MAX_NEVER];
         size_t n_never;
         bool ack;          /* --ack: wait for one '\n' on stdin per pin line */
+        bool proxy;        /* --proxy given */
+        struct sockaddr_storage proxy_listen;
+        socklen_t proxy_listen_len;
+        const char *ca_cert, *ca_key, *upstream_ca, *name;
 } config;
 
 typedef struct inflight {
@@ -77,11 +107,66 @@ typedef struct inflight {
         uint64_t deadline_ms;
 } inflight;
 
+/* A policy and the proxy environment that judges with it. Every DNS query
+ * and every proxied connection holds a reference while it uses one (a
+ * proxied connection keeps pointers into its policy for its whole life), so
+ * a reload swaps `current` at once for everything that starts afterwards,
+ * and the old policy is freed by its last user. */
+typedef struct snapshot {
+        pol_policy *policy;
+        pol_proxy_env env;
+        unsigned refs; /* under snap_lock */
+} snapshot;
+
 static config cfg = { .user = "nobody", .timeout_ms = 3000 };
-static pol_policy *policy;
+static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
+static snapshot *current;
+static int policy_fd = -EBADF; /* FILE, opened before the privilege drop */
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int tcp_clients;
-static volatile sig_atomic_t stop;
+static atomic_int proxy_clients;
+static pol_proxy_env proxy_env; /* everything but the policy */
+static volatile sig_atomic_t stop, reload;
+
+static snapshot *snap_get(void) {
+        pthread_mutex_lock(&snap_lock);
+        snapshot *s = current;
+        s->refs++;
+        pthread_mutex_unlock(&snap_lock);
+        return s;
+}
+
+static void snap_put(snapshot *s) {
+        if (!s)
+                return;
+        pthread_mutex_lock(&snap_lock);
+        bool last = --s->refs == 0;
+        pthread_mutex_unlock(&snap_lock);
+        if (last) {
+                pol_policy_free(s->policy);
+                free(s);
+        }
+}
+DEFINE_TRIVIAL_CLEANUP_FUNC(snapshot, snap_put);
+
+/* Makes p the policy of everything that starts from now on (takes p). */
+static int snap_install(pol_policy *p) {
+        snapshot *n = calloc(1, sizeof(*n)), *old;
+        if (!n) {
+                pol_policy_free(p);
+                return -ENOMEM;
+        }
+        n->policy = p;
+        n->env = proxy_env;
+        n->env.policy = p;
+        n->refs = 1; /* current's own */
+        pthread_mutex_lock(&snap_lock);
+        old = current;
+        current = n;
+        pthread_mutex_unlock(&snap_lock);
+        snap_put(old);
+        return 0;
+}
 
 /* ---- output: the JSON lines on stdout ----------------------------------- */
 
@@ -195,8 +280,9 @@ static void udp_query(int udp) {
         static uint8_t buf[POL_DNS_TCP_MAX + 1];
         inflight tmp = { .fd = -EBADF, .client_len = sizeof(tmp.client) };
         ssize_t n = recvfrom(udp, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&tmp.client, &tmp.client_len);
+        _cleanup_(snap_putp) snapshot *snap = snap_get();
         pol_dns_result res;
-        if (n < 0 || pol_dns_filter_query(policy, cfg.never, cfg.n_never, buf, (size_t)n, false, &res) < 0)
+        if (n < 0 || pol_dns_filter_query(snap->policy, cfg.never, cfg.n_never, buf, (size_t)n, false, &res) < 0)
                 return;
         emit_denial(&res);
         if (res.action == POL_DNS_FORWARD) {
@@ -236,7 +322,9 @@ static void udp_answer(int udp, inflight *s) {
                 slot_free(s);
                 return;
         }
-        if (pol_dns_filter_answer(policy, cfg.never, cfg.n_never, &s->q, buf, (size_t)n, &res) < 0)
+        /* Judged by the policy in force now, not the one of the query. */
+        _cleanup_(snap_putp) snapshot *snap = snap_get();
+        if (pol_dns_filter_answer(snap->policy, cfg.never, cfg.n_never, &s->q, buf, (size_t)n, &res) < 0)
                 return; /* -EBADMSG: a stray or a spoof; keep waiting */
         if (pin_then_release(&res) >= 0)
                 udp_reply(udp, s, &res);
@@ -304,7 +392,7 @@ static int write_msg(int fd, const uint8_t *msg, size_t len) {
 
 /* Sends a forwarded query to upstream over TCP and filters its answer;
  * SERVFAIL in *res when upstream fails. */
-static int tcp_resolve(pol_dns_result *res, uint8_t *buf) {
+static int tcp_resolve(const pol_policy *policy, pol_dns_result *res, uint8_t *buf) {
         pol_dns_query q = res->query;
         _cleanup_close_ int fd = socket(cfg.upstream.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         size_t len = 0;
@@ -330,10 +418,11 @@ static void *tcp_client(void *arg) {
         set_timeouts(fd, TCP_IDLE_MS);
         for (size_t len = 0; buf && read_msg(fd, buf, &len) > 0;) {
                 pol_dns_result res;
-                if (pol_dns_filter_query(policy, cfg.never, cfg.n_never, buf, len, true, &res) < 0)
+                _cleanup_(snap_putp) snapshot *snap = snap_get();
+                if (pol_dns_filter_query(snap->policy, cfg.never, cfg.n_never, buf, len, true, &res) < 0)
                         break;
                 emit_denial(&res);
-                int r = res.action == POL_DNS_FORWARD ? tcp_resolve(&res, buf) : 0;
+                int r = res.action == POL_DNS_FORWARD ? tcp_resolve(snap->policy, &res, buf) : 0;
                 if (r >= 0 && res.action == POL_DNS_REPLY)
                         r = write_msg(fd, res.packet, res.len);
                 bool drop = res.action == POL_DNS_DROP;
@@ -363,32 +452,146 @@ static void tcp_accept(int listener) {
         pthread_attr_destroy(&attr);
 }
 
+/* ---- the egress proxy (policy/proxy.c) --------------------------------- */
+
+static uint16_t endpoint_port(const struct sockaddr_storage *a) {
+        return ntohs(a->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
+                                              : ((const struct sockaddr_in *)a)->sin_port);
+}
+
+/* One line per refusal, beside the DNS denials. Never a header value: the
+ * event carries hosts, the rule and the proxy's own sentence only. */
+static void proxy_event(const pol_proxy_event *ev, void *userdata) {
+        if (ev->allow)
+                return;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "deny", ev->host ? ev->host : "");
+        cJSON_AddNumberToObject(o, "port", ev->port);
+        cJSON_AddStringToObject(o, "layer", "proxy");
+        cJSON_AddStringToObject(o, "reason", ev->reason ? ev->reason : "");
+        if (ev->verdict)
+                cJSON_AddStringToObject(o, "rule", ev->verdict->detail);
+        cJSON_AddStringToObject(o, "message", ev->message ? ev->message : "");
+        (void)emit(o); /* as for DNS: a lost event changes no verdict */
+}
+
+typedef struct proxy_conn {
+        int fd;
+        bool redirected;
+        struct sockaddr_storage orig;
+} proxy_conn;
+
+static void *proxy_client(void *arg) {
+        proxy_conn *pc = arg;
+        snapshot *snap = snap_get();
+        pol_proxy_serve(&snap->env, pc->fd, pc->redirected ? &pc->orig : NULL);
+        snap_put(snap);
+        free(pc);
+        atomic_fetch_sub(&proxy_clients, 1);
+        return NULL;
+}
+
+static bool sockaddr_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+        if (a->ss_family != b->ss_family)
+                return false;
+        if (a->ss_family == AF_INET6)
+                return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                              sizeof(struct in6_addr)) == 0 &&
+                       endpoint_port(a) == endpoint_port(b);
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr &&
+               endpoint_port(a) == endpoint_port(b);
+}
+
+/* The destination the client dialled before nftables redirected it to us
+ * (SO_ORIGINAL_DST reads conntrack's NAT record; IP6T_SO_ORIGINAL_DST has
+ * the same value). A client that dialled the proxy itself has no NAT record,
+ * or one naming our own address: then it is an explicit-proxy client. */
+static bool original_dst(int fd, struct sockaddr_storage *ret) {
+        struct sockaddr_storage local = {};
+        socklen_t len = sizeof(*ret), llen = sizeof(local);
+        int level = cfg.proxy_listen.ss_family == AF_INET6 ? SOL_IPV6 : SOL_IP;
+        memset(ret, 0, sizeof(*ret));
+        if (getsockopt(fd, level, SO_ORIGINAL_DST, ret, &len) < 0 ||
+            getsockname(fd, (struct sockaddr *)&local, &llen) < 0)
+                return false;
+        return !sockaddr_same(ret, &local);
+}
+
+/* Accepts one proxy connection into its own thread. Over the bound the
+ * client is answered at once and closed: a full proxy never queues. */
+static void proxy_accept(int listener) {
+        static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n"
+                                   "content-length: 0\r\n\r\n";
+        _cleanup_close_ int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+        pthread_t t;
+        pthread_attr_t attr;
+        if (fd < 0)
+                return;
+        if (atomic_fetch_add(&proxy_clients, 1) >= MAX_PROXY_CLIENTS) {
+                atomic_fetch_sub(&proxy_clients, 1);
+                (void)send(fd, busy, sizeof(busy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+                return;
+        }
+        proxy_conn *pc = calloc(1, sizeof(*pc));
+        if (!pc) {
+                atomic_fetch_sub(&proxy_clients, 1);
+                return;
+        }
+        pc->redirected = original_dst(fd, &pc->orig);
+        pc->fd = fd;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, proxy_client, pc) == 0)
+                TAKE_FD(fd);
+        else {
+                free(pc);
+                atomic_fetch_sub(&proxy_clients, 1);
+        }
+        pthread_attr_destroy(&attr);
+}
+
 /* ---- the loop ---------------------------------------------------------- */
 
-static int run(int udp, int tcp) {
-        struct pollfd pfd[2 + MAX_INFLIGHT];
-        inflight *owner[2 + MAX_INFLIGHT];
+static void reload_policy(void);
+
+/* proxy is -EBADF without --proxy: poll(2) ignores negative fds. The
+ * signals that steer the loop (SIGTERM, SIGINT, SIGHUP) are blocked except
+ * inside ppoll(), which unblocks them atomically with `waitmask`: a signal
+ * can neither be lost between the flag check and the wait nor land in a
+ * connection thread. */
+static int run(int udp, int tcp, int proxy, const sigset_t *waitmask) {
+        struct pollfd pfd[3 + MAX_INFLIGHT];
+        inflight *owner[3 + MAX_INFLIGHT];
         while (!stop) {
+                if (reload) {
+                        reload = 0;
+                        reload_policy();
+                }
                 uint64_t now = core_monotonic_ms(), next = now + 60000;
-                nfds_t n = 2;
+                nfds_t n = 3;
                 pfd[0] = (struct pollfd){ .fd = udp, .events = POLLIN };
                 pfd[1] = (struct pollfd){ .fd = tcp, .events = POLLIN };
+                pfd[2] = (struct pollfd){ .fd = proxy, .events = POLLIN };
                 for (size_t i = 0; i < MAX_INFLIGHT; i++)
                         if (slots[i].fd >= 0) {
                                 owner[n] = &slots[i];
                                 pfd[n++] = (struct pollfd){ .fd = slots[i].fd, .events = POLLIN };
                                 next = MIN(next, slots[i].deadline_ms);
                         }
-                int k = poll(pfd, n, next > now ? (int)(next - now) : 0);
+                uint64_t wait = next > now ? next - now : 0;
+                struct timespec ts = { .tv_sec = (time_t)(wait / 1000), .tv_nsec = (long)(wait % 1000) * 1000000 };
+                int k = ppoll(pfd, n, &ts, waitmask);
                 if (k < 0 && errno != EINTR)
                         return log_error_errno(negative_errno(), "poll: %m");
-                for (nfds_t i = 2; k > 0 && i < n; i++)
+                for (nfds_t i = 3; k > 0 && i < n; i++)
                         if (pfd[i].revents)
                                 udp_answer(udp, owner[i]);
                 if (k > 0 && pfd[0].revents)
                         udp_query(udp);
                 if (k > 0 && pfd[1].revents)
                         tcp_accept(tcp);
+                if (k > 0 && pfd[2].revents)
+                        proxy_accept(proxy);
                 udp_expire(udp, core_monotonic_ms());
         }
         return 0;
@@ -430,26 +633,73 @@ static int parse_endpoint(const char *s, struct sockaddr_storage *ret, socklen_t
         return 0;
 }
 
-static uint16_t endpoint_port(const struct sockaddr_storage *a) {
-        return ntohs(a->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
-                                              : ((const struct sockaddr_in *)a)->sin_port);
-}
-
-static int load_policy(const char *path) {
-        _cleanup_free_ char *text = NULL;
-        _cleanup_error_ sb_error *err = NULL;
+/* Reads and parses the policy through policy_fd, from its start: the same
+ * descriptor serves the first load (as root) and every reload (after the
+ * drop, when FILE itself may no longer be openable). On failure *ret_why
+ * is a static or err-owned sentence. */
+static int read_policy(pol_policy **ret, size_t *ret_len, sb_error **err, const char **ret_why) {
+        _cleanup_free_ char *text = malloc(POLICY_MAX_BYTES + 1);
         size_t len = 0;
-        int r = core_read_file(path, POLICY_MAX_BYTES, &text, &len);
-        if (r < 0)
-                return log_error_errno(r, "read policy %s: %m", path);
+        if (!text)
+                return *ret_why = "out of memory", -ENOMEM;
+        while (len <= POLICY_MAX_BYTES) {
+                ssize_t n = pread(policy_fd, text + len, POLICY_MAX_BYTES + 1 - len, (off_t)len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return *ret_why = "cannot read it", negative_errno();
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        if (len > POLICY_MAX_BYTES)
+                return *ret_why = "it is larger than 1 MiB", -EFBIG;
         cJSON *json = cJSON_ParseWithLength(text, len);
         if (!json)
-                return log_error_errno(-EINVAL, "policy %s is not JSON", path);
-        r = pol_policy_parse(json, &policy, &err);
+                return *ret_why = "it is not JSON", -EINVAL;
+        int r = pol_policy_parse(json, ret, err);
         cJSON_Delete(json);
         if (r < 0)
-                return log_error_errno(r, "policy %s: %s", path, err ? err->message : "invalid");
+                return *ret_why = *err ? (*err)->message : "invalid", r;
+        *ret_len = len;
         return 0;
+}
+
+/* The first load, as root: opens FILE for good (reloads read it again
+ * through the same descriptor). Returns the parsed policy in *ret. */
+static int load_policy(const char *path, pol_policy **ret) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *why = NULL;
+        size_t len;
+        policy_fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (policy_fd < 0)
+                return log_error_errno(negative_errno(), "read policy %s: %m", path);
+        int r = read_policy(ret, &len, &err, &why);
+        if (r < 0)
+                return log_error_errno(r, "policy %s: %s", path, why);
+        return 0;
+}
+
+/* SIGHUP: FILE was rewritten in place (same inode) by its owner; parse it
+ * again and make it the policy of every query and connection that starts
+ * from now on. A document that does not parse changes nothing (the policy
+ * in force stays; nothing is widened). Either way one line reports it:
+ *   {"reloaded":true,"bytes":N}  or  {"reloaded":false,"message":"..."} */
+static void reload_policy(void) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *why = NULL;
+        pol_policy *p = NULL;
+        size_t len = 0;
+        int r = read_policy(&p, &len, &err, &why);
+        if (r >= 0 && (r = snap_install(p)) < 0)
+                why = "out of memory";
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "reloaded", r >= 0);
+        if (r >= 0)
+                cJSON_AddNumberToObject(o, "bytes", (double)len);
+        else
+                cJSON_AddStringToObject(o, "message", why);
+        (void)emit(o);
 }
 
 /* Binds UDP, then TCP on the same port (the one the kernel chose for UDP
@@ -470,6 +720,38 @@ static int bind_sockets(int *ret_udp, int *ret_tcp) {
                 return log_error_errno(negative_errno(), "bind TCP port %u: %m", endpoint_port(&cfg.listen));
         *ret_udp = TAKE_FD(udp);
         *ret_tcp = TAKE_FD(tcp);
+        return 0;
+}
+
+/* The proxy's listener and everything it needs that only root can read
+ * (the CA key is mode 0600) or that must not be read after the drop (the
+ * system roots): done before drop_privileges(). */
+static int setup_proxy(int *ret_fd) {
+        _cleanup_error_ sb_error *err = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        int r, one = 1;
+        if (!cfg.proxy)
+                return 0;
+        if (cfg.ca_cert && (r = pol_proxy_ca_load(cfg.ca_cert, cfg.ca_key, &proxy_env.ca, &err)) < 0)
+                return log_error_errno(r, "load CA %s: %s", cfg.ca_cert, err ? err->message : "failed");
+        if ((r = pol_proxy_upstream_ctx_new(cfg.upstream_ca, &proxy_env.upstream_tls, &err)) < 0)
+                return log_error_errno(r, "upstream TLS: %s", err ? err->message : "failed");
+        proxy_env = (pol_proxy_env){
+                .never = cfg.never, .n_never = cfg.n_never,
+                .resolver = cfg.upstream, .resolver_len = cfg.upstream_len,
+                .upstream_tls = proxy_env.upstream_tls, .ca = proxy_env.ca,
+                .policy_name = cfg.name ? cfg.name : "sandbox", .io_timeout_ms = cfg.timeout_ms,
+                .event = proxy_event,
+        };
+        fd = socket(cfg.proxy_listen.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return log_error_errno(negative_errno(), "proxy socket: %m");
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        socklen_t len = cfg.proxy_listen_len;
+        if (bind(fd, (struct sockaddr *)&cfg.proxy_listen, cfg.proxy_listen_len) < 0 || listen(fd, 128) < 0 ||
+            getsockname(fd, (struct sockaddr *)&cfg.proxy_listen, &len) < 0)
+                return log_error_errno(negative_errno(), "bind proxy port %u: %m", endpoint_port(&cfg.proxy_listen));
+        *ret_fd = TAKE_FD(fd);
         return 0;
 }
 
@@ -501,12 +783,17 @@ static int drop_privileges(const char *user) {
 }
 
 static void on_signal(int sig) {
-        stop = 1;
+        if (sig == SIGHUP)
+                reload = 1;
+        else
+                stop = 1;
 }
 
 static void usage(FILE *f) {
         fputs("usage: sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE\n"
-              "                    [--never CIDR]... [--user NAME] [--timeout-ms N]\n",
+              "                    [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]\n"
+              "                    [--proxy ADDR:PORT [--ca-cert FILE --ca-key FILE]\n"
+              "                     [--upstream-ca FILE] [--name NAME]]\n",
               f);
 }
 
@@ -516,6 +803,9 @@ static int parse_args(int argc, char **argv) {
                 { "policy", required_argument, NULL, 'p' },  { "never", required_argument, NULL, 'n' },
                 { "user", required_argument, NULL, 'U' },    { "timeout-ms", required_argument, NULL, 't' },
                 { "ack", no_argument, NULL, 'a' },           { "help", no_argument, NULL, 'h' },
+                { "proxy", required_argument, NULL, 'P' },   { "ca-cert", required_argument, NULL, 'C' },
+                { "ca-key", required_argument, NULL, 'K' },  { "upstream-ca", required_argument, NULL, 'A' },
+                { "name", required_argument, NULL, 'N' },
                 {},
         };
         bool have_listen = false, have_upstream = false;
@@ -548,6 +838,23 @@ static int parse_args(int argc, char **argv) {
                 case 'a':
                         cfg.ack = true;
                         break;
+                case 'P':
+                        if (parse_endpoint(optarg, &cfg.proxy_listen, &cfg.proxy_listen_len) < 0)
+                                return log_error_errno(-EINVAL, "--proxy %s: expected ADDR:PORT", optarg);
+                        cfg.proxy = true;
+                        break;
+                case 'C':
+                        cfg.ca_cert = optarg;
+                        break;
+                case 'K':
+                        cfg.ca_key = optarg;
+                        break;
+                case 'A':
+                        cfg.upstream_ca = optarg;
+                        break;
+                case 'N':
+                        cfg.name = optarg;
+                        break;
                 case 't':
                         cfg.timeout_ms = atoi(optarg);
                         if (cfg.timeout_ms < 100 || cfg.timeout_ms > 60000)
@@ -562,27 +869,39 @@ static int parse_args(int argc, char **argv) {
         }
         if (!have_listen || !have_upstream || !cfg.policy_path || optind != argc)
                 return usage(stderr), -EINVAL;
+        if (!cfg.ca_cert != !cfg.ca_key)
+                return log_error_errno(-EINVAL, "--ca-cert and --ca-key go together");
+        if ((cfg.ca_cert || cfg.upstream_ca) && !cfg.proxy)
+                return log_error_errno(-EINVAL, "--ca-cert and --upstream-ca need --proxy");
         return 0;
 }
 
+/* "1.2.3.4:53" or "[::1]:53" into buf (at least INET6_ADDRSTRLEN + 10). */
+static char *format_endpoint(const struct sockaddr_storage *ss, char *buf, size_t size) {
+        char a[INET6_ADDRSTRLEN];
+        const void *addr = ss->ss_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+                                                     : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+        inet_ntop(ss->ss_family, addr, a, sizeof(a));
+        snprintf(buf, size, ss->ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", a, endpoint_port(ss));
+        return buf;
+}
+
 static int emit_ready(void) {
-        char a[INET6_ADDRSTRLEN], ep[INET6_ADDRSTRLEN + 10];
-        const void *addr = cfg.listen.ss_family == AF_INET6
-                                   ? (const void *)&((struct sockaddr_in6 *)&cfg.listen)->sin6_addr
-                                   : (const void *)&((struct sockaddr_in *)&cfg.listen)->sin_addr;
-        inet_ntop(cfg.listen.ss_family, addr, a, sizeof(a));
-        snprintf(ep, sizeof(ep), cfg.listen.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", a,
-                 endpoint_port(&cfg.listen));
+        char ep[INET6_ADDRSTRLEN + 10];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddBoolToObject(o, "ready", true);
-        cJSON_AddStringToObject(o, "listen", ep);
+        cJSON_AddStringToObject(o, "listen", format_endpoint(&cfg.listen, ep, sizeof(ep)));
+        if (cfg.proxy)
+                cJSON_AddStringToObject(o, "proxy", format_endpoint(&cfg.proxy_listen, ep, sizeof(ep)));
         cJSON_AddNumberToObject(o, "uid", getuid());
         return emit(o);
 }
 
 int main(int argc, char **argv) {
-        _cleanup_close_ int udp = -EBADF, tcp = -EBADF;
+        _cleanup_close_ int udp = -EBADF, tcp = -EBADF, proxy = -EBADF;
         struct sigaction sa = { .sa_handler = on_signal };
+        sigset_t steer, waitmask;
+        pol_policy *policy = NULL;
         log_set_ident("sandbox-netd");
         if (parse_args(argc, argv) < 0)
                 return 2;
@@ -590,16 +909,32 @@ int main(int argc, char **argv) {
                 slots[i].fd = -EBADF;
         /* Root-only steps first: the policy file may be readable by root
          * only, and a low port needs CAP_NET_BIND_SERVICE. */
-        if (load_policy(cfg.policy_path) < 0 || bind_sockets(&udp, &tcp) < 0 || drop_privileges(cfg.user) < 0)
+        if (load_policy(cfg.policy_path, &policy) < 0 || bind_sockets(&udp, &tcp) < 0 ||
+            setup_proxy(&proxy) < 0 || snap_install(policy) < 0 || drop_privileges(cfg.user) < 0)
                 return 1;
         signal(SIGPIPE, SIG_IGN); /* a reader gone: emit() reports -EIO */
+        /* Blocked before any thread exists, so threads inherit the mask
+         * and only the loop's ppoll() takes these signals. */
+        sigemptyset(&steer);
+        sigaddset(&steer, SIGTERM);
+        sigaddset(&steer, SIGINT);
+        sigaddset(&steer, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &steer, &waitmask);
+        sigdelset(&waitmask, SIGTERM);
+        sigdelset(&waitmask, SIGINT);
+        sigdelset(&waitmask, SIGHUP);
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
         if (emit_ready() < 0)
                 return 1;
-        int r = run(udp, tcp);
-        /* Only the loop accepts, so with no TCP thread left none can start. */
-        if (atomic_load(&tcp_clients) == 0)
-                pol_policy_free(policy);
+        int r = run(udp, tcp, proxy, &waitmask);
+        /* Only the loop accepts, so with no thread left none can start. */
+        if (atomic_load(&tcp_clients) == 0 && atomic_load(&proxy_clients) == 0) {
+                snap_put(current);
+                closep(&policy_fd);
+                pol_proxy_ca_free(proxy_env.ca);
+                SSL_CTX_free(proxy_env.upstream_tls);
+        }
         return r < 0 ? 1 : 0;
 }

@@ -4,7 +4,10 @@
 host's side wherever the host has something to check (binaries hashed,
 sysctls re-read, cgroup trees walked, listeners asked who connected).
 
-    python3 tests/escape/run.py [-v] [SUBSTRING...]
+    python3 tests/escape/run.py [-v] [--userns] [SUBSTRING...]
+
+--userns runs every probe in a sandbox with a user namespace (sandbox root
+is then an unprivileged host id); every case must hold both ways.
 
 The probes are tests/escape/probe.c, copied into the sandbox and compiled
 there with the host's cc (the sandbox has the host's /usr read-only). One
@@ -288,10 +291,11 @@ def discover(filters):
     return [(n, fn) for _l, n, fn in sorted(tests) if not filters or any(f in n for f in filters)]
 
 
-def prepare(world):
+def prepare(world, userns=False):
     """One sandbox for every probe, with the probe built inside it."""
     name = world.name("escape")
-    code, out, err = world.ctl("create", "--deny-all", "--name", name, timeout=180)
+    extra = ["--userns"] if userns else []
+    code, out, err = world.ctl("create", "--deny-all", "--name", name, *extra, timeout=180)
     if code != 0:
         raise W.WorldError("create: exit %d: %s" % (code, (err or out).strip()))
     code, out, err = world.ctl("cp", PROBE_SRC, "%s:/workspace/probe.c" % name)
@@ -318,7 +322,7 @@ def main(argv):
     try:
         world.open()
         world.start_sandboxd()
-        ctx = prepare(world)
+        ctx = prepare(world, "--userns" in argv)
     except Exception as e:
         print("FAIL setup: %s" % e)
         world.close()

@@ -315,21 +315,27 @@ def test_rule6_accepted_answer_is_pinned_with_the_ttl_floor(world):
 
 # ---------------------------------------------------------------- rule 7
 
-def test_rule7_a_policy_with_http_rules_is_refused_until_the_proxy_lands(world):
-    doc = {"allow": {"api.public.test": [{"transform": [{"headers": {"x-key": "v"}}]}]}}
-    name = world.name("r7")
-    r = world.rpc("sandbox.create", {"name": name, "networkPolicy": doc})
-    expect("error" in r, "create with HTTP rules:", r)
-    data = r["error"].get("data", {})
-    expect_eq((data.get("reason"), data.get("field")), ("invalid_policy", "networkPolicy.allow"), "error data")
-    expect("api.public.test" in r["error"]["message"], "the error names the domain:", r["error"]["message"])
-    _sb, code, _e = get(world, name)
-    expect_eq(code, 4, "nothing was created")
-    pol = _policy_file(world, {"allow": ["api.public.test"]})
-    with sandbox(world, "r7u", "--policy", pol) as sname:
-        r = world.rpc("sandbox.update", {"name": sname, "networkPolicy": doc})
-        expect(r.get("error", {}).get("data", {}).get("reason") == "invalid_policy", "update with HTTP rules:", r)
-        expect_eq(dns(world, sname, "api.public.test")["addrs"], [W.PUB_API_ADDR], "the old policy still applies")
+def test_rule7_first_matching_rule_applies_methods_ored_matchers_anded_no_match_unmodified(world):
+    doc = {"allow": {"api.public.test": [
+        {"match": {"method": ["POST", "PUT"], "path": {"startsWith": "/w"}},
+         "transform": [{"headers": {"X-Rule": "0"}}]},
+        {"match": {"path": {"startsWith": "/w"}}, "transform": [{"headers": {"X-Rule": "1"}}]},
+        {"match": {"headers": [{"key": {"exact": "x-a"}, "value": {"exact": "1"}}],
+                   "queryString": [{"key": {"exact": "q"}}]},
+         "transform": [{"headers": {"X-Rule": "2"}}]},
+    ]}}
+    pol = _policy_file(world, doc)
+    with sandbox(world, "r7", "--policy", pol) as name:
+        n = len(world.web_log("api"))
+        for req in ("-X PUT https://api.public.test/w1", "https://api.public.test/w2",
+                    "-H 'x-a: 1' 'https://api.public.test/z3?q=1'", "'https://api.public.test/z4?q=1'",
+                    "-H 'x-a: 1' https://api.public.test/z5"):
+            code, _o, err = sh(world, name, "curl -sS -m 10 -o /dev/null " + req)
+            expect_eq(code, 0, "curl %s (%s)" % (req, err.strip()[:200]))
+        seen = [(e["path"], [v for k, v in e["headers"] if k.lower() == "x-rule"])
+                for e in world.web_log("api")[n:]]
+        expect_eq(seen, [("/w1", ["0"]), ("/w2", ["1"]), ("/z3?q=1", ["2"]), ("/z4?q=1", []), ("/z5", [])],
+                  "the rule each request met")
 
 
 # ---------------------------------------------------------------- rule 8

@@ -125,3 +125,104 @@ def test_snapshots_survive_a_daemon_restart(world):
         delete(world, restored)
         world.rpc("snapshot.delete", {"id": snap})
     expect_eq(_layers(world), [], "layers left")
+
+
+def _snapshot_get(world, sid):
+    """snapshot.get: (result or None, error reason or None)."""
+    r = world.rpc("snapshot.get", {"id": sid})
+    if "result" in r:
+        return r["result"], None
+    return None, ((r.get("error") or {}).get("data") or {}).get("reason")
+
+
+def test_expired_snapshot_is_deleted_by_the_daemon(world):
+    src, _c, _o, _e = create(world, "exps", "--deny-all")
+    try:
+        sh_ok(world, src, "echo kept > /workspace/f")
+        code, out, err = world.ctl("--json", "snapshot", src, "--expire", "1500")
+        expect_eq(code, 0, "snapshot --expire 1500 (%s)" % err.strip())
+        snap = json.loads(out)
+        expect(snap.get("expiresAt") and snap["expiresAt"] > snap["createdAt"] and snap["expired"] is False,
+               "expiresAt after createdAt, not expired yet:", snap)
+        code, out, _e = world.ctl("snapshots")
+        expect(snap["id"] in out and snap["expiresAt"] in out, "sandboxctl snapshots shows the expiry:", out)
+        # Polled, with a deadline far above the 1.5 s it is given.
+        poll(lambda: _snapshot_get(world, snap["id"])[1] == "not_found", 20,
+             "the expired snapshot to be deleted")
+        expect(not os.path.exists(os.path.join(world.daemon.state_dir, "snapshots", snap["id"] + ".json")),
+               "the snapshot's record is gone")
+        expect_eq(sh(world, src, "cat /workspace/f")[1], "kept\n", "the source sandbox is untouched")
+        # One without an expiration stays.
+        code, out, _e = world.ctl("--json", "snapshot", src)
+        plain = json.loads(out)
+        expect_eq(plain.get("expiresAt", "absent"), None, "expiresAt of a snapshot without --expire")
+        world.ctl("snapshots", "rm", plain["id"], check=True)
+    finally:
+        delete(world, src)
+    leaks.check(world, src)
+
+
+def test_expired_snapshot_a_sandbox_stands_on_waits_for_it(world):
+    src, _c, _o, _e = create(world, "expw", "--deny-all")
+    child = None
+    try:
+        sh_ok(world, src, "echo from-snapshot > /workspace/f")
+        snap = json.loads(world.ctl("--json", "snapshot", src, "--expire", "1500", check=True)[1])
+        child, _c, _o, _e = create(world, "expc", "--deny-all", "--snapshot", snap["id"])
+        poll(lambda: (_snapshot_get(world, snap["id"])[0] or {}).get("expired") is True, 20,
+             "snapshot.get to report the snapshot expired while a sandbox stands on it")
+        expect_eq(sh(world, child, "cat /workspace/f")[1], "from-snapshot\n", "the sandbox on it keeps its files")
+        code, _o, err = world.ctl("create", "--name", world.name("expn"), "--deny-all", "--snapshot", snap["id"])
+        expect(code == 4 and "expired" in err, "creating from an expired snapshot is refused:", code, err.strip())
+        delete(world, child)
+        poll(lambda: _snapshot_get(world, snap["id"])[1] == "not_found", 20,
+             "the snapshot to go once no sandbox stands on it")
+        leaks.check(world, child)
+        child = None
+    finally:
+        if child:
+            delete(world, child)
+        delete(world, src)
+    leaks.check(world, src)
+
+
+def test_snapshot_expiration_is_validated(world):
+    src, _c, _o, _e = create(world, "expv", "--deny-all")
+    try:
+        for bad in (-1, 366 * 24 * 3600 * 1000, "1h", 1.5):
+            r = world.rpc("sandbox.snapshot", {"name": src, "expiration": bad})
+            err = r.get("error") or {}
+            expect(err.get("code") == -32602 and (err.get("data") or {}).get("field") == "expiration",
+                   "expiration=%r is refused naming the field:" % (bad,), r)
+        code, _o, err = world.ctl("snapshot", src, "--expire", "soon")
+        expect_eq(code, 2, "sandboxctl snapshot --expire soon is a usage error (%s)" % err.strip())
+        code, out, _e = world.ctl("--json", "snapshot", src, "--expire", "1h")
+        snap = json.loads(out)
+        expect(snap.get("expiresAt"), "a 1h snapshot has expiresAt:", snap)
+        world.ctl("snapshots", "rm", snap["id"], check=True)
+    finally:
+        delete(world, src)
+
+
+def test_snapshot_that_expired_while_the_daemon_was_down_is_deleted_at_start(world):
+    import time
+    src, _c, _o, _e = create(world, "expd", "--deny-all")
+    try:
+        snap = json.loads(world.ctl("--json", "snapshot", src, "--expire", "1500", check=True)[1])
+    finally:
+        delete(world, src)
+    d = world.daemon
+    d.stop()
+    record = os.path.join(d.state_dir, "snapshots", snap["id"] + ".json")
+    expect(os.path.exists(record), "the record is still there while the daemon is down")
+    # Wait (polled) until the wall clock is past expiresAt, the daemon still down.
+    deadline = time.monotonic() + 20
+    while time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1)) < snap["expiresAt"][:19]:
+        expect(time.monotonic() < deadline, "the clock to pass expiresAt")
+        time.sleep(0.1)
+    d.start()
+    poll(lambda: _snapshot_get(world, snap["id"])[1] == "not_found", 10,
+         "the snapshot that expired during the downtime to be deleted at start")
+    expect(not os.path.exists(record), "its record is gone")
+    # Its layers go on a worker thread after the record.
+    poll(lambda: _layers(world) == [], 10, "the expired snapshot's layers to be removed")

@@ -68,6 +68,21 @@ PUB_NET = "5.5.5.0/24"
 PUB_API_ADDR = "5.5.5.10"     # api.public.test
 PUB_OTHER_ADDR = "5.5.5.11"   # other.public.test, a.b.public.test
 PRIVATE_ANSWER_ADDR = "10.0.0.1"  # private.public.test (a DNS answer only: no host has it)
+# The egress proxy's upstreams (tests/integration/test_proxy.py), all with
+# certificates of the world CA (World.ca_cert), which sandboxd trusts as its
+# extra upstream CA and no sandbox trusts unless a test gives it the file:
+#   api.public.test, allowed.test   PUB_API_ADDR: HTTPS (443) and HTTP (80)
+#                                    echo servers that log each request
+#   forward.public.test             PUB_FORWARD_ADDR: HTTPS echo, its own log
+#   attacker.test                   PUB_ATTACKER_ADDR: TCP 80 and 443 that
+#                                    log every connection (must see none)
+#   git.public.test                 PUB_GIT_ADDR: the bare repository over
+#                                    HTTPS (git's dumb protocol), logged
+PUB_FORWARD_ADDR = "5.5.5.12"
+PUB_ATTACKER_ADDR = "5.5.5.13"
+PUB_GIT_ADDR = "5.5.5.14"
+WORLD_TLS_NAMES = ("api.public.test", "allowed.test", "blocked.test", "forward.public.test",
+                   "attacker.test", "git.public.test")
 
 
 class WorldError(Exception):
@@ -307,6 +322,10 @@ class Daemon:
                 SANDBOXD, "--socket", self.socket, "--state-dir", self.state_dir,
                 "--run-dir", self.run_dir]
         config = self.config
+        if getattr(self.world, "ca_cert", None) and "proxyUpstreamCA" not in (config or {}):
+            # The egress proxy verifies the world's HTTPS servers against
+            # the world CA (never with verification off).
+            config = dict(config or {}, proxyUpstreamCA=self.world.ca_cert)
         if "SANDBOX_INIT" in os.environ:
             # A sandboxd outside build/ (installed, or the ASan build) is told
             # which sandbox-init to run.
@@ -469,6 +488,8 @@ class World:
             self._start_dns()
             self._make_git()
             self._start_http()
+            self._make_world_ca()
+            self._start_web()
             self.inet_listener = self.start_listener("net", HTTP_ADDR, LISTEN_PORT)
             self.host_listener = self.start_listener("host", HOST_ADDR, LISTEN_PORT)
             self.pub_api_listener = self.start_listener("net", PUB_API_ADDR, LISTEN_PORT)
@@ -491,7 +512,7 @@ class World:
         _run(["ip", "-n", H, "addr", "add", HOST_ADDR + "/24", "dev", "wan0"])
         for a in (INET_ADDR, GIT_ADDR, HTTP_ADDR, DNS_ADDR, SPARE_ADDR):
             _run(["ip", "-n", N, "addr", "add", a + "/24", "dev", "inet0"])
-        for a in (PUB_API_ADDR, PUB_OTHER_ADDR):
+        for a in (PUB_API_ADDR, PUB_OTHER_ADDR, PUB_FORWARD_ADDR, PUB_ATTACKER_ADDR, PUB_GIT_ADDR):
             _run(["ip", "-n", N, "addr", "add", a + "/24", "dev", "inet0"])
         _run(["ip", "-n", H, "link", "set", "wan0", "up"])
         _run(["ip", "-n", N, "link", "set", "inet0", "up"])
@@ -556,6 +577,11 @@ class World:
             "--host-record=mixed.public.test,127.0.0.1",
             "--host-record=a.b.public.test," + PUB_OTHER_ADDR,
             "--host-record=public.test," + PUB_API_ADDR,
+            # The egress proxy's upstreams (test_proxy.py).
+            "--address=/allowed.test/" + PUB_API_ADDR,
+            "--address=/forward.public.test/" + PUB_FORWARD_ADDR,
+            "--address=/attacker.test/" + PUB_ATTACKER_ADDR,
+            "--address=/git.public.test/" + PUB_GIT_ADDR,
         ])
         self.wait_until(lambda: GIT_ADDR in self.run_in_host(
             ["getent", "ahostsv4", "git.test"], check=False).stdout, 10, "dnsmasq answers")
@@ -578,6 +604,61 @@ class World:
         open(self.http_log, "w").close()
         self._spawn("http", "net", [sys.executable, SERVERS, "http", HTTP_ADDR, "80",
                                     self.http_dir, self.http_log], ready=True)
+
+    def _make_world_ca(self):
+        """The world's CA and one server certificate for every name in
+        WORLD_TLS_NAMES (EC P-256, made with the openssl CLI)."""
+        d = os.path.join(self.tmp, "pki")
+        os.mkdir(d)
+        self.ca_cert, ca_key = os.path.join(d, "world-ca.crt"), os.path.join(d, "world-ca.key")
+        self.server_cert, self.server_key = os.path.join(d, "server.crt"), os.path.join(d, "server.key")
+        csr, ext = os.path.join(d, "server.csr"), os.path.join(d, "server.ext")
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        _run(["openssl", "req", "-x509", "-days", "2", *ec, "-keyout", ca_key, "-out", self.ca_cert,
+              "-subj", "/CN=sandboxd test world CA", "-addext", "basicConstraints=critical,CA:TRUE",
+              "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        _run(["openssl", "req", "-new", *ec, "-keyout", self.server_key, "-out", csr,
+              "-subj", "/CN=" + WORLD_TLS_NAMES[0]])
+        with open(ext, "w") as f:
+            f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n"
+                    % ",".join("DNS:" + n for n in WORLD_TLS_NAMES))
+        _run(["openssl", "x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", ca_key,
+              "-CAcreateserial", "-days", "2", "-extfile", ext, "-out", self.server_cert])
+        os.chmod(self.server_key, 0o644)  # read by the servers only, in this world's tmp
+
+    def _start_web(self):
+        """The HTTPS world of the egress proxy: echo servers, the forward
+        server, the attacker's listeners and git over HTTPS, in one process."""
+        subprocess.run(["git", "-C", self.git_repo, "update-server-info"], check=True, capture_output=True)
+        self.web_logs = {k: os.path.join(self.tmp, "web-%s.log" % k)
+                         for k in ("api", "forward", "attacker", "git")}
+        for path in self.web_logs.values():
+            open(path, "w").close()
+        tls = {"cert": self.server_cert, "key": self.server_key}
+        specs = [
+            dict(kind="echo", addr=PUB_API_ADDR, port=443, log=self.web_logs["api"], **tls),
+            dict(kind="echo", addr=PUB_API_ADDR, port=80, log=self.web_logs["api"]),
+            dict(kind="echo", addr=PUB_FORWARD_ADDR, port=443, log=self.web_logs["forward"], **tls),
+            dict(kind="tcp", addr=PUB_ATTACKER_ADDR, port=80, log=self.web_logs["attacker"]),
+            dict(kind="tcp", addr=PUB_ATTACKER_ADDR, port=443, log=self.web_logs["attacker"]),
+            dict(kind="static", addr=PUB_GIT_ADDR, port=443, log=self.web_logs["git"], dir=self.git_dir, **tls),
+        ]
+        cfg = os.path.join(self.tmp, "web.json")
+        with open(cfg, "w") as f:
+            json.dump(specs, f)
+        self._spawn("web", "net", [sys.executable, SERVERS, "web", cfg], ready=True)
+
+    def web_log(self, which):
+        """Lines logged so far by a web server of the world ("api",
+        "forward", "git": JSON objects {method, path, headers}; "attacker":
+        text lines, one per connection)."""
+        with open(self.web_logs[which]) as f:
+            lines = [l for l in f.read().splitlines() if l.strip()]
+        return lines if which == "attacker" else [json.loads(l) for l in lines]
+
+    @property
+    def git_https_url(self):
+        return "https://git.public.test/sandboxd.git"
 
     def start_listener(self, ns, addr, port):
         """A TCP accept/echo listener in `ns` ("host" or "net"); returns a

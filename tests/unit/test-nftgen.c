@@ -7,6 +7,7 @@
  * "listener" namespace. Nothing leaves this machine. Needs root. */
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/netfilter_ipv4.h>
 #include <poll.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -143,12 +144,18 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
          * of the host. */
         assert_int_equal(count(out, "\"sbx3\" : jump i_sbx3"), 1);
         if (count(out, "chain i_sbx3 {\n\t\tip daddr 10.201.0.6 udp dport 53 accept\n"
-                       "\t\tip daddr 10.201.0.6 tcp dport 53 accept\n\t\tgoto deny\n\t}") != 1)
-                fail_msg("input chain not as expected:\n%s", out);
+                       "\t\tip daddr 10.201.0.6 tcp dport 53 accept\n"
+                       "\t\tip daddr 10.201.0.6 tcp dport 3128 accept\n\t\tgoto deny\n\t}") != 1)
+                fail_msg("input chain not as expected:\n%s", out + (strlen(out) > 3000 ? strlen(out) - 3000 : 0));
+        /* HTTP and HTTPS of the session go to the egress proxy on its own
+         * gateway: one element in the host's `proxied` set. */
+        if (count(out, "set proxied {\n\t\ttype ifname\n\t\telements = { \"sbx3\" }") != 1)
+                fail_msg("proxied set not as expected:\n%s", out);
         static const char *const rules[] = {
                 "ct state established,related accept\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
                 "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
-                "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n\t\tip daddr @s_sbx3_allow4 accept\n"
+                "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n\t\tudp dport 443 goto deny\n"
+                "\t\tip daddr @s_sbx3_allow4 accept\n"
                 "\t\tip daddr @s_sbx3_dns4 accept\n\t\tgoto deny\n\t}",
         };
         if (count(out, rules[0]) != 1)
@@ -576,8 +583,77 @@ static void test_deny_beats_allow_in_real_connects_and_denials_fail_at_once(void
         assert_int_equal(ask(0, 't', "192.168.77.1", 8080).r, 0);
 }
 
+/* The connection the proxy listener holds next: its original destination
+ * (SO_ORIGINAL_DST), as sandbox-netd reads it, or "" when none waits. */
+static void accept_original_dst(int lfd, char *buf, size_t size) {
+        struct sockaddr_in o;
+        socklen_t l = sizeof(o);
+        char a[INET_ADDRSTRLEN];
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        buf[0] = 0;
+        if (fd < 0)
+                return;
+        if (getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &o, &l) == 0)
+                snprintf(buf, size, "%s:%u", inet_ntop(AF_INET, &o.sin_addr, a, sizeof(a)), ntohs(o.sin_port));
+        close(fd);
+}
+
+/* A custom policy's TCP 80/443 lands on the proxy port of its own gateway
+ * (with the destination it asked for recoverable), whatever address it
+ * dialled; QUIC is refused at once; allow-all is never redirected; and the
+ * redirect comes back with the session after the table is re-installed. */
+static void test_custom_session_http_goes_to_the_proxy_on_its_gateway(void **state) {
+        core_net_pool p = test_pool();
+        sb_error *err = NULL;
+        char orig[64];
+        const char *gw = "10.201.0.6";
+        build_topology();
+        host_fds[2] = bound_socket(SOCK_STREAM, 3128);
+        assert_int_equal(listen(host_fds[2], 16), 0);
+
+        apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"10.1.1.0/24\"]}}");
+        expect_reachable('t', "10.1.1.1", 80);
+        accept_original_dst(host_fds[2], orig, sizeof(orig));
+        assert_string_equal(orig, "10.1.1.1:80");
+        expect_reachable('t', "10.1.1.1", 443);
+        accept_original_dst(host_fds[2], orig, sizeof(orig));
+        assert_string_equal(orig, "10.1.1.1:443");
+        /* The proxy as HTTP(S)_PROXY, addressed directly. */
+        expect_reachable('t', gw, 3128);
+        accept_original_dst(host_fds[2], orig, sizeof(orig));
+        assert_string_equal(orig, "10.201.0.6:3128");
+        /* Other ports keep the forward chain's verdicts. */
+        expect_reachable('t', "10.1.1.1", 8080);
+        expect_udp_prohibited("10.1.1.1", 443);
+
+        /* allow-all: nothing is redirected; the listener namespace has no
+         * service on 80, and the proxy port on the gateway is shut. */
+        apply("\"allow-all\"");
+        expect_refused("10.1.1.1", 80);
+        expect_refused(gw, 3128);
+
+        /* Re-installed after `nft flush ruleset`: the nat chain and the
+         * set come back with the table, the element with the session. */
+        apply("{\"allow\":[\"example.com\"]}");
+        free(run("nft flush ruleset"));
+        assert_int_equal(core_net_host_ensure(&p, &err), 1);
+        assert_null(err);
+        apply("{\"allow\":[\"example.com\"]}");
+        expect_reachable('t', "10.1.1.1", 80);
+        accept_original_dst(host_fds[2], orig, sizeof(orig));
+        assert_string_equal(orig, "10.1.1.1:80");
+
+        assert_int_equal(pol_nft_session_remove(IF, &err), 0);
+        char *out = run("nft list set inet sandboxd proxied");
+        assert_int_equal(count(out, "sbx3"), 0);
+        free(out);
+        expect_refused("10.1.1.1", 80);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_custom_session_http_goes_to_the_proxy_on_its_gateway, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_apply_replace_and_remove_leave_exactly_the_expected_objects,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_overlapping_and_adjacent_prefixes_become_disjoint_ranges,

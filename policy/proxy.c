@@ -1,0 +1,861 @@
+/* The front of the egress proxy (DESIGN §5.1 rules 3 and 7, §5.2): one
+ * decision per accepted connection of sandbox-netd.
+ *
+ * It owns classification of the first bytes (TLS record or HTTP request
+ * head), the CONNECT handshake, the TLS server name (peeked, never consumed,
+ * parsed by OpenSSL), the agreement of every host the client named (CONNECT
+ * target, SNI, Host, absolute URI), the policy verdict, the proxy's own DNS
+ * resolution and dialling of the judged addresses, and the splice(2) tunnel
+ * for TLS to domains without rules. Requests of plain HTTP and TLS that must
+ * be terminated are handed to policy/http.c.
+ *
+ * Threat: the client is the untrusted sandbox. It picks what it sends and
+ * where it connected, so nothing it says is used to reach an address: the
+ * proxy resolves the name itself and dials only addresses that passed the
+ * policy (the one exception, a ClientHello without SNI sent to an address
+ * the policy admits as an address, dials that address, which was judged).
+ * Every wait is bounded; refusals never wait for a timeout. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/param.h>
+#include <sys/socket.h>
+#include <ldns/ldns.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/tls1.h>
+#include "libcore/macro.h"
+#include "libcore/util.h"
+#include "policy/proxy.h"
+#include "policy/tls-internal.h"
+
+#define TLS_HEADER 5
+#define TLS_RECORD_MAX 16384                 /* RFC 8446 §5.1: 2^14 bytes of plaintext */
+#define HEAD_MAX (64 * 1024)                 /* same bound as pol_http_parse_head() */
+#define TUNNEL_PIPE (256 * 1024)             /* within the unprivileged pipe-max-size (1 MiB) */
+#define TUNNEL_IDLE_MS (5 * 60 * 1000)       /* long polls and idle keep-alives live this long */
+#define LINGER_MS 1000                       /* reading what a refused client still sends */
+#define LINGER_MAX (256 * 1024)
+#define MAX_RESOLVED 256                     /* addresses judged from one answer */
+
+/* TLS alert record: fatal (2), access_denied (49), RFC 8446 §6. Written raw:
+ * the connection is refused before any handshake state exists. */
+static const uint8_t alert_access_denied[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31 };
+
+typedef enum first_bytes {
+        FIRST_TLS,
+        FIRST_HTTP,
+} first_bytes;
+
+/* One connection's state while the decision is made. */
+typedef struct conn {
+        const pol_proxy_env *env;
+        pol_stream client;
+        const struct sockaddr_storage *orig; /* NULL: explicit proxy */
+        uint64_t deadline;                   /* of the current wait for the client, monotonic ms */
+        bool have_expect;
+        pol_host expect;                     /* the CONNECT target every later host must equal */
+        uint16_t port;                       /* upstream port; 0 until known */
+        bool judged;
+        pol_proxy_target t;                  /* judged at CONNECT time */
+} conn;
+
+/* ---- socket helpers -------------------------------------------------------- */
+
+static void set_timeouts(int fd, int ms) {
+        (void)pol_proxy_set_timeouts(fd, ms);
+}
+
+/* Small writes (TLS handshake records, request heads) must not wait for
+ * Nagle's algorithm and the peer's delayed ACK (up to 40 ms each). */
+static void set_nodelay(int fd) {
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int set_nonblock(int fd, bool on) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK) < 0)
+                return negative_errno();
+        return 0;
+}
+
+static int remaining_ms(uint64_t deadline) {
+        uint64_t now = core_monotonic_ms();
+        return now >= deadline ? 0 : (int)(deadline - now);
+}
+
+/* Waits until at least `want` bytes are queued on fd, the peer closed, or the
+ * deadline passed, then peeks up to `size` bytes into buf without consuming
+ * any. SO_RCVLOWAT makes poll() wait for `want` bytes: a plain poll() would
+ * report the bytes already peeked as readable again and spin. Returns the
+ * bytes peeked (fewer than `want` when the peer closed), -ETIMEDOUT, or a
+ * negative errno. */
+static ssize_t peek_wait(int fd, uint8_t *buf, size_t size, size_t want, uint64_t deadline) {
+        int lowat = (int)want, one = 1;
+        bool last = false;
+        ssize_t r, prev = -1;
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
+        for (;;) {
+                r = recv(fd, buf, size, MSG_PEEK | MSG_DONTWAIT);
+                if (r < 0 && errno != EAGAIN && errno != EINTR) {
+                        r = negative_errno();
+                        break;
+                }
+                if (r == 0 || r >= (ssize_t)want || (last && r > 0))
+                        break;
+                int ms = remaining_ms(deadline);
+                if (ms == 0) {
+                        r = -ETIMEDOUT;
+                        break;
+                }
+                /* A kernel that capped SO_RCVLOWAT would wake us with nothing
+                 * new: pace the loop instead of spinning. */
+                ssize_t have = r > 0 ? r : 0;
+                if (have == prev)
+                        (void)poll(NULL, 0, MIN(ms, 5));
+                prev = have;
+                struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+                if (poll(&p, 1, ms) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                        last = true;
+        }
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one));
+        return r;
+}
+
+/* Ends a refused connection: shuts our side, then reads and drops what the
+ * client still sends for a moment. Closing a socket with unread bytes makes
+ * the kernel send a RST, which can destroy the 403 or the alert before the
+ * client reads it. Bounded in time and bytes. */
+static void linger_close(int fd) {
+        uint8_t junk[4096];
+        uint64_t end = core_monotonic_ms() + LINGER_MS;
+        (void)shutdown(fd, SHUT_WR);
+        for (size_t total = 0; total < LINGER_MAX;) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                if (poll(&p, 1, remaining_ms(end)) <= 0)
+                        break;
+                ssize_t n = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+                        break;
+                total += n > 0 ? (size_t)n : 0;
+        }
+}
+
+static uint16_t sockaddr_port(const struct sockaddr_storage *a) {
+        return ntohs(a->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)a)->sin6_port
+                                              : ((const struct sockaddr_in *)a)->sin_port);
+}
+
+static int sockaddr_to_addr(const struct sockaddr_storage *a, pol_addr *ret) {
+        memset(ret, 0, sizeof(*ret));
+        ret->family = a->ss_family;
+        if (a->ss_family == AF_INET)
+                memcpy(ret->bytes, &((const struct sockaddr_in *)a)->sin_addr, 4);
+        else if (a->ss_family == AF_INET6)
+                memcpy(ret->bytes, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+        else
+                return -EAFNOSUPPORT;
+        return 0;
+}
+
+/* ---- events and refusals ---------------------------------------------------- */
+
+static void report(const conn *c, const char *host, uint16_t port, const char *reason, const pol_verdict *v,
+                   const char *fmt, ...) _printf_(6, 7);
+static void report(const conn *c, const char *host, uint16_t port, const char *reason, const pol_verdict *v,
+                   const char *fmt, ...) {
+        char msg[512];
+        va_list ap;
+        if (!c->env->event)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        pol_proxy_event ev = { .allow = false, .host = host ?: "", .port = port, .reason = reason,
+                               .verdict = v, .message = msg };
+        c->env->event(&ev, c->env->event_userdata);
+}
+
+/* A verdict for refusals the policy text did not decide (the hosts a client
+ * named disagree, or one does not parse): shown in the 403 and the event. */
+static pol_verdict host_verdict(const char *detail) {
+        pol_verdict v = { .allow = false, .layer = POL_LAYER_INVALID_HOST, .rule = -1 };
+        snprintf(v.detail, sizeof(v.detail), "%s", detail);
+        return v;
+}
+
+/* Refuses a TLS connection: the ClientHello is still queued (peeked), so it
+ * is dropped first, then the alert goes out and the socket lingers. */
+static void refuse_tls(conn *c, const char *host, const char *reason, const pol_verdict *v, const char *why) {
+        uint8_t junk[4096];
+        ssize_t n;
+        for (size_t total = 0; total < LINGER_MAX && (n = recv(c->client.fd, junk, sizeof(junk), MSG_DONTWAIT)) > 0;)
+                total += (size_t)n;
+        (void)send(c->client.fd, alert_access_denied, sizeof(alert_access_denied), MSG_NOSIGNAL | MSG_DONTWAIT);
+        report(c, host, c->port, reason, v, "TLS connection to %s:%u refused: %s", host, c->port, why);
+        linger_close(c->client.fd);
+}
+
+static void refuse_http(conn *c, const char *host, const char *reason, const pol_verdict *v, const char *why) {
+        (void)pol_http_write_403(&c->client, c->env->policy_name, host, v, why);
+        report(c, host, c->port, reason, v, "HTTP request to %s:%u refused: %s", host, c->port, why);
+        linger_close(c->client.fd);
+}
+
+static void bad_request(conn *c, const char *host, const char *why) {
+        (void)pol_http_write_error(&c->client, 400, why);
+        report(c, host, c->port, "bad-request", NULL, "malformed request refused: %s", why);
+        linger_close(c->client.fd);
+}
+
+/* ---- hosts ---------------------------------------------------------------------- */
+
+static bool same_host(const pol_host *a, const pol_host *b) {
+        if (a->is_addr != b->is_addr)
+                return false;
+        if (a->is_addr)
+                return a->addr.family == b->addr.family && memcmp(a->addr.bytes, b->addr.bytes, 16) == 0;
+        return streq(a->name, b->name);
+}
+
+/* The host as text for pages and events: its normalised form. */
+static const char *host_text(const pol_host *h, char *buf, size_t size) {
+        if (h->is_addr)
+                return pol_addr_format(&h->addr, buf, size);
+        snprintf(buf, size, "%s", h->name);
+        return buf;
+}
+
+/* Judges host h on `port` and fills c->t: names by pol_check_name(), then
+ * our own resolution (pol_proxy_resolve); addresses by pol_check_address().
+ * 0 allowed, -EACCES denied (c->t.verdict says why), other negative errno
+ * when the name could not be resolved. */
+static int judge(conn *c, const pol_host *h, uint16_t port) {
+        const pol_proxy_env *env = c->env;
+        pol_proxy_target *t = &c->t;
+        memset(t, 0, sizeof(*t));
+        t->port = port;
+        if (h->is_addr) {
+                t->is_addr = true;
+                pol_addr_format(&h->addr, t->host, sizeof(t->host));
+                if (!pol_check_address(env->policy, &h->addr, env->never, env->n_never, &t->verdict))
+                        return -EACCES;
+                t->addrs[0] = h->addr;
+                t->n_addrs = 1;
+                return 0;
+        }
+        snprintf(t->host, sizeof(t->host), "%s", h->name);
+        /* The name first: a denied name is refused without a DNS round trip. */
+        if (!pol_check_name(env->policy, h->name, port, &t->verdict))
+                return -EACCES;
+        int r = pol_proxy_resolve(env, h->name, port, t);
+        if (r < 0)
+                return r;
+        t->domain = pol_policy_find_domain(env->policy, h->name, port);
+        return 0;
+}
+
+/* ---- DNS --------------------------------------------------------------------------- */
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(ldns_resolver, ldns_resolver_deep_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ldns_rdf, ldns_rdf_deep_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ldns_pkt, ldns_pkt_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(ldns_rr_list, ldns_rr_list_deep_free);
+
+/* A resolver that asks env->resolver only, once, within io_timeout_ms. */
+static int make_resolver(const pol_proxy_env *env, ldns_resolver **ret) {
+        _cleanup_(ldns_resolver_deep_freep) ldns_resolver *res = ldns_resolver_new();
+        uint16_t port = 0;
+        _cleanup_(ldns_rdf_deep_freep) ldns_rdf *ns =
+                ldns_sockaddr_storage2rdf((struct sockaddr_storage *)&env->resolver, &port);
+        if (!res || !ns)
+                return -ENOMEM;
+        if (ldns_resolver_push_nameserver(res, ns) != LDNS_STATUS_OK)
+                return -EINVAL;
+        int ms = env->io_timeout_ms > 0 ? env->io_timeout_ms : 3000;
+        ldns_resolver_set_port(res, port);
+        ldns_resolver_set_recursive(res, true);
+        ldns_resolver_set_retry(res, 1);
+        ldns_resolver_set_timeout(res, (struct timeval){ .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 });
+        ldns_resolver_set_defnames(res, false);
+        ldns_resolver_set_dnsrch(res, false);
+        *ret = TAKE_PTR(res);
+        return 0;
+}
+
+int pol_proxy_resolve(const pol_proxy_env *env, const char *name, uint16_t port, pol_proxy_target *t) {
+        _cleanup_(ldns_resolver_deep_freep) ldns_resolver *res = NULL;
+        _cleanup_(ldns_pkt_freep) ldns_pkt *pkt = NULL;
+        _cleanup_(ldns_rr_list_deep_freep) ldns_rr_list *a = NULL;
+        _cleanup_(ldns_rdf_deep_freep) ldns_rdf *dn = ldns_dname_new_frm_str(name);
+        pol_addr addrs[MAX_RESOLVED];
+        size_t n = 0;
+        int r = make_resolver(env, &res);
+        if (r < 0)
+                return r;
+        if (!dn)
+                return -EINVAL;
+        ldns_status s = ldns_resolver_query_status(&pkt, res, dn, LDNS_RR_TYPE_A, LDNS_RR_CLASS_IN, LDNS_RD);
+        if (s != LDNS_STATUS_OK || !pkt)
+                return s == LDNS_STATUS_NETWORK_ERR ? -ETIMEDOUT : -EIO;
+        if (ldns_pkt_get_rcode(pkt) == LDNS_RCODE_NXDOMAIN)
+                return -ENOENT;
+        if (ldns_pkt_get_rcode(pkt) != LDNS_RCODE_NOERROR)
+                return -EIO;
+        a = ldns_pkt_rr_list_by_type(pkt, LDNS_RR_TYPE_A, LDNS_SECTION_ANSWER);
+        for (size_t i = 0; a && i < ldns_rr_list_rr_count(a); i++) {
+                const ldns_rdf *rd = ldns_rr_rdf(ldns_rr_list_rr(a, i), 0);
+                if (!rd || ldns_rdf_size(rd) != 4)
+                        continue;
+                /* Rule 6 judges the whole answer, so an answer too big to
+                 * judge is a failure, never a partial judgement. */
+                if (n == MAX_RESOLVED)
+                        return -EIO;
+                addrs[n] = (pol_addr){ .family = AF_INET };
+                memcpy(addrs[n++].bytes, ldns_rdf_data(rd), 4);
+        }
+        if (n == 0)
+                return -ENOENT;
+        if (!pol_check_resolved(env->policy, name, port, addrs, n, env->never, env->n_never, &t->verdict))
+                return -EACCES;
+        t->n_addrs = MIN(n, (size_t)POL_PROXY_MAX_ADDRS);
+        memcpy(t->addrs, addrs, t->n_addrs * sizeof(pol_addr));
+        return 0;
+}
+
+/* ---- TLS ClientHello --------------------------------------------------------------- */
+
+typedef struct hello {
+        bool seen;   /* OpenSSL parsed a whole ClientHello */
+        bool bad;    /* its server_name extension is malformed */
+        bool has_sni;
+        char sni[256];
+} hello;
+
+/* The host_name entry of a server_name extension body (RFC 6066 §3:
+ * ServerNameList = uint16 length, then entries of uint8 type, uint16 length,
+ * bytes). OpenSSL hands over the raw body in the client-hello callback. */
+static void read_server_name(const unsigned char *p, size_t len, hello *h) {
+        if (len < 2 || (size_t)(p[0] << 8 | p[1]) != len - 2) {
+                h->bad = true;
+                return;
+        }
+        for (size_t i = 2; i + 3 <= len;) {
+                size_t l = (size_t)(p[i + 1] << 8 | p[i + 2]);
+                if (i + 3 + l > len) {
+                        h->bad = true;
+                        return;
+                }
+                if (p[i] == TLSEXT_NAMETYPE_host_name) {
+                        if (l == 0 || l >= sizeof(h->sni) || memchr(p + i + 3, '\0', l)) {
+                                h->bad = true;
+                                return;
+                        }
+                        memcpy(h->sni, p + i + 3, l);
+                        h->sni[l] = '\0';
+                        h->has_sni = true;
+                        return;
+                }
+                i += 3 + l;
+        }
+}
+
+/* Reads the SNI, then aborts the handshake: this SSL object only parses. */
+static int hello_cb(SSL *s, int *al, void *arg) {
+        hello *h = SSL_get_app_data(s);
+        const unsigned char *p = NULL;
+        size_t len = 0;
+        h->seen = true;
+        if (SSL_client_hello_get0_ext(s, TLSEXT_TYPE_server_name, &p, &len) == 1)
+                read_server_name(p, len, h);
+        *al = SSL_AD_ACCESS_DENIED;
+        return SSL_CLIENT_HELLO_ERROR;
+}
+
+static SSL_CTX *hello_ctx;
+static pthread_once_t hello_once = PTHREAD_ONCE_INIT;
+
+static void hello_ctx_init(void) {
+        hello_ctx = SSL_CTX_new(TLS_server_method());
+        if (hello_ctx)
+                SSL_CTX_set_client_hello_cb(hello_ctx, hello_cb, NULL);
+}
+
+/* Lets OpenSSL parse one ClientHello record (a copy of the peeked bytes, on
+ * a memory BIO; anything it would answer goes to a memory BIO too). */
+static int parse_hello(const uint8_t *rec, size_t n, hello *h) {
+        pthread_once(&hello_once, hello_ctx_init);
+        if (!hello_ctx)
+                return -ENOMEM;
+        SSL *ssl = SSL_new(hello_ctx);
+        BIO *rb = BIO_new_mem_buf(rec, (int)n), *wb = BIO_new(BIO_s_mem());
+        if (!ssl || !rb || !wb) {
+                SSL_free(ssl);
+                BIO_free(rb);
+                BIO_free(wb);
+                return -ENOMEM;
+        }
+        SSL_set_bio(ssl, rb, wb);
+        SSL_set_app_data(ssl, h);
+        SSL_set_accept_state(ssl);
+        (void)SSL_do_handshake(ssl); /* fails by design: hello_cb aborts */
+        SSL_free(ssl);
+        ERR_clear_error(); /* the queue is per thread; leave it clean */
+        return h->seen && !h->bad ? 0 : -EBADMSG;
+}
+
+/* Peeks the first TLS record (the ClientHello) whole, without consuming it,
+ * and parses its SNI. Only the 5-byte record header is read by hand, for the
+ * length. -EBADMSG when it is not a single-record ClientHello. */
+static int peek_hello(conn *c, hello *h) {
+        _cleanup_free_ uint8_t *buf = malloc(TLS_HEADER + TLS_RECORD_MAX);
+        if (!buf)
+                return -ENOMEM;
+        ssize_t n = peek_wait(c->client.fd, buf, TLS_HEADER, TLS_HEADER, c->deadline);
+        if (n < 0)
+                return (int)n;
+        if (n < TLS_HEADER || buf[0] != 0x16)
+                return -EBADMSG;
+        size_t len = (size_t)(buf[3] << 8 | buf[4]);
+        if (len == 0 || len > TLS_RECORD_MAX)
+                return -EBADMSG;
+        n = peek_wait(c->client.fd, buf, TLS_HEADER + len, TLS_HEADER + len, c->deadline);
+        if (n < 0)
+                return (int)n;
+        if ((size_t)n < TLS_HEADER + len)
+                return -EBADMSG;
+        return parse_hello(buf, TLS_HEADER + len, h);
+}
+
+/* ---- upstream ------------------------------------------------------------------------- */
+
+static int dial_one(const pol_addr *a, uint16_t port, int timeout_ms) {
+        struct sockaddr_storage ss = {};
+        socklen_t len;
+        if (a->family == AF_INET) {
+                struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+                s4->sin_family = AF_INET;
+                s4->sin_port = htons(port);
+                memcpy(&s4->sin_addr, a->bytes, 4);
+                len = sizeof(*s4);
+        } else {
+                struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+                s6->sin6_family = AF_INET6;
+                s6->sin6_port = htons(port);
+                memcpy(&s6->sin6_addr, a->bytes, 16);
+                len = sizeof(*s6);
+        }
+        _cleanup_close_ int fd = socket(a->family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return negative_errno();
+        if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
+                if (errno != EINPROGRESS)
+                        return negative_errno();
+                struct pollfd p = { .fd = fd, .events = POLLOUT };
+                int k = poll(&p, 1, timeout_ms), err = 0;
+                socklen_t el = sizeof(err);
+                if (k == 0)
+                        return -ETIMEDOUT;
+                if (k < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+                        return negative_errno();
+                if (err)
+                        return -err;
+        }
+        int r = set_nonblock(fd, false);
+        if (r < 0)
+                return r;
+        set_timeouts(fd, timeout_ms);
+        set_nodelay(fd);
+        return TAKE_FD(fd);
+}
+
+int pol_proxy_dial(const pol_proxy_target *t, int timeout_ms) {
+        int r = -EHOSTUNREACH;
+        for (size_t i = 0; i < t->n_addrs; i++) {
+                r = dial_one(&t->addrs[i], t->port, timeout_ms);
+                if (r >= 0)
+                        return r;
+        }
+        return r;
+}
+
+static int dial(const pol_proxy_env *env, const pol_proxy_target *t) {
+        return pol_proxy_dial(t, env->io_timeout_ms);
+}
+
+/* ---- the tunnel ------------------------------------------------------------------------- */
+
+typedef struct half {
+        int from, to;
+        int pipe[2];
+        size_t queued; /* bytes in the pipe */
+        bool eof, shut;
+} half;
+
+/* Moves what it can from `from` into the pipe and from the pipe to `to`,
+ * without blocking; passes EOF on as shutdown(SHUT_WR) once the pipe is
+ * empty, so each direction closes on its own (half-close). */
+static int pump(half *h, bool *progress) {
+        if (!h->eof && h->queued < TUNNEL_PIPE) {
+                ssize_t n = splice(h->from, NULL, h->pipe[1], NULL, TUNNEL_PIPE - h->queued,
+                                   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+                if (n > 0)
+                        h->queued += (size_t)n, *progress = true;
+                else if (n == 0)
+                        h->eof = true, *progress = true;
+                else if (errno != EAGAIN && errno != EINTR)
+                        return negative_errno();
+        }
+        while (h->queued > 0) {
+                ssize_t n = splice(h->pipe[0], NULL, h->to, NULL, h->queued, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+                if (n > 0) {
+                        h->queued -= (size_t)n, *progress = true;
+                        continue;
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        break;
+                return n < 0 ? negative_errno() : -EPIPE;
+        }
+        if (h->eof && h->queued == 0 && !h->shut) {
+                (void)shutdown(h->to, SHUT_WR);
+                h->shut = true;
+        }
+        return 0;
+}
+
+static short want(const half *in, const half *out) {
+        return (short)((!in->eof && in->queued < TUNNEL_PIPE ? POLLIN : 0) | (out->queued > 0 ? POLLOUT : 0));
+}
+
+/* Splices a and b both ways until both directions ended, one failed, or
+ * nothing moved for TUNNEL_IDLE_MS. */
+static int tunnel(int a, int b) {
+        half h[2] = { { .from = a, .to = b, .pipe = { -EBADF, -EBADF } },
+                      { .from = b, .to = a, .pipe = { -EBADF, -EBADF } } };
+        int r = 0;
+        for (size_t i = 0; i < 2 && r >= 0; i++) {
+                if (pipe2(h[i].pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                        r = negative_errno();
+                else
+                        (void)fcntl(h[i].pipe[1], F_SETPIPE_SZ, TUNNEL_PIPE);
+        }
+        if (r >= 0 && ((r = set_nonblock(a, true)) < 0 || (r = set_nonblock(b, true)) < 0))
+                goto out;
+        while (r >= 0 && !(h[0].shut && h[1].shut)) {
+                struct pollfd p[2] = { { .fd = a, .events = want(&h[0], &h[1]) },
+                                       { .fd = b, .events = want(&h[1], &h[0]) } };
+                int k = poll(p, 2, TUNNEL_IDLE_MS);
+                if (k == 0)
+                        r = -ETIMEDOUT;
+                if (k < 0 && errno != EINTR)
+                        r = negative_errno();
+                if (k <= 0)
+                        continue;
+                bool progress = false;
+                for (size_t i = 0; i < 2 && r >= 0; i++)
+                        r = pump(&h[i], &progress);
+                /* A hung-up or failed socket that cannot move data any more
+                 * would wake poll() forever. */
+                if (r >= 0 && !progress && ((p[0].revents | p[1].revents) & (POLLERR | POLLHUP | POLLNVAL)))
+                        r = -ECONNRESET;
+        }
+out:
+        for (size_t i = 0; i < 2; i++) {
+                closep(&h[i].pipe[0]);
+                closep(&h[i].pipe[1]);
+        }
+        return r;
+}
+
+/* ---- TLS connections ------------------------------------------------------------------------ */
+
+/* Connects to c->t and splices; an unreachable upstream becomes an event. */
+static void splice_to_target(conn *c) {
+        _cleanup_close_ int up = dial(c->env, &c->t);
+        if (up < 0) {
+                report(c, c->t.host, c->port, "upstream-unreachable", &c->t.verdict,
+                       "cannot connect to %s:%u: %s", c->t.host, c->port, strerror(-up));
+                return;
+        }
+        (void)tunnel(c->client.fd, up);
+}
+
+/* A ClientHello without SNI: refused unless the original destination is
+ * itself admitted as an address (a subnets.allow CIDR), or the CONNECT
+ * target was an address (clients send no SNI for IP literals). */
+static void serve_tls_without_sni(conn *c) {
+        char text[INET6_ADDRSTRLEN];
+        pol_addr a;
+        if (c->have_expect && c->expect.is_addr)
+                return splice_to_target(c);
+        if (!c->have_expect && c->orig && sockaddr_to_addr(c->orig, &a) >= 0) {
+                pol_host h = { .is_addr = true, .addr = a };
+                if (judge(c, &h, c->port) >= 0)
+                        return splice_to_target(c);
+                pol_addr_format(&a, text, sizeof(text));
+                return refuse_tls(c, text, "missing-sni", &c->t.verdict,
+                                  "no server name (SNI) was sent and the address is not allowed");
+        }
+        pol_verdict v = host_verdict("TLS without a server name (SNI)");
+        refuse_tls(c, c->have_expect ? c->t.host : "", "missing-sni", &v, "no server name (SNI) was sent");
+}
+
+static void serve_tls(conn *c) {
+        hello h = {};
+        pol_host sni;
+        const char *why = NULL;
+        int r = peek_hello(c, &h);
+        if (r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOMEM)
+                return;
+        if (r < 0) {
+                pol_verdict v = host_verdict("malformed TLS ClientHello");
+                return refuse_tls(c, c->have_expect ? c->t.host : "", "bad-request", &v,
+                                  "the first TLS record is not a whole ClientHello");
+        }
+        if (!h.has_sni)
+                return serve_tls_without_sni(c);
+        if (pol_host_parse(h.sni, &sni, &why) < 0) {
+                pol_verdict v = host_verdict(why);
+                return refuse_tls(c, h.sni, "not-allowed", &v, "the server name (SNI) is not a valid host");
+        }
+        char text[POL_NAME_MAX + 1];
+        host_text(&sni, text, sizeof(text));
+        if (c->have_expect && !same_host(&c->expect, &sni)) {
+                pol_verdict v = host_verdict("SNI differs from the CONNECT target");
+                return refuse_tls(c, text, "sni-mismatch", &v, "the server name (SNI) differs from the CONNECT target");
+        }
+        if (!c->judged && (r = judge(c, &sni, c->port)) < 0) {
+                if (r == -EACCES)
+                        return refuse_tls(c, text, "not-allowed", &c->t.verdict, "the network policy does not allow it");
+                report(c, text, c->port, "upstream-unreachable", NULL, "cannot resolve %s: %s", text, strerror(-r));
+                return;
+        }
+        if (c->t.domain && c->t.domain->n_rules > 0) {
+                if (!c->env->ca)
+                        return refuse_tls(c, text, "not-allowed", &c->t.verdict,
+                                          "the host has rules but this proxy has no CA to apply them");
+                (void)pol_tls_terminate(c->env, c->client.fd, &c->t);
+                return;
+        }
+        splice_to_target(c);
+}
+
+/* ---- HTTP ------------------------------------------------------------------------------------ */
+
+typedef struct head {
+        uint8_t *buf; /* HEAD_MAX bytes; the head is consumed from the socket */
+        size_t len;
+        char method[32];
+        char *target;
+        char *host;
+} head;
+
+static void head_done(head *h) {
+        free(h->buf);
+        free(h->target);
+        free(h->host);
+}
+
+/* Peeks until a whole request head is queued, then consumes exactly the head,
+ * so whatever follows (a tunnelled ClientHello after CONNECT, a body) stays
+ * in the socket. 0, -EBADMSG / -E2BIG (answer 400), or another negative
+ * errno (the client went away or timed out: nothing to answer). */
+static int read_head(conn *c, head *h) {
+        size_t need = 1;
+        int r;
+        if (!(h->buf = malloc(HEAD_MAX)))
+                return -ENOMEM;
+        for (;;) {
+                ssize_t n = peek_wait(c->client.fd, h->buf, HEAD_MAX, need, c->deadline);
+                if (n < 0)
+                        return (int)n;
+                if ((size_t)n < need)
+                        return -ECONNRESET;
+                r = pol_http_parse_head(h->buf, (size_t)n, h->method, &h->target, &h->host, &h->len);
+                if (r != -EAGAIN)
+                        break;
+                if ((size_t)n >= HEAD_MAX)
+                        return -E2BIG;
+                need = (size_t)n + 1;
+        }
+        if (r < 0)
+                return r;
+        if (recv(c->client.fd, h->buf, h->len, MSG_WAITALL) != (ssize_t)h->len)
+                return -EIO;
+        return 0;
+}
+
+/* The authority of an absolute-form target "http://host[:port]/..." (RFC
+ * 9112 §3.2.2) into buf. -EPROTONOSUPPORT for other schemes (https goes
+ * through CONNECT), -EINVAL when malformed or carrying userinfo. */
+static int absolute_authority(const char *target, char *buf, size_t size) {
+        static const char http[] = "http://";
+        if (strncasecmp(target, http, strlen(http)) != 0)
+                return strstr(target, "://") ? -EPROTONOSUPPORT : -ENOENT;
+        const char *a = target + strlen(http);
+        size_t n = strcspn(a, "/?#");
+        if (n == 0 || n >= size || memchr(a, '@', n))
+                return -EINVAL;
+        memcpy(buf, a, n);
+        buf[n] = '\0';
+        return 0;
+}
+
+/* The one host of a plain request: the absolute URI's and the Host
+ * header's, which must agree, and with the CONNECT target when inside one.
+ * On refusal answers the client and returns a negative errno. */
+static int request_host(conn *c, const head *h, pol_host *ret) {
+        char auth[POL_NAME_MAX + 16];
+        pol_host uri = {}, hh = {};
+        const char *why = NULL;
+        int r = absolute_authority(h->target, auth, sizeof(auth));
+        bool have_uri = r >= 0;
+        if (r < 0 && r != -ENOENT)
+                return bad_request(c, "", "only http:// absolute URIs are proxied; use CONNECT for https"), r;
+        if (have_uri && pol_host_parse(auth, &uri, &why) < 0)
+                return bad_request(c, auth, "the request URI names no valid host"), -EINVAL;
+        if (h->host && pol_host_parse(h->host, &hh, &why) < 0)
+                return bad_request(c, "", "the Host header names no valid host"), -EINVAL;
+        if (!have_uri && !h->host)
+                return -ENOENT;
+        char text[POL_NAME_MAX + 1];
+        *ret = have_uri ? uri : hh;
+        host_text(ret, text, sizeof(text));
+        if (have_uri && h->host && !same_host(&uri, &hh)) {
+                pol_verdict v = host_verdict("Host header differs from the request URI");
+                return refuse_http(c, text, "host-mismatch", &v, "the Host header differs from the request URI"), -EACCES;
+        }
+        if (c->have_expect && !same_host(&c->expect, ret)) {
+                pol_verdict v = host_verdict("Host differs from the CONNECT target");
+                return refuse_http(c, text, "host-mismatch", &v, "the Host header differs from the CONNECT target"), -EACCES;
+        }
+        return 0;
+}
+
+/* A request without any host: only a transparent connection whose original
+ * destination the policy admits as an address may go on, to that address. */
+static int hostless_target(conn *c, pol_host *ret) {
+        pol_addr a;
+        if (!c->orig || c->have_expect || sockaddr_to_addr(c->orig, &a) < 0)
+                return bad_request(c, "", "the request names no host (no Host header)"), -EINVAL;
+        *ret = (pol_host){ .is_addr = true, .addr = a };
+        return 0;
+}
+
+static void serve_request(conn *c, head *h) {
+        pol_host host;
+        char text[POL_NAME_MAX + 1];
+        int r = request_host(c, h, &host);
+        if (r == -ENOENT)
+                r = hostless_target(c, &host);
+        if (r < 0)
+                return;
+        host_text(&host, text, sizeof(text));
+        if (c->port == 0)
+                c->port = host.port ?: 80;
+        if (!c->judged && (r = judge(c, &host, c->port)) < 0) {
+                if (r == -EACCES)
+                        return refuse_http(c, text, "not-allowed", &c->t.verdict, "the network policy does not allow it");
+                (void)pol_http_write_error(&c->client, 502, "the proxy could not resolve the host");
+                report(c, text, c->port, "upstream-unreachable", NULL, "cannot resolve %s: %s", text, strerror(-r));
+                return;
+        }
+        /* Always through the HTTP layer, rules or not: later requests on a
+         * keep-alive connection are Host-checked there. */
+        (void)pol_http_serve(c->env, &c->client, &c->t, false, h->buf, h->len);
+}
+
+static int classify(conn *c, first_bytes *ret) {
+        uint8_t b;
+        ssize_t n = peek_wait(c->client.fd, &b, 1, 1, c->deadline);
+        if (n <= 0)
+                return n < 0 ? (int)n : -ECONNRESET;
+        *ret = b == 0x16 ? FIRST_TLS : FIRST_HTTP;
+        return 0;
+}
+
+/* CONNECT host:port: judged before the tunnel is granted, then the first
+ * bytes inside the tunnel name the host again and must agree. */
+static void serve_connect(conn *c, head *h) {
+        static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+        const char *why = NULL;
+        char text[POL_NAME_MAX + 1];
+        pol_host hh;
+        first_bytes k = FIRST_HTTP;
+        if (pol_host_parse(h->target, &c->expect, &why) < 0 || c->expect.port == 0)
+                return bad_request(c, "", "CONNECT needs host:port");
+        host_text(&c->expect, text, sizeof(text));
+        c->port = c->expect.port;
+        if (h->host && (pol_host_parse(h->host, &hh, &why) < 0 || !same_host(&c->expect, &hh))) {
+                pol_verdict v = host_verdict("Host header differs from the CONNECT target");
+                return refuse_http(c, text, "host-mismatch", &v, "the Host header differs from the CONNECT target");
+        }
+        int r = judge(c, &c->expect, c->port);
+        if (r == -EACCES)
+                return refuse_http(c, text, "not-allowed", &c->t.verdict, "the network policy does not allow it");
+        if (r < 0) {
+                (void)pol_http_write_error(&c->client, 502, "the proxy could not resolve the host");
+                return report(c, text, c->port, "upstream-unreachable", NULL, "cannot resolve %s: %s", text,
+                              strerror(-r));
+        }
+        c->have_expect = c->judged = true;
+        if (send(c->client.fd, ok, strlen(ok), MSG_NOSIGNAL) != (ssize_t)strlen(ok))
+                return;
+        c->deadline = core_monotonic_ms() + (uint64_t)c->env->io_timeout_ms;
+        if (classify(c, &k) < 0)
+                return;
+        if (k == FIRST_TLS)
+                return serve_tls(c);
+        head inner = {};
+        r = read_head(c, &inner);
+        if (r == -EBADMSG || r == -E2BIG)
+                bad_request(c, text, "malformed request head");
+        else if (r >= 0 && streq(inner.method, "CONNECT"))
+                bad_request(c, text, "CONNECT inside CONNECT");
+        else if (r >= 0)
+                serve_request(c, &inner);
+        head_done(&inner);
+}
+
+static void serve_http(conn *c) {
+        head h = {};
+        int r = read_head(c, &h);
+        if (r == -EBADMSG || r == -E2BIG)
+                bad_request(c, "", "malformed request head");
+        else if (r >= 0 && streq(h.method, "CONNECT") && !c->orig)
+                serve_connect(c, &h);
+        else if (r >= 0 && streq(h.method, "CONNECT"))
+                bad_request(c, "", "CONNECT is for clients that address the proxy");
+        else if (r >= 0)
+                serve_request(c, &h);
+        head_done(&h);
+}
+
+void pol_proxy_serve(const pol_proxy_env *env, int client_fd, const struct sockaddr_storage *orig) {
+        conn c = { .env = env, .client = { .fd = client_fd }, .orig = orig,
+                   .deadline = core_monotonic_ms() + (uint64_t)env->io_timeout_ms };
+        first_bytes k = FIRST_HTTP;
+        set_timeouts(client_fd, env->io_timeout_ms);
+        set_nodelay(client_fd);
+        /* Transparent: the port the client dialled is the upstream port. */
+        if (orig)
+                c.port = sockaddr_port(orig);
+        if (classify(&c, &k) >= 0) {
+                if (k == FIRST_HTTP)
+                        serve_http(&c);
+                else if (orig)
+                        serve_tls(&c);
+                else {
+                        pol_verdict v = host_verdict("TLS sent to the proxy without CONNECT");
+                        refuse_tls(&c, "", "bad-request", &v, "TLS must go through CONNECT");
+                }
+        }
+        closep(&client_fd);
+}

@@ -1,0 +1,310 @@
+"""User-namespace sandboxes (DESIGN §4, docs/SECURITY.md §3.9): sandbox ids
+0..65535 map to a host range of their own, files keep sandbox ids on disk,
+and what sandbox root may do is judged against host ids it does not hold."""
+import json
+import os
+import subprocess
+import tempfile
+
+import leaks
+import world as W
+from common import create, delete, expect, expect_eq, get, sh, sh_ok
+
+POOL_START = 100000000  # daemon.json default usernsBase
+RANGE = 65536
+
+
+def _init_pid(world, name):
+    """The host pid of NAME's sandbox-init: a child of the daemon running
+    from the sealed memfd whose UTS hostname is the sandbox's name."""
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                st = f.read()
+            if int(st[st.rindex(")") + 2:].split()[1]) != world.daemon.pid:
+                continue
+            if "sandbox-init" not in os.readlink("/proc/%s/exe" % p):
+                continue
+            with open("/proc/%s/root/etc/hostname" % p) as f:
+                if f.read().strip() == name:
+                    return int(p)
+        except (OSError, ValueError):
+            continue
+    raise AssertionError("no sandbox-init found for %s" % name)
+
+
+def _range(world, name):
+    sb, code, err = get(world, name)
+    expect(sb is not None, "get %s: exit" % name, code, err)
+    expect_eq(sb.get("userns"), True, "get shows userns")
+    r = sb.get("usernsRange") or {}
+    expect_eq(r.get("count"), RANGE, "ids per sandbox")
+    start = r.get("start")
+    expect(isinstance(start, int) and start >= POOL_START and (start - POOL_START) % RANGE == 0,
+           "range start in the pool on a range boundary:", start)
+    return start
+
+
+def test_daemon_info_says_userns_works_here(world):
+    info = world.rpc_result("daemon.info")
+    u = info["capabilities"]["userns"]
+    expect_eq((u.get("available"), u.get("mode")), (True, "idmapped-overlay"),
+              "userns capability (%s)" % u.get("reason"))
+    expect_eq(u.get("default"), False, "user namespaces are off unless asked for")
+
+
+def test_userns_sandbox_runs_as_its_own_host_range(world):
+    name, _c, out, _e = create(world, "uns", "--deny-all", "--userns")
+    try:
+        base = _range(world, name)
+        expect_eq(sh_ok(world, name, "id -u; id -g"), "1000\n1000\n", "the sandbox user inside")
+        expect_eq(sh_ok(world, name, "id -u", "--sudo"), "0\n", "sudo inside")
+        pid = _init_pid(world, name)
+        with open("/proc/%d/uid_map" % pid) as f:
+            expect_eq(f.read().split(), ["0", str(base), str(RANGE)], "uid_map of sandbox-init")
+        with open("/proc/%d/gid_map" % pid) as f:
+            expect_eq(f.read().split(), ["0", str(base), str(RANGE)], "gid_map of sandbox-init")
+        st = os.stat("/proc/%d" % pid)
+        expect_eq((st.st_uid, st.st_gid), (base, base), "host ids of sandbox-init (sandbox root)")
+        sh_ok(world, name, "echo mine > /workspace/f")
+        # Seen from the host through the sandbox's mount: the mapped id,
+        # never host uid 1000.
+        st = os.stat("/proc/%d/root/workspace/f" % pid)
+        expect_eq((st.st_uid, st.st_gid), (base + 1000, base + 1000), "host owner of a sandbox user's file")
+        # On disk the upper layer keeps sandbox ids (fork/snapshot need no remap).
+        st = os.stat(os.path.join(world.daemon.state_dir, "sandboxes", name, "upper", "workspace", "f"))
+        expect_eq(st.st_uid, 1000, "on-disk owner in the upper layer")
+        # ... and host uid 1000 cannot reach it there.
+        p = subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat",
+                            os.path.join(world.daemon.state_dir, "sandboxes", name, "upper", "workspace", "f")],
+                           capture_output=True, text=True, timeout=30)
+        expect(p.returncode != 0 and "ermission denied" in p.stderr,
+               "host uid 1000 reads a userns sandbox's workspace:", p.returncode, p.stdout, p.stderr)
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_userns_root_owns_its_tree_and_nothing_shows_nobody(world):
+    name, _c, _o, _e = create(world, "unsfs", "--deny-all", "--userns")
+    try:
+        sh_ok(world, name, "echo x > /workspace/w && mkdir /workspace/d")
+        sh_ok(world, name, "echo 10.9.9.9 extra >> /etc/hosts && touch /etc/new /root/r /workspace/root-made",
+              "--sudo")
+        out = sh_ok(world, name, "stat -c '%u:%g %n' /workspace /workspace/w /workspace/d /etc /etc/hosts "
+                                 "/etc/new /etc/passwd /root /home/sandbox /tmp /workspace/root-made")
+        owners = dict(reversed(line.split(" ", 1)) for line in out.splitlines())
+        expect_eq(owners["/workspace"], "1000:1000", "/workspace owner")
+        expect_eq(owners["/workspace/w"], "1000:1000", "file of the sandbox user")
+        expect_eq(owners["/workspace/d"], "1000:1000", "dir of the sandbox user")
+        expect_eq(owners["/home/sandbox"], "1000:1000", "home of the sandbox user")
+        for p in ("/etc", "/etc/hosts", "/etc/new", "/etc/passwd", "/root", "/tmp", "/workspace/root-made"):
+            expect_eq(owners[p], "0:0", "owner of %s" % p)
+        # Not made by the sandbox, so owned by host root and shown as
+        # nobody: /proc and /sys (kernel), the read-only host binds.
+        host_owned = {"proc", "sys", "usr", "ssl", "alternatives", "ld.so.cache", "ca-certificates"}
+        out = sh_ok(world, name, "ls -ln / /etc /workspace /home")
+        nobody = [line for line in out.splitlines()
+                  if " 65534 " in line and line.split()[-1] not in host_owned]
+        expect(not nobody, "no sandbox-made file shows as nobody:", nobody)
+        # Read-only host binds stay host-root owned: nobody inside, and no
+        # id of the sandbox may write them whatever the mount says.
+        expect_eq(sh_ok(world, name, "stat -c %u /usr/bin/env"), "65534\n", "host /usr seen inside")
+        code, _o, _e = sh(world, name, "touch /usr/bin/x", "--sudo")
+        expect(code != 0, "sudo wrote into the host's /usr")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_userns_root_cannot_write_host_sysctls_even_without_the_masks(world):
+    """uid 0 of the sandbox's user namespace, with every capability there
+    (more than sudo gets), in the host's mount namespace where /proc/sys is
+    writable: the kernel still judges it as its host id."""
+    name, _c, _o, _e = create(world, "unssys", "--deny-all", "--userns")
+    try:
+        pid = _init_pid(world, name)
+        with open("/proc/sys/kernel/core_pattern") as f:
+            current = f.read()
+        # Writes back the current value: harmless if the defence were missing.
+        p = subprocess.run(["nsenter", "--target", str(pid), "--user", "--",
+                            "sh", "-c", 'id -u; printf "%s" "$0" > /proc/sys/kernel/core_pattern', current],
+                           capture_output=True, text=True, timeout=30)
+        expect_eq(p.stdout, "0\n", "uid inside the sandbox's user namespace")
+        expect(p.returncode != 0 and "ermission denied" in p.stderr,
+               "write core_pattern as userns root:", p.returncode, p.stderr)
+        code, _o, err = sh(world, name, "echo '|/bin/true' > /proc/sys/kernel/core_pattern", "--sudo")
+        expect(code != 0, "sudo inside wrote core_pattern", err)
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_userns_sandbox_network_allow_all_and_custom_policy(world):
+    """The veth is moved into a network namespace owned by the sandbox's
+    user namespace; init still configures it, and the policy applies."""
+    with_net = world.name("unsnet")
+    custom = world.name("unspol")
+    try:
+        code, _o, err = world.ctl("create", "--name", with_net, "--allow-all", "--userns")
+        expect_eq(code, 0, "create allow-all with userns (%s)" % err.strip())
+        code, out, err = sh(world, with_net, "curl -sS -m 10 -o /dev/null -w '%%{http_code}' http://%s/"
+                            % W.HTTP_ADDR)
+        expect_eq((code, out), (0, "200"), "allow-all HTTP from a userns sandbox (%s)" % err.strip()[:200])
+        code, _o, err = world.ctl("create", "--name", custom, "--allow", "nothing.example", "--userns")
+        expect_eq(code, 0, "create custom with userns (%s)" % err.strip())
+        code, out, _e = sh(world, custom, "curl -sS -m 5 -o /dev/null -w '%%{http_code}' http://%s/ || true"
+                           % W.HTTP_ADDR)
+        expect(out != "200", "a custom policy still denies from a userns sandbox:", out)
+        # Root in the sandbox's user namespace owns its network namespace,
+        # but sudo's capability set has no CAP_NET_ADMIN.
+        code, _o, _e = sh(world, with_net, "ip addr add 10.9.9.9/32 dev eth0", "--sudo")
+        expect(code != 0, "sudo changed an address in a userns sandbox")
+    finally:
+        delete(world, with_net)
+        delete(world, custom)
+    leaks.check(world, with_net)
+    leaks.check(world, custom)
+
+
+def test_two_userns_sandboxes_get_disjoint_ranges_and_plain_ones_none(world):
+    a, _c, _o, _e = create(world, "unsa", "--deny-all", "--userns")
+    b = c = None
+    try:
+        b, _c, _o, _e = create(world, "unsb", "--deny-all", "--userns")
+        c, _c, _o, _e = create(world, "plain", "--deny-all")
+        ra, rb = _range(world, a), _range(world, b)
+        expect(abs(ra - rb) >= RANGE, "disjoint ranges:", ra, rb)
+        sb, _c, _e = get(world, c)
+        expect_eq((sb.get("userns"), sb.get("usernsRange")), (False, None), "a sandbox without userns")
+        expect_eq(sh_ok(world, c, "id -u", "--sudo"), "0\n", "sudo in a plain sandbox")
+        st = os.stat("/proc/%d" % _init_pid(world, c))
+        expect_eq(st.st_uid, 0, "a plain sandbox's init is host root")
+    finally:
+        for n in (a, b, c):
+            if n:
+                delete(world, n)
+
+
+def test_userns_exec_cp_fork_and_snapshot_restore(world):
+    src, _c, _o, _e = create(world, "unscp", "--deny-all", "--userns")
+    fork = world.name("unsfork")
+    restored = world.name("unsrest")
+    plain = world.name("unsplain")
+    reimported = world.name("unsimp")
+    snap = imported = None
+    try:
+        with tempfile.NamedTemporaryFile("wb", delete=False) as f:
+            f.write(b"payload\x00\x01")
+            hostfile = f.name
+        world.ctl("cp", hostfile, "%s:/workspace/in.bin" % src, check=True)
+        expect_eq(sh_ok(world, src, "stat -c %u /workspace/in.bin; od -c /workspace/in.bin | head -1"),
+                  "1000\n0000000   p   a   y   l   o   a   d  \\0 001\n", "a copied-in file inside")
+        sh_ok(world, src, "echo made-inside > /workspace/out.txt")
+        back = hostfile + ".back"
+        world.ctl("cp", "%s:/workspace/out.txt" % src, back, check=True)
+        with open(back) as f:
+            expect_eq(f.read(), "made-inside\n", "a file copied out")
+        code, _o, err = world.ctl("fork", src, "--name", fork)
+        expect_eq(code, 0, "fork a userns sandbox (%s)" % err.strip())
+        expect(_range(world, fork) != _range(world, src), "the fork has a range of its own")
+        expect_eq(sh_ok(world, fork, "stat -c %u:%g /workspace/out.txt; cat /workspace/out.txt; "
+                                     "echo more >> /workspace/out.txt && echo ok"),
+                  "1000:1000\nmade-inside\nok\n", "the fork's copy is the sandbox user's")
+        code, out, err = world.ctl("snapshot", src)
+        expect_eq(code, 0, "snapshot of a userns sandbox (%s)" % err.strip())
+        snap = out.strip()
+        code, _o, err = world.ctl("create", "--name", restored, "--deny-all", "--userns", "--snapshot", snap)
+        expect_eq(code, 0, "restore into a userns sandbox (%s)" % err.strip())
+        expect_eq(sh_ok(world, restored, "stat -c %u /workspace/out.txt && touch /workspace/out.txt && echo ok"),
+                  "1000\nok\n", "restored files, writable by the sandbox user")
+        # The layers hold sandbox ids, so the same snapshot also restores
+        # into a sandbox without a user namespace.
+        code, _o, err = world.ctl("create", "--name", plain, "--deny-all", "--snapshot", snap)
+        expect_eq(code, 0, "restore into a plain sandbox (%s)" % err.strip())
+        expect_eq(sh_ok(world, plain, "stat -c %u /workspace/out.txt"), "1000\n", "owner in a plain restore")
+        # Export and import carry the same sandbox ids.
+        path = os.path.join(tempfile.mkdtemp(), "snap.tar.zst")
+        world.ctl("snapshots", "export", snap, path, check=True)
+        code, out, err = world.ctl("snapshots", "import", path)
+        expect_eq(code, 0, "import (%s)" % err.strip())
+        imported = out.strip()
+        code, _o, err = world.ctl("create", "--name", reimported, "--deny-all", "--userns", "--snapshot", imported)
+        expect_eq(code, 0, "restore an imported snapshot into a userns sandbox (%s)" % err.strip())
+        expect_eq(sh_ok(world, reimported, "stat -c %u:%g /workspace/out.txt; cat /workspace/out.txt"),
+                  "1000:1000\nmade-inside\n", "an imported snapshot's files")
+    finally:
+        for n in (src, fork, restored, plain, reimported):
+            delete(world, n)
+        for s_ in (snap, imported):
+            if s_:
+                world.ctl("snapshots", "rm", s_)
+    for n in (src, fork, restored, plain, reimported):
+        leaks.check(world, n)
+
+
+def test_persistent_userns_sandbox_keeps_its_range_across_restart(world):
+    name, _c, _o, _e = create(world, "unsper", "--deny-all", "--userns", "--persistent")
+    try:
+        base = _range(world, name)
+        sh_ok(world, name, "echo kept > /workspace/k")
+        conf = os.path.join(world.daemon.state_dir, "sandboxes", name, "config.json")
+        with open(conf) as f:
+            expect_eq(json.load(f).get("usernsRange", {}).get("start"), base, "range in config.json")
+        d = world.daemon
+        d.stop()
+        d.start()
+        expect_eq(_range(world, name), base, "range after a daemon restart")
+        expect_eq(sh(world, name, "cat /workspace/k; id -u")[1], "kept\n1000\n", "files after resume")
+        st = os.stat("/proc/%d" % _init_pid(world, name))
+        expect_eq(st.st_uid, base, "resumed init runs as the same range")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_daemon_default_userns_and_pool_config(world):
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"userns": True, "usernsBase": 200000000, "usernsSize": 2 * RANGE}, tag="uns")
+    made = []
+    try:
+        for tag, extra in (("dflt", ()), ("dflt2", ()), ("off", ("--no-userns",))):
+            n = world.name(tag)
+            code, _o, err = d.ctl("create", "--name", n, "--deny-all", *extra)
+            expect_eq(code, 0, "create %s (%s)" % (tag, err.strip()))
+            made.append(n)
+        got = [d.rpc_result("sandbox.get", {"name": n}) for n in made]
+        expect_eq([g.get("userns") for g in got], [True, True, False], "userns by default, off when asked")
+        expect_eq(sorted(g["usernsRange"]["start"] for g in got[:2]), [200000000, 200000000 + RANGE],
+                  "ranges from the configured pool")
+        code, _o, err = d.ctl("create", "--name", world.name("full"), "--deny-all")
+        expect_eq(code, 1, "create with the pool exhausted (%s)" % err.strip())
+        expect("in use" in err, "the error says the pool is full:", err)
+    finally:
+        for n in made:
+            d.ctl("rm", n)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def test_pool_below_the_floor_is_refused_at_start(world):
+    """A pool must lie above every id a host account may hold (65536 and
+    up, and clear of /etc/passwd, /etc/group, /etc/subuid, /etc/subgid):
+    sandboxd refuses to start with one that does not, naming the key."""
+    world.stop_sandboxd()
+    started = False
+    try:
+        for cfg, says in (({"userns": True, "usernsBase": 1000, "usernsSize": RANGE}, "usernsBase"),
+                          ({"userns": True, "usernsBase": 100000000, "usernsSize": 100000}, "multiple of 65536")):
+            try:
+                world.start_sandboxd(cfg, tag="unsbad")
+                started = True
+            except Exception as e:  # WorldError: sandboxd exited at start
+                expect(says in str(e), "the start failure says %r:" % says, str(e)[-400:])
+            finally:
+                world.stop_sandboxd()
+            expect(not started, "sandboxd started with the pool", cfg)
+    finally:
+        world.start_sandboxd()

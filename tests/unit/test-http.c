@@ -1,0 +1,817 @@
+/* Unit tests for the HTTP layer of the egress proxy (policy/http.c) and its
+ * TLS (policy/tls.c): head parsing edge cases, leaf minting, and whole
+ * terminated sessions: a TLS client on one end of a socketpair, the proxy
+ * (pol_tls_terminate) on the other, and an HTTPS echo server whose leaf
+ * comes from a test CA given to the proxy as its extra upstream CA. The
+ * echo server answers every request with the request head it received, so
+ * each test can compare what the sandbox sent, what upstream got and what
+ * came back.
+ *
+ * Everything runs in a private network namespace (unshare, as root) with
+ * only lo up, plus 10.255.0.2 on lo as the forwardURL target (a loopback
+ * forward target is refused by design). Nothing leaves this machine. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <http_parser.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include "libcore/util.h"
+#include "policy/policy.h"
+#include "policy/proxy.h"
+
+#define SECRET "Bearer sk-SECRET-0123456789"
+#define FWD_ADDR "10.255.0.2"
+
+static const char policy_json[] =
+        "{\"allow\": {\"api.test\": ["
+        " {\"match\": {\"path\": {\"exact\": \"/first\"}},"
+        "  \"transform\": [{\"headers\": {\"authorization\": \"" SECRET "\"}}]},"
+        " {\"match\": {\"path\": {\"startsWith\": \"/fi\"}}, \"transform\": [{\"headers\": {\"x-rule\": \"second\"}}]},"
+        " {\"match\": {\"path\": {\"exact\": \"/over\"}}, \"transform\": [{\"headers\": {\"X-Over\": \"new\"}}]},"
+        " {\"match\": {\"path\": {\"startsWith\": \"/fwd\"}}, \"forwardURL\": \"https://fwd.example.com/base/\"},"
+        " {\"match\": {\"method\": [\"POST\"], \"queryString\": [{\"key\": {\"exact\": \"q\"}, \"value\": {\"exact\": \"a b\"}}],"
+        "   \"headers\": [{\"key\": {\"exact\": \"X-Kind\"}, \"value\": {\"regex\": \"tok.*\"}}]},"
+        "  \"transform\": [{\"headers\": {\"x-matched\": \"post-rule\"}}]},"
+        " {\"match\": {\"path\": {\"startsWith\": \"/chunked\"}},"
+        "  \"transform\": [{\"headers\": {\"authorization\": \"" SECRET "\"}}]}"
+        "]}}";
+
+static char tmpdir[] = "/tmp/test-http-XXXXXX";
+static char sess_cert[256], up_cert[256];
+static pol_proxy_ca *sess_ca, *up_ca;
+static SSL_CTX *up_trusting, *up_untrusting, *echo_ctx;
+static pol_policy *policy;
+static bool have_netns;
+static uint16_t target_port; /* 0: the echo server */
+static int io_timeout_ms = 5000;
+static const char *client_sni = "api.test";
+
+/* ---- events ------------------------------------------------------------------------ */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char events[4096];
+
+static void record_event(const pol_proxy_event *ev, void *userdata) {
+        pthread_mutex_lock(&lock);
+        size_t l = strlen(events);
+        snprintf(events + l, sizeof(events) - l, "%s|%s\n", ev->reason, ev->message);
+        pthread_mutex_unlock(&lock);
+}
+
+/* ---- the HTTPS echo server ------------------------------------------------------------ */
+
+static int echo_fd = -1;
+static uint16_t echo_port;
+static pthread_t echo_thread;
+static int accepted;
+static char seen[8][8192]; /* request heads upstream received, in order */
+static int n_seen;
+
+static int echo_sni(SSL *ssl, int *alert, void *arg) {
+        const char *sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+        X509 *cert = NULL;
+        EVP_PKEY *key = NULL;
+        if (pol_proxy_ca_leaf(up_ca, sni ? sni : FWD_ADDR, &cert, &key) < 0)
+                return SSL_TLSEXT_ERR_ALERT_FATAL;
+        SSL_use_certificate(ssl, cert);
+        SSL_use_PrivateKey(ssl, key);
+        X509_free(cert);
+        EVP_PKEY_free(key);
+        return SSL_TLSEXT_ERR_OK;
+}
+
+static void echo_reply(pol_stream *s, const char *head, size_t body_len) {
+        char out[20000], auth[256] = "";
+        const char *a = strcasestr(head, "\nauthorization: ");
+        if (a)
+                snprintf(auth, sizeof(auth), "%.*s", (int)strcspn(a + 16, "\r"), a + 16);
+        if (strncmp(strchr(head, ' ') + 1, "/chunked", 8) == 0) {
+                /* 5-byte chunks: an echoed value straddles several. */
+                int n = snprintf(out, sizeof(out), "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+                for (size_t i = 0; i < strlen(head); i += 5)
+                        n += snprintf(out + n, sizeof(out) - n, "%zx\r\n%.5s\r\n",
+                                      strlen(head) - i < 5 ? strlen(head) - i : 5, head + i);
+                n += snprintf(out + n, sizeof(out) - n, "0\r\n\r\n");
+                pol_stream_write_all(s, out, (size_t)n);
+                return;
+        }
+        char body[10000];
+        int bl = snprintf(body, sizeof(body), "BODYLEN=%zu\n%s", body_len, head);
+        int n = snprintf(out, sizeof(out), "HTTP/1.1 200 OK\r\nx-echo-auth: %s\r\ncontent-length: %d\r\n\r\n%s",
+                         auth, bl, body);
+        pol_stream_write_all(s, out, (size_t)n);
+}
+
+/* Serves one upstream connection: requests with Content-Length bodies,
+ * keep-alive until the proxy closes. */
+static void *echo_conn(void *arg) {
+        int fd = (int)(intptr_t)arg;
+        SSL *ssl = SSL_new(echo_ctx);
+        pol_stream s = { .fd = fd, .ssl = ssl };
+        static __thread uint8_t buf[65536];
+        size_t len = 0;
+        SSL_set_fd(ssl, fd);
+        if (SSL_accept(ssl) != 1)
+                goto out;
+        for (;;) {
+                char method[32], *target = NULL, *host = NULL;
+                size_t head_len;
+                int r;
+                while ((r = pol_http_parse_head(buf, len, method, &target, &host, &head_len)) == -EAGAIN) {
+                        ssize_t got = pol_stream_read(&s, buf + len, sizeof(buf) - len);
+                        if (got <= 0)
+                                goto out;
+                        len += (size_t)got;
+                }
+                free(target);
+                free(host);
+                if (r < 0)
+                        goto out;
+                char head[8192];
+                snprintf(head, sizeof(head), "%.*s", (int)head_len, (char *)buf);
+                pthread_mutex_lock(&lock);
+                if (n_seen < 8)
+                        snprintf(seen[n_seen++], sizeof(seen[0]), "%s", head);
+                pthread_mutex_unlock(&lock);
+                const char *cl = strcasestr(head, "\ncontent-length: ");
+                size_t body = cl ? strtoul(cl + 17, NULL, 10) : 0, have = len - head_len, total = 0;
+                memmove(buf, buf + head_len, have);
+                len = have;
+                while (total + len < body) { /* count the body without keeping it */
+                        total += len;
+                        len = 0;
+                        ssize_t got = pol_stream_read(&s, buf, sizeof(buf));
+                        if (got <= 0)
+                                goto out;
+                        len = (size_t)got;
+                }
+                size_t rest = body - total;
+                memmove(buf, buf + rest, len - rest);
+                len -= rest;
+                echo_reply(&s, head, body);
+        }
+out:
+        SSL_free(ssl);
+        close(fd);
+        return NULL;
+}
+
+static pthread_t conn_threads[64];
+static int n_conn_threads;
+
+static void *echo_main(void *arg) {
+        for (;;) {
+                int fd = accept4(echo_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        return NULL; /* shut down */
+                pthread_mutex_lock(&lock);
+                accepted++;
+                pthread_mutex_unlock(&lock);
+                if (n_conn_threads < 64)
+                        pthread_create(&conn_threads[n_conn_threads++], NULL, echo_conn, (void *)(intptr_t)fd);
+                else
+                        close(fd);
+        }
+}
+
+/* ---- the client side ------------------------------------------------------------------ */
+
+typedef struct client {
+        int fd;
+        SSL_CTX *ctx;
+        pol_stream s;
+        pthread_t proxy;
+        int proxy_fd;
+        int proxy_r;
+        pol_proxy_env env;
+        pol_proxy_target t;
+        bool tls, handshake_failed;
+        uint8_t buf[65536];
+        size_t off, len;
+} client;
+
+static void *proxy_main(void *arg) {
+        client *c = arg;
+        if (c->tls)
+                c->proxy_r = pol_tls_terminate(&c->env, c->proxy_fd, &c->t);
+        else {
+                pol_stream s = { .fd = c->proxy_fd };
+                c->proxy_r = pol_http_serve(&c->env, &s, &c->t, false, NULL, 0);
+        }
+        close(c->proxy_fd);
+        return NULL;
+}
+
+/* Starts the proxy for api.test on one end of a socketpair and connects a
+ * client (TLS trusting the session CA, or plain) to the other end. */
+static client *client_start(bool tls, SSL_CTX *upstream, const char *alpn) {
+        client *c = calloc(1, sizeof(*c));
+        int sv[2];
+        assert_non_null(c);
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        c->fd = sv[0];
+        c->proxy_fd = sv[1];
+        c->tls = tls;
+        c->env = (pol_proxy_env){ .policy = policy, .upstream_tls = upstream, .ca = sess_ca,
+                                  .policy_name = "sbx-test", .io_timeout_ms = io_timeout_ms, .event = record_event };
+        snprintf(c->t.host, sizeof(c->t.host), "api.test");
+        c->t.port = target_port ? target_port : echo_port;
+        c->t.domain = pol_policy_find_domain(policy, "api.test", c->t.port);
+        assert_non_null(c->t.domain);
+        assert_int_equal(pol_addr_parse("127.0.0.1", &c->t.addrs[0]), 0);
+        c->t.n_addrs = 1;
+        pthread_mutex_lock(&lock);
+        events[0] = 0;
+        n_seen = 0;
+        accepted = 0;
+        pthread_mutex_unlock(&lock);
+        assert_int_equal(pthread_create(&c->proxy, NULL, proxy_main, c), 0);
+        c->s.fd = c->fd;
+        if (!tls)
+                return c;
+        c->ctx = SSL_CTX_new(TLS_client_method());
+        assert_int_equal(SSL_CTX_load_verify_locations(c->ctx, sess_cert, NULL), 1);
+        SSL_CTX_set_verify(c->ctx, SSL_VERIFY_PEER, NULL);
+        if (alpn)
+                SSL_CTX_set_alpn_protos(c->ctx, (const unsigned char *)alpn, (unsigned)strlen(alpn));
+        c->s.ssl = SSL_new(c->ctx);
+        SSL_set1_host(c->s.ssl, "api.test");
+        SSL_set_tlsext_host_name(c->s.ssl, client_sni);
+        SSL_set_fd(c->s.ssl, c->fd);
+        if (SSL_connect(c->s.ssl) != 1)
+                c->handshake_failed = true;
+        return c;
+}
+
+static int client_stop(client *c) {
+        if (c->s.ssl)
+                SSL_shutdown(c->s.ssl);
+        shutdown(c->fd, SHUT_RDWR);
+        pthread_join(c->proxy, NULL);
+        SSL_free(c->s.ssl);
+        SSL_CTX_free(c->ctx);
+        close(c->fd);
+        int r = c->proxy_r;
+        free(c);
+        return r;
+}
+
+typedef struct resp {
+        int status;
+        char head[8192]; /* "name: value\n" lines */
+        char body[65536];
+        size_t body_len;
+        bool chunked, done, in_value;
+} resp;
+
+static int r_field(http_parser *p, const char *at, size_t n) {
+        resp *r = p->data;
+        size_t l = strlen(r->head);
+        snprintf(r->head + l, sizeof(r->head) - l, "%s%.*s", r->in_value ? "\n" : "", (int)n, at);
+        r->in_value = false;
+        return 0;
+}
+
+static int r_value(http_parser *p, const char *at, size_t n) {
+        resp *r = p->data;
+        size_t l = strlen(r->head);
+        snprintf(r->head + l, sizeof(r->head) - l, "%s%.*s", r->in_value ? "" : ": ", (int)n, at);
+        r->in_value = true;
+        return 0;
+}
+
+static int r_headers(http_parser *p) {
+        resp *r = p->data;
+        r->status = p->status_code;
+        r->chunked = p->flags & F_CHUNKED;
+        return 0;
+}
+
+static int r_body(http_parser *p, const char *at, size_t n) {
+        resp *r = p->data;
+        if (r->body_len + n < sizeof(r->body)) {
+                memcpy(r->body + r->body_len, at, n);
+                r->body_len += n;
+                r->body[r->body_len] = 0;
+        }
+        return 0;
+}
+
+static int r_done(http_parser *p) {
+        ((resp *)p->data)->done = true;
+        http_parser_pause(p, 1);
+        return 0;
+}
+
+static const http_parser_settings rsettings = { .on_header_field = r_field, .on_header_value = r_value,
+                                                .on_headers_complete = r_headers, .on_body = r_body,
+                                                .on_message_complete = r_done };
+
+/* Sends a request and reads one whole response (as a client would). */
+static resp *exchange(client *c, const char *req) {
+        resp *r = calloc(1, sizeof(*r));
+        http_parser p;
+        assert_non_null(r);
+        assert_false(c->handshake_failed);
+        http_parser_init(&p, HTTP_RESPONSE);
+        p.data = r;
+        assert_int_equal(pol_stream_write_all(&c->s, req, strlen(req)), 0);
+        while (!r->done) {
+                if (c->off == c->len) {
+                        ssize_t n = pol_stream_read(&c->s, c->buf, sizeof(c->buf));
+                        assert_true(n >= 0);
+                        c->off = 0;
+                        c->len = (size_t)n;
+                        if (n == 0) {
+                                http_parser_execute(&p, &rsettings, NULL, 0);
+                                break;
+                        }
+                }
+                size_t used = http_parser_execute(&p, &rsettings, (char *)c->buf + c->off, c->len - c->off);
+                c->off += used;
+                if (HTTP_PARSER_ERRNO(&p) == HPE_PAUSED)
+                        http_parser_pause(&p, 0);
+                else
+                        assert_int_equal(HTTP_PARSER_ERRNO(&p), HPE_OK);
+        }
+        assert_true(r->done);
+        return r;
+}
+
+static bool client_at_eof(client *c) {
+        uint8_t b;
+        return c->off == c->len && pol_stream_read(&c->s, &b, 1) == 0;
+}
+
+static const char *seen_head(int i) {
+        pthread_mutex_lock(&lock);
+        const char *h = i < n_seen ? seen[i] : "";
+        pthread_mutex_unlock(&lock);
+        return h;
+}
+
+static int count_of(const char *hay, const char *needle) {
+        int n = 0;
+        for (const char *p = hay; (p = strcasestr(p, needle)); p++)
+                n++;
+        return n;
+}
+
+/* ---- tests ----------------------------------------------------------------------------- */
+
+static void parse_head_rejects_ambiguous_and_waits_for_more(void **state) {
+        char method[32], *target = NULL, *host = NULL;
+        size_t hl = 0;
+        const char ok[] = "GET /a?b=c HTTP/1.1\r\nHost: API.test\r\nX: y\r\n\r\nBODY";
+        assert_int_equal(pol_http_parse_head((const uint8_t *)ok, strlen(ok), method, &target, &host, &hl), 0);
+        assert_string_equal(method, "GET");
+        assert_string_equal(target, "/a?b=c");
+        assert_string_equal(host, "API.test");
+        assert_int_equal(hl, strlen(ok) - 4);
+        free(target);
+        free(host);
+        static const char *const bad[] = {
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+                "GET / HTTP/1.1\r\nHost: a\r\nX-Long: a\r\n b\r\n\r\n",
+                "GET / HTTP/1.1\r\nHost: a\r\nBad Name: b\r\n\r\n",
+                "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                "NOT A REQUEST\r\n\r\n",
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                if (pol_http_parse_head((const uint8_t *)bad[i], strlen(bad[i]), method, &target, &host, &hl) !=
+                    -EBADMSG)
+                        fail_msg("accepted: %s", bad[i]);
+        const char part[] = "GET / HTTP/1.1\r\nHost: a\r\n";
+        assert_int_equal(pol_http_parse_head((const uint8_t *)part, strlen(part), method, &target, &host, &hl),
+                         -EAGAIN);
+        size_t big = 70 * 1024;
+        char *huge = malloc(big);
+        memcpy(huge, part, strlen(part));
+        memset(huge + strlen(part), 'x', big - strlen(part));
+        memcpy(huge + strlen(part), "X-Big: ", 7);
+        assert_int_equal(pol_http_parse_head((const uint8_t *)huge, big, method, &target, &host, &hl), -E2BIG);
+        free(huge);
+}
+
+static void leaf_has_host_san_and_is_cached(void **state) {
+        X509 *a = NULL, *b = NULL, *ip = NULL;
+        EVP_PKEY *ka = NULL, *kb = NULL, *kip = NULL;
+        assert_int_equal(pol_proxy_ca_leaf(sess_ca, "api.test", &a, &ka), 0);
+        assert_int_equal(pol_proxy_ca_leaf(sess_ca, "api.test", &b, &kb), 0);
+        assert_ptr_equal(a, b); /* cached */
+        assert_int_equal(X509_check_host(a, "api.test", 0, 0, NULL), 1);
+        assert_int_equal(X509_check_host(a, "other.test", 0, 0, NULL), 0);
+        assert_int_equal(pol_proxy_ca_leaf(sess_ca, "192.0.2.7", &ip, &kip), 0);
+        assert_int_equal(X509_check_ip_asc(ip, "192.0.2.7", 0), 1);
+        assert_int_equal(X509_check_host(ip, "192.0.2.7", 0, X509_CHECK_FLAG_NEVER_CHECK_SUBJECT, NULL), 0);
+        /* Chains to the session CA and is a server certificate only. */
+        X509_STORE *st = X509_STORE_new();
+        assert_int_equal(X509_STORE_load_file(st, sess_cert), 1);
+        X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+        X509_STORE_CTX_init(ctx, st, a, NULL);
+        X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER);
+        assert_int_equal(X509_verify_cert(ctx), 1);
+        assert_false(X509_check_ca(a));
+        X509_STORE_CTX_free(ctx);
+        X509_STORE_free(st);
+        X509_free(a);
+        X509_free(b);
+        X509_free(ip);
+        EVP_PKEY_free(ka);
+        EVP_PKEY_free(kb);
+        EVP_PKEY_free(kip);
+}
+
+static void first_matching_rule_applies_in_order(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET /first HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        if (r->status != 200)
+                fail_msg("%d %s %s", r->status, r->body, events);
+        free(r);
+        r = exchange(c, "GET /fix HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        free(r);
+        /* /first matches rules 0 and 1: only rule 0 applies. */
+        assert_non_null(strstr(seen_head(0), "authorization: " SECRET "\r\n"));
+        assert_null(strcasestr(seen_head(0), "x-rule"));
+        assert_non_null(strstr(seen_head(1), "x-rule: second\r\n"));
+        assert_null(strcasestr(seen_head(1), "authorization"));
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void transform_overwrites_every_existing_field(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET /over HTTP/1.1\r\nHost: api.test\r\nx-over: old\r\nX-OVER: older\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        assert_int_equal(count_of(seen_head(0), "x-over:"), 1);
+        assert_non_null(strstr(seen_head(0), "X-Over: new\r\n"));
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void unmatched_request_passes_unmodified_without_proxy_credentials(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET /plain?x=1 HTTP/1.1\r\nHost: api.test\r\nX-Custom: 1\r\n"
+                              "Proxy-Authorization: Basic dXNlcjpwYXNz\r\nProxy-Connection: keep-alive\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        const char *h = seen_head(0);
+        assert_true(strncmp(h, "GET /plain?x=1 HTTP/1.1\r\n", 25) == 0);
+        assert_non_null(strstr(h, "X-Custom: 1\r\n"));
+        assert_null(strcasestr(h, "proxy-authorization"));
+        assert_null(strcasestr(h, "proxy-connection"));
+        assert_null(strcasestr(h, "authorization:"));
+        assert_null(strcasestr(h, "x-rule"));
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void absolute_form_becomes_origin_form_and_must_name_the_host(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET https://API.test./plain?a=1 HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        assert_true(strncmp(seen_head(0), "GET /plain?a=1 HTTP/1.1\r\n", 25) == 0);
+        free(r);
+        r = exchange(c, "GET https://evil.test/plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 403);
+        assert_true(client_at_eof(c));
+        pthread_mutex_lock(&lock);
+        assert_int_equal(n_seen, 1);
+        pthread_mutex_unlock(&lock);
+        free(r);
+        client_stop(c);
+}
+
+static void keep_alive_requests_share_one_upstream_connection(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        for (int i = 0; i < 3; i++) {
+                resp *r = exchange(c, "GET /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+                assert_int_equal(r->status, 200);
+                assert_null(strcasestr(r->head, "connection: close"));
+                free(r);
+        }
+        pthread_mutex_lock(&lock);
+        assert_int_equal(accepted, 1);
+        assert_int_equal(n_seen, 3);
+        pthread_mutex_unlock(&lock);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void host_mismatch_on_second_request_is_refused(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        free(r);
+        r = exchange(c, "GET /first HTTP/1.1\r\nHost: evil.test\r\n\r\n");
+        assert_int_equal(r->status, 403);
+        assert_non_null(strstr(r->head, "x-sandbox-policy: sbx-test; host=evil.test; layer=http"));
+        assert_non_null(strstr(r->body, "retrying will not help"));
+        assert_non_null(strstr(r->body, "sbx-test"));
+        assert_null(strstr(r->body, "SECRET"));
+        assert_true(client_at_eof(c));
+        pthread_mutex_lock(&lock);
+        assert_int_equal(n_seen, 1); /* the refused request never went upstream */
+        assert_non_null(strstr(events, "host-mismatch|"));
+        pthread_mutex_unlock(&lock);
+        free(r);
+        client_stop(c);
+}
+
+static void echoed_secret_is_scrubbed_in_headers_and_bodies(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET /first HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_non_null(strstr(seen_head(0), SECRET)); /* upstream got it */
+        assert_null(strstr(r->body, "sk-SECRET"));
+        assert_null(strstr(r->head, "sk-SECRET"));
+        assert_non_null(strstr(r->body, "authorization: ***************************\r\n"));
+        assert_non_null(strstr(r->head, "x-echo-auth: ***************************"));
+        free(r);
+        /* Chunked stays chunked, and 5-byte chunks do not hide the value. */
+        r = exchange(c, "GET /chunked HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_true(r->chunked);
+        assert_null(strstr(r->body, "sk-SECRET"));
+        assert_non_null(strstr(r->body, "authorization: ***************************\r\n"));
+        assert_non_null(strstr(r->body, "GET /chunked HTTP/1.1\r\n"));
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void method_query_and_header_matchers_all_apply(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "POST /p?z=1&q=a+b HTTP/1.1\r\nHost: api.test\r\nx-kind: token\r\n"
+                              "Content-Length: 5\r\n\r\nhello");
+        assert_int_equal(r->status, 200);
+        assert_non_null(strstr(r->body, "BODYLEN=5\n"));
+        assert_non_null(strstr(seen_head(0), "x-matched: post-rule\r\n"));
+        free(r);
+        r = exchange(c, "POST /p?q=a%20b HTTP/1.1\r\nHost: api.test\r\nX-Kind: nope\r\nContent-Length: 0\r\n\r\n");
+        assert_null(strstr(seen_head(1), "x-matched"));
+        free(r);
+        r = exchange(c, "GET /p?q=a%20b HTTP/1.1\r\nHost: api.test\r\nX-Kind: tok\r\n\r\n");
+        assert_null(strstr(seen_head(2), "x-matched"));
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void forward_url_reaches_target_with_forwarded_headers(void **state) {
+        if (!have_netns)
+                skip();
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "POST /fwd/x?y=1 HTTP/1.1\r\nHost: api.test\r\nContent-Length: 3\r\n\r\nabc");
+        assert_int_equal(r->status, 200);
+        assert_non_null(strstr(r->body, "BODYLEN=3\n"));
+        const char *h = seen_head(0);
+        char want[128];
+        assert_true(strncmp(h, "POST /base/fwd/x?y=1 HTTP/1.1\r\n", 31) == 0);
+        snprintf(want, sizeof(want), "host: %s:%u\r\n", FWD_ADDR, echo_port);
+        assert_non_null(strstr(h, want));
+        assert_non_null(strstr(h, "x-sandbox-forwarded-host: api.test\r\n"));
+        assert_non_null(strstr(h, "x-sandbox-forwarded-scheme: https\r\n"));
+        snprintf(want, sizeof(want), "x-sandbox-forwarded-port: %u\r\n", echo_port);
+        assert_non_null(strstr(h, want));
+        assert_non_null(strstr(h, "x-sandbox-forwarded-path: /fwd/x?y=1\r\n"));
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void untrusted_upstream_certificate_gets_502(void **state) {
+        client *c = client_start(true, up_untrusting, NULL);
+        resp *r = exchange(c, "GET /first HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 502);
+        assert_non_null(strstr(r->body, "certificate"));
+        pthread_mutex_lock(&lock);
+        assert_non_null(strstr(events, "upstream-tls|"));
+        assert_int_equal(n_seen, 0);
+        pthread_mutex_unlock(&lock);
+        free(r);
+        client_stop(c);
+}
+
+static uint16_t bound_port(int fd) {
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t sl = sizeof(sa);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+        return ntohs(sa.sin_port);
+}
+
+static void refused_upstream_gets_502_and_silent_one_504(void **state) {
+        /* Nothing listens on a port bound but never listened on. */
+        int closed = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        target_port = bound_port(closed);
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 502);
+        assert_non_null(strstr(events, "upstream-unreachable|"));
+        free(r);
+        client_stop(c);
+        close(closed);
+        /* A listener that never accepts: TCP connects (the kernel's
+         * backlog), TLS never answers. */
+        int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        target_port = bound_port(silent);
+        assert_int_equal(listen(silent, 4), 0);
+        io_timeout_ms = 300;
+        c = client_start(true, up_trusting, NULL);
+        io_timeout_ms = 5000;
+        r = exchange(c, "GET /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 504);
+        assert_non_null(strstr(events, "upstream-timeout|"));
+        free(r);
+        client_stop(c);
+        close(silent);
+        target_port = 0;
+}
+
+static void transform_over_plaintext_is_refused(void **state) {
+        client *c = client_start(false, up_trusting, NULL);
+        resp *r = exchange(c, "GET /first HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 403);
+        assert_non_null(strstr(r->body, "https"));
+        assert_null(strstr(r->body, "SECRET"));
+        pthread_mutex_lock(&lock);
+        assert_non_null(strstr(events, "transform-needs-tls|"));
+        assert_non_null(strstr(events, "allow[\"api.test\"][0]"));
+        assert_null(strstr(events, "SECRET"));
+        assert_int_equal(n_seen, 0);
+        pthread_mutex_unlock(&lock);
+        free(r);
+        client_stop(c);
+}
+
+static void ambiguous_framing_gets_400(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "POST /plain HTTP/1.1\r\nHost: api.test\r\nContent-Length: 3\r\n"
+                              "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+        assert_int_equal(r->status, 400);
+        assert_true(client_at_eof(c));
+        pthread_mutex_lock(&lock);
+        assert_int_equal(n_seen, 0);
+        pthread_mutex_unlock(&lock);
+        free(r);
+        client_stop(c);
+}
+
+static void large_body_streams_through(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        size_t n = 8 << 20;
+        char *big = malloc(n);
+        memset(big, 'b', n);
+        char head[128];
+        snprintf(head, sizeof(head), "PUT /plain HTTP/1.1\r\nHost: api.test\r\nContent-Length: %zu\r\n\r\n", n);
+        assert_int_equal(pol_stream_write_all(&c->s, head, strlen(head)), 0);
+        assert_int_equal(pol_stream_write_all(&c->s, big, n - 10), 0);
+        free(big);
+        resp *r = exchange(c, "bbbbbbbbbb");
+        assert_non_null(strstr(r->body, "BODYLEN=8388608\n"));
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void sni_naming_another_host_gets_no_certificate(void **state) {
+        client_sni = "other.test";
+        client *c = client_start(true, up_trusting, NULL);
+        client_sni = "api.test";
+        assert_true(c->handshake_failed);
+        ERR_clear_error();
+        assert_int_equal(client_stop(c), -ECONNABORTED);
+}
+
+static void client_offering_only_h2_falls_back_to_http11(void **state) {
+        client *c = client_start(true, up_trusting, "\x02h2");
+        const unsigned char *sel = NULL;
+        unsigned len = 0;
+        assert_false(c->handshake_failed);
+        SSL_get0_alpn_selected(c->s.ssl, &sel, &len);
+        assert_int_equal(len, 0);
+        resp *r = exchange(c, "GET /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+/* A private network namespace with lo up and FWD_ADDR on it. */
+static bool private_netns(void) {
+        if (geteuid() != 0 || unshare(CLONE_NEWNET) < 0)
+                return false;
+        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct ifreq ifr = {};
+        snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+        bool ok = s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
+        ifr.ifr_flags |= IFF_UP;
+        ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
+        struct ifreq ad = {};
+        snprintf(ad.ifr_name, sizeof(ad.ifr_name), "lo:1");
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ad.ifr_addr;
+        sin->sin_family = AF_INET;
+        inet_pton(AF_INET, FWD_ADDR, &sin->sin_addr);
+        ok = ok && ioctl(s, SIOCSIFADDR, &ad) == 0;
+        if (s >= 0)
+                close(s);
+        return ok;
+}
+
+static int setup(void **state) {
+        char key[256], upkey[256];
+        sb_error *err = NULL;
+        if (!mkdtemp(tmpdir))
+                return -1;
+        snprintf(sess_cert, sizeof(sess_cert), "%s/ca.pem", tmpdir);
+        snprintf(key, sizeof(key), "%s/ca.key", tmpdir);
+        snprintf(up_cert, sizeof(up_cert), "%s/up.pem", tmpdir);
+        snprintf(upkey, sizeof(upkey), "%s/up.key", tmpdir);
+        if (pol_proxy_ca_generate(sess_cert, key, "test", &err) < 0 || pol_proxy_ca_load(sess_cert, key, &sess_ca, &err) < 0 ||
+            pol_proxy_ca_generate(up_cert, upkey, "upstream", &err) < 0 ||
+            pol_proxy_ca_load(up_cert, upkey, &up_ca, &err) < 0 ||
+            pol_proxy_upstream_ctx_new(up_cert, &up_trusting, &err) < 0 ||
+            pol_proxy_upstream_ctx_new(NULL, &up_untrusting, &err) < 0) {
+                fprintf(stderr, "setup: %s\n", err ? err->message : "?");
+                sb_error_free(err);
+                return -1;
+        }
+        cJSON *j = cJSON_Parse(policy_json);
+        if (!j || pol_policy_parse(j, &policy, &err) < 0) {
+                fprintf(stderr, "policy: %s\n", err ? err->message : "?");
+                return -1;
+        }
+        cJSON_Delete(j);
+        echo_ctx = SSL_CTX_new(TLS_server_method());
+        SSL_CTX_set_tlsext_servername_callback(echo_ctx, echo_sni);
+        echo_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        sa.sin_addr.s_addr = htonl(have_netns ? INADDR_ANY : INADDR_LOOPBACK);
+        socklen_t sl = sizeof(sa);
+        if (echo_fd < 0 || bind(echo_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(echo_fd, 16) < 0 ||
+            getsockname(echo_fd, (struct sockaddr *)&sa, &sl) < 0)
+                return -1;
+        echo_port = ntohs(sa.sin_port);
+        /* The forward rule (index 3) targets the echo server on FWD_ADDR; the
+         * parser refuses private addresses in a policy, so it is set here. */
+        pol_rule *fw = (pol_rule *)&policy->domains[0].rules[3];
+        free(fw->forward_host);
+        fw->forward_host = strdup(FWD_ADDR);
+        fw->forward_port = echo_port;
+        return pthread_create(&echo_thread, NULL, echo_main, NULL) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state) {
+        shutdown(echo_fd, SHUT_RDWR);
+        pthread_join(echo_thread, NULL);
+        for (int i = 0; i < n_conn_threads; i++)
+                pthread_join(conn_threads[i], NULL);
+        close(echo_fd);
+        SSL_CTX_free(echo_ctx);
+        SSL_CTX_free(up_trusting);
+        SSL_CTX_free(up_untrusting);
+        pol_proxy_ca_free(sess_ca);
+        pol_proxy_ca_free(up_ca);
+        pol_policy_free(policy);
+        core_rm_rf(tmpdir);
+        return 0;
+}
+
+int main(void) {
+        signal(SIGPIPE, SIG_IGN);
+        have_netns = private_netns();
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(parse_head_rejects_ambiguous_and_waits_for_more),
+                cmocka_unit_test(leaf_has_host_san_and_is_cached),
+                cmocka_unit_test(first_matching_rule_applies_in_order),
+                cmocka_unit_test(transform_overwrites_every_existing_field),
+                cmocka_unit_test(unmatched_request_passes_unmodified_without_proxy_credentials),
+                cmocka_unit_test(absolute_form_becomes_origin_form_and_must_name_the_host),
+                cmocka_unit_test(keep_alive_requests_share_one_upstream_connection),
+                cmocka_unit_test(host_mismatch_on_second_request_is_refused),
+                cmocka_unit_test(echoed_secret_is_scrubbed_in_headers_and_bodies),
+                cmocka_unit_test(method_query_and_header_matchers_all_apply),
+                cmocka_unit_test(forward_url_reaches_target_with_forwarded_headers),
+                cmocka_unit_test(untrusted_upstream_certificate_gets_502),
+                cmocka_unit_test(refused_upstream_gets_502_and_silent_one_504),
+                cmocka_unit_test(transform_over_plaintext_is_refused),
+                cmocka_unit_test(ambiguous_framing_gets_400),
+                cmocka_unit_test(large_body_streams_through),
+                cmocka_unit_test(sni_naming_another_host_gets_no_certificate),
+                cmocka_unit_test(client_offering_only_h2_falls_back_to_http11),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
