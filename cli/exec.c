@@ -33,7 +33,7 @@ static const char exec_help[] =
         "  --sudo               run as root\n"
         "  --cwd DIR            working directory (default /workspace)\n"
         "  --env K=V            environment variable (repeatable)\n"
-        "  --timeout DURATION   kill the command after 90s, 5m, 2h or milliseconds\n"
+        "  --timeout DURATION   kill the command after 90s, 5m, 2h, 1d or milliseconds\n"
         "  --detach             start it, print its command id, and return\n"
         "  -i, --interactive    send our stdin to the command\n"
         "  -t, --tty            run it on a terminal (our terminal goes raw meanwhile)\n\n"

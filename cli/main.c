@@ -26,9 +26,9 @@ static const char main_help[] =
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox\n"
         "  stop NAME                     stop a sandbox's session\n"
         "  update NAME [OPTIONS]         change a sandbox's timeout, vCPUs, env, tags or network policy\n"
-        "  fork SRC [--name N]           a new sandbox from SRC's current filesystem\n"
-        "  snapshot NAME                 snapshot a sandbox; prints the snapshot id\n"
-        "  snapshots [rm ID]             list snapshots, or delete one\n"
+        "  fork SRC [--name N]           a new sandbox from SRC's current filesystem and config\n"
+        "  snapshot NAME [--expire D]    snapshot a sandbox (files and config); prints the snapshot id\n"
+        "  snapshots [rm|export|import]  list, delete, export or import snapshots (snapshots --help)\n"
         "  runtime list|import|bootstrap|rm  root filesystems for --runtime (runtime --help)\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
@@ -306,7 +306,7 @@ static const char create_help[] =
         "    --git-password-stdin   read the password from the first line of stdin\n"
         "  --tarball PATH|URL       extract a tarball into /workspace (a path is made absolute)\n"
         "  --snapshot ID            start from a snapshot\n"
-        "  --timeout DURATION       session lifetime: 90s, 5m, 2h or milliseconds (default 5m)\n"
+        "  --timeout DURATION       session lifetime: 90s, 5m, 2h, 1d or milliseconds (default 5m)\n"
         "  --vcpus N                CPUs (memory is N x 2 GiB)\n"
         "  --port P                 expose a port (repeatable)\n"
         "  --env K=V                environment for every command (repeatable)\n"
@@ -477,7 +477,7 @@ static int create_option(create_args *a, int opt) {
                 return 0;
         case OPT_TIMEOUT:
                 if (cli_parse_duration(optarg, &ms) < 0)
-                        return ctl_usage("create", "create: bad --timeout '%s' (use 90s, 5m, 2h or milliseconds)", optarg);
+                        return ctl_usage("create", "create: bad --timeout '%s' (use 90s, 5m, 2h, 1d or milliseconds)", optarg);
                 set_item(p, "timeout", cJSON_CreateNumber((double) ms));
                 return 0;
         case OPT_VCPUS:
@@ -643,7 +643,7 @@ static const char update_help[] =
         "Usage: sandboxctl update [--json] NAME [--timeout DURATION] [--vcpus N] [--env K=V]... [--tag K=V]...\n"
         "         [--allow-all | --deny-all | --policy FILE |\n"
         "          --allow PATTERN... [--allow-subnet CIDR]... [--deny-subnet CIDR]...]\n\n"
-        "Changes a sandbox. --timeout (90s, 5m, 2h or milliseconds): an increase also\n"
+        "Changes a sandbox. --timeout (90s, 5m, 2h, 1d or milliseconds): an increase also\n"
         "extends the running session. --vcpus sets CPUs and memory (N x 2 GiB) of the\n"
         "running session at once and of its next sessions; lowering memory below what\n"
         "the sandbox uses is refused when the kernel cannot reclaim enough (cgroup v1)\n"
@@ -683,7 +683,7 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                         continue;
                 if (opt == OPT_U_TIMEOUT) {
                         if (cli_parse_duration(optarg, &ms) < 0)
-                                return ctl_usage("update", "update: bad --timeout '%s' (use 90s, 5m, 2h or milliseconds)",
+                                return ctl_usage("update", "update: bad --timeout '%s' (use 90s, 5m, 2h, 1d or milliseconds)",
                                                  optarg);
                         set_item(params, "timeout", cJSON_CreateNumber((double) ms));
                 } else if (opt == OPT_U_VCPUS) {

@@ -23,6 +23,7 @@ static const struct {
         { "s", 1000 },
         { "m", 60 * 1000 },
         { "h", 60 * 60 * 1000 },
+        { "d", 24 * 60 * 60 * 1000 },
 };
 
 int cli_parse_duration(const char *s, int64_t *ret_ms) {

@@ -88,9 +88,11 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
 int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
                 "Usage: sandboxctl snapshot [--json] NAME [--expire DURATION]\n\n"
-                "Takes a snapshot of sandbox NAME's filesystem and config; a running sandbox\n"
+                "Takes a snapshot of sandbox NAME's filesystem and config (network policy, env,\n"
+                "tags, ports, timeout, vCPUs: `create --snapshot ID` restores them unless\n"
+                "given again); a running sandbox "
                 "keeps running. Prints the snapshot id, a source for `create --snapshot ID`.\n"
-                "--expire (90s, 5m, 2h, or milliseconds; at most 365 days) deletes the\n"
+                "--expire (90s, 5m, 2h, 7d, or bare milliseconds; at most 365d) deletes the\n"
                 "snapshot that long after it is taken; sandboxes created from it keep their\n"
                 "files, and it is kept, shown as expired, until the last of them is deleted.\n";
         const char *expire = NULL;
@@ -101,7 +103,7 @@ int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
                 return ctl_usage("snapshot", "snapshot: %s", optind >= argc ? "missing NAME" : "too many arguments");
         int64_t ms = 0;
         if (expire && (cli_parse_duration(expire, &ms) < 0 || ms <= 0))
-                return ctl_usage("snapshot", "snapshot: bad --expire '%s' (use 90s, 5m, 2h or milliseconds)",
+                return ctl_usage("snapshot", "snapshot: bad --expire '%s' (use 90s, 5m, 2h, 1d or milliseconds)",
                                  expire);
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "name", argv[optind]);

@@ -353,6 +353,11 @@ int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err);
 void snapshot_free(snapshot *s);
 /* Finds the snapshot by id; NULL when unknown. */
 snapshot *manager_find_snapshot(manager *m, const char *id);
+/* For a create whose source is a snapshot: every config key the caller
+ * did not give (timeout, resources, env, tags, networkPolicy, ports) is
+ * taken from the snapshot's config, so a deny-all sandbox's files never
+ * come back with a wider policy by omission. Edits params in place. */
+void snapshot_config_defaults(manager *m, cJSON *params);
 /* Re-arms the expiration timer: expired snapshots go on the next loop
  * iteration unless a sandbox still stands on them (then they are marked
  * expired and retried). Called at start and after anything that may free

@@ -484,6 +484,8 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
                 return;
         }
         sb->sessions = cJSON_CreateArray();
+        if (cJSON_IsObject(req->params))
+                snapshot_config_defaults(m, req->params);
         if (parse_create(m, req, sb, j, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 goto drop;

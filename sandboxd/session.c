@@ -282,7 +282,10 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddNumberToObject(o, "netSlot", j->slot);
         cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
         cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
-        cJSON_AddItemToObject(o, "env", cJSON_Duplicate(sb->env, 1));
+        /* No base environment in init: each command.run carries the whole
+         * environment (the sandbox's env as it is now, then the command's),
+         * so a variable an update removes is gone from new commands. */
+        cJSON_AddItemToObject(o, "env", cJSON_CreateObject());
         if (sb->userns_base)
                 cJSON_AddBoolToObject(o, "userns", true);
         return o;

@@ -301,6 +301,7 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
         cJSON_AddItemToObject(p, "env", cJSON_Duplicate(src->env, 1));
         cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(src->tags, 1));
         cJSON_AddItemToObject(p, "networkPolicy", cJSON_Duplicate(src->policy, 1));
+        cJSON_AddItemToObject(p, "ports", cJSON_Duplicate(src->ports, 1));
         cJSON_AddBoolToObject(p, "persistent", src->persistent);
         /* The fork gets a range of its own; the copied layers hold sandbox
          * ids, so none of its files needs remapping (libcore/userns.h). */
@@ -313,6 +314,24 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
         if (name)
                 cJSON_AddStringToObject(p, "name", name);
         return p;
+}
+
+void snapshot_config_defaults(manager *m, cJSON *params) {
+        const cJSON *src = cJSON_GetObjectItem(params, "source");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        if (!type || !streq(type, "snapshot"))
+                return;
+        const snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId")));
+        if (!snap)
+                return; /* create names the unknown id */
+        /* Not persistent or userns: how the new sandbox lives is the
+         * caller's choice, not a property of the files. */
+        static const char *const keys[] = {"timeout", "resources", "env", "tags", "networkPolicy", "ports"};
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                const cJSON *v = cJSON_GetObjectItem(snap->config, keys[i]);
+                if (v && !cJSON_IsNull(v) && !cJSON_GetObjectItem(params, keys[i]))
+                        cJSON_AddItemToObject(params, keys[i], cJSON_Duplicate(v, 1));
+        }
 }
 
 static void fork_captured(manager *m, rpc_request *req, sandbox *src, cJSON *chain, sb_error *err) {

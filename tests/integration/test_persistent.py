@@ -119,6 +119,16 @@ def test_update_changes_env_tags_and_extends_timeout(world):
         expect_eq((code, out), (0, "hi\n"), "new commands see the updated env")
 
 
+def test_update_env_replaces_it_and_removed_variables_are_gone(world):
+    with sandbox(world, "updenv", "--deny-all", "--env", "TOKEN=secret") as name:
+        code, out, _e = sh(world, name, 'echo "[$TOKEN]"')
+        expect_eq((code, out), (0, "[secret]\n"), "the env given at create")
+        code, _o, err = world.ctl("update", name, "--env", "OTHER=1")
+        expect_eq(code, 0, "update --env exit code (%s)" % err.strip())
+        code, out, _e = sh(world, name, 'echo "[${TOKEN-unset}] [$OTHER]"')
+        expect_eq((code, out), (0, "[unset] [1]\n"), "a variable the update removed is gone from new commands")
+
+
 def test_update_rejects_bad_values_naming_the_field(world):
     with sandbox(world, "updbad", "--deny-all") as name:
         cases = [({"timeout": 5}, "timeout"),

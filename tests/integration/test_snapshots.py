@@ -97,6 +97,37 @@ def test_snapshot_keeps_sandbox_running_and_restores_into_a_new_one(world):
     expect_eq(_layers(world), [], "layers left after deleting everything")
 
 
+def test_create_from_snapshot_and_fork_keep_the_config_unless_overridden(world):
+    src, _c, _o, _e = create(world, "cfgsrc", "--deny-all", "--env", "A=1", "--tag", "team=x", "--port", "8000")
+    restored, overridden, fork = world.name("cfgsnap"), world.name("cfgover"), world.name("cfgfork")
+    snap = None
+    try:
+        code, out, err = world.ctl("snapshot", src)
+        expect_eq(code, 0, "snapshot exit code (%s)" % err.strip())
+        snap = out.strip()
+        # No policy given: the snapshot's deny-all, never the allow-all default.
+        code, _o, err = world.ctl("create", "--name", restored, "--snapshot", snap)
+        expect_eq(code, 0, "create from snapshot (%s)" % err.strip())
+        sb, _c, _e = get(world, restored)
+        expect_eq((sb["networkPolicy"], sb["env"], sb["tags"], [p["port"] for p in sb["ports"]]),
+                  ("deny-all", {"A": "1"}, {"team": "x"}, [8000]), "config restored from the snapshot")
+        code, _o, err = world.ctl("create", "--name", overridden, "--snapshot", snap, "--env", "B=2")
+        expect_eq(code, 0, "create from snapshot with --env (%s)" % err.strip())
+        sb, _c, _e = get(world, overridden)
+        expect_eq((sb["env"], sb["networkPolicy"]), ({"B": "2"}, "deny-all"), "a given key overrides only itself")
+        code, _o, err = world.ctl("fork", src, "--name", fork)
+        expect_eq(code, 0, "fork (%s)" % err.strip())
+        sb, _c, _e = get(world, fork)
+        expect_eq([p["port"] for p in sb["ports"]], [8000], "the fork exposes the source's ports")
+    finally:
+        for n in (fork, overridden, restored, src):
+            delete(world, n)
+        if snap:
+            world.ctl("snapshots", "rm", snap)
+    for n in (fork, overridden, restored, src):
+        leaks.check(world, n)
+
+
 def test_unknown_snapshot_is_an_error_never_a_fallback(world):
     name = world.name("nosnap")
     code, _o, err = world.ctl("create", "--name", name, "--snapshot", "snap-0000")

@@ -463,6 +463,8 @@ static void test_duration_units_and_bad_input(void **state) {
         assert_int_equal(ms, 90000);
         assert_int_equal(cli_parse_duration("5m", &ms), 0);
         assert_int_equal(ms, 300000);
+        assert_int_equal(cli_parse_duration("7d", &ms), 0);
+        assert_int_equal(ms, 7 * 86400000LL);
         assert_int_equal(cli_parse_duration("2h", &ms), 0);
         assert_int_equal(ms, 7200000);
         assert_int_equal(cli_parse_duration("1500", &ms), 0);
@@ -471,7 +473,7 @@ static void test_duration_units_and_bad_input(void **state) {
         assert_int_equal(ms, 250);
 
         ms = 42;
-        const char *bad[] = { "", "s", "-5s", "+5s", " 5s", "5 s", "1.5h", "5d", "5sec", "0", "0s",
+        const char *bad[] = { "", "s", "-5s", "+5s", " 5s", "5 s", "1.5h", "5D", "5sec", "0", "0s",
                               "5m30s", "abc", "5S" };
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
                 assert_int_equal(cli_parse_duration(bad[i], &ms), -EINVAL);
