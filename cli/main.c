@@ -641,25 +641,29 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
 
 static const char update_help[] =
         "Usage: sandboxctl update [--json] NAME [--timeout DURATION] [--vcpus N] [--env K=V]... [--tag K=V]...\n"
-        "         [--allow-all | --deny-all | --policy FILE |\n"
+        "         [--port N... | --no-ports] [--allow-all | --deny-all | --policy FILE |\n"
         "          --allow PATTERN... [--allow-subnet CIDR]... [--deny-subnet CIDR]...]\n\n"
         "Changes a sandbox. --timeout (90s, 5m, 2h, 1d or milliseconds): an increase also\n"
         "extends the running session. --vcpus sets CPUs and memory (N x 2 GiB) of the\n"
         "running session at once and of its next sessions; lowering memory below what\n"
         "the sandbox uses is refused when the kernel cannot reclaim enough (cgroup v1)\n"
         "or ends in an OOM kill inside the sandbox (cgroup v2). --env replaces the sandbox's environment for\n"
-        "commands started afterwards; --tag replaces its tags (at most 5).\n"
+        "commands started afterwards; --tag replaces its tags (at most 5). --port (repeatable)\n"
+        "replaces the exposed ports at once (ports kept keep their endpoints); --no-ports\n"
+        "removes them all.\n"
         "The policy options (as for create) replace the whole network policy; a\n"
         "running session switches to the new one at once.\n";
 
 static int cmd_update(ctl_globals *g, int argc, char **argv) {
-        enum { OPT_U_TIMEOUT = OPT_FIRST_COMMAND, OPT_U_ENV, OPT_U_TAG, OPT_U_VCPUS };
+        enum { OPT_U_TIMEOUT = OPT_FIRST_COMMAND, OPT_U_ENV, OPT_U_TAG, OPT_U_VCPUS, OPT_U_PORT, OPT_U_NO_PORTS };
         static const struct option opts[] = {
                 COMMON_OPTIONS,
                 { "timeout", required_argument, NULL, OPT_U_TIMEOUT },
                 { "vcpus", required_argument, NULL, OPT_U_VCPUS },
                 { "env", required_argument, NULL, OPT_U_ENV },
                 { "tag", required_argument, NULL, OPT_U_TAG },
+                { "port", required_argument, NULL, OPT_U_PORT },
+                { "no-ports", no_argument, NULL, OPT_U_NO_PORTS },
                 { "allow-all", no_argument, NULL, OPT_ALLOW_ALL },
                 { "deny-all", no_argument, NULL, OPT_DENY_ALL },
                 { "policy", required_argument, NULL, OPT_POLICY },
@@ -694,6 +698,15 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                         cJSON *res = cJSON_CreateObject();
                         cJSON_AddNumberToObject(res, "vcpus", (double) n);
                         set_item(params, "resources", res);
+                } else if (opt == OPT_U_PORT || opt == OPT_U_NO_PORTS) {
+                        long n = 0;
+                        if (opt == OPT_U_PORT && parse_uint(optarg, 65535, &n) < 0)
+                                return ctl_usage("update", "update: bad --port '%s' (1-65535)", optarg);
+                        cJSON *ports = cJSON_GetObjectItemCaseSensitive(params, "ports");
+                        if (!ports)
+                                ports = cJSON_AddArrayToObject(params, "ports");
+                        if (opt == OPT_U_PORT)
+                                cJSON_AddItemToArray(ports, cJSON_CreateNumber((double) n));
                 } else if (opt == OPT_U_ENV || opt == OPT_U_TAG) {
                         const char *key = opt == OPT_U_ENV ? "env" : "tags";
                         if (!cJSON_GetObjectItemCaseSensitive(params, key))

@@ -370,6 +370,11 @@ void snapshots_schedule_expiry(manager *m);
 int ports_parse(const cJSON *ports, cJSON **ret, sb_error **ret_err);
 /* Listens on 127.0.0.1 for each of the sandbox's ports (session start). */
 int ports_open(session *s, sb_error **ret_err);
+/* Makes the running session expose exactly `ports` (a ports_parse array):
+ * ports still listed keep their listener and endpoint, new ones get one,
+ * removed ones stop listening (connections already relayed carry on).
+ * All or nothing: on error the session's listeners are unchanged. */
+int ports_replace(session *s, const cJSON *ports, sb_error **ret_err);
 /* Stops listening and closes the session's netns fd (session end). */
 void ports_close(session *s);
 /* [{port, endpoint}] for sandbox.get; endpoint null without a session. */

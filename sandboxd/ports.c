@@ -197,45 +197,89 @@ static int on_accept(sd_event_source *src, int fd, uint32_t revents, void *userd
         return 0;
 }
 
-int ports_open(session *s, sb_error **ret_err) {
-        sandbox *sb = s->sb;
-        int n = cJSON_GetArraySize(sb->ports);
-        if (n == 0)
-                return 0;
-        s->listeners = calloc((size_t)n, sizeof(*s->listeners));
-        if (!s->listeners)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        cJSON *it;
-        cJSON_ArrayForEach(it, sb->ports) {
-                port_listener *l = calloc(1, sizeof(*l));
-                if (!l)
-                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-                s->listeners[s->n_listeners++] = l;
-                l->s = s;
-                l->port = (uint16_t)it->valuedouble;
-                l->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-                struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-                socklen_t len = sizeof(a);
-                if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l->fd, 128) < 0 ||
-                    getsockname(l->fd, (struct sockaddr *)&a, &len) < 0)
-                        return sb_error_set(ret_err, negative_errno(), NULL, "ports",
-                                            "ports: listen on 127.0.0.1 for port %u: %m", l->port);
-                l->host_port = ntohs(a.sin_port);
-                int r = sd_event_add_io(sb->m->event, &l->src, l->fd, EPOLLIN, on_accept, l);
-                if (r < 0)
-                        return sb_error_set(ret_err, r, NULL, NULL, "watch port %u: %s", l->port, strerror(-r));
+static void listener_free(port_listener *l) {
+        if (!l)
+                return;
+        sd_event_source_disable_unref(l->src);
+        if (l->fd >= 0)
+                close(l->fd);
+        free(l);
+}
+
+/* A listener on 127.0.0.1:<any> for the sandbox's `port`. */
+static port_listener *listener_new(session *s, uint16_t port, sb_error **ret_err) {
+        port_listener *l = calloc(1, sizeof(*l));
+        if (!l) {
+                sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                return NULL;
         }
+        l->s = s;
+        l->port = port;
+        l->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l->fd, 128) < 0 ||
+            getsockname(l->fd, (struct sockaddr *)&a, &len) < 0) {
+                sb_error_set(ret_err, negative_errno(), NULL, "ports", "ports: listen on 127.0.0.1 for port %u: %m",
+                             port);
+                listener_free(l);
+                return NULL;
+        }
+        l->host_port = ntohs(a.sin_port);
+        int r = sd_event_add_io(s->sb->m->event, &l->src, l->fd, EPOLLIN, on_accept, l);
+        if (r < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "watch port %u: %s", port, strerror(-r));
+                listener_free(l);
+                return NULL;
+        }
+        return l;
+}
+
+int ports_replace(session *s, const cJSON *ports, sb_error **ret_err) {
+        int n = cJSON_GetArraySize(ports);
+        port_listener **v = calloc((size_t)n + 1, sizeof(*v));
+        if (!v)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        /* New listeners first: on failure nothing has changed. */
+        int i = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, ports) {
+                uint16_t port = (uint16_t)it->valuedouble;
+                bool kept = false;
+                for (size_t k = 0; k < s->n_listeners; k++)
+                        kept |= s->listeners[k]->port == port;
+                if (!kept && !(v[i] = listener_new(s, port, ret_err))) {
+                        for (int k = 0; k < i; k++)
+                                listener_free(v[k]);
+                        free(v);
+                        return -EIO;
+                }
+                i++;
+        }
+        /* Then keep the listeners (and endpoints) of ports still exposed,
+         * and close the others; their relayed connections carry on. */
+        i = 0;
+        cJSON_ArrayForEach(it, ports) {
+                for (size_t k = 0; !v[i] && k < s->n_listeners; k++)
+                        if (s->listeners[k] && s->listeners[k]->port == (uint16_t)it->valuedouble)
+                                v[i] = TAKE_PTR(s->listeners[k]);
+                i++;
+        }
+        for (size_t k = 0; k < s->n_listeners; k++)
+                listener_free(s->listeners[k]);
+        free(s->listeners);
+        s->listeners = v;
+        s->n_listeners = (size_t)n;
         return 0;
 }
 
+int ports_open(session *s, sb_error **ret_err) {
+        return ports_replace(s, s->sb->ports, ret_err);
+}
+
 void ports_close(session *s) {
-        for (size_t i = 0; i < s->n_listeners; i++) {
-                port_listener *l = s->listeners[i];
-                sd_event_source_disable_unref(l->src);
-                if (l->fd >= 0)
-                        close(l->fd);
-                free(l);
-        }
+        for (size_t i = 0; i < s->n_listeners; i++)
+                listener_free(s->listeners[i]);
         free(s->listeners);
         s->listeners = NULL;
         s->n_listeners = 0;

@@ -706,10 +706,22 @@ static int resize_session(sandbox *sb, unsigned from, unsigned to, sb_error **re
         return 0;
 }
 
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+/* Undoes the ports part of an update that failed later on. */
+static void update_restore_ports(sandbox *sb, cJSON **oldports) {
+        if (!*oldports)
+                return;
+        if (sb->sess)
+                (void)ports_replace(sb->sess, *oldports, NULL);
+        cJSON_Delete(sb->ports);
+        sb->ports = TAKE_PTR(*oldports);
+}
+
 /* sandbox.update: timeout, env, tags, resources (live on a running session:
  * its cgroup limits change at once; persisted for the next sessions),
  * networkPolicy (live, atomically; not to or from deny-all while it runs),
- * and, while they cannot change yet, ports only to their current values.
+ * and ports (live: ports still listed keep their endpoints).
  * A timeout increase also extends the running session by the difference;
  * a decrease applies from the next session on. */
 static void method_update(rpc_request *req, void *userdata) {
@@ -761,9 +773,10 @@ static void method_update(rpc_request *req, void *userdata) {
                 fail_field = "resources.vcpus";
                 fail_reason = "unavailable";
                 fail_msg = "resources.vcpus: the sandbox is starting; try again when it runs";
-        } else if (ports && !cJSON_Compare(ports, sb->ports, true)) {
+        } else if (ports && sb->starting) {
                 fail_field = "ports";
-                fail_msg = "ports: changing the ports of an existing sandbox is not supported yet";
+                fail_reason = "unavailable";
+                fail_msg = "ports: the sandbox is starting; try again when it runs";
         }
         if (fail_field) {
                 rpc_reply_error(req, fail_reason ? RPC_APP_ERROR : RPC_INVALID_PARAMS, fail_reason, fail_field,
@@ -772,11 +785,26 @@ static void method_update(rpc_request *req, void *userdata) {
                 cJSON_Delete(tags);
                 return;
         }
+        /* Ports first: the one change here that can be undone without a
+         * trace if something later is refused. */
+        _cleanup_(cJSON_Deletep) cJSON *newports = NULL, *oldports = NULL;
+        if (ports && (ports_parse(ports, &newports, &err) < 0 ||
+                      (sb->sess && ports_replace(sb->sess, newports, &err) < 0))) {
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        if (newports) {
+                oldports = sb->ports;
+                sb->ports = TAKE_PTR(newports);
+        }
         /* Resources before the policy: a refused resize leaves everything
          * as it was, and a refused policy puts the old limits back. */
         unsigned old_vcpus = sb->vcpus;
         if (new_vcpus > 0 && (unsigned)new_vcpus != old_vcpus) {
                 if (resize_session(sb, old_vcpus, (unsigned)new_vcpus, &err) < 0) {
+                        update_restore_ports(sb, &oldports);
                         cJSON_Delete(env);
                         cJSON_Delete(tags);
                         rpc_reply_sb_error(req, err);
@@ -790,6 +818,7 @@ static void method_update(rpc_request *req, void *userdata) {
                 if (sb->sess && session_apply_policy(sb->sess, newpol, &err) < 0) {
                         if (sb->vcpus != old_vcpus && resize_session(sb, sb->vcpus, old_vcpus, NULL) >= 0)
                                 sb->vcpus = old_vcpus;
+                        update_restore_ports(sb, &oldports);
                         cJSON_Delete(env);
                         cJSON_Delete(tags);
                         rpc_reply_sb_error(req, err);

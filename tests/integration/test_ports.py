@@ -56,3 +56,29 @@ def test_endpoints_go_with_the_session(world):
         expect(code != 0, "the old endpoint is closed")
     finally:
         delete(world, name)
+
+
+def test_update_changes_the_ports_of_a_running_sandbox(world):
+    with sandbox(world, "portupd", "--deny-all", "--port", "8000") as name:
+        sb, _c, _e = get(world, name)
+        first = sb["ports"][0]["endpoint"]
+        _serve(world, name, 8000)
+        _serve(world, name, 8001)
+        code, _o, err = world.ctl("update", name, "--port", "8000", "--port", "8001")
+        expect_eq(code, 0, "update --port exit code (%s)" % err.strip())
+        sb, _c, _e = get(world, name)
+        ports = {p["port"]: p["endpoint"] for p in sb["ports"]}
+        expect_eq((sorted(ports), ports[8000]), ([8000, 8001], first), "ports, and 8000 keeps its endpoint")
+        res = poll(lambda: (lambda r: r[0] == 0 and r)(_fetch(world, ports[8001])), 15,
+                   "the new port to answer through %s" % ports[8001])
+        expect_eq(res[1], "hello-from-%s" % name, "body through the added port")
+        code, _o, err = world.ctl("update", name, "--port", "0")
+        expect_eq(code, 2, "a bad port is a usage error (%s)" % err.strip())
+        r = world.rpc("sandbox.update", {"name": name, "ports": [8000, 8000]})
+        expect_eq(((r.get("error") or {}).get("data") or {}).get("field"), "ports[1]", "duplicate port field")
+        code, _o, err = world.ctl("update", name, "--no-ports")
+        expect_eq(code, 0, "update --no-ports exit code (%s)" % err.strip())
+        sb, _c, _e = get(world, name)
+        expect_eq(sb["ports"], [], "no ports after --no-ports")
+        for ep in ports.values():
+            expect(_fetch(world, ep)[0] != 0, "a removed port's endpoint is closed:", ep)
