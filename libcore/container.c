@@ -171,7 +171,9 @@ const char *const core_runtime_host_binds[][2] = {
         {"/usr", "/usr"},
         {"/etc/ld.so.cache", "/etc/ld.so.cache"},
         {"/etc/alternatives", "/etc/alternatives"},
-        {"/etc/ssl", "/etc/ssl"},
+        /* Not /etc/ssl whole: its private/ holds the host's TLS keys. */
+        {"/etc/ssl/certs", "/etc/ssl/certs"},
+        {"/etc/ssl/openssl.cnf", "/etc/ssl/openssl.cnf"},
         {"/etc/ca-certificates", "/etc/ca-certificates"},
         {NULL, NULL},
 };
@@ -210,6 +212,15 @@ static int build_etc(int etc) {
                 struct stat st;
                 if (stat(core_runtime_host_binds[i][0], &st) < 0)
                         continue;
+                /* Parents first ("ssl" for "ssl/certs"). */
+                char parent[PATH_MAX];
+                snprintf(parent, sizeof(parent), "%s", dst + 5);
+                for (char *sl = strchr(parent, '/'); sl; sl = strchr(sl + 1, '/')) {
+                        *sl = 0;
+                        if (mkdirat(etc, parent, 0755) < 0 && errno != EEXIST)
+                                return negative_errno();
+                        *sl = '/';
+                }
                 if (S_ISDIR(st.st_mode)) {
                         if (mkdirat(etc, dst + 5, 0755) < 0 && errno != EEXIST)
                                 return negative_errno();

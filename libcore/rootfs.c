@@ -74,11 +74,8 @@ static int mount_new(int rootfd, const char *fstype, const char *const *opts, un
         return attach(rootfd, mnt, dst, ret_err);
 }
 
-/* Binds host path src (recursively) onto dst beneath rootfd. */
-static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, bool ro,
-                     sb_error **ret_err) {
-        _cleanup_close_ int tree = open_tree(srcdfd, src,
-                                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+int core_rootfs_clone_tree(int dfd, const char *src, bool ro, sb_error **ret_err) {
+        _cleanup_close_ int tree = open_tree(dfd, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
         if (tree < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open_tree %s: %m", src);
         struct mount_attr attr = {
@@ -87,15 +84,25 @@ static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, b
         };
         if (mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount_setattr %s: %m", src);
+        return TAKE_FD(tree);
+}
+
+/* Binds host path src (recursively) onto dst beneath rootfd. */
+static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, bool ro,
+                     sb_error **ret_err) {
+        _cleanup_close_ int tree = core_rootfs_clone_tree(srcdfd, src, ro, ret_err);
+        if (tree < 0)
+                return tree;
         return attach(rootfd, tree, dst, ret_err);
 }
 
 /* Paths under /proc hidden behind the verified /dev/null (files) or an empty
  * read-only tmpfs (directories). Source: Docker's default masked paths
  * (moby oci/defaults.go, maskedPaths) plus /proc/sysrq-trigger from its
- * read-only list. Left out on purpose: /proc/asound (absent on servers). */
+ * read-only list, and /proc/key-users (every host uid's key quota use).
+ * Left out on purpose: /proc/asound (absent on servers). */
 static const char *const masked_files[] = {
-        "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+        "/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/latency_stats", "/proc/timer_list",
         "/proc/timer_stats", "/proc/sched_debug", "/proc/sysrq-trigger",
 };
 static const char *const masked_dirs[] = {

@@ -49,4 +49,10 @@ typedef struct core_rootfs_config {
  * Returns 0 or a negative errno with *ret_err naming the step. */
 int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err);
 
+/* A detached recursive clone (open_tree OPEN_TREE_CLONE) of `src` relative
+ * to dfd, nosuid, nodev, read-only when `ro`, private propagation, ready to
+ * be attached with move_mount(2). Returns the fd (O_CLOEXEC, caller owns)
+ * or a negative errno with *ret_err naming the path. */
+int core_rootfs_clone_tree(int dfd, const char *src, bool ro, sb_error **ret_err);
+
 void core_rootfs_config_clear(core_rootfs_config *cfg);

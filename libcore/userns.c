@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "libcore/rootfs.h"
 #include "libcore/userns.h"
 #include "libcore/util.h"
 
@@ -188,16 +189,7 @@ int core_userns_overlay(int userns_fd, const char *lowers, const char *sbdir, ui
 }
 
 int core_userns_bind_tree(const char *src, bool ro, sb_error **ret_err) {
-        _cleanup_close_ int tree = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-        if (tree < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open_tree %s: %m", src);
-        struct mount_attr attr = {
-                .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (ro ? MOUNT_ATTR_RDONLY : 0),
-                .propagation = MS_PRIVATE,
-        };
-        if (mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount_setattr %s: %m", src);
-        return TAKE_FD(tree);
+        return core_rootfs_clone_tree(AT_FDCWD, src, ro, ret_err);
 }
 
 /* ---- probe ----------------------------------------------------------------- */

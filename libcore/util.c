@@ -232,6 +232,16 @@ int core_rm_rf(const char *path) {
         return r;
 }
 
+void core_signals_reset(void) {
+        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        for (int sig = 1; sig < _NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void)sigaction(sig, &dfl, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        (void)sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 int core_write_string(const char *path, const char *s) {
         _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)

@@ -77,6 +77,12 @@ int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *r
  * at end of file, or another negative errno. */
 int core_read_line_timeout(int fd, char *buf, size_t size, int timeout_ms);
 
+/* For a child between fork and exec: every signal back to its default
+ * disposition, then none blocked, so that neither the parent's handlers nor
+ * its blocked set (sd-event blocks SIGCHLD, SIGTERM, ...) survive exec.
+ * Async-signal-safe (sigaction and sigprocmask only). */
+void core_signals_reset(void);
+
 /* Writes a string to a file that already exists (sysfs, cgroupfs, procfs).
  * 0 or -errno. */
 int core_write_string(const char *path, const char *s);

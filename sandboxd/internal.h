@@ -70,6 +70,7 @@ struct command {
         bool sudo, tty, detached;
         uint64_t started_ms, ended_ms;
         bool started, exited;
+        bool timed_out;           /* its timeoutMs expired and it was sent SIGKILL */
         int exit_code;
         rpc_conn *conn;           /* streams go here while it is open; a reference */
         rpc_request *run_req;     /* command.run waiting for start (detached) or exit */
@@ -354,7 +355,8 @@ void snapshot_free(snapshot *s);
 /* Finds the snapshot by id; NULL when unknown. */
 snapshot *manager_find_snapshot(manager *m, const char *id);
 /* For a create whose source is a snapshot: every config key the caller
- * did not give (timeout, resources, env, tags, networkPolicy, ports) is
+ * did not give (timeout, resources, env, tags, networkPolicy, ports,
+ * userns) is
  * taken from the snapshot's config, so a deny-all sandbox's files never
  * come back with a wider policy by omission. Edits params in place. */
 void snapshot_config_defaults(manager *m, cJSON *params);

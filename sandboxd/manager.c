@@ -343,7 +343,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 goto fail;
         }
         if ((r = core_mkdir_p(m->sandboxes_dir, 0700)) < 0 || (r = core_mkdir_p(m->runtimes_dir, 0700)) < 0 ||
-            (r = core_mkdir_p(m->layers_dir, 0711)) < 0 || (r = core_mkdir_p(m->snapshots_dir, 0700)) < 0 ||
+            (r = core_mkdir_p(m->layers_dir, 0700)) < 0 || (r = core_mkdir_p(m->snapshots_dir, 0700)) < 0 ||
             (r = core_mkdir_p(m->run_sandboxes_dir, 0700)) < 0) {
                 r = sb_error_set(ret_err, r, NULL, NULL, "create state directories under %s and %s: %s",
                                  cfg->state_dir, cfg->run_dir, strerror(-r));
@@ -352,8 +352,11 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         if ((r = lock_state_dir(m, ret_err)) < 0)
                 goto fail;
         /* The lower layer must be traversable by the sandbox user. */
+        /* Snapshot and fork layers hold what root inside a sandbox wrote
+         * (setuid-root files included): root-only, like each sandbox's
+         * directory (session.c), whatever an older version left. */
         if (chmod(cfg->state_dir, 0711) < 0 || chmod(m->runtimes_dir, 0711) < 0 ||
-            chmod(m->sandboxes_dir, 0711) < 0) {
+            chmod(m->sandboxes_dir, 0711) < 0 || chmod(m->layers_dir, 0700) < 0) {
                 r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "chmod %s: %m", cfg->state_dir);
                 goto fail;
         }

@@ -690,13 +690,7 @@ static int run_debootstrap(runtime_job *j, const char *target, const char *log) 
                 /* The daemon blocks SIGCHLD and friends for sd-event and may
                  * ignore SIGPIPE; both would survive exec and confuse the
                  * shell scripts and dpkg debootstrap runs. */
-                struct sigaction dfl = {.sa_handler = SIG_DFL};
-                for (int sig = 1; sig < _NSIG; sig++)
-                        if (sig != SIGKILL && sig != SIGSTOP)
-                                (void)sigaction(sig, &dfl, NULL);
-                sigset_t none;
-                sigemptyset(&none);
-                (void)sigprocmask(SIG_SETMASK, &none, NULL);
+                core_signals_reset();
                 syscall(SYS_close_range, 3U, ~0U, 0U);
                 execve(DEBOOTSTRAP, argv, envp);
                 _exit(127);

@@ -786,10 +786,12 @@ static void start_work(void *userdata) {
                 r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
                 goto fail;
         }
-        /* User namespace: the layers keep sandbox ids on disk, so host uid
-         * 1000 would own the workspace there; nobody but root may reach
-         * it once the source is in (the fetch needed group 1000's x). */
-        if (sb->userns_base && chmod(sb->dir, 0700) < 0) {
+        /* Nobody but root may reach the sandbox's files from the host once
+         * the source is in (the fetch, as the sandbox user, needed group
+         * 1000's x): root inside writes real root-owned, even setuid-root,
+         * files into upper/ (or, with a user namespace, files owned by
+         * sandbox ids that are host ids too). */
+        if (chmod(sb->dir, 0700) < 0) {
                 r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "chmod %s: %m", sb->dir);
                 goto fail;
         }

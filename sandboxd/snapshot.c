@@ -324,9 +324,11 @@ void snapshot_config_defaults(manager *m, cJSON *params) {
         const snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId")));
         if (!snap)
                 return; /* create names the unknown id */
-        /* Not persistent or userns: how the new sandbox lives is the
-         * caller's choice, not a property of the files. */
-        static const char *const keys[] = {"timeout", "resources", "env", "tags", "networkPolicy", "ports"};
+        /* Not persistent: how long the new sandbox lives is the caller's
+         * choice. userns is kept (never silently dropped: its layers were
+         * written by a root that was not host root). */
+        static const char *const keys[] = {"timeout", "resources", "env", "tags", "networkPolicy", "ports",
+                                           "userns"};
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
                 const cJSON *v = cJSON_GetObjectItem(snap->config, keys[i]);
                 if (v && !cJSON_IsNull(v) && !cJSON_GetObjectItem(params, keys[i]))

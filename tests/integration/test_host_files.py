@@ -1,0 +1,77 @@
+"""What root inside a sandbox writes stays out of the host's reach, and
+nothing of the host's secrets reaches a sandbox: each sandbox's directory
+and the snapshot/fork layers are root-only on the host (a setuid-root file
+made inside must not be runnable by a host user), the host's TLS private
+keys are not bound in, /proc/key-users is masked, and restoring a user
+namespace sandbox's snapshot keeps the user namespace."""
+import os
+import stat
+
+import leaks
+from common import create, delete, expect, expect_eq, get, sh, sh_ok
+
+
+def _mode(path):
+    st = os.stat(path)
+    return st.st_uid, stat.S_IMODE(st.st_mode)
+
+
+def test_sandbox_and_layer_directories_are_root_only(world):
+    src, _c, _o, _e = create(world, "rootonly", "--deny-all")
+    fork = world.name("rootonlyf")
+    try:
+        sh_ok(world, src, "cp /usr/bin/id /workspace/rootid && chmod 4755 /workspace/rootid", "--sudo")
+        state = world.daemon.state_dir
+        uid, mode = _mode(os.path.join(state, "sandboxes", src))
+        expect_eq((uid, mode & 0o077), (0, 0), "the sandbox's directory: root-only (mode %o)" % mode)
+        code, _o, err = world.ctl("fork", src, "--name", fork)
+        expect_eq(code, 0, "fork (%s)" % err.strip())
+        uid, mode = _mode(os.path.join(state, "layers"))
+        expect_eq((uid, mode & 0o077), (0, 0), "the layers directory: root-only (mode %o)" % mode)
+        uid, mode = _mode(os.path.join(state, "sandboxes", fork))
+        expect_eq((uid, mode & 0o077), (0, 0), "the fork's directory: root-only (mode %o)" % mode)
+    finally:
+        delete(world, fork)
+        delete(world, src)
+    leaks.check(world, src)
+    leaks.check(world, fork)
+
+
+def test_host_tls_private_keys_and_key_users_are_not_visible(world):
+    with_name, _c, _o, _e = create(world, "tlskeys", "--deny-all")
+    try:
+        code, out, _e = sh(world, with_name, "ls -d /etc/ssl/private 2>&1; echo rc=$?", "--sudo")
+        expect("rc=0" not in out, "the host's /etc/ssl/private is not inside:", out.strip())
+        code, out, _e = sh(world, with_name, "test -s /etc/ssl/certs/ca-certificates.crt && "
+                                             "test -f /etc/ssl/openssl.cnf && echo ok")
+        expect_eq(out, "ok\n", "the CA bundle and openssl.cnf are still there")
+        code, out, _e = sh(world, with_name, "cat /proc/key-users | wc -c", "--sudo")
+        expect_eq(out.strip(), "0", "/proc/key-users is masked")
+    finally:
+        delete(world, with_name)
+    leaks.check(world, with_name)
+
+
+def test_snapshot_of_a_userns_sandbox_restores_with_its_user_namespace(world):
+    info = world.rpc_result("daemon.info")
+    if not (info.get("capabilities", {}).get("userns") or {}).get("available"):
+        import world as W
+        raise W.Skip("user namespaces are not available on this host")
+    src, _c, _o, _e = create(world, "usnap", "--deny-all", "--userns")
+    restored = world.name("usnapr")
+    snap = None
+    try:
+        code, out, err = world.ctl("snapshot", src)
+        expect_eq(code, 0, "snapshot (%s)" % err.strip())
+        snap = out.strip()
+        code, _o, err = world.ctl("create", "--name", restored, "--snapshot", snap)
+        expect_eq(code, 0, "create from the snapshot (%s)" % err.strip())
+        sb, _c, _e = get(world, restored)
+        expect_eq(sb.get("userns"), True, "the restored sandbox keeps the user namespace")
+    finally:
+        delete(world, restored)
+        delete(world, src)
+        if snap:
+            world.ctl("snapshots", "rm", snap)
+    leaks.check(world, src)
+    leaks.check(world, restored)
