@@ -65,10 +65,12 @@ _noreturn_ static void child_main(void *p) {
                  * uid_map/gid_map. Exec'ing before would drop every
                  * capability (the kernel grants them at exec only to the
                  * namespace's uid 0, which has no host id yet). Then become
-                 * that uid 0 (host id = the range's base): clone kept host
-                 * root's ids, which are not mapped here. The host groups go
-                 * too: setgroups is still allowed (the maps were written by
-                 * host root), and none of host root's groups may follow. */
+                 * that uid 0 (host id = the range's base): clone kept the
+                 * parent thread's ids (real and saved host root, effective
+                 * the base), and host root is not mapped here. The host
+                 * groups go too: setgroups is still allowed (the maps were
+                 * written by host root), and none of host root's groups may
+                 * follow. */
                 char c;
                 close(a->sync_w);
                 if (read(a->sync_fd, &c, 1) != 1 || syscall(SYS_setgroups, 0, NULL) < 0 ||
@@ -99,6 +101,38 @@ static int release_userns_child(pid_t pid, uint32_t userns_base, int sync_w, sb_
         if (r >= 0 && write(sync_w, "1", 1) != 1)
                 r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "release sandbox-init: %m");
         return r;
+}
+
+/* clone3 of sandbox-init; returns its pid (parent side) or a negative
+ * errno. A new user namespace is owned by the euid of the thread that
+ * clones it (user_namespaces(7)): as host root, the per-user kernel counts
+ * (inotify instances, ...) of every sandbox would be charged to host root
+ * together, so this thread takes the range's base ids for the clone only;
+ * the child starts with those credentials. */
+static pid_t clone_init(struct clone3_args *args, struct child_args *a, uint32_t userns_base,
+                        sb_error **ret_err) {
+        int r = userns_base ? core_userns_owner_enter(userns_base) : 0;
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "take the ids of %u to own the user namespace: %s",
+                                    userns_base, strerror(-r));
+        pid_t pid = (pid_t)syscall(SYS_clone3, args, sizeof(*args));
+        if (pid == 0)
+                child_main(a);
+        int clone_err = pid < 0 ? negative_errno() : 0;
+        /* Host root again before anything else: the maps, and all this
+         * worker thread does afterwards, need it. */
+        if (userns_base && (r = core_userns_owner_leave()) < 0) {
+                if (pid > 0) {
+                        int pidfd = *(int *)(uintptr_t)args->pidfd;
+                        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                        waitpid(pid, NULL, 0);
+                        close(pidfd);
+                }
+                return sb_error_set(ret_err, r, NULL, NULL, "restore the ids of root after clone: %s", strerror(-r));
+        }
+        if (pid < 0)
+                return sb_error_set(ret_err, clone_err, NULL, NULL, "clone sandbox-init: %s", strerror(-clone_err));
+        return pid;
 }
 
 int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, core_spawn_result *ret,
@@ -133,15 +167,16 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, core_
                 .exit_signal = SIGCHLD,
                 .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0,
         };
-        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
-        if (pid == 0)
-                child_main(&a);
+        pid_t pid = clone_init(&args, &a, userns_base, ret_err);
         if (pid < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone sandbox-init: %m");
+                return pid;
         _cleanup_close_ int pfd = pidfd;
         /* With CLONE_NEWUSER every other new namespace (mount, PID, UTS,
          * IPC, network) is owned by the new user namespace, so sandbox root
-         * holds its capabilities over them and over nothing else. */
+         * holds its capabilities over them and over nothing else. The maps
+         * are written from here, by host root (CAP_SETUID and CAP_SETGID
+         * over the parent namespace: no restriction on the map, and
+         * setgroups stays allowed, user_namespaces(7)). */
         if (userns_base) {
                 close(TAKE_FD(sync_r)); /* the child holds its own copy */
                 if (release_userns_child(pid, userns_base, sync_w, ret_err) < 0) {

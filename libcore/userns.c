@@ -84,6 +84,49 @@ int core_userns_write_maps(pid_t pid, uint32_t host_base, sb_error **ret_err) {
         return 0;
 }
 
+/* ---- the namespace owner ------------------------------------------------------ */
+
+/* Effective capabilities := permitted, for this thread. */
+static int raise_effective(void) {
+        struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+        struct __user_cap_data_struct d[2];
+        if (syscall(SYS_capget, &h, d) < 0)
+                return negative_errno();
+        d[0].effective = d[0].permitted;
+        d[1].effective = d[1].permitted;
+        return syscall(SYS_capset, &h, d) < 0 ? negative_errno() : 0;
+}
+
+int core_userns_owner_enter(uint32_t host_base) {
+        /* gid first: after the euid leaves 0 the effective set is empty
+         * (capabilities(7), "Effect of user ID changes on capabilities").
+         * Real and saved ids stay 0, so the permitted set survives and the
+         * way back needs no privilege. */
+        if (syscall(SYS_setresgid, -1, host_base, -1) < 0)
+                return negative_errno();
+        if (syscall(SYS_setresuid, -1, host_base, -1) < 0) {
+                int r = negative_errno();
+                (void)syscall(SYS_setresgid, -1, 0, -1);
+                return r;
+        }
+        /* Back to the full effective set: clone3 into the sandbox's cgroup
+         * checks write access to cgroup.procs with the cloning thread's
+         * credentials (kernel/cgroup/cgroup.c cgroup_css_set_fork), and that
+         * file is host root's. */
+        int r = raise_effective();
+        if (r < 0)
+                (void)core_userns_owner_leave();
+        return r;
+}
+
+int core_userns_owner_leave(void) {
+        if (syscall(SYS_setresuid, -1, 0, -1) < 0 || syscall(SYS_setresgid, -1, 0, -1) < 0)
+                return negative_errno();
+        /* The kernel restores effective := permitted on the euid's return
+         * to 0; make it so even if a securebit kept it from doing so. */
+        return raise_effective();
+}
+
 /* ---- the overlay --------------------------------------------------------------- */
 
 /* A detached clone of `path`, idmapped through userns_fd. */
@@ -105,13 +148,7 @@ static int set_fs_ids(uint32_t id) {
         syscall(SYS_setfsuid, id);
         if ((uint32_t)syscall(SYS_setfsuid, -1) != id || (uint32_t)syscall(SYS_setfsgid, -1) != id)
                 return -EPERM;
-        struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-        struct __user_cap_data_struct d[2];
-        if (syscall(SYS_capget, &h, d) < 0)
-                return negative_errno();
-        d[0].effective = d[0].permitted;
-        d[1].effective = d[1].permitted;
-        return syscall(SYS_capset, &h, d) < 0 ? negative_errno() : 0;
+        return raise_effective();
 }
 
 /* Every detached layer mount, kept open until the overlay is created:
@@ -198,7 +235,14 @@ int core_userns_hold(uint32_t host_base, pid_t *ret_pid, int *ret_fd, sb_error *
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
-        /* The child only waits for the pipe to close: raw syscalls only. */
+        /* Owned by host_base, as a sandbox's namespace (core_spawn_init).
+         * The child only waits for the pipe to close: raw syscalls only. */
+        int r = core_userns_owner_enter(host_base);
+        if (r < 0) {
+                close(p[0]);
+                close(p[1]);
+                return sb_error_set(ret_err, r, NULL, NULL, "take the ids of %u: %s", host_base, strerror(-r));
+        }
         pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
         if (pid == 0) {
                 char c;
@@ -206,14 +250,20 @@ int core_userns_hold(uint32_t host_base, pid_t *ret_pid, int *ret_fd, sb_error *
                 (void)!read(p[0], &c, 1);
                 _exit(0);
         }
+        int clone_err = pid < 0 ? negative_errno() : 0;
+        r = core_userns_owner_leave();
         close(p[0]);
-        if (pid < 0) {
+        if (pid < 0 || r < 0) {
                 close(p[1]);
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone a user namespace: %m");
+                if (pid > 0)
+                        waitpid(pid, NULL, 0);
+                return pid < 0 ? sb_error_set(ret_err, clone_err, NULL, NULL, "clone a user namespace: %s",
+                                              strerror(-clone_err))
+                               : sb_error_set(ret_err, r, NULL, NULL, "restore the ids of root: %s", strerror(-r));
         }
         char path[64];
         snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
-        int r = core_userns_write_maps(pid, host_base, ret_err);
+        r = core_userns_write_maps(pid, host_base, ret_err);
         int fd = r < 0 ? r : open(path, O_RDONLY | O_CLOEXEC);
         if (r >= 0 && fd < 0)
                 r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", path);

@@ -38,6 +38,26 @@ int core_userns_check_pool(const char *etc, uint64_t base, uint64_t size, sb_err
  * deny group) does not arise. Returns 0 or a negative errno. */
 int core_userns_write_maps(pid_t pid, uint32_t host_base, sb_error **ret_err);
 
+/* Makes the calling thread (only: raw syscalls, not glibc's process-wide
+ * set*id broadcast) take effective uid and gid `host_base`, keeping real and
+ * saved ids 0 and the permitted capabilities, with the effective set raised
+ * back to the permitted one. A user namespace created by this thread (clone
+ * CLONE_NEWUSER) is then owned by host_base instead of host root: the owner
+ * is the creator's euid (user_namespaces(7)), and the kernel charges the
+ * per-user counts of everything inside the namespace (inotify instances and
+ * watches, user namespaces, mqueue bytes...; kernel/ucount.c inc_ucount) to
+ * (parent namespace, owner) on top of the ids inside, so each sandbox's
+ * quota is its own rather than host root's. Undo it with
+ * core_userns_owner_leave as soon as the namespace exists: while it lasts
+ * the thread acts as host_base for file access (fsuid follows euid).
+ * Returns 0 or a negative errno (the thread's ids are restored on failure). */
+int core_userns_owner_enter(uint32_t host_base);
+
+/* Undoes core_userns_owner_enter: effective uid and gid 0 again (the kernel
+ * copies the permitted capabilities back into the effective set when the
+ * euid returns to 0). Returns 0 or a negative errno. */
+int core_userns_owner_leave(void);
+
 /* Builds the sandbox's root overlay in the caller's (host) user namespace:
  * every lower layer of `lowers` (colon-separated, top first, as overlayfs
  * takes them) and the directory `sbdir` holding "upper" and "work" are
@@ -63,9 +83,10 @@ int core_userns_overlay(int userns_fd, const char *lowers, const char *sbdir, ui
  * (O_CLOEXEC, caller owns) or a negative errno. */
 int core_userns_bind_tree(const char *src, bool ro, sb_error **ret_err);
 
-/* A throwaway process in a new user namespace mapped to host_base, for
- * idmapping without a sandbox (the probe, tests). *ret_pid is the process
- * (reap it with core_userns_release), *ret_fd its /proc/<pid>/ns/user. */
+/* A throwaway process in a new user namespace mapped to host_base and
+ * owned by it (as a sandbox's), for idmapping without a sandbox (the probe,
+ * tests). *ret_pid is the process (reap it with core_userns_release),
+ * *ret_fd its /proc/<pid>/ns/user. */
 int core_userns_hold(uint32_t host_base, pid_t *ret_pid, int *ret_fd, sb_error **ret_err);
 void core_userns_release(pid_t pid);
 

@@ -1,6 +1,8 @@
 """User-namespace sandboxes (DESIGN §4, docs/SECURITY.md §3.9): sandbox ids
 0..65535 map to a host range of their own, files keep sandbox ids on disk,
 and what sandbox root may do is judged against host ids it does not hold."""
+import ctypes
+import fcntl
 import json
 import os
 import subprocess
@@ -8,7 +10,7 @@ import tempfile
 
 import leaks
 import world as W
-from common import create, delete, expect, expect_eq, get, sh, sh_ok
+from common import create, delete, expect, expect_eq, get, poll, sh, sh_ok
 
 POOL_START = 100000000  # daemon.json default usernsBase
 RANGE = 65536
@@ -183,6 +185,106 @@ def test_two_userns_sandboxes_get_disjoint_ranges_and_plain_ones_none(world):
         st = os.stat("/proc/%d" % _init_pid(world, c))
         expect_eq(st.st_uid, 0, "a plain sandbox's init is host root")
     finally:
+        for n in (a, b, c):
+            if n:
+                delete(world, n)
+
+
+NS_GET_OWNER_UID = 0xb704  # _IO(0xb7, 0x4), <linux/nsfs.h>
+
+# Opens inotify instances until the kernel refuses one, records how many and
+# the errno in /tmp/held, then keeps them all open until stdin closes.
+_HOLD_INOTIFY = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 100000:
+    fd = libc.inotify_init1(0o2000000)
+    if fd < 0:
+        break
+    fds.append(fd)
+with open("/tmp/held.new", "w") as f:
+    f.write("%d %d\n" % (len(fds), ctypes.get_errno()))
+os.rename("/tmp/held.new", "/tmp/held")
+sys.stdin.read()
+"""
+
+_ONE_INOTIFY = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0o2000000)
+print(fd >= 0, ctypes.get_errno() if fd < 0 else 0)
+"""
+
+
+def _ns_owner(pid):
+    fd = os.open("/proc/%d/ns/user" % pid, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, NS_GET_OWNER_UID, bytes(4)), "little")
+    finally:
+        os.close(fd)
+
+
+def _host_inotify_ok():
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd >= 0:
+        os.close(fd)
+    return fd >= 0, ctypes.get_errno() if fd < 0 else 0
+
+
+def test_userns_sandbox_owns_its_namespace_and_per_user_kernel_quotas(world):
+    """Each user namespace is owned by its range's base uid, so the kernel's
+    per-user counts (fs.inotify.max_user_instances here) of everything
+    inside are charged to that uid: one sandbox exhausting them leaves host
+    root, plain sandboxes and other userns sandboxes their own."""
+    with open("/proc/sys/fs/inotify/max_user_instances") as f:
+        limit = int(f.read())
+    a, _c, _o, _e = create(world, "unsino", "--deny-all", "--userns")
+    b = c = holder = None
+    try:
+        b, _c, _o, _e = create(world, "unsinob", "--deny-all", "--userns")
+        c, _c, _o, _e = create(world, "inoplain", "--deny-all")
+        ra, rb = _range(world, a), _range(world, b)
+        expect_eq(_ns_owner(_init_pid(world, a)), ra, "owner of the first sandbox's user namespace")
+        expect_eq(_ns_owner(_init_pid(world, b)), rb, "owner of the second sandbox's user namespace")
+        expect_eq(_ns_owner(os.getpid()), 0, "owner of the host's own user namespace (sanity)")
+
+        holder = subprocess.Popen([W.SANDBOXCTL, "--socket", world.daemon.socket, "exec", "-i", a, "--",
+                                   "python3", "-c", _HOLD_INOTIFY],
+                                  stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        held = []
+
+        def counted():
+            code, out, _err = sh(world, a, "cat /tmp/held 2>/dev/null")
+            held[:] = out.split()
+            return code == 0 and len(held) == 2 or holder.poll() is not None
+
+        poll(counted, 120, "the sandbox user to exhaust its inotify instances")
+        expect_eq(len(held), 2, "the holder ran to its limit (exit %s)" % holder.poll())
+        n, err = int(held[0]), int(held[1])
+        expect_eq(err, 24, "errno when the sandbox user runs out (EMFILE)")
+        # The host limit applies to the sandbox's owner as a whole: all of
+        # it, none of host root's instances counted against it.
+        expect_eq(n, limit, "instances one sandbox may hold (fs.inotify.max_user_instances)")
+        # Every id of that sandbox shares its owner's count: root inside too.
+        out = sh_ok(world, a, "python3 -c '%s'" % _ONE_INOTIFY.replace("'", "\"'\""), "--sudo")
+        expect_eq(out.split(), ["False", "24"], "sandbox root of the exhausted sandbox")
+        # Nobody else's.
+        expect_eq(_host_inotify_ok(), (True, 0), "inotify_init1 of host root")
+        out = sh_ok(world, b, "python3 -c '%s'" % _ONE_INOTIFY.replace("'", "\"'\""))
+        expect_eq(out.split(), ["True", "0"], "inotify_init1 in another userns sandbox")
+        out = sh_ok(world, c, "python3 -c '%s'" % _ONE_INOTIFY.replace("'", "\"'\""), "--sudo")
+        expect_eq(out.split(), ["True", "0"], "inotify_init1 of root in a plain sandbox")
+    finally:
+        if holder:
+            holder.stdin.close()
+            try:
+                holder.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait()
         for n in (a, b, c):
             if n:
                 delete(world, n)

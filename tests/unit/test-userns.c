@@ -6,9 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 #include "libcore/userns.h"
 #include "libcore/util.h"
@@ -87,12 +89,45 @@ static void test_probe_builds_and_writes_an_idmapped_overlay(void **state) {
         sb_error_free(e);
 }
 
+/* A held namespace is owned by host_base (so the kernel charges its
+ * per-user counts there), and the thread is host root again afterwards:
+ * ids 0 and its whole permitted set effective. */
+static void test_held_namespace_is_owned_by_the_range_base(void **state) {
+        if (geteuid() != 0)
+                skip();
+        _cleanup_free_ char *before = NULL, *after = NULL;
+        assert_int_equal(core_read_file("/proc/thread-self/status", 65536, &before, NULL), 0);
+        pid_t pid = 0;
+        int fd = -1;
+        sb_error *e = NULL;
+        int r = core_userns_hold(100000000, &pid, &fd, &e);
+        if (r < 0)
+                fail_msg("hold: %s", e ? e->message : "?");
+        uid_t owner = (uid_t)-1;
+        /* NS_GET_OWNER_UID, <linux/nsfs.h>. */
+        assert_int_equal(ioctl(fd, _IO(0xb7, 0x4), &owner), 0);
+        assert_int_equal(owner, 100000000);
+        close(fd);
+        core_userns_release(pid);
+        assert_int_equal(core_read_file("/proc/thread-self/status", 65536, &after, NULL), 0);
+        static const char *const keys[] = {"Uid:", "Gid:", "CapEff:", "CapPrm:"};
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+                const char *a = strstr(before, keys[i]), *b = strstr(after, keys[i]);
+                assert_non_null(a);
+                assert_non_null(b);
+                assert_int_equal(strcspn(a, "\n"), strcspn(b, "\n"));
+                assert_memory_equal(a, b, strcspn(a, "\n"));
+        }
+        sb_error_free(e);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_pool_floor_size_and_end),
                 cmocka_unit_test(test_pool_overlapping_accounts_or_subids_is_refused),
                 cmocka_unit_test(test_missing_files_are_skipped),
                 cmocka_unit_test(test_probe_builds_and_writes_an_idmapped_overlay),
+                cmocka_unit_test(test_held_namespace_is_owned_by_the_range_base),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
