@@ -21,8 +21,9 @@ int ctl_error(int exit_code, const char *fmt, ...) __attribute__((format(printf,
  * may be NULL) and returns CLI_EXIT_USAGE. */
 int ctl_usage(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Reports a failed call: "sandboxctl: <context>: <message>" (the field is
- * appended when the message does not name it), and with --json the error
+/* Reports a failed call: "sandboxctl: <context>: <message>" with the field
+ * spelled as the flag the user typed (cli_error_text; the verb is the
+ * context's first word), and with --json the error
  * object {code, message, data: {reason, field}} as one line on stderr too.
  * Returns the exit code for it (cli_exit_code). context may be NULL. */
 int ctl_report(const ctl_globals *g, const char *context, const client_error *e);
@@ -51,6 +52,10 @@ int ctl_exec(ctl_globals *g, int argc, char **argv);
 int ctl_fork(ctl_globals *g, int argc, char **argv);
 int ctl_snapshot(ctl_globals *g, int argc, char **argv);
 int ctl_snapshots(ctl_globals *g, int argc, char **argv);
+
+/* `command get|wait|kill|logs ID` (cli/command.c). Returns the exit code;
+ * `command wait` returns the command's own. */
+int ctl_command(ctl_globals *g, int argc, char **argv);
 
 /* `runtime list|import|bootstrap|rm` (cli/runtime.c). Returns the exit code. */
 int ctl_runtime(ctl_globals *g, int argc, char **argv);

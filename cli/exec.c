@@ -34,7 +34,8 @@ static const char exec_help[] =
         "  --cwd DIR            working directory (default /workspace)\n"
         "  --env K=V            environment variable (repeatable)\n"
         "  --timeout DURATION   kill the command after 90s, 5m, 2h, 1d or milliseconds\n"
-        "  --detach             start it, print its command id, and return\n"
+        "  --detach             start it, print its command id, and return; reach it\n"
+        "                       later with sandboxctl command get|wait|kill|logs ID\n"
         "  -i, --interactive    send our stdin to the command\n"
         "  -t, --tty            run it on a terminal (our terminal goes raw meanwhile)\n\n"
         "Ctrl-C (without -t) sends SIGINT to the command; a second Ctrl-C leaves at once\n"
@@ -190,6 +191,19 @@ static int exit_code_of(const cJSON *obj) {
         return cJSON_IsNumber(code) ? code->valueint : CLI_EXIT_ERROR;
 }
 
+/* Records the end of the command from a CommandFinished object. A bare 137
+ * reads like an OOM kill or a crash; when the daemon says the --timeout
+ * killed it, one stderr line says so (the code stays the command's). */
+static void finish(session *s, const cJSON *obj) {
+        s->exit_code = exit_code_of(obj);
+        s->done = true;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj, "timedOut"))) {
+                char buf[24];
+                ctl_error(0, "exec: command killed after its timeout (--timeout %s)",
+                          cli_format_duration(s->o->timeout_ms, buf, sizeof(buf)));
+        }
+}
+
 /* True when a notification is about another command than ours (possible
  * only once our id is known; before that everything on this connection is
  * ours). */
@@ -215,10 +229,8 @@ static int on_notification(session *s, const client_msg *m) {
                 return ctl_write_all(err ? STDERR_FILENO : STDOUT_FILENO, bytes, len);
         }
         /* Without detach the run answer carries the code; wait for it. */
-        if (streq(m->method, "command.exit") && s->detached) {
-                s->exit_code = exit_code_of(m->params);
-                s->done = true;
-        }
+        if (streq(m->method, "command.exit") && s->detached)
+                finish(s, m->params);
         return 0;
 }
 
@@ -233,10 +245,8 @@ static int on_response(session *s, client_msg *m) {
                 return ctl_report(s->g, "exec", m->error);
         if (learn_cmd_id(s, m->result) < 0)
                 return ctl_error(CLI_EXIT_ERROR, "exec: out of memory");
-        if (!s->detached) {
-                s->exit_code = exit_code_of(m->result);
-                s->done = true;
-        }
+        if (!s->detached)
+                finish(s, m->result);
         return 0;
 }
 

@@ -19,20 +19,32 @@ static const char main_help[] =
         "\n"
         "Talks to sandboxd, the sandbox daemon.\n"
         "\n"
-        "Commands:\n"
-        "  create [OPTIONS]              create a sandbox and print its name\n"
-        "  ls [--tag K=V]...             list sandboxes\n"
+        "Commands (sandboxctl COMMAND --help shows every option):\n"
+        "  create [OPTIONS]              create a sandbox and print its name: --name N,\n"
+        "                                --runtime R, --git URL [--depth N] [--revision REV] |\n"
+        "                                --tarball PATH|URL | --snapshot ID, --timeout D, --vcpus N,\n"
+        "                                --port P, --env K=V, --tag K=V, --persistent,\n"
+        "                                --userns | --no-userns, --allow-all | --deny-all |\n"
+        "                                --policy FILE | --allow PATTERN, --allow-subnet CIDR, --deny-subnet CIDR\n"
+        "  ls [--prefix P] [--tag K=V]   list sandboxes\n"
         "  get NAME                      show a sandbox\n"
-        "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox\n"
+        "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox: --sudo, --cwd DIR, --env K=V,\n"
+        "                                --timeout D, --detach, -i, -t\n"
+        "  command get|wait|kill|logs ID reach a command started with exec --detach\n"
+        "                                (kill --signal SIG; wait exits with its code)\n"
         "  stop NAME                     stop a sandbox's session\n"
-        "  update NAME [OPTIONS]         change a sandbox's timeout, vCPUs, env, tags or network policy\n"
+        "  update NAME [OPTIONS]         change --timeout, --vcpus, --env, --tag, --port/--no-ports\n"
+        "                                or the network policy options of create\n"
         "  fork SRC [--name N]           a new sandbox from SRC's current filesystem and config\n"
         "  snapshot NAME [--expire D]    snapshot a sandbox (files and config); prints the snapshot id\n"
-        "  snapshots [rm|export|import]  list, delete, export or import snapshots (snapshots --help)\n"
-        "  runtime list|import|bootstrap|rm  root filesystems for --runtime (runtime --help)\n"
+        "  snapshots [ls|rm ID|export ID FILE|import FILE]\n"
+        "                                list (oldest first), delete, export or import snapshots\n"
+        "  runtime list|import NAME ROOTFS|bootstrap NAME [--suite S] [--mirror URL]|rm NAME\n"
+        "                                root filesystems for --runtime\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
-        "  policy test NAME URL          would the sandbox's policy allow URL? (exit 0 yes, 3 no)\n"
+        "  policy test NAME|--policy FILE URL\n"
+        "                                would the policy allow URL? (exit 0 yes, 3 no)\n"
         "  events [NAME] [--kind K]...   print events (denials, lifecycle) as they happen\n"
         "  daemon info                   show the daemon's version, limits and host support\n"
         "\n"
@@ -43,7 +55,8 @@ static const char main_help[] =
         "  --version       show the version\n"
         "\n"
         "Exit status: 0 ok, 1 error, 2 usage, 3 invalid or denied policy, 4 not found,\n"
-        "5 conflict, 69 daemon unreachable, 130 interrupted; exec exits with the command's code.\n";
+        "5 conflict, 69 daemon unreachable, 130 interrupted; exec and command wait exit with\n"
+        "the command's code.\n";
 
 /* Long options every command accepts, so `sandboxctl get x --json` works as
  * well as `sandboxctl --json get x`. */
@@ -293,7 +306,7 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
 /* --- create ----------------------------------------------------------- */
 
 static const char create_help[] =
-        "Usage: sandboxctl create [OPTIONS]\n\n"
+        "Usage: sandboxctl create [--json] [OPTIONS]\n\n"
         "Creates a sandbox, waits until it runs with its source in /workspace, and\n"
         "prints its name.\n\n"
         "  --name N                 name ([a-z0-9][a-z0-9-]{0,62}; default sbx-xxxxxxxx)\n"
@@ -730,6 +743,12 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
         r = one_name("update", argc, argv, &name);
         if (r != 0)
                 return r;
+        /* An update that changes nothing is a mistake, not a no-op to
+         * report as success. */
+        if (!params->child)
+                return ctl_usage("update", "update: nothing to change; give --timeout, --vcpus, --env, --tag, "
+                                 "--port or --no-ports, or a network policy option (--allow-all, --deny-all, "
+                                 "--policy, --allow, --allow-subnet, --deny-subnet)");
         cJSON_AddStringToObject(params, "name", name);
         cJSON *result = NULL;
         r = call(g, "update", "sandbox.update", TAKE_PTR(params), &result);
@@ -910,6 +929,7 @@ static const struct {
         { "ls", cmd_ls },
         { "get", cmd_get },
         { "exec", ctl_exec },
+        { "command", ctl_command },
         { "stop", cmd_stop },
         { "update", cmd_update },
         { "fork", ctl_fork },

@@ -55,9 +55,12 @@ int ctl_report(const ctl_globals *g, const char *context, const client_error *e)
         if (!e)
                 return ctl_error(CLI_EXIT_ERROR, "%s%sout of memory", context ? context : "",
                                  context ? ": " : "");
-        bool add_field = e->field && !strstr(e->message, e->field);
-        fprintf(stderr, "sandboxctl: %s%s%s%s%s%s\n", context ? context : "", context ? ": " : "",
-                e->message, add_field ? " (" : "", add_field ? e->field : "", add_field ? ")" : "");
+        /* The verb is the context's first word ("snapshots export" →
+         * "snapshots"): it decides how a field is spelled on the command line. */
+        _cleanup_free_ char *verb = context ? strndup(context, strcspn(context, " ")) : NULL;
+        _cleanup_free_ char *text = cli_error_text(verb, e);
+        fprintf(stderr, "sandboxctl: %s%s%s\n", context ? context : "", context ? ": " : "",
+                text ? text : e->message);
         if (g && g->json)
                 print_error_json(e);
         return cli_exit_code(e);

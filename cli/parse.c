@@ -138,8 +138,106 @@ int cli_exit_code(const client_error *e) {
                 if (streq(e->reason, "already_exists") || streq(e->reason, "in_use"))
                         return CLI_EXIT_CONFLICT;
         }
-        /* -32602 on the policy itself is still a policy the daemon refused. */
-        if (e->code == -32602 && e->field && strncmp(e->field, "networkPolicy", 13) == 0)
-                return CLI_EXIT_POLICY;
+        if (e->code == -32602) {
+                /* -32602 on the policy itself is still a policy the daemon refused. */
+                if (e->field && strncmp(e->field, "networkPolicy", 13) == 0)
+                        return CLI_EXIT_POLICY;
+                /* snapshot.export refuses to overwrite: a conflict with what
+                 * is on disk, not a malformed value. */
+                if (e->field && streq(e->field, "path") && e->message && strstr(e->message, " exists"))
+                        return CLI_EXIT_CONFLICT;
+                /* Any other invalid parameter is a value the user typed that
+                 * the daemon's checks refused: the same as a client-side
+                 * usage error. */
+                return CLI_EXIT_USAGE;
+        }
         return CLI_EXIT_ERROR;
+}
+
+/* Fields whose flag does not depend on the verb, matched on the whole field
+ * or on the field followed by '[' or '.' (ports[2], resources.vcpus). */
+static const struct {
+        const char *field;
+        const char *flag;
+} field_flags[] = {
+        { "timeout", "--timeout" },
+        { "timeoutMs", "--timeout" },
+        { "resources.vcpus", "--vcpus" },
+        { "resources", "--vcpus" },
+        { "expiration", "--expire" },
+        { "kinds", "--kind" },
+        { "ports", "--port" },
+        { "tags", "--tag" },
+        { "source.snapshotId", "--snapshot" },
+        { "source.depth", "--depth" },
+        { "source.revision", "--revision" },
+        { "source.username", "--git-username" },
+        { "source.password", "--git-password-env/--git-password-stdin" },
+        { "source.path", "--tarball" },
+        { "runtime", "--runtime" },
+        { "cwd", "--cwd" },
+        { "signal", "--signal" },
+        { "suite", "--suite" },
+        { "mirror", "--mirror" },
+        /* The custom policy options build the same document a --policy
+         * FILE holds, so either may have put the value there. */
+        { "networkPolicy.allow", "--allow or --policy FILE" },
+        { "networkPolicy.subnets.allow", "--allow-subnet or --policy FILE" },
+        { "networkPolicy.subnets.deny", "--deny-subnet or --policy FILE" },
+        { "networkPolicy", "--policy" },
+        { "sandbox", "NAME" },
+        { "sourceSandbox", "SRC" },
+        { "cmdId", "ID" },
+        { "id", "ID" },
+};
+
+/* True when `field` is `prefix` or starts with it followed by '.' or '['. */
+static bool field_under(const char *field, const char *prefix) {
+        size_t n = strlen(prefix);
+        return strncmp(field, prefix, n) == 0 && (field[n] == 0 || field[n] == '.' || field[n] == '[');
+}
+
+char *cli_field_flag(const char *verb, const char *field) {
+        if (!field || !*field)
+                return NULL;
+        if (streq(field, "name"))
+                /* create and fork take the new name as --name; elsewhere the
+                 * name is the NAME operand. */
+                return strdup(verb && (streq(verb, "create") || streq(verb, "fork")) ? "--name" : "NAME");
+        if (streq(field, "path") && verb && (streq(verb, "snapshots") || streq(verb, "runtime")))
+                return strdup(streq(verb, "runtime") ? "ROOTFS" : "FILE");
+        if (field_under(field, "env")) {
+                char *s = NULL;
+                if (asprintf(&s, "--env%s%s", field[3] ? " " : "", field[3] ? field + 4 : "") < 0)
+                        return NULL;
+                return s;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(field_flags); i++)
+                if (field_under(field, field_flags[i].field))
+                        return strdup(field_flags[i].flag);
+        return NULL;
+}
+
+char *cli_error_text(const char *verb, const client_error *e) {
+        const char *msg = e && e->message ? e->message : "unknown error";
+        const char *field = e ? e->field : NULL;
+        _cleanup_free_ char *flag = cli_field_flag(verb, field);
+        char *s = NULL;
+        size_t n = field ? strlen(field) : 0;
+        int r;
+        /* A policy error keeps its path in the policy document
+         * (sandboxd-policy(5)), which is what a --policy FILE needs; the
+         * options are added after it. */
+        bool in_policy = field && strncmp(field, "networkPolicy", 13) == 0;
+        if (flag && !in_policy && strncmp(msg, field, n) == 0 && msg[n] == ':')
+                /* "timeout: must be ..." → "--timeout: must be ..." */
+                r = asprintf(&s, "%s%s", flag, msg + n);
+        else if (!field || (!flag && strstr(msg, field)) || (flag && !in_policy && strstr(msg, flag)) ||
+                 (*msg && msg[strlen(msg) - 1] == ')'))
+                /* The message names what it is about already, or ends in a
+                 * parenthetical hint a second one would only clutter. */
+                r = asprintf(&s, "%s", msg);
+        else
+                r = asprintf(&s, "%s (%s)", msg, flag ? flag : field);
+        return r < 0 ? NULL : s;
 }

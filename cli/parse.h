@@ -54,6 +54,25 @@ bool cli_valid_name(const char *s);
 int cli_parse_remote(const char *s, char **ret_name, char **ret_path);
 
 /* The exit code for a failed call (DESIGN §6): invalid_policy (or an
- * invalid parameter under networkPolicy) 3, not_found 4, already_exists 5,
- * a lost or failed connection 69, anything else 1. NULL gives 1. */
+ * invalid parameter under networkPolicy) 3, not_found 4, already_exists and
+ * in_use 5, any other invalid parameter (-32602: a value the user typed) 2
+ * like a client-side usage error, except an export path that exists (5), a
+ * lost connection 69, anything else 1. NULL gives 1. */
 int cli_exit_code(const client_error *e);
+
+/* The command line spelling of the request field `field` (data.field of an
+ * error) for sandboxctl verb `verb` (its first word: "create", "update",
+ * "snapshots"; may be NULL): "timeout" → "--timeout", "resources.vcpus" →
+ * "--vcpus", "ports[3]" → "--port", "env.K" → "--env K", "name" → "--name"
+ * for create and fork, "NAME" elsewhere. Returns a new string the caller
+ * frees, or NULL when the field has no flag (or on ENOMEM). */
+char *cli_field_flag(const char *verb, const char *field);
+
+/* The message sandboxctl prints for a daemon error under `verb`: a leading
+ * "FIELD:" becomes the flag the user typed ("--timeout: must be ..."); when
+ * the message does not name the field or flag, " (FLAG)" is appended, but
+ * never after a message that already ends in a parenthetical. Errors in the
+ * network policy keep their document path ("networkPolicy.allow[0]: ...")
+ * and get the options appended. Returns a new
+ * string (NULL on ENOMEM). */
+char *cli_error_text(const char *verb, const client_error *e);

@@ -3,6 +3,7 @@
  * (docs/API.md). */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "cli/ctl.h"
@@ -46,8 +47,14 @@ static int one_call(const ctl_globals *g, const char *context, const char *metho
 }
 
 /* The daemon opens paths on its own host from its own directory; a
- * relative ROOTFS is meant relative to ours. */
+ * relative ROOTFS is meant relative to ours. The path is also what
+ * `runtime list` shows as the source, so it is resolved (symlinks, ".",
+ * "..") when the file exists; otherwise it is only made absolute and the
+ * daemon reports the missing file. */
 static char *absolute_path(const char *file) {
+        char *real = realpath(file, NULL);
+        if (real)
+                return real;
         if (file[0] == '/')
                 return strdup(file);
         _cleanup_free_ char *cwd = getcwd(NULL, 0);

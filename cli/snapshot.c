@@ -1,7 +1,9 @@
 /* sandboxctl fork, snapshot and snapshots: thin wrappers over sandbox.fork,
  * sandbox.snapshot and snapshot.list/delete/export/import (docs/API.md). */
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "cli/ctl.h"
 #include "libcore/macro.h"
@@ -141,6 +143,11 @@ static int snapshots_transfer(ctl_globals *g, int argc, char **argv) {
         _cleanup_free_ char *path = absolute_path(argv[argc - 1]);
         if (!path)
                 return ctl_usage("snapshots", "snapshots %s: cannot resolve '%s'", argv[0], argv[argc - 1]);
+        /* The daemon never overwrites; saying so here gives the conflict
+         * exit code without a round trip. */
+        struct stat st;
+        if (export && lstat(path, &st) == 0)
+                return ctl_error(CLI_EXIT_CONFLICT, "snapshots export: %s exists; give a new file name", path);
         cJSON *p = cJSON_CreateObject();
         if (export)
                 cJSON_AddStringToObject(p, "id", argv[1]);
@@ -160,14 +167,46 @@ static int snapshots_transfer(ctl_globals *g, int argc, char **argv) {
         return 0;
 }
 
+typedef struct snap_item {
+        cJSON *json;
+        const char *created;  /* createdAt, "" when missing */
+        size_t index;         /* position in the daemon's answer */
+} snap_item;
+
+/* createdAt is RFC 3339 UTC of one fixed width, so text order is time
+ * order; equal times keep the daemon's order. */
+static int compare_created(const void *a, const void *b) {
+        const snap_item *x = a, *y = b;
+        int c = strcmp(x->created, y->created);
+        return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Sorts the snapshots array in place, oldest first: the daemon's order is
+ * its directory's, which means nothing to a reader. */
+static void sort_by_creation(cJSON *arr) {
+        size_t n = (size_t)cJSON_GetArraySize(arr);
+        _cleanup_free_ snap_item *items = calloc(n ? n : 1, sizeof(*items));
+        if (!items)
+                return;
+        for (size_t i = 0; i < n; i++) {
+                cJSON *it = cJSON_DetachItemFromArray(arr, 0);
+                items[i] = (snap_item){it, cJSON_GetStringValue(cJSON_GetObjectItem(it, "createdAt")) ?: "", i};
+        }
+        qsort(items, n, sizeof(*items), compare_created);
+        for (size_t i = 0; i < n; i++)
+                cJSON_AddItemToArray(arr, items[i].json);
+}
+
 int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
                 "Usage: sandboxctl snapshots [--json]\n"
+                "       sandboxctl snapshots ls|list [--json]\n"
                 "       sandboxctl snapshots rm ID\n"
                 "       sandboxctl snapshots export ID FILE\n"
                 "       sandboxctl snapshots import FILE\n\n"
-                "Lists snapshots, or deletes one. Deleting a snapshot that sandboxes were\n"
-                "created from is safe: they keep their files.\n\n"
+                "Lists snapshots, oldest first (ID SANDBOX CREATED EXPIRES), or deletes one.\n"
+                "Deleting a snapshot that sandboxes were created from is safe: they keep\n"
+                "their files.\n\n"
                 "export writes snapshot ID to FILE (a new file; zstd tar, gzip when FILE ends\n"
                 "in .gz or .tgz) on the daemon's host. import reads such a file into a new\n"
                 "snapshot and prints its id. FILE is made absolute against the current\n"
@@ -189,12 +228,15 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
         }
         if (optind < argc && (streq(argv[optind], "export") || streq(argv[optind], "import")))
                 return snapshots_transfer(g, argc - optind, argv + optind);
+        if (optind < argc && (streq(argv[optind], "ls") || streq(argv[optind], "list")))
+                optind++;
         if (optind != argc)
                 return ctl_usage("snapshots", "snapshots: unexpected argument '%s'", argv[optind]);
         cJSON *res = NULL;
         if ((r = one_call(g, "snapshots", "snapshot.list", cJSON_CreateObject(), &res)) != 0)
                 return r;
         cJSON *arr = cJSON_GetObjectItem(res, "snapshots");
+        sort_by_creation(arr);
         if (g->json) {
                 ctl_print_json(res);
                 cJSON_Delete(res);

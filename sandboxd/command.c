@@ -109,6 +109,7 @@ static cJSON *command_json(const command *c) {
         if (c->exited) {
                 cJSON_AddNumberToObject(o, "exitCode", c->exit_code);
                 cJSON_AddNumberToObject(o, "durationMs", (double)(c->ended_ms - c->started_ms));
+                cJSON_AddBoolToObject(o, "timedOut", c->timed_out);
         } else {
                 cJSON_AddNullToObject(o, "exitCode");
                 cJSON_AddNullToObject(o, "durationMs");
@@ -121,6 +122,9 @@ static cJSON *finished_json(const command *c) {
         cJSON_AddStringToObject(o, "cmdId", c->cmd_id);
         cJSON_AddNumberToObject(o, "exitCode", c->exit_code);
         cJSON_AddNumberToObject(o, "durationMs", (double)(c->ended_ms - c->started_ms));
+        /* Tells a 137 from the timeout apart from any other SIGKILL, so
+         * callers can say why the command died. */
+        cJSON_AddBoolToObject(o, "timedOut", c->timed_out);
         return o;
 }
 
@@ -302,6 +306,7 @@ void commands_conn_closed(manager *m, rpc_conn *conn) {
 static int on_command_timeout(sd_event_source *src, uint64_t usec, void *userdata) {
         command *c = userdata;
         if (c->sess && !c->exited) {
+                c->timed_out = true;
                 cJSON *op = cJSON_CreateObject();
                 cJSON_AddStringToObject(op, "op", "kill");
                 cJSON_AddNumberToObject(op, "id", c->agent_id);

@@ -235,7 +235,7 @@ def test_unknown_runtime_is_not_found_naming_the_field(world):
     code, _o, err = world.ctl("runtime", "rm", "no-such-runtime")
     expect_eq(code, 4, "rm of an unknown runtime (%s)" % err.strip())
     code, _o, err = world.ctl("runtime", "import", "Bad_Name", "/nonexistent.tar")
-    expect(code != 0 and "name" in err, "invalid runtime name:", code, err.strip())
+    expect(code != 0 and "name" in err.lower(), "invalid runtime name:", code, err.strip())
 
 
 def test_bootstrap_failure_is_reported_and_leaves_nothing(world):

@@ -333,7 +333,7 @@ static void test_error_answer_decoded_with_reason_and_field(void **state) {
         assert_string_equal(err->message, "bad url");
         assert_string_equal(err->field, "source.url");
         assert_null(err->reason);
-        assert_int_equal(cli_exit_code(err), CLI_EXIT_ERROR);
+        assert_int_equal(cli_exit_code(err), CLI_EXIT_USAGE);  /* a value the user typed */
         client_error_free(err);
 
         err = NULL;
@@ -550,7 +550,12 @@ static void test_exit_codes_from_reasons(void **state) {
                 { -32000, "failed", NULL, CLI_EXIT_ERROR },
                 { -32000, NULL, NULL, CLI_EXIT_ERROR },
                 { -32602, NULL, "networkPolicy.allow[0]", CLI_EXIT_POLICY },
-                { -32602, NULL, "source.url", CLI_EXIT_ERROR },
+                { -32602, NULL, "source.url", CLI_EXIT_USAGE },
+                { -32602, NULL, "timeout", CLI_EXIT_USAGE },
+                { -32602, NULL, "resources.vcpus", CLI_EXIT_USAGE },
+                { -32602, NULL, NULL, CLI_EXIT_USAGE },
+                { -32000, "in_use", NULL, CLI_EXIT_CONFLICT },
+                { -32000, "not_found", "source.snapshotId", CLI_EXIT_NOT_FOUND },
                 { -32601, NULL, NULL, CLI_EXIT_ERROR },
                 { CLIENT_ERROR_LOCAL, CLIENT_REASON_DISCONNECTED, NULL, CLI_EXIT_UNREACHABLE },
                 { CLIENT_ERROR_LOCAL, CLIENT_REASON_TIMEOUT, NULL, CLI_EXIT_ERROR },
@@ -562,6 +567,95 @@ static void test_exit_codes_from_reasons(void **state) {
                 client_error_free(e);
         }
         assert_int_equal(cli_exit_code(NULL), CLI_EXIT_ERROR);
+}
+
+static void test_export_to_existing_path_is_a_conflict(void **state) {
+        client_error *e = client_error_new(-32602, NULL, "path", "path: /tmp/x.tar exists; give a new file name");
+        assert_non_null(e);
+        assert_int_equal(cli_exit_code(e), CLI_EXIT_CONFLICT);
+        client_error_free(e);
+        e = client_error_new(-32602, NULL, "path", "path: 'x' is not an absolute path");
+        assert_int_equal(cli_exit_code(e), CLI_EXIT_USAGE);
+        client_error_free(e);
+}
+
+static void test_fields_map_to_the_flags_users_type(void **state) {
+        struct { const char *verb, *field, *flag; } cases[] = {
+                { "create", "timeout", "--timeout" },
+                { "exec", "timeoutMs", "--timeout" },
+                { "update", "resources.vcpus", "--vcpus" },
+                { "snapshot", "expiration", "--expire" },
+                { "events", "kinds[1]", "--kind" },
+                { "create", "ports[3]", "--port" },
+                { "create", "env.FOO", "--env FOO" },
+                { "update", "env", "--env" },
+                { "create", "tags", "--tag" },
+                { "create", "tags.k", "--tag" },
+                { "create", "source.snapshotId", "--snapshot" },
+                { "create", "runtime", "--runtime" },
+                { "create", "name", "--name" },
+                { "fork", "name", "--name" },
+                { "update", "name", "NAME" },
+                { NULL, "name", "NAME" },
+                { "create", "networkPolicy.allow[0]", "--allow or --policy FILE" },
+                { "create", "networkPolicy.subnets.deny[1]", "--deny-subnet or --policy FILE" },
+                { "create", "networkPolicy.rules[0].host", "--policy" },
+                { "command", "signal", "--signal" },
+                { "snapshots", "path", "FILE" },
+                { "runtime", "path", "ROOTFS" },
+                { "exec", "sandbox", "NAME" },
+                { "fork", "sourceSandbox", "SRC" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                char *flag = cli_field_flag(cases[i].verb, cases[i].field);
+                assert_non_null(flag);
+                assert_string_equal(flag, cases[i].flag);
+                free(flag);
+        }
+        /* Prefixes match whole path segments only, and unknown fields have
+         * no flag. */
+        assert_null(cli_field_flag("create", "timeouts"));
+        assert_null(cli_field_flag("create", "environment"));
+        assert_null(cli_field_flag("cp", "path"));
+        assert_null(cli_field_flag("create", "source.url"));
+        assert_null(cli_field_flag("create", NULL));
+}
+
+static void assert_error_text(const char *verb, int code, const char *field, const char *msg, const char *want) {
+        client_error *e = client_error_new(code, NULL, field, "%s", msg);
+        assert_non_null(e);
+        char *text = cli_error_text(verb, e);
+        assert_non_null(text);
+        assert_string_equal(text, want);
+        free(text);
+        client_error_free(e);
+}
+
+static void test_error_text_names_the_flag_once(void **state) {
+        /* A leading "field:" becomes the flag. */
+        assert_error_text("create", -32602, "timeout", "timeout: 90000000 ms is over the maximum of 86400000 ms (24h)",
+                          "--timeout: 90000000 ms is over the maximum of 86400000 ms (24h)");
+        assert_error_text("update", -32602, "resources.vcpus", "resources.vcpus: must be a whole number from 1 to 8",
+                          "--vcpus: must be a whole number from 1 to 8");
+        assert_error_text("create", -32602, "env.A", "env.A: must be a string", "--env A: must be a string");
+        /* A message ending in its own hint gets no second parenthetical. */
+        assert_error_text("create", -32000, "source.snapshotId",
+                          "snapshot 'x' not found (sandboxctl snapshots lists them)",
+                          "snapshot 'x' not found (sandboxctl snapshots lists them)");
+        /* Otherwise the flag is appended once, never the JSON field. */
+        assert_error_text("create", -32000, "source.snapshotId", "snapshot 'x' has expired",
+                          "snapshot 'x' has expired (--snapshot)");
+        assert_error_text("create", -32000, "name", "sandbox 'a' already exists; pick another name",
+                          "sandbox 'a' already exists; pick another name (--name)");
+        /* A field with no flag: appended only when the message lacks it. */
+        assert_error_text("create", -32602, "source.url", "source.url: a string is required",
+                          "source.url: a string is required");
+        assert_error_text("create", -32602, "source.url", "bad url", "bad url (source.url)");
+        assert_error_text("get", -32000, NULL, "no such thing", "no such thing");
+        /* Policy errors keep their document path and gain the options. */
+        assert_error_text("create", -32602, "networkPolicy.allow[0]",
+                          "networkPolicy.allow[0]: 'www*.com' is not a valid pattern",
+                          "networkPolicy.allow[0]: 'www*.com' is not a valid pattern (--allow or --policy FILE)");
 }
 
 int main(void) {
@@ -590,6 +684,9 @@ int main(void) {
                 cmocka_unit_test(test_kv_split_at_first_equals),
                 cmocka_unit_test(test_cp_operands_remote_or_local),
                 cmocka_unit_test(test_exit_codes_from_reasons),
+                cmocka_unit_test(test_export_to_existing_path_is_a_conflict),
+                cmocka_unit_test(test_fields_map_to_the_flags_users_type),
+                cmocka_unit_test(test_error_text_names_the_flag_once),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,190 @@
+"""sandboxctl as a user meets it (DESIGN §6 "CLI"): the command verbs that
+reach a detached command, the timeout message of exec, exit codes and error
+messages that name the flag typed, update with nothing to change, snapshot
+listing aliases and order, clean runtime import paths, and help that lists
+what each verb accepts."""
+import json
+import os
+import re
+import tempfile
+
+from common import create, delete, expect, expect_eq, sandbox, tar_bytes
+
+
+def _detach(world, name, script, *flags):
+    code, out, err = world.ctl("exec", "--detach", *flags, name, "--", "sh", "-c", script)
+    expect_eq(code, 0, "exec --detach (%s)" % err.strip())
+    cmd_id = out.strip()
+    expect(cmd_id.startswith("cmd-"), "exec --detach prints a command id:", repr(out))
+    return cmd_id
+
+
+def test_command_verbs_reach_a_detached_command(world):
+    with sandbox(world, "cmdverbs", "--deny-all") as name:
+        cmd_id = _detach(world, name, "echo to-out; echo to-err >&2; exit 7")
+        code, out, err = world.ctl("command", "wait", cmd_id)
+        expect_eq(code, 7, "command wait exits with the command's code (%s)" % err.strip())
+        code, out, err = world.ctl("command", "logs", cmd_id)
+        expect_eq((code, out, err), (0, "to-out\n", "to-err\n"), "command logs: stdout and stderr apart")
+        code, out, err = world.ctl("--json", "command", "get", cmd_id)
+        expect_eq(code, 0, "command get (%s)" % err.strip())
+        got = json.loads(out)
+        expect_eq((got["cmdId"], got["exitCode"], got["timedOut"]), (cmd_id, 7, False), "command get --json")
+        code, out, _e = world.ctl("command", "get", cmd_id)
+        expect("exitCode: 7" in out, "command get shows the exit code:", out)
+
+        # A running command: get says so, kill --signal TERM ends it, wait
+        # reports 128+15.
+        cmd_id = _detach(world, name, "exec sleep 300")
+        got = json.loads(world.ctl("--json", "command", "get", cmd_id, check=True)[1])
+        expect_eq(got["exitCode"], None, "exitCode of a running command")
+        code, out, err = world.ctl("command", "kill", cmd_id, "--signal", "TERM")
+        expect_eq((code, out), (0, ""), "command kill (%s)" % err.strip())
+        code, _o, err = world.ctl("command", "wait", cmd_id)
+        expect_eq(code, 128 + 15, "command wait after kill --signal TERM (%s)" % err.strip())
+
+        cmd_id = _detach(world, name, "exec sleep 300")
+        code, _o, err = world.ctl("command", "kill", cmd_id)
+        expect_eq(code, 0, "command kill without --signal (%s)" % err.strip())
+        code, _o, _e = world.ctl("command", "wait", cmd_id)
+        expect_eq(code, 128 + 9, "the default signal is KILL")
+
+    code, _o, err = world.ctl("command", "wait", "cmd-0000000000000000")
+    expect_eq(code, 4, "command wait of an unknown id (%s)" % err.strip())
+    code, _o, err = world.ctl("command", "kill", "cmd-0000000000000000", "--signal", "NOPE")
+    expect_eq(code, 2, "a signal the daemon does not know is a usage error (%s)" % err.strip())
+    expect("--signal" in err, "the error names --signal:", err.strip())
+    code, _o, err = world.ctl("command", "frob", "cmd-0000000000000000")
+    expect_eq(code, 2, "an unknown command subcommand (%s)" % err.strip())
+    code, _o, err = world.ctl("command", "wait")
+    expect_eq(code, 2, "command wait without an id (%s)" % err.strip())
+
+
+def test_exec_timeout_says_the_command_was_killed_for_it(world):
+    with sandbox(world, "cmdtimeout", "--deny-all") as name:
+        code, _o, err = world.ctl("exec", "--timeout", "1s", name, "--", "sleep", "30")
+        expect_eq(code, 137, "exit code of a command killed by its timeout")
+        lines = [l for l in err.splitlines() if l.strip()]
+        expect(len(lines) == 1 and "timeout" in lines[0] and "1s" in lines[0],
+               "one stderr line names the timeout:", repr(err))
+        # Any other SIGKILL is not blamed on a timeout.
+        code, _o, err = world.ctl("exec", "--timeout", "5m", name, "--", "sh", "-c", "kill -9 $$")
+        expect_eq(code, 137, "exit code of a command that killed itself")
+        expect("timeout" not in err, "no timeout message for another SIGKILL:", repr(err))
+        # The detached shape: the daemon's record says it too.
+        cmd_id = _detach(world, name, "exec sleep 30", "--timeout", "1s")
+        code, _o, err = world.ctl("command", "wait", cmd_id)
+        expect_eq(code, 137, "command wait of a timed-out command")
+        expect("timeout" in err, "command wait says it timed out:", repr(err))
+        got = json.loads(world.ctl("--json", "command", "get", cmd_id, check=True)[1])
+        expect_eq(got["timedOut"], True, "timedOut in command get")
+
+
+def test_daemon_refusals_of_typed_values_are_usage_errors_naming_the_flag(world):
+    name = world.name("badtimeout")
+    code, _o, err = world.ctl("create", "--name", name, "--deny-all", "--timeout", "25h")
+    expect_eq(code, 2, "create --timeout 25h is a usage error like --timeout 0 (%s)" % err.strip())
+    expect("create: --timeout:" in err and "(timeout)" not in err,
+           "the error names --timeout, not the JSON field:", err.strip())
+    code, _o, err = world.ctl("create", "--name", name, "--deny-all", "--env", "A=1", "--snapshot",
+                              "snap-0000000000000000")
+    expect_eq(code, 4, "create from an unknown snapshot (%s)" % err.strip())
+    expect("source.snapshotId" not in err and err.count("(") <= 1,
+           "one hint, no JSON field:", err.strip())
+    code, _o, err = world.ctl("create", "--name", name, "--deny-all", "--tag", "a=1", "--tag", "b=1",
+                              "--tag", "c=1", "--tag", "d=1", "--tag", "e=1", "--tag", "f=1")
+    expect(code != 0 and "--tag" in err and "tags" not in err, "six tags name --tag:", code, err.strip())
+    with sandbox(world, "badupdate", "--deny-all") as sb:
+        maxv = world.rpc_result("daemon.info", {})["limits"]["maxVcpus"]
+        code, _o, err = world.ctl("update", sb, "--vcpus", str(maxv + 1))
+        expect_eq(code, 2, "update --vcpus over the maximum (%s)" % err.strip())
+        expect("--vcpus" in err and "resources" not in err, "the error names --vcpus:", err.strip())
+        code, _o, err = world.ctl("update", sb)
+        expect_eq(code, 2, "update with nothing to change (%s)" % err.strip())
+        expect("nothing to change" in err and "--timeout" in err, "the error says what can change:",
+               err.strip())
+    code, _o, _e = world.ctl("get", name)
+    expect_eq(code, 4, "no sandbox was created by the refused creates")
+
+
+def test_snapshots_aliases_list_oldest_first(world):
+    name, _c, _o, _e = create(world, "snaplist", "--deny-all", "--persistent")
+    ids = []
+    try:
+        for _ in range(3):
+            code, out, err = world.ctl("snapshot", name)
+            expect_eq(code, 0, "snapshot (%s)" % err.strip())
+            ids.append(out.strip())
+        outs = [world.ctl(*args) for args in (("snapshots",), ("snapshots", "ls"), ("snapshots", "list"))]
+        expect_eq([o[0] for o in outs], [0, 0, 0], "exit codes of snapshots, snapshots ls, snapshots list")
+        expect(outs[0][1] == outs[1][1] == outs[2][1], "the three spellings print the same table:", outs)
+        rows = [l.split() for l in outs[0][1].splitlines()[1:]]
+        created = [r[2] for r in rows]
+        expect_eq(created, sorted(created), "CREATED column order")
+        mine = [r[0] for r in rows if r[0] in ids]
+        expect_eq(mine, ids, "our snapshots in the order they were taken")
+        listed = json.loads(world.ctl("--json", "snapshots", "ls", check=True)[1])["snapshots"]
+        expect_eq([s["id"] for s in listed if s["id"] in ids], ids, "--json order")
+
+        out_dir = tempfile.mkdtemp(dir=world.tmp)
+        path = os.path.join(out_dir, "taken.tar.zst")
+        with open(path, "w") as f:
+            f.write("already here")
+        code, _o, err = world.ctl("snapshots", "export", ids[0], path)
+        expect_eq(code, 5, "export over an existing file is a conflict (%s)" % err.strip())
+        expect("exists" in err, "the error says the file exists:", err.strip())
+        with open(path) as f:
+            expect_eq(f.read(), "already here", "the existing file is untouched")
+    finally:
+        for i in ids:
+            world.ctl("snapshots", "rm", i)
+        delete(world, name)
+
+
+def test_runtime_import_sends_a_resolved_path(world):
+    rt = world.name("cleanpath")
+    work = tempfile.mkdtemp(dir=world.tmp)
+    os.makedirs(os.path.join(work, "sub"))
+    with open(os.path.join(work, "rootfs.tar.gz"), "wb") as f:
+        f.write(tar_bytes([("etc", "dir", None), ("etc/marker", "file", b"x\n")]))
+    os.symlink(os.path.join(work, "rootfs.tar.gz"), os.path.join(work, "link.tar.gz"))
+    old = os.getcwd()
+    try:
+        os.chdir(os.path.join(work, "sub"))
+        code, _o, err = world.ctl("runtime", "import", rt, "./../sub/../link.tar.gz")
+        expect_eq(code, 0, "runtime import (%s)" % err.strip())
+        runtimes = json.loads(world.ctl("--json", "runtime", "list", check=True)[1])["runtimes"]
+        src = [r["source"] for r in runtimes if r["name"] == rt]
+        expect_eq(src[0].get("path") if src else None, os.path.realpath(os.path.join(work, "rootfs.tar.gz")),
+                  "the runtime's source path")
+    finally:
+        os.chdir(old)
+        world.ctl("runtime", "rm", rt)
+
+
+VERBS = ("create", "ls", "get", "exec", "command", "stop", "update", "fork", "snapshot", "snapshots",
+         "runtime", "rm", "cp", "policy", "events", "daemon")
+
+
+def test_help_lists_every_verb_and_only_flags_the_verb_takes(world):
+    code, top, _e = world.ctl("--help")
+    expect_eq(code, 0, "sandboxctl --help")
+    for verb in VERBS:
+        expect(re.search(r"^  %s\b" % verb, top, re.M), "top-level help lists %s:" % verb, top)
+    for flag in ("--timeout", "--vcpus", "--detach", "--signal", "--expire", "--kind", "--snapshot"):
+        expect(flag in top, "top-level help shows %s" % flag)
+    bogus = os.path.join(world.tmp, "no-daemon.sock")
+    for verb in VERBS:
+        code, text, err = world.ctl(verb, "--help")
+        expect_eq(code, 0, "%s --help (%s)" % (verb, err.strip()))
+        expect(text.startswith("Usage: sandboxctl %s" % verb), "%s --help usage line:" % verb, text[:80])
+        # Every flag a verb's help names is one its parser takes: an
+        # unknown one would make getopt say "unrecognized option".
+        # Flags quoted as part of another command ("create --snapshot ID",
+        # "exec --detach", "debootstrap --variant") belong to that one.
+        own = re.sub(r"\b(create|exec|debootstrap) --[\w=-]+", "", text)
+        for flag in sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", own))):
+            args = [verb, flag, "x"] if verb != "exec" else [verb, flag, "x", "y", "--", "true"]
+            _c, _o, err = world.ctl("--socket", bogus, *args, input="")
+            expect("unrecognized option" not in err, "%s --help names %s, which %s refuses:" % (verb, flag, verb),
+                   err.strip())
