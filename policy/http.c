@@ -5,12 +5,16 @@
  * scrubbing of injected values, and the legible 403 and error pages. TLS
  * (the session CA, termination, verified upstream) is in policy/tls.c.
  *
- * Framing: request bodies are forwarded as the exact bytes the parser
- * accepted (so the upstream frames them exactly as we did: no smuggling),
- * through a bounded buffer; response bodies are decoded by the parser and
- * re-framed (chunked stays chunked, Content-Length and close-delimited
- * bodies are passed through), which lets the scrubber see an injected
- * value even when it straddles two chunks. Nothing is ever read whole.
+ * Framing: a Content-Length request body is forwarded as the exact bytes
+ * the parser accepted; a chunked one is decoded by the parser and written
+ * as chunks the proxy framed itself (no client chunk extension, odd line
+ * end or trailer reaches the upstream, which might frame them differently:
+ * no smuggling). Response bodies are decoded by the parser and re-framed
+ * (chunked stays chunked, Content-Length and close-delimited bodies are
+ * passed through), which lets the scrubber see an injected value even
+ * when it straddles two chunks. Nothing is ever read whole. An upstream
+ * connection with bytes left after a complete response is out of step
+ * and is closed, never reused.
  *
  * Matching (rule 7): the path is matched as sent, without the query and
  * without percent-decoding (a policy that wants "/a%2Fb" writes it so).
@@ -29,11 +33,15 @@
  * host, scheme, port and path travel in x-sandbox-forwarded-*. A
  * transform's values are never added to a forwarded request.
  *
- * Echo scrubbing covers header values and identity-encoded bodies only:
- * a compressed body (Content-Encoding other than identity, or a transfer
- * coding besides chunked) that echoes an injected value is not scrubbed.
- * Values shorter than SCRUB_MIN bytes are not scrubbed either (they could
- * not be credentials, and scrubbing them would garble ordinary text).
+ * Echo scrubbing covers header values and identity-encoded bodies only,
+ * and finds an injected value as injected, JSON-escaped, percent-encoded,
+ * and (for "<scheme> <token>") as the token alone: each form is its own
+ * needle, and the overlap window is the longest needle. A compressed
+ * body (Content-Encoding other than identity, or a transfer coding
+ * besides chunked) or another encoding (base64, HTML entities) is not
+ * scrubbed. Needles shorter than SCRUB_MIN bytes are not scrubbed either
+ * (they could not be credentials, and scrubbing them would garble
+ * ordinary text).
  *
  * Upgrades (WebSocket, h2c) are not relayed on this layer: the Upgrade
  * header is hop-by-hop and is dropped. */
@@ -57,7 +65,9 @@
 #define IO_CHUNK (16 * 1024) /* bytes moved per read */
 #define MAX_FIELDS 256
 #define SCRUB_MIN 4
-#define MAX_SECRETS 256
+#define MAX_SECRETS 1024
+/* Longest needle: a value of POL_MAX_STRING bytes JSON-escaped as \u00xx. */
+#define NEEDLE_MAX (6 * POL_MAX_STRING)
 
 /* ---- growable text ---------------------------------------------------------- */
 
@@ -107,6 +117,7 @@ typedef struct field {
 } field;
 
 typedef struct resp_out resp_out;
+typedef struct conn conn;
 
 typedef struct msg {
         http_parser p;
@@ -124,6 +135,8 @@ typedef struct msg {
         bool fold_lf;      /* obs-fold scan: the previous head byte was LF */
         bool folded;
         resp_out *out;     /* responses: where the body goes */
+        conn *reframe;     /* chunked requests: re-framed to this conn's upstream */
+        int reframe_err;
 } msg;
 
 static void msg_clear(msg *m) {
@@ -398,7 +411,7 @@ int pol_http_write_error(pol_stream *client, int status, const char *why) {
 /* ---- one client connection ------------------------------------------------------ */
 
 typedef struct secret {
-        const char *v;
+        char *v; /* owned, wiped on free */
         size_t len;
 } secret;
 
@@ -409,6 +422,7 @@ typedef struct upstream {
         bool tls;
         uint8_t buf[IO_CHUNK];
         size_t off, len;
+        size_t got; /* bytes read for the current request */
 } upstream;
 
 typedef struct conn {
@@ -422,6 +436,7 @@ typedef struct conn {
         upstream up;
         secret secrets[MAX_SECRETS];
         size_t n_secrets, max_secret;
+        bool client_bad; /* the request body's framing was malformed */
 } conn;
 
 /* Where a response body goes: the client, re-framed, through the scrub
@@ -431,7 +446,7 @@ struct resp_out {
         conn *c;
         bool chunked;
         bool scrub;
-        uint8_t win[IO_CHUNK + POL_MAX_STRING];
+        uint8_t win[IO_CHUNK + NEEDLE_MAX];
         size_t wlen;
         int err;
 };
@@ -452,8 +467,107 @@ static void event(conn *c, const char *reason, const char *host, uint16_t port, 
         c->env->event(&ev, c->env->event_userdata);
 }
 
-/* Every value any rule of this domain injects: a value injected on one
- * request may be echoed on a later one of the same connection. */
+/* Adds one needle (a copy, wiped on free). Too short to be a credential,
+ * a duplicate, or past the table's size: not added. */
+static void add_needle(conn *c, const char *v, size_t l) {
+        if (l < SCRUB_MIN || l > NEEDLE_MAX || c->n_secrets == MAX_SECRETS)
+                return;
+        for (size_t i = 0; i < c->n_secrets; i++)
+                if (c->secrets[i].len == l && memcmp(c->secrets[i].v, v, l) == 0)
+                        return;
+        char *copy = malloc(l);
+        if (!copy)
+                return;
+        memcpy(copy, v, l);
+        c->secrets[c->n_secrets++] = (secret){ copy, l };
+        if (l > c->max_secret)
+                c->max_secret = l;
+}
+
+/* The length of the UTF-8 sequence at s[0..n) and its code point, or 0
+ * when it is not valid UTF-8 (then the byte is escaped on its own). */
+static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *ret) {
+        size_t len = s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+        if (len == 0 || len > n)
+                return 0;
+        uint32_t cp = s[0] & (0x7f >> len);
+        for (size_t i = 1; i < len; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[i] & 0x3f);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+                return 0;
+        *ret = cp;
+        return len;
+}
+
+/* v as a JSON string body (RFC 8259 §7) the way common encoders write it:
+ * '"' and '\\' escaped, '/' as "\/" when esc_slash (PHP, some Java), the
+ * short escapes for BS/FF/LF/CR/TAB, other controls as \u00xx, and
+ * non-ASCII as \uxxxx (UTF-16, lowercase hex) when esc_utf8 (Python's
+ * default) or raw otherwise (JavaScript, Go). */
+static void json_form(sbuf *b, const uint8_t *v, size_t l, bool esc_slash, bool esc_utf8) {
+        static const char shorts[] = "\bb\ff\nn\rr\tt";
+        for (size_t i = 0; i < l; i++) {
+                const char *sh = v[i] ? memchr(shorts, v[i], sizeof(shorts) - 1) : NULL;
+                uint32_t cp;
+                size_t ul;
+                if (v[i] == '"' || v[i] == '\\' || (v[i] == '/' && esc_slash))
+                        sbuf_printf(b, "\\%c", v[i]);
+                else if (sh && (sh - shorts) % 2 == 0)
+                        sbuf_printf(b, "\\%c", sh[1]);
+                else if (v[i] < 0x20)
+                        sbuf_printf(b, "\\u%04x", v[i]);
+                else if (v[i] < 0x80 || !esc_utf8)
+                        sbuf_add(b, (const char *)&v[i], 1);
+                else if ((ul = utf8_decode(v + i, l - i, &cp)) > 0) {
+                        if (cp >= 0x10000)
+                                sbuf_printf(b, "\\u%04x\\u%04x", 0xd800 + ((cp - 0x10000) >> 10),
+                                            0xdc00 + ((cp - 0x10000) & 0x3ff));
+                        else
+                                sbuf_printf(b, "\\u%04x", cp);
+                        i += ul - 1;
+                } else
+                        sbuf_printf(b, "\\u%04x", v[i]);
+        }
+}
+
+/* v percent-encoded (RFC 3986 §2.1): every byte but the unreserved ones,
+ * hex digits in the given case (the RFC prefers upper, many encoders
+ * write lower). */
+static void percent_form(sbuf *b, const uint8_t *v, size_t l, bool upper) {
+        for (size_t i = 0; i < l; i++) {
+                bool unreserved = (v[i] >= 'A' && v[i] <= 'Z') || (v[i] >= 'a' && v[i] <= 'z') ||
+                                  (v[i] >= '0' && v[i] <= '9') || strchr("-._~", v[i]);
+                if (unreserved && v[i])
+                        sbuf_add(b, (const char *)&v[i], 1);
+                else
+                        sbuf_printf(b, upper ? "%%%02X" : "%%%02x", v[i]);
+        }
+}
+
+/* The needles for one value: as injected, JSON-escaped (four encoder
+ * styles) and percent-encoded (both hex cases). */
+static void add_forms(conn *c, const char *v, size_t l) {
+        add_needle(c, v, l);
+        for (int k = 0; k < 6; k++) {
+                sbuf b = {};
+                if (k < 4)
+                        json_form(&b, (const uint8_t *)v, l, k & 1, k & 2);
+                else
+                        percent_form(&b, (const uint8_t *)v, l, k == 4);
+                if (!b.oom && b.p)
+                        add_needle(c, b.p, b.len);
+                if (b.p)
+                        explicit_bzero(b.p, b.len);
+                free(b.p);
+        }
+}
+
+/* Every value any rule of this domain injects, in every form above: a
+ * value injected on one request may be echoed on a later one of the same
+ * connection. */
 static void collect_secrets(conn *c) {
         const pol_domain *d = c->t->domain;
         for (size_t i = 0; d && i < d->n_rules; i++)
@@ -461,16 +575,28 @@ static void collect_secrets(conn *c) {
                         for (size_t h = 0; h < d->rules[i].transforms[k].n_headers; h++) {
                                 const char *v = d->rules[i].transforms[k].headers[h].value;
                                 size_t l = strlen(v);
-                                if (l < SCRUB_MIN || l > POL_MAX_STRING || c->n_secrets == MAX_SECRETS)
+                                if (l > POL_MAX_STRING)
                                         continue;
-                                c->secrets[c->n_secrets++] = (secret){ v, l };
-                                if (l > c->max_secret)
-                                        c->max_secret = l;
+                                add_forms(c, v, l);
+                                /* "Bearer <token>": APIs echo the credential alone. A
+                                 * short one could be ordinary text, so only from 8 bytes. */
+                                const char *sp = memchr(v, ' ', l);
+                                size_t skip = sp ? (size_t)(sp - v) + strspn(sp, " ") : 0;
+                                if (sp && sp > v && l - skip >= 8)
+                                        add_forms(c, v + skip, l - skip);
                         }
 }
 
-/* Replaces every verbatim occurrence of an injected value in buf with
- * '*' of the same length (lengths, and so Content-Length, unchanged). */
+static void free_secrets(conn *c) {
+        for (size_t i = 0; i < c->n_secrets; i++) {
+                explicit_bzero(c->secrets[i].v, c->secrets[i].len);
+                free(c->secrets[i].v);
+        }
+        c->n_secrets = 0;
+}
+
+/* Replaces every occurrence of a needle in buf with '*' of the same
+ * length (lengths, and so Content-Length, unchanged). */
 static void scrub(const conn *c, uint8_t *buf, size_t n) {
         for (size_t i = 0; i < c->n_secrets; i++) {
                 const secret *s = &c->secrets[i];
@@ -608,11 +734,27 @@ static int emit(resp_out *o, const uint8_t *p, size_t n) {
         return r < 0 ? r : pol_stream_write_all(o->c->client, "\r\n", 2);
 }
 
+/* A chunked request body goes upstream as chunks the proxy framed from
+ * the decoded data: the client's chunk lines (extensions, odd line ends)
+ * never reach an upstream that might read them differently. */
+static int reframe_write(msg *m, const char *data, size_t n) {
+        char hdr[24];
+        int hl = snprintf(hdr, sizeof(hdr), "%zx\r\n", n);
+        pol_stream *up = &m->reframe->up.s;
+        int r = pol_stream_write_all(up, hdr, (size_t)hl);
+        if (r >= 0)
+                r = pol_stream_write_all(up, data, n);
+        if (r >= 0)
+                r = pol_stream_write_all(up, "\r\n", 2);
+        m->reframe_err = r < 0 ? r : 0;
+        return r < 0 ? -1 : 0;
+}
+
 static int on_body(http_parser *p, const char *at, size_t n) {
         msg *m = p->data;
         resp_out *o = m->out;
-        if (!o)
-                return 0; /* requests: the caller forwards the raw bytes */
+        if (!o) /* requests: Content-Length bodies go raw, chunked ones re-framed */
+                return m->reframe && n > 0 ? reframe_write(m, at, n) : 0;
         while (n > 0) {
                 size_t room = sizeof(o->win) - o->wlen, take = n < room ? n : room, keep = 0;
                 memcpy(o->win + o->wlen, at, take);
@@ -636,6 +778,12 @@ static int on_message_complete(http_parser *p) {
         resp_out *o = m->out;
         m->done = true;
         http_parser_pause(p, 1);
+        if (!o && m->reframe) {
+                /* The last chunk; trailers are dropped. */
+                int r = pol_stream_write_all(&m->reframe->up.s, "0\r\n\r\n", 5);
+                m->reframe_err = r < 0 ? r : 0;
+                return r < 0 ? -1 : 0;
+        }
         if (!o)
                 return 0;
         /* The held-back tail was scrubbed with everything before it. */
@@ -710,6 +858,7 @@ static int relay_one(conn *c, msg *m, resp_out *o, bool *sent, bool *ret_eof) {
                                 return (int)r;
                         u->off = 0;
                         u->len = (size_t)r;
+                        u->got += (size_t)r;
                         if (r == 0) {
                                 /* EOF ends a close-delimited body; elsewhere it is a
                                  * truncated message. */
@@ -773,6 +922,18 @@ static void up_close(upstream *u) {
         u->s = (pol_stream){ .fd = -1 };
         u->off = u->len = 0;
         u->host[0] = 0;
+}
+
+/* True when a kept-alive upstream connection may carry the next request:
+ * nothing of it is unread. Bytes (or EOF) that arrived after a complete
+ * response mean the upstream and the proxy disagree on where that
+ * response ended (a body sent for HEAD, a wrong Content-Length): reading
+ * them as the next response would hand the sandbox the wrong answer. */
+static bool up_in_sync(const upstream *u) {
+        if (u->off < u->len || (u->s.ssl && SSL_pending(u->s.ssl) > 0))
+                return false;
+        struct pollfd p = { .fd = u->s.fd, .events = POLLIN };
+        return poll(&p, 1, 0) == 0;
 }
 
 /* Connects to the judged addresses of `to` in order, then (tls) runs a
@@ -952,7 +1113,8 @@ static int build_request(conn *c, const target *tg, const pol_rule *rule, const 
                 add_authority(b, c->t->host, c->t->port, c->tls);
         sbuf_str(b, "\r\n");
         for (size_t i = 0; i < m->n; i++) {
-                if (req_dropped(m, m->f[i].name) || transform_sets(rule, m->f[i].name, 0))
+                if (req_dropped(m, m->f[i].name) || transform_sets(rule, m->f[i].name, 0) ||
+                    strcasecmp(m->f[i].name, "transfer-encoding") == 0)
                         continue;
                 sbuf_add(b, m->f[i].name, m->f[i].name_len);
                 sbuf_str(b, ": ");
@@ -972,6 +1134,9 @@ static int build_request(conn *c, const target *tg, const pol_rule *rule, const 
                 sbuf_str(b, tg->origin);
                 sbuf_str(b, "\r\n");
         }
+        /* The body is re-framed as plain chunked (forward_body). */
+        if (m->p.flags & F_CHUNKED)
+                sbuf_str(b, "transfer-encoding: chunked\r\n");
         sbuf_str(b, "\r\n");
         return b->oom ? -ENOMEM : 0;
 }
@@ -1044,9 +1209,15 @@ static int check_request(conn *c, target *tg) {
         return 1;
 }
 
-/* Sends the body of the current request upstream as the raw bytes the
- * parser accepted (framing preserved byte for byte). */
+/* Sends the body of the current request upstream: a Content-Length body
+ * as the raw bytes the parser accepted, a chunked one re-framed by the
+ * parser callbacks (reframe_write). -EBADMSG (with c->client_bad set)
+ * when the client's framing is malformed: that is the client's error. */
 static int forward_body(conn *c) {
+        bool chunked = c->req.p.flags & F_CHUNKED;
+        c->client_bad = false;
+        c->req.reframe = chunked ? c : NULL;
+        c->req.reframe_err = 0;
         while (!c->req.done) {
                 if (c->off == c->len) {
                         c->off = c->len = 0;
@@ -1056,9 +1227,13 @@ static int forward_body(conn *c) {
                         c->len = (size_t)r;
                 }
                 ssize_t used = msg_feed(&c->req, c->cbuf + c->off, c->len - c->off);
-                if (used < 0)
+                if (used < 0 && c->req.reframe_err < 0)
+                        return c->req.reframe_err;
+                if (used < 0) {
+                        c->client_bad = true;
                         return (int)used;
-                int r = pol_stream_write_all(&c->up.s, c->cbuf + c->off, (size_t)used);
+                }
+                int r = chunked ? 0 : pol_stream_write_all(&c->up.s, c->cbuf + c->off, (size_t)used);
                 if (r < 0)
                         return r;
                 c->off += (size_t)used;
@@ -1076,17 +1251,18 @@ static int upstream_failed(conn *c, const pol_proxy_target *to, int r, const cha
 
 /* Connects (or reuses), sends head and body, relays the response. A
  * reused connection the upstream had closed meanwhile is retried once on
- * a new one when nothing of the request body was sent yet. */
+ * a new one when the request had no body and no byte came back. */
 static int exchange(conn *c, const pol_proxy_target *to, bool tls, const sbuf *head, bool *ret_keep) {
         char why[400] = "";
         bool head_req = c->req.p.method == HTTP_HEAD, sent = false;
         const field *expect = find_field(&c->req, "expect", NULL);
         for (int attempt = 0;; attempt++) {
                 bool reused = c->up.s.fd >= 0 && streq(c->up.host, to->host) && c->up.port == to->port &&
-                              c->up.tls == tls;
+                              c->up.tls == tls && up_in_sync(&c->up);
                 int r = reused ? 0 : up_open(c, to, tls, why, sizeof(why));
                 if (r < 0)
                         return upstream_failed(c, to, r, why);
+                c->up.got = 0;
                 bool bodiless = c->req.done;
                 r = pol_stream_write_all(&c->up.s, head->p, head->len);
                 if (r >= 0 && !c->req.done && expect && strcasecmp(fvalue(expect), "100-continue") == 0)
@@ -1095,13 +1271,18 @@ static int exchange(conn *c, const pol_proxy_target *to, bool tls, const sbuf *h
                         r = forward_body(c);
                 if (r >= 0)
                         r = relay_response(c, head_req, &sent, ret_keep);
+                size_t got = c->up.got;
                 if (r > 0 || r < 0)
                         up_close(&c->up);
                 if (r >= 0)
                         return 1;
+                if (c->client_bad)
+                        return answer(c, 400, "framing", "malformed request body framing (RFC 9112 §7.1)");
                 if (sent)
                         return r;
-                if (reused && bodiless && attempt == 0 && r != -ETIMEDOUT)
+                /* Only a connection that closed without a byte of answer is
+                 * retried: anything else may have been acted upon. */
+                if (reused && bodiless && attempt == 0 && r != -ETIMEDOUT && got == 0)
                         continue;
                 snprintf(why, sizeof(why), "%s", r == -ETIMEDOUT ? "no answer in time"
                                                                  : "the connection failed or the answer was not valid HTTP");
@@ -1140,8 +1321,12 @@ static int serve_request(conn *c) {
                 snprintf(text, sizeof(text),
                          "Rule %s adds headers to this request, which is only done over TLS: use https://%s/.",
                          rname, c->t->host);
-                event(c, "transform-needs-tls", c->t->host, c->t->port, NULL, "%s", text);
-                (void)pol_http_write_403(c->client, c->env->policy_name, c->t->host, NULL, text);
+                /* The event's rule names the rule (index and pattern),
+                 * never a value it would inject. */
+                pol_verdict v = { .allow = false, .layer = POL_LAYER_DOMAIN, .rule = idx };
+                snprintf(v.detail, sizeof(v.detail), "%.*s", (int)sizeof(v.detail) - 1, rname);
+                event(c, "transform-needs-tls", c->t->host, c->t->port, &v, "%s", text);
+                (void)pol_http_write_403(c->client, c->env->policy_name, c->t->host, &v, text);
                 r = 0;
                 goto out;
         }
@@ -1193,6 +1378,7 @@ int pol_http_serve(const pol_proxy_env *env, pol_stream *client, const pol_proxy
                 ;
         up_close(&c->up);
         msg_clear(&c->req);
+        free_secrets(c);
         free(c->cbuf);
         return r;
 }

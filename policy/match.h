@@ -219,5 +219,6 @@ bool pol_check_resolved(const pol_policy *p, const char *name, uint16_t port, co
 
 /* The entry of p->domains whose pattern matches the normalised `name` on
  * `port` most specifically (pol_pattern_specificity; the earlier entry wins
- * a tie), or NULL. Its rules are the ones the proxy applies (rule 7). */
+ * a tie), or NULL. The proxy applies its rules (rule 7) on the pattern's
+ * own port, or on 80 and 443 for a pattern without one (policy/proxy.c). */
 const pol_domain *pol_policy_find_domain(const pol_policy *p, const char *name, uint16_t port);

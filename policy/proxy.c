@@ -215,6 +215,16 @@ static void bad_request(conn *c, const char *host, const char *why) {
         linger_close(c->client.fd);
 }
 
+/* A head that read_head() refused: 431 when it is too large (RFC 6585 §5,
+ * as the HTTP layer answers on a terminated connection), else 400. */
+static void bad_head(conn *c, const char *host, int r) {
+        if (r != -E2BIG)
+                return bad_request(c, host, "malformed request head");
+        (void)pol_http_write_error(&c->client, 431, "request head too large (more than 64 KiB)");
+        report(c, host, c->port, "framing", NULL, "request refused: head larger than 64 KiB");
+        linger_close(c->client.fd);
+}
+
 /* ---- hosts ---------------------------------------------------------------------- */
 
 static bool same_host(const pol_host *a, const pol_host *b) {
@@ -231,6 +241,29 @@ static const char *host_text(const pol_host *h, char *buf, size_t size) {
                 return pol_addr_format(&h->addr, buf, size);
         snprintf(buf, size, "%s", h->name);
         return buf;
+}
+
+/* The allow entry whose rules apply to `name` on `port`: the most specific
+ * pattern that matches, counting a pattern without ":port" only on 80 and
+ * 443. Its rules were written for the web ports: on another port the same
+ * name may be a different service (an admin API, a database), which must
+ * not receive the credentials a transform injects. A pattern that names
+ * its port ("api.example.com:8443") applies its rules on that port. On
+ * other ports the connection is that of a domain without rules. */
+static const pol_domain *rules_domain(const pol_policy *p, const char *name, uint16_t port) {
+        const pol_domain *best = NULL;
+        unsigned best_score = 0;
+        for (size_t i = 0; p && i < p->n_domains; i++) {
+                const pol_pattern *pat = &p->domains[i].pattern;
+                unsigned score = pol_pattern_specificity(pat);
+                if (!pat->port && port != 80 && port != 443)
+                        continue;
+                if (pol_pattern_match(pat, name, port) && (!best || score > best_score)) {
+                        best = &p->domains[i];
+                        best_score = score;
+                }
+        }
+        return best;
 }
 
 /* Judges host h on `port` and fills c->t: names by pol_check_name(), then
@@ -258,7 +291,7 @@ static int judge(conn *c, const pol_host *h, uint16_t port) {
         int r = pol_proxy_resolve(env, h->name, port, t);
         if (r < 0)
                 return r;
-        t->domain = pol_policy_find_domain(env->policy, h->name, port);
+        t->domain = rules_domain(env->policy, h->name, port);
         return 0;
 }
 
@@ -694,14 +727,18 @@ static int read_head(conn *c, head *h) {
 
 /* The authority of an absolute-form target "http://host[:port]/..." (RFC
  * 9112 §3.2.2) into buf. -EPROTONOSUPPORT for other schemes (https goes
- * through CONNECT), -EINVAL when malformed or carrying userinfo. */
+ * through CONNECT), -EPERM for userinfo ("user:pass@host", which RFC 9110
+ * §4.2.4 forbids senders to generate and which hides the real host from
+ * a careless reader), -EINVAL when malformed. */
 static int absolute_authority(const char *target, char *buf, size_t size) {
         static const char http[] = "http://";
         if (strncasecmp(target, http, strlen(http)) != 0)
                 return strstr(target, "://") ? -EPROTONOSUPPORT : -ENOENT;
         const char *a = target + strlen(http);
         size_t n = strcspn(a, "/?#");
-        if (n == 0 || n >= size || memchr(a, '@', n))
+        if (memchr(a, '@', n))
+                return -EPERM;
+        if (n == 0 || n >= size)
                 return -EINVAL;
         memcpy(buf, a, n);
         buf[n] = '\0';
@@ -717,6 +754,10 @@ static int request_host(conn *c, const head *h, pol_host *ret) {
         const char *why = NULL;
         int r = absolute_authority(h->target, auth, sizeof(auth));
         bool have_uri = r >= 0;
+        if (r == -EPERM)
+                return bad_request(c, "", "an absolute URI with userinfo (user@host) is refused"), r;
+        if (r == -EINVAL)
+                return bad_request(c, "", "the request URI names no valid host"), r;
         if (r < 0 && r != -ENOENT)
                 return bad_request(c, "", "only http:// absolute URIs are proxied; use CONNECT for https"), r;
         if (have_uri && pol_host_parse(auth, &uri, &why) < 0)
@@ -816,7 +857,7 @@ static void serve_connect(conn *c, head *h) {
         head inner = {};
         r = read_head(c, &inner);
         if (r == -EBADMSG || r == -E2BIG)
-                bad_request(c, text, "malformed request head");
+                bad_head(c, text, r);
         else if (r >= 0 && streq(inner.method, "CONNECT"))
                 bad_request(c, text, "CONNECT inside CONNECT");
         else if (r >= 0)
@@ -828,7 +869,7 @@ static void serve_http(conn *c) {
         head h = {};
         int r = read_head(c, &h);
         if (r == -EBADMSG || r == -E2BIG)
-                bad_request(c, "", "malformed request head");
+                bad_head(c, "", r);
         else if (r >= 0 && streq(h.method, "CONNECT") && !c->orig)
                 serve_connect(c, &h);
         else if (r >= 0 && streq(h.method, "CONNECT"))

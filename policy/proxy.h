@@ -120,7 +120,8 @@ typedef struct pol_proxy_target {
         char host[POL_NAME_MAX + 1]; /* normalised name, or address text when is_addr */
         bool is_addr;
         uint16_t port;               /* upstream port */
-        const pol_domain *domain;    /* the most specific allow entry (its rules), or NULL */
+        const pol_domain *domain;    /* the allow entry whose rules apply on port, or NULL:
+                                        a pattern without ":port" only on 80 and 443 */
         pol_addr addrs[POL_PROXY_MAX_ADDRS];
         size_t n_addrs;
         pol_verdict verdict;

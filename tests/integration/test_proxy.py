@@ -323,3 +323,20 @@ def test_policy_update_adds_rules_for_new_connections(world):
         expect("result" in r, "update:", r)
         code, out, _e = _run(world, name, "env")
         expect("HTTPS_PROXY=" not in out, "allow-all environment after the update:", out[:400])
+
+
+def test_secret_echoed_json_escaped_is_masked_to_its_length(world):
+    # The echo server answers with json.dumps of the request, so '"' and
+    # '\\' in the injected value come back escaped ('/' stays as is).
+    secret = 'sk-"q\\u/' + secrets.token_hex(12)
+    value = "Bearer " + secret
+    pol = _policy_file(world, {"allow": {"api.public.test": _inject(value)}})
+    escaped = json.dumps(value)[1:-1]
+    expect(escaped != value, "the test value needs escaping:", escaped)
+    with sandbox(world, "escaped", "--policy", pol) as name:
+        n_api = len(world.web_log("api"))
+        code, out, err = _run(world, name, "curl -sS -m 10 https://api.public.test/echo")
+        expect_eq(code, 0, "curl (%s)" % err.strip()[:300])
+        expect_eq(_auth_values(_log_since(world, "api", n_api)), [value], "Authorization at the API")
+        expect(secret[-12:] not in out, "the echoed value reached the sandbox:", out[:400])
+        expect('["Authorization", "' + "*" * len(escaped) + '"]' in out, "the escaped form is masked:", out[:400])

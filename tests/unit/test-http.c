@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -37,6 +38,10 @@
 
 #define SECRET "Bearer sk-SECRET-0123456789"
 #define FWD_ADDR "10.255.0.2"
+/* A value with the characters JSON escapes, ones percent-encoding changes,
+ * non-ASCII, and a token after its scheme: as C text and as policy JSON. */
+#define ODD_VALUE "Token sk\"q\\u/\xc3\xa9-0123456789"
+#define ODD_JSON "Token sk\\\"q\\\\u/\xc3\xa9-0123456789"
 
 static const char policy_json[] =
         "{\"allow\": {\"api.test\": ["
@@ -49,7 +54,9 @@ static const char policy_json[] =
         "   \"headers\": [{\"key\": {\"exact\": \"X-Kind\"}, \"value\": {\"regex\": \"tok.*\"}}]},"
         "  \"transform\": [{\"headers\": {\"x-matched\": \"post-rule\"}}]},"
         " {\"match\": {\"path\": {\"startsWith\": \"/chunked\"}},"
-        "  \"transform\": [{\"headers\": {\"authorization\": \"" SECRET "\"}}]}"
+        "  \"transform\": [{\"headers\": {\"authorization\": \"" SECRET "\"}}]},"
+        " {\"match\": {\"path\": {\"exact\": \"/forms\"}},"
+        "  \"transform\": [{\"headers\": {\"x-api-key\": \"" ODD_JSON "\"}}]}"
         "]}}";
 
 static char tmpdir[] = "/tmp/test-http-XXXXXX";
@@ -70,7 +77,8 @@ static char events[4096];
 static void record_event(const pol_proxy_event *ev, void *userdata) {
         pthread_mutex_lock(&lock);
         size_t l = strlen(events);
-        snprintf(events + l, sizeof(events) - l, "%s|%s\n", ev->reason, ev->message);
+        snprintf(events + l, sizeof(events) - l, "%s|%s|rule=%s\n", ev->reason, ev->message,
+                 ev->verdict ? ev->verdict->detail : "");
         pthread_mutex_unlock(&lock);
 }
 
@@ -96,11 +104,35 @@ static int echo_sni(SSL *ssl, int *alert, void *arg) {
         return SSL_TLSEXT_ERR_OK;
 }
 
+/* The forms an upstream might echo ODD_VALUE in, one per line, written out
+ * by hand: Python's json.dumps, JavaScript's JSON.stringify, PHP's
+ * json_encode, percent-encoding in both hex cases, and the token alone
+ * (raw, JSON and percent-encoded). */
+static const char *const odd_forms[] = {
+        "Token sk\\\"q\\\\u/\\u00e9-0123456789",
+        "Token sk\\\"q\\\\u/\xc3\xa9-0123456789",
+        "Token sk\\\"q\\\\u\\/\\u00e9-0123456789",
+        "Token%20sk%22q%5Cu%2F%C3%A9-0123456789",
+        "Token%20sk%22q%5cu%2f%c3%a9-0123456789",
+        "sk\"q\\u/\xc3\xa9-0123456789",
+        "{\"key\":\"sk\\\"q\\\\u\\/\\u00e9-0123456789\"}",
+        "?k=sk%22q%5Cu%2F%C3%A9-0123456789&x=1",
+};
+
 static void echo_reply(pol_stream *s, const char *head, size_t body_len) {
         char out[20000], auth[256] = "";
         const char *a = strcasestr(head, "\nauthorization: ");
         if (a)
                 snprintf(auth, sizeof(auth), "%.*s", (int)strcspn(a + 16, "\r"), a + 16);
+        if (strncmp(strchr(head, ' ') + 1, "/forms", 6) == 0) {
+                char body[4096] = "";
+                for (size_t i = 0; i < sizeof(odd_forms) / sizeof(odd_forms[0]); i++)
+                        snprintf(body + strlen(body), sizeof(body) - strlen(body), "%s\n", odd_forms[i]);
+                int n = snprintf(out, sizeof(out), "HTTP/1.1 200 OK\r\ncontent-length: %zu\r\n\r\n%s",
+                                 strlen(body), body);
+                pol_stream_write_all(s, out, (size_t)n);
+                return;
+        }
         if (strncmp(strchr(head, ' ') + 1, "/chunked", 8) == 0) {
                 /* 5-byte chunks: an echoed value straddles several. */
                 int n = snprintf(out, sizeof(out), "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
@@ -182,11 +214,98 @@ static void *echo_main(void *arg) {
                         return NULL; /* shut down */
                 pthread_mutex_lock(&lock);
                 accepted++;
-                pthread_mutex_unlock(&lock);
                 if (n_conn_threads < 64)
                         pthread_create(&conn_threads[n_conn_threads++], NULL, echo_conn, (void *)(intptr_t)fd);
                 else
                         close(fd);
+                pthread_mutex_unlock(&lock);
+        }
+}
+
+/* ---- a plaintext upstream that misbehaves on cue --------------------------------------- */
+
+/* Answers each request "ok". A chunked request body is kept as received (up
+ * to its blank line). HEAD gets a Content-Length head and, once the test
+ * writes to raw_go, a body it should not have sent; raw_done then says the
+ * stray bytes were written. */
+static int raw_fd = -1, raw_go[2] = { -1, -1 }, raw_done[2] = { -1, -1 };
+static uint16_t raw_port;
+static pthread_t raw_thread;
+static char raw_body[4096];
+
+static void *raw_conn(void *arg) {
+        pol_stream s = { .fd = (int)(intptr_t)arg };
+        static __thread uint8_t buf[65536];
+        size_t len = 0;
+        for (;;) {
+                char method[32], *target = NULL, *host = NULL, b;
+                size_t head_len;
+                int r;
+                while ((r = pol_http_parse_head(buf, len, method, &target, &host, &head_len)) == -EAGAIN) {
+                        ssize_t got = pol_stream_read(&s, buf + len, sizeof(buf) - len - 1);
+                        if (got <= 0)
+                                goto out;
+                        len += (size_t)got;
+                }
+                free(target);
+                free(host);
+                if (r < 0)
+                        goto out;
+                char head[8192];
+                snprintf(head, sizeof(head), "%.*s", (int)head_len, (char *)buf);
+                pthread_mutex_lock(&lock);
+                if (n_seen < 8)
+                        snprintf(seen[n_seen++], sizeof(seen[0]), "%s", head);
+                pthread_mutex_unlock(&lock);
+                bool chunked = strcasestr(head, "\ntransfer-encoding: chunked") != NULL;
+                memmove(buf, buf + head_len, len - head_len);
+                len -= head_len;
+                buf[len] = 0;
+                while (chunked && !strstr((char *)buf, "\r\n\r\n")) {
+                        ssize_t got = pol_stream_read(&s, buf + len, sizeof(buf) - len - 1);
+                        if (got <= 0)
+                                goto out;
+                        len += (size_t)got;
+                        buf[len] = 0;
+                }
+                if (chunked) {
+                        size_t bl = (size_t)((char *)strstr((char *)buf, "\r\n\r\n") + 4 - (char *)buf);
+                        pthread_mutex_lock(&lock);
+                        snprintf(raw_body, sizeof(raw_body), "%.*s", (int)bl, (char *)buf);
+                        pthread_mutex_unlock(&lock);
+                        memmove(buf, buf + bl, len - bl);
+                        len -= bl;
+                }
+                if (streq(method, "HEAD")) {
+                        static const char h[] = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n";
+                        pol_stream_write_all(&s, h, strlen(h));
+                        if (read(raw_go[0], &b, 1) != 1)
+                                goto out;
+                        pol_stream_write_all(&s, "hello", 5);
+                        if (write(raw_done[1], "x", 1) != 1)
+                                goto out;
+                        continue;
+                }
+                static const char ok[] = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                pol_stream_write_all(&s, ok, strlen(ok));
+        }
+out:
+        close(s.fd);
+        return NULL;
+}
+
+static void *raw_main(void *arg) {
+        for (;;) {
+                int fd = accept4(raw_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        return NULL; /* shut down */
+                pthread_mutex_lock(&lock);
+                accepted++;
+                if (n_conn_threads < 64)
+                        pthread_create(&conn_threads[n_conn_threads++], NULL, raw_conn, (void *)(intptr_t)fd);
+                else
+                        close(fd);
+                pthread_mutex_unlock(&lock);
         }
 }
 
@@ -296,11 +415,13 @@ static int r_value(http_parser *p, const char *at, size_t n) {
         return 0;
 }
 
+static bool expect_no_body; /* the next response answers HEAD */
+
 static int r_headers(http_parser *p) {
         resp *r = p->data;
         r->status = p->status_code;
         r->chunked = p->flags & F_CHUNKED;
-        return 0;
+        return expect_no_body ? 1 : 0;
 }
 
 static int r_body(http_parser *p, const char *at, size_t n) {
@@ -554,6 +675,89 @@ static void echoed_secret_is_scrubbed_in_headers_and_bodies(void **state) {
         assert_int_equal(client_stop(c), 0);
 }
 
+static void echoed_secret_is_scrubbed_in_escaped_and_encoded_forms(void **state) {
+        client *c = client_start(true, up_trusting, NULL);
+        resp *r = exchange(c, "GET /forms HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        assert_non_null(strstr(seen_head(0), "x-api-key: " ODD_VALUE "\r\n")); /* upstream got it */
+        /* Each line is masked over the whole encoded form, keeping its length. */
+        char *line = r->body;
+        for (size_t i = 0; i < sizeof(odd_forms) / sizeof(odd_forms[0]); i++) {
+                const char *f = odd_forms[i];
+                size_t l = strcspn(line, "\n");
+                assert_int_equal(l, strlen(f));
+                if (f[0] == '{')
+                        assert_true(strncmp(line, "{\"key\":\"", 8) == 0 && strncmp(line + l - 2, "\"}", 2) == 0);
+                if (f[0] == '?')
+                        assert_true(strncmp(line, "?k=", 3) == 0 && strncmp(line + l - 4, "&x=1", 4) == 0);
+                assert_null(memmem(line, l, "0123456789", 10));
+                line += l + 1;
+        }
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+/* The client's chunk lines never reach upstream: an extension with a bare
+ * LF (which a lenient server might end the line at, reading "GET /x" as
+ * a second request) and a trailer are replaced by the proxy's own framing. */
+static void chunked_request_body_is_reframed(void **state) {
+        target_port = raw_port;
+        client *c = client_start(false, NULL, NULL);
+        target_port = 0;
+        resp *r = exchange(c, "POST /plain HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "3;a\nGET /x HTTP/1.1\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        pthread_mutex_lock(&lock);
+        assert_string_equal(raw_body, "3\r\nabc\r\n0\r\n\r\n");
+        assert_int_equal(count_of(seen[0], "transfer-encoding: chunked\r\n"), 1);
+        pthread_mutex_unlock(&lock);
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+}
+
+static void overflowing_chunk_size_gets_400(void **state) {
+        target_port = raw_port;
+        client *c = client_start(false, NULL, NULL);
+        target_port = 0;
+        resp *r = exchange(c, "POST /plain HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "ffffffffffffffffff1\r\nabc\r\n0\r\n\r\n");
+        assert_int_equal(r->status, 400);
+        assert_true(client_at_eof(c));
+        pthread_mutex_lock(&lock);
+        assert_non_null(strstr(events, "framing|"));
+        assert_null(strstr(events, "upstream-"));
+        pthread_mutex_unlock(&lock);
+        free(r);
+        client_stop(c);
+}
+
+/* A body sent after a complete response to HEAD puts the upstream
+ * connection out of step: the next request goes on a new connection, once. */
+static void upstream_bytes_after_a_response_close_the_connection(void **state) {
+        target_port = raw_port;
+        client *c = client_start(false, NULL, NULL);
+        target_port = 0;
+        expect_no_body = true;
+        resp *r = exchange(c, "HEAD /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        expect_no_body = false;
+        assert_int_equal(r->status, 200);
+        free(r);
+        char b;
+        assert_int_equal(write(raw_go[1], "x", 1), 1);
+        assert_int_equal(read(raw_done[0], &b, 1), 1); /* the stray body is on its way */
+        r = exchange(c, "GET /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_int_equal(r->status, 200);
+        assert_string_equal(r->body, "ok");
+        free(r);
+        assert_int_equal(client_stop(c), 0);
+        pthread_mutex_lock(&lock);
+        int gets = 0;
+        for (int i = 0; i < n_seen; i++)
+                gets += strncmp(seen[i], "GET ", 4) == 0;
+        assert_int_equal(gets, 1);
+        pthread_mutex_unlock(&lock);
+}
+
 static void method_query_and_header_matchers_all_apply(void **state) {
         client *c = client_start(true, up_trusting, NULL);
         resp *r = exchange(c, "POST /p?z=1&q=a+b HTTP/1.1\r\nHost: api.test\r\nx-kind: token\r\n"
@@ -650,6 +854,7 @@ static void transform_over_plaintext_is_refused(void **state) {
         pthread_mutex_lock(&lock);
         assert_non_null(strstr(events, "transform-needs-tls|"));
         assert_non_null(strstr(events, "allow[\"api.test\"][0]"));
+        assert_non_null(strstr(events, "|rule=allow[\"api.test\"][0]\n"));
         assert_null(strstr(events, "SECRET"));
         assert_int_equal(n_seen, 0);
         pthread_mutex_unlock(&lock);
@@ -771,15 +976,30 @@ static int setup(void **state) {
         free(fw->forward_host);
         fw->forward_host = strdup(FWD_ADDR);
         fw->forward_port = echo_port;
+        raw_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sa = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        sl = sizeof(sa);
+        if (raw_fd < 0 || bind(raw_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(raw_fd, 16) < 0 ||
+            getsockname(raw_fd, (struct sockaddr *)&sa, &sl) < 0 || pipe2(raw_go, O_CLOEXEC) < 0 ||
+            pipe2(raw_done, O_CLOEXEC) < 0 || pthread_create(&raw_thread, NULL, raw_main, NULL) != 0)
+                return -1;
+        raw_port = ntohs(sa.sin_port);
         return pthread_create(&echo_thread, NULL, echo_main, NULL) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state) {
         shutdown(echo_fd, SHUT_RDWR);
         pthread_join(echo_thread, NULL);
+        shutdown(raw_fd, SHUT_RDWR);
+        pthread_join(raw_thread, NULL);
         for (int i = 0; i < n_conn_threads; i++)
                 pthread_join(conn_threads[i], NULL);
         close(echo_fd);
+        close(raw_fd);
+        for (int i = 0; i < 2; i++) {
+                close(raw_go[i]);
+                close(raw_done[i]);
+        }
         SSL_CTX_free(echo_ctx);
         SSL_CTX_free(up_trusting);
         SSL_CTX_free(up_untrusting);
@@ -803,6 +1023,10 @@ int main(void) {
                 cmocka_unit_test(keep_alive_requests_share_one_upstream_connection),
                 cmocka_unit_test(host_mismatch_on_second_request_is_refused),
                 cmocka_unit_test(echoed_secret_is_scrubbed_in_headers_and_bodies),
+                cmocka_unit_test(echoed_secret_is_scrubbed_in_escaped_and_encoded_forms),
+                cmocka_unit_test(chunked_request_body_is_reframed),
+                cmocka_unit_test(overflowing_chunk_size_gets_400),
+                cmocka_unit_test(upstream_bytes_after_a_response_close_the_connection),
                 cmocka_unit_test(method_query_and_header_matchers_all_apply),
                 cmocka_unit_test(forward_url_reaches_target_with_forwarded_headers),
                 cmocka_unit_test(untrusted_upstream_certificate_gets_502),

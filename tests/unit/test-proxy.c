@@ -549,6 +549,84 @@ static void test_connect_then_plain_http_with_another_host_gets_403(void **state
         assert_string_equal(events.reason, "host-mismatch");
 }
 
+/* A pattern without ":port" has its rules applied on 80 and 443 only: on
+ * another port the host is one without rules, so its TLS is spliced (this
+ * proxy has no CA, so a host with rules would be refused instead). */
+static void test_rules_of_a_pattern_without_port_apply_only_on_80_and_443(void **state) {
+        upstream u;
+        proxy_run pr;
+        char head[1024], req[128];
+        size_t n;
+        upstream_start(&u, "127.0.0.2");
+        int c = proxy_start(&pr, NULL, 0);
+        snprintf(req, sizeof(req), "CONNECT rules.test:%u HTTP/1.1\r\n\r\n", u.port);
+        send_str(c, req);
+        read_head(c, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        uint8_t *hello = client_hello("rules.test", &n);
+        expect_tunnel(c, &u, hello, n);
+        proxy_finish(&pr, c);
+        assert_int_equal(events.count, 0);
+        free(hello);
+}
+
+/* "host:port" applies its rules on that port. */
+static void test_rules_of_a_pattern_with_port_apply_on_that_port(void **state) {
+        proxy_run pr;
+        char head[1024], req[128], json[256];
+        size_t n;
+        uint16_t port;
+        int l = listen_on("127.0.0.2", &port);
+        snprintf(json, sizeof(json),
+                 "{\"allow\": {\"rules.test:%u\": [{\"transform\": [{\"headers\": {\"x-k\": \"v\"}}]}]},"
+                 " \"subnets\": {\"allow\": [\"127.0.0.0/8\"]}}", port);
+        pol_policy *p = policy_from(json);
+        env.policy = p;
+        int c = proxy_start(&pr, NULL, 0);
+        snprintf(req, sizeof(req), "CONNECT rules.test:%u HTTP/1.1\r\n\r\n", port);
+        send_str(c, req);
+        read_head(c, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        uint8_t *hello = client_hello("rules.test", &n);
+        assert_int_equal(send(c, hello, n, MSG_NOSIGNAL), (ssize_t)n);
+        expect_alert(c);
+        proxy_finish(&pr, c);
+        env.policy = policy;
+        pol_policy_free(p);
+        assert_false(upstream_saw_connection(l));
+        close(l);
+        free(hello);
+}
+
+static void test_absolute_uri_with_userinfo_is_refused_saying_so(void **state) {
+        proxy_run pr;
+        char resp[4096];
+        int c = proxy_start(&pr, NULL, 0);
+        send_str(c, "GET http://user:pw@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n");
+        size_t n = read_all(c, (uint8_t *)resp, sizeof(resp) - 1);
+        resp[n] = 0;
+        proxy_finish(&pr, c);
+        assert_true(strncmp(resp, "HTTP/1.1 400", 12) == 0);
+        assert_non_null(strstr(resp, "userinfo"));
+}
+
+static void test_request_head_over_64k_gets_431(void **state) {
+        proxy_run pr;
+        char resp[4096];
+        size_t big = 70 * 1024;
+        char *req = malloc(big + 1);
+        int c = proxy_start(&pr, NULL, 0);
+        strcpy(req, "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-Big: ");
+        memset(req + strlen(req), 'x', big - strlen(req));
+        req[big] = 0;
+        send_str(c, req);
+        size_t n = read_all(c, (uint8_t *)resp, sizeof(resp) - 1);
+        resp[n] = 0;
+        proxy_finish(&pr, c);
+        free(req);
+        assert_true(strncmp(resp, "HTTP/1.1 431", 12) == 0);
+}
+
 static void test_garbage_request_gets_400(void **state) {
         proxy_run pr;
         char resp[4096];
@@ -786,6 +864,10 @@ int main(void) {
                 cmocka_unit_test(test_absolute_uri_and_host_header_must_agree),
                 cmocka_unit_test(test_connect_then_plain_http_with_another_host_gets_403),
                 cmocka_unit_test(test_garbage_request_gets_400),
+                cmocka_unit_test(test_rules_of_a_pattern_without_port_apply_only_on_80_and_443),
+                cmocka_unit_test(test_rules_of_a_pattern_with_port_apply_on_that_port),
+                cmocka_unit_test(test_absolute_uri_with_userinfo_is_refused_saying_so),
+                cmocka_unit_test(test_request_head_over_64k_gets_431),
                 cmocka_unit_test_teardown(test_netd_proxy_tunnels_allowed_connect_and_reports_denials, netd_teardown),
                 cmocka_unit_test_teardown(test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid,
                                           netd_teardown),
