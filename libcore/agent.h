@@ -19,6 +19,10 @@
  *   has "fd":N, the index of its mount; init attaches them instead of
  *   opening the paths, which it could not reach.
  *   init → sandboxd   {"ev":"ready"} or {"ev":"error","message":S} (then init exits 1)
+ *   sandboxd → init   {"op":"seccomp","bpf":BASE64}  (optional, once, before
+ *                      any run) the command filter of libcore/seccomp.h as
+ *                      sandboxd compiled it; init keeps it unless it has one,
+ *                      and compiles its own when none came
  *   "rootfs": null skips the root filesystem (init stays on the filesystem it
  *   started on; for tests). init refuses to run unless it is PID 1.
  *

@@ -1,10 +1,14 @@
-/* Capability sets of sandbox commands (see caps.h), with libcap. Runs in
- * the forked child of sandbox-init between fork and exec; the process is
- * single-threaded there, so libcap's allocations are safe. */
+/* Capability sets of sandbox commands (see caps.h). The steps that run in
+ * the child of sandbox-init between its spawn and exec (core_caps_bound,
+ * core_caps_set) use prctl and capget/capset directly: that child shares
+ * init's memory (a CLONE_VM spawn), so it must not allocate. libcap serves
+ * the rest (the kernel's capability count, core_caps_verify). */
 #include <errno.h>
 #include <stdbool.h>
 #include <sys/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "libcore/caps.h"
 #include "libcore/macro.h"
 
@@ -38,47 +42,72 @@ uint64_t core_caps_for_uid(uid_t uid) {
         return uid == 0 ? core_caps_root_set() : 0;
 }
 
-/* Number of capabilities the running kernel knows (CAP_LAST_CAP + 1). */
+/* Number of capabilities the running kernel knows (CAP_LAST_CAP + 1).
+ * Asked once: cap_max_bits() probes the kernel and caches nothing. */
 static unsigned caps_known(void) {
-        unsigned n = (unsigned)cap_max_bits();
-        return n > 64 ? 64 : n;
+        static unsigned known;
+        if (!known) {
+                unsigned n = (unsigned)cap_max_bits();
+                known = n > 64 ? 64 : n;
+        }
+        return known;
+}
+
+/* The capability sets of the calling thread through capget/capset
+ * themselves, not libcap: these run between fork (or a CLONE_VM spawn) and
+ * exec, where nothing may allocate. Version 3: two 32-bit words per set. */
+static int caps_get(struct __user_cap_data_struct data[2]) {
+        struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        return syscall(SYS_capget, &hdr, data) < 0 ? negative_errno() : 0;
+}
+
+static int caps_put(const struct __user_cap_data_struct data[2]) {
+        struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        return syscall(SYS_capset, &hdr, data) < 0 ? negative_errno() : 0;
+}
+
+uint64_t core_caps_bounding(void) {
+        uint64_t m = 0;
+        for (unsigned c = 0; c < caps_known(); c++)
+                if (prctl(PR_CAPBSET_READ, c, 0, 0, 0) > 0)
+                        m |= BIT(c);
+        return m;
+}
+
+int core_caps_bound_known(uint64_t keep, uint64_t have) {
+        unsigned n = caps_known();
+        /* PR_CAPBSET_DROP commits a new set of credentials each time:
+         * dropping only what is still there makes a process whose bounding
+         * set is already small (sandbox-init trims its own, see
+         * init/command.c) pay for what is left only. */
+        for (unsigned c = 0; c < n; c++)
+                if ((have & ~keep & BIT(c)) && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0)
+                        return negative_errno();
+        /* One call clears the ambient set; EINVAL: no ambient support. */
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+                return negative_errno();
+        struct __user_cap_data_struct data[2];
+        int r = caps_get(data);
+        if (r < 0)
+                return r;
+        data[0].inheritable &= (uint32_t)keep;
+        data[1].inheritable &= (uint32_t)(keep >> 32);
+        return caps_put(data);
 }
 
 int core_caps_bound(uint64_t keep) {
-        unsigned n = caps_known();
-        for (unsigned c = 0; c < n; c++)
-                if (!(keep & BIT(c)) && cap_drop_bound((cap_value_t)c) < 0)
-                        return negative_errno();
-        if (cap_reset_ambient() < 0 && errno != EINVAL) /* EINVAL: no ambient support */
-                return negative_errno();
-        _cleanup_(cap_freep) cap_t caps = cap_get_proc();
-        if (!caps)
-                return negative_errno();
-        if (cap_clear_flag(caps, CAP_INHERITABLE) < 0)
-                return negative_errno();
-        for (unsigned c = 0; c < n; c++) {
-                cap_value_t v = (cap_value_t)c;
-                if ((keep & BIT(c)) && cap_set_flag(caps, CAP_INHERITABLE, 1, &v, CAP_SET) < 0)
-                        return negative_errno();
-        }
-        return cap_set_proc(caps) < 0 ? negative_errno() : 0;
+        return core_caps_bound_known(keep, core_caps_bounding());
 }
 
 int core_caps_set(uint64_t keep) {
-        _cleanup_(cap_freep) cap_t caps = cap_init();
-        if (!caps)
-                return negative_errno();
-        unsigned n = caps_known();
-        for (unsigned c = 0; c < n; c++) {
-                cap_value_t v = (cap_value_t)c;
-                if (!(keep & BIT(c)))
-                        continue;
-                if (cap_set_flag(caps, CAP_PERMITTED, 1, &v, CAP_SET) < 0 ||
-                    cap_set_flag(caps, CAP_EFFECTIVE, 1, &v, CAP_SET) < 0 ||
-                    cap_set_flag(caps, CAP_INHERITABLE, 1, &v, CAP_SET) < 0)
-                        return negative_errno();
-        }
-        return cap_set_proc(caps) < 0 ? negative_errno() : 0;
+        uint64_t known = caps_known() >= 64 ? ~0ull : BIT(caps_known()) - 1;
+        keep &= known;
+        struct __user_cap_data_struct data[2] = {
+                { .effective = (uint32_t)keep, .permitted = (uint32_t)keep, .inheritable = (uint32_t)keep },
+                { .effective = (uint32_t)(keep >> 32), .permitted = (uint32_t)(keep >> 32),
+                  .inheritable = (uint32_t)(keep >> 32) },
+        };
+        return caps_put(data);
 }
 
 int core_caps_verify(uint64_t keep) {

@@ -228,8 +228,36 @@ void core_seccomp_free(core_seccomp *f) {
         free(f);
 }
 
+static core_seccomp *cached;
+
+int core_seccomp_from_bpf(const void *insns, size_t size, core_seccomp **ret) {
+        if (size == 0 || size % sizeof(struct sock_filter) != 0 ||
+            size / sizeof(struct sock_filter) > BPF_MAXINSNS)
+                return -EINVAL;
+        _cleanup_(core_seccomp_freep) core_seccomp *f = calloc(1, sizeof(*f));
+        if (!f || !(f->insns = malloc(size)))
+                return -ENOMEM;
+        memcpy(f->insns, insns, size);
+        f->len = size / sizeof(struct sock_filter);
+        *ret = TAKE_PTR(f);
+        return 0;
+}
+
+const void *core_seccomp_bpf(const core_seccomp *f, size_t *ret_size) {
+        *ret_size = f->len * sizeof(struct sock_filter);
+        return f->insns;
+}
+
+int core_seccomp_set_default(core_seccomp *f) {
+        if (cached) {
+                core_seccomp_free(f);
+                return -EEXIST;
+        }
+        cached = f;
+        return 0;
+}
+
 int core_seccomp_default(const core_seccomp **ret, sb_error **ret_err) {
-        static core_seccomp *cached;
         if (!cached) {
                 int r = core_seccomp_new(&cached, ret_err);
                 if (r < 0)

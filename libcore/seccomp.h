@@ -44,12 +44,29 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err);
 void core_seccomp_free(core_seccomp *f);
 DEFINE_TRIVIAL_CLEANUP_FUNC(core_seccomp, core_seccomp_free);
 
-/* The process-wide filter, built on the first call and kept for the life of
- * the process (sandbox-init builds it before forking a command, so the child
- * only installs it). Returns 0 and stores a borrowed pointer in *ret, or the
+/* The process-wide filter, built on the first call (unless
+ * core_seccomp_set_default() gave one) and kept for the life of the process
+ * (sandbox-init has it before spawning a command, so the child only
+ * installs it). Returns 0 and stores a borrowed pointer in *ret, or the
  * error of core_seccomp_new(); a failed build is retried on the next call.
- * Not thread-safe: sandbox-init is single-threaded. */
+ * Not thread-safe: sandbox-init is single-threaded, and sandboxd calls it
+ * from its event loop only. */
 int core_seccomp_default(const core_seccomp **ret, sb_error **ret_err);
+
+/* A filter from BPF compiled elsewhere: sandboxd compiles the filter once
+ * for the daemon's life and hands it to each sandbox-init (agent.h, op
+ * "seccomp"), which then need not run libseccomp on its first command.
+ * insns is size bytes of struct sock_filter; copied. Returns 0, -EINVAL
+ * when size is not a whole, non-empty program of at most BPF_MAXINSNS
+ * instructions, or -ENOMEM. */
+int core_seccomp_from_bpf(const void *insns, size_t size, core_seccomp **ret);
+
+/* The BPF program of f: *ret_size bytes of struct sock_filter, borrowed. */
+const void *core_seccomp_bpf(const core_seccomp *f, size_t *ret_size);
+
+/* Makes f (taken) the filter core_seccomp_default() returns, unless that
+ * one exists already: then f is freed and -EEXIST returned. 0 on success. */
+int core_seccomp_set_default(core_seccomp *f);
 
 /* Installs f on the calling thread with one prctl(PR_SET_SECCOMP), without
  * allocating: usable between fork and exec. The caller must have set

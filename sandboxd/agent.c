@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include "libcore/agent.h"
 #include "libcore/log.h"
+#include "libcore/seccomp.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
@@ -195,6 +196,31 @@ static int on_pidfd(sd_event_source *src, int fd, uint32_t revents, void *userda
         return 0;
 }
 
+/* Hands init the command filter, compiled once for the daemon's life (the
+ * first call compiles it): init's first command then skips libseccomp,
+ * about a millisecond on the path of create-then-run. Best effort: without
+ * it init compiles the same filter itself. */
+static void send_seccomp(session *s) {
+        const core_seccomp *f = NULL;
+        _cleanup_error_ sb_error *err = NULL;
+        if (core_seccomp_default(&f, &err) < 0) {
+                log_debug("sandbox '%s': no seccomp filter to hand to sandbox-init: %s", s->sb->name,
+                          err ? err->message : "error");
+                return;
+        }
+        size_t size;
+        const void *bpf = core_seccomp_bpf(f, &size);
+        _cleanup_free_ char *b64 = core_base64_encode(bpf, size);
+        cJSON *op = cJSON_CreateObject();
+        if (!b64 || !op) {
+                cJSON_Delete(op);
+                return;
+        }
+        cJSON_AddStringToObject(op, "op", "seccomp");
+        cJSON_AddStringToObject(op, "bpf", b64);
+        (void)agent_send(s, op);
+}
+
 int agent_attach(session *s, sd_event *event) {
         s->outq_tail = &s->outq;
         int fl = fcntl(s->agent_fd, F_GETFL);
@@ -203,7 +229,11 @@ int agent_attach(session *s, sd_event *event) {
         int r = sd_event_add_io(event, &s->agent_src, s->agent_fd, EPOLLIN, on_agent_io, s);
         if (r < 0)
                 return r;
-        return sd_event_add_io(event, &s->pidfd_src, s->pidfd, EPOLLIN, on_pidfd, s);
+        r = sd_event_add_io(event, &s->pidfd_src, s->pidfd, EPOLLIN, on_pidfd, s);
+        if (r < 0)
+                return r;
+        send_seccomp(s);
+        return 0;
 }
 
 void agent_detach(session *s) {

@@ -10,6 +10,7 @@
 #include "libcore/agent.h"
 #include "libcore/init/init.h"
 #include "libcore/log.h"
+#include "libcore/seccomp.h"
 #include "libcore/util.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
@@ -168,6 +169,28 @@ static void handle_fs(init_agent *a, const cJSON *req) {
         (void)agent_send(a, ev);
 }
 
+/* {"op":"seccomp","bpf":BASE64}: the command filter as sandboxd compiled
+ * it (agent.h), so that init need not run libseccomp before its first
+ * command. Kept only while init has none; a bad one is reported and init
+ * compiles its own at the first command (no filter, no command). */
+static void handle_seccomp(init_agent *a, const cJSON *req) {
+        const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "bpf"));
+        _cleanup_free_ void *raw = NULL;
+        size_t len = 0;
+        core_seccomp *f = NULL;
+        int r = b64 ? core_base64_decode(b64, &raw, &len) : -EINVAL;
+        if (r >= 0)
+                r = core_seccomp_from_bpf(raw, len, &f);
+        if (r >= 0)
+                r = core_seccomp_set_default(f);
+        if (r < 0 && r != -EEXIST)
+                agent_send_error(a, NULL, "seccomp: \"bpf\" must be a base64 BPF program: %s", strerror(-r));
+        /* Sent right after setup, while the sandbox waits for its first
+         * request: a good moment for the rest of the first command's
+         * one-time work too. */
+        cmd_prepare();
+}
+
 static void handle_packet(init_agent *a, const char *buf, size_t len) {
         _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, len);
         if (!cJSON_IsObject(req))
@@ -183,6 +206,8 @@ static void handle_packet(init_agent *a, const char *buf, size_t len) {
                 cmd_op(a, o, req);
         else if (streq(o, "fs"))
                 handle_fs(a, req);
+        else if (streq(o, "seccomp"))
+                handle_seccomp(a, req);
         else if (streq(o, "stop")) {
                 const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "graceMs");
                 agent_begin_stop(a, cJSON_IsNumber(g) && g->valuedouble > 0 ? (int64_t)g->valuedouble : 0);

@@ -1,13 +1,16 @@
-/* Commands run by sandbox-init: the fork/exec sequence of the child (session,
- * stdio on pipes or a pty, user, cwd, signal reset, exec errors reported
- * through a close-on-exec pipe), relaying output as `output` events, stdin,
- * resize and kill, and reaping with `exit` events sent after all output. */
+/* Commands run by sandbox-init: the spawn/exec sequence of the child
+ * (session, stdio on pipes or a pty, user, cwd, signal reset, exec errors
+ * reported back to init before the spawn returns), relaying output as
+ * `output` events, stdin, resize and kill, and reaping with `exit` events
+ * sent after all output. */
 #include <fcntl.h>
+#include <sched.h>
 #include <limits.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -70,11 +73,22 @@ static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
         (void)agent_send(a, ev);
 }
 
-/* ---- the child side (runs between fork and exec; no return) ---- */
+/* ---- the child side (runs between spawn and exec; no return) ---- */
 
-_noreturn_ static void child_fail(int report_fd, int stage, int err) {
-        child_report rep = { .stage = stage, .err = err };
-        (void)!write(report_fd, &rep, sizeof(rep));
+/* What the parent hands the child, and the child's failure report. The
+ * child shares init's memory (spawn_child), so it writes the report here
+ * directly; the parent reads it once the child has exec'd or exited. */
+typedef struct child_args {
+        const run_spec *s;
+        const core_seccomp *filter;
+        uint64_t bounding; /* init's bounding set, or a superset of it */
+        int slave_fd;
+        const int *in_pipe, *out_pipe, *err_pipe;
+        child_report rep; /* stage -1: exec succeeded (or the child was killed) */
+} child_args;
+
+_noreturn_ static void child_fail(child_args *ca, int stage, int err) {
+        ca->rep = (child_report){ .stage = stage, .err = err };
         _exit(127);
 }
 
@@ -105,73 +119,85 @@ static int enter_cwd(const char *path) {
  * what is set up here: fds 0-2 only, its own session, no supplementary
  * groups, no_new_privs, default signal dispositions and an empty mask, the
  * capabilities of its uid (libcore/caps.h) and the seccomp filter
- * (libcore/seccomp.h). */
-_noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd,
-                                  const int in_pipe[2], const int out_pipe[2], const int err_pipe[2]) {
+ * (libcore/seccomp.h).
+ *
+ * The child shares init's address space until exec (spawn_child): nothing
+ * here allocates or touches global state but errno (init is suspended
+ * meanwhile), and the identity calls are raw syscalls, because libc's
+ * wrappers may broadcast a uid change to every thread of the process they
+ * believe they run in. */
+static int child_main(void *arg) {
+        child_args *ca = arg;
+        const run_spec *s = ca->s;
         if (setsid() < 0)
-                child_fail(report_fd, STAGE_TTY, errno);
+                child_fail(ca, STAGE_TTY, errno);
         int in = -1, out, err;
         if (s->tty) {
                 /* Session leader without a controlling terminal: the pty
                  * slave becomes its controlling terminal, so job control and
                  * SIGHUP/SIGWINCH work as in a login shell. */
-                if (ioctl(slave_fd, TIOCSCTTY, 0) < 0)
-                        child_fail(report_fd, STAGE_TTY, errno);
-                in = out = err = slave_fd;
+                if (ioctl(ca->slave_fd, TIOCSCTTY, 0) < 0)
+                        child_fail(ca, STAGE_TTY, errno);
+                in = out = err = ca->slave_fd;
         } else {
                 if (s->want_stdin)
-                        in = in_pipe[0];
+                        in = ca->in_pipe[0];
                 else if ((in = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
-                        child_fail(report_fd, STAGE_STDIO, errno);
-                out = out_pipe[1];
-                err = err_pipe[1];
+                        child_fail(ca, STAGE_STDIO, errno);
+                out = ca->out_pipe[1];
+                err = ca->err_pipe[1];
         }
         /* Descending order is not enough to avoid clobbering in general, but
          * every source fd here is >= 3 (0-2 are init's /dev/null). */
         if (move_fd(in, 0) < 0 || move_fd(out, 1) < 0 || move_fd(err, 2) < 0)
-                child_fail(report_fd, STAGE_STDIO, errno);
+                child_fail(ca, STAGE_STDIO, errno);
         /* No fd of init (agent socket, other commands' pipes and ptys) may
-         * reach the command. report_fd is close-on-exec: it closes at exec
-         * and so tells the parent that exec succeeded. */
-        if (report_fd > 3)
-                (void)close_range(3, (unsigned)report_fd - 1, 0);
-        (void)close_range((unsigned)report_fd + 1, ~0U, 0);
+         * reach the command. The fd table is the child's own copy (no
+         * CLONE_FILES), so this closes nothing of init's. */
+        (void)close_range(3, ~0U, 0);
 
         /* Capabilities, step 1, while still root with init's full set:
          * CAP_SETPCAP is needed to shrink the bounding set, and a uid change
          * would drop it. Not dumpable first: once its capabilities are down
          * to a root command's, a `sudo` command (same uid) could otherwise
          * ptrace it and skip the rest of this sequence; until then the
-         * kernel's capability check refuses. Exec makes the new program
-         * dumpable again. */
+         * kernel's capability check refuses. Dumpable is a property of the
+         * address space, which this child shares with init: init stays
+         * non-dumpable too, and so nothing running as the sandbox user
+         * can read init's memory through the child (/proc/PID/mem,
+         * process_vm_readv) after the uid change either. Exec gives the
+         * new program an address space of its own, dumpable again. */
         uint64_t keep = core_caps_for_uid(s->uid);
         /* init is exempt from the OOM killer (main.c); its commands must not
          * inherit that, or a memory hog would make the whole session's
          * cgroup unkillable. Raising the score needs no privilege. */
         if (core_write_string("/proc/self/oom_score_adj", "0") < 0)
-                child_fail(report_fd, STAGE_CONFINE, errno);
-        int r = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? negative_errno() : core_caps_bound(keep);
+                child_fail(ca, STAGE_CONFINE, errno);
+        int r = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? negative_errno()
+                                                       : core_caps_bound_known(keep, ca->bounding);
         if (r < 0)
-                child_fail(report_fd, STAGE_CONFINE, -r);
+                child_fail(ca, STAGE_CONFINE, -r);
 
         /* Identity: groups first (needs CAP_SETGID), then gid, uid last. */
-        if (setgroups(0, NULL) < 0 || setresgid(s->gid, s->gid, s->gid) < 0 ||
-            setresuid(s->uid, s->uid, s->uid) < 0)
-                child_fail(report_fd, STAGE_USER, errno);
+        if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, s->gid, s->gid, s->gid) < 0 ||
+            syscall(SYS_setresuid, s->uid, s->uid, s->uid) < 0)
+                child_fail(ca, STAGE_USER, errno);
         /* no_new_privs for every command: setuid binaries inside the sandbox
          * cannot raise privileges, and seccomp can be loaded unprivileged. */
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                child_fail(report_fd, STAGE_USER, errno);
+                child_fail(ca, STAGE_USER, errno);
         /* chdir after the uid change, so the user's own permissions apply.
          * Never through a /proc magic link (/proc/self/fd/N, /proc/1/cwd,
          * /dev/fd/N): those name whatever an fd or a process points at,
          * which is how runc's CVE-2024-21626 reached the host. */
         if (enter_cwd(s->cwd) < 0) {
                 if (s->cwd_given || chdir("/") < 0)
-                        child_fail(report_fd, STAGE_CWD, errno);
+                        child_fail(ca, STAGE_CWD, errno);
         }
         umask(022);
 
+        /* Every signal is blocked since the spawn (spawn_child), so none of
+         * init's handlers can run here; reset them all, then unblock. */
         struct sigaction dfl = { .sa_handler = SIG_DFL };
         for (int sig = 1; sig < _NSIG; sig++)
                 if (sig != SIGKILL && sig != SIGSTOP)
@@ -184,20 +210,15 @@ _noreturn_ static void child_exec(const run_spec *s, int report_fd, int slave_fd
          * exactly the kept set (nothing for the sandbox user). Then seccomp,
          * last, right before execvpe, so the filter need not allow anything
          * this sequence still does; it was compiled in the parent before
-         * fork (core_seccomp_default caches it), so this only installs it. */
-        const core_seccomp *filter = NULL;
-        if ((r = core_caps_set(keep)) < 0 || (r = core_seccomp_default(&filter, NULL)) < 0 ||
-            (r = core_seccomp_install(filter)) < 0)
-                child_fail(report_fd, STAGE_CONFINE, -r);
+         * the spawn (core_seccomp_default caches it), so this only installs
+         * it. */
+        if ((r = core_caps_set(keep)) < 0 || (r = core_seccomp_install(ca->filter)) < 0)
+                child_fail(ca, STAGE_CONFINE, -r);
 
-        /* execvpe searches the PATH of the calling process's environment,
-         * not of envp: give it the command's PATH. */
-        char *path_env[2] = { NULL, NULL };
-        if (asprintf(&path_env[0], "PATH=%s", s->path) < 0)
-                child_fail(report_fd, STAGE_EXEC, ENOMEM);
-        environ = path_env;
+        /* execvpe searches the PATH of environ, which the parent pointed
+         * at the command's PATH for the spawn. */
         execvpe(s->argv[0], s->argv, s->envp);
-        child_fail(report_fd, STAGE_EXEC, errno);
+        child_fail(ca, STAGE_EXEC, errno);
 }
 
 /* ---- the parent side ---- */
@@ -365,21 +386,16 @@ static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
         return c;
 }
 
-/* Parent after fork: waits for exec (the report pipe closes) or a failure
- * report, then either registers the command or reports its exit. */
-static void after_fork(init_agent *a, const run_spec *s, pid_t pid, int report_fd,
-                       int master, int in_pipe[2], int out_pipe[2], int err_pipe[2]) {
-        child_report rep;
-        ssize_t n;
-        do
-                n = read(report_fd, &rep, sizeof(rep));
-        while (n < 0 && errno == EINTR);
-        if (n == (ssize_t)sizeof(rep)) {
+/* Parent after the spawn, which returns once the child has exec'd or
+ * exited: either registers the command or reports why it did not start. */
+static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, const child_report *rep,
+                        int master, int in_pipe[2], int out_pipe[2], int err_pipe[2]) {
+        if (rep->stage >= 0) {
                 int st;
                 while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
                         ;
                 char msg[512];
-                int code = describe_failure(s, &rep, msg, sizeof(msg));
+                int code = describe_failure(s, rep, msg, sizeof(msg));
                 close_pair(in_pipe);
                 close_pair(out_pipe);
                 close_pair(err_pipe);
@@ -427,6 +443,92 @@ static void after_fork(init_agent *a, const run_spec *s, pid_t pid, int report_f
         (void)agent_send(a, ev);
 }
 
+/* A stack for the spawned child, kept from one command to the next, with a
+ * guard page below it. Sized for child_main and for execvpe, which puts a
+ * path buffer and, for a script without #!, an argv copy on the stack.
+ * Returns the top of the stack or NULL. */
+static void *spawn_stack(size_t argc) {
+        static char *base;
+        static size_t len;
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        size_t need = 64 * 1024 + PATH_MAX + NAME_MAX + (argc + 3) * sizeof(char *);
+        need = (need + page - 1) / page * page;
+        if (need > len) {
+                if (base)
+                        (void)munmap(base, len + page);
+                len = 0;
+                base = mmap(NULL, need + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                            -1, 0);
+                if (base == MAP_FAILED) {
+                        base = NULL;
+                        return NULL;
+                }
+                if (mprotect(base, page, PROT_NONE) < 0) {
+                        (void)munmap(base, need + page);
+                        base = NULL;
+                        return NULL;
+                }
+                len = need;
+        }
+        return base + page + len;
+}
+
+/* Starts child_main(ca) as a new process that shares init's memory and is
+ * suspended-for (CLONE_VM | CLONE_VFORK), as posix_spawn does: no copy of
+ * init's page tables, no copy-on-write faults in either process, nothing to
+ * tear down at exec. Returns once the child has exec'd or exited, with its
+ * pid, or -1 with errno set. */
+static pid_t spawn_child(child_args *ca, size_t argc, char **path_env) {
+        void *top = spawn_stack(argc);
+        if (!top)
+                return -1;
+        /* Every signal blocked across the spawn: the child runs on init's
+         * memory until it has reset every disposition, and a handler of
+         * init must never run there. */
+        sigset_t all, old;
+        sigfillset(&all);
+        if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
+                return -1;
+        /* execvpe reads PATH from environ. The child cannot set it itself
+         * without writing init's variable; init is suspended until the
+         * child is done with it, and puts its own back right after. */
+        char **saved_env = environ;
+        environ = path_env;
+        pid_t pid = clone(child_main, top, CLONE_VM | CLONE_VFORK | SIGCHLD, ca);
+        int saved = errno;
+        environ = saved_env;
+        (void)sigprocmask(SIG_SETMASK, &old, NULL);
+        errno = saved;
+        return pid;
+}
+
+/* init's bounding set, which each child starts from: a superset until
+ * trimmed (a bounding set only ever shrinks), then read once. */
+static uint64_t own_bounding = ~0ull;
+
+/* Once per init: the bounding set of init itself shrinks to what a root
+ * command may keep. init never execs again, so this takes nothing from it
+ * (its own permitted and effective sets stay), and each command's child
+ * then has fewer capabilities to drop (PR_CAPBSET_DROP is the costly step
+ * of its setup). The child still drops everything its uid must not keep,
+ * whatever this achieved. */
+static void trim_own_bounding_set(void) {
+        static bool done;
+        if (done)
+                return;
+        done = true;
+        int r = core_caps_bound(core_caps_root_set());
+        if (r < 0)
+                log_debug_errno(r, "trimming init's own bounding set: %m");
+        own_bounding = core_caps_bounding();
+}
+
+void cmd_prepare(void) {
+        trim_own_bounding_set();
+        if (!spawn_stack(0))
+                log_debug("no stack for command children yet: %m");
+}
+
 /* Handles {"op":"run",...}: never fails init; every failure becomes an
  * error event (bad request) or an exit event (the command did not start). */
 void cmd_run(init_agent *a, const cJSON *req) {
@@ -439,43 +541,48 @@ void cmd_run(init_agent *a, const cJSON *req) {
                 return send_exit(a, s.id, 126, "sandbox is stopping");
 
         int in_pipe[2] = { -EBADF, -EBADF }, out_pipe[2] = { -EBADF, -EBADF },
-            err_pipe[2] = { -EBADF, -EBADF }, report[2] = { -EBADF, -EBADF };
+            err_pipe[2] = { -EBADF, -EBADF };
         int master = -EBADF, slave = -EBADF, r = 0;
         if (s.tty)
                 r = open_pty(&s, &master, &slave);
         else if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(err_pipe, O_CLOEXEC) < 0 ||
                  (s.want_stdin && pipe2(in_pipe, O_CLOEXEC) < 0))
                 r = negative_errno();
-        if (r >= 0 && pipe2(report, O_CLOEXEC) < 0)
-                r = negative_errno();
-        /* The seccomp filter is compiled once, here in init, so that each
-         * child only installs it; no filter, no command (fail closed). */
-        const core_seccomp *filter;
+        /* The seccomp filter is compiled once per init (or handed over by
+         * sandboxd, agent.h), so that each child only installs it; no
+         * filter, no command (fail closed). */
+        child_args ca = { .s = &s, .bounding = own_bounding, .slave_fd = slave, .in_pipe = in_pipe,
+                          .out_pipe = out_pipe, .err_pipe = err_pipe, .rep = { .stage = -1 } };
         if (r >= 0)
-                r = core_seccomp_default(&filter, NULL);
-        pid_t pid = r >= 0 ? fork() : -1;
+                r = core_seccomp_default(&ca.filter, NULL);
+        _cleanup_free_ char *path_var = NULL;
+        if (r >= 0 && asprintf(&path_var, "PATH=%s", s.path) < 0) {
+                path_var = NULL;
+                r = -ENOMEM;
+        }
+        char *path_env[2] = { path_var, NULL };
+        size_t argc = 0;
+        while (s.argv[argc])
+                argc++;
+        pid_t pid = r >= 0 ? spawn_child(&ca, argc, path_env) : -1;
         if (r >= 0 && pid < 0)
                 r = negative_errno();
-        if (pid == 0)
-                child_exec(&s, report[1], slave, in_pipe, out_pipe, err_pipe);
         if (slave >= 0)
                 close(slave);
-        if (report[1] >= 0)
-                close(report[1]);
-        report[1] = -EBADF;
         if (r < 0) {
                 close_pair(in_pipe);
                 close_pair(out_pipe);
                 close_pair(err_pipe);
-                close_pair(report);
                 if (master >= 0)
                         close(master);
                 char msg[256];
                 snprintf(msg, sizeof(msg), "%s: %s", s.tty ? "open pty" : "start", strerror(-r));
                 return send_exit(a, s.id, 126, msg);
         }
-        after_fork(a, &s, pid, report[0], master, in_pipe, out_pipe, err_pipe);
-        close_pair(report);
+        after_spawn(a, &s, pid, &ca.rep, master, in_pipe, out_pipe, err_pipe);
+        /* Unless done ahead (cmd_prepare), after the first command is on
+         * its way (its own child dropped everything itself), not before. */
+        trim_own_bounding_set();
 }
 
 /* ---- output, stdin, exit ---- */

@@ -106,6 +106,8 @@ void cmd_reap(init_agent *a);
 void cmd_set_output_paused(init_agent *a, bool paused);
 void cmd_finish_all(init_agent *a);
 void cmd_free_dead(init_agent *a);
+/* One-time work of the first command, done ahead while init is idle. */
+void cmd_prepare(void);
 
 /* fsops.c: one file request of agent.h ("op":"fs"), run in the calling
  * process with fsuid/fsgid SANDBOX_UID/SANDBOX_GID for the duration of the

@@ -12,6 +12,10 @@ and sandboxd's resident memory idle and with N idle sandboxes (the daemon's
 VmRSS, and the daemon plus every sandbox-init it started). Prints p50/p90 and
 ratios. No assertions on time: numbers are reported, never judged.
 
+The operations compared in a ratio run in interleaved rounds (one of each per
+round, the order rotating), so that a burst of load from elsewhere on the
+machine slows both sides of a ratio alike instead of one block of runs.
+
     python3 tests/bench/bench.py [--iterations N] [--sandboxes N]
 """
 import argparse
@@ -40,12 +44,16 @@ def pct(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def timed(fn, n):
-    out = []
+def interleaved(fns, n):
+    """Runs each of fns once per round for n rounds, rotating which goes
+    first; returns one list of milliseconds per function."""
+    out = [[] for _ in fns]
     for i in range(n):
-        t = time.perf_counter()
-        fn(i)
-        out.append((time.perf_counter() - t) * 1000.0)
+        for j in range(len(fns)):
+            k = (i + j) % len(fns)
+            t = time.perf_counter()
+            fns[k](i)
+            out[k].append((time.perf_counter() - t) * 1000.0)
     return out
 
 
@@ -159,8 +167,17 @@ def main(argv):
             rpc_call("sandbox.delete", {"name": name})
             rpc.notes.clear()
 
-        rows.append(("create+exec+rm (sandboxctl)", timed(cli_cycle, n)))
-        rows.append(("create+exec+rm (JSON-RPC)", timed(rpc_cycle, n)))
+        def bwrap(i):
+            subprocess.run(BWRAP, check=True, stdin=subprocess.DEVNULL)
+
+        def fork_exec(i):
+            subprocess.run(["true"], check=True)
+
+        have_bwrap = shutil.which("bwrap") is not None
+        cycles = [cli_cycle, rpc_cycle] + ([bwrap] if have_bwrap else [])
+        cyc = interleaved(cycles, n)
+        rows.append(("create+exec+rm (sandboxctl)", cyc[0]))
+        rows.append(("create+exec+rm (JSON-RPC)", cyc[1]))
 
         warm = "b%s-warm" % tag
         c, _o, e = d.ctl("create", "--name", warm, "--deny-all")
@@ -174,15 +191,16 @@ def main(argv):
             rpc_call("command.run", {"sandbox": warm, "cmd": "true"})
             rpc.notes.clear()
 
-        rows.append(("exec true (sandboxctl)", timed(cli_exec, n)))
-        rows.append(("exec true (JSON-RPC)", timed(rpc_exec, n)))
+        for i in range(5):  # the sandbox's first commands fault in its files
+            rpc_exec(i)
+        ex = interleaved([cli_exec, rpc_exec, fork_exec], n)
+        rows.append(("exec true (sandboxctl)", ex[0]))
+        rows.append(("exec true (JSON-RPC)", ex[1]))
         d.ctl("rm", warm)
 
-        if shutil.which("bwrap"):
-            def bwrap(i):
-                subprocess.run(BWRAP, check=True, stdin=subprocess.DEVNULL)
-            rows.append(("bwrap --unshare-all true", timed(bwrap, n)))
-        rows.append(("fork+exec true", timed(lambda i: subprocess.run(["true"], check=True), n)))
+        if have_bwrap:
+            rows.append(("bwrap --unshare-all true", cyc[2]))
+        rows.append(("fork+exec true", ex[2]))
 
         # Fork, snapshot and resume against the size of what the sandbox wrote,
         # beside `cp -a` of the same tree on the host.

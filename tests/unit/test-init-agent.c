@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 #include "libcore/agent.h"
@@ -376,6 +378,37 @@ static void test_malformed_packets_get_errors_and_init_keeps_serving(void **stat
         assert_string_equal(r->out, "still here\n");
 }
 
+/* Sends {"op":"seccomp"} with a filter that refuses uname(2) with EPERM
+ * (deny_uname) or allows everything. */
+static void send_filter(init_proc *ip, bool deny_uname) {
+        struct sock_filter prog[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, deny_uname ? SYS_uname : 0xfffffff, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        _cleanup_free_ char *b64 = core_base64_encode(prog, sizeof(prog));
+        send_json(ip, "{\"op\":\"seccomp\",\"bpf\":\"%s\"}", b64);
+}
+
+static void test_command_filter_handed_over_is_installed_and_kept(void **state) {
+        init_proc *ip = *state;
+        /* Not a whole BPF program: refused with an error, init goes on. */
+        send_json(ip, "{\"op\":\"seccomp\",\"bpf\":\"eA==\"}");
+        cJSON *ev = recv_event(ip);
+        assert_non_null(ev);
+        assert_string_equal(ev_str(ev, "ev"), "error");
+        cJSON_Delete(ev);
+        send_filter(ip, true);
+        _cleanup_free_ result *r = run_sh(ip, 1, "uname -s", NULL);
+        assert_int_not_equal(r->code, 0);
+        assert_string_equal(r->out, "");
+        /* The first filter stays: a later one does not replace it. */
+        send_filter(ip, false);
+        _cleanup_free_ result *again = run_sh(ip, 2, "uname -s", NULL);
+        assert_int_not_equal(again->code, 0);
+}
+
 static cJSON *fs_call(init_proc *ip, const char *fmt, ...) _printf_(2, 3);
 static cJSON *fs_call(init_proc *ip, const char *fmt, ...) {
         char buf[4096];
@@ -520,6 +553,7 @@ int main(void) {
                 T(test_background_grandchild_does_not_delay_exit),
                 T(test_malformed_packets_get_errors_and_init_keeps_serving),
                 T(test_fs_operations_over_the_socket),
+                T(test_command_filter_handed_over_is_installed_and_kept),
                 T(test_stop_terminates_commands_and_exits_zero),
                 T(test_stop_kills_after_grace_when_term_is_ignored),
                 T(test_socket_close_stops_everything),

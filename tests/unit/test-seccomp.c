@@ -165,6 +165,27 @@ static void test_rule_table_names_exist_on_this_arch(void **state) {
         assert_true(core_seccomp_size(f) < 4096);
 }
 
+static void test_filter_from_bpf_copies_whole_programs_only(void **state) {
+        const core_seccomp *def = NULL;
+        assert_int_equal(core_seccomp_default(&def, NULL), 0);
+        size_t size = 0;
+        const void *bpf = core_seccomp_bpf(def, &size);
+        assert_int_equal(size, core_seccomp_size(def) * 8);
+        _cleanup_(core_seccomp_freep) core_seccomp *copy = NULL;
+        assert_int_equal(core_seccomp_from_bpf(bpf, size, &copy), 0);
+        size_t copy_size = 0;
+        const void *copy_bpf = core_seccomp_bpf(copy, &copy_size);
+        assert_int_equal(copy_size, size);
+        assert_memory_equal(copy_bpf, bpf, size);
+        core_seccomp *bad = NULL;
+        assert_int_equal(core_seccomp_from_bpf(bpf, 0, &bad), -EINVAL);
+        assert_int_equal(core_seccomp_from_bpf(bpf, 12, &bad), -EINVAL);
+        assert_int_equal(core_seccomp_from_bpf(bpf, 8 * 4097, &bad), -EINVAL);
+        assert_null(bad);
+        /* The process already has its default: a second one is refused. */
+        assert_int_equal(core_seccomp_set_default(TAKE_PTR(copy)), -EEXIST);
+}
+
 static void test_root_set_is_docker_default_without_mknod(void **state) {
         uint64_t root = core_caps_root_set();
         static const cap_value_t want[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FSETID, CAP_FOWNER, CAP_NET_RAW,
@@ -210,6 +231,28 @@ static void test_cap_steps_leave_exactly_the_kept_set(void **state) {
         }
 }
 
+/* As sandbox-init's child does it: step 1 told the bounding set (a
+ * superset of it), not reading it. */
+static void test_cap_steps_from_a_known_bounding_superset_leave_nothing(void **state) {
+        if (geteuid() != 0)
+                skip();
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                if (core_caps_bound_known(0, ~0ull) < 0)
+                        _exit(1);
+                if (setresgid(1000, 1000, 1000) < 0 || setresuid(1000, 1000, 1000) < 0)
+                        _exit(2);
+                if (core_caps_set(0) < 0)
+                        _exit(3);
+                _exit(core_caps_verify(0) < 0 ? 4 : 0);
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 static void test_verify_notices_extra_capabilities(void **state) {
         if (geteuid() != 0)
                 skip();
@@ -223,8 +266,10 @@ int main(void) {
                 cmocka_unit_test(test_filter_refuses_design_list_with_eperm),
                 cmocka_unit_test(test_non_native_abis_kill_the_process),
                 cmocka_unit_test(test_rule_table_names_exist_on_this_arch),
+                cmocka_unit_test(test_filter_from_bpf_copies_whole_programs_only),
                 cmocka_unit_test(test_root_set_is_docker_default_without_mknod),
                 cmocka_unit_test(test_cap_steps_leave_exactly_the_kept_set),
+                cmocka_unit_test(test_cap_steps_from_a_known_bounding_superset_leave_nothing),
                 cmocka_unit_test(test_verify_notices_extra_capabilities),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
