@@ -198,13 +198,7 @@ static int child_main(void *arg) {
 
         /* Every signal is blocked since the spawn (spawn_child), so none of
          * init's handlers can run here; reset them all, then unblock. */
-        struct sigaction dfl = { .sa_handler = SIG_DFL };
-        for (int sig = 1; sig < _NSIG; sig++)
-                if (sig != SIGKILL && sig != SIGSTOP)
-                        (void)sigaction(sig, &dfl, NULL);
-        sigset_t none;
-        sigemptyset(&none);
-        (void)sigprocmask(SIG_SETMASK, &none, NULL);
+        core_signals_reset();
 
         /* Capabilities, step 2: permitted, effective and inheritable to
          * exactly the kept set (nothing for the sandbox user). Then seccomp,
