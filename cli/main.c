@@ -312,7 +312,7 @@ static const char create_help[] =
         "  --name N                 name ([a-z0-9][a-z0-9-]{0,62}; default sbx-xxxxxxxx)\n"
         "  --runtime R              base root filesystem (default host)\n"
         "  --git URL                clone URL into /workspace\n"
-        "    --depth N              shallow clone of N commits\n"
+        "    --depth N              accepted; the clone is full (libgit2 1.5 has no shallow fetch)\n"
         "    --revision REV         branch, tag or commit to check out\n"
         "    --git-username U       user for an authenticated clone\n"
         "    --git-password-env VAR read the password from environment variable VAR\n"
