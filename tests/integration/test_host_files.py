@@ -75,3 +75,23 @@ def test_snapshot_of_a_userns_sandbox_restores_with_its_user_namespace(world):
             world.ctl("snapshots", "rm", snap)
     leaks.check(world, src)
     leaks.check(world, restored)
+
+
+def test_session_ca_key_is_root_only_and_goes_with_the_sandbox(world):
+    name, _c, _o, _e = create(world, "cakey", "--allow", "api.public.test")
+    d = os.path.join(world.daemon.run_dir, "sandboxes", name, "proxy")
+    try:
+        keys = [f for f in os.listdir(d) if f.endswith(".key")]
+        expect(keys, "a CA key in", d)
+        uid, mode = _mode(d)
+        expect_eq((uid, mode & 0o077), (0, 0), "the CA directory: root-only (mode %o)" % mode)
+        for k in keys:
+            uid, mode = _mode(os.path.join(d, k))
+            expect_eq((uid, mode), (0, 0o600), "the CA key %s" % k)
+        code, out, _e = sh(world, name, "grep -rl 'PRIVATE KEY' /etc /tmp /run /workspace 2>/dev/null; echo end",
+                           "--sudo")
+        expect_eq(out, "end\n", "no private key readable inside the sandbox")
+    finally:
+        delete(world, name)
+    expect(not os.path.exists(d), "the CA directory is removed with the sandbox")
+    leaks.check(world, name)
