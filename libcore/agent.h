@@ -66,12 +66,28 @@
  *
  * Stop:
  *   → {"op":"stop","graceMs":N}   SIGTERM to every process, SIGKILL after
- *      graceMs, then init exits 0. When its socket closes (sandboxd gone),
- *      init does the same with a grace of 0.
+ *      graceMs, then init exits 0.
+ *
+ * Reconnection (live restore): sandboxd may also pass a listening
+ * SOCK_SEQPACKET Unix socket as fd 4 (AGENT_LISTEN_FD), bound at a root-only
+ * path outside the sandbox's mount namespace. When the agent socket closes
+ * (sandboxd exited or crashed), init keeps its commands running; their
+ * output waits in its pipes (a command that fills one blocks) and exits are
+ * held. It then accepts one connection at a time on fd 4 from a peer with
+ * the uid of the daemon that started it (SO_PEERCRED) and speaks the same
+ * protocol, packet for packet, on the accepted socket. The first request
+ * of a reconnected sandboxd is:
+ *   → {"op":"list"}
+ *   ← {"ev":"list","commands":[{"id":N,"pid":P,"exited":B,"meta":S}...]}
+ *      every command whose exit event was not sent yet; "meta" is the
+ *      string given as "meta" in its run (at most 4096 bytes), kept opaque
+ *   then the held output and exit events follow.
+ *   Without fd 4, when the socket closes init stops with a grace of 0.
  */
 #pragma once
 
 #define AGENT_FD 3
+#define AGENT_LISTEN_FD 4
 #define AGENT_MAX_PACKET (256 * 1024)
 #define AGENT_FS_CHUNK (128 * 1024)
 #define SANDBOX_UID 1000

@@ -761,6 +761,35 @@ static int list_sessions(char ***ret, size_t *ret_n) {
 }
 
 int core_cgroup_remove_all_sessions(void) {
+        return core_cgroup_remove_sessions_except(NULL, 0);
+}
+
+int core_cgroup_open(const char *name, pid_t pid, core_cgroup **ret) {
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        _cleanup_free_ char *procs = NULL, *data = NULL;
+        if (!name_ok(name))
+                return -EINVAL;
+        if (!state.ready)
+                return -ESTALE;
+        int r = cgroup_new(name, &cg);
+        if (r < 0)
+                return r;
+        if (cg->n == 0 || asprintf(&procs, "%s/cgroup.procs", cg->dirs[0]) < 0)
+                return -ENOMEM;
+        if ((r = core_read_file(procs, 1 << 20, &data, NULL)) < 0)
+                return r;
+        bool found = false;
+        for (char *line = data, *nl; line && *line && !found; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                found = atoi(line) == (int)pid;
+        }
+        if (!found)
+                return -ESRCH;
+        *ret = TAKE_PTR(cg);
+        return 0;
+}
+
+int core_cgroup_remove_sessions_except(char *const *keep, size_t n_keep) {
         int r;
         if (!state.ready)
                 return -ESTALE;
@@ -770,15 +799,18 @@ int core_cgroup_remove_all_sessions(void) {
                 return r;
         int removed = 0, first_err = 0;
         for (size_t i = 0; i < n; i++) {
+                bool kept = false;
+                for (size_t k = 0; k < n_keep && !kept; k++)
+                        kept = streq(keep[k], names[i]);
                 _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
-                r = cgroup_new(names[i], &cg);
+                r = kept ? -EEXIST : cgroup_new(names[i], &cg);
                 if (r >= 0) {
                         (void) core_cgroup_kill_all(cg);
                         r = core_cgroup_destroy(cg);
                 }
                 if (r >= 0)
                         removed++;
-                else if (!first_err)
+                else if (!first_err && !kept)
                         first_err = r;
                 free(names[i]);
         }

@@ -119,6 +119,15 @@ int core_cgroup_destroy(core_cgroup *cg);
  * start, tests), killing what is in them; other instances' sessions are not
  * touched. Returns the number removed or a negative errno. */
 int core_cgroup_remove_all_sessions(void);
+/* The same, but the sessions named in keep[0..n_keep) stay (live restore:
+ * sessions a restarted daemon re-adopted). */
+int core_cgroup_remove_sessions_except(char *const *keep, size_t n_keep);
+
+/* A handle on the existing session cgroup `name` of this instance, after
+ * checking that `pid` is in it (cgroup.procs of the tracking hierarchy):
+ * how a restarted daemon re-adopts a live session. -ESRCH when pid is not
+ * there, -ENOENT when the cgroup is gone, -EINVAL for a bad name. */
+int core_cgroup_open(const char *name, pid_t pid, core_cgroup **ret);
 
 /* Path of the session cgroup in the hierarchy used for process tracking
  * (v2 path when available, else the v1 pids path). Owned by cg. */

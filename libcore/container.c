@@ -52,6 +52,7 @@ struct clone3_args {
 struct child_args {
         int init_fd;
         int agent_fd;
+        int listen_fd;   /* AGENT_LISTEN_FD in the child, or -EBADF */
         int devnull;
         int sync_fd;     /* userns: read end; EOF before a byte = abort */
         int sync_w;      /* its write end, closed in the child so EOF can come */
@@ -81,16 +82,18 @@ _noreturn_ static void child_main(void *p) {
          * slot right after the agent socket (close-on-exec), so closing
          * everything else cannot take it. */
         int exe = fcntl(a->init_fd, F_DUPFD_CLOEXEC, 64);
-        if (exe < 0 || dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 || dup2(a->devnull, 2) < 0 ||
-            dup2(a->agent_fd, AGENT_FD) < 0 || dup3(exe, AGENT_FD + 1, O_CLOEXEC) < 0)
+        int lfd = a->listen_fd >= 0 ? fcntl(a->listen_fd, F_DUPFD_CLOEXEC, 64) : -1;
+        if (exe < 0 || (a->listen_fd >= 0 && lfd < 0) || dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 ||
+            dup2(a->devnull, 2) < 0 || dup2(a->agent_fd, AGENT_FD) < 0 ||
+            (lfd >= 0 && dup2(lfd, AGENT_LISTEN_FD) < 0) || dup3(exe, AGENT_LISTEN_FD + 1, O_CLOEXEC) < 0)
                 _exit(126);
-        /* Only 0-3 may cross into the sandbox. Everything of the daemon's is
+        /* Only 0-4 may cross into the sandbox. Everything of the daemon's is
          * O_CLOEXEC already; close_range makes it true even if one is not. */
-        syscall(SYS_close_range, AGENT_FD + 2, ~0U, 0);
+        syscall(SYS_close_range, AGENT_LISTEN_FD + 2, ~0U, 0);
         char *const argv[] = {(char *)"sandbox-init", NULL};
         char *const envp[] = {NULL};
         /* execveat on the memfd: it is the memfd, not a path, that runs. */
-        syscall(SYS_execveat, AGENT_FD + 1, "", argv, envp, AT_EMPTY_PATH);
+        syscall(SYS_execveat, AGENT_LISTEN_FD + 1, "", argv, envp, AT_EMPTY_PATH);
         _exit(127);
 }
 
@@ -135,8 +138,8 @@ static pid_t clone_init(struct clone3_args *args, struct child_args *a, uint32_t
         return pid;
 }
 
-int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, core_spawn_result *ret,
-                    sb_error **ret_err) {
+int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd,
+                    core_spawn_result *ret, sb_error **ret_err) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "socketpair: %m");
@@ -153,7 +156,8 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, core_
                 sync_r = p[0];
                 sync_w = p[1];
         }
-        struct child_args a = {.init_fd = init_memfd, .agent_fd = theirs, .devnull = devnull, .sync_fd = sync_r,
+        struct child_args a = {.init_fd = init_memfd, .agent_fd = theirs, .listen_fd = listen_fd, .devnull = devnull,
+                               .sync_fd = sync_r,
                               .sync_w = sync_w};
         /* clone3 so the child is born in its v2 cgroup (no migration, see
          * core_cgroup_open_v2); without CLONE_VM the child runs on a copy of

@@ -23,7 +23,9 @@ typedef struct core_spawn_result {
  * cgroup namespace is entered by init itself once it sits in its cgroup),
  * born in the v2 cgroup of `cg` when there is one (clone3 CLONE_INTO_CGROUP)
  * and attached to its v1 cgroups right after, and execs `init_memfd` with
- * the agent socket on fd 3 and /dev/null on 0-2; no other fd crosses. Safe
+ * the agent socket on fd 3, `listen_fd` (when >= 0: the listening socket a
+ * restarted sandboxd reconnects through, libcore/agent.h) on fd 4 and
+ * /dev/null on 0-2; no other fd crosses. Safe
  * to call from any thread: the child only makes raw syscalls before exec.
  * On success fills *ret (caller owns the fds); on failure nothing is left.
  * With `userns_base` non-zero the child is also in a new user namespace
@@ -31,8 +33,8 @@ typedef struct core_spawn_result {
  * (libcore/userns.h): the maps are written here before the child may exec,
  * and it runs sandbox-init as the namespace's uid/gid 0 with no host group.
  * 0: no user namespace (sandbox root is host root). */
-int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, core_spawn_result *ret,
-                    sb_error **ret_err);
+int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd,
+                    core_spawn_result *ret, sb_error **ret_err);
 
 /* Builds (or rebuilds, atomically) the `host` runtime in `dir`: the
  * merged-usr skeleton (bin, lib*, sbin links into usr), empty mount points

@@ -140,6 +140,8 @@ static void dispatch(session *s, cJSON *msg) {
                                 cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")));
         } else if (streq(ev, "fs"))
                 on_fs_reply(s, msg);
+        else if (streq(ev, "list"))
+                commands_restore(s, msg);
         else if (streq(ev, "error")) {
                 char safe[TEXT_LOG_BUF];
                 log_warning("sandbox '%s': sandbox-init: %s", s->sb->name,
@@ -188,9 +190,16 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
 static int on_pidfd(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         session *s = userdata;
         siginfo_t si = {0};
-        if (waitid(P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG) < 0 || si.si_pid == 0)
+        int status = 0;
+        /* An adopted init (live restore) is not our child: its parent
+         * reaps it, and a readable pidfd is all we learn (status 0). */
+        if (waitid(P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG) < 0) {
+                if (errno != ECHILD)
+                        return 0;
+        } else if (si.si_pid == 0)
                 return 0;
-        int status = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
+        else
+                status = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
         sd_event_source_set_enabled(src, SD_EVENT_OFF);
         session_ended(s, status);
         return 0;

@@ -268,6 +268,25 @@ void commands_session_gone(session *s) {
                 }
 }
 
+void commands_session_left(session *s) {
+        for (command *c = s->sb->m->commands; c; c = c->next) {
+                if (c->sess != s)
+                        continue;
+                c->sess = NULL;
+                c->timeout_src = sd_event_source_disable_unref(c->timeout_src);
+                if (c->run_req) {
+                        rpc_reply_error(c->run_req, RPC_APP_ERROR, "unavailable", NULL,
+                                        "sandboxd is shutting down; the command goes on (cmdId %s)", c->cmd_id);
+                        c->run_req = NULL;
+                }
+                req_list w = req_list_take(&c->waiters);
+                for (size_t i = 0; i < w.n; i++)
+                        rpc_reply_error(w.items[i], RPC_APP_ERROR, "unavailable", NULL,
+                                        "sandboxd is shutting down; the command goes on");
+                free(w.items);
+        }
+}
+
 void commands_forget_sandbox(manager *m, sandbox *sb) {
         for (command **pp = &m->commands; *pp;) {
                 command *c = *pp;
@@ -428,6 +447,8 @@ static void send_stdin(command *c, const char *b64) {
         agent_send(c->sess, op);
 }
 
+static void add_meta(cJSON *op, const command *c);
+
 static void method_run(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
@@ -479,6 +500,7 @@ static void method_run(rpc_request *req, void *userdata) {
         /* stdin stays open for command.write only when the caller can still
          * write: a detached command without inline stdin, or a tty. */
         cJSON_AddBoolToObject(op, "stdin", p.stdin_b64 || p.detached || p.tty);
+        add_meta(op, c);
         int r = agent_send(s, op);
         if (r < 0) {
                 command_finish(c, 255, "could not reach sandbox-init");
@@ -489,6 +511,86 @@ static void method_run(rpc_request *req, void *userdata) {
         if (p.timeout_ms > 0)
                 sd_event_add_time_relative(m->event, &c->timeout_src, CLOCK_MONOTONIC,
                                            (uint64_t)p.timeout_ms * 1000, 1000, on_command_timeout, c);
+}
+
+/* ---- live restore --------------------------------------------------------- */
+
+/* The command as init keeps it for a restarted daemon (agent.h "meta"): what
+ * command.get shows, kept opaque by init. Its output so far is not in it:
+ * a restored command's logs start at the restart. */
+static void add_meta(cJSON *op, const command *c) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m)
+                return;
+        cJSON_AddStringToObject(m, "cmdId", c->cmd_id);
+        cJSON_AddStringToObject(m, "cmd", c->cmd);
+        cJSON_AddItemToObject(m, "args", cJSON_Duplicate(c->args, 1));
+        cJSON_AddStringToObject(m, "cwd", c->cwd);
+        cJSON_AddBoolToObject(m, "sudo", c->sudo);
+        cJSON_AddBoolToObject(m, "tty", c->tty);
+        cJSON_AddBoolToObject(m, "detached", c->detached);
+        cJSON_AddNumberToObject(m, "startedMs", (double)c->started_ms);
+        char *text = cJSON_PrintUnformatted(m);
+        cJSON_Delete(m);
+        if (text && strlen(text) <= 4096)
+                cJSON_AddStringToObject(op, "meta", text);
+        free(text);
+}
+
+/* One entry of init's list → a command of session s, unless its id is
+ * already known. The entry comes from inside the sandbox (root there can
+ * speak for init): it is parsed with bounds and only names a command of
+ * this same session. */
+static void restore_one(session *s, const cJSON *e) {
+        manager *m = s->sb->m;
+        const cJSON *id = cJSON_GetObjectItem(e, "id");
+        const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(e, "meta"));
+        if (!cJSON_IsNumber(id) || id->valuedouble < 1 || id->valuedouble > 4294967295.0 || !text)
+                return;
+        unsigned aid = (unsigned)id->valuedouble;
+        if (aid > s->next_cmd_id)
+                s->next_cmd_id = aid;
+        cJSON *meta = cJSON_Parse(text);
+        const char *cmd_id = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "cmdId"));
+        const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "cmd"));
+        const char *cwd = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "cwd"));
+        const cJSON *args = cJSON_GetObjectItem(meta, "args");
+        const cJSON *started = cJSON_GetObjectItem(meta, "startedMs");
+        command *c = NULL;
+        if (!cmd_id || strlen(cmd_id) != 20 || strncmp(cmd_id, "cmd-", 4) || !cmd || !cwd || !cJSON_IsArray(args) ||
+            find_by_agent_id(s, aid) || manager_find_command(m, cmd_id) || !(c = calloc(1, sizeof(*c)))) {
+                cJSON_Delete(meta);
+                return;
+        }
+        c->sb = s->sb;
+        c->sess = s;
+        c->agent_id = aid;
+        memcpy(c->cmd_id, cmd_id, 21);
+        c->cmd = strdup(cmd);
+        c->cwd = strdup(cwd);
+        c->args = cJSON_CreateArray();
+        const cJSON *it;
+        cJSON_ArrayForEach(it, args)
+                if (cJSON_IsString(it))
+                        cJSON_AddItemToArray(c->args, cJSON_CreateString(it->valuestring));
+        c->sudo = cJSON_IsTrue(cJSON_GetObjectItem(meta, "sudo"));
+        c->tty = cJSON_IsTrue(cJSON_GetObjectItem(meta, "tty"));
+        c->detached = true; /* whoever waited for it went with the old daemon */
+        c->started = true;
+        c->started_ms = cJSON_IsNumber(started) && started->valuedouble > 0 ? (uint64_t)started->valuedouble
+                                                                              : core_now_ms();
+        c->out = (ring){.cap = m->cfg->command_log_bytes};
+        c->err = (ring){.cap = m->cfg->command_log_bytes};
+        c->next = m->commands;
+        m->commands = c;
+        m->n_commands++;
+        cJSON_Delete(meta);
+}
+
+void commands_restore(session *s, const cJSON *list) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(list, "commands"))
+                restore_one(s, e);
 }
 
 /* ---- the other command.* methods ---------------------------------------- */

@@ -123,6 +123,7 @@ struct session {
         int netd_reloaded;        /* last {"reloaded":...} line: 1 ok, -1 refused, 0 none yet */
         bool proxy_ca;            /* its egress proxy CA exists */
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
+        bool adopted;             /* re-adopted after a daemon restart: init is not our child */
 };
 
 struct sandbox {
@@ -221,6 +222,7 @@ struct manager {
         unsigned n_commands;
         rpc_server *server;
         uint64_t started_ms;
+        unsigned kept_sessions;   /* left running at exit for the next daemon (live restore) */
 };
 
 /* manager.c */
@@ -311,6 +313,31 @@ void session_ended(session *s, int status);
 void start_teardown(sandbox *sb, session *s, bool remove_files);
 void sandbox_stop_all(manager *m);
 
+/* Live restore: re-adopts the session recorded in sb->run_dir (pid and
+ * start time of its init, slot, netd, expiry) if that init still lives in
+ * sb's cgroup; reconnects, re-installs the nftables chain, restarts netd
+ * (killing the recorded one), re-opens ports and the expiry timer. On
+ * failure nothing is kept and the caller cleans up as for a dead session. */
+int session_adopt(sandbox *sb, sb_error **ret_err);
+
+/* restore.c */
+/* A listening SOCK_SEQPACKET socket at <run_dir>/agent.sock (mode 0600),
+ * handed to sandbox-init as AGENT_LISTEN_FD. Returns the fd or -errno. */
+int restore_listen(const char *run_dir, sb_error **ret_err);
+/* A connection to <run_dir>/agent.sock, or -errno. */
+int restore_connect(const char *run_dir);
+/* Field 22 of /proc/<pid>/stat (clock ticks since boot), 0 when unknown. */
+uint64_t restore_proc_start_time(pid_t pid);
+/* A pidfd of pid if it is still the process that started at start_time. */
+int restore_pidfd(pid_t pid, uint64_t start_time);
+/* SIGKILL to pid if it is still the recorded process and its comm starts
+ * with `comm`; waits (2 s at most) until it has exited. */
+void restore_kill_recorded(pid_t pid, uint64_t start_time, const char *comm);
+/* Writes <run_dir>/session.json atomically (0600). */
+int restore_save_record(const session *s);
+/* Parses <run_dir>/session.json; NULL when missing or malformed. */
+cJSON *restore_load_record(const char *run_dir);
+
 /* agent.c */
 int agent_attach(session *s, sd_event *event);
 /* Queues one packet (takes json). */
@@ -327,6 +354,12 @@ void register_command_methods(manager *m, rpc_server *s);
 void command_on_started(session *s, unsigned id, pid_t pid);
 void command_on_output(session *s, unsigned id, const char *stream, const char *b64);
 void command_on_exit(session *s, unsigned id, int code, const char *error);
+/* Rebuilds the commands of a re-adopted session from init's
+ * {"ev":"list"} (libcore/agent.h): same cmdIds, empty logs, detached. */
+void commands_restore(session *s, const cJSON *list);
+/* The daemon exits leaving the session running (live restore): callers
+ * waiting on its commands get `unavailable`; the commands go on. */
+void commands_session_left(session *s);
 /* The session ended: every command still running exits with 137. */
 void commands_session_gone(session *s);
 /* The sandbox is deleted: forget its commands. */

@@ -275,18 +275,55 @@ static int init_cgroups(const daemon_config *cfg, sb_error **ret_err) {
         return r;
 }
 
-/* Leftovers of an earlier run: sessions cannot outlive their daemon (init
- * stops when its socket closes), so every non-persistent sandbox directory
- * is removed and persistent ones come back stopped (they resume on use).
- * The cgroup sweep reaches this instance's sessions only (the state lock
- * makes sure no live daemon has the same instance). */
+/* A sandbox whose record says a session ran: registered and re-adopted if
+ * that session still lives (live restore). Returns true when it runs on.
+ * On false a persistent sandbox may stay registered (stopped), a
+ * non-persistent one is not; the cgroup sweep then kills what is left. */
+static bool reconcile_live(manager *m, const char *dir, const char *name, bool persistent) {
+        _cleanup_free_ char *run = NULL, *rec = NULL;
+        if (asprintf(&run, "%s/%s", m->run_sandboxes_dir, name) < 0 ||
+            asprintf(&rec, "%s/session.json", run) < 0 || access(rec, F_OK) < 0)
+                return false;
+        _cleanup_error_ sb_error *err = NULL;
+        if (sandbox_load(m, dir, &err) < 0)
+                return false;
+        sandbox *sb = manager_find_sandbox(m, name);
+        if (sb && session_adopt(sb, &err) >= 0)
+                return true;
+        log_info("sandbox '%s': its session is not restored: %s",
+                 text_for_log(name, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF),
+                 text_for_log(err ? err->message : "failed", (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF));
+        if (sb && !persistent) {
+                sandbox_unlink(m, sb);
+                sandbox_free(sb);
+        }
+        return false;
+}
+
+/* Run directories of sessions that were not re-adopted. */
+static void reconcile_run_dirs(manager *m) {
+        _cleanup_closedir_ DIR *d = opendir(m->run_sandboxes_dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                sandbox *sb = manager_find_sandbox(m, de->d_name);
+                if (sb && sb->sess)
+                        continue;
+                _cleanup_free_ char *p = NULL;
+                if (asprintf(&p, "%s/%s", m->run_sandboxes_dir, de->d_name) >= 0)
+                        core_rm_rf(p);
+        }
+}
+
+/* Leftovers of an earlier run. Sessions belong to their sandbox-init, not
+ * to the daemon (DESIGN §2): every session still alive is re-adopted, with
+ * its sandbox, persistent or not. Of the rest, non-persistent sandbox
+ * directories are removed and persistent ones come back stopped (they
+ * resume on use). The cgroup sweep reaches this instance's sessions only
+ * (the state lock makes sure no live daemon has the same instance) and
+ * spares the re-adopted ones. */
 static void reconcile(manager *m) {
-        int n = core_cgroup_remove_all_sessions();
-        if (n > 0)
-                log_info("removed %d leftover session cgroups", n);
-        /* No veth to sweep: a session's veth lives in its network namespace,
-         * which dies with its init, and init stops when our socket closes. */
-        core_rm_rf(m->run_sandboxes_dir);
         core_mkdir_p(m->run_sandboxes_dir, 0700);
         _cleanup_closedir_ DIR *d = opendir(m->sandboxes_dir);
         struct dirent *de;
@@ -300,11 +337,15 @@ static void reconcile(manager *m) {
                 cJSON *c = core_read_file(conf, 1 << 20, &text, NULL) >= 0 ? cJSON_Parse(text) : NULL;
                 bool persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
                 cJSON_Delete(c);
+                if (reconcile_live(m, dir, de->d_name, persistent))
+                        continue;
                 if (!persistent) {
                         log_info("removing leftover sandbox '%s'", de->d_name);
                         core_rm_rf(dir);
                         continue;
                 }
+                if (manager_find_sandbox(m, de->d_name))
+                        continue;
                 _cleanup_error_ sb_error *err = NULL;
                 if (sandbox_load(m, dir, &err) < 0)
                         log_warning("persistent sandbox '%s' not restored (its files are kept): %s",
@@ -312,6 +353,20 @@ static void reconcile(manager *m) {
                                     text_for_log(err ? err->message : "out of memory", (char[TEXT_LOG_BUF]){0},
                                                  TEXT_LOG_BUF));
         }
+        size_t n_keep = 0;
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                n_keep += sb->sess != NULL;
+        _cleanup_free_ char **keep = calloc(n_keep + 1, sizeof(char *));
+        n_keep = 0;
+        for (sandbox *sb = m->sandboxes; keep && sb; sb = sb->next)
+                if (sb->sess)
+                        keep[n_keep++] = sb->name;
+        int n = core_cgroup_remove_sessions_except(keep, n_keep);
+        if (n > 0)
+                log_info("removed %d leftover session cgroups", n);
+        /* No veth to sweep: a session's veth lives in its network namespace,
+         * which dies with its init. */
+        reconcile_run_dirs(m);
 }
 
 int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_error **ret_err) {
@@ -439,7 +494,9 @@ void manager_free(manager *m) {
                 m->sandboxes = sb->next;
                 sandbox_free(sb);
         }
-        if (m->have_nft)
+        /* Sessions left running keep their rules: the table stays for
+         * them (the next daemon replaces it). */
+        if (m->have_nft && !m->kept_sessions)
                 core_net_host_teardown(NULL);
         (void) core_cgroup_fini();
         if (m->init_memfd >= 0)

@@ -662,6 +662,7 @@ static void method_extend(rpc_request *req, void *userdata) {
         sb->expires_ms = expires;
         sd_event_source_set_time_relative(sb->sess->expire_src, (expires - now) * 1000);
         sd_event_source_set_enabled(sb->sess->expire_src, SD_EVENT_ONESHOT);
+        (void)restore_save_record(sb->sess); /* a restarted daemon keeps the new expiry */
         rpc_reply(req, sandbox_to_json(sb));
 }
 
@@ -846,6 +847,7 @@ static void method_update(rpc_request *req, void *userdata) {
                         sb->expires_ms = expires;
                         sd_event_source_set_time_relative(sb->sess->expire_src, (expires - now) * 1000);
                         sd_event_source_set_enabled(sb->sess->expire_src, SD_EVENT_ONESHOT);
+                        (void)restore_save_record(sb->sess);
                 }
                 sb->timeout_ms = (uint64_t)timeout;
         }

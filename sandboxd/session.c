@@ -1,7 +1,9 @@
 /* The session lifecycle: starting one (for a new sandbox: directories,
  * source and config first) on a worker thread and attaching it on the
- * loop; stop (SIGTERM, grace, SIGKILL through sandbox-init); timeout; and
- * teardown of every trace (cgroup, veth, directories) on a worker thread. */
+ * loop; stop (SIGTERM, grace, SIGKILL through sandbox-init); timeout;
+ * teardown of every trace (cgroup, veth, directories) on a worker thread;
+ * and live restore: leaving sessions running at daemon exit and re-adopting
+ * them at the next start (session_adopt). */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -744,6 +746,7 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
                         return r;
                 netd_attach(s);
         }
+        (void)restore_save_record(s);
         return 0;
 }
 
@@ -773,6 +776,7 @@ static void start_work(void *userdata) {
         char ifname[32];
         snprintf(ifname, sizeof(ifname), "sbx%d", j->slot);
         int r;
+        _cleanup_close_ int lfd = -EBADF;
         bool made_dir = false;
         if (j->fresh) {
                 if ((r = prepare_dirs(j, &j->err)) < 0)
@@ -817,7 +821,16 @@ static void start_work(void *userdata) {
                 sb_error_prefix(&j->err, "create cgroup");
                 goto fail;
         }
-        if ((r = core_spawn_init(m->init_memfd, j->cg, sb->userns_base, &j->spawn, &j->err)) < 0)
+        /* The socket a restarted daemon reconnects through (live restore);
+         * init holds the only listening copy once spawned. */
+        if ((lfd = restore_listen(sb->run_dir, &j->err)) < 0) {
+                r = lfd;
+                goto fail;
+        }
+        r = core_spawn_init(m->init_memfd, j->cg, sb->userns_base, lfd, &j->spawn, &j->err);
+        close(lfd);
+        lfd = -EBADF;
+        if (r < 0)
                 goto fail;
         {
                 char ns[64];
@@ -941,6 +954,7 @@ static void start_done(void *userdata) {
                 r = session_start_timers(sb);
         if (r < 0)
                 log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
+        (void)restore_save_record(s);
         log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sandbox_policy_mode(sb));
         emit_status(sb, "running");
         if (sb->persistent)
@@ -1188,11 +1202,194 @@ void session_ended(session *s, int status) {
         start_teardown(sb, s, remove);
 }
 
+/* ---- live restore ----------------------------------------------------------- */
+
+static uint64_t rec_u64(const cJSON *rec, const char *key) {
+        const cJSON *v = cJSON_GetObjectItem(rec, key);
+        return cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
+}
+
+/* The kernel objects of the recorded session: its init (pidfd, checked by
+ * start time), its cgroup (init must be in it), a connection to init and
+ * its network namespace. */
+static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_err) {
+        s->pid = (pid_t)rec_u64(rec, "pid");
+        s->pidfd = restore_pidfd(s->pid, rec_u64(rec, "startTime"));
+        if (s->pidfd < 0)
+                return sb_error_set(ret_err, -ESRCH, NULL, NULL, "its sandbox-init (pid %d) is gone", (int)s->pid);
+        int r = core_cgroup_open(sb->name, s->pid, &s->cg);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "its sandbox-init is not in its cgroup: %s", strerror(-r));
+        if ((s->agent_fd = restore_connect(sb->run_dir)) < 0)
+                return sb_error_set(ret_err, s->agent_fd, NULL, NULL, "connect to its sandbox-init: %s",
+                                    strerror(-s->agent_fd));
+        char ns[64];
+        snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)s->pid);
+        if ((s->netns_fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", ns);
+        return 0;
+}
+
+/* The network side: the slot, the session's nftables chain (the host table
+ * was replaced at start, taking session chains with it; until this point
+ * the veth met the table's default deny) and, for a custom policy, a new
+ * netd. */
+static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_err) {
+        manager *m = sb->m;
+        const cJSON *slot = cJSON_GetObjectItem(rec, "slot");
+        s->net_slot = cJSON_IsNumber(slot) ? slot->valueint : -1;
+        if (s->net_slot < 0)
+                return 0;
+        if ((unsigned)s->net_slot >= m->n_slots || m->slots[s->net_slot]) {
+                int bad = s->net_slot;
+                s->net_slot = -1;
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "its network slot %d is not available", bad);
+        }
+        m->slots[s->net_slot] = true;
+        s->gateway = core_net_host_addr(&m->pool, (unsigned)s->net_slot);
+        char ifname[32];
+        snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+        int r = pol_nft_session_apply(ifname, sb->pol, s->gateway, ret_err);
+        if (r < 0)
+                return r;
+        if (sb->pol->mode == POL_MODE_CUSTOM) {
+                r = netd_start(m, sb, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
+                               ret_err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Undoes a failed adoption; the caller's sweep kills the session. */
+static void adopt_undo(session *s) {
+        netd_detach(s);
+        netd_stop(&s->netd_pid);
+        s->agent_src = sd_event_source_disable_unref(s->agent_src);
+        s->pidfd_src = sd_event_source_disable_unref(s->pidfd_src);
+        s->expire_src = sd_event_source_disable_unref(s->expire_src);
+        ports_close(s);
+        agent_detach(s);
+        manager_release_slot(s->sb->m, s->net_slot);
+        core_cgroup_free(s->cg);
+        free(s);
+}
+
+/* The session's line in the sandbox's history, added when the stored
+ * config has none (a non-persistent sandbox saves it only at creation). */
+static void adopt_history(sandbox *sb, session *s) {
+        cJSON *h;
+        cJSON_ArrayForEach(h, sb->sessions) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(h, "id"));
+                if (id && streq(id, s->id)) {
+                        cJSON_ReplaceItemInObject(h, "status", cJSON_CreateString("running"));
+                        cJSON_ReplaceItemInObject(h, "endedAt", cJSON_CreateNull());
+                        return;
+                }
+        }
+        char buf[40];
+        h = cJSON_CreateObject();
+        cJSON_AddStringToObject(h, "id", s->id);
+        cJSON_AddStringToObject(h, "status", "running");
+        cJSON_AddStringToObject(h, "startedAt", core_format_time(s->started_ms, buf, sizeof(buf)));
+        cJSON_AddNullToObject(h, "endedAt");
+        cJSON_AddItemToArray(sb->sessions, h);
+}
+
+int session_adopt(sandbox *sb, sb_error **ret_err) {
+        manager *m = sb->m;
+        cJSON *rec = restore_load_record(sb->run_dir);
+        if (!rec)
+                return sb_error_set(ret_err, -ENOENT, NULL, NULL, "no session record");
+        /* The old daemon's netd, if it outlived it (SIGKILL of the daemon):
+         * it holds the DNS port the new one needs, and answers with a
+         * policy nobody updates any more. */
+        restore_kill_recorded((pid_t)rec_u64(rec, "netdPid"), rec_u64(rec, "netdStartTime"), "sandbox-netd");
+        session *s = calloc(1, sizeof(*s));
+        if (!s) {
+                cJSON_Delete(rec);
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        }
+        s->sb = sb;
+        s->adopted = true;
+        s->pidfd = s->agent_fd = s->netd_out = s->netd_in = s->netns_fd = -EBADF;
+        s->net_slot = -1;
+        s->proxy_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "proxyCa"));
+        s->sandbox_trusts_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "sandboxTrustsCa"));
+        s->started_ms = rec_u64(rec, "startedMs");
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "id"));
+        snprintf(s->id, sizeof(s->id), "%s", id && strlen(id) == 32 ? id : "");
+        if (!*s->id)
+                core_random_hex(s->id, 32);
+        uint64_t expires = rec_u64(rec, "expiresMs");
+        int r = adopt_open(sb, rec, s, ret_err);
+        if (r >= 0)
+                r = adopt_network(sb, rec, s, ret_err);
+        cJSON_Delete(rec);
+        if (r >= 0 && (r = agent_attach(s, m->event)) >= 0)
+                r = netd_attach(s);
+        if (r >= 0) {
+                cJSON *op = cJSON_CreateObject();
+                cJSON_AddStringToObject(op, "op", "list");
+                r = agent_send(s, op);
+        }
+        uint64_t now = core_now_ms();
+        sb->expires_ms = expires ? expires : now + sb->timeout_ms;
+        if (r >= 0)
+                r = sd_event_add_time_relative(m->event, &s->expire_src, CLOCK_MONOTONIC,
+                                               (sb->expires_ms > now ? sb->expires_ms - now : 0) * 1000, 10 * 1000,
+                                               on_expire, sb);
+        if (r < 0) {
+                sb_error_default_reason(ret_err, "failed");
+                if (ret_err && !*ret_err)
+                        sb_error_set(ret_err, r, NULL, NULL, "attach: %s", strerror(-r));
+                adopt_undo(s);
+                return r;
+        }
+        sb->sess = s;
+        sb->status = "running";
+        adopt_history(sb, s);
+        _cleanup_error_ sb_error *perr = NULL;
+        if (ports_open(s, &perr) < 0)
+                log_warning("sandbox '%s': %s", sb->name, perr ? perr->message : "ports");
+        (void)restore_save_record(s);
+        if (sb->persistent)
+                sandbox_save_config(sb, NULL, NULL);
+        log_info("sandbox '%s' re-adopted (init pid %d, %s)", sb->name, (int)s->pid, sandbox_policy_mode(sb));
+        return 0;
+}
+
+/* Daemon exit with the session left running for the next daemon (live
+ * restore): init loses its connection and waits on its listening socket;
+ * cgroup, veth and nftables chain stay. netd, our child, is stopped (name
+ * resolution fails closed until the next daemon starts a new one). */
+static void session_leave(session *s) {
+        sandbox *sb = s->sb;
+        s->kill_src = sd_event_source_disable_unref(s->kill_src);
+        s->expire_src = sd_event_source_disable_unref(s->expire_src);
+        netd_detach(s);
+        netd_stop(&s->netd_pid);
+        (void)restore_save_record(s);
+        agent_detach(s);
+        ports_close(s);
+        commands_session_left(s);
+        sb->sess = NULL;
+        sb->m->kept_sessions++;
+        log_info("sandbox '%s': left running for the next sandboxd (init pid %d)", sb->name, (int)s->pid);
+        manager_release_slot(sb->m, s->net_slot);
+        core_cgroup_free(s->cg);
+        free(s);
+}
+
 void sandbox_stop_all(manager *m) {
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
                 session *s = sb->sess;
                 if (!s)
                         continue;
+                if (!s->stopping && !sb->deleting && !s->agent_closed && !sb->capturing) {
+                        session_leave(s);
+                        continue;
+                }
                 /* Daemon exit: the PID namespace dies with its init. */
                 if (s->pidfd >= 0) {
                         syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);

@@ -62,6 +62,8 @@ void watch_clear(init_agent *a, int fd, bool *watched) {
         *watched = false;
 }
 
+static void sock_lost(init_agent *a);
+
 static void sock_mark_dead(init_agent *a) {
         if (a->sock_dead)
                 return;
@@ -74,10 +76,12 @@ static void sock_mark_dead(init_agent *a) {
 
 /* Pauses command output above the high mark, resumes below the low mark. */
 void agent_update_backpressure(init_agent *a) {
-        if (!a->output_paused && a->send_queue.bytes > INIT_SEND_HIGH)
-                cmd_set_output_paused(a, true);
-        else if (a->output_paused && a->send_queue.bytes < INIT_SEND_LOW)
-                cmd_set_output_paused(a, false);
+        /* Offline, output stays in the pipes (a command that fills one
+         * blocks) until the next sandboxd has the command list. */
+        bool want = a->offline || (a->output_paused ? a->send_queue.bytes >= INIT_SEND_LOW
+                                                    : a->send_queue.bytes > INIT_SEND_HIGH);
+        if (want != a->output_paused)
+                cmd_set_output_paused(a, want);
 }
 
 /* Sends queued packets until the socket would block. Each packet is one
@@ -92,7 +96,7 @@ void agent_flush(init_agent *a) {
                         break;
                 if (n < 0 && errno != EMSGSIZE) {
                         log_warning_errno(negative_errno(), "agent socket send: %m");
-                        sock_mark_dead(a);
+                        sock_lost(a);
                         return;
                 }
                 if (n < 0)
@@ -191,6 +195,21 @@ static void handle_seccomp(init_agent *a, const cJSON *req) {
         cmd_prepare();
 }
 
+/* {"op":"list"}, the first request of a sandboxd that reconnected: the
+ * commands it must know about, then the output and exits held while
+ * offline, so that none of them names a command it has not heard of. */
+static void handle_list(init_agent *a) {
+        _cleanup_(cJSON_Deletep) cJSON *ev = cmd_list(a);
+        if (!ev)
+                return agent_send_error(a, NULL, "list: out of memory");
+        (void)agent_send(a, ev);
+        if (!a->offline)
+                return;
+        a->offline = false;
+        agent_update_backpressure(a);
+        cmd_resume(a);
+}
+
 static void handle_packet(init_agent *a, const char *buf, size_t len) {
         _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, len);
         if (!cJSON_IsObject(req))
@@ -208,6 +227,8 @@ static void handle_packet(init_agent *a, const char *buf, size_t len) {
                 handle_fs(a, req);
         else if (streq(o, "seccomp"))
                 handle_seccomp(a, req);
+        else if (streq(o, "list"))
+                handle_list(a);
         else if (streq(o, "stop")) {
                 const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "graceMs");
                 agent_begin_stop(a, cJSON_IsNumber(g) && g->valuedouble > 0 ? (int64_t)g->valuedouble : 0);
@@ -216,8 +237,59 @@ static void handle_packet(init_agent *a, const char *buf, size_t len) {
                                  "unknown op \"%.64s\"", o);
 }
 
-/* Reads every packet available now. EOF (sandboxd gone) starts a stop with
- * no grace, as agent.h says. */
+/* sandboxd is gone (exited, restarted, crashed). With a listening socket
+ * the session lives on: commands keep running, their output waits in its
+ * pipes, and the next sandboxd connects. Without one, a stop with no grace. */
+static void sock_lost(init_agent *a) {
+        bool was_dead = a->sock_dead;
+        sock_mark_dead(a);
+        if (was_dead)
+                return;
+        if (a->listen_fd < 0 || a->stopping)
+                return agent_begin_stop(a, 0);
+        close(a->sock);
+        a->sock = -EBADF;
+        a->offline = true;
+        agent_update_backpressure(a);
+}
+
+/* A connection on the listening socket. Only one sandboxd at a time, and
+ * only the one with the uid of the daemon that started init (SO_PEERCRED,
+ * uid 0 on the host; the socket's path is root-only and outside the
+ * sandbox's mount namespace, this is the second lock). */
+void agent_on_listen(init_agent *a) {
+        int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+                return;
+        /* The old connection's EOF may not have been read yet (a daemon
+         * killed and restarted at once): read it now, or the new daemon
+         * would be refused while the old one is already gone. */
+        if (!a->sock_dead)
+                agent_on_socket(a, EPOLLIN);
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        if (!a->sock_dead || a->stopping ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid != a->peer_uid) {
+                log_debug("refusing a connection on the agent socket");
+                close(fd);
+                return;
+        }
+        int sndbuf = 4 * 1024 * 1024;
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf));
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &a->w_sock };
+        if (epoll_ctl(a->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+                close(fd);
+                return;
+        }
+        if (a->sock >= 0)
+                close(a->sock);
+        a->sock = fd;
+        a->sock_dead = false;
+        a->sock_out_watched = false;
+        log_debug("sandboxd reconnected");
+}
+
+/* Reads every packet available now. EOF (sandboxd gone): sock_lost. */
 void agent_on_socket(init_agent *a, uint32_t events) {
         if (a->sock_dead)
                 return;
@@ -234,8 +306,7 @@ void agent_on_socket(init_agent *a, uint32_t events) {
                         return;
                 if (n <= 0) {
                         log_debug("agent socket closed");
-                        sock_mark_dead(a);
-                        agent_begin_stop(a, 0);
+                        sock_lost(a);
                         return;
                 }
                 if ((size_t)n > AGENT_MAX_PACKET) {

@@ -47,6 +47,7 @@ typedef struct run_spec {
         gid_t gid;
         bool tty, want_stdin;
         unsigned short rows, cols;
+        const char *meta; /* sandboxd's own record of the command, or NULL */
 } run_spec;
 
 static void run_spec_clear(run_spec *s) {
@@ -293,6 +294,7 @@ static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
         const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(req, "cwd");
         s->cwd_given = cJSON_IsString(cwd) && *cwd->valuestring;
         s->cwd = s->cwd_given ? cwd->valuestring : INIT_WORKSPACE;
+        s->meta = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "meta"));
         if (num_field(req, "uid", 0, 4294967294.0, SANDBOX_UID, &uid) < 0 ||
             num_field(req, "gid", 0, 4294967294.0, SANDBOX_GID, &gid) < 0)
                 return "run: \"uid\" and \"gid\" must be integers";
@@ -371,6 +373,10 @@ static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
         c->id = s->id;
         c->pid = pid;
         c->tty = s->tty;
+        if (s->meta && strlen(s->meta) <= INIT_META_MAX && !(c->meta = strdup(s->meta))) {
+                free(c);
+                return NULL;
+        }
         c->out_fd = c->err_fd = c->in_fd = -EBADF;
         c->w_out = (init_watch){ WATCH_STDOUT, c };
         c->w_err = (init_watch){ WATCH_STDERR, c };
@@ -642,6 +648,7 @@ void cmd_free_dead(init_agent *a) {
         while (a->dead) {
                 init_cmd *c = a->dead;
                 a->dead = c->next;
+                free(c->meta);
                 free(c);
         }
 }
@@ -720,11 +727,49 @@ void cmd_reap(init_agent *a) {
                         if (c->pid == pid && !c->reaped) {
                                 c->reaped = true;
                                 c->status = st;
+                                /* Offline, the last output and the exit
+                                 * wait for the next sandboxd (cmd_resume). */
+                                if (a->offline)
+                                        break;
                                 drain_stream(a, c, WATCH_STDOUT);
                                 drain_stream(a, c, WATCH_STDERR);
                                 maybe_finish(a, c);
                                 break;
                         }
+        }
+}
+
+cJSON *cmd_list(init_agent *a) {
+        cJSON *ev = cJSON_CreateObject();
+        cJSON *arr = ev ? cJSON_AddArrayToObject(ev, "commands") : NULL;
+        if (!arr) {
+                cJSON_Delete(ev);
+                return NULL;
+        }
+        cJSON_AddStringToObject(ev, "ev", "list");
+        for (init_cmd *c = a->cmds; c; c = c->next) {
+                cJSON *o = cJSON_CreateObject();
+                if (!o)
+                        continue;
+                cJSON_AddNumberToObject(o, "id", (double)c->id);
+                cJSON_AddNumberToObject(o, "pid", c->pid);
+                cJSON_AddBoolToObject(o, "exited", c->reaped);
+                if (c->meta)
+                        cJSON_AddStringToObject(o, "meta", c->meta);
+                cJSON_AddItemToArray(arr, o);
+        }
+        return ev;
+}
+
+void cmd_resume(init_agent *a) {
+        init_cmd *next;
+        for (init_cmd *c = a->cmds; c; c = next) {
+                next = c->next;
+                if (!c->reaped || c->finished)
+                        continue;
+                drain_stream(a, c, WATCH_STDOUT);
+                drain_stream(a, c, WATCH_STDERR);
+                maybe_finish(a, c);
         }
 }
 

@@ -23,6 +23,8 @@
 /* Output read from one stream after its process was reaped: what is in the
  * pipe now is taken, a daemonised grandchild that keeps writing is not. */
 #define INIT_DRAIN_MAX (1u * 1024 * 1024)
+/* Longest "meta" of a run that init keeps for list. */
+#define INIT_META_MAX 4096
 #define INIT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define INIT_WORKSPACE "/workspace"
 
@@ -34,6 +36,7 @@ enum init_watch_kind {
         WATCH_STDOUT, /* also the pty master of a tty command */
         WATCH_STDERR,
         WATCH_STDIN,
+        WATCH_LISTEN, /* the listening socket sandboxd reconnects through */
 };
 
 /* What an epoll registration points at (epoll_event.data.ptr). */
@@ -68,6 +71,7 @@ typedef struct init_cmd {
         bool in_close_pending; /* close stdin once the queue drains */
         init_watch w_out, w_err, w_in;
         init_queue in_queue;
+        char *meta;            /* sandboxd's opaque "meta" of run, returned by list */
 } init_cmd;
 
 typedef struct init_agent {
@@ -76,6 +80,10 @@ typedef struct init_agent {
         init_queue send_queue;
         bool sock_out_watched;
         bool sock_dead;        /* EOF or error: nothing more is sent or read */
+        int listen_fd;         /* AGENT_LISTEN_FD, or -EBADF: no reconnection */
+        init_watch w_listen;
+        uid_t peer_uid;        /* uid of the daemon that started init, as seen here */
+        bool offline;          /* between a lost connection and the next "list" */
         bool output_paused;    /* send_queue above INIT_SEND_HIGH */
         char **base_env;       /* NULL-terminated "K=V" from setup */
         init_cmd *cmds;
@@ -95,6 +103,7 @@ void agent_flush(init_agent *a);
 void agent_on_socket(init_agent *a, uint32_t events);
 void agent_update_backpressure(init_agent *a);
 void agent_begin_stop(init_agent *a, int64_t grace_ms);
+void agent_on_listen(init_agent *a);
 int watch_set(init_agent *a, int fd, init_watch *w, bool *watched, uint32_t events);
 void watch_clear(init_agent *a, int fd, bool *watched);
 
@@ -106,6 +115,11 @@ void cmd_reap(init_agent *a);
 void cmd_set_output_paused(init_agent *a, bool paused);
 void cmd_finish_all(init_agent *a);
 void cmd_free_dead(init_agent *a);
+/* {"ev":"list"} reply: every command not yet finished. */
+cJSON *cmd_list(init_agent *a);
+/* Back online: commands reaped while offline get their last output and
+ * exit events now. */
+void cmd_resume(init_agent *a);
 /* One-time work of the first command, done ahead while init is idle. */
 void cmd_prepare(void);
 

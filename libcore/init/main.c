@@ -266,6 +266,8 @@ static int serve(init_agent *a) {
                                 agent_on_socket(a, evs[i].events);
                         else if (w->kind == WATCH_SIGNAL)
                                 on_signals(a);
+                        else if (w->kind == WATCH_LISTEN)
+                                agent_on_listen(a);
                         else
                                 cmd_on_event(a, w, evs[i].events);
                 }
@@ -296,9 +298,32 @@ _noreturn_ static void finish(init_agent *a) {
         _exit(0);
 }
 
+/* AGENT_LISTEN_FD, when sandboxd passed one (a listening Unix SOCK_SEQPACKET
+ * socket), is how a restarted sandboxd reconnects (agent.h); the uid of the
+ * peer of AGENT_FD, as seen from here (0, or the overflow uid inside a user
+ * namespace where host root is unmapped), is the uid a reconnecting peer
+ * must have. Close-on-exec: no command may inherit it. */
+static void take_listen_fd(init_agent *a) {
+        int type = 0, acc = 0;
+        socklen_t tl = sizeof(type), al = sizeof(acc);
+        struct ucred cred;
+        socklen_t cl = sizeof(cred);
+        if (getsockopt(AGENT_LISTEN_FD, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET ||
+            getsockopt(AGENT_LISTEN_FD, SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) < 0 || !acc ||
+            getsockopt(a->sock, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+                (void)close(AGENT_LISTEN_FD);
+                return;
+        }
+        (void)fcntl(AGENT_LISTEN_FD, F_SETFD, FD_CLOEXEC);
+        (void)fcntl(AGENT_LISTEN_FD, F_SETFL, O_NONBLOCK);
+        a->listen_fd = AGENT_LISTEN_FD;
+        a->peer_uid = cred.uid;
+}
+
 int main(int argc, char **argv) {
         log_set_ident("sandbox-init");
-        init_agent a = { .sock = AGENT_FD, .epfd = -EBADF, .sigfd = -EBADF };
+        init_agent a = { .sock = AGENT_FD, .epfd = -EBADF, .sigfd = -EBADF, .listen_fd = -EBADF };
+        a.w_listen = (init_watch){ WATCH_LISTEN, NULL };
         a.w_sock = (init_watch){ WATCH_SOCKET, NULL };
         a.w_sig = (init_watch){ WATCH_SIGNAL, NULL };
 
@@ -314,6 +339,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         (void)fcntl(a.sock, F_SETFD, FD_CLOEXEC);
+        take_listen_fd(&a);
         /* The OOM killer picks the largest task of the session's memory
          * cgroup; tmpfs pages (/tmp, /dev/shm) count against the cgroup but
          * no task, so without this it picks init and the whole session dies.
@@ -339,6 +365,11 @@ int main(int argc, char **argv) {
         struct epoll_event evs = { .events = EPOLLIN, .data.ptr = &a.w_sig };
         if (epoll_ctl(a.epfd, EPOLL_CTL_ADD, a.sock, &ev) < 0 ||
             epoll_ctl(a.epfd, EPOLL_CTL_ADD, a.sigfd, &evs) < 0) {
+                send_setup_reply(a.sock, "setup: epoll_ctl failed");
+                return 1;
+        }
+        struct epoll_event evl = { .events = EPOLLIN, .data.ptr = &a.w_listen };
+        if (a.listen_fd >= 0 && epoll_ctl(a.epfd, EPOLL_CTL_ADD, a.listen_fd, &evl) < 0) {
                 send_setup_reply(a.sock, "setup: epoll_ctl failed");
                 return 1;
         }

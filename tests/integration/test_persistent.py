@@ -1,10 +1,12 @@
 """Persistent sandboxes, resume, getOrCreate and update (DESIGN §3)."""
 import json
+import os
+import signal
 import socket
 import threading
 
 import leaks
-from common import create, delete, expect, expect_eq, get, sandbox, sh, sh_ok
+from common import create, delete, expect, expect_eq, get, poll, sandbox, sh, sh_ok
 
 
 def test_persistent_sandbox_keeps_files_across_stop_and_resumes_on_exec(world):
@@ -52,7 +54,14 @@ def test_persistent_sandbox_survives_daemon_restart(world):
         d.start()
         sb, code, err = get(world, name)
         expect(sb is not None, "persistent sandbox after restart: exit", code, err)
-        expect_eq(sb["status"], "stopped", "status after a daemon restart")
+        # Live restore: the running session was re-adopted (test_restore.py).
+        expect_eq(sb["status"], "running", "status of a running sandbox after a daemon restart")
+        world.ctl("stop", name, check=True)
+        d.stop()
+        d.start()
+        sb, code, err = get(world, name)
+        expect(sb is not None, "stopped persistent sandbox after restart: exit", code, err)
+        expect_eq(sb["status"], "stopped", "status of a stopped sandbox after a daemon restart")
         code, out, err = sh(world, name, "cat /workspace/r")
         expect_eq((code, out), (0, "before-restart\n"), "file after restart (%s)" % err.strip())
     finally:
@@ -60,13 +69,19 @@ def test_persistent_sandbox_survives_daemon_restart(world):
     leaks.check(world, name)
 
 
-def test_non_persistent_sandbox_is_gone_after_daemon_restart(world):
+def test_non_persistent_sandbox_is_gone_when_its_session_ended_while_the_daemon_was_down(world):
     name, _c, _o, _e = create(world, "gone", "--deny-all")
     d = world.daemon
-    d.stop()
+    with open(os.path.join(d.run_dir, "sandboxes", name, "session.json")) as f:
+        pid = json.load(f)["pid"]
+    os.kill(d.proc.pid, signal.SIGKILL)
+    d.proc.wait(10)
+    # The sandbox's init (started for this test), by its recorded pid.
+    os.kill(pid, signal.SIGKILL)
+    poll(lambda: not os.path.exists("/proc/%d/ns" % pid), 10, "the sandbox's init exits")
     d.start()
     _sb, code, _e = get(world, name)
-    expect_eq(code, 4, "get of a non-persistent sandbox after restart: exit code")
+    expect_eq(code, 4, "get of a non-persistent sandbox whose session ended: exit code")
     leaks.check(world, name)
 
 

@@ -18,7 +18,8 @@ RANGE = 65536
 
 def _init_pid(world, name):
     """The host pid of NAME's sandbox-init: a child of the daemon running
-    from the sealed memfd whose UTS hostname is the sandbox's name."""
+    from the sealed memfd whose UTS hostname is the sandbox's name, or the
+    one its session record names (re-adopted after a restart)."""
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
@@ -34,6 +35,13 @@ def _init_pid(world, name):
                     return int(p)
         except (OSError, ValueError):
             continue
+    # A session re-adopted after a daemon restart: its init is no child of
+    # this daemon; the session record names it.
+    try:
+        with open(os.path.join(world.daemon.run_dir, "sandboxes", name, "session.json")) as f:
+            return int(json.load(f)["pid"])
+    except (OSError, ValueError, KeyError):
+        pass
     raise AssertionError("no sandbox-init found for %s" % name)
 
 
@@ -359,6 +367,13 @@ def test_persistent_userns_sandbox_keeps_its_range_across_restart(world):
         d.stop()
         d.start()
         expect_eq(_range(world, name), base, "range after a daemon restart")
+        expect_eq(sh(world, name, "cat /workspace/k; id -u")[1], "kept\n1000\n", "files after the restart")
+        st = os.stat("/proc/%d" % _init_pid(world, name))
+        expect_eq(st.st_uid, base, "the re-adopted init runs as the same range")
+        world.ctl("stop", name, check=True)
+        d.stop()
+        d.start()
+        expect_eq(_range(world, name), base, "range of a stopped sandbox after a daemon restart")
         expect_eq(sh(world, name, "cat /workspace/k; id -u")[1], "kept\n1000\n", "files after resume")
         st = os.stat("/proc/%d" % _init_pid(world, name))
         expect_eq(st.st_uid, base, "resumed init runs as the same range")

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -48,6 +49,9 @@ static const char *init_binary(void) {
         return p && *p ? p : "build/sandbox-init";
 }
 
+/* A listening socket for init's AGENT_LISTEN_FD (spawn), or -1. */
+static int listen_for_spawn = -1;
+
 /* In the helper: new namespaces, then a fork so the child is their PID 1.
  * Both die with their parent (PDEATHSIG), so a failed test leaks nothing. */
 _noreturn_ static void helper(int fd, int other) {
@@ -65,7 +69,9 @@ _noreturn_ static void helper(int fd, int other) {
                 if (dup2(fd, AGENT_FD) < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 ||
                     (!getenv("INIT_TEST_STDERR") && dup2(null, 2) < 0))
                         _exit(102);
-                close_range(AGENT_FD + 1, ~0U, 0);
+                if (listen_for_spawn >= 0 && dup2(listen_for_spawn, AGENT_LISTEN_FD) < 0)
+                        _exit(102);
+                close_range(listen_for_spawn >= 0 ? AGENT_LISTEN_FD + 1 : AGENT_FD + 1, ~0U, 0);
                 char *argv[] = { (char *)"sandbox-init", NULL }, *envp[] = { NULL };
                 execve(init_binary(), argv, envp);
                 _exit(103);
@@ -499,6 +505,66 @@ static void test_socket_close_stops_everything(void **state) {
         assert_int_equal(wait_init(ip), 0);
 }
 
+/* Live restore: with a listening socket on fd 4, losing the agent socket
+ * leaves commands running; the next connection lists them (with their
+ * "meta"), gets their held output and exit, and drives them as before. */
+static void test_reconnect_keeps_commands_and_lists_them(void **state) {
+        char dir[] = "/tmp/test-init-reconnect-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/agent.sock", dir);
+        int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        assert_true(lfd >= 0);
+        assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        assert_int_equal(listen(lfd, 4), 0);
+        /* Above the fds the helper rearranges (fd 3 is the agent socket's). */
+        int high = fcntl(lfd, F_DUPFD_CLOEXEC, 20);
+        assert_true(high >= 20);
+        close(lfd);
+        lfd = high;
+        init_proc ip = { .sock = -1 };
+        listen_for_spawn = lfd;
+        spawn(&ip);
+        listen_for_spawn = -1;
+        close(lfd);
+        send_json(&ip, "{\"op\":\"setup\",\"rootfs\":null,\"netSlot\":-1,\"env\":{\"PATH\":\"/usr/bin:/bin\"}}");
+        cJSON *ev = recv_event(&ip);
+        assert_string_equal(ev_str(ev, "ev"), "ready");
+        cJSON_Delete(ev);
+        /* Commands do not inherit the listening socket: ls sees its stdio
+         * and the directory it reads (3), nothing else. */
+        result *fds = run_sh(&ip, 4, "ls /proc/self/fd", NULL);
+        assert_string_equal(fds->out, "0\n1\n2\n3\n");
+        free(fds);
+        result r = {};
+        send_json(&ip, "{\"op\":\"run\",\"id\":5,\"meta\":\"m5\",\"stdin\":true,"
+                       "\"argv\":[\"sh\",\"-c\",\"echo up; read x; echo after-$x; exit 3\"]}");
+        pump(&ip, 5, &r, "up\n");
+        close(ip.sock);
+        /* init must now accept a new connection, not stop. */
+        ip.sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        assert_int_equal(connect(ip.sock, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        send_json(&ip, "{\"op\":\"list\"}");
+        ev = recv_event(&ip);
+        assert_non_null(ev);
+        assert_string_equal(ev_str(ev, "ev"), "list");
+        cJSON *cmds = cJSON_GetObjectItem(ev, "commands");
+        assert_int_equal(cJSON_GetArraySize(cmds), 1);
+        assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 0), "id")->valueint, 5);
+        assert_string_equal(ev_str(cJSON_GetArrayItem(cmds, 0), "meta"), "m5");
+        cJSON_Delete(ev);
+        send_json(&ip, "{\"op\":\"write\",\"id\":5,\"data\":\"Z28K\"}"); /* "go\n" */
+        memset(&r, 0, sizeof(r));
+        pump(&ip, 5, &r, NULL);
+        assert_string_equal(r.out, "after-go\n");
+        assert_int_equal(r.code, 3);
+        send_json(&ip, "{\"op\":\"stop\",\"graceMs\":0}");
+        assert_int_equal(wait_init(&ip), 0);
+        close(ip.sock);
+        unlink(sa.sun_path);
+        rmdir(dir);
+}
+
 static void test_first_packet_must_be_setup(void **state) {
         init_proc ip = { .sock = -1 };
         spawn(&ip);
@@ -557,6 +623,7 @@ int main(void) {
                 T(test_stop_terminates_commands_and_exits_zero),
                 T(test_stop_kills_after_grace_when_term_is_ignored),
                 T(test_socket_close_stops_everything),
+                cmocka_unit_test(test_reconnect_keeps_commands_and_lists_them),
                 cmocka_unit_test(test_first_packet_must_be_setup),
                 cmocka_unit_test(test_refuses_to_run_unless_pid_1),
         };

@@ -1,0 +1,161 @@
+/* Live restore (DESIGN §2, §7): the per-session listening socket that a
+ * restarted sandboxd reconnects to sandbox-init through, the session record
+ * (<runDir>/sandboxes/<name>/session.json) that says which process is the
+ * session's init, and the checks that a recorded process is still that one.
+ * The adoption itself is session_adopt() in session.c. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <poll.h>
+#include <unistd.h>
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+
+#define AGENT_SOCK_NAME "agent.sock"
+#define RECORD_NAME "session.json"
+
+/* sun_path through the directory fd: a run dir path may be longer than the
+ * 108 bytes of sun_path. */
+static void sock_addr(int dfd, struct sockaddr_un *sa) {
+        *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+        snprintf(sa->sun_path, sizeof(sa->sun_path), "/proc/self/fd/%d/" AGENT_SOCK_NAME, dfd);
+}
+
+int restore_listen(const char *run_dir, sb_error **ret_err) {
+        int r = core_mkdir_p(run_dir, 0700);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "create %s: %s", run_dir, strerror(-r));
+        _cleanup_close_ int dfd = open(run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (dfd < 0 || fd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "agent socket in %s: %m", run_dir);
+        struct sockaddr_un sa;
+        sock_addr(dfd, &sa);
+        (void)unlinkat(dfd, AGENT_SOCK_NAME, 0);
+        /* Root only: the socket file's mode is what keeps other host users
+         * out (init also checks the peer's uid); the sandbox never sees the
+         * path, which is outside its mount namespace. */
+        mode_t old = umask(0177);
+        r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        umask(old);
+        if (r < 0 || listen(fd, 4) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "bind %s/%s: %m", run_dir,
+                                    AGENT_SOCK_NAME);
+        return TAKE_FD(fd);
+}
+
+int restore_connect(const char *run_dir) {
+        _cleanup_close_ int dfd = open(run_dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd < 0)
+                return negative_errno();
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return negative_errno();
+        struct sockaddr_un sa;
+        sock_addr(dfd, &sa);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+                return negative_errno();
+        return TAKE_FD(fd);
+}
+
+uint64_t restore_proc_start_time(pid_t pid) {
+        char path[64];
+        _cleanup_free_ char *data = NULL;
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        if (pid <= 0 || core_read_file(path, 4096, &data, NULL) < 0)
+                return 0;
+        /* comm may hold spaces and ')': fields restart after the last ')'. */
+        char *p = strrchr(data, ')');
+        if (!p)
+                return 0;
+        /* Field 3 (state) follows; starttime is field 22, 19 further on. */
+        p += 2;
+        for (int i = 0; i < 19 && p; i++) {
+                p = strchr(p, ' ');
+                if (p)
+                        p++;
+        }
+        return p ? strtoull(p, NULL, 10) : 0;
+}
+
+int restore_pidfd(pid_t pid, uint64_t start_time) {
+        if (pid <= 0 || start_time == 0)
+                return -ESRCH;
+        int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (fd < 0)
+                return negative_errno();
+        /* Checked after the pidfd is held: from here the pid cannot be
+         * reused under us, so a match means the pidfd is that process. */
+        if (restore_proc_start_time(pid) != start_time) {
+                close(fd);
+                return -ESRCH;
+        }
+        return fd;
+}
+
+void restore_kill_recorded(pid_t pid, uint64_t start_time, const char *comm) {
+        _cleanup_close_ int fd = restore_pidfd(pid, start_time);
+        if (fd < 0)
+                return;
+        char path[64];
+        _cleanup_free_ char *name = NULL;
+        snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+        if (core_read_file(path, 256, &name, NULL) < 0 || strncmp(name, comm, strlen(comm)) != 0)
+                return;
+        syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+        /* Not our child: the pidfd turns readable when it has exited, and
+         * then its sockets (the DNS port) are free for its successor. */
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        (void)poll(&p, 1, 2000);
+}
+
+int restore_save_record(const session *s) {
+        const sandbox *sb = s->sb;
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+                return -ENOMEM;
+        cJSON_AddStringToObject(o, "id", s->id);
+        cJSON_AddNumberToObject(o, "pid", s->pid);
+        cJSON_AddNumberToObject(o, "startTime", (double)restore_proc_start_time(s->pid));
+        cJSON_AddNumberToObject(o, "slot", s->net_slot);
+        char gw[INET_ADDRSTRLEN] = "";
+        inet_ntop(AF_INET, &s->gateway, gw, sizeof(gw));
+        cJSON_AddStringToObject(o, "gateway", gw);
+        cJSON_AddNumberToObject(o, "netdPid", s->netd_pid);
+        cJSON_AddNumberToObject(o, "netdStartTime", (double)restore_proc_start_time(s->netd_pid));
+        cJSON_AddNumberToObject(o, "startedMs", (double)s->started_ms);
+        cJSON_AddNumberToObject(o, "expiresMs", (double)sb->expires_ms);
+        cJSON_AddBoolToObject(o, "proxyCa", s->proxy_ca);
+        cJSON_AddBoolToObject(o, "sandboxTrustsCa", s->sandbox_trusts_ca);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
+        _cleanup_free_ char *path = NULL;
+        cJSON_Delete(o);
+        if (!text || asprintf(&path, "%s/" RECORD_NAME, sb->run_dir) < 0)
+                return -ENOMEM;
+        /* Written whole and renamed into place: a daemon killed halfway
+         * leaves the old record or the new one, never a torn one. */
+        int r = core_write_file_replace(path, text, strlen(text), 0600);
+        if (r < 0)
+                log_warning_errno(r, "sandbox '%s': write %s (the session will not survive a daemon restart): %m",
+                                  sb->name, path);
+        return r;
+}
+
+cJSON *restore_load_record(const char *run_dir) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        if (asprintf(&path, "%s/" RECORD_NAME, run_dir) < 0 || core_read_file(path, 1 << 16, &text, NULL) < 0)
+                return NULL;
+        cJSON *o = cJSON_Parse(text);
+        if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                return NULL;
+        }
+        return o;
+}
