@@ -26,6 +26,23 @@ typedef struct session session;
 typedef struct command command;
 typedef struct port_listener port_listener;
 
+/* pins.c: the DNS pins of a running session, by name. */
+typedef struct session_pin session_pin;
+typedef struct session_pins {
+        session_pin *v;
+        size_t n, cap;
+} session_pins;
+/* Records that netd pinned `addr` for `name` for ttl_s seconds (at least
+ * the nftables floor); bounded, expired entries dropped first. */
+void pins_record(session_pins *p, struct in_addr addr, const char *name, uint32_t ttl_s);
+/* After the session's nftables objects were replaced (which drops the
+ * dns4 set): re-pins, for the rest of its TTL, every recorded pair the new
+ * custom policy `pol` still allows (pol_check_resolved with the never
+ * list), and forgets the others. Returns how many were carried over. */
+size_t pins_carry_over(session_pins *p, const char *ifname, const pol_policy *pol, const pol_cidr *never,
+                       size_t n_never);
+void pins_free(session_pins *p);
+
 /* A list of requests waiting for the same event. */
 typedef struct req_list {
         rpc_request **items;
@@ -124,6 +141,7 @@ struct session {
         bool proxy_ca;            /* its egress proxy CA exists */
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
+        session_pins pins;        /* DNS pins as netd reported them (pins.c) */
 };
 
 struct sandbox {

@@ -590,6 +590,9 @@ static void netd_line(session *s, const char *line) {
                           pol_nft_pin(ifname, a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
                 if (!ok)
                         log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "not an IPv4 address");
+                else
+                        pins_record(&s->pins, a, cJSON_GetStringValue(cJSON_GetObjectItem(o, "name")),
+                                    cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30);
                 /* netd releases the answer only on "\n": the address is in the
                  * set before the sandbox learns it; anything else is SERVFAIL. */
                 if (s->netd_in >= 0 && write(s->netd_in, ok ? "\n" : "!", 1) != 1)
@@ -719,6 +722,16 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         int r = pol_nft_session_apply(ifname, p, s->gateway, ret_err);
         if (r < 0)
                 return r;
+        /* The update dropped every pin; the names the new policy still
+         * allows get theirs back before the flush below, so their flows
+         * carry on and need no new lookup. */
+        if (p->mode == POL_MODE_CUSTOM) {
+                _cleanup_free_ pol_cidr *never = NULL;
+                size_t n_never = 0;
+                manager_never_list(sb->m, &never, &n_never);
+                pins_carry_over(&s->pins, ifname, p, never, n_never);
+        } else
+                pins_free(&s->pins);
         /* The chain accepts established flows before any policy rule, so
          * flows the old policy admitted would outlive it: drop the
          * sandbox's conntrack entries, after the swap, so each flow's next
@@ -1272,6 +1285,7 @@ static void adopt_undo(session *s) {
         agent_detach(s);
         manager_release_slot(s->sb->m, s->net_slot);
         core_cgroup_free(s->cg);
+        pins_free(&s->pins);
         free(s);
 }
 
@@ -1378,6 +1392,7 @@ static void session_leave(session *s) {
         log_info("sandbox '%s': left running for the next sandboxd (init pid %d)", sb->name, (int)s->pid);
         manager_release_slot(sb->m, s->net_slot);
         core_cgroup_free(s->cg);
+        pins_free(&s->pins);
         free(s);
 }
 
@@ -1407,6 +1422,7 @@ void sandbox_stop_all(manager *m) {
                 teardown_work(&t);
                 manager_release_slot(m, s->net_slot);
                 core_cgroup_free(s->cg);
+                pins_free(&s->pins);
                 free(s);
         }
 }

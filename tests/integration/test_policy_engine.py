@@ -266,3 +266,21 @@ def test_update_cuts_established_flows_the_new_policy_denies(world):
     finally:
         os.killpg(srv.pid, signal.SIGKILL)
         srv.wait(5)
+
+
+def test_live_update_keeps_the_pins_the_new_policy_still_allows(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "pinkeep", "--policy", pol) as name:
+        expect_eq(_resolves(world, name, "api.public.test"), W.PUB_API_ADDR, "resolved (and pinned)")
+        # Widen: api.public.test is still allowed, so its pin is carried
+        # over and its address is reachable without resolving again.
+        r = world.rpc("sandbox.update", {"name": name,
+                                         "networkPolicy": {"allow": ["api.public.test", "other.public.test"]}})
+        expect("result" in r, "update:", r)
+        code, _t = _connect(world, name, W.PUB_API_ADDR)
+        expect_eq(code, 0, "the still-allowed name's address after the update, without a new lookup")
+        # Narrow: api.public.test is no longer allowed, so its pin goes.
+        r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+        expect("result" in r, "update:", r)
+        code, secs = _connect(world, name, W.PUB_API_ADDR)
+        expect(code != 0 and secs < 1.0, "the no longer allowed address is refused at once:", code, secs)

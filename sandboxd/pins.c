@@ -1,0 +1,98 @@
+/* The DNS pins of a running session as sandboxd saw them (name, address,
+ * expiry), so that a live policy update keeps what the new policy still
+ * allows. The nftables update drops the session's dns4 set (its elements
+ * were judged under the old policy, and the set holds addresses, not
+ * names); without this table, every established flow to a still-allowed
+ * name would be reset by the conntrack flush that follows, and the
+ * sandbox would have to resolve every name again. Each (name, address)
+ * pair is judged again with pol_check_resolved() under the new policy and
+ * re-pinned for the rest of its TTL before the flush. */
+#include <arpa/inet.h>
+#include <string.h>
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "policy/nftgen.h"
+#include "sandboxd/internal.h"
+
+/* As many as the dns4 set holds (policy/nftgen.c). */
+#define PINS_MAX 16384
+
+struct session_pin {
+        struct in_addr addr;
+        uint64_t expires_ms; /* CLOCK_MONOTONIC */
+        char name[POL_NAME_MAX + 1];
+};
+
+void pins_free(session_pins *p) {
+        free(p->v);
+        *p = (session_pins) {};
+}
+
+/* Drops expired entries in place; returns how many are left. */
+static size_t pins_compact(session_pins *p, uint64_t now) {
+        size_t k = 0;
+        for (size_t i = 0; i < p->n; i++)
+                if (p->v[i].expires_ms > now)
+                        p->v[k++] = p->v[i];
+        p->n = k;
+        return k;
+}
+
+void pins_record(session_pins *p, struct in_addr addr, const char *name, uint32_t ttl_s) {
+        if (!name || strlen(name) > POL_NAME_MAX)
+                return;
+        uint64_t now = core_monotonic_ms();
+        uint64_t expires = now + (uint64_t)(ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
+        for (size_t i = 0; i < p->n; i++)
+                if (p->v[i].addr.s_addr == addr.s_addr && strcmp(p->v[i].name, name) == 0) {
+                        if (expires > p->v[i].expires_ms)
+                                p->v[i].expires_ms = expires;
+                        return;
+                }
+        if (p->n == p->cap && pins_compact(p, now) == p->cap) {
+                if (p->cap >= PINS_MAX) {
+                        /* Full of live pins: forget the oldest. It stays
+                         * pinned in nftables; only a later update would
+                         * not carry it over (fail closed). */
+                        memmove(p->v, p->v + 1, (p->n - 1) * sizeof(*p->v));
+                        p->n--;
+                } else {
+                        size_t cap = p->cap ? p->cap * 2 : 64;
+                        session_pin *v = reallocarray(p->v, cap, sizeof(*v));
+                        if (!v)
+                                return;
+                        p->v = v;
+                        p->cap = cap;
+                }
+        }
+        session_pin *e = &p->v[p->n++];
+        e->addr = addr;
+        e->expires_ms = expires;
+        snprintf(e->name, sizeof(e->name), "%s", name);
+}
+
+size_t pins_carry_over(session_pins *p, const char *ifname, const pol_policy *pol, const pol_cidr *never,
+                       size_t n_never) {
+        uint64_t now = core_monotonic_ms();
+        pins_compact(p, now);
+        size_t k = 0, kept = 0;
+        for (size_t i = 0; i < p->n; i++) {
+                session_pin *e = &p->v[i];
+                pol_addr a = { .family = AF_INET };
+                memcpy(a.bytes, &e->addr, 4);
+                pol_verdict v;
+                if (!pol_check_resolved(pol, e->name, 0, &a, 1, never, n_never, &v))
+                        continue; /* the new policy does not allow it: forgotten */
+                uint64_t left_s = (e->expires_ms - now + 999) / 1000;
+                _cleanup_error_ sb_error *err = NULL;
+                if (pol_nft_pin(ifname, e->addr, (uint32_t)left_s, &err) < 0) {
+                        log_debug("%s: carry pin %s over the update: %s", ifname, e->name,
+                                  err ? err->message : "failed");
+                        continue;
+                }
+                p->v[k++] = *e;
+                kept++;
+        }
+        p->n = k;
+        return kept;
+}
