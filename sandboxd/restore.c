@@ -39,12 +39,16 @@ int restore_listen(const char *run_dir, sb_error **ret_err) {
         struct sockaddr_un sa;
         sock_addr(dfd, &sa);
         (void)unlinkat(dfd, AGENT_SOCK_NAME, 0);
-        /* Root only: the socket file's mode is what keeps other host users
-         * out (init also checks the peer's uid); the sandbox never sees the
-         * path, which is outside its mount namespace. */
-        mode_t old = umask(0177);
+        /* Root only: the run directory is 0700 and the socket file 0600
+         * (init also checks the peer's uid); the sandbox never sees the
+         * path, which is outside its mount namespace. Not umask(2): it is
+         * per process, and worker threads bind concurrently (a race there
+         * once left the daemon's umask at 0177). Connecting needs write
+         * permission on the file, which the default mode never gives to
+         * others, so the moment before the chmod opens nothing. */
         r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        umask(old);
+        if (r >= 0)
+                r = fchmodat(dfd, AGENT_SOCK_NAME, 0600, 0);
         if (r < 0 || listen(fd, 4) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "bind %s/%s: %m", run_dir,
                                     AGENT_SOCK_NAME);

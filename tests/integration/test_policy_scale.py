@@ -28,8 +28,14 @@ def _pipelined(conn, method, params_list, timeout=300):
     return [conn.wait(i, timeout) for i in ids]
 
 
+def _umask(world):
+    with open("/proc/%d/status" % world.daemon.pid) as f:
+        return next(line.split()[1] for line in f if line.startswith("Umask:"))
+
+
 def test_200_sessions_policies_created_updated_and_deleted_leave_the_ruleset_as_it_was(world):
     before = _ruleset(world)
+    umask = _umask(world)
     expect_eq(_session_chains(before), [], "session chains before the test (another test left one)")
     t0 = time.monotonic()
     done = 0
@@ -64,6 +70,10 @@ def test_200_sessions_policies_created_updated_and_deleted_leave_the_ruleset_as_
                 dels = _pipelined(c, "sandbox.delete", [{"name": n} for n in made])
             errs = [r["error"] for r in dels if "error" in r]
             expect_eq(errs, [], "delete errors in batch at %d" % done)
+            # Sessions start on concurrent worker threads; none of them may
+            # change the process-wide umask (a race once left it at 0177,
+            # and every later sandbox's directories unreadable inside).
+            expect_eq(_umask(world), umask, "the daemon's umask after batch %d" % done)
             done += BATCH
     after = _ruleset(world)
     expect_eq(_session_chains(after), [], "session chains after every delete")
