@@ -1137,14 +1137,21 @@ static void finish_delete(void *userdata) {
         sandbox_free(sb);
 }
 
+/* Frees a session's struct once everything it held in the kernel is gone:
+ * its network slot, its cgroup handle, its recorded pins. */
+static void session_release(manager *m, session *s) {
+        manager_release_slot(m, s->net_slot);
+        core_cgroup_free(s->cg);
+        pins_free(&s->pins);
+        free(s);
+}
+
 static void teardown_done(void *userdata) {
         teardown_job *t = userdata;
         sandbox *sb = t->sb;
         manager *m = t->m;
         if (t->s) {
-                manager_release_slot(m, t->s->net_slot);
-                core_cgroup_free(t->s->cg);
-                free(t->s);
+                session_release(m, t->s);
         }
         finish_requests(sb, &sb->stop_waiters, false);
         if (!t->remove_files && sb->pending.n && !sb->deleting) {
@@ -1283,10 +1290,7 @@ static void adopt_undo(session *s) {
         s->expire_src = sd_event_source_disable_unref(s->expire_src);
         ports_close(s);
         agent_detach(s);
-        manager_release_slot(s->sb->m, s->net_slot);
-        core_cgroup_free(s->cg);
-        pins_free(&s->pins);
-        free(s);
+        session_release(s->sb->m, s);
 }
 
 /* The session's line in the sandbox's history, added when the stored
@@ -1390,10 +1394,7 @@ static void session_leave(session *s) {
         sb->sess = NULL;
         sb->m->kept_sessions++;
         log_info("sandbox '%s': left running for the next sandboxd (init pid %d)", sb->name, (int)s->pid);
-        manager_release_slot(sb->m, s->net_slot);
-        core_cgroup_free(s->cg);
-        pins_free(&s->pins);
-        free(s);
+        session_release(sb->m, s);
 }
 
 void sandbox_stop_all(manager *m) {
@@ -1420,10 +1421,7 @@ void sandbox_stop_all(manager *m) {
                 sb->sess = NULL;
                 teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};
                 teardown_work(&t);
-                manager_release_slot(m, s->net_slot);
-                core_cgroup_free(s->cg);
-                pins_free(&s->pins);
-                free(s);
+                session_release(m, s);
         }
 }
 
