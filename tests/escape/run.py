@@ -283,6 +283,30 @@ def test_setuid_binary_gains_nothing(c):
     expect_eq((code, out.strip()), (0, "1000"), "effective uid of a setuid-root binary run by the sandbox user")
 
 
+def test_init_cannot_be_killed_from_inside(c):
+    # PID 1 of a PID namespace gets only the signals it has handlers for
+    # from inside (pid_namespaces(7)): SIGKILL and SIGSTOP from root inside
+    # must not end or freeze the session. (SIGTERM, which init handles,
+    # stops the sandbox on purpose, as poweroff would.)
+    code, out, _e = c.run("sh", "-c", "kill -KILL 1; kill -STOP 1; echo sent")
+    expect_eq(out.strip().splitlines()[-1:], ["sent"], "the kill attempts ran (exit %d)" % code)
+    code, out, err = c.run("sh", "-c", "echo alive")
+    expect_eq((code, out), (0, "alive\n"), "the sandbox after root inside signalled PID 1 (%s)" % err.strip())
+
+
+def test_dev_holds_only_the_minimal_nodes(c):
+    code, out, err = c.run("sh", "-c", "ls -A /dev")
+    expect(code == 0, "ls /dev failed:", err)
+    allowed = {"null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm",
+               "fd", "stdin", "stdout", "stderr", "core", "console"}
+    extra = sorted(set(out.split()) - allowed)
+    expect_eq(extra, [], "device entries beyond the minimal /dev (DESIGN §4)")
+    code, out, _e = c.run("sh", "-c", "find /dev -xdev \\( -type b -o -type c \\) -exec stat -c '%t:%T %n' {} +")
+    majors = {line.split()[0] for line in out.splitlines() if line.strip()}
+    expect(majors <= {"1:3", "1:5", "1:7", "1:8", "1:9", "5:0", "5:2"},
+           "character devices other than null/zero/full/random/urandom/tty/ptmx:", sorted(majors))
+
+
 # ---------------------------------------------------------------- runner
 
 def discover(filters):
