@@ -121,6 +121,7 @@ unit-asan: $(UNIT_ASAN)
 integration: $(BINS)
 	@python3 tests/integration/run.py
 	@python3 tests/escape/run.py
+	@python3 tests/escape/run.py --userns
 
 # The integration suite against a sandboxd built with ASan+UBSan: memory
 # errors and leaks in the daemon fail it (the sandbox-init it runs is the
