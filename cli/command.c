@@ -28,19 +28,6 @@ static const char command_help[] =
 
 enum { OPT_SOCKET = 1000, OPT_JSON, OPT_SIGNAL };
 
-static int call(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret) {
-        _cleanup_client_ client *c = NULL;
-        int r = ctl_connect(g, &c);
-        if (r != 0) {
-                cJSON_Delete(params);
-                return r;
-        }
-        _cleanup_client_error_ client_error *err = NULL;
-        if (client_call(c, method, params, -1, NULL, NULL, ret, &err) < 0)
-                return ctl_report(g, context, err);
-        return 0;
-}
-
 /* A signal as the daemon takes it: a number for digits, else the name. */
 static cJSON *signal_json(const char *sig) {
         if (sig[strspn(sig, "0123456789")] == 0)
@@ -131,6 +118,6 @@ int ctl_command(ctl_globals *g, int argc, char **argv) {
         if (asprintf(&context, "command %s", verb) < 0)
                 context = NULL;
         _cleanup_json_ cJSON *result = NULL;
-        int r = call(g, context, method, params, &result);
+        int r = ctl_call(g, context, method, params, &result);
         return r != 0 ? r : show(g, verb, result);
 }

@@ -33,6 +33,12 @@ int ctl_report(const ctl_globals *g, const char *context, const client_error *e)
  * success with *ret owned by the caller. */
 int ctl_connect(const ctl_globals *g, client **ret);
 
+/* One request on a connection of its own: connects (ctl_connect), calls
+ * `method` with `params` (taken, even on failure), and stores the result
+ * in *ret (caller deletes). On an error reply reports it (ctl_report with
+ * `context`) and returns its exit code; 0 on success. */
+int ctl_call(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret);
+
 /* Pretty-prints `json` on stdout followed by a newline. */
 void ctl_print_json(const cJSON *json);
 

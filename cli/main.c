@@ -86,20 +86,6 @@ static int common_option(ctl_globals *g, int opt, const char *help) {
 
 /* Runs one call on a fresh connection. Returns 0 with *ret_result, or the
  * exit code after reporting the failure with `context`. */
-static int call(const ctl_globals *g, const char *context, const char *method, cJSON *params,
-                cJSON **ret_result) {
-        _cleanup_client_ client *c = NULL;
-        int r = ctl_connect(g, &c);
-        if (r != 0) {
-                cJSON_Delete(params);
-                return r;
-        }
-        _cleanup_client_error_ client_error *err = NULL;
-        if (client_call(c, method, params, -1, NULL, NULL, ret_result, &err) < 0)
-                return ctl_report(g, context, err);
-        return 0;
-}
-
 /* Parses the single NAME operand a command takes after its options. */
 static int one_name(const char *command, int argc, char **argv, const char **ret) {
         if (optind + 1 != argc)
@@ -144,7 +130,7 @@ static int simple_command(ctl_globals *g, int argc, char **argv, const char *hel
         if (asprintf(&context, "%s%s%s", argv[0], name ? " " : "", name ? name : "") < 0)
                 context = NULL;
         cJSON *result = NULL;
-        int r = call(g, context, method, params, &result);
+        int r = ctl_call(g, context, method, params, &result);
         if (r != 0)
                 return r;
         if (g->json)
@@ -639,7 +625,7 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
                 return ctl_usage("create", "create: choose one of --git, --tarball, --snapshot");
 
         cJSON *result = NULL;
-        r = call(g, "create", "sandbox.create", TAKE_PTR(params), &result);
+        r = ctl_call(g, "create", "sandbox.create", TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
         if (g->json)
@@ -751,7 +737,7 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                                  "--policy, --allow, --allow-subnet, --deny-subnet)");
         cJSON_AddStringToObject(params, "name", name);
         cJSON *result = NULL;
-        r = call(g, "update", "sandbox.update", TAKE_PTR(params), &result);
+        r = ctl_call(g, "update", "sandbox.update", TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
         if (g->json)

@@ -79,6 +79,19 @@ int ctl_connect(const ctl_globals *g, client **ret) {
                          path, strerror(-r), hint);
 }
 
+int ctl_call(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret) {
+        _cleanup_client_ client *c = NULL;
+        int r = ctl_connect(g, &c);
+        if (r != 0) {
+                cJSON_Delete(params);
+                return r;
+        }
+        _cleanup_client_error_ client_error *err = NULL;
+        if (client_call(c, method, params, -1, NULL, NULL, ret, &err) < 0)
+                return ctl_report(g, context, err);
+        return 0;
+}
+
 void ctl_print_json(const cJSON *json) {
         _cleanup_free_ char *text = cJSON_Print(json);
         if (text)

@@ -30,22 +30,6 @@ static const char runtime_help[] =
 
 enum { OPT_SOCKET = 1000, OPT_JSON, OPT_SUITE, OPT_MIRROR };
 
-static int one_call(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret) {
-        _cleanup_(client_freep) client *c = NULL;
-        int r = ctl_connect(g, &c);
-        if (r != 0) {
-                cJSON_Delete(params);
-                return r;
-        }
-        client_error *err = NULL;
-        if (client_call(c, method, params, -1, NULL, NULL, ret, &err) < 0) {
-                r = ctl_report(g, context, err);
-                client_error_free(err);
-                return r;
-        }
-        return 0;
-}
-
 /* The daemon opens paths on its own host from its own directory; a
  * relative ROOTFS is meant relative to ours. The path is also what
  * `runtime list` shows as the source, so it is resolved (symlinks, ".",
@@ -89,7 +73,7 @@ static void source_text(const cJSON *src, char *buf, size_t size) {
 
 static int runtime_list(const ctl_globals *g) {
         cJSON *res = NULL;
-        int r = one_call(g, "runtime list", "runtime.list", cJSON_CreateObject(), &res);
+        int r = ctl_call(g, "runtime list", "runtime.list", cJSON_CreateObject(), &res);
         if (r != 0)
                 return r;
         if (g->json) {
@@ -172,7 +156,7 @@ int ctl_runtime(ctl_globals *g, int argc, char **argv) {
                         return ctl_usage("runtime", "runtime rm: give one runtime NAME");
                 cJSON *p = cJSON_CreateObject();
                 cJSON_AddStringToObject(p, "name", args[0]);
-                if ((r = one_call(g, "runtime rm", "runtime.delete", p, &res)) != 0)
+                if ((r = ctl_call(g, "runtime rm", "runtime.delete", p, &res)) != 0)
                         return r;
                 cJSON_Delete(res);
                 return 0;
@@ -186,7 +170,7 @@ int ctl_runtime(ctl_globals *g, int argc, char **argv) {
                 cJSON *p = cJSON_CreateObject();
                 cJSON_AddStringToObject(p, "name", args[0]);
                 cJSON_AddStringToObject(p, "path", path);
-                if ((r = one_call(g, "runtime import", "runtime.import", p, &res)) != 0)
+                if ((r = ctl_call(g, "runtime import", "runtime.import", p, &res)) != 0)
                         return r;
                 return print_runtime(g, res);
         }
@@ -199,7 +183,7 @@ int ctl_runtime(ctl_globals *g, int argc, char **argv) {
                         cJSON_AddStringToObject(p, "suite", suite);
                 if (mirror)
                         cJSON_AddStringToObject(p, "mirror", mirror);
-                if ((r = one_call(g, "runtime bootstrap", "runtime.bootstrap", p, &res)) != 0)
+                if ((r = ctl_call(g, "runtime bootstrap", "runtime.bootstrap", p, &res)) != 0)
                         return r;
                 return print_runtime(g, res);
         }

@@ -42,23 +42,6 @@ static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, c
         return -1;
 }
 
-static int one_call(const ctl_globals *g, const char *context, const char *method, cJSON *params,
-                    cJSON **ret) {
-        _cleanup_(client_freep) client *c = NULL;
-        int r = ctl_connect(g, &c);
-        if (r != 0) {
-                cJSON_Delete(params);
-                return r;
-        }
-        client_error *err = NULL;
-        if (client_call(c, method, params, -1, NULL, NULL, ret, &err) < 0) {
-                r = ctl_report(g, context, err);
-                client_error_free(err);
-                return r;
-        }
-        return 0;
-}
-
 int ctl_fork(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
                 "Usage: sandboxctl fork [--json] SRC [--name N]\n\n"
@@ -77,7 +60,7 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
         if (name)
                 cJSON_AddStringToObject(p, "name", name);
         cJSON *res = NULL;
-        if ((r = one_call(g, "fork", "sandbox.fork", p, &res)) != 0)
+        if ((r = ctl_call(g, "fork", "sandbox.fork", p, &res)) != 0)
                 return r;
         if (g->json)
                 ctl_print_json(res);
@@ -112,7 +95,7 @@ int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
         if (expire)
                 cJSON_AddNumberToObject(p, "expiration", (double)ms);
         cJSON *res = NULL;
-        if ((r = one_call(g, "snapshot", "sandbox.snapshot", p, &res)) != 0)
+        if ((r = ctl_call(g, "snapshot", "sandbox.snapshot", p, &res)) != 0)
                 return r;
         if (g->json)
                 ctl_print_json(res);
@@ -153,7 +136,7 @@ static int snapshots_transfer(ctl_globals *g, int argc, char **argv) {
                 cJSON_AddStringToObject(p, "id", argv[1]);
         cJSON_AddStringToObject(p, "path", path);
         cJSON *res = NULL;
-        int r = one_call(g, export ? "snapshots export" : "snapshots import",
+        int r = ctl_call(g, export ? "snapshots export" : "snapshots import",
                          export ? "snapshot.export" : "snapshot.import", p, &res);
         if (r != 0)
                 return r;
@@ -221,7 +204,7 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 cJSON *p = cJSON_CreateObject();
                 cJSON_AddStringToObject(p, "id", argv[optind + 1]);
                 cJSON *res = NULL;
-                if ((r = one_call(g, "snapshots rm", "snapshot.delete", p, &res)) != 0)
+                if ((r = ctl_call(g, "snapshots rm", "snapshot.delete", p, &res)) != 0)
                         return r;
                 cJSON_Delete(res);
                 return 0;
@@ -233,7 +216,7 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
         if (optind != argc)
                 return ctl_usage("snapshots", "snapshots: unexpected argument '%s'", argv[optind]);
         cJSON *res = NULL;
-        if ((r = one_call(g, "snapshots", "snapshot.list", cJSON_CreateObject(), &res)) != 0)
+        if ((r = ctl_call(g, "snapshots", "snapshot.list", cJSON_CreateObject(), &res)) != 0)
                 return r;
         cJSON *arr = cJSON_GetObjectItem(res, "snapshots");
         sort_by_creation(arr);
