@@ -451,6 +451,14 @@ bool tar_relative_name_ok(const char *rest);
  * disk writer wr; errors name the member as `shown`. */
 int tar_copy_member(struct archive *rd, struct archive *wr, struct archive_entry *e, const char *shown,
                     sb_error **ret_err);
+/* A reader of the tar on archive_fd (any compression libarchive knows)
+ * and a disk writer set up for untrusted members: numeric owners,
+ * SECURE_SYMLINKS and SECURE_NODOTDOT, no FFLAGS (an immutable file could
+ * not be removed with its tree) and no ACLs. The caller runs chrooted in
+ * the target (member names are absolute there, so no NOABSOLUTEPATHS) and
+ * frees both with archive_free(). 0, -ENOMEM, or -EIO when the archive
+ * cannot be opened (*ret_rd is then set, for archive_error_string()). */
+int tar_open_untrusted(int archive_fd, struct archive **ret_rd, struct archive **ret_wr);
 
 /* runtime.c */
 /* runtime.list, runtime.import, runtime.bootstrap and runtime.delete. */

@@ -245,19 +245,12 @@ static int runtime_member_rewrite(runtime_job *j, struct archive_entry *e, uint6
 
 /* Runs chrooted into the new tree (run_chrooted). */
 static int extract_tarball(runtime_job *j, int archive_fd, sb_error **ret_err) {
-        _cleanup_(archive_freep) struct archive *rd = archive_read_new();
-        _cleanup_(archive_freep) struct archive *wr = archive_write_disk_new();
-        if (!rd || !wr)
+        _cleanup_(archive_freep) struct archive *rd = NULL;
+        _cleanup_(archive_freep) struct archive *wr = NULL;
+        int k = tar_open_untrusted(archive_fd, &rd, &wr);
+        if (k == -ENOMEM)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        archive_read_support_filter_all(rd);
-        archive_read_support_format_tar(rd);
-        /* As snapshot imports: numeric owners, SECURE_SYMLINKS and NODOTDOT;
-         * no FFLAGS (an immutable file could not be removed with the
-         * runtime), no ACLs. */
-        archive_write_disk_set_options(wr, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                                                   ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                                   ARCHIVE_EXTRACT_SECURE_NODOTDOT);
-        if (archive_read_open_fd(rd, archive_fd, 64 * 1024) != ARCHIVE_OK)
+        if (k < 0)
                 return sb_error_set(ret_err, -EIO, "source_failed", "path", "read %s: %s", j->path,
                                     archive_error_string(rd));
         uint64_t total = 0;

@@ -1198,18 +1198,25 @@ void start_teardown(sandbox *sb, session *s, bool remove_files) {
         }
 }
 
-void session_ended(session *s, int status) {
-        sandbox *sb = s->sb;
-        bool expected = s->stopping;
-        log_info("sandbox '%s': session ended (init status %d%s)", sb->name, status,
-                 expected ? "" : ", unexpected");
+/* A session whose init is gone (or being killed): its timers, agent
+ * channel, netd, port listeners and commands let go, and its sandbox no
+ * longer points at it. What the kernel still holds is teardown's. */
+static void session_detach(session *s) {
         s->kill_src = sd_event_source_disable_unref(s->kill_src);
         s->expire_src = sd_event_source_disable_unref(s->expire_src);
         agent_detach(s);
         netd_detach(s);
         ports_close(s);
         commands_session_gone(s);
-        sb->sess = NULL;
+        s->sb->sess = NULL;
+}
+
+void session_ended(session *s, int status) {
+        sandbox *sb = s->sb;
+        bool expected = s->stopping;
+        log_info("sandbox '%s': session ended (init status %d%s)", sb->name, status,
+                 expected ? "" : ", unexpected");
+        session_detach(s);
         sb->status = expected ? "stopped" : "failed";
         session_history_update(sb, sb->status, core_now_ms());
         emit_status(sb, sb->status);
@@ -1412,13 +1419,7 @@ void sandbox_stop_all(manager *m) {
                         siginfo_t si;
                         waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
                 }
-                s->kill_src = sd_event_source_disable_unref(s->kill_src);
-                s->expire_src = sd_event_source_disable_unref(s->expire_src);
-                agent_detach(s);
-                netd_detach(s);
-                ports_close(s);
-                commands_session_gone(s);
-                sb->sess = NULL;
+                session_detach(s);
                 teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};
                 teardown_work(&t);
                 session_release(m, s);

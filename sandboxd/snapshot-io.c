@@ -413,24 +413,32 @@ int tar_copy_member(struct archive *rd, struct archive *wr, struct archive_entry
         return 0;
 }
 
-/* Runs chrooted into the layers directory (see import_work). */
-static int import_extract(import_job *j, int archive_fd, sb_error **ret_err) {
-        _cleanup_(archive_freep) struct archive *rd = archive_read_new();
-        _cleanup_(archive_freep) struct archive *wr = archive_write_disk_new();
+int tar_open_untrusted(int archive_fd, struct archive **ret_rd, struct archive **ret_wr) {
+        struct archive *rd = archive_read_new(), *wr = archive_write_disk_new();
+        *ret_rd = rd;
+        *ret_wr = wr;
         if (!rd || !wr)
-                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+                return -ENOMEM;
         archive_read_support_filter_all(rd);
         archive_read_support_format_tar(rd);
         /* No standard lookup: owners stay numeric (and the chroot has no
          * passwd file). SECURE_SYMLINKS refuses to write through a symlink
-         * an earlier member made; NODOTDOT repeats our own name check. The
-         * rewritten names are absolute in the chroot, so no NOABSOLUTEPATHS.
-         * Not FFLAGS (an immutable file could not be removed with its
-         * layer) or ACLs. */
+         * an earlier member made; NODOTDOT repeats the callers' own name
+         * checks. */
         archive_write_disk_set_options(wr, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
                                                    ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
                                                    ARCHIVE_EXTRACT_SECURE_NODOTDOT);
-        if (archive_read_open_fd(rd, archive_fd, 64 * 1024) != ARCHIVE_OK)
+        return archive_read_open_fd(rd, archive_fd, 64 * 1024) == ARCHIVE_OK ? 0 : -EIO;
+}
+
+/* Runs chrooted into the layers directory (see import_work). */
+static int import_extract(import_job *j, int archive_fd, sb_error **ret_err) {
+        _cleanup_(archive_freep) struct archive *rd = NULL;
+        _cleanup_(archive_freep) struct archive *wr = NULL;
+        int k = tar_open_untrusted(archive_fd, &rd, &wr);
+        if (k == -ENOMEM)
+                return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        if (k < 0)
                 return sb_error_set(ret_err, -EIO, "failed", NULL, "read %s: %s", j->path, archive_error_string(rd));
         for (;;) {
                 struct archive_entry *e;
