@@ -11,12 +11,13 @@
 static const struct option common_opts[] = {
         {"socket", required_argument, NULL, 1000}, {"json", no_argument, NULL, 1001},
         {"help", no_argument, NULL, 'h'},          {"name", required_argument, NULL, 1002},
-        {"expire", required_argument, NULL, 1003}, {}};
+        {"expire", required_argument, NULL, 1003}, {"config", no_argument, NULL, 1004}, {}};
 
-/* Parses the common options plus --name (when name_out) and --expire (when
- * expire_out); returns -1 to go on, or an exit code (0 after --help). */
+/* Parses the common options plus --name (when name_out), --expire (when
+ * expire_out) and --config (when config_out); returns -1 to go on, or an
+ * exit code (0 after --help). */
 static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, const char **name_out,
-                      const char **expire_out) {
+                      const char **expire_out, bool *config_out) {
         int opt;
         optind = 0;
         while ((opt = getopt_long(argc, argv, "h", common_opts, NULL)) != -1) {
@@ -35,6 +36,12 @@ static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, c
                                 *expire_out = optarg;
                                 break;
                         }
+                        return ctl_usage(argv[0], "%s: unknown option", argv[0]);
+                case 1004:
+                        if (config_out) {
+                                *config_out = true;
+                                break;
+                        }
                         /* fall through */
                 default: return ctl_usage(argv[0], "%s: unknown option", argv[0]);
                 }
@@ -50,7 +57,7 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
                 "keep running. A stopped (persistent) SRC is forked without copying. The two\n"
                 "never share writable state. Prints the new sandbox's name.\n";
         const char *name = NULL;
-        int r = parse_opts(g, argc, argv, help, &name, NULL);
+        int r = parse_opts(g, argc, argv, help, &name, NULL, NULL);
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
@@ -81,7 +88,7 @@ int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
                 "snapshot that long after it is taken; sandboxes created from it keep their\n"
                 "files, and it is kept, shown as expired, until the last of them is deleted.\n";
         const char *expire = NULL;
-        int r = parse_opts(g, argc, argv, help, NULL, &expire);
+        int r = parse_opts(g, argc, argv, help, NULL, &expire, NULL);
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
@@ -117,9 +124,12 @@ static char *absolute_path(const char *file) {
         return abs;
 }
 
-/* snapshots export ID FILE / snapshots import FILE (argv[0] is the verb). */
-static int snapshots_transfer(ctl_globals *g, int argc, char **argv) {
+/* snapshots export ID FILE / snapshots import FILE [--config] (argv[0] is
+ * the verb). */
+static int snapshots_transfer(ctl_globals *g, int argc, char **argv, bool config) {
         bool export = streq(argv[0], "export");
+        if (export && config)
+                return ctl_usage("snapshots", "snapshots export: --config is an option of import");
         if (argc != (export ? 3 : 2))
                 return ctl_usage("snapshots", export ? "snapshots export: give a snapshot ID and a FILE"
                                                      : "snapshots import: give one FILE");
@@ -135,6 +145,8 @@ static int snapshots_transfer(ctl_globals *g, int argc, char **argv) {
         if (export)
                 cJSON_AddStringToObject(p, "id", argv[1]);
         cJSON_AddStringToObject(p, "path", path);
+        if (!export)
+                cJSON_AddBoolToObject(p, "config", config);
         cJSON *res = NULL;
         int r = ctl_call(g, export ? "snapshots export" : "snapshots import",
                          export ? "snapshot.export" : "snapshot.import", p, &res);
@@ -186,7 +198,7 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 "       sandboxctl snapshots ls|list [--json]\n"
                 "       sandboxctl snapshots rm ID\n"
                 "       sandboxctl snapshots export ID FILE\n"
-                "       sandboxctl snapshots import FILE\n\n"
+                "       sandboxctl snapshots import FILE [--config]\n\n"
                 "Lists snapshots, oldest first (ID SANDBOX CREATED EXPIRES), or deletes one.\n"
                 "Deleting a snapshot that sandboxes were created from is safe: they keep\n"
                 "their files.\n\n"
@@ -194,8 +206,13 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 "in .gz or .tgz) on the daemon's host. import reads such a file into a new\n"
                 "snapshot and prints its id. FILE is made absolute against the current\n"
                 "directory. Imported files lose setuid/setgid bits and xattrs other than\n"
-                "trusted.overlay.* and user.*; device nodes other than whiteouts are refused.\n";
-        int r = parse_opts(g, argc, argv, help, NULL, NULL);
+                "trusted.overlay.* and user.*; device nodes other than whiteouts are refused.\n"
+                "The file's config (networkPolicy, env, ports, tags, timeout, resources) is\n"
+                "taken only with --config, and then checked as create options are; without\n"
+                "it sandboxes made from the snapshot get the daemon's defaults and your\n"
+                "options. A file never turns a user namespace off.\n";
+        bool config = false;
+        int r = parse_opts(g, argc, argv, help, NULL, NULL, &config);
         if (r >= 0)
                 return r;
         if (optind < argc && streq(argv[optind], "rm")) {
@@ -210,7 +227,7 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 return 0;
         }
         if (optind < argc && (streq(argv[optind], "export") || streq(argv[optind], "import")))
-                return snapshots_transfer(g, argc - optind, argv + optind);
+                return snapshots_transfer(g, argc - optind, argv + optind, config);
         if (optind < argc && (streq(argv[optind], "ls") || streq(argv[optind], "list")))
                 optind++;
         if (optind != argc)

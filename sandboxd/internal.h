@@ -411,6 +411,30 @@ snapshot *manager_find_snapshot(manager *m, const char *id);
  * taken from the snapshot's config, so a deny-all sandbox's files never
  * come back with a wider policy by omission. Edits params in place. */
 void snapshot_config_defaults(manager *m, cJSON *params);
+
+/* Refuses a create from a snapshot taken in a user namespace when the
+ * caller set `userns` (the effective value, given) to false: such layers
+ * restore only in one. Returns 0 or -EINVAL with *ret_err (field "userns"). */
+int snapshot_userns_check(manager *m, const cJSON *params, bool userns, sb_error **ret_err);
+
+/* The config an imported snapshot file may carry in (snapshot.import). The
+ * file is untrusted data: its "runtime" (a name, checked at create) and a
+ * "userns": true (only ever a strengthening) are always kept; timeout,
+ * resources, env, tags, networkPolicy and ports only when `take` (the
+ * caller's config: true); "userns": false and every other key never.
+ * What is kept goes through the sandbox.create validators against this
+ * daemon's limits, so a bad value fails the import with field
+ * "config.<path>". On success *ret_config is the new snapshot's config and
+ * *ret_ignored the array of the file's keys left out (both owned by the
+ * caller); on failure neither is touched. */
+int snapshot_import_config(manager *m, const cJSON *file_config, bool take, cJSON **ret_config,
+                           cJSON **ret_ignored, sb_error **ret_err);
+
+/* Runs the sandbox.create parameter validators (name, timeout, resources,
+ * ports, env, tags, networkPolicy, userns, runtime, source) on `params`
+ * without creating anything. Returns 0 or a negative errno with *ret_err
+ * naming the field as sandbox.create would. */
+int sandbox_params_validate(manager *m, cJSON *params, sb_error **ret_err);
 /* Re-arms the expiration timer: expired snapshots go on the next loop
  * iteration unless a sandbox still stands on them (then they are marked
  * expired and retried). Called at start and after anything that may free

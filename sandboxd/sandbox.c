@@ -389,6 +389,8 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
             (r = parse_string_map(req, "env", 0, &sb->env, ret_err)) < 0 ||
             (r = parse_string_map(req, "tags", 5, &sb->tags, ret_err)) < 0)
                 return r;
+        if ((r = snapshot_userns_check(m, req->params, userns, ret_err)) < 0)
+                return r;
         if (name && !core_name_is_valid(name))
                 return sb_error_set(ret_err, -EINVAL, NULL, "name",
                                     "name: '%s' is not valid; use 1-63 of a-z, 0-9 and '-', starting with a letter or digit",
@@ -433,6 +435,23 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         sb->userns = userns;
 
         return sb->name && sb->runtime && sb->policy ? 0 : sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+}
+
+int sandbox_params_validate(manager *m, cJSON *params, sb_error **ret_err) {
+        sandbox *sb = calloc(1, sizeof(*sb));
+        if (sb)
+                sb->m = m;
+        start_job *j = sb ? start_job_new(sb, true) : NULL;
+        int r = -ENOMEM;
+        if (!j)
+                sb_error_set(ret_err, r, NULL, NULL, "out of memory");
+        else {
+                rpc_request req = {.params = params};
+                r = parse_create(m, &req, sb, j, ret_err);
+        }
+        start_job_free(j);
+        sandbox_free(sb);
+        return r;
 }
 
 const char *sandbox_policy_mode(const sandbox *sb) {

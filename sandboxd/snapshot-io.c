@@ -207,6 +207,8 @@ typedef struct import_job {
         char ids[MAX_IMPORT_LAYERS][33];   /* new layer id per index; "" until seen */
         size_t n_layers;                    /* highest index seen + 1 */
         cJSON *record;                      /* parsed snapshot.json */
+        bool take_config;                   /* params.config: apply the file's config */
+        cJSON *ignored;                     /* the file's config keys left out */
         sb_error *err;
 } import_job;
 
@@ -503,6 +505,7 @@ static void import_job_free(import_job *j) {
         free(j->path);
         free(j->layers_dir);
         cJSON_Delete(j->record);
+        cJSON_Delete(j->ignored);
         sb_error_free(j->err);
         free(j);
 }
@@ -518,7 +521,14 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
         memcpy(s->id, "snap-", 5);
         core_random_hex(s->id + 5, 32);
         s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(j->record, "sandbox")) ?: "");
-        s->config = cJSON_Duplicate(cJSON_GetObjectItem(j->record, "config"), 1);
+        /* The file's config is untrusted data: only what the caller asked
+         * for, validated as create params (snapshot_import_config). */
+        int k = snapshot_import_config(m, cJSON_GetObjectItem(j->record, "config"), j->take_config, &s->config,
+                                       &j->ignored, ret_err);
+        if (k < 0) {
+                snapshot_free(s);
+                return k;
+        }
         s->layers = cJSON_CreateArray();
         for (size_t i = 0; i < j->n_layers; i++)
                 cJSON_AddItemToArray(s->layers, cJSON_CreateString(j->ids[i]));
@@ -537,29 +547,50 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
         return 0;
 }
 
+static void import_reply_error(void *userdata) {
+        import_job *j = userdata;
+        sb_error_prefix(&j->err, "import %s", j->path);
+        log_warning("snapshot %s", j->err->message);
+        rpc_reply_sb_error(j->req, j->err);
+        import_job_free(j);
+}
+
 static void import_done(void *userdata) {
         import_job *j = userdata;
         snapshot *s = NULL;
         if (!j->err && import_register(j, &s, &j->err) < 0) {
+                /* Answered once the new layers are gone: a refused import
+                 * leaves nothing behind, also for a caller that looks at
+                 * once. */
                 cJSON *layers = cJSON_CreateArray();
                 for (size_t i = 0; i < j->n_layers; i++)
                         cJSON_AddItemToArray(layers, cJSON_CreateString(j->ids[i]));
-                layers_collect(j->m, layers, NULL, NULL);
+                layers_collect(j->m, layers, import_reply_error, j);
                 cJSON_Delete(layers);
+                return;
         }
         if (j->err) {
-                sb_error_prefix(&j->err, "import %s", j->path);
-                log_warning("snapshot %s", j->err->message);
-                rpc_reply_sb_error(j->req, j->err);
-        } else {
-                log_info("snapshot %s imported from %s (%zu layers)", s->id, j->path, j->n_layers);
-                rpc_reply(j->req, snapshot_json(s));
+                import_reply_error(j);
+                return;
         }
+        log_info("snapshot %s imported from %s (%zu layers)", s->id, j->path, j->n_layers);
+        /* What of the file's config was taken is in "config"; the answer
+         * also says whether it was asked for and which keys were left out. */
+        cJSON *o = snapshot_json(s);
+        cJSON_AddBoolToObject(o, "configImported", j->take_config);
+        cJSON_AddItemToObject(o, "configIgnored", TAKE_PTR(j->ignored));
+        rpc_reply(j->req, o);
         import_job_free(j);
 }
 
 static void method_import(rpc_request *req, void *userdata) {
         manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        bool take_config = false;
+        if (rpc_param_bool(req, "config", &take_config, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         const char *path = param_new_path(req, false);
         if (!path)
                 return;
@@ -570,6 +601,7 @@ static void method_import(rpc_request *req, void *userdata) {
         }
         j->m = m;
         j->req = req;
+        j->take_config = take_config;
         j->path = strdup(path);
         j->layers_dir = strdup(m->layers_dir);
         if (!j->path || !j->layers_dir || worker_submit(import_work, import_done, j) < 0) {

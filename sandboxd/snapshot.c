@@ -325,15 +325,109 @@ void snapshot_config_defaults(manager *m, cJSON *params) {
         if (!snap)
                 return; /* create names the unknown id */
         /* Not persistent: how long the new sandbox lives is the caller's
-         * choice. userns is kept (never silently dropped: its layers were
-         * written by a root that was not host root). */
-        static const char *const keys[] = {"timeout", "resources", "env", "tags", "networkPolicy", "ports",
-                                           "userns"};
+         * choice. userns only ever strengthens: a snapshot taken with one
+         * restores with one (its layers were written by a root that was not
+         * host root), and one taken without does not turn off a daemon
+         * default of "userns": true. */
+        static const char *const keys[] = {"timeout", "resources", "env", "tags", "networkPolicy", "ports"};
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
                 const cJSON *v = cJSON_GetObjectItem(snap->config, keys[i]);
                 if (v && !cJSON_IsNull(v) && !cJSON_GetObjectItem(params, keys[i]))
                         cJSON_AddItemToObject(params, keys[i], cJSON_Duplicate(v, 1));
         }
+        if (cJSON_IsTrue(cJSON_GetObjectItem(snap->config, "userns")) && !cJSON_GetObjectItem(params, "userns"))
+                cJSON_AddBoolToObject(params, "userns", true);
+}
+
+int snapshot_userns_check(manager *m, const cJSON *params, bool userns, sb_error **ret_err) {
+        const cJSON *src = cJSON_GetObjectItem(params, "source");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        if (userns || !type || !streq(type, "snapshot"))
+                return 0;
+        const snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId")));
+        if (!snap || !cJSON_IsTrue(cJSON_GetObjectItem(snap->config, "userns")))
+                return 0;
+        return sb_error_set(ret_err, -EINVAL, NULL, "userns",
+                            "userns: snapshot '%s' was taken in a user namespace and restores only in one; "
+                            "omit userns or set it to true", snap->id);
+}
+
+/* ---- config of an imported file ---------------------------------------------- */
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+/* What an imported file's config may set, with config: true. Left out on
+ * purpose: persistent (how long a sandbox lives is the caller's choice, as
+ * for local snapshots) and everything else a record may carry (name, id,
+ * usernsRange, sessions: this host's own bookkeeping). runtime and userns
+ * are handled apart (snapshot_import_config). */
+static const char *const import_config_keys[] = {"timeout", "resources", "env", "tags", "networkPolicy",
+                                                  "ports"};
+
+/* Rewrites an error of the create validators as one about the file:
+ * field "config.<field>", message "snapshot.json: config.<message>". */
+static int import_config_error(sb_error **ret_err, int r) {
+        if (!ret_err || !*ret_err)
+                return r;
+        sb_error *e = *ret_err;
+        char *field = NULL, *msg = NULL;
+        if (asprintf(&field, "config%s%s", e->field ? "." : "", e->field ?: "") >= 0) {
+                free(e->field);
+                e->field = field;
+        }
+        if (asprintf(&msg, "snapshot.json: config.%s", e->message) >= 0) {
+                free(e->message);
+                e->message = msg;
+        }
+        return r;
+}
+
+int snapshot_import_config(manager *m, const cJSON *file_config, bool take, cJSON **ret_config,
+                           cJSON **ret_ignored, sb_error **ret_err) {
+        _cleanup_(cJSON_Deletep) cJSON *conf = cJSON_CreateObject(), *ignored = cJSON_CreateArray();
+        if (!conf || !ignored)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        const cJSON *rt = cJSON_GetObjectItem(file_config, "runtime");
+        if (rt && !cJSON_IsNull(rt)) {
+                /* Kept either way: it only names which runtime installed here
+                 * the layers belong on (create checks that it exists). */
+                if (!cJSON_IsString(rt) || !core_name_is_valid(rt->valuestring))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "config.runtime",
+                                            "snapshot.json: config.runtime: not a runtime name");
+                cJSON_AddStringToObject(conf, "runtime", rt->valuestring);
+        }
+        const cJSON *un = cJSON_GetObjectItem(file_config, "userns");
+        if (un && !cJSON_IsBool(un) && !cJSON_IsNull(un))
+                return sb_error_set(ret_err, -EINVAL, NULL, "config.userns",
+                                    "snapshot.json: config.userns: must be true or false");
+        const cJSON *it;
+        cJSON_ArrayForEach(it, file_config) {
+                bool known = false;
+                for (size_t i = 0; i < ELEMENTSOF(import_config_keys); i++)
+                        known = known || streq(it->string, import_config_keys[i]);
+                if (cJSON_IsNull(it) || streq(it->string, "runtime"))
+                        continue;
+                if (streq(it->string, "userns") && cJSON_IsTrue(it))
+                        /* Only ever a strengthening, so taken with or without config. */
+                        cJSON_AddBoolToObject(conf, "userns", true);
+                else if (known && take)
+                        cJSON_AddItemToObject(conf, it->string, cJSON_Duplicate(it, 1));
+                else
+                        cJSON_AddItemToArray(ignored, cJSON_CreateString(it->string));
+        }
+        /* The very validators of sandbox.create params, against this
+         * daemon's limits (maxVcpus, maxTimeoutMs): a file never carries in
+         * what a caller could not ask for. */
+        _cleanup_(cJSON_Deletep) cJSON *params = cJSON_Duplicate(conf, 1);
+        if (!params)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        cJSON_DeleteItemFromObject(params, "runtime");
+        int r = sandbox_params_validate(m, params, ret_err);
+        if (r < 0)
+                return import_config_error(ret_err, r);
+        *ret_config = TAKE_PTR(conf);
+        *ret_ignored = TAKE_PTR(ignored);
+        return 0;
 }
 
 static void fork_captured(manager *m, rpc_request *req, sandbox *src, cJSON *chain, sb_error *err) {

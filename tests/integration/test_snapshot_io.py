@@ -47,12 +47,12 @@ def test_export_import_round_trip_keeps_files_and_deletions(world):
         delete(world, base)
         expect_eq(_layers(world), [], "layers left once the snapshot and its sandboxes are gone")
 
-        code, out, err = world.ctl("snapshots", "import", path)
+        code, out, err = world.ctl("snapshots", "import", path, "--config")
         expect_eq(code, 0, "import (%s)" % err.strip())
         imported = out.strip()
         got = world.rpc_result("snapshot.get", {"id": imported})
         expect_eq((got["layers"], got["sandbox"]), (2, fork), "imported snapshot's layers and sandbox")
-        expect_eq(got["config"].get("persistent"), True, "imported snapshot keeps the config")
+        expect_eq(got["config"].get("networkPolicy"), "deny-all", "imported snapshot keeps the asked-for config")
         expect_eq(len(_layers(world)), 2, "layer directories after import")
         code, _o, err = world.ctl("create", "--name", restored, "--deny-all", "--snapshot", imported)
         expect_eq(code, 0, "create from the imported snapshot (%s)" % err.strip())
@@ -137,3 +137,158 @@ def test_import_drops_setuid_and_foreign_xattrs(world):
     finally:
         world.rpc("snapshot.delete", {"id": snap})
     expect(not set(_layers(world)) - before, "layers left after deleting the imported snapshot")
+
+
+# ------------------------------------------------ an imported file's config
+
+HOSTILE_CONFIG = {
+    "userns": False,
+    "networkPolicy": {"allow": ["evil.test"]},
+    "ports": [22],
+    "env": {"LD_PRELOAD": "/nonexistent/evil.so"},
+    "tags": {"from": "file"},
+    "timeout": 600000,
+    "persistent": True,
+}
+
+
+def _snapshot_file(world, config, tag):
+    import json
+    rec = json.dumps({"sandbox": "evil", "createdAt": "2026-01-01T00:00:00Z", "config": config}).encode()
+    entries = [("snapshot.json", "file", rec), ("layers/0", "dir", None),
+               ("layers/0/marker", "file", b"from-file\n")]
+    fd, path = tempfile.mkstemp(suffix="-%s.tar.gz" % tag, dir=world.tmp)
+    with os.fdopen(fd, "wb") as f:
+        f.write(tar_bytes(entries))
+    return path
+
+
+def _userns_daemon(world):
+    import world as W
+    world.stop_sandboxd()
+    try:
+        return world.start_sandboxd({"userns": True}, tag="unsimp")
+    except Exception as e:  # WorldError: this host cannot run user namespaces
+        world.stop_sandboxd()
+        world.start_sandboxd()
+        raise W.Skip("a daemon with \"userns\": true does not start here: %s" % str(e)[-200:])
+
+
+def _uid_map(world, name):
+    return " ".join(sh_ok(world, name, "cat /proc/self/uid_map").split())
+
+
+def test_imported_config_is_not_applied_without_config_and_never_turns_userns_off(world):
+    d = _userns_daemon(world)
+    path = _snapshot_file(world, HOSTILE_CONFIG, "plain")
+    snap = name = own_name = None
+    try:
+        r = d.rpc_result("snapshot.import", {"path": path})
+        snap = r["id"]
+        name = world.name("impplain")
+        sb = d.rpc_result("sandbox.create", {"name": name, "source": {"type": "snapshot", "snapshotId": snap}},
+                          timeout=180)
+        expect(_uid_map(world, name) != "0 0 4294967295", "uid_map is not the host's identity map:",
+               _uid_map(world, name))
+        expect_eq(sb.get("userns"), True, "userns of a sandbox made from a file saying userns:false")
+        expect_eq(sb.get("networkPolicy"), "allow-all", "the file's policy is not applied")
+        expect_eq(sb.get("ports"), [], "the file's ports are not applied")
+        expect("LD_PRELOAD" not in (sb.get("env") or {}), "the file's env is not applied:", sb.get("env"))
+        expect_eq(sb.get("tags"), {}, "the file's tags are not applied")
+        expect_eq(sh_ok(world, name, "echo \"[$LD_PRELOAD]\"; cat /marker"), "[]\nfrom-file\n",
+                  "no LD_PRELOAD inside; the file's layer is there")
+        expect_eq(r["config"], {}, "the imported snapshot carries no config")
+        expect_eq(r.get("configImported"), False, "the answer says no config was taken")
+        expect_eq(sorted(r.get("configIgnored") or []),
+                  ["env", "networkPolicy", "persistent", "ports", "tags", "timeout", "userns"],
+                  "the answer lists the file's keys left out")
+        # The caller still chooses, from its own parameters.
+        own_name = world.name("impown")
+        code, _o, err = d.ctl("create", "--name", own_name, "--deny-all", "--port", "8080", "--snapshot", snap)
+        expect_eq(code, 0, "create with the caller's own options (%s)" % err.strip())
+        own = d.rpc_result("sandbox.get", {"name": own_name})
+        expect_eq((own.get("networkPolicy"), [p.get("port") for p in own.get("ports")]), ("deny-all", [8080]),
+                  "the caller's policy and ports")
+    finally:
+        for n in (name, own_name):
+            if n:
+                d.ctl("rm", n)
+        if snap:
+            d.rpc("snapshot.delete", {"id": snap})
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def test_imported_config_with_config_true_is_validated_and_userns_only_strengthens(world):
+    d = _userns_daemon(world)
+    snaps, names = [], []
+    try:
+        path = _snapshot_file(world, HOSTILE_CONFIG, "taken")
+        r = d.rpc_result("snapshot.import", {"path": path, "config": True})
+        snaps.append(r["id"])
+        name = world.name("imptaken")
+        names.append(name)
+        sb = d.rpc_result("sandbox.create", {"name": name, "source": {"type": "snapshot", "snapshotId": r["id"]}},
+                          timeout=180)
+        expect(_uid_map(world, name) != "0 0 4294967295", "uid_map is not the host's identity map")
+        expect_eq(sb.get("userns"), True, "userns stays on with config: true")
+        expect_eq(r.get("configImported"), True, "the answer says the config was taken")
+        expect_eq(sorted(r["config"]), ["env", "networkPolicy", "ports", "tags", "timeout"],
+                  "what was taken (userns:false and persistent never are)")
+        expect_eq(sorted(r.get("configIgnored") or []), ["persistent", "userns"], "what was left out")
+        expect_eq(sb.get("networkPolicy"), {"allow": ["evil.test"]}, "the asked-for policy applies")
+        expect_eq([p.get("port") for p in sb.get("ports")], [22], "the asked-for ports apply")
+        expect_eq((sb.get("env"), sb.get("tags")), ({"LD_PRELOAD": "/nonexistent/evil.so"}, {"from": "file"}),
+                  "the asked-for env and tags apply")
+        expect_eq(sb.get("persistent"), False, "persistent never comes from a file")
+
+        # Limits and policies are checked as sandbox.create params are; a bad
+        # one fails the whole import, naming the field, and leaves nothing.
+        before = (_snapshot_ids(world), _layers(world))
+        for bad, field in (({"resources": {"vcpus": 99}}, "config.resources.vcpus"),
+                           ({"timeout": 10 ** 12}, "config.timeout"),
+                           ({"networkPolicy": {"allow": ["www*.com"]}}, "config.networkPolicy.allow[0]"),
+                           ({"ports": [0]}, "config.ports"),
+                           ({"env": {"A=B": "x"}}, "config.env.A=B"),
+                           ({"userns": "no"}, "config.userns")):
+            e = d.rpc("snapshot.import", {"path": _snapshot_file(world, bad, "bad"), "config": True}).get("error")
+            expect(e is not None, "an import with", bad, "succeeded")
+            expect_eq((e.get("data") or {}).get("field", "")[:len(field)], field, "field of the refused %s" % bad)
+            expect(field in e.get("message", ""), "the message names %s:" % field, e.get("message"))
+            expect_eq((_snapshot_ids(world), _layers(world)), before, "left behind by the refused %s" % bad)
+        # Without config the same file imports: its values are not taken.
+        r = d.rpc_result("snapshot.import", {"path": _snapshot_file(world, {"resources": {"vcpus": 99}}, "v"),
+                                             "config": False})
+        snaps.append(r["id"])
+        expect_eq(r["config"], {}, "vcpus 99 not taken without config")
+
+        # A file taken with a user namespace restores only with one.
+        r = d.rpc_result("snapshot.import", {"path": _snapshot_file(world, {"userns": True}, "uns")})
+        snaps.append(r["id"])
+        expect_eq(r["config"], {"userns": True}, "userns: true is kept even without config")
+        e = d.rpc("sandbox.create", {"name": world.name("impoff"), "userns": False,
+                                     "source": {"type": "snapshot", "snapshotId": r["id"]}}).get("error")
+        expect(e is not None and (e.get("data") or {}).get("field") == "userns",
+               "create with userns:false from a userns snapshot is refused:", e)
+    finally:
+        for n in names:
+            d.ctl("rm", n)
+        for s in snaps:
+            d.rpc("snapshot.delete", {"id": s})
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def test_cli_import_config_flag(world):
+    path = _snapshot_file(world, {"tags": {"from": "file"}}, "cli")
+    snaps = []
+    try:
+        for args, tags in (((), None), (("--config",), {"from": "file"})):
+            code, out, err = world.ctl("snapshots", "import", path, *args)
+            expect_eq(code, 0, "snapshots import %s (%s)" % (" ".join(args), err.strip()))
+            snaps.append(out.strip())
+            got = world.rpc_result("snapshot.get", {"id": snaps[-1]})
+            expect_eq(got["config"].get("tags"), tags, "tags after snapshots import %s" % " ".join(args))
+    finally:
+        for s in snaps:
+            world.rpc("snapshot.delete", {"id": s})
