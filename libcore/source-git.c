@@ -16,6 +16,7 @@
 
 #include "libcore/source-internal.h"
 #include "libcore/source.h"
+#include "libcore/util.h"
 
 #define REASON "source_failed"
 #define FIELD "source.url"
@@ -244,9 +245,37 @@ static int remote_create_cb(git_remote **out, git_repository *repo, const char *
         return git_remote_create_with_opts(out, url, &o);
 }
 
-/* Runs on the confined thread (fsuid/fsgid = the sandbox user). */
+static int clone_from(clone_job *j, const char *url, sb_error **ret_err);
+
+static bool is_file_url(const char *url) {
+        return strncasecmp(url, "file://", 7) == 0;
+}
+
+/* Runs on the confined thread (fsuid/fsgid = the sandbox user). A file://
+ * repository is first copied, checked entry by entry (source-local.c), and
+ * libgit2 clones from the copy: it opens repositories by path and follows
+ * alternates, gitfiles and symlinks, so it never sees the original. */
 static int clone_confined(void *userdata, sb_error **ret_err) {
         clone_job *j = userdata;
+        if (!is_file_url(j->src->url))
+                return clone_from(j, j->src->url, ret_err);
+        _cleanup_free_ char *path = NULL, *copy = NULL, *url = NULL;
+        int r = source_file_url_path(j->src->url, &path, ret_err);
+        if (r < 0)
+                return r;
+        if ((r = source_local_git_copy(j->src->local_roots, path, j->src->max_local_bytes, &copy, ret_err)) < 0)
+                return r;
+        if (asprintf(&url, "file://%s", copy) < 0)
+                r = sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+        else
+                r = clone_from(j, url, ret_err);
+        int k = core_rm_rf(copy);
+        if (k < 0 && r >= 0)
+                r = sb_error_set(ret_err, k, REASON, NULL, "remove %s: %s", copy, strerror(-k));
+        return r;
+}
+
+static int clone_from(clone_job *j, const char *url, sb_error **ret_err) {
         git_clone_options opts = GIT_CLONE_OPTIONS_INIT;
         /* A real fetch even for file:// — never hardlink objects of a host
          * repository into the workspace. */
@@ -257,9 +286,15 @@ static int clone_confined(void *userdata, sb_error **ret_err) {
         opts.remote_cb = remote_create_cb;
         /* certificate_check stays NULL: libgit2 verifies TLS itself. */
         git_repository *repo = NULL;
-        int r = git_clone(&repo, j->src->url, j->dest_dir, &opts);
+        int r = git_clone(&repo, url, j->dest_dir, &opts);
         if (r < 0)
                 return git_fail(j, r, "clone", ret_err);
+        /* A clone of the checked copy names the repository asked for. */
+        if (!streq(url, j->src->url) && (r = git_remote_set_url(repo, "origin", j->src->url)) < 0) {
+                r = git_fail(j, r, "set origin", ret_err);
+                git_repository_free(repo);
+                return r;
+        }
         if (j->src->revision)
                 r = checkout_revision(j, repo, ret_err);
         git_repository_free(repo);

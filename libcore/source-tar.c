@@ -105,9 +105,7 @@ static bool starts_with_ci(const char *s, const char *prefix) {
         return strncasecmp(s, prefix, strlen(prefix)) == 0;
 }
 
-/* Parses a file:// URL into a malloc'd absolute local path (percent-decoded
- * by libcurl's URL parser). Only an empty host or "localhost" is local. */
-static int file_url_path(const char *url, char **ret_path, sb_error **ret_err) {
+int source_file_url_path(const char *url, char **ret_path, sb_error **ret_err) {
         CURLU *u = curl_url();
         if (!u)
                 return -ENOMEM;
@@ -150,7 +148,7 @@ int core_tarball_location_check(const char *location, sb_error **ret_err) {
                                     "source.url: spaces and control characters are not allowed in a URL");
         if (starts_with_ci(location, "file://")) {
                 _cleanup_free_ char *path = NULL;
-                return file_url_path(location, &path, ret_err);
+                return source_file_url_path(location, &path, ret_err);
         }
         if (starts_with_ci(location, "https://") || starts_with_ci(location, "http://")) {
                 CURLU *u = curl_url();
@@ -282,14 +280,16 @@ static int http_fetch(const char *url, int fd, uint64_t max_bytes, sb_error **re
                             errbuf[0] ? errbuf : curl_easy_strerror(rc));
 }
 
-static int open_local(const char *path, uint64_t max_bytes, sb_error **ret_err) {
+static int open_local(const char *path, const char *const *roots, uint64_t max_bytes, sb_error **ret_err) {
         /* O_PATH first: opening a FIFO would block the worker (and the name,
          * and shutdown) forever, and opening a device can have side effects.
          * Only once it is known to be a plain file is it opened for reading,
-         * through the same inode. */
-        _cleanup_close_ int pfd = open(path, O_PATH | O_CLOEXEC);
+         * through the same inode. The file is read by host root, so only
+         * under the operator's localSourceRoots, never through a symlink
+         * (source-local.c). */
+        _cleanup_close_ int pfd = source_local_open(roots, path, O_PATH, "source.path", ret_err);
         if (pfd < 0)
-                return sb_error_set(ret_err, negative_errno(), REASON, "source.path", "open '%s': %m", path);
+                return pfd;
         struct stat st;
         if (fstat(pfd, &st) < 0)
                 return sb_error_set(ret_err, negative_errno(), REASON, "source.path", "stat '%s': %m", path);
@@ -309,16 +309,17 @@ static int open_local(const char *path, uint64_t max_bytes, sb_error **ret_err) 
 }
 
 /* Returns a readable fd positioned at the start of the tarball bytes. */
-static int fetch_tarball(const char *location, uint64_t max_bytes, sb_error **ret_err) {
+static int fetch_tarball(const char *location, const char *const *roots, uint64_t max_bytes,
+                         sb_error **ret_err) {
         int r = core_tarball_location_check(location, ret_err);
         if (r < 0)
                 return r;
         if (location[0] == '/')
-                return open_local(location, max_bytes, ret_err);
+                return open_local(location, roots, max_bytes, ret_err);
         if (starts_with_ci(location, "file://")) {
                 _cleanup_free_ char *path = NULL;
-                r = file_url_path(location, &path, ret_err);
-                return r < 0 ? r : open_local(path, max_bytes, ret_err);
+                r = source_file_url_path(location, &path, ret_err);
+                return r < 0 ? r : open_local(path, roots, max_bytes, ret_err);
         }
         _cleanup_close_ int fd = open_anon_tmp();
         if (fd < 0)
@@ -469,8 +470,8 @@ static int extract_confined(void *userdata, sb_error **ret_err) {
 }
 
 int core_source_tarball_extract(const char *location, const char *dest_dir, uid_t uid, gid_t gid,
-                                uint64_t max_bytes, sb_error **ret_err) {
-        _cleanup_close_ int fd = fetch_tarball(location, max_bytes, ret_err);
+                                uint64_t max_bytes, const char *const *local_roots, sb_error **ret_err) {
+        _cleanup_close_ int fd = fetch_tarball(location, local_roots, max_bytes, ret_err);
         if (fd < 0)
                 return fd;
         _cleanup_(archive_read_freep) struct archive *in = archive_read_new();

@@ -25,6 +25,11 @@ typedef struct core_git_source {
         unsigned depth;         /* 0 = full history */
         const char *username;   /* NULL = none */
         const char *password;   /* NULL = none; never logged or put in errors */
+        /* file:// only: the directories a local repository may lie under
+         * (NULL-terminated; NULL = none, so file:// is refused), and the
+         * most bytes its copy may take (0 = no bound). */
+        const char *const *local_roots;
+        uint64_t max_local_bytes;
 } core_git_source;
 
 /* Checks a git URL before anything runs: scheme must be https, http, git or
@@ -37,6 +42,10 @@ int core_git_url_check(const char *url, sb_error **ret_err);
 
 /* Clones `src` into `dest_dir` (an existing, empty directory, which is
  * chowned to uid:gid), then checks out `revision` if given (detached HEAD).
+ * A file:// repository must lie under one of src->local_roots and is never
+ * read in place: its git dir is first copied, refusing any symlink,
+ * alternates file, gitfile or commondir (source-internal.h,
+ * source_local_git_copy), and the clone is made from the copy.
  * `depth` is accepted but the clone is always full: libgit2 1.5 has no
  * shallow fetch (it arrived in 1.7). Files are owned by uid:gid (the clone
  * runs as that user, so a file:// repository must be readable by it).
@@ -70,6 +79,10 @@ int core_tarball_location_check(const char *location, sb_error **ret_err);
 /* Fetches a tarball (absolute path, file://PATH, http(s):// URL via libcurl,
  * redirects followed up to 5, max size max_bytes) and extracts it into
  * `dest_dir` (an existing directory) with members owned by uid:gid.
+ * A path or file:// tarball is read only when it lies under one of
+ * `local_roots` (NULL-terminated; NULL: none), resolved without following
+ * symlinks (-EACCES outside them, -ELOOP through a symlink; field
+ * "source.path").
  * Compression (none, gzip, xz, zstd, bzip2) is detected by libarchive.
  *
  * Containment: members named absolute or with `..` components are refused
@@ -82,4 +95,4 @@ int core_tarball_location_check(const char *location, sb_error **ret_err);
  * Returns 0 or a negative errno with *ret_err (reason "source_failed")
  * naming the member that was refused or libarchive's/libcurl's message. */
 int core_source_tarball_extract(const char *location, const char *dest_dir, uid_t uid, gid_t gid,
-                                uint64_t max_bytes, sb_error **ret_err);
+                                uint64_t max_bytes, const char *const *local_roots, sb_error **ret_err);

@@ -27,6 +27,7 @@ typedef enum {
         KEY_SOCKET,    /* absolute path that fits in sockaddr_un.sun_path */
         KEY_NAME,      /* non-empty string without '/' or ':' (a group name) */
         KEY_CIDR4,     /* canonical IPv4 CIDR */
+        KEY_PATH_LIST, /* array of absolute paths, stored NULL-terminated in a char ** */
         KEY_SIZE,      /* integer stored in a size_t */
         KEY_U64,       /* integer stored in a uint64_t */
         KEY_UINT,      /* integer stored in an unsigned */
@@ -64,6 +65,10 @@ static const config_key config_keys[] = {
         { "runtimeCache",     KEY_PATH,   OFF(runtime_cache) },
         { "bootstrapTimeoutMs", KEY_U64,  OFF(bootstrap_timeout_ms), 10000, 6ULL * 3600000 },
         { "proxyUpstreamCA",  KEY_PATH,   OFF(proxy_upstream_ca) },
+        /* Where path and file:// sources may come from (libcore/source-local.c);
+         * none by default: such a source is read by the daemon, so the
+         * operator says which host directories sandboxes may take files from. */
+        { "localSourceRoots", KEY_PATH_LIST, OFF(local_source_roots), 0, 64 },
         /* The user namespace pool (libcore/userns.h): host ids
          * [usernsBase, usernsBase + usernsSize), 65536 per sandbox; checked
          * against host accounts and /etc/sub[ug]id at start. */
@@ -121,6 +126,12 @@ void daemon_config_defaults(daemon_config *cfg) {
         };
 }
 
+static void path_list_free(char **l) {
+        for (size_t i = 0; l && l[i]; i++)
+                free(l[i]);
+        free(l);
+}
+
 void daemon_config_free(daemon_config *cfg) {
         if (!cfg)
                 return;
@@ -132,6 +143,7 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->init_path);
         free(cfg->runtime_cache);
         free(cfg->proxy_upstream_ca);
+        path_list_free(cfg->local_source_roots);
         *cfg = (daemon_config) {};
 }
 
@@ -190,6 +202,35 @@ static int check_string(const config_key *k, const cJSON *v, sb_error **ret_err)
         }
 }
 
+/* An array of at most k->max absolute paths, none "/" and none with a "."
+ * or ".." component (the paths are compared as text). */
+static int check_path_list(const config_key *k, const cJSON *v, sb_error **ret_err) {
+        if (!cJSON_IsArray(v) || (uint64_t) cJSON_GetArraySize(v) > k->max)
+                return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                    "daemon.json: %s: must be an array of at most %" PRIu64 " absolute paths",
+                                    k->name, k->max);
+        const cJSON *it;
+        int i = 0;
+        cJSON_ArrayForEach(it, v) {
+                const char *s = cJSON_GetStringValue(it);
+                bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
+                for (const char *c = s; ok && *c;) {
+                        while (*c == '/')
+                                c++;
+                        size_t n = strcspn(c, "/");
+                        ok = !((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'));
+                        c += n;
+                }
+                if (!ok)
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s[%d]: must be an absolute directory path other than "
+                                            "/ without '.' or '..' components",
+                                            k->name, i);
+                i++;
+        }
+        return 0;
+}
+
 static int check_integer(const config_key *k, const cJSON *v, uint64_t *ret, sb_error **ret_err) {
         double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
         /* The range bounds are far below 2^53, so a double in range is exact. */
@@ -237,6 +278,18 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
         case KEY_BOOL:
                 *(bool *) base = cJSON_IsTrue(v);
                 break;
+        case KEY_PATH_LIST: {
+                char **l = calloc((size_t) cJSON_GetArraySize(v) + 1, sizeof(char *));
+                size_t i = 0;
+                const cJSON *it;
+                if (!l)
+                        abort();
+                cJSON_ArrayForEach(it, v)
+                        l[i++] = xstrdup(it->valuestring);
+                path_list_free(*(char ***) base);
+                *(char ***) base = l;
+                break;
+        }
         default:
                 free(*(char **) base);
                 *(char **) base = xstrdup(v->valuestring);
@@ -257,7 +310,9 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                                             "daemon.json: %s: key given more than once", v->string);
                 uint64_t n = 0;
                 int r;
-                if (k->kind == KEY_BOOL)
+                if (k->kind == KEY_PATH_LIST)
+                        r = check_path_list(k, v, ret_err);
+                else if (k->kind == KEY_BOOL)
                         r = cJSON_IsBool(v) ? 0
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                                            "daemon.json: %s: must be true or false", k->name);

@@ -29,6 +29,9 @@ typedef struct daemon_config {
         uint64_t userns_size;       /* "usernsSize", default 268435456 (4096 sandboxes of 65536 ids) */
         char *proxy_upstream_ca;    /* "proxyUpstreamCA", PEM roots the egress proxy trusts for upstreams
                                        besides the host's; NULL: none */
+        char **local_source_roots;  /* "localSourceRoots", directories path, file:// tarball and
+                                       file:// git sources may lie under; NULL-terminated, NULL:
+                                       none (the default), so local sources are refused */
 } daemon_config;
 
 /* Fills *cfg with defaults. */

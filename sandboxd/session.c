@@ -112,11 +112,13 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         int r;
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
-                                     .username = j->username, .password = j->password};
+                                     .username = j->username, .password = j->password,
+                                     .local_roots = (const char *const *)j->m->cfg->local_source_roots,
+                                     .max_local_bytes = j->m->cfg->max_source_bytes};
                 r = core_source_git_clone(&g, ws, SANDBOX_UID, SANDBOX_GID, ret_err);
         } else
                 r = core_source_tarball_extract(j->url, ws, SANDBOX_UID, SANDBOX_GID, j->m->cfg->max_source_bytes,
-                                                ret_err);
+                                                (const char *const *)j->m->cfg->local_source_roots, ret_err);
         if (r < 0) {
                 sb_error_set(ret_err, r, "source_failed", NULL, "%s", strerror(-r));
                 free((*ret_err)->reason);

@@ -3,6 +3,7 @@ project's own git repository over git://, hostile tarballs and git URLs."""
 import json
 import os
 import subprocess
+import tempfile
 
 import leaks
 import world as W
@@ -192,3 +193,179 @@ def test_git_url_upload_pack_option_refused(world):
 
 def test_git_url_ssh_proxycommand_refused(world):
     _hostile_git(world, BAD_GIT_URLS[2])
+
+# ------------------------------------------- local sources (localSourceRoots)
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.test", "-c", "init.defaultBranch=main"]
+
+
+def _git(*args, cwd=None):
+    subprocess.run(GIT + list(args), cwd=cwd, check=True, capture_output=True)
+
+
+def _local_repos(world):
+    """Under world.tmp (a listed root): `secret`, a repository whose files
+    nobody may get through another one, and `plain`, a bare repository of
+    its own. Returns (top, secret_git_dir)."""
+    top = os.path.join(world.tmp, "local-src")
+    if os.path.isdir(top):
+        return top, os.path.join(top, "secret", ".git")
+    os.makedirs(top)
+    secret = os.path.join(top, "secret")
+    _git("init", "-q", secret)
+    with open(os.path.join(secret, "SECRET.txt"), "w") as f:
+        f.write("secret-content\n")
+    _git("add", "SECRET.txt", cwd=secret)
+    _git("commit", "-q", "-m", "secret", cwd=secret)
+    work = os.path.join(top, "plain-work")
+    _git("init", "-q", work)
+    with open(os.path.join(work, "PLAIN.txt"), "w") as f:
+        f.write("plain-content\n")
+    _git("add", "PLAIN.txt", cwd=work)
+    _git("commit", "-q", "-m", "plain", cwd=work)
+    _git("clone", "-q", "--bare", work, os.path.join(top, "plain.git"))
+    return top, os.path.join(secret, ".git")
+
+
+def _bare_made_of(top, name, secret_git, link):
+    """A bare repository `name` whose `link` (objects, refs, ...) is a
+    symlink to the secret repository's."""
+    d = os.path.join(top, name)
+    _git("clone", "-q", "--bare", os.path.join(top, "plain-work"), d)
+    target = os.path.join(d, link)
+    if os.path.isdir(target) and not os.path.islink(target):
+        subprocess.run(["rm", "-rf", target], check=True)
+    elif os.path.lexists(target):
+        os.unlink(target)
+    os.symlink(os.path.join(secret_git, link), target)
+    return d
+
+
+def _local_refused(world, tag, says, kind, where):
+    """sandbox.create with a git (file:// URL) or tarball (path, or file://
+    URL) source must fail naming the source and saying `says`. Through the
+    API: sandboxctl makes tarball paths canonical before sending them."""
+    if kind == "git":
+        source = {"type": "git", "url": where}
+    else:
+        source = {"type": "tarball", ("url" if where.startswith("file://") else "path"): where}
+    name = world.name(tag)
+    msg = world.rpc("sandbox.create", {"name": name, "networkPolicy": "deny-all", "source": source}, timeout=180)
+    if "error" not in msg:
+        _c, o, _e = sh(world, name, "cat /workspace/SECRET.txt 2>/dev/null; ls /workspace")
+        delete(world, name)
+        raise AssertionError("%s: a local source was used (workspace: %s)" % (tag, o.strip()[:200]))
+    e = msg["error"]
+    data = e.get("data") or {}
+    expect(data.get("reason") == "source_failed" or data.get("field", "").startswith("source"),
+           "%s: the create failed on the source:" % tag, json.dumps(e)[:400])
+    expect(says in e.get("message", ""), "%s: the error says %r:" % (tag, says), e.get("message", "")[:400])
+    leaks.check(world, name)
+
+
+def test_local_git_source_under_a_root_clones(world):
+    top, _secret = _local_repos(world)
+    with sandbox(world, "local-git", "--deny-all", "--git", "file://" + os.path.join(top, "plain.git")) as name:
+        out = sh_ok(world, name, "cat /workspace/PLAIN.txt; cd /workspace && git remote get-url origin")
+        expect_eq(out, "plain-content\nfile://%s\n" % os.path.join(top, "plain.git"), "files and origin")
+
+
+def test_local_git_source_with_symlinked_objects_is_refused(world):
+    top, secret = _local_repos(world)
+    d = _bare_made_of(top, "objects-link.git", secret, "objects")
+    _local_refused(world, "lnk-obj", "symlink", "git", "file://" + d)
+
+
+def test_local_git_source_with_symlinked_refs_is_refused(world):
+    top, secret = _local_repos(world)
+    d = _bare_made_of(top, "refs-link.git", secret, "refs")
+    _local_refused(world, "lnk-refs", "symlink", "git", "file://" + d)
+
+
+def test_local_git_source_with_symlinked_head_or_packed_refs_is_refused(world):
+    top, secret = _local_repos(world)
+    subprocess.run(GIT + ["-C", secret, "pack-refs", "--all"], check=True, capture_output=True)
+    for link in ("HEAD", "packed-refs", "config"):
+        d = _bare_made_of(top, "%s-link.git" % link.lower(), secret, link)
+        _local_refused(world, "lnk-" + link.lower(), "symlink", "git", "file://" + d)
+
+
+def test_local_git_source_with_alternates_is_refused(world):
+    top, secret = _local_repos(world)
+    d = os.path.join(top, "alternates.git")
+    _git("init", "-q", "--bare", d)
+    with open(os.path.join(d, "objects", "info", "alternates"), "w") as f:
+        f.write(os.path.join(secret, "objects") + "\n")
+    rev = subprocess.run(["git", "-C", secret, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(d, "refs", "heads", "main"), "w") as f:
+        f.write(rev + "\n")
+    # git itself would check the secret out through the alternates:
+    out = subprocess.run(["git", "-C", d, "show", "HEAD:SECRET.txt"], capture_output=True, text=True).stdout
+    expect_eq(out, "secret-content\n", "the alternates repository reads the secret with git")
+    _local_refused(world, "alt", "alternates", "git", "file://" + d)
+
+
+def test_local_git_source_with_gitfile_pointing_elsewhere_is_refused(world):
+    top, secret = _local_repos(world)
+    d = os.path.join(top, "gitfile")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, ".git"), "w") as f:
+        f.write("gitdir: %s\n" % secret)
+    _local_refused(world, "gitfile", "pointing elsewhere", "git", "file://" + d)
+
+
+def test_local_sources_outside_the_roots_are_refused(world):
+    outside = tempfile.mkdtemp(prefix="sbx-outside-", dir="/var/tmp")
+    try:
+        os.chmod(outside, 0o755)
+        _git("init", "-q", "--bare", os.path.join(outside, "r.git"))
+        tgz = os.path.join(outside, "t.tar.gz")
+        with open(tgz, "wb") as f:
+            f.write(tar_bytes([("OUTSIDE.txt", "file", b"x\n")]))
+        _local_refused(world, "out-git", "localSourceRoots", "git", "file://" + os.path.join(outside, "r.git"))
+        _local_refused(world, "out-tar", "localSourceRoots", "tarball", tgz)
+        _local_refused(world, "out-tarurl", "localSourceRoots", "tarball", "file://" + tgz)
+        # A path that only looks as if it were under a root.
+        _local_refused(world, "dotdot", "'..'", "tarball", os.path.join(world.tmp, "..", outside.lstrip("/"),
+                                                                          "t.tar.gz"))
+    finally:
+        subprocess.run(["rm", "-rf", outside], check=True)
+
+
+def test_local_sources_through_a_symlinked_component_are_refused(world):
+    top, secret = _local_repos(world)
+    # A directory under the root that is a symlink to a repository outside
+    # the roots, and one to the root's own repository: both refused.
+    outside = tempfile.mkdtemp(prefix="sbx-outside-", dir="/var/tmp")
+    try:
+        os.chmod(outside, 0o755)
+        _git("clone", "-q", "--bare", os.path.join(top, "plain-work"), os.path.join(outside, "r.git"))
+        tgz = os.path.join(outside, "t.tar.gz")
+        with open(tgz, "wb") as f:
+            f.write(tar_bytes([("OUTSIDE.txt", "file", b"x\n")]))
+        link = os.path.join(top, "outside-link")
+        if not os.path.lexists(link):
+            os.symlink(outside, link)
+        inner = os.path.join(top, "inner-link")
+        if not os.path.lexists(inner):
+            os.symlink(os.path.join(top, "plain.git"), inner)
+        _local_refused(world, "lnk-dir-git", "symlink", "git", "file://" + os.path.join(link, "r.git"))
+        _local_refused(world, "lnk-dir-tar", "symlink", "tarball", os.path.join(link, "t.tar.gz"))
+        _local_refused(world, "lnk-inner", "symlink", "git", "file://" + inner)
+    finally:
+        subprocess.run(["rm", "-rf", outside], check=True)
+
+
+def test_local_sources_are_refused_by_default(world):
+    top, _secret = _local_repos(world)
+    tgz = hello_tarball()
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"localSourceRoots": None}, tag="noroots")
+    try:
+        info = d.rpc_result("daemon.info", {})
+        expect(info is not None, "daemon.info")
+        _local_refused(world, "dflt-git", "localSourceRoots", "git", "file://" + os.path.join(top, "plain.git"))
+        _local_refused(world, "dflt-tar", "localSourceRoots", "tarball", tgz)
+    finally:
+        world.stop_sandboxd(d)
+        world.start_sandboxd()

@@ -52,6 +52,9 @@ SANDBOXD = os.path.abspath(os.environ.get("SANDBOXD", os.path.join(BUILD, "sandb
 SANDBOX_INIT = os.path.abspath(os.environ.get("SANDBOX_INIT", os.path.join(BUILD, "sandbox-init")))
 SANDBOXCTL = os.environ.get("SANDBOXCTL", os.path.join(BUILD, "sandboxctl"))
 SERVERS = os.path.join(HERE, "servers.py")
+# Test caches local tarball sources are read from (common.CACHE_DIRS): the
+# daemons of a world list them in localSourceRoots with the world's tmp.
+LOCAL_SOURCE_CACHES = ("/var/cache/sandboxd-test", os.path.join(tempfile.gettempdir(), "sandboxd-test-cache"))
 
 HOST_ADDR = "203.0.113.1"
 INET_ADDR = "203.0.113.254"
@@ -326,6 +329,13 @@ class Daemon:
             # The egress proxy verifies the world's HTTPS servers against
             # the world CA (never with verification off).
             config = dict(config or {}, proxyUpstreamCA=self.world.ca_cert)
+        if "localSourceRoots" not in (config or {}):
+            # Path and file:// sources come only from listed directories:
+            # the world's own files and the test caches (hello.tar.gz).
+            config = dict(config or {}, localSourceRoots=[self.world.tmp] + list(LOCAL_SOURCE_CACHES))
+        elif config["localSourceRoots"] is None:
+            # None: the daemon's own default (no key in daemon.json).
+            config = {k: v for k, v in config.items() if k != "localSourceRoots"}
         if "SANDBOX_INIT" in os.environ:
             # A sandboxd outside build/ (installed, or the ASan build) is told
             # which sandbox-init to run.

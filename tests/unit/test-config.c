@@ -91,6 +91,23 @@ static void test_every_key_is_parsed(void **state) {
         daemon_config_free(&cfg);
 }
 
+static void test_local_source_roots_default_empty_and_checked(void **state) {
+        daemon_config cfg;
+        daemon_config_defaults(&cfg);
+        assert_null(cfg.local_source_roots);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"localSourceRoots\": [\"/srv/repos\", \"/var/cache/src/\"]}", &cfg));
+        assert_string_equal(cfg.local_source_roots[0], "/srv/repos");
+        assert_string_equal(cfg.local_source_roots[1], "/var/cache/src/");
+        assert_null(cfg.local_source_roots[2]);
+        daemon_config_free(&cfg);
+        assert_rejected_naming("{\"localSourceRoots\": \"/srv\"}", "localSourceRoots: must be an array");
+        assert_rejected_naming("{\"localSourceRoots\": [\"srv\"]}", "localSourceRoots[0]: must be an absolute");
+        assert_rejected_naming("{\"localSourceRoots\": [\"/srv\", \"/\"]}", "localSourceRoots[1]");
+        assert_rejected_naming("{\"localSourceRoots\": [\"/srv/../etc\"]}", "'..'");
+        assert_rejected_naming("{\"localSourceRoots\": [7]}", "localSourceRoots[0]");
+}
+
 static void test_unknown_key_is_named_with_known_keys(void **state) {
         assert_rejected_naming("{\"maxVcpu\": 4}", "unknown key 'maxVcpu'");
         assert_rejected_naming("{\"maxVcpu\": 4}", "known keys: socket, stateDir");
@@ -191,6 +208,7 @@ int main(void) {
                 cmocka_unit_test(test_defaults_match_the_design),
                 cmocka_unit_test(test_empty_object_keeps_defaults),
                 cmocka_unit_test(test_every_key_is_parsed),
+                cmocka_unit_test(test_local_source_roots_default_empty_and_checked),
                 cmocka_unit_test(test_unknown_key_is_named_with_known_keys),
                 cmocka_unit_test(test_wrong_type_is_named),
                 cmocka_unit_test(test_out_of_range_is_named_with_range),

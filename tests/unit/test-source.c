@@ -26,6 +26,10 @@
 #define UID 12345
 #define GID 23456
 #define CAP (64ULL << 20)
+/* Local sources come from under these only (daemon.json localSourceRoots):
+ * the worlds are made in /tmp; /dev for the device-path case. */
+static const char *const test_roots[] = {"/tmp", "/dev", NULL};
+#define TEST_ROOTS test_roots
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -142,7 +146,7 @@ static void assert_victim_untouched(const world *w) {
  * naming `who`. */
 static void assert_refused(const world *w, const char *who) {
         sb_error *err = NULL;
-        int r = core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, &err);
+        int r = core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, TEST_ROOTS, &err);
         assert_true(r < 0);
         assert_non_null(err);
         assert_string_equal(err->reason, "source_failed");
@@ -251,7 +255,7 @@ static const member good[] = {
 static void extract_and_check(world *w, int filter) {
         write_tar(w->tar, filter, good, ELEMENTSOF(good));
         sb_error *err = NULL;
-        int r = core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, &err);
+        int r = core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, TEST_ROOTS, &err);
         if (r < 0)
                 fail_msg("extract failed: %s", err ? err->message : "?");
         char *s = read_at(w->dest, "dir/file");
@@ -293,7 +297,7 @@ static void test_tarball_file_url_extracts(void **state) {
         write_tar(w->tar, ARCHIVE_FILTER_BZIP2, good, ELEMENTSOF(good));
         char url[160];
         snprintf(url, sizeof(url), "file://%s", w->tar);
-        assert_int_equal(core_source_tarball_extract(url, w->dest, UID, GID, CAP, NULL), 0);
+        assert_int_equal(core_source_tarball_extract(url, w->dest, UID, GID, CAP, TEST_ROOTS, NULL), 0);
         assert_true(exists_at(w->dest, "dir/sub/deep.txt"));
 }
 
@@ -362,7 +366,7 @@ static void test_tarball_device_nodes_and_fifos_are_skipped(void **state) {
         const member m[] = {
                 {"null", AE_IFCHR, 0666}, {"fifo", AE_IFIFO, 0644}, {"after", AE_IFREG, 0644, "x"}};
         write_tar(w->tar, ARCHIVE_FILTER_GZIP, m, ELEMENTSOF(m));
-        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, NULL), 0);
+        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, TEST_ROOTS, NULL), 0);
         assert_false(exists_at(w->dest, "null"));
         assert_false(exists_at(w->dest, "fifo"));
         assert_true(exists_at(w->dest, "after"));
@@ -374,7 +378,7 @@ static void test_tarball_setuid_setgid_sticky_bits_are_dropped(void **state) {
                             {"sgid", AE_IFREG, 02755, "#!/bin/sh\n"},
                             {"sticky", AE_IFDIR, 01777}};
         write_tar(w->tar, ARCHIVE_FILTER_XZ, m, ELEMENTSOF(m));
-        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, NULL), 0);
+        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, TEST_ROOTS, NULL), 0);
         const struct {
                 const char *name;
                 unsigned mode;
@@ -396,11 +400,11 @@ static void test_tarball_over_size_limit_is_refused(void **state) {
         const member m[] = {{"zeros", AE_IFREG, 0644, NULL, NULL, NULL, 4 << 20}};
         write_tar(w->tar, ARCHIVE_FILTER_GZIP, m, ELEMENTSOF(m));
         sb_error *err = NULL;
-        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, 1 << 20, &err), -EFBIG);
+        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, 1 << 20, TEST_ROOTS, &err), -EFBIG);
         assert_non_null(strstr(err->message, "exceeds the limit"));
         sb_error_free(err);
         err = NULL;
-        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, 100, &err), -EFBIG);
+        assert_int_equal(core_source_tarball_extract(w->tar, w->dest, UID, GID, 100, TEST_ROOTS, &err), -EFBIG);
         assert_string_equal(err->field, "source.path");
         sb_error_free(err);
 }
@@ -417,7 +421,7 @@ static void test_tarball_path_to_fifo_or_device_is_refused_without_opening(void 
         for (size_t i = 0; i < 2; i++) {
                 sb_error *err = NULL;
                 alarm(5);
-                assert_int_equal(core_source_tarball_extract(paths[i], w->dest, UID, GID, CAP, &err), -EINVAL);
+                assert_int_equal(core_source_tarball_extract(paths[i], w->dest, UID, GID, CAP, TEST_ROOTS, &err), -EINVAL);
                 alarm(0);
                 assert_non_null(strstr(err->message, "not a regular file"));
                 sb_error_free(err);
@@ -450,7 +454,7 @@ static void test_source_urls_to_metadata_and_other_forbidden_addresses_are_refus
         }
         /* The download path checks the address it dials, too. */
         sb_error *err = NULL;
-        assert_int_equal(core_source_tarball_extract("http://169.254.169.254/x.tar", w->dest, UID, GID, CAP, &err),
+        assert_int_equal(core_source_tarball_extract("http://169.254.169.254/x.tar", w->dest, UID, GID, CAP, TEST_ROOTS, &err),
                          -EACCES);
         assert_non_null(strstr(err->message, "link-local"));
         sb_error_free(err);
@@ -460,13 +464,13 @@ static void test_tarball_garbage_and_missing_file_fail_with_message(void **state
         world *w = *state;
         assert_int_equal(core_write_file_atomic(w->tar, "not a tarball at all", 20, 0644), 0);
         sb_error *err = NULL;
-        assert_true(core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, &err) < 0);
+        assert_true(core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, TEST_ROOTS, &err) < 0);
         assert_string_equal(err->reason, "source_failed");
         sb_error_free(err);
         err = NULL;
         char missing[128];
         snprintf(missing, sizeof(missing), "%s/missing.tar", w->top);
-        assert_int_equal(core_source_tarball_extract(missing, w->dest, UID, GID, CAP, &err), -ENOENT);
+        assert_int_equal(core_source_tarball_extract(missing, w->dest, UID, GID, CAP, TEST_ROOTS, &err), -ENOENT);
         assert_non_null(strstr(err->message, "missing.tar"));
         sb_error_free(err);
 }
@@ -573,7 +577,7 @@ static int http_extract(const world *w, const http_server *srv, const char *path
                         sb_error **err) {
         char url[128];
         snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", srv->port, path);
-        return core_source_tarball_extract(url, w->dest, UID, GID, cap, err);
+        return core_source_tarball_extract(url, w->dest, UID, GID, cap, TEST_ROOTS, err);
 }
 
 static void test_tarball_http_download_follows_http_redirects_only(void **state) {
@@ -642,7 +646,7 @@ static void make_repo(const world *w) {
 static void clone_ok(const world *w, const char *revision) {
         char url[160];
         snprintf(url, sizeof(url), "file://%s/src", w->top);
-        core_git_source src = {.url = url, .revision = revision, .depth = 1};
+        core_git_source src = {.local_roots = TEST_ROOTS, .url = url, .revision = revision, .depth = 1};
         sb_error *err = NULL;
         int r = core_source_git_clone(&src, w->dest, UID, GID, &err);
         if (r < 0)
@@ -713,7 +717,7 @@ static void test_git_clone_unknown_revision_and_missing_repo_fail_with_message(v
         make_repo(w);
         char url[160];
         snprintf(url, sizeof(url), "file://%s/src", w->top);
-        core_git_source src = {.url = url, .revision = "no-such-rev"};
+        core_git_source src = {.local_roots = TEST_ROOTS, .url = url, .revision = "no-such-rev"};
         sb_error *err = NULL;
         assert_true(core_source_git_clone(&src, w->dest, UID, GID, &err) < 0);
         assert_string_equal(err->reason, "source_failed");
@@ -723,10 +727,10 @@ static void test_git_clone_unknown_revision_and_missing_repo_fail_with_message(v
         assert_int_equal(core_rm_rf(w->dest), 0);
         assert_int_equal(mkdir(w->dest, 0755), 0);
         snprintf(url, sizeof(url), "file://%s/nope", w->top);
-        core_git_source missing = {.url = url};
+        core_git_source missing = {.local_roots = TEST_ROOTS, .url = url};
         err = NULL;
         assert_true(core_source_git_clone(&missing, w->dest, UID, GID, &err) < 0);
-        assert_non_null(strstr(err->message, "clone: "));
+        assert_non_null(strstr(err->message, "nope"));
         sb_error_free(err);
 
         core_git_source bad = {.url = "ext::sh -c touch% /tmp/p"};
@@ -743,7 +747,7 @@ static void test_git_clone_runs_as_sandbox_user_so_unreadable_repo_fails(void **
         sh("chmod 700 %s/src", w->top);
         char url[160];
         snprintf(url, sizeof(url), "file://%s/src", w->top);
-        core_git_source src = {.url = url};
+        core_git_source src = {.local_roots = TEST_ROOTS, .url = url};
         sb_error *err = NULL;
         assert_true(core_source_git_clone(&src, w->dest, UID, GID, &err) < 0);
         assert_non_null(err);
@@ -756,7 +760,7 @@ static void test_git_clone_offers_credentials_once_and_never_reports_them(void *
         http_start(&srv, w->tar);
         char url[128];
         snprintf(url, sizeof(url), "http://127.0.0.1:%d/auth/repo.git", srv.port);
-        core_git_source src = {.url = url, .username = "u", .password = "s3cret-token"};
+        core_git_source src = {.local_roots = TEST_ROOTS, .url = url, .username = "u", .password = "s3cret-token"};
         sb_error *err = NULL;
         int r = core_source_git_clone(&src, w->dest, UID, GID, &err);
         http_stop(&srv);
@@ -767,6 +771,108 @@ static void test_git_clone_offers_credentials_once_and_never_reports_them(void *
         assert_int_equal(srv.auth_requests, 2);
         assert_true(srv.saw_basic_auth);
         sb_error_free(err);
+}
+
+/* ---- local sources: localSourceRoots, symlinks, alternates ------------------ */
+
+static int clone_local(const world *w, const char *const *roots, const char *rel, sb_error **err) {
+        char url[200];
+        snprintf(url, sizeof(url), "file://%s/%s", w->top, rel);
+        core_git_source src = {.local_roots = roots, .url = url};
+        return core_source_git_clone(&src, w->dest, UID, GID, err);
+}
+
+static void assert_local_refused(int r, sb_error *err, int code, const char *says) {
+        assert_int_equal(r, code);
+        assert_non_null(err);
+        if (!strstr(err->message, says))
+                fail_msg("'%s' does not say '%s'", err->message, says);
+        sb_error_free(err);
+}
+
+/* `call` fills `err` (declared here): evaluated before the checks. */
+#define REFUSED(call, code, says)                                \
+        do {                                                     \
+                sb_error *err = NULL;                            \
+                int r_ = (call);                                 \
+                assert_local_refused(r_, err, code, says);       \
+        } while (0)
+
+static void test_local_sources_are_refused_outside_roots_and_by_default(void **state) {
+        world *w = *state;
+        make_repo(w);
+        REFUSED(clone_local(w, NULL, "src", &err), -EACCES, "localSourceRoots");
+        static const char *const other[] = {"/var/empty-root-of-nothing", NULL};
+        REFUSED(clone_local(w, other, "src", &err), -EACCES, "not under a directory listed");
+        write_tar(w->tar, ARCHIVE_FILTER_NONE, (member[]){{.name = "a", .type = AE_IFREG, .data = "a"}}, 1);
+        REFUSED(core_source_tarball_extract(w->tar, w->dest, UID, GID, CAP, NULL, &err), -EACCES, "localSourceRoots");
+        char dotdot[200];
+        snprintf(dotdot, sizeof(dotdot), "%s/../../etc/passwd", w->top);
+        REFUSED(core_source_tarball_extract(dotdot, w->dest, UID, GID, CAP, TEST_ROOTS, &err), -EINVAL, "'..'");
+}
+
+static void test_local_sources_through_a_symlink_are_refused(void **state) {
+        world *w = *state;
+        make_repo(w);
+        write_tar(w->tar, ARCHIVE_FILTER_NONE, (member[]){{.name = "a", .type = AE_IFREG, .data = "a"}}, 1);
+        sh("ln -s %s/src %s/link && ln -s %s %s/tar-link", w->top, w->top, w->tar, w->top);
+        REFUSED(clone_local(w, TEST_ROOTS, "link", &err), -ELOOP, "symlink");
+        char p[200];
+        snprintf(p, sizeof(p), "%s/tar-link", w->top);
+        REFUSED(core_source_tarball_extract(p, w->dest, UID, GID, CAP, TEST_ROOTS, &err), -ELOOP, "symlink");
+        /* A root that is itself reached through a symlink is refused too. */
+        snprintf(p, sizeof(p), "%s/link", w->top);
+        const char *const via_link[] = {p, NULL};
+        char url[240];
+        snprintf(url, sizeof(url), "file://%s/link", w->top);
+        core_git_source src = {.local_roots = via_link, .url = url};
+        REFUSED(core_source_git_clone(&src, w->dest, UID, GID, &err), -ELOOP, "symlink in its path");
+}
+
+/* Each link form a repository may use to make git read elsewhere. */
+static void test_local_repo_made_of_links_is_refused(void **state) {
+        world *w = *state;
+        make_repo(w);
+        static const struct {
+                const char *setup;
+                const char *says;
+        } cases[] = {
+                {"git clone -q --bare src b1 && rm -rf b1/objects && ln -s ../src/.git/objects b1/objects", "symlink"},
+                {"git clone -q --bare src b2 && rm -rf b2/refs && ln -s ../src/.git/refs b2/refs", "symlink"},
+                {"git clone -q --bare src b3 && rm b3/HEAD && ln -s ../src/.git/HEAD b3/HEAD", "symlink"},
+                {"git clone -q --bare src b4 && rm b4/config && ln -s ../src/.git/config b4/config", "symlink"},
+                {"git clone -q --bare src b5 && git -C b5 pack-refs --all && rm b5/packed-refs && "
+                 "ln -s ../src/.git/packed-refs b5/packed-refs", "symlink"},
+                {"git init -q --bare b6 && echo \"$PWD/src/.git/objects\" > b6/objects/info/alternates && "
+                 "cp src/.git/HEAD b6/ && cp -r src/.git/refs/heads b6/refs/", "alternates"},
+                {"git init -q --bare b7 && echo \"$PWD/src/.git/objects\" > b7/objects/info/http-alternates",
+                 "other object directories"},
+                {"mkdir b8 && echo \"gitdir: $PWD/src/.git\" > b8/.git", "pointing elsewhere"},
+                {"mkdir b9 && ln -s ../src/.git b9/.git", "symlink"},
+                {"git clone -q --bare src b10 && mkdir -p b10/info && ln -s /etc/passwd b10/info/alternates",
+                 "alternates"},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                sh("cd %s && %s", w->top, cases[i].setup);
+                char rel[8];
+                snprintf(rel, sizeof(rel), "b%zu", i + 1);
+                sb_error *err = NULL;
+                int r = clone_local(w, TEST_ROOTS, rel, &err);
+                if (r >= 0)
+                        fail_msg("case %s (%s) was cloned", rel, cases[i].setup);
+                assert_local_refused(r, err, -ELOOP, cases[i].says);
+                assert_int_equal(core_rm_rf(w->dest), 0);
+                assert_int_equal(mkdir(w->dest, 0755), 0);
+        }
+        /* The same bare clone without links clones, and names its origin. */
+        sh("cd %s && git clone -q --bare src plain", w->top);
+        sb_error *err = NULL;
+        if (clone_local(w, TEST_ROOTS, "plain", &err) < 0)
+                fail_msg("plain bare clone: %s", err ? err->message : "?");
+        char *s = read_at(w->dest, "a.txt");
+        assert_string_equal(s, "two\n");
+        free(s);
+        sh("git -C %s -c safe.directory='*' remote get-url origin | grep -qx 'file://%s/plain'", w->dest, w->top);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, world_setup, world_teardown)
@@ -799,6 +905,9 @@ int main(void) {
                 T(test_git_clone_unknown_revision_and_missing_repo_fail_with_message),
                 T(test_git_clone_runs_as_sandbox_user_so_unreadable_repo_fails),
                 T(test_git_clone_offers_credentials_once_and_never_reports_them),
+                T(test_local_sources_are_refused_outside_roots_and_by_default),
+                T(test_local_sources_through_a_symlink_are_refused),
+                T(test_local_repo_made_of_links_is_refused),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
