@@ -405,6 +405,11 @@ int snapshot_import_config(manager *m, const cJSON *file_config, bool take, cJSO
                 bool known = false;
                 for (size_t i = 0; i < ELEMENTSOF(import_config_keys); i++)
                         known = known || streq(it->string, import_config_keys[i]);
+                if (cJSON_GetObjectItem(file_config, it->string) != it)
+                        /* cJSON finds the first of equal (case-blind) keys:
+                         * one file must not show one value and apply another. */
+                        return sb_error_set(ret_err, -EINVAL, NULL, "config",
+                                            "snapshot.json: config.%s: key given more than once", it->string);
                 if (cJSON_IsNull(it) || streq(it->string, "runtime"))
                         continue;
                 if (streq(it->string, "userns") && cJSON_IsTrue(it))

@@ -250,7 +250,8 @@ def test_imported_config_with_config_true_is_validated_and_userns_only_strengthe
                            ({"networkPolicy": {"allow": ["www*.com"]}}, "config.networkPolicy.allow[0]"),
                            ({"ports": [0]}, "config.ports"),
                            ({"env": {"A=B": "x"}}, "config.env.A=B"),
-                           ({"userns": "no"}, "config.userns")):
+                           ({"userns": "no"}, "config.userns"),
+                           ({"env": {}, "Env": {"LD_PRELOAD": "x"}}, "config")):
             e = d.rpc("snapshot.import", {"path": _snapshot_file(world, bad, "bad"), "config": True}).get("error")
             expect(e is not None, "an import with", bad, "succeeded")
             expect_eq((e.get("data") or {}).get("field", "")[:len(field)], field, "field of the refused %s" % bad)
