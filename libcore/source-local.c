@@ -37,6 +37,9 @@
 #define REASON "source_failed"
 /* Directory depth of a git dir copy: refs/heads/a/b/... and objects/xx. */
 #define MAX_COPY_DEPTH 32
+/* Entries of a git dir copy: loose objects and refs of a big repository
+ * fit; an inode flood of empty files does not. */
+#define MAX_COPY_ENTRIES (1U << 20)
 
 static int openat2_resolve(int dirfd, const char *path, int flags, uint64_t resolve) {
         struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC), .resolve = resolve};
@@ -123,6 +126,7 @@ int source_local_open(const char *const *roots, const char *path, int flags, con
 
 typedef struct copy_ctx {
         uint64_t left;         /* bytes still allowed */
+        unsigned entries;      /* entries copied so far */
         sb_error **err;
 } copy_ctx;
 
@@ -222,6 +226,9 @@ static const char *const link_files[] = {"alternates", "http-alternates"};
 
 static int copy_entry(copy_ctx *c, int src_dir, int dst_dir, const char *name, const char *shown, unsigned depth) {
         struct stat st;
+        if (++c->entries > MAX_COPY_ENTRIES)
+                return sb_error_set(c->err, -EFBIG, REASON, "source.url",
+                                    "source.url: local repository has more than %u files", MAX_COPY_ENTRIES);
         if (fstatat(src_dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 return sb_error_set(c->err, negative_errno(), REASON, "source.url", "source.url: stat '%s': %m",
                                     shown);
