@@ -156,8 +156,18 @@ static int snapshots_transfer(ctl_globals *g, int argc, char **argv, bool config
                 ctl_print_json(res);
         else if (export)
                 printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "path")) ?: "?");
-        else
+        else {
                 printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "id")) ?: "?");
+                /* Said on stderr, so a script reading the id is not disturbed. */
+                cJSON *ignored = cJSON_GetObjectItem(res, "configIgnored"), *it;
+                if (cJSON_GetArraySize(ignored) > 0) {
+                        fputs("snapshots import: not taken from the file's config:", stderr);
+                        cJSON_ArrayForEach(it, ignored)
+                                fprintf(stderr, " %s", cJSON_GetStringValue(it) ?: "?");
+                        fputs(config ? "\n" : " (--config takes policy, env, ports, tags, timeout and resources)\n",
+                              stderr);
+                }
+        }
         cJSON_Delete(res);
         return 0;
 }

@@ -287,6 +287,8 @@ def test_cli_import_config_flag(world):
         for args, tags in (((), None), (("--config",), {"from": "file"})):
             code, out, err = world.ctl("snapshots", "import", path, *args)
             expect_eq(code, 0, "snapshots import %s (%s)" % (" ".join(args), err.strip()))
+            expect_eq(("tags" in err, "--config" in err), (not args, not args),
+                      "stderr says what was not taken and how to take it: %r" % err)
             snaps.append(out.strip())
             got = world.rpc_result("snapshot.get", {"id": snaps[-1]})
             expect_eq(got["config"].get("tags"), tags, "tags after snapshots import %s" % " ".join(args))
