@@ -280,14 +280,15 @@ static int http_fetch(const char *url, int fd, uint64_t max_bytes, sb_error **re
                             errbuf[0] ? errbuf : curl_easy_strerror(rc));
 }
 
-static int open_local(const char *path, const char *const *roots, uint64_t max_bytes, sb_error **ret_err) {
+static int open_local(const char *path, const char *field, const char *const *roots, uint64_t max_bytes,
+                      sb_error **ret_err) {
         /* O_PATH first: opening a FIFO would block the worker (and the name,
          * and shutdown) forever, and opening a device can have side effects.
          * Only once it is known to be a plain file is it opened for reading,
          * through the same inode. The file is read by host root, so only
          * under the operator's localSourceRoots, never through a symlink
          * (source-local.c). */
-        _cleanup_close_ int pfd = source_local_open(roots, path, O_PATH, "source.path", ret_err);
+        _cleanup_close_ int pfd = source_local_open(roots, path, O_PATH, field, ret_err);
         if (pfd < 0)
                 return pfd;
         struct stat st;
@@ -315,11 +316,11 @@ static int fetch_tarball(const char *location, const char *const *roots, uint64_
         if (r < 0)
                 return r;
         if (location[0] == '/')
-                return open_local(location, roots, max_bytes, ret_err);
+                return open_local(location, "source.path", roots, max_bytes, ret_err);
         if (starts_with_ci(location, "file://")) {
                 _cleanup_free_ char *path = NULL;
                 r = source_file_url_path(location, &path, ret_err);
-                return r < 0 ? r : open_local(path, roots, max_bytes, ret_err);
+                return r < 0 ? r : open_local(path, "source.url", roots, max_bytes, ret_err);
         }
         _cleanup_close_ int fd = open_anon_tmp();
         if (fd < 0)
