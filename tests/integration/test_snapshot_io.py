@@ -195,6 +195,7 @@ def test_imported_config_is_not_applied_without_config_and_never_turns_userns_of
         expect_eq(sb.get("ports"), [], "the file's ports are not applied")
         expect("LD_PRELOAD" not in (sb.get("env") or {}), "the file's env is not applied:", sb.get("env"))
         expect_eq(sb.get("tags"), {}, "the file's tags are not applied")
+        expect_eq(sb.get("timeout"), 300000, "the daemon's default timeout, not the file's")
         expect_eq(sh_ok(world, name, "echo \"[$LD_PRELOAD]\"; cat /marker"), "[]\nfrom-file\n",
                   "no LD_PRELOAD inside; the file's layer is there")
         expect_eq(r["config"], {}, "the imported snapshot carries no config")
@@ -241,6 +242,7 @@ def test_imported_config_with_config_true_is_validated_and_userns_only_strengthe
         expect_eq((sb.get("env"), sb.get("tags")), ({"LD_PRELOAD": "/nonexistent/evil.so"}, {"from": "file"}),
                   "the asked-for env and tags apply")
         expect_eq(sb.get("persistent"), False, "persistent never comes from a file")
+        expect_eq(sb.get("timeout"), 600000, "the asked-for timeout applies")
 
         # Limits and policies are checked as sandbox.create params are; a bad
         # one fails the whole import, naming the field, and leaves nothing.
