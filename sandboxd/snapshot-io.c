@@ -12,7 +12,9 @@
  * runs on a worker thread chrooted into the layers directory with
  * libarchive's SECURE_* checks, and setuid/setgid bits, device nodes other
  * than whiteouts and xattrs outside trusted.overlay.* and user.* are not
- * brought in. A failed import leaves no layer and no record behind. */
+ * brought in. A failed import leaves no layer and no record behind.
+ * snapshot.json's config is untrusted as well: what of it is kept, and how
+ * it is checked, is snapshot_import_config's (snapshot.c). */
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
