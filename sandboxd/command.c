@@ -492,8 +492,11 @@ static void method_run(rpc_request *req, void *userdata) {
                 cJSON_AddItemToArray(argv, cJSON_CreateString(it->valuestring));
         cJSON_AddItemToObject(op, "env", build_env(sb, p.env, p.sudo, p.tty));
         cJSON_AddStringToObject(op, "cwd", p.cwd);
-        cJSON_AddNumberToObject(op, "uid", p.sudo ? 0 : SANDBOX_UID);
-        cJSON_AddNumberToObject(op, "gid", p.sudo ? 0 : SANDBOX_GID);
+        uid_t uid;
+        gid_t gid;
+        userns_sandbox_user(sb, &uid, &gid);
+        cJSON_AddNumberToObject(op, "uid", p.sudo ? 0 : uid);
+        cJSON_AddNumberToObject(op, "gid", p.sudo ? 0 : gid);
         cJSON_AddBoolToObject(op, "tty", p.tty);
         cJSON_AddNumberToObject(op, "rows", (double)p.rows);
         cJSON_AddNumberToObject(op, "cols", (double)p.cols);

@@ -92,13 +92,16 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
                                     "create %s: %m", sb->dir);
         /* Sources are fetched as the sandbox user (libcore/source.h), which
          * must traverse to upper/workspace; nobody else may. */
-        if (chown(sb->dir, 0, SANDBOX_GID) < 0)
+        uid_t uid;
+        gid_t gid;
+        userns_sandbox_user(sb, &uid, &gid);
+        if (chown(sb->dir, 0, gid) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
         int r;
         if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
             (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
-        if (chown(ws, SANDBOX_UID, SANDBOX_GID) < 0)
+        if (chown(ws, uid, gid) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown workspace: %m");
         return 0;
 }
@@ -110,12 +113,15 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         if (asprintf(&ws, "%s/upper/workspace", j->sb->dir) < 0)
                 return -ENOMEM;
         int r;
+        uid_t uid;
+        gid_t gid;
+        userns_sandbox_user(j->sb, &uid, &gid);
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
                                      .username = j->username, .password = j->password};
-                r = core_source_git_clone(&g, ws, SANDBOX_UID, SANDBOX_GID, ret_err);
+                r = core_source_git_clone(&g, ws, uid, gid, ret_err);
         } else
-                r = core_source_tarball_extract(j->url, ws, SANDBOX_UID, SANDBOX_GID, j->m->cfg->max_source_bytes,
+                r = core_source_tarball_extract(j->url, ws, uid, gid, j->m->cfg->max_source_bytes,
                                                 ret_err);
         if (r < 0) {
                 sb_error_set(ret_err, r, "source_failed", NULL, "%s", strerror(-r));
@@ -290,6 +296,15 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddItemToObject(o, "env", cJSON_CreateObject());
         if (sb->userns_base)
                 cJSON_AddBoolToObject(o, "userns", true);
+        /* The sandbox user's ids inside (1000 with a user namespace, the
+         * sandboxd-user account without): init's fs operations and the
+         * `sandbox` entry of /etc/passwd and /etc/group follow them. */
+        uid_t uid;
+        gid_t gid;
+        userns_sandbox_user(sb, &uid, &gid);
+        cJSON *user = cJSON_AddObjectToObject(o, "user");
+        cJSON_AddNumberToObject(user, "uid", uid);
+        cJSON_AddNumberToObject(user, "gid", gid);
         return o;
 }
 
@@ -986,7 +1001,8 @@ int session_start(sandbox *sb, start_job *j) {
         manager *m = sb->m;
         /* Never a silent downgrade: a userns sandbox whose range could not
          * be kept (pool changed, host can no longer) gets one now or fails. */
-        if (sb->userns && !sb->userns_base) {
+        if (!sb->userns || !sb->userns_base) {
+                /* Without one: the sandbox user's account must still be usable. */
                 int ur = userns_assign(m, sb, &j->err);
                 if (ur < 0)
                         return ur;
