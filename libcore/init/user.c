@@ -12,6 +12,7 @@
  * instead of sending host root's write elsewhere (a /proc/<pid>/... file,
  * a read-only host bind); files are replaced by rename in the opened /etc,
  * never written through. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
@@ -26,6 +27,13 @@
 
 uid_t init_user_uid = SANDBOX_UID;
 gid_t init_user_gid = SANDBOX_GID;
+/* The other mode's ids of the sandbox user, whose files become this one's
+ * (setup "user"."remapFrom"), or (uid_t)-1. */
+static uid_t remap_uid = (uid_t)-1;
+static gid_t remap_gid = (gid_t)-1;
+
+/* Directory depth the remap walk follows; deeper trees keep their owners. */
+#define REMAP_MAX_DEPTH 128
 
 /* An account file bigger than this is not one a sandbox start should parse. */
 #define ACCOUNT_FILE_MAX (4u << 20)
@@ -207,6 +215,60 @@ static int own_dir(int rootfd, const char *path, sb_error **ret_err) {
         return 0;
 }
 
+/* Every entry below directory fd `dfd` (owned by the caller) on device
+ * `dev` owned by remap_uid/remap_gid is given to the sandbox user, links
+ * themselves and not their targets (AT_SYMLINK_NOFOLLOW), directories
+ * entered by O_NOFOLLOW fds only, other mounts not entered. */
+static int remap_tree(int dfd, dev_t dev, unsigned depth) {
+        if (depth > REMAP_MAX_DEPTH)
+                return 0;
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return negative_errno();
+        }
+        int r = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+                if (streq(e->d_name, ".") || streq(e->d_name, ".."))
+                        continue;
+                struct stat st;
+                if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != dev)
+                        continue;
+                uid_t u = st.st_uid == remap_uid ? init_user_uid : (uid_t)-1;
+                gid_t g = st.st_gid == remap_gid ? init_user_gid : (gid_t)-1;
+                if ((u != (uid_t)-1 || g != (gid_t)-1) &&
+                    fchownat(dirfd(d), e->d_name, u, g, AT_SYMLINK_NOFOLLOW) < 0 && r == 0)
+                        r = negative_errno();
+                if (!S_ISDIR(st.st_mode))
+                        continue;
+                int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub >= 0) {
+                        int r2 = remap_tree(sub, dev, depth + 1);
+                        if (r == 0)
+                                r = r2;
+                }
+        }
+        closedir(d);
+        return r;
+}
+
+static int remap_dir(int rootfd, const char *path, sb_error **ret_err) {
+        int fd = open_beneath(rootfd, path, O_RDONLY | O_DIRECTORY);
+        if (fd == -ENOENT)
+                return 0;
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+                int r = fd < 0 ? fd : negative_errno();
+                if (fd >= 0)
+                        close(fd);
+                return sb_error_set(ret_err, r, NULL, NULL, "/%s: %s", path, strerror(-r));
+        }
+        int r = remap_tree(fd, st.st_dev, 0);
+        return r < 0 ? sb_error_set(ret_err, r, NULL, NULL, "give the files under /%s to the sandbox user: %s", path,
+                                    strerror(-r))
+                     : 0;
+}
+
 /* The account files and directories beneath rootfd (the sandbox's /). */
 static int fix_tree(int rootfd, sb_error **ret_err) {
         int r;
@@ -229,6 +291,8 @@ static int fix_tree(int rootfd, sb_error **ret_err) {
                 r = own_dir(rootfd, "home/sandbox", ret_err);
         if (r >= 0)
                 r = own_dir(rootfd, "workspace", ret_err);
+        if (r >= 0 && remap_uid != (uid_t)-1 && (r = remap_dir(rootfd, "workspace", ret_err)) >= 0)
+                r = remap_dir(rootfd, "home/sandbox", ret_err);
         return r;
 }
 
@@ -245,6 +309,14 @@ int init_user_setup(const cJSON *setup, bool in_rootfs, sb_error **ret_err) {
                                             "setup: \"user\" must be {\"uid\": N, \"gid\": N}, ids from 1 to 4294967294");
                 init_user_uid = (uid_t)u->valuedouble;
                 init_user_gid = (gid_t)g->valuedouble;
+                const cJSON *from = cJSON_GetObjectItemCaseSensitive(user, "remapFrom");
+                u = cJSON_GetObjectItemCaseSensitive(from, "uid");
+                g = cJSON_GetObjectItemCaseSensitive(from, "gid");
+                if (cJSON_IsNumber(u) && cJSON_IsNumber(g) && u->valuedouble >= 1 && u->valuedouble <= 4294967294.0 &&
+                    g->valuedouble >= 1 && g->valuedouble <= 4294967294.0 && (uid_t)u->valuedouble != init_user_uid) {
+                        remap_uid = (uid_t)u->valuedouble;
+                        remap_gid = (gid_t)g->valuedouble;
+                }
         }
         if (!in_rootfs)
                 return 0;

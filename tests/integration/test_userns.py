@@ -62,7 +62,147 @@ def test_daemon_info_says_userns_works_here(world):
     u = info["capabilities"]["userns"]
     expect_eq((u.get("available"), u.get("mode")), (True, "idmapped-overlay"),
               "userns capability (%s)" % u.get("reason"))
-    expect_eq(u.get("default"), False, "user namespaces are off unless asked for")
+    mode = os.environ.get("SANDBOXD_TEST_USERNS")
+    expect_eq((u.get("default"), u.get("defaultFrom")),
+              (mode != "0", "host" if mode is None else "daemon.json"),
+              "the default in force and where it comes from")
+    uid, gid = W.plain_user()
+    expect_eq(u.get("plainUser"), {"name": "sandboxd-user", "available": True, "uid": uid, "gid": gid},
+              "the sandbox user's host account without a user namespace")
+
+
+def _without_suite_mode(fn):
+    """Runs fn() with SANDBOXD_TEST_USERNS unset, so a daemon started in it
+    gets no "userns" key from the world (the built-in default)."""
+    saved = os.environ.pop("SANDBOXD_TEST_USERNS", None)
+    try:
+        return fn()
+    finally:
+        if saved is not None:
+            os.environ["SANDBOXD_TEST_USERNS"] = saved
+
+
+def test_user_namespace_is_the_default_where_the_host_supports_it(world):
+    """No "userns" in daemon.json and no flag at create: the sandbox gets a
+    user namespace (its uid_map is a range, not the identity map)."""
+    world.stop_sandboxd()
+    d = _without_suite_mode(lambda: world.start_sandboxd({}, tag="unsdef"))
+    name = world.name("unsdef")
+    try:
+        u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+        expect_eq((u.get("default"), u.get("defaultFrom")), (True, "host"), "daemon.info without a userns key")
+        code, _o, err = d.ctl("create", "--name", name, "--deny-all")
+        expect_eq(code, 0, "create without flags (%s)" % err.strip())
+        sb = d.rpc_result("sandbox.get", {"name": name})
+        expect_eq(sb.get("userns"), True, "sandbox.get: userns")
+        code, out, err = d.ctl("exec", name, "--", "sh", "-c", "cat /proc/self/uid_map; id -u")
+        expect_eq(code, 0, "exec (%s)" % err.strip())
+        lines = out.split("\n")
+        expect(lines[0].split() != ["0", "0", "4294967295"], "the identity uid_map: no user namespace:", out)
+        expect_eq(lines[0].split(), ["0", str(sb["usernsRange"]["start"]), str(RANGE)], "uid_map inside")
+        expect_eq(lines[1], "1000", "the sandbox user inside")
+    finally:
+        d.ctl("rm", name)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def _sandbox_processes(init_pid):
+    """Host pids of the processes in the PID namespace of init_pid, init
+    excluded."""
+    ns = os.readlink("/proc/%d/ns/pid" % init_pid)
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == init_pid:
+            continue
+        try:
+            if os.readlink("/proc/%s/ns/pid" % p) == ns:
+                out.append(int(p))
+        except OSError:
+            continue
+    return out
+
+
+def _status_ids(pid):
+    """(Uid, Gid) lines of /proc/<pid>/status: real, effective, saved, fs."""
+    with open("/proc/%d/status" % pid) as f:
+        st = f.read()
+    field = lambda k: [int(x) for x in st.split("\n%s:" % k, 1)[1].split("\n", 1)[0].split()]
+    return field("Uid"), field("Gid")
+
+
+def test_without_userns_the_sandbox_user_is_the_system_account_not_host_uid_1000(world):
+    """"userns": false: commands run as the host's sandboxd-user account
+    (a system id), never host uid 1000 (the first person's account on most
+    machines): from the host, the sandbox's processes carry that uid as
+    real, effective, saved and fs uid, so RLIMIT_NPROC and the per-user
+    kernel counts charge sandboxd-user, not that person; its files on disk
+    are sandboxd-user's and host uid 1000 cannot read them."""
+    uid, gid = W.plain_user()
+    expect(uid != 1000 and 0 < uid < 1000 and 0 < gid < 1000, "sandboxd-user is a system account:", uid, gid)
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"userns": False}, tag="plain")
+    name = world.name("plainu")
+    try:
+        u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+        expect_eq((u.get("default"), u.get("defaultFrom")), (False, "daemon.json"), "daemon.info default")
+        code, _o, err = d.ctl("create", "--name", name, "--deny-all")
+        expect_eq(code, 0, "create (%s)" % err.strip())
+        expect_eq(d.rpc_result("sandbox.get", {"name": name}).get("userns"), False, "sandbox.get: userns")
+        code, out, err = d.ctl("exec", name, "--", "sh", "-c",
+                               "cat /proc/self/uid_map; id -u; id -g; id -un; grep ^sandbox: /etc/passwd /etc/group; "
+                               "stat -c %u:%g /home/sandbox /workspace; echo mine > /workspace/f")
+        expect_eq(code, 0, "exec (%s)" % err.strip())
+        lines = out.split("\n")
+        expect_eq(lines[0].split(), ["0", "0", "4294967295"], "uid_map: no user namespace")
+        expect_eq(lines[1:5], [str(uid), str(gid), "sandbox", "/etc/passwd:sandbox:x:%d:%d:sandbox:/home/sandbox:%s"
+                                % (uid, gid, lines[4].rsplit(":", 1)[-1])], "the sandbox user inside")
+        expect_eq(lines[5:8], ["/etc/group:sandbox:x:%d:" % gid, "%d:%d" % (uid, gid), "%d:%d" % (uid, gid)],
+                  "group entry, owners of $HOME and /workspace")
+        # Long-lived processes of the sandbox user, seen from the host.
+        code, out, err = d.ctl("exec", "--detach", name, "--", "sh", "-c", "sleep 300 & sleep 300 & wait")
+        expect_eq(code, 0, "start sleepers (%s)" % err.strip())
+        init = _init_pid_of(d, name)
+        W.World.wait_until(lambda: len(_sandbox_processes(init)) >= 3, 20, "the sandbox's sleepers")
+        for pid in _sandbox_processes(init):
+            try:
+                uids, gids = _status_ids(pid)
+            except (OSError, IndexError):
+                continue  # exited meanwhile
+            expect_eq(uids, [uid] * 4, "host uids of sandbox process %d (real, effective, saved, fs)" % pid)
+            expect_eq(gids, [gid] * 4, "host gids of sandbox process %d" % pid)
+            expect(1000 not in uids, "a sandbox process runs as host uid 1000")
+        st = os.stat(os.path.join(d.state_dir, "sandboxes", name, "upper", "workspace", "f"))
+        expect_eq((st.st_uid, st.st_gid), (uid, gid), "on-disk owner of the sandbox user's file")
+        p = subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat",
+                            os.path.join(d.state_dir, "sandboxes", name, "upper", "workspace", "f")],
+                           capture_output=True, text=True, timeout=30)
+        expect(p.returncode != 0 and "ermission denied" in p.stderr,
+               "host uid 1000 reads a plain sandbox's workspace:", p.returncode, p.stdout, p.stderr)
+    finally:
+        d.ctl("rm", name)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+    leaks.check(world, name)
+
+
+def _init_pid_of(d, name):
+    """The host pid of sandbox NAME's init under daemon d (its child running
+    sandbox-init whose hostname is NAME)."""
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                st = f.read()
+            if int(st[st.rindex(")") + 2:].split()[1]) != d.pid:
+                continue
+            with open("/proc/%s/root/etc/hostname" % p) as f:
+                if f.read().strip() == name:
+                    return int(p)
+        except (OSError, ValueError):
+            continue
+    raise AssertionError("no sandbox-init found for %s" % name)
 
 
 def test_userns_sandbox_runs_as_its_own_host_range(world):
@@ -184,7 +324,7 @@ def test_two_userns_sandboxes_get_disjoint_ranges_and_plain_ones_none(world):
     b = c = None
     try:
         b, _c, _o, _e = create(world, "unsb", "--deny-all", "--userns")
-        c, _c, _o, _e = create(world, "plain", "--deny-all")
+        c, _c, _o, _e = create(world, "plain", "--deny-all", "--no-userns")
         ra, rb = _range(world, a), _range(world, b)
         expect(abs(ra - rb) >= RANGE, "disjoint ranges:", ra, rb)
         sb, _c, _e = get(world, c)
@@ -252,7 +392,7 @@ def test_userns_sandbox_owns_its_namespace_and_per_user_kernel_quotas(world):
     b = c = holder = None
     try:
         b, _c, _o, _e = create(world, "unsinob", "--deny-all", "--userns")
-        c, _c, _o, _e = create(world, "inoplain", "--deny-all")
+        c, _c, _o, _e = create(world, "inoplain", "--deny-all", "--no-userns")
         ra, rb = _range(world, a), _range(world, b)
         expect_eq(_ns_owner(_init_pid(world, a)), ra, "owner of the first sandbox's user namespace")
         expect_eq(_ns_owner(_init_pid(world, b)), rb, "owner of the second sandbox's user namespace")
@@ -331,10 +471,14 @@ def test_userns_exec_cp_fork_and_snapshot_restore(world):
         expect_eq(sh_ok(world, restored, "stat -c %u /workspace/out.txt && touch /workspace/out.txt && echo ok"),
                   "1000\nok\n", "restored files, writable by the sandbox user")
         # The layers hold sandbox ids, so the same snapshot also restores
-        # into a sandbox without a user namespace.
-        code, _o, err = world.ctl("create", "--name", plain, "--deny-all", "--snapshot", snap)
+        # into a sandbox without a user namespace, whose sandbox user (the
+        # host's sandboxd-user) gets the files of the snapshot's.
+        code, _o, err = world.ctl("create", "--name", plain, "--deny-all", "--no-userns", "--snapshot", snap)
         expect_eq(code, 0, "restore into a plain sandbox (%s)" % err.strip())
-        expect_eq(sh_ok(world, plain, "stat -c %u /workspace/out.txt"), "1000\n", "owner in a plain restore")
+        expect_eq(sh_ok(world, plain, "stat -c %u:%g /workspace/out.txt /workspace; id -u; "
+                                      "echo more >> /workspace/out.txt && echo ok"),
+                  "%d:%d\n%d:%d\n%d\nok\n" % (W.plain_user() * 2 + W.plain_user()[:1]),
+                  "owners in a plain restore, writable by its sandbox user")
         # Export and import carry the same sandbox ids.
         path = os.path.join(tempfile.mkdtemp(), "snap.tar.zst")
         world.ctl("snapshots", "export", snap, path, check=True)
