@@ -306,10 +306,11 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddNumberToObject(user, "uid", uid);
         cJSON_AddNumberToObject(user, "gid", gid);
         /* Layers of a snapshot or fork may come from a sandbox of the other
-         * mode, whose sandbox user had the other ids: at the first start,
-         * init gives that user's files under /workspace and /home/sandbox
-         * to this one (libcore/init/init.h). */
-        if (j->fresh && cJSON_GetArraySize(sb->layers) > 0 && (!sb->userns || !m->plain_unavailable)) {
+         * mode, and a plain sandbox from before sandboxd-user has files of
+         * uid 1000: init gives that user's files under /workspace and
+         * /home/sandbox to this one when /home/sandbox says the layers are
+         * the other mode's (libcore/init/init.h). */
+        if (!sb->userns || !m->plain_unavailable) {
                 cJSON *from = cJSON_AddObjectToObject(user, "remapFrom");
                 cJSON_AddNumberToObject(from, "uid", sb->userns ? m->plain_uid : SANDBOX_UID);
                 cJSON_AddNumberToObject(from, "gid", sb->userns ? m->plain_gid : SANDBOX_GID);

@@ -134,6 +134,10 @@ extern gid_t init_user_gid;
  * the sandbox's tree), makes the `sandbox` entries of /etc/passwd and
  * /etc/group carry those ids (adding them when no entry holds the uid) and
  * the sandbox user own /home/sandbox and /workspace (not recursively).
+ * With "user"."remapFrom" {"uid", "gid"} (the other mode's ids of the
+ * sandbox user) and /home/sandbox owned by exactly those, the files under
+ * /workspace and /home/sandbox owned by them become the sandbox user's
+ * (a walk that follows no symlink and enters no other mount).
  * Paths are resolved beneath / with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
  * RESOLVE_NO_MAGICLINKS; a symlink on the way fails. Returns 0 or a
  * negative errno with *ret_err set. */

@@ -287,11 +287,21 @@ static int fix_tree(int rootfd, sb_error **ret_err) {
         snprintf(grp, sizeof(grp), "sandbox:x:%u:\n", (unsigned)init_user_gid);
         if (r >= 0)
                 r = fix_account_file(etcfd, "group", ids, 1, (unsigned)init_user_gid, grp, "root:x:0:\n", ret_err);
+        /* $HOME is the marker of the ids the layers carry: the runtime's is
+         * 1000's, and a start without a user namespace gives it to
+         * sandboxd-user in the upper layer (which snapshots and forks
+         * copy), so an owner of exactly the other mode's ids means a
+         * snapshot, fork or sandbox of the other mode (or of a version
+         * before sandboxd-user). Only then is the tree walked. */
+        bool remap = false;
+        struct stat st;
+        if (r >= 0 && remap_uid != (uid_t)-1 && fstatat(rootfd, "home/sandbox", &st, AT_SYMLINK_NOFOLLOW) == 0)
+                remap = S_ISDIR(st.st_mode) && st.st_uid == remap_uid && st.st_gid == remap_gid;
         if (r >= 0)
                 r = own_dir(rootfd, "home/sandbox", ret_err);
         if (r >= 0)
                 r = own_dir(rootfd, "workspace", ret_err);
-        if (r >= 0 && remap_uid != (uid_t)-1 && (r = remap_dir(rootfd, "workspace", ret_err)) >= 0)
+        if (r >= 0 && remap && (r = remap_dir(rootfd, "workspace", ret_err)) >= 0)
                 r = remap_dir(rootfd, "home/sandbox", ret_err);
         return r;
 }

@@ -135,11 +135,63 @@ static void test_symlinks_fail_and_write_nothing_through(void **state) {
         assert_int_equal(rename(moved, etc), 0);
 }
 
+static void own(const char *rel, uid_t u, gid_t g) {
+        assert_int_equal(fchownat(rootfd, rel, u, g, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+static void assert_owner(const char *rel, uid_t u, gid_t g) {
+        struct stat st;
+        assert_int_equal(fstatat(rootfd, rel, &st, AT_SYMLINK_NOFOLLOW), 0);
+        assert_int_equal(st.st_uid, u);
+        assert_int_equal(st.st_gid, g);
+}
+
+static void test_files_of_the_other_modes_user_are_given_to_this_one(void **state) {
+        init_user_uid = 995;
+        init_user_gid = 994;
+        remap_uid = 1000;
+        remap_gid = 1000;
+        put("etc/passwd", "sandbox:x:1000:1000::/home/sandbox:/bin/sh\n");
+        put("etc/group", "sandbox:x:1000:\n");
+        char p[256];
+        snprintf(p, sizeof(p), "%s/workspace", root);
+        mkdir(p, 0755);
+        snprintf(p, sizeof(p), "%s/workspace/d", root);
+        mkdir(p, 0755);
+        put("workspace/d/f", "x");
+        put("workspace/root-file", "x");
+        put("outside", "x");
+        snprintf(p, sizeof(p), "%s/workspace/link", root);
+        unlink(p);
+        assert_int_equal(symlink("/outside", p), 0);
+        own("home/sandbox", 1000, 1000);
+        own("workspace", 1000, 1000);
+        own("workspace/d", 1000, 1000);
+        own("workspace/d/f", 1000, 1000);
+        own("workspace/link", 1000, 1000);
+        own("workspace/root-file", 0, 0);
+        own("outside", 1000, 1000);
+        sb_error *e = NULL;
+        assert_int_equal(fix_tree(rootfd, &e), 0);
+        assert_owner("workspace/d", 995, 994);
+        assert_owner("workspace/d/f", 995, 994);
+        assert_owner("workspace/link", 995, 994);
+        assert_owner("workspace/root-file", 0, 0);
+        assert_owner("outside", 1000, 1000); /* the link's target is not followed */
+        /* $HOME already this mode's: no walk, other files keep their owner. */
+        own("workspace/d/f", 1000, 1000);
+        assert_int_equal(fix_tree(rootfd, &e), 0);
+        assert_owner("workspace/d/f", 1000, 1000);
+        remap_uid = (uid_t)-1;
+        remap_gid = (gid_t)-1;
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_sandbox_entries_take_the_ids_and_keep_the_rest),
                 cmocka_unit_test(test_an_image_user_at_the_id_is_kept_and_a_missing_one_added),
                 cmocka_unit_test(test_symlinks_fail_and_write_nothing_through),
+                cmocka_unit_test(test_files_of_the_other_modes_user_are_given_to_this_one),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
