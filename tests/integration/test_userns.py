@@ -107,6 +107,45 @@ def test_user_namespace_is_the_default_where_the_host_supports_it(world):
         world.start_sandboxd()
 
 
+def test_a_host_without_idmapped_mounts_falls_back_to_no_user_namespace_with_a_log_line(world):
+    """State on a filesystem without idmapped mounts (ramfs): without a
+    "userns" key the daemon starts, says in its log and in daemon.info that
+    the default fell back and why, and refuses --userns sandboxes naming the
+    reason; "userns": true there stops the start (fail closed)."""
+    world.stop_sandboxd()
+    mnt = tempfile.mkdtemp(dir=world.tmp)
+    subprocess.run(["mount", "-t", "ramfs", "-o", "mode=0755", "ramfs", mnt], check=True)
+    try:
+        d = _without_suite_mode(lambda: world.add_sandboxd({}, tag="unsfb", state_dir=os.path.join(mnt, "s1")))
+        try:
+            d.start()
+            u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+            expect_eq((u.get("available"), u.get("default"), u.get("defaultFrom")), (False, False, "fallback"),
+                      "daemon.info on a host that cannot")
+            expect("idmapped mount" in u.get("reason", ""), "the reason names idmapped mounts:", u.get("reason"))
+            expect("user namespaces unavailable here" in d.log_tail(40) and "sandboxes run without one" in
+                   d.log_tail(40), "the log says the default fell back:", d.log_tail(10))
+            msg = d.rpc("sandbox.create", {"name": world.name("fbu"), "userns": True, "networkPolicy": "deny-all"})
+            err = msg.get("error") or {}
+            expect_eq((err.get("data") or {}).get("reason"), "unavailable", "create --userns there: %s" % err)
+            expect("idmapped mount" in err.get("message", ""), "the error says why:", err)
+        finally:
+            world.stop_sandboxd(d)
+        d = world.add_sandboxd({"userns": True}, tag="unsfbt", state_dir=os.path.join(mnt, "s2"))
+        started = False
+        try:
+            d.start()
+            started = True
+        except Exception as e:  # WorldError: sandboxd exited at start
+            expect("userns" in str(e), "the start failure names userns:", str(e)[-400:])
+        finally:
+            world.stop_sandboxd(d)
+        expect(not started, "sandboxd started with userns true where the host cannot")
+    finally:
+        subprocess.run(["umount", mnt], check=False)
+        world.start_sandboxd()
+
+
 def _sandbox_processes(init_pid):
     """Host pids of the processes in the PID namespace of init_pid, init
     excluded."""
@@ -496,6 +535,42 @@ def test_userns_exec_cp_fork_and_snapshot_restore(world):
             if s_:
                 world.ctl("snapshots", "rm", s_)
     for n in (src, fork, restored, plain, reimported):
+        leaks.check(world, n)
+
+
+def test_a_plain_snapshot_and_fork_restore_with_a_user_namespace_owned_by_its_sandbox_user(world):
+    """The layers of a sandbox without a user namespace hold sandboxd-user's
+    ids; restored or forked with one, the sandbox user (uid 1000 inside)
+    owns and can write those files; elsewhere owners are kept."""
+    uid, gid = W.plain_user()
+    src, _c, _o, _e = create(world, "plsrc", "--deny-all", "--no-userns")
+    restored, fork = world.name("plrest"), world.name("plfork")
+    snap = None
+    try:
+        sh_ok(world, src, "mkdir -p /workspace/d && echo mine > /workspace/d/f && echo h > $HOME/h")
+        sh_ok(world, src, "echo r > /workspace/root-made", "--sudo")
+        expect_eq(sh_ok(world, src, "stat -c %u:%g /workspace/d/f /home/sandbox"),
+                  "%d:%d\n%d:%d\n" % (uid, gid, uid, gid), "owners in the plain source")
+        code, out, err = world.ctl("snapshot", src)
+        expect_eq(code, 0, "snapshot (%s)" % err.strip())
+        snap = out.strip()
+        code, _o, err = world.ctl("create", "--name", restored, "--deny-all", "--userns", "--snapshot", snap)
+        expect_eq(code, 0, "restore with a user namespace (%s)" % err.strip())
+        r = world.rpc("sandbox.fork", {"sourceSandbox": src, "name": fork, "overrides": {"userns": True}},
+                      timeout=180)
+        expect("error" not in r, "fork with a user namespace:", r)
+        for n in (restored, fork):
+            expect_eq(world.rpc_result("sandbox.get", {"name": n}).get("userns"), True, "%s has userns" % n)
+            expect_eq(sh_ok(world, n, "stat -c %u:%g /workspace/d/f /workspace/d $HOME/h /home/sandbox "
+                                      "/workspace/root-made; echo more >> /workspace/d/f && echo ok"),
+                      "1000:1000\n1000:1000\n1000:1000\n1000:1000\n0:0\nok\n",
+                      "owners in %s, writable by its sandbox user" % n)
+    finally:
+        for n in (src, restored, fork):
+            delete(world, n)
+        if snap:
+            world.ctl("snapshots", "rm", snap)
+    for n in (src, restored, fork):
         leaks.check(world, n)
 
 
