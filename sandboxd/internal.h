@@ -274,8 +274,10 @@ int userns_manager_init(manager *m, sb_error **ret_err);
 #define SANDBOXD_PLAIN_USER "sandboxd-user"
 /* The ids of sb's sandbox user inside the sandbox, which are also the ids
  * its files carry in the layers: SANDBOX_UID/GID (1000) with a user
- * namespace, m->plain_uid/gid without. */
-void userns_sandbox_user(const sandbox *sb, uid_t *ret_uid, gid_t *ret_gid);
+ * namespace, m->plain_uid/gid without. Returns 0, or -EOPNOTSUPP (outputs
+ * untouched) without a user namespace when that account is unusable
+ * (m->plain_unavailable says why). */
+int userns_sandbox_user(const sandbox *sb, uid_t *ret_uid, gid_t *ret_gid);
 /* Gives sb (sb->userns set) the lowest free host id range of the pool, or
  * clears sb->userns_base without userns (checking that the plain sandbox
  * user's account is usable). Errors: unavailable (host, account),

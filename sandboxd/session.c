@@ -94,7 +94,9 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
          * must traverse to upper/workspace; nobody else may. */
         uid_t uid;
         gid_t gid;
-        userns_sandbox_user(sb, &uid, &gid);
+        if (userns_sandbox_user(sb, &uid, &gid) < 0)
+                return sb_error_set(ret_err, -EOPNOTSUPP, "unavailable", "userns", "no sandbox user: %s",
+                                    j->m->plain_unavailable);
         if (chown(sb->dir, 0, gid) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
         int r;
@@ -115,7 +117,9 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         int r;
         uid_t uid;
         gid_t gid;
-        userns_sandbox_user(j->sb, &uid, &gid);
+        if (userns_sandbox_user(j->sb, &uid, &gid) < 0)
+                return sb_error_set(ret_err, -EOPNOTSUPP, "unavailable", "userns", "no sandbox user: %s",
+                                    j->m->plain_unavailable);
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
                                      .username = j->username, .password = j->password};
@@ -299,9 +303,11 @@ static cJSON *setup_packet(start_job *j) {
         /* The sandbox user's ids inside (1000 with a user namespace, the
          * sandboxd-user account without): init's fs operations and the
          * `sandbox` entry of /etc/passwd and /etc/group follow them. */
-        uid_t uid;
-        gid_t gid;
-        userns_sandbox_user(sb, &uid, &gid);
+        uid_t uid = 0;
+        gid_t gid = 0;
+        /* Without an account init refuses ids 0 (fail closed); session_start
+         * refuses such a sandbox before it gets here. */
+        (void)userns_sandbox_user(sb, &uid, &gid);
         cJSON *user = cJSON_AddObjectToObject(o, "user");
         cJSON_AddNumberToObject(user, "uid", uid);
         cJSON_AddNumberToObject(user, "gid", gid);

@@ -63,9 +63,12 @@ static int plain_user_lookup(manager *m) {
         return r < 0 ? -ENOMEM : 0;
 }
 
-void userns_sandbox_user(const sandbox *sb, uid_t *ret_uid, gid_t *ret_gid) {
+int userns_sandbox_user(const sandbox *sb, uid_t *ret_uid, gid_t *ret_gid) {
+        if (!sb->userns && sb->m->plain_unavailable)
+                return -EOPNOTSUPP;
         *ret_uid = sb->userns ? SANDBOX_UID : sb->m->plain_uid;
         *ret_gid = sb->userns ? SANDBOX_GID : sb->m->plain_gid;
+        return 0;
 }
 
 /* ---- start-up ---------------------------------------------------------------- */

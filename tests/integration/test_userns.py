@@ -225,6 +225,42 @@ def test_without_userns_the_sandbox_user_is_the_system_account_not_host_uid_1000
     leaks.check(world, name)
 
 
+def test_without_the_sandboxd_user_account_plain_sandboxes_are_refused_naming_the_fix(world):
+    """A host without the sandboxd-user account (its /etc/passwd and
+    /etc/group as the daemon sees them lack it): the daemon starts, says so
+    in daemon.info, and refuses sandboxes without a user namespace with an
+    error naming the account and how to create it, never falling back to
+    some other id; user-namespace sandboxes still work."""
+    world.stop_sandboxd()
+    tmp = tempfile.mkdtemp(dir=world.tmp)
+    for f in ("passwd", "group"):
+        with open("/etc/" + f) as src, open(os.path.join(tmp, f), "w") as dst:
+            dst.writelines(l for l in src if not l.startswith("sandboxd-user:"))
+    d = world.add_sandboxd({"userns": False}, tag="noacct")
+    d.binds = [(os.path.join(tmp, "passwd"), "/etc/passwd"), (os.path.join(tmp, "group"), "/etc/group")]
+    name, uname = world.name("noacct"), world.name("noacctu")
+    try:
+        d.start()
+        p = d.rpc_result("daemon.info")["capabilities"]["userns"]["plainUser"]
+        expect_eq((p.get("name"), p.get("available"), p.get("uid")), ("sandboxd-user", False, None),
+                  "daemon.info plainUser")
+        expect("does not exist" in p.get("reason", ""), "the reason:", p)
+        msg = d.rpc("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+        err = msg.get("error") or {}
+        expect_eq(((err.get("data") or {}).get("reason"), (err.get("data") or {}).get("field")),
+                  ("unavailable", "userns"), "create without a user namespace: %s" % err)
+        expect("sandboxd-user" in err.get("message", "") and "systemd-sysusers" in err.get("message", ""),
+               "the error names the account and the fix:", err)
+        code, _o, err2 = d.ctl("create", "--name", uname, "--deny-all", "--userns")
+        expect_eq(code, 0, "a user-namespace sandbox there (%s)" % err2.strip())
+        code, out, _e = d.ctl("exec", uname, "--", "id", "-u")
+        expect_eq((code, out), (0, "1000\n"), "its sandbox user")
+    finally:
+        d.ctl("rm", uname)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
 def _init_pid_of(d, name):
     """The host pid of sandbox NAME's init under daemon d (its child running
     sandbox-init whose hostname is NAME)."""

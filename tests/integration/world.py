@@ -23,6 +23,7 @@ import json
 import os
 import pwd
 import secrets
+import shlex
 import select
 import shutil
 import signal
@@ -311,6 +312,9 @@ class Daemon:
         self.config = config
         self.proc = None
         self.pid = None
+        # (src, dst) host files bound over dst in the daemon's own mount
+        # namespace only (e.g. an /etc/passwd without some account).
+        self.binds = []
 
     def start(self, deadline_s=20.0):
         # Not `ip netns exec`: it remounts /sys, which hides the cgroup
@@ -320,7 +324,9 @@ class Daemon:
         resolv = os.path.join(self.world.etc_netns, "resolv.conf")
         argv = ["nsenter", "--net=/run/netns/" + self.netns, "--",
                 "unshare", "--mount", "--propagation", "slave", "--",
-                "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolv,
+                "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && ' +
+                "".join("mount --bind %s %s && " % (shlex.quote(s), shlex.quote(d)) for s, d in self.binds) +
+                'exec "$@"', resolv,
                 SANDBOXD, "--socket", self.socket, "--state-dir", self.state_dir,
                 "--run-dir", self.run_dir]
         config = self.config
