@@ -116,9 +116,9 @@ def test_a_host_without_idmapped_mounts_falls_back_to_no_user_namespace_with_a_l
     mnt = tempfile.mkdtemp(dir=world.tmp)
     subprocess.run(["mount", "-t", "ramfs", "-o", "mode=0755", "ramfs", mnt], check=True)
     try:
-        d = _without_suite_mode(lambda: world.add_sandboxd({}, tag="unsfb", state_dir=os.path.join(mnt, "s1")))
+        d = world.add_sandboxd({}, tag="unsfb", state_dir=os.path.join(mnt, "s1"))
         try:
-            d.start()
+            _without_suite_mode(d.start)
             u = d.rpc_result("daemon.info")["capabilities"]["userns"]
             expect_eq((u.get("available"), u.get("default"), u.get("defaultFrom")), (False, False, "fallback"),
                       "daemon.info on a host that cannot")
