@@ -460,6 +460,16 @@ static void method_run(rpc_request *req, void *userdata) {
         sandbox *sb = sandbox_require_running(req, m, "sandbox", method_run);
         if (!sb)
                 return;
+        uid_t uid;
+        gid_t gid;
+        /* Fail closed: never run the sandbox user's command as some other
+         * id (a session re-adopted after the account went away). */
+        if (!p.sudo && userns_sandbox_user(sb, &uid, &gid) < 0) {
+                rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "userns",
+                                "sandbox '%s' has no user namespace and no sandbox user: %s", sb->name,
+                                m->plain_unavailable);
+                return;
+        }
         session *s = sb->sess;
         command *c = calloc(1, sizeof(*c));
         c->sb = sb;
@@ -492,8 +502,8 @@ static void method_run(rpc_request *req, void *userdata) {
                 cJSON_AddItemToArray(argv, cJSON_CreateString(it->valuestring));
         cJSON_AddItemToObject(op, "env", build_env(sb, p.env, p.sudo, p.tty));
         cJSON_AddStringToObject(op, "cwd", p.cwd);
-        cJSON_AddNumberToObject(op, "uid", p.sudo ? 0 : SANDBOX_UID);
-        cJSON_AddNumberToObject(op, "gid", p.sudo ? 0 : SANDBOX_GID);
+        cJSON_AddNumberToObject(op, "uid", p.sudo ? 0 : uid);
+        cJSON_AddNumberToObject(op, "gid", p.sudo ? 0 : gid);
         cJSON_AddBoolToObject(op, "tty", p.tty);
         cJSON_AddNumberToObject(op, "rows", (double)p.rows);
         cJSON_AddNumberToObject(op, "cols", (double)p.cols);

@@ -121,6 +121,7 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .network_pool = xstrdup("10.201.0.0/16"),
                 .init_path = default_init_path(),
                 .bootstrap_timeout_ms = 1800000,
+                .userns = true,
                 .userns_base = 100000000,
                 .userns_size = 4096 * 65536ULL,
         };
@@ -347,8 +348,11 @@ int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err
                 r = validate(cfg, root, ret_err);
         if (r == 0) {
                 const cJSON *v;
-                cJSON_ArrayForEach(v, root)
+                cJSON_ArrayForEach(v, root) {
                         apply(cfg, find_key(v->string), v);
+                        if (streq(v->string, "userns"))
+                                cfg->userns_set = true;
+                }
         }
         cJSON_Delete(root);
         return r;

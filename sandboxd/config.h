@@ -24,7 +24,9 @@ typedef struct daemon_config {
         char *init_path;            /* "initPath", default: sandbox-init beside the sandboxd binary, else LIBEXECDIR */
         char *runtime_cache;        /* "runtimeCache", debootstrap trees by suite and mirror; NULL: <stateDir>/cache/debootstrap */
         uint64_t bootstrap_timeout_ms; /* "bootstrapTimeoutMs", default 1800000 (30 min) per debootstrap run */
-        bool userns;                /* "userns", default false: sandboxes without "userns" get this */
+        bool userns;                /* "userns", default true where the host supports it: sandboxes
+                                       without "userns" get this */
+        bool userns_set;            /* daemon.json named "userns" (else the host decides, userns.c) */
         uint64_t userns_base;       /* "usernsBase", default 100000000: first host id of the pool */
         uint64_t userns_size;       /* "usernsSize", default 268435456 (4096 sandboxes of 65536 ids) */
         char *proxy_upstream_ca;    /* "proxyUpstreamCA", PEM roots the egress proxy trusts for upstreams

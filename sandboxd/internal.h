@@ -235,6 +235,11 @@ struct manager {
         unsigned n_slots;
         bool have_nft;
         char *userns_unavailable; /* why user-namespace sandboxes cannot run here, or NULL */
+        bool userns_default;      /* sandboxes that do not say get a user namespace (userns.c) */
+        const char *userns_default_from; /* "daemon.json", "host" or "fallback" (static) */
+        uid_t plain_uid;          /* host account of the sandbox user without a user namespace */
+        gid_t plain_gid;
+        char *plain_unavailable;  /* why that account cannot be used, or NULL */
         sandbox *sandboxes;
         command *commands;
         unsigned n_commands;
@@ -257,11 +262,25 @@ void reply_not_found(rpc_request *req, const char *what, const char *name);
 /* userns.c */
 /* Start-up: checks the pool against host accounts and subordinate ids and
  * probes idmapped overlays under the state directory. Fails only when
- * daemon.json makes userns the default and the host cannot do it; else
- * records the reason in m->userns_unavailable. */
+ * daemon.json says "userns": true and the host cannot do it; else records
+ * the reason in m->userns_unavailable. Sets m->userns_default: daemon.json's
+ * "userns" when given, else on wherever the host can (off, with a log line,
+ * where it cannot). Looks up the host account SANDBOXD_PLAIN_USER for
+ * sandboxes without a user namespace (m->plain_uid/gid, or the reason it
+ * cannot be used in m->plain_unavailable: such sandboxes are then refused). */
 int userns_manager_init(manager *m, sb_error **ret_err);
+/* The system account that is the sandbox user of sandboxes without a user
+ * namespace (created by systemd-sysusers from systemd/sandboxd.sysusers). */
+#define SANDBOXD_PLAIN_USER "sandboxd-user"
+/* The ids of sb's sandbox user inside the sandbox, which are also the ids
+ * its files carry in the layers: SANDBOX_UID/GID (1000) with a user
+ * namespace, m->plain_uid/gid without. Returns 0, or -EOPNOTSUPP (outputs
+ * untouched) without a user namespace when that account is unusable
+ * (m->plain_unavailable says why). */
+int userns_sandbox_user(const sandbox *sb, uid_t *ret_uid, gid_t *ret_gid);
 /* Gives sb (sb->userns set) the lowest free host id range of the pool, or
- * clears sb->userns_base without userns. Errors: unavailable (host),
+ * clears sb->userns_base without userns (checking that the plain sandbox
+ * user's account is usable). Errors: unavailable (host, account),
  * limit_exceeded (pool full). */
 int userns_assign(manager *m, sandbox *sb, sb_error **ret_err);
 /* From config.json: "userns" and "usernsRange".start, re-assigned when the
@@ -270,7 +289,7 @@ void userns_load(manager *m, sandbox *sb, const cJSON *conf);
 /* Adds "userns" (bool) and, with a range, "usernsRange" {start, count}. */
 void userns_to_json(const sandbox *sb, cJSON *o);
 /* daemon.info capabilities.userns: {available, mode, reason?, default,
- * poolStart, poolRanges}. */
+ * defaultFrom, poolStart, poolRanges, plainUser}. */
 void userns_info(const manager *m, cJSON *cap);
 
 /* sandbox.c */

@@ -509,6 +509,7 @@ void manager_free(manager *m) {
         free(m->runtimes_dir);
         free(m->host_runtime);
         free(m->userns_unavailable);
+        free(m->plain_unavailable);
         cJSON_Delete(m->runtime_jobs);
         free(m->run_sandboxes_dir);
         sd_event_source_disable_unref(m->nflog_src);

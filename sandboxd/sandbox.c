@@ -376,7 +376,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         const char *name = NULL, *runtime = NULL;
         int64_t timeout = (int64_t)cfg->default_timeout_ms;
         bool persistent = false;
-        bool userns = cfg->userns;  /* absent: the daemon's default */
+        bool userns = m->userns_default;  /* absent: the daemon's default */
         cJSON *policy = NULL, *src = NULL, *res = NULL, *ports = NULL;
         int r;
         if ((r = rpc_param_string(req, "name", false, &name, ret_err)) < 0 ||

@@ -92,13 +92,18 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
                                     "create %s: %m", sb->dir);
         /* Sources are fetched as the sandbox user (libcore/source.h), which
          * must traverse to upper/workspace; nobody else may. */
-        if (chown(sb->dir, 0, SANDBOX_GID) < 0)
+        uid_t uid;
+        gid_t gid;
+        if (userns_sandbox_user(sb, &uid, &gid) < 0)
+                return sb_error_set(ret_err, -EOPNOTSUPP, "unavailable", "userns", "no sandbox user: %s",
+                                    j->m->plain_unavailable);
+        if (chown(sb->dir, 0, gid) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
         int r;
         if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
             (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
-        if (chown(ws, SANDBOX_UID, SANDBOX_GID) < 0)
+        if (chown(ws, uid, gid) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown workspace: %m");
         return 0;
 }
@@ -110,14 +115,19 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         if (asprintf(&ws, "%s/upper/workspace", j->sb->dir) < 0)
                 return -ENOMEM;
         int r;
+        uid_t uid;
+        gid_t gid;
+        if (userns_sandbox_user(j->sb, &uid, &gid) < 0)
+                return sb_error_set(ret_err, -EOPNOTSUPP, "unavailable", "userns", "no sandbox user: %s",
+                                    j->m->plain_unavailable);
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
                                      .username = j->username, .password = j->password,
                                      .local_roots = (const char *const *)j->m->cfg->local_source_roots,
                                      .max_local_bytes = j->m->cfg->max_source_bytes};
-                r = core_source_git_clone(&g, ws, SANDBOX_UID, SANDBOX_GID, ret_err);
+                r = core_source_git_clone(&g, ws, uid, gid, ret_err);
         } else
-                r = core_source_tarball_extract(j->url, ws, SANDBOX_UID, SANDBOX_GID, j->m->cfg->max_source_bytes,
+                r = core_source_tarball_extract(j->url, ws, uid, gid, j->m->cfg->max_source_bytes,
                                                 (const char *const *)j->m->cfg->local_source_roots, ret_err);
         if (r < 0) {
                 sb_error_set(ret_err, r, "source_failed", NULL, "%s", strerror(-r));
@@ -292,6 +302,27 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddItemToObject(o, "env", cJSON_CreateObject());
         if (sb->userns_base)
                 cJSON_AddBoolToObject(o, "userns", true);
+        /* The sandbox user's ids inside (1000 with a user namespace, the
+         * sandboxd-user account without): init's fs operations and the
+         * `sandbox` entry of /etc/passwd and /etc/group follow them. */
+        uid_t uid = 0;
+        gid_t gid = 0;
+        /* Without an account init refuses ids 0 (fail closed); session_start
+         * refuses such a sandbox before it gets here. */
+        (void)userns_sandbox_user(sb, &uid, &gid);
+        cJSON *user = cJSON_AddObjectToObject(o, "user");
+        cJSON_AddNumberToObject(user, "uid", uid);
+        cJSON_AddNumberToObject(user, "gid", gid);
+        /* Layers of a snapshot or fork may come from a sandbox of the other
+         * mode, and a plain sandbox from before sandboxd-user has files of
+         * uid 1000: init gives that user's files under /workspace and
+         * /home/sandbox to this one when /home/sandbox says the layers are
+         * the other mode's (libcore/init/init.h). */
+        if (!sb->userns || !m->plain_unavailable) {
+                cJSON *from = cJSON_AddObjectToObject(user, "remapFrom");
+                cJSON_AddNumberToObject(from, "uid", sb->userns ? m->plain_uid : SANDBOX_UID);
+                cJSON_AddNumberToObject(from, "gid", sb->userns ? m->plain_gid : SANDBOX_GID);
+        }
         return o;
 }
 
@@ -988,7 +1019,8 @@ int session_start(sandbox *sb, start_job *j) {
         manager *m = sb->m;
         /* Never a silent downgrade: a userns sandbox whose range could not
          * be kept (pool changed, host can no longer) gets one now or fails. */
-        if (sb->userns && !sb->userns_base) {
+        if (!sb->userns || !sb->userns_base) {
+                /* Without one: the sandbox user's account must still be usable. */
                 int ur = userns_assign(m, sb, &j->err);
                 if (ur < 0)
                         return ur;

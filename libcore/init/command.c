@@ -295,8 +295,8 @@ static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
         s->cwd_given = cJSON_IsString(cwd) && *cwd->valuestring;
         s->cwd = s->cwd_given ? cwd->valuestring : INIT_WORKSPACE;
         s->meta = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "meta"));
-        if (num_field(req, "uid", 0, 4294967294.0, SANDBOX_UID, &uid) < 0 ||
-            num_field(req, "gid", 0, 4294967294.0, SANDBOX_GID, &gid) < 0)
+        if (num_field(req, "uid", 0, 4294967294.0, init_user_uid, &uid) < 0 ||
+            num_field(req, "gid", 0, 4294967294.0, init_user_gid, &gid) < 0)
                 return "run: \"uid\" and \"gid\" must be integers";
         if (num_field(req, "rows", 1, 65535, 24, &rows) < 0 || num_field(req, "cols", 1, 65535, 80, &cols) < 0)
                 return "run: \"rows\" and \"cols\" must be integers from 1 to 65535";

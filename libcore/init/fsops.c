@@ -424,8 +424,8 @@ int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, 
          * the fsuid from 0 drops CAP_DAC_OVERRIDE and the other file
          * capabilities for the call (capabilities(7)); back to 0 restores
          * them. */
-        uid_t old_gid = (uid_t)setfsgid(SANDBOX_GID);
-        uid_t old_uid = (uid_t)setfsuid(SANDBOX_UID);
+        uid_t old_gid = (uid_t)setfsgid(init_user_gid);
+        uid_t old_uid = (uid_t)setfsuid(init_user_uid);
         cJSON *result = NULL;
         int r = dispatch(action, path, req, &result);
         (void)setfsuid(old_uid);

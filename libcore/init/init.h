@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "libcore/error.h"
 
 /* Raw bytes of command output per `output` event (base64 adds a third, so a
  * packet stays far below AGENT_MAX_PACKET). */
@@ -123,8 +124,27 @@ void cmd_resume(init_agent *a);
 /* One-time work of the first command, done ahead while init is idle. */
 void cmd_prepare(void);
 
+/* user.c: the sandbox user's ids inside (SANDBOX_UID/GID until setup says
+ * otherwise: sandboxes without a user namespace run it as the host's
+ * sandboxd-user account). */
+extern uid_t init_user_uid;
+extern gid_t init_user_gid;
+/* Takes setup's "user" {"uid", "gid"} (absent: SANDBOX_UID/GID; root and
+ * (uid_t)-1 refused) and, with `in_rootfs` (called after pivot_root into
+ * the sandbox's tree), makes the `sandbox` entries of /etc/passwd and
+ * /etc/group carry those ids (adding them when no entry holds the uid) and
+ * the sandbox user own /home/sandbox and /workspace (not recursively).
+ * With "user"."remapFrom" {"uid", "gid"} (the other mode's ids of the
+ * sandbox user) and /home/sandbox owned by exactly those, the files under
+ * /workspace and /home/sandbox owned by them become the sandbox user's
+ * (a walk that follows no symlink and enters no other mount).
+ * Paths are resolved beneath / with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+ * RESOLVE_NO_MAGICLINKS; a symlink on the way fails. Returns 0 or a
+ * negative errno with *ret_err set. */
+int init_user_setup(const cJSON *setup, bool in_rootfs, sb_error **ret_err);
+
 /* fsops.c: one file request of agent.h ("op":"fs"), run in the calling
- * process with fsuid/fsgid SANDBOX_UID/SANDBOX_GID for the duration of the
+ * process with fsuid/fsgid init_user_uid/init_user_gid for the duration of the
  * call. Relative paths resolve against `workspace`. On success returns 0 and
  * stores the result object (caller owns) in *ret_result; on failure returns a
  * negative errno and stores a message ("fs.write /x/y: Permission denied",

@@ -209,6 +209,10 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 if (r < 0)
                         return r;
         }
+        /* After pivot_root: the account files are the sandbox's own. */
+        r = init_user_setup(req, rootfs && !cJSON_IsNull(rootfs), ret_err);
+        if (r < 0)
+                return r;
         r = setup_env(a, req, ret_err);
         if (r < 0)
                 return r;

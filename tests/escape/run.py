@@ -4,10 +4,13 @@
 host's side wherever the host has something to check (binaries hashed,
 sysctls re-read, cgroup trees walked, listeners asked who connected).
 
-    python3 tests/escape/run.py [-v] [--userns] [SUBSTRING...]
+    python3 tests/escape/run.py [-v] [--userns | --no-userns] [SUBSTRING...]
 
 --userns runs every probe in a sandbox with a user namespace (sandbox root
-is then an unprivileged host id); every case must hold both ways.
+is then an unprivileged host id), --no-userns in one without (sandbox root
+is host root, the sandbox user the host's sandboxd-user account); neither:
+the daemon's default (a user namespace wherever the host supports one).
+Every case must hold both ways.
 
 The probes are tests/escape/probe.c, copied into the sandbox and compiled
 there with the host's cc (the sandbox has the host's /usr read-only). One
@@ -42,6 +45,11 @@ SECRET = "sbx-escape-" + secrets.token_hex(8)
 class Ctx:
     def __init__(self, world, name):
         self.world, self.name = world, name
+        sb = world.rpc_result("sandbox.get", {"name": name})
+        self.userns = bool(sb.get("userns"))
+        # The sandbox user's uid inside: 1000 with a user namespace, the
+        # host's sandboxd-user account without.
+        self.user_uid = 1000 if self.userns else W.plain_user()[0]
 
     def run(self, *argv, sudo=True, flags=(), timeout=60):
         f = list(flags) + (["--sudo"] if sudo else [])
@@ -280,7 +288,8 @@ def test_setuid_binary_gains_nothing(c):
     code, _o, err = c.run("sh", "-c", "cp /usr/bin/id /workspace/suid-id && chmod 4755 /workspace/suid-id")
     expect(code == 0, "making a setuid copy of id failed:", err)
     code, out, err = c.run("/workspace/suid-id", "-u", sudo=False)
-    expect_eq((code, out.strip()), (0, "1000"), "effective uid of a setuid-root binary run by the sandbox user")
+    expect_eq((code, out.strip()), (0, str(c.user_uid)),
+              "effective uid of a setuid-root binary run by the sandbox user")
 
 
 def test_init_cannot_be_killed_from_inside(c):
@@ -315,10 +324,12 @@ def discover(filters):
     return [(n, fn) for _l, n, fn in sorted(tests) if not filters or any(f in n for f in filters)]
 
 
-def prepare(world, userns=False):
-    """One sandbox for every probe, with the probe built inside it."""
+def prepare(world, userns=None):
+    """One sandbox for every probe, with the probe built inside it; userns
+    True/False asks for a user namespace or none, None takes the daemon's
+    default."""
     name = world.name("escape")
-    extra = ["--userns"] if userns else []
+    extra = {True: ["--userns"], False: ["--no-userns"], None: []}[userns]
     code, out, err = world.ctl("create", "--deny-all", "--name", name, *extra, timeout=180)
     if code != 0:
         raise W.WorldError("create: exit %d: %s" % (code, (err or out).strip()))
@@ -354,7 +365,8 @@ def main(argv):
                 world.close()
                 print("escape: 0 passed, 0 failed, %d skipped" % len(tests))
                 return 0
-        ctx = prepare(world, "--userns" in argv)
+        ctx = prepare(world, True if "--userns" in argv else False if "--no-userns" in argv else None)
+        print("escape: sandbox %s a user namespace" % ("with" if ctx.userns else "without"), flush=True)
     except Exception as e:
         print("FAIL setup: %s" % e)
         world.close()

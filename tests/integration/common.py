@@ -150,3 +150,19 @@ def tar_bytes(entries, compress=True):
 def host_git_rev(rev):
     return subprocess.run(["git", "-C", W.REPO, "rev-parse", rev], capture_output=True,
                           text=True).stdout.strip()
+
+
+def userns_default(world):
+    """Whether world.daemon gives a sandbox created without --userns or
+    --no-userns a user namespace (daemon.info; SANDBOXD_TEST_USERNS picks
+    the suite's mode)."""
+    return bool(world.rpc_result("daemon.info")["capabilities"]["userns"]["default"])
+
+
+def sandbox_user_ids(world, userns=None):
+    """(uid, gid) of the sandbox user inside a sandbox of world.daemon with
+    (userns True) or without a user namespace (None: the daemon's default):
+    1000 with one, the host's sandboxd-user account without."""
+    if userns is None:
+        userns = userns_default(world)
+    return (1000, 1000) if userns else W.plain_user()

@@ -2,7 +2,7 @@
 import base64
 import os
 
-from common import expect, expect_eq, rpc_ok, sandbox, sh, sh_ok
+from common import expect, expect_eq, rpc_ok, sandbox, sandbox_user_ids, sh, sh_ok
 
 
 def b64(data):
@@ -17,8 +17,8 @@ def test_fs_write_read_stat_list_mkdir_remove(world):
              "mode": 0o755}]})
         expect_eq(sh_ok(world, name, "cat /workspace/a.txt"), "alpha\n", "file written by fs.write")
         expect_eq(sh_ok(world, name, "/workspace/sub/dir/b.sh"), "b\n", "mode 0755 applied")
-        expect_eq(sh_ok(world, name, "stat -c %u /workspace/a.txt").strip(), "1000",
-                  "fs.write owner")
+        expect_eq(sh_ok(world, name, "stat -c %u:%g /workspace/a.txt").strip(),
+                  "%d:%d" % sandbox_user_ids(world), "fs.write owner (the sandbox user)")
         r = rpc_ok(world, "fs.read", {"sandbox": name, "path": "/workspace/a.txt"})
         expect_eq(base64.b64decode(r["content"]), b"alpha\n", "fs.read content")
         expect_eq(r.get("size"), 6, "fs.read size")

@@ -1,7 +1,7 @@
 """What a command sees inside a sandbox (DESIGN §4)."""
 import os
 
-from common import expect, expect_eq, sandbox, sh, sh_ok
+from common import expect, expect_eq, sandbox, sandbox_user_ids, sh, sh_ok
 
 
 def test_pid1_is_sandbox_init(world):
@@ -29,9 +29,12 @@ def test_hostname_is_sandbox_name(world):
         expect_eq(sh_ok(world, name, "hostname").strip(), name, "hostname")
 
 
-def test_commands_run_as_uid_1000(world):
+def test_commands_run_as_the_sandbox_user(world):
+    """uid 1000 inside with a user namespace, the host's sandboxd-user
+    account without one (never host uid 1000); named `sandbox` either way."""
     with sandbox(world, "uid", "--deny-all") as name:
-        expect_eq(sh_ok(world, name, "id -u").strip(), "1000", "id -u")
+        expect_eq(sh_ok(world, name, "id -u; id -g; id -un").split(),
+                  [str(i) for i in sandbox_user_ids(world)] + ["sandbox"], "id -u, -g, -un")
 
 
 def test_sudo_runs_as_root(world):

@@ -16,7 +16,7 @@ import urllib.request
 
 import leaks
 import world as W
-from common import CACHE_DIRS, create, delete, expect, expect_eq, sh, tar_bytes
+from common import CACHE_DIRS, create, delete, expect, expect_eq, sandbox_user_ids, sh, tar_bytes
 
 
 def _runtimes_dir(world, d=None):
@@ -116,7 +116,7 @@ def test_imported_runtime_is_the_sandbox_root_with_the_sandbox_user(world):
         sb, _c, _o, _e = create(world, "onrt", "--deny-all", "--runtime", rt)
         code, out, err = sh(world, sb, "cat /etc/runtime-marker; id -u; id -un; "
                                        "test -e /usr/bin/apt && echo host-usr || echo own-root; true")
-        expect_eq((code, out), (0, "%s\n1000\nsandbox\nown-root\n" % rt),
+        expect_eq((code, out), (0, "%s\n%d\nsandbox\nown-root\n" % (rt, sandbox_user_ids(world)[0])),
                   "the sandbox sees the imported tree as / (%s)" % err.strip())
         code, out, err = sh(world, sb, "id -u; pwd", "--sudo")
         expect_eq((code, out), (0, "0\n/workspace\n"), "sudo and the workspace (%s)" % err.strip())

@@ -62,7 +62,222 @@ def test_daemon_info_says_userns_works_here(world):
     u = info["capabilities"]["userns"]
     expect_eq((u.get("available"), u.get("mode")), (True, "idmapped-overlay"),
               "userns capability (%s)" % u.get("reason"))
-    expect_eq(u.get("default"), False, "user namespaces are off unless asked for")
+    mode = os.environ.get("SANDBOXD_TEST_USERNS")
+    expect_eq((u.get("default"), u.get("defaultFrom")),
+              (mode != "0", "host" if mode is None else "daemon.json"),
+              "the default in force and where it comes from")
+    uid, gid = W.plain_user()
+    expect_eq(u.get("plainUser"), {"name": "sandboxd-user", "available": True, "uid": uid, "gid": gid},
+              "the sandbox user's host account without a user namespace")
+
+
+def _without_suite_mode(fn):
+    """Runs fn() with SANDBOXD_TEST_USERNS unset, so a daemon started in it
+    gets no "userns" key from the world (the built-in default)."""
+    saved = os.environ.pop("SANDBOXD_TEST_USERNS", None)
+    try:
+        return fn()
+    finally:
+        if saved is not None:
+            os.environ["SANDBOXD_TEST_USERNS"] = saved
+
+
+def test_user_namespace_is_the_default_where_the_host_supports_it(world):
+    """No "userns" in daemon.json and no flag at create: the sandbox gets a
+    user namespace (its uid_map is a range, not the identity map)."""
+    world.stop_sandboxd()
+    d = _without_suite_mode(lambda: world.start_sandboxd({}, tag="unsdef"))
+    name = world.name("unsdef")
+    try:
+        u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+        expect_eq((u.get("default"), u.get("defaultFrom")), (True, "host"), "daemon.info without a userns key")
+        code, _o, err = d.ctl("create", "--name", name, "--deny-all")
+        expect_eq(code, 0, "create without flags (%s)" % err.strip())
+        sb = d.rpc_result("sandbox.get", {"name": name})
+        expect_eq(sb.get("userns"), True, "sandbox.get: userns")
+        code, out, err = d.ctl("exec", name, "--", "sh", "-c", "cat /proc/self/uid_map; id -u")
+        expect_eq(code, 0, "exec (%s)" % err.strip())
+        lines = out.split("\n")
+        expect(lines[0].split() != ["0", "0", "4294967295"], "the identity uid_map: no user namespace:", out)
+        expect_eq(lines[0].split(), ["0", str(sb["usernsRange"]["start"]), str(RANGE)], "uid_map inside")
+        expect_eq(lines[1], "1000", "the sandbox user inside")
+    finally:
+        d.ctl("rm", name)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def test_a_host_without_idmapped_mounts_falls_back_to_no_user_namespace_with_a_log_line(world):
+    """State on a filesystem without idmapped mounts (ramfs): without a
+    "userns" key the daemon starts, says in its log and in daemon.info that
+    the default fell back and why, and refuses --userns sandboxes naming the
+    reason; "userns": true there stops the start (fail closed)."""
+    world.stop_sandboxd()
+    mnt = tempfile.mkdtemp(dir=world.tmp)
+    subprocess.run(["mount", "-t", "ramfs", "-o", "mode=0755", "ramfs", mnt], check=True)
+    try:
+        d = world.add_sandboxd({}, tag="unsfb", state_dir=os.path.join(mnt, "s1"))
+        try:
+            _without_suite_mode(d.start)
+            u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+            expect_eq((u.get("available"), u.get("default"), u.get("defaultFrom")), (False, False, "fallback"),
+                      "daemon.info on a host that cannot")
+            expect("idmapped mount" in u.get("reason", ""), "the reason names idmapped mounts:", u.get("reason"))
+            expect("user namespaces unavailable here" in d.log_tail(40) and "sandboxes run without one" in
+                   d.log_tail(40), "the log says the default fell back:", d.log_tail(10))
+            msg = d.rpc("sandbox.create", {"name": world.name("fbu"), "userns": True, "networkPolicy": "deny-all"})
+            err = msg.get("error") or {}
+            expect_eq((err.get("data") or {}).get("reason"), "unavailable", "create --userns there: %s" % err)
+            expect("idmapped mount" in err.get("message", ""), "the error says why:", err)
+        finally:
+            world.stop_sandboxd(d)
+        d = world.add_sandboxd({"userns": True}, tag="unsfbt", state_dir=os.path.join(mnt, "s2"))
+        started = False
+        try:
+            d.start()
+            started = True
+        except Exception as e:  # WorldError: sandboxd exited at start
+            expect("userns" in str(e), "the start failure names userns:", str(e)[-400:])
+        finally:
+            world.stop_sandboxd(d)
+        expect(not started, "sandboxd started with userns true where the host cannot")
+    finally:
+        subprocess.run(["umount", mnt], check=False)
+        world.start_sandboxd()
+
+
+def _sandbox_processes(init_pid):
+    """Host pids of the processes in the PID namespace of init_pid, init
+    excluded."""
+    ns = os.readlink("/proc/%d/ns/pid" % init_pid)
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == init_pid:
+            continue
+        try:
+            if os.readlink("/proc/%s/ns/pid" % p) == ns:
+                out.append(int(p))
+        except OSError:
+            continue
+    return out
+
+
+def _status_ids(pid):
+    """(Uid, Gid) lines of /proc/<pid>/status: real, effective, saved, fs."""
+    with open("/proc/%d/status" % pid) as f:
+        st = f.read()
+    field = lambda k: [int(x) for x in st.split("\n%s:" % k, 1)[1].split("\n", 1)[0].split()]
+    return field("Uid"), field("Gid")
+
+
+def test_without_userns_the_sandbox_user_is_the_system_account_not_host_uid_1000(world):
+    """"userns": false: commands run as the host's sandboxd-user account
+    (a system id), never host uid 1000 (the first person's account on most
+    machines): from the host, the sandbox's processes carry that uid as
+    real, effective, saved and fs uid, so RLIMIT_NPROC and the per-user
+    kernel counts charge sandboxd-user, not that person; its files on disk
+    are sandboxd-user's and host uid 1000 cannot read them."""
+    uid, gid = W.plain_user()
+    expect(uid != 1000 and 0 < uid < 1000 and 0 < gid < 1000, "sandboxd-user is a system account:", uid, gid)
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"userns": False}, tag="plain")
+    name = world.name("plainu")
+    try:
+        u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+        expect_eq((u.get("default"), u.get("defaultFrom")), (False, "daemon.json"), "daemon.info default")
+        code, _o, err = d.ctl("create", "--name", name, "--deny-all")
+        expect_eq(code, 0, "create (%s)" % err.strip())
+        expect_eq(d.rpc_result("sandbox.get", {"name": name}).get("userns"), False, "sandbox.get: userns")
+        code, out, err = d.ctl("exec", name, "--", "sh", "-c",
+                               "cat /proc/self/uid_map; id -u; id -g; id -un; grep ^sandbox: /etc/passwd /etc/group; "
+                               "stat -c %u:%g /home/sandbox /workspace; echo mine > /workspace/f")
+        expect_eq(code, 0, "exec (%s)" % err.strip())
+        lines = out.split("\n")
+        expect_eq(lines[0].split(), ["0", "0", "4294967295"], "uid_map: no user namespace")
+        expect_eq(lines[1:5], [str(uid), str(gid), "sandbox", "/etc/passwd:sandbox:x:%d:%d:sandbox:/home/sandbox:%s"
+                                % (uid, gid, lines[4].rsplit(":", 1)[-1])], "the sandbox user inside")
+        expect_eq(lines[5:8], ["/etc/group:sandbox:x:%d:" % gid, "%d:%d" % (uid, gid), "%d:%d" % (uid, gid)],
+                  "group entry, owners of $HOME and /workspace")
+        # Long-lived processes of the sandbox user, seen from the host.
+        code, out, err = d.ctl("exec", "--detach", name, "--", "sh", "-c", "sleep 300 & sleep 300 & wait")
+        expect_eq(code, 0, "start sleepers (%s)" % err.strip())
+        init = _init_pid_of(d, name)
+        W.World.wait_until(lambda: len(_sandbox_processes(init)) >= 3, 20, "the sandbox's sleepers")
+        for pid in _sandbox_processes(init):
+            try:
+                uids, gids = _status_ids(pid)
+            except (OSError, IndexError):
+                continue  # exited meanwhile
+            expect_eq(uids, [uid] * 4, "host uids of sandbox process %d (real, effective, saved, fs)" % pid)
+            expect_eq(gids, [gid] * 4, "host gids of sandbox process %d" % pid)
+            expect(1000 not in uids, "a sandbox process runs as host uid 1000")
+        st = os.stat(os.path.join(d.state_dir, "sandboxes", name, "upper", "workspace", "f"))
+        expect_eq((st.st_uid, st.st_gid), (uid, gid), "on-disk owner of the sandbox user's file")
+        p = subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat",
+                            os.path.join(d.state_dir, "sandboxes", name, "upper", "workspace", "f")],
+                           capture_output=True, text=True, timeout=30)
+        expect(p.returncode != 0 and "ermission denied" in p.stderr,
+               "host uid 1000 reads a plain sandbox's workspace:", p.returncode, p.stdout, p.stderr)
+    finally:
+        d.ctl("rm", name)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+    leaks.check(world, name)
+
+
+def test_without_the_sandboxd_user_account_plain_sandboxes_are_refused_naming_the_fix(world):
+    """A host without the sandboxd-user account (its /etc/passwd and
+    /etc/group as the daemon sees them lack it): the daemon starts, says so
+    in daemon.info, and refuses sandboxes without a user namespace with an
+    error naming the account and how to create it, never falling back to
+    some other id; user-namespace sandboxes still work."""
+    world.stop_sandboxd()
+    tmp = tempfile.mkdtemp(dir=world.tmp)
+    for f in ("passwd", "group"):
+        with open("/etc/" + f) as src, open(os.path.join(tmp, f), "w") as dst:
+            dst.writelines(l for l in src if not l.startswith("sandboxd-user:"))
+    d = world.add_sandboxd({"userns": False}, tag="noacct")
+    d.binds = [(os.path.join(tmp, "passwd"), "/etc/passwd"), (os.path.join(tmp, "group"), "/etc/group")]
+    name, uname = world.name("noacct"), world.name("noacctu")
+    try:
+        d.start()
+        p = d.rpc_result("daemon.info")["capabilities"]["userns"]["plainUser"]
+        expect_eq((p.get("name"), p.get("available"), p.get("uid")), ("sandboxd-user", False, None),
+                  "daemon.info plainUser")
+        expect("does not exist" in p.get("reason", ""), "the reason:", p)
+        msg = d.rpc("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+        err = msg.get("error") or {}
+        expect_eq(((err.get("data") or {}).get("reason"), (err.get("data") or {}).get("field")),
+                  ("unavailable", "userns"), "create without a user namespace: %s" % err)
+        expect("sandboxd-user" in err.get("message", "") and "systemd-sysusers" in err.get("message", ""),
+               "the error names the account and the fix:", err)
+        code, _o, err2 = d.ctl("create", "--name", uname, "--deny-all", "--userns")
+        expect_eq(code, 0, "a user-namespace sandbox there (%s)" % err2.strip())
+        code, out, _e = d.ctl("exec", uname, "--", "id", "-u")
+        expect_eq((code, out), (0, "1000\n"), "its sandbox user")
+    finally:
+        d.ctl("rm", uname)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def _init_pid_of(d, name):
+    """The host pid of sandbox NAME's init under daemon d (its child running
+    sandbox-init whose hostname is NAME)."""
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                st = f.read()
+            if int(st[st.rindex(")") + 2:].split()[1]) != d.pid:
+                continue
+            with open("/proc/%s/root/etc/hostname" % p) as f:
+                if f.read().strip() == name:
+                    return int(p)
+        except (OSError, ValueError):
+            continue
+    raise AssertionError("no sandbox-init found for %s" % name)
 
 
 def test_userns_sandbox_runs_as_its_own_host_range(world):
@@ -184,7 +399,7 @@ def test_two_userns_sandboxes_get_disjoint_ranges_and_plain_ones_none(world):
     b = c = None
     try:
         b, _c, _o, _e = create(world, "unsb", "--deny-all", "--userns")
-        c, _c, _o, _e = create(world, "plain", "--deny-all")
+        c, _c, _o, _e = create(world, "plain", "--deny-all", "--no-userns")
         ra, rb = _range(world, a), _range(world, b)
         expect(abs(ra - rb) >= RANGE, "disjoint ranges:", ra, rb)
         sb, _c, _e = get(world, c)
@@ -252,7 +467,7 @@ def test_userns_sandbox_owns_its_namespace_and_per_user_kernel_quotas(world):
     b = c = holder = None
     try:
         b, _c, _o, _e = create(world, "unsinob", "--deny-all", "--userns")
-        c, _c, _o, _e = create(world, "inoplain", "--deny-all")
+        c, _c, _o, _e = create(world, "inoplain", "--deny-all", "--no-userns")
         ra, rb = _range(world, a), _range(world, b)
         expect_eq(_ns_owner(_init_pid(world, a)), ra, "owner of the first sandbox's user namespace")
         expect_eq(_ns_owner(_init_pid(world, b)), rb, "owner of the second sandbox's user namespace")
@@ -330,11 +545,10 @@ def test_userns_exec_cp_fork_and_snapshot_restore(world):
         expect_eq(code, 0, "restore into a userns sandbox (%s)" % err.strip())
         expect_eq(sh_ok(world, restored, "stat -c %u /workspace/out.txt && touch /workspace/out.txt && echo ok"),
                   "1000\nok\n", "restored files, writable by the sandbox user")
-        # The layers hold sandbox ids, so the same snapshot also restores
-        # into a sandbox without a user namespace.
-        code, _o, err = world.ctl("create", "--name", plain, "--deny-all", "--snapshot", snap)
-        expect_eq(code, 0, "restore into a plain sandbox (%s)" % err.strip())
-        expect_eq(sh_ok(world, plain, "stat -c %u /workspace/out.txt"), "1000\n", "owner in a plain restore")
+        # A snapshot taken in a user namespace never restores without one:
+        # its root-owned files would be the host root's.
+        code, _o, err = world.ctl("create", "--name", plain, "--deny-all", "--no-userns", "--snapshot", snap)
+        expect(code != 0 and "userns" in err, "a plain restore of a userns snapshot is refused:", code, err)
         # Export and import carry the same sandbox ids.
         path = os.path.join(tempfile.mkdtemp(), "snap.tar.zst")
         world.ctl("snapshots", "export", snap, path, check=True)
@@ -352,6 +566,42 @@ def test_userns_exec_cp_fork_and_snapshot_restore(world):
             if s_:
                 world.ctl("snapshots", "rm", s_)
     for n in (src, fork, restored, plain, reimported):
+        leaks.check(world, n)
+
+
+def test_a_plain_snapshot_and_fork_restore_with_a_user_namespace_owned_by_its_sandbox_user(world):
+    """The layers of a sandbox without a user namespace hold sandboxd-user's
+    ids; restored or forked with one, the sandbox user (uid 1000 inside)
+    owns and can write those files; elsewhere owners are kept."""
+    uid, gid = W.plain_user()
+    src, _c, _o, _e = create(world, "plsrc", "--deny-all", "--no-userns")
+    restored, fork = world.name("plrest"), world.name("plfork")
+    snap = None
+    try:
+        sh_ok(world, src, "mkdir -p /workspace/d && echo mine > /workspace/d/f && echo h > $HOME/h")
+        sh_ok(world, src, "echo r > /workspace/root-made", "--sudo")
+        expect_eq(sh_ok(world, src, "stat -c %u:%g /workspace/d/f /home/sandbox"),
+                  "%d:%d\n%d:%d\n" % (uid, gid, uid, gid), "owners in the plain source")
+        code, out, err = world.ctl("snapshot", src)
+        expect_eq(code, 0, "snapshot (%s)" % err.strip())
+        snap = out.strip()
+        code, _o, err = world.ctl("create", "--name", restored, "--deny-all", "--userns", "--snapshot", snap)
+        expect_eq(code, 0, "restore with a user namespace (%s)" % err.strip())
+        r = world.rpc("sandbox.fork", {"sourceSandbox": src, "name": fork, "overrides": {"userns": True}},
+                      timeout=180)
+        expect("error" not in r, "fork with a user namespace:", r)
+        for n in (restored, fork):
+            expect_eq(world.rpc_result("sandbox.get", {"name": n}).get("userns"), True, "%s has userns" % n)
+            expect_eq(sh_ok(world, n, "stat -c %u:%g /workspace/d/f /workspace/d $HOME/h /home/sandbox "
+                                      "/workspace/root-made; echo more >> /workspace/d/f && echo ok"),
+                      "1000:1000\n1000:1000\n1000:1000\n1000:1000\n0:0\nok\n",
+                      "owners in %s, writable by its sandbox user" % n)
+    finally:
+        for n in (src, restored, fork):
+            delete(world, n)
+        if snap:
+            world.ctl("snapshots", "rm", snap)
+    for n in (src, restored, fork):
         leaks.check(world, n)
 
 

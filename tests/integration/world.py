@@ -21,7 +21,9 @@ import atexit
 import base64
 import json
 import os
+import pwd
 import secrets
+import shlex
 import select
 import shutil
 import signal
@@ -46,6 +48,7 @@ def _toplevel():
 
 
 REPO = _toplevel()
+PLAIN_USER = "sandboxd-user"  # sandboxd/internal.h SANDBOXD_PLAIN_USER
 BUILD = os.path.join(REPO, "build")
 # Overridable to test installed binaries (SANDBOXD=/usr/local/sbin/sandboxd ...).
 SANDBOXD = os.path.abspath(os.environ.get("SANDBOXD", os.path.join(BUILD, "sandboxd")))
@@ -312,6 +315,9 @@ class Daemon:
         self.config = config
         self.proc = None
         self.pid = None
+        # (src, dst) host files bound over dst in the daemon's own mount
+        # namespace only (e.g. an /etc/passwd without some account).
+        self.binds = []
 
     def start(self, deadline_s=20.0):
         # Not `ip netns exec`: it remounts /sys, which hides the cgroup
@@ -321,7 +327,9 @@ class Daemon:
         resolv = os.path.join(self.world.etc_netns, "resolv.conf")
         argv = ["nsenter", "--net=/run/netns/" + self.netns, "--",
                 "unshare", "--mount", "--propagation", "slave", "--",
-                "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolv,
+                "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && ' +
+                "".join("mount --bind %s %s && " % (shlex.quote(s), shlex.quote(d)) for s, d in self.binds) +
+                'exec "$@"', resolv,
                 SANDBOXD, "--socket", self.socket, "--state-dir", self.state_dir,
                 "--run-dir", self.run_dir]
         config = self.config
@@ -336,6 +344,13 @@ class Daemon:
         elif config["localSourceRoots"] is None:
             # None: the daemon's own default (no key in daemon.json).
             config = {k: v for k, v in config.items() if k != "localSourceRoots"}
+        mode = os.environ.get("SANDBOXD_TEST_USERNS")
+        if mode in ("0", "1") and "userns" not in (config or {}):
+            # The suite's mode (docs/SECURITY.md §3.9): 1 user namespaces
+            # by default (as an unset variable, but failing where the host
+            # cannot), 0 without (the sandbox user is sandboxd-user). A
+            # test that sets "userns" itself keeps its own choice.
+            config = dict(config or {}, userns=(mode == "1"))
         if "SANDBOX_INIT" in os.environ:
             # A sandboxd outside build/ (installed, or the ASan build) is told
             # which sandbox-init to run.
@@ -433,6 +448,28 @@ class Daemon:
             return c.result(method, params, timeout)
 
 
+def _ensure_plain_user():
+    """The host account sandboxd runs the sandbox user of sandboxes without
+    a user namespace as (sandboxd(8)), made as the package's sysusers.d
+    file makes it (as scripts/install-deps does): a system account that,
+    like one a package install adds, stays."""
+    try:
+        pwd.getpwnam(PLAIN_USER)
+        return
+    except KeyError:
+        pass
+    with open(os.path.join(REPO, "systemd", "sandboxd.sysusers")) as f:
+        line = [x for x in f.read().splitlines() if x.startswith("u %s " % PLAIN_USER)][0]
+    _run(["systemd-sysusers", "--inline", line])
+    pwd.getpwnam(PLAIN_USER)
+
+
+def plain_user():
+    """(uid, gid) of the sandbox user of sandboxes without a user namespace."""
+    pw = pwd.getpwnam(PLAIN_USER)
+    return pw.pw_uid, pw.pw_gid
+
+
 def _join_cgroups(dirs):
     pid = str(os.getpid())
     for d in dirs:
@@ -491,6 +528,7 @@ class World:
             if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
                 signal.signal(s, _on_signal)
         try:
+            _ensure_plain_user()
             self.tmp = tempfile.mkdtemp(prefix="sbxw-%s-" % self.id)
             os.chmod(self.tmp, 0o755)
             self._make_netns()

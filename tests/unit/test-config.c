@@ -57,6 +57,24 @@ static void test_defaults_match_the_design(void **state) {
         daemon_config_free(&cfg);
 }
 
+/* userns: on unless daemon.json names it (the host may still make the
+ * built-in default fall back; sandboxd/userns.c), and whether it was named. */
+static void test_userns_defaults_on_and_an_explicit_value_is_recorded(void **state) {
+        daemon_config cfg;
+        assert_null(parse_error("{}", &cfg));
+        assert_true(cfg.userns);
+        assert_false(cfg.userns_set);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"userns\": false}", &cfg));
+        assert_false(cfg.userns);
+        assert_true(cfg.userns_set);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"userns\": true}", &cfg));
+        assert_true(cfg.userns);
+        assert_true(cfg.userns_set);
+        daemon_config_free(&cfg);
+}
+
 static void test_empty_object_keeps_defaults(void **state) {
         daemon_config cfg;
         assert_null(parse_error(" { } ", &cfg));
@@ -206,6 +224,7 @@ static void test_load_file_names_path_and_key(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_defaults_match_the_design),
+                cmocka_unit_test(test_userns_defaults_on_and_an_explicit_value_is_recorded),
                 cmocka_unit_test(test_empty_object_keeps_defaults),
                 cmocka_unit_test(test_every_key_is_parsed),
                 cmocka_unit_test(test_local_source_roots_default_empty_and_checked),

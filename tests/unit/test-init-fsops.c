@@ -15,6 +15,7 @@
 
 /* fsops.c is part of the sandbox-init binary, not of a library: compile it in. */
 #include "libcore/init/fsops.c"
+#include "libcore/init/user.c"  /* the sandbox user's ids (init_user_uid) */
 
 static char ws[64];
 
