@@ -1,5 +1,7 @@
 /* Small helpers: base64, time, names, atomic writes, rm -rf (see util.h). */
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -7,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include "libcore/base64.h"
 #include "libcore/util.h"
@@ -230,6 +233,86 @@ int core_rm_rf(const char *path) {
         if (rmdir(path) < 0 && errno != ENOENT && !r)
                 r = negative_errno();
         return r;
+}
+
+int core_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
+        struct open_how how = {
+                .flags = (uint64_t)(flags | O_CLOEXEC),
+                .mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
+                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        int fd;
+        do
+                fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+        while (fd < 0 && errno == EAGAIN);  /* RESOLVE_* lookups may ask for a retry */
+        return fd < 0 ? negative_errno() : fd;
+}
+
+int core_mkdir_beneath(int dirfd, const char *path, mode_t mode) {
+        _cleanup_free_ char *p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+        int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return negative_errno();
+        char *save = NULL;
+        for (char *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+                /* One component at a time from the fd already checked, so a
+                 * link anywhere is refused, not only at the end. */
+                if (mkdirat(fd, c, mode) < 0 && errno != EEXIST) {
+                        int r = negative_errno();
+                        close(fd);
+                        return r;
+                }
+                int sub = core_open_beneath(fd, c, O_RDONLY | O_DIRECTORY, 0);
+                close(fd);
+                if (sub < 0)
+                        return sub;
+                fd = sub;
+        }
+        return fd;
+}
+
+int core_write_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, bool durable) {
+        char tmp[NAME_MAX + 1], rnd[9];
+        if (strchr(name, '/') || streq(name, ".") || streq(name, "..") || strlen(name) + 14 > NAME_MAX)
+                return -EINVAL;
+        core_random_hex(rnd, 8);
+        snprintf(tmp, sizeof(tmp), ".%s.tmp-%s", name, rnd);
+        _cleanup_close_ int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return negative_errno();
+        const char *p = data;
+        int r = 0;
+        while (len > 0 && r == 0) {
+                ssize_t w = write(fd, p, len);
+                if (w < 0 && errno != EINTR)
+                        r = negative_errno();
+                else if (w > 0) {
+                        p += w;
+                        len -= (size_t)w;
+                }
+        }
+        /* The mode as asked, whatever the umask took away. */
+        if (r == 0 && fchmod(fd, mode) < 0)
+                r = negative_errno();
+        if (r == 0 && durable && fsync(fd) < 0)
+                r = negative_errno();
+        if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+                r = negative_errno();
+        if (r < 0)
+                (void)unlinkat(dirfd, tmp, 0);
+        return r;
+}
+
+const char *core_beneath_strerror(int r) {
+        switch (r) {
+        case -ELOOP: return "is a symbolic link or lies under one";
+        case -EXDEV: return "leads outside the sandbox's files";
+        case -ENOTDIR: return "is not a directory, or lies under something that is not";
+        case -EISDIR: return "is a directory";
+        default: return strerror(-r);
+        }
 }
 
 void core_signals_reset(void) {

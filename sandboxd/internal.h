@@ -287,6 +287,12 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
 /* Writes <dir>/config.json (durably for a persistent sandbox); `text` NULL
  * means the sandbox's current config. Worker-thread safe when text is given. */
 int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err);
+/* The sandbox's upper directory (<dir>/upper, the tree root inside writes)
+ * as an O_DIRECTORY fd: <dir> is the daemon's, upper itself must be a
+ * plain directory (no symlink). Everything below it is resolved from this
+ * fd with core_open_beneath() and friends, never by a path string. Returns
+ * the fd (caller closes) or a negative errno. */
+int sandbox_open_upper(const sandbox *sb);
 /* Registers a sandbox found on disk at start (persistent ones). */
 int sandbox_load(manager *m, const char *dir, sb_error **ret_err);
 void sandbox_unlink(manager *m, sandbox *sb);

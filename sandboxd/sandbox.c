@@ -187,6 +187,13 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
         return NULL;
 }
 
+int sandbox_open_upper(const sandbox *sb) {
+        _cleanup_close_ int dir = open(sb->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dir < 0)
+                return negative_errno();
+        return core_open_beneath(dir, "upper", O_RDONLY | O_DIRECTORY, 0);
+}
+
 int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err) {
         _cleanup_free_ char *own = NULL, *path = NULL;
         if (!text) {
