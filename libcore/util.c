@@ -202,11 +202,19 @@ static int rm_rf_at(int dfd, dev_t dev) {
                                         ret = -EXDEV;
                                 continue;
                         }
-                        int sub = openat(dirfd(d), de->d_name,
-                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        /* Beneath this directory's fd, no symlink followed,
+                         * and the very directory fstatat saw (same inode and
+                         * filesystem): a swap for a link or a mount point
+                         * meanwhile is refused, never descended into. */
+                        int sub = core_open_beneath(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
+                        struct stat held;
+                        if (sub >= 0 && (fstat(sub, &held) < 0 || held.st_dev != dev || held.st_ino != st.st_ino)) {
+                                close(sub);
+                                sub = -ESTALE;
+                        }
                         if (sub < 0) {
                                 if (!ret)
-                                        ret = negative_errno();
+                                        ret = sub;
                                 continue;
                         }
                         int r = rm_rf_at(sub, dev);
@@ -229,6 +237,11 @@ int core_rm_rf(const char *path) {
         int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
+        struct stat held;
+        if (fstat(fd, &held) < 0 || held.st_dev != st.st_dev || held.st_ino != st.st_ino) {
+                close(fd);
+                return -ESTALE;
+        }
         int r = rm_rf_at(fd, st.st_dev);
         if (rmdir(path) < 0 && errno != ENOENT && !r)
                 r = negative_errno();

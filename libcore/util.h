@@ -57,9 +57,13 @@ int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *
 int core_mkdir_p(const char *path, mode_t mode);
 
 /* Removes a directory tree without following symlinks and without crossing
- * into other mounts (fd-relative, like `rm -rf --one-file-system`).
- * Missing path is success. Returns 0 or the first negative errno seen, after
- * trying every entry. */
+ * into other mounts (fd-relative, like `rm -rf --one-file-system`). `path`
+ * itself is the caller's (its last component is not followed); everything
+ * below it may be a sandbox's: each subdirectory is opened beneath its
+ * parent's fd with core_open_beneath() and must be the inode fstatat saw,
+ * so a link or a swapped entry is left alone (-ELOOP, -ESTALE), and links
+ * are unlinked, never followed. Missing path is success. Returns 0 or the
+ * first negative errno seen, after trying every entry. */
 int core_rm_rf(const char *path);
 
 /* ---- paths inside a tree a sandbox can write ----------------------------
