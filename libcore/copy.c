@@ -8,8 +8,8 @@
  * path: every entry is opened beneath its parent's fd with openat2(
  * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS); a
  * directory or regular file is described by fstat of the fd it was opened
- * as (so what is copied is what was opened), its data and xattrs read from
- * that fd; symlinks and special files are only ever opened O_PATH |
+ * as (so what is copied is what was opened), its data, xattrs and ACLs read
+ * from that fd; symlinks and special files are only ever opened O_PATH |
  * O_NOFOLLOW and their target read with readlinkat. An entry whose type
  * changed between readdir and open fails the copy (-ESTALE). Nothing of the
  * host outside the tree is read, whatever the tree holds. */
@@ -28,14 +28,15 @@
 
 typedef struct walk {
         struct archive *wr;
-        struct archive *names;  /* disk reader for owner names, or NULL (numeric) */
+        struct archive *names;  /* disk reader: metadata of opened fds, owner names unless numeric */
         struct archive_entry_linkresolver *lr;
         dev_t dev;              /* the tree's filesystem: other mounts are not entered */
         sb_error **err;
 } walk;
 
 /* Copies every xattr of fd (an O_PATH fd through its /proc/self/fd link,
- * which names the inode itself, a symlink included) into e. */
+ * which names the inode itself, a symlink included: getxattr follows the
+ * magic link to the inode and no further) into e. */
 static int read_xattrs(int fd, bool opath, struct archive_entry *e, const char *shown, sb_error **ret_err) {
         char proc[64];
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
@@ -163,6 +164,34 @@ static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
 
 static int walk_dir(walk *w, int dirfd, const char *path, unsigned depth);
 
+/* Metadata of the entry open at fd into e, named `path`. A directory or
+ * regular file: libarchive's own reader on that fd (owners, modes, times,
+ * xattrs, POSIX ACLs, file flags), with /proc/self/fd/N, which names the
+ * opened inode and nothing else, for the calls it makes by path (a
+ * directory's default ACL). A symlink or special file (an O_PATH fd):
+ * stat and xattrs here, as libarchive would read them by path. */
+static int describe(walk *w, struct archive_entry *e, int fd, bool opath, const struct stat *st, const char *path) {
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        if (!opath) {
+                archive_entry_copy_sourcepath(e, proc);
+                if (archive_read_disk_entry_from_file(w->names, e, fd, st) < ARCHIVE_WARN)
+                        return sb_error_set(w->err, -EIO, NULL, NULL, "%s: %s", path, archive_error_string(w->names));
+                archive_entry_copy_sourcepath(e, NULL);
+                archive_entry_copy_pathname(e, path);
+                return 0;
+        }
+        archive_entry_copy_stat(e, st);
+        archive_entry_copy_pathname(e, path);
+        const char *u = archive_read_disk_uname(w->names, st->st_uid);
+        const char *g = archive_read_disk_gname(w->names, st->st_gid);
+        if (u)
+                archive_entry_copy_uname(e, u);
+        if (g)
+                archive_entry_copy_gname(e, g);
+        return read_xattrs(fd, true, e, path, w->err);
+}
+
 /* One entry: fd as open_entry() made it, st its fstat; `path` the name
  * written (prefix/...). A directory is then walked. */
 static int walk_entry(walk *w, int dirfd, const char *name, const char *path, unsigned depth) {
@@ -176,16 +205,9 @@ static int walk_entry(walk *w, int dirfd, const char *name, const char *path, un
         _cleanup_(archive_entry_freep) struct archive_entry *e = archive_entry_new();
         if (!e)
                 return sb_error_set(w->err, -ENOMEM, NULL, NULL, "out of memory");
-        archive_entry_copy_stat(e, &st);
-        archive_entry_copy_pathname(e, path);
-        if (w->names) {
-                const char *u = archive_read_disk_uname(w->names, st.st_uid);
-                const char *g = archive_read_disk_gname(w->names, st.st_gid);
-                if (u)
-                        archive_entry_copy_uname(e, u);
-                if (g)
-                        archive_entry_copy_gname(e, g);
-        }
+        int r = describe(w, e, fd, opath, &st, path);
+        if (r < 0)
+                return r;
         if (S_ISLNK(st.st_mode)) {
                 char target[PATH_MAX + 1];
                 /* The O_PATH fd of the link itself, so a swap cannot change
@@ -196,9 +218,6 @@ static int walk_entry(walk *w, int dirfd, const char *name, const char *path, un
                 target[n] = 0;
                 archive_entry_copy_symlink(e, target);
         }
-        int r = read_xattrs(fd, opath, e, path, w->err);
-        if (r < 0)
-                return r;
         if ((r = emit(w, e, fd, path)) < 0)
                 return r;
         /* Another mount below the tree is listed, not entered. */
@@ -229,12 +248,14 @@ static int walk_dir(walk *w, int dirfd, const char *path, unsigned depth) {
 
 int core_tree_write(const char *src, struct archive *wr, const char *prefix, bool numeric_owners,
                     sb_error **ret_err) {
-        _cleanup_(archive_freep) struct archive *names = numeric_owners ? NULL : archive_read_disk_new();
+        _cleanup_(archive_freep) struct archive *names = archive_read_disk_new();
         _cleanup_(archive_entry_linkresolver_freep) struct archive_entry_linkresolver *lr =
                 archive_entry_linkresolver_new();
-        if (!lr || (!numeric_owners && !names))
+        if (!lr || !names)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (names)
+        /* Never a path walk of its own: only entry_from_file on our fds. */
+        archive_read_disk_set_symlink_physical(names);
+        if (!numeric_owners)
                 archive_read_disk_set_standard_lookup(names);
         archive_entry_linkresolver_set_strategy(lr, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
         /* src itself is a directory of the daemon's (an upper directory or
@@ -248,9 +269,7 @@ int core_tree_write(const char *src, struct archive *wr, const char *prefix, boo
         _cleanup_free_ char *root = NULL;
         if (!e || asprintf(&root, "%s/", prefix) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        archive_entry_copy_stat(e, &st);
-        archive_entry_copy_pathname(e, root);
-        int r = read_xattrs(top, false, e, src, ret_err);
+        int r = describe(&w, e, top, false, &st, root);
         if (r >= 0)
                 r = emit(&w, e, top, src);
         if (r >= 0)
@@ -272,7 +291,8 @@ int core_tree_copy(const char *src, const char *dst, sb_error **ret_err) {
          * no entry is written through a link. (SECURE_SYMLINKS would also
          * refuse a symlink among the state directory's own components.) */
         archive_write_disk_set_options(wr, ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME |
-                                                   ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                                   ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_ACL |
+                                                   ARCHIVE_EXTRACT_FFLAGS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                                                    ARCHIVE_EXTRACT_UNLINK);
         int r = core_tree_write(src, wr, dst, false, ret_err);
         if (r < 0)

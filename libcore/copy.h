@@ -1,10 +1,10 @@
 /* Copying a directory tree with everything an overlayfs upper layer holds:
  * owners, modes, times, hardlinks, symlinks, device nodes (overlayfs
  * whiteouts are 0:0 character devices) and extended attributes
- * (trusted.overlay.opaque and friends, POSIX ACLs as their system.*
- * xattrs). An fd-based walk of our own (a sandbox's tree is hostile, see
- * copy.c) feeding either libarchive's disk writer (a copy) or an archive
- * writer (a tarball), as `bsdtar -cf - . | bsdtar -xpf -` does. */
+ * (trusted.overlay.opaque and friends), POSIX ACLs and file flags. An
+ * fd-based walk of our own (a sandbox's tree is hostile, see copy.c)
+ * feeding either libarchive's disk writer (a copy) or an archive writer (a
+ * tarball), as `bsdtar -cf - . | bsdtar -xpf -` does. */
 #pragma once
 
 #include <stdbool.h>

@@ -396,6 +396,10 @@ void register_snapshot_methods(manager *m, rpc_server *s);
 /* The overlayfs lowerdir of a sandbox: its layers, then the runtime.
  * Caller frees. */
 char *sandbox_lowerdir(const sandbox *sb);
+/* True when `layers` is an array of layer ids as the daemon makes them (32
+ * lowercase hex digits): the only names ever joined to the layers
+ * directory. */
+bool layers_valid(const cJSON *layers);
 /* Loads snapshots/<id>.json records and removes layers nothing refers to
  * (daemon start, after persistent sandboxes are loaded). */
 void snapshots_load(manager *m);

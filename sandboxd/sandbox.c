@@ -888,7 +888,9 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         cJSON *c = cJSON_Parse(text);
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "id"));
-        if (!c || !name || !core_name_is_valid(name) || !id || strlen(id) != 32 || manager_find_sandbox(m, name)) {
+        const cJSON *layers = cJSON_GetObjectItem(c, "layers");
+        if (!c || !name || !core_name_is_valid(name) || !id || strlen(id) != 32 || manager_find_sandbox(m, name) ||
+            (layers && !layers_valid(layers))) {
                 cJSON_Delete(c);
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "%s: not a valid sandbox config", path);
         }

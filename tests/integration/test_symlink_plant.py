@@ -197,7 +197,7 @@ def _plant_leaves(world, name, link):
     script = ("for f in %s; do rm -f /etc/$f; ln -s '%s'/$f /etc/$f; done; "
               "rm -rf /workspace; ln -s '%s' /workspace; "
               "rm -rf /tmp/* 2>/dev/null; ln -s '%s' /tmp/link; "
-              "mkdir -p /home/w && ln -sf '%s'/secret /home/w/leak && ln -sfn '%s' /home/w/dir; "
+              "mkdir -p /home/sandbox/w && ln -sf '%s'/secret /home/sandbox/w/leak && ln -sfn '%s' /home/sandbox/w/dir; "
               "readlink /etc/hosts /workspace") % (" ".join(ETC_FILES), link, link, link, link, link)
     code, out, err = _root(world, name, script)
     expect_eq(code, 0, "plant links to %s (%s %s)" % (link, out.strip(), err.strip()))
@@ -212,7 +212,7 @@ def _copies(world, name, canary, what):
     canary.check(what + ", fork")
     expect_eq(code, 0, "%s: fork (%s)" % (what, err.strip()))
     try:
-        code, out, _e = _user(world, fork, "cat /home/w/leak /home/w/dir/secret 2>&1; readlink /home/w/leak")
+        code, out, _e = _user(world, fork, "cd /home/sandbox/w && cat leak dir/secret 2>&1; readlink leak")
         expect(canary.secret not in out, "%s: the fork reads the host canary:" % what, out)
     finally:
         delete(world, fork)
