@@ -197,7 +197,7 @@ def _plant_leaves(world, name, link):
     script = ("for f in %s; do rm -f /etc/$f; ln -s '%s'/$f /etc/$f; done; "
               "rm -rf /workspace; ln -s '%s' /workspace; "
               "rm -rf /tmp/* 2>/dev/null; ln -s '%s' /tmp/link; "
-              "mkdir -p /home/sandbox/w && ln -sf '%s'/secret /home/sandbox/w/leak && ln -sfn '%s' /home/sandbox/w/dir; "
+              "mkdir -p /home/sandbox/w && cd /home/sandbox/w && ln -sf '%s'/secret leak && ln -sfn '%s' dir; "
               "readlink /etc/hosts /workspace") % (" ".join(ETC_FILES), link, link, link, link, link)
     code, out, err = _root(world, name, script)
     expect_eq(code, 0, "plant links to %s (%s %s)" % (link, out.strip(), err.strip()))
