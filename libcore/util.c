@@ -179,12 +179,26 @@ int core_mkdir_p(const char *path, mode_t mode) {
         return 0;
 }
 
-static int rm_rf_at(int dfd, dev_t dev) {
+/* Directory levels one removal holds open at once. A tree deeper than this
+ * (root inside a sandbox can nest directories without limit) has its
+ * deeper part moved up under the top directory and removed in the next
+ * pass, so neither the stack nor the fds used grow with its depth. */
+#define RM_MAX_DEPTH 128
+
+typedef struct rm_ctx {
+        dev_t dev;          /* the tree's filesystem: other mounts are not entered */
+        int top;            /* the directory being emptied, for subtrees moved up */
+        unsigned moved;     /* subtrees moved up in this pass */
+} rm_ctx;
+
+static int rm_rf_at(rm_ctx *c, int dfd, unsigned depth) {
         _cleanup_closedir_ DIR *d = fdopendir(dfd);
         if (!d) {
                 close(dfd);
                 return negative_errno();
         }
+        /* The top's fd is a dup sharing its offset with the last pass's. */
+        rewinddir(d);
         int ret = 0;
         struct dirent *de;
         while ((de = readdir(d))) {
@@ -196,33 +210,48 @@ static int rm_rf_at(int dfd, dev_t dev) {
                                 ret = negative_errno();
                         continue;
                 }
-                if (S_ISDIR(st.st_mode)) {
-                        if (st.st_dev != dev) {
-                                if (!ret)
-                                        ret = -EXDEV;
-                                continue;
-                        }
-                        /* Beneath this directory's fd, no symlink followed,
-                         * and the very directory fstatat saw (same inode and
-                         * filesystem): a swap for a link or a mount point
-                         * meanwhile is refused, never descended into. */
-                        int sub = core_open_beneath(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
-                        struct stat held;
-                        if (sub >= 0 && (fstat(sub, &held) < 0 || held.st_dev != dev || held.st_ino != st.st_ino)) {
-                                close(sub);
-                                sub = -ESTALE;
-                        }
-                        if (sub < 0) {
-                                if (!ret)
-                                        ret = sub;
-                                continue;
-                        }
-                        int r = rm_rf_at(sub, dev);
-                        if (r < 0 && !ret)
-                                ret = r;
-                        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && !ret)
+                if (!S_ISDIR(st.st_mode)) {
+                        if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && !ret)
                                 ret = negative_errno();
-                } else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && !ret)
+                        continue;
+                }
+                if (st.st_dev != c->dev) {
+                        if (!ret)
+                                ret = -EXDEV;
+                        continue;
+                }
+                if (depth >= RM_MAX_DEPTH) {
+                        /* renameat moves the entry itself, never what it
+                         * might point to. */
+                        char name[32], rnd[17];
+                        core_random_hex(rnd, 16);
+                        snprintf(name, sizeof(name), ".rm-deep-%s", rnd);
+                        if (renameat(dirfd(d), de->d_name, c->top, name) == 0)
+                                c->moved++;
+                        else if (!ret)
+                                ret = negative_errno();
+                        continue;
+                }
+                /* Beneath this directory's fd, no symlink followed, and the
+                 * very directory fstatat saw (same inode and filesystem): a
+                 * swap for a link or a mount point meanwhile is refused,
+                 * never descended into. */
+                int sub = core_open_beneath(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
+                struct stat held;
+                if (sub >= 0 && (fstat(sub, &held) < 0 || held.st_dev != c->dev || held.st_ino != st.st_ino)) {
+                        close(sub);
+                        sub = -ESTALE;
+                }
+                if (sub < 0) {
+                        if (!ret)
+                                ret = sub;
+                        continue;
+                }
+                int r = rm_rf_at(c, sub, depth + 1);
+                if (r < 0 && !ret)
+                        ret = r;
+                if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && errno != ENOTEMPTY &&
+                    !ret)
                         ret = negative_errno();
         }
         return ret;
@@ -234,15 +263,27 @@ int core_rm_rf(const char *path) {
                 return errno == ENOENT ? 0 : negative_errno();
         if (!S_ISDIR(st.st_mode))
                 return unlink(path) < 0 && errno != ENOENT ? negative_errno() : 0;
-        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
         struct stat held;
-        if (fstat(fd, &held) < 0 || held.st_dev != st.st_dev || held.st_ino != st.st_ino) {
-                close(fd);
+        if (fstat(fd, &held) < 0 || held.st_dev != st.st_dev || held.st_ino != st.st_ino)
                 return -ESTALE;
-        }
-        int r = rm_rf_at(fd, st.st_dev);
+        rm_ctx c = {.dev = st.st_dev, .top = fd};
+        int r = 0;
+        /* Each pass removes what lies within RM_MAX_DEPTH levels and moves
+         * what is deeper up to the top; a pass that moved nothing was the
+         * last. (A directory moved while a pass reads the top one may be
+         * seen by it or not: the next pass gets it either way.) */
+        do {
+                c.moved = 0;
+                int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                int k = dup_fd < 0 ? negative_errno() : rm_rf_at(&c, dup_fd, 0);
+                if (k < 0 && !r)
+                        r = k;
+                if (dup_fd < 0)
+                        break;
+        } while (c.moved);
         if (rmdir(path) < 0 && errno != ENOENT && !r)
                 r = negative_errno();
         return r;

@@ -350,3 +350,31 @@ def test_etc_replaced_by_a_link_on_an_imported_runtime_with_userns_is_never_foll
 
 
 test_etc_replaced_by_a_link_on_an_imported_runtime_with_userns_is_never_followed.timeout = 300
+
+
+def test_a_directory_tree_deeper_than_any_fd_limit_is_deleted_whole_and_not_copied(world):
+    """Root inside nests 25000 directories (more than the daemon's fds and
+    stack could hold one level each): a fork refuses the copy with an error
+    naming the depth, and delete removes the tree whole, the daemon up."""
+    name, _c, _o, _e = create(world, "deep", "--deny-all")
+    try:
+        code, out, err = _root(world, name, "cd /workspace && python3 -c \"import os\n"
+                                            "for i in range(25000):\n os.mkdir('d'); os.chdir('d')\n"
+                                            "open('bottom', 'w').write('x')\nprint('made')\"")
+        expect_eq((code, out), (0, "made\n"), "make the deep tree (%s)" % err.strip()[-300:])
+        fork = world.name("deepfork")
+        code, _o, err = world.ctl("fork", name, "--name", fork)
+        if code == 0:
+            delete(world, fork)
+        expect(code != 0 and "directory levels" in err, "fork of a 25000-level tree:", code, err.strip()[:300])
+        expect(world.daemon.alive(), "the daemon after the fork")
+    finally:
+        code, _o, err = delete(world, name)
+    expect_eq(code, 0, "delete (%s)" % err.strip())
+    expect(world.daemon.alive(), "the daemon after the delete")
+    sb_dir = os.path.join(world.daemon.state_dir, "sandboxes", name)
+    expect(not os.path.lexists(sb_dir), "the deep tree is gone:", sb_dir)
+    leaks.check(world, name)
+
+
+test_a_directory_tree_deeper_than_any_fd_limit_is_deleted_whole_and_not_copied.timeout = 300

@@ -229,6 +229,33 @@ static void test_tree_copy_keeps_links_as_links_and_reads_nothing_outside(void *
         assert_int_equal(core_rm_rf(victim), 0);
 }
 
+/* A tree far deeper than the levels one removal holds open: removed whole,
+ * with a file and a link to a victim at the bottom left alone. */
+static void test_rm_rf_removes_a_tree_of_any_depth(void **state) {
+        char dir[] = "/tmp/test-util-XXXXXX", victim[] = "/tmp/test-util-victim-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        assert_non_null(mkdtemp(victim));
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        for (int i = 0; i < 1000; i++) {
+                assert_int_equal(mkdirat(fd, "d", 0755), 0);
+                int sub = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                assert_true(sub >= 0);
+                close(fd);
+                fd = sub;
+        }
+        assert_int_equal(symlinkat(victim, fd, "out"), 0);
+        assert_int_equal(core_write_file_at(fd, "f", "x", 1, 0644, false), 0);
+        close(fd);
+        char keep[64];
+        snprintf(keep, sizeof(keep), "%s/keep", victim);
+        assert_int_equal(core_write_file_atomic(keep, "y", 1, 0644), 0);
+        assert_int_equal(core_rm_rf(dir), 0);
+        assert_int_equal(access(dir, F_OK), -1);
+        assert_int_equal(access(keep, F_OK), 0);
+        assert_int_equal(core_rm_rf(victim), 0);
+}
+
 static void test_error_keeps_innermost_and_prefixes_context(void **state) {
         _cleanup_error_ sb_error *err = NULL;
         assert_int_equal(sb_error_set(&err, -ENOENT, "not_found", "source.path", "no file %s", "x"), -ENOENT);
@@ -252,6 +279,7 @@ int main(void) {
                 cmocka_unit_test(test_time_is_rfc3339_utc_with_millis),
                 cmocka_unit_test(test_atomic_write_replaces_whole_file),
                 cmocka_unit_test(test_rm_rf_removes_tree_but_never_follows_symlinks),
+                cmocka_unit_test(test_rm_rf_removes_a_tree_of_any_depth),
                 cmocka_unit_test(test_beneath_helpers_refuse_every_symlinked_component),
                 cmocka_unit_test(test_tree_copy_keeps_links_as_links_and_reads_nothing_outside),
                 cmocka_unit_test(test_error_keeps_innermost_and_prefixes_context),
