@@ -192,8 +192,9 @@ def _resume(world, name, canary, what):
 
 
 def _plant_leaves(world, name, link):
-    """The files sandboxd writes, the workspace and /tmp (a tmpfs) as links;
-    and a file and a directory link in a fresh workspace for the copies."""
+    """The files sandboxd writes, /workspace and an entry of /tmp (a tmpfs,
+    which cannot itself go) as links; and a file link and a directory link
+    in the sandbox user's home for the copies to meet."""
     script = ("for f in %s; do rm -f /etc/$f; ln -s '%s'/$f /etc/$f; done; "
               "rm -rf /workspace; ln -s '%s' /workspace; "
               "rm -rf /tmp/* 2>/dev/null; ln -s '%s' /tmp/link; "
@@ -281,8 +282,8 @@ def _run_leaves(world, runtime_args, userns_args, tag):
 
 def _run_etc_dir(world, runtime_args, userns_args, tag, kinds=None):
     """/etc itself replaced by a link (possible where /etc holds no mount:
-    an imported runtime): resume refuses with an error naming /etc, and
-    delete, fork and snapshot of the sandbox follow nothing."""
+    an imported runtime): resume refuses with an error naming /etc, and a
+    fork of the stopped sandbox and its delete follow nothing."""
     canary = Canary(world)
     try:
         for kind, fmt in TARGETS:
