@@ -295,10 +295,15 @@ int core_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
                 .mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
                 .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
         };
-        int fd;
-        do
+        /* EAGAIN: a rename elsewhere on the filesystem raced the lookup
+         * (openat2(2)); retried a few times, never forever, since a sandbox
+         * that runs could keep renaming. */
+        int fd = -1;
+        for (int tries = 0; tries < 32; tries++) {
                 fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-        while (fd < 0 && errno == EAGAIN);  /* RESOLVE_* lookups may ask for a retry */
+                if (fd >= 0 || errno != EAGAIN)
+                        break;
+        }
         return fd < 0 ? negative_errno() : fd;
 }
 

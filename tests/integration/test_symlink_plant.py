@@ -322,7 +322,9 @@ test_links_planted_in_a_host_runtime_sandbox_are_never_followed.timeout = 300
 
 
 def test_links_planted_in_a_host_runtime_userns_sandbox_are_never_followed(world):
-    _run_leaves(world, [], _userns_or_skip(world, True), "plantu")
+    userns = _userns_or_skip(world, True)
+    _run_leaves(world, [], userns, "plantu")
+    _run_etc_dir(world, [], userns, "plantetcu", kinds=("absolute",))
 
 
 test_links_planted_in_a_host_runtime_userns_sandbox_are_never_followed.timeout = 300
