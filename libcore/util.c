@@ -1,5 +1,7 @@
 /* Small helpers: base64, time, names, atomic writes, rm -rf (see util.h). */
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -7,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include "libcore/base64.h"
 #include "libcore/util.h"
@@ -176,12 +179,26 @@ int core_mkdir_p(const char *path, mode_t mode) {
         return 0;
 }
 
-static int rm_rf_at(int dfd, dev_t dev) {
+/* Directory levels one removal holds open at once. A tree deeper than this
+ * (root inside a sandbox can nest directories without limit) has its
+ * deeper part moved up under the top directory and removed in the next
+ * pass, so neither the stack nor the fds used grow with its depth. */
+#define RM_MAX_DEPTH 128
+
+typedef struct rm_ctx {
+        dev_t dev;          /* the tree's filesystem: other mounts are not entered */
+        int top;            /* the directory being emptied, for subtrees moved up */
+        unsigned moved;     /* subtrees moved up in this pass */
+} rm_ctx;
+
+static int rm_rf_at(rm_ctx *c, int dfd, unsigned depth) {
         _cleanup_closedir_ DIR *d = fdopendir(dfd);
         if (!d) {
                 close(dfd);
                 return negative_errno();
         }
+        /* The top's fd is a dup sharing its offset with the last pass's. */
+        rewinddir(d);
         int ret = 0;
         struct dirent *de;
         while ((de = readdir(d))) {
@@ -193,25 +210,48 @@ static int rm_rf_at(int dfd, dev_t dev) {
                                 ret = negative_errno();
                         continue;
                 }
-                if (S_ISDIR(st.st_mode)) {
-                        if (st.st_dev != dev) {
-                                if (!ret)
-                                        ret = -EXDEV;
-                                continue;
-                        }
-                        int sub = openat(dirfd(d), de->d_name,
-                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        if (sub < 0) {
-                                if (!ret)
-                                        ret = negative_errno();
-                                continue;
-                        }
-                        int r = rm_rf_at(sub, dev);
-                        if (r < 0 && !ret)
-                                ret = r;
-                        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && !ret)
+                if (!S_ISDIR(st.st_mode)) {
+                        if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && !ret)
                                 ret = negative_errno();
-                } else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && !ret)
+                        continue;
+                }
+                if (st.st_dev != c->dev) {
+                        if (!ret)
+                                ret = -EXDEV;
+                        continue;
+                }
+                if (depth >= RM_MAX_DEPTH) {
+                        /* renameat moves the entry itself, never what it
+                         * might point to. */
+                        char name[32], rnd[17];
+                        core_random_hex(rnd, 16);
+                        snprintf(name, sizeof(name), ".rm-deep-%s", rnd);
+                        if (renameat(dirfd(d), de->d_name, c->top, name) == 0)
+                                c->moved++;
+                        else if (!ret)
+                                ret = negative_errno();
+                        continue;
+                }
+                /* Beneath this directory's fd, no symlink followed, and the
+                 * very directory fstatat saw (same inode and filesystem): a
+                 * swap for a link or a mount point meanwhile is refused,
+                 * never descended into. */
+                int sub = core_open_beneath(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY, 0);
+                struct stat held;
+                if (sub >= 0 && (fstat(sub, &held) < 0 || held.st_dev != c->dev || held.st_ino != st.st_ino)) {
+                        close(sub);
+                        sub = -ESTALE;
+                }
+                if (sub < 0) {
+                        if (!ret)
+                                ret = sub;
+                        continue;
+                }
+                int r = rm_rf_at(c, sub, depth + 1);
+                if (r < 0 && !ret)
+                        ret = r;
+                if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && errno != ENOTEMPTY &&
+                    !ret)
                         ret = negative_errno();
         }
         return ret;
@@ -223,13 +263,115 @@ int core_rm_rf(const char *path) {
                 return errno == ENOENT ? 0 : negative_errno();
         if (!S_ISDIR(st.st_mode))
                 return unlink(path) < 0 && errno != ENOENT ? negative_errno() : 0;
-        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
-        int r = rm_rf_at(fd, st.st_dev);
+        struct stat held;
+        if (fstat(fd, &held) < 0 || held.st_dev != st.st_dev || held.st_ino != st.st_ino)
+                return -ESTALE;
+        rm_ctx c = {.dev = st.st_dev, .top = fd};
+        int r = 0;
+        /* Each pass removes what lies within RM_MAX_DEPTH levels and moves
+         * what is deeper up to the top; a pass that moved nothing was the
+         * last. (A directory moved while a pass reads the top one may be
+         * seen by it or not: the next pass gets it either way.) */
+        do {
+                c.moved = 0;
+                int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                int k = dup_fd < 0 ? negative_errno() : rm_rf_at(&c, dup_fd, 0);
+                if (k < 0 && !r)
+                        r = k;
+                if (dup_fd < 0)
+                        break;
+        } while (c.moved);
         if (rmdir(path) < 0 && errno != ENOENT && !r)
                 r = negative_errno();
         return r;
+}
+
+int core_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
+        struct open_how how = {
+                .flags = (uint64_t)(flags | O_CLOEXEC),
+                .mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0,
+                .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        /* EAGAIN: a rename elsewhere on the filesystem raced the lookup
+         * (openat2(2)); retried a few times, never forever, since a sandbox
+         * that runs could keep renaming. */
+        int fd = -1;
+        for (int tries = 0; tries < 32; tries++) {
+                fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+                if (fd >= 0 || errno != EAGAIN)
+                        break;
+        }
+        return fd < 0 ? negative_errno() : fd;
+}
+
+int core_mkdir_beneath(int dirfd, const char *path, mode_t mode) {
+        _cleanup_free_ char *p = strdup(path);
+        if (!p)
+                return -ENOMEM;
+        int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return negative_errno();
+        char *save = NULL;
+        for (char *c = strtok_r(p, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+                /* One component at a time from the fd already checked, so a
+                 * link anywhere is refused, not only at the end. */
+                if (mkdirat(fd, c, mode) < 0 && errno != EEXIST) {
+                        int r = negative_errno();
+                        close(fd);
+                        return r;
+                }
+                int sub = core_open_beneath(fd, c, O_RDONLY | O_DIRECTORY, 0);
+                close(fd);
+                if (sub < 0)
+                        return sub;
+                fd = sub;
+        }
+        return fd;
+}
+
+int core_write_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, bool durable) {
+        char tmp[NAME_MAX + 1], rnd[9];
+        if (strchr(name, '/') || streq(name, ".") || streq(name, "..") || strlen(name) + 14 > NAME_MAX)
+                return -EINVAL;
+        core_random_hex(rnd, 8);
+        snprintf(tmp, sizeof(tmp), ".%s.tmp-%s", name, rnd);
+        _cleanup_close_ int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+        if (fd < 0)
+                return negative_errno();
+        const char *p = data;
+        int r = 0;
+        while (len > 0 && r == 0) {
+                ssize_t w = write(fd, p, len);
+                if (w < 0 && errno != EINTR)
+                        r = negative_errno();
+                else if (w > 0) {
+                        p += w;
+                        len -= (size_t)w;
+                }
+        }
+        /* The mode as asked, whatever the umask took away. */
+        if (r == 0 && fchmod(fd, mode) < 0)
+                r = negative_errno();
+        if (r == 0 && durable && fsync(fd) < 0)
+                r = negative_errno();
+        if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+                r = negative_errno();
+        if (r < 0)
+                (void)unlinkat(dirfd, tmp, 0);
+        return r;
+}
+
+const char *core_beneath_strerror(int r) {
+        switch (r) {
+        case -ELOOP: return "is a symbolic link or lies under one";
+        case -EXDEV: return "leads outside the sandbox's files";
+        case -ENOTDIR: return "is not a directory, or lies under something that is not";
+        case -EISDIR: return "is a directory";
+        default: return strerror(-r);
+        }
 }
 
 void core_signals_reset(void) {

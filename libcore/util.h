@@ -57,10 +57,48 @@ int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *
 int core_mkdir_p(const char *path, mode_t mode);
 
 /* Removes a directory tree without following symlinks and without crossing
- * into other mounts (fd-relative, like `rm -rf --one-file-system`).
- * Missing path is success. Returns 0 or the first negative errno seen, after
- * trying every entry. */
+ * into other mounts (fd-relative, like `rm -rf --one-file-system`). `path`
+ * itself is the caller's (its last component is not followed); everything
+ * below it may be a sandbox's: each subdirectory is opened beneath its
+ * parent's fd with core_open_beneath() and must be the inode fstatat saw,
+ * so a link or a swapped entry is left alone (-ELOOP, -ESTALE), and links
+ * are unlinked, never followed. Missing path is success. Returns 0 or the
+ * first negative errno seen, after trying every entry. */
 int core_rm_rf(const char *path);
+
+/* ---- paths inside a tree a sandbox can write ----------------------------
+ * A sandbox's upper directory, its layers and its workspace hold whatever
+ * root inside put there, symbolic links to host paths included. Host root
+ * must never resolve a path through them by string: every lookup below
+ * goes from a directory fd with openat2(RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) (openat2(2)), so a
+ * symlinked, magic-linked or ".." component fails (-ELOOP, -EXDEV) instead
+ * of leading elsewhere. */
+
+/* openat2(dirfd, path, flags | O_CLOEXEC, mode) resolved beneath dirfd with
+ * no symlink and no magic link in any component, the last one included.
+ * path is relative ("etc/hosts"). Returns the fd, or -ELOOP (a component
+ * is a symlink), -EXDEV (it leaves dirfd: "..", absolute), -ENOTDIR,
+ * -ENOENT or another negative errno. */
+int core_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
+
+/* The directory `path` beneath dirfd, components that are missing made
+ * with `mode` (mkdirat), each resolved as core_open_beneath() does. Returns
+ * an O_DIRECTORY fd (O_CLOEXEC, caller closes) or a negative errno as
+ * core_open_beneath(). */
+int core_mkdir_beneath(int dirfd, const char *path, mode_t mode);
+
+/* Replaces the entry `name` (one component) of directory dirfd with a
+ * regular file holding `len` bytes: a new temporary file in dirfd
+ * (O_CREAT | O_EXCL | O_NOFOLLOW), fsync when `durable`, renameat over
+ * name. A symlink at name is replaced, never written through; a directory
+ * there makes it fail (-EISDIR). Returns 0 or a negative errno. */
+int core_write_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, bool durable);
+
+/* A short phrase for an error of the helpers above, for messages that
+ * name the path: "is a symbolic link", "leads outside the sandbox's
+ * tree", ... or strerror(-r). */
+const char *core_beneath_strerror(int r);
 
 /* Starts a helper program (sandbox-netd) with stdout on a new pipe whose
  * read end goes to *ret_out, stdin on a second pipe whose write end goes to

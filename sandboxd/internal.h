@@ -306,6 +306,12 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
 /* Writes <dir>/config.json (durably for a persistent sandbox); `text` NULL
  * means the sandbox's current config. Worker-thread safe when text is given. */
 int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err);
+/* The sandbox's upper directory (<dir>/upper, the tree root inside writes)
+ * as an O_DIRECTORY fd: <dir> is the daemon's, upper itself must be a
+ * plain directory (no symlink). Everything below it is resolved from this
+ * fd with core_open_beneath() and friends, never by a path string. Returns
+ * the fd (caller closes) or a negative errno. */
+int sandbox_open_upper(const sandbox *sb);
 /* Registers a sandbox found on disk at start (persistent ones). */
 int sandbox_load(manager *m, const char *dir, sb_error **ret_err);
 void sandbox_unlink(manager *m, sandbox *sb);
@@ -409,6 +415,10 @@ void register_snapshot_methods(manager *m, rpc_server *s);
 /* The overlayfs lowerdir of a sandbox: its layers, then the runtime.
  * Caller frees. */
 char *sandbox_lowerdir(const sandbox *sb);
+/* True when `layers` is an array of layer ids as the daemon makes them (32
+ * lowercase hex digits): the only names ever joined to the layers
+ * directory. */
+bool layers_valid(const cJSON *layers);
 /* Loads snapshots/<id>.json records and removes layers nothing refers to
  * (daemon start, after persistent sandboxes are loaded). */
 void snapshots_load(manager *m);

@@ -187,6 +187,13 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
         return NULL;
 }
 
+int sandbox_open_upper(const sandbox *sb) {
+        _cleanup_close_ int dir = open(sb->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dir < 0)
+                return negative_errno();
+        return core_open_beneath(dir, "upper", O_RDONLY | O_DIRECTORY, 0);
+}
+
 int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err) {
         _cleanup_free_ char *own = NULL, *path = NULL;
         if (!text) {
@@ -900,7 +907,9 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         cJSON *c = cJSON_Parse(text);
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "id"));
-        if (!c || !name || !core_name_is_valid(name) || !id || strlen(id) != 32 || manager_find_sandbox(m, name)) {
+        const cJSON *layers = cJSON_GetObjectItem(c, "layers");
+        if (!c || !name || !core_name_is_valid(name) || !id || strlen(id) != 32 || manager_find_sandbox(m, name) ||
+            (layers && !layers_valid(layers))) {
                 cJSON_Delete(c);
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "%s: not a valid sandbox config", path);
         }

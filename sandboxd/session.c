@@ -36,21 +36,35 @@ static void emit_status(sandbox *sb, const char *status);
  * session (the gateway can differ between sessions). resolv.conf: a custom
  * policy resolves through its DNS filter on the gateway (and nothing else
  * answers it, DESIGN §5.2); allow-all uses the host's resolvers a sandbox
- * can reach (not loopback ones: they are the host's); deny-all none. */
-static int write_upper_etc(const sandbox *sb, const char *upper, const char *mode, struct in_addr gateway) {
-        _cleanup_free_ char *etc = NULL, *hosts = NULL, *hostname = NULL, *resolv = NULL;
-        if (asprintf(&etc, "%s/etc", upper) < 0)
-                return -ENOMEM;
-        if (mkdir(etc, 0755) < 0 && errno != EEXIST)
-                return negative_errno();
+ * can reach (not loopback ones: they are the host's); deny-all none.
+ *
+ * The upper layer is the sandbox's: root inside may have made /etc (or
+ * anything under it) a symlink to a host path while it ran. Host root
+ * therefore opens it beneath the upper directory's fd with no symlink
+ * followed (core_open_beneath), replaces each file by rename (a link at
+ * /etc/hosts is replaced, never written through) and fails closed, naming
+ * the path, when /etc is not a plain directory. */
+static int write_upper_etc(const sandbox *sb, const char *mode, struct in_addr gateway, sb_error **ret_err) {
+        _cleanup_free_ char *hosts = NULL, *hostname = NULL, *resolv = NULL;
+        _cleanup_close_ int upper = sandbox_open_upper(sb);
+        if (upper < 0)
+                return sb_error_set(ret_err, upper, NULL, NULL, "open the sandbox's upper directory: %s",
+                                    strerror(-upper));
+        _cleanup_close_ int etc = core_mkdir_beneath(upper, "etc", 0755);
+        if (etc < 0)
+                return sb_error_set(ret_err, etc, NULL, NULL,
+                                    "/etc in the sandbox's files %s; sandboxd writes /etc/hosts, /etc/hostname and "
+                                    "/etc/resolv.conf there at every start and follows no symbolic link in a "
+                                    "sandbox's files, so this session was not started",
+                                    core_beneath_strerror(etc));
         if (asprintf(&hosts, "127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n",
                      sb->name) < 0 ||
             asprintf(&hostname, "%s\n", sb->name) < 0)
-                return -ENOMEM;
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         size_t cap = 4096, len = 0;
         resolv = calloc(1, cap);
         if (!resolv)
-                return -ENOMEM;
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         if (streq(mode, "allow-all")) {
                 _cleanup_fclose_ FILE *f = fopen("/etc/resolv.conf", "re");
                 char line[512];
@@ -71,12 +85,10 @@ static int write_upper_etc(const sandbox *sb, const char *upper, const char *mod
         static const char *const names[] = {"hosts", "hostname", "resolv.conf"};
         const char *texts[] = {hosts, hostname, resolv};
         for (size_t i = 0; i < 3; i++) {
-                _cleanup_free_ char *p = NULL;
-                if (asprintf(&p, "%s/%s", etc, names[i]) < 0)
-                        return -ENOMEM;
-                int r = core_write_file_replace(p, texts[i], strlen(texts[i]), 0644);
+                int r = core_write_file_at(etc, names[i], texts[i], strlen(texts[i]), 0644, false);
                 if (r < 0)
-                        return r;
+                        return sb_error_set(ret_err, r, NULL, NULL, "write /etc/%s in the sandbox's files: %s",
+                                            names[i], r == -EISDIR ? "it is a directory" : strerror(-r));
         }
         return 0;
 }
@@ -849,15 +861,8 @@ static void start_work(void *userdata) {
         struct in_addr gateway = {0};
         if (j->slot >= 0)
                 gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
-        {
-                _cleanup_free_ char *upper = NULL;
-                if (asprintf(&upper, "%s/upper", sb->dir) < 0 ||
-                    (r = write_upper_etc(sb, upper, mode, gateway)) < 0) {
-                        r = sb_error_set(&j->err, r < 0 ? r : -ENOMEM, NULL, NULL, "write sandbox /etc: %s",
-                                         strerror(r < 0 ? -r : ENOMEM));
-                        goto fail;
-                }
-        }
+        if ((r = write_upper_etc(sb, mode, gateway, &j->err)) < 0)
+                goto fail;
         if ((r = ca_prepare(j, &j->err)) < 0)
                 goto fail;
         core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,

@@ -90,6 +90,23 @@ static bool chain_has(const cJSON *chain, const char *id) {
         return false;
 }
 
+/* A layer id as the daemon makes them (core_random_hex, 32 digits). Only
+ * such a name is ever joined to the layers directory for a removal, so a
+ * damaged record cannot make an rm -rf of a path elsewhere. */
+static bool layer_id_ok(const char *id) {
+        return id && strlen(id) == 32 && strspn(id, "0123456789abcdef") == 32;
+}
+
+bool layers_valid(const cJSON *layers) {
+        const cJSON *it;
+        if (!cJSON_IsArray(layers))
+                return false;
+        cJSON_ArrayForEach(it, layers)
+                if (!layer_id_ok(cJSON_GetStringValue(it)))
+                        return false;
+        return true;
+}
+
 static bool layer_in_use(manager *m, const char *id) {
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
                 if (chain_has(sb->layers, id))
@@ -146,7 +163,7 @@ void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), voi
         j->paths = calloc((size_t)cJSON_GetArraySize(layers) + 1, sizeof(char *));
         cJSON *it;
         cJSON_ArrayForEach(it, layers)
-                if (cJSON_IsString(it) && !layer_in_use(m, it->valuestring) &&
+                if (layer_id_ok(cJSON_GetStringValue(it)) && !layer_in_use(m, it->valuestring) &&
                     asprintf(&j->paths[j->n], "%s/%s", m->layers_dir, it->valuestring) >= 0)
                         j->n++;
         if (!j->n || worker_submit(rm_work, rm_done, j) < 0) {
@@ -721,7 +738,10 @@ void snapshots_load(manager *m) {
                 cJSON *o = cJSON_Parse(text);
                 const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(o, "id"));
                 cJSON *layers = cJSON_GetObjectItem(o, "layers");
-                if (!id || strlen(id) >= sizeof(((snapshot *)0)->id) || !cJSON_IsArray(layers)) {
+                /* The id names the record file; the layers name directories
+                 * under layers/: both only as the daemon makes them. */
+                if (!id || strlen(id) >= sizeof(((snapshot *)0)->id) || strncmp(de->d_name, id, n - 5) != 0 ||
+                    strlen(id) != n - 5 || !layers_valid(layers)) {
                         log_warning("snapshot record %s is not valid; left as it is", path);
                         cJSON_Delete(o);
                         continue;

@@ -1,5 +1,7 @@
 /* Unit tests for libcore/util.c and libcore/error.c: sandbox names, base64,
- * time formatting, atomic writes, rm -rf that never follows symlinks, and
+ * time formatting, atomic writes, rm -rf that never follows symlinks, the
+ * beneath-an-fd helpers (no symlink followed anywhere in a path), the tree
+ * copy (libcore/copy.c) that never follows a link out of its source, and
  * the error object's context wrapping. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +11,9 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include "libcore/copy.h"
 #include "libcore/error.h"
 #include "libcore/util.h"
 
@@ -102,6 +107,155 @@ static void test_rm_rf_removes_tree_but_never_follows_symlinks(void **state) {
         assert_int_equal(core_rm_rf(victim), 0);
 }
 
+/* A tree at dir/t whose entries are links to a victim directory outside. */
+static void make_planted_tree(const char *dir, const char *victim) {
+        char p[512];
+        snprintf(p, sizeof(p), "%s/t/real", dir);
+        assert_int_equal(core_mkdir_p(p, 0755), 0);
+        snprintf(p, sizeof(p), "%s/t/etc", dir);
+        assert_int_equal(symlink(victim, p), 0);
+        snprintf(p, sizeof(p), "%s/t/rel", dir);
+        assert_int_equal(symlink("../../../../../../../../../../../../../../../../tmp", p), 0);
+        snprintf(p, sizeof(p), "%s/t/proc", dir);
+        assert_int_equal(symlink("/proc/self/root/tmp", p), 0);
+        snprintf(p, sizeof(p), "%s/t/real/hosts", dir);
+        char target[512];
+        snprintf(target, sizeof(target), "%s/secret", victim);
+        assert_int_equal(symlink(target, p), 0);
+}
+
+static void test_beneath_helpers_refuse_every_symlinked_component(void **state) {
+        char dir[] = "/tmp/test-util-XXXXXX", victim[] = "/tmp/test-util-victim-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        assert_non_null(mkdtemp(victim));
+        make_planted_tree(dir, victim);
+        char p[512];
+        snprintf(p, sizeof(p), "%s/t", dir);
+        _cleanup_close_ int top = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(top >= 0);
+        /* A link as the directory, as a middle component, magic links, "..". */
+        assert_int_equal(core_mkdir_beneath(top, "etc", 0755), -ELOOP);
+        assert_int_equal(core_mkdir_beneath(top, "rel/x", 0755), -ELOOP);
+        assert_int_equal(core_open_beneath(top, "proc/x", O_RDONLY, 0), -ELOOP);
+        assert_int_equal(core_open_beneath(top, "etc/secret", O_WRONLY | O_CREAT, 0644), -ELOOP);
+        assert_int_equal(core_open_beneath(top, "../t/real", O_RDONLY, 0), -EXDEV);
+        assert_int_equal(core_open_beneath(top, "/tmp", O_RDONLY, 0), -EXDEV);
+        assert_int_equal(core_open_beneath(top, "real/hosts", O_RDONLY, 0), -ELOOP);
+        /* A link as the last component of a write is replaced, not followed. */
+        _cleanup_close_ int real = core_mkdir_beneath(top, "real", 0755);
+        assert_true(real >= 0);
+        assert_int_equal(core_write_file_at(real, "hosts", "mine\n", 5, 0644, false), 0);
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/t/real/hosts", dir);
+        assert_int_equal(lstat(p, &st), 0);
+        assert_true(S_ISREG(st.st_mode));
+        assert_int_equal(st.st_mode & 07777, 0644);
+        assert_int_equal(core_write_file_at(real, "../x", "x", 1, 0644, false), -EINVAL);
+        _cleanup_close_ int made = core_mkdir_beneath(top, "new/a/b", 0700);
+        assert_true(made >= 0);
+        /* Nothing reached the victim. */
+        snprintf(p, sizeof(p), "%s/secret", victim);
+        assert_int_equal(access(p, F_OK), -1);
+        assert_int_equal(core_rm_rf(dir), 0);
+        assert_int_equal(core_rm_rf(victim), 0);
+}
+
+static void test_tree_copy_keeps_links_as_links_and_reads_nothing_outside(void **state) {
+        char dir[] = "/tmp/test-util-XXXXXX", victim[] = "/tmp/test-util-victim-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        assert_non_null(mkdtemp(victim));
+        char p[512], q[512];
+        snprintf(p, sizeof(p), "%s/secret", victim);
+        assert_int_equal(core_write_file_atomic(p, "host secret", 11, 0600), 0);
+        make_planted_tree(dir, victim);
+        /* Regular data, a hardlink, a whiteout, a FIFO, an xattr on a link. */
+        snprintf(p, sizeof(p), "%s/t/real/data", dir);
+        assert_int_equal(core_write_file_atomic(p, "payload", 7, 0640), 0);
+        snprintf(q, sizeof(q), "%s/t/real/data2", dir);
+        assert_int_equal(link(p, q), 0);
+        snprintf(p, sizeof(p), "%s/t/wh", dir);
+        assert_int_equal(mknod(p, S_IFCHR | 0, makedev(0, 0)), 0);
+        snprintf(p, sizeof(p), "%s/t/fifo", dir);
+        assert_int_equal(mkfifo(p, 0644), 0);
+        snprintf(p, sizeof(p), "%s/t/etc", dir);
+        bool xattr = lsetxattr(p, "trusted.test", "v", 1, 0) == 0;
+        char src[64], dst[64];
+        snprintf(src, sizeof(src), "%s/t", dir);
+        snprintf(dst, sizeof(dst), "%s/copy", dir);
+        _cleanup_error_ sb_error *err = NULL;
+        assert_int_equal(core_tree_copy(src, dst, &err), 0);
+        char target[64];
+        static const char *const links[] = {"etc", "rel", "proc", "real/hosts"};
+        for (size_t i = 0; i < sizeof(links) / sizeof(*links); i++) {
+                struct stat a;
+                snprintf(p, sizeof(p), "%s/%s", dst, links[i]);
+                assert_int_equal(lstat(p, &a), 0);
+                assert_true(S_ISLNK(a.st_mode));
+        }
+        snprintf(p, sizeof(p), "%s/etc", dst);
+        ssize_t n = readlink(p, target, sizeof(target) - 1);
+        assert_true(n > 0);
+        target[n] = 0;
+        assert_string_equal(target, victim);
+        if (xattr) {
+                char v[8] = "";
+                assert_int_equal(lgetxattr(p, "trusted.test", v, sizeof(v)), 1);
+                assert_int_equal(v[0], 'v');
+        }
+        struct stat a, b;
+        snprintf(p, sizeof(p), "%s/real/data", dst);
+        snprintf(q, sizeof(q), "%s/real/data2", dst);
+        assert_int_equal(stat(p, &a), 0);
+        assert_int_equal(stat(q, &b), 0);
+        assert_int_equal(a.st_ino, b.st_ino);
+        assert_int_equal(a.st_mode & 07777, 0640);
+        _cleanup_free_ char *text = NULL;
+        assert_int_equal(core_read_file(p, 64, &text, NULL), 0);
+        assert_string_equal(text, "payload");
+        snprintf(p, sizeof(p), "%s/wh", dst);
+        assert_int_equal(lstat(p, &a), 0);
+        assert_true(S_ISCHR(a.st_mode) && a.st_rdev == makedev(0, 0));
+        snprintf(p, sizeof(p), "%s/fifo", dst);
+        assert_int_equal(lstat(p, &a), 0);
+        assert_true(S_ISFIFO(a.st_mode));
+        /* The victim was neither read into the copy nor changed. */
+        snprintf(p, sizeof(p), "%s/secret", dst);
+        assert_int_equal(access(p, F_OK), -1);
+        _cleanup_free_ char *kept = NULL;
+        snprintf(p, sizeof(p), "%s/secret", victim);
+        assert_int_equal(core_read_file(p, 64, &kept, NULL), 0);
+        assert_string_equal(kept, "host secret");
+        assert_int_equal(core_rm_rf(dir), 0);
+        assert_int_equal(core_rm_rf(victim), 0);
+}
+
+/* A tree far deeper than the levels one removal holds open: removed whole,
+ * with a file and a link to a victim at the bottom left alone. */
+static void test_rm_rf_removes_a_tree_of_any_depth(void **state) {
+        char dir[] = "/tmp/test-util-XXXXXX", victim[] = "/tmp/test-util-victim-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        assert_non_null(mkdtemp(victim));
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        for (int i = 0; i < 1000; i++) {
+                assert_int_equal(mkdirat(fd, "d", 0755), 0);
+                int sub = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                assert_true(sub >= 0);
+                close(fd);
+                fd = sub;
+        }
+        assert_int_equal(symlinkat(victim, fd, "out"), 0);
+        assert_int_equal(core_write_file_at(fd, "f", "x", 1, 0644, false), 0);
+        close(fd);
+        char keep[64];
+        snprintf(keep, sizeof(keep), "%s/keep", victim);
+        assert_int_equal(core_write_file_atomic(keep, "y", 1, 0644), 0);
+        assert_int_equal(core_rm_rf(dir), 0);
+        assert_int_equal(access(dir, F_OK), -1);
+        assert_int_equal(access(keep, F_OK), 0);
+        assert_int_equal(core_rm_rf(victim), 0);
+}
+
 static void test_error_keeps_innermost_and_prefixes_context(void **state) {
         _cleanup_error_ sb_error *err = NULL;
         assert_int_equal(sb_error_set(&err, -ENOENT, "not_found", "source.path", "no file %s", "x"), -ENOENT);
@@ -125,6 +279,9 @@ int main(void) {
                 cmocka_unit_test(test_time_is_rfc3339_utc_with_millis),
                 cmocka_unit_test(test_atomic_write_replaces_whole_file),
                 cmocka_unit_test(test_rm_rf_removes_tree_but_never_follows_symlinks),
+                cmocka_unit_test(test_rm_rf_removes_a_tree_of_any_depth),
+                cmocka_unit_test(test_beneath_helpers_refuse_every_symlinked_component),
+                cmocka_unit_test(test_tree_copy_keeps_links_as_links_and_reads_nothing_outside),
                 cmocka_unit_test(test_error_keeps_innermost_and_prefixes_context),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
