@@ -1247,6 +1247,17 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
         int r = core_cgroup_open(sb->name, s->pid, &s->cg);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "its sandbox-init is not in its cgroup: %s", strerror(-r));
+        /* A daemon killed between freeze and thaw (a fork or snapshot of
+         * the running sandbox) left it frozen: nothing else would ever
+         * thaw it, and its commands, stop and delete would hang. */
+        if (core_cgroup_frozen(s->cg) > 0) {
+                r = core_cgroup_freeze(s->cg, false);
+                if (r < 0 && r != -ENOTSUP)
+                        return sb_error_set(ret_err, r, NULL, NULL, "thaw its cgroup (left frozen by the last "
+                                            "sandboxd): %s", strerror(-r));
+                log_warning("sandbox '%s': its cgroup was frozen (the last sandboxd stopped during a fork or "
+                            "snapshot); thawed it", sb->name);
+        }
         if ((s->agent_fd = restore_connect(sb->run_dir)) < 0)
                 return sb_error_set(ret_err, s->agent_fd, NULL, NULL, "connect to its sandbox-init: %s",
                                     strerror(-s->agent_fd));

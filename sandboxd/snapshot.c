@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "libcore/copy.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -158,6 +159,7 @@ void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), voi
 /* ---- capture ------------------------------------------------------------- */
 
 typedef void (*capture_cb)(manager *m, rpc_request *req, sandbox *sb, cJSON *chain, sb_error *err);
+static void fork_captured(manager *m, rpc_request *req, sandbox *src, cJSON *chain, sb_error *err);
 
 typedef struct capture_job {
         manager *m;
@@ -167,6 +169,7 @@ typedef struct capture_job {
         char id[33];
         char *upper, *dest;
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
+        const char *fault; /* fault point between freeze and copy (libcore/fault.h) */
         sb_error *err;
 } capture_job;
 
@@ -194,6 +197,7 @@ static void capture_work(void *userdata) {
                 core_cgroup_freeze(j->cg, false);
                 return;
         }
+        core_fault(j->fault);
         r = core_tree_copy(j->upper, tmp, &j->err);
         int t = core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
@@ -277,6 +281,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         memcpy(j->id, id, sizeof(id));
         j->dest = TAKE_PTR(dest);
         j->cg = sb->sess->cg;
+        j->fault = cb == fork_captured ? "fork.frozen" : "snapshot.frozen";
         if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
                 sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 cb(m, req, sb, NULL, err);
