@@ -142,6 +142,9 @@ struct session {
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
+        /* The host runtime version its overlay stands on ("" on another
+         * runtime): kept on disk while the session lives (runtime.c). */
+        char runtime_version[CORE_RUNTIME_VERSION_LEN + 1];
 };
 
 struct sandbox {
@@ -220,7 +223,8 @@ struct manager {
         char *sandboxes_dir, *runtimes_dir, *run_sandboxes_dir, *layers_dir, *snapshots_dir;
         snapshot *snapshots;
         sd_event_source *snapshot_expire_src; /* next snapshot expiration (snapshot.c) */
-        char *host_runtime;
+        char *host_runtime;       /* <state>/runtimes/host/<host_version> */
+        char host_version[CORE_RUNTIME_VERSION_LEN + 1]; /* what new sessions on `host` get */
         cJSON *runtime_jobs;      /* names being imported or bootstrapped (runtime.c) */
         int init_memfd;
         char *netd_path;          /* sandbox-netd */
@@ -471,3 +475,9 @@ char *runtime_dir(const manager *m, const char *name);
 int runtime_check(manager *m, const char *name, const char *field, sb_error **ret_err);
 /* Removes what an interrupted import or bootstrap left (daemon start). */
 void runtimes_load(manager *m);
+/* True when sb stands on the built-in host runtime. */
+bool runtime_is_host(const sandbox *sb);
+/* Removes the versions of the host runtime (<state>/runtimes/host/<v>/)
+ * that are neither the current one nor under a live session (at start,
+ * after adoption, and when a session ends). */
+void runtime_host_collect(manager *m);

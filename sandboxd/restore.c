@@ -138,6 +138,8 @@ int restore_save_record(const session *s) {
         cJSON_AddNumberToObject(o, "expiresMs", (double)sb->expires_ms);
         cJSON_AddBoolToObject(o, "proxyCa", s->proxy_ca);
         cJSON_AddBoolToObject(o, "sandboxTrustsCa", s->sandbox_trusts_ca);
+        if (s->runtime_version[0])
+                cJSON_AddStringToObject(o, "runtimeVersion", s->runtime_version);
         _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
         _cleanup_free_ char *path = NULL;
         cJSON_Delete(o);

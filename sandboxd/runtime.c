@@ -3,8 +3,13 @@
  * runtime.delete (docs/API.md).
  *
  * Layout under <state>/runtimes/:
- *   host/               the built-in runtime (core_runtime_host_build),
- *                       rebuilt at every start; never deleted or replaced
+ *   host/<version>/     the built-in runtime (core_runtime_host_build), one
+ *                       tree per version (a hash of what it is made from);
+ *                       new sessions get the current one, and each running
+ *                       session's record names the one its overlay stands
+ *                       on: an older version is removed only once no live
+ *                       session names it (runtime_host_collect)
+ *   host/.tmp-<hex>     a version being built
  *   <name>/             an imported or bootstrapped root filesystem
  *   <name>.json         its record {name, source, sizeBytes, createdAt}
  *   .<name>.tmp-<hex>   an import or bootstrap in progress
@@ -992,6 +997,8 @@ static void method_delete(rpc_request *req, void *userdata) {
 void runtimes_load(manager *m) {
         if (!m->runtime_jobs)
                 m->runtime_jobs = cJSON_CreateArray();
+        /* After reconcile(): the adopted sessions hold their versions. */
+        runtime_host_collect(m);
         _cleanup_closedir_ DIR *d = opendir(m->runtimes_dir);
         struct dirent *de;
         while (d && (de = readdir(d))) {
@@ -1012,6 +1019,40 @@ void runtimes_load(manager *m) {
                         (void)unlink(p);
                 else
                         core_rm_rf(p);
+        }
+}
+
+bool runtime_is_host(const sandbox *sb) {
+        return !sb->runtime || streq(sb->runtime, "host");
+}
+
+static bool host_version_in_use(manager *m, const char *version) {
+        if (streq(version, m->host_version))
+                return true;
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                if (sb->sess && streq(sb->sess->runtime_version, version))
+                        return true;
+        return false;
+}
+
+void runtime_host_collect(manager *m) {
+        _cleanup_free_ char *host = NULL;
+        if (asprintf(&host, "%s/host", m->runtimes_dir) < 0)
+                return;
+        _cleanup_closedir_ DIR *d = opendir(host);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                const char *n = de->d_name;
+                if (streq(n, ".") || streq(n, "..") || host_version_in_use(m, n))
+                        continue;
+                _cleanup_free_ char *p = NULL;
+                if (asprintf(&p, "%s/%s", host, n) < 0)
+                        continue;
+                /* Small trees (the generated /etc and empty mount points). */
+                log_info("removing host runtime version %s (no session stands on it)", n);
+                int r = core_rm_rf(p);
+                if (r < 0)
+                        log_warning_errno(r, "remove %s: %m", p);
         }
 }
 

@@ -948,6 +948,8 @@ static void start_done(void *userdata) {
         j->netd_out = j->netd_in = -EBADF;
         s->started_ms = core_now_ms();
         core_random_hex(s->id, 32);
+        if (runtime_is_host(sb))
+                memcpy(s->runtime_version, m->host_version, sizeof(s->runtime_version));
         sb->sess = s;
         cJSON *h = cJSON_CreateObject();
         char buf[40];
@@ -1151,7 +1153,11 @@ static void teardown_done(void *userdata) {
         sandbox *sb = t->sb;
         manager *m = t->m;
         if (t->s) {
+                bool old_runtime = t->s->runtime_version[0] && !streq(t->s->runtime_version, m->host_version);
                 session_release(m, t->s);
+                /* The last session on an older host runtime version frees it. */
+                if (old_runtime)
+                        runtime_host_collect(m);
         }
         finish_requests(sb, &sb->stop_waiters, false);
         if (!t->remove_files && sb->pending.n && !sb->deleting) {
@@ -1357,6 +1363,12 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         snprintf(s->id, sizeof(s->id), "%s", id && strlen(id) == 32 ? id : "");
         if (!*s->id)
                 core_random_hex(s->id, 32);
+        /* The host runtime version its overlay stands on; a record of the
+         * layout before versions names none: the tree moved to "legacy". */
+        const char *rv = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "runtimeVersion"));
+        if (runtime_is_host(sb))
+                snprintf(s->runtime_version, sizeof(s->runtime_version), "%s",
+                         rv && rv[0] && strlen(rv) < sizeof(s->runtime_version) ? rv : "legacy");
         uint64_t expires = rec_u64(rec, "expiresMs");
         int r = adopt_open(sb, rec, s, ret_err);
         if (r >= 0)

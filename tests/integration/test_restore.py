@@ -106,3 +106,118 @@ def test_commands_do_not_inherit_the_listening_socket_and_its_path_is_root_only(
         expect_eq(code, 1, "the sandbox cannot see agent.sock's path")
     finally:
         _finish(world, name)
+
+
+def _root_names(world, name):
+    return {e["name"] for e in rpc_ok(world, "fs.list", {"sandbox": name, "path": "/"})["entries"]}
+
+
+def test_a_host_runtime_sandbox_that_ran_nothing_keeps_its_root_across_restarts(world):
+    # Nothing runs in the sandbox before the restarts: no lookup has cached
+    # a dentry of its lower layer, so a runtime replaced under the running
+    # overlay shows at once (exit 127, an empty root).
+    for how in ("term", "kill"):
+        name, _c, _o, _e = create(world, "hrt", "--deny-all")
+        try:
+            _restart(world, how)
+            _restart(world, how)
+            code, out, err = world.ctl("exec", name, "--", "/bin/sh", "-c", "echo ok")
+            expect_eq((code, out), (0, "ok\n"), "exec /bin/sh after two restarts (%s): %s" % (how, err.strip()))
+            names = _root_names(world, name)
+            expect({"bin", "etc", "usr", "workspace", "tmp"} <= names, "fs.list / after restarts (%s)" % how,
+                   sorted(names))
+        finally:
+            _finish(world, name)
+
+
+def test_unused_host_runtime_versions_are_removed_at_start(world):
+    host = os.path.join(world.daemon.state_dir, "runtimes", "host")
+    versions = [v for v in os.listdir(host) if not v.startswith(".")]
+    expect_eq(len(versions), 1, "host runtime versions with no sandbox (%s)" % versions)
+    stale = os.path.join(host, "0123456789abcdef")
+    os.makedirs(os.path.join(stale, "etc"))
+    name, _c, _o, _e = create(world, "hrv", "--deny-all")
+    try:
+        _restart(world, "kill")
+        expect(not os.path.exists(stale), "a host runtime version nothing uses is removed at start")
+        expect_eq(os.listdir(host), versions, "the version in use stays")
+        expect_eq(sh(world, name, "echo ok")[:2], (0, "ok\n"), "exec after the restart")
+    finally:
+        _finish(world, name)
+
+
+def _counter_now(world, name):
+    # Bounded: a frozen sandbox never answers.
+    try:
+        code, out, _e = world.ctl("exec", name, "--", "cat", "/workspace/n", timeout=10)
+    except Exception:
+        return -1
+    return int(out.strip()) if code == 0 and out.strip().isdigit() else -1
+
+
+def _crash_at(world, point, method, params):
+    """Restarts sandboxd armed with fault `point` (libcore/fault.h), makes
+    the request that reaches it, checks that the daemon died there by
+    SIGKILL, and starts the plain daemon again on the same state."""
+    d = world.daemon
+    expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+    d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAULT": point})
+    msg = None
+    try:
+        msg = world.rpc(method, params, timeout=60)
+    except (ConnectionError, OSError):
+        pass
+    expect(msg is None, "fault point %s was not reached: %s answered %s" % (point, method, msg))
+    d.proc.wait(30)
+    expect_eq(d.proc.returncode, -signal.SIGKILL, "sandboxd killed at fault point %s" % point)
+    d.start()
+
+
+def _state_entries(world, sub):
+    p = os.path.join(world.daemon.state_dir, sub)
+    return sorted(os.listdir(p)) if os.path.isdir(p) else []
+
+
+def _crash_while_frozen(world, point, method, params_of):
+    name, _c, _o, _e = create(world, "frz", "--deny-all")
+    try:
+        rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", COUNTER], "detached": True})
+        poll(lambda: _counter(world, name) > 0, 30, "the counter starts")
+        layers, snaps = _state_entries(world, "layers"), _state_entries(world, "snapshots")
+        sandboxes = _state_entries(world, "sandboxes")
+        _crash_at(world, point, method, params_of(name))
+        sb, code, err = get(world, name)
+        expect(sb is not None and sb["status"] == "running", "the sandbox runs after the restart", code, err)
+        n0 = _counter_now(world, name)
+        expect(n0 > 0, "a command runs in the sandbox after the restart (it is not frozen)")
+        poll(lambda: _counter_now(world, name) > n0, 30, "the counter rises after the restart")
+        with open(world.daemon.log_path, errors="replace") as f:
+            expect("thawed" in f.read(), "the log says the sandbox was thawed")
+        expect_eq(_state_entries(world, "layers"), layers, "layers on disk after the crash")
+        expect_eq(_state_entries(world, "snapshots"), snaps, "snapshot records on disk after the crash")
+        expect_eq(_state_entries(world, "sandboxes"), sandboxes, "sandbox directories after the crash")
+        return name
+    except BaseException:
+        delete(world, name)
+        raise
+
+
+def test_a_crash_during_fork_of_a_running_sandbox_leaves_it_thawed_and_no_partial_fork(world):
+    fork = world.name("frzf")
+    name = _crash_while_frozen(world, "fork.frozen", "sandbox.fork",
+                               lambda n: {"sourceSandbox": n, "name": fork})
+    try:
+        listed = [s["name"] for s in rpc_ok(world, "sandbox.list", {})["sandboxes"]]
+        expect(fork not in listed, "the interrupted fork is not listed", listed)
+        expect_eq(get(world, fork)[1], 4, "sandboxctl get of the interrupted fork: not found")
+    finally:
+        _finish(world, name)
+
+
+def test_a_crash_during_snapshot_of_a_running_sandbox_leaves_it_thawed_and_no_partial_snapshot(world):
+    name = _crash_while_frozen(world, "snapshot.frozen", "sandbox.snapshot", lambda n: {"name": n})
+    try:
+        snaps = [s for s in rpc_ok(world, "snapshot.list", {})["snapshots"] if s["sandbox"] == name]
+        expect_eq(snaps, [], "snapshots of the sandbox after the interrupted snapshot")
+    finally:
+        _finish(world, name)
