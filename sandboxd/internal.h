@@ -132,6 +132,11 @@ struct session {
         int netd_out;             /* its stdout: ready/pin/deny lines */
         int netd_in;              /* its stdin: one ack per pin line */
         sd_event_source *netd_src;
+        sd_event_source *netd_exit_src;  /* its pidfd (owned by the source): netd died */
+        sd_event_source *netd_retry_src; /* a restart after backoff */
+        unsigned netd_restarts;   /* times netd died and was started again (sandbox.get) */
+        unsigned netd_burst;      /* restarts since netd_burst_ms (backoff) */
+        uint64_t netd_burst_ms;
         int netns_fd;             /* the sandbox's network namespace (ports connect there) */
         port_listener **listeners; /* exposed ports (ports.c) */
         size_t n_listeners;

@@ -134,6 +134,7 @@ int restore_save_record(const session *s) {
         cJSON_AddStringToObject(o, "gateway", gw);
         cJSON_AddNumberToObject(o, "netdPid", s->netd_pid);
         cJSON_AddNumberToObject(o, "netdStartTime", (double)restore_proc_start_time(s->netd_pid));
+        cJSON_AddNumberToObject(o, "netdRestarts", s->netd_restarts);
         cJSON_AddNumberToObject(o, "startedMs", (double)s->started_ms);
         cJSON_AddNumberToObject(o, "expiresMs", (double)sb->expires_ms);
         cJSON_AddBoolToObject(o, "proxyCa", s->proxy_ca);

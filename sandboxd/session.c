@@ -693,17 +693,123 @@ static int netd_reload(session *s, const pol_policy *p) {
         return s->netd_reloaded > 0 ? 0 : -EINVAL;
 }
 
+/* ---- supervision of a session's sandbox-netd ---------------------------------
+ *
+ * netd parses hostile traffic, so it may die (a bug, the OOM killer, a
+ * kill by an operator). While it is down the sandbox fails closed: nothing
+ * answers on the gateway's DNS and proxy ports, and nftables refuses the
+ * rest. It is started again at once on the session's current policy (the
+ * pins it made stay in the session's nftables set), the restart is an
+ * event and is counted in sandbox.get's session.netdRestarts. A netd that
+ * keeps dying is started again at once NETD_BURST times within
+ * NETD_BURST_WINDOW_MS, then after a delay doubling from 1 s up to
+ * NETD_BACKOFF_MAX_MS, so a crash loop never spins the daemon. */
+#define NETD_BURST 5
+#define NETD_BURST_WINDOW_MS (60 * 1000)
+#define NETD_BACKOFF_MAX_MS (30 * 1000)
+
+static int netd_attach(session *s);
+static void netd_detach(session *s);
+static void netd_schedule_restart(session *s);
+
+static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
+        session *s = userdata;
+        sandbox *sb = s->sb;
+        if (s->stopping || s->netd_pid > 0 || s->net_slot < 0 || !sb->pol || sb->pol->mode != POL_MODE_CUSTOM)
+                return 0;
+        _cleanup_error_ sb_error *err = NULL;
+        int r = netd_start(sb->m, sb, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
+                           &err);
+        if (r >= 0 && (r = netd_attach(s)) < 0)
+                sb_error_set(&err, r, NULL, NULL, "watch it: %s", strerror(-r));
+        if (r < 0) {
+                log_warning("sandbox '%s': restart its DNS filter and egress proxy: %s (retrying; DNS and "
+                            "proxied HTTP fail closed meanwhile)", sb->name, err ? err->message : strerror(-r));
+                netd_detach(s);
+                netd_stop(&s->netd_pid);
+                netd_schedule_restart(s);
+                return 0;
+        }
+        s->netd_restarts++;
+        (void)restore_save_record(s);
+        log_info("sandbox '%s': sandbox-netd started again (pid %d, restart %u)", sb->name, (int)s->netd_pid,
+                 s->netd_restarts);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "restarts", s->netd_restarts);
+        cJSON_AddNumberToObject(f, "pid", s->netd_pid);
+        events_emit(sb->m, EVENT_NETD_RESTARTED, sb->name, f);
+        return 0;
+}
+
+static void netd_schedule_restart(session *s) {
+        uint64_t now = core_monotonic_ms(), delay_ms = 0;
+        if (!s->netd_burst_ms || now - s->netd_burst_ms > NETD_BURST_WINDOW_MS) {
+                s->netd_burst_ms = now;
+                s->netd_burst = 0;
+        }
+        if (s->netd_burst >= NETD_BURST) {
+                unsigned shift = s->netd_burst - NETD_BURST;
+                delay_ms = 1000ULL << (shift > 5 ? 5 : shift);
+                if (delay_ms > NETD_BACKOFF_MAX_MS)
+                        delay_ms = NETD_BACKOFF_MAX_MS;
+                /* The window restarts at the last failure: a crash loop
+                 * stays in backoff until netd runs a whole window. */
+                s->netd_burst_ms = now;
+        }
+        s->netd_burst++;
+        int r;
+        if (s->netd_retry_src) {
+                r = sd_event_source_set_time_relative(s->netd_retry_src, delay_ms * 1000);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(s->netd_retry_src, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time_relative(s->sb->m->event, &s->netd_retry_src, CLOCK_MONOTONIC,
+                                               delay_ms * 1000, 0, on_netd_retry, s);
+        if (r < 0)
+                log_error("sandbox '%s': cannot schedule a restart of sandbox-netd: %s; its DNS and proxied "
+                          "HTTP stay closed", s->sb->name, strerror(-r));
+}
+
+static int on_netd_exit(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        session *s = userdata;
+        siginfo_t si = {0};
+        /* Our child: reaped here, so its pid is not reused under netd_stop. */
+        (void)waitid(P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG);
+        log_warning("sandbox '%s': its DNS filter and egress proxy (sandbox-netd, pid %d) died (%s %d); "
+                    "starting it again", s->sb->name, (int)s->netd_pid,
+                    si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status);
+        s->netd_pid = 0;
+        netd_detach(s);
+        netd_schedule_restart(s);
+        return 0;
+}
+
 static int netd_attach(session *s) {
         if (s->netd_out < 0)
                 return 0;
         int fl = fcntl(s->netd_out, F_GETFL);
         if (fl >= 0)
                 (void)fcntl(s->netd_out, F_SETFL, fl | O_NONBLOCK);
-        return sd_event_add_io(s->sb->m->event, &s->netd_src, s->netd_out, EPOLLIN, on_netd_output, s);
+        int r = sd_event_add_io(s->sb->m->event, &s->netd_src, s->netd_out, EPOLLIN, on_netd_output, s);
+        if (r < 0 || s->netd_pid <= 0)
+                return r;
+        /* Supervision: netd's pidfd turns readable when it dies. */
+        int pfd = (int)syscall(SYS_pidfd_open, s->netd_pid, 0);
+        if (pfd < 0)
+                return negative_errno();
+        r = sd_event_add_io(s->sb->m->event, &s->netd_exit_src, pfd, EPOLLIN, on_netd_exit, s);
+        if (r < 0) {
+                close(pfd);
+                return r;
+        }
+        (void)sd_event_source_set_io_fd_own(s->netd_exit_src, true);
+        return 0;
 }
 
 static void netd_detach(session *s) {
         s->netd_src = sd_event_source_disable_unref(s->netd_src);
+        s->netd_exit_src = sd_event_source_disable_unref(s->netd_exit_src);
+        s->netd_retry_src = sd_event_source_disable_unref(s->netd_retry_src);
         if (s->netd_out >= 0)
                 close(s->netd_out);
         s->netd_out = -EBADF;
@@ -1359,6 +1465,7 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         s->proxy_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "proxyCa"));
         s->sandbox_trusts_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "sandboxTrustsCa"));
         s->started_ms = rec_u64(rec, "startedMs");
+        s->netd_restarts = (unsigned)rec_u64(rec, "netdRestarts");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "id"));
         snprintf(s->id, sizeof(s->id), "%s", id && strlen(id) == 32 ? id : "");
         if (!*s->id)

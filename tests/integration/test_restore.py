@@ -3,6 +3,7 @@ SIGKILL, keeps every running session and its detached commands: the
 sandbox still runs, a detached command keeps going and its id still works,
 the policy still applies, and a delete afterwards leaves nothing behind."""
 import base64
+import json
 import os
 import signal
 
@@ -220,4 +221,47 @@ def test_a_crash_during_snapshot_of_a_running_sandbox_leaves_it_thawed_and_no_pa
         snaps = [s for s in rpc_ok(world, "snapshot.list", {})["snapshots"] if s["sandbox"] == name]
         expect_eq(snaps, [], "snapshots of the sandbox after the interrupted snapshot")
     finally:
+        _finish(world, name)
+
+
+def _session_record(world, name):
+    with open(os.path.join(world.daemon.run_dir, "sandboxes", name, "session.json")) as f:
+        return json.load(f)
+
+
+def _resolves(world, name, qname, want):
+    try:
+        return dns(world, name, qname).get("addrs") == want
+    except AssertionError:
+        return False
+
+
+def test_a_killed_netd_is_started_again_evented_and_counted(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    name, _c, _o, _e = create(world, "netdk", "--policy", pol)
+    c = world.daemon.connect(30)
+    try:
+        expect("result" in c.call("events.subscribe", {"sandbox": name, "kinds": ["netd_restarted"]}, 30),
+               "subscribe to netd_restarted")
+        expect(_resolves(world, name, "api.public.test", [W.PUB_API_ADDR]), "DNS works before the kill")
+        sb, _c, _e = get(world, name)
+        expect_eq(sb["session"]["netdRestarts"], 0, "netdRestarts of a new session")
+        # By the pid the daemon recorded (and that is the daemon's child), never by name.
+        pid = _session_record(world, name)["netdPid"]
+        with open("/proc/%d/status" % pid) as f:
+            ppid = [int(l.split()[1]) for l in f if l.startswith("PPid:")][0]
+        expect_eq(ppid, world.daemon.pid, "the recorded netd is the daemon's child")
+        os.kill(pid, signal.SIGKILL)
+        poll(lambda: _resolves(world, name, "api.public.test", [W.PUB_API_ADDR]), 20,
+             "DNS works again after sandbox-netd was killed")
+        ev = c.wait_note(lambda n: n.get("method") == "event" and n["params"].get("kind") == "netd_restarted", 20)
+        expect_eq((ev["params"]["sandbox"], ev["params"]["restarts"]), (name, 1), "the netd_restarted event")
+        sb, _c, _e = get(world, name)
+        expect_eq((sb["status"], sb["session"]["netdRestarts"]), ("running", 1), "status and netdRestarts")
+        new_pid = _session_record(world, name)["netdPid"]
+        expect(new_pid != pid and os.path.exists("/proc/%d" % new_pid), "the record names the new netd")
+        expect(connect(world, name, W.PUB_API_ADDR)["ok"], "the allowed address connects after the restart")
+        expect(not connect(world, name, W.PUB_OTHER_ADDR)["ok"], "the policy still applies after the restart")
+    finally:
+        c.close()
         _finish(world, name)
