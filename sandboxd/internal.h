@@ -364,6 +364,16 @@ void restore_kill_recorded(pid_t pid, uint64_t start_time, const char *comm);
 int restore_save_record(const session *s);
 /* Parses <run_dir>/session.json; NULL when missing or malformed. */
 cJSON *restore_load_record(const char *run_dir);
+/* Records helper `pid` (just spawned, ours) of sandbox `sb_name` in
+ * <runDir>/helpers/<pid>.json with its start time. 0 or -errno. */
+int restore_helper_record(pid_t pid, const char *sb_name);
+/* Removes the record of helper `pid` (after it was reaped). */
+void restore_helper_forget(pid_t pid);
+/* Daemon start, before any adoption: SIGKILLs every helper recorded in
+ * <run_dir>/helpers/ that still lives (pidfd + start time, so a reused pid
+ * is never hit), waits (2 s each at most) until it is gone, removes the
+ * records. Returns how many were ended, or -errno. */
+int restore_helpers_sweep(const char *run_dir);
 
 /* agent.c */
 int agent_attach(session *s, sd_event *event);

@@ -480,6 +480,13 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 sb_error_set(ret_err, r, NULL, NULL, "watch NFLOG: %s", strerror(-r));
                 goto fail;
         }
+        /* Before adoption: every helper the last daemon started is ended
+         * (adopted sessions get new ones), so none holds a gateway port. */
+        r = restore_helpers_sweep(cfg->run_dir);
+        if (r > 0)
+                log_info("ended %d helper process(es) no session owns", r);
+        else if (r < 0)
+                log_warning_errno(r, "helper records in %s/helpers: %m", cfg->run_dir);
         reconcile(m);
         snapshots_load(m);
         runtimes_load(m);

@@ -16,6 +16,7 @@
 #include "libcore/agent.h"
 #include "libcore/container.h"
 #include "libcore/conntrack.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/source.h"
 #include "libcore/userns.h"
@@ -504,6 +505,9 @@ static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_pol
         free(cidrs);
         if (r < 0)
                 return sb_error_prefix(ret_err, "DNS filter");
+        /* First of all: a daemon killed from here on leaves a record by
+         * which the next one ends this netd (restore.c). */
+        (void)restore_helper_record(*ret_pid, sb->name);
         _cleanup_close_ int fd = out, ack = in;
         /* The ready line comes once it has bound :53 and dropped privileges. */
         char line[512];
@@ -514,6 +518,7 @@ static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_pol
         if (r < 0 || !strstr(line, "\"ready\":true") || !strstr(line, "\"proxy\"")) {
                 kill(*ret_pid, SIGKILL);
                 waitpid(*ret_pid, NULL, 0);
+                restore_helper_forget(*ret_pid);
                 *ret_pid = 0;
                 return sb_error_set(ret_err, r < 0 ? r : -EIO, NULL, NULL,
                                     "DNS filter and egress proxy did not start on %s and %s (see the daemon log)",
@@ -531,6 +536,7 @@ static void netd_stop(pid_t *pid) {
         /* netd exits at once on SIGTERM; bounded wait, then SIGKILL. */
         for (int i = 0; i < 200; i++) {
                 if (waitpid(*pid, NULL, WNOHANG) == *pid) {
+                        restore_helper_forget(*pid);
                         *pid = 0;
                         return;
                 }
@@ -538,6 +544,7 @@ static void netd_stop(pid_t *pid) {
         }
         kill(*pid, SIGKILL);
         waitpid(*pid, NULL, 0);
+        restore_helper_forget(*pid);
         *pid = 0;
 }
 
@@ -775,6 +782,7 @@ static int on_netd_exit(sd_event_source *src, int fd, uint32_t revents, void *us
         siginfo_t si = {0};
         /* Our child: reaped here, so its pid is not reused under netd_stop. */
         (void)waitid(P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG);
+        restore_helper_forget(s->netd_pid);
         log_warning("sandbox '%s': its DNS filter and egress proxy (sandbox-netd, pid %d) died (%s %d); "
                     "starting it again", s->sb->name, (int)s->netd_pid,
                     si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status);
@@ -971,6 +979,7 @@ static void start_work(void *userdata) {
             (r = netd_start(m, sb, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
                             &j->err)) < 0)
                 goto fail;
+        core_fault("netd.started");
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
         return;

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import signal
+import subprocess
 
 import leaks
 import world as W
@@ -156,10 +157,11 @@ def _counter_now(world, name):
     return int(out.strip()) if code == 0 and out.strip().isdigit() else -1
 
 
-def _crash_at(world, point, method, params):
+def _crash_at(world, point, method, params, before_start=None):
     """Restarts sandboxd armed with fault `point` (libcore/fault.h), makes
     the request that reaches it, checks that the daemon died there by
-    SIGKILL, and starts the plain daemon again on the same state."""
+    SIGKILL, calls before_start() if given, and starts the plain daemon
+    again on the same state."""
     d = world.daemon
     expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
     d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAULT": point})
@@ -171,6 +173,8 @@ def _crash_at(world, point, method, params):
     expect(msg is None, "fault point %s was not reached: %s answered %s" % (point, method, msg))
     d.proc.wait(30)
     expect_eq(d.proc.returncode, -signal.SIGKILL, "sandboxd killed at fault point %s" % point)
+    if before_start:
+        before_start()
     d.start()
 
 
@@ -265,3 +269,83 @@ def test_a_killed_netd_is_started_again_evented_and_counted(world):
     finally:
         c.close()
         _finish(world, name)
+
+
+def _start_time(pid):
+    """Start time of a live process; None once it has exited (a zombie
+    waiting for a reaper that is not ours holds no socket)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _helper_records(helpers, sandbox_name):
+    out = []
+    for f in sorted(os.listdir(helpers)):
+        with open(os.path.join(helpers, f)) as fh:
+            if json.load(fh).get("sandbox") == sandbox_name:
+                out.append(f)
+    return out
+
+
+def test_a_netd_started_but_not_recorded_is_ended_at_the_next_start(world):
+    doc = {"allow": ["api.public.test"]}
+    name = world.name("orph")
+    helpers = os.path.join(world.daemon.run_dir, "helpers")
+    left = []
+
+    def note_helpers():
+        # The helper records the killed daemon left (written at the spawn).
+        for f in os.listdir(helpers) if os.path.isdir(helpers) else []:
+            with open(os.path.join(helpers, f)) as fh:
+                left.append(json.load(fh))
+
+    made = []
+    try:
+        _crash_at(world, "netd.started", "sandbox.create", {"name": name, "networkPolicy": doc},
+                  before_start=note_helpers)
+        expect_eq([r["sandbox"] for r in left], [name], "the killed daemon's helper records")
+        for rec in left:
+            expect(_start_time(rec["pid"]) != rec["startTime"], "the orphan sandbox-netd is gone after the start")
+        expect_eq(_helper_records(helpers, name), [], "helper records of the interrupted create after the start")
+        expect_eq(get(world, name)[1], 4, "the interrupted create is not a sandbox")
+        leaks.check(world, name)
+        # The next custom-policy sandboxes get the same gateway addresses.
+        pol = _policy_file(world, doc)
+        for i in range(2):
+            other, _c, _o, _e = create(world, "orph%d" % i, "--policy", pol)
+            made.append(other)
+            expect_eq(dns(world, other, "api.public.test")["addrs"], [W.PUB_API_ADDR],
+                      "DNS in a custom-policy sandbox created after the crash")
+    finally:
+        delete(world, name)
+        for other in made:
+            _finish(world, other)
+
+
+def test_recorded_helpers_are_ended_by_pid_and_start_time_at_start(world):
+    """The sweep itself, whatever the helper does on its own: a live process
+    whose record matches is ended; one whose pid is recorded with another
+    start time (the pid was reused) is left alone."""
+    helpers = os.path.join(world.daemon.run_dir, "helpers")
+    owned = subprocess.Popen(["sleep", "600"])
+    reused = subprocess.Popen(["sleep", "600"])
+    try:
+        for p, st in ((owned, _start_time(owned.pid)), (reused, _start_time(reused.pid) + 1)):
+            with open(os.path.join(helpers, "%d.json" % p.pid), "w") as f:
+                json.dump({"pid": p.pid, "startTime": st, "sandbox": "x"}, f)
+        d = world.daemon
+        expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+        d.start()
+        poll(lambda: owned.poll() is not None, 10, "the recorded helper is ended")
+        expect_eq(owned.returncode, -signal.SIGKILL, "how the recorded helper ended")
+        expect(reused.poll() is None, "a process whose start time does not match the record is left alone")
+        expect_eq(_helper_records(helpers, "x"), [], "the planted helper records after the start")
+    finally:
+        for p in (owned, reused):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
