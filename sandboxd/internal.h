@@ -364,9 +364,10 @@ void restore_kill_recorded(pid_t pid, uint64_t start_time, const char *comm);
 int restore_save_record(const session *s);
 /* Parses <run_dir>/session.json; NULL when missing or malformed. */
 cJSON *restore_load_record(const char *run_dir);
-/* Records helper `pid` (just spawned, ours) of sandbox `sb_name` in
- * <runDir>/helpers/<pid>.json with its start time. 0 or -errno. */
-int restore_helper_record(pid_t pid, const char *sb_name);
+/* Records helper `pid` (just spawned, ours) in <runDir>/helpers/<pid>.json
+ * with its start time and `owner` (for the log: "sandbox 'x'"). 0 or
+ * -errno. Worker-thread safe. */
+int restore_helper_record(pid_t pid, const char *owner);
 /* Removes the record of helper `pid` (after it was reaped). */
 void restore_helper_forget(pid_t pid);
 /* Daemon start, before any adoption: SIGKILLs every helper recorded in

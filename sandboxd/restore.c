@@ -4,8 +4,9 @@
  * session's init, and the checks that a recorded process is still that one.
  * The adoption itself is session_adopt() in session.c.
  *
- * Helper records (<runDir>/helpers/<pid>.json, {pid, startTime, sandbox}):
- * one for every helper process the daemon starts (sandbox-netd), written
+ * Helper records (<runDir>/helpers/<pid>.json, {pid, startTime, owner}):
+ * one for every helper process the daemon starts (each session's
+ * sandbox-netd, a runtime bootstrap's debootstrap), written
  * the moment it is spawned, before anything else is done or recorded, and
  * removed once it is reaped. A daemon killed at any point after the spawn
  * leaves the record, and the next one ends every recorded helper that
@@ -185,7 +186,7 @@ static int helper_path(pid_t pid, char *buf, size_t size) {
         return snprintf(buf, size, "%s/%d.json", helpers_dir, (int)pid) < (int)size ? 0 : -ENAMETOOLONG;
 }
 
-int restore_helper_record(pid_t pid, const char *sb_name) {
+int restore_helper_record(pid_t pid, const char *owner) {
         char path[PATH_MAX];
         int r = helper_path(pid, path, sizeof(path));
         if (r < 0)
@@ -193,7 +194,7 @@ int restore_helper_record(pid_t pid, const char *sb_name) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "pid", pid);
         cJSON_AddNumberToObject(o, "startTime", (double)restore_proc_start_time(pid));
-        cJSON_AddStringToObject(o, "sandbox", sb_name);
+        cJSON_AddStringToObject(o, "owner", owner);
         _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         if (!text)
@@ -235,9 +236,9 @@ int restore_helpers_sweep(const char *run_dir) {
                 if (cJSON_IsNumber(pid) && cJSON_IsNumber(st) && pid->valuedouble > 0 && st->valuedouble > 0) {
                         _cleanup_close_ int fd = restore_pidfd((pid_t)pid->valuedouble, (uint64_t)st->valuedouble);
                         if (fd >= 0) {
-                                const char *sb = cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandbox"));
-                                log_info("ending helper pid %d of sandbox '%s' that no session owns (left by the "
-                                         "last sandboxd)", (int)pid->valuedouble, sb ? sb : "?");
+                                const char *owner = cJSON_GetStringValue(cJSON_GetObjectItem(o, "owner"));
+                                log_info("ending helper pid %d (%s) that no session owns (left by the last "
+                                         "sandboxd)", (int)pid->valuedouble, owner ? owner : "?");
                                 syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
                                 /* Not our child: readable once it has exited, and its
                                  * sockets (the gateway's DNS port) are free again. */

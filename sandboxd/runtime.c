@@ -695,6 +695,11 @@ static int run_debootstrap(runtime_job *j, const char *target, const char *log) 
         }
         if (pid < 0)
                 return sb_error_set(&j->err, negative_errno(), NULL, NULL, "start debootstrap: %m");
+        /* A daemon killed during the bootstrap: the next one ends it (and its
+         * PID namespace with it) before it removes the half-made tree. */
+        char owner[96];
+        snprintf(owner, sizeof(owner), "debootstrap of runtime '%s'", j->name);
+        (void)restore_helper_record(pid, owner);
         _cleanup_close_ int pfd = pidfd;
         uint64_t deadline = core_monotonic_ms() + j->timeout_ms;
         struct pollfd p = {.fd = pfd, .events = POLLIN};
@@ -708,6 +713,7 @@ static int run_debootstrap(runtime_job *j, const char *target, const char *log) 
                 syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
         siginfo_t si = {};
         (void)waitid(P_PIDFD, (id_t)pfd, &si, WEXITED);
+        restore_helper_forget(pid);
         char tail[400];
         log_tail(log, tail, sizeof(tail));
         if (timed_out)
@@ -1014,6 +1020,13 @@ void runtimes_load(manager *m) {
                  * and halves of a runtime whose other half is missing. */
                 if (n[0] != '.' && core_name_is_valid(base) && runtime_exists(m, base))
                         continue;
+                /* Half a runtime is still never pulled from under a sandbox
+                 * or snapshot that stands on it (its record was lost). */
+                if (!is_record && n[0] != '.' && core_name_is_valid(base) && runtime_users(m, base, NULL, NULL) > 0) {
+                        log_warning("runtime '%s' has no record (%s.json) but sandboxes or snapshots use it; "
+                                    "its tree is kept", base, base);
+                        continue;
+                }
                 log_info("removing leftover runtime file %s", n);
                 if (is_record)
                         (void)unlink(p);

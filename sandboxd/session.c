@@ -507,7 +507,11 @@ static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_pol
                 return sb_error_prefix(ret_err, "DNS filter");
         /* First of all: a daemon killed from here on leaves a record by
          * which the next one ends this netd (restore.c). */
-        (void)restore_helper_record(*ret_pid, sb->name);
+        {
+                char owner[96];
+                snprintf(owner, sizeof(owner), "sandbox-netd of sandbox '%s'", sb->name);
+                (void)restore_helper_record(*ret_pid, owner);
+        }
         _cleanup_close_ int fd = out, ack = in;
         /* The ready line comes once it has bound :53 and dropped privileges. */
         char line[512];

@@ -10,7 +10,7 @@ import subprocess
 
 import leaks
 import world as W
-from common import create, delete, expect, expect_eq, get, poll, rpc_ok, sh
+from common import create, delete, expect, expect_eq, get, poll, rpc_ok, sandbox, sh
 from test_policy_rules import _policy_file, connect, dns
 
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; echo tick-$i; sleep 0.1; done"
@@ -148,6 +148,39 @@ def test_unused_host_runtime_versions_are_removed_at_start(world):
         _finish(world, name)
 
 
+def test_a_session_on_the_unversioned_host_runtime_survives_the_upgrade_and_its_tree_goes_after(world):
+    # The layout before versions: runtimes/host held the tree itself, and
+    # session records named no version. Made here from a running session's
+    # own tree (renames move nothing under its overlay).
+    name, _c, _o, _e = create(world, "hlg", "--deny-all")
+    try:
+        d = world.daemon
+        expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+        rt = os.path.join(d.state_dir, "runtimes")
+        host = os.path.join(rt, "host")
+        (ver,) = [v for v in os.listdir(host) if not v.startswith(".")]
+        os.rename(os.path.join(host, ver), os.path.join(rt, "old-layout"))
+        os.rmdir(host)
+        os.rename(os.path.join(rt, "old-layout"), host)
+        rec_path = os.path.join(d.run_dir, "sandboxes", name, "session.json")
+        rec = _session_record(world, name)
+        rec.pop("runtimeVersion", None)
+        with open(rec_path, "w") as f:
+            json.dump(rec, f)
+        d.start()
+        expect_eq(sorted(os.listdir(host)), sorted(["legacy", ver]), "host runtime versions after the upgrade")
+        code, out, err = world.ctl("exec", name, "--", "/bin/sh", "-c", "echo ok")
+        expect_eq((code, out), (0, "ok\n"), "exec in the old session after the upgrade: %s" % err.strip())
+        expect({"bin", "etc", "usr", "workspace"} <= _root_names(world, name), "fs.list / of the old session")
+        with sandbox(world, "hlgnew", "--deny-all") as other:
+            expect_eq(sh(world, other, "echo ok")[:2], (0, "ok\n"), "a new sandbox on the current version")
+    finally:
+        _finish(world, name)
+    poll(lambda: not os.path.exists(os.path.join(host, "legacy")), 10,
+         "the unversioned tree is removed once its last session ended")
+    expect_eq(os.listdir(host), [ver], "host runtime versions after the old session ended")
+
+
 def _counter_now(world, name):
     # Bounded: a frozen sandbox never answers.
     try:
@@ -282,11 +315,11 @@ def _start_time(pid):
         return None
 
 
-def _helper_records(helpers, sandbox_name):
+def _helper_records(helpers, owner):
     out = []
     for f in sorted(os.listdir(helpers)):
         with open(os.path.join(helpers, f)) as fh:
-            if json.load(fh).get("sandbox") == sandbox_name:
+            if json.load(fh).get("owner") == owner:
                 out.append(f)
     return out
 
@@ -307,10 +340,11 @@ def test_a_netd_started_but_not_recorded_is_ended_at_the_next_start(world):
     try:
         _crash_at(world, "netd.started", "sandbox.create", {"name": name, "networkPolicy": doc},
                   before_start=note_helpers)
-        expect_eq([r["sandbox"] for r in left], [name], "the killed daemon's helper records")
+        owner = "sandbox-netd of sandbox '%s'" % name
+        expect_eq([r["owner"] for r in left], [owner], "the killed daemon's helper records")
         for rec in left:
             expect(_start_time(rec["pid"]) != rec["startTime"], "the orphan sandbox-netd is gone after the start")
-        expect_eq(_helper_records(helpers, name), [], "helper records of the interrupted create after the start")
+        expect_eq(_helper_records(helpers, owner), [], "helper records of the interrupted create after the start")
         expect_eq(get(world, name)[1], 4, "the interrupted create is not a sandbox")
         leaks.check(world, name)
         # The next custom-policy sandboxes get the same gateway addresses.
@@ -336,14 +370,14 @@ def test_recorded_helpers_are_ended_by_pid_and_start_time_at_start(world):
     try:
         for p, st in ((owned, _start_time(owned.pid)), (reused, _start_time(reused.pid) + 1)):
             with open(os.path.join(helpers, "%d.json" % p.pid), "w") as f:
-                json.dump({"pid": p.pid, "startTime": st, "sandbox": "x"}, f)
+                json.dump({"pid": p.pid, "startTime": st, "owner": "test"}, f)
         d = world.daemon
         expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
         d.start()
         poll(lambda: owned.poll() is not None, 10, "the recorded helper is ended")
         expect_eq(owned.returncode, -signal.SIGKILL, "how the recorded helper ended")
         expect(reused.poll() is None, "a process whose start time does not match the record is left alone")
-        expect_eq(_helper_records(helpers, "x"), [], "the planted helper records after the start")
+        expect_eq(_helper_records(helpers, "test"), [], "the planted helper records after the start")
     finally:
         for p in (owned, reused):
             if p.poll() is None:
