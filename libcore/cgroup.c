@@ -722,6 +722,11 @@ int core_cgroup_kill_all(core_cgroup *cg) {
                 if (r < 0 && r != -ENOENT && ret == 0)
                         ret = r;
         }
+        /* A frozen task (a crash between freeze and thaw) keeps its
+         * SIGKILL pending under the v1 freezer: thawed after the kill, so
+         * it dies at once instead of running on, and the cgroup can go. */
+        if (core_cgroup_frozen(cg) > 0)
+                (void)core_cgroup_freeze(cg, false);
         return ret;
 }
 

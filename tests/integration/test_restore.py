@@ -10,7 +10,7 @@ import subprocess
 
 import leaks
 import world as W
-from common import create, delete, expect, expect_eq, get, poll, rpc_ok, sandbox, sh
+from common import create, delete, expect, expect_eq, get, poll, rpc_ok, sandbox, sh, sh_ok
 from test_policy_rules import _policy_file, connect, dns
 
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; echo tick-$i; sleep 0.1; done"
@@ -383,3 +383,30 @@ def test_recorded_helpers_are_ended_by_pid_and_start_time_at_start(world):
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_a_crash_during_snapshot_of_a_stopped_sandbox_keeps_its_files(world):
+    # The capture moves the stopped sandbox's upper into layers/ before its
+    # config names the new layer: killed in between, the layer is the only
+    # copy of its files.
+    for point, method in (("snapshot.stopped", "sandbox.snapshot"), ("fork.stopped", "sandbox.fork")):
+        name, _c, _o, _e = create(world, "stc", "--deny-all", "--persistent")
+        fork = world.name("stcf")
+        try:
+            sh_ok(world, name, "echo kept > /workspace/keep")
+            code, _o, err = world.ctl("stop", name)
+            expect_eq(code, 0, "stop (%s)" % err.strip())
+            params = {"name": name} if method == "sandbox.snapshot" else {"sourceSandbox": name, "name": fork}
+            _crash_at(world, point, method, params)
+            sb, code, err = get(world, name)
+            expect(sb is not None and sb["status"] == "stopped", "the stopped sandbox after the restart", code, err)
+            code, out, err = sh(world, name, "cat /workspace/keep")
+            expect_eq((code, out), (0, "kept\n"), "its file after a crash at %s (%s)" % (point, err.strip()))
+            snaps = [s for s in rpc_ok(world, "snapshot.list", {})["snapshots"] if s["sandbox"] == name]
+            expect_eq(snaps, [], "snapshots after the interrupted %s" % method)
+            expect_eq(get(world, fork)[1], 4, "no fork after the interrupted %s" % method)
+            expect_eq([f for f in _state_entries(world, "layers") if f.startswith(".")], [],
+                      "capture intents left in layers/")
+        finally:
+            delete(world, fork)
+            _finish(world, name)
