@@ -721,7 +721,7 @@ static int netd_reload(session *s, const pol_policy *p) {
 
 static int netd_attach(session *s);
 static void netd_detach(session *s);
-static void netd_schedule_restart(session *s);
+static uint64_t netd_schedule_restart(session *s);
 
 static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
         session *s = userdata;
@@ -752,7 +752,7 @@ static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
         return 0;
 }
 
-static void netd_schedule_restart(session *s) {
+static uint64_t netd_schedule_restart(session *s) {
         uint64_t now = core_monotonic_ms(), delay_ms = 0;
         if (!s->netd_burst_ms || now - s->netd_burst_ms > NETD_BURST_WINDOW_MS) {
                 s->netd_burst_ms = now;
@@ -779,6 +779,7 @@ static void netd_schedule_restart(session *s) {
         if (r < 0)
                 log_error("sandbox '%s': cannot schedule a restart of sandbox-netd: %s; its DNS and proxied "
                           "HTTP stay closed", s->sb->name, strerror(-r));
+        return delay_ms;
 }
 
 static int on_netd_exit(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
@@ -787,12 +788,14 @@ static int on_netd_exit(sd_event_source *src, int fd, uint32_t revents, void *us
         /* Our child: reaped here, so its pid is not reused under netd_stop. */
         (void)waitid(P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG);
         restore_helper_forget(s->netd_pid);
-        log_warning("sandbox '%s': its DNS filter and egress proxy (sandbox-netd, pid %d) died (%s %d); "
-                    "starting it again", s->sb->name, (int)s->netd_pid,
-                    si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status);
+        pid_t pid = s->netd_pid;
         s->netd_pid = 0;
         netd_detach(s);
-        netd_schedule_restart(s);
+        uint64_t delay_ms = netd_schedule_restart(s);
+        log_warning("sandbox '%s': its DNS filter and egress proxy (sandbox-netd, pid %d) died (%s %d); "
+                    "starting it again in %llu ms", s->sb->name, (int)pid,
+                    si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status,
+                    (unsigned long long)delay_ms);
         return 0;
 }
 

@@ -410,3 +410,21 @@ def test_a_crash_during_snapshot_of_a_stopped_sandbox_keeps_its_files(world):
         finally:
             delete(world, fork)
             _finish(world, name)
+
+
+def test_a_netd_that_keeps_dying_is_restarted_with_backoff(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    name, _c, _o, _e = create(world, "netdl", "--policy", pol)
+    try:
+        for i in range(1, 7):
+            pid = _session_record(world, name)["netdPid"]
+            os.kill(pid, signal.SIGKILL)
+            poll(lambda: get(world, name)[0]["session"]["netdRestarts"] == i, 20,
+                 "restart %d of a netd killed again and again" % i)
+        with open(world.daemon.log_path, errors="replace") as f:
+            delays = [int(l.rsplit(" in ", 1)[1].split()[0]) for l in f
+                      if name in l and "starting it again in" in l]
+        expect_eq(delays, [0, 0, 0, 0, 0, 1000], "delays before each restart (5 at once, then backoff)")
+        expect(_resolves(world, name, "api.public.test", [W.PUB_API_ADDR]), "DNS works after the crash loop")
+    finally:
+        _finish(world, name)
