@@ -235,7 +235,10 @@ int restore_helpers_sweep(const char *run_dir) {
                 const cJSON *pid = cJSON_GetObjectItem(o, "pid"), *st = cJSON_GetObjectItem(o, "startTime");
                 if (cJSON_IsNumber(pid) && cJSON_IsNumber(st) && pid->valuedouble > 0 && st->valuedouble > 0) {
                         _cleanup_close_ int fd = restore_pidfd((pid_t)pid->valuedouble, (uint64_t)st->valuedouble);
-                        if (fd >= 0) {
+                        /* A pidfd is readable once its process has exited (a
+                         * netd that saw the daemon go exits by itself). */
+                        struct pollfd gone = {.fd = fd, .events = POLLIN};
+                        if (fd >= 0 && poll(&gone, 1, 0) == 0) {
                                 const char *owner = cJSON_GetStringValue(cJSON_GetObjectItem(o, "owner"));
                                 log_info("ending helper pid %d (%s) that no session owns (left by the last "
                                          "sandboxd)", (int)pid->valuedouble, owner ? owner : "?");
