@@ -315,22 +315,14 @@ static int host_version(char ret[static CORE_RUNTIME_VERSION_LEN + 1]) {
         return 0;
 }
 
-/* A tree of the layout before versions (<dir> itself held usr, etc...)
- * becomes the version "legacy" (<dir>/legacy): sessions of an older
- * daemon stand on it, and a rename moves nothing under their overlays.
- * In two steps through <dir>.legacy; a crash between them is finished
- * here at the next start. */
-static int host_migrate_legacy(const char *dir, sb_error **ret_err) {
-        _cleanup_free_ char *usr = NULL, *moved = NULL, *final = NULL, *tmp = NULL, *old = NULL;
-        if (asprintf(&usr, "%s/usr", dir) < 0 || asprintf(&moved, "%s.legacy", dir) < 0 ||
-            asprintf(&final, "%s/legacy", dir) < 0 || asprintf(&tmp, "%s.new", dir) < 0 ||
-            asprintf(&old, "%s.old", dir) < 0)
+/* Moves `from` (if it exists) to <dir>/<name>, through <dir>.<name> so that
+ * a crash between the two renames is finished at the next start. */
+static int host_move_in(const char *dir, const char *from, const char *name, sb_error **ret_err) {
+        _cleanup_free_ char *moved = NULL, *final = NULL;
+        if (asprintf(&moved, "%s.%s", dir, name) < 0 || asprintf(&final, "%s/%s", dir, name) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        /* What the layout before versions left when killed while swapping. */
-        core_rm_rf(tmp);
-        core_rm_rf(old);
-        if (access(usr, F_OK) == 0 && rename(dir, moved) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", dir);
+        if (from && access(from, F_OK) == 0 && rename(from, moved) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", from);
         if (access(moved, F_OK) < 0)
                 return 0;
         if (mkdir(dir, 0755) < 0 && errno != EEXIST)
@@ -340,6 +332,23 @@ static int host_migrate_legacy(const char *dir, sb_error **ret_err) {
         return 0;
 }
 
+/* A tree of the layout before versions (<dir> itself held usr, etc...)
+ * becomes the version "legacy" (<dir>/legacy): sessions of an older
+ * daemon stand on it, and a rename moves nothing under their overlays.
+ * That layout swapped <dir>.new in and removed <dir>.old at each start; a
+ * <dir>.old a crash left may be what older sessions stand on, so it is
+ * kept too, as "legacy-old". */
+static int host_migrate_legacy(const char *dir, sb_error **ret_err) {
+        _cleanup_free_ char *usr = NULL, *tmp = NULL, *old = NULL;
+        if (asprintf(&usr, "%s/usr", dir) < 0 || asprintf(&tmp, "%s.new", dir) < 0 ||
+            asprintf(&old, "%s.old", dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        core_rm_rf(tmp);        /* never used by a session */
+        int r = host_move_in(dir, access(usr, F_OK) == 0 ? dir : NULL, "legacy", ret_err);
+        if (r >= 0)
+                r = host_move_in(dir, old, "legacy-old", ret_err);
+        return r;
+}
 
 /* Builds one version of the host runtime in the new directory `tmp`. */
 static int host_build_tree(const char *tmp, sb_error **ret_err) {

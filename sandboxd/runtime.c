@@ -1042,8 +1042,12 @@ bool runtime_is_host(const sandbox *sb) {
 static bool host_version_in_use(manager *m, const char *version) {
         if (streq(version, m->host_version))
                 return true;
+        /* A session of the layout before versions may stand on either tree
+         * that layout left ("legacy", "legacy-old"): both stay for it. */
+        bool legacy = strncmp(version, "legacy", 6) == 0;
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
-                if (sb->sess && streq(sb->sess->runtime_version, version))
+                if (sb->sess && (streq(sb->sess->runtime_version, version) ||
+                                 (legacy && streq(sb->sess->runtime_version, "legacy"))))
                         return true;
         return false;
 }

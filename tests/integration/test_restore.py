@@ -167,8 +167,13 @@ def test_a_session_on_the_unversioned_host_runtime_survives_the_upgrade_and_its_
         rec.pop("runtimeVersion", None)
         with open(rec_path, "w") as f:
             json.dump(rec, f)
+        # What that layout left when killed between its swap and cleanup.
+        os.makedirs(os.path.join(rt, "host.old", "etc"))
+        os.makedirs(os.path.join(rt, "host.new", "etc"))
         d.start()
-        expect_eq(sorted(os.listdir(host)), sorted(["legacy", ver]), "host runtime versions after the upgrade")
+        expect_eq(sorted(os.listdir(host)), sorted(["legacy", "legacy-old", ver]),
+                  "host runtime versions after the upgrade")
+        expect_eq(sorted(f for f in os.listdir(rt) if f.startswith("host")), ["host"], "host.* leftovers")
         code, out, err = world.ctl("exec", name, "--", "/bin/sh", "-c", "echo ok")
         expect_eq((code, out), (0, "ok\n"), "exec in the old session after the upgrade: %s" % err.strip())
         expect({"bin", "etc", "usr", "workspace"} <= _root_names(world, name), "fs.list / of the old session")
@@ -178,6 +183,7 @@ def test_a_session_on_the_unversioned_host_runtime_survives_the_upgrade_and_its_
         _finish(world, name)
     poll(lambda: not os.path.exists(os.path.join(host, "legacy")), 10,
          "the unversioned tree is removed once its last session ended")
+    expect(not os.path.exists(os.path.join(host, "legacy-old")), "and so is the tree the old layout left")
     expect_eq(os.listdir(host), [ver], "host runtime versions after the old session ended")
 
 
