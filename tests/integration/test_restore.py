@@ -434,3 +434,26 @@ def test_a_netd_that_keeps_dying_is_restarted_with_backoff(world):
         expect(_resolves(world, name, "api.public.test", [W.PUB_API_ADDR]), "DNS works after the crash loop")
     finally:
         _finish(world, name)
+
+
+def test_an_imported_runtime_under_a_running_sandbox_stays_across_restarts(world):
+    from test_runtimes import _tiny_rootfs_tar, _write_tmp
+    rt = world.name("rtrst")
+    path = _write_tmp(world, _tiny_rootfs_tar(rt))
+    code, _o, err = world.ctl("runtime", "import", rt, path)
+    expect_eq(code, 0, "import (%s)" % err.strip())
+    name = None
+    try:
+        name, _c, _o, _e = create(world, "rtu", "--deny-all", "--runtime", rt)
+        _restart(world, "kill")
+        code, _o, err = world.ctl("runtime", "rm", rt)
+        expect(code == 5 and "in use" in err and name in err, "rm under a running sandbox after a restart:",
+               code, err.strip())
+        code, _o, err = world.ctl("runtime", "import", rt, path)
+        expect(code == 5 and "already exists" in err, "re-import under a running sandbox:", code, err.strip())
+        code, out, err = world.ctl("exec", name, "--", "/bin/sh", "-c", "cat /etc/runtime-marker")
+        expect_eq((code, out), (0, rt + "\n"), "the sandbox still sees its runtime (%s)" % err.strip())
+    finally:
+        if name:
+            _finish(world, name)
+        world.ctl("runtime", "rm", rt)
