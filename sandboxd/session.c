@@ -748,6 +748,10 @@ static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
         cJSON *f = cJSON_CreateObject();
         cJSON_AddNumberToObject(f, "restarts", s->netd_restarts);
         cJSON_AddNumberToObject(f, "pid", s->netd_pid);
+        char msg[128];
+        snprintf(msg, sizeof(msg), "sandbox-netd died and was started again (restart %u of this session)",
+                 s->netd_restarts);
+        cJSON_AddStringToObject(f, "message", msg);
         events_emit(sb->m, EVENT_NETD_RESTARTED, sb->name, f);
         return 0;
 }
