@@ -305,6 +305,9 @@ def test_a_killed_netd_is_started_again_evented_and_counted(world):
         expect(new_pid != pid and os.path.exists("/proc/%d" % new_pid), "the record names the new netd")
         expect(connect(world, name, W.PUB_API_ADDR)["ok"], "the allowed address connects after the restart")
         expect(not connect(world, name, W.PUB_OTHER_ADDR)["ok"], "the policy still applies after the restart")
+        # HTTP goes through the restarted netd's egress proxy.
+        code, out, err = sh(world, name, "curl -sS -m 10 -o /dev/null -w '%{http_code}' http://api.public.test/")
+        expect_eq((code, out), (0, "200"), "HTTP through the proxy after the restart (%s)" % err.strip()[:200])
     finally:
         c.close()
         _finish(world, name)
