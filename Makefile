@@ -47,11 +47,13 @@ UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 obj = $(patsubst %.c,$(1)/%.o,$(2))
 
 BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd
+# Test only, never installed: sandboxd with its fault points armed (libcore/fault.h).
+FAULT_BINS:= $(B)/faults/sandboxd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
 .PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz
-all: $(BINS)
+all: $(BINS) $(FAULT_BINS)
 
 deps:
 	@scripts/install-deps
@@ -83,6 +85,13 @@ $(B)/libclient.a: $(call obj,$(B)/obj,$(CLI_SRC))
 
 $(B)/sandboxd: $(B)/obj/sandboxd/main.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libcore.a
 	@if [ -d $@ ]; then rm -rf $@; fi
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
+# The same daemon with fault.o built with SANDBOXD_FAULTS, linked before
+# libcore.a so that its core_fault() is the one used.
+$(B)/faults/fault.o: libcore/fault.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DSANDBOXD_FAULTS -c $< -o $@
+$(B)/faults/sandboxd: $(B)/obj/sandboxd/main.o $(B)/faults/fault.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
@@ -153,7 +162,7 @@ bench: deps
 	@python3 tests/bench/bench_policy.py
 	@python3 tests/bench/bench_proxy.py
 
-install: $(BINS)
+install: $(BINS) $(FAULT_BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(B)/sandboxd $(DESTDIR)$(SBINDIR)/sandboxd
 	install -m 0755 $(B)/sandbox-init $(DESTDIR)$(LIBEXECDIR)/sandbox-init

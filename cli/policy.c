@@ -162,7 +162,7 @@ static const char events_help[] =
         "Prints the daemon's events as they happen, one line each:\n"
         "TIME KIND SANDBOX MESSAGE, until interrupted (Ctrl-C, exit status 130).\n"
         "  NAME       only events of this sandbox (it need not exist yet)\n"
-        "  --kind K   only events of kind K: denied, sandbox (repeatable)\n"
+        "  --kind K   only events of kind K: denied, sandbox, netd_restarted (repeatable)\n"
         "  --json     one JSON object per line instead\n";
 
 /* The human line: TIME KIND SANDBOX MESSAGE, where MESSAGE is the event's

@@ -692,6 +692,27 @@ int core_cgroup_freeze(core_cgroup *cg, bool frozen) {
         return -ENOTSUP;
 }
 
+int core_cgroup_frozen(core_cgroup *cg) {
+        for (size_t i = 0; cg && i < cg->n; i++) {
+                const char *file = state.h[i].ops == &ops_v2 ? "cgroup.freeze"
+                                   : state.h[i].controller && streq(state.h[i].controller, "freezer") ? "freezer.state"
+                                   : NULL;
+                _cleanup_free_ char *path = NULL;
+                if (!file || asprintf(&path, "%s/%s", cg->dirs[i], file) < 0)
+                        continue;
+                char buf[64] = "";
+                _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+                ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+                if (n <= 0)
+                        continue;
+                buf[n] = 0;
+                /* v2: "1"; v1: FROZEN or FREEZING (a freeze under way). */
+                if (state.h[i].ops == &ops_v2 ? buf[0] == '1' : strncmp(buf, "THAWED", 6) != 0)
+                        return 1;
+        }
+        return 0;
+}
+
 int core_cgroup_kill_all(core_cgroup *cg) {
         int ret = 0;
         /* The tracking hierarchy first (atomic cgroup.kill when v2), then a
@@ -701,6 +722,11 @@ int core_cgroup_kill_all(core_cgroup *cg) {
                 if (r < 0 && r != -ENOENT && ret == 0)
                         ret = r;
         }
+        /* A frozen task (a crash between freeze and thaw) keeps its
+         * SIGKILL pending under the v1 freezer: thawed after the kill, so
+         * it dies at once instead of running on, and the cgroup can go. */
+        if (core_cgroup_frozen(cg) > 0)
+                (void)core_cgroup_freeze(cg, false);
         return ret;
 }
 

@@ -106,6 +106,11 @@ int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err);
  * the session's files taken afterwards is consistent. Returns 0, -ENOTSUP
  * when no freezer is available, -ETIMEDOUT, or another negative errno. */
 int core_cgroup_freeze(core_cgroup *cg, bool frozen);
+/* 1 when any of the session's hierarchies is frozen or freezing (v2
+ * cgroup.freeze is 1, v1 freezer.state is not THAWED), else 0: what a
+ * daemon killed between freeze and thaw leaves (Documentation/admin-guide/
+ * cgroup-v2.rst "Core Interface Files", cgroup-v1/freezer-subsystem.rst). */
+int core_cgroup_frozen(core_cgroup *cg);
 
 /* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
  * reading cgroup.procs repeatedly until empty). */

@@ -4,6 +4,8 @@
  * The clone child is a copy of a multi-threaded process, so between clone()
  * and exec it makes raw syscalls only (no malloc, no locks). */
 #include <fcntl.h>
+#include <openssl/sha.h>
+#include <stdio.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -225,21 +227,23 @@ static int write_at(int dfd, const char *name, const char *text) {
         return write(fd, text, n) == (ssize_t)n ? 0 : -EIO;
 }
 
+/* The generated /etc of the host runtime. */
+static const struct { const char *name, *text; } etc_files[] = {
+        {"passwd", "root:x:0:0:root:/root:/bin/bash\n"
+                   "sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/bash\n"
+                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+        {"group", "root:x:0:\ntty:x:5:\nsandbox:x:1000:\nnogroup:x:65534:\n"},
+        {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
+                          "networks: files\nprotocols: files\nservices: files\n"},
+        {"hosts", "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"},
+        {"hostname", "sandbox\n"},
+        {"resolv.conf", "# no resolver: this sandbox has no network\n"},
+        {"shells", "/bin/sh\n/bin/bash\n/usr/bin/bash\n"},
+};
+
 static int build_etc(int etc) {
-        static const struct { const char *name, *text; } files[] = {
-                {"passwd", "root:x:0:0:root:/root:/bin/bash\n"
-                           "sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/bash\n"
-                           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
-                {"group", "root:x:0:\ntty:x:5:\nsandbox:x:1000:\nnogroup:x:65534:\n"},
-                {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"
-                                  "networks: files\nprotocols: files\nservices: files\n"},
-                {"hosts", "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"},
-                {"hostname", "sandbox\n"},
-                {"resolv.conf", "# no resolver: this sandbox has no network\n"},
-                {"shells", "/bin/sh\n/bin/bash\n/usr/bin/bash\n"},
-        };
-        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
-                int r = write_at(etc, files[i].name, files[i].text);
+        for (size_t i = 0; i < ELEMENTSOF(etc_files); i++) {
+                int r = write_at(etc, etc_files[i].name, etc_files[i].text);
                 if (r < 0)
                         return r;
         }
@@ -272,49 +276,143 @@ static int build_etc(int etc) {
         return 0;
 }
 
-int core_runtime_host_build(const char *dir, sb_error **ret_err) {
-        static const char *const dirs[] = {"usr", "etc", "proc", "dev", "sys", "tmp", "run", "var", "var/tmp",
-                                           "home", "root", "mnt", "opt", "srv", "workspace"};
-        static const char *const usr_links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
-        _cleanup_free_ char *tmp = NULL, *old = NULL;
-        if (asprintf(&tmp, "%s.new", dir) < 0 || asprintf(&old, "%s.old", dir) < 0)
+static const char *const host_dirs[] = {"usr", "etc", "proc", "dev", "sys", "tmp", "run", "var", "var/tmp",
+                                        "home", "root", "mnt", "opt", "srv", "workspace"};
+static const char *const host_usr_links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+
+/* The version of the tree host_build_tree() would make on this host now:
+ * the first 16 hex digits of SHA-256 over everything it depends on (the
+ * layout, the /usr links the host has, the generated files, which host
+ * binds exist and of what type). Same inputs, same version: a restart
+ * reuses the tree its running sessions stand on. */
+static int host_version(char ret[static CORE_RUNTIME_VERSION_LEN + 1]) {
+        _cleanup_free_ char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f)
+                return -ENOMEM;
+        fputs("host-runtime/1\n", f);
+        for (size_t i = 0; i < ELEMENTSOF(host_dirs); i++)
+                fprintf(f, "dir %s\n", host_dirs[i]);
+        for (size_t i = 0; i < ELEMENTSOF(host_usr_links); i++) {
+                char host[64];
+                snprintf(host, sizeof(host), "/usr/%s", host_usr_links[i]);
+                fprintf(f, "link %s %d\n", host_usr_links[i], access(host, F_OK) == 0);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(etc_files); i++)
+                fprintf(f, "file %s %zu\n%s", etc_files[i].name, strlen(etc_files[i].text), etc_files[i].text);
+        for (size_t i = 0; core_runtime_host_binds[i][0]; i++) {
+                struct stat st;
+                int type = stat(core_runtime_host_binds[i][0], &st) < 0 ? 0 : S_ISDIR(st.st_mode) ? 2 : 1;
+                fprintf(f, "bind %s %d\n", core_runtime_host_binds[i][1], type);
+        }
+        if (fclose(f) != 0 || !text)
+                return -ENOMEM;
+        unsigned char md[SHA256_DIGEST_LENGTH];
+        SHA256((const unsigned char *)text, len, md);
+        for (size_t i = 0; i < CORE_RUNTIME_VERSION_LEN / 2; i++)
+                sprintf(ret + 2 * i, "%02x", md[i]);
+        return 0;
+}
+
+/* Moves `from` (if it exists) to <dir>/<name>, through <dir>.<name> so that
+ * a crash between the two renames is finished at the next start. */
+static int host_move_in(const char *dir, const char *from, const char *name, sb_error **ret_err) {
+        _cleanup_free_ char *moved = NULL, *final = NULL;
+        if (asprintf(&moved, "%s.%s", dir, name) < 0 || asprintf(&final, "%s/%s", dir, name) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        core_rm_rf(tmp);
-        core_rm_rf(old);
+        if (from && access(from, F_OK) == 0 && rename(from, moved) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", from);
+        if (access(moved, F_OK) < 0)
+                return 0;
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mkdir %s: %m", dir);
+        if (rename(moved, final) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", moved);
+        return 0;
+}
+
+/* A tree of the layout before versions (<dir> itself held usr, etc...)
+ * becomes the version "legacy" (<dir>/legacy): sessions of an older
+ * daemon stand on it, and a rename moves nothing under their overlays.
+ * That layout swapped <dir>.new in and removed <dir>.old at each start; a
+ * <dir>.old a crash left may be what older sessions stand on, so it is
+ * kept too, as "legacy-old". */
+static int host_migrate_legacy(const char *dir, sb_error **ret_err) {
+        _cleanup_free_ char *usr = NULL, *tmp = NULL, *old = NULL;
+        if (asprintf(&usr, "%s/usr", dir) < 0 || asprintf(&tmp, "%s.new", dir) < 0 ||
+            asprintf(&old, "%s.old", dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        core_rm_rf(tmp);        /* never used by a session */
+        int r = host_move_in(dir, access(usr, F_OK) == 0 ? dir : NULL, "legacy", ret_err);
+        if (r >= 0)
+                r = host_move_in(dir, old, "legacy-old", ret_err);
+        return r;
+}
+
+/* Builds one version of the host runtime in the new directory `tmp`. */
+static int host_build_tree(const char *tmp, sb_error **ret_err) {
         int r = core_mkdir_p(tmp, 0755);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "mkdir %s: %s", tmp, strerror(-r));
         _cleanup_close_ int dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", tmp);
-        for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
-                if (mkdirat(dfd, dirs[i], 0755) < 0)
-                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mkdir %s: %m", dirs[i]);
+        for (size_t i = 0; i < ELEMENTSOF(host_dirs); i++)
+                if (mkdirat(dfd, host_dirs[i], 0755) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mkdir %s: %m", host_dirs[i]);
         if (fchmodat(dfd, "tmp", 01777, 0) < 0 || fchmodat(dfd, "var/tmp", 01777, 0) < 0 ||
             fchmodat(dfd, "root", 0700, 0) < 0 || mkdirat(dfd, "home/sandbox", 0755) < 0 ||
             fchownat(dfd, "home/sandbox", SANDBOX_UID, SANDBOX_GID, 0) < 0 ||
             fchownat(dfd, "workspace", SANDBOX_UID, SANDBOX_GID, 0) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "prepare runtime tree: %m");
         /* Merged /usr, as on the host: follow the host's own layout. */
-        for (size_t i = 0; i < ELEMENTSOF(usr_links); i++) {
+        for (size_t i = 0; i < ELEMENTSOF(host_usr_links); i++) {
                 char host[64], target[64];
-                snprintf(host, sizeof(host), "/usr/%s", usr_links[i]);
+                snprintf(host, sizeof(host), "/usr/%s", host_usr_links[i]);
                 if (access(host, F_OK) < 0)
                         continue;
-                snprintf(target, sizeof(target), "usr/%s", usr_links[i]);
-                if (symlinkat(target, dfd, usr_links[i]) < 0)
+                snprintf(target, sizeof(target), "usr/%s", host_usr_links[i]);
+                if (symlinkat(target, dfd, host_usr_links[i]) < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "symlink %s: %m",
-                                            usr_links[i]);
+                                            host_usr_links[i]);
         }
         _cleanup_close_ int etc = openat(dfd, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (etc < 0 || (r = build_etc(etc)) < 0)
                 return sb_error_set(ret_err, etc < 0 ? negative_errno() : r, NULL, NULL,
                                     "generate runtime /etc: %s", strerror(etc < 0 ? errno : -r));
-        /* Swap in: the previous build (if any) stays until the new one is whole. */
-        if (access(dir, F_OK) == 0 && rename(dir, old) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", dir);
-        if (rename(tmp, dir) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", tmp);
-        core_rm_rf(old);
+        return 0;
+}
+
+int core_runtime_host_build(const char *dir, char ret_version[static CORE_RUNTIME_VERSION_LEN + 1],
+                            sb_error **ret_err) {
+        char version[CORE_RUNTIME_VERSION_LEN + 1];
+        int r = host_migrate_legacy(dir, ret_err);
+        if (r < 0)
+                return r;
+        if ((r = host_version(version)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "out of memory");
+        if ((r = core_mkdir_p(dir, 0755)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "mkdir %s: %s", dir, strerror(-r));
+        _cleanup_free_ char *path = NULL, *tmp = NULL;
+        char hex[17];
+        core_random_hex(hex, 16);
+        if (asprintf(&path, "%s/%s", dir, version) < 0 || asprintf(&tmp, "%s/.tmp-%s", dir, hex) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        /* A version is whole once it has its name (renamed into place, never
+         * written after), so an existing one is used as it is. */
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+                memcpy(ret_version, version, sizeof(version));
+                return 0;
+        }
+        r = host_build_tree(tmp, ret_err);
+        if (r >= 0 && rename(tmp, path) < 0)
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "rename %s: %m", tmp);
+        if (r < 0) {
+                core_rm_rf(tmp);
+                return r;
+        }
+        memcpy(ret_version, version, sizeof(version));
         return 0;
 }

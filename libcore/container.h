@@ -36,12 +36,22 @@ typedef struct core_spawn_result {
 int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd,
                     core_spawn_result *ret, sb_error **ret_err);
 
-/* Builds (or rebuilds, atomically) the `host` runtime in `dir`: the
- * merged-usr skeleton (bin, lib*, sbin links into usr), empty mount points
- * for the host binds, and a generated /etc (passwd and group with root and
- * the `sandbox` user uid/gid 1000, nsswitch.conf, hosts) — never the host's
- * /etc as a whole. Returns 0 or a negative errno. */
-int core_runtime_host_build(const char *dir, sb_error **ret_err);
+/* Hex digits of a host runtime version (core_runtime_host_build). */
+#define CORE_RUNTIME_VERSION_LEN 16
+
+/* Makes sure the current version of the `host` runtime exists under `dir`
+ * (<state>/runtimes/host) and puts its name in ret_version: the merged-usr
+ * skeleton (bin, lib*, sbin links into usr), empty mount points for the
+ * host binds, and a generated /etc (passwd and group with root and the
+ * `sandbox` user uid/gid 1000, nsswitch.conf, hosts) — never the host's
+ * /etc as a whole. Each version is <dir>/<version>, named by a hash of
+ * what it is made from, built under a temporary name and renamed into
+ * place, and never changed or removed here: running sessions stand on
+ * older ones (the caller removes those nothing uses). An existing version
+ * is reused as it is (no write at all). A tree of the older unversioned
+ * layout becomes <dir>/legacy. Returns 0 or a negative errno. */
+int core_runtime_host_build(const char *dir, char ret_version[static CORE_RUNTIME_VERSION_LEN + 1],
+                            sb_error **ret_err);
 
 /* The read-only host binds the `host` runtime needs, as {src, dst} pairs
  * terminated by {NULL, NULL}: /usr and the few /etc entries programs need

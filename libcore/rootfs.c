@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sched.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -248,13 +250,35 @@ static int attach_userns_root(const core_rootfs_config *cfg, sb_error **ret_err)
         return rootfd >= 0 ? rootfd : sb_error_set(ret_err, negative_errno(), NULL, NULL, "open the overlay root: %m");
 }
 
+/* The lower layers, top first: one "lowerdir+" each (Linux 6.8), since
+ * fsconfig(2) takes at most 256 bytes in one string and a sandbox on a few
+ * layers under a long state directory needs more; an older kernel, which
+ * knows no "lowerdir+", gets the whole list as "lowerdir". */
+static int overlay_lowers(int fsfd, const char *lowers, sb_error **ret_err) {
+        _cleanup_free_ char *list = strdup(lowers);
+        if (!list)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        char *save = NULL;
+        bool first = true;
+        for (char *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save), first = false)
+                if (fsconfig(fsfd, FSCONFIG_SET_STRING, "lowerdir+", p, 0) < 0) {
+                        if (first && errno == EINVAL && fsconfig(fsfd, FSCONFIG_SET_STRING, "lowerdir", lowers, 0) >= 0)
+                                return 0;
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay lower layer %s: %m", p);
+                }
+        return 0;
+}
+
 static int mount_overlay(const core_rootfs_config *cfg, sb_error **ret_err) {
         _cleanup_close_ int fsfd = fsopen("overlay", FSOPEN_CLOEXEC);
         if (fsfd < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsopen overlay: %m");
-        const char *keys[] = {"lowerdir", "upperdir", "workdir"};
-        const char *vals[] = {cfg->lower, cfg->upper, cfg->work};
-        for (size_t i = 0; i < 3; i++)
+        int r = overlay_lowers(fsfd, cfg->lower, ret_err);
+        if (r < 0)
+                return r;
+        const char *keys[] = {"upperdir", "workdir"};
+        const char *vals[] = {cfg->upper, cfg->work};
+        for (size_t i = 0; i < 2; i++)
                 if (fsconfig(fsfd, FSCONFIG_SET_STRING, keys[i], vals[i], 0) < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay %s=%s: %m",
                                             keys[i], vals[i]);

@@ -23,7 +23,7 @@
 
 /* The kinds a subscription may filter on (DESIGN §5.2). A kind emitted that
  * is not listed still reaches subscribers without a kind filter. */
-static const char *const known_kinds[] = { EVENT_DENIED, EVENT_SANDBOX };
+static const char *const known_kinds[] = { EVENT_DENIED, EVENT_SANDBOX, EVENT_NETD_RESTARTED };
 
 typedef struct subscription {
         manager *m;
@@ -172,7 +172,8 @@ static int parse_kinds(rpc_request *req, unsigned *ret, sb_error **ret_err) {
                 int bit = cJSON_IsString(k) ? kind_bit(k->valuestring) : -1;
                 if (bit < 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, field,
-                                            "%s: must be \"" EVENT_DENIED "\" or \"" EVENT_SANDBOX "\"", field);
+                                            "%s: must be \"" EVENT_DENIED "\", \"" EVENT_SANDBOX "\" or \""
+                                            EVENT_NETD_RESTARTED "\"", field);
                 mask |= 1u << bit;
         }
         *ret = mask;

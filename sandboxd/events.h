@@ -12,6 +12,9 @@
  * message}; lifecycle events {status}. */
 #define EVENT_DENIED "denied"
 #define EVENT_SANDBOX "sandbox"
+/* sandbox-netd of a session died and was started again: {restarts, pid,
+ * reason}. */
+#define EVENT_NETD_RESTARTED "netd_restarted"
 
 /* Sends `event` {time, kind, sandbox, ...fields} to every subscriber whose
  * filter matches (sandbox name and kinds). Takes ownership of fields (an

@@ -132,6 +132,11 @@ struct session {
         int netd_out;             /* its stdout: ready/pin/deny lines */
         int netd_in;              /* its stdin: one ack per pin line */
         sd_event_source *netd_src;
+        sd_event_source *netd_exit_src;  /* its pidfd (owned by the source): netd died */
+        sd_event_source *netd_retry_src; /* a restart after backoff */
+        unsigned netd_restarts;   /* times netd died and was started again (sandbox.get) */
+        unsigned netd_burst;      /* restarts since netd_burst_ms (backoff) */
+        uint64_t netd_burst_ms;
         int netns_fd;             /* the sandbox's network namespace (ports connect there) */
         port_listener **listeners; /* exposed ports (ports.c) */
         size_t n_listeners;
@@ -142,6 +147,9 @@ struct session {
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
+        /* The host runtime version its overlay stands on ("" on another
+         * runtime): kept on disk while the session lives (runtime.c). */
+        char runtime_version[CORE_RUNTIME_VERSION_LEN + 1];
 };
 
 struct sandbox {
@@ -220,7 +228,8 @@ struct manager {
         char *sandboxes_dir, *runtimes_dir, *run_sandboxes_dir, *layers_dir, *snapshots_dir;
         snapshot *snapshots;
         sd_event_source *snapshot_expire_src; /* next snapshot expiration (snapshot.c) */
-        char *host_runtime;
+        char *host_runtime;       /* <state>/runtimes/host/<host_version> */
+        char host_version[CORE_RUNTIME_VERSION_LEN + 1]; /* what new sessions on `host` get */
         cJSON *runtime_jobs;      /* names being imported or bootstrapped (runtime.c) */
         int init_memfd;
         char *netd_path;          /* sandbox-netd */
@@ -380,6 +389,17 @@ void restore_kill_recorded(pid_t pid, uint64_t start_time, const char *comm);
 int restore_save_record(const session *s);
 /* Parses <run_dir>/session.json; NULL when missing or malformed. */
 cJSON *restore_load_record(const char *run_dir);
+/* Records helper `pid` (just spawned, ours) in <runDir>/helpers/<pid>.json
+ * with its start time and `owner` (for the log: "sandbox 'x'"). 0 or
+ * -errno. Worker-thread safe. */
+int restore_helper_record(pid_t pid, const char *owner);
+/* Removes the record of helper `pid` (after it was reaped). */
+void restore_helper_forget(pid_t pid);
+/* Daemon start, before any adoption: SIGKILLs every helper recorded in
+ * <run_dir>/helpers/ that still lives (pidfd + start time, so a reused pid
+ * is never hit), waits (2 s each at most) until it is gone, removes the
+ * records. Returns how many were ended, or -errno. */
+int restore_helpers_sweep(const char *run_dir);
 
 /* agent.c */
 int agent_attach(session *s, sd_event *event);
@@ -524,3 +544,9 @@ char *runtime_dir(const manager *m, const char *name);
 int runtime_check(manager *m, const char *name, const char *field, sb_error **ret_err);
 /* Removes what an interrupted import or bootstrap left (daemon start). */
 void runtimes_load(manager *m);
+/* True when sb stands on the built-in host runtime. */
+bool runtime_is_host(const sandbox *sb);
+/* Removes the versions of the host runtime (<state>/runtimes/host/<v>/)
+ * that are neither the current one nor under a live session (at start,
+ * after adoption, and when a session ends). */
+void runtime_host_collect(manager *m);

@@ -390,7 +390,6 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 goto fail;
         if (asprintf(&m->sandboxes_dir, "%s/sandboxes", cfg->state_dir) < 0 ||
             asprintf(&m->runtimes_dir, "%s/runtimes", cfg->state_dir) < 0 ||
-            asprintf(&m->host_runtime, "%s/runtimes/host", cfg->state_dir) < 0 ||
             asprintf(&m->run_sandboxes_dir, "%s/sandboxes", cfg->run_dir) < 0 ||
             asprintf(&m->layers_dir, "%s/layers", cfg->state_dir) < 0 ||
             asprintf(&m->snapshots_dir, "%s/snapshots", cfg->state_dir) < 0) {
@@ -435,9 +434,20 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                         goto fail;
                 }
         }
-        if ((r = core_runtime_host_build(m->host_runtime, ret_err)) < 0) {
-                sb_error_prefix(ret_err, "build the host runtime");
-                goto fail;
+        {
+                _cleanup_free_ char *host = NULL;
+                if (asprintf(&host, "%s/host", m->runtimes_dir) < 0) {
+                        r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                        goto fail;
+                }
+                if ((r = core_runtime_host_build(host, m->host_version, ret_err)) < 0) {
+                        sb_error_prefix(ret_err, "build the host runtime");
+                        goto fail;
+                }
+                if (asprintf(&m->host_runtime, "%s/%s", host, m->host_version) < 0) {
+                        r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                        goto fail;
+                }
         }
         if ((r = init_cgroups(cfg, ret_err)) < 0)
                 goto fail;
@@ -470,6 +480,13 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 sb_error_set(ret_err, r, NULL, NULL, "watch NFLOG: %s", strerror(-r));
                 goto fail;
         }
+        /* Before adoption: every helper the last daemon started is ended
+         * (adopted sessions get new ones), so none holds a gateway port. */
+        r = restore_helpers_sweep(cfg->run_dir);
+        if (r > 0)
+                log_info("ended %d helper process(es) no session owns", r);
+        else if (r < 0)
+                log_warning_errno(r, "helper records in %s/helpers: %m", cfg->run_dir);
         reconcile(m);
         snapshots_load(m);
         runtimes_load(m);

@@ -2,8 +2,19 @@
  * restarted sandboxd reconnects to sandbox-init through, the session record
  * (<runDir>/sandboxes/<name>/session.json) that says which process is the
  * session's init, and the checks that a recorded process is still that one.
- * The adoption itself is session_adopt() in session.c. */
+ * The adoption itself is session_adopt() in session.c.
+ *
+ * Helper records (<runDir>/helpers/<pid>.json, {pid, startTime, owner}):
+ * one for every helper process the daemon starts (each session's
+ * sandbox-netd, a runtime bootstrap's debootstrap), written
+ * the moment it is spawned, before anything else is done or recorded, and
+ * removed once it is reaped. A daemon killed at any point after the spawn
+ * leaves the record, and the next one ends every recorded helper that
+ * still lives (by pidfd, checked against the start time: never by name)
+ * before it adopts a session: helpers are always started anew then. */
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -134,10 +145,13 @@ int restore_save_record(const session *s) {
         cJSON_AddStringToObject(o, "gateway", gw);
         cJSON_AddNumberToObject(o, "netdPid", s->netd_pid);
         cJSON_AddNumberToObject(o, "netdStartTime", (double)restore_proc_start_time(s->netd_pid));
+        cJSON_AddNumberToObject(o, "netdRestarts", s->netd_restarts);
         cJSON_AddNumberToObject(o, "startedMs", (double)s->started_ms);
         cJSON_AddNumberToObject(o, "expiresMs", (double)sb->expires_ms);
         cJSON_AddBoolToObject(o, "proxyCa", s->proxy_ca);
         cJSON_AddBoolToObject(o, "sandboxTrustsCa", s->sandbox_trusts_ca);
+        if (s->runtime_version[0])
+                cJSON_AddStringToObject(o, "runtimeVersion", s->runtime_version);
         _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
         _cleanup_free_ char *path = NULL;
         cJSON_Delete(o);
@@ -162,4 +176,82 @@ cJSON *restore_load_record(const char *run_dir) {
                 return NULL;
         }
         return o;
+}
+
+static char *helpers_dir;
+
+static int helper_path(pid_t pid, char *buf, size_t size) {
+        if (!helpers_dir)
+                return -ENOENT;
+        return snprintf(buf, size, "%s/%d.json", helpers_dir, (int)pid) < (int)size ? 0 : -ENAMETOOLONG;
+}
+
+int restore_helper_record(pid_t pid, const char *owner) {
+        char path[PATH_MAX];
+        int r = helper_path(pid, path, sizeof(path));
+        if (r < 0)
+                return r;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "pid", pid);
+        cJSON_AddNumberToObject(o, "startTime", (double)restore_proc_start_time(pid));
+        cJSON_AddStringToObject(o, "owner", owner);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!text)
+                return -ENOMEM;
+        r = core_write_file_replace(path, text, strlen(text), 0600);
+        if (r < 0)
+                log_warning_errno(r, "write %s (a daemon killed now would leave this helper running): %m", path);
+        return r;
+}
+
+void restore_helper_forget(pid_t pid) {
+        char path[PATH_MAX];
+        if (pid > 0 && helper_path(pid, path, sizeof(path)) >= 0)
+                (void)unlink(path);
+}
+
+int restore_helpers_sweep(const char *run_dir) {
+        free(helpers_dir);
+        helpers_dir = NULL;
+        if (asprintf(&helpers_dir, "%s/helpers", run_dir) < 0) {
+                helpers_dir = NULL;
+                return -ENOMEM;
+        }
+        int r = core_mkdir_p(helpers_dir, 0700);
+        if (r < 0)
+                return r;
+        _cleanup_closedir_ DIR *d = opendir(helpers_dir);
+        struct dirent *de;
+        int n = 0;
+        while (d && (de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                char path[PATH_MAX];
+                _cleanup_free_ char *text = NULL;
+                if (snprintf(path, sizeof(path), "%s/%s", helpers_dir, de->d_name) >= (int)sizeof(path))
+                        continue;
+                cJSON *o = core_read_file(path, 4096, &text, NULL) >= 0 ? cJSON_Parse(text) : NULL;
+                const cJSON *pid = cJSON_GetObjectItem(o, "pid"), *st = cJSON_GetObjectItem(o, "startTime");
+                if (cJSON_IsNumber(pid) && cJSON_IsNumber(st) && pid->valuedouble > 0 && st->valuedouble > 0) {
+                        _cleanup_close_ int fd = restore_pidfd((pid_t)pid->valuedouble, (uint64_t)st->valuedouble);
+                        /* A pidfd is readable once its process has exited (a
+                         * netd that saw the daemon go exits by itself). */
+                        struct pollfd gone = {.fd = fd, .events = POLLIN};
+                        if (fd >= 0 && poll(&gone, 1, 0) == 0) {
+                                const char *owner = cJSON_GetStringValue(cJSON_GetObjectItem(o, "owner"));
+                                log_info("ending helper pid %d (%s) that no session owns (left by the last "
+                                         "sandboxd)", (int)pid->valuedouble, owner ? owner : "?");
+                                syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0);
+                                /* Not our child: readable once it has exited, and its
+                                 * sockets (the gateway's DNS port) are free again. */
+                                struct pollfd p = {.fd = fd, .events = POLLIN};
+                                (void)poll(&p, 1, 2000);
+                                n++;
+                        }
+                }
+                cJSON_Delete(o);
+                (void)unlink(path);
+        }
+        return n;
 }

@@ -3,8 +3,13 @@
  * runtime.delete (docs/API.md).
  *
  * Layout under <state>/runtimes/:
- *   host/               the built-in runtime (core_runtime_host_build),
- *                       rebuilt at every start; never deleted or replaced
+ *   host/<version>/     the built-in runtime (core_runtime_host_build), one
+ *                       tree per version (a hash of what it is made from);
+ *                       new sessions get the current one, and each running
+ *                       session's record names the one its overlay stands
+ *                       on: an older version is removed only once no live
+ *                       session names it (runtime_host_collect)
+ *   host/.tmp-<hex>     a version being built
  *   <name>/             an imported or bootstrapped root filesystem
  *   <name>.json         its record {name, source, sizeBytes, createdAt}
  *   .<name>.tmp-<hex>   an import or bootstrap in progress
@@ -690,6 +695,11 @@ static int run_debootstrap(runtime_job *j, const char *target, const char *log) 
         }
         if (pid < 0)
                 return sb_error_set(&j->err, negative_errno(), NULL, NULL, "start debootstrap: %m");
+        /* A daemon killed during the bootstrap: the next one ends it (and its
+         * PID namespace with it) before it removes the half-made tree. */
+        char owner[96];
+        snprintf(owner, sizeof(owner), "debootstrap of runtime '%s'", j->name);
+        (void)restore_helper_record(pid, owner);
         _cleanup_close_ int pfd = pidfd;
         uint64_t deadline = core_monotonic_ms() + j->timeout_ms;
         struct pollfd p = {.fd = pfd, .events = POLLIN};
@@ -703,6 +713,7 @@ static int run_debootstrap(runtime_job *j, const char *target, const char *log) 
                 syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
         siginfo_t si = {};
         (void)waitid(P_PIDFD, (id_t)pfd, &si, WEXITED);
+        restore_helper_forget(pid);
         char tail[400];
         log_tail(log, tail, sizeof(tail));
         if (timed_out)
@@ -992,6 +1003,8 @@ static void method_delete(rpc_request *req, void *userdata) {
 void runtimes_load(manager *m) {
         if (!m->runtime_jobs)
                 m->runtime_jobs = cJSON_CreateArray();
+        /* After reconcile(): the adopted sessions hold their versions. */
+        runtime_host_collect(m);
         _cleanup_closedir_ DIR *d = opendir(m->runtimes_dir);
         struct dirent *de;
         while (d && (de = readdir(d))) {
@@ -1007,11 +1020,56 @@ void runtimes_load(manager *m) {
                  * and halves of a runtime whose other half is missing. */
                 if (n[0] != '.' && core_name_is_valid(base) && runtime_exists(m, base))
                         continue;
+                /* Half a runtime is still never pulled from under a sandbox
+                 * or snapshot that stands on it (its record was lost). */
+                if (!is_record && n[0] != '.' && core_name_is_valid(base) && runtime_users(m, base, NULL, NULL) > 0) {
+                        log_warning("runtime '%s' has no record (%s.json) but sandboxes or snapshots use it; "
+                                    "its tree is kept", base, base);
+                        continue;
+                }
                 log_info("removing leftover runtime file %s", n);
                 if (is_record)
                         (void)unlink(p);
                 else
                         core_rm_rf(p);
+        }
+}
+
+bool runtime_is_host(const sandbox *sb) {
+        return !sb->runtime || streq(sb->runtime, "host");
+}
+
+static bool host_version_in_use(manager *m, const char *version) {
+        if (streq(version, m->host_version))
+                return true;
+        /* A session of the layout before versions may stand on either tree
+         * that layout left ("legacy", "legacy-old"): both stay for it. */
+        bool legacy = strncmp(version, "legacy", 6) == 0;
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                if (sb->sess && (streq(sb->sess->runtime_version, version) ||
+                                 (legacy && streq(sb->sess->runtime_version, "legacy"))))
+                        return true;
+        return false;
+}
+
+void runtime_host_collect(manager *m) {
+        _cleanup_free_ char *host = NULL;
+        if (asprintf(&host, "%s/host", m->runtimes_dir) < 0)
+                return;
+        _cleanup_closedir_ DIR *d = opendir(host);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                const char *n = de->d_name;
+                if (streq(n, ".") || streq(n, "..") || host_version_in_use(m, n))
+                        continue;
+                _cleanup_free_ char *p = NULL;
+                if (asprintf(&p, "%s/%s", host, n) < 0)
+                        continue;
+                /* Small trees (the generated /etc and empty mount points). */
+                log_info("removing host runtime version %s (no session stands on it)", n);
+                int r = core_rm_rf(p);
+                if (r < 0)
+                        log_warning_errno(r, "remove %s: %m", p);
         }
 }
 

@@ -52,6 +52,14 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         userns_to_json(sb, o);
         add_time(o, "createdAt", sb->created_ms);
         cJSON_AddItemToObject(o, "sessions", cJSON_Duplicate(sb->sessions, 1));
+        /* The running session's health: how often its sandbox-netd died
+         * and was started again (session.c, netd supervision). */
+        if (sb->sess) {
+                cJSON *cur = cJSON_AddObjectToObject(o, "session");
+                cJSON_AddStringToObject(cur, "id", sb->sess->id);
+                cJSON_AddNumberToObject(cur, "netdRestarts", sb->sess->netd_restarts);
+        } else
+                cJSON_AddNullToObject(o, "session");
         return o;
 }
 
@@ -65,6 +73,7 @@ cJSON *sandbox_config_json(const sandbox *sb) {
         cJSON_DeleteItemFromObject(o, "status");
         cJSON_DeleteItemFromObject(o, "expiresAt");
         cJSON_DeleteItemFromObject(o, "sessions");
+        cJSON_DeleteItemFromObject(o, "session");
         return o;
 }
 

@@ -16,6 +16,7 @@
 #include "libcore/agent.h"
 #include "libcore/container.h"
 #include "libcore/conntrack.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/source.h"
 #include "libcore/userns.h"
@@ -549,6 +550,13 @@ static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_pol
         free(cidrs);
         if (r < 0)
                 return sb_error_prefix(ret_err, "DNS filter");
+        /* First of all: a daemon killed from here on leaves a record by
+         * which the next one ends this netd (restore.c). */
+        {
+                char owner[96];
+                snprintf(owner, sizeof(owner), "sandbox-netd of sandbox '%s'", sb->name);
+                (void)restore_helper_record(*ret_pid, owner);
+        }
         _cleanup_close_ int fd = out, ack = in;
         /* The ready line comes once it has bound :53 and dropped privileges. */
         char line[512];
@@ -559,6 +567,7 @@ static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_pol
         if (r < 0 || !strstr(line, "\"ready\":true") || !strstr(line, "\"proxy\"")) {
                 kill(*ret_pid, SIGKILL);
                 waitpid(*ret_pid, NULL, 0);
+                restore_helper_forget(*ret_pid);
                 *ret_pid = 0;
                 return sb_error_set(ret_err, r < 0 ? r : -EIO, NULL, NULL,
                                     "DNS filter and egress proxy did not start on %s and %s (see the daemon log)",
@@ -576,6 +585,7 @@ static void netd_stop(pid_t *pid) {
         /* netd exits at once on SIGTERM; bounded wait, then SIGKILL. */
         for (int i = 0; i < 200; i++) {
                 if (waitpid(*pid, NULL, WNOHANG) == *pid) {
+                        restore_helper_forget(*pid);
                         *pid = 0;
                         return;
                 }
@@ -583,6 +593,7 @@ static void netd_stop(pid_t *pid) {
         }
         kill(*pid, SIGKILL);
         waitpid(*pid, NULL, 0);
+        restore_helper_forget(*pid);
         *pid = 0;
 }
 
@@ -738,17 +749,131 @@ static int netd_reload(session *s, const pol_policy *p) {
         return s->netd_reloaded > 0 ? 0 : -EINVAL;
 }
 
+/* ---- supervision of a session's sandbox-netd ---------------------------------
+ *
+ * netd parses hostile traffic, so it may die (a bug, the OOM killer, a
+ * kill by an operator). While it is down the sandbox fails closed: nothing
+ * answers on the gateway's DNS and proxy ports, and nftables refuses the
+ * rest. It is started again at once on the session's current policy (the
+ * pins it made stay in the session's nftables set), the restart is an
+ * event and is counted in sandbox.get's session.netdRestarts. A netd that
+ * keeps dying is started again at once NETD_BURST times within
+ * NETD_BURST_WINDOW_MS, then after a delay doubling from 1 s up to
+ * NETD_BACKOFF_MAX_MS, so a crash loop never spins the daemon. */
+#define NETD_BURST 5
+#define NETD_BURST_WINDOW_MS (60 * 1000)
+#define NETD_BACKOFF_MAX_MS (30 * 1000)
+
+static int netd_attach(session *s);
+static void netd_detach(session *s);
+static uint64_t netd_schedule_restart(session *s);
+
+static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
+        session *s = userdata;
+        sandbox *sb = s->sb;
+        if (s->stopping || s->netd_pid > 0 || s->net_slot < 0 || !sb->pol || sb->pol->mode != POL_MODE_CUSTOM)
+                return 0;
+        _cleanup_error_ sb_error *err = NULL;
+        int r = netd_start(sb->m, sb, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
+                           &err);
+        if (r >= 0 && (r = netd_attach(s)) < 0)
+                sb_error_set(&err, r, NULL, NULL, "watch it: %s", strerror(-r));
+        if (r < 0) {
+                log_warning("sandbox '%s': restart its DNS filter and egress proxy: %s (retrying; DNS and "
+                            "proxied HTTP fail closed meanwhile)", sb->name, err ? err->message : strerror(-r));
+                netd_detach(s);
+                netd_stop(&s->netd_pid);
+                netd_schedule_restart(s);
+                return 0;
+        }
+        s->netd_restarts++;
+        (void)restore_save_record(s);
+        log_info("sandbox '%s': sandbox-netd started again (pid %d, restart %u)", sb->name, (int)s->netd_pid,
+                 s->netd_restarts);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "restarts", s->netd_restarts);
+        cJSON_AddNumberToObject(f, "pid", s->netd_pid);
+        char msg[128];
+        snprintf(msg, sizeof(msg), "sandbox-netd died and was started again (restart %u of this session)",
+                 s->netd_restarts);
+        cJSON_AddStringToObject(f, "message", msg);
+        events_emit(sb->m, EVENT_NETD_RESTARTED, sb->name, f);
+        return 0;
+}
+
+static uint64_t netd_schedule_restart(session *s) {
+        uint64_t now = core_monotonic_ms(), delay_ms = 0;
+        if (!s->netd_burst_ms || now - s->netd_burst_ms > NETD_BURST_WINDOW_MS) {
+                s->netd_burst_ms = now;
+                s->netd_burst = 0;
+        }
+        if (s->netd_burst >= NETD_BURST) {
+                unsigned shift = s->netd_burst - NETD_BURST;
+                delay_ms = 1000ULL << (shift > 5 ? 5 : shift);
+                if (delay_ms > NETD_BACKOFF_MAX_MS)
+                        delay_ms = NETD_BACKOFF_MAX_MS;
+                /* The window restarts at the last failure: a crash loop
+                 * stays in backoff until netd runs a whole window. */
+                s->netd_burst_ms = now;
+        }
+        s->netd_burst++;
+        int r;
+        if (s->netd_retry_src) {
+                r = sd_event_source_set_time_relative(s->netd_retry_src, delay_ms * 1000);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(s->netd_retry_src, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time_relative(s->sb->m->event, &s->netd_retry_src, CLOCK_MONOTONIC,
+                                               delay_ms * 1000, 0, on_netd_retry, s);
+        if (r < 0)
+                log_error("sandbox '%s': cannot schedule a restart of sandbox-netd: %s; its DNS and proxied "
+                          "HTTP stay closed", s->sb->name, strerror(-r));
+        return delay_ms;
+}
+
+static int on_netd_exit(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        session *s = userdata;
+        siginfo_t si = {0};
+        /* Our child: reaped here, so its pid is not reused under netd_stop. */
+        (void)waitid(P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG);
+        restore_helper_forget(s->netd_pid);
+        pid_t pid = s->netd_pid;
+        s->netd_pid = 0;
+        netd_detach(s);
+        uint64_t delay_ms = netd_schedule_restart(s);
+        log_warning("sandbox '%s': its DNS filter and egress proxy (sandbox-netd, pid %d) died (%s %d); "
+                    "starting it again in %llu ms", s->sb->name, (int)pid,
+                    si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status,
+                    (unsigned long long)delay_ms);
+        return 0;
+}
+
 static int netd_attach(session *s) {
         if (s->netd_out < 0)
                 return 0;
         int fl = fcntl(s->netd_out, F_GETFL);
         if (fl >= 0)
                 (void)fcntl(s->netd_out, F_SETFL, fl | O_NONBLOCK);
-        return sd_event_add_io(s->sb->m->event, &s->netd_src, s->netd_out, EPOLLIN, on_netd_output, s);
+        int r = sd_event_add_io(s->sb->m->event, &s->netd_src, s->netd_out, EPOLLIN, on_netd_output, s);
+        if (r < 0 || s->netd_pid <= 0)
+                return r;
+        /* Supervision: netd's pidfd turns readable when it dies. */
+        int pfd = (int)syscall(SYS_pidfd_open, s->netd_pid, 0);
+        if (pfd < 0)
+                return negative_errno();
+        r = sd_event_add_io(s->sb->m->event, &s->netd_exit_src, pfd, EPOLLIN, on_netd_exit, s);
+        if (r < 0) {
+                close(pfd);
+                return r;
+        }
+        (void)sd_event_source_set_io_fd_own(s->netd_exit_src, true);
+        return 0;
 }
 
 static void netd_detach(session *s) {
         s->netd_src = sd_event_source_disable_unref(s->netd_src);
+        s->netd_exit_src = sd_event_source_disable_unref(s->netd_exit_src);
+        s->netd_retry_src = sd_event_source_disable_unref(s->netd_retry_src);
         if (s->netd_out >= 0)
                 close(s->netd_out);
         s->netd_out = -EBADF;
@@ -903,6 +1028,7 @@ static void start_work(void *userdata) {
             (r = netd_start(m, sb, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
                             &j->err)) < 0)
                 goto fail;
+        core_fault("netd.started");
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
         return;
@@ -986,6 +1112,8 @@ static void start_done(void *userdata) {
         j->netd_out = j->netd_in = -EBADF;
         s->started_ms = core_now_ms();
         core_random_hex(s->id, 32);
+        if (runtime_is_host(sb))
+                memcpy(s->runtime_version, m->host_version, sizeof(s->runtime_version));
         sb->sess = s;
         cJSON *h = cJSON_CreateObject();
         char buf[40];
@@ -1190,7 +1318,11 @@ static void teardown_done(void *userdata) {
         sandbox *sb = t->sb;
         manager *m = t->m;
         if (t->s) {
+                bool old_runtime = t->s->runtime_version[0] && !streq(t->s->runtime_version, m->host_version);
                 session_release(m, t->s);
+                /* The last session on an older host runtime version frees it. */
+                if (old_runtime)
+                        runtime_host_collect(m);
         }
         finish_requests(sb, &sb->stop_waiters, false);
         if (!t->remove_files && sb->pending.n && !sb->deleting) {
@@ -1286,6 +1418,17 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
         int r = core_cgroup_open(sb->name, s->pid, &s->cg);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "its sandbox-init is not in its cgroup: %s", strerror(-r));
+        /* A daemon killed between freeze and thaw (a fork or snapshot of
+         * the running sandbox) left it frozen: nothing else would ever
+         * thaw it, and its commands, stop and delete would hang. */
+        if (core_cgroup_frozen(s->cg) > 0) {
+                r = core_cgroup_freeze(s->cg, false);
+                if (r < 0 && r != -ENOTSUP)
+                        return sb_error_set(ret_err, r, NULL, NULL, "thaw its cgroup (left frozen by the last "
+                                            "sandboxd): %s", strerror(-r));
+                log_warning("sandbox '%s': its cgroup was frozen (the last sandboxd stopped during a fork or "
+                            "snapshot); thawed it", sb->name);
+        }
         if ((s->agent_fd = restore_connect(sb->run_dir)) < 0)
                 return sb_error_set(ret_err, s->agent_fd, NULL, NULL, "connect to its sandbox-init: %s",
                                     strerror(-s->agent_fd));
@@ -1381,10 +1524,17 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         s->proxy_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "proxyCa"));
         s->sandbox_trusts_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "sandboxTrustsCa"));
         s->started_ms = rec_u64(rec, "startedMs");
+        s->netd_restarts = (unsigned)rec_u64(rec, "netdRestarts");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "id"));
         snprintf(s->id, sizeof(s->id), "%s", id && strlen(id) == 32 ? id : "");
         if (!*s->id)
                 core_random_hex(s->id, 32);
+        /* The host runtime version its overlay stands on; a record of the
+         * layout before versions names none: the tree moved to "legacy". */
+        const char *rv = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "runtimeVersion"));
+        if (runtime_is_host(sb))
+                snprintf(s->runtime_version, sizeof(s->runtime_version), "%s",
+                         rv && rv[0] && strlen(rv) < sizeof(s->runtime_version) ? rv : "legacy");
         uint64_t expires = rec_u64(rec, "expiresMs");
         int r = adopt_open(sb, rec, s, ret_err);
         if (r >= 0)

@@ -20,9 +20,11 @@
  * from it, or is the stopped sandbox it was taken of); such a snapshot is
  * only marked expired, can no longer be created from, and goes once the
  * last of those sandboxes is deleted. */
+#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "libcore/copy.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -175,6 +177,7 @@ void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), voi
 /* ---- capture ------------------------------------------------------------- */
 
 typedef void (*capture_cb)(manager *m, rpc_request *req, sandbox *sb, cJSON *chain, sb_error *err);
+static void fork_captured(manager *m, rpc_request *req, sandbox *src, cJSON *chain, sb_error *err);
 
 typedef struct capture_job {
         manager *m;
@@ -184,6 +187,7 @@ typedef struct capture_job {
         char id[33];
         char *upper, *dest;
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
+        const char *fault; /* fault point between freeze and copy (libcore/fault.h) */
         sb_error *err;
 } capture_job;
 
@@ -211,6 +215,7 @@ static void capture_work(void *userdata) {
                 core_cgroup_freeze(j->cg, false);
                 return;
         }
+        core_fault(j->fault);
         r = core_tree_copy(j->upper, tmp, &j->err);
         int t = core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
@@ -239,22 +244,83 @@ static void capture_done(void *userdata) {
         free(j);
 }
 
-/* A stopped sandbox: its upper becomes the layer, in place. */
-static int capture_stopped(sandbox *sb, const char *id, const char *dest, sb_error **ret_err) {
-        _cleanup_free_ char *upper = NULL;
-        if (asprintf(&upper, "%s/upper", sb->dir) < 0)
+/* A stopped sandbox: its upper becomes the layer, in place. Between the
+ * move and the config that names the new layer, the layer alone holds the
+ * sandbox's files, and the start-up sweep of unused layers would remove
+ * it: an intent record, layers/.capture-<id> (the sandbox's name, written
+ * durably before the move, removed once the config is), lets the next
+ * start finish the capture instead (captures_finish). */
+static int capture_stopped(sandbox *sb, const char *id, const char *dest, const char *fault,
+                           sb_error **ret_err) {
+        _cleanup_free_ char *upper = NULL, *intent = NULL;
+        if (asprintf(&upper, "%s/upper", sb->dir) < 0 ||
+            asprintf(&intent, "%s/.capture-%s", sb->m->layers_dir, id) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (rename(upper, dest) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "move %s to a layer: %m", upper);
+        int r = core_write_file_atomic(intent, sb->name, strlen(sb->name), 0600);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "write %s: %s", intent, strerror(-r));
+        if (rename(upper, dest) < 0) {
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "move %s to a layer: %m", upper);
+                (void)unlink(intent);
+                return r;
+        }
+        core_fault(fault);
         if (mkdir(upper, 0755) < 0) {
-                int r = negative_errno();
+                r = negative_errno();
                 (void)rename(dest, upper);
+                (void)unlink(intent);
                 return sb_error_set(ret_err, r, NULL, NULL, "mkdir %s: %s", upper, strerror(-r));
         }
         cJSON *chain = chain_with(id, sb->layers);
         cJSON_Delete(sb->layers);
         sb->layers = chain;
-        return sandbox_save_config(sb, NULL, ret_err);
+        r = sandbox_save_config(sb, NULL, ret_err);
+        /* Kept when the config could not be written: the next start
+         * finishes the capture rather than lose the layer. */
+        if (r >= 0)
+                (void)unlink(intent);
+        return r;
+}
+
+/* Daemon start, sandboxes loaded: finishes every stopped-sandbox capture a
+ * crash interrupted after its upper moved into layers/ (capture_stopped):
+ * the layer goes on top of the sandbox's chain, it gets an empty upper if
+ * it has none, and its config is written. Where the move had not happened
+ * yet, the intent is just dropped. */
+static void captures_finish(manager *m) {
+        _cleanup_closedir_ DIR *d = opendir(m->layers_dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+                if (strncmp(de->d_name, ".capture-", 9) != 0)
+                        continue;
+                const char *id = de->d_name + 9;
+                _cleanup_free_ char *intent = NULL, *name = NULL, *layer = NULL, *upper = NULL;
+                if (asprintf(&intent, "%s/%s", m->layers_dir, de->d_name) < 0 ||
+                    asprintf(&layer, "%s/%s", m->layers_dir, id) < 0)
+                        continue;
+                sandbox *sb = core_read_file(intent, 256, &name, NULL) >= 0 ? manager_find_sandbox(m, name) : NULL;
+                struct stat st;
+                if (sb && !sb->sess && strlen(id) == 32 && !chain_has(sb->layers, id) && lstat(layer, &st) == 0 &&
+                    S_ISDIR(st.st_mode) && asprintf(&upper, "%s/upper", sb->dir) >= 0) {
+                        _cleanup_error_ sb_error *err = NULL;
+                        if (mkdir(upper, 0755) < 0 && errno != EEXIST) {
+                                log_warning("sandbox '%s': finish the interrupted capture %s: mkdir %s: %m; left "
+                                            "for the next start", sb->name, id, upper);
+                                continue;
+                        }
+                        cJSON *chain = chain_with(id, sb->layers);
+                        cJSON_Delete(sb->layers);
+                        sb->layers = chain;
+                        if (sandbox_save_config(sb, NULL, &err) < 0) {
+                                log_warning("sandbox '%s': finish the interrupted capture %s: %s; left for the "
+                                            "next start", sb->name, id, err ? err->message : "write config");
+                                continue;
+                        }
+                        log_info("sandbox '%s': finished a capture a crash interrupted (its files are layer %s)",
+                                 sb->name, id);
+                }
+                (void)unlink(intent);
+        }
 }
 
 /* Captures sb's filesystem and calls cb with the chain of layers that now
@@ -279,7 +345,8 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         if (asprintf(&dest, "%s/%s", m->layers_dir, id) < 0)
                 return;
         if (!sb->sess) {
-                if (capture_stopped(sb, id, dest, &err) < 0) {
+                if (capture_stopped(sb, id, dest, cb == fork_captured ? "fork.stopped" : "snapshot.stopped",
+                                    &err) < 0) {
                         cb(m, req, sb, NULL, err);
                         return;
                 }
@@ -294,6 +361,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         memcpy(j->id, id, sizeof(id));
         j->dest = TAKE_PTR(dest);
         j->cg = sb->sess->cg;
+        j->fault = cb == fork_captured ? "fork.frozen" : "snapshot.frozen";
         if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
                 sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 cb(m, req, sb, NULL, err);
@@ -758,6 +826,7 @@ void snapshots_load(manager *m) {
                 m->snapshots = s;
                 cJSON_Delete(o);
         }
+        captures_finish(m);
         /* Layers nothing refers to: leftovers of a crash during a capture. */
         _cleanup_closedir_ DIR *l = opendir(m->layers_dir);
         while (l && (de = readdir(l))) {

@@ -44,7 +44,9 @@
  * the reader's acknowledgement ('\n' on stdin) of each pin line, so the
  * address is in nftables before the client can learn it. If stdout cannot
  * take the line (or no ack comes in time), the client gets SERVFAIL instead
- * of the answer.
+ * of the answer. With --ack, netd also exits when the writer of stdin hangs
+ * up (sandboxd died): an orphan could pin nothing and would hold the
+ * gateway's ports against the next daemon's netd.
  *
  * Event loop: poll(2) over the UDP socket, the TCP listener and one
  * connected UDP socket per query in flight (a fresh source port and id per
@@ -560,8 +562,8 @@ static void reload_policy(void);
  * can neither be lost between the flag check and the wait nor land in a
  * connection thread. */
 static int run(int udp, int tcp, int proxy, const sigset_t *waitmask) {
-        struct pollfd pfd[3 + MAX_INFLIGHT];
-        inflight *owner[3 + MAX_INFLIGHT];
+        struct pollfd pfd[4 + MAX_INFLIGHT];
+        inflight *owner[4 + MAX_INFLIGHT];
         while (!stop) {
                 if (reload) {
                         reload = 0;
@@ -578,12 +580,24 @@ static int run(int udp, int tcp, int proxy, const sigset_t *waitmask) {
                                 pfd[n++] = (struct pollfd){ .fd = slots[i].fd, .events = POLLIN };
                                 next = MIN(next, slots[i].deadline_ms);
                         }
+                nfds_t slots_end = n;
+                /* With --ack, stdin is sandboxd's end of the pin handshake.
+                 * When it hangs up, sandboxd is gone: nothing can pin an
+                 * answer any more, and a netd nobody owns would hold the
+                 * gateway's ports against the next daemon's. Only hang-up
+                 * is asked for (events 0): acks stay for wait_ack(). */
+                if (cfg.ack)
+                        pfd[n++] = (struct pollfd){ .fd = STDIN_FILENO, .events = 0 };
                 uint64_t wait = next > now ? next - now : 0;
                 struct timespec ts = { .tv_sec = (time_t)(wait / 1000), .tv_nsec = (long)(wait % 1000) * 1000000 };
                 int k = ppoll(pfd, n, &ts, waitmask);
                 if (k < 0 && errno != EINTR)
                         return log_error_errno(negative_errno(), "poll: %m");
-                for (nfds_t i = 3; k > 0 && i < n; i++)
+                if (k > 0 && cfg.ack && (pfd[slots_end].revents & (POLLHUP | POLLERR | POLLNVAL))) {
+                        log_info("sandboxd closed its end of the ack pipe; exiting");
+                        return 0;
+                }
+                for (nfds_t i = 3; k > 0 && i < slots_end; i++)
                         if (pfd[i].revents)
                                 udp_answer(udp, owner[i]);
                 if (k > 0 && pfd[0].revents)

@@ -257,3 +257,28 @@ def test_snapshot_that_expired_while_the_daemon_was_down_is_deleted_at_start(wor
     expect(not os.path.exists(record), "its record is gone")
     # Its layers go on a worker thread after the record.
     poll(lambda: _layers(world) == [], 10, "the expired snapshot's layers to be removed")
+
+
+def test_a_sandbox_on_many_layers_runs_with_and_without_a_user_namespace(world):
+    # Each snapshot of a stopped sandbox puts its upper below it as a layer:
+    # eight layers make an overlayfs lowerdir well over the 256 bytes one
+    # fsconfig(2) string may hold.
+    for userns in (False, True):
+        name = world.name("deep")
+        r = world.rpc("sandbox.create", {"name": name, "networkPolicy": "deny-all", "persistent": True,
+                                         "userns": userns}, timeout=120)
+        if "error" in r and userns and r["error"].get("data", {}).get("reason") == "unavailable":
+            continue
+        expect("result" in r, "create (userns %s):" % userns, r.get("error"))
+        try:
+            for i in range(8):
+                sh_ok(world, name, "echo %d > /workspace/f%d" % (i, i))
+                world.ctl("stop", name, check=True)
+                code, _o, err = world.ctl("snapshot", name)
+                expect_eq(code, 0, "snapshot %d (%s)" % (i, err.strip()))
+            code, out, err = sh(world, name, "cat /workspace/f0 /workspace/f7")
+            expect_eq((code, out), (0, "0\n7\n"), "files on 8 layers (userns %s): %s" % (userns, err.strip()))
+        finally:
+            for s in world.rpc_result("snapshot.list", {"sandbox": name})["snapshots"]:
+                world.ctl("snapshots", "rm", s["id"])
+            delete(world, name)

@@ -52,6 +52,8 @@ PLAIN_USER = "sandboxd-user"  # sandboxd/internal.h SANDBOXD_PLAIN_USER
 BUILD = os.path.join(REPO, "build")
 # Overridable to test installed binaries (SANDBOXD=/usr/local/sbin/sandboxd ...).
 SANDBOXD = os.path.abspath(os.environ.get("SANDBOXD", os.path.join(BUILD, "sandboxd")))
+# sandboxd with its fault points armed (libcore/fault.h): crash tests only.
+FAULTS_SANDBOXD = os.path.abspath(os.environ.get("FAULTS_SANDBOXD", os.path.join(BUILD, "faults", "sandboxd")))
 SANDBOX_INIT = os.path.abspath(os.environ.get("SANDBOX_INIT", os.path.join(BUILD, "sandbox-init")))
 SANDBOXCTL = os.environ.get("SANDBOXCTL", os.path.join(BUILD, "sandboxctl"))
 SERVERS = os.path.join(HERE, "servers.py")
@@ -319,7 +321,10 @@ class Daemon:
         # namespace only (e.g. an /etc/passwd without some account).
         self.binds = []
 
-    def start(self, deadline_s=20.0):
+    def start(self, deadline_s=20.0, binary=None, env=None):
+        """`binary` replaces SANDBOXD for this start (e.g. FAULTS_SANDBOXD),
+        `env` adds variables to its environment (e.g. SANDBOXD_FAULT)."""
+        binary = binary or SANDBOXD
         # Not `ip netns exec`: it remounts /sys, which hides the cgroup
         # filesystems. Enter the network namespace only, and in a mount
         # namespace of its own (slave: host mounts still propagate in) bind
@@ -330,7 +335,7 @@ class Daemon:
                 "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && ' +
                 "".join("mount --bind %s %s && " % (shlex.quote(s), shlex.quote(d)) for s, d in self.binds) +
                 'exec "$@"', resolv,
-                SANDBOXD, "--socket", self.socket, "--state-dir", self.state_dir,
+                binary, "--socket", self.socket, "--state-dir", self.state_dir,
                 "--run-dir", self.run_dir]
         config = self.config
         if getattr(self.world, "ca_cert", None) and "proxyUpstreamCA" not in (config or {}):
@@ -351,7 +356,7 @@ class Daemon:
             # cannot), 0 without (the sandbox user is sandboxd-user). A
             # test that sets "userns" itself keeps its own choice.
             config = dict(config or {}, userns=(mode == "1"))
-        if "SANDBOX_INIT" in os.environ:
+        if "SANDBOX_INIT" in os.environ or binary != SANDBOXD:
             # A sandboxd outside build/ (installed, or the ASan build) is told
             # which sandbox-init to run.
             config = dict(config or {}, initPath=SANDBOX_INIT)
@@ -360,12 +365,12 @@ class Daemon:
             with open(cfg, "w") as f:
                 json.dump(config, f)
             argv += ["--config", cfg]
-        if not os.path.isfile(SANDBOXD) or not os.access(SANDBOXD, os.X_OK):
-            raise WorldError("%s is not built" % SANDBOXD)
+        if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
+            raise WorldError("%s is not built" % binary)
         log = open(self.log_path, "ab")
         cg = self.world.cgroup_dirs
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     start_new_session=True,
+                                     start_new_session=True, env=dict(os.environ, **(env or {})),
                                      preexec_fn=lambda: _join_cgroups(cg))
         log.close()
         self.pid = self.proc.pid

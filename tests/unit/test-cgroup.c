@@ -242,6 +242,48 @@ static void test_session_gets_limits_holds_its_process_and_kill_destroy_leave_no
         assert_false(exists_anywhere("unit-a"));
 }
 
+/* What a daemon killed between freeze and thaw leaves: the cgroup reads as
+ * frozen, a kill still ends its process (v1 freezer tasks keep SIGKILL
+ * pending until thawed) and the cgroup can be removed. */
+static void test_a_frozen_session_is_seen_frozen_and_kill_all_still_ends_it(void **state) {
+        core_cgroup_limits lim = { .pids_max = 10, .memory_max = 256u << 20, .cpu_quota_pct = 100 };
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        int wr;
+
+        assert_int_equal(core_cgroup_create("unit-frz", &lim, &cg, NULL), 0);
+        pid_t pid = spawn_sleeper(&wr);
+        assert_int_equal(core_cgroup_attach(cg, pid, NULL), 0);
+        assert_int_equal(core_cgroup_frozen(cg), 0);
+        int r = core_cgroup_freeze(cg, true);
+        if (r == -ENOTSUP) {
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+                close(wr);
+                core_cgroup_destroy(cg);
+                skip();
+        }
+        assert_int_equal(r, 0);
+        assert_int_equal(core_cgroup_frozen(cg), 1);
+        assert_int_equal(core_cgroup_kill_all(cg), 0);
+        int status = 0;
+        pid_t got = 0;
+        for (int i = 0; i < 400 && got == 0; i++) {
+                got = waitpid(pid, &status, WNOHANG);
+                if (got == 0)
+                        usleep(5000);
+        }
+        if (got == 0) { /* do not leave it behind when the assertion fails */
+                core_cgroup_freeze(cg, false);
+                waitpid(pid, &status, 0);
+        }
+        assert_int_equal(got, pid);
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        assert_int_equal(core_cgroup_frozen(cg), 0);
+        close(wr);
+        assert_int_equal(core_cgroup_destroy(cg), 0);
+        assert_false(exists_anywhere("unit-frz"));
+}
+
 static void test_pids_limit_stops_forks_past_the_maximum(void **state) {
         core_cgroup_limits lim = { .pids_max = 3 };
         _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
@@ -407,6 +449,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mode_matches_the_mounted_hierarchies),
                 cmocka_unit_test(test_session_gets_limits_holds_its_process_and_kill_destroy_leave_nothing),
+                cmocka_unit_test(test_a_frozen_session_is_seen_frozen_and_kill_all_still_ends_it),
                 cmocka_unit_test(test_pids_limit_stops_forks_past_the_maximum),
                 cmocka_unit_test(test_remove_all_sessions_kills_and_removes_every_leftover),
                 cmocka_unit_test(test_create_refuses_names_that_escape_the_parent),
