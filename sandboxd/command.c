@@ -13,6 +13,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 
 /* Commands kept per daemon after they exit, oldest forgotten first. */
 #define MAX_FINISHED_COMMANDS 4096
@@ -396,23 +397,11 @@ static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret
                 return sb_error_set(ret_err, -EINVAL, NULL, "cmd", "cmd: must not be empty");
         if (!*p->cwd || p->cwd[0] != '/')
                 return sb_error_set(ret_err, -EINVAL, NULL, "cwd", "cwd: must be an absolute path inside the sandbox");
-        int i = 0;
-        cJSON *it;
-        cJSON_ArrayForEach(it, p->args) {
-                if (!cJSON_IsString(it)) {
-                        char field[32];
-                        snprintf(field, sizeof(field), "args[%d]", i);
-                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be a string", field);
-                }
-                i++;
-        }
-        cJSON_ArrayForEach(it, p->env) {
-                char field[300];
-                snprintf(field, sizeof(field), "env.%s", it->string);
-                if (!cJSON_IsString(it) || !*it->string || strchr(it->string, '='))
-                        return sb_error_set(ret_err, -EINVAL, NULL, field,
-                                            "%s: must be a string under a name without '='", field);
-        }
+        if ((r = limit_check_string(p->cmd, "cmd", LIMIT_CMD_BYTES, ret_err)) < 0 ||
+            (r = limit_check_string(p->cwd, "cwd", LIMIT_CWD_BYTES, ret_err)) < 0 ||
+            (r = limit_check_args(p->args, "args", ret_err)) < 0 ||
+            (r = limit_check_map(p->env, "env", &limit_env, ret_err)) < 0)
+                return r;
         if (p->stdin_b64) {
                 _cleanup_free_ void *d = NULL;
                 size_t n;
@@ -503,7 +492,10 @@ static void method_run(rpc_request *req, void *userdata) {
         add_meta(op, c);
         int r = agent_send(s, op);
         if (r < 0) {
-                command_finish(c, 255, "could not reach sandbox-init");
+                /* The request limits (limits.h) keep a run packet below
+                 * AGENT_MAX_PACKET; this says so should that ever fail. */
+                command_finish(c, 255, r == -EMSGSIZE ? "the command with its environment is over the agent packet limit"
+                                                      : "could not reach sandbox-init");
                 return;
         }
         if (p.stdin_b64)

@@ -7,6 +7,7 @@
 #include "libcore/agent.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 
 #define FS_READ_MAX (64ULL * 1024 * 1024)
 
@@ -22,8 +23,9 @@ static int check_path(rpc_request *req, const char *field, const char **ret, sb_
         int r = rpc_param_string(req, field, true, ret, ret_err);
         if (r < 0)
                 return r;
-        if (!**ret || strlen(*ret) > 4096)
-                return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be a path of 1-4096 bytes", field);
+        if (!**ret || strlen(*ret) > LIMIT_PATH_BYTES)
+                return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be a path of 1-%d bytes", field,
+                                    LIMIT_PATH_BYTES);
         return 0;
 }
 
@@ -259,9 +261,10 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                 cJSON *append = cJSON_GetObjectItem(f, "append");
                 _cleanup_free_ void *d = NULL;
                 size_t n;
-                if (!path || !*path || strlen(path) > 4096) {
+                if (!path || !*path || strlen(path) > LIMIT_PATH_BYTES) {
                         snprintf(field, sizeof(field), "files[%d].path", i);
-                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: a path of 1-4096 bytes is required", field);
+                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: a path of 1-%d bytes is required",
+                                            field, LIMIT_PATH_BYTES);
                 }
                 if (!content || core_base64_decode(content, &d, &n) < 0) {
                         snprintf(field, sizeof(field), "files[%d].content", i);

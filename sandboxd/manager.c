@@ -46,7 +46,7 @@ void manager_release_slot(manager *m, int slot) {
 }
 
 void reply_not_found(rpc_request *req, const char *what, const char *name) {
-        rpc_reply_error(req, RPC_APP_ERROR, "not_found", NULL, "%s '%s' not found", what, name);
+        rpc_reply_error(req, RPC_APP_ERROR, "not_found", NULL, "%s '%s' not found", what, TEXT_Q(name));
 }
 
 static void on_conn_close(rpc_conn *c, void *userdata) {

@@ -33,6 +33,7 @@
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include "libcore/log.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/rpc.h"
 #include "sandboxd/text.h"
 
@@ -406,12 +407,26 @@ void rpc_reply(rpc_request *req, cJSON *result) {
         request_free(req);
 }
 
+/* The backstop behind text_quote(): no error message is longer than
+ * RPC_MESSAGE_MAX bytes, whatever a format was given. Cut at a character
+ * boundary, marked with "...". */
+#define RPC_MESSAGE_MAX 1024
+static void cut_message(char *message) {
+        if (!message || strlen(message) <= RPC_MESSAGE_MAX)
+                return;
+        size_t n = RPC_MESSAGE_MAX - 3;
+        while (n > 0 && ((unsigned char)message[n] & 0xC0) == 0x80)
+                n--;
+        memcpy(message + n, "...", 4);
+}
+
 static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
                          const char *fmt, va_list ap) {
         if (req->id && rpc_conn_is_open(req->conn)) {
                 _cleanup_free_ char *message = NULL;
                 if (vasprintf(&message, fmt, ap) < 0)
                         message = NULL;
+                cut_message(message);
                 conn_queue(req->conn, error_message(TAKE_PTR(req->id), code, reason, field,
                                                     message ? message : "error"));
         }
@@ -532,6 +547,31 @@ static bool has_nul(const char *line, size_t len) {
         return false;
 }
 
+/* True when arrays and objects in `line` nest deeper than `limit`. Scanned
+ * before parsing: cJSON recurses once per level (and stops at its own
+ * CJSON_NESTING_LIMIT with a bare parse failure). Brackets inside strings
+ * do not count; an escape's second character is skipped. */
+static bool too_deep(const char *line, size_t len, unsigned limit) {
+        bool in_string = false;
+        unsigned depth = 0;
+        for (size_t i = 0; i < len; i++) {
+                char ch = line[i];
+                if (in_string) {
+                        if (ch == '\\')
+                                i++;
+                        else if (ch == '"')
+                                in_string = false;
+                } else if (ch == '"')
+                        in_string = true;
+                else if (ch == '[' || ch == '{') {
+                        if (++depth > limit)
+                                return true;
+                } else if ((ch == ']' || ch == '}') && depth > 0)
+                        depth--;
+        }
+        return false;
+}
+
 /* The id to answer a line that parsed but is refused, when it has a usable
  * one (else NULL: null). */
 static cJSON *reply_id_of(cJSON *root) {
@@ -551,6 +591,10 @@ static void handle_line(rpc_conn *c, const char *line, size_t len) {
         if (!text_utf8_valid(line, len, &bad))
                 return reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid UTF-8 at byte %zu",
                                        bad);
+        if (too_deep(line, len, LIMIT_JSON_DEPTH))
+                return reply_raw_error(c, NULL, RPC_INVALID_REQUEST,
+                                       "invalid request: arrays and objects nested too deep (limit %d)",
+                                       LIMIT_JSON_DEPTH);
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
         if (root && end) {
@@ -593,7 +637,7 @@ static void handle_line(rpc_conn *c, const char *line, size_t len) {
         const rpc_method *m = find_method(c->server, req->method);
         if (!m)
                 return rpc_reply_error(req, RPC_METHOD_NOT_FOUND, NULL, NULL, "method not found: %s",
-                                       req->method);
+                                       TEXT_Q(req->method));
         m->handler(req, m->userdata);
 }
 

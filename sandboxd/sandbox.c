@@ -16,6 +16,7 @@
 #include "libcore/source.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
@@ -230,7 +231,7 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                 cJSON_ArrayForEach(it, src)
                         if (!streq(it->string, "type") && !streq(it->string, "snapshotId"))
                                 return sb_error_set(ret_err, -EINVAL, NULL, "source",
-                                                    "source.%s: unknown key for a snapshot source", it->string);
+                                                    "source.%s: unknown key for a snapshot source", TEXT_Q(it->string));
                 const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId"));
                 if (!id)
                         return sb_error_set(ret_err, -EINVAL, NULL, "source.snapshotId",
@@ -238,11 +239,11 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                 snapshot *snap = manager_find_snapshot(j->m, id);
                 if (!snap)
                         return sb_error_set(ret_err, -ENOENT, "not_found", "source.snapshotId",
-                                            "snapshot '%s' not found (sandboxctl snapshots lists them)", id);
+                                            "snapshot '%s' not found (sandboxctl snapshots lists them)", TEXT_Q(id));
                 /* Kept only for the sandboxes already on it (snapshot.c). */
                 if (snap->expired)
                         return sb_error_set(ret_err, -ENOENT, "not_found", "source.snapshotId",
-                                            "snapshot '%s' has expired", id);
+                                            "snapshot '%s' has expired", TEXT_Q(id));
                 cJSON_Delete(j->sb->layers);
                 j->sb->layers = cJSON_Duplicate(snap->layers, 1);
                 return 0;
@@ -260,7 +261,7 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                         known = known || streq(it->string, keys[i]);
                 if (!known)
                         return sb_error_set(ret_err, -EINVAL, NULL, "source",
-                                            "source.%s: unknown key for a %s source", it->string, type);
+                                            "source.%s: unknown key for a %s source", TEXT_Q(it->string), type);
         }
         j->src_type = strdup(type);
         if (git) {
@@ -324,7 +325,8 @@ static cJSON *source_view(const start_job *j, cJSON *src) {
         return o;
 }
 
-static int parse_string_map(rpc_request *req, const char *field, unsigned max, cJSON **ret, sb_error **ret_err) {
+static int parse_string_map(rpc_request *req, const char *field, const limit_map *lim, cJSON **ret,
+                            sb_error **ret_err) {
         cJSON *o = NULL;
         int r = rpc_param_object(req, field, false, &o, ret_err);
         if (r < 0)
@@ -333,22 +335,10 @@ static int parse_string_map(rpc_request *req, const char *field, unsigned max, c
                 *ret = cJSON_CreateObject();
                 return 0;
         }
-        unsigned n = 0;
-        cJSON *it;
-        cJSON_ArrayForEach(it, o) {
-                char path[300];
-                snprintf(path, sizeof(path), "%s.%s", field, it->string);
-                if (!cJSON_IsString(it))
-                        return sb_error_set(ret_err, -EINVAL, NULL, path, "%s: must be a string", path);
-                if (!*it->string || strchr(it->string, '=') || strlen(it->string) > 255)
-                        return sb_error_set(ret_err, -EINVAL, NULL, path,
-                                            "%s: keys must be 1-255 characters without '='", path);
-                n++;
-        }
-        if (max && n > max)
-                return sb_error_set(ret_err, -E2BIG, "limit_exceeded", field, "%s: at most %u entries", field, max);
+        if ((r = limit_check_map(o, field, lim, ret_err)) < 0)
+                return r;
         *ret = cJSON_Duplicate(o, 1);
-        return 0;
+        return *ret ? 0 : sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
 /* The runtime of a new sandbox: the one asked for, else a snapshot
@@ -363,7 +353,7 @@ static int create_runtime(manager *m, const cJSON *src, const char **runtime, sb
                 if (*runtime && !streq(*runtime, own))
                         return sb_error_set(ret_err, -EINVAL, NULL, "runtime",
                                             "runtime: snapshot '%s' was taken on runtime '%s', not '%s'",
-                                            snap ? snap->id : "?", own, *runtime);
+                                            snap ? snap->id : "?", own, TEXT_Q(*runtime));
                 *runtime = own;
         }
         if (!*runtime)
@@ -386,13 +376,13 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
             (r = rpc_param_bool(req, "userns", &userns, ret_err)) < 0 ||
             (r = rpc_param_object(req, "resources", false, &res, ret_err)) < 0 ||
             (r = rpc_param_array(req, "ports", false, &ports, ret_err)) < 0 ||
-            (r = parse_string_map(req, "env", 0, &sb->env, ret_err)) < 0 ||
-            (r = parse_string_map(req, "tags", 5, &sb->tags, ret_err)) < 0)
+            (r = parse_string_map(req, "env", &limit_env, &sb->env, ret_err)) < 0 ||
+            (r = parse_string_map(req, "tags", &limit_tags, &sb->tags, ret_err)) < 0)
                 return r;
         if (name && !core_name_is_valid(name))
                 return sb_error_set(ret_err, -EINVAL, NULL, "name",
                                     "name: '%s' is not valid; use 1-63 of a-z, 0-9 and '-', starting with a letter or digit",
-                                    name);
+                                    TEXT_Q(name));
         sb->vcpus = 1;
         if (res) {
                 cJSON *v = cJSON_GetObjectItem(res, "vcpus");
@@ -535,6 +525,27 @@ drop:
         start_job_free(j);
 }
 
+/* Runs create's validation of `req` on a scratch sandbox and drops it:
+ * nothing is registered or started. */
+static int validate_create(manager *m, rpc_request *req, sb_error **ret_err) {
+        sandbox *sb = calloc(1, sizeof(*sb));
+        start_job *j = NULL;
+        if (sb) {
+                sb->m = m;
+                j = start_job_new(sb, true);
+        }
+        if (!sb || !j) {
+                free(sb);
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        }
+        if (cJSON_IsObject(req->params))
+                snapshot_config_defaults(m, req->params);
+        int r = parse_create(m, req, sb, j, ret_err);
+        sandbox_free(sb);
+        start_job_free(j);
+        return r;
+}
+
 static void method_create(rpc_request *req, void *userdata) {
         create_sandbox(req, userdata, reply_sandbox, NULL);
 }
@@ -555,9 +566,15 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
                 create_sandbox(req, m, reply_created, NULL);
                 return;
         }
+        /* The parameters are the same whether the sandbox exists or not:
+         * an existing name is no licence for ones create would refuse. */
+        if (validate_create(m, req, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         if (sb->deleting) {
                 rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
-                                "sandbox '%s' is being deleted; try again when it is gone", name);
+                                "sandbox '%s' is being deleted; try again when it is gone", TEXT_Q(name));
                 return;
         }
         if (sb->starting) {
@@ -735,8 +752,8 @@ static void method_update(rpc_request *req, void *userdata) {
             rpc_param_object(req, "resources", false, &res, &err) < 0 ||
             (new_vcpus = update_vcpus_param(m, res, &err)) < 0 ||
             rpc_param_array(req, "ports", false, &ports, &err) < 0 ||
-            (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", 0, &env, &err) < 0) ||
-            (cJSON_GetObjectItem(req->params, "tags") && parse_string_map(req, "tags", 5, &tags, &err) < 0)) {
+            (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", &limit_env, &env, &err) < 0) ||
+            (cJSON_GetObjectItem(req->params, "tags") && parse_string_map(req, "tags", &limit_tags, &tags, &err) < 0)) {
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 rpc_reply_sb_error(req, err);

@@ -25,6 +25,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
 /* Same bound as a capture (snapshot.c): overlayfs' lowerdir must fit. */
@@ -137,7 +138,7 @@ static const char *param_new_path(rpc_request *req, bool must_not_exist) {
         }
         struct stat st;
         if (path[0] != '/') {
-                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: '%s' is not an absolute path", path);
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: '%s' is not an absolute path", TEXT_Q(path));
                 return NULL;
         }
         if (must_not_exist && lstat(path, &st) == 0) {
