@@ -142,6 +142,8 @@ void command_free(command *c) {
         free(c);
 }
 
+static void send_ack(session *s, unsigned id);
+
 /* Forgets the oldest finished commands past the bound. */
 static void prune_finished(manager *m) {
         while (m->n_commands > MAX_FINISHED_COMMANDS) {
@@ -154,6 +156,11 @@ static void prune_finished(manager *m) {
                 command *c = *oldest;
                 *oldest = c->next;
                 m->n_commands--;
+                /* Only now: until a command leaves this table its exit
+                 * stays with init too, so a daemon killed at any moment
+                 * (before it read the exit event, or after) hears it again
+                 * from init after the restart (agent.h "ack"). */
+                send_ack(c->sess, c->agent_id);
                 command_free(c);
         }
 }
@@ -254,10 +261,25 @@ static void command_finish(command *c, int code, const char *error) {
                 session_recheck_paused(c->sess);
 }
 
+/* Tells init it may forget command `id` of session s (agent.h "ack"). */
+static void send_ack(session *s, unsigned id) {
+        if (!s || s->agent_closed)
+                return;
+        cJSON *ack = cJSON_CreateObject();
+        if (!ack)
+                return;
+        cJSON_AddStringToObject(ack, "op", "ack");
+        cJSON_AddNumberToObject(ack, "id", id);
+        (void)agent_send(s, ack);
+}
+
 void command_on_exit(session *s, unsigned id, int code, const char *error) {
         command *c = find_by_agent_id(s, id);
         if (c)
                 command_finish(c, code, error);
+        else
+                /* Nothing here to keep it for: init may drop it now. */
+                send_ack(s, id);
         prune_finished(s->sb->m);
 }
 

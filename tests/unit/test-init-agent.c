@@ -536,6 +536,9 @@ static void test_reconnect_keeps_commands_and_lists_them(void **state) {
         result *fds = run_sh(&ip, 4, "ls /proc/self/fd", NULL);
         assert_string_equal(fds->out, "0\n1\n2\n3\n");
         free(fds);
+        /* An acknowledged exit is forgotten; command 6's is not acked. */
+        send_json(&ip, "{\"op\":\"ack\",\"id\":4}");
+        free(run_sh(&ip, 6, "exit 9", NULL));
         result r = {};
         send_json(&ip, "{\"op\":\"run\",\"id\":5,\"meta\":\"m5\",\"stdin\":true,"
                        "\"argv\":[\"sh\",\"-c\",\"echo up; read x; echo after-$x; exit 3\"]}");
@@ -549,10 +552,18 @@ static void test_reconnect_keeps_commands_and_lists_them(void **state) {
         assert_non_null(ev);
         assert_string_equal(ev_str(ev, "ev"), "list");
         cJSON *cmds = cJSON_GetObjectItem(ev, "commands");
-        assert_int_equal(cJSON_GetArraySize(cmds), 1);
+        assert_int_equal(cJSON_GetArraySize(cmds), 2);
+        /* Newest first. */
         assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 0), "id")->valueint, 5);
         assert_string_equal(ev_str(cJSON_GetArrayItem(cmds, 0), "meta"), "m5");
+        assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 1), "id")->valueint, 6);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 1), "exited")));
         cJSON_Delete(ev);
+        /* The exit the first connection may never have read comes again. */
+        result r6 = {};
+        pump(&ip, 6, &r6, NULL);
+        assert_int_equal(r6.code, 9);
+        send_json(&ip, "{\"op\":\"ack\",\"id\":6}");
         send_json(&ip, "{\"op\":\"write\",\"id\":5,\"data\":\"Z28K\"}"); /* "go\n" */
         memset(&r, 0, sizeof(r));
         pump(&ip, 5, &r, NULL);
