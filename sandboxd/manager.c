@@ -369,6 +369,17 @@ static void reconcile(manager *m) {
         reconcile_run_dirs(m);
 }
 
+/* True when `dir` holds a host runtime a session can start on: its /usr
+ * mount point and generated /etc/passwd (core_runtime_host_build). */
+static bool host_runtime_usable(const char *dir) {
+        _cleanup_free_ char *usr = NULL, *passwd = NULL;
+        struct stat st;
+        if (asprintf(&usr, "%s/usr", dir) < 0 || asprintf(&passwd, "%s/etc/passwd", dir) < 0)
+                return false;
+        return stat(usr, &st) == 0 && S_ISDIR(st.st_mode) && stat(passwd, &st) == 0 && S_ISREG(st.st_mode) &&
+               st.st_size > 0;
+}
+
 int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_error **ret_err) {
         manager *m = calloc(1, sizeof(*m));
         if (!m)
@@ -436,8 +447,20 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 }
         }
         if ((r = core_runtime_host_build(m->host_runtime, ret_err)) < 0) {
-                sb_error_prefix(ret_err, "build the host runtime");
-                goto fail;
+                /* A full or failing state filesystem must not keep the
+                 * daemon from starting and re-adopting its sessions: the
+                 * runtime an earlier start built serves as it is. */
+                if (!host_runtime_usable(m->host_runtime)) {
+                        sb_error_prefix(ret_err, "build the host runtime");
+                        goto fail;
+                }
+                log_warning("build the host runtime: %s; using the one already in %s",
+                            ret_err && *ret_err ? (*ret_err)->message : strerror(-r), m->host_runtime);
+                if (ret_err) {
+                        sb_error_free(*ret_err);
+                        *ret_err = NULL;
+                }
+                r = 0;
         }
         if ((r = init_cgroups(cfg, ret_err)) < 0)
                 goto fail;

@@ -673,13 +673,22 @@ static void method_extend(rpc_request *req, void *userdata) {
         if (!sb)
                 return;
         uint64_t now = core_now_ms();
-        uint64_t expires = sb->expires_ms + (uint64_t)duration;
+        uint64_t expires = sb->expires_ms + (uint64_t)duration, old = sb->expires_ms;
         if (expires > now + m->cfg->max_timeout_ms)
                 expires = now + m->cfg->max_timeout_ms;
+        /* Recorded before it applies, so a restarted daemon keeps the new
+         * expiry; a record that cannot be written changes nothing. */
         sb->expires_ms = expires;
+        int r = restore_save_record(sb->sess);
+        if (r < 0) {
+                sb->expires_ms = old;
+                rpc_reply_error(req, RPC_APP_ERROR, r == -ENOSPC || r == -EDQUOT ? "limit_exceeded" : "failed", NULL,
+                                "sandbox '%s': cannot save the new expiry (%s); nothing changed", sb->name,
+                                strerror(-r));
+                return;
+        }
         sd_event_source_set_time_relative(sb->sess->expire_src, (expires - now) * 1000);
         sd_event_source_set_enabled(sb->sess->expire_src, SD_EVENT_ONESHOT);
-        (void)restore_save_record(sb->sess); /* a restarted daemon keeps the new expiry */
         rpc_reply(req, sandbox_to_json(sb));
 }
 
@@ -734,6 +743,36 @@ static void update_restore_ports(sandbox *sb, cJSON **oldports) {
                 (void)ports_replace(sb->sess, *oldports, NULL);
         cJSON_Delete(sb->ports);
         sb->ports = TAKE_PTR(*oldports);
+}
+
+/* Writes the config of `next` (the sandbox as an update would leave it) to
+ * the sandbox's config.json, durably whatever the sandbox's persistence:
+ * the update is answered only once it is on disk. Errors name the file
+ * and say nothing changed. */
+static int update_save(const sandbox *next, sb_error **ret_err) {
+        cJSON *conf = sandbox_config_json(next);
+        _cleanup_free_ char *text = conf ? cJSON_Print(conf) : NULL;
+        cJSON_Delete(conf);
+        _cleanup_free_ char *path = NULL;
+        if (!text || asprintf(&path, "%s/config.json", next->dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_write_file_atomic(path, text, strlen(text), 0600);
+        if (r < 0) {
+                log_warning("sandbox '%s': update refused: write %s: %s", next->name, path, strerror(-r));
+                return sb_error_set(ret_err, r, r == -ENOSPC || r == -EDQUOT ? "limit_exceeded" : "failed", NULL,
+                                    "sandbox '%s': cannot save the update (write %s: %s); nothing changed%s",
+                                    next->name, path, strerror(-r),
+                                    r == -ENOSPC || r == -EDQUOT ? "; free space on the state filesystem" : "");
+        }
+        return 0;
+}
+
+/* A live change was refused after update_save: the old config goes back. */
+static void update_undo(sandbox *sb) {
+        _cleanup_error_ sb_error *err = NULL;
+        if (sandbox_save_config(sb, NULL, &err) < 0)
+                log_warning("sandbox '%s': restore config after a refused update: %s", sb->name,
+                            text_for_log(err->message, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF));
 }
 
 /* sandbox.update: timeout, env, tags, resources (live on a running session:
@@ -803,11 +842,35 @@ static void method_update(rpc_request *req, void *userdata) {
                 cJSON_Delete(tags);
                 return;
         }
-        /* Ports first: the one change here that can be undone without a
-         * trace if something later is refused. */
         _cleanup_(cJSON_Deletep) cJSON *newports = NULL, *oldports = NULL;
-        if (ports && (ports_parse(ports, &newports, &err) < 0 ||
-                      (sb->sess && ports_replace(sb->sess, newports, &err) < 0))) {
+        if (ports && ports_parse(ports, &newports, &err) < 0) {
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        /* The disk first: config.json with every change is written before
+         * any is applied, so a full or failing state filesystem answers an
+         * error and changes nothing, in memory or live. */
+        sandbox next = *sb;
+        next.env = env ? env : sb->env;
+        next.tags = tags ? tags : sb->tags;
+        next.ports = newports ? newports : sb->ports;
+        next.policy = policy ? policy : sb->policy;
+        next.pol = newpol ? newpol : sb->pol;
+        next.vcpus = new_vcpus > 0 ? (unsigned)new_vcpus : sb->vcpus;
+        next.timeout_ms = timeout > 0 ? (uint64_t)timeout : sb->timeout_ms;
+        if (update_save(&next, &err) < 0) {
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        /* Ports first: the one change here that can be undone without a
+         * trace if something later is refused. Each refusal below puts the
+         * old config back on disk (update_undo). */
+        if (newports && sb->sess && ports_replace(sb->sess, newports, &err) < 0) {
+                update_undo(sb);
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 rpc_reply_sb_error(req, err);
@@ -823,6 +886,7 @@ static void method_update(rpc_request *req, void *userdata) {
         if (new_vcpus > 0 && (unsigned)new_vcpus != old_vcpus) {
                 if (resize_session(sb, old_vcpus, (unsigned)new_vcpus, &err) < 0) {
                         update_restore_ports(sb, &oldports);
+                        update_undo(sb);
                         cJSON_Delete(env);
                         cJSON_Delete(tags);
                         rpc_reply_sb_error(req, err);
@@ -837,6 +901,7 @@ static void method_update(rpc_request *req, void *userdata) {
                         if (sb->vcpus != old_vcpus && resize_session(sb, sb->vcpus, old_vcpus, NULL) >= 0)
                                 sb->vcpus = old_vcpus;
                         update_restore_ports(sb, &oldports);
+                        update_undo(sb);
                         cJSON_Delete(env);
                         cJSON_Delete(tags);
                         rpc_reply_sb_error(req, err);
@@ -868,9 +933,6 @@ static void method_update(rpc_request *req, void *userdata) {
                 }
                 sb->timeout_ms = (uint64_t)timeout;
         }
-        int r = sandbox_save_config(sb, NULL, &err);
-        if (r < 0)
-                log_warning("sandbox '%s': %s", sb->name, text_for_log(err->message, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF));
         rpc_reply(req, sandbox_to_json(sb));
 }
 
