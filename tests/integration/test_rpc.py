@@ -4,7 +4,7 @@ import json
 import socket
 
 import world as W
-from common import expect, expect_eq, sandbox
+from common import expect, expect_eq, poll, sandbox
 
 # method -> (required params with a valid-looking value, a wrong-typed value per field)
 METHODS = {
@@ -293,3 +293,56 @@ def test_deep_nesting_is_named(world):
         m = c.read_msg(30)
         expect("result" in m, "a 61-deep request:", json.dumps(m)[:300])
     _still_serving(world)
+
+
+def _rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped(world):
+    import select
+    import time
+    d = world.daemon
+    with sandbox(world, "flood", "--deny-all") as name:
+        code, _o, err = world.ctl("exec", name, "--", "sh", "-c",
+                                  "head -c 33554432 /dev/urandom > /workspace/big && echo small > /workspace/small")
+        expect_eq(code, 0, "make a 32 MiB file (%s)" % err.strip())
+        base = _rss_kb(d.pid)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(d.socket)
+        req = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "fs.read",
+                                   "params": {"sandbox": name, "path": "/workspace/big"}}).encode() + b"\n"
+                       for i in range(200))
+        start = time.monotonic()
+        s.sendall(req)
+        p = select.poll()
+        p.register(s, select.POLLHUP | select.POLLRDHUP | select.POLLERR)
+        peak, dropped_at, served = 0, None, False
+        try:
+            while time.monotonic() - start < 45:
+                peak = max(peak, _rss_kb(d.pid))
+                if not served and time.monotonic() - start > 3:
+                    # Others are served meanwhile, fs.read included.
+                    r = d.rpc_result("fs.read", {"sandbox": name, "path": "/workspace/small"}, timeout=15)
+                    expect_eq(r.get("size"), 6, "another client's fs.read during the flood")
+                    served = True
+                if any(ev & (select.POLLHUP | select.POLLRDHUP | select.POLLERR) for _fd, ev in p.poll(250)):
+                    dropped_at = time.monotonic() - start
+                    break
+        finally:
+            s.close()
+        expect(served, "another client was not served during the flood")
+        expect(dropped_at is not None and dropped_at <= 38,
+               "the client that reads nothing is dropped by the 30 s deadline (after %s s)" % dropped_at)
+        expect(peak - base < 250 * 1024, "daemon RSS rose by %d MiB during the flood (from %d MiB)"
+               % ((peak - base) // 1024, base // 1024))
+        # The memory goes back once the connection is gone.
+        poll(lambda: _rss_kb(d.pid) - base < 64 * 1024, 15,
+             "daemon RSS back near %d MiB after the drop (now %d MiB)" % (base // 1024, _rss_kb(d.pid) // 1024))
+        _still_serving(world)
+test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped.timeout = 120
