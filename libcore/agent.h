@@ -85,7 +85,9 @@
  * of a reconnected sandboxd is:
  *   → {"op":"list"}
  *   ← {"ev":"list","commands":[{"id":N,"pid":P,"exited":B,"meta":S}...]}
- *      every command whose exit was not acknowledged yet; "meta" is the
+ *      every command whose exit was not acknowledged yet (running ones
+ *      first, then finished ones newest first, as many as fit in one
+ *      packet); "meta" is the
  *      string given as "meta" in its run (at most 4096 bytes), kept opaque
  *   then the held output and exit events follow (also every exit sent
  *   before but not acknowledged).

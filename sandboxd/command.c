@@ -545,6 +545,14 @@ static void add_meta(cJSON *op, const command *c) {
         cJSON_AddBoolToObject(m, "detached", c->detached);
         cJSON_AddNumberToObject(m, "startedMs", (double)c->started_ms);
         char *text = cJSON_PrintUnformatted(m);
+        if (text && strlen(text) > 4096) {
+                /* Init keeps at most 4096 bytes (agent.h): without its
+                 * arguments a long command is still known after a restart,
+                 * its id, exit status and the rest intact. */
+                free(text);
+                cJSON_ReplaceItemInObject(m, "args", cJSON_CreateArray());
+                text = cJSON_PrintUnformatted(m);
+        }
         cJSON_Delete(m);
         if (text && strlen(text) <= 4096)
                 cJSON_AddStringToObject(op, "meta", text);

@@ -765,6 +765,15 @@ void cmd_reap(init_agent *a) {
         }
 }
 
+/* Bytes `c` adds to the list packet: its fields, and its meta as a JSON
+ * string (each '"' and '\\' escaped, control characters as \\u00XX). */
+static size_t list_entry_size(const init_cmd *c) {
+        size_t n = 96;
+        for (const unsigned char *p = (const unsigned char *)(c->meta ? c->meta : ""); *p; p++)
+                n += *p == '"' || *p == '\\' ? 2 : *p < 0x20 ? 6 : 1;
+        return n;
+}
+
 cJSON *cmd_list(init_agent *a) {
         cJSON *ev = cJSON_CreateObject();
         cJSON *arr = ev ? cJSON_AddArrayToObject(ev, "commands") : NULL;
@@ -773,17 +782,28 @@ cJSON *cmd_list(init_agent *a) {
                 return NULL;
         }
         cJSON_AddStringToObject(ev, "ev", "list");
-        for (init_cmd *c = a->cmds; c; c = c->next) {
-                cJSON *o = cJSON_CreateObject();
-                if (!o)
-                        continue;
-                cJSON_AddNumberToObject(o, "id", (double)c->id);
-                cJSON_AddNumberToObject(o, "pid", c->pid);
-                cJSON_AddBoolToObject(o, "exited", c->reaped);
-                if (c->meta)
-                        cJSON_AddStringToObject(o, "meta", c->meta);
-                cJSON_AddItemToArray(arr, o);
-        }
+        /* One packet (AGENT_MAX_PACKET): running commands first, then
+         * finished ones newest first while they fit. A finished command
+         * left out is forgotten by the daemon that acks its re-sent exit. */
+        size_t budget = AGENT_MAX_PACKET - 4096;
+        for (int pass = 0; pass < 2; pass++)
+                for (init_cmd *c = a->cmds; c; c = c->next) {
+                        if (c->finished != (pass == 1))
+                                continue;
+                        size_t need = list_entry_size(c);
+                        if (need > budget)
+                                continue;
+                        cJSON *o = cJSON_CreateObject();
+                        if (!o)
+                                continue;
+                        budget -= need;
+                        cJSON_AddNumberToObject(o, "id", (double)c->id);
+                        cJSON_AddNumberToObject(o, "pid", c->pid);
+                        cJSON_AddBoolToObject(o, "exited", c->reaped);
+                        if (c->meta)
+                                cJSON_AddStringToObject(o, "meta", c->meta);
+                        cJSON_AddItemToArray(arr, o);
+                }
         return ev;
 }
 

@@ -167,3 +167,15 @@ def test_an_exit_the_killed_daemon_never_read_is_kept_by_init(world):
         expect_eq((code, out), (0, "ok\n"), "exec after the restarts (%s)" % err.strip())
     finally:
         delete(world, name)
+
+
+def test_a_command_with_long_arguments_is_still_known_after_a_restart(world):
+    name, _c, _o, _e = create(world, "rstlong", "--deny-all")
+    try:
+        r = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                         "args": ["-c", "sleep 0.5; exit 5", "sh"] + ["a" * 1000] * 8})
+        _restart(world, "kill")
+        fin = rpc_ok(world, "command.wait", {"cmdId": r["cmdId"]}, timeout=30)
+        expect_eq(fin.get("exitCode"), 5, "command.wait of an 8 KB command after a restart")
+    finally:
+        delete(world, name)
