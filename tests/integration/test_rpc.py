@@ -1,6 +1,7 @@
 """Bad input on the JSON-RPC socket: every case gets the documented error
 (docs/API.md) and the daemon keeps serving other clients."""
 import json
+import os
 import socket
 
 import world as W
@@ -339,10 +340,13 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
         expect(served, "another client was not served during the flood")
         expect(dropped_at is not None and dropped_at <= 38,
                "the client that reads nothing is dropped by the 30 s deadline (after %s s)" % dropped_at)
-        expect(peak - base < 250 * 1024, "daemon RSS rose by %d MiB during the flood (from %d MiB)"
-               % ((peak - base) // 1024, base // 1024))
-        # The memory goes back once the connection is gone.
-        poll(lambda: _rss_kb(d.pid) - base < 64 * 1024, 15,
-             "daemon RSS back near %d MiB after the drop (now %d MiB)" % (base // 1024, _rss_kb(d.pid) // 1024))
+        # Under AddressSanitizer (make integration-asan) freed memory sits
+        # in its quarantine and shadow: the bounds are for the real build.
+        if "ASAN_OPTIONS" not in os.environ:
+            expect(peak - base < 250 * 1024, "daemon RSS rose by %d MiB during the flood (from %d MiB)"
+                   % ((peak - base) // 1024, base // 1024))
+            # The memory goes back once the connection is gone.
+            poll(lambda: _rss_kb(d.pid) - base < 64 * 1024, 15,
+                 "daemon RSS back near %d MiB after the drop (now %d MiB)" % (base // 1024, _rss_kb(d.pid) // 1024))
         _still_serving(world)
 test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped.timeout = 120
