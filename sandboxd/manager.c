@@ -15,6 +15,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/text.h"
 
 sandbox *manager_find_sandbox(manager *m, const char *name) {
@@ -71,6 +72,19 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(lim, "maxTags", 5);
         cJSON_AddNumberToObject(lim, "maxPorts", 15);
         cJSON_AddNumberToObject(lim, "pidsMax", (double)cfg->pids_max);
+        /* The request size limits (limits.h, docs/API.md "Limits"). */
+        static const struct {
+                const char *key;
+                double value;
+        } sizes[] = {
+                { "maxJsonDepth", LIMIT_JSON_DEPTH },         { "maxEnvVars", LIMIT_ENV_COUNT },
+                { "maxEnvValueBytes", LIMIT_ENV_VALUE_BYTES }, { "maxEnvBytes", LIMIT_ENV_BYTES },
+                { "maxArgs", LIMIT_ARGS_COUNT },              { "maxArgsBytes", LIMIT_ARGS_BYTES },
+                { "maxCmdBytes", LIMIT_CMD_BYTES },           { "maxCwdBytes", LIMIT_CWD_BYTES },
+                { "maxPathBytes", LIMIT_PATH_BYTES },         { "maxTagValueBytes", LIMIT_TAG_VALUE_BYTES },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(sizes); i++)
+                cJSON_AddNumberToObject(lim, sizes[i].key, sizes[i].value);
         cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
         cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
         cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);

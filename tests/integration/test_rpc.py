@@ -68,6 +68,8 @@ def test_daemon_info_answers(world):
     for k in ("version", "pid", "limits", "capabilities"):
         expect(k in r, "daemon.info lacks", k, r)
     expect_eq(r["pid"], world.daemon.pid, "daemon.info pid")
+    expect_eq((r["limits"].get("maxEnvValueBytes"), r["limits"].get("maxJsonDepth")), (32768, 64),
+              "daemon.info request size limits")
 
 
 def test_missing_params_are_32602_with_field(world):
