@@ -57,6 +57,8 @@ def _full_state(world):
         try:
             d.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all",
                                             "tags": {"team": "a"}}, 120)
+            d.rpc_result("sandbox.create", {"name": name + "-p", "networkPolicy": "deny-all",
+                                            "persistent": True}, 120)
             filler = _fill(fs)
             e = d.rpc("sandbox.update", {"name": name, "tags": {"team": "b"}, "env": {"X": "1"}}).get("error")
             expect(e is not None, "update on a full state filesystem answered success")
@@ -66,7 +68,7 @@ def _full_state(world):
             e = d.rpc("sandbox.create", {"name": name + "-2", "networkPolicy": "deny-all"}, 120).get("error")
             expect(e is not None, "create on a full state filesystem answered success")
             names = [x["name"] for x in d.rpc_result("sandbox.list", {})["sandboxes"]]
-            expect_eq(names, [name], "sandboxes after the refused create")
+            expect_eq(sorted(names), [name, name + "-p"], "sandboxes after the refused create")
             # A restart (kill -9) on the full filesystem starts and
             # re-adopts the running sandbox.
             os.kill(d.proc.pid, signal.SIGKILL)
@@ -78,8 +80,10 @@ def _full_state(world):
                    "the restart on a full disk used the existing runtime and re-adopted:", d.log_tail(15))
             sb = d.rpc_result("sandbox.get", {"name": name})
             expect_eq((sb["status"], sb["tags"]), ("running", {"team": "a"}), "the sandbox after the restart")
-            code, out, err = d.ctl("exec", name, "--", "echo", "alive")
-            expect_eq((code, out), (0, "alive\n"), "exec after a restart on a full disk (%s)" % err.strip())
+            for n in (name, name + "-p"):
+                code, out, err = d.ctl("exec", n, "--", "echo", "alive")
+                expect_eq((code, out), (0, "alive\n"), "exec in %s after a restart on a full disk (%s)"
+                          % (n, err.strip()))
             # With room again the update goes through.
             os.unlink(filler)
             filler = None
@@ -89,5 +93,6 @@ def _full_state(world):
             if filler:
                 os.unlink(filler)
             if d.alive():
-                d.rpc("sandbox.delete", {"name": name}, 60)
+                for n in (name, name + "-p"):
+                    d.rpc("sandbox.delete", {"name": n}, 60)
             world.stop_sandboxd(d)
