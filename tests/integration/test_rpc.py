@@ -327,7 +327,7 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
         p.register(s, select.POLLHUP | select.POLLRDHUP | select.POLLERR)
         peak, dropped_at, served = 0, None, False
         try:
-            while time.monotonic() - start < 45:
+            while time.monotonic() - start < 50:
                 peak = max(peak, _rss_kb(d.pid))
                 if not served and time.monotonic() - start > 3:
                     # Others are served meanwhile, fs.read included.
@@ -340,8 +340,10 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
         finally:
             s.close()
         expect(served, "another client was not served during the flood")
-        expect(dropped_at is not None and dropped_at <= 38,
-               "the client that reads nothing is dropped by the 30 s deadline (after %s s)" % dropped_at)
+        # 30 s after the peer last took a byte, which is within the first
+        # seconds (while the first answer fills the socket buffers).
+        expect(dropped_at is not None and 29 <= dropped_at <= 45,
+               "the client that reads nothing is dropped on the 30 s deadline (after %s s)" % dropped_at)
         # Under AddressSanitizer (make integration-asan) freed memory sits
         # in its quarantine and shadow: the bounds are for the real build.
         if "ASAN_OPTIONS" not in os.environ:
