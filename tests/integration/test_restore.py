@@ -126,7 +126,7 @@ def _exit_survives(world, name, stop_first):
     d = world.daemon
     marker = "exit-marker-%d-%d" % (os.getpid(), int(stop_first))
     r = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "detached": True,
-                                     "args": ["-c", ": %s; sleep 0.3; exit 7" % marker]})
+                                     "args": ["-c", ": %s; sleep 1; exit 7" % marker]})
     cmd_id = r["cmdId"]
     poll(lambda: _procs_with(marker), 10, "the command runs")
     if stop_first:
