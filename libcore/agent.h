@@ -33,6 +33,12 @@
  *   ← {"ev":"output","id":N,"stream":"stdout"|"stderr","data":BASE64}
  *   ← {"ev":"exit","id":N,"code":C}     C = exit status, or 128+signal
  *                                        sent after all output of that command
+ *   → {"op":"ack","id":N}   sandboxd forgot command N (it left the
+ *      daemon's table of finished commands). Until then init keeps the
+ *      finished command (at most 256 such; the oldest go first): it is in
+ *      "list" with "exited": true and its exit event is sent again after a
+ *      reconnection, so a restarted or killed daemon, whether or not it
+ *      had read the exit, loses no exit status.
  *   → {"op":"write","id":N,"data":BASE64}   → {"op":"close_stdin","id":N}
  *   → {"op":"resize","id":N,"rows":R,"cols":C}
  *   → {"op":"kill","id":N,"signal":S}   signal to the command's process group
@@ -79,9 +85,12 @@
  * of a reconnected sandboxd is:
  *   → {"op":"list"}
  *   ← {"ev":"list","commands":[{"id":N,"pid":P,"exited":B,"meta":S}...]}
- *      every command whose exit event was not sent yet; "meta" is the
+ *      every command whose exit was not acknowledged yet (running ones
+ *      first, then finished ones newest first, as many as fit in one
+ *      packet); "meta" is the
  *      string given as "meta" in its run (at most 4096 bytes), kept opaque
- *   then the held output and exit events follow.
+ *   then the held output and exit events follow (also every exit sent
+ *   before but not acknowledged).
  *   Without fd 4, when the socket closes init stops with a grace of 0.
  */
 #pragma once

@@ -13,6 +13,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 
 /* Commands kept per daemon after they exit, oldest forgotten first. */
 #define MAX_FINISHED_COMMANDS 4096
@@ -141,6 +142,8 @@ void command_free(command *c) {
         free(c);
 }
 
+static void send_ack(session *s, unsigned id);
+
 /* Forgets the oldest finished commands past the bound. */
 static void prune_finished(manager *m) {
         while (m->n_commands > MAX_FINISHED_COMMANDS) {
@@ -153,6 +156,11 @@ static void prune_finished(manager *m) {
                 command *c = *oldest;
                 *oldest = c->next;
                 m->n_commands--;
+                /* Only now: until a command leaves this table its exit
+                 * stays with init too, so a daemon killed at any moment
+                 * (before it read the exit event, or after) hears it again
+                 * from init after the restart (agent.h "ack"). */
+                send_ack(c->sess, c->agent_id);
                 command_free(c);
         }
 }
@@ -253,10 +261,25 @@ static void command_finish(command *c, int code, const char *error) {
                 session_recheck_paused(c->sess);
 }
 
+/* Tells init it may forget command `id` of session s (agent.h "ack"). */
+static void send_ack(session *s, unsigned id) {
+        if (!s || s->agent_closed)
+                return;
+        cJSON *ack = cJSON_CreateObject();
+        if (!ack)
+                return;
+        cJSON_AddStringToObject(ack, "op", "ack");
+        cJSON_AddNumberToObject(ack, "id", id);
+        (void)agent_send(s, ack);
+}
+
 void command_on_exit(session *s, unsigned id, int code, const char *error) {
         command *c = find_by_agent_id(s, id);
         if (c)
                 command_finish(c, code, error);
+        else
+                /* Nothing here to keep it for: init may drop it now. */
+                send_ack(s, id);
         prune_finished(s->sb->m);
 }
 
@@ -396,23 +419,11 @@ static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret
                 return sb_error_set(ret_err, -EINVAL, NULL, "cmd", "cmd: must not be empty");
         if (!*p->cwd || p->cwd[0] != '/')
                 return sb_error_set(ret_err, -EINVAL, NULL, "cwd", "cwd: must be an absolute path inside the sandbox");
-        int i = 0;
-        cJSON *it;
-        cJSON_ArrayForEach(it, p->args) {
-                if (!cJSON_IsString(it)) {
-                        char field[32];
-                        snprintf(field, sizeof(field), "args[%d]", i);
-                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be a string", field);
-                }
-                i++;
-        }
-        cJSON_ArrayForEach(it, p->env) {
-                char field[300];
-                snprintf(field, sizeof(field), "env.%s", it->string);
-                if (!cJSON_IsString(it) || !*it->string || strchr(it->string, '='))
-                        return sb_error_set(ret_err, -EINVAL, NULL, field,
-                                            "%s: must be a string under a name without '='", field);
-        }
+        if ((r = limit_check_string(p->cmd, "cmd", LIMIT_CMD_BYTES, ret_err)) < 0 ||
+            (r = limit_check_string(p->cwd, "cwd", LIMIT_CWD_BYTES, ret_err)) < 0 ||
+            (r = limit_check_args(p->args, "args", ret_err)) < 0 ||
+            (r = limit_check_map(p->env, "env", &limit_env, ret_err)) < 0)
+                return r;
         if (p->stdin_b64) {
                 _cleanup_free_ void *d = NULL;
                 size_t n;
@@ -513,7 +524,10 @@ static void method_run(rpc_request *req, void *userdata) {
         add_meta(op, c);
         int r = agent_send(s, op);
         if (r < 0) {
-                command_finish(c, 255, "could not reach sandbox-init");
+                /* The request limits (limits.h) keep a run packet below
+                 * AGENT_MAX_PACKET; this says so should that ever fail. */
+                command_finish(c, 255, r == -EMSGSIZE ? "the command with its environment is over the agent packet limit"
+                                                      : "could not reach sandbox-init");
                 return;
         }
         if (p.stdin_b64)
@@ -541,6 +555,14 @@ static void add_meta(cJSON *op, const command *c) {
         cJSON_AddBoolToObject(m, "detached", c->detached);
         cJSON_AddNumberToObject(m, "startedMs", (double)c->started_ms);
         char *text = cJSON_PrintUnformatted(m);
+        if (text && strlen(text) > 4096) {
+                /* Init keeps at most 4096 bytes (agent.h): without its
+                 * arguments a long command is still known after a restart,
+                 * its id, exit status and the rest intact. */
+                free(text);
+                cJSON_ReplaceItemInObject(m, "args", cJSON_CreateArray());
+                text = cJSON_PrintUnformatted(m);
+        }
         cJSON_Delete(m);
         if (text && strlen(text) <= 4096)
                 cJSON_AddStringToObject(op, "meta", text);

@@ -15,6 +15,7 @@
 #include "policy/policy.h"
 #include "sandboxd/events.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 
 /* At most this many subscriptions daemon-wide: each costs a connection
  * reference and a copy of every matching event, so an unbounded number
@@ -191,7 +192,7 @@ static void method_subscribe(rpc_request *req, void *userdata) {
          * sandbox it waits for; only the name's form is checked. */
         if (name && !core_name_is_valid(name))
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "sandbox",
-                                       "sandbox: '%s' is not a sandbox name ([a-z0-9][a-z0-9-]{0,62})", name);
+                                       "sandbox: '%s' is not a sandbox name ([a-z0-9][a-z0-9-]{0,62})", TEXT_Q(name));
         drop_subscriptions(m, NULL);
         if (n_subs >= EVENTS_MAX_SUBSCRIPTIONS)
                 return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
@@ -255,7 +256,7 @@ int events_parse_url(const char *url, char **ret_host, uint16_t *ret_port, sb_er
         if (!sep || slen == 0 || !isalpha((unsigned char)url[0]) || strspn(url, "abcdefghijklmnopqrstuvwxyz"
                                                                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") != slen)
                 return sb_error_set(ret_err, -EINVAL, NULL, "url",
-                                    "url: '%s' is not a URL (scheme://host[:port]/...); give host and port instead", url);
+                                    "url: '%s' is not a URL (scheme://host[:port]/...); give host and port instead", TEXT_Q(url));
         /* The authority ends at the path, query or fragment; '\' too, as
          * browsers read it for http(s) (WHATWG URL). The host follows the
          * last '@', so "https://a.com@b.com/" names b.com, as curl sends it. */
@@ -275,11 +276,11 @@ int events_parse_url(const char *url, char **ret_host, uint16_t *ret_port, sb_er
                 hlen = colon ? (size_t)(colon - auth) : alen;
         }
         if (hlen == 0)
-                return sb_error_set(ret_err, -EINVAL, NULL, "url", "url: '%s' has no host", url);
+                return sb_error_set(ret_err, -EINVAL, NULL, "url", "url: '%s' has no host", TEXT_Q(url));
         uint16_t port = 0;
         if (hlen < alen && (auth[hlen] != ':' || parse_url_port(auth + hlen + 1, alen - hlen - 1, &port) < 0))
                 return sb_error_set(ret_err, -EINVAL, NULL, "url",
-                                    "url: '%s' has a bad port (want a number from 1 to 65535)", url);
+                                    "url: '%s' has a bad port (want a number from 1 to 65535)", TEXT_Q(url));
         for (size_t i = 0; !port && i < ELEMENTSOF(default_ports); i++)
                 if (strlen(default_ports[i].scheme) == slen && strncasecmp(url, default_ports[i].scheme, slen) == 0)
                         port = default_ports[i].port;
@@ -435,7 +436,7 @@ static void method_policy_check(rpc_request *req, void *userdata) {
         if (parsed && h.port) {
                 if (port && port != h.port)
                         return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "port",
-                                               "port: %u disagrees with the port in host '%s'", port, host);
+                                               "port: %u disagrees with the port in host '%s'", port, TEXT_Q(host));
                 port = h.port;
         }
         /* The host's own addresses and the sandbox pool, as enforcement

@@ -3,10 +3,12 @@
  * never follows a sandbox path on the host, so a symlink the sandbox planted
  * toward / resolves to the sandbox's /, not the host's. Large contents are
  * moved in AGENT_FS_CHUNK pieces. */
+#include <malloc.h>
 #include <string.h>
 #include "libcore/agent.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 
 #define FS_READ_MAX (64ULL * 1024 * 1024)
 
@@ -22,8 +24,9 @@ static int check_path(rpc_request *req, const char *field, const char **ret, sb_
         int r = rpc_param_string(req, field, true, ret, ret_err);
         if (r < 0)
                 return r;
-        if (!**ret || strlen(*ret) > 4096)
-                return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be a path of 1-4096 bytes", field);
+        if (!**ret || strlen(*ret) > LIMIT_PATH_BYTES)
+                return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be a path of 1-%d bytes", field,
+                                    LIMIT_PATH_BYTES);
         return 0;
 }
 
@@ -86,9 +89,12 @@ typedef struct read_op {
 } read_op;
 
 static void read_free(read_op *op) {
+        bool big = op->len >= 1024 * 1024;
         free(op->path);
         free(op->data);
         free(op);
+        if (big)
+                malloc_trim(0);  /* a burst of large reads must not stay the daemon's size */
 }
 
 static int read_next(session *s, read_op *op);
@@ -97,6 +103,13 @@ static void read_step(session *s, cJSON *result, int err, const char *message, v
         read_op *op = userdata;
         if (err < 0) {
                 reply_fs_error(op->req, "read", op->path, err, message);
+                read_free(op);
+                return;
+        }
+        if (!rpc_conn_is_open(op->req->conn)) {
+                /* Nobody to answer (the client went or was dropped): stop
+                 * reading instead of buffering the rest of the file. */
+                rpc_reply(op->req, NULL);
                 read_free(op);
                 return;
         }
@@ -259,9 +272,10 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                 cJSON *append = cJSON_GetObjectItem(f, "append");
                 _cleanup_free_ void *d = NULL;
                 size_t n;
-                if (!path || !*path || strlen(path) > 4096) {
+                if (!path || !*path || strlen(path) > LIMIT_PATH_BYTES) {
                         snprintf(field, sizeof(field), "files[%d].path", i);
-                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: a path of 1-4096 bytes is required", field);
+                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: a path of 1-%d bytes is required",
+                                            field, LIMIT_PATH_BYTES);
                 }
                 if (!content || core_base64_decode(content, &d, &n) < 0) {
                         snprintf(field, sizeof(field), "files[%d].content", i);
@@ -309,6 +323,8 @@ static void method_write(rpc_request *req, void *userdata) {
 void register_fs_methods(manager *m, rpc_server *s) {
         rpc_server_add_method(s, "fs.write", method_write, m);
         rpc_server_add_method(s, "fs.read", method_read, m);
+        /* Up to 64 MiB per answer: one at a time per connection (rpc.h). */
+        rpc_server_set_method_bulk(s, "fs.read");
         rpc_server_add_method(s, "fs.mkdir", method_mkdir, m);
         rpc_server_add_method(s, "fs.list", method_list, m);
         rpc_server_add_method(s, "fs.stat", method_stat, m);

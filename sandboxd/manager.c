@@ -15,6 +15,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/text.h"
 
 sandbox *manager_find_sandbox(manager *m, const char *name) {
@@ -46,7 +47,7 @@ void manager_release_slot(manager *m, int slot) {
 }
 
 void reply_not_found(rpc_request *req, const char *what, const char *name) {
-        rpc_reply_error(req, RPC_APP_ERROR, "not_found", NULL, "%s '%s' not found", what, name);
+        rpc_reply_error(req, RPC_APP_ERROR, "not_found", NULL, "%s '%s' not found", what, TEXT_Q(name));
 }
 
 static void on_conn_close(rpc_conn *c, void *userdata) {
@@ -71,6 +72,19 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(lim, "maxTags", 5);
         cJSON_AddNumberToObject(lim, "maxPorts", 15);
         cJSON_AddNumberToObject(lim, "pidsMax", (double)cfg->pids_max);
+        /* The request size limits (limits.h, docs/API.md "Limits"). */
+        static const struct {
+                const char *key;
+                double value;
+        } sizes[] = {
+                { "maxJsonDepth", LIMIT_JSON_DEPTH },         { "maxEnvVars", LIMIT_ENV_COUNT },
+                { "maxEnvValueBytes", LIMIT_ENV_VALUE_BYTES }, { "maxEnvBytes", LIMIT_ENV_BYTES },
+                { "maxArgs", LIMIT_ARGS_COUNT },              { "maxArgsBytes", LIMIT_ARGS_BYTES },
+                { "maxCmdBytes", LIMIT_CMD_BYTES },           { "maxCwdBytes", LIMIT_CWD_BYTES },
+                { "maxPathBytes", LIMIT_PATH_BYTES },         { "maxTagValueBytes", LIMIT_TAG_VALUE_BYTES },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(sizes); i++)
+                cJSON_AddNumberToObject(lim, sizes[i].key, sizes[i].value);
         cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
         cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
         cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);
@@ -369,6 +383,44 @@ static void reconcile(manager *m) {
         reconcile_run_dirs(m);
 }
 
+/* True when `dir` holds a host runtime a session can start on: its /usr
+ * mount point and generated /etc/passwd (core_runtime_host_build). */
+static bool host_runtime_usable(const char *dir) {
+        _cleanup_free_ char *usr = NULL, *passwd = NULL;
+        struct stat st;
+        if (asprintf(&usr, "%s/usr", dir) < 0 || asprintf(&passwd, "%s/etc/passwd", dir) < 0)
+                return false;
+        return stat(usr, &st) == 0 && S_ISDIR(st.st_mode) && stat(passwd, &st) == 0 && S_ISREG(st.st_mode) &&
+               st.st_size > 0;
+}
+
+/* Picks the newest usable version under `host` (runtimes/host) into
+ * ret_version when a new one cannot be built. Returns 0, or -ENOENT when
+ * there is none. */
+static int host_runtime_fallback(const char *host, char ret_version[static CORE_RUNTIME_VERSION_LEN + 1]) {
+        _cleanup_(closedirp) DIR *d = opendir(host);
+        if (!d)
+                return -ENOENT;
+        struct dirent *de;
+        time_t best = 0;
+        bool found = false;
+        while ((de = readdir(d))) {
+                if (strlen(de->d_name) != CORE_RUNTIME_VERSION_LEN ||
+                    strspn(de->d_name, "0123456789abcdef") != CORE_RUNTIME_VERSION_LEN)
+                        continue;
+                _cleanup_free_ char *p = NULL;
+                struct stat st;
+                if (asprintf(&p, "%s/%s", host, de->d_name) < 0 || !host_runtime_usable(p) || lstat(p, &st) < 0)
+                        continue;
+                if (!found || st.st_mtime > best) {
+                        memcpy(ret_version, de->d_name, CORE_RUNTIME_VERSION_LEN + 1);
+                        best = st.st_mtime;
+                        found = true;
+                }
+        }
+        return found ? 0 : -ENOENT;
+}
+
 int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_error **ret_err) {
         manager *m = calloc(1, sizeof(*m));
         if (!m)
@@ -441,8 +493,22 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                         goto fail;
                 }
                 if ((r = core_runtime_host_build(host, m->host_version, ret_err)) < 0) {
-                        sb_error_prefix(ret_err, "build the host runtime");
-                        goto fail;
+                        /* A full or failing state filesystem must not keep
+                         * the daemon from starting and re-adopting its
+                         * sessions: a version an earlier start built serves
+                         * as it is (versions are never written after). */
+                        if (host_runtime_fallback(host, m->host_version) < 0) {
+                                sb_error_prefix(ret_err, "build the host runtime");
+                                goto fail;
+                        }
+                        log_warning("build the host runtime: %s; using version %s already in %s",
+                                    ret_err && *ret_err ? (*ret_err)->message : strerror(-r), m->host_version,
+                                    host);
+                        if (ret_err) {
+                                sb_error_free(*ret_err);
+                                *ret_err = NULL;
+                        }
+                        r = 0;
                 }
                 if (asprintf(&m->host_runtime, "%s/%s", host, m->host_version) < 0) {
                         r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");

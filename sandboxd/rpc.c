@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
@@ -33,16 +34,22 @@
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include "libcore/log.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/rpc.h"
 #include "sandboxd/text.h"
 
 /* A peer that stops reading may not make the daemon hold unbounded memory.
- * Above this many unsent bytes the connection's input is no longer read (no
- * new requests, so no new answers), and if the peer then takes no byte for
- * the stall timeout it is dropped. A slow reader is never dropped: sources
- * of unbounded output (command streams) stop at RPC_CONN_HIGH_WATER. */
-#define RPC_OUT_QUEUE_MAX (64u * 1024 * 1024)
+ * Above RPC_OUT_QUEUE_MAX unsent bytes (rpc.h) no further request of the
+ * connection is started and its input is no longer read (no new requests,
+ * so no new answers), and if the peer then takes no byte for the stall
+ * timeout it is dropped. A slow reader is never dropped: sources of
+ * unbounded output (command streams) stop at RPC_CONN_HIGH_WATER. */
 #define RPC_STALL_TIMEOUT_MS_DEFAULT 30000u
+/* Bulk requests (large answers) a connection runs at once. */
+#define RPC_BULK_IN_FLIGHT 1
+/* After freeing a buffer at least this big, memory goes back to the
+ * system (malloc_trim): a flood's peak must not stay the daemon's size. */
+#define RPC_TRIM_BYTES (1u * 1024 * 1024)
 /* Read size, and reads per wakeup, so one chatty connection cannot starve
  * the others (epoll is level-triggered: unread input wakes us again). */
 #define RPC_READ_CHUNK (64u * 1024)
@@ -55,6 +62,7 @@ typedef struct rpc_method {
         char *name;
         rpc_handler handler;
         void *userdata;
+        bool bulk;
 } rpc_method;
 
 struct rpc_conn {
@@ -72,6 +80,9 @@ struct rpc_conn {
         uint64_t progress_usec;   /* CLOCK_MONOTONIC: the peer last took bytes, or the queue filled */
         sd_event_source *stall;   /* armed while more than RPC_OUT_QUEUE_MAX wait */
         unsigned in_flight;       /* requests handed to handlers, not yet finished */
+        unsigned bulk_in_flight;  /* ... of them bulk */
+        bool held;                /* complete lines wait in `in`: dispatch paused (see conn_may_start) */
+        sd_event_source *kick;    /* deferred resume of held lines, holds a reference */
         char *in;                 /* unframed input */
         size_t in_len, in_alloc, in_scanned;
         char *out;                /* queued output, out_off bytes already written */
@@ -115,9 +126,12 @@ void rpc_conn_unref(rpc_conn *c) {
                 return;
         /* The last reference: conn_close() already ran (the server's list
          * holds a reference while the connection is open). */
+        bool big = c->in_alloc >= RPC_TRIM_BYTES;
         free(c->in);
         free(c->out);
         free(c);
+        if (big)
+                malloc_trim(0);
 }
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(rpc_conn, rpc_conn_unref);
@@ -179,12 +193,20 @@ static void conn_close(rpc_conn *c) {
                 c->close_later = sd_event_source_disable_unref(c->close_later);
                 rpc_conn_unref(c);
         }
+        if (c->kick) {
+                c->kick = sd_event_source_disable_unref(c->kick);
+                rpc_conn_unref(c);
+        }
         if (c->fd >= 0)
                 close(c->fd);
         c->fd = -EBADF;
+        bool big = c->out_alloc >= RPC_TRIM_BYTES;
         free(c->out);
         c->out = NULL;
         c->out_len = c->out_off = c->out_alloc = 0;
+        c->held = false;
+        if (big)
+                malloc_trim(0);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -338,7 +360,7 @@ static void conn_update_events(rpc_conn *c) {
         if (!c->io)
                 return;
         uint32_t ev = 0;
-        if (c->open && !c->read_eof && !c->close_after_flush && c->out_len - c->out_off <= RPC_OUT_QUEUE_MAX)
+        if (c->open && !c->read_eof && !c->close_after_flush && !c->held && c->out_len - c->out_off <= RPC_OUT_QUEUE_MAX)
                 ev |= EPOLLIN | EPOLLRDHUP;
         if (c->out_off < c->out_len)
                 ev |= EPOLLOUT;
@@ -378,13 +400,18 @@ static cJSON *error_message(cJSON *id, int code, const char *reason, const char 
 
 /* ---- requests ---- */
 
+static void conn_kick(rpc_conn *c);
+
 static void request_free(rpc_request *req) {
         rpc_conn *c = req->conn;
+        bool bulk = req->bulk;
         cJSON_Delete(req->id);
         cJSON_Delete(req->params);
         free(req->method);
         free(req);
-        if (c->in_flight > 0 && --c->in_flight == 0 && c->read_eof && c->open)
+        if (bulk && c->bulk_in_flight > 0 && --c->bulk_in_flight < RPC_BULK_IN_FLIGHT)
+                conn_kick(c);  /* a line held for this slot may start */
+        if (c->in_flight > 0 && --c->in_flight == 0 && c->read_eof && c->open && !c->held)
                 /* The half-closed peer's last answer is queued: close once
                  * it is flushed (the defer runs after this iteration's I/O). */
                 c->close_after_flush = true, conn_update_events(c);
@@ -406,12 +433,26 @@ void rpc_reply(rpc_request *req, cJSON *result) {
         request_free(req);
 }
 
+/* The backstop behind text_quote(): no error message is longer than
+ * RPC_MESSAGE_MAX bytes, whatever a format was given. Cut at a character
+ * boundary, marked with "...". */
+#define RPC_MESSAGE_MAX 1024
+static void cut_message(char *message) {
+        if (!message || strlen(message) <= RPC_MESSAGE_MAX)
+                return;
+        size_t n = RPC_MESSAGE_MAX - 3;
+        while (n > 0 && ((unsigned char)message[n] & 0xC0) == 0x80)
+                n--;
+        memcpy(message + n, "...", 4);
+}
+
 static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
                          const char *fmt, va_list ap) {
         if (req->id && rpc_conn_is_open(req->conn)) {
                 _cleanup_free_ char *message = NULL;
                 if (vasprintf(&message, fmt, ap) < 0)
                         message = NULL;
+                cut_message(message);
                 conn_queue(req->conn, error_message(TAKE_PTR(req->id), code, reason, field,
                                                     message ? message : "error"));
         }
@@ -532,6 +573,31 @@ static bool has_nul(const char *line, size_t len) {
         return false;
 }
 
+/* True when arrays and objects in `line` nest deeper than `limit`. Scanned
+ * before parsing: cJSON recurses once per level (and stops at its own
+ * CJSON_NESTING_LIMIT with a bare parse failure). Brackets inside strings
+ * do not count; an escape's second character is skipped. */
+static bool too_deep(const char *line, size_t len, unsigned limit) {
+        bool in_string = false;
+        unsigned depth = 0;
+        for (size_t i = 0; i < len; i++) {
+                char ch = line[i];
+                if (in_string) {
+                        if (ch == '\\')
+                                i++;
+                        else if (ch == '"')
+                                in_string = false;
+                } else if (ch == '"')
+                        in_string = true;
+                else if (ch == '[' || ch == '{') {
+                        if (++depth > limit)
+                                return true;
+                } else if ((ch == ']' || ch == '}') && depth > 0)
+                        depth--;
+        }
+        return false;
+}
+
 /* The id to answer a line that parsed but is refused, when it has a usable
  * one (else NULL: null). */
 static cJSON *reply_id_of(cJSON *root) {
@@ -541,16 +607,25 @@ static cJSON *reply_id_of(cJSON *root) {
         return cJSON_Duplicate(id, false);
 }
 
-/* Parses one line (without its '\n') and dispatches it. */
-static void handle_line(rpc_conn *c, const char *line, size_t len) {
+/* Parses one line (without its '\n') and dispatches it. Returns false,
+ * having done nothing, when the line is a bulk request and the connection
+ * already runs RPC_BULK_IN_FLIGHT of them: the line stays in the input
+ * buffer and is handled again when one finishes. */
+static bool handle_line(rpc_conn *c, const char *line, size_t len) {
         size_t i = 0, bad = 0;
         while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
                 i++;
         if (i == len)
-                return;  /* empty lines are keep-alives, not errors */
-        if (!text_utf8_valid(line, len, &bad))
-                return reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid UTF-8 at byte %zu",
-                                       bad);
+                return true;  /* empty lines are keep-alives, not errors */
+        if (!text_utf8_valid(line, len, &bad)) {
+                reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid UTF-8 at byte %zu", bad);
+                return true;
+        }
+        if (too_deep(line, len, LIMIT_JSON_DEPTH)) {
+                reply_raw_error(c, NULL, RPC_INVALID_REQUEST,
+                                "invalid request: arrays and objects nested too deep (limit %d)", LIMIT_JSON_DEPTH);
+                return true;
+        }
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithLengthOpts(line, len, &end, false);
         if (root && end) {
@@ -562,47 +637,66 @@ static void handle_line(rpc_conn *c, const char *line, size_t len) {
                                 break;
                         }
         }
-        if (!root)
-                return reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid JSON");
+        if (!root) {
+                reply_raw_error(c, NULL, RPC_PARSE_ERROR, "parse error: the line is not valid JSON");
+                return true;
+        }
         if (has_nul(line, len)) {
                 cJSON *id = reply_id_of(root);
                 cJSON_Delete(root);
-                return reply_raw_error(c, id, RPC_INVALID_REQUEST,
-                                       "invalid request: strings may not contain NUL (\\u0000)");
+                reply_raw_error(c, id, RPC_INVALID_REQUEST, "invalid request: strings may not contain NUL (\\u0000)");
+                return true;
         }
         bool has_id = false;
         if (!request_is_valid(c, root, &has_id)) {
                 cJSON_Delete(root);
-                return;
+                return true;
+        }
+        const rpc_method *m = find_method(c->server, cJSON_GetObjectItemCaseSensitive(root, "method")->valuestring);
+        if (m && m->bulk && c->bulk_in_flight >= RPC_BULK_IN_FLIGHT) {
+                cJSON_Delete(root);
+                return false;
         }
         rpc_request *req = calloc(1, sizeof(*req));
         if (!req) {
                 cJSON_Delete(root);
-                return reply_raw_error(c, NULL, RPC_INTERNAL_ERROR, "out of memory");
+                reply_raw_error(c, NULL, RPC_INTERNAL_ERROR, "out of memory");
+                return true;
         }
         req->conn = rpc_conn_ref(c);
         c->in_flight++;
+        if (m && m->bulk) {
+                req->bulk = true;
+                c->bulk_in_flight++;
+        }
         req->id = has_id ? cJSON_DetachItemFromObjectCaseSensitive(root, "id") : NULL;
         req->method = strdup(cJSON_GetObjectItemCaseSensitive(root, "method")->valuestring);
         req->params = cJSON_DetachItemFromObjectCaseSensitive(root, "params");
         if (!req->params)
                 req->params = cJSON_CreateObject();
         cJSON_Delete(root);
-        if (!req->method || !req->params)
-                return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
-        const rpc_method *m = find_method(c->server, req->method);
-        if (!m)
-                return rpc_reply_error(req, RPC_METHOD_NOT_FOUND, NULL, NULL, "method not found: %s",
-                                       req->method);
+        if (!req->method || !req->params) {
+                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                return true;
+        }
+        if (!m) {
+                rpc_reply_error(req, RPC_METHOD_NOT_FOUND, NULL, NULL, "method not found: %s", TEXT_Q(req->method));
+                return true;
+        }
         m->handler(req, m->userdata);
+        return true;
 }
 
 /* ---- input ---- */
 
 /* Frames and handles every complete line in the input buffer. At EOF, an
- * unterminated last line counts as a line. */
+ * unterminated last line counts as a line. Stops, keeping the rest (held),
+ * while more than RPC_OUT_QUEUE_MAX of the connection's answers wait unsent
+ * or when a bulk request must wait for the one running: work already read
+ * is not started for a peer that does not take its answers. */
 static void conn_process_input(rpc_conn *c, bool at_eof) {
         size_t start = 0;
+        c->held = false;
         while (c->open && !c->close_after_flush) {
                 char *nl = memchr(c->in + c->in_scanned, '\n', c->in_len - c->in_scanned);
                 size_t line_len = nl ? (size_t) (nl - (c->in + start)) : c->in_len - start;
@@ -612,31 +706,66 @@ static void conn_process_input(rpc_conn *c, bool at_eof) {
                         c->close_after_flush = true;
                         break;
                 }
-                if (!nl) {
+                if (!nl && !(at_eof && line_len > 0)) {
                         c->in_scanned = c->in_len;
-                        if (at_eof && line_len > 0) {
-                                handle_line(c, c->in + start, line_len);
-                                start = c->in_len;
-                        }
                         break;
                 }
-                handle_line(c, c->in + start, line_len);
-                start += line_len + 1;
+                if (c->out_len - c->out_off > RPC_OUT_QUEUE_MAX) {
+                        c->held = true;
+                        break;
+                }
+                if (!handle_line(c, c->in + start, line_len)) {
+                        c->held = true;
+                        break;
+                }
+                start = nl ? start + line_len + 1 : c->in_len;
                 c->in_scanned = start;
         }
         if (!c->open || c->close_after_flush) {
                 c->in_len = c->in_scanned = 0;
+                c->held = false;
                 return;
         }
         memmove(c->in, c->in + start, c->in_len - start);
         c->in_len -= start;
         c->in_scanned -= start;
+        if (c->held)
+                c->in_scanned = 0;  /* rescan from the held line */
         if (c->in_len == 0 && c->in_alloc > 4 * RPC_READ_CHUNK) {
                 /* Give back the room a once-long line took. */
                 free(c->in);
                 c->in = NULL;
                 c->in_alloc = 0;
         }
+}
+
+static int kick_cb(sd_event_source *src, void *userdata) {
+        rpc_conn *c = userdata;
+        c->kick = sd_event_source_disable_unref(c->kick);
+        if (c->server && c->held) {
+                conn_process_input(c, c->read_eof);
+                if (c->server && !c->held && c->read_eof && c->in_flight == 0 && c->open)
+                        c->close_after_flush = true;  /* the half-closed peer's last line ran */
+                if (c->server)
+                        conn_update_events(c);
+                if (c->server && c->close_after_flush && c->out_off == c->out_len)
+                        conn_close(c);
+        }
+        rpc_conn_unref(c);
+        return 0;
+}
+
+/* Resumes held lines on a later loop iteration (never nested in a handler
+ * or a reply, which may run inside conn_process_input). */
+static void conn_kick(rpc_conn *c) {
+        if (!c->held || c->kick || !c->server || !c->open)
+                return;
+        if (sd_event_add_defer(c->server->event, &c->kick, kick_cb, c) < 0) {
+                log_warning("rpc: cannot schedule held requests; dropping the connection");
+                conn_close_soon(c);
+                return;
+        }
+        rpc_conn_ref(c);
 }
 
 /* Reads what is there. Returns 0, 1 at end of input, or a negative errno. */
@@ -661,7 +790,7 @@ static int conn_read(rpc_conn *c) {
                 /* Frame as we go so a flood of lines never buffers more than
                  * one partial line plus one chunk. */
                 conn_process_input(c, false);
-                if (!c->open || c->close_after_flush || c->out_len - c->out_off > RPC_OUT_QUEUE_MAX)
+                if (!c->open || c->close_after_flush || c->held || c->out_len - c->out_off > RPC_OUT_QUEUE_MAX)
                         return 0;
         }
         return 0;
@@ -689,8 +818,10 @@ static int conn_io_cb(sd_event_source *src, int fd, uint32_t revents, void *user
         conn_check_drained(c);
         if (!c->server)
                 return 0;  /* the drain handler closed it */
+        if (c->held && c->out_len - c->out_off <= RPC_OUT_QUEUE_MAX)
+                conn_kick(c);  /* the peer took enough: start what it sent */
         bool drained = c->out_off == c->out_len;
-        if (drained && (c->close_after_flush || (c->read_eof && c->in_flight == 0) || !c->open))
+        if (drained && (c->close_after_flush || (c->read_eof && c->in_flight == 0 && !c->held) || !c->open))
                 return conn_close(c), 0;
         conn_update_events(c);
         return 0;
@@ -936,8 +1067,17 @@ int rpc_server_add_method(rpc_server *s, const char *method, rpc_handler handler
         char *name = strdup(method);
         if (!name)
                 return -ENOMEM;
-        s->methods[s->n_methods++] = (rpc_method) { name, handler, userdata };
+        s->methods[s->n_methods++] = (rpc_method) { name, handler, userdata, false };
         return 0;
+}
+
+int rpc_server_set_method_bulk(rpc_server *s, const char *method) {
+        for (size_t i = 0; i < s->n_methods; i++)
+                if (streq(s->methods[i].name, method)) {
+                        s->methods[i].bulk = true;
+                        return 0;
+                }
+        return -ENOENT;
 }
 
 void rpc_server_set_close_handler(rpc_server *s, rpc_close_handler h, void *userdata) {

@@ -30,6 +30,7 @@ typedef struct rpc_request {
         cJSON *id;             /* owned by the request */
         char *method;          /* owned by the request */
         cJSON *params;         /* owned by the request; an empty object when absent */
+        bool bulk;             /* its method is bulk (rpc_server_set_method_bulk) */
 } rpc_request;
 
 typedef void (*rpc_handler)(rpc_request *req, void *userdata);
@@ -85,12 +86,21 @@ uid_t rpc_conn_uid(const rpc_conn *c);
  * RPC_CONN_LOW_WATER or below (hysteresis, so it does not flap per packet).
  *
  * The daemon never drops a connection for the size of its queue alone: only
- * when more than 64 MiB wait AND the peer has taken no byte for
- * stall_timeout_ms (a peer that reads nothing at all). While more than
- * 64 MiB wait, the connection's input is not read, so a peer that sends
- * requests without reading answers cannot grow the queue further. */
+ * when more than RPC_OUT_QUEUE_MAX (32 MiB) wait AND the peer has taken no
+ * byte for stall_timeout_ms (a peer that reads nothing at all). While more
+ * than that wait, no further request of the connection is started (lines
+ * already read stay in its input buffer) and its input is not read, so a
+ * peer that sends requests without reading answers cannot grow the queue
+ * further; at most one bulk request (one with a large answer, such as
+ * fs.read) runs per connection at a time, later lines waiting behind it. */
+#define RPC_OUT_QUEUE_MAX (32u * 1024 * 1024)
 #define RPC_CONN_HIGH_WATER (4u * 1024 * 1024)
 #define RPC_CONN_LOW_WATER (1u * 1024 * 1024)
+
+/* Marks `method` (registered) as bulk: its answers may be tens of MiB, so
+ * a connection runs at most one at a time (see above). Returns 0 or
+ * -ENOENT. */
+int rpc_server_set_method_bulk(rpc_server *s, const char *method);
 
 /* Bytes queued for the peer and not yet written (0 once closed). */
 size_t rpc_conn_queued(const rpc_conn *c);

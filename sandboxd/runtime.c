@@ -62,6 +62,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
 #define DEBOOTSTRAP "/usr/sbin/debootstrap"
@@ -130,7 +131,7 @@ int runtime_check(manager *m, const char *name, const char *field, sb_error **re
         if (core_name_is_valid(name) && !job_pending(m, name) && runtime_exists(m, name))
                 return 0;
         return sb_error_set(ret_err, -ENOENT, "not_found", field,
-                            "%s: runtime '%s' not found (sandboxctl runtime list shows them)", field, name);
+                            "%s: runtime '%s' not found (sandboxctl runtime list shows them)", field, TEXT_Q(name));
 }
 
 /* Sandboxes (names, in *ret_sandboxes when given) and snapshots standing on
@@ -512,7 +513,7 @@ static runtime_job *job_new(rpc_request *req, manager *m) {
         if (!core_name_is_valid(name)) {
                 rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "name",
                                 "name: '%s' is not valid; use 1-63 of a-z, 0-9 and '-', starting with a letter or digit",
-                                name);
+                                TEXT_Q(name));
                 return NULL;
         }
         if (streq(name, "host") || job_pending(m, name) || runtime_exists(m, name)) {
@@ -871,7 +872,7 @@ static void method_bootstrap(rpc_request *req, void *userdata) {
         }
         if (!suite_is_valid(suite)) {
                 rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "suite",
-                                "suite: '%s' is not a Debian suite name (e.g. bookworm)", suite);
+                                "suite: '%s' is not a Debian suite name (e.g. bookworm)", TEXT_Q(suite));
                 return;
         }
         if (!mirror && !(mirror = dflt = default_mirror())) {

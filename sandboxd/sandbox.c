@@ -16,6 +16,7 @@
 #include "libcore/source.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
@@ -246,7 +247,7 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                 cJSON_ArrayForEach(it, src)
                         if (!streq(it->string, "type") && !streq(it->string, "snapshotId"))
                                 return sb_error_set(ret_err, -EINVAL, NULL, "source",
-                                                    "source.%s: unknown key for a snapshot source", it->string);
+                                                    "source.%s: unknown key for a snapshot source", TEXT_Q(it->string));
                 const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId"));
                 if (!id)
                         return sb_error_set(ret_err, -EINVAL, NULL, "source.snapshotId",
@@ -254,11 +255,11 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                 snapshot *snap = manager_find_snapshot(j->m, id);
                 if (!snap)
                         return sb_error_set(ret_err, -ENOENT, "not_found", "source.snapshotId",
-                                            "snapshot '%s' not found (sandboxctl snapshots lists them)", id);
+                                            "snapshot '%s' not found (sandboxctl snapshots lists them)", TEXT_Q(id));
                 /* Kept only for the sandboxes already on it (snapshot.c). */
                 if (snap->expired)
                         return sb_error_set(ret_err, -ENOENT, "not_found", "source.snapshotId",
-                                            "snapshot '%s' has expired", id);
+                                            "snapshot '%s' has expired", TEXT_Q(id));
                 cJSON_Delete(j->sb->layers);
                 j->sb->layers = cJSON_Duplicate(snap->layers, 1);
                 return 0;
@@ -276,7 +277,7 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                         known = known || streq(it->string, keys[i]);
                 if (!known)
                         return sb_error_set(ret_err, -EINVAL, NULL, "source",
-                                            "source.%s: unknown key for a %s source", it->string, type);
+                                            "source.%s: unknown key for a %s source", TEXT_Q(it->string), type);
         }
         j->src_type = strdup(type);
         if (git) {
@@ -340,7 +341,8 @@ static cJSON *source_view(const start_job *j, cJSON *src) {
         return o;
 }
 
-static int parse_string_map(rpc_request *req, const char *field, unsigned max, cJSON **ret, sb_error **ret_err) {
+static int parse_string_map(rpc_request *req, const char *field, const limit_map *lim, cJSON **ret,
+                            sb_error **ret_err) {
         cJSON *o = NULL;
         int r = rpc_param_object(req, field, false, &o, ret_err);
         if (r < 0)
@@ -349,22 +351,10 @@ static int parse_string_map(rpc_request *req, const char *field, unsigned max, c
                 *ret = cJSON_CreateObject();
                 return 0;
         }
-        unsigned n = 0;
-        cJSON *it;
-        cJSON_ArrayForEach(it, o) {
-                char path[300];
-                snprintf(path, sizeof(path), "%s.%s", field, it->string);
-                if (!cJSON_IsString(it))
-                        return sb_error_set(ret_err, -EINVAL, NULL, path, "%s: must be a string", path);
-                if (!*it->string || strchr(it->string, '=') || strlen(it->string) > 255)
-                        return sb_error_set(ret_err, -EINVAL, NULL, path,
-                                            "%s: keys must be 1-255 characters without '='", path);
-                n++;
-        }
-        if (max && n > max)
-                return sb_error_set(ret_err, -E2BIG, "limit_exceeded", field, "%s: at most %u entries", field, max);
+        if ((r = limit_check_map(o, field, lim, ret_err)) < 0)
+                return r;
         *ret = cJSON_Duplicate(o, 1);
-        return 0;
+        return *ret ? 0 : sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
 /* The runtime of a new sandbox: the one asked for, else a snapshot
@@ -379,7 +369,7 @@ static int create_runtime(manager *m, const cJSON *src, const char **runtime, sb
                 if (*runtime && !streq(*runtime, own))
                         return sb_error_set(ret_err, -EINVAL, NULL, "runtime",
                                             "runtime: snapshot '%s' was taken on runtime '%s', not '%s'",
-                                            snap ? snap->id : "?", own, *runtime);
+                                            snap ? snap->id : "?", own, TEXT_Q(*runtime));
                 *runtime = own;
         }
         if (!*runtime)
@@ -402,15 +392,15 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
             (r = rpc_param_bool(req, "userns", &userns, ret_err)) < 0 ||
             (r = rpc_param_object(req, "resources", false, &res, ret_err)) < 0 ||
             (r = rpc_param_array(req, "ports", false, &ports, ret_err)) < 0 ||
-            (r = parse_string_map(req, "env", 0, &sb->env, ret_err)) < 0 ||
-            (r = parse_string_map(req, "tags", 5, &sb->tags, ret_err)) < 0)
+            (r = parse_string_map(req, "env", &limit_env, &sb->env, ret_err)) < 0 ||
+            (r = parse_string_map(req, "tags", &limit_tags, &sb->tags, ret_err)) < 0)
                 return r;
         if ((r = snapshot_userns_check(m, req->params, userns, ret_err)) < 0)
                 return r;
         if (name && !core_name_is_valid(name))
                 return sb_error_set(ret_err, -EINVAL, NULL, "name",
                                     "name: '%s' is not valid; use 1-63 of a-z, 0-9 and '-', starting with a letter or digit",
-                                    name);
+                                    TEXT_Q(name));
         sb->vcpus = 1;
         if (res) {
                 cJSON *v = cJSON_GetObjectItem(res, "vcpus");
@@ -570,6 +560,27 @@ drop:
         start_job_free(j);
 }
 
+/* Runs create's validation of `req` on a scratch sandbox and drops it:
+ * nothing is registered or started. */
+static int validate_create(manager *m, rpc_request *req, sb_error **ret_err) {
+        sandbox *sb = calloc(1, sizeof(*sb));
+        start_job *j = NULL;
+        if (sb) {
+                sb->m = m;
+                j = start_job_new(sb, true);
+        }
+        if (!sb || !j) {
+                free(sb);
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        }
+        if (cJSON_IsObject(req->params))
+                snapshot_config_defaults(m, req->params);
+        int r = parse_create(m, req, sb, j, ret_err);
+        sandbox_free(sb);
+        start_job_free(j);
+        return r;
+}
+
 static void method_create(rpc_request *req, void *userdata) {
         create_sandbox(req, userdata, reply_sandbox, NULL);
 }
@@ -590,9 +601,15 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
                 create_sandbox(req, m, reply_created, NULL);
                 return;
         }
+        /* The parameters are the same whether the sandbox exists or not:
+         * an existing name is no licence for ones create would refuse. */
+        if (validate_create(m, req, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         if (sb->deleting) {
                 rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
-                                "sandbox '%s' is being deleted; try again when it is gone", name);
+                                "sandbox '%s' is being deleted; try again when it is gone", TEXT_Q(name));
                 return;
         }
         if (sb->starting) {
@@ -691,13 +708,22 @@ static void method_extend(rpc_request *req, void *userdata) {
         if (!sb)
                 return;
         uint64_t now = core_now_ms();
-        uint64_t expires = sb->expires_ms + (uint64_t)duration;
+        uint64_t expires = sb->expires_ms + (uint64_t)duration, old = sb->expires_ms;
         if (expires > now + m->cfg->max_timeout_ms)
                 expires = now + m->cfg->max_timeout_ms;
+        /* Recorded before it applies, so a restarted daemon keeps the new
+         * expiry; a record that cannot be written changes nothing. */
         sb->expires_ms = expires;
+        int r = restore_save_record(sb->sess);
+        if (r < 0) {
+                sb->expires_ms = old;
+                rpc_reply_error(req, RPC_APP_ERROR, r == -ENOSPC || r == -EDQUOT ? "limit_exceeded" : "failed", NULL,
+                                "sandbox '%s': cannot save the new expiry (%s); nothing changed", sb->name,
+                                strerror(-r));
+                return;
+        }
         sd_event_source_set_time_relative(sb->sess->expire_src, (expires - now) * 1000);
         sd_event_source_set_enabled(sb->sess->expire_src, SD_EVENT_ONESHOT);
-        (void)restore_save_record(sb->sess); /* a restarted daemon keeps the new expiry */
         rpc_reply(req, sandbox_to_json(sb));
 }
 
@@ -754,6 +780,36 @@ static void update_restore_ports(sandbox *sb, cJSON **oldports) {
         sb->ports = TAKE_PTR(*oldports);
 }
 
+/* Writes the config of `next` (the sandbox as an update would leave it) to
+ * the sandbox's config.json, durably whatever the sandbox's persistence:
+ * the update is answered only once it is on disk. Errors name the file
+ * and say nothing changed. */
+static int update_save(const sandbox *next, sb_error **ret_err) {
+        cJSON *conf = sandbox_config_json(next);
+        _cleanup_free_ char *text = conf ? cJSON_Print(conf) : NULL;
+        cJSON_Delete(conf);
+        _cleanup_free_ char *path = NULL;
+        if (!text || asprintf(&path, "%s/config.json", next->dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_write_file_atomic(path, text, strlen(text), 0600);
+        if (r < 0) {
+                log_warning("sandbox '%s': update refused: write %s: %s", next->name, path, strerror(-r));
+                return sb_error_set(ret_err, r, r == -ENOSPC || r == -EDQUOT ? "limit_exceeded" : "failed", NULL,
+                                    "sandbox '%s': cannot save the update (write %s: %s); nothing changed%s",
+                                    next->name, path, strerror(-r),
+                                    r == -ENOSPC || r == -EDQUOT ? "; free space on the state filesystem" : "");
+        }
+        return 0;
+}
+
+/* A live change was refused after update_save: the old config goes back. */
+static void update_undo(sandbox *sb) {
+        _cleanup_error_ sb_error *err = NULL;
+        if (sandbox_save_config(sb, NULL, &err) < 0)
+                log_warning("sandbox '%s': restore config after a refused update: %s", sb->name,
+                            text_for_log(err->message, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF));
+}
+
 /* sandbox.update: timeout, env, tags, resources (live on a running session:
  * its cgroup limits change at once; persisted for the next sessions),
  * networkPolicy (live, atomically; not to or from deny-all while it runs),
@@ -770,8 +826,8 @@ static void method_update(rpc_request *req, void *userdata) {
             rpc_param_object(req, "resources", false, &res, &err) < 0 ||
             (new_vcpus = update_vcpus_param(m, res, &err)) < 0 ||
             rpc_param_array(req, "ports", false, &ports, &err) < 0 ||
-            (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", 0, &env, &err) < 0) ||
-            (cJSON_GetObjectItem(req->params, "tags") && parse_string_map(req, "tags", 5, &tags, &err) < 0)) {
+            (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", &limit_env, &env, &err) < 0) ||
+            (cJSON_GetObjectItem(req->params, "tags") && parse_string_map(req, "tags", &limit_tags, &tags, &err) < 0)) {
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 rpc_reply_sb_error(req, err);
@@ -821,11 +877,35 @@ static void method_update(rpc_request *req, void *userdata) {
                 cJSON_Delete(tags);
                 return;
         }
-        /* Ports first: the one change here that can be undone without a
-         * trace if something later is refused. */
         _cleanup_(cJSON_Deletep) cJSON *newports = NULL, *oldports = NULL;
-        if (ports && (ports_parse(ports, &newports, &err) < 0 ||
-                      (sb->sess && ports_replace(sb->sess, newports, &err) < 0))) {
+        if (ports && ports_parse(ports, &newports, &err) < 0) {
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        /* The disk first: config.json with every change is written before
+         * any is applied, so a full or failing state filesystem answers an
+         * error and changes nothing, in memory or live. */
+        sandbox next = *sb;
+        next.env = env ? env : sb->env;
+        next.tags = tags ? tags : sb->tags;
+        next.ports = newports ? newports : sb->ports;
+        next.policy = policy ? policy : sb->policy;
+        next.pol = newpol ? newpol : sb->pol;
+        next.vcpus = new_vcpus > 0 ? (unsigned)new_vcpus : sb->vcpus;
+        next.timeout_ms = timeout > 0 ? (uint64_t)timeout : sb->timeout_ms;
+        if (update_save(&next, &err) < 0) {
+                cJSON_Delete(env);
+                cJSON_Delete(tags);
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        /* Ports first: the one change here that can be undone without a
+         * trace if something later is refused. Each refusal below puts the
+         * old config back on disk (update_undo). */
+        if (newports && sb->sess && ports_replace(sb->sess, newports, &err) < 0) {
+                update_undo(sb);
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 rpc_reply_sb_error(req, err);
@@ -841,6 +921,7 @@ static void method_update(rpc_request *req, void *userdata) {
         if (new_vcpus > 0 && (unsigned)new_vcpus != old_vcpus) {
                 if (resize_session(sb, old_vcpus, (unsigned)new_vcpus, &err) < 0) {
                         update_restore_ports(sb, &oldports);
+                        update_undo(sb);
                         cJSON_Delete(env);
                         cJSON_Delete(tags);
                         rpc_reply_sb_error(req, err);
@@ -855,6 +936,7 @@ static void method_update(rpc_request *req, void *userdata) {
                         if (sb->vcpus != old_vcpus && resize_session(sb, sb->vcpus, old_vcpus, NULL) >= 0)
                                 sb->vcpus = old_vcpus;
                         update_restore_ports(sb, &oldports);
+                        update_undo(sb);
                         cJSON_Delete(env);
                         cJSON_Delete(tags);
                         rpc_reply_sb_error(req, err);
@@ -886,9 +968,6 @@ static void method_update(rpc_request *req, void *userdata) {
                 }
                 sb->timeout_ms = (uint64_t)timeout;
         }
-        int r = sandbox_save_config(sb, NULL, &err);
-        if (r < 0)
-                log_warning("sandbox '%s': %s", sb->name, text_for_log(err->message, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF));
         rpc_reply(req, sandbox_to_json(sb));
 }
 

@@ -17,6 +17,10 @@
  * it is checked, is snapshot_import_config's (snapshot.c). */
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <string.h>
@@ -24,9 +28,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include "libcore/copy.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
 /* Same bound as a capture (snapshot.c): overlayfs' lowerdir must fit. */
@@ -79,26 +85,116 @@ static int export_write(export_job *j, int fd) {
                 snprintf(prefix, sizeof(prefix), "layers/%zu", i);
                 if ((r = core_tree_write(j->layer_dirs[i], wr, prefix, true, &j->err)) < 0)
                         sb_error_prefix(&j->err, "export");
+                core_fault("export.writing");
         }
         if (r >= 0 && archive_write_close(wr) != ARCHIVE_OK)
                 r = sb_error_set(&j->err, -EIO, "failed", NULL, "export: %s", archive_error_string(wr));
         return r;
 }
 
-/* Worker thread. The file is created exclusively (never through an
- * existing name or symlink) and removed again on any failure. */
+/* Hidden name of an export in progress when the filesystem has no
+ * O_TMPFILE: ".NAME.export-" + 16 hex. */
+#define EXPORT_TMP_INFIX ".export-"
+
+static bool is_export_tmp(const char *entry, const char *base) {
+        size_t b = strlen(base), k = strlen(EXPORT_TMP_INFIX);
+        return entry[0] == '.' && strncmp(entry + 1, base, b) == 0 && strncmp(entry + 1 + b, EXPORT_TMP_INFIX, k) == 0 &&
+               strlen(entry + 1 + b + k) == 16 && strspn(entry + 1 + b + k, "0123456789abcdef") == 16;
+}
+
+/* Removes what an export to the same path left when it was killed on a
+ * filesystem without O_TMPFILE (regular files of that exact pattern only). */
+static void remove_stale_tmps(int dirfd, const char *base) {
+        int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        if (!d) {
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        struct dirent *de;
+        while ((de = readdir(d)))
+                if (is_export_tmp(de->d_name, base)) {
+                        struct stat st;
+                        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+                                log_info("snapshot export: removing %s, left by an interrupted export", de->d_name);
+                                (void)unlinkat(dirfd, de->d_name, 0);
+                        }
+                }
+        closedir(d);
+}
+
+/* Gives the finished file (fd; tmp its hidden name, or "" for an O_TMPFILE
+ * one) its name `base` in dirfd, never replacing what is there. */
+static int export_publish(int dirfd, int fd, const char *tmp, const char *base) {
+        if (!*tmp) {
+                if (linkat(fd, "", dirfd, base, AT_EMPTY_PATH) == 0)
+                        return 0;
+                if (errno != ENOENT && errno != EPERM)
+                        return negative_errno();
+                /* Without CAP_DAC_READ_SEARCH, through /proc (proc(5)). */
+                char proc[64];
+                snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+                return linkat(AT_FDCWD, proc, dirfd, base, AT_SYMLINK_FOLLOW) == 0 ? 0 : negative_errno();
+        }
+        if (renameat2(dirfd, tmp, dirfd, base, RENAME_NOREPLACE) == 0)
+                return 0;
+        if (errno != EINVAL && errno != ENOSYS)
+                return negative_errno();
+        /* No RENAME_NOREPLACE here: link (fails on an existing name), then
+         * drop the hidden name. */
+        if (linkat(dirfd, tmp, dirfd, base, 0) < 0)
+                return negative_errno();
+        (void)unlinkat(dirfd, tmp, 0);
+        return 0;
+}
+
+/* Worker thread. The file appears at its path complete or not at all: it
+ * is written unnamed (O_TMPFILE) in the target directory, or where that is
+ * not supported under a hidden name beside it, fsync'ed, and only then
+ * linked at the path, which fails if anything took the name meanwhile (an
+ * existing file or symlink is never replaced or followed). A kill at any
+ * moment leaves nothing at the path: an O_TMPFILE inode goes with the
+ * process, and a hidden file is removed by the next export to that path. */
 static void export_work(void *userdata) {
         export_job *j = userdata;
-        _cleanup_close_ int fd = open(j->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        _cleanup_free_ char *dcopy = strdup(j->path), *bcopy = strdup(j->path);
+        if (!dcopy || !bcopy) {
+                sb_error_set(&j->err, -ENOMEM, "failed", NULL, "out of memory");
+                return;
+        }
+        const char *dir = dirname(dcopy), *base = basename(bcopy);
+        _cleanup_close_ int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd < 0) {
+                sb_error_set(&j->err, negative_errno(), "failed", NULL, "open directory %s: %m", dir);
+                return;
+        }
+        remove_stale_tmps(dirfd, base);
+        char tmp[NAME_MAX + 1] = "";
+        _cleanup_close_ int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+        if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+                char rnd[17];
+                core_random_hex(rnd, 8);
+                if (snprintf(tmp, sizeof(tmp), ".%s" EXPORT_TMP_INFIX "%s", base, rnd) >= (int)sizeof(tmp)) {
+                        sb_error_set(&j->err, -ENAMETOOLONG, "failed", NULL, "create %s: file name too long", j->path);
+                        return;
+                }
+                fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        }
         if (fd < 0) {
                 sb_error_set(&j->err, negative_errno(), "failed", NULL, "create %s: %m", j->path);
                 return;
         }
         struct stat st;
-        if (export_write(j, fd) < 0 || fsync(fd) < 0 || fstat(fd, &st) < 0) {
-                if (!j->err)
+        int r = 0;
+        if (export_write(j, fd) < 0 || fsync(fd) < 0 || fstat(fd, &st) < 0 ||
+            (r = export_publish(dirfd, fd, tmp, base)) < 0 || fsync(dirfd) < 0) {
+                if (r < 0)
+                        sb_error_set(&j->err, r, "failed", NULL, "create %s: %s", j->path, strerror(-r));
+                else if (!j->err)
                         sb_error_set(&j->err, negative_errno(), "failed", NULL, "write %s: %m", j->path);
-                (void)unlink(j->path);
+                if (*tmp)
+                        (void)unlinkat(dirfd, tmp, 0);
                 return;
         }
         j->bytes = st.st_size;
@@ -139,7 +235,7 @@ static const char *param_new_path(rpc_request *req, bool must_not_exist) {
         }
         struct stat st;
         if (path[0] != '/') {
-                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: '%s' is not an absolute path", path);
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: '%s' is not an absolute path", TEXT_Q(path));
                 return NULL;
         }
         if (must_not_exist && lstat(path, &st) == 0) {

@@ -28,6 +28,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
 /* overlayfs takes at most 500 lower layers, and the whole lowerdir string
@@ -560,7 +561,7 @@ static void method_fork(rpc_request *req, void *userdata) {
         }
         if (name && manager_find_sandbox(m, name)) {
                 rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
-                                "sandbox '%s' already exists; pick another name", name);
+                                "sandbox '%s' already exists; pick another name", TEXT_Q(name));
                 return;
         }
         capture(m, req, src, fork_captured);

@@ -132,3 +132,20 @@ char *text_for_log(const char *s, char *buf, size_t size) {
         buf[o] = '\0';
         return buf;
 }
+
+char *text_quote(const char *s, char buf[TEXT_QUOTE_BUF]) {
+        const unsigned char *p = (const unsigned char *)(s ? s : "");
+        size_t len = strlen((const char *)p), o = 0, chars = 0;
+        while (o < len && chars < TEXT_QUOTE_MAX) {
+                uint32_t cp;
+                size_t n = utf8_seq(p + o, len - o, &cp);
+                o += n ? n : 1;
+                chars++;
+        }
+        memcpy(buf, p, o);
+        if (o < len)
+                snprintf(buf + o, TEXT_QUOTE_BUF - o, "...(%zu bytes)", len);
+        else
+                buf[o] = '\0';
+        return buf;
+}

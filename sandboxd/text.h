@@ -35,3 +35,19 @@ char *text_for_log(const char *s, char *buf, size_t size);
 
 /* A buffer for text_for_log() that holds any escaped TEXT_LOG_MAX input. */
 #define TEXT_LOG_BUF (TEXT_LOG_MAX * 4 + 8)
+
+/* Characters of client input text_quote() keeps. */
+#define TEXT_QUOTE_MAX 64
+/* A buffer for text_quote(): 64 characters of up to 4 bytes, the marker. */
+#define TEXT_QUOTE_BUF (TEXT_QUOTE_MAX * 4 + 32)
+
+/* Input as quoted in a message: `s` (NULL: "") cut after TEXT_QUOTE_MAX
+ * characters (UTF-8 code points; an ill-formed byte counts as one) and
+ * marked "...(N bytes)" when cut, written to `buf` (TEXT_QUOTE_BUF bytes)
+ * and returned. Every message that echoes a client's value uses it, so an
+ * answer never carries back more than a few hundred bytes of input. */
+char *text_quote(const char *s, char buf[TEXT_QUOTE_BUF]);
+
+/* text_quote() into a buffer that lives until the end of the enclosing
+ * block: for an argument of a message format. */
+#define TEXT_Q(s) text_quote((s), (char[TEXT_QUOTE_BUF]){0})

@@ -229,6 +229,8 @@ static void handle_packet(init_agent *a, const char *buf, size_t len) {
                 handle_seccomp(a, req);
         else if (streq(o, "list"))
                 handle_list(a);
+        else if (streq(o, "ack"))
+                cmd_ack(a, req);
         else if (streq(o, "stop")) {
                 const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "graceMs");
                 agent_begin_stop(a, cJSON_IsNumber(g) && g->valuedouble > 0 ? (int64_t)g->valuedouble : 0);

@@ -55,11 +55,24 @@ static void run_spec_clear(run_spec *s) {
         free(s->envp);
 }
 
+/* A command not finished yet (a finished one only waits for its ack). */
 static init_cmd *cmd_find(init_agent *a, int64_t id) {
         for (init_cmd *c = a->cmds; c; c = c->next)
-                if (c->id == id)
+                if (c->id == id && !c->finished)
                         return c;
         return NULL;
+}
+
+/* Takes c out of the list; freed after this epoll batch, since later
+ * events of the same batch may still point at it. */
+static void cmd_forget(init_agent *a, init_cmd *c) {
+        for (init_cmd **p = &a->cmds; *p; p = &(*p)->next)
+                if (*p == c) {
+                        *p = c->next;
+                        break;
+                }
+        c->next = a->dead;
+        a->dead = c;
 }
 
 static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
@@ -625,23 +638,36 @@ static ssize_t read_chunk(init_agent *a, init_cmd *c, enum init_watch_kind k) {
 }
 
 /* The exit event goes out once the process is reaped and its streams are
- * closed; then the command is forgotten. */
+ * closed. The command stays listed until sandboxd acknowledges the exit
+ * (cmd_ack): a daemon killed before it read the event hears it again from
+ * cmd_resume after it reconnects. The list is newest first, so past
+ * INIT_UNACKED_MAX the oldest finished ones go. */
 static void maybe_finish(init_agent *a, init_cmd *c) {
         if (c->finished || !c->reaped || c->out_fd >= 0 || c->err_fd >= 0)
                 return;
         c->finished = true;
         close_stream(a, c, WATCH_STDIN);
-        int code = WIFEXITED(c->status) ? WEXITSTATUS(c->status) :
-                   WIFSIGNALED(c->status) ? 128 + WTERMSIG(c->status) : 255;
-        send_exit(a, c->id, code, NULL);
-        for (init_cmd **p = &a->cmds; *p; p = &(*p)->next)
-                if (*p == c) {
-                        *p = c->next;
-                        break;
+        c->exit_code = WIFEXITED(c->status) ? WEXITSTATUS(c->status) :
+                       WIFSIGNALED(c->status) ? 128 + WTERMSIG(c->status) : 255;
+        send_exit(a, c->id, c->exit_code, NULL);
+        unsigned n = 0;
+        init_cmd *oldest = NULL;
+        for (init_cmd *x = a->cmds; x; x = x->next)
+                if (x->finished) {
+                        n++;
+                        oldest = x;
                 }
-        /* Later events of the same epoll batch may still point at c. */
-        c->next = a->dead;
-        a->dead = c;
+        if (n > INIT_UNACKED_MAX && oldest)
+                cmd_forget(a, oldest);
+}
+
+void cmd_ack(init_agent *a, const cJSON *req) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(req, "id");
+        if (!cJSON_IsNumber(idj))
+                return agent_send_error(a, NULL, "ack: \"id\" must be a number");
+        for (init_cmd *c = a->cmds; c; c = c->next)
+                if (c->id == (int64_t)idj->valuedouble && c->finished)
+                        return cmd_forget(a, c);
 }
 
 void cmd_free_dead(init_agent *a) {
@@ -739,6 +765,15 @@ void cmd_reap(init_agent *a) {
         }
 }
 
+/* Bytes `c` adds to the list packet: its fields, and its meta as a JSON
+ * string (each '"' and '\\' escaped, control characters as \\u00XX). */
+static size_t list_entry_size(const init_cmd *c) {
+        size_t n = 96;
+        for (const unsigned char *p = (const unsigned char *)(c->meta ? c->meta : ""); *p; p++)
+                n += *p == '"' || *p == '\\' ? 2 : *p < 0x20 ? 6 : 1;
+        return n;
+}
+
 cJSON *cmd_list(init_agent *a) {
         cJSON *ev = cJSON_CreateObject();
         cJSON *arr = ev ? cJSON_AddArrayToObject(ev, "commands") : NULL;
@@ -747,17 +782,28 @@ cJSON *cmd_list(init_agent *a) {
                 return NULL;
         }
         cJSON_AddStringToObject(ev, "ev", "list");
-        for (init_cmd *c = a->cmds; c; c = c->next) {
-                cJSON *o = cJSON_CreateObject();
-                if (!o)
-                        continue;
-                cJSON_AddNumberToObject(o, "id", (double)c->id);
-                cJSON_AddNumberToObject(o, "pid", c->pid);
-                cJSON_AddBoolToObject(o, "exited", c->reaped);
-                if (c->meta)
-                        cJSON_AddStringToObject(o, "meta", c->meta);
-                cJSON_AddItemToArray(arr, o);
-        }
+        /* One packet (AGENT_MAX_PACKET): running commands first, then
+         * finished ones newest first while they fit. A finished command
+         * left out is forgotten by the daemon that acks its re-sent exit. */
+        size_t budget = AGENT_MAX_PACKET - 4096;
+        for (int pass = 0; pass < 2; pass++)
+                for (init_cmd *c = a->cmds; c; c = c->next) {
+                        if (c->finished != (pass == 1))
+                                continue;
+                        size_t need = list_entry_size(c);
+                        if (need > budget)
+                                continue;
+                        cJSON *o = cJSON_CreateObject();
+                        if (!o)
+                                continue;
+                        budget -= need;
+                        cJSON_AddNumberToObject(o, "id", (double)c->id);
+                        cJSON_AddNumberToObject(o, "pid", c->pid);
+                        cJSON_AddBoolToObject(o, "exited", c->reaped);
+                        if (c->meta)
+                                cJSON_AddStringToObject(o, "meta", c->meta);
+                        cJSON_AddItemToArray(arr, o);
+                }
         return ev;
 }
 
@@ -765,7 +811,11 @@ void cmd_resume(init_agent *a) {
         init_cmd *next;
         for (init_cmd *c = a->cmds; c; c = next) {
                 next = c->next;
-                if (!c->reaped || c->finished)
+                if (c->finished) {
+                        send_exit(a, c->id, c->exit_code, NULL);
+                        continue;
+                }
+                if (!c->reaped)
                         continue;
                 drain_stream(a, c, WATCH_STDOUT);
                 drain_stream(a, c, WATCH_STDERR);
@@ -791,6 +841,10 @@ void cmd_finish_all(init_agent *a) {
         cmd_reap(a);
         while (a->cmds) {
                 init_cmd *c = a->cmds;
+                if (c->finished) {
+                        cmd_forget(a, c);  /* its exit went out already */
+                        continue;
+                }
                 if (!c->reaped) {
                         c->reaped = true;
                         c->status = SIGKILL; /* a wait status of "killed by SIGKILL" */

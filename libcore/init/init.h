@@ -26,6 +26,9 @@
 #define INIT_DRAIN_MAX (1u * 1024 * 1024)
 /* Longest "meta" of a run that init keeps for list. */
 #define INIT_META_MAX 4096
+/* Finished commands whose exit sandboxd has not acknowledged, kept for a
+ * reconnecting daemon; past this many the oldest are dropped. */
+#define INIT_UNACKED_MAX 256
 #define INIT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define INIT_WORKSPACE "/workspace"
 
@@ -64,8 +67,9 @@ typedef struct init_cmd {
         pid_t pid;
         bool tty;
         bool reaped;
-        bool finished;         /* exit event sent; freed after this epoll batch */
+        bool finished;         /* exit event sent; kept (listed, re-sent on reconnect) until acked */
         int status;            /* wait status once reaped */
+        int exit_code;         /* what the exit event said, once finished */
         int out_fd, err_fd;    /* read ends (err_fd unused for a tty); -EBADF once closed */
         int in_fd;             /* stdin pipe write end, or a dup of the pty master */
         bool out_watched, err_watched, in_watched;
@@ -116,11 +120,13 @@ void cmd_reap(init_agent *a);
 void cmd_set_output_paused(init_agent *a, bool paused);
 void cmd_finish_all(init_agent *a);
 void cmd_free_dead(init_agent *a);
-/* {"ev":"list"} reply: every command not yet finished. */
+/* {"ev":"list"} reply: every command whose exit is not acknowledged. */
 cJSON *cmd_list(init_agent *a);
 /* Back online: commands reaped while offline get their last output and
- * exit events now. */
+ * exit events now, and every exit not acknowledged yet is sent again. */
 void cmd_resume(init_agent *a);
+/* {"op":"ack","id":N}: sandboxd forgot finished command N; so does init. */
+void cmd_ack(init_agent *a, const cJSON *req);
 /* One-time work of the first command, done ahead while init is idle. */
 void cmd_prepare(void);
 

@@ -460,3 +460,76 @@ def test_an_imported_runtime_under_a_running_sandbox_stays_across_restarts(world
         if name:
             _finish(world, name)
         world.ctl("runtime", "rm", rt)
+
+
+def _procs_with(marker):
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(p))
+        except OSError:
+            pass
+    return pids
+
+
+def _exit_survives(world, name, stop_first):
+    d = world.daemon
+    marker = "exit-marker-%d-%d" % (os.getpid(), int(stop_first))
+    r = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                     "args": ["-c", ": %s; sleep 1; exit 7" % marker]})
+    cmd_id = r["cmdId"]
+    poll(lambda: _procs_with(marker), 10, "the command runs")
+    if stop_first:
+        # The daemon cannot read: init sends the exit into its socket,
+        # then the daemon dies with the event unread.
+        os.kill(d.proc.pid, signal.SIGSTOP)
+    else:
+        os.kill(d.proc.pid, signal.SIGKILL)
+    try:
+        poll(lambda: not _procs_with(marker), 10, "the command exits")
+    finally:
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(10)
+    d.start()
+    got = rpc_ok(world, "command.get", {"cmdId": cmd_id})
+    if got.get("exitCode") is None:
+        poll(lambda: rpc_ok(world, "command.get", {"cmdId": cmd_id}).get("exitCode") is not None, 10,
+             "the exit status arrives after the restart")
+        got = rpc_ok(world, "command.get", {"cmdId": cmd_id})
+    expect_eq(got.get("exitCode"), 7, "command.get exitCode after the restart")
+    fin = rpc_ok(world, "command.wait", {"cmdId": cmd_id}, timeout=30)
+    expect_eq(fin.get("exitCode"), 7, "command.wait after the restart")
+
+
+def test_an_exit_the_killed_daemon_never_read_is_kept_by_init(world):
+    name, _c, _o, _e = create(world, "rstexit", "--deny-all")
+    try:
+        _exit_survives(world, name, True)
+        _exit_survives(world, name, False)
+        # Finished commands stay known across further restarts: init keeps
+        # them until the daemon forgets them.
+        first = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", "exit 3"]})
+        _restart(world, "kill")
+        _restart(world, "term")
+        got = rpc_ok(world, "command.get", {"cmdId": first["cmdId"]})
+        expect_eq(got.get("exitCode"), 3, "a command that finished before two restarts")
+        code, out, err = sh(world, name, "echo ok")
+        expect_eq((code, out), (0, "ok\n"), "exec after the restarts (%s)" % err.strip())
+    finally:
+        delete(world, name)
+
+
+def test_a_command_with_long_arguments_is_still_known_after_a_restart(world):
+    name, _c, _o, _e = create(world, "rstlong", "--deny-all")
+    try:
+        r = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                         "args": ["-c", "sleep 0.5; exit 5", "sh"] + ["a" * 1000] * 8})
+        _restart(world, "kill")
+        fin = rpc_ok(world, "command.wait", {"cmdId": r["cmdId"]}, timeout=30)
+        expect_eq(fin.get("exitCode"), 5, "command.wait of an 8 KB command after a restart")
+    finally:
+        delete(world, name)

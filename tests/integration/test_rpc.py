@@ -1,10 +1,11 @@
 """Bad input on the JSON-RPC socket: every case gets the documented error
 (docs/API.md) and the daemon keeps serving other clients."""
 import json
+import os
 import socket
 
 import world as W
-from common import expect, expect_eq, sandbox
+from common import expect, expect_eq, poll, sandbox
 
 # method -> (required params with a valid-looking value, a wrong-typed value per field)
 METHODS = {
@@ -67,6 +68,8 @@ def test_daemon_info_answers(world):
     for k in ("version", "pid", "limits", "capabilities"):
         expect(k in r, "daemon.info lacks", k, r)
     expect_eq(r["pid"], world.daemon.pid, "daemon.info pid")
+    expect_eq((r["limits"].get("maxEnvValueBytes"), r["limits"].get("maxJsonDepth")), (32768, 64),
+              "daemon.info request size limits")
 
 
 def test_missing_params_are_32602_with_field(world):
@@ -214,3 +217,140 @@ def test_not_found_reason(world):
     e = _err(world.rpc("sandbox.get", {"name": world.name("missing")}), "get missing")
     expect_eq((e.get("code"), (e.get("data") or {}).get("reason")), (-32000, "not_found"),
               "error for a missing sandbox")
+
+
+def _invalid_param(msg, field, what):
+    e = _err(msg, what)
+    got = (e.get("code"), (e.get("data") or {}).get("field"))
+    expect(got == (-32602, field), "%s: expected -32602 naming %s, got" % (what, field),
+           json.dumps(e)[:300])
+    return e
+
+
+def test_get_or_create_on_an_existing_name_validates_like_create(world):
+    with sandbox(world, "goc", "--deny-all") as name:
+        for params, field in [({"timeout": "12"}, "timeout"), ({"persistent": "true"}, "persistent"),
+                              ({"env": "x"}, "env"), ({"timeout": -1}, "timeout"),
+                              ({"tags": {"k": 5}}, "tags.k"), ({"userns": 1}, "userns")]:
+            p = dict(params, name=name, networkPolicy="deny-all")
+            _invalid_param(world.rpc("sandbox.getOrCreate", p), field, "getOrCreate %s" % params)
+        r = world.rpc_result("sandbox.getOrCreate", {"name": name, "networkPolicy": "deny-all"})
+        expect_eq(r.get("created"), False, "getOrCreate of the existing sandbox with valid params")
+
+
+def test_oversized_env_and_args_are_refused_where_they_arrive(world):
+    big = "v" * (300 * 1024)
+    _invalid_param(world.rpc("sandbox.create", {"name": world.name("bigenv"), "networkPolicy": "deny-all",
+                                                "env": {"BIG": big}}), "env.BIG", "create with a 300 KB env value")
+    expect(world.rpc("sandbox.get", {"name": world.name("bigenv")}).get("error"), "the refused sandbox exists")
+    with sandbox(world, "limits", "--deny-all") as name:
+        e = _invalid_param(world.rpc("sandbox.update", {"name": name, "env": {"BIG": big}}), "env.BIG",
+                           "update with a 300 KB env value")
+        expect("32768" in e["message"], "the message names the limit:", e["message"][:200])
+        many = {"K%d" % i: "x" * 30000 for i in range(3)}
+        _invalid_param(world.rpc("sandbox.update", {"name": name, "env": many}), "env", "update with 90 KB of env")
+        _invalid_param(world.rpc("command.run", {"sandbox": name, "cmd": "echo", "args": [big]}), "args",
+                       "run with a 300 KB argument")
+        _invalid_param(world.rpc("command.run", {"sandbox": name, "cmd": "x" * 5000}), "cmd", "run with a 5000 B cmd")
+        _invalid_param(world.rpc("command.run", {"sandbox": name, "cmd": "true", "cwd": "/" + "d" * 5000}), "cwd",
+                       "run with a 5000 B cwd")
+        _invalid_param(world.rpc("command.run", {"sandbox": name, "cmd": "true", "env": {"E": big}}), "env.E",
+                       "run with a 300 KB env value")
+        _invalid_param(world.rpc("sandbox.update", {"name": name, "tags": {"t": "x" * 2000}}), "tags.t",
+                       "update with a 2000 B tag value")
+        # Control characters count as JSON encodes them: 20000 of them are
+        # 120000 bytes in the agent packet, over the per-value limit.
+        _invalid_param(world.rpc("sandbox.update", {"name": name, "env": {"C": "\x01" * 20000}}), "env.C",
+                       "update with an env value of control characters")
+        # The sandbox still runs commands with the largest env that is allowed.
+        env = {"A": "a" * 32000, "B": "b" * 31000}
+        world.rpc_result("sandbox.update", {"name": name, "env": env})
+        code, out, err = world.ctl("exec", name, "--", "sh", "-c", 'echo ${#A} ${#B} $#', "sh", *(["y" * 1000] * 60))
+        expect_eq((code, out), (0, "32000 31000 60\n"), "a command at the limits runs (%s)" % err.strip()[:200])
+    _still_serving(world)
+
+
+def test_messages_quote_at_most_64_characters_of_input(world):
+    huge = "n" * (1 << 20)
+    for method, params in [("sandbox.get", {"name": huge}), ("command.get", {"cmdId": huge}),
+                           ("snapshot.get", {"id": huge}), ("sandbox.create", {"name": huge}),
+                           (huge, {}), ("sandbox.create", {"source": {"type": "git", huge: 1}})]:
+        m = world.rpc(method, params)
+        e = _err(m, method[:20])
+        expect(len(json.dumps(e)) < 600, "%s: the error echoes %d bytes:" % (method[:20], len(json.dumps(e))),
+               json.dumps(e)[:200])
+        expect("n" * 64 in e["message"] and "n" * 65 not in e["message"],
+               "%s: the message quotes 64 characters:" % method[:20], e["message"][:200])
+
+
+def test_deep_nesting_is_named(world):
+    with world.daemon.connect(30) as c:
+        for depth in (10000, 65):
+            c.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info","params":{"a":' + b"[" * depth +
+                       b"]" * depth + b"}}\n")
+            e = _err(c.read_msg(30), "a %d-deep array" % depth)
+            expect(e.get("code") == -32600 and "nested too deep (limit 64)" in e.get("message", ""),
+                   "a %d-deep array:" % depth, json.dumps(e)[:300])
+        # 60 levels are fine (the method ignores the extra parameter).
+        c.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"daemon.info","params":{"a":' + b"[" * 60 + b"]" * 60 + b"}}\n")
+        m = c.read_msg(30)
+        expect("result" in m, "a 61-deep request:", json.dumps(m)[:300])
+    _still_serving(world)
+
+
+def _rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped(world):
+    import select
+    import time
+    d = world.daemon
+    with sandbox(world, "flood", "--deny-all") as name:
+        code, _o, err = world.ctl("exec", name, "--", "sh", "-c",
+                                  "head -c 33554432 /dev/urandom > /workspace/big && echo small > /workspace/small")
+        expect_eq(code, 0, "make a 32 MiB file (%s)" % err.strip())
+        base = _rss_kb(d.pid)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(d.socket)
+        req = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "fs.read",
+                                   "params": {"sandbox": name, "path": "/workspace/big"}}).encode() + b"\n"
+                       for i in range(200))
+        start = time.monotonic()
+        s.sendall(req)
+        p = select.poll()
+        p.register(s, select.POLLHUP | select.POLLRDHUP | select.POLLERR)
+        peak, dropped_at, served = 0, None, False
+        try:
+            while time.monotonic() - start < 50:
+                peak = max(peak, _rss_kb(d.pid))
+                if not served and time.monotonic() - start > 3:
+                    # Others are served meanwhile, fs.read included.
+                    r = d.rpc_result("fs.read", {"sandbox": name, "path": "/workspace/small"}, timeout=15)
+                    expect_eq(r.get("size"), 6, "another client's fs.read during the flood")
+                    served = True
+                if any(ev & (select.POLLHUP | select.POLLRDHUP | select.POLLERR) for _fd, ev in p.poll(250)):
+                    dropped_at = time.monotonic() - start
+                    break
+        finally:
+            s.close()
+        expect(served, "another client was not served during the flood")
+        # 30 s after the peer last took a byte, which is within the first
+        # seconds (while the first answer fills the socket buffers).
+        expect(dropped_at is not None and 29 <= dropped_at <= 45,
+               "the client that reads nothing is dropped on the 30 s deadline (after %s s)" % dropped_at)
+        # Under AddressSanitizer (make integration-asan) freed memory sits
+        # in its quarantine and shadow: the bounds are for the real build.
+        if "ASAN_OPTIONS" not in os.environ:
+            expect(peak - base < 250 * 1024, "daemon RSS rose by %d MiB during the flood (from %d MiB)"
+                   % ((peak - base) // 1024, base // 1024))
+            # The memory goes back once the connection is gone.
+            poll(lambda: _rss_kb(d.pid) - base < 64 * 1024, 15,
+                 "daemon RSS back near %d MiB after the drop (now %d MiB)" % (base // 1024, _rss_kb(d.pid) // 1024))
+        _still_serving(world)
+test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped.timeout = 120

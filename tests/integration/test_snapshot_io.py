@@ -4,6 +4,8 @@ hostile file brings nothing in."""
 import os
 import tempfile
 
+import world as W
+
 from common import create, delete, expect, expect_eq, sh, sh_ok, tar_bytes
 
 
@@ -297,3 +299,52 @@ def test_cli_import_config_flag(world):
     finally:
         for s in snaps:
             world.rpc("snapshot.delete", {"id": s})
+
+
+def test_export_killed_midway_leaves_no_file_and_the_next_export_works(world):
+    name, _c, _o, _e = create(world, "iokill", "--deny-all")
+    snap = imported = None
+    out_dir = tempfile.mkdtemp(dir=world.tmp)
+    path = os.path.join(out_dir, "snap.tar.zst")
+    d = world.daemon
+    try:
+        # Incompressible data, so the archive is past libarchive's and
+        # zstd's buffers (bytes in the file) when the fault point is hit.
+        sh_ok(world, name, "head -c 8000000 /dev/urandom > /workspace/blob && sha256sum /workspace/blob > /workspace/sum")
+        code, out, err = world.ctl("snapshot", name)
+        expect_eq(code, 0, "snapshot (%s)" % err.strip())
+        snap = out.strip()
+        delete(world, name)
+        name = None
+        d.stop()
+        d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAULT": "export.writing"})
+        try:
+            d.rpc("snapshot.export", {"id": snap, "path": path}, timeout=60)
+        except (OSError, ValueError, ConnectionError):
+            pass
+        d.proc.wait(30)
+        expect(not os.path.lexists(path), "a killed export left a file at the path (%d bytes)"
+               % (os.path.getsize(path) if os.path.exists(path) else -1))
+        # A leftover of an export killed on a filesystem without O_TMPFILE.
+        stale = os.path.join(out_dir, ".snap.tar.zst.export-0123456789abcdef")
+        with open(stale, "wb") as f:
+            f.write(b"partial")
+        d.start()
+        code, out, err = world.ctl("snapshots", "export", snap, path)
+        expect_eq((code, out), (0, path + "\n"), "the next export (%s)" % err.strip())
+        expect(not os.path.lexists(stale), "the stale hidden file of an interrupted export is removed")
+        expect_eq(sorted(os.listdir(out_dir)), ["snap.tar.zst"], "files in the export directory")
+        code, out, err = world.ctl("snapshots", "import", path)
+        expect_eq(code, 0, "import of the export (%s)" % err.strip())
+        imported = out.strip()
+        name, _c, _o, _e = create(world, "iokill2", "--deny-all", "--snapshot", imported)
+        code, out, err = sh(world, name, "sha256sum -c /workspace/sum")
+        expect_eq(code, 0, "the imported snapshot has the whole file (%s %s)" % (out.strip(), err.strip()))
+    finally:
+        if not d.alive():
+            d.start()
+        if name:
+            delete(world, name)
+        for s in (snap, imported):
+            if s:
+                world.ctl("snapshots", "rm", s)

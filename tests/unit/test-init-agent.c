@@ -536,6 +536,19 @@ static void test_reconnect_keeps_commands_and_lists_them(void **state) {
         result *fds = run_sh(&ip, 4, "ls /proc/self/fd", NULL);
         assert_string_equal(fds->out, "0\n1\n2\n3\n");
         free(fds);
+        /* An acknowledged exit is forgotten; command 6's is not acked. */
+        send_json(&ip, "{\"op\":\"ack\",\"id\":4}");
+        free(run_sh(&ip, 6, "exit 9", NULL));
+        /* Finished commands with large metas: more than fit in one list
+         * packet, which must stay whole (AGENT_MAX_PACKET). */
+        char *meta = malloc(4001);
+        memset(meta, 'm', 4000);
+        meta[4000] = 0;
+        char extra[4100];
+        snprintf(extra, sizeof(extra), ",\"meta\":\"%s\"", meta);
+        free(meta);
+        for (int i = 100; i < 180; i++)
+                free(run_sh(&ip, i, "true", extra));
         result r = {};
         send_json(&ip, "{\"op\":\"run\",\"id\":5,\"meta\":\"m5\",\"stdin\":true,"
                        "\"argv\":[\"sh\",\"-c\",\"echo up; read x; echo after-$x; exit 3\"]}");
@@ -549,10 +562,30 @@ static void test_reconnect_keeps_commands_and_lists_them(void **state) {
         assert_non_null(ev);
         assert_string_equal(ev_str(ev, "ev"), "list");
         cJSON *cmds = cJSON_GetObjectItem(ev, "commands");
-        assert_int_equal(cJSON_GetArraySize(cmds), 1);
+        /* Running commands first, then finished ones newest first while
+         * they fit: command 6, the oldest, did not. */
+        int n = cJSON_GetArraySize(cmds);
+        assert_true(n > 40 && n < 70);
         assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 0), "id")->valueint, 5);
         assert_string_equal(ev_str(cJSON_GetArrayItem(cmds, 0), "meta"), "m5");
+        assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 1), "id")->valueint, 179);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 1), "exited")));
         cJSON_Delete(ev);
+        /* Every exit the first connection may never have read comes again
+         * (listed or not), command 6's with its status. */
+        int code6 = -1;
+        for (int seen = 0; seen < 81;) {
+                ev = recv_event(&ip);
+                assert_non_null(ev);
+                assert_string_equal(ev_str(ev, "ev"), "exit");
+                int id = cJSON_GetObjectItem(ev, "id")->valueint;
+                if (id == 6)
+                        code6 = cJSON_GetObjectItem(ev, "code")->valueint;
+                send_json(&ip, "{\"op\":\"ack\",\"id\":%d}", id);
+                cJSON_Delete(ev);
+                seen++;
+        }
+        assert_int_equal(code6, 9);
         send_json(&ip, "{\"op\":\"write\",\"id\":5,\"data\":\"Z28K\"}"); /* "go\n" */
         memset(&r, 0, sizeof(r));
         pump(&ip, 5, &r, NULL);

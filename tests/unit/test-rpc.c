@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 #include "libcore/util.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/rpc.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -211,6 +212,9 @@ static int start_server(fixture *f, gid_t gid, mode_t mode) {
         assert_int_equal(rpc_server_add_method(f->server, "test.flood", m_flood, f), 0);
         assert_int_equal(rpc_server_add_method(f->server, "test.echo", m_echo, f), -EEXIST);
         assert_int_equal(rpc_server_add_method(f->server, "test.duration", m_duration, f), 0);
+        assert_int_equal(rpc_server_add_method(f->server, "test.bulk", m_later, f), 0);
+        assert_int_equal(rpc_server_set_method_bulk(f->server, "test.bulk"), 0);
+        assert_int_equal(rpc_server_set_method_bulk(f->server, "test.none"), -ENOENT);
         rpc_server_set_close_handler(f->server, on_close, f);
         rpc_server_set_drain_handler(f->server, on_drain, f);
         return 0;
@@ -776,6 +780,115 @@ static void test_half_closed_peer_still_gets_answers(void **state) {
         client_close(&c);
 }
 
+/* One bulk request at a time per connection, and the lines after a held
+ * one wait too (order kept); a half-closed peer still gets every answer. */
+static void test_bulk_requests_run_one_at_a_time_in_order(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.bulk\",\"params\":{\"ms\":100}}\n"
+                        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"test.echo\"}\n"
+                        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"test.bulk\",\"params\":{\"ms\":1}}\n"
+                        "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"test.echo\"}");
+        assert_int_equal(shutdown(c.fd, SHUT_WR), 0);
+        int order[4];
+        for (int i = 0; i < 4; i++) {
+                cJSON *m = client_read(f, &c);
+                order[i] = (int) id_of(m);
+                cJSON_Delete(m);
+        }
+        /* 2 runs at once; 3 (1 ms) waits for 1 (100 ms), and 4 behind it. */
+        assert_int_equal(order[0], 2);
+        assert_int_equal(order[1], 1);
+        assert_int_equal(order[2], 4);
+        assert_int_equal(order[3], 3);
+        client_expect_eof(f, &c);
+        client_close(&c);
+}
+
+static void test_deep_nesting_is_named_with_its_limit(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        char line[1024];
+        int n = snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.echo\",\"params\":{\"a\":");
+        for (int i = 0; i < 100; i++)
+                line[n++] = '[';
+        for (int i = 0; i < 100; i++)
+                line[n++] = ']';
+        /* Brackets inside strings do not count. */
+        snprintf(line + n, sizeof(line) - (size_t) n, ",\"s\":\"[[[[\"}}\n");
+        client_send(&c, line);
+        cJSON *m = client_read(f, &c);
+        cJSON *e = cJSON_GetObjectItem(m, "error");
+        assert_int_equal(cJSON_GetObjectItem(e, "code")->valueint, RPC_INVALID_REQUEST);
+        assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")), "nested too deep (limit 64)"));
+        cJSON_Delete(m);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"test.echo\",\"params\":{\"s\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}}\n");
+        m = client_read(f, &c);
+        assert_non_null(cJSON_GetObjectItem(m, "result"));
+        cJSON_Delete(m);
+        client_close(&c);
+}
+
+static void test_text_quote_cuts_at_64_characters(void **state) {
+        char buf[TEXT_QUOTE_BUF];
+        assert_string_equal(text_quote("short", buf), "short");
+        assert_string_equal(text_quote(NULL, buf), "");
+        char long_in[300];
+        memset(long_in, 'x', 200);
+        long_in[200] = 0;
+        text_quote(long_in, buf);
+        assert_int_equal(strspn(buf, "x"), 64);
+        assert_string_equal(buf + 64, "...(200 bytes)");
+        /* Characters, not bytes: 70 two-byte characters keep 64 whole ones. */
+        char utf[200] = "";
+        for (int i = 0; i < 70; i++)
+                strcat(utf, "\xc3\xa9");
+        text_quote(utf, buf);
+        assert_int_equal(strncmp(buf, utf, 128), 0);
+        assert_string_equal(buf + 128, "...(140 bytes)");
+}
+
+static void test_limits_count_json_bytes_and_name_the_field(void **state) {
+        assert_int_equal(limit_json_len("abc"), 3);
+        assert_int_equal(limit_json_len("a\"\\\n"), 7);
+        assert_int_equal(limit_json_len("\x01"), 6);
+        cJSON *env = cJSON_Parse("{\"A\":\"1\",\"B\":\"2\"}");
+        sb_error *err = NULL;
+        assert_int_equal(limit_check_map(env, "env", &limit_env, &err), 0);
+        char *big = malloc(LIMIT_ENV_VALUE_BYTES + 2);
+        memset(big, 'v', LIMIT_ENV_VALUE_BYTES + 1);
+        big[LIMIT_ENV_VALUE_BYTES + 1] = 0;
+        cJSON_AddStringToObject(env, "BIG", big);
+        assert_int_equal(limit_check_map(env, "env", &limit_env, &err), -E2BIG);
+        assert_string_equal(err->field, "env.BIG");
+        assert_non_null(strstr(err->message, "32768"));
+        sb_error_free(err);
+        err = NULL;
+        cJSON_Delete(env);
+        /* Just at the limit per value, but three of them are over the total. */
+        big[LIMIT_ENV_VALUE_BYTES - 4] = 0;
+        env = cJSON_CreateObject();
+        cJSON_AddStringToObject(env, "A", big);
+        cJSON_AddStringToObject(env, "B", big);
+        assert_int_equal(limit_check_map(env, "env", &limit_env, &err), 0);
+        cJSON_AddStringToObject(env, "C", big);
+        assert_int_equal(limit_check_map(env, "env", &limit_env, &err), -E2BIG);
+        assert_string_equal(err->field, "env");
+        sb_error_free(err);
+        err = NULL;
+        cJSON_Delete(env);
+        cJSON *args = cJSON_CreateArray();
+        cJSON_AddItemToArray(args, cJSON_CreateString(big));
+        cJSON_AddItemToArray(args, cJSON_CreateString(big));
+        assert_int_equal(limit_check_args(args, "args", &err), 0);
+        cJSON_AddItemToArray(args, cJSON_CreateString(big));
+        assert_int_equal(limit_check_args(args, "args", &err), -E2BIG);
+        assert_string_equal(err->field, "args");
+        sb_error_free(err);
+        cJSON_Delete(args);
+        free(big);
+}
+
 static void test_worker_runs_off_loop_and_finishes_on_loop(void **state) {
         fixture *f = *state;
         client c = client_connect(f);
@@ -1013,6 +1126,8 @@ int main(void) {
                 T(test_id_null_request_is_answered),
                 T(test_server_notification_has_no_id),
                 T(test_half_closed_peer_still_gets_answers),
+                T(test_bulk_requests_run_one_at_a_time_in_order),
+                T(test_deep_nesting_is_named_with_its_limit),
                 T(test_worker_runs_off_loop_and_finishes_on_loop),
                 T(test_peer_that_stops_reading_is_dropped),
                 T(test_congested_connection_reports_when_drained),
@@ -1023,6 +1138,8 @@ int main(void) {
 #undef T
                 cmocka_unit_test(test_text_for_log_defuses_control_characters),
                 cmocka_unit_test(test_utf8_repair_replaces_only_bad_bytes),
+                cmocka_unit_test(test_text_quote_cuts_at_64_characters),
+                cmocka_unit_test(test_limits_count_json_bytes_and_name_the_field),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,98 @@
+"""A full state filesystem: a change that cannot be saved is refused and
+changes nothing, and sandboxd still starts on it and re-adopts its running
+sandboxes (issue: starting must need no free space)."""
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+
+from common import expect, expect_eq
+
+
+@contextlib.contextmanager
+def _small_tmpfs(world, size="48m"):
+    d = tempfile.mkdtemp(prefix="statefs-", dir=world.tmp)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0755" % size, "tmpfs", d], check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", d], capture_output=True)
+        os.rmdir(d)
+
+
+def _fill(directory):
+    """Writes a file until the filesystem is full; returns its path."""
+    path = os.path.join(directory, "filler")
+    block = b"\0" * (1 << 20)
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(block)
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0" * 512)
+        except OSError:
+            pass
+    return path
+
+
+def test_full_state_filesystem_refuses_updates_and_still_starts(world):
+    world.stop_sandboxd()  # one daemon per network namespace
+    try:
+        _full_state(world)
+    finally:
+        world.start_sandboxd()
+
+
+def _full_state(world):
+    with _small_tmpfs(world) as fs:
+        state = os.path.join(fs, "state")
+        d = world.add_sandboxd(tag="full", state_dir=state)
+        d.start()
+        name = world.name("full")
+        filler = None
+        try:
+            d.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all",
+                                            "tags": {"team": "a"}}, 120)
+            d.rpc_result("sandbox.create", {"name": name + "-p", "networkPolicy": "deny-all",
+                                            "persistent": True}, 120)
+            filler = _fill(fs)
+            e = d.rpc("sandbox.update", {"name": name, "tags": {"team": "b"}, "env": {"X": "1"}}).get("error")
+            expect(e is not None, "update on a full state filesystem answered success")
+            expect("nothing changed" in e.get("message", ""), "the error says nothing changed:", e)
+            sb = d.rpc_result("sandbox.get", {"name": name})
+            expect_eq((sb["tags"], sb["env"]), ({"team": "a"}, {}), "tags and env after the refused update")
+            e = d.rpc("sandbox.create", {"name": name + "-2", "networkPolicy": "deny-all"}, 120).get("error")
+            expect(e is not None, "create on a full state filesystem answered success")
+            names = [x["name"] for x in d.rpc_result("sandbox.list", {})["sandboxes"]]
+            expect_eq(sorted(names), [name, name + "-p"], "sandboxes after the refused create")
+            # A restart (kill -9) on the full filesystem starts and
+            # re-adopts the running sandbox.
+            os.kill(d.proc.pid, signal.SIGKILL)
+            d.proc.wait(10)
+            d.start()
+            with open(d.log_path, errors="replace") as f:
+                log = f.read()
+            expect("using the one already in" in log and "re-adopted" in log,
+                   "the restart on a full disk used the existing runtime and re-adopted:", d.log_tail(15))
+            sb = d.rpc_result("sandbox.get", {"name": name})
+            expect_eq((sb["status"], sb["tags"]), ("running", {"team": "a"}), "the sandbox after the restart")
+            for n in (name, name + "-p"):
+                code, out, err = d.ctl("exec", n, "--", "echo", "alive")
+                expect_eq((code, out), (0, "alive\n"), "exec in %s after a restart on a full disk (%s)"
+                          % (n, err.strip()))
+            # With room again the update goes through.
+            os.unlink(filler)
+            filler = None
+            sb = d.rpc_result("sandbox.update", {"name": name, "tags": {"team": "b"}})
+            expect_eq(sb["tags"], {"team": "b"}, "tags after an update with room")
+        finally:
+            if filler:
+                os.unlink(filler)
+            if d.alive():
+                for n in (name, name + "-p"):
+                    d.rpc("sandbox.delete", {"name": n}, 60)
+            world.stop_sandboxd(d)
