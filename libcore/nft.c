@@ -146,7 +146,8 @@ static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
  * - input: the pool's addresses (the gateways where the DNS filter and the
  *   egress proxy answer, DESIGN §5.2) take packets only from session
  *   veths; from elsewhere they are dropped (a session's proxy injects its
- *   policy's credentials, its DNS filter pins addresses for it).
+ *   policy's credentials, its DNS filter pins addresses for it), as are
+ *   pool-sourced packets from elsewhere.
  * - output: the host's own processes cannot open a connection into a
  *   sandbox or to a gateway address either (denied at once, through
  *   `deny`); only replies leave towards a veth (the DNS filter's answers,
@@ -164,6 +165,10 @@ static const host_rule host_rules[] = {
           IF_LO, IF_ANY, 0, ADDR_ANY, false, false, V_ACCEPT },
         { "input", "input: !sbx* -> pool drop",
           IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, DADDR_POOL, false, false, V_DROP },
+        /* A forged sandbox source from outside would make the host's
+         * answer leave through that sandbox's veth as a "reply". */
+        { "input", "input: !sbx* pool source drop",
+          IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
         { "input", "input: sbx* ct state established,related accept",
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, true, V_ACCEPT },
         { "input", "input: iifname vmap @" CORE_NFT_SESSIONS_INPUT_MAP,
