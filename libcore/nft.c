@@ -1,7 +1,8 @@
 /* The host-wide nftables table `inet sandboxd`: its base chains and the
  * rules every session shares (no access to the host, to other sandboxes, to
- * link-local, no IPv6; masquerade of the pool), built with libnftnl and sent
- * as one atomic netlink batch through libmnl.
+ * link-local, no IPv6; nothing inbound that a sandbox did not begin, from
+ * outside or from the host's own processes; masquerade of the pool), built
+ * with libnftnl and sent as one atomic netlink batch through libmnl.
  *
  * The rules are a data table (host_rules below). Each message of the batch
  * asks for an ACK and extended ACKs are on, so every error the kernel
@@ -58,7 +59,9 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX, IF_LO };
 enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL, DADDR_POOL };
-enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP };
+enum verdict {
+        V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP
+};
 
 typedef struct host_rule {
         const char *chain;
@@ -179,7 +182,8 @@ static const host_rule host_rules[] = {
           IF_SBX, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
         { "forward", "forward: !sbx* pool source drop",
           IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
-        { .chain = "forward", .label = "forward: -> sbx* ct state established,related ct direction reply accept",
+        { .chain = "forward",
+          .label = "forward: -> sbx* ct state established,related ct direction reply accept",
           .oif = IF_SBX, .ct_est_rel = true, .ct_reply = true, .verdict = V_ACCEPT },
         { "forward", "forward: -> sbx* drop",
           IF_ANY, IF_SBX, 0, ADDR_ANY, false, false, V_DROP },

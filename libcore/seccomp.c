@@ -240,12 +240,14 @@ static int refuse_outside(scmp_filter_ctx ctx, int nr, uint32_t err, const struc
                 if (in_list(v, allowed, n))
                         continue;
                 struct scmp_arg_cmp eq = SCMP_CMP64(arg, SCMP_CMP_MASKED_EQ, 0xffffffffu, v);
-                r = pre ? seccomp_rule_add_exact(ctx, act, nr, 2, *pre, eq) : seccomp_rule_add_exact(ctx, act, nr, 1, eq);
+                r = pre ? seccomp_rule_add_exact(ctx, act, nr, 2, *pre, eq)
+                        : seccomp_rule_add_exact(ctx, act, nr, 1, eq);
                 if (r < 0)
                         return r;
         }
         struct scmp_arg_cmp gt = SCMP_CMP64(arg, SCMP_CMP_GT, (uint64_t) max);
-        return pre ? seccomp_rule_add_exact(ctx, act, nr, 2, *pre, gt) : seccomp_rule_add_exact(ctx, act, nr, 1, gt);
+        return pre ? seccomp_rule_add_exact(ctx, act, nr, 2, *pre, gt)
+                   : seccomp_rule_add_exact(ctx, act, nr, 1, gt);
 }
 
 /* The socket_families table for socket(2) and socketpair(2), whose
@@ -261,13 +263,16 @@ static int add_socket_rules(scmp_filter_ctx ctx, sb_error **ret_err) {
         for (size_t c = 0; c < ELEMENTSOF(calls); c++) {
                 int nr = seccomp_syscall_resolve_name(calls[c]), r;
                 if (nr == __NR_SCMP_ERROR || nr < 0)
-                        return sb_error_set(ret_err, -ENOSYS, NULL, NULL, "seccomp: no %s syscall here", calls[c]);
+                        return sb_error_set(ret_err, -ENOSYS, NULL, NULL, "seccomp: no %s syscall here",
+                                            calls[c]);
                 r = refuse_outside(ctx, nr, EAFNOSUPPORT, NULL, 0, families, ELEMENTSOF(families));
                 for (size_t i = 0; r >= 0 && i < ELEMENTSOF(socket_families); i++) {
                         const core_seccomp_family *f = &socket_families[i];
-                        struct scmp_arg_cmp fam = SCMP_CMP64(0, SCMP_CMP_MASKED_EQ, 0xffffffffu, (uint64_t) f->family);
+                        struct scmp_arg_cmp fam =
+                                SCMP_CMP64(0, SCMP_CMP_MASKED_EQ, 0xffffffffu, (uint64_t) f->family);
                         if (f->protocols)
-                                r = refuse_outside(ctx, nr, EPROTONOSUPPORT, &fam, 2, f->protocols, f->n_protocols);
+                                r = refuse_outside(ctx, nr, EPROTONOSUPPORT, &fam, 2, f->protocols,
+                                                   f->n_protocols);
                 }
                 if (r >= 0)
                         r = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 2,

@@ -182,7 +182,8 @@ static int close_if(long fd) {
 static int socket_family_calls(void) {
         static const long types[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET, SOCK_RDM,
                                      SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK};
-        static const long extra[] = {46, 47, 63, 64, 255, 256, 0x7fffffff, -1, -2, 0x100000028l /* AF_VSOCK */};
+        static const long extra[] = {46, 47, 63, 64, 255, 256, 0x7fffffff, -1, -2,
+                                     0x100000028l /* AF_VSOCK, upper half set */};
         for (size_t f = 0; f < 46 + ELEMENTSOF(extra); f++) {
                 long fam = f < 46 ? (long) f : extra[f - 46];
                 bool allowed = family_allowed(fam, 0, true);
@@ -221,7 +222,8 @@ static int socket_family_calls(void) {
                 if (family_allowed(AF_NETLINK, p, false) ? !ok : (ok || e != EPROTONOSUPPORT))
                         return 20;
         }
-        if (ERR_OF(syscall(SYS_socket, AF_NETLINK, SOCK_DGRAM, 0x100000000l | NETLINK_GENERIC)) != EPROTONOSUPPORT)
+        if (ERR_OF(syscall(SYS_socket, AF_NETLINK, SOCK_DGRAM, 0x100000000l | NETLINK_GENERIC)) !=
+            EPROTONOSUPPORT)
                 return 21;
         /* What ordinary programs make still works. */
         int sv[2];
@@ -230,11 +232,15 @@ static int socket_family_calls(void) {
         close(sv[0]);
         close(sv[1]);
         if (!close_if(socket(AF_INET, SOCK_STREAM, 0)) || !close_if(socket(AF_INET, SOCK_DGRAM, IPPROTO_UDP)) ||
-            !close_if(socket(AF_UNIX, SOCK_DGRAM, 0)) || !close_if(socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE)) ||
+            !close_if(socket(AF_UNIX, SOCK_DGRAM, 0)) ||
+            !close_if(socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE)) ||
             !close_if(socket(AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG)))
                 return 31;
-        if (socket(AF_INET6, SOCK_STREAM, 0) < 0 && errno == EAFNOSUPPORT && access("/proc/net/if_inet6", F_OK) == 0)
+        /* AF_INET6 too, unless this kernel has IPv6 off altogether. */
+        long fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+        if (fd6 < 0 && errno == EAFNOSUPPORT && access("/proc/net/if_inet6", F_OK) == 0)
                 return 32;
+        close_if(fd6);
         return 0;
 }
 
