@@ -227,3 +227,39 @@ def test_exposed_port_still_reaches_a_listener_on_all_addresses(world):
             expect(res, "relay")
             expect("tcp 127.0.0.1" in _seen(world, name), "the listener saw the relay's connection from "
                    "inside:", _seen(world, name))
+
+
+# Sends one UDP datagram with a forged IPv4 source: FORGED_SRC SPORT -> DST DPORT.
+FORGE = r"""
+import socket, struct, sys
+src, sport, dst, dport = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+payload = b"forged\n"
+udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload  # checksum 0: none (RFC 768)
+ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0,
+                 socket.inet_aton(src), socket.inet_aton(dst))
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)  # the kernel fills the IP checksum
+s.sendto(ip + udp, (dst, 0))
+print("sent")
+"""
+
+
+def test_forged_sandbox_source_does_not_open_a_reply_path_inward(world):
+    # The neighbour forges a datagram "from" the sandbox's listener to an
+    # unused pool address, which the host routes back out upstream and
+    # masquerades: conntrack would see the sandbox begin a flow, mapped to
+    # the host's own address. Then it sends the "reply" of that flow to
+    # the host's address, which the mapping would carry in to the listener.
+    # A pool source on the upstream interface is dropped before conntrack
+    # confirms anything, so the listener sees nothing.
+    with world.neighbour() as nb:
+        with sandbox(world, "inbspoof", "--allow-all") as name:
+            addr = _addr(world, name)
+            _listen(world, name)
+            other = addr.rsplit(".", 2)[0] + ".255.254"
+            for argv in ((addr, PORT, other, 40000), (other, 40000, W.HOST_ADDR, PORT)):
+                r = nb.run([sys.executable, "-c", FORGE] + [str(a) for a in argv])
+                expect_eq((r.returncode, r.stdout.strip()), (0, "sent"), "forged datagram %s (%s)"
+                          % (argv, r.stderr.strip()[-200:]))
+            _self_check(world, name, addr)
+            expect_eq([l for l in _seen(world, name) if l.strip() and not l.endswith(" " + addr)], [],
+                      "peers the listener inside saw besides the sandbox itself")
