@@ -206,8 +206,8 @@ static const host_rule host_rules[] = {
         { .chain = "output", .label = "output: ct state established,related ct direction reply accept",
           .ct_est_rel = true, .ct_reply = true, .verdict = V_ACCEPT },
         /* ICMPv6 133-137: router solicitation and advertisement, neighbour
-         * solicitation and advertisement, redirect (RFC 4861). Link-local
-         * and untracked by conntrack, so they match no flow above. */
+         * solicitation and advertisement, redirect (RFC 4861): link-local,
+         * and conntrack makes no flow of them, so nothing above matches. */
         { .chain = "output", .label = "output: -> sbx* icmpv6 type 133-137 accept",
           .oif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 133, .icmp6_hi = 137, .verdict = V_ACCEPT },
         { "output", "output: -> sbx* goto " CORE_NFT_DENY_CHAIN,

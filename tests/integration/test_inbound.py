@@ -158,9 +158,13 @@ def test_neighbour_routing_the_pool_gets_nothing_from_inside_under_any_policy(wo
         r = _knock(nb.run, (W.HOST_ADDR, W.LISTEN_PORT))
         expect_eq(r["tcp %s:%d" % (W.HOST_ADDR, W.LISTEN_PORT)], "answered",
                   "the neighbour's TCP to the world host's listener")
-        for what, args, services in (("allow-all", ("--allow-all",), False),
-                                     ("allowlist", ("--policy", allowlist), True),
-                                     ("subnets.allow of the neighbour", ("--policy", to_neighbour), True)):
+        cases = [("allow-all", ("--allow-all",), False),
+                 ("allowlist", ("--policy", allowlist), True),
+                 ("subnets.allow of the neighbour", ("--policy", to_neighbour), True)]
+        u = world.rpc_result("daemon.info").get("capabilities", {}).get("userns") or {}
+        if u.get("available"):
+            cases.append(("allowlist, user namespace", ("--policy", allowlist, "--userns"), True))
+        for what, args, services in cases:
             with sandbox(world, "inb", *args) as name:
                 _assert_closed(world, nb, name, what, services)
 
