@@ -1,7 +1,8 @@
 /* The host-wide nftables table `inet sandboxd`: its base chains and the
  * rules every session shares (no access to the host, to other sandboxes, to
- * link-local, no IPv6; masquerade of the pool), built with libnftnl and sent
- * as one atomic netlink batch through libmnl.
+ * link-local, no IPv6; nothing inbound that a sandbox did not begin, from
+ * outside or from the host's own processes; masquerade of the pool), built
+ * with libnftnl and sent as one atomic netlink batch through libmnl.
  *
  * The rules are a data table (host_rules below). Each message of the batch
  * asks for an ACK and extended ACKs are on, so every error the kernel
@@ -56,9 +57,11 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 /* ---- the ruleset as data ---- */
 
-enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX };
-enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL };
-enum verdict { V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT };
+enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX, IF_LO };
+enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL, DADDR_POOL };
+enum verdict {
+        V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP
+};
 
 typedef struct host_rule {
         const char *chain;
@@ -73,6 +76,8 @@ typedef struct host_rule {
         const char *iifset; /* iifname @iifset (a set of interface names) */
         uint16_t dport;    /* with tcp: tcp dport N */
         uint16_t to_port;  /* V_REDIRECT: redirect to :to_port */
+        bool ct_reply;     /* ct direction reply: the flow's first packet went the other way */
+        uint8_t icmp6_lo, icmp6_hi; /* nonzero: meta l4proto ipv6-icmp, icmpv6 type lo-hi */
 } host_rule;
 
 typedef struct host_chain {
@@ -84,6 +89,8 @@ typedef struct host_chain {
 static const host_chain host_chains[] = {
         { "input", "filter", NF_INET_LOCAL_IN, 0 },
         { "forward", "filter", NF_INET_FORWARD, 0 },
+        /* The host's own packets into a sandbox (host_rules below). */
+        { "output", "filter", NF_INET_LOCAL_OUT, 0 },
         { "postrouting", "nat", NF_INET_POST_ROUTING, 100 }, /* srcnat */
         /* dstnat: the egress proxy's interception (host_rules below). */
         { "prerouting", "nat", NF_INET_PRE_ROUTING, -100 },
@@ -121,10 +128,50 @@ static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
  * TCP with a reset and everything else with ICMP admin-prohibited, so a
  * denied connect fails at once instead of hanging. `goto`, not `jump`: the
  * deny chain always ends in a reject, and nothing after a denial in the
- * calling chain may ever run. Return traffic for connections the host
- * opened into a sandbox stays allowed. The base chains keep policy accept:
- * sessions' own policies decide everything else. */
+ * calling chain may ever run. The base chains keep policy accept:
+ * sessions' own policies decide everything else.
+ *
+ * Inbound (DESIGN §5: nothing from outside ever starts a connection to a
+ * sandbox, under any policy; exposed ports go through sandboxd's relay,
+ * which connects from inside the sandbox's network namespace and never
+ * crosses these chains). A neighbour that routes the pool via this host
+ * reaches the veths and the gateway addresses on them, so:
+ * - forward: a packet out of a session veth passes only as part of a flow
+ *   whose first packet came from the sandbox (`ct direction reply`, with
+ *   `ct state established,related`, so ICMP errors about the sandbox's own
+ *   flows pass too); anything else is dropped, silently, as a firewall
+ *   treats unsolicited traffic. A dropped first packet leaves no conntrack
+ *   entry (entries are confirmed only when a packet leaves the hooks), so
+ *   a TCP or UDP flow begun outside never becomes "established". Packets
+ *   that arrive on any other interface with a pool source address are
+ *   dropped first: a forged sandbox source would otherwise make an outside
+ *   flow look like the reply direction of one the sandbox began.
+ * - input: the pool's addresses (the gateways where the DNS filter and the
+ *   egress proxy answer, DESIGN §5.2) take packets only from session
+ *   veths; from elsewhere they are dropped (a session's proxy injects its
+ *   policy's credentials, its DNS filter pins addresses for it), as are
+ *   pool-sourced packets from elsewhere.
+ * - output: the host's own processes cannot open a connection into a
+ *   sandbox or to a gateway address either (denied at once, through
+ *   `deny`); only replies leave towards a veth (the DNS filter's answers,
+ *   the proxy's, rejects and ICMP errors about the sandbox's flows, which
+ *   conntrack marks as the reply direction of that flow), and IPv6
+ *   neighbour discovery, which a veth carrying IPv6 needs.
+ * These rules match interfaces and conntrack, not addresses, so they hold
+ * for both families of the inet table; the pool rules are IPv4 because the
+ * pool is. */
 static const host_rule host_rules[] = {
+        /* The host's own traffic to itself: a host process dialling a
+         * gateway address was denied in output already, and the reset
+         * that answers it comes back over lo to that pool address. */
+        { "input", "input: iif lo accept",
+          IF_LO, IF_ANY, 0, ADDR_ANY, false, false, V_ACCEPT },
+        { "input", "input: !sbx* -> pool drop",
+          IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, DADDR_POOL, false, false, V_DROP },
+        /* A forged sandbox source from outside would make the host's
+         * answer leave through that sandbox's veth as a "reply". */
+        { "input", "input: !sbx* pool source drop",
+          IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
         { "input", "input: sbx* ct state established,related accept",
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, true, V_ACCEPT },
         { "input", "input: iifname vmap @" CORE_NFT_SESSIONS_INPUT_MAP,
@@ -133,6 +180,13 @@ static const host_rule host_rules[] = {
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
         { "forward", "forward: sbx* -> sbx* goto " CORE_NFT_DENY_CHAIN,
           IF_SBX, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { "forward", "forward: !sbx* pool source drop",
+          IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
+        { .chain = "forward",
+          .label = "forward: -> sbx* ct state established,related ct direction reply accept",
+          .oif = IF_SBX, .ct_est_rel = true, .ct_reply = true, .verdict = V_ACCEPT },
+        { "forward", "forward: -> sbx* drop",
+          IF_ANY, IF_SBX, 0, ADDR_ANY, false, false, V_DROP },
         { "forward", "forward: sbx* -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
           IF_SBX, IF_ANY, NFPROTO_IPV4, DADDR_LINKLOCAL, false, false, V_GOTO_DENY },
         { "forward", "forward: sbx* ipv6 goto " CORE_NFT_DENY_CHAIN,
@@ -146,6 +200,20 @@ static const host_rule host_rules[] = {
          * policy accept. */
         { "forward", "forward: sbx* goto " CORE_NFT_DENY_CHAIN,
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        /* Any output interface: the reset the deny chain sends a host
+         * process that dialled a gateway address travels over lo to a pool
+         * address, and is the reply direction of that attempt. */
+        { .chain = "output", .label = "output: ct state established,related ct direction reply accept",
+          .ct_est_rel = true, .ct_reply = true, .verdict = V_ACCEPT },
+        /* ICMPv6 133-137: router solicitation and advertisement, neighbour
+         * solicitation and advertisement, redirect (RFC 4861): link-local,
+         * and conntrack makes no flow of them, so nothing above matches. */
+        { .chain = "output", .label = "output: -> sbx* icmpv6 type 133-137 accept",
+          .oif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 133, .icmp6_hi = 137, .verdict = V_ACCEPT },
+        { "output", "output: -> sbx* goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { "output", "output: -> pool goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, NFPROTO_IPV4, DADDR_POOL, false, false, V_GOTO_DENY },
         { "postrouting", "postrouting: pool -> !sbx* masquerade",
           IF_ANY, IF_NOT_SBX, NFPROTO_IPV4, SADDR_POOL, false, false, V_MASQ },
         /* A custom policy's HTTP and HTTPS go through the proxy whether or
@@ -228,6 +296,11 @@ static int add_bitwise(struct nftnl_rule *r, const void *mask, const void *xor, 
 static int add_ifname(struct nftnl_rule *r, uint32_t key, enum ifmatch m) {
         if (m == IF_ANY)
                 return 0;
+        if (m == IF_LO) { /* `iif lo`: loopback is ifindex 1 in every network namespace */
+                uint32_t lo = 1;
+                int ret = add_meta(r, key == NFT_META_IIFNAME ? NFT_META_IIF : NFT_META_OIF);
+                return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &lo, sizeof(lo));
+        }
         int ret = add_meta(r, key);
         return ret < 0 ? ret
                        : add_cmp(r, m == IF_SBX ? NFT_CMP_EQ : NFT_CMP_NEQ, SBX_PREFIX,
@@ -262,6 +335,39 @@ static int add_ct_est_rel(struct nftnl_rule *r) {
         if (ret >= 0)
                 ret = add_bitwise(r, &mask, &zero, sizeof(mask));
         return ret < 0 ? ret : add_cmp(r, NFT_CMP_NEQ, &zero, sizeof(zero));
+}
+
+/* `ct direction reply`: the packet travels against the direction of its
+ * flow's first packet. A packet without a conntrack entry (untracked,
+ * invalid) fails the load and so never matches. */
+static int add_ct_reply(struct nftnl_rule *r) {
+        uint8_t reply = IP_CT_DIR_REPLY;
+        struct nftnl_expr *e = nftnl_expr_alloc("ct");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_DIRECTION);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+        }
+        int ret = add_expr(r, e);
+        return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &reply, sizeof(reply));
+}
+
+/* `meta l4proto ipv6-icmp icmpv6 type lo-hi`, as two comparisons of the
+ * type byte (the first of the ICMPv6 header). */
+static int add_icmp6_types(struct nftnl_rule *r, uint8_t lo, uint8_t hi) {
+        uint8_t proto = IPPROTO_ICMPV6;
+        struct nftnl_expr *e;
+        int ret;
+        if ((ret = add_meta(r, NFT_META_L4PROTO)) < 0 || (ret = add_cmp(r, NFT_CMP_EQ, &proto, 1)) < 0)
+                return ret;
+        if ((e = nftnl_expr_alloc("payload"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_TRANSPORT_HEADER);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, 0);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, 1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+        }
+        if ((ret = add_expr(r, e)) < 0 || (ret = add_cmp(r, NFT_CMP_GTE, &lo, 1)) < 0)
+                return ret;
+        return add_cmp(r, NFT_CMP_LTE, &hi, 1);
 }
 
 /* `limit rate CORE_NFLOG_RATE/second burst CORE_NFLOG_BURST packets log
@@ -317,6 +423,12 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
                         nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
                         nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, NFT_GOTO);
                         nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
+                }
+                return add_expr(r, e);
+        case V_DROP:
+                if ((e = nftnl_expr_alloc("immediate"))) {
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, NF_DROP);
                 }
                 return add_expr(r, e);
         case V_LOG:
@@ -410,6 +522,8 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 return k;
         if (hr->addr == SADDR_POOL && (k = add_ip_prefix(r, 12, pool->base, pool->prefix)) < 0)
                 return k;
+        if (hr->addr == DADDR_POOL && (k = add_ip_prefix(r, 16, pool->base, pool->prefix)) < 0)
+                return k;
         /* oifname after the address match: the order nft itself uses, so
          * `nft list` prints the rule the way it is written in host_rules. */
         if ((k = add_ifname(r, NFT_META_OIFNAME, hr->oif)) < 0)
@@ -418,7 +532,11 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 return k;
         if (hr->dport && (k = add_dport(r, hr->dport)) < 0)
                 return k;
+        if (hr->icmp6_lo && (k = add_icmp6_types(r, hr->icmp6_lo, hr->icmp6_hi)) < 0)
+                return k;
         if (hr->ct_est_rel && (k = add_ct_est_rel(r)) < 0)
+                return k;
+        if (hr->ct_reply && (k = add_ct_reply(r)) < 0)
                 return k;
         if (hr->verdict == V_VMAP)
                 k = add_vmap(r, hr->map);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <linux/netlink.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
@@ -14,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "libcore/log.h"
@@ -102,6 +104,66 @@ static const core_seccomp_rule deny_rules[] = {
         DENY("ustat"),
 };
 
+/* Socket families (DESIGN §4, "only AF_UNIX, AF_INET, AF_INET6 and
+ * AF_NETLINK sockets can be made"): socket(2) and socketpair(2) of any
+ * other family fail with EAFNOSUPPORT, the answer of a kernel built without
+ * it, so programs take their usual fallback. The check is on the family
+ * argument before the kernel sees it: families the kernel would load as a
+ * module on demand (net-pf-N) are never loaded for a sandbox either.
+ *
+ * Within AF_NETLINK only the protocols listed are allowed; the others fail
+ * with EPROTONOSUPPORT, what netlink_create() answers for a protocol the
+ * kernel does not have (libaudit, for one, then carries on without audit):
+ * - NETLINK_ROUTE: addresses, links, routes of the sandbox's own network
+ *   namespace (`ip addr`, `ip route`, glibc's getaddrinfo(AI_ADDRCONFIG)
+ *   and if_nameindex()); changes need CAP_NET_ADMIN, which no command has.
+ * - NETLINK_SOCK_DIAG (inet_diag, unix_diag): `ss`, reading the sandbox's
+ *   own sockets; destroying one needs CAP_NET_ADMIN.
+ *
+ * Knowingly excluded (this list is what "every other" means in practice):
+ * - AF_VSOCK: the VM-wide vsock port space is not namespaced, and on a VM a
+ *   vsock reaches the hypervisor (CID 2) past every network policy; Docker's
+ *   profile blocks it too since moby#44562.
+ * - AF_PACKET (and AF_INET with SOCK_PACKET, which the kernel turns into an
+ *   AF_PACKET socket): raw frames below the policy; needs CAP_NET_RAW,
+ *   which root inside has, and no sandbox tool needs it (ping uses AF_INET).
+ * - AF_ALG (kernel crypto API), AF_KEY (IPsec keys), AF_XDP, AF_BLUETOOTH,
+ *   AF_RDS, AF_TIPC, AF_CAN, AF_LLC, AF_X25, AF_AX25, AF_NETROM, AF_ROSE,
+ *   AF_APPLETALK, AF_IPX, AF_ATMPVC/SVC, AF_DECnet, AF_IRDA, AF_PPPOX,
+ *   AF_WANPIPE, AF_ISDN, AF_PHONET, AF_IEEE802154, AF_CAIF, AF_NFC,
+ *   AF_KCM, AF_QIPCRTR, AF_SMC, AF_MCTP, AF_IB, AF_MPLS, AF_IUCV, AF_RXRPC,
+ *   AF_BRIDGE, AF_ECONET, AF_SNA, AF_ASH, AF_SECURITY: hardware or
+ *   legacy protocols a sandbox has no use for, many of them loadable on
+ *   demand and the home of past privilege escalations (CVE-2017-7308
+ *   AF_PACKET, CVE-2019-8912 AF_ALG, CVE-2010-3904 AF_RDS, CVE-2021-43267
+ *   TIPC, CVE-2021-26708 AF_VSOCK), and any family a newer kernel adds.
+ * - Netlink protocols other than the two above: NETLINK_GENERIC (a
+ *   multiplexer over dozens of kernel subsystems: nl80211, devlink,
+ *   ethtool, wireguard, mptcp, taskstats, nbd, ...), NETLINK_NETFILTER
+ *   (nftables, conntrack), NETLINK_XFRM, NETLINK_AUDIT, NETLINK_KOBJECT_UEVENT
+ *   (host device events), NETLINK_CRYPTO, NETLINK_CONNECTOR, NETLINK_RDMA,
+ *   NETLINK_SCSITRANSPORT, NETLINK_ISCSI, NETLINK_SELINUX, NETLINK_USERSOCK,
+ *   NETLINK_FIB_LOOKUP, NETLINK_SMC, NETLINK_ECRYPTFS: the read-only `ip`
+ *   and `ss` views do not use them, and tools that do (`ip mptcp`, `ip
+ *   tcp_metrics`, ethtool's netlink mode) report the subsystem as missing.
+ *
+ * Left as the kernel has it: the protocol argument of AF_INET and AF_INET6
+ * (TCP, UDP, ICMP ping sockets, and raw sockets for root inside, which
+ * CAP_NET_RAW gates). */
+static const int netlink_protocols[] = { NETLINK_ROUTE, NETLINK_SOCK_DIAG };
+
+static const core_seccomp_family socket_families[] = {
+        { AF_UNIX, "AF_UNIX", NULL, 0 },
+        { AF_INET, "AF_INET", NULL, 0 },
+        { AF_INET6, "AF_INET6", NULL, 0 },
+        { AF_NETLINK, "AF_NETLINK", netlink_protocols, ELEMENTSOF(netlink_protocols) },
+};
+
+const core_seccomp_family *core_seccomp_families(size_t *ret_n) {
+        *ret_n = ELEMENTSOF(socket_families);
+        return socket_families;
+}
+
 const core_seccomp_rule *core_seccomp_rules(size_t *ret_n) {
         *ret_n = ELEMENTSOF(deny_rules);
         return deny_rules;
@@ -150,6 +212,77 @@ static int add_rule(scmp_filter_ctx ctx, int nr, const core_seccomp_rule *r) {
                 return 0;
         }
         return -EINVAL;
+}
+
+/* 1 when v is one of the n values. */
+static bool in_list(uint32_t v, const int *list, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if ((uint32_t) list[i] == v)
+                        return true;
+        return false;
+}
+
+/* Refuses with err every value of argument `arg` of syscall nr that is not
+ * in `allowed`, with `pre` (if any) as a further condition of each rule.
+ * libseccomp takes one comparison per argument and rule, so "not in the
+ * list" is one rule per refused value below the largest allowed one
+ * (low 32 bits, as the kernel reads an int) and one rule "the whole
+ * 64-bit register is above it", which also catches negative values and
+ * any value with garbage in the upper half: fail closed. */
+static int refuse_outside(scmp_filter_ctx ctx, int nr, uint32_t err, const struct scmp_arg_cmp *pre,
+                          unsigned arg, const int *allowed, size_t n) {
+        uint32_t act = SCMP_ACT_ERRNO(err), max = 0;
+        int r;
+        for (size_t i = 0; i < n; i++)
+                if ((uint32_t) allowed[i] > max)
+                        max = (uint32_t) allowed[i];
+        for (uint32_t v = 0; v <= max; v++) {
+                if (in_list(v, allowed, n))
+                        continue;
+                struct scmp_arg_cmp eq = SCMP_CMP64(arg, SCMP_CMP_MASKED_EQ, 0xffffffffu, v);
+                r = pre ? seccomp_rule_add_exact(ctx, act, nr, 2, *pre, eq)
+                        : seccomp_rule_add_exact(ctx, act, nr, 1, eq);
+                if (r < 0)
+                        return r;
+        }
+        struct scmp_arg_cmp gt = SCMP_CMP64(arg, SCMP_CMP_GT, (uint64_t) max);
+        return pre ? seccomp_rule_add_exact(ctx, act, nr, 2, *pre, gt)
+                   : seccomp_rule_add_exact(ctx, act, nr, 1, gt);
+}
+
+/* The socket_families table for socket(2) and socketpair(2), whose
+ * arguments are (family, type, protocol): families outside the table get
+ * EAFNOSUPPORT; a row with a protocol list refuses other protocols of its
+ * family with EPROTONOSUPPORT; AF_INET with SOCK_PACKET (type & 0xf, the
+ * kernel's SOCK_TYPE_MASK) is an AF_PACKET socket and gets EAFNOSUPPORT. */
+static int add_socket_rules(scmp_filter_ctx ctx, sb_error **ret_err) {
+        static const char *const calls[] = { "socket", "socketpair" };
+        int families[ELEMENTSOF(socket_families)];
+        for (size_t i = 0; i < ELEMENTSOF(socket_families); i++)
+                families[i] = socket_families[i].family;
+        for (size_t c = 0; c < ELEMENTSOF(calls); c++) {
+                int nr = seccomp_syscall_resolve_name(calls[c]), r;
+                if (nr == __NR_SCMP_ERROR || nr < 0)
+                        return sb_error_set(ret_err, -ENOSYS, NULL, NULL, "seccomp: no %s syscall here",
+                                            calls[c]);
+                r = refuse_outside(ctx, nr, EAFNOSUPPORT, NULL, 0, families, ELEMENTSOF(families));
+                for (size_t i = 0; r >= 0 && i < ELEMENTSOF(socket_families); i++) {
+                        const core_seccomp_family *f = &socket_families[i];
+                        struct scmp_arg_cmp fam =
+                                SCMP_CMP64(0, SCMP_CMP_MASKED_EQ, 0xffffffffu, (uint64_t) f->family);
+                        if (f->protocols)
+                                r = refuse_outside(ctx, nr, EPROTONOSUPPORT, &fam, 2, f->protocols,
+                                                   f->n_protocols);
+                }
+                if (r >= 0)
+                        r = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), nr, 2,
+                                                   SCMP_CMP64(0, SCMP_CMP_MASKED_EQ, 0xffffffffu, AF_INET),
+                                                   SCMP_CMP64(1, SCMP_CMP_MASKED_EQ, 0xfu, SOCK_PACKET));
+                if (r < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "seccomp: socket family rules for %s: %s",
+                                            calls[c], strerror(-r));
+        }
+        return 0;
 }
 
 /* libseccomp's BPF, copied out through a memfd (2.5 has no in-memory export). */
@@ -210,6 +343,8 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
                         return sb_error_set(ret_err, r, NULL, NULL, "seccomp: rule for %s: %s",
                                             deny_rules[i].name, strerror(-r));
         }
+        if ((r = add_socket_rules(ctx, ret_err)) < 0)
+                return r;
         _cleanup_(core_seccomp_freep) core_seccomp *f = calloc(1, sizeof(*f));
         if (!f)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "seccomp: out of memory");

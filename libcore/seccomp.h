@@ -2,7 +2,8 @@
  * allow, a deny list modelled on Docker's default profile plus the kernel
  * attack surface this project closes on top (io_uring, userfaultfd, keys,
  * bpf, perf, namespace-creating clone/unshare, the mount family, TIOCSTI and
- * TIOCLINUX), and the native syscall ABI only. The filter is compiled once
+ * TIOCLINUX), socket families other than AF_UNIX, AF_INET, AF_INET6 and
+ * (two protocols of) AF_NETLINK, and the native syscall ABI only. The filter is compiled once
  * with libseccomp into a BPF program; installing it is one prctl, safe in a
  * forked child. */
 #pragma once
@@ -34,6 +35,20 @@ typedef struct core_seccomp_rule {
 /* The deny table (static storage). *ret_n receives its length. Names the
  * native architecture does not have are skipped when the filter is built. */
 const core_seccomp_rule *core_seccomp_rules(size_t *ret_n);
+
+/* One row of the socket family table: socket(2)/socketpair(2) of `family`
+ * is allowed; when `protocols` is non-NULL only those n_protocols protocol
+ * numbers of it are (the rest get EPROTONOSUPPORT). Families not in the
+ * table get EAFNOSUPPORT. */
+typedef struct core_seccomp_family {
+        int family;
+        const char *name;
+        const int *protocols;
+        size_t n_protocols;
+} core_seccomp_family;
+
+/* The socket family table (static storage); *ret_n receives its length. */
+const core_seccomp_family *core_seccomp_families(size_t *ret_n);
 
 /* Compiles the filter with libseccomp and exports it as BPF. The caller owns
  * *ret and frees it with core_seccomp_free(). Errors: -ENOMEM, or the

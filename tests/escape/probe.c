@@ -24,6 +24,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 static int escaped;
@@ -138,6 +139,77 @@ static void int80_socketcall(void) {
         result(0, "int 0x80 returned instead of killing the process");
 }
 
+/* socket() and socketpair() of every family number 0..45 (AF_MAX - 1 on
+ * Linux 6.x) with each socket type. Only AF_UNIX, AF_INET, AF_INET6 and
+ * AF_NETLINK may reach the kernel; any other answer than EAFNOSUPPORT
+ * (a socket, or EPERM/ESOCKTNOSUPPORT/EPROTONOSUPPORT from the family's
+ * own code) means the family was reached. Then every netlink protocol
+ * 0..31: only ROUTE (0) and SOCK_DIAG (4) may open, the rest must say
+ * EPROTONOSUPPORT. Prints "OPEN family N" / "OPEN netlink N" for what
+ * opened, so the runner can compare the set with the table. */
+static void socket_families(void) {
+        static const int types[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET, SOCK_RDM};
+        for (int f = 0; f < 46; f++) {
+                int allowed = f == AF_UNIX || f == AF_INET || f == AF_INET6 || f == AF_NETLINK;
+                int reached = 0;
+                char what[128];
+                for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+                        errno = 0;
+                        int fd = socket(f, types[i] | SOCK_CLOEXEC, 0);
+                        int e = errno;
+                        if (fd >= 0)
+                                close(fd);
+                        int sv[2];
+                        int r = socketpair(f, types[i] | SOCK_CLOEXEC, 0, sv);
+                        int e2 = errno;
+                        if (r == 0) {
+                                close(sv[0]);
+                                close(sv[1]);
+                        }
+                        if (fd >= 0 || e != EAFNOSUPPORT || r == 0 || e2 != EAFNOSUPPORT) {
+                                reached = 1;
+                                if (!allowed) {
+                                        snprintf(what, sizeof(what), "family %d type %d: socket %s, socketpair %s",
+                                                 f, types[i], fd >= 0 ? "opened" : strerror(e),
+                                                 r == 0 ? "opened" : strerror(e2));
+                                        result(0, what);
+                                }
+                        }
+                }
+                if (reached) {
+                        printf("OPEN family %d\n", f);
+                        continue;
+                }
+                errno = EAFNOSUPPORT;
+                snprintf(what, sizeof(what), "family %d", f);
+                result(1, what);
+        }
+        /* AF_INET + SOCK_PACKET is turned into an AF_PACKET socket. */
+        errno = 0;
+        int fd = socket(AF_INET, SOCK_PACKET | SOCK_CLOEXEC, htons(0x0003 /* ETH_P_ALL */));
+        result(fd < 0 && errno == EAFNOSUPPORT, "AF_INET SOCK_PACKET");
+        if (fd >= 0)
+                close(fd);
+        for (int p = 0; p < 32; p++) {
+                errno = 0;
+                fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, p);
+                char what[64];
+                snprintf(what, sizeof(what), "netlink protocol %d", p);
+                if (fd >= 0) {
+                        close(fd);
+                        printf("OPEN netlink %d\n", p);
+                } else if (errno == EPROTONOSUPPORT)
+                        result(1, what);
+                else {
+                        /* Neither opened nor refused as missing: the
+                         * protocol's own code answered (or, for ROUTE
+                         * and SOCK_DIAG, the tools that need them break). */
+                        printf("ESCAPED %s: %s\n", what, strerror(errno));
+                        escaped = 1;
+                }
+        }
+}
+
 static void syscalls(void) {
         result(syscall(SYS_io_uring_setup, 8, calloc(1, 256)) < 0, "io_uring_setup");
         result(syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -3, 0) < 0, "keyctl");
@@ -232,6 +304,8 @@ int main(int argc, char **argv) {
                 user_ns_x32();
         else if (!strcmp(c, "int80"))
                 int80_socketcall();
+        else if (!strcmp(c, "families"))
+                socket_families();
         else if (!strcmp(c, "syscalls"))
                 syscalls();
         else if (!strcmp(c, "ptrace"))

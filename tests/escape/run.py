@@ -175,6 +175,57 @@ def test_kernel_surface_syscalls_refused(c):
         expect(("BLOCKED " + what) in out, "%s not tried or not refused:" % what, out)
 
 
+def test_socket_families_beyond_unix_inet_netlink_refused(c):
+    # Issue: socket(AF_VSOCK) as the sandbox user bound the VM-wide vsock
+    # port space. Every family 0..45, as the sandbox user and as root
+    # inside: only the table's four open, netlink only ROUTE and SOCK_DIAG.
+    for sudo in (False, True):
+        who = "root inside" if sudo else "the sandbox user"
+        code, out, err = c.probe("families", sudo=sudo)
+        expect("ESCAPED" not in out and code == 0, "families probe as %s: exit %d:" % (who, code),
+               "\n".join(l for l in out.splitlines() if not l.startswith("BLOCKED"))[-900:], err.strip()[-300:])
+        families = sorted(int(x) for x in re.findall(r"^OPEN family (\d+)", out, re.M))
+        netlink = sorted(int(x) for x in re.findall(r"^OPEN netlink (\d+)", out, re.M))
+        expect_eq(families, [1, 2, 10, 16], "socket families that open for %s" % who)
+        expect_eq(netlink, [0, 4], "netlink protocols that open for %s" % who)
+        for f in (17, 38, 40, 44):  # AF_PACKET, AF_ALG, AF_VSOCK, AF_XDP
+            expect(("BLOCKED family %d: Address family not supported by protocol" % f) in out,
+                   "family %d not refused with EAFNOSUPPORT for %s" % (f, who))
+
+
+def test_ordinary_network_tools_work_under_the_family_table(c):
+    # ip (NETLINK_ROUTE), ss (NETLINK_SOCK_DIAG), glibc getaddrinfo with
+    # AI_ADDRCONFIG (NETLINK_ROUTE), Python's sockets and curl over
+    # loopback, as the sandbox user.
+    script = r"""
+import socket, subprocess, threading
+srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+srv.bind(("127.0.0.1", 0)); srv.listen(4)
+port = srv.getsockname()[1]
+def serve():
+    conn, _ = srv.accept()
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    conn.close()
+threading.Thread(target=serve, daemon=True).start()
+ss = subprocess.run(["ss", "-tan"], capture_output=True, text=True)
+assert ss.returncode == 0 and ("127.0.0.1:%d" % port) in ss.stdout, ss.stdout + ss.stderr
+ip = subprocess.run(["ip", "addr", "show", "lo"], capture_output=True, text=True)
+assert ip.returncode == 0 and "127.0.0.1/8" in ip.stdout, ip.stdout + ip.stderr
+ai = socket.getaddrinfo("localhost", port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_ADDRCONFIG)
+assert ai, ai
+a, b = socket.socketpair(); a.sendall(b"x"); assert b.recv(1) == b"x"
+u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); u.close()
+curl = subprocess.run(["curl", "-sS", "--max-time", "10", "http://127.0.0.1:%d/" % port],
+                      capture_output=True, text=True)
+assert curl.returncode == 0 and curl.stdout == "ok", curl.stdout + curl.stderr
+print("TOOLS OK")
+"""
+    code, out, err = c.run("python3", "-c", script, sudo=False)
+    expect(code == 0 and "TOOLS OK" in out, "ip/ss/getaddrinfo/python/curl inside: exit %d:" % code,
+           out.strip()[-600:], err.strip()[-600:])
+
+
 def test_ptrace_of_init_refused(c):
     c.probe_blocked("ptrace")
 

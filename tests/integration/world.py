@@ -19,6 +19,7 @@ process this module started), never by name.
 """
 import atexit
 import base64
+import contextlib
 import json
 import os
 import pwd
@@ -89,6 +90,11 @@ PRIVATE_ANSWER_ADDR = "10.0.0.1"  # private.public.test (a DNS answer only: no h
 PUB_FORWARD_ADDR = "5.5.5.12"
 PUB_ATTACKER_ADDR = "5.5.5.13"
 PUB_GIT_ADDR = "5.5.5.14"
+# A neighbour of the world host on its upstream side (World.neighbour()):
+# TEST-NET-2, behind the internet namespace, which routes for it.
+NEIGHBOUR_NET = "198.51.100.0/24"
+NEIGHBOUR_GW = "198.51.100.1"     # the internet namespace's side
+NEIGHBOUR_ADDR = "198.51.100.2"
 WORLD_TLS_NAMES = ("api.public.test", "allowed.test", "blocked.test", "forward.public.test",
                    "attacker.test", "git.public.test")
 
@@ -768,6 +774,46 @@ class World:
                 raise WorldError("timed out after %ss waiting for %s" % (secs, what))
             time.sleep(interval)
 
+    @contextlib.contextmanager
+    def neighbour(self, pool="10.201.0.0/16"):
+        """A namespace on the world host's upstream side that routes the
+        sandbox pool `pool` via the world host, as a machine on the same
+        segment or an upstream router would (`ip route add POOL via HOST`):
+        its own veth to the internet namespace (NEIGHBOUR_ADDR, default
+        route via NEIGHBOUR_GW), and the internet namespace forwarding for it
+        with a route to `pool` via HOST_ADDR. Yields a Neighbour (run(argv)
+        runs in it). Everything is removed on exit, and at world teardown if
+        that never comes (the namespace is in netns_made)."""
+        ns = "sbxw-nb-" + self.id
+        N = self.net_ns
+        fwd_path = ["sysctl", "-n", "net.ipv4.ip_forward"]
+        old_fwd = _run(["ip", "netns", "exec", N] + fwd_path).stdout.strip() or "0"
+        routed = False
+        _run(["ip", "netns", "add", ns])
+        self.netns_made.append(ns)
+        try:
+            _run(["ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "nb0", "netns", N])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _run(["ip", "-n", ns, "addr", "add", NEIGHBOUR_ADDR + "/24", "dev", "eth0"])
+            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            _run(["ip", "-n", ns, "route", "add", "default", "via", NEIGHBOUR_GW])
+            _run(["ip", "-n", N, "addr", "add", NEIGHBOUR_GW + "/24", "dev", "nb0"])
+            _run(["ip", "-n", N, "link", "set", "nb0", "up"])
+            _run(["ip", "netns", "exec", N, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+            _run(["ip", "-n", N, "route", "add", pool, "via", HOST_ADDR])
+            routed = True
+            yield Neighbour(ns)
+        finally:
+            if routed:
+                _run(["ip", "-n", N, "route", "del", pool, "via", HOST_ADDR], check=False)
+            _run(["ip", "netns", "exec", N, "sysctl", "-q", "-w", "net.ipv4.ip_forward=" + old_fwd], check=False)
+            # Deleting the link removes both ends now; a namespace's own
+            # devices go only when the kernel's cleanup of it runs, later.
+            _run(["ip", "-n", N, "link", "del", "nb0"], check=False)
+            _run(["ip", "netns", "del", ns], check=False)
+            if ns in self.netns_made:
+                self.netns_made.remove(ns)
+
     # --- sandboxd
     def start_sandboxd(self, config=None, tag="d"):
         d = Daemon(self, config, tag)
@@ -851,6 +897,17 @@ class World:
         for mp in sorted(mounts_below(self.tmp), key=len, reverse=True):
             subprocess.run(["umount", "-l", mp], capture_output=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Neighbour:
+    """A namespace made by World.neighbour()."""
+
+    def __init__(self, ns):
+        self.ns, self.addr = ns, NEIGHBOUR_ADDR
+
+    def run(self, cmd, check=False, timeout=60):
+        return subprocess.run(["ip", "netns", "exec", self.ns] + list(cmd), capture_output=True, text=True,
+                              timeout=timeout, check=check, stdin=subprocess.DEVNULL)
 
 
 class Listener:

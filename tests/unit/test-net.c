@@ -132,6 +132,20 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 "iifname vmap @sessions\n\t\tiifname \"sbx*\" goto deny\n\t}",
                 /* Input's host protection: whatever sessions_input leaves. */
                 "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" goto deny\n\t}",
+                /* Inbound (DESIGN §5): nothing outside starts a flow to a
+                 * sandbox or reaches a gateway address; only the replies
+                 * of the sandbox's own flows go out through a veth. */
+                "iif \"lo\" accept\n\t\tiifname != \"sbx*\" ip daddr 10.201.0.0/16 drop\n"
+                "\t\tiifname != \"sbx*\" ip saddr 10.201.0.0/16 drop\n"
+                "\t\tiifname \"sbx*\" ct state established,related accept",
+                "iifname != \"sbx*\" ip saddr 10.201.0.0/16 drop\n"
+                "\t\toifname \"sbx*\" ct state established,related ct direction reply accept\n"
+                "\t\toifname \"sbx*\" drop",
+                "type filter hook output priority filter; policy accept;\n"
+                "\t\tct state established,related ct direction reply accept\n"
+                "\t\toifname \"sbx*\" icmpv6 type 133-137 accept\n"
+                "\t\toifname \"sbx*\" goto deny\n"
+                "\t\tip daddr 10.201.0.0/16 goto deny\n\t}",
                 "type nat hook postrouting priority srcnat; policy accept;",
                 "ip saddr 10.201.0.0/16 oifname != \"sbx*\" masquerade",
                 /* Every denial is logged (rate-limited, headers only) before

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <fcntl.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
 #include <linux/sched.h>
 #include <pthread.h>
 #include <seccomp.h>
@@ -19,6 +21,7 @@
 #include <sys/ioctl.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include "libcore/caps.h"
@@ -148,6 +151,118 @@ static void test_non_native_abis_kill_the_process(void **state) {
         assert_int_equal(WTERMSIG(st), SIGSYS);
 }
 
+/* Whether family f is in the table, and protocol p of it allowed. */
+static bool family_allowed(long f, long p, bool any_protocol) {
+        size_t n;
+        const core_seccomp_family *t = core_seccomp_families(&n);
+        for (size_t i = 0; i < n; i++) {
+                if (t[i].family != f)
+                        continue;
+                if (any_protocol || !t[i].protocols)
+                        return true;
+                for (size_t k = 0; k < t[i].n_protocols; k++)
+                        if (t[i].protocols[k] == p)
+                                return true;
+                return false;
+        }
+        return false;
+}
+
+static int close_if(long fd) {
+        if (fd >= 0)
+                close((int) fd);
+        return fd >= 0;
+}
+
+/* Every family number the kernel knows (0 to AF_MAX-1 = 45 on Linux 6.x)
+ * and some it does not, with every socket type: refused families give
+ * EAFNOSUPPORT for every one of them (the filter answers before the
+ * kernel, which would say EPERM, ESOCKTNOSUPPORT or EPROTONOSUPPORT for a
+ * family it has); allowed ones reach the kernel. */
+static int socket_family_calls(void) {
+        static const long types[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET, SOCK_RDM,
+                                     SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK};
+        static const long extra[] = {46, 47, 63, 64, 255, 256, 0x7fffffff, -1, -2,
+                                     0x100000028l /* AF_VSOCK, upper half set */};
+        for (size_t f = 0; f < 46 + ELEMENTSOF(extra); f++) {
+                long fam = f < 46 ? (long) f : extra[f - 46];
+                bool allowed = family_allowed(fam, 0, true);
+                bool reached = false;
+                for (size_t i = 0; i < ELEMENTSOF(types); i++) {
+                        errno = 0;
+                        long fd = syscall(SYS_socket, fam, types[i], 0);
+                        int e = errno;
+                        reached |= close_if(fd) || e != EAFNOSUPPORT;
+                        if (!allowed && (fd >= 0 || e != EAFNOSUPPORT))
+                                return 10;
+                        int sv[2];
+                        long r = syscall(SYS_socketpair, fam, types[i], 0, sv);
+                        if (r == 0) {
+                                close(sv[0]);
+                                close(sv[1]);
+                        }
+                        if (!allowed && (r == 0 || errno != EAFNOSUPPORT))
+                                return 11;
+                }
+                if (allowed && !reached)
+                        return 12;
+        }
+        /* Garbage in the upper half never makes a refused family allowed. */
+        if (ERR_OF(syscall(SYS_socket, 0xabcd00000000l | AF_VSOCK, SOCK_STREAM, 0)) != EAFNOSUPPORT)
+                return 13;
+        /* AF_INET with SOCK_PACKET is an AF_PACKET socket in the kernel. */
+        if (ERR_OF(syscall(SYS_socket, AF_INET, SOCK_PACKET, 0x0300)) != EAFNOSUPPORT ||
+            ERR_OF(syscall(SYS_socket, AF_INET, SOCK_PACKET | SOCK_CLOEXEC, 0x0300)) != EAFNOSUPPORT)
+                return 14;
+        /* Netlink: the listed protocols work, the others are not there. */
+        for (long p = -1; p < 40; p++) {
+                long fd = syscall(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, p);
+                int e = errno;
+                bool ok = close_if(fd);
+                if (family_allowed(AF_NETLINK, p, false) ? !ok : (ok || e != EPROTONOSUPPORT))
+                        return 20;
+        }
+        if (ERR_OF(syscall(SYS_socket, AF_NETLINK, SOCK_DGRAM, 0x100000000l | NETLINK_GENERIC)) !=
+            EPROTONOSUPPORT)
+                return 21;
+        /* What ordinary programs make still works. */
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return 30;
+        close(sv[0]);
+        close(sv[1]);
+        if (!close_if(socket(AF_INET, SOCK_STREAM, 0)) || !close_if(socket(AF_INET, SOCK_DGRAM, IPPROTO_UDP)) ||
+            !close_if(socket(AF_UNIX, SOCK_DGRAM, 0)) ||
+            !close_if(socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE)) ||
+            !close_if(socket(AF_NETLINK, SOCK_DGRAM, NETLINK_SOCK_DIAG)))
+                return 31;
+        /* AF_INET6 too, unless this kernel has IPv6 off altogether. */
+        long fd6 = socket(AF_INET6, SOCK_STREAM, 0);
+        if (fd6 < 0 && errno == EAFNOSUPPORT && access("/proc/net/if_inet6", F_OK) == 0)
+                return 32;
+        close_if(fd6);
+        return 0;
+}
+
+static void test_socket_families_outside_the_table_get_eafnosupport(void **state) {
+        size_t n;
+        const core_seccomp_family *t = core_seccomp_families(&n);
+        assert_int_equal(n, 4);
+        assert_int_equal(t[0].family, AF_UNIX);
+        expect_exit_zero(run_filtered(socket_family_calls));
+}
+
+static int x32_socket(void) {
+        syscall(0x40000000 | SYS_socket, AF_VSOCK, SOCK_STREAM, 0);
+        return 1;
+}
+
+static void test_x32_socket_kills_the_process(void **state) {
+        int st = run_filtered(x32_socket);
+        assert_true(WIFSIGNALED(st));
+        assert_int_equal(WTERMSIG(st), SIGSYS);
+}
+
 static void test_rule_table_names_exist_on_this_arch(void **state) {
         size_t n;
         const core_seccomp_rule *rules = core_seccomp_rules(&n);
@@ -266,6 +381,8 @@ int main(void) {
                 cmocka_unit_test(test_filter_refuses_design_list_with_eperm),
                 cmocka_unit_test(test_non_native_abis_kill_the_process),
                 cmocka_unit_test(test_rule_table_names_exist_on_this_arch),
+                cmocka_unit_test(test_socket_families_outside_the_table_get_eafnosupport),
+                cmocka_unit_test(test_x32_socket_kills_the_process),
                 cmocka_unit_test(test_filter_from_bpf_copies_whole_programs_only),
                 cmocka_unit_test(test_root_set_is_docker_default_without_mknod),
                 cmocka_unit_test(test_cap_steps_leave_exactly_the_kept_set),
