@@ -449,6 +449,10 @@ void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), voi
 void snapshots_free(manager *m);
 /* The Snapshot object of snapshot.get. Caller deletes. */
 cJSON *snapshot_json(const snapshot *s);
+/* The snapshot as API answers show it (snapshot.get/list, import): as
+ * snapshot_json, with transform header values and a source password shown
+ * as "<redacted>" (docs/API.md). Caller frees. */
+cJSON *snapshot_view(const snapshot *s);
 /* Writes snapshots/<id>.json (durably). */
 int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err);
 void snapshot_free(snapshot *s);

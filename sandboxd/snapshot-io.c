@@ -674,7 +674,7 @@ static void import_done(void *userdata) {
         log_info("snapshot %s imported from %s (%zu layers)", s->id, j->path, j->n_layers);
         /* What of the file's config was taken is in "config"; the answer
          * also says whether it was asked for and which keys were left out. */
-        cJSON *o = snapshot_json(s);
+        cJSON *o = snapshot_view(s);
         cJSON_AddBoolToObject(o, "configImported", j->take_config);
         cJSON_AddItemToObject(o, "configIgnored", TAKE_PTR(j->ignored));
         rpc_reply(j->req, o);

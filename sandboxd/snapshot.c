@@ -585,6 +585,25 @@ cJSON *snapshot_json(const snapshot *s) {
         return o;
 }
 
+cJSON *snapshot_view(const snapshot *s) {
+        cJSON *o = snapshot_json(s);
+        cJSON *config = cJSON_GetObjectItemCaseSensitive(o, "config");
+        cJSON *pj = cJSON_GetObjectItemCaseSensitive(config, "networkPolicy");
+        if (pj && cJSON_IsObject(pj)) {
+                /* Header values of transform rules carry credentials: shown
+                 * as <redacted>, as sandbox.get shows them; a stored policy
+                 * that no longer parses is hidden whole (fail closed). */
+                _cleanup_(pol_policy_freep) pol_policy *pol = NULL;
+                _cleanup_error_ sb_error *err = NULL;
+                cJSON *shown = pol_policy_parse(pj, &pol, &err) >= 0 ? pol_policy_to_json(pol, true) : NULL;
+                cJSON_ReplaceItemInObject(config, "networkPolicy", shown ? shown : cJSON_CreateString("<redacted>"));
+        }
+        cJSON *src = cJSON_GetObjectItemCaseSensitive(config, "source");
+        if (cJSON_IsObject(src) && cJSON_GetObjectItemCaseSensitive(src, "password"))
+                cJSON_ReplaceItemInObject(src, "password", cJSON_CreateString("<redacted>"));
+        return o;
+}
+
 int snapshot_save(manager *m, const snapshot *s, sb_error **ret_err) {
         cJSON *o = snapshot_json(s);
         cJSON_ReplaceItemInObject(o, "layers", cJSON_Duplicate(s->layers, 1));
@@ -628,7 +647,7 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         log_info("sandbox '%s': snapshot %s", sb->name, s->id);
         if (s->expires_ms)
                 snapshots_schedule_expiry(m);
-        rpc_reply(req, snapshot_json(s));
+        rpc_reply(req, snapshot_view(s));
 }
 
 static void method_snapshot(rpc_request *req, void *userdata) {
@@ -665,7 +684,7 @@ static snapshot *lookup_snapshot(rpc_request *req, manager *m) {
 static void method_snapshot_get(rpc_request *req, void *userdata) {
         snapshot *s = lookup_snapshot(req, userdata);
         if (s)
-                rpc_reply(req, snapshot_json(s));
+                rpc_reply(req, snapshot_view(s));
 }
 
 static void method_snapshot_list(rpc_request *req, void *userdata) {
@@ -680,7 +699,7 @@ static void method_snapshot_list(rpc_request *req, void *userdata) {
         cJSON *arr = cJSON_AddArrayToObject(o, "snapshots");
         for (snapshot *s = m->snapshots; s; s = s->next)
                 if (!of || streq(of, s->sandbox))
-                        cJSON_AddItemToArray(arr, snapshot_json(s));
+                        cJSON_AddItemToArray(arr, snapshot_view(s));
         rpc_reply(req, o);
 }
 

@@ -340,3 +340,34 @@ def test_secret_echoed_json_escaped_is_masked_to_its_length(world):
         expect_eq(_auth_values(_log_since(world, "api", n_api)), [value], "Authorization at the API")
         expect(secret[-12:] not in out, "the echoed value reached the sandbox:", out[:400])
         expect('["Authorization", "' + "*" * len(escaped) + '"]' in out, "the escaped form is masked:", out[:400])
+
+
+def test_snapshot_answers_never_show_an_injected_header_value(world):
+    """snapshot.get, snapshot.list and the snapshot of an import show a
+    transform's header values as <redacted>, as sandbox.get does (they were
+    returned in plain text)."""
+    secret = "sk-" + secrets.token_hex(12)
+    pol = _policy_file(world, {"allow": {"api.public.test": [
+        {"transform": [{"headers": {"authorization": "Bearer " + secret}}]}]}})
+    snap = imported = None
+    with sandbox(world, "snapred", "--policy", pol) as name:
+        try:
+            code, out, err = world.ctl("snapshot", name)
+            expect_eq(code, 0, "snapshot (%s)" % err.strip())
+            snap = out.strip()
+            got = world.rpc_result("snapshot.get", {"id": snap})
+            listed = world.rpc_result("snapshot.list", {})
+            for what, obj in (("snapshot.get", got), ("snapshot.list", listed)):
+                text = json.dumps(obj)
+                expect(secret not in text, "%s shows the header value:" % what, text[:400])
+            expect_eq(got["config"]["networkPolicy"]["allow"]["api.public.test"][0]["transform"][0]["headers"],
+                      {"authorization": "<redacted>"}, "the header as snapshot.get shows it")
+            path = os.path.join(tempfile.mkdtemp(dir=world.tmp), "s.tar.zst")
+            world.ctl("snapshots", "export", snap, path, check=True)
+            r = world.rpc_result("snapshot.import", {"path": path, "config": True}, timeout=120)
+            imported = r["id"]
+            expect(secret not in json.dumps(r), "the import's answer shows the header value:", json.dumps(r)[:400])
+        finally:
+            for s_ in (snap, imported):
+                if s_:
+                    world.ctl("snapshots", "rm", s_)
