@@ -227,8 +227,12 @@ static int walk_entry(walk *w, int dirfd, const char *name, const char *path, un
 }
 
 static int walk_dir(walk *w, int dirfd, const char *path, unsigned depth) {
-        if (depth > MAX_DEPTH)
-                return sb_error_set(w->err, -ELOOP, NULL, NULL, "%s: more than %d directory levels", path, MAX_DEPTH);
+        if (depth > MAX_DEPTH) {
+                /* The reason first: the path alone is thousands of bytes. */
+                size_t n = strlen(path);
+                return sb_error_set(w->err, -ELOOP, NULL, NULL, "more than %d directory levels at %s%s", MAX_DEPTH,
+                                    n > 120 ? "..." : "", n > 120 ? path + n - 120 : path);
+        }
         char **names = list_dir(dirfd, path, w->err);
         if (!names)
                 return -EIO;

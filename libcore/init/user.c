@@ -202,7 +202,9 @@ static int fix_account_file(int etcfd, const char *name, const char *ids, unsign
  * what is inside keeps its owners). Missing: nothing to do. */
 static int own_dir(int rootfd, const char *path, sb_error **ret_err) {
         _cleanup_close_ int fd = open_beneath(rootfd, path, O_PATH | O_DIRECTORY);
-        if (fd == -ENOENT)
+        /* Missing, or made a link or a file by the sandbox itself: its own
+         * business, left as it is (never followed). */
+        if (fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
                 return 0;
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0)
@@ -254,7 +256,7 @@ static int remap_tree(int dfd, dev_t dev, unsigned depth) {
 
 static int remap_dir(int rootfd, const char *path, sb_error **ret_err) {
         int fd = open_beneath(rootfd, path, O_RDONLY | O_DIRECTORY);
-        if (fd == -ENOENT)
+        if (fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
                 return 0;
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0) {
