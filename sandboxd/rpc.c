@@ -53,6 +53,11 @@
 /* Read size, and reads per wakeup, so one chatty connection cannot starve
  * the others (epoll is level-triggered: unread input wakes us again). */
 #define RPC_READ_CHUNK (64u * 1024)
+/* The server-wide bound on input buffered for unterminated lines: each
+ * connection's buffer beyond its first chunk is charged to it, so many
+ * clients each sending a long partial line cannot grow the daemon without
+ * bound (one line alone is bounded by maxLineBytes). */
+#define RPC_INPUT_BUDGET_MIN (256u * 1024 * 1024)
 #define RPC_READS_PER_WAKEUP 16
 /* Back-off when accept() fails for lack of file descriptors: the listening
  * socket stays readable, so retrying at once would spin. */
@@ -99,6 +104,8 @@ struct rpc_server {
         dev_t bound_dev;
         ino_t bound_ino;
         size_t max_line_bytes;
+        size_t in_budget;         /* most bytes of long partial lines across all connections */
+        size_t in_charged;        /* ... held now (input buffers beyond their first chunk) */
         uint64_t stall_usec;
         gid_t socket_gid;
         rpc_method *methods;
@@ -178,6 +185,22 @@ static void conn_close_soon(rpc_conn *c) {
         rpc_conn_ref(c);
 }
 
+static size_t in_charge(size_t alloc) {
+        return alloc > RPC_READ_CHUNK ? alloc - RPC_READ_CHUNK : 0;
+}
+
+/* Frees the input buffer and gives its charge back to the server's budget. */
+static void conn_free_input(rpc_conn *c) {
+        if (c->server)
+                c->server->in_charged -= in_charge(c->in_alloc);
+        bool big = c->in_alloc >= RPC_TRIM_BYTES;
+        free(c->in);
+        c->in = NULL;
+        c->in_len = c->in_scanned = c->in_alloc = 0;
+        if (big)
+                malloc_trim(0);
+}
+
 static void conn_close(rpc_conn *c) {
         rpc_server *s = c->server;
         if (!s)
@@ -207,6 +230,9 @@ static void conn_close(rpc_conn *c) {
         c->held = false;
         if (big)
                 malloc_trim(0);
+        /* The input buffer may still hold the line a handler runs from; it
+         * is freed with the last reference, its charge given back now. */
+        s->in_charged -= in_charge(c->in_alloc);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -731,12 +757,8 @@ static void conn_process_input(rpc_conn *c, bool at_eof) {
         c->in_scanned -= start;
         if (c->held)
                 c->in_scanned = 0;  /* rescan from the held line */
-        if (c->in_len == 0 && c->in_alloc > 4 * RPC_READ_CHUNK) {
-                /* Give back the room a once-long line took. */
-                free(c->in);
-                c->in = NULL;
-                c->in_alloc = 0;
-        }
+        if (c->in_len == 0 && c->in_alloc > 4 * RPC_READ_CHUNK)
+                conn_free_input(c);  /* give back the room a once-long line took */
 }
 
 static int kick_cb(sd_event_source *src, void *userdata) {
@@ -772,11 +794,23 @@ static void conn_kick(rpc_conn *c) {
 static int conn_read(rpc_conn *c) {
         for (int i = 0; i < RPC_READS_PER_WAKEUP; i++) {
                 if (c->in_alloc - c->in_len < RPC_READ_CHUNK) {
-                        char *p = realloc(c->in, c->in_len + RPC_READ_CHUNK);
+                        size_t want = c->in_len + RPC_READ_CHUNK;
+                        size_t more = in_charge(want) - in_charge(c->in_alloc);
+                        if (c->server->in_charged + more > c->server->in_budget) {
+                                reply_raw_error(c, NULL, RPC_INVALID_REQUEST,
+                                                "the daemon's buffers for unfinished requests are full (%zu MiB "
+                                                "across all connections); send shorter lines or retry later",
+                                                c->server->in_budget >> 20);
+                                c->close_after_flush = true;
+                                conn_free_input(c);
+                                return 0;
+                        }
+                        char *p = realloc(c->in, want);
                         if (!p)
                                 return -ENOMEM;
                         c->in = p;
-                        c->in_alloc = c->in_len + RPC_READ_CHUNK;
+                        c->server->in_charged += more;
+                        c->in_alloc = want;
                 }
                 ssize_t n = recv(c->fd, c->in + c->in_len, c->in_alloc - c->in_len, MSG_DONTWAIT);
                 if (n < 0) {
@@ -1017,6 +1051,7 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         s->event = sd_event_ref(event);
         s->listen_fd = -EBADF;
         s->max_line_bytes = cfg->max_line_bytes ? cfg->max_line_bytes : 16u * 1024 * 1024;
+        s->in_budget = s->max_line_bytes * 4 > RPC_INPUT_BUDGET_MIN ? s->max_line_bytes * 4 : RPC_INPUT_BUDGET_MIN;
         s->stall_usec = (uint64_t) (cfg->stall_timeout_ms ? cfg->stall_timeout_ms : RPC_STALL_TIMEOUT_MS_DEFAULT) * 1000;
         s->socket_gid = cfg->socket_gid;
         int r = cfg->listen_fd >= 0 ? adopt_socket(s, cfg->listen_fd, ret_err) : bind_socket(s, cfg, ret_err);

@@ -354,3 +354,52 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
                  "daemon RSS back near %d MiB after the drop (now %d MiB)" % (base // 1024, _rss_kb(d.pid) // 1024))
         _still_serving(world)
 test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped.timeout = 120
+
+
+def test_many_clients_with_long_unfinished_lines_share_one_input_budget(world):
+    """24 connections each send 15 MB of a line that never ends (each under
+    maxLineBytes): the daemon buffered them all (its RSS grew by their sum,
+    360 MB, with no bound on the number of clients). Now the connections
+    past the server-wide budget (256 MiB) are answered with an error naming
+    it and dropped, the daemon grows by about the budget, and it serves on."""
+    import select
+    import time
+    d = world.daemon
+    base = _rss_kb(d.pid)
+    line = b'{"jsonrpc":"2.0","id":1,"method":"daemon.info","params":{"x":"' + b"a" * (15 * 1024 * 1024)
+    conns = []
+    try:
+        for _ in range(24):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect(d.socket)
+            try:
+                s.sendall(line)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            conns.append(s)
+        grown_mb = (_rss_kb(d.pid) - base) / 1024
+        # The refused ones have their answer waiting (or are closed).
+        p = select.poll()
+        for s in conns:
+            p.register(s, select.POLLIN | select.POLLHUP)
+        refused, deadline = [], time.monotonic() + 20
+        while not refused and time.monotonic() < deadline:
+            for fd, _ev in p.poll(1000):
+                s = next(c for c in conns if c.fileno() == fd)
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                p.unregister(fd)
+                refused.append(data)
+        expect(refused, "no connection was refused for the shared input budget")
+        expect(any(b"unfinished requests are full" in r for r in refused),
+               "the refusal names the budget:", [r[:200] for r in refused])
+        if "ASAN_OPTIONS" not in os.environ:
+            expect(grown_mb < 256 + 64, "daemon RSS grew by %.0f MB for 24 unfinished lines" % grown_mb)
+        info = d.rpc_result("daemon.info", {})
+        expect("version" in info, "daemon.info while the budget is taken:", info)
+    finally:
+        for s in conns:
+            s.close()
