@@ -5,7 +5,7 @@
 #                   20 s of each fuzz target
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 300)
 #   make demo       install deps, build, run the main job in the test world
-#   make bench      benchmarks beside bwrap and plain fork+exec
+#   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
 #   make install    binaries, systemd units, man pages
 
 PREFIX    ?= /usr/local
@@ -52,7 +52,7 @@ BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz
+.PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load
 all: $(BINS)
 
 deps:
@@ -143,6 +143,7 @@ check: deps
 	@$(MAKE) --no-print-directory integration
 	@$(MAKE) --no-print-directory integration-asan
 	@$(MAKE) --no-print-directory fuzz-short
+	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
 
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -153,6 +154,14 @@ bench: deps
 	@python3 tests/bench/bench.py
 	@python3 tests/bench/bench_policy.py
 	@python3 tests/bench/bench_proxy.py
+	@$(MAKE) --no-print-directory load
+
+# The load suite (tests/load/run.py): full size by default (32 clients x 1000
+# RPCs over 30 sandboxes, then 200 alive at once); make check runs it with
+# LOAD_ARGS=--short and it fails on any error or leak, never on time.
+LOAD_ARGS ?=
+load: $(BINS)
+	@python3 tests/load/run.py $(LOAD_ARGS)
 
 install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
@@ -199,4 +208,4 @@ fuzz-short: $(FUZZ_BINS)
 clean:
 	rm -rf $(B)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) -name '*.d' -type f 2>/dev/null)
