@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include "libcore/agent.h"
 #include "libcore/container.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/source.h"
 #include "libcore/util.h"
@@ -799,6 +800,7 @@ static void method_update(rpc_request *req, void *userdata) {
         if (newports) {
                 oldports = sb->ports;
                 sb->ports = TAKE_PTR(newports);
+                core_fault("update.ports_applied");
         }
         /* Resources before the policy: a refused resize leaves everything
          * as it was, and a refused policy puts the old limits back. */
@@ -812,6 +814,7 @@ static void method_update(rpc_request *req, void *userdata) {
                         return;
                 }
                 sb->vcpus = (unsigned)new_vcpus;
+                core_fault("update.resources_applied");
         }
         if (newpol) {
                 /* One nftables batch swaps the running session's rules: no
@@ -829,6 +832,7 @@ static void method_update(rpc_request *req, void *userdata) {
                 sb->pol = TAKE_PTR(newpol);
                 cJSON_Delete(sb->policy);
                 sb->policy = cJSON_Duplicate(policy, 1);
+                core_fault("update.policy_applied");
         }
         if (env) {
                 cJSON_Delete(sb->env);
@@ -854,6 +858,7 @@ static void method_update(rpc_request *req, void *userdata) {
         int r = sandbox_save_config(sb, NULL, &err);
         if (r < 0)
                 log_warning("sandbox '%s': %s", sb->name, text_for_log(err->message, (char[TEXT_LOG_BUF]){0}, TEXT_LOG_BUF));
+        core_fault("update.recorded");
         rpc_reply(req, sandbox_to_json(sb));
 }
 

@@ -16,6 +16,7 @@
 #include "libcore/agent.h"
 #include "libcore/container.h"
 #include "libcore/conntrack.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/source.h"
 #include "libcore/userns.h"
@@ -797,8 +798,10 @@ static void start_work(void *userdata) {
                 made_dir = true;
                 if ((r = fetch_source(j, &j->err)) < 0)
                         goto fail;
+                core_fault("create.cloned");
                 if ((r = sandbox_save_config(sb, j->config_text, &j->err)) < 0)
                         goto fail;
+                core_fault("create.configured");
         } else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
                 r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
                 goto fail;
@@ -865,8 +868,11 @@ static void start_work(void *userdata) {
             (r = netd_start(m, sb, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
                             &j->err)) < 0)
                 goto fail;
+        if (j->netd_pid > 0)
+                core_fault("netd.started");
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
+        core_fault(j->fresh ? "create.session_started" : "resume.session_started");
         return;
 fail:
         kill_spawned(&j->spawn);
@@ -968,6 +974,7 @@ static void start_done(void *userdata) {
         if (r < 0)
                 log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
         (void)restore_save_record(s);
+        core_fault(j->fresh ? "create.recorded" : "resume.recorded");
         log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sandbox_policy_mode(sb));
         emit_status(sb, "running");
         if (sb->persistent)
@@ -1067,6 +1074,7 @@ void session_stop(sandbox *sb) {
         cJSON_AddNumberToObject(op, "graceMs", (double)grace);
         if (agent_send(s, op) < 0 && s->pidfd >= 0)
                 syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+        core_fault("stop.signalled");
         /* Backstop: init that ignores stop is killed (its PID namespace with it). */
         sd_event_add_time_relative(sb->m->event, &s->kill_src, CLOCK_MONOTONIC, (grace + 3000) * 1000, 0,
                                    on_kill_timer, s);
@@ -1108,10 +1116,12 @@ static void teardown_work(void *userdata) {
                                 log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
                 }
         }
+        core_fault(t->remove_files ? "delete.torn_down" : "stop.torn_down");
         if (t->remove_files) {
                 int r = core_rm_rf(t->sb->dir);
                 if (r < 0)
                         log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, t->sb->dir);
+                core_fault("delete.removed");
         }
         core_rm_rf(t->sb->run_dir);
 }

@@ -22,6 +22,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 #include "libcore/copy.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -72,6 +73,7 @@ static int export_write(export_job *j, int fd) {
             archive_write_open_fd(wr, fd) != ARCHIVE_OK)
                 return sb_error_set(&j->err, -EIO, "failed", NULL, "export: %s", archive_error_string(wr));
         int r = write_member_data(wr, "snapshot.json", j->record, strlen(j->record), &j->err);
+        core_fault("export.writing");
         for (size_t i = 0; r >= 0 && i < j->n_layers; i++) {
                 char prefix[32];
                 snprintf(prefix, sizeof(prefix), "layers/%zu", i);
@@ -99,6 +101,7 @@ static void export_work(void *userdata) {
                 (void)unlink(j->path);
                 return;
         }
+        core_fault("export.written");
         j->bytes = st.st_size;
 }
 
@@ -477,6 +480,8 @@ static void import_work(void *userdata) {
                 r = sb_error_set(&j->err, negative_errno(), "failed", NULL, "chroot into %s: %m", j->layers_dir);
         else
                 r = import_extract(j, fd, &j->err);
+        if (r >= 0)
+                core_fault("import.extracted");
         for (size_t i = 0; r >= 0 && i < j->n_layers; i++) {
                 char tmp[48];
                 snprintf(tmp, sizeof(tmp), "%s.tmp", j->ids[i]);
@@ -547,6 +552,8 @@ static void import_done(void *userdata) {
                 layers_collect(j->m, layers, NULL, NULL);
                 cJSON_Delete(layers);
         }
+        if (!j->err)
+                core_fault("import.recorded");
         if (j->err) {
                 sb_error_prefix(&j->err, "import %s", j->path);
                 log_warning("snapshot %s", j->err->message);

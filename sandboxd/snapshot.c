@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "libcore/copy.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -164,6 +165,7 @@ typedef struct capture_job {
         sandbox *sb;
         rpc_request *req;
         capture_cb cb;
+        const char *op;   /* "fork" or "snapshot": names its fault points */
         char id[33];
         char *upper, *dest;
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
@@ -188,13 +190,18 @@ static void capture_work(void *userdata) {
                 sb_error_set(&j->err, -ENOMEM, NULL, NULL, "out of memory");
                 return;
         }
+        char point[32];
         int r = core_cgroup_freeze(j->cg, true);
         if (r < 0 && r != -ENOTSUP) {
                 sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));
                 core_cgroup_freeze(j->cg, false);
                 return;
         }
+        snprintf(point, sizeof(point), "%s.frozen", j->op);
+        core_fault(point);
         r = core_tree_copy(j->upper, tmp, &j->err);
+        snprintf(point, sizeof(point), "%s.copied", j->op);
+        core_fault(point);
         int t = core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
                 log_warning_errno(t, "sandbox '%s': thaw after copy: %m", j->sb->name);
@@ -242,7 +249,7 @@ static int capture_stopped(sandbox *sb, const char *id, const char *dest, sb_err
 
 /* Captures sb's filesystem and calls cb with the chain of layers that now
  * holds it (or an error). cb runs later when the sandbox is running. */
-static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
+static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, capture_cb cb) {
         _cleanup_error_ sb_error *err = NULL;
         if (sb->starting || sb->deleting || (sb->sess && sb->sess->stopping)) {
                 sb_error_set(&err, -EBUSY, "unavailable", NULL, "sandbox '%s' is %s; try again in a moment",
@@ -266,6 +273,9 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
                         cb(m, req, sb, NULL, err);
                         return;
                 }
+                char point[32];
+                snprintf(point, sizeof(point), "%s.moved", op);
+                core_fault(point);
                 cb(m, req, sb, sb->layers, NULL);
                 return;
         }
@@ -274,6 +284,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         j->sb = sb;
         j->req = req;
         j->cb = cb;
+        j->op = op;
         memcpy(j->id, id, sizeof(id));
         j->dest = TAKE_PTR(dest);
         j->cg = sb->sess->cg;
@@ -379,7 +390,7 @@ static void method_fork(rpc_request *req, void *userdata) {
                                 "sandbox '%s' already exists; pick another name", name);
                 return;
         }
-        capture(m, req, src, fork_captured);
+        capture(m, req, src, "fork", fork_captured);
 }
 
 /* ---- snapshots ---------------------------------------------------------------- */
@@ -440,6 +451,7 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         }
         s->next = m->snapshots;
         m->snapshots = s;
+        core_fault("snapshot.recorded");
         log_info("sandbox '%s': snapshot %s", sb->name, s->id);
         if (s->expires_ms)
                 snapshots_schedule_expiry(m);
@@ -457,7 +469,7 @@ static void method_snapshot(rpc_request *req, void *userdata) {
         }
         sandbox *sb = sandbox_lookup(req, m, "name");
         if (sb)
-                capture(m, req, sb, snapshot_captured);
+                capture(m, req, sb, "snapshot", snapshot_captured);
 }
 
 static void reply_empty(void *req) {

@@ -310,7 +310,9 @@ class Daemon:
         self.proc = None
         self.pid = None
 
-    def start(self, deadline_s=20.0):
+    def start(self, deadline_s=20.0, env=None):
+        """Starts the daemon; `env` (a dict) is added to its environment
+        (e.g. {"SANDBOXD_FAULT": "fork.frozen"} for tests/faults/)."""
         # Not `ip netns exec`: it remounts /sys, which hides the cgroup
         # filesystems. Enter the network namespace only, and in a mount
         # namespace of its own (slave: host mounts still propagate in) bind
@@ -340,7 +342,7 @@ class Daemon:
         log = open(self.log_path, "ab")
         cg = self.world.cgroup_dirs
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     start_new_session=True,
+                                     start_new_session=True, env=dict(os.environ, **env) if env else None,
                                      preexec_fn=lambda: _join_cgroups(cg))
         log.close()
         self.pid = self.proc.pid
@@ -716,10 +718,10 @@ class World:
             time.sleep(interval)
 
     # --- sandboxd
-    def start_sandboxd(self, config=None, tag="d"):
+    def start_sandboxd(self, config=None, tag="d", env=None):
         d = Daemon(self, config, tag)
         self.daemons.append(d)
-        d.start()
+        d.start(env=env)
         self.daemon = d
         return d
 
