@@ -4,6 +4,7 @@
 #   make check      install deps, build, unit tests and integration tests, each plain and under ASan+UBSan;
 #                   20 s of each fuzz target
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 300)
+#   make faults     the kill -9 matrix at every fault point (tests/faults/)
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
 #   make install    binaries, systemd units, man pages
@@ -52,7 +53,7 @@ BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load
+.PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load faults
 all: $(BINS)
 
 deps:
@@ -144,6 +145,7 @@ check: deps
 	@$(MAKE) --no-print-directory integration-asan
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
+	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
 
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -155,6 +157,13 @@ bench: deps
 	@python3 tests/bench/bench_policy.py
 	@python3 tests/bench/bench_proxy.py
 	@$(MAKE) --no-print-directory load
+
+# The kill -9 matrix (tests/faults/run.py): sandboxd killed at each fault
+# point (SANDBOXD_FAULT, libcore/fault.h) and checked after a restart;
+# make check runs a sample covering every operation (FAULTS_ARGS=--sample).
+FAULTS_ARGS ?=
+faults: $(BINS)
+	@python3 tests/faults/run.py $(FAULTS_ARGS)
 
 # The load suite (tests/load/run.py): full size by default (32 clients x 1000
 # RPCs over 30 sandboxes, then 200 alive at once); make check runs it with
