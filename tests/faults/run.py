@@ -140,7 +140,9 @@ def s_create(source=None, policy="allow-all"):
         p = {"name": ctx["target"], "networkPolicy": policy}
         if "source" in ctx:
             p["source"] = ctx["source"]
-        d.connect(timeout=120).start("sandbox.create", p)
+        conn = d.connect(timeout=120)
+        conn.start("sandbox.create", p)
+        return conn
     return setup, trigger
 
 
@@ -176,7 +178,11 @@ def s_stopped(w, d):
 
 def send(method, params_of):
     def trigger(w, d, ctx):
-        d.connect(timeout=120).start(method, params_of(w, ctx))
+        # The connection stays open until the daemon dies: a request whose
+        # client is gone may be dropped before it reaches the point.
+        conn = d.connect(timeout=120)
+        conn.start(method, params_of(w, ctx))
+        return conn
     return trigger
 
 
@@ -420,11 +426,13 @@ def run_point(w, label):
             ctx["export_preexisting"] = True
         expect(d.stop() == 0, "the fault-free daemon stops with status 0")
         d.start(env={"SANDBOXD_FAULT": point})
-        trigger(w, d, ctx)
+        conn = trigger(w, d, ctx)
         try:
             d.proc.wait(90)
         except Exception:
             raise Fail("the daemon did not reach %s (still running after 90 s)" % point)
+        finally:
+            conn.close()
         expect(d.proc.returncode == -signal.SIGKILL,
                "the daemon died of SIGKILL at %s (status %s)" % (point, d.proc.returncode))
         if ctx.get("export_preexisting") and point.startswith("export."):
