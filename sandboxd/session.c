@@ -1257,6 +1257,16 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
         int r = core_cgroup_open(sb->name, s->pid, &s->cg);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "its sandbox-init is not in its cgroup: %s", strerror(-r));
+        /* The config is the record of the limits (as start_work sets them): a
+         * daemon killed between resizing a running session and writing its
+         * config (sandbox.update) left the cgroup with limits nobody shows. */
+        core_cgroup_limits lim = {.pids_max = sb->m->cfg->pids_max,
+                                  .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
+                                  .cpu_quota_pct = sb->vcpus * 100};
+        _cleanup_error_ sb_error *lerr = NULL;
+        if (core_cgroup_update(s->cg, &lim, &lim, &lerr) < 0)
+                log_warning("sandbox '%s': cannot set its recorded limits (%u vCPUs): %s", sb->name, sb->vcpus,
+                            lerr ? lerr->message : "failed");
         if ((s->agent_fd = restore_connect(sb->run_dir)) < 0)
                 return sb_error_set(ret_err, s->agent_fd, NULL, NULL, "connect to its sandbox-init: %s",
                                     strerror(-s->agent_fd));

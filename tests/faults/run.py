@@ -284,6 +284,31 @@ def frozen_cgroups():
     return bad
 
 
+def cpu_quota_vcpus(name):
+    """The CPU quota of sandbox `name`'s session cgroup, in vCPUs (quota /
+    period), from cpu.max (v2) or cpu.cfs_quota_us (v1); None if not found."""
+    for cg in session_cgroups():
+        if os.path.basename(cg) != name:
+            continue
+        try:
+            with open(os.path.join(cg, "cpu.max")) as f:
+                q, per = f.read().split()
+            if q != "max":
+                return int(q) / int(per)
+        except (OSError, ValueError):
+            pass
+        try:
+            with open(os.path.join(cg, "cpu.cfs_quota_us")) as f:
+                q = int(f.read())
+            with open(os.path.join(cg, "cpu.cfs_period_us")) as f:
+                per = int(f.read())
+            if q > 0:
+                return q / per
+        except (OSError, ValueError):
+            pass
+    return None
+
+
 def netd_processes(d):
     """pids of sandbox-netd processes of this build started under this daemon's run dir."""
     exe = os.path.realpath(os.path.join(W.BUILD, "sandbox-netd"))
@@ -322,6 +347,11 @@ def check_consistent(w, d, ctx, problems):
                 r = {"error": repr(e)}
             if "error" in r or r["result"].get("exitCode") != 0:
                 problems.append("sandbox %s is listed running but runs no command: %s" % (name, json.dumps(r)[:300]))
+            # What get says is what the kernel enforces.
+            want = (s.get("resources") or {}).get("vcpus")
+            got = cpu_quota_vcpus(name)
+            if want is not None and got is not None and abs(got - want) > 0.01:
+                problems.append("sandbox %s: get says %s vCPUs, its cgroup's CPU quota is %.2f" % (name, want, got))
         elif s["status"] not in ("stopped",):
             problems.append("sandbox %s is %s after the restart" % (name, s["status"]))
     snaps = {s["id"] for s in res(d, "snapshot.list")["snapshots"]}
