@@ -242,6 +242,11 @@ SCENARIOS = {
     "delete.torn_down": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.removed": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.torn_down[stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "stop.signalled[not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
+    # A stop of a sandbox that is not persistent ends it: the delete path.
+    "delete.removed[stop of not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
+    "create.configured[fork]": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "create.session_started[fork of stopped]": (s_stopped, send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
     "resume.session_started": (s_stopped, send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
     "resume.recorded": (s_stopped, send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
     "runtime_import.extracted": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
