@@ -2,9 +2,10 @@
 #
 #   make            build sandboxd, sandbox-init, sandboxctl
 #   make check      install deps, build, unit tests and integration tests, each plain and under ASan+UBSan;
-#                   20 s of each fuzz target
+#                   20 s of each fuzz target, the short load run, a sample of the kill -9 matrix
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 300)
 #   make faults     the kill -9 matrix at every fault point (tests/faults/)
+#   make load       the load suite at full size (tests/load/)
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
 #   make install    binaries, systemd units, man pages
