@@ -352,6 +352,17 @@ def check_consistent(w, d, ctx, problems):
                 r = {"error": repr(e)}
             if "error" in r or r["result"].get("exitCode") != 0:
                 problems.append("sandbox %s is listed running but runs no command: %s" % (name, json.dumps(r)[:300]))
+            # Every port get shows has its endpoint listening.
+            for port in s.get("ports") or []:
+                ep = port.get("endpoint")
+                if not ep:
+                    problems.append("sandbox %s: port %s has no endpoint" % (name, port.get("port")))
+                    continue
+                host, _, num = ep.rpartition(":")
+                r = w.run_in_host(["python3", "-c", "import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)",
+                                   host, num], timeout=30)
+                if r.returncode != 0:
+                    problems.append("sandbox %s: port %s endpoint %s refuses connections" % (name, port.get("port"), ep))
             # What get says is what the kernel enforces.
             want = (s.get("resources") or {}).get("vcpus")
             got = cpu_quota_vcpus(name)
