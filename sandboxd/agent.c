@@ -6,6 +6,7 @@
  * Everything that arrives here is sandbox-controlled: root inside a sandbox
  * can ptrace init and speak on its socket. Packets are parsed with bounds,
  * and any text from them that reaches the log goes through text_for_log(). */
+#include <limits.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -102,19 +103,36 @@ int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata) {
         return 0;
 }
 
+/* Numbers in packets are sandbox-controlled doubles: converting one that is
+ * out of the target type's range is undefined behaviour (C11 6.3.1.4), so
+ * each is range-checked first. An id outside 1..UINT_MAX reads as 0, which
+ * names no command or request. */
+static unsigned packet_id(const cJSON *j) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= 1 && j->valuedouble <= (double)UINT_MAX))
+                return 0;
+        return (unsigned)j->valuedouble;
+}
+
+/* j's value when it is a number in [min, max], else dflt. */
+static int packet_int(const cJSON *j, int min, int max, int dflt) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= min && j->valuedouble <= max))
+                return dflt;
+        return (int)j->valuedouble;
+}
+
 static void on_fs_reply(session *s, cJSON *msg) {
-        cJSON *req = cJSON_GetObjectItem(msg, "req");
-        if (!cJSON_IsNumber(req))
+        unsigned req = packet_id(cJSON_GetObjectItem(msg, "req"));
+        if (!req)
                 return;
         for (agent_fs_op **pp = &s->fs_ops; *pp; pp = &(*pp)->next) {
                 agent_fs_op *o = *pp;
-                if (o->req != (unsigned)req->valuedouble)
+                if (o->req != req)
                         continue;
                 *pp = o->next;
                 cJSON *err = cJSON_GetObjectItem(msg, "errno");
                 const char *message = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message"));
                 if (cJSON_IsNumber(err))
-                        o->cb(s, NULL, -(int)err->valuedouble, message, o->userdata);
+                        o->cb(s, NULL, -packet_int(err, 1, 4095, EIO), message, o->userdata);
                 else
                         o->cb(s, cJSON_GetObjectItem(msg, "result"), 0, NULL, o->userdata);
                 free(o);
@@ -124,19 +142,17 @@ static void on_fs_reply(session *s, cJSON *msg) {
 
 static void dispatch(session *s, cJSON *msg) {
         const char *ev = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "ev"));
-        cJSON *id = cJSON_GetObjectItem(msg, "id");
-        unsigned cid = cJSON_IsNumber(id) ? (unsigned)id->valuedouble : 0;
+        unsigned cid = packet_id(cJSON_GetObjectItem(msg, "id"));
         if (!ev)
                 return;
         if (streq(ev, "output"))
                 command_on_output(s, cid, cJSON_GetStringValue(cJSON_GetObjectItem(msg, "stream")),
                                   cJSON_GetStringValue(cJSON_GetObjectItem(msg, "data")));
         else if (streq(ev, "started")) {
-                cJSON *pid = cJSON_GetObjectItem(msg, "pid");
-                command_on_started(s, cid, cJSON_IsNumber(pid) ? (pid_t)pid->valuedouble : 0);
+                command_on_started(s, cid, packet_int(cJSON_GetObjectItem(msg, "pid"), 1, INT_MAX, 0));
         } else if (streq(ev, "exit")) {
-                cJSON *code = cJSON_GetObjectItem(msg, "code");
-                command_on_exit(s, cid, cJSON_IsNumber(code) ? (int)code->valuedouble : 255,
+                /* An exit status, or 128+signal: 0..255 (agent.h). */
+                command_on_exit(s, cid, packet_int(cJSON_GetObjectItem(msg, "code"), 0, 255, 255),
                                 cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")));
         } else if (streq(ev, "fs"))
                 on_fs_reply(s, msg);
@@ -148,6 +164,16 @@ static void dispatch(session *s, cJSON *msg) {
                             text_for_log(cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message")) ?: "error",
                                          safe, sizeof(safe)));
         }
+}
+
+void agent_handle_packet(session *s, const char *buf, size_t len) {
+        cJSON *msg = cJSON_ParseWithLength(buf, len);
+        if (!msg) {
+                log_debug("sandbox '%s': malformed packet from sandbox-init", s->sb->name);
+                return;
+        }
+        dispatch(s, msg);
+        cJSON_Delete(msg);
 }
 
 static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
@@ -174,13 +200,7 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
                         break;
                 }
                 buf[n] = 0;
-                cJSON *msg = cJSON_ParseWithLength(buf, (size_t)n);
-                if (!msg) {
-                        log_debug("sandbox '%s': malformed packet from sandbox-init", s->sb->name);
-                        continue;
-                }
-                dispatch(s, msg);
-                cJSON_Delete(msg);
+                agent_handle_packet(s, buf, (size_t)n);
                 if (!s->agent_src)
                         break; /* the session ended inside dispatch */
         }

@@ -609,8 +609,11 @@ static void restore_one(session *s, const cJSON *e) {
         c->tty = cJSON_IsTrue(cJSON_GetObjectItem(meta, "tty"));
         c->detached = true; /* whoever waited for it went with the old daemon */
         c->started = true;
-        c->started_ms = cJSON_IsNumber(started) && started->valuedouble > 0 ? (uint64_t)started->valuedouble
-                                                                              : core_now_ms();
+        /* Bounded before the conversion (an out-of-range double is undefined
+         * behaviour): 2^53 ms is far beyond any real time. */
+        c->started_ms = cJSON_IsNumber(started) && started->valuedouble > 0 && started->valuedouble < 9007199254740992.0
+                                ? (uint64_t)started->valuedouble
+                                : core_now_ms();
         c->out = (ring){.cap = m->cfg->command_log_bytes};
         c->err = (ring){.cap = m->cfg->command_log_bytes};
         c->next = m->commands;

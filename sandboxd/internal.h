@@ -405,6 +405,11 @@ int restore_helpers_sweep(const char *run_dir);
 int agent_attach(session *s, sd_event *event);
 /* Queues one packet (takes json). */
 int agent_send(session *s, cJSON *json);
+/* Decodes and acts on one packet from sandbox-init (len bytes of JSON, not
+ * necessarily NUL-terminated; sandbox-controlled, libcore/agent.h): events
+ * of commands, fs replies, the command list after a reconnection. A
+ * malformed packet is ignored (logged at debug). */
+void agent_handle_packet(session *s, const char *buf, size_t len);
 int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
 /* Stops (or resumes) reading init's socket, so init stops reading its
  * commands' pipes and they block on write: backpressure from a client that

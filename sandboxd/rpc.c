@@ -473,6 +473,8 @@ static void cut_message(char *message) {
 }
 
 static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
+                         const char *fmt, va_list ap) _printf_(5, 0);
+static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
                          const char *fmt, va_list ap) {
         if (req->id && rpc_conn_is_open(req->conn)) {
                 _cleanup_free_ char *message = NULL;
@@ -832,7 +834,8 @@ static int conn_read(rpc_conn *c) {
 
 static int conn_io_cb(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         rpc_conn *c = userdata;
-        _cleanup_(rpc_conn_unrefp) rpc_conn *hold = rpc_conn_ref(c);
+        /* Keeps c alive until the callback returns (a close in it drops the last reference). */
+        _unused_ _cleanup_(rpc_conn_unrefp) rpc_conn *hold = rpc_conn_ref(c);
         if (revents & EPOLLERR)
                 return conn_close(c), 0;
         if (c->open && !c->read_eof && !c->close_after_flush && (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))) {

@@ -59,6 +59,7 @@
 #include <unistd.h>
 #include "libcore/agent.h"
 #include "libcore/copy.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -406,6 +407,7 @@ static int publish(runtime_job *j, cJSON *source) {
         /* The lower layer must be traversable by the sandbox user. */
         if (chmod(tmp, 0755) < 0 || rename(tmp, dst) < 0)
                 return sb_error_set(&j->err, negative_errno(), NULL, NULL, "rename %s: %m", tmp);
+        core_fault("runtime.renamed");
         int r = core_write_file_atomic(rec, text, strlen(text), 0644);
         if (r < 0) {
                 core_rm_rf(dst);
@@ -454,6 +456,7 @@ static void import_work(void *userdata) {
         _cleanup_close_ int tree = make_tmp(j);
         int r = tree < 0 ? tree : run_chrooted(j, tree, fd);
         if (r >= 0) {
+                core_fault("runtime_import.extracted");
                 cJSON *src = cJSON_CreateObject();
                 cJSON_AddStringToObject(src, "type", "tarball");
                 cJSON_AddStringToObject(src, "path", j->path);

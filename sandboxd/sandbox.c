@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include "libcore/agent.h"
 #include "libcore/container.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/source.h"
 #include "libcore/util.h"
@@ -901,6 +902,7 @@ static void method_update(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
+        core_fault("update.recorded");
         /* Ports first: the one change here that can be undone without a
          * trace if something later is refused. Each refusal below puts the
          * old config back on disk (update_undo). */
@@ -914,6 +916,7 @@ static void method_update(rpc_request *req, void *userdata) {
         if (newports) {
                 oldports = sb->ports;
                 sb->ports = TAKE_PTR(newports);
+                core_fault("update.ports_applied");
         }
         /* Resources before the policy: a refused resize leaves everything
          * as it was, and a refused policy puts the old limits back. */
@@ -928,6 +931,7 @@ static void method_update(rpc_request *req, void *userdata) {
                         return;
                 }
                 sb->vcpus = (unsigned)new_vcpus;
+                core_fault("update.resources_applied");
         }
         if (newpol) {
                 /* One nftables batch swaps the running session's rules: no
@@ -946,6 +950,7 @@ static void method_update(rpc_request *req, void *userdata) {
                 sb->pol = TAKE_PTR(newpol);
                 cJSON_Delete(sb->policy);
                 sb->policy = cJSON_Duplicate(policy, 1);
+                core_fault("update.policy_applied");
         }
         if (env) {
                 cJSON_Delete(sb->env);

@@ -967,8 +967,10 @@ static void start_work(void *userdata) {
                 made_dir = true;
                 if ((r = fetch_source(j, &j->err)) < 0)
                         goto fail;
+                core_fault("create.cloned");
                 if ((r = sandbox_save_config(sb, j->config_text, &j->err)) < 0)
                         goto fail;
+                core_fault("create.configured");
         } else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
                 r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
                 goto fail;
@@ -1028,9 +1030,11 @@ static void start_work(void *userdata) {
             (r = netd_start(m, sb, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
                             &j->err)) < 0)
                 goto fail;
-        core_fault("netd.started");
+        if (j->netd_pid > 0)
+                core_fault("netd.started");
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
+        core_fault(j->fresh ? "create.session_started" : "resume.session_started");
         return;
 fail:
         kill_spawned(&j->spawn);
@@ -1134,6 +1138,7 @@ static void start_done(void *userdata) {
         if (r < 0)
                 log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
         (void)restore_save_record(s);
+        core_fault(j->fresh ? "create.recorded" : "resume.recorded");
         log_info("sandbox '%s' running (init pid %d, %s)", sb->name, (int)s->pid, sandbox_policy_mode(sb));
         emit_status(sb, "running");
         if (sb->persistent)
@@ -1234,6 +1239,7 @@ void session_stop(sandbox *sb) {
         cJSON_AddNumberToObject(op, "graceMs", (double)grace);
         if (agent_send(s, op) < 0 && s->pidfd >= 0)
                 syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+        core_fault("stop.signalled");
         /* Backstop: init that ignores stop is killed (its PID namespace with it). */
         sd_event_add_time_relative(sb->m->event, &s->kill_src, CLOCK_MONOTONIC, (grace + 3000) * 1000, 0,
                                    on_kill_timer, s);
@@ -1275,10 +1281,12 @@ static void teardown_work(void *userdata) {
                                 log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
                 }
         }
+        core_fault(t->remove_files ? "delete.torn_down" : "stop.torn_down");
         if (t->remove_files) {
                 int r = core_rm_rf(t->sb->dir);
                 if (r < 0)
                         log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, t->sb->dir);
+                core_fault("delete.removed");
         }
         core_rm_rf(t->sb->run_dir);
 }
@@ -1429,6 +1437,16 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
                 log_warning("sandbox '%s': its cgroup was frozen (the last sandboxd stopped during a fork or "
                             "snapshot); thawed it", sb->name);
         }
+        /* The config is the record of the limits (as start_work sets them): a
+         * daemon killed between resizing a running session and writing its
+         * config (sandbox.update) left the cgroup with limits nobody shows. */
+        core_cgroup_limits lim = {.pids_max = sb->m->cfg->pids_max,
+                                  .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
+                                  .cpu_quota_pct = sb->vcpus * 100};
+        _cleanup_error_ sb_error *lerr = NULL;
+        if (core_cgroup_update(s->cg, &lim, &lim, &lerr) < 0)
+                log_warning("sandbox '%s': cannot set its recorded limits (%u vCPUs): %s", sb->name, sb->vcpus,
+                            lerr ? lerr->message : "failed");
         if ((s->agent_fd = restore_connect(sb->run_dir)) < 0)
                 return sb_error_set(ret_err, s->agent_fd, NULL, NULL, "connect to its sandbox-init: %s",
                                     strerror(-s->agent_fd));

@@ -80,6 +80,7 @@ static int export_write(export_job *j, int fd) {
             archive_write_open_fd(wr, fd) != ARCHIVE_OK)
                 return sb_error_set(&j->err, -EIO, "failed", NULL, "export: %s", archive_error_string(wr));
         int r = write_member_data(wr, "snapshot.json", j->record, strlen(j->record), &j->err);
+        core_fault("export.writing");
         for (size_t i = 0; r >= 0 && i < j->n_layers; i++) {
                 char prefix[32];
                 snprintf(prefix, sizeof(prefix), "layers/%zu", i);
@@ -197,6 +198,7 @@ static void export_work(void *userdata) {
                         (void)unlinkat(dirfd, tmp, 0);
                 return;
         }
+        core_fault("export.written");
         j->bytes = st.st_size;
 }
 
@@ -577,6 +579,8 @@ static void import_work(void *userdata) {
                 r = sb_error_set(&j->err, negative_errno(), "failed", NULL, "chroot into %s: %m", j->layers_dir);
         else
                 r = import_extract(j, fd, &j->err);
+        if (r >= 0)
+                core_fault("import.extracted");
         for (size_t i = 0; r >= 0 && i < j->n_layers; i++) {
                 char tmp[48];
                 snprintf(tmp, sizeof(tmp), "%s.tmp", j->ids[i]);
@@ -667,6 +671,8 @@ static void import_done(void *userdata) {
                 cJSON_Delete(layers);
                 return;
         }
+        if (!j->err)
+                core_fault("import.recorded");
         if (j->err) {
                 import_reply_error(j);
                 return;

@@ -185,10 +185,10 @@ typedef struct capture_job {
         sandbox *sb;
         rpc_request *req;
         capture_cb cb;
+        const char *op;   /* "fork" or "snapshot": names its fault points */
         char id[33];
         char *upper, *dest;
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
-        const char *fault; /* fault point between freeze and copy (libcore/fault.h) */
         sb_error *err;
 } capture_job;
 
@@ -210,14 +210,18 @@ static void capture_work(void *userdata) {
                 sb_error_set(&j->err, -ENOMEM, NULL, NULL, "out of memory");
                 return;
         }
+        char point[32];
         int r = core_cgroup_freeze(j->cg, true);
         if (r < 0 && r != -ENOTSUP) {
                 sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));
                 core_cgroup_freeze(j->cg, false);
                 return;
         }
-        core_fault(j->fault);
+        snprintf(point, sizeof(point), "%s.frozen", j->op);
+        core_fault(point);
         r = core_tree_copy(j->upper, tmp, &j->err);
+        snprintf(point, sizeof(point), "%s.copied", j->op);
+        core_fault(point);
         int t = core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
                 log_warning_errno(t, "sandbox '%s': thaw after copy: %m", j->sb->name);
@@ -326,7 +330,7 @@ static void captures_finish(manager *m) {
 
 /* Captures sb's filesystem and calls cb with the chain of layers that now
  * holds it (or an error). cb runs later when the sandbox is running. */
-static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
+static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, capture_cb cb) {
         _cleanup_error_ sb_error *err = NULL;
         if (sb->starting || sb->deleting || (sb->sess && sb->sess->stopping)) {
                 sb_error_set(&err, -EBUSY, "unavailable", NULL, "sandbox '%s' is %s; try again in a moment",
@@ -351,6 +355,9 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
                         cb(m, req, sb, NULL, err);
                         return;
                 }
+                char point[32];
+                snprintf(point, sizeof(point), "%s.moved", op);
+                core_fault(point);
                 cb(m, req, sb, sb->layers, NULL);
                 return;
         }
@@ -359,10 +366,10 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         j->sb = sb;
         j->req = req;
         j->cb = cb;
+        j->op = op;
         memcpy(j->id, id, sizeof(id));
         j->dest = TAKE_PTR(dest);
         j->cg = sb->sess->cg;
-        j->fault = cb == fork_captured ? "fork.frozen" : "snapshot.frozen";
         if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
                 sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 cb(m, req, sb, NULL, err);
@@ -564,7 +571,7 @@ static void method_fork(rpc_request *req, void *userdata) {
                                 "sandbox '%s' already exists; pick another name", TEXT_Q(name));
                 return;
         }
-        capture(m, req, src, fork_captured);
+        capture(m, req, src, "fork", fork_captured);
 }
 
 /* ---- snapshots ---------------------------------------------------------------- */
@@ -644,6 +651,7 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         }
         s->next = m->snapshots;
         m->snapshots = s;
+        core_fault("snapshot.recorded");
         log_info("sandbox '%s': snapshot %s", sb->name, s->id);
         if (s->expires_ms)
                 snapshots_schedule_expiry(m);
@@ -661,7 +669,7 @@ static void method_snapshot(rpc_request *req, void *userdata) {
         }
         sandbox *sb = sandbox_lookup(req, m, "name");
         if (sb)
-                capture(m, req, sb, snapshot_captured);
+                capture(m, req, sb, "snapshot", snapshot_captured);
 }
 
 static void reply_empty(void *req) {

@@ -815,10 +815,10 @@ class World:
                 self.netns_made.remove(ns)
 
     # --- sandboxd
-    def start_sandboxd(self, config=None, tag="d"):
+    def start_sandboxd(self, config=None, tag="d", env=None):
         d = Daemon(self, config, tag)
         self.daemons.append(d)
-        d.start()
+        d.start(env=env)
         self.daemon = d
         return d
 

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <http_parser.h>
 #include <openssl/err.h>
@@ -207,19 +208,44 @@ out:
 static pthread_t conn_threads[64];
 static int n_conn_threads;
 
-static void *echo_main(void *arg) {
+/* A test's upstream connections must all be served and ended before the
+ * next test resets seen[]: a head the proxy sent just before it gave up
+ * (a 400 on a bad chunk size, say) may otherwise be read by its server
+ * thread only later, under load, and land in the next test's seen[0].
+ * quiesce() connects a sentinel from a known port; the accept queue is
+ * FIFO, so once the accept loop has taken the sentinel, every earlier
+ * connection has its thread, and joining those threads waits until each
+ * has seen its connection close. */
+static pthread_cond_t sentinel_cond = PTHREAD_COND_INITIALIZER;
+static uint16_t sentinel_port; /* local port of the sentinel in flight; 0: none */
+static bool sentinel_seen;
+
+static void accept_loop(int lfd, void *(*serve)(void *)) {
         for (;;) {
-                int fd = accept4(echo_fd, NULL, NULL, SOCK_CLOEXEC);
+                struct sockaddr_in peer;
+                socklen_t pl = sizeof(peer);
+                int fd = accept4(lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC);
                 if (fd < 0)
-                        return NULL; /* shut down */
+                        return; /* shut down */
                 pthread_mutex_lock(&lock);
-                accepted++;
-                if (n_conn_threads < 64)
-                        pthread_create(&conn_threads[n_conn_threads++], NULL, echo_conn, (void *)(intptr_t)fd);
-                else
+                if (sentinel_port && ntohs(peer.sin_port) == sentinel_port) {
+                        sentinel_seen = true;
+                        pthread_cond_broadcast(&sentinel_cond);
                         close(fd);
+                } else {
+                        accepted++;
+                        if (n_conn_threads < 64)
+                                pthread_create(&conn_threads[n_conn_threads++], NULL, serve, (void *)(intptr_t)fd);
+                        else
+                                close(fd);
+                }
                 pthread_mutex_unlock(&lock);
         }
+}
+
+static void *echo_main(void *arg) {
+        accept_loop(echo_fd, echo_conn);
+        return NULL;
 }
 
 /* ---- a plaintext upstream that misbehaves on cue --------------------------------------- */
@@ -295,18 +321,49 @@ out:
 }
 
 static void *raw_main(void *arg) {
-        for (;;) {
-                int fd = accept4(raw_fd, NULL, NULL, SOCK_CLOEXEC);
-                if (fd < 0)
-                        return NULL; /* shut down */
-                pthread_mutex_lock(&lock);
-                accepted++;
-                if (n_conn_threads < 64)
-                        pthread_create(&conn_threads[n_conn_threads++], NULL, raw_conn, (void *)(intptr_t)fd);
-                else
-                        close(fd);
-                pthread_mutex_unlock(&lock);
-        }
+        accept_loop(raw_fd, raw_conn);
+        return NULL;
+}
+
+/* Waits until the accept loop of the server on port has taken every
+ * connection made before this call (see accept_loop). */
+static void sentinel_through(uint16_t port) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t sl = sizeof(sa);
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+        pthread_mutex_lock(&lock);
+        sentinel_port = ntohs(sa.sin_port);
+        sentinel_seen = false;
+        pthread_mutex_unlock(&lock);
+        sa.sin_port = htons(port);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 10;
+        pthread_mutex_lock(&lock);
+        int r = 0;
+        while (!sentinel_seen && r == 0)
+                r = pthread_cond_timedwait(&sentinel_cond, &lock, &deadline);
+        sentinel_port = 0;
+        pthread_mutex_unlock(&lock);
+        close(fd);
+        assert_int_equal(r, 0);
+}
+
+/* Called once the proxy has returned (and so closed its upstream side):
+ * serves out and joins every upstream connection the test made. */
+static void quiesce(void) {
+        sentinel_through(echo_port);
+        sentinel_through(raw_port);
+        pthread_mutex_lock(&lock);
+        int n = n_conn_threads;
+        n_conn_threads = 0;
+        pthread_mutex_unlock(&lock);
+        for (int i = 0; i < n; i++)
+                pthread_join(conn_threads[i], NULL);
 }
 
 /* ---- the client side ------------------------------------------------------------------ */
@@ -383,6 +440,7 @@ static int client_stop(client *c) {
                 SSL_shutdown(c->s.ssl);
         shutdown(c->fd, SHUT_RDWR);
         pthread_join(c->proxy, NULL);
+        quiesce();
         SSL_free(c->s.ssl);
         SSL_CTX_free(c->ctx);
         close(c->fd);
