@@ -147,6 +147,7 @@ bench: deps
 	@python3 tests/bench/bench.py
 	@python3 tests/bench/bench_policy.py
 	@python3 tests/bench/bench_proxy.py
+	@python3 tests/bench/bench_flood.py
 
 install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)

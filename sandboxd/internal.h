@@ -127,6 +127,7 @@ struct session {
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
         bool output_paused;       /* not reading init: a client is slow (agent_set_paused) */
+        bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */
         pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */
         int netd_out;             /* its stdout: ready/pin/deny lines */

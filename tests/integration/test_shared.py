@@ -1,0 +1,117 @@
+"""Shared resources (issue #10 item 7): one sandbox's output flood, retained
+logs, its netd and its disk must not degrade the other sandboxes or the
+daemon."""
+import os
+import socket
+import threading
+import json
+
+import world as W
+from common import expect, expect_eq, sandbox, sh_ok
+
+
+def _rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _procs_of(name, argv):
+    """Host pids of processes whose cmdline is `argv` and whose cgroup path
+    names the sandbox `name`."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                cmd = f.read().split(b"\0")[:-1]
+            with open("/proc/%s/cgroup" % p) as f:
+                cg = f.read()
+        except OSError:
+            continue
+        if cmd == [a.encode() for a in argv] and any(
+                name in line.split(":", 2)[-1].split("/") for line in cg.splitlines()):
+            out.append(int(p))
+    return out
+
+
+def _wchan(pid):
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _flood(world, name, n, read):
+    """A raw connection that starts n detached `cat /dev/zero` in `name`;
+    with read=True a thread reads and discards everything it gets."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    s.connect(world.daemon.socket)
+    for i in range(n):
+        s.sendall((json.dumps({"jsonrpc": "2.0", "id": i + 1, "method": "command.run",
+                               "params": {"sandbox": name, "cmd": "cat", "args": ["/dev/zero"],
+                                          "detached": True}}) + "\n").encode())
+    stop = threading.Event()
+    got = [0]
+
+    def reader():
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                chunk = s.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not chunk:
+                return
+            got[0] += len(chunk)
+
+    t = threading.Thread(target=reader, daemon=True) if read else None
+    if t:
+        t.start()
+
+    def close():
+        stop.set()
+        if t:
+            t.join(10)
+        s.close()
+    return close, got
+
+
+def test_output_flood_in_one_sandbox_leaves_commands_elsewhere_working(world):
+    with sandbox(world, "flooda", "--deny-all") as a, sandbox(world, "floodb", "--deny-all") as b:
+        close, got = _flood(world, a, 30, read=True)
+        try:
+            W.World.wait_until(lambda: len(_procs_of(a, ["cat", "/dev/zero"])) == 30 and got[0] > (8 << 20),
+                               60, "30 cat /dev/zero streaming from %s" % a)
+            with world.daemon.connect(60) as c:
+                for i in range(20):
+                    r = c.result("command.run", {"sandbox": b, "cmd": "sh", "args": ["-c", "echo b%d" % i]})
+                    expect_eq(r["exitCode"], 0, "exit code of a command in %s during the flood" % b)
+            expect_eq(sh_ok(world, b, "echo done").strip(), "done", "sandboxctl exec in %s during the flood" % b)
+        finally:
+            close()
+
+
+def test_a_client_that_reads_no_output_holds_the_flood_in_the_sandbox(world):
+    d = world.daemon
+    with sandbox(world, "unread", "--deny-all") as a, sandbox(world, "unreadb", "--deny-all") as b:
+        before = _rss_kib(d.pid)
+        close, _got = _flood(world, a, 8, read=False)
+        try:
+            # Backpressure reaches the commands: each blocks writing its pipe
+            # (the daemon stopped reading init, init stopped reading them).
+            W.World.wait_until(
+                lambda: (lambda ps: len(ps) == 8 and all("pipe_write" in _wchan(p) for p in ps))(
+                    _procs_of(a, ["cat", "/dev/zero"])),
+                60, "every cat in %s blocked on its pipe" % a)
+            grown = _rss_kib(d.pid) - before
+            expect(grown < 96 * 1024, "sandboxd grew by %d KiB for a client that reads nothing" % grown)
+            expect_eq(sh_ok(world, b, "echo ok").strip(), "ok", "a command in another sandbox")
+        finally:
+            close()
