@@ -72,6 +72,10 @@ typedef struct ring {
         bool truncated;
 } ring;
 void ring_append(ring *r, const char *data, size_t len);
+/* Lowers the ring's cap to `cap` bytes (no-op when not lower), keeping the
+ * newest bytes in a buffer just big enough for them; what is dropped sets
+ * `truncated`. On allocation failure the ring is left as it was. */
+void ring_shrink(ring *r, size_t cap);
 /* Base64 of the ring's content in order; caller frees. */
 char *ring_base64(const ring *r);
 void ring_free(ring *r);
@@ -94,6 +98,7 @@ struct command {
         req_list waiters;         /* command.wait */
         sd_event_source *timeout_src;
         ring out, err;
+        bool log_evicted;         /* its logs were dropped for the global budget (logBudgetMiB) */
         command *next;
 };
 
@@ -239,6 +244,7 @@ struct manager {
         sandbox *sandboxes;
         command *commands;
         unsigned n_commands;
+        size_t log_bytes;         /* bytes allocated by every command's log rings (command.c) */
         rpc_server *server;
         uint64_t started_ms;
         unsigned kept_sessions;   /* left running at exit for the next daemon (live restore) */

@@ -71,6 +71,8 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(lim, "maxTags", 5);
         cJSON_AddNumberToObject(lim, "maxPorts", 15);
         cJSON_AddNumberToObject(lim, "pidsMax", (double)cfg->pids_max);
+        cJSON_AddNumberToObject(lim, "logBudgetMiB", (double)cfg->log_budget_mib);
+        cJSON_AddNumberToObject(lim, "logBytesInUse", (double)m->log_bytes);
         cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
         cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
         cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);

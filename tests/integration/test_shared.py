@@ -1,6 +1,7 @@
 """Shared resources (issue #10 item 7): one sandbox's output flood, retained
 logs, its netd and its disk must not degrade the other sandboxes or the
 daemon."""
+import base64
 import os
 import socket
 import threading
@@ -115,3 +116,48 @@ def test_a_client_that_reads_no_output_holds_the_flood_in_the_sandbox(world):
             expect_eq(sh_ok(world, b, "echo ok").strip(), "ok", "a command in another sandbox")
         finally:
             close()
+
+
+def _logs(c, cmd_id):
+    r = c.result("command.logs", {"cmdId": cmd_id})
+    return base64.b64decode(r["stdout"]), r
+
+
+def test_finished_logs_share_one_budget_oldest_dropped_first(world):
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"logBudgetMiB": 1}, tag="logs")
+    try:
+        name = world.name("logs")
+        d.ctl("create", "--name", name, "--deny-all", check=True)
+        script = "head -c 700000 /dev/zero | tr '\\0' %s"
+        with d.connect(60) as c:
+            ids = []
+            for ch in "ab":
+                r = c.result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", script % ch]})
+                ids.append(r["cmdId"])
+            first, r1 = _logs(c, ids[0])
+            second, r2 = _logs(c, ids[1])
+            expect(len(first) < 700000 and r1["truncated"] and r1.get("evicted"),
+                   "the older command's log should be dropped for the newer one:", len(first), r1.get("truncated"))
+            expect_eq((second, r2["truncated"]), (b"b" * 700000, False), "the newer command's whole log")
+            # Two running commands over the budget: each keeps an equal
+            # share (a quarter of 1 MiB per stream), newest bytes last.
+            run = []
+            for ch in "cd":
+                r = c.result("command.run", {"sandbox": name, "cmd": "sh", "detached": True, "args": [
+                    "-c", (script % ch) + "; exec sleep 600"]})
+                run.append(r["cmdId"])
+            share = (1 << 20) // 4
+
+            def shared():
+                outs = [_logs(c, i) for i in run]
+                return all(len(o) == share and r["truncated"] and o == o[:1] * share for o, r in outs)
+            W.World.wait_until(shared, 60, "both running commands' logs cut to %d bytes" % share)
+            info = c.result("daemon.info")
+            expect(info["limits"]["logBytesInUse"] <= 1 << 20, "log bytes in use:", info["limits"])
+            for i in run:
+                c.result("command.kill", {"cmdId": i})
+        d.ctl("rm", name)
+    finally:
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
