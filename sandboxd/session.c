@@ -455,8 +455,8 @@ static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char
  * ready line. Its stdout (pins and denials, one JSON object a line) is
  * returned in *ret_out. Blocking: a worker thread, or the loop for a live
  * update. */
-static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_policy *p, struct in_addr gateway,
-                      pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
+static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_ca, const pol_policy *p,
+                      struct in_addr gateway, pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
         const char *run_dir = sb->run_dir;
         char gw[INET_ADDRSTRLEN], listen_arg[64], proxy_arg[64], upstream[300];
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
@@ -505,6 +505,18 @@ static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_pol
         if (r < 0)
                 return sb_error_prefix(ret_err, "DNS filter");
         _cleanup_close_ int fd = out, ack = in;
+        /* netd parses the sandbox's traffic for it: its CPU, memory and
+         * threads are charged to the session (a child cgroup under the
+         * session's limits), before it reads a packet, so a DNS or proxy
+         * flood from one sandbox spends only that sandbox's share. A
+         * sandbox that exhausts its own limits starves its own netd: its
+         * network then fails closed. */
+        if (cg && (r = core_cgroup_attach_child(cg, CORE_CGROUP_NETD, *ret_pid, ret_err)) < 0) {
+                kill(*ret_pid, SIGKILL);
+                waitpid(*ret_pid, NULL, 0);
+                *ret_pid = 0;
+                return sb_error_prefix(ret_err, "DNS filter");
+        }
         /* The ready line comes once it has bound :53 and dropped privileges. */
         char line[512];
         r = core_read_line_timeout(fd, line, sizeof(line), 5000);
@@ -753,7 +765,7 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         netd_detach(s);
         netd_stop(&s->netd_pid);
         if (p->mode == POL_MODE_CUSTOM) {
-                r = netd_start(sb->m, sb, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
+                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
                                ret_err);
                 if (r < 0)
                         return r;
@@ -862,7 +874,7 @@ static void start_work(void *userdata) {
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
         if (streq(mode, "custom") &&
-            (r = netd_start(m, sb, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
+            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
                             &j->err)) < 0)
                 goto fail;
         if ((r = setup_init(j, &j->err)) < 0)
@@ -1280,7 +1292,7 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
         if (r < 0)
                 return r;
         if (sb->pol->mode == POL_MODE_CUSTOM) {
-                r = netd_start(m, sb, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
+                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
                                ret_err);
                 if (r < 0)
                         return r;

@@ -8,7 +8,7 @@ import threading
 import json
 
 import world as W
-from common import expect, expect_eq, sandbox, sh_ok
+from common import create, expect, expect_eq, sandbox, sh_ok
 
 
 def _rss_kib(pid):
@@ -161,3 +161,58 @@ def test_finished_logs_share_one_budget_oldest_dropped_first(world):
     finally:
         world.stop_sandboxd(d)
         world.start_sandboxd()
+
+
+def _cgroup_lines(pid):
+    """{hierarchy id: path} of /proc/PID/cgroup."""
+    out = {}
+    with open("/proc/%d/cgroup" % pid) as f:
+        for line in f:
+            hid, ctl, path = line.rstrip("\n").split(":", 2)
+            out[hid + ":" + ctl] = path
+    return out
+
+
+def _netd_pids(name):
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            exe = os.readlink("/proc/%s/exe" % p)
+            lines = _cgroup_lines(int(p))
+        except OSError:
+            continue
+        if exe.endswith("/sandbox-netd") and any(name in v.split("/") for v in lines.values()):
+            out.append(int(p))
+    return out
+
+
+def _netd_dirs(session):
+    """Existing netd child cgroup directories of the session's paths."""
+    return [m + v + "/netd" for m in W.cgroup_mounts() for v in session.values()
+            if os.path.isdir(m + v + "/netd")]
+
+
+def test_netd_runs_in_a_child_of_the_sessions_cgroup_and_goes_with_it(world):
+    name, _c, _o, _e = create(world, "netdcg", "--allow", "api.public.test")
+    try:
+        r = world.rpc_result("command.run", {"sandbox": name, "cmd": "sleep", "args": ["600"], "detached": True})
+        W.World.wait_until(lambda: _procs_of(name, ["sleep", "600"]), 30, "sleep in %s" % name)
+        inside = _cgroup_lines(_procs_of(name, ["sleep", "600"])[0])
+        session = {k: v for k, v in inside.items() if v.split("/")[-1] == name}
+        expect(session, "the session's cgroups:", inside)
+        netd = _netd_pids(name)
+        expect_eq(len(netd), 1, "sandbox-netd processes charged to %s" % name)
+        got = _cgroup_lines(netd[0])
+        for k, v in session.items():
+            expect_eq(got.get(k), v + "/netd", "sandbox-netd's cgroup in hierarchy %s" % k)
+        expect(len(_netd_dirs(session)) >= len(session), "netd cgroup directories:", _netd_dirs(session))
+        # DNS still works through it.
+        out = sh_ok(world, name, "getent hosts api.public.test || true")
+        expect("api.public.test" in out, "name resolved through sandbox-netd:", out)
+        world.rpc_result("command.kill", {"cmdId": r["cmdId"]})
+    finally:
+        world.ctl("rm", name)
+    W.World.wait_until(lambda: not _netd_pids(name), 30, "sandbox-netd of %s gone" % name)
+    expect_eq(_netd_dirs(session), [], "netd cgroups left after delete")
