@@ -166,6 +166,7 @@ struct sandbox {
         bool userns;              /* runs in a user namespace (libcore/userns.h) */
         uint32_t userns_base;     /* host id of its uid/gid 0 while it holds a range, else 0 */
         unsigned vcpus;
+        uint64_t disk_mib;        /* resources.diskMiB: its writable layer's image, 0 = unbounded (diskimg.h) */
         cJSON *ports;             /* array */
         uint64_t created_ms, expires_ms;
         const char *status;       /* pending, running, stopping, stopped, failed */
@@ -249,6 +250,18 @@ struct manager {
         uint64_t started_ms;
         unsigned kept_sessions;   /* left running at exit for the next daemon (live restore) */
 };
+
+/* disk.c: each sandbox's bounded writable layer (libcore/diskimg.h). */
+/* resources.diskMiB of a create (res may be NULL: the daemon's diskMiB). */
+int sandbox_parse_disk(const daemon_config *cfg, const cJSON *res, uint64_t *ret_mib, sb_error **ret_err);
+/* Worker: makes and mounts a fresh sandbox's image (none when its
+ * disk_mib is 0), before upper/ and work/ are used. */
+int sandbox_disk_create(const manager *m, const sandbox *sb, sb_error **ret_err);
+/* Mounts the image of the sandbox directory `dir` if it has one and it is
+ * not mounted: 1, 0 without an image, or a negative errno. */
+int sandbox_disk_attach(const char *dir, sb_error **ret_err);
+/* Unmounts it (before the directory is removed); logs failures. */
+void sandbox_disk_detach(const char *dir);
 
 /* manager.c */
 sandbox *manager_find_sandbox(manager *m, const char *name);

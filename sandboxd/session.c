@@ -21,6 +21,7 @@
 #include "libcore/userns.h"
 #include "libcore/util.h"
 #include "policy/proxy.h"
+#include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -95,6 +96,8 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
         if (chown(sb->dir, 0, SANDBOX_GID) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
         int r;
+        if ((r = sandbox_disk_create(j->m, sb, ret_err)) < 0)
+                return r;
         if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
             (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
@@ -254,10 +257,13 @@ static cJSON *setup_packet(start_job *j) {
         _cleanup_free_ char *lower = sandbox_lowerdir(sb);
         if (lower)
                 cJSON_AddStringToObject(o, "lower", lower);
-        if (asprintf(&p, "%s/upper", sb->dir) >= 0)
+        /* upper and work on one mount: the disk image's when it has one. */
+        _cleanup_free_ char *layer = core_disk_layer_dir(sb->dir);
+        if (layer && asprintf(&p, "%s/upper", layer) >= 0)
                 cJSON_AddStringToObject(o, "upper", p);
         free(p);
-        if (asprintf(&p, "%s/work", sb->dir) >= 0)
+        p = NULL;
+        if (layer && asprintf(&p, "%s/work", layer) >= 0)
                 cJSON_AddStringToObject(o, "work", p);
         free(p);
         cJSON *binds = cJSON_AddArrayToObject(o, "binds");
@@ -353,7 +359,10 @@ static int userns_overlay(start_job *j, sb_error **ret_err) {
         _cleanup_free_ char *lower = sandbox_lowerdir(j->sb);
         if (!lower)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        int r = core_userns_overlay(nsfd, lower, j->sb->dir, j->sb->userns_base, ret_err);
+        _cleanup_free_ char *layer = core_disk_layer_dir(j->sb->dir);
+        if (!layer)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_userns_overlay(nsfd, lower, layer, j->sb->userns_base, ret_err);
         return r < 0 ? sb_error_prefix(ret_err, "user namespace root") : r;
 }
 
@@ -811,10 +820,16 @@ static void start_work(void *userdata) {
                         goto fail;
                 if ((r = sandbox_save_config(sb, j->config_text, &j->err)) < 0)
                         goto fail;
-        } else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
+        } else if ((r = sandbox_disk_attach(sb->dir, &j->err)) < 0)
+                goto fail;
+        else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
                 r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
                 goto fail;
         }
+        /* Inodes of a full disk for the /etc writes and the overlay (work/)
+         * below; rearmed once init is ready. */
+        if (!j->fresh)
+                core_disk_release(sb->dir);
         /* Nobody but root may reach the sandbox's files from the host once
          * the source is in (the fetch, as the sandbox user, needed group
          * 1000's x): root inside writes real root-owned, even setuid-root,
@@ -879,6 +894,9 @@ static void start_work(void *userdata) {
                 goto fail;
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
+        /* The overlay is mounted and init is ready (both took inodes of a
+         * full disk); no command runs before this job returns. */
+        (void)core_disk_rearm(sb->dir);
         return;
 fail:
         kill_spawned(&j->spawn);
@@ -898,8 +916,10 @@ fail:
                 core_cgroup_free(j->cg);
                 j->cg = NULL;
         }
-        if (made_dir)
+        if (made_dir) {
+                sandbox_disk_detach(sb->dir);
                 core_rm_rf(sb->dir);
+        }
         core_rm_rf(sb->run_dir);
         sb_error_default_reason(&j->err, "failed");
 }
@@ -1121,6 +1141,7 @@ static void teardown_work(void *userdata) {
                 }
         }
         if (t->remove_files) {
+                sandbox_disk_detach(t->sb->dir);
                 int r = core_rm_rf(t->sb->dir);
                 if (r < 0)
                         log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, t->sb->dir);

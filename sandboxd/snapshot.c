@@ -25,6 +25,7 @@
 #include "libcore/copy.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
+#include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/worker.h"
 
@@ -261,7 +262,10 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         _cleanup_free_ char *dest = NULL;
         if (asprintf(&dest, "%s/%s", m->layers_dir, id) < 0)
                 return;
-        if (!sb->sess) {
+        /* An upper on its own disk image (libcore/diskimg.h) cannot be
+         * renamed onto the state filesystem: it is copied as a running
+         * one is (nothing to freeze), and the sandbox keeps it. */
+        if (!sb->sess && !core_disk_present(sb->dir)) {
                 if (capture_stopped(sb, id, dest, &err) < 0) {
                         cb(m, req, sb, NULL, err);
                         return;
@@ -276,7 +280,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         j->cb = cb;
         memcpy(j->id, id, sizeof(id));
         j->dest = TAKE_PTR(dest);
-        j->cg = sb->sess->cg;
+        j->cg = sb->sess ? sb->sess->cg : NULL;
         if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
                 sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 cb(m, req, sb, NULL, err);
@@ -298,6 +302,8 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
         cJSON_AddNumberToObject(p, "timeout", (double)src->timeout_ms);
         cJSON *res = cJSON_AddObjectToObject(p, "resources");
         cJSON_AddNumberToObject(res, "vcpus", src->vcpus);
+        if (src->disk_mib)
+                cJSON_AddNumberToObject(res, "diskMiB", (double)src->disk_mib);
         cJSON_AddItemToObject(p, "env", cJSON_Duplicate(src->env, 1));
         cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(src->tags, 1));
         cJSON_AddItemToObject(p, "networkPolicy", cJSON_Duplicate(src->policy, 1));

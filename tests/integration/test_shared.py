@@ -216,3 +216,67 @@ def test_netd_runs_in_a_child_of_the_sessions_cgroup_and_goes_with_it(world):
         world.ctl("rm", name)
     W.World.wait_until(lambda: not _netd_pids(name), 30, "sandbox-netd of %s gone" % name)
     expect_eq(_netd_dirs(session), [], "netd cgroups left after delete")
+
+
+def _daemon_mounts_below(d, path):
+    return W.mounts_below(path, pid=d.pid)
+
+
+def _loops_backed_by(path):
+    out = []
+    for dev in os.listdir("/sys/block"):
+        try:
+            with open("/sys/block/%s/loop/backing_file" % dev) as f:
+                if f.read().strip().startswith(path):
+                    out.append(dev)
+        except OSError:
+            pass
+    return out
+
+
+def _run(c, name, script):
+    r = c.result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", script]}, 300)
+    return r["exitCode"], c.output(r["cmdId"]).decode(), c.output(r["cmdId"], "stderr").decode()
+
+
+def test_a_sandbox_that_fills_its_disk_gets_enospc_alone(world):
+    d = world.daemon
+    a, b, made = world.name("diska"), world.name("diskb"), world.name("diskc")
+    with d.connect(300) as c:
+        try:
+            c.result("sandbox.create", {"name": a, "networkPolicy": "deny-all", "persistent": True,
+                                        "resources": {"diskMiB": 32}})
+            c.result("sandbox.create", {"name": b, "networkPolicy": "deny-all"})
+            # 64 MiB into a 32 MiB disk (bounded, so that a daemon without
+            # the bound cannot fill the host's disk with this test).
+            code, _o, err = _run(c, a, "dd if=/dev/zero of=/workspace/fill bs=1M count=64")
+            expect(code != 0 and "No space left on device" in err, "dd past diskMiB:", code, err[-300:])
+            code, out, err = _run(c, b, "head -c 64M /dev/zero > /workspace/x && wc -c < /workspace/x")
+            expect_eq((code, out.strip()), (0, str(64 << 20)), "another sandbox writes 64 MiB (%s)" % err[-200:])
+            c.result("sandbox.create", {"name": made, "networkPolicy": "deny-all"})
+            snap_b = c.result("sandbox.snapshot", {"name": b})["id"]
+            # Inodes are bounded too (one per 16 KiB: 2048 for 32 MiB).
+            code, out, err = _run(c, a, "rm -f /workspace/fill; i=0; while [ $i -lt 4000 ]; do "
+                                        "echo -n > /workspace/i$i || exit 3; i=$((i+1)); done")
+            expect(code == 3 and "No space left on device" in err, "4000 files in a 2048-inode disk:",
+                   code, err[-300:])
+            # The full sandbox stops, resumes, and a snapshot of it (stopped)
+            # holds its files.
+            c.result("sandbox.stop", {"name": a})
+            code, out, _e = _run(c, a, "ls /workspace | wc -l; cat /etc/hostname")
+            expect_eq((code, out.split()[-1]), (0, a), "resume of the full sandbox")
+            c.result("sandbox.stop", {"name": a})
+            snap_a = c.result("sandbox.snapshot", {"name": a})["id"]
+            code, out, _e = _run(c, a, "ls /workspace | wc -l")
+            n_files = int(out.strip())
+            expect(n_files > 100, "files in the full sandbox after its snapshot:", out)
+            for s in (snap_a, snap_b):
+                c.call("snapshot.delete", {"id": s})
+            sbdir = os.path.join(d.state_dir, "sandboxes", a)
+            expect(_loops_backed_by(sbdir), "a loop device backs %s's disk" % a)
+        finally:
+            for n in (a, b, made):
+                c.call("sandbox.delete", {"name": n})
+    sbdir = os.path.join(d.state_dir, "sandboxes", a)
+    expect_eq(_daemon_mounts_below(d, sbdir), [], "mounts left below %s after delete" % sbdir)
+    W.World.wait_until(lambda: not _loops_backed_by(sbdir), 30, "the loop device of %s detached" % a)
