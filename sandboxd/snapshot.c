@@ -262,6 +262,12 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, capture_cb cb) {
         _cleanup_free_ char *dest = NULL;
         if (asprintf(&dest, "%s/%s", m->layers_dir, id) < 0)
                 return;
+        /* A stopped sandbox's image must be mounted before its upper is
+         * read: copying the empty mount point would make an empty layer. */
+        if (!sb->sess && sandbox_disk_attach(sb->dir, &err) < 0) {
+                cb(m, req, sb, NULL, err);
+                return;
+        }
         /* An upper on its own disk image (libcore/diskimg.h) cannot be
          * renamed onto the state filesystem: it is copied as a running
          * one is (nothing to freeze), and the sandbox keeps it. */
