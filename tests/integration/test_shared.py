@@ -280,3 +280,26 @@ def test_a_sandbox_that_fills_its_disk_gets_enospc_alone(world):
     sbdir = os.path.join(d.state_dir, "sandboxes", a)
     expect_eq(_daemon_mounts_below(d, sbdir), [], "mounts left below %s after delete" % sbdir)
     W.World.wait_until(lambda: not _loops_backed_by(sbdir), 30, "the loop device of %s detached" % a)
+
+
+def test_a_restarted_daemon_mounts_a_live_sandboxs_disk_through_the_same_loop_device(world):
+    name = world.name("diskrst")
+    sbdir = os.path.join(world.daemon.state_dir, "sandboxes", name)
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all", "persistent": True,
+                                        "resources": {"diskMiB": 32}})
+    try:
+        sh_ok(world, name, "echo before > /workspace/f")
+        loops = _loops_backed_by(sbdir)
+        expect_eq(len(loops), 1, "loop devices backing %s" % sbdir)
+        world.daemon.stop()     # SIGTERM: the session goes on (live restore)
+        world.daemon.start()
+        expect_eq(_loops_backed_by(sbdir), loops, "loop devices backing %s after the restart" % sbdir)
+        expect_eq(sh_ok(world, name, "cat /workspace/f; echo after >> /workspace/f; sync").strip(),
+                  "before", "the live session's file")
+        p = __import__("subprocess").run(["nsenter", "-t", str(world.daemon.pid), "-m", "--", "cat",
+                                          os.path.join(sbdir, "upper", "workspace", "f")],
+                                         capture_output=True, text=True, timeout=30)
+        expect_eq(p.stdout, "before\nafter\n", "the same file as the restarted daemon sees it")
+    finally:
+        world.ctl("rm", name)
+    W.World.wait_until(lambda: not _loops_backed_by(sbdir), 30, "the loop device of %s detached" % name)
