@@ -778,6 +778,14 @@ static void method_update(rpc_request *req, void *userdata) {
                 fail_field = "networkPolicy";
                 fail_reason = "unavailable";
                 fail_msg = "networkPolicy: the sandbox is starting; try again when it runs";
+        } else if (newpol && sb->sess && sb->capturing) {
+                /* A snapshot or fork has the session frozen, and its
+                 * sandbox-netd with it (it runs in the session's cgroup):
+                 * a reload or restart would wait on the loop for a frozen
+                 * process. */
+                fail_field = "networkPolicy";
+                fail_reason = "unavailable";
+                fail_msg = "networkPolicy: a snapshot or fork of the sandbox is being taken; try again in a moment";
         } else if (new_vcpus > 0 && (unsigned)new_vcpus != sb->vcpus && sb->starting) {
                 /* The starting session reads vcpus on a worker thread. */
                 fail_field = "resources.vcpus";
