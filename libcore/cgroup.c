@@ -659,8 +659,8 @@ int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_e
         for (size_t i = 0; i < ELEMENTSOF(session_children) && !known; i++)
                 known = child && streq(child, session_children[i]);
         if (!known)
-                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup '%s': no child cgroup '%s'", cg->name,
-                                    child ? child : "");
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup '%s': no child cgroup '%s'",
+                                    cg->name, child ? child : "");
         char buf[24];
         snprintf(buf, sizeof(buf), "%d", (int) pid);
         for (size_t i = 0; i < cg->n; i++) {

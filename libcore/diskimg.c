@@ -3,9 +3,14 @@
  * the daemon's mount namespace; `dir` is always a directory of the state
  * tree that only the daemon writes (the sandbox writes inside upper/ only,
  * never the directory itself or its siblings). */
+#include "libcore/diskimg.h"
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/loop.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -16,21 +21,16 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <dirent.h>
-#include <linux/loop.h>
-#include "libcore/diskimg.h"
-#include "libcore/log.h"
-#include "libcore/util.h"
 
 #define IMAGE "disk.img"
 #define MOUNT "disk"
 /* Where mke2fs is on Debian (e2fsprogs) and on merged-/usr hosts. */
-static const char *const mkfs_paths[] = { "/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4" };
+static const char *const mkfs_paths[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"};
 /* upper/ is bound onto <dir>/upper, where the daemon's other code (the
  * /etc writer, sources, snapshot copies) finds it; the overlay itself takes
  * upper and work from <dir>/disk (core_disk_layer_dir), since overlayfs
  * wants both on one mount. */
-static const char *const bound[] = { "upper" };
+static const char *const bound[] = {"upper"};
 /* One attach at a time: finding a free loop device and configuring it are
  * two steps, and two threads must never give one image two devices. */
 static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -75,8 +75,9 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
                 if (access(mkfs_paths[i], X_OK) == 0)
                         mkfs = mkfs_paths[i];
         if (!mkfs)
-                return sb_error_set(ret_err, -ENOENT, NULL, NULL,
-                                    "disk image: mkfs.ext4 not found (install e2fsprogs, or set diskMiB to 0)");
+                return sb_error_set(
+                        ret_err, -ENOENT, NULL, NULL,
+                        "disk image: mkfs.ext4 not found (install e2fsprogs, or set diskMiB to 0)");
         uint64_t inodes = lim->inodes ? lim->inodes : lim->bytes / 16384;
         char n_arg[32], m_arg[8];
         snprintf(n_arg, sizeof(n_arg), "%" PRIu64, inodes);
@@ -84,9 +85,17 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
         /* The file is new and sparse, so its holes read as zeros: inode
          * tables and journal need no zeroing (lazy_*_init, and the mount's
          * noinit_itable), and there is nothing to discard. */
-        char *argv[] = { (char *)"mkfs.ext4", (char *)"-q", (char *)"-F", (char *)"-m", m_arg, (char *)"-N", n_arg,
-                         (char *)"-E", (char *)"lazy_itable_init=1,lazy_journal_init=1,nodiscard",
-                         (char *)image, NULL };
+        char *argv[] = {(char *)"mkfs.ext4",
+                        (char *)"-q",
+                        (char *)"-F",
+                        (char *)"-m",
+                        m_arg,
+                        (char *)"-N",
+                        n_arg,
+                        (char *)"-E",
+                        (char *)"lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+                        (char *)image,
+                        NULL};
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -101,7 +110,7 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
         posix_spawnattr_setsigdefault(&attr, &all);
         posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         pid_t pid;
-        char *envp[] = { (char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+        char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         int r = posix_spawn(&pid, mkfs, &fa, &attr, argv, envp);
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&attr);
@@ -110,10 +119,11 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
         int st;
         while (waitpid(pid, &st, 0) < 0)
                 if (errno != EINTR)
-                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: wait for mkfs: %m");
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                            "disk image: wait for mkfs: %m");
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-                return sb_error_set(ret_err, -EIO, NULL, NULL, "disk image: %s %s failed (status %d)", mkfs, image,
-                                    st);
+                return sb_error_set(ret_err, -EIO, NULL, NULL, "disk image: %s %s failed (status %d)", mkfs,
+                                    image, st);
         return 0;
 }
 
@@ -151,7 +161,7 @@ static int new_loop(int image_fd, char *buf, size_t size, int *ret_fd) {
                 _cleanup_close_ int fd = open(buf, O_RDWR | O_CLOEXEC);
                 if (fd < 0)
                         return negative_errno();
-                struct loop_config cfg = { .fd = (uint32_t)image_fd };
+                struct loop_config cfg = {.fd = (uint32_t)image_fd};
                 cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
                 if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
                         *ret_fd = TAKE_FD(fd);
@@ -171,7 +181,9 @@ static int mount_image(const char *dir, sb_error **ret_err) {
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         int r = is_mounted(dir, MOUNT);
         if (r != 0)
-                return r < 0 ? sb_error_set(ret_err, r, NULL, NULL, "disk image: stat %s: %s", mnt, strerror(-r)) : 0;
+                return r < 0 ? sb_error_set(ret_err, r, NULL, NULL, "disk image: stat %s: %s", mnt,
+                                            strerror(-r))
+                             : 0;
         if (mkdir(mnt, 0700) < 0 && errno != EEXIST)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: mkdir %s: %m", mnt);
         _cleanup_close_ int ifd = open(img, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -187,7 +199,8 @@ static int mount_image(const char *dir, sb_error **ret_err) {
                 r = negative_errno();
         pthread_mutex_unlock(&attach_lock);
         if (r < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "disk image: mount %s on %s: %s", img, mnt, strerror(-r));
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: mount %s on %s: %s", img, mnt,
+                                    strerror(-r));
         return 0;
 }
 
@@ -201,22 +214,25 @@ static int bind_dirs(const char *dir, bool create, sb_error **ret_err) {
                         return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
                 int r = is_mounted(dir, bound[i]);
                 if (r < 0)
-                        return sb_error_set(ret_err, r, NULL, NULL, "disk image: stat %s: %s", dst, strerror(-r));
+                        return sb_error_set(ret_err, r, NULL, NULL, "disk image: stat %s: %s", dst,
+                                            strerror(-r));
                 if (r > 0)
                         continue;
                 mode_t mode = 0755;
                 if (create && mkdir(src, mode) < 0 && errno != EEXIST)
-                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: mkdir %s: %m", src);
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                            "disk image: mkdir %s: %m", src);
                 /* An empty mount point; a directory with files would be
                  * hidden under the mount (rmdir refuses a non-empty one). */
                 if (rmdir(dst) < 0 && errno != ENOENT)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL,
                                             "disk image: %s is in the way: %m", dst);
                 if (mkdir(dst, mode) < 0)
-                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: mkdir %s: %m", dst);
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                            "disk image: mkdir %s: %m", dst);
                 if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
-                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: bind %s on %s: %m",
-                                            src, dst);
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                            "disk image: bind %s on %s: %m", src, dst);
         }
         return 0;
 }
@@ -305,7 +321,7 @@ char *core_disk_layer_dir(const char *dir) {
 
 int core_disk_detach(const char *dir) {
         int ret = 0;
-        const char *order[] = { bound[0], MOUNT };
+        const char *order[] = {bound[0], MOUNT};
         for (size_t i = 0; i < ELEMENTSOF(order); i++) {
                 int m = is_mounted(dir, order[i]);
                 if (m <= 0)

@@ -19,9 +19,9 @@
  * Blocking (mkfs, mount); for worker threads or start-up. */
 #pragma once
 
+#include "libcore/error.h"
 #include <stdbool.h>
 #include <stdint.h>
-#include "libcore/error.h"
 
 typedef struct core_disk_limits {
         uint64_t bytes;  /* size of the image; at least CORE_DISK_MIN_BYTES */

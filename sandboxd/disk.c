@@ -1,10 +1,10 @@
 /* Each sandbox's bounded writable layer (libcore/diskimg.h): the
  * resources.diskMiB parameter, and the points of the sandbox lifecycle
  * where its image is made, mounted and unmounted. */
-#include <string.h>
 #include "libcore/diskimg.h"
 #include "libcore/log.h"
 #include "sandboxd/internal.h"
+#include <string.h>
 
 /* Largest resources.diskMiB: 16 TiB (the image is sparse; ext4 with 4 KiB
  * blocks goes far beyond). */

@@ -166,7 +166,7 @@ struct sandbox {
         bool userns;              /* runs in a user namespace (libcore/userns.h) */
         uint32_t userns_base;     /* host id of its uid/gid 0 while it holds a range, else 0 */
         unsigned vcpus;
-        uint64_t disk_mib;        /* resources.diskMiB: its writable layer's image, 0 = unbounded (diskimg.h) */
+        uint64_t disk_mib;        /* resources.diskMiB: size of its disk image, 0 = none (diskimg.h) */
         cJSON *ports;             /* array */
         uint64_t created_ms, expires_ms;
         const char *status;       /* pending, running, stopping, stopped, failed */

@@ -677,7 +677,8 @@ static int update_vcpus_param(const manager *m, const cJSON *res, sb_error **ret
          * resize, and never silently ignored. */
         if (cJSON_GetObjectItem(res, "diskMiB"))
                 return sb_error_set(ret_err, -EINVAL, NULL, "resources.diskMiB",
-                                    "resources.diskMiB: is fixed when the sandbox is created; fork it with another");
+                                    "resources.diskMiB: is fixed when the sandbox is created; "
+                                    "fork it with another");
         const cJSON *v = cJSON_GetObjectItem(res, "vcpus");
         if (!v)
                 return 0;
@@ -785,7 +786,8 @@ static void method_update(rpc_request *req, void *userdata) {
                  * process. */
                 fail_field = "networkPolicy";
                 fail_reason = "unavailable";
-                fail_msg = "networkPolicy: a snapshot or fork of the sandbox is being taken; try again in a moment";
+                fail_msg = "networkPolicy: a snapshot or fork of the sandbox is being taken; "
+                           "try again in a moment";
         } else if (new_vcpus > 0 && (unsigned)new_vcpus != sb->vcpus && sb->starting) {
                 /* The starting session reads vcpus on a worker thread. */
                 fail_field = "resources.vcpus";

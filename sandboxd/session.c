@@ -462,10 +462,12 @@ static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char
 /* Starts sandbox-netd for policy p: the DNS filter on gateway:53 and the
  * egress proxy on gateway:POL_PROXY_PORT, and waits (bounded) for its
  * ready line. Its stdout (pins and denials, one JSON object a line) is
- * returned in *ret_out. Blocking: a worker thread, or the loop for a live
- * update. */
+ * returned in *ret_out. It runs in the child cgroup CORE_CGROUP_NETD of
+ * the session's `cg` (NULL: left where it is). Blocking: a worker thread,
+ * or the loop for a live update. */
 static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_ca, const pol_policy *p,
-                      struct in_addr gateway, pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
+                      struct in_addr gateway, pid_t *ret_pid, int *ret_out, int *ret_in,
+                      sb_error **ret_err) {
         const char *run_dir = sb->run_dir;
         char gw[INET_ADDRSTRLEN], listen_arg[64], proxy_arg[64], upstream[300];
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
@@ -774,8 +776,8 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         netd_detach(s);
         netd_stop(&s->netd_pid);
         if (p->mode == POL_MODE_CUSTOM) {
-                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
-                               ret_err);
+                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out,
+                               &s->netd_in, ret_err);
                 if (r < 0)
                         return r;
                 netd_attach(s);
@@ -889,8 +891,8 @@ static void start_work(void *userdata) {
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
         if (streq(mode, "custom") &&
-            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
-                            &j->err)) < 0)
+            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out,
+                            &j->netd_in, &j->err)) < 0)
                 goto fail;
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
@@ -1313,8 +1315,8 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
         if (r < 0)
                 return r;
         if (sb->pol->mode == POL_MODE_CUSTOM) {
-                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
-                               ret_err);
+                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out,
+                               &s->netd_in, ret_err);
                 if (r < 0)
                         return r;
         }
