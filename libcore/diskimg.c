@@ -233,6 +233,13 @@ static int bind_dirs(const char *dir, bool create, sb_error **ret_err) {
                 if (mount(src, dst, NULL, MS_BIND, NULL) < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL,
                                             "disk image: bind %s on %s: %m", src, dst);
+                /* A bind takes no flags of its own on creation: nosuid and
+                 * nodev as on the image's mount, so nothing the sandbox
+                 * made is a setuid program or a device node on the host
+                 * side either. */
+                if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                            "disk image: remount %s nosuid,nodev: %m", dst);
         }
         return 0;
 }
