@@ -171,6 +171,7 @@ bench: deps
 	@python3 tests/bench/bench.py
 	@python3 tests/bench/bench_policy.py
 	@python3 tests/bench/bench_proxy.py
+	@python3 tests/bench/bench_flood.py
 	@$(MAKE) --no-print-directory load
 
 # The kill -9 matrix (tests/faults/run.py): sandboxd killed at each fault

@@ -85,6 +85,10 @@ static struct {
  * devices (the sandbox gets no block devices; /dev is a private minimal tree). */
 static const char *const v1_controllers[] = { "pids", "memory", "cpu", "freezer" };
 
+/* Child cgroups a session may have (core_cgroup_attach_child): teardown
+ * kills and removes these too. */
+static const char *const session_children[] = { CORE_CGROUP_NETD };
+
 static void sleep_ms(int ms) {
         (void) poll(NULL, 0, ms);
 }
@@ -519,9 +523,9 @@ static int cgroup_new(const char *name, core_cgroup **ret) {
 }
 
 /* Does the cgroup at `dir` hold a process, its subtree included? v2 says so
- * in cgroup.events ("populated"); v1 has no such file, and sessions make no
- * sub-cgroups there, so the directory's own cgroup.procs answers. A missing
- * directory is empty. Returns 1, 0 or a negative errno. */
+ * in cgroup.events ("populated"); v1 has no such file, so the directory's
+ * own cgroup.procs and those of its known children (session_children)
+ * answer. A missing directory is empty. Returns 1, 0 or a negative errno. */
 static int populated(const char *dir) {
         _cleanup_free_ char *events = NULL, *procs = NULL, *data = NULL;
         if (asprintf(&events, "%s/cgroup.events", dir) < 0 || asprintf(&procs, "%s/cgroup.procs", dir) < 0)
@@ -534,7 +538,19 @@ static int populated(const char *dir) {
         r = core_read_file(procs, 16 << 20, &data, NULL);
         if (r == -ENOENT)
                 return 0;
-        return r < 0 ? r : data[0] != '\0';
+        if (r < 0 || data[0] != '\0')
+                return r < 0 ? r : 1;
+        for (size_t i = 0; i < ELEMENTSOF(session_children); i++) {
+                _cleanup_free_ char *sub = NULL, *d = NULL;
+                if (asprintf(&sub, "%s/%s/cgroup.procs", dir, session_children[i]) < 0)
+                        return -ENOMEM;
+                r = core_read_file(sub, 16 << 20, &d, NULL);
+                if (r >= 0 && d[0] != '\0')
+                        return 1;
+                if (r < 0 && r != -ENOENT)
+                        return r;
+        }
+        return 0;
 }
 
 int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_cgroup **ret,
@@ -638,6 +654,29 @@ int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err) {
         return attach(cg, pid, true, ret_err);
 }
 
+int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err) {
+        bool known = false;
+        for (size_t i = 0; i < ELEMENTSOF(session_children) && !known; i++)
+                known = child && streq(child, session_children[i]);
+        if (!known)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup '%s': no child cgroup '%s'",
+                                    cg->name, child ? child : "");
+        char buf[24];
+        snprintf(buf, sizeof(buf), "%d", (int) pid);
+        for (size_t i = 0; i < cg->n; i++) {
+                _cleanup_free_ char *dir = NULL;
+                if (asprintf(&dir, "%s/%s", cg->dirs[i], child) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                int r = mkdir(dir, 0755) < 0 && errno != EEXIST ? negative_errno() : 0;
+                if (r >= 0)
+                        r = write_file(dir, "cgroup.procs", buf);
+                if (r < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': move pid %d into %s: %s",
+                                            cg->name, (int) pid, dir, strerror(-r));
+        }
+        return 0;
+}
+
 int core_cgroup_open_v2(const core_cgroup *cg) {
         for (size_t i = 0; cg && i < cg->n; i++)
                 if (state.h[i].ops == &ops_v2) {
@@ -721,6 +760,16 @@ int core_cgroup_kill_all(core_cgroup *cg) {
                 int r = i == 0 ? state.h[i].ops->kill_all(cg->dirs[i]) : kill_by_procs(cg->dirs[i]);
                 if (r < 0 && r != -ENOENT && ret == 0)
                         ret = r;
+                /* v1 kills no subtree (v2's cgroup.kill does, the sweep is
+                 * then a no-op). */
+                for (size_t k = 0; k < ELEMENTSOF(session_children); k++) {
+                        _cleanup_free_ char *dir = NULL;
+                        if (asprintf(&dir, "%s/%s", cg->dirs[i], session_children[k]) < 0)
+                                return -ENOMEM;
+                        r = kill_by_procs(dir);
+                        if (r < 0 && r != -ENOENT && ret == 0)
+                                ret = r;
+                }
         }
         /* A frozen task (a crash between freeze and thaw) keeps its
          * SIGKILL pending under the v1 freezer: thawed after the kill, so
@@ -745,6 +794,17 @@ static int rmdir_retry(const char *dir) {
 int core_cgroup_destroy(core_cgroup *cg) {
         int ret = 0;
         for (size_t i = 0; i < cg->n; i++) {
+                for (size_t k = 0; k < ELEMENTSOF(session_children); k++) {
+                        _cleanup_free_ char *dir = NULL;
+                        if (asprintf(&dir, "%s/%s", cg->dirs[i], session_children[k]) < 0)
+                                return -ENOMEM;
+                        int r = rmdir_retry(dir);
+                        if (r < 0) {
+                                log_debug_errno(r, "cgroup: remove %s: %m", dir);
+                                if (ret == 0)
+                                        ret = r;
+                        }
+                }
                 int r = rmdir_retry(cg->dirs[i]);
                 if (r < 0) {
                         log_debug_errno(r, "cgroup: remove %s: %m", cg->dirs[i]);

@@ -89,6 +89,20 @@ int core_cgroup_update(core_cgroup *cg, const core_cgroup_limits *old, const cor
 /* Moves pid into the session cgroup in every hierarchy. */
 int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err);
 
+/* The child cgroup of a session that holds its sandbox-netd. */
+#define CORE_CGROUP_NETD "netd"
+
+/* Moves pid into the child cgroup `child` of the session (only the names
+ * above, -EINVAL otherwise) in every hierarchy, creating it when missing.
+ * The child has no limits of its own and no controller is enabled for it
+ * (v2 subtree_control stays empty, so the session's processes may stay in
+ * the session cgroup itself: the no-internal-process rule applies only to
+ * enabled controllers); its use is charged to the session, whose limits
+ * (pids.max, memory, cpu) therefore cover it too (cgroup-v2.rst, "Top-down
+ * Constraint"; cgroup-v1 hierarchical accounting). core_cgroup_kill_all
+ * and core_cgroup_destroy include it. Returns 0 or a negative errno. */
+int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err);
+
 /* Opens the session's cgroup v2 directory (O_DIRECTORY|O_CLOEXEC) for
  * clone3(CLONE_INTO_CGROUP), which places a child at birth instead of
  * migrating it later: a v2 migration waits for an RCU grace period

@@ -176,23 +176,52 @@ void agent_handle_packet(session *s, const char *buf, size_t len) {
         cJSON_Delete(msg);
 }
 
+/* Relay fairness across sandboxes. Each turn of the event loop a session
+ * reads at most AGENT_TURN_BUDGET bytes of packets from its sandbox-init.
+ * A session that used its whole budget (its init has more queued: a command
+ * floods its output) drops to AGENT_PRIORITY_BULK, below every other source
+ * of the loop (client connections, timers, other sessions' agents), until a
+ * turn finds its socket empty. sd-event dispatches the highest-priority
+ * pending source first and, within one priority, the one pending longest,
+ * so flooding sessions share what the rest of the daemon leaves idle, round
+ * robin, and a quiet sandbox's command waits behind at most one budget of a
+ * flood at each step (sd_event_source_set_priority(3)). */
+#define AGENT_TURN_BUDGET (64u * 1024)
+#define AGENT_PRIORITY_BULK (SD_EVENT_PRIORITY_NORMAL + 10)
+
+static void set_bulk(session *s, sd_event_source *src, bool bulk) {
+        if (s->output_bulk == bulk)
+                return;
+        if (sd_event_source_set_priority(src, bulk ? AGENT_PRIORITY_BULK : SD_EVENT_PRIORITY_NORMAL) >= 0)
+                s->output_bulk = bulk;
+}
+
 static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         session *s = userdata;
         static char buf[AGENT_MAX_PACKET + 1];
         if (revents & EPOLLOUT)
                 flush_queue(s);
-        /* Bounded work per wakeup so one chatty sandbox cannot starve others.
-         * Paused (a slow client), reading stops between packets; after a
-         * hangup it goes on regardless, since init can add nothing more and
-         * a level-triggered EPOLLHUP left unread would wake us forever. */
+        /* Bounded work per wakeup (AGENT_TURN_BUDGET above). Paused (a slow
+         * client), reading stops between packets; after a hangup it goes on
+         * regardless, since init can add nothing more and a level-triggered
+         * EPOLLHUP left unread would wake us forever. */
         bool hup = revents & (EPOLLHUP | EPOLLERR);
-        for (int i = 0; i < 64 && (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (hup || !s->output_paused); i++) {
+        size_t used = 0;
+        bool drained = false;
+        while ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (hup || !s->output_paused)) {
+                if (used >= AGENT_TURN_BUDGET) {
+                        set_bulk(s, src, true);
+                        return 0;
+                }
                 ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
                 if (n < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
+                        if (errno == EAGAIN || errno == EINTR) {
+                                drained = errno == EAGAIN;
                                 break;
+                        }
                         n = 0;
                 }
+                used += (size_t)n;
                 if (n == 0) {
                         /* init is gone or going; the pidfd says when. */
                         s->agent_closed = true;
@@ -202,8 +231,10 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
                 buf[n] = 0;
                 agent_handle_packet(s, buf, (size_t)n);
                 if (!s->agent_src)
-                        break; /* the session ended inside dispatch */
+                        return 0; /* the session ended inside dispatch */
         }
+        if (drained || s->output_paused)
+                set_bulk(s, src, false);
         return 0;
 }
 

@@ -75,6 +75,27 @@ void ring_append(ring *r, const char *data, size_t len) {
         r->len += len;
 }
 
+void ring_shrink(ring *r, size_t cap) {
+        if (cap >= r->cap)
+                return;
+        size_t keep = r->len < cap ? r->len : cap;
+        char *nb = NULL;
+        if (keep) {
+                nb = malloc(keep);
+                if (!nb)
+                        return;
+                for (size_t i = 0; i < keep; i++)
+                        nb[i] = r->buf[(r->start + r->len - keep + i) % r->alloc];
+        }
+        if (keep < r->len)
+                r->truncated = true;
+        free(r->buf);
+        r->buf = nb;
+        r->alloc = r->len = keep;
+        r->start = 0;
+        r->cap = cap;
+}
+
 char *ring_base64(const ring *r) {
         _cleanup_free_ char *flat = malloc(r->len + 1);
         if (!flat)
@@ -87,6 +108,71 @@ char *ring_base64(const ring *r) {
 void ring_free(ring *r) {
         free(r->buf);
         *r = (ring){0};
+}
+
+/* ---- the global log budget ---------------------------------------------- */
+
+/* Every command's log rings together hold at most logBudgetMiB (daemon
+ * memory outside any cgroup: 4096 finished commands of 2 x commandLogBytes
+ * would otherwise be 8 GiB). Over budget, the logs of the command that
+ * finished first are dropped whole, then the next; when only running
+ * commands hold logs, each of their streams is cut to an equal share of the
+ * budget (its newest bytes kept), so one chatty command cannot take the
+ * logs of the others. What was dropped reads as "truncated" in
+ * command.logs. */
+#define LOG_SHARE_MIN 4096
+
+static size_t log_alloc(const command *c) {
+        return c->out.alloc + c->err.alloc;
+}
+
+static void drop_logs(manager *m, command *c) {
+        m->log_bytes -= log_alloc(c);
+        bool had = c->out.len || c->err.len || c->out.truncated || c->err.truncated;
+        ring_free(&c->out);
+        ring_free(&c->err);
+        c->out.truncated = c->err.truncated = had;
+        c->log_evicted = true;
+}
+
+static void logs_enforce(manager *m) {
+        size_t budget = (size_t)m->cfg->log_budget_mib << 20;
+        while (m->log_bytes > budget) {
+                command *oldest = NULL;
+                for (command *c = m->commands; c; c = c->next)
+                        if (c->exited && log_alloc(c) && (!oldest || c->ended_ms <= oldest->ended_ms))
+                                oldest = c;
+                if (!oldest)
+                        break;
+                drop_logs(m, oldest);
+        }
+        if (m->log_bytes <= budget)
+                return;
+        size_t streams = 0;
+        for (command *c = m->commands; c; c = c->next)
+                if (log_alloc(c))
+                        streams += 2;
+        size_t share = streams ? budget / streams : budget;
+        if (share < LOG_SHARE_MIN)
+                share = LOG_SHARE_MIN;
+        for (command *c = m->commands; c; c = c->next) {
+                if (!log_alloc(c))
+                        continue;
+                size_t before = log_alloc(c);
+                ring_shrink(&c->out, share);
+                ring_shrink(&c->err, share);
+                m->log_bytes = m->log_bytes - before + log_alloc(c);
+        }
+}
+
+/* ring_append with the budget's accounting. */
+static void log_append(command *c, ring *r, const char *data, size_t len) {
+        manager *m = c->sb->m;
+        size_t before = r->alloc;
+        ring_append(r, data, len);
+        m->log_bytes = m->log_bytes - before + r->alloc;
+        if (r->alloc > before)
+                logs_enforce(m);
 }
 
 static command *find_by_agent_id(session *s, unsigned id) {
@@ -130,6 +216,8 @@ static cJSON *finished_json(const command *c) {
 }
 
 void command_free(command *c) {
+        if (c->sb)
+                c->sb->m->log_bytes -= log_alloc(c);
         free(c->cmd);
         free(c->cwd);
         cJSON_Delete(c->args);
@@ -208,7 +296,7 @@ void command_on_output(session *s, unsigned id, const char *stream, const char *
         size_t len = 0;
         if (core_base64_decode(b64, &data, &len) < 0)
                 return;
-        ring_append(is_err ? &c->err : &c->out, data, len);
+        log_append(c, is_err ? &c->err : &c->out, data, len);
         if (c->conn && rpc_conn_is_open(c->conn)) {
                 cJSON *p = cJSON_CreateObject();
                 cJSON_AddStringToObject(p, "cmdId", c->cmd_id);
@@ -232,7 +320,7 @@ static void command_finish(command *c, int code, const char *error) {
                 /* An exec failure reads like a shell's: on stderr, exit 126/127. */
                 _cleanup_free_ char *line = NULL;
                 if (asprintf(&line, "sandboxd: %s\n", error) >= 0) {
-                        ring_append(&c->err, line, strlen(line));
+                        log_append(c, &c->err, line, strlen(line));
                         _cleanup_free_ char *b64 = core_base64_encode(line, strlen(line));
                         if (open && b64) {
                                 cJSON *p = cJSON_CreateObject();
@@ -771,6 +859,8 @@ static void method_logs(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(o, "stdout", out ? out : "");
         cJSON_AddStringToObject(o, "stderr", err ? err : "");
         cJSON_AddBoolToObject(o, "truncated", c->out.truncated || c->err.truncated);
+        if (c->log_evicted)
+                cJSON_AddBoolToObject(o, "evicted", true);
         rpc_reply(req, o);
 }
 

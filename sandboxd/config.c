@@ -59,6 +59,11 @@ static const config_key config_keys[] = {
         { "pidsMax",          KEY_U64,    OFF(pids_max), 16, 4194304 },
         { "stopGraceMs",      KEY_U64,    OFF(stop_grace_ms), 0, 600000 },
         { "commandLogBytes",  KEY_SIZE,   OFF(command_log_bytes), 4 * KIB, 1 * GIB },
+        { "logBudgetMiB",     KEY_U64,    OFF(log_budget_mib), 1, 1024 * 1024 },
+        /* 0 opts out of the disk bound; otherwise at least the image's
+         * minimum (libcore/diskimg.h), checked at load. */
+        { "diskMiB",          KEY_U64,    OFF(disk_mib), 0, 16 * 1024 * 1024 },
+        { "diskInodes",       KEY_U64,    OFF(disk_inodes), 0, 1ULL << 32 },
         { "maxSourceBytes",   KEY_U64,    OFF(max_source_bytes), 1 * MIB, 1024 * GIB },
         { "networkPool",      KEY_CIDR4,  OFF(network_pool) },
         { "initPath",         KEY_PATH,   OFF(init_path) },
@@ -117,6 +122,8 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .pids_max = 4096,
                 .stop_grace_ms = 2000,
                 .command_log_bytes = 1 * MIB,
+                .log_budget_mib = 256,
+                .disk_mib = 10240,
                 .max_source_bytes = 4 * GIB,
                 .network_pool = xstrdup("10.201.0.0/16"),
                 .init_path = default_init_path(),

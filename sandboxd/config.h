@@ -19,6 +19,9 @@ typedef struct daemon_config {
         uint64_t pids_max;          /* "pidsMax", default 4096 */
         uint64_t stop_grace_ms;     /* "stopGraceMs", default 2000 */
         size_t command_log_bytes;   /* "commandLogBytes", default 1 MiB per stream */
+        uint64_t log_budget_mib;    /* "logBudgetMiB", default 256: all commands' logs together */
+        uint64_t disk_mib;          /* "diskMiB", default 10240: each sandbox's writable layer, 0 = none */
+        uint64_t disk_inodes;       /* "diskInodes", default 0: one inode per 16 KiB of diskMiB */
         uint64_t max_source_bytes;  /* "maxSourceBytes", default 4 GiB (tarball download cap) */
         char *network_pool;         /* "networkPool", default "10.201.0.0/16" */
         char *init_path;            /* "initPath", default: sandbox-init beside the sandboxd binary, else LIBEXECDIR */

@@ -72,6 +72,10 @@ typedef struct ring {
         bool truncated;
 } ring;
 void ring_append(ring *r, const char *data, size_t len);
+/* Lowers the ring's cap to `cap` bytes (no-op when not lower), keeping the
+ * newest bytes in a buffer just big enough for them; what is dropped sets
+ * `truncated`. On allocation failure the ring is left as it was. */
+void ring_shrink(ring *r, size_t cap);
 /* Base64 of the ring's content in order; caller frees. */
 char *ring_base64(const ring *r);
 void ring_free(ring *r);
@@ -94,6 +98,7 @@ struct command {
         req_list waiters;         /* command.wait */
         sd_event_source *timeout_src;
         ring out, err;
+        bool log_evicted;         /* its logs were dropped for the global budget (logBudgetMiB) */
         command *next;
 };
 
@@ -127,6 +132,7 @@ struct session {
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
         bool output_paused;       /* not reading init: a client is slow (agent_set_paused) */
+        bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */
         pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */
         int netd_out;             /* its stdout: ready/pin/deny lines */
@@ -168,6 +174,7 @@ struct sandbox {
         bool userns;              /* runs in a user namespace (libcore/userns.h) */
         uint32_t userns_base;     /* host id of its uid/gid 0 while it holds a range, else 0 */
         unsigned vcpus;
+        uint64_t disk_mib;        /* resources.diskMiB: size of its disk image, 0 = none (diskimg.h) */
         cJSON *ports;             /* array */
         uint64_t created_ms, expires_ms;
         const char *status;       /* pending, running, stopping, stopped, failed */
@@ -252,10 +259,23 @@ struct manager {
         sandbox *sandboxes;
         command *commands;
         unsigned n_commands;
+        size_t log_bytes;         /* bytes allocated by every command's log rings (command.c) */
         rpc_server *server;
         uint64_t started_ms;
         unsigned kept_sessions;   /* left running at exit for the next daemon (live restore) */
 };
+
+/* disk.c: each sandbox's bounded writable layer (libcore/diskimg.h). */
+/* resources.diskMiB of a create (res may be NULL: the daemon's diskMiB). */
+int sandbox_parse_disk(const daemon_config *cfg, const cJSON *res, uint64_t *ret_mib, sb_error **ret_err);
+/* Worker: makes and mounts a fresh sandbox's image (none when its
+ * disk_mib is 0), before upper/ and work/ are used. */
+int sandbox_disk_create(const manager *m, const sandbox *sb, sb_error **ret_err);
+/* Mounts the image of the sandbox directory `dir` if it has one and it is
+ * not mounted: 1, 0 without an image, or a negative errno. */
+int sandbox_disk_attach(const char *dir, sb_error **ret_err);
+/* Unmounts it (before the directory is removed); logs failures. */
+void sandbox_disk_detach(const char *dir);
 
 /* manager.c */
 sandbox *manager_find_sandbox(manager *m, const char *name);

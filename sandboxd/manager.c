@@ -85,6 +85,8 @@ static void method_info(rpc_request *req, void *userdata) {
         };
         for (size_t i = 0; i < ELEMENTSOF(sizes); i++)
                 cJSON_AddNumberToObject(lim, sizes[i].key, sizes[i].value);
+        cJSON_AddNumberToObject(lim, "logBudgetMiB", (double)cfg->log_budget_mib);
+        cJSON_AddNumberToObject(lim, "logBytesInUse", (double)m->log_bytes);
         cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
         cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
         cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);
@@ -351,10 +353,16 @@ static void reconcile(manager *m) {
                 cJSON *c = core_read_file(conf, 1 << 20, &text, NULL) >= 0 ? cJSON_Parse(text) : NULL;
                 bool persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
                 cJSON_Delete(c);
+                /* Its files are in its disk image (if it has one): mounted
+                 * before anything reads, copies or resumes them. */
+                _cleanup_error_ sb_error *derr = NULL;
+                if (sandbox_disk_attach(dir, &derr) < 0)
+                        log_warning("sandbox '%s': %s", de->d_name, derr ? derr->message : "disk image");
                 if (reconcile_live(m, dir, de->d_name, persistent))
                         continue;
                 if (!persistent) {
                         log_info("removing leftover sandbox '%s'", de->d_name);
+                        sandbox_disk_detach(dir);
                         core_rm_rf(dir);
                         continue;
                 }

@@ -44,6 +44,8 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         add_time(o, "expiresAt", sb->sess ? sb->expires_ms : 0);
         cJSON *res = cJSON_AddObjectToObject(o, "resources");
         cJSON_AddNumberToObject(res, "vcpus", sb->vcpus);
+        if (sb->disk_mib)
+                cJSON_AddNumberToObject(res, "diskMiB", (double)sb->disk_mib);
         cJSON_AddItemToObject(o, "env", cJSON_Duplicate(sb->env, 1));
         cJSON_AddItemToObject(o, "tags", cJSON_Duplicate(sb->tags, 1));
         /* Header values of rules carry credentials: never shown (DESIGN §3). */
@@ -412,6 +414,8 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 if (v)
                         sb->vcpus = (unsigned)v->valuedouble;
         }
+        if ((r = sandbox_parse_disk(cfg, res, &sb->disk_mib, ret_err)) < 0)
+                return r;
         if ((r = ports_parse(ports, &sb->ports, ret_err)) < 0)
                 return r;
         policy = cJSON_GetObjectItem(req->params, "networkPolicy");
@@ -731,6 +735,12 @@ static void method_extend(rpc_request *req, void *userdata) {
 /* update's resources.vcpus: a whole number from 1 to maxVcpus. Returns it,
  * 0 when absent, or -EINVAL with *ret_err naming the field. */
 static int update_vcpus_param(const manager *m, const cJSON *res, sb_error **ret_err) {
+        /* The disk image is made at creation (libcore/diskimg.h); no
+         * resize, and never silently ignored. */
+        if (cJSON_GetObjectItem(res, "diskMiB"))
+                return sb_error_set(ret_err, -EINVAL, NULL, "resources.diskMiB",
+                                    "resources.diskMiB: is fixed when the sandbox is created; "
+                                    "fork it with another");
         const cJSON *v = cJSON_GetObjectItem(res, "vcpus");
         if (!v)
                 return 0;
@@ -861,6 +871,15 @@ static void method_update(rpc_request *req, void *userdata) {
                 fail_field = "networkPolicy";
                 fail_reason = "unavailable";
                 fail_msg = "networkPolicy: the sandbox is starting; try again when it runs";
+        } else if (newpol && sb->sess && sb->capturing) {
+                /* A snapshot or fork has the session frozen, and its
+                 * sandbox-netd with it (it runs in the session's cgroup):
+                 * a reload or restart would wait on the loop for a frozen
+                 * process. */
+                fail_field = "networkPolicy";
+                fail_reason = "unavailable";
+                fail_msg = "networkPolicy: a snapshot or fork of the sandbox is being taken; "
+                           "try again in a moment";
         } else if (new_vcpus > 0 && (unsigned)new_vcpus != sb->vcpus && sb->starting) {
                 /* The starting session reads vcpus on a worker thread. */
                 fail_field = "resources.vcpus";
@@ -1034,6 +1053,8 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "resources"), "vcpus");
         sb->vcpus = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= m->cfg->max_vcpus
                             ? (unsigned)v->valuedouble : 1;
+        cJSON *dm = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "resources"), "diskMiB");
+        sb->disk_mib = cJSON_IsNumber(dm) && dm->valuedouble >= 0 ? (uint64_t)dm->valuedouble : 0;
         sb->persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
         userns_load(m, sb, c);
         sb->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(c, "createdAt")));

@@ -22,6 +22,7 @@
 #include "libcore/userns.h"
 #include "libcore/util.h"
 #include "policy/proxy.h"
+#include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -113,6 +114,8 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
         if (chown(sb->dir, 0, gid) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown %s: %m", sb->dir);
         int r;
+        if ((r = sandbox_disk_create(j->m, sb, ret_err)) < 0)
+                return r;
         if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
             (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
@@ -279,10 +282,13 @@ static cJSON *setup_packet(start_job *j) {
         _cleanup_free_ char *lower = sandbox_lowerdir(sb);
         if (lower)
                 cJSON_AddStringToObject(o, "lower", lower);
-        if (asprintf(&p, "%s/upper", sb->dir) >= 0)
+        /* upper and work on one mount: the disk image's when it has one. */
+        _cleanup_free_ char *layer = core_disk_layer_dir(sb->dir);
+        if (layer && asprintf(&p, "%s/upper", layer) >= 0)
                 cJSON_AddStringToObject(o, "upper", p);
         free(p);
-        if (asprintf(&p, "%s/work", sb->dir) >= 0)
+        p = NULL;
+        if (layer && asprintf(&p, "%s/work", layer) >= 0)
                 cJSON_AddStringToObject(o, "work", p);
         free(p);
         cJSON *binds = cJSON_AddArrayToObject(o, "binds");
@@ -399,7 +405,10 @@ static int userns_overlay(start_job *j, sb_error **ret_err) {
         _cleanup_free_ char *lower = sandbox_lowerdir(j->sb);
         if (!lower)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        int r = core_userns_overlay(nsfd, lower, j->sb->dir, j->sb->userns_base, ret_err);
+        _cleanup_free_ char *layer = core_disk_layer_dir(j->sb->dir);
+        if (!layer)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_userns_overlay(nsfd, lower, layer, j->sb->userns_base, ret_err);
         return r < 0 ? sb_error_prefix(ret_err, "user namespace root") : r;
 }
 
@@ -499,10 +508,12 @@ static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char
 /* Starts sandbox-netd for policy p: the DNS filter on gateway:53 and the
  * egress proxy on gateway:POL_PROXY_PORT, and waits (bounded) for its
  * ready line. Its stdout (pins and denials, one JSON object a line) is
- * returned in *ret_out. Blocking: a worker thread, or the loop for a live
- * update. */
-static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_policy *p, struct in_addr gateway,
-                      pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
+ * returned in *ret_out. It runs in the child cgroup CORE_CGROUP_NETD of
+ * the session's `cg` (NULL: left where it is). Blocking: a worker thread,
+ * or the loop for a live update. */
+static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_ca, const pol_policy *p,
+                      struct in_addr gateway, pid_t *ret_pid, int *ret_out, int *ret_in,
+                      sb_error **ret_err) {
         const char *run_dir = sb->run_dir;
         char gw[INET_ADDRSTRLEN], listen_arg[64], proxy_arg[64], upstream[300];
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
@@ -558,6 +569,18 @@ static int netd_start(manager *m, const sandbox *sb, bool with_ca, const pol_pol
                 (void)restore_helper_record(*ret_pid, owner);
         }
         _cleanup_close_ int fd = out, ack = in;
+        /* netd parses the sandbox's traffic for it: its CPU, memory and
+         * threads are charged to the session (a child cgroup under the
+         * session's limits), before it reads a packet, so a DNS or proxy
+         * flood from one sandbox spends only that sandbox's share. A
+         * sandbox that exhausts its own limits starves its own netd: its
+         * network then fails closed. */
+        if (cg && (r = core_cgroup_attach_child(cg, CORE_CGROUP_NETD, *ret_pid, ret_err)) < 0) {
+                kill(*ret_pid, SIGKILL);
+                waitpid(*ret_pid, NULL, 0);
+                *ret_pid = 0;
+                return sb_error_prefix(ret_err, "DNS filter");
+        }
         /* The ready line comes once it has bound :53 and dropped privileges. */
         char line[512];
         r = core_read_line_timeout(fd, line, sizeof(line), 5000);
@@ -774,7 +797,7 @@ static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
         if (s->stopping || s->netd_pid > 0 || s->net_slot < 0 || !sb->pol || sb->pol->mode != POL_MODE_CUSTOM)
                 return 0;
         _cleanup_error_ sb_error *err = NULL;
-        int r = netd_start(sb->m, sb, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
+        int r = netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
                            &err);
         if (r >= 0 && (r = netd_attach(s)) < 0)
                 sb_error_set(&err, r, NULL, NULL, "watch it: %s", strerror(-r));
@@ -923,8 +946,8 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         netd_detach(s);
         netd_stop(&s->netd_pid);
         if (p->mode == POL_MODE_CUSTOM) {
-                r = netd_start(sb->m, sb, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
-                               ret_err);
+                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out,
+                               &s->netd_in, ret_err);
                 if (r < 0)
                         return r;
                 netd_attach(s);
@@ -971,10 +994,16 @@ static void start_work(void *userdata) {
                 if ((r = sandbox_save_config(sb, j->config_text, &j->err)) < 0)
                         goto fail;
                 core_fault("create.configured");
-        } else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
+        } else if ((r = sandbox_disk_attach(sb->dir, &j->err)) < 0)
+                goto fail;
+        else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
                 r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", j->rootfs, strerror(-r));
                 goto fail;
         }
+        /* Inodes of a full disk for the /etc writes and the overlay (work/)
+         * below; rearmed once init is ready. */
+        if (!j->fresh)
+                core_disk_release(sb->dir);
         /* Nobody but root may reach the sandbox's files from the host once
          * the source is in (the fetch, as the sandbox user, needed group
          * 1000's x): root inside writes real root-owned, even setuid-root,
@@ -1027,13 +1056,16 @@ static void start_work(void *userdata) {
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
         if (streq(mode, "custom") &&
-            (r = netd_start(m, sb, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
-                            &j->err)) < 0)
+            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out,
+                            &j->netd_in, &j->err)) < 0)
                 goto fail;
         if (j->netd_pid > 0)
                 core_fault("netd.started");
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
+        /* The overlay is mounted and init is ready (both took inodes of a
+         * full disk); no command runs before this job returns. */
+        (void)core_disk_rearm(sb->dir);
         core_fault(j->fresh ? "create.session_started" : "resume.session_started");
         return;
 fail:
@@ -1054,8 +1086,10 @@ fail:
                 core_cgroup_free(j->cg);
                 j->cg = NULL;
         }
-        if (made_dir)
+        if (made_dir) {
+                sandbox_disk_detach(sb->dir);
                 core_rm_rf(sb->dir);
+        }
         core_rm_rf(sb->run_dir);
         sb_error_default_reason(&j->err, "failed");
 }
@@ -1283,6 +1317,7 @@ static void teardown_work(void *userdata) {
         }
         core_fault(t->remove_files ? "delete.torn_down" : "stop.torn_down");
         if (t->remove_files) {
+                sandbox_disk_detach(t->sb->dir);
                 int r = core_rm_rf(t->sb->dir);
                 if (r < 0)
                         log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, t->sb->dir);
@@ -1480,8 +1515,8 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
         if (r < 0)
                 return r;
         if (sb->pol->mode == POL_MODE_CUSTOM) {
-                r = netd_start(m, sb, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
-                               ret_err);
+                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out,
+                               &s->netd_in, ret_err);
                 if (r < 0)
                         return r;
         }

@@ -27,6 +27,7 @@
 #include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
+#include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -349,7 +350,16 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
         _cleanup_free_ char *dest = NULL;
         if (asprintf(&dest, "%s/%s", m->layers_dir, id) < 0)
                 return;
-        if (!sb->sess) {
+        /* A stopped sandbox's image must be mounted before its upper is
+         * read: copying the empty mount point would make an empty layer. */
+        if (!sb->sess && sandbox_disk_attach(sb->dir, &err) < 0) {
+                cb(m, req, sb, NULL, err);
+                return;
+        }
+        /* An upper on its own disk image (libcore/diskimg.h) cannot be
+         * renamed onto the state filesystem: it is copied as a running
+         * one is (nothing to freeze), and the sandbox keeps it. */
+        if (!sb->sess && !core_disk_present(sb->dir)) {
                 if (capture_stopped(sb, id, dest, cb == fork_captured ? "fork.stopped" : "snapshot.stopped",
                                     &err) < 0) {
                         cb(m, req, sb, NULL, err);
@@ -369,7 +379,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
         j->op = op;
         memcpy(j->id, id, sizeof(id));
         j->dest = TAKE_PTR(dest);
-        j->cg = sb->sess->cg;
+        j->cg = sb->sess ? sb->sess->cg : NULL;
         if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
                 sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 cb(m, req, sb, NULL, err);
@@ -391,6 +401,8 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
         cJSON_AddNumberToObject(p, "timeout", (double)src->timeout_ms);
         cJSON *res = cJSON_AddObjectToObject(p, "resources");
         cJSON_AddNumberToObject(res, "vcpus", src->vcpus);
+        if (src->disk_mib)
+                cJSON_AddNumberToObject(res, "diskMiB", (double)src->disk_mib);
         cJSON_AddItemToObject(p, "env", cJSON_Duplicate(src->env, 1));
         cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(src->tags, 1));
         cJSON_AddItemToObject(p, "networkPolicy", cJSON_Duplicate(src->policy, 1));

@@ -299,11 +299,14 @@ def test_userns_sandbox_runs_as_its_own_host_range(world):
         st = os.stat("/proc/%d/root/workspace/f" % pid)
         expect_eq((st.st_uid, st.st_gid), (base + 1000, base + 1000), "host owner of a sandbox user's file")
         # On disk the upper layer keeps sandbox ids (fork/snapshot need no remap).
-        st = os.stat(os.path.join(world.daemon.state_dir, "sandboxes", name, "upper", "workspace", "f"))
-        expect_eq(st.st_uid, 1000, "on-disk owner in the upper layer")
+        # Through the daemon's mount namespace: the upper may be its own
+        # disk image, mounted there.
+        ns = ["nsenter", "-t", str(world.daemon.pid), "-m", "--"]
+        on_disk = os.path.join(world.daemon.state_dir, "sandboxes", name, "upper", "workspace", "f")
+        p = subprocess.run(ns + ["stat", "-c", "%u", on_disk], capture_output=True, text=True, timeout=30)
+        expect_eq(p.stdout.strip(), "1000", "on-disk owner in the upper layer (%s)" % p.stderr.strip())
         # ... and host uid 1000 cannot reach it there.
-        p = subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat",
-                            os.path.join(world.daemon.state_dir, "sandboxes", name, "upper", "workspace", "f")],
+        p = subprocess.run(ns + ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat", on_disk],
                            capture_output=True, text=True, timeout=30)
         expect(p.returncode != 0 and "ermission denied" in p.stderr,
                "host uid 1000 reads a userns sandbox's workspace:", p.returncode, p.stdout, p.stderr)

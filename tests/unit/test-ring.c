@@ -76,12 +76,48 @@ static void test_one_chunk_larger_than_cap_keeps_its_tail(void **state) {
         ring_free(&r);
 }
 
+static void test_shrink_keeps_the_newest_bytes_of_a_wrapped_ring(void **state) {
+        ring r = {.cap = 8};
+        ring_append(&r, "abcdef", 6);
+        ring_append(&r, "ghij", 4); /* wrapped: holds "cdefghij" */
+        ring_shrink(&r, 3);
+        size_t n;
+        _cleanup_free_ char *t = ring_text(&r, &n);
+        assert_int_equal(n, 3);
+        assert_memory_equal(t, "hij", 3);
+        assert_true(r.truncated);
+        assert_int_equal(r.alloc, 3);
+        assert_int_equal(r.cap, 3);
+        /* Later output stays within the new cap. */
+        ring_append(&r, "kl", 2);
+        _cleanup_free_ char *t2 = ring_text(&r, &n);
+        assert_int_equal(n, 3);
+        assert_memory_equal(t2, "jkl", 3);
+        assert_true(r.alloc <= 3);
+        ring_free(&r);
+}
+
+static void test_shrink_to_a_larger_cap_changes_nothing(void **state) {
+        ring r = {.cap = 8};
+        ring_append(&r, "abc", 3);
+        ring_shrink(&r, 16);
+        size_t n;
+        _cleanup_free_ char *t = ring_text(&r, &n);
+        assert_int_equal(n, 3);
+        assert_memory_equal(t, "abc", 3);
+        assert_false(r.truncated);
+        assert_int_equal(r.cap, 8);
+        ring_free(&r);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_small_output_is_kept_whole_without_full_allocation),
                 cmocka_unit_test(test_empty_ring_reads_empty),
                 cmocka_unit_test(test_keeps_last_cap_bytes_in_order_across_wraps),
                 cmocka_unit_test(test_one_chunk_larger_than_cap_keeps_its_tail),
+                cmocka_unit_test(test_shrink_keeps_the_newest_bytes_of_a_wrapped_ring),
+                cmocka_unit_test(test_shrink_to_a_larger_cap_changes_nothing),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,73 @@
+/* A bounded writable layer for each sandbox: a sparse ext4 image of its
+ * own (<dir>/disk.img, made with mkfs.ext4 from e2fsprogs), attached to a
+ * loop device and mounted at <dir>/disk, holding upper/ and work/, which
+ * are bind-mounted onto <dir>/upper and <dir>/work. Everything else of the
+ * daemon (state, config files, layers, snapshots) stays on the state
+ * filesystem, so a sandbox that fills its image gets ENOSPC (or EDQUOT-like
+ * inode exhaustion, also ENOSPC) alone and the daemon's own writes never
+ * see it. The overlay takes upperdir and workdir from <dir>/disk (overlayfs
+ * wants both on one mount); <dir>/upper is a bind of <dir>/disk/upper for
+ * the rest of the daemon. Works on any host filesystem that holds regular files; project
+ * quotas (XFS, ext4 with prjquota) are not used, since the common ext4
+ * root has them off.
+ *
+ * A filesystem image must never be mounted through two loop devices at
+ * once (two superblocks over one image corrupt it): attaching first looks
+ * for a loop device already backed by the image (a restarted daemon whose
+ * running sessions still hold it) and mounts that one.
+ *
+ * Blocking (mkfs, mount); for worker threads or start-up. */
+#pragma once
+
+#include "libcore/error.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct core_disk_limits {
+        uint64_t bytes;  /* size of the image; at least CORE_DISK_MIN_BYTES */
+        uint64_t inodes; /* inodes of the filesystem; 0: one per 16 KiB (ext4's default ratio) */
+} core_disk_limits;
+
+#define CORE_DISK_MIN_BYTES (16ull << 20)
+/* Blocks reserved for root with CAP_SYS_RESOURCE (the daemon, not a
+ * sandbox's root: it lacks that capability), so the daemon can still write
+ * a full sandbox's /etc files at its next start (ext4 reserved blocks,
+ * mke2fs(8) -m). Percent. */
+#define CORE_DISK_RESERVE_PCT 1
+
+/* Makes <dir>/disk.img (must not exist) of lim->bytes, sparse, formats it,
+ * mounts it at <dir>/disk and creates upper/ (0755) and work/ (0700) in
+ * it, upper/ bound onto <dir>/upper (created, must be missing or empty). `dir` is
+ * a directory only the daemon writes. On failure everything made is
+ * undone. Returns 0 or a negative errno with *ret_err saying what failed
+ * (-ENOENT when mkfs.ext4 is missing: "install e2fsprogs"). */
+int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **ret_err);
+
+/* Makes sure the image of `dir` is mounted with its binds (daemon start,
+ * before a sandbox's files are used). Returns 1 when it is (now), 0 when
+ * `dir` has no image (a sandbox made without a disk bound), or a negative
+ * errno with *ret_err. */
+int core_disk_attach(const char *dir, sb_error **ret_err);
+
+/* Unmounts the binds and the image of `dir` (lazily: a session that still
+ * holds them keeps them until it ends; the loop device detaches itself
+ * after the last user, LO_FLAGS_AUTOCLEAR). Missing mounts are fine.
+ * Returns 0 or the first negative errno after trying all. */
+int core_disk_detach(const char *dir);
+
+/* The directory holding the overlay's upper/ and work/: <dir>/disk for a
+ * sandbox with an image, else `dir`. malloc'd (caller frees), NULL when out
+ * of memory. */
+char *core_disk_layer_dir(const char *dir);
+
+/* Inodes held back for the daemon (ext4 reserves blocks for root but no
+ * inodes): core_disk_release frees them while the sandbox is stopped,
+ * before the daemon writes into its upper/ at a start; core_disk_rearm
+ * takes them again before anything of the sandbox runs. No-ops without an
+ * image. rearm returns 0 or a negative errno (best effort: a full disk may
+ * leave fewer). */
+void core_disk_release(const char *dir);
+int core_disk_rearm(const char *dir);
+
+/* Whether `dir` has an image (<dir>/disk.img exists). */
+bool core_disk_present(const char *dir);
