@@ -292,10 +292,12 @@ def test_deep_nesting_is_named(world):
             e = _err(c.read_msg(30), "a %d-deep array" % depth)
             expect(e.get("code") == -32600 and "nested too deep (limit 64)" in e.get("message", ""),
                    "a %d-deep array:" % depth, json.dumps(e)[:300])
-        # 60 levels are fine (the method ignores the extra parameter).
-        c.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"daemon.info","params":{"a":' + b"[" * 60 + b"]" * 60 + b"}}\n")
-        m = c.read_msg(30)
-        expect("result" in m, "a 61-deep request:", json.dumps(m)[:300])
+        # 60 levels are parsed and reach the method (which names the
+        # parameter of the wrong type).
+        c.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"sandbox.get","params":{"name":' + b"[" * 60 + b"]" * 60 +
+                   b"}}\n")
+        e = _err(c.read_msg(30), "a 61-deep request")
+        expect_eq((e.get("code"), (e.get("data") or {}).get("field")), (-32602, "name"), "a 61-deep request")
     _still_serving(world)
 
 
