@@ -465,8 +465,12 @@ def test_refused_keys_change_nothing(world):
     expect_eq(((m.get("error") or {}).get("code")), -32602, "create with a duplicated networkPolicy")
     expect_eq(((world.rpc("sandbox.get", {"name": name}).get("error") or {}).get("data") or {}).get("reason"),
               "not_found", "nothing was created")
-    with sandbox(world, "typos", "--deny-all", "--timeout", "5m") as n:
+    with sandbox(world, "typos", "--deny-all", "--timeout", "5m", "--tag", "team=a") as n:
         before = world.rpc_result("sandbox.get", {"name": n})
+        # Tag names are matched case-sensitively too.
+        listed = lambda tags: [s["name"] for s in world.rpc_result("sandbox.list", {"tags": tags})["sandboxes"]]
+        expect_eq((n in listed({"team": "a"}), n in listed({"TEAM": "a"})), (True, False),
+                  "sandbox.list by tag team / TEAM")
         e = _err(world.rpc("sandbox.update", {"name": n, "tiemout": 600000, "Env": {"A": "1"}}), "typo'd update")
         expect_eq((e.get("code"), (e.get("data") or {}).get("field")), (-32602, "tiemout"), "typo'd update")
         after = world.rpc_result("sandbox.get", {"name": n})
