@@ -16,6 +16,7 @@
  * invalid_policy); the "type" of a source, when it is not one of the
  * variants (parse_source names the choices). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include "libcore/util.h"
@@ -200,20 +201,48 @@ static int duplicate_error(const path *p, sb_error **ret_err) {
         return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: duplicate key: give each key once", p->buf);
 }
 
-/* The first member of obj whose name an earlier member has, or NULL. */
-static const cJSON *find_duplicate(const cJSON *obj) {
+static int cmp_member_names(const void *a, const void *b) {
+        const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+        return strcmp(x->string ? x->string : "", y->string ? y->string : "");
+}
+
+/* Sets *ret to a member of obj whose name another member has, or NULL.
+ * A line may hold millions of members (maxLineBytes), so beyond a few
+ * they are sorted by name, O(n log n), rather than compared pairwise on
+ * the event loop. 0, or -ENOMEM with *ret_err set. */
+static int find_duplicate(const cJSON *obj, const cJSON **ret, sb_error **ret_err) {
+        size_t n = 0;
+        *ret = NULL;
         for (const cJSON *c = obj->child; c; c = c->next)
-                for (const cJSON *d = obj->child; d != c; d = d->next)
-                        if (c->string && d->string && streq(c->string, d->string))
-                                return c;
-        return NULL;
+                n++;
+        if (n <= 16) {
+                for (const cJSON *c = obj->child; c && !*ret; c = c->next)
+                        for (const cJSON *d = obj->child; d != c && !*ret; d = d->next)
+                                if (c->string && d->string && streq(c->string, d->string))
+                                        *ret = c;
+                return 0;
+        }
+        _cleanup_free_ const cJSON **v = malloc(n * sizeof(*v));
+        if (!v)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        n = 0;
+        for (const cJSON *c = obj->child; c; c = c->next)
+                v[n++] = c;
+        qsort(v, n, sizeof(*v), cmp_member_names);
+        for (size_t i = 1; i < n && !*ret; i++)
+                if (cmp_member_names(&v[i - 1], &v[i]) == 0)
+                        *ret = v[i];
+        return 0;
 }
 
 /* No object anywhere in v repeats a key (values the schema says nothing
  * about: map values, a value of the wrong type). */
 static int check_no_duplicates(const cJSON *v, path *p, sb_error **ret_err) {
         if (cJSON_IsObject(v)) {
-                const cJSON *dup = find_duplicate(v);
+                const cJSON *dup = NULL;
+                int r = find_duplicate(v, &dup, ret_err);
+                if (r < 0)
+                        return r;
                 if (dup) {
                         path_push_key(p, dup->string);
                         return duplicate_error(p, ret_err);
@@ -292,7 +321,10 @@ static int check_value(const cJSON *v, path *p, const schema_field *f, sb_error 
         case SCHEMA_VARIANT: {
                 if (!cJSON_IsObject(v))
                         break;
-                const cJSON *dup = find_duplicate(v);
+                const cJSON *dup = NULL;
+                int r = find_duplicate(v, &dup, ret_err);
+                if (r < 0)
+                        return r;
                 if (dup) {
                         path_push_key(p, dup->string);
                         return duplicate_error(p, ret_err);
@@ -317,7 +349,10 @@ static int check_value(const cJSON *v, path *p, const schema_field *f, sb_error 
 /* obj's members against `fields` (plus `skip`, a key the caller handled). */
 static int check_object(const cJSON *obj, path *p, const char *owner, const schema_field *fields,
                         const char *skip, sb_error **ret_err) {
-        const cJSON *dup = find_duplicate(obj);
+        const cJSON *dup = NULL;
+        int r0 = find_duplicate(obj, &dup, ret_err);
+        if (r0 < 0)
+                return r0;
         if (dup) {
                 path_push_key(p, dup->string);
                 return duplicate_error(p, ret_err);
@@ -362,7 +397,10 @@ int schema_check_params(const char *method, const cJSON *params, sb_error **ret_
 
 int schema_check_members(const cJSON *obj, const char *const *allowed, size_t n, const char *what,
                          sb_error **ret_err) {
-        const cJSON *dup = find_duplicate(obj);
+        const cJSON *dup = NULL;
+        int r = find_duplicate(obj, &dup, ret_err);
+        if (r < 0)
+                return r;
         if (dup)
                 return sb_error_set(ret_err, -EINVAL, NULL, dup->string, "%s: duplicate member \"%s\"", what,
                                     TEXT_Q(dup->string));

@@ -117,6 +117,24 @@ static void test_duplicate_keys_are_refused_everywhere(void **state) {
                        "duplicate key");
 }
 
+/* Many members are checked in O(n log n): a pairwise scan of 200000 would
+ * take minutes on the event loop. */
+static void test_many_members_are_checked_quickly(void **state) {
+        cJSON *p = cJSON_CreateObject(), *env = cJSON_AddObjectToObject(p, "env");
+        char k[32];
+        for (int i = 0; i < 200000; i++) {
+                snprintf(k, sizeof(k), "K%d", i);
+                cJSON_AddItemToObject(env, k, cJSON_CreateString("v"));
+        }
+        sb_error *err = NULL;
+        assert_int_equal(schema_check_params("sandbox.create", p, &err), 0);
+        cJSON_AddItemToObject(env, "K17", cJSON_CreateString("again"));
+        assert_int_equal(schema_check_params("sandbox.create", p, &err), -EINVAL);
+        assert_string_equal(err->field, "env.K17");
+        sb_error_free(err);
+        cJSON_Delete(p);
+}
+
 static void test_positional_params_and_unknown_methods_are_refused(void **state) {
         assert_refused("sandbox.get", "[\"a\"]", "params", "by name");
         sb_error *err = NULL;
@@ -226,6 +244,7 @@ int main(void) {
                 cmocka_unit_test(test_unknown_keys_name_their_path_and_the_close_match),
                 cmocka_unit_test(test_keys_are_case_sensitive),
                 cmocka_unit_test(test_duplicate_keys_are_refused_everywhere),
+                cmocka_unit_test(test_many_members_are_checked_quickly),
                 cmocka_unit_test(test_positional_params_and_unknown_methods_are_refused),
                 cmocka_unit_test(test_envelope_members),
                 cmocka_unit_test(test_closest_word),
