@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -478,4 +479,53 @@ int core_read_line_timeout(int fd, char *buf, size_t size, int timeout_ms) {
         }
         buf[len] = 0;
         return (int)len;
+}
+
+static char ascii_tolower(char c) {
+        return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* Optimal string alignment distance of a and b (ASCII case folded), both at
+ * most 64 bytes. */
+static size_t osa_distance(const char *a, size_t la, const char *b, size_t lb) {
+        size_t d[65][65];
+        for (size_t i = 0; i <= la; i++)
+                d[i][0] = i;
+        for (size_t j = 0; j <= lb; j++)
+                d[0][j] = j;
+        for (size_t i = 1; i <= la; i++)
+                for (size_t j = 1; j <= lb; j++) {
+                        bool same = ascii_tolower(a[i - 1]) == ascii_tolower(b[j - 1]);
+                        size_t v = d[i - 1][j - 1] + !same;
+                        if (d[i - 1][j] + 1 < v)
+                                v = d[i - 1][j] + 1;
+                        if (d[i][j - 1] + 1 < v)
+                                v = d[i][j - 1] + 1;
+                        if (i > 1 && j > 1 && ascii_tolower(a[i - 1]) == ascii_tolower(b[j - 2]) &&
+                            ascii_tolower(a[i - 2]) == ascii_tolower(b[j - 1]))
+                                v = d[i - 2][j - 2] + 1 < v ? d[i - 2][j - 2] + 1 : v;
+                        d[i][j] = v;
+                }
+        return d[la][lb];
+}
+
+int core_closest_word(const char *word, const char *const *candidates, size_t n) {
+        size_t lw = strlen(word), best = SIZE_MAX;
+        int best_i = -1;
+        if (lw == 0 || lw > 64)
+                return -1;
+        for (size_t i = 0; i < n; i++) {
+                size_t lc = strlen(candidates[i]);
+                if (lc > 64)
+                        continue;
+                size_t d = osa_distance(word, lw, candidates[i], lc);
+                size_t longest = lw > lc ? lw : lc, shorter = lw < lc ? lw : lc;
+                size_t allowed = longest <= 4 ? 1 : longest <= 8 ? 2 : 3;
+                bool prefix = shorter >= 3 && strncasecmp(word, candidates[i], shorter) == 0;
+                if ((d <= allowed || prefix) && d < best) {
+                        best = d;
+                        best_i = (int)i;
+                }
+        }
+        return best_i;
 }

@@ -124,3 +124,14 @@ void core_signals_reset(void);
 /* Writes a string to a file that already exists (sysfs, cgroupfs, procfs).
  * 0 or -errno. */
 int core_write_string(const char *path, const char *s);
+
+/* The candidate closest to `word` for a "did you mean" hint: the index in
+ * `candidates` (n entries) of the one with the smallest optimal string
+ * alignment distance (insertions, deletions, substitutions, adjacent
+ * transpositions; Damerau 1964) ignoring ASCII case, when that distance is
+ * small enough to be a typo: 0 (a case difference), at most 1 for words up
+ * to 4 characters, 2 up to 8, 3 beyond; or a candidate that `word` is a
+ * prefix of or that is a prefix of `word` ("timeout" for "timeoutMs").
+ * Returns -1 when none is that close. Words longer than 64 bytes never
+ * match (bounded work on hostile input). */
+int core_closest_word(const char *word, const char *const *candidates, size_t n);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include "libcore/util.h"
 #include "policy/policy.h"
 
 #define ROOT "networkPolicy"
@@ -70,8 +71,15 @@ static int check_keys(const cJSON *obj, const char *path, const char *const *all
                         return -ENOMEM;
                 for (size_t i = 0; i < n; i++)
                         known = known || streq(c->string, allowed[i]);
-                if (!known)
+                if (!known) {
+                        /* The same hint as for method params (sandboxd/schema.c). */
+                        int best = core_closest_word(c->string, allowed, n);
+                        if (best >= 0)
+                                return fail(err, sub, "unknown key; expected %s%s; did you mean \"%s\"?", hint,
+                                            strcasecmp(c->string, allowed[best]) == 0 ? " (keys are case-sensitive)" : "",
+                                            allowed[best]);
                         return fail(err, sub, "unknown key; expected %s", hint);
+                }
                 for (const cJSON *d = obj->child; d != c; d = d->next)
                         if (streq(d->string, c->string))
                                 return fail(err, sub, "duplicate key");

@@ -663,19 +663,19 @@ static void add_meta(cJSON *op, const command *c) {
  * this same session. */
 static void restore_one(session *s, const cJSON *e) {
         manager *m = s->sb->m;
-        const cJSON *id = cJSON_GetObjectItem(e, "id");
-        const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(e, "meta"));
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "meta"));
         if (!cJSON_IsNumber(id) || id->valuedouble < 1 || id->valuedouble > 4294967295.0 || !text)
                 return;
         unsigned aid = (unsigned)id->valuedouble;
         if (aid > s->next_cmd_id)
                 s->next_cmd_id = aid;
         cJSON *meta = cJSON_Parse(text);
-        const char *cmd_id = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "cmdId"));
-        const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "cmd"));
-        const char *cwd = cJSON_GetStringValue(cJSON_GetObjectItem(meta, "cwd"));
-        const cJSON *args = cJSON_GetObjectItem(meta, "args");
-        const cJSON *started = cJSON_GetObjectItem(meta, "startedMs");
+        const char *cmd_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "cmdId"));
+        const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "cmd"));
+        const char *cwd = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "cwd"));
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(meta, "args");
+        const cJSON *started = cJSON_GetObjectItemCaseSensitive(meta, "startedMs");
         command *c = NULL;
         if (!cmd_id || strlen(cmd_id) != 20 || strncmp(cmd_id, "cmd-", 4) || !cmd || !cwd || !cJSON_IsArray(args) ||
             find_by_agent_id(s, aid) || manager_find_command(m, cmd_id) || !(c = calloc(1, sizeof(*c)))) {
@@ -693,8 +693,8 @@ static void restore_one(session *s, const cJSON *e) {
         cJSON_ArrayForEach(it, args)
                 if (cJSON_IsString(it))
                         cJSON_AddItemToArray(c->args, cJSON_CreateString(it->valuestring));
-        c->sudo = cJSON_IsTrue(cJSON_GetObjectItem(meta, "sudo"));
-        c->tty = cJSON_IsTrue(cJSON_GetObjectItem(meta, "tty"));
+        c->sudo = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "sudo"));
+        c->tty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "tty"));
         c->detached = true; /* whoever waited for it went with the old daemon */
         c->started = true;
         /* Bounded before the conversion (an out-of-range double is undefined
@@ -712,7 +712,7 @@ static void restore_one(session *s, const cJSON *e) {
 
 void commands_restore(session *s, const cJSON *list) {
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItem(list, "commands"))
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(list, "commands"))
                 restore_one(s, e);
 }
 
@@ -814,7 +814,7 @@ static int parse_signal(cJSON *v) {
 }
 
 static void method_kill(rpc_request *req, void *userdata) {
-        int sig = parse_signal(cJSON_GetObjectItem(req->params, "signal"));
+        int sig = parse_signal(cJSON_GetObjectItemCaseSensitive(req->params, "signal"));
         if (sig < 0) {
                 rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "signal",
                                 "signal: must be a number from 1 to 64 or a name like \"TERM\"");

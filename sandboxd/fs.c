@@ -113,7 +113,7 @@ static void read_step(session *s, cJSON *result, int err, const char *message, v
                 read_free(op);
                 return;
         }
-        const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItem(result, "data"));
+        const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "data"));
         _cleanup_free_ void *chunk = NULL;
         size_t n = 0;
         if (!b64 || core_base64_decode(b64, &chunk, &n) < 0) {
@@ -138,7 +138,7 @@ static void read_step(session *s, cJSON *result, int err, const char *message, v
         op->data = nd;
         memcpy(op->data + op->len, chunk, n);
         op->len += n;
-        if (!cJSON_IsTrue(cJSON_GetObjectItem(result, "eof")) && n > 0) {
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "eof")) && n > 0) {
                 int r = read_next(s, op);
                 if (r < 0) {
                         reply_fs_error(op->req, "read", op->path, r, NULL);
@@ -204,7 +204,7 @@ static void write_step(session *s, cJSON *result, int err, const char *message, 
         write_op *op = userdata;
         if (err < 0) {
                 cJSON *f = cJSON_GetArrayItem(op->files, op->index);
-                reply_fs_error(op->req, "write", cJSON_GetStringValue(cJSON_GetObjectItem(f, "path")), err, message);
+                reply_fs_error(op->req, "write", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path")), err, message);
                 write_free(op);
                 return;
         }
@@ -226,7 +226,7 @@ static int write_next(session *s, write_op *op) {
                         return 1;
                 cJSON *f = cJSON_GetArrayItem(op->files, op->index);
                 if (!op->loaded) {
-                        const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItem(f, "content"));
+                        const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "content"));
                         if (core_base64_decode(b64 ? b64 : "", &op->data, &op->len) < 0)
                                 return -EINVAL;
                         op->off = 0;
@@ -244,13 +244,13 @@ static int write_next(session *s, write_op *op) {
                 _cleanup_free_ char *chunk = core_base64_encode((char *)op->data + op->off, n);
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "action", "write");
-                cJSON_AddStringToObject(o, "path", cJSON_GetStringValue(cJSON_GetObjectItem(f, "path")));
-                cJSON *mode = cJSON_GetObjectItem(f, "mode");
+                cJSON_AddStringToObject(o, "path", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path")));
+                cJSON *mode = cJSON_GetObjectItemCaseSensitive(f, "mode");
                 cJSON_AddNumberToObject(o, "mode", cJSON_IsNumber(mode) ? mode->valuedouble : 0644);
                 cJSON_AddStringToObject(o, "data", chunk ? chunk : "");
                 /* A client's own append continues a file it sends in pieces
                  * (sandboxctl cp); our chunks of one content always do. */
-                cJSON_AddBoolToObject(o, "append", op->sent || cJSON_IsTrue(cJSON_GetObjectItem(f, "append")));
+                cJSON_AddBoolToObject(o, "append", op->sent || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "append")));
                 op->off += n;
                 op->sent = true;
                 return agent_fs(s, o, write_step, op);
@@ -266,10 +266,10 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                 if (!cJSON_IsObject(f))
                         return sb_error_set(ret_err, -EINVAL, NULL, field,
                                             "%s: must be an object {path, content, mode?, append?}", field);
-                const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
-                const char *content = cJSON_GetStringValue(cJSON_GetObjectItem(f, "content"));
-                cJSON *mode = cJSON_GetObjectItem(f, "mode");
-                cJSON *append = cJSON_GetObjectItem(f, "append");
+                const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
+                const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "content"));
+                cJSON *mode = cJSON_GetObjectItemCaseSensitive(f, "mode");
+                cJSON *append = cJSON_GetObjectItemCaseSensitive(f, "append");
                 _cleanup_free_ void *d = NULL;
                 size_t n;
                 if (!path || !*path || strlen(path) > LIMIT_PATH_BYTES) {

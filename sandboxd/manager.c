@@ -16,6 +16,7 @@
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/limits.h"
+#include "sandboxd/schema.h"
 #include "sandboxd/text.h"
 
 sandbox *manager_find_sandbox(manager *m, const char *name) {
@@ -106,6 +107,8 @@ static void method_info(rpc_request *req, void *userdata) {
 void manager_register_methods(manager *m, rpc_server *server) {
         m->server = server;
         rpc_server_set_close_handler(server, on_conn_close, m);
+        /* Every method's params against its table (schema.c) first. */
+        rpc_server_set_params_check(server, schema_check_params);
         rpc_server_add_method(server, "daemon.info", method_info, m);
         register_sandbox_methods(m, server);
         register_command_methods(m, server);

@@ -36,6 +36,7 @@
 #include "libcore/log.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/rpc.h"
+#include "sandboxd/schema.h"
 #include "sandboxd/text.h"
 
 /* A peer that stops reading may not make the daemon hold unbounded memory.
@@ -114,6 +115,7 @@ struct rpc_server {
         void *close_userdata;
         rpc_drain_handler drain_handler;
         void *drain_userdata;
+        rpc_params_check params_check;
         rpc_conn *conns;
 };
 
@@ -553,6 +555,19 @@ static bool request_is_valid(rpc_conn *c, cJSON *root, bool *ret_has_id) {
                 reply_raw_error(c, NULL, RPC_INVALID_REQUEST, "a request must be a JSON object");
                 return false;
         }
+        /* The members of JSON-RPC 2.0 §4 only, each once: cJSON keeps a
+         * repeated member twice and a reader picks one of them, and a
+         * misspelt "parms" would run the method with no params at all. */
+        static const char *const members[] = {"jsonrpc", "id", "method", "params"};
+        _cleanup_error_ sb_error *err = NULL;
+        if (schema_check_members(root, members, ELEMENTSOF(members), "invalid request", &err) < 0) {
+                cJSON *dup_id = cJSON_GetObjectItemCaseSensitive(root, "id");
+                bool usable = dup_id && (cJSON_IsString(dup_id) || cJSON_IsNumber(dup_id)) &&
+                              !(err->field && streq(err->field, "id"));
+                reply_raw_error(c, usable ? cJSON_Duplicate(dup_id, false) : NULL, RPC_INVALID_REQUEST, "%s",
+                                err->message);
+                return false;
+        }
         cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
         if (id && !cJSON_IsString(id) && !cJSON_IsNumber(id) && !cJSON_IsNull(id)) {
                 reply_raw_error(c, NULL, RPC_INVALID_REQUEST, "id must be a string, a number or null");
@@ -710,6 +725,21 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
         if (!m) {
                 rpc_reply_error(req, RPC_METHOD_NOT_FOUND, NULL, NULL, "method not found: %s", TEXT_Q(req->method));
                 return true;
+        }
+        if (c->server->params_check) {
+                _cleanup_error_ sb_error *err = NULL;
+                if (c->server->params_check(req->method, req->params, &err) < 0) {
+                        rpc_reply_sb_error(req, err);
+                        return true;
+                }
+                /* No params given as [] are none: handlers read an object. */
+                if (cJSON_IsArray(req->params)) {
+                        cJSON_Delete(req->params);
+                        if (!(req->params = cJSON_CreateObject())) {
+                                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                                return true;
+                        }
+                }
         }
         m->handler(req, m->userdata);
         return true;
@@ -1116,6 +1146,10 @@ int rpc_server_set_method_bulk(rpc_server *s, const char *method) {
                         return 0;
                 }
         return -ENOENT;
+}
+
+void rpc_server_set_params_check(rpc_server *s, rpc_params_check check) {
+        s->params_check = check;
 }
 
 void rpc_server_set_close_handler(rpc_server *s, rpc_close_handler h, void *userdata) {

@@ -113,6 +113,13 @@ bool rpc_conn_is_congested(const rpc_conn *c);
 typedef void (*rpc_drain_handler)(rpc_conn *conn, void *userdata);
 void rpc_server_set_drain_handler(rpc_server *s, rpc_drain_handler h, void *userdata);
 
+/* Checks a request's params before its handler runs (schema_check_params
+ * has this shape): 0, or a negative errno with *ret_err, answered as
+ * rpc_reply_sb_error() does (-32602 naming data.field). Set once, before
+ * requests arrive; none set: every request reaches its handler. */
+typedef int (*rpc_params_check)(const char *method, const cJSON *params, sb_error **ret_err);
+void rpc_server_set_params_check(rpc_server *s, rpc_params_check check);
+
 /* Parameter helpers: each returns 0 and stores the value (borrowed from
  * req->params, valid while req lives), or, when the field is missing but not
  * required, leaves *ret untouched and returns 0; on a wrong type or missing

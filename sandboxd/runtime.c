@@ -146,7 +146,7 @@ static int runtime_users(manager *m, const char *name, cJSON *ret_sandboxes, int
                         n++;
                 }
         for (snapshot *s = m->snapshots; s; s = s->next) {
-                const char *rt = cJSON_GetStringValue(cJSON_GetObjectItem(s->config, "runtime"));
+                const char *rt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->config, "runtime"));
                 if (streq(rt ? rt : "host", name))
                         snaps++;
         }

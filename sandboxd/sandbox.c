@@ -228,7 +228,7 @@ int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err)
 /* ---- create: validation (loop thread) ------------------------------------ */
 
 static int dup_str(cJSON *obj, const char *key, char **ret) {
-        cJSON *v = cJSON_GetObjectItem(obj, key);
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
         if (!v || cJSON_IsNull(v))
                 return 0;
         if (!cJSON_IsString(v))
@@ -242,7 +242,7 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
         static const char *const tar_keys[] = {"type", "url", "path"};
         if (!cJSON_IsObject(src))
                 return sb_error_set(ret_err, -EINVAL, NULL, "source", "source: must be an object with a type");
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "type"));
         if (type && streq(type, "snapshot")) {
                 /* The filesystem of a snapshot: its layers, shared read-only.
                  * An unknown id is an error, never a fallback to another. */
@@ -251,7 +251,7 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                         if (!streq(it->string, "type") && !streq(it->string, "snapshotId"))
                                 return sb_error_set(ret_err, -EINVAL, NULL, "source",
                                                     "source.%s: unknown key for a snapshot source", TEXT_Q(it->string));
-                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId"));
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "snapshotId"));
                 if (!id)
                         return sb_error_set(ret_err, -EINVAL, NULL, "source.snapshotId",
                                             "source.snapshotId: a string is required");
@@ -292,7 +292,7 @@ static int parse_source(start_job *j, cJSON *src, sb_error **ret_err) {
                         return sb_error_set(ret_err, -EINVAL, NULL, "source.username", "source.username: must be a string");
                 if (dup_str(src, "password", &j->password) < 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, "source.password", "source.password: must be a string");
-                cJSON *d = cJSON_GetObjectItem(src, "depth");
+                cJSON *d = cJSON_GetObjectItemCaseSensitive(src, "depth");
                 if (d && !cJSON_IsNull(d)) {
                         if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e9 ||
                             d->valuedouble != (double)(unsigned)d->valuedouble)
@@ -339,7 +339,7 @@ static cJSON *source_view(const start_job *j, cJSON *src) {
         if (!src)
                 return NULL;
         cJSON *o = cJSON_Duplicate(src, 1);
-        if (cJSON_GetObjectItem(o, "password"))
+        if (cJSON_GetObjectItemCaseSensitive(o, "password"))
                 cJSON_ReplaceItemInObject(o, "password", cJSON_CreateString("<redacted>"));
         return o;
 }
@@ -364,10 +364,10 @@ static int parse_string_map(rpc_request *req, const char *field, const limit_map
  * source's own (its layers only make sense on the runtime they were taken
  * on, so another is refused), else `host`. It must exist. */
 static int create_runtime(manager *m, const cJSON *src, const char **runtime, sb_error **ret_err) {
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "type"));
         if (type && streq(type, "snapshot")) {
-                snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId")));
-                const char *own = snap ? cJSON_GetStringValue(cJSON_GetObjectItem(snap->config, "runtime")) : NULL;
+                snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "snapshotId")));
+                const char *own = snap ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(snap->config, "runtime")) : NULL;
                 own = own ? own : "host";
                 if (*runtime && !streq(*runtime, own))
                         return sb_error_set(ret_err, -EINVAL, NULL, "runtime",
@@ -406,7 +406,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                                     TEXT_Q(name));
         sb->vcpus = 1;
         if (res) {
-                cJSON *v = cJSON_GetObjectItem(res, "vcpus");
+                cJSON *v = cJSON_GetObjectItemCaseSensitive(res, "vcpus");
                 if (v && (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > cfg->max_vcpus ||
                           v->valuedouble != (double)(unsigned)v->valuedouble))
                         return sb_error_set(ret_err, -EINVAL, NULL, "resources.vcpus",
@@ -418,13 +418,13 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 return r;
         if ((r = ports_parse(ports, &sb->ports, ret_err)) < 0)
                 return r;
-        policy = cJSON_GetObjectItem(req->params, "networkPolicy");
+        policy = cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy");
         /* Fail closed: a policy that does not validate is refused whole,
          * with the field and the fix (DESIGN §5.1 rule 8). */
         if ((r = pol_policy_parse(policy, &sb->pol, ret_err)) < 0)
                 return r;
         sb->policy = policy && !cJSON_IsNull(policy) ? cJSON_Duplicate(policy, 1) : cJSON_CreateString("allow-all");
-        src = cJSON_GetObjectItem(req->params, "source");
+        src = cJSON_GetObjectItemCaseSensitive(req->params, "source");
         if (src && !cJSON_IsNull(src)) {
                 if ((r = parse_source(j, src, ret_err)) < 0)
                         return r;
@@ -472,7 +472,7 @@ const char *sandbox_policy_mode(const sandbox *sb) {
 }
 
 static sandbox *find_by_param(rpc_request *req, manager *m) {
-        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "name"));
         return name ? manager_find_sandbox(m, name) : NULL;
 }
 
@@ -480,20 +480,28 @@ static sandbox *find_by_param(rpc_request *req, manager *m) {
 void reply_sandbox(rpc_request *req, void *userdata) {
         sandbox *sb = find_by_param(req, userdata);
         if (!sb)
-                reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name")));
+                reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "name")));
         else
                 rpc_reply(req, sandbox_to_json(sb));
 }
 
+/* The params key under which method_get_or_create keeps the "differs" of
+ * its answer until the sandbox runs. */
+#define GET_OR_CREATE_DIFFERS "differs"
+
 static void reply_get_or_create(rpc_request *req, void *userdata, bool created) {
         sandbox *sb = find_by_param(req, userdata);
         if (!sb) {
-                reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name")));
+                reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "name")));
                 return;
         }
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "sandbox", sandbox_to_json(sb));
         cJSON_AddBoolToObject(o, "created", created);
+        /* Set by method_get_or_create for an existing sandbox (a key no
+         * client can send: params passed the schema before). */
+        cJSON *differs = cJSON_DetachItemFromObjectCaseSensitive(req->params, GET_OR_CREATE_DIFFERS);
+        cJSON_AddItemToObject(o, "differs", differs ? differs : cJSON_CreateArray());
         rpc_reply(req, o);
 }
 
@@ -565,22 +573,73 @@ drop:
         start_job_free(j);
 }
 
+static bool same_json(const cJSON *a, const cJSON *b) {
+        return (!a && !b) || (a && b && cJSON_Compare(a, b, true));
+}
+
+/* The keys of `given` (create params as the caller sent them) whose value
+ * differs from the existing sandbox `have`; `want` is `given` parsed by
+ * parse_create. A key not given is no difference: absent means "any". */
+static cJSON *config_differs(const cJSON *given, const sandbox *want, const sandbox *have) {
+        cJSON *out = cJSON_CreateArray();
+        const cJSON *k;
+        cJSON_ArrayForEach(k, given) {
+                const char *key = k->string;
+                bool same = true;
+                if (streq(key, "name"))
+                        continue;
+                else if (streq(key, "runtime"))
+                        same = streq(want->runtime, have->runtime);
+                else if (streq(key, "timeout"))
+                        same = want->timeout_ms == have->timeout_ms;
+                else if (streq(key, "resources"))
+                        same = want->vcpus == have->vcpus;
+                else if (streq(key, "persistent"))
+                        same = want->persistent == have->persistent;
+                else if (streq(key, "userns"))
+                        same = want->userns == have->userns;
+                else if (streq(key, "env"))
+                        same = same_json(want->env, have->env);
+                else if (streq(key, "tags"))
+                        same = same_json(want->tags, have->tags);
+                else if (streq(key, "ports"))
+                        same = same_json(want->ports, have->ports);
+                else if (streq(key, "networkPolicy"))
+                        same = same_json(want->policy, have->policy);
+                else if (streq(key, "source"))
+                        /* Both as shown: a password is never compared. */
+                        same = same_json(want->source, have->source);
+                if (!same)
+                        cJSON_AddItemToArray(out, cJSON_CreateString(key));
+        }
+        return out;
+}
+
 /* Runs create's validation of `req` on a scratch sandbox and drops it:
- * nothing is registered or started. */
-static int validate_create(manager *m, rpc_request *req, sb_error **ret_err) {
+ * nothing is registered or started. With `existing`, *ret_differs gets the
+ * keys given whose value is not the existing sandbox's (config_differs). */
+static int validate_create(manager *m, rpc_request *req, const sandbox *existing, cJSON **ret_differs,
+                           sb_error **ret_err) {
         sandbox *sb = calloc(1, sizeof(*sb));
         start_job *j = NULL;
         if (sb) {
                 sb->m = m;
                 j = start_job_new(sb, true);
         }
-        if (!sb || !j) {
-                free(sb);
+        /* What the caller gave, before a snapshot's config fills in the rest. */
+        cJSON *given = cJSON_IsObject(req->params) ? cJSON_Duplicate(req->params, 1) : NULL;
+        if (!sb || !j || (cJSON_IsObject(req->params) && !given)) {
+                cJSON_Delete(given);
+                start_job_free(j);
+                sandbox_free(sb);
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         }
         if (cJSON_IsObject(req->params))
                 snapshot_config_defaults(m, req->params);
         int r = parse_create(m, req, sb, j, ret_err);
+        if (r >= 0 && existing && ret_differs)
+                *ret_differs = config_differs(given, sb, existing);
+        cJSON_Delete(given);
         sandbox_free(sb);
         start_job_free(j);
         return r;
@@ -608,10 +667,14 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
         }
         /* The parameters are the same whether the sandbox exists or not:
          * an existing name is no licence for ones create would refuse. */
-        if (validate_create(m, req, &err) < 0) {
+        cJSON *differs = NULL;
+        if (validate_create(m, req, sb, &differs, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
+        /* Kept with the request until the answer (reply_get_or_create). */
+        cJSON_DeleteItemFromObjectCaseSensitive(req->params, GET_OR_CREATE_DIFFERS);
+        cJSON_AddItemToObject(req->params, GET_OR_CREATE_DIFFERS, differs ? differs : cJSON_CreateArray());
         if (sb->deleting) {
                 rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
                                 "sandbox '%s' is being deleted; try again when it is gone", TEXT_Q(name));
@@ -620,7 +683,12 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
         if (sb->starting) {
                 if (redo_list_add(&sb->pending, req, reply_existing) < 0)
                         rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
-        } else
+                return;
+        }
+        /* Get "with its session resumed": a stopped persistent sandbox gets a
+         * new session on its kept filesystem first (as sandbox.get with
+         * resume: true); a non-persistent one that is stopping cannot. */
+        if (sandbox_require_running(req, m, "name", reply_existing))
                 reply_existing(req, m);
 }
 
@@ -737,11 +805,11 @@ static void method_extend(rpc_request *req, void *userdata) {
 static int update_vcpus_param(const manager *m, const cJSON *res, sb_error **ret_err) {
         /* The disk image is made at creation (libcore/diskimg.h); no
          * resize, and never silently ignored. */
-        if (cJSON_GetObjectItem(res, "diskMiB"))
+        if (cJSON_GetObjectItemCaseSensitive(res, "diskMiB"))
                 return sb_error_set(ret_err, -EINVAL, NULL, "resources.diskMiB",
                                     "resources.diskMiB: is fixed when the sandbox is created; "
                                     "fork it with another");
-        const cJSON *v = cJSON_GetObjectItem(res, "vcpus");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(res, "vcpus");
         if (!v)
                 return 0;
         if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > m->cfg->max_vcpus ||
@@ -837,8 +905,8 @@ static void method_update(rpc_request *req, void *userdata) {
             rpc_param_object(req, "resources", false, &res, &err) < 0 ||
             (new_vcpus = update_vcpus_param(m, res, &err)) < 0 ||
             rpc_param_array(req, "ports", false, &ports, &err) < 0 ||
-            (cJSON_GetObjectItem(req->params, "env") && parse_string_map(req, "env", &limit_env, &env, &err) < 0) ||
-            (cJSON_GetObjectItem(req->params, "tags") && parse_string_map(req, "tags", &limit_tags, &tags, &err) < 0)) {
+            (cJSON_GetObjectItemCaseSensitive(req->params, "env") && parse_string_map(req, "env", &limit_env, &env, &err) < 0) ||
+            (cJSON_GetObjectItemCaseSensitive(req->params, "tags") && parse_string_map(req, "tags", &limit_tags, &tags, &err) < 0)) {
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 rpc_reply_sb_error(req, err);
@@ -851,7 +919,7 @@ static void method_update(rpc_request *req, void *userdata) {
                 cJSON_Delete(tags);
                 return;
         }
-        cJSON *policy = cJSON_GetObjectItem(req->params, "networkPolicy");
+        cJSON *policy = cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy");
         const char *fail_field = NULL, *fail_reason = NULL, *fail_msg = NULL;
         _cleanup_policy_ pol_policy *newpol = NULL;
         if (policy && pol_policy_parse(policy, &newpol, &err) < 0) {
@@ -996,12 +1064,12 @@ static void method_update(rpc_request *req, void *userdata) {
 }
 
 static char *dup_json_string(cJSON *o, const char *key, const char *fallback) {
-        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, key));
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
         return strdup(v ? v : fallback);
 }
 
 static cJSON *dup_json_of_type(cJSON *o, const char *key, cJSON_bool (*is)(const cJSON *), cJSON *fallback) {
-        cJSON *v = cJSON_GetObjectItem(o, key);
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
         if (v && is(v)) {
                 cJSON_Delete(fallback);
                 return cJSON_Duplicate(v, 1);
@@ -1017,9 +1085,9 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "read %s: %s", path, strerror(-r));
         cJSON *c = cJSON_Parse(text);
-        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
-        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "id"));
-        const cJSON *layers = cJSON_GetObjectItem(c, "layers");
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "name"));
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+        const cJSON *layers = cJSON_GetObjectItemCaseSensitive(c, "layers");
         if (!c || !name || !core_name_is_valid(name) || !id || strlen(id) != 32 || manager_find_sandbox(m, name) ||
             (layers && !layers_valid(layers))) {
                 cJSON_Delete(c);
@@ -1030,7 +1098,7 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->name = strdup(name);
         memcpy(sb->id, id, 33);
         sb->runtime = dup_json_string(c, "runtime", "host");
-        cJSON *pj = cJSON_GetObjectItem(c, "networkPolicy");
+        cJSON *pj = cJSON_GetObjectItemCaseSensitive(c, "networkPolicy");
         if (!pj || pol_policy_parse(pj, &sb->pol, NULL) < 0) {
                 /* Fail closed: a stored policy that no longer validates. */
                 log_warning("sandbox '%s': stored networkPolicy does not validate; using deny-all", name);
@@ -1040,9 +1108,9 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
                 cJSON_Delete(deny);
         }
         sb->policy = pj ? cJSON_Duplicate(pj, 1) : cJSON_CreateString("deny-all");
-        cJSON *src = cJSON_GetObjectItem(c, "source");
+        cJSON *src = cJSON_GetObjectItemCaseSensitive(c, "source");
         sb->source = cJSON_IsObject(src) ? cJSON_Duplicate(src, 1) : NULL;
-        cJSON *t = cJSON_GetObjectItem(c, "timeout");
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "timeout");
         sb->timeout_ms = cJSON_IsNumber(t) && t->valuedouble >= 1000 ? (uint64_t)t->valuedouble
                                                                      : m->cfg->default_timeout_ms;
         sb->env = dup_json_of_type(c, "env", cJSON_IsObject, cJSON_CreateObject());
@@ -1050,19 +1118,19 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->ports = dup_json_of_type(c, "ports", cJSON_IsArray, cJSON_CreateArray());
         sb->sessions = dup_json_of_type(c, "sessions", cJSON_IsArray, cJSON_CreateArray());
         sb->layers = dup_json_of_type(c, "layers", cJSON_IsArray, cJSON_CreateArray());
-        cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "resources"), "vcpus");
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "resources"), "vcpus");
         sb->vcpus = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= m->cfg->max_vcpus
                             ? (unsigned)v->valuedouble : 1;
-        cJSON *dm = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "resources"), "diskMiB");
+        cJSON *dm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "resources"), "diskMiB");
         sb->disk_mib = cJSON_IsNumber(dm) && dm->valuedouble >= 0 ? (uint64_t)dm->valuedouble : 0;
-        sb->persistent = cJSON_IsTrue(cJSON_GetObjectItem(c, "persistent"));
+        sb->persistent = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "persistent"));
         userns_load(m, sb, c);
-        sb->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(c, "createdAt")));
+        sb->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "createdAt")));
         sb->status = "stopped";
         /* Sessions that were running when the daemon went away ended then. */
         cJSON *h;
         cJSON_ArrayForEach(h, sb->sessions) {
-                const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(h, "status"));
+                const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "status"));
                 if (st && !streq(st, "stopped") && !streq(st, "failed"))
                         cJSON_ReplaceItemInObject(h, "status", cJSON_CreateString("stopped"));
         }
@@ -1105,7 +1173,7 @@ static void method_list(rpc_request *req, void *userdata) {
                 bool match = true;
                 cJSON *t;
                 cJSON_ArrayForEach(t, tags) {
-                        const char *have = cJSON_GetStringValue(cJSON_GetObjectItem(sb->tags, t->string));
+                        const char *have = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb->tags, t->string));
                         match = match && have && cJSON_IsString(t) && streq(have, t->valuestring);
                 }
                 if (match)

@@ -465,7 +465,7 @@ static int read_record(import_job *j, struct archive *rd, struct archive_entry *
         if (archive_read_data(rd, text, (size_t)size) != size)
                 return sb_error_set(ret_err, -EIO, "failed", NULL, "read snapshot.json: %s", archive_error_string(rd));
         j->record = cJSON_Parse(text);
-        if (!cJSON_IsObject(j->record) || !cJSON_IsObject(cJSON_GetObjectItem(j->record, "config")))
+        if (!cJSON_IsObject(j->record) || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j->record, "config")))
                 return sb_error_set(ret_err, -EINVAL, "failed", NULL,
                                     "member 'snapshot.json': not a snapshot record (an object with a config object)");
         return 0;
@@ -622,10 +622,10 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
                 return sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
         memcpy(s->id, "snap-", 5);
         core_random_hex(s->id + 5, 32);
-        s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(j->record, "sandbox")) ?: "");
+        s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->record, "sandbox")) ?: "");
         /* The file's config is untrusted data: only what the caller asked
          * for, validated as create params (snapshot_import_config). */
-        int k = snapshot_import_config(m, cJSON_GetObjectItem(j->record, "config"), j->take_config, &s->config,
+        int k = snapshot_import_config(m, cJSON_GetObjectItemCaseSensitive(j->record, "config"), j->take_config, &s->config,
                                        &j->ignored, ret_err);
         if (k < 0) {
                 snapshot_free(s);
@@ -635,7 +635,7 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
         for (size_t i = 0; i < j->n_layers; i++)
                 cJSON_AddItemToArray(s->layers, cJSON_CreateString(j->ids[i]));
         /* createdAt is when the snapshot was taken, wherever that was. */
-        s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(j->record, "createdAt")));
+        s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->record, "createdAt")));
         if (!s->created_ms)
                 s->created_ms = core_now_ms();
         int r = s->sandbox ? snapshot_save(m, s, ret_err) : sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");

@@ -422,11 +422,11 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
 }
 
 void snapshot_config_defaults(manager *m, cJSON *params) {
-        const cJSON *src = cJSON_GetObjectItem(params, "source");
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(params, "source");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "type"));
         if (!type || !streq(type, "snapshot"))
                 return;
-        const snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId")));
+        const snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "snapshotId")));
         if (!snap)
                 return; /* create names the unknown id */
         /* Not persistent: how long the new sandbox lives is the caller's
@@ -436,21 +436,21 @@ void snapshot_config_defaults(manager *m, cJSON *params) {
          * default of "userns": true. */
         static const char *const keys[] = {"timeout", "resources", "env", "tags", "networkPolicy", "ports"};
         for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
-                const cJSON *v = cJSON_GetObjectItem(snap->config, keys[i]);
-                if (v && !cJSON_IsNull(v) && !cJSON_GetObjectItem(params, keys[i]))
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(snap->config, keys[i]);
+                if (v && !cJSON_IsNull(v) && !cJSON_GetObjectItemCaseSensitive(params, keys[i]))
                         cJSON_AddItemToObject(params, keys[i], cJSON_Duplicate(v, 1));
         }
-        if (cJSON_IsTrue(cJSON_GetObjectItem(snap->config, "userns")) && !cJSON_GetObjectItem(params, "userns"))
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(snap->config, "userns")) && !cJSON_GetObjectItemCaseSensitive(params, "userns"))
                 cJSON_AddBoolToObject(params, "userns", true);
 }
 
 int snapshot_userns_check(manager *m, const cJSON *params, bool userns, sb_error **ret_err) {
-        const cJSON *src = cJSON_GetObjectItem(params, "source");
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(src, "type"));
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(params, "source");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "type"));
         if (userns || !type || !streq(type, "snapshot"))
                 return 0;
-        const snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItem(src, "snapshotId")));
-        if (!snap || !cJSON_IsTrue(cJSON_GetObjectItem(snap->config, "userns")))
+        const snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "snapshotId")));
+        if (!snap || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(snap->config, "userns")))
                 return 0;
         return sb_error_set(ret_err, -EINVAL, NULL, "userns",
                             "userns: snapshot '%s' was taken in a user namespace and restores only in one; "
@@ -492,7 +492,7 @@ int snapshot_import_config(manager *m, const cJSON *file_config, bool take, cJSO
         _cleanup_(cJSON_Deletep) cJSON *conf = cJSON_CreateObject(), *ignored = cJSON_CreateArray();
         if (!conf || !ignored)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        const cJSON *rt = cJSON_GetObjectItem(file_config, "runtime");
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(file_config, "runtime");
         if (rt && !cJSON_IsNull(rt)) {
                 /* Kept either way: it only names which runtime installed here
                  * the layers belong on (create checks that it exists). */
@@ -501,7 +501,7 @@ int snapshot_import_config(manager *m, const cJSON *file_config, bool take, cJSO
                                             "snapshot.json: config.runtime: not a runtime name");
                 cJSON_AddStringToObject(conf, "runtime", rt->valuestring);
         }
-        const cJSON *un = cJSON_GetObjectItem(file_config, "userns");
+        const cJSON *un = cJSON_GetObjectItemCaseSensitive(file_config, "userns");
         if (un && !cJSON_IsBool(un) && !cJSON_IsNull(un))
                 return sb_error_set(ret_err, -EINVAL, NULL, "config.userns",
                                     "snapshot.json: config.userns: must be true or false");
@@ -545,8 +545,8 @@ static void fork_captured(manager *m, rpc_request *req, sandbox *src, cJSON *cha
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "name"));
-        cJSON *overrides = cJSON_GetObjectItem(req->params, "overrides");
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "name"));
+        cJSON *overrides = cJSON_GetObjectItemCaseSensitive(req->params, "overrides");
         cJSON *p = fork_params(src, overrides, name);
         cJSON_Delete(req->params);
         req->params = p;
@@ -567,7 +567,7 @@ static void method_fork(rpc_request *req, void *userdata) {
         }
         static const char *const forbidden[] = {"source", "name"};
         for (size_t i = 0; i < ELEMENTSOF(forbidden); i++)
-                if (cJSON_GetObjectItem(overrides, forbidden[i])) {
+                if (cJSON_GetObjectItemCaseSensitive(overrides, forbidden[i])) {
                         rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "overrides",
                                         "overrides.%s: a fork's %s comes from its source; use the top-level name",
                                         forbidden[i], forbidden[i]);
@@ -652,7 +652,7 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();
         /* Validated by method_snapshot before the capture. */
-        cJSON *exp = cJSON_GetObjectItem(req->params, "expiration");
+        cJSON *exp = cJSON_GetObjectItemCaseSensitive(req->params, "expiration");
         if (cJSON_IsNumber(exp) && exp->valuedouble > 0)
                 s->expires_ms = s->created_ms + (uint64_t)exp->valuedouble;
         if (snapshot_save(m, s, &e) < 0) {
@@ -844,8 +844,8 @@ void snapshots_load(manager *m) {
                     core_read_file(path, 1 << 20, &text, NULL) < 0)
                         continue;
                 cJSON *o = cJSON_Parse(text);
-                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(o, "id"));
-                cJSON *layers = cJSON_GetObjectItem(o, "layers");
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "id"));
+                cJSON *layers = cJSON_GetObjectItemCaseSensitive(o, "layers");
                 /* The id names the record file; the layers name directories
                  * under layers/: both only as the daemon makes them. */
                 if (!id || strlen(id) >= sizeof(((snapshot *)0)->id) || strncmp(de->d_name, id, n - 5) != 0 ||
@@ -856,12 +856,12 @@ void snapshots_load(manager *m) {
                 }
                 snapshot *s = calloc(1, sizeof(*s));
                 snprintf(s->id, sizeof(s->id), "%s", id);
-                s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(o, "sandbox")) ?: "");
+                s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "sandbox")) ?: "");
                 s->layers = cJSON_Duplicate(layers, 1);
-                cJSON *conf = cJSON_GetObjectItem(o, "config");
+                cJSON *conf = cJSON_GetObjectItemCaseSensitive(o, "config");
                 s->config = cJSON_IsObject(conf) ? cJSON_Duplicate(conf, 1) : cJSON_CreateObject();
-                s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(o, "createdAt")));
-                s->expires_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItem(o, "expiresAt")));
+                s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "createdAt")));
+                s->expires_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "expiresAt")));
                 s->next = m->snapshots;
                 m->snapshots = s;
                 cJSON_Delete(o);

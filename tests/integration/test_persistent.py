@@ -121,6 +121,43 @@ def test_get_or_create_creates_for_exactly_one_of_20_racing_clients(world):
     leaks.check(world, name)
 
 
+def test_get_or_create_resumes_a_stopped_persistent_sandbox(world):
+    name, _c, _o, _e = create(world, "gocres", "--deny-all", "--persistent")
+    try:
+        sh_ok(world, name, "echo kept > /workspace/k")
+        world.ctl("stop", name, check=True)
+        r = world.rpc_result("sandbox.getOrCreate", {"name": name, "networkPolicy": "deny-all",
+                                                     "persistent": True})
+        sb = r["sandbox"]
+        expect_eq((r["created"], sb["status"], len(sb["sessions"]), r.get("differs")),
+                  (False, "running", 2, []), "getOrCreate of a stopped persistent sandbox: created, status, sessions, differs")
+        expect(sb.get("expiresAt") is not None, "the resumed session has an expiry")
+        code, out, err = sh(world, name, "cat /workspace/k")
+        expect_eq((code, out), (0, "kept\n"), "files of the resumed sandbox (%s)" % err.strip())
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_get_or_create_names_the_params_that_differ(world):
+    name, _c, _o, _e = create(world, "gocdiff", "--deny-all", "--timeout", "5m", "--env", "A=1", "--tag", "t=a")
+    try:
+        r = world.rpc_result("sandbox.getOrCreate", {
+            "name": name, "networkPolicy": "allow-all", "timeout": 600000, "env": {"A": "1"},
+            "tags": {"t": "b"}, "resources": {"vcpus": 1}, "persistent": False})
+        expect_eq((r["created"], sorted(r.get("differs") or [])), (False, ["networkPolicy", "tags", "timeout"]),
+                  "created and differs")
+        sb = r["sandbox"]
+        expect_eq((sb["timeout"], sb["networkPolicy"], sb["tags"]), (300000, "deny-all", {"t": "a"}),
+                  "the existing sandbox is answered as it is, unchanged")
+        r = world.rpc_result("sandbox.getOrCreate", {"name": name, "networkPolicy": "deny-all", "timeout": 300000})
+        expect_eq(r.get("differs"), [], "the same params differ in nothing")
+        r = world.rpc_result("sandbox.getOrCreate", {"name": name})
+        expect_eq(r.get("differs"), [], "params not given are no difference")
+    finally:
+        delete(world, name)
+
+
 def test_update_changes_env_tags_and_extends_timeout(world):
     with sandbox(world, "upd", "--deny-all", "--timeout", "5m") as name:
         before = world.rpc_result("sandbox.get", {"name": name})

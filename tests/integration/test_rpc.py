@@ -2,6 +2,7 @@
 (docs/API.md) and the daemon keeps serving other clients."""
 import json
 import os
+import re
 import socket
 
 import world as W
@@ -177,9 +178,8 @@ def test_line_over_limit_is_32600_and_daemon_survives(world):
                 rest = None
             expect(rest is None, "connection should close after an oversized line:", rest)
         # A line just under the limit still works.
-        r = d.rpc("daemon.info", {"pad": "y" * 2000}, timeout=10)
-        expect("result" in r or (r.get("error") or {}).get("code") == -32602,
-               "line under the limit:", json.dumps(r)[:200])
+        r = d.rpc("sandbox.list", {"namePrefix": "y" * 2000}, timeout=10)
+        expect("result" in r, "line under the limit:", json.dumps(r)[:200])
         info = d.rpc_result("daemon.info", None, 10)
         expect_eq(info.get("limits", {}).get("maxLineBytes"), 4096, "limits.maxLineBytes")
         _still_serving(world, d)
@@ -291,10 +291,12 @@ def test_deep_nesting_is_named(world):
             e = _err(c.read_msg(30), "a %d-deep array" % depth)
             expect(e.get("code") == -32600 and "nested too deep (limit 64)" in e.get("message", ""),
                    "a %d-deep array:" % depth, json.dumps(e)[:300])
-        # 60 levels are fine (the method ignores the extra parameter).
-        c.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"daemon.info","params":{"a":' + b"[" * 60 + b"]" * 60 + b"}}\n")
-        m = c.read_msg(30)
-        expect("result" in m, "a 61-deep request:", json.dumps(m)[:300])
+        # 60 levels are parsed and reach the method (which names the
+        # parameter of the wrong type).
+        c.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"sandbox.get","params":{"name":' + b"[" * 60 + b"]" * 60 +
+                   b"}}\n")
+        e = _err(c.read_msg(30), "a 61-deep request")
+        expect_eq((e.get("code"), (e.get("data") or {}).get("field")), (-32602, "name"), "a 61-deep request")
     _still_serving(world)
 
 
@@ -403,3 +405,146 @@ def test_many_clients_with_long_unfinished_lines_share_one_input_budget(world):
     finally:
         for s in conns:
             s.close()
+
+
+# ---- strict params: the keys of docs/API.md's params table, exactly ----
+
+API_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "API.md")
+
+
+def _params_table():
+    """method -> its top-level keys, read from docs/API.md's params table
+    (tests/unit/test-schema.c keeps that table equal to sandboxd/schema.c)."""
+    with open(API_MD) as f:
+        text = f.read()
+    body = text.split("<!-- BEGIN params-table")[1].split("<!-- END params-table -->")[0]
+    table = {}
+    for line in body.splitlines():
+        m = re.match(r"^\| `([A-Za-z]+\.[A-Za-z]+)` \| (.*) \|$", line)
+        if not m:
+            continue
+        depth, flat = 0, ""
+        for ch in m.group(2):
+            if ch in "({[":
+                depth += 1
+            elif ch in ")}]":
+                depth -= 1
+            elif depth == 0:
+                flat += ch
+        table[m.group(1)] = re.findall(r"`([A-Za-z]+)\??`", flat)
+    return table
+
+
+def _raw_call(c, method, params_json):
+    """Sends params written as JSON text (a dict cannot hold a key twice)."""
+    c.send_raw(('{"jsonrpc":"2.0","id":7,"method":%s,"params":%s}\n' % (json.dumps(method), params_json)).encode())
+    return c.read_msg(10)
+
+
+def test_every_method_refuses_unknown_wrong_case_and_duplicated_keys(world):
+    table = _params_table()
+    expect(len(table) >= 30 and "command.run" in table and table["command.run"][0] == "sandbox",
+           "docs/API.md's params table parsed:", sorted(table)[:5])
+    bad = []
+
+    def check(method, msg, field, hint, what):
+        e = (msg or {}).get("error") or {}
+        got = (e.get("code"), (e.get("data") or {}).get("field"))
+        if got != (-32602, field) or hint not in e.get("message", ""):
+            bad.append("%s %s: %s" % (method, what, json.dumps(msg)[:200]))
+
+    with world.daemon.connect() as c:
+        for method, keys in table.items():
+            if not keys:
+                check(method, _raw_call(c, method, '{"verbose":true}'), "verbose", "takes none", "unknown key")
+                continue
+            k = keys[0]
+            typo = k + "x"
+            check(method, _raw_call(c, method, json.dumps({typo: "v"})), typo, 'did you mean "%s"?' % k,
+                  "unknown key")
+            wrong = k[0].upper() + k[1:]
+            check(method, _raw_call(c, method, json.dumps({wrong: "v"})), wrong,
+                  'case-sensitive); did you mean "%s"?' % k, "wrong-case key")
+            check(method, _raw_call(c, method, '{"%s":"a","%s":"b"}' % (k, k)), k, "duplicate key", "duplicated key")
+    expect(not bad, "%d bad-key requests not refused with -32602 naming the key:" % len(bad), "; ".join(bad))
+    _still_serving(world)
+
+
+def test_nested_unknown_and_duplicated_keys_name_their_path(world):
+    cases = [
+        ("sandbox.create", '{"resources":{"memory":2048}}', "resources.memory", 'which takes "vcpus"'),
+        ("sandbox.getOrCreate", '{"name":"x","resources":{"vCPUs":2}}', "resources.vCPUs", 'did you mean "vcpus"?'),
+        ("sandbox.update", '{"name":"x","resources":{"vcpu":2}}', "resources.vcpu", 'did you mean "vcpus"?'),
+        ("sandbox.fork", '{"sourceSandbox":"x","overrides":{"timeot":5000}}', "overrides.timeot",
+         'did you mean "timeout"?'),
+        ("sandbox.create", '{"source":{"type":"git","url":"https://x.test/r","dept":1}}', "source.dept",
+         'did you mean "depth"?'),
+        ("fs.write", '{"sandbox":"x","files":[{"path":"a","content":""},{"path":"b","content":"","mdoe":1}]}',
+         "files[1].mdoe", 'did you mean "mode"?'),
+        ("sandbox.create", '{"env":{"A":"1","A":"2"}}', "env.A", "duplicate key"),
+        ("sandbox.create", '{"networkPolicy":"deny-all","networkPolicy":"allow-all"}', "networkPolicy",
+         "duplicate key"),
+        ("sandbox.list", '{"tags":{"t":"a","t":"b"}}', "tags.t", "duplicate key"),
+        ("command.run", '{"sandbox":"x","cmd":"sleep","args":["30"],"timeout":100}', "timeout",
+         'did you mean "timeoutMs"?'),
+        ("sandbox.get", '["x"]', "params", "by name"),
+    ]
+    bad = []
+    with world.daemon.connect() as c:
+        for method, params, field, hint in cases:
+            m = _raw_call(c, method, params)
+            e = (m or {}).get("error") or {}
+            if (e.get("code"), (e.get("data") or {}).get("field")) != (-32602, field) or hint not in e.get("message", ""):
+                bad.append("%s %s: %s" % (method, params, json.dumps(m)[:200]))
+    expect(not bad, "nested bad keys:", "; ".join(bad))
+    # Inside networkPolicy the policy parser answers, naming the path.
+    e = _err(world.rpc("sandbox.create", {"networkPolicy": {"alow": ["x.test"]}}), "policy typo")
+    expect_eq(((e.get("data") or {}).get("reason"), (e.get("data") or {}).get("field")),
+              ("invalid_policy", "networkPolicy.alow"), "a typo inside networkPolicy")
+    expect('did you mean "allow"?' in e.get("message", ""), "policy hint:", e.get("message"))
+
+
+def test_refused_keys_change_nothing(world):
+    # A duplicated networkPolicy would have made an allow-all sandbox.
+    name = world.name("dupnp")
+    with world.daemon.connect() as c:
+        m = _raw_call(c, "sandbox.create", '{"name":"%s","networkPolicy":"deny-all","networkPolicy":"allow-all"}'
+                      % name)
+    expect_eq(((m.get("error") or {}).get("code")), -32602, "create with a duplicated networkPolicy")
+    expect_eq(((world.rpc("sandbox.get", {"name": name}).get("error") or {}).get("data") or {}).get("reason"),
+              "not_found", "nothing was created")
+    with sandbox(world, "typos", "--deny-all", "--timeout", "5m", "--tag", "team=a") as n:
+        before = world.rpc_result("sandbox.get", {"name": n})
+        # Tag names are matched case-sensitively too.
+        listed = lambda tags: [s["name"] for s in world.rpc_result("sandbox.list", {"tags": tags})["sandboxes"]]
+        expect_eq((n in listed({"team": "a"}), n in listed({"TEAM": "a"})), (True, False),
+                  "sandbox.list by tag team / TEAM")
+        e = _err(world.rpc("sandbox.update", {"name": n, "tiemout": 600000, "Env": {"A": "1"}}), "typo'd update")
+        expect_eq((e.get("code"), (e.get("data") or {}).get("field")), (-32602, "tiemout"), "typo'd update")
+        after = world.rpc_result("sandbox.get", {"name": n})
+        expect_eq((after["timeout"], after["env"], after["expiresAt"]),
+                  (before["timeout"], before["env"], before["expiresAt"]), "a refused update changes nothing")
+        # command.run with "timeout" for "timeoutMs" never runs the command.
+        e = _err(world.rpc("command.run", {"sandbox": n, "cmd": "sh", "args": ["-c", "echo ran > /tmp/ran"],
+                                           "timeout": 100}), "run with timeout")
+        expect('did you mean "timeoutMs"?' in e.get("message", ""), "run hint:", e.get("message"))
+        r = world.rpc_result("command.run", {"sandbox": n, "cmd": "sh", "args": ["-c", "test -e /tmp/ran"]})
+        expect_eq(r.get("exitCode"), 1, "the refused command did not run")
+
+
+def test_envelope_members_are_checked(world):
+    bad = []
+    with world.daemon.connect() as c:
+        for line, hint in [
+                ('{"jsonrpc":"2.0","id":1,"method":"daemon.info","parms":{"x":1}}', 'did you mean \\"params\\"?'),
+                ('{"jsonrpc":"2.0","id":1,"method":"sandbox.get","method":"daemon.info"}', "duplicate member"),
+                ('{"jsonrpc":"2.0","id":1,"id":2,"method":"daemon.info"}', "duplicate member"),
+                ('{"jsonrpc":"2.0","id":1,"Method":"daemon.info"}', "Method")]:
+            c.send_raw(line.encode() + b"\n")
+            m = c.read_msg(10)
+            e = (m or {}).get("error") or {}
+            if e.get("code") != -32600 or hint not in json.dumps(e):
+                bad.append("%s -> %s" % (line, json.dumps(m)[:200]))
+        r = c.call("daemon.info", None, 10)
+        expect("result" in r, "the connection keeps working:", r)
+    expect(not bad, "envelope cases:", "; ".join(bad))

@@ -1,0 +1,466 @@
+/* The parameter schema of every method (schema.h) and its checker.
+ *
+ * Fail closed: a key the method does not take is never ignored. A typo
+ * ({"nme": ...}, "timeout" for "timeoutMs") would otherwise run the request
+ * without what the caller asked for (a command without its time limit, an
+ * update that changes nothing yet answers success), and a wrong-case or
+ * repeated key would leave the choice of value to the JSON library
+ * (cJSON_GetObjectItem matches case-insensitively; of duplicates the first
+ * is found, while other readers take the last). So every key must match
+ * one of the table exactly, and no object may hold a key twice.
+ *
+ * What the table leaves to others, on purpose: types, ranges and required
+ * keys (each handler's rpc_param_* call, with messages naming the range);
+ * sizes (sandboxd/limits.c); the keys of networkPolicy (pol_policy_parse,
+ * which refuses unknown and duplicate keys itself, answering
+ * invalid_policy); the "type" of a source, when it is not one of the
+ * variants (parse_source names the choices). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "libcore/util.h"
+#include "sandboxd/schema.h"
+#include "sandboxd/text.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+#define OPT(k) { .key = (k), .kind = SCHEMA_VALUE }
+#define REQ(k) { .key = (k), .kind = SCHEMA_VALUE, .required = true }
+#define MAP(k) { .key = (k), .kind = SCHEMA_MAP }
+#define END { .key = NULL }
+
+/* ---- the table ---------------------------------------------------------- */
+
+static const schema_field resources_fields[] = { OPT("vcpus"), OPT("diskMiB"), END };
+
+static const schema_field git_fields[] = {
+        REQ("url"), OPT("depth"), OPT("revision"), OPT("username"), OPT("password"), END,
+};
+/* Exactly one of url and path (parse_source). */
+static const schema_field tarball_fields[] = { OPT("url"), OPT("path"), END };
+static const schema_field snapshot_fields[] = { REQ("snapshotId"), END };
+static const schema_variant source_variants[] = {
+        { "git", git_fields },
+        { "tarball", tarball_fields },
+        { "snapshot", snapshot_fields },
+        { NULL, NULL },
+};
+
+/* The config of a sandbox: what create takes besides name and source, and
+ * so what a fork may override. */
+#define CONFIG_FIELDS                                                                 \
+        OPT("runtime"), OPT("ports"), OPT("timeout"),                                 \
+        { .key = "resources", .kind = SCHEMA_OBJECT, .fields = resources_fields },    \
+        { .key = "networkPolicy", .kind = SCHEMA_POLICY }, MAP("env"), MAP("tags"),   \
+        OPT("persistent"), OPT("userns")
+#define SOURCE_FIELD { .key = "source", .kind = SCHEMA_VARIANT, .variants = source_variants }
+
+static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, END };
+static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, END };
+static const schema_field overrides_fields[] = { CONFIG_FIELDS, END };
+
+static const schema_field name_params[] = { REQ("name"), END };
+static const schema_field get_params[] = { REQ("name"), OPT("resume"), END };
+static const schema_field update_params[] = {
+        REQ("name"), OPT("timeout"), MAP("env"), MAP("tags"),
+        { .key = "resources", .kind = SCHEMA_OBJECT, .fields = resources_fields },
+        { .key = "networkPolicy", .kind = SCHEMA_POLICY }, OPT("ports"), END,
+};
+static const schema_field list_params[] = { OPT("namePrefix"), MAP("tags"), OPT("limit"), OPT("cursor"), END };
+static const schema_field extend_params[] = { REQ("name"), REQ("duration"), END };
+static const schema_field fork_params[] = {
+        REQ("sourceSandbox"), OPT("name"),
+        { .key = "overrides", .kind = SCHEMA_OBJECT, .fields = overrides_fields }, END,
+};
+static const schema_field snapshot_params[] = { REQ("name"), OPT("expiration"), END };
+static const schema_field snapshot_list_params[] = { OPT("sandbox"), END };
+static const schema_field id_params[] = { REQ("id"), END };
+static const schema_field export_params[] = { REQ("id"), REQ("path"), END };
+static const schema_field import_params[] = { REQ("path"), OPT("config"), END };
+static const schema_field no_params[] = { END };
+static const schema_field runtime_import_params[] = { REQ("name"), REQ("path"), END };
+static const schema_field bootstrap_params[] = { REQ("name"), OPT("suite"), OPT("mirror"), END };
+static const schema_field run_params[] = {
+        REQ("sandbox"), REQ("cmd"), OPT("args"), OPT("cwd"), MAP("env"), OPT("sudo"), OPT("detached"),
+        OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), END,
+};
+static const schema_field cmd_params[] = { REQ("cmdId"), END };
+static const schema_field write_params[] = { REQ("cmdId"), REQ("data"), END };
+static const schema_field resize_params[] = { REQ("cmdId"), REQ("rows"), REQ("cols"), END };
+static const schema_field kill_params[] = { REQ("cmdId"), OPT("signal"), END };
+static const schema_field file_fields[] = { REQ("path"), REQ("content"), OPT("mode"), OPT("append"), END };
+static const schema_field fs_write_params[] = {
+        REQ("sandbox"), { .key = "files", .kind = SCHEMA_ARRAY, .required = true, .fields = file_fields }, END,
+};
+static const schema_field fs_path_params[] = { REQ("sandbox"), REQ("path"), END };
+static const schema_field fs_mkdir_params[] = { REQ("sandbox"), REQ("path"), OPT("parents"), END };
+static const schema_field fs_remove_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
+static const schema_field policy_check_params[] = {
+        OPT("sandbox"), { .key = "networkPolicy", .kind = SCHEMA_POLICY }, OPT("url"), OPT("host"), OPT("port"), END,
+};
+static const schema_field subscribe_params[] = { OPT("sandbox"), OPT("kinds"), END };
+
+const schema_method schema_methods[] = {
+        { "sandbox.create", create_params },
+        { "sandbox.get", get_params },
+        { "sandbox.getOrCreate", get_or_create_params },
+        { "sandbox.update", update_params },
+        { "sandbox.list", list_params },
+        { "sandbox.stop", name_params },
+        { "sandbox.delete", name_params },
+        { "sandbox.extendTimeout", extend_params },
+        { "sandbox.fork", fork_params },
+        { "sandbox.snapshot", snapshot_params },
+        { "snapshot.list", snapshot_list_params },
+        { "snapshot.get", id_params },
+        { "snapshot.delete", id_params },
+        { "snapshot.export", export_params },
+        { "snapshot.import", import_params },
+        { "runtime.list", no_params },
+        { "runtime.import", runtime_import_params },
+        { "runtime.bootstrap", bootstrap_params },
+        { "runtime.delete", name_params },
+        { "command.run", run_params },
+        { "command.write", write_params },
+        { "command.closeStdin", cmd_params },
+        { "command.resize", resize_params },
+        { "command.wait", cmd_params },
+        { "command.kill", kill_params },
+        { "command.get", cmd_params },
+        { "command.logs", cmd_params },
+        { "fs.write", fs_write_params },
+        { "fs.read", fs_path_params },
+        { "fs.mkdir", fs_mkdir_params },
+        { "fs.list", fs_path_params },
+        { "fs.stat", fs_path_params },
+        { "fs.remove", fs_remove_params },
+        { "policy.check", policy_check_params },
+        { "events.subscribe", subscribe_params },
+        { "daemon.info", no_params },
+        { NULL, NULL },
+};
+
+const schema_method *schema_find(const char *method) {
+        for (const schema_method *m = schema_methods; method && m->method; m++)
+                if (streq(m->method, method))
+                        return m;
+        return NULL;
+}
+
+/* ---- paths ---------------------------------------------------------------- */
+
+/* A field path as data.field shows it: "resources.vcpus", "files[2].path",
+ * env["A B"] for a name that is not a plain identifier. Cut (never
+ * overflowed) past its buffer; depth is bounded by LIMIT_JSON_DEPTH. */
+typedef struct path {
+        char buf[1024];
+        size_t len;
+} path;
+
+static bool plain_key(const char *k) {
+        size_t n = 0;
+        for (; k[n]; n++)
+                if (!((k[n] >= 'a' && k[n] <= 'z') || (k[n] >= 'A' && k[n] <= 'Z') || (k[n] >= '0' && k[n] <= '9') ||
+                      k[n] == '_' || k[n] == '-'))
+                        return false;
+        return n > 0 && n <= TEXT_QUOTE_MAX;
+}
+
+static size_t path_push_key(path *p, const char *key) {
+        size_t old = p->len, room = sizeof(p->buf) - p->len;
+        int w;
+        if (plain_key(key))
+                w = snprintf(p->buf + p->len, room, "%s%s", p->len ? "." : "", key);
+        else {
+                /* JSON-quoted, so quotes and control characters cannot
+                 * forge another path; cut like any echoed input. */
+                _cleanup_(cJSON_Deletep) cJSON *s = cJSON_CreateString(TEXT_Q(key));
+                _cleanup_free_ char *q = s ? cJSON_PrintUnformatted(s) : NULL;
+                w = snprintf(p->buf + p->len, room, "[%s]", q ? q : "\"?\"");
+        }
+        p->len = w < 0 ? p->len : (size_t)w >= room ? sizeof(p->buf) - 1 : p->len + (size_t)w;
+        return old;
+}
+
+static size_t path_push_index(path *p, int i) {
+        size_t old = p->len, room = sizeof(p->buf) - p->len;
+        int w = snprintf(p->buf + p->len, room, "[%d]", i);
+        p->len = w < 0 ? p->len : (size_t)w >= room ? sizeof(p->buf) - 1 : p->len + (size_t)w;
+        return old;
+}
+
+static void path_pop(path *p, size_t old) {
+        p->len = old;
+        p->buf[old] = '\0';
+}
+
+/* ---- checking --------------------------------------------------------------- */
+
+static int duplicate_error(const path *p, sb_error **ret_err) {
+        return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: duplicate key: give each key once", p->buf);
+}
+
+static int cmp_member_names(const void *a, const void *b) {
+        const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+        return strcmp(x->string ? x->string : "", y->string ? y->string : "");
+}
+
+/* Sets *ret to a member of obj whose name another member has, or NULL.
+ * A line may hold millions of members (maxLineBytes), so beyond a few
+ * they are sorted by name, O(n log n), rather than compared pairwise on
+ * the event loop. 0, or -ENOMEM with *ret_err set. */
+static int find_duplicate(const cJSON *obj, const cJSON **ret, sb_error **ret_err) {
+        size_t n = 0;
+        *ret = NULL;
+        for (const cJSON *c = obj->child; c; c = c->next)
+                n++;
+        if (n <= 16) {
+                for (const cJSON *c = obj->child; c && !*ret; c = c->next)
+                        for (const cJSON *d = obj->child; d != c && !*ret; d = d->next)
+                                if (c->string && d->string && streq(c->string, d->string))
+                                        *ret = c;
+                return 0;
+        }
+        _cleanup_free_ const cJSON **v = malloc(n * sizeof(*v));
+        if (!v)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        n = 0;
+        for (const cJSON *c = obj->child; c; c = c->next)
+                v[n++] = c;
+        qsort(v, n, sizeof(*v), cmp_member_names);
+        for (size_t i = 1; i < n && !*ret; i++)
+                if (cmp_member_names(&v[i - 1], &v[i]) == 0)
+                        *ret = v[i];
+        return 0;
+}
+
+/* No object anywhere in v repeats a key (values the schema says nothing
+ * about: map values, a value of the wrong type). */
+static int check_no_duplicates(const cJSON *v, path *p, sb_error **ret_err) {
+        if (cJSON_IsObject(v)) {
+                const cJSON *dup = NULL;
+                int r = find_duplicate(v, &dup, ret_err);
+                if (r < 0)
+                        return r;
+                if (dup) {
+                        path_push_key(p, dup->string);
+                        return duplicate_error(p, ret_err);
+                }
+        }
+        if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+                return 0;
+        int i = 0;
+        for (const cJSON *c = v->child; c; c = c->next, i++) {
+                size_t old = cJSON_IsObject(v) ? path_push_key(p, c->string) : path_push_index(p, i);
+                int r = check_no_duplicates(c, p, ret_err);
+                if (r < 0)
+                        return r;
+                path_pop(p, old);
+        }
+        return 0;
+}
+
+/* "unknown parameter" with the closest known key, or the list of them. */
+static int unknown_error(const path *p, const char *key, const char *owner, const schema_field *fields,
+                         sb_error **ret_err) {
+        const char *names[64] = { NULL };
+        size_t n = 0;
+        for (const schema_field *f = fields; f->key && n < ELEMENTSOF(names); f++)
+                names[n++] = f->key;
+        int best = core_closest_word(key, names, n);
+        if (best >= 0)
+                return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: unknown parameter of %s%s; did you mean \"%s\"?",
+                                    p->buf, owner,
+                                    strcasecmp(key, names[best]) == 0 ? " (keys are case-sensitive)" : "",
+                                    names[best]);
+        char list[512];
+        size_t o = 0;
+        list[0] = '\0';
+        for (size_t i = 0; i < n && o < sizeof(list); i++) {
+                int w = snprintf(list + o, sizeof(list) - o, "%s\"%s\"", i ? ", " : "", names[i]);
+                o += w > 0 ? (size_t)w : 0;
+        }
+        if (n == 0)
+                return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: unknown parameter; %s takes none", p->buf,
+                                    owner);
+        return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: unknown parameter of %s, which takes %s", p->buf,
+                            owner, list);
+}
+
+static int check_object(const cJSON *obj, path *p, const char *owner, const schema_field *fields,
+                        const char *skip, sb_error **ret_err);
+
+/* One value against its field. Values of the wrong JSON type are left to
+ * the handler (which names the type it wants), but still may not hide a
+ * duplicate key. */
+static int check_value(const cJSON *v, path *p, const schema_field *f, sb_error **ret_err) {
+        switch (f->kind) {
+        case SCHEMA_POLICY:
+                return 0;
+        case SCHEMA_OBJECT:
+                if (cJSON_IsObject(v)) {
+                        _cleanup_free_ char *owner = strdup(p->buf);
+                        return check_object(v, p, owner ? owner : "?", f->fields, NULL, ret_err);
+                }
+                break;
+        case SCHEMA_ARRAY:
+                if (!cJSON_IsArray(v))
+                        break;
+                int i = 0;
+                for (const cJSON *c = v->child; c; c = c->next, i++) {
+                        size_t old = path_push_index(p, i);
+                        _cleanup_free_ char *owner = strdup(p->buf);
+                        int r = cJSON_IsObject(c) ? check_object(c, p, owner ? owner : "?", f->fields, NULL, ret_err)
+                                                  : check_no_duplicates(c, p, ret_err);
+                        if (r < 0)
+                                return r;
+                        path_pop(p, old);
+                }
+                return 0;
+        case SCHEMA_VARIANT: {
+                if (!cJSON_IsObject(v))
+                        break;
+                const cJSON *dup = NULL;
+                int r = find_duplicate(v, &dup, ret_err);
+                if (r < 0)
+                        return r;
+                if (dup) {
+                        path_push_key(p, dup->string);
+                        return duplicate_error(p, ret_err);
+                }
+                const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "type"));
+                for (const schema_variant *var = f->variants; type && var->type; var++)
+                        if (streq(var->type, type)) {
+                                _cleanup_free_ char *owner = NULL;
+                                if (asprintf(&owner, "a %s %s", type, p->buf) < 0)
+                                        owner = NULL;
+                                return check_object(v, p, owner ? owner : "?", var->fields, "type", ret_err);
+                        }
+                break; /* no or an unknown type: the handler lists the types */
+        }
+        case SCHEMA_MAP:
+        case SCHEMA_VALUE:
+                break;
+        }
+        return check_no_duplicates(v, p, ret_err);
+}
+
+/* obj's members against `fields` (plus `skip`, a key the caller handled). */
+static int check_object(const cJSON *obj, path *p, const char *owner, const schema_field *fields,
+                        const char *skip, sb_error **ret_err) {
+        const cJSON *dup = NULL;
+        int r0 = find_duplicate(obj, &dup, ret_err);
+        if (r0 < 0)
+                return r0;
+        if (dup) {
+                path_push_key(p, dup->string);
+                return duplicate_error(p, ret_err);
+        }
+        for (const cJSON *c = obj->child; c; c = c->next) {
+                const schema_field *f = fields;
+                while (f->key && !streq(f->key, c->string))
+                        f++;
+                size_t old = path_push_key(p, c->string);
+                if (skip && streq(c->string, skip)) {
+                        path_pop(p, old);
+                        continue;
+                }
+                if (!f->key)
+                        return unknown_error(p, c->string, owner, fields, ret_err);
+                int r = check_value(c, p, f, ret_err);
+                if (r < 0)
+                        return r;
+                path_pop(p, old);
+        }
+        return 0;
+}
+
+int schema_check_params(const char *method, const cJSON *params, sb_error **ret_err) {
+        const schema_method *m = schema_find(method);
+        if (!m)
+                return sb_error_set(ret_err, -ENOENT, NULL, NULL, "%s: the method has no parameter schema",
+                                    TEXT_Q(method));
+        if (cJSON_IsArray(params)) {
+                if (cJSON_GetArraySize(params) == 0)
+                        return 0;
+                return sb_error_set(ret_err, -EINVAL, NULL, "params",
+                                    "params: %s takes its parameters by name: give an object, not an array",
+                                    m->method);
+        }
+        if (!cJSON_IsObject(params))
+                return sb_error_set(ret_err, -EINVAL, NULL, "params", "params: must be an object");
+        path p = { .len = 0 };
+        p.buf[0] = '\0';
+        return check_object(params, &p, m->method, m->params, NULL, ret_err);
+}
+
+int schema_check_members(const cJSON *obj, const char *const *allowed, size_t n, const char *what,
+                         sb_error **ret_err) {
+        const cJSON *dup = NULL;
+        int r = find_duplicate(obj, &dup, ret_err);
+        if (r < 0)
+                return r;
+        if (dup)
+                return sb_error_set(ret_err, -EINVAL, NULL, dup->string, "%s: duplicate member \"%s\"", what,
+                                    TEXT_Q(dup->string));
+        for (const cJSON *c = obj->child; c; c = c->next) {
+                bool known = false;
+                for (size_t i = 0; i < n && !known; i++)
+                        known = streq(c->string, allowed[i]);
+                if (known)
+                        continue;
+                int best = core_closest_word(c->string, allowed, n);
+                if (best >= 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, c->string,
+                                            "%s: unknown member \"%s\"; did you mean \"%s\"?", what,
+                                            TEXT_Q(c->string), allowed[best]);
+                return sb_error_set(ret_err, -EINVAL, NULL, c->string,
+                                    "%s: unknown member \"%s\" (JSON-RPC 2.0 requests have jsonrpc, id, method and params)",
+                                    what, TEXT_Q(c->string));
+        }
+        return 0;
+}
+
+/* ---- the docs' table ---------------------------------------------------------- */
+
+static void print_fields(FILE *f, const schema_field *fields) {
+        for (const schema_field *x = fields; x->key; x++) {
+                fprintf(f, "%s`%s%s`", x == fields ? "" : ", ", x->key, x->required ? "" : "?");
+                switch (x->kind) {
+                case SCHEMA_OBJECT:
+                case SCHEMA_ARRAY:
+                        fputs(x->kind == SCHEMA_ARRAY ? " [{" : " {", f);
+                        print_fields(f, x->fields);
+                        fputs(x->kind == SCHEMA_ARRAY ? "}]" : "}", f);
+                        break;
+                case SCHEMA_VARIANT:
+                        fputs(" (", f);
+                        for (const schema_variant *v = x->variants; v->type; v++) {
+                                fprintf(f, "%s`\"type\": \"%s\"`, ", v == x->variants ? "" : "; ", v->type);
+                                print_fields(f, v->fields);
+                        }
+                        fputs(")", f);
+                        break;
+                case SCHEMA_MAP:
+                        fputs(" {NAME: string}", f);
+                        break;
+                case SCHEMA_POLICY:
+                        fputs(" (docs/POLICY.md)", f);
+                        break;
+                case SCHEMA_VALUE:
+                        break;
+                }
+        }
+}
+
+void schema_print_markdown(FILE *f) {
+        for (const schema_method *m = schema_methods; m->method; m++) {
+                fprintf(f, "| `%s` | ", m->method);
+                if (m->params[0].key)
+                        print_fields(f, m->params);
+                else
+                        fputs("none", f);
+                fputs(" |\n", f);
+        }
+}

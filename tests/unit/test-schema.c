@@ -1,0 +1,255 @@
+/* Unit tests for the method parameter schema (sandboxd/schema.c): unknown,
+ * wrong-case and duplicated keys at every level are refused naming their
+ * path, with a hint for a typo; and docs/API.md's "Parameters" table is
+ * the table's own printout, so the docs list exactly the keys taken. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include "libcore/util.h"
+#include "sandboxd/schema.h"
+
+#define API_MD "docs/API.md"
+#define TABLE_BEGIN "<!-- BEGIN params-table (sandboxd/schema.c; tests/unit/test-schema.c checks it) -->\n"
+#define TABLE_END "<!-- END params-table -->\n"
+
+/* Checks `json` as params of `method`: NULL when accepted, else the error
+ * (caller frees). */
+static sb_error *check(const char *method, const char *json) {
+        cJSON *p = cJSON_Parse(json);
+        assert_non_null(p);
+        sb_error *err = NULL;
+        int r = schema_check_params(method, p, &err);
+        cJSON_Delete(p);
+        if (r == 0)
+                assert_null(err);
+        else
+                assert_non_null(err);
+        return err;
+}
+
+static void assert_refused(const char *method, const char *json, const char *field, const char *needle) {
+        sb_error *err = check(method, json);
+        if (!err)
+                fail_msg("%s %s was accepted", method, json);
+        if (!err->field || !streq(err->field, field))
+                fail_msg("%s %s: field '%s', expected '%s' (%s)", method, json, err->field ? err->field : "(null)",
+                         field, err->message);
+        if (!strstr(err->message, needle))
+                fail_msg("%s %s: message '%s' does not contain '%s'", method, json, err->message, needle);
+        assert_int_equal(err->code, -EINVAL);
+        assert_null(err->reason); /* answered -32602 */
+        sb_error_free(err);
+}
+
+static void assert_accepted(const char *method, const char *json) {
+        sb_error *err = check(method, json);
+        if (err)
+                fail_msg("%s %s refused: %s", method, json, err->message);
+}
+
+static void test_valid_params_pass(void **state) {
+        assert_accepted("sandbox.create", "{}");
+        assert_accepted("sandbox.create",
+                        "{\"name\":\"a\",\"runtime\":\"host\",\"timeout\":5000,\"resources\":{\"vcpus\":2},"
+                        "\"networkPolicy\":{\"allow\":[\"x.test\"]},\"env\":{\"A\":\"1\",\"a\":\"2\"},"
+                        "\"tags\":{\"t\":\"v\"},\"persistent\":true,\"userns\":false,\"ports\":[80],"
+                        "\"source\":{\"type\":\"git\",\"url\":\"https://x.test/r\",\"depth\":1}}");
+        assert_accepted("sandbox.create", "{\"source\":{\"type\":\"tarball\",\"path\":\"/x.tar\"}}");
+        assert_accepted("sandbox.create", "{\"source\":{\"type\":\"snapshot\",\"snapshotId\":\"snap-1\"}}");
+        assert_accepted("fs.write", "{\"sandbox\":\"a\",\"files\":[{\"path\":\"x\",\"content\":\"\",\"mode\":420}]}");
+        assert_accepted("sandbox.fork", "{\"sourceSandbox\":\"a\",\"overrides\":{\"env\":{\"B\":\"1\"}}}");
+        assert_accepted("daemon.info", "{}");
+        assert_accepted("daemon.info", "[]");
+        /* A wrong type is the handler's to name (with the type it wants). */
+        assert_accepted("sandbox.create", "{\"resources\":5,\"source\":\"x\"}");
+}
+
+static void test_unknown_keys_name_their_path_and_the_close_match(void **state) {
+        assert_refused("sandbox.create", "{\"nme\":\"a\"}", "nme", "did you mean \"name\"?");
+        assert_refused("command.run", "{\"sandbox\":\"a\",\"cmd\":\"sleep\",\"timeout\":100}", "timeout",
+                       "did you mean \"timeoutMs\"?");
+        assert_refused("sandbox.create", "{\"resources\":{\"memory\":2048}}", "resources.memory",
+                       "unknown parameter of resources, which takes \"vcpus\"");
+        assert_refused("sandbox.update", "{\"name\":\"a\",\"envv\":{}}", "envv", "did you mean \"env\"?");
+        assert_refused("fs.write", "{\"sandbox\":\"a\",\"files\":[{\"path\":\"x\",\"content\":\"\"},{\"path\":\"y\",\"mdoe\":1}]}",
+                       "files[1].mdoe", "did you mean \"mode\"?");
+        assert_refused("sandbox.create", "{\"source\":{\"type\":\"git\",\"url\":\"u\",\"dpeth\":1}}", "source.dpeth",
+                       "did you mean \"depth\"?");
+        assert_refused("sandbox.create", "{\"source\":{\"type\":\"tarball\",\"url\":\"u\",\"depth\":1}}",
+                       "source.depth", "a tarball source");
+        assert_refused("sandbox.fork", "{\"sourceSandbox\":\"a\",\"overrides\":{\"timeuot\":1000}}",
+                       "overrides.timeuot", "did you mean \"timeout\"?");
+        assert_refused("daemon.info", "{\"verbose\":true}", "verbose", "daemon.info takes none");
+        /* A name that is not an identifier is quoted, so it cannot forge
+         * another path. */
+        assert_refused("sandbox.get", "{\"name\":\"a\",\"x.y\\\"\":1}", "[\"x.y\\\"\"]", "unknown parameter");
+}
+
+static void test_keys_are_case_sensitive(void **state) {
+        assert_refused("sandbox.create", "{\"networkpolicy\":\"deny-all\"}", "networkpolicy",
+                       "(keys are case-sensitive); did you mean \"networkPolicy\"?");
+        assert_refused("sandbox.create", "{\"Name\":\"a\"}", "Name", "did you mean \"name\"?");
+        assert_refused("sandbox.create", "{\"resources\":{\"VCPUS\":1}}", "resources.VCPUS", "did you mean \"vcpus\"?");
+        assert_refused("command.run", "{\"sandbox\":\"a\",\"cmd\":\"x\",\"timeoutms\":1}", "timeoutms",
+                       "did you mean \"timeoutMs\"?");
+}
+
+static void test_duplicate_keys_are_refused_everywhere(void **state) {
+        assert_refused("sandbox.create", "{\"networkPolicy\":\"deny-all\",\"networkPolicy\":\"allow-all\"}",
+                       "networkPolicy", "duplicate key");
+        assert_refused("sandbox.create", "{\"env\":{\"A\":\"1\",\"A\":\"2\"}}", "env.A", "duplicate key");
+        assert_refused("sandbox.create", "{\"resources\":{\"vcpus\":1,\"vcpus\":4}}", "resources.vcpus",
+                       "duplicate key");
+        assert_refused("sandbox.create", "{\"source\":{\"type\":\"git\",\"url\":\"a\",\"url\":\"b\"}}", "source.url",
+                       "duplicate key");
+        assert_refused("sandbox.create", "{\"source\":{\"type\":\"git\",\"type\":\"tarball\",\"url\":\"b\"}}",
+                       "source.type", "duplicate key");
+        assert_refused("fs.write", "{\"sandbox\":\"a\",\"files\":[{\"path\":\"x\",\"path\":\"y\",\"content\":\"\"}]}",
+                       "files[0].path", "duplicate key");
+        assert_refused("sandbox.list", "{\"tags\":{\"t\":\"a\",\"t\":\"b\"}}", "tags.t", "duplicate key");
+        /* Inside a value of the wrong type too: never left to a reader. */
+        assert_refused("command.run", "{\"sandbox\":\"a\",\"cmd\":\"x\",\"args\":[{\"k\":1,\"k\":2}]}", "args[0].k",
+                       "duplicate key");
+}
+
+/* Many members are checked in O(n log n): a pairwise scan of 200000 would
+ * take minutes on the event loop. */
+static void test_many_members_are_checked_quickly(void **state) {
+        cJSON *p = cJSON_CreateObject(), *env = cJSON_AddObjectToObject(p, "env");
+        char k[32];
+        for (int i = 0; i < 200000; i++) {
+                snprintf(k, sizeof(k), "K%d", i);
+                cJSON_AddItemToObject(env, k, cJSON_CreateString("v"));
+        }
+        sb_error *err = NULL;
+        assert_int_equal(schema_check_params("sandbox.create", p, &err), 0);
+        cJSON_AddItemToObject(env, "K17", cJSON_CreateString("again"));
+        assert_int_equal(schema_check_params("sandbox.create", p, &err), -EINVAL);
+        assert_string_equal(err->field, "env.K17");
+        sb_error_free(err);
+        cJSON_Delete(p);
+}
+
+static void test_positional_params_and_unknown_methods_are_refused(void **state) {
+        assert_refused("sandbox.get", "[\"a\"]", "params", "by name");
+        sb_error *err = NULL;
+        cJSON *p = cJSON_CreateObject();
+        assert_int_equal(schema_check_params("sandbox.nosuch", p, &err), -ENOENT);
+        sb_error_free(err);
+        cJSON_Delete(p);
+}
+
+static void test_envelope_members(void **state) {
+        static const char *const members[] = {"jsonrpc", "id", "method", "params"};
+        cJSON *o = cJSON_Parse("{\"jsonrpc\":\"2.0\",\"method\":\"a\",\"parms\":{}}");
+        sb_error *err = NULL;
+        assert_int_equal(schema_check_members(o, members, 4, "invalid request", &err), -EINVAL);
+        assert_string_equal(err->field, "parms");
+        assert_non_null(strstr(err->message, "did you mean \"params\"?"));
+        sb_error_free(err);
+        err = NULL;
+        cJSON_Delete(o);
+        o = cJSON_Parse("{\"jsonrpc\":\"2.0\",\"method\":\"a\",\"params\":{},\"params\":{\"x\":1}}");
+        assert_int_equal(schema_check_members(o, members, 4, "invalid request", &err), -EINVAL);
+        assert_non_null(strstr(err->message, "duplicate member \"params\""));
+        sb_error_free(err);
+        cJSON_Delete(o);
+}
+
+static void test_closest_word(void **state) {
+        static const char *const w[] = {"name", "timeoutMs", "networkPolicy", "vcpus"};
+        assert_int_equal(core_closest_word("nme", w, 4), 0);
+        assert_int_equal(core_closest_word("nmae", w, 4), 0);
+        assert_int_equal(core_closest_word("timeout", w, 4), 1);
+        assert_int_equal(core_closest_word("NETWORKPOLICY", w, 4), 2);
+        assert_int_equal(core_closest_word("memory", w, 4), -1);
+        assert_int_equal(core_closest_word("", w, 4), -1);
+        char longword[200];
+        memset(longword, 'a', sizeof(longword) - 1);
+        longword[sizeof(longword) - 1] = '\0';
+        assert_int_equal(core_closest_word(longword, w, 4), -1);
+}
+
+static char *read_file(const char *path) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+                fail_msg("cannot open %s (run from the source tree)", path);
+        char *buf = NULL;
+        size_t size = 0;
+        FILE *out = open_memstream(&buf, &size);
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+                fwrite(chunk, 1, n, out);
+        fclose(f);
+        fclose(out);
+        return buf;
+}
+
+/* docs/API.md's table is exactly what the schema prints: a key added to or
+ * dropped from either shows here. */
+static void test_api_md_lists_exactly_the_schema(void **state) {
+        _cleanup_free_ char *doc = read_file(API_MD);
+        char *begin = strstr(doc, TABLE_BEGIN), *end = begin ? strstr(begin, TABLE_END) : NULL;
+        if (!begin || !end)
+                fail_msg("%s has no params table between '%s' and '%s'", API_MD, TABLE_BEGIN, TABLE_END);
+        begin += strlen(TABLE_BEGIN);
+        /* The table's header, then the rows. */
+        const char *header = "| method | parameters (`?`: optional) |\n|---|---|\n";
+        _cleanup_free_ char *want = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&want, &size);
+        fputs(header, f);
+        schema_print_markdown(f);
+        fclose(f);
+        size_t have_len = (size_t)(end - begin);
+        if (have_len != strlen(want) || memcmp(begin, want, have_len) != 0)
+                fail_msg("%s's params table differs from sandboxd/schema.c; it should read:\n%s", API_MD, want);
+}
+
+/* Every method with a section in docs/API.md has a schema and the other
+ * way round. */
+static void test_every_documented_method_has_a_schema(void **state) {
+        _cleanup_free_ char *doc = read_file(API_MD);
+        unsigned documented = 0;
+        for (char *line = doc; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+                if (strncmp(line, "### ", 4) != 0 && strncmp(line, "#### ", 5) != 0)
+                        continue;
+                /* "### a.b / c.d": each `x.y` word is a method. */
+                char *eol = strchr(line, '\n');
+                _cleanup_free_ char *h = strndup(line, eol ? (size_t)(eol - line) : strlen(line));
+                char *save = NULL;
+                for (char *w = strtok_r(h, " /", &save); w; w = strtok_r(NULL, " /", &save)) {
+                        if (*w == '#' || !strchr(w, '.'))
+                                continue;
+                        if (!schema_find(w))
+                                fail_msg("%s documents %s, which has no schema", API_MD, w);
+                        documented++;
+                }
+        }
+        unsigned n = 0;
+        for (const schema_method *m = schema_methods; m->method; m++)
+                n++;
+        assert_int_equal(documented, n);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_valid_params_pass),
+                cmocka_unit_test(test_unknown_keys_name_their_path_and_the_close_match),
+                cmocka_unit_test(test_keys_are_case_sensitive),
+                cmocka_unit_test(test_duplicate_keys_are_refused_everywhere),
+                cmocka_unit_test(test_many_members_are_checked_quickly),
+                cmocka_unit_test(test_positional_params_and_unknown_methods_are_refused),
+                cmocka_unit_test(test_envelope_members),
+                cmocka_unit_test(test_closest_word),
+                cmocka_unit_test(test_api_md_lists_exactly_the_schema),
+                cmocka_unit_test(test_every_documented_method_has_a_schema),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
