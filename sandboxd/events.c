@@ -24,7 +24,7 @@
 
 /* The kinds a subscription may filter on (DESIGN §5.2). A kind emitted that
  * is not listed still reaches subscribers without a kind filter. */
-static const char *const known_kinds[] = { EVENT_DENIED, EVENT_SANDBOX, EVENT_NETD_RESTARTED };
+static const char *const known_kinds[] = { EVENT_DENIED, EVENT_SANDBOX, EVENT_NETD_RESTARTED, EVENT_OOM };
 
 typedef struct subscription {
         manager *m;
@@ -173,8 +173,8 @@ static int parse_kinds(rpc_request *req, unsigned *ret, sb_error **ret_err) {
                 int bit = cJSON_IsString(k) ? kind_bit(k->valuestring) : -1;
                 if (bit < 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, field,
-                                            "%s: must be \"" EVENT_DENIED "\", \"" EVENT_SANDBOX "\" or \""
-                                            EVENT_NETD_RESTARTED "\"", field);
+                                            "%s: must be \"" EVENT_DENIED "\", \"" EVENT_SANDBOX "\", \""
+                                            EVENT_NETD_RESTARTED "\" or \"" EVENT_OOM "\"", field);
                 mask |= 1u << bit;
         }
         *ret = mask;
