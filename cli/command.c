@@ -70,6 +70,14 @@ static int show(const ctl_globals *g, const char *verb, cJSON *result) {
         /* wait */
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "timedOut")))
                 ctl_error(0, "command wait: the command was killed after its timeout");
+        else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "oomKilled"))) {
+                const cJSON *limit = cJSON_GetObjectItemCaseSensitive(result, "memoryLimitBytes");
+                if (cJSON_IsNumber(limit))
+                        ctl_error(0, "killed: out of memory (limit %g GiB; update --vcpus N raises it)",
+                                  limit->valuedouble / (1024.0 * 1024 * 1024));
+                else
+                        ctl_error(0, "killed: out of memory (update --vcpus N raises the limit)");
+        }
         const cJSON *code = cJSON_GetObjectItemCaseSensitive(result, "exitCode");
         return cJSON_IsNumber(code) ? code->valueint : CLI_EXIT_ERROR;
 }

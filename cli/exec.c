@@ -191,9 +191,20 @@ static int exit_code_of(const cJSON *obj) {
         return cJSON_IsNumber(code) ? code->valueint : CLI_EXIT_ERROR;
 }
 
+/* A memory size for people: "2 GiB", "512 MiB". */
+static const char *format_bytes(double bytes, char *buf, size_t size) {
+        static const double gib = 1024.0 * 1024 * 1024, mib = 1024.0 * 1024;
+        if (bytes >= gib)
+                snprintf(buf, size, "%g GiB", bytes / gib);
+        else
+                snprintf(buf, size, "%g MiB", bytes / mib);
+        return buf;
+}
+
 /* Records the end of the command from a CommandFinished object. A bare 137
- * reads like an OOM kill or a crash; when the daemon says the --timeout
- * killed it, one stderr line says so (the code stays the command's). */
+ * reads like an OOM kill or a crash; when the daemon says the --timeout or
+ * the OOM killer killed it, one stderr line says so (the code stays the
+ * command's). */
 static void finish(session *s, const cJSON *obj) {
         s->exit_code = exit_code_of(obj);
         s->done = true;
@@ -201,6 +212,14 @@ static void finish(session *s, const cJSON *obj) {
                 char buf[24];
                 ctl_error(0, "exec: command killed after its timeout (--timeout %s)",
                           cli_format_duration(s->o->timeout_ms, buf, sizeof(buf)));
+        } else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj, "oomKilled"))) {
+                const cJSON *limit = cJSON_GetObjectItemCaseSensitive(obj, "memoryLimitBytes");
+                char buf[32];
+                if (cJSON_IsNumber(limit))
+                        ctl_error(0, "killed: out of memory (limit %s; update --vcpus N raises it)",
+                                  format_bytes(limit->valuedouble, buf, sizeof(buf)));
+                else
+                        ctl_error(0, "killed: out of memory (update --vcpus N raises the limit)");
         }
 }
 

@@ -22,11 +22,14 @@
  * or kills it, so moving processes into it harms no one.
  * On a hybrid host the v2 hierarchy carries no controllers; it is still used
  * for process tracking because it offers cgroup.kill. */
+#include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "libcore/cgroup.h"
@@ -750,6 +753,45 @@ int core_cgroup_frozen(core_cgroup *cg) {
                         return 1;
         }
         return 0;
+}
+
+int core_cgroup_parse_oom_kills(const char *text, uint64_t *ret) {
+        static const char key[] = "oom_kill ";
+        for (const char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                if (strncmp(line, key, strlen(key)) != 0)
+                        continue;
+                const char *v = line + strlen(key);
+                char *end = NULL;
+                if (!isdigit((unsigned char)*v))
+                        return -EBADMSG;
+                errno = 0;
+                unsigned long long n = strtoull(v, &end, 10);
+                if (errno || (*end && *end != '\n'))
+                        return -EBADMSG;
+                *ret = n;
+                return 0;
+        }
+        return -ENODATA;
+}
+
+int core_cgroup_oom_kills(const core_cgroup *cg, uint64_t *ret) {
+        for (size_t i = 0; cg && i < cg->n; i++) {
+                const hierarchy *h = &state.h[i];
+                const char *file = h->ops == &ops_v2 ? (h->v2_ctl & CTL_MEMORY ? "memory.events" : NULL)
+                                   : h->controller && streq(h->controller, "memory") ? "memory.oom_control"
+                                   : NULL;
+                _cleanup_free_ char *path = NULL, *data = NULL;
+                if (!file)
+                        continue;
+                if (asprintf(&path, "%s/%s", cg->dirs[i], file) < 0)
+                        return -ENOMEM;
+                int r = core_read_file(path, 4096, &data, NULL);
+                if (r < 0)
+                        return r;
+                return core_cgroup_parse_oom_kills(data, ret);
+        }
+        return -ENOENT;
 }
 
 int core_cgroup_kill_all(core_cgroup *cg) {

@@ -126,6 +126,22 @@ int core_cgroup_freeze(core_cgroup *cg, bool frozen);
  * cgroup-v2.rst "Core Interface Files", cgroup-v1/freezer-subsystem.rst). */
 int core_cgroup_frozen(core_cgroup *cg);
 
+/* How many processes of the session the kernel's OOM killer has killed so
+ * far, because the session reached its memory limit: the `oom_kill` count of
+ * memory.events on v2, of memory.oom_control on v1 (both since Linux 4.13;
+ * Documentation/admin-guide/cgroup-v2.rst "memory.events",
+ * cgroup-v1/memory.rst "OOM Control"). The count only grows while the
+ * cgroup exists, so comparing two reads tells whether a kill happened in
+ * between. Stores it in *ret; returns 0, -ENOENT when no memory controller
+ * is in use for sessions, -ENODATA when the kernel has no such count, or
+ * another negative errno from reading the file. */
+int core_cgroup_oom_kills(const core_cgroup *cg, uint64_t *ret);
+
+/* Parses the "oom_kill N" line out of a memory.events or memory.oom_control
+ * text (NUL-terminated). 0, -ENODATA without such a line, -EBADMSG when N
+ * is not a number. Exposed for tests. */
+int core_cgroup_parse_oom_kills(const char *text, uint64_t *ret);
+
 /* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
  * reading cgroup.procs repeatedly until empty). */
 int core_cgroup_kill_all(core_cgroup *cg);

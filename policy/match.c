@@ -581,6 +581,7 @@ const char *pol_layer_to_string(pol_layer l) {
                 [POL_LAYER_NEVER] = "never",           [POL_LAYER_FORBIDDEN] = "forbidden-range",
                 [POL_LAYER_SUBNET_DENY] = "subnets.deny", [POL_LAYER_SUBNET_ALLOW] = "subnets.allow",
                 [POL_LAYER_DOMAIN] = "allow",          [POL_LAYER_DEFAULT] = "default-deny",
+                [POL_LAYER_PORT] = "port",             [POL_LAYER_DNS_PIN] = "dns-pin",
         };
         return (unsigned)l < ELEMENTSOF(names) ? names[l] : "?";
 }
@@ -747,4 +748,78 @@ bool pol_check_resolved(const pol_policy *p, const char *name, uint16_t port, co
                 }
         *ret = name_v;
         return true;
+}
+
+/* ---- the packet decision table -------------------------------------------- */
+
+/* DESIGN §5.2: "Direct queries to other resolvers are denied" — even at an
+ * address subnets.allow admits, or subnets.allow 0.0.0.0/0 would bypass
+ * the filter (53 plain DNS, 853 DNS over TLS / DNS over QUIC, RFC 7858 /
+ * RFC 9250). QUIC (UDP 443, RFC 9000) cannot pass the egress proxy, which
+ * reads the SNI of a TCP ClientHello, so it is refused at once (clients
+ * fall back to TCP 443) — except at an address subnets.allow admits, which
+ * needs no name check (rule 4). */
+static const pol_packet_step packet_steps[] = {
+        { POL_STEP_ADDRESS_DENY, 0, 0, NULL },
+        { POL_STEP_PORT, IPPROTO_TCP, 53, "tcp dport 53 (DNS): no resolver but the DNS filter" },
+        { POL_STEP_PORT, IPPROTO_UDP, 53, "udp dport 53 (DNS): no resolver but the DNS filter" },
+        { POL_STEP_PORT, IPPROTO_TCP, 853, "tcp dport 853 (DNS over TLS): no resolver but the DNS filter" },
+        { POL_STEP_PORT, IPPROTO_UDP, 853, "udp dport 853 (DNS over QUIC): no resolver but the DNS filter" },
+        { POL_STEP_SUBNET_ALLOW, 0, 0, NULL },
+        { POL_STEP_PORT, IPPROTO_UDP, 443,
+          "udp dport 443 (QUIC, HTTP/3): cannot pass the egress proxy; use TCP 443" },
+        { POL_STEP_DNS_PIN, 0, 0, NULL },
+        { POL_STEP_DEFAULT, 0, 0, NULL },
+};
+
+const pol_packet_step *pol_packet_steps(size_t *ret_n) {
+        *ret_n = ELEMENTSOF(packet_steps);
+        return packet_steps;
+}
+
+bool pol_check_port(const pol_policy *p, int l4proto, uint16_t port, bool subnet_allowed, pol_verdict *ret) {
+        if (mode_of(p) != POL_MODE_CUSTOM || port == 0)
+                return true;
+        for (size_t i = 0; i < ELEMENTSOF(packet_steps); i++) {
+                const pol_packet_step *st = &packet_steps[i];
+                if (st->kind == POL_STEP_SUBNET_ALLOW && subnet_allowed)
+                        return true;
+                if (st->kind == POL_STEP_PORT && st->l4proto == l4proto && st->port == port)
+                        return verdict(ret, false, POL_LAYER_PORT, (int)i, "%s", st->rule);
+        }
+        return true;
+}
+
+bool pol_check_packet(const pol_policy *p, int l4proto, const pol_addr *a, uint16_t port, bool pinned,
+                      const pol_cidr *never, size_t n_never, pol_verdict *ret) {
+        char s[INET6_ADDRSTRLEN];
+        addr_result r = check_addr(p, a, never, n_never, ret);
+        if (mode_of(p) != POL_MODE_CUSTOM || r == ADDR_DENY)
+                return ret->allow;
+        pol_addr_format(a, s, sizeof(s));
+        for (size_t i = 0; i < ELEMENTSOF(packet_steps); i++) {
+                const pol_packet_step *st = &packet_steps[i];
+                switch (st->kind) {
+                case POL_STEP_ADDRESS_DENY:
+                        break; /* r != ADDR_DENY */
+                case POL_STEP_PORT:
+                        if (port && st->l4proto == l4proto && st->port == port)
+                                return verdict(ret, false, POL_LAYER_PORT, (int)i, "%s", st->rule);
+                        break;
+                case POL_STEP_SUBNET_ALLOW:
+                        if (r == ADDR_ALLOW)
+                                return true; /* *ret: the subnets.allow entry */
+                        break;
+                case POL_STEP_DNS_PIN:
+                        if (pinned)
+                                return verdict(ret, true, POL_LAYER_DNS_PIN, -1,
+                                               "%s was pinned by the DNS filter for an allowed name", s);
+                        break;
+                case POL_STEP_DEFAULT:
+                        return verdict(ret, false, POL_LAYER_DEFAULT, -1,
+                                       "not resolved through the DNS filter: no allowed name resolved to %s, "
+                                       "and no subnets.allow entry contains it", s);
+                }
+        }
+        return verdict(ret, false, POL_LAYER_DEFAULT, -1, "no step decided"); /* unreachable */
 }

@@ -65,6 +65,8 @@ typedef enum pol_layer {
         POL_LAYER_SUBNET_ALLOW, /* subnets.allow[rule] */
         POL_LAYER_DOMAIN,       /* allow[rule] matched the name */
         POL_LAYER_DEFAULT,      /* custom policy, nothing allowed it */
+        POL_LAYER_PORT,         /* a port step of pol_packet_steps() (rule: its index) */
+        POL_LAYER_DNS_PIN,      /* a packet to an address the DNS filter pinned */
 } pol_layer;
 
 /* A verdict: allow or deny, which layer decided, the index of the rule in
@@ -181,6 +183,51 @@ const char *pol_range_kind_to_string(pol_range_kind k);
 
 /* Name of a layer ("subnets.deny", "forbidden-range", ...). */
 const char *pol_layer_to_string(pol_layer l);
+
+/* ---- the packet decision table (DESIGN §5.1 rules 4-5, §5.2) ------------ */
+
+/* What one step of a custom session's packet decision looks at. */
+typedef enum pol_step_kind {
+        POL_STEP_ADDRESS_DENY, /* never-list, subnets.deny, forbidden ranges (pol_check_address) */
+        POL_STEP_PORT,         /* l4proto and destination port: denied */
+        POL_STEP_SUBNET_ALLOW, /* subnets.allow: allowed */
+        POL_STEP_DNS_PIN,      /* an address the DNS filter pinned: allowed */
+        POL_STEP_DEFAULT,      /* the rest: denied */
+} pol_step_kind;
+
+/* One step. `rule` names a port step as events and policy.check print it
+ * ("tcp dport 853 (DNS over TLS): ..."); NULL for the other kinds, whose
+ * verdict names the subnets entry or the address. */
+typedef struct pol_packet_step {
+        pol_step_kind kind;
+        uint8_t l4proto; /* POL_STEP_PORT: IPPROTO_TCP or IPPROTO_UDP */
+        uint16_t port;   /* POL_STEP_PORT */
+        const char *rule;
+} pol_packet_step;
+
+/* The ordered steps of a custom session's packet decision (static storage,
+ * count in *ret_n); the first step that matches decides. The nftables
+ * generator (policy/nftgen.c) emits the session chain from this table and
+ * pol_check_packet() walks it, so an enforced packet and a dry run
+ * (policy.check) always get the same verdict and name the same rule. */
+const pol_packet_step *pol_packet_steps(size_t *ret_n);
+
+/* Judges one packet of a session under p, as its nftables chain does:
+ * `l4proto` (IPPROTO_TCP, IPPROTO_UDP, or another protocol, which no port
+ * step matches), destination address `a` and port (0: none or unknown),
+ * `pinned` true when the DNS filter pinned `a` for this session. allow-all
+ * and deny-all: pol_check_address(). A custom policy: the steps of
+ * pol_packet_steps() in order. Always fills *ret (for a port step:
+ * layer POL_LAYER_PORT, rule = its index in the table); returns ret->allow. */
+bool pol_check_packet(const pol_policy *p, int l4proto, const pol_addr *a, uint16_t port, bool pinned,
+                      const pol_cidr *never, size_t n_never, pol_verdict *ret);
+
+/* The port steps alone, for a destination whose address is not known yet
+ * (a name on `port`): true when no port step of a custom policy denies
+ * l4proto/port for an address admitted as subnet_allowed says (steps after
+ * subnets.allow do not apply to one it admits). Fills *ret only when it
+ * denies. */
+bool pol_check_port(const pol_policy *p, int l4proto, uint16_t port, bool subnet_allowed, pol_verdict *ret);
 
 /* ---- verdicts (DESIGN §5.1 rules 2-6) ------------------------------------ */
 

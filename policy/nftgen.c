@@ -57,29 +57,20 @@ typedef struct session_rule {
         const char *text; /* names the rule in errors, as nft prints it */
 } session_rule;
 
-/* Order is precedence (DESIGN §5.1 rules 4-5, §5.2): deny beats every
+/* The session chain s_<if>: `ct state established,related accept`, then
+ * one rule per step of the packet decision table (pol_packet_steps(),
+ * policy/match.c), in its order, so that what nftables enforces and what
+ * pol_check_packet() says (denial events, policy.check) cannot differ.
+ * Order is precedence (DESIGN §5.1 rules 4-5, §5.2): deny beats every
  * allow; the forbidden ranges beat subnets.allow except where a CIDR names
- * them (already cut out of forbid4); resolvers other than the DNS filter on
- * the gateway (reached through the input chain, not here) are refused even
- * at allowed addresses, or subnets.allow 0.0.0.0/0 would bypass the filter
- * (53 plain DNS, 853 DNS over TLS / QUIC, RFC 7858 / RFC 9250). */
-static const session_rule session_rules[] = {
-        { SR_CT_EST, 0, 0, 0, true, "ct state established,related accept" },
-        { SR_DADDR_SET, SET_DENY, 0, 0, false, "ip daddr @deny4 goto deny" },
-        { SR_DADDR_SET, SET_FORBID, 0, 0, false, "ip daddr @forbid4 goto deny" },
-        { SR_DPORT, 0, IPPROTO_TCP, 53, false, "tcp dport 53 goto deny" },
-        { SR_DPORT, 0, IPPROTO_UDP, 53, false, "udp dport 53 goto deny" },
-        { SR_DPORT, 0, IPPROTO_TCP, 853, false, "tcp dport 853 goto deny" },
-        { SR_DPORT, 0, IPPROTO_UDP, 853, false, "udp dport 853 goto deny" },
-        /* HTTP/3 (QUIC, RFC 9000) cannot pass the proxy, which reads the
-         * SNI of a TCP ClientHello: refused at once with ICMP
-         * admin-prohibited so clients fall back to TCP 443 without waiting
-         * for a timeout. */
-        { SR_DPORT, 0, IPPROTO_UDP, 443, false, "udp dport 443 goto deny" },
-        { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" },
-        { SR_DADDR_SET, SET_DNS, 0, 0, true, "ip daddr @dns4 accept" },
-        { SR_ALL, 0, 0, 0, false, "goto deny" },
-};
+ * them (already cut out of forbid4); the port steps as the table orders
+ * them around subnets.allow. */
+static const session_rule rule_ct_est = { SR_CT_EST, 0, 0, 0, true, "ct state established,related accept" };
+static const session_rule rule_deny4 = { SR_DADDR_SET, SET_DENY, 0, 0, false, "ip daddr @deny4 goto deny" };
+static const session_rule rule_forbid4 = { SR_DADDR_SET, SET_FORBID, 0, 0, false, "ip daddr @forbid4 goto deny" };
+static const session_rule rule_allow4 = { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" };
+static const session_rule rule_dns4 = { SR_DADDR_SET, SET_DNS, 0, 0, true, "ip daddr @dns4 accept" };
+static const session_rule rule_rest = { SR_ALL, 0, 0, 0, false, "goto deny" };
 
 /* The input chain i_<if> of a custom session, reached by `jump` from the
  * host input chain's `sessions_input` lookup, which comes after `ct state
@@ -368,7 +359,7 @@ static int add_verdict(struct nftnl_rule *r, bool accept) {
         return add_expr(r, e);
 }
 
-/* One rule of session_rules or gateway_rules, appended to `chain`. */
+/* One rule of the session chain (add_session_rules) or gateway_rules, appended to `chain`. */
 static int build_rule(const session_rule *sr, const char *chain, const names *n, struct in_addr gateway,
                       struct nftnl_rule **ret) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
@@ -620,6 +611,38 @@ static int add_gateway_services(core_nft_batch *bt, const names *n, struct in_ad
         return msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, &jump);
 }
 
+/* The rules of s_<if> from the packet decision table (see rule_ct_est). */
+static int add_session_rules(core_nft_batch *bt, const names *n, struct in_addr gateway) {
+        size_t n_steps;
+        const pol_packet_step *steps = pol_packet_steps(&n_steps);
+        int k = msg_rule(bt, &rule_ct_est, n->chain, n, gateway);
+        for (size_t i = 0; k >= 0 && i < n_steps; i++) {
+                char text[48];
+                session_rule port = { SR_DPORT, 0, steps[i].l4proto, steps[i].port, false, text };
+                switch (steps[i].kind) {
+                case POL_STEP_ADDRESS_DENY:
+                        if ((k = msg_rule(bt, &rule_deny4, n->chain, n, gateway)) >= 0)
+                                k = msg_rule(bt, &rule_forbid4, n->chain, n, gateway);
+                        break;
+                case POL_STEP_PORT:
+                        snprintf(text, sizeof(text), "%s dport %u goto deny",
+                                 steps[i].l4proto == IPPROTO_TCP ? "tcp" : "udp", steps[i].port);
+                        k = msg_rule(bt, &port, n->chain, n, gateway);
+                        break;
+                case POL_STEP_SUBNET_ALLOW:
+                        k = msg_rule(bt, &rule_allow4, n->chain, n, gateway);
+                        break;
+                case POL_STEP_DNS_PIN:
+                        k = msg_rule(bt, &rule_dns4, n->chain, n, gateway);
+                        break;
+                case POL_STEP_DEFAULT:
+                        k = msg_rule(bt, &rule_rest, n->chain, n, gateway);
+                        break;
+                }
+        }
+        return k;
+}
+
 /* Chain, sets with their ranges, rules, then the map element that makes
  * the chain live, and the gateway services: within the batch nothing is
  * visible before the commit. */
@@ -639,9 +662,8 @@ static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, s
         if ((k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 || (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 ||
             (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0)
                 goto out;
-        for (size_t i = 0; i < ELEMENTSOF(session_rules); i++)
-                if ((k = msg_rule(bt, &session_rules[i], n->chain, n, gateway)) < 0)
-                        goto out;
+        if ((k = add_session_rules(bt, n, gateway)) < 0)
+                goto out;
         if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
             (k = add_gateway_services(bt, n, gateway)) < 0)
                 goto out;

@@ -266,13 +266,66 @@ static const pol_domain *rules_domain(const pol_policy *p, const char *name, uin
         return best;
 }
 
-/* Judges host h on `port` and fills c->t: names by pol_check_name(), then
- * our own resolution (pol_proxy_resolve); addresses by pol_check_address().
+/* The address this connection is bound for when the client named one: the
+ * original destination of a transparent connection, or the address of a
+ * CONNECT to an IP literal. True, with that address in *ret and its
+ * verdict in *ret_v, when a subnets.allow CIDR admits it (DESIGN §5.1 rule
+ * 4: and neither subnets.deny nor the never-list refuses it, and a
+ * forbidden range only where the CIDR names it, as pol_check_address()
+ * applies them). Such a connection is never refused on SNI, Host or
+ * CONNECT grounds. A CONNECT to a name is not looked up to find out: a
+ * lookup of a name the policy does not allow would carry that name to an
+ * upstream DNS server the policy keeps the sandbox from. */
+static bool admitted_destination(const conn *c, pol_addr *ret, pol_verdict *ret_v) {
+        if (c->orig && !c->have_expect) {
+                if (sockaddr_to_addr(c->orig, ret) < 0)
+                        return false;
+        } else if (c->have_expect && c->expect.is_addr)
+                *ret = c->expect.addr;
+        else
+                return false;
+        return pol_check_address(c->env->policy, ret, c->env->never, c->env->n_never, ret_v) &&
+               ret_v->layer == POL_LAYER_SUBNET_ALLOW;
+}
+
+/* Fills c->t for a connection to the admitted address `a` (verdict av)
+ * that carries host h: the connection goes to `a` whatever h names; when h
+ * is a name the policy allows, that name's rules apply (rule 7) and its
+ * upstream TLS is verified against it; any other name is spliced as a
+ * domain without rules. */
+static void admit_address(conn *c, const pol_host *h, uint16_t port, const pol_addr *a, const pol_verdict *av) {
+        pol_proxy_target *t = &c->t;
+        pol_verdict nv;
+        memset(t, 0, sizeof(*t));
+        t->port = port;
+        t->verdict = *av;
+        t->addrs[0] = *a;
+        t->n_addrs = 1;
+        if (h->is_addr) {
+                t->is_addr = true;
+                pol_addr_format(&h->addr, t->host, sizeof(t->host));
+                return;
+        }
+        snprintf(t->host, sizeof(t->host), "%s", h->name);
+        if (pol_check_name(c->env->policy, h->name, port, &nv))
+                t->domain = rules_domain(c->env->policy, h->name, port);
+}
+
+/* Judges host h on `port` and fills c->t: a connection bound for an
+ * address subnets.allow admits goes there (admitted_destination());
+ * otherwise names by pol_check_name(), then our own resolution
+ * (pol_proxy_resolve); addresses by pol_check_address().
  * 0 allowed, -EACCES denied (c->t.verdict says why), other negative errno
  * when the name could not be resolved. */
 static int judge(conn *c, const pol_host *h, uint16_t port) {
         const pol_proxy_env *env = c->env;
         pol_proxy_target *t = &c->t;
+        pol_addr dest;
+        pol_verdict dv;
+        if (admitted_destination(c, &dest, &dv)) {
+                admit_address(c, h, port, &dest, &dv);
+                return 0;
+        }
         memset(t, 0, sizeof(*t));
         t->port = port;
         if (h->is_addr) {
@@ -660,7 +713,11 @@ static void serve_tls(conn *c) {
         }
         char text[POL_NAME_MAX + 1];
         host_text(&sni, text, sizeof(text));
-        if (c->have_expect && !same_host(&c->expect, &sni)) {
+        pol_addr dest;
+        pol_verdict dv;
+        if (c->have_expect && !same_host(&c->expect, &sni) && admitted_destination(c, &dest, &dv))
+                admit_address(c, &sni, c->port, &dest, &dv);
+        else if (c->have_expect && !same_host(&c->expect, &sni)) {
                 pol_verdict v = host_verdict("SNI differs from the CONNECT target");
                 return refuse_tls(c, text, "sni-mismatch", &v, "the server name (SNI) differs from the CONNECT target");
         }
@@ -773,7 +830,11 @@ static int request_host(conn *c, const head *h, pol_host *ret) {
                 pol_verdict v = host_verdict("Host header differs from the request URI");
                 return refuse_http(c, text, "host-mismatch", &v, "the Host header differs from the request URI"), -EACCES;
         }
-        if (c->have_expect && !same_host(&c->expect, ret)) {
+        pol_addr dest;
+        pol_verdict dv;
+        if (c->have_expect && !same_host(&c->expect, ret) && admitted_destination(c, &dest, &dv))
+                admit_address(c, ret, c->port, &dest, &dv);
+        else if (c->have_expect && !same_host(&c->expect, ret)) {
                 pol_verdict v = host_verdict("Host differs from the CONNECT target");
                 return refuse_http(c, text, "host-mismatch", &v, "the Host header differs from the CONNECT target"), -EACCES;
         }

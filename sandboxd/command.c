@@ -7,11 +7,13 @@
  * connection is congested (rpc.h), the session's agent socket is paused;
  * init then pauses its commands' pipes and the commands block on write, as
  * with `cmd | slow-reader` on a terminal. The drain handler resumes it. */
+#include <inttypes.h>
 #include <signal.h>
 #include <string.h>
 #include "libcore/agent.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
+#include "sandboxd/events.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/limits.h"
 
@@ -182,6 +184,51 @@ static command *find_by_agent_id(session *s, unsigned id) {
         return NULL;
 }
 
+/* The session's memory limit in bytes (DESIGN §3: vcpus × 2048 MiB, as
+ * session.c applies it). */
+static uint64_t memory_limit(const sandbox *sb) {
+        return (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024;
+}
+
+/* "oomKilled" of a finished command, with the limit it hit when true. */
+static void add_oom(cJSON *o, const command *c) {
+        cJSON_AddBoolToObject(o, "oomKilled", c->oom_killed);
+        if (c->oom_killed)
+                cJSON_AddNumberToObject(o, "memoryLimitBytes", (double)memory_limit(c->sb));
+}
+
+/* Reads the session's OOM kill count at a command's start. Without one
+ * (no memory controller, an old kernel) oomKilled stays false. */
+static void note_oom_count(command *c) {
+        c->oom_known = c->sess && c->sess->cg && core_cgroup_oom_kills(c->sess->cg, &c->oom_before) >= 0;
+}
+
+/* A command that ended by SIGKILL (exit 128 + 9) while the session's OOM
+ * kill count grew was killed by the kernel's OOM killer at the memory
+ * limit (the kernel counts the kill as it sends SIGKILL, before the
+ * victim's exit can reach init and us): marked oomKilled, told as an `oom`
+ * event. A SIGKILL of ours (the timeout, command.signal) does not grow the
+ * count. Another command of the session killed by SIGKILL in the same
+ * window would be marked too: the count is per session. */
+static void check_oom(command *c, int code) {
+        uint64_t now;
+        if (code != 128 + SIGKILL || c->timed_out || !c->oom_known || !c->sess || !c->sess->cg ||
+            core_cgroup_oom_kills(c->sess->cg, &now) < 0 || now <= c->oom_before)
+                return;
+        c->oom_killed = true;
+        uint64_t limit = memory_limit(c->sb);
+        cJSON *f = cJSON_CreateObject();
+        char msg[256];
+        snprintf(msg, sizeof(msg), "command %s (%s) was killed by the OOM killer at the sandbox's memory limit of "
+                 "%" PRIu64 " MiB (%u vCPU%s x 2048 MiB); update --vcpus raises it", c->cmd_id, c->cmd, limit >> 20,
+                 c->sb->vcpus, c->sb->vcpus == 1 ? "" : "s");
+        cJSON_AddStringToObject(f, "cmdId", c->cmd_id);
+        cJSON_AddNumberToObject(f, "memoryLimitBytes", (double)limit);
+        cJSON_AddNumberToObject(f, "vcpus", c->sb->vcpus);
+        cJSON_AddStringToObject(f, "message", msg);
+        events_emit(c->sb->m, EVENT_OOM, c->sb->name, f);
+}
+
 static cJSON *command_json(const command *c) {
         char buf[40];
         cJSON *o = cJSON_CreateObject();
@@ -197,6 +244,7 @@ static cJSON *command_json(const command *c) {
                 cJSON_AddNumberToObject(o, "exitCode", c->exit_code);
                 cJSON_AddNumberToObject(o, "durationMs", (double)(c->ended_ms - c->started_ms));
                 cJSON_AddBoolToObject(o, "timedOut", c->timed_out);
+                add_oom(o, c);
         } else {
                 cJSON_AddNullToObject(o, "exitCode");
                 cJSON_AddNullToObject(o, "durationMs");
@@ -209,9 +257,10 @@ static cJSON *finished_json(const command *c) {
         cJSON_AddStringToObject(o, "cmdId", c->cmd_id);
         cJSON_AddNumberToObject(o, "exitCode", c->exit_code);
         cJSON_AddNumberToObject(o, "durationMs", (double)(c->ended_ms - c->started_ms));
-        /* Tells a 137 from the timeout apart from any other SIGKILL, so
-         * callers can say why the command died. */
+        /* Tells a 137 from the timeout or the OOM killer apart from any
+         * other SIGKILL, so callers can say why the command died. */
         cJSON_AddBoolToObject(o, "timedOut", c->timed_out);
+        add_oom(o, c);
         return o;
 }
 
@@ -363,6 +412,8 @@ static void send_ack(session *s, unsigned id) {
 
 void command_on_exit(session *s, unsigned id, int code, const char *error) {
         command *c = find_by_agent_id(s, id);
+        if (c && !c->exited)
+                check_oom(c, code);
         if (c)
                 command_finish(c, code, error);
         else
@@ -583,6 +634,7 @@ static void method_run(rpc_request *req, void *userdata) {
         c->tty = p.tty;
         c->detached = p.detached;
         c->started_ms = core_now_ms();
+        note_oom_count(c);
         c->out = (ring){.cap = m->cfg->command_log_bytes};
         c->err = (ring){.cap = m->cfg->command_log_bytes};
         c->conn = rpc_conn_ref(req->conn);
@@ -702,6 +754,7 @@ static void restore_one(session *s, const cJSON *e) {
         c->started_ms = cJSON_IsNumber(started) && started->valuedouble > 0 && started->valuedouble < 9007199254740992.0
                                 ? (uint64_t)started->valuedouble
                                 : core_now_ms();
+        note_oom_count(c); /* adopted: a kill before adoption is not seen */
         c->out = (ring){.cap = m->cfg->command_log_bytes};
         c->err = (ring){.cap = m->cfg->command_log_bytes};
         c->next = m->commands;

@@ -24,7 +24,7 @@
 
 /* The kinds a subscription may filter on (DESIGN §5.2). A kind emitted that
  * is not listed still reaches subscribers without a kind filter. */
-static const char *const known_kinds[] = { EVENT_DENIED, EVENT_SANDBOX, EVENT_NETD_RESTARTED };
+static const char *const known_kinds[] = { EVENT_DENIED, EVENT_SANDBOX, EVENT_NETD_RESTARTED, EVENT_OOM };
 
 typedef struct subscription {
         manager *m;
@@ -173,8 +173,8 @@ static int parse_kinds(rpc_request *req, unsigned *ret, sb_error **ret_err) {
                 int bit = cJSON_IsString(k) ? kind_bit(k->valuestring) : -1;
                 if (bit < 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, field,
-                                            "%s: must be \"" EVENT_DENIED "\", \"" EVENT_SANDBOX "\" or \""
-                                            EVENT_NETD_RESTARTED "\"", field);
+                                            "%s: must be \"" EVENT_DENIED "\", \"" EVENT_SANDBOX "\", \""
+                                            EVENT_NETD_RESTARTED "\" or \"" EVENT_OOM "\"", field);
                 mask |= 1u << bit;
         }
         *ret = mask;
@@ -354,6 +354,24 @@ static int request_target(rpc_request *req, char **ret_host, uint16_t *ret_port)
         return 0;
 }
 
+/* The transport: "protocol" is "tcp" (the default) or "udp". Answers the
+ * request itself on failure. */
+static int request_protocol(rpc_request *req, int *ret) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *proto = NULL;
+        if (rpc_param_string(req, "protocol", false, &proto, &err) < 0)
+                return rpc_reply_sb_error(req, err), -EINVAL;
+        if (!proto || streq(proto, "tcp"))
+                *ret = IPPROTO_TCP;
+        else if (streq(proto, "udp"))
+                *ret = IPPROTO_UDP;
+        else
+                return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "protocol",
+                                       "protocol: '%s' is not \"tcp\" or \"udp\"", TEXT_Q(proto)),
+                       -EINVAL;
+        return 0;
+}
+
 /* One line that says what decided and why, naming the rule. */
 static char *verdict_message(const pol_verdict *v, const char *dest) {
         char *msg = NULL;
@@ -374,6 +392,9 @@ static char *verdict_message(const pol_verdict *v, const char *dest) {
                 r = asprintf(&msg, "%s: allowed by %s; the addresses it resolves to are still checked "
                              "against subnets.deny and the forbidden ranges", dest, v->detail);
                 break;
+        case POL_LAYER_PORT:
+                r = asprintf(&msg, "%s: denied by %s", dest, v->detail);
+                break;
         default: {
                 /* "subnets.deny[0] 10.0.0.0/8" names its layer already. */
                 const char *layer = pol_layer_to_string(v->layer);
@@ -387,12 +408,14 @@ static char *verdict_message(const pol_verdict *v, const char *dest) {
         return r < 0 ? NULL : msg;
 }
 
-/* The answer: {decision, layer, rule, host, port, message}. `rule` is the
- * rule's own text ("allow[0] \"*.example.com\"", "subnets.deny[1]
- * 10.0.0.0/8", "deny-all"), null when no rule decided (default deny, an
- * invalid host). */
+/* The answer: {decision, layer, rule, detail, host, port, protocol,
+ * message}. `rule` is the rule's own text ("allow[0] \"*.example.com\"",
+ * "subnets.deny[1] 10.0.0.0/8", "deny-all", "tcp dport 853 (DNS over
+ * TLS): ..."), null when no rule decided (default deny, an invalid host);
+ * `detail` is the verdict's one-line reason, never null: the `rule` a
+ * denial event of nftables names for the same packet. */
 static cJSON *check_result(const pol_verdict *v, const char *raw_host, const pol_host *h, bool parsed,
-                           uint16_t port) {
+                           uint16_t port, int l4proto) {
         char norm[POL_NAME_MAX + 1], dest[POL_NAME_MAX + 16];
         if (parsed && h->is_addr)
                 pol_addr_format(&h->addr, norm, sizeof(norm));
@@ -411,11 +434,13 @@ static cJSON *check_result(const pol_verdict *v, const char *raw_host, const pol
                 cJSON_AddStringToObject(o, "rule", v->detail);
         else
                 cJSON_AddNullToObject(o, "rule");
+        cJSON_AddStringToObject(o, "detail", v->detail);
         cJSON_AddStringToObject(o, "host", norm);
         if (port)
                 cJSON_AddNumberToObject(o, "port", port);
         else
                 cJSON_AddNullToObject(o, "port");
+        cJSON_AddStringToObject(o, "protocol", l4proto == IPPROTO_UDP ? "udp" : "tcp");
         cJSON_AddStringToObject(o, "message", msg ? msg : v->detail);
         return o;
 }
@@ -428,7 +453,9 @@ static void method_policy_check(rpc_request *req, void *userdata) {
         _cleanup_free_ pol_cidr *never = NULL;
         size_t n_never = 0;
         uint16_t port = 0;
-        if (request_policy(req, m, &pol, &owned) < 0 || request_target(req, &host, &port) < 0)
+        int l4proto = IPPROTO_TCP;
+        if (request_policy(req, m, &pol, &owned) < 0 || request_target(req, &host, &port) < 0 ||
+            request_protocol(req, &l4proto) < 0)
                 return;
         pol_host h = {};
         const char *why = NULL;
@@ -446,9 +473,16 @@ static void method_policy_check(rpc_request *req, void *userdata) {
         if (manager_never_list(m, &never, &n_never) < 0)
                 return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL,
                                        "policy.check: cannot read the host's addresses");
+        /* As enforcement judges it: an address packet by packet, through
+         * the table the session chain is generated from (as never pinned:
+         * a dry run has no DNS answer); a name by the policy, then the
+         * port steps its pinned addresses meet. */
         pol_verdict v;
-        pol_check(pol, host, port, never, n_never, &v);
-        rpc_reply(req, check_result(&v, host, &h, parsed, port));
+        if (parsed && h.is_addr)
+                pol_check_packet(pol, l4proto, &h.addr, port, false, never, n_never, &v);
+        else if (pol_check(pol, host, port, never, n_never, &v))
+                (void)pol_check_port(pol, l4proto, port, false, &v);
+        rpc_reply(req, check_result(&v, host, &h, parsed, port, l4proto));
 }
 
 void register_event_methods(manager *m, rpc_server *s) {

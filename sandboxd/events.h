@@ -15,6 +15,9 @@
 /* sandbox-netd of a session died and was started again: {restarts, pid,
  * reason}. */
 #define EVENT_NETD_RESTARTED "netd_restarted"
+/* A command was killed by the kernel's OOM killer at the session's memory
+ * limit: {cmdId, memoryLimitBytes, message}. */
+#define EVENT_OOM "oom"
 
 /* Sends `event` {time, kind, sandbox, ...fields} to every subscriber whose
  * filter matches (sandbox name and kinds). Takes ownership of fields (an

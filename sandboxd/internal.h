@@ -92,6 +92,9 @@ struct command {
         uint64_t started_ms, ended_ms;
         bool started, exited;
         bool timed_out;           /* its timeoutMs expired and it was sent SIGKILL */
+        bool oom_known;           /* oom_before was read at its start */
+        bool oom_killed;          /* SIGKILLed while the session's OOM kill count grew */
+        uint64_t oom_before;      /* the session cgroup's OOM kill count at its start */
         int exit_code;
         rpc_conn *conn;           /* streams go here while it is open; a reference */
         rpc_request *run_req;     /* command.run waiting for start (detached) or exit */

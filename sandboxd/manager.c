@@ -156,7 +156,10 @@ static int on_nft_event(sd_event_source *src, int fd, uint32_t revents, void *us
 
 /* A packet the nftables rules denied (NFLOG): counted on its sandbox and
  * told as an event that names the rule, judged again with the sandbox's
- * policy (DESIGN §5.2: every denial is an event and a counter). */
+ * policy by pol_check_packet(), which walks the table the session chain
+ * was generated from, so the event names the step that denied it (DESIGN
+ * §5.2: every denial is an event and a counter). A denied packet was not
+ * pinned: a pinned address is accepted unless an earlier step denies. */
 static void on_denied_packet(const core_nflog_packet *p, void *userdata) {
         manager *m = userdata;
         int slot;
@@ -177,7 +180,7 @@ static void on_denied_packet(const core_nflog_packet *p, void *userdata) {
         size_t n_never = 0;
         manager_never_list(m, &never, &n_never);
         pol_verdict v;
-        pol_check_address(sb->pol, &a, never, n_never, &v);
+        pol_check_packet(sb->pol, p->proto, &a, p->dport, false, never, n_never, &v);
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "layer", "nftables");
         cJSON_AddStringToObject(f, "destination", dst);
@@ -185,12 +188,15 @@ static void on_denied_packet(const core_nflog_packet *p, void *userdata) {
                 cJSON_AddNumberToObject(f, "port", p->dport);
         cJSON_AddStringToObject(f, "protocol", p->proto == IPPROTO_TCP ? "tcp" : p->proto == IPPROTO_UDP ? "udp"
                                                : p->proto == IPPROTO_ICMP ? "icmp" : "other");
-        cJSON_AddStringToObject(f, "rule", v.allow ? "not resolved through the DNS filter" : v.detail);
+        /* v.allow: the policy changed between the packet and its report. */
+        if (v.allow)
+                snprintf(v.detail, sizeof(v.detail), "a rule of the policy in force when it was sent (since changed)");
+        cJSON_AddStringToObject(f, "policyLayer", v.allow ? "changed" : pol_layer_to_string(v.layer));
+        cJSON_AddStringToObject(f, "rule", v.detail);
         char msg[320], port[8] = "";
         if (p->dport)
                 snprintf(port, sizeof(port), ":%u", p->dport);
-        snprintf(msg, sizeof(msg), "blocked by sandbox policy: connection to %s%s: %s", dst, port,
-                 v.allow ? "no allowed name resolved to this address" : v.detail);
+        snprintf(msg, sizeof(msg), "blocked by sandbox policy: connection to %s%s: %s", dst, port, v.detail);
         cJSON_AddStringToObject(f, "message", msg);
         events_emit(m, EVENT_DENIED, sb->name, f);
 }

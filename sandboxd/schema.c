@@ -97,7 +97,8 @@ static const schema_field fs_path_params[] = { REQ("sandbox"), REQ("path"), END 
 static const schema_field fs_mkdir_params[] = { REQ("sandbox"), REQ("path"), OPT("parents"), END };
 static const schema_field fs_remove_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
 static const schema_field policy_check_params[] = {
-        OPT("sandbox"), { .key = "networkPolicy", .kind = SCHEMA_POLICY }, OPT("url"), OPT("host"), OPT("port"), END,
+        OPT("sandbox"), { .key = "networkPolicy", .kind = SCHEMA_POLICY }, OPT("url"), OPT("host"), OPT("port"),
+        OPT("protocol"), END,
 };
 static const schema_field subscribe_params[] = { OPT("sandbox"), OPT("kinds"), END };
 

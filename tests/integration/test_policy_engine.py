@@ -284,3 +284,80 @@ def test_live_update_keeps_the_pins_the_new_policy_still_allows(world):
         expect("result" in r, "update:", r)
         code, secs = _connect(world, name, W.PUB_API_ADDR)
         expect(code != 0 and secs < 1.0, "the no longer allowed address is refused at once:", code, secs)
+
+
+# Sends one packet per case from inside a sandbox: TCP connect, or one UDP
+# datagram and a wait for the answer. Prints one JSON line per case:
+# {proto, addr, port, errno} (0: connected / answered).
+_PROBE = r'''
+import errno, json, socket, sys
+for spec in sys.argv[1:]:
+    proto, addr, port = spec.split(":")
+    port = int(port)
+    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    s = socket.socket(socket.AF_INET, kind)
+    s.settimeout(3)
+    err = 0
+    try:
+        s.connect((addr, port))
+        if proto == "udp":
+            s.send(b"x")
+            s.recv(64)
+    except socket.timeout:
+        err = errno.ETIMEDOUT
+    except OSError as e:
+        err = e.errno
+    s.close()
+    print(json.dumps({"proto": proto, "addr": addr, "port": port, "errno": err}))
+'''
+
+
+def test_denial_events_and_policy_check_name_the_same_rule(world):
+    """Every nftables denial event names the step that decided it, and
+    policy.check answers the same decision, layer and rule for the same
+    packet (DESIGN §5.2; the packet table in policy/match.c)."""
+    pol = {"allow": ["other.public.test"],
+           "subnets": {"allow": [W.PUB_API_ADDR + "/32"], "deny": [W.PUB_FORWARD_ADDR + "/32"]}}
+    # (protocol, address, port, want decision, want layer, a substring of the rule)
+    cases = [
+        ("tcp", W.PUB_API_ADDR, 853, "deny", "port", "tcp dport 853 (DNS over TLS)"),
+        ("udp", W.PUB_API_ADDR, 853, "deny", "port", "udp dport 853"),
+        ("udp", W.PUB_API_ADDR, 53, "deny", "port", "udp dport 53 (DNS)"),
+        ("tcp", W.PUB_API_ADDR, 53, "deny", "port", "tcp dport 53 (DNS)"),
+        ("udp", W.PUB_OTHER_ADDR, 443, "deny", "port", "udp dport 443 (QUIC"),
+        ("tcp", W.PUB_ATTACKER_ADDR, W.LISTEN_PORT, "deny", "default-deny", "not resolved through the DNS filter"),
+        ("tcp", W.PUB_FORWARD_ADDR, W.LISTEN_PORT, "deny", "subnets.deny", "subnets.deny[0]"),
+        ("tcp", "169.254.169.254", W.LISTEN_PORT, "deny", "forbidden-range", "link-local"),
+        # Not denials: QUIC and any other port to the admitted address arrive
+        # (the closed port answers: ECONNREFUSED, not admin-prohibited).
+        ("udp", W.PUB_API_ADDR, 443, "allow", "subnets.allow", "subnets.allow[0]"),
+    ]
+    with sandbox(world, "why", "--policy", _policy_file(world, pol)) as name:
+        # other.public.test resolved: its address is pinned (the QUIC case
+        # then meets the udp 443 step, not the default).
+        expect_eq(_resolves(world, name, "other.public.test"), W.PUB_OTHER_ADDR, "allowed name resolves")
+        c = world.daemon.connect(30)
+        try:
+            r = c.call("events.subscribe", {"sandbox": name, "kinds": ["denied"]}, 30)
+            expect("result" in r, "subscribe:", r)
+            specs = ["%s:%s:%d" % (p, a, port) for p, a, port, *_ in cases]
+            code, out, err = world.ctl("exec", name, "--", "python3", "-c", _PROBE, *specs)
+            expect_eq(code, 0, "probe (%s)" % err.strip()[:300])
+            sent = {(x["proto"], x["addr"], x["port"]): x["errno"] for x in map(json.loads, out.splitlines())}
+            for proto, addr, port, decision, layer, rule in cases:
+                what = "%s %s:%d" % (proto, addr, port)
+                check = c.result("policy.check", {"sandbox": name, "host": addr, "port": port, "protocol": proto})
+                expect_eq((check["decision"], check["layer"]), (decision, layer), "policy.check %s (%s)" % (what, check))
+                expect(rule in check["detail"], "policy.check %s names the rule:" % what, check)
+                if decision == "allow":
+                    expect_eq(sent[(proto, addr, port)], 111, "%s arrives (port unreachable)" % what)
+                    continue
+                note = c.wait_note(lambda n: n.get("method") == "event" and n["params"].get("layer") == "nftables"
+                                   and n["params"].get("destination") == addr and n["params"].get("port") == port
+                                   and n["params"].get("protocol") == proto, 10)
+                ev = note["params"]
+                expect_eq((ev.get("policyLayer"), ev.get("rule")), (check["layer"], check["detail"]),
+                          "the denial event of %s and policy.check agree" % what)
+                expect(rule in ev["message"], "the event message of %s names the rule:" % what, ev)
+        finally:
+            c.close()

@@ -371,3 +371,53 @@ def test_snapshot_answers_never_show_an_injected_header_value(world):
             for s_ in (snap, imported):
                 if s_:
                     world.ctl("snapshots", "rm", s_)
+
+
+def _host_of(entry):
+    return {k.lower(): v for k, v in entry["headers"]}.get("host")
+
+
+def test_subnet_allow_admits_its_address_whatever_the_sni_host_or_connect_name(world):
+    """DESIGN §5.1 rule 4: an address in subnets.allow is reached whatever
+    name the connection carries (SNI, Host, CONNECT); a name with rules
+    that the request carries still gets its rules."""
+    secret = _secret()
+    pol = _policy_file(world, {"allow": {"api.public.test": _inject("Bearer " + secret)},
+                               "subnets": {"allow": [W.PUB_API_ADDR + "/32"]}})
+    with sandbox(world, "subtls", "--policy", pol) as name:
+        ca = _world_ca_inside(world, name)
+        n_api = len(world.web_log("api"))
+        # Transparent HTTPS and HTTP naming a host the policy does not allow.
+        code, out, err = _run(world, name, "curl -sS -m 10 --noproxy '*' --cacert %s --resolve blocked.test:443:%s "
+                              "https://blocked.test/tls" % (ca, W.PUB_API_ADDR))
+        expect_eq(code, 0, "curl --resolve blocked.test:443:%s (%s)" % (W.PUB_API_ADDR, err.strip()[:300]))
+        code, out, err = _run(world, name, "curl -sS -m 10 --noproxy '*' --resolve blocked.test:80:%s "
+                              "http://blocked.test/plain" % W.PUB_API_ADDR)
+        expect_eq(code, 0, "curl --resolve blocked.test:80:%s (%s)" % (W.PUB_API_ADDR, err.strip()[:300]))
+        # Through the proxy: CONNECT to the address, then an SNI and Host
+        # that name the host the policy does not allow.
+        code, out, err = world.ctl("exec", name, "--", "env", "SSL_CERT_FILE=" + ca, "python3", "-c", RAW,
+                                   "%s:443" % W.PUB_API_ADDR, "blocked.test", "blocked.test", "/connect")
+        r = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        expect_eq(r.get("status"), 200, "CONNECT %s:443 then SNI blocked.test (%s %s)" % (W.PUB_API_ADDR, r, err[:200]))
+        # The allowed name with rules, carried to the admitted address: terminated, injected.
+        code, out, err = _run(world, name, "curl -sS -m 10 --noproxy '*' --resolve api.public.test:443:%s "
+                              "https://api.public.test/ruled" % W.PUB_API_ADDR)
+        expect_eq(code, 0, "curl --resolve api.public.test:443:%s (%s)" % (W.PUB_API_ADDR, err.strip()[:300]))
+        api = _log_since(world, "api", n_api)
+        expect_eq(sorted((e["path"], _host_of(e)) for e in api),
+                  [("/connect", "blocked.test"), ("/plain", "blocked.test"), ("/ruled", "api.public.test"),
+                   ("/tls", "blocked.test")], "requests at the admitted address")
+        expect_eq(_auth_values(api), ["Bearer " + secret], "injected only for the name with rules")
+
+
+def test_subnet_deny_inside_an_allowed_subnet_still_refuses_by_name(world):
+    pol = _policy_file(world, {"allow": ["allowed.test"],
+                               "subnets": {"allow": [W.PUB_NET], "deny": [W.PUB_API_ADDR + "/32"]}})
+    with sandbox(world, "subdeny", "--policy", pol) as name:
+        ca = _world_ca_inside(world, name)
+        n_api = len(world.web_log("api"))
+        code, out, err = _run(world, name, "curl -sS -m 10 --noproxy '*' --cacert %s --resolve blocked.test:443:%s "
+                              "https://blocked.test/denied; echo curl=$?" % (ca, W.PUB_API_ADDR))
+        expect("curl=0" not in out, "blocked.test at a denied address inside an allowed subnet:", out[-200:], err[-200:])
+        expect_eq(_log_since(world, "api", n_api), [], "requests at the denied address")

@@ -9,7 +9,7 @@ import time
 
 import leaks
 import world as W
-from common import create, delete, expect, expect_eq, get, poll, sandbox, sh, sh_ok
+from common import create, delete, expect, expect_eq, get, poll, rpc_ok, sandbox, sh, sh_ok
 
 HOG = ("python3 -c \"b=[]\n"
        "while True: b.append(bytearray(64 << 20))\"")
@@ -17,9 +17,29 @@ HOG = ("python3 -c \"b=[]\n"
 
 def test_memory_hog_is_oom_killed_and_the_session_survives(world):
     # 1 vCPU = 2048 MiB of memory for the session.
-    with sandbox(world, "oom", "--deny-all", "--vcpus", "1") as name:
+    with sandbox(world, "oom", "--deny-all", "--vcpus", "1") as name, world.daemon.connect() as ev:
+        ev.result("events.subscribe", {"sandbox": name, "kinds": ["oom"]})
         code, _out, err = sh(world, name, HOG, timeout=180)
         expect_eq(code, 137, "exit code of the memory hog (%s)" % err.strip()[-200:])
+        expect("killed: out of memory (limit 2 GiB; update --vcpus N raises it)" in err,
+               "sandboxctl exec says why:", err.strip()[-300:])
+        note = ev.wait_note(lambda n: n.get("method") == "event" and n["params"].get("kind") == "oom", 30)
+        p = note["params"]
+        expect_eq((p.get("sandbox"), p.get("memoryLimitBytes")), (name, 2 * GIB), "the oom event (%s)" % p)
+        # Over the API: the command's result says so.
+        fin = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", HOG]}, timeout=180)
+        expect_eq((fin.get("exitCode"), fin.get("oomKilled"), fin.get("memoryLimitBytes")), (137, True, 2 * GIB),
+                  "command.run result of the memory hog (%s)" % fin)
+        got = rpc_ok(world, "command.get", {"cmdId": fin["cmdId"]})
+        expect_eq(got.get("oomKilled"), True, "command.get of the memory hog")
+        # A plain SIGKILL is not an OOM kill: same 137, oomKilled false, no hint.
+        r = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sleep", "args": ["60"], "detached": True})
+        rpc_ok(world, "command.kill", {"cmdId": r["cmdId"]})
+        fin = rpc_ok(world, "command.wait", {"cmdId": r["cmdId"]}, timeout=30)
+        expect_eq((fin.get("exitCode"), fin.get("oomKilled")), (137, False), "kill -9 of a command (%s)" % fin)
+        code, _out, err = sh(world, name, "kill -9 $$")
+        expect_eq(code, 137, "exit code of kill -9 $$")
+        expect("out of memory" not in err, "no OOM hint after kill -9:", err.strip())
         code, out, err = sh(world, name, "echo still-here")
         expect_eq((code, out), (0, "still-here\n"), "the session after the OOM kill (%s)" % err.strip())
         info = world.rpc("daemon.info", {})

@@ -191,6 +191,69 @@ static pid_t spawn_sleeper(int *ret_wr) {
         return pid;
 }
 
+/* The OOM kill count: parsed from both files' formats, and counted when the
+ * kernel kills a process of the session at its memory limit (and not when
+ * we SIGKILL one ourselves). */
+static void test_oom_kill_count_parses_both_formats(void **state) {
+        uint64_t n = 99;
+        assert_int_equal(core_cgroup_parse_oom_kills("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n", &n),
+                         0);
+        assert_int_equal(n, 2);
+        assert_int_equal(core_cgroup_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n", &n), 0);
+        assert_int_equal(n, 7);
+        assert_int_equal(core_cgroup_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\n", &n), -ENODATA);
+        assert_int_equal(core_cgroup_parse_oom_kills("oom_kill x\n", &n), -EBADMSG);
+        assert_int_equal(core_cgroup_parse_oom_kills("", &n), -ENODATA);
+}
+
+static void test_oom_kill_at_the_memory_limit_is_counted_and_sigkill_is_not(void **state) {
+        core_cgroup_limits lim = { .pids_max = 10, .memory_max = 32u << 20 };
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        uint64_t before = 0, after = 0;
+        int wr, status;
+        assert_int_equal(core_cgroup_create("unit-oom", &lim, &cg, NULL), 0);
+        if (core_cgroup_oom_kills(cg, &before) == -ENOENT) {
+                assert_int_equal(core_cgroup_destroy(cg), 0);
+                skip(); /* no memory controller for sessions here */
+        }
+        assert_int_equal(before, 0);
+        /* Our own SIGKILL: not an OOM kill. */
+        pid_t pid = spawn_sleeper(&wr);
+        assert_int_equal(core_cgroup_attach(cg, pid, NULL), 0);
+        assert_int_equal(kill(pid, SIGKILL), 0);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        close(wr);
+        assert_int_equal(core_cgroup_oom_kills(cg, &after), 0);
+        assert_int_equal(after, 0);
+        /* A child that touches more than the limit, once it is inside. */
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char c;
+                close(p[1]);
+                if (read(p[0], &c, 1) != 1)
+                        _exit(1);
+                for (int i = 0; i < 64; i++) {
+                        char *b = malloc(4u << 20);
+                        if (!b)
+                                _exit(2);
+                        memset(b, 1, 4u << 20);
+                }
+                _exit(3); /* 256 MiB touched: the limit did not hold */
+        }
+        close(p[0]);
+        assert_int_equal(core_cgroup_attach(cg, pid, NULL), 0);
+        assert_int_equal(write(p[1], "x", 1), 1);
+        close(p[1]);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        assert_int_equal(core_cgroup_oom_kills(cg, &after), 0);
+        assert_true(after >= 1);
+        assert_int_equal(core_cgroup_destroy(cg), 0);
+}
+
 static void test_mode_matches_the_mounted_hierarchies(void **state) {
         struct stat st;
         bool v1 = stat("/sys/fs/cgroup/pids/tasks", &st) == 0 || stat("/sys/fs/cgroup/memory/tasks", &st) == 0;
@@ -457,6 +520,8 @@ int main(void) {
                 cmocka_unit_test(test_create_refuses_a_running_session_of_that_name_but_reuses_an_empty_one),
                 cmocka_unit_test(test_instance_key_names_the_directory_not_its_spelling),
                 cmocka_unit_test(test_init_refuses_keys_that_are_not_plain_names),
+                cmocka_unit_test(test_oom_kill_count_parses_both_formats),
+                cmocka_unit_test(test_oom_kill_at_the_memory_limit_is_counted_and_sigkill_is_not),
         };
         return cmocka_run_group_tests(tests, enter_private_cgroup, leave_private_cgroup);
 }

@@ -410,6 +410,81 @@ static void test_verdicts_follow_precedence(void **state) {
         }
 }
 
+/* The packet decision (pol_check_packet, the table nftables is generated
+ * from): the port steps name themselves, subnets.allow admits before QUIC
+ * is refused, deny beats the port steps. */
+typedef struct packet_case {
+        const char *policy;
+        int proto;
+        const char *addr;
+        uint16_t port;
+        bool pinned;
+        bool allow;
+        pol_layer layer;
+        const char *detail; /* a substring, or NULL */
+} packet_case;
+
+#define PKT "{\"allow\":[\"a.test\"],\"subnets\":{\"allow\":[\"5.5.5.0/24\"],\"deny\":[\"5.5.5.66/32\"]}}"
+static const packet_case packet_cases[] = {
+        {PKT, IPPROTO_TCP, "5.5.5.10", 853, false, false, POL_LAYER_PORT, "tcp dport 853 (DNS over TLS)"},
+        {PKT, IPPROTO_UDP, "5.5.5.10", 853, false, false, POL_LAYER_PORT, "udp dport 853"},
+        {PKT, IPPROTO_UDP, "5.5.5.10", 53, false, false, POL_LAYER_PORT, "udp dport 53 (DNS)"},
+        {PKT, IPPROTO_TCP, "5.5.5.10", 53, false, false, POL_LAYER_PORT, "tcp dport 53 (DNS)"},
+        {PKT, IPPROTO_UDP, "5.5.5.10", 443, false, true, POL_LAYER_SUBNET_ALLOW, "subnets.allow[0] 5.5.5.0/24"},
+        {PKT, IPPROTO_TCP, "5.5.5.10", 7000, false, true, POL_LAYER_SUBNET_ALLOW, NULL},
+        {PKT, IPPROTO_UDP, "8.8.8.8", 443, true, false, POL_LAYER_PORT, "udp dport 443 (QUIC"},
+        {PKT, IPPROTO_UDP, "8.8.8.8", 443, false, false, POL_LAYER_PORT, "udp dport 443 (QUIC"},
+        {PKT, IPPROTO_TCP, "8.8.8.8", 7000, true, true, POL_LAYER_DNS_PIN, NULL},
+        {PKT, IPPROTO_TCP, "8.8.8.8", 7000, false, false, POL_LAYER_DEFAULT, "not resolved through the DNS filter"},
+        {PKT, IPPROTO_ICMP, "8.8.8.8", 0, false, false, POL_LAYER_DEFAULT, NULL},
+        {PKT, IPPROTO_TCP, "5.5.5.66", 853, false, false, POL_LAYER_SUBNET_DENY, "subnets.deny[0]"},
+        {PKT, IPPROTO_TCP, "169.254.169.254", 80, true, false, POL_LAYER_FORBIDDEN, "link-local"},
+        {"\"allow-all\"", IPPROTO_TCP, "8.8.8.8", 853, false, true, POL_LAYER_MODE, NULL},
+        {"\"deny-all\"", IPPROTO_TCP, "5.5.5.10", 80, true, false, POL_LAYER_MODE, NULL},
+};
+
+static void test_packet_verdicts_name_the_step_that_decided(void **state) {
+        size_t n_steps;
+        const pol_packet_step *steps = pol_packet_steps(&n_steps);
+        for (size_t i = 0; i < ELEMENTSOF(packet_cases); i++) {
+                const packet_case *c = &packet_cases[i];
+                pol_policy *p = policy(c->policy);
+                pol_addr a;
+                pol_verdict v;
+                assert_int_equal(pol_addr_parse(c->addr, &a), 0);
+                bool allow = pol_check_packet(p, c->proto, &a, c->port, c->pinned, NULL, 0, &v);
+                if (allow != c->allow || v.allow != allow || v.layer != c->layer ||
+                    (c->detail && !strstr(v.detail, c->detail)))
+                        fail_msg("case %zu: %s:%u: got %s by %s (%s), want %s by %s (%s)", i, c->addr, c->port,
+                                 allow ? "allow" : "deny", pol_layer_to_string(v.layer), v.detail,
+                                 c->allow ? "allow" : "deny", pol_layer_to_string(c->layer),
+                                 c->detail ? c->detail : "");
+                /* A port step names its own row of the table. */
+                if (v.layer == POL_LAYER_PORT) {
+                        assert_in_range(v.rule, 0, n_steps - 1);
+                        assert_int_equal(steps[v.rule].kind, POL_STEP_PORT);
+                        assert_int_equal(steps[v.rule].port, c->port);
+                        assert_string_equal(steps[v.rule].rule, v.detail);
+                }
+                pol_policy_free(p);
+        }
+}
+
+/* The port steps alone (a name whose addresses are not known): the same
+ * rows, skipping those after subnets.allow for an admitted address. */
+static void test_port_steps_alone_agree_with_the_packet_decision(void **state) {
+        pol_policy *p = policy(PKT);
+        pol_verdict v;
+        assert_false(pol_check_port(p, IPPROTO_TCP, 853, false, &v));
+        assert_int_equal(v.layer, POL_LAYER_PORT);
+        assert_false(pol_check_port(p, IPPROTO_UDP, 443, false, &v));
+        assert_true(pol_check_port(p, IPPROTO_UDP, 443, true, &v));
+        assert_false(pol_check_port(p, IPPROTO_UDP, 53, true, &v));
+        assert_true(pol_check_port(p, IPPROTO_TCP, 443, false, &v));
+        assert_false(pol_check_port(p, IPPROTO_TCP, 853, true, &v));
+        pol_policy_free(p);
+}
+
 static void test_verdict_names_the_deciding_rule(void **state) {
         pol_policy *p = policy(PREC);
         pol_verdict v;
@@ -523,6 +598,8 @@ int main(void) {
                 cmocka_unit_test(test_resolved_name_denied_when_any_address_is_forbidden),
                 cmocka_unit_test(test_rules_of_most_specific_pattern_apply),
                 cmocka_unit_test(test_missing_policy_fails_closed),
+                cmocka_unit_test(test_packet_verdicts_name_the_step_that_decided),
+                cmocka_unit_test(test_port_steps_alone_agree_with_the_packet_decision),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,8 +154,8 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         static const char *const rules[] = {
                 "ct state established,related accept\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
                 "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
-                "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n\t\tudp dport 443 goto deny\n"
-                "\t\tip daddr @s_sbx3_allow4 accept\n"
+                "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n"
+                "\t\tip daddr @s_sbx3_allow4 accept\n\t\tudp dport 443 goto deny\n"
                 "\t\tip daddr @s_sbx3_dns4 accept\n\t\tgoto deny\n\t}",
         };
         if (count(out, rules[0]) != 1)
@@ -428,8 +428,10 @@ static void build_topology(void) {
         assert_int_equal(core_veth_create(&p, SLOT, kids[0], &err), 0);
         assert_int_equal(ask(0, 'c', NULL, 0).r, 0);
         sh("ip link add lst0 type veth peer name up0 netns %d", (int) kids[1]);
-        sh("ip addr add 10.1.1.254/24 dev lst0 && ip link set lst0 up && ip route add 192.168.77.0/24 dev lst0");
+        sh("ip addr add 10.1.1.254/24 dev lst0 && ip link set lst0 up && ip route add 192.168.77.0/24 dev lst0 && "
+           "ip route add 5.5.5.0/24 dev lst0");
         sh("nsenter -t %d -n sh -c 'ip addr add 10.1.1.1/24 dev up0 && ip addr add 192.168.77.1/24 dev up0 && "
+           "ip addr add 5.5.5.1/24 dev up0 && "
            "ip link set up0 up && ip link set lo up'", (int) kids[1]);
         assert_int_equal(ask(1, 'l', NULL, 0).r, 0);
 }
@@ -622,9 +624,18 @@ static void test_custom_session_http_goes_to_the_proxy_on_its_gateway(void **sta
         expect_reachable('t', gw, 3128);
         accept_original_dst(host_fds[2], orig, sizeof(orig));
         assert_string_equal(orig, "10.201.0.6:3128");
-        /* Other ports keep the forward chain's verdicts. */
+        /* Other ports keep the forward chain's verdicts. QUIC reaches an
+         * address subnets.allow admits (no name check needed: the closed
+         * port answers), and is refused at once at one only a DNS pin
+         * admits (it could not pass the proxy's SNI check). */
         expect_reachable('t', "10.1.1.1", 8080);
-        expect_udp_prohibited("10.1.1.1", 443);
+        reply quic = ask(0, 'u', "10.1.1.1", 443);
+        if (quic.r != -ECONNREFUSED)
+                fail_msg("udp 10.1.1.1:443: %s, expected the host's port-unreachable", strerror(-quic.r));
+        struct in_addr pinned;
+        inet_pton(AF_INET, "5.5.5.1", &pinned);
+        assert_int_equal(pol_nft_pin(IF, pinned, 60, &err), 0);
+        expect_udp_prohibited("5.5.5.1", 443);
 
         /* allow-all: nothing is redirected; the listener namespace has no
          * service on 80, and the proxy port on the gateway is shut. */

@@ -323,10 +323,10 @@ static void test_transparent_tls_with_allowed_sni_is_spliced_both_ways(void **st
         proxy_run pr;
         size_t n;
         upstream_start(&u, "127.0.0.2");
-        /* The original destination is an address nobody listens on: the
-         * proxy dials what it resolved for the SNI, not what the client
-         * picked. */
-        int c = proxy_start(&pr, "127.0.0.9", u.port);
+        /* The original destination is an address nobody listens on and
+         * no subnet admits: the proxy dials what it resolved for the SNI,
+         * not what the client picked. */
+        int c = proxy_start(&pr, "192.0.2.9", u.port);
         uint8_t *hello = client_hello("a.test", &n);
         expect_tunnel(c, &u, hello, n);
         proxy_finish(&pr, c);
@@ -365,7 +365,7 @@ static void test_transparent_tls_with_denied_sni_gets_the_alert_without_dns(void
         pthread_mutex_lock(&lock);
         int before = dns_queries;
         pthread_mutex_unlock(&lock);
-        int c = proxy_start(&pr, "127.0.0.3", 443);
+        int c = proxy_start(&pr, "192.0.2.3", 443);
         uint8_t *hello = client_hello("EVIL.test", &n);
         assert_int_equal(send(c, hello, n, MSG_NOSIGNAL), (ssize_t)n);
         expect_alert(c);
@@ -379,7 +379,7 @@ static void test_transparent_tls_with_denied_sni_gets_the_alert_without_dns(void
 static void test_sni_resolving_to_a_forbidden_address_gets_the_alert(void **state) {
         proxy_run pr;
         size_t n;
-        int c = proxy_start(&pr, "127.0.0.2", 443);
+        int c = proxy_start(&pr, "192.0.2.2", 443);
         uint8_t *hello = client_hello("private.test", &n);
         assert_int_equal(send(c, hello, n, MSG_NOSIGNAL), (ssize_t)n);
         expect_alert(c);
@@ -397,6 +397,85 @@ static void test_host_with_rules_and_no_ca_is_refused(void **state) {
         expect_alert(c);
         proxy_finish(&pr, c);
         assert_string_equal(events.host, "rules.test");
+        free(hello);
+}
+
+/* DESIGN §5.1 rule 4: an address in subnets.allow is admitted whatever
+ * name the connection carries. A transparent connection to one, with an
+ * SNI the policy does not allow, goes to that address, without a lookup
+ * of the name. */
+static void test_transparent_tls_to_an_allowed_subnet_with_a_denied_sni_goes_to_it(void **state) {
+        upstream u;
+        proxy_run pr;
+        size_t n;
+        pthread_mutex_lock(&lock);
+        int before = dns_queries;
+        pthread_mutex_unlock(&lock);
+        upstream_start(&u, "127.0.0.4");
+        int c = proxy_start(&pr, "127.0.0.4", u.port);
+        uint8_t *hello = client_hello("evil.test", &n);
+        expect_tunnel(c, &u, hello, n);
+        proxy_finish(&pr, c);
+        assert_int_equal(events.count, 0);
+        assert_int_equal(dns_queries, before);
+        free(hello);
+}
+
+/* An allowed name whose own addresses are elsewhere: the connection still
+ * goes to the admitted address the client dialled. */
+static void test_transparent_tls_to_an_allowed_subnet_with_an_allowed_sni_goes_to_that_address(void **state) {
+        upstream u;
+        proxy_run pr;
+        size_t n;
+        upstream_start(&u, "127.0.0.4");
+        int c = proxy_start(&pr, "127.0.0.4", u.port);
+        uint8_t *hello = client_hello("a.test", &n); /* a.test resolves to 127.0.0.2 */
+        expect_tunnel(c, &u, hello, n);
+        proxy_finish(&pr, c);
+        assert_int_equal(events.count, 0);
+        free(hello);
+}
+
+/* CONNECT to an admitted address literal, then a ClientHello naming a
+ * host the policy does not allow: tunnelled to the address. */
+static void test_connect_to_an_allowed_subnet_address_then_a_denied_sni_is_tunnelled(void **state) {
+        upstream u;
+        proxy_run pr;
+        char head[1024], req[128];
+        size_t n;
+        upstream_start(&u, "127.0.0.4");
+        int c = proxy_start(&pr, NULL, 0);
+        snprintf(req, sizeof(req), "CONNECT 127.0.0.4:%u HTTP/1.1\r\n\r\n", u.port);
+        send_str(c, req);
+        read_head(c, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        uint8_t *hello = client_hello("evil.test", &n);
+        expect_tunnel(c, &u, hello, n);
+        proxy_finish(&pr, c);
+        assert_int_equal(events.count, 0);
+        free(hello);
+}
+
+/* subnets.deny still beats subnets.allow: the SNI check applies again, and
+ * the name the policy does not allow is refused. */
+static void test_subnet_deny_inside_an_allowed_subnet_still_refuses_a_denied_sni(void **state) {
+        proxy_run pr;
+        size_t n;
+        uint16_t port;
+        int l = listen_on("127.0.0.4", &port);
+        pol_policy *p = policy_from("{\"allow\": [\"a.test\"],"
+                                    " \"subnets\": {\"allow\": [\"127.0.0.0/8\"], \"deny\": [\"127.0.0.4/32\"]}}");
+        env.policy = p;
+        int c = proxy_start(&pr, "127.0.0.4", port);
+        uint8_t *hello = client_hello("evil.test", &n);
+        assert_int_equal(send(c, hello, n, MSG_NOSIGNAL), (ssize_t)n);
+        expect_alert(c);
+        proxy_finish(&pr, c);
+        env.policy = policy;
+        pol_policy_free(p);
+        assert_string_equal(events.reason, "not-allowed");
+        assert_false(upstream_saw_connection(l));
+        close(l);
         free(hello);
 }
 
@@ -420,7 +499,7 @@ static void test_client_hello_split_across_writes_still_yields_the_sni(void **st
         proxy_run pr;
         size_t n;
         upstream_start(&u, "127.0.0.2");
-        int c = proxy_start(&pr, "127.0.0.9", u.port);
+        int c = proxy_start(&pr, "192.0.2.9", u.port);
         uint8_t *hello = client_hello("a.test", &n);
         size_t record = 5 + (size_t)(hello[3] << 8 | hello[4]);
         assert_int_equal(record, n);
@@ -855,6 +934,10 @@ int main(void) {
                 cmocka_unit_test(test_transparent_tls_with_denied_sni_gets_the_alert_without_dns),
                 cmocka_unit_test(test_sni_resolving_to_a_forbidden_address_gets_the_alert),
                 cmocka_unit_test(test_host_with_rules_and_no_ca_is_refused),
+                cmocka_unit_test(test_transparent_tls_to_an_allowed_subnet_with_a_denied_sni_goes_to_it),
+                cmocka_unit_test(test_transparent_tls_to_an_allowed_subnet_with_an_allowed_sni_goes_to_that_address),
+                cmocka_unit_test(test_connect_to_an_allowed_subnet_address_then_a_denied_sni_is_tunnelled),
+                cmocka_unit_test(test_subnet_deny_inside_an_allowed_subnet_still_refuses_a_denied_sni),
                 cmocka_unit_test(test_client_hello_split_across_writes_still_yields_the_sni),
                 cmocka_unit_test(test_connect_to_allowed_host_tunnels_tls),
                 cmocka_unit_test(test_connect_host_is_normalised),
