@@ -185,8 +185,9 @@ static void test_ip_literal_question_is_judged_as_an_address(void **state) {
                 ldns_pkt *r = reply_to(p, loopbacks[i], LDNS_RR_TYPE_A, true, &res);
                 assert_int_equal(ldns_pkt_get_rcode(r), LDNS_RCODE_NXDOMAIN);
                 assert_int_equal(ede_of(r, text, sizeof(text)), 15);
-                assert_int_equal(res.verdict.layer, POL_LAYER_FORBIDDEN);
-                assert_non_null(strstr(text, i < 3 ? "127.0.0.1 is loopback" : "169.254.169.254 is link-local"));
+                assert_int_equal(res.verdict.layer, i < 3 ? POL_LAYER_NEVER : POL_LAYER_FORBIDDEN);
+                assert_non_null(strstr(text, i < 3 ? "127.0.0.1 is the host itself (127.0.0.0/8"
+                                                   : "169.254.169.254 is link-local"));
                 ldns_pkt_free(r);
                 pol_dns_result_done(&res);
         }
