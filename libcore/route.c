@@ -130,7 +130,31 @@ int core_addr_monitor_open(void) {
         return r;
 }
 
-int core_addr_monitor_drain(int fd) {
+/* The address of one RTM_NEWADDR / RTM_DELADDR: IFA_LOCAL when present
+ * (the interface's own address on point-to-point links), else IFA_ADDRESS. */
+static bool ifaddr_of(const struct nlmsghdr *h, int *ret_family, const void **ret_addr) {
+        if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct ifaddrmsg)))
+                return false;
+        const struct ifaddrmsg *ifa = mnl_nlmsg_get_payload(h);
+        const void *local = NULL, *address = NULL;
+        size_t want = ifa->ifa_family == AF_INET ? 4 : ifa->ifa_family == AF_INET6 ? 16 : 0;
+        const struct nlattr *attr;
+        if (!want)
+                return false;
+        mnl_attr_for_each(attr, h, sizeof(*ifa)) {
+                if (mnl_attr_get_payload_len(attr) != want)
+                        continue;
+                if (mnl_attr_get_type(attr) == IFA_LOCAL)
+                        local = mnl_attr_get_payload(attr);
+                else if (mnl_attr_get_type(attr) == IFA_ADDRESS)
+                        address = mnl_attr_get_payload(attr);
+        }
+        *ret_family = ifa->ifa_family;
+        *ret_addr = local ? local : address;
+        return *ret_addr != NULL;
+}
+
+int core_addr_monitor_drain(int fd, bool (*ignore)(int family, const void *addr, void *userdata), void *userdata) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         int changed = 0;
         for (;;) {
@@ -139,16 +163,24 @@ int core_addr_monitor_drain(int fd) {
                         continue;
                 if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
                         return changed;
-                if (n < 0 && errno == ENOBUFS)
-                        return 1; /* overrun: changes were lost, so assume one */
+                if (n < 0 && errno == ENOBUFS) {
+                        changed = 1; /* overrun: changes were lost, so assume one */
+                        continue;
+                }
                 if (n < 0)
                         return negative_errno();
                 if (n == 0)
                         return changed;
                 int left = (int)n;
                 for (const struct nlmsghdr *h = (const struct nlmsghdr *)buf; mnl_nlmsg_ok(h, left);
-                     h = mnl_nlmsg_next(h, &left))
-                        if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR)
-                                changed = 1;
+                     h = mnl_nlmsg_next(h, &left)) {
+                        int family;
+                        const void *addr;
+                        if (h->nlmsg_type != RTM_NEWADDR && h->nlmsg_type != RTM_DELADDR)
+                                continue;
+                        if (ignore && ifaddr_of(h, &family, &addr) && ignore(family, addr, userdata))
+                                continue;
+                        changed = 1;
+                }
         }
 }

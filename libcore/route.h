@@ -33,7 +33,9 @@ const char *core_route_type_to_string(unsigned type);
 int core_addr_monitor_open(void);
 
 /* Reads every pending message of a monitor fd without blocking. Returns 1
- * when at least one was an address change (RTM_NEWADDR / RTM_DELADDR, or
- * an overrun, after which the caller must assume a change), 0 when none,
- * or a negative errno. */
-int core_addr_monitor_drain(int fd);
+ * when at least one was an address change (RTM_NEWADDR / RTM_DELADDR) that
+ * `ignore` (may be NULL) did not dismiss, or the socket overran (changes
+ * were lost: the caller must assume one); 0 when none; or a negative
+ * errno. `ignore` gets the family and the address (4 or 16 bytes, network
+ * order) of each change. */
+int core_addr_monitor_drain(int fd, bool (*ignore)(int family, const void *addr, void *userdata), void *userdata);
