@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 
 import world as W
-from common import expect, expect_eq, poll, sandbox, sh
+from common import expect, expect_eq, get, poll, sandbox, sh
 
 CONNECT = r'''
 import errno, json, socket, sys, time
@@ -162,3 +162,56 @@ def test_update_leaves_no_pin_of_the_old_policy_under_a_dns_flood(world):
                 expect("result" in r, "update back %d:" % i, r)
         finally:
             sh(world, name, "touch /tmp/flood.stop")
+
+
+# Sends UDP to the metadata address as fast as the kernel takes it, until
+# STOP exists: every packet is denied (and would be logged).
+UDP_FLOOD = r'''
+import os, socket, sys, time
+stop = sys.argv[1]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end = time.monotonic() + 120
+n = 0
+while not os.path.exists(stop) and time.monotonic() < end:
+    try:
+        s.sendto(b"x", ("169.254.169.254", 9))
+    except OSError:
+        pass
+    n += 1
+'''
+
+
+def test_one_sandbox_flooding_denials_hides_none_of_another_sandboxs(world):
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "flooder", "--allow-all") as a, sandbox(world, "victim", "--policy", pol) as c:
+        world.ctl("exec", "--detach", a, "--", "python3", "-c", UDP_FLOOD, "/tmp/udp.stop", check=True)
+        conn = world.daemon.connect(30)
+        try:
+            # The flood is on once the flooder's own counter runs past what
+            # one bucket's burst would allow.
+            start = get(world, a)[0]["denials"]
+            poll(lambda: get(world, a)[0]["denials"] > start + 150, 20, "the flood's denials to be counted")
+            r = conn.call("events.subscribe", {"sandbox": c, "kinds": ["denied"]}, 30)
+            expect("result" in r, "subscribe:", r)
+            before = get(world, c)[0]["denials"]
+            ports = list(range(W.LISTEN_PORT + 1, W.LISTEN_PORT + 21))
+            for p in ports:
+                got = _connect(world, c, W.PUB_OTHER_ADDR, p)
+                expect(not got["ok"], "the victim's connect to port %d:" % p, got)
+            seen = set()
+
+            def note_port(n):
+                q = n.get("params", {})
+                if n.get("method") == "event" and q.get("layer") == "nftables" and q.get("sandbox") == c:
+                    seen.add(q.get("port"))
+                return set(ports) <= seen
+            try:
+                conn.wait_note(note_port, 10)
+            except TimeoutError:
+                pass
+            expect_eq(sorted(set(ports) - seen), [], "the victim's denials with no event during the flood")
+            expect(get(world, c)[0]["denials"] >= before + len(ports), "the victim's counter:",
+                   get(world, c)[0]["denials"], before)
+        finally:
+            conn.close()
+            sh(world, a, "touch /tmp/udp.stop")
