@@ -116,6 +116,7 @@ int core_net_monitor_read(int fd);
 #define CORE_NFT_SESSIONS_INPUT_MAP "sessions_input" /* input: ifname : jump only */
 #define CORE_NFT_DENY_CHAIN "deny"            /* limited nflog, then tcp reset, else icmpx admin-prohibited */
 #define CORE_NFT_PROXIED_SET "proxied"        /* ifname: TCP 80/443 redirected to the egress proxy */
+#define CORE_NFT_LOGRATE_SET "lograte"        /* ifname meter: one NFLOG rate bucket per input interface */
 /* The egress proxy's port on each gateway (policy/proxy.h POL_PROXY_PORT;
  * libcore cannot include policy/, so nftgen.c checks the two agree). */
 #define CORE_NFT_PROXY_PORT 3128

@@ -4,14 +4,20 @@
  *
  * The table's shared `deny` chain (libcore/nft.c), which every session
  * denial and every host-protection rule ends in, starts with
- *     limit rate CORE_NFLOG_RATE/second burst CORE_NFLOG_BURST packets
+ *     add @lograte { iifname limit rate CORE_NFLOG_RATE/second
+ *                    burst CORE_NFLOG_BURST packets }
  *         log prefix CORE_NFLOG_PREFIX group CORE_NFLOG_GROUP
  *         snaplen CORE_NFLOG_SNAPLEN
- * before its rejects: the limit applies to the log rule only, so a flood
- * from a sandbox costs the daemon at most that many reports per second
- * (for the whole table, all sandboxes together) while every packet is
- * still rejected. Reports beyond the limit are not made at all; counters
- * built on them are a lower bound under a flood.
+ * before its rejects: `lograte` is a meter (a dynamic set keyed by the
+ * input interface name) that gives every interface its own token bucket,
+ * so each sandbox (its veth "sbx<n>") has its own rate and a flood from one
+ * never hides another's denials; the host's own packets (output chain, no
+ * input interface) share the bucket of the empty name. The limit applies
+ * to the log rule only, so a flood from a sandbox costs the daemon at most
+ * that many reports per second per sandbox while every packet is still
+ * rejected; the per-packet cost is one hash lookup whatever the number of
+ * sandboxes. Reports beyond the limit are not made at all; a flooding
+ * sandbox's own counters are a lower bound.
  *
  * NFLOG groups belong to a network namespace: open the group in the
  * namespace that holds the table and the "sbx<n>" veths. */
@@ -24,7 +30,7 @@
 
 #define CORE_NFLOG_GROUP 4242           /* nfnetlink_log group of the deny chain */
 #define CORE_NFLOG_SNAPLEN 64           /* bytes of each packet copied: the headers */
-#define CORE_NFLOG_RATE 50              /* reports per second, whole table */
+#define CORE_NFLOG_RATE 50              /* reports per second, per input interface */
 #define CORE_NFLOG_BURST 100            /* packets above the rate in one burst */
 #define CORE_NFLOG_PREFIX "sandboxd deny" /* log prefix of the deny chain */
 

@@ -232,8 +232,9 @@ static const host_rule host_rules[] = {
         /* Log first, then reject. The limit belongs to the log rule alone:
          * over the rate the rule just does not match and the rejects below
          * still answer every packet, so a flood costs the daemon at most
-         * CORE_NFLOG_RATE reports a second for the whole table (one rule,
-         * one token bucket) and never lets a packet through. */
+         * CORE_NFLOG_RATE reports a second per input interface (one token
+         * bucket per sandbox, in the `lograte` meter: a flooding sandbox
+         * cannot hide another's denials) and never lets a packet through. */
         { CORE_NFT_DENY_CHAIN, "deny: limit log to nflog",
           IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_LOG },
         { CORE_NFT_DENY_CHAIN, "deny: tcp reject with tcp reset",
@@ -375,7 +376,7 @@ static int add_icmp6_types(struct nftnl_rule *r, uint8_t lo, uint8_t hi) {
  * CORE_NFLOG_SNAPLEN`: headers only, enough for the addresses and ports a
  * report carries (libcore/nflog.c), not the payload a sandbox sent. */
 static int add_limited_log(struct nftnl_rule *r) {
-        struct nftnl_expr *e = nftnl_expr_alloc("limit");
+        struct nftnl_expr *e = nftnl_expr_alloc("limit"), *d;
         int ret;
         if (e) {
                 nftnl_expr_set_u64(e, NFTNL_EXPR_LIMIT_RATE, CORE_NFLOG_RATE);
@@ -384,7 +385,29 @@ static int add_limited_log(struct nftnl_rule *r) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LIMIT_TYPE, NFT_LIMIT_PKTS);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LIMIT_FLAGS, 0);
         }
-        if ((ret = add_expr(r, e)) < 0)
+        if (!e)
+                return -ENOMEM;
+        /* `add @lograte { iifname limit ... }`: the limit lives in the
+         * meter's element for the packet's input interface (one bucket per
+         * sandbox); over the rate it breaks the rule, so the log below is
+         * skipped and the rejects that follow still answer. */
+        if ((ret = add_meta(r, NFT_META_IIFNAME)) < 0) {
+                nftnl_expr_free(e);
+                return ret;
+        }
+        if (!(d = nftnl_expr_alloc("dynset"))) {
+                nftnl_expr_free(e);
+                return -ENOMEM;
+        }
+        nftnl_expr_set_u32(d, NFTNL_EXPR_DYNSET_SREG_KEY, NFT_REG_1);
+        nftnl_expr_set_u32(d, NFTNL_EXPR_DYNSET_OP, NFT_DYNSET_OP_ADD);
+        if (nftnl_expr_set_str(d, NFTNL_EXPR_DYNSET_SET_NAME, CORE_NFT_LOGRATE_SET) < 0) {
+                nftnl_expr_free(e);
+                nftnl_expr_free(d);
+                return -ENOMEM;
+        }
+        nftnl_expr_set(d, NFTNL_EXPR_DYNSET_EXPR, e, 0); /* d owns e from here */
+        if ((ret = add_expr(r, d)) < 0)
                 return ret;
         if ((e = nftnl_expr_alloc("log"))) {
                 nftnl_expr_set_u16(e, NFTNL_EXPR_LOG_GROUP, CORE_NFLOG_GROUP);
@@ -809,6 +832,35 @@ static int batch_chain(core_nft_batch *bt, const host_chain *hc) {
         return core_nft_batch_commit(bt);
 }
 
+/* The meter behind the deny chain's log rule (add_limited_log): `set
+ * lograte { type ifname; flags dynamic; size 65536; }`, an element per input
+ * interface, each holding its own limit. Bounded: interface names in this
+ * namespace are far fewer. */
+static int batch_meter(core_nft_batch *bt) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
+        _cleanup_(nftnl_udata_buf_freep) struct nftnl_udata_buf *ud = nftnl_udata_buf_alloc(64);
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "set '%s'", CORE_NFT_LOGRATE_SET);
+        if (!s || !ud || !buf)
+                return -ENOMEM;
+        if (!nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_KEYBYTEORDER, 1) ||
+            nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud)) < 0)
+                return -ENOMEM;
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+        if (nftnl_set_set_str(s, NFTNL_SET_TABLE, TABLE_NAME) < 0 ||
+            nftnl_set_set_str(s, NFTNL_SET_NAME, CORE_NFT_LOGRATE_SET) < 0)
+                return -ENOMEM;
+        nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_EVAL);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_IFNAME);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, IFNAMSIZ);
+        nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, 65536);
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSET, NFPROTO_INET,
+                                                     NLM_F_CREATE | NLM_F_ACK, seq);
+        nftnl_set_nlmsg_build_payload(nlh, s);
+        return core_nft_batch_commit(bt);
+}
+
 /* A map from interface name to verdict (`type ifname : verdict`), or with
  * is_map false a plain set of interface names (`type ifname`). */
 static int batch_map(core_nft_batch *bt, const char *name, bool is_map) {
@@ -885,6 +937,8 @@ static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
         for (size_t i = 0; i < ELEMENTSOF(host_sets); i++)
                 if ((r = batch_map(bt, host_sets[i], false)) < 0)
                         return r;
+        if ((r = batch_meter(bt)) < 0)
+                return r;
         for (size_t i = 0; i < ELEMENTSOF(host_rules); i++)
                 if ((r = batch_rule(bt, &host_rules[i], pool)) < 0)
                         return r;
@@ -958,8 +1012,10 @@ static int host_table_intact(struct mnl_socket *nl) {
         mnl_attr_put_strz(nlh, NFTA_TABLE_NAME, TABLE_NAME);
         if ((r = nl_get_count(nl, nlh, &n)) < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(host_maps) + ELEMENTSOF(host_sets); i++) {
-                const char *name = i < ELEMENTSOF(host_maps) ? host_maps[i] : host_sets[i - ELEMENTSOF(host_maps)];
+        for (size_t i = 0; i < ELEMENTSOF(host_maps) + ELEMENTSOF(host_sets) + 1; i++) {
+                const char *name = i < ELEMENTSOF(host_maps)                         ? host_maps[i]
+                                   : i < ELEMENTSOF(host_maps) + ELEMENTSOF(host_sets) ? host_sets[i - ELEMENTSOF(host_maps)]
+                                                                                      : CORE_NFT_LOGRATE_SET;
                 nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFPROTO_INET, NLM_F_ACK, seq++);
                 mnl_attr_put_strz(nlh, NFTA_SET_TABLE, TABLE_NAME);
                 mnl_attr_put_strz(nlh, NFTA_SET_NAME, name);

@@ -943,7 +943,8 @@ static int up_open(conn *c, const pol_proxy_target *to, bool tls, char *why, siz
         int r, fd;
         up_close(&c->up);
         if ((r = fd = pol_proxy_dial(to, c->env->io_timeout_ms)) < 0) {
-                snprintf(why, why_size, "could not connect to %s port %u: %s", to->host, to->port, strerror(-r));
+                snprintf(why, why_size, "could not connect to %s port %u: %s", to->host, to->port,
+                         r == -EACCES ? POL_PROXY_LOCAL_REFUSED : strerror(-r));
                 return r;
         }
         c->up.s.fd = fd;

@@ -624,6 +624,27 @@ static bool range_opened(const pol_policy *p, const pol_cidr *row, const pol_add
 
 typedef enum addr_result { ADDR_DENY, ADDR_ALLOW, ADDR_UNDECIDED } addr_result;
 
+/* Addresses that always mean the local host, whatever host it is (DESIGN
+ * §5.1 rule 5, docs/SECURITY.md §3.8): on Linux a connect() to any of them
+ * from the host's network namespace, where netd's proxy dials, reaches the
+ * host's own listeners. They belong to the never list of every caller, so
+ * no subnets.allow entry (which can open a forbidden range it names) opens
+ * them: 0.0.0.0/8 ("this host on this network", RFC 1122 §3.2.1.3; Linux
+ * treats 0.0.0.0 as the local host), all of 127.0.0.0/8 (RFC 1122
+ * §3.2.1.3), :: and ::1 (RFC 4291 §2.5.2, §2.5.3). The IPv4-mapped and
+ * -compatible forms are unwrapped by check_addr and meet the IPv4 rows. */
+static const char *const host_never_text[] = { "0.0.0.0/8", "127.0.0.0/8", "::/128", "::1/128" };
+static pol_cidr host_never[ELEMENTSOF(host_never_text)];
+static pthread_once_t host_never_once = PTHREAD_ONCE_INIT;
+
+static void host_never_init(void) {
+        for (size_t i = 0; i < ELEMENTSOF(host_never_text); i++) {
+                char *why = NULL;
+                (void)pol_cidr_parse(host_never_text[i], &host_never[i], &why); /* constant; unit-tested */
+                free(why);
+        }
+}
+
 /* Rules 4-5 for one address, judged as written and as its embedded IPv4
  * address (cand[0], cand[1]): deny-all, never-list, subnets.deny, forbidden
  * ranges, subnets.allow, allow-all. UNDECIDED: a custom policy's subnets say
@@ -640,6 +661,12 @@ static addr_result check_addr(const pol_policy *p, const pol_addr *a, const pol_
         pol_addr_format(a, s, sizeof(s));
         if (mode_of(p) == POL_MODE_DENY_ALL)
                 return verdict(v, false, POL_LAYER_MODE, -1, "deny-all"), ADDR_DENY;
+        pthread_once(&host_never_once, host_never_init);
+        for (size_t k = 0; k < n; k++)
+                if ((i = find_cidr(host_never, ELEMENTSOF(host_never), &cand[k])) >= 0)
+                        return verdict(v, false, POL_LAYER_NEVER, -1, "%s is the host itself (%s; no policy opens it)", s,
+                                       host_never_text[i]),
+                               ADDR_DENY;
         for (size_t k = 0; k < n; k++)
                 if ((i = find_cidr(never, never ? n_never : 0, &cand[k])) >= 0)
                         return verdict(v, false, POL_LAYER_NEVER, i, "%s is in %s (the host or another sandbox)", s,

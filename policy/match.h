@@ -233,7 +233,9 @@ bool pol_check_port(const pol_policy *p, int l4proto, uint16_t port, bool subnet
 
 /* Judges a connection to address `a`. `never`/`n_never` are CIDRs that are
  * never reachable whatever the policy says (the host's own addresses, other
- * sandboxes); may be NULL/0. Order: deny-all; never-list; subnets.deny (deny
+ * sandboxes); may be NULL/0. Order: deny-all; the built-in never list of
+ * addresses that always mean the local host (0.0.0.0/8, 127.0.0.0/8, ::,
+ * ::1; layer "never", whatever the caller passes); never-list; subnets.deny (deny
  * beats every allow); the forbidden table (opened only by a subnets.allow
  * CIDR that lies inside the forbidden range, i.e. names it); subnets.allow;
  * allow-all; otherwise denied (a custom policy denies what it does not

@@ -191,7 +191,8 @@ static int cmp_u64(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
-/* The IPv4 addresses the forbidden-range table keeps unreachable under p
+/* The IPv4 addresses the forbidden-range table and match.c's built-in
+ * never list keep unreachable under p
  * (rule 5 as pol_check_address applies it, subnets.deny aside since deny4
  * comes first). The verdict is constant between consecutive boundaries of
  * the table's rows and of the allow CIDRs, so one check per such piece,
@@ -230,7 +231,10 @@ static int forbidden_ranges(const pol_policy *p, ranges *out) {
                 uint32_t be = htonl((uint32_t) b[i]);
                 pol_verdict v;
                 memcpy(a.bytes, &be, 4);
-                if (!pol_check_address(&q, &a, NULL, 0, &v) && v.layer == POL_LAYER_FORBIDDEN &&
+                /* NEVER: the built-in host rows (0.0.0.0/8, 127.0.0.0/8),
+                 * which no subnets.allow opens, match.c's verdict too. */
+                if (!pol_check_address(&q, &a, NULL, 0, &v) &&
+                    (v.layer == POL_LAYER_FORBIDDEN || v.layer == POL_LAYER_NEVER) &&
                     ranges_add(out, (uint32_t) b[i], (uint32_t) end) < 0)
                         return -ENOMEM;
         }

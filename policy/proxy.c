@@ -31,6 +31,7 @@
 #include <openssl/ssl.h>
 #include <openssl/tls1.h>
 #include "libcore/macro.h"
+#include "libcore/route.h"
 #include "libcore/util.h"
 #include "policy/proxy.h"
 #include "policy/tls-internal.h"
@@ -562,9 +563,22 @@ static int dial_one(const pol_addr *a, uint16_t port, int timeout_ms) {
         return TAKE_FD(fd);
 }
 
+/* The last check before a connect(): the proxy dials from the host's
+ * network namespace, so an address the kernel delivers locally (any of the
+ * host's addresses, whenever it was added; 0.0.0.0 and 127.0.0.0/8; a
+ * broadcast) would reach the host's own listeners. Only an address whose
+ * route is RTN_UNICAST is dialled; anything else, or a kernel that cannot
+ * be asked, is -EACCES (fail closed). */
+static int dial_allowed(const pol_addr *a) {
+        int r = core_route_is_unicast(a->family, a->bytes, NULL);
+        return r > 0 ? 0 : -EACCES;
+}
+
 int pol_proxy_dial(const pol_proxy_target *t, int timeout_ms) {
         int r = -EHOSTUNREACH;
         for (size_t i = 0; i < t->n_addrs; i++) {
+                if ((r = dial_allowed(&t->addrs[i])) < 0)
+                        continue;
                 r = dial_one(&t->addrs[i], t->port, timeout_ms);
                 if (r >= 0)
                         return r;
@@ -667,7 +681,8 @@ static void splice_to_target(conn *c) {
         _cleanup_close_ int up = dial(c->env, &c->t);
         if (up < 0) {
                 report(c, c->t.host, c->port, "upstream-unreachable", &c->t.verdict,
-                       "cannot connect to %s:%u: %s", c->t.host, c->port, strerror(-up));
+                       "cannot connect to %s:%u: %s", c->t.host, c->port,
+                       up == -EACCES ? POL_PROXY_LOCAL_REFUSED : strerror(-up));
                 return;
         }
         (void)tunnel(c->client.fd, up);

@@ -185,9 +185,15 @@ void pol_proxy_serve(const pol_proxy_env *env, int client_fd, const struct socka
 
 /* Connects to t->addrs in order on t->port, each with a connect timeout of
  * timeout_ms; the first that answers wins. The socket is blocking, with
- * timeout_ms as SO_RCVTIMEO/SO_SNDTIMEO, and TCP_NODELAY. Returns the fd
+ * timeout_ms as SO_RCVTIMEO/SO_SNDTIMEO, and TCP_NODELAY. Before each
+ * connect the kernel is asked how it routes the address
+ * (core_route_is_unicast, RTM_GETROUTE): only RTN_UNICAST is dialled, so an
+ * address of the host itself (local, broadcast, multicast, no route; also
+ * one added after the policy was judged) is never reached whatever the
+ * policy said; such an address fails with -EACCES. Returns the fd
  * (O_CLOEXEC, caller closes) or the last negative errno (-EHOSTUNREACH
  * when there is no address). */
+#define POL_PROXY_LOCAL_REFUSED "the address is the host itself, which no sandbox may reach"
 int pol_proxy_dial(const pol_proxy_target *t, int timeout_ms);
 
 /* Resolves `name` through env->resolver (A records; AAAA when the host has

@@ -156,6 +156,9 @@ struct session {
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
+        /* Bumped by every policy update; netd stamps each pin with the
+         * generation it judged it under, and only current ones are pinned. */
+        uint64_t policy_generation;
         /* The host runtime version its overlay stands on ("" on another
          * runtime): kept on disk while the session lives (runtime.c). */
         char runtime_version[CORE_RUNTIME_VERSION_LEN + 1];
@@ -247,6 +250,8 @@ struct manager {
         sd_event_source *nft_monitor_src;
         int nflog;                /* denied packets (core_nflog_open), or -EBADF */
         sd_event_source *nflog_src;
+        int addr_monitor;         /* rtnetlink address changes (core_addr_monitor_open) */
+        sd_event_source *addr_monitor_src;
         int netns_lock_fd;        /* core_net_lock_namespace(), held for life */
         int state_lock_fd;        /* flock on <state dir>/sandboxd.lock */
         core_net_pool pool;
@@ -383,6 +388,14 @@ void session_proxy_env(const sandbox *sb, cJSON *env);
 /* Re-applies every running session's nftables objects (after the host
  * table was re-installed). */
 void sessions_reapply_rules(manager *m);
+/* The host's addresses changed: every running netd is reloaded with the
+ * current never list (same policy, same generation); one that fails to
+ * take it is killed, and supervision restarts it on the current list. */
+void sessions_push_never_list(manager *m);
+/* Whether a pin line's "generation" member is the session's current
+ * policy generation: anything else (older, missing, not a number) was not
+ * judged under the policy in force and must not be pinned. */
+bool pin_generation_current(const session *s, const cJSON *generation);
 /* Called by agent.c when sandbox-init has exited. */
 void session_ended(session *s, int status);
 void start_teardown(sandbox *sb, session *s, bool remove_files);

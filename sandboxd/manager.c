@@ -13,6 +13,7 @@
 #include "libcore/container.h"
 #include "libcore/nflog.h"
 #include "libcore/log.h"
+#include "libcore/route.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/limits.h"
@@ -131,6 +132,30 @@ static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err)
                 return sb_error_set(ret_err, -EINVAL, NULL, "networkPool",
                                     "networkPool: '%s' has host bits set", text);
         pool->prefix = prefix;
+        return 0;
+}
+
+/* The host sides of the veths are in the pool, which the never list holds
+ * whole: adding one (every session start) changes nothing. */
+static bool addr_in_pool(int family, const void *addr, void *userdata) {
+        const manager *m = userdata;
+        uint32_t a, mask = htonl(~0U << (32 - m->pool.prefix));
+        if (family != AF_INET)
+                return false;
+        memcpy(&a, addr, 4);
+        return (a & mask) == m->pool.base.s_addr;
+}
+
+/* An address of the host was added or removed: every running netd gets
+ * the never list as it is now (the proxy also asks the kernel before each
+ * dial, core_route_is_unicast, so this is the second of two guards). */
+static int on_addr_event(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        manager *m = userdata;
+        int r = core_addr_monitor_drain(fd, addr_in_pool, m);
+        if (r < 0)
+                log_warning_errno(r, "host address monitor: %m");
+        if (r != 0)
+                sessions_push_never_list(m);
         return 0;
 }
 
@@ -446,6 +471,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         m->cfg = cfg;
         m->init_memfd = -EBADF;
         m->nft_monitor = -EBADF;
+        m->addr_monitor = -EBADF;
         m->nflog = -EBADF;
         m->state_lock_fd = -EBADF;
         m->started_ms = core_now_ms();
@@ -563,6 +589,16 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 sb_error_set(ret_err, r, NULL, NULL, "watch NFLOG: %s", strerror(-r));
                 goto fail;
         }
+        /* The never list follows the host's addresses while sessions run. */
+        if ((r = core_addr_monitor_open()) < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "watch the host's addresses: %s", strerror(-r));
+                goto fail;
+        }
+        m->addr_monitor = r;
+        if ((r = sd_event_add_io(event, &m->addr_monitor_src, m->addr_monitor, EPOLLIN, on_addr_event, m)) < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "watch the host's addresses: %s", strerror(-r));
+                goto fail;
+        }
         /* Before adoption: every helper the last daemon started is ended
          * (adopted sessions get new ones), so none holds a gateway port. */
         r = restore_helpers_sweep(cfg->run_dir);
@@ -618,6 +654,9 @@ void manager_free(manager *m) {
         sd_event_source_disable_unref(m->nft_monitor_src);
         if (m->nft_monitor >= 0)
                 close(m->nft_monitor);
+        sd_event_source_disable_unref(m->addr_monitor_src);
+        if (m->addr_monitor >= 0)
+                close(m->addr_monitor);
         free(m->netd_path);
         free(m->layers_dir);
         free(m->snapshots_dir);

@@ -505,15 +505,44 @@ static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char
         return a;
 }
 
-/* Starts sandbox-netd for policy p: the DNS filter on gateway:53 and the
+/* What netd's policy file holds (policy/netd/main.c): the policy, the
+ * never list as it is now (the host's addresses are read afresh each time,
+ * so every start and every reload carries the current list) and the
+ * policy generation its pins must carry. NULL when out of memory. */
+static char *netd_policy_text(manager *m, const pol_policy *p, uint64_t generation) {
+        _cleanup_free_ pol_cidr *never = NULL;
+        size_t n_never = 0;
+        if (manager_never_list(m, &never, &n_never) < 0)
+                return NULL;
+        cJSON *doc = cJSON_CreateObject(), *pol = pol_policy_to_json(p, false), *list = cJSON_CreateArray();
+        char *text = NULL;
+        if (doc && pol && list) {
+                cJSON_AddItemToObject(doc, "networkPolicy", pol);
+                pol = NULL;
+                for (size_t i = 0; i < n_never; i++) {
+                        char c[64];
+                        cJSON_AddItemToArray(list, cJSON_CreateString(pol_cidr_format(&never[i], c, sizeof(c))));
+                }
+                cJSON_AddItemToObject(doc, "never", list);
+                list = NULL;
+                cJSON_AddNumberToObject(doc, "generation", (double)generation);
+                text = cJSON_PrintUnformatted(doc);
+        }
+        cJSON_Delete(doc);
+        cJSON_Delete(pol);
+        cJSON_Delete(list);
+        return text;
+}
+
+/* Starts sandbox-netd for policy p (pins stamped with `generation`): the DNS filter on gateway:53 and the
  * egress proxy on gateway:POL_PROXY_PORT, and waits (bounded) for its
  * ready line. Its stdout (pins and denials, one JSON object a line) is
  * returned in *ret_out. It runs in the child cgroup CORE_CGROUP_NETD of
  * the session's `cg` (NULL: left where it is). Blocking: a worker thread,
  * or the loop for a live update. */
 static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_ca, const pol_policy *p,
-                      struct in_addr gateway, pid_t *ret_pid, int *ret_out, int *ret_in,
-                      sb_error **ret_err) {
+                      uint64_t generation,
+                      struct in_addr gateway, pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
         const char *run_dir = sb->run_dir;
         char gw[INET_ADDRSTRLEN], listen_arg[64], proxy_arg[64], upstream[300];
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
@@ -524,10 +553,7 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         if (upstream_resolver(upstream, sizeof(upstream)) < 0)
                 return sb_error_set(ret_err, -ENOENT, NULL, NULL, "DNS filter: no nameserver in /etc/resolv.conf");
-        _cleanup_free_ char *path = NULL, *text = NULL;
-        cJSON *doc = pol_policy_to_json(p, false);
-        text = doc ? cJSON_PrintUnformatted(doc) : NULL;
-        cJSON_Delete(doc);
+        _cleanup_free_ char *path = NULL, *text = netd_policy_text(m, p, generation);
         if (!text || asprintf(&path, "%s/policy.json", run_dir) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         int r = core_mkdir_p(run_dir, 0700);
@@ -535,12 +561,11 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
                 r = core_write_file_replace(path, text, strlen(text), 0600);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "DNS filter: write %s: %s", path, strerror(-r));
-        _cleanup_free_ pol_cidr *never = NULL;
-        size_t n_never = 0;
-        manager_never_list(m, &never, &n_never);
-        char **argv = calloc(25 + 2 * n_never, sizeof(char *));
-        char (*cidrs)[64] = calloc(n_never + 1, 64);
+        /* The never list travels in the policy file (netd_policy_text). */
+        char **argv = calloc(25, sizeof(char *));
         size_t a = 0;
+        if (!argv)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         argv[a++] = (char *)"sandbox-netd";
         argv[a++] = (char *)"--listen";
         argv[a++] = listen_arg;
@@ -550,15 +575,9 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
         argv[a++] = path;
         argv[a++] = (char *)"--ack";
         a += netd_proxy_args(sb, with_ca, argv + a, proxy_arg, cert, key);
-        for (size_t i = 0; i < n_never; i++) {
-                pol_cidr_format(&never[i], cidrs[i], 64);
-                argv[a++] = (char *)"--never";
-                argv[a++] = cidrs[i];
-        }
         int out = -EBADF, in = -EBADF;
         r = core_spawn_helper(m->netd_path, argv, &out, &in, ret_pid, ret_err);
         free(argv);
-        free(cidrs);
         if (r < 0)
                 return sb_error_prefix(ret_err, "DNS filter");
         /* First of all: a daemon killed from here on leaves a record by
@@ -646,6 +665,11 @@ static void proxy_denial(sandbox *sb, cJSON *o, const char *host) {
         events_emit(sb->m, EVENT_DENIED, sb->name, f);
 }
 
+bool pin_generation_current(const session *s, const cJSON *generation) {
+        return cJSON_IsNumber(generation) && generation->valuedouble >= 0 &&
+               (uint64_t)generation->valuedouble == s->policy_generation;
+}
+
 /* One line from sandbox-netd: pin the address before netd releases the
  * answer (it waits for us to read the next line), or record a denial. */
 static void netd_line(session *s, const char *line) {
@@ -665,9 +689,16 @@ static void netd_line(session *s, const char *line) {
                 struct in_addr a;
                 cJSON *ttl = cJSON_GetObjectItem(o, "ttl");
                 _cleanup_error_ sb_error *err = NULL;
-                bool ok = inet_pton(AF_INET, pin, &a) == 1 &&
+                /* A pin judged under a policy this session no longer has
+                 * (its line was still in flight when sandbox.update
+                 * replaced it) is refused, never added: netd answers
+                 * SERVFAIL and the client asks again, under the new one. */
+                bool current = pin_generation_current(s, cJSON_GetObjectItem(o, "generation"));
+                bool ok = current && inet_pton(AF_INET, pin, &a) == 1 &&
                           pol_nft_pin(ifname, a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
-                if (!ok)
+                if (!current)
+                        log_debug("sandbox '%s': pin %s judged under a replaced policy: refused", sb->name, pin);
+                else if (!ok)
                         log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "not an IPv4 address");
                 else
                         pins_record(&s->pins, a, cJSON_GetStringValue(cJSON_GetObjectItem(o, "name")),
@@ -739,10 +770,7 @@ static int on_netd_output(sd_event_source *src, int fd, uint32_t revents, void *
 static int netd_reload(session *s, const pol_policy *p) {
         if (s->netd_pid <= 0 || s->netd_out < 0)
                 return -ESRCH;
-        _cleanup_free_ char *path = NULL, *text = NULL;
-        cJSON *doc = pol_policy_to_json(p, false);
-        text = doc ? cJSON_PrintUnformatted(doc) : NULL;
-        cJSON_Delete(doc);
+        _cleanup_free_ char *path = NULL, *text = netd_policy_text(s->sb->m, p, s->policy_generation);
         if (!text || asprintf(&path, "%s/policy.json", s->sb->run_dir) < 0)
                 return -ENOMEM;
         _cleanup_close_ int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
@@ -797,8 +825,8 @@ static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
         if (s->stopping || s->netd_pid > 0 || s->net_slot < 0 || !sb->pol || sb->pol->mode != POL_MODE_CUSTOM)
                 return 0;
         _cleanup_error_ sb_error *err = NULL;
-        int r = netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out, &s->netd_in,
-                           &err);
+        int r = netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, &s->netd_pid,
+                           &s->netd_out, &s->netd_in, &err);
         if (r >= 0 && (r = netd_attach(s)) < 0)
                 sb_error_set(&err, r, NULL, NULL, "watch it: %s", strerror(-r));
         if (r < 0) {
@@ -908,10 +936,39 @@ static void netd_detach(session *s) {
         s->netd_len = 0;
 }
 
+/* The order leaves no moment where an address only the old policy allowed
+ * is reachable once this returns (DESIGN §5.1 rule 9):
+ * 1. the session's policy generation is bumped: from here on every pin
+ *    line judged under the old policy is refused (pin_generation_current),
+ *    however late it arrives;
+ * 2. netd gets the new policy with the new generation and acknowledges it
+ *    (pins of the new generation that arrive meanwhile are pinned and
+ *    recorded, and carried over in 4); if it cannot, it is stopped here and
+ *    started afresh in 6;
+ * 3. the nftables objects are replaced (every pin dropped);
+ * 4. recorded pins the new policy still allows are pinned again;
+ * 5. the sandbox's conntrack entries are flushed;
+ * 6. a netd that is not running is started on the new policy. */
 int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         sandbox *sb = s->sb;
         char ifname[32];
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+        s->policy_generation++;
+        /* A custom policy replacing a custom one is swapped inside the
+         * running netd. Otherwise (or if that fails) netd restarts on the
+         * new policy; while it is down, queries go unanswered (fail closed). */
+        if (p->mode == POL_MODE_CUSTOM && s->netd_pid > 0) {
+                int k = netd_reload(s, p);
+                if (k < 0) {
+                        log_warning("sandbox '%s': reload of its DNS filter failed (%s); restarting it", sb->name,
+                                    strerror(-k));
+                        netd_detach(s);
+                        netd_stop(&s->netd_pid);
+                }
+        } else {
+                netd_detach(s);
+                netd_stop(&s->netd_pid);
+        }
         int r = pol_nft_session_apply(ifname, p, s->gateway, ret_err);
         if (r < 0)
                 return r;
@@ -933,27 +990,32 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         _cleanup_error_ sb_error *ct_err = NULL;
         if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
                 log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
-        /* A custom policy replacing a custom one is swapped inside the
-         * running netd. Otherwise (or if that fails) netd restarts on the
-         * new policy; while it does, queries go unanswered (fail closed). */
-        if (p->mode == POL_MODE_CUSTOM && s->netd_pid > 0) {
-                int k = netd_reload(s, p);
-                if (k >= 0)
-                        return 0;
-                log_warning("sandbox '%s': reload of its DNS filter failed (%s); restarting it", sb->name,
-                            strerror(-k));
-        }
-        netd_detach(s);
-        netd_stop(&s->netd_pid);
-        if (p->mode == POL_MODE_CUSTOM) {
-                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->gateway, &s->netd_pid, &s->netd_out,
-                               &s->netd_in, ret_err);
+        if (p->mode == POL_MODE_CUSTOM && s->netd_pid <= 0) {
+                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
+                               &s->netd_out, &s->netd_in, ret_err);
                 if (r < 0)
                         return r;
                 netd_attach(s);
         }
         (void)restore_save_record(s);
         return 0;
+}
+
+void sessions_push_never_list(manager *m) {
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                session *s = sb->sess;
+                if (!s || s->stopping || s->netd_pid <= 0 || !sb->pol || sb->pol->mode != POL_MODE_CUSTOM)
+                        continue;
+                /* Same policy, same generation: only the never list is new. */
+                int k = netd_reload(s, sb->pol);
+                if (k >= 0)
+                        continue;
+                /* A netd that cannot take the new list must not go on
+                 * with the old one: restarted, on the current list. */
+                log_warning("sandbox '%s': its DNS filter did not take the host's new addresses (%s); "
+                            "restarting it", sb->name, strerror(-k));
+                kill(s->netd_pid, SIGKILL); /* supervision restarts it (on_netd_exit) */
+        }
 }
 
 void sessions_reapply_rules(manager *m) {
@@ -1056,8 +1118,8 @@ static void start_work(void *userdata) {
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
         if (streq(mode, "custom") &&
-            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, gateway, &j->netd_pid, &j->netd_out,
-                            &j->netd_in, &j->err)) < 0)
+            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, 0, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
+                            &j->err)) < 0)
                 goto fail;
         if (j->netd_pid > 0)
                 core_fault("netd.started");
@@ -1515,8 +1577,9 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
         if (r < 0)
                 return r;
         if (sb->pol->mode == POL_MODE_CUSTOM) {
-                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->gateway, &s->netd_pid, &s->netd_out,
-                               &s->netd_in, ret_err);
+                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, &s->netd_pid,
+                               &s->netd_out, &s->netd_in,
+                               ret_err);
                 if (r < 0)
                         return r;
         }

@@ -20,6 +20,15 @@
  * The proxy resolves names through --upstream itself. Without --ca-cert,
  * hosts whose policy entry has rules are refused (they need termination).
  *
+ * FILE holds the policy (the networkPolicy value), or the envelope sandboxd
+ * writes: {"networkPolicy": P, "never": ["CIDR", ...], "generation": N}.
+ * The envelope's never list is added to --never for as long as that file
+ * content is in force (sandboxd sends the host's current addresses with
+ * every reload, so an address added to the host later is never reachable
+ * once it is pushed), and every pin line judged under it carries
+ * "generation": N, so the reader can refuse pins judged under a policy it
+ * has already replaced.
+ *
  * Policy reload without a restart: rewrite FILE in place (same inode, e.g.
  * O_TRUNC and write; a rename would leave netd reading the old inode), then
  * send SIGHUP. netd re-reads it through the descriptor it opened as root
@@ -35,7 +44,7 @@
  * resolver over the transport the client used. stdout carries one JSON
  * object per line:
  *   {"ready":true,"listen":"127.0.0.1:5353","uid":65534}  once, after setup
- *   {"pin":"1.2.3.4","ttl":30,"name":"x.test"}           per accepted address
+ *   {"pin":"1.2.3.4","ttl":30,"name":"x.test","generation":N} per accepted address
  *   {"deny":"evil.test","qtype":"A","layer":"default","message":"..."}
  *   {"deny":"evil.test","port":443,"layer":"proxy","reason":"not-allowed",
  *    "rule":"<verdict detail>","message":"..."}                 per proxy refusal
@@ -117,6 +126,15 @@ typedef struct inflight {
 typedef struct snapshot {
         pol_policy *policy;
         pol_proxy_env env;
+        /* The never list in force with this policy: --never, plus the
+         * "never" of an envelope (sandboxd sends the host's current
+         * addresses with every reload). */
+        pol_cidr *never;
+        size_t n_never;
+        /* The envelope's "generation" (0 without one): every pin line
+         * judged under this snapshot carries it, so sandboxd can drop pins
+         * judged under a policy it has already replaced. */
+        uint64_t generation;
         unsigned refs; /* under snap_lock */
 } snapshot;
 
@@ -146,21 +164,46 @@ static void snap_put(snapshot *s) {
         pthread_mutex_unlock(&snap_lock);
         if (last) {
                 pol_policy_free(s->policy);
+                free(s->never);
                 free(s);
         }
 }
 DEFINE_TRIVIAL_CLEANUP_FUNC(snapshot, snap_put);
 
-/* Makes p the policy of everything that starts from now on (takes p). */
-static int snap_install(pol_policy *p) {
+/* What a policy file holds besides the policy (see read_policy). */
+typedef struct envelope {
+        pol_cidr *never; /* malloc'd, may be NULL */
+        size_t n_never;
+        uint64_t generation;
+} envelope;
+
+/* Makes p, with the never list cfg.never + e->never and e's generation, the
+ * policy of everything that starts from now on (takes p and e->never). */
+static int snap_install(pol_policy *p, envelope *e) {
         snapshot *n = calloc(1, sizeof(*n)), *old;
-        if (!n) {
+        size_t extra = e ? e->n_never : 0;
+        pol_cidr *never = n ? calloc(cfg.n_never + extra + 1, sizeof(*never)) : NULL;
+        if (!n || !never) {
+                free(n);
+                free(never);
+                if (e)
+                        free(e->never), e->never = NULL;
                 pol_policy_free(p);
                 return -ENOMEM;
         }
+        memcpy(never, cfg.never, cfg.n_never * sizeof(*never));
+        if (extra)
+                memcpy(never + cfg.n_never, e->never, extra * sizeof(*never));
+        if (e)
+                free(e->never), e->never = NULL;
+        n->never = never;
+        n->n_never = cfg.n_never + extra;
+        n->generation = e ? e->generation : 0;
         n->policy = p;
         n->env = proxy_env;
         n->env.policy = p;
+        n->env.never = n->never;
+        n->env.n_never = n->n_never;
         n->refs = 1; /* current's own */
         pthread_mutex_lock(&snap_lock);
         old = current;
@@ -205,13 +248,14 @@ static int wait_ack(void) {
 /* Pins every address of an accepted answer. Must return before the answer
  * is released (see the file comment): with --ack, only once sandboxd has
  * installed each address. */
-static int emit_pins(const pol_dns_result *res) {
+static int emit_pins(const pol_dns_result *res, uint64_t generation) {
         for (size_t i = 0; i < res->n_pins; i++) {
                 char a[INET6_ADDRSTRLEN];
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "pin", pol_addr_format(&res->pins[i].addr, a, sizeof(a)));
                 cJSON_AddNumberToObject(o, "ttl", res->pins[i].ttl);
                 cJSON_AddStringToObject(o, "name", res->query.name);
+                cJSON_AddNumberToObject(o, "generation", (double)generation);
                 _cleanup_free_ char *line = cJSON_PrintUnformatted(o);
                 cJSON_Delete(o);
                 if (!line)
@@ -241,9 +285,9 @@ static void emit_denial(const pol_dns_result *res) {
 
 /* Turns an answer result into what may be released: pins first; when they
  * cannot be written, the answer is replaced by SERVFAIL. */
-static int pin_then_release(pol_dns_result *res) {
+static int pin_then_release(pol_dns_result *res, uint64_t generation) {
         emit_denial(res);
-        if (emit_pins(res) >= 0)
+        if (emit_pins(res, generation) >= 0)
                 return 0;
         pol_dns_query q = res->query;
         pol_dns_result_done(res);
@@ -284,7 +328,7 @@ static void udp_query(int udp) {
         ssize_t n = recvfrom(udp, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&tmp.client, &tmp.client_len);
         _cleanup_(snap_putp) snapshot *snap = snap_get();
         pol_dns_result res;
-        if (n < 0 || pol_dns_filter_query(snap->policy, cfg.never, cfg.n_never, buf, (size_t)n, false, &res) < 0)
+        if (n < 0 || pol_dns_filter_query(snap->policy, snap->never, snap->n_never, buf, (size_t)n, false, &res) < 0)
                 return;
         emit_denial(&res);
         if (res.action == POL_DNS_FORWARD) {
@@ -326,9 +370,9 @@ static void udp_answer(int udp, inflight *s) {
         }
         /* Judged by the policy in force now, not the one of the query. */
         _cleanup_(snap_putp) snapshot *snap = snap_get();
-        if (pol_dns_filter_answer(snap->policy, cfg.never, cfg.n_never, &s->q, buf, (size_t)n, &res) < 0)
+        if (pol_dns_filter_answer(snap->policy, snap->never, snap->n_never, &s->q, buf, (size_t)n, &res) < 0)
                 return; /* -EBADMSG: a stray or a spoof; keep waiting */
-        if (pin_then_release(&res) >= 0)
+        if (pin_then_release(&res, snap->generation) >= 0)
                 udp_reply(udp, s, &res);
         pol_dns_result_done(&res);
         slot_free(s);
@@ -394,7 +438,7 @@ static int write_msg(int fd, const uint8_t *msg, size_t len) {
 
 /* Sends a forwarded query to upstream over TCP and filters its answer;
  * SERVFAIL in *res when upstream fails. */
-static int tcp_resolve(const pol_policy *policy, pol_dns_result *res, uint8_t *buf) {
+static int tcp_resolve(const snapshot *snap, pol_dns_result *res, uint8_t *buf) {
         pol_dns_query q = res->query;
         _cleanup_close_ int fd = socket(cfg.upstream.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         size_t len = 0;
@@ -409,8 +453,8 @@ static int tcp_resolve(const pol_policy *policy, pol_dns_result *res, uint8_t *b
         if (r >= 0)
                 r = read_msg(fd, buf, &len);
         pol_dns_result_done(res);
-        if (r > 0 && pol_dns_filter_answer(policy, cfg.never, cfg.n_never, &q, buf, len, res) >= 0)
-                return pin_then_release(res);
+        if (r > 0 && pol_dns_filter_answer(snap->policy, snap->never, snap->n_never, &q, buf, len, res) >= 0)
+                return pin_then_release(res, snap->generation);
         return pol_dns_servfail(&q, res);
 }
 
@@ -421,10 +465,10 @@ static void *tcp_client(void *arg) {
         for (size_t len = 0; buf && read_msg(fd, buf, &len) > 0;) {
                 pol_dns_result res;
                 _cleanup_(snap_putp) snapshot *snap = snap_get();
-                if (pol_dns_filter_query(snap->policy, cfg.never, cfg.n_never, buf, len, true, &res) < 0)
+                if (pol_dns_filter_query(snap->policy, snap->never, snap->n_never, buf, len, true, &res) < 0)
                         break;
                 emit_denial(&res);
-                int r = res.action == POL_DNS_FORWARD ? tcp_resolve(snap->policy, &res, buf) : 0;
+                int r = res.action == POL_DNS_FORWARD ? tcp_resolve(snap, &res, buf) : 0;
                 if (r >= 0 && res.action == POL_DNS_REPLY)
                         r = write_msg(fd, res.packet, res.len);
                 bool drop = res.action == POL_DNS_DROP;
@@ -651,7 +695,47 @@ static int parse_endpoint(const char *s, struct sockaddr_storage *ret, socklen_t
  * descriptor serves the first load (as root) and every reload (after the
  * drop, when FILE itself may no longer be openable). On failure *ret_why
  * is a static or err-owned sentence. */
-static int read_policy(pol_policy **ret, size_t *ret_len, sb_error **err, const char **ret_why) {
+/* An envelope {"networkPolicy": P, "never": [CIDR...], "generation": N}
+ * (what sandboxd writes) or a bare policy P (standalone use). A policy
+ * object has only "allow" and "subnets", so the two never collide. */
+static int parse_envelope(const cJSON *json, const cJSON **ret_policy, envelope *e, const char **ret_why) {
+        const cJSON *pol = cJSON_GetObjectItemCaseSensitive(json, "networkPolicy");
+        *e = (envelope){};
+        if (!cJSON_IsObject(json) || !pol) {
+                *ret_policy = json;
+                return 0;
+        }
+        *ret_policy = pol;
+        const cJSON *gen = cJSON_GetObjectItemCaseSensitive(json, "generation");
+        const cJSON *never = cJSON_GetObjectItemCaseSensitive(json, "never");
+        if (gen && (!cJSON_IsNumber(gen) || gen->valuedouble < 0 || gen->valuedouble > 9007199254740991.0))
+                return *ret_why = "generation: must be a non-negative integer", -EINVAL;
+        e->generation = gen ? (uint64_t)gen->valuedouble : 0;
+        if (!never)
+                return 0;
+        int n = cJSON_IsArray(never) ? cJSON_GetArraySize(never) : -1;
+        if (n < 0 || n > MAX_NEVER)
+                return *ret_why = "never: must be an array of at most 1024 CIDRs", -EINVAL;
+        if (n == 0)
+                return 0;
+        if (!(e->never = calloc((size_t)n, sizeof(*e->never))))
+                return *ret_why = "out of memory", -ENOMEM;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, never) {
+                char *why = NULL;
+                if (!cJSON_IsString(it) || pol_cidr_parse(it->valuestring, &e->never[e->n_never], &why) < 0) {
+                        free(why);
+                        free(e->never);
+                        *e = (envelope){};
+                        return *ret_why = "never: an element is not a CIDR", -EINVAL;
+                }
+                e->n_never++;
+        }
+        return 0;
+}
+
+static int read_policy(pol_policy **ret, envelope *ret_env, size_t *ret_len, sb_error **err,
+                       const char **ret_why) {
         _cleanup_free_ char *text = malloc(POLICY_MAX_BYTES + 1);
         size_t len = 0;
         if (!text)
@@ -671,24 +755,30 @@ static int read_policy(pol_policy **ret, size_t *ret_len, sb_error **err, const 
         cJSON *json = cJSON_ParseWithLength(text, len);
         if (!json)
                 return *ret_why = "it is not JSON", -EINVAL;
-        int r = pol_policy_parse(json, ret, err);
+        const cJSON *pol = NULL;
+        int r = parse_envelope(json, &pol, ret_env, ret_why);
+        if (r >= 0 && (r = pol_policy_parse(pol, ret, err)) < 0)
+                *ret_why = *err ? (*err)->message : "invalid";
         cJSON_Delete(json);
-        if (r < 0)
-                return *ret_why = *err ? (*err)->message : "invalid", r;
+        if (r < 0) {
+                free(ret_env->never);
+                *ret_env = (envelope){};
+                return r;
+        }
         *ret_len = len;
         return 0;
 }
 
 /* The first load, as root: opens FILE for good (reloads read it again
  * through the same descriptor). Returns the parsed policy in *ret. */
-static int load_policy(const char *path, pol_policy **ret) {
+static int load_policy(const char *path, pol_policy **ret, envelope *ret_env) {
         _cleanup_error_ sb_error *err = NULL;
         const char *why = NULL;
         size_t len;
         policy_fd = open(path, O_RDONLY | O_CLOEXEC);
         if (policy_fd < 0)
                 return log_error_errno(negative_errno(), "read policy %s: %m", path);
-        int r = read_policy(ret, &len, &err, &why);
+        int r = read_policy(ret, ret_env, &len, &err, &why);
         if (r < 0)
                 return log_error_errno(r, "policy %s: %s", path, why);
         return 0;
@@ -703,14 +793,18 @@ static void reload_policy(void) {
         _cleanup_error_ sb_error *err = NULL;
         const char *why = NULL;
         pol_policy *p = NULL;
+        envelope e = {};
         size_t len = 0;
-        int r = read_policy(&p, &len, &err, &why);
-        if (r >= 0 && (r = snap_install(p)) < 0)
+        int r = read_policy(&p, &e, &len, &err, &why);
+        uint64_t generation = e.generation;
+        if (r >= 0 && (r = snap_install(p, &e)) < 0)
                 why = "out of memory";
         cJSON *o = cJSON_CreateObject();
         cJSON_AddBoolToObject(o, "reloaded", r >= 0);
-        if (r >= 0)
+        if (r >= 0) {
                 cJSON_AddNumberToObject(o, "bytes", (double)len);
+                cJSON_AddNumberToObject(o, "generation", (double)generation);
+        }
         else
                 cJSON_AddStringToObject(o, "message", why);
         (void)emit(o);
@@ -923,8 +1017,9 @@ int main(int argc, char **argv) {
                 slots[i].fd = -EBADF;
         /* Root-only steps first: the policy file may be readable by root
          * only, and a low port needs CAP_NET_BIND_SERVICE. */
-        if (load_policy(cfg.policy_path, &policy) < 0 || bind_sockets(&udp, &tcp) < 0 ||
-            setup_proxy(&proxy) < 0 || snap_install(policy) < 0 || drop_privileges(cfg.user) < 0)
+        envelope env0 = {};
+        if (load_policy(cfg.policy_path, &policy, &env0) < 0 || bind_sockets(&udp, &tcp) < 0 ||
+            setup_proxy(&proxy) < 0 || snap_install(policy, &env0) < 0 || drop_privileges(cfg.user) < 0)
                 return 1;
         signal(SIGPIPE, SIG_IGN); /* a reader gone: emit() reports -EIO */
         /* Blocked before any thread exists, so threads inherit the mask

@@ -185,8 +185,9 @@ static void test_ip_literal_question_is_judged_as_an_address(void **state) {
                 ldns_pkt *r = reply_to(p, loopbacks[i], LDNS_RR_TYPE_A, true, &res);
                 assert_int_equal(ldns_pkt_get_rcode(r), LDNS_RCODE_NXDOMAIN);
                 assert_int_equal(ede_of(r, text, sizeof(text)), 15);
-                assert_int_equal(res.verdict.layer, POL_LAYER_FORBIDDEN);
-                assert_non_null(strstr(text, i < 3 ? "127.0.0.1 is loopback" : "169.254.169.254 is link-local"));
+                assert_int_equal(res.verdict.layer, i < 3 ? POL_LAYER_NEVER : POL_LAYER_FORBIDDEN);
+                assert_non_null(strstr(text, i < 3 ? "127.0.0.1 is the host itself (127.0.0.0/8"
+                                                   : "169.254.169.254 is link-local"));
                 ldns_pkt_free(r);
                 pol_dns_result_done(&res);
         }
@@ -661,7 +662,7 @@ static void test_netd_pins_before_it_releases_the_answer(void **state) {
                 fail_msg("no answer after the pin line could be written");
         /* netd wrote the pin before it sent the answer, so it is here now. */
         drain(pipefd[0], out, sizeof(out), n);
-        assert_non_null(strstr(out, "{\"pin\":\"93.184.216.34\",\"ttl\":30,\"name\":\"www.example.com\"}\n"));
+        assert_non_null(strstr(out, "{\"pin\":\"93.184.216.34\",\"ttl\":30,\"name\":\"www.example.com\",\"generation\":0}\n"));
         uint8_t buf[4096];
         ssize_t k = recv(client, buf, sizeof(buf), 0);
         assert_true(k > 0);
@@ -707,6 +708,85 @@ static void test_netd_pins_before_it_releases_the_answer(void **state) {
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* Sends one A query for name to netd and serves upstream's answer rr (when
+ * netd forwards it); returns the rcode netd answered with. */
+static int resolve_through(int upstream, uint16_t port, const char *name, const char *rr, uint16_t id) {
+        struct sockaddr_in netd = { .sin_family = AF_INET, .sin_port = htons(port),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        size_t qlen;
+        uint8_t *q = make_query(name, LDNS_RR_TYPE_A, true, id, &qlen), buf[4096];
+        int client = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        assert_int_equal(sendto(client, q, qlen, 0, (struct sockaddr *)&netd, sizeof(netd)), (ssize_t)qlen);
+        serve_one_answer(upstream, rr);
+        if (!readable(client, TIMEOUT_MS))
+                fail_msg("no answer for %s", name);
+        ssize_t k = recv(client, buf, sizeof(buf), 0);
+        assert_true(k > 0);
+        ldns_pkt *r = parse(buf, (size_t)k);
+        int rcode = ldns_pkt_get_rcode(r);
+        ldns_pkt_free(r);
+        free(q);
+        close(client);
+        return rcode;
+}
+
+static void write_policy_file(const char *text) {
+        int fd = open(policy_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+        close(fd);
+}
+
+/* The envelope sandboxd writes: its never list applies on top of the
+ * policy (and is replaced by the next reload: a host address added later
+ * is pushed that way), and every pin carries the envelope's generation so
+ * sandboxd can refuse pins judged under a policy it replaced. */
+static void test_netd_envelope_never_list_and_generation_follow_each_reload(void **state) {
+        int pipefd[2];
+        uint16_t up_port;
+        char line[512], ready_ip[32];
+        unsigned port = 0, uid = 0;
+        snprintf(policy_path, sizeof(policy_path), "/tmp/test-dns-policy-XXXXXX"); /* mkstemp filled it before */
+        int tmp = mkstemp(policy_path);
+        assert_true(tmp >= 0);
+        close(tmp);
+        write_policy_file("{\"networkPolicy\":{\"allow\":[\"*.example.com\"]},\"never\":[],\"generation\":7}");
+        int upstream = udp_socket_on_loopback(&up_port);
+        assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+        netd_pid = spawn_netd(up_port, pipefd[1]);
+        read_line(pipefd[0], line, sizeof(line));
+        assert_int_equal(sscanf(line, "{\"ready\":true,\"listen\":\"%31[0-9.]:%u\",\"uid\":%u}", ready_ip, &port, &uid),
+                         3);
+        assert_int_equal(resolve_through(upstream, (uint16_t)port, "www.example.com",
+                                         "www.example.com. 60 IN A 93.184.216.34", 0x4001), LDNS_RCODE_NOERROR);
+        read_line(pipefd[0], line, sizeof(line));
+        assert_string_equal(line, "{\"pin\":\"93.184.216.34\",\"ttl\":60,\"name\":\"www.example.com\",\"generation\":7}\n");
+        /* The host gained 93.184.216.34: the next reload says so. */
+        write_policy_file("{\"networkPolicy\":{\"allow\":[\"*.example.com\"]},\"never\":[\"93.184.216.34/32\"],"
+                          "\"generation\":8}");
+        assert_int_equal(kill(netd_pid, SIGHUP), 0);
+        read_line(pipefd[0], line, sizeof(line));
+        assert_non_null(strstr(line, "\"reloaded\":true"));
+        assert_non_null(strstr(line, "\"generation\":8"));
+        assert_int_equal(resolve_through(upstream, (uint16_t)port, "www.example.com",
+                                         "www.example.com. 60 IN A 93.184.216.34", 0x4002), LDNS_RCODE_REFUSED);
+        read_line(pipefd[0], line, sizeof(line));
+        if (!strstr(line, "\"deny\":\"www.example.com\"") || !strstr(line, "\"layer\":\"never\""))
+                fail_msg("want a denial by the never list, got %s", line);
+        assert_int_equal(resolve_through(upstream, (uint16_t)port, "ok.example.com",
+                                         "ok.example.com. 60 IN A 93.184.216.35", 0x4003), LDNS_RCODE_NOERROR);
+        read_line(pipefd[0], line, sizeof(line));
+        assert_string_equal(line, "{\"pin\":\"93.184.216.35\",\"ttl\":60,\"name\":\"ok.example.com\",\"generation\":8}\n");
+        /* An envelope that does not parse changes nothing. */
+        write_policy_file("{\"networkPolicy\":{\"allow\":[\"*.example.com\"]},\"never\":[\"nope\"],\"generation\":9}");
+        assert_int_equal(kill(netd_pid, SIGHUP), 0);
+        read_line(pipefd[0], line, sizeof(line));
+        assert_non_null(strstr(line, "\"reloaded\":false"));
+        close(upstream);
+        close(pipefd[0]);
+        close(pipefd[1]);
+}
+
 static int netd_teardown(void **state) {
         if (netd_pid > 0) {
                 kill(netd_pid, SIGKILL);
@@ -737,6 +817,8 @@ int main(void) {
                 cmocka_unit_test(test_answer_too_big_for_udp_is_truncated_without_pins),
                 cmocka_unit_test(test_upstream_failure_gives_servfail),
                 cmocka_unit_test_teardown(test_netd_pins_before_it_releases_the_answer, netd_teardown),
+                cmocka_unit_test_teardown(test_netd_envelope_never_list_and_generation_follow_each_reload,
+                                          netd_teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

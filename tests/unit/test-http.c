@@ -7,9 +7,11 @@
  * each test can compare what the sandbox sent, what upstream got and what
  * came back.
  *
- * Everything runs in a private network namespace (unshare, as root) with
- * only lo up, plus 10.255.0.2 on lo as the forwardURL target (a loopback
- * forward target is refused by design). Nothing leaves this machine. */
+ * Everything runs in a private pair of network namespaces (unshare, as
+ * root): the tests and the proxy in one, the upstream servers in the other,
+ * behind a veth: UPSTREAM_ADDR and FWD_ADDR (the forwardURL target) live
+ * there, since the proxy never dials an address the kernel delivers
+ * locally (loopback or one of its own). Nothing leaves this machine. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,6 +41,7 @@
 
 #define SECRET "Bearer sk-SECRET-0123456789"
 #define FWD_ADDR "10.255.0.2"
+#define UPSTREAM_ADDR "198.18.0.2"
 /* A value with the characters JSON escapes, ones percent-encoding changes,
  * non-ASCII, and a token after its scheme: as C text and as policy JSON. */
 #define ODD_VALUE "Token sk\"q\\u/\xc3\xa9-0123456789"
@@ -329,7 +332,7 @@ static void *raw_main(void *arg) {
  * connection made before this call (see accept_loop). */
 static void sentinel_through(uint16_t port) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
         socklen_t sl = sizeof(sa);
         assert_true(fd >= 0);
         assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -338,6 +341,8 @@ static void sentinel_through(uint16_t port) {
         sentinel_port = ntohs(sa.sin_port);
         sentinel_seen = false;
         pthread_mutex_unlock(&lock);
+        /* The servers listen on the far side of the veth (private_netns). */
+        assert_int_equal(inet_pton(AF_INET, UPSTREAM_ADDR, &sa.sin_addr), 1);
         sa.sin_port = htons(port);
         assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
         struct timespec deadline;
@@ -410,7 +415,7 @@ static client *client_start(bool tls, SSL_CTX *upstream, const char *alpn) {
         c->t.port = target_port ? target_port : echo_port;
         c->t.domain = pol_policy_find_domain(policy, "api.test", c->t.port);
         assert_non_null(c->t.domain);
-        assert_int_equal(pol_addr_parse("127.0.0.1", &c->t.addrs[0]), 0);
+        assert_int_equal(pol_addr_parse(UPSTREAM_ADDR, &c->t.addrs[0]), 0);
         c->t.n_addrs = 1;
         pthread_mutex_lock(&lock);
         events[0] = 0;
@@ -867,8 +872,18 @@ static void untrusted_upstream_certificate_gets_502(void **state) {
         client_stop(c);
 }
 
+static int here_ns = -1, far_ns = -1;
+
+/* A TCP socket in the upstreams' namespace. */
+static int far_socket(void) {
+        assert_int_equal(setns(far_ns, CLONE_NEWNET), 0);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_int_equal(setns(here_ns, CLONE_NEWNET), 0);
+        return fd;
+}
+
 static uint16_t bound_port(int fd) {
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
         socklen_t sl = sizeof(sa);
         assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
         assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
@@ -877,7 +892,7 @@ static uint16_t bound_port(int fd) {
 
 static void refused_upstream_gets_502_and_silent_one_504(void **state) {
         /* Nothing listens on a port bound but never listened on. */
-        int closed = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int closed = far_socket();
         target_port = bound_port(closed);
         client *c = client_start(true, up_trusting, NULL);
         resp *r = exchange(c, "GET /plain HTTP/1.1\r\nHost: api.test\r\n\r\n");
@@ -888,7 +903,7 @@ static void refused_upstream_gets_502_and_silent_one_504(void **state) {
         close(closed);
         /* A listener that never accepts: TCP connects (the kernel's
          * backlog), TLS never answers. */
-        int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int silent = far_socket();
         target_port = bound_port(silent);
         assert_int_equal(listen(silent, 4), 0);
         io_timeout_ms = 300;
@@ -973,25 +988,30 @@ static void client_offering_only_h2_falls_back_to_http11(void **state) {
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
-/* A private network namespace with lo up and FWD_ADDR on it. */
+/* Two private network namespaces: here (lo up; the proxy) and far (the
+ * upstreams, on UPSTREAM_ADDR and FWD_ADDR), joined by a veth. Both belong
+ * to this process alone and vanish with it. */
+static int run_cmd(const char *fmt, ...) {
+        char cmd[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cmd, sizeof(cmd), fmt, ap);
+        va_end(ap);
+        return system(cmd) == 0 ? 0 : -1;
+}
+
 static bool private_netns(void) {
-        if (geteuid() != 0 || unshare(CLONE_NEWNET) < 0)
+        if (geteuid() != 0 || unshare(CLONE_NEWNET) < 0 || (here_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
                 return false;
-        int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct ifreq ifr = {};
-        snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-        bool ok = s >= 0 && ioctl(s, SIOCGIFFLAGS, &ifr) == 0;
-        ifr.ifr_flags |= IFF_UP;
-        ok = ok && ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
-        struct ifreq ad = {};
-        snprintf(ad.ifr_name, sizeof(ad.ifr_name), "lo:1");
-        struct sockaddr_in *sin = (struct sockaddr_in *)&ad.ifr_addr;
-        sin->sin_family = AF_INET;
-        inet_pton(AF_INET, FWD_ADDR, &sin->sin_addr);
-        ok = ok && ioctl(s, SIOCSIFADDR, &ad) == 0;
-        if (s >= 0)
-                close(s);
-        return ok;
+        if (run_cmd("ip link set lo up") < 0 || unshare(CLONE_NEWNET) < 0 ||
+            (far_ns = open("/proc/self/ns/net", O_RDONLY)) < 0 || run_cmd("ip link set lo up") < 0 ||
+            setns(here_ns, CLONE_NEWNET) < 0)
+                return false;
+        return run_cmd("ip link add thx0 type veth peer name thx1 netns /proc/self/fd/%d", far_ns) == 0 &&
+               run_cmd("ip addr add 198.18.0.1/24 dev thx0 && ip link set thx0 up && "
+                       "ip route add %s/32 dev thx0", FWD_ADDR) == 0 &&
+               run_cmd("nsenter --net=/proc/self/fd/%d sh -c 'ip addr add %s/24 dev thx1 && "
+                       "ip addr add %s/32 dev thx1 && ip link set thx1 up'", far_ns, UPSTREAM_ADDR, FWD_ADDR) == 0;
 }
 
 static int setup(void **state) {
@@ -1020,9 +1040,13 @@ static int setup(void **state) {
         cJSON_Delete(j);
         echo_ctx = SSL_CTX_new(TLS_server_method());
         SSL_CTX_set_tlsext_servername_callback(echo_ctx, echo_sni);
-        echo_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (!have_netns) {
+                fprintf(stderr, "setup: needs root for its private network namespaces\n");
+                return -1;
+        }
+        echo_fd = far_socket();
         struct sockaddr_in sa = { .sin_family = AF_INET };
-        sa.sin_addr.s_addr = htonl(have_netns ? INADDR_ANY : INADDR_LOOPBACK);
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
         socklen_t sl = sizeof(sa);
         if (echo_fd < 0 || bind(echo_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(echo_fd, 16) < 0 ||
             getsockname(echo_fd, (struct sockaddr *)&sa, &sl) < 0)
@@ -1034,8 +1058,8 @@ static int setup(void **state) {
         free(fw->forward_host);
         fw->forward_host = strdup(FWD_ADDR);
         fw->forward_port = echo_port;
-        raw_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sa = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        raw_fd = far_socket();
+        sa = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
         sl = sizeof(sa);
         if (raw_fd < 0 || bind(raw_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(raw_fd, 16) < 0 ||
             getsockname(raw_fd, (struct sockaddr *)&sa, &sl) < 0 || pipe2(raw_go, O_CLOEXEC) < 0 ||

@@ -353,7 +353,7 @@ static const verdict_case verdict_cases[] = {
         {PREC, "::ffff:10.1.1.1", 0, false, POL_LAYER_SUBNET_DENY},
         /* 0.0.0.0/0 does not name loopback, link-local or private ranges */
         {PREC, "169.254.169.254", 0, false, POL_LAYER_FORBIDDEN},
-        {PREC, "127.0.0.1", 0, false, POL_LAYER_FORBIDDEN},
+        {PREC, "127.0.0.1", 0, false, POL_LAYER_NEVER},
         {PREC, "192.168.1.1", 0, false, POL_LAYER_FORBIDDEN},
         /* a subnets.allow entry inside a forbidden range names it */
         {"{\"subnets\":{\"allow\":[\"192.168.1.0/24\"]}}", "192.168.1.7", 0, true, POL_LAYER_SUBNET_ALLOW},
@@ -383,17 +383,32 @@ static const verdict_case verdict_cases[] = {
         {"\"allow-all\"", "169.254.169.254", 0, false, POL_LAYER_FORBIDDEN},
         {"\"allow-all\"", "0xa9fea9fe", 0, false, POL_LAYER_FORBIDDEN},
         {"\"allow-all\"", "64:ff9b::a9fe:a9fe", 0, false, POL_LAYER_FORBIDDEN},
-        {"\"allow-all\"", "2130706433", 0, false, POL_LAYER_FORBIDDEN},
-        {"\"allow-all\"", "0", 0, false, POL_LAYER_FORBIDDEN},
-        {"\"allow-all\"", "[::]", 0, false, POL_LAYER_FORBIDDEN},
+        {"\"allow-all\"", "2130706433", 0, false, POL_LAYER_NEVER},
+        {"\"allow-all\"", "0", 0, false, POL_LAYER_NEVER},
+        {"\"allow-all\"", "[::]", 0, false, POL_LAYER_NEVER},
         {"\"allow-all\"", "[fe80::1]", 0, false, POL_LAYER_FORBIDDEN},
         /* deny-all denies everything */
         {"\"deny-all\"", "example.com", 443, false, POL_LAYER_MODE},
         {"\"deny-all\"", "8.8.8.8", 0, false, POL_LAYER_MODE},
         /* the lone "*" */
         {"{\"allow\":[\"*\"]}", "anything.example", 0, true, POL_LAYER_DOMAIN},
-        {"{\"allow\":[\"*\"]}", "127.0.0.1", 0, false, POL_LAYER_FORBIDDEN},
+        {"{\"allow\":[\"*\"]}", "127.0.0.1", 0, false, POL_LAYER_NEVER},
         {"{}", "example.com", 443, false, POL_LAYER_DEFAULT},
+        /* The host itself: no subnets.allow entry opens it, even one that
+         * names it exactly; mapped and compatible forms alike. */
+        {"{\"subnets\":{\"allow\":[\"0.0.0.0/32\"]}}", "0.0.0.0", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"0.0.0.0/32\"]}}", "0", 7777, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"0.0.0.0/8\"]}}", "0.1.2.3", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"127.0.0.0/8\"]}}", "127.0.0.2", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"127.0.0.1/32\"]}}", "127.0.0.1", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"127.0.0.0/8\"]}}", "::ffff:127.0.0.2", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"0.0.0.0/32\"]}}", "::ffff:0.0.0.0", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"::ffff:0:0/96\"]}}", "[::ffff:7f00:2]", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"::/96\"]}}", "::127.0.0.2", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"::1/128\"]}}", "[::1]", 0, false, POL_LAYER_NEVER},
+        {"{\"subnets\":{\"allow\":[\"::/128\"]}}", "[::]", 0, false, POL_LAYER_NEVER},
+        {"\"allow-all\"", "127.9.9.9", 0, false, POL_LAYER_NEVER},
+        {"\"allow-all\"", "[::1]", 0, false, POL_LAYER_NEVER},
 };
 
 static void test_verdicts_follow_precedence(void **state) {
@@ -544,7 +559,7 @@ static void test_resolved_name_denied_when_any_address_is_forbidden(void **state
         assert_int_equal(v.layer, POL_LAYER_DOMAIN);
         addrs(a, rebind, 2);
         assert_false(pol_check_resolved(p, "a.example.com", 443, a, 2, NULL, 0, &v));
-        assert_int_equal(v.layer, POL_LAYER_FORBIDDEN);
+        assert_int_equal(v.layer, POL_LAYER_NEVER); /* loopback is the host itself */
         addrs(a, metadata, 1);
         assert_false(pol_check_resolved(p, "a.example.com", 443, a, 1, NULL, 0, &v));
         assert_int_equal(v.layer, POL_LAYER_FORBIDDEN);

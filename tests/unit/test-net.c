@@ -148,9 +148,12 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 "\t\tip daddr 10.201.0.0/16 goto deny\n\t}",
                 "type nat hook postrouting priority srcnat; policy accept;",
                 "ip saddr 10.201.0.0/16 oifname != \"sbx*\" masquerade",
-                /* Every denial is logged (rate-limited, headers only) before
-                 * its reject; the limit guards the log rule alone. */
-                "chain deny {\n\t\tlimit rate 50/second burst 100 packets log prefix \"sandboxd deny\" "
+                /* Every denial is logged (rate-limited per input interface,
+                 * headers only) before its reject; the limit guards the log
+                 * rule alone. */
+                "set lograte {\n\t\ttype ifname\n\t\tsize 65536\n\t\tflags dynamic\n\t}",
+                "chain deny {\n\t\tadd @lograte { iifname limit rate 50/second burst 100 packets } log prefix "
+                "\"sandboxd deny\" "
                 "group 4242 snaplen 64\n\t\tmeta l4proto tcp reject with tcp reset\n"
                 "\t\treject with icmpx admin-prohibited\n\t}",
         };

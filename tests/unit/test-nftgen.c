@@ -244,6 +244,13 @@ static void test_allow_all_subnet_never_opens_loopback_or_metadata(void **state)
         if (!strstr(forbid, "127.0.0.0/8") || !strstr(forbid, "169.254.0.0/16") || !strstr(forbid, "10.0.0.0/8"))
                 fail_msg("forbid4: %s", forbid);
         free(forbid);
+        /* The host itself stays in forbid4 even where subnets.allow names
+         * it exactly (the proxy's and the kernel's verdicts agree). */
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/32\",\"127.0.0.0/8\",\"0.1.0.0/16\"]}}");
+        forbid = set_elements("s_sbx3_forbid4");
+        if (!strstr(forbid, "0.0.0.0/8") || !strstr(forbid, "127.0.0.0/8"))
+                fail_msg("forbid4 with the host's ranges in subnets.allow: %s", forbid);
+        free(forbid);
 }
 
 static void test_pin_adds_address_with_floored_timeout_and_errors_name_the_set(void **state) {
@@ -525,7 +532,9 @@ static void test_custom_session_reaches_only_the_dns_filter_on_its_gateway(void 
         /* remove takes the input chain and its element with the rest. */
         assert_int_equal(pol_nft_session_remove(IF, &err), 0);
         assert_null(err);
-        char *out = run("nft list table inet sandboxd");
+        /* The log meter may keep the interface's rate bucket (libcore/nft.c):
+         * state, not a rule. */
+        char *out = run("nft list table inet sandboxd | sed '/set lograte {/,/}/d'");
         assert_int_equal(count(out, "sbx3\""), 0);
         assert_int_equal(count(out, "i_sbx3"), 0);
         free(out);

@@ -1,8 +1,9 @@
 /* Unit tests for policy/proxy.c, the front of the egress proxy (DESIGN §5.1
  * rules 3 and 7, §5.2), on loopback only: pol_proxy_serve() runs in a thread
- * on one accepted TCP connection; upstreams are listeners on 127.0.0.x; a
+ * on one accepted TCP connection; upstreams are listeners on 198.18.0.x in a
+ * private network namespace behind a veth; a
  * fake resolver written here with ldns answers fixed A records. The policy
- * names the test hosts and admits 127.0.0.0/8 as a subnet (loopback is
+ * names the test hosts and admits 198.18.0.0/15 as a subnet (loopback is
  * otherwise forbidden). ClientHellos are real ones, written by an OpenSSL
  * client into a memory BIO. */
 #include <setjmp.h>
@@ -18,6 +19,8 @@
 #include <signal.h>
 #include <string.h>
 #include <strings.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <ldns/ldns.h>
@@ -29,7 +32,7 @@
 
 static const uint8_t alert_access_denied[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31 };
 
-/* ---- the fake resolver: a.test -> 127.0.0.2, b.test and evil.test -> 127.0.0.3 ---- */
+/* ---- the fake resolver: a.test -> 198.18.0.2, b.test and evil.test -> 198.18.0.3 ---- */
 
 static int dns_fd = -1, dns_stop[2] = { -1, -1 };
 static pthread_t dns_thread;
@@ -39,10 +42,10 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *zone_lookup(const char *qname) {
         static const char *zone[][2] = {
-                { "a.test.", "127.0.0.2" },
-                { "b.test.", "127.0.0.3" },
-                { "evil.test.", "127.0.0.3" },
-                { "rules.test.", "127.0.0.2" },
+                { "a.test.", "198.18.0.2" },
+                { "b.test.", "198.18.0.3" },
+                { "evil.test.", "198.18.0.3" },
+                { "rules.test.", "198.18.0.2" },
                 { "private.test.", "10.1.2.3" },
         };
         for (size_t i = 0; i < sizeof(zone) / sizeof(zone[0]); i++)
@@ -134,10 +137,48 @@ static pol_policy *policy_from(const char *json) {
         return p;
 }
 
+/* The two namespaces: `here_ns` (tests, proxy, netd) and `far_ns` (the
+ * upstreams). */
+static int here_ns = -1, far_ns = -1;
+
+static int run_cmd(const char *fmt, ...) {
+        char cmd[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(cmd, sizeof(cmd), fmt, ap);
+        va_end(ap);
+        int r = system(cmd);
+        return r == 0 ? 0 : -1;
+}
+
+/* Both namespaces are the process's own (unshare), so they vanish with it,
+ * even on a crash: nothing to clean up on the host. */
+static int world_setup(void) {
+        if (unshare(CLONE_NEWNET) < 0 || (here_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
+                return -1;
+        if (run_cmd("ip link set lo up") < 0 || unshare(CLONE_NEWNET) < 0 ||
+            (far_ns = open("/proc/self/ns/net", O_RDONLY)) < 0 || run_cmd("ip link set lo up") < 0 ||
+            setns(here_ns, CLONE_NEWNET) < 0)
+                return -1;
+        /* far_ns is inherited by ip(8) (no O_CLOEXEC), which names it by path. */
+        if (run_cmd("ip link add tpx0 type veth peer name tpx1 netns /proc/self/fd/%d", far_ns) < 0 ||
+            run_cmd("ip addr add 198.18.0.1/24 dev tpx0 && ip link set tpx0 up") < 0 ||
+            run_cmd("nsenter --net=/proc/self/fd/%d sh -c 'ip addr add 198.18.0.2/24 dev tpx1 && "
+                    "ip addr add 198.18.0.3/24 dev tpx1 && ip addr add 198.18.0.9/24 dev tpx1 && "
+                    "ip link set tpx1 up'", far_ns) < 0)
+                return -1;
+        return 0;
+}
+
 static int listen_on(const char *ip, uint16_t *ret_port) {
         struct sockaddr_in a = { .sin_family = AF_INET };
         socklen_t alen = sizeof(a);
+        /* Upstreams live on the far side: the socket stays in the namespace
+         * it was made in. */
+        bool far = strncmp(ip, "198.18.0.", 9) == 0 && strcmp(ip, "198.18.0.1") != 0;
+        assert_int_equal(setns(far ? far_ns : here_ns, CLONE_NEWNET), 0);
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_int_equal(setns(here_ns, CLONE_NEWNET), 0);
         assert_true(fd >= 0);
         assert_int_equal(inet_pton(AF_INET, ip, &a.sin_addr), 1);
         assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -322,7 +363,7 @@ static void test_transparent_tls_with_allowed_sni_is_spliced_both_ways(void **st
         upstream u;
         proxy_run pr;
         size_t n;
-        upstream_start(&u, "127.0.0.2");
+        upstream_start(&u, "198.18.0.2");
         /* The original destination is an address nobody listens on and
          * no subnet admits: the proxy dials what it resolved for the SNI,
          * not what the client picked. */
@@ -351,8 +392,8 @@ static void test_transparent_tls_without_sni_to_an_allowed_subnet_is_spliced_to_
         upstream u;
         proxy_run pr;
         size_t n;
-        upstream_start(&u, "127.0.0.2");
-        int c = proxy_start(&pr, "127.0.0.2", u.port);
+        upstream_start(&u, "198.18.0.2");
+        int c = proxy_start(&pr, "198.18.0.2", u.port);
         uint8_t *hello = client_hello(NULL, &n);
         expect_tunnel(c, &u, hello, n);
         proxy_finish(&pr, c);
@@ -391,7 +432,7 @@ static void test_sni_resolving_to_a_forbidden_address_gets_the_alert(void **stat
 static void test_host_with_rules_and_no_ca_is_refused(void **state) {
         proxy_run pr;
         size_t n;
-        int c = proxy_start(&pr, "127.0.0.2", 443);
+        int c = proxy_start(&pr, "198.18.0.2", 443);
         uint8_t *hello = client_hello("rules.test", &n);
         assert_int_equal(send(c, hello, n, MSG_NOSIGNAL), (ssize_t)n);
         expect_alert(c);
@@ -411,8 +452,8 @@ static void test_transparent_tls_to_an_allowed_subnet_with_a_denied_sni_goes_to_
         pthread_mutex_lock(&lock);
         int before = dns_queries;
         pthread_mutex_unlock(&lock);
-        upstream_start(&u, "127.0.0.4");
-        int c = proxy_start(&pr, "127.0.0.4", u.port);
+        upstream_start(&u, "198.18.0.9");
+        int c = proxy_start(&pr, "198.18.0.9", u.port);
         uint8_t *hello = client_hello("evil.test", &n);
         expect_tunnel(c, &u, hello, n);
         proxy_finish(&pr, c);
@@ -427,9 +468,9 @@ static void test_transparent_tls_to_an_allowed_subnet_with_an_allowed_sni_goes_t
         upstream u;
         proxy_run pr;
         size_t n;
-        upstream_start(&u, "127.0.0.4");
-        int c = proxy_start(&pr, "127.0.0.4", u.port);
-        uint8_t *hello = client_hello("a.test", &n); /* a.test resolves to 127.0.0.2 */
+        upstream_start(&u, "198.18.0.9");
+        int c = proxy_start(&pr, "198.18.0.9", u.port);
+        uint8_t *hello = client_hello("a.test", &n); /* a.test resolves to 198.18.0.2 */
         expect_tunnel(c, &u, hello, n);
         proxy_finish(&pr, c);
         assert_int_equal(events.count, 0);
@@ -443,9 +484,9 @@ static void test_connect_to_an_allowed_subnet_address_then_a_denied_sni_is_tunne
         proxy_run pr;
         char head[1024], req[128];
         size_t n;
-        upstream_start(&u, "127.0.0.4");
+        upstream_start(&u, "198.18.0.9");
         int c = proxy_start(&pr, NULL, 0);
-        snprintf(req, sizeof(req), "CONNECT 127.0.0.4:%u HTTP/1.1\r\n\r\n", u.port);
+        snprintf(req, sizeof(req), "CONNECT 198.18.0.9:%u HTTP/1.1\r\n\r\n", u.port);
         send_str(c, req);
         read_head(c, head, sizeof(head));
         assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
@@ -462,11 +503,11 @@ static void test_subnet_deny_inside_an_allowed_subnet_still_refuses_a_denied_sni
         proxy_run pr;
         size_t n;
         uint16_t port;
-        int l = listen_on("127.0.0.4", &port);
+        int l = listen_on("198.18.0.9", &port);
         pol_policy *p = policy_from("{\"allow\": [\"a.test\"],"
-                                    " \"subnets\": {\"allow\": [\"127.0.0.0/8\"], \"deny\": [\"127.0.0.4/32\"]}}");
+                                    " \"subnets\": {\"allow\": [\"198.18.0.0/15\"], \"deny\": [\"198.18.0.9/32\"]}}");
         env.policy = p;
-        int c = proxy_start(&pr, "127.0.0.4", port);
+        int c = proxy_start(&pr, "198.18.0.9", port);
         uint8_t *hello = client_hello("evil.test", &n);
         assert_int_equal(send(c, hello, n, MSG_NOSIGNAL), (ssize_t)n);
         expect_alert(c);
@@ -498,7 +539,7 @@ static void test_client_hello_split_across_writes_still_yields_the_sni(void **st
         upstream u;
         proxy_run pr;
         size_t n;
-        upstream_start(&u, "127.0.0.2");
+        upstream_start(&u, "198.18.0.2");
         int c = proxy_start(&pr, "192.0.2.9", u.port);
         uint8_t *hello = client_hello("a.test", &n);
         size_t record = 5 + (size_t)(hello[3] << 8 | hello[4]);
@@ -517,7 +558,7 @@ static void test_connect_to_allowed_host_tunnels_tls(void **state) {
         proxy_run pr;
         char head[1024], req[128];
         size_t n;
-        upstream_start(&u, "127.0.0.2");
+        upstream_start(&u, "198.18.0.2");
         int c = proxy_start(&pr, NULL, 0);
         snprintf(req, sizeof(req), "CONNECT a.test:%u HTTP/1.1\r\nHost: a.test:%u\r\n\r\n", u.port, u.port);
         send_str(c, req);
@@ -534,7 +575,7 @@ static void test_connect_host_is_normalised(void **state) {
         proxy_run pr;
         char head[1024], req[128];
         size_t n;
-        upstream_start(&u, "127.0.0.2");
+        upstream_start(&u, "198.18.0.2");
         int c = proxy_start(&pr, NULL, 0);
         snprintf(req, sizeof(req), "CONNECT A.TEST.:%u HTTP/1.1\r\n\r\n", u.port);
         send_str(c, req);
@@ -551,7 +592,7 @@ static void test_connect_then_sni_of_another_host_gets_the_alert(void **state) {
         char head[1024], req[128];
         size_t n;
         uint16_t port;
-        int a = listen_on("127.0.0.2", &port);
+        int a = listen_on("198.18.0.2", &port);
         int c = proxy_start(&pr, NULL, 0);
         snprintf(req, sizeof(req), "CONNECT a.test:%u HTTP/1.1\r\n\r\n", port);
         send_str(c, req);
@@ -586,7 +627,7 @@ static void test_absolute_form_to_denied_host_gets_403_and_upstream_sees_nothing
         proxy_run pr;
         char resp[4096], req[256];
         uint16_t port;
-        int evil = listen_on("127.0.0.3", &port);
+        int evil = listen_on("198.18.0.3", &port);
         int c = proxy_start(&pr, NULL, 0);
         snprintf(req, sizeof(req), "GET http://evil.test:%u/?t=SECRET HTTP/1.1\r\nHost: evil.test:%u\r\n\r\n", port,
                  port);
@@ -599,6 +640,42 @@ static void test_absolute_form_to_denied_host_gets_403_and_upstream_sees_nothing
         assert_null(strstr(resp, "SECRET"));
         assert_false(upstream_saw_connection(evil));
         close(evil);
+}
+
+/* 198.18.0.1 is this side's own address, inside the policy's
+ * subnets.allow: the kernel routes it as local, so the proxy never dials
+ * it (plain HTTP and CONNECT alike) and says why. The same holds for an
+ * address added to the host after the policy was judged. */
+static void test_address_local_to_the_host_is_never_dialled_even_when_allowed(void **state) {
+        proxy_run pr;
+        char resp[4096], req[256];
+        uint16_t port;
+        int self = listen_on("198.18.0.1", &port);
+        int c = proxy_start(&pr, NULL, 0);
+        snprintf(req, sizeof(req), "GET http://198.18.0.1:%u/ HTTP/1.1\r\nHost: 198.18.0.1:%u\r\n\r\n", port, port);
+        send_str(c, req);
+        size_t n = read_all(c, (uint8_t *)resp, sizeof(resp) - 1);
+        resp[n] = 0;
+        proxy_finish(&pr, c);
+        if (strncmp(resp, "HTTP/1.1 502", 12) != 0 || !strstr(resp, "the host itself"))
+                fail_msg("want 502 naming the host itself, got: %.300s", resp);
+        assert_false(upstream_saw_connection(self));
+        /* CONNECT, then a ClientHello: the tunnel is never opened. */
+        c = proxy_start(&pr, NULL, 0);
+        snprintf(req, sizeof(req), "CONNECT 198.18.0.1:%u HTTP/1.1\r\n\r\n", port);
+        send_str(c, req);
+        char head[1024];
+        read_head(c, head, sizeof(head));
+        size_t hn;
+        uint8_t *hello = client_hello("198.18.0.1", &hn);
+        (void)send(c, hello, hn, MSG_NOSIGNAL);
+        uint8_t junk[64];
+        (void)read_all(c, junk, sizeof(junk));
+        proxy_finish(&pr, c);
+        free(hello);
+        assert_false(upstream_saw_connection(self));
+        assert_string_equal(events.reason, "upstream-unreachable");
+        close(self);
 }
 
 static void test_absolute_uri_and_host_header_must_agree(void **state) {
@@ -636,7 +713,7 @@ static void test_rules_of_a_pattern_without_port_apply_only_on_80_and_443(void *
         proxy_run pr;
         char head[1024], req[128];
         size_t n;
-        upstream_start(&u, "127.0.0.2");
+        upstream_start(&u, "198.18.0.2");
         int c = proxy_start(&pr, NULL, 0);
         snprintf(req, sizeof(req), "CONNECT rules.test:%u HTTP/1.1\r\n\r\n", u.port);
         send_str(c, req);
@@ -655,10 +732,10 @@ static void test_rules_of_a_pattern_with_port_apply_on_that_port(void **state) {
         char head[1024], req[128], json[256];
         size_t n;
         uint16_t port;
-        int l = listen_on("127.0.0.2", &port);
+        int l = listen_on("198.18.0.2", &port);
         snprintf(json, sizeof(json),
                  "{\"allow\": {\"rules.test:%u\": [{\"transform\": [{\"headers\": {\"x-k\": \"v\"}}]}]},"
-                 " \"subnets\": {\"allow\": [\"127.0.0.0/8\"]}}", port);
+                 " \"subnets\": {\"allow\": [\"198.18.0.0/15\"]}}", port);
         pol_policy *p = policy_from(json);
         env.policy = p;
         int c = proxy_start(&pr, NULL, 0);
@@ -774,7 +851,7 @@ static void test_netd_proxy_tunnels_allowed_connect_and_reports_denials(void **s
         upstream u;
         size_t n;
         int tmp = mkstemp(netd_policy);
-        const char *pol = "{\"allow\":[\"a.test\"],\"subnets\":{\"allow\":[\"127.0.0.0/8\"]}}";
+        const char *pol = "{\"allow\":[\"a.test\"],\"subnets\":{\"allow\":[\"198.18.0.0/15\"]}}";
         assert_true(tmp >= 0);
         assert_int_equal(write(tmp, pol, strlen(pol)), (ssize_t)strlen(pol));
         close(tmp);
@@ -787,7 +864,7 @@ static void test_netd_proxy_tunnels_allowed_connect_and_reports_denials(void **s
                          4);
 
         /* Allowed: the tunnel works after the privilege drop. */
-        upstream_start(&u, "127.0.0.2");
+        upstream_start(&u, "198.18.0.2");
         int c = connect_to(ip, pport);
         snprintf(req, sizeof(req), "CONNECT a.test:%u HTTP/1.1\r\n\r\n", u.port);
         send_str(c, req);
@@ -843,7 +920,7 @@ static void test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid(voi
         char line[1024], ip[32], target[64];
         unsigned dport, pport, uid;
         int tmp = mkstemp(netd_policy);
-        const char *pol = "{\"allow\":[\"a.test\"],\"subnets\":{\"allow\":[\"127.0.0.0/8\"]}}";
+        const char *pol = "{\"allow\":[\"a.test\"],\"subnets\":{\"allow\":[\"198.18.0.0/15\"]}}";
         assert_true(tmp >= 0);
         assert_int_equal(write(tmp, pol, strlen(pol)), (ssize_t)strlen(pol));
         close(tmp);
@@ -860,7 +937,7 @@ static void test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid(voi
 
         /* After the drop, FILE is read again through the descriptor opened
          * as root; the new policy applies to the next connection. */
-        rewrite_policy("{\"allow\":[\"a.test\",\"b.test\"],\"subnets\":{\"allow\":[\"127.0.0.0/8\"]}}");
+        rewrite_policy("{\"allow\":[\"a.test\",\"b.test\"],\"subnets\":{\"allow\":[\"198.18.0.0/15\"]}}");
         read_line(out[0], line, sizeof(line));
         assert_non_null(strstr(line, "\"reloaded\":true"));
         expect_connect(ip, pport, target, "HTTP/1.1 200");
@@ -899,6 +976,8 @@ static int netd_teardown(void **state) {
 static int setup(void **state) {
         socklen_t l = sizeof(dns_addr);
         signal(SIGPIPE, SIG_IGN);
+        if (world_setup() < 0)
+                return -1;
         dns_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         dns_addr = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
         if (dns_fd < 0 || bind(dns_fd, (struct sockaddr *)&dns_addr, sizeof(dns_addr)) < 0 ||
@@ -907,7 +986,7 @@ static int setup(void **state) {
                 return -1;
         policy = policy_from("{\"allow\": {\"a.test\": [], \"b.test\": [], \"private.test\": [],"
                              " \"rules.test\": [{\"transform\": [{\"headers\": {\"x-k\": \"v\"}}]}]},"
-                             " \"subnets\": {\"allow\": [\"127.0.0.0/8\"]}}");
+                             " \"subnets\": {\"allow\": [\"198.18.0.0/15\"]}}");
         env = (pol_proxy_env){ .policy = policy, .policy_name = "test-policy", .io_timeout_ms = TIMEOUT_MS,
                                .event = on_event };
         memcpy(&env.resolver, &dns_addr, sizeof(dns_addr));
@@ -944,6 +1023,7 @@ int main(void) {
                 cmocka_unit_test(test_connect_then_sni_of_another_host_gets_the_alert),
                 cmocka_unit_test(test_connect_to_denied_host_gets_403_naming_host_and_policy),
                 cmocka_unit_test(test_absolute_form_to_denied_host_gets_403_and_upstream_sees_nothing),
+                cmocka_unit_test(test_address_local_to_the_host_is_never_dialled_even_when_allowed),
                 cmocka_unit_test(test_absolute_uri_and_host_header_must_agree),
                 cmocka_unit_test(test_connect_then_plain_http_with_another_host_gets_403),
                 cmocka_unit_test(test_garbage_request_gets_400),
