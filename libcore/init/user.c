@@ -217,11 +217,29 @@ static int own_dir(int rootfd, const char *path, sb_error **ret_err) {
         return 0;
 }
 
-/* Every entry below directory fd `dfd` (owned by the caller) on device
- * `dev` owned by remap_uid/remap_gid is given to the sandbox user, links
+/* The mount an entry is on (statx STATX_MNT_ID, Linux 5.8): an overlay
+ * whose layers sit on different filesystems reports each file's st_dev
+ * from its layer, so st_dev cannot tell "another mount" there. Returns 0
+ * and fills *ret, or a negative errno. */
+static int mount_id_at(int dirfd, const char *name, uint64_t *ret, struct stat *ret_st) {
+        struct statx stx;
+        if (statx(dirfd, name, AT_SYMLINK_NOFOLLOW | (name[0] ? 0 : AT_EMPTY_PATH),
+                  STATX_TYPE | STATX_MODE | STATX_UID | STATX_GID | STATX_MNT_ID, &stx) < 0)
+                return negative_errno();
+        if (!(stx.stx_mask & STATX_MNT_ID))
+                return -EOPNOTSUPP;
+        *ret = stx.stx_mnt_id;
+        ret_st->st_mode = stx.stx_mode;
+        ret_st->st_uid = stx.stx_uid;
+        ret_st->st_gid = stx.stx_gid;
+        return 0;
+}
+
+/* Every entry below directory fd `dfd` (owned by the caller) on mount
+ * `mnt` (mount_id_at) owned by remap_uid/remap_gid is given to the sandbox user, links
  * themselves and not their targets (AT_SYMLINK_NOFOLLOW), directories
  * entered by O_NOFOLLOW fds only, other mounts not entered. */
-static int remap_tree(int dfd, dev_t dev, unsigned depth) {
+static int remap_tree(int dfd, uint64_t mnt, unsigned depth) {
         if (depth > REMAP_MAX_DEPTH)
                 return 0;
         DIR *d = fdopendir(dfd);
@@ -234,7 +252,8 @@ static int remap_tree(int dfd, dev_t dev, unsigned depth) {
                 if (streq(e->d_name, ".") || streq(e->d_name, ".."))
                         continue;
                 struct stat st;
-                if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != dev)
+                uint64_t id;
+                if (mount_id_at(dirfd(d), e->d_name, &id, &st) < 0 || id != mnt)
                         continue;
                 uid_t u = st.st_uid == remap_uid ? init_user_uid : (uid_t)-1;
                 gid_t g = st.st_gid == remap_gid ? init_user_gid : (gid_t)-1;
@@ -245,7 +264,7 @@ static int remap_tree(int dfd, dev_t dev, unsigned depth) {
                         continue;
                 int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (sub >= 0) {
-                        int r2 = remap_tree(sub, dev, depth + 1);
+                        int r2 = remap_tree(sub, mnt, depth + 1);
                         if (r == 0)
                                 r = r2;
                 }
@@ -259,13 +278,14 @@ static int remap_dir(int rootfd, const char *path, sb_error **ret_err) {
         if (fd == -ENOENT || fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
                 return 0;
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) < 0) {
-                int r = fd < 0 ? fd : negative_errno();
+        uint64_t mnt = 0;
+        int k = fd < 0 ? fd : mount_id_at(fd, "", &mnt, &st);
+        if (k < 0) {
                 if (fd >= 0)
                         close(fd);
-                return sb_error_set(ret_err, r, NULL, NULL, "/%s: %s", path, strerror(-r));
+                return sb_error_set(ret_err, k, NULL, NULL, "/%s: %s", path, strerror(-k));
         }
-        int r = remap_tree(fd, st.st_dev, 0);
+        int r = remap_tree(fd, mnt, 0);
         return r < 0 ? sb_error_set(ret_err, r, NULL, NULL, "give the files under /%s to the sandbox user: %s", path,
                                     strerror(-r))
                      : 0;

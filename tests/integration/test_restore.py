@@ -394,11 +394,8 @@ def test_recorded_helpers_are_ended_by_pid_and_start_time_at_start(world):
             p.wait()
 
 
-def test_a_crash_during_snapshot_of_a_stopped_sandbox_keeps_its_files(world):
-    # The capture moves the stopped sandbox's upper into layers/ before its
-    # config names the new layer: killed in between, the layer is the only
-    # copy of its files.
-    for point, method in (("snapshot.stopped", "sandbox.snapshot"), ("fork.stopped", "sandbox.fork")):
+def _crash_during_stopped_captures(world, points):
+    for point, method in points:
         name, _c, _o, _e = create(world, "stc", "--deny-all", "--persistent")
         fork = world.name("stcf")
         try:
@@ -419,6 +416,28 @@ def test_a_crash_during_snapshot_of_a_stopped_sandbox_keeps_its_files(world):
         finally:
             delete(world, fork)
             _finish(world, name)
+
+
+def test_a_crash_during_snapshot_of_a_stopped_sandbox_keeps_its_files(world):
+    # A stopped sandbox on its own disk image (diskMiB) is copied, as a
+    # running one: killed after the copy, before the record, it keeps its
+    # files and nothing half-made is listed.
+    _crash_during_stopped_captures(world, (("snapshot.copied", "sandbox.snapshot"), ("fork.copied", "sandbox.fork")))
+    # Without disk images (diskMiB 0) the capture moves the stopped
+    # sandbox's upper into layers/ before its config names the new layer:
+    # killed in between, the layer is the only copy of its files.
+    d = world.daemon
+    old = d.config
+    try:
+        d.config = dict(old or {}, diskMiB=0)
+        d.stop()
+        d.start()
+        _crash_during_stopped_captures(world, (("snapshot.stopped", "sandbox.snapshot"),
+                                               ("fork.stopped", "sandbox.fork")))
+    finally:
+        d.config = old
+        d.stop()
+        d.start()
 
 
 def test_a_netd_that_keeps_dying_is_restarted_with_backoff(world):

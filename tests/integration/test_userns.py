@@ -211,10 +211,14 @@ def test_without_userns_the_sandbox_user_is_the_system_account_not_host_uid_1000
             expect_eq(uids, [uid] * 4, "host uids of sandbox process %d (real, effective, saved, fs)" % pid)
             expect_eq(gids, [gid] * 4, "host gids of sandbox process %d" % pid)
             expect(1000 not in uids, "a sandbox process runs as host uid 1000")
-        st = os.stat(os.path.join(d.state_dir, "sandboxes", name, "upper", "workspace", "f"))
-        expect_eq((st.st_uid, st.st_gid), (uid, gid), "on-disk owner of the sandbox user's file")
-        p = subprocess.run(["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat",
-                            os.path.join(d.state_dir, "sandboxes", name, "upper", "workspace", "f")],
+        # Through the daemon's mount namespace: the upper may be its own
+        # disk image, mounted there.
+        ns = ["nsenter", "-t", str(d.pid), "-m", "--"]
+        on_disk = os.path.join(d.state_dir, "sandboxes", name, "upper", "workspace", "f")
+        p = subprocess.run(ns + ["stat", "-c", "%u %g", on_disk], capture_output=True, text=True, timeout=30)
+        expect_eq(p.stdout.strip(), "%d %d" % (uid, gid), "on-disk owner of the sandbox user's file (%s)"
+                  % p.stderr.strip())
+        p = subprocess.run(ns + ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "cat", on_disk],
                            capture_output=True, text=True, timeout=30)
         expect(p.returncode != 0 and "ermission denied" in p.stderr,
                "host uid 1000 reads a plain sandbox's workspace:", p.returncode, p.stdout, p.stderr)
