@@ -83,3 +83,187 @@ def test_cp_into_and_out_of_sandbox(world):
         world.ctl("cp", "%s:/workspace/out.txt" % name, dst, check=True)
         with open(dst) as f:
             expect_eq(f.read(), "made inside\n", "file copied out")
+
+
+# --- directory copies: fs.writeTar / fs.readTar and `sandboxctl cp -r` -------
+
+def _write_tar(world, name, path, data, piece=1 << 20, sudo=False):
+    """fs.writeTar begin, chunks of `piece` bytes, end, on one connection.
+    Returns the first error message, or the end's result."""
+    with world.daemon.connect() as c:
+        params = {"sandbox": name, "path": path}
+        if sudo:
+            params["sudo"] = True
+        msg = c.call("fs.writeTar", params)
+        if "error" in msg:
+            return msg
+        stream = msg["result"]["stream"]
+        for off in range(0, len(data), piece):
+            msg = c.call("fs.writeTarChunk", {"stream": stream, "data": b64(data[off:off + piece])})
+            if "error" in msg:
+                return msg
+        return c.call("fs.writeTarEnd", {"stream": stream})
+
+
+def _read_tar(world, name, path):
+    with world.daemon.connect() as c:
+        msg = c.call("fs.readTar", {"sandbox": name, "path": path})
+        if "error" in msg:
+            return msg, b""
+        stream, out = msg["result"]["stream"], b""
+        while True:
+            msg = c.call("fs.readTarChunk", {"stream": stream})
+            if "error" in msg:
+                return msg, out
+            out += base64.b64decode(msg["result"]["data"])
+            if msg["result"]["eof"]:
+                return msg, out
+
+
+def _tree(root):
+    """{relative path: (kind, mode, content-or-target)} of a host tree."""
+    import stat as st
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            rel = os.path.relpath(p, root)
+            s = os.lstat(p)
+            if st.S_ISLNK(s.st_mode):
+                out[rel] = ("link", None, os.readlink(p))
+            elif st.S_ISDIR(s.st_mode):
+                out[rel] = ("dir", st.S_IMODE(s.st_mode), None)
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = ("file", st.S_IMODE(s.st_mode), f.read())
+    return out
+
+
+def _make_tree(root):
+    os.makedirs(os.path.join(root, "a/b/c"))
+    os.makedirs(os.path.join(root, "empty"))
+    os.makedirs(os.path.join(root, "private"))
+    with open(os.path.join(root, "a/b/c/deep.txt"), "w") as f:
+        f.write("deep\n")
+    with open(os.path.join(root, "run.sh"), "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    os.chmod(os.path.join(root, "run.sh"), 0o755)
+    with open(os.path.join(root, "private/key"), "w") as f:
+        f.write("k\n")
+    os.chmod(os.path.join(root, "private/key"), 0o600)
+    os.chmod(os.path.join(root, "private"), 0o700)
+    with open(os.path.join(root, "big.bin"), "wb") as f:
+        f.write(os.urandom(9 * 1024 * 1024 + 123))  # several 4 MiB pieces
+    os.symlink("a/b", os.path.join(root, "rel-link"))
+    os.symlink("/etc/passwd", os.path.join(root, "abs-link"))
+    os.symlink("missing", os.path.join(root, "dangling"))
+
+
+def test_cp_r_round_trip_keeps_the_tree(world):
+    import shutil
+    src = os.path.join(world.tmp, "tree-in")
+    back = os.path.join(world.tmp, "tree-back")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(back, ignore_errors=True)
+    _make_tree(src)
+    want = _tree(src)
+    with sandbox(world, "cpr", "--deny-all") as name:
+        world.ctl("cp", "-r", src, "%s:/workspace/tree" % name, check=True)
+        inside = sh_ok(world, name, "cd /workspace/tree && find . -printf '%y %m %U %p %l\\n' | sort")
+        uid = sandbox_user_ids(world)[0]
+        for line in ("l 777 %s ./abs-link /etc/passwd", "l 777 %s ./rel-link a/b", "d 700 %s ./private",
+                     "f 600 %s ./private/key", "f 755 %s ./run.sh", "d 755 %s ./empty"):
+            want_line = line % uid
+            expect(want_line in [l.strip() for l in inside.splitlines()], "missing inside:", want_line, inside)
+        expect_eq(sh_ok(world, name, "/workspace/tree/run.sh"), "ran\n", "script mode kept")
+        # Into an existing directory the tree keeps its name, as cp -r does.
+        world.ctl("cp", "-r", src, "%s:/workspace" % name, check=True)
+        expect_eq(sh_ok(world, name, "cat /workspace/tree-in/a/b/c/deep.txt"), "deep\n", "cp -r into a dir")
+        world.ctl("cp", "-r", "%s:/workspace/tree" % name, back, check=True)
+    got = _tree(back)
+    expect_eq(sorted(got), sorted(want), "paths after the round trip")
+    for k in want:
+        expect_eq(got[k], want[k], "entry %s after the round trip" % k)
+
+
+def test_cp_without_r_still_names_the_directory(world):
+    src = os.path.join(world.tmp, "tree-plain")
+    os.makedirs(src, exist_ok=True)
+    with sandbox(world, "cpnr", "--deny-all") as name:
+        code, _o, err = world.ctl("cp", src, "%s:/workspace/x" % name)
+        expect(code != 0 and "-r" in err, "cp of a directory without -r should point at -r:", err)
+
+
+def test_fs_write_tar_refuses_hostile_members(world):
+    from common import tar_bytes
+    import io
+    import tarfile
+    marker = "pwned-%s" % world.id
+    cases = [
+        ("dotdot", [("../%s" % marker, "file", b"x")], "/workspace/%s" % marker),
+        ("deep-dotdot", [("a/../../%s" % marker, "file", b"x")], "/workspace/%s" % marker),
+        ("absolute", [("/tmp/%s" % marker, "file", b"x")], "/tmp/%s" % marker),
+        ("symlink-then-write", [("lnk", "symlink", "/tmp"), ("lnk/%s" % marker, "file", b"x")],
+         "/tmp/%s" % marker),
+        ("symlink-dotdot-then-write", [("up", "symlink", ".."), ("up/%s" % marker, "file", b"x")],
+         "/workspace/%s" % marker),
+        ("hardlink-absolute", [("hl", "hardlink", "/etc/shadow")], "/workspace/dst/hl"),
+        ("hardlink-dotdot", [("hl", "hardlink", "../../etc/shadow")], "/workspace/dst/hl"),
+        ("device", [("null2", "chr", (1, 3))], "/workspace/dst/null2"),
+    ]
+    with sandbox(world, "hostile", "--deny-all") as name:
+        for what, entries, never in cases:
+            for sudo in (False, True):
+                msg = _write_tar(world, name, "/workspace/dst", tar_bytes(entries, compress=False), sudo=sudo)
+                expect("error" in msg, "fs.writeTar of a tar with %s should fail (sudo %s):" % (what, sudo), msg)
+                code, _o, _e = sh(world, name, "test -e %s || test -L %s" % (never, never))
+                expect(code != 0, "fs.writeTar with %s wrote %s (sudo %s)" % (what, never, sudo))
+                expect(not os.path.exists("/tmp/%s" % marker), "a hostile tar reached the host's /tmp")
+        msg = _write_tar(world, name, "/workspace/dst", tar_bytes([("../x", "file", b"x")], compress=False))
+        expect("../x" in msg.get("error", {}).get("message", ""), "the refusal names the member:", msg)
+        # A FIFO and a block device are refused too; setuid bits are dropped.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            ti = tarfile.TarInfo("suid")
+            ti.mode, ti.size = 0o6755, 3
+            t.addfile(ti, io.BytesIO(b"#!\n"))
+        msg = _write_tar(world, name, "/workspace/s", buf.getvalue(), sudo=True)
+        expect("result" in msg, "a setuid member is written (without the bit):", msg)
+        expect_eq(sh_ok(world, name, "stat -c %a /workspace/s/suid").strip(), "755", "setuid/setgid dropped")
+        for kind in (tarfile.FIFOTYPE, tarfile.BLKTYPE):
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as t:
+                ti = tarfile.TarInfo("special")
+                ti.type = kind
+                t.addfile(ti)
+            msg = _write_tar(world, name, "/workspace/sp", buf.getvalue(), sudo=True)
+            expect("error" in msg, "a special file member should be refused:", kind, msg)
+        # Not a tar at all: an error, not a hang.
+        msg = _write_tar(world, name, "/workspace/junk", os.urandom(10000))
+        expect("error" in msg, "fs.writeTar of random bytes should fail:", msg)
+        # As the sandbox user, /etc stays out of reach.
+        msg = _write_tar(world, name, "/etc", tar_bytes([("passwd", "file", b"x")], compress=False))
+        expect("error" in msg, "fs.writeTar into /etc as the sandbox user should fail:", msg)
+
+
+def test_fs_read_tar_and_stream_errors(world):
+    import tarfile
+    import io
+    with sandbox(world, "rtar", "--deny-all") as name:
+        sh_ok(world, name, "mkdir -p /workspace/t/d && echo hi > /workspace/t/d/f && ln -s d/f /workspace/t/l"
+                           " && mkfifo /workspace/t/fifo")
+        msg, data = _read_tar(world, name, "/workspace/t")
+        expect("result" in msg, "fs.readTar failed:", msg)
+        names = {}
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            for m in t.getmembers():
+                names[m.name] = m
+        expect_eq(sorted(names), ["d", "d/f", "l"], "members (the FIFO is skipped)")
+        expect_eq(names["l"].linkname, "d/f", "symlink kept as a link")
+        expect_eq(msg["result"].get("entries"), 3, "entries count")
+        msg, _ = _read_tar(world, name, "/workspace/nope")
+        expect("error" in msg, "fs.readTar of a missing directory should fail:", msg)
+        msg, _ = _read_tar(world, name, "/root")
+        expect("error" in msg, "fs.readTar of /root as the sandbox user should fail:", msg)
+        msg = world.rpc("fs.writeTarChunk", {"stream": "nope", "data": ""})
+        expect(msg.get("error", {}).get("data", {}).get("reason") == "not_found", "unknown stream:", msg)
