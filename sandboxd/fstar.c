@@ -15,9 +15,17 @@
  *   TAR_READ_CHUNK bytes; the last answer has eof: true and the counts.
  *
  * A stream belongs to the connection that began it; when that connection
- * closes the pipe is closed and the copy in the sandbox ends. */
+ * closes the pipe is closed and the copy in the sandbox ends.
+ *
+ * With "fd": true the client sends the pipe itself (SCM_RIGHTS, on the same
+ * host as always with a Unix socket): it goes straight to the sandbox's
+ * child, the bytes never pass through the daemon or base64, and the answer
+ * comes when the copy is done. sandboxctl cp -r uses this form. */
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -214,7 +222,9 @@ static void read_settle(tar_stream *t) {
         if (!b64)
                 return stream_release(t, -ENOMEM, "out of memory");
         cJSON *o = final ? result_counts(t) : cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "data", b64);
+        /* A reference, not a copy: rpc_reply prints the answer before it
+         * returns, and b64 lives until then. */
+        cJSON_AddItemToObject(o, "data", cJSON_CreateStringReference(b64));
         cJSON_AddBoolToObject(o, "eof", final);
         t->len = 0;
         rpc_reply(TAKE_PTR(t->read_req), o);
@@ -291,15 +301,89 @@ static tar_stream *find_stream(rpc_request *req, bool write) {
         return NULL;
 }
 
+/* ---- the fd form: the client's own pipe goes to the sandbox ---------------- */
+
+typedef struct fd_copy {
+        rpc_request *req;
+        char *path;
+        bool write;
+} fd_copy;
+
+static void fd_done(session *s, cJSON *result, int err, const char *message, void *userdata) {
+        fd_copy *f = userdata;
+        if (err < 0) {
+                const char *reason = err == -ENOENT ? "not_found" : err == -ESHUTDOWN ? "sandbox_stopped" : "failed";
+                if (message && *message)
+                        rpc_reply_error(f->req, RPC_APP_ERROR, reason, NULL, "%s", message);
+                else
+                        rpc_reply_error(f->req, RPC_APP_ERROR, reason, NULL, "fs.%s %s: %s",
+                                        f->write ? "writeTar" : "readTar", f->path, strerror(-err));
+        } else {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o, "entries", cJSON_GetNumberValue(cJSON_GetObjectItem(result, "entries")));
+                cJSON_AddNumberToObject(o, "bytes", cJSON_GetNumberValue(cJSON_GetObjectItem(result, "bytes")));
+                rpc_reply(f->req, o);
+        }
+        free(f->path);
+        free(f);
+}
+
+/* The fd a client sent with the request, checked: an anonymous pipe
+ * (pipefs: nothing that can be reopened as another file), open for reading
+ * (writeTar: the sandbox reads the stream) or writing (readTar). The
+ * sandbox's child gets it, so it must be nothing more than that pipe. */
+static int take_pipe(rpc_request *req, bool write) {
+        int fd = rpc_request_take_fd(req);
+        if (fd < 0) {
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "fd",
+                                "fd: no file descriptor came with the request (send a pipe with SCM_RIGHTS)");
+                return -EINVAL;
+        }
+        struct stat st;
+        struct statfs sfs;
+        int fl = fcntl(fd, F_GETFL);
+        if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode) || fstatfs(fd, &sfs) < 0 || sfs.f_type != PIPEFS_MAGIC ||
+            fl < 0 || (fl & O_ACCMODE) != (write ? O_RDONLY : O_WRONLY)) {
+                close(fd);
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "fd",
+                                "fd: must be the %s end of a pipe", write ? "read" : "write");
+                return -EINVAL;
+        }
+        (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        return fd;
+}
+
+static void drop_fd(rpc_request *req) {
+        int fd = rpc_request_take_fd(req);
+        if (fd >= 0)
+                close(fd);
+}
+
 static void begin(rpc_request *req, manager *m, bool write, rpc_handler self) {
         _cleanup_error_ sb_error *err = NULL;
         const char *path = NULL;
-        bool sudo = false;
-        if (rpc_param_string(req, "path", true, &path, &err) < 0 || rpc_param_bool(req, "sudo", &sudo, &err) < 0) {
+        bool sudo = false, use_fd = false;
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(req->params, "sandbox"));
+        sandbox *target = name ? manager_find_sandbox(m, name) : NULL;
+        /* The fd form's pipe is queued on the connection; a request refused
+         * before it reaches the sandbox closes it, so that neither the
+         * client's writer blocks on a pipe nobody reads nor a later request
+         * takes it. (A request that waits for its sandbox to start keeps it
+         * queued until it runs again.) */
+        bool refused = rpc_param_string(req, "path", true, &path, &err) < 0 ||
+                       rpc_param_bool(req, "sudo", &sudo, &err) < 0 || rpc_param_bool(req, "fd", &use_fd, &err) < 0;
+        if (cJSON_IsTrue(cJSON_GetObjectItem(req->params, "fd")) &&
+            (refused || !target || target->deleting ||
+             (!(target->sess && !target->sess->stopping && streq(target->status, "running")) &&
+              !target->starting && !target->persistent)))
+                drop_fd(req);
+        if (refused) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
         if (!*path || strlen(path) > LIMIT_PATH_BYTES) {
+                if (use_fd)
+                        drop_fd(req);
                 rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: must be a path of 1-%d bytes",
                                 LIMIT_PATH_BYTES);
                 return;
@@ -307,7 +391,7 @@ static void begin(rpc_request *req, manager *m, bool write, rpc_handler self) {
         unsigned n = 0;
         for (tar_stream *t = streams; t; t = t->next)
                 n += t->conn == req->conn;
-        if (n >= TAR_STREAMS_MAX) {
+        if (n >= TAR_STREAMS_MAX && !use_fd) {
                 rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
                                 "fs.%s: %d copies are open on this connection already (the limit)",
                                 write ? "writeTar" : "readTar", TAR_STREAMS_MAX);
@@ -317,6 +401,28 @@ static void begin(rpc_request *req, manager *m, bool write, rpc_handler self) {
         if (!sb)
                 return;
         loop = m->event;
+        if (use_fd) {
+                int fd = take_pipe(req, write);
+                if (fd < 0)
+                        return;
+                fd_copy *f = calloc(1, sizeof(*f));
+                if (!f || !(f->path = strdup(path))) {
+                        free(f);
+                        close(fd);
+                        rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                        return;
+                }
+                f->req = req;
+                f->write = write;
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "action", write ? "writeTar" : "readTar");
+                cJSON_AddStringToObject(o, "path", path);
+                cJSON_AddBoolToObject(o, "sudo", sudo);
+                int r = agent_fs_fd(sb->sess, o, fd, fd_done, f);
+                if (r < 0)
+                        fd_done(sb->sess, NULL, r, NULL, f);
+                return;
+        }
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0) {
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "fs.%s: pipe: %s", write ? "writeTar" : "readTar",

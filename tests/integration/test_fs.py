@@ -160,6 +160,16 @@ def _make_tree(root):
 
 
 def test_cp_r_round_trip_keeps_the_tree(world):
+    _round_trip(world, None)
+
+
+def test_cp_r_round_trip_through_json_chunks(world):
+    # The fs.writeTarChunk / fs.readTarChunk form, as clients without fd
+    # passing use it.
+    _round_trip(world, {"SANDBOXCTL_CP_JSON": "1"})
+
+
+def _round_trip(world, env):
     import shutil
     src = os.path.join(world.tmp, "tree-in")
     back = os.path.join(world.tmp, "tree-back")
@@ -168,7 +178,7 @@ def test_cp_r_round_trip_keeps_the_tree(world):
     _make_tree(src)
     want = _tree(src)
     with sandbox(world, "cpr", "--deny-all") as name:
-        world.ctl("cp", "-r", src, "%s:/workspace/tree" % name, check=True)
+        world.ctl("cp", "-r", src, "%s:/workspace/tree" % name, check=True, env=env)
         inside = sh_ok(world, name, "cd /workspace/tree && find . -printf '%y %m %U %p %l\\n' | sort")
         uid = sandbox_user_ids(world)[0]
         for line in ("l 777 %s ./abs-link /etc/passwd", "l 777 %s ./rel-link a/b", "d 700 %s ./private",
@@ -177,9 +187,13 @@ def test_cp_r_round_trip_keeps_the_tree(world):
             expect(want_line in [l.strip() for l in inside.splitlines()], "missing inside:", want_line, inside)
         expect_eq(sh_ok(world, name, "/workspace/tree/run.sh"), "ran\n", "script mode kept")
         # Into an existing directory the tree keeps its name, as cp -r does.
-        world.ctl("cp", "-r", src, "%s:/workspace" % name, check=True)
+        world.ctl("cp", "-r", src, "%s:/workspace" % name, check=True, env=env)
         expect_eq(sh_ok(world, name, "cat /workspace/tree-in/a/b/c/deep.txt"), "deep\n", "cp -r into a dir")
-        world.ctl("cp", "-r", "%s:/workspace/tree" % name, back, check=True)
+        world.ctl("cp", "-r", "%s:/workspace/tree" % name, back, check=True, env=env)
+        code, _o, err = world.ctl("cp", "-r", "%s:/workspace/nope" % name, back + "2", env=env)
+        expect(code != 0 and "nope" in err, "cp -r of a missing directory should fail naming it:", err)
+        code, _o, err = world.ctl("cp", "-r", src, "%s:/etc/x" % name, env=env)
+        expect(code != 0, "cp -r into /etc as the sandbox user should fail")
     got = _tree(back)
     expect_eq(sorted(got), sorted(want), "paths after the round trip")
     for k in want:
