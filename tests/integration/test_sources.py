@@ -369,3 +369,24 @@ def test_local_sources_are_refused_by_default(world):
     finally:
         world.stop_sandboxd(d)
         world.start_sandboxd()
+
+
+def test_tarball_absolute_hardlink_inside_the_archive_is_resolved_in_the_root(world):
+    # Tarballs of a whole root carry hardlinks such as
+    # usr/bin/perlthanks -> /usr/bin/perlbug: a member of the same archive.
+    data = tar_bytes([("usr/bin/perlbug", "file", b"#!/bin/sh\necho perlbug\n"),
+                      ("usr/bin/perlthanks", "hardlink", "/usr/bin/perlbug")])
+    path = os.path.join(world.tmp, "abs-hardlink.tar.gz")
+    with open(path, "wb") as f:
+        f.write(data)
+    name, code, _out, err = create(world, "abshl", "--deny-all", "--tarball", path, check=False)
+    try:
+        expect_eq(code, 0, "create from a tarball with an absolute hardlink (%s)" % err.strip()[:300])
+        out = sh_ok(world, name, "cd /workspace/usr/bin && stat -c '%i %h' perlbug perlthanks && cat perlthanks")
+        lines = out.splitlines()
+        expect_eq(lines[0], lines[1], "perlthanks is a hardlink of perlbug (inode, link count)")
+        expect_eq(lines[0].split()[1], "2", "link count")
+        expect_eq(lines[3], "echo perlbug", "content through the link")
+    finally:
+        if code == 0:
+            delete(world, name)
