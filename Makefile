@@ -162,6 +162,7 @@ bench: deps
 	@python3 tests/bench/bench_policy.py
 	@python3 tests/bench/bench_proxy.py
 	@python3 tests/bench/bench_copy.py
+	@python3 tests/bench/bench_git.py
 
 install: $(BINS) $(FAULT_BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)

@@ -17,6 +17,9 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netdb.h>
 #include "libcore/base64.h"
 #include <ctype.h>
 #include <git2.h>
@@ -165,6 +168,7 @@ typedef struct clone_job {
         const char *dest_dir;
         uid_t uid;              /* the sandbox user, for the git program */
         gid_t gid;
+        char *resolve;          /* http.curloptResolve for the git program, or NULL */
         bool creds_used;
 } clone_job;
 
@@ -328,6 +332,13 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
                 argv[n++] = git_safe_opts[i];
         argv[n++] = "-c";
         argv[n++] = allow_file ? "protocol.file.allow=always" : "protocol.file.allow=never";
+        _cleanup_free_ char *pin = NULL;
+        if (j->resolve) {
+                if (asprintf(&pin, "http.curloptResolve=%s", j->resolve) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+                argv[n++] = "-c";
+                argv[n++] = pin;
+        }
         for (size_t i = 0; args[i] && n < ELEMENTSOF(argv) - 1; i++)
                 argv[n++] = args[i];
         argv[n] = NULL;
@@ -413,6 +424,78 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
         return sb_error_set(ret_err, -EIO, REASON, NULL, "clone: git %s: %s", args[0], msg ? msg : "failed");
 }
 
+/* For an http(s) URL: resolves its host now, refuses it when any address
+ * is forbidden (core_source_address_forbidden), and stores
+ * "HOST:PORT:ADDR,..." in j->resolve, so that git (libcurl's
+ * CURLOPT_RESOLVE through http.curloptResolve, git-config(1)) connects to
+ * exactly the addresses checked here: a name that re-resolves elsewhere
+ * during the clone (DNS rebinding) is not followed. git:// has no such
+ * option; its connect is covered by the check before the clone only. */
+static int pin_http_addresses(clone_job *j, sb_error **ret_err) {
+        const char *url = j->src->url;
+        if (strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0)
+                return 0;
+        CURLU *u = curl_url();
+        char *host = NULL, *port = NULL;
+        int bad = !u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+                  curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+                  curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK;
+        curl_url_cleanup(u);
+        char name[256] = "";
+        if (!bad) {
+                size_t n = strlen(host);
+                if (n >= 2 && host[0] == '[' && host[n - 1] == ']')
+                        snprintf(name, sizeof(name), "%.*s", (int)(n - 2), host + 1);
+                else
+                        snprintf(name, sizeof(name), "%s", host);
+        }
+        struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+        int r = bad ? sb_error_set(ret_err, -EINVAL, REASON, FIELD, "source.url: cannot find the host in the URL")
+                    : getaddrinfo(name, NULL, &hints, &res) != 0
+                              ? sb_error_set(ret_err, -EHOSTUNREACH, REASON, FIELD, "source.url: cannot resolve '%s'", name)
+                              : 0;
+        size_t cap = strlen(host ? host : "") + 16, len = 0;
+        char *out = r < 0 ? NULL : malloc(cap);
+        if (r == 0 && !out)
+                r = sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+        size_t prefix = 0;
+        if (out)
+                prefix = len = (size_t)snprintf(out, cap, "%s:%s:", host, port);
+        for (struct addrinfo *ai = res; ai && r == 0; ai = ai->ai_next) {
+                const char *why = core_source_address_forbidden(ai->ai_addr);
+                char a[INET6_ADDRSTRLEN + 3];
+                if (why) {
+                        r = sb_error_set(ret_err, -EACCES, REASON, FIELD, "source.url: refusing to fetch from '%s' (%s)",
+                                         name, why);
+                        break;
+                }
+                char txt[INET6_ADDRSTRLEN] = "";
+                const void *bin = ai->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                                                            : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+                inet_ntop(ai->ai_family, bin, txt, sizeof(txt));
+                snprintf(a, sizeof(a), ai->ai_family == AF_INET6 ? "[%s]" : "%s", txt);
+                if (strstr(out + prefix, a)) /* getaddrinfo repeats an address per protocol */
+                        continue;
+                char *grown = realloc(out, cap += strlen(a) + 2);
+                if (!grown) {
+                        r = sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+                        break;
+                }
+                out = grown;
+                len += (size_t)snprintf(out + len, cap - len, "%s%s", out[len - 1] == ':' ? "" : ",", a);
+        }
+        if (res)
+                freeaddrinfo(res);
+        curl_free(host);
+        curl_free(port);
+        if (r < 0) {
+                free(out);
+                return r;
+        }
+        j->resolve = out;
+        return 0;
+}
+
 /* A shallow clone: `git clone --depth N` of the remote HEAD, or for a
  * revision init + fetch --depth N of exactly that revision (a branch, a tag,
  * or a commit the server lets us fetch by id) + a detached checkout. */
@@ -422,7 +505,9 @@ static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
         bool file = is_file_url(url);
         uid_t uid = j->uid;
         gid_t gid = j->gid;
-        int r;
+        int r = file ? 0 : pin_http_addresses(j, ret_err);
+        if (r < 0)
+                return r;
         if (!j->src->revision) {
                 const char *args[] = {"clone", "-q", "--no-tags", depth, "--template=", "--", url, j->dest_dir, NULL};
                 r = run_git(j, NULL, uid, gid, file, args, ret_err);
@@ -440,6 +525,8 @@ static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
                 const char *seturl[] = {"remote", "set-url", "origin", j->src->url, NULL};
                 r = run_git(j, j->dest_dir, uid, gid, false, seturl, ret_err);
         }
+        free(j->resolve);
+        j->resolve = NULL;
         return r;
 }
 
