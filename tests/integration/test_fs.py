@@ -281,3 +281,83 @@ def test_fs_read_tar_and_stream_errors(world):
         expect("error" in msg, "fs.readTar of /root as the sandbox user should fail:", msg)
         msg = world.rpc("fs.writeTarChunk", {"stream": "nope", "data": ""})
         expect(msg.get("error", {}).get("data", {}).get("reason") == "not_found", "unknown stream:", msg)
+
+
+def _fake_daemon_serving_tar(sock_path, tar):
+    """A stand-in for sandboxd on sock_path that answers fs.stat with a
+    directory and fs.readTar ("fd": true) by writing `tar` into the pipe it
+    was sent: what a hostile sandbox could make a stream look like. Returns
+    the thread; it serves one connection."""
+    import json
+    import socket
+    import threading
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        buf = b""
+        fds = []
+        with conn:
+            while True:
+                data, got, _flags, _addr = socket.recv_fds(conn, 1 << 16, 4)
+                fds += got
+                if not data:
+                    break
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    req = json.loads(line)
+                    if req["method"] == "fs.stat":
+                        result = {"type": "directory"}
+                    else:
+                        with os.fdopen(fds.pop(0), "wb") as pipe:
+                            pipe.write(tar)
+                        result = {"entries": 1, "bytes": 1}
+                    conn.sendall(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": result}).encode()
+                                 + b"\n")
+        srv.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t
+
+
+def test_cp_r_out_of_a_sandbox_refuses_a_hostile_stream_on_the_host(world):
+    import subprocess
+    from common import tar_bytes
+    from world import SANDBOXCTL
+    marker = "pwned-host-%s" % world.id
+    outside = os.path.join(world.tmp, "outside")
+    os.makedirs(outside, exist_ok=True)
+    cases = [
+        ("dotdot", [("../%s" % marker, "file", b"x")], os.path.join(world.tmp, marker)),
+        ("absolute", [(os.path.join(outside, marker), "file", b"x")], os.path.join(outside, marker)),
+        ("symlink-then-write", [("lnk", "symlink", outside), ("lnk/%s" % marker, "file", b"x")],
+         os.path.join(outside, marker)),
+        ("hardlink-out", [("hl", "hardlink", "/etc/passwd")], None),
+        ("device", [("null2", "chr", (1, 3))], None),
+    ]
+    # The control: the same fake daemon with a benign stream is unpacked.
+    sock = os.path.join(world.tmp, "fake-ok.sock")
+    dst = os.path.join(world.tmp, "benign-dst")
+    t = _fake_daemon_serving_tar(sock, tar_bytes([("d/ok.txt", "file", b"fine")], compress=False))
+    p = subprocess.run([SANDBOXCTL, "--socket", sock, "cp", "-r", "box:/workspace/x", dst],
+                       capture_output=True, text=True, timeout=60)
+    t.join(10)
+    expect_eq(p.returncode, 0, "cp -r of a benign stream (%s)" % p.stderr.strip())
+    with open(os.path.join(dst, "d/ok.txt"), "rb") as f:
+        expect_eq(f.read(), b"fine", "benign member unpacked")
+    for i, (what, entries, never) in enumerate(cases):
+        sock = os.path.join(world.tmp, "fake-%d.sock" % i)
+        dst = os.path.join(world.tmp, "hostile-dst-%d" % i)
+        t = _fake_daemon_serving_tar(sock, tar_bytes(entries, compress=False))
+        p = subprocess.run([SANDBOXCTL, "--socket", sock, "cp", "-r", "box:/workspace/x", dst],
+                           capture_output=True, text=True, timeout=60)
+        t.join(10)
+        expect(p.returncode != 0, "cp -r accepted a hostile stream (%s):" % what, p.stdout, p.stderr)
+        if never:
+            expect(not os.path.lexists(never), "a hostile stream wrote outside the destination:", never)
+        for name in ("hl", "null2"):
+            expect(not os.path.lexists(os.path.join(dst, name)), "a hostile member was written:", what, name)
