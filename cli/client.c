@@ -141,6 +141,57 @@ int64_t client_send(client *c, const char *method, cJSON *params) {
         return r < 0 ? r : id;
 }
 
+int64_t client_send_fd(client *c, const char *method, cJSON *params, int fd) {
+        int64_t id = c->next_id++;
+        cJSON *msg = build_message(method, params, id);
+        _cleanup_free_ char *text = msg ? cJSON_PrintUnformatted(msg) : NULL;
+        cJSON_Delete(msg);
+        if (!text)
+                return -ENOMEM;
+        size_t n = strlen(text);
+        _cleanup_free_ char *line = malloc(n + 2);
+        if (!line)
+                return -ENOMEM;
+        memcpy(line, text, n);
+        line[n] = '\n';
+        /* The fd rides on the first byte; the kernel hands it over no later
+         * than the line (unix(7) SCM_RIGHTS). */
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } cm = {};
+        struct iovec iov = { .iov_base = line, .iov_len = 1 };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf) };
+        struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &fd, sizeof(int));
+        ssize_t r;
+        do
+                r = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        while (r < 0 && errno == EINTR);
+        if (r < 0)
+                return -errno;
+        int rr = send_all(c->fd, line + 1, n);
+        return rr < 0 ? rr : id;
+}
+
+int64_t client_send_text(client *c, const char *method, const char *params, size_t params_len) {
+        int64_t id = c->next_id++;
+        _cleanup_free_ char *line = NULL;
+        char head[160];
+        int h = snprintf(head, sizeof(head), "{\"jsonrpc\":\"2.0\",\"id\":%lld,\"method\":\"%s\",\"params\":",
+                         (long long) id, method);
+        if (h < 0 || (size_t) h >= sizeof(head) || !(line = malloc((size_t) h + params_len + 3)))
+                return -ENOMEM;
+        memcpy(line, head, (size_t) h);
+        memcpy(line + h, params, params_len);
+        memcpy(line + h + params_len, "}\n", 2);
+        int r = send_all(c->fd, line, (size_t) h + params_len + 2);
+        return r < 0 ? r : id;
+}
+
 int client_notify(client *c, const char *method, cJSON *params) {
         cJSON *msg = build_message(method, params, 0);
         if (!msg)

@@ -97,6 +97,14 @@ int client_fd(const client *c);
  * -ECONNRESET, -ENOMEM). */
 int64_t client_send(client *c, const char *method, cJSON *params);
 
+/* Like client_send(), with `fd` (not taken) sent along (SCM_RIGHTS) for
+ * methods that take one ("fd": true in fs.writeTar / fs.readTar). */
+int64_t client_send_fd(client *c, const char *method, cJSON *params, int fd);
+/* Like client_send() with params already encoded: `params` holds
+ * params_len bytes of one JSON object (the caller vouches for it; method is
+ * a plain name). For large params built without cJSON's copies (base64
+ * written straight into the text). Returns the id or a negative errno. */
+int64_t client_send_text(client *c, const char *method, const char *params, size_t params_len);
 /* Sends a notification (no id, no answer expected). Same ownership and
  * errors as client_send(); returns 0 on success. */
 int client_notify(client *c, const char *method, cJSON *params);

@@ -13,6 +13,7 @@
 
 #include "libcore/macro.h"
 #include "cli/ctl.h"
+#include "cli/copytree.h"
 
 static const char main_help[] =
         "Usage: sandboxctl [--socket PATH] [--json] COMMAND [OPTIONS] ...\n"
@@ -42,7 +43,7 @@ static const char main_help[] =
         "  runtime list|import NAME ROOTFS|bootstrap NAME [--suite S] [--mirror URL]|rm NAME\n"
         "                                root filesystems for --runtime\n"
         "  rm NAME                       delete a sandbox\n"
-        "  cp SRC DST                    copy a file; one side is NAME:PATH\n"
+        "  cp [-r] SRC DST               copy a file, or with -r a directory tree; one side is NAME:PATH\n"
         "  policy test NAME|--policy FILE URL\n"
         "                                would the policy allow URL? (exit 0 yes, 3 no)\n"
         "  events [NAME] [--kind K]...   print events (denials, lifecycle) as they happen\n"
@@ -749,11 +750,15 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
 /* --- cp --------------------------------------------------------------- */
 
 static const char cp_help[] =
-        "Usage: sandboxctl cp [--json] SRC DST\n\n"
+        "Usage: sandboxctl cp [-r] [--json] SRC DST\n\n"
         "Copies one file between the host and a sandbox. Exactly one side is NAME:PATH\n"
         "(a relative PATH is under /workspace); - as the host side means stdin or stdout.\n"
         "A host path that contains ':' can be written as ./a:b. Copying into an existing\n"
-        "directory keeps the file's name. Directories are not supported yet.\n";
+        "directory keeps the file's name.\n\n"
+        "  -r, --recursive   copy a directory tree (as one tar stream): into an existing\n"
+        "                    directory DST it goes to DST/NAME-OF-SRC, else DST is created.\n"
+        "                    Files, directories and symlinks (kept as links) with their\n"
+        "                    modes and times; device nodes and setuid bits are not copied.\n";
 
 static const char *base_name(const char *path) {
         const char *slash = strrchr(path, '/');
@@ -811,7 +816,7 @@ static int cp_to_sandbox(const ctl_globals *g, client *c, const char *local, con
         if (!in || fstat(fileno(in), &st) < 0)
                 return ctl_error(CLI_EXIT_ERROR, "cp: %s: %s", local, strerror(errno));
         if (!from_stdin && S_ISDIR(st.st_mode))
-                return ctl_error(CLI_EXIT_ERROR, "cp: directories are not supported yet");
+                return ctl_error(CLI_EXIT_ERROR, "cp: %s is a directory (copy a tree with -r)", local);
         _cleanup_free_ char *type = remote_type(c, name, path), *target = NULL;
         if ((type && streq(type, "directory")) || (path[strlen(path) - 1] == '/' && !from_stdin)) {
                 if (from_stdin)
@@ -844,7 +849,7 @@ static int cp_to_sandbox(const ctl_globals *g, client *c, const char *local, con
 static int cp_from_sandbox(const ctl_globals *g, client *c, const char *name, const char *path, const char *local) {
         _cleanup_free_ char *type = remote_type(c, name, path);
         if (type && streq(type, "directory"))
-                return ctl_error(CLI_EXIT_ERROR, "cp: directories are not supported yet");
+                return ctl_error(CLI_EXIT_ERROR, "cp: %s:%s is a directory (copy a tree with -r)", name, path);
         cJSON *params = cJSON_CreateObject();
         cJSON_AddStringToObject(params, "sandbox", name);
         cJSON_AddStringToObject(params, "path", path);
@@ -876,11 +881,52 @@ static int cp_from_sandbox(const ctl_globals *g, client *c, const char *name, co
         return 0;
 }
 
+/* cp -r: a tree goes into an existing directory under its own name, as
+ * with cp(1); a file source falls back to the one-file copy. */
+static int cp_tree(const ctl_globals *g, client *c, const char *src, const char *sname, const char *spath,
+                   const char *dst, const char *dname, const char *dpath) {
+        _cleanup_free_ char *target = NULL;
+        if (dname) {
+                struct stat st;
+                if (streq(src, "-") || stat(src, &st) < 0 || !S_ISDIR(st.st_mode))
+                        return cp_to_sandbox(g, c, src, dname, dpath);
+                _cleanup_free_ char *type = remote_type(c, dname, dpath), *copy = strdup(src);
+                if (!copy)
+                        return ctl_error(CLI_EXIT_ERROR, "out of memory");
+                while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
+                        copy[strlen(copy) - 1] = 0;
+                if (type && streq(type, "directory") && !streq(base_name(copy), ".") &&
+                    !streq(base_name(copy), "..") && *base_name(copy) &&
+                    asprintf(&target, "%s/%s", dpath, base_name(copy)) < 0)
+                        return ctl_error(CLI_EXIT_ERROR, "out of memory");
+                return ctl_cp_tree_to_sandbox(g, c, src, dname, target ? target : dpath);
+        }
+        _cleanup_free_ char *type = remote_type(c, sname, spath);
+        if (!type || !streq(type, "directory") || streq(dst, "-"))
+                return cp_from_sandbox(g, c, sname, spath, dst);
+        struct stat st;
+        _cleanup_free_ char *copy = strdup(spath);
+        if (!copy)
+                return ctl_error(CLI_EXIT_ERROR, "out of memory");
+        while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
+                copy[strlen(copy) - 1] = 0;
+        const char *leaf = base_name(copy);
+        if (stat(dst, &st) == 0 && S_ISDIR(st.st_mode) && *leaf && !streq(leaf, ".") && !streq(leaf, "..") &&
+            asprintf(&target, "%s/%s", dst, leaf) < 0)
+                return ctl_error(CLI_EXIT_ERROR, "out of memory");
+        return ctl_cp_tree_from_sandbox(g, c, sname, spath, target ? target : dst);
+}
+
 static int cmd_cp(ctl_globals *g, int argc, char **argv) {
-        static const struct option opts[] = { COMMON_OPTIONS, {} };
+        static const struct option opts[] = { COMMON_OPTIONS, { "recursive", no_argument, NULL, 'r' }, {} };
         int opt;
+        bool recursive = false;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = getopt_long(argc, argv, "hr", opts, NULL)) != -1) {
+                if (opt == 'r') {
+                        recursive = true;
+                        continue;
+                }
                 int r = common_option(g, opt, cp_help);
                 if (r == 0)
                         return 0;
@@ -902,6 +948,8 @@ static int cmd_cp(ctl_globals *g, int argc, char **argv) {
         int r = ctl_connect(g, &c);
         if (r != 0)
                 return r;
+        if (recursive)
+                return cp_tree(g, c, src, sname, spath, dst, rd ? dname : NULL, dpath);
         return rd ? cp_to_sandbox(g, c, src, dname, dpath) : cp_from_sandbox(g, c, sname, spath, dst);
 }
 

@@ -3,10 +3,24 @@
  * user (see source.h and source-internal.h).
  *
  * Shallow clones: libgit2 1.5 (Debian 12) has no shallow-fetch support
- * (git_fetch_options.depth arrived in libgit2 1.7), and running the git
- * binary instead would bring back every risk this module avoids (hooks,
- * config-driven programs, ext::). So `depth` is accepted and ignored: the
- * clone always carries the full history. */
+ * (git_fetch_options.depth arrived in libgit2 1.7). A source with `depth`
+ * is cloned by the git program instead (git_cli_clone), in a child that
+ * becomes the sandbox user, with an empty environment and every
+ * config-driven program off: no system or global config, hooks to
+ * /dev/null, no templates, no credential helpers or prompts, no submodules,
+ * only the http, https and git transports (file only for the checked copy
+ * of a local source), no redirects. The URL and address checks run first,
+ * exactly as for libgit2. */
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netdb.h>
+#include "libcore/base64.h"
 #include <ctype.h>
 #include <git2.h>
 #include <pthread.h>
@@ -152,6 +166,9 @@ static void git_init_once(void) {
 typedef struct clone_job {
         const core_git_source *src;
         const char *dest_dir;
+        uid_t uid;              /* the sandbox user, for the git program */
+        gid_t gid;
+        char *resolve;          /* http.curloptResolve for the git program, or NULL */
         bool creds_used;
 } clone_job;
 
@@ -275,7 +292,247 @@ static int clone_confined(void *userdata, sb_error **ret_err) {
         return r;
 }
 
+/* ---- shallow clones with the git program ---------------------------------- */
+
+#define GIT_PROGRAM "/usr/bin/git"
+#define GIT_ERR_MAX 4096
+
+/* Options every git run gets, ahead of the subcommand: nothing in a
+ * repository or on the host may make git run a program or reach a transport
+ * we did not pick. Sources: git-config(1) (core.hooksPath, protocol.*,
+ * credential.helper, core.askPass, http.followRedirects,
+ * submodule.recurse, core.fsmonitor, init.templateDir), git(1)
+ * (GIT_ALLOW_PROTOCOL, GIT_CONFIG_NOSYSTEM, GIT_CONFIG_GLOBAL). */
+static const char *const git_safe_opts[] = {
+        "-c", "core.hooksPath=/dev/null",
+        "-c", "core.fsmonitor=false",
+        "-c", "core.sshCommand=false",
+        "-c", "core.askPass=",
+        "-c", "credential.helper=",
+        "-c", "init.templateDir=",
+        "-c", "protocol.allow=never",
+        "-c", "protocol.http.allow=always",
+        "-c", "protocol.https.allow=always",
+        "-c", "protocol.git.allow=always",
+        "-c", "submodule.recurse=false",
+        "-c", "fetch.recurseSubmodules=false",
+        "-c", "http.followRedirects=false",
+        "-c", "transfer.fsckObjects=true",
+};
+
+/* Runs `git <safe opts> [-c protocol.file.allow=always] ARGS...` as
+ * uid:gid in cwd (NULL: /) and waits for it. On failure *ret_err carries
+ * the last line git wrote to stderr (the password redacted). */
+static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bool allow_file,
+                   const char *const *args, sb_error **ret_err) {
+        const char *argv[64];
+        size_t n = 0;
+        argv[n++] = "git";
+        for (size_t i = 0; i < ELEMENTSOF(git_safe_opts); i++)
+                argv[n++] = git_safe_opts[i];
+        argv[n++] = "-c";
+        argv[n++] = allow_file ? "protocol.file.allow=always" : "protocol.file.allow=never";
+        _cleanup_free_ char *pin = NULL;
+        if (j->resolve) {
+                if (asprintf(&pin, "http.curloptResolve=%s", j->resolve) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+                argv[n++] = "-c";
+                argv[n++] = pin;
+        }
+        for (size_t i = 0; args[i] && n < ELEMENTSOF(argv) - 1; i++)
+                argv[n++] = args[i];
+        argv[n] = NULL;
+        /* Credentials go in the environment (git's GIT_CONFIG_COUNT), never
+         * on the command line that every host user can read. */
+        _cleanup_free_ char *auth = NULL, *header = NULL;
+        bool http = strncasecmp(j->src->url, "http", 4) == 0;
+        if (http && j->src->username) {
+                _cleanup_free_ char *pair = NULL;
+                if (asprintf(&pair, "%s:%s", j->src->username, j->src->password ? j->src->password : "") < 0 ||
+                    !(auth = base64_encode(pair, strlen(pair))) ||
+                    asprintf(&header, "GIT_CONFIG_VALUE_0=Authorization: Basic %s", auth) < 0) {
+                        header = NULL;
+                        return sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+                }
+        }
+        const char *envp[] = {
+                "PATH=/usr/bin:/bin", "HOME=/nonexistent", "XDG_CONFIG_HOME=/nonexistent", "LC_ALL=C",
+                "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0",
+                "GIT_ASKPASS=/bin/false", "SSH_ASKPASS=/bin/false",
+                allow_file ? "GIT_ALLOW_PROTOCOL=http:https:git:file" : "GIT_ALLOW_PROTOCOL=http:https:git",
+                header ? "GIT_CONFIG_COUNT=1" : NULL, "GIT_CONFIG_KEY_0=http.extraHeader", header, NULL,
+        };
+        int errp[2];
+        if (pipe2(errp, O_CLOEXEC) < 0)
+                return sb_error_set(ret_err, negative_errno(), REASON, NULL, "clone: pipe: %m");
+        pid_t pid = fork();
+        if (pid < 0) {
+                close(errp[0]);
+                close(errp[1]);
+                return sb_error_set(ret_err, negative_errno(), REASON, NULL, "clone: fork: %m");
+        }
+        if (pid == 0) {
+                /* Child of a threaded process: raw syscalls only until exec.
+                 * The sandbox user's ids, no groups, no new privileges, and
+                 * killed with its parent. */
+                int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(errp[1], 1) < 0 || dup2(errp[1], 2) < 0 ||
+                    syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
+                    syscall(SYS_setresuid, uid, uid, uid) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+                    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || chdir(cwd ? cwd : "/") < 0)
+                        _exit(125);
+                (void)close_range(3, ~0U, 0);
+                core_signals_reset();
+                execve(GIT_PROGRAM, (char **)argv, (char **)envp);
+                _exit(127);
+        }
+        close(errp[1]);
+        char buf[GIT_ERR_MAX + 1];
+        size_t len = 0;
+        for (;;) {
+                char tmp[1024];
+                ssize_t k = read(errp[0], tmp, sizeof(tmp));
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                /* Keep the tail: git's reason is its last line. */
+                if ((size_t)k > GIT_ERR_MAX)
+                        k = GIT_ERR_MAX;
+                if (len + (size_t)k > GIT_ERR_MAX) {
+                        size_t drop = len + (size_t)k - GIT_ERR_MAX;
+                        memmove(buf, buf + drop, len - drop);
+                        len -= drop;
+                }
+                memcpy(buf + len, tmp, (size_t)k);
+                len += (size_t)k;
+        }
+        close(errp[0]);
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+                return 0;
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+                len--;
+        buf[len] = 0;
+        const char *last = strrchr(buf, '\n');
+        last = last ? last + 1 : buf;
+        _cleanup_free_ char *msg = redact(*last ? last : "git failed", j->src->password);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+                return sb_error_set(ret_err, -ENOENT, REASON, NULL, "clone: %s not found (install git)", GIT_PROGRAM);
+        return sb_error_set(ret_err, -EIO, REASON, NULL, "clone: git %s: %s", args[0], msg ? msg : "failed");
+}
+
+/* For an http(s) URL: resolves its host now, refuses it when any address
+ * is forbidden (core_source_address_forbidden), and stores
+ * "HOST:PORT:ADDR,..." in j->resolve, so that git (libcurl's
+ * CURLOPT_RESOLVE through http.curloptResolve, git-config(1)) connects to
+ * exactly the addresses checked here: a name that re-resolves elsewhere
+ * during the clone (DNS rebinding) is not followed. git:// has no such
+ * option; its connect is covered by the check before the clone only. */
+static int pin_http_addresses(clone_job *j, sb_error **ret_err) {
+        const char *url = j->src->url;
+        if (strncasecmp(url, "http://", 7) != 0 && strncasecmp(url, "https://", 8) != 0)
+                return 0;
+        CURLU *u = curl_url();
+        char *host = NULL, *port = NULL;
+        int bad = !u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+                  curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+                  curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK;
+        curl_url_cleanup(u);
+        char name[256] = "";
+        if (!bad) {
+                size_t n = strlen(host);
+                if (n >= 2 && host[0] == '[' && host[n - 1] == ']')
+                        snprintf(name, sizeof(name), "%.*s", (int)(n - 2), host + 1);
+                else
+                        snprintf(name, sizeof(name), "%s", host);
+        }
+        struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+        int r = bad ? sb_error_set(ret_err, -EINVAL, REASON, FIELD, "source.url: cannot find the host in the URL")
+                    : getaddrinfo(name, NULL, &hints, &res) != 0
+                              ? sb_error_set(ret_err, -EHOSTUNREACH, REASON, FIELD, "source.url: cannot resolve '%s'", name)
+                              : 0;
+        size_t cap = strlen(host ? host : "") + 16, len = 0;
+        char *out = r < 0 ? NULL : malloc(cap);
+        if (r == 0 && !out)
+                r = sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+        size_t prefix = 0;
+        if (out)
+                prefix = len = (size_t)snprintf(out, cap, "%s:%s:", host, port);
+        for (struct addrinfo *ai = res; ai && r == 0; ai = ai->ai_next) {
+                const char *why = core_source_address_forbidden(ai->ai_addr);
+                char a[INET6_ADDRSTRLEN + 3];
+                if (why) {
+                        r = sb_error_set(ret_err, -EACCES, REASON, FIELD, "source.url: refusing to fetch from '%s' (%s)",
+                                         name, why);
+                        break;
+                }
+                char txt[INET6_ADDRSTRLEN] = "";
+                const void *bin = ai->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                                                            : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+                inet_ntop(ai->ai_family, bin, txt, sizeof(txt));
+                snprintf(a, sizeof(a), ai->ai_family == AF_INET6 ? "[%s]" : "%s", txt);
+                if (strstr(out + prefix, a)) /* getaddrinfo repeats an address per protocol */
+                        continue;
+                char *grown = realloc(out, cap += strlen(a) + 2);
+                if (!grown) {
+                        r = sb_error_set(ret_err, -ENOMEM, REASON, NULL, "out of memory");
+                        break;
+                }
+                out = grown;
+                len += (size_t)snprintf(out + len, cap - len, "%s%s", out[len - 1] == ':' ? "" : ",", a);
+        }
+        if (res)
+                freeaddrinfo(res);
+        curl_free(host);
+        curl_free(port);
+        if (r < 0) {
+                free(out);
+                return r;
+        }
+        j->resolve = out;
+        return 0;
+}
+
+/* A shallow clone: `git clone --depth N` of the remote HEAD, or for a
+ * revision init + fetch --depth N of exactly that revision (a branch, a tag,
+ * or a commit the server lets us fetch by id) + a detached checkout. */
+static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
+        char depth[32];
+        snprintf(depth, sizeof(depth), "--depth=%u", j->src->depth);
+        bool file = is_file_url(url);
+        uid_t uid = j->uid;
+        gid_t gid = j->gid;
+        int r = file ? 0 : pin_http_addresses(j, ret_err);
+        if (r < 0)
+                return r;
+        if (!j->src->revision) {
+                const char *args[] = {"clone", "-q", "--no-tags", depth, "--template=", "--", url, j->dest_dir, NULL};
+                r = run_git(j, NULL, uid, gid, file, args, ret_err);
+        } else {
+                const char *init[] = {"init", "-q", "--template=", j->dest_dir, NULL};
+                const char *add[] = {"remote", "add", "origin", url, NULL};
+                const char *fetch[] = {"fetch", "-q", "--no-tags", depth, "origin", j->src->revision, NULL};
+                const char *co[] = {"checkout", "-q", "--detach", "FETCH_HEAD", NULL};
+                if ((r = run_git(j, NULL, uid, gid, file, init, ret_err)) >= 0 &&
+                    (r = run_git(j, j->dest_dir, uid, gid, file, add, ret_err)) >= 0 &&
+                    (r = run_git(j, j->dest_dir, uid, gid, file, fetch, ret_err)) >= 0)
+                        r = run_git(j, j->dest_dir, uid, gid, file, co, ret_err);
+        }
+        if (r >= 0 && !streq(url, j->src->url)) {
+                const char *seturl[] = {"remote", "set-url", "origin", j->src->url, NULL};
+                r = run_git(j, j->dest_dir, uid, gid, false, seturl, ret_err);
+        }
+        free(j->resolve);
+        j->resolve = NULL;
+        return r;
+}
+
 static int clone_from(clone_job *j, const char *url, sb_error **ret_err) {
+        if (j->src->depth > 0)
+                return git_cli_clone(j, url, ret_err);
         git_clone_options opts = GIT_CLONE_OPTIONS_INIT;
         /* A real fetch even for file:// — never hardlink objects of a host
          * repository into the workspace. */
@@ -320,7 +577,7 @@ int core_source_git_clone(const core_git_source *src, const char *dest_dir, uid_
         _cleanup_close_ int dest_fd = source_open_dest(dest_dir, uid, gid, ret_err);
         if (dest_fd < 0)
                 return sb_error_prefix(ret_err, "clone");
-        clone_job j = {.src = src, .dest_dir = dest_dir};
+        clone_job j = {.src = src, .dest_dir = dest_dir, .uid = uid, .gid = gid};
         /* No chroot here: libgit2 needs the host's resolver and CA store, and
          * file:// names a host path. Running as uid:gid still bounds what a
          * hostile repository or a libgit2 bug could write (or read). */

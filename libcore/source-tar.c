@@ -401,6 +401,17 @@ static int vet_entry(struct archive_entry *e, uid_t uid, gid_t gid, sb_error **r
                 return sb_error_set(ret_err, -EPERM, REASON, NULL, "member '%s' refused: %s",
                                     name ? name : "", why);
         const char *hl = archive_entry_hardlink(e);
+        if (hl && hl[0] == '/') {
+                /* An absolute hardlink target (usr/bin/perlthanks ->
+                 * /usr/bin/perlbug, from a tarball of a whole root) names a
+                 * member of this archive: resolve it inside the extraction
+                 * root. ".." is still refused below, and a target that is
+                 * not in the tree fails to link. */
+                while (*hl == '/')
+                        hl++;
+                archive_entry_copy_hardlink(e, hl);
+                hl = archive_entry_hardlink(e);
+        }
         if (hl && (why = bad_name_reason(hl)))
                 return sb_error_set(ret_err, -EPERM, REASON, NULL,
                                     "member '%s' refused: hardlink target '%s' has an %s", name, hl, why);

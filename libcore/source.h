@@ -46,8 +46,13 @@ int core_git_url_check(const char *url, sb_error **ret_err);
  * read in place: its git dir is first copied, refusing any symlink,
  * alternates file, gitfile or commondir (source-internal.h,
  * source_local_git_copy), and the clone is made from the copy.
- * `depth` is accepted but the clone is always full: libgit2 1.5 has no
- * shallow fetch (it arrived in 1.7). Files are owned by uid:gid (the clone
+ * With `depth` > 0 the clone is shallow (that many commits) and is made by
+ * the git program (/usr/bin/git; libgit2 1.5 has no shallow fetch), run as
+ * uid:gid with an empty environment, no system or global config, hooks,
+ * templates, credential helpers, prompts, submodules and redirects off, and
+ * only the http, https and git transports (file for the checked copy of a
+ * local source); the checks below run first all the same. Files are owned
+ * by uid:gid (the clone
  * runs as that user, so a file:// repository must be readable by it).
  * Hooks never run (libgit2 does not run them; core.hooksPath is not
  * consulted); url.*.insteadOf is not applied. Returns 0 or a negative errno

@@ -38,7 +38,23 @@ void agent_set_paused(session *s, bool paused) {
 static void flush_queue(session *s) {
         while (s->outq) {
                 agent_packet *p = s->outq;
-                ssize_t n = send(s->agent_fd, p->data, p->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+                ssize_t n;
+                if (p->fd >= 0) {
+                        union {
+                                struct cmsghdr h;
+                                char buf[CMSG_SPACE(sizeof(int))];
+                        } cm = {};
+                        struct iovec iov = { .iov_base = p->data, .iov_len = p->len };
+                        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                                             .msg_controllen = sizeof(cm.buf) };
+                        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+                        c->cmsg_level = SOL_SOCKET;
+                        c->cmsg_type = SCM_RIGHTS;
+                        c->cmsg_len = CMSG_LEN(sizeof(int));
+                        memcpy(CMSG_DATA(c), &p->fd, sizeof(int));
+                        n = sendmsg(s->agent_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+                } else
+                        n = send(s->agent_fd, p->data, p->len, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n < 0) {
                         if (errno == EAGAIN || errno == EINTR)
                                 break;
@@ -47,6 +63,8 @@ static void flush_queue(session *s) {
                         break;
                 }
                 s->outq = p->next;
+                if (p->fd >= 0)
+                        close(p->fd);
                 free(p->data);
                 free(p);
         }
@@ -55,37 +73,41 @@ static void flush_queue(session *s) {
         update_events(s);
 }
 
-int agent_send(session *s, cJSON *json) {
+static int send_with_fd(session *s, cJSON *json, int fd) {
         char *text = cJSON_PrintUnformatted(json);
         cJSON_Delete(json);
-        if (!text)
-                return -ENOMEM;
-        size_t len = strlen(text);
-        if (len > AGENT_MAX_PACKET) {
-                free(text);
-                return -EMSGSIZE;
-        }
-        if (s->agent_closed) {
-                free(text);
-                return -EPIPE;
-        }
-        agent_packet *p = calloc(1, sizeof(*p));
+        size_t len = text ? strlen(text) : 0;
+        int r = !text ? -ENOMEM : len > AGENT_MAX_PACKET ? -EMSGSIZE : s->agent_closed ? -EPIPE : 0;
+        agent_packet *p = r < 0 ? NULL : calloc(1, sizeof(*p));
         if (!p) {
                 free(text);
-                return -ENOMEM;
+                if (fd >= 0)
+                        close(fd);
+                return r < 0 ? r : -ENOMEM;
         }
         p->data = text;
         p->len = len;
+        p->fd = fd;
         *s->outq_tail = p;
         s->outq_tail = &p->next;
         flush_queue(s);
         return 0;
 }
 
+int agent_send(session *s, cJSON *json) {
+        return send_with_fd(s, json, -EBADF);
+}
+
 int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata) {
+        return agent_fs_fd(s, op, -EBADF, cb, userdata);
+}
+
+int agent_fs_fd(session *s, cJSON *op, int fd, agent_fs_cb cb, void *userdata) {
         agent_fs_op *o = calloc(1, sizeof(*o));
         if (!o) {
                 cJSON_Delete(op);
+                if (fd >= 0)
+                        close(fd);
                 return -ENOMEM;
         }
         o->req = ++s->next_fs_req;
@@ -93,7 +115,7 @@ int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata) {
         o->userdata = userdata;
         cJSON_AddStringToObject(op, "op", "fs");
         cJSON_AddNumberToObject(op, "req", o->req);
-        int r = agent_send(s, op);
+        int r = send_with_fd(s, op, fd);
         if (r < 0) {
                 free(o);
                 return r;
@@ -302,6 +324,8 @@ void agent_detach(session *s) {
         while (s->outq) {
                 agent_packet *p = s->outq;
                 s->outq = p->next;
+                if (p->fd >= 0)
+                        close(p->fd);
                 free(p->data);
                 free(p);
         }

@@ -117,6 +117,7 @@ typedef struct agent_fs_op {
 typedef struct agent_packet {
         char *data;
         size_t len;
+        int fd;                   /* sent with the packet (SCM_RIGHTS) and closed, or -EBADF */
         struct agent_packet *next;
 } agent_packet;
 
@@ -447,6 +448,9 @@ int agent_send(session *s, cJSON *json);
  * malformed packet is ignored (logged at debug). */
 void agent_handle_packet(session *s, const char *buf, size_t len);
 int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
+/* agent_fs with `fd` (taken: closed once sent, or on failure) passed
+ * along with the packet, for the pipe of a directory copy. */
+int agent_fs_fd(session *s, cJSON *op, int fd, agent_fs_cb cb, void *userdata);
 /* Stops (or resumes) reading init's socket, so init stops reading its
  * commands' pipes and they block on write: backpressure from a client that
  * reads command output slower than it is made. */
@@ -553,6 +557,10 @@ cJSON *ports_json(const sandbox *sb);
 
 /* fs.c */
 void register_fs_methods(manager *m, rpc_server *s);
+/* fstar.c: fs.writeTar / fs.readTar and their chunk methods. */
+void register_fs_tar_methods(manager *m, rpc_server *s);
+/* A connection closed: its directory copies are abandoned. */
+void fs_tar_conn_closed(rpc_conn *c);
 
 /* snapshot-io.c */
 /* snapshot.export and snapshot.import: a snapshot as a tar file. */

@@ -93,6 +93,8 @@ struct rpc_conn {
         size_t in_len, in_alloc, in_scanned;
         char *out;                /* queued output, out_off bytes already written */
         size_t out_len, out_off, out_alloc;
+        int fds[RPC_CONN_FDS];    /* received with SCM_RIGHTS, oldest first (rpc_request_take_fd) */
+        unsigned n_fds;
         rpc_conn *prev, *next;
 };
 
@@ -136,6 +138,8 @@ void rpc_conn_unref(rpc_conn *c) {
         /* The last reference: conn_close() already ran (the server's list
          * holds a reference while the connection is open). */
         bool big = c->in_alloc >= RPC_TRIM_BYTES;
+        for (unsigned i = 0; i < c->n_fds; i++)
+                close(c->fds[i]);
         free(c->in);
         free(c->out);
         free(c);
@@ -595,12 +599,23 @@ static bool request_is_valid(rpc_conn *c, cJSON *root, bool *ret_has_id) {
  * a raw 0 byte anywhere. The scan tracks string boundaries and skips each
  * escape's second character, so "\\u0000" (an escaped backslash, then
  * "u0000") is not a NUL. */
+/* Inside a string, the next '"' or '\\' at or after i (len when none):
+ * two memchr scans, so a multi-megabyte base64 string costs little. */
+static size_t string_special(const char *line, size_t i, size_t len) {
+        const char *q = memchr(line + i, '"', len - i);
+        size_t end = q ? (size_t)(q - line) : len;
+        const char *b = memchr(line + i, '\\', end - i);
+        return b ? (size_t)(b - line) : end;
+}
+
 static bool has_nul(const char *line, size_t len) {
+        if (memchr(line, 0, len))
+                return true;
         bool in_string = false;
         for (size_t i = 0; i < len; i++) {
+                if (in_string && (i = string_special(line, i, len)) >= len)
+                        break;
                 char ch = line[i];
-                if (ch == '\0')
-                        return true;
                 if (!in_string) {
                         in_string = ch == '"';
                         continue;
@@ -624,6 +639,8 @@ static bool too_deep(const char *line, size_t len, unsigned limit) {
         bool in_string = false;
         unsigned depth = 0;
         for (size_t i = 0; i < len; i++) {
+                if (in_string && (i = string_special(line, i, len)) >= len)
+                        break;
                 char ch = line[i];
                 if (in_string) {
                         if (ch == '\\')
@@ -822,6 +839,45 @@ static void conn_kick(rpc_conn *c) {
         rpc_conn_ref(c);
 }
 
+/* recv() into c->in that also takes file descriptors a client sent with
+ * SCM_RIGHTS (a pipe for fs.writeTar / fs.readTar), queued on the
+ * connection for the request that names them; past RPC_CONN_FDS queued the
+ * rest are closed. The kernel delivers a sendmsg's fds no later than its
+ * bytes, so a request's fd is queued by the time its line is parsed. */
+static ssize_t conn_recv(rpc_conn *c) {
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * RPC_CONN_FDS)];
+        } cm;
+        struct iovec iov = { .iov_base = c->in + c->in_len, .iov_len = c->in_alloc - c->in_len };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf) };
+        ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0)
+                return n;
+        for (struct cmsghdr *h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h)) {
+                if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (size_t k = 0; k < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+                        int fd;
+                        memcpy(&fd, CMSG_DATA(h) + k * sizeof(int), sizeof(int));
+                        if (c->n_fds < RPC_CONN_FDS)
+                                c->fds[c->n_fds++] = fd;
+                        else
+                                close(fd);
+                }
+        }
+        return n;
+}
+
+int rpc_request_take_fd(rpc_request *req) {
+        rpc_conn *c = req->conn;
+        if (!c || c->n_fds == 0)
+                return -ENOENT;
+        int fd = c->fds[0];
+        memmove(c->fds, c->fds + 1, sizeof(int) * --c->n_fds);
+        return fd;
+}
+
 /* Reads what is there. Returns 0, 1 at end of input, or a negative errno. */
 static int conn_read(rpc_conn *c) {
         for (int i = 0; i < RPC_READS_PER_WAKEUP; i++) {
@@ -844,7 +900,7 @@ static int conn_read(rpc_conn *c) {
                         c->server->in_charged += more;
                         c->in_alloc = want;
                 }
-                ssize_t n = recv(c->fd, c->in + c->in_len, c->in_alloc - c->in_len, MSG_DONTWAIT);
+                ssize_t n = conn_recv(c);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;

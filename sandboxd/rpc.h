@@ -102,6 +102,13 @@ uid_t rpc_conn_uid(const rpc_conn *c);
  * -ENOENT. */
 int rpc_server_set_method_bulk(rpc_server *s, const char *method);
 
+/* File descriptors a client sent with SCM_RIGHTS wait on its connection,
+ * at most RPC_CONN_FDS (more are closed). rpc_request_take_fd() hands the
+ * oldest to the request that asked for one (caller owns it; O_CLOEXEC), or
+ * returns -ENOENT when none came. */
+#define RPC_CONN_FDS 4
+int rpc_request_take_fd(rpc_request *req);
+
 /* Bytes queued for the peer and not yet written (0 once closed). */
 size_t rpc_conn_queued(const rpc_conn *c);
 /* True from the moment the queue passed RPC_CONN_HIGH_WATER until the drain

@@ -224,7 +224,13 @@ static int runtime_member_rewrite(runtime_job *j, struct archive_entry *e, uint6
         }
         _cleanup_free_ char *to = NULL, *link_to = NULL;
         if (link) {
-                const char *lrest = link[0] == '/' ? NULL : strip_dot(link);
+                /* An absolute target (usr/bin/perlthanks -> /usr/bin/perlbug,
+                 * as tar writes hardlinks of an image made from /) names a
+                 * member of the same tree: resolved under the root. */
+                const char *labs = link;
+                while (*labs == '/')
+                        labs++;
+                const char *lrest = strip_dot(labs);
                 if (!lrest || !lrest[0] || !tar_relative_name_ok(lrest))
                         return sb_error_set(ret_err, -EINVAL, "source_failed", "path",
                                             "member '%s': hardlink to '%s' outside the tree", name, link);

@@ -96,6 +96,9 @@ static const schema_field fs_write_params[] = {
 static const schema_field fs_path_params[] = { REQ("sandbox"), REQ("path"), END };
 static const schema_field fs_mkdir_params[] = { REQ("sandbox"), REQ("path"), OPT("parents"), END };
 static const schema_field fs_remove_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
+static const schema_field fs_tar_params[] = { REQ("sandbox"), REQ("path"), OPT("sudo"), OPT("fd"), END };
+static const schema_field tar_chunk_params[] = { REQ("stream"), REQ("data"), END };
+static const schema_field tar_stream_params[] = { REQ("stream"), END };
 static const schema_field policy_check_params[] = {
         OPT("sandbox"), { .key = "networkPolicy", .kind = SCHEMA_POLICY }, OPT("url"), OPT("host"), OPT("port"),
         OPT("protocol"), END,
@@ -136,6 +139,11 @@ const schema_method schema_methods[] = {
         { "fs.list", fs_path_params },
         { "fs.stat", fs_path_params },
         { "fs.remove", fs_remove_params },
+        { "fs.writeTar", fs_tar_params },
+        { "fs.writeTarChunk", tar_chunk_params },
+        { "fs.writeTarEnd", tar_stream_params },
+        { "fs.readTar", fs_tar_params },
+        { "fs.readTarChunk", tar_stream_params },
         { "policy.check", policy_check_params },
         { "events.subscribe", subscribe_params },
         { "daemon.info", no_params },

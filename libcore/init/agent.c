@@ -151,10 +151,15 @@ void agent_send_error(init_agent *a, const cJSON *id, const char *fmt, ...) {
         (void)agent_send(a, ev);
 }
 
-static void handle_fs(init_agent *a, const cJSON *req) {
+static void handle_fs(init_agent *a, const cJSON *req, int fd) {
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(req, "req");
         if (!cJSON_IsNumber(rid))
                 return agent_send_error(a, NULL, "fs: \"req\" must be a number");
+        const char *action = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "action"));
+        if (action && (streq(action, "writeTar") || streq(action, "readTar"))) {
+                (void)init_tar_start(a, req, fd);
+                return;
+        }
         cJSON *result = NULL;
         _cleanup_free_ char *message = NULL;
         int r = init_fs_handle(req, INIT_WORKSPACE, &result, &message);
@@ -210,7 +215,7 @@ static void handle_list(init_agent *a) {
         cmd_resume(a);
 }
 
-static void handle_packet(init_agent *a, const char *buf, size_t len) {
+static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
         _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, len);
         if (!cJSON_IsObject(req))
                 return agent_send_error(a, NULL, "malformed packet: not a JSON object");
@@ -224,7 +229,7 @@ static void handle_packet(init_agent *a, const char *buf, size_t len) {
                  streq(o, "kill"))
                 cmd_op(a, o, req);
         else if (streq(o, "fs"))
-                handle_fs(a, req);
+                handle_fs(a, req, fd);
         else if (streq(o, "seccomp"))
                 handle_seccomp(a, req);
         else if (streq(o, "list"))
@@ -301,7 +306,25 @@ void agent_on_socket(init_agent *a, uint32_t events) {
                 return;
         static char buf[AGENT_MAX_PACKET + 1];
         for (int i = 0; i < 64 && !a->sock_dead; i++) {
-                ssize_t n = recv(a->sock, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC);
+                /* A packet may carry one fd (the pipe of a directory copy);
+                 * any other is closed once the packet is handled. */
+                union {
+                        struct cmsghdr h;
+                        char buf[CMSG_SPACE(sizeof(int) * 4)];
+                } cm;
+                struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+                struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                                     .msg_controllen = sizeof(cm.buf) };
+                ssize_t n = recvmsg(a->sock, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+                int fds[4] = { -EBADF, -EBADF, -EBADF, -EBADF };
+                size_t nfds = 0;
+                for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+                        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                                for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && nfds < 4; k++)
+                                        memcpy(&fds[nfds++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+                _cleanup_close_ int fd0 = fds[0];
+                for (size_t k = 1; k < nfds; k++)
+                        close(fds[k]);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0 && errno == EAGAIN)
@@ -316,7 +339,7 @@ void agent_on_socket(init_agent *a, uint32_t events) {
                                          n, AGENT_MAX_PACKET);
                         continue;
                 }
-                handle_packet(a, buf, (size_t)n);
+                handle_packet(a, buf, (size_t)n, fd0);
         }
 }
 

@@ -749,6 +749,8 @@ void cmd_reap(init_agent *a) {
                 a->children_gone = pid < 0 && errno == ECHILD;
                 if (pid <= 0)
                         return;
+                if (init_tar_reaped(a, pid, st))
+                        continue;
                 for (init_cmd *c = a->cmds; c; c = c->next)
                         if (c->pid == pid && !c->reaped) {
                                 c->reaped = true;

@@ -368,7 +368,7 @@ static int fs_remove(char *path, const cJSON *req) {
 
 /* Absolute path for a request path: relative ones under workspace, repeated
  * and trailing slashes dropped (so the last component is never empty). */
-static char *make_path(const char *p, const char *workspace) {
+char *init_fs_path(const char *p, const char *workspace) {
         _cleanup_free_ char *joined = NULL;
         if (asprintf(&joined, "%s/%s", p[0] == '/' ? "" : workspace, p) < 0)
                 return NULL;
@@ -415,7 +415,7 @@ int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, 
                 *ret_message = strdup("fs: \"action\" and \"path\" must be non-empty strings");
                 return -EINVAL;
         }
-        _cleanup_free_ char *path = make_path(p, workspace);
+        _cleanup_free_ char *path = init_fs_path(p, workspace);
         if (!path) {
                 *ret_message = NULL;
                 return -ENOMEM;

@@ -156,3 +156,17 @@ int init_user_setup(const cJSON *setup, bool in_rootfs, sb_error **ret_err);
  * negative errno and stores a message ("fs.write /x/y: Permission denied",
  * caller frees) in *ret_message. */
 int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message);
+
+/* fsops.c: an agent path made absolute (relative ones under `workspace`),
+ * repeated and trailing slashes removed. Caller frees; NULL on ENOMEM. */
+char *init_fs_path(const char *p, const char *workspace);
+
+/* tar.c: {"op":"fs","action":"writeTar"|"readTar","req":N,"path":S,
+ * "sudo":B} with the pipe `data_fd` (taken: the child copies it; the caller
+ * closes its own). Forks the confined child that unpacks the stream read
+ * from the pipe into path, or packs path into it; its answer is sent when it
+ * is reaped (init_tar_reaped). Returns 0, or -EINVAL when the request has no
+ * "req" (nothing can be answered). */
+int init_tar_start(init_agent *a, const cJSON *req, int data_fd);
+/* From the reap loop: true when pid was a copy's child (then answered). */
+bool init_tar_reaped(init_agent *a, pid_t pid, int wstatus);

@@ -83,3 +83,281 @@ def test_cp_into_and_out_of_sandbox(world):
         world.ctl("cp", "%s:/workspace/out.txt" % name, dst, check=True)
         with open(dst) as f:
             expect_eq(f.read(), "made inside\n", "file copied out")
+
+
+# --- directory copies: fs.writeTar / fs.readTar and `sandboxctl cp -r` -------
+
+def _write_tar(world, name, path, data, piece=1 << 20, sudo=False):
+    """fs.writeTar begin, chunks of `piece` bytes, end, on one connection.
+    Returns the first error message, or the end's result."""
+    with world.daemon.connect() as c:
+        params = {"sandbox": name, "path": path}
+        if sudo:
+            params["sudo"] = True
+        msg = c.call("fs.writeTar", params)
+        if "error" in msg:
+            return msg
+        stream = msg["result"]["stream"]
+        for off in range(0, len(data), piece):
+            msg = c.call("fs.writeTarChunk", {"stream": stream, "data": b64(data[off:off + piece])})
+            if "error" in msg:
+                return msg
+        return c.call("fs.writeTarEnd", {"stream": stream})
+
+
+def _read_tar(world, name, path):
+    with world.daemon.connect() as c:
+        msg = c.call("fs.readTar", {"sandbox": name, "path": path})
+        if "error" in msg:
+            return msg, b""
+        stream, out = msg["result"]["stream"], b""
+        while True:
+            msg = c.call("fs.readTarChunk", {"stream": stream})
+            if "error" in msg:
+                return msg, out
+            out += base64.b64decode(msg["result"]["data"])
+            if msg["result"]["eof"]:
+                return msg, out
+
+
+def _tree(root):
+    """{relative path: (kind, mode, content-or-target)} of a host tree."""
+    import stat as st
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            rel = os.path.relpath(p, root)
+            s = os.lstat(p)
+            if st.S_ISLNK(s.st_mode):
+                out[rel] = ("link", None, os.readlink(p))
+            elif st.S_ISDIR(s.st_mode):
+                out[rel] = ("dir", st.S_IMODE(s.st_mode), None)
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = ("file", st.S_IMODE(s.st_mode), f.read())
+    return out
+
+
+def _make_tree(root):
+    os.makedirs(os.path.join(root, "a/b/c"))
+    os.makedirs(os.path.join(root, "empty"))
+    os.makedirs(os.path.join(root, "private"))
+    with open(os.path.join(root, "a/b/c/deep.txt"), "w") as f:
+        f.write("deep\n")
+    with open(os.path.join(root, "run.sh"), "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    os.chmod(os.path.join(root, "run.sh"), 0o755)
+    with open(os.path.join(root, "private/key"), "w") as f:
+        f.write("k\n")
+    os.chmod(os.path.join(root, "private/key"), 0o600)
+    os.chmod(os.path.join(root, "private"), 0o700)
+    with open(os.path.join(root, "big.bin"), "wb") as f:
+        f.write(os.urandom(9 * 1024 * 1024 + 123))  # several 4 MiB pieces
+    os.symlink("a/b", os.path.join(root, "rel-link"))
+    os.symlink("/etc/passwd", os.path.join(root, "abs-link"))
+    os.symlink("missing", os.path.join(root, "dangling"))
+
+
+def test_cp_r_round_trip_keeps_the_tree(world):
+    _round_trip(world, None)
+
+
+def test_cp_r_round_trip_through_json_chunks(world):
+    # The fs.writeTarChunk / fs.readTarChunk form, as clients without fd
+    # passing use it.
+    _round_trip(world, {"SANDBOXCTL_CP_JSON": "1"})
+
+
+def _round_trip(world, env):
+    import shutil
+    src = os.path.join(world.tmp, "tree-in")
+    back = os.path.join(world.tmp, "tree-back")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(back, ignore_errors=True)
+    _make_tree(src)
+    want = _tree(src)
+    with sandbox(world, "cpr", "--deny-all") as name:
+        world.ctl("cp", "-r", src, "%s:/workspace/tree" % name, check=True, env=env)
+        inside = sh_ok(world, name, "cd /workspace/tree && find . -printf '%y %m %U %p %l\\n' | sort")
+        uid = sandbox_user_ids(world)[0]
+        for line in ("l 777 %s ./abs-link /etc/passwd", "l 777 %s ./rel-link a/b", "d 700 %s ./private",
+                     "f 600 %s ./private/key", "f 755 %s ./run.sh", "d 755 %s ./empty"):
+            want_line = line % uid
+            expect(want_line in [l.strip() for l in inside.splitlines()], "missing inside:", want_line, inside)
+        expect_eq(sh_ok(world, name, "/workspace/tree/run.sh"), "ran\n", "script mode kept")
+        # Into an existing directory the tree keeps its name, as cp -r does.
+        world.ctl("cp", "-r", src, "%s:/workspace" % name, check=True, env=env)
+        expect_eq(sh_ok(world, name, "cat /workspace/tree-in/a/b/c/deep.txt"), "deep\n", "cp -r into a dir")
+        world.ctl("cp", "-r", "%s:/workspace/tree" % name, back, check=True, env=env)
+        code, _o, err = world.ctl("cp", "-r", "%s:/workspace/nope" % name, back + "2", env=env)
+        expect(code != 0 and "nope" in err, "cp -r of a missing directory should fail naming it:", err)
+        code, _o, err = world.ctl("cp", "-r", src, "%s:/etc/x" % name, env=env)
+        expect(code != 0, "cp -r into /etc as the sandbox user should fail")
+    got = _tree(back)
+    expect_eq(sorted(got), sorted(want), "paths after the round trip")
+    for k in want:
+        expect_eq(got[k], want[k], "entry %s after the round trip" % k)
+
+
+def test_cp_without_r_still_names_the_directory(world):
+    src = os.path.join(world.tmp, "tree-plain")
+    os.makedirs(src, exist_ok=True)
+    with sandbox(world, "cpnr", "--deny-all") as name:
+        code, _o, err = world.ctl("cp", src, "%s:/workspace/x" % name)
+        expect(code != 0 and "-r" in err, "cp of a directory without -r should point at -r:", err)
+
+
+def test_fs_write_tar_refuses_hostile_members(world):
+    from common import tar_bytes
+    import io
+    import tarfile
+    marker = "pwned-%s" % world.id
+    cases = [
+        ("dotdot", [("../%s" % marker, "file", b"x")], "/workspace/%s" % marker),
+        ("deep-dotdot", [("a/../../%s" % marker, "file", b"x")], "/workspace/%s" % marker),
+        ("absolute", [("/tmp/%s" % marker, "file", b"x")], "/tmp/%s" % marker),
+        ("symlink-then-write", [("lnk", "symlink", "/tmp"), ("lnk/%s" % marker, "file", b"x")],
+         "/tmp/%s" % marker),
+        ("symlink-dotdot-then-write", [("up", "symlink", ".."), ("up/%s" % marker, "file", b"x")],
+         "/workspace/%s" % marker),
+        ("hardlink-absolute", [("hl", "hardlink", "/etc/shadow")], "/workspace/dst/hl"),
+        ("hardlink-dotdot", [("hl", "hardlink", "../../etc/shadow")], "/workspace/dst/hl"),
+        ("device", [("null2", "chr", (1, 3))], "/workspace/dst/null2"),
+    ]
+    with sandbox(world, "hostile", "--deny-all") as name:
+        for what, entries, never in cases:
+            for sudo in (False, True):
+                msg = _write_tar(world, name, "/workspace/dst", tar_bytes(entries, compress=False), sudo=sudo)
+                expect("error" in msg, "fs.writeTar of a tar with %s should fail (sudo %s):" % (what, sudo), msg)
+                code, _o, _e = sh(world, name, "test -e %s || test -L %s" % (never, never))
+                expect(code != 0, "fs.writeTar with %s wrote %s (sudo %s)" % (what, never, sudo))
+                expect(not os.path.exists("/tmp/%s" % marker), "a hostile tar reached the host's /tmp")
+        msg = _write_tar(world, name, "/workspace/dst", tar_bytes([("../x", "file", b"x")], compress=False))
+        expect("../x" in msg.get("error", {}).get("message", ""), "the refusal names the member:", msg)
+        # A FIFO and a block device are refused too; setuid bits are dropped.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            ti = tarfile.TarInfo("suid")
+            ti.mode, ti.size = 0o6755, 3
+            t.addfile(ti, io.BytesIO(b"#!\n"))
+        msg = _write_tar(world, name, "/workspace/s", buf.getvalue(), sudo=True)
+        expect("result" in msg, "a setuid member is written (without the bit):", msg)
+        expect_eq(sh_ok(world, name, "stat -c %a /workspace/s/suid").strip(), "755", "setuid/setgid dropped")
+        for kind in (tarfile.FIFOTYPE, tarfile.BLKTYPE):
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as t:
+                ti = tarfile.TarInfo("special")
+                ti.type = kind
+                t.addfile(ti)
+            msg = _write_tar(world, name, "/workspace/sp", buf.getvalue(), sudo=True)
+            expect("error" in msg, "a special file member should be refused:", kind, msg)
+        # Not a tar at all: an error, not a hang.
+        msg = _write_tar(world, name, "/workspace/junk", os.urandom(10000))
+        expect("error" in msg, "fs.writeTar of random bytes should fail:", msg)
+        # As the sandbox user, /etc stays out of reach.
+        msg = _write_tar(world, name, "/etc", tar_bytes([("passwd", "file", b"x")], compress=False))
+        expect("error" in msg, "fs.writeTar into /etc as the sandbox user should fail:", msg)
+
+
+def test_fs_read_tar_and_stream_errors(world):
+    import tarfile
+    import io
+    with sandbox(world, "rtar", "--deny-all") as name:
+        sh_ok(world, name, "mkdir -p /workspace/t/d && echo hi > /workspace/t/d/f && ln -s d/f /workspace/t/l"
+                           " && mkfifo /workspace/t/fifo")
+        msg, data = _read_tar(world, name, "/workspace/t")
+        expect("result" in msg, "fs.readTar failed:", msg)
+        names = {}
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            for m in t.getmembers():
+                names[m.name] = m
+        expect_eq(sorted(names), ["d", "d/f", "l"], "members (the FIFO is skipped)")
+        expect_eq(names["l"].linkname, "d/f", "symlink kept as a link")
+        expect_eq(msg["result"].get("entries"), 3, "entries count")
+        msg, _ = _read_tar(world, name, "/workspace/nope")
+        expect("error" in msg, "fs.readTar of a missing directory should fail:", msg)
+        msg, _ = _read_tar(world, name, "/root")
+        expect("error" in msg, "fs.readTar of /root as the sandbox user should fail:", msg)
+        msg = world.rpc("fs.writeTarChunk", {"stream": "nope", "data": ""})
+        expect(msg.get("error", {}).get("data", {}).get("reason") == "not_found", "unknown stream:", msg)
+
+
+def _fake_daemon_serving_tar(sock_path, tar):
+    """A stand-in for sandboxd on sock_path that answers fs.stat with a
+    directory and fs.readTar ("fd": true) by writing `tar` into the pipe it
+    was sent: what a hostile sandbox could make a stream look like. Returns
+    the thread; it serves one connection."""
+    import json
+    import socket
+    import threading
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        buf = b""
+        fds = []
+        with conn:
+            while True:
+                data, got, _flags, _addr = socket.recv_fds(conn, 1 << 16, 4)
+                fds += got
+                if not data:
+                    break
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    req = json.loads(line)
+                    if req["method"] == "fs.stat":
+                        result = {"type": "directory"}
+                    else:
+                        with os.fdopen(fds.pop(0), "wb") as pipe:
+                            pipe.write(tar)
+                        result = {"entries": 1, "bytes": 1}
+                    conn.sendall(json.dumps({"jsonrpc": "2.0", "id": req["id"], "result": result}).encode()
+                                 + b"\n")
+        srv.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t
+
+
+def test_cp_r_out_of_a_sandbox_refuses_a_hostile_stream_on_the_host(world):
+    import subprocess
+    from common import tar_bytes
+    from world import SANDBOXCTL
+    marker = "pwned-host-%s" % world.id
+    outside = os.path.join(world.tmp, "outside")
+    os.makedirs(outside, exist_ok=True)
+    cases = [
+        ("dotdot", [("../%s" % marker, "file", b"x")], os.path.join(world.tmp, marker)),
+        ("absolute", [(os.path.join(outside, marker), "file", b"x")], os.path.join(outside, marker)),
+        ("symlink-then-write", [("lnk", "symlink", outside), ("lnk/%s" % marker, "file", b"x")],
+         os.path.join(outside, marker)),
+        ("hardlink-out", [("hl", "hardlink", "/etc/passwd")], None),
+        ("device", [("null2", "chr", (1, 3))], None),
+    ]
+    # The control: the same fake daemon with a benign stream is unpacked.
+    sock = os.path.join(world.tmp, "fake-ok.sock")
+    dst = os.path.join(world.tmp, "benign-dst")
+    t = _fake_daemon_serving_tar(sock, tar_bytes([("d/ok.txt", "file", b"fine")], compress=False))
+    p = subprocess.run([SANDBOXCTL, "--socket", sock, "cp", "-r", "box:/workspace/x", dst],
+                       capture_output=True, text=True, timeout=60)
+    t.join(10)
+    expect_eq(p.returncode, 0, "cp -r of a benign stream (%s)" % p.stderr.strip())
+    with open(os.path.join(dst, "d/ok.txt"), "rb") as f:
+        expect_eq(f.read(), b"fine", "benign member unpacked")
+    for i, (what, entries, never) in enumerate(cases):
+        sock = os.path.join(world.tmp, "fake-%d.sock" % i)
+        dst = os.path.join(world.tmp, "hostile-dst-%d" % i)
+        t = _fake_daemon_serving_tar(sock, tar_bytes(entries, compress=False))
+        p = subprocess.run([SANDBOXCTL, "--socket", sock, "cp", "-r", "box:/workspace/x", dst],
+                           capture_output=True, text=True, timeout=60)
+        t.join(10)
+        expect(p.returncode != 0, "cp -r accepted a hostile stream (%s):" % what, p.stdout, p.stderr)
+        if never:
+            expect(not os.path.lexists(never), "a hostile stream wrote outside the destination:", never)
+        for name in ("hl", "null2"):
+            expect(not os.path.lexists(os.path.join(dst, name)), "a hostile member was written:", what, name)

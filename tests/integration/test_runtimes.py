@@ -376,3 +376,23 @@ def test_bootstrapped_bookworm_runs_apt(world):
 
 
 test_bootstrapped_bookworm_runs_apt.timeout = 1800
+
+
+def test_runtime_import_resolves_an_absolute_hardlink_in_the_tree(world):
+    rt = world.name("abshl")
+    entries = [("usr", "dir", None), ("usr/bin", "dir", None),
+               ("usr/bin/perlbug", "file", b"perlbug\n"),
+               ("usr/bin/perlthanks", "hardlink", "/usr/bin/perlbug")]
+    path = _write_tmp(world, tar_bytes(entries))
+    code, out, err = world.ctl("runtime", "import", rt, path)
+    try:
+        expect_eq((code, out), (0, rt + "\n"), "runtime import with an absolute hardlink (%s)" % err.strip())
+        tree = os.path.join(_runtimes_dir(world), rt)
+        a = os.stat(os.path.join(tree, "usr/bin/perlbug"))
+        b = os.stat(os.path.join(tree, "usr/bin/perlthanks"))
+        expect_eq((a.st_ino, a.st_nlink), (b.st_ino, 2), "perlthanks links perlbug inside the tree")
+    finally:
+        if code == 0:
+            world.ctl("runtime", "delete", rt)
+    # A hardlink whose target is not in the archive still fails.
+    _import_refused(world, "abshl-out", [("shadow", "hardlink", "/etc/shadow")], ["shadow"])

@@ -369,3 +369,57 @@ def test_local_sources_are_refused_by_default(world):
     finally:
         world.stop_sandboxd(d)
         world.start_sandboxd()
+
+
+def test_tarball_absolute_hardlink_inside_the_archive_is_resolved_in_the_root(world):
+    # Tarballs of a whole root carry hardlinks such as
+    # usr/bin/perlthanks -> /usr/bin/perlbug: a member of the same archive.
+    data = tar_bytes([("usr/bin/perlbug", "file", b"#!/bin/sh\necho perlbug\n"),
+                      ("usr/bin/perlthanks", "hardlink", "/usr/bin/perlbug")])
+    path = os.path.join(world.tmp, "abs-hardlink.tar.gz")
+    with open(path, "wb") as f:
+        f.write(data)
+    name, code, _out, err = create(world, "abshl", "--deny-all", "--tarball", path, check=False)
+    try:
+        expect_eq(code, 0, "create from a tarball with an absolute hardlink (%s)" % err.strip()[:300])
+        out = sh_ok(world, name, "cd /workspace/usr/bin && stat -c '%i %h' perlbug perlthanks && cat perlthanks")
+        lines = out.splitlines()
+        expect_eq(lines[0], lines[1], "perlthanks is a hardlink of perlbug (inode, link count)")
+        expect_eq(lines[0].split()[1], "2", "link count")
+        expect_eq(lines[3], "echo perlbug", "content through the link")
+    finally:
+        if code == 0:
+            delete(world, name)
+
+
+def test_git_source_depth_1_has_one_commit_and_full_has_all(world):
+    total = int(subprocess.run(["git", "-C", world.git_repo, "rev-list", "--count", "HEAD"],
+                               capture_output=True, text=True).stdout.strip())
+    expect(total > 1, "the world's repository has more than one commit:", total)
+    with sandbox(world, "git-shallow", "--deny-all", "--git", world.git_url, "--depth", "1") as name:
+        out = sh_ok(world, name, "cd /workspace && git rev-list --count HEAD && git rev-parse HEAD")
+        expect_eq(out.split(), ["1", _git_rev(world, "HEAD")], "depth 1: one commit, the remote HEAD")
+        expect_eq(sh_ok(world, name, "cd /workspace && git config --get core.hooksPath || true").strip(), "",
+                  "no hook setting left in the clone")
+    with sandbox(world, "git-full", "--deny-all", "--git", world.git_url) as name:
+        out = sh_ok(world, name, "cd /workspace && git rev-list --count HEAD")
+        expect_eq(int(out.strip()), total, "a full clone has every commit")
+
+
+def test_git_source_depth_with_revision(world):
+    with sandbox(world, "git-shallow-rev", "--deny-all", "--git", world.git_url, "--depth", "2",
+                 "--revision", "HEAD") as name:
+        out = sh_ok(world, name, "cd /workspace && git rev-list --count HEAD && git rev-parse HEAD")
+        expect_eq(out.split(), ["2", _git_rev(world, "HEAD")], "depth 2 at a revision")
+
+
+def test_git_source_depth_still_refuses_hostile_urls(world):
+    for url in ("ext::sh -c touch% /tmp/pwned-ext", "fd::3", "ssh://-oProxyCommand=touch%20/tmp/x/y",
+                "git://-upload-pack=x/y", "host:path", "git://169.254.169.254/x.git",
+                "http://127.0.0.1/x.git"):
+        name, code, _o, err = create(world, "git-evil", "--deny-all", "--git", url, "--depth", "1", check=False)
+        if code == 0:
+            delete(world, name)
+        expect(code != 0 and ("source_failed" in err or "source.url" in err),
+               "a hostile URL with depth should be refused:", url, err)
+    expect(not os.path.exists("/tmp/pwned-ext"), "ext:: ran a command")

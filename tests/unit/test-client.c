@@ -455,6 +455,22 @@ static void test_base64_round_trip_and_rejects(void **state) {
         size_t len;
         assert_int_equal(client_base64_decode("abc", &out, &len), -EINVAL);
         assert_int_equal(client_base64_decode("ab!?", &out, &len), -EINVAL);
+        /* Padding only at the end, at most two, and no bits set under it. */
+        const char *bad[] = { "Y===", "====", "YQ=A", "Y=Q=", "YR==", "YWJ=", "YQ==YQ==", "YQ\n=", "YWJj\x80" "AAA" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_int_equal(client_base64_decode(bad[i], &out, &len), -EINVAL);
+        /* A long buffer of every byte value, as directory copies send. */
+        unsigned char big[3000];
+        for (size_t i = 0; i < sizeof(big); i++)
+                big[i] = (unsigned char) (i * 7);
+        for (size_t n = sizeof(big) - 3; n <= sizeof(big); n++) {
+                char *b = client_base64_encode(big, n);
+                assert_int_equal(client_base64_decode(b, &out, &len), 0);
+                assert_int_equal(len, n);
+                assert_memory_equal(out, big, n);
+                free(out);
+                free(b);
+        }
 }
 
 static void test_duration_units_and_bad_input(void **state) {

@@ -643,10 +643,13 @@ static void make_repo(const world *w) {
            w->top, w->top, w->top);
 }
 
+/* depth 1: the git program; 0: libgit2 (full history). */
+static unsigned clone_depth = 1;
+
 static void clone_ok(const world *w, const char *revision) {
         char url[160];
         snprintf(url, sizeof(url), "file://%s/src", w->top);
-        core_git_source src = {.local_roots = TEST_ROOTS, .url = url, .revision = revision, .depth = 1};
+        core_git_source src = {.local_roots = TEST_ROOTS, .url = url, .revision = revision, .depth = clone_depth};
         sb_error *err = NULL;
         int r = core_source_git_clone(&src, w->dest, UID, GID, &err);
         if (r < 0)
@@ -665,8 +668,26 @@ static void test_git_clone_file_repo_at_head_owned_by_sandbox_user(void **state)
         assert_owner(w->dest, "a.txt");
         assert_owner(w->dest, ".git");
         assert_owner(w->dest, ".git/HEAD");
-        /* Full history despite depth = 1 (libgit2 1.5 cannot fetch shallow). */
+        /* depth = 1: only the tip (the git program makes shallow clones). */
+        sh("test \"$(git -C %s -c safe.directory='*' rev-list --count HEAD)\" = 1", w->dest);
+        sh("test -f %s/.git/shallow", w->dest);
+}
+
+static void test_git_clone_without_depth_has_full_history_and_runs_no_hook(void **state) {
+        world *w = *state;
+        make_repo(w);
+        clone_depth = 0;
+        clone_ok(w, NULL);
         sh("git -C %s -c safe.directory='*' cat-file -e v1^{commit}", w->dest);
+        assert_owner(w->dest, "a.txt");
+        assert_int_equal(core_rm_rf(w->dest), 0);
+        assert_int_equal(mkdir(w->dest, 0755), 0);
+        clone_ok(w, "v1");
+        clone_depth = 1;
+        char *s = read_at(w->dest, "a.txt");
+        assert_string_equal(s, "one\n");
+        free(s);
+        assert_false(exists_at(w->top, "hook-ran"));
 }
 
 static void test_git_clone_checks_out_tag_sha_and_branch(void **state) {
@@ -900,6 +921,7 @@ int main(void) {
                 T(test_tarball_garbage_and_missing_file_fail_with_message),
                 T(test_tarball_http_download_follows_http_redirects_only),
                 T(test_git_clone_file_repo_at_head_owned_by_sandbox_user),
+                T(test_git_clone_without_depth_has_full_history_and_runs_no_hook),
                 T(test_git_clone_checks_out_tag_sha_and_branch),
                 T(test_git_clone_never_runs_hooks),
                 T(test_git_clone_unknown_revision_and_missing_repo_fail_with_message),
