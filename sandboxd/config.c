@@ -112,7 +112,7 @@ static const config_key config_keys[] = {
         { "usernsBase",       KEY_U64,    OFF(userns_base), 65536, 4294967295ULL - 65536,
           "The first host id of the user namespace pool.", NULL },
         { "usernsSize",       KEY_U64,    OFF(userns_size), 65536, 4294967295ULL - 65536,
-          "The host ids of the user namespace pool, 65536 per sandbox (a multiple of 65536).", NULL },
+          "The host ids of the user namespace pool, 65536 per sandbox: a multiple of 65536, with usernsBase + usernsSize at most 4294967295.", NULL },
 };
 
 /* Start-up only: running out of memory while building the defaults leaves
@@ -347,9 +347,11 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
 }
 
 /* Pass one: every key known, every value of the right type and range, and
- * the cross-key rule defaultTimeoutMs <= maxTimeoutMs on the merged values. */
+ * the cross-key rules on the merged values: defaultTimeoutMs <= maxTimeoutMs,
+ * the user namespace pool made of whole ranges below id 4294967295. */
 static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_err) {
         uint64_t def = cfg->default_timeout_ms, max = cfg->max_timeout_ms;
+        uint64_t ubase = cfg->userns_base, usize = cfg->userns_size;
         const cJSON *v;
         cJSON_ArrayForEach(v, root) {
                 const config_key *k = find_key(v->string);
@@ -378,7 +380,22 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         def = n;
                 else if (k->offset == OFF(max_timeout_ms))
                         max = n;
+                else if (k->offset == OFF(userns_base))
+                        ubase = n;
+                else if (k->offset == OFF(userns_size))
+                        usize = n;
         }
+        /* The pool's shape (libcore/userns.c core_userns_check_pool()): whole
+         * 65536-id ranges, all below the invalid id 4294967295. */
+        if (usize % 65536)
+                return sb_error_set(ret_err, -EINVAL, NULL, "usernsSize",
+                                    "daemon.json: usernsSize: %" PRIu64 " is not a multiple of 65536 (try %" PRIu64 ")",
+                                    usize, usize / 65536 * 65536);
+        if (ubase + usize > UINT32_MAX)
+                return sb_error_set(ret_err, -EINVAL, NULL, "usernsBase",
+                                    "daemon.json: usernsBase + usernsSize: %" PRIu64 " + %" PRIu64
+                                    " ends beyond host id 4294967294; lower one of them",
+                                    ubase, usize);
         if (def > max)
                 return sb_error_set(ret_err, -EINVAL, NULL, "defaultTimeoutMs",
                                     "daemon.json: defaultTimeoutMs: %" PRIu64 " exceeds maxTimeoutMs (%" PRIu64 ")",

@@ -245,6 +245,18 @@ static void test_disk_mib_below_the_image_minimum_is_refused(void **state) {
         daemon_config_free(&cfg);
 }
 
+/* The pool must be whole 65536-id ranges below the invalid id 2^32-1,
+ * else every user-namespace sandbox would be refused at run time. */
+static void test_userns_pool_shape_is_checked_at_load(void **state) {
+        daemon_config cfg;
+        assert_rejected_naming("{\"usernsSize\": 100000}", "usernsSize: 100000 is not a multiple of 65536 (try 65536)");
+        assert_rejected_naming("{\"usernsBase\": 4100000000}",
+                               "usernsBase + usernsSize: 4100000000 + 268435456 ends beyond host id 4294967294");
+        assert_null(parse_error("{\"usernsBase\": 4000000000, \"usernsSize\": 65536}", &cfg));
+        assert_int_equal(cfg.userns_base, 4000000000u);
+        daemon_config_free(&cfg);
+}
+
 static void test_socket_path_must_fit_sockaddr(void **state) {
         char text[300];
         char longpath[200];
@@ -326,6 +338,7 @@ int main(void) {
                 cmocka_unit_test(test_wrong_type_is_named),
                 cmocka_unit_test(test_out_of_range_is_named_with_range),
                 cmocka_unit_test(test_disk_mib_below_the_image_minimum_is_refused),
+                cmocka_unit_test(test_userns_pool_shape_is_checked_at_load),
                 cmocka_unit_test(test_socket_path_must_fit_sockaddr),
                 cmocka_unit_test(test_top_level_must_be_an_object),
                 cmocka_unit_test(test_bad_file_leaves_config_untouched),
