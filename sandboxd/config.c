@@ -403,7 +403,25 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
         return 0;
 }
 
+/* True when `text` holds the JSON escape \u0000: cJSON's strings end at a
+ * NUL, so "maxVcpus\u0000x" would read as maxVcpus and "/srv\u0000x" as
+ * /srv. Outside strings a backslash is not valid JSON anyway. */
+static bool has_nul_escape(const char *text) {
+        for (const char *c = text; *c; c++) {
+                if (*c != '\\')
+                        continue;
+                if (c[1] == 'u' && strncmp(c + 2, "0000", 4) == 0)
+                        return true;
+                if (c[1])
+                        c++;
+        }
+        return false;
+}
+
 int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err) {
+        if (has_nul_escape(text))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "daemon.json: contains \\u0000 (a NUL character), which no key or value may hold");
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(text, &end, true);
         if (!root) {

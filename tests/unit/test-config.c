@@ -272,6 +272,13 @@ static void test_top_level_must_be_an_object(void **state) {
         assert_rejected_naming("\"socket\"", "the top level must be an object");
         assert_rejected_naming("{\"maxVcpus\": 4", "not valid JSON");
         assert_rejected_naming("{} {}", "not valid JSON");
+        /* A NUL would end the key or value early: "maxVcpus\u0000x" is not maxVcpus. */
+        assert_rejected_naming("{\"maxVcpus\\u0000x\": 4}", "\\u0000");
+        assert_rejected_naming("{\"localSourceRoots\": [\"/srv\\u0000/etc\"]}", "\\u0000");
+        daemon_config cfg;
+        assert_null(parse_error("{\"stateDir\": \"/srv/a\\\\u0000\"}", &cfg));  /* an escaped backslash, then text */
+        assert_string_equal(cfg.state_dir, "/srv/a\\u0000");
+        daemon_config_free(&cfg);
 }
 
 static void test_bad_file_leaves_config_untouched(void **state) {
