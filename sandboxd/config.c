@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "libcore/diskimg.h"
 #include "libcore/util.h"
 #include "sandboxd/config.h"
 
@@ -38,7 +39,9 @@ typedef struct config_key {
         const char *name;
         key_kind kind;
         size_t offset;
-        uint64_t min, max;  /* integers only */
+        uint64_t min, max;  /* integers only; KEY_PATH_LIST: max entries */
+        const char *doc;    /* one line for sandboxd(8): what the key changes */
+        const char *def;    /* the default in words where it is not one fixed value; NULL: the value */
 } config_key;
 
 #define OFF(f) offsetof(daemon_config, f)
@@ -46,40 +49,70 @@ typedef struct config_key {
 /* The ranges keep values where the rest of the daemon was designed to work:
  * maxVcpus 256 bounds cpu.max arithmetic, pidsMax 4194304 is the kernel's
  * PID_MAX_LIMIT, timeouts stop at 30 days, the pool prefix at /30 leaves at
- * least two /31 links. */
+ * least two /31 links. The defaults are daemon_config_defaults()'s; the
+ * CONFIGURATION section of docs/man/sandboxd.8 is generated from this table
+ * (daemon_config_man_table(), checked by tests/unit/test-config.c). */
 static const config_key config_keys[] = {
-        { "socket",           KEY_SOCKET, OFF(socket_path) },
-        { "stateDir",         KEY_PATH,   OFF(state_dir) },
-        { "runDir",           KEY_PATH,   OFF(run_dir) },
-        { "socketGroup",      KEY_NAME,   OFF(socket_group) },
-        { "maxLineBytes",     KEY_SIZE,   OFF(max_line_bytes), 1 * KIB, 1 * GIB },
-        { "defaultTimeoutMs", KEY_U64,    OFF(default_timeout_ms), 1000, 30ULL * 86400000 },
-        { "maxTimeoutMs",     KEY_U64,    OFF(max_timeout_ms), 1000, 30ULL * 86400000 },
-        { "maxVcpus",         KEY_UINT,   OFF(max_vcpus), 1, 256 },
-        { "pidsMax",          KEY_U64,    OFF(pids_max), 16, 4194304 },
-        { "stopGraceMs",      KEY_U64,    OFF(stop_grace_ms), 0, 600000 },
-        { "commandLogBytes",  KEY_SIZE,   OFF(command_log_bytes), 4 * KIB, 1 * GIB },
-        { "logBudgetMiB",     KEY_U64,    OFF(log_budget_mib), 1, 1024 * 1024 },
+        { "socket",           KEY_SOCKET, OFF(socket_path), 0, 0,
+          "The JSON-RPC socket the daemon listens on (mode 0660, group socketGroup); --socket replaces it.", NULL },
+        { "stateDir",         KEY_PATH,   OFF(state_dir), 0, 0,
+          "Persistent state: sandboxes, snapshots, runtimes; --state-dir replaces it.", NULL },
+        { "runDir",           KEY_PATH,   OFF(run_dir), 0, 0,
+          "Runtime state that does not survive a reboot (sessions, helpers); --run-dir replaces it.", NULL },
+        { "socketGroup",      KEY_NAME,   OFF(socket_group), 0, 0,
+          "The group whose members may connect to the socket; a missing group leaves root only (warned).", NULL },
+        { "maxLineBytes",     KEY_SIZE,   OFF(max_line_bytes), 1 * KIB, 1 * GIB,
+          "The longest JSON-RPC message (one line) a client may send, in bytes.", NULL },
+        { "defaultTimeoutMs", KEY_U64,    OFF(default_timeout_ms), 1000, 30ULL * 86400000,
+          "A sandbox's timeout when create does not give one, in milliseconds; at most maxTimeoutMs.", NULL },
+        { "maxTimeoutMs",     KEY_U64,    OFF(max_timeout_ms), 1000, 30ULL * 86400000,
+          "The longest timeout a sandbox may be given or extended to, in milliseconds.", NULL },
+        { "maxVcpus",         KEY_UINT,   OFF(max_vcpus), 1, 256,
+          "The most vCPUs a sandbox may ask for (each vCPU also brings 2048 MiB of memory).", NULL },
+        { "pidsMax",          KEY_U64,    OFF(pids_max), 16, 4194304,
+          "The most processes and threads of one sandbox (pids cgroup).", NULL },
+        { "stopGraceMs",      KEY_U64,    OFF(stop_grace_ms), 0, 600000,
+          "How long a stopped sandbox's processes get after SIGTERM before SIGKILL, in milliseconds.", NULL },
+        { "commandLogBytes",  KEY_SIZE,   OFF(command_log_bytes), 4 * KIB, 1 * GIB,
+          "The bytes of each stream (stdout, stderr) of each command the daemon keeps.", NULL },
+        { "logBudgetMiB",     KEY_U64,    OFF(log_budget_mib), 1, 1024 * 1024,
+          "One budget for the kept logs of every command, in MiB; over it the oldest finished command's logs go first.",
+          NULL },
         /* 0 opts out of the disk bound; otherwise at least the image's
          * minimum (libcore/diskimg.h), checked at load. */
-        { "diskMiB",          KEY_U64,    OFF(disk_mib), 0, 16 * 1024 * 1024 },
-        { "diskInodes",       KEY_U64,    OFF(disk_inodes), 0, 1ULL << 32 },
-        { "maxSourceBytes",   KEY_U64,    OFF(max_source_bytes), 1 * MIB, 1024 * GIB },
-        { "networkPool",      KEY_CIDR4,  OFF(network_pool) },
-        { "initPath",         KEY_PATH,   OFF(init_path) },
-        { "runtimeCache",     KEY_PATH,   OFF(runtime_cache) },
-        { "bootstrapTimeoutMs", KEY_U64,  OFF(bootstrap_timeout_ms), 10000, 6ULL * 3600000 },
-        { "proxyUpstreamCA",  KEY_PATH,   OFF(proxy_upstream_ca) },
+        { "diskMiB",          KEY_U64,    OFF(disk_mib), 0, 16 * 1024 * 1024,
+          "Each sandbox's writable layer as a sparse ext4 image of this size, in MiB: 0 (unbounded, no image) or at least 16.", NULL },
+        { "diskInodes",       KEY_U64,    OFF(disk_inodes), 0, 1ULL << 32,
+          "Inodes of each sandbox's disk image; 0: one per 16 KiB of diskMiB.", NULL },
+        { "maxSourceBytes",   KEY_U64,    OFF(max_source_bytes), 1 * MIB, 1024 * GIB,
+          "The largest tarball source the daemon downloads, in bytes.", NULL },
+        { "networkPool",      KEY_CIDR4,  OFF(network_pool), 0, 0,
+          "The IPv4 network sandboxes' links are taken from (prefix 8 to 30, no host bits).", NULL },
+        { "initPath",         KEY_PATH,   OFF(init_path), 0, 0,
+          "The sandbox-init binary run as PID 1 of each sandbox.",
+          "sandbox-init beside the sandboxd binary, else LIBEXECDIR/sandbox-init" },
+        { "runtimeCache",     KEY_PATH,   OFF(runtime_cache), 0, 0,
+          "Where debootstrap trees are cached by suite and mirror.", "STATEDIR/cache/debootstrap (null)" },
+        { "bootstrapTimeoutMs", KEY_U64,  OFF(bootstrap_timeout_ms), 10000, 6ULL * 3600000,
+          "The longest one debootstrap run of a runtime may take, in milliseconds.", NULL },
+        { "proxyUpstreamCA",  KEY_PATH,   OFF(proxy_upstream_ca), 0, 0,
+          "A PEM file of roots the egress proxy trusts for upstream TLS besides the host's.", "none (null)" },
         /* Where path and file:// sources may come from (libcore/source-local.c);
          * none by default: such a source is read by the daemon, so the
          * operator says which host directories sandboxes may take files from. */
-        { "localSourceRoots", KEY_PATH_LIST, OFF(local_source_roots), 0, 64 },
+        { "localSourceRoots", KEY_PATH_LIST, OFF(local_source_roots), 0, 64,
+          "The host directories path and file:// sources may lie under; none: every local source is refused.",
+          "none ([])" },
         /* The user namespace pool (libcore/userns.h): host ids
          * [usernsBase, usernsBase + usernsSize), 65536 per sandbox; checked
          * against host accounts and /etc/sub[ug]id at start. */
-        { "userns",           KEY_BOOL,   OFF(userns) },
-        { "usernsBase",       KEY_U64,    OFF(userns_base), 65536, 4294967295ULL - 65536 },
-        { "usernsSize",       KEY_U64,    OFF(userns_size), 65536, 4294967295ULL - 65536 },
+        { "userns",           KEY_BOOL,   OFF(userns), 0, 0,
+          "Whether sandboxes that do not say otherwise run in a user namespace; true makes it mandatory.",
+          "on where the host supports it" },
+        { "usernsBase",       KEY_U64,    OFF(userns_base), 65536, 4294967295ULL - 65536,
+          "The first host id of the user namespace pool.", NULL },
+        { "usernsSize",       KEY_U64,    OFF(userns_size), 65536, 4294967295ULL - 65536,
+          "The host ids of the user namespace pool, 65536 per sandbox: a multiple of 65536, with usernsBase + usernsSize at most 4294967295.", NULL },
 };
 
 /* Start-up only: running out of memory while building the defaults leaves
@@ -258,7 +291,16 @@ static const config_key *find_key(const char *name) {
 }
 
 static int unknown_key(const char *name, sb_error **ret_err) {
-        char known[512] = "";
+        const char *names[ELEMENTSOF(config_keys)];
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
+                names[i] = config_keys[i].name;
+        int best = core_closest_word(name, names, ELEMENTSOF(names));
+        if (best >= 0)
+                return sb_error_set(ret_err, -EINVAL, NULL, name,
+                                    "daemon.json: unknown key '%s'; did you mean \"%s\"? (keys are case-sensitive; "
+                                    "see sandboxd(8))",
+                                    name, names[best]);
+        char known[1024] = "";
         for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
                 if (i > 0)
                         strncat(known, ", ", sizeof(known) - strlen(known) - 1);
@@ -305,9 +347,11 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
 }
 
 /* Pass one: every key known, every value of the right type and range, and
- * the cross-key rule defaultTimeoutMs <= maxTimeoutMs on the merged values. */
+ * the cross-key rules on the merged values: defaultTimeoutMs <= maxTimeoutMs,
+ * the user namespace pool made of whole ranges below id 4294967295. */
 static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_err) {
         uint64_t def = cfg->default_timeout_ms, max = cfg->max_timeout_ms;
+        uint64_t ubase = cfg->userns_base, usize = cfg->userns_size;
         const cJSON *v;
         cJSON_ArrayForEach(v, root) {
                 const config_key *k = find_key(v->string);
@@ -328,11 +372,30 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         r = k->kind >= KEY_SIZE ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
                 if (r < 0)
                         return r;
+                if (k->offset == OFF(disk_mib) && n != 0 && n < (CORE_DISK_MIN_BYTES >> 20))
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: diskMiB: must be 0 (unbounded) or from %llu to %" PRIu64,
+                                            (unsigned long long) (CORE_DISK_MIN_BYTES >> 20), k->max);
                 if (k->offset == OFF(default_timeout_ms))
                         def = n;
                 else if (k->offset == OFF(max_timeout_ms))
                         max = n;
+                else if (k->offset == OFF(userns_base))
+                        ubase = n;
+                else if (k->offset == OFF(userns_size))
+                        usize = n;
         }
+        /* The pool's shape (libcore/userns.c core_userns_check_pool()): whole
+         * 65536-id ranges, all below the invalid id 4294967295. */
+        if (usize % 65536)
+                return sb_error_set(ret_err, -EINVAL, NULL, "usernsSize",
+                                    "daemon.json: usernsSize: %" PRIu64 " is not a multiple of 65536 (try %" PRIu64 ")",
+                                    usize, usize / 65536 * 65536);
+        if (ubase + usize > UINT32_MAX)
+                return sb_error_set(ret_err, -EINVAL, NULL, "usernsBase",
+                                    "daemon.json: usernsBase + usernsSize: %" PRIu64 " + %" PRIu64
+                                    " ends beyond host id 4294967294; lower one of them",
+                                    ubase, usize);
         if (def > max)
                 return sb_error_set(ret_err, -EINVAL, NULL, "defaultTimeoutMs",
                                     "daemon.json: defaultTimeoutMs: %" PRIu64 " exceeds maxTimeoutMs (%" PRIu64 ")",
@@ -340,7 +403,25 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
         return 0;
 }
 
+/* True when `text` holds the JSON escape \u0000: cJSON's strings end at a
+ * NUL, so "maxVcpus\u0000x" would read as maxVcpus and "/srv\u0000x" as
+ * /srv. Outside strings a backslash is not valid JSON anyway. */
+static bool has_nul_escape(const char *text) {
+        for (const char *c = text; *c; c++) {
+                if (*c != '\\')
+                        continue;
+                if (c[1] == 'u' && strncmp(c + 2, "0000", 4) == 0)
+                        return true;
+                if (c[1])
+                        c++;
+        }
+        return false;
+}
+
 int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err) {
+        if (has_nul_escape(text))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "daemon.json: contains \\u0000 (a NUL character), which no key or value may hold");
         const char *end = NULL;
         cJSON *root = cJSON_ParseWithOpts(text, &end, true);
         if (!root) {
@@ -379,4 +460,114 @@ int daemon_config_load(daemon_config *cfg, const char *path, bool must_exist, sb
         if (r < 0)
                 return sb_error_prefix(ret_err, "config '%s'", path);
         return 0;
+}
+
+/* One key's value in *cfg as JSON; NULL strings are null, a NULL list []. */
+static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
+        const char *base = (const char *) cfg + k->offset;
+        switch (k->kind) {
+        case KEY_SIZE:
+                return cJSON_CreateNumber((double) *(const size_t *) base);
+        case KEY_U64:
+                return cJSON_CreateNumber((double) *(const uint64_t *) base);
+        case KEY_UINT:
+                return cJSON_CreateNumber((double) *(const unsigned *) base);
+        case KEY_BOOL:
+                return cJSON_CreateBool(*(const bool *) base);
+        case KEY_PATH_LIST: {
+                cJSON *a = cJSON_CreateArray();
+                char *const *l = *(char *const *const *) base;
+                for (size_t i = 0; a && l && l[i]; i++)
+                        if (!cJSON_AddItemToArray(a, cJSON_CreateString(l[i]))) {
+                                cJSON_Delete(a);
+                                return NULL;
+                        }
+                return a;
+        }
+        default: {
+                const char *s = *(const char *const *) base;
+                return s ? cJSON_CreateString(s) : cJSON_CreateNull();
+        }
+        }
+}
+
+cJSON *daemon_config_to_json(const daemon_config *cfg) {
+        cJSON *o = cJSON_CreateObject();
+        for (size_t i = 0; o && i < ELEMENTSOF(config_keys); i++) {
+                cJSON *v = key_to_json(cfg, &config_keys[i]);
+                if (!v || !cJSON_AddItemToObject(o, config_keys[i].name, v)) {
+                        cJSON_Delete(v);
+                        cJSON_Delete(o);
+                        return NULL;
+                }
+        }
+        return o;
+}
+
+/* Appends `s` to the stream with roff's minus sign for '-' and a doubled
+ * backslash for '\' (groff_man(7)). */
+static void roff_text(FILE *f, const char *s) {
+        for (; *s; s++) {
+                if (*s == '-')
+                        fputs("\\-", f);
+                else if (*s == '\\')
+                        fputs("\\\\", f);
+                else
+                        fputc(*s, f);
+        }
+}
+
+static const char *kind_name(key_kind kind) {
+        switch (kind) {
+        case KEY_PATH: return "absolute path";
+        case KEY_SOCKET: return "absolute path, under 108 bytes";
+        case KEY_NAME: return "group name";
+        case KEY_CIDR4: return "IPv4 CIDR";
+        case KEY_PATH_LIST: return "array of absolute paths";
+        case KEY_BOOL: return "boolean";
+        default: return "integer";
+        }
+}
+
+char *daemon_config_man_table(void) {
+        daemon_config def;
+        daemon_config_defaults(&def);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f) {
+                daemon_config_free(&def);
+                return NULL;
+        }
+        bool ok = true;
+        for (size_t i = 0; ok && i < ELEMENTSOF(config_keys); i++) {
+                const config_key *k = &config_keys[i];
+                fprintf(f, ".TP\n.B %s\n(", k->name);
+                roff_text(f, kind_name(k->kind));
+                if (k->kind == KEY_PATH_LIST)
+                        fprintf(f, ", at most %" PRIu64, k->max);
+                else if (k->kind >= KEY_SIZE && k->kind != KEY_BOOL)
+                        fprintf(f, ", %" PRIu64 " to %" PRIu64, k->min, k->max);
+                fputs("; default ", f);
+                if (k->def)
+                        roff_text(f, k->def);
+                else {
+                        cJSON *v = key_to_json(&def, k);
+                        _cleanup_free_ char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+                        cJSON_Delete(v);
+                        ok = text != NULL;
+                        if (ok)
+                                roff_text(f, text);
+                }
+                fputs(")\n.br\n", f);
+                roff_text(f, k->doc);
+                fputc('\n', f);
+        }
+        ok = fclose(f) == 0 && ok;
+        daemon_config_free(&def);
+        if (!ok) {
+                free(buf);
+                return NULL;
+        }
+        return buf;
 }

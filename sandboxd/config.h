@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include "libcore/error.h"
 
+struct cJSON;
+
 typedef struct daemon_config {
         char *socket_path;          /* "socket", default /run/sandboxd/sandboxd.sock */
         char *state_dir;            /* "stateDir", default /var/lib/sandboxd */
@@ -51,3 +53,16 @@ int daemon_config_load(daemon_config *cfg, const char *path, bool must_exist, sb
 int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err);
 
 void daemon_config_free(daemon_config *cfg);
+
+/* The effective configuration: a JSON object with every key daemon.json
+ * knows and its value in *cfg, defaults included (a path not set is null,
+ * localSourceRoots an array). Caller owns the result (cJSON_Delete); NULL
+ * when out of memory. Used by `sandboxd --check-config`. */
+struct cJSON *daemon_config_to_json(const daemon_config *cfg);
+
+/* The roff text of sandboxd(8)'s key list, one ".TP" entry per key of the
+ * table in config.c: name, type, range, default and what it changes. The
+ * man page holds it between the comment lines ".\" BEGIN CONFIG KEYS" and
+ * ".\" END CONFIG KEYS" (groff_man(7)). Caller frees; NULL when out of
+ * memory. */
+char *daemon_config_man_table(void);

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 #include "libcore/log.h"
@@ -29,16 +30,20 @@ typedef struct args {
         const char *config;
         bool config_given;
         const char *socket, *state_dir, *run_dir;
+        bool check_config;          /* --check-config [FILE]: validate, print, exit */
 } args;
 
 static void usage(FILE *f) {
         fprintf(f,
                 "Usage: sandboxd [OPTIONS]\n"
+                "       sandboxd --check-config [FILE]\n"
                 "Runs the sandbox daemon in the foreground; needs root.\n\n"
                 "  --config FILE     daemon.json to read (default " DEFAULT_CONFIG ")\n"
                 "  --socket PATH     JSON-RPC socket (default /run/sandboxd/sandboxd.sock)\n"
                 "  --state-dir DIR   state directory (default /var/lib/sandboxd)\n"
                 "  --run-dir DIR     runtime directory (default /run/sandboxd)\n"
+                "  --check-config [FILE]  validate FILE (default: the --config file) and print\n"
+                "                    the effective configuration as JSON; needs no root\n"
                 "  --help            show this help\n"
                 "  --version         show the version\n");
 }
@@ -51,6 +56,7 @@ static int parse_args(int argc, char **argv, args *a) {
                 { "socket", required_argument, NULL, 's' },
                 { "state-dir", required_argument, NULL, 'S' },
                 { "run-dir", required_argument, NULL, 'R' },
+                { "check-config", no_argument, NULL, 'C' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
@@ -63,10 +69,16 @@ static int parse_args(int argc, char **argv, args *a) {
                 case 's': a->socket = optarg; break;
                 case 'S': a->state_dir = optarg; break;
                 case 'R': a->run_dir = optarg; break;
+                case 'C': a->check_config = true; break;
                 case 'h': usage(stdout); return 0;
                 case 'V': printf("sandboxd %s\n", SANDBOXD_VERSION); return 0;
                 default: usage(stderr); return -EINVAL;
                 }
+        }
+        /* --check-config takes the file as its one operand. */
+        if (a->check_config && optind < argc) {
+                a->config = argv[optind++];
+                a->config_given = true;
         }
         if (optind < argc) {
                 fprintf(stderr, "sandboxd: unexpected argument '%s'\n", argv[optind]);
@@ -100,6 +112,32 @@ static int load_config(const args *a, daemon_config *cfg) {
             override_path(&cfg->run_dir, a->run_dir, "--run-dir") < 0)
                 return -EINVAL;
         return 0;
+}
+
+/* --check-config: loads the file the daemon would (a named file must exist)
+ * with the command line's overrides and prints every key's effective value
+ * as JSON on stdout; an error goes to stderr. Reads the file and nothing
+ * else: no root, no state, socket, nftables or cgroups. Exit 0 or 1. */
+static int check_config(const args *a) {
+        daemon_config cfg;
+        int r = load_config(a, &cfg);
+        if (r < 0) {
+                daemon_config_free(&cfg);
+                return EXIT_FAILURE;
+        }
+        cJSON *o = daemon_config_to_json(&cfg);
+        _cleanup_free_ char *text = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+        daemon_config_free(&cfg);
+        if (!text) {
+                log_error("out of memory");
+                return EXIT_FAILURE;
+        }
+        if (printf("%s\n", text) < 0 || fflush(stdout) != 0) {
+                log_error("write the configuration: %m");
+                return EXIT_FAILURE;
+        }
+        return EXIT_SUCCESS;
 }
 
 /* The group whose members may connect; a missing group leaves root only. */
@@ -214,6 +252,8 @@ int main(int argc, char **argv) {
         int r = parse_args(argc, argv, &a);
         if (r <= 0)
                 return r == 0 ? EXIT_SUCCESS : 2;
+        if (a.check_config)
+                return check_config(&a);
         if (geteuid() != 0) {
                 log_error("sandboxd must run as root (it creates namespaces, mounts, cgroups and nftables rules)");
                 return EXIT_FAILURE;

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <stdlib.h>
 #include "libcore/util.h"
 #include "sandboxd/config.h"
 
@@ -128,8 +130,86 @@ static void test_local_source_roots_default_empty_and_checked(void **state) {
 
 static void test_unknown_key_is_named_with_known_keys(void **state) {
         assert_rejected_naming("{\"maxVcpu\": 4}", "unknown key 'maxVcpu'");
-        assert_rejected_naming("{\"maxVcpu\": 4}", "known keys: socket, stateDir");
-        assert_rejected_naming("{\"maxVcpu\": 4}", "maxVcpus");
+        assert_rejected_naming("{\"maxVcpu\": 4}", "did you mean \"maxVcpus\"?");
+        assert_rejected_naming("{\"logBudgetMib\": 4}", "did you mean \"logBudgetMiB\"?");
+        assert_rejected_naming("{\"userNS\": true}", "did you mean \"userns\"?");
+        /* Nothing close: the list of keys instead. */
+        assert_rejected_naming("{\"frobnicate\": 4}", "unknown key 'frobnicate'; known keys: socket, stateDir");
+        assert_rejected_naming("{\"frobnicate\": 4}", "usernsSize");
+}
+
+/* Every key with its value, defaults included, as --check-config prints. */
+static void test_effective_configuration_names_every_key(void **state) {
+        daemon_config cfg;
+        assert_null(parse_error("{\"maxVcpus\": 12, \"localSourceRoots\": [\"/srv\"]}", &cfg));
+        cJSON *o = daemon_config_to_json(&cfg);
+        assert_non_null(o);
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "maxVcpus")->valuedouble, 12);
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "pidsMax")->valuedouble, 4096);
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "maxSourceBytes")->valuedouble, 4294967296.0);
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "networkPool")->valuestring, "10.201.0.0/16");
+        assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "proxyUpstreamCA")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "userns")));
+        assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "localSourceRoots"), 0)->valuestring,
+                            "/srv");
+        /* The printed object is itself a valid daemon.json that changes nothing
+         * but the null keys (which a file cannot name). */
+        cJSON *c;
+        int n = 0;
+        cJSON_ArrayForEach(c, o) {
+                n++;
+                if (cJSON_IsNull(c))
+                        continue;
+                cJSON *one = cJSON_CreateObject();
+                cJSON_AddItemToObject(one, c->string, cJSON_Duplicate(c, true));
+                char *text = cJSON_PrintUnformatted(one);
+                daemon_config again;
+                char *msg = parse_error(text, &again);
+                if (msg)
+                        fail_msg("%s does not load back: %s", text, msg);
+                daemon_config_free(&again);
+                free(text);
+                cJSON_Delete(one);
+        }
+        assert_int_equal(n, 24);
+        cJSON_Delete(o);
+        daemon_config_free(&cfg);
+}
+
+#define MAN_PAGE "docs/man/sandboxd.8"
+#define MAN_BEGIN ".\\\" BEGIN CONFIG KEYS (generated from sandboxd/config.c; SANDBOXD_UPDATE_MAN=1 build/tests/test-config)\n"
+#define MAN_END ".\\\" END CONFIG KEYS\n"
+
+/* sandboxd(8) lists every key of the loader's table, with type, range,
+ * default and what it changes: the section between the markers is exactly
+ * daemon_config_man_table(). SANDBOXD_UPDATE_MAN=1 rewrites it. */
+static void test_man_page_lists_every_key_as_the_table_says(void **state) {
+        _cleanup_free_ char *page = NULL, *table = daemon_config_man_table();
+        size_t len;
+        assert_non_null(table);
+        assert_non_null(strstr(table, ".B pidsMax\n(integer, 16 to 4194304; default 4096)\n"));
+        assert_non_null(strstr(table, ".B localSourceRoots\n"));
+        int r = core_read_file(MAN_PAGE, 1 << 20, &page, &len);
+        if (r < 0)
+                fail_msg("read %s (run from the source tree): %s", MAN_PAGE, strerror(-r));
+        char *begin = strstr(page, MAN_BEGIN);
+        char *end = begin ? strstr(begin, MAN_END) : NULL;
+        if (!begin || !end)
+                fail_msg("%s: no section between '%s' and '%s'", MAN_PAGE, MAN_BEGIN, MAN_END);
+        begin += strlen(MAN_BEGIN);
+        const char *update = getenv("SANDBOXD_UPDATE_MAN");
+        if (update && streq(update, "1")) {
+                FILE *f = fopen(MAN_PAGE, "we");
+                assert_non_null(f);
+                fwrite(page, 1, begin - page, f);
+                fputs(table, f);
+                fputs(end, f);
+                assert_int_equal(fclose(f), 0);
+                return;
+        }
+        if ((size_t) (end - begin) != strlen(table) || memcmp(begin, table, end - begin) != 0)
+                fail_msg("%s: the CONFIG KEYS section differs from sandboxd/config.c's table; regenerate it "
+                         "with SANDBOXD_UPDATE_MAN=1 build/tests/test-config. Expected:\n%s", MAN_PAGE, table);
 }
 
 static void test_wrong_type_is_named(void **state) {
@@ -153,6 +233,30 @@ static void test_out_of_range_is_named_with_range(void **state) {
         assert_rejected_naming("{\"networkPool\": \"fd00::/64\"}", "networkPool");
 }
 
+/* A disk image below its minimum would only fail at each create: refused at load. */
+static void test_disk_mib_below_the_image_minimum_is_refused(void **state) {
+        daemon_config cfg;
+        assert_rejected_naming("{\"diskMiB\": 1}", "diskMiB: must be 0 (unbounded) or from 16 to");
+        assert_null(parse_error("{\"diskMiB\": 0}", &cfg));
+        assert_int_equal(cfg.disk_mib, 0);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"diskMiB\": 16}", &cfg));
+        assert_int_equal(cfg.disk_mib, 16);
+        daemon_config_free(&cfg);
+}
+
+/* The pool must be whole 65536-id ranges below the invalid id 2^32-1,
+ * else every user-namespace sandbox would be refused at run time. */
+static void test_userns_pool_shape_is_checked_at_load(void **state) {
+        daemon_config cfg;
+        assert_rejected_naming("{\"usernsSize\": 100000}", "usernsSize: 100000 is not a multiple of 65536 (try 65536)");
+        assert_rejected_naming("{\"usernsBase\": 4100000000}",
+                               "usernsBase + usernsSize: 4100000000 + 268435456 ends beyond host id 4294967294");
+        assert_null(parse_error("{\"usernsBase\": 4000000000, \"usernsSize\": 65536}", &cfg));
+        assert_int_equal(cfg.userns_base, 4000000000u);
+        daemon_config_free(&cfg);
+}
+
 static void test_socket_path_must_fit_sockaddr(void **state) {
         char text[300];
         char longpath[200];
@@ -168,6 +272,13 @@ static void test_top_level_must_be_an_object(void **state) {
         assert_rejected_naming("\"socket\"", "the top level must be an object");
         assert_rejected_naming("{\"maxVcpus\": 4", "not valid JSON");
         assert_rejected_naming("{} {}", "not valid JSON");
+        /* A NUL would end the key or value early: "maxVcpus\u0000x" is not maxVcpus. */
+        assert_rejected_naming("{\"maxVcpus\\u0000x\": 4}", "\\u0000");
+        assert_rejected_naming("{\"localSourceRoots\": [\"/srv\\u0000/etc\"]}", "\\u0000");
+        daemon_config cfg;
+        assert_null(parse_error("{\"stateDir\": \"/srv/a\\\\u0000\"}", &cfg));  /* an escaped backslash, then text */
+        assert_string_equal(cfg.state_dir, "/srv/a\\u0000");
+        daemon_config_free(&cfg);
 }
 
 static void test_bad_file_leaves_config_untouched(void **state) {
@@ -229,8 +340,12 @@ int main(void) {
                 cmocka_unit_test(test_every_key_is_parsed),
                 cmocka_unit_test(test_local_source_roots_default_empty_and_checked),
                 cmocka_unit_test(test_unknown_key_is_named_with_known_keys),
+                cmocka_unit_test(test_effective_configuration_names_every_key),
+                cmocka_unit_test(test_man_page_lists_every_key_as_the_table_says),
                 cmocka_unit_test(test_wrong_type_is_named),
                 cmocka_unit_test(test_out_of_range_is_named_with_range),
+                cmocka_unit_test(test_disk_mib_below_the_image_minimum_is_refused),
+                cmocka_unit_test(test_userns_pool_shape_is_checked_at_load),
                 cmocka_unit_test(test_socket_path_must_fit_sockaddr),
                 cmocka_unit_test(test_top_level_must_be_an_object),
                 cmocka_unit_test(test_bad_file_leaves_config_untouched),
