@@ -102,6 +102,14 @@ static cJSON *name_params(const char *name) {
         return p;
 }
 
+/* Shows a Sandbox the way `get` does: --json as JSON, else key: value lines. */
+static void ctl_print_sandbox(const ctl_globals *g, const cJSON *sandbox) {
+        if (g->json)
+                ctl_print_json(sandbox);
+        else
+                ctl_print_fields(sandbox);
+}
+
 /* get / stop / rm / daemon info share one shape: one call, then either JSON,
  * the fields, or nothing. */
 static int simple_command(ctl_globals *g, int argc, char **argv, const char *help,
@@ -109,7 +117,7 @@ static int simple_command(ctl_globals *g, int argc, char **argv, const char *hel
         static const struct option opts[] = { COMMON_OPTIONS, {} };
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 int r = common_option(g, opt, help);
                 if (r == 0)
                         return 0;
@@ -141,10 +149,84 @@ static int simple_command(ctl_globals *g, int argc, char **argv, const char *hel
         return 0;
 }
 
+static const char get_help[] =
+        "Usage: sandboxctl get [--json] [--resume] NAME\n\n"
+        "Shows a sandbox as key: value lines.\n"
+        "  --resume   a stopped persistent sandbox first gets a new session on its kept\n"
+        "             filesystem (a running one is shown as it is)\n";
+
 static int cmd_get(ctl_globals *g, int argc, char **argv) {
-        return simple_command(g, argc, argv,
-                              "Usage: sandboxctl get [--json] NAME\n\nShows a sandbox as key: value lines.\n",
-                              "sandbox.get", true, true);
+        enum { OPT_RESUME = OPT_FIRST_COMMAND };
+        static const struct option opts[] = { COMMON_OPTIONS, { "resume", no_argument, NULL, OPT_RESUME }, {} };
+        bool resume = false;
+        int opt;
+        optind = 0;
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, get_help);
+                if (r == 0)
+                        return 0;
+                if (r > 0)
+                        continue;
+                if (opt != OPT_RESUME)
+                        return ctl_usage("get", "get: unknown option");
+                resume = true;
+        }
+        const char *name = NULL;
+        int r = one_name("get", argc, argv, &name);
+        if (r != 0)
+                return r;
+        cJSON *params = name_params(name);
+        if (resume)
+                cJSON_AddBoolToObject(params, "resume", true);
+        _cleanup_free_ char *context = NULL;
+        if (asprintf(&context, "get %s", name) < 0)
+                context = NULL;
+        cJSON *result = NULL;
+        r = ctl_call(g, context, "sandbox.get", params, &result);
+        if (r != 0)
+                return r;
+        ctl_print_sandbox(g, result);
+        cJSON_Delete(result);
+        return 0;
+}
+
+static const char extend_help[] =
+        "Usage: sandboxctl extend [--json] NAME DURATION\n\n"
+        "Moves the running session's expiry later by DURATION (90s, 5m, 2h, 1d or\n"
+        "milliseconds), capped at the daemon's maximum timeout from now, and shows the\n"
+        "sandbox. A stopped sandbox is not resumed (get --resume does that).\n";
+
+static int cmd_extend(ctl_globals *g, int argc, char **argv) {
+        static const struct option opts[] = { COMMON_OPTIONS, {} };
+        int opt;
+        optind = 0;
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, extend_help);
+                if (r == 0)
+                        return 0;
+                if (r < 0)
+                        return ctl_usage("extend", "extend: unknown option");
+        }
+        if (argc - optind != 2)
+                return ctl_usage("extend", argc - optind < 2 ? "extend: want NAME and DURATION" :
+                                 "extend: too many arguments");
+        const char *name = argv[optind], *duration = argv[optind + 1];
+        int64_t ms;
+        if (cli_parse_duration(duration, &ms) < 0)
+                return ctl_usage("extend", "extend: bad DURATION '%s' (use 90s, 5m, 2h, 1d or milliseconds)",
+                                 duration);
+        cJSON *params = name_params(name);
+        cJSON_AddNumberToObject(params, "duration", (double) ms);
+        _cleanup_free_ char *context = NULL;
+        if (asprintf(&context, "extend %s", name) < 0)
+                context = NULL;
+        cJSON *result = NULL;
+        int r = ctl_call(g, context, "sandbox.extendTimeout", params, &result);
+        if (r != 0)
+                return r;
+        ctl_print_sandbox(g, result);
+        cJSON_Delete(result);
+        return 0;
 }
 
 static int cmd_stop(ctl_globals *g, int argc, char **argv) {
@@ -243,22 +325,57 @@ static int list_all(const ctl_globals *g, const char *prefix, const cJSON *tags,
         return 0;
 }
 
+static int parse_uint(const char *s, long max, long *ret);
+
+/* One page of sandbox.list (ls --limit/--cursor): the table and the next
+ * cursor, or the answer as it is with --json. Returns the exit code. */
+static int list_page(const ctl_globals *g, const char *prefix, const cJSON *tags, long limit, const char *cursor) {
+        cJSON *p = cJSON_CreateObject();
+        if (prefix)
+                cJSON_AddStringToObject(p, "namePrefix", prefix);
+        if (tags->child)
+                cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(tags, true));
+        if (limit)
+                cJSON_AddNumberToObject(p, "limit", (double) limit);
+        if (cursor)
+                cJSON_AddStringToObject(p, "cursor", cursor);
+        _cleanup_json_ cJSON *result = NULL;
+        int r = ctl_call(g, "ls", "sandbox.list", p, &result);
+        if (r != 0)
+                return r;
+        if (g->json) {
+                ctl_print_json(result);
+                return 0;
+        }
+        print_sandbox_table(cJSON_GetObjectItemCaseSensitive(result, "sandboxes"));
+        const char *next = string_cell(result, "nextCursor");
+        if (next)
+                printf("next cursor: %s\n", next);
+        return 0;
+}
+
 static int cmd_ls(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
                 "Usage: sandboxctl ls [--json] [--prefix P] [--tag K=V]...\n\n"
                 "Lists sandboxes as a table: NAME STATUS RUNTIME NETWORK CREATED EXPIRES.\n"
                 "  --prefix P   only names starting with P\n"
-                "  --tag K=V    only sandboxes with this tag (repeatable; all must match)\n";
-        enum { OPT_TAG = OPT_FIRST_COMMAND, OPT_PREFIX };
+                "  --tag K=V    only sandboxes with this tag (repeatable; all must match)\n"
+                "  --limit N    one page of at most N sandboxes (1 to 1000) instead of all of them;\n"
+                "               prints 'next cursor: C' after the table when there are more\n"
+                "  --cursor C   the page that starts at cursor C (from an earlier --limit)\n";
+        enum { OPT_TAG = OPT_FIRST_COMMAND, OPT_PREFIX, OPT_LIMIT, OPT_CURSOR };
         static const struct option opts[] = {
                 COMMON_OPTIONS, { "tag", required_argument, NULL, OPT_TAG },
-                { "prefix", required_argument, NULL, OPT_PREFIX }, {}
+                { "prefix", required_argument, NULL, OPT_PREFIX },
+                { "limit", required_argument, NULL, OPT_LIMIT },
+                { "cursor", required_argument, NULL, OPT_CURSOR }, {}
         };
         _cleanup_json_ cJSON *tags = cJSON_CreateObject();
-        const char *prefix = NULL;
+        const char *prefix = NULL, *cursor = NULL;
+        long limit = 0;
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 int r = common_option(g, opt, help);
                 if (r >= 0) {
                         if (r == 0)
@@ -268,11 +385,18 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
                                 return ctl_usage("ls", "ls: --tag wants K=V, got '%s'", optarg);
                 } else if (opt == OPT_PREFIX)
                         prefix = optarg;
+                else if (opt == OPT_LIMIT) {
+                        if (parse_uint(optarg, 1000, &limit) < 0)
+                                return ctl_usage("ls", "ls: --limit: '%s' is not a number from 1 to 1000", optarg);
+                } else if (opt == OPT_CURSOR)
+                        cursor = optarg;
                 else
                         return ctl_usage("ls", "ls: unknown option");
         }
         if (optind != argc)
                 return ctl_usage("ls", "ls: too many arguments");
+        if (limit || cursor)
+                return list_page(g, prefix, tags, limit, cursor);
 
         _cleanup_json_ cJSON *all = NULL;
         int r = list_all(g, prefix, tags, &all);
@@ -291,37 +415,40 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
 
 /* --- create ----------------------------------------------------------- */
 
+#define CREATE_OPTIONS_HELP \
+        "  --name N                 name ([a-z0-9][a-z0-9-]{0,62}; default sbx-xxxxxxxx)\n" \
+        "  --runtime R              base root filesystem (default host)\n" \
+        "  --git URL                clone URL into /workspace\n" \
+        "    --depth N              accepted; the clone is full (libgit2 1.5 has no shallow fetch)\n" \
+        "    --revision REV         branch, tag or commit to check out\n" \
+        "    --git-username U       user for an authenticated clone\n" \
+        "    --git-password-env VAR read the password from environment variable VAR\n" \
+        "    --git-password-stdin   read the password from the first line of stdin\n" \
+        "  --tarball PATH|URL       extract a tarball into /workspace (a path is made absolute)\n" \
+        "  --snapshot ID            start from a snapshot\n" \
+        "  --timeout DURATION       session lifetime: 90s, 5m, 2h, 1d or milliseconds (default 5m)\n" \
+        "  --vcpus N                CPUs (memory is N x 2 GiB)\n" \
+        "  --port P                 expose a port (repeatable)\n" \
+        "  --env K=V                environment for every command (repeatable)\n" \
+        "  --tag K=V                tag (repeatable, at most 5)\n" \
+        "  --persistent             keep the filesystem when the session ends\n" \
+        "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n" \
+        "                           host id (default: the daemon's \"userns\" setting)\n" \
+        "  --allow-all | --deny-all | --policy FILE\n" \
+        "                           network policy (default allow-all); FILE holds the\n" \
+        "                           JSON policy document, - for stdin\n" \
+        "  --allow PATTERN          or a custom policy: allow this domain pattern\n" \
+        "                           (*.example.com, api.example.com:443; repeatable),\n" \
+        "  --allow-subnet CIDR      allow addresses in CIDR (repeatable),\n" \
+        "  --deny-subnet CIDR       deny addresses in CIDR, before any allow (repeatable);\n" \
+        "                           a custom policy denies everything it does not allow\n" \
+        "Passwords are never taken on the command line, where other users can read them.\n"
+
 static const char create_help[] =
         "Usage: sandboxctl create [--json] [OPTIONS]\n\n"
         "Creates a sandbox, waits until it runs with its source in /workspace, and\n"
         "prints its name.\n\n"
-        "  --name N                 name ([a-z0-9][a-z0-9-]{0,62}; default sbx-xxxxxxxx)\n"
-        "  --runtime R              base root filesystem (default host)\n"
-        "  --git URL                clone URL into /workspace\n"
-        "    --depth N              accepted; the clone is full (libgit2 1.5 has no shallow fetch)\n"
-        "    --revision REV         branch, tag or commit to check out\n"
-        "    --git-username U       user for an authenticated clone\n"
-        "    --git-password-env VAR read the password from environment variable VAR\n"
-        "    --git-password-stdin   read the password from the first line of stdin\n"
-        "  --tarball PATH|URL       extract a tarball into /workspace (a path is made absolute)\n"
-        "  --snapshot ID            start from a snapshot\n"
-        "  --timeout DURATION       session lifetime: 90s, 5m, 2h, 1d or milliseconds (default 5m)\n"
-        "  --vcpus N                CPUs (memory is N x 2 GiB)\n"
-        "  --port P                 expose a port (repeatable)\n"
-        "  --env K=V                environment for every command (repeatable)\n"
-        "  --tag K=V                tag (repeatable, at most 5)\n"
-        "  --persistent             keep the filesystem when the session ends\n"
-        "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n"
-        "                           host id (default: the daemon's \"userns\" setting)\n"
-        "  --allow-all | --deny-all | --policy FILE\n"
-        "                           network policy (default allow-all); FILE holds the\n"
-        "                           JSON policy document, - for stdin\n"
-        "  --allow PATTERN          or a custom policy: allow this domain pattern\n"
-        "                           (*.example.com, api.example.com:443; repeatable),\n"
-        "  --allow-subnet CIDR      allow addresses in CIDR (repeatable),\n"
-        "  --deny-subnet CIDR       deny addresses in CIDR, before any allow (repeatable);\n"
-        "                           a custom policy denies everything it does not allow\n"
-        "Passwords are never taken on the command line, where other users can read them.\n";
+        CREATE_OPTIONS_HELP;
 
 enum {
         OPT_NAME = OPT_FIRST_COMMAND, OPT_RUNTIME, OPT_GIT, OPT_DEPTH, OPT_REVISION, OPT_GIT_USER,
@@ -571,7 +698,9 @@ static int finish_git(create_args *a) {
         return 0;
 }
 
-static int cmd_create(ctl_globals *g, int argc, char **argv) {
+/* create and get-or-create: the same options, one call. */
+static int create_like(ctl_globals *g, int argc, char **argv, const char *verb, const char *method,
+                       const char *help) {
         static const struct option opts[] = {
                 COMMON_OPTIONS,
                 { "name", required_argument, NULL, OPT_NAME },
@@ -604,15 +733,17 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
         _cleanup_(create_args_done) create_args a = { .params = params };
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-                int r = common_option(g, opt, create_help);
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, help);
                 if (r == 0)
                         return 0;
                 if (r < 0 && (r = create_option(&a, opt)) != 0)
                         return r;
         }
         if (optind != argc)
-                return ctl_usage("create", "create: unexpected argument '%s'", argv[optind]);
+                return ctl_usage(verb, "%s: unexpected argument '%s'", verb, argv[optind]);
+        if (streq(verb, "get-or-create") && !cJSON_GetObjectItemCaseSensitive(params, "name"))
+                return ctl_usage(verb, "get-or-create: missing --name");
         if (a.policies > 1)
                 return ctl_usage("create", "create: choose one of --allow-all, --deny-all, --policy");
         int r = finish_custom_policy("create", &a);
@@ -625,15 +756,45 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
                 return ctl_usage("create", "create: choose one of --git, --tarball, --snapshot");
 
         cJSON *result = NULL;
-        r = ctl_call(g, "create", "sandbox.create", TAKE_PTR(params), &result);
+        r = ctl_call(g, verb, method, TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
         if (g->json)
                 ctl_print_json(result);
-        else
+        else if (streq(verb, "get-or-create")) {
+                /* Whether it was made now and what of the given config it
+                 * does not have, then the sandbox as get shows it. */
+                const cJSON *created = cJSON_GetObjectItemCaseSensitive(result, "created");
+                printf("created: %s\n", cJSON_IsTrue(created) ? "true" : "false");
+                const cJSON *differs = cJSON_GetObjectItemCaseSensitive(result, "differs"), *d;
+                fputs("differs: ", stdout);
+                if (!cJSON_GetArraySize(differs))
+                        fputc('-', stdout);
+                cJSON_ArrayForEach(d, differs)
+                        printf("%s%s", cJSON_IsString(d) ? d->valuestring : "?", d->next ? ", " : "");
+                fputc('\n', stdout);
+                ctl_print_fields(cJSON_GetObjectItemCaseSensitive(result, "sandbox"));
+        } else
                 printf("%s\n", string_cell(result, "name") ? string_cell(result, "name") : "?");
         cJSON_Delete(result);
         return 0;
+}
+
+static int cmd_create(ctl_globals *g, int argc, char **argv) {
+        return create_like(g, argc, argv, "create", "sandbox.create", create_help);
+}
+
+static const char get_or_create_help[] =
+        "Usage: sandboxctl get-or-create [--json] --name N [OPTIONS]\n\n"
+        "Shows sandbox N, creating it with the options of create when it does not exist\n"
+        "(the options are those of create). A stopped persistent\n"
+        "sandbox is resumed. Prints 'created: true|false', 'differs:' the config keys\n"
+        "given whose value the existing sandbox does not have (they are not applied;\n"
+        "use update), then the sandbox as get shows it.\n\n"
+        CREATE_OPTIONS_HELP;
+
+static int cmd_get_or_create(ctl_globals *g, int argc, char **argv) {
+        return create_like(g, argc, argv, "get-or-create", "sandbox.getOrCreate", get_or_create_help);
 }
 
 /* --- update ------------------------------------------------------------ */
@@ -678,7 +839,7 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
         int opt;
         int64_t ms;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 int r = common_option(g, opt, update_help);
                 if (r == 0)
                         return 0;
@@ -740,8 +901,7 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
         r = ctl_call(g, "update", "sandbox.update", TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
-        if (g->json)
-                ctl_print_json(result);
+        ctl_print_sandbox(g, result);
         cJSON_Delete(result);
         return 0;
 }
@@ -914,6 +1074,8 @@ static const struct {
         { "create", cmd_create },
         { "ls", cmd_ls },
         { "get", cmd_get },
+        { "get-or-create", cmd_get_or_create },
+        { "extend", cmd_extend },
         { "exec", ctl_exec },
         { "command", ctl_command },
         { "stop", cmd_stop },
@@ -924,6 +1086,7 @@ static const struct {
         { "runtime", ctl_runtime },
         { "rm", cmd_rm },
         { "cp", cmd_cp },
+        { "fs", ctl_fs },
         { "policy", ctl_policy },
         { "events", ctl_events },
         { "daemon", cmd_daemon },
@@ -937,7 +1100,7 @@ int main(int argc, char **argv) {
         ctl_globals g = {};
         int opt;
         /* '+': stop at the command name; its options are its own. */
-        while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
                 if (opt == OPT_VERSION) {
                         printf("sandboxctl %s\n", SANDBOXD_VERSION);
                         return 0;
@@ -950,6 +1113,7 @@ int main(int argc, char **argv) {
         }
         if (optind >= argc)
                 return ctl_usage(NULL, "missing command");
+        ctl_option_argv = argv + optind;
         for (size_t i = 0; i < ELEMENTSOF(commands); i++)
                 if (streq(argv[optind], commands[i].name)) {
                         int r = commands[i].run(&g, argc - optind, argv + optind);

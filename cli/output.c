@@ -2,6 +2,7 @@
  * connection failures with a hint, pretty JSON, "key: value" lines and
  * aligned tables. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,49 @@ int ctl_error(int exit_code, const char *fmt, ...) {
         return exit_code;
 }
 
+char *const *ctl_option_argv;
+/* What the last ctl_getopt_long '?' was about. */
+static bool option_missing_value;
+
+int ctl_getopt_long(int argc, char *const *argv, const char *shortopts, const struct option *longopts,
+                    int *longindex) {
+        /* A leading ':' makes getopt return ':' for a missing argument; it
+         * goes after a leading '+' or '-'. */
+        char spec[64];
+        size_t lead = shortopts[0] == '+' || shortopts[0] == '-' ? 1 : 0;
+        snprintf(spec, sizeof spec, "%.*s:%s", (int) lead, shortopts, shortopts + lead);
+        opterr = 0;
+        ctl_option_argv = argv;
+        int opt = getopt_long(argc, argv, spec, longopts, longindex);
+        option_missing_value = opt == ':';
+        return opt == ':' ? '?' : opt;
+}
+
+/* The option getopt just refused, as typed ("--nmae", "-x"), into buf. */
+static const char *refused_option(char *buf, size_t size) {
+        if (optopt > 0 && optopt < 256 && !(ctl_option_argv && optind > 0 &&
+                                             strncmp(ctl_option_argv[optind - 1], "--", 2) == 0)) {
+                snprintf(buf, size, "-%c", optopt);
+                return buf;
+        }
+        if (!ctl_option_argv || optind < 1)
+                return NULL;
+        const char *arg = ctl_option_argv[optind - 1];
+        snprintf(buf, size, "%.*s", (int) strcspn(arg, "="), arg);
+        return buf;
+}
+
 int ctl_usage(const char *command, const char *fmt, ...) {
+        size_t n = strlen(fmt), tail = strlen("unknown option");
+        char buf[256];
+        const char *bad = n >= tail && streq(fmt + n - tail, "unknown option") ? refused_option(buf, sizeof buf) : NULL;
+        if (bad) {
+                /* One line: what was wrong, and where the options are. */
+                fprintf(stderr, "sandboxctl: %s%s%s '%s'%s; see 'sandboxctl %s%s--help'\n", command ? command : "",
+                        command ? ": " : "", option_missing_value ? "option" : "unrecognized option", bad,
+                        option_missing_value ? " needs a value" : "", command ? command : "", command ? " " : "");
+                return CLI_EXIT_USAGE;
+        }
         va_list ap;
         fputs("sandboxctl: ", stderr);
         va_start(ap, fmt);
