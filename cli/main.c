@@ -201,7 +201,7 @@ static const char extend_help[] =
         "Usage: sandboxctl extend [--json] NAME DURATION\n\n"
         "Moves the running session's expiry later by DURATION (90s, 5m, 2h, 1d or\n"
         "milliseconds), capped at the daemon's maximum timeout from now, and shows the\n"
-        "sandbox. A stopped sandbox is not resumed (get --resume does that).\n";
+        "sandbox. A stopped sandbox is not resumed here; get can resume it.\n";
 
 static int cmd_extend(ctl_globals *g, int argc, char **argv) {
         static const struct option opts[] = { COMMON_OPTIONS, {} };
