@@ -6,6 +6,7 @@ what each verb accepts."""
 import json
 import os
 import re
+import subprocess
 import tempfile
 
 from common import create, delete, expect, expect_eq, sandbox, tar_bytes
@@ -320,3 +321,52 @@ def test_a_typo_option_is_one_line_naming_it(world):
         expect(re.search(r"'(--nmae|--vcpsu|-x|--limt|--bogus)'", lines[0]), "the line names the option:", lines[0])
     code, _o, err = world.ctl("update", "x", "--vcpus")
     expect(code == 2 and err.count("\n") == 1 and "'--vcpus' needs a value" in err, "a missing value:", repr(err))
+
+
+COMPLETION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cli",
+                          "sandboxctl.bash-completion")
+
+
+def _completion_tables():
+    text = open(COMPLETION).read()
+    shared = dict(re.findall(r'^\s*local (\w+_opts)="([^"]*)"', text, re.M))
+    verbs = re.search(r'^\s*local verbs="([^"]*)"', text, re.M).group(1).split()
+    table = re.search(r"local -A opts=\((.*?)\n\s*\)", text, re.S).group(1)
+    opts = {}
+    for verb, value in re.findall(r'\[([a-z-]+)\]="([^"]*)"', table):
+        for var, words in shared.items():
+            value = value.replace("$" + var, words)
+        opts[verb] = set(value.split())
+    return verbs, opts
+
+
+def _complete(world, *words):
+    """What the completion offers after `sandboxctl WORDS` (the last word is
+    the one being completed)."""
+    script = ('source %s; COMP_WORDS=(sandboxctl %s); COMP_CWORD=%d; _sandboxctl; '
+              'printf "%%s\\n" "${COMPREPLY[@]}"' % (COMPLETION, " ".join("'%s'" % w for w in words), len(words)))
+    out = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"], "SANDBOXD_SOCKET": world.tmp + "/none.sock"})
+    return set(out.stdout.split())
+
+
+def test_bash_completion_lists_every_verb_and_option(world):
+    verbs, opts = _completion_tables()
+    expect_eq(sorted(verbs), sorted(VERBS), "the completion's verbs are the CLI's")
+    expect_eq(sorted(opts), sorted(VERBS), "the completion has an option list for every verb")
+    bogus = os.path.join(world.tmp, "no-daemon.sock")
+    for verb in VERBS:
+        _c, text, _e = world.ctl(verb, "--help")
+        own = re.sub(r"\b(create|exec|debootstrap) --[\w=-]+", "", text)
+        helped = set(re.findall(r"(?<![\w-])--?[a-z][a-z-]*", own)) - {"--json", "--help", "--socket"}
+        helped = {f for f in helped if f.startswith("--") or re.search(r"(?<![\w-])%s\b" % f, own)}
+        expect(helped <= opts[verb], "the completion of %s lacks" % verb, sorted(helped - opts[verb]))
+        for flag in sorted(opts[verb]):
+            args = [verb, flag, "x"] if verb != "exec" else [verb, flag, "x", "y", "--", "true"]
+            _c, _o, err = world.ctl("--socket", bogus, *args, input="")
+            expect("unrecognized option" not in err, "the completion offers %s %s, which it refuses:" % (verb, flag),
+                   err.strip())
+    expect("get-or-create" in _complete(world, "get"), "verbs complete")
+    expect_eq(_complete(world, "get", "--re"), {"--resume"}, "options complete per verb")
+    expect("--cursor" in _complete(world, "ls", "--"), "ls options complete")
+    expect_eq(_complete(world, "fs", "m"), {"mkdir"}, "fs subcommands complete")
