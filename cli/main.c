@@ -472,6 +472,9 @@ typedef struct create_args {
         bool source_conflict; /* more than one of --git, --tarball, --snapshot */
         int policies;       /* how many of --allow-all/--deny-all/--policy */
         cJSON *custom;      /* the document --allow/--allow-subnet/--deny-subnet build */
+        const char *vcpus_arg, *timeout_arg; /* as typed, for check_limits */
+        long vcpus;
+        int64_t timeout_ms;
 } create_args;
 
 /* Frees what create_args owns (the custom document until it is moved into
@@ -507,6 +510,48 @@ static int parse_uint(const char *s, long max, long *ret) {
         if (errno || end == s || *end || v < 1 || v > max)
                 return -EINVAL;
         *ret = v;
+        return 0;
+}
+
+/* Checks a --vcpus and a --timeout value against the daemon's limits
+ * (daemon.info "limits": maxVcpus, maxTimeoutMs) before the request, so an
+ * out-of-range value is reported as the value typed and the valid range:
+ * "create: --vcpus: 99 is out of range (1 to 8)". vcpus_arg or timeout_arg
+ * NULL skips that one. When daemon.info cannot be had, the daemon's own
+ * check of the request decides. Returns 0 or CLI_EXIT_USAGE. */
+static int check_limits(const ctl_globals *g, const char *verb, const char *vcpus_arg, long vcpus,
+                        const char *timeout_arg, int64_t timeout_ms) {
+        if (!vcpus_arg && !timeout_arg)
+                return 0;
+        _cleanup_client_ client *c = NULL;
+        if (client_connect(client_socket_path(g->socket), &c) < 0)
+                return 0;
+        _cleanup_json_ cJSON *info = NULL;
+        if (client_call(c, "daemon.info", NULL, -1, NULL, NULL, &info, NULL) < 0)
+                return 0;
+        const cJSON *lim = cJSON_GetObjectItemCaseSensitive(info, "limits");
+        const cJSON *maxv = cJSON_GetObjectItemCaseSensitive(lim, "maxVcpus");
+        const cJSON *maxt = cJSON_GetObjectItemCaseSensitive(lim, "maxTimeoutMs");
+        if (vcpus_arg && cJSON_IsNumber(maxv) && (vcpus < 1 || vcpus > (long) maxv->valuedouble))
+                return ctl_error(CLI_EXIT_USAGE, "%s: --vcpus: %s is out of range (1 to %.0f)", verb, vcpus_arg,
+                                 maxv->valuedouble);
+        if (timeout_arg && cJSON_IsNumber(maxt) && timeout_ms > (int64_t) maxt->valuedouble) {
+                char buf[32];
+                return ctl_error(CLI_EXIT_USAGE, "%s: --timeout: %s is out of range (1ms to %s)", verb, timeout_arg,
+                                 cli_format_duration((int64_t) maxt->valuedouble, buf, sizeof buf));
+        }
+        return 0;
+}
+
+/* Parses a --vcpus value: a whole number (any size: check_limits says
+ * whether it is in range). Returns 0 or -EINVAL. */
+static int parse_vcpus(const char *s, long *ret) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || *end || !(s[0] >= '0' && s[0] <= '9'))
+                return -EINVAL;
+        *ret = errno == ERANGE ? LONG_MAX : v;
         return 0;
 }
 
@@ -612,10 +657,14 @@ static int create_option(create_args *a, int opt) {
                 if (cli_parse_duration(optarg, &ms) < 0)
                         return ctl_usage("create", "create: bad --timeout '%s' (use 90s, 5m, 2h, 1d or milliseconds)", optarg);
                 set_item(p, "timeout", cJSON_CreateNumber((double) ms));
+                a->timeout_arg = optarg;
+                a->timeout_ms = ms;
                 return 0;
         case OPT_VCPUS:
-                if (parse_uint(optarg, 1024, &n) < 0)
-                        return ctl_usage("create", "create: bad --vcpus '%s'", optarg);
+                if (parse_vcpus(optarg, &n) < 0)
+                        return ctl_usage("create", "create: bad --vcpus '%s' (a whole number)", optarg);
+                a->vcpus_arg = optarg;
+                a->vcpus = n;
                 set_item(p, "resources", cJSON_CreateObject());
                 cJSON_AddNumberToObject(cJSON_GetObjectItemCaseSensitive(p, "resources"), "vcpus", (double) n);
                 return 0;
@@ -762,6 +811,9 @@ static int create_like(ctl_globals *g, int argc, char **argv, const char *verb, 
         if (a.source_conflict)
                 return ctl_usage("create", "create: choose one of --git, --tarball, --snapshot");
 
+        r = check_limits(g, verb, a.vcpus_arg, a.vcpus, a.timeout_arg, a.timeout_ms);
+        if (r != 0)
+                return r;
         cJSON *result = NULL;
         r = ctl_call(g, verb, method, TAKE_PTR(params), &result);
         if (r != 0)
@@ -844,7 +896,9 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
          * conflicts). */
         _cleanup_(create_args_done) create_args pa = { .params = params };
         int opt;
-        int64_t ms;
+        int64_t ms, timeout_ms = 0;
+        const char *vcpus_arg = NULL, *timeout_arg = NULL;
+        long vcpus = 0;
         optind = 0;
         while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 int r = common_option(g, opt, update_help);
@@ -857,11 +911,15 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                                 return ctl_usage("update", "update: bad --timeout '%s' (use 90s, 5m, 2h, 1d or milliseconds)",
                                                  optarg);
                         set_item(params, "timeout", cJSON_CreateNumber((double) ms));
+                        timeout_arg = optarg;
+                        timeout_ms = ms;
                 } else if (opt == OPT_U_VCPUS) {
-                        /* The daemon checks the range (its maxVcpus). */
+                        /* check_limits checks the range (the daemon's maxVcpus). */
                         long n;
-                        if (parse_uint(optarg, 1024, &n) < 0)
-                                return ctl_usage("update", "update: bad --vcpus '%s'", optarg);
+                        if (parse_vcpus(optarg, &n) < 0)
+                                return ctl_usage("update", "update: bad --vcpus '%s' (a whole number)", optarg);
+                        vcpus_arg = optarg;
+                        vcpus = n;
                         cJSON *res = cJSON_CreateObject();
                         cJSON_AddNumberToObject(res, "vcpus", (double) n);
                         set_item(params, "resources", res);
@@ -904,6 +962,9 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                                  "--port or --no-ports, or a network policy option (--allow-all, --deny-all, "
                                  "--policy, --allow, --allow-subnet, --deny-subnet)");
         cJSON_AddStringToObject(params, "name", name);
+        r = check_limits(g, "update", vcpus_arg, vcpus, timeout_arg, timeout_ms);
+        if (r != 0)
+                return r;
         cJSON *result = NULL;
         r = ctl_call(g, "update", "sandbox.update", TAKE_PTR(params), &result);
         if (r != 0)

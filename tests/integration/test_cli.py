@@ -370,3 +370,20 @@ def test_bash_completion_lists_every_verb_and_option(world):
     expect_eq(_complete(world, "get", "--re"), {"--resume"}, "options complete per verb")
     expect("--cursor" in _complete(world, "ls", "--"), "ls options complete")
     expect_eq(_complete(world, "fs", "m"), {"mkdir"}, "fs subcommands complete")
+
+
+def test_out_of_range_values_give_the_valid_range(world):
+    limits = world.rpc_result("daemon.info", {})["limits"]
+    maxv, maxt = limits["maxVcpus"], limits["maxTimeoutMs"]
+    name = world.name("range")
+    for args, want in (
+            (["create", "--name", name, "--deny-all", "--vcpus", str(maxv + 91)],
+             "create: --vcpus: %d is out of range (1 to %d)" % (maxv + 91, maxv)),
+            (["create", "--name", name, "--deny-all", "--vcpus", "0"], "create: --vcpus: 0 is out of range (1 to %d)" % maxv),
+            (["update", name, "--vcpus", str(maxv + 1)], "update: --vcpus: %d is out of range (1 to %d)" % (maxv + 1, maxv)),
+            (["create", "--name", name, "--deny-all", "--timeout", "%dms" % (maxt + 1)],
+             "create: --timeout: %dms is out of range (1ms to " % (maxt + 1))):
+        code, _o, err = world.ctl(*args)
+        expect(code == 2 and err.count("\n") == 1 and want in err, "%r gives the range:" % (args,), code, repr(err))
+    code, _o, _e = world.ctl("get", name)
+    expect_eq(code, 4, "no sandbox was created by the refused creates")
