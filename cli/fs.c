@@ -62,14 +62,22 @@ int ctl_fs(ctl_globals *g, int argc, char **argv) {
                 { "recursive", no_argument, NULL, OPT_RECURSIVE },
                 {}
         };
-        if (argc < 2 || streq(argv[1], "--help") || streq(argv[1], "-h")) {
-                if (argc >= 2) {
-                        fputs(fs_help, stdout);
-                        return 0;
+        bool parents = false, recursive = false;
+        int opt;
+        optind = 0;
+        /* Options may come before or after the subcommand (getopt permutes). */
+        while ((opt = ctl_getopt_long(argc, argv, "hpr", opts, NULL)) != -1)
+                switch (opt) {
+                case OPT_SOCKET: g->socket = optarg; break;
+                case OPT_JSON: g->json = true; break;
+                case 'h': fputs(fs_help, stdout); return 0;
+                case OPT_PARENTS: parents = true; break;
+                case OPT_RECURSIVE: recursive = true; break;
+                default: return ctl_usage("fs", "fs: unknown option");
                 }
+        if (optind >= argc)
                 return ctl_usage("fs", "fs: missing subcommand (ls, stat, mkdir, rm)");
-        }
-        const char *verb = argv[1], *method;
+        const char *verb = argv[optind++], *method;
         if (streq(verb, "ls"))
                 method = "fs.list";
         else if (streq(verb, "stat"))
@@ -80,31 +88,13 @@ int ctl_fs(ctl_globals *g, int argc, char **argv) {
                 method = "fs.remove";
         else
                 return ctl_usage("fs", "fs: unknown subcommand '%s' (ls, stat, mkdir, rm)", verb);
+        if (parents && !streq(verb, "mkdir"))
+                return ctl_usage("fs", "fs %s: -p belongs to fs mkdir", verb);
+        if (recursive && !streq(verb, "rm"))
+                return ctl_usage("fs", "fs %s: -r belongs to fs rm", verb);
         _cleanup_free_ char *context = NULL;
         if (asprintf(&context, "fs %s", verb) < 0)
                 return ctl_error(CLI_EXIT_ERROR, "out of memory");
-        bool parents = false, recursive = false;
-        int opt;
-        optind = 0;
-        argc--;
-        argv++;
-        while ((opt = ctl_getopt_long(argc, argv, "hpr", opts, NULL)) != -1)
-                switch (opt) {
-                case OPT_SOCKET: g->socket = optarg; break;
-                case OPT_JSON: g->json = true; break;
-                case 'h': fputs(fs_help, stdout); return 0;
-                case OPT_PARENTS:
-                        if (!streq(verb, "mkdir"))
-                                return ctl_usage("fs", "fs %s: -p belongs to fs mkdir", verb);
-                        parents = true;
-                        break;
-                case OPT_RECURSIVE:
-                        if (!streq(verb, "rm"))
-                                return ctl_usage("fs", "fs %s: -r belongs to fs rm", verb);
-                        recursive = true;
-                        break;
-                default: return ctl_usage("fs", "fs: unknown option");
-                }
         if (argc - optind != 1)
                 return ctl_usage("fs", argc - optind < 1 ? "fs %s: missing NAME:PATH" : "fs %s: too many arguments",
                                  verb);

@@ -299,6 +299,8 @@ def test_fs_verbs_on_name_path(world):
         expect_eq([(e["name"], e["type"]) for e in got["entries"]], [("b", "directory")], "fs ls --json")
         code, out, err = world.ctl("fs", "stat", "%s:/tmp/a/b/f.txt" % name)
         expect(code == 0 and "type: file" in out and "size: 6" in out, "fs stat:", code, out, err)
+        code, out, err = world.ctl("fs", "--json", "stat", "%s:/tmp/a/b/f.txt" % name)
+        expect(code == 0 and json.loads(out)["size"] == 6, "fs options before the subcommand:", code, out, err)
         code, _o, err = world.ctl("fs", "rm", "%s:/tmp/a" % name)
         expect(code != 0, "fs rm of a full directory without -r fails:", code, err.strip())
         code, _o, err = world.ctl("fs", "rm", "-r", "%s:/tmp/a" % name)
