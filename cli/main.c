@@ -333,6 +333,7 @@ static int list_all(const ctl_globals *g, const char *prefix, const cJSON *tags,
 }
 
 static int parse_uint(const char *s, long max, long *ret);
+static int range_usage(const char *verb, const char *flag, const char *value, long max);
 
 /* One page of sandbox.list (ls --limit/--cursor): the table and the next
  * cursor, or the answer as it is with --json. Returns the exit code. */
@@ -394,7 +395,7 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
                         prefix = optarg;
                 else if (opt == OPT_LIMIT) {
                         if (parse_uint(optarg, 1000, &limit) < 0)
-                                return ctl_usage("ls", "ls: --limit: '%s' is not a number from 1 to 1000", optarg);
+                                return range_usage("ls", "--limit", optarg, 1000);
                 } else if (opt == OPT_CURSOR)
                         cursor = optarg;
                 else
@@ -555,6 +556,16 @@ static int parse_vcpus(const char *s, long *ret) {
         return 0;
 }
 
+/* Reports a value parse_uint refused as one line with the valid range:
+ * "ls: --limit: 0 is out of range (1 to 1000)", or for what is not a whole
+ * number "ls: --limit: 'x' is not a whole number (1 to 1000)". Returns
+ * CLI_EXIT_USAGE. */
+static int range_usage(const char *verb, const char *flag, const char *value, long max) {
+        bool digits = *value != 0 && strspn(value, "0123456789") == strlen(value);
+        return ctl_error(CLI_EXIT_USAGE, digits ? "%s: %s: %s is out of range (1 to %ld)" :
+                         "%s: %s: '%s' is not a whole number (1 to %ld)", verb, flag, value, max);
+}
+
 /* Reads a whole file ("-" = stdin) into a new NUL-terminated buffer. */
 static int read_file(const char *path, char **ret, size_t *ret_len) {
         _cleanup_fclose_ FILE *f = streq(path, "-") ? NULL : fopen(path, "re");
@@ -670,7 +681,7 @@ static int create_option(create_args *a, int opt) {
                 return 0;
         case OPT_PORT:
                 if (parse_uint(optarg, 65535, &n) < 0)
-                        return ctl_usage("create", "create: bad --port '%s' (1-65535)", optarg);
+                        return range_usage("create", "--port", optarg, 65535);
                 if (!cJSON_GetObjectItemCaseSensitive(p, "ports"))
                         cJSON_AddArrayToObject(p, "ports");
                 cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(p, "ports"), cJSON_CreateNumber((double) n));
@@ -734,7 +745,7 @@ static int finish_git(create_args *a) {
         long depth;
         if (a->depth) {
                 if (parse_uint(a->depth, INT32_MAX, &depth) < 0)
-                        return ctl_usage("create", "create: bad --depth '%s'", a->depth);
+                        return range_usage("create", "--depth", a->depth, INT32_MAX);
                 cJSON_AddNumberToObject(s, "depth", (double) depth);
         }
         if (a->revision)
@@ -926,7 +937,7 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                 } else if (opt == OPT_U_PORT || opt == OPT_U_NO_PORTS) {
                         long n = 0;
                         if (opt == OPT_U_PORT && parse_uint(optarg, 65535, &n) < 0)
-                                return ctl_usage("update", "update: bad --port '%s' (1-65535)", optarg);
+                                return range_usage("update", "--port", optarg, 65535);
                         cJSON *ports = cJSON_GetObjectItemCaseSensitive(params, "ports");
                         if (!ports)
                                 ports = cJSON_AddArrayToObject(params, "ports");

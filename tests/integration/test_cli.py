@@ -384,7 +384,10 @@ def test_out_of_range_values_give_the_valid_range(world):
             (["create", "--name", name, "--deny-all", "--vcpus", "0"], "create: --vcpus: 0 is out of range (1 to %d)" % maxv),
             (["update", name, "--vcpus", str(maxv + 1)], "update: --vcpus: %d is out of range (1 to %d)" % (maxv + 1, maxv)),
             (["create", "--name", name, "--deny-all", "--timeout", "%dms" % (maxt + 1)],
-             "create: --timeout: %dms is out of range (1ms to " % (maxt + 1))):
+             "create: --timeout: %dms is out of range (1ms to " % (maxt + 1)),
+            (["update", name, "--port", "70000"], "update: --port: 70000 is out of range (1 to 65535)"),
+            (["create", "--name", name, "--deny-all", "--port", "0"], "create: --port: 0 is out of range (1 to 65535)"),
+            (["ls", "--limit", "1001"], "ls: --limit: 1001 is out of range (1 to 1000)")):
         code, _o, err = world.ctl(*args)
         expect(code == 2 and err.count("\n") == 1 and want in err, "%r gives the range:" % (args,), code, repr(err))
     code, _o, _e = world.ctl("get", name)
