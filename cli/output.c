@@ -24,7 +24,7 @@ int ctl_error(int exit_code, const char *fmt, ...) {
 
 char *const *ctl_option_argv;
 /* What the last ctl_getopt_long '?' was about. */
-static bool option_missing_value;
+static enum { OPTION_UNKNOWN, OPTION_MISSING_VALUE, OPTION_NO_VALUE, OPTION_AMBIGUOUS } option_problem;
 
 int ctl_getopt_long(int argc, char *const *argv, const char *shortopts, const struct option *longopts,
                     int *longindex) {
@@ -36,7 +36,20 @@ int ctl_getopt_long(int argc, char *const *argv, const char *shortopts, const st
         opterr = 0;
         ctl_option_argv = argv;
         int opt = getopt_long(argc, argv, spec, longopts, longindex);
-        option_missing_value = opt == ':';
+        option_problem = opt == ':' ? OPTION_MISSING_VALUE : OPTION_UNKNOWN;
+        if (opt == '?' && optind > 0 && strncmp(argv[optind - 1], "--", 2) == 0) {
+                /* A known option given "=VALUE" it does not take, or a
+                 * prefix of more than one option. */
+                const char *arg = argv[optind - 1] + 2;
+                size_t n = strcspn(arg, "="), matches = 0;
+                for (const struct option *o = longopts; o && o->name; o++)
+                        if (strncmp(o->name, arg, n) == 0)
+                                matches++;
+                if (optopt != 0 && arg[n] == '=')
+                        option_problem = OPTION_NO_VALUE;
+                else if (matches > 1)
+                        option_problem = OPTION_AMBIGUOUS;
+        }
         return opt == ':' ? '?' : opt;
 }
 
@@ -60,9 +73,13 @@ int ctl_usage(const char *command, const char *fmt, ...) {
         const char *bad = n >= tail && streq(fmt + n - tail, "unknown option") ? refused_option(buf, sizeof buf) : NULL;
         if (bad) {
                 /* One line: what was wrong, and where the options are. */
+                static const char *const after[] = {
+                        [OPTION_UNKNOWN] = "", [OPTION_MISSING_VALUE] = " needs a value",
+                        [OPTION_NO_VALUE] = " takes no value", [OPTION_AMBIGUOUS] = " is ambiguous",
+                };
                 fprintf(stderr, "sandboxctl: %s%s%s '%s'%s; see 'sandboxctl %s%s--help'\n", command ? command : "",
-                        command ? ": " : "", option_missing_value ? "option" : "unrecognized option", bad,
-                        option_missing_value ? " needs a value" : "", command ? command : "", command ? " " : "");
+                        command ? ": " : "", option_problem == OPTION_UNKNOWN ? "unrecognized option" : "option", bad,
+                        after[option_problem], command ? command : "", command ? " " : "");
                 return CLI_EXIT_USAGE;
         }
         va_list ap;

@@ -321,8 +321,11 @@ def test_a_typo_option_is_one_line_naming_it(world):
         expect(code == 2 and len(lines) == 1 and "unrecognized option" in lines[0] and args[-1 if args[0] == "--bogus" else 0] in err,
                "one line for %r:" % (args,), code, repr(err))
         expect(re.search(r"'(--nmae|--vcpsu|-x|--limt|--bogus)'", lines[0]), "the line names the option:", lines[0])
-    code, _o, err = world.ctl("update", "x", "--vcpus")
-    expect(code == 2 and err.count("\n") == 1 and "'--vcpus' needs a value" in err, "a missing value:", repr(err))
+    for args, want in ((["update", "x", "--vcpus"], "'--vcpus' needs a value"),
+                       (["get", "--resume=yes", "x"], "'--resume' takes no value"),
+                       (["create", "--deny"], "'--deny' is ambiguous")):
+        code, _o, err = world.ctl(*args)
+        expect(code == 2 and err.count("\n") == 1 and want in err, "one line for %r:" % (args,), repr(err))
 
 
 COMPLETION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cli",
