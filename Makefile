@@ -8,7 +8,7 @@
 #   make load       the load suite at full size (tests/load/)
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
-#   make install    binaries, systemd units, man pages
+#   make install    binaries, systemd units, man pages, bash completion
 
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
@@ -205,6 +205,7 @@ install: $(BINS)
 	install -m 0644 docs/man/sandboxctl.1 $(DESTDIR)$(MANDIR)/man1/sandboxctl.1
 	install -m 0644 docs/man/sandboxd.8 $(DESTDIR)$(MANDIR)/man8/sandboxd.8
 	install -D -m 0644 docs/man/sandboxd-policy.5 $(DESTDIR)$(MANDIR)/man5/sandboxd-policy.5
+	install -D -m 0644 cli/sandboxctl.bash-completion $(DESTDIR)/usr/share/bash-completion/completions/sandboxctl
 
 # libFuzzer targets (tests/fuzz/fuzz-*.c), built with clang into build/fuzz/:
 # the library objects with coverage and ASan+UBSan, each target linked with

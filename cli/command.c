@@ -91,7 +91,7 @@ int ctl_command(ctl_globals *g, int argc, char **argv) {
         const char *sig = NULL;
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1)
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1)
                 switch (opt) {
                 case OPT_SOCKET: g->socket = optarg; break;
                 case OPT_JSON: g->json = true; break;

@@ -17,8 +17,25 @@ typedef struct ctl_globals {
 /* Prints "sandboxctl: <message>" on stderr and returns `exit_code`. */
 int ctl_error(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* getopt_long(3) for a command's own options, with getopt's own messages
+ * off (opterr = 0) and a missing argument told apart from an unknown
+ * option, so that ctl_usage() reports either as one line naming the option.
+ * Records argv for that report. Same arguments and return as getopt_long,
+ * except that both failures return '?'. */
+struct option;
+int ctl_getopt_long(int argc, char *const *argv, const char *shortopts, const struct option *longopts,
+                    int *longindex);
+
+/* The argv a command's options are parsed from, for the report of an
+ * unknown option by a parser that does not use ctl_getopt_long (set by
+ * main before it dispatches). */
+extern char *const *ctl_option_argv;
+
 /* Prints a usage error with a hint to `sandboxctl <command> --help` (command
- * may be NULL) and returns CLI_EXIT_USAGE. */
+ * may be NULL) and returns CLI_EXIT_USAGE. A message ending in "unknown
+ * option" right after getopt returned '?' becomes one line naming the option
+ * ("update: unrecognized option '--nmae'; see 'sandboxctl update --help'", or
+ * "option '--vcpus' needs a value"). */
 int ctl_usage(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Reports a failed call: "sandboxctl: <context>: <message>" with the field
@@ -80,3 +97,7 @@ int ctl_events(ctl_globals *g, int argc, char **argv);
  * --allow-subnet and --deny-subnet; the daemon validates the values.
  * Returns 0 or -ENOMEM. */
 int ctl_policy_add(cJSON **doc, const char *list, const char *value);
+
+/* `fs ls|stat|mkdir|rm NAME:PATH` (cli/fs.c): argv[0] is "fs". Returns the
+ * exit code. */
+int ctl_fs(ctl_globals *g, int argc, char **argv);

@@ -388,7 +388,7 @@ static int parse_exec(int argc, char **argv, exec_opts *o, ctl_globals *g) {
         };
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "+hit", opts, NULL)) != -1)
+        while ((opt = ctl_getopt_long(argc, argv, "+hit", opts, NULL)) != -1)
                 switch (opt) {
                 case OPT_SOCKET: g->socket = optarg; break;
                 case OPT_JSON: g->json = true; break;

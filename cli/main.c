@@ -27,15 +27,20 @@ static const char main_help[] =
         "                                --port P, --env K=V, --tag K=V, --persistent,\n"
         "                                --userns | --no-userns, --allow-all | --deny-all |\n"
         "                                --policy FILE | --allow PATTERN, --allow-subnet CIDR, --deny-subnet CIDR\n"
-        "  ls [--prefix P] [--tag K=V]   list sandboxes\n"
-        "  get NAME                      show a sandbox\n"
+        "  get-or-create --name N [OPTIONS]\n"
+        "                                show sandbox N, creating it with create's options;\n"
+        "                                says whether it was created and which keys differ\n"
+        "  ls [--prefix P] [--tag K=V] [--limit N] [--cursor C]\n"
+        "                                list sandboxes (--limit: one page and its next cursor)\n"
+        "  get [--resume] NAME           show a sandbox (--resume: resume a stopped persistent one)\n"
+        "  extend NAME DURATION          move a running sandbox's expiry later\n"
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox: --sudo, --cwd DIR, --env K=V,\n"
         "                                --timeout D, --detach, -i, -t\n"
         "  command get|wait|kill|logs ID reach a command started with exec --detach\n"
         "                                (kill --signal SIG; wait exits with its code)\n"
         "  stop NAME                     stop a sandbox's session\n"
         "  update NAME [OPTIONS]         change --timeout, --vcpus, --env, --tag, --port/--no-ports\n"
-        "                                or the network policy options of create\n"
+        "                                or the network policy options of create; shows the sandbox\n"
         "  fork SRC [--name N]           a new sandbox from SRC's current filesystem and config\n"
         "  snapshot NAME [--expire D]    snapshot a sandbox (files and config); prints the snapshot id\n"
         "  snapshots [ls|rm ID|export ID FILE|import FILE]\n"
@@ -44,6 +49,8 @@ static const char main_help[] =
         "                                root filesystems for --runtime\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp [-r] SRC DST               copy a file, or with -r a directory tree; one side is NAME:PATH\n"
+        "  fs ls|stat|mkdir [-p]|rm [-r] NAME:PATH\n"
+        "                                list, show, make or remove paths in a sandbox\n"
         "  policy test NAME|--policy FILE URL\n"
         "                                would the policy allow URL? (exit 0 yes, 3 no)\n"
         "  events [NAME] [--kind K]...   print events (denials, lifecycle) as they happen\n"
@@ -103,6 +110,14 @@ static cJSON *name_params(const char *name) {
         return p;
 }
 
+/* Shows a Sandbox the way `get` does: --json as JSON, else key: value lines. */
+static void ctl_print_sandbox(const ctl_globals *g, const cJSON *sandbox) {
+        if (g->json)
+                ctl_print_json(sandbox);
+        else
+                ctl_print_fields(sandbox);
+}
+
 /* get / stop / rm / daemon info share one shape: one call, then either JSON,
  * the fields, or nothing. */
 static int simple_command(ctl_globals *g, int argc, char **argv, const char *help,
@@ -110,7 +125,7 @@ static int simple_command(ctl_globals *g, int argc, char **argv, const char *hel
         static const struct option opts[] = { COMMON_OPTIONS, {} };
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 int r = common_option(g, opt, help);
                 if (r == 0)
                         return 0;
@@ -142,10 +157,84 @@ static int simple_command(ctl_globals *g, int argc, char **argv, const char *hel
         return 0;
 }
 
+static const char get_help[] =
+        "Usage: sandboxctl get [--json] [--resume] NAME\n\n"
+        "Shows a sandbox as key: value lines.\n"
+        "  --resume   a stopped persistent sandbox first gets a new session on its kept\n"
+        "             filesystem (a running one is shown as it is)\n";
+
 static int cmd_get(ctl_globals *g, int argc, char **argv) {
-        return simple_command(g, argc, argv,
-                              "Usage: sandboxctl get [--json] NAME\n\nShows a sandbox as key: value lines.\n",
-                              "sandbox.get", true, true);
+        enum { OPT_RESUME = OPT_FIRST_COMMAND };
+        static const struct option opts[] = { COMMON_OPTIONS, { "resume", no_argument, NULL, OPT_RESUME }, {} };
+        bool resume = false;
+        int opt;
+        optind = 0;
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, get_help);
+                if (r == 0)
+                        return 0;
+                if (r > 0)
+                        continue;
+                if (opt != OPT_RESUME)
+                        return ctl_usage("get", "get: unknown option");
+                resume = true;
+        }
+        const char *name = NULL;
+        int r = one_name("get", argc, argv, &name);
+        if (r != 0)
+                return r;
+        cJSON *params = name_params(name);
+        if (resume)
+                cJSON_AddBoolToObject(params, "resume", true);
+        _cleanup_free_ char *context = NULL;
+        if (asprintf(&context, "get %s", name) < 0)
+                context = NULL;
+        cJSON *result = NULL;
+        r = ctl_call(g, context, "sandbox.get", params, &result);
+        if (r != 0)
+                return r;
+        ctl_print_sandbox(g, result);
+        cJSON_Delete(result);
+        return 0;
+}
+
+static const char extend_help[] =
+        "Usage: sandboxctl extend [--json] NAME DURATION\n\n"
+        "Moves the running session's expiry later by DURATION (90s, 5m, 2h, 1d or\n"
+        "milliseconds), capped at the daemon's maximum timeout from now, and shows the\n"
+        "sandbox. A stopped sandbox is not resumed here; get can resume it.\n";
+
+static int cmd_extend(ctl_globals *g, int argc, char **argv) {
+        static const struct option opts[] = { COMMON_OPTIONS, {} };
+        int opt;
+        optind = 0;
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, extend_help);
+                if (r == 0)
+                        return 0;
+                if (r < 0)
+                        return ctl_usage("extend", "extend: unknown option");
+        }
+        if (argc - optind != 2)
+                return ctl_usage("extend", argc - optind < 2 ? "extend: want NAME and DURATION" :
+                                 "extend: too many arguments");
+        const char *name = argv[optind], *duration = argv[optind + 1];
+        int64_t ms;
+        if (cli_parse_duration(duration, &ms) < 0)
+                return ctl_usage("extend", "extend: bad DURATION '%s' (use 90s, 5m, 2h, 1d or milliseconds)",
+                                 duration);
+        cJSON *params = name_params(name);
+        cJSON_AddNumberToObject(params, "duration", (double) ms);
+        _cleanup_free_ char *context = NULL;
+        if (asprintf(&context, "extend %s", name) < 0)
+                context = NULL;
+        cJSON *result = NULL;
+        int r = ctl_call(g, context, "sandbox.extendTimeout", params, &result);
+        if (r != 0)
+                return r;
+        ctl_print_sandbox(g, result);
+        cJSON_Delete(result);
+        return 0;
 }
 
 static int cmd_stop(ctl_globals *g, int argc, char **argv) {
@@ -244,22 +333,58 @@ static int list_all(const ctl_globals *g, const char *prefix, const cJSON *tags,
         return 0;
 }
 
+static int parse_uint(const char *s, long max, long *ret);
+static int range_usage(const char *verb, const char *flag, const char *value, long max);
+
+/* One page of sandbox.list (ls --limit/--cursor): the table and the next
+ * cursor, or the answer as it is with --json. Returns the exit code. */
+static int list_page(const ctl_globals *g, const char *prefix, const cJSON *tags, long limit, const char *cursor) {
+        cJSON *p = cJSON_CreateObject();
+        if (prefix)
+                cJSON_AddStringToObject(p, "namePrefix", prefix);
+        if (tags->child)
+                cJSON_AddItemToObject(p, "tags", cJSON_Duplicate(tags, true));
+        if (limit)
+                cJSON_AddNumberToObject(p, "limit", (double) limit);
+        if (cursor)
+                cJSON_AddStringToObject(p, "cursor", cursor);
+        _cleanup_json_ cJSON *result = NULL;
+        int r = ctl_call(g, "ls", "sandbox.list", p, &result);
+        if (r != 0)
+                return r;
+        if (g->json) {
+                ctl_print_json(result);
+                return 0;
+        }
+        print_sandbox_table(cJSON_GetObjectItemCaseSensitive(result, "sandboxes"));
+        const char *next = string_cell(result, "nextCursor");
+        if (next)
+                printf("next cursor: %s\n", next);
+        return 0;
+}
+
 static int cmd_ls(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
                 "Usage: sandboxctl ls [--json] [--prefix P] [--tag K=V]...\n\n"
                 "Lists sandboxes as a table: NAME STATUS RUNTIME NETWORK CREATED EXPIRES.\n"
                 "  --prefix P   only names starting with P\n"
-                "  --tag K=V    only sandboxes with this tag (repeatable; all must match)\n";
-        enum { OPT_TAG = OPT_FIRST_COMMAND, OPT_PREFIX };
+                "  --tag K=V    only sandboxes with this tag (repeatable; all must match)\n"
+                "  --limit N    one page of at most N sandboxes (1 to 1000) instead of all of them;\n"
+                "               prints 'next cursor: C' after the table when there are more\n"
+                "  --cursor C   the page that starts at cursor C (from an earlier --limit)\n";
+        enum { OPT_TAG = OPT_FIRST_COMMAND, OPT_PREFIX, OPT_LIMIT, OPT_CURSOR };
         static const struct option opts[] = {
                 COMMON_OPTIONS, { "tag", required_argument, NULL, OPT_TAG },
-                { "prefix", required_argument, NULL, OPT_PREFIX }, {}
+                { "prefix", required_argument, NULL, OPT_PREFIX },
+                { "limit", required_argument, NULL, OPT_LIMIT },
+                { "cursor", required_argument, NULL, OPT_CURSOR }, {}
         };
         _cleanup_json_ cJSON *tags = cJSON_CreateObject();
-        const char *prefix = NULL;
+        const char *prefix = NULL, *cursor = NULL;
+        long limit = 0;
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 int r = common_option(g, opt, help);
                 if (r >= 0) {
                         if (r == 0)
@@ -269,11 +394,18 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
                                 return ctl_usage("ls", "ls: --tag wants K=V, got '%s'", optarg);
                 } else if (opt == OPT_PREFIX)
                         prefix = optarg;
+                else if (opt == OPT_LIMIT) {
+                        if (parse_uint(optarg, 1000, &limit) < 0)
+                                return range_usage("ls", "--limit", optarg, 1000);
+                } else if (opt == OPT_CURSOR)
+                        cursor = optarg;
                 else
                         return ctl_usage("ls", "ls: unknown option");
         }
         if (optind != argc)
                 return ctl_usage("ls", "ls: too many arguments");
+        if (limit || cursor)
+                return list_page(g, prefix, tags, limit, cursor);
 
         _cleanup_json_ cJSON *all = NULL;
         int r = list_all(g, prefix, tags, &all);
@@ -292,37 +424,40 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
 
 /* --- create ----------------------------------------------------------- */
 
+#define CREATE_OPTIONS_HELP \
+        "  --name N                 name ([a-z0-9][a-z0-9-]{0,62}; default sbx-xxxxxxxx)\n" \
+        "  --runtime R              base root filesystem (default host)\n" \
+        "  --git URL                clone URL into /workspace\n" \
+        "    --depth N              accepted; the clone is full (libgit2 1.5 has no shallow fetch)\n" \
+        "    --revision REV         branch, tag or commit to check out\n" \
+        "    --git-username U       user for an authenticated clone\n" \
+        "    --git-password-env VAR read the password from environment variable VAR\n" \
+        "    --git-password-stdin   read the password from the first line of stdin\n" \
+        "  --tarball PATH|URL       extract a tarball into /workspace (a path is made absolute)\n" \
+        "  --snapshot ID            start from a snapshot\n" \
+        "  --timeout DURATION       session lifetime: 90s, 5m, 2h, 1d or milliseconds (default 5m)\n" \
+        "  --vcpus N                CPUs (memory is N x 2 GiB)\n" \
+        "  --port P                 expose a port (repeatable)\n" \
+        "  --env K=V                environment for every command (repeatable)\n" \
+        "  --tag K=V                tag (repeatable, at most 5)\n" \
+        "  --persistent             keep the filesystem when the session ends\n" \
+        "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n" \
+        "                           host id (default: the daemon's \"userns\" setting)\n" \
+        "  --allow-all | --deny-all | --policy FILE\n" \
+        "                           network policy (default allow-all); FILE holds the\n" \
+        "                           JSON policy document, - for stdin\n" \
+        "  --allow PATTERN          or a custom policy: allow this domain pattern\n" \
+        "                           (*.example.com, api.example.com:443; repeatable),\n" \
+        "  --allow-subnet CIDR      allow addresses in CIDR (repeatable),\n" \
+        "  --deny-subnet CIDR       deny addresses in CIDR, before any allow (repeatable);\n" \
+        "                           a custom policy denies everything it does not allow\n" \
+        "Passwords are never taken on the command line, where other users can read them.\n"
+
 static const char create_help[] =
         "Usage: sandboxctl create [--json] [OPTIONS]\n\n"
         "Creates a sandbox, waits until it runs with its source in /workspace, and\n"
         "prints its name.\n\n"
-        "  --name N                 name ([a-z0-9][a-z0-9-]{0,62}; default sbx-xxxxxxxx)\n"
-        "  --runtime R              base root filesystem (default host)\n"
-        "  --git URL                clone URL into /workspace\n"
-        "    --depth N              accepted; the clone is full (libgit2 1.5 has no shallow fetch)\n"
-        "    --revision REV         branch, tag or commit to check out\n"
-        "    --git-username U       user for an authenticated clone\n"
-        "    --git-password-env VAR read the password from environment variable VAR\n"
-        "    --git-password-stdin   read the password from the first line of stdin\n"
-        "  --tarball PATH|URL       extract a tarball into /workspace (a path is made absolute)\n"
-        "  --snapshot ID            start from a snapshot\n"
-        "  --timeout DURATION       session lifetime: 90s, 5m, 2h, 1d or milliseconds (default 5m)\n"
-        "  --vcpus N                CPUs (memory is N x 2 GiB)\n"
-        "  --port P                 expose a port (repeatable)\n"
-        "  --env K=V                environment for every command (repeatable)\n"
-        "  --tag K=V                tag (repeatable, at most 5)\n"
-        "  --persistent             keep the filesystem when the session ends\n"
-        "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n"
-        "                           host id (default: the daemon's \"userns\" setting)\n"
-        "  --allow-all | --deny-all | --policy FILE\n"
-        "                           network policy (default allow-all); FILE holds the\n"
-        "                           JSON policy document, - for stdin\n"
-        "  --allow PATTERN          or a custom policy: allow this domain pattern\n"
-        "                           (*.example.com, api.example.com:443; repeatable),\n"
-        "  --allow-subnet CIDR      allow addresses in CIDR (repeatable),\n"
-        "  --deny-subnet CIDR       deny addresses in CIDR, before any allow (repeatable);\n"
-        "                           a custom policy denies everything it does not allow\n"
-        "Passwords are never taken on the command line, where other users can read them.\n";
+        CREATE_OPTIONS_HELP;
 
 enum {
         OPT_NAME = OPT_FIRST_COMMAND, OPT_RUNTIME, OPT_GIT, OPT_DEPTH, OPT_REVISION, OPT_GIT_USER,
@@ -339,6 +474,9 @@ typedef struct create_args {
         bool source_conflict; /* more than one of --git, --tarball, --snapshot */
         int policies;       /* how many of --allow-all/--deny-all/--policy */
         cJSON *custom;      /* the document --allow/--allow-subnet/--deny-subnet build */
+        const char *vcpus_arg, *timeout_arg; /* as typed, for check_limits */
+        long vcpus;
+        int64_t timeout_ms;
 } create_args;
 
 /* Frees what create_args owns (the custom document until it is moved into
@@ -375,6 +513,58 @@ static int parse_uint(const char *s, long max, long *ret) {
                 return -EINVAL;
         *ret = v;
         return 0;
+}
+
+/* Checks a --vcpus and a --timeout value against the daemon's limits
+ * (daemon.info "limits": maxVcpus, maxTimeoutMs) before the request, so an
+ * out-of-range value is reported as the value typed and the valid range:
+ * "create: --vcpus: 99 is out of range (1 to 8)". vcpus_arg or timeout_arg
+ * NULL skips that one. When daemon.info cannot be had, the daemon's own
+ * check of the request decides. Returns 0 or CLI_EXIT_USAGE. */
+static int check_limits(const ctl_globals *g, const char *verb, const char *vcpus_arg, long vcpus,
+                        const char *timeout_arg, int64_t timeout_ms) {
+        if (!vcpus_arg && !timeout_arg)
+                return 0;
+        _cleanup_client_ client *c = NULL;
+        if (client_connect(client_socket_path(g->socket), &c) < 0)
+                return 0;
+        _cleanup_json_ cJSON *info = NULL;
+        if (client_call(c, "daemon.info", NULL, -1, NULL, NULL, &info, NULL) < 0)
+                return 0;
+        const cJSON *lim = cJSON_GetObjectItemCaseSensitive(info, "limits");
+        const cJSON *maxv = cJSON_GetObjectItemCaseSensitive(lim, "maxVcpus");
+        const cJSON *maxt = cJSON_GetObjectItemCaseSensitive(lim, "maxTimeoutMs");
+        if (vcpus_arg && cJSON_IsNumber(maxv) && (vcpus < 1 || vcpus > (long) maxv->valuedouble))
+                return ctl_error(CLI_EXIT_USAGE, "%s: --vcpus: %s is out of range (1 to %.0f)", verb, vcpus_arg,
+                                 maxv->valuedouble);
+        if (timeout_arg && cJSON_IsNumber(maxt) && timeout_ms > (int64_t) maxt->valuedouble) {
+                char buf[32];
+                return ctl_error(CLI_EXIT_USAGE, "%s: --timeout: %s is out of range (1ms to %s)", verb, timeout_arg,
+                                 cli_format_duration((int64_t) maxt->valuedouble, buf, sizeof buf));
+        }
+        return 0;
+}
+
+/* Parses a --vcpus value: a whole number (any size: check_limits says
+ * whether it is in range). Returns 0 or -EINVAL. */
+static int parse_vcpus(const char *s, long *ret) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || *end || !(s[0] >= '0' && s[0] <= '9'))
+                return -EINVAL;
+        *ret = errno == ERANGE ? LONG_MAX : v;
+        return 0;
+}
+
+/* Reports a value parse_uint refused as one line with the valid range:
+ * "ls: --limit: 0 is out of range (1 to 1000)", or for what is not a whole
+ * number "ls: --limit: 'x' is not a whole number (1 to 1000)". Returns
+ * CLI_EXIT_USAGE. */
+static int range_usage(const char *verb, const char *flag, const char *value, long max) {
+        bool digits = *value != 0 && strspn(value, "0123456789") == strlen(value);
+        return ctl_error(CLI_EXIT_USAGE, digits ? "%s: %s: %s is out of range (1 to %ld)" :
+                         "%s: %s: '%s' is not a whole number (1 to %ld)", verb, flag, value, max);
 }
 
 /* Reads a whole file ("-" = stdin) into a new NUL-terminated buffer. */
@@ -479,16 +669,20 @@ static int create_option(create_args *a, int opt) {
                 if (cli_parse_duration(optarg, &ms) < 0)
                         return ctl_usage("create", "create: bad --timeout '%s' (use 90s, 5m, 2h, 1d or milliseconds)", optarg);
                 set_item(p, "timeout", cJSON_CreateNumber((double) ms));
+                a->timeout_arg = optarg;
+                a->timeout_ms = ms;
                 return 0;
         case OPT_VCPUS:
-                if (parse_uint(optarg, 1024, &n) < 0)
-                        return ctl_usage("create", "create: bad --vcpus '%s'", optarg);
+                if (parse_vcpus(optarg, &n) < 0)
+                        return ctl_usage("create", "create: bad --vcpus '%s' (a whole number)", optarg);
+                a->vcpus_arg = optarg;
+                a->vcpus = n;
                 set_item(p, "resources", cJSON_CreateObject());
                 cJSON_AddNumberToObject(cJSON_GetObjectItemCaseSensitive(p, "resources"), "vcpus", (double) n);
                 return 0;
         case OPT_PORT:
                 if (parse_uint(optarg, 65535, &n) < 0)
-                        return ctl_usage("create", "create: bad --port '%s' (1-65535)", optarg);
+                        return range_usage("create", "--port", optarg, 65535);
                 if (!cJSON_GetObjectItemCaseSensitive(p, "ports"))
                         cJSON_AddArrayToObject(p, "ports");
                 cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(p, "ports"), cJSON_CreateNumber((double) n));
@@ -552,7 +746,7 @@ static int finish_git(create_args *a) {
         long depth;
         if (a->depth) {
                 if (parse_uint(a->depth, INT32_MAX, &depth) < 0)
-                        return ctl_usage("create", "create: bad --depth '%s'", a->depth);
+                        return range_usage("create", "--depth", a->depth, INT32_MAX);
                 cJSON_AddNumberToObject(s, "depth", (double) depth);
         }
         if (a->revision)
@@ -572,7 +766,9 @@ static int finish_git(create_args *a) {
         return 0;
 }
 
-static int cmd_create(ctl_globals *g, int argc, char **argv) {
+/* create and get-or-create: the same options, one call. */
+static int create_like(ctl_globals *g, int argc, char **argv, const char *verb, const char *method,
+                       const char *help) {
         static const struct option opts[] = {
                 COMMON_OPTIONS,
                 { "name", required_argument, NULL, OPT_NAME },
@@ -605,15 +801,17 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
         _cleanup_(create_args_done) create_args a = { .params = params };
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-                int r = common_option(g, opt, create_help);
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, help);
                 if (r == 0)
                         return 0;
                 if (r < 0 && (r = create_option(&a, opt)) != 0)
                         return r;
         }
         if (optind != argc)
-                return ctl_usage("create", "create: unexpected argument '%s'", argv[optind]);
+                return ctl_usage(verb, "%s: unexpected argument '%s'", verb, argv[optind]);
+        if (streq(verb, "get-or-create") && !cJSON_GetObjectItemCaseSensitive(params, "name"))
+                return ctl_usage(verb, "get-or-create: missing --name");
         if (a.policies > 1)
                 return ctl_usage("create", "create: choose one of --allow-all, --deny-all, --policy");
         int r = finish_custom_policy("create", &a);
@@ -625,16 +823,49 @@ static int cmd_create(ctl_globals *g, int argc, char **argv) {
         if (a.source_conflict)
                 return ctl_usage("create", "create: choose one of --git, --tarball, --snapshot");
 
+        r = check_limits(g, verb, a.vcpus_arg, a.vcpus, a.timeout_arg, a.timeout_ms);
+        if (r != 0)
+                return r;
         cJSON *result = NULL;
-        r = ctl_call(g, "create", "sandbox.create", TAKE_PTR(params), &result);
+        r = ctl_call(g, verb, method, TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
         if (g->json)
                 ctl_print_json(result);
-        else
+        else if (streq(verb, "get-or-create")) {
+                /* Whether it was made now and what of the given config it
+                 * does not have, then the sandbox as get shows it. */
+                const cJSON *created = cJSON_GetObjectItemCaseSensitive(result, "created");
+                printf("created: %s\n", cJSON_IsTrue(created) ? "true" : "false");
+                const cJSON *differs = cJSON_GetObjectItemCaseSensitive(result, "differs"), *d;
+                fputs("differs: ", stdout);
+                if (!cJSON_GetArraySize(differs))
+                        fputc('-', stdout);
+                cJSON_ArrayForEach(d, differs)
+                        printf("%s%s", cJSON_IsString(d) ? d->valuestring : "?", d->next ? ", " : "");
+                fputc('\n', stdout);
+                ctl_print_fields(cJSON_GetObjectItemCaseSensitive(result, "sandbox"));
+        } else
                 printf("%s\n", string_cell(result, "name") ? string_cell(result, "name") : "?");
         cJSON_Delete(result);
         return 0;
+}
+
+static int cmd_create(ctl_globals *g, int argc, char **argv) {
+        return create_like(g, argc, argv, "create", "sandbox.create", create_help);
+}
+
+static const char get_or_create_help[] =
+        "Usage: sandboxctl get-or-create [--json] --name N [OPTIONS]\n\n"
+        "Shows sandbox N, creating it with the options of create when it does not exist\n"
+        "(the options are those of create). A stopped persistent\n"
+        "sandbox is resumed. Prints 'created: true|false', 'differs:' the config keys\n"
+        "given whose value the existing sandbox does not have (they are not applied;\n"
+        "use update), then the sandbox as get shows it.\n\n"
+        CREATE_OPTIONS_HELP;
+
+static int cmd_get_or_create(ctl_globals *g, int argc, char **argv) {
+        return create_like(g, argc, argv, "get-or-create", "sandbox.getOrCreate", get_or_create_help);
 }
 
 /* --- update ------------------------------------------------------------ */
@@ -677,9 +908,11 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
          * conflicts). */
         _cleanup_(create_args_done) create_args pa = { .params = params };
         int opt;
-        int64_t ms;
+        int64_t ms, timeout_ms = 0;
+        const char *vcpus_arg = NULL, *timeout_arg = NULL;
+        long vcpus = 0;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 int r = common_option(g, opt, update_help);
                 if (r == 0)
                         return 0;
@@ -690,18 +923,22 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                                 return ctl_usage("update", "update: bad --timeout '%s' (use 90s, 5m, 2h, 1d or milliseconds)",
                                                  optarg);
                         set_item(params, "timeout", cJSON_CreateNumber((double) ms));
+                        timeout_arg = optarg;
+                        timeout_ms = ms;
                 } else if (opt == OPT_U_VCPUS) {
-                        /* The daemon checks the range (its maxVcpus). */
+                        /* check_limits checks the range (the daemon's maxVcpus). */
                         long n;
-                        if (parse_uint(optarg, 1024, &n) < 0)
-                                return ctl_usage("update", "update: bad --vcpus '%s'", optarg);
+                        if (parse_vcpus(optarg, &n) < 0)
+                                return ctl_usage("update", "update: bad --vcpus '%s' (a whole number)", optarg);
+                        vcpus_arg = optarg;
+                        vcpus = n;
                         cJSON *res = cJSON_CreateObject();
                         cJSON_AddNumberToObject(res, "vcpus", (double) n);
                         set_item(params, "resources", res);
                 } else if (opt == OPT_U_PORT || opt == OPT_U_NO_PORTS) {
                         long n = 0;
                         if (opt == OPT_U_PORT && parse_uint(optarg, 65535, &n) < 0)
-                                return ctl_usage("update", "update: bad --port '%s' (1-65535)", optarg);
+                                return range_usage("update", "--port", optarg, 65535);
                         cJSON *ports = cJSON_GetObjectItemCaseSensitive(params, "ports");
                         if (!ports)
                                 ports = cJSON_AddArrayToObject(params, "ports");
@@ -737,12 +974,14 @@ static int cmd_update(ctl_globals *g, int argc, char **argv) {
                                  "--port or --no-ports, or a network policy option (--allow-all, --deny-all, "
                                  "--policy, --allow, --allow-subnet, --deny-subnet)");
         cJSON_AddStringToObject(params, "name", name);
+        r = check_limits(g, "update", vcpus_arg, vcpus, timeout_arg, timeout_ms);
+        if (r != 0)
+                return r;
         cJSON *result = NULL;
         r = ctl_call(g, "update", "sandbox.update", TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
-        if (g->json)
-                ctl_print_json(result);
+        ctl_print_sandbox(g, result);
         cJSON_Delete(result);
         return 0;
 }
@@ -922,7 +1161,7 @@ static int cmd_cp(ctl_globals *g, int argc, char **argv) {
         int opt;
         bool recursive = false;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "hr", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "hr", opts, NULL)) != -1) {
                 if (opt == 'r') {
                         recursive = true;
                         continue;
@@ -962,6 +1201,8 @@ static const struct {
         { "create", cmd_create },
         { "ls", cmd_ls },
         { "get", cmd_get },
+        { "get-or-create", cmd_get_or_create },
+        { "extend", cmd_extend },
         { "exec", ctl_exec },
         { "command", ctl_command },
         { "stop", cmd_stop },
@@ -972,6 +1213,7 @@ static const struct {
         { "runtime", ctl_runtime },
         { "rm", cmd_rm },
         { "cp", cmd_cp },
+        { "fs", ctl_fs },
         { "policy", ctl_policy },
         { "events", ctl_events },
         { "daemon", cmd_daemon },
@@ -985,7 +1227,7 @@ int main(int argc, char **argv) {
         ctl_globals g = {};
         int opt;
         /* '+': stop at the command name; its options are its own. */
-        while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
                 if (opt == OPT_VERSION) {
                         printf("sandboxctl %s\n", SANDBOXD_VERSION);
                         return 0;
@@ -998,6 +1240,7 @@ int main(int argc, char **argv) {
         }
         if (optind >= argc)
                 return ctl_usage(NULL, "missing command");
+        ctl_option_argv = argv + optind;
         for (size_t i = 0; i < ELEMENTSOF(commands); i++)
                 if (streq(argv[optind], commands[i].name)) {
                         int r = commands[i].run(&g, argc - optind, argv + optind);

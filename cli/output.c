@@ -2,6 +2,7 @@
  * connection failures with a hint, pretty JSON, "key: value" lines and
  * aligned tables. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,66 @@ int ctl_error(int exit_code, const char *fmt, ...) {
         return exit_code;
 }
 
+char *const *ctl_option_argv;
+/* What the last ctl_getopt_long '?' was about. */
+static enum { OPTION_UNKNOWN, OPTION_MISSING_VALUE, OPTION_NO_VALUE, OPTION_AMBIGUOUS } option_problem;
+
+int ctl_getopt_long(int argc, char *const *argv, const char *shortopts, const struct option *longopts,
+                    int *longindex) {
+        /* A leading ':' makes getopt return ':' for a missing argument; it
+         * goes after a leading '+' or '-'. */
+        char spec[64];
+        size_t lead = shortopts[0] == '+' || shortopts[0] == '-' ? 1 : 0;
+        snprintf(spec, sizeof spec, "%.*s:%s", (int) lead, shortopts, shortopts + lead);
+        opterr = 0;
+        ctl_option_argv = argv;
+        int opt = getopt_long(argc, argv, spec, longopts, longindex);
+        option_problem = opt == ':' ? OPTION_MISSING_VALUE : OPTION_UNKNOWN;
+        if (opt == '?' && optind > 0 && strncmp(argv[optind - 1], "--", 2) == 0) {
+                /* A known option given "=VALUE" it does not take, or a
+                 * prefix of more than one option. */
+                const char *arg = argv[optind - 1] + 2;
+                size_t n = strcspn(arg, "="), matches = 0;
+                for (const struct option *o = longopts; o && o->name; o++)
+                        if (strncmp(o->name, arg, n) == 0)
+                                matches++;
+                if (optopt != 0 && arg[n] == '=')
+                        option_problem = OPTION_NO_VALUE;
+                else if (matches > 1)
+                        option_problem = OPTION_AMBIGUOUS;
+        }
+        return opt == ':' ? '?' : opt;
+}
+
+/* The option getopt just refused, as typed ("--nmae", "-x"), into buf. */
+static const char *refused_option(char *buf, size_t size) {
+        if (optopt > 0 && optopt < 256 && !(ctl_option_argv && optind > 0 &&
+                                             strncmp(ctl_option_argv[optind - 1], "--", 2) == 0)) {
+                snprintf(buf, size, "-%c", optopt);
+                return buf;
+        }
+        if (!ctl_option_argv || optind < 1)
+                return NULL;
+        const char *arg = ctl_option_argv[optind - 1];
+        snprintf(buf, size, "%.*s", (int) strcspn(arg, "="), arg);
+        return buf;
+}
+
 int ctl_usage(const char *command, const char *fmt, ...) {
+        size_t n = strlen(fmt), tail = strlen("unknown option");
+        char buf[256];
+        const char *bad = n >= tail && streq(fmt + n - tail, "unknown option") ? refused_option(buf, sizeof buf) : NULL;
+        if (bad) {
+                /* One line: what was wrong, and where the options are. */
+                static const char *const after[] = {
+                        [OPTION_UNKNOWN] = "", [OPTION_MISSING_VALUE] = " needs a value",
+                        [OPTION_NO_VALUE] = " takes no value", [OPTION_AMBIGUOUS] = " is ambiguous",
+                };
+                fprintf(stderr, "sandboxctl: %s%s%s '%s'%s; see 'sandboxctl %s%s--help'\n", command ? command : "",
+                        command ? ": " : "", option_problem == OPTION_UNKNOWN ? "unrecognized option" : "option", bad,
+                        after[option_problem], command ? command : "", command ? " " : "");
+                return CLI_EXIT_USAGE;
+        }
         va_list ap;
         fputs("sandboxctl: ", stderr);
         va_start(ap, fmt);

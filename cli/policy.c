@@ -106,7 +106,7 @@ static int policy_test(ctl_globals *g, int argc, char **argv) {
         const char *file = NULL;
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 if (opt == OPT_P_SOCKET)
                         g->socket = optarg;
                 else if (opt == OPT_P_JSON)
@@ -251,7 +251,7 @@ int ctl_events(ctl_globals *g, int argc, char **argv) {
         _cleanup_json_ cJSON *params = cJSON_CreateObject();
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
                 if (opt == OPT_P_SOCKET)
                         g->socket = optarg;
                 else if (opt == OPT_P_JSON)

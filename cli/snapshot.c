@@ -20,7 +20,7 @@ static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, c
                       const char **expire_out, bool *config_out) {
         int opt;
         optind = 0;
-        while ((opt = getopt_long(argc, argv, "h", common_opts, NULL)) != -1) {
+        while ((opt = ctl_getopt_long(argc, argv, "h", common_opts, NULL)) != -1) {
                 switch (opt) {
                 case 1000: g->socket = optarg; break;
                 case 1001: g->json = true; break;

@@ -6,6 +6,7 @@ what each verb accepts."""
 import json
 import os
 import re
+import subprocess
 import tempfile
 
 from common import create, delete, expect, expect_eq, sandbox, tar_bytes
@@ -162,7 +163,7 @@ def test_runtime_import_sends_a_resolved_path(world):
         world.ctl("runtime", "rm", rt)
 
 
-VERBS = ("create", "ls", "get", "exec", "command", "stop", "update", "fork", "snapshot", "snapshots",
+VERBS = ("create", "get-or-create", "ls", "get", "extend", "fs", "exec", "command", "stop", "update", "fork", "snapshot", "snapshots",
          "runtime", "rm", "cp", "policy", "events", "daemon")
 
 
@@ -188,3 +189,209 @@ def test_help_lists_every_verb_and_only_flags_the_verb_takes(world):
             _c, _o, err = world.ctl("--socket", bogus, *args, input="")
             expect("unrecognized option" not in err, "%s --help names %s, which %s refuses:" % (verb, flag, verb),
                    err.strip())
+
+
+def _expires(world, name):
+    return json.loads(world.ctl("--json", "get", name, check=True)[1])["expiresAt"]
+
+
+def test_extend_moves_the_expiry_and_update_shows_the_sandbox(world):
+    with sandbox(world, "extend", "--deny-all", "--timeout", "5m") as name:
+        before = _expires(world, name)
+        code, out, err = world.ctl("--json", "extend", name, "10m")
+        expect_eq(code, 0, "extend (%s)" % err.strip())
+        after = json.loads(out)
+        expect_eq(after["name"], name, "extend --json prints the sandbox")
+        expect(after["expiresAt"] > before, "extend moves expiresAt later:", before, after["expiresAt"])
+        code, out, err = world.ctl("extend", name, "1m")
+        expect(code == 0 and ("name: %s\n" % name) in out and "expiresAt: " in out,
+               "extend shows the sandbox as get does:", code, out, err)
+        code, _o, err = world.ctl("extend", name, "soon")
+        expect(code == 2 and "DURATION" in err, "a bad duration is a usage error:", code, err.strip())
+        code, _o, err = world.ctl("extend", name)
+        expect_eq(code, 2, "extend without a duration (%s)" % err.strip())
+        # update prints the updated sandbox, like get, and with --json.
+        code, out, err = world.ctl("update", name, "--tag", "stage=two")
+        expect(code == 0 and "tags.stage: two" in out and ("name: %s" % name) in out,
+               "update shows the updated sandbox:", code, out, err)
+        code, out, err = world.ctl("--json", "update", name, "--tag", "stage=three")
+        expect_eq((code, json.loads(out)["tags"]), (0, {"stage": "three"}), "update --json (%s)" % err.strip())
+    code, _o, err = world.ctl("extend", world.name("nosuch"), "1m")
+    expect_eq(code, 4, "extend of an unknown sandbox (%s)" % err.strip())
+
+
+def test_get_resume_and_get_or_create(world):
+    name = world.name("goc")
+    try:
+        code, out, err = world.ctl("get-or-create", "--name", name, "--deny-all", "--persistent",
+                                   "--timeout", "5m", timeout=180)
+        expect_eq(code, 0, "get-or-create of a new sandbox (%s)" % err.strip())
+        expect("created: true\n" in out and "differs: -\n" in out and ("name: %s\n" % name) in out,
+               "get-or-create says it created the sandbox:", out)
+        code, out, err = world.ctl("--json", "get-or-create", "--name", name, "--deny-all", "--persistent",
+                                   "--timeout", "7m", "--tag", "k=v", timeout=180)
+        expect_eq(code, 0, "get-or-create of an existing sandbox (%s)" % err.strip())
+        got = json.loads(out)
+        expect_eq((got["created"], sorted(got["differs"]), got["sandbox"]["name"]),
+                  (False, ["tags", "timeout"], name), "get-or-create --json of an existing sandbox")
+        code, out, _e = world.ctl("get-or-create", "--name", name, "--timeout", "7m")
+        expect("created: false\n" in out and "differs: timeout\n" in out, "differs in human output:", out)
+        code, _o, err = world.ctl("get-or-create", "--deny-all")
+        expect(code == 2 and "--name" in err, "get-or-create needs --name:", code, err.strip())
+
+        world.ctl("stop", name, check=True)
+        got = json.loads(world.ctl("--json", "get", name, check=True)[1])
+        expect_eq(got["status"], "stopped", "status after stop")
+        code, out, err = world.ctl("--json", "get", "--resume", name, timeout=180)
+        expect_eq(code, 0, "get --resume (%s)" % err.strip())
+        expect_eq(json.loads(out)["status"], "running", "get --resume resumes a stopped persistent sandbox")
+        code, out, _e = world.ctl("get", name, "--resume")
+        expect("status: running" in out, "get --resume of a running sandbox shows it:", out)
+    finally:
+        delete(world, name)
+
+
+def test_ls_limit_and_cursor_page_through(world):
+    prefix = world.name("page")
+    names = []
+    try:
+        for i in range(3):
+            n, _c, _o, _e = create(world, "page%d" % i, "--deny-all", "--tag", "pageset=%s" % prefix)
+            names.append(n)
+        seen = []
+        cursor = None
+        for _ in range(5):
+            args = ["ls", "--tag", "pageset=%s" % prefix, "--limit", "2"] + (["--cursor", cursor] if cursor else [])
+            code, out, err = world.ctl(*args)
+            expect_eq(code, 0, "ls --limit (%s)" % err.strip())
+            lines = out.splitlines()
+            expect(lines[0].startswith("NAME"), "a table:", out)
+            cursor = None
+            for line in lines[1:]:
+                if line.startswith("next cursor: "):
+                    cursor = line[len("next cursor: "):]
+                else:
+                    seen.append(line.split()[0])
+            expect(len([l for l in lines[1:] if not l.startswith("next cursor")]) <= 2, "at most 2 rows:", out)
+            if not cursor:
+                break
+        expect_eq(sorted(seen), sorted(names), "ls --limit 2 pages through every sandbox once")
+        got = json.loads(world.ctl("--json", "ls", "--tag", "pageset=%s" % prefix, "--limit", "1", check=True)[1])
+        expect(len(got["sandboxes"]) == 1 and got["nextCursor"], "ls --json --limit 1:", got)
+        code, _o, err = world.ctl("ls", "--limit", "0")
+        expect(code == 2 and "1 to 1000" in err, "--limit 0 names the range:", code, err.strip())
+    finally:
+        for n in names:
+            delete(world, n)
+
+
+def test_fs_verbs_on_name_path(world):
+    with sandbox(world, "fsverbs", "--deny-all") as name:
+        code, _o, err = world.ctl("fs", "mkdir", "%s:/tmp/a/b" % name)
+        expect(code != 0, "fs mkdir without -p needs the parent:", code, err.strip())
+        code, _o, err = world.ctl("fs", "mkdir", "-p", "%s:/tmp/a/b" % name)
+        expect_eq(code, 0, "fs mkdir -p (%s)" % err.strip())
+        world.ctl("cp", "-", "%s:/tmp/a/b/f.txt" % name, input="hello\n", check=True)
+        code, out, err = world.ctl("fs", "ls", "%s:/tmp/a/b" % name)
+        expect(code == 0 and out.startswith("TYPE") and re.search(r"^file\s+\d{4}\s+6\s+\S+\s+f\.txt$", out, re.M),
+               "fs ls lists the file:", code, out, err)
+        got = json.loads(world.ctl("--json", "fs", "ls", "%s:/tmp/a" % name, check=True)[1])
+        expect_eq([(e["name"], e["type"]) for e in got["entries"]], [("b", "directory")], "fs ls --json")
+        code, out, err = world.ctl("fs", "stat", "%s:/tmp/a/b/f.txt" % name)
+        expect(code == 0 and "type: file" in out and "size: 6" in out, "fs stat:", code, out, err)
+        code, out, err = world.ctl("fs", "--json", "stat", "%s:/tmp/a/b/f.txt" % name)
+        expect(code == 0 and json.loads(out)["size"] == 6, "fs options before the subcommand:", code, out, err)
+        code, _o, err = world.ctl("fs", "rm", "%s:/tmp/a" % name)
+        expect(code != 0, "fs rm of a full directory without -r fails:", code, err.strip())
+        code, _o, err = world.ctl("fs", "rm", "-r", "%s:/tmp/a" % name)
+        expect_eq(code, 0, "fs rm -r (%s)" % err.strip())
+        code, _o, err = world.ctl("fs", "stat", "%s:/tmp/a" % name)
+        expect_eq(code, 4, "fs stat after rm -r (%s)" % err.strip())
+        code, _o, err = world.ctl("fs", "ls", "/tmp/a")
+        expect(code == 2 and "NAME:PATH" in err, "fs wants NAME:PATH:", code, err.strip())
+        code, _o, err = world.ctl("fs", "stat", "-r", "%s:/tmp" % name)
+        expect_eq(code, 2, "-r belongs to fs rm (%s)" % err.strip())
+
+
+def test_a_typo_option_is_one_line_naming_it(world):
+    for args in (["update", "x", "--nmae", "y"], ["create", "--vcpsu", "2"], ["exec", "-x", "n", "--", "true"],
+                 ["ls", "--limt", "2"], ["--bogus"]):
+        code, out, err = world.ctl(*args)
+        lines = err.splitlines()
+        expect(code == 2 and len(lines) == 1 and "unrecognized option" in lines[0] and args[-1 if args[0] == "--bogus" else 0] in err,
+               "one line for %r:" % (args,), code, repr(err))
+        expect(re.search(r"'(--nmae|--vcpsu|-x|--limt|--bogus)'", lines[0]), "the line names the option:", lines[0])
+    for args, want in ((["update", "x", "--vcpus"], "'--vcpus' needs a value"),
+                       (["get", "--resume=yes", "x"], "'--resume' takes no value"),
+                       (["create", "--deny"], "'--deny' is ambiguous")):
+        code, _o, err = world.ctl(*args)
+        expect(code == 2 and err.count("\n") == 1 and want in err, "one line for %r:" % (args,), repr(err))
+
+
+COMPLETION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cli",
+                          "sandboxctl.bash-completion")
+
+
+def _completion_tables():
+    text = open(COMPLETION).read()
+    shared = dict(re.findall(r'^\s*local (\w+_opts)="([^"]*)"', text, re.M))
+    verbs = re.search(r'^\s*local verbs="([^"]*)"', text, re.M).group(1).split()
+    table = re.search(r"local -A opts=\((.*?)\n\s*\)", text, re.S).group(1)
+    opts = {}
+    for verb, value in re.findall(r'\[([a-z-]+)\]="([^"]*)"', table):
+        for var, words in shared.items():
+            value = value.replace("$" + var, words)
+        opts[verb] = set(value.split())
+    return verbs, opts
+
+
+def _complete(world, *words):
+    """What the completion offers after `sandboxctl WORDS` (the last word is
+    the one being completed)."""
+    script = ('source %s; COMP_WORDS=(sandboxctl %s); COMP_CWORD=%d; _sandboxctl; '
+              'printf "%%s\\n" "${COMPREPLY[@]}"' % (COMPLETION, " ".join("'%s'" % w for w in words), len(words)))
+    out = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"], "SANDBOXD_SOCKET": world.tmp + "/none.sock"})
+    return set(out.stdout.split())
+
+
+def test_bash_completion_lists_every_verb_and_option(world):
+    verbs, opts = _completion_tables()
+    expect_eq(sorted(verbs), sorted(VERBS), "the completion's verbs are the CLI's")
+    expect_eq(sorted(opts), sorted(VERBS), "the completion has an option list for every verb")
+    bogus = os.path.join(world.tmp, "no-daemon.sock")
+    for verb in VERBS:
+        _c, text, _e = world.ctl(verb, "--help")
+        own = re.sub(r"\b(create|exec|debootstrap) --[\w=-]+", "", text)
+        helped = set(re.findall(r"(?<![\w-])--?[a-z][a-z-]*", own)) - {"--json", "--help", "--socket"}
+        helped = {f for f in helped if f.startswith("--") or re.search(r"(?<![\w-])%s\b" % f, own)}
+        expect(helped <= opts[verb], "the completion of %s lacks" % verb, sorted(helped - opts[verb]))
+        for flag in sorted(opts[verb]):
+            args = [verb, flag, "x"] if verb != "exec" else [verb, flag, "x", "y", "--", "true"]
+            _c, _o, err = world.ctl("--socket", bogus, *args, input="")
+            expect("unrecognized option" not in err, "the completion offers %s %s, which it refuses:" % (verb, flag),
+                   err.strip())
+    expect("get-or-create" in _complete(world, "get"), "verbs complete")
+    expect_eq(_complete(world, "get", "--re"), {"--resume"}, "options complete per verb")
+    expect("--cursor" in _complete(world, "ls", "--"), "ls options complete")
+    expect_eq(_complete(world, "fs", "m"), {"mkdir"}, "fs subcommands complete")
+
+
+def test_out_of_range_values_give_the_valid_range(world):
+    limits = world.rpc_result("daemon.info", {})["limits"]
+    maxv, maxt = limits["maxVcpus"], limits["maxTimeoutMs"]
+    name = world.name("range")
+    for args, want in (
+            (["create", "--name", name, "--deny-all", "--vcpus", str(maxv + 91)],
+             "create: --vcpus: %d is out of range (1 to %d)" % (maxv + 91, maxv)),
+            (["create", "--name", name, "--deny-all", "--vcpus", "0"], "create: --vcpus: 0 is out of range (1 to %d)" % maxv),
+            (["update", name, "--vcpus", str(maxv + 1)], "update: --vcpus: %d is out of range (1 to %d)" % (maxv + 1, maxv)),
+            (["create", "--name", name, "--deny-all", "--timeout", "%dms" % (maxt + 1)],
+             "create: --timeout: %dms is out of range (1ms to " % (maxt + 1)),
+            (["update", name, "--port", "70000"], "update: --port: 70000 is out of range (1 to 65535)"),
+            (["create", "--name", name, "--deny-all", "--port", "0"], "create: --port: 0 is out of range (1 to 65535)"),
+            (["ls", "--limit", "1001"], "ls: --limit: 1001 is out of range (1 to 1000)")):
+        code, _o, err = world.ctl(*args)
+        expect(code == 2 and err.count("\n") == 1 and want in err, "%r gives the range:" % (args,), code, repr(err))
+    code, _o, _e = world.ctl("get", name)
+    expect_eq(code, 4, "no sandbox was created by the refused creates")
