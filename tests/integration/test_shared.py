@@ -86,17 +86,23 @@ def _flood(world, name, n, read):
 
 def test_output_flood_in_one_sandbox_leaves_commands_elsewhere_working(world):
     with sandbox(world, "flooda", "--deny-all") as a, sandbox(world, "floodb", "--deny-all") as b:
-        close, got = _flood(world, a, 30, read=True)
+        # Fewer floods than the bench's 30 (tests/bench/bench_flood.py
+        # measures the latency): here only that nothing starves, on a
+        # machine that may be busy.
+        close, got = _flood(world, a, 12, read=True)
         try:
-            W.World.wait_until(lambda: len(_procs_of(a, ["cat", "/dev/zero"])) == 30 and got[0] > (8 << 20),
-                               60, "30 cat /dev/zero streaming from %s" % a)
-            with world.daemon.connect(60) as c:
-                for i in range(20):
+            W.World.wait_until(lambda: len(_procs_of(a, ["cat", "/dev/zero"])) == 12 and got[0] > (8 << 20),
+                               120, "12 cat /dev/zero streaming from %s" % a)
+            with world.daemon.connect(120) as c:
+                for i in range(10):
                     r = c.result("command.run", {"sandbox": b, "cmd": "sh", "args": ["-c", "echo b%d" % i]})
                     expect_eq(r["exitCode"], 0, "exit code of a command in %s during the flood" % b)
             expect_eq(sh_ok(world, b, "echo done").strip(), "done", "sandboxctl exec in %s during the flood" % b)
         finally:
             close()
+
+
+test_output_flood_in_one_sandbox_leaves_commands_elsewhere_working.timeout = 400
 
 
 def test_a_client_that_reads_no_output_holds_the_flood_in_the_sandbox(world):
