@@ -53,6 +53,10 @@ static const config_key config_keys[] = {
         { "runDir",           KEY_PATH,   OFF(run_dir) },
         { "socketGroup",      KEY_NAME,   OFF(socket_group) },
         { "maxLineBytes",     KEY_SIZE,   OFF(max_line_bytes), 1 * KIB, 1 * GIB },
+        /* Open RPC connections per peer uid (sandboxd/rpc.c): one member of
+         * the socket group cannot take every descriptor. */
+        { "maxConnectionsPerUser", KEY_UINT, OFF(max_conns_user), 1, 1000000 },
+        { "maxConnectionsRoot",    KEY_UINT, OFF(max_conns_root), 1, 1000000 },
         { "defaultTimeoutMs", KEY_U64,    OFF(default_timeout_ms), 1000, 30ULL * 86400000 },
         { "maxTimeoutMs",     KEY_U64,    OFF(max_timeout_ms), 1000, 30ULL * 86400000 },
         { "maxVcpus",         KEY_UINT,   OFF(max_vcpus), 1, 256 },
@@ -116,6 +120,8 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .run_dir = xstrdup("/run/sandboxd"),
                 .socket_group = xstrdup("sandboxd"),
                 .max_line_bytes = 16 * MIB,
+                .max_conns_user = 256,
+                .max_conns_root = 1024,
                 .default_timeout_ms = 300000,
                 .max_timeout_ms = 86400000,
                 .max_vcpus = 8,
