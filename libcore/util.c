@@ -89,6 +89,8 @@ void core_random_hex(char *buf, size_t nchars) {
  * exactly what this writes. */
 #define WRITE_TEMP_INFIX ".tmp-"
 #define WRITE_TEMP_HEX 8
+/* core_tombstone(): ".<name>" TOMBSTONE_INFIX "<16 hex>" */
+#define TOMBSTONE_INFIX ".del-"
 
 static int write_file_replace(const char *path, const void *data, size_t len, mode_t mode, bool durable) {
         _cleanup_free_ char *tmp = NULL;
@@ -137,6 +139,28 @@ int core_write_file_atomic(const char *path, const void *data, size_t len, mode_
 
 int core_write_file_replace(const char *path, const void *data, size_t len, mode_t mode) {
         return write_file_replace(path, data, len, mode, false);
+}
+
+int core_tombstone(const char *parent, const char *name, char **ret_path) {
+        char hex[17];
+        core_random_hex(hex, 16);
+        _cleanup_free_ char *from = NULL, *to = NULL;
+        if (asprintf(&from, "%s/%s", parent, name) < 0 || asprintf(&to, "%s/.%s" TOMBSTONE_INFIX "%s", parent, name, hex) < 0)
+                return -ENOMEM;
+        if (rename(from, to) < 0)
+                return negative_errno();
+        int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+                (void) fsync(dfd);
+                close(dfd);
+        }
+        if (ret_path)
+                *ret_path = TAKE_PTR(to);
+        return 0;
+}
+
+bool core_is_tombstone(const char *name) {
+        return name[0] == '.' && strstr(name + 1, TOMBSTONE_INFIX) != NULL;
 }
 
 bool core_is_write_temp(const char *name) {

@@ -61,6 +61,17 @@ bool core_is_write_temp(const char *name);
  * is 0) or a negative errno. */
 int core_remove_write_temps(const char *dir);
 
+/* Makes the removal of `parent`/`name` durable before any of it is removed:
+ * renames it to `parent`/.<name>.del-<16 hex> (rename(2) is atomic) and
+ * fsyncs `parent`. A crash afterwards leaves a tombstone, which start-up
+ * finishes (core_is_tombstone) instead of loading a half-removed tree. On
+ * success *ret_path (if not NULL; caller frees) is the tombstone's path.
+ * Returns 0 or a negative errno (then nothing was renamed). */
+int core_tombstone(const char *parent, const char *name, char **ret_path);
+
+/* True when directory entry `name` is a tombstone of core_tombstone(). */
+bool core_is_tombstone(const char *name);
+
 /* Reads a whole file into a malloc'd NUL-terminated buffer (caller frees).
  * Fails with -EFBIG past max_bytes. Returns 0 or a negative errno. */
 int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len);

@@ -348,6 +348,20 @@ static void reconcile(manager *m) {
         _cleanup_closedir_ DIR *d = opendir(m->sandboxes_dir);
         struct dirent *de;
         while (d && (de = readdir(d))) {
+                if (core_is_tombstone(de->d_name)) {
+                        /* A delete a crash cut short (core_tombstone): finished,
+                         * never loaded. */
+                        _cleanup_free_ char *dir = NULL;
+                        if (asprintf(&dir, "%s/%s", m->sandboxes_dir, de->d_name) < 0)
+                                continue;
+                        sandbox_disk_remove(dir);
+                        int r = core_rm_rf(dir);
+                        if (r < 0)
+                                log_warning_errno(r, "finish the removal of %s: %m", dir);
+                        else
+                                log_info("finished an interrupted delete (%s)", de->d_name);
+                        continue;
+                }
                 if (de->d_name[0] == '.')
                         continue;
                 _cleanup_free_ char *dir = NULL, *conf = NULL, *text = NULL;

@@ -238,6 +238,11 @@ SCENARIOS = {
     "stop.torn_down": (s_running({"persistent": True}), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
     "delete.torn_down": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.removed": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    # A delete cut while files are going (here: after the disk image, before
+    # the rest): the sandbox must not come back with part of its files.
+    "delete.removing[persistent stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.removing[persistent running]": (s_running({"persistent": True}), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.tombstoned[persistent stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.torn_down[stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "stop.signalled[not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
     # A stop of a sandbox that is not persistent ends it: the delete path.
@@ -514,7 +519,10 @@ def run_point(w, label):
                 except OSError:
                     pass
         try:
-            check_consistent(w, d, ctx, problems)
+            listed = check_consistent(w, d, ctx, problems)
+            if point in ("delete.tombstoned", "delete.removing") and ctx["target"] in listed:
+                problems.append("a delete cut at %s brought sandbox %s back (%s)"
+                                % (point, ctx["target"], listed[ctx["target"]].get("status")))
         except Fail as e:
             problems.append(str(e))
         check_witness(d, witness, cmd_id, problems)
