@@ -1,4 +1,5 @@
 /* Small helpers: base64, time, names, atomic writes, rm -rf (see util.h). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/openat2.h>
@@ -13,6 +14,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include "libcore/base64.h"
+#include "libcore/fault.h"
 #include "libcore/util.h"
 
 char *core_base64_encode(const void *data, size_t len) {
@@ -82,11 +84,19 @@ void core_random_hex(char *buf, size_t nchars) {
         buf[nchars] = 0;
 }
 
+/* The temporary name of write_file_replace(): "<name>" WRITE_TEMP_INFIX
+ * and WRITE_TEMP_HEX lowercase hex digits. core_is_write_temp() must match
+ * exactly what this writes. */
+#define WRITE_TEMP_INFIX ".tmp-"
+#define WRITE_TEMP_HEX 8
+/* core_tombstone(): ".<name>" TOMBSTONE_INFIX "<16 hex>" */
+#define TOMBSTONE_INFIX ".del-"
+
 static int write_file_replace(const char *path, const void *data, size_t len, mode_t mode, bool durable) {
         _cleanup_free_ char *tmp = NULL;
-        char rnd[9];
-        core_random_hex(rnd, 8);
-        if (asprintf(&tmp, "%s.tmp-%s", path, rnd) < 0)
+        char rnd[WRITE_TEMP_HEX + 1];
+        core_random_hex(rnd, WRITE_TEMP_HEX);
+        if (asprintf(&tmp, "%s" WRITE_TEMP_INFIX "%s", path, rnd) < 0)
                 return -ENOMEM;
         _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
         if (fd < 0)
@@ -104,6 +114,17 @@ static int write_file_replace(const char *path, const void *data, size_t len, mo
                 p += w;
                 len -= (size_t)w;
         }
+        {
+                /* Fault point "write.temp_written:<directory's name>". */
+                char point[96];
+                const char *end = strrchr(path, '/'), *start = end;
+                while (start && start > path && start[-1] != '/')
+                        start--;
+                if (end && end - start < 64) {
+                        snprintf(point, sizeof(point), "write.temp_written:%.*s", (int) (end - start), start);
+                        core_fault(point);
+                }
+        }
         if ((durable && fsync(fd) < 0) || rename(tmp, path) < 0) {
                 int r = negative_errno();
                 unlink(tmp);
@@ -118,6 +139,62 @@ int core_write_file_atomic(const char *path, const void *data, size_t len, mode_
 
 int core_write_file_replace(const char *path, const void *data, size_t len, mode_t mode) {
         return write_file_replace(path, data, len, mode, false);
+}
+
+int core_tombstone(const char *parent, const char *name, char **ret_path) {
+        char hex[17];
+        core_random_hex(hex, 16);
+        _cleanup_free_ char *from = NULL, *to = NULL;
+        if (asprintf(&from, "%s/%s", parent, name) < 0 || asprintf(&to, "%s/.%s" TOMBSTONE_INFIX "%s", parent, name, hex) < 0)
+                return -ENOMEM;
+        if (rename(from, to) < 0)
+                return negative_errno();
+        int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+                (void) fsync(dfd);
+                close(dfd);
+        }
+        if (ret_path)
+                *ret_path = TAKE_PTR(to);
+        return 0;
+}
+
+bool core_is_tombstone(const char *name) {
+        return name[0] == '.' && strstr(name + 1, TOMBSTONE_INFIX) != NULL;
+}
+
+bool core_is_write_temp(const char *name) {
+        size_t n = strlen(name), tail = strlen(WRITE_TEMP_INFIX) + WRITE_TEMP_HEX;
+        if (n <= tail || strncmp(name + n - tail, WRITE_TEMP_INFIX, strlen(WRITE_TEMP_INFIX)) != 0)
+                return false;
+        for (const char *p = name + n - WRITE_TEMP_HEX; *p; p++)
+                if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                        return false;
+        return true;
+}
+
+int core_remove_write_temps(const char *dir) {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                int r = negative_errno();
+                close(dfd);
+                return r;
+        }
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                struct stat st;
+                if (!core_is_write_temp(de->d_name) ||
+                    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+                        continue;
+                if (unlinkat(dfd, de->d_name, 0) == 0)
+                        n++;
+        }
+        closedir(d);
+        return n;
 }
 
 int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len) {

@@ -49,6 +49,29 @@ int core_write_file_atomic(const char *path, const void *data, size_t len, mode_
  * that are regenerated anyway (a sandbox's /etc/hosts). */
 int core_write_file_replace(const char *path, const void *data, size_t len, mode_t mode);
 
+/* True when `name` (one path component) has the form of the temporary file
+ * core_write_file_atomic() and core_write_file_replace() write before their
+ * rename: "<name>.tmp-" followed by 8 lowercase hex digits. */
+bool core_is_write_temp(const char *name);
+
+/* Removes, from directory `dir` (not recursively, not following a symlink
+ * at `dir`), every regular file named like such a temporary: the leftovers
+ * of writes a crash cut short. Only for start-up, when no write of this
+ * process can be in progress. Returns the number removed (a missing `dir`
+ * is 0) or a negative errno. */
+int core_remove_write_temps(const char *dir);
+
+/* Makes the removal of `parent`/`name` durable before any of it is removed:
+ * renames it to `parent`/.<name>.del-<16 hex> (rename(2) is atomic) and
+ * fsyncs `parent`. A crash afterwards leaves a tombstone, which start-up
+ * finishes (core_is_tombstone) instead of loading a half-removed tree. On
+ * success *ret_path (if not NULL; caller frees) is the tombstone's path.
+ * Returns 0 or a negative errno (then nothing was renamed). */
+int core_tombstone(const char *parent, const char *name, char **ret_path);
+
+/* True when directory entry `name` is a tombstone of core_tombstone(). */
+bool core_is_tombstone(const char *name);
+
 /* Reads a whole file into a malloc'd NUL-terminated buffer (caller frees).
  * Fails with -EFBIG past max_bytes. Returns 0 or a negative errno. */
 int core_read_file(const char *path, size_t max_bytes, char **ret_data, size_t *ret_len);

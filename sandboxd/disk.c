@@ -50,3 +50,10 @@ void sandbox_disk_detach(const char *dir) {
         if (r < 0)
                 log_warning_errno(r, "unmount the disk image of %s: %m", dir);
 }
+
+void sandbox_disk_remove(const char *dir) {
+        sandbox_disk_detach(dir);
+        _cleanup_free_ char *img = NULL;
+        if (asprintf(&img, "%s/disk.img", dir) >= 0 && unlink(img) < 0 && errno != ENOENT)
+                log_warning_errno(-errno, "remove %s: %m", img);
+}

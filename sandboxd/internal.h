@@ -285,6 +285,10 @@ int sandbox_disk_create(const manager *m, const sandbox *sb, sb_error **ret_err)
 int sandbox_disk_attach(const char *dir, sb_error **ret_err);
 /* Unmounts it (before the directory is removed); logs failures. */
 void sandbox_disk_detach(const char *dir);
+/* Detaches the disk image of sandbox directory `dir` (its loop device goes
+ * with the last unmount) and unlinks the image file: the first step of
+ * removing a sandbox's files. Errors are logged. */
+void sandbox_disk_remove(const char *dir);
 
 /* manager.c */
 sandbox *manager_find_sandbox(manager *m, const char *name);

@@ -189,6 +189,8 @@ static int start_server(sd_event *event, const daemon_config *cfg, manager *m, r
                 .socket_path = cfg->socket_path,
                 .listen_fd = activation_fd(),
                 .max_line_bytes = cfg->max_line_bytes,
+                .max_conns_user = cfg->max_conns_user,
+                .max_conns_root = cfg->max_conns_root,
                 .socket_gid = socket_gid(cfg->socket_group),
                 .socket_mode = 0660,
         };

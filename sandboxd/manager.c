@@ -3,6 +3,7 @@
  * earlier run left), lookups, the address pool, daemon.info and method
  * registration. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <ifaddrs.h>
 #include <libgen.h>
 #include <limits.h>
@@ -380,6 +381,20 @@ static void reconcile(manager *m) {
         _cleanup_closedir_ DIR *d = opendir(m->sandboxes_dir);
         struct dirent *de;
         while (d && (de = readdir(d))) {
+                if (core_is_tombstone(de->d_name)) {
+                        /* A delete a crash cut short (core_tombstone): finished,
+                         * never loaded. */
+                        _cleanup_free_ char *dir = NULL;
+                        if (asprintf(&dir, "%s/%s", m->sandboxes_dir, de->d_name) < 0)
+                                continue;
+                        sandbox_disk_remove(dir);
+                        int r = core_rm_rf(dir);
+                        if (r < 0)
+                                log_warning_errno(r, "finish the removal of %s: %m", dir);
+                        else
+                                log_info("finished an interrupted delete (%s)", de->d_name);
+                        continue;
+                }
                 if (de->d_name[0] == '.')
                         continue;
                 _cleanup_free_ char *dir = NULL, *conf = NULL, *text = NULL;
@@ -463,6 +478,43 @@ static int host_runtime_fallback(const char *host, char ret_version[static CORE_
                 }
         }
         return found ? 0 : -ENOENT;
+}
+
+/* Removes the temporaries of records a crash cut short (core_write_file_atomic
+ * and core_write_file_replace) from every directory the daemon writes records
+ * to: each sandbox's config.json and session-record directories, snapshots/,
+ * layers/ (capture intents), runtimes/, the helper records. Before anything
+ * is loaded, so none of them is mistaken for a record. */
+static void sweep_write_temps(manager *m, const daemon_config *cfg) {
+        _cleanup_free_ char *helpers = NULL;
+        const char *dirs[] = { m->sandboxes_dir, m->run_sandboxes_dir, m->snapshots_dir, m->layers_dir,
+                               m->runtimes_dir, asprintf(&helpers, "%s/helpers", cfg->run_dir) < 0 ? NULL : helpers };
+        int total = 0;
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+                if (!dirs[i])
+                        continue;
+                int r = core_remove_write_temps(dirs[i]);
+                if (r < 0)
+                        log_warning_errno(r, "remove stale temporary files in %s: %m", dirs[i]);
+                else
+                        total += r;
+                if (i > 1)
+                        continue;
+                /* sandboxes/<name>/ and <run>/sandboxes/<name>/ */
+                _cleanup_(closedirp) DIR *d = opendir(dirs[i]);
+                struct dirent *de;
+                while (d && (de = readdir(d))) {
+                        _cleanup_free_ char *sub = NULL;
+                        if (de->d_name[0] == '.' || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN) ||
+                            asprintf(&sub, "%s/%s", dirs[i], de->d_name) < 0)
+                                continue;
+                        r = core_remove_write_temps(sub);
+                        if (r > 0)
+                                total += r;
+                }
+        }
+        if (total > 0)
+                log_info("removed %d temporary file(s) of interrupted record writes", total);
 }
 
 int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_error **ret_err) {
@@ -608,6 +660,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 log_info("ended %d helper process(es) no session owns", r);
         else if (r < 0)
                 log_warning_errno(r, "helper records in %s/helpers: %m", cfg->run_dir);
+        sweep_write_temps(m, cfg);
         reconcile(m);
         snapshots_load(m);
         runtimes_load(m);

@@ -25,11 +25,13 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
@@ -63,6 +65,11 @@
 /* Back-off when accept() fails for lack of file descriptors: the listening
  * socket stays readable, so retrying at once would spin. */
 #define RPC_ACCEPT_BACKOFF_USEC (100 * 1000)
+/* At most one accept-failure warning per this period; the others are counted
+ * into the next one. */
+#define RPC_ACCEPT_LOG_USEC (10 * 1000 * 1000)
+#define RPC_MAX_CONNS_USER_DEFAULT 256
+#define RPC_MAX_CONNS_ROOT_DEFAULT 1024
 
 typedef struct rpc_method {
         char *name;
@@ -80,6 +87,7 @@ struct rpc_conn {
         struct ucred cred;
         bool open;                /* accepted, not closed, not doomed */
         bool accepted;            /* passed the peer check: the close handler hears of it */
+        bool counted;             /* charged to its uid's connection count */
         bool read_eof;            /* the peer shut down its writing side */
         bool close_after_flush;   /* a fatal error line is queued: stop reading */
         bool congested;           /* passed RPC_CONN_HIGH_WATER, not yet drained */
@@ -102,7 +110,14 @@ struct rpc_server {
         sd_event *event;
         int listen_fd;
         sd_event_source *listen_io;
-        sd_event_source *accept_backoff;
+        sd_event_source *accept_backoff;  /* created at start, disabled: arming it needs no new fd */
+        bool backing_off;         /* listen_io is off until accept_backoff fires */
+        int reserve_fd;           /* /dev/null, given up to answer a client at EMFILE */
+        uint64_t accept_logged_usec;  /* CLOCK_MONOTONIC of the last accept-failure warning */
+        unsigned accept_unlogged; /* failures since then */
+        unsigned max_conns_user, max_conns_root;
+        struct { uid_t uid; unsigned n; } *uid_conns;  /* open connections per peer uid */
+        size_t n_uid_conns;
         char *bound_path;         /* the socket file we created, unlinked on free */
         dev_t bound_dev;
         ino_t bound_ino;
@@ -123,6 +138,58 @@ struct rpc_server {
 
 static void conn_close(rpc_conn *c);
 static void conn_update_events(rpc_conn *c);
+
+/* Adds delta (+1 or -1) to uid's count of open connections and returns the
+ * count before the change. Entries that reach zero are dropped, so the table
+ * holds only the uids connected now. */
+static unsigned uid_conns_add(rpc_server *s, uid_t uid, int delta) {
+        for (size_t i = 0; i < s->n_uid_conns; i++) {
+                if (s->uid_conns[i].uid != uid)
+                        continue;
+                unsigned before = s->uid_conns[i].n;
+                s->uid_conns[i].n += delta;
+                if (s->uid_conns[i].n == 0)
+                        s->uid_conns[i] = s->uid_conns[--s->n_uid_conns];
+                return before;
+        }
+        if (delta > 0) {
+                void *p = reallocarray(s->uid_conns, s->n_uid_conns + 1, sizeof(*s->uid_conns));
+                if (!p)
+                        return UINT_MAX;  /* no memory: refused like a uid over its cap */
+                s->uid_conns = p;
+                s->uid_conns[s->n_uid_conns].uid = uid;
+                s->uid_conns[s->n_uid_conns].n = 1;
+                s->n_uid_conns++;
+        }
+        return 0;
+}
+
+static unsigned uid_conns_get(const rpc_server *s, uid_t uid) {
+        for (size_t i = 0; i < s->n_uid_conns; i++)
+                if (s->uid_conns[i].uid == uid)
+                        return s->uid_conns[i].n;
+        return 0;
+}
+
+/* Writes one error line to a connection we do not keep, then closes it. The
+ * socket is fresh, so the short line fits its send buffer; a peer that is
+ * gone simply does not read it. */
+static void refuse_fd(int fd, const char *reason, const char *message) {
+        cJSON *msg = cJSON_CreateObject();
+        cJSON_AddStringToObject(msg, "jsonrpc", "2.0");
+        cJSON_AddNullToObject(msg, "id");
+        cJSON *err = cJSON_AddObjectToObject(msg, "error");
+        cJSON_AddNumberToObject(err, "code", RPC_APP_ERROR);
+        cJSON_AddStringToObject(err, "message", message);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(err, "data"), "reason", reason);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(msg);
+        cJSON_Delete(msg);
+        if (text) {
+                struct iovec iov[2] = { { text, strlen(text) }, { (char *) "\n", 1 } };
+                (void) !writev(fd, iov, 2);
+        }
+        close(fd);
+}
 
 /* ---- connection references and teardown ---- */
 
@@ -215,6 +282,10 @@ static void conn_close(rpc_conn *c) {
         bool was_accepted = c->accepted;
         c->open = false;
         c->accepted = false;
+        if (c->counted) {
+                uid_conns_add(s, c->cred.uid, -1);
+                c->counted = false;
+        }
         c->io = sd_event_source_disable_unref(c->io);
         c->stall = sd_event_source_disable_unref(c->stall);
         c->congested = false;
@@ -1001,6 +1072,20 @@ static int conn_new(rpc_server *s, int fd) {
                 conn_close(c);
                 return r;
         }
+        unsigned cap = c->cred.uid == 0 ? s->max_conns_root : s->max_conns_user;
+        if (uid_conns_get(s, c->cred.uid) >= cap || uid_conns_add(s, c->cred.uid, +1) == UINT_MAX) {
+                log_warning("rpc: refused connection from uid %u pid %d: it has %u open connections, the most "
+                            "allowed (%s)", (unsigned) c->cred.uid, (int) c->cred.pid, uid_conns_get(s, c->cred.uid),
+                            c->cred.uid == 0 ? "maxConnectionsRoot" : "maxConnectionsPerUser");
+                c->fd = -EBADF;
+                conn_close(c);
+                refuse_fd(fd, "too_many_connections",
+                          c->cred.uid == 0 ? "too many connections from uid 0 (maxConnectionsRoot); close some and retry"
+                                           : "too many connections from this user (maxConnectionsPerUser); "
+                                             "close some and retry");
+                return 0;
+        }
+        c->counted = true;
         int r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN | EPOLLRDHUP, conn_io_cb, c);
         if (r < 0) {
                 conn_close(c);
@@ -1023,9 +1108,43 @@ static int conn_new(rpc_server *s, int fd) {
 
 static int accept_backoff_cb(sd_event_source *src, uint64_t usec, void *userdata) {
         rpc_server *s = userdata;
-        s->accept_backoff = sd_event_source_disable_unref(s->accept_backoff);
+        s->backing_off = false;
         sd_event_source_set_enabled(s->listen_io, SD_EVENT_ON);
         return 0;
+}
+
+/* Out of file descriptors: gives up the reserve fd for a moment to accept
+ * one waiting client and tell it so (rather than leave it hanging), then
+ * stops accepting for RPC_ACCEPT_BACKOFF_USEC. The listening socket stays
+ * readable while clients wait, so without the pause the loop would spin.
+ * The timer source exists from the start: arming it opens no fd (sd-event's
+ * per-clock timerfd would be the one fd it could not get). */
+static void accept_exhausted(rpc_server *s, int fd, int error) {
+        if (s->reserve_fd >= 0) {
+                close(s->reserve_fd);
+                s->reserve_fd = -EBADF;
+                int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (cfd >= 0)
+                        refuse_fd(cfd, "too_many_connections",
+                                  "sandboxd is out of file descriptors; close idle connections and retry");
+                s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        }
+        s->accept_unlogged++;
+        uint64_t now = 0;
+        (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        if (!s->accept_logged_usec || now - s->accept_logged_usec >= RPC_ACCEPT_LOG_USEC) {
+                log_warning_errno(-error, "rpc: accept: %m; pausing accepts for %d ms at a time (%u failures "
+                                  "since the last report)", RPC_ACCEPT_BACKOFF_USEC / 1000, s->accept_unlogged);
+                s->accept_logged_usec = now ? now : 1;
+                s->accept_unlogged = 0;
+        }
+        if (s->backing_off)
+                return;
+        if (sd_event_source_set_time_relative(s->accept_backoff, RPC_ACCEPT_BACKOFF_USEC) >= 0 &&
+            sd_event_source_set_enabled(s->accept_backoff, SD_EVENT_ONESHOT) >= 0) {
+                sd_event_source_set_enabled(s->listen_io, SD_EVENT_OFF);
+                s->backing_off = true;
+        }
 }
 
 static int listen_io_cb(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
@@ -1035,12 +1154,11 @@ static int listen_io_cb(sd_event_source *src, int fd, uint32_t revents, void *us
                 if (cfd < 0) {
                         if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
                                 return 0;
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                                accept_exhausted(s, fd, errno);
+                                return 0;
+                        }
                         log_warning_errno(-errno, "rpc: accept: %m");
-                        if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
-                            !s->accept_backoff &&
-                            sd_event_add_time_relative(s->event, &s->accept_backoff, CLOCK_MONOTONIC,
-                                                       RPC_ACCEPT_BACKOFF_USEC, 0, accept_backoff_cb, s) >= 0)
-                                sd_event_source_set_enabled(s->listen_io, SD_EVENT_OFF);
                         return 0;
                 }
                 int r = conn_new(s, cfd);
@@ -1143,12 +1261,25 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         s->in_budget = s->max_line_bytes * 4 > RPC_INPUT_BUDGET_MIN ? s->max_line_bytes * 4 : RPC_INPUT_BUDGET_MIN;
         s->stall_usec = (uint64_t) (cfg->stall_timeout_ms ? cfg->stall_timeout_ms : RPC_STALL_TIMEOUT_MS_DEFAULT) * 1000;
         s->socket_gid = cfg->socket_gid;
+        s->max_conns_user = cfg->max_conns_user ? cfg->max_conns_user : RPC_MAX_CONNS_USER_DEFAULT;
+        s->max_conns_root = cfg->max_conns_root ? cfg->max_conns_root : RPC_MAX_CONNS_ROOT_DEFAULT;
+        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         int r = cfg->listen_fd >= 0 ? adopt_socket(s, cfg->listen_fd, ret_err) : bind_socket(s, cfg, ret_err);
         if (r >= 0) {
                 r = sd_event_add_io(event, &s->listen_io, s->listen_fd, EPOLLIN, listen_io_cb, s);
                 if (r < 0)
                         sb_error_set(ret_err, r, NULL, NULL, "watch listening socket: %s", strerror(-r));
         }
+        if (r >= 0) {
+                r = sd_event_add_time_relative(event, &s->accept_backoff, CLOCK_MONOTONIC, RPC_ACCEPT_BACKOFF_USEC, 0,
+                                               accept_backoff_cb, s);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(s->accept_backoff, SD_EVENT_OFF);
+                if (r < 0)
+                        sb_error_set(ret_err, r, NULL, NULL, "accept back-off timer: %s", strerror(-r));
+        }
+        if (s->reserve_fd < 0 && r >= 0)
+                r = sb_error_set(ret_err, -errno, NULL, NULL, "open /dev/null (reserve descriptor): %m");
         if (r < 0) {
                 rpc_server_free(s);
                 return r;
@@ -1168,6 +1299,9 @@ void rpc_server_free(rpc_server *s) {
         sd_event_source_disable_unref(s->accept_backoff);
         if (s->listen_fd >= 0)
                 close(s->listen_fd);
+        if (s->reserve_fd >= 0)
+                close(s->reserve_fd);
+        free(s->uid_conns);
         /* Unlink only the socket we made: a newer daemon may have replaced it. */
         struct stat st;
         if (s->bound_path && lstat(s->bound_path, &st) == 0 && st.st_dev == s->bound_dev &&

@@ -46,6 +46,8 @@ typedef struct rpc_server_config {
         gid_t socket_gid;         /* group allowed to connect (SO_PEERCRED); (gid_t)-1 = root only */
         mode_t socket_mode;       /* 0660 */
         unsigned stall_timeout_ms; /* default 30000; see rpc_conn_queued() */
+        unsigned max_conns_user;  /* open connections per non-root peer uid, default 256 */
+        unsigned max_conns_root;  /* ... for uid 0, default 1024 */
 } rpc_server_config;
 
 /* Creates the server: binds (unlinking a stale socket file) or adopts the

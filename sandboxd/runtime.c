@@ -987,16 +987,17 @@ static void method_delete(rpc_request *req, void *userdata) {
         cJSON_Delete(users);
         /* The name is free at once: the tree moves aside, the record goes,
          * and the (possibly large) tree is removed on a worker. */
-        char hex[17];
-        core_random_hex(hex, 16);
-        _cleanup_free_ char *dir = runtime_dir(m, name), *rec = record_path(m, name);
+        _cleanup_free_ char *rec = record_path(m, name);
         delete_job *d = calloc(1, sizeof(*d));
-        if (!d || !dir || !rec || asprintf(&d->path, "%s/.%s.del-%s", m->runtimes_dir, name, hex) < 0) {
+        if (!d || !rec) {
                 free(d);
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
                 return;
         }
-        if (rename(dir, d->path) < 0 || unlink(rec) < 0) {
+        int tr = core_tombstone(m->runtimes_dir, name, &d->path);
+        if (tr < 0 || unlink(rec) < 0) {
+                if (tr < 0)
+                        errno = -tr;
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "remove runtime '%s': %m", name);
                 free(d->path);
                 free(d);

@@ -1379,10 +1379,21 @@ static void teardown_work(void *userdata) {
         }
         core_fault(t->remove_files ? "delete.torn_down" : "stop.torn_down");
         if (t->remove_files) {
-                sandbox_disk_detach(t->sb->dir);
-                int r = core_rm_rf(t->sb->dir);
+                /* Durable first: once renamed, a crash cannot bring back a
+                 * half-removed sandbox (start-up finishes the tombstone). */
+                _cleanup_free_ char *tomb = NULL;
+                _cleanup_free_ char *parent = strdup(t->sb->dir);
+                char *slash = parent ? strrchr(parent, '/') : NULL;
+                int r = slash ? (*slash = '\0', core_tombstone(parent, slash + 1, &tomb)) : -ENOMEM;
+                if (r < 0 && r != -ENOENT)
+                        log_warning_errno(r, "sandbox '%s': rename %s aside for removal: %m", t->sb->name, t->sb->dir);
+                const char *dir = tomb ? tomb : t->sb->dir;
+                core_fault("delete.tombstoned");
+                sandbox_disk_remove(dir);
+                core_fault("delete.removing");
+                r = core_rm_rf(dir);
                 if (r < 0)
-                        log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, t->sb->dir);
+                        log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, dir);
                 core_fault("delete.removed");
         }
         core_rm_rf(t->sb->run_dir);

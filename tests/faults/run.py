@@ -217,6 +217,9 @@ SCENARIOS = {
     "snapshot.copied": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
     "snapshot.recorded": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
     "snapshot.moved": (s_stopped, send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
+    # The first record written after the restart: its temporary file is
+    # left behind, and the next start must remove it.
+    "write.temp_written:snapshots[snapshot of stopped]": (s_stopped, send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
     "export.writing": (s_snapshot_of_running, send("snapshot.export", lambda w, c: {
         "id": c["snap"], "path": c.setdefault("export", os.path.join(w.tmp, "exp-%s.tar.zst" % c["target"]))})),
     "export.written": (s_snapshot_of_running, send("snapshot.export", lambda w, c: {
@@ -226,11 +229,20 @@ SCENARIOS = {
     "update.ports_applied": (s_running({"ports": [8000]}), send("sandbox.update", lambda w, c: {"name": c["target"], "ports": [8000, 9000]})),
     "update.resources_applied": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "resources": {"vcpus": 2}})),
     "update.policy_applied": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": {"allow": ["other.public.test"]}})),
+    # A resources change cut before or after its record: after the restart
+    # the cgroup's CPU quota and memory limit are what sandbox.get says.
+    "update.resources_applied[vcpus 3]": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "resources": {"vcpus": 3}})),
+    "update.recorded[vcpus 3]": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "resources": {"vcpus": 3}})),
     "update.recorded": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "tags": {"k": "v"}})),
     "stop.signalled": (s_running({"persistent": True}), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
     "stop.torn_down": (s_running({"persistent": True}), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
     "delete.torn_down": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.removed": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    # A delete cut while files are going (here: after the disk image, before
+    # the rest): the sandbox must not come back with part of its files.
+    "delete.removing[persistent stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.removing[persistent running]": (s_running({"persistent": True}), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.tombstoned[persistent stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.torn_down[stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "stop.signalled[not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
     # A stop of a sandbox that is not persistent ends it: the delete path.
@@ -277,6 +289,23 @@ def frozen_cgroups():
             if v != want:
                 bad.append("%s/%s = %s" % (cg, f, v))
     return bad
+
+
+def memory_max_bytes(name):
+    """The memory limit of sandbox `name`'s session cgroup in bytes, from
+    memory.max (v2) or memory.limit_in_bytes (v1); None if not found."""
+    for cg in session_cgroups():
+        if os.path.basename(cg) != name:
+            continue
+        for f in ("memory.max", "memory.limit_in_bytes"):
+            try:
+                with open(os.path.join(cg, f)) as fh:
+                    v = fh.read().strip()
+                if v != "max":
+                    return int(v)
+            except (OSError, ValueError):
+                pass
+    return None
 
 
 def cpu_quota_vcpus(name):
@@ -358,6 +387,11 @@ def check_consistent(w, d, ctx, problems):
             got = cpu_quota_vcpus(name)
             if want is not None and got is not None and abs(got - want) > 0.01:
                 problems.append("sandbox %s: get says %s vCPUs, its cgroup's CPU quota is %.2f" % (name, want, got))
+            # ... and its memory limit (vcpus x 2048 MiB, docs/API.md).
+            mem = memory_max_bytes(name)
+            if want is not None and mem is not None and mem != want * 2048 * 1024 * 1024:
+                problems.append("sandbox %s: get says %s vCPUs, its cgroup's memory limit is %d bytes (want %d)"
+                                % (name, want, mem, want * 2048 * 1024 * 1024))
         elif s["status"] not in ("stopped",):
             problems.append("sandbox %s is %s after the restart" % (name, s["status"]))
     snaps = {s["id"] for s in res(d, "snapshot.list")["snapshots"]}
@@ -431,7 +465,7 @@ def check_clean(w, d, problems):
         run_left = []
     if run_left:
         problems.append("run directories left: %s" % run_left[:5])
-    for sub in ("runtimes",):
+    for sub in ("runtimes", "snapshots", "layers"):
         tmp = [e for e in state_entries(d, sub) if ".tmp" in e]
         if tmp:
             problems.append("temporary files left in %s: %s" % (sub, tmp))
@@ -485,7 +519,10 @@ def run_point(w, label):
                 except OSError:
                     pass
         try:
-            check_consistent(w, d, ctx, problems)
+            listed = check_consistent(w, d, ctx, problems)
+            if point in ("delete.tombstoned", "delete.removing") and ctx["target"] in listed:
+                problems.append("a delete cut at %s brought sandbox %s back (%s)"
+                                % (point, ctx["target"], listed[ctx["target"]].get("status")))
         except Fail as e:
             problems.append(str(e))
         check_witness(d, witness, cmd_id, problems)

@@ -548,3 +548,122 @@ def test_envelope_members_are_checked(world):
         r = c.call("daemon.info", None, 10)
         expect("result" in r, "the connection keeps working:", r)
     expect(not bad, "envelope cases:", "; ".join(bad))
+
+
+# ---- connection floods ----
+
+def _cpu_ticks(pid):
+    """utime + stime of pid, in clock ticks (proc(5), fields 14 and 15)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+_NOBODY_CLIENT = r"""
+import json, socket, sys
+conns = []
+for _ in range(%d):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect("sandboxd.sock")
+    conns.append(s)
+conns[-1].sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
+data = b""
+try:
+    while not data.endswith(b"\n"):
+        chunk = conns[-1].recv(65536)
+        if not chunk:
+            break
+        data += chunk
+except OSError:
+    pass
+print(data.decode(errors="replace"), flush=True)
+sys.stdin.read()
+"""
+
+
+def _nobody_client(d, n):
+    """A client process of uid/gid 65534 (nogroup, the test daemon's socket
+    group) holding n connections; returns (proc, the answer to daemon.info on
+    the last one). It reaches the socket by a relative path from the
+    daemon's directory, entered before dropping root."""
+    import subprocess
+    p = subprocess.Popen(["python3", "-c", _NOBODY_CLIENT % n], cwd=d.dir, user=65534, group=65534,
+                         extra_groups=[], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return p, p.stdout.readline()
+
+
+def test_a_connection_flood_neither_spins_the_daemon_nor_locks_out_other_users(world):
+    """24000 idle connections against a descriptor limit of 20000: accept
+    failed with EMFILE and the daemon spun at ~100% CPU (its back-off timer
+    needed a timerfd it could not open), the waiting clients hung, and every
+    user was locked out until the flood ended. Now at EMFILE the daemon
+    pauses accepting (no spin), answers a waiting client from its reserve
+    descriptor, and a per-uid cap (maxConnectionsPerUser) refuses one user's
+    excess connections with an error line while other users are served."""
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.start_sandboxd({"socketGroup": "nogroup", "maxConnectionsPerUser": 4,
+                              "maxConnectionsRoot": 1000}, tag="flood")
+    try:
+        _flood(d)
+    finally:
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
+def _flood(d):
+    import resource
+    import select
+    import time
+    soft, hard = resource.prlimit(d.pid, resource.RLIMIT_NOFILE)
+    used = len(os.listdir("/proc/%d/fd" % d.pid))
+    resource.prlimit(d.pid, resource.RLIMIT_NOFILE, (used + 24, hard))
+    flood = []
+    try:
+        for _ in range(300):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect(d.socket)
+            flood.append(s)
+        # Out of descriptors now: the daemon must wait, not spin.
+        tick = os.sysconf("SC_CLK_TCK")
+        c0, t0 = _cpu_ticks(d.pid), time.monotonic()
+        p = select.poll()
+        for s in flood:
+            p.register(s, select.POLLIN | select.POLLHUP)
+        answers, deadline = [], time.monotonic() + 3
+        while time.monotonic() < deadline:
+            for fd, _ev in p.poll(200):
+                s = next(c for c in flood if c.fileno() == fd)
+                try:
+                    answers.append(s.recv(65536))
+                except OSError:
+                    answers.append(b"")
+                p.unregister(fd)
+        cpu = (_cpu_ticks(d.pid) - c0) / tick / (time.monotonic() - t0)
+        expect(cpu < 0.5, "the daemon used %.0f%% of a CPU while out of descriptors" % (cpu * 100))
+        expect(any(b"out of file descriptors" in a and b"too_many_connections" in a for a in answers),
+               "a client waiting at EMFILE got an answer:", [a[:200] for a in answers[:5]])
+    finally:
+        for s in flood:
+            s.close()
+        resource.prlimit(d.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    poll(lambda: "result" in d.rpc("daemon.info", None, timeout=10), 20, "daemon.info after the flood")
+    # One user over its cap is refused; another (root) is served meanwhile.
+    proc, answer = _nobody_client(d, 5)
+    try:
+        msg = json.loads(answer)
+        expect(msg.get("error", {}).get("data", {}).get("reason") == "too_many_connections"
+               and "maxConnectionsPerUser" in msg["error"]["message"],
+               "the 5th connection of uid 65534 (cap 4) is refused by name:", answer[:300])
+        info = d.rpc_result("daemon.info", {})
+        expect("version" in info, "root is served while uid 65534 is at its cap:", info)
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+    proc, answer = _nobody_client(d, 4)
+    try:
+        expect("result" in json.loads(answer), "uid 65534 is served again under its cap:", answer[:300])
+    finally:
+        proc.stdin.close()
+        proc.wait(10)

@@ -171,7 +171,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 24);
+        assert_int_equal(n, 26);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }

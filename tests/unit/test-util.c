@@ -87,6 +87,67 @@ static void test_atomic_write_replaces_whole_file(void **state) {
         assert_int_equal(core_rm_rf(dir), 0);
 }
 
+static void touch(const char *dir, const char *name) {
+        _cleanup_free_ char *p = NULL;
+        assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
+        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+}
+
+static bool exists_in(const char *dir, const char *name) {
+        _cleanup_free_ char *p = NULL;
+        assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
+        return access(p, F_OK) == 0;
+}
+
+/* Exactly the names the atomic writers use are temporaries, and only
+ * regular files of those names are removed. */
+static void test_write_temps_are_removed_and_nothing_else(void **state) {
+        assert_true(core_is_write_temp("config.json.tmp-0123abcd"));
+        assert_false(core_is_write_temp(".tmp-0123abcd"));
+        assert_false(core_is_write_temp("config.json.tmp-0123ABCD"));
+        assert_false(core_is_write_temp("config.json.tmp-0123abc"));
+        assert_false(core_is_write_temp("config.json.tmp-0123abcde"));
+        assert_false(core_is_write_temp("config.json"));
+        char dir[] = "/tmp/test-util-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        _cleanup_free_ char *p = NULL, *sub = NULL;
+        assert_true(asprintf(&p, "%s/rec.json", dir) > 0);
+        assert_int_equal(core_write_file_atomic(p, "x", 1, 0600), 0);
+        touch(dir, "snap-1.json.tmp-deadbeef");
+        touch(dir, "keep.tmp-deadbeefx");
+        assert_true(asprintf(&sub, "%s/d.tmp-deadbeef", dir) > 0);
+        assert_int_equal(mkdir(sub, 0700), 0);
+        assert_int_equal(core_remove_write_temps(dir), 1);
+        assert_false(exists_in(dir, "snap-1.json.tmp-deadbeef"));
+        assert_true(exists_in(dir, "rec.json"));
+        assert_true(exists_in(dir, "keep.tmp-deadbeefx"));
+        assert_true(exists_in(dir, "d.tmp-deadbeef"));
+        assert_int_equal(core_remove_write_temps("/nonexistent-test-util"), 0);
+        assert_int_equal(core_rm_rf(dir), 0);
+}
+
+/* A tombstone takes the whole tree aside at once, under a name start-up
+ * recognises and a sandbox name can never have. */
+static void test_tombstone_renames_aside(void **state) {
+        char dir[] = "/tmp/test-util-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        _cleanup_free_ char *sb = NULL, *tomb = NULL;
+        assert_true(asprintf(&sb, "%s/box", dir) > 0);
+        assert_int_equal(mkdir(sb, 0700), 0);
+        touch(sb, "config.json");
+        assert_int_equal(core_tombstone(dir, "box", &tomb), 0);
+        assert_false(exists_in(dir, "box"));
+        const char *base = strrchr(tomb, '/') + 1;
+        assert_true(core_is_tombstone(base));
+        assert_false(core_name_is_valid(base));
+        assert_true(exists_in(tomb, "config.json"));
+        assert_false(core_is_tombstone("box"));
+        assert_int_equal(core_tombstone(dir, "box", NULL), -ENOENT);
+        assert_int_equal(core_rm_rf(dir), 0);
+}
+
 static void test_rm_rf_removes_tree_but_never_follows_symlinks(void **state) {
         char dir[] = "/tmp/test-util-XXXXXX", victim[] = "/tmp/test-util-victim-XXXXXX";
         assert_non_null(mkdtemp(dir));
@@ -278,6 +339,8 @@ int main(void) {
                 cmocka_unit_test(test_base64_rejects_malformed_input),
                 cmocka_unit_test(test_time_is_rfc3339_utc_with_millis),
                 cmocka_unit_test(test_atomic_write_replaces_whole_file),
+                cmocka_unit_test(test_write_temps_are_removed_and_nothing_else),
+                cmocka_unit_test(test_tombstone_renames_aside),
                 cmocka_unit_test(test_rm_rf_removes_tree_but_never_follows_symlinks),
                 cmocka_unit_test(test_rm_rf_removes_a_tree_of_any_depth),
                 cmocka_unit_test(test_beneath_helpers_refuse_every_symlinked_component),
