@@ -157,7 +157,7 @@ int init_user_setup(const cJSON *setup, bool in_rootfs, sb_error **ret_err);
  * caller frees) in *ret_message. */
 int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message);
 
-/* fsops.c: the same request run in a short-lived child of init that takes
+/* fsrun.c: the same request run in a short-lived child of init that takes
  * a command's credentials and confinement (init_child_confine as the sandbox
  * user), never in init itself: the child answers over a pipe and is reaped
  * before this returns. Same contract as init_fs_handle. */
