@@ -93,10 +93,22 @@ def _check_fs_ops_run_confined(world, name):
         addrs = [l.split()[0] for l in syms.splitlines()[:50] if l.split()]
         expect(addrs and all(int(a, 16) == 0 for a in addrs),
                "fs.read /proc/kallsyms gave kernel addresses:", addrs[:3])
-    for p in ("/proc/1/maps", "/proc/1/smaps", "/proc/1/environ"):
+    # The fs child's memory is a copy of init's: its contents are not
+    # readable either (it is not dumpable).
+    for p in ("/proc/1/maps", "/proc/1/smaps", "/proc/1/environ", "/proc/1/mem",
+              "/proc/self/environ", "/proc/self/mem"):
         got, err = _fs_read_text(world, name, p)
         expect(err is not None, "fs.read %s (sandbox-init's memory) should be refused, got" % p,
                (got or "")[:120])
+    # /proc/1/stat is world-readable; without ptrace access its addresses
+    # (startcode, endcode, startstack, kstkesp, kstkeip; proc(5)) read 1 1 0 0 0.
+    stat, err = _fs_read_text(world, name, "/proc/1/stat")
+    expect(err is None, "fs.read /proc/1/stat failed:", err)
+    expect_eq(stat.rsplit(")", 1)[1].split()[23:28], ["1", "1", "0", "0", "0"],
+              "sandbox-init's addresses in /proc/1/stat")
+    # The child holds none of init's fds: 0-2, its answer pipe, the listed dir.
+    ents = rpc_ok(world, "fs.list", {"sandbox": name, "path": "/proc/self/fd"}).get("entries", [])
+    expect(len(ents) <= 5, "the fs child holds init's fds:", [e.get("name") for e in ents])
     for p in ("/proc/1/fd", "/proc/1/map_files"):
         msg = world.rpc("fs.list", {"sandbox": name, "path": p})
         expect("error" in msg, "fs.list %s (sandbox-init's fds) should be refused:" % p, str(msg)[:200])
