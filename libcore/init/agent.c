@@ -162,7 +162,7 @@ static void handle_fs(init_agent *a, const cJSON *req, int fd) {
         }
         cJSON *result = NULL;
         _cleanup_free_ char *message = NULL;
-        int r = init_fs_handle(req, INIT_WORKSPACE, &result, &message);
+        int r = init_fs_run(req, INIT_WORKSPACE, &result, &message);
         _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
         if (!ev) {
                 cJSON_Delete(result);

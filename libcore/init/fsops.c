@@ -1,7 +1,9 @@
-/* File operations of the agent protocol (libcore/agent.h "op":"fs"), done by
- * sandbox-init itself inside the sandbox's root with the sandbox user's
- * filesystem identity (setfsuid/setfsgid), so that user's permissions apply
- * and root's capabilities do not.
+/* File operations of the agent protocol (libcore/agent.h "op":"fs"), done
+ * inside the sandbox's root by a short-lived child of sandbox-init that is
+ * confined as a command of the sandbox user (init_fs_run in fsrun.c: its uid, no
+ * capabilities, no_new_privs, the seccomp filter), never by init itself: as
+ * init the kernel would see PID 1 with its capabilities reading /proc/1/maps,
+ * /proc/kallsyms and the like. The child sends its answer over a pipe.
  *
  * Every lookup goes through openat2(RESOLVE_NO_MAGICLINKS): a path through
  * /proc/self/fd/N would otherwise reach init's own descriptors (the agent

@@ -157,9 +157,25 @@ int init_user_setup(const cJSON *setup, bool in_rootfs, sb_error **ret_err);
  * caller frees) in *ret_message. */
 int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message);
 
+/* fsrun.c: the same request run in a short-lived child of init that takes
+ * a command's credentials and confinement (init_child_confine as the sandbox
+ * user), never in init itself: the child answers over a pipe and is reaped
+ * before this returns. Same contract as init_fs_handle. */
+int init_fs_run(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message);
+
 /* fsops.c: an agent path made absolute (relative ones under `workspace`),
  * repeated and trailing slashes removed. Caller frees; NULL on ENOMEM. */
 char *init_fs_path(const char *p, const char *workspace);
+
+/* tar.c: in a child of init just forked (single-threaded), the confinement
+ * of a command (command.c child_main), in its order: every fd but 0-2, keep1
+ * and keep2 closed, not dumpable, the capability bounding set of `uid`,
+ * setgroups(0)/setresgid/setresuid to uid/gid, no_new_privs, default
+ * signals, umask 022, the capabilities of `uid` (none but for root) and the
+ * seccomp `filter`. Returns 0 or a negative errno (then the child must exit
+ * without doing its work). Used by the tar copies and every fs op. */
+struct core_seccomp;
+int init_child_confine(uid_t uid, gid_t gid, int keep1, int keep2, const struct core_seccomp *filter);
 
 /* tar.c: {"op":"fs","action":"writeTar"|"readTar","req":N,"path":S,
  * "sudo":B} with the pipe `data_fd` (taken: the child copies it; the caller

@@ -103,6 +103,27 @@ static void close_all_but(int keep1, int keep2) {
         (void)close_range((unsigned)hi + 1, ~0U, 0);
 }
 
+int init_child_confine(uid_t uid, gid_t gid, int keep1, int keep2, const core_seccomp *filter) {
+        int r = 0;
+        close_all_but(keep1, keep2);
+        uint64_t keep = core_caps_for_uid(uid);
+        /* Not dumpable before the uid change: a child running as root (sudo)
+         * must not be ptraced by the sandbox's root before it is confined,
+         * and this memory is a copy of init's. */
+        if (core_write_string("/proc/self/oom_score_adj", "0") < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ||
+            (r = core_caps_bound_known(keep, core_caps_bounding())) < 0)
+                return r < 0 ? r : negative_errno();
+        if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
+            syscall(SYS_setresuid, uid, uid, uid) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return negative_errno();
+        core_signals_reset();
+        umask(022);
+        r = core_caps_set(keep);
+        if (r >= 0)
+                r = core_seccomp_install(filter);
+        return r < 0 ? r : 0;
+}
+
 static void report(int status_fd, int err, const char *message, const tarstream_stats *st) {
         char line[1200];
         int n = snprintf(line, sizeof(line), "%d %llu %llu %s", err, (unsigned long long)st->entries,
@@ -117,25 +138,7 @@ _noreturn_ static void child_run(const char *action, const char *path, uid_t uid
                                  int status_fd, const core_seccomp *filter) {
         tarstream_stats st = {};
         char msg[1024] = "";
-        int r = 0;
-        close_all_but(data_fd, status_fd);
-        uint64_t keep = core_caps_for_uid(uid);
-        /* Not dumpable before the uid change: a copy running as root (sudo)
-         * must not be ptraced by the sandbox's root before it is confined,
-         * and this memory is a copy of init's. */
-        if (core_write_string("/proc/self/oom_score_adj", "0") < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ||
-            (r = core_caps_bound_known(keep, core_caps_bounding())) < 0)
-                r = r < 0 ? r : negative_errno();
-        else if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
-                 syscall(SYS_setresuid, uid, uid, uid) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                r = negative_errno();
-        else {
-                core_signals_reset();
-                umask(022);
-                r = core_caps_set(keep);
-                if (r >= 0)
-                        r = core_seccomp_install(filter);
-        }
+        int r = init_child_confine(uid, gid, data_fd, status_fd, filter);
         if (r < 0) {
                 snprintf(msg, sizeof(msg), "fs.%s %s: confine the copy: %s", action, path, strerror(-r));
                 report(status_fd, -r, msg, &st);

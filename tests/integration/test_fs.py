@@ -68,6 +68,70 @@ def test_fs_write_refuses_etc_shadow_as_sandbox_user(world):
         expect("error" in msg, "fs.write to /etc/passwd as the sandbox user should fail")
 
 
+def _fs_read_text(world, name, path):
+    """fs.read of path: (text, None) or (None, the error message)."""
+    msg = world.rpc("fs.read", {"sandbox": name, "path": path})
+    if "result" in msg:
+        return base64.b64decode(msg["result"].get("content", "")).decode(errors="replace"), None
+    return None, msg.get("error", {}).get("message", "") or "error"
+
+
+def _check_fs_ops_run_confined(world, name):
+    status, err = _fs_read_text(world, name, "/proc/self/status")
+    expect(err is None, "fs.read /proc/self/status failed:", err)
+    fields = dict(l.split(":", 1) for l in status.splitlines() if ":" in l)
+    expect_eq(int(fields.get("CapEff", "x").strip(), 16), 0, "fs ops' effective capabilities")
+    cmd_bnd = sh_ok(world, name, "grep CapBnd /proc/self/status").split(":", 1)[1].strip()
+    expect_eq(fields.get("CapBnd", "").strip(), cmd_bnd, "fs ops' bounding set (a command's)")
+    expect_eq(fields.get("NoNewPrivs", "").strip(), "1", "fs ops' no_new_privs")
+    expect_eq(fields.get("Seccomp", "").strip(), "2", "fs ops' seccomp mode (filter)")
+    uid = int(fields["Uid"].split()[1])
+    expect_eq(uid, int(sh_ok(world, name, "id -u").strip()), "fs ops' uid (the sandbox user's)")
+    expect(int(fields.get("Pid", "1").strip()) != 1, "fs ops run in sandbox-init (PID 1) itself")
+    syms, err = _fs_read_text(world, name, "/proc/kallsyms")
+    if syms is not None:
+        addrs = [l.split()[0] for l in syms.splitlines()[:50] if l.split()]
+        expect(addrs and all(int(a, 16) == 0 for a in addrs),
+               "fs.read /proc/kallsyms gave kernel addresses:", addrs[:3])
+    # The fs child's memory is a copy of init's: its contents are not
+    # readable either (it is not dumpable).
+    for p in ("/proc/1/maps", "/proc/1/smaps", "/proc/1/environ", "/proc/1/mem",
+              "/proc/self/environ", "/proc/self/mem"):
+        got, err = _fs_read_text(world, name, p)
+        expect(err is not None, "fs.read %s (sandbox-init's memory) should be refused, got" % p,
+               (got or "")[:120])
+    # /proc/1/stat is world-readable; without ptrace access its addresses
+    # (startcode, endcode, startstack, kstkesp, kstkeip; proc(5)) read 1 1 0 0 0.
+    stat, err = _fs_read_text(world, name, "/proc/1/stat")
+    expect(err is None, "fs.read /proc/1/stat failed:", err)
+    expect_eq(stat.rsplit(")", 1)[1].split()[23:28], ["1", "1", "0", "0", "0"],
+              "sandbox-init's addresses in /proc/1/stat")
+    # The child holds none of init's fds: 0-2, its answer pipe, the listed dir.
+    ents = rpc_ok(world, "fs.list", {"sandbox": name, "path": "/proc/self/fd"}).get("entries", [])
+    expect(len(ents) <= 5, "the fs child holds init's fds:", [e.get("name") for e in ents])
+    for p in ("/proc/1/fd", "/proc/1/map_files"):
+        msg = world.rpc("fs.list", {"sandbox": name, "path": p})
+        expect("error" in msg, "fs.list %s (sandbox-init's fds) should be refused:" % p, str(msg)[:200])
+    # Ordinary work still runs as the sandbox user.
+    rpc_ok(world, "fs.write", {"sandbox": name, "files": [{"path": "c.txt", "content": b64(b"x")}]})
+    expect_eq(sh_ok(world, name, "stat -c %u /workspace/c.txt").strip(),
+              sh_ok(world, name, "id -u").strip(), "fs.write owner")
+
+
+def test_fs_ops_run_confined_as_the_sandbox_user_plain(world):
+    with sandbox(world, "fsconf", "--deny-all", "--no-userns") as name:
+        _check_fs_ops_run_confined(world, name)
+
+
+def test_fs_ops_run_confined_as_the_sandbox_user_userns(world):
+    info = world.rpc_result("daemon.info")
+    if not (info.get("capabilities", {}).get("userns") or {}).get("available"):
+        import world as W
+        raise W.Skip("user namespaces are not available on this host")
+    with sandbox(world, "fsconfu", "--deny-all", "--userns") as name:
+        _check_fs_ops_run_confined(world, name)
+
+
 def test_cp_into_and_out_of_sandbox(world):
     src = os.path.join(world.tmp, "cp-in.bin")
     data = os.urandom(300 * 1024)

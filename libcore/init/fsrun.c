@@ -1,0 +1,121 @@
+/* The file operations of fsops.c run in a child of sandbox-init confined as
+ * a command of the sandbox user (init_child_confine), never in init (PID 1)
+ * itself; the child sends its answer back over a pipe. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "libcore/agent.h"
+#include "libcore/init/init.h"
+#include "libcore/seccomp.h"
+#include "libcore/util.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+static int write_out(int fd, const char *p, size_t len) {
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return negative_errno();
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+/* In the child: confine, run the request, write {"result":R} or
+ * {"errno":N,"message":S} to out_fd. Never returns. */
+_noreturn_ static void fs_child(const cJSON *req, const char *workspace, int out_fd, const core_seccomp *filter) {
+        cJSON *result = NULL;
+        char *message = NULL;
+        int r = init_child_confine(init_user_uid, init_user_gid, out_fd, out_fd, filter);
+        if (r < 0) {
+                const char *action = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "action"));
+                if (asprintf(&message, "fs.%s: confine the file operation: %s", action ? action : "?",
+                             strerror(-r)) < 0)
+                        message = NULL;
+        } else
+                r = init_fs_handle(req, workspace, &result, &message);
+        cJSON *o = cJSON_CreateObject();
+        if (o && r < 0) {
+                cJSON_AddNumberToObject(o, "errno", -r);
+                cJSON_AddStringToObject(o, "message", message ? message : strerror(-r));
+        } else if (o)
+                cJSON_AddItemToObject(o, "result", result);
+        char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+        int w = text ? write_out(out_fd, text, strlen(text)) : -ENOMEM;
+        _exit(w < 0 ? 1 : 0);
+}
+
+int init_fs_run(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message) {
+        *ret_message = NULL;
+        const core_seccomp *filter = NULL;
+        /* No filter, no file operation (fail closed), as for a command. */
+        int r = core_seccomp_default(&filter, NULL);
+        if (r < 0) {
+                if (asprintf(ret_message, "fs: no seccomp filter for the file operation: %s", strerror(-r)) < 0)
+                        *ret_message = NULL;
+                return r;
+        }
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negative_errno();
+        pid_t pid = fork();
+        if (pid < 0) {
+                r = negative_errno();
+                close(p[0]);
+                close(p[1]);
+                return r;
+        }
+        if (pid == 0) {
+                close(p[0]);
+                fs_child(req, workspace, p[1], filter);
+        }
+        close(p[1]);
+        /* A reply is one packet: more than that is not an answer. */
+        size_t cap = AGENT_MAX_PACKET + 1, len = 0;
+        _cleanup_free_ char *buf = malloc(cap + 1);
+        r = buf ? 0 : -ENOMEM;
+        while (r == 0) {
+                ssize_t n = read(p[0], buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        r = negative_errno();
+                else if (n == 0)
+                        break;
+                else if ((len += (size_t)n) == cap)
+                        r = -EFBIG;
+        }
+        close(p[0]);
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+        _cleanup_(cJSON_Deletep) cJSON *o = NULL;
+        if (r == 0) {
+                buf[len] = 0;
+                o = cJSON_Parse(buf);
+        }
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(o, "result");
+        const cJSON *en = cJSON_GetObjectItemCaseSensitive(o, "errno");
+        if (res) {
+                *ret_result = cJSON_DetachItemViaPointer(o, (cJSON *)res);
+                return 0;
+        }
+        if (cJSON_IsNumber(en) && en->valuedouble > 0) {
+                const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "message"));
+                *ret_message = m ? strdup(m) : NULL;
+                return -(int)en->valuedouble;
+        }
+        const char *action = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "action"));
+        if (asprintf(ret_message, "fs.%s: the file operation ended without an answer (%s %d)",
+                     action ? action : "?", WIFSIGNALED(st) ? "signal" : "status",
+                     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st)) < 0)
+                *ret_message = NULL;
+        return r < 0 ? r : -EIO;
+}
