@@ -106,9 +106,20 @@ static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, b
 static const char *const masked_files[] = {
         "/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/latency_stats", "/proc/timer_list",
         "/proc/timer_stats", "/proc/sched_debug", "/proc/sysrq-trigger",
+        /* The host's block devices with their I/O counters, and its swap
+         * devices: every sandbox's disk image is a loop device. */
+        "/proc/partitions", "/proc/diskstats", "/proc/swaps",
 };
+/* The /sys entries beyond Docker's: every view of the block devices (the
+ * loop devices of all sandboxes' disk images, whose loop/backing_file names
+ * the state directory and the sandbox, and whose stat is live I/O), their
+ * backing devices (bdi), and /sys/fs as a whole (ext4's per-device
+ * directories; cgroup, bpf, fuse, pstore and the rest are nothing a
+ * sandbox uses: no cgroup filesystem is mounted inside). */
 static const char *const masked_dirs[] = {
         "/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus", "/proc/fs", "/sys/firmware",
+        "/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
+        "/sys/class/bdi", "/sys/devices/virtual/bdi", "/sys/class/bsg", "/sys/fs", "/sys/kernel/debug",
 };
 
 static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {
