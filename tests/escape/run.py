@@ -373,13 +373,14 @@ def test_block_devices_and_disk_images_of_other_sandboxes_are_hidden(c):
     """Block devices (the loop devices holding every sandbox's disk.img) and
     their I/O counters are masked in /sys and /proc, for root and for the
     sandbox user: nothing names a disk image, the state directory or
-    another sandbox."""
+    another sandbox. /proc/self/mountinfo shows no state path either (the
+    root overlay's layers are given as fds, not paths)."""
     w = c.world
     other = w.name("escape-nbr")
     code, out, err = w.ctl("create", "--deny-all", "--name", other, timeout=180)
     expect(code == 0, "create a neighbour: exit %d:" % code, (err or out).strip())
     try:
-        script = ("for l in /sys/block/* /sys/class/block/* /sys/dev/block/* /sys/devices/virtual/block/*; do "
+        script = ("cat /proc/self/mountinfo; for l in /sys/block/* /sys/class/block/* /sys/dev/block/* /sys/devices/virtual/block/*; do "
                   "echo \"DEV $l\"; cat $l/loop/backing_file $l/stat 2>/dev/null; done; "
                   "ls /sys/fs /sys/fs/ext4 /sys/class/bdi /sys/devices/virtual/bdi /sys/kernel/debug 2>/dev/null; "
                   "find /sys -name backing_file 2>/dev/null; "
