@@ -106,9 +106,20 @@ static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, b
 static const char *const masked_files[] = {
         "/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/latency_stats", "/proc/timer_list",
         "/proc/timer_stats", "/proc/sched_debug", "/proc/sysrq-trigger",
+        /* The host's block devices with their I/O counters, and its swap
+         * devices: every sandbox's disk image is a loop device. */
+        "/proc/partitions", "/proc/diskstats", "/proc/swaps",
 };
+/* The /sys entries beyond Docker's: every view of the block devices (the
+ * loop devices of all sandboxes' disk images, whose loop/backing_file names
+ * the state directory and the sandbox, and whose stat is live I/O), their
+ * backing devices (bdi), and /sys/fs as a whole (ext4's per-device
+ * directories; cgroup, bpf, fuse, pstore and the rest are nothing a
+ * sandbox uses: no cgroup filesystem is mounted inside). */
 static const char *const masked_dirs[] = {
         "/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus", "/proc/fs", "/sys/firmware",
+        "/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
+        "/sys/class/bdi", "/sys/devices/virtual/bdi", "/sys/class/bsg", "/sys/fs", "/sys/kernel/debug",
 };
 
 static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {
@@ -269,19 +280,106 @@ static int overlay_lowers(int fsfd, const char *lowers, sb_error **ret_err) {
         return 0;
 }
 
+/* Detached clones of the layers, kept open until the overlay is created
+ * (closing the last fd of a detached mount dissolves it). */
+typedef struct overlay_fds {
+        int *fds;
+        size_t n;
+} overlay_fds;
+
+static void overlay_fds_close(overlay_fds *o) {
+        for (size_t i = 0; i < o->n; i++)
+                close(o->fds[i]);
+        free(o->fds);
+        o->fds = NULL;
+        o->n = 0;
+}
+
+static int overlay_fds_add(overlay_fds *o, int fd) {
+        int *n = realloc(o->fds, (o->n + 1) * sizeof(int));
+        if (!n) {
+                close(fd);
+                return -ENOMEM;
+        }
+        o->fds = n;
+        o->fds[o->n++] = fd;
+        return 0;
+}
+
+/* Gives overlayfs every layer as an fd of a detached clone of its
+ * directory (FSCONFIG_SET_FD, Linux 6.13), so the mount's options show "/"
+ * and not the host paths under the state directory (which
+ * /proc/self/mountinfo would show inside). upper and work are opened
+ * beneath one clone of their common parent: overlayfs wants both on the
+ * same mount. Returns 1 when the kernel takes no fds for the layers (the
+ * caller then names them by path), 0 when configured, or a negative errno. */
+static int overlay_layer_fds(int fsfd, const core_rootfs_config *cfg, overlay_fds *keep, sb_error **ret_err) {
+        _cleanup_free_ char *list = strdup(cfg->lower);
+        _cleanup_free_ char *parent = strdup(cfg->upper);
+        if (!list || !parent)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        char *slash = strrchr(parent, '/');
+        size_t plen = slash ? (size_t)(slash - parent) : 0;
+        if (!slash || plen == 0 || strncmp(cfg->work, parent, plen) != 0 || cfg->work[plen] != '/' ||
+            strchr(cfg->work + plen + 1, '/'))
+                return 1;  /* upper and work not side by side: by path */
+        *slash = '\0';
+        char *save = NULL;
+        bool first = true;
+        for (char *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save), first = false) {
+                int l = open_tree(AT_FDCWD, p, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+                if (l < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open_tree %s: %m", p);
+                if (overlay_fds_add(keep, l) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                if (fsconfig(fsfd, FSCONFIG_SET_FD, "lowerdir+", NULL, l) < 0) {
+                        if (first && errno == EINVAL)
+                                return 1;
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay lower layer %s: %m", p);
+                }
+        }
+        int pt = open_tree(AT_FDCWD, parent, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+        if (pt < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open_tree %s: %m", parent);
+        if (overlay_fds_add(keep, pt) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        const char *keys[] = {"upperdir", "workdir"};
+        const char *vals[] = {cfg->upper, cfg->work};
+        for (size_t i = 0; i < 2; i++) {
+                _cleanup_close_ int d = openat(pt, vals[i] + plen + 1, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (d < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", vals[i]);
+                if (fsconfig(fsfd, FSCONFIG_SET_FD, keys[i], NULL, d) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay %s=%s: %m",
+                                            keys[i], vals[i]);
+        }
+        return 0;
+}
+
 static int mount_overlay(const core_rootfs_config *cfg, sb_error **ret_err) {
         _cleanup_close_ int fsfd = fsopen("overlay", FSOPEN_CLOEXEC);
         if (fsfd < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsopen overlay: %m");
-        int r = overlay_lowers(fsfd, cfg->lower, ret_err);
+        _cleanup_(overlay_fds_close) overlay_fds keep = {.fds = NULL, .n = 0};
+        int r = overlay_layer_fds(fsfd, cfg, &keep, ret_err);
         if (r < 0)
                 return r;
-        const char *keys[] = {"upperdir", "workdir"};
-        const char *vals[] = {cfg->upper, cfg->work};
-        for (size_t i = 0; i < 2; i++)
-                if (fsconfig(fsfd, FSCONFIG_SET_STRING, keys[i], vals[i], 0) < 0)
-                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay %s=%s: %m",
-                                            keys[i], vals[i]);
+        if (r > 0) {
+                /* By path: a fresh context, nothing half-configured. */
+                overlay_fds_close(&keep);
+                close(fsfd);
+                if ((fsfd = fsopen("overlay", FSOPEN_CLOEXEC)) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsopen overlay: %m");
+                r = overlay_lowers(fsfd, cfg->lower, ret_err);
+                if (r < 0)
+                        return r;
+                const char *keys[] = {"upperdir", "workdir"};
+                const char *vals[] = {cfg->upper, cfg->work};
+                for (size_t i = 0; i < 2; i++)
+                        if (fsconfig(fsfd, FSCONFIG_SET_STRING, keys[i], vals[i], 0) < 0)
+                                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay %s=%s: %m",
+                                                    keys[i], vals[i]);
+        }
         if (fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "create overlay: %m");
         _cleanup_close_ int mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);

@@ -572,7 +572,8 @@ void register_snapshot_io_methods(manager *m, rpc_server *s);
 /* Helpers for reading an untrusted tar (snapshot and runtime imports). */
 struct archive;
 struct archive_entry;
-/* Keeps only the entry's xattrs whose names start with one of `prefixes`. */
+/* Keeps only the entry's xattrs matching one of `prefixes`: an entry ending
+ * in '.' is a namespace prefix ("user."), any other one exact name. */
 void tar_filter_xattrs(struct archive_entry *e, const char *const *prefixes, size_t n_prefixes);
 /* True when every '/'-separated component of a relative member name is
  * non-empty and neither "." nor ".." (a trailing '/' is fine). */

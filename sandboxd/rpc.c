@@ -618,6 +618,31 @@ static const rpc_method *find_method(const rpc_server *s, const char *name) {
         return NULL;
 }
 
+/* True when `id` may be echoed exactly (JSON-RPC 2.0 §4: the response
+ * carries the same id). A string always can (cJSON keeps its bytes); a
+ * number only when it is an integer below 2^53 in magnitude, the range in
+ * which a double holds every integer, so 1e400, 1.5 and a 30-digit id are
+ * refused rather than answered with null or a rounded id (§4: numbers
+ * SHOULD NOT contain fractional parts). */
+static bool id_echoable(const cJSON *id) {
+        if (!id || !(cJSON_IsString(id) || cJSON_IsNumber(id)))
+                return false;
+        if (cJSON_IsString(id))
+                return true;
+        double d = id->valuedouble;
+        return isfinite(d) && d == trunc(d) && fabs(d) <= 9007199254740991.0;
+}
+
+/* A copy of an echoable id to answer with: a number is printed as its
+ * integer digits (cJSON would print 1e15 as "1e+15"). NULL: out of memory. */
+static cJSON *id_copy(const cJSON *id) {
+        if (!cJSON_IsNumber(id))
+                return cJSON_Duplicate(id, false);
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%.0f", id->valuedouble);
+        return cJSON_CreateRaw(buf);
+}
+
 /* Checks the request object (JSON-RPC 2.0 §4). On a violation, answers
  * -32600 itself and returns false. *ret_has_id tells a request from a
  * notification. */
@@ -637,9 +662,8 @@ static bool request_is_valid(rpc_conn *c, cJSON *root, bool *ret_has_id) {
         _cleanup_error_ sb_error *err = NULL;
         if (schema_check_members(root, members, ELEMENTSOF(members), "invalid request", &err) < 0) {
                 cJSON *dup_id = cJSON_GetObjectItemCaseSensitive(root, "id");
-                bool usable = dup_id && (cJSON_IsString(dup_id) || cJSON_IsNumber(dup_id)) &&
-                              !(err->field && streq(err->field, "id"));
-                reply_raw_error(c, usable ? cJSON_Duplicate(dup_id, false) : NULL, RPC_INVALID_REQUEST, "%s",
+                bool usable = id_echoable(dup_id) && !(err->field && streq(err->field, "id"));
+                reply_raw_error(c, usable ? id_copy(dup_id) : NULL, RPC_INVALID_REQUEST, "%s",
                                 err->message);
                 return false;
         }
@@ -648,7 +672,13 @@ static bool request_is_valid(rpc_conn *c, cJSON *root, bool *ret_has_id) {
                 reply_raw_error(c, NULL, RPC_INVALID_REQUEST, "id must be a string, a number or null");
                 return false;
         }
-        cJSON *reply_id = id ? cJSON_Duplicate(id, false) : NULL;
+        if (cJSON_IsNumber(id) && !id_echoable(id)) {
+                reply_raw_error(c, NULL, RPC_INVALID_REQUEST,
+                                "invalid request: id not representable exactly: a number id must be an integer "
+                                "from -(2^53-1) to 2^53-1; use a string id");
+                return false;
+        }
+        cJSON *reply_id = id ? id_copy(id) : NULL;
         cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "jsonrpc");
         cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "method");
         cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "params");
@@ -733,9 +763,7 @@ static bool too_deep(const char *line, size_t len, unsigned limit) {
  * one (else NULL: null). */
 static cJSON *reply_id_of(cJSON *root) {
         cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
-        if (!id || !(cJSON_IsString(id) || cJSON_IsNumber(id)))
-                return NULL;
-        return cJSON_Duplicate(id, false);
+        return id_echoable(id) ? id_copy(id) : NULL;
 }
 
 /* Parses one line (without its '\n') and dispatches it. Returns false,
@@ -800,7 +828,7 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
                 req->bulk = true;
                 c->bulk_in_flight++;
         }
-        req->id = has_id ? cJSON_DetachItemFromObjectCaseSensitive(root, "id") : NULL;
+        req->id = has_id ? id_copy(cJSON_GetObjectItemCaseSensitive(root, "id")) : NULL;
         req->method = strdup(cJSON_GetObjectItemCaseSensitive(root, "method")->valuestring);
         req->params = cJSON_DetachItemFromObjectCaseSensitive(root, "params");
         if (!req->params)

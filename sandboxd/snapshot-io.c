@@ -11,8 +11,8 @@
  * allow list of names and types before libarchive writes it, extraction
  * runs on a worker thread chrooted into the layers directory with
  * libarchive's SECURE_* checks, and setuid/setgid bits, device nodes other
- * than whiteouts and xattrs outside trusted.overlay.* and user.* are not
- * brought in. A failed import leaves no layer and no record behind.
+ * than whiteouts and xattrs other than user.*, trusted.overlay.opaque and
+ * trusted.overlay.whiteout are not brought in. A failed import leaves no layer and no record behind.
  * snapshot.json's config is untrusted as well: what of it is kept, and how
  * it is checked, is snapshot_import_config's (snapshot.c). */
 #include <archive.h>
@@ -312,11 +312,23 @@ typedef struct import_job {
         sb_error *err;
 } import_job;
 
-/* xattrs a layer may carry: overlayfs' own (whiteouts, opaque directories,
- * redirects) and the user namespace. security.* (capabilities, SELinux
- * labels) and system.* (ACLs) from a foreign file would grant or label
- * things on this host, so they are dropped. */
-static const char *const allowed_xattr_prefixes[] = {"trusted.overlay.", "user."};
+/* xattrs a layer may carry: of overlayfs' own only those that hide what is
+ * below (an opaque directory; the xattr form of a whiteout, Linux 6.7,
+ * Documentation/filesystems/overlayfs.rst "Whiteouts and opaque
+ * directories"), and the user namespace. The other trusted.overlay.*
+ * (redirect, metacopy, origin, upper, ...) point overlayfs at other
+ * files or layers, a path nobody on this host chose; security.*
+ * (capabilities, SELinux labels), system.* (ACLs) and every other trusted.*
+ * would grant or label things on this host. All of them are dropped. */
+static const char *const allowed_xattr_prefixes[] = {"trusted.overlay.opaque", "trusted.overlay.whiteout",
+                                                     "user."};
+
+/* A pattern ending in '.' is a namespace prefix ("user."); any other is
+ * one exact name. */
+static bool xattr_name_matches(const char *name, const char *pattern) {
+        size_t n = strlen(pattern);
+        return n && pattern[n - 1] == '.' ? strncmp(name, pattern, n) == 0 : streq(name, pattern);
+}
 
 void tar_filter_xattrs(struct archive_entry *e, const char *const *prefixes, size_t n_prefixes) {
         size_t n = (size_t)archive_entry_xattr_reset(e);
@@ -330,7 +342,7 @@ void tar_filter_xattrs(struct archive_entry *e, const char *const *prefixes, siz
         size_t size;
         while (names && vals && sizes && archive_entry_xattr_next(e, &name, &val, &size) == ARCHIVE_OK)
                 for (size_t i = 0; i < n_prefixes; i++)
-                        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) {
+                        if (xattr_name_matches(name, prefixes[i])) {
                                 names[k] = strdup(name);
                                 vals[k] = malloc(size ?: 1);
                                 if (names[k] && vals[k])

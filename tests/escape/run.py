@@ -369,6 +369,39 @@ def test_dev_holds_only_the_minimal_nodes(c):
 
 # ---------------------------------------------------------------- runner
 
+def test_block_devices_and_disk_images_of_other_sandboxes_are_hidden(c):
+    """Block devices (the loop devices holding every sandbox's disk.img) and
+    their I/O counters are masked in /sys and /proc, for root and for the
+    sandbox user: nothing names a disk image, the state directory or
+    another sandbox. /proc/self/mountinfo shows no state path either (the
+    root overlay's layers are given as fds, not paths)."""
+    w = c.world
+    other = w.name("escape-nbr")
+    code, out, err = w.ctl("create", "--deny-all", "--name", other, timeout=180)
+    expect(code == 0, "create a neighbour: exit %d:" % code, (err or out).strip())
+    try:
+        script = ("cat /proc/self/mountinfo; for l in /sys/block/* /sys/class/block/* /sys/dev/block/* /sys/devices/virtual/block/*; do "
+                  "echo \"DEV $l\"; cat $l/loop/backing_file $l/stat 2>/dev/null; done; "
+                  "ls /sys/fs /sys/fs/ext4 /sys/class/bdi /sys/devices/virtual/bdi /sys/kernel/debug 2>/dev/null; "
+                  "find /sys -name backing_file 2>/dev/null; "
+                  "echo PARTITIONS; cat /proc/partitions; echo DISKSTATS; cat /proc/diskstats; "
+                  "echo SWAPS; cat /proc/swaps; echo END")
+        for sudo in (True, False):
+            code, out, err = c.run("sh", "-c", script, sudo=sudo, timeout=120)
+            who = "root" if sudo else "the sandbox user"
+            expect("END" in out, "the listing as %s did not finish:" % who, err.strip()[-300:])
+            for needle in ("disk.img", "backing_file", other, w.daemon.state_dir, "sandboxes/"):
+                expect(needle not in out, "%r is visible inside the sandbox to %s:" % (needle, who),
+                       [ln for ln in out.splitlines() if needle in ln][:5])
+            expect(not re.search(r"^DEV /sys/.*/(loop|sd|vd|nvme|dm-)", out, re.M),
+                   "block devices are listed to %s:" % who, re.findall(r"^DEV .*", out, re.M)[:5])
+            tail = out.split("PARTITIONS", 1)[1]
+            expect(not re.search(r"\b(loop\d+|sd[a-z]+|vd[a-z]+|nvme\S+|dm-\d+)\b", tail),
+                   "/proc/partitions, diskstats or swaps name a device to %s:" % who, tail.strip()[:300])
+    finally:
+        w.ctl("rm", other, timeout=120)
+
+
 def discover(filters):
     tests = [(fn.__code__.co_firstlineno, n, fn) for n, fn in globals().items()
              if n.startswith("test_") and callable(fn)]

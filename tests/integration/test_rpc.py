@@ -4,6 +4,7 @@ import json
 import os
 import re
 import socket
+import time
 
 import world as W
 from common import expect, expect_eq, poll, sandbox
@@ -154,6 +155,35 @@ def test_invalid_request_objects_are_32600(world):
             if not (isinstance(m, dict) and (m.get("error") or {}).get("code") == -32600):
                 bad.append("%s -> %s" % (json.dumps(case), json.dumps(m)[:160]))
     expect(not bad, "not -32600:", "; ".join(bad))
+    _still_serving(world)
+
+
+def test_an_id_that_cannot_be_echoed_exactly_is_refused_and_not_run(world):
+    """A number id the answer could not carry exactly (1e400, 30 digits, a
+    fraction) gets -32600 with id null and the method does not run; an
+    integer id below 2^53 and a string id come back exactly."""
+    with sandbox(world, "idt") as name:
+        with world.daemon.connect() as c:
+            for raw in ("1e400", "123456789012345678901234567890", "2.5"):
+                c.send_raw(('{"jsonrpc":"2.0","id":%s,"method":"sandbox.delete","params":{"name":"%s"}}\n'
+                            % (raw, name)).encode())
+                m = c.read_msg(30)
+                e = _err(m, "id %s" % raw)
+                expect_eq(e.get("code"), -32600, "code for id %s" % raw)
+                expect("not representable" in e.get("message", ""), "message for id %s:" % raw, e)
+                expect(m.get("id", "missing") is None, "id for %s should be null:" % raw, m)
+                r = world.daemon.rpc("sandbox.get", {"name": name}, timeout=30)
+                expect("result" in r, "sandbox deleted by a request with id %s:" % raw, json.dumps(r)[:300])
+            for raw, want in (("9007199254740991", b'"id":9007199254740991'),
+                              ('"x\\u00e9\\"y"', '"id":"x\u00e9\\"y"'.encode())):
+                c.send_raw(('{"jsonrpc":"2.0","id":%s,"method":"sandbox.get","params":{"name":"%s"}}\n'
+                            % (raw, name)).encode())
+                deadline = time.monotonic() + 30
+                while b"\n" not in c.buf and time.monotonic() < deadline:
+                    c.sock.settimeout(max(0.1, deadline - time.monotonic()))
+                    c.buf += c.sock.recv(1 << 16)
+                line, c.buf = c.buf.split(b"\n", 1)
+                expect(want in line and b'"result"' in line, "id %s answered as" % raw, line[:300])
     _still_serving(world)
 
 

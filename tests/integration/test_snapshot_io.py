@@ -141,6 +141,60 @@ def test_import_drops_setuid_and_foreign_xattrs(world):
     expect(not set(_layers(world)) - before, "layers left after deleting the imported snapshot")
 
 
+def test_import_keeps_only_the_overlay_xattrs_that_hide(world):
+    """Of overlayfs' xattrs an imported layer keeps only trusted.overlay.opaque
+    and trusted.overlay.whiteout; redirect, metacopy, origin (which point
+    overlayfs at other files) and other trusted.* and security.* are
+    dropped. Read on the layer in the state directory."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        rec = b'{"sandbox": "x", "createdAt": "2026-01-01T00:00:00Z", "config": {}}'
+        ti = tarfile.TarInfo("snapshot.json")
+        ti.size = len(rec)
+        t.addfile(ti, io.BytesIO(rec))
+        for d in ("layers/0", "layers/0/opq"):
+            ti = tarfile.TarInfo(d)
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+            if d.endswith("opq"):
+                ti.pax_headers = {"SCHILY.xattr.trusted.overlay.opaque": "y",
+                                  "SCHILY.xattr.trusted.overlay.redirect": "/../../../tmp"}
+            t.addfile(ti)
+        ti = tarfile.TarInfo("layers/0/meta")
+        ti.mode, ti.size = 0o644, 2
+        ti.pax_headers = {"SCHILY.xattr.trusted.overlay.metacopy": "",
+                          "SCHILY.xattr.trusted.overlay.redirect": "/../../../tmp",
+                          "SCHILY.xattr.trusted.overlay.origin": "x",
+                          "SCHILY.xattr.trusted.overlay.upper": "x",
+                          "SCHILY.xattr.trusted.overlay.opaquex": "y",
+                          "SCHILY.xattr.security.evil": "x",
+                          "SCHILY.xattr.user.kept": "yes"}
+        t.addfile(ti, io.BytesIO(b"hi"))
+        ti = tarfile.TarInfo("layers/0/opq/gone")
+        ti.mode, ti.size = 0o644, 0
+        ti.pax_headers = {"SCHILY.xattr.trusted.overlay.whiteout": "y"}
+        t.addfile(ti, io.BytesIO(b""))
+    fd, path = tempfile.mkstemp(suffix=".tar", dir=world.tmp)
+    with os.fdopen(fd, "wb") as f:
+        f.write(buf.getvalue())
+    before = set(_layers(world))
+    code, out, err = world.ctl("snapshots", "import", path)
+    expect_eq(code, 0, "import (%s)" % err.strip())
+    snap = out.strip()
+    try:
+        new = sorted(set(_layers(world)) - before)
+        expect_eq(len(new), 1, "new layer directories")
+        top = os.path.join(world.daemon.state_dir, "layers", new[0])
+        expect_eq(sorted(os.listxattr(os.path.join(top, "meta"))), ["user.kept"], "xattrs kept on meta")
+        expect_eq(sorted(os.listxattr(os.path.join(top, "opq"))), ["trusted.overlay.opaque"],
+                  "xattrs kept on the opaque directory")
+        expect_eq(sorted(os.listxattr(os.path.join(top, "opq", "gone"))), ["trusted.overlay.whiteout"],
+                  "xattrs kept on the xattr whiteout")
+    finally:
+        world.rpc("snapshot.delete", {"id": snap})
+
+
 # ------------------------------------------------ an imported file's config
 
 HOSTILE_CONFIG = {

@@ -369,6 +369,75 @@ static bool id_is_null(cJSON *msg) {
         return cJSON_IsNull(cJSON_GetObjectItem(msg, "id"));
 }
 
+/* Reads one whole answer line as sent (no parse). */
+static char *client_read_raw(fixture *f, client *c) {
+        uint64_t end = now_ms() + DEADLINE_MS;
+        for (;;) {
+                bool open = client_pump(c);
+                char *nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
+                if (nl) {
+                        size_t n = (size_t) (nl - c->buf);
+                        char *line = strndup(c->buf, n);
+                        memmove(c->buf, nl + 1, c->len - n - 1);
+                        c->len -= n + 1;
+                        return line;
+                }
+                if (!open)
+                        fail_msg("connection closed while waiting for an answer");
+                if (now_ms() > end)
+                        fail_msg("no answer within %d ms", DEADLINE_MS);
+                sd_event_run(f->event, 10000);
+        }
+}
+
+/* An id the answer could not carry exactly (JSON-RPC 2.0 §4: the same id)
+ * is refused with -32600 and id null, and the method does not run; an
+ * integer id below 2^53 and a string id come back as sent. */
+static void test_ids_that_cannot_be_echoed_exactly_are_refused(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        static const char *const bad[] = {"1e400", "-1e400", "123456789012345678901234567890", "1.5",
+                                          "9007199254740992", "-9007199254740993", "0.1"};
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+                char line[256];
+                snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"test.echo\",\"params\":{}}\n",
+                         bad[i]);
+                client_send(&c, line);
+                cJSON *m = client_read(f, &c);
+                assert_error(m, RPC_INVALID_REQUEST);
+                assert_true(id_is_null(m));
+                assert_non_null(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "error"), "message")->valuestring,
+                                       "not representable"));
+                cJSON_Delete(m);
+        }
+        /* Also where a refused request echoes its id (a repeated member). */
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":1e400,\"method\":\"test.echo\",\"method\":\"x\"}\n");
+        cJSON *m = client_read(f, &c);
+        assert_error(m, RPC_INVALID_REQUEST);
+        assert_true(id_is_null(m));
+        cJSON_Delete(m);
+        static const struct {
+                const char *sent, *echoed;
+        } good[] = {
+                {"9007199254740991", "\"id\":9007199254740991,"},
+                {"-9007199254740991", "\"id\":-9007199254740991,"},
+                {"1000000000000000", "\"id\":1000000000000000,"},
+                {"0", "\"id\":0,"},
+                {"\"a\\\"b\\\\c\\u00e9\"", "\"id\":\"a\\\"b\\\\c\xc3\xa9\","},
+        };
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                char line[256];
+                snprintf(line, sizeof(line), "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"test.echo\",\"params\":{}}\n",
+                         good[i].sent);
+                client_send(&c, line);
+                _cleanup_free_ char *raw = client_read_raw(f, &c);
+                if (!strstr(raw, good[i].echoed))
+                        fail_msg("id %s answered as %s", good[i].sent, raw);
+                assert_non_null(strstr(raw, "\"result\":{}"));
+        }
+        client_close(&c);
+}
+
 /* ---- tests ---- */
 
 static void test_two_lines_in_one_write_get_two_answers(void **state) {
@@ -1116,6 +1185,7 @@ int main(void) {
                 T(test_nul_in_a_string_is_refused),
                 T(test_duration_errors_give_ms_and_a_duration),
                 T(test_invalid_requests_get_32600),
+                T(test_ids_that_cannot_be_echoed_exactly_are_refused),
                 T(test_unknown_method_gets_32601),
                 T(test_param_helpers_name_the_field),
                 T(test_line_too_long_gets_32600_and_close),
