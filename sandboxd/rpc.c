@@ -1105,12 +1105,12 @@ static int conn_new(rpc_server *s, int fd) {
                 log_warning("rpc: refused connection from uid %u pid %d: it has %u open connections, the most "
                             "allowed (%s)", (unsigned) c->cred.uid, (int) c->cred.pid, uid_conns_get(s, c->cred.uid),
                             c->cred.uid == 0 ? "maxConnectionsRoot" : "maxConnectionsPerUser");
+                bool root = c->cred.uid == 0;
                 c->fd = -EBADF;
-                conn_close(c);
+                conn_close(c);  /* frees c */
                 refuse_fd(fd, "too_many_connections",
-                          c->cred.uid == 0 ? "too many connections from uid 0 (maxConnectionsRoot); close some and retry"
-                                           : "too many connections from this user (maxConnectionsPerUser); "
-                                             "close some and retry");
+                          root ? "too many connections from uid 0 (maxConnectionsRoot); close some and retry"
+                               : "too many connections from this user (maxConnectionsPerUser); close some and retry");
                 return 0;
         }
         c->counted = true;
