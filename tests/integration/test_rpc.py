@@ -597,8 +597,11 @@ for _ in range(%d):
     s.settimeout(10)
     s.connect("sandboxd.sock")
     conns.append(s)
-conns[-1].sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
 data = b""
+try:
+    conns[-1].sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
+except OSError:
+    pass  # a refused connection may be answered and closed before this is sent
 try:
     while not data.endswith(b"\n"):
         chunk = conns[-1].recv(65536)
