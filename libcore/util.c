@@ -133,6 +133,20 @@ static int write_file_replace(const char *path, const void *data, size_t len, mo
         return 0;
 }
 
+int core_write_all(int fd, const void *p, size_t len) {
+        const char *c = p;
+        while (len > 0) {
+                ssize_t n = write(fd, c, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return negative_errno();
+                c += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
 int core_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode) {
         return write_file_replace(path, data, len, mode, true);
 }

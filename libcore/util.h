@@ -39,6 +39,10 @@ bool core_name_is_valid(const char *name);
 /* Fills buf (at least 9 bytes) with 8 random lowercase hex characters. */
 void core_random_hex(char *buf, size_t nchars);
 
+/* Writes all `len` bytes of p to fd, retrying short writes and EINTR.
+ * Returns 0 or a negative errno (write(2)). */
+int core_write_all(int fd, const void *p, size_t len);
+
 /* Writes `len` bytes to `path` atomically: a temporary file in the same
  * directory, fsync, rename. Mode is applied to the new file. Returns 0 or a
  * negative errno. */

@@ -114,19 +114,6 @@ static int fs_stat(char *path, cJSON **ret) {
         return *ret ? 0 : -ENOMEM;
 }
 
-static int write_all(int fd, const char *p, size_t len) {
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return negative_errno();
-                p += n;
-                len -= (size_t)n;
-        }
-        return 0;
-}
-
 /* First chunk: create (mode applied exactly, not masked) or truncate an
  * existing file, whose mode is kept; later chunks append. Only regular files
  * are written: a FIFO or device would block or surprise init. */
@@ -168,7 +155,7 @@ static int fs_write(char *path, const cJSON *req) {
                 return negative_errno();
         if (created && fchmod(fd, mode) < 0)
                 return negative_errno();
-        return write_all(fd, buf, len);
+        return core_write_all(fd, buf, len);
 }
 
 static int fs_read(const char *path, const cJSON *req, cJSON **ret) {

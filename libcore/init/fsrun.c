@@ -15,19 +15,6 @@
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
 
-static int write_out(int fd, const char *p, size_t len) {
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return negative_errno();
-                p += n;
-                len -= (size_t)n;
-        }
-        return 0;
-}
-
 /* In the child: confine, run the request, write {"result":R} or
  * {"errno":N,"message":S} to out_fd. Never returns. */
 _noreturn_ static void fs_child(const cJSON *req, const char *workspace, int out_fd, const core_seccomp *filter) {
@@ -48,7 +35,7 @@ _noreturn_ static void fs_child(const cJSON *req, const char *workspace, int out
         } else if (o)
                 cJSON_AddItemToObject(o, "result", result);
         char *text = o ? cJSON_PrintUnformatted(o) : NULL;
-        int w = text ? write_out(out_fd, text, strlen(text)) : -ENOMEM;
+        int w = text ? core_write_all(out_fd, text, strlen(text)) : -ENOMEM;
         _exit(w < 0 ? 1 : 0);
 }
 
