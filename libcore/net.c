@@ -12,6 +12,8 @@
 #include <netlink/route/link/veth.h>
 #include <netlink/route/route.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -245,6 +247,70 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
             (r = add_addr31(sk, ifindex, core_net_sandbox_addr(pool, slot), SANDBOX_IFNAME, ret_err)) < 0)
                 return r;
         return add_default_route(sk, ifindex, core_net_host_addr(pool, slot), ret_err);
+}
+
+/* ---- a veth given to a running sandbox (live policy update) ---- */
+
+typedef struct eth0_job {
+        int netns_fd;
+        const core_net_pool *pool;
+        unsigned slot;
+        sb_error *err;
+        int r;
+} eth0_job;
+
+/* A thread of its own: setns(CLONE_NEWNET) changes only the calling
+ * thread's network namespace, and this thread ends right after, so no
+ * other work of the daemon ever runs in the sandbox's namespace. The
+ * netlink socket is opened after the setns and so talks to the sandbox's
+ * stack. IPv6 needs no write here: sandbox-init set
+ * net.ipv6.conf.default.disable_ipv6 when the session started, and a link
+ * made later inherits it. */
+static void *eth0_thread(void *userdata) {
+        eth0_job *j = userdata;
+        _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
+        int ifindex = 0;
+        if (setns(j->netns_fd, CLONE_NEWNET) < 0) {
+                j->r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "enter the sandbox's network namespace: %m");
+                return NULL;
+        }
+        if ((j->r = route_socket(&sk, &j->err)) < 0 || (j->r = link_up(sk, SANDBOX_IFNAME, &ifindex, &j->err)) < 0)
+                return NULL;
+        /* Idempotent: a veth configured before (a fenced deny-all session,
+         * or an adoption after a kill in the middle of an update) already
+         * has them. */
+        j->r = add_addr31(sk, ifindex, core_net_sandbox_addr(j->pool, j->slot), SANDBOX_IFNAME, &j->err);
+        if (j->r == -EEXIST) {
+                sb_error_free(TAKE_PTR(j->err));
+                j->r = 0;
+        }
+        if (j->r < 0)
+                return NULL;
+        j->r = add_default_route(sk, ifindex, core_net_host_addr(j->pool, j->slot), &j->err);
+        if (j->r == -EEXIST) {
+                sb_error_free(TAKE_PTR(j->err));
+                j->r = 0;
+        }
+        return NULL;
+}
+
+int core_net_configure_eth0(int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err) {
+        eth0_job j = { .netns_fd = netns_fd, .pool = pool, .slot = slot };
+        pthread_t t;
+        if (netns_fd < 0 || slot >= core_net_pool_slots(pool))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "configure eth0: no network namespace or slot %u",
+                                    slot);
+        int r = pthread_create(&t, NULL, eth0_thread, &j);
+        if (r != 0)
+                return sb_error_set(ret_err, -r, NULL, NULL, "configure eth0: start a thread: %s", strerror(r));
+        pthread_join(t, NULL);
+        if (j.r < 0) {
+                if (ret_err && !*ret_err)
+                        *ret_err = TAKE_PTR(j.err);
+                sb_error_free(j.err);
+                return j.r;
+        }
+        return 0;
 }
 
 /* ---- one daemon per network namespace ---- */

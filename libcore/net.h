@@ -72,6 +72,16 @@ int core_veth_delete(unsigned slot, sb_error **ret_err);
 int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool with_eth0,
                               sb_error **ret_err);
 
+/* From the host (sandboxd), for a sandbox that was started without a veth
+ * and gets one later (a live update from deny-all): inside the network
+ * namespace `netns_fd` (an fd of /proc/<pid>/ns/net, kept by the caller),
+ * brings eth0 up with the sandbox address of `slot` (/31) and adds the
+ * default route via the host side, as core_net_configure_inside() does at
+ * start. Blocking (a short-lived thread that enters the namespace). 0 or a
+ * negative errno with *ret_err filled; eth0 may be left up without its
+ * address or route on failure (the caller deletes the veth). */
+int core_net_configure_eth0(int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err);
+
 /* ---- fail closed when the table disappears ----
  *
  * `nft flush ruleset` (which `systemctl restart nftables` runs on Debian)
@@ -117,6 +127,9 @@ int core_net_monitor_read(int fd);
 #define CORE_NFT_DENY_CHAIN "deny"            /* limited nflog, then tcp reset, else icmpx admin-prohibited */
 #define CORE_NFT_PROXIED_SET "proxied"        /* ifname: TCP 80/443 redirected to the egress proxy */
 #define CORE_NFT_LOGRATE_SET "lograte"        /* ifname meter: one NFLOG rate bucket per input interface */
+/* prerouting (nat): ifname : jump only; an allow-all session's DNS to its
+ * gateway is forwarded (DNAT) to the host's resolver (policy/nftgen.h). */
+#define CORE_NFT_SESSIONS_NAT_MAP "sessions_nat"
 /* The egress proxy's port on each gateway (policy/proxy.h POL_PROXY_PORT;
  * libcore cannot include policy/, so nftgen.c checks the two agree). */
 #define CORE_NFT_PROXY_PORT 3128

@@ -111,7 +111,8 @@ static const host_chain host_chains[] = {
  * elements must be `jump`s to chains that only accept those services, so
  * the rejects still follow for everything else and the host stays
  * unreachable. */
-static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSIONS_INPUT_MAP };
+static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSIONS_INPUT_MAP,
+                                         CORE_NFT_SESSIONS_NAT_MAP };
 
 /* Plain sets of interface names (`type ifname`), one hash lookup per
  * packet. `proxied`: the veths of custom-policy sessions, whose TCP to
@@ -229,6 +230,13 @@ static const host_rule host_rules[] = {
         { "prerouting", "prerouting: iifname @" CORE_NFT_PROXIED_SET " tcp dport 443 redirect",
           IF_ANY, IF_ANY, NFPROTO_IPV4, ADDR_ANY, true, false, V_REDIRECT, NULL, CORE_NFT_PROXIED_SET,
           443, CORE_NFT_PROXY_PORT },
+        /* An allow-all session's DNS to its own gateway (the resolver its
+         * resolv.conf names in every mode) is forwarded to the host's
+         * resolver: `sessions_nat` maps its veth to a chain n_<if> that
+         * DNATs only <gateway>:53 (policy/nftgen.c). A session without an
+         * element is not translated. */
+        { "prerouting", "prerouting: iifname vmap @" CORE_NFT_SESSIONS_NAT_MAP,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_NAT_MAP },
         /* Log first, then reject. The limit belongs to the log rule alone:
          * over the rate the rule just does not match and the rejects below
          * still answer every packet, so a flood costs the daemon at most

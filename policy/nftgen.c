@@ -94,6 +94,7 @@ typedef struct names {
         char ifname[IFNAMSIZ];
         char chain[IFNAMSIZ + 2];  /* s_<if>: forward */
         char ichain[IFNAMSIZ + 2]; /* i_<if>: input, gateway services */
+        char nchain[IFNAMSIZ + 2]; /* n_<if>: prerouting, DNS forwarding of allow-all */
         char set[N_SETS][IFNAMSIZ + 16];
 } names;
 
@@ -110,6 +111,7 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
         memcpy(n->ifname, ifname, len);
         snprintf(n->chain, sizeof(n->chain), "s_%s", ifname);
         snprintf(n->ichain, sizeof(n->ichain), "i_%s", ifname);
+        snprintf(n->nchain, sizeof(n->nchain), "n_%s", ifname);
         for (int i = 0; i < N_SETS; i++)
                 snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
         return 0;
@@ -572,9 +574,15 @@ static int map_elem_exists(const char *map, const names *n, sb_error **err) {
  * reference the sets; then the sets. Chains and sets are added without
  * EXCL right before their delete, so a missing one is not an error and the
  * batch needs no knowledge of what an earlier change left. */
-static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem, bool proxied) {
+static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem, bool proxied,
+                 bool has_nat_elem) {
         int k;
         if (proxied && (k = msg_proxied_elem(bt, n, false)) < 0)
+                return k;
+        if (has_nat_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, NULL)) < 0)
+                return k;
+        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->nchain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->nchain)) < 0)
                 return k;
         if (has_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, NULL)) < 0)
                 return k;
@@ -682,13 +690,93 @@ out:
         return k;
 }
 
+/* ---- DNS of allow-all sessions ----
+ *
+ * A session's resolv.conf names its gateway in every mode, so a live
+ * change of mode never has to rewrite a file inside the sandbox. Under a
+ * custom policy the DNS filter answers there; under allow-all the
+ * gateway's port 53 is translated to the host's resolver, in chain n_<if>:
+ *     ip daddr <gateway> udp dport 53 dnat ip to <upstream>
+ *     ip daddr <gateway> tcp dport 53 dnat ip to <upstream>
+ * and the element `"<if>" : jump n_<if>` of `sessions_nat`. The translated
+ * packet is then forwarded (and masqueraded) as the session's own, so the
+ * host-wide rules still apply to it. */
+
+static uint32_t dns_upstream_be; /* network order; 0: none */
+
+void pol_nft_set_dns_upstream(struct in_addr upstream) {
+        __atomic_store_n(&dns_upstream_be, upstream.s_addr, __ATOMIC_RELEASE);
+}
+
+static struct in_addr dns_upstream_get(void) {
+        return (struct in_addr) { __atomic_load_n(&dns_upstream_be, __ATOMIC_ACQUIRE) };
+}
+
+static int msg_dnat_rule(core_nft_batch *bt, const names *n, struct in_addr gateway, uint8_t proto,
+                         struct in_addr upstream) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
+        char gw[INET_ADDRSTRLEN], up[INET_ADDRSTRLEN];
+        struct nftnl_expr *e;
+        uint32_t seq;
+        int k;
+        if (!r)
+                return -ENOMEM;
+        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
+            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, n->nchain) < 0)
+                return -ENOMEM;
+        if ((k = add_daddr(r, gateway)) < 0 || (k = add_dport(r, proto, 53)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("immediate"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+                nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &upstream.s_addr, 4);
+        }
+        if ((k = add_expr(r, e)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("nat"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_TYPE, NFT_NAT_DNAT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_FAMILY, NFPROTO_IPV4);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN, NFT_REG_1);
+        }
+        if ((k = add_expr(r, e)) < 0)
+                return k;
+        inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
+        inet_ntop(AF_INET, &upstream, up, sizeof(up));
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: ip daddr %s %s dport 53 dnat ip to %s'", n->nchain,
+                                           gw, proto == IPPROTO_TCP ? "tcp" : "udp", up);
+        if (!buf)
+                return -ENOMEM;
+        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
+                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
+        return core_nft_batch_commit(bt);
+}
+
+/* Chain n_<if> with its two rules, then its `sessions_nat` element; nothing
+ * without an upstream (the gateway's port 53 then meets the input chain's
+ * rejects: lookups fail at once). */
+static int add_dns_forward(core_nft_batch *bt, const names *n, struct in_addr gateway) {
+        const elem_verdict jump = { NFT_JUMP, n->nchain };
+        struct in_addr upstream = dns_upstream_get();
+        int k;
+        if (!upstream.s_addr)
+                return 0;
+        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->nchain)) < 0 ||
+            (k = msg_dnat_rule(bt, n, gateway, IPPROTO_UDP, upstream)) < 0 ||
+            (k = msg_dnat_rule(bt, n, gateway, IPPROTO_TCP, upstream)) < 0)
+                return k;
+        return msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, &jump);
+}
+
 /* What a mode adds after the purge; p NULL: nothing (remove). */
 static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway) {
         static const elem_verdict accept = { NF_ACCEPT, NULL }, deny = { NFT_GOTO, CORE_NFT_DENY_CHAIN };
         if (!p)
                 return 0;
         switch (p->mode) {
-        case POL_MODE_ALLOW_ALL: return msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &accept);
+        case POL_MODE_ALLOW_ALL: {
+                int k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &accept);
+                return k < 0 ? k : add_dns_forward(bt, n, gateway);
+        }
         case POL_MODE_DENY_ALL: return msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &deny);
         case POL_MODE_CUSTOM: return add_custom(bt, n, p, gateway);
         }
@@ -698,7 +786,7 @@ static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, str
 static int change(const char *ifname, const pol_policy *p, struct in_addr gateway, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         names n;
-        int k, has_elem, has_input_elem, proxied;
+        int k, has_elem, has_input_elem, proxied, has_nat_elem;
         if ((k = make_names(ifname, &n, ret_err)) < 0)
                 return k;
         if ((has_elem = map_elem_exists(CORE_NFT_SESSIONS_MAP, &n, ret_err)) < 0)
@@ -707,7 +795,10 @@ static int change(const char *ifname, const pol_policy *p, struct in_addr gatewa
                 return has_input_elem;
         if ((proxied = map_elem_exists(CORE_NFT_PROXIED_SET, &n, ret_err)) < 0)
                 return proxied;
-        if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, &n, has_elem, has_input_elem, proxied)) < 0 ||
+        if ((has_nat_elem = map_elem_exists(CORE_NFT_SESSIONS_NAT_MAP, &n, ret_err)) < 0)
+                return has_nat_elem;
+        if ((k = core_nft_batch_new(&bt)) < 0 ||
+            (k = purge(bt, &n, has_elem, has_input_elem, proxied, has_nat_elem)) < 0 ||
             (k = add_mode(bt, &n, p, gateway)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname,
                                     strerror(-k));
@@ -727,7 +818,8 @@ int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_add
         char text[INET_ADDRSTRLEN];
         if (!p)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "nftables: no policy for %s", ifname);
-        if (p->mode == POL_MODE_CUSTOM && !gateway_valid(gateway))
+        if ((p->mode == POL_MODE_CUSTOM || (p->mode == POL_MODE_ALLOW_ALL && dns_upstream_get().s_addr)) &&
+            !gateway_valid(gateway))
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL,
                                     "nftables: invalid gateway address %s for %s",
                                     inet_ntop(AF_INET, &gateway, text, sizeof(text)), ifname);

@@ -12,8 +12,10 @@
  *   accepted after the host-wide rules (no host, no other sandbox, no
  *   link-local, no IPv6). The element is required: the host forward chain
  *   follows its lookup with `iifname "sbx*" goto deny`, so a veth without
- *   an element is denied, never forwarded. No input element: its DNS goes
- *   to the host's resolvers through forwarding.
+ *   an element is denied, never forwarded. No input element: its DNS to
+ *   the gateway is translated to the host's resolver (DNAT in chain
+ *   n_<if>, element `"<if>" : jump n_<if>` of `sessions_nat`, see
+ *   pol_nft_set_dns_upstream) and forwarded.
  * - deny-all: the map element `"<if>" : goto deny` (it has no veth in
  *   normal operation; this keeps a stray one closed). No input element.
  * - custom: chain s_<if> and sets s_<if>_allow4, _deny4, _forbid4 (interval
@@ -79,6 +81,14 @@ int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_add
  * success. Its veth, if it still exists, is denied from then on. Returns 0
  * or a negative errno with *ret_err filled. */
 int pol_nft_session_remove(const char *ifname, sb_error **ret_err);
+
+/* Sets the resolver an allow-all session's DNS to its gateway (UDP and TCP
+ * port 53) is translated to by later pol_nft_session_apply() calls: an
+ * IPv4 unicast address the host reaches by forwarding (not loopback: the
+ * sandbox's packets cannot be routed there), in network order; 0.0.0.0
+ * for none (allow-all lookups then fail at once). Call before sessions are
+ * applied; safe from any thread. */
+void pol_nft_set_dns_upstream(struct in_addr upstream);
 
 /* Pins `addr` into the session's s_<if>_dns4 set for ttl_s seconds (at
  * least POL_NFT_PIN_MIN_TTL). Re-pinning an address refreshes its timeout

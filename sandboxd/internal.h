@@ -156,6 +156,7 @@ struct session {
         bool proxy_ca;            /* its egress proxy CA exists */
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
+        bool has_veth;            /* its veth sbx<net_slot> exists (not under deny-all) */
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
          * generation it judged it under, and only current ones are pinned. */
@@ -382,6 +383,11 @@ void session_stop(sandbox *sb);
 /* Applies policy p to a running session: its nftables objects in one batch,
  * then its DNS filter restarted on p. On failure nothing changed. */
 int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err);
+/* Reads the host's resolver for allow-all sessions (the first IPv4
+ * nameserver of /etc/resolv.conf that is not loopback) and hands it to the
+ * nftables generator (pol_nft_set_dns_upstream). Call before any session
+ * is applied. */
+void session_dns_upstream_init(void);
 
 /* Adds to a command's environment (an object of strings, before the
  * sandbox's and the command's own variables) what the session's egress

@@ -616,6 +616,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 goto fail;
         if ((r = userns_manager_init(m, ret_err)) < 0)
                 goto fail;
+        session_dns_upstream_init();
         if ((r = core_net_host_setup(&m->pool, ret_err)) < 0) {
                 sb_error_prefix(ret_err, "nftables");
                 goto fail;

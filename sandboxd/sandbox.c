@@ -891,7 +891,7 @@ static void update_undo(sandbox *sb) {
 
 /* sandbox.update: timeout, env, tags, resources (live on a running session:
  * its cgroup limits change at once; persisted for the next sessions),
- * networkPolicy (live, atomically; not to or from deny-all while it runs),
+ * networkPolicy (live, atomically, between any two modes: session_apply_policy),
  * and ports (live: ports still listed keep their endpoints).
  * A timeout increase also extends the running session by the difference;
  * a decrease applies from the next session on. */
@@ -928,12 +928,12 @@ static void method_update(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        bool was_net = !streq(sandbox_policy_mode(sb), "deny-all");
-        if (newpol && (sb->sess || sb->starting) && was_net != (newpol->mode != POL_MODE_DENY_ALL)) {
+        if (newpol && sb->sess && sb->sess->net_slot < 0 && newpol->mode != POL_MODE_DENY_ALL) {
+                /* Only a deny-all session started while the pool was full. */
                 fail_field = "networkPolicy";
                 fail_reason = "invalid_policy";
-                fail_msg = "networkPolicy: a running sandbox cannot switch to or from deny-all (it has no "
-                           "network interface); stop it (persistent) and update it, or create a new one";
+                fail_msg = "networkPolicy: this session started without a network address (the address pool "
+                           "was full); stop the sandbox and start it again to give it network access";
         } else if (newpol && sb->starting) {
                 /* The starting session reads the policy on a worker thread. */
                 fail_field = "networkPolicy";

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <arpa/inet.h>
+#include <net/if.h>
 #include "libcore/agent.h"
 #include "libcore/container.h"
 #include "libcore/conntrack.h"
@@ -35,10 +36,13 @@ static void emit_status(sandbox *sb, const char *status);
 /* ---- the worker thread ----------------------------------------------------- */
 
 /* The sandbox's own /etc files, written into its upper layer before every
- * session (the gateway can differ between sessions). resolv.conf: a custom
- * policy resolves through its DNS filter on the gateway (and nothing else
- * answers it, DESIGN §5.2); allow-all uses the host's resolvers a sandbox
- * can reach (not loopback ones: they are the host's); deny-all none.
+ * session (the gateway can differ between sessions). resolv.conf names the
+ * session's gateway in every mode, so a live change of mode never rewrites
+ * it: under a custom policy the DNS filter answers there (and nothing else
+ * answers it, DESIGN §5.2); under allow-all the gateway's port 53 is
+ * translated to the host's resolver (policy/nftgen.h); under deny-all the
+ * sandbox has no route to it (lo only) and a lookup fails at once. Only a
+ * session without a network slot (the pool was full) gets none.
  *
  * The upper layer is the sandbox's: root inside may have made /etc (or
  * anything under it) a symlink to a host path while it ran. Host root
@@ -67,23 +71,16 @@ static int write_upper_etc(const sandbox *sb, const char *mode, struct in_addr g
         resolv = calloc(1, cap);
         if (!resolv)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (streq(mode, "allow-all")) {
-                _cleanup_fclose_ FILE *f = fopen("/etc/resolv.conf", "re");
-                char line[512];
-                while (f && fgets(line, sizeof(line), f)) {
-                        char ns[256];
-                        if (sscanf(line, " nameserver %255s", ns) != 1 || !strncmp(ns, "127.", 4) || streq(ns, "::1"))
-                                continue;
-                        len += (size_t)snprintf(resolv + len, cap - len, "nameserver %s\n", ns);
-                        if (len >= cap - 300)
-                                break;
-                }
-        } else if (streq(mode, "custom")) {
+        (void)len;
+        if (gateway.s_addr) {
                 char gw[INET_ADDRSTRLEN];
                 inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
-                snprintf(resolv, cap, "# the sandbox's DNS filter (sandbox-netd)\nnameserver %s\noptions edns0\n", gw);
+                snprintf(resolv, cap,
+                         "# the sandbox's resolver, the same under every networkPolicy: the DNS filter\n"
+                         "# (custom), the host's resolver (allow-all), unreachable (deny-all)\n"
+                         "nameserver %s\noptions edns0\n", gw);
         } else
-                snprintf(resolv, cap, "# deny-all: this sandbox has no network\n");
+                snprintf(resolv, cap, "# this session has no network address\n");
         static const char *const names[] = {"hosts", "hostname", "resolv.conf"};
         const char *texts[] = {hosts, hostname, resolv};
         for (size_t i = 0; i < 3; i++) {
@@ -312,7 +309,8 @@ static cJSON *setup_packet(start_job *j) {
                 cJSON_AddBoolToObject(b, "ro", true);
                 cJSON_AddItemToArray(binds, b);
         }
-        cJSON_AddNumberToObject(o, "netSlot", j->slot);
+        /* init configures eth0 only when there is one (not deny-all). */
+        cJSON_AddNumberToObject(o, "netSlot", streq(sandbox_policy_mode(sb), "deny-all") ? -1 : j->slot);
         cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
         cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
         /* No base environment in init: each command.run carries the whole
@@ -463,6 +461,30 @@ static void kill_spawned(core_spawn_result *sp) {
         if (sp->agent_fd >= 0)
                 close(sp->agent_fd);
         sp->pidfd = sp->agent_fd = -EBADF;
+}
+
+/* ---- the resolver of allow-all sessions ----------------------------------- */
+
+void session_dns_upstream_init(void) {
+        _cleanup_fclose_ FILE *f = fopen("/etc/resolv.conf", "re");
+        char line[512], ns[256];
+        struct in_addr a = {0};
+        /* The first IPv4 nameserver a forwarded packet can reach: not a
+         * loopback one (systemd-resolved's 127.0.0.53 is the host's own,
+         * and no sandbox packet is routed to loopback). */
+        while (f && fgets(line, sizeof(line), f))
+                if (sscanf(line, " nameserver %255s", ns) == 1 && inet_pton(AF_INET, ns, &a) == 1 &&
+                    (ntohl(a.s_addr) >> 24) != IN_LOOPBACKNET && a.s_addr != INADDR_ANY)
+                        break;
+                else
+                        a.s_addr = 0;
+        pol_nft_set_dns_upstream(a);
+        if (a.s_addr)
+                log_info("allow-all sessions resolve through %s (the host's resolver)", inet_ntop(AF_INET, &a, ns,
+                                                                                                  sizeof(ns)));
+        else
+                log_warning("no IPv4 nameserver other than loopback in /etc/resolv.conf: allow-all sessions "
+                            "cannot resolve names");
 }
 
 /* ---- the DNS filter (sandbox-netd) of a custom-policy session -------------- */
@@ -936,23 +958,63 @@ static void netd_detach(session *s) {
         s->netd_len = 0;
 }
 
+/* deny-all → a networked mode: the veth of the session's slot, made with
+ * its peer inside the sandbox's network namespace (as at start), before
+ * the new rules are in place; eth0 inside stays down until
+ * session_veth_configure. */
+static int session_veth_add(session *s, sb_error **ret_err) {
+        int r = core_veth_create(&s->sb->m->pool, (unsigned)s->net_slot, s->pid, ret_err);
+        if (r < 0)
+                return sb_error_prefix(ret_err, "networkPolicy: give the sandbox its network interface");
+        s->has_veth = true;
+        core_fault("update.veth_created");
+        return 0;
+}
+
+/* eth0 inside up with its address and default route (idempotent). */
+static int session_veth_configure(session *s, sb_error **ret_err) {
+        int r = core_net_configure_eth0(s->netns_fd, &s->sb->m->pool, (unsigned)s->net_slot, ret_err);
+        return r < 0 ? sb_error_prefix(ret_err, "networkPolicy: configure the sandbox's eth0") : 0;
+}
+
 /* The order leaves no moment where an address only the old policy allowed
- * is reachable once this returns (DESIGN §5.1 rule 9):
+ * is reachable once this returns (DESIGN §5.1 rule 9), and none where
+ * traffic passes that neither policy allows:
  * 1. the session's policy generation is bumped: from here on every pin
  *    line judged under the old policy is refused (pin_generation_current),
  *    however late it arrives;
  * 2. netd gets the new policy with the new generation and acknowledges it
  *    (pins of the new generation that arrive meanwhile are pinned and
- *    recorded, and carried over in 4); if it cannot, it is stopped here and
- *    started afresh in 6;
- * 3. the nftables objects are replaced (every pin dropped);
- * 4. recorded pins the new policy still allows are pinned again;
- * 5. the sandbox's conntrack entries are flushed;
- * 6. a netd that is not running is started on the new policy. */
+ *    recorded, and carried over in 4); if it cannot, or the new policy is
+ *    not custom, it is stopped here (and started afresh in 7);
+ * 3. leaving deny-all: the veth is made (its sandbox end down; the host
+ *    table denies a veth without an element, so nothing passes yet);
+ * 4. the nftables objects are replaced in one batch (every pin dropped;
+ *    recorded pins the new policy still allows are pinned again);
+ * 5. the sandbox's conntrack entries are flushed: every established flow
+ *    meets the new rules on its next packet;
+ * 6. leaving deny-all: eth0 inside is brought up with its address and
+ *    route. Entering it keeps the veth, fenced: its element `goto deny`
+ *    answers every packet at once (TCP with a reset, so a flow cut here
+ *    fails on its next send instead of hanging as it would on a deleted
+ *    route), and nothing of it is forwarded or reaches the host;
+ * 7. a netd that is not running is started on the new policy.
+ * The resolver in the sandbox's resolv.conf (the gateway) is the same in
+ * every mode, so nothing inside the sandbox changes. On failure in 3-7 the
+ * old policy is put back (the caller restores the stored config). */
 int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         sandbox *sb = s->sb;
         char ifname[32];
+        if (s->net_slot < 0) {
+                if (p->mode == POL_MODE_DENY_ALL)
+                        return 0;
+                return sb_error_set(ret_err, -EOPNOTSUPP, "invalid_policy", "networkPolicy",
+                                    "networkPolicy: this session started without a network address (the "
+                                    "address pool was full); stop the sandbox and start it again to change "
+                                    "its policy to one with network access");
+        }
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+        bool want_veth = p->mode != POL_MODE_DENY_ALL, made_veth = false;
         s->policy_generation++;
         /* A custom policy replacing a custom one is swapped inside the
          * running netd. Otherwise (or if that fails) netd restarts on the
@@ -969,9 +1031,16 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
                 netd_detach(s);
                 netd_stop(&s->netd_pid);
         }
-        int r = pol_nft_session_apply(ifname, p, s->gateway, ret_err);
-        if (r < 0)
-                return r;
+        core_fault("update.netd_stopped");
+        int r;
+        if (want_veth && !s->has_veth) {
+                if ((r = session_veth_add(s, ret_err)) < 0)
+                        goto undo;
+                made_veth = true;
+        }
+        if ((r = pol_nft_session_apply(ifname, p, s->gateway, ret_err)) < 0)
+                goto undo;
+        core_fault("update.rules_replaced");
         /* The update dropped every pin; the names the new policy still
          * allows get theirs back before the flush below, so their flows
          * carry on and need no new lookup. */
@@ -985,20 +1054,52 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         /* The chain accepts established flows before any policy rule, so
          * flows the old policy admitted would outlive it: drop the
          * sandbox's conntrack entries, after the swap, so each flow's next
-         * packet meets the new rules (a denied TCP flow is reset). A failure
-         * leaves old flows running but the new policy in force for new ones. */
+         * packet meets the new rules (a denied TCP flow is reset). A failure leaves old flows running but the new policy in
+         * force for new ones. */
         _cleanup_error_ sb_error *ct_err = NULL;
         if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
                 log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
+        core_fault("update.conntrack_flushed");
+        if (want_veth && (r = session_veth_configure(s, ret_err)) < 0)
+                goto undo;
         if (p->mode == POL_MODE_CUSTOM && s->netd_pid <= 0) {
                 r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
                                &s->netd_out, &s->netd_in, ret_err);
                 if (r < 0)
-                        return r;
+                        goto undo;
                 netd_attach(s);
         }
         (void)restore_save_record(s);
         return 0;
+undo:
+        /* Back to the old policy as it was enforced: its rules (a later
+         * generation, so no pin of the refused one is taken), its netd, and
+         * no veth if it had none. */
+        s->policy_generation++;
+        netd_detach(s);
+        netd_stop(&s->netd_pid);
+        {
+                _cleanup_error_ sb_error *uerr = NULL;
+                if (pol_nft_session_apply(ifname, sb->pol, s->gateway, &uerr) < 0) {
+                        log_error("sandbox '%s': put back its rules after a refused update: %s; stopping it "
+                                  "(fail closed)", sb->name, uerr ? uerr->message : "failed");
+                        session_stop(sb);
+                }
+        }
+        if (made_veth) {
+                core_veth_delete((unsigned)s->net_slot, NULL);
+                s->has_veth = false;
+        }
+        if (sb->pol->mode == POL_MODE_CUSTOM && !s->stopping) {
+                _cleanup_error_ sb_error *nerr = NULL;
+                if (netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway,
+                               &s->netd_pid, &s->netd_out, &s->netd_in, &nerr) >= 0)
+                        netd_attach(s);
+                else
+                        netd_schedule_restart(s);
+        }
+        (void)restore_save_record(s);
+        return r;
 }
 
 void sessions_push_never_list(manager *m) {
@@ -1109,7 +1210,10 @@ static void start_work(void *userdata) {
                         goto fail;
                 }
         }
-        if (j->slot >= 0 && (r = core_veth_create(&m->pool, (unsigned)j->slot, j->spawn.pid, &j->err)) < 0) {
+        /* deny-all: a slot (its gateway is the resolver in resolv.conf and
+         * the address a live update gives it) but no veth: lo only. */
+        if (j->slot >= 0 && !streq(mode, "deny-all") &&
+            (r = core_veth_create(&m->pool, (unsigned)j->slot, j->spawn.pid, &j->err)) < 0) {
                 sb_error_prefix(&j->err, "create veth");
                 goto fail;
         }
@@ -1198,6 +1302,7 @@ static void start_done(void *userdata) {
         s->pidfd = j->spawn.pidfd;
         s->agent_fd = j->spawn.agent_fd;
         s->net_slot = j->slot;
+        s->has_veth = j->slot >= 0 && !streq(sandbox_policy_mode(sb), "deny-all");
         s->cg = j->cg;
         if (j->slot >= 0)
                 s->gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
@@ -1259,7 +1364,11 @@ int session_start(sandbox *sb, start_job *j) {
                 if (ur < 0)
                         return ur;
         }
-        if (!streq(sandbox_policy_mode(sb), "deny-all") && (j->slot = manager_alloc_slot(m)) < 0)
+        /* Every session takes a slot, deny-all too: a live update can give
+         * it the veth of that slot later, and its resolv.conf already names
+         * the gateway. A deny-all session starts without one when the pool
+         * is full (it then stays deny-all while it runs). */
+        if ((j->slot = manager_alloc_slot(m)) < 0 && !streq(sandbox_policy_mode(sb), "deny-all"))
                 return sb_error_set(&j->err, -ENOSPC, "limit_exceeded", NULL,
                                     "no free address in the network pool %s", m->cfg->network_pool);
         if (asprintf(&j->rootfs, "%s/rootfs", sb->run_dir) < 0)
@@ -1584,9 +1693,27 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
         s->gateway = core_net_host_addr(&m->pool, (unsigned)s->net_slot);
         char ifname[32];
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
-        int r = pol_nft_session_apply(ifname, sb->pol, s->gateway, ret_err);
-        if (r < 0)
+        /* The stored policy is the truth (sandbox.update writes it before
+         * it applies it): a daemon killed in the middle of a change from
+         * deny-all may have left no veth or one without eth0 configured, so
+         * a networked mode gets its veth made and eth0 (re)configured here.
+         * A deny-all session keeps a veth it has, fenced (goto deny). */
+        bool want_veth = sb->pol->mode != POL_MODE_DENY_ALL;
+        s->has_veth = if_nametoindex(ifname) != 0;
+        int r;
+        if (want_veth && !s->has_veth) {
+                if ((r = core_veth_create(&m->pool, (unsigned)s->net_slot, s->pid, ret_err)) < 0)
+                        return sb_error_prefix(ret_err, "give it its network interface");
+                s->has_veth = true;
+        }
+        if ((r = pol_nft_session_apply(ifname, sb->pol, s->gateway, ret_err)) < 0)
                 return r;
+        /* deny-all with a veth (entered by a live update) stays fenced by
+         * its `goto deny` element; flows of the old mode are cut. */
+        if (!want_veth && s->has_veth)
+                (void)core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)s->net_slot), NULL);
+        if (want_veth && (r = core_net_configure_eth0(s->netns_fd, &m->pool, (unsigned)s->net_slot, ret_err)) < 0)
+                return sb_error_prefix(ret_err, "configure its eth0");
         if (sb->pol->mode == POL_MODE_CUSTOM) {
                 r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, &s->netd_pid,
                                &s->netd_out, &s->netd_in,

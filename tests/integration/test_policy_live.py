@@ -1,0 +1,240 @@
+"""Live policy changes between any two modes (docs/POLICY.md, Live update):
+each of the twelve transitions among allow-all, deny-all, an allowlist and
+an allowlist with rules, on a running sandbox, as its user sees it: name
+resolution where the new mode allows it, an allowed target reachable, a
+denied one refused at once (a custom policy's refusal names the policy), a
+long-running command and its output untouched, and established flows that
+the new mode denies cut. Also across a daemon restart after a live change."""
+import base64
+import os
+import signal
+import sys
+import time
+
+import world as W
+from common import expect, expect_eq, poll, sandbox, sh
+
+ALLOWLIST = {"allow": ["api.public.test"]}
+RULES = {"allow": {"api.public.test": [{"transform": [{"headers": {"x-sandbox-test": "live"}}]}]}}
+MODES = {"allow-all": "allow-all", "deny-all": "deny-all", "allowlist": ALLOWLIST, "rules": RULES}
+CLI_FLAGS = {"allow-all": ["--allow-all"], "deny-all": ["--deny-all"]}
+FLOW_PORT = W.LISTEN_PORT + 2
+
+# The world's server side of a long flow: accepts and reads until closed.
+_HOLD = r'''
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(16)
+print("ready", flush=True)
+def handle(c):
+    while True:
+        try:
+            if not c.recv(4096):
+                break
+        except OSError:
+            break
+    c.close()
+while True:
+    c, _p = s.accept()
+    threading.Thread(target=handle, args=(c,), daemon=True).start()
+'''
+
+# Inside the sandbox: one connection sending a line every 100 ms; its log
+# says how it ended.
+_FLOW = r'''
+import socket, sys, time
+log = open(sys.argv[3], "w", buffering=1)
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+log.write("connected\n")
+try:
+    while True:
+        s.sendall(b"tick\n")
+        time.sleep(0.1)
+except OSError as e:
+    log.write("broken %d\n" % e.errno)
+'''
+
+
+def _policy_args(world, mode):
+    if mode in CLI_FLAGS:
+        return CLI_FLAGS[mode]
+    import json
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix="live-", suffix=".json", dir=world.tmp)
+    with os.fdopen(fd, "w") as f:
+        json.dump(MODES[mode], f)
+    return ["--policy", path]
+
+
+def _resolve(world, name, host):
+    """(address or None, seconds)."""
+    t = time.monotonic()
+    code, out, _e = sh(world, name, "timeout 10 getent ahostsv4 %s | head -1" % host)
+    return (out.split()[0] if code == 0 and out.strip() else None), time.monotonic() - t
+
+
+def _connect(world, name, host, port=W.LISTEN_PORT):
+    t = time.monotonic()
+    code, _o, _e = sh(world, name, "timeout 5 bash -c 'echo > /dev/tcp/%s/%d'" % (host, port))
+    return code, time.monotonic() - t
+
+
+def _logs(world, cmd_id):
+    r = world.rpc("command.logs", {"cmdId": cmd_id})
+    return base64.b64decode(r["result"]["stdout"]).decode(errors="replace")
+
+
+def _expect_mode(world, name, mode):
+    """What a user of the sandbox sees under `mode`."""
+    if mode == "deny-all":
+        addr, secs = _resolve(world, name, "api.public.test")
+        expect(addr is None and secs < 3, "deny-all resolves nothing, at once:", addr, secs)
+        code, secs = _connect(world, name, W.PUB_API_ADDR)
+        expect(code != 0 and secs < 1.0, "deny-all: a connect fails at once:", code, secs)
+        code, secs = _connect(world, name, W.HTTP_ADDR)
+        expect(code != 0 and secs < 1.0, "deny-all: any address fails at once:", code, secs)
+        return
+    addr, _s = _resolve(world, name, "api.public.test")
+    expect_eq(addr, W.PUB_API_ADDR, "%s: an allowed name resolves" % mode)
+    code, _t = _connect(world, name, "api.public.test")
+    expect_eq(code, 0, "%s: connect to the allowed name" % mode)
+    if mode == "allow-all":
+        addr, _s = _resolve(world, name, "other.public.test")
+        expect_eq(addr, W.PUB_OTHER_ADDR, "allow-all resolves any name")
+        code, _t = _connect(world, name, W.HTTP_ADDR)
+        expect_eq(code, 0, "allow-all reaches any public address")
+        return
+    addr, secs = _resolve(world, name, "other.public.test")
+    expect(addr is None and secs < 3, "%s: a name not allowed does not resolve, at once:" % mode, addr, secs)
+    code, secs = _connect(world, name, W.PUB_OTHER_ADDR)
+    expect(code != 0 and secs < 1.0, "%s: a connect to a denied address fails at once:" % mode, code, secs)
+    # HTTP that bypasses the proxy variables is intercepted; the refusal
+    # names the host and the policy.
+    code, out, err = sh(world, name, "curl -sS -m 5 -D - --noproxy '*' --resolve other.public.test:80:%s "
+                        "http://other.public.test/ -o /dev/null" % W.PUB_OTHER_ADDR)
+    low = out.lower()
+    expect(out.startswith("HTTP/1.1 403") and "x-sandbox-policy:" in low and "other.public.test" in low,
+           "%s: a denied host gets the policy's 403:" % mode, out[:300], err[:200])
+
+
+def _flow_survives(old, new):
+    """Whether a flow to api.public.test made under `old` outlives the
+    change: the new mode must admit it, and a custom one admits only an
+    address its DNS filter pinned (allow-all resolved it elsewhere)."""
+    if new == "deny-all":
+        return False
+    if new == "allow-all":
+        return True
+    return old in ("allowlist", "rules")
+
+
+def _transition(world, old, new):
+    servers = []
+    try:
+        for addr in (W.PUB_API_ADDR, W.PUB_OTHER_ADDR):
+            servers.append(world._spawn("live-hold-%s" % addr, "net",
+                                        [sys.executable, "-c", _HOLD, addr, str(FLOW_PORT)], ready=True))
+        with sandbox(world, "live", *_policy_args(world, old)) as name:
+            _expect_mode(world, name, old)
+            # A long-running command whose output keeps flowing.
+            r = world.rpc("command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                          "args": ["-c", "i=0; while :; do i=$((i+1)); echo tick $i; "
+                                                   "sleep 0.1; done"]})
+            ticker = r["result"]["cmdId"]
+            flows = {}
+            if old != "deny-all":
+                world.ctl("cp", "-", name + ":/tmp/flow.py", input=_FLOW.encode(), binary=True, check=True)
+                targets = [("api", "api.public.test")]
+                if old == "allow-all":
+                    targets.append(("other", "other.public.test"))
+                for tag, host in targets:
+                    world.ctl("exec", "--detach", name, "--", "python3", "/tmp/flow.py", host, str(FLOW_PORT),
+                              "/tmp/flow-%s.log" % tag, check=True)
+                    flows[tag] = lambda tag=tag: sh(world, name, "cat /tmp/flow-%s.log 2>/dev/null" % tag)[1]
+                    poll(lambda f=flows[tag]: "connected" in f(), 10, "the %s flow to connect" % tag)
+            before = len(_logs(world, ticker).splitlines())
+
+            if new in CLI_FLAGS:
+                code, out, err = world.ctl("update", name, *CLI_FLAGS[new])
+            else:
+                code, out, err = world.ctl("update", name, *_policy_args(world, new))
+            expect_eq(code, 0, "sandboxctl update %s -> %s (%s)" % (old, new, err.strip()))
+
+            # Flows first: a lookup under the new mode would pin the address
+            # again and let a cut flow's retry through.
+            for tag, f in flows.items():
+                if not (_flow_survives(old, new) and tag == "api"):
+                    ended = poll(lambda f=f: "broken" in f() and f(), 5,
+                                 "%s -> %s: the %s flow the new mode denies to be cut" % (old, new, tag))
+                    expect("broken" in ended, "the flow was cut:", ended)
+            _expect_mode(world, name, new)
+            for tag, f in flows.items():
+                if _flow_survives(old, new) and tag == "api":
+                    expect("broken" not in f(), "%s -> %s: the %s flow keeps running:" % (old, new, tag), f())
+            poll(lambda: len(_logs(world, ticker).splitlines()) > before + 3, 10,
+                 "the long-running command's output to keep flowing")
+            g = world.rpc("command.get", {"cmdId": ticker})["result"]
+            expect(g.get("exitCode") is None, "the long-running command still runs:", g)
+    finally:
+        for srv in servers:
+            os.killpg(srv.pid, signal.SIGKILL)
+            srv.wait(5)
+
+
+def test_live_allow_all_to_deny_all(world):
+    _transition(world, "allow-all", "deny-all")
+
+
+def test_live_allow_all_to_allowlist(world):
+    _transition(world, "allow-all", "allowlist")
+
+
+def test_live_allow_all_to_rules(world):
+    _transition(world, "allow-all", "rules")
+
+
+def test_live_deny_all_to_allow_all(world):
+    _transition(world, "deny-all", "allow-all")
+
+
+def test_live_deny_all_to_allowlist(world):
+    _transition(world, "deny-all", "allowlist")
+
+
+def test_live_deny_all_to_rules(world):
+    _transition(world, "deny-all", "rules")
+
+
+def test_live_allowlist_to_allow_all(world):
+    _transition(world, "allowlist", "allow-all")
+
+
+def test_live_allowlist_to_deny_all(world):
+    _transition(world, "allowlist", "deny-all")
+
+
+def test_live_allowlist_to_rules(world):
+    _transition(world, "allowlist", "rules")
+
+
+def test_live_rules_to_allow_all(world):
+    _transition(world, "rules", "allow-all")
+
+
+def test_live_rules_to_deny_all(world):
+    _transition(world, "rules", "deny-all")
+
+
+def test_live_rules_to_allowlist(world):
+    _transition(world, "rules", "allowlist")
+
+
+def test_resolv_conf_names_one_resolver_in_every_mode(world):
+    """The resolver the sandbox is given never changes with the mode."""
+    with sandbox(world, "resolv", "--deny-all") as name:
+        first = sh(world, name, "cat /etc/resolv.conf")[1]
+        expect("nameserver " in first, "deny-all names its resolver too:", first)
+        for mode in ("allow-all", "allowlist", "deny-all", "rules", "allow-all"):
+            code, _o, err = world.ctl("update", name, *_policy_args(world, mode))
+            expect_eq(code, 0, "update to %s (%s)" % (mode, err.strip()))
+            expect_eq(sh(world, name, "cat /etc/resolv.conf")[1], first, "resolv.conf under %s" % mode)
