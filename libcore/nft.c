@@ -1123,7 +1123,8 @@ static int del_attr_cb(const struct nlattr *a, void *data) {
 
 /* True for a deletion that weakens the host table: the table itself, one of
  * its host chains, maps or host-chain rules. Session objects ("s_*" forward
- * chains and sets, "i_*" gateway-service input chains) are replaced by the
+ * chains and sets, "i_*" gateway-service input chains, "n_*" DNS-forwarding
+ * prerouting chains) are replaced by the
  * daemon itself on every policy change, and set elements come and go with
  * pins and sessions, so neither counts: a session object can only go once
  * its map element is gone, and a missing element means deny. */
@@ -1144,7 +1145,7 @@ static bool weakens_table(const struct nlmsghdr *nlh) {
         if (NFNL_MSG_TYPE(type) == NFT_MSG_DELTABLE)
                 return d.table && streq(d.table, TABLE_NAME);
         return d.table && streq(d.table, TABLE_NAME) && d.name && strncmp(d.name, "s_", 2) != 0 &&
-               strncmp(d.name, "i_", 2) != 0;
+               strncmp(d.name, "i_", 2) != 0 && strncmp(d.name, "n_", 2) != 0;
 }
 
 int core_net_monitor_read(int fd) {

@@ -253,6 +253,16 @@ SCENARIOS = {
     "create.session_started[fork of stopped]": (s_stopped, send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
     "resume.session_started": (s_stopped, send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
     "resume.recorded": (s_stopped, send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
+    # A change of mode cut at each step of session_apply_policy: after the
+    # restart the session enforces the stored policy (check_mode).
+    "update.netd_stopped[allowlist to deny-all]": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": "deny-all"})),
+    "update.conntrack_flushed[allowlist to deny-all]": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": "deny-all"})),
+    "update.veth_created[deny-all to allowlist]": (s_running({"networkPolicy": "deny-all"}), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": ALLOWLIST})),
+    "update.rules_replaced[deny-all to allowlist]": (s_running({"networkPolicy": "deny-all"}), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": ALLOWLIST})),
+    "update.conntrack_flushed[deny-all to allow-all]": (s_running({"networkPolicy": "deny-all"}), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": "allow-all"})),
+    "update.policy_applied[deny-all to allow-all]": (s_running({"networkPolicy": "deny-all"}), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": "allow-all"})),
+    "update.rules_replaced[allowlist to allow-all]": (s_running(), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": "allow-all"})),
+    "update.netd_stopped[allow-all to allowlist]": (s_running({"networkPolicy": "allow-all"}), send("sandbox.update", lambda w, c: {"name": c["target"], "networkPolicy": ALLOWLIST})),
     "runtime_import.extracted": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
     "runtime.renamed": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
 }
@@ -262,6 +272,7 @@ SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapsho
           "create.recorded", "netd.started", "resume.session_started", "fork.frozen", "fork.copied[stopped]",
           "snapshot.copied", "snapshot.copied[stopped]", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
+          "update.veth_created[deny-all to allowlist]",
           "delete.torn_down", "runtime_import.extracted"]
 
 
@@ -416,6 +427,38 @@ def check_consistent(w, d, ctx, problems):
     return listed
 
 
+def check_mode(d, name, problems):
+    """What the sandbox's stored policy says is what it gets: deny-all
+    reaches nothing, allow-all and the allowlist resolve api.public.test
+    and reach it; only allow-all resolves other names."""
+    r = d.rpc("sandbox.get", {"name": name}, 30)
+    if "error" in r or r["result"]["status"] != "running":
+        return
+    pol = r["result"]["networkPolicy"]
+    t0 = time.monotonic()
+    script = ("getent ahostsv4 api.public.test >/dev/null && echo api-resolves; "
+              "getent ahostsv4 other.public.test >/dev/null && echo other-resolves; "
+              "timeout 5 bash -c 'echo > /dev/tcp/%s/%d' 2>/dev/null && echo api-reached; true"
+              % (W.PUB_API_ADDR, W.LISTEN_PORT))
+    r = d.rpc("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", script]}, 60)
+    out = ""
+    if "result" in r:
+        logs = d.rpc("command.logs", {"cmdId": r["result"]["cmdId"]}, 30)
+        out = base64.b64decode(logs.get("result", {}).get("stdout") or "").decode()
+    got = set(out.split())
+    if isinstance(pol, str):
+        want = set() if pol == "deny-all" else {"api-resolves", "other-resolves", "api-reached"}
+    else:
+        allowed = set(pol.get("allow") or [])
+        want = ({"api-resolves", "api-reached"} if "api.public.test" in allowed else set()) | \
+            ({"other-resolves"} if "other.public.test" in allowed else set())
+    if os.environ.get("FAULTS_DEBUG"):
+        print("check_mode %s: %s in %.1fs" % (name, sorted(got), time.monotonic() - t0))
+    if got != want:
+        problems.append("sandbox %s under %s: the session shows %s, want %s" % (name, json.dumps(pol), sorted(got),
+                                                                                  sorted(want)))
+
+
 def check_witness(d, name, cmd_id, problems):
     try:
         n0 = counter(d, name)
@@ -527,6 +570,8 @@ def run_point(w, label):
                                 % (point, ctx["target"], listed[ctx["target"]].get("status")))
         except Fail as e:
             problems.append(str(e))
+        if point.startswith("update."):
+            check_mode(d, ctx["target"], problems)
         check_witness(d, witness, cmd_id, problems)
         delete_everything(d, problems)
         check_clean(w, d, problems)

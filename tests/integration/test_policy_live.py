@@ -238,3 +238,24 @@ def test_resolv_conf_names_one_resolver_in_every_mode(world):
             code, _o, err = world.ctl("update", name, *_policy_args(world, mode))
             expect_eq(code, 0, "update to %s (%s)" % (mode, err.strip()))
             expect_eq(sh(world, name, "cat /etc/resolv.conf")[1], first, "resolv.conf under %s" % mode)
+
+
+def test_a_mode_changed_live_is_kept_across_daemon_restarts(world):
+    """Live restore adopts the session with the mode it was switched to,
+    its veth and its resolv.conf, after SIGTERM and after SIGKILL."""
+    from test_restore import _restart
+    for how in ("term", "kill"):
+        with sandbox(world, "lrst", "--deny-all") as name:
+            resolv = sh(world, name, "cat /etc/resolv.conf")[1]
+            r = world.rpc("command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                          "args": ["-c", "while :; do echo tick; sleep 0.1; done"]})
+            ticker = r["result"]["cmdId"]
+            for mode in ("allowlist", "deny-all", "allow-all", "rules"):
+                code, _o, err = world.ctl("update", name, *_policy_args(world, mode))
+                expect_eq(code, 0, "update to %s (%s)" % (mode, err.strip()))
+                _restart(world, how)
+                _expect_mode(world, name, mode)
+                expect_eq(sh(world, name, "cat /etc/resolv.conf")[1], resolv,
+                          "resolv.conf after a restart (%s) under %s" % (how, mode))
+            g = world.rpc("command.get", {"cmdId": ticker})["result"]
+            expect(g.get("exitCode") is None, "the command started before the changes still runs:", g)

@@ -293,6 +293,41 @@ static void test_own_changes_do_not_alarm_the_monitor(void **state) {
         close(fd);
 }
 
+/* allow-all: the gateway's port 53 is translated to the upstream, in chain
+ * n_<if> through `sessions_nat`; every other mode has neither, and going
+ * back and forth is the daemon's own change (no re-install alarm). */
+static void test_allow_all_forwards_gateway_dns_to_the_upstream_and_other_modes_do_not(void **state) {
+        sb_error *err = NULL;
+        struct in_addr up;
+        inet_pton(AF_INET, "203.0.113.53", &up);
+        pol_nft_set_dns_upstream(up);
+        int fd = core_net_monitor_open(&err);
+        assert_true(fd >= 0);
+        apply("\"allow-all\"");
+        char *out = run("nft list table inet sandboxd");
+        assert_non_null(strstr(out, "chain n_" IF));
+        assert_non_null(strstr(out, "udp dport 53 dnat ip to 203.0.113.53"));
+        assert_non_null(strstr(out, "tcp dport 53 dnat ip to 203.0.113.53"));
+        assert_non_null(strstr(out, "\"" IF "\" : jump n_" IF));
+        free(out);
+        static const char *const others[] = { "\"deny-all\"", "{\"allow\":[\"example.com\"]}" };
+        for (size_t i = 0; i < 2; i++) {
+                apply(others[i]);
+                out = run("nft list table inet sandboxd");
+                assert_null(strstr(out, "n_" IF));
+                assert_null(strstr(out, "dnat"));
+                free(out);
+                apply("\"allow-all\"");
+        }
+        assert_int_equal(pol_nft_session_remove(IF, &err), 0);
+        out = run("nft list table inet sandboxd");
+        assert_null(strstr(out, "n_" IF));
+        free(out);
+        assert_int_equal(core_net_monitor_read(fd), 0);
+        close(fd);
+        pol_nft_set_dns_upstream((struct in_addr) { 0 });
+}
+
 /* ---- real connects: sandbox netns -> sbx3 -> host netns (-> lst0 -> listener netns) ---- */
 
 typedef struct cmd {
@@ -683,6 +718,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_pin_adds_address_with_floored_timeout_and_errors_name_the_set,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_own_changes_do_not_alarm_the_monitor, setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_allow_all_forwards_gateway_dns_to_the_upstream_and_other_modes_do_not, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_deny_beats_allow_in_real_connects_and_denials_fail_at_once,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_custom_policy_refuses_a_gateway_that_is_not_unicast, setup,
