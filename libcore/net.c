@@ -252,6 +252,7 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
 /* ---- a veth given to a running sandbox (live policy update) ---- */
 
 typedef struct eth0_job {
+        bool fence;               /* core_net_fence_gateway, else configure */
         int netns_fd;
         const core_net_pool *pool;
         unsigned slot;
@@ -266,6 +267,30 @@ typedef struct eth0_job {
  * stack. IPv6 needs no write here: sandbox-init set
  * net.ipv6.conf.default.disable_ipv6 when the session started, and a link
  * made later inherits it. */
+/* The sandbox's route to its gateway, /32 of type unreachable: add (a
+ * fenced deny-all session) or delete (leaving it; none there is fine). */
+static int gateway_unreachable(struct nl_sock *sk, struct in_addr gw, bool add, sb_error **err) {
+        _cleanup_(rtnl_route_putp) struct rtnl_route *rt = rtnl_route_alloc();
+        _cleanup_(nl_addr_putp) struct nl_addr *dst = nl_addr_build(AF_INET, &gw, sizeof(gw));
+        if (!rt || !dst)
+                return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
+        nl_addr_set_prefixlen(dst, 32);
+        rtnl_route_set_family(rt, AF_INET);
+        rtnl_route_set_table(rt, RT_TABLE_MAIN);
+        rtnl_route_set_protocol(rt, RTPROT_STATIC);
+        rtnl_route_set_scope(rt, RT_SCOPE_UNIVERSE);
+        rtnl_route_set_type(rt, RTN_UNREACHABLE);
+        int r = rtnl_route_set_dst(rt, dst);
+        if (r >= 0)
+                r = add ? rtnl_route_add(sk, rt, NLM_F_REPLACE) : rtnl_route_delete(sk, rt, 0);
+        if (!add && (r == -NLE_OBJ_NOTFOUND || r == -NLE_NOADDR))
+                return 0;
+        if (r < 0)
+                return nl_fail(err, r, add ? "add unreachable route to the gateway on" : "delete the unreachable "
+                               "route to the gateway on", SANDBOX_IFNAME);
+        return 0;
+}
+
 static void *eth0_thread(void *userdata) {
         eth0_job *j = userdata;
         _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
@@ -274,7 +299,14 @@ static void *eth0_thread(void *userdata) {
                 j->r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "enter the sandbox's network namespace: %m");
                 return NULL;
         }
-        if ((j->r = route_socket(&sk, &j->err)) < 0 || (j->r = link_up(sk, SANDBOX_IFNAME, &ifindex, &j->err)) < 0)
+        if ((j->r = route_socket(&sk, &j->err)) < 0)
+                return NULL;
+        if (j->fence) {
+                j->r = gateway_unreachable(sk, core_net_host_addr(j->pool, j->slot), true, &j->err);
+                return NULL;
+        }
+        if ((j->r = gateway_unreachable(sk, core_net_host_addr(j->pool, j->slot), false, &j->err)) < 0 ||
+            (j->r = link_up(sk, SANDBOX_IFNAME, &ifindex, &j->err)) < 0)
                 return NULL;
         /* Idempotent: a veth configured before (a fenced deny-all session,
          * or an adoption after a kill in the middle of an update) already
@@ -294,8 +326,8 @@ static void *eth0_thread(void *userdata) {
         return NULL;
 }
 
-int core_net_configure_eth0(int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err) {
-        eth0_job j = { .netns_fd = netns_fd, .pool = pool, .slot = slot };
+static int eth0_run(bool fence, int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err) {
+        eth0_job j = { .fence = fence, .netns_fd = netns_fd, .pool = pool, .slot = slot };
         pthread_t t;
         if (netns_fd < 0 || slot >= core_net_pool_slots(pool))
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "configure eth0: no network namespace or slot %u",
@@ -311,6 +343,14 @@ int core_net_configure_eth0(int netns_fd, const core_net_pool *pool, unsigned sl
                 return j.r;
         }
         return 0;
+}
+
+int core_net_configure_eth0(int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err) {
+        return eth0_run(false, netns_fd, pool, slot, ret_err);
+}
+
+int core_net_fence_gateway(int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err) {
+        return eth0_run(true, netns_fd, pool, slot, ret_err);
 }
 
 /* ---- one daemon per network namespace ---- */

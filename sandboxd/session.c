@@ -1015,6 +1015,10 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         }
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
         bool want_veth = p->mode != POL_MODE_DENY_ALL, made_veth = false;
+        /* A stopping session is not given a network it lacks (its init may
+         * already be gone); it ends as the narrower deny-all. */
+        if (s->stopping && want_veth && !s->has_veth)
+                return 0;
         s->policy_generation++;
         /* A custom policy replacing a custom one is swapped inside the
          * running netd. Otherwise (or if that fails) netd restarts on the
@@ -1060,6 +1064,16 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
                 log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
         core_fault("update.conntrack_flushed");
+        /* Entering deny-all with a veth: the sandbox's own route to the
+         * gateway becomes unreachable, so its lookups fail at once in its
+         * own stack (nothing depends on a rate-limited ICMP answer). The
+         * nftables fence above holds whether or not this succeeds. */
+        if (!want_veth && s->has_veth) {
+                _cleanup_error_ sb_error *ferr = NULL;
+                if (core_net_fence_gateway(s->netns_fd, &sb->m->pool, (unsigned)s->net_slot, &ferr) < 0)
+                        log_warning("sandbox '%s': %s; its lookups fail only when the refusal arrives", sb->name,
+                                    ferr ? ferr->message : "fence the gateway failed");
+        }
         if (want_veth && (r = session_veth_configure(s, ret_err)) < 0)
                 goto undo;
         if (p->mode == POL_MODE_CUSTOM && s->netd_pid <= 0) {
@@ -1710,8 +1724,10 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
                 return r;
         /* deny-all with a veth (entered by a live update) stays fenced by
          * its `goto deny` element; flows of the old mode are cut. */
-        if (!want_veth && s->has_veth)
+        if (!want_veth && s->has_veth) {
                 (void)core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)s->net_slot), NULL);
+                (void)core_net_fence_gateway(s->netns_fd, &m->pool, (unsigned)s->net_slot, NULL);
+        }
         if (want_veth && (r = core_net_configure_eth0(s->netns_fd, &m->pool, (unsigned)s->net_slot, ret_err)) < 0)
                 return sb_error_prefix(ret_err, "configure its eth0");
         if (sb->pol->mode == POL_MODE_CUSTOM) {

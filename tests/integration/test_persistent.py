@@ -186,7 +186,7 @@ def test_update_rejects_bad_values_naming_the_field(world):
         cases = [({"timeout": 5}, "timeout"),
                  ({"tags": {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}}, "tags"),
                  ({"env": {"A": 1}}, "env.A"),
-                 ({"networkPolicy": "allow-all"}, "networkPolicy")]
+                 ({"networkPolicy": "allow-most"}, "networkPolicy")]
         for params, field in cases:
             params = dict(params, name=name)
             r = world.rpc("sandbox.update", params)

@@ -259,3 +259,56 @@ def test_a_mode_changed_live_is_kept_across_daemon_restarts(world):
                           "resolv.conf after a restart (%s) under %s" % (how, mode))
             g = world.rpc("command.get", {"cmdId": ticker})["result"]
             expect(g.get("exitCode") is None, "the command started before the changes still runs:", g)
+
+
+def _probe_loop(world, name, script):
+    r = world.rpc("command.run", {"sandbox": name, "cmd": "bash", "detached": True, "args": ["-c", script]})
+    return r["result"]["cmdId"]
+
+
+def test_rapid_and_concurrent_mode_changes_let_nothing_out_that_no_mode_allows(world):
+    """While updates flip the mode back and forth (two clients at once), a
+    loop inside keeps trying what none of the modes allows: the host, an
+    address no allowed name resolves to, a name no policy allows. None of
+    it ever arrives."""
+    import threading
+    import uuid
+    leak_name = "leak-%s.public.test" % uuid.uuid4().hex[:12]
+    host_before = len(world.host_listener.connections())
+    other_before = len(world.pub_other_listener.connections())
+    with sandbox(world, "flip", "--deny-all") as name:
+        probe = ("while :; do timeout 1 bash -c 'echo > /dev/tcp/%s/%d' 2>/dev/null; "
+                 "timeout 1 bash -c 'echo > /dev/tcp/%s/%d' 2>/dev/null; "
+                 "timeout 2 getent ahostsv4 %s >/dev/null; echo probe; done"
+                 % (W.HOST_ADDR, W.LISTEN_PORT, W.PUB_OTHER_ADDR, W.LISTEN_PORT, leak_name))
+        cmd = _probe_loop(world, name, probe)
+        seq = ["allowlist", "deny-all", "rules", "allowlist", "deny-all", "rules", "deny-all"] * 3
+        errors = []
+
+        def flip(modes):
+            for m in modes:
+                r = world.rpc("sandbox.update", {"name": name, "networkPolicy": MODES[m]})
+                if "error" in r:
+                    errors.append(r["error"])
+
+        threads = [threading.Thread(target=flip, args=(seq,)), threading.Thread(target=flip, args=(seq[::-1],))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        expect_eq(errors, [], "errors of the updates")
+        # The last word decides: what get says is what is enforced.
+        last = world.rpc("sandbox.get", {"name": name})["result"]["networkPolicy"]
+        mode = [k for k, v in MODES.items() if v == last][0]
+        _expect_mode(world, name, mode)
+        expect(len(_logs(world, cmd).splitlines()) > 3, "the probe loop ran during the changes")
+        expect_eq(world.pub_other_listener.connections()[other_before:], [],
+                  "connections to an address no allowed name resolves to")
+        with open(os.path.join(world.tmp, "dnsmasq.log"), errors="replace") as f:
+            expect(leak_name not in f.read(), "a name no policy allows reached the upstream resolver")
+        # allow-all in the mix: the host stays unreachable whatever the order.
+        flip(["allow-all", "deny-all", "allow-all", "allowlist", "allow-all", "deny-all", "allow-all"])
+        expect_eq(errors, [], "errors of the updates")
+        poll(lambda: len(world.pub_other_listener.connections()) > other_before, 10,
+             "the probe to reach the public address under allow-all (so it ran)")
+    expect_eq(world.host_listener.connections()[host_before:], [], "connections that reached the host")
