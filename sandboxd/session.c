@@ -204,9 +204,13 @@ static int ca_prepare(start_job *j, sb_error **ret_err) {
         size_t n_host = 0, n_mine = 0;
         int r;
         /* The CA is made for every networked session: netd terminates with
-         * it whatever the runtime. */
+         * it whatever the runtime. Not for one started under deny-all: its
+         * bundle would be a bind whose host path the sandbox reads in
+         * mountinfo, and a deny-all sandbox sees nothing of the host. After
+         * a live switch to a policy with rules, its proxy refuses the
+         * hosts with rules (it has no CA to apply them with). */
         bool trust = streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
-        if (j->slot < 0)
+        if (j->slot < 0 || streq(sandbox_policy_mode(sb), "deny-all"))
                 return 0;
         if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0 ||
             asprintf(&trust_dir, "%s/trust", sb->run_dir) < 0)

@@ -117,6 +117,24 @@ def _expect_mode(world, name, mode):
            "%s: a denied host gets the policy's 403:" % mode, out[:300], err[:200])
 
 
+def _expect_rules_apply(world, name, started):
+    """HTTPS to the host with rules: its transform reaches the server when
+    the session has a CA (started networked); a session started under
+    deny-all has none, and the proxy refuses that host, never passes it
+    untransformed."""
+    n = len(world.web_log("api"))
+    path = "/live-%s" % started
+    code, out, err = sh(world, name, "curl -sS -m 10 --noproxy '*' https://api.public.test%s" % path)
+    got = [e for e in world.web_log("api")[n:] if e.get("path") == path]
+    if started == "deny-all":
+        expect(code != 0 and got == [], "rules after a start under deny-all: refused, nothing upstream:", code,
+               got, err[:200])
+        return
+    expect_eq(code, 0, "HTTPS to the host with rules (%s)" % err.strip()[:300])
+    hdrs = {k.lower(): v for k, v in got[0].get("headers") or []} if got else {}
+    expect_eq(hdrs.get("x-sandbox-test"), "live", "the rule's header at the server")
+
+
 def _flow_survives(old, new):
     """Whether a flow to api.public.test made under `old` outlives the
     change: the new mode must admit it, and a custom one admits only an
@@ -168,6 +186,8 @@ def _transition(world, old, new):
                                  "%s -> %s: the %s flow the new mode denies to be cut" % (old, new, tag))
                     expect("broken" in ended, "the flow was cut:", ended)
             _expect_mode(world, name, new)
+            if new == "rules":
+                _expect_rules_apply(world, name, old)
             for tag, f in flows.items():
                 if _flow_survives(old, new) and tag == "api":
                     expect("broken" not in f(), "%s -> %s: the %s flow keeps running:" % (old, new, tag), f())
