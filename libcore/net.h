@@ -16,7 +16,17 @@
 typedef struct core_net_pool {
         struct in_addr base;  /* network order; default 10.201.0.0 */
         unsigned prefix;      /* default 16 */
+        /* IPv6 (DESIGN §5: "the same for IPv6 from a configurable ULA
+         * pool"): slot n gets the /127 pair host base6 + 2n, sandbox
+         * base6 + 2n + 1 (RFC 6164 point-to-point links). prefix6 0: no
+         * IPv6 (every IPv6 packet from a session is denied, as before). */
+        struct in6_addr base6;
+        unsigned prefix6;     /* 0, or 8..120; default 64 (fd5b:d0c5:6a1e::/64) */
 } core_net_pool;
+
+/* IPv6 host side and sandbox side of slot n (pool->prefix6 != 0). */
+struct in6_addr core_net_host_addr6(const core_net_pool *pool, unsigned slot);
+struct in6_addr core_net_sandbox_addr6(const core_net_pool *pool, unsigned slot);
 
 /* Host-side address (network order) of slot n, and the sandbox side. */
 struct in_addr core_net_host_addr(const core_net_pool *pool, unsigned slot);

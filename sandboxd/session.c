@@ -315,6 +315,11 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddNumberToObject(o, "netSlot", j->slot);
         cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
         cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
+        if (m->pool.prefix6) {
+                char b6[INET6_ADDRSTRLEN];
+                cJSON_AddStringToObject(o, "poolBase6", inet_ntop(AF_INET6, &m->pool.base6, b6, sizeof(b6)));
+                cJSON_AddNumberToObject(o, "poolPrefix6", m->pool.prefix6);
+        }
         /* No base environment in init: each command.run carries the whole
          * environment (the sandbox's env as it is now, then the command's),
          * so a variable an update removes is gone from new commands. */
