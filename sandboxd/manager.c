@@ -176,8 +176,10 @@ static bool addr6_in_pool(const core_net_pool *pool, const uint8_t *a) {
 static bool addr_in_pool(int family, const void *addr, void *userdata) {
         const manager *m = userdata;
         uint32_t a, mask = htonl(~0U << (32 - m->pool.prefix));
+        /* Link-local addresses (every veth's host side gets one) are
+         * forbidden under every policy already (fe80::/10). */
         if (family == AF_INET6)
-                return addr6_in_pool(&m->pool, addr);
+                return addr6_in_pool(&m->pool, addr) || IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)addr);
         if (family != AF_INET)
                 return false;
         memcpy(&a, addr, 4);
@@ -300,7 +302,7 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
                     (((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr & pool_mask) == m->pool.base.s_addr)
                         continue;
                 if (i->ifa_addr->sa_family == AF_INET6 &&
-                    addr6_in_pool(&m->pool, ((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr.s6_addr))
+                    addr_in_pool(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, m))
                         continue;
                 pol_cidr *c = &v[n++];
                 c->addr.family = i->ifa_addr->sa_family;

@@ -580,6 +580,19 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
         argv[a++] = path;
         argv[a++] = (char *)"--ack";
         a += netd_proxy_args(sb, with_ca, argv + a, proxy_arg, cert, key);
+        /* The IPv6 gateway of the same slot (the IPv4 gateway is the
+         * slot's even address): the proxy's IPv6 listener, where nftables
+         * redirects the session's IPv6 TCP 80/443. */
+        char proxy6_arg[INET6_ADDRSTRLEN + 10];
+        if (m->pool.prefix6) {
+                char gw6[INET6_ADDRSTRLEN];
+                unsigned slot = (ntohl(gateway.s_addr) - ntohl(m->pool.base.s_addr)) / 2;
+                struct in6_addr g6 = core_net_host_addr6(&m->pool, slot);
+                inet_ntop(AF_INET6, &g6, gw6, sizeof(gw6));
+                snprintf(proxy6_arg, sizeof(proxy6_arg), "[%s]:%d", gw6, POL_PROXY_PORT);
+                argv[a++] = (char *)"--proxy6";
+                argv[a++] = proxy6_arg;
+        }
         int out = -EBADF, in = -EBADF;
         r = core_spawn_helper(m->netd_path, argv, &out, &in, ret_pid, ret_err);
         free(argv);
@@ -691,7 +704,7 @@ static void netd_line(session *s, const char *line) {
                         log_warning("sandbox '%s': its DNS filter refused the new policy: %s", sb->name,
                                     cJSON_GetStringValue(cJSON_GetObjectItem(o, "message")) ?: "?");
         } else if (pin) {
-                struct in_addr a;
+                pol_addr a;
                 cJSON *ttl = cJSON_GetObjectItem(o, "ttl");
                 _cleanup_error_ sb_error *err = NULL;
                 /* A pin judged under a policy this session no longer has
@@ -699,14 +712,17 @@ static void netd_line(session *s, const char *line) {
                  * replaced it) is refused, never added: netd answers
                  * SERVFAIL and the client asks again, under the new one. */
                 bool current = pin_generation_current(s, cJSON_GetObjectItem(o, "generation"));
-                bool ok = current && inet_pton(AF_INET, pin, &a) == 1 &&
-                          pol_nft_pin(ifname, a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
+                /* A (dns4) or AAAA (dns6) pin; an IPv6 pin without an IPv6
+                 * pool goes into a set no packet reaches (the host table
+                 * denies the session's IPv6 first). */
+                bool ok = current && pol_addr_parse(pin, &a) == 0 &&
+                          pol_nft_pin_addr(ifname, &a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
                 if (!current)
                         log_debug("sandbox '%s': pin %s judged under a replaced policy: refused", sb->name, pin);
                 else if (!ok)
-                        log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "not an IPv4 address");
+                        log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "not an IP address");
                 else
-                        pins_record(&s->pins, a, cJSON_GetStringValue(cJSON_GetObjectItem(o, "name")),
+                        pins_record_addr(&s->pins, &a, cJSON_GetStringValue(cJSON_GetObjectItem(o, "name")),
                                     cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30);
                 /* netd releases the answer only on "\n": the address is in the
                  * set before the sandbox learns it; anything else is SERVFAIL. */

@@ -91,3 +91,125 @@ def test_an_allow_all_sandbox_never_reaches_the_host_or_an_ipv6_form_of_a_forbid
         for t in targets:
             _refused_fast(connect(world, name, t), "allow-all to [%s]:%d" % (t, W.LISTEN_PORT))
         expect_eq(world.host6_listener.connections(), [], "connections the world host's IPv6 listener saw")
+
+
+# ---------------------------------------------------------------- custom policies
+
+AAAA = 28
+
+
+def test_a_custom_policy_pins_the_aaaa_answer_of_an_allowed_name_and_nothing_else(world):
+    pol = _policy_file(world, {"allow": ["api6.public.test", "dual.public.test"]})
+    with sandbox(world, "v6pin", "--policy", pol) as name:
+        addr, _gw = _addr6(world, name)
+        expect(addr.startswith(POOL6), "a custom-policy session has an IPv6 address of the pool:", addr)
+        # Not resolved yet: not pinned, refused at once.
+        _refused_fast(connect(world, name, W.PUB6_API_ADDR), "before the AAAA answer")
+        r = dns(world, name, "api6.public.test", qtype=AAAA)
+        expect_eq((r.get("rcode"), r.get("addrs")), (0, [W.PUB6_API_ADDR]), "AAAA of an allowed name: %s" % r)
+        _connect_ok(connect(world, name, W.PUB6_API_ADDR), "the pinned IPv6 address")
+        # An unresolved address of the same network stays refused.
+        _refused_fast(connect(world, name, W.PUB6_OTHER_ADDR), "an IPv6 address no allowed name resolved to")
+        r = dns(world, name, "dual.public.test", qtype=AAAA)
+        expect_eq(r.get("addrs"), [W.PUB6_API_ADDR], "AAAA of a dual-stack name: %s" % r)
+        _blocked(dns(world, name, "other6.public.test", qtype=AAAA), NXDOMAIN, "other6.public.test")
+
+
+def test_a_custom_policy_refuses_aaaa_answers_that_rebind_to_forbidden_addresses(world):
+    pol = _policy_file(world, {"allow": ["*.public.test"]})
+    with sandbox(world, "v6rb", "--policy", pol) as name:
+        for qname in ("loop6", "mapped6", "meta6", "nat64meta", "sixtofour", "ll6", "ula6", "mixed6"):
+            r = dns(world, name, qname + ".public.test", qtype=AAAA)
+            _blocked(r, REFUSED)
+        # Nothing of them was pinned: ::1 and the mapped loopback stay refused.
+        for host in ("::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1"):
+            _refused_fast(connect(world, name, host), "to [%s] after its AAAA was refused" % host)
+
+
+def test_subnets_allow_and_deny_take_ipv6_cidrs_and_never_open_what_they_do_not_name(world):
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": ["::/0", W.PUB6_NET]}})
+    with sandbox(world, "v6sa", "--policy", pol) as name:
+        _connect_ok(connect(world, name, W.PUB6_API_ADDR), "an address in subnets.allow")
+        _gw_addr, gw = _addr6(world, name)
+        for host in (W.HOST_ADDR6, gw, "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "2002:a9fe:a9fe::1",
+                     "::a9fe:a9fe", "::7f00:1"):
+            _refused_fast(connect(world, name, host), "::/0 in subnets.allow to [%s]" % host)
+    pol = _policy_file(world, {"allow": ["api6.public.test"],
+                               "subnets": {"allow": [W.PUB6_NET], "deny": [W.PUB6_API_ADDR + "/128"]}})
+    with sandbox(world, "v6sd", "--policy", pol) as name:
+        before = len(world.pub6_api_listener.connections())
+        _refused_fast(connect(world, name, W.PUB6_API_ADDR), "an IPv6 address in subnets.deny")
+        r = dns(world, name, "api6.public.test", qtype=AAAA)
+        _blocked(r, REFUSED, "subnets.deny")
+        expect_eq(len(world.pub6_api_listener.connections()), before, "connections the denied address saw")
+
+
+def test_the_egress_proxy_serves_ipv6_http_and_refuses_a_name_the_policy_does_not_allow(world):
+    pol = _policy_file(world, {"allow": ["api6.public.test"]})
+    with sandbox(world, "v6px", "--policy", pol) as name:
+        before = len(world.web_log("api"))
+        code, out, err = sh(world, name, "curl -sS -6 -m 10 --noproxy '*' http://api6.public.test/over-v6")
+        expect(code == 0, "curl over IPv6 through the transparent proxy: exit %d:" % code, out, err)
+        seen = [l for l in world.web_log("api")[before:] if l.get("path") == "/over-v6"]
+        expect(seen, "the IPv6 echo server got the request:", world.web_log("api")[before:])
+        attacker = len(world.web_log("attacker"))
+        code, out, err = sh(world, name, "curl -sS -m 10 --noproxy '*' -o /dev/null -w '%%{http_code}' "
+                                         "--resolve blocked6.test:80:[%s] http://blocked6.test/" % W.PUB6_ATTACKER_ADDR)
+        expect_eq(out.strip(), "403", "HTTP over IPv6 to a name the policy does not allow (%s)" % err.strip())
+        expect_eq(len(world.web_log("attacker")), attacker, "connections the attacker's IPv6 server saw")
+
+
+def test_policy_check_judges_ipv6_addresses_as_the_rules_do(world):
+    def check(pol, host, port=443):
+        return world.rpc_result("policy.check", {"networkPolicy": pol, "host": host, "port": port})
+    cases = [
+        ("allow-all", W.PUB6_API_ADDR, True),
+        ("allow-all", "::1", False),
+        ("allow-all", "fe80::1", False),
+        ("allow-all", "::ffff:169.254.169.254", False),
+        ("allow-all", "64:ff9b::a9fe:a9fe", False),
+        ("allow-all", "2002:a9fe:a9fe::1", False),
+        ("allow-all", POOL6 + ":5", False),
+        ({"allow": [], "subnets": {"allow": [W.PUB6_NET]}}, W.PUB6_API_ADDR, True),
+        # A CIDR opens a forbidden range only where it names it (rule 5).
+        ({"allow": [], "subnets": {"allow": ["::/0"]}}, "fd00::1", False),
+        ({"allow": [], "subnets": {"allow": ["fd00::/8"]}}, "fd00::1", True),
+        ({"allow": [], "subnets": {"allow": ["::/0"]}}, "::1", False),
+        ({"allow": [], "subnets": {"allow": ["::/0"], "deny": [W.PUB6_NET]}}, W.PUB6_API_ADDR, False),
+        ({"allow": ["x.test"]}, W.PUB6_API_ADDR, False),
+    ]
+    for pol, host, allow in cases:
+        r = check(pol, host)
+        expect_eq(r.get("decision") == "allow", allow, "policy.check %s under %s: %s" % (host, json.dumps(pol), r))
+
+
+# ---------------------------------------------------------------- inbound
+
+LISTEN6 = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", int(sys.argv[1]))); s.listen(8); open(sys.argv[2], "w").close()
+while True:
+    c, a = s.accept(); open(sys.argv[2], "a").write("tcp %s\n" % a[0]); c.close()
+"""
+
+
+def test_nothing_outside_starts_an_ipv6_connection_into_a_sandbox(world):
+    with sandbox(world, "v6in", "--allow-all") as name:
+        addr, gw = _addr6(world, name)
+        code, _o, err = world.ctl("exec", "--detach", name, "--", "python3", "-c", LISTEN6, "8124", "/tmp/in6.log")
+        expect(code == 0, "start the IPv6 listener inside:", err)
+        poll(lambda: sh(world, name, "test -e /tmp/in6.log")[0] == 0, 10, "the listener inside to bind")
+        # The internet routes the pool via the world host, as a neighbour would.
+        world.run_in_net(["ip", "-6", "route", "add", POOL6 + ":/64", "via", W.HOST_ADDR6])
+        try:
+            r = world.run_in_net(["python3", "-c", CONNECT, addr, "8124"])
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+            expect(not got["ok"], "a connection from the internet to [%s]:8124:" % addr, got)
+        finally:
+            world.run_in_net(["ip", "-6", "route", "del", POOL6 + ":/64", "via", W.HOST_ADDR6])
+        r = world.run_in_host(["python3", "-c", CONNECT, addr, "8124"])
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        expect(not got["ok"], "a connection from the world host to [%s]:8124:" % addr, got)
+        _c, log, _e = sh(world, name, "cat /tmp/in6.log")
+        expect_eq(log.strip(), "", "connections the listener inside saw")
