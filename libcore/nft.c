@@ -66,7 +66,7 @@ enum addrmatch {
          * 6052) forms of the IPv4 pool; the host sides of the IPv6 pool
          * (even offsets); source failing the reverse-path check. */
         DADDR6_CIDR, DADDR6_POOL, DADDR6_6TO4_POOL, DADDR6_NAT64_POOL, SADDR6_POOL, SADDR6_POOL_HOST,
-        SADDR6_RPF_MISSING,
+        SADDR6_RPF_MISSING, EXTHDR6_ROUTING,
 };
 /* Whether a rule exists with or without an IPv6 pool (core_net_pool.prefix6). */
 enum v6when { V6_ANY, V6_ON, V6_OFF };
@@ -248,6 +248,14 @@ static const host_rule host_rules[] = {
          * (2001::/32) embeds an obfuscated public address and its server's
          * address, never a local one: left to the policies (it is
          * reserved for custom ones). */
+        /* A routing header names further destinations that a router past
+         * this host would send the packet on to (segment routing, RFC
+         * 8754; type 0 is gone, RFC 5095): the destination judged here
+         * would not be the last one. IPv4 source routing is off by the
+         * kernel's default (accept_source_route=0); this is its IPv6
+         * counterpart, for packets the host forwards. */
+        { "forward", "forward: sbx* exthdr rt exists goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, EXTHDR6_ROUTING, false, false, V_GOTO_DENY, .v6 = V6_ON },
         { "forward", "forward: sbx* -> ::/96 goto " CORE_NFT_DENY_CHAIN,
           IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "::/96" },
         { "forward", "forward: sbx* -> ::ffff:0:0/96 goto " CORE_NFT_DENY_CHAIN,
@@ -469,6 +477,23 @@ static int add_rpf_missing(struct nftnl_rule *r) {
         return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &none, sizeof(none));
 }
 
+/* `exthdr rt exists`: the packet carries an IPv6 routing header (RFC 8200
+ * §4.4). */
+static int add_exthdr_routing(struct nftnl_rule *r) {
+        struct nftnl_expr *e = nftnl_expr_alloc("exthdr");
+        uint8_t yes = 1;
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_DREG, NFT_REG_1);
+                nftnl_expr_set_u8(e, NFTNL_EXPR_EXTHDR_TYPE, IPPROTO_ROUTING);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OFFSET, 0);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_LEN, 1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_FLAGS, NFT_EXTHDR_F_PRESENT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OP, NFT_EXTHDR_OP_IPV6);
+        }
+        int ret = add_expr(r, e);
+        return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &yes, 1);
+}
+
 /* The IPv6 address match of a host rule (addr >= DADDR6_CIDR). */
 static int add_addr6(struct nftnl_rule *r, const host_rule *hr, const core_net_pool *pool) {
         static const struct in6_addr last_bit = { .s6_addr = { [15] = 1 } };
@@ -500,6 +525,8 @@ static int add_addr6(struct nftnl_rule *r, const host_rule *hr, const core_net_p
                 return add_ip6_prefix(r, 24, &net, 96 + pool->prefix, NULL);
         case SADDR6_RPF_MISSING:
                 return add_rpf_missing(r);
+        case EXTHDR6_ROUTING:
+                return add_exthdr_routing(r);
         default:
                 return -EINVAL;
         }

@@ -1011,6 +1011,13 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         _cleanup_error_ sb_error *ct_err = NULL;
         if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
                 log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
+        if (sb->m->pool.prefix6) {
+                struct in6_addr a6 = core_net_sandbox_addr6(&sb->m->pool, (unsigned) s->net_slot);
+                _cleanup_error_ sb_error *ct6_err = NULL;
+                if (core_conntrack_flush_source6(&a6, &ct6_err) < 0)
+                        log_warning("sandbox '%s': %s", sb->name,
+                                    ct6_err ? ct6_err->message : "flush IPv6 conntrack entries failed");
+        }
         if (p->mode == POL_MODE_CUSTOM && s->netd_pid <= 0) {
                 r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
                                &s->netd_out, &s->netd_in, ret_err);

@@ -213,3 +213,95 @@ def test_nothing_outside_starts_an_ipv6_connection_into_a_sandbox(world):
         expect(not got["ok"], "a connection from the world host to [%s]:8124:" % addr, got)
         _c, log, _e = sh(world, name, "cat /tmp/in6.log")
         expect_eq(log.strip(), "", "connections the listener inside saw")
+
+
+# A TCP connect to HOST whose packets carry an IPv6 segment routing header
+# (RFC 8754) listing VIA as the next segment: the packets are sent to VIA,
+# which an SRv6 router would send on to HOST. Set as a sticky option (no
+# privilege needed).
+RTHDR_CONNECT = r'''
+import json, socket, struct, sys, time
+host, port, via = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(3)
+segs = [socket.inet_pton(socket.AF_INET6, "::"), socket.inet_pton(socket.AF_INET6, via)]
+rh = struct.pack("BBBBBBH", 0, 2 * len(segs), 4, 1, 1, 0, 0) + b"".join(segs)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, rh)
+t = time.monotonic()
+try:
+    s.connect((host, port)); r = {"ok": True}
+except socket.timeout:
+    r = {"ok": False, "error": "timeout"}
+except OSError as e:
+    r = {"ok": False, "error": str(e.errno)}
+r["ms"] = (time.monotonic() - t) * 1000
+print(json.dumps(r))
+'''
+
+
+# Counts, for SECS seconds, the IPv6 packets on the internet namespace's
+# veth whose first extension header is a routing header (next header 43).
+RH_SNIFF = r'''
+import socket, struct, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
+s.bind(("inet0", 0)); s.settimeout(0.2); print("ready", flush=True)
+n, end = 0, time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    try:
+        f = s.recv(2048)
+    except socket.timeout:
+        continue
+    if len(f) > 54 and f[12:14] == b"\x86\xdd" and f[20] == 43:
+        n += 1
+print(n, flush=True)
+'''
+
+
+def test_a_routing_header_never_leaves_the_host(world):
+    import subprocess
+    import sys
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": [W.PUB6_NET]}})
+    for args in (("--allow-all",), ("--policy", pol)):
+        with sandbox(world, "v6rh", *args) as name:
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", RH_SNIFF, "5"],
+                                     stdout=subprocess.PIPE, text=True)
+            try:
+                expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
+                _py(world, name, RTHDR_CONNECT, W.HOST_ADDR6, W.LISTEN_PORT, W.PUB6_API_ADDR)
+                seen = sniff.communicate(timeout=20)[0].strip()
+            finally:
+                if sniff.poll() is None:
+                    sniff.kill()
+                    sniff.wait()
+            expect_eq(seen, "0", "%s: packets with a routing header that left the world host" % args[0])
+
+
+def test_an_update_cuts_established_ipv6_flows_the_new_policy_denies(world):
+    import errno
+    import os
+    import signal
+    import sys
+    from test_policy_engine import _HOLD_SERVER, _LONG_FLOW
+    port = W.LISTEN_PORT + 2
+    log = os.path.join(world.tmp, "hold6-%d.log" % port)
+    open(log, "w").close()
+    server = _HOLD_SERVER.replace("socket.AF_INET,", "socket.AF_INET6,").replace("% peer)", "% peer[:2])")
+    srv = world._spawn("hold6-%d" % port, "net", [sys.executable, "-c", server, W.PUB6_API_ADDR, str(port), log],
+                       ready=True)
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": [W.PUB6_NET]}})
+    try:
+        with sandbox(world, "cut6", "--policy", pol) as name:
+            world.ctl("cp", "-", name + ":/tmp/flow.py", input=_LONG_FLOW.encode(), binary=True, check=True)
+            world.ctl("exec", "--detach", name, "--", "python3", "/tmp/flow.py", W.PUB6_API_ADDR, str(port),
+                      check=True)
+            flow = lambda: sh(world, name, "cat /tmp/flow.log 2>/dev/null")[1]
+            poll(lambda: open(log).read().strip(), 10, "the long IPv6 flow's first bytes at the server")
+            expect_eq(flow().strip(), "connected", "the flow runs under the first policy")
+            r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+            expect("result" in r, "update:", r)
+            ended = poll(lambda: (lambda t: t if "broken" in t or "alive" in t else None)(flow()), 5,
+                         "the established IPv6 flow the new policy denies to end")
+            errno_ = int(ended.split()[-1]) if "broken" in ended else None
+            expect(errno_ in (errno.ECONNRESET, errno.EPIPE), "the denied IPv6 flow was reset:", ended.strip())
+    finally:
+        os.killpg(srv.pid, signal.SIGKILL)
+        srv.wait(5)
