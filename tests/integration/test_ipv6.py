@@ -305,3 +305,32 @@ def test_an_update_cuts_established_ipv6_flows_the_new_policy_denies(world):
     finally:
         os.killpg(srv.pid, signal.SIGKILL)
         srv.wait(5)
+
+
+def test_a_denied_ipv6_connect_is_an_event_naming_the_address(world):
+    pol = _policy_file(world, {"allow": ["api6.public.test"]})
+    with sandbox(world, "v6ev", "--policy", pol) as name:
+        c = world.daemon.connect(30)
+        try:
+            r = c.call("events.subscribe", {"sandbox": name, "kinds": ["denied"]}, 30)
+            expect("result" in r, "subscribe:", r)
+            _refused_fast(connect(world, name, W.PUB6_OTHER_ADDR), "an unresolved IPv6 address")
+            note = c.wait_note(lambda n: n.get("method") == "event" and n["params"].get("layer") == "nftables", 10)
+            p = note["params"]
+            expect_eq((p["destination"], p.get("port")), (W.PUB6_OTHER_ADDR, W.LISTEN_PORT), "event fields")
+            expect("not resolved through the DNS filter" in p["rule"], "the rule the event names:", p)
+        finally:
+            c.close()
+
+
+def test_ipv6_pool_off_gives_sessions_no_ipv6(world):
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.start_sandboxd({"ipv6Pool": "off"}, tag="nov6")
+    try:
+        with sandbox(world, "nov6", "--allow-all") as name:
+            _c, out, _e = sh(world, name, "ip -6 addr show; ip -6 route show")
+            expect_eq(out.strip(), "", "IPv6 addresses or routes in the sandbox with ipv6Pool off")
+            _refused_fast(connect(world, name, "64:ff9b::505:50a"), "IPv6 with ipv6Pool off")
+    finally:
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
