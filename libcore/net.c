@@ -1,7 +1,8 @@
 /* Per-session network plumbing with libnl-route-3: pool arithmetic, the veth
  * pair "sbx<n>" <-> "eth0" (created from the host, peer moved into the
  * sandbox's network namespace at creation), and the configuration of that
- * namespace from inside it (lo, eth0 address, default route, IPv6 off),
+ * namespace from inside it (lo, eth0 addresses, default routes; IPv6 per
+ * the pool),
  * and the lock that gives a network namespace to one daemon only.
  * The host-wide nftables table lives in nft.c. */
 #include <arpa/inet.h>
@@ -291,7 +292,7 @@ int core_veth_delete(unsigned slot, sb_error **ret_err) {
 }
 
 /* Runs in sandbox-init, inside the sandbox's fresh network namespace, as
- * root there, BEFORE /proc/sys is remounted read-only: the disable_ipv6
+ * root there, BEFORE /proc/sys is remounted read-only: the IPv6 sysctl
  * writes below are the last writes to /proc/sys/net the sandbox needs.
  * /proc/sys/net resolves against the writer's network namespace, so these
  * writes touch only the sandbox's own stack. */

@@ -1,6 +1,6 @@
 /* The host-wide nftables table `inet sandboxd`: its base chains and the
  * rules every session shares (no access to the host, to other sandboxes, to
- * link-local, no IPv6; nothing inbound that a sandbox did not begin, from
+ * link-local, in either family; nothing inbound that a sandbox did not begin, from
  * outside or from the host's own processes; masquerade of the pool), built
  * with libnftnl and sent as one atomic netlink batch through libmnl.
  *
@@ -134,8 +134,9 @@ static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSION
 static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
 
 /* DESIGN §5.1 rule 5: a sandbox never reaches the host itself, another
- * sandbox or link-local (cloud metadata), and IPv6 is off (the pool is IPv4
- * only, so any IPv6 would bypass the per-session IPv4 policy). Each of those
+ * sandbox or link-local (cloud metadata), in IPv4 or in any IPv6 form;
+ * without an IPv6 pool IPv6 is off (V6_OFF rule: the session chains would
+ * have nothing to judge it by). Each of those
  * denials goes to the shared `deny` chain, like a session's: it logs the
  * packet to NFLOG (so the denial becomes an event, DESIGN §5.2) and answers
  * TCP with a reset and everything else with ICMP admin-prohibited, so a
@@ -171,8 +172,8 @@ static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
  *   conntrack marks as the reply direction of that flow), and IPv6
  *   neighbour discovery, which a veth carrying IPv6 needs.
  * These rules match interfaces and conntrack, not addresses, so they hold
- * for both families of the inet table; the pool rules are IPv4 because the
- * pool is. */
+ * for both families of the inet table; the pool rules exist for each pool
+ * (V6_ON rules for the IPv6 one). */
 static const host_rule host_rules[] = {
         /* The host's own traffic to itself: a host process dialling a
          * gateway address was denied in output already, and the reset

@@ -15,7 +15,6 @@
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,24 +118,23 @@ typedef struct names {
         struct in6_addr gw6;   /* that address: the session's IPv6 gateway */
 } names;
 
-/* The global IPv6 address of the host side of the session's veth (from
- * the ipv6Pool, libcore/net.c), looked up rather than passed so that the
- * callers' signature stays the IPv4 one; none (no IPv6 pool): the gateway
- * chain admits no IPv6 at all. */
+/* The IPv6 pool (pol_nft_set_ipv6_pool); prefix6 0: none. */
+static core_net_pool ipv6_pool;
+
+void pol_nft_set_ipv6_pool(const core_net_pool *pool) {
+        ipv6_pool = *pool;
+}
+
+/* The IPv6 gateway of session interface "sbx<slot>": the host side of the
+ * slot's /127 (core_net_host_addr6(), the address core_veth_create()
+ * gives it). Computed, not looked up, so a change costs the same whatever
+ * the number of sessions. None without an IPv6 pool: the gateway chain
+ * then admits no IPv6 at all. */
 static void find_gw6(names *n) {
-        struct ifaddrs *ifa = NULL;
-        n->has_gw6 = false;
-        if (getifaddrs(&ifa) < 0)
-                return;
-        for (struct ifaddrs *i = ifa; i && !n->has_gw6; i = i->ifa_next)
-                if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && i->ifa_name && streq(i->ifa_name, n->ifname)) {
-                        const struct in6_addr *a = &((const struct sockaddr_in6 *) i->ifa_addr)->sin6_addr;
-                        if (!IN6_IS_ADDR_LINKLOCAL(a) && !IN6_IS_ADDR_MULTICAST(a)) {
-                                n->gw6 = *a;
-                                n->has_gw6 = true;
-                        }
-                }
-        freeifaddrs(ifa);
+        unsigned long slot = strtoul(n->ifname + 3, NULL, 10);
+        n->has_gw6 = ipv6_pool.prefix6 != 0 && slot < core_net_pool_slots(&ipv6_pool);
+        if (n->has_gw6)
+                n->gw6 = core_net_host_addr6(&ipv6_pool, (unsigned) slot);
 }
 
 /* Session interfaces are "sbx<n>": the host-wide rules that make the host,

@@ -59,6 +59,7 @@
 #include <netinet/in.h>
 #include <stdint.h>
 #include "libcore/error.h"
+#include "libcore/net.h"
 #include "policy/policy.h"
 
 /* Floor of a DNS pin's lifetime, seconds (DESIGN §5.1 rule 6). */
@@ -78,6 +79,12 @@
  * the failing object. */
 int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_addr gateway,
                           sb_error **ret_err);
+
+/* Tells the generator the daemon's address pools (once, at start, before
+ * any session is applied): with an IPv6 pool, the gateway chain of
+ * "sbx<n>" also admits the egress proxy's port at the IPv6 gateway of slot
+ * n (core_net_host_addr6()). */
+void pol_nft_set_ipv6_pool(const core_net_pool *pool);
 
 /* Deletes every object of session `ifname`, in both maps; nothing there is
  * success. Its veth, if it still exists, is denied from then on. Returns 0

@@ -612,6 +612,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
             (r = parse_pool6(cfg->ipv6_pool, &m->pool, ret_err)) < 0)
                 goto fail;
         m->n_slots = core_net_pool_slots(&m->pool);
+        pol_nft_set_ipv6_pool(&m->pool);
         if (m->n_slots > 65536)
                 m->n_slots = 65536;
         m->slots = calloc(m->n_slots, sizeof(bool));
