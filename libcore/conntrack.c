@@ -48,7 +48,9 @@ typedef struct ct_entry {
 } ct_entry;
 
 typedef struct dump_ctx {
+        int family;         /* AF_INET (src) or AF_INET6 (src6) */
         struct in_addr src;
+        struct in6_addr src6;
         ct_entry *entries;  /* NULL: count only */
         size_t n, cap;
         bool truncated;     /* more matches than MAX_ENTRIES_PER_PASS */
@@ -67,12 +69,19 @@ static int top_cb(const struct nlattr *a, void *d) { return keep_attr_cb(a, d, C
 static int tuple_cb(const struct nlattr *a, void *d) { return keep_attr_cb(a, d, CTA_TUPLE_MAX); }
 static int ip_cb(const struct nlattr *a, void *d) { return keep_attr_cb(a, d, CTA_IP_MAX); }
 
-/* Whether the original-direction source of this entry is ctx->src. */
-static bool source_matches(const struct nlattr *orig, struct in_addr src) {
+/* Whether the original-direction source of this entry is ctx->src (src6). */
+static bool source_matches(const struct nlattr *orig, const dump_ctx *ctx) {
         const struct nlattr *tt[CTA_TUPLE_MAX + 1] = {0};
         const struct nlattr *ip[CTA_IP_MAX + 1] = {0};
+        struct in_addr src = ctx->src;
         if (mnl_attr_parse_nested(orig, tuple_cb, tt) < 0 || !tt[CTA_TUPLE_IP])
                 return false;
+        if (ctx->family == AF_INET6) {
+                if (mnl_attr_parse_nested(tt[CTA_TUPLE_IP], ip_cb, ip) < 0 || !ip[CTA_IP_V6_SRC] ||
+                    mnl_attr_get_payload_len(ip[CTA_IP_V6_SRC]) != 16)
+                        return false;
+                return memcmp(mnl_attr_get_payload(ip[CTA_IP_V6_SRC]), &ctx->src6, 16) == 0;
+        }
         if (mnl_attr_parse_nested(tt[CTA_TUPLE_IP], ip_cb, ip) < 0 || !ip[CTA_IP_V4_SRC] ||
             mnl_attr_validate(ip[CTA_IP_V4_SRC], MNL_TYPE_U32) < 0)
                 return false;
@@ -84,7 +93,7 @@ static int entry_cb(const struct nlmsghdr *nlh, void *data) {
         const struct nlattr *tb[CTA_MAX + 1] = {0};
         if (mnl_attr_parse(nlh, sizeof(struct nfgenmsg), top_cb, tb) < 0 || !tb[CTA_TUPLE_ORIG])
                 return MNL_CB_OK;
-        if (!source_matches(tb[CTA_TUPLE_ORIG], ctx->src))
+        if (!source_matches(tb[CTA_TUPLE_ORIG], ctx))
                 return MNL_CB_OK;
         if (!ctx->entries) {
                 ctx->n++;
@@ -109,13 +118,13 @@ static int entry_cb(const struct nlmsghdr *nlh, void *data) {
         return MNL_CB_OK;
 }
 
-static struct nlmsghdr *put_request(char *buf, uint8_t msg, uint16_t flags, uint32_t seq) {
+static struct nlmsghdr *put_request(char *buf, uint8_t msg, uint16_t flags, uint32_t seq, int family) {
         struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
         nlh->nlmsg_type = CT_TYPE(msg);
         nlh->nlmsg_flags = NLM_F_REQUEST | flags;
         nlh->nlmsg_seq = seq;
         struct nfgenmsg *nfg = mnl_nlmsg_put_extra_header(nlh, sizeof(*nfg));
-        nfg->nfgen_family = AF_INET;
+        nfg->nfgen_family = (uint8_t) family;
         nfg->version = NFNETLINK_V0;
         nfg->res_id = 0;
         return nlh;
@@ -162,7 +171,7 @@ static int open_socket(struct mnl_socket **ret, sb_error **ret_err) {
 
 static int dump(struct mnl_socket *nl, uint32_t seq, dump_ctx *ctx, sb_error **ret_err) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
-        struct nlmsghdr *req = put_request(buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP, seq);
+        struct nlmsghdr *req = put_request(buf, IPCTNL_MSG_CT_GET, NLM_F_DUMP, seq, ctx->family);
         int r = transact(nl, req, entry_cb, ctx);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "dump conntrack table: %s", strerror(-r));
@@ -171,9 +180,9 @@ static int dump(struct mnl_socket *nl, uint32_t seq, dump_ctx *ctx, sb_error **r
 
 /* Deletes one entry. An entry already gone (expired, closed, or replaced so
  * that its id no longer matches) is success: 0; deleted: 1. */
-static int delete_entry(struct mnl_socket *nl, uint32_t seq, const ct_entry *e) {
+static int delete_entry(struct mnl_socket *nl, uint32_t seq, const ct_entry *e, int family) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
-        struct nlmsghdr *req = put_request(buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK, seq);
+        struct nlmsghdr *req = put_request(buf, IPCTNL_MSG_CT_DELETE, NLM_F_ACK, seq, family);
         mnl_attr_put(req, CTA_TUPLE_ORIG | NLA_F_NESTED, e->tuple_len, e->tuple);
         if (e->has_id)
                 mnl_attr_put_u32(req, CTA_ID, e->id);
@@ -190,16 +199,14 @@ int core_conntrack_count_source(struct in_addr src, sb_error **ret_err) {
         int r = open_socket(&nl, ret_err);
         if (r < 0)
                 return r;
-        dump_ctx ctx = { .src = src };
+        dump_ctx ctx = { .family = AF_INET, .src = src };
         r = dump(nl, (uint32_t) time(NULL), &ctx, ret_err);
         if (r < 0)
                 return r;
         return ctx.n > INT32_MAX ? INT32_MAX : (int) ctx.n;
 }
 
-int core_conntrack_flush_source(struct in_addr src, sb_error **ret_err) {
-        char addr[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &src, addr, sizeof(addr));
+static int flush(const dump_ctx *proto, const char *addr, sb_error **ret_err) {
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
         int r = open_socket(&nl, ret_err);
         if (r < 0)
@@ -210,11 +217,13 @@ int core_conntrack_flush_source(struct in_addr src, sb_error **ret_err) {
         uint32_t seq = (uint32_t) time(NULL);
         int deleted = 0;
         for (int pass = 0; pass < MAX_PASSES; pass++) {
-                dump_ctx ctx = { .src = src, .entries = entries, .cap = MAX_ENTRIES_PER_PASS };
+                dump_ctx ctx = *proto;
+                ctx.entries = entries;
+                ctx.cap = MAX_ENTRIES_PER_PASS;
                 if ((r = dump(nl, seq++, &ctx, ret_err)) < 0)
                         return sb_error_prefix(ret_err, "flush conntrack entries of %s", addr);
                 for (size_t i = 0; i < ctx.n; i++) {
-                        if ((r = delete_entry(nl, seq++, &entries[i])) < 0)
+                        if ((r = delete_entry(nl, seq++, &entries[i], ctx.family)) < 0)
                                 return sb_error_set(ret_err, r, NULL, NULL,
                                                     "flush conntrack entries of %s: delete entry: %s",
                                                     addr, strerror(-r));
@@ -226,4 +235,18 @@ int core_conntrack_flush_source(struct in_addr src, sb_error **ret_err) {
         return sb_error_set(ret_err, -E2BIG, NULL, NULL,
                             "flush conntrack entries of %s: still more after %d passes of %d",
                             addr, MAX_PASSES, MAX_ENTRIES_PER_PASS);
+}
+
+int core_conntrack_flush_source(struct in_addr src, sb_error **ret_err) {
+        char addr[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &src, addr, sizeof(addr));
+        dump_ctx ctx = { .family = AF_INET, .src = src };
+        return flush(&ctx, addr, ret_err);
+}
+
+int core_conntrack_flush_source6(const struct in6_addr *src, sb_error **ret_err) {
+        char addr[INET6_ADDRSTRLEN];
+        inet_ntop(AF_INET6, src, addr, sizeof(addr));
+        dump_ctx ctx = { .family = AF_INET6, .src6 = *src };
+        return flush(&ctx, addr, ret_err);
 }

@@ -30,6 +30,11 @@
  * last pass (a sandbox opening flows faster than they are removed). */
 int core_conntrack_flush_source(struct in_addr src, sb_error **ret_err);
 
+/* core_conntrack_flush_source() for the IPv6 conntrack entries whose
+ * original-direction source is `src` (a sandbox's IPv6 veth address,
+ * core_net_sandbox_addr6()). Same bounds and errors. */
+int core_conntrack_flush_source6(const struct in6_addr *src, sb_error **ret_err);
+
 /* Counts the IPv4 conntrack entries whose original-direction source is
  * `src` (network order), in the caller's network namespace (tests,
  * diagnostics). Returns the count or a negative errno with *ret_err

@@ -1,7 +1,8 @@
 /* Per-session network plumbing with libnl-route-3: pool arithmetic, the veth
  * pair "sbx<n>" <-> "eth0" (created from the host, peer moved into the
  * sandbox's network namespace at creation), and the configuration of that
- * namespace from inside it (lo, eth0 address, default route, IPv6 off),
+ * namespace from inside it (lo, eth0 addresses, default routes; IPv6 per
+ * the pool),
  * and the lock that gives a network namespace to one daemon only.
  * The host-wide nftables table lives in nft.c. */
 #include <arpa/inet.h>
@@ -35,6 +36,26 @@ struct in_addr core_net_host_addr(const core_net_pool *pool, unsigned slot) {
 
 struct in_addr core_net_sandbox_addr(const core_net_pool *pool, unsigned slot) {
         return (struct in_addr) { .s_addr = htonl(ntohl(pool->base.s_addr) + 2u * slot + 1u) };
+}
+
+/* base6 + k in its low 64 bits (slots stay far below 2^63). */
+static struct in6_addr addr6_plus(const struct in6_addr *base, uint64_t k) {
+        struct in6_addr a = *base;
+        uint64_t low = 0;
+        for (int i = 8; i < 16; i++)
+                low = low << 8 | a.s6_addr[i];
+        low += k;
+        for (int i = 15; i >= 8; i--, low >>= 8)
+                a.s6_addr[i] = (uint8_t) low;
+        return a;
+}
+
+struct in6_addr core_net_host_addr6(const core_net_pool *pool, unsigned slot) {
+        return addr6_plus(&pool->base6, 2u * (uint64_t) slot);
+}
+
+struct in6_addr core_net_sandbox_addr6(const core_net_pool *pool, unsigned slot) {
+        return addr6_plus(&pool->base6, 2u * (uint64_t) slot + 1u);
 }
 
 unsigned core_net_pool_slots(const core_net_pool *pool) {
@@ -101,6 +122,24 @@ static int disable_ipv6(const char *ifname) {
         return r == -ENOENT ? 0 : r;
 }
 
+/* IPv6 on for ifname, as a plain routed link: no router advertisements
+ * accepted (the routes are ours: a sandbox's RA must not reroute the
+ * host, nor the host's the sandbox), no SLAAC addresses, no redirects.
+ * Written before the link goes up. */
+static int enable_ipv6(const char *ifname) {
+        static const char *const knobs[][2] = {
+                { "accept_ra", "0" }, { "autoconf", "0" }, { "accept_redirects", "0" }, { "disable_ipv6", "0" },
+        };
+        char path[128];
+        for (size_t i = 0; i < ELEMENTSOF(knobs); i++) {
+                snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/%s", ifname, knobs[i][0]);
+                int r = core_write_string(path, knobs[i][1]);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* Brings ifname up; returns its ifindex in *ret_index when non-NULL. */
 static int link_up(struct nl_sock *sk, const char *ifname, int *ret_index, sb_error **err) {
         _cleanup_(rtnl_link_putp) struct rtnl_link *link = NULL, *change = rtnl_link_alloc();
@@ -137,11 +176,42 @@ static int add_addr31(struct nl_sock *sk, int ifindex, struct in_addr addr, cons
         return 0;
 }
 
+/* Adds addr/127 (RFC 6164) to ifindex with IFA_F_NODAD: the two ends of a
+ * veth are the only nodes on the link, and a tentative address would make
+ * the first second of a session fail (and the proxy redirect, which takes
+ * the interface's first non-tentative address, pick another one). */
+static int add_addr127(struct nl_sock *sk, int ifindex, struct in6_addr addr, const char *ifname,
+                       sb_error **err) {
+        _cleanup_(rtnl_addr_putp) struct rtnl_addr *a = rtnl_addr_alloc();
+        _cleanup_(nl_addr_putp) struct nl_addr *local = nl_addr_build(AF_INET6, &addr, sizeof(addr));
+        if (!a || !local)
+                return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
+        nl_addr_set_prefixlen(local, 127);
+        rtnl_addr_set_ifindex(a, ifindex);
+        int r = rtnl_addr_set_local(a, local);
+        if (r >= 0) {
+                rtnl_addr_set_prefixlen(a, 127);
+                rtnl_addr_set_flags(a, IFA_F_NODAD);
+                r = rtnl_addr_add(sk, a, 0);
+        }
+        if (r < 0 && r != -NLE_EXIST)
+                return nl_fail(err, r, "add IPv6 address to", ifname);
+        return 0;
+}
+
+static int add_default_route_family(struct nl_sock *sk, int ifindex, int family, const void *gw, size_t gwlen,
+                                    sb_error **err);
+
 static int add_default_route(struct nl_sock *sk, int ifindex, struct in_addr gw, sb_error **err) {
-        struct in_addr any = { .s_addr = INADDR_ANY };
+        return add_default_route_family(sk, ifindex, AF_INET, &gw, sizeof(gw), err);
+}
+
+static int add_default_route_family(struct nl_sock *sk, int ifindex, int family, const void *gw, size_t gwlen,
+                                    sb_error **err) {
+        static const struct in6_addr any6 = IN6ADDR_ANY_INIT;
         _cleanup_(rtnl_route_putp) struct rtnl_route *rt = rtnl_route_alloc();
-        _cleanup_(nl_addr_putp) struct nl_addr *dst = nl_addr_build(AF_INET, &any, sizeof(any));
-        _cleanup_(nl_addr_putp) struct nl_addr *via = nl_addr_build(AF_INET, &gw, sizeof(gw));
+        _cleanup_(nl_addr_putp) struct nl_addr *dst = nl_addr_build(family, &any6, family == AF_INET ? 4 : 16);
+        _cleanup_(nl_addr_putp) struct nl_addr *via = nl_addr_build(family, gw, gwlen);
         struct rtnl_nexthop *nh = rtnl_route_nh_alloc();
         if (!rt || !dst || !via || !nh) {
                 if (nh)
@@ -149,7 +219,7 @@ static int add_default_route(struct nl_sock *sk, int ifindex, struct in_addr gw,
                 return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
         }
         nl_addr_set_prefixlen(dst, 0);
-        rtnl_route_set_family(rt, AF_INET);
+        rtnl_route_set_family(rt, (uint8_t) family);
         rtnl_route_set_table(rt, RT_TABLE_MAIN);
         rtnl_route_set_protocol(rt, RTPROT_STATIC);
         rtnl_route_set_scope(rt, RT_SCOPE_UNIVERSE);
@@ -193,14 +263,18 @@ int core_veth_create(const core_net_pool *pool, unsigned slot, pid_t netns_pid, 
         if (r < 0)
                 return nl_fail(ret_err, r, "create veth", ifname);
 
-        /* IPv6 off before the link goes up, so the host side never gets a
-         * link-local address or sends DAD / router solicitations. */
-        if ((r = disable_ipv6(ifname)) < 0)
-                sb_error_set(ret_err, r, NULL, NULL, "disable IPv6 on %s: %s", ifname, strerror(-r));
+        /* IPv6 set before the link goes up: off without an IPv6 pool, so
+         * the host side never gets a link-local address or sends DAD /
+         * router solicitations; with one, on without RA or SLAAC. */
+        if ((r = pool->prefix6 ? enable_ipv6(ifname) : disable_ipv6(ifname)) < 0)
+                sb_error_set(ret_err, r, NULL, NULL, "%s IPv6 on %s: %s", pool->prefix6 ? "enable" : "disable",
+                             ifname, strerror(-r));
         else if ((r = strict_reverse_path(ifname)) < 0)
                 sb_error_set(ret_err, r, NULL, NULL, "rp_filter on %s: %s", ifname, strerror(-r));
         else if ((r = link_up(sk, ifname, &ifindex, ret_err)) >= 0)
                 r = add_addr31(sk, ifindex, core_net_host_addr(pool, slot), ifname, ret_err);
+        if (r >= 0 && pool->prefix6)
+                r = add_addr127(sk, ifindex, core_net_host_addr6(pool, slot), ifname, ret_err);
         if (r < 0) {
                 (void) delete_link(sk, ifname, NULL);
                 return r;
@@ -220,7 +294,7 @@ int core_veth_delete(unsigned slot, sb_error **ret_err) {
 }
 
 /* Runs in sandbox-init, inside the sandbox's fresh network namespace, as
- * root there, BEFORE /proc/sys is remounted read-only: the disable_ipv6
+ * root there, BEFORE /proc/sys is remounted read-only: the IPv6 sysctl
  * writes below are the last writes to /proc/sys/net the sandbox needs.
  * /proc/sys/net resolves against the writer's network namespace, so these
  * writes touch only the sandbox's own stack. */
@@ -230,13 +304,17 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
         _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
         int r, ifindex = 0;
 
-        /* IPv6 off first, before any link is up: the pool is IPv4 only and
-         * the host policy is written for IPv4, so IPv6 would be a way
-         * around it (a second layer, beside the host's IPv6 reject rule). */
+        /* IPv6 first, before any link is up. Without an IPv6 pool (or
+         * without eth0: deny-all) it is off everywhere: the host table
+         * then denies every IPv6 packet of a session, and this is a second
+         * layer. With one, it is on for lo and eth0 without router
+         * advertisements, SLAAC or redirects (the only routes are the ones
+         * added here; /proc/sys is read-only for the sandbox afterwards). */
+        bool v6 = with_eth0 && pool->prefix6;
         for (size_t i = 0; i < ELEMENTSOF(v6_off); i++)
-                if ((r = disable_ipv6(v6_off[i])) < 0)
-                        return sb_error_set(ret_err, r, NULL, NULL, "disable IPv6 on %s: %s", v6_off[i],
-                                            strerror(-r));
+                if ((r = v6 ? enable_ipv6(v6_off[i]) : disable_ipv6(v6_off[i])) < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "%s IPv6 on %s: %s", v6 ? "enable" : "disable",
+                                            v6_off[i], strerror(-r));
         if ((r = route_socket(&sk, ret_err)) < 0)
                 return r;
         if ((r = link_up(sk, "lo", NULL, ret_err)) < 0 || !with_eth0)
@@ -246,7 +324,12 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
         if ((r = link_up(sk, SANDBOX_IFNAME, &ifindex, ret_err)) < 0 ||
             (r = add_addr31(sk, ifindex, core_net_sandbox_addr(pool, slot), SANDBOX_IFNAME, ret_err)) < 0)
                 return r;
-        return add_default_route(sk, ifindex, core_net_host_addr(pool, slot), ret_err);
+        if ((r = add_default_route(sk, ifindex, core_net_host_addr(pool, slot), ret_err)) < 0 || !v6)
+                return r;
+        struct in6_addr gw6 = core_net_host_addr6(pool, slot);
+        if ((r = add_addr127(sk, ifindex, core_net_sandbox_addr6(pool, slot), SANDBOX_IFNAME, ret_err)) < 0)
+                return r;
+        return add_default_route_family(sk, ifindex, AF_INET6, &gw6, sizeof(gw6), ret_err);
 }
 
 /* ---- a veth given to a running sandbox (live policy update) ---- */

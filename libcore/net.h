@@ -3,8 +3,9 @@
  * namespace from inside it.
  *
  * Addressing (DESIGN §5): session slot n of the pool 10.201.0.0/16 gets the
- * /31 pair host 10.201.0.0 + 2n, sandbox 10.201.0.0 + 2n + 1. The host side
- * is named "sbx<n>", the sandbox side "eth0". */
+ * /31 pair host 10.201.0.0 + 2n, sandbox 10.201.0.0 + 2n + 1, and with an
+ * IPv6 pool the /127 pair base6 + 2n, base6 + 2n + 1 on the same link. The
+ * host side is named "sbx<n>", the sandbox side "eth0". */
 #pragma once
 
 #include <netinet/in.h>
@@ -16,7 +17,17 @@
 typedef struct core_net_pool {
         struct in_addr base;  /* network order; default 10.201.0.0 */
         unsigned prefix;      /* default 16 */
+        /* IPv6 (DESIGN §5: "the same for IPv6 from a configurable ULA
+         * pool"): slot n gets the /127 pair host base6 + 2n, sandbox
+         * base6 + 2n + 1 (RFC 6164 point-to-point links). prefix6 0: no
+         * IPv6 (every IPv6 packet from a session is denied, as before). */
+        struct in6_addr base6;
+        unsigned prefix6;     /* 0, or 8..120; default 64 (fd5b:d0c5:6a1e::/64) */
 } core_net_pool;
+
+/* IPv6 host side and sandbox side of slot n (pool->prefix6 != 0). */
+struct in6_addr core_net_host_addr6(const core_net_pool *pool, unsigned slot);
+struct in6_addr core_net_sandbox_addr6(const core_net_pool *pool, unsigned slot);
 
 /* Host-side address (network order) of slot n, and the sandbox side. */
 struct in_addr core_net_host_addr(const core_net_pool *pool, unsigned slot);
@@ -29,9 +40,12 @@ unsigned core_net_pool_slots(const core_net_pool *pool);
  * libnftnl batch: traffic from any "sbx*" interface to the host itself is
  * rejected (through the `deny` chain: logged to NFLOG, libcore/nflog.h,
  * then TCP reset, otherwise ICMP admin-prohibited), forwarded traffic
- * from "sbx*" to another "sbx*" or to 169.254.0.0/16 is rejected, IPv6 from
- * "sbx*" is rejected, and the pool is masqueraded when it leaves through any
- * other interface. Errors name the failing rule (extended ACK). */
+ * from "sbx*" to another "sbx*" or to 169.254.0.0/16 is rejected, and the
+ * pool is masqueraded when it leaves through any other interface. Without
+ * an IPv6 pool (prefix6 0) IPv6 from "sbx*" is rejected; with one, IPv6
+ * forwarding is enabled too, the IPv6 pool is masqueraded (NAT66), and the
+ * IPv6 forms of what the IPv4 rules keep unreachable are rejected (see
+ * host_rules in nft.c). Errors name the failing rule (extended ACK). */
 int core_net_host_setup(const core_net_pool *pool, sb_error **ret_err);
 
 /* Removes the `inet sandboxd` table (daemon shutdown, tests). Missing table
@@ -58,8 +72,9 @@ void core_net_unlock_namespace(int fd);
 
 /* Creates veth "sbx<slot>" <-> peer, moves the peer into the network
  * namespace of `netns_pid` where it is named "eth0", assigns the host side
- * its /31 address, disables IPv6 on it and brings it up. On failure nothing
- * is left behind. */
+ * its /31 address (and with an IPv6 pool its /127, IPv6 on without RA or
+ * SLAAC; otherwise IPv6 off) and brings it up. On failure nothing is left
+ * behind. */
 int core_veth_create(const core_net_pool *pool, unsigned slot, pid_t netns_pid, sb_error **ret_err);
 
 /* Deletes "sbx<slot>" (and so its peer). A missing link is success. */
@@ -67,8 +82,10 @@ int core_veth_delete(unsigned slot, sb_error **ret_err);
 
 /* Inside the sandbox's network namespace (called by sandbox-init): brings up
  * lo; when `with_eth0`, gives eth0 the sandbox address of `slot` (/31), brings
- * it up and adds the default route via the host side. IPv6 is disabled on
- * every interface (net.ipv6.conf.{all,default}.disable_ipv6). */
+ * it up and adds the default route via the host side; with an IPv6 pool
+ * also the /127 sandbox address and the IPv6 default route, IPv6 on
+ * without RA, SLAAC or redirects. Without an IPv6 pool or without eth0,
+ * IPv6 is disabled on every interface (net.ipv6.conf.*.disable_ipv6). */
 int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool with_eth0,
                               sb_error **ret_err);
 

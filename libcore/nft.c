@@ -1,6 +1,6 @@
 /* The host-wide nftables table `inet sandboxd`: its base chains and the
  * rules every session shares (no access to the host, to other sandboxes, to
- * link-local, no IPv6; nothing inbound that a sandbox did not begin, from
+ * link-local, in either family; nothing inbound that a sandbox did not begin, from
  * outside or from the host's own processes; masquerade of the pool), built
  * with libnftnl and sent as one atomic netlink batch through libmnl.
  *
@@ -34,6 +34,7 @@
 #include <net/if.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -58,7 +59,17 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 /* ---- the ruleset as data ---- */
 
 enum ifmatch { IF_ANY, IF_SBX, IF_NOT_SBX, IF_LO };
-enum addrmatch { ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL, DADDR_POOL };
+enum addrmatch {
+        ADDR_ANY, DADDR_LINKLOCAL, SADDR_POOL, DADDR_POOL,
+        /* IPv6 (imply nfproto ipv6): the rule's cidr6; the IPv6 pool; the
+         * 6to4 (2002:a.b.c.d::, RFC 3056) and NAT64 (64:ff9b::a.b.c.d, RFC
+         * 6052) forms of the IPv4 pool; the host sides of the IPv6 pool
+         * (even offsets); source failing the reverse-path check. */
+        DADDR6_CIDR, DADDR6_POOL, DADDR6_6TO4_POOL, DADDR6_NAT64_POOL, SADDR6_POOL, SADDR6_POOL_HOST,
+        SADDR6_RPF_MISSING, EXTHDR6_ROUTING,
+};
+/* Whether a rule exists with or without an IPv6 pool (core_net_pool.prefix6). */
+enum v6when { V6_ANY, V6_ON, V6_OFF };
 enum verdict {
         V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP
 };
@@ -78,6 +89,8 @@ typedef struct host_rule {
         uint16_t to_port;  /* V_REDIRECT: redirect to :to_port */
         bool ct_reply;     /* ct direction reply: the flow's first packet went the other way */
         uint8_t icmp6_lo, icmp6_hi; /* nonzero: meta l4proto ipv6-icmp, icmpv6 type lo-hi */
+        enum v6when v6;    /* V6_ON: only with an IPv6 pool; V6_OFF: only without */
+        const char *cidr6; /* DADDR6_CIDR */
 } host_rule;
 
 typedef struct host_chain {
@@ -122,8 +135,9 @@ static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSION
 static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
 
 /* DESIGN §5.1 rule 5: a sandbox never reaches the host itself, another
- * sandbox or link-local (cloud metadata), and IPv6 is off (the pool is IPv4
- * only, so any IPv6 would bypass the per-session IPv4 policy). Each of those
+ * sandbox or link-local (cloud metadata), in IPv4 or in any IPv6 form;
+ * without an IPv6 pool IPv6 is off (V6_OFF rule: the session chains would
+ * have nothing to judge it by). Each of those
  * denials goes to the shared `deny` chain, like a session's: it logs the
  * packet to NFLOG (so the denial becomes an event, DESIGN §5.2) and answers
  * TCP with a reset and everything else with ICMP admin-prohibited, so a
@@ -159,8 +173,8 @@ static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
  *   conntrack marks as the reply direction of that flow), and IPv6
  *   neighbour discovery, which a veth carrying IPv6 needs.
  * These rules match interfaces and conntrack, not addresses, so they hold
- * for both families of the inet table; the pool rules are IPv4 because the
- * pool is. */
+ * for both families of the inet table; the pool rules exist for each pool
+ * (V6_ON rules for the IPv6 one). */
 static const host_rule host_rules[] = {
         /* The host's own traffic to itself: a host process dialling a
          * gateway address was denied in output already, and the reset
@@ -173,6 +187,31 @@ static const host_rule host_rules[] = {
          * answer leave through that sandbox's veth as a "reply". */
         { "input", "input: !sbx* pool source drop",
           IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
+        { "input", "input: !sbx* -> pool6 drop",
+          IF_NOT_SBX, IF_ANY, 0, DADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
+        { "input", "input: !sbx* pool6 source drop",
+          IF_NOT_SBX, IF_ANY, 0, SADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
+        /* IPv6 has no rp_filter: the reverse-path check is a rule (`fib
+         * saddr . iif oif missing drop`, the nftables idiom): a source not
+         * routed back through the veth it came from (a forged one) is
+         * dropped, and so is a sandbox posing as its own gateway (the host
+         * sides are the pool's even addresses). */
+        { "input", "input: sbx* ip6 fib saddr . iif oif missing drop",
+          IF_SBX, IF_ANY, 0, SADDR6_RPF_MISSING, false, false, V_DROP, .v6 = V6_ON },
+        { "input", "input: sbx* ip6 saddr host side of pool6 drop",
+          IF_SBX, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
+        /* Neighbour solicitation and advertisement (RFC 4861) to the
+         * gateway: the link does not work without them. Router
+         * solicitations, MLD reports and the other ICMPv6 control messages
+         * a sandbox's stack sends by itself (130-143) are dropped quietly:
+         * they are not connection attempts and would flood the denial
+         * events. */
+        { .chain = "input", .label = "input: sbx* icmpv6 type 135-136 accept",
+          .iif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 135, .icmp6_hi = 136, .verdict = V_ACCEPT,
+          .v6 = V6_ON },
+        { .chain = "input", .label = "input: sbx* icmpv6 type 130-143 drop",
+          .iif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 130, .icmp6_hi = 143, .verdict = V_DROP,
+          .v6 = V6_ON },
         { "input", "input: sbx* ct state established,related accept",
           IF_SBX, IF_ANY, 0, ADDR_ANY, false, true, V_ACCEPT },
         { "input", "input: iifname vmap @" CORE_NFT_SESSIONS_INPUT_MAP,
@@ -183,6 +222,12 @@ static const host_rule host_rules[] = {
           IF_SBX, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
         { "forward", "forward: !sbx* pool source drop",
           IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
+        { "forward", "forward: !sbx* pool6 source drop",
+          IF_NOT_SBX, IF_ANY, 0, SADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
+        { "forward", "forward: sbx* ip6 fib saddr . iif oif missing drop",
+          IF_SBX, IF_ANY, 0, SADDR6_RPF_MISSING, false, false, V_DROP, .v6 = V6_ON },
+        { "forward", "forward: sbx* ip6 saddr host side of pool6 drop",
+          IF_SBX, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
         { .chain = "forward",
           .label = "forward: -> sbx* ct state established,related ct direction reply accept",
           .oif = IF_SBX, .ct_est_rel = true, .ct_reply = true, .verdict = V_ACCEPT },
@@ -191,7 +236,54 @@ static const host_rule host_rules[] = {
         { "forward", "forward: sbx* -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
           IF_SBX, IF_ANY, NFPROTO_IPV4, DADDR_LINKLOCAL, false, false, V_GOTO_DENY },
         { "forward", "forward: sbx* ipv6 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, false, false, V_GOTO_DENY },
+          IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, false, false, V_GOTO_DENY, .v6 = V6_OFF },
+        /* With an IPv6 pool: the IPv6 forms of what the IPv4 rules above
+         * keep unreachable under every policy (DESIGN §5.1 rule 5; the
+         * policy engine's `always` rows, policy/match.c, and the forms of
+         * them it unwraps, pol_addr_embedded_v4). Sources: RFC 4291
+         * (§2.5.2 unspecified, §2.5.3 loopback, §2.5.5.1 IPv4-compatible,
+         * §2.5.5.2 IPv4-mapped, which never appear on the wire, §2.5.6
+         * link-local), RFC 6052 (NAT64 64:ff9b::/96) and RFC 8215
+         * (local-use NAT64, where the IPv4 address cannot be located), RFC
+         * 3056 (6to4 2002::/16) of 0.0.0.0/8, 127.0.0.0/8 and
+         * 169.254.0.0/16, and the pools: other sandboxes. Teredo
+         * (2001::/32) embeds an obfuscated public address and its server's
+         * address, never a local one: left to the policies (it is
+         * reserved for custom ones). */
+        /* A routing header names further destinations that a router past
+         * this host would send the packet on to (segment routing, RFC
+         * 8754; type 0 is gone, RFC 5095): the destination judged here
+         * would not be the last one. IPv4 source routing is off by the
+         * kernel's default (accept_source_route=0); this is its IPv6
+         * counterpart, for packets the host forwards. */
+        { "forward", "forward: sbx* exthdr rt exists goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, EXTHDR6_ROUTING, false, false, V_GOTO_DENY, .v6 = V6_ON },
+        { "forward", "forward: sbx* -> ::/96 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "::/96" },
+        { "forward", "forward: sbx* -> ::ffff:0:0/96 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "::ffff:0:0/96" },
+        { "forward", "forward: sbx* -> fe80::/10 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "fe80::/10" },
+        { "forward", "forward: sbx* -> 64:ff9b::/104 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::/104" },
+        { "forward", "forward: sbx* -> 64:ff9b::7f00:0/104 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::7f00:0/104" },
+        { "forward", "forward: sbx* -> 64:ff9b::a9fe:0/112 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::a9fe:0/112" },
+        { "forward", "forward: sbx* -> 64:ff9b:1::/48 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b:1::/48" },
+        { "forward", "forward: sbx* -> 2002::/24 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002::/24" },
+        { "forward", "forward: sbx* -> 2002:7f00::/24 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002:7f00::/24" },
+        { "forward", "forward: sbx* -> 2002:a9fe::/32 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002:a9fe::/32" },
+        { "forward", "forward: sbx* -> pool6 goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
+        { "forward", "forward: sbx* -> 6to4 of pool goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_6TO4_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
+        { "forward", "forward: sbx* -> NAT64 of pool goto " CORE_NFT_DENY_CHAIN,
+          IF_SBX, IF_ANY, 0, DADDR6_NAT64_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
         /* After every absolute rule above: a session's policy can only
          * narrow what they leave. */
         { "forward", "forward: iifname vmap @" CORE_NFT_SESSIONS_MAP,
@@ -211,12 +303,24 @@ static const host_rule host_rules[] = {
          * and conntrack makes no flow of them, so nothing above matches. */
         { .chain = "output", .label = "output: -> sbx* icmpv6 type 133-137 accept",
           .oif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 133, .icmp6_hi = 137, .verdict = V_ACCEPT },
+        /* The host's own MLD (130-132, 143) on a veth carrying IPv6. */
+        { .chain = "output", .label = "output: -> sbx* icmpv6 type 130-132 accept",
+          .oif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 130, .icmp6_hi = 132, .verdict = V_ACCEPT,
+          .v6 = V6_ON },
+        { .chain = "output", .label = "output: -> sbx* icmpv6 type 143 accept",
+          .oif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 143, .icmp6_hi = 143, .verdict = V_ACCEPT,
+          .v6 = V6_ON },
         { "output", "output: -> sbx* goto " CORE_NFT_DENY_CHAIN,
           IF_ANY, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
         { "output", "output: -> pool goto " CORE_NFT_DENY_CHAIN,
           IF_ANY, IF_ANY, NFPROTO_IPV4, DADDR_POOL, false, false, V_GOTO_DENY },
+        { "output", "output: -> pool6 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
         { "postrouting", "postrouting: pool -> !sbx* masquerade",
           IF_ANY, IF_NOT_SBX, NFPROTO_IPV4, SADDR_POOL, false, false, V_MASQ },
+        /* NAT66 (masquerade, as for IPv4): the ULA pool never leaves. */
+        { "postrouting", "postrouting: pool6 -> !sbx* masquerade",
+          IF_ANY, IF_NOT_SBX, 0, SADDR6_POOL, false, false, V_MASQ, .v6 = V6_ON },
         /* A custom policy's HTTP and HTTPS go through the proxy whether or
          * not the client honours HTTP(S)_PROXY. `redirect` rewrites the
          * destination to the primary address of the input interface: the
@@ -237,6 +341,16 @@ static const host_rule host_rules[] = {
          * element is not translated. */
         { "prerouting", "prerouting: iifname vmap @" CORE_NFT_SESSIONS_NAT_MAP,
           IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_NAT_MAP },
+        /* IPv6 alike: `redirect` takes the input interface's first
+         * non-tentative address, which is the global gateway address
+         * (addresses are kept sorted by scope, and the pool's are added
+         * without DAD), where the proxy also listens. */
+        { "prerouting", "prerouting: iifname @" CORE_NFT_PROXIED_SET " ip6 tcp dport 80 redirect",
+          IF_ANY, IF_ANY, NFPROTO_IPV6, ADDR_ANY, true, false, V_REDIRECT, NULL, CORE_NFT_PROXIED_SET,
+          80, CORE_NFT_PROXY_PORT, .v6 = V6_ON },
+        { "prerouting", "prerouting: iifname @" CORE_NFT_PROXIED_SET " ip6 tcp dport 443 redirect",
+          IF_ANY, IF_ANY, NFPROTO_IPV6, ADDR_ANY, true, false, V_REDIRECT, NULL, CORE_NFT_PROXIED_SET,
+          443, CORE_NFT_PROXY_PORT, .v6 = V6_ON },
         /* Log first, then reject. The limit belongs to the log rule alone:
          * over the rate the rule just does not match and the rejects below
          * still answer every packet, so a flood costs the daemon at most
@@ -331,6 +445,104 @@ static int add_ip_prefix(struct nftnl_rule *r, uint32_t offset, struct in_addr n
         if ((ret = add_payload(r, offset, 4)) < 0 || (ret = add_bitwise(r, &mask, &zero, 4)) < 0)
                 return ret;
         return add_cmp(r, NFT_CMP_EQ, &val, 4);
+}
+
+/* ip6 saddr/daddr (offset 8 / 24 of the IPv6 header) within net/prefix,
+ * as add_ip_prefix does for IPv4; `extra` ORs more bits into the mask (the
+ * last bit for SADDR6_POOL_HOST). */
+static int add_ip6_prefix(struct nftnl_rule *r, uint32_t offset, const struct in6_addr *net, unsigned prefix,
+                          const struct in6_addr *extra) {
+        uint8_t mask[16] = {}, val[16], zero[16] = {};
+        for (unsigned i = 0; i < 16; i++) {
+                unsigned keep = prefix >= 8 * (i + 1) ? 8 : prefix > 8 * i ? prefix - 8 * i : 0;
+                mask[i] = (uint8_t) (0xff00u >> keep);
+                if (extra)
+                        mask[i] |= extra->s6_addr[i];
+                val[i] = net->s6_addr[i] & mask[i];
+        }
+        int ret;
+        if (prefix % 8 == 0 && !extra) {
+                if ((ret = add_payload(r, offset, prefix / 8)) < 0)
+                        return ret;
+                return add_cmp(r, NFT_CMP_EQ, val, prefix / 8);
+        }
+        if ((ret = add_payload(r, offset, 16)) < 0 || (ret = add_bitwise(r, mask, zero, 16)) < 0)
+                return ret;
+        return add_cmp(r, NFT_CMP_EQ, val, 16);
+}
+
+/* `fib saddr . iif oif missing`: no route back to the source through the
+ * interface it came in on (the result register is the output ifindex, 0
+ * when none). */
+static int add_rpf_missing(struct nftnl_rule *r) {
+        struct nftnl_expr *e = nftnl_expr_alloc("fib");
+        uint32_t none = 0;
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_FLAGS, NFTA_FIB_F_SADDR | NFTA_FIB_F_IIF);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, NFT_FIB_RESULT_OIF);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_DREG, NFT_REG_1);
+        }
+        int ret = add_expr(r, e);
+        return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &none, sizeof(none));
+}
+
+/* `exthdr rt exists`: the packet carries an IPv6 routing header (RFC 8200
+ * §4.4). */
+static int add_exthdr_routing(struct nftnl_rule *r) {
+        struct nftnl_expr *e = nftnl_expr_alloc("exthdr");
+        uint8_t yes = 1;
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_DREG, NFT_REG_1);
+                nftnl_expr_set_u8(e, NFTNL_EXPR_EXTHDR_TYPE, IPPROTO_ROUTING);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OFFSET, 0);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_LEN, 1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_FLAGS, NFT_EXTHDR_F_PRESENT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OP, NFT_EXTHDR_OP_IPV6);
+        }
+        int ret = add_expr(r, e);
+        return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &yes, 1);
+}
+
+/* The IPv6 address match of a host rule (addr >= DADDR6_CIDR). */
+static int add_addr6(struct nftnl_rule *r, const host_rule *hr, const core_net_pool *pool) {
+        static const struct in6_addr last_bit = { .s6_addr = { [15] = 1 } };
+        struct in6_addr net = {};
+        unsigned prefix = 0;
+        switch (hr->addr) {
+        case DADDR6_CIDR: {
+                char buf[INET6_ADDRSTRLEN];
+                const char *slash = strchr(hr->cidr6, '/');
+                snprintf(buf, sizeof(buf), "%.*s", (int) (slash - hr->cidr6), hr->cidr6);
+                if (inet_pton(AF_INET6, buf, &net) != 1)
+                        return -EINVAL;
+                prefix = (unsigned) atoi(slash + 1);
+                return add_ip6_prefix(r, 24, &net, prefix, NULL);
+        }
+        case DADDR6_POOL:
+                return add_ip6_prefix(r, 24, &pool->base6, pool->prefix6, NULL);
+        case SADDR6_POOL:
+                return add_ip6_prefix(r, 8, &pool->base6, pool->prefix6, NULL);
+        case SADDR6_POOL_HOST:
+                return add_ip6_prefix(r, 8, &pool->base6, pool->prefix6, &last_bit);
+        case DADDR6_6TO4_POOL: /* 2002:AABB:CCDD::/(16 + prefix) */
+                net.s6_addr[0] = 0x20, net.s6_addr[1] = 0x02;
+                memcpy(net.s6_addr + 2, &pool->base, 4);
+                return add_ip6_prefix(r, 24, &net, 16 + pool->prefix, NULL);
+        case DADDR6_NAT64_POOL: /* 64:ff9b::AABB:CCDD/(96 + prefix) */
+                net.s6_addr[1] = 0x64, net.s6_addr[2] = 0xff, net.s6_addr[3] = 0x9b;
+                memcpy(net.s6_addr + 12, &pool->base, 4);
+                return add_ip6_prefix(r, 24, &net, 96 + pool->prefix, NULL);
+        case SADDR6_RPF_MISSING:
+                return add_rpf_missing(r);
+        case EXTHDR6_ROUTING:
+                return add_exthdr_routing(r);
+        default:
+                return -EINVAL;
+        }
+}
+
+static bool rule_present(const host_rule *hr, const core_net_pool *pool) {
+        return hr->v6 == V6_ANY || (hr->v6 == V6_ON) == (pool && pool->prefix6 != 0);
 }
 
 static int add_ct_est_rel(struct nftnl_rule *r) {
@@ -535,7 +747,8 @@ static int add_redirect(struct nftnl_rule *r, uint16_t port) {
 static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nftnl_rule **ret) {
         const struct in_addr linklocal = { .s_addr = htonl(0xa9fe0000) }; /* 169.254.0.0, RFC 3927 */
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
-        uint8_t proto = hr->addr != ADDR_ANY ? NFPROTO_IPV4 : hr->nfproto, tcp = IPPROTO_TCP;
+        uint8_t proto = hr->addr >= DADDR6_CIDR ? NFPROTO_IPV6 : hr->addr != ADDR_ANY ? NFPROTO_IPV4 : hr->nfproto,
+                tcp = IPPROTO_TCP;
         int k;
         if (!r)
                 return -ENOMEM;
@@ -554,6 +767,8 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
         if (hr->addr == SADDR_POOL && (k = add_ip_prefix(r, 12, pool->base, pool->prefix)) < 0)
                 return k;
         if (hr->addr == DADDR_POOL && (k = add_ip_prefix(r, 16, pool->base, pool->prefix)) < 0)
+                return k;
+        if (hr->addr >= DADDR6_CIDR && (k = add_addr6(r, hr, pool)) < 0)
                 return k;
         /* oifname after the address match: the order nft itself uses, so
          * `nft list` prints the rule the way it is written in host_rules. */
@@ -918,10 +1133,16 @@ static int batch_rule(core_nft_batch *bt, const host_rule *hr, const core_net_po
 /* Sandbox traffic is routed, not bridged: without forwarding in the
  * namespace sandboxd runs in, nothing from a veth leaves the host side.
  * The setting is per network namespace, like the table. */
-static int write_ip_forward(sb_error **ret_err) {
+static int write_ip_forward(const core_net_pool *pool, sb_error **ret_err) {
         int r = core_write_string("/proc/sys/net/ipv4/ip_forward", "1");
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "enable IPv4 forwarding: %s", strerror(-r));
+        /* IPv6 forwarding is net.ipv6.conf.all.forwarding. It makes
+         * interfaces with accept_ra=1 stop taking router advertisements
+         * (an uplink configured by SLAAC needs accept_ra=2; see
+         * sandboxd(8)). */
+        if (pool->prefix6 && (r = core_write_string("/proc/sys/net/ipv6/conf/all/forwarding", "1")) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "enable IPv6 forwarding: %s", strerror(-r));
         return 0;
 }
 
@@ -948,7 +1169,7 @@ static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
         if ((r = batch_meter(bt)) < 0)
                 return r;
         for (size_t i = 0; i < ELEMENTSOF(host_rules); i++)
-                if ((r = batch_rule(bt, &host_rules[i], pool)) < 0)
+                if (rule_present(&host_rules[i], pool) && (r = batch_rule(bt, &host_rules[i], pool)) < 0)
                         return r;
         *ret = TAKE_PTR(bt);
         return 0;
@@ -959,7 +1180,9 @@ int core_net_host_setup(const core_net_pool *pool, sb_error **ret_err) {
         int r;
         if (!pool || pool->prefix > 30 || pool->prefix < 8)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "nftables: invalid address pool prefix");
-        if ((r = write_ip_forward(ret_err)) < 0)
+        if (pool->prefix6 && (pool->prefix6 < 8 || pool->prefix6 > 120))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "nftables: invalid IPv6 pool prefix");
+        if ((r = write_ip_forward(pool, ret_err)) < 0)
                 return r;
         if ((r = build_host_batch(pool, &bt)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "nftables: build batch: %s", strerror(-r));
@@ -1011,7 +1234,7 @@ static int nl_get_count(struct mnl_socket *nl, struct nlmsghdr *nlh, unsigned *r
 /* 0 when the table, every host chain, map and set exist and each chain holds
  * exactly its rules from host_rules; -ENOENT (or -ESTALE for a rule count
  * that differs, e.g. after `nft flush chain`) otherwise. */
-static int host_table_intact(struct mnl_socket *nl) {
+static int host_table_intact(struct mnl_socket *nl, const core_net_pool *pool) {
         char buf[MNL_SOCKET_BUFFER_SIZE];
         uint32_t seq = next_seq_base(64);
         unsigned n;
@@ -1044,7 +1267,7 @@ static int host_table_intact(struct mnl_socket *nl) {
                 if ((r = nl_get_count(nl, nlh, &n)) < 0)
                         return r;
                 for (size_t k = 0; k < ELEMENTSOF(host_rules); k++)
-                        want += streq(host_rules[k].chain, host_chains[i].name);
+                        want += streq(host_rules[k].chain, host_chains[i].name) && rule_present(&host_rules[k], pool);
                 if (n != want)
                         return -ESTALE;
         }
@@ -1070,7 +1293,7 @@ int core_net_host_ensure(const core_net_pool *pool, sb_error **ret_err) {
         int r;
         if ((r = open_nl(0, 0, &nl, ret_err)) < 0)
                 return r;
-        r = host_table_intact(nl);
+        r = host_table_intact(nl, pool);
         if (r == 0)
                 return 0;
         if (r != -ENOENT && r != -ESTALE)

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "libcore/net.h"
+#include "libcore/util.h"
 #include "policy/nftgen.h"
 #include "policy/proxy.h"
 
@@ -34,19 +35,28 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 /* ---- the session's objects as data ---- */
 
-enum set_id { SET_ALLOW, SET_DENY, SET_FORBID, SET_DNS, N_SETS };
+enum set_id { SET_ALLOW, SET_DENY, SET_FORBID, SET_DNS, SET_ALLOW6, SET_DENY6, SET_FORBID6, SET_DNS6, N_SETS };
+
+#define NFT_TYPE_IP6ADDR 8 /* nftables src/datatype.h TYPE_IP6ADDR */
 
 static const struct {
         const char *suffix;
         uint32_t flags;
+        uint32_t key_len, key_type;
 } session_sets[N_SETS] = {
-        [SET_ALLOW] = { "allow4", NFT_SET_INTERVAL },
-        [SET_DENY] = { "deny4", NFT_SET_INTERVAL },
-        [SET_FORBID] = { "forbid4", NFT_SET_INTERVAL },
-        [SET_DNS] = { "dns4", NFT_SET_TIMEOUT },
+        [SET_ALLOW] = { "allow4", NFT_SET_INTERVAL, 4, 7 },
+        [SET_DENY] = { "deny4", NFT_SET_INTERVAL, 4, 7 },
+        [SET_FORBID] = { "forbid4", NFT_SET_INTERVAL, 4, 7 },
+        [SET_DNS] = { "dns4", NFT_SET_TIMEOUT, 4, 7 },
+        /* IPv6 (DESIGN §5: every rule holds for both families): the same
+         * four sets with 16-byte keys. */
+        [SET_ALLOW6] = { "allow6", NFT_SET_INTERVAL, 16, NFT_TYPE_IP6ADDR },
+        [SET_DENY6] = { "deny6", NFT_SET_INTERVAL, 16, NFT_TYPE_IP6ADDR },
+        [SET_FORBID6] = { "forbid6", NFT_SET_INTERVAL, 16, NFT_TYPE_IP6ADDR },
+        [SET_DNS6] = { "dns6", NFT_SET_TIMEOUT, 16, NFT_TYPE_IP6ADDR },
 };
 
-enum srule_kind { SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_GW_DPORT, SR_ALL };
+enum srule_kind { SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_GW_DPORT, SR_GW6_DPORT, SR_ALL };
 
 typedef struct session_rule {
         enum srule_kind kind;
@@ -70,6 +80,10 @@ static const session_rule rule_deny4 = { SR_DADDR_SET, SET_DENY, 0, 0, false, "i
 static const session_rule rule_forbid4 = { SR_DADDR_SET, SET_FORBID, 0, 0, false, "ip daddr @forbid4 goto deny" };
 static const session_rule rule_allow4 = { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" };
 static const session_rule rule_dns4 = { SR_DADDR_SET, SET_DNS, 0, 0, true, "ip daddr @dns4 accept" };
+static const session_rule rule_deny6 = { SR_DADDR_SET, SET_DENY6, 0, 0, false, "ip6 daddr @deny6 goto deny" };
+static const session_rule rule_forbid6 = { SR_DADDR_SET, SET_FORBID6, 0, 0, false, "ip6 daddr @forbid6 goto deny" };
+static const session_rule rule_allow6 = { SR_DADDR_SET, SET_ALLOW6, 0, 0, true, "ip6 daddr @allow6 accept" };
+static const session_rule rule_dns6 = { SR_DADDR_SET, SET_DNS6, 0, 0, true, "ip6 daddr @dns6 accept" };
 static const session_rule rule_rest = { SR_ALL, 0, 0, 0, false, "goto deny" };
 
 /* The input chain i_<if> of a custom session, reached by `jump` from the
@@ -87,6 +101,11 @@ static const session_rule gateway_rules[] = {
         { SR_GW_DPORT, 0, IPPROTO_UDP, 53, true, "udp dport 53 accept" },
         { SR_GW_DPORT, 0, IPPROTO_TCP, 53, true, "tcp dport 53 accept" },
         { SR_GW_DPORT, 0, IPPROTO_TCP, POL_PROXY_PORT, true, "tcp dport 3128 accept" },
+        /* IPv6: the proxy only (the prerouting chain redirects the
+         * session's IPv6 TCP 80/443 to its gateway's IPv6 address);
+         * resolv.conf names the IPv4 gateway, so DNS stays IPv4. Only when
+         * the veth has an IPv6 gateway address (gw6_rule). */
+        { SR_GW6_DPORT, 0, IPPROTO_TCP, POL_PROXY_PORT, true, "tcp dport 3128 accept" },
         { SR_ALL, 0, 0, 0, false, "goto deny" },
 };
 
@@ -96,7 +115,28 @@ typedef struct names {
         char ichain[IFNAMSIZ + 2]; /* i_<if>: input, gateway services */
         char nchain[IFNAMSIZ + 2]; /* n_<if>: prerouting, DNS forwarding of allow-all */
         char set[N_SETS][IFNAMSIZ + 16];
+        bool has_gw6;          /* the veth's host side has a global IPv6 address */
+        struct in6_addr gw6;   /* that address: the session's IPv6 gateway */
 } names;
+
+/* The IPv6 pool (pol_nft_set_ipv6_pool); prefix6 0: none. */
+static core_net_pool ipv6_pool;
+
+void pol_nft_set_ipv6_pool(const core_net_pool *pool) {
+        ipv6_pool = *pool;
+}
+
+/* The IPv6 gateway of session interface "sbx<slot>": the host side of the
+ * slot's /127 (core_net_host_addr6(), the address core_veth_create()
+ * gives it). Computed, not looked up, so a change costs the same whatever
+ * the number of sessions. None without an IPv6 pool: the gateway chain
+ * then admits no IPv6 at all. */
+static void find_gw6(names *n) {
+        unsigned long slot = strtoul(n->ifname + 3, NULL, 10);
+        n->has_gw6 = ipv6_pool.prefix6 != 0 && slot < core_net_pool_slots(&ipv6_pool);
+        if (n->has_gw6)
+                n->gw6 = core_net_host_addr6(&ipv6_pool, (unsigned) slot);
+}
 
 /* Session interfaces are "sbx<n>": the host-wide rules that make the host,
  * other sandboxes and link-local unreachable match exactly that prefix, so
@@ -244,6 +284,184 @@ static int forbidden_ranges(const pol_policy *p, ranges *out) {
         return 0;
 }
 
+/* ---- IPv6 address ranges (the same, on 128-bit integers) ---- */
+
+typedef unsigned __int128 u128;
+#define U128_MAX (~(u128) 0)
+
+typedef struct range6 {
+        u128 lo, hi; /* inclusive */
+} range6;
+
+typedef struct ranges6 {
+        range6 *v;
+        size_t n, cap;
+} ranges6;
+
+static void ranges6_done(ranges6 *r) {
+        free(r->v);
+}
+
+static u128 u128_from(const uint8_t *b) {
+        u128 v = 0;
+        for (int i = 0; i < 16; i++)
+                v = v << 8 | b[i];
+        return v;
+}
+
+static void u128_to(u128 v, uint8_t *b) {
+        for (int i = 15; i >= 0; i--, v >>= 8)
+                b[i] = (uint8_t) v;
+}
+
+static int ranges6_add(ranges6 *r, u128 lo, u128 hi) {
+        if (r->n == r->cap) {
+                size_t cap = r->cap ? r->cap * 2 : 16;
+                range6 *v = reallocarray(r->v, cap, sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                r->v = v;
+                r->cap = cap;
+        }
+        r->v[r->n++] = (range6) { lo, hi };
+        return 0;
+}
+
+static int cmp_range6(const void *a, const void *b) {
+        const range6 *x = a, *y = b;
+        return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static void ranges6_merge(ranges6 *r) {
+        size_t out = 0;
+        if (r->n == 0)
+                return;
+        qsort(r->v, r->n, sizeof(range6), cmp_range6);
+        for (size_t i = 0; i < r->n; i++) {
+                if (out > 0 && (r->v[out - 1].hi == U128_MAX || r->v[i].lo <= r->v[out - 1].hi + 1)) {
+                        if (r->v[i].hi > r->v[out - 1].hi)
+                                r->v[out - 1].hi = r->v[i].hi;
+                        continue;
+                }
+                r->v[out++] = r->v[i];
+        }
+        r->n = out;
+}
+
+static range6 cidr_range6(const pol_cidr *c) {
+        u128 mask = c->prefix ? U128_MAX << (128 - c->prefix) : 0, a = u128_from(c->addr.bytes) & mask;
+        return (range6) { a, a | ~mask };
+}
+
+static int ranges6_from_cidrs(ranges6 *r, const pol_cidr *c, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                if (c[i].addr.family != AF_INET6)
+                        continue;
+                range6 x = cidr_range6(&c[i]);
+                if (ranges6_add(r, x.lo, x.hi) < 0)
+                        return -ENOMEM;
+        }
+        ranges6_merge(r);
+        return 0;
+}
+
+static int cmp_u128(const void *a, const void *b) {
+        u128 x = *(const u128 *) a, y = *(const u128 *) b;
+        return x < y ? -1 : x > y;
+}
+
+/* The IPv6 prefixes that carry an IPv4 address (pol_addr_embedded_v4:
+ * IPv4-mapped, NAT64 64:ff9b::/96, IPv4-compatible ::/96, 6to4
+ * 2002::/16), as the base of the form and the shift of the IPv4 address
+ * inside it. */
+static const struct {
+        u128 base;
+        unsigned shift;
+} v4_forms[] = {
+        { (u128) 0xffff << 32, 0 },
+        { (u128) 0x0064ff9b << 96, 0 },
+        { 0, 0 },
+        { (u128) 0x2002 << 112, 80 },
+};
+
+/* Boundaries (range starts and one-past-ends) of the IPv4 range x in every
+ * IPv6 form that embeds it. */
+static size_t v4_form_bounds(range x, u128 *b) {
+        size_t n = 0;
+        for (size_t f = 0; f < ELEMENTSOF(v4_forms); f++) {
+                u128 lo = v4_forms[f].base | (u128) x.lo << v4_forms[f].shift;
+                u128 hi = v4_forms[f].base | (u128) x.hi << v4_forms[f].shift |
+                          (((u128) 1 << v4_forms[f].shift) - 1);
+                b[n++] = lo;
+                b[n++] = hi + 1;
+        }
+        return n;
+}
+
+/* forbidden_ranges() for IPv6: the IPv6 addresses match.c keeps
+ * unreachable under p, its IPv6 rows and every IPv6 form of its IPv4 rows
+ * (unwrapped and judged as IPv4, pol_addr_embedded_v4). The verdict is
+ * constant between consecutive boundaries of: the IPv6 rows, the IPv6
+ * forms of the IPv4 rows, the embedding prefixes themselves (and ::/127,
+ * which the IPv4-compatible form excludes), and the allow CIDRs (IPv6, and
+ * the IPv6 forms of IPv4 ones, which open the rows they name); one check
+ * per piece gives the exact set. */
+static int forbidden_ranges6(const pol_policy *p, ranges6 *out) {
+        size_t n_rows, n = 0;
+        const pol_range *rows = pol_forbidden_ranges(&n_rows);
+        _cleanup_free_ u128 *b = calloc(8 * (n_rows + p->n_subnet_allow) + 32, sizeof(u128));
+        pol_policy q = *p;
+        if (!b)
+                return -ENOMEM;
+        b[n++] = 0;
+        b[n++] = 2; /* ::/127: not IPv4-compatible */
+        n += v4_form_bounds((range) { 0, UINT32_MAX }, b + n); /* the embedding prefixes */
+        for (size_t i = 0; i < n_rows + p->n_subnet_allow; i++) {
+                pol_cidr c;
+                if (i < n_rows) {
+                        char *why = NULL;
+                        if (pol_cidr_parse(rows[i].cidr, &c, &why) < 0) {
+                                free(why);
+                                continue;
+                        }
+                } else
+                        c = p->subnet_allow[i - n_rows];
+                if (c.addr.family == AF_INET)
+                        n += v4_form_bounds(cidr_range(&c), b + n);
+                else {
+                        range6 x = cidr_range6(&c);
+                        b[n++] = x.lo;
+                        b[n++] = x.hi + 1; /* wraps to 0 at the top: a duplicate of b[0] */
+                }
+        }
+        qsort(b, n, sizeof(u128), cmp_u128);
+        q.subnet_deny = NULL;
+        q.n_subnet_deny = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (i + 1 < n && b[i + 1] == b[i])
+                        continue;
+                u128 end = i + 1 < n ? b[i + 1] - 1 : U128_MAX;
+                pol_addr a = { .family = AF_INET6 };
+                pol_verdict v;
+                u128_to(b[i], a.bytes);
+                if (!pol_check_address(&q, &a, NULL, 0, &v) &&
+                    (v.layer == POL_LAYER_FORBIDDEN || v.layer == POL_LAYER_NEVER) && ranges6_add(out, b[i], end) < 0)
+                        return -ENOMEM;
+        }
+        ranges6_merge(out);
+        return 0;
+}
+
+static void range6_text(range6 x, char *buf, size_t size) {
+        char lo[INET6_ADDRSTRLEN], hi[INET6_ADDRSTRLEN];
+        uint8_t a[16], c[16];
+        u128_to(x.lo, a);
+        u128_to(x.hi, c);
+        inet_ntop(AF_INET6, a, lo, sizeof(lo));
+        inet_ntop(AF_INET6, c, hi, sizeof(hi));
+        snprintf(buf, size, "%s-%s", lo, hi);
+}
+
 /* "10.0.0.0/8" when the range is one CIDR, else "10.0.0.0-10.0.1.255". */
 static void range_text(range x, char *buf, size_t size) {
         char lo[INET_ADDRSTRLEN], hi[INET_ADDRSTRLEN];
@@ -319,14 +537,16 @@ static int add_ct_est_rel(struct nftnl_rule *r) {
         return add_expr(r, e);
 }
 
-/* meta nfproto ipv4 ip daddr @set: the nfproto check is the dependency nft
- * adds itself so the payload offset means an IPv4 header. */
-static int add_daddr_lookup(struct nftnl_rule *r, const char *set) {
-        uint8_t v4 = NFPROTO_IPV4;
+/* meta nfproto ipv4 ip daddr @set (ipv6 ip6 daddr @set for a 16-byte
+ * set): the nfproto check is the dependency nft adds itself so the payload
+ * offset means an IPv4 (IPv6) header. */
+static int add_daddr_lookup(struct nftnl_rule *r, const char *set, bool v6) {
+        uint8_t fam = v6 ? NFPROTO_IPV6 : NFPROTO_IPV4;
         struct nftnl_expr *e;
         int k;
         if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = add_cmp(r, &v4, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)) < 0)
+            (k = add_cmp(r, &fam, 1)) < 0 ||
+            (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, v6 ? 16 : 4)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("lookup"))) {
                 nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
@@ -378,12 +598,21 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
                 return -ENOMEM;
         switch (sr->kind) {
         case SR_CT_EST: k = add_ct_est_rel(r); break;
-        case SR_DADDR_SET: k = add_daddr_lookup(r, n->set[sr->set]); break;
+        case SR_DADDR_SET: k = add_daddr_lookup(r, n->set[sr->set], session_sets[sr->set].key_len == 16); break;
         case SR_DPORT: k = add_dport(r, sr->l4proto, sr->port); break;
         case SR_GW_DPORT:
                 if ((k = add_daddr(r, gateway)) >= 0)
                         k = add_dport(r, sr->l4proto, sr->port);
                 break;
+        case SR_GW6_DPORT: {
+                uint8_t v6 = NFPROTO_IPV6;
+                if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+                    (k = add_cmp(r, &v6, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 24, 16)) < 0 ||
+                    (k = add_cmp(r, n->gw6.s6_addr, 16)) < 0)
+                        break;
+                k = add_dport(r, sr->l4proto, sr->port);
+                break;
+        }
         case SR_ALL: break;
         }
         if (k < 0 || (k = add_verdict(r, sr->accept)) < 0)
@@ -429,12 +658,12 @@ static int msg_set(core_nft_batch *bt, uint16_t type, uint16_t flags, const name
         if (type == NFT_MSG_NEWSET) {
                 nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
                 nftnl_set_set_u32(s, NFTNL_SET_FLAGS, session_sets[id].flags);
-                nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_IPADDR);
-                nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, 4);
+                nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, session_sets[id].key_type);
+                nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, session_sets[id].key_len);
                 /* Bounded: a sandbox that floods its DNS filter with fresh
                  * answers fills its own pin set, then gets SERVFAIL, never
                  * an unbounded kernel allocation. */
-                if (id == SET_DNS)
+                if (id == SET_DNS || id == SET_DNS6)
                         nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, POL_NFT_PIN_MAX);
         }
         nftnl_set_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq), s);
@@ -474,6 +703,31 @@ static int msg_range(core_nft_batch *bt, const char *set, range x) {
             (x.hi != UINT32_MAX && add_key_elem(s, &end, 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
                 return -ENOMEM;
         return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
+}
+
+/* msg_range() for an IPv6 interval. */
+static int msg_range6(core_nft_batch *bt, const char *set, range6 x) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(set);
+        char text[2 * INET6_ADDRSTRLEN + 2];
+        uint8_t lo[16], end[16];
+        uint32_t seq;
+        u128_to(x.lo, lo);
+        u128_to(x.hi + 1, end);
+        range6_text(x, text, sizeof(text));
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", set, text);
+        if (!s || !buf || add_key_elem(s, lo, 16, 0, 0) < 0 ||
+            (x.hi != U128_MAX && add_key_elem(s, end, 16, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+                return -ENOMEM;
+        return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
+}
+
+static int add_ranges6(core_nft_batch *bt, const char *set, const ranges6 *r) {
+        for (size_t i = 0; i < r->n; i++) {
+                int k = msg_range6(bt, set, r->v[i]);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
 }
 
 /* A map element's verdict: NF_ACCEPT, or NFT_GOTO / NFT_JUMP to chain. */
@@ -516,7 +770,7 @@ static int msg_proxied_elem(core_nft_batch *bt, const names *n, bool add) {
 static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
                     struct in_addr gateway) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
-        char gw[INET_ADDRSTRLEN + 10] = "";
+        char gw[INET6_ADDRSTRLEN + 16] = "";
         uint32_t seq;
         int k = build_rule(sr, chain, n, gateway, &r);
         if (k < 0)
@@ -525,6 +779,10 @@ static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chai
                 char a[INET_ADDRSTRLEN];
                 inet_ntop(AF_INET, &gateway, a, sizeof(a));
                 snprintf(gw, sizeof(gw), "ip daddr %s ", a);
+        } else if (sr->kind == SR_GW6_DPORT) {
+                char a[INET6_ADDRSTRLEN];
+                inet_ntop(AF_INET6, &n->gw6, a, sizeof(a));
+                snprintf(gw, sizeof(gw), "ip6 daddr %s ", a);
         }
         void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s%s'", chain, gw, sr->text);
         if (!buf)
@@ -618,7 +876,8 @@ static int add_gateway_services(core_nft_batch *bt, const names *n, struct in_ad
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->ichain)) < 0)
                 return k;
         for (size_t i = 0; i < ELEMENTSOF(gateway_rules); i++)
-                if ((k = msg_rule(bt, &gateway_rules[i], n->ichain, n, gateway)) < 0)
+                if ((gateway_rules[i].kind != SR_GW6_DPORT || n->has_gw6) &&
+                    (k = msg_rule(bt, &gateway_rules[i], n->ichain, n, gateway)) < 0)
                         return k;
         return msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, &jump);
 }
@@ -633,8 +892,10 @@ static int add_session_rules(core_nft_batch *bt, const names *n, struct in_addr 
                 session_rule port = { SR_DPORT, 0, steps[i].l4proto, steps[i].port, false, text };
                 switch (steps[i].kind) {
                 case POL_STEP_ADDRESS_DENY:
-                        if ((k = msg_rule(bt, &rule_deny4, n->chain, n, gateway)) >= 0)
-                                k = msg_rule(bt, &rule_forbid4, n->chain, n, gateway);
+                        if ((k = msg_rule(bt, &rule_deny4, n->chain, n, gateway)) >= 0 &&
+                            (k = msg_rule(bt, &rule_forbid4, n->chain, n, gateway)) >= 0 &&
+                            (k = msg_rule(bt, &rule_deny6, n->chain, n, gateway)) >= 0)
+                                k = msg_rule(bt, &rule_forbid6, n->chain, n, gateway);
                         break;
                 case POL_STEP_PORT:
                         snprintf(text, sizeof(text), "%s dport %u goto deny",
@@ -642,10 +903,12 @@ static int add_session_rules(core_nft_batch *bt, const names *n, struct in_addr 
                         k = msg_rule(bt, &port, n->chain, n, gateway);
                         break;
                 case POL_STEP_SUBNET_ALLOW:
-                        k = msg_rule(bt, &rule_allow4, n->chain, n, gateway);
+                        if ((k = msg_rule(bt, &rule_allow4, n->chain, n, gateway)) >= 0)
+                                k = msg_rule(bt, &rule_allow6, n->chain, n, gateway);
                         break;
                 case POL_STEP_DNS_PIN:
-                        k = msg_rule(bt, &rule_dns4, n->chain, n, gateway);
+                        if ((k = msg_rule(bt, &rule_dns4, n->chain, n, gateway)) >= 0)
+                                k = msg_rule(bt, &rule_dns6, n->chain, n, gateway);
                         break;
                 case POL_STEP_DEFAULT:
                         k = msg_rule(bt, &rule_rest, n->chain, n, gateway);
@@ -661,10 +924,14 @@ static int add_session_rules(core_nft_batch *bt, const names *n, struct in_addr 
 static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway) {
         const elem_verdict go = { NFT_GOTO, n->chain };
         ranges allow = {}, deny = {}, forbid = {};
+        ranges6 allow6 = {}, deny6 = {}, forbid6 = {};
         int k;
         if ((k = ranges_from_cidrs(&allow, p->subnet_allow, p->n_subnet_allow)) < 0 ||
             (k = ranges_from_cidrs(&deny, p->subnet_deny, p->n_subnet_deny)) < 0 ||
-            (k = forbidden_ranges(p, &forbid)) < 0)
+            (k = forbidden_ranges(p, &forbid)) < 0 ||
+            (k = ranges6_from_cidrs(&allow6, p->subnet_allow, p->n_subnet_allow)) < 0 ||
+            (k = ranges6_from_cidrs(&deny6, p->subnet_deny, p->n_subnet_deny)) < 0 ||
+            (k = forbidden_ranges6(p, &forbid6)) < 0)
                 goto out;
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0)
                 goto out;
@@ -672,7 +939,10 @@ static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, s
                 if ((k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i)) < 0)
                         goto out;
         if ((k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 || (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 ||
-            (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0)
+            (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0 ||
+            (k = add_ranges6(bt, n->set[SET_ALLOW6], &allow6)) < 0 ||
+            (k = add_ranges6(bt, n->set[SET_DENY6], &deny6)) < 0 ||
+            (k = add_ranges6(bt, n->set[SET_FORBID6], &forbid6)) < 0)
                 goto out;
         if ((k = add_session_rules(bt, n, gateway)) < 0)
                 goto out;
@@ -687,6 +957,9 @@ out:
         ranges_done(&allow);
         ranges_done(&deny);
         ranges_done(&forbid);
+        ranges6_done(&allow6);
+        ranges6_done(&deny6);
+        ranges6_done(&forbid6);
         return k;
 }
 
@@ -789,6 +1062,7 @@ static int change(const char *ifname, const pol_policy *p, struct in_addr gatewa
         int k, has_elem, has_input_elem, proxied, has_nat_elem;
         if ((k = make_names(ifname, &n, ret_err)) < 0)
                 return k;
+        find_gw6(&n);
         if ((has_elem = map_elem_exists(CORE_NFT_SESSIONS_MAP, &n, ret_err)) < 0)
                 return has_elem;
         if ((has_input_elem = map_elem_exists(CORE_NFT_SESSIONS_INPUT_MAP, &n, ret_err)) < 0)
@@ -828,6 +1102,37 @@ int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_add
 
 int pol_nft_session_remove(const char *ifname, sb_error **ret_err) {
         return change(ifname, NULL, (struct in_addr) {}, ret_err);
+}
+
+int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s, sb_error **ret_err) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = NULL;
+        char text[INET6_ADDRSTRLEN];
+        uint32_t seq;
+        names n;
+        int k;
+        if ((k = make_names(ifname, &n, ret_err)) < 0)
+                return k;
+        inet_ntop(AF_INET6, addr, text, sizeof(text));
+        uint64_t ms = (uint64_t) (ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
+        if ((k = core_nft_batch_new(&bt)) < 0 || !(s = new_set(n.set[SET_DNS6])) ||
+            add_key_elem(s, addr->s6_addr, 16, 0, ms) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n.set[SET_DNS6], text);
+        if (!buf || (k = msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf)) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
+        return core_nft_batch_send(bt, ret_err);
+}
+
+int pol_nft_pin_addr(const char *ifname, const pol_addr *addr, uint32_t ttl_s, sb_error **ret_err) {
+        if (addr->family == AF_INET6) {
+                struct in6_addr a6;
+                memcpy(&a6, addr->bytes, 16);
+                return pol_nft_pin6(ifname, &a6, ttl_s, ret_err);
+        }
+        struct in_addr a4;
+        memcpy(&a4, addr->bytes, 4);
+        return pol_nft_pin(ifname, a4, ttl_s, ret_err);
 }
 
 int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_error **ret_err) {

@@ -48,15 +48,20 @@
  * denied in both directions of the host, so the caller must call
  * pol_nft_session_apply() again for every live session.
  *
- * IPv4 only: the host table rejects every IPv6 packet from "sbx*" before
- * the dispatch, so IPv6 CIDRs of a policy have nothing to act on here and
- * no v6 sets are made (match.c likewise never judges an IPv4 address
- * against an IPv6 CIDR). */
+ * Both families (DESIGN §5): each IPv4 set has its IPv6 twin (s_<if>_allow6,
+ * _deny6, _forbid6, _dns6; forbid6 holds the IPv6 rows of the forbidden
+ * table and every IPv6 form, IPv4-mapped, NAT64, IPv4-compatible, 6to4,
+ * of its IPv4 rows, as match.c unwraps them) with its rule right after
+ * the IPv4 one (`ip6 daddr @deny6 goto deny` after `ip daddr @deny4 goto
+ * deny`, and so on), and the gateway chain admits the proxy port at the
+ * veth's IPv6 gateway address too. Without an IPv6 pool the host table
+ * denies every IPv6 packet of a session before the dispatch. */
 #pragma once
 
 #include <netinet/in.h>
 #include <stdint.h>
 #include "libcore/error.h"
+#include "libcore/net.h"
 #include "policy/policy.h"
 
 /* Floor of a DNS pin's lifetime, seconds (DESIGN §5.1 rule 6). */
@@ -77,6 +82,12 @@
 int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_addr gateway,
                           sb_error **ret_err);
 
+/* Tells the generator the daemon's address pools (once, at start, before
+ * any session is applied): with an IPv6 pool, the gateway chain of
+ * "sbx<n>" also admits the egress proxy's port at the IPv6 gateway of slot
+ * n (core_net_host_addr6()). */
+void pol_nft_set_ipv6_pool(const core_net_pool *pool);
+
 /* Deletes every object of session `ifname`, in both maps; nothing there is
  * success. Its veth, if it still exists, is denied from then on. Returns 0
  * or a negative errno with *ret_err filled. */
@@ -96,3 +107,10 @@ void pol_nft_set_dns_upstream(struct in_addr upstream);
  * the first one. The caller has judged the address with
  * pol_check_resolved(). -ENOENT when the session has no custom policy. */
 int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_error **ret_err);
+
+/* pol_nft_pin() for an IPv6 address (an accepted AAAA answer): into the
+ * session's s_<if>_dns6 set. */
+int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s, sb_error **ret_err);
+
+/* pol_nft_pin() or pol_nft_pin6() by the address's family. */
+int pol_nft_pin_addr(const char *ifname, const pol_addr *addr, uint32_t ttl_s, sb_error **ret_err);

@@ -377,10 +377,35 @@ static int make_resolver(const pol_proxy_env *env, ldns_resolver **ret) {
         return 0;
 }
 
-int pol_proxy_resolve(const pol_proxy_env *env, const char *name, uint16_t port, pol_proxy_target *t) {
-        _cleanup_(ldns_resolver_deep_freep) ldns_resolver *res = NULL;
+/* The addresses of one record type (A or AAAA) of `dn`, appended to
+ * addrs. 0, -ENOENT for NXDOMAIN, -ETIMEDOUT / -EIO when the resolver
+ * failed or the answer is too big to judge whole (rule 6). */
+static int resolve_type(ldns_resolver *res, const ldns_rdf *dn, ldns_rr_type type, pol_addr *addrs, size_t *n) {
         _cleanup_(ldns_pkt_freep) ldns_pkt *pkt = NULL;
         _cleanup_(ldns_rr_list_deep_freep) ldns_rr_list *a = NULL;
+        size_t len = type == LDNS_RR_TYPE_A ? 4 : 16;
+        ldns_status s = ldns_resolver_query_status(&pkt, res, dn, type, LDNS_RR_CLASS_IN, LDNS_RD);
+        if (s != LDNS_STATUS_OK || !pkt)
+                return s == LDNS_STATUS_NETWORK_ERR ? -ETIMEDOUT : -EIO;
+        if (ldns_pkt_get_rcode(pkt) == LDNS_RCODE_NXDOMAIN)
+                return -ENOENT;
+        if (ldns_pkt_get_rcode(pkt) != LDNS_RCODE_NOERROR)
+                return -EIO;
+        a = ldns_pkt_rr_list_by_type(pkt, type, LDNS_SECTION_ANSWER);
+        for (size_t i = 0; a && i < ldns_rr_list_rr_count(a); i++) {
+                const ldns_rdf *rd = ldns_rr_rdf(ldns_rr_list_rr(a, i), 0);
+                if (!rd || ldns_rdf_size(rd) != len)
+                        continue;
+                if (*n == MAX_RESOLVED)
+                        return -EIO;
+                addrs[*n] = (pol_addr){ .family = type == LDNS_RR_TYPE_A ? AF_INET : AF_INET6 };
+                memcpy(addrs[(*n)++].bytes, ldns_rdf_data(rd), len);
+        }
+        return 0;
+}
+
+int pol_proxy_resolve(const pol_proxy_env *env, const char *name, uint16_t port, pol_proxy_target *t) {
+        _cleanup_(ldns_resolver_deep_freep) ldns_resolver *res = NULL;
         _cleanup_(ldns_rdf_deep_freep) ldns_rdf *dn = ldns_dname_new_frm_str(name);
         pol_addr addrs[MAX_RESOLVED];
         size_t n = 0;
@@ -389,25 +414,19 @@ int pol_proxy_resolve(const pol_proxy_env *env, const char *name, uint16_t port,
                 return r;
         if (!dn)
                 return -EINVAL;
-        ldns_status s = ldns_resolver_query_status(&pkt, res, dn, LDNS_RR_TYPE_A, LDNS_RR_CLASS_IN, LDNS_RD);
-        if (s != LDNS_STATUS_OK || !pkt)
-                return s == LDNS_STATUS_NETWORK_ERR ? -ETIMEDOUT : -EIO;
-        if (ldns_pkt_get_rcode(pkt) == LDNS_RCODE_NXDOMAIN)
+        /* A first, then AAAA (IPv6 upstreams, DESIGN §5): the upstream is
+         * dialled in that order. Both answers are judged together (rule 6:
+         * one forbidden address in either refuses the name). A failed
+         * AAAA lookup leaves the A answer; a failed A lookup with a good
+         * AAAA answer is served over IPv6. */
+        int ra = resolve_type(res, dn, LDNS_RR_TYPE_A, addrs, &n);
+        if (ra == -ENOENT)
                 return -ENOENT;
-        if (ldns_pkt_get_rcode(pkt) != LDNS_RCODE_NOERROR)
-                return -EIO;
-        a = ldns_pkt_rr_list_by_type(pkt, LDNS_RR_TYPE_A, LDNS_SECTION_ANSWER);
-        for (size_t i = 0; a && i < ldns_rr_list_rr_count(a); i++) {
-                const ldns_rdf *rd = ldns_rr_rdf(ldns_rr_list_rr(a, i), 0);
-                if (!rd || ldns_rdf_size(rd) != 4)
-                        continue;
-                /* Rule 6 judges the whole answer, so an answer too big to
-                 * judge is a failure, never a partial judgement. */
-                if (n == MAX_RESOLVED)
-                        return -EIO;
-                addrs[n] = (pol_addr){ .family = AF_INET };
-                memcpy(addrs[n++].bytes, ldns_rdf_data(rd), 4);
-        }
+        int r6 = resolve_type(res, dn, LDNS_RR_TYPE_AAAA, addrs, &n);
+        if (ra < 0 && r6 < 0)
+                return ra;
+        if (r6 == -EIO && n == MAX_RESOLVED)
+                return -EIO; /* too big to judge whole */
         if (n == 0)
                 return -ENOENT;
         if (!pol_check_resolved(env->policy, name, port, addrs, n, env->never, env->n_never, &t->verdict))

@@ -196,8 +196,7 @@ void pol_proxy_serve(const pol_proxy_env *env, int client_fd, const struct socka
 #define POL_PROXY_LOCAL_REFUSED "the address is the host itself, which no sandbox may reach"
 int pol_proxy_dial(const pol_proxy_target *t, int timeout_ms);
 
-/* Resolves `name` through env->resolver (A records; AAAA when the host has
- * IPv6 upstream, later) and judges the answer with pol_check_resolved() on
+/* Resolves `name` through env->resolver (A records, then AAAA) and judges the answer with pol_check_resolved() on
  * `port`. On allow fills t->addrs/n_addrs and t->verdict and returns 0;
  * -EACCES when denied (t->verdict says why), -ENOENT for NXDOMAIN or no
  * address, -ETIMEDOUT / -EIO when the resolver failed. */

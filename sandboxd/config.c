@@ -28,6 +28,7 @@ typedef enum {
         KEY_SOCKET,    /* absolute path that fits in sockaddr_un.sun_path */
         KEY_NAME,      /* non-empty string without '/' or ':' (a group name) */
         KEY_CIDR4,     /* canonical IPv4 CIDR */
+        KEY_CIDR6,     /* canonical IPv6 CIDR inside fc00::/7 (unique local, RFC 4193), or "off" */
         KEY_PATH_LIST, /* array of absolute paths, stored NULL-terminated in a char ** */
         KEY_SIZE,      /* integer stored in a size_t */
         KEY_U64,       /* integer stored in a uint64_t */
@@ -92,6 +93,9 @@ static const config_key config_keys[] = {
           "The largest tarball source the daemon downloads, in bytes.", NULL },
         { "networkPool",      KEY_CIDR4,  OFF(network_pool), 0, 0,
           "The IPv4 network sandboxes' links are taken from (prefix 8 to 30, no host bits).", NULL },
+        /* DESIGN §5: the same for IPv6 from a configurable ULA pool (NAT66). */
+        { "ipv6Pool",         KEY_CIDR6,  OFF(ipv6_pool), 0, 0,
+          "The IPv6 unique local network (inside fc00::/7, prefix 8 to 120, no host bits) sandboxes' links are taken from, a /127 per session, masqueraded (NAT66) when it leaves the host; it must hold as many /127 links as networkPool holds /31s; \"off\" gives sessions no IPv6.", NULL },
         { "initPath",         KEY_PATH,   OFF(init_path), 0, 0,
           "The sandbox-init binary run as PID 1 of each sandbox.",
           "sandbox-init beside the sandboxd binary, else LIBEXECDIR/sandbox-init" },
@@ -165,6 +169,7 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .disk_mib = 10240,
                 .max_source_bytes = 4 * GIB,
                 .network_pool = xstrdup("10.201.0.0/16"),
+                .ipv6_pool = xstrdup("fd5b:d0c5:6a1e::/64"),
                 .init_path = default_init_path(),
                 .bootstrap_timeout_ms = 1800000,
                 .userns = true,
@@ -187,6 +192,7 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->run_dir);
         free(cfg->socket_group);
         free(cfg->network_pool);
+        free(cfg->ipv6_pool);
         free(cfg->init_path);
         free(cfg->runtime_cache);
         free(cfg->proxy_upstream_ca);
@@ -213,6 +219,31 @@ static bool cidr4_is_valid(const char *s) {
                 return false;
         uint32_t mask = ~(uint32_t) 0 << (32 - prefix);
         return (ntohl(in.s_addr) & ~mask) == 0;
+}
+
+/* "off", or a canonical IPv6 CIDR inside fc00::/7 with a prefix from 8 to
+ * 120 and no host bits. */
+static bool cidr6_is_valid(const char *s) {
+        if (streq(s, "off"))
+                return true;
+        const char *slash = strchr(s, '/');
+        if (!slash || slash - s >= INET6_ADDRSTRLEN)
+                return false;
+        char addr[INET6_ADDRSTRLEN];
+        memcpy(addr, s, slash - s);
+        addr[slash - s] = '\0';
+        struct in6_addr in;
+        if (inet_pton(AF_INET6, addr, &in) != 1 || (in.s6_addr[0] & 0xfe) != 0xfc)
+                return false;
+        char *end;
+        errno = 0;
+        long prefix = strtol(slash + 1, &end, 10);
+        if (errno || *end || end == slash + 1 || slash[1] == '+' || slash[1] == '-' || prefix < 8 || prefix > 120)
+                return false;
+        for (long bit = prefix; bit < 128; bit++)
+                if (in.s6_addr[bit / 8] & (0x80 >> (bit % 8)))
+                        return false;
+        return true;
 }
 
 static int check_string(const config_key *k, const cJSON *v, sb_error **ret_err) {
@@ -242,6 +273,14 @@ static int check_string(const config_key *k, const cJSON *v, sb_error **ret_err)
                         return sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                             "daemon.json: %s: must be an IPv4 network like 10.201.0.0/16 "
                                             "with a prefix from 8 to 30 and no host bits set",
+                                            k->name);
+                return 0;
+        case KEY_CIDR6:
+                if (!cidr6_is_valid(s))
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be \"off\" or an IPv6 unique local network "
+                                            "like fd5b:d0c5:6a1e::/64 (inside fc00::/7) with a prefix from 8 to "
+                                            "120 and no host bits set",
                                             k->name);
                 return 0;
         default:
@@ -529,6 +568,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_SOCKET: return "absolute path, under 108 bytes";
         case KEY_NAME: return "group name";
         case KEY_CIDR4: return "IPv4 CIDR";
+        case KEY_CIDR6: return "IPv6 CIDR or \"off\"";
         case KEY_PATH_LIST: return "array of absolute paths";
         case KEY_BOOL: return "boolean";
         default: return "integer";

@@ -28,6 +28,7 @@ typedef struct daemon_config {
         uint64_t disk_inodes;       /* "diskInodes", default 0: one inode per 16 KiB of diskMiB */
         uint64_t max_source_bytes;  /* "maxSourceBytes", default 4 GiB (tarball download cap) */
         char *network_pool;         /* "networkPool", default "10.201.0.0/16" */
+        char *ipv6_pool;            /* "ipv6Pool", default "fd5b:d0c5:6a1e::/64"; "off": no IPv6 */
         char *init_path;            /* "initPath", default: sandbox-init beside the sandboxd binary, else LIBEXECDIR */
         char *runtime_cache;        /* "runtimeCache", debootstrap trees by suite and mirror; NULL: <stateDir>/cache/debootstrap */
         uint64_t bootstrap_timeout_ms; /* "bootstrapTimeoutMs", default 1800000 (30 min) per debootstrap run */

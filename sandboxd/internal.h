@@ -35,6 +35,8 @@ typedef struct session_pins {
 /* Records that netd pinned `addr` for `name` for ttl_s seconds (at least
  * the nftables floor); bounded, expired entries dropped first. */
 void pins_record(session_pins *p, struct in_addr addr, const char *name, uint32_t ttl_s);
+/* pins_record() for an address of either family (IPv6: an AAAA pin). */
+void pins_record_addr(session_pins *p, const pol_addr *addr, const char *name, uint32_t ttl_s);
 /* After the session's nftables objects were replaced (which drops the
  * dns4 set): re-pins, for the rest of its TTL, every recorded pair the new
  * custom policy `pol` still allows (pol_check_resolved with the never

@@ -138,11 +138,48 @@ static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err)
         return 0;
 }
 
+/* "off" leaves pool->prefix6 0 (no IPv6). Otherwise the ULA network (its
+ * form checked by the config loader) must hold a /127 for every /31 of the
+ * IPv4 pool, since a session's slot indexes both. */
+static int parse_pool6(const char *text, core_net_pool *pool, sb_error **ret_err) {
+        char addr[INET6_ADDRSTRLEN];
+        unsigned prefix;
+        pool->prefix6 = 0;
+        if (!text || streq(text, "off"))
+                return 0;
+        if (sscanf(text, "%45[0-9a-fA-F:]/%u", addr, &prefix) != 2 || inet_pton(AF_INET6, addr, &pool->base6) != 1 ||
+            prefix < 8 || prefix > 120)
+                return sb_error_set(ret_err, -EINVAL, NULL, "ipv6Pool",
+                                    "ipv6Pool: '%s' is not an IPv6 CIDR with a prefix from 8 to 120", text);
+        if (127 - prefix < 31 - pool->prefix)
+                return sb_error_set(ret_err, -EINVAL, NULL, "ipv6Pool",
+                                    "ipv6Pool: '%s' holds fewer /127 links than networkPool holds /31s; use a "
+                                    "prefix of at most /%u", text, 96 + pool->prefix);
+        pool->prefix6 = prefix;
+        return 0;
+}
+
+/* True when the IPv6 address is in the IPv6 pool. */
+static bool addr6_in_pool(const core_net_pool *pool, const uint8_t *a) {
+        if (!pool->prefix6)
+                return false;
+        for (unsigned bit = 0; bit < pool->prefix6; bit++) {
+                uint8_t m = (uint8_t)(0x80 >> (bit % 8));
+                if ((a[bit / 8] & m) != (pool->base6.s6_addr[bit / 8] & m))
+                        return false;
+        }
+        return true;
+}
+
 /* The host sides of the veths are in the pool, which the never list holds
  * whole: adding one (every session start) changes nothing. */
 static bool addr_in_pool(int family, const void *addr, void *userdata) {
         const manager *m = userdata;
         uint32_t a, mask = htonl(~0U << (32 - m->pool.prefix));
+        /* Link-local addresses (every veth's host side gets one) are
+         * forbidden under every policy already (fe80::/10). */
+        if (family == AF_INET6)
+                return addr6_in_pool(&m->pool, addr) || IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)addr);
         if (family != AF_INET)
                 return false;
         memcpy(&a, addr, 4);
@@ -238,7 +275,7 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
         struct ifaddrs *ifa = NULL;
         if (getifaddrs(&ifa) < 0)
                 ifa = NULL;
-        size_t n = 1, cap = 1;
+        size_t n = 1, cap = 2;
         for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
                 cap++;
         pol_cidr *v = calloc(cap, sizeof(*v));
@@ -251,6 +288,11 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
         memcpy(v[0].addr.bytes, &m->pool.base, 4);
         v[0].prefix = m->pool.prefix;
         uint32_t pool_mask = htonl(~0U << (32 - m->pool.prefix));
+        if (m->pool.prefix6) {
+                v[n].addr.family = AF_INET6;
+                memcpy(v[n].addr.bytes, &m->pool.base6, 16);
+                v[n++].prefix = m->pool.prefix6;
+        }
         for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
                 if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
                         continue;
@@ -258,6 +300,9 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
                  * listing each would grow the list with every session. */
                 if (i->ifa_addr->sa_family == AF_INET &&
                     (((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr & pool_mask) == m->pool.base.s_addr)
+                        continue;
+                if (i->ifa_addr->sa_family == AF_INET6 &&
+                    addr_in_pool(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, m))
                         continue;
                 pol_cidr *c = &v[n++];
                 c->addr.family = i->ifa_addr->sa_family;
@@ -563,9 +608,11 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "chmod %s: %m", cfg->state_dir);
                 goto fail;
         }
-        if ((r = parse_pool(cfg->network_pool, &m->pool, ret_err)) < 0)
+        if ((r = parse_pool(cfg->network_pool, &m->pool, ret_err)) < 0 ||
+            (r = parse_pool6(cfg->ipv6_pool, &m->pool, ret_err)) < 0)
                 goto fail;
         m->n_slots = core_net_pool_slots(&m->pool);
+        pol_nft_set_ipv6_pool(&m->pool);
         if (m->n_slots > 65536)
                 m->n_slots = 65536;
         m->slots = calloc(m->n_slots, sizeof(bool));

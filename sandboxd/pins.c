@@ -18,7 +18,7 @@
 #define PINS_MAX 16384
 
 struct session_pin {
-        struct in_addr addr;
+        pol_addr addr; /* IPv4 (dns4) or IPv6 (dns6) */
         uint64_t expires_ms; /* CLOCK_MONOTONIC */
         char name[POL_NAME_MAX + 1];
 };
@@ -39,12 +39,19 @@ static size_t pins_compact(session_pins *p, uint64_t now) {
 }
 
 void pins_record(session_pins *p, struct in_addr addr, const char *name, uint32_t ttl_s) {
+        pol_addr a = { .family = AF_INET };
+        memcpy(a.bytes, &addr, 4);
+        pins_record_addr(p, &a, name, ttl_s);
+}
+
+void pins_record_addr(session_pins *p, const pol_addr *addr, const char *name, uint32_t ttl_s) {
         if (!name || strlen(name) > POL_NAME_MAX)
                 return;
         uint64_t now = core_monotonic_ms();
         uint64_t expires = now + (uint64_t)(ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
         for (size_t i = 0; i < p->n; i++)
-                if (p->v[i].addr.s_addr == addr.s_addr && strcmp(p->v[i].name, name) == 0) {
+                if (p->v[i].addr.family == addr->family && memcmp(p->v[i].addr.bytes, addr->bytes, 16) == 0 &&
+                    strcmp(p->v[i].name, name) == 0) {
                         if (expires > p->v[i].expires_ms)
                                 p->v[i].expires_ms = expires;
                         return;
@@ -66,7 +73,7 @@ void pins_record(session_pins *p, struct in_addr addr, const char *name, uint32_
                 }
         }
         session_pin *e = &p->v[p->n++];
-        e->addr = addr;
+        e->addr = *addr;
         e->expires_ms = expires;
         snprintf(e->name, sizeof(e->name), "%s", name);
 }
@@ -78,14 +85,12 @@ size_t pins_carry_over(session_pins *p, const char *ifname, const pol_policy *po
         size_t k = 0, kept = 0;
         for (size_t i = 0; i < p->n; i++) {
                 session_pin *e = &p->v[i];
-                pol_addr a = { .family = AF_INET };
-                memcpy(a.bytes, &e->addr, 4);
                 pol_verdict v;
-                if (!pol_check_resolved(pol, e->name, 0, &a, 1, never, n_never, &v))
+                if (!pol_check_resolved(pol, e->name, 0, &e->addr, 1, never, n_never, &v))
                         continue; /* the new policy does not allow it: forgotten */
                 uint64_t left_s = (e->expires_ms - now + 999) / 1000;
                 _cleanup_error_ sb_error *err = NULL;
-                if (pol_nft_pin(ifname, e->addr, (uint32_t)left_s, &err) < 0) {
+                if (pol_nft_pin_addr(ifname, &e->addr, (uint32_t)left_s, &err) < 0) {
                         log_debug("%s: carry pin %s over the update: %s", ifname, e->name,
                                   err ? err->message : "failed");
                         continue;

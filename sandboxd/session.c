@@ -317,6 +317,11 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddNumberToObject(o, "netSlot", streq(sandbox_policy_mode(sb), "deny-all") ? -1 : j->slot);
         cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
         cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
+        if (m->pool.prefix6) {
+                char b6[INET6_ADDRSTRLEN];
+                cJSON_AddStringToObject(o, "poolBase6", inet_ntop(AF_INET6, &m->pool.base6, b6, sizeof(b6)));
+                cJSON_AddNumberToObject(o, "poolPrefix6", m->pool.prefix6);
+        }
         /* No base environment in init: each command.run carries the whole
          * environment (the sandbox's env as it is now, then the command's),
          * so a variable an update removes is gone from new commands. */
@@ -601,6 +606,19 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
         argv[a++] = path;
         argv[a++] = (char *)"--ack";
         a += netd_proxy_args(sb, with_ca, argv + a, proxy_arg, cert, key);
+        /* The IPv6 gateway of the same slot (the IPv4 gateway is the
+         * slot's even address): the proxy's IPv6 listener, where nftables
+         * redirects the session's IPv6 TCP 80/443. */
+        char proxy6_arg[INET6_ADDRSTRLEN + 10];
+        if (m->pool.prefix6) {
+                char gw6[INET6_ADDRSTRLEN];
+                unsigned slot = (ntohl(gateway.s_addr) - ntohl(m->pool.base.s_addr)) / 2;
+                struct in6_addr g6 = core_net_host_addr6(&m->pool, slot);
+                inet_ntop(AF_INET6, &g6, gw6, sizeof(gw6));
+                snprintf(proxy6_arg, sizeof(proxy6_arg), "[%s]:%d", gw6, POL_PROXY_PORT);
+                argv[a++] = (char *)"--proxy6";
+                argv[a++] = proxy6_arg;
+        }
         int out = -EBADF, in = -EBADF;
         r = core_spawn_helper(m->netd_path, argv, &out, &in, ret_pid, ret_err);
         free(argv);
@@ -712,7 +730,7 @@ static void netd_line(session *s, const char *line) {
                         log_warning("sandbox '%s': its DNS filter refused the new policy: %s", sb->name,
                                     cJSON_GetStringValue(cJSON_GetObjectItem(o, "message")) ?: "?");
         } else if (pin) {
-                struct in_addr a;
+                pol_addr a;
                 cJSON *ttl = cJSON_GetObjectItem(o, "ttl");
                 _cleanup_error_ sb_error *err = NULL;
                 /* A pin judged under a policy this session no longer has
@@ -720,14 +738,17 @@ static void netd_line(session *s, const char *line) {
                  * replaced it) is refused, never added: netd answers
                  * SERVFAIL and the client asks again, under the new one. */
                 bool current = pin_generation_current(s, cJSON_GetObjectItem(o, "generation"));
-                bool ok = current && inet_pton(AF_INET, pin, &a) == 1 &&
-                          pol_nft_pin(ifname, a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
+                /* A (dns4) or AAAA (dns6) pin; an IPv6 pin without an IPv6
+                 * pool goes into a set no packet reaches (the host table
+                 * denies the session's IPv6 first). */
+                bool ok = current && pol_addr_parse(pin, &a) == 0 &&
+                          pol_nft_pin_addr(ifname, &a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
                 if (!current)
                         log_debug("sandbox '%s': pin %s judged under a replaced policy: refused", sb->name, pin);
                 else if (!ok)
-                        log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "not an IPv4 address");
+                        log_warning("sandbox '%s': pin %s: %s", sb->name, pin, err ? err->message : "not an IP address");
                 else
-                        pins_record(&s->pins, a, cJSON_GetStringValue(cJSON_GetObjectItem(o, "name")),
+                        pins_record_addr(&s->pins, &a, cJSON_GetStringValue(cJSON_GetObjectItem(o, "name")),
                                     cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30);
                 /* netd releases the answer only on "\n": the address is in the
                  * set before the sandbox learns it; anything else is SERVFAIL. */
@@ -1067,6 +1088,13 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         _cleanup_error_ sb_error *ct_err = NULL;
         if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
                 log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
+        if (sb->m->pool.prefix6) {
+                struct in6_addr a6 = core_net_sandbox_addr6(&sb->m->pool, (unsigned) s->net_slot);
+                _cleanup_error_ sb_error *ct6_err = NULL;
+                if (core_conntrack_flush_source6(&a6, &ct6_err) < 0)
+                        log_warning("sandbox '%s': %s", sb->name,
+                                    ct6_err ? ct6_err->message : "flush IPv6 conntrack entries failed");
+        }
         core_fault("update.conntrack_flushed");
         /* Entering deny-all with a veth: the sandbox's own route to the
          * gateway becomes unreachable, so its lookups fail at once in its

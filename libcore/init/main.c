@@ -120,6 +120,15 @@ static int setup_network(const cJSON *setup, sb_error **ret_err) {
         const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(setup, "poolPrefix");
         if (cJSON_IsNumber(prefix))
                 pool.prefix = (unsigned)prefix->valueint;
+        const char *base6 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(setup, "poolBase6"));
+        const cJSON *prefix6 = cJSON_GetObjectItemCaseSensitive(setup, "poolPrefix6");
+        if (base6) {
+                if (inet_pton(AF_INET6, base6, &pool.base6) != 1 || !cJSON_IsNumber(prefix6) ||
+                    prefix6->valueint < 8 || prefix6->valueint > 120)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                            "setup: \"poolBase6\"/\"poolPrefix6\" is not an IPv6 pool");
+                pool.prefix6 = (unsigned)prefix6->valueint;
+        }
         const cJSON *slot = cJSON_GetObjectItemCaseSensitive(setup, "netSlot");
         int s = cJSON_IsNumber(slot) ? slot->valueint : -1;
         int r = core_net_configure_inside(&pool, s >= 0 ? (unsigned)s : 0, s >= 0, ret_err);

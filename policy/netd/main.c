@@ -9,7 +9,7 @@
  *
  *   sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE
  *                [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]
- *                [--proxy ADDR:PORT [--ca-cert FILE --ca-key FILE]
+ *                [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE]
  *                 [--upstream-ca FILE] [--name NAME]]
  *
  * With --proxy it also serves the egress proxy (policy/proxy.c) on TCP
@@ -107,6 +107,9 @@ typedef struct config {
         bool proxy;        /* --proxy given */
         struct sockaddr_storage proxy_listen;
         socklen_t proxy_listen_len;
+        bool proxy6;       /* --proxy6 given: a second listener, IPv6 */
+        struct sockaddr_storage proxy6_listen;
+        socklen_t proxy6_listen_len;
         const char *ca_cert, *ca_key, *upstream_ca, *name;
 } config;
 
@@ -555,10 +558,11 @@ static bool sockaddr_same(const struct sockaddr_storage *a, const struct sockadd
 static bool original_dst(int fd, struct sockaddr_storage *ret) {
         struct sockaddr_storage local = {};
         socklen_t len = sizeof(*ret), llen = sizeof(local);
-        int level = cfg.proxy_listen.ss_family == AF_INET6 ? SOL_IPV6 : SOL_IP;
         memset(ret, 0, sizeof(*ret));
-        if (getsockopt(fd, level, SO_ORIGINAL_DST, ret, &len) < 0 ||
-            getsockname(fd, (struct sockaddr *)&local, &llen) < 0)
+        /* The level by the listener's family: the IPv6 listener's
+         * connections carry an IPv6 NAT record. */
+        if (getsockname(fd, (struct sockaddr *)&local, &llen) < 0 ||
+            getsockopt(fd, local.ss_family == AF_INET6 ? SOL_IPV6 : SOL_IP, SO_ORIGINAL_DST, ret, &len) < 0)
                 return false;
         return !sockaddr_same(ret, &local);
 }
@@ -605,19 +609,20 @@ static void reload_policy(void);
  * inside ppoll(), which unblocks them atomically with `waitmask`: a signal
  * can neither be lost between the flag check and the wait nor land in a
  * connection thread. */
-static int run(int udp, int tcp, int proxy, const sigset_t *waitmask) {
-        struct pollfd pfd[4 + MAX_INFLIGHT];
-        inflight *owner[4 + MAX_INFLIGHT];
+static int run(int udp, int tcp, int proxy, int proxy6, const sigset_t *waitmask) {
+        struct pollfd pfd[5 + MAX_INFLIGHT];
+        inflight *owner[5 + MAX_INFLIGHT];
         while (!stop) {
                 if (reload) {
                         reload = 0;
                         reload_policy();
                 }
                 uint64_t now = core_monotonic_ms(), next = now + 60000;
-                nfds_t n = 3;
+                nfds_t n = 4;
                 pfd[0] = (struct pollfd){ .fd = udp, .events = POLLIN };
                 pfd[1] = (struct pollfd){ .fd = tcp, .events = POLLIN };
                 pfd[2] = (struct pollfd){ .fd = proxy, .events = POLLIN };
+                pfd[3] = (struct pollfd){ .fd = proxy6, .events = POLLIN }; /* -EBADF without --proxy6 */
                 for (size_t i = 0; i < MAX_INFLIGHT; i++)
                         if (slots[i].fd >= 0) {
                                 owner[n] = &slots[i];
@@ -641,7 +646,7 @@ static int run(int udp, int tcp, int proxy, const sigset_t *waitmask) {
                         log_info("sandboxd closed its end of the ack pipe; exiting");
                         return 0;
                 }
-                for (nfds_t i = 3; k > 0 && i < slots_end; i++)
+                for (nfds_t i = 4; k > 0 && i < slots_end; i++)
                         if (pfd[i].revents)
                                 udp_answer(udp, owner[i]);
                 if (k > 0 && pfd[0].revents)
@@ -650,6 +655,8 @@ static int run(int udp, int tcp, int proxy, const sigset_t *waitmask) {
                         tcp_accept(tcp);
                 if (k > 0 && pfd[2].revents)
                         proxy_accept(proxy);
+                if (k > 0 && pfd[3].revents)
+                        proxy_accept(proxy6);
                 udp_expire(udp, core_monotonic_ms());
         }
         return 0;
@@ -863,6 +870,27 @@ static int setup_proxy(int *ret_fd) {
         return 0;
 }
 
+/* The IPv6 twin of the proxy's listener (--proxy6), where nftables
+ * redirects the session's IPv6 TCP 80/443; the same environment. */
+static int setup_proxy6(int *ret_fd) {
+        _cleanup_close_ int fd = -EBADF;
+        int one = 1;
+        if (!cfg.proxy6)
+                return 0;
+        fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return log_error_errno(negative_errno(), "proxy socket: %m");
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        socklen_t len = cfg.proxy6_listen_len;
+        if (bind(fd, (struct sockaddr *)&cfg.proxy6_listen, cfg.proxy6_listen_len) < 0 || listen(fd, 128) < 0 ||
+            getsockname(fd, (struct sockaddr *)&cfg.proxy6_listen, &len) < 0)
+                return log_error_errno(negative_errno(), "bind IPv6 proxy port %u: %m",
+                                       endpoint_port(&cfg.proxy6_listen));
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
 /* Runs after the sockets are bound (port 53 needs root) and before any
  * packet is read: the filter parses hostile input, so a bug in it must not
  * hold root or a capability. Order: the bounding set while CAP_SETPCAP is
@@ -900,7 +928,7 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
         fputs("usage: sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE\n"
               "                    [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]\n"
-              "                    [--proxy ADDR:PORT [--ca-cert FILE --ca-key FILE]\n"
+              "                    [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE]\n"
               "                     [--upstream-ca FILE] [--name NAME]]\n",
               f);
 }
@@ -913,7 +941,7 @@ static int parse_args(int argc, char **argv) {
                 { "ack", no_argument, NULL, 'a' },           { "help", no_argument, NULL, 'h' },
                 { "proxy", required_argument, NULL, 'P' },   { "ca-cert", required_argument, NULL, 'C' },
                 { "ca-key", required_argument, NULL, 'K' },  { "upstream-ca", required_argument, NULL, 'A' },
-                { "name", required_argument, NULL, 'N' },
+                { "name", required_argument, NULL, 'N' },    { "proxy6", required_argument, NULL, '6' },
                 {},
         };
         bool have_listen = false, have_upstream = false;
@@ -951,6 +979,12 @@ static int parse_args(int argc, char **argv) {
                                 return log_error_errno(-EINVAL, "--proxy %s: expected ADDR:PORT", optarg);
                         cfg.proxy = true;
                         break;
+                case '6':
+                        if (parse_endpoint(optarg, &cfg.proxy6_listen, &cfg.proxy6_listen_len) < 0 ||
+                            cfg.proxy6_listen.ss_family != AF_INET6)
+                                return log_error_errno(-EINVAL, "--proxy6 %s: expected [ADDR]:PORT", optarg);
+                        cfg.proxy6 = true;
+                        break;
                 case 'C':
                         cfg.ca_cert = optarg;
                         break;
@@ -979,6 +1013,8 @@ static int parse_args(int argc, char **argv) {
                 return usage(stderr), -EINVAL;
         if (!cfg.ca_cert != !cfg.ca_key)
                 return log_error_errno(-EINVAL, "--ca-cert and --ca-key go together");
+        if (cfg.proxy6 && !cfg.proxy)
+                return log_error_errno(-EINVAL, "--proxy6 needs --proxy");
         if ((cfg.ca_cert || cfg.upstream_ca) && !cfg.proxy)
                 return log_error_errno(-EINVAL, "--ca-cert and --upstream-ca need --proxy");
         return 0;
@@ -1001,12 +1037,14 @@ static int emit_ready(void) {
         cJSON_AddStringToObject(o, "listen", format_endpoint(&cfg.listen, ep, sizeof(ep)));
         if (cfg.proxy)
                 cJSON_AddStringToObject(o, "proxy", format_endpoint(&cfg.proxy_listen, ep, sizeof(ep)));
+        if (cfg.proxy6)
+                cJSON_AddStringToObject(o, "proxy6", format_endpoint(&cfg.proxy6_listen, ep, sizeof(ep)));
         cJSON_AddNumberToObject(o, "uid", getuid());
         return emit(o);
 }
 
 int main(int argc, char **argv) {
-        _cleanup_close_ int udp = -EBADF, tcp = -EBADF, proxy = -EBADF;
+        _cleanup_close_ int udp = -EBADF, tcp = -EBADF, proxy = -EBADF, proxy6 = -EBADF;
         struct sigaction sa = { .sa_handler = on_signal };
         sigset_t steer, waitmask;
         pol_policy *policy = NULL;
@@ -1019,7 +1057,7 @@ int main(int argc, char **argv) {
          * only, and a low port needs CAP_NET_BIND_SERVICE. */
         envelope env0 = {};
         if (load_policy(cfg.policy_path, &policy, &env0) < 0 || bind_sockets(&udp, &tcp) < 0 ||
-            setup_proxy(&proxy) < 0 || snap_install(policy, &env0) < 0 || drop_privileges(cfg.user) < 0)
+            setup_proxy(&proxy) < 0 || setup_proxy6(&proxy6) < 0 || snap_install(policy, &env0) < 0 || drop_privileges(cfg.user) < 0)
                 return 1;
         signal(SIGPIPE, SIG_IGN); /* a reader gone: emit() reports -EIO */
         /* Blocked before any thread exists, so threads inherit the mask
@@ -1037,7 +1075,7 @@ int main(int argc, char **argv) {
         sigaction(SIGHUP, &sa, NULL);
         if (emit_ready() < 0)
                 return 1;
-        int r = run(udp, tcp, proxy, &waitmask);
+        int r = run(udp, tcp, proxy, proxy6, &waitmask);
         /* Only the loop accepts, so with no thread left none can start. */
         if (atomic_load(&tcp_clients) == 0 && atomic_load(&proxy_clients) == 0) {
                 snap_put(current);

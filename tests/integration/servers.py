@@ -53,15 +53,19 @@ def serve_http(addr, port, directory, log):
     srv.serve_forever()
 
 
+def _family(addr):
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
 def serve_tcp(addr, port, log):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s = socket.socket(_family(addr), socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((addr, port))
     s.listen(64)
     print("ready", flush=True)
 
     def handle(c, peer):
-        log_line(log, "%s:%d" % peer)
+        log_line(log, "%s:%d" % peer[:2])
         c.settimeout(2)
         try:
             data = c.recv(4096)
@@ -140,7 +144,7 @@ def _web_listener(spec):
     import ssl
     kind = spec["kind"]
     if kind == "tcp":
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s = socket.socket(_family(spec["addr"]), socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((spec["addr"], spec["port"]))
         s.listen(64)
@@ -153,7 +157,7 @@ def _web_listener(spec):
                     data = c.recv(512)
                 except OSError:
                     data = b""
-                log_line(spec["log"], "%s:%d %r" % (peer[0], peer[1], data[:200]))
+                log_line(spec["log"], "%s:%d %r" % (peer[0], peer[1], data[:200]))  # v6 peers: 4-tuples
                 c.close()
         return loop
     base = EchoHandler if kind == "echo" else StaticHandler
@@ -165,6 +169,7 @@ def _web_listener(spec):
     class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         daemon_threads = True
         allow_reuse_address = True
+        address_family = _family(spec["addr"])
     srv = Server((spec["addr"], spec["port"]), handler)
     if spec.get("cert"):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -404,16 +404,4 @@ def test_rule9_update_swaps_the_policy_with_no_window_where_neither_applies(worl
 
 
 # ---------------------------------------------------------------- IPv6
-
-def test_ipv6_does_not_work_from_a_custom_policy_sandbox(world):
-    pol = _policy_file(world, {"allow": ["*.public.test"], "subnets": {"allow": ["::/0"]}})
-    with sandbox(world, "v6", "--policy", pol) as name:
-        _c, out, _e = sh(world, name, "ip -6 addr show scope global; ip -6 route show default")
-        expect_eq(out.strip(), "", "global IPv6 addresses or a default IPv6 route in the sandbox")
-        # 64:ff9b::505:50a is the world's 5.5.5.10 through the NAT64 prefix.
-        for host in ("64:ff9b::505:50a", "::1"):
-            r = connect(world, name, host)
-            expect(not r["ok"] and r["error"] != "timeout" and r["ms"] < 100,
-                   "an IPv6 connect to %s fails at once:" % host, r)
-        r = dns(world, name, "api.public.test", qtype=28)
-        expect("error" not in r and r["addrs"] == [], "a AAAA question gives no address:", r)
+# IPv6 has its own file: test_ipv6.py.

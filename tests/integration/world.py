@@ -95,6 +95,24 @@ PUB_GIT_ADDR = "5.5.5.14"
 NEIGHBOUR_NET = "198.51.100.0/24"
 NEIGHBOUR_GW = "198.51.100.1"     # the internet namespace's side
 NEIGHBOUR_ADDR = "198.51.100.2"
+# IPv6 of the test world (DESIGN §5, §8): the world host and the internet
+# namespace share 2001:db8:113::/64 (documentation space, like TEST-NET-3
+# above); the fake internet's "public" IPv6 hosts are in PUB6_NET, which
+# lives only on the internet namespace's veth. Names that answer AAAA (the
+# v4 names keep answering A only, so tests written for IPv4 stay IPv4):
+#   api6.public.test     PUB6_API_ADDR only (AAAA)
+#   dual.public.test     PUB_API_ADDR (A) and PUB6_API_ADDR (AAAA)
+#   other6.public.test   PUB6_OTHER_ADDR
+# (the echo servers of api.public.test also listen on PUB6_API_ADDR)
+# and rebinding answers: loop6 ::1, mapped6 ::ffff:127.0.0.1, meta6
+# ::ffff:169.254.169.254, nat64meta 64:ff9b::a9fe:a9fe, sixtofour
+# 2002:7f00:1::1, ll6 fe80::1, mixed6 PUB6_API_ADDR and ::1, ula6 fd00::1.
+HOST_ADDR6 = "2001:db8:113::1"
+INET_ADDR6 = "2001:db8:113::fe"
+PUB6_NET = "2a05:5::/64"
+PUB6_API_ADDR = "2a05:5::10"
+PUB6_OTHER_ADDR = "2a05:5::11"
+PUB6_ATTACKER_ADDR = "2a05:5::13"
 WORLD_TLS_NAMES = ("api.public.test", "allowed.test", "blocked.test", "forward.public.test",
                    "attacker.test", "git.public.test")
 
@@ -553,6 +571,8 @@ class World:
             self.host_listener = self.start_listener("host", HOST_ADDR, LISTEN_PORT)
             self.pub_api_listener = self.start_listener("net", PUB_API_ADDR, LISTEN_PORT)
             self.pub_other_listener = self.start_listener("net", PUB_OTHER_ADDR, LISTEN_PORT)
+            self.pub6_api_listener = self.start_listener("net", PUB6_API_ADDR, LISTEN_PORT)
+            self.host6_listener = self.start_listener("host", HOST_ADDR6, LISTEN_PORT)
         except BaseException:
             self.close()
             raise
@@ -573,9 +593,19 @@ class World:
             _run(["ip", "-n", N, "addr", "add", a + "/24", "dev", "inet0"])
         for a in (PUB_API_ADDR, PUB_OTHER_ADDR, PUB_FORWARD_ADDR, PUB_ATTACKER_ADDR, PUB_GIT_ADDR):
             _run(["ip", "-n", N, "addr", "add", a + "/24", "dev", "inet0"])
+        for ns in (H, N):
+            for conf in ("all", "default", "lo"):
+                _run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.%s.disable_ipv6=0" % conf])
+            _run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0"])
+            _run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"])
+        _run(["ip", "-n", H, "addr", "add", HOST_ADDR6 + "/64", "dev", "wan0", "nodad"])
+        _run(["ip", "-n", N, "addr", "add", INET_ADDR6 + "/64", "dev", "inet0", "nodad"])
+        for a in (PUB6_API_ADDR, PUB6_OTHER_ADDR, PUB6_ATTACKER_ADDR):
+            _run(["ip", "-n", N, "addr", "add", a + "/64", "dev", "inet0", "nodad"])
         _run(["ip", "-n", H, "link", "set", "wan0", "up"])
         _run(["ip", "-n", N, "link", "set", "inet0", "up"])
         _run(["ip", "-n", H, "route", "add", "default", "via", INET_ADDR])
+        _run(["ip", "-n", H, "-6", "route", "add", "default", "via", INET_ADDR6, "dev", "wan0"])
         self.etc_netns = os.path.join("/etc/netns", H)
         os.makedirs(self.etc_netns, exist_ok=True)
         with open(os.path.join(self.etc_netns, "resolv.conf"), "w") as f:
@@ -641,6 +671,18 @@ class World:
             "--address=/forward.public.test/" + PUB_FORWARD_ADDR,
             "--address=/attacker.test/" + PUB_ATTACKER_ADDR,
             "--address=/git.public.test/" + PUB_GIT_ADDR,
+            "--address=/api6.public.test/" + PUB6_API_ADDR,
+            "--host-record=dual.public.test," + PUB_API_ADDR + "," + PUB6_API_ADDR,
+            "--address=/other6.public.test/" + PUB6_OTHER_ADDR,
+            "--address=/loop6.public.test/::1",
+            "--address=/mapped6.public.test/::ffff:127.0.0.1",
+            "--address=/meta6.public.test/::ffff:169.254.169.254",
+            "--address=/nat64meta.public.test/64:ff9b::a9fe:a9fe",
+            "--address=/sixtofour.public.test/2002:7f00:1::1",
+            "--address=/ll6.public.test/fe80::1",
+            "--address=/ula6.public.test/fd00::1",
+            "--host-record=mixed6.public.test," + PUB6_API_ADDR,
+            "--host-record=mixed6.public.test,::1",
         ])
         self.wait_until(lambda: GIT_ADDR in self.run_in_host(
             ["getent", "ahostsv4", "git.test"], check=False).stdout, 10, "dnsmasq answers")
@@ -697,6 +739,10 @@ class World:
         specs = [
             dict(kind="echo", addr=PUB_API_ADDR, port=443, log=self.web_logs["api"], **tls),
             dict(kind="echo", addr=PUB_API_ADDR, port=80, log=self.web_logs["api"]),
+            dict(kind="echo", addr=PUB6_API_ADDR, port=443, log=self.web_logs["api"], **tls),
+            dict(kind="echo", addr=PUB6_API_ADDR, port=80, log=self.web_logs["api"]),
+            dict(kind="tcp", addr=PUB6_ATTACKER_ADDR, port=80, log=self.web_logs["attacker"]),
+            dict(kind="tcp", addr=PUB6_ATTACKER_ADDR, port=443, log=self.web_logs["attacker"]),
             dict(kind="echo", addr=PUB_FORWARD_ADDR, port=443, log=self.web_logs["forward"], **tls),
             dict(kind="tcp", addr=PUB_ATTACKER_ADDR, port=80, log=self.web_logs["attacker"]),
             dict(kind="tcp", addr=PUB_ATTACKER_ADDR, port=443, log=self.web_logs["attacker"]),

@@ -148,6 +148,7 @@ static void test_effective_configuration_names_every_key(void **state) {
         assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "pidsMax")->valuedouble, 4096);
         assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "maxSourceBytes")->valuedouble, 4294967296.0);
         assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "networkPool")->valuestring, "10.201.0.0/16");
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "ipv6Pool")->valuestring, "fd5b:d0c5:6a1e::/64");
         assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "proxyUpstreamCA")));
         assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "userns")));
         assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "localSourceRoots"), 0)->valuestring,
@@ -171,7 +172,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 26);
+        assert_int_equal(n, 27);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -231,6 +232,21 @@ static void test_out_of_range_is_named_with_range(void **state) {
         assert_rejected_naming("{\"networkPool\": \"10.201.0.5/16\"}", "networkPool: must be an IPv4 network");
         assert_rejected_naming("{\"networkPool\": \"10.201.0.0/31\"}", "networkPool");
         assert_rejected_naming("{\"networkPool\": \"fd00::/64\"}", "networkPool");
+        /* ipv6Pool: unique local only (RFC 4193), canonical, a prefix from 8 to 120, or "off". */
+        assert_rejected_naming("{\"ipv6Pool\": \"2001:db8::/64\"}", "ipv6Pool: must be \"off\" or an IPv6 unique local");
+        assert_rejected_naming("{\"ipv6Pool\": \"fd00::1/64\"}", "ipv6Pool");
+        assert_rejected_naming("{\"ipv6Pool\": \"fd00::/124\"}", "ipv6Pool");
+        assert_rejected_naming("{\"ipv6Pool\": \"10.0.0.0/8\"}", "ipv6Pool");
+        assert_rejected_naming("{\"ipv6Pool\": \"Off\"}", "ipv6Pool");
+        {
+                daemon_config c6;
+                assert_null(parse_error("{\"ipv6Pool\": \"off\"}", &c6));
+                assert_string_equal(c6.ipv6_pool, "off");
+                daemon_config_free(&c6);
+                assert_null(parse_error("{\"ipv6Pool\": \"fd12:3456::/48\"}", &c6));
+                assert_string_equal(c6.ipv6_pool, "fd12:3456::/48");
+                daemon_config_free(&c6);
+        }
 }
 
 /* A disk image below its minimum would only fail at each create: refused at load. */

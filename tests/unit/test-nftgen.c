@@ -133,7 +133,7 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"203.0.113.0/24\"],\"deny\":[\"8.8.8.0/24\"]}}");
         char *out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "chain s_sbx3 {"), 1);
-        for (const char *s = "allow4\0deny4\0forbid4\0dns4\0"; *s; s += strlen(s) + 1) {
+        for (const char *s = "allow4\0deny4\0forbid4\0dns4\0allow6\0deny6\0forbid6\0dns6\0"; *s; s += strlen(s) + 1) {
                 char want[64];
                 snprintf(want, sizeof(want), "set s_sbx3_%s {", s);
                 if (count(out, want) != 1)
@@ -153,10 +153,11 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
                 fail_msg("proxied set not as expected:\n%s", out);
         static const char *const rules[] = {
                 "ct state established,related accept\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
-                "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
+                "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\tip6 daddr @s_sbx3_deny6 goto deny\n"
+                "\t\tip6 daddr @s_sbx3_forbid6 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
                 "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n"
-                "\t\tip daddr @s_sbx3_allow4 accept\n\t\tudp dport 443 goto deny\n"
-                "\t\tip daddr @s_sbx3_dns4 accept\n\t\tgoto deny\n\t}",
+                "\t\tip daddr @s_sbx3_allow4 accept\n\t\tip6 daddr @s_sbx3_allow6 accept\n\t\tudp dport 443 goto deny\n"
+                "\t\tip daddr @s_sbx3_dns4 accept\n\t\tip6 daddr @s_sbx3_dns6 accept\n\t\tgoto deny\n\t}",
         };
         if (count(out, rules[0]) != 1)
                 fail_msg("session chain not as expected:\n%s", out);
@@ -197,6 +198,39 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "sbx3"), 0);
         free(out);
+}
+
+/* forbid6 holds the IPv6 rows of the forbidden table and every IPv6 form
+ * (IPv4-mapped, NAT64, IPv4-compatible, 6to4) of its IPv4 rows, minus what
+ * subnets.allow names; allow6 and deny6 hold the IPv6 CIDRs. */
+static void test_ipv6_sets_hold_the_forbidden_forms_and_the_policys_cidrs(void **state) {
+        apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"2a05:5::/64\",\"fd00::/8\"],"
+              "\"deny\":[\"2a05:5::13/128\"]}}");
+        char *f = set_elements("s_sbx3_forbid6"), *a = set_elements("s_sbx3_allow6"), *d = set_elements("s_sbx3_deny6");
+        static const char *const in_forbid[] = {
+                "::/104",                                           /* ::, ::1, compatible 0/8 */
+                "fe80::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",   /* link-local, site-local, multicast */
+                "2001:db8::/32", "fc00::/8",                        /* fd00::/8 is allowed */
+                "::ffff:169.254.0.0/112", "::ffff:10.0.0.0/104", "::169.254.0.0/112",
+                "64:ff9b::a9fe:0/112", "64:ff9b::7f00:0/104", "64:ff9b:1::/48",
+                "2002:a9fe::/32", "2002:7f00::/24", "2002:a00::/24",
+        };
+        for (size_t i = 0; i < ELEMENTSOF(in_forbid); i++)
+                if (!strstr(f, in_forbid[i]))
+                {
+                        fprintf(stderr, "forbid6: %s\n", f);
+                        fail_msg("forbid6 lacks %s", in_forbid[i]);
+                }
+        /* Named by subnets.allow: open; public space is not forbidden. */
+        if (strstr(f, "fd00::/8") || strstr(f, "2a05:"))
+                fail_msg("forbid6 holds an allowed or public range: %s", f);
+        if (!strstr(a, "2a05:5::/64") || !strstr(a, "fd00::/8"))
+                fail_msg("allow6: %s", a);
+        if (!strstr(d, "2a05:5::13"))
+                fail_msg("deny6: %s", d);
+        free(f);
+        free(a);
+        free(d);
 }
 
 static void test_custom_policy_refuses_a_gateway_that_is_not_unicast(void **state) {
@@ -722,6 +756,8 @@ int main(void) {
                         test_allow_all_forwards_gateway_dns_to_the_upstream_and_other_modes_do_not, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_deny_beats_allow_in_real_connects_and_denials_fail_at_once,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(test_ipv6_sets_hold_the_forbidden_forms_and_the_policys_cidrs, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(test_custom_policy_refuses_a_gateway_that_is_not_unicast, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_custom_session_reaches_only_the_dns_filter_on_its_gateway,

@@ -1,0 +1,336 @@
+"""IPv6 parity (DESIGN §5: "the same for IPv6 from a configurable ULA pool
+(NAT66): every rule below holds for both families"). A network-enabled
+session has an address of the ipv6Pool and a default route through its
+gateway, masqueraded when it leaves the world host; what IPv4 keeps
+unreachable stays unreachable in every IPv6 form (the host's addresses,
+link-local with a scope id, loopback, other sandboxes, the IPv4-mapped,
+NAT64, 6to4 and IPv4-compatible forms of forbidden IPv4 addresses); AAAA
+answers are judged and pinned as A answers are; subnets.allow/deny take
+IPv6 CIDRs; the egress proxy dials IPv6 upstreams; policy.check answers
+IPv6 addresses; nothing from outside starts a connection to a sandbox
+over IPv6."""
+import json
+import re
+
+import world as W
+from common import expect, expect_eq, poll, sandbox, sh
+from test_policy_rules import (CONNECT, NXDOMAIN, REFUSED, _blocked, _policy_file, _py, _refused_fast,
+                               connect, dns)
+
+POOL6 = "fd5b:d0c5:6a1e:"  # the default ipv6Pool fd5b:d0c5:6a1e::/64
+
+
+def _addr6(world, name):
+    """The sandbox's global IPv6 address on eth0 and its default gateway."""
+    _c, out, _e = sh(world, name, "ip -6 -o addr show dev eth0 scope global; ip -6 route show default")
+    addrs = re.findall(r"inet6 ([0-9a-f:]+)/127", out)
+    gw = re.findall(r"default via ([0-9a-f:]+) dev eth0", out)
+    expect(len(addrs) == 1 and len(gw) == 1, "one /127 address and a default route via eth0:", out)
+    return addrs[0], gw[0]
+
+
+def _host_side(world, name):
+    """(ifname, link-local address) of the host side of the sandbox's veth."""
+    addr, gw = _addr6(world, name)
+    out = world.run_in_host(["ip", "-6", "-o", "addr", "show"]).stdout
+    ifname = None
+    for line in out.splitlines():
+        if (" %s/127" % gw) in line:
+            ifname = line.split()[1]
+    expect(ifname, "the host side of %s in the world host:" % gw, out)
+    out = world.run_in_host(["ip", "-6", "-o", "addr", "show", "dev", ifname, "scope", "link"]).stdout
+    ll = re.findall(r"inet6 (fe80::[0-9a-f:]+)/64", out)
+    return ifname, ll[0] if ll else None
+
+
+def _connect_ok(r, what):
+    expect(r["ok"], "%s: connected:" % what, r)
+
+
+# ---------------------------------------------------------------- allow-all
+
+def test_an_allow_all_sandbox_has_an_ipv6_address_of_the_pool_and_a_default_route(world):
+    with sandbox(world, "v6aa", "--allow-all") as name:
+        addr, gw = _addr6(world, name)
+        expect(addr.startswith(POOL6) and gw.startswith(POOL6), "address and gateway in ipv6Pool:", addr, gw)
+        # Nothing the sandbox could learn a route from: no RA, no SLAAC.
+        _c, out, _e = sh(world, name, "cat /proc/sys/net/ipv6/conf/eth0/accept_ra /proc/sys/net/ipv6/conf/eth0/autoconf")
+        expect_eq(out.split(), ["0", "0"], "accept_ra and autoconf on eth0")
+
+
+def test_an_allow_all_sandbox_reaches_a_public_ipv6_host_through_nat66(world):
+    with sandbox(world, "v6nat", "--allow-all") as name:
+        before = len(world.pub6_api_listener.connections())
+        _connect_ok(connect(world, name, W.PUB6_API_ADDR), "allow-all to [%s]:%d" % (W.PUB6_API_ADDR, W.LISTEN_PORT))
+        poll(lambda: len(world.pub6_api_listener.connections()) > before, 10, "the IPv6 listener to log the connection")
+        peer = world.pub6_api_listener.connections()[-1]
+        expect(peer.startswith(W.HOST_ADDR6 + ":"), "the upstream sees the world host's address (NAT66), not the pool:", peer)
+
+
+def test_an_allow_all_sandbox_never_reaches_the_host_or_an_ipv6_form_of_a_forbidden_address(world):
+    with sandbox(world, "v6aaf", "--allow-all") as name, sandbox(world, "v6aag", "--allow-all") as other:
+        _ifname, ll = _host_side(world, name)
+        other_addr, other_gw = _addr6(world, other)
+        own_addr, gw = _addr6(world, name)
+        targets = [
+            W.HOST_ADDR6,                   # the world host's own upstream address
+            gw,                             # the host side of the veth
+            other_addr, other_gw,           # another sandbox and its gateway
+            "::ffff:169.254.169.254",       # IPv4-mapped metadata
+            "::ffff:" + W.HOST_ADDR,        # IPv4-mapped host
+            "64:ff9b::a9fe:a9fe",           # NAT64 of metadata (RFC 6052)
+            "64:ff9b::7f00:1",              # NAT64 of loopback
+            "64:ff9b:1::a9fe:a9fe",         # local-use NAT64 (RFC 8215)
+            "2002:a9fe:a9fe::1",            # 6to4 of metadata (RFC 3056)
+            "2002:7f00:1::1",               # 6to4 of loopback
+            "::a9fe:a9fe",                  # IPv4-compatible metadata
+            "::7f00:1",                     # IPv4-compatible loopback
+        ]
+        if ll:
+            targets.append(ll + "%eth0")    # the host side's link-local, with a scope id
+        for t in targets:
+            _refused_fast(connect(world, name, t), "allow-all to [%s]:%d" % (t, W.LISTEN_PORT))
+        expect_eq(world.host6_listener.connections(), [], "connections the world host's IPv6 listener saw")
+
+
+# ---------------------------------------------------------------- custom policies
+
+AAAA = 28
+
+
+def test_a_custom_policy_pins_the_aaaa_answer_of_an_allowed_name_and_nothing_else(world):
+    pol = _policy_file(world, {"allow": ["api6.public.test", "dual.public.test"]})
+    with sandbox(world, "v6pin", "--policy", pol) as name:
+        addr, _gw = _addr6(world, name)
+        expect(addr.startswith(POOL6), "a custom-policy session has an IPv6 address of the pool:", addr)
+        # Not resolved yet: not pinned, refused at once.
+        _refused_fast(connect(world, name, W.PUB6_API_ADDR), "before the AAAA answer")
+        r = dns(world, name, "api6.public.test", qtype=AAAA)
+        expect_eq((r.get("rcode"), r.get("addrs")), (0, [W.PUB6_API_ADDR]), "AAAA of an allowed name: %s" % r)
+        _connect_ok(connect(world, name, W.PUB6_API_ADDR), "the pinned IPv6 address")
+        # An unresolved address of the same network stays refused.
+        _refused_fast(connect(world, name, W.PUB6_OTHER_ADDR), "an IPv6 address no allowed name resolved to")
+        r = dns(world, name, "dual.public.test", qtype=AAAA)
+        expect_eq(r.get("addrs"), [W.PUB6_API_ADDR], "AAAA of a dual-stack name: %s" % r)
+        _blocked(dns(world, name, "other6.public.test", qtype=AAAA), NXDOMAIN, "other6.public.test")
+
+
+def test_a_custom_policy_refuses_aaaa_answers_that_rebind_to_forbidden_addresses(world):
+    pol = _policy_file(world, {"allow": ["*.public.test"]})
+    with sandbox(world, "v6rb", "--policy", pol) as name:
+        for qname in ("loop6", "mapped6", "meta6", "nat64meta", "sixtofour", "ll6", "ula6", "mixed6"):
+            r = dns(world, name, qname + ".public.test", qtype=AAAA)
+            _blocked(r, REFUSED)
+        # Nothing of them was pinned: ::1 and the mapped loopback stay refused.
+        for host in ("::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1"):
+            _refused_fast(connect(world, name, host), "to [%s] after its AAAA was refused" % host)
+
+
+def test_subnets_allow_and_deny_take_ipv6_cidrs_and_never_open_what_they_do_not_name(world):
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": ["::/0", W.PUB6_NET]}})
+    with sandbox(world, "v6sa", "--policy", pol) as name:
+        _connect_ok(connect(world, name, W.PUB6_API_ADDR), "an address in subnets.allow")
+        _gw_addr, gw = _addr6(world, name)
+        for host in (W.HOST_ADDR6, gw, "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "2002:a9fe:a9fe::1",
+                     "::a9fe:a9fe", "::7f00:1"):
+            _refused_fast(connect(world, name, host), "::/0 in subnets.allow to [%s]" % host)
+    pol = _policy_file(world, {"allow": ["api6.public.test"],
+                               "subnets": {"allow": [W.PUB6_NET], "deny": [W.PUB6_API_ADDR + "/128"]}})
+    with sandbox(world, "v6sd", "--policy", pol) as name:
+        before = len(world.pub6_api_listener.connections())
+        _refused_fast(connect(world, name, W.PUB6_API_ADDR), "an IPv6 address in subnets.deny")
+        r = dns(world, name, "api6.public.test", qtype=AAAA)
+        _blocked(r, REFUSED, "subnets.deny")
+        expect_eq(len(world.pub6_api_listener.connections()), before, "connections the denied address saw")
+
+
+def test_the_egress_proxy_serves_ipv6_http_and_refuses_a_name_the_policy_does_not_allow(world):
+    pol = _policy_file(world, {"allow": ["api6.public.test"]})
+    with sandbox(world, "v6px", "--policy", pol) as name:
+        before = len(world.web_log("api"))
+        code, out, err = sh(world, name, "curl -sS -6 -m 10 --noproxy '*' http://api6.public.test/over-v6")
+        expect(code == 0, "curl over IPv6 through the transparent proxy: exit %d:" % code, out, err)
+        seen = [l for l in world.web_log("api")[before:] if l.get("path") == "/over-v6"]
+        expect(seen, "the IPv6 echo server got the request:", world.web_log("api")[before:])
+        attacker = len(world.web_log("attacker"))
+        code, out, err = sh(world, name, "curl -sS -m 10 --noproxy '*' -o /dev/null -w '%%{http_code}' "
+                                         "--resolve blocked6.test:80:[%s] http://blocked6.test/" % W.PUB6_ATTACKER_ADDR)
+        expect_eq(out.strip(), "403", "HTTP over IPv6 to a name the policy does not allow (%s)" % err.strip())
+        expect_eq(len(world.web_log("attacker")), attacker, "connections the attacker's IPv6 server saw")
+
+
+def test_policy_check_judges_ipv6_addresses_as_the_rules_do(world):
+    def check(pol, host, port=443):
+        return world.rpc_result("policy.check", {"networkPolicy": pol, "host": host, "port": port})
+    cases = [
+        ("allow-all", W.PUB6_API_ADDR, True),
+        ("allow-all", "::1", False),
+        ("allow-all", "fe80::1", False),
+        ("allow-all", "::ffff:169.254.169.254", False),
+        ("allow-all", "64:ff9b::a9fe:a9fe", False),
+        ("allow-all", "2002:a9fe:a9fe::1", False),
+        ("allow-all", POOL6 + ":5", False),
+        ({"allow": [], "subnets": {"allow": [W.PUB6_NET]}}, W.PUB6_API_ADDR, True),
+        # A CIDR opens a forbidden range only where it names it (rule 5).
+        ({"allow": [], "subnets": {"allow": ["::/0"]}}, "fd00::1", False),
+        ({"allow": [], "subnets": {"allow": ["fd00::/8"]}}, "fd00::1", True),
+        ({"allow": [], "subnets": {"allow": ["::/0"]}}, "::1", False),
+        ({"allow": [], "subnets": {"allow": ["::/0"], "deny": [W.PUB6_NET]}}, W.PUB6_API_ADDR, False),
+        ({"allow": ["x.test"]}, W.PUB6_API_ADDR, False),
+    ]
+    for pol, host, allow in cases:
+        r = check(pol, host)
+        expect_eq(r.get("decision") == "allow", allow, "policy.check %s under %s: %s" % (host, json.dumps(pol), r))
+
+
+# ---------------------------------------------------------------- inbound
+
+LISTEN6 = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", int(sys.argv[1]))); s.listen(8); open(sys.argv[2], "w").close()
+while True:
+    c, a = s.accept(); open(sys.argv[2], "a").write("tcp %s\n" % a[0]); c.close()
+"""
+
+
+def test_nothing_outside_starts_an_ipv6_connection_into_a_sandbox(world):
+    with sandbox(world, "v6in", "--allow-all") as name:
+        addr, gw = _addr6(world, name)
+        code, _o, err = world.ctl("exec", "--detach", name, "--", "python3", "-c", LISTEN6, "8124", "/tmp/in6.log")
+        expect(code == 0, "start the IPv6 listener inside:", err)
+        poll(lambda: sh(world, name, "test -e /tmp/in6.log")[0] == 0, 10, "the listener inside to bind")
+        # The internet routes the pool via the world host, as a neighbour would.
+        world.run_in_net(["ip", "-6", "route", "add", POOL6 + ":/64", "via", W.HOST_ADDR6])
+        try:
+            r = world.run_in_net(["python3", "-c", CONNECT, addr, "8124"])
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+            expect(not got["ok"], "a connection from the internet to [%s]:8124:" % addr, got)
+        finally:
+            world.run_in_net(["ip", "-6", "route", "del", POOL6 + ":/64", "via", W.HOST_ADDR6])
+        r = world.run_in_host(["python3", "-c", CONNECT, addr, "8124"])
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        expect(not got["ok"], "a connection from the world host to [%s]:8124:" % addr, got)
+        _c, log, _e = sh(world, name, "cat /tmp/in6.log")
+        expect_eq(log.strip(), "", "connections the listener inside saw")
+
+
+# A TCP connect to HOST whose packets carry an IPv6 segment routing header
+# (RFC 8754) listing VIA as the next segment: the packets are sent to VIA,
+# which an SRv6 router would send on to HOST. Set as a sticky option (no
+# privilege needed).
+RTHDR_CONNECT = r'''
+import json, socket, struct, sys, time
+host, port, via = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(3)
+segs = [socket.inet_pton(socket.AF_INET6, "::"), socket.inet_pton(socket.AF_INET6, via)]
+rh = struct.pack("BBBBBBH", 0, 2 * len(segs), 4, 1, 1, 0, 0) + b"".join(segs)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, rh)
+t = time.monotonic()
+try:
+    s.connect((host, port)); r = {"ok": True}
+except socket.timeout:
+    r = {"ok": False, "error": "timeout"}
+except OSError as e:
+    r = {"ok": False, "error": str(e.errno)}
+r["ms"] = (time.monotonic() - t) * 1000
+print(json.dumps(r))
+'''
+
+
+# Counts, for SECS seconds, the IPv6 packets on the internet namespace's
+# veth whose first extension header is a routing header (next header 43).
+RH_SNIFF = r'''
+import socket, struct, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
+s.bind(("inet0", 0)); s.settimeout(0.2); print("ready", flush=True)
+n, end = 0, time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    try:
+        f = s.recv(2048)
+    except socket.timeout:
+        continue
+    if len(f) > 54 and f[12:14] == b"\x86\xdd" and f[20] == 43:
+        n += 1
+print(n, flush=True)
+'''
+
+
+def test_a_routing_header_never_leaves_the_host(world):
+    import subprocess
+    import sys
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": [W.PUB6_NET]}})
+    for args in (("--allow-all",), ("--policy", pol)):
+        with sandbox(world, "v6rh", *args) as name:
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", RH_SNIFF, "5"],
+                                     stdout=subprocess.PIPE, text=True)
+            try:
+                expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
+                _py(world, name, RTHDR_CONNECT, W.HOST_ADDR6, W.LISTEN_PORT, W.PUB6_API_ADDR)
+                seen = sniff.communicate(timeout=20)[0].strip()
+            finally:
+                if sniff.poll() is None:
+                    sniff.kill()
+                    sniff.wait()
+            expect_eq(seen, "0", "%s: packets with a routing header that left the world host" % args[0])
+
+
+def test_an_update_cuts_established_ipv6_flows_the_new_policy_denies(world):
+    import errno
+    import os
+    import signal
+    import sys
+    from test_policy_engine import _HOLD_SERVER, _LONG_FLOW
+    port = W.LISTEN_PORT + 2
+    log = os.path.join(world.tmp, "hold6-%d.log" % port)
+    open(log, "w").close()
+    server = _HOLD_SERVER.replace("socket.AF_INET,", "socket.AF_INET6,").replace("% peer)", "% peer[:2])")
+    srv = world._spawn("hold6-%d" % port, "net", [sys.executable, "-c", server, W.PUB6_API_ADDR, str(port), log],
+                       ready=True)
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": [W.PUB6_NET]}})
+    try:
+        with sandbox(world, "cut6", "--policy", pol) as name:
+            world.ctl("cp", "-", name + ":/tmp/flow.py", input=_LONG_FLOW.encode(), binary=True, check=True)
+            world.ctl("exec", "--detach", name, "--", "python3", "/tmp/flow.py", W.PUB6_API_ADDR, str(port),
+                      check=True)
+            flow = lambda: sh(world, name, "cat /tmp/flow.log 2>/dev/null")[1]
+            poll(lambda: open(log).read().strip(), 10, "the long IPv6 flow's first bytes at the server")
+            expect_eq(flow().strip(), "connected", "the flow runs under the first policy")
+            r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+            expect("result" in r, "update:", r)
+            ended = poll(lambda: (lambda t: t if "broken" in t or "alive" in t else None)(flow()), 5,
+                         "the established IPv6 flow the new policy denies to end")
+            errno_ = int(ended.split()[-1]) if "broken" in ended else None
+            expect(errno_ in (errno.ECONNRESET, errno.EPIPE), "the denied IPv6 flow was reset:", ended.strip())
+    finally:
+        os.killpg(srv.pid, signal.SIGKILL)
+        srv.wait(5)
+
+
+def test_a_denied_ipv6_connect_is_an_event_naming_the_address(world):
+    pol = _policy_file(world, {"allow": ["api6.public.test"]})
+    with sandbox(world, "v6ev", "--policy", pol) as name:
+        c = world.daemon.connect(30)
+        try:
+            r = c.call("events.subscribe", {"sandbox": name, "kinds": ["denied"]}, 30)
+            expect("result" in r, "subscribe:", r)
+            _refused_fast(connect(world, name, W.PUB6_OTHER_ADDR), "an unresolved IPv6 address")
+            note = c.wait_note(lambda n: n.get("method") == "event" and n["params"].get("layer") == "nftables", 10)
+            p = note["params"]
+            expect_eq((p["destination"], p.get("port")), (W.PUB6_OTHER_ADDR, W.LISTEN_PORT), "event fields")
+            expect("not resolved through the DNS filter" in p["rule"], "the rule the event names:", p)
+        finally:
+            c.close()
+
+
+def test_ipv6_pool_off_gives_sessions_no_ipv6(world):
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.start_sandboxd({"ipv6Pool": "off"}, tag="nov6")
+    try:
+        with sandbox(world, "nov6", "--allow-all") as name:
+            _c, out, _e = sh(world, name, "ip -6 addr show; ip -6 route show")
+            expect_eq(out.strip(), "", "IPv6 addresses or routes in the sandbox with ipv6Pool off")
+            _refused_fast(connect(world, name, "64:ff9b::505:50a"), "IPv6 with ipv6Pool off")
+    finally:
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
