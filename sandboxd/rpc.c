@@ -608,10 +608,15 @@ static int tls_flush(rpc_conn *c) {
 
 static int ssl_more_cb(sd_event_source *src, void *userdata);
 
-/* OpenSSL may hold whole records it read from the socket that epoll cannot
- * see: while input is wanted, read them on the next loop iteration. */
+/* OpenSSL may hold decrypted bytes of a record we read only in part (our
+ * buffer had less room) that epoll cannot see: while input is wanted, read
+ * them on the next loop iteration. SSL_pending, not SSL_has_pending: the
+ * latter also counts the bytes of an unfinished record, and a peer that
+ * sends half a record would then keep the loop spinning. Without
+ * read-ahead (the default) OpenSSL never reads past the record it is on,
+ * so nothing else can wait unseen. */
 static void tls_arm_more(rpc_conn *c) {
-        if (c->ssl_more || !c->server || !SSL_has_pending(c->ssl))
+        if (c->ssl_more || !c->server || SSL_pending(c->ssl) <= 0)
                 return;
         if (sd_event_add_defer(c->server->event, &c->ssl_more, ssl_more_cb, c) < 0) {
                 log_warning("rpc: cannot schedule a TLS read; dropping the connection");
@@ -640,7 +645,7 @@ static void conn_update_events(rpc_conn *c) {
         if (c->out_off < c->out_len)
                 ev |= EPOLLOUT;
         if (c->ssl && !c->handshaking) {
-                if ((ev & EPOLLIN) && SSL_has_pending(c->ssl))
+                if ((ev & EPOLLIN) && SSL_pending(c->ssl) > 0)
                         tls_arm_more(c);
                 if (c->read_wants_write && (ev & EPOLLIN))
                         ev |= EPOLLOUT;

@@ -127,6 +127,43 @@ def mode_bigfile(a):
             "error": got[2].get("error") or got[1].get("error")}
 
 
+def mode_halfrecord(a):
+    """Handshake, then half of one TLS record of a request; prints
+    {"ready": true}, holds it for --hold seconds (the adversary's pause, the
+    scenario itself), sends the rest and prints the answer."""
+    raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = context(a).wrap_bio(inc, out)
+
+    def pump_out():
+        data = out.read()
+        if data:
+            raw.sendall(data)
+
+    while True:
+        try:
+            obj.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pump_out()
+            inc.write(raw.recv(65536))
+    pump_out()
+    obj.write(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
+    rec = out.read()
+    raw.sendall(rec[:len(rec) // 2])
+    print(json.dumps({"ready": True}), flush=True)
+    time.sleep(a.hold)
+    raw.sendall(rec[len(rec) // 2:])
+    buf = b""
+    while b"\n" not in buf:
+        try:
+            buf += obj.read(65536)
+        except ssl.SSLWantReadError:
+            pump_out()
+            inc.write(raw.recv(65536))
+    return {"answer": json.loads(buf.split(b"\n")[0])}
+
+
 def mode_plain(a):
     s = socket.create_connection((a.host, a.port), timeout=a.timeout)
     s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
@@ -192,9 +229,10 @@ def main():
     p.add_argument("--bytes", type=int, default=0)
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--wait-sandbox")
+    p.add_argument("--hold", type=float, default=3.0)
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
+    out = {"halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

@@ -328,6 +328,34 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
                 st["daemon"].rpc("sandbox.delete", {"name": n})
 
 
+def _cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_half_a_record_neither_spins_the_loop_nor_loses_the_request(world):
+    """A peer that sends half a TLS record and pauses: the daemon waits in
+    epoll (it spun on SSL_has_pending before), then answers once the rest
+    comes."""
+    st = _setup(world)
+    cert, key = _pair(st, "admin")
+    p = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "halfrecord", HOST, str(PORT),
+                          "--ca", st["ca"], "--cert", cert, "--key", key, "--hold", "3"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        expect(json.loads(p.stdout.readline()).get("ready"), "half a record sent")
+        before = _cpu_s(st["daemon"].pid)
+        out = json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1])
+        used = _cpu_s(st["daemon"].pid) - before
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    expect("result" in out["answer"], "the request completed:", out)
+    expect(used < 1.0, "daemon CPU while the record was half sent: %.2f s in 3 s" % used)
+
+
 def test_large_requests_and_answers_cross_tls_intact(world):
     """fs.write of 3 MiB and fs.read of it back on one TLS connection: the
     daemon's non-blocking reads and writes across many records (partial
