@@ -276,8 +276,11 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
     _local(st, "sandbox.create", {"name": a_name, "tags": {"team": "a"}})
     _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "b"}})
     mine = None
+    snaps = []
     try:
         b_cmd = _local(st, "command.run", {"sandbox": b_name, "cmd": "true"})["cmdId"]
+        b_snap = _local(st, "sandbox.snapshot", {"name": b_name})["id"]
+        snaps.append(b_snap)
         for req in ({"method": "sandbox.get", "params": {"name": b_name}},
                     {"method": "command.run", "params": {"sandbox": b_name, "cmd": "true"}},
                     {"method": "sandbox.delete", "params": {"name": b_name}},
@@ -290,7 +293,13 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
                     {"method": "daemon.info"},
                     {"method": "runtime.import", "params": {"name": "x", "path": "/"}},
                     {"method": "runtime.delete", "params": {"name": "host"}},
-                    {"method": "snapshot.export", "params": {"id": "snap-x", "path": "/tmp/x"}}):
+                    {"method": "snapshot.export", "params": {"id": "snap-x", "path": "/tmp/x"}},
+                    {"method": "snapshot.get", "params": {"id": b_snap}},
+                    {"method": "snapshot.delete", "params": {"id": b_snap}},
+                    {"method": "sandbox.create", "params": {"source": {"type": "snapshot", "snapshotId": b_snap}}},
+                    {"method": "sandbox.create", "params": {"source": {"type": "tarball", "path": world.tmp}}},
+                    {"method": "sandbox.fork", "params": {"sourceSandbox": b_name}},
+                    {"method": "policy.check", "params": {"sandbox": b_name, "host": "example.com", "port": 443}}):
             r = _call(world, st, "tag", req)
             expect(r["ok"], "tag client I/O:", r)
             err = r["answers"][0].get("error") or {}
@@ -307,6 +316,13 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
         expect(a_name in names and b_name not in names, "list shows only team=a:", names)
         mine = r["answers"][3]["result"]["name"]
         expect_eq(r["answers"][3]["result"]["tags"], {"team": "a"}, "what a tag role creates carries its tag")
+        # Snapshots: its own is listed, the other tag's is not.
+        r = _call(world, st, "tag", {"method": "sandbox.snapshot", "params": {"name": a_name}},
+                  {"method": "snapshot.list", "params": {}})
+        expect(r["ok"] and "result" in r["answers"][0], "snapshot of its own sandbox:", r)
+        snaps.append(r["answers"][0]["result"]["id"])
+        ids = [x["id"] for x in r["answers"][1]["result"]["snapshots"]]
+        expect(r["answers"][0]["result"]["id"] in ids and b_snap not in ids, "snapshot.list of team=a only:", ids)
         # Events: only its own sandboxes'.
         ev = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "events", HOST, str(PORT),
                                "--ca", st["ca"], "--cert", _pair(st, "tag")[0], "--key", _pair(st, "tag")[1],
@@ -326,6 +342,8 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
         for n in (a_name, b_name, mine):
             if n:
                 st["daemon"].rpc("sandbox.delete", {"name": n})
+        for i in snaps:
+            st["daemon"].rpc("snapshot.delete", {"id": i})
 
 
 def _cpu_s(pid):
