@@ -5,6 +5,7 @@ during a create, fork, snapshot or run_command cancels it on the daemon."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import threading
 from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, TypeVar
@@ -100,6 +101,7 @@ def _client(client: SandboxClient | None) -> SandboxClient:
     with _default_lock:
         if _default is None or _default._closed:
             _default = SandboxClient()
+            atexit.register(_default.close)
         return _default
 
 
