@@ -469,6 +469,8 @@ static int extract_confined(void *userdata, sb_error **ret_err) {
                                                     ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM);
         for (;;) {
                 struct archive_entry *e;
+                if (core_cancel_requested())
+                        return sb_error_set(ret_err, -ECANCELED, "cancelled", NULL, "extract: cancelled");
                 int r = archive_read_next_header(x->in, &e);
                 if (r == ARCHIVE_EOF)
                         break;

@@ -282,7 +282,7 @@ SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapsho
           "create.recorded", "netd.started", "resume.session_started", "fork.frozen", "fork.copied[stopped]",
           "snapshot.copied", "snapshot.copied[stopped]", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
-          "delete.torn_down", "runtime_import.extracted"]
+          "delete.torn_down", "runtime_import.extracted", "create.cancelled"]
 
 
 # ---------------------------------------------------------------- checks

@@ -234,3 +234,37 @@ def test_reconnects_across_a_daemon_restart(world, client, name):
         assert sb.run_command("echo", ["new"]).stdout() == "new\n"
     finally:
         sb.delete()
+
+
+def test_ctrl_c_during_a_create_cancels_it_on_the_daemon(world, client, name):
+    """KeyboardInterrupt (here from a timer signal, as Ctrl-C would) while
+    Sandbox.create waits on a source that stalls: the create is cancelled
+    on the daemon and leaves nothing."""
+    import signal
+    base, log = world.stall_server()
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Sandbox.create(name=name, source={"type": "tarball", "url": "%s/%s.tar.gz" % (base, name)},
+                           client=client)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    deadline = time.monotonic() + 20
+    while "closed /%s.tar.gz" % name not in log():
+        assert time.monotonic() < deadline, "the download was not stopped: %s" % log()
+        time.sleep(0.05)
+    while True:
+        try:
+            Sandbox.get(name, client=client)
+        except NotFoundError:
+            break
+        assert time.monotonic() < deadline, "the cancelled sandbox is still there"
+        time.sleep(0.05)
+    leaks.check(world, name)
+    # The client still works.
+    assert client.daemon_info()["version"]

@@ -118,6 +118,7 @@ class AsyncCommand:
         self._stream = stream
         self._client = sandbox._client
         self._finished: CommandFinished | None = None
+        self._logs_taken = False
 
     @property
     def exit_code(self) -> int | None:
@@ -154,6 +155,18 @@ class AsyncCommand:
         """Yields ``{"stream": "stdout"|"stderr", "data": bytes}`` as output
         arrives, until the command exits."""
         s = self._stream
+        if s is not None and self._logs_taken:
+            # A consumer before this one took the live output: all of it
+            # once the command has exited.
+            if s.exit is None:
+                await self.wait()
+            if s.stdout:
+                yield {"stream": "stdout", "data": bytes(s.stdout)}
+            if s.stderr:
+                yield {"stream": "stderr", "data": bytes(s.stderr)}
+            return
+        if s is not None:
+            self._logs_taken = True
         if s is not None and s.exit is None:
             while True:
                 kind, val = await s.queue.get()

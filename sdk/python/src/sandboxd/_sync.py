@@ -212,18 +212,50 @@ class Sandbox:
         self._c = client
         self.fs = Filesystem(self)
 
-    # fields
-    info = property(lambda self: self._a.info)
-    name = property(lambda self: self._a.name)
-    id = property(lambda self: self._a.id)
-    status = property(lambda self: self._a.status)
-    persistent = property(lambda self: self._a.persistent)
-    timeout = property(lambda self: self._a.timeout)
-    expires_at = property(lambda self: self._a.expires_at)
-    env = property(lambda self: self._a.env)
-    tags = property(lambda self: self._a.tags)
-    network_policy = property(lambda self: self._a.network_policy)
-    ports = property(lambda self: self._a.ports)
+    # fields (see AsyncSandbox)
+    @property
+    def info(self) -> dict[str, Any]:
+        return self._a.info
+
+    @property
+    def name(self) -> str:
+        return self._a.name
+
+    @property
+    def id(self) -> str:
+        return self._a.id
+
+    @property
+    def status(self) -> str:
+        return self._a.status
+
+    @property
+    def persistent(self) -> bool:
+        return self._a.persistent
+
+    @property
+    def timeout(self) -> int | None:
+        return self._a.timeout
+
+    @property
+    def expires_at(self) -> str | None:
+        return self._a.expires_at
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self._a.env
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return self._a.tags
+
+    @property
+    def network_policy(self) -> Any:
+        return self._a.network_policy
+
+    @property
+    def ports(self) -> list[int]:
+        return self._a.ports
 
     @property
     def client(self) -> SandboxClient:
