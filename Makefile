@@ -5,6 +5,7 @@
 #                   20 s of each fuzz target, the short load run, a sample of the kill -9 matrix
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 300)
 #   make faults     the kill -9 matrix at every fault point (tests/faults/)
+#   make sdk-py-check  the Python SDK's tests (sdk/python) against a real daemon
 #   make load       the load suite at full size (tests/load/)
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
@@ -161,6 +162,13 @@ check: deps
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
+	@$(MAKE) --no-print-directory sdk-py-check
+
+# The Python SDK (sdk/python) against a real sandboxd in the test world,
+# with Debian's python and pytest.
+.PHONY: sdk-py-check
+sdk-py-check: $(BINS)
+	@cd sdk/python && /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
 
 demo: deps
 	@$(MAKE) --no-print-directory all

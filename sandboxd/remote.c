@@ -416,6 +416,8 @@ static const struct {
         { "policy.check", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
         { "events.subscribe", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
         { "daemon.info", ACCESS_ADMIN, NULL },
+        /* Finds requests of the caller's own connection only (rpc.c). */
+        { "request.cancel", ACCESS_ANY, NULL },
 };
 
 static bool tags_carry(const cJSON *tags, const remote_identity *id) {

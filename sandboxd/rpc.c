@@ -108,6 +108,7 @@ struct rpc_conn {
         size_t out_len, out_off, out_alloc;
         int fds[RPC_CONN_FDS];    /* received with SCM_RIGHTS, oldest first (rpc_request_take_fd) */
         unsigned n_fds;
+        rpc_request *pending;     /* requests in flight, for request.cancel */
         /* TLS connections only (ssl != NULL): */
         SSL *ssl;
         bool handshaking;         /* SSL_do_handshake not finished: no request is read */
@@ -693,6 +694,12 @@ static void conn_kick(rpc_conn *c);
 static void request_free(rpc_request *req) {
         rpc_conn *c = req->conn;
         bool bulk = req->bulk;
+        if (req->pending_prev)
+                req->pending_prev->pending_next = req->pending_next;
+        else if (c->pending == req)
+                c->pending = req->pending_next;
+        if (req->pending_next)
+                req->pending_next->pending_prev = req->pending_prev;
         cJSON_Delete(req->id);
         cJSON_Delete(req->params);
         free(req->method);
@@ -764,6 +771,8 @@ void rpc_reply_sb_error(rpc_request *req, const sb_error *err) {
                 return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "internal error");
         if (err->field && (!err->reason || streq(err->reason, "invalid_params")))
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, err->field, "%s", err->message);
+        if (err->reason && streq(err->reason, "cancelled"))
+                return rpc_reply_error(req, RPC_REQUEST_CANCELLED, "cancelled", NULL, "%s", err->message);
         rpc_reply_error(req, RPC_APP_ERROR, err->reason ? err->reason : "failed", err->field, "%s",
                         err->message);
 }
@@ -1011,6 +1020,10 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
         }
         req->conn = rpc_conn_ref(c);
         c->in_flight++;
+        req->pending_next = c->pending;
+        if (c->pending)
+                c->pending->pending_prev = req;
+        c->pending = req;
         if (m && m->bulk) {
                 req->bulk = true;
                 c->bulk_in_flight++;
@@ -1057,6 +1070,55 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
         }
         m->handler(req, m->userdata);
         return true;
+}
+
+/* ---- request.cancel ---- */
+
+/* A request's id is kept as id_copy() made it: a number as raw digits. */
+static bool id_is(const cJSON *rid, int64_t id) {
+        if (cJSON_IsNumber(rid))
+                return rid->valuedouble == (double)id;
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%lld", (long long)id);
+        return cJSON_IsRaw(rid) && rid->valuestring && streq(rid->valuestring, buf);
+}
+
+void rpc_request_set_cancel(rpc_request *req, rpc_cancel_fn fn, void *userdata) {
+        req->cancel = fn;
+        req->cancel_userdata = userdata;
+}
+
+/* request.cancel {id}: the id is matched as an integer among the
+ * requests in flight on the caller's own connection only, so no client can
+ * cancel another's work. A second cancel of a request already being
+ * cancelled answers true again. */
+static void method_cancel(rpc_request *req, void *userdata) {
+        (void)userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        int64_t id = 0;
+        if (rpc_param_int(req, "id", true, INT64_MIN / 2, INT64_MAX / 2, &id, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        bool cancelled = false;
+        for (rpc_request *r = req->conn->pending; r; r = r->pending_next) {
+                if (r == req || !id_is(r->id, id))
+                        continue;
+                if (r->cancel_requested) {
+                        cancelled = true;
+                        break;
+                }
+                if (r->cancel) {
+                        /* fn never finishes r itself (rpc_cancel_fn). */
+                        rpc_cancel_fn fn = r->cancel;
+                        r->cancel = NULL;
+                        cancelled = r->cancel_requested = fn(r, r->cancel_userdata);
+                        break;
+                }
+        }
+        cJSON *res = cJSON_CreateObject();
+        cJSON_AddBoolToObject(res, "cancelled", cancelled);
+        rpc_reply(req, res);
 }
 
 /* ---- input ---- */
@@ -1808,6 +1870,8 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         }
         if (s->reserve_fd < 0 && r >= 0)
                 r = sb_error_set(ret_err, -errno, NULL, NULL, "open /dev/null (reserve descriptor): %m");
+        if (r >= 0 && (r = rpc_server_add_method(s, "request.cancel", method_cancel, NULL)) < 0)
+                sb_error_set(ret_err, r, NULL, NULL, "out of memory");
         if (r < 0) {
                 rpc_server_free(s);
                 return r;

@@ -18,6 +18,9 @@ enum {
         RPC_INVALID_PARAMS = -32602,
         RPC_INTERNAL_ERROR = -32603,
         RPC_APP_ERROR = -32000,
+        /* The request was cancelled by request.cancel (the code LSP gives
+         * RequestCancelled; data.reason "cancelled"). */
+        RPC_REQUEST_CANCELLED = -32800,
 };
 
 typedef struct rpc_server rpc_server;
@@ -25,18 +28,33 @@ typedef struct rpc_conn rpc_conn;
 
 /* One request in flight. The handler owns it and must finish it exactly once
  * with rpc_reply() or an rpc_reply_error*() call, which free it. */
-typedef struct rpc_request {
+typedef struct rpc_request rpc_request;
+
+/* Asked, on the event loop, to cancel `req` (request.cancel); it must not
+ * finish req itself before returning. Returns true
+ * when cancellation is under way: the owner then finishes req later with
+ * data.reason "cancelled" (rpc_reply_sb_error() answers that as
+ * RPC_REQUEST_CANCELLED) once everything the request made is undone; false
+ * when it can no longer be cancelled (req then runs to its end). */
+typedef bool (*rpc_cancel_fn)(rpc_request *req, void *userdata);
+
+struct rpc_request {
         rpc_conn *conn;        /* a reference, released when the request is freed */
         cJSON *id;             /* owned by the request */
         char *method;          /* owned by the request */
         cJSON *params;         /* owned by the request; an empty object when absent */
         bool bulk;             /* its method is bulk (rpc_server_set_method_bulk) */
+        /* request.cancel (rpc_request_set_cancel) */
+        rpc_cancel_fn cancel;
+        void *cancel_userdata;
+        bool cancel_requested; /* cancel returned true once */
+        struct rpc_request *pending_prev, *pending_next; /* the connection's requests in flight */
         /* Set by the authorize hook (rpc_server_set_authorize): runs on the
          * result in rpc_reply() before it is sent, e.g. to drop the items a
          * remote client may not see. NULL: none. */
         void (*result_filter)(struct rpc_request *req, cJSON *result, void *userdata);
         void *result_filter_userdata;
-} rpc_request;
+};
 
 typedef void (*rpc_handler)(rpc_request *req, void *userdata);
 
@@ -76,6 +94,13 @@ void rpc_reply_error(rpc_request *req, int code, const char *reason, const char 
  * err->reason is NULL or "invalid_params", else -32000 with data.reason
  * (default "failed"). */
 void rpc_reply_sb_error(rpc_request *req, const sb_error *err);
+
+/* Makes req cancellable through request.cancel: fn(req, userdata) runs
+ * when a request.cancel on the same connection names req's id (an
+ * integer). The owner calls this again whenever the work that holds req
+ * changes hands, and with fn NULL once it can no longer be cancelled; the
+ * hook goes with req when req is answered. */
+void rpc_request_set_cancel(rpc_request *req, rpc_cancel_fn fn, void *userdata);
 
 /* Sends a notification (no id) on conn if it is still open; takes params. */
 void rpc_notify(rpc_conn *conn, const char *method, cJSON *params);
