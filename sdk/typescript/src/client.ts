@@ -93,6 +93,7 @@ export class SandboxClient extends EventEmitter {
   /** @param options where the daemon listens; see {@link SandboxClientOptions}. */
   constructor(options: SandboxClientOptions = {}) {
     super();
+    this.setMaxListeners(0); // one "disconnect" listener per live Command
     this.#opts = { ...options };
     if (options.url !== undefined) {
       if (!/^tcp:\/\/[^/]+:\d+\/?$/.test(options.url))

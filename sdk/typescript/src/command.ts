@@ -68,7 +68,6 @@ export class Command {
   #listeners = new Set<(c: Chunk | null) => void>();
   #sinks: { stdout?: Writable | undefined; stderr?: Writable | undefined } = {};
   #unwatch: (() => void) | undefined;
-  #release: (() => void) | undefined;
   #onDisconnect: (() => void) | undefined;
   #remoteWait: Promise<ExitInfo> | undefined;
   #ended = false;
@@ -95,7 +94,6 @@ export class Command {
       };
     }
     if (live) {
-      this.#release = client.hold();
       this.#unwatch = client.watchCommand(this.cmdId, (n) => this.#onNote(n));
       this.#onDisconnect = () => this.#switchToPolling();
       client.on("disconnect", this.#onDisconnect);
@@ -140,7 +138,6 @@ export class Command {
     this.#ended = true;
     for (const l of this.#listeners) l(null);
     this.#unwatch?.();
-    this.#release?.();
     if (this.#onDisconnect) this.client.off("disconnect", this.#onDisconnect);
   }
 
@@ -218,8 +215,10 @@ export class Command {
   logs(options: { signal?: AbortSignal } = {}): AsyncIterableIterator<LogLine> {
     const decoders = { stdout: new StringDecoder("utf8"), stderr: new StringDecoder("utf8") };
     let listener: ((c: Chunk | null) => void) | undefined;
+    let release: (() => void) | undefined;
     const onAbort = () => q.end(options.signal?.reason);
     const q = new AsyncQueue<LogLine>(() => {
+      release?.();
       if (listener) this.#listeners.delete(listener);
       options.signal?.removeEventListener("abort", onAbort);
     });
@@ -243,6 +242,8 @@ export class Command {
       }
     };
     this.#listeners.add(listener);
+    // Keeps the process alive while the iteration waits for output.
+    release = this.client.hold();
     if (options.signal?.aborted) q.end(options.signal.reason);
     else options.signal?.addEventListener("abort", onAbort, { once: true });
     if (this.#feed === "none") {
@@ -267,11 +268,18 @@ export class Command {
   #exitPromise(signal?: AbortSignal): Promise<ExitInfo> {
     signal?.throwIfAborted();
     if (this.#exit) return Promise.resolve(this.#exit);
+    const release = this.client.hold();
+    let onLost: (() => void) | undefined;
     const p = new Promise<ExitInfo>((resolve, reject) => {
       this.#exitWaiters.push(resolve);
       if (this.#feed !== "live") this.#waitRemote().catch(reject);
-      else this.client.once("disconnect", () => this.#waitRemote().then(resolve, reject));
+      else {
+        onLost = () => { this.#waitRemote().then(resolve, reject); };
+        this.client.once("disconnect", onLost);
+      }
     });
+    const done = () => { release(); if (onLost) this.client.off("disconnect", onLost); };
+    p.then(done, done);
     if (!signal) return p;
     return new Promise<ExitInfo>((resolve, reject) => {
       const onAbort = () => reject(signal.reason);

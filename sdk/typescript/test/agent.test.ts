@@ -5,13 +5,11 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { Sandbox } from "@sandboxd/sdk";
+import { Sandbox, NotFoundError } from "@sandboxd/sdk";
 
 test("examples/agent.ts runs the agent flow end to end", async () => {
   const script = fileURLToPath(new URL("../examples/agent.js", import.meta.url));
   const registry = process.env.SANDBOXD_TEST_REGISTRY as string;
-  const before = new Set<string>();
-  for await (const sb of Sandbox.list()) before.add(sb.name);
   const r = spawnSync(process.execPath, [script], {
     encoding: "utf8", timeout: 120_000,
     env: {
@@ -31,5 +29,7 @@ test("examples/agent.ts runs the agent flow end to end", async () => {
   assert.match(r.stderr, /tests-stderr\n/);
   assert.match(r.stdout, /result\.txt: offline/, "the tests ran with the network denied");
   // The example deleted its sandbox.
-  for await (const sb of Sandbox.list()) assert.ok(before.has(sb.name), `left behind: ${sb.name}`);
+  const name = /^sandbox (\S+):/m.exec(r.stdout)?.[1];
+  assert.ok(name, "the example names its sandbox");
+  await assert.rejects(Sandbox.get({ name }), NotFoundError);
 });
