@@ -5,6 +5,7 @@
 #                   20 s of each fuzz target, the short load run, a sample of the kill -9 matrix
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 300)
 #   make faults     the kill -9 matrix at every fault point (tests/faults/)
+#   make sdk-py-check  the Python SDK's tests (sdk/python) against a real daemon
 #   make load       the load suite at full size (tests/load/)
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
@@ -103,7 +104,7 @@ $(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 $(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/libclient.a
-	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson libarchive) -lresolv -pthread
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson libarchive openssl) -lresolv -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
 TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
@@ -163,12 +164,19 @@ check: deps
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
 	@$(MAKE) --no-print-directory sdk-ts-check
+	@$(MAKE) --no-print-directory sdk-py-check
 
 # The TypeScript SDK: built with its pinned tsc, then its node tests (and
 # examples/agent.ts) against a real sandboxd in the test world.
 sdk-ts-check: $(BINS)
 	@cd sdk/typescript && npm run --silent build:test
 	@python3 sdk/typescript/test/world.py
+
+# The Python SDK (sdk/python) against a real sandboxd in the test world,
+# with Debian's python and pytest.
+.PHONY: sdk-py-check
+sdk-py-check: $(BINS)
+	@cd sdk/python && /usr/bin/python3 -m pytest -q -p no:cacheprovider tests
 
 demo: deps
 	@$(MAKE) --no-print-directory all

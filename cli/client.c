@@ -10,8 +10,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include "libcore/base64.h"
 
 #include "libcore/macro.h"
@@ -19,6 +26,7 @@
 
 struct client {
         int fd;
+        SSL *ssl;             /* a TLS connection (client_connect_tls), else NULL */
         int64_t next_id;
         char *buf;            /* received bytes not yet handed out */
         size_t len;           /* bytes used in buf */
@@ -75,6 +83,10 @@ void client_free(client *c) {
                 c->queue_head = m->next;
                 client_msg_free(m);
         }
+        if (c->ssl) {
+                (void) SSL_shutdown(c->ssl);  /* close_notify: the daemon sees our end of input */
+                SSL_free(c->ssl);
+        }
         if (c->fd >= 0)
                 close(c->fd);
         free(c->buf);
@@ -101,6 +113,45 @@ static int send_all(int fd, const char *data, size_t len) {
         return 0;
 }
 
+/* Waits until fd is ready for `events` (POLLIN/POLLOUT). */
+static int wait_fd(int fd, short events) {
+        struct pollfd p = { .fd = fd, .events = events };
+        for (;;) {
+                int r = poll(&p, 1, -1);
+                if (r >= 0)
+                        return 0;
+                if (errno != EINTR)
+                        return negative_errno();
+        }
+}
+
+/* send_all() over TLS: SSL_write repeated with the same arguments after a
+ * WANT_READ/WANT_WRITE (its retry rule), waiting on the socket meanwhile. */
+static int tls_send_all(client *c, const char *data, size_t len) {
+        while (len > 0) {
+                size_t n = 0;
+                ERR_clear_error();
+                if (SSL_write_ex(c->ssl, data, len, &n) == 1) {
+                        data += n;
+                        len -= n;
+                        continue;
+                }
+                int e = SSL_get_error(c->ssl, 0);
+                if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+                        int r = wait_fd(c->fd, e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                return e == SSL_ERROR_SYSCALL && errno ? negative_errno() : -ECONNRESET;
+        }
+        return 0;
+}
+
+static int conn_send(client *c, const char *data, size_t len) {
+        return c->ssl ? tls_send_all(c, data, len) : send_all(c->fd, data, len);
+}
+
 /* Serialises `msg` unformatted (so it holds no newline: cJSON escapes them
  * inside strings) and sends it with its terminating '\n'. */
 static int send_json(client *c, cJSON *msg) {
@@ -113,7 +164,7 @@ static int send_json(client *c, cJSON *msg) {
                 return -ENOMEM;
         memcpy(line, text, n);
         line[n] = '\n';
-        return send_all(c->fd, line, n + 1);
+        return conn_send(c, line, n + 1);
 }
 
 static cJSON *build_message(const char *method, cJSON *params, int64_t id) {
@@ -154,6 +205,8 @@ int64_t client_send_fd(client *c, const char *method, cJSON *params, int fd) {
                 return -ENOMEM;
         memcpy(line, text, n);
         line[n] = '\n';
+        if (c->ssl)
+                return -EOPNOTSUPP;  /* no descriptors cross TCP */
         /* The fd rides on the first byte; the kernel hands it over no later
          * than the line (unix(7) SCM_RIGHTS). */
         union {
@@ -188,7 +241,7 @@ int64_t client_send_text(client *c, const char *method, const char *params, size
         memcpy(line, head, (size_t) h);
         memcpy(line + h, params, params_len);
         memcpy(line + h + params_len, "}\n", 2);
-        int r = send_all(c->fd, line, (size_t) h + params_len + 2);
+        int r = conn_send(c, line, (size_t) h + params_len + 2);
         return r < 0 ? r : id;
 }
 
@@ -343,6 +396,28 @@ static int fill(client *c) {
                 c->buf = b;
                 c->cap = cap;
         }
+        if (c->ssl) {
+                /* Everything OpenSSL can decrypt now, so that what is left
+                 * waits in the socket where poll() sees it. */
+                size_t got = 0;
+                while (c->cap - c->len > 0) {
+                        size_t n = 0;
+                        ERR_clear_error();
+                        if (SSL_read_ex(c->ssl, c->buf + c->len, c->cap - c->len, &n) == 1) {
+                                c->len += n;
+                                got += n;
+                                continue;
+                        }
+                        int e = SSL_get_error(c->ssl, 0);
+                        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+                                break;
+                        if (got)
+                                break;  /* report the end on the next call */
+                        c->eof = true;
+                        return -ECONNRESET;
+                }
+                return (int) got;
+        }
         ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
         if (n < 0)
                 return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : negative_errno();
@@ -361,7 +436,7 @@ static int64_t now_ms(void) {
 }
 
 bool client_has_pending(const client *c) {
-        return c->queue_head ||
+        return c->queue_head || (c->ssl && SSL_pending(c->ssl) > 0) ||
                 (c->len > c->scanned && memchr(c->buf + c->scanned, '\n', c->len - c->scanned));
 }
 
@@ -378,7 +453,7 @@ static int read_next(client *c, int timeout_ms, client_msg **ret) {
                         wait = left > 0 ? (int) left : 0;
                 }
                 struct pollfd p = { .fd = c->fd, .events = POLLIN };
-                r = poll(&p, 1, wait);
+                r = c->ssl && SSL_pending(c->ssl) > 0 ? 1 : poll(&p, 1, wait);
                 if (r < 0)
                         return negative_errno();
                 if (r == 0)
@@ -525,4 +600,161 @@ char *client_base64_encode(const void *data, size_t len) {
 
 int client_base64_decode(const char *text, void **ret, size_t *ret_len) {
         return base64_decode(text, ret, ret_len);
+}
+
+/* ---- TLS (remote daemons) ---- */
+
+static char *tls_errorf(const char *what, const char *path) {
+        char buf[256] = "";
+        unsigned long e = ERR_peek_last_error();
+        if (e)
+                ERR_error_string_n(e, buf, sizeof(buf));
+        ERR_clear_error();
+        char *msg = NULL;
+        if (asprintf(&msg, "%s%s%s%s%s", what, path ? " '" : "", path ? path : "", path ? "'" : "",
+                     e ? ": " : "") < 0)
+                return NULL;
+        char *full = NULL;
+        if (asprintf(&full, "%s%s", msg, buf) < 0)
+                full = NULL;
+        free(msg);
+        return full;
+}
+
+int client_parse_host(const char *url, char **ret_host, char **ret_port) {
+        if (!url || strncmp(url, "tcp://", 6) != 0)
+                return -EINVAL;
+        const char *h = url + 6, *colon, *end;
+        if (h[0] == '[') {
+                end = strchr(h, ']');
+                if (!end || end[1] != ':')
+                        return -EINVAL;
+                colon = end + 1;
+                h++;
+        } else {
+                colon = strrchr(h, ':');
+                if (!colon)
+                        return -EINVAL;
+                end = colon;
+        }
+        const char *port = colon + 1;
+        if (end == h || !*port || strspn(port, "0123456789") != strlen(port) || strlen(port) > 5 ||
+            atoi(port) < 1 || atoi(port) > 65535)
+                return -EINVAL;
+        char *host = strndup(h, (size_t) (end - h)), *p = strdup(port);
+        if (!host || !p) {
+                free(host);
+                free(p);
+                return -ENOMEM;
+        }
+        *ret_host = host;
+        *ret_port = p;
+        return 0;
+}
+
+/* A TLS 1.3 client context with our certificate and the CA the daemon's
+ * certificate must chain to (that CA alone, never the system's roots). */
+static SSL_CTX *client_ctx(const char *cert, const char *key, const char *ca, char **ret_msg) {
+        SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+        if (!ctx) {
+                *ret_msg = tls_errorf("TLS", NULL);
+                return NULL;
+        }
+        const char *fail = NULL, *path = NULL;
+        if (!SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION))
+                fail = "TLS 1.3";
+        else if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
+                fail = "read the CA certificate", path = ca;
+        else if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
+                fail = "read the client certificate", path = cert;
+        else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
+                fail = "read the client key", path = key;
+        else if (SSL_CTX_check_private_key(ctx) != 1)
+                fail = "the client key does not match the certificate", path = key;
+        if (fail) {
+                *ret_msg = tls_errorf(fail, path);
+                SSL_CTX_free(ctx);
+                return NULL;
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        return ctx;
+}
+
+static int tcp_connect(const char *host, const char *port, char **ret_msg) {
+        struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC }, *res = NULL;
+        int r = getaddrinfo(host, port, &hints, &res);
+        if (r != 0) {
+                if (asprintf(ret_msg, "resolve '%s': %s", host, gai_strerror(r)) < 0)
+                        *ret_msg = NULL;
+                return -EHOSTUNREACH;
+        }
+        int fd = -1, err = ECONNREFUSED;
+        for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+                fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+                if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+                        err = errno;
+                        close(fd);
+                        fd = -1;
+                }
+        }
+        freeaddrinfo(res);
+        if (fd < 0 && asprintf(ret_msg, "connect to %s port %s: %s", host, port, strerror(err)) < 0)
+                *ret_msg = NULL;
+        return fd < 0 ? -err : fd;
+}
+
+int client_connect_tls(const char *url, const char *cert, const char *key, const char *ca, client **ret,
+                       char **ret_msg) {
+        _cleanup_free_ char *host = NULL, *port = NULL;
+        *ret_msg = NULL;
+        if (client_parse_host(url, &host, &port) < 0) {
+                *ret_msg = strdup("the host must be tcp://HOST:PORT (a name, an IPv4 address or [IPv6])");
+                return -EINVAL;
+        }
+        if (!cert || !key || !ca) {
+                *ret_msg = strdup("a remote daemon needs --cert, --key and --ca (or $SANDBOXD_CERT, "
+                                  "$SANDBOXD_KEY, $SANDBOXD_CA)");
+                return -EINVAL;
+        }
+        signal(SIGPIPE, SIG_IGN);  /* OpenSSL writes without MSG_NOSIGNAL */
+        SSL_CTX *ctx = client_ctx(cert, key, ca, ret_msg);
+        if (!ctx)
+                return -EINVAL;
+        int fd = tcp_connect(host, port, ret_msg);
+        if (fd < 0) {
+                SSL_CTX_free(ctx);
+                return fd;
+        }
+        SSL *ssl = SSL_new(ctx);
+        SSL_CTX_free(ctx);  /* the SSL holds its reference */
+        struct in6_addr ip;
+        bool is_ip = inet_pton(AF_INET, host, &ip) == 1 || inet_pton(AF_INET6, host, &ip) == 1;
+        /* The daemon's certificate must name the host we dialled. */
+        int ok = ssl && SSL_set_fd(ssl, fd) == 1 &&
+                 (is_ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1
+                        : SSL_set1_host(ssl, host) == 1 && SSL_set_tlsext_host_name(ssl, host) == 1);
+        if (ok && SSL_connect(ssl) != 1) {
+                long vr = SSL_get_verify_result(ssl);
+                char *m = tls_errorf("TLS handshake", NULL);
+                if (asprintf(ret_msg, "%s%s%s", m ? m : "TLS handshake failed",
+                             vr != X509_V_OK ? "; the daemon's certificate: " : "",
+                             vr != X509_V_OK ? X509_verify_cert_error_string(vr) : "") < 0)
+                        *ret_msg = NULL;
+                free(m);
+                ok = 0;
+        } else if (!ok)
+                *ret_msg = tls_errorf("TLS", NULL);
+        int flags = ok ? fcntl(fd, F_GETFL) : -1;
+        if (ok && (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0))
+                ok = 0;
+        client *c = ok ? client_new_fd(fd) : NULL;
+        if (!c) {
+                SSL_free(ssl);
+                if (!ok)
+                        close(fd);
+                return -ECONNREFUSED;
+        }
+        c->ssl = ssl;
+        *ret = c;
+        return 0;
 }

@@ -81,6 +81,29 @@ const char *client_socket_path(const char *option);
  * otherwise, e.g. -ENOENT, -ECONNREFUSED, -EACCES). */
 int client_connect(const char *path, client **ret);
 
+/* A remote daemon (docs/SECURITY.md "Remote clients"): $SANDBOXD_HOST and
+ * the files of the client certificate, its key and the CA the daemon's
+ * certificate must chain to. */
+#define CLIENT_HOST_ENV "SANDBOXD_HOST"
+#define CLIENT_CERT_ENV "SANDBOXD_CERT"
+#define CLIENT_KEY_ENV "SANDBOXD_KEY"
+#define CLIENT_CA_ENV "SANDBOXD_CA"
+
+/* Splits "tcp://HOST:PORT" (HOST a name, an IPv4 address or [IPv6]) into
+ * new strings. Returns 0, -EINVAL, -ENOMEM. */
+int client_parse_host(const char *url, char **ret_host, char **ret_port);
+
+/* Connects to a daemon's TLS listener at `url` ("tcp://HOST:PORT") with
+ * TLS 1.3, presenting the client certificate `cert` (PEM, with any
+ * intermediates) and key `key`, and verifying the daemon's certificate
+ * against the CA file `ca` alone and against HOST (name or address). The
+ * handshake blocks; afterwards the client behaves as over the Unix socket
+ * (no fds can be sent: client_send_fd gives -EOPNOTSUPP). Returns 0 and
+ * *ret, or a negative errno with *ret_msg (caller frees; may be NULL on
+ * ENOMEM) saying what failed. */
+int client_connect_tls(const char *url, const char *cert, const char *key, const char *ca, client **ret,
+                       char **ret_msg);
+
 /* Wraps an already connected stream socket (ownership of fd is taken, even
  * on failure). Used by tests with a socketpair. Returns NULL on ENOMEM. */
 client *client_new_fd(int fd);

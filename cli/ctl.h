@@ -12,7 +12,12 @@
 typedef struct ctl_globals {
         const char *socket;   /* --socket, or NULL */
         bool json;            /* --json: print results as JSON */
+        const char *host;     /* --host tcp://H:P (else $SANDBOXD_HOST): a remote daemon over TLS */
+        const char *cert, *key, *ca;  /* --cert/--key/--ca (else $SANDBOXD_CERT/_KEY/_CA) */
 } ctl_globals;
+
+/* `certs init DIR` (cli/certs.c). Returns the exit code. */
+int ctl_certs(ctl_globals *g, int argc, char **argv);
 
 /* Prints "sandboxctl: <message>" on stderr and returns `exit_code`. */
 int ctl_error(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -55,9 +55,15 @@ static const char main_help[] =
         "                                would the policy allow URL? (exit 0 yes, 3 no)\n"
         "  events [NAME] [--kind K]...   print events (denials, lifecycle) as they happen\n"
         "  daemon info                   show the daemon's version, limits and host support\n"
+        "  certs init DIR [--tag K=V] [--name HOST]\n"
+        "                                a CA, server and client certificates for --host\n"
         "\n"
         "Global options:\n"
         "  --socket PATH   daemon socket (default: $SANDBOXD_SOCKET, else " CLIENT_DEFAULT_SOCKET ")\n"
+        "  --host tcp://H:P  a remote daemon over TLS 1.3 (default: $SANDBOXD_HOST); with\n"
+        "                  --cert FILE, --key FILE (the client certificate and key) and\n"
+        "                  --ca FILE (the CA of the daemon's certificate), else $SANDBOXD_CERT,\n"
+        "                  $SANDBOXD_KEY, $SANDBOXD_CA; 'sandboxctl certs init DIR' makes a set\n"
         "  --json          print results as JSON\n"
         "  -h, --help      show help (also after a command: sandboxctl exec --help)\n"
         "  --version       show the version\n"
@@ -68,9 +74,13 @@ static const char main_help[] =
 
 /* Long options every command accepts, so `sandboxctl get x --json` works as
  * well as `sandboxctl --json get x`. */
-enum { OPT_SOCKET = 1000, OPT_JSON, OPT_FIRST_COMMAND };
+enum { OPT_SOCKET = 1000, OPT_JSON, OPT_HOST, OPT_CERT, OPT_KEY, OPT_CA, OPT_FIRST_COMMAND };
 #define COMMON_OPTIONS                                          \
         { "socket", required_argument, NULL, OPT_SOCKET },      \
+        { "host", required_argument, NULL, OPT_HOST },          \
+        { "cert", required_argument, NULL, OPT_CERT },          \
+        { "key", required_argument, NULL, OPT_KEY },            \
+        { "ca", required_argument, NULL, OPT_CA },              \
         { "json", no_argument, NULL, OPT_JSON },                \
         { "help", no_argument, NULL, 'h' }
 
@@ -83,6 +93,18 @@ static int common_option(ctl_globals *g, int opt, const char *help) {
                 return 1;
         case OPT_JSON:
                 g->json = true;
+                return 1;
+        case OPT_HOST:
+                g->host = optarg;
+                return 1;
+        case OPT_CERT:
+                g->cert = optarg;
+                return 1;
+        case OPT_KEY:
+                g->key = optarg;
+                return 1;
+        case OPT_CA:
+                g->ca = optarg;
                 return 1;
         case 'h':
                 fputs(help, stdout);
@@ -1217,6 +1239,7 @@ static const struct {
         { "policy", ctl_policy },
         { "events", ctl_events },
         { "daemon", cmd_daemon },
+        { "certs", ctl_certs },
 };
 
 int main(int argc, char **argv) {

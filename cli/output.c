@@ -126,7 +126,27 @@ int ctl_report(const ctl_globals *g, const char *context, const client_error *e)
         return cli_exit_code(e);
 }
 
+static const char *flag_or_env(const char *flag, const char *env) {
+        if (flag && flag[0])
+                return flag;
+        const char *e = getenv(env);
+        return e && e[0] ? e : NULL;
+}
+
 int ctl_connect(const ctl_globals *g, client **ret) {
+        /* --socket names the local daemon even when $SANDBOXD_HOST is set. */
+        const char *host = g->host && g->host[0] ? g->host : g->socket ? NULL : flag_or_env(NULL, CLIENT_HOST_ENV);
+        if (host) {
+                char *msg = NULL;
+                int r = client_connect_tls(host, flag_or_env(g->cert, CLIENT_CERT_ENV), flag_or_env(g->key, CLIENT_KEY_ENV),
+                                           flag_or_env(g->ca, CLIENT_CA_ENV), ret, &msg);
+                if (r >= 0)
+                        return 0;
+                r = ctl_error(r == -EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s",
+                              host, msg ? msg : strerror(-r));
+                free(msg);
+                return r;
+        }
         const char *path = client_socket_path(g->socket);
         int r = client_connect(path, ret);
         if (r >= 0)

@@ -195,6 +195,9 @@ static int describe(walk *w, struct archive_entry *e, int fd, bool opath, const 
 /* One entry: fd as open_entry() made it, st its fstat; `path` the name
  * written (prefix/...). A directory is then walked. */
 static int walk_entry(walk *w, int dirfd, const char *name, const char *path, unsigned depth) {
+        /* A cancelled request stops between entries (core_cancel_bind). */
+        if (core_cancel_requested())
+                return sb_error_set(w->err, -ECANCELED, "cancelled", NULL, "cancelled");
         struct stat st;
         bool opath = false;
         _cleanup_close_ int fd = open_entry(dirfd, name, path, &st, &opath, w->err);

@@ -12,6 +12,7 @@
  * of a local source), no redirects. The URL and address checks run first,
  * exactly as for libgit2. */
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -379,7 +380,10 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
                 if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(errp[1], 1) < 0 || dup2(errp[1], 2) < 0 ||
                     syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
                     syscall(SYS_setresuid, uid, uid, uid) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-                    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || chdir(cwd ? cwd : "/") < 0)
+                    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || chdir(cwd ? cwd : "/") < 0 ||
+                    /* A group of its own, so a cancel kills its transport
+                     * helpers (git-remote-http) too. */
+                    setpgid(0, 0) < 0)
                         _exit(125);
                 (void)close_range(3, ~0U, 0);
                 core_signals_reset();
@@ -389,8 +393,22 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
         close(errp[1]);
         char buf[GIT_ERR_MAX + 1];
         size_t len = 0;
+        bool cancelled = false;
         for (;;) {
                 char tmp[1024];
+                /* Woken at least every 200 ms to notice a cancellation:
+                 * then git is killed (its helpers die of the closed pipes
+                 * or PDEATHSIG) and the caller removes the partial clone. */
+                struct pollfd pfd = {.fd = errp[0], .events = POLLIN};
+                int pr = poll(&pfd, 1, 200);
+                if (core_cancel_requested()) {
+                        (void)kill(-pid, SIGKILL);
+                        (void)kill(pid, SIGKILL);
+                        cancelled = true;
+                        break;
+                }
+                if (pr == 0 || (pr < 0 && errno == EINTR))
+                        continue;
                 ssize_t k = read(errp[0], tmp, sizeof(tmp));
                 if (k < 0 && errno == EINTR)
                         continue;
@@ -411,6 +429,8 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
         int st = 0;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
                 ;
+        if (cancelled)
+                return sb_error_set(ret_err, -ECANCELED, "cancelled", NULL, "clone: cancelled");
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
                 return 0;
         while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
@@ -530,6 +550,18 @@ static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
         return r;
 }
 
+/* libgit2 calls these as the fetch and the checkout progress; a negative
+ * return aborts the clone (GIT_EUSER). */
+static int cancel_transfer_cb(const git_indexer_progress *stats, void *payload) {
+        (void)stats, (void)payload;
+        return core_cancel_requested() ? -1 : 0;
+}
+
+static int cancel_sideband_cb(const char *str, int len, void *payload) {
+        (void)str, (void)len, (void)payload;
+        return core_cancel_requested() ? -1 : 0;
+}
+
 static int clone_from(clone_job *j, const char *url, sb_error **ret_err) {
         if (j->src->depth > 0)
                 return git_cli_clone(j, url, ret_err);
@@ -540,10 +572,14 @@ static int clone_from(clone_job *j, const char *url, sb_error **ret_err) {
         opts.checkout_opts.checkout_strategy = j->src->revision ? GIT_CHECKOUT_NONE : GIT_CHECKOUT_SAFE;
         opts.fetch_opts.callbacks.credentials = credentials_cb;
         opts.fetch_opts.callbacks.payload = j;
+        opts.fetch_opts.callbacks.transfer_progress = cancel_transfer_cb;
+        opts.fetch_opts.callbacks.sideband_progress = cancel_sideband_cb;
         opts.remote_cb = remote_create_cb;
         /* certificate_check stays NULL: libgit2 verifies TLS itself. */
         git_repository *repo = NULL;
         int r = git_clone(&repo, url, j->dest_dir, &opts);
+        if (r < 0 && core_cancel_requested())
+                return sb_error_set(ret_err, -ECANCELED, "cancelled", NULL, "clone: cancelled");
         if (r < 0)
                 return git_fail(j, r, "clone", ret_err);
         /* A clone of the checked copy names the repository asked for. */

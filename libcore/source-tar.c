@@ -18,6 +18,7 @@
 
 #include "libcore/source-internal.h"
 #include "libcore/source.h"
+#include "libcore/util.h"
 
 #define REASON "source_failed"
 
@@ -31,6 +32,7 @@ typedef struct confined {
         void *userdata;
         int r;
         sb_error *err;
+        const int *cancel;  /* the caller's core_cancel_bind(), carried over */
 } confined;
 
 /* Runs on the helper thread. Order matters: unshare(CLONE_FS) first so the
@@ -61,6 +63,7 @@ static int confine_self(const confined *c, sb_error **ret_err) {
 
 static void *confined_main(void *p) {
         confined *c = p;
+        core_cancel_bind(c->cancel);
         c->r = confine_self(c, &c->err);
         if (c->r >= 0)
                 c->r = c->fn(c->userdata, &c->err);
@@ -69,7 +72,8 @@ static void *confined_main(void *p) {
 
 int source_run_confined(int root_fd, uid_t uid, gid_t gid, source_fs_fn fn, void *userdata,
                         sb_error **ret_err) {
-        confined c = {.root_fd = root_fd, .uid = uid, .gid = gid, .fn = fn, .userdata = userdata};
+        confined c = {.root_fd = root_fd, .uid = uid, .gid = gid, .fn = fn, .userdata = userdata,
+                      .cancel = core_cancel_current()};
         pthread_t t;
         int r = pthread_create(&t, NULL, confined_main, &c);
         if (r != 0)
@@ -219,6 +223,14 @@ typedef struct guard {
         char addr[INET6_ADDRSTRLEN];
 } guard;
 
+/* libcurl calls this often while data flows and about once a second
+ * while a server stalls: a cancelled request stops the download within
+ * that (CURLOPT_XFERINFOFUNCTION, nonzero aborts). */
+static int cancel_xferinfo(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+        (void)data, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+        return core_cancel_requested() ? 1 : 0;
+}
+
 static curl_socket_t guarded_socket(void *data, curlsocktype purpose, struct curl_sockaddr *a) {
         guard *g = data;
         const char *why = core_source_address_forbidden(&a->addr);
@@ -262,10 +274,14 @@ static int http_fetch(const char *url, int fd, uint64_t max_bytes, sb_error **re
         guard g = {0};
         curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, guarded_socket);
         curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &g);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cancel_xferinfo);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         CURLcode rc = curl_easy_perform(h);
         curl_easy_cleanup(h);
         if (rc == CURLE_OK)
                 return 0;
+        if (rc == CURLE_ABORTED_BY_CALLBACK && core_cancel_requested())
+                return sb_error_set(ret_err, -ECANCELED, "cancelled", NULL, "download: cancelled");
         if (g.refused)
                 return sb_error_set(ret_err, -EACCES, REASON, "source.url",
                                     "source.url: refusing to download from %s (%s)", g.addr, g.refused);

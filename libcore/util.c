@@ -620,3 +620,17 @@ int core_closest_word(const char *word, const char *const *candidates, size_t n)
         }
         return best_i;
 }
+
+static _Thread_local const int *cancel_flag;
+
+void core_cancel_bind(const int *flag) {
+        cancel_flag = flag;
+}
+
+const int *core_cancel_current(void) {
+        return cancel_flag;
+}
+
+bool core_cancel_requested(void) {
+        return cancel_flag && __atomic_load_n(cancel_flag, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED;
+}

@@ -162,3 +162,16 @@ int core_write_string(const char *path, const char *s);
  * Returns -1 when none is that close. Words longer than 64 bytes never
  * match (bounded work on hostile input). */
 int core_closest_word(const char *word, const char *const *candidates, size_t n);
+
+/* Cancellation of a thread's blocking work (the daemon's request.cancel).
+ * A worker binds a flag it shares with the event loop; long loops in
+ * libcore (downloads, clones, tree copies) poll core_cancel_requested() and
+ * give up with -ECANCELED (reason "cancelled"), leaving their caller to
+ * remove what was made, as after any failure. The flag is read with atomic
+ * loads; the value CORE_CANCEL_REQUESTED means "stop now", anything else
+ * "go on". Binding is per thread: helpers that run work on a thread of
+ * their own carry the binding over (source_run_confined). NULL unbinds. */
+#define CORE_CANCEL_REQUESTED 1
+void core_cancel_bind(const int *flag);
+const int *core_cancel_current(void);
+bool core_cancel_requested(void);

@@ -330,6 +330,15 @@ void command_on_started(session *s, unsigned id, pid_t pid) {
         if (!c)
                 return;
         c->started = true;
+        /* Names the command of a request still waiting, so a client with
+         * several runs in flight on one connection can tell their output
+         * notifications apart before any answer came. */
+        if (c->run_req && c->run_req->id && c->conn && rpc_conn_is_open(c->conn)) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "cmdId", c->cmd_id);
+                cJSON_AddItemToObject(p, "requestId", cJSON_Duplicate(c->run_req->id, true));
+                rpc_notify(c->conn, "command.started", p);
+        }
         if (c->detached && c->run_req) {
                 rpc_reply(c->run_req, command_json(c));
                 c->run_req = NULL;
@@ -382,7 +391,11 @@ static void command_finish(command *c, int code, const char *error) {
         }
         if (open)
                 rpc_notify(c->conn, "command.exit", finished_json(c));
-        if (c->run_req) {
+        if (c->run_req && c->cancelled) {
+                rpc_reply_error(c->run_req, RPC_REQUEST_CANCELLED, "cancelled", NULL,
+                                "command %s cancelled: its process group was killed (exit code %d)", c->cmd_id, code);
+                c->run_req = NULL;
+        } else if (c->run_req) {
                 rpc_reply(c->run_req, c->detached ? command_json(c) : finished_json(c));
                 c->run_req = NULL;
         }
@@ -483,6 +496,27 @@ void commands_conn_closed(manager *m, rpc_conn *conn) {
 }
 
 /* ---- command.run ------------------------------------------------------- */
+
+/* request.cancel of a command.run that waits for its command: SIGKILL to
+ * the command's process group (init's "kill" op), and the run answers
+ * -32800 once init reports the exit, so nothing of it runs on after the
+ * answer. A detached run was answered at start and is not pending. */
+static bool cancel_run(rpc_request *req, void *userdata) {
+        (void)req;
+        command *c = userdata;
+        if (c->exited || c->detached || !c->sess || c->sess->agent_closed)
+                return false;
+        cJSON *op = cJSON_CreateObject();
+        if (!op)
+                return false;
+        cJSON_AddStringToObject(op, "op", "kill");
+        cJSON_AddNumberToObject(op, "id", c->agent_id);
+        cJSON_AddNumberToObject(op, "signal", SIGKILL);
+        if (agent_send(c->sess, op) < 0)
+                return false;
+        c->cancelled = true;
+        return true;
+}
 
 static int on_command_timeout(sd_event_source *src, uint64_t usec, void *userdata) {
         command *c = userdata;
@@ -672,6 +706,8 @@ static void method_run(rpc_request *req, void *userdata) {
         }
         if (p.stdin_b64)
                 send_stdin(c, p.stdin_b64);
+        if (!p.detached)
+                rpc_request_set_cancel(req, cancel_run, c);
         if (p.timeout_ms > 0)
                 sd_event_add_time_relative(m->event, &c->timeout_src, CLOCK_MONOTONIC,
                                            (uint64_t)p.timeout_ms * 1000, 1000, on_command_timeout, c);

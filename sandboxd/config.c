@@ -33,6 +33,7 @@ typedef enum {
         KEY_U64,       /* integer stored in a uint64_t */
         KEY_UINT,      /* integer stored in an unsigned */
         KEY_BOOL,      /* true or false, stored in a bool */
+        KEY_LISTEN_LIST, /* array of "tcp://ADDR:PORT", stored like KEY_PATH_LIST */
 } key_kind;
 
 typedef struct config_key {
@@ -117,6 +118,27 @@ static const config_key config_keys[] = {
           "The first host id of the user namespace pool.", NULL },
         { "usernsSize",       KEY_U64,    OFF(userns_size), 65536, 4294967295ULL - 65536,
           "The host ids of the user namespace pool, 65536 per sandbox: a multiple of 65536, with usernsBase + usernsSize at most 4294967295.", NULL },
+        /* Remote clients (sandboxd/remote.c): JSON-RPC over TLS 1.3 with
+         * mandatory client certificates; all three files are required once
+         * listen names an address. */
+        { "listen",           KEY_LISTEN_LIST, OFF(listen), 0, 8,
+          "TCP addresses for remote clients, each \"tcp://ADDR:PORT\" (numeric IPv4, or [IPv6]); needs tlsCert, tlsKey and tlsClientCA.",
+          "none ([])" },
+        { "tlsCert",          KEY_PATH,   OFF(tls_cert), 0, 0,
+          "PEM file of the TCP listener's certificate, then its intermediates.", "none (null)" },
+        { "tlsKey",           KEY_PATH,   OFF(tls_key), 0, 0,
+          "PEM file of that certificate's private key (keep it mode 0600).", "none (null)" },
+        { "tlsClientCA",      KEY_PATH,   OFF(tls_client_ca), 0, 0,
+          "PEM file of the CA certificates a client certificate must chain to; the subject's O names the role (admin or tag:KEY=VALUE).",
+          "none (null)" },
+        { "tlsHandshakeTimeoutMs", KEY_U64, OFF(tls_handshake_timeout_ms), 100, 120000,
+          "How long a TCP client has to finish its TLS handshake before it is disconnected, in milliseconds.", NULL },
+        { "maxConnectionsRemote", KEY_UINT, OFF(max_conns_remote), 1, 1000000,
+          "Open TLS connections on all listen addresses together; one over it is closed at once.", NULL },
+        { "maxConnectionsPerAddress", KEY_UINT, OFF(max_conns_addr), 1, 1000000,
+          "Open TLS connections from one client IP address; one over it is closed at once.", NULL },
+        { "maxTlsHandshakes", KEY_UINT, OFF(max_tls_handshakes), 1, 100000,
+          "TLS handshakes in progress at a time; a connection over it is closed at once.", NULL },
 };
 
 /* Start-up only: running out of memory while building the defaults leaves
@@ -170,6 +192,10 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .userns = true,
                 .userns_base = 100000000,
                 .userns_size = 4096 * 65536ULL,
+                .tls_handshake_timeout_ms = 10000,
+                .max_conns_remote = 256,
+                .max_conns_addr = 64,
+                .max_tls_handshakes = 64,
         };
 }
 
@@ -191,6 +217,10 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->runtime_cache);
         free(cfg->proxy_upstream_ca);
         path_list_free(cfg->local_source_roots);
+        path_list_free(cfg->listen);
+        free(cfg->tls_cert);
+        free(cfg->tls_key);
+        free(cfg->tls_client_ca);
         *cfg = (daemon_config) {};
 }
 
@@ -278,6 +308,83 @@ static int check_path_list(const config_key *k, const cJSON *v, sb_error **ret_e
         return 0;
 }
 
+int daemon_config_parse_listen(const char *s, struct sockaddr_storage *ret, unsigned *ret_len) {
+        if (!s || strncmp(s, "tcp://", 6) != 0)
+                return -EINVAL;
+        const char *host = s + 6, *colon;
+        char addr[INET6_ADDRSTRLEN + 1];
+        size_t n;
+        bool v6 = host[0] == '[';
+        if (v6) {
+                const char *close = strchr(host, ']');
+                if (!close || close[1] != ':')
+                        return -EINVAL;
+                n = (size_t) (close - host - 1);
+                host++;
+                colon = close + 1;
+        } else {
+                colon = strrchr(host, ':');
+                if (!colon)
+                        return -EINVAL;
+                n = (size_t) (colon - host);
+        }
+        if (n == 0 || n >= sizeof(addr))
+                return -EINVAL;
+        memcpy(addr, host, n);
+        addr[n] = '\0';
+        const char *p = colon + 1;
+        if (!*p || strlen(p) > 5 || strspn(p, "0123456789") != strlen(p) || p[0] == '0')
+                return -EINVAL;
+        long port = strtol(p, NULL, 10);
+        if (port < 1 || port > 65535)
+                return -EINVAL;
+        struct sockaddr_storage ss = {};
+        if (v6) {
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &ss;
+                in6->sin6_family = AF_INET6;
+                in6->sin6_port = htons((uint16_t) port);
+                if (inet_pton(AF_INET6, addr, &in6->sin6_addr) != 1)
+                        return -EINVAL;
+                n = sizeof(*in6);
+        } else {
+                struct sockaddr_in *in = (struct sockaddr_in *) &ss;
+                in->sin_family = AF_INET;
+                in->sin_port = htons((uint16_t) port);
+                if (inet_pton(AF_INET, addr, &in->sin_addr) != 1)
+                        return -EINVAL;
+                n = sizeof(*in);
+        }
+        if (ret)
+                *ret = ss;
+        if (ret_len)
+                *ret_len = (unsigned) n;
+        return 0;
+}
+
+/* An array of at most k->max distinct listen addresses. */
+static int check_listen_list(const config_key *k, const cJSON *v, sb_error **ret_err) {
+        if (!cJSON_IsArray(v) || (uint64_t) cJSON_GetArraySize(v) > k->max)
+                return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                    "daemon.json: %s: must be an array of at most %" PRIu64 " addresses like "
+                                    "\"tcp://0.0.0.0:7443\"", k->name, k->max);
+        const cJSON *it;
+        int i = 0;
+        cJSON_ArrayForEach(it, v) {
+                if (daemon_config_parse_listen(cJSON_GetStringValue(it), NULL, NULL) < 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s[%d]: must be \"tcp://ADDR:PORT\" with a numeric IPv4 "
+                                            "address or a bracketed IPv6 one and a port from 1 to 65535, like "
+                                            "\"tcp://0.0.0.0:7443\" or \"tcp://[::1]:7443\"", k->name, i);
+                for (const cJSON *o = v->child; o != it; o = o->next)
+                        if (streq(o->valuestring, it->valuestring))
+                                return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                                    "daemon.json: %s[%d]: \"%s\" is given twice", k->name, i,
+                                                    it->valuestring);
+                i++;
+        }
+        return 0;
+}
+
 static int check_integer(const config_key *k, const cJSON *v, uint64_t *ret, sb_error **ret_err) {
         double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
         /* The range bounds are far below 2^53, so a double in range is exact. */
@@ -334,6 +441,7 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
         case KEY_BOOL:
                 *(bool *) base = cJSON_IsTrue(v);
                 break;
+        case KEY_LISTEN_LIST:
         case KEY_PATH_LIST: {
                 char **l = calloc((size_t) cJSON_GetArraySize(v) + 1, sizeof(char *));
                 size_t i = 0;
@@ -370,12 +478,14 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                 int r;
                 if (k->kind == KEY_PATH_LIST)
                         r = check_path_list(k, v, ret_err);
+                else if (k->kind == KEY_LISTEN_LIST)
+                        r = check_listen_list(k, v, ret_err);
                 else if (k->kind == KEY_BOOL)
                         r = cJSON_IsBool(v) ? 0
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                                            "daemon.json: %s: must be true or false", k->name);
                 else
-                        r = k->kind >= KEY_SIZE ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
+                        r = k->kind >= KEY_SIZE && k->kind != KEY_LISTEN_LIST ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
                 if (r < 0)
                         return r;
                 if (k->offset == OFF(disk_mib) && n != 0 && n < (CORE_DISK_MIN_BYTES >> 20))
@@ -402,6 +512,18 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                                     "daemon.json: usernsBase + usernsSize: %" PRIu64 " + %" PRIu64
                                     " ends beyond host id 4294967294; lower one of them",
                                     ubase, usize);
+        /* Mutual TLS is not optional: a listener needs its certificate,
+         * its key and the CA that client certificates must chain to. */
+        const cJSON *lst = cJSON_GetObjectItemCaseSensitive(root, "listen");
+        bool listening = lst ? cJSON_GetArraySize(lst) > 0 : cfg->listen && cfg->listen[0];
+        static const char *const tls_keys[] = { "tlsCert", "tlsKey", "tlsClientCA" };
+        const char *tls_set[3] = { cfg->tls_cert, cfg->tls_key, cfg->tls_client_ca };
+        for (size_t i = 0; listening && i < ELEMENTSOF(tls_keys); i++)
+                if (!tls_set[i] && !cJSON_GetObjectItemCaseSensitive(root, tls_keys[i]))
+                        return sb_error_set(ret_err, -EINVAL, NULL, tls_keys[i],
+                                            "daemon.json: listen: needs %s (the listener serves TLS 1.3 with client "
+                                            "certificates only: set tlsCert, tlsKey and tlsClientCA; "
+                                            "`sandboxctl certs init DIR` makes a set)", tls_keys[i]);
         if (def > max)
                 return sb_error_set(ret_err, -EINVAL, NULL, "defaultTimeoutMs",
                                     "daemon.json: defaultTimeoutMs: %" PRIu64 " exceeds maxTimeoutMs (%" PRIu64 ")",
@@ -480,6 +602,7 @@ static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
                 return cJSON_CreateNumber((double) *(const unsigned *) base);
         case KEY_BOOL:
                 return cJSON_CreateBool(*(const bool *) base);
+        case KEY_LISTEN_LIST:
         case KEY_PATH_LIST: {
                 cJSON *a = cJSON_CreateArray();
                 char *const *l = *(char *const *const *) base;
@@ -531,6 +654,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_CIDR4: return "IPv4 CIDR";
         case KEY_PATH_LIST: return "array of absolute paths";
         case KEY_BOOL: return "boolean";
+        case KEY_LISTEN_LIST: return "array of tcp://ADDR:PORT";
         default: return "integer";
         }
 }
@@ -550,9 +674,9 @@ char *daemon_config_man_table(void) {
                 const config_key *k = &config_keys[i];
                 fprintf(f, ".TP\n.B %s\n(", k->name);
                 roff_text(f, kind_name(k->kind));
-                if (k->kind == KEY_PATH_LIST)
+                if (k->kind == KEY_PATH_LIST || k->kind == KEY_LISTEN_LIST)
                         fprintf(f, ", at most %" PRIu64, k->max);
-                else if (k->kind >= KEY_SIZE && k->kind != KEY_BOOL)
+                else if (k->kind >= KEY_SIZE && k->kind != KEY_BOOL && k->kind != KEY_LISTEN_LIST)
                         fprintf(f, ", %" PRIu64 " to %" PRIu64, k->min, k->max);
                 fputs("; default ", f);
                 if (k->def)

@@ -41,6 +41,15 @@ typedef struct daemon_config {
         char **local_source_roots;  /* "localSourceRoots", directories path, file:// tarball and
                                        file:// git sources may lie under; NULL-terminated, NULL:
                                        none (the default), so local sources are refused */
+        char **listen;              /* "listen", TCP addresses for remote clients ("tcp://ADDR:PORT"),
+                                       NULL-terminated; NULL: none (the default) */
+        char *tls_cert;             /* "tlsCert", PEM: the listener's certificate (chain) */
+        char *tls_key;              /* "tlsKey", PEM: its private key */
+        char *tls_client_ca;        /* "tlsClientCA", PEM: the CA(s) client certificates must chain to */
+        uint64_t tls_handshake_timeout_ms; /* "tlsHandshakeTimeoutMs", default 10000 */
+        unsigned max_conns_remote;  /* "maxConnectionsRemote", default 256 */
+        unsigned max_conns_addr;    /* "maxConnectionsPerAddress", default 64 */
+        unsigned max_tls_handshakes; /* "maxTlsHandshakes", default 64 */
 } daemon_config;
 
 /* Fills *cfg with defaults. */
@@ -68,3 +77,10 @@ struct cJSON *daemon_config_to_json(const daemon_config *cfg);
  * ".\" END CONFIG KEYS" (groff_man(7)). Caller frees; NULL when out of
  * memory. */
 char *daemon_config_man_table(void);
+
+struct sockaddr_storage;
+/* Parses a listen address "tcp://ADDR:PORT": ADDR a numeric IPv4 address
+ * or a bracketed IPv6 one ("tcp://[::1]:7443"), PORT 1-65535. Returns 0
+ * and fills *ret (and *ret_len) or -EINVAL. No name is resolved: the
+ * daemon binds what the operator wrote. */
+int daemon_config_parse_listen(const char *s, struct sockaddr_storage *ret, unsigned *ret_len);

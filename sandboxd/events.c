@@ -15,6 +15,7 @@
 #include "policy/policy.h"
 #include "sandboxd/events.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/remote.h"
 #include "sandboxd/text.h"
 
 /* At most this many subscriptions daemon-wide: each costs a connection
@@ -79,6 +80,9 @@ static bool subscription_matches(const subscription *s, manager *m, const char *
         if (s->m != m || !rpc_conn_is_open(s->conn))
                 return false;
         if (s->sandbox && (!sb_name || !streq(s->sandbox, sb_name)))
+                return false;
+        /* A remote tag role hears only of sandboxes carrying its tag. */
+        if (!remote_conn_sees_sandbox(m, s->conn, sb_name))
                 return false;
         if (s->kinds) {
                 int bit = kind_bit(kind);

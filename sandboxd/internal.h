@@ -92,6 +92,7 @@ struct command {
         uint64_t started_ms, ended_ms;
         bool started, exited;
         bool timed_out;           /* its timeoutMs expired and it was sent SIGKILL */
+        bool cancelled;           /* request.cancel of its command.run: killed, answered -32800 */
         bool oom_known;           /* oom_before was read at its start */
         bool oom_killed;          /* SIGKILLed while the session's OOM kill count grew */
         uint64_t oom_before;      /* the session cgroup's OOM kill count at its start */
@@ -222,8 +223,15 @@ typedef struct start_job {
         int slot;
         bool proxy_ca;            /* the session CA exists (netd terminates TLS with it) */
         bool sandbox_trusts_ca;   /* its bundle is bound over the sandbox's system bundle */
+        /* request.cancel of a fresh create: START_RUNNING until the worker
+         * commits (START_COMMITTED, atomically) or a cancel asks it to stop
+         * (CORE_CANCEL_REQUESTED); whichever comes first wins. */
+        int cancel;
         sb_error *err;
 } start_job;
+enum { START_RUNNING = 0, START_COMMITTED = 2 };
+/* request.cancel hook for a create or fork's create phase (session.c). */
+bool start_job_cancel(rpc_request *req, void *userdata);
 
 typedef struct snapshot {
         char id[40];              /* "snap-" + 32 hex */

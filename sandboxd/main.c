@@ -21,6 +21,7 @@
 #include "libcore/util.h"
 #include "sandboxd/config.h"
 #include "sandboxd/manager.h"
+#include "sandboxd/remote.h"
 #include "sandboxd/rpc.h"
 #include "sandboxd/worker.h"
 
@@ -207,6 +208,8 @@ static int start_server(sd_event *event, const daemon_config *cfg, manager *m, r
         if (rpc_server_new(event, &rc, ret, &err) < 0)
                 return log_error_errno(err->code, "%s", err->message);
         manager_register_methods(m, *ret);
+        if (remote_start(m, cfg, *ret, &err) < 0)
+                return log_error_errno(err->code, "%s", err->message);
         if (rc.listen_fd >= 0)
                 log_info("listening on the socket passed by the service manager");
         else

@@ -34,6 +34,11 @@
 #include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <systemd/sd-daemon.h>
 #include "libcore/log.h"
 #include "sandboxd/limits.h"
@@ -103,8 +108,40 @@ struct rpc_conn {
         size_t out_len, out_off, out_alloc;
         int fds[RPC_CONN_FDS];    /* received with SCM_RIGHTS, oldest first (rpc_request_take_fd) */
         unsigned n_fds;
+        rpc_request *pending;     /* requests in flight, for request.cancel */
+        /* TLS connections only (ssl != NULL): */
+        SSL *ssl;
+        bool handshaking;         /* SSL_do_handshake not finished: no request is read */
+        bool read_wants_write;    /* the last SSL_read needs the socket writable */
+        bool write_wants_read;    /* the last SSL_write needs the socket readable */
+        size_t ssl_write_len;     /* a write to repeat with this length (SSL_write's retry rule) */
+        sd_event_source *hs_timer;   /* the handshake deadline */
+        sd_event_source *ssl_more;   /* deferred read of records OpenSSL already holds; a reference */
+        void *identity;           /* from the tls_accept hook, freed with the last reference */
+        rpc_identity_free_fn identity_free;
+        struct in6_addr addr;     /* the peer's address (IPv4 mapped), for the per-address cap */
+        bool addr_counted;
+        char peer[64];            /* "ADDR:PORT", or "uid N pid N" */
         rpc_conn *prev, *next;
 };
+
+typedef struct tls_listener {
+        rpc_server *server;
+        int fd;
+        char *name;
+        SSL_CTX *ctx;
+        sd_event_source *io;
+        sd_event_source *backoff; /* accepts paused after EMFILE */
+} tls_listener;
+
+#define RPC_TLS_LISTENERS_MAX 8
+#define RPC_TLS_HANDSHAKE_MS_DEFAULT 10000u
+#define RPC_TLS_CONNS_DEFAULT 256u
+#define RPC_TLS_CONNS_ADDR_DEFAULT 64u
+#define RPC_TLS_HANDSHAKES_DEFAULT 64u
+/* The most bytes one SSL_write is handed: a record layer's worth of
+ * batches, so one connection's large answer does not hold the loop. */
+#define RPC_TLS_WRITE_CHUNK (256u * 1024)
 
 struct rpc_server {
         sd_event *event;
@@ -133,6 +170,20 @@ struct rpc_server {
         rpc_drain_handler drain_handler;
         void *drain_userdata;
         rpc_params_check params_check;
+        rpc_authorize_fn authorize;
+        void *authorize_userdata;
+        tls_listener tls[RPC_TLS_LISTENERS_MAX];
+        size_t n_tls;
+        rpc_tls_accept_fn tls_accept;
+        rpc_identity_free_fn tls_identity_free;
+        void *tls_userdata;
+        uint64_t tls_handshake_usec;
+        unsigned tls_max_conns, tls_max_conns_addr, tls_max_handshakes;
+        unsigned tls_conns, tls_handshakes;
+        struct { struct in6_addr addr; unsigned n; } *addr_conns;  /* open TLS connections per address */
+        size_t n_addr_conns;
+        uint64_t tls_refuse_logged_usec;  /* rate limit of cap refusals */
+        unsigned tls_refuse_unlogged;
         rpc_conn *conns;
 };
 
@@ -171,6 +222,65 @@ static unsigned uid_conns_get(const rpc_server *s, uid_t uid) {
         return 0;
 }
 
+/* ---- TLS connection accounting ---- */
+
+/* Adds delta to the count of open TLS connections from `addr`; returns the
+ * count before (UINT_MAX: no memory for a new entry). */
+static unsigned addr_conns_add(rpc_server *s, const struct in6_addr *addr, int delta) {
+        for (size_t i = 0; i < s->n_addr_conns; i++) {
+                if (memcmp(&s->addr_conns[i].addr, addr, sizeof(*addr)) != 0)
+                        continue;
+                unsigned before = s->addr_conns[i].n;
+                s->addr_conns[i].n += delta;
+                if (s->addr_conns[i].n == 0)
+                        s->addr_conns[i] = s->addr_conns[--s->n_addr_conns];
+                return before;
+        }
+        if (delta > 0) {
+                void *p = reallocarray(s->addr_conns, s->n_addr_conns + 1, sizeof(*s->addr_conns));
+                if (!p)
+                        return UINT_MAX;
+                s->addr_conns = p;
+                s->addr_conns[s->n_addr_conns].addr = *addr;
+                s->addr_conns[s->n_addr_conns].n = 1;
+                s->n_addr_conns++;
+        }
+        return 0;
+}
+
+static unsigned addr_conns_get(const rpc_server *s, const struct in6_addr *addr) {
+        for (size_t i = 0; i < s->n_addr_conns; i++)
+                if (memcmp(&s->addr_conns[i].addr, addr, sizeof(*addr)) == 0)
+                        return s->addr_conns[i].n;
+        return 0;
+}
+
+/* Drops what a TLS connection holds: its timers, its SSL (a close_notify
+ * is sent when the handshake had completed; one non-blocking try), its
+ * place in the counts. Called from conn_close() before the fd closes. */
+static void tls_conn_release(rpc_server *s, rpc_conn *c) {
+        c->hs_timer = sd_event_source_disable_unref(c->hs_timer);
+        if (c->ssl_more) {
+                c->ssl_more = sd_event_source_disable_unref(c->ssl_more);
+                rpc_conn_unref(c);  /* conn_close holds its own reference */
+        }
+        if (c->handshaking) {
+                s->tls_handshakes--;
+                c->handshaking = false;
+        } else if (c->fd >= 0) {
+                ERR_clear_error();
+                (void) SSL_shutdown(c->ssl);
+        }
+        ERR_clear_error();
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+        s->tls_conns--;
+        if (c->addr_counted) {
+                addr_conns_add(s, &c->addr, -1);
+                c->addr_counted = false;
+        }
+}
+
 /* Writes one error line to a connection we do not keep, then closes it. The
  * socket is fresh, so the short line fits its send buffer; a peer that is
  * gone simply does not read it. */
@@ -207,6 +317,8 @@ void rpc_conn_unref(rpc_conn *c) {
         bool big = c->in_alloc >= RPC_TRIM_BYTES;
         for (unsigned i = 0; i < c->n_fds; i++)
                 close(c->fds[i]);
+        if (c->identity && c->identity_free)
+                c->identity_free(c->identity);
         free(c->in);
         free(c->out);
         free(c);
@@ -222,6 +334,14 @@ bool rpc_conn_is_open(const rpc_conn *c) {
 
 uid_t rpc_conn_uid(const rpc_conn *c) {
         return c->cred.uid;
+}
+
+void *rpc_conn_identity(const rpc_conn *c) {
+        return c ? c->identity : NULL;
+}
+
+const char *rpc_conn_peer(const rpc_conn *c) {
+        return c->peer;
 }
 
 size_t rpc_conn_queued(const rpc_conn *c) {
@@ -297,6 +417,8 @@ static void conn_close(rpc_conn *c) {
                 c->kick = sd_event_source_disable_unref(c->kick);
                 rpc_conn_unref(c);
         }
+        if (c->ssl)
+                tls_conn_release(s, c);
         if (c->fd >= 0)
                 close(c->fd);
         c->fd = -EBADF;
@@ -430,7 +552,10 @@ static void conn_queue(rpc_conn *c, cJSON *msg) {
 /* Writes what the socket takes. Returns 0, or a negative errno when the
  * connection is broken. MSG_NOSIGNAL: a vanished peer is an error here, not
  * a SIGPIPE for the whole daemon. */
+static int tls_flush(rpc_conn *c);
 static int conn_flush(rpc_conn *c) {
+        if (c->ssl)
+                return tls_flush(c);
         while (c->out_off < c->out_len) {
                 ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
                                  MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -447,6 +572,54 @@ static int conn_flush(rpc_conn *c) {
         }
         c->out_off = c->out_len = 0;
         return 0;
+}
+
+/* conn_flush() over TLS. SSL_write must be repeated with the same length
+ * after WANT_READ/WANT_WRITE (the buffer may move:
+ * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), so that length is kept. */
+static int tls_flush(rpc_conn *c) {
+        if (c->handshaking)
+                return 0;
+        while (c->out_off < c->out_len) {
+                size_t pending = c->out_len - c->out_off;
+                size_t len = c->ssl_write_len ? c->ssl_write_len : pending < RPC_TLS_WRITE_CHUNK ? pending : RPC_TLS_WRITE_CHUNK;
+                size_t n = 0;
+                ERR_clear_error();
+                errno = 0;
+                int r = SSL_write_ex(c->ssl, c->out + c->out_off, len, &n);
+                c->write_wants_read = false;
+                if (r == 1) {
+                        c->ssl_write_len = 0;
+                        c->out_off += n;
+                        if (n > 0)
+                                c->progress_usec = conn_now(c);
+                        continue;
+                }
+                int e = SSL_get_error(c->ssl, r);
+                if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+                        c->ssl_write_len = len;
+                        c->write_wants_read = e == SSL_ERROR_WANT_READ;
+                        return 0;
+                }
+                return e == SSL_ERROR_SYSCALL && errno ? -errno : -EPROTO;
+        }
+        c->out_off = c->out_len = 0;
+        return 0;
+}
+
+static int ssl_more_cb(sd_event_source *src, void *userdata);
+
+/* OpenSSL may hold whole records it read from the socket that epoll cannot
+ * see: while input is wanted, read them on the next loop iteration. */
+static void tls_arm_more(rpc_conn *c) {
+        if (c->ssl_more || !c->server || !SSL_has_pending(c->ssl))
+                return;
+        if (sd_event_add_defer(c->server->event, &c->ssl_more, ssl_more_cb, c) < 0) {
+                log_warning("rpc: cannot schedule a TLS read; dropping the connection");
+                conn_close_soon(c);
+                return;
+        }
+        rpc_conn_ref(c);
 }
 
 /* After a write: a congested connection that drained tells its sources. */
@@ -467,6 +640,14 @@ static void conn_update_events(rpc_conn *c) {
                 ev |= EPOLLIN | EPOLLRDHUP;
         if (c->out_off < c->out_len)
                 ev |= EPOLLOUT;
+        if (c->ssl && !c->handshaking) {
+                if ((ev & EPOLLIN) && SSL_has_pending(c->ssl))
+                        tls_arm_more(c);
+                if (c->read_wants_write && (ev & EPOLLIN))
+                        ev |= EPOLLOUT;
+                if (c->write_wants_read && (ev & EPOLLOUT))
+                        ev |= EPOLLIN;
+        }
         if (sd_event_source_set_io_events(c->io, ev) < 0)
                 conn_close_soon(c);
 }
@@ -508,6 +689,12 @@ static void conn_kick(rpc_conn *c);
 static void request_free(rpc_request *req) {
         rpc_conn *c = req->conn;
         bool bulk = req->bulk;
+        if (req->pending_prev)
+                req->pending_prev->pending_next = req->pending_next;
+        else if (c->pending == req)
+                c->pending = req->pending_next;
+        if (req->pending_next)
+                req->pending_next->pending_prev = req->pending_prev;
         cJSON_Delete(req->id);
         cJSON_Delete(req->params);
         free(req->method);
@@ -528,6 +715,8 @@ void rpc_reply(rpc_request *req, cJSON *result) {
                 cJSON *msg = envelope(TAKE_PTR(req->id));
                 if (!result)
                         result = cJSON_CreateObject();
+                if (req->result_filter && result)
+                        req->result_filter(req, result, req->result_filter_userdata);
                 if (msg)
                         cJSON_AddItemToObject(msg, "result", TAKE_PTR(result));
                 conn_queue(req->conn, msg);
@@ -577,6 +766,8 @@ void rpc_reply_sb_error(rpc_request *req, const sb_error *err) {
                 return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "internal error");
         if (err->field && (!err->reason || streq(err->reason, "invalid_params")))
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, err->field, "%s", err->message);
+        if (err->reason && streq(err->reason, "cancelled"))
+                return rpc_reply_error(req, RPC_REQUEST_CANCELLED, "cancelled", NULL, "%s", err->message);
         rpc_reply_error(req, RPC_APP_ERROR, err->reason ? err->reason : "failed", err->field, "%s",
                         err->message);
 }
@@ -824,6 +1015,10 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
         }
         req->conn = rpc_conn_ref(c);
         c->in_flight++;
+        req->pending_next = c->pending;
+        if (c->pending)
+                c->pending->pending_prev = req;
+        c->pending = req;
         if (m && m->bulk) {
                 req->bulk = true;
                 c->bulk_in_flight++;
@@ -857,8 +1052,68 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
                         }
                 }
         }
+        if (c->server->authorize) {
+                _cleanup_error_ sb_error *err = NULL;
+                if (c->server->authorize(req, c->server->authorize_userdata, &err) < 0) {
+                        rpc_reply_sb_error(req, err);
+                        return true;
+                }
+        } else if (c->ssl) {
+                /* Fail closed: a TLS connection without an authorizer. */
+                rpc_reply_error(req, RPC_APP_ERROR, "permission_denied", NULL, "permission denied");
+                return true;
+        }
         m->handler(req, m->userdata);
         return true;
+}
+
+/* ---- request.cancel ---- */
+
+/* A request's id is kept as id_copy() made it: a number as raw digits. */
+static bool id_is(const cJSON *rid, int64_t id) {
+        if (cJSON_IsNumber(rid))
+                return rid->valuedouble == (double)id;
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%lld", (long long)id);
+        return cJSON_IsRaw(rid) && rid->valuestring && streq(rid->valuestring, buf);
+}
+
+void rpc_request_set_cancel(rpc_request *req, rpc_cancel_fn fn, void *userdata) {
+        req->cancel = fn;
+        req->cancel_userdata = userdata;
+}
+
+/* request.cancel {id}: the id is matched as an integer among the
+ * requests in flight on the caller's own connection only, so no client can
+ * cancel another's work. A second cancel of a request already being
+ * cancelled answers true again. */
+static void method_cancel(rpc_request *req, void *userdata) {
+        (void)userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        int64_t id = 0;
+        if (rpc_param_int(req, "id", true, INT64_MIN / 2, INT64_MAX / 2, &id, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        bool cancelled = false;
+        for (rpc_request *r = req->conn->pending; r; r = r->pending_next) {
+                if (r == req || !id_is(r->id, id))
+                        continue;
+                if (r->cancel_requested) {
+                        cancelled = true;
+                        break;
+                }
+                if (r->cancel) {
+                        /* fn never finishes r itself (rpc_cancel_fn). */
+                        rpc_cancel_fn fn = r->cancel;
+                        r->cancel = NULL;
+                        cancelled = r->cancel_requested = fn(r, r->cancel_userdata);
+                        break;
+                }
+        }
+        cJSON *res = cJSON_CreateObject();
+        cJSON_AddBoolToObject(res, "cancelled", cancelled);
+        rpc_reply(req, res);
 }
 
 /* ---- input ---- */
@@ -943,7 +1198,42 @@ static void conn_kick(rpc_conn *c) {
  * connection for the request that names them; past RPC_CONN_FDS queued the
  * rest are closed. The kernel delivers a sendmsg's fds no later than its
  * bytes, so a request's fd is queued by the time its line is parsed. */
+static ssize_t tls_recv(rpc_conn *c) {
+        size_t n = 0;
+        ERR_clear_error();
+        errno = 0;
+        c->read_wants_write = false;
+        int r = SSL_read_ex(c->ssl, c->in + c->in_len, c->in_alloc - c->in_len, &n);
+        if (r == 1)
+                return (ssize_t) n;
+        switch (SSL_get_error(c->ssl, r)) {
+        case SSL_ERROR_WANT_READ:
+                errno = EAGAIN;
+                return -1;
+        case SSL_ERROR_WANT_WRITE:
+                c->read_wants_write = true;
+                errno = EAGAIN;
+                return -1;
+        case SSL_ERROR_ZERO_RETURN:
+                return 0;  /* close_notify: the peer's end of input */
+        case SSL_ERROR_SYSCALL:
+                errno = errno ? errno : ECONNRESET;
+                return -1;
+        default: {
+                /* A bad record, an unexpected EOF (a truncation: not an end
+                 * of input), an alert, a renegotiation attempt. */
+                char buf[256];
+                ERR_error_string_n(ERR_peek_last_error(), buf, sizeof(buf));
+                log_info("rpc: %s: TLS error, closing: %s", c->peer, buf);
+                errno = EPROTO;
+                return -1;
+        }
+        }
+}
+
 static ssize_t conn_recv(rpc_conn *c) {
+        if (c->ssl)
+                return tls_recv(c);
         union {
                 struct cmsghdr h;
                 char buf[CMSG_SPACE(sizeof(int) * RPC_CONN_FDS)];
@@ -1017,12 +1307,17 @@ static int conn_read(rpc_conn *c) {
         return 0;
 }
 
+static void tls_handshake(rpc_conn *c);
 static int conn_io_cb(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         rpc_conn *c = userdata;
         /* Keeps c alive until the callback returns (a close in it drops the last reference). */
         _unused_ _cleanup_(rpc_conn_unrefp) rpc_conn *hold = rpc_conn_ref(c);
         if (revents & EPOLLERR)
                 return conn_close(c), 0;
+        if (c->handshaking)
+                return tls_handshake(c), 0;
+        if (c->read_wants_write && (revents & EPOLLOUT))
+                revents |= EPOLLIN;  /* the read that waited for the socket to take its bytes */
         if (c->open && !c->read_eof && !c->close_after_flush && (revents & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))) {
                 int r = conn_read(c);
                 if (r < 0)
@@ -1130,6 +1425,7 @@ static int conn_new(rpc_server *s, int fd) {
                 return 0;
         }
         c->accepted = true;
+        snprintf(c->peer, sizeof(c->peer), "uid %u pid %d", (unsigned) c->cred.uid, (int) c->cred.pid);
         log_debug("rpc: connection from uid %u pid %d", (unsigned) c->cred.uid, (int) c->cred.pid);
         return 0;
 }
@@ -1193,6 +1489,267 @@ static int listen_io_cb(sd_event_source *src, int fd, uint32_t revents, void *us
                 if (r < 0)
                         log_warning_errno(r, "rpc: set up connection: %m");
         }
+        return 0;
+}
+
+/* ---- TLS listeners ---- */
+
+static int ssl_more_cb(sd_event_source *src, void *userdata) {
+        rpc_conn *c = userdata;
+        c->ssl_more = sd_event_source_disable_unref(c->ssl_more);
+        if (c->server && c->ssl && c->io)
+                conn_io_cb(NULL, c->fd, EPOLLIN, c);
+        rpc_conn_unref(c);
+        return 0;
+}
+
+/* At most one cap-refusal line a second, with the count of the others. */
+static void tls_log_refusal(rpc_server *s, const char *peer, const char *why) {
+        uint64_t now = 0;
+        (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        if (s->tls_refuse_logged_usec && now - s->tls_refuse_logged_usec < 1000000) {
+                s->tls_refuse_unlogged++;
+                return;
+        }
+        log_warning("remote: refused %s: %s (%u more refused since the last report)", peer, why,
+                    s->tls_refuse_unlogged);
+        s->tls_refuse_logged_usec = now ? now : 1;
+        s->tls_refuse_unlogged = 0;
+}
+
+static int hs_timer_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        rpc_conn *c = userdata;
+        log_warning("remote: refused %s: TLS handshake not finished within %" PRIu64 " ms", c->peer,
+                    c->server->tls_handshake_usec / 1000);
+        conn_close(c);
+        return 0;
+}
+
+/* Drives the handshake one step (non-blocking). On completion the accept
+ * hook decides (and logs a refusal); any failure closes the connection
+ * with one log line naming the peer and OpenSSL's reason: plaintext
+ * ("http request", "wrong version number"), TLS 1.2 ("unsupported
+ * protocol"), no certificate ("peer did not return a certificate"), a
+ * certificate that does not verify (the verify callback logged which). */
+static void tls_handshake(rpc_conn *c) {
+        rpc_server *s = c->server;
+        ERR_clear_error();
+        errno = 0;
+        int r = SSL_do_handshake(c->ssl);
+        if (r == 1) {
+                c->handshaking = false;
+                s->tls_handshakes--;
+                c->hs_timer = sd_event_source_disable_unref(c->hs_timer);
+                void *identity = NULL;
+                if (!s->tls_accept || s->tls_accept(c, c->ssl, c->peer, &identity, s->tls_userdata) < 0)
+                        return conn_close(c);
+                c->identity = identity;
+                c->identity_free = s->tls_identity_free;
+                c->accepted = true;
+                conn_update_events(c);  /* requests sent with the last flight may wait in OpenSSL */
+                return;
+        }
+        int e = SSL_get_error(c->ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+                if (sd_event_source_set_io_events(c->io, e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLOUT) < 0)
+                        conn_close(c);
+                return;
+        }
+        char buf[256] = "connection closed by the peer";
+        unsigned long code = ERR_peek_last_error();
+        if (code)
+                ERR_error_string_n(code, buf, sizeof(buf));
+        else if (e == SSL_ERROR_SYSCALL && errno)
+                snprintf(buf, sizeof(buf), "%s", strerror(errno));
+        long vr = SSL_get_verify_result(c->ssl);
+        log_warning("remote: refused %s: TLS handshake failed: %s%s%s", c->peer, buf,
+                    vr != X509_V_OK ? "; certificate: " : "", vr != X509_V_OK ? X509_verify_cert_error_string(vr) : "");
+        conn_close(c);
+}
+
+static void format_peer(const struct sockaddr_storage *sa, char *buf, size_t size, struct in6_addr *ret_addr) {
+        char a[INET6_ADDRSTRLEN] = "?";
+        unsigned port = 0;
+        memset(ret_addr, 0, sizeof(*ret_addr));
+        if (sa->ss_family == AF_INET) {
+                const struct sockaddr_in *in = (const struct sockaddr_in *) sa;
+                inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a));
+                port = ntohs(in->sin_port);
+                ret_addr->s6_addr[10] = ret_addr->s6_addr[11] = 0xff;
+                memcpy(ret_addr->s6_addr + 12, &in->sin_addr, 4);
+                snprintf(buf, size, "%s:%u", a, port);
+        } else if (sa->ss_family == AF_INET6) {
+                const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *) sa;
+                inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
+                *ret_addr = in6->sin6_addr;
+                snprintf(buf, size, "[%s]:%u", a, (unsigned) ntohs(in6->sin6_port));
+        } else
+                snprintf(buf, size, "?");
+}
+
+/* Keep-alive probes and a bound on unacknowledged data, so a peer that
+ * vanished (a half-open connection) is found and closed in minutes rather
+ * than holding its slot until the kernel's default of hours. */
+static void tcp_set_liveness(int fd) {
+        int on = 1, idle = 60, intvl = 10, cnt = 6;
+        unsigned user_timeout_ms = 120000;
+        (void) setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+        (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+        (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+        (void) setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+        (void) setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+        (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *sa) {
+        rpc_server *s = l->server;
+        char peer[64];
+        struct in6_addr addr;
+        format_peer(sa, peer, sizeof(peer), &addr);
+        /* Caps before any allocation or TLS work: a flood of connections
+         * costs an accept and a close each. */
+        const char *over = s->tls_conns >= s->tls_max_conns ? "too many TLS connections (maxConnectionsRemote)"
+                         : addr_conns_get(s, &addr) >= s->tls_max_conns_addr
+                                 ? "too many TLS connections from this address (maxConnectionsPerAddress)"
+                         : s->tls_handshakes >= s->tls_max_handshakes ? "too many TLS handshakes in progress (maxTlsHandshakes)"
+                                                                      : NULL;
+        if (over) {
+                tls_log_refusal(s, peer, over);
+                close(fd);
+                return 0;
+        }
+        rpc_conn *c = calloc(1, sizeof(*c));
+        if (!c)
+                return close(fd), -ENOMEM;
+        c->refs = 1;
+        c->server = s;
+        c->fd = fd;
+        c->open = true;
+        c->cred = (struct ucred) { .pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1 };
+        c->addr = addr;
+        snprintf(c->peer, sizeof(c->peer), "%s", peer);
+        c->next = s->conns;
+        if (s->conns)
+                s->conns->prev = c;
+        s->conns = c;
+        c->ssl = SSL_new(l->ctx);
+        if (!c->ssl) {
+                conn_close(c);
+                return -ENOMEM;
+        }
+        s->tls_conns++;  /* from here conn_close() releases the TLS state */
+        c->handshaking = true;
+        s->tls_handshakes++;
+        if (addr_conns_add(s, &addr, +1) == UINT_MAX) {
+                conn_close(c);
+                return -ENOMEM;
+        }
+        c->addr_counted = true;
+        tcp_set_liveness(fd);
+        SSL_set_app_data(c->ssl, c->peer);  /* the verify callback names the peer */
+        if (SSL_set_fd(c->ssl, fd) != 1) {
+                conn_close(c);
+                return -ENOMEM;
+        }
+        SSL_set_accept_state(c->ssl);
+        int r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN, conn_io_cb, c);
+        if (r >= 0)
+                r = sd_event_add_time_relative(s->event, &c->hs_timer, CLOCK_MONOTONIC, s->tls_handshake_usec, 0,
+                                               hs_timer_cb, c);
+        if (r < 0) {
+                conn_close(c);
+                return r;
+        }
+        log_debug("remote: connection from %s on %s", c->peer, l->name);
+        return 0;
+}
+
+static int tls_backoff_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        tls_listener *l = userdata;
+        sd_event_source_set_enabled(l->io, SD_EVENT_ON);
+        return 0;
+}
+
+static int tls_listen_cb(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        tls_listener *l = userdata;
+        rpc_server *s = l->server;
+        for (int i = 0; i < 64; i++) {
+                struct sockaddr_storage sa = {};
+                socklen_t len = sizeof(sa);
+                int cfd = accept4(fd, (struct sockaddr *) &sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (cfd < 0) {
+                        if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+                                return 0;
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                                /* As on the Unix socket: give up the reserve fd to
+                                 * take one waiting client off the queue, then pause. */
+                                if (s->reserve_fd >= 0) {
+                                        close(s->reserve_fd);
+                                        int dropped = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+                                        if (dropped >= 0)
+                                                close(dropped);
+                                        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                                }
+                                tls_log_refusal(s, l->name, "out of file descriptors; pausing accepts");
+                                if (sd_event_source_set_time_relative(l->backoff, RPC_ACCEPT_BACKOFF_USEC) >= 0 &&
+                                    sd_event_source_set_enabled(l->backoff, SD_EVENT_ONESHOT) >= 0)
+                                        sd_event_source_set_enabled(l->io, SD_EVENT_OFF);
+                                return 0;
+                        }
+                        log_warning_errno(-errno, "remote: accept on %s: %m", l->name);
+                        return 0;
+                }
+                int r = conn_new_tls(l, cfd, &sa);
+                if (r < 0)
+                        log_warning_errno(r, "remote: set up connection: %m");
+        }
+        return 0;
+}
+
+void rpc_server_set_tls_accept(rpc_server *s, rpc_tls_accept_fn fn, rpc_identity_free_fn free_fn,
+                               void *userdata) {
+        s->tls_accept = fn;
+        s->tls_identity_free = free_fn;
+        s->tls_userdata = userdata;
+}
+
+void rpc_server_set_authorize(rpc_server *s, rpc_authorize_fn fn, void *userdata) {
+        s->authorize = fn;
+        s->authorize_userdata = userdata;
+}
+
+int rpc_server_add_tls_listener(rpc_server *s, const rpc_tls_config *cfg, sb_error **ret_err) {
+        _cleanup_close_ int fd = cfg->listen_fd;
+        if (!s->tls_accept)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "TLS listener: no accept hook set");
+        if (s->n_tls >= RPC_TLS_LISTENERS_MAX)
+                return sb_error_set(ret_err, -E2BIG, NULL, NULL, "at most %d TLS listeners", RPC_TLS_LISTENERS_MAX);
+        tls_listener *l = &s->tls[s->n_tls];
+        *l = (tls_listener) { .server = s, .fd = -EBADF };
+        l->name = strdup(cfg->name ? cfg->name : "tcp");
+        if (!l->name)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = sd_event_add_io(s->event, &l->io, fd, EPOLLIN, tls_listen_cb, l);
+        if (r >= 0)
+                r = sd_event_add_time_relative(s->event, &l->backoff, CLOCK_MONOTONIC, RPC_ACCEPT_BACKOFF_USEC, 0,
+                                               tls_backoff_cb, l);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(l->backoff, SD_EVENT_OFF);
+        if (r < 0) {
+                l->io = sd_event_source_disable_unref(l->io);
+                l->backoff = sd_event_source_disable_unref(l->backoff);
+                free(l->name);
+                return sb_error_set(ret_err, r, NULL, NULL, "watch %s: %s", cfg->name, strerror(-r));
+        }
+        SSL_CTX_up_ref(cfg->ctx);
+        l->ctx = cfg->ctx;
+        l->fd = TAKE_FD(fd);
+        s->tls_handshake_usec = (uint64_t) (cfg->handshake_timeout_ms ? cfg->handshake_timeout_ms
+                                                                      : RPC_TLS_HANDSHAKE_MS_DEFAULT) * 1000;
+        s->tls_max_conns = cfg->max_conns ? cfg->max_conns : RPC_TLS_CONNS_DEFAULT;
+        s->tls_max_conns_addr = cfg->max_conns_addr ? cfg->max_conns_addr : RPC_TLS_CONNS_ADDR_DEFAULT;
+        s->tls_max_handshakes = cfg->max_handshakes ? cfg->max_handshakes : RPC_TLS_HANDSHAKES_DEFAULT;
+        s->n_tls++;
         return 0;
 }
 
@@ -1308,6 +1865,8 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         }
         if (s->reserve_fd < 0 && r >= 0)
                 r = sb_error_set(ret_err, -errno, NULL, NULL, "open /dev/null (reserve descriptor): %m");
+        if (r >= 0 && (r = rpc_server_add_method(s, "request.cancel", method_cancel, NULL)) < 0)
+                sb_error_set(ret_err, r, NULL, NULL, "out of memory");
         if (r < 0) {
                 rpc_server_free(s);
                 return r;
@@ -1323,6 +1882,14 @@ void rpc_server_free(rpc_server *s) {
          * the server's owner, which outlives this call. */
         while (s->conns)
                 conn_close(s->conns);
+        for (size_t i = 0; i < s->n_tls; i++) {
+                sd_event_source_disable_unref(s->tls[i].io);
+                sd_event_source_disable_unref(s->tls[i].backoff);
+                close(s->tls[i].fd);
+                SSL_CTX_free(s->tls[i].ctx);
+                free(s->tls[i].name);
+        }
+        free(s->addr_conns);
         sd_event_source_disable_unref(s->listen_io);
         sd_event_source_disable_unref(s->accept_backoff);
         if (s->listen_fd >= 0)

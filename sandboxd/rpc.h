@@ -18,6 +18,9 @@ enum {
         RPC_INVALID_PARAMS = -32602,
         RPC_INTERNAL_ERROR = -32603,
         RPC_APP_ERROR = -32000,
+        /* The request was cancelled by request.cancel (the code LSP gives
+         * RequestCancelled; data.reason "cancelled"). */
+        RPC_REQUEST_CANCELLED = -32800,
 };
 
 typedef struct rpc_server rpc_server;
@@ -25,13 +28,33 @@ typedef struct rpc_conn rpc_conn;
 
 /* One request in flight. The handler owns it and must finish it exactly once
  * with rpc_reply() or an rpc_reply_error*() call, which free it. */
-typedef struct rpc_request {
+typedef struct rpc_request rpc_request;
+
+/* Asked, on the event loop, to cancel `req` (request.cancel); it must not
+ * finish req itself before returning. Returns true
+ * when cancellation is under way: the owner then finishes req later with
+ * data.reason "cancelled" (rpc_reply_sb_error() answers that as
+ * RPC_REQUEST_CANCELLED) once everything the request made is undone; false
+ * when it can no longer be cancelled (req then runs to its end). */
+typedef bool (*rpc_cancel_fn)(rpc_request *req, void *userdata);
+
+struct rpc_request {
         rpc_conn *conn;        /* a reference, released when the request is freed */
         cJSON *id;             /* owned by the request */
         char *method;          /* owned by the request */
         cJSON *params;         /* owned by the request; an empty object when absent */
         bool bulk;             /* its method is bulk (rpc_server_set_method_bulk) */
-} rpc_request;
+        /* request.cancel (rpc_request_set_cancel) */
+        rpc_cancel_fn cancel;
+        void *cancel_userdata;
+        bool cancel_requested; /* cancel returned true once */
+        struct rpc_request *pending_prev, *pending_next; /* the connection's requests in flight */
+        /* Set by the authorize hook (rpc_server_set_authorize): runs on the
+         * result in rpc_reply() before it is sent, e.g. to drop the items a
+         * remote client may not see. NULL: none. */
+        void (*result_filter)(struct rpc_request *req, cJSON *result, void *userdata);
+        void *result_filter_userdata;
+};
 
 typedef void (*rpc_handler)(rpc_request *req, void *userdata);
 
@@ -71,6 +94,13 @@ void rpc_reply_error(rpc_request *req, int code, const char *reason, const char 
  * err->reason is NULL or "invalid_params", else -32000 with data.reason
  * (default "failed"). */
 void rpc_reply_sb_error(rpc_request *req, const sb_error *err);
+
+/* Makes req cancellable through request.cancel: fn(req, userdata) runs
+ * when a request.cancel on the same connection names req's id (an
+ * integer). The owner calls this again whenever the work that holds req
+ * changes hands, and with fn NULL once it can no longer be cancelled; the
+ * hook goes with req when req is answered. */
+void rpc_request_set_cancel(rpc_request *req, rpc_cancel_fn fn, void *userdata);
 
 /* Sends a notification (no id) on conn if it is still open; takes params. */
 void rpc_notify(rpc_conn *conn, const char *method, cJSON *params);
@@ -151,3 +181,55 @@ char *rpc_format_duration(int64_t ms, char *buf, size_t size);
 /* Borrowed object/array (type checked). */
 int rpc_param_object(rpc_request *req, const char *field, bool required, cJSON **ret, sb_error **ret_err);
 int rpc_param_array(rpc_request *req, const char *field, bool required, cJSON **ret, sb_error **ret_err);
+
+/* ---- TLS listeners (remote clients, sandboxd/remote.c) ----
+ *
+ * A TLS listener accepts TCP connections on the same event loop and serves
+ * the same methods once a TLS handshake with a verified client certificate
+ * completes. Nothing blocks: the handshake, reads and writes are
+ * non-blocking SSL calls driven by the connection's I/O events. A
+ * connection that has not finished its handshake within the handshake
+ * timeout is closed; connections are capped in all, per peer address and
+ * while handshaking (over a cap the socket is closed at once, logged at
+ * most once a second with the count of others). Such connections have no
+ * peer uid (rpc_conn_uid() is (uid_t)-1) and never carry fds. */
+struct ssl_ctx_st;
+struct ssl_st;
+
+typedef struct rpc_tls_config {
+        int listen_fd;                 /* a bound, listening TCP socket; taken, even on failure */
+        const char *name;              /* "tcp://0.0.0.0:7443", for logs (copied) */
+        struct ssl_ctx_st *ctx;        /* a reference is taken (SSL_CTX_up_ref) */
+        unsigned handshake_timeout_ms; /* default 10000 */
+        unsigned max_conns;            /* open TLS connections on all listeners, default 256 */
+        unsigned max_conns_addr;       /* ... per peer address, default 64 */
+        unsigned max_handshakes;       /* handshakes in progress on all listeners, default 64 */
+} rpc_tls_config;
+
+/* Called on the event loop when a TLS connection's handshake has completed
+ * (OpenSSL verified the client's chain already). Returns 0 with
+ * *ret_identity (owned by the connection from then on, freed with the
+ * identity free function), or a negative errno to refuse: the callee logs
+ * why, the connection is closed. `peer` is "ADDR:PORT". */
+typedef int (*rpc_tls_accept_fn)(rpc_conn *c, struct ssl_st *ssl, const char *peer, void **ret_identity,
+                                 void *userdata);
+typedef void (*rpc_identity_free_fn)(void *identity);
+
+/* Adds a TLS listener. The accept function must be set first. Returns 0 or
+ * a negative errno with *ret_err. */
+int rpc_server_add_tls_listener(rpc_server *s, const rpc_tls_config *cfg, sb_error **ret_err);
+void rpc_server_set_tls_accept(rpc_server *s, rpc_tls_accept_fn fn, rpc_identity_free_fn free_fn,
+                               void *userdata);
+
+/* The identity a TLS connection was accepted with (rpc_tls_accept_fn),
+ * NULL on the Unix socket. Borrowed; lives as long as the connection. */
+void *rpc_conn_identity(const rpc_conn *c);
+/* "ADDR:PORT" of a TLS peer, "uid N pid N" on the Unix socket. Borrowed. */
+const char *rpc_conn_peer(const rpc_conn *c);
+
+/* Called for every request after its params passed the schema check and
+ * before its handler: 0 lets it run (the hook may change req->params or set
+ * req->result_filter), a negative errno refuses it with *ret_err (answered
+ * as rpc_reply_sb_error(); the hook logs the refusal). Set once. */
+typedef int (*rpc_authorize_fn)(rpc_request *req, void *userdata, sb_error **ret_err);
+void rpc_server_set_authorize(rpc_server *s, rpc_authorize_fn fn, void *userdata);

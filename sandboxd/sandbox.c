@@ -562,6 +562,7 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
                 rpc_reply_sb_error(req, j->err);
                 goto drop;
         }
+        rpc_request_set_cancel(req, start_job_cancel, j);
         /* Registered while pending, so a concurrent create of the same name
          * answers already_exists and getOrCreate waits for this one. */
         sb->next = m->sandboxes;

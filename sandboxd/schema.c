@@ -86,6 +86,7 @@ static const schema_field run_params[] = {
         OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), END,
 };
 static const schema_field cmd_params[] = { REQ("cmdId"), END };
+static const schema_field cancel_params[] = { REQ("id"), END };
 static const schema_field write_params[] = { REQ("cmdId"), REQ("data"), END };
 static const schema_field resize_params[] = { REQ("cmdId"), REQ("rows"), REQ("cols"), END };
 static const schema_field kill_params[] = { REQ("cmdId"), OPT("signal"), END };
@@ -147,6 +148,7 @@ const schema_method schema_methods[] = {
         { "policy.check", policy_check_params },
         { "events.subscribe", subscribe_params },
         { "daemon.info", no_params },
+        { "request.cancel", cancel_params },
         { NULL, NULL },
 };
 

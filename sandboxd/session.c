@@ -1046,11 +1046,15 @@ static void start_work(void *userdata) {
         int r;
         _cleanup_close_ int lfd = -EBADF;
         bool made_dir = false;
+        /* Downloads, clones and copies below stop on a cancellation. */
+        core_cancel_bind(&j->cancel);
         if (j->fresh) {
                 if ((r = prepare_dirs(j, &j->err)) < 0)
                         goto fail;
                 made_dir = true;
                 if ((r = fetch_source(j, &j->err)) < 0)
+                        goto fail;
+                if (core_cancel_requested())
                         goto fail;
                 core_fault("create.cloned");
                 if ((r = sandbox_save_config(sb, j->config_text, &j->err)) < 0)
@@ -1129,8 +1133,23 @@ static void start_work(void *userdata) {
          * full disk); no command runs before this job returns. */
         (void)core_disk_rearm(sb->dir);
         core_fault(j->fresh ? "create.session_started" : "resume.session_started");
-        return;
+        /* The point of no return for request.cancel: a cancel that came
+         * first undoes everything above, as a failure would. */
+        int expected = START_RUNNING;
+        if (__atomic_compare_exchange_n(&j->cancel, &expected, START_COMMITTED, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+                core_cancel_bind(NULL);
+                return;
+        }
 fail:
+        core_cancel_bind(NULL);
+        if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
+                /* Whatever failed on the way, the caller asked for this. */
+                sb_error_free(j->err);
+                j->err = NULL;
+                sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "create sandbox '%s': cancelled", sb->name);
+                core_fault("create.cancelled");
+        }
         kill_spawned(&j->spawn);
         netd_stop(&j->netd_pid);
         if (j->netd_out >= 0)
@@ -1172,6 +1191,32 @@ static void start_done(void *userdata) {
         sandbox *sb = j->sb;
         manager *m = j->m;
         sb->starting = false;
+        /* j goes below: no request.cancel may reach it any more. */
+        for (size_t i = 0; i < sb->pending.n; i++)
+                if (sb->pending.reqs[i]->cancel_userdata == j)
+                        rpc_request_set_cancel(sb->pending.reqs[i], NULL, NULL);
+        if (j->err && j->err->reason && streq(j->err->reason, "cancelled")) {
+                log_info("create sandbox '%s' cancelled", sb->name);
+                manager_release_slot(m, j->slot);
+                redo_list l = redo_list_take(&sb->pending);
+                /* The create's own request first (redo_list_add order);
+                 * anything that queued behind it finds no sandbox. */
+                for (size_t i = 0; i < l.n; i++)
+                        if (i == 0)
+                                rpc_reply_sb_error(l.reqs[i], j->err);
+                        else
+                                rpc_reply_error(l.reqs[i], RPC_APP_ERROR, "not_found", NULL,
+                                                "sandbox '%s' was cancelled while being created", sb->name);
+                redo_list_clear(&l);
+                finish_requests(sb, &sb->stop_waiters, false);
+                finish_requests(sb, &sb->delete_waiters, true);
+                sandbox_unlink(m, sb);
+                /* A fork's new top layer is used by nothing else now. */
+                layers_collect(m, sb->layers, NULL, NULL);
+                sandbox_free(sb);
+                start_job_free(j);
+                return;
+        }
         if (j->err) {
                 /* The message can carry text from the source or the sandbox. */
                 char safe[TEXT_LOG_BUF];
@@ -1274,6 +1319,19 @@ int session_start(sandbox *sb, start_job *j) {
                 return sb_error_set(&j->err, r, NULL, NULL, "start worker: %s", strerror(-r));
         }
         return 0;
+}
+
+bool start_job_cancel(rpc_request *req, void *userdata) {
+        start_job *j = userdata;
+        /* Others wait for this sandbox too (getOrCreate, a command): the
+         * creation is theirs as well, so it goes on. */
+        if (j->sb->pending.n != 1 || j->sb->pending.reqs[0] != req)
+                return false;
+        int expected = START_RUNNING;
+        if (__atomic_compare_exchange_n(&j->cancel, &expected, CORE_CANCEL_REQUESTED, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+                return true;
+        return expected == CORE_CANCEL_REQUESTED;
 }
 
 start_job *start_job_new(sandbox *sb, bool fresh) {

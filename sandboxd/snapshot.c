@@ -190,8 +190,19 @@ typedef struct capture_job {
         char id[33];
         char *upper, *dest;
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
+        int cancel;       /* CORE_CANCEL_REQUESTED once request.cancel asked (capture_cancel) */
         sb_error *err;
 } capture_job;
+
+/* request.cancel of a fork or snapshot while its copy runs: the copy stops
+ * between entries, or, done already, its layer is removed (capture_done).
+ * Always in time: nothing is recorded before capture_done. */
+static bool capture_cancel(rpc_request *req, void *userdata) {
+        (void)req;
+        capture_job *j = userdata;
+        __atomic_store_n(&j->cancel, CORE_CANCEL_REQUESTED, __ATOMIC_RELEASE);
+        return true;
+}
 
 static cJSON *chain_with(const char *id, const cJSON *below) {
         cJSON *c = cJSON_CreateArray();
@@ -220,7 +231,9 @@ static void capture_work(void *userdata) {
         }
         snprintf(point, sizeof(point), "%s.frozen", j->op);
         core_fault(point);
+        core_cancel_bind(&j->cancel);
         r = core_tree_copy(j->upper, tmp, &j->err);
+        core_cancel_bind(NULL);
         snprintf(point, sizeof(point), "%s.copied", j->op);
         core_fault(point);
         int t = core_cgroup_freeze(j->cg, false);
@@ -237,6 +250,21 @@ static void capture_done(void *userdata) {
         sandbox *sb = j->sb;
         manager *m = j->m;
         sb->capturing--;
+        rpc_request_set_cancel(j->req, NULL, NULL);
+        if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
+                if (!j->err) {
+                        /* Copied before the cancel was seen: the layer is
+                         * nobody's, so it goes. */
+                        cJSON *mine = cJSON_CreateArray();
+                        cJSON_AddItemToArray(mine, cJSON_CreateString(j->id));
+                        layers_collect(m, mine, NULL, NULL);
+                        cJSON_Delete(mine);
+                }
+                sb_error_free(j->err);
+                j->err = NULL;
+                sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "%s of sandbox '%s': cancelled", j->op,
+                             sb->name);
+        }
         cJSON *chain = j->err ? NULL : chain_with(j->id, sb->layers);
         j->cb(m, j->req, sb, chain, j->err);
         cJSON_Delete(chain);
@@ -389,6 +417,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
                 return;
         }
         sb->capturing++;
+        rpc_request_set_cancel(req, capture_cancel, j);
 }
 
 /* ---- sandbox.fork ------------------------------------------------------------ */

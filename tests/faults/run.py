@@ -176,6 +176,24 @@ def send(method, params_of):
     return trigger
 
 
+def s_create_cancelled(w, d):
+    """A create from a tarball whose server stalls, for request.cancel."""
+    t = w.name("tgt")
+    base, _log = w.stall_server()
+    return {"target": t, "source": {"type": "tarball", "url": "%s/%s.tar.gz" % (base, t)}}
+
+
+def send_create_and_cancel(w, d, ctx):
+    # Both lines in one write: the cancel finds the create pending.
+    conn = d.connect(timeout=120)
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "sandbox.create",
+              "params": {"name": ctx["target"], "source": ctx["source"]}},
+             {"jsonrpc": "2.0", "id": 2, "method": "request.cancel", "params": {"id": 1}}]
+    conn.send_raw(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+    conn.next_id = 3
+    return conn
+
+
 def s_snapshot_of_running(w, d):
     ctx = s_running()(w, d)
     ctx["snap"] = res(d, "sandbox.snapshot", {"name": ctx["target"]})["id"]
@@ -210,6 +228,8 @@ SCENARIOS = {
     "create.session_started[allowlist]": s_create(policy=ALLOWLIST),
     "create.recorded[allowlist]": s_create(policy=ALLOWLIST),
     "create.session_started[deny-all]": s_create(policy="deny-all"),
+    # request.cancel of a create: killed as the cancelled worker starts to undo it.
+    "create.cancelled": (s_create_cancelled, send_create_and_cancel),
     "fork.frozen": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
     "fork.copied": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
     # A stopped sandbox on its own disk image is copied (its upper cannot

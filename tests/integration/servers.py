@@ -4,6 +4,10 @@
   servers.py http ADDR PORT DIR LOG   serve DIR over HTTP/1.0, log each request
   servers.py tcp ADDR PORT LOG        accept TCP, log the peer, echo, close
   servers.py wait-tcp ADDR PORT SECS  exit 0 once ADDR:PORT accepts, 1 at the deadline
+  servers.py stall ADDR PORT LOG      HTTP that answers 200 and a few body bytes,
+                                      then sends nothing more: a source that
+                                      never finishes; logs "open PATH" and
+                                      "closed PATH" per connection
   servers.py web CONFIG.json          several HTTP(S) and TCP listeners in one process
 
 `web` takes a JSON list of listeners, each {"kind", "addr", "port", "log",
@@ -194,6 +198,40 @@ def serve_web(config_path):
     loops[0]()
 
 
+def serve_stall(addr, port, log):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(64)
+    print("ready", flush=True)
+
+    def handle(c):
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            chunk = c.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        first = data.split(b"\r\n", 1)[0].decode(errors="replace").split(" ")
+        path = first[1] if len(first) > 1 else "?"
+        log_line(log, "open %s" % path)
+        try:
+            # Headers and the first bytes of a gzip stream, then silence.
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                      b"Content-Length: 100000000\r\n\r\n\x1f\x8b\x08\x00")
+            # Held open until the client goes: recv returns b"" then.
+            while c.recv(4096):
+                pass
+        except OSError:
+            pass
+        log_line(log, "closed %s" % path)
+        c.close()
+
+    while True:
+        c, _peer = s.accept()
+        threading.Thread(target=handle, args=(c,), daemon=True).start()
+
+
 def wait_tcp(addr, port, secs):
     deadline = time.monotonic() + secs
     while time.monotonic() < deadline:
@@ -211,6 +249,8 @@ def main(argv):
         serve_http(argv[2], int(argv[3]), argv[4], argv[5])
     elif mode == "tcp":
         serve_tcp(argv[2], int(argv[3]), argv[4])
+    elif mode == "stall":
+        serve_stall(argv[2], int(argv[3]), argv[4])
     elif mode == "web":
         serve_web(argv[2])
     elif mode == "wait-tcp":

@@ -169,6 +169,26 @@ def test_output_streams_as_notifications(world):
             expect_eq(c.output(cmd_id, "stderr"), b"b\n", "command.output stderr")
 
 
+def test_command_started_names_the_request_before_any_output(world):
+    """Two runs in flight on one connection: each one's command.started
+    {cmdId, requestId} comes before its output, so output is attributable
+    before the answers."""
+    with sandbox(world, "started", "--deny-all") as name:
+        with world.daemon.connect() as c:
+            r1 = c.start("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", "echo one; sleep 0.2"]})
+            r2 = c.start("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", "echo two; sleep 0.2"]})
+            m1, m2 = c.wait(r1, 60), c.wait(r2, 60)
+            ids = {r1: m1["result"]["cmdId"], r2: m2["result"]["cmdId"]}
+            started = [n for n in c.notes if n.get("method") == "command.started"]
+            expect_eq(sorted((n["params"]["requestId"], n["params"]["cmdId"]) for n in started),
+                      sorted(ids.items()), "command.started notifications")
+            for rid, cmd_id in ids.items():
+                order = [n.get("method") for n in c.notes if n.get("params", {}).get("cmdId") == cmd_id]
+                expect_eq(order[0], "command.started", "the first notification of %s" % cmd_id)
+            expect_eq(c.output(ids[r1]), b"one\n", "output of the first run")
+            expect_eq(c.output(ids[r2]), b"two\n", "output of the second run")
+
+
 def test_command_timeout_kills_with_137(world):
     with sandbox(world, "cmdto", "--deny-all") as name:
         t = time.monotonic()

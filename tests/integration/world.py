@@ -728,6 +728,23 @@ class World:
                     [sys.executable, SERVERS, "tcp", addr, str(port), log], ready=True)
         return Listener(addr, port, log)
 
+    def stall_server(self):
+        """A server of the fake internet that answers HTTP 200 and then
+        stalls (servers.py stall), started once per world. Returns
+        (base_url, log_lines): base_url + "/any/path" is a URL whose download
+        never ends; log_lines() lists "open PATH" / "closed PATH" lines."""
+        port = 8089
+        log = os.path.join(self.tmp, "stall.log")
+        if not getattr(self, "_stall_started", False):
+            open(log, "w").close()
+            self._spawn("stall", "net", [sys.executable, SERVERS, "stall", HTTP_ADDR, str(port), log], ready=True)
+            self._stall_started = True
+
+        def lines():
+            with open(log) as f:
+                return [l for l in f.read().splitlines() if l.strip()]
+        return "http://%s:%d" % (HTTP_ADDR, port), lines
+
     # --- helpers
     def name(self, tag):
         """A sandbox name unique to this run: t<world id>-<n>-<tag>."""

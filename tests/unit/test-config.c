@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
@@ -171,8 +172,42 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 26);
+        assert_int_equal(n, 34);
         cJSON_Delete(o);
+        daemon_config_free(&cfg);
+}
+
+/* A listener serves mutual TLS only: without the certificate, key or
+ * client CA the file is refused naming the missing key; addresses are
+ * numeric tcp://ADDR:PORT, each once. */
+static void test_listen_needs_the_tls_files_and_numeric_addresses(void **state) {
+        daemon_config cfg;
+        char *msg = parse_error("{\"listen\": [\"tcp://0.0.0.0:7443\"], \"tlsCert\": \"/c\", \"tlsKey\": \"/k\"}", &cfg);
+        assert_non_null(msg);
+        assert_non_null(strstr(msg, "listen: needs tlsClientCA"));
+        free(msg);
+        daemon_config_free(&cfg);
+        static const char *const bad[] = { "0.0.0.0:7443", "tcp://host.example:7443", "tcp://0.0.0.0", "tcp://0.0.0.0:0",
+                                           "tcp://0.0.0.0:65536", "tcp://::1:7443", "tcp://[::1]7443", "tcp://1.2.3.4:07443",
+                                           "tcp://1.2.3.4:+80" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_int_equal(daemon_config_parse_listen(bad[i], NULL, NULL), -EINVAL);
+        struct sockaddr_storage ss;
+        unsigned len;
+        assert_int_equal(daemon_config_parse_listen("tcp://[::1]:7443", &ss, &len), 0);
+        assert_int_equal(ss.ss_family, AF_INET6);
+        assert_int_equal(daemon_config_parse_listen("tcp://127.0.0.1:1", &ss, &len), 0);
+        assert_int_equal(ss.ss_family, AF_INET);
+        msg = parse_error("{\"listen\": [\"tcp://1.2.3.4:1\", \"tcp://1.2.3.4:1\"], \"tlsCert\": \"/c\", "
+                          "\"tlsKey\": \"/k\", \"tlsClientCA\": \"/a\"}", &cfg);
+        assert_non_null(msg);
+        assert_non_null(strstr(msg, "given twice"));
+        free(msg);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"listen\": [\"tcp://[::]:7443\"], \"tlsCert\": \"/c\", \"tlsKey\": \"/k\", "
+                                "\"tlsClientCA\": \"/a\"}", &cfg));
+        assert_string_equal(cfg.listen[0], "tcp://[::]:7443");
+        assert_null(cfg.listen[1]);
         daemon_config_free(&cfg);
 }
 
@@ -341,6 +376,7 @@ int main(void) {
                 cmocka_unit_test(test_local_source_roots_default_empty_and_checked),
                 cmocka_unit_test(test_unknown_key_is_named_with_known_keys),
                 cmocka_unit_test(test_effective_configuration_names_every_key),
+                cmocka_unit_test(test_listen_needs_the_tls_files_and_numeric_addresses),
                 cmocka_unit_test(test_man_page_lists_every_key_as_the_table_says),
                 cmocka_unit_test(test_wrong_type_is_named),
                 cmocka_unit_test(test_out_of_range_is_named_with_range),

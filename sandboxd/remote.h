@@ -1,0 +1,63 @@
+/* Remote clients (docs/SECURITY.md "Remote clients", sandboxd(8)): the TCP
+ * listeners of daemon.json "listen", serving the JSON-RPC API over TLS 1.3
+ * with mandatory client certificates; the role a client certificate's
+ * subject names; and the authorization of every request of a TLS
+ * connection before its method runs.
+ *
+ * Roles come from the subject of a certificate that chains to tlsClientCA,
+ * as Kubernetes reads users and groups from client certificates: CN names
+ * the client (for logs), O names the role:
+ *   O=admin           every method, as root on the Unix socket;
+ *   O=tag:KEY=VALUE   only sandboxes carrying tag KEY=VALUE, their commands,
+ *                     snapshots and events; what it creates carries the tag.
+ * The subject must hold each attribute as its own RDN (no multi-valued
+ * RDNs), exactly one CN and one O, as UTF8String or PrintableString
+ * without NUL or control characters; anything else is refused. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "libcore/error.h"
+#include "sandboxd/config.h"
+#include "sandboxd/manager.h"
+#include "sandboxd/rpc.h"
+
+typedef enum remote_role_kind {
+        REMOTE_ROLE_ADMIN = 1,
+        REMOTE_ROLE_TAG,
+} remote_role_kind;
+
+/* Who a TLS connection is. Owned by its connection (rpc_conn_identity). */
+typedef struct remote_identity {
+        remote_role_kind role;
+        char *name;        /* the subject's CN */
+        char *tag_key;     /* REMOTE_ROLE_TAG: the tag the role is scoped to */
+        char *tag_value;
+        char *subject;     /* the whole subject, RFC 2253, escaped to printable ASCII (for logs) */
+        char *role_text;   /* "admin" or "tag:KEY=VALUE" */
+} remote_identity;
+
+void remote_identity_free(remote_identity *id);
+
+struct X509_name_st;
+/* Maps a certificate subject to an identity under the rules above.
+ * Returns 0 with *ret (caller frees with remote_identity_free), or
+ * -EACCES with *ret_reason (a static string saying which rule failed),
+ * -ENOMEM. Pure: reads nothing but `name`. */
+int remote_identity_from_name(const struct X509_name_st *name, remote_identity **ret, const char **ret_reason);
+
+/* Same from a DER-encoded Name (RFC 5280 §4.1.2.4); -EINVAL when the bytes
+ * are not one. For the fuzz target and the unit tests. */
+int remote_identity_from_der(const uint8_t *der, size_t len, remote_identity **ret, const char **ret_reason);
+
+/* Starts every daemon.json "listen" address on `server`: loads the
+ * certificate, key and client CA into a TLS 1.3-only context, binds each
+ * address, and installs the accept and authorize hooks. No address: does
+ * nothing. Returns 0 or a negative errno with *ret_err naming the key. */
+int remote_start(manager *m, const daemon_config *cfg, rpc_server *server, sb_error **ret_err);
+
+/* True when the connection may see events and objects of sandbox
+ * `sb_name` (NULL: the daemon's own events): the Unix socket and admin
+ * always; a tag role only for an existing sandbox carrying its tag. */
+bool remote_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name);

@@ -1,0 +1,30 @@
+"""sandboxd: the Python client of the sandboxd daemon.
+
+    from sandboxd import Sandbox
+    with Sandbox.create(network_policy="deny-all") as sb:
+        print(sb.run_command("echo", ["hi"]).stdout())
+
+Synchronous: Sandbox, Command, Snapshot, SandboxClient. asyncio:
+AsyncSandbox, AsyncCommand, AsyncSnapshot, AsyncSandboxClient. Errors:
+SandboxError and its subclasses. Standard library only.
+"""
+from ._async import (AsyncCommand, AsyncFilesystem, AsyncSandbox, AsyncSnapshot, CommandFinished,
+                     EventStream)
+from ._client import DEFAULT_SOCKET, AsyncSandboxClient
+from ._errors import (AlreadyExistsError, CancelledByDaemonError, DaemonUnreachableError, InvalidParamsError,
+                      InvalidPolicyError, LimitExceededError, NotFoundError, SandboxError, SandboxStoppedError,
+                      SourceFailedError, UnavailableError)
+from ._sync import Command, Filesystem, Sandbox, SandboxClient, Snapshot
+from ._types import (FileEntry, GitSource, LogLine, NetworkPolicy, NetworkPolicyRule, Resources,
+                     SnapshotSource, Source, TarballSource, Tty)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyExistsError", "AsyncCommand", "AsyncFilesystem", "AsyncSandbox", "AsyncSandboxClient",
+    "AsyncSnapshot", "CancelledByDaemonError", "Command", "CommandFinished", "DEFAULT_SOCKET",
+    "DaemonUnreachableError", "EventStream", "FileEntry", "Filesystem", "GitSource", "InvalidParamsError",
+    "InvalidPolicyError", "LimitExceededError", "LogLine", "NetworkPolicy", "NetworkPolicyRule", "NotFoundError",
+    "Resources", "Sandbox", "SandboxClient", "SandboxError", "SandboxStoppedError", "Snapshot", "SnapshotSource",
+    "Source", "SourceFailedError", "TarballSource", "Tty", "UnavailableError",
+]

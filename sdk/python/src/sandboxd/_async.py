@@ -1,0 +1,686 @@
+"""The asyncio API: AsyncSandbox, AsyncCommand, AsyncSnapshot."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import codecs
+import inspect
+import re
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping, Union
+
+from ._client import AsyncSandboxClient, CommandStream, ConnectionLost, default_client
+from ._errors import NotFoundError, SandboxError
+from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty
+
+Output = Union[Callable[[str], Any], Any]
+"""Where a stream goes as it arrives: a callable taking str, or a file-like
+object with write() (text or binary; sys.stdout works)."""
+
+_LOG_POLL_S = 0.25
+
+
+def _b64(data: bytes | str) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else bytes(data)).decode()
+
+
+def _source(src: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if src is None:
+        return None
+    out = dict(src)
+    if "snapshot_id" in out:
+        out["snapshotId"] = out.pop("snapshot_id")
+    return out
+
+
+def _config_params(*, ports: list[int] | None = None, timeout: int | None = None,
+                   resources: Resources | Mapping[str, Any] | None = None, runtime: str | None = None,
+                   network_policy: NetworkPolicy | None = None, env: Mapping[str, str] | None = None,
+                   tags: Mapping[str, str] | None = None, persistent: bool | None = None) -> dict[str, Any]:
+    p: dict[str, Any] = {}
+    for key, val in (("ports", ports), ("timeout", timeout), ("resources", resources), ("runtime", runtime),
+                     ("networkPolicy", network_policy), ("env", env), ("tags", tags),
+                     ("persistent", persistent)):
+        if val is not None:
+            p[key] = dict(val) if isinstance(val, Mapping) else (list(val) if isinstance(val, list) else val)
+    return p
+
+
+def _writer(out: Output | None) -> Callable[[bytes], None] | None:
+    """A sink for raw bytes that decodes UTF-8 incrementally for text sinks."""
+    if out is None:
+        return None
+    dec = codecs.getincrementaldecoder("utf-8")("replace")
+    if callable(out) and not hasattr(out, "write"):
+        return lambda b: out(dec.decode(b))
+    buf = getattr(out, "buffer", None)
+    if buf is not None:
+        def to_buffer(b: bytes) -> None:
+            buf.write(b)
+            buf.flush()
+        return to_buffer
+
+    def to_file(b: bytes) -> None:
+        try:
+            out.write(b)
+        except TypeError:
+            out.write(dec.decode(b))
+        if hasattr(out, "flush"):
+            out.flush()
+    return to_file
+
+
+class CommandFinished:
+    """A command that has exited.
+
+    Attributes: cmd_id, exit_code, duration_ms, timed_out (killed by its
+    timeout_ms), oom_killed (killed by the OOM killer at the memory limit).
+    """
+
+    def __init__(self, result: Mapping[str, Any], stdout: bytes = b"", stderr: bytes = b"") -> None:
+        self.cmd_id: str = result.get("cmdId", "")
+        self.exit_code: int = int(result.get("exitCode", -1))
+        self.duration_ms: int = int(result.get("durationMs") or 0)
+        self.timed_out: bool = bool(result.get("timedOut", False))
+        self.oom_killed: bool = bool(result.get("oomKilled", False))
+        self.stdout_bytes = bytes(stdout)
+        self.stderr_bytes = bytes(stderr)
+        self.raw = dict(result)
+
+    def stdout(self) -> str:
+        """The command's standard output (UTF-8, undecodable bytes replaced)."""
+        return self.stdout_bytes.decode(errors="replace")
+
+    def stderr(self) -> str:
+        """The command's standard error."""
+        return self.stderr_bytes.decode(errors="replace")
+
+    def output(self, stream: Literal["stdout", "stderr", "both"] = "both") -> str:
+        """stdout, stderr, or both (stdout then stderr)."""
+        if stream == "stdout":
+            return self.stdout()
+        if stream == "stderr":
+            return self.stderr()
+        return (self.stdout_bytes + self.stderr_bytes).decode(errors="replace")
+
+    def __repr__(self) -> str:
+        return "CommandFinished(cmd_id=%r, exit_code=%d)" % (self.cmd_id, self.exit_code)
+
+
+class AsyncCommand:
+    """A command started detached (or found with get_command). Its output
+    streams to this client while it runs; after a daemon restart it is
+    followed through command.logs."""
+
+    def __init__(self, sandbox: "AsyncSandbox", info: Mapping[str, Any], stream: CommandStream | None) -> None:
+        self.sandbox = sandbox
+        self.cmd_id: str = info["cmdId"]
+        self.info = dict(info)
+        self._stream = stream
+        self._client = sandbox._client
+        self._finished: CommandFinished | None = None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code once the command has exited (after wait()), else None."""
+        return self._finished.exit_code if self._finished else self.info.get("exitCode")
+
+    async def _logs_polled(self, seen: dict[str, bytes]) -> AsyncIterator[LogLine]:
+        """Follows the daemon's kept logs (command.logs) until the command exits."""
+        while True:
+            try:
+                logs = await self._client.call("command.logs", {"cmdId": self.cmd_id})
+                done = (await self._client.call("command.get", {"cmdId": self.cmd_id})).get("exitCode") is not None
+            except ConnectionLost:
+                await self._client.wait_connected()
+                seen = {"stdout": b"", "stderr": b""}  # a restarted daemon's logs start at its start
+                continue
+            for name in ("stdout", "stderr"):
+                now = base64.b64decode(logs.get(name, ""))
+                old = seen[name]
+                if now.startswith(old):
+                    new = now[len(old):]
+                else:
+                    tail = old[-4096:]
+                    i = now.rfind(tail) if tail else -1
+                    new = now[i + len(tail):] if i >= 0 else now
+                seen[name] = now
+                if new:
+                    yield {"stream": name, "data": new}  # type: ignore[typeddict-item]
+            if done:
+                return
+            await asyncio.sleep(_LOG_POLL_S)
+
+    async def logs(self) -> AsyncIterator[LogLine]:
+        """Yields ``{"stream": "stdout"|"stderr", "data": bytes}`` as output
+        arrives, until the command exits."""
+        s = self._stream
+        if s is not None and s.exit is None:
+            while True:
+                kind, val = await s.queue.get()
+                if kind == "data":
+                    yield {"stream": val[0], "data": val[1]}
+                elif kind == "exit":
+                    return
+                else:  # connection lost: follow the kept logs of the new daemon
+                    self._stream = None
+                    async for item in self._logs_polled({"stdout": b"", "stderr": b""}):
+                        yield item
+                    return
+        elif s is not None:
+            while not s.queue.empty():
+                kind, val = s.queue.get_nowait()
+                if kind == "data":
+                    yield {"stream": val[0], "data": val[1]}
+        else:
+            async for item in self._logs_polled({"stdout": b"", "stderr": b""}):
+                yield item
+
+    async def wait(self) -> CommandFinished:
+        """Waits for the command to exit (across a daemon restart too)."""
+        while True:
+            try:
+                r = await self._client.call("command.wait", {"cmdId": self.cmd_id})
+                break
+            except ConnectionLost:
+                await self._client.wait_connected()
+        s = self._stream
+        out, err = (bytes(s.stdout), bytes(s.stderr)) if s is not None else await self._kept_logs()
+        self._finished = CommandFinished(r, out, err)
+        self.info["exitCode"] = self._finished.exit_code
+        return self._finished
+
+    async def _kept_logs(self) -> tuple[bytes, bytes]:
+        logs = await self._client.call("command.logs", {"cmdId": self.cmd_id})
+        return base64.b64decode(logs.get("stdout", "")), base64.b64decode(logs.get("stderr", ""))
+
+    async def stdout(self) -> str:
+        """All of stdout (waits for the exit)."""
+        return (self._finished or await self.wait()).stdout()
+
+    async def stderr(self) -> str:
+        """All of stderr (waits for the exit)."""
+        return (self._finished or await self.wait()).stderr()
+
+    async def kill(self, signal: str | int = "SIGTERM") -> None:
+        """Sends a signal (name like "SIGTERM"/"TERM" or number) to the command's process group."""
+        sig = signal[3:] if isinstance(signal, str) and signal.upper().startswith("SIG") else signal
+        await self._client.call("command.kill", {"cmdId": self.cmd_id, "signal": sig})
+
+    async def write(self, data: bytes | str) -> None:
+        """Writes to the command's stdin."""
+        await self._client.call("command.write", {"cmdId": self.cmd_id, "data": _b64(data)})
+
+    async def close_stdin(self) -> None:
+        """Closes the command's stdin (it reads end of file)."""
+        await self._client.call("command.closeStdin", {"cmdId": self.cmd_id})
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Resizes the command's pty (tty commands)."""
+        await self._client.call("command.resize", {"cmdId": self.cmd_id, "rows": rows, "cols": cols})
+
+    async def refresh(self) -> dict[str, Any]:
+        """command.get: the Command as the daemon has it now."""
+        self.info = await self._client.call("command.get", {"cmdId": self.cmd_id})
+        return self.info
+
+    def __repr__(self) -> str:
+        return "AsyncCommand(cmd_id=%r, sandbox=%r)" % (self.cmd_id, self.sandbox.name)
+
+
+class AsyncSnapshot:
+    """A snapshot: an immutable copy of a sandbox's files and config."""
+
+    def __init__(self, info: Mapping[str, Any], client: AsyncSandboxClient) -> None:
+        self.info = dict(info)
+        self.id: str = info["id"]
+        self._client = client
+
+    @property
+    def sandbox(self) -> str:
+        return self.info.get("sandbox", "")
+
+    @property
+    def expires_at(self) -> str | None:
+        return self.info.get("expiresAt")
+
+    @classmethod
+    async def get(cls, snapshot_id: str, *, client: AsyncSandboxClient | None = None) -> "AsyncSnapshot":
+        """snapshot.get; NotFoundError when there is none."""
+        c = client or default_client()
+        return cls(await c.call("snapshot.get", {"id": snapshot_id}), c)
+
+    @classmethod
+    async def list(cls, *, sandbox: str | None = None,
+                   client: AsyncSandboxClient | None = None) -> list["AsyncSnapshot"]:
+        """snapshot.list (of one sandbox with ``sandbox=``)."""
+        c = client or default_client()
+        r = await c.call("snapshot.list", {"sandbox": sandbox} if sandbox else {})
+        return [cls(s, c) for s in r.get("snapshots", [])]
+
+    async def delete(self) -> None:
+        """snapshot.delete: sandboxes made from it keep their files."""
+        await self._client.call("snapshot.delete", {"id": self.id})
+
+    def __repr__(self) -> str:
+        return "AsyncSnapshot(id=%r, sandbox=%r)" % (self.id, self.sandbox)
+
+
+class AsyncFilesystem:
+    """File operations inside a sandbox, as the sandbox user, with the
+    names of Python's os / pathlib where they fit."""
+
+    def __init__(self, sb: "AsyncSandbox") -> None:
+        self._sb = sb
+
+    async def read_file(self, path: str) -> bytes:
+        """The file's bytes; NotFoundError when it does not exist."""
+        r = await self._sb._call("fs.read", {"sandbox": self._sb.name, "path": path})
+        return base64.b64decode(r.get("content", ""))
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        return (await self.read_file(path)).decode(encoding)
+
+    async def write_file(self, path: str, content: bytes | str, mode: int | None = None) -> None:
+        """Creates or truncates path (parents are made) with content."""
+        await self._sb.write_files([{"path": path, "content": content, **({"mode": mode} if mode is not None else {})}])
+
+    async def readdir(self, path: str) -> list[str]:
+        """The names in a directory, sorted."""
+        return [e["name"] for e in await self.list(path)]
+
+    async def list(self, path: str) -> list[dict[str, Any]]:
+        """fs.list: a Stat per entry ({name, path, type, size, mode, uid, gid, mtime})."""
+        r = await self._sb._call("fs.list", {"sandbox": self._sb.name, "path": path})
+        return list(r.get("entries", []))
+
+    async def stat(self, path: str) -> dict[str, Any]:
+        """fs.stat: {name, path, type: file|directory|symlink|other, size, mode, uid, gid, mtime}."""
+        return await self._sb._call("fs.stat", {"sandbox": self._sb.name, "path": path})  # type: ignore[no-any-return]
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.stat(path)
+            return True
+        except NotFoundError:
+            return False
+
+    async def mkdir(self, path: str, parents: bool = True) -> None:
+        await self._sb._call("fs.mkdir", {"sandbox": self._sb.name, "path": path, "parents": parents})
+
+    async def rm(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, or a directory (with recursive=True when not empty)."""
+        await self._sb._call("fs.remove", {"sandbox": self._sb.name, "path": path, "recursive": recursive})
+
+    remove = rm
+
+
+class EventStream:
+    """Events from the daemon (events.subscribe), an async iterator of
+    event dicts ({time, kind, sandbox, ...}); kept across a daemon restart."""
+
+    def __init__(self, client: AsyncSandboxClient, sandbox: str | None, kinds: list[str] | None) -> None:
+        self._client = client
+        self._args = (sandbox, kinds)
+        self._sub: Any = None
+
+    async def start(self) -> "EventStream":
+        if self._sub is None:
+            self._sub = await self._client.subscribe(*self._args)
+        return self
+
+    def __await__(self) -> Any:
+        return self.start().__await__()
+
+    def __aiter__(self) -> "EventStream":
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        await self.start()
+        return await self._sub.queue.get()  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        if self._sub is not None:
+            self._client.unsubscribe(self._sub)
+
+
+class _Hybrid:
+    """A method callable on the class (first argument given) or on an
+    instance (the instance is the first argument): Sandbox.fork(src) and
+    sandbox.fork()."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, cls: type) -> Callable[..., Any]:
+        if obj is None:
+            return lambda *a, **kw: self.fn(cls, *a, **kw)
+        return lambda *a, **kw: self.fn(cls, obj, *a, **kw)
+
+
+class AsyncSandbox:
+    """A sandbox. Make one with ``await AsyncSandbox.create(...)``;
+    ``async with`` stops it on exit (a non-persistent sandbox is then
+    deleted)."""
+
+    def __init__(self, info: Mapping[str, Any], client: AsyncSandboxClient) -> None:
+        self.info: dict[str, Any] = dict(info)
+        self._client = client
+        self.fs = AsyncFilesystem(self)
+
+    # ---- fields
+    @property
+    def name(self) -> str:
+        return self.info["name"]
+
+    @property
+    def id(self) -> str:
+        return self.info.get("id", "")
+
+    @property
+    def status(self) -> str:
+        return self.info.get("status", "")
+
+    @property
+    def persistent(self) -> bool:
+        return bool(self.info.get("persistent"))
+
+    @property
+    def timeout(self) -> int | None:
+        return self.info.get("timeout")
+
+    @property
+    def expires_at(self) -> str | None:
+        return self.info.get("expiresAt")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.info.get("env") or {})
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return dict(self.info.get("tags") or {})
+
+    @property
+    def network_policy(self) -> Any:
+        return self.info.get("networkPolicy")
+
+    @property
+    def ports(self) -> list[int]:
+        return [p["port"] if isinstance(p, dict) else p for p in self.info.get("ports") or []]
+
+    @property
+    def client(self) -> AsyncSandboxClient:
+        return self._client
+
+    async def _call(self, method: str, params: dict[str, Any]) -> Any:
+        return await self._client.call(method, params)
+
+    # ---- life cycle
+    @classmethod
+    async def create(cls, *, name: str | None = None, source: Source | Mapping[str, Any] | None = None,
+                     ports: list[int] | None = None, timeout: int | None = None,
+                     resources: Resources | Mapping[str, Any] | None = None, runtime: str | None = None,
+                     network_policy: NetworkPolicy | None = None, env: Mapping[str, str] | None = None,
+                     tags: Mapping[str, str] | None = None, persistent: bool | None = None,
+                     client: AsyncSandboxClient | None = None) -> "AsyncSandbox":
+        """sandbox.create: returns once the sandbox runs with its source in
+        /workspace. ``timeout`` is in milliseconds. Cancelling the awaiting
+        task cancels the creation on the daemon (nothing is left)."""
+        c = client or default_client()
+        p = _config_params(ports=ports, timeout=timeout, resources=resources, runtime=runtime,
+                           network_policy=network_policy, env=env, tags=tags, persistent=persistent)
+        if name is not None:
+            p["name"] = name
+        if source is not None:
+            p["source"] = _source(source)
+        return cls(await c.call("sandbox.create", p), c)
+
+    @classmethod
+    async def get(cls, name: str, *, resume: bool = True,
+                  client: AsyncSandboxClient | None = None) -> "AsyncSandbox":
+        """sandbox.get; with resume (the default) a stopped persistent
+        sandbox gets a session again."""
+        c = client or default_client()
+        return cls(await c.call("sandbox.get", {"name": name, "resume": resume}), c)
+
+    @classmethod
+    async def get_or_create(cls, name: str, *,
+                            on_create: Callable[["AsyncSandbox"], Awaitable[Any] | Any] | None = None,
+                            source: Source | Mapping[str, Any] | None = None, ports: list[int] | None = None,
+                            timeout: int | None = None, resources: Resources | Mapping[str, Any] | None = None,
+                            runtime: str | None = None, network_policy: NetworkPolicy | None = None,
+                            env: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None,
+                            persistent: bool | None = None,
+                            client: AsyncSandboxClient | None = None) -> "AsyncSandbox":
+        """sandbox.getOrCreate: the sandbox ``name``, made with these
+        parameters if it does not exist. ``on_create(sandbox)`` (a function
+        or coroutine function) runs once, only when this call created it."""
+        sb, created = await cls._get_or_create(name, source=source, ports=ports, timeout=timeout,
+                                               resources=resources, runtime=runtime,
+                                               network_policy=network_policy, env=env, tags=tags,
+                                               persistent=persistent, client=client)
+        if created and on_create is not None:
+            r = on_create(sb)
+            if inspect.isawaitable(r):
+                await r
+        return sb
+
+    @classmethod
+    async def _get_or_create(cls, name: str, *, source: Any = None, client: AsyncSandboxClient | None = None,
+                             **config: Any) -> tuple["AsyncSandbox", bool]:
+        c = client or default_client()
+        p = _config_params(**config)
+        p["name"] = name
+        if source is not None:
+            p["source"] = _source(source)
+        r = await c.call("sandbox.getOrCreate", p)
+        return cls(r["sandbox"], c), bool(r.get("created"))
+
+    @_Hybrid
+    async def fork(cls, source_sandbox: "AsyncSandbox | str", *, name: str | None = None,  # type: ignore[misc]
+                   client: AsyncSandboxClient | None = None, **overrides: Any) -> "AsyncSandbox":
+        """sandbox.fork: ``AsyncSandbox.fork(src, name=...)`` or
+        ``await sandbox.fork(name=...)``; keyword overrides as for create
+        (timeout, env, tags, resources, network_policy, ports,
+        persistent, runtime)."""
+        if isinstance(source_sandbox, AsyncSandbox):
+            c = client or source_sandbox._client
+            src = source_sandbox.name
+        else:
+            c = client or default_client()
+            src = source_sandbox
+        p: dict[str, Any] = {"sourceSandbox": src}
+        if name is not None:
+            p["name"] = name
+        ov = _config_params(**overrides)
+        if ov:
+            p["overrides"] = ov
+        return cls(await c.call("sandbox.fork", p), c)
+
+    @classmethod
+    def list(cls, *, name_prefix: str | None = None, tags: Mapping[str, str] | None = None,
+                   limit: int | None = None, client: AsyncSandboxClient | None = None) -> AsyncIterator["AsyncSandbox"]:
+        """Every sandbox (filtered), fetched page by page (``limit`` is the
+        page size): ``async for sb in AsyncSandbox.list(): ...``."""
+        return cls._list(name_prefix, tags, limit, client or default_client())
+
+    @classmethod
+    async def _list(cls, name_prefix: str | None, tags: Mapping[str, str] | None, limit: int | None,
+                    c: AsyncSandboxClient) -> AsyncIterator["AsyncSandbox"]:
+        p: dict[str, Any] = {}
+        if name_prefix is not None:
+            p["namePrefix"] = name_prefix
+        if tags is not None:
+            p["tags"] = dict(tags)
+        if limit is not None:
+            p["limit"] = limit
+        while True:
+            page = await c.call("sandbox.list", p)
+            for s in page.get("sandboxes", []):
+                yield cls(s, c)
+            cur = page.get("nextCursor")
+            if not cur:
+                return
+            p["cursor"] = cur
+
+    async def refresh(self) -> "AsyncSandbox":
+        """Reads the sandbox again (sandbox.get, without resuming)."""
+        self.info = await self._call("sandbox.get", {"name": self.name, "resume": False})
+        return self
+
+    async def update(self, *, timeout: int | None = None, resources: Resources | Mapping[str, Any] | None = None,
+                     network_policy: NetworkPolicy | None = None, env: Mapping[str, str] | None = None,
+                     tags: Mapping[str, str] | None = None, ports: list[int] | None = None) -> "AsyncSandbox":
+        """sandbox.update: a policy or resources change applies to the running session at once."""
+        p = _config_params(timeout=timeout, resources=resources, network_policy=network_policy, env=env,
+                           tags=tags, ports=ports)
+        p["name"] = self.name
+        self.info = await self._call("sandbox.update", p)
+        return self
+
+    async def extend_timeout(self, duration: int) -> "AsyncSandbox":
+        """Moves expiresAt later by ``duration`` milliseconds."""
+        self.info = await self._call("sandbox.extendTimeout", {"name": self.name, "duration": duration})
+        return self
+
+    async def stop(self) -> "AsyncSandbox":
+        """Stops the session (a non-persistent sandbox is then deleted)."""
+        self.info = await self._call("sandbox.stop", {"name": self.name})
+        return self
+
+    async def delete(self) -> None:
+        """Deletes the sandbox and every trace of it."""
+        await self._call("sandbox.delete", {"name": self.name})
+
+    async def snapshot(self, *, expiration: int | None = None) -> AsyncSnapshot:
+        """sandbox.snapshot; ``expiration`` in ms from now (None: never)."""
+        p: dict[str, Any] = {"name": self.name}
+        if expiration is not None:
+            p["expiration"] = expiration
+        return AsyncSnapshot(await self._call("sandbox.snapshot", p), self._client)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.stop()
+        except NotFoundError:
+            pass
+
+    # ---- commands
+    async def run_command(self, cmd: str, args: Iterable[str] | None = None, *, cwd: str | None = None,
+                          env: Mapping[str, str] | None = None, sudo: bool = False, detached: bool = False,
+                          stdin: bytes | str | None = None, stdout: Output | None = None,
+                          stderr: Output | None = None, timeout_ms: int | None = None,
+                          tty: Tty | Mapping[str, int] | bool | None = None) -> Any:
+        """command.run. Without ``detached`` waits for the exit and returns
+        CommandFinished; with it returns an AsyncCommand at once. ``stdout``
+        and ``stderr`` receive output as it arrives (a callable taking str,
+        or a file-like object). ``tty`` (True or {"rows", "cols"}) gives the
+        command a pty. Cancelling the awaiting task kills the command's
+        process group (request.cancel)."""
+        p: dict[str, Any] = {"sandbox": self.name, "cmd": cmd}
+        if args is not None:
+            p["args"] = [str(a) for a in args]
+        if cwd is not None:
+            p["cwd"] = cwd
+        if env is not None:
+            p["env"] = dict(env)
+        if sudo:
+            p["sudo"] = True
+        if detached:
+            p["detached"] = True
+        if stdin is not None:
+            p["stdin"] = _b64(stdin)
+        if timeout_ms is not None:
+            p["timeoutMs"] = timeout_ms
+        if tty:
+            p["tty"] = True
+            if isinstance(tty, Mapping):
+                p["rows"], p["cols"] = int(tty["rows"]), int(tty["cols"])
+        stream = CommandStream()
+        outs = {"stdout": _writer(stdout), "stderr": _writer(stderr)}
+        if outs["stdout"] or outs["stderr"]:
+            def on_data(name: str, data: bytes) -> None:
+                w = outs[name]
+                if w:
+                    w(data)
+            stream.on_data = on_data
+        try:
+            r = await self._client.call("command.run", p, stream=stream)
+        except ConnectionLost:
+            if stream.cmd_id is None:
+                raise
+            return await self._resume_run(stream)
+        except SandboxError as e:
+            m = re.search(r"\(cmdId (cmd-[0-9a-f]+)\)", e.message)
+            if e.reason != "unavailable" or not m:
+                raise
+            stream.cmd_id = m.group(1)
+            return await self._resume_run(stream)
+        if detached:
+            self._client.attach(r["cmdId"], stream)
+            return AsyncCommand(self, r, stream)
+        return CommandFinished(r, bytes(stream.stdout), bytes(stream.stderr))
+
+    async def _resume_run(self, stream: CommandStream) -> CommandFinished:
+        """The daemon restarted under a waiting run: the command lives on
+        (live restore); wait for it on the new connection."""
+        cmd = AsyncCommand(self, {"cmdId": stream.cmd_id}, None)
+        before_out, before_err = bytes(stream.stdout), bytes(stream.stderr)
+        fin = await cmd.wait()
+        return CommandFinished(fin.raw, before_out + fin.stdout_bytes, before_err + fin.stderr_bytes)
+
+    async def get_command(self, cmd_id: str) -> AsyncCommand:
+        """The command ``cmd_id`` (command.get); its logs() follow the daemon's kept logs."""
+        info = await self._call("command.get", {"cmdId": cmd_id})
+        return AsyncCommand(self, info, None)
+
+    # ---- files
+    async def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]]) -> None:
+        """fs.write: ``[{"path", "content": bytes|str, "mode"?}]``, in order, parents made."""
+        out = []
+        for f in files:
+            e: dict[str, Any] = {"path": f["path"], "content": _b64(f["content"])}
+            if f.get("mode") is not None:
+                e["mode"] = f["mode"]
+            out.append(e)
+        await self._call("fs.write", {"sandbox": self.name, "files": out})
+
+    async def read_file(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist."""
+        try:
+            return await self.fs.read_file(path)
+        except NotFoundError:
+            return None
+
+    async def mk_dir(self, path: str, parents: bool = True) -> None:
+        await self.fs.mkdir(path, parents)
+
+    # ---- network
+    def domain(self, port: int) -> str:
+        """The URL of exposed port ``port``'s endpoint on the host
+        (``http://127.0.0.1:43123``). NotFoundError when the port is not
+        exposed (``ports=`` at create or update)."""
+        for p in self.info.get("ports") or []:
+            if isinstance(p, dict) and p.get("port") == port and p.get("endpoint"):
+                return "http://%s" % p["endpoint"]
+        raise NotFoundError("port %d of sandbox '%s' is not exposed; add it with ports=[...] at create or "
+                            "update" % (port, self.name), reason="not_found", field="port")
+
+    async def check_policy(self, url: str) -> dict[str, Any]:
+        """policy.check: {decision, layer, rule, host, port, message} for url under this sandbox's policy."""
+        return await self._call("policy.check", {"sandbox": self.name, "url": url})  # type: ignore[no-any-return]
+
+    def events(self, kinds: Iterable[str] | None = None) -> "EventStream":
+        """This sandbox's events (``kinds``: "denied", "sandbox",
+        "netd_restarted", "oom") as they happen: ``async for ev in
+        sandbox.events()``. ``stream = await sandbox.events()`` subscribes
+        at once, so nothing after it is missed; ``await stream.aclose()``
+        ends it."""
+        return EventStream(self._client, self.name, list(kinds) if kinds else None)
+
+    def __repr__(self) -> str:
+        return "AsyncSandbox(name=%r, status=%r)" % (self.name, self.status)

@@ -1,0 +1,348 @@
+"""The synchronous API: Sandbox, Command, Snapshot, SandboxClient. Each
+SandboxClient runs the asyncio client on an event loop thread of its own;
+a call blocks the caller until its answer. Ctrl-C (KeyboardInterrupt)
+during a create, fork, snapshot or run_command cancels it on the daemon."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, TypeVar
+
+from ._async import (AsyncCommand, AsyncSandbox, AsyncSnapshot, CommandFinished, EventStream, Output,
+                     _Hybrid)
+from ._client import AsyncSandboxClient
+from ._errors import NotFoundError
+from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty
+
+T = TypeVar("T")
+
+
+class SandboxClient:
+    """A connection to sandboxd for the synchronous API; the same
+    arguments as AsyncSandboxClient (socket_path, or url="tcp://host:port"
+    with cert, key and ca for TLS; reconnect_timeout; request_timeout).
+    Use ``with SandboxClient(...) as client`` or ``client.close()``."""
+
+    def __init__(self, socket_path: str | None = None, **kw: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sandboxd-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+        async def make() -> AsyncSandboxClient:
+            return AsyncSandboxClient(socket_path, **kw)
+        self.aio: AsyncSandboxClient = self._run(make())
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except KeyboardInterrupt:
+            # The task is cancelled on the loop: a cancellable request
+            # sends request.cancel as it unwinds.
+            fut.cancel()
+            try:
+                fut.result(timeout=5)
+            except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError, Exception):
+                pass
+            raise
+
+    def _iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                async def step() -> T:
+                    return await agen.__anext__()
+                try:
+                    yield self._run(step())
+                except StopAsyncIteration:
+                    return
+        finally:
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None and not self._closed:
+                try:
+                    self._run(aclose())
+                except Exception:
+                    pass
+
+    def daemon_info(self) -> dict[str, Any]:
+        """daemon.info: version, limits, capabilities."""
+        return self._run(self.aio.daemon_info())
+
+    def call(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        """One raw JSON-RPC call (docs/API.md)."""
+        return self._run(self.aio.call(method, params, timeout=timeout))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._run(self.aio.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    def __enter__(self) -> "SandboxClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_default_lock = threading.Lock()
+_default: SandboxClient | None = None
+
+
+def _client(client: SandboxClient | None) -> SandboxClient:
+    global _default
+    if client is not None:
+        return client
+    with _default_lock:
+        if _default is None or _default._closed:
+            _default = SandboxClient()
+        return _default
+
+
+class Command:
+    """A detached command (or one found with get_command)."""
+
+    def __init__(self, a: AsyncCommand, client: SandboxClient, sandbox: "Sandbox") -> None:
+        self._a = a
+        self._c = client
+        self.sandbox = sandbox
+
+    @property
+    def cmd_id(self) -> str:
+        return self._a.cmd_id
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._a.exit_code
+
+    def logs(self) -> Iterator[LogLine]:
+        """Yields ``{"stream", "data": bytes}`` as output arrives, until the command exits."""
+        return self._c._iter(self._a.logs())
+
+    def wait(self) -> CommandFinished:
+        """Waits for the exit (across a daemon restart too)."""
+        return self._c._run(self._a.wait())
+
+    def stdout(self) -> str:
+        return self._c._run(self._a.stdout())
+
+    def stderr(self) -> str:
+        return self._c._run(self._a.stderr())
+
+    def kill(self, signal: str | int = "SIGTERM") -> None:
+        """Signals the command's process group."""
+        self._c._run(self._a.kill(signal))
+
+    def write(self, data: bytes | str) -> None:
+        self._c._run(self._a.write(data))
+
+    def close_stdin(self) -> None:
+        self._c._run(self._a.close_stdin())
+
+    def resize(self, rows: int, cols: int) -> None:
+        self._c._run(self._a.resize(rows, cols))
+
+    def refresh(self) -> dict[str, Any]:
+        return self._c._run(self._a.refresh())
+
+    def __repr__(self) -> str:
+        return "Command(cmd_id=%r)" % self.cmd_id
+
+
+class Snapshot:
+    """A snapshot of a sandbox's files and config."""
+
+    def __init__(self, a: AsyncSnapshot, client: SandboxClient) -> None:
+        self._a = a
+        self._c = client
+
+    @property
+    def id(self) -> str:
+        return self._a.id
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self._a.info
+
+    @property
+    def sandbox(self) -> str:
+        return self._a.sandbox
+
+    @classmethod
+    def get(cls, snapshot_id: str, *, client: SandboxClient | None = None) -> "Snapshot":
+        c = _client(client)
+        return cls(c._run(AsyncSnapshot.get(snapshot_id, client=c.aio)), c)
+
+    @classmethod
+    def list(cls, *, sandbox: str | None = None, client: SandboxClient | None = None) -> list["Snapshot"]:
+        c = _client(client)
+        return [cls(s, c) for s in c._run(AsyncSnapshot.list(sandbox=sandbox, client=c.aio))]
+
+    def delete(self) -> None:
+        self._c._run(self._a.delete())
+
+    def __repr__(self) -> str:
+        return "Snapshot(id=%r, sandbox=%r)" % (self.id, self.sandbox)
+
+
+class Filesystem:
+    """File operations inside the sandbox (see AsyncFilesystem)."""
+
+    def __init__(self, sb: "Sandbox") -> None:
+        self._sb = sb
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        fn = getattr(self._sb._a.fs, name)
+        return lambda *a, **kw: self._sb._c._run(fn(*a, **kw))
+
+
+class Sandbox:
+    """A sandbox, synchronous: ``with Sandbox.create(...) as sb:`` stops
+    it on exit (a non-persistent sandbox is then deleted). The methods are
+    those of AsyncSandbox, without await."""
+
+    def __init__(self, a: AsyncSandbox, client: SandboxClient) -> None:
+        self._a = a
+        self._c = client
+        self.fs = Filesystem(self)
+
+    # fields
+    info = property(lambda self: self._a.info)
+    name = property(lambda self: self._a.name)
+    id = property(lambda self: self._a.id)
+    status = property(lambda self: self._a.status)
+    persistent = property(lambda self: self._a.persistent)
+    timeout = property(lambda self: self._a.timeout)
+    expires_at = property(lambda self: self._a.expires_at)
+    env = property(lambda self: self._a.env)
+    tags = property(lambda self: self._a.tags)
+    network_policy = property(lambda self: self._a.network_policy)
+    ports = property(lambda self: self._a.ports)
+
+    @property
+    def client(self) -> SandboxClient:
+        return self._c
+
+    @classmethod
+    def create(cls, *, name: str | None = None, source: Source | Mapping[str, Any] | None = None,
+               ports: list[int] | None = None, timeout: int | None = None,
+               resources: Resources | Mapping[str, Any] | None = None, runtime: str | None = None,
+               network_policy: NetworkPolicy | None = None, env: Mapping[str, str] | None = None,
+               tags: Mapping[str, str] | None = None, persistent: bool | None = None,
+               client: SandboxClient | None = None) -> "Sandbox":
+        """sandbox.create (see AsyncSandbox.create); ``timeout`` in ms."""
+        c = _client(client)
+        return cls(c._run(AsyncSandbox.create(name=name, source=source, ports=ports, timeout=timeout,
+                                              resources=resources, runtime=runtime,
+                                              network_policy=network_policy, env=env, tags=tags,
+                                              persistent=persistent, client=c.aio)), c)
+
+    @classmethod
+    def get(cls, name: str, *, resume: bool = True, client: SandboxClient | None = None) -> "Sandbox":
+        c = _client(client)
+        return cls(c._run(AsyncSandbox.get(name, resume=resume, client=c.aio)), c)
+
+    @classmethod
+    def get_or_create(cls, name: str, *, on_create: Callable[["Sandbox"], Any] | None = None,
+                      client: SandboxClient | None = None, **create_params: Any) -> "Sandbox":
+        """sandbox.getOrCreate; ``on_create(sandbox)`` runs once, in the
+        caller's thread, only when this call created the sandbox."""
+        c = _client(client)
+        a, created = c._run(AsyncSandbox._get_or_create(name, client=c.aio, **create_params))
+        sb = cls(a, c)
+        if created and on_create is not None:
+            on_create(sb)
+        return sb
+
+    @_Hybrid
+    def fork(cls, source_sandbox: "Sandbox | str", *, name: str | None = None,  # type: ignore[misc]
+             client: SandboxClient | None = None, **overrides: Any) -> "Sandbox":
+        """``Sandbox.fork(src, name=...)`` or ``sandbox.fork(name=...)``."""
+        if isinstance(source_sandbox, Sandbox):
+            c = client or source_sandbox._c
+            src: Any = source_sandbox._a
+        else:
+            c = _client(client)
+            src = source_sandbox
+        return cls(c._run(AsyncSandbox.fork(src, name=name, client=c.aio, **overrides)), c)
+
+    @classmethod
+    def list(cls, *, name_prefix: str | None = None, tags: Mapping[str, str] | None = None,
+             limit: int | None = None, client: SandboxClient | None = None) -> Iterator["Sandbox"]:
+        """Every sandbox (filtered), page by page (``limit``: page size)."""
+        c = _client(client)
+        agen = AsyncSandbox._list(name_prefix, tags, limit, c.aio)
+        return (cls(a, c) for a in c._iter(agen))
+
+    def refresh(self) -> "Sandbox":
+        self._c._run(self._a.refresh())
+        return self
+
+    def update(self, **params: Any) -> "Sandbox":
+        """timeout, resources, network_policy, env, tags, ports."""
+        self._c._run(self._a.update(**params))
+        return self
+
+    def extend_timeout(self, duration: int) -> "Sandbox":
+        self._c._run(self._a.extend_timeout(duration))
+        return self
+
+    def stop(self) -> "Sandbox":
+        self._c._run(self._a.stop())
+        return self
+
+    def delete(self) -> None:
+        self._c._run(self._a.delete())
+
+    def snapshot(self, *, expiration: int | None = None) -> Snapshot:
+        return Snapshot(self._c._run(self._a.snapshot(expiration=expiration)), self._c)
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        except NotFoundError:
+            pass
+
+    def run_command(self, cmd: str, args: Iterable[str] | None = None, *, cwd: str | None = None,
+                    env: Mapping[str, str] | None = None, sudo: bool = False, detached: bool = False,
+                    stdin: bytes | str | None = None, stdout: Output | None = None, stderr: Output | None = None,
+                    timeout_ms: int | None = None, tty: Tty | Mapping[str, int] | bool | None = None) -> Any:
+        """CommandFinished, or with ``detached=True`` a Command (see AsyncSandbox.run_command)."""
+        r = self._c._run(self._a.run_command(cmd, args, cwd=cwd, env=env, sudo=sudo, detached=detached,
+                                             stdin=stdin, stdout=stdout, stderr=stderr, timeout_ms=timeout_ms,
+                                             tty=tty))
+        return Command(r, self._c, self) if isinstance(r, AsyncCommand) else r
+
+    def get_command(self, cmd_id: str) -> Command:
+        return Command(self._c._run(self._a.get_command(cmd_id)), self._c, self)
+
+    def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]]) -> None:
+        self._c._run(self._a.write_files(list(files)))
+
+    def read_file(self, path: str) -> bytes | None:
+        return self._c._run(self._a.read_file(path))
+
+    def mk_dir(self, path: str, parents: bool = True) -> None:
+        self._c._run(self._a.mk_dir(path, parents))
+
+    def domain(self, port: int) -> str:
+        return self._a.domain(port)
+
+    def check_policy(self, url: str) -> dict[str, Any]:
+        return self._c._run(self._a.check_policy(url))
+
+    def events(self, kinds: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
+        """This sandbox's events as they happen; subscribed before this returns."""
+        stream: EventStream = self._a.events(kinds)
+        self._c._run(stream.start())
+        return self._c._iter(stream)
+
+    def __repr__(self) -> str:
+        return "Sandbox(name=%r, status=%r)" % (self.name, self.status)

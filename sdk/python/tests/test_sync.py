@@ -1,0 +1,236 @@
+"""The synchronous API against a real sandboxd."""
+import io
+import time
+
+import pytest
+
+import leaks
+from sandboxd import (AlreadyExistsError, CommandFinished, DaemonUnreachableError, InvalidParamsError,
+                      InvalidPolicyError, NotFoundError, Sandbox, SandboxClient, SandboxError, Snapshot)
+
+
+def _gone(client, name):
+    with pytest.raises(NotFoundError):
+        Sandbox.get(name, client=client)
+
+
+def test_with_create_runs_commands_and_stops_on_exit(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", env={"GREETING": "hi"}, client=client) as sb:
+        assert sb.name == name and sb.status == "running"
+        r = sb.run_command("sh", ["-c", "echo $GREETING; echo err >&2; exit 3"])
+        assert isinstance(r, CommandFinished)
+        assert (r.exit_code, r.stdout(), r.stderr()) == (3, "hi\n", "err\n")
+        assert r.output("both") == "hi\nerr\n"
+        seen = io.StringIO()
+        r = sb.run_command("sh", ["-c", "echo streamed"], stdout=seen, cwd="/tmp")
+        assert seen.getvalue() == "streamed\n" and r.exit_code == 0
+        got = []
+        sb.run_command("cat", stdin=b"in\n", stdout=got.append)
+        assert "".join(got) == "in\n"
+        assert sb.run_command("id", ["-u"], sudo=True).stdout() == "0\n"
+    # Not persistent: stopped means deleted.
+    _gone(client, name)
+    leaks.check(world, name)
+
+
+def test_files_and_fs_methods(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        sb.write_files([{"path": "a.txt", "content": "hello"},
+                        {"path": "/workspace/bin/run.sh", "content": b"#!/bin/sh\necho ran\n", "mode": 0o755}])
+        assert sb.read_file("a.txt") == b"hello"
+        assert sb.read_file("/workspace/missing") is None
+        assert sb.run_command("/workspace/bin/run.sh").stdout() == "ran\n"
+        assert sb.fs.stat("/workspace/bin/run.sh")["mode"] & 0o777 == 0o755
+        sb.mk_dir("d/e")
+        sb.fs.write_file("d/e/f", "x")
+        assert sb.fs.readdir("/workspace") == ["a.txt", "bin", "d"]
+        assert [e["type"] for e in sb.fs.list("d")] == ["directory"]
+        assert sb.fs.read_text("d/e/f") == "x"
+        assert sb.fs.exists("d/e/f") and not sb.fs.exists("nope")
+        with pytest.raises(SandboxError):
+            sb.fs.rm("d")  # not empty
+        sb.fs.rm("d", recursive=True)
+        assert not sb.fs.exists("d")
+        with pytest.raises(NotFoundError):
+            sb.fs.read_file("d/e/f")
+
+
+def test_detached_command_logs_write_wait_kill_and_get_command(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        cmd = sb.run_command("sh", ["-c", "while read l; do echo got $l; echo e >&2; done; exit 4"], detached=True)
+        cmd.write("one\n")
+        cmd.write(b"two\n")
+        cmd.close_stdin()
+        out = b"".join(x["data"] for x in cmd.logs() if x["stream"] == "stdout")
+        assert out == b"got one\ngot two\n"
+        fin = cmd.wait()
+        assert (fin.exit_code, fin.stdout(), fin.stderr()) == (4, "got one\ngot two\n", "e\ne\n")
+        again = sb.get_command(cmd.cmd_id)
+        assert again.wait().exit_code == 4
+        assert b"".join(x["data"] for x in again.logs() if x["stream"] == "stdout") == b"got one\ngot two\n"
+        long = sb.run_command("sleep", ["100"], detached=True)
+        assert long.exit_code is None
+        long.kill("SIGKILL")
+        assert long.wait().exit_code == 137
+        with pytest.raises(NotFoundError):
+            sb.get_command("cmd-0000000000000000")
+
+
+def test_tty_command_sees_its_size_and_resize(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        cmd = sb.run_command("sh", ["-c", "stty size; read x; stty size"], detached=True,
+                             tty={"rows": 10, "cols": 40})
+        seen = b""
+        it = cmd.logs()
+        for piece in it:
+            seen += piece["data"]
+            if b"10 40" in seen:
+                break
+        cmd.resize(20, 80)
+        cmd.write("\n")
+        for piece in it:
+            seen += piece["data"]
+        assert b"10 40" in seen and b"20 80" in seen
+        assert cmd.wait().exit_code == 0
+
+
+def test_typed_errors_carry_code_reason_and_field(world, client, name):
+    with pytest.raises(NotFoundError) as e:
+        Sandbox.get("no-such-sandbox", client=client)
+    assert (e.value.code, e.value.reason) == (-32000, "not_found")
+    with pytest.raises(InvalidPolicyError) as e:
+        Sandbox.create(name=name, network_policy={"allow": ["*.com"]}, client=client)
+    assert e.value.reason == "invalid_policy" and e.value.field.startswith("networkPolicy.allow")
+    with pytest.raises(InvalidParamsError) as e:
+        Sandbox.create(name=name, timeout=-5, client=client)
+    assert (e.value.code, e.value.field) == (-32602, "timeout")
+    with Sandbox.create(name=name, network_policy="deny-all", client=client):
+        with pytest.raises(AlreadyExistsError) as e:
+            Sandbox.create(name=name, client=client)
+        assert e.value.reason == "already_exists"
+    with pytest.raises(DaemonUnreachableError):
+        with SandboxClient("/nonexistent/sandboxd.sock") as c:
+            c.daemon_info()
+
+
+def test_get_or_create_runs_on_create_once(world, client, name):
+    calls = []
+    a = Sandbox.get_or_create(name, on_create=lambda sb: calls.append(sb.name), network_policy="deny-all",
+                              client=client)
+    b = Sandbox.get_or_create(name, on_create=lambda sb: calls.append("again"), network_policy="deny-all",
+                              client=client)
+    try:
+        assert calls == [name] and a.id == b.id
+    finally:
+        a.delete()
+    _gone(client, name)
+
+
+def test_update_extend_fork_snapshot_and_snapshot_source(world, client, name):
+    sb = Sandbox.create(name=name, network_policy="deny-all", persistent=True, tags={"k": "v"}, client=client)
+    fork = snap = from_snap = None
+    try:
+        sb.update(tags={"k": "w"}, env={"A": "1"})
+        assert sb.tags == {"k": "w"} and sb.env == {"A": "1"}
+        before = sb.expires_at
+        sb.extend_timeout(60000)
+        assert sb.expires_at > before
+        sb.write_files([{"path": "f", "content": "state"}])
+        fork = sb.fork(name=name + "-f", tags={"fork": "1"})
+        assert fork.read_file("f") == b"state" and fork.tags == {"fork": "1"}
+        fork2 = Sandbox.fork(sb, name=name + "-g")
+        fork2.delete()
+        snap = sb.snapshot(expiration=3600000)
+        assert snap.id.startswith("snap-") and snap.sandbox == name
+        assert snap.id in [s.id for s in Snapshot.list(sandbox=name, client=client)]
+        assert Snapshot.get(snap.id, client=client).id == snap.id
+        from_snap = Sandbox.create(name=name + "-s", source={"type": "snapshot", "snapshot_id": snap.id},
+                                   network_policy="deny-all", client=client)
+        assert from_snap.read_file("f") == b"state"
+        sb.stop()
+        assert sb.status == "stopped"
+        assert Sandbox.get(name, client=client).status == "running"  # resumed
+    finally:
+        for x in (from_snap, fork, sb):
+            if x is not None:
+                x.delete()
+        if snap is not None:
+            snap.delete()
+    with pytest.raises(NotFoundError):
+        Snapshot.get(snap.id, client=client)
+
+
+def test_list_iterates_over_cursor_pages(world, client, name):
+    made = [Sandbox.create(name="%s-%d" % (name, i), network_policy="deny-all", tags={"lst": name}, client=client)
+            for i in range(3)]
+    try:
+        got = [s.name for s in Sandbox.list(tags={"lst": name}, limit=2, client=client)]
+        assert sorted(got) == sorted(s.name for s in made)
+        assert [s.name for s in Sandbox.list(name_prefix=name + "-1", client=client)] == [name + "-1"]
+    finally:
+        for s in made:
+            s.delete()
+
+
+def test_domain_and_check_policy(world, client, name):
+    with Sandbox.create(name=name, ports=[8000], network_policy={"allow": ["api.public.test"]},
+                        client=client) as sb:
+        url = sb.domain(8000)
+        assert url.startswith("http://") and ":" in url[7:]
+        with pytest.raises(NotFoundError):
+            sb.domain(9000)
+        assert sb.check_policy("https://api.public.test/x")["decision"] == "allow"
+        r = sb.check_policy("https://evil.test/")
+        assert r["decision"] == "deny" and r["message"]
+
+
+def test_events_stream_sandbox_status(world, client, name):
+    sb = Sandbox.create(name=name, network_policy="deny-all", persistent=True, client=client)
+    try:
+        events = sb.events(kinds=["sandbox"])
+        sb.stop()
+        statuses = []
+        for ev in events:
+            assert ev["sandbox"] == name and ev["kind"] == "sandbox"
+            statuses.append(ev["status"])
+            if ev["status"] == "stopped":
+                break
+        assert statuses[-1] == "stopped"
+        events.close()
+    finally:
+        sb.delete()
+
+
+def test_default_client_from_environment(world, monkeypatch, name):
+    import sandboxd._sync as S
+    monkeypatch.setenv("SANDBOXD_SOCKET", world.daemon.socket)
+    monkeypatch.setattr(S, "_default", None)
+    with Sandbox.create(name=name, network_policy="deny-all") as sb:
+        assert sb.run_command("true").exit_code == 0
+    S._default.close()
+
+
+def test_reconnects_across_a_daemon_restart(world, client, name):
+    """Live restore keeps the command; the client reconnects by itself, its
+    logs resume and wait() finds the exit."""
+    sb = Sandbox.create(name=name, network_policy="deny-all", client=client)
+    try:
+        cmd = sb.run_command("sh", ["-c", "echo before; read x; echo after; exit 7"], detached=True)
+        it = cmd.logs()
+        assert next(it)["data"] == b"before\n"
+        world.daemon.stop()
+        world.daemon.start()
+        deadline = time.monotonic() + 30
+        while True:  # the first call after the restart reconnects
+            try:
+                assert client.daemon_info()["pid"] == world.daemon.pid
+                break
+            except DaemonUnreachableError:
+                assert time.monotonic() < deadline
+        cmd.write("go\n")
+        rest = b"".join(x["data"] for x in it)
+        assert b"after\n" in rest
+        assert cmd.wait().exit_code == 7
+        assert sb.run_command("echo", ["new"]).stdout() == "new\n"
+    finally:
+        sb.delete()

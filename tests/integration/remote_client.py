@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""A raw client of sandboxd's TLS listener for test_remote.py, run inside the
+test world's internet namespace (a machine other than the daemon's host).
+
+    remote_client.py MODE HOST PORT [options] [REQUEST_JSON...]
+
+Modes (one JSON object on stdout):
+  tls      a TLS handshake with --cert/--key (optional) and --ca, then each
+           request line, reading one answer per request with an id;
+           {"ok": true, "answers": [...], "notes": [...]} or
+           {"ok": false, "stage": "handshake"|"io", "error": "..."}
+  plain    a JSON-RPC line in plaintext; {"closed": bool, "data": "..."}
+  stall    connect and send nothing (or --bytes N of a ClientHello's start);
+           {"closed_after_s": S}
+  flood    --count N connections that never speak; how many the daemon
+           closed at once: {"closed_at_once": N, "open": N}
+  events   TLS, subscribe, then wait for --wait-sandbox's event and print
+           every event received until then: {"events": [...]}
+"""
+import argparse
+import json
+import socket
+import ssl
+import sys
+import time
+
+
+def context(a):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(a.ca)
+    ctx.check_hostname = False  # the tests dial an address; the CLI checks names
+    if a.cert:
+        ctx.load_cert_chain(a.cert, a.key)
+    if a.max_tls == "1.2":
+        ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    else:
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    return ctx
+
+
+def read_line(f):
+    line = f.readline()
+    if not line:
+        raise ConnectionError("connection closed")
+    return json.loads(line)
+
+
+def mode_tls(a):
+    try:
+        raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+        s = context(a).wrap_socket(raw)
+        s.settimeout(a.timeout)
+        f = s.makefile("rb")
+        # TLS 1.3 sends the server's verdict on our certificate after our
+        # Finished: the first read is where a refusal shows.
+    except (OSError, ssl.SSLError) as e:
+        return {"ok": False, "stage": "handshake", "error": str(e)}
+    answers, notes = [], []
+    try:
+        for i, req in enumerate(a.requests):
+            msg = json.loads(req)
+            msg.setdefault("jsonrpc", "2.0")
+            msg.setdefault("id", i + 1)
+            s.sendall(json.dumps(msg).encode() + b"\n")
+            while True:
+                m = read_line(f)
+                if "id" in m:
+                    answers.append(m)
+                    break
+                notes.append(m)
+    except (OSError, ssl.SSLError, ValueError) as e:
+        return {"ok": False, "stage": "io", "error": str(e) or type(e).__name__, "answers": answers}
+    s.close()
+    return {"ok": True, "answers": answers, "notes": notes}
+
+
+def mode_events(a):
+    try:
+        raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+        s = context(a).wrap_socket(raw)
+        s.settimeout(a.timeout)
+        f = s.makefile("rb")
+        s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"events.subscribe","params":{}}\n')
+        first = read_line(f)
+        if "error" in first:
+            return {"subscribed": False, "answer": first}
+        print(json.dumps({"subscribed": True}), flush=True)
+        events = []
+        deadline = time.monotonic() + a.timeout
+        while time.monotonic() < deadline:
+            m = read_line(f)
+            if m.get("method") == "event":
+                events.append(m["params"])
+                if m["params"].get("sandbox") == a.wait_sandbox:
+                    break
+        return {"events": events}
+    except (OSError, ssl.SSLError, ValueError) as e:
+        return {"error": str(e)}
+
+
+def mode_plain(a):
+    s = socket.create_connection((a.host, a.port), timeout=a.timeout)
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
+    data = b""
+    closed = False
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                closed = True
+                break
+            data += b
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        pass
+    return {"closed": closed, "data": data.decode(errors="replace")}
+
+
+def mode_stall(a):
+    s = socket.create_connection((a.host, a.port), timeout=a.timeout)
+    if a.bytes:
+        s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"[:a.bytes])
+    t0 = time.monotonic()
+    try:
+        while s.recv(65536):
+            pass
+    except (ConnectionResetError, socket.timeout):
+        pass
+    return {"closed_after_s": round(time.monotonic() - t0, 2)}
+
+
+def mode_flood(a):
+    socks = []
+    for _ in range(a.count):
+        socks.append(socket.create_connection((a.host, a.port), timeout=a.timeout))
+    time.sleep(0)  # no wait: the verdict is read below with a deadline
+    closed = 0
+    for s in socks:
+        s.settimeout(2.0)
+        try:
+            if s.recv(1) == b"":
+                closed += 1
+        except ConnectionResetError:
+            closed += 1
+        except socket.timeout:
+            pass
+    for s in socks:
+        s.close()
+    return {"closed_at_once": closed, "open": a.count - closed}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode")
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    p.add_argument("--ca")
+    p.add_argument("--max-tls", default="1.3")
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--bytes", type=int, default=0)
+    p.add_argument("--count", type=int, default=10)
+    p.add_argument("--wait-sandbox")
+    p.add_argument("requests", nargs="*")
+    a = p.parse_intermixed_args()
+    out = {"tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
+           "events": mode_events}[a.mode](a)
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Remote clients (docs/SECURITY.md "Remote clients", sandboxd(8)): a TCP
+listener in the world host namespace serving JSON-RPC over TLS 1.3 with
+mandatory client certificates, reached from the internet namespace (another
+machine). Certificates come from `sandboxctl certs init`; the bad ones
+(another CA, expired, not yet valid, spoofed subjects) are made here with
+python3-cryptography."""
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import world as W
+from common import expect, expect_eq, poll
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+PORT = 7443
+HOST = W.HOST_ADDR
+URL = "tcp://%s:%d" % (HOST, PORT)
+CLIENT = os.path.join(W.HERE, "remote_client.py")
+
+_state = {}
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _key():
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_pair(d, stem, cert, key):
+    cp, kp = os.path.join(d, stem + ".pem"), os.path.join(d, stem + "-key.pem")
+    with open(kp, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    with open(cp, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    return cp, kp
+
+
+def _load(d, stem):
+    with open(os.path.join(d, stem + ".pem"), "rb") as f:
+        cert = x509.load_pem_x509_certificate(f.read())
+    with open(os.path.join(d, stem + "-key.pem"), "rb") as f:
+        key = serialization.load_pem_private_key(f.read(), None)
+    return cert, key
+
+
+def _client_cert(d, stem, subject, issuer_cert, issuer_key, not_before=None, not_after=None,
+                 eku=ExtendedKeyUsageOID.CLIENT_AUTH):
+    key = _key()
+    nb = not_before or _now() - datetime.timedelta(minutes=5)
+    na = not_after or _now() + datetime.timedelta(days=30)
+    b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_cert.subject)
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(nb).not_valid_after(na)
+         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+         .add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
+         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+                        critical=False))
+    return _write_pair(d, stem, b.sign(issuer_key, hashes.SHA256()), key)
+
+
+def _name(*pairs):
+    return x509.Name([x509.RelativeDistinguishedName([x509.NameAttribute(o, v)]) for o, v in pairs])
+
+
+def _setup(world):
+    """The remote daemon (started once for this file) and its certificates."""
+    if _state.get("daemon") and _state["daemon"].alive():
+        return _state
+    d = tempfile.mkdtemp(prefix="remote-certs-", dir=world.tmp)
+    os.chmod(d, 0o755)
+    certs = os.path.join(d, "set")
+    p = subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--tag", "team=a", "--name", HOST],
+                       capture_output=True, text=True, timeout=60)
+    expect(p.returncode == 0, "certs init:", p.stderr)
+    for f in os.listdir(certs):
+        os.chmod(os.path.join(certs, f), 0o644)  # the test's client runs as root anyway
+    ca_cert, ca_key = _load(certs, "ca")
+    # Another CA, and a client certificate from it with the admin subject.
+    other_key = _key()
+    other_name = _name((NameOID.COMMON_NAME, "sandboxd CA"))
+    other = (x509.CertificateBuilder().subject_name(other_name).issuer_name(other_name)
+             .public_key(other_key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(_now() - datetime.timedelta(days=1))
+             .not_valid_after(_now() + datetime.timedelta(days=30))
+             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+             .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+             .add_extension(x509.SubjectKeyIdentifier.from_public_key(other_key.public_key()), critical=False)
+             .sign(other_key, hashes.SHA256()))
+    admin = _name((NameOID.ORGANIZATION_NAME, "admin"), (NameOID.COMMON_NAME, "admin"))
+    bad = {
+        "otherca": _client_cert(d, "otherca", admin, other, other_key),
+        "expired": _client_cert(d, "expired", admin, ca_cert, ca_key,
+                                _now() - datetime.timedelta(days=10), _now() - datetime.timedelta(days=1)),
+        "notyet": _client_cert(d, "notyet", admin, ca_cert, ca_key,
+                               _now() + datetime.timedelta(days=1), _now() + datetime.timedelta(days=10)),
+        # O=admin and O=tag:team=a in one RDN: which one a reader takes is
+        # up to the reader.
+        "multirdn": _client_cert(d, "multirdn", x509.Name([
+            x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tag:team=a"),
+                                            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "admin")]),
+            x509.RelativeDistinguishedName([x509.NameAttribute(NameOID.COMMON_NAME, "x")])]),
+            ca_cert, ca_key),
+        "twoorgs": _client_cert(d, "twoorgs", _name((NameOID.ORGANIZATION_NAME, "tag:team=a"),
+                                                    (NameOID.ORGANIZATION_NAME, "admin"),
+                                                    (NameOID.COMMON_NAME, "x")), ca_cert, ca_key),
+        "nul": _client_cert(d, "nul", _name((NameOID.ORGANIZATION_NAME, "admin\x00tag:team=a"),
+                                            (NameOID.COMMON_NAME, "x")), ca_cert, ca_key),
+        "norole": _client_cert(d, "norole", _name((NameOID.ORGANIZATION_NAME, "root"),
+                                                  (NameOID.COMMON_NAME, "x")), ca_cert, ca_key),
+        # A server certificate (serverAuth only) offered as a client's.
+        "servereku": _client_cert(d, "servereku", admin, ca_cert, ca_key, eku=ExtendedKeyUsageOID.SERVER_AUTH),
+    }
+    for stem in bad:
+        for f in (stem + ".pem", stem + "-key.pem"):
+            os.chmod(os.path.join(d, f), 0o644)
+    world.stop_sandboxd()  # one daemon per network namespace; the last test restores the default
+    daemon = world.start_sandboxd(config={
+        "listen": [URL],
+        "tlsCert": os.path.join(certs, "server.pem"),
+        "tlsKey": os.path.join(certs, "server-key.pem"),
+        "tlsClientCA": os.path.join(certs, "ca.pem"),
+        "tlsHandshakeTimeoutMs": 1500,
+        "maxTlsHandshakes": 8,
+    }, tag="remote")
+    world.wait_tcp("net", HOST, PORT)
+    _state.update(daemon=daemon, certs=certs, bad=bad, ca=os.path.join(certs, "ca.pem"))
+    return _state
+
+
+def _pair(st, who):
+    if who == "admin":
+        return os.path.join(st["certs"], "client.pem"), os.path.join(st["certs"], "client-key.pem")
+    if who == "tag":
+        return os.path.join(st["certs"], "tag.pem"), os.path.join(st["certs"], "tag-key.pem")
+    return st["bad"][who]
+
+
+def _raw(world, st, mode, *args, who=None, ca=None, timeout=60):
+    argv = [sys.executable, CLIENT, mode, HOST, str(PORT), "--ca", ca or st["ca"]]
+    if who:
+        cert, key = _pair(st, who)
+        argv += ["--cert", cert, "--key", key]
+    p = world.run_in_net(argv + list(args), timeout=timeout)
+    expect(p.returncode == 0 and p.stdout.strip(), "remote_client %s:" % mode, p.stdout, p.stderr)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _call(world, st, who, *requests, **kw):
+    return _raw(world, st, "tls", *[json.dumps(r) for r in requests], who=who, **kw)
+
+
+def _ctl(world, st, who, *args, env=None):
+    cert, key = _pair(st, who)
+    argv = [W.SANDBOXCTL, "--host", URL, "--cert", cert, "--key", key, "--ca", st["ca"]] + list(args)
+    if env is not None:
+        argv = ["env", "-u", "SANDBOXD_SOCKET"] + ["%s=%s" % kv for kv in env.items()] + \
+               [W.SANDBOXCTL] + list(args)
+    p = world.run_in_net(argv, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def _log_has(st, text, secs=10):
+    def has():
+        return text in open(st["daemon"].log_path, errors="replace").read()
+    try:
+        return poll(has, secs, "daemon log line %r" % text)
+    except W.WorldError:
+        lines = [l for l in open(st["daemon"].log_path, errors="replace").read().splitlines()
+                 if "remote:" in l and "not finished" not in l]
+        raise AssertionError("no log line %r; remote lines: %s" % (text, " || ".join(lines[-8:])))
+
+
+def _local(st, method, params):
+    msg = st["daemon"].rpc(method, params)
+    expect("result" in msg, "%s on the Unix socket:" % method, json.dumps(msg))
+    return msg["result"]
+
+
+def test_mutual_tls_admin_cli_and_raw_client(world):
+    st = _setup(world)
+    code, out, err = _ctl(world, st, "admin", "--json", "daemon", "info")
+    expect_eq(code, 0, "sandboxctl --host daemon info exit; stderr: %s" % err)
+    expect("version" in json.loads(out), "daemon.info over TLS:", out)
+    # The same through the environment.
+    cert, key = _pair(st, "admin")
+    code, out, err = _ctl(world, st, "admin", "--json", "ls",
+                          env={"SANDBOXD_HOST": URL, "SANDBOXD_CERT": cert, "SANDBOXD_KEY": key,
+                               "SANDBOXD_CA": st["ca"]})
+    expect_eq(code, 0, "sandboxctl with SANDBOXD_HOST exit; stderr: %s" % err)
+    r = _call(world, st, "admin", {"method": "daemon.info"}, {"method": "sandbox.list"})
+    expect(r["ok"], "raw TLS 1.3 client:", r)
+    expect("result" in r["answers"][0] and "sandboxes" in r["answers"][1]["result"], "answers:", r)
+    _log_has(st, 'connected as "CN=admin,O=admin" (role admin)')
+
+
+def test_refused_certificates_and_protocols_are_logged(world):
+    st = _setup(world)
+    cases = [
+        (None, "peer did not return a certificate"),
+        ("otherca", "unable to get local issuer certificate"),
+        ("expired", "certificate has expired"),
+        ("notyet", "certificate is not yet valid"),
+        ("servereku", "unsuitable certificate purpose"),
+    ]
+    for who, reason in cases:
+        r = _call(world, st, who, {"method": "daemon.info"})
+        expect(not r["ok"], "%s: must be refused, got" % who, r)
+        _log_has(st, reason)
+    for who, reason in [("multirdn", "multi-valued RDN"), ("twoorgs", "more than one O"),
+                        ("nul", "NUL byte"), ("norole", "names no role")]:
+        r = _call(world, st, who, {"method": "daemon.info"})
+        expect(not r["ok"], "%s: must be refused before any method runs, got" % who, r)
+        _log_has(st, reason)
+    # TLS 1.2 offered: no shared protocol.
+    r = _raw(world, st, "tls", json.dumps({"method": "daemon.info"}), "--max-tls", "1.2", who="admin")
+    expect(not r["ok"] and r["stage"] == "handshake", "TLS 1.2 must fail the handshake:", r)
+    _log_has(st, "unsupported protocol")
+    # Plaintext JSON-RPC to the TLS port: no answer, closed, logged.
+    r = _raw(world, st, "plain")
+    expect(r["closed"] and '"result"' not in r["data"], "plaintext must get no answer:", r)
+    _log_has(st, "TLS handshake failed")
+    # The CLI reports a refusal as unreachable, naming TLS.
+    code, _o, err = _ctl(world, st, "expired", "ls")
+    expect(code != 0 and "sandboxd" in err, "sandboxctl with an expired certificate:", code, err)
+
+
+def test_a_stalled_handshake_is_cut_at_its_deadline_and_the_loop_keeps_serving(world):
+    st = _setup(world)
+    t0 = time.monotonic()
+    r = _raw(world, st, "stall", "--bytes", "5", "--timeout", "20")
+    expect(r["closed_after_s"] < 10, "a stalled handshake must be closed near tlsHandshakeTimeoutMs:", r)
+    _log_has(st, "TLS handshake not finished within 1500 ms")
+    # A flood of silent connections: over maxTlsHandshakes (8) are closed at
+    # once; the Unix socket and a TLS admin keep being served meanwhile.
+    p = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "flood", HOST, str(PORT),
+                          "--count", "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        _local(st, "daemon.info", {})
+        out = json.loads(p.communicate(timeout=60)[0].strip())
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    expect(out["closed_at_once"] >= 20, "connections over maxTlsHandshakes closed at once:", out)
+    _log_has(st, "maxTlsHandshakes")
+    r = _call(world, st, "admin", {"method": "daemon.info"})
+    expect(r["ok"], "served after the flood:", r, time.monotonic() - t0)
+
+
+def test_a_tag_role_sees_and_touches_only_its_tag(world):
+    st = _setup(world)
+    a_name, b_name = world.name("ra"), world.name("rb")
+    _local(st, "sandbox.create", {"name": a_name, "tags": {"team": "a"}})
+    _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "b"}})
+    mine = None
+    try:
+        b_cmd = _local(st, "command.run", {"sandbox": b_name, "cmd": "true"})["cmdId"]
+        for req in ({"method": "sandbox.get", "params": {"name": b_name}},
+                    {"method": "command.run", "params": {"sandbox": b_name, "cmd": "true"}},
+                    {"method": "sandbox.delete", "params": {"name": b_name}},
+                    {"method": "fs.list", "params": {"sandbox": b_name, "path": "/"}},
+                    {"method": "command.logs", "params": {"cmdId": b_cmd}},
+                    {"method": "sandbox.update", "params": {"name": a_name, "tags": {"team": "b"}}},
+                    {"method": "sandbox.create", "params": {"tags": {"team": "b"}}},
+                    {"method": "sandbox.getOrCreate", "params": {"name": b_name}},
+                    {"method": "events.subscribe", "params": {"sandbox": b_name}},
+                    {"method": "daemon.info"},
+                    {"method": "runtime.import", "params": {"name": "x", "path": "/"}},
+                    {"method": "runtime.delete", "params": {"name": "host"}},
+                    {"method": "snapshot.export", "params": {"id": "snap-x", "path": "/tmp/x"}}):
+            r = _call(world, st, "tag", req)
+            expect(r["ok"], "tag client I/O:", r)
+            err = r["answers"][0].get("error") or {}
+            expect_eq((err.get("data") or {}).get("reason"), "permission_denied", "%s as tag:team=a" % req["method"])
+        _log_has(st, "refused sandbox.get from ")
+        _log_has(st, "role tag:team=a): name: no sandbox '%s' carrying tag team=a" % b_name)
+        # Its own sandbox: get, exec, list shows only it.
+        r = _call(world, st, "tag", {"method": "sandbox.get", "params": {"name": a_name}},
+                  {"method": "command.run", "params": {"sandbox": a_name, "cmd": "echo", "args": ["hi"]}},
+                  {"method": "sandbox.list", "params": {}},
+                  {"method": "sandbox.create", "params": {}})
+        expect(r["ok"] and all("result" in m for m in r["answers"]), "own sandbox as tag:team=a:", r)
+        names = [s["name"] for s in r["answers"][2]["result"]["sandboxes"]]
+        expect(a_name in names and b_name not in names, "list shows only team=a:", names)
+        mine = r["answers"][3]["result"]["name"]
+        expect_eq(r["answers"][3]["result"]["tags"], {"team": "a"}, "what a tag role creates carries its tag")
+        # Events: only its own sandboxes'.
+        ev = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "events", HOST, str(PORT),
+                               "--ca", st["ca"], "--cert", _pair(st, "tag")[0], "--key", _pair(st, "tag")[1],
+                               "--wait-sandbox", a_name, "--timeout", "60"], stdout=subprocess.PIPE, text=True)
+        try:
+            expect(json.loads(ev.stdout.readline()).get("subscribed"), "subscribed")
+            _local(st, "sandbox.stop", {"name": b_name})
+            _local(st, "sandbox.stop", {"name": a_name})
+            out = json.loads(ev.communicate(timeout=90)[0].strip().splitlines()[-1])
+        finally:
+            if ev.poll() is None:
+                ev.kill()
+                ev.wait()
+        seen = {e.get("sandbox") for e in out.get("events", [])}
+        expect(a_name in seen and b_name not in seen and None not in seen, "events of team=a only:", out)
+    finally:
+        for n in (a_name, b_name, mine):
+            if n:
+                st["daemon"].rpc("sandbox.delete", {"name": n})
+
+
+def test_the_admin_subject_from_another_ca_is_refused(world):
+    """Last of the file: puts the default daemon back."""
+    try:
+        st = _setup(world)
+        r = _call(world, st, "otherca", {"method": "daemon.info"})
+        expect(not r["ok"], "another CA's admin certificate must be refused:", r)
+        _log_has(st, 'client certificate "CN=admin,O=admin" (depth 0): unable to get local issuer certificate')
+    finally:
+        _state.clear()
+        world.stop_sandboxd()
+        world.start_sandboxd()
