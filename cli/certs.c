@@ -28,7 +28,7 @@ static const char certs_help[] =
         "Usage: sandboxctl certs init DIR [--tag K=V] [--name HOST]... [--days N]\n"
         "\n"
         "Makes in DIR (created mode 0700 if missing; no file is replaced):\n"
-        "  ca.pem, ca-key.pem          a CA: daemon.json tlsClientCA, and the clients' --ca\n"
+        "  ca.pem, ca-key.pem          a CA: daemon.json tlsClientCA, and what clients verify the daemon with\n"
         "  server.pem, server-key.pem  the daemon's tlsCert and tlsKey, for localhost,\n"
         "                              127.0.0.1, ::1 and each --name (a DNS name or an address)\n"
         "  client.pem, client-key.pem  a client of role admin (subject O=admin)\n"

@@ -98,6 +98,35 @@ def mode_events(a):
         return {"error": str(e)}
 
 
+def mode_bigfile(a):
+    """fs.write of --count bytes to --wait-sandbox's /workspace/big, then
+    fs.read of it, on one connection: many TLS records each way."""
+    import base64
+    import os as _os
+    data = _os.urandom(a.count)
+    raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+    s = context(a).wrap_socket(raw)
+    s.settimeout(a.timeout)
+    f = s.makefile("rb")
+    w = {"jsonrpc": "2.0", "id": 1, "method": "fs.write",
+         "params": {"sandbox": a.wait_sandbox, "files": [{"path": "/workspace/big",
+                                                          "content": base64.b64encode(data).decode()}]}}
+    r = {"jsonrpc": "2.0", "id": 2, "method": "fs.read",
+         "params": {"sandbox": a.wait_sandbox, "path": "/workspace/big"}}
+    got = {}
+    # One after the other: requests in flight on one connection may run
+    # in any order, so the read waits for the write's answer.
+    for req in (w, r):
+        s.sendall(json.dumps(req).encode() + b"\n")
+        while req["id"] not in got:
+            m = read_line(f)
+            if "id" in m:
+                got[m["id"]] = m
+    back = base64.b64decode(got[2].get("result", {}).get("content", ""))
+    return {"write": "result" in got[1], "read": "result" in got[2], "same": back == data,
+            "error": got[2].get("error") or got[1].get("error")}
+
+
 def mode_plain(a):
     s = socket.create_connection((a.host, a.port), timeout=a.timeout)
     s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
@@ -165,7 +194,7 @@ def main():
     p.add_argument("--wait-sandbox")
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
+    out = {"bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

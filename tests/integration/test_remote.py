@@ -122,6 +122,17 @@ def _setup(world):
         # A server certificate (serverAuth only) offered as a client's.
         "servereku": _client_cert(d, "servereku", admin, ca_cert, ca_key, eku=ExtendedKeyUsageOID.SERVER_AUTH),
     }
+    # A chain of 200 KiB: a leaf with a large (unknown, non-critical)
+    # extension; refused by its size before any signature is checked.
+    big_key = _key()
+    big = (x509.CertificateBuilder().subject_name(admin).issuer_name(ca_cert.subject)
+           .public_key(big_key.public_key()).serial_number(x509.random_serial_number())
+           .not_valid_before(_now() - datetime.timedelta(minutes=5))
+           .not_valid_after(_now() + datetime.timedelta(days=1))
+           .add_extension(x509.UnrecognizedExtension(x509.ObjectIdentifier("1.3.6.1.4.1.55555.1"),
+                                                     b"\x04\x83\x03\x20\x00" + b"A" * 204800), critical=False)
+           .sign(ca_key, hashes.SHA256()))
+    bad["huge"] = _write_pair(d, "huge", big, big_key)
     for stem in bad:
         for f in (stem + ".pem", stem + "-key.pem"):
             os.chmod(os.path.join(d, f), 0o644)
@@ -218,7 +229,7 @@ def test_refused_certificates_and_protocols_are_logged(world):
         r = _call(world, st, who, {"method": "daemon.info"})
         expect(not r["ok"], "%s: must be refused, got" % who, r)
         _log_has(st, reason)
-    for who, reason in [("multirdn", "multi-valued RDN"), ("twoorgs", "more than one O"),
+    for who, reason in [("huge", "excessive message size"), ("multirdn", "multi-valued RDN"), ("twoorgs", "more than one O"),
                         ("nul", "NUL byte"), ("norole", "names no role")]:
         r = _call(world, st, who, {"method": "daemon.info"})
         expect(not r["ok"], "%s: must be refused before any method runs, got" % who, r)
@@ -315,6 +326,21 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
         for n in (a_name, b_name, mine):
             if n:
                 st["daemon"].rpc("sandbox.delete", {"name": n})
+
+
+def test_large_requests_and_answers_cross_tls_intact(world):
+    """fs.write of 3 MiB and fs.read of it back on one TLS connection: the
+    daemon's non-blocking reads and writes across many records (partial
+    writes retried with the same length, records OpenSSL already holds)."""
+    st = _setup(world)
+    name = world.name("rbig")
+    _local(st, "sandbox.create", {"name": name})
+    try:
+        cert, key = _pair(st, "admin")
+        r = _raw(world, st, "bigfile", "--count", str(3 << 20), "--wait-sandbox", name, who="admin", timeout=120)
+        expect(r["write"] and r["read"] and r["same"], "3 MiB round trip over TLS:", r)
+    finally:
+        st["daemon"].rpc("sandbox.delete", {"name": name})
 
 
 def test_the_admin_subject_from_another_ca_is_refused(world):
