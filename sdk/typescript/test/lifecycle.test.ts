@@ -4,7 +4,7 @@ import {
   Sandbox, Snapshot, NotFoundError, AlreadyExistsError, InvalidPolicyError, InvalidParamsError,
   SandboxError, SourceFailedError, SandboxClient, DaemonUnreachableError,
 } from "@sandboxd/sdk";
-import { uniqueName } from "./helpers.js";
+import { uniqueName, until } from "./helpers.js";
 
 test("await using stops (and so deletes) a non-persistent sandbox when the scope exits", async () => {
   const name = uniqueName("using");
@@ -141,4 +141,27 @@ test("an aborted create rejects with the signal's reason", async () => {
   // Whatever the daemon managed before the cancel is cleaned up here.
   try { await (await Sandbox.get({ name })).delete(); } catch (e) { if (!(e instanceof NotFoundError)) throw e; }
   await assert.rejects(Sandbox.create({ signal: AbortSignal.abort() }), (e: unknown) => (e as Error).name === "AbortError");
+});
+
+test("aborting a create while the daemon works on it cancels it there: no sandbox is left", async () => {
+  const name = uniqueName("cancel");
+  const ac = new AbortController();
+  // A clone takes long enough for the request to reach the daemon first.
+  const p = Sandbox.create({ name, source: { type: "git", url: process.env.SANDBOXD_TEST_GIT_URL as string }, networkPolicy: "deny-all", signal: ac.signal });
+  setTimeout(() => ac.abort(), 50);
+  await assert.rejects(p, (e: unknown) => (e as Error).name === "AbortError");
+  // The name comes free once the daemon has undone the create (without the
+  // cancel the clone finishes and the name stays taken).
+  let fresh: Sandbox | undefined;
+  await until(async () => {
+    try { fresh = await Sandbox.create({ name, networkPolicy: "deny-all" }); return true; } catch (e) {
+      if (e instanceof AlreadyExistsError) return false;
+      throw e;
+    }
+  }, 10_000, "the cancelled create to be undone");
+  try {
+    assert.deepEqual(await fresh!.fs.readdir("/workspace"), [], "nothing of the cancelled clone");
+  } finally {
+    await fresh!.delete();
+  }
 });

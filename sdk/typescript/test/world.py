@@ -14,6 +14,9 @@ network namespace (where the sandboxes' port endpoints listen) with:
                            live restore), read one line "ok" or "error: ..."
     SANDBOXD_TEST_GIT_URL  the world's git repository (a copy of this one)
     SANDBOXD_TEST_REGISTRY a host of the fake internet with an HTTPS server
+    SANDBOXD_TEST_TLS_URL  the daemon's TLS listener (tcp://203.0.113.1:7443),
+    SANDBOXD_TEST_TLS_DIR  and the directory of `sandboxctl certs init`
+                           (ca.pem, client.pem, client-key.pem)
 
 Exit status: node's. The world is torn down on every exit.
 """
@@ -30,7 +33,8 @@ sys.path.insert(0, os.path.join(PKG, "..", "..", "tests", "integration"))
 
 import world as W  # noqa: E402
 
-NODE_TIMEOUT = 240  # seconds for the whole node run
+NODE_TIMEOUT = 240
+TLS_PORT = 7443  # seconds for the whole node run
 
 
 def serve_control(world, path):
@@ -79,12 +83,19 @@ def main(argv):
         print("sdk-ts: no built tests; run npm run build:test", file=sys.stderr)
         return 1
     with W.World() as world:
-        d = world.start_sandboxd()
+        certs = os.path.join(world.tmp, "sdk-certs")
+        subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--name", W.HOST_ADDR],
+                       check=True, capture_output=True)
+        tls_url = "tcp://%s:%d" % (W.HOST_ADDR, TLS_PORT)
+        d = world.start_sandboxd(config={
+            "listen": [tls_url], "tlsCert": os.path.join(certs, "server.pem"),
+            "tlsKey": os.path.join(certs, "server-key.pem"), "tlsClientCA": os.path.join(certs, "ca.pem")})
         control = os.path.join(world.tmp, "sdk-control.sock")
         srv = serve_control(world, control)
         env = dict(os.environ, SANDBOXD_SOCKET=d.socket, SANDBOXD_TEST_CONTROL=control,
                    SANDBOXD_TEST_GIT_URL=world.git_url, SANDBOXD_TEST_REGISTRY="api.public.test",
-                   SANDBOXD_TEST_WORLD=world.id)
+                   SANDBOXD_TEST_WORLD=world.id, SANDBOXD_TEST_TLS_URL=tls_url,
+                   SANDBOXD_TEST_TLS_DIR=certs)
         argv = ["nsenter", "--net=/run/netns/" + world.host_ns, "--",
                 "node", "--test", "--test-concurrency=2", "--test-reporter=spec"]
         # Files that restart the daemon run alone, after the others.
