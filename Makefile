@@ -57,6 +57,7 @@ FAULT_BINS:= $(B)/faults/sandboxd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
+.PHONY: sdk-ts-check
 .PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load faults
 all: $(BINS) $(FAULT_BINS)
 
@@ -162,7 +163,14 @@ check: deps
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
+	@$(MAKE) --no-print-directory sdk-ts-check
 	@$(MAKE) --no-print-directory sdk-py-check
+
+# The TypeScript SDK: built with its pinned tsc, then its node tests (and
+# examples/agent.ts) against a real sandboxd in the test world.
+sdk-ts-check: $(BINS)
+	@cd sdk/typescript && npm run --silent build:test
+	@python3 sdk/typescript/test/world.py
 
 # The Python SDK (sdk/python) against a real sandboxd in the test world,
 # with Debian's python and pytest.

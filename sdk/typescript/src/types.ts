@@ -1,0 +1,277 @@
+/**
+ * The data types of the SDK: the network policy document (docs/POLICY.md),
+ * the daemon's Sandbox, Command, Snapshot, Stat and event objects
+ * (docs/API.md, "Objects"), and the params of the calls.
+ * @module
+ */
+
+/** A string matcher of an HTTP rule: exactly one of the three. */
+export type StringMatcher = { exact: string } | { startsWith: string } | { regex: string };
+
+/** A key/value matcher (a query parameter or a header); both parts optional. */
+export interface KeyValueMatcher {
+  /** Matches the name. */
+  key?: StringMatcher;
+  /** Matches the value. */
+  value?: StringMatcher;
+}
+
+/** Which requests an HTTP rule applies to; every dimension given must match. */
+export interface NetworkPolicyRuleMatch {
+  /** The request path. */
+  path?: StringMatcher;
+  /** The methods (ORed), e.g. `["GET", "POST"]`. */
+  method?: string[];
+  /** Query parameters, each must match. */
+  queryString?: KeyValueMatcher[];
+  /** Request headers, each must match. */
+  headers?: KeyValueMatcher[];
+}
+
+/** A header transform: sets or overwrites these request headers (applied by the egress proxy, never visible inside the sandbox). */
+export interface NetworkPolicyTransform {
+  /** Header name to value. */
+  headers: Record<string, string>;
+}
+
+/** An HTTP rule of a domain pattern: exactly one of `transform` or `forwardURL`. */
+export type NetworkPolicyRule =
+  | { match?: NetworkPolicyRuleMatch; transform: NetworkPolicyTransform[]; forwardURL?: never }
+  | { match?: NetworkPolicyRuleMatch; forwardURL: string; transform?: never };
+
+/** A custom policy: what it does not allow is denied (docs/POLICY.md). */
+export interface NetworkPolicyObject {
+  /** Domain patterns (`"api.example.com"`, `"*.example.com:443"`), or patterns mapped to their HTTP rules. */
+  allow?: string[] | Record<string, NetworkPolicyRule[]>;
+  /** Address ranges (CIDR) allowed or denied. */
+  subnets?: { allow?: string[]; deny?: string[] };
+}
+
+/** A sandbox's network egress policy: `"allow-all"` (default), `"deny-all"`, or a custom policy object. */
+export type NetworkPolicy = "allow-all" | "deny-all" | NetworkPolicyObject;
+
+/** Where a sandbox's `/workspace` comes from. */
+export type Source =
+  | { type: "git"; url: string; depth?: number; revision?: string; username?: string; password?: string }
+  | { type: "tarball"; url: string }
+  | { type: "snapshot"; snapshotId: string };
+
+/** Resources of a sandbox. */
+export interface Resources {
+  /** Virtual CPUs (also sets memory: vcpus × 2 GiB). */
+  vcpus: number;
+}
+
+/** Parameters of {@link Sandbox.create} (the daemon's `sandbox.create`). */
+export interface CreateSandboxParams {
+  /** `[a-z0-9][a-z0-9-]{0,62}`; `sbx-xxxxxxxx` when omitted. */
+  name?: string;
+  /** The source of `/workspace`: a git repository, a tarball or a snapshot. */
+  source?: Source;
+  /** Ports inside the sandbox to expose on the host (see {@link Sandbox.domain}). */
+  ports?: number[];
+  /** Session timeout in milliseconds. */
+  timeout?: number;
+  /** vCPUs. */
+  resources?: Resources;
+  /** A runtime from `runtime.list` (default `"host"`). */
+  runtime?: string;
+  /** The egress policy (default `"allow-all"`). */
+  networkPolicy?: NetworkPolicy;
+  /** Environment of every command. */
+  env?: Record<string, string>;
+  /** Up to 5 tags, for {@link Sandbox.list}. */
+  tags?: Record<string, string>;
+  /** Keep the filesystem across sessions (a stop keeps the sandbox). */
+  persistent?: boolean;
+  /** Aborts the creation (the daemon is asked to cancel it). */
+  signal?: AbortSignal;
+}
+
+/** Parameters of {@link Sandbox.update}: what changes. */
+export interface UpdateSandboxParams {
+  /** New timeout (ms); an increase also moves the running session's expiry. */
+  timeout?: number;
+  /** New vCPUs, applied to the running session at once. */
+  resources?: Resources;
+  /** New policy, applied live. */
+  networkPolicy?: NetworkPolicy;
+  /** New environment for commands started afterwards. */
+  env?: Record<string, string>;
+  /** New tags. */
+  tags?: Record<string, string>;
+  /** The new list of exposed ports. */
+  ports?: number[];
+  /** Aborts the call. */
+  signal?: AbortSignal;
+}
+
+/** A sandbox's status (its current session's). */
+export type SandboxStatus = "pending" | "running" | "stopping" | "stopped" | "failed";
+
+/** An exposed port and its host endpoint (`null` while no session runs). */
+export interface PortInfo {
+  /** The port inside the sandbox. */
+  port: number;
+  /** `127.0.0.1:<allocated>` on the daemon's host, or null. */
+  endpoint: string | null;
+}
+
+/** The daemon's Sandbox object (docs/API.md, "Objects"). */
+export interface SandboxInfo {
+  /** The name. */
+  name: string;
+  /** A unique id (32 hex). */
+  id: string;
+  /** The current session's status. */
+  status: SandboxStatus;
+  /** The runtime. */
+  runtime: string;
+  /** The source as given, passwords redacted; null when none. */
+  source: Record<string, unknown> | null;
+  /** Exposed ports. */
+  ports: PortInfo[];
+  /** Timeout (ms). */
+  timeout: number;
+  /** When the running session ends (RFC 3339), null when none runs. */
+  expiresAt: string | null;
+  /** Resources. */
+  resources: { vcpus: number; diskMiB?: number };
+  /** Environment. */
+  env: Record<string, string>;
+  /** Tags. */
+  tags: Record<string, string>;
+  /** The policy (transform header values redacted). */
+  networkPolicy: NetworkPolicy;
+  /** Whether the sandbox outlives its sessions. */
+  persistent: boolean;
+  /** Denied connections so far. */
+  denials: number;
+  /** Creation time (RFC 3339). */
+  createdAt: string;
+  /** Every other field the daemon sends (`userns`, `sessions`, `session`, ...). */
+  [key: string]: unknown;
+}
+
+/** The daemon's Snapshot object. */
+export interface SnapshotInfo {
+  /** `snap-…`. */
+  id: string;
+  /** The sandbox it was taken of. */
+  sandbox: string;
+  /** Creation time (RFC 3339). */
+  createdAt: string;
+  /** Expiry time, or null for never. */
+  expiresAt: string | null;
+  /** True once expired but kept because sandboxes stand on it. */
+  expired: boolean;
+  /** Layers. */
+  layers: number;
+  /** The sandbox config it captured. */
+  config: Record<string, unknown>;
+  /** Other fields. */
+  [key: string]: unknown;
+}
+
+/** The daemon's Command object. */
+export interface CommandInfo {
+  /** `cmd-…`. */
+  cmdId: string;
+  /** The sandbox's name. */
+  sandbox: string;
+  /** The program. */
+  cmd: string;
+  /** Its arguments. */
+  args: string[];
+  /** Working directory. */
+  cwd: string;
+  /** `sandbox` or `root` (sudo). */
+  user: string;
+  /** Whether it runs on a pty. */
+  tty: boolean;
+  /** Start time (RFC 3339). */
+  startedAt: string;
+  /** Exit status (128+N for signal N), null while running. */
+  exitCode: number | null;
+  /** Run time in ms, null while running. */
+  durationMs: number | null;
+  /** True when `timeoutMs` killed it. */
+  timedOut?: boolean;
+  /** True when the OOM killer ended it. */
+  oomKilled?: boolean;
+  /** The memory limit it hit, with `oomKilled`. */
+  memoryLimitBytes?: number;
+  /** Other fields. */
+  [key: string]: unknown;
+}
+
+/** The result of `policy.check` (a dry run of the policy for one destination). */
+export interface PolicyDecision {
+  /** `allow` or `deny`. */
+  decision: "allow" | "deny";
+  /** What decided: `policy`, `never`, `forbidden-range`, `subnets.deny`, `subnets.allow`, `allow`, `default-deny`, `invalid-host`, `port`. */
+  layer: string;
+  /** The deciding rule as written, or null. */
+  rule: string | null;
+  /** The host after normalisation. */
+  host: string;
+  /** The port judged, or null for any port. */
+  port: number | null;
+  /** The transport judged. */
+  protocol?: string;
+  /** The deciding reason in one line. */
+  detail?: string;
+  /** One line naming what decided. */
+  message: string;
+  /** Other fields. */
+  [key: string]: unknown;
+}
+
+/** Kinds of daemon events. */
+export type EventKind = "denied" | "sandbox" | "netd_restarted" | "oom";
+
+/** An event of `events.subscribe`. */
+export interface SandboxEvent {
+  /** RFC 3339, UTC. */
+  time: string;
+  /** The kind. */
+  kind: EventKind | string;
+  /** The sandbox's name, null for the daemon's own events. */
+  sandbox: string | null;
+  /** One line describing it (denied, oom, netd_restarted). */
+  message?: string;
+  /** `denied`: the layer (`dns`, `nftables`, `proxy`). */
+  layer?: string;
+  /** `denied`: the host. */
+  host?: string;
+  /** `sandbox`: the new status. */
+  status?: string;
+  /** Other fields of the kind. */
+  [key: string]: unknown;
+}
+
+/** A file or directory's metadata, shaped like `node:fs`'s `Stats`. */
+export interface SandboxStats {
+  /** Base name. */
+  name: string;
+  /** Absolute path inside the sandbox. */
+  path: string;
+  /** `file`, `directory`, `symlink` or `other`. */
+  type: "file" | "directory" | "symlink" | "other";
+  /** Size in bytes. */
+  size: number;
+  /** Permission bits. */
+  mode: number;
+  /** Owner uid (inside the sandbox). */
+  uid: number;
+  /** Group gid. */
+  gid: number;
+  /** Modification time. */
+  mtime: Date;
+  /** True for a regular file. */
+  isFile(): boolean;
+  /** True for a directory. */
+  isDirectory(): boolean;
+  /** True for a symbolic link. */
+  isSymbolicLink(): boolean;
+}
