@@ -9,6 +9,7 @@
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
 #   make install    binaries, systemd units, man pages, bash completion
+#   make systemd-test  sandboxd under a real systemd (tests/systemd/: nspawn on a cached bookworm root)
 
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
@@ -56,6 +57,7 @@ FAULT_BINS:= $(B)/faults/sandboxd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
+.PHONY: systemd-test
 .PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load faults
 all: $(BINS) $(FAULT_BINS)
 
@@ -161,6 +163,7 @@ check: deps
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
+	@python3 tests/systemd/run.py --if-possible
 
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -189,6 +192,15 @@ faults: $(BINS) $(FAULT_BINS)
 LOAD_ARGS ?=
 load: $(BINS)
 	@python3 tests/load/run.py $(LOAD_ARGS)
+
+# sandboxd under systemd as PID 1 of a systemd-nspawn container
+# (tests/systemd/run.py): socket activation, notify/watchdog, sessions as
+# scope units that outlive restarts and crashes of the service, journald
+# fields. The bookworm root is debootstrap'd once into
+# /var/cache/sandboxd-test/systemd/. make check runs it with --if-possible
+# (one line saying why when the machine cannot).
+systemd-test: $(BINS)
+	@python3 tests/systemd/run.py $(SYSTEMD_TEST_ARGS)
 
 install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)

@@ -28,6 +28,7 @@ typedef enum {
         KEY_SOCKET,    /* absolute path that fits in sockaddr_un.sun_path */
         KEY_NAME,      /* non-empty string without '/' or ':' (a group name) */
         KEY_CIDR4,     /* canonical IPv4 CIDR */
+        KEY_CGDRIVER,  /* "auto", "systemd" or "cgroupfs" (cgroupDriver) */
         KEY_PATH_LIST, /* array of absolute paths, stored NULL-terminated in a char ** */
         KEY_SIZE,      /* integer stored in a size_t */
         KEY_U64,       /* integer stored in a uint64_t */
@@ -117,6 +118,10 @@ static const config_key config_keys[] = {
           "The first host id of the user namespace pool.", NULL },
         { "usernsSize",       KEY_U64,    OFF(userns_size), 65536, 4294967295ULL - 65536,
           "The host ids of the user namespace pool, 65536 per sandbox: a multiple of 65536, with usernsBase + usernsSize at most 4294967295.", NULL },
+        /* libcore/cgroup.h: systemd scope units over D-Bus, or cgroupfs
+         * directories below the daemon's own cgroup. */
+        { "cgroupDriver",     KEY_CGDRIVER, OFF(cgroup_driver), 0, 0,
+          "Who makes each session's cgroup: systemd (a transient scope unit sandboxd-NAME.scope in sandboxd.slice, made over D-Bus), cgroupfs (directories below the daemon's own cgroup), or auto: systemd when it is PID 1 and /run/systemd/system exists, else cgroupfs.", NULL },
 };
 
 /* Start-up only: running out of memory while building the defaults leaves
@@ -170,6 +175,7 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .userns = true,
                 .userns_base = 100000000,
                 .userns_size = 4096 * 65536ULL,
+                .cgroup_driver = xstrdup("auto"),
         };
 }
 
@@ -190,6 +196,7 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->init_path);
         free(cfg->runtime_cache);
         free(cfg->proxy_upstream_ca);
+        free(cfg->cgroup_driver);
         path_list_free(cfg->local_source_roots);
         *cfg = (daemon_config) {};
 }
@@ -236,6 +243,11 @@ static int check_string(const config_key *k, const cJSON *v, sb_error **ret_err)
                 if (!s[0] || strpbrk(s, "/: \t\n"))
                         return sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                             "daemon.json: %s: must be a group name", k->name);
+                return 0;
+        case KEY_CGDRIVER:
+                if (!streq(s, "auto") && !streq(s, "systemd") && !streq(s, "cgroupfs"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be \"auto\", \"systemd\" or \"cgroupfs\"", k->name);
                 return 0;
         case KEY_CIDR4:
                 if (!cidr4_is_valid(s))
@@ -529,6 +541,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_SOCKET: return "absolute path, under 108 bytes";
         case KEY_NAME: return "group name";
         case KEY_CIDR4: return "IPv4 CIDR";
+        case KEY_CGDRIVER: return "auto, systemd or cgroupfs";
         case KEY_PATH_LIST: return "array of absolute paths";
         case KEY_BOOL: return "boolean";
         default: return "integer";

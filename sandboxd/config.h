@@ -41,6 +41,8 @@ typedef struct daemon_config {
         char **local_source_roots;  /* "localSourceRoots", directories path, file:// tarball and
                                        file:// git sources may lie under; NULL-terminated, NULL:
                                        none (the default), so local sources are refused */
+        char *cgroup_driver;        /* "cgroupDriver", default "auto": "systemd" when systemd is PID 1
+                                       (/run/systemd/system), else "cgroupfs" (libcore/cgroup.h) */
 } daemon_config;
 
 /* Fills *cfg with defaults. */

@@ -214,6 +214,33 @@ static int start_server(sd_event *event, const daemon_config *cfg, manager *m, r
         return 0;
 }
 
+/* The service's STATUS= (systemctl status): the sandbox counts, sent
+ * when they change; checked every STATUS_PERIOD_USEC from the loop. */
+#define STATUS_PERIOD_USEC (2ULL * 1000000)
+typedef struct status_state {
+        manager *m;
+        unsigned all, running;
+        bool sent;
+} status_state;
+
+static void send_status(status_state *st, bool ready) {
+        unsigned all = 0, running = 0;
+        manager_count(st->m, &all, &running);
+        if (!ready && st->sent && all == st->all && running == st->running)
+                return;
+        st->all = all;
+        st->running = running;
+        st->sent = true;
+        (void) sd_notifyf(0, "%sSTATUS=Serving, %u sandboxes (%u running)", ready ? "READY=1\n" : "", all,
+                          running);
+}
+
+static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        send_status(userdata, false);
+        (void) sd_event_source_set_time(s, usec + STATUS_PERIOD_USEC);
+        return 0;
+}
+
 /* Shutdown order: stop taking requests, let finished jobs report to the
  * manager while it still exists, then stop the manager. */
 static int run(const daemon_config *cfg) {
@@ -235,8 +262,17 @@ static int run(const daemon_config *cfg) {
         if (r >= 0)
                 r = start_server(event, cfg, m, &server);
         if (r >= 0) {
-                (void) sd_notify(0, "READY=1\nSTATUS=Listening");
+                /* READY=1 only now: the socket is adopted or bound and
+                 * every method is registered (Type=notify, sd_notify(3)). */
+                status_state st = {.m = m};
+                send_status(&st, true);
+                sd_event_source *timer = NULL;
+                if (getenv("NOTIFY_SOCKET") &&
+                    sd_event_add_time_relative(event, &timer, CLOCK_MONOTONIC, STATUS_PERIOD_USEC, 0,
+                                               on_status_timer, &st) >= 0)
+                        (void) sd_event_source_set_enabled(timer, SD_EVENT_ON);
                 r = sd_event_loop(event);
+                sd_event_source_unref(timer);
                 if (r < 0)
                         log_error_errno(r, "event loop: %m");
                 (void) sd_notify(0, "STOPPING=1");

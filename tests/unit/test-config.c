@@ -77,6 +77,23 @@ static void test_userns_defaults_on_and_an_explicit_value_is_recorded(void **sta
         daemon_config_free(&cfg);
 }
 
+/* cgroupDriver: auto (the default), systemd or cgroupfs; anything else is
+ * refused naming the key and the three choices. */
+static void test_cgroup_driver_is_one_of_three(void **state) {
+        static const char *const good[] = { "auto", "systemd", "cgroupfs" };
+        for (size_t i = 0; i < 3; i++) {
+                daemon_config cfg;
+                char text[64];
+                snprintf(text, sizeof(text), "{\"cgroupDriver\": \"%s\"}", good[i]);
+                assert_null(parse_error(text, &cfg));
+                assert_string_equal(cfg.cgroup_driver, good[i]);
+                daemon_config_free(&cfg);
+        }
+        assert_rejected_naming("{\"cgroupDriver\": \"Systemd\"}", "cgroupDriver: must be \"auto\", \"systemd\" or \"cgroupfs\"");
+        assert_rejected_naming("{\"cgroupDriver\": \"\"}", "cgroupDriver");
+        assert_rejected_naming("{\"cgroupDriver\": 1}", "cgroupDriver");
+}
+
 static void test_empty_object_keeps_defaults(void **state) {
         daemon_config cfg;
         assert_null(parse_error(" { } ", &cfg));
@@ -150,6 +167,7 @@ static void test_effective_configuration_names_every_key(void **state) {
         assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "networkPool")->valuestring, "10.201.0.0/16");
         assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "proxyUpstreamCA")));
         assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "userns")));
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "cgroupDriver")->valuestring, "auto");
         assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "localSourceRoots"), 0)->valuestring,
                             "/srv");
         /* The printed object is itself a valid daemon.json that changes nothing
@@ -171,7 +189,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 26);
+        assert_int_equal(n, 27);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -337,6 +355,7 @@ int main(void) {
                 cmocka_unit_test(test_defaults_match_the_design),
                 cmocka_unit_test(test_userns_defaults_on_and_an_explicit_value_is_recorded),
                 cmocka_unit_test(test_empty_object_keeps_defaults),
+                cmocka_unit_test(test_cgroup_driver_is_one_of_three),
                 cmocka_unit_test(test_every_key_is_parsed),
                 cmocka_unit_test(test_local_source_roots_default_empty_and_checked),
                 cmocka_unit_test(test_unknown_key_is_named_with_known_keys),
