@@ -31,6 +31,7 @@ typedef struct args {
         bool config_given;
         const char *socket, *state_dir, *run_dir;
         bool check_config;          /* --check-config [FILE]: validate, print, exit */
+        bool quiet;                 /* --quiet: --check-config prints nothing on success */
 } args;
 
 static void usage(FILE *f) {
@@ -44,6 +45,7 @@ static void usage(FILE *f) {
                 "  --run-dir DIR     runtime directory (default /run/sandboxd)\n"
                 "  --check-config [FILE]  validate FILE (default: the --config file) and print\n"
                 "                    the effective configuration as JSON; needs no root\n"
+                "  --quiet           with --check-config: print only errors\n"
                 "  --help            show this help\n"
                 "  --version         show the version\n");
 }
@@ -57,6 +59,7 @@ static int parse_args(int argc, char **argv, args *a) {
                 { "state-dir", required_argument, NULL, 'S' },
                 { "run-dir", required_argument, NULL, 'R' },
                 { "check-config", no_argument, NULL, 'C' },
+                { "quiet", no_argument, NULL, 'q' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
@@ -70,6 +73,7 @@ static int parse_args(int argc, char **argv, args *a) {
                 case 'S': a->state_dir = optarg; break;
                 case 'R': a->run_dir = optarg; break;
                 case 'C': a->check_config = true; break;
+                case 'q': a->quiet = true; break;
                 case 'h': usage(stdout); return 0;
                 case 'V': printf("sandboxd %s\n", SANDBOXD_VERSION); return 0;
                 default: usage(stderr); return -EINVAL;
@@ -79,6 +83,11 @@ static int parse_args(int argc, char **argv, args *a) {
         if (a->check_config && optind < argc) {
                 a->config = argv[optind++];
                 a->config_given = true;
+        }
+        if (a->quiet && !a->check_config) {
+                fprintf(stderr, "sandboxd: --quiet goes with --check-config\n");
+                usage(stderr);
+                return -EINVAL;
         }
         if (optind < argc) {
                 fprintf(stderr, "sandboxd: unexpected argument '%s'\n", argv[optind]);
@@ -116,7 +125,7 @@ static int load_config(const args *a, daemon_config *cfg) {
 
 /* --check-config: loads the file the daemon would (a named file must exist)
  * with the command line's overrides and prints every key's effective value
- * as JSON on stdout; an error goes to stderr. Reads the file and nothing
+ * as JSON on stdout (nothing with --quiet); an error goes to stderr. Reads the file and nothing
  * else: no root, no state, socket, nftables or cgroups. Exit 0 or 1. */
 static int check_config(const args *a) {
         daemon_config cfg;
@@ -124,6 +133,10 @@ static int check_config(const args *a) {
         if (r < 0) {
                 daemon_config_free(&cfg);
                 return EXIT_FAILURE;
+        }
+        if (a->quiet) {
+                daemon_config_free(&cfg);
+                return EXIT_SUCCESS;
         }
         cJSON *o = daemon_config_to_json(&cfg);
         _cleanup_free_ char *text = o ? cJSON_Print(o) : NULL;
