@@ -10,6 +10,8 @@
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
 #   make install    binaries, systemd units, man pages, bash completion
 #   make systemd-test  sandboxd under a real systemd (tests/systemd/: nspawn on a cached bookworm root)
+#   make deb        the Debian package, build/deb/sandboxd_VERSION_ARCH.deb (debian/)
+#   make deb-check  make deb, then its file list, maintainer scripts and lintian (tests/deb/)
 
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
@@ -164,6 +166,7 @@ check: deps
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
 	@python3 tests/systemd/run.py --if-possible
+	@$(MAKE) --no-print-directory deb-check
 
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -218,6 +221,24 @@ install: $(BINS)
 	install -m 0644 docs/man/sandboxd.8 $(DESTDIR)$(MANDIR)/man8/sandboxd.8
 	install -D -m 0644 docs/man/sandboxd-policy.5 $(DESTDIR)$(MANDIR)/man5/sandboxd-policy.5
 	install -D -m 0644 cli/sandboxctl.bash-completion $(DESTDIR)/usr/share/bash-completion/completions/sandboxctl
+
+# The Debian package (debian/), built by dpkg-buildpackage from a copy of the
+# tree in build/deb/sandboxd-VERSION/ so that its outputs (the .deb, .changes
+# and .buildinfo dpkg writes to the parent directory) land in build/deb/.
+# The copy keeps its own build/ between runs (dpkg-buildpackage --no-pre-clean)
+# so a rebuild compiles only what changed; everything else, debian/ and its
+# stamps included, is copied afresh.
+DEB_DIR  := $(B)/deb
+DEB_SRC  := $(DEB_DIR)/sandboxd-$(VERSION)
+.PHONY: deb deb-check
+deb:
+	@mkdir -p $(DEB_SRC)
+	@find $(DEB_SRC) -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+	@tar -c --exclude=./build --exclude=./.git --exclude=__pycache__ . | tar -x -C $(DEB_SRC)
+	cd $(DEB_SRC) && dpkg-buildpackage -us -uc -b --no-pre-clean
+	@ls $(DEB_DIR)/sandboxd_$(VERSION)_*.deb
+deb-check: deb
+	@python3 tests/deb/check.py $(DEB_DIR)/sandboxd_$(VERSION)_$$(dpkg --print-architecture).deb
 
 # libFuzzer targets (tests/fuzz/fuzz-*.c), built with clang into build/fuzz/:
 # the library objects with coverage and ASan+UBSan, each target linked with
