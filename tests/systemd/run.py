@@ -19,6 +19,9 @@ out. The kernel then enforces no memory/CPU/pids limit inside the
 container (no controller is writable there); the scope's limits are
 checked as unit properties, the kernel's enforcement by the host suites.
 
+--deb FILE: install that package in the booted container (dpkg -i) instead
+of make install before the boot; make systemd-test builds it (make deb).
+
 --if-possible: when the machine cannot run it (not root, no nspawn, no
 cached root and no way to make one), print one line saying why, exit 0."""
 import hashlib
@@ -123,9 +126,19 @@ class Container:
                        stdout=subprocess.DEVNULL)
         subprocess.run(["systemctl", "--root=" + self.merged, "enable", "sandboxd.socket"], check=True,
                        capture_output=True)
-        os.makedirs(os.path.join(self.merged, "etc/sandboxd"), exist_ok=True)
+        self.write_config()
+
+    def install_deb(self, deb):
+        """dpkg -i in the booted container: the maintainer scripts run
+        sysusers and tmpfiles and enable and start the socket."""
+        shutil.copy(deb, os.path.join(self.merged, "root", os.path.basename(deb)))
+        self.run("dpkg", "-i", "/root/" + os.path.basename(deb), timeout=120)
+        self.write_config()
+
+    def write_config(self):
         # Loop devices and the disk image need /dev access nspawn does not
         # give: sandboxes here get no disk image.
+        os.makedirs(os.path.join(self.merged, "etc/sandboxd"), exist_ok=True)
         with open(os.path.join(self.merged, "etc/sandboxd/daemon.json"), "w") as f:
             json.dump({"diskMiB": 0}, f)
 
@@ -276,7 +289,32 @@ def check_sandbox_is_a_scope(c, st):
     expect(unit in cgls and "sandbox-init" in cgls, "systemd-cgls shows the scope:", cgls)
     svc = c.run("systemd-cgls", "--no-pager", "-u", "sandboxd.service").stdout
     expect("sandbox-init" not in svc, "no sandbox process in the service's cgroup:", svc)
+    # The instance mark a start-up sweep goes by (libcore/cgroup.c).
+    d = "/proc/%d/root/sys/fs/cgroup/unified/sandboxd.slice/%s" % (c.leader, unit)
+    expect(len(os.getxattr(d, "trusted.sandboxd.instance")) == 16, "the scope carries the instance key")
     st["name"] = name
+
+
+def check_update_changes_the_unit_live(c, st):
+    unit = "sandboxd-%s.scope" % st["name"]
+    ctl(c, "update", st["name"], "--vcpus", "2")
+    expect(show(c, unit, "MemoryMax") == str(4096 << 20), "MemoryMax after update --vcpus 2:",
+           show(c, unit, "MemoryMax"))
+    expect(show(c, unit, "CPUQuotaPerSecUSec") == "2s", "CPUQuota 200 % after the update:",
+           show(c, unit, "CPUQuotaPerSecUSec"))
+    expect(c.run("systemctl", "is-active", unit, check=False).stdout.strip() == "active", "the scope runs on")
+
+
+def check_rm_removes_the_scope(c, st):
+    ctl(c, "create", "--name", "sd3", "--deny-all")
+    unit = "sandboxd-sd3.scope"
+    expect(c.run("systemctl", "is-active", unit, check=False).stdout.strip() == "active", "sd3's scope runs")
+    ctl(c, "rm", "sd3")
+    expect(c.run("systemctl", "is-active", unit, check=False).stdout.strip() != "active", "rm stopped the scope")
+    expect(unit not in c.run("systemctl", "list-units", "--all", "--no-legend", "sandboxd-*").stdout,
+           "no unit is left under the name")
+    expect(not os.path.exists("/proc/%d/root/sys/fs/cgroup/unified/sandboxd.slice/%s" % (c.leader, unit)),
+           "its cgroup is gone")
 
 
 def _survived(c, st, what):
@@ -297,6 +335,8 @@ def check_restart(c, st):
     c.run("systemctl", "restart", "sandboxd")
     expect(main_pid(c) not in (0, old), "a new main pid after restart")
     _survived(c, st, "systemctl restart")
+    expect(show(c, "sandboxd-%s.scope" % st["name"], "MemoryMax") == str(4096 << 20),
+           "the updated limits are still the unit's after the restart")
 
 
 def check_stop_then_start(c, st):
@@ -352,12 +392,16 @@ def check_stop_slice(c, st):
 
 
 CHECKS = [check_sysusers_and_tmpfiles, check_socket_activation, check_notify_and_watchdog,
-          check_sandbox_is_a_scope, check_restart, check_stop_then_start, check_crash_restart,
+          check_sandbox_is_a_scope, check_update_changes_the_unit_live, check_rm_removes_the_scope, check_restart, check_stop_then_start, check_crash_restart,
           check_group_access, check_journal_fields, check_stop_slice]
 
 
 def main(argv):
     if_possible = "--if-possible" in argv
+    deb = None
+    if "--deb" in argv:
+        deb = argv[argv.index("--deb") + 1]
+        argv = [a for a in argv if a not in ("--deb", deb)]
     filt = [a for a in argv if not a.startswith("--")]
     reason = why_not()
     try:
@@ -374,9 +418,15 @@ def main(argv):
     c = Container(root)
     failed = []
     try:
-        c.install()
+        if not deb:
+            c.install()
         state = c.boot()
         log("container booted (%s) in %.1f s" % (state, time.time() - t0))
+        if deb:
+            c.install_deb(deb)
+            log("installed %s" % os.path.basename(deb))
+        else:
+            log("installed with make install")
         st = {}
         for chk in CHECKS:
             if filt and not any(f in chk.__name__ for f in filt) and chk.__name__ not in (
