@@ -110,6 +110,7 @@ class Container:
         self.merged = os.path.join(self.dir, "root")
         self.proc = None
         self.leader = None
+        self.cgroups = []
         for d in ("upper", "work", "root", "state"):
             os.mkdir(os.path.join(self.dir, d))
         # The state directory on the host's filesystem, not on the
@@ -142,14 +143,47 @@ class Container:
         with open(os.path.join(self.merged, "etc/sandboxd/daemon.json"), "w") as f:
             json.dump({"diskMiB": 0}, f)
 
+    def _own_cgroups(self):
+        """nspawn without a host systemd puts the container in "payload"
+        below its own cgroup: give it one of its own in each writable
+        hierarchy, so nothing is left at the root when it is gone."""
+        self.cgroups = []
+        for h in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup"):
+            if not os.path.exists(os.path.join(h, "cgroup.procs")) or not os.access(h, os.W_OK):
+                continue
+            d = os.path.join(h, "sandboxd-systemd-test-%d" % os.getpid())
+            try:
+                os.mkdir(d)
+            except OSError:
+                continue
+            self.cgroups.append(d)
+
+    def _enter_cgroups(self):
+        for d in self.cgroups:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+    def _remove_cgroups(self):
+        for top in self.cgroups:
+            deadline = time.time() + 10
+            while os.path.exists(top) and time.time() < deadline:
+                for dirpath, _dirs, _files in os.walk(top, topdown=False):
+                    try:
+                        os.rmdir(dirpath)
+                    except OSError:
+                        pass
+                if os.path.exists(top):
+                    time.sleep(0.1)
+
     def boot(self):
         self.log = open(os.path.join(self.dir, "console.log"), "w")
         name = "sbdtest%d" % os.getpid()
+        self._own_cgroups()
         self.proc = subprocess.Popen(
             ["systemd-nspawn", "--boot", "--console=passive", "--private-network", "--register=no",
              "--keep-unit", "--capability=all", "--machine=" + name, "-D", self.merged,
              "--bind=%s/state:/var/lib/sandboxd" % self.dir],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=self._enter_cgroups)
         deadline = time.time() + 60
         while time.time() < deadline and self.proc.poll() is None:
             kids = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True,
@@ -191,6 +225,7 @@ class Container:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self._remove_cgroups()
         subprocess.run(["umount", self.merged], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
