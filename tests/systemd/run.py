@@ -412,6 +412,26 @@ def check_journal_fields(c, st):
            "journalctl -u sandboxd SANDBOX=%s shows its events with SANDBOX_EVENT=:" % st["name"], p.stdout[-1500:])
 
 
+def check_startup_sweep_takes_only_its_own_scopes(c, st):
+    """A scope of ours without a record (its sandbox is gone) is removed at
+    start; a scope in the slice that another made is left alone."""
+    c.sh("systemd-run --scope --unit=sandboxd-foreign --slice=sandboxd.slice sleep 1000 >/dev/null 2>&1 &")
+    poll(lambda: c.run("systemctl", "is-active", "sandboxd-foreign.scope", check=False).stdout.strip() == "active",
+         30, "the foreign scope to start")
+    try:
+        ctl(c, "create", "--name", "sd4", "--deny-all")
+        c.run("systemctl", "stop", "sandboxd")
+        c.run("rm", "-rf", "/var/lib/sandboxd/sandboxes/sd4")
+        c.run("systemctl", "start", "sandboxd")
+        expect(c.run("systemctl", "is-active", "sandboxd-sd4.scope", check=False).stdout.strip() != "active",
+               "the start-up sweep stopped the scope of a sandbox without a record")
+        expect(c.run("systemctl", "is-active", "sandboxd-foreign.scope", check=False).stdout.strip() == "active",
+               "a scope without this daemon's key is not touched")
+        _survived(c, st, "the start-up sweep")
+    finally:
+        c.run("systemctl", "stop", "sandboxd-foreign.scope", check=False)
+
+
 def check_stop_slice(c, st):
     ctl(c, "create", "--name", "sd2", "--deny-all")
     c.run("systemctl", "stop", "sandboxd.slice")
@@ -428,7 +448,7 @@ def check_stop_slice(c, st):
 
 CHECKS = [check_sysusers_and_tmpfiles, check_socket_activation, check_notify_and_watchdog,
           check_sandbox_is_a_scope, check_update_changes_the_unit_live, check_rm_removes_the_scope, check_restart, check_stop_then_start, check_crash_restart,
-          check_group_access, check_journal_fields, check_stop_slice]
+          check_group_access, check_journal_fields, check_startup_sweep_takes_only_its_own_scopes, check_stop_slice]
 
 
 def main(argv):
