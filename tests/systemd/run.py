@@ -3,7 +3,7 @@
 container on a debootstrap'd Debian bookworm root, the project installed in
 it, and what an operator relies on checked from outside (issue 14 item 2).
 
-    python3 tests/systemd/run.py [--if-possible] [SUBSTRING]
+    python3 tests/systemd/run.py [--deb FILE] [--hybrid|--unified] [--if-possible] [SUBSTRING]
 
 The root is cached in /var/cache/sandboxd-test/systemd/ (the machine's, so
 a clean clone reuses it), keyed by suite and package list; it is made once
@@ -18,6 +18,9 @@ that ("running"), and so does sandboxd, which leaves read-only hierarchies
 out. The kernel then enforces no memory/CPU/pids limit inside the
 container (no controller is writable there); the scope's limits are
 checked as unit properties, the kernel's enforcement by the host suites.
+
+Both cgroup layouts a container can get here run by default (--hybrid or
+--unified picks one): nspawn's default (below) and cgroup v2 only.
 
 --deb FILE: install that package in the booted container (dpkg -i) instead
 of make install before the boot; make systemd-test builds it (make deb).
@@ -46,6 +49,10 @@ PACKAGES = ["systemd", "dbus", "libcjson1", "libgit2-1.5", "libarchive13", "libs
             "libnl-3-200", "libnl-route-3-200", "libmnl0", "libnftnl11", "libsystemd0", "libcurl4",
             "libpcre2-8-0", "libldns3", "libssl3", "libhttp-parser2.9", "iproute2", "procps"]
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; echo tick-$i; sleep 0.2; done"
+# The container's cgroup layouts: "hybrid" is nspawn's default on a host
+# with v1 controllers (what this host gives), "unified" a cgroup v2 only
+# container (SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1, systemd-nspawn(1)).
+LAYOUTS = ("hybrid", "unified")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -104,8 +111,9 @@ def why_not():
 class Container:
     """systemd-nspawn --boot over an overlay of the cached root."""
 
-    def __init__(self, root):
+    def __init__(self, root, layout):
         self.root = root
+        self.layout = layout
         self.dir = tempfile.mkdtemp(prefix="sandboxd-systemd-")
         self.merged = os.path.join(self.dir, "root")
         self.proc = None
@@ -183,7 +191,8 @@ class Container:
             ["systemd-nspawn", "--boot", "--console=passive", "--private-network", "--register=no",
              "--keep-unit", "--capability=all", "--machine=" + name, "-D", self.merged,
              "--bind=%s/state:/var/lib/sandboxd" % self.dir],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=self._enter_cgroups)
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=self._enter_cgroups,
+            env=dict(os.environ, **({"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"} if self.layout == "unified" else {})))
         deadline = time.time() + 60
         while time.time() < deadline and self.proc.poll() is None:
             kids = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True,
@@ -212,6 +221,11 @@ class Container:
             raise AssertionError("%s: exit %d\nstdout: %s\nstderr: %s" % (" ".join(argv), p.returncode,
                                                                         p.stdout[-2000:], p.stderr[-2000:]))
         return p
+
+    def v2(self):
+        """The container's cgroup v2 mount, seen from here."""
+        r = "/proc/%d/root/sys/fs/cgroup" % self.leader
+        return r + "/unified" if os.path.exists(r + "/unified/cgroup.procs") else r
 
     def sh(self, script, **kw):
         return self.run("sh", "-c", script, **kw)
@@ -293,9 +307,16 @@ def check_notify_and_watchdog(c, st):
     expect(show(c, "sandboxd.service", "Type") == "notify", "Type=notify")
     status = show(c, "sandboxd.service", "StatusText")
     expect("0 sandboxes" in status, "STATUS= with the sandbox count:", status)
-    # READY=1 came after the socket was served: the activating connection
-    # was answered by the same daemon that systemd then called started.
+    # READY=1 only once the socket is served: systemd logged the service
+    # started after the daemon logged that it listens on the socket, and
+    # the activating connection was answered by that same daemon.
     expect(int(st["info"]["pid"]) == main_pid(c), "the daemon that answered is the main pid")
+    j = [json.loads(l) for l in c.run("journalctl", "-u", "sandboxd", "-o", "json", "--no-pager").stdout.splitlines()
+         if l.strip()]
+    listen = [int(e["__MONOTONIC_TIMESTAMP"]) for e in j if "listening on the socket" in str(e.get("MESSAGE"))]
+    started = [int(e["__MONOTONIC_TIMESTAMP"]) for e in j if str(e.get("MESSAGE", "")).startswith("Started sandboxd")]
+    expect(listen and started and listen[0] < started[0], "systemd saw the service ready only after it listened:",
+           listen, started)
     expect(show(c, "sandboxd.service", "WatchdogUSec") == "30s", "WatchdogSec=30s:",
            show(c, "sandboxd.service", "WatchdogUSec"))
     first = int(show(c, "sandboxd.service", "WatchdogTimestampMonotonic") or 0)
@@ -325,7 +346,7 @@ def check_sandbox_is_a_scope(c, st):
     svc = c.run("systemd-cgls", "--no-pager", "-u", "sandboxd.service").stdout
     expect("sandbox-init" not in svc, "no sandbox process in the service's cgroup:", svc)
     # The instance mark a start-up sweep goes by (libcore/cgroup.c).
-    d = "/proc/%d/root/sys/fs/cgroup/unified/sandboxd.slice/%s" % (c.leader, unit)
+    d = "%s/sandboxd.slice/%s" % (c.v2(), unit)
     expect(len(os.getxattr(d, "trusted.sandboxd.instance")) == 16, "the scope carries the instance key")
     st["name"] = name
 
@@ -348,7 +369,7 @@ def check_rm_removes_the_scope(c, st):
     expect(c.run("systemctl", "is-active", unit, check=False).stdout.strip() != "active", "rm stopped the scope")
     expect(unit not in c.run("systemctl", "list-units", "--all", "--no-legend", "sandboxd-*").stdout,
            "no unit is left under the name")
-    expect(not os.path.exists("/proc/%d/root/sys/fs/cgroup/unified/sandboxd.slice/%s" % (c.leader, unit)),
+    expect(not os.path.exists("%s/sandboxd.slice/%s" % (c.v2(), unit)),
            "its cgroup is gone")
 
 
@@ -451,6 +472,41 @@ CHECKS = [check_sysusers_and_tmpfiles, check_socket_activation, check_notify_and
           check_group_access, check_journal_fields, check_startup_sweep_takes_only_its_own_scopes, check_stop_slice]
 
 
+def run_layout(root, layout, deb, filt):
+    """Boots one container, runs the checks; returns the failed ones."""
+    t0 = time.time()
+    c = Container(root, layout)
+    failed = []
+    try:
+        if not deb:
+            c.install()
+        state = c.boot()
+        log("[%s] container booted (%s) in %.1f s" % (layout, state, time.time() - t0))
+        if deb:
+            c.install_deb(deb)
+            log("[%s] installed %s" % (layout, os.path.basename(deb)))
+        else:
+            log("[%s] installed with make install" % layout)
+        st = {}
+        for chk in CHECKS:
+            if filt and not any(f in chk.__name__ for f in filt) and chk.__name__ not in (
+                    "check_socket_activation",):
+                continue
+            t = time.time()
+            try:
+                chk(c, st)
+                log("[%s] ok    %s (%.1f s)" % (layout, chk.__name__, time.time() - t))
+            except Exception:
+                failed.append("%s/%s" % (layout, chk.__name__))
+                log("[%s] FAIL  %s\n%s" % (layout, chk.__name__, traceback.format_exc()))
+                j = c.run("journalctl", "--no-pager", "-n", "40", "-u", "sandboxd", check=False).stdout
+                log("journal of sandboxd:\n" + j)
+                break  # later checks build on this one's state
+    finally:
+        c.close()
+    return failed
+
+
 def main(argv):
     if_possible = "--if-possible" in argv
     deb = None
@@ -469,38 +525,14 @@ def main(argv):
             return 0
         print("systemd-test: cannot run: %s" % e, file=sys.stderr)
         return 1
+    layouts = [l for l in LAYOUTS if "--" + l in argv] or list(LAYOUTS)
     t0 = time.time()
-    c = Container(root)
     failed = []
-    try:
-        if not deb:
-            c.install()
-        state = c.boot()
-        log("container booted (%s) in %.1f s" % (state, time.time() - t0))
-        if deb:
-            c.install_deb(deb)
-            log("installed %s" % os.path.basename(deb))
-        else:
-            log("installed with make install")
-        st = {}
-        for chk in CHECKS:
-            if filt and not any(f in chk.__name__ for f in filt) and chk.__name__ not in (
-                    "check_socket_activation",):
-                continue
-            t = time.time()
-            try:
-                chk(c, st)
-                log("ok    %s (%.1f s)" % (chk.__name__, time.time() - t))
-            except Exception:
-                failed.append(chk.__name__)
-                log("FAIL  %s\n%s" % (chk.__name__, traceback.format_exc()))
-                j = c.run("journalctl", "--no-pager", "-n", "40", "-u", "sandboxd", check=False).stdout
-                log("journal of sandboxd:\n" + j)
-                break  # later checks build on this one's state
-    finally:
-        c.close()
-    log("%d checks, %s in %.0f s" % (len(CHECKS), "failed: " + ", ".join(failed) if failed else "all passed",
-                                     time.time() - t0))
+    for layout in layouts:
+        failed += run_layout(root, layout, deb, filt)
+    log("%d checks x %s, %s in %.0f s" % (len(CHECKS), "+".join(layouts),
+                                          "failed: " + ", ".join(failed) if failed else "all passed",
+                                          time.time() - t0))
     return 1 if failed else 0
 
 
