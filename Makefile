@@ -10,6 +10,9 @@
 #   make demo       install deps, build, run the main job in the test world
 #   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
 #   make install    binaries, systemd units, man pages, bash completion
+#   make systemd-test  sandboxd under a real systemd (tests/systemd/: nspawn on a cached bookworm root)
+#   make deb        the Debian package, build/deb/sandboxd_VERSION_ARCH.deb (debian/)
+#   make deb-check  make deb, then its file list, maintainer scripts and lintian (tests/deb/)
 
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
@@ -58,6 +61,7 @@ UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
 .PHONY: sdk-ts-check
+.PHONY: systemd-test
 .PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load faults
 all: $(BINS) $(FAULT_BINS)
 
@@ -165,6 +169,8 @@ check: deps
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
 	@$(MAKE) --no-print-directory sdk-ts-check
 	@$(MAKE) --no-print-directory sdk-py-check
+	@$(MAKE) --no-print-directory systemd-test SYSTEMD_TEST_ARGS=--if-possible
+	@$(MAKE) --no-print-directory deb-check
 
 # The TypeScript SDK: built with its pinned tsc, then its node tests (and
 # examples/agent.ts) against a real sandboxd in the test world.
@@ -206,6 +212,17 @@ LOAD_ARGS ?=
 load: $(BINS)
 	@python3 tests/load/run.py $(LOAD_ARGS)
 
+# sandboxd under systemd as PID 1 of a systemd-nspawn container
+# (tests/systemd/run.py): socket activation, notify/watchdog, sessions as
+# scope units that outlive restarts and crashes of the service, journald
+# fields. The bookworm root is debootstrap'd once into
+# /var/cache/sandboxd-test/systemd/. make check runs it with --if-possible
+# (one line saying why when the machine cannot).
+# The container gets the .deb (make deb), as an operator would install it;
+# `python3 tests/systemd/run.py` alone uses make install instead.
+systemd-test: $(BINS) deb
+	@python3 tests/systemd/run.py --deb $(DEB_DIR)/sandboxd_$(VERSION)_$$(dpkg --print-architecture).deb $(SYSTEMD_TEST_ARGS)
+
 install: $(BINS)
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)
 	install -m 0755 $(B)/sandboxd $(DESTDIR)$(SBINDIR)/sandboxd
@@ -222,6 +239,24 @@ install: $(BINS)
 	install -m 0644 docs/man/sandboxd.8 $(DESTDIR)$(MANDIR)/man8/sandboxd.8
 	install -D -m 0644 docs/man/sandboxd-policy.5 $(DESTDIR)$(MANDIR)/man5/sandboxd-policy.5
 	install -D -m 0644 cli/sandboxctl.bash-completion $(DESTDIR)/usr/share/bash-completion/completions/sandboxctl
+
+# The Debian package (debian/), built by dpkg-buildpackage from a copy of the
+# tree in build/deb/sandboxd-VERSION/ so that its outputs (the .deb, .changes
+# and .buildinfo dpkg writes to the parent directory) land in build/deb/.
+# The copy keeps its own build/ between runs (dpkg-buildpackage --no-pre-clean)
+# so a rebuild compiles only what changed; everything else, debian/ and its
+# stamps included, is copied afresh.
+DEB_DIR  := $(B)/deb
+DEB_SRC  := $(DEB_DIR)/sandboxd-$(VERSION)
+.PHONY: deb deb-check
+deb:
+	@mkdir -p $(DEB_SRC)
+	@find $(DEB_SRC) -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+	@tar -c --exclude=./build --exclude=./.git --exclude=__pycache__ . | tar -x -C $(DEB_SRC)
+	cd $(DEB_SRC) && dpkg-buildpackage -us -uc -b --no-pre-clean
+	@ls $(DEB_DIR)/sandboxd_$(VERSION)_*.deb
+deb-check: deb
+	@python3 tests/deb/check.py $(DEB_DIR)/sandboxd_$(VERSION)_$$(dpkg --print-architecture).deb
 
 # libFuzzer targets (tests/fuzz/fuzz-*.c), built with clang into build/fuzz/:
 # the library objects with coverage and ASan+UBSan, each target linked with

@@ -32,7 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
 #include "libcore/cgroup.h"
+#include "libcore/cgroup-systemd.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 
@@ -72,7 +75,21 @@ struct core_cgroup {
         char *name;
         size_t n;
         char *dirs[CGROUP_MAX_HIERARCHIES]; /* one per state.h[i] */
+        /* systemd driver: the scope unit, and the placeholder process that
+         * holds it from its start until the session's first process is in
+         * (a scope cannot start empty; systemd.scope(5)) */
+        char *unit;
+        pid_t holder;
+        int holder_fd;
 };
+
+static core_cgroup_driver driver = CORE_CGROUP_CGROUPFS;
+/* The xattr on a scope's cgroup naming the instance that made it, so a
+ * start-up sweep never touches another daemon's sessions in the shared
+ * slice (kernfs keeps trusted.* xattrs on cgroup directories). */
+#define INSTANCE_XATTR "trusted.sandboxd.instance"
+#define SCOPE_PREFIX "sandboxd-"
+#define SCOPE_SUFFIX ".scope"
 
 static struct {
         bool ready;
@@ -87,6 +104,10 @@ static struct {
  * accepts a task and sandboxes have no pinning need), as are blkio and
  * devices (the sandbox gets no block devices; /dev is a private minimal tree). */
 static const char *const v1_controllers[] = { "pids", "memory", "cpu", "freezer" };
+/* Under the systemd driver on a v1 or hybrid host, systemd tracks units in
+ * its named hierarchy (systemd-cgls, `systemctl status` read it there), so
+ * session processes go there too. */
+#define V1_SYSTEMD_NAMED "name=systemd"
 
 /* Child cgroups a session may have (core_cgroup_attach_child): teardown
  * kills and removes these too. */
@@ -417,8 +438,18 @@ static int add_v1(const char *mountinfo, const char *cgroup_file) {
                 if (!h->controller || asprintf(&h->parent, "%s/" SESSIONS_PREFIX "-%s", own, state.instance) < 0)
                         return -ENOMEM;
                 state.n++;
-                if (mkdir(h->parent, 0755) < 0 && errno != EEXIST)
-                        return negative_errno();
+                if (mkdir(h->parent, 0755) < 0 && errno != EEXIST) {
+                        /* A container's read-only controller mounts
+                         * (systemd-nspawn on a v1 host) are not ours. */
+                        if (errno != EROFS)
+                                return negative_errno();
+                        log_debug("cgroup: %s hierarchy is read-only, not used", v1_controllers[i]);
+                        state.n--;
+                        free(h->controller);
+                        free(h->parent);
+                        *h = (hierarchy) {};
+                        continue;
+                }
                 found++;
         }
         return found;
@@ -450,6 +481,69 @@ int core_cgroup_instance_key(const char *state_dir, char **ret) {
         return asprintf(ret, "%016" PRIx64, h) < 0 ? -ENOMEM : 0;
 }
 
+void core_cgroup_set_driver(core_cgroup_driver d) {
+        driver = d;
+}
+
+core_cgroup_driver core_cgroup_get_driver(void) {
+        return driver;
+}
+
+const char *core_cgroup_driver_name(core_cgroup_driver d) {
+        return d == CORE_CGROUP_SYSTEMD ? "systemd" : "cgroupfs";
+}
+
+/* One hierarchy of the systemd driver: its mount (mountinfo), writable,
+ * with CORE_SYSTEMD_SLICE as the parent of the session scopes. A read-only
+ * mount (systemd-nspawn mounts v1 controllers read-only) is left out:
+ * systemd cannot make the scope there either. Returns 1 when added, 0 when
+ * left out, or a negative errno. */
+static int systemd_add(const char *mountinfo, const char *controller) {
+        char synthetic[64];
+        snprintf(synthetic, sizeof(synthetic), "%s:%s:/\n", controller ? "1" : "0", controller ? controller : "");
+        _cleanup_free_ char *mnt = NULL;
+        bool is_root;
+        int r = hierarchy_dir(mountinfo, synthetic, controller, &mnt, &is_root);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        if (access(mnt, W_OK) < 0) {
+                log_debug("cgroup: %s hierarchy at %s not writable, not used", controller ? controller : "v2", mnt);
+                return 0;
+        }
+        hierarchy *h = &state.h[state.n];
+        h->ops = controller ? &ops_v1 : &ops_v2;
+        if ((controller && !(h->controller = strdup(controller))) ||
+            asprintf(&h->parent, "%s/" CORE_SYSTEMD_SLICE, mnt) < 0)
+                return -ENOMEM;
+        if (!controller)
+                h->v2_ctl = read_controllers(mnt, "cgroup.controllers");
+        state.n++;
+        return 1;
+}
+
+static int systemd_init(const char *mountinfo, sb_error **ret_err) {
+        int r = core_systemd_check(ret_err);
+        if (r < 0)
+                return r;
+        r = systemd_add(mountinfo, NULL);
+        int nv1 = 0;
+        for (size_t i = 0; r >= 0 && i <= ELEMENTSOF(v1_controllers); i++) {
+                r = systemd_add(mountinfo, i < ELEMENTSOF(v1_controllers) ? v1_controllers[i] : V1_SYSTEMD_NAMED);
+                nv1 += r > 0;
+        }
+        if (r < 0) {
+                state_clear();
+                return sb_error_set(ret_err, r, NULL, NULL, "cgroup: find the cgroup hierarchies: %s", strerror(-r));
+        }
+        if (state.n == 0)
+                return sb_error_set(ret_err, -ENOMEDIUM, NULL, NULL, "cgroup: no writable cgroup hierarchy");
+        state.mode = nv1 == 0 ? CORE_CGROUP_V2 : state.h[0].ops == &ops_v2 ? CORE_CGROUP_HYBRID : CORE_CGROUP_V1;
+        state.ready = true;
+        return 0;
+}
+
 int core_cgroup_init(const char *instance, sb_error **ret_err) {
         _cleanup_free_ char *mountinfo = NULL, *cgroup_file = NULL, *own2 = NULL;
         int r;
@@ -462,6 +556,9 @@ int core_cgroup_init(const char *instance, sb_error **ret_err) {
         if ((r = core_read_file("/proc/self/mountinfo", 4 << 20, &mountinfo, NULL)) < 0 ||
             (r = core_read_file("/proc/self/cgroup", 1 << 20, &cgroup_file, NULL)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "cgroup: read /proc/self: %s", strerror(-r));
+
+        if (driver == CORE_CGROUP_SYSTEMD)
+                return systemd_init(mountinfo, ret_err);
 
         /* v2 first: when present it is the tracking hierarchy (cgroup.kill). */
         bool is_root = false;
@@ -514,10 +611,16 @@ static bool name_ok(const char *name) {
 
 static int cgroup_new(const char *name, core_cgroup **ret) {
         _cleanup_(core_cgroup_freep) core_cgroup *cg = calloc(1, sizeof(*cg));
-        if (!cg || !(cg->name = strdup(name)))
+        if (!cg)
+                return -ENOMEM;
+        cg->holder_fd = -1;
+        if (!(cg->name = strdup(name)))
+                return -ENOMEM;
+        if (driver == CORE_CGROUP_SYSTEMD && asprintf(&cg->unit, SCOPE_PREFIX "%s" SCOPE_SUFFIX, name) < 0)
                 return -ENOMEM;
         for (size_t i = 0; i < state.n; i++) {
-                if (asprintf(&cg->dirs[i], "%s/%s", state.h[i].parent, name) < 0)
+                if (cg->unit ? asprintf(&cg->dirs[i], "%s/%s", state.h[i].parent, cg->unit) < 0
+                             : asprintf(&cg->dirs[i], "%s/%s", state.h[i].parent, name) < 0)
                         return -ENOMEM;
                 cg->n++;
         }
@@ -556,6 +659,85 @@ static int populated(const char *dir) {
         return 0;
 }
 
+/* Lets the scope's placeholder go (it exits when the pipe closes) and
+ * reaps it. */
+static void release_holder(core_cgroup *cg) {
+        if (cg->holder_fd >= 0)
+                close(cg->holder_fd);
+        cg->holder_fd = -1;
+        if (cg->holder > 0)
+                while (waitpid(cg->holder, NULL, 0) < 0 && errno == EINTR)
+                        ;
+        cg->holder = 0;
+}
+
+/* The placeholder: a child that waits for EOF on a pipe whose write end
+ * only the daemon holds, so it also goes when the daemon dies. Only
+ * async-signal-safe calls after fork (the daemon is multi-threaded). */
+static int spawn_holder(core_cgroup *cg) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return negative_errno();
+        pid_t pid = fork();
+        if (pid < 0) {
+                int r = negative_errno();
+                close(p[0]);
+                close(p[1]);
+                return r;
+        }
+        if (pid == 0) {
+                sigset_t none;
+                sigemptyset(&none);
+                (void) sigprocmask(SIG_SETMASK, &none, NULL);
+                close(p[1]);
+                char c;
+                while (read(p[0], &c, 1) < 0 && errno == EINTR)
+                        ;
+                _exit(0);
+        }
+        close(p[0]);
+        cg->holder = pid;
+        cg->holder_fd = p[1];
+        return 0;
+}
+
+/* The systemd driver's create: the scope starts with the placeholder in
+ * it, then the session's first process is born in it
+ * (core_cgroup_open_v2, clone3) or attached, which releases the holder. */
+static int systemd_create(core_cgroup *cg, const core_cgroup_limits *limits, sb_error **ret_err) {
+        static const core_cgroup_limits none = {};
+        int r = spawn_holder(cg);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': fork the scope's first process: %s",
+                                    cg->name, strerror(-r));
+        _cleanup_free_ char *desc = NULL;
+        if (asprintf(&desc, "sandboxd sandbox %s (instance %s)", cg->name, state.instance) < 0) {
+                release_holder(cg);
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        }
+        r = core_systemd_start_scope(cg->unit, desc, cg->holder, limits ? limits : &none, ret_err);
+        if (r == -EEXIST)
+                sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': the unit %s already exists (a session of that "
+                             "name is running)", cg->name, cg->unit);
+        if (r < 0) {
+                (void) kill(cg->holder, SIGKILL);
+                release_holder(cg);
+                return sb_error_prefix(ret_err, "cgroup '%s'", cg->name);
+        }
+        if (lsetxattr(cg->dirs[0], INSTANCE_XATTR, state.instance, strlen(state.instance), 0) < 0)
+                log_debug("cgroup: set %s on %s: %m", INSTANCE_XATTR, cg->dirs[0]);
+        for (size_t i = 0; i < cg->n; i++)
+                if (access(cg->dirs[i], F_OK) < 0) {
+                        r = negative_errno();
+                        sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': systemd started %s but made no %s: %s",
+                                     cg->name, cg->unit, cg->dirs[i], strerror(-r));
+                        (void) core_cgroup_kill_all(cg);
+                        (void) core_cgroup_destroy(cg);
+                        return r;
+                }
+        return 0;
+}
+
 int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_cgroup **ret,
                        sb_error **ret_err) {
         static const core_cgroup_limits none = {};
@@ -582,6 +764,12 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
                         return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': read %s: %s", name,
                                             cg->dirs[i], strerror(-r));
                 }
+        if (cg->unit) {
+                if ((r = systemd_create(cg, limits, ret_err)) < 0)
+                        return r;
+                *ret = TAKE_PTR(cg);
+                return 0;
+        }
         for (size_t i = 0; i < cg->n; i++) {
                 if (mkdir(cg->dirs[i], 0755) < 0 && errno != EEXIST)
                         r = negative_errno();
@@ -612,9 +800,59 @@ static int apply_limits(core_cgroup *cg, const core_cgroup_limits *l, unsigned w
         return 0;
 }
 
+/* The memory limit the kernel holds for the session now (v2 memory.max,
+ * v1 memory.limit_in_bytes), 0 for unlimited; -ENOENT without a memory
+ * hierarchy. */
+static int read_memory_max(const core_cgroup *cg, uint64_t *ret) {
+        for (size_t i = 0; i < cg->n; i++) {
+                const hierarchy *h = &state.h[i];
+                const char *file = h->ops == &ops_v2 ? (h->v2_ctl & CTL_MEMORY ? "memory.max" : NULL)
+                                   : h->controller && streq(h->controller, "memory") ? "memory.limit_in_bytes"
+                                   : NULL;
+                _cleanup_free_ char *path = NULL, *data = NULL;
+                if (!file)
+                        continue;
+                if (asprintf(&path, "%s/%s", cg->dirs[i], file) < 0)
+                        return -ENOMEM;
+                int r = core_read_file(path, 64, &data, NULL);
+                if (r < 0)
+                        return r;
+                /* v1 shows "unlimited" as PAGE_COUNTER_MAX pages in bytes. */
+                unsigned long long v = strtoull(data, NULL, 10);
+                *ret = strncmp(data, "max", 3) == 0 || v >= (1ULL << 62) ? 0 : v;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+/* The systemd driver's update: SetUnitProperties, then (systemd applies
+ * them from its own loop, and logs rather than returns what the kernel
+ * refused) a bounded wait until the kernel holds the new memory limit; if
+ * it does not (v1, usage above it), the old properties go back and the
+ * answer is -EBUSY, as with cgroupfs. */
+static int systemd_update(core_cgroup *cg, const core_cgroup_limits *old, const core_cgroup_limits *limits,
+                          sb_error **ret_err) {
+        int r = core_systemd_set_limits(cg->unit, limits, ret_err);
+        if (r < 0)
+                return sb_error_prefix(ret_err, "cgroup '%s'", cg->name);
+        uint64_t now = 0;
+        for (int waited = 0; waited < RETRY_TOTAL_MS; waited += RETRY_STEP_MS) {
+                if ((r = read_memory_max(cg, &now)) < 0 || now == limits->memory_max)
+                        return 0;
+                sleep_ms(RETRY_STEP_MS);
+        }
+        (void) core_systemd_set_limits(cg->unit, old, NULL);
+        return sb_error_set(ret_err, -EBUSY, NULL, NULL,
+                            "cgroup '%s': the session uses more memory than the new limit of %" PRIu64
+                            " MiB and the kernel could not reclaim enough",
+                            cg->name, limits->memory_max >> 20);
+}
+
 int core_cgroup_update(core_cgroup *cg, const core_cgroup_limits *old, const core_cgroup_limits *limits,
                        sb_error **ret_err) {
         const char *dir = "?";
+        if (cg->unit)
+                return systemd_update(cg, old, limits, ret_err);
         /* Memory first: it is the one limit the kernel may refuse (v1, usage
          * above the new limit), and then nothing else has changed yet. A
          * later failure puts the old values back, so the session never runs
@@ -646,6 +884,8 @@ static int attach(core_cgroup *cg, pid_t pid, bool skip_v2, sb_error **ret_err) 
                         return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': move pid %d into %s: %s",
                                             cg->name, (int) pid, cg->dirs[i], strerror(-r));
         }
+        /* The session's first process holds the scope now. */
+        release_holder(cg);
         return 0;
 }
 
@@ -796,6 +1036,9 @@ int core_cgroup_oom_kills(const core_cgroup *cg, uint64_t *ret) {
 
 int core_cgroup_kill_all(core_cgroup *cg) {
         int ret = 0;
+        if (cg->holder > 0)
+                (void) kill(cg->holder, SIGKILL);
+        release_holder(cg);
         /* The tracking hierarchy first (atomic cgroup.kill when v2), then a
          * sweep of the others in case a process was only partly attached. */
         for (size_t i = 0; i < cg->n; i++) {
@@ -847,6 +1090,8 @@ int core_cgroup_destroy(core_cgroup *cg) {
                                         ret = r;
                         }
                 }
+                if (cg->unit)
+                        continue; /* the scope's own directory is systemd's */
                 int r = rmdir_retry(cg->dirs[i]);
                 if (r < 0) {
                         log_debug_errno(r, "cgroup: remove %s: %m", cg->dirs[i]);
@@ -854,7 +1099,36 @@ int core_cgroup_destroy(core_cgroup *cg) {
                                 ret = r;
                 }
         }
+        if (cg->unit) {
+                /* Empty now: stopping it is what systemd would do by itself
+                 * (a scope ends when its last process does); done here so
+                 * the name is free when we return. */
+                int r = core_systemd_stop_unit(cg->unit);
+                if (r < 0 && ret == 0)
+                        ret = r;
+                for (int waited = 0; waited < RETRY_TOTAL_MS && cg->n && access(cg->dirs[0], F_OK) == 0;
+                     waited += RETRY_STEP_MS)
+                        sleep_ms(RETRY_STEP_MS);
+        }
         return ret;
+}
+
+/* The session name of a scope directory entry of this instance (systemd
+ * driver): "sandboxd-<name>.scope" carrying our INSTANCE_XATTR. A scope
+ * without it is another daemon's (or one whose start was cut short, which
+ * systemd removes once its placeholder is gone). NULL otherwise. */
+static char *scope_session(const char *parent, const char *entry) {
+        size_t n = strlen(entry), pl = strlen(SCOPE_PREFIX), sl = strlen(SCOPE_SUFFIX);
+        if (n <= pl + sl || strncmp(entry, SCOPE_PREFIX, pl) != 0 || !streq(entry + n - sl, SCOPE_SUFFIX))
+                return NULL;
+        _cleanup_free_ char *dir = NULL;
+        char key[INSTANCE_KEY_MAX + 1] = "";
+        if (asprintf(&dir, "%s/%s", parent, entry) < 0)
+                return NULL;
+        ssize_t kl = lgetxattr(dir, INSTANCE_XATTR, key, sizeof(key) - 1);
+        if (kl <= 0 || !streq(key, state.instance))
+                return NULL;
+        return strndup(entry + pl, n - pl - sl);
 }
 
 /* Collects the distinct session names found under every parent. */
@@ -866,13 +1140,17 @@ static int list_sessions(char ***ret, size_t *ret_n) {
                 if (!d)
                         continue;
                 for (struct dirent *de; (de = readdir(d));) {
-                        bool dup = de->d_type != DT_DIR || !name_ok(de->d_name);
+                        _cleanup_free_ char *scoped = driver == CORE_CGROUP_SYSTEMD && de->d_type == DT_DIR
+                                                              ? scope_session(state.h[i].parent, de->d_name)
+                                                              : NULL;
+                        const char *entry = driver == CORE_CGROUP_SYSTEMD ? scoped : de->d_name;
+                        bool dup = de->d_type != DT_DIR || !entry || !name_ok(entry);
                         for (size_t j = 0; j < n && !dup; j++)
-                                dup = streq(names[j], de->d_name);
+                                dup = streq(names[j], entry);
                         if (dup)
                                 continue;
                         char **nn = realloc(names, (n + 1) * sizeof(*nn));
-                        if (!nn || !(nn[n] = strdup(de->d_name))) {
+                        if (!nn || !(nn[n] = strdup(entry))) {
                                 names = nn ? nn : names;
                                 while (n)
                                         free(names[--n]);
@@ -948,11 +1226,15 @@ int core_cgroup_remove_sessions_except(char *const *keep, size_t n_keep) {
 
 int core_cgroup_fini(void) {
         int ret = 0;
-        for (size_t i = 0; state.ready && i < state.n; i++)
+        for (size_t i = 0; state.ready && driver == CORE_CGROUP_CGROUPFS && i < state.n; i++)
                 if (rmdir(state.h[i].parent) < 0 && errno != ENOENT && ret == 0)
                         ret = negative_errno();
         state_clear();
         return ret;
+}
+
+const char *core_cgroup_unit(const core_cgroup *cg) {
+        return cg ? cg->unit : NULL;
 }
 
 const char *core_cgroup_path(const core_cgroup *cg) {
@@ -962,8 +1244,12 @@ const char *core_cgroup_path(const core_cgroup *cg) {
 void core_cgroup_free(core_cgroup *cg) {
         if (!cg)
                 return;
+        if (cg->holder > 0)
+                (void) kill(cg->holder, SIGKILL);
+        release_holder(cg);
         for (size_t i = 0; i < cg->n; i++)
                 free(cg->dirs[i]);
+        free(cg->unit);
         free(cg->name);
         free(cg);
 }

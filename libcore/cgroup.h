@@ -32,6 +32,33 @@ typedef enum core_cgroup_mode {
 
 typedef struct core_cgroup core_cgroup;
 
+/* Who makes the session cgroups (core_cgroup_set_driver):
+ *   CGROUPFS: sandboxd itself, as directories below its own cgroup (the
+ *             layout above);
+ *   SYSTEMD:  systemd, as a transient scope unit sandboxd-<name>.scope in
+ *             sandboxd.slice per session, started over D-Bus with the
+ *             session's first process, Delegate=yes and the limits as unit
+ *             properties (TasksMax, MemoryMax, CPUQuotaPerSecUSec), changed
+ *             with SetUnitProperties; as runc's and crun's systemd cgroup
+ *             managers do (systemd.scope(5), systemd.resource-control(5)).
+ *             The sessions then live outside the service's cgroup, so
+ *             stopping or restarting sandboxd.service leaves them running.
+ *             Inside a scope (our delegated subtree) everything else is the
+ *             same: attach, child cgroups, freeze, kill by cgroupfs. */
+typedef enum core_cgroup_driver {
+        CORE_CGROUP_CGROUPFS,
+        CORE_CGROUP_SYSTEMD,
+} core_cgroup_driver;
+
+/* Chooses the driver for the next core_cgroup_init() (default CGROUPFS). */
+void core_cgroup_set_driver(core_cgroup_driver d);
+core_cgroup_driver core_cgroup_get_driver(void);
+const char *core_cgroup_driver_name(core_cgroup_driver d); /* "cgroupfs", "systemd" */
+
+/* The scope unit of a session under the systemd driver ("sandboxd-<name>.scope",
+ * owned by cg), NULL under cgroupfs. */
+const char *core_cgroup_unit(const core_cgroup *cg);
+
 typedef struct core_cgroup_limits {
         uint64_t pids_max;      /* 0 = unlimited */
         uint64_t memory_max;    /* bytes; 0 = unlimited */

@@ -9,7 +9,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/un.h>
+#include <syslog.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "libcore/diskimg.h"
@@ -29,12 +31,15 @@ typedef enum {
         KEY_NAME,      /* non-empty string without '/' or ':' (a group name) */
         KEY_CIDR4,     /* canonical IPv4 CIDR */
         KEY_CIDR6,     /* canonical IPv6 CIDR inside fc00::/7 (unique local, RFC 4193), or "off" */
+        KEY_CGDRIVER,  /* "auto", "systemd" or "cgroupfs" (cgroupDriver) */
         KEY_PATH_LIST, /* array of absolute paths, stored NULL-terminated in a char ** */
         KEY_SIZE,      /* integer stored in a size_t */
         KEY_U64,       /* integer stored in a uint64_t */
         KEY_UINT,      /* integer stored in an unsigned */
         KEY_BOOL,      /* true or false, stored in a bool */
         KEY_LISTEN_LIST, /* array of "tcp://ADDR:PORT", stored like KEY_PATH_LIST */
+        KEY_LEVEL,     /* a syslog level name (debug .. error), stored as its char * */
+        KEY_LOOPBACK,  /* "ADDRESS:PORT" with a loopback IPv4 or "[::1]" address, stored as char * */
 } key_kind;
 
 typedef struct config_key {
@@ -44,9 +49,14 @@ typedef struct config_key {
         uint64_t min, max;  /* integers only; KEY_PATH_LIST: max entries */
         const char *doc;    /* one line for sandboxd(8): what the key changes */
         const char *def;    /* the default in words where it is not one fixed value; NULL: the value */
+        bool live;          /* a reload (SIGHUP) applies a new value; otherwise it needs a restart */
 } config_key;
 
 #define OFF(f) offsetof(daemon_config, f)
+
+static bool kind_is_integer(key_kind kind) {
+        return kind == KEY_SIZE || kind == KEY_U64 || kind == KEY_UINT;
+}
 
 /* The ranges keep values where the rest of the daemon was designed to work:
  * maxVcpus 256 bounds cpu.max arithmetic, pidsMax 4194304 is the kernel's
@@ -70,28 +80,28 @@ static const config_key config_keys[] = {
         { "maxConnectionsRoot", KEY_UINT, OFF(max_conns_root), 1, 1000000,
           "Open JSON-RPC connections of root (uid 0); one over it gets an error line and is closed.", NULL },
         { "defaultTimeoutMs", KEY_U64,    OFF(default_timeout_ms), 1000, 30ULL * 86400000,
-          "A sandbox's timeout when create does not give one, in milliseconds; at most maxTimeoutMs.", NULL },
+          "A sandbox's timeout when create does not give one, in milliseconds; at most maxTimeoutMs.", NULL , .live = true },
         { "maxTimeoutMs",     KEY_U64,    OFF(max_timeout_ms), 1000, 30ULL * 86400000,
-          "The longest timeout a sandbox may be given or extended to, in milliseconds.", NULL },
+          "The longest timeout a sandbox may be given or extended to, in milliseconds.", NULL , .live = true },
         { "maxVcpus",         KEY_UINT,   OFF(max_vcpus), 1, 256,
-          "The most vCPUs a sandbox may ask for (each vCPU also brings 2048 MiB of memory).", NULL },
+          "The most vCPUs a sandbox may ask for (each vCPU also brings 2048 MiB of memory).", NULL , .live = true },
         { "pidsMax",          KEY_U64,    OFF(pids_max), 16, 4194304,
-          "The most processes and threads of one sandbox (pids cgroup).", NULL },
+          "The most processes and threads of one sandbox (pids cgroup).", NULL , .live = true },
         { "stopGraceMs",      KEY_U64,    OFF(stop_grace_ms), 0, 600000,
-          "How long a stopped sandbox's processes get after SIGTERM before SIGKILL, in milliseconds.", NULL },
+          "How long a stopped sandbox's processes get after SIGTERM before SIGKILL, in milliseconds.", NULL , .live = true },
         { "commandLogBytes",  KEY_SIZE,   OFF(command_log_bytes), 4 * KIB, 1 * GIB,
-          "The bytes of each stream (stdout, stderr) of each command the daemon keeps.", NULL },
+          "The bytes of each stream (stdout, stderr) of each command the daemon keeps.", NULL , .live = true },
         { "logBudgetMiB",     KEY_U64,    OFF(log_budget_mib), 1, 1024 * 1024,
           "One budget for the kept logs of every command, in MiB; over it the oldest finished command's logs go first.",
-          NULL },
+          NULL , .live = true },
         /* 0 opts out of the disk bound; otherwise at least the image's
          * minimum (libcore/diskimg.h), checked at load. */
         { "diskMiB",          KEY_U64,    OFF(disk_mib), 0, 16 * 1024 * 1024,
-          "Each sandbox's writable layer as a sparse ext4 image of this size, in MiB: 0 (unbounded, no image) or at least 16.", NULL },
+          "Each sandbox's writable layer as a sparse ext4 image of this size, in MiB: 0 (unbounded, no image) or at least 16.", NULL , .live = true },
         { "diskInodes",       KEY_U64,    OFF(disk_inodes), 0, 1ULL << 32,
-          "Inodes of each sandbox's disk image; 0: one per 16 KiB of diskMiB.", NULL },
+          "Inodes of each sandbox's disk image; 0: one per 16 KiB of diskMiB.", NULL , .live = true },
         { "maxSourceBytes",   KEY_U64,    OFF(max_source_bytes), 1 * MIB, 1024 * GIB,
-          "The largest tarball source the daemon downloads, in bytes.", NULL },
+          "The largest tarball source the daemon downloads, in bytes.", NULL , .live = true },
         { "networkPool",      KEY_CIDR4,  OFF(network_pool), 0, 0,
           "The IPv4 network sandboxes' links are taken from (prefix 8 to 30, no host bits).", NULL },
         /* DESIGN §5: the same for IPv6 from a configurable ULA pool (NAT66). */
@@ -103,7 +113,7 @@ static const config_key config_keys[] = {
         { "runtimeCache",     KEY_PATH,   OFF(runtime_cache), 0, 0,
           "Where debootstrap trees are cached by suite and mirror.", "STATEDIR/cache/debootstrap (null)" },
         { "bootstrapTimeoutMs", KEY_U64,  OFF(bootstrap_timeout_ms), 10000, 6ULL * 3600000,
-          "The longest one debootstrap run of a runtime may take, in milliseconds.", NULL },
+          "The longest one debootstrap run of a runtime may take, in milliseconds.", NULL , .live = true },
         { "proxyUpstreamCA",  KEY_PATH,   OFF(proxy_upstream_ca), 0, 0,
           "A PEM file of roots the egress proxy trusts for upstream TLS besides the host's.", "none (null)" },
         /* Where path and file:// sources may come from (libcore/source-local.c);
@@ -143,7 +153,75 @@ static const config_key config_keys[] = {
           "Open TLS connections from one client IP address; one over it is closed at once.", NULL },
         { "maxTlsHandshakes", KEY_UINT, OFF(max_tls_handshakes), 1, 100000,
           "TLS handshakes in progress at a time; a connection over it is closed at once.", NULL },
+        /* Read by the event loop only, so a reload may replace them. */
+        { "logLevel",         KEY_LEVEL,  OFF(log_level), 0, 0,
+          "The most verbose level logged: debug, info, notice, warning or error.",
+          "info, debug with SANDBOXD_DEBUG=1 in the environment (null)", .live = true },
+        { "metrics",          KEY_BOOL,   OFF(metrics), 0, 0,
+          "Whether the Prometheus metrics endpoint (metricsSocket, metricsListen) serves.", NULL, .live = true },
+        { "metricsSocket",    KEY_SOCKET, OFF(metrics_socket), 0, 0,
+          "The Unix socket serving GET /metrics (Prometheus text format; mode 0660, group socketGroup).",
+          "RUNDIR/metrics.sock (null)", .live = true },
+        { "metricsListen",    KEY_LOOPBACK, OFF(metrics_listen), 0, 0,
+          "Also serve GET /metrics on this TCP address, which must be a loopback one (127.0.0.1:9464, [::1]:9464); every local user can read it.",
+          "none (null)", .live = true },
+        /* libcore/cgroup.h: systemd scope units over D-Bus, or cgroupfs
+         * directories below the daemon's own cgroup. */
+        { "cgroupDriver",     KEY_CGDRIVER, OFF(cgroup_driver), 0, 0,
+          "Who makes each session's cgroup: systemd (a transient scope unit sandboxd-NAME.scope in sandboxd.slice, made over D-Bus), cgroupfs (directories below the daemon's own cgroup), or auto: systemd when it is PID 1 and /run/systemd/system exists, else cgroupfs.", NULL },
 };
+
+static const char *const level_names[] = {
+        [LOG_ERR] = "error", [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+        [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
+};
+
+int daemon_config_log_level(const daemon_config *cfg) {
+        for (size_t i = 0; cfg->log_level && i < ELEMENTSOF(level_names); i++)
+                if (level_names[i] && streq(level_names[i], cfg->log_level))
+                        return (int) i;
+        return -1;
+}
+
+int daemon_config_parse_loopback(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len) {
+        const char *colon = strrchr(s, ':');
+        if (!colon || colon == s)
+                return -EINVAL;
+        char host[INET6_ADDRSTRLEN + 2];
+        size_t n = (size_t) (colon - s);
+        if (n >= sizeof(host))
+                return -EINVAL;
+        memcpy(host, s, n);
+        host[n] = '\0';
+        char *end;
+        errno = 0;
+        unsigned long port = strtoul(colon + 1, &end, 10);
+        if (errno || *end || end == colon + 1 || colon[1] == '+' || colon[1] == '-' || port < 1 || port > 65535)
+                return -EINVAL;
+        struct sockaddr_storage ss = {};
+        if (host[0] == '[') {
+                if (n < 3 || host[n - 1] != ']')
+                        return -EINVAL;
+                host[n - 1] = '\0';
+                struct sockaddr_in6 *a = (struct sockaddr_in6 *) &ss;
+                a->sin6_family = AF_INET6;
+                a->sin6_port = htons((uint16_t) port);
+                if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1 || !IN6_IS_ADDR_LOOPBACK(&a->sin6_addr))
+                        return -EINVAL;
+                *ret_len = sizeof(*a);
+        } else {
+                struct sockaddr_in *a = (struct sockaddr_in *) &ss;
+                a->sin_family = AF_INET;
+                a->sin_port = htons((uint16_t) port);
+                /* 127.0.0.0/8 (RFC 1122 3.2.1.3). */
+                if (inet_pton(AF_INET, host, &a->sin_addr) != 1 || (ntohl(a->sin_addr.s_addr) >> 24) != 127)
+                        return -EINVAL;
+                *ret_len = sizeof(*a);
+        }
+        if (ret)
+                *ret = ss;
+        return 0;
+}
 
 /* Start-up only: running out of memory while building the defaults leaves
  * nothing sensible to do. */
@@ -201,6 +279,8 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .max_conns_remote = 256,
                 .max_conns_addr = 64,
                 .max_tls_handshakes = 64,
+                .metrics = true,
+                .cgroup_driver = xstrdup("auto"),
         };
 }
 
@@ -222,6 +302,10 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->init_path);
         free(cfg->runtime_cache);
         free(cfg->proxy_upstream_ca);
+        free(cfg->log_level);
+        free(cfg->metrics_socket);
+        free(cfg->metrics_listen);
+        free(cfg->cgroup_driver);
         path_list_free(cfg->local_source_roots);
         path_list_free(cfg->listen);
         free(cfg->tls_cert);
@@ -297,6 +381,26 @@ static int check_string(const config_key *k, const cJSON *v, sb_error **ret_err)
                 if (!s[0] || strpbrk(s, "/: \t\n"))
                         return sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                             "daemon.json: %s: must be a group name", k->name);
+                return 0;
+        case KEY_LEVEL:
+                for (size_t i = 0; i < ELEMENTSOF(level_names); i++)
+                        if (level_names[i] && streq(level_names[i], s))
+                                return 0;
+                return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                    "daemon.json: %s: must be one of debug, info, notice, warning, error", k->name);
+        case KEY_LOOPBACK: {
+                socklen_t len;
+                if (daemon_config_parse_loopback(s, NULL, &len) < 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be a loopback address and port like "
+                                            "127.0.0.1:9464 or [::1]:9464",
+                                            k->name);
+                return 0;
+        }
+        case KEY_CGDRIVER:
+                if (!streq(s, "auto") && !streq(s, "systemd") && !streq(s, "cgroupfs"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                            "daemon.json: %s: must be \"auto\", \"systemd\" or \"cgroupfs\"", k->name);
                 return 0;
         case KEY_CIDR4:
                 if (!cidr4_is_valid(s))
@@ -524,7 +628,7 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                                            "daemon.json: %s: must be true or false", k->name);
                 else
-                        r = k->kind >= KEY_SIZE && k->kind != KEY_LISTEN_LIST ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
+                        r = kind_is_integer(k->kind) ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
                 if (r < 0)
                         return r;
                 if (k->offset == OFF(disk_mib) && n != 0 && n < (CORE_DISK_MIN_BYTES >> 20))
@@ -692,9 +796,12 @@ static const char *kind_name(key_kind kind) {
         case KEY_NAME: return "group name";
         case KEY_CIDR4: return "IPv4 CIDR";
         case KEY_CIDR6: return "IPv6 CIDR or \"off\"";
+        case KEY_CGDRIVER: return "auto, systemd or cgroupfs";
         case KEY_PATH_LIST: return "array of absolute paths";
         case KEY_BOOL: return "boolean";
         case KEY_LISTEN_LIST: return "array of tcp://ADDR:PORT";
+        case KEY_LEVEL: return "log level name";
+        case KEY_LOOPBACK: return "loopback address:port";
         default: return "integer";
         }
 }
@@ -716,7 +823,7 @@ char *daemon_config_man_table(void) {
                 roff_text(f, kind_name(k->kind));
                 if (k->kind == KEY_PATH_LIST || k->kind == KEY_LISTEN_LIST)
                         fprintf(f, ", at most %" PRIu64, k->max);
-                else if (k->kind >= KEY_SIZE && k->kind != KEY_BOOL && k->kind != KEY_LISTEN_LIST)
+                else if (kind_is_integer(k->kind))
                         fprintf(f, ", %" PRIu64 " to %" PRIu64, k->min, k->max);
                 fputs("; default ", f);
                 if (k->def)
@@ -740,4 +847,55 @@ char *daemon_config_man_table(void) {
                 return NULL;
         }
         return buf;
+}
+
+/* Appends ", name" (or "name") to *list; out of memory leaves it as it was. */
+static void list_add(char **list, const char *name) {
+        char *n = NULL;
+        if (asprintf(&n, "%s%s%s", *list ? *list : "", *list ? ", " : "", name) < 0)
+                return;
+        free(*list);
+        *list = n;
+}
+
+static bool key_equal(const daemon_config *a, const daemon_config *b, const config_key *k) {
+        cJSON *x = key_to_json(a, k), *y = key_to_json(b, k);
+        bool eq = x && y && cJSON_Compare(x, y, true);
+        cJSON_Delete(x);
+        cJSON_Delete(y);
+        return eq;
+}
+
+void daemon_config_apply_live(daemon_config *cur, daemon_config *next, char **ret_changed, char **ret_kept) {
+        *ret_changed = *ret_kept = NULL;
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const config_key *k = &config_keys[i];
+                if (key_equal(cur, next, k))
+                        continue;
+                if (!k->live) {
+                        list_add(ret_kept, k->name);
+                        continue;
+                }
+                list_add(ret_changed, k->name);
+                char *c = (char *) cur + k->offset, *n = (char *) next + k->offset;
+                /* Worker threads may read the integers while they change: one
+                 * aligned store each, never a torn value. The strings are read
+                 * by the event loop only, which is where this runs. */
+                switch (k->kind) {
+                case KEY_SIZE: __atomic_store_n((size_t *) c, *(size_t *) n, __ATOMIC_RELAXED); break;
+                case KEY_U64: __atomic_store_n((uint64_t *) c, *(uint64_t *) n, __ATOMIC_RELAXED); break;
+                case KEY_UINT: __atomic_store_n((unsigned *) c, *(unsigned *) n, __ATOMIC_RELAXED); break;
+                case KEY_BOOL: *(bool *) c = *(bool *) n; break;
+                case KEY_LEVEL:
+                case KEY_SOCKET:
+                case KEY_LOOPBACK: {
+                        char *t = *(char **) c;
+                        *(char **) c = *(char **) n;
+                        *(char **) n = t;
+                        break;
+                }
+                default:
+                        abort(); /* a live key of a kind not handled here */
+                }
+        }
 }

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include "libcore/error.h"
 
 struct cJSON;
@@ -51,6 +52,12 @@ typedef struct daemon_config {
         unsigned max_conns_remote;  /* "maxConnectionsRemote", default 256 */
         unsigned max_conns_addr;    /* "maxConnectionsPerAddress", default 64 */
         unsigned max_tls_handshakes; /* "maxTlsHandshakes", default 64 */
+        char *log_level;            /* "logLevel", NULL: info (debug with SANDBOXD_DEBUG=1) */
+        bool metrics;               /* "metrics", default true: the metrics endpoint serves */
+        char *metrics_socket;       /* "metricsSocket", NULL: <runDir>/metrics.sock */
+        char *metrics_listen;       /* "metricsListen", loopback "ADDR:PORT" also serving /metrics; NULL: none */
+        char *cgroup_driver;        /* "cgroupDriver", default "auto": "systemd" when systemd is PID 1
+                                       (/run/systemd/system), else "cgroupfs" (libcore/cgroup.h) */
 } daemon_config;
 
 /* Fills *cfg with defaults. */
@@ -85,3 +92,19 @@ struct sockaddr_storage;
  * and fills *ret (and *ret_len) or -EINVAL. No name is resolved: the
  * daemon binds what the operator wrote. */
 int daemon_config_parse_listen(const char *s, struct sockaddr_storage *ret, unsigned *ret_len);
+/* The syslog level (LOG_ERR .. LOG_DEBUG, syslog(3)) "logLevel" names, or
+ * -1 when the key is not set (the environment decides, libcore/log.h). */
+int daemon_config_log_level(const daemon_config *cfg);
+
+/* Parses "metricsListen": "ADDR:PORT" with ADDR in 127.0.0.0/8 (RFC 1122
+ * 3.2.1.3) or "[::1]" and PORT 1..65535, into *ret (may be NULL) and
+ * *ret_len. -EINVAL for anything else, a non-loopback address included. */
+int daemon_config_parse_loopback(const char *s, struct sockaddr_storage *ret, socklen_t *ret_len);
+
+/* A reload: the keys of *next that may change while the daemon runs
+ * (marked live in config.c's table: limits for new sandboxes and commands,
+ * logLevel, the metrics keys) are moved into *cur; every other key that
+ * differs keeps *cur's value. *ret_changed and *ret_kept get the names
+ * changed and kept, comma-separated, or NULL when none (caller frees).
+ * Runs on the event loop thread; *next is left for daemon_config_free(). */
+void daemon_config_apply_live(daemon_config *cur, daemon_config *next, char **ret_changed, char **ret_kept);

@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-journal.h>
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "policy/match.h"
@@ -126,7 +128,48 @@ static cJSON *build_event(const char *kind, const char *sb_name, cJSON *fields) 
         return ev;
 }
 
+/* Is stderr the journal? systemd sets JOURNAL_STREAM=<dev>:<inode> of the
+ * stream it connected to stderr (systemd.exec(5)); stderr redirected
+ * elsewhere since does not match. Checked once. */
+static bool stderr_is_journal(void) {
+        static int cached = -1;
+        if (cached < 0) {
+                const char *e = getenv("JOURNAL_STREAM");
+                unsigned long long dev = 0, ino = 0;
+                struct stat st;
+                cached = e && sscanf(e, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
+                         (unsigned long long) st.st_dev == dev && (unsigned long long) st.st_ino == ino;
+        }
+        return cached;
+}
+
+/* A lifecycle event (not a denial: a sandbox can cause those as fast as it
+ * likes) as a journal entry with SANDBOX= and SANDBOX_EVENT= (and
+ * SANDBOX_STATUS= for status changes), so `journalctl -u sandboxd
+ * SANDBOX=name` finds one sandbox's history (sd_journal_send(3)); without
+ * the journal, an ordinary log line. */
+static void journal_event(const char *kind, const char *sb_name, const cJSON *fields) {
+        if (!sb_name || streq(kind, EVENT_DENIED))
+                return;
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(fields, "status");
+        const char *status = cJSON_IsString(st) ? st->valuestring : NULL;
+        if (!stderr_is_journal()) {
+                log_debug("sandbox '%s': %s%s%s", sb_name, kind, status ? " " : "", status ? status : "");
+                return;
+        }
+        if (status)
+                (void) sd_journal_send("MESSAGE=sandbox '%s': %s %s", sb_name, kind, status, "PRIORITY=%d", LOG_INFO,
+                                       "SYSLOG_IDENTIFIER=sandboxd", "SANDBOX=%s", sb_name, "SANDBOX_EVENT=%s", kind,
+                                       "SANDBOX_STATUS=%s", status, NULL);
+        else
+                (void) sd_journal_send("MESSAGE=sandbox '%s': %s", sb_name, kind, "PRIORITY=%d", LOG_INFO,
+                                       "SYSLOG_IDENTIFIER=sandboxd", "SANDBOX=%s", sb_name, "SANDBOX_EVENT=%s", kind,
+                                       NULL);
+}
+
 void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *fields) {
+        if (kind)
+                journal_event(kind, sb_name, fields);
         drop_subscriptions(m, NULL);
         if (!subs || !kind) {
                 cJSON_Delete(fields);

@@ -32,6 +32,7 @@ typedef struct args {
         bool config_given;
         const char *socket, *state_dir, *run_dir;
         bool check_config;          /* --check-config [FILE]: validate, print, exit */
+        bool quiet;                 /* --quiet: --check-config prints nothing on success */
 } args;
 
 static void usage(FILE *f) {
@@ -45,6 +46,7 @@ static void usage(FILE *f) {
                 "  --run-dir DIR     runtime directory (default /run/sandboxd)\n"
                 "  --check-config [FILE]  validate FILE (default: the --config file) and print\n"
                 "                    the effective configuration as JSON; needs no root\n"
+                "  --quiet           with --check-config: print only errors\n"
                 "  --help            show this help\n"
                 "  --version         show the version\n");
 }
@@ -58,6 +60,7 @@ static int parse_args(int argc, char **argv, args *a) {
                 { "state-dir", required_argument, NULL, 'S' },
                 { "run-dir", required_argument, NULL, 'R' },
                 { "check-config", no_argument, NULL, 'C' },
+                { "quiet", no_argument, NULL, 'q' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
@@ -71,6 +74,7 @@ static int parse_args(int argc, char **argv, args *a) {
                 case 'S': a->state_dir = optarg; break;
                 case 'R': a->run_dir = optarg; break;
                 case 'C': a->check_config = true; break;
+                case 'q': a->quiet = true; break;
                 case 'h': usage(stdout); return 0;
                 case 'V': printf("sandboxd %s\n", SANDBOXD_VERSION); return 0;
                 default: usage(stderr); return -EINVAL;
@@ -80,6 +84,11 @@ static int parse_args(int argc, char **argv, args *a) {
         if (a->check_config && optind < argc) {
                 a->config = argv[optind++];
                 a->config_given = true;
+        }
+        if (a->quiet && !a->check_config) {
+                fprintf(stderr, "sandboxd: --quiet goes with --check-config\n");
+                usage(stderr);
+                return -EINVAL;
         }
         if (optind < argc) {
                 fprintf(stderr, "sandboxd: unexpected argument '%s'\n", argv[optind]);
@@ -117,7 +126,7 @@ static int load_config(const args *a, daemon_config *cfg) {
 
 /* --check-config: loads the file the daemon would (a named file must exist)
  * with the command line's overrides and prints every key's effective value
- * as JSON on stdout; an error goes to stderr. Reads the file and nothing
+ * as JSON on stdout (nothing with --quiet); an error goes to stderr. Reads the file and nothing
  * else: no root, no state, socket, nftables or cgroups. Exit 0 or 1. */
 static int check_config(const args *a) {
         daemon_config cfg;
@@ -125,6 +134,10 @@ static int check_config(const args *a) {
         if (r < 0) {
                 daemon_config_free(&cfg);
                 return EXIT_FAILURE;
+        }
+        if (a->quiet) {
+                daemon_config_free(&cfg);
+                return EXIT_SUCCESS;
         }
         cJSON *o = daemon_config_to_json(&cfg);
         _cleanup_free_ char *text = o ? cJSON_Print(o) : NULL;
@@ -151,16 +164,54 @@ static gid_t socket_gid(const char *group) {
         return g->gr_gid;
 }
 
+/* What a reload needs: the command line (the same file and overrides as at
+ * start) and the configuration in force, which the manager reads. */
+typedef struct reload_ctx {
+        const args *a;
+        daemon_config *cfg;
+} reload_ctx;
+
+static void apply_log_level(const daemon_config *cfg) {
+        log_set_max_level(daemon_config_log_level(cfg)); /* -1: from the environment again */
+}
+
+/* SIGHUP (systemctl reload, after ExecReload= ran --check-config): reads the
+ * file again as at start; a file that does not load is refused whole, the
+ * reason logged, and nothing changes. Otherwise the keys that may change
+ * live take their new values (daemon_config_apply_live()) and each other
+ * changed key is named as needing a restart. */
+static int on_reload_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        reload_ctx *ctx = userdata;
+        daemon_config next;
+        (void) sd_notify(0, "RELOADING=1");
+        if (load_config(ctx->a, &next) < 0) {
+                log_error("reload: %s refused, the configuration in force is kept", ctx->a->config);
+                daemon_config_free(&next);
+                (void) sd_notify(0, "READY=1");
+                return 0;
+        }
+        _cleanup_free_ char *changed = NULL, *kept = NULL;
+        daemon_config_apply_live(ctx->cfg, &next, &changed, &kept);
+        daemon_config_free(&next);
+        apply_log_level(ctx->cfg);
+        if (kept)
+                log_warning("reload: %s: changed keys that need a restart, old values kept: %s", ctx->a->config, kept);
+        log_info("reload: %s applied; changed: %s", ctx->a->config, changed ? changed : "nothing");
+        (void) sd_notify(0, "READY=1");
+        return 0;
+}
+
 static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
         log_info("received %s, shutting down", strsignal((int) si->ssi_signo));
         return sd_event_exit(sd_event_source_get_event(s), 0);
 }
 
-static int setup_signals(sd_event *event) {
+static int setup_signals(sd_event *event, reload_ctx *reload) {
         sigset_t mask;
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
         sigaddset(&mask, SIGINT);
+        sigaddset(&mask, SIGHUP);
         sigaddset(&mask, SIGCHLD);
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
                 return log_error_errno(-errno, "block signals: %m");
@@ -168,6 +219,8 @@ static int setup_signals(sd_event *event) {
         int r = sd_event_add_signal(event, NULL, SIGTERM, on_exit_signal, NULL);
         if (r >= 0)
                 r = sd_event_add_signal(event, NULL, SIGINT, on_exit_signal, NULL);
+        if (r >= 0)
+                r = sd_event_add_signal(event, NULL, SIGHUP, on_reload_signal, reload);
         if (r < 0)
                 return log_error_errno(r, "watch signals: %m");
         return 0;
@@ -217,9 +270,37 @@ static int start_server(sd_event *event, const daemon_config *cfg, manager *m, r
         return 0;
 }
 
+/* The service's STATUS= (systemctl status): the sandbox counts, sent
+ * when they change; checked every STATUS_PERIOD_USEC from the loop. */
+#define STATUS_PERIOD_USEC (2ULL * 1000000)
+typedef struct status_state {
+        manager *m;
+        unsigned all, running;
+        bool sent;
+} status_state;
+
+static void send_status(status_state *st, bool ready) {
+        unsigned all = 0, running = 0;
+        manager_count(st->m, &all, &running);
+        if (!ready && st->sent && all == st->all && running == st->running)
+                return;
+        st->all = all;
+        st->running = running;
+        st->sent = true;
+        (void) sd_notifyf(0, "%sSTATUS=Serving, %u sandboxes (%u running)", ready ? "READY=1\n" : "", all,
+                          running);
+}
+
+static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        send_status(userdata, false);
+        (void) sd_event_source_set_time(s, usec + STATUS_PERIOD_USEC);
+        return 0;
+}
+
 /* Shutdown order: stop taking requests, let finished jobs report to the
  * manager while it still exists, then stop the manager. */
-static int run(const daemon_config *cfg) {
+static int run(const args *a, daemon_config *cfg) {
+        reload_ctx reload = { .a = a, .cfg = cfg };
         _cleanup_error_ sb_error *err = NULL;
         sd_event *event = NULL;
         manager *m = NULL;
@@ -230,7 +311,7 @@ static int run(const daemon_config *cfg) {
         /* Pings systemd's watchdog from the loop when WatchdogSec= is set, so
          * a wedged loop gets the daemon restarted. */
         (void) sd_event_set_watchdog(event, true);
-        r = setup_signals(event);
+        r = setup_signals(event, &reload);
         if (r >= 0 && (r = worker_init(event)) < 0)
                 log_error_errno(r, "worker channel: %m");
         if (r >= 0 && (r = manager_new(event, cfg, &m, &err)) < 0)
@@ -238,8 +319,17 @@ static int run(const daemon_config *cfg) {
         if (r >= 0)
                 r = start_server(event, cfg, m, &server);
         if (r >= 0) {
-                (void) sd_notify(0, "READY=1\nSTATUS=Listening");
+                /* READY=1 only now: the socket is adopted or bound and
+                 * every method is registered (Type=notify, sd_notify(3)). */
+                status_state st = {.m = m};
+                send_status(&st, true);
+                sd_event_source *timer = NULL;
+                if (getenv("NOTIFY_SOCKET") &&
+                    sd_event_add_time_relative(event, &timer, CLOCK_MONOTONIC, STATUS_PERIOD_USEC, 0,
+                                               on_status_timer, &st) >= 0)
+                        (void) sd_event_source_set_enabled(timer, SD_EVENT_ON);
                 r = sd_event_loop(event);
+                sd_event_source_unref(timer);
                 if (r < 0)
                         log_error_errno(r, "event loop: %m");
                 (void) sd_notify(0, "STOPPING=1");
@@ -266,7 +356,9 @@ int main(int argc, char **argv) {
         daemon_config cfg;
         r = load_config(&a, &cfg);
         if (r >= 0)
-                r = run(&cfg);
+                apply_log_level(&cfg);
+        if (r >= 0)
+                r = run(&a, &cfg);
         daemon_config_free(&cfg);
         return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include "libcore/cgroup-systemd.h"
 #include "libcore/container.h"
 #include "libcore/nflog.h"
 #include "libcore/log.h"
@@ -93,6 +94,7 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(lim, "logBytesInUse", (double)m->log_bytes);
         cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
         cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
+        cJSON_AddStringToObject(cap, "cgroupDriver", core_cgroup_driver_name(core_cgroup_get_driver()));
         cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);
         cJSON_AddBoolToObject(cap, "seccomp", access("/proc/sys/kernel/seccomp", F_OK) == 0);
         userns_info(m, cap);
@@ -105,6 +107,16 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(o, "sandboxes", n);
         cJSON_AddNumberToObject(o, "running", running);
         rpc_reply(req, o);
+}
+
+void manager_count(const manager *m, unsigned *ret_all, unsigned *ret_running) {
+        unsigned n = 0, running = 0;
+        for (const sandbox *sb = m ? m->sandboxes : NULL; sb; sb = sb->next) {
+                n++;
+                running += sb->sess != NULL;
+        }
+        *ret_all = n;
+        *ret_running = running;
 }
 
 void manager_register_methods(manager *m, rpc_server *server) {
@@ -368,8 +380,19 @@ static int init_cgroups(const daemon_config *cfg, sb_error **ret_err) {
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "cgroups: instance key of %s: %s", cfg->state_dir,
                                     strerror(-r));
+        /* cgroupDriver (daemon.json): auto is systemd where systemd is the
+         * service manager (sessions then outlive the service's cgroup). */
+        bool systemd = streq(cfg->cgroup_driver, "systemd") ||
+                       (streq(cfg->cgroup_driver, "auto") && core_systemd_is_pid1());
+        core_cgroup_set_driver(systemd ? CORE_CGROUP_SYSTEMD : CORE_CGROUP_CGROUPFS);
         if ((r = core_cgroup_init(key, ret_err)) < 0)
-                sb_error_prefix(ret_err, "cgroups");
+                return sb_error_prefix(ret_err, "cgroups (cgroupDriver %s)",
+                                       core_cgroup_driver_name(core_cgroup_get_driver()));
+        log_info("cgroups: driver %s, %s", core_cgroup_driver_name(core_cgroup_get_driver()),
+                 core_cgroup_mode_name(core_cgroup_get_mode()));
+        if (!systemd && core_systemd_is_pid1())
+                log_warning("cgroupDriver is cgroupfs under systemd: sessions live in the service's cgroup and "
+                            "stop with it unless the unit has Delegate=yes and KillMode=process");
         return r;
 }
 

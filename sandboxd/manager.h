@@ -15,5 +15,10 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
 /* Registers every method on the server and the connection close hook. */
 void manager_register_methods(manager *m, rpc_server *server);
 
+/* How many sandboxes the daemon knows (*ret_all) and how many of them have
+ * a running session (*ret_running): daemon.info's figures, and the
+ * service's STATUS= line (sd_notify(3)). */
+void manager_count(const manager *m, unsigned *ret_all, unsigned *ret_running);
+
 /* Stops every session and removes host-wide objects (daemon exit). */
 void manager_free(manager *m);

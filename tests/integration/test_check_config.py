@@ -121,3 +121,17 @@ def test_check_config_missing_file_is_an_error(world):
         p = subprocess.run([W.SANDBOXD, missing], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         expect_eq(p.returncode, 2, "a stray operand is a usage error")
+
+
+def test_check_config_quiet_prints_only_errors(world):
+    """--quiet (ExecReload=, the package's postinst): exit status alone on a
+    good file, the error on stderr on a bad one."""
+    with _Dir() as d:
+        rc, out, err = _check("--quiet", d.write("good.json", '{"maxVcpus": 4}'))
+        expect_eq((rc, out, err), (0, "", ""), "a good file under --quiet")
+        rc, out, err = _check("--quiet", d.write("bad.json", '{"maxVcpus": 0}'))
+        expect(rc == 1 and out == "" and "maxVcpus: must be an integer from 1 to 256" in err,
+               "a bad file under --quiet: %d %r %r" % (rc, out, err))
+        p = subprocess.run([W.SANDBOXD, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=30)
+        expect_eq(p.returncode, 2, "--quiet without --check-config is a usage error")

@@ -4,8 +4,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <syslog.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
@@ -76,6 +78,23 @@ static void test_userns_defaults_on_and_an_explicit_value_is_recorded(void **sta
         assert_true(cfg.userns);
         assert_true(cfg.userns_set);
         daemon_config_free(&cfg);
+}
+
+/* cgroupDriver: auto (the default), systemd or cgroupfs; anything else is
+ * refused naming the key and the three choices. */
+static void test_cgroup_driver_is_one_of_three(void **state) {
+        static const char *const good[] = { "auto", "systemd", "cgroupfs" };
+        for (size_t i = 0; i < 3; i++) {
+                daemon_config cfg;
+                char text[64];
+                snprintf(text, sizeof(text), "{\"cgroupDriver\": \"%s\"}", good[i]);
+                assert_null(parse_error(text, &cfg));
+                assert_string_equal(cfg.cgroup_driver, good[i]);
+                daemon_config_free(&cfg);
+        }
+        assert_rejected_naming("{\"cgroupDriver\": \"Systemd\"}", "cgroupDriver: must be \"auto\", \"systemd\" or \"cgroupfs\"");
+        assert_rejected_naming("{\"cgroupDriver\": \"\"}", "cgroupDriver");
+        assert_rejected_naming("{\"cgroupDriver\": 1}", "cgroupDriver");
 }
 
 static void test_empty_object_keeps_defaults(void **state) {
@@ -152,6 +171,7 @@ static void test_effective_configuration_names_every_key(void **state) {
         assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "ipv6Pool")->valuestring, "fd5b:d0c5:6a1e::/64");
         assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "proxyUpstreamCA")));
         assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "userns")));
+        assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "cgroupDriver")->valuestring, "auto");
         assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "localSourceRoots"), 0)->valuestring,
                             "/srv");
         /* The printed object is itself a valid daemon.json that changes nothing
@@ -173,7 +193,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 35);
+        assert_int_equal(n, 40);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -343,6 +363,54 @@ static void test_bad_file_leaves_config_untouched(void **state) {
         daemon_config_free(&cfg);
 }
 
+/* logLevel takes syslog's level names; metricsListen only loopback
+ * addresses (a metrics endpoint any host could reach would publish every
+ * sandbox's usage). */
+static void test_log_level_and_metrics_listen_are_checked(void **state) {
+        daemon_config cfg;
+        assert_null(parse_error("{\"logLevel\": \"debug\", \"metricsListen\": \"127.0.0.1:9464\"}", &cfg));
+        assert_int_equal(daemon_config_log_level(&cfg), LOG_DEBUG);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"metricsListen\": \"[::1]:1\"}", &cfg));
+        assert_int_equal(daemon_config_log_level(&cfg), -1);
+        daemon_config_free(&cfg);
+        assert_rejected_naming("{\"logLevel\": \"verbose\"}", "logLevel: must be one of debug, info, notice, warning, error");
+        const char *bad[] = { "0.0.0.0:9464", "10.0.0.1:80", "[::]:9464", "[::ffff:127.0.0.1]:80", "127.0.0.1",
+                              "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:+80", "localhost:80", ":80", "[::1:80" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                char text[128];
+                snprintf(text, sizeof(text), "{\"metricsListen\": \"%s\"}", bad[i]);
+                assert_rejected_naming(text, "metricsListen: must be a loopback address and port");
+        }
+}
+
+/* A reload moves the live keys only and names the others it kept. */
+static void test_apply_live_moves_live_keys_and_names_the_rest(void **state) {
+        daemon_config cur, next;
+        assert_null(parse_error("{\"maxVcpus\": 2}", &cur));
+        assert_null(parse_error("{\"maxVcpus\": 4, \"pidsMax\": 100, \"logLevel\": \"warning\", "
+                                "\"maxLineBytes\": 2048, \"stateDir\": \"/elsewhere\"}", &next));
+        char *changed = NULL, *kept = NULL;
+        daemon_config_apply_live(&cur, &next, &changed, &kept);
+        assert_int_equal(cur.max_vcpus, 4);
+        assert_int_equal(cur.pids_max, 100);
+        assert_int_equal(daemon_config_log_level(&cur), LOG_WARNING);
+        assert_int_equal(cur.max_line_bytes, 16 << 20);
+        assert_string_equal(cur.state_dir, "/var/lib/sandboxd");
+        assert_string_equal(changed, "maxVcpus, pidsMax, logLevel");
+        assert_string_equal(kept, "stateDir, maxLineBytes");
+        free(changed);
+        free(kept);
+        daemon_config_free(&next);
+        /* The same file again changes nothing. */
+        assert_null(parse_error("{\"maxVcpus\": 4, \"pidsMax\": 100, \"logLevel\": \"warning\"}", &next));
+        daemon_config_apply_live(&cur, &next, &changed, &kept);
+        assert_null(changed);
+        assert_null(kept);
+        daemon_config_free(&next);
+        daemon_config_free(&cur);
+}
+
 static void test_duplicate_key_is_rejected(void **state) {
         assert_rejected_naming("{\"maxVcpus\": 4, \"maxVcpus\": 200}", "maxVcpus: key given more than once");
 }
@@ -388,11 +456,14 @@ int main(void) {
                 cmocka_unit_test(test_defaults_match_the_design),
                 cmocka_unit_test(test_userns_defaults_on_and_an_explicit_value_is_recorded),
                 cmocka_unit_test(test_empty_object_keeps_defaults),
+                cmocka_unit_test(test_cgroup_driver_is_one_of_three),
                 cmocka_unit_test(test_every_key_is_parsed),
                 cmocka_unit_test(test_local_source_roots_default_empty_and_checked),
                 cmocka_unit_test(test_unknown_key_is_named_with_known_keys),
                 cmocka_unit_test(test_effective_configuration_names_every_key),
                 cmocka_unit_test(test_listen_needs_the_tls_files_and_numeric_addresses),
+                cmocka_unit_test(test_log_level_and_metrics_listen_are_checked),
+                cmocka_unit_test(test_apply_live_moves_live_keys_and_names_the_rest),
                 cmocka_unit_test(test_man_page_lists_every_key_as_the_table_says),
                 cmocka_unit_test(test_wrong_type_is_named),
                 cmocka_unit_test(test_out_of_range_is_named_with_range),
