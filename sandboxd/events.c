@@ -14,6 +14,7 @@
 #include "policy/match.h"
 #include "policy/policy.h"
 #include "sandboxd/events.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
 
@@ -123,6 +124,9 @@ static cJSON *build_event(const char *kind, const char *sb_name, cJSON *fields) 
 }
 
 void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *fields) {
+        if (kind && streq(kind, EVENT_DENIED))
+                metrics_count_denial(sb_name, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fields, "layer")),
+                                     cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fields, "rule")));
         drop_subscriptions(m, NULL);
         if (!subs || !kind) {
                 cJSON_Delete(fields);
