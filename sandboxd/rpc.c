@@ -520,8 +520,8 @@ static uint64_t monotonic_usec(void) {
 }
 
 static void request_account(rpc_request *req) {
-        rpc_server *s = req->conn->server;
-        if (!req->start_usec || req->method_index < 0 || (size_t) req->method_index >= s->n_methods)
+        rpc_server *s = req->conn->server;  /* NULL once the connection closed */
+        if (!s || !req->start_usec || req->method_index < 0 || (size_t) req->method_index >= s->n_methods)
                 return;
         rpc_method *m = &s->methods[req->method_index];
         uint64_t d = monotonic_usec() - req->start_usec;
