@@ -57,7 +57,10 @@ typedef struct mconn {
         http_parser parser;
         char in[METRICS_REQUEST_MAX];
         size_t in_len;
-        bool complete, is_get, is_head, url_ok, url_seen;
+        bool complete, is_get, is_head;
+        char url[64];             /* the request target as far as it fits */
+        size_t url_len;
+        bool url_long;
         char *out;
         size_t out_len, out_off;
         struct mconn *next;
@@ -388,14 +391,23 @@ static void conn_free(mconn *c) {
         free(c);
 }
 
+/* The parser hands the target over in pieces when it arrives in several
+ * reads: gather it. */
 static int on_url(http_parser *p, const char *at, size_t n) {
         mconn *c = p->data;
-        /* The path alone, a query string ignored. */
-        const char *q = memchr(at, '?', n);
-        size_t path = q ? (size_t) (q - at) : n;
-        c->url_ok = !c->url_seen && path == 8 && memcmp(at, "/metrics", 8) == 0;
-        c->url_seen = true;
+        if (c->url_len + n >= sizeof(c->url)) {
+                c->url_long = true;
+                return 0;
+        }
+        memcpy(c->url + c->url_len, at, n);
+        c->url_len += n;
+        c->url[c->url_len] = '\0';
         return 0;
+}
+
+/* "/metrics", a query string ignored. */
+static bool url_is_metrics(const mconn *c) {
+        return !c->url_long && strncmp(c->url, "/metrics", 8) == 0 && (c->url[8] == '\0' || c->url[8] == '?');
 }
 
 static int on_complete(http_parser *p) {
@@ -443,7 +455,7 @@ static void respond(mconn *c, int status, const char *reason, const char *type, 
 static void answer(mconn *c) {
         if (!c->complete)
                 respond(c, 400, "Bad Request", "text/plain", strdup("bad request\n"), 12, false);
-        else if (!c->url_ok)
+        else if (!url_is_metrics(c))
                 respond(c, 404, "Not Found", "text/plain", strdup("not found; try /metrics\n"), 24, false);
         else if (!c->is_get && !c->is_head)
                 respond(c, 405, "Method Not Allowed", "text/plain", strdup("GET only\n"), 9, false);
@@ -629,7 +641,10 @@ void metrics_reconfigure(const daemon_config *cfg) {
                 if (M.unix_path)
                         (void) unlink(M.unix_path);
                 close_listener(&M.unix_fd, &M.unix_src, &M.unix_path);
-                if (want_unix) {
+                if (want_unix && streq(want_unix, cfg->socket_path))
+                        log_error("metrics: metricsSocket %s is the JSON-RPC socket; not serving metrics there",
+                                  want_unix);
+                else if (want_unix) {
                         int fd = listen_unix(want_unix, group_gid(cfg->socket_group));
                         if (fd < 0)
                                 log_error_errno(fd, "metrics: listen on %s: %m (metricsSocket)", want_unix);

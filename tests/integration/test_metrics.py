@@ -236,3 +236,23 @@ def test_top_json_is_one_shot_with_the_figures(world):
         expect(len(row) == 1, "a row for %s in %s" % (name, out[:300]))
         for k in ("activeCpuUsageMs", "memoryPeakBytes", "networkTransfer", "usage", "status"):
             expect(k in row[0], "%s in %r" % (k, row[0]))
+
+
+def test_a_request_in_pieces_is_answered(world):
+    path = os.path.join(world.daemon.run_dir, "metrics.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    try:
+        s.connect(path)
+        for piece in (b"GET /met", b"rics?x=1 HTTP/1.1\r\nHo", b"st: a\r\n\r\n"):
+            s.sendall(piece)
+            time.sleep(0.05)  # not synchronisation: makes the pieces separate reads
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    finally:
+        s.close()
+    expect(data.startswith(b"HTTP/1.1 200"), "answer to a request sent in pieces: %r" % data[:80])
