@@ -256,3 +256,31 @@ def test_a_request_in_pieces_is_answered(world):
     finally:
         s.close()
     expect(data.startswith(b"HTTP/1.1 200"), "answer to a request sent in pieces: %r" % data[:80])
+
+
+def test_top_table_refreshes_until_interrupted(world):
+    with sandbox(world, "mettab", "--deny-all") as name:
+        p = subprocess.Popen([W.SANDBOXCTL, "--socket", world.daemon.socket, "top", "--interval", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            lines = []
+            deadline = time.monotonic() + 30
+            # Two tables: the second has a CPU share (a refresh happened).
+            def done():
+                heads = [i for i, l in enumerate(lines) if l.startswith("NAME")]
+                return len(heads) >= 2 and any(l.startswith(name) for l in lines[heads[1]:])
+            while not done() and time.monotonic() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+        finally:
+            p.kill()
+            p.wait(10)
+        tables = [i for i, l in enumerate(lines) if l.startswith("NAME")]
+        expect(len(tables) >= 2, "two tables: %r %s" % (lines, p.stderr.read()[:300]))
+        expect(all(h in lines[tables[0]] for h in ("CPU %", "MEM PEAK", "NET IN/OUT", "CMDS")), lines[tables[0]])
+        rows = [l for l in lines[tables[0] + 1:tables[1] + 1] if l.startswith(name)]
+        expect(len(rows) == 1, "a row for %s: %r" % (name, lines))
+        second = [l for l in lines[tables[1] + 1:] if l.startswith(name)]
+        expect(second and re.search(r"\d+\.\d%", second[0]), "the second table has a CPU share: %r" % second)
