@@ -284,3 +284,22 @@ def test_top_table_refreshes_until_interrupted(world):
         expect(len(rows) == 1, "a row for %s: %r" % (name, lines))
         second = [l for l in lines[tables[1] + 1:] if l.startswith(name)]
         expect(second and re.search(r"\d+\.\d%", second[0]), "the second table has a CPU share: %r" % second)
+
+
+def test_reload_moves_and_stops_the_endpoint(world):
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.start_sandboxd({}, tag="metrl")
+    try:
+        default = os.path.join(d.run_dir, "metrics.sock")
+        expect(_http(default)[0].startswith("HTTP/1.1 200"), "served at the default path")
+        other = os.path.join(d.dir, "other-metrics.sock")
+        from test_reload import _hup, _rewrite
+        _rewrite(d, metricsSocket=other)
+        _hup(d, "applied; changed: metricsSocket")
+        expect(not os.path.exists(default), "the old socket is gone")
+        expect(_http(other)[0].startswith("HTTP/1.1 200"), "served at the new path")
+        _rewrite(d, metrics=False)
+        _hup(d, "applied; changed: metrics")
+        expect(not os.path.exists(other), "metrics off: no socket")
+    finally:
+        world.stop_sandboxd(d)
