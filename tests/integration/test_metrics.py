@@ -303,3 +303,18 @@ def test_reload_moves_and_stops_the_endpoint(world):
         expect(not os.path.exists(other), "metrics off: no socket")
     finally:
         world.stop_sandboxd(d)
+
+
+def test_disk_used_follows_a_written_file(world):
+    with sandbox(world, "metdisk", "--deny-all") as name:
+        g0 = get(world, name)[0]["usage"]["diskUsedBytes"]
+        if g0 is None:
+            raise W.Skip("the daemon runs without disk images (diskMiB 0)")
+        sh_ok(world, name, "head -c 33554432 /dev/urandom > /workspace/big && sync")
+        g1 = get(world, name)[0]["usage"]["diskUsedBytes"]
+        expect(g1 - g0 >= 32 << 20, "diskUsedBytes after writing 32 MiB: %r -> %r" % (g0, g1))
+        expect_eq(_value(_scrape(world), "sandboxd_sandbox_disk_used_bytes", sandbox=name) >= g1, True,
+                  "the endpoint's figure")
+        sh_ok(world, name, "rm /workspace/big && sync")
+        poll(lambda: get(world, name)[0]["usage"]["diskUsedBytes"] < g1 - (16 << 20), 20,
+             "disk use falls after the file is removed")
