@@ -32,6 +32,19 @@ static void add_time(cJSON *o, const char *key, uint64_t ms) {
                 cJSON_AddNullToObject(o, key);
 }
 
+/* session.cgroups: the host directories of the session's cgroup, one per
+ * hierarchy (what a containerd shim reads for Pids and Stats), and
+ * session.initPid, sandbox-init's host pid. */
+static void session_cgroups_json(const session *s, cJSON *o) {
+        const char *dirs[8];
+        size_t n = core_cgroup_dirs(s->cg, dirs, 8);
+        cJSON *a = cJSON_AddArrayToObject(o, "cgroups");
+        for (size_t i = 0; i < n && i < 8; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(dirs[i]));
+        if (s->pid > 0)
+                cJSON_AddNumberToObject(o, "initPid", s->pid);
+}
+
 cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", sb->name);
@@ -62,6 +75,7 @@ cJSON *sandbox_to_json(const sandbox *sb) {
                 cJSON *cur = cJSON_AddObjectToObject(o, "session");
                 cJSON_AddStringToObject(cur, "id", sb->sess->id);
                 cJSON_AddNumberToObject(cur, "netdRestarts", sb->sess->netd_restarts);
+                session_cgroups_json(sb->sess, cur);
         } else
                 cJSON_AddNullToObject(o, "session");
         return o;

@@ -512,19 +512,6 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
 }
 
-func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
-	if _, err := s.get(""); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*task.ProcessInfo
-	if s.init.status == task.StatusRunning {
-		out = append(out, &task.ProcessInfo{Pid: uint32(os.Getpid())})
-	}
-	return &taskAPI.PidsResponse{Processes: out}, nil
-}
-
 func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
 	return nil, grpcErr(fmt.Errorf("pause: %w", errdefs.ErrNotImplemented))
 }
@@ -705,10 +692,6 @@ func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.Wa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return &taskAPI.WaitResponse{ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
-}
-
-func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
-	return nil, grpcErr(fmt.Errorf("stats: %w", errdefs.ErrNotImplemented))
 }
 
 func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*taskAPI.ConnectResponse, error) {

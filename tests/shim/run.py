@@ -185,6 +185,23 @@ def test_exec_into_running_then_kill_and_delete(t):
                   input="piped-stdin\n", stdin=None)
         expect_eq(r.returncode, 5, "ctr task exec's exit status (stderr %r)" % r.stderr[-300:])
         expect_eq(r.stdout, "from-exec\npiped-stdin\n", "the exec's output and its stdin echoed")
+        # Pids: the session cgroup's host pids, the container's sleep among them.
+        r = c.ctr("task", "ps", "long1")
+        expect_eq(r.returncode, 0, "ctr task ps: %s" % r.stderr)
+        pids = [int(l.split()[0]) for l in r.stdout.splitlines()[1:] if l.split() and l.split()[0].isdigit()]
+        cmdlines = []
+        for pid in pids:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    cmdlines.append(f.read().split(b"\0"))
+            except OSError:
+                pass
+        expect([b"sleep", b"600"] in [cl[:2] for cl in cmdlines], "ctr task ps lists the container's process:",
+               r.stdout, cmdlines)
+        # Stats: the session cgroup's metrics.
+        r = c.ctr("task", "metrics", "long1")
+        expect(r.returncode == 0 and ("memory.usage_in_bytes" in r.stdout or "memory.usage" in r.stdout),
+               "ctr task metrics shows the memory usage:", r.stdout, r.stderr)
         # A non-root uid of the spec runs as the sandbox user.
         sb = t.world.rpc_result("sandbox.get", {"name": sandbox_name("long1")})
         want = 1000 if sb["userns"] else pwd.getpwnam(W.PLAIN_USER).pw_uid
