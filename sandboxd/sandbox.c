@@ -43,6 +43,7 @@ static void session_cgroups_json(const session *s, cJSON *o) {
                 cJSON_AddItemToArray(a, cJSON_CreateString(dirs[i]));
         if (s->pid > 0)
                 cJSON_AddNumberToObject(o, "initPid", s->pid);
+        cJSON_AddBoolToObject(o, "paused", s->paused);
 }
 
 cJSON *sandbox_to_json(const sandbox *sb) {
@@ -948,6 +949,11 @@ static void method_update(rpc_request *req, void *userdata) {
                 fail_reason = "invalid_policy";
                 fail_msg = "networkPolicy: a running sandbox cannot switch to or from deny-all (it has no "
                            "network interface); stop it (persistent) and update it, or create a new one";
+        } else if (newpol && sb->sess && sb->sess->paused) {
+                /* Its sandbox-netd is frozen with it (sandbox.pause). */
+                fail_field = "networkPolicy";
+                fail_reason = "unavailable";
+                fail_msg = "networkPolicy: the sandbox is paused; resume it (sandbox.resume) and update it";
         } else if (newpol && sb->starting) {
                 /* The starting session reads the policy on a worker thread. */
                 fail_field = "networkPolicy";

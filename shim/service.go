@@ -484,7 +484,7 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		return nil, err
 	}
 	s.mu.Lock()
-	if p.status == task.StatusRunning {
+	if alive(p.status) {
 		s.mu.Unlock()
 		return nil, grpcErr(fmt.Errorf("process is running; kill it first: %w", errdefs.ErrFailedPrecondition))
 	}
@@ -512,12 +512,49 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
 }
 
+// Pause freezes the container's sandbox (sandbox.pause: its cgroup's freezer).
 func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
-	return nil, grpcErr(fmt.Errorf("pause: %w", errdefs.ErrNotImplemented))
+	return s.pauseResume(true)
 }
 
+// Resume thaws it (sandbox.resume).
 func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*ptypes.Empty, error) {
-	return nil, grpcErr(fmt.Errorf("resume: %w", errdefs.ErrNotImplemented))
+	return s.pauseResume(false)
+}
+
+func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
+	p, err := s.get("")
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	st := p.status
+	s.mu.Unlock()
+	if st == task.StatusStopped || st == task.StatusCreated {
+		return nil, grpcErr(fmt.Errorf("the container is not running: %w", errdefs.ErrFailedPrecondition))
+	}
+	method, topic := "sandbox.resume", runtime.TaskResumedEventTopic
+	if pause {
+		method, topic = "sandbox.pause", runtime.TaskPausedEventTopic
+	}
+	if err := s.rpc.call(method, map[string]interface{}{"name": s.name}, nil); err != nil {
+		return nil, grpcErr(err)
+	}
+	s.mu.Lock()
+	if p.status == task.StatusRunning || p.status == task.StatusPaused {
+		if pause {
+			p.status = task.StatusPaused
+		} else {
+			p.status = task.StatusRunning
+		}
+	}
+	s.mu.Unlock()
+	if pause {
+		s.publish(topic, &eventstypes.TaskPaused{ContainerID: s.id})
+	} else {
+		s.publish(topic, &eventstypes.TaskResumed{ContainerID: s.id})
+	}
+	return &ptypes.Empty{}, nil
 }
 
 func (s *service) Checkpoint(ctx context.Context, r *taskAPI.CheckpointTaskRequest) (*ptypes.Empty, error) {
@@ -534,11 +571,11 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*ptypes.Emp
 	var targets []string
 	if r.All {
 		for _, q := range append([]*process{s.init}, mapValues(s.procs)...) {
-			if q.status == task.StatusRunning {
+			if alive(q.status) {
 				targets = append(targets, q.cmdID)
 			}
 		}
-	} else if p.status == task.StatusRunning {
+	} else if alive(p.status) {
 		targets = append(targets, p.cmdID)
 	}
 	created := p.status == task.StatusCreated && p.cmdID == ""
@@ -556,8 +593,22 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*ptypes.Emp
 			return nil, grpcErr(err)
 		}
 	}
+	s.mu.Lock()
+	paused := s.init.status == task.StatusPaused
+	s.mu.Unlock()
+	if paused && r.Signal == uint32(syscall.SIGKILL) {
+		// A frozen process keeps its SIGKILL pending: thawed, it dies at
+		// once (as runc does for a paused container).
+		if _, err := s.pauseResume(false); err != nil {
+			return nil, err
+		}
+	}
 	return &ptypes.Empty{}, nil
 }
+
+// alive says whether a process in state st has a command that runs
+// (paused: frozen, still there).
+func alive(st task.Status) bool { return st == task.StatusRunning || st == task.StatusPaused }
 
 func mapValues(m map[string]*process) []*process {
 	var l []*process

@@ -240,6 +240,48 @@ def test_kill_ends_a_run_with_the_signal_status(t):
     no_leak(t, "kill1")
 
 
+def _frozen(t, cid):
+    """The session cgroup's freezer as the kernel reports it (v2 or v1)."""
+    sb = t.world.rpc_result("sandbox.get", {"name": sandbox_name(cid)})
+    for d in sb["session"]["cgroups"]:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            try:
+                with open(os.path.join(d, f)) as fh:
+                    return fh.read().strip() == yes, sb["session"]["paused"]
+            except OSError:
+                continue
+    raise AssertionError("no freezer in the session's cgroups %s" % sb["session"]["cgroups"])
+
+
+def test_pause_and_resume_freeze_the_sandbox(t):
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "pause1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        expect_eq(_frozen(t, "pause1"), (False, False), "the running sandbox's cgroup (frozen, paused)")
+        r = c.ctr("task", "pause", "pause1")
+        expect_eq(r.returncode, 0, "ctr task pause: %s" % r.stderr)
+        expect("PAUSED" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows PAUSED")
+        expect_eq(_frozen(t, "pause1"), (True, True), "the paused sandbox's cgroup (frozen, paused)")
+        r = c.ctr("task", "resume", "pause1")
+        expect_eq(r.returncode, 0, "ctr task resume: %s" % r.stderr)
+        expect("RUNNING" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows RUNNING again")
+        expect_eq(_frozen(t, "pause1"), (False, False), "the resumed sandbox's cgroup (frozen, paused)")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "pause1", "echo", "alive")
+        expect_eq((r.returncode, r.stdout), (0, "alive\n"), "an exec after resume runs (%s)" % r.stderr)
+        # Paused again, then killed and deleted: nothing is left frozen behind.
+        expect_eq(c.ctr("task", "pause", "pause1").returncode, 0, "pause again")
+        r = c.ctr("task", "delete", "-f", "pause1")
+        expect_eq(r.returncode, 0, "ctr task delete -f of a paused task: %s" % r.stderr)
+    finally:
+        c.ctr("task", "resume", "pause1")
+        c.ctr("task", "kill", "-s", "KILL", "pause1")
+        c.ctr("task", "delete", "-f", "pause1")
+        c.ctr("containers", "delete", "pause1")
+    no_leak(t, "pause1")
+
+
 def test_tty_task(t):
     master, slave = pty.openpty()
     p = subprocess.Popen(["ctr", "--address", t.c.sock, "-n", NS, "run", "--rm", "-t", "--runtime", RUNTIME,
