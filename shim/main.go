@@ -139,17 +139,30 @@ func (manager) Start(ctx context.Context, id string, opts shim.StartOpts) (_ str
 	return address, nil
 }
 
-// Stop is "delete": the shim of container id is gone; remove its sandbox,
-// runtime and rootfs mounts (the bundle is the working directory).
+// Stop is "delete": the shim of container id is gone (containerd runs it
+// after every shim's exit); remove its sandbox, runtime and rootfs mounts
+// (the bundle is the working directory), or stop a persistent one.
 func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	ns, _ := namespaces.Namespace(ctx)
 	name := sandboxName(ns, id)
+	cwd, cwdErr := os.Getwd()
+	persistent := false
+	if cwdErr == nil {
+		if spec, err := readSpec(cwd); err == nil {
+			persistent = spec.Annotations[annPersistent] == "true"
+		}
+	}
 	if c, err := dialRPC(socketPath(), nil); err == nil {
-		c.call("sandbox.delete", map[string]interface{}{"name": name}, nil)
-		c.call("runtime.delete", map[string]interface{}{"name": name}, nil)
+		if persistent {
+			// Kept, stopped, as the task's Delete keeps it.
+			c.call("sandbox.stop", map[string]interface{}{"name": name}, nil)
+		} else {
+			c.call("sandbox.delete", map[string]interface{}{"name": name}, nil)
+			c.call("runtime.delete", map[string]interface{}{"name": name}, nil)
+		}
 		c.close()
 	}
-	if cwd, err := os.Getwd(); err == nil {
+	if cwdErr == nil {
 		mount.UnmountAll(filepath.Join(cwd, "rootfs"), 0)
 		os.Remove(filepath.Join(cwd, rootfsTar))
 	}

@@ -88,7 +88,11 @@ func newService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 		return nil, err
 	}
 	s.rpc = c
-	sd.RegisterCallback(func(context.Context) error { c.close(); return nil })
+	sd.RegisterCallback(func(context.Context) error {
+		c.close()
+		publisher.Close() // events are sent in order; the shim then exits at once
+		return nil
+	})
 	return s, nil
 }
 

@@ -118,6 +118,46 @@ def make_rootfs(d):
         os.symlink("busybox", os.path.join(d, "bin", a))
 
 
+def make_image(rootfs, out):
+    """An OCI image archive (image-spec: oci-layout, index.json, blobs) of
+    the tree `rootfs` in one gzip layer, for `ctr image import`."""
+    import gzip
+    import io
+    import tarfile
+    blobs = {}
+
+    def blob(data, media):
+        dg = hashlib.sha256(data).hexdigest()
+        blobs[dg] = data
+        return {"mediaType": media, "digest": "sha256:" + dg, "size": len(data)}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        for name in sorted(os.listdir(rootfs)):
+            tf.add(os.path.join(rootfs, name), arcname=name)
+    layer = raw.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    layer_desc = blob(gzip.compress(layer, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    config_desc = blob(config, "application/vnd.oci.image.config.v1+json")
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": config_desc, "layers": [layer_desc]}).encode()
+    man_desc = blob(manifest, "application/vnd.oci.image.manifest.v1+json")
+    man_desc["annotations"] = {"org.opencontainers.image.ref.name": "1"}
+    man_desc["platform"] = {"architecture": "amd64", "os": "linux"}
+    index = json.dumps({"schemaVersion": 2, "manifests": [man_desc]}).encode()
+    with tarfile.open(out, "w") as tf:
+        def add(name, data):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+        add("oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        add("index.json", index)
+        for dg, data in blobs.items():
+            add("blobs/sha256/" + dg, data)
+
+
 # ---------------------------------------------------------------- tests
 
 def run(c, rootfs, cid, *cmd, extra=(), timeout=120):
@@ -167,6 +207,28 @@ def test_run_exits_with_its_code_and_output(t):
     no_leak(t, "run1")
 
 
+def test_image_rootfs_from_snapshot_mounts(t):
+    """An image: containerd hands the shim overlay mounts of its snapshot;
+    they are mounted in the bundle, packed, and released before the run."""
+    c = t.c
+    img = os.path.join(t.world.tmp, "bb-image.tar")
+    make_image(t.rootfs, img)
+    r = c.ctr("image", "import", "--base-name", "localhost/bb", img, timeout=120)
+    expect_eq(r.returncode, 0, "ctr image import: %s %s" % (r.stdout, r.stderr))
+    try:
+        r = c.ctr("run", "--rm", "--runtime", RUNTIME, "localhost/bb:1", "img1", "sh", "-c",
+                  "ls /bin/busybox && echo image-ok", timeout=120)
+        expect_eq(r.returncode, 0, "ctr run of an image (stderr %r)" % r.stderr[-400:])
+        expect_eq(r.stdout, "/bin/busybox\nimage-ok\n", "the image's files are the sandbox's root")
+        no_leak(t, "img1")
+        bundle = os.path.join(c.state, "io.containerd.runtime.v2.task", NS, "img1")
+        expect(not [m for m in W.mounts_below(c.base) if m.startswith(bundle)],
+               "no rootfs mount of the bundle is left")
+    finally:
+        c.ctr("containers", "delete", "img1")
+        c.ctr("image", "rm", "localhost/bb:1")
+
+
 def test_env_and_cwd(t):
     r = run(t.c, t.rootfs, "env1", "sh", "-c", "echo \"v=$FOO\"; pwd",
             extra=("--env", "FOO=bar baz", "--cwd", "/etc"))
@@ -176,6 +238,33 @@ def test_env_and_cwd(t):
 
 
 def test_exec_into_running_then_kill_and_delete(t):
+    c = t.c
+    ev = subprocess.Popen(["ctr", "--address", c.sock, "events"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        _exec_kill_delete(t)
+        # The task events containerd expects, in their order, for long1.
+        want = ["/tasks/create", "/tasks/start", "/tasks/exec-added", "/tasks/exec-started", "/tasks/exit",
+                "/tasks/delete"]
+        def seen():
+            return [w for w in want if any(w in l and "long1" in l for l in lines)]
+        lines = []
+        import fcntl
+        fcntl.fcntl(ev.stdout, fcntl.F_SETFL, os.O_NONBLOCK)
+        deadline = time.monotonic() + 10
+        while seen() != want and time.monotonic() < deadline:
+            select.select([ev.stdout], [], [], 0.2)
+            chunk = ev.stdout.read()
+            if chunk:
+                lines += chunk.splitlines()
+        expect_eq(seen(), want, "task events published (%d lines)" % len(lines))
+    finally:
+        os.kill(ev.pid, signal.SIGKILL)
+        ev.wait()
+    no_leak(t, "long1")
+
+
+def _exec_kill_delete(t):
     c = t.c
     r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "long1", "sleep", "600")
     expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
@@ -216,7 +305,6 @@ def test_exec_into_running_then_kill_and_delete(t):
         c.ctr("task", "kill", "-s", "KILL", "long1")
         c.ctr("task", "delete", "long1")
         c.ctr("containers", "delete", "long1")
-    no_leak(t, "long1")
 
 
 def test_kill_ends_a_run_with_the_signal_status(t):
@@ -280,6 +368,30 @@ def test_pause_and_resume_freeze_the_sandbox(t):
         c.ctr("task", "delete", "-f", "pause1")
         c.ctr("containers", "delete", "pause1")
     no_leak(t, "pause1")
+
+
+def test_a_killed_shim_is_cleaned_up(t):
+    """kill -9 of the shim of a running task: containerd runs `shim delete`,
+    which removes the sandbox and its runtime; nothing is left."""
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "crash1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        pids = shims(c)
+        expect_eq(len(pids), 1, "one shim runs")
+        os.kill(pids[0], signal.SIGKILL)
+        name = sandbox_name("crash1")
+        W.World.wait_until(lambda: name not in [s["name"] for s in t.world.rpc_result("sandbox.list")["sandboxes"]],
+                           30, "the dead shim's sandbox to be deleted")
+        c.ctr("task", "delete", "crash1")
+        r = c.ctr("containers", "delete", "crash1")
+        expect_eq(r.returncode, 0, "ctr containers delete: %s" % r.stderr)
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "crash1")
+        c.ctr("task", "delete", "-f", "crash1")
+        c.ctr("containers", "delete", "crash1")
+    no_leak(t, "crash1")
 
 
 def test_tty_task(t):
@@ -348,6 +460,31 @@ def test_bad_policy_annotation_refused_with_its_field(t):
     for cid in ("bad1", "bad2", "bad3"):
         t.c.ctr("containers", "delete", cid)
         no_leak(t, cid)
+
+
+def test_tags_timeout_and_persistent_annotations(t):
+    c, w = t.c, t.world
+    name = sandbox_name("ann1")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME,
+              "--annotation", 'io.sandboxd.tags={"team": "a"}', "--annotation", "io.sandboxd.timeout=600000",
+              "--annotation", "io.sandboxd.persistent=true", "--rootfs", t.rootfs, "ann1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        sb = w.rpc_result("sandbox.get", {"name": name})
+        expect_eq((sb["tags"], sb["timeout"], sb["persistent"]), ({"team": "a"}, 600000, True),
+                  "the sandbox's tags, timeout and persistent")
+        expect_eq(sb["runtime"], name, "the sandbox stands on the rootfs's runtime")
+        c.ctr("task", "kill", "-s", "KILL", "ann1")
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the task to stop")
+        expect_eq(c.ctr("task", "delete", "ann1").returncode, 0, "ctr task delete")
+        sb = w.rpc_result("sandbox.get", {"name": name})
+        expect_eq(sb["status"], "stopped", "a persistent sandbox is kept, stopped, after the task's delete")
+    finally:
+        c.ctr("task", "delete", "-f", "ann1")
+        c.ctr("containers", "delete", "ann1")
+        w.rpc("sandbox.delete", {"name": name})
+        w.rpc("runtime.delete", {"name": name})
+    no_leak(t, "ann1")
 
 
 def test_memory_limit_not_widened(t):
