@@ -57,8 +57,15 @@ type process struct {
 	exitStatus uint32
 	exitedAt   time.Time
 	exited     chan struct{}
-	notes      chan note
-	backlog    []note
+	// Output waiting for the FIFOs (guarded by service.mu): the RPC
+	// reader never blocks on a FIFO nobody reads; past maxQueued bytes
+	// further output of the process is dropped (and counted).
+	queue    []note
+	queued   int
+	dropped  int64
+	wake     chan struct{}
+	ended    bool   // command.exit seen: the writer reports it once the queue is written
+	exitCode uint32 // its exit status
 	stdinW     io.Closer // the stdin FIFO's reader, closed by CloseIO
 }
 
@@ -76,6 +83,7 @@ type service struct {
 	procs                map[string]*process // by exec id
 	byCmd                map[string]*process
 	pending              map[string][]note // notes for a cmdId not known yet
+	pendingBytes         int
 	deleted              bool
 }
 
@@ -109,8 +117,13 @@ func (s *service) publish(topic string, ev interface{}) {
 	}
 }
 
-// onNote runs on the RPC reader: each note goes, in order, to its process's
-// queue (or waits in pending until command.run has answered with the cmdId).
+// maxQueued bounds the output a process may have waiting for its FIFO
+// reader, and the notes waiting for a cmdId command.run has not answered.
+const maxQueued = 16 << 20
+
+// onNote runs on the RPC reader and never blocks: output and exit are
+// queued for the process's writer (pump), so a FIFO nobody reads holds up
+// only that process's output and exit, never the shim's other calls.
 func (s *service) onNote(method string, params json.RawMessage) {
 	if method != "command.output" && method != "command.exit" {
 		return
@@ -123,22 +136,58 @@ func (s *service) onNote(method string, params json.RawMessage) {
 	s.mu.Lock()
 	p := s.byCmd[n.CmdID]
 	if p == nil {
-		s.pending[n.CmdID] = append(s.pending[n.CmdID], n)
+		if s.pendingBytes+len(n.Data) <= maxQueued || method == "command.exit" {
+			s.pending[n.CmdID] = append(s.pending[n.CmdID], n)
+			s.pendingBytes += len(n.Data)
+		}
 		s.mu.Unlock()
 		return
 	}
 	s.mu.Unlock()
-	p.notes <- n
+	s.deliver(p, n)
 }
 
-// pump writes a process's output to its FIFOs in order and handles its exit.
-func (s *service) pump(p *process, stdout, stderr io.WriteCloser) {
-	handle := func(n note) bool {
-		switch n.Method {
-		case "command.output":
+// deliver queues one note of p: output for its FIFOs, or its exit, which
+// pump reports once the output before it is written.
+func (s *service) deliver(p *process, n note) {
+	if n.Method == "command.exit" {
+		code := 255
+		if n.ExitCode != nil {
+			code = *n.ExitCode
+		}
+		s.mu.Lock()
+		p.ended = true
+		p.exitCode = uint32(code)
+		s.mu.Unlock()
+	} else {
+		s.mu.Lock()
+		if p.queued+len(n.Data) > maxQueued {
+			p.dropped += int64(len(n.Data)) * 3 / 4
+		} else {
+			p.queue = append(p.queue, n)
+			p.queued += len(n.Data)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pump writes a process's output to its FIFOs in order, and closes them
+// once the process has exited and everything queued is written.
+func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteCloser) {
+	for {
+		s.mu.Lock()
+		q := p.queue
+		p.queue, p.queued = nil, 0
+		ended := p.ended
+		s.mu.Unlock()
+		for _, n := range q {
 			data, err := base64.StdEncoding.DecodeString(n.Data)
 			if err != nil {
-				return false
+				continue
 			}
 			w := stdout
 			if n.Stream == "stderr" && stderr != nil {
@@ -147,31 +196,33 @@ func (s *service) pump(p *process, stdout, stderr io.WriteCloser) {
 			if w != nil {
 				w.Write(data)
 			}
-		case "command.exit":
-			code := 255
-			if n.ExitCode != nil {
-				code = *n.ExitCode
-			}
-			s.exit(p, uint32(code))
-			return true
 		}
-		return false
-	}
-	done := false
-	for _, n := range p.backlog {
-		if handle(n) {
-			done = true
+		if len(q) > 0 {
+			continue
+		}
+		if ended {
+			s.mu.Lock()
+			code := p.exitCode
+			s.mu.Unlock()
+			s.exit(p, code)
 			break
 		}
-	}
-	for !done {
 		select {
-		case n := <-p.notes:
-			done = handle(n)
-		case <-s.rpc.done:
-			s.exit(p, 255) // the daemon's connection is gone: the command is lost to us
-			done = true
+		case <-p.wake:
+		case <-conn.done:
+			// The daemon's connection is gone: the command is lost to us.
+			s.mu.Lock()
+			if !p.ended {
+				p.ended, p.exitCode = true, 255
+			}
+			s.mu.Unlock()
 		}
+	}
+	s.mu.Lock()
+	dropped := p.dropped
+	s.mu.Unlock()
+	if dropped > 0 {
+		log.G(s.ctx).Warnf("process %q: %d bytes of output dropped: its FIFO reader did not keep up", p.execID, dropped)
 	}
 	if stdout != nil {
 		stdout.Close()
@@ -304,7 +355,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		return nil, grpcErr(err)
 	}
 	p := &process{spec: spec.Process, terminal: r.Terminal, stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr,
-		status: task.StatusCreated, exited: make(chan struct{}), notes: make(chan note, 256)}
+		status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.init = p
 	s.persistent = persistent
@@ -417,11 +468,26 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	s.mu.Lock()
 	p.cmdID = cmd.CmdID
 	p.status = task.StatusRunning
-	p.backlog = s.pending[cmd.CmdID]
+	// The notes that came before the answer go first, in order, under the
+	// same lock that makes the live ones find the process.
+	var exitNote *note
+	for _, n := range s.pending[cmd.CmdID] {
+		s.pendingBytes -= len(n.Data)
+		if n.Method == "command.exit" {
+			n := n
+			exitNote = &n
+		} else {
+			p.queue = append(p.queue, n)
+			p.queued += len(n.Data)
+		}
+	}
 	delete(s.pending, cmd.CmdID)
 	s.byCmd[cmd.CmdID] = p
 	s.mu.Unlock()
-	go s.pump(p, stdout, stderr)
+	if exitNote != nil {
+		s.deliver(p, *exitNote)
+	}
+	go s.pump(p, s.rpc, stdout, stderr)
 	s.startStdin(p)
 	if r.ExecID == "" {
 		s.publish(runtime.TaskStartEventTopic, &eventstypes.TaskStart{ContainerID: s.id, Pid: uint32(os.Getpid())})
@@ -648,7 +714,7 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*pty
 		return nil, grpcErr(fmt.Errorf("exec %s: %w", r.ExecID, errdefs.ErrAlreadyExists))
 	}
 	s.procs[r.ExecID] = &process{execID: r.ExecID, spec: spec, terminal: r.Terminal, stdin: r.Stdin,
-		stdout: r.Stdout, stderr: r.Stderr, status: task.StatusCreated, exited: make(chan struct{}), notes: make(chan note, 256)}
+		stdout: r.Stdout, stderr: r.Stderr, status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.mu.Unlock()
 	s.publish(runtime.TaskExecAddedEventTopic, &eventstypes.TaskExecAdded{ContainerID: s.id, ExecID: r.ExecID})
 	return &ptypes.Empty{}, nil

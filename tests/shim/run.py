@@ -207,6 +207,17 @@ def test_run_exits_with_its_code_and_output(t):
     no_leak(t, "run1")
 
 
+def test_large_output_arrives_whole_and_in_order(t):
+    r = run(t.c, t.rootfs, "big1", "sh", "-c",
+            "i=0; while [ $i -lt 60000 ]; do echo line-$i; i=$((i+1)); done; echo tail >&2; exit 7")
+    expect_eq(r.returncode, 7, "exit status (stderr %r)" % r.stderr[-300:])
+    want = "".join("line-%d\n" % i for i in range(60000))
+    expect(r.stdout == want, "all %d bytes of stdout in order (got %d bytes, ends %r)"
+           % (len(want), len(r.stdout), r.stdout[-40:]))
+    expect_eq(r.stderr, "tail\n", "stderr")
+    no_leak(t, "big1")
+
+
 def test_image_rootfs_from_snapshot_mounts(t):
     """An image: containerd hands the shim overlay mounts of its snapshot;
     they are mounted in the bundle, packed, and released before the run."""
@@ -370,6 +381,60 @@ def test_pause_and_resume_freeze_the_sandbox(t):
     no_leak(t, "pause1")
 
 
+def test_detached_chatty_task_does_not_stall_the_shim(t):
+    """ctr run -d exits at once; the task keeps writing megabytes to stdout
+    nobody reads: the shim must still answer (exec, kill, delete)."""
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "chat1", "sh", "-c",
+              "while :; do echo 0123456789012345678901234567890123456789012345678901234567890123456789; done")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3:  # it writes all the while
+            r = c.ctr("task", "exec", "--exec-id", "e%d" % int((time.monotonic() - t0) * 1000), "chat1",
+                      "echo", "answer", timeout=20)
+            expect_eq((r.returncode, r.stdout), (0, "answer\n"), "an exec beside the chatty task (%s)" % r.stderr)
+        expect_eq(c.ctr("task", "kill", "-s", "KILL", "chat1").returncode, 0, "kill")
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the task to stop")
+        expect_eq(c.ctr("task", "delete", "chat1").returncode, 0, "delete")
+    finally:
+        c.ctr("task", "delete", "-f", "chat1")
+        c.ctr("containers", "delete", "chat1")
+    no_leak(t, "chat1")
+
+
+def test_a_reader_that_stops_reading_does_not_stall_other_tasks_calls(t):
+    """ctr run attached whose stdout nobody reads: the container's output
+    backs up (as into a full pipe), but the shim still serves exec, state
+    and kill for it."""
+    c = t.c
+    p = subprocess.Popen(["ctr", "--address", c.sock, "-n", NS, "run", "--rm", "--runtime", RUNTIME,
+                          "--rootfs", t.rootfs, "stall1", "sh", "-c",
+                          "while :; do echo 0123456789012345678901234567890123456789012345678901234567890; done"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        # Well past every buffer on the way (the pipe, the shim's queue, the
+        # daemon's 4 MiB per connection): poll until the output stops growing.
+        r = c.ctr("task", "exec", "--exec-id", "x1", "stall1", "echo", "still-here", timeout=20)
+        expect_eq((r.returncode, r.stdout), (0, "still-here\n"), "an exec while the output is stuck (%s)" % r.stderr)
+        r = c.ctr("task", "kill", "-s", "KILL", "stall1", timeout=20)
+        expect_eq(r.returncode, 0, "ctr task kill while the output is stuck: %s" % r.stderr)
+        # The reader goes away: the rest of the output is dropped and the
+        # exit comes through.
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 30, "the task to stop")
+    finally:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        c.ctr("task", "delete", "-f", "stall1")
+        c.ctr("containers", "delete", "stall1")
+    no_leak(t, "stall1")
+
+
 def test_a_killed_shim_is_cleaned_up(t):
     """kill -9 of the shim of a running task: containerd runs `shim delete`,
     which removes the sandbox and its runtime; nothing is left."""
@@ -527,7 +592,7 @@ def main():
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
         try:
             t.c.start()
-            for name, fn in tests:
+            for name, fn in tests * int(os.environ.get("SHIM_TEST_REPEAT", "1")):
                 t0 = time.monotonic()
                 try:
                     fn(t)
