@@ -1307,6 +1307,14 @@ const char *core_cgroup_path(const core_cgroup *cg) {
         return cg && cg->n ? cg->dirs[0] : NULL;
 }
 
+size_t core_cgroup_dirs(const core_cgroup *cg, const char **dirs, size_t max) {
+        if (!cg)
+                return 0;
+        for (size_t i = 0; i < cg->n && i < max; i++)
+                dirs[i] = cg->dirs[i];
+        return cg->n;
+}
+
 void core_cgroup_free(core_cgroup *cg) {
         if (!cg)
                 return;

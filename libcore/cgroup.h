@@ -211,5 +211,10 @@ int core_cgroup_open(const char *name, pid_t pid, core_cgroup **ret);
  * (v2 path when available, else the v1 pids path). Owned by cg. */
 const char *core_cgroup_path(const core_cgroup *cg);
 
+/* The session cgroup's directories, one per hierarchy in use (the tracking
+ * one first, as core_cgroup_path): at most `max` pointers, owned by cg, go
+ * to dirs[]. Returns how many there are (0 for a NULL cg). */
+size_t core_cgroup_dirs(const core_cgroup *cg, const char **dirs, size_t max);
+
 void core_cgroup_free(core_cgroup *cg);
 DEFINE_TRIVIAL_CLEANUP_FUNC(core_cgroup, core_cgroup_free);

@@ -132,6 +132,7 @@ struct session {
         int agent_fd;
         int net_slot;             /* -1 without network */
         core_cgroup *cg;
+        bool paused;              /* frozen by sandbox.pause (pause.c) */
         uint64_t started_ms;
         sd_event_source *agent_src, *pidfd_src, *expire_src, *kill_src;
         agent_packet *outq, **outq_tail;
@@ -610,6 +611,8 @@ int tar_open_untrusted(int archive_fd, struct archive **ret_rd, struct archive *
 /* runtime.c */
 /* runtime.list, runtime.import, runtime.bootstrap and runtime.delete. */
 void register_runtime_methods(manager *m, rpc_server *s);
+/* sandbox.pause, sandbox.resume (pause.c). */
+void register_pause_methods(manager *m, rpc_server *s);
 /* The root directory of runtime `name` (<state>/runtimes/<name>). Caller
  * frees; NULL on ENOMEM. */
 char *runtime_dir(const manager *m, const char *name);

@@ -132,6 +132,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_snapshot_methods(m, server);
         register_snapshot_io_methods(m, server);
         register_runtime_methods(m, server);
+        register_pause_methods(m, server);
         register_event_methods(m, server);
 }
 

@@ -33,6 +33,20 @@ static void add_time(cJSON *o, const char *key, uint64_t ms) {
                 cJSON_AddNullToObject(o, key);
 }
 
+/* session.cgroups: the host directories of the session's cgroup, one per
+ * hierarchy (what a containerd shim reads for Pids and Stats), and
+ * session.initPid, sandbox-init's host pid. */
+static void session_cgroups_json(const session *s, cJSON *o) {
+        const char *dirs[8];
+        size_t n = core_cgroup_dirs(s->cg, dirs, 8);
+        cJSON *a = cJSON_AddArrayToObject(o, "cgroups");
+        for (size_t i = 0; i < n && i < 8; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(dirs[i]));
+        if (s->pid > 0)
+                cJSON_AddNumberToObject(o, "initPid", s->pid);
+        cJSON_AddBoolToObject(o, "paused", s->paused);
+}
+
 cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", sb->name);
@@ -63,6 +77,7 @@ cJSON *sandbox_to_json(const sandbox *sb) {
                 cJSON *cur = cJSON_AddObjectToObject(o, "session");
                 cJSON_AddStringToObject(cur, "id", sb->sess->id);
                 cJSON_AddNumberToObject(cur, "netdRestarts", sb->sess->netd_restarts);
+                session_cgroups_json(sb->sess, cur);
         } else
                 cJSON_AddNullToObject(o, "session");
         return o;
@@ -941,6 +956,11 @@ static void method_update(rpc_request *req, void *userdata) {
                 fail_reason = "invalid_policy";
                 fail_msg = "networkPolicy: this session started without a network address (the address pool "
                            "was full); stop the sandbox and start it again to give it network access";
+        } else if (newpol && sb->sess && sb->sess->paused) {
+                /* Its sandbox-netd is frozen with it (sandbox.pause). */
+                fail_field = "networkPolicy";
+                fail_reason = "unavailable";
+                fail_msg = "networkPolicy: the sandbox is paused; resume it (sandbox.resume) and update it";
         } else if (newpol && sb->starting) {
                 /* The starting session reads the policy on a worker thread. */
                 fail_field = "networkPolicy";

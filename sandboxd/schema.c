@@ -115,6 +115,8 @@ const schema_method schema_methods[] = {
         { "sandbox.stop", name_params },
         { "sandbox.delete", name_params },
         { "sandbox.extendTimeout", extend_params },
+        { "sandbox.pause", name_params },
+        { "sandbox.resume", name_params },
         { "sandbox.fork", fork_params },
         { "sandbox.snapshot", snapshot_params },
         { "snapshot.list", snapshot_list_params },

@@ -191,6 +191,7 @@ typedef struct capture_job {
         char *upper, *dest;
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
         int cancel;       /* CORE_CANCEL_REQUESTED once request.cancel asked (capture_cancel) */
+        bool keep_frozen; /* paused (sandbox.pause, pause.c): stays frozen after the copy */
         sb_error *err;
 } capture_job;
 
@@ -236,7 +237,7 @@ static void capture_work(void *userdata) {
         core_cancel_bind(NULL);
         snprintf(point, sizeof(point), "%s.copied", j->op);
         core_fault(point);
-        int t = core_cgroup_freeze(j->cg, false);
+        int t = j->keep_frozen ? 0 : core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
                 log_warning_errno(t, "sandbox '%s': thaw after copy: %m", j->sb->name);
         if (r >= 0 && rename(tmp, j->dest) < 0)
@@ -408,6 +409,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
         memcpy(j->id, id, sizeof(id));
         j->dest = TAKE_PTR(dest);
         j->cg = sb->sess ? sb->sess->cg : NULL;
+        j->keep_frozen = sb->sess && sb->sess->paused;
         if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
                 sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 cb(m, req, sb, NULL, err);

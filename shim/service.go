@@ -1,0 +1,832 @@
+package main
+
+// The shim v2 Task service (containerd's runtime/v2/task API) for one
+// container, carried out by sandboxd: the container is a sandbox, its init
+// process and each exec a command in it (docs/API.md command.run).
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	eventstypes "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/log"
+	"github.com/containerd/containerd/mount"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/pkg/shutdown"
+	"github.com/containerd/containerd/runtime"
+	"github.com/containerd/containerd/runtime/v2/shim"
+	taskAPI "github.com/containerd/containerd/runtime/v2/task"
+	"github.com/containerd/fifo"
+	"github.com/containerd/typeurl"
+	ptypes "github.com/gogo/protobuf/types"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+const rootfsTar = "sandboxd-rootfs.tar"
+
+// note is a command.output or command.exit notification.
+type note struct {
+	Method   string
+	CmdID    string `json:"cmdId"`
+	Stream   string `json:"stream"`
+	Data     string `json:"data"`
+	ExitCode *int   `json:"exitCode"`
+}
+
+// process is the init process ("" exec id) or an exec.
+type process struct {
+	execID   string
+	spec     *specs.Process
+	terminal bool
+	stdin    string
+	stdout   string
+	stderr   string
+
+	cmdID      string
+	status     task.Status
+	exitStatus uint32
+	exitedAt   time.Time
+	exited     chan struct{}
+	// Output waiting for the FIFOs (guarded by service.mu): the RPC
+	// reader never blocks on a FIFO nobody reads; past maxQueued bytes
+	// further output of the process is dropped (and counted).
+	queue    []note
+	queued   int
+	dropped  int64
+	wake     chan struct{}
+	ended    bool   // command.exit seen: the writer reports it once the queue is written
+	exitCode uint32 // its exit status
+	stdinW     io.Closer // the stdin FIFO's reader, closed by CloseIO
+}
+
+type service struct {
+	mu        sync.Mutex
+	ctx       context.Context
+	publisher shim.Publisher
+	sd        shutdown.Service
+
+	id, bundle, ns, name string
+	persistent           bool
+	mountedRootfs        bool
+	rpc                  *rpcClient
+	init                 *process
+	procs                map[string]*process // by exec id
+	byCmd                map[string]*process
+	pending              map[string][]note // notes for a cmdId not known yet
+	pendingBytes         int
+	deleted              bool
+}
+
+func newService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service) (*service, error) {
+	ns, _ := namespaces.Namespace(ctx)
+	s := &service{ctx: ctx, publisher: publisher, sd: sd, ns: ns,
+		procs: map[string]*process{}, byCmd: map[string]*process{}, pending: map[string][]note{}}
+	c, err := dialRPC(socketPath(), s.onNote)
+	if err != nil {
+		return nil, err
+	}
+	s.rpc = c
+	sd.RegisterCallback(func(context.Context) error {
+		c.close()
+		publisher.Close() // events are sent in order; the shim then exits at once
+		return nil
+	})
+	return s, nil
+}
+
+// RegisterTTRPC makes the service the shim's task service.
+func (s *service) RegisterTTRPC(server *ttrpcServer) error {
+	taskAPI.RegisterTaskService(server, s)
+	return nil
+}
+
+func (s *service) publish(topic string, ev interface{}) {
+	ctx := namespaces.WithNamespace(context.Background(), s.ns)
+	if err := s.publisher.Publish(ctx, topic, ev.(eventsEvent)); err != nil {
+		log.G(s.ctx).WithError(err).Warnf("publishing %s", topic)
+	}
+}
+
+// maxQueued bounds the output a process may have waiting for its FIFO
+// reader, and the notes waiting for a cmdId command.run has not answered.
+const maxQueued = 16 << 20
+
+// onNote runs on the RPC reader and never blocks: output and exit are
+// queued for the process's writer (pump), so a FIFO nobody reads holds up
+// only that process's output and exit, never the shim's other calls.
+func (s *service) onNote(method string, params json.RawMessage) {
+	if method != "command.output" && method != "command.exit" {
+		return
+	}
+	var n note
+	if json.Unmarshal(params, &n) != nil || n.CmdID == "" {
+		return
+	}
+	n.Method = method
+	s.mu.Lock()
+	p := s.byCmd[n.CmdID]
+	if p == nil {
+		if s.pendingBytes+len(n.Data) <= maxQueued || method == "command.exit" {
+			s.pending[n.CmdID] = append(s.pending[n.CmdID], n)
+			s.pendingBytes += len(n.Data)
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.deliver(p, n)
+}
+
+// deliver queues one note of p: output for its FIFOs, or its exit, which
+// pump reports once the output before it is written.
+func (s *service) deliver(p *process, n note) {
+	if n.Method == "command.exit" {
+		code := 255
+		if n.ExitCode != nil {
+			code = *n.ExitCode
+		}
+		s.mu.Lock()
+		p.ended = true
+		p.exitCode = uint32(code)
+		s.mu.Unlock()
+	} else {
+		s.mu.Lock()
+		if p.queued+len(n.Data) > maxQueued {
+			p.dropped += int64(len(n.Data)) * 3 / 4
+		} else {
+			p.queue = append(p.queue, n)
+			p.queued += len(n.Data)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pump writes a process's output to its FIFOs in order, and closes them
+// once the process has exited and everything queued is written.
+func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteCloser) {
+	for {
+		s.mu.Lock()
+		q := p.queue
+		p.queue, p.queued = nil, 0
+		ended := p.ended
+		s.mu.Unlock()
+		for _, n := range q {
+			data, err := base64.StdEncoding.DecodeString(n.Data)
+			if err != nil {
+				continue
+			}
+			w := stdout
+			if n.Stream == "stderr" && stderr != nil {
+				w = stderr
+			}
+			if w != nil {
+				w.Write(data)
+			}
+		}
+		if len(q) > 0 {
+			continue
+		}
+		if ended {
+			s.mu.Lock()
+			code := p.exitCode
+			s.mu.Unlock()
+			s.exit(p, code)
+			break
+		}
+		select {
+		case <-p.wake:
+		case <-conn.done:
+			// The daemon's connection is gone: the command is lost to us.
+			s.mu.Lock()
+			if !p.ended {
+				p.ended, p.exitCode = true, 255
+			}
+			s.mu.Unlock()
+		}
+	}
+	s.mu.Lock()
+	dropped := p.dropped
+	s.mu.Unlock()
+	if dropped > 0 {
+		log.G(s.ctx).Warnf("process %q: %d bytes of output dropped: its FIFO reader did not keep up", p.execID, dropped)
+	}
+	if stdout != nil {
+		stdout.Close()
+	}
+	if stderr != nil {
+		stderr.Close()
+	}
+}
+
+func (s *service) exit(p *process, code uint32) {
+	s.mu.Lock()
+	if p.status == task.StatusStopped {
+		s.mu.Unlock()
+		return
+	}
+	p.status = task.StatusStopped
+	p.exitStatus = code
+	p.exitedAt = time.Now()
+	if p.stdinW != nil {
+		p.stdinW.Close()
+		p.stdinW = nil
+	}
+	close(p.exited)
+	var others []string
+	if p == s.init {
+		// As when a container's init dies: the rest of it goes too.
+		for _, q := range s.procs {
+			if q.status == task.StatusRunning && q.cmdID != "" {
+				others = append(others, q.cmdID)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range others {
+		s.rpc.call("command.kill", map[string]interface{}{"cmdId": c, "signal": 9}, nil)
+	}
+	id := p.execID
+	if id == "" {
+		id = s.id
+	}
+	s.publish(runtime.TaskExitEventTopic, &eventstypes.TaskExit{
+		ContainerID: s.id, ID: id, Pid: uint32(os.Getpid()), ExitStatus: code, ExitedAt: p.exitedAt})
+}
+
+func (s *service) limits() (daemonLimits, error) {
+	var info struct {
+		Limits daemonLimits `json:"limits"`
+	}
+	err := s.rpc.call("daemon.info", nil, &info)
+	return info.Limits, err
+}
+
+func grpcErr(err error) error { return errdefs.ToGRPC(err) }
+
+// Create makes the container's sandbox: its rootfs as a runtime, then
+// sandbox.create with the parameters the spec maps to (spec.go).
+func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *taskAPI.CreateTaskResponse, retErr error) {
+	s.mu.Lock()
+	if s.init != nil {
+		s.mu.Unlock()
+		return nil, grpcErr(fmt.Errorf("task %s: %w", r.ID, errdefs.ErrAlreadyExists))
+	}
+	s.id, s.bundle = r.ID, r.Bundle
+	s.name = sandboxName(s.ns, r.ID)
+	s.mu.Unlock()
+	spec, err := readSpec(r.Bundle)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	if r.Checkpoint != "" {
+		return nil, grpcErr(fmt.Errorf("checkpoint: restoring a checkpoint is not supported by sandboxd: %w", errdefs.ErrNotImplemented))
+	}
+	lim, err := s.limits()
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	params, persistent, err := createParams(spec, lim)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if _, err := commandParams(s.name, spec.Process); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	root := filepath.Join(r.Bundle, "rootfs")
+	if len(r.Rootfs) > 0 {
+		if err := os.MkdirAll(root, 0711); err != nil {
+			return nil, grpcErr(err)
+		}
+		var ms []mount.Mount
+		for _, m := range r.Rootfs {
+			ms = append(ms, mount.Mount{Type: m.Type, Source: m.Source, Options: m.Options})
+		}
+		if err := mount.All(ms, root); err != nil {
+			return nil, grpcErr(fmt.Errorf("mounting the rootfs: %w", err))
+		}
+		s.mountedRootfs = true
+	} else if spec.Root != nil && spec.Root.Path != "" {
+		root = spec.Root.Path
+		if !filepath.IsAbs(root) {
+			root = filepath.Join(r.Bundle, root)
+		}
+	}
+	defer func() {
+		if retErr != nil {
+			s.cleanup()
+		}
+	}()
+	tarPath := filepath.Join(r.Bundle, rootfsTar)
+	os.Remove(tarPath)
+	if err := tarTree(root, tarPath); err != nil {
+		return nil, grpcErr(err)
+	}
+	if s.mountedRootfs {
+		// The runtime is a copy: the snapshot's mounts are not needed.
+		mount.UnmountAll(root, 0)
+		s.mountedRootfs = false
+	}
+	err = s.rpc.call("runtime.import", map[string]interface{}{"name": s.name, "path": tarPath}, nil)
+	os.Remove(tarPath)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("importing the rootfs as runtime %s: %w", s.name, err))
+	}
+	params["name"] = s.name
+	params["runtime"] = s.name
+	if err := s.rpc.call("sandbox.create", params, nil); err != nil {
+		err = policyError(err)
+		if isReason(err, "invalid_policy") || isRPCCode(err, -32602) {
+			err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		return nil, grpcErr(err)
+	}
+	p := &process{spec: spec.Process, terminal: r.Terminal, stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr,
+		status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.init = p
+	s.persistent = persistent
+	s.mu.Unlock()
+	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{
+		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(os.Getpid()),
+		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}})
+	return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
+}
+
+func isRPCCode(err error, code int) bool {
+	if re, ok := err.(*rpcError); ok {
+		return re.Code == code
+	}
+	return false
+}
+
+func readSpec(bundle string) (*specs.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	return &spec, nil
+}
+
+// cleanup removes what Create made: the sandbox, its runtime, the rootfs
+// mounts. Errors other than not_found are returned.
+func (s *service) cleanup() error {
+	var first error
+	if err := s.rpc.call("sandbox.delete", map[string]interface{}{"name": s.name}, nil); err != nil && !isReason(err, "not_found") {
+		first = err
+	}
+	if err := s.rpc.call("runtime.delete", map[string]interface{}{"name": s.name}, nil); err != nil && !isReason(err, "not_found") && first == nil {
+		first = err
+	}
+	if s.mountedRootfs {
+		mount.UnmountAll(filepath.Join(s.bundle, "rootfs"), 0)
+		s.mountedRootfs = false
+	}
+	os.Remove(filepath.Join(s.bundle, rootfsTar))
+	return first
+}
+
+func (s *service) get(execID string) (*process, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.init == nil {
+		return nil, grpcErr(fmt.Errorf("no task: %w", errdefs.ErrNotFound))
+	}
+	if execID == "" {
+		return s.init, nil
+	}
+	p := s.procs[execID]
+	if p == nil {
+		return nil, grpcErr(fmt.Errorf("exec %s: %w", execID, errdefs.ErrNotFound))
+	}
+	return p, nil
+}
+
+// Start runs the process as a detached command of the sandbox with its
+// stdio on containerd's FIFOs.
+func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.StartResponse, error) {
+	p, err := s.get(r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if p.status != task.StatusCreated || p.cmdID != "" {
+		s.mu.Unlock()
+		return nil, grpcErr(fmt.Errorf("process already started: %w", errdefs.ErrFailedPrecondition))
+	}
+	p.cmdID = "starting"
+	s.mu.Unlock()
+	params, err := commandParams(s.name, p.spec)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	if p.terminal {
+		params["tty"] = true
+	}
+	var stdout, stderr io.WriteCloser
+	if p.stdout != "" {
+		if stdout, err = fifo.OpenFifo(context.Background(), p.stdout, syscall.O_WRONLY, 0); err != nil {
+			return nil, grpcErr(err)
+		}
+	}
+	if p.stderr != "" && !p.terminal {
+		if stderr, err = fifo.OpenFifo(context.Background(), p.stderr, syscall.O_WRONLY, 0); err != nil {
+			return nil, grpcErr(err)
+		}
+	}
+	var cmd struct {
+		CmdID string `json:"cmdId"`
+	}
+	if err := s.rpc.call("command.run", params, &cmd); err != nil {
+		s.mu.Lock()
+		p.cmdID = ""
+		s.mu.Unlock()
+		for _, w := range []io.WriteCloser{stdout, stderr} {
+			if w != nil {
+				w.Close()
+			}
+		}
+		return nil, grpcErr(err)
+	}
+	s.mu.Lock()
+	p.cmdID = cmd.CmdID
+	p.status = task.StatusRunning
+	// The notes that came before the answer go first, in order, under the
+	// same lock that makes the live ones find the process.
+	var exitNote *note
+	for _, n := range s.pending[cmd.CmdID] {
+		s.pendingBytes -= len(n.Data)
+		if n.Method == "command.exit" {
+			n := n
+			exitNote = &n
+		} else {
+			p.queue = append(p.queue, n)
+			p.queued += len(n.Data)
+		}
+	}
+	delete(s.pending, cmd.CmdID)
+	s.byCmd[cmd.CmdID] = p
+	s.mu.Unlock()
+	if exitNote != nil {
+		s.deliver(p, *exitNote)
+	}
+	go s.pump(p, s.rpc, stdout, stderr)
+	s.startStdin(p)
+	if r.ExecID == "" {
+		s.publish(runtime.TaskStartEventTopic, &eventstypes.TaskStart{ContainerID: s.id, Pid: uint32(os.Getpid())})
+	} else {
+		s.publish(runtime.TaskExecStartedEventTopic, &eventstypes.TaskExecStarted{ContainerID: s.id, ExecID: r.ExecID, Pid: uint32(os.Getpid())})
+	}
+	return &taskAPI.StartResponse{Pid: uint32(os.Getpid())}, nil
+}
+
+// startStdin copies the stdin FIFO to command.write; its end (or CloseIO)
+// is command.closeStdin. Without a stdin FIFO stdin is closed at once.
+func (s *service) startStdin(p *process) {
+	closeStdin := func() {
+		s.rpc.call("command.closeStdin", map[string]interface{}{"cmdId": p.cmdID}, nil)
+	}
+	if p.stdin == "" {
+		closeStdin()
+		return
+	}
+	in, err := fifo.OpenFifo(context.Background(), p.stdin, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		closeStdin()
+		return
+	}
+	s.mu.Lock()
+	p.stdinW = in
+	s.mu.Unlock()
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := in.Read(buf)
+			if n > 0 {
+				if s.rpc.call("command.write", map[string]interface{}{"cmdId": p.cmdID,
+					"data": base64.StdEncoding.EncodeToString(buf[:n])}, nil) != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		in.Close()
+		closeStdin()
+	}()
+}
+
+func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.StateResponse, error) {
+	p, err := s.get(r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &taskAPI.StateResponse{ID: s.id, Bundle: s.bundle, Pid: uint32(os.Getpid()), Status: p.status,
+		Stdin: p.stdin, Stdout: p.stdout, Stderr: p.stderr, Terminal: p.terminal,
+		ExitStatus: p.exitStatus, ExitedAt: p.exitedAt, ExecID: r.ExecID}, nil
+}
+
+// Delete removes an exec's record, or the whole container: its sandbox
+// (stopped and kept when persistent) and runtime.
+func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	p, err := s.get(r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if alive(p.status) {
+		s.mu.Unlock()
+		return nil, grpcErr(fmt.Errorf("process is running; kill it first: %w", errdefs.ErrFailedPrecondition))
+	}
+	if r.ExecID != "" {
+		delete(s.procs, r.ExecID)
+		delete(s.byCmd, p.cmdID)
+		s.mu.Unlock()
+		return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
+	}
+	persistent := s.persistent
+	s.mu.Unlock()
+	if persistent {
+		// Kept for sandboxctl (its files and its runtime); stopped.
+		if err := s.rpc.call("sandbox.stop", map[string]interface{}{"name": s.name}, nil); err != nil && !isReason(err, "not_found") {
+			return nil, grpcErr(err)
+		}
+	} else if err := s.cleanup(); err != nil {
+		return nil, grpcErr(err)
+	}
+	s.mu.Lock()
+	s.deleted = true
+	s.mu.Unlock()
+	s.publish(runtime.TaskDeleteEventTopic, &eventstypes.TaskDelete{ContainerID: s.id, Pid: uint32(os.Getpid()),
+		ExitStatus: p.exitStatus, ExitedAt: p.exitedAt})
+	return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
+}
+
+// Pause freezes the container's sandbox (sandbox.pause: its cgroup's freezer).
+func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
+	return s.pauseResume(true)
+}
+
+// Resume thaws it (sandbox.resume).
+func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*ptypes.Empty, error) {
+	return s.pauseResume(false)
+}
+
+func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
+	p, err := s.get("")
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	st := p.status
+	s.mu.Unlock()
+	if st == task.StatusStopped || st == task.StatusCreated {
+		return nil, grpcErr(fmt.Errorf("the container is not running: %w", errdefs.ErrFailedPrecondition))
+	}
+	method, topic := "sandbox.resume", runtime.TaskResumedEventTopic
+	if pause {
+		method, topic = "sandbox.pause", runtime.TaskPausedEventTopic
+	}
+	if err := s.rpc.call(method, map[string]interface{}{"name": s.name}, nil); err != nil {
+		return nil, grpcErr(err)
+	}
+	s.mu.Lock()
+	if p.status == task.StatusRunning || p.status == task.StatusPaused {
+		if pause {
+			p.status = task.StatusPaused
+		} else {
+			p.status = task.StatusRunning
+		}
+	}
+	s.mu.Unlock()
+	if pause {
+		s.publish(topic, &eventstypes.TaskPaused{ContainerID: s.id})
+	} else {
+		s.publish(topic, &eventstypes.TaskResumed{ContainerID: s.id})
+	}
+	return &ptypes.Empty{}, nil
+}
+
+func (s *service) Checkpoint(ctx context.Context, r *taskAPI.CheckpointTaskRequest) (*ptypes.Empty, error) {
+	return nil, grpcErr(fmt.Errorf("checkpoint: not supported by sandboxd (use sandboxctl snapshot): %w", errdefs.ErrNotImplemented))
+}
+
+// Kill sends a signal to the process (all: to every running process).
+func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*ptypes.Empty, error) {
+	p, err := s.get(r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	var targets []string
+	if r.All {
+		for _, q := range append([]*process{s.init}, mapValues(s.procs)...) {
+			if alive(q.status) {
+				targets = append(targets, q.cmdID)
+			}
+		}
+	} else if alive(p.status) {
+		targets = append(targets, p.cmdID)
+	}
+	created := p.status == task.StatusCreated && p.cmdID == ""
+	s.mu.Unlock()
+	if created {
+		// Never started: it exits as if killed by the signal.
+		s.exit(p, 128+r.Signal)
+		return &ptypes.Empty{}, nil
+	}
+	if len(targets) == 0 {
+		return nil, grpcErr(fmt.Errorf("process already finished: %w", errdefs.ErrNotFound))
+	}
+	for _, c := range targets {
+		if err := s.rpc.call("command.kill", map[string]interface{}{"cmdId": c, "signal": r.Signal}, nil); err != nil && !isReason(err, "not_found") {
+			return nil, grpcErr(err)
+		}
+	}
+	s.mu.Lock()
+	paused := s.init.status == task.StatusPaused
+	s.mu.Unlock()
+	if paused && r.Signal == uint32(syscall.SIGKILL) {
+		// A frozen process keeps its SIGKILL pending: thawed, it dies at
+		// once (as runc does for a paused container).
+		if _, err := s.pauseResume(false); err != nil {
+			return nil, err
+		}
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// alive says whether a process in state st has a command that runs
+// (paused: frozen, still there).
+func alive(st task.Status) bool { return st == task.StatusRunning || st == task.StatusPaused }
+
+func mapValues(m map[string]*process) []*process {
+	var l []*process
+	for _, v := range m {
+		l = append(l, v)
+	}
+	return l
+}
+
+// Exec adds a process to the container, started by Start.
+func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*ptypes.Empty, error) {
+	if _, err := s.get(""); err != nil {
+		return nil, err
+	}
+	v, err := typeurl.UnmarshalAny(r.Spec)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	spec, ok := v.(*specs.Process)
+	if !ok {
+		return nil, grpcErr(fmt.Errorf("exec spec is not a process: %w", errdefs.ErrInvalidArgument))
+	}
+	if _, err := commandParams(s.name, spec); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	s.mu.Lock()
+	if s.init.status == task.StatusStopped {
+		s.mu.Unlock()
+		return nil, grpcErr(fmt.Errorf("the container's init process has exited: %w", errdefs.ErrFailedPrecondition))
+	}
+	if _, ok := s.procs[r.ExecID]; ok {
+		s.mu.Unlock()
+		return nil, grpcErr(fmt.Errorf("exec %s: %w", r.ExecID, errdefs.ErrAlreadyExists))
+	}
+	s.procs[r.ExecID] = &process{execID: r.ExecID, spec: spec, terminal: r.Terminal, stdin: r.Stdin,
+		stdout: r.Stdout, stderr: r.Stderr, status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+	s.mu.Unlock()
+	s.publish(runtime.TaskExecAddedEventTopic, &eventstypes.TaskExecAdded{ContainerID: s.id, ExecID: r.ExecID})
+	return &ptypes.Empty{}, nil
+}
+
+// ResizePty is command.resize.
+func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*ptypes.Empty, error) {
+	p, err := s.get(r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	c := p.cmdID
+	running := p.status == task.StatusRunning
+	s.mu.Unlock()
+	if !running {
+		return &ptypes.Empty{}, nil
+	}
+	if err := s.rpc.call("command.resize", map[string]interface{}{"cmdId": c, "rows": r.Height, "cols": r.Width}, nil); err != nil {
+		return nil, grpcErr(err)
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// CloseIO closes the process's stdin (command.closeStdin once the FIFO's
+// copy ends).
+func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*ptypes.Empty, error) {
+	p, err := s.get(r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	if r.Stdin {
+		s.mu.Lock()
+		c, cmd := p.stdinW, p.cmdID
+		p.stdinW = nil
+		s.mu.Unlock()
+		if c != nil {
+			c.Close()
+		} else if cmd != "" {
+			s.rpc.call("command.closeStdin", map[string]interface{}{"cmdId": cmd}, nil)
+		}
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// Update applies linux.resources as the sandbox's vCPUs (sandbox.update).
+func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*ptypes.Empty, error) {
+	if _, err := s.get(""); err != nil {
+		return nil, err
+	}
+	v, err := typeurl.UnmarshalAny(r.Resources)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	res, ok := v.(*specs.LinuxResources)
+	if !ok {
+		return nil, grpcErr(fmt.Errorf("resources are not linux resources: %w", errdefs.ErrInvalidArgument))
+	}
+	spec, err := readSpec(s.bundle)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	if spec.Linux == nil {
+		spec.Linux = &specs.Linux{}
+	}
+	spec.Linux.Resources = res
+	lim, err := s.limits()
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	vcpus, err := vcpusFor(spec, lim)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if vcpus == 0 {
+		return &ptypes.Empty{}, nil
+	}
+	if err := s.rpc.call("sandbox.update", map[string]interface{}{"name": s.name,
+		"resources": map[string]interface{}{"vcpus": vcpus}}, nil); err != nil {
+		return nil, grpcErr(err)
+	}
+	return &ptypes.Empty{}, nil
+}
+
+// Wait answers when the process has exited.
+func (s *service) Wait(ctx context.Context, r *taskAPI.WaitRequest) (*taskAPI.WaitResponse, error) {
+	p, err := s.get(r.ExecID)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		return nil, grpcErr(ctx.Err())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &taskAPI.WaitResponse{ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
+}
+
+func (s *service) Connect(ctx context.Context, r *taskAPI.ConnectRequest) (*taskAPI.ConnectResponse, error) {
+	return &taskAPI.ConnectResponse{ShimPid: uint32(os.Getpid()), TaskPid: uint32(os.Getpid())}, nil
+}
+
+// Shutdown ends the shim once its container is deleted (or never made).
+func (s *service) Shutdown(ctx context.Context, r *taskAPI.ShutdownRequest) (*ptypes.Empty, error) {
+	s.mu.Lock()
+	busy := s.init != nil && !s.deleted
+	s.mu.Unlock()
+	if busy && !r.Now {
+		return &ptypes.Empty{}, nil
+	}
+	s.sd.Shutdown()
+	return &ptypes.Empty{}, nil
+}

@@ -1,0 +1,242 @@
+package main
+
+// How an OCI runtime spec (the bundle's config.json) maps onto sandboxd's
+// sandbox.create and command.run parameters (docs/API.md). Whatever a
+// sandbox cannot hold as asked is refused naming the spec field, never
+// silently widened.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Annotations read from the spec (io.sandboxd.*; any other key in that
+// namespace is refused, so a typo never passes unnoticed).
+const (
+	annPolicy     = "io.sandboxd.network-policy"
+	annTags       = "io.sandboxd.tags"
+	annTimeout    = "io.sandboxd.timeout"
+	annPersistent = "io.sandboxd.persistent"
+	annResources  = "io.sandboxd.resources"
+)
+
+var knownAnnotations = []string{annPolicy, annTags, annTimeout, annPersistent, annResources}
+
+// memPerVcpu is the memory a sandbox gets per vCPU (docs/API.md sandbox.update).
+const memPerVcpu = int64(2048) << 20
+
+// daemonLimits are the parts of daemon.info the mapping needs.
+type daemonLimits struct {
+	MaxTimeoutMs int64 `json:"maxTimeoutMs"`
+	MaxVcpus     int64 `json:"maxVcpus"`
+	PidsMax      int64 `json:"pidsMax"`
+}
+
+// sandboxName is the sandbox's (and its runtime's) name for container id in
+// containerd namespace ns: "ctr-" and 16 hex digits of SHA-256(ns "/" id),
+// as sandboxd's names are [a-z0-9-]{1,63} and container ids are not.
+func sandboxName(ns, id string) string {
+	h := sha256.Sum256([]byte(ns + "/" + id))
+	return "ctr-" + hex.EncodeToString(h[:8])
+}
+
+// createParams maps the spec to sandbox.create's params (name and runtime
+// are added by the caller). Returns whether the sandbox is persistent.
+func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, bool, error) {
+	p := map[string]interface{}{}
+	persistent := false
+	for k := range spec.Annotations {
+		if strings.HasPrefix(k, "io.sandboxd.") && !contains(knownAnnotations, k) {
+			return nil, false, fmt.Errorf("annotation %s: unknown; the shim reads %s", k, strings.Join(knownAnnotations, ", "))
+		}
+	}
+	if v, ok := spec.Annotations[annPolicy]; ok {
+		// The same document as the API's networkPolicy: "allow-all",
+		// "deny-all" or a policy object; sandboxd validates it.
+		var doc interface{}
+		t := strings.TrimSpace(v)
+		if t == "allow-all" || t == "deny-all" {
+			doc = t
+		} else if err := json.Unmarshal([]byte(t), &doc); err != nil {
+			return nil, false, fmt.Errorf("annotation %s: not JSON (%v); give \"allow-all\", \"deny-all\" or a policy object (docs/POLICY.md)", annPolicy, err)
+		}
+		p["networkPolicy"] = doc
+	}
+	if v, ok := spec.Annotations[annTags]; ok {
+		var tags map[string]string
+		if err := json.Unmarshal([]byte(v), &tags); err != nil {
+			return nil, false, fmt.Errorf("annotation %s: not a JSON object of strings (%v)", annTags, err)
+		}
+		p["tags"] = tags
+	}
+	// A container runs until it exits: without an annotation its sandbox
+	// gets the daemon's longest timeout, not the short default.
+	timeout := lim.MaxTimeoutMs
+	if v, ok := spec.Annotations[annTimeout]; ok {
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n <= 0 {
+			return nil, false, fmt.Errorf("annotation %s: %q is not a whole number of milliseconds", annTimeout, v)
+		}
+		timeout = n
+	}
+	if timeout > 0 {
+		p["timeout"] = timeout
+	}
+	if v, ok := spec.Annotations[annPersistent]; ok {
+		switch v {
+		case "true":
+			persistent = true
+		case "false":
+		default:
+			return nil, false, fmt.Errorf("annotation %s: %q is neither \"true\" nor \"false\"", annPersistent, v)
+		}
+		p["persistent"] = persistent
+	}
+	vcpus, err := vcpusFor(spec, lim)
+	if err != nil {
+		return nil, false, err
+	}
+	if vcpus > 0 {
+		p["resources"] = map[string]interface{}{"vcpus": vcpus}
+	}
+	return p, persistent, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// vcpusFor maps linux.resources to a vCPU count (0: none asked). A sandbox
+// has vcpus CPUs of quota and vcpus x 2 GiB of memory, and the daemon's
+// pidsMax; an OCI limit tighter than that would be widened, so it is
+// refused naming the field unless the annotation io.sandboxd.resources is
+// "round-up" (the operator accepts the next size up).
+func vcpusFor(spec *specs.Spec, lim daemonLimits) (int64, error) {
+	if spec.Linux == nil || spec.Linux.Resources == nil {
+		return 0, nil
+	}
+	r := spec.Linux.Resources
+	roundUp := false
+	if v, ok := spec.Annotations[annResources]; ok {
+		if v != "round-up" && v != "exact" {
+			return 0, fmt.Errorf("annotation %s: %q is neither \"exact\" nor \"round-up\"", annResources, v)
+		}
+		roundUp = v == "round-up"
+	}
+	hint := fmt.Sprintf("; a sandbox has whole vCPUs with 2 GiB of memory each (annotation %s: round-up accepts the next size up)", annResources)
+	var vcpus int64
+	var memVcpus, cpuVcpus int64
+	if r.Memory != nil && r.Memory.Limit != nil && *r.Memory.Limit > 0 {
+		m := *r.Memory.Limit
+		memVcpus = (m + memPerVcpu - 1) / memPerVcpu
+		vcpus = memVcpus
+	}
+	if r.CPU != nil {
+		if r.CPU.Quota != nil && *r.CPU.Quota > 0 {
+			period := int64(100000)
+			if r.CPU.Period != nil && *r.CPU.Period > 0 {
+				period = int64(*r.CPU.Period)
+			}
+			q := *r.CPU.Quota
+			cpuVcpus = (q + period - 1) / period
+			if cpuVcpus > vcpus {
+				vcpus = cpuVcpus
+			}
+		}
+		if r.CPU.Cpus != "" && !roundUp {
+			return 0, fmt.Errorf("linux.resources.cpu.cpus: a sandbox cannot be pinned to CPUs (%q)%s", r.CPU.Cpus, hint)
+		}
+	}
+	if !roundUp {
+		if memVcpus > 0 && *r.Memory.Limit != vcpus*memPerVcpu {
+			return 0, fmt.Errorf("linux.resources.memory.limit: %d bytes is not what a sandbox of %d vCPU(s) gets (%d bytes)%s",
+				*r.Memory.Limit, vcpus, vcpus*memPerVcpu, hint)
+		}
+		if cpuVcpus > 0 {
+			period := int64(100000)
+			if r.CPU.Period != nil && *r.CPU.Period > 0 {
+				period = int64(*r.CPU.Period)
+			}
+			if *r.CPU.Quota != vcpus*period {
+				return 0, fmt.Errorf("linux.resources.cpu.quota: %d us per %d us is not the %d whole vCPU(s) a sandbox gets%s",
+					*r.CPU.Quota, period, vcpus, hint)
+			}
+		}
+		if r.Pids != nil && r.Pids.Limit > 0 && lim.PidsMax > 0 && r.Pids.Limit < lim.PidsMax {
+			return 0, fmt.Errorf("linux.resources.pids.limit: %d is below the sandbox's pids.max of %d (daemon.json pidsMax)%s",
+				r.Pids.Limit, lim.PidsMax, hint)
+		}
+	}
+	if lim.MaxVcpus > 0 && vcpus > lim.MaxVcpus {
+		return 0, fmt.Errorf("linux.resources: %d vCPU(s) are needed, over the daemon's maxVcpus of %d", vcpus, lim.MaxVcpus)
+	}
+	return vcpus, nil
+}
+
+// commandParams maps an OCI process to command.run's params for sandbox
+// name: args[0] the command, env, cwd, uid 0 as sudo (any other uid runs
+// as the sandbox user), terminal as tty with the console size.
+func commandParams(name string, proc *specs.Process) (map[string]interface{}, error) {
+	if proc == nil || len(proc.Args) == 0 {
+		return nil, fmt.Errorf("process.args: empty; the process needs a command")
+	}
+	p := map[string]interface{}{"sandbox": name, "cmd": proc.Args[0], "detached": true}
+	if len(proc.Args) > 1 {
+		p["args"] = proc.Args[1:]
+	}
+	if len(proc.Env) > 0 {
+		env := map[string]string{}
+		for i, kv := range proc.Env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("process.env[%d]: %q is not NAME=VALUE", i, kv)
+			}
+			env[k] = v
+		}
+		p["env"] = env
+	}
+	if proc.Cwd != "" {
+		p["cwd"] = proc.Cwd
+	}
+	if proc.User.UID == 0 {
+		p["sudo"] = true
+	}
+	if proc.Terminal {
+		p["tty"] = true
+		if proc.ConsoleSize != nil && proc.ConsoleSize.Height > 0 && proc.ConsoleSize.Width > 0 {
+			p["rows"] = proc.ConsoleSize.Height
+			p["cols"] = proc.ConsoleSize.Width
+		}
+	}
+	return p, nil
+}
+
+// policyError rewrites a sandboxd error about networkPolicy to name the
+// annotation it came from.
+func policyError(err error) error {
+	if re, ok := err.(*rpcError); ok && strings.HasPrefix(re.Data.Field, "networkPolicy") {
+		return fmt.Errorf("annotation %s: %s", annPolicy, re.Error())
+	}
+	return err
+}
+
+func sortedKeys(m map[string]string) []string {
+	k := make([]string, 0, len(m))
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}

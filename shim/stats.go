@@ -1,0 +1,156 @@
+package main
+
+// Pids and Stats from the session's cgroup, whose directories sandboxd
+// shows as session.cgroups of the Sandbox (docs/API.md "Objects"). The
+// shim only reads them: limits, freezing and killing stay the daemon's.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	v1 "github.com/containerd/cgroups/stats/v1"
+	v2 "github.com/containerd/cgroups/v2/stats"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/errdefs"
+	taskAPI "github.com/containerd/containerd/runtime/v2/task"
+	"github.com/containerd/typeurl"
+)
+
+// sessionCgroups answers the running session's cgroup directories.
+func (s *service) sessionCgroups() ([]string, error) {
+	var sb struct {
+		Session *struct {
+			Cgroups []string `json:"cgroups"`
+		} `json:"session"`
+	}
+	if err := s.rpc.call("sandbox.get", map[string]interface{}{"name": s.name}, &sb); err != nil {
+		return nil, err
+	}
+	if sb.Session == nil || len(sb.Session.Cgroups) == 0 {
+		return nil, fmt.Errorf("sandbox %s has no running session: %w", s.name, errdefs.ErrFailedPrecondition)
+	}
+	return sb.Session.Cgroups, nil
+}
+
+func readUint(dir, file string) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, false
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "max" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(t, 10, 64)
+	return n, err == nil
+}
+
+// readKV reads a "key value" per line file (cpu.stat, memory.stat).
+func readKV(dir, file string) map[string]uint64 {
+	f, err := os.Open(filepath.Join(dir, file))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	m := map[string]uint64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) == 2 {
+			if n, err := strconv.ParseUint(fs[1], 10, 64); err == nil {
+				m[fs[0]] = n
+			}
+		}
+	}
+	return m
+}
+
+// Pids lists the host pids in the session's cgroup (sandbox-init and every
+// process of the container's commands); the init command's entry carries
+// no exec id.
+func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
+	if _, err := s.get(""); err != nil {
+		return nil, err
+	}
+	dirs, err := s.sessionCgroups()
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dirs[0], "cgroup.procs"))
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	var out []*task.ProcessInfo
+	for _, l := range strings.Fields(string(b)) {
+		if pid, err := strconv.ParseUint(l, 10, 32); err == nil {
+			out = append(out, &task.ProcessInfo{Pid: uint32(pid)})
+		}
+	}
+	return &taskAPI.PidsResponse{Processes: out}, nil
+}
+
+// Stats answers cgroup metrics of the session: cgroup v1 metrics
+// (memory, pids, CPU throttling and usage where cpuacct is in use) or, on
+// the unified hierarchy, v2 metrics.
+func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
+	if _, err := s.get(""); err != nil {
+		return nil, err
+	}
+	dirs, err := s.sessionCgroups()
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	var metrics interface{}
+	if _, err := os.Stat(filepath.Join(dirs[0], "cgroup.controllers")); err == nil {
+		d := dirs[0]
+		m := &v2.Metrics{Pids: &v2.PidsStat{}, Memory: &v2.MemoryStat{}, CPU: &v2.CPUStat{}}
+		m.Pids.Current, _ = readUint(d, "pids.current")
+		m.Pids.Limit, _ = readUint(d, "pids.max")
+		m.Memory.Usage, _ = readUint(d, "memory.current")
+		m.Memory.UsageLimit, _ = readUint(d, "memory.max")
+		c := readKV(d, "cpu.stat")
+		m.CPU.UsageUsec, m.CPU.UserUsec, m.CPU.SystemUsec = c["usage_usec"], c["user_usec"], c["system_usec"]
+		m.CPU.NrPeriods, m.CPU.NrThrottled, m.CPU.ThrottledUsec = c["nr_periods"], c["nr_throttled"], c["throttled_usec"]
+		metrics = m
+	} else {
+		m := &v1.Metrics{}
+		for _, d := range dirs {
+			if n, ok := readUint(d, "pids.current"); ok {
+				m.Pids = &v1.PidsStat{Current: n}
+				m.Pids.Limit, _ = readUint(d, "pids.max")
+			}
+			if n, ok := readUint(d, "memory.usage_in_bytes"); ok {
+				m.Memory = &v1.MemoryStat{Usage: &v1.MemoryEntry{Usage: n}}
+				m.Memory.Usage.Limit, _ = readUint(d, "memory.limit_in_bytes")
+				m.Memory.Usage.Max, _ = readUint(d, "memory.max_usage_in_bytes")
+				m.Memory.Usage.Failcnt, _ = readUint(d, "memory.failcnt")
+				st := readKV(d, "memory.stat")
+				m.Memory.Cache, m.Memory.RSS = st["cache"], st["rss"]
+			}
+			if c := readKV(d, "cpu.stat"); c != nil {
+				if m.CPU == nil {
+					m.CPU = &v1.CPUStat{Usage: &v1.CPUUsage{}}
+				}
+				m.CPU.Throttling = &v1.Throttle{Periods: c["nr_periods"], ThrottledPeriods: c["nr_throttled"],
+					ThrottledTime: c["throttled_time"]}
+			}
+			if n, ok := readUint(d, "cpuacct.usage"); ok {
+				if m.CPU == nil {
+					m.CPU = &v1.CPUStat{Usage: &v1.CPUUsage{}}
+				}
+				m.CPU.Usage.Total = n
+			}
+		}
+		metrics = m
+	}
+	a, err := typeurl.MarshalAny(metrics)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	return &taskAPI.StatsResponse{Stats: a}, nil
+}

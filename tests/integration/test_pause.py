@@ -1,0 +1,69 @@
+"""sandbox.pause / sandbox.resume (docs/API.md): the session's cgroup
+frozen and thawed; a snapshot of a paused sandbox leaves it paused; a policy
+update waits for the resume; delete of a paused sandbox leaves nothing."""
+import os
+import threading
+
+import leaks
+from common import create, delete, expect, expect_eq, poll, rpc_ok, sh, sh_ok
+
+
+def _freezer(world, name):
+    sb = rpc_ok(world, "sandbox.get", {"name": name})
+    for d in sb["session"]["cgroups"]:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            p = os.path.join(d, f)
+            if os.path.exists(p):
+                with open(p) as fh:
+                    return fh.read().strip() == yes, sb["session"]["paused"]
+    raise AssertionError("no freezer among the session's cgroups %s" % sb["session"]["cgroups"])
+
+
+def _counter(world, name):
+    return int(sh(world, name, "cat /tmp/counter")[1])
+
+
+def test_pause_freezes_and_resume_thaws(world):
+    name, _c, _o, _e = create(world, "pause", "--allow", "api.public.test")
+    try:
+        world.ctl("exec", "--detach", name, "--", "sh", "-c",
+                  "i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; "
+                  "sleep 0.05; done", check=True)
+        poll(lambda: sh(world, name, "cat /tmp/counter 2>/dev/null")[1].strip().isdigit(), 10, "the loop to count")
+        expect_eq(_freezer(world, name), (False, False), "before pause: (frozen, session.paused)")
+        sb = rpc_ok(world, "sandbox.pause", {"name": name})
+        expect_eq(sb["session"]["paused"], True, "sandbox.pause answers the paused Sandbox")
+        expect_eq(_freezer(world, name), (True, True), "after pause: (frozen, session.paused)")
+        expect_eq(rpc_ok(world, "sandbox.pause", {"name": name})["session"]["paused"], True, "pause again: no-op")
+        # A command sent while paused waits for the resume.
+        res = {}
+        th = threading.Thread(target=lambda: res.update(r=sh(world, name, "cat /tmp/counter")))
+        th.start()
+        th.join(0.5)  # the command must not complete while frozen: give it the chance to
+        expect(th.is_alive(), "a command on a paused sandbox waits", res)
+        r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+        expect(r.get("error", {}).get("data", {}).get("reason") == "unavailable",
+               "a policy update of a paused sandbox is refused with unavailable:", r)
+        # A snapshot copies the frozen files and leaves it paused.
+        snap = rpc_ok(world, "sandbox.snapshot", {"name": name}, timeout=120)
+        expect_eq(_freezer(world, name), (True, True), "after a snapshot of the paused sandbox")
+        rpc_ok(world, "snapshot.delete", {"id": snap["id"]})
+        sb = rpc_ok(world, "sandbox.resume", {"name": name})
+        expect_eq(sb["session"]["paused"], False, "sandbox.resume answers the running Sandbox")
+        expect_eq(_freezer(world, name), (False, False), "after resume")
+        th.join(30)
+        expect(not th.is_alive() and res["r"][0] == 0, "the waiting command ran after the resume", res)
+        first = _counter(world, name)
+        poll(lambda: _counter(world, name) > first, 10, "the loop to count again after resume")
+        # Paused, then deleted: nothing is left (frozen or not).
+        rpc_ok(world, "sandbox.pause", {"name": name})
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_pause_of_unknown_or_stopped_sandbox(world):
+    r = world.rpc("sandbox.pause", {"name": "no-such-sandbox-x"})
+    expect_eq(r.get("error", {}).get("data", {}).get("reason"), "not_found", "pause of an unknown sandbox")
+    r = world.rpc("sandbox.resume", {"name": "x", "extra": 1})
+    expect_eq(r.get("error", {}).get("code"), -32602, "an unknown parameter of sandbox.resume")

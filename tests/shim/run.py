@@ -1,0 +1,618 @@
+#!/usr/bin/env python3
+"""The containerd shim (shim/, containerd-shim-sandboxd-v2) end to end: a
+private containerd (its own root, state, sockets and config) in the test
+world's host network namespace, driving a private sandboxd through the shim
+with `ctr run --runtime io.containerd.sandboxd.v2 --rootfs DIR ...`.
+
+    python3 tests/shim/run.py [SUBSTRING...]
+
+The rootfs is a directory holding Debian's static busybox. Every process
+started here (containerd; the shims it starts live in the world's cgroups)
+is stopped by pid; the world tears down the rest. Exit 1 on any failure.
+"""
+import hashlib
+import json
+import os
+import pty
+import pwd
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+import world as W  # noqa: E402
+import leaks  # noqa: E402
+from common import expect, expect_eq  # noqa: E402
+
+SHIM = os.path.join(W.BUILD, "containerd-shim-sandboxd-v2")
+RUNTIME = "io.containerd.sandboxd.v2"
+NS = "sbxtest"
+BUSYBOX = "/bin/busybox"
+APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false")
+
+
+def sandbox_name(cid):
+    """shim/spec.go sandboxName."""
+    return "ctr-" + hashlib.sha256(("%s/%s" % (NS, cid)).encode()).hexdigest()[:16]
+
+
+class Containerd:
+    """containerd with everything under `base`, in the world host netns."""
+
+    def __init__(self, world, base):
+        self.world = world
+        self.base = base
+        self.root = os.path.join(base, "root")
+        self.state = os.path.join(base, "state")
+        self.sock = os.path.join(base, "containerd.sock")
+        self.log = os.path.join(base, "containerd.log")
+        self.proc = None
+
+    def start(self):
+        os.makedirs(self.base, exist_ok=True)
+        cfg = os.path.join(self.base, "config.toml")
+        with open(cfg, "w") as f:
+            f.write("""version = 2
+root = "%s"
+state = "%s"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "%s"
+[ttrpc]
+  address = "%s.ttrpc"
+""" % (self.root, self.state, self.sock, self.sock))
+        # The shim is found on PATH (containerd-shim-<name>-v2) and finds
+        # sandboxd by SANDBOXD_SOCKET, both inherited from containerd.
+        env = dict(os.environ, PATH=W.BUILD + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
+                   SANDBOXD_SOCKET=self.world.daemon.socket)
+        cg = self.world.cgroup_dirs
+        log = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            ["nsenter", "--net=/run/netns/" + self.world.host_ns, "--",
+             "containerd", "--config", cfg], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            env=env, start_new_session=True, preexec_fn=lambda: W._join_cgroups(cg))
+        log.close()
+        W.World.wait_until(lambda: self.ctr("version").returncode == 0 or self.proc.poll() is not None,
+                           20, "containerd to answer")
+        if self.proc.poll() is not None:
+            raise W.WorldError("containerd exited: %s" % self.log_tail())
+
+    def ctr(self, *args, timeout=60, **kw):
+        return subprocess.run(["ctr", "--address", self.sock, "-n", NS] + list(args),
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=kw.pop("stdin", subprocess.DEVNULL), **kw)
+
+    def log_tail(self, n=30):
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        for mp in sorted(W.mounts_below(self.base), key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp], capture_output=True)
+
+
+def make_rootfs(d):
+    os.makedirs(os.path.join(d, "bin"))
+    os.makedirs(os.path.join(d, "etc"))
+    shutil.copy2(BUSYBOX, os.path.join(d, "bin", "busybox"))
+    for a in APPLETS:
+        os.symlink("busybox", os.path.join(d, "bin", a))
+
+
+def make_image(rootfs, out):
+    """An OCI image archive (image-spec: oci-layout, index.json, blobs) of
+    the tree `rootfs` in one gzip layer, for `ctr image import`."""
+    import gzip
+    import io
+    import tarfile
+    blobs = {}
+
+    def blob(data, media):
+        dg = hashlib.sha256(data).hexdigest()
+        blobs[dg] = data
+        return {"mediaType": media, "digest": "sha256:" + dg, "size": len(data)}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        for name in sorted(os.listdir(rootfs)):
+            tf.add(os.path.join(rootfs, name), arcname=name)
+    layer = raw.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    layer_desc = blob(gzip.compress(layer, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Env": ["PATH=/bin"], "Cmd": ["sh"]},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    config_desc = blob(config, "application/vnd.oci.image.config.v1+json")
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": config_desc, "layers": [layer_desc]}).encode()
+    man_desc = blob(manifest, "application/vnd.oci.image.manifest.v1+json")
+    man_desc["annotations"] = {"org.opencontainers.image.ref.name": "1"}
+    man_desc["platform"] = {"architecture": "amd64", "os": "linux"}
+    index = json.dumps({"schemaVersion": 2, "manifests": [man_desc]}).encode()
+    with tarfile.open(out, "w") as tf:
+        def add(name, data):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+        add("oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        add("index.json", index)
+        for dg, data in blobs.items():
+            add("blobs/sha256/" + dg, data)
+
+
+# ---------------------------------------------------------------- tests
+
+def run(c, rootfs, cid, *cmd, extra=(), timeout=120):
+    return c.ctr("run", "--rm", "--runtime", RUNTIME, *extra, "--rootfs", rootfs, cid, *cmd,
+                 timeout=timeout)
+
+
+def no_leak(t, cid):
+    """After delete: no container or task in containerd, no bundle, no shim,
+    no sandbox or runtime in sandboxd and nothing of the sandbox on the host."""
+    c, w = t.c, t.world
+    name = sandbox_name(cid)
+    expect(cid not in c.ctr("containers", "ls", "-q").stdout.split(), "container %s still listed" % cid)
+    expect(cid not in c.ctr("tasks", "ls", "-q").stdout.split(), "task %s still listed" % cid)
+    bundle = os.path.join(c.state, "io.containerd.runtime.v2.task", NS, cid)
+    W.World.wait_until(lambda: not os.path.exists(bundle), 10, "the bundle %s to go" % bundle)
+    sbs = w.rpc_result("sandbox.list")["sandboxes"]
+    expect(name not in [s["name"] for s in sbs], "sandbox %s still exists" % name)
+    rts = w.rpc_result("runtime.list")["runtimes"]
+    expect(name not in [r["name"] for r in rts], "runtime %s still exists" % name)
+    leaks.check(w, name)
+    W.World.wait_until(lambda: not shims(c), 10, "the shims to exit")
+
+
+def shims(c):
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            exe = os.readlink("/proc/%s/exe" % p)
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                cl = f.read()
+        except OSError:
+            continue
+        if exe == os.path.realpath(SHIM) and c.sock.encode() in cl:
+            out.append(int(p))
+    return out
+
+
+def test_run_exits_with_its_code_and_output(t):
+    r = run(t.c, t.rootfs, "run1", "sh", "-c", "echo out-$((6*7)); echo err-line >&2; id -u; exit 3")
+    expect_eq(r.returncode, 3, "ctr run's exit status (stderr %r)" % r.stderr[-400:])
+    expect("out-42\n" in r.stdout, "the command's stdout reaches ctr:", repr(r.stdout))
+    expect("err-line" in r.stderr, "the command's stderr reaches ctr:", repr(r.stderr))
+    expect("\n0\n" in "\n" + r.stdout, "uid 0 of the spec runs as root in the sandbox:", repr(r.stdout))
+    no_leak(t, "run1")
+
+
+def test_large_output_arrives_whole_and_in_order(t):
+    r = run(t.c, t.rootfs, "big1", "sh", "-c",
+            "i=0; while [ $i -lt 60000 ]; do echo line-$i; i=$((i+1)); done; echo tail >&2; exit 7")
+    expect_eq(r.returncode, 7, "exit status (stderr %r)" % r.stderr[-300:])
+    want = "".join("line-%d\n" % i for i in range(60000))
+    expect(r.stdout == want, "all %d bytes of stdout in order (got %d bytes, ends %r)"
+           % (len(want), len(r.stdout), r.stdout[-40:]))
+    expect_eq(r.stderr, "tail\n", "stderr")
+    no_leak(t, "big1")
+
+
+def test_image_rootfs_from_snapshot_mounts(t):
+    """An image: containerd hands the shim overlay mounts of its snapshot;
+    they are mounted in the bundle, packed, and released before the run."""
+    c = t.c
+    img = os.path.join(t.world.tmp, "bb-image.tar")
+    make_image(t.rootfs, img)
+    r = c.ctr("image", "import", "--base-name", "localhost/bb", img, timeout=120)
+    expect_eq(r.returncode, 0, "ctr image import: %s %s" % (r.stdout, r.stderr))
+    try:
+        r = c.ctr("run", "--rm", "--runtime", RUNTIME, "localhost/bb:1", "img1", "sh", "-c",
+                  "ls /bin/busybox && echo image-ok", timeout=120)
+        expect_eq(r.returncode, 0, "ctr run of an image (stderr %r)" % r.stderr[-400:])
+        expect_eq(r.stdout, "/bin/busybox\nimage-ok\n", "the image's files are the sandbox's root")
+        no_leak(t, "img1")
+        bundle = os.path.join(c.state, "io.containerd.runtime.v2.task", NS, "img1")
+        expect(not [m for m in W.mounts_below(c.base) if m.startswith(bundle)],
+               "no rootfs mount of the bundle is left")
+    finally:
+        c.ctr("containers", "delete", "img1")
+        c.ctr("image", "rm", "localhost/bb:1")
+
+
+def test_env_and_cwd(t):
+    r = run(t.c, t.rootfs, "env1", "sh", "-c", "echo \"v=$FOO\"; pwd",
+            extra=("--env", "FOO=bar baz", "--cwd", "/etc"))
+    expect_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr[-400:])
+    expect_eq(r.stdout.splitlines(), ["v=bar baz", "/etc"], "process.env and process.cwd inside")
+    no_leak(t, "env1")
+
+
+def test_exec_into_running_then_kill_and_delete(t):
+    c = t.c
+    ev = subprocess.Popen(["ctr", "--address", c.sock, "events"], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        _exec_kill_delete(t)
+        # The task events containerd expects, in their order, for long1.
+        want = ["/tasks/create", "/tasks/start", "/tasks/exec-added", "/tasks/exec-started", "/tasks/exit",
+                "/tasks/delete"]
+        def seen():
+            return [w for w in want if any(w in l and "long1" in l for l in lines)]
+        lines = []
+        import fcntl
+        fcntl.fcntl(ev.stdout, fcntl.F_SETFL, os.O_NONBLOCK)
+        deadline = time.monotonic() + 10
+        while seen() != want and time.monotonic() < deadline:
+            select.select([ev.stdout], [], [], 0.2)
+            chunk = ev.stdout.read()
+            if chunk:
+                lines += chunk.splitlines()
+        expect_eq(seen(), want, "task events published (%d lines)" % len(lines))
+    finally:
+        os.kill(ev.pid, signal.SIGKILL)
+        ev.wait()
+    no_leak(t, "long1")
+
+
+def _exec_kill_delete(t):
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "long1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "long1", "sh", "-c", "echo from-exec; cat; exit 5",
+                  input="piped-stdin\n", stdin=None)
+        expect_eq(r.returncode, 5, "ctr task exec's exit status (stderr %r)" % r.stderr[-300:])
+        expect_eq(r.stdout, "from-exec\npiped-stdin\n", "the exec's output and its stdin echoed")
+        # Pids: the session cgroup's host pids, the container's sleep among them.
+        r = c.ctr("task", "ps", "long1")
+        expect_eq(r.returncode, 0, "ctr task ps: %s" % r.stderr)
+        pids = [int(l.split()[0]) for l in r.stdout.splitlines()[1:] if l.split() and l.split()[0].isdigit()]
+        cmdlines = []
+        for pid in pids:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    cmdlines.append(f.read().split(b"\0"))
+            except OSError:
+                pass
+        expect([b"sleep", b"600"] in [cl[:2] for cl in cmdlines], "ctr task ps lists the container's process:",
+               r.stdout, cmdlines)
+        # Stats: the session cgroup's metrics.
+        r = c.ctr("task", "metrics", "long1")
+        expect(r.returncode == 0 and ("memory.usage_in_bytes" in r.stdout or "memory.usage" in r.stdout),
+               "ctr task metrics shows the memory usage:", r.stdout, r.stderr)
+        # A non-root uid of the spec runs as the sandbox user.
+        sb = t.world.rpc_result("sandbox.get", {"name": sandbox_name("long1")})
+        want = 1000 if sb["userns"] else pwd.getpwnam(W.PLAIN_USER).pw_uid
+        r = c.ctr("task", "exec", "--exec-id", "e2", "--user", "1000", "long1", "id", "-u")
+        expect_eq((r.returncode, r.stdout.strip()), (0, str(want)), "uid of an exec as user 1000 (%s)" % r.stderr)
+        r = c.ctr("task", "kill", "-s", "TERM", "long1")
+        expect_eq(r.returncode, 0, "ctr task kill: %s" % r.stderr)
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the task to stop")
+        r = c.ctr("task", "delete", "long1")
+        expect_eq(r.returncode, 0, "ctr task delete: %s" % r.stderr)
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "long1")
+        c.ctr("task", "delete", "long1")
+        c.ctr("containers", "delete", "long1")
+
+
+def test_kill_ends_a_run_with_the_signal_status(t):
+    c = t.c
+    p = subprocess.Popen(["ctr", "--address", c.sock, "-n", NS, "run", "--rm", "--runtime", RUNTIME,
+                          "--rootfs", t.rootfs, "kill1", "sleep", "600"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        r = c.ctr("task", "kill", "-s", "TERM", "kill1")
+        expect_eq(r.returncode, 0, "ctr task kill: %s" % r.stderr)
+        rc = p.wait(30)
+        expect_eq(rc, 128 + signal.SIGTERM, "ctr run's status after SIGTERM")
+    finally:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        c.ctr("task", "kill", "-s", "KILL", "kill1")
+        c.ctr("task", "delete", "kill1")
+        c.ctr("containers", "delete", "kill1")
+    no_leak(t, "kill1")
+
+
+def _frozen(t, cid):
+    """The session cgroup's freezer as the kernel reports it (v2 or v1)."""
+    sb = t.world.rpc_result("sandbox.get", {"name": sandbox_name(cid)})
+    for d in sb["session"]["cgroups"]:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            try:
+                with open(os.path.join(d, f)) as fh:
+                    return fh.read().strip() == yes, sb["session"]["paused"]
+            except OSError:
+                continue
+    raise AssertionError("no freezer in the session's cgroups %s" % sb["session"]["cgroups"])
+
+
+def test_pause_and_resume_freeze_the_sandbox(t):
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "pause1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        expect_eq(_frozen(t, "pause1"), (False, False), "the running sandbox's cgroup (frozen, paused)")
+        r = c.ctr("task", "pause", "pause1")
+        expect_eq(r.returncode, 0, "ctr task pause: %s" % r.stderr)
+        expect("PAUSED" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows PAUSED")
+        expect_eq(_frozen(t, "pause1"), (True, True), "the paused sandbox's cgroup (frozen, paused)")
+        r = c.ctr("task", "resume", "pause1")
+        expect_eq(r.returncode, 0, "ctr task resume: %s" % r.stderr)
+        expect("RUNNING" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows RUNNING again")
+        expect_eq(_frozen(t, "pause1"), (False, False), "the resumed sandbox's cgroup (frozen, paused)")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "pause1", "echo", "alive")
+        expect_eq((r.returncode, r.stdout), (0, "alive\n"), "an exec after resume runs (%s)" % r.stderr)
+        # Paused again, then killed and deleted: nothing is left frozen behind.
+        expect_eq(c.ctr("task", "pause", "pause1").returncode, 0, "pause again")
+        r = c.ctr("task", "delete", "-f", "pause1")
+        expect_eq(r.returncode, 0, "ctr task delete -f of a paused task: %s" % r.stderr)
+    finally:
+        c.ctr("task", "resume", "pause1")
+        c.ctr("task", "kill", "-s", "KILL", "pause1")
+        c.ctr("task", "delete", "-f", "pause1")
+        c.ctr("containers", "delete", "pause1")
+    no_leak(t, "pause1")
+
+
+def test_detached_chatty_task_does_not_stall_the_shim(t):
+    """ctr run -d exits at once; the task keeps writing megabytes to stdout
+    nobody reads: the shim must still answer (exec, kill, delete)."""
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "chat1", "sh", "-c",
+              "while :; do echo 0123456789012345678901234567890123456789012345678901234567890123456789; done")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3:  # it writes all the while
+            r = c.ctr("task", "exec", "--exec-id", "e%d" % int((time.monotonic() - t0) * 1000), "chat1",
+                      "echo", "answer", timeout=20)
+            expect_eq((r.returncode, r.stdout), (0, "answer\n"), "an exec beside the chatty task (%s)" % r.stderr)
+        expect_eq(c.ctr("task", "kill", "-s", "KILL", "chat1").returncode, 0, "kill")
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the task to stop")
+        expect_eq(c.ctr("task", "delete", "chat1").returncode, 0, "delete")
+    finally:
+        c.ctr("task", "delete", "-f", "chat1")
+        c.ctr("containers", "delete", "chat1")
+    no_leak(t, "chat1")
+
+
+def test_a_reader_that_stops_reading_does_not_stall_other_tasks_calls(t):
+    """ctr run attached whose stdout nobody reads: the container's output
+    backs up (as into a full pipe), but the shim still serves exec, state
+    and kill for it."""
+    c = t.c
+    p = subprocess.Popen(["ctr", "--address", c.sock, "-n", NS, "run", "--rm", "--runtime", RUNTIME,
+                          "--rootfs", t.rootfs, "stall1", "sh", "-c",
+                          "while :; do echo 0123456789012345678901234567890123456789012345678901234567890; done"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        # Well past every buffer on the way (the pipe, the shim's queue, the
+        # daemon's 4 MiB per connection): poll until the output stops growing.
+        r = c.ctr("task", "exec", "--exec-id", "x1", "stall1", "echo", "still-here", timeout=20)
+        expect_eq((r.returncode, r.stdout), (0, "still-here\n"), "an exec while the output is stuck (%s)" % r.stderr)
+        r = c.ctr("task", "kill", "-s", "KILL", "stall1", timeout=20)
+        expect_eq(r.returncode, 0, "ctr task kill while the output is stuck: %s" % r.stderr)
+        # The reader goes away: the rest of the output is dropped and the
+        # exit comes through.
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 30, "the task to stop")
+    finally:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        c.ctr("task", "delete", "-f", "stall1")
+        c.ctr("containers", "delete", "stall1")
+    no_leak(t, "stall1")
+
+
+def test_a_killed_shim_is_cleaned_up(t):
+    """kill -9 of the shim of a running task: containerd runs `shim delete`,
+    which removes the sandbox and its runtime; nothing is left."""
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "crash1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        pids = shims(c)
+        expect_eq(len(pids), 1, "one shim runs")
+        os.kill(pids[0], signal.SIGKILL)
+        name = sandbox_name("crash1")
+        W.World.wait_until(lambda: name not in [s["name"] for s in t.world.rpc_result("sandbox.list")["sandboxes"]],
+                           30, "the dead shim's sandbox to be deleted")
+        c.ctr("task", "delete", "crash1")
+        r = c.ctr("containers", "delete", "crash1")
+        expect_eq(r.returncode, 0, "ctr containers delete: %s" % r.stderr)
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "crash1")
+        c.ctr("task", "delete", "-f", "crash1")
+        c.ctr("containers", "delete", "crash1")
+    no_leak(t, "crash1")
+
+
+def test_tty_task(t):
+    master, slave = pty.openpty()
+    p = subprocess.Popen(["ctr", "--address", t.c.sock, "-n", NS, "run", "--rm", "-t", "--runtime", RUNTIME,
+                          "--rootfs", t.rootfs, "tty1", "sh", "-c", "tty; stty size; exit 4"],
+                         stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([master], [], [], 0.5)
+            if r:
+                try:
+                    b = os.read(master, 4096)
+                except OSError:
+                    break
+                if not b:
+                    break
+                out += b
+            elif p.poll() is not None:
+                break
+        rc = p.wait(30)
+    finally:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        os.close(master)
+    text = out.decode(errors="replace")
+    expect_eq(rc, 4, "ctr run -t's exit status (output %r)" % text[-300:])
+    expect("/dev/pts/" in text, "the process has a terminal:", repr(text))
+    no_leak(t, "tty1")
+
+
+def test_policy_annotation_enforced(t):
+    pol = json.dumps({"allow": ["api.public.test"]})
+    script = ("nc -w 5 api.public.test %d </dev/null && echo allowed-ok; "
+              "s=$(date +%%s); nc -w 10 other.public.test %d </dev/null; echo other=$?; "
+              "nc -w 10 %s %d </dev/null; echo direct=$?; e=$(date +%%s); echo secs=$((e-s))"
+              % (W.LISTEN_PORT, W.LISTEN_PORT, W.PUB_OTHER_ADDR, W.LISTEN_PORT))
+    r = run(t.c, t.rootfs, "pol1", "sh", "-c", script, extra=("--annotation", "io.sandboxd.network-policy=" + pol))
+    expect_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr[-400:])
+    lines = r.stdout.splitlines()
+    expect("allowed-ok" in lines, "the allowed name is reachable:", r.stdout, r.stderr)
+    expect("other=0" not in lines and any(l.startswith("other=") for l in lines),
+           "a name the policy does not allow is refused:", r.stdout)
+    expect("direct=0" not in lines, "an address the policy does not allow is refused:", r.stdout)
+    secs = [int(l[5:]) for l in lines if l.startswith("secs=")]
+    expect(secs and secs[0] <= 2, "both refusals came fast, not by timeout:", r.stdout)
+    no_leak(t, "pol1")
+
+
+def test_bad_policy_annotation_refused_with_its_field(t):
+    pol = json.dumps({"allow": ["api.public.test"], "subnets": {"alow": []}})
+    r = run(t.c, t.rootfs, "bad1", "true", extra=("--annotation", "io.sandboxd.network-policy=" + pol))
+    expect(r.returncode != 0, "the create is refused")
+    expect("io.sandboxd.network-policy" in r.stderr and "networkPolicy.subnets.alow" in r.stderr,
+           "the error names the annotation and the field:", r.stderr)
+    r = run(t.c, t.rootfs, "bad2", "true", extra=("--annotation", "io.sandboxd.network-policy={not json"))
+    expect(r.returncode != 0 and "io.sandboxd.network-policy: not JSON" in r.stderr,
+           "a policy that is not JSON is refused naming the annotation:", r.stderr)
+    r = run(t.c, t.rootfs, "bad3", "true", extra=("--annotation", "io.sandboxd.persistant=true"))
+    expect(r.returncode != 0 and "io.sandboxd.persistant: unknown" in r.stderr,
+           "an unknown io.sandboxd annotation is refused:", r.stderr)
+    for cid in ("bad1", "bad2", "bad3"):
+        t.c.ctr("containers", "delete", cid)
+        no_leak(t, cid)
+
+
+def test_tags_timeout_and_persistent_annotations(t):
+    c, w = t.c, t.world
+    name = sandbox_name("ann1")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME,
+              "--annotation", 'io.sandboxd.tags={"team": "a"}', "--annotation", "io.sandboxd.timeout=600000",
+              "--annotation", "io.sandboxd.persistent=true", "--rootfs", t.rootfs, "ann1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        sb = w.rpc_result("sandbox.get", {"name": name})
+        expect_eq((sb["tags"], sb["timeout"], sb["persistent"]), ({"team": "a"}, 600000, True),
+                  "the sandbox's tags, timeout and persistent")
+        expect_eq(sb["runtime"], name, "the sandbox stands on the rootfs's runtime")
+        c.ctr("task", "kill", "-s", "KILL", "ann1")
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the task to stop")
+        expect_eq(c.ctr("task", "delete", "ann1").returncode, 0, "ctr task delete")
+        sb = w.rpc_result("sandbox.get", {"name": name})
+        expect_eq(sb["status"], "stopped", "a persistent sandbox is kept, stopped, after the task's delete")
+    finally:
+        c.ctr("task", "delete", "-f", "ann1")
+        c.ctr("containers", "delete", "ann1")
+        w.rpc("sandbox.delete", {"name": name})
+        w.rpc("runtime.delete", {"name": name})
+    no_leak(t, "ann1")
+
+
+def test_memory_limit_not_widened(t):
+    r = run(t.c, t.rootfs, "mem1", "true", extra=("--memory-limit", str(512 << 20)))
+    expect(r.returncode != 0 and "linux.resources.memory.limit" in r.stderr,
+           "a memory limit a sandbox cannot hold exactly is refused naming the field:", r.stderr)
+    t.c.ctr("containers", "delete", "mem1")
+    no_leak(t, "mem1")
+    r = run(t.c, t.rootfs, "mem2", "true", extra=("--memory-limit", str(2048 << 20)))
+    expect_eq(r.returncode, 0, "a 2 GiB limit is one vCPU's (stderr %r)" % r.stderr[-300:])
+    no_leak(t, "mem2")
+
+
+class T:
+    pass
+
+
+def main():
+    filters = sys.argv[1:]
+    for tool in ("containerd", "ctr"):
+        if not shutil.which(tool):
+            print("shim: SKIP (%s not installed)" % tool)
+            return 0
+    if not os.access(SHIM, os.X_OK):
+        print("shim: %s is not built (make shim)" % SHIM)
+        return 1
+    if not os.access(BUSYBOX, os.X_OK):
+        print("shim: %s missing (busybox-static; scripts/install-deps)" % BUSYBOX)
+        return 1
+    tests = [(n, f) for n, f in sorted(globals().items(), key=lambda kv: getattr(kv[1], "__code__", None)
+                                        and kv[1].__code__.co_firstlineno or 0)
+             if n.startswith("test_") and callable(f) and (not filters or any(x in n for x in filters))]
+    failed = 0
+    with W.World() as world:
+        world.start_sandboxd()
+        t = T()
+        t.world = world
+        t.rootfs = os.path.join(world.tmp, "rootfs")
+        make_rootfs(t.rootfs)
+        t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
+        try:
+            t.c.start()
+            for name, fn in tests * int(os.environ.get("SHIM_TEST_REPEAT", "1")):
+                t0 = time.monotonic()
+                try:
+                    fn(t)
+                    print("PASS %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
+                except Exception:
+                    failed += 1
+                    print("FAIL %s\n%s" % (name, traceback.format_exc()), flush=True)
+                    print("containerd log:\n" + t.c.log_tail(), flush=True)
+            try:
+                W.World.wait_until(lambda: not shims(t.c), 10, "every shim to exit")
+            except W.WorldError:
+                failed += 1
+                print("FAIL no shim is left running: %s" % shims(t.c))
+        finally:
+            for pid in shims(t.c):
+                os.kill(pid, signal.SIGKILL)
+            t.c.stop()
+    print("shim: %d passed, %d failed" % (len(tests) - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
