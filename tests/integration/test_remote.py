@@ -85,6 +85,12 @@ def _setup(world):
                        capture_output=True, text=True, timeout=60)
     expect(p.returncode == 0, "certs init:", p.stderr)
     for f in os.listdir(certs):
+        mode = os.stat(os.path.join(certs, f)).st_mode & 0o777
+        expect_eq(mode, 0o600 if f.endswith("-key.pem") else 0o644, "mode of %s" % f)
+    # Never replaces what is there (a running daemon's CA stays).
+    again = subprocess.run([W.SANDBOXCTL, "certs", "init", certs], capture_output=True, text=True, timeout=60)
+    expect(again.returncode != 0 and "not replacing" in again.stderr, "certs init over a set:", again.stderr)
+    for f in os.listdir(certs):
         os.chmod(os.path.join(certs, f), 0o644)  # the test's client runs as root anyway
     ca_cert, ca_key = _load(certs, "ca")
     # Another CA, and a client certificate from it with the admin subject.
@@ -144,6 +150,7 @@ def _setup(world):
         "tlsClientCA": os.path.join(certs, "ca.pem"),
         "tlsHandshakeTimeoutMs": 1500,
         "maxTlsHandshakes": 8,
+        "maxConnectionsPerAddress": 12,
     }, tag="remote")
     world.wait_tcp("net", HOST, PORT)
     _state.update(daemon=daemon, certs=certs, bad=bad, ca=os.path.join(certs, "ca.pem"))
@@ -268,6 +275,16 @@ def test_a_stalled_handshake_is_cut_at_its_deadline_and_the_loop_keeps_serving(w
     _log_has(st, "maxTlsHandshakes")
     r = _call(world, st, "admin", {"method": "daemon.info"})
     expect(r["ok"], "served after the flood:", r, time.monotonic() - t0)
+
+
+def test_connections_per_address_are_capped(world):
+    st = _setup(world)
+    r = _raw(world, st, "many", "--count", "12", who="admin")
+    expect(r["served"] == 12 and r["extra_refused"], "12 served, the 13th from the address refused:", r)
+    _log_has(st, "maxConnectionsPerAddress")
+    # The daemon sees the closes asynchronously: poll for the slot.
+    poll(lambda: _call(world, st, "admin", {"method": "daemon.info"})["ok"], 20,
+         "a connection served again once the 12 closed")
 
 
 def test_a_tag_role_sees_and_touches_only_its_tag(world):
