@@ -277,6 +277,23 @@ def test_a_stalled_handshake_is_cut_at_its_deadline_and_the_loop_keeps_serving(w
     expect(r["ok"], "served after the flood:", r, time.monotonic() - t0)
 
 
+def test_half_open_connections_are_probed(world):
+    """A peer that vanishes without a FIN or RST must not hold its slot for
+    the kernel's default of hours: accepted sockets carry keep-alive (60 s
+    idle, 6 probes 10 s apart) and TCP_USER_TIMEOUT, which ss(8) shows."""
+    st = _setup(world)
+    p = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "stall", HOST, str(PORT),
+                          "--ca", st["ca"], "--timeout", "20"], stdout=subprocess.PIPE, text=True)
+    try:
+        def keepalive():
+            out = world.run_in_host(["ss", "-tnoH", "state", "established", "( sport = :%d )" % PORT]).stdout
+            return "keepalive" in out and out
+        out = poll(keepalive, 10, "a keep-alive timer on the daemon's side of the connection")
+        expect("keepalive" in out, "ss:", out)
+    finally:
+        p.communicate(timeout=30)
+
+
 def test_connections_per_address_are_capped(world):
     st = _setup(world)
     r = _raw(world, st, "many", "--count", "12", who="admin")
