@@ -424,12 +424,27 @@ def test_large_requests_and_answers_cross_tls_intact(world):
 
 
 def test_the_admin_subject_from_another_ca_is_refused(world):
+    st = _setup(world)
+    r = _call(world, st, "otherca", {"method": "daemon.info"})
+    expect(not r["ok"], "another CA's admin certificate must be refused:", r)
+    _log_has(st, 'client certificate "CN=admin,O=admin" (depth 0): unable to get local issuer certificate')
+
+
+def test_a_bad_tls_file_stops_the_start_naming_the_key(world):
     """Last of the file: puts the default daemon back."""
     try:
         st = _setup(world)
-        r = _call(world, st, "otherca", {"method": "daemon.info"})
-        expect(not r["ok"], "another CA's admin certificate must be refused:", r)
-        _log_has(st, 'client certificate "CN=admin,O=admin" (depth 0): unable to get local issuer certificate')
+        certs = st["certs"]
+        world.stop_sandboxd()
+        cfg = {"listen": [URL], "tlsCert": os.path.join(certs, "server.pem"),
+               "tlsKey": os.path.join(certs, "client-key.pem"),  # not the certificate's key
+               "tlsClientCA": os.path.join(certs, "ca.pem")}
+        d = world.add_sandboxd(config=cfg, tag="badtls")
+        try:
+            d.start()
+            raise AssertionError("sandboxd started with a key that does not match tlsCert")
+        except W.WorldError as e:
+            expect("tlsKey" in str(e), "the start error names tlsKey:", str(e)[-600:])
     finally:
         _state.clear()
         world.stop_sandboxd()
