@@ -217,6 +217,24 @@ def test_mutual_tls_admin_cli_and_raw_client(world):
                           env={"SANDBOXD_HOST": URL, "SANDBOXD_CERT": cert, "SANDBOXD_KEY": key,
                                "SANDBOXD_CA": st["ca"]})
     expect_eq(code, 0, "sandboxctl with SANDBOXD_HOST exit; stderr: %s" % err)
+    # exec (streamed output, exit code) and cp -r (chunked: no fds over TCP).
+    name = world.name("rcli")
+    _local(st, "sandbox.create", {"name": name})
+    try:
+        code, out, err = _ctl(world, st, "admin", "exec", name, "--", "sh", "-c", "echo hi; exit 3")
+        expect_eq((code, out), (3, "hi\n"), "exec over TLS (code, stdout); stderr: %s" % err)
+        src = os.path.join(world.tmp, "rtree")
+        os.makedirs(os.path.join(src, "d"), exist_ok=True)
+        with open(os.path.join(src, "d", "f"), "w") as f:
+            f.write("tree\n")
+        code, _o, err = _ctl(world, st, "admin", "cp", "-r", src, name + ":/workspace/")
+        expect_eq(code, 0, "cp -r to the sandbox over TLS; stderr: %s" % err)
+        dst = os.path.join(world.tmp, "rtree-back")
+        code, _o, err = _ctl(world, st, "admin", "cp", "-r", name + ":/workspace/rtree", dst)
+        expect_eq(code, 0, "cp -r from the sandbox over TLS; stderr: %s" % err)
+        expect_eq(open(os.path.join(dst, "d", "f")).read(), "tree\n", "the tree came back")
+    finally:
+        st["daemon"].rpc("sandbox.delete", {"name": name})
     r = _call(world, st, "admin", {"method": "daemon.info"}, {"method": "sandbox.list"})
     expect(r["ok"], "raw TLS 1.3 client:", r)
     expect("result" in r["answers"][0] and "sandboxes" in r["answers"][1]["result"], "answers:", r)
