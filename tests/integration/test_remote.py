@@ -104,6 +104,10 @@ def _setup(world):
              .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
              .add_extension(x509.SubjectKeyIdentifier.from_public_key(other_key.public_key()), critical=False)
              .sign(other_key, hashes.SHA256()))
+    other_ca_path = os.path.join(d, "other-ca.pem")
+    with open(other_ca_path, "wb") as f:
+        f.write(other.public_bytes(serialization.Encoding.PEM))
+    os.chmod(other_ca_path, 0o644)
     admin = _name((NameOID.ORGANIZATION_NAME, "admin"), (NameOID.COMMON_NAME, "admin"))
     bad = {
         "otherca": _client_cert(d, "otherca", admin, other, other_key),
@@ -153,7 +157,7 @@ def _setup(world):
         "maxConnectionsPerAddress": 12,
     }, tag="remote")
     world.wait_tcp("net", HOST, PORT)
-    _state.update(daemon=daemon, certs=certs, bad=bad, ca=os.path.join(certs, "ca.pem"))
+    _state.update(daemon=daemon, certs=certs, bad=bad, ca=os.path.join(certs, "ca.pem"), other_ca=other_ca_path)
     return _state
 
 
@@ -267,6 +271,12 @@ def test_refused_certificates_and_protocols_are_logged(world):
     r = _raw(world, st, "plain")
     expect(r["closed"] and '"result"' not in r["data"], "plaintext must get no answer:", r)
     _log_has(st, "TLS handshake failed")
+    # The CLI verifies the daemon: a CA that did not sign its certificate
+    # (a man in the middle) ends the handshake before anything is sent.
+    cert, key = _pair(st, "admin")
+    p = world.run_in_net([W.SANDBOXCTL, "--host", URL, "--cert", cert, "--key", key, "--ca", st["other_ca"], "ls"])
+    expect(p.returncode == 69 and "certificate verify failed" in p.stderr,
+           "sandboxctl with the wrong --ca:", p.returncode, p.stderr)
     # The CLI reports a refusal as unreachable, naming TLS.
     code, _o, err = _ctl(world, st, "expired", "ls")
     expect(code != 0 and "sandboxd" in err, "sandboxctl with an expired certificate:", code, err)
