@@ -154,6 +154,15 @@ static int certs_init(const char *dir, const char *tag, char **names, size_t n_n
         _cleanup_close_ int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dirfd < 0)
                 return ctl_error(CLI_EXIT_ERROR, "certs: %s: %s", dir, strerror(errno));
+        /* All or nothing: refuse before writing if any file of the set is
+         * there, so a half-replaced set never mixes two CAs. */
+        static const char *const files[] = { "ca.pem", "ca-key.pem", "server.pem", "server-key.pem", "client.pem",
+                                             "client-key.pem", "tag.pem", "tag-key.pem" };
+        struct stat st;
+        for (size_t i = 0; i < (tag ? 8u : 6u); i++)
+                if (fstatat(dirfd, files[i], &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+                        return ctl_error(CLI_EXIT_ERROR, "certs: %s/%s exists (not replacing it; use another DIR)",
+                                         dir, files[i]);
         _cleanup_free_ char *tag_org = NULL;
         if (tag && asprintf(&tag_org, "tag:%s", tag) < 0)
                 return ctl_error(CLI_EXIT_ERROR, "out of memory");

@@ -93,6 +93,10 @@ void client_free(client *c) {
         free(c);
 }
 
+bool client_is_remote(const client *c) {
+        return c->ssl != NULL;
+}
+
 int client_fd(const client *c) {
         return c->fd;
 }

@@ -104,6 +104,9 @@ int client_parse_host(const char *url, char **ret_host, char **ret_port);
 int client_connect_tls(const char *url, const char *cert, const char *key, const char *ca, client **ret,
                        char **ret_msg);
 
+/* True for a connection made by client_connect_tls(). */
+bool client_is_remote(const client *c);
+
 /* Wraps an already connected stream socket (ownership of fd is taken, even
  * on failure). Used by tests with a socketpair. Returns NULL on ENOMEM. */
 client *client_new_fd(int fd);

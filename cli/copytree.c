@@ -263,7 +263,7 @@ static int to_sandbox_fd(const ctl_globals *g, client *c, const char *local, con
 }
 
 int ctl_cp_tree_to_sandbox(const ctl_globals *g, client *c, const char *local, const char *name, const char *path) {
-        if (!getenv("SANDBOXCTL_CP_JSON"))
+        if (!getenv("SANDBOXCTL_CP_JSON") && !client_is_remote(c))
                 return to_sandbox_fd(g, c, local, name, path);
         tree_io io = { .g = g, .c = c };
         _cleanup_free_ char *buf = io.buf = malloc(TREE_CHUNK);
@@ -417,7 +417,7 @@ int ctl_cp_tree_from_sandbox(const ctl_globals *g, client *c, const char *name, 
         _cleanup_close_ int dfd = open(local, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd < 0)
                 return ctl_error(CLI_EXIT_ERROR, "cp: %s: %s", local, strerror(errno));
-        if (!getenv("SANDBOXCTL_CP_JSON"))
+        if (!getenv("SANDBOXCTL_CP_JSON") && !client_is_remote(c))  /* no fds cross TCP */
                 return from_sandbox_fd(g, c, name, path, dfd);
         r = begin(&io, "fs.readTar", name, path);
         if (r != 0)

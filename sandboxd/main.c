@@ -252,18 +252,25 @@ static int start_server(sd_event *event, const daemon_config *cfg, manager *m, r
         };
         if (rc.listen_fd < -1)
                 return rc.listen_fd;
+        /* TLS files and TCP ports first: a bad one stops the start before
+         * the Unix socket accepts anyone. */
+        remote_listeners *remote = NULL;
+        if (remote_prepare(cfg, &remote, &err) < 0)
+                return log_error_errno(err->code, "%s", err->message);
         if (rc.listen_fd < 0) {
                 _cleanup_free_ char *dir = strdup(cfg->socket_path);
-                if (!dir)
-                        return log_error_errno(-ENOMEM, "out of memory");
-                int r = core_mkdir_p(dirname(dir), 0755);
-                if (r < 0)
-                        return log_error_errno(r, "create socket directory '%s': %m", dir);
+                int r = dir ? core_mkdir_p(dirname(dir), 0755) : -ENOMEM;
+                if (r < 0) {
+                        remote_listeners_free(remote);
+                        return log_error_errno(r, "create socket directory '%s': %m", dir ? dir : "?");
+                }
         }
-        if (rpc_server_new(event, &rc, ret, &err) < 0)
+        if (rpc_server_new(event, &rc, ret, &err) < 0) {
+                remote_listeners_free(remote);
                 return log_error_errno(err->code, "%s", err->message);
+        }
         manager_register_methods(m, *ret);
-        if (remote_start(m, cfg, *ret, &err) < 0)
+        if (remote_attach(remote, m, cfg, *ret, &err) < 0)
                 return log_error_errno(err->code, "%s", err->message);
         if (rc.listen_fd >= 0)
                 log_info("listening on the socket passed by the service manager");

@@ -297,6 +297,8 @@ static int make_ctx(const daemon_config *cfg, SSL_CTX **ret, sb_error **ret_err)
         return 0;
 }
 
+static int authorize(rpc_request *req, void *userdata, sb_error **ret_err);
+
 static int bind_listen(const char *addr, int *ret_fd, sb_error **ret_err) {
         struct sockaddr_storage ss;
         unsigned len = 0;
@@ -315,37 +317,72 @@ static int bind_listen(const char *addr, int *ret_fd, sb_error **ret_err) {
         return 0;
 }
 
-static int authorize(rpc_request *req, void *userdata, sb_error **ret_err);
+struct remote_listeners {
+        SSL_CTX *ctx;
+        int fds[RPC_LISTEN_MAX];
+        size_t n;
+};
 
-int remote_start(manager *m, const daemon_config *cfg, rpc_server *server, sb_error **ret_err) {
+void remote_listeners_free(remote_listeners *l) {
+        if (!l)
+                return;
+        for (size_t i = 0; i < l->n; i++)
+                if (l->fds[i] >= 0)
+                        close(l->fds[i]);
+        SSL_CTX_free(l->ctx);
+        free(l);
+}
+
+int remote_prepare(const daemon_config *cfg, remote_listeners **ret, sb_error **ret_err) {
+        *ret = NULL;
         if (!cfg->listen || !cfg->listen[0])
                 return 0;
-        SSL_CTX *ctx = NULL;
-        int r = make_ctx(cfg, &ctx, ret_err);
-        if (r < 0)
+        remote_listeners *l = calloc(1, sizeof(*l));
+        if (!l)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = make_ctx(cfg, &l->ctx, ret_err);
+        for (size_t i = 0; r >= 0 && cfg->listen[i]; i++) {
+                if (l->n >= RPC_LISTEN_MAX) {
+                        r = sb_error_set(ret_err, -E2BIG, NULL, "listen", "daemon.json: listen: at most %d addresses",
+                                         RPC_LISTEN_MAX);
+                        break;
+                }
+                l->fds[l->n] = -EBADF;
+                r = bind_listen(cfg->listen[i], &l->fds[l->n], ret_err);
+                if (r >= 0)
+                        l->n++;
+        }
+        if (r < 0) {
+                remote_listeners_free(l);
                 return r;
+        }
+        *ret = l;
+        return 0;
+}
+
+int remote_attach(remote_listeners *l, manager *m, const daemon_config *cfg, rpc_server *server, sb_error **ret_err) {
+        if (!l)
+                return 0;
         rpc_server_set_tls_accept(server, tls_accept, identity_free, m);
         rpc_server_set_authorize(server, authorize, m);
-        for (size_t i = 0; r >= 0 && cfg->listen[i]; i++) {
-                int fd = -EBADF;
-                r = bind_listen(cfg->listen[i], &fd, ret_err);
-                if (r < 0)
-                        break;
+        int r = 0;
+        for (size_t i = 0; r >= 0 && i < l->n; i++) {
                 rpc_tls_config tc = {
-                        .listen_fd = fd,
+                        .listen_fd = l->fds[i],
                         .name = cfg->listen[i],
-                        .ctx = ctx,
+                        .ctx = l->ctx,
                         .handshake_timeout_ms = (unsigned) cfg->tls_handshake_timeout_ms,
                         .max_conns = cfg->max_conns_remote,
                         .max_conns_addr = cfg->max_conns_addr,
                         .max_handshakes = cfg->max_tls_handshakes,
                 };
+                l->fds[i] = -EBADF;  /* taken, even on failure */
                 r = rpc_server_add_tls_listener(server, &tc, ret_err);
                 if (r >= 0)
                         log_info("listening on %s (TLS 1.3, client certificates from %s)", cfg->listen[i],
                                  cfg->tls_client_ca);
         }
-        SSL_CTX_free(ctx);  /* the listeners hold their references */
+        remote_listeners_free(l);  /* the listeners hold their references to the context */
         return r;
 }
 

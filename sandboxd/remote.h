@@ -51,11 +51,25 @@ int remote_identity_from_name(const struct X509_name_st *name, remote_identity *
  * are not one. For the fuzz target and the unit tests. */
 int remote_identity_from_der(const uint8_t *der, size_t len, remote_identity **ret, const char **ret_reason);
 
-/* Starts every daemon.json "listen" address on `server`: loads the
- * certificate, key and client CA into a TLS 1.3-only context, binds each
- * address, and installs the accept and authorize hooks. No address: does
- * nothing. Returns 0 or a negative errno with *ret_err naming the key. */
-int remote_start(manager *m, const daemon_config *cfg, rpc_server *server, sb_error **ret_err);
+/* The most addresses daemon.json "listen" may name (config.c's range). */
+#define RPC_LISTEN_MAX 8
+
+typedef struct remote_listeners remote_listeners;
+
+/* Readies every daemon.json "listen" address: loads the certificate, key
+ * and client CA into a TLS 1.3-only context and binds each address, so a
+ * bad file or a taken port stops the start before the Unix socket exists.
+ * No address: 0 with *ret NULL. Returns 0 with *ret (remote_attach takes
+ * it; remote_listeners_free otherwise) or a negative errno with *ret_err
+ * naming the key. */
+int remote_prepare(const daemon_config *cfg, remote_listeners **ret, sb_error **ret_err);
+
+/* Serves the prepared listeners on `server` and installs the accept and
+ * authorize hooks (the identity and role of each TLS connection, the
+ * check of each request). Takes `l` (NULL: nothing to do). Returns 0 or a
+ * negative errno with *ret_err. */
+int remote_attach(remote_listeners *l, manager *m, const daemon_config *cfg, rpc_server *server, sb_error **ret_err);
+void remote_listeners_free(remote_listeners *l);
 
 /* True when the connection may see events and objects of sandbox
  * `sb_name` (NULL: the daemon's own events): the Unix socket and admin

@@ -164,6 +164,31 @@ def mode_halfrecord(a):
     return {"answer": json.loads(buf.split(b"\n")[0])}
 
 
+def mode_many(a):
+    """--count TLS connections held open (each answered once), then one
+    more: {"served": N, "extra_refused": bool}."""
+    held, served = [], 0
+    ctx = context(a)
+    for _ in range(a.count):
+        s = ctx.wrap_socket(socket.create_connection((a.host, a.port), timeout=a.timeout))
+        s.settimeout(a.timeout)
+        s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
+        if "result" in read_line(s.makefile("rb")):
+            served += 1
+        held.append(s)
+    refused = False
+    try:
+        s = ctx.wrap_socket(socket.create_connection((a.host, a.port), timeout=a.timeout))
+        s.settimeout(a.timeout)
+        s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
+        read_line(s.makefile("rb"))
+    except (OSError, ssl.SSLError, ConnectionError):
+        refused = True
+    for s in held:
+        s.close()
+    return {"served": served, "extra_refused": refused}
+
+
 def mode_plain(a):
     s = socket.create_connection((a.host, a.port), timeout=a.timeout)
     s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
@@ -232,7 +257,7 @@ def main():
     p.add_argument("--hold", type=float, default=3.0)
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
+    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

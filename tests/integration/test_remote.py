@@ -85,6 +85,12 @@ def _setup(world):
                        capture_output=True, text=True, timeout=60)
     expect(p.returncode == 0, "certs init:", p.stderr)
     for f in os.listdir(certs):
+        mode = os.stat(os.path.join(certs, f)).st_mode & 0o777
+        expect_eq(mode, 0o600 if f.endswith("-key.pem") else 0o644, "mode of %s" % f)
+    # Never replaces what is there (a running daemon's CA stays).
+    again = subprocess.run([W.SANDBOXCTL, "certs", "init", certs], capture_output=True, text=True, timeout=60)
+    expect(again.returncode != 0 and "not replacing" in again.stderr, "certs init over a set:", again.stderr)
+    for f in os.listdir(certs):
         os.chmod(os.path.join(certs, f), 0o644)  # the test's client runs as root anyway
     ca_cert, ca_key = _load(certs, "ca")
     # Another CA, and a client certificate from it with the admin subject.
@@ -98,6 +104,10 @@ def _setup(world):
              .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
              .add_extension(x509.SubjectKeyIdentifier.from_public_key(other_key.public_key()), critical=False)
              .sign(other_key, hashes.SHA256()))
+    other_ca_path = os.path.join(d, "other-ca.pem")
+    with open(other_ca_path, "wb") as f:
+        f.write(other.public_bytes(serialization.Encoding.PEM))
+    os.chmod(other_ca_path, 0o644)
     admin = _name((NameOID.ORGANIZATION_NAME, "admin"), (NameOID.COMMON_NAME, "admin"))
     bad = {
         "otherca": _client_cert(d, "otherca", admin, other, other_key),
@@ -144,9 +154,10 @@ def _setup(world):
         "tlsClientCA": os.path.join(certs, "ca.pem"),
         "tlsHandshakeTimeoutMs": 1500,
         "maxTlsHandshakes": 8,
+        "maxConnectionsPerAddress": 12,
     }, tag="remote")
     world.wait_tcp("net", HOST, PORT)
-    _state.update(daemon=daemon, certs=certs, bad=bad, ca=os.path.join(certs, "ca.pem"))
+    _state.update(daemon=daemon, certs=certs, bad=bad, ca=os.path.join(certs, "ca.pem"), other_ca=other_ca_path)
     return _state
 
 
@@ -210,6 +221,24 @@ def test_mutual_tls_admin_cli_and_raw_client(world):
                           env={"SANDBOXD_HOST": URL, "SANDBOXD_CERT": cert, "SANDBOXD_KEY": key,
                                "SANDBOXD_CA": st["ca"]})
     expect_eq(code, 0, "sandboxctl with SANDBOXD_HOST exit; stderr: %s" % err)
+    # exec (streamed output, exit code) and cp -r (chunked: no fds over TCP).
+    name = world.name("rcli")
+    _local(st, "sandbox.create", {"name": name})
+    try:
+        code, out, err = _ctl(world, st, "admin", "exec", name, "--", "sh", "-c", "echo hi; exit 3")
+        expect_eq((code, out), (3, "hi\n"), "exec over TLS (code, stdout); stderr: %s" % err)
+        src = os.path.join(world.tmp, "rtree")
+        os.makedirs(os.path.join(src, "d"), exist_ok=True)
+        with open(os.path.join(src, "d", "f"), "w") as f:
+            f.write("tree\n")
+        code, _o, err = _ctl(world, st, "admin", "cp", "-r", src, name + ":/workspace/")
+        expect_eq(code, 0, "cp -r to the sandbox over TLS; stderr: %s" % err)
+        dst = os.path.join(world.tmp, "rtree-back")
+        code, _o, err = _ctl(world, st, "admin", "cp", "-r", name + ":/workspace/rtree", dst)
+        expect_eq(code, 0, "cp -r from the sandbox over TLS; stderr: %s" % err)
+        expect_eq(open(os.path.join(dst, "d", "f")).read(), "tree\n", "the tree came back")
+    finally:
+        st["daemon"].rpc("sandbox.delete", {"name": name})
     r = _call(world, st, "admin", {"method": "daemon.info"}, {"method": "sandbox.list"})
     expect(r["ok"], "raw TLS 1.3 client:", r)
     expect("result" in r["answers"][0] and "sandboxes" in r["answers"][1]["result"], "answers:", r)
@@ -242,6 +271,12 @@ def test_refused_certificates_and_protocols_are_logged(world):
     r = _raw(world, st, "plain")
     expect(r["closed"] and '"result"' not in r["data"], "plaintext must get no answer:", r)
     _log_has(st, "TLS handshake failed")
+    # The CLI verifies the daemon: a CA that did not sign its certificate
+    # (a man in the middle) ends the handshake before anything is sent.
+    cert, key = _pair(st, "admin")
+    p = world.run_in_net([W.SANDBOXCTL, "--host", URL, "--cert", cert, "--key", key, "--ca", st["other_ca"], "ls"])
+    expect(p.returncode == 69 and "certificate verify failed" in p.stderr,
+           "sandboxctl with the wrong --ca:", p.returncode, p.stderr)
     # The CLI reports a refusal as unreachable, naming TLS.
     code, _o, err = _ctl(world, st, "expired", "ls")
     expect(code != 0 and "sandboxd" in err, "sandboxctl with an expired certificate:", code, err)
@@ -268,6 +303,33 @@ def test_a_stalled_handshake_is_cut_at_its_deadline_and_the_loop_keeps_serving(w
     _log_has(st, "maxTlsHandshakes")
     r = _call(world, st, "admin", {"method": "daemon.info"})
     expect(r["ok"], "served after the flood:", r, time.monotonic() - t0)
+
+
+def test_half_open_connections_are_probed(world):
+    """A peer that vanishes without a FIN or RST must not hold its slot for
+    the kernel's default of hours: accepted sockets carry keep-alive (60 s
+    idle, 6 probes 10 s apart) and TCP_USER_TIMEOUT, which ss(8) shows."""
+    st = _setup(world)
+    p = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "stall", HOST, str(PORT),
+                          "--ca", st["ca"], "--timeout", "20"], stdout=subprocess.PIPE, text=True)
+    try:
+        def keepalive():
+            out = world.run_in_host(["ss", "-tnoH", "state", "established", "( sport = :%d )" % PORT]).stdout
+            return "keepalive" in out and out
+        out = poll(keepalive, 10, "a keep-alive timer on the daemon's side of the connection")
+        expect("keepalive" in out, "ss:", out)
+    finally:
+        p.communicate(timeout=30)
+
+
+def test_connections_per_address_are_capped(world):
+    st = _setup(world)
+    r = _raw(world, st, "many", "--count", "12", who="admin")
+    expect(r["served"] == 12 and r["extra_refused"], "12 served, the 13th from the address refused:", r)
+    _log_has(st, "maxConnectionsPerAddress")
+    # The daemon sees the closes asynchronously: poll for the slot.
+    poll(lambda: _call(world, st, "admin", {"method": "daemon.info"})["ok"], 20,
+         "a connection served again once the 12 closed")
 
 
 def test_a_tag_role_sees_and_touches_only_its_tag(world):
@@ -390,12 +452,27 @@ def test_large_requests_and_answers_cross_tls_intact(world):
 
 
 def test_the_admin_subject_from_another_ca_is_refused(world):
+    st = _setup(world)
+    r = _call(world, st, "otherca", {"method": "daemon.info"})
+    expect(not r["ok"], "another CA's admin certificate must be refused:", r)
+    _log_has(st, 'client certificate "CN=admin,O=admin" (depth 0): unable to get local issuer certificate')
+
+
+def test_a_bad_tls_file_stops_the_start_naming_the_key(world):
     """Last of the file: puts the default daemon back."""
     try:
         st = _setup(world)
-        r = _call(world, st, "otherca", {"method": "daemon.info"})
-        expect(not r["ok"], "another CA's admin certificate must be refused:", r)
-        _log_has(st, 'client certificate "CN=admin,O=admin" (depth 0): unable to get local issuer certificate')
+        certs = st["certs"]
+        world.stop_sandboxd()
+        cfg = {"listen": [URL], "tlsCert": os.path.join(certs, "server.pem"),
+               "tlsKey": os.path.join(certs, "client-key.pem"),  # not the certificate's key
+               "tlsClientCA": os.path.join(certs, "ca.pem")}
+        d = world.add_sandboxd(config=cfg, tag="badtls")
+        try:
+            d.start()
+            raise AssertionError("sandboxd started with a key that does not match tlsCert")
+        except W.WorldError as e:
+            expect("tlsKey" in str(e), "the start error names tlsKey:", str(e)[-600:])
     finally:
         _state.clear()
         world.stop_sandboxd()
