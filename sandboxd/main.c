@@ -244,6 +244,7 @@ static int run(const daemon_config *cfg) {
                         log_error_errno(r, "event loop: %m");
                 (void) sd_notify(0, "STOPPING=1");
         }
+        manager_stopping(m);
         rpc_server_free(server);
         worker_shutdown();
         manager_free(m);

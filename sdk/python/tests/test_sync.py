@@ -268,3 +268,37 @@ def test_ctrl_c_during_a_create_cancels_it_on_the_daemon(world, client, name):
     leaks.check(world, name)
     # The client still works.
     assert client.daemon_info()["version"]
+
+
+def test_a_waiting_run_command_resumes_across_a_daemon_restart(world, client, name):
+    import threading
+    sb = Sandbox.create(name=name, network_policy="deny-all", client=client)
+    try:
+        up = threading.Event()
+        result = {}
+
+        def run():
+            try:
+                result["r"] = sb.run_command("sh", ["-c", "echo before; while [ ! -e /tmp/go ]; do sleep 0.05; "
+                                                    "done; echo after; exit 5"],
+                                             stdout=lambda s: up.set())
+            except Exception as e:  # reported below
+                result["e"] = e
+        t = threading.Thread(target=run)
+        t.start()
+        assert up.wait(30), "the command did not start"
+        world.daemon.stop()
+        world.daemon.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                sb.write_files([{"path": "/tmp/go", "content": ""}])
+                break
+            except DaemonUnreachableError:
+                assert time.monotonic() < deadline
+        t.join(60)
+        assert "e" not in result, repr(result.get("e"))
+        r = result["r"]
+        assert r.exit_code == 5 and r.stdout() == "before\nafter\n"
+    finally:
+        sb.delete()
