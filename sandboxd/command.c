@@ -484,7 +484,10 @@ void commands_conn_closed(manager *m, rpc_conn *conn) {
                 if (c->conn == conn) {
                         rpc_conn_unref(c->conn);
                         c->conn = NULL;
-                        if (!c->detached && !c->exited && c->sess) {
+                        /* Not at daemon exit: the connections close
+                         * before the sessions are left, and the command
+                         * goes on for the next daemon (live restore). */
+                        if (!c->detached && !c->exited && c->sess && !m->stopping) {
                                 cJSON *op = cJSON_CreateObject();
                                 cJSON_AddStringToObject(op, "op", "kill");
                                 cJSON_AddNumberToObject(op, "id", c->agent_id);

@@ -284,6 +284,7 @@ struct manager {
         rpc_server *server;
         uint64_t started_ms;
         unsigned kept_sessions;   /* left running at exit for the next daemon (live restore) */
+        bool stopping;            /* the daemon is exiting (manager_stopping) */
 };
 
 /* disk.c: each sandbox's bounded writable layer (libcore/diskimg.h). */

@@ -346,6 +346,7 @@ static int run(const args *a, daemon_config *cfg) {
                 (void) sd_notify(0, "STOPPING=1");
         }
         metrics_stop();
+        manager_stopping(m);
         rpc_server_free(server);
         worker_shutdown();
         manager_free(m);

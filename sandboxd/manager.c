@@ -743,6 +743,11 @@ fail:
         return r;
 }
 
+void manager_stopping(manager *m) {
+        if (m)
+                m->stopping = true;
+}
+
 void manager_free(manager *m) {
         if (!m)
                 return;

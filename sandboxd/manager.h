@@ -22,3 +22,7 @@ void manager_count(const manager *m, unsigned *ret_all, unsigned *ret_running);
 
 /* Stops every session and removes host-wide objects (daemon exit). */
 void manager_free(manager *m);
+/* The event loop ended (SIGTERM): from now on a closing connection does not
+ * hang up the commands it waited for, which live on for the next daemon
+ * (live restore); call before the server closes its connections. */
+void manager_stopping(manager *m);

@@ -1345,7 +1345,7 @@ static void start_done(void *userdata) {
         for (size_t i = 0; i < sb->pending.n; i++)
                 if (sb->pending.reqs[i]->cancel_userdata == j)
                         rpc_request_set_cancel(sb->pending.reqs[i], NULL, NULL);
-        if (j->err && j->err->reason && streq(j->err->reason, "cancelled")) {
+        if (j->fresh && j->err && j->err->reason && streq(j->err->reason, "cancelled")) {
                 log_info("create sandbox '%s' cancelled", sb->name);
                 manager_release_slot(m, j->slot);
                 redo_list l = redo_list_take(&sb->pending);

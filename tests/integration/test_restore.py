@@ -76,6 +76,29 @@ def test_detached_command_survives_sigterm_of_the_daemon(world):
     _finish(world, _survives(world, "term", "--deny-all"))
 
 
+def test_a_waited_for_command_survives_sigterm_of_the_daemon(world):
+    """A command.run whose caller is still waiting when the daemon exits
+    is not hung up (the caller's connection closes only because the daemon
+    goes): it runs on and the next daemon reports its exit."""
+    name, _c, _o, _e = create(world, "rstw", "--deny-all")
+    try:
+        with world.daemon.connect() as conn:
+            conn.start("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c",
+                       "echo up; while [ ! -e /tmp/go ]; do sleep 0.05; done; exit 6"]})
+            started = conn.wait_note(lambda n: n.get("method") == "command.started", 30)
+            cmd_id = started["params"]["cmdId"]
+            conn.wait_note(lambda n: n.get("method") == "command.output", 30)
+            _restart(world, "term")
+        expect_eq(rpc_ok(world, "command.get", {"cmdId": cmd_id})["exitCode"], None,
+                  "the waited-for command after the restart")
+        sh_ok(world, name, "touch /tmp/go")
+        fin = rpc_ok(world, "command.wait", {"cmdId": cmd_id}, timeout=30)
+        expect_eq(fin["exitCode"], 6, "its exit code, reported by the next daemon")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
 def test_persistent_sandbox_keeps_running_across_sigkill_of_the_daemon(world):
     _finish(world, _survives(world, "kill", "--deny-all", "--persistent"))
 

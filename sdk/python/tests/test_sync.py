@@ -6,7 +6,8 @@ import pytest
 
 import leaks
 from sandboxd import (AlreadyExistsError, CommandFinished, DaemonUnreachableError, InvalidParamsError,
-                      InvalidPolicyError, NotFoundError, Sandbox, SandboxClient, SandboxError, Snapshot)
+                      InvalidPolicyError, LimitExceededError, NotFoundError, Sandbox, SandboxClient, SandboxError,
+                      SandboxStoppedError, Snapshot, SourceFailedError)
 
 
 def _gone(client, name):
@@ -111,6 +112,28 @@ def test_typed_errors_carry_code_reason_and_field(world, client, name):
     with pytest.raises(DaemonUnreachableError):
         with SandboxClient("/nonexistent/sandboxd.sock") as c:
             c.daemon_info()
+    with pytest.raises(InvalidParamsError) as e:
+        Sandbox.create(name=name, tags={"t%d" % i: "v" for i in range(6)}, client=client)
+    assert e.value.field == "tags"
+    with pytest.raises(SourceFailedError) as e:
+        Sandbox.create(name=name, source={"type": "tarball", "url": world.http_url("no-such.tar.gz")},
+                       network_policy="deny-all", client=client)
+    assert e.value.reason == "source_failed"
+    sb = Sandbox.create(name=name, network_policy="deny-all", persistent=True, client=client)
+    try:
+        sb.stop()
+        with pytest.raises(SandboxStoppedError) as e:
+            sb.extend_timeout(1000)
+        assert e.value.reason == "sandbox_stopped"
+    finally:
+        sb.delete()
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        with pytest.raises(TypeError):
+            sb.run_command("ls", "-l /")  # args is a list
+        sb.run_command("truncate", ["-s", "65M", "big"])
+        with pytest.raises(LimitExceededError) as e:
+            sb.read_file("big")
+        assert e.value.reason == "limit_exceeded"
 
 
 def test_get_or_create_runs_on_create_once(world, client, name):
@@ -218,6 +241,7 @@ def test_reconnects_across_a_daemon_restart(world, client, name):
         cmd = sb.run_command("sh", ["-c", "echo before; read x; echo after; exit 7"], detached=True)
         it = cmd.logs()
         assert next(it)["data"] == b"before\n"
+        events = sb.events(kinds=["sandbox"])
         world.daemon.stop()
         world.daemon.start()
         deadline = time.monotonic() + 30
@@ -232,8 +256,17 @@ def test_reconnects_across_a_daemon_restart(world, client, name):
         assert b"after\n" in rest
         assert cmd.wait().exit_code == 7
         assert sb.run_command("echo", ["new"]).stdout() == "new\n"
+        # The event stream was subscribed again on the new connection.
+        sb.stop()
+        for ev in events:
+            if ev["status"] in ("stopped", "deleted"):
+                break
+        events.close()
     finally:
-        sb.delete()
+        try:
+            sb.delete()
+        except NotFoundError:
+            pass
 
 
 def test_ctrl_c_during_a_create_cancels_it_on_the_daemon(world, client, name):
@@ -268,3 +301,37 @@ def test_ctrl_c_during_a_create_cancels_it_on_the_daemon(world, client, name):
     leaks.check(world, name)
     # The client still works.
     assert client.daemon_info()["version"]
+
+
+def test_a_waiting_run_command_resumes_across_a_daemon_restart(world, client, name):
+    import threading
+    sb = Sandbox.create(name=name, network_policy="deny-all", client=client)
+    try:
+        up = threading.Event()
+        result = {}
+
+        def run():
+            try:
+                result["r"] = sb.run_command("sh", ["-c", "echo before; while [ ! -e /tmp/go ]; do sleep 0.05; "
+                                                    "done; echo after; exit 5"],
+                                             stdout=lambda s: up.set())
+            except Exception as e:  # reported below
+                result["e"] = e
+        t = threading.Thread(target=run)
+        t.start()
+        assert up.wait(30), "the command did not start"
+        world.daemon.stop()
+        world.daemon.start()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                sb.write_files([{"path": "/tmp/go", "content": ""}])
+                break
+            except DaemonUnreachableError:
+                assert time.monotonic() < deadline
+        t.join(60)
+        assert "e" not in result, repr(result.get("e"))
+        r = result["r"]
+        assert r.exit_code == 5 and r.stdout() == "before\nafter\n"
+    finally:
+        sb.delete()

@@ -594,6 +594,9 @@ class AsyncSandbox:
         or a file-like object). ``tty`` (True or {"rows", "cols"}) gives the
         command a pty. Cancelling the awaiting task kills the command's
         process group (request.cancel)."""
+        if isinstance(args, (str, bytes)):
+            raise TypeError("args: a list of strings, not one string (run_command(\"sh\", [\"-c\", %r]) runs a "
+                            "shell line)" % (args,))
         p: dict[str, Any] = {"sandbox": self.name, "cmd": cmd}
         if args is not None:
             p["args"] = [str(a) for a in args]

@@ -36,6 +36,10 @@ class SandboxClient:
         self.aio: AsyncSandboxClient = self._run(make())
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a synchronous sandboxd call from a stdout/stderr callback would wait for itself; "
+                               "collect the output and call after run_command returns")
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return fut.result()
