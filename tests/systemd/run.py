@@ -516,8 +516,9 @@ def run_layout(root, layout, deb, filt):
             except Exception:
                 failed.append("%s/%s" % (layout, chk.__name__))
                 log("[%s] FAIL  %s\n%s" % (layout, chk.__name__, traceback.format_exc()))
-                j = c.run("journalctl", "--no-pager", "-n", "40", "-u", "sandboxd", check=False).stdout
-                log("journal of sandboxd:\n" + j)
+                log(c.run("systemctl", "status", "--no-pager", "sandboxd", check=False).stdout)
+                j = c.run("journalctl", "--no-pager", "-n", "80", check=False).stdout
+                log("journal:\n" + j)
                 break  # later checks build on this one's state
     finally:
         c.close()
