@@ -55,6 +55,7 @@ static const char main_help[] =
         "                                would the policy allow URL? (exit 0 yes, 3 no)\n"
         "  events [NAME] [--kind K]...   print events (denials, lifecycle) as they happen\n"
         "  daemon info                   show the daemon's version, limits and host support\n"
+        "  top [--interval SECS]         live usage of every running sandbox (--json: once)\n"
         "\n"
         "Global options:\n"
         "  --socket PATH   daemon socket (default: $SANDBOXD_SOCKET, else " CLIENT_DEFAULT_SOCKET ")\n"
@@ -1192,6 +1193,148 @@ static int cmd_cp(ctl_globals *g, int argc, char **argv) {
         return rd ? cp_to_sandbox(g, c, src, dname, dpath) : cp_from_sandbox(g, c, sname, spath, dst);
 }
 
+/* --- top -------------------------------------------------------------- */
+
+static double num_or(const cJSON *o, const char *key, double dflt) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+/* "12.3MiB"-style byte counts; "-" for a figure the host does not keep. */
+static char *bytes_cell(double v) {
+        char *s = NULL;
+        static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+        if (v < 0)
+                return strdup("-");
+        size_t u = 0;
+        while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0]))
+                v /= 1024, u++;
+        if (asprintf(&s, u ? "%.1f%s" : "%.0f%s", v, units[u]) < 0)
+                return NULL;
+        return s;
+}
+
+/* One sample: sandbox.get of every running sandbox, in list order. Returns
+ * 0 with *ret (an array of sandbox.get answers), or an exit code. */
+static int top_sample(const ctl_globals *g, cJSON **ret) {
+        _cleanup_json_ cJSON *all = NULL;
+        _cleanup_json_ cJSON *tags = cJSON_CreateObject();
+        int r = list_all(g, NULL, tags, &all);
+        if (r != 0)
+                return r;
+        _cleanup_client_ client *c = NULL;
+        if ((r = ctl_connect(g, &c)) != 0)
+                return r;
+        cJSON *out = cJSON_CreateArray();
+        const cJSON *sb;
+        cJSON_ArrayForEach(sb, all) {
+                const char *name = string_cell(sb, "name"), *status = string_cell(sb, "status");
+                if (!name || !status || strcmp(status, "running") != 0)
+                        continue;
+                _cleanup_client_error_ client_error *err = NULL;
+                cJSON *result = NULL;
+                if (client_call(c, "sandbox.get", name_params(name), -1, NULL, NULL, &result, &err) < 0)
+                        continue;  /* deleted in between */
+                cJSON_AddItemToArray(out, result);
+        }
+        *ret = out;
+        return 0;
+}
+
+static void top_print(const cJSON *rows, const cJSON *prev, double secs) {
+        static const char *const header[] = { "NAME", "CPU %", "CPU TIME", "MEM", "MEM PEAK", "PIDS", "NET IN/OUT",
+                                              "DISK", "CMDS" };
+        size_t n = (size_t) cJSON_GetArraySize(rows), i = 0;
+        char ***table = calloc(n ? n : 1, sizeof(char **));
+        const cJSON *r;
+        cJSON_ArrayForEach(r, rows) {
+                const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "usage");
+                const cJSON *net = cJSON_GetObjectItemCaseSensitive(r, "networkTransfer");
+                double cpu = num_or(r, "activeCpuUsageMs", -1), before = -1;
+                const cJSON *p;
+                cJSON_ArrayForEach(p, prev)
+                        if (streq(string_cell(p, "name") ? string_cell(p, "name") : "", string_cell(r, "name")))
+                                before = num_or(p, "activeCpuUsageMs", -1);
+                char **row = calloc(9, sizeof(char *));
+                if (!table || !row) {
+                        free(row);
+                        break;
+                }
+                row[0] = strdup(string_cell(r, "name"));
+                if (cpu >= 0 && before >= 0 && secs > 0)
+                        (void) !asprintf(&row[1], "%.1f%%", (cpu - before) / (secs * 10));
+                else
+                        row[1] = strdup("-");
+                if (cpu >= 0)
+                        (void) !asprintf(&row[2], "%.1fs", cpu / 1000);
+                else
+                        row[2] = strdup("-");
+                row[3] = bytes_cell(num_or(u, "memoryBytes", -1));
+                row[4] = bytes_cell(num_or(r, "memoryPeakBytes", -1));
+                (void) !asprintf(&row[5], "%.0f", num_or(u, "pids", 0));
+                _cleanup_free_ char *in = bytes_cell(num_or(net, "ingress", -1)), *outb = bytes_cell(num_or(net, "egress", -1));
+                (void) !asprintf(&row[6], "%s / %s", in ? in : "-", outb ? outb : "-");
+                row[7] = bytes_cell(num_or(u, "diskUsedBytes", -1));
+                (void) !asprintf(&row[8], "%.0f/%.0f", num_or(u, "commandsRunning", 0), num_or(u, "commandsStarted", 0));
+                table[i++] = row;
+        }
+        ctl_print_table(header, 9, table, i);
+        for (size_t k = 0; k < i; k++) {
+                for (size_t j = 0; j < 9; j++)
+                        free(table[k][j]);
+                free(table[k]);
+        }
+        free(table);
+}
+
+static int cmd_top(ctl_globals *g, int argc, char **argv) {
+        static const char help[] =
+                "Usage: sandboxctl top [--json] [--interval SECS]\n\n"
+                "Shows the usage of every running sandbox as a table refreshed every SECS\n"
+                "seconds (default 2) until interrupted, like docker stats: CPU share since the\n"
+                "last refresh, CPU time, memory now and at peak, processes, network bytes in\n"
+                "and out, disk in use, commands running/started. With --json, one sample of\n"
+                "the sandbox.get answers (activeCpuUsageMs, memoryPeakBytes, networkTransfer,\n"
+                "usage) as an array, then exits.\n";
+        enum { OPT_INTERVAL = OPT_FIRST_COMMAND };
+        static const struct option opts[] = { COMMON_OPTIONS, { "interval", required_argument, NULL, OPT_INTERVAL }, {} };
+        long interval = 2;
+        int opt;
+        optind = 0;
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, help);
+                if (r == 0)
+                        return 0;
+                if (r > 0)
+                        continue;
+                if (opt != OPT_INTERVAL)
+                        return ctl_usage("top", "top: unknown option");
+                if (parse_uint(optarg, 3600, &interval) < 0 || interval < 1)
+                        return range_usage("top", "--interval", optarg, 3600);
+        }
+        if (optind != argc)
+                return ctl_usage("top", "top: too many arguments");
+        _cleanup_json_ cJSON *prev = NULL;
+        for (;;) {
+                cJSON *rows = NULL;
+                int r = top_sample(g, &rows);
+                if (r != 0)
+                        return r;
+                if (g->json) {
+                        ctl_print_json(rows);
+                        cJSON_Delete(rows);
+                        return 0;
+                }
+                if (isatty(STDOUT_FILENO))
+                        fputs("\033[H\033[2J", stdout);  /* home, clear (ECMA-48) */
+                top_print(rows, prev, (double) interval);
+                fflush(stdout);
+                cJSON_Delete(prev);
+                prev = rows;
+                sleep((unsigned) interval);
+        }
+}
+
 /* --- dispatch --------------------------------------------------------- */
 
 static const struct {
@@ -1217,6 +1360,7 @@ static const struct {
         { "policy", ctl_policy },
         { "events", ctl_events },
         { "daemon", cmd_daemon },
+        { "top", cmd_top },
 };
 
 int main(int argc, char **argv) {

@@ -1040,6 +1040,72 @@ int core_cgroup_oom_kills(const core_cgroup *cg, uint64_t *ret) {
         return -ENOENT;
 }
 
+/* The number alone in `dir`/`file` (pids.current, memory.current, ...), or
+ * the value of the `key` line of a flat-keyed file (cpu.stat). */
+static int read_u64(const char *dir, const char *file, const char *key, uint64_t *ret) {
+        _cleanup_free_ char *path = NULL, *data = NULL;
+        if (asprintf(&path, "%s/%s", dir, file) < 0)
+                return -ENOMEM;
+        int r = core_read_file(path, 16384, &data, NULL);
+        if (r < 0)
+                return r;
+        const char *v = data;
+        if (key) {
+                size_t kl = strlen(key);
+                for (v = data; v; v = strchr(v, '\n') ? strchr(v, '\n') + 1 : NULL)
+                        if (strncmp(v, key, kl) == 0 && v[kl] == ' ')
+                                break;
+                if (!v)
+                        return -ENODATA;
+                v += strlen(key) + 1;
+        }
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (errno || end == v || (*end && *end != '\n'))
+                return -EBADMSG;
+        *ret = n;
+        return 0;
+}
+
+int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
+        core_cgroup_usage u = { .cpu_usec = UINT64_MAX, .memory_bytes = UINT64_MAX,
+                                .memory_peak_bytes = UINT64_MAX, .pids = UINT64_MAX };
+        for (size_t i = 0; cg && i < cg->n; i++) {
+                const hierarchy *h = &state.h[i];
+                const char *dir = cg->dirs[i];
+                uint64_t n;
+                if (h->ops == &ops_v2) {
+                        /* cpu.stat's usage_usec is there with or without the cpu
+                         * controller (cgroup-v2.rst "cpu.stat"). */
+                        if (u.cpu_usec == UINT64_MAX && read_u64(dir, "cpu.stat", "usage_usec", &n) == 0)
+                                u.cpu_usec = n;
+                        if (h->v2_ctl & CTL_MEMORY) {
+                                if (read_u64(dir, "memory.current", NULL, &n) == 0)
+                                        u.memory_bytes = n;
+                                if (read_u64(dir, "memory.peak", NULL, &n) == 0) /* Linux 5.19 */
+                                        u.memory_peak_bytes = n;
+                        }
+                        if (h->v2_ctl & CTL_PIDS && read_u64(dir, "pids.current", NULL, &n) == 0)
+                                u.pids = n;
+                } else if (h->controller && streq(h->controller, "memory")) {
+                        if (read_u64(dir, "memory.usage_in_bytes", NULL, &n) == 0)
+                                u.memory_bytes = n;
+                        if (read_u64(dir, "memory.max_usage_in_bytes", NULL, &n) == 0)
+                                u.memory_peak_bytes = n;
+                } else if (h->controller && streq(h->controller, "pids")) {
+                        if (read_u64(dir, "pids.current", NULL, &n) == 0)
+                                u.pids = n;
+                } else if (h->controller && streq(h->controller, "cpu")) {
+                        /* cpu,cpuacct mounted together: nanoseconds. */
+                        if (read_u64(dir, "cpuacct.usage", NULL, &n) == 0)
+                                u.cpu_usec = n / 1000;
+                }
+        }
+        *ret = u;
+        return 0;
+}
+
 int core_cgroup_kill_all(core_cgroup *cg) {
         int ret = 0;
         release_holder(cg);

@@ -169,6 +169,22 @@ int core_cgroup_oom_kills(const core_cgroup *cg, uint64_t *ret);
  * is not a number. Exposed for tests. */
 int core_cgroup_parse_oom_kills(const char *text, uint64_t *ret);
 
+/* What a session has used, read from its cgroup directories. A figure the
+ * hierarchies in use do not keep is UINT64_MAX. */
+typedef struct core_cgroup_usage {
+        uint64_t cpu_usec;          /* CPU time of every process ever in it: v2 cpu.stat usage_usec,
+                                       else v1 cpuacct.usage (cpu,cpuacct co-mounted) / 1000 */
+        uint64_t memory_bytes;      /* v2 memory.current, v1 memory.usage_in_bytes */
+        uint64_t memory_peak_bytes; /* v2 memory.peak (Linux 5.19), v1 memory.max_usage_in_bytes */
+        uint64_t pids;              /* pids.current: processes and threads now */
+} core_cgroup_usage;
+
+/* Fills *ret from the session's files (Documentation/admin-guide/
+ * cgroup-v2.rst "cpu.stat", "memory.current", "memory.peak", "pids.current";
+ * cgroup-v1/memory.rst, cpuacct.rst, pids.rst). Never blocks on anything but
+ * cgroupfs reads; returns 0 (a missing figure is UINT64_MAX, not an error). */
+int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret);
+
 /* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
  * reading cgroup.procs repeatedly until empty). */
 int core_cgroup_kill_all(core_cgroup *cg);

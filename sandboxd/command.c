@@ -15,6 +15,7 @@
 #include "libcore/util.h"
 #include "sandboxd/events.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/limits.h"
 
 /* Commands kept per daemon after they exit, oldest forgotten first. */
@@ -634,6 +635,7 @@ static void method_run(rpc_request *req, void *userdata) {
         c->tty = p.tty;
         c->detached = p.detached;
         c->started_ms = core_now_ms();
+        metrics_count_command(sb->name);
         note_oom_count(c);
         c->out = (ring){.cap = m->cfg->command_log_bytes};
         c->err = (ring){.cap = m->cfg->command_log_bytes};

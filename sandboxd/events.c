@@ -16,6 +16,7 @@
 #include "policy/match.h"
 #include "policy/policy.h"
 #include "sandboxd/events.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
 
@@ -166,6 +167,9 @@ static void journal_event(const char *kind, const char *sb_name, const cJSON *fi
 void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *fields) {
         if (kind)
                 journal_event(kind, sb_name, fields);
+        if (kind && streq(kind, EVENT_DENIED))
+                metrics_count_denial(sb_name, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fields, "layer")),
+                                     cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fields, "rule")));
         drop_subscriptions(m, NULL);
         if (!subs || !kind) {
                 cJSON_Delete(fields);

@@ -21,6 +21,7 @@
 #include "libcore/util.h"
 #include "sandboxd/config.h"
 #include "sandboxd/manager.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/rpc.h"
 #include "sandboxd/worker.h"
 
@@ -193,6 +194,7 @@ static int on_reload_signal(sd_event_source *s, const struct signalfd_siginfo *s
         daemon_config_apply_live(ctx->cfg, &next, &changed, &kept);
         daemon_config_free(&next);
         apply_log_level(ctx->cfg);
+        metrics_reconfigure(ctx->cfg);
         if (kept)
                 log_warning("reload: %s: changed keys that need a restart, old values kept: %s", ctx->a->config, kept);
         log_info("reload: %s applied; changed: %s", ctx->a->config, changed ? changed : "nothing");
@@ -315,6 +317,8 @@ static int run(const args *a, daemon_config *cfg) {
                 log_error_errno(r, "%s", err ? err->message : "start manager: failed");
         if (r >= 0)
                 r = start_server(event, cfg, m, &server);
+        if (r >= 0)
+                metrics_start(m, cfg);
         if (r >= 0) {
                 /* READY=1 only now: the socket is adopted or bound and
                  * every method is registered (Type=notify, sd_notify(3)). */
@@ -331,6 +335,7 @@ static int run(const args *a, daemon_config *cfg) {
                         log_error_errno(r, "event loop: %m");
                 (void) sd_notify(0, "STOPPING=1");
         }
+        metrics_stop();
         rpc_server_free(server);
         worker_shutdown();
         manager_free(m);

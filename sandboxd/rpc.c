@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <time.h>
 #include <limits.h>
 #include <malloc.h>
 #include <math.h>
@@ -71,11 +72,18 @@
 #define RPC_MAX_CONNS_USER_DEFAULT 256
 #define RPC_MAX_CONNS_ROOT_DEFAULT 1024
 
+/* Upper bounds of the latency histogram, in microseconds. */
+static const uint64_t rpc_buckets_usec[] = { 1000, 5000, 10000, 50000, 100000, 500000, 1000000, 5000000, 30000000 };
+#define RPC_N_BUCKETS (sizeof(rpc_buckets_usec) / sizeof(rpc_buckets_usec[0]))
+
 typedef struct rpc_method {
         char *name;
         rpc_handler handler;
         void *userdata;
         bool bulk;
+        uint64_t ok, errors;                /* finished requests */
+        uint64_t buckets[RPC_N_BUCKETS + 1];  /* non-cumulative; the last is +Inf */
+        uint64_t sum_usec;
 } rpc_method;
 
 struct rpc_conn {
@@ -505,9 +513,33 @@ static cJSON *error_message(cJSON *id, int code, const char *reason, const char 
 
 static void conn_kick(rpc_conn *c);
 
+static uint64_t monotonic_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static void request_account(rpc_request *req) {
+        rpc_server *s = req->conn->server;  /* NULL once the connection closed */
+        if (!s || !req->start_usec || req->method_index < 0 || (size_t) req->method_index >= s->n_methods)
+                return;
+        rpc_method *m = &s->methods[req->method_index];
+        uint64_t d = monotonic_usec() - req->start_usec;
+        size_t b = 0;
+        while (b < RPC_N_BUCKETS && d > rpc_buckets_usec[b])
+                b++;
+        m->buckets[b]++;
+        m->sum_usec += d;
+        if (req->failed)
+                m->errors++;
+        else
+                m->ok++;
+}
+
 static void request_free(rpc_request *req) {
         rpc_conn *c = req->conn;
         bool bulk = req->bulk;
+        request_account(req);
         cJSON_Delete(req->id);
         cJSON_Delete(req->params);
         free(req->method);
@@ -553,6 +585,7 @@ static void reply_errorv(rpc_request *req, int code, const char *reason, const c
                          const char *fmt, va_list ap) _printf_(5, 0);
 static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
                          const char *fmt, va_list ap) {
+        req->failed = true;
         if (req->id && rpc_conn_is_open(req->conn)) {
                 _cleanup_free_ char *message = NULL;
                 if (vasprintf(&message, fmt, ap) < 0)
@@ -823,6 +856,8 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
                 return true;
         }
         req->conn = rpc_conn_ref(c);
+        req->method_index = m ? (int) (m - c->server->methods) : -1;
+        req->start_usec = monotonic_usec();
         c->in_flight++;
         if (m && m->bulk) {
                 req->bulk = true;
@@ -1080,6 +1115,60 @@ static bool peer_is_allowed(const rpc_server *s, int fd, const struct ucred *cre
                 return false;
         }
         return false;
+}
+
+bool rpc_server_peer_allowed(const rpc_server *s, int fd) {
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return false;
+        return peer_is_allowed(s, fd, &cred);
+}
+
+/* A Prometheus label value: backslash, double quote and newline escaped. */
+static void prom_label(FILE *f, const char *v) {
+        for (; *v; v++) {
+                if (*v == '\\' || *v == '"')
+                        fputc('\\', f), fputc(*v, f);
+                else if (*v == '\n')
+                        fputs("\\n", f);
+                else
+                        fputc(*v, f);
+        }
+}
+
+void rpc_server_write_metrics(const rpc_server *s, FILE *f) {
+        fputs("# HELP sandboxd_rpc_requests_total JSON-RPC requests finished, by method and outcome.\n"
+              "# TYPE sandboxd_rpc_requests_total counter\n", f);
+        for (size_t i = 0; i < s->n_methods; i++) {
+                const rpc_method *m = &s->methods[i];
+                for (int e = 0; e < 2; e++) {
+                        fputs("sandboxd_rpc_requests_total{method=\"", f);
+                        prom_label(f, m->name);
+                        fprintf(f, "\",outcome=\"%s\"} %" PRIu64 "\n", e ? "error" : "ok", e ? m->errors : m->ok);
+                }
+        }
+        fputs("# HELP sandboxd_rpc_request_duration_seconds From a request being read to its answer being queued.\n"
+              "# TYPE sandboxd_rpc_request_duration_seconds histogram\n", f);
+        for (size_t i = 0; i < s->n_methods; i++) {
+                const rpc_method *m = &s->methods[i];
+                uint64_t cum = 0;
+                for (size_t b = 0; b <= RPC_N_BUCKETS; b++) {
+                        cum += m->buckets[b];
+                        fputs("sandboxd_rpc_request_duration_seconds_bucket{method=\"", f);
+                        prom_label(f, m->name);
+                        if (b < RPC_N_BUCKETS)
+                                fprintf(f, "\",le=\"%g\"} %" PRIu64 "\n", (double) rpc_buckets_usec[b] / 1e6, cum);
+                        else
+                                fprintf(f, "\",le=\"+Inf\"} %" PRIu64 "\n", cum);
+                }
+                fputs("sandboxd_rpc_request_duration_seconds_sum{method=\"", f);
+                prom_label(f, m->name);
+                fprintf(f, "\"} %.6f\n", (double) m->sum_usec / 1e6);
+                fputs("sandboxd_rpc_request_duration_seconds_count{method=\"", f);
+                prom_label(f, m->name);
+                fprintf(f, "\"} %" PRIu64 "\n", cum);
+        }
 }
 
 static int conn_new(rpc_server *s, int fd) {

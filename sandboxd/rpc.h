@@ -4,6 +4,8 @@
  * object they are handed. */
 #pragma once
 
+#include <stdio.h>
+
 #include <stdbool.h>
 #include <cjson/cJSON.h>
 #include <systemd/sd-event.h>
@@ -31,6 +33,9 @@ typedef struct rpc_request {
         char *method;          /* owned by the request */
         cJSON *params;         /* owned by the request; an empty object when absent */
         bool bulk;             /* its method is bulk (rpc_server_set_method_bulk) */
+        int method_index;      /* the registered method's slot (statistics), -1 for none */
+        bool failed;           /* finished with an error */
+        uint64_t start_usec;   /* CLOCK_MONOTONIC when it was read */
 } rpc_request;
 
 typedef void (*rpc_handler)(rpc_request *req, void *userdata);
@@ -98,6 +103,18 @@ uid_t rpc_conn_uid(const rpc_conn *c);
 #define RPC_OUT_QUEUE_MAX (32u * 1024 * 1024)
 #define RPC_CONN_HIGH_WATER (4u * 1024 * 1024)
 #define RPC_CONN_LOW_WATER (1u * 1024 * 1024)
+
+/* Writes the server's request statistics in the Prometheus text format
+ * (exposition format 0.0.4): sandboxd_rpc_requests_total{method,outcome}
+ * and the histogram sandboxd_rpc_request_duration_seconds{method} (from the
+ * request being read to its answer being queued), one series per
+ * registered method. */
+void rpc_server_write_metrics(const rpc_server *s, FILE *f);
+
+/* Whether the peer of the connected Unix socket `fd` may use the server:
+ * root, or a member (primary or supplementary, SO_PEERCRED/SO_PEERGROUPS)
+ * of the socket group; the same check the JSON-RPC socket makes. */
+bool rpc_server_peer_allowed(const rpc_server *s, int fd);
 
 /* Marks `method` (registered) as bulk: its answers may be tens of MiB, so
  * a connection runs at most one at a time (see above). Returns 0 or

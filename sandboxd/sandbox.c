@@ -17,6 +17,7 @@
 #include "libcore/source.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -103,6 +104,8 @@ void set_status(sandbox *sb, const char *status) {
 void sandbox_free(sandbox *sb) {
         if (!sb)
                 return;
+        if (sb->name)
+                metrics_forget_sandbox(sb->name);
         free(sb->name);
         free(sb->runtime);
         cJSON_Delete(sb->source);
@@ -728,7 +731,10 @@ static void method_get(rpc_request *req, void *userdata) {
         if (!sb)
                 return;
         if (!resume || sb->deleting || (sb->sess && !sb->sess->stopping)) {
-                rpc_reply(req, sandbox_to_json(sb));
+                cJSON *o = sandbox_to_json(sb);
+                if (o)
+                        metrics_usage_to_json(sb, o);
+                rpc_reply(req, o);
                 return;
         }
         if (!sb->persistent) {
