@@ -659,21 +659,25 @@ static int populated(const char *dir) {
         return 0;
 }
 
-/* Lets the scope's placeholder go (it exits when the pipe closes) and
- * reaps it. */
+/* Ends the scope's placeholder and reaps it. SIGKILL rather than waiting
+ * for EOF: it has nothing to finish, and the reap then cannot wait. */
 static void release_holder(core_cgroup *cg) {
         if (cg->holder_fd >= 0)
                 close(cg->holder_fd);
         cg->holder_fd = -1;
-        if (cg->holder > 0)
+        if (cg->holder > 0) {
+                (void) kill(cg->holder, SIGKILL);
                 while (waitpid(cg->holder, NULL, 0) < 0 && errno == EINTR)
                         ;
+        }
         cg->holder = 0;
 }
 
 /* The placeholder: a child that waits for EOF on a pipe whose write end
- * only the daemon holds, so it also goes when the daemon dies. Only
- * async-signal-safe calls after fork (the daemon is multi-threaded). */
+ * only the daemon holds, so it also goes when the daemon dies. It keeps
+ * no other descriptor: fork copies them all, CLOEXEC or not, and a
+ * placeholder holding another's write end would keep that one alive.
+ * Only async-signal-safe calls after fork (the daemon is multi-threaded). */
 static int spawn_holder(core_cgroup *cg) {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -689,9 +693,11 @@ static int spawn_holder(core_cgroup *cg) {
                 sigset_t none;
                 sigemptyset(&none);
                 (void) sigprocmask(SIG_SETMASK, &none, NULL);
-                close(p[1]);
+                if (dup2(p[0], STDIN_FILENO) < 0)
+                        _exit(1);
+                (void) close_range(STDIN_FILENO + 1, ~0U, 0);
                 char c;
-                while (read(p[0], &c, 1) < 0 && errno == EINTR)
+                while (read(STDIN_FILENO, &c, 1) < 0 && errno == EINTR)
                         ;
                 _exit(0);
         }
@@ -1102,8 +1108,6 @@ int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
 
 int core_cgroup_kill_all(core_cgroup *cg) {
         int ret = 0;
-        if (cg->holder > 0)
-                (void) kill(cg->holder, SIGKILL);
         release_holder(cg);
         /* The tracking hierarchy first (atomic cgroup.kill when v2), then a
          * sweep of the others in case a process was only partly attached. */
@@ -1318,8 +1322,6 @@ size_t core_cgroup_dirs(const core_cgroup *cg, const char **dirs, size_t max) {
 void core_cgroup_free(core_cgroup *cg) {
         if (!cg)
                 return;
-        if (cg->holder > 0)
-                (void) kill(cg->holder, SIGKILL);
         release_holder(cg);
         for (size_t i = 0; i < cg->n; i++)
                 free(cg->dirs[i]);

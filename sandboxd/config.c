@@ -163,7 +163,7 @@ static const config_key config_keys[] = {
           "The Unix socket serving GET /metrics (Prometheus text format; mode 0660, group socketGroup).",
           "RUNDIR/metrics.sock (null)", .live = true },
         { "metricsListen",    KEY_LOOPBACK, OFF(metrics_listen), 0, 0,
-          "Also serve GET /metrics on this TCP address, which must be a loopback one (127.0.0.1:9464, [::1]:9464); every local user can read it.",
+          "Also serve GET /metrics on this TCP address, which must be a loopback one (127.0.0.1:9464, [::1]:9464), to root and socketGroup members only.",
           "none (null)", .live = true },
         /* libcore/cgroup.h: systemd scope units over D-Bus, or cgroupfs
          * directories below the daemon's own cgroup. */

@@ -13,6 +13,11 @@
 #include <grp.h>
 #include <http_parser.h>
 #include <inttypes.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -52,7 +57,7 @@ typedef struct started_count {
 
 typedef struct mconn {
         int fd;
-        bool full;                /* served on the Unix socket: per-sandbox series too */
+        bool full;                /* per-sandbox series too (every allowed peer, both endpoints) */
         sd_event_source *io, *timer;
         http_parser parser;
         char in[METRICS_REQUEST_MAX];
@@ -532,14 +537,99 @@ static int on_conn_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+/* The owner uid of the client end of the loopback TCP connection `fd`,
+ * asked of the kernel with sock_diag (sock_diag(7): an exact
+ * SOCK_DIAG_BY_FAMILY lookup of the peer's socket by its addresses and
+ * ports, which on loopback is a socket of this network namespace). */
+static int tcp_peer_uid(int fd, uid_t *ret) {
+        struct sockaddr_storage self, peer;
+        socklen_t ls = sizeof(self), lp = sizeof(peer);
+        if (getsockname(fd, (struct sockaddr *) &self, &ls) < 0 || getpeername(fd, (struct sockaddr *) &peer, &lp) < 0)
+                return -errno;
+        struct {
+                struct nlmsghdr nh;
+                struct inet_diag_req_v2 req;
+        } msg = {
+                .nh = { .nlmsg_len = sizeof(msg), .nlmsg_type = SOCK_DIAG_BY_FAMILY, .nlmsg_flags = NLM_F_REQUEST },
+                .req = { .sdiag_family = (uint8_t) peer.ss_family, .sdiag_protocol = IPPROTO_TCP,
+                         .idiag_states = ~0u, .id = { .idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } } },
+        };
+        /* The client's socket: its source is our peer, its destination us. */
+        if (peer.ss_family == AF_INET) {
+                const struct sockaddr_in *p = (const void *) &peer, *m = (const void *) &self;
+                msg.req.id.idiag_sport = p->sin_port;
+                msg.req.id.idiag_dport = m->sin_port;
+                memcpy(msg.req.id.idiag_src, &p->sin_addr, 4);
+                memcpy(msg.req.id.idiag_dst, &m->sin_addr, 4);
+        } else if (peer.ss_family == AF_INET6) {
+                const struct sockaddr_in6 *p = (const void *) &peer, *m = (const void *) &self;
+                msg.req.id.idiag_sport = p->sin6_port;
+                msg.req.id.idiag_dport = m->sin6_port;
+                memcpy(msg.req.id.idiag_src, &p->sin6_addr, 16);
+                memcpy(msg.req.id.idiag_dst, &m->sin6_addr, 16);
+        } else
+                return -EAFNOSUPPORT;
+        _cleanup_close_ int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+        if (nl < 0)
+                return -errno;
+        struct timeval tv = { .tv_sec = 1 };
+        (void) setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+        if (sendto(nl, &msg, sizeof(msg), 0, (struct sockaddr *) &kernel, sizeof(kernel)) < 0)
+                return -errno;
+        union {
+                struct nlmsghdr nh;
+                char buf[8192];
+        } ans;
+        ssize_t n = recv(nl, &ans, sizeof(ans), 0);
+        if (n < 0)
+                return -errno;
+        for (struct nlmsghdr *h = &ans.nh; NLMSG_OK(h, (size_t) n); h = NLMSG_NEXT(h, n)) {
+                if (h->nlmsg_type == NLMSG_ERROR) {
+                        const struct nlmsgerr *e = NLMSG_DATA(h);
+                        return e->error < 0 ? e->error : -ENOENT;
+                }
+                if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+                        continue;
+                const struct inet_diag_msg *d = NLMSG_DATA(h);
+                *ret = d->idiag_uid;
+                return 0;
+        }
+        return -ENOENT;
+}
+
+/* Root, or a user whose groups (getgrouplist(3)) hold the socket group. */
+static bool uid_is_allowed(uid_t uid, const char *group) {
+        if (uid == 0)
+                return true;
+        struct group *g = group ? getgrnam(group) : NULL;
+        struct passwd *pw = getpwuid(uid);
+        if (!g || !pw)
+                return false;
+        gid_t groups[256];
+        int n = (int) (sizeof(groups) / sizeof(groups[0]));
+        if (getgrouplist(pw->pw_name, pw->pw_gid, groups, &n) < 0)
+                return false;
+        for (int i = 0; i < n; i++)
+                if (groups[i] == g->gr_gid)
+                        return true;
+        return false;
+}
+
+static bool peer_allowed(int cfd, bool unix_socket) {
+        if (unix_socket)
+                return M.m->server && rpc_server_peer_allowed(M.m->server, cfd);
+        uid_t uid;
+        return tcp_peer_uid(cfd, &uid) == 0 && uid_is_allowed(uid, M.cfg ? M.cfg->socket_group : NULL);
+}
+
 static int on_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        bool full = userdata != NULL;
+        bool full = userdata != NULL; /* the Unix socket; NULL: the TCP one */
         for (int i = 0; i < 16; i++) {
                 int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (cfd < 0)
                         return 0;  /* EAGAIN, or EMFILE: the next round tries again */
-                if (M.n_conns >= METRICS_CONNS_MAX ||
-                    (full && !(M.m->server && rpc_server_peer_allowed(M.m->server, cfd)))) {
+                if (M.n_conns >= METRICS_CONNS_MAX || !peer_allowed(cfd, full)) {
                         close(cfd);
                         continue;
                 }
@@ -549,7 +639,7 @@ static int on_accept(sd_event_source *s, int fd, uint32_t revents, void *userdat
                         continue;
                 }
                 c->fd = cfd;
-                c->full = full;
+                c->full = true;
                 http_parser_init(&c->parser, HTTP_REQUEST);
                 c->parser.data = c;
                 c->next = M.conns;
@@ -668,7 +758,7 @@ void metrics_reconfigure(const daemon_config *cfg) {
                         else {
                                 M.tcp_fd = fd;
                                 M.tcp_addr = strdup(want_tcp);
-                                log_info("metrics: serving GET /metrics (daemon-wide series only) on %s", want_tcp);
+                                log_info("metrics: serving GET /metrics on %s", want_tcp);
                         }
                 }
         }

@@ -45,11 +45,11 @@ void metrics_count_command(const char *sb_name);
 void metrics_forget_sandbox(const char *sb_name);
 
 /* Starts serving per the configuration; errors binding are logged and leave
- * that endpoint off (the daemon runs on). The Unix socket (mode 0660, group
- * socketGroup, peers checked as on the JSON-RPC socket) serves every series;
- * the loopback TCP address, which any local user may reach, serves only the
- * daemon-wide ones (sandbox counts by status, RPC statistics), never a
- * sandbox's name or figures. */
+ * that endpoint off (the daemon runs on). Both endpoints serve root and
+ * members of socketGroup only, as the JSON-RPC socket does: the Unix socket
+ * (mode 0660, group socketGroup) by SO_PEERCRED/SO_PEERGROUPS, the loopback
+ * TCP address by the owner of the client's socket (sock_diag(7)) and its
+ * groups (getgrouplist(3)); anyone else's connection is closed unanswered. */
 void metrics_start(struct manager *m, const daemon_config *cfg);
 /* Applies a reloaded configuration: endpoints whose address changed are
  * closed and opened at the new one. */

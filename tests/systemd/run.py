@@ -361,6 +361,22 @@ def check_update_changes_the_unit_live(c, st):
     expect(c.run("systemctl", "is-active", unit, check=False).stdout.strip() == "active", "the scope runs on")
 
 
+def check_concurrent_creates(c, st):
+    """Sessions started at once each get their scope (each start holds its
+    scope with a placeholder process until the session is in)."""
+    names = ["cc%d" % i for i in range(6)]
+    script = " ".join("timeout 60 sandboxctl create --name %s --deny-all >/dev/null & " % n for n in names)
+    p = c.sh(script + "fail=0; for j in $(jobs -p); do wait $j || fail=1; done; exit $fail", check=False, timeout=90)
+    expect(p.returncode == 0, "six creates at once all succeed:", p.stderr)
+    for n in names:
+        expect(c.run("systemctl", "is-active", "sandboxd-%s.scope" % n, check=False).stdout.strip() == "active",
+               "the scope of", n)
+    for n in names:
+        ctl(c, "rm", n)
+    left = c.run("systemctl", "list-units", "--all", "--no-legend", "sandboxd-cc*").stdout
+    expect(not left.strip(), "no unit left after rm:", left)
+
+
 def check_rm_removes_the_scope(c, st):
     ctl(c, "create", "--name", "sd3", "--deny-all")
     unit = "sandboxd-sd3.scope"
@@ -468,7 +484,8 @@ def check_stop_slice(c, st):
 
 
 CHECKS = [check_sysusers_and_tmpfiles, check_socket_activation, check_notify_and_watchdog,
-          check_sandbox_is_a_scope, check_update_changes_the_unit_live, check_rm_removes_the_scope, check_restart, check_stop_then_start, check_crash_restart,
+          check_sandbox_is_a_scope, check_update_changes_the_unit_live, check_concurrent_creates,
+          check_rm_removes_the_scope, check_restart, check_stop_then_start, check_crash_restart,
           check_group_access, check_journal_fields, check_startup_sweep_takes_only_its_own_scopes, check_stop_slice]
 
 
@@ -499,8 +516,9 @@ def run_layout(root, layout, deb, filt):
             except Exception:
                 failed.append("%s/%s" % (layout, chk.__name__))
                 log("[%s] FAIL  %s\n%s" % (layout, chk.__name__, traceback.format_exc()))
-                j = c.run("journalctl", "--no-pager", "-n", "40", "-u", "sandboxd", check=False).stdout
-                log("journal of sandboxd:\n" + j)
+                log(c.run("systemctl", "status", "--no-pager", "sandboxd", check=False).stdout)
+                j = c.run("journalctl", "--no-pager", "-n", "80", check=False).stdout
+                log("journal:\n" + j)
                 break  # later checks build on this one's state
     finally:
         c.close()
