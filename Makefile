@@ -259,8 +259,9 @@ install: $(BINS)
 	install -m 0644 docs/man/sandboxd.8 $(DESTDIR)$(MANDIR)/man8/sandboxd.8
 	install -D -m 0644 docs/man/sandboxd-policy.5 $(DESTDIR)$(MANDIR)/man5/sandboxd-policy.5
 	install -D -m 0644 cli/sandboxctl.bash-completion $(DESTDIR)/usr/share/bash-completion/completions/sandboxctl
-	@if [ -x $(SHIM) ]; then install -m 0755 $(SHIM) $(DESTDIR)$(BINDIR)/containerd-shim-sandboxd-v2; \
-	else echo "install: $(SHIM) not built (make shim); the containerd shim is not installed"; fi
+	@if command -v $(GO) >/dev/null; then $(MAKE) --no-print-directory shim && \
+	  install -m 0755 $(SHIM) $(DESTDIR)$(BINDIR)/containerd-shim-sandboxd-v2; \
+	else echo "install: $(GO) not found; the containerd shim (make shim) is not installed"; fi
 
 # The Debian package (debian/), built by dpkg-buildpackage from a copy of the
 # tree in build/deb/sandboxd-VERSION/ so that its outputs (the .deb, .changes

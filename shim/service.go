@@ -178,6 +178,7 @@ func (s *service) deliver(p *process, n note) {
 // pump writes a process's output to its FIFOs in order, and closes them
 // once the process has exited and everything queued is written.
 func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteCloser) {
+	writeFailed := false
 	for {
 		s.mu.Lock()
 		q := p.queue
@@ -194,7 +195,10 @@ func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteClose
 				w = stderr
 			}
 			if w != nil {
-				w.Write(data)
+				if _, err := w.Write(data); err != nil && !writeFailed {
+					writeFailed = true
+					log.G(s.ctx).WithError(err).Warnf("process %q: writing its %s to the FIFO", p.execID, n.Stream)
+				}
 			}
 		}
 		if len(q) > 0 {
