@@ -284,8 +284,7 @@ export class SandboxClient extends EventEmitter {
   async request<T = unknown>(method: string, params?: Record<string, unknown>, options: RequestOptions = {}): Promise<T> {
     const signal = options.signal;
     signal?.throwIfAborted();
-    const sock = await this.#connect();
-    signal?.throwIfAborted();
+    const sock = await abortable(this.#connect(), signal);
     const id = this.#nextId++;
     return new Promise<T>((resolve, reject) => {
       let onAbort: (() => void) | undefined;
@@ -386,6 +385,18 @@ export class SandboxClient extends EventEmitter {
   async [Symbol.asyncDispose](): Promise<void> {
     this.close();
   }
+}
+
+// `p`, or the signal's reason as soon as it aborts (a reconnect may retry for
+// a while; the caller need not wait for it).
+function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then((v) => { signal.removeEventListener("abort", onAbort); if (signal.aborted) reject(signal.reason); else resolve(v); },
+      (e) => { signal.removeEventListener("abort", onAbort); reject(e); });
+  });
 }
 
 let defaultClient: SandboxClient | undefined;
