@@ -332,3 +332,34 @@ def test_rapid_and_concurrent_mode_changes_let_nothing_out_that_no_mode_allows(w
         poll(lambda: len(world.pub_other_listener.connections()) > other_before, 10,
              "the probe to reach the public address under allow-all (so it ran)")
     expect_eq(world.host_listener.connections()[host_before:], [], "connections that reached the host")
+
+
+def test_a_deny_all_session_started_on_a_full_pool_says_why_it_cannot_get_network(world):
+    """Every session holds a pool slot, deny-all too; one that found the pool
+    full starts without an address, stays deny-all, and an update that
+    would give it network access names the field and the way out."""
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"networkPool": "10.203.0.0/30"}, tag="pool")
+    names = [world.name(t) for t in ("pa", "pb", "pc", "pd")]
+    try:
+        for n in names[:2]:
+            r = d.rpc("sandbox.create", {"name": n, "networkPolicy": "deny-all"}, 120)
+            expect("result" in r, "create %s with a free slot:" % n, r)
+        r = d.rpc("sandbox.create", {"name": names[2], "networkPolicy": "deny-all"}, 120)
+        expect("result" in r, "a deny-all sandbox starts on a full pool:", r)
+        r = d.rpc("sandbox.create", {"name": names[3], "networkPolicy": "allow-all"}, 120)
+        expect("error" in r and r["error"]["data"].get("reason") == "limit_exceeded",
+               "a networked sandbox on a full pool:", r)
+        r = d.rpc("sandbox.update", {"name": names[0], "networkPolicy": ALLOWLIST}, 60)
+        expect("result" in r, "a deny-all session with a slot gets network:", r)
+        r = d.rpc("sandbox.update", {"name": names[2], "networkPolicy": "allow-all"}, 60)
+        e = r.get("error") or {}
+        expect_eq((e.get("data") or {}).get("field"), "networkPolicy", "field of the refusal (%s)" % r)
+        expect("stop the sandbox and start it again" in e.get("message", ""), "the way out:", e.get("message"))
+        expect_eq(d.rpc("sandbox.get", {"name": names[2]})["result"]["networkPolicy"], "deny-all",
+                  "the refused update changed nothing")
+    finally:
+        for n in names:
+            d.rpc("sandbox.delete", {"name": n}, 120)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
