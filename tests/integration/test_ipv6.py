@@ -334,3 +334,63 @@ def test_ipv6_pool_off_gives_sessions_no_ipv6(world):
     finally:
         world.stop_sandboxd(d)
         world.start_sandboxd()
+
+
+# Root inside sends one raw IPv6 UDP datagram with a forged source
+# (IPV6_HDRINCL, CAP_NET_RAW of the default set): SRC -> DST port 9.
+SPOOF6 = r'''
+import socket, struct, sys
+src, dst, mark = sys.argv[1], sys.argv[2], sys.argv[3]
+payload = mark.encode()
+udp = struct.pack("!HHHH", 40000, 9, 8 + len(payload), 0) + payload
+hdr = struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + socket.inet_pton(socket.AF_INET6, src) + \
+      socket.inet_pton(socket.AF_INET6, dst)
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+s.setsockopt(socket.IPPROTO_IPV6, 36, 1)  # IPV6_HDRINCL
+s.sendto(hdr + udp, (dst, 0))
+print("sent")
+'''
+
+# Counts, for SECS seconds, IPv6 packets on the internet namespace's veth
+# that carry the marker MARK (whatever source NAT66 gave them).
+SRC_SNIFF = r'''
+import socket, sys, time
+mark = sys.argv[2].encode()
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
+s.bind(("inet0", 0)); s.settimeout(0.2); print("ready", flush=True)
+n, end = 0, time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    try:
+        f = s.recv(2048)
+    except socket.timeout:
+        continue
+    if f[12:14] == b"\x86\xdd" and mark in f:
+        n += 1
+print(n, flush=True)
+'''
+
+
+def test_a_forged_ipv6_source_never_leaves_the_host(world):
+    import subprocess
+    import sys
+    with sandbox(world, "v6spoof", "--allow-all") as name, sandbox(world, "v6victim", "--allow-all") as other:
+        other_addr, _ = _addr6(world, other)
+        _own, gw = _addr6(world, name)
+        for i, forged in enumerate(("2a05:5::99", other_addr, gw, _own)):
+            mark = "forged-%d-%s" % (i, world.id)
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "3",
+                                      mark], stdout=subprocess.PIPE, text=True)
+            try:
+                expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
+                code, out, err = world.ctl("exec", "--sudo", name, "--", "python3", "-c", SPOOF6, forged,
+                                           W.PUB6_API_ADDR, mark)
+                expect(code == 0 and "sent" in out, "raw IPv6 send as root inside: exit %d:" % code, err.strip()[:300])
+                seen = sniff.communicate(timeout=20)[0].strip()
+            finally:
+                if sniff.poll() is None:
+                    sniff.kill()
+                    sniff.wait()
+            # The sandbox's own address (last) is the control: its datagram
+            # leaves, masqueraded. A forged source must not leave at all.
+            want = "1" if forged == _own else "0"
+            expect_eq(seen, want, "datagrams from source %s that reached the internet" % forged)
