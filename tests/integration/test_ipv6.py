@@ -394,3 +394,15 @@ def test_a_forged_ipv6_source_never_leaves_the_host(world):
             # leaves, masqueraded. A forged source must not leave at all.
             want = "1" if forged == _own else "0"
             expect_eq(seen, want, "datagrams from source %s that reached the internet" % forged)
+
+
+def test_the_egress_proxy_refuses_a_name_whose_aaaa_answer_rebinds_to_the_host(world):
+    pol = _policy_file(world, {"allow": ["*.public.test"]})
+    with sandbox(world, "v6pxrb", "--policy", pol) as name:
+        for qname in ("loop6.public.test", "mixed6.public.test", "nat64meta.public.test"):
+            before = len(world.web_log("api"))
+            code, out, err = sh(world, name, "curl -sS -m 10 --noproxy '*' -o /dev/null -w '%%{http_code}' "
+                                             "--resolve %s:80:[%s] http://%s/rebind" % (qname, W.PUB6_API_ADDR, qname))
+            expect_eq(out.strip(), "403", "the proxy on a name whose AAAA answer holds a forbidden address "
+                                          "(%s; %s)" % (qname, err.strip()))
+            expect_eq(len(world.web_log("api")), before, "requests the upstream saw for %s" % qname)
