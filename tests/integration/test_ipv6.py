@@ -131,8 +131,9 @@ def test_subnets_allow_and_deny_take_ipv6_cidrs_and_never_open_what_they_do_not_
     with sandbox(world, "v6sa", "--policy", pol) as name:
         _connect_ok(connect(world, name, W.PUB6_API_ADDR), "an address in subnets.allow")
         _gw_addr, gw = _addr6(world, name)
+        _ifname, ll = _host_side(world, name)
         for host in (W.HOST_ADDR6, gw, "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "2002:a9fe:a9fe::1",
-                     "::a9fe:a9fe", "::7f00:1"):
+                     "::a9fe:a9fe", "::7f00:1") + ((ll + "%eth0",) if ll else ()):
             _refused_fast(connect(world, name, host), "::/0 in subnets.allow to [%s]" % host)
     pol = _policy_file(world, {"allow": ["api6.public.test"],
                                "subnets": {"allow": [W.PUB6_NET], "deny": [W.PUB6_API_ADDR + "/128"]}})
@@ -406,3 +407,41 @@ def test_the_egress_proxy_refuses_a_name_whose_aaaa_answer_rebinds_to_the_host(w
             expect_eq(out.strip(), "403", "the proxy on a name whose AAAA answer holds a forbidden address "
                                           "(%s; %s)" % (qname, err.strip()))
             expect_eq(len(world.web_log("api")), before, "requests the upstream saw for %s" % qname)
+
+
+# UDP datagrams carrying MARK to each multicast group given, as the sandbox
+# user (scope id eth0 for link-local groups).
+MCAST_SEND = r'''
+import socket, sys
+mark = sys.argv[1].encode()
+for g in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 8)
+    try:
+        s.sendto(mark, (g, 9, 0, socket.if_nametoindex("eth0")))
+    except OSError as e:
+        print("send %s: %s" % (g, e))
+print("sent")
+'''
+
+
+def test_ipv6_multicast_from_a_sandbox_never_leaves_the_host(world):
+    import subprocess
+    import sys
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": ["::/0"]}})
+    for args in (("--allow-all",), ("--policy", pol)):
+        with sandbox(world, "v6mc", *args) as name:
+            mark = "mcast-%s-%s" % (args[0].strip("-"), world.id)
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "3",
+                                      mark], stdout=subprocess.PIPE, text=True)
+            try:
+                expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
+                code, out, err = world.ctl("exec", name, "--", "python3", "-c", MCAST_SEND, mark,
+                                           "ff02::1", "ff05::1", "ff0e::1")
+                expect(code == 0 and "sent" in out, "multicast sends: exit %d:" % code, out, err)
+                seen = sniff.communicate(timeout=20)[0].strip()
+            finally:
+                if sniff.poll() is None:
+                    sniff.kill()
+                    sniff.wait()
+            expect_eq(seen, "0", "%s: multicast datagrams that reached the internet" % args[0])
