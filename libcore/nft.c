@@ -1142,7 +1142,9 @@ static int write_ip_forward(const core_net_pool *pool, sb_error **ret_err) {
          * (an uplink configured by SLAAC needs accept_ra=2; see
          * sandboxd(8)). */
         if (pool->prefix6 && (r = core_write_string("/proc/sys/net/ipv6/conf/all/forwarding", "1")) < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "enable IPv6 forwarding: %s", strerror(-r));
+                return sb_error_set(ret_err, r, NULL, NULL, "enable IPv6 forwarding: %s%s", strerror(-r),
+                                    r == -ENOENT ? " (this host has no IPv6: set \"ipv6Pool\": \"off\" in daemon.json)"
+                                                 : "");
         return 0;
 }
 

@@ -131,8 +131,9 @@ def test_subnets_allow_and_deny_take_ipv6_cidrs_and_never_open_what_they_do_not_
     with sandbox(world, "v6sa", "--policy", pol) as name:
         _connect_ok(connect(world, name, W.PUB6_API_ADDR), "an address in subnets.allow")
         _gw_addr, gw = _addr6(world, name)
+        _ifname, ll = _host_side(world, name)
         for host in (W.HOST_ADDR6, gw, "64:ff9b::a9fe:a9fe", "64:ff9b::7f00:1", "2002:a9fe:a9fe::1",
-                     "::a9fe:a9fe", "::7f00:1"):
+                     "::a9fe:a9fe", "::7f00:1") + ((ll + "%eth0",) if ll else ()):
             _refused_fast(connect(world, name, host), "::/0 in subnets.allow to [%s]" % host)
     pol = _policy_file(world, {"allow": ["api6.public.test"],
                                "subnets": {"allow": [W.PUB6_NET], "deny": [W.PUB6_API_ADDR + "/128"]}})
@@ -334,3 +335,113 @@ def test_ipv6_pool_off_gives_sessions_no_ipv6(world):
     finally:
         world.stop_sandboxd(d)
         world.start_sandboxd()
+
+
+# Root inside sends one raw IPv6 UDP datagram with a forged source
+# (IPV6_HDRINCL, CAP_NET_RAW of the default set): SRC -> DST port 9.
+SPOOF6 = r'''
+import socket, struct, sys
+src, dst, mark = sys.argv[1], sys.argv[2], sys.argv[3]
+payload = mark.encode()
+udp = struct.pack("!HHHH", 40000, 9, 8 + len(payload), 0) + payload
+hdr = struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + socket.inet_pton(socket.AF_INET6, src) + \
+      socket.inet_pton(socket.AF_INET6, dst)
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+s.setsockopt(socket.IPPROTO_IPV6, 36, 1)  # IPV6_HDRINCL
+s.sendto(hdr + udp, (dst, 0))
+print("sent")
+'''
+
+# Counts, for SECS seconds, IPv6 packets on the internet namespace's veth
+# that carry the marker MARK (whatever source NAT66 gave them).
+SRC_SNIFF = r'''
+import socket, sys, time
+mark = sys.argv[2].encode()
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
+s.bind(("inet0", 0)); s.settimeout(0.2); print("ready", flush=True)
+n, end = 0, time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    try:
+        f = s.recv(2048)
+    except socket.timeout:
+        continue
+    if f[12:14] == b"\x86\xdd" and mark in f:
+        n += 1
+print(n, flush=True)
+'''
+
+
+def test_a_forged_ipv6_source_never_leaves_the_host(world):
+    import subprocess
+    import sys
+    with sandbox(world, "v6spoof", "--allow-all") as name, sandbox(world, "v6victim", "--allow-all") as other:
+        other_addr, _ = _addr6(world, other)
+        _own, gw = _addr6(world, name)
+        for i, forged in enumerate(("2a05:5::99", other_addr, gw, _own)):
+            mark = "forged-%d-%s" % (i, world.id)
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "3",
+                                      mark], stdout=subprocess.PIPE, text=True)
+            try:
+                expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
+                code, out, err = world.ctl("exec", "--sudo", name, "--", "python3", "-c", SPOOF6, forged,
+                                           W.PUB6_API_ADDR, mark)
+                expect(code == 0 and "sent" in out, "raw IPv6 send as root inside: exit %d:" % code, err.strip()[:300])
+                seen = sniff.communicate(timeout=20)[0].strip()
+            finally:
+                if sniff.poll() is None:
+                    sniff.kill()
+                    sniff.wait()
+            # The sandbox's own address (last) is the control: its datagram
+            # leaves, masqueraded. A forged source must not leave at all.
+            want = "1" if forged == _own else "0"
+            expect_eq(seen, want, "datagrams from source %s that reached the internet" % forged)
+
+
+def test_the_egress_proxy_refuses_a_name_whose_aaaa_answer_rebinds_to_the_host(world):
+    pol = _policy_file(world, {"allow": ["*.public.test"]})
+    with sandbox(world, "v6pxrb", "--policy", pol) as name:
+        for qname in ("loop6.public.test", "mixed6.public.test", "nat64meta.public.test"):
+            before = len(world.web_log("api"))
+            code, out, err = sh(world, name, "curl -sS -m 10 --noproxy '*' -o /dev/null -w '%%{http_code}' "
+                                             "--resolve %s:80:[%s] http://%s/rebind" % (qname, W.PUB6_API_ADDR, qname))
+            expect_eq(out.strip(), "403", "the proxy on a name whose AAAA answer holds a forbidden address "
+                                          "(%s; %s)" % (qname, err.strip()))
+            expect_eq(len(world.web_log("api")), before, "requests the upstream saw for %s" % qname)
+
+
+# UDP datagrams carrying MARK to each multicast group given, as the sandbox
+# user (scope id eth0 for link-local groups).
+MCAST_SEND = r'''
+import socket, sys
+mark = sys.argv[1].encode()
+for g in sys.argv[2:]:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 8)
+    try:
+        s.sendto(mark, (g, 9, 0, socket.if_nametoindex("eth0")))
+    except OSError as e:
+        print("send %s: %s" % (g, e))
+print("sent")
+'''
+
+
+def test_ipv6_multicast_from_a_sandbox_never_leaves_the_host(world):
+    import subprocess
+    import sys
+    pol = _policy_file(world, {"allow": [], "subnets": {"allow": ["::/0"]}})
+    for args in (("--allow-all",), ("--policy", pol)):
+        with sandbox(world, "v6mc", *args) as name:
+            mark = "mcast-%s-%s" % (args[0].strip("-"), world.id)
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "3",
+                                      mark], stdout=subprocess.PIPE, text=True)
+            try:
+                expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
+                code, out, err = world.ctl("exec", name, "--", "python3", "-c", MCAST_SEND, mark,
+                                           "ff02::1", "ff05::1", "ff0e::1")
+                expect(code == 0 and "sent" in out, "multicast sends: exit %d:" % code, out, err)
+                seen = sniff.communicate(timeout=20)[0].strip()
+            finally:
+                if sniff.poll() is None:
+                    sniff.kill()
+                    sniff.wait()
+            expect_eq(seen, "0", "%s: multicast datagrams that reached the internet" % args[0])

@@ -103,6 +103,57 @@ static void test_pool_slots_are_consecutive_slash31_pairs(void **state) {
         assert_int_equal(core_net_pool_slots(&p), 1);
 }
 
+/* IPv6 (DESIGN §5): slot n of the ipv6Pool is the /127 pair base + 2n
+ * (host) and base + 2n + 1 (sandbox), carried across bytes. */
+static void test_ipv6_pool_slots_are_consecutive_slash127_pairs(void **state) {
+        core_net_pool p = test_pool();
+        char buf[INET6_ADDRSTRLEN];
+        inet_pton(AF_INET6, "fd5b:d0c5:6a1e::", &p.base6);
+        p.prefix6 = 64;
+        struct in6_addr a = core_net_host_addr6(&p, 0);
+        assert_string_equal(inet_ntop(AF_INET6, &a, buf, sizeof(buf)), "fd5b:d0c5:6a1e::");
+        a = core_net_sandbox_addr6(&p, 0);
+        assert_string_equal(inet_ntop(AF_INET6, &a, buf, sizeof(buf)), "fd5b:d0c5:6a1e::1");
+        a = core_net_host_addr6(&p, 200);
+        assert_string_equal(inet_ntop(AF_INET6, &a, buf, sizeof(buf)), "fd5b:d0c5:6a1e::190");
+        a = core_net_sandbox_addr6(&p, 32767);
+        assert_string_equal(inet_ntop(AF_INET6, &a, buf, sizeof(buf)), "fd5b:d0c5:6a1e::ffff");
+        inet_pton(AF_INET6, "fd00:0:0:1::ff00", &p.base6);
+        a = core_net_sandbox_addr6(&p, 128);
+        assert_string_equal(inet_ntop(AF_INET6, &a, buf, sizeof(buf)), "fd00::1:0:0:1:1"); /* fd00:0:0:1::ff00 + 257 */
+}
+
+/* With an IPv6 pool the table holds its IPv6 rules, and the check that
+ * repairs a changed table counts them: an intact table is left alone
+ * (0), one missing a rule is re-installed (1). */
+static void test_host_setup_with_an_ipv6_pool_is_intact_and_repaired(void **state) {
+        core_net_pool p = test_pool();
+        sb_error *err = NULL;
+        int status;
+        inet_pton(AF_INET6, "fd5b:d0c5:6a1e::", &p.base6);
+        p.prefix6 = 64;
+        assert_int_equal(core_net_host_setup(&p, &err), 0);
+        assert_null(err);
+        assert_int_equal(core_net_host_ensure(&p, &err), 0);
+        /* `nft list` shows the NAT66 and the embedded-form rules. */
+        FILE *f = popen("nft list chain inet sandboxd postrouting; nft list chain inet sandboxd forward", "re");
+        char out[16384] = "";
+        size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+        if (f)
+                pclose(f);
+        out[n] = 0;
+        if (!strstr(out, "ip6 saddr fd5b:d0c5:6a1e::/64 oifname != \"sbx*\" masquerade") ||
+            !strstr(out, "ip6 daddr 64:ff9b::a9fe:0/112") || !strstr(out, "ip6 daddr ::ffff:0.0.0.0/96") ||
+            !strstr(out, "exthdr rt exists") || strstr(out, "meta nfproto ipv6 goto deny"))
+                fail_msg("IPv6 rules not as expected:\n%s", out);
+        status = system("nft delete rule inet sandboxd forward handle "
+                        "$(nft -a list chain inet sandboxd forward | awk '/exthdr rt exists/ {print $NF}')");
+        assert_int_equal(status, 0);
+        assert_int_equal(core_net_host_ensure(&p, &err), 1);
+        assert_int_equal(core_net_host_ensure(&p, &err), 0);
+        assert_int_equal(core_net_host_teardown(&err), 0);
+}
+
 static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(void **state) {
         core_net_pool p = test_pool();
         sb_error *err = NULL;
@@ -437,6 +488,9 @@ static void test_one_daemon_per_network_namespace(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_pool_slots_are_consecutive_slash31_pairs),
+                cmocka_unit_test(test_ipv6_pool_slots_are_consecutive_slash127_pairs),
+                cmocka_unit_test_setup_teardown(test_host_setup_with_an_ipv6_pool_is_intact_and_repaired,
+                                                enter_private_netns, leave_private_netns),
                 cmocka_unit_test_setup_teardown(test_host_setup_installs_table_idempotently_and_teardown_removes_it,
                                                 enter_private_netns, leave_private_netns),
                 cmocka_unit_test_setup_teardown(test_flush_ruleset_is_seen_by_the_monitor_and_ensure_reinstalls,
