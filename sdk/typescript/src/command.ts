@@ -36,6 +36,8 @@ interface ExitInfo {
 }
 
 const POLL_MS = 200;
+/** Output a Command keeps in memory (its oldest bytes go first past it), per command. */
+export const MAX_CAPTURED_OUTPUT_BYTES = 16 << 20;
 
 /** Where Command objects get their output from. */
 type Feed = "live" | "poll" | "none";
@@ -61,6 +63,9 @@ export class Command {
   /** @internal */
   protected readonly client: SandboxClient;
   #chunks: Chunk[] = [];
+  #captured = 0;
+  /** True once output beyond {@link MAX_CAPTURED_OUTPUT_BYTES} was dropped from memory (it was still streamed to `logs()` readers and `stdout`/`stderr` Writables). */
+  outputTruncated = false;
   #feed: Feed;
   #pollStarted = false;
   #exit: ExitInfo | null = null;
@@ -119,6 +124,13 @@ export class Command {
   #add(c: Chunk): void {
     if (c.data.length === 0) return;
     this.#chunks.push(c);
+    this.#captured += c.data.length;
+    // A long-running chatty command must not grow this process without
+    // bound: keep the newest bytes, as the daemon's own log does.
+    while (this.#captured > MAX_CAPTURED_OUTPUT_BYTES && this.#chunks.length > 1) {
+      this.#captured -= (this.#chunks.shift() as Chunk).data.length;
+      this.outputTruncated = true;
+    }
     this.#sinks[c.stream]?.write(c.data);
     for (const l of this.#listeners) l(c);
   }
@@ -380,6 +392,7 @@ export class CommandFinished extends Command {
     this.memoryLimitBytes = exit.memoryLimitBytes;
     this.#out = chunks;
     this.#complete = complete;
+    this.outputTruncated = cmd.outputTruncated;
   }
 
   async #chunksOf(): Promise<Chunk[]> {

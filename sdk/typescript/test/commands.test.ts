@@ -106,3 +106,17 @@ test("aborting runCommand rejects with the reason and kills the command", async 
   await until(async () => (await sb.runCommand("sh", ["-c", "kill -0 $(cat /tmp/pid)"])).exitCode !== 0, 10_000, "the command is gone");
   await assert.rejects(sb.runCommand("true", [], { signal: AbortSignal.abort() }), (e: unknown) => (e as Error).name === "AbortError");
 });
+
+test("a command's output in memory is capped at its newest bytes; readers get all of it", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("cap"), networkPolicy: "deny-all" });
+  let streamed = 0;
+  const counter = new Writable({ write(c, _e, cb) { streamed += c.length; cb(); } });
+  // 20 MiB of "x", then a last line.
+  const r = await sb.runCommand({ cmd: "sh", args: ["-c", "head -c 20971520 /dev/zero | tr '\\0' x; echo; echo the-end"], stdout: counter });
+  assert.equal(r.exitCode, 0);
+  assert.equal(streamed, 20971520 + 1 + 8, "the Writable got every byte");
+  const out = await r.stdout();
+  assert.ok(out.length <= 16 << 20, `kept ${out.length} bytes`);
+  assert.ok(out.endsWith("x\nthe-end\n"), "the newest bytes are kept");
+  assert.equal(r.outputTruncated, true);
+});
