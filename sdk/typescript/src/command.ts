@@ -10,7 +10,7 @@
 import type { Writable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import type { Notification, SandboxClient } from "./client.js";
-import { DaemonUnreachableError, UnavailableError } from "./errors.js";
+import { DaemonUnreachableError, SandboxError, UnavailableError } from "./errors.js";
 import { AsyncQueue } from "./queue.js";
 import type { CommandInfo } from "./types.js";
 
@@ -36,6 +36,10 @@ interface ExitInfo {
 }
 
 const POLL_MS = 200;
+// After a lost connection, any answer is retried for this long: a daemon
+// shutting down may still accept a connection and answer it with an error
+// (its commands are not gone: the next daemon re-adopts them).
+const RESTART_GRACE_MS = 5000;
 /** Output a Command keeps in memory (its oldest bytes go first past it), per command. */
 export const MAX_CAPTURED_OUTPUT_BYTES = 16 << 20;
 
@@ -176,7 +180,7 @@ export class Command {
             return this.#exit as ExitInfo;
           } catch (e) {
             if (this.#exit) return this.#exit;
-            if (!(e instanceof DaemonUnreachableError || e instanceof UnavailableError) || Date.now() > deadline) throw e;
+            if (!this.#retryable(e) || Date.now() > deadline) throw e;
             await new Promise((r) => setTimeout(r, 100));
           }
         }
@@ -184,6 +188,11 @@ export class Command {
       this.#remoteWait.catch(() => { this.#remoteWait = undefined; });
     }
     return this.#remoteWait;
+  }
+
+  #retryable(e: unknown): boolean {
+    if (e instanceof DaemonUnreachableError || e instanceof UnavailableError) return true;
+    return e instanceof SandboxError && Date.now() - this.client.lastDisconnectAt < RESTART_GRACE_MS;
   }
 
   #startPolling(seen: { stdout: number; stderr: number }): void {
@@ -206,7 +215,7 @@ export class Command {
               seen[stream] = b.length;
             }
           } catch (e) {
-            if (!(e instanceof DaemonUnreachableError || e instanceof UnavailableError)) break;
+            if (!this.#retryable(e)) break;
           }
           if (last) break;
           await new Promise((r) => setTimeout(r, POLL_MS));
