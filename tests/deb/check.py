@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXPECTED = {
     "/usr/sbin/sandboxd",
     "/usr/bin/sandboxctl",
+    "/usr/bin/containerd-shim-sandboxd-v2",
     "/usr/libexec/sandboxd/sandbox-init",
     "/usr/libexec/sandboxd/sandbox-netd",
     "/lib/systemd/system/sandboxd.service",
