@@ -7,7 +7,9 @@
 #   make faults     the kill -9 matrix at every fault point (tests/faults/)
 #   make load       the load suite at full size (tests/load/)
 #   make demo       install deps, build, run the main job in the test world
-#   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
+#   make bench      the performance table beside its peers (bwrap, posix_spawn, plain veth,
+#                   cp -a) and goals, into build/bench.json; BENCH_ARGS=--quick
+#   make bench-detail  the detailed benchmarks; the load suite at full size
 #   make install    binaries, systemd units, man pages, bash completion
 
 PREFIX    ?= /usr/local
@@ -56,7 +58,7 @@ FAULT_BINS:= $(B)/faults/sandboxd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load faults
+.PHONY: all deps check unit unit-asan integration integration-asan demo bench bench-detail install clean fuzz load faults
 all: $(BINS) $(FAULT_BINS)
 
 deps:
@@ -166,7 +168,14 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/integration/demo.py
 
+# make bench: every row of the performance table beside its peer and goal,
+# one run, written to build/bench.json (BENCH_ARGS=--quick: smaller N, about
+# ten minutes). make bench-detail: the detailed benchmarks and the load suite.
 bench: deps
+	@$(MAKE) --no-print-directory all
+	@python3 tests/bench/bench_table.py $(BENCH_ARGS)
+
+bench-detail: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/bench/bench.py
 	@python3 tests/bench/bench_policy.py
