@@ -103,8 +103,9 @@ $(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
-$(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/libclient.a
-	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson libarchive) -lresolv -pthread
+# sandboxctl loads libarchive on first use (cli/lazy/archive.c), not at start.
+$(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson) -lresolv -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
 TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
