@@ -460,7 +460,7 @@ def main(argv):
     q = a.quick
     p = dict(iterations=30 if q else 60, burst_rounds=2 if q else 5, sessions=100 if q else 1000,
              real_extra=16 if q else 48, net_iters=30 if q else 60, tcp_mib=64 if q else 256,
-             tcp_runs=3 if q else 5, freeze_mib=1024, idle=100 if q else 1000, idle_budget=90 if q else 600)
+             tcp_runs=5 if q else 7, freeze_mib=1024, idle=100 if q else 1000, idle_budget=90 if q else 600)
     parts = set(x for x in a.only.split(",") if x) or {"lifecycle", "burst", "freeze", "network", "idle"}
     started = time.time()
     with W.World(quiet=False) as w:

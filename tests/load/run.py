@@ -2,7 +2,7 @@
 """Load suite: many clients issuing mixed JSON-RPC calls to one sandboxd in
 the test world, then many sandboxes alive at once.
 
-    python3 tests/load/run.py            full size (make bench): 32 clients x
+    python3 tests/load/run.py            full size (make bench-detail): 32 clients x
                                          1000 RPCs over 30 sandboxes, then
                                          200 sandboxes alive at once
     python3 tests/load/run.py --short    the make check size: 8 x 100 over
