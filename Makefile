@@ -8,7 +8,9 @@
 #   make sdk-py-check  the Python SDK's tests (sdk/python) against a real daemon
 #   make load       the load suite at full size (tests/load/)
 #   make demo       install deps, build, run the main job in the test world
-#   make bench      benchmarks beside bwrap and plain fork+exec; the load suite at full size
+#   make bench      the performance table beside its peers (bwrap, posix_spawn, plain veth,
+#                   cp -a) and goals, into build/bench.json; BENCH_ARGS=--quick
+#   make bench-detail  the detailed benchmarks; the load suite at full size
 #   make install    binaries, systemd units, man pages, bash completion (and the shim when built)
 #   make systemd-test  sandboxd under a real systemd (tests/systemd/: nspawn on a cached bookworm root)
 #   make deb        the Debian package, build/deb/sandboxd_VERSION_ARCH.deb (debian/)
@@ -80,7 +82,7 @@ $(SHIM): $(SHIM_SRC)
 shim-test: $(BINS) $(SHIM)
 	@python3 tests/shim/run.py
 
-.PHONY: all deps check unit unit-asan integration integration-asan demo bench install clean fuzz load faults
+.PHONY: all deps check unit unit-asan integration integration-asan demo bench bench-detail install clean fuzz load faults
 all: $(BINS) $(FAULT_BINS)
 
 deps:
@@ -125,8 +127,9 @@ $(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
-$(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/libclient.a
-	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson libarchive openssl) -lresolv -pthread
+# sandboxctl loads libarchive on first use (cli/lazy/archive.c), not at start.
+$(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson openssl) -lresolv -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
 TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
@@ -208,7 +211,14 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/integration/demo.py
 
+# make bench: every row of the performance table beside its peer and goal,
+# one run, written to build/bench.json (BENCH_ARGS=--quick: smaller N, about
+# ten minutes). make bench-detail: the detailed benchmarks and the load suite.
 bench: deps
+	@$(MAKE) --no-print-directory all
+	@python3 tests/bench/bench_table.py $(BENCH_ARGS)
+
+bench-detail: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/bench/bench.py
 	@python3 tests/bench/bench_policy.py

@@ -1566,7 +1566,35 @@ typedef struct teardown_job {
         sandbox *sb;
         session *s;       /* may be NULL */
         bool remove_files;
+        char *tombstone;  /* set by teardown_work: the renamed directory, removed after delete answers */
 } teardown_job;
+
+/* Removes a deleted sandbox's tombstone (core_tombstone): its disk image,
+ * then its files. Runs after sandbox.delete has answered; a crash midway
+ * leaves the tombstone, which start-up's reconciliation finishes. */
+static void tombstone_work(void *userdata) {
+        const char *dir = userdata;
+        core_fault("delete.answered");
+        sandbox_disk_remove(dir);
+        core_fault("delete.removing");
+        int r = core_rm_rf(dir);
+        if (r < 0)
+                log_warning_errno(r, "remove %s: %m", dir);
+        core_fault("delete.removed");
+}
+
+static void tombstone_done(void *userdata) {
+        free(userdata);
+}
+
+/* Hands the tombstone's removal to a worker thread; runs it here if no
+ * thread can be had. Takes ownership of `dir`. */
+static void tombstone_remove_background(char *dir) {
+        if (worker_submit(tombstone_work, tombstone_done, dir) < 0) {
+                tombstone_work(dir);
+                tombstone_done(dir);
+        }
+}
 
 /* Worker thread: everything the kernel holds for the session, then files.
  * Every step is tried; errors are logged, never stop the rest. */
@@ -1600,14 +1628,20 @@ static void teardown_work(void *userdata) {
                 int r = slash ? (*slash = '\0', core_tombstone(parent, slash + 1, &tomb)) : -ENOMEM;
                 if (r < 0 && r != -ENOENT)
                         log_warning_errno(r, "sandbox '%s': rename %s aside for removal: %m", t->sb->name, t->sb->dir);
-                const char *dir = tomb ? tomb : t->sb->dir;
                 core_fault("delete.tombstoned");
-                sandbox_disk_remove(dir);
-                core_fault("delete.removing");
-                r = core_rm_rf(dir);
-                if (r < 0)
-                        log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, dir);
-                core_fault("delete.removed");
+                if (tomb) {
+                        /* Renamed aside: the name is free, and the files
+                         * go after delete has answered (tombstone_work). */
+                        t->tombstone = TAKE_PTR(tomb);
+                } else {
+                        const char *dir = t->sb->dir;
+                        sandbox_disk_remove(dir);
+                        core_fault("delete.removing");
+                        r = core_rm_rf(dir);
+                        if (r < 0)
+                                log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, dir);
+                        core_fault("delete.removed");
+                }
         }
         core_rm_rf(t->sb->run_dir);
 }
@@ -1626,11 +1660,21 @@ static void emit_status(sandbox *sb, const char *status) {
         events_emit(sb->m, EVENT_SANDBOX, sb->name, f);
 }
 
+typedef struct delete_finish {
+        sandbox *sb;
+        char *tombstone; /* may be NULL */
+} delete_finish;
+
+/* Answers the deletes, then removes the tombstone in the background. */
 static void finish_delete(void *userdata) {
-        sandbox *sb = userdata;
+        delete_finish *f = userdata;
+        sandbox *sb = f->sb;
         emit_status(sb, "deleted");
         finish_requests(sb, &sb->delete_waiters, true);
         sandbox_free(sb);
+        if (f->tombstone)
+                tombstone_remove_background(f->tombstone);
+        free(f);
 }
 
 /* Frees a session's struct once everything it held in the kernel is gone:
@@ -1673,8 +1717,23 @@ static void teardown_done(void *userdata) {
                 sandbox_unlink(m, sb);
                 /* Its layers may now be unused (it left the registry); delete
                  * answers once they are gone too. */
-                layers_collect(m, sb->layers, finish_delete, sb);
+                delete_finish *f = calloc(1, sizeof(*f));
+                if (!f) {
+                        /* Out of memory: the tombstone is left for the
+                         * next start-up's reconciliation. */
+                        log_error("sandbox '%s': out of memory; %s is removed at the next start", sb->name,
+                                  t->tombstone ? t->tombstone : sb->dir);
+                        free(TAKE_PTR(t->tombstone));
+                        emit_status(sb, "deleted");
+                        finish_requests(sb, &sb->delete_waiters, true);
+                        sandbox_free(sb);
+                } else {
+                        f->sb = sb;
+                        f->tombstone = TAKE_PTR(t->tombstone);
+                        layers_collect(m, sb->layers, finish_delete, f);
+                }
         }
+        free(t->tombstone);
         free(t);
 }
 

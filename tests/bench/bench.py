@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench: sandboxd's costs beside bubblewrap and a plain fork+exec.
+"""make bench-detail: sandboxd's costs beside bubblewrap and a plain fork+exec.
 
 Measured in one run, in the test world (tests/integration/world.py), with a
 private sandboxd:

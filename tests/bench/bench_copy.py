@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench: directory copies in and out of a sandbox (issue #12 item 7).
+"""make bench-detail: directory copies in and out of a sandbox (issue #12 item 7).
 
 Measured in the test world (tests/integration/world.py) with a private
 sandboxd: `sandboxctl cp -r` of a tree holding one large file (--mib, 1 GiB

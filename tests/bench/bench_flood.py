@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench: output relay fairness (issue #10 item 7, output).
+"""make bench-detail: output relay fairness (issue #10 item 7, output).
 
 Measured in the test world with a private sandboxd: the latency of
 `command.run true` (raw JSON-RPC) in sandbox B while idle, then while

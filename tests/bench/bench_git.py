@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench: shallow git sources (issue #12 item 6).
+"""make bench-detail: shallow git sources (issue #12 item 6).
 
 In the test world (tests/integration/world.py) with a private sandboxd: a
 repository of --commits commits (5,000 by default, each changing one of a

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench: the egress policy engine's costs (DESIGN §5.2: per-packet and
+"""make bench-detail: the egress policy engine's costs (DESIGN §5.2: per-packet and
 per-change cost must not grow with the number of sandboxes).
 
 Measured in the test world (tests/integration/world.py) with a private

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make bench: the egress proxy's costs (DESIGN §5.2, issue #4 item 7).
+"""make bench-detail: the egress proxy's costs (DESIGN §5.2, issue #4 item 7).
 
 Measured in the test world (tests/integration/world.py) with a private
 sandboxd, from inside three sandboxes, with curl against the world's HTTPS

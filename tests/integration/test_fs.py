@@ -425,3 +425,18 @@ def test_cp_r_out_of_a_sandbox_refuses_a_hostile_stream_on_the_host(world):
             expect(not os.path.lexists(never), "a hostile stream wrote outside the destination:", never)
         for name in ("hl", "null2"):
             expect(not os.path.lexists(os.path.join(dst, name)), "a hostile member was written:", what, name)
+
+
+def test_sandboxctl_loads_libarchive_only_for_cp(world):
+    """`sandboxctl exec`, `ls` and the rest start without libarchive and
+    what it pulls in (libxml2, ICU, libstdc++): it is loaded on the first
+    archive call, which only `cp -r` makes (test_cp_r_round_trip_keeps_the_tree
+    and the other cp -r tests run that path)."""
+    import subprocess
+    import world as W
+    out = subprocess.run(["readelf", "-d", W.SANDBOXCTL], capture_output=True, text=True, check=True).stdout
+    needed = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+    expect(needed and not [n for n in needed if "archive" in n or "xml" in n or "icu" in n],
+           "sandboxctl's start-up libraries: %s" % needed)
+    with sandbox(world, "lazy", "--deny-all") as name:
+        expect_eq(sh_ok(world, name, "echo ok"), "ok\n", "sandboxctl exec without libarchive loaded")

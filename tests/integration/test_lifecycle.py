@@ -98,3 +98,32 @@ def test_lifecycle_changes_are_events(world):
     finally:
         c.close()
         delete(world, name)
+
+
+def test_delete_answers_then_the_name_is_free_and_its_files_go(world):
+    """Delete answers once the sandbox is renamed aside (its files are
+    removed after, in the background): a create of the same name right after
+    the answer gets a fresh sandbox that holds nothing of the old one, and the
+    old one's tombstone and disk image go."""
+    import os
+    import re
+    name = world.name("reuse")
+    state = os.path.join(world.daemon.state_dir, "sandboxes")
+    tomb = re.compile(r"^\.%s\.del-[0-9a-f]{16}$" % re.escape(name))
+    with world.daemon.connect(120) as c:
+        c.result("sandbox.create", {"name": name, "networkPolicy": "deny-all", "persistent": True})
+        try:
+            r = c.result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c",
+                         "head -c 8M /dev/zero > /workspace/old && echo kept > /workspace/mark"]})
+            expect_eq(r.get("exitCode"), 0, "writing the first sandbox's files")
+            c.result("sandbox.delete", {"name": name})
+            c.result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+            c.notes.clear()
+            r = c.result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c",
+                         "ls -A /workspace; test ! -e /workspace/mark"]})
+            expect_eq(r.get("exitCode"), 0, "the new sandbox of the same name holds none of the old one's files")
+        finally:
+            c.call("sandbox.delete", {"name": name})
+    poll(lambda: not [e for e in os.listdir(state) if e == name or tomb.match(e)], 30,
+         "the deleted sandboxes' directories and tombstones to go")
+    leaks.check(world, name)

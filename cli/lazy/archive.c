@@ -1,0 +1,234 @@
+/* libarchive for sandboxctl, loaded on first use (dlopen) instead of at
+ * every start: the library and what it pulls in (libxml2, ICU, libstdc++,
+ * the compressors) cost several milliseconds of loading and relocation per
+ * process, which every `sandboxctl exec` paid for a `cp -r` it did not run.
+ * Each function below has the prototype of archive.h / archive_entry.h and
+ * forwards to the real one, found by dlsym in libarchive's own handle
+ * (dlopen(3), dlsym(3)). A missing library is an error naming it, at the
+ * first call. Only sandboxctl links this file; the daemon and the tests
+ * link libarchive as usual. The list is the archive_* functions the CLI
+ * calls (nm -u build/sandboxctl). */
+#include <archive.h>
+#include <archive_entry.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The soname of libarchive 3 (Debian's libarchive13). */
+#define LIBARCHIVE_SONAME "libarchive.so.13"
+
+static void *lazy_handle;
+static pthread_once_t lazy_once = PTHREAD_ONCE_INIT;
+
+static void lazy_open(void) {
+        lazy_handle = dlopen(LIBARCHIVE_SONAME, RTLD_NOW | RTLD_LOCAL);
+}
+
+/* The address of `name` in libarchive (looked up at each call: dlsym is
+ * thread-safe, and nothing is cached to race on); exits with status 1 and a message
+ * naming the library when it cannot be had (fail closed: no archive work
+ * without it). */
+static void *lazy_sym(const char *name) {
+        pthread_once(&lazy_once, lazy_open);
+        void *p = lazy_handle ? dlsym(lazy_handle, name) : NULL;
+        if (!p) {
+                const char *e = dlerror();
+                fprintf(stderr, "sandboxctl: cannot load %s from %s (install libarchive13): %s\n", name,
+                        LIBARCHIVE_SONAME, e ? e : "not found");
+                exit(1);
+        }
+        return p;
+}
+
+/* The real `name`, with its own prototype's type. */
+#define REAL(name) ((__typeof__(&name))lazy_sym(#name))
+
+void archive_entry_copy_pathname(struct archive_entry *a0, const char *a1) {
+        REAL(archive_entry_copy_pathname)(a0, a1);
+}
+
+__LA_MODE_T archive_entry_filetype(struct archive_entry *a0) {
+        return REAL(archive_entry_filetype)(a0);
+}
+
+void archive_entry_free(struct archive_entry *a0) {
+        REAL(archive_entry_free)(a0);
+}
+
+const char *archive_entry_hardlink(struct archive_entry *a0) {
+        return REAL(archive_entry_hardlink)(a0);
+}
+
+void archive_entry_linkify(struct archive_entry_linkresolver *a0, struct archive_entry **a1,
+                           struct archive_entry **a2) {
+        REAL(archive_entry_linkify)(a0, a1, a2);
+}
+
+void archive_entry_linkresolver_free(struct archive_entry_linkresolver *a0) {
+        REAL(archive_entry_linkresolver_free)(a0);
+}
+
+struct archive_entry_linkresolver *archive_entry_linkresolver_new(void) {
+        return REAL(archive_entry_linkresolver_new)();
+}
+
+void archive_entry_linkresolver_set_strategy(struct archive_entry_linkresolver *a0, int a1) {
+        REAL(archive_entry_linkresolver_set_strategy)(a0, a1);
+}
+
+struct archive_entry *archive_entry_new(void) {
+        return REAL(archive_entry_new)();
+}
+
+const char *archive_entry_pathname(struct archive_entry *a0) {
+        return REAL(archive_entry_pathname)(a0);
+}
+
+__LA_MODE_T archive_entry_perm(struct archive_entry *a0) {
+        return REAL(archive_entry_perm)(a0);
+}
+
+void archive_entry_set_gname(struct archive_entry *a0, const char *a1) {
+        REAL(archive_entry_set_gname)(a0, a1);
+}
+
+void archive_entry_set_perm(struct archive_entry *a0, __LA_MODE_T a1) {
+        REAL(archive_entry_set_perm)(a0, a1);
+}
+
+void archive_entry_set_uname(struct archive_entry *a0, const char *a1) {
+        REAL(archive_entry_set_uname)(a0, a1);
+}
+
+la_int64_t archive_entry_size(struct archive_entry *a0) {
+        return REAL(archive_entry_size)(a0);
+}
+
+const char *archive_error_string(struct archive *a0) {
+        return REAL(archive_error_string)(a0);
+}
+
+int archive_read_close(struct archive *a0) {
+        return REAL(archive_read_close)(a0);
+}
+
+la_ssize_t archive_read_data(struct archive *a0, void *a1, size_t a2) {
+        return REAL(archive_read_data)(a0, a1, a2);
+}
+
+int archive_read_data_block(struct archive *a0, const void **a1, size_t *a2, la_int64_t *a3) {
+        return REAL(archive_read_data_block)(a0, a1, a2, a3);
+}
+
+int archive_read_disk_descend(struct archive *a0) {
+        return REAL(archive_read_disk_descend)(a0);
+}
+
+struct archive *archive_read_disk_new(void) {
+        return REAL(archive_read_disk_new)();
+}
+
+int archive_read_disk_open(struct archive *a0, const char *a1) {
+        return REAL(archive_read_disk_open)(a0, a1);
+}
+
+int archive_read_disk_set_behavior(struct archive *a0, int a1) {
+        return REAL(archive_read_disk_set_behavior)(a0, a1);
+}
+
+int archive_read_disk_set_symlink_physical(struct archive *a0) {
+        return REAL(archive_read_disk_set_symlink_physical)(a0);
+}
+
+int archive_read_free(struct archive *a0) {
+        return REAL(archive_read_free)(a0);
+}
+
+struct archive *archive_read_new(void) {
+        return REAL(archive_read_new)();
+}
+
+int archive_read_next_header(struct archive *a0, struct archive_entry **a1) {
+        return REAL(archive_read_next_header)(a0, a1);
+}
+
+int archive_read_next_header2(struct archive *a0, struct archive_entry *a1) {
+        return REAL(archive_read_next_header2)(a0, a1);
+}
+
+int archive_read_open(struct archive *a0, void *a1, archive_open_callback *a2, archive_read_callback *a3,
+                      archive_close_callback *a4) {
+        return REAL(archive_read_open)(a0, a1, a2, a3, a4);
+}
+
+int archive_read_support_filter_none(struct archive *a0) {
+        return REAL(archive_read_support_filter_none)(a0);
+}
+
+int archive_read_support_format_tar(struct archive *a0) {
+        return REAL(archive_read_support_format_tar)(a0);
+}
+
+void archive_set_error(struct archive *a0, int a1, const char *a2, ...) {
+        char buf[512];
+        va_list ap;
+        va_start(ap, a2);
+        vsnprintf(buf, sizeof(buf), a2, ap);
+        va_end(ap);
+        REAL(archive_set_error)(a0, a1, "%s", buf);
+}
+
+int archive_write_add_filter_none(struct archive *a0) {
+        return REAL(archive_write_add_filter_none)(a0);
+}
+
+int archive_write_close(struct archive *a0) {
+        return REAL(archive_write_close)(a0);
+}
+
+la_ssize_t archive_write_data(struct archive *a0, const void *a1, size_t a2) {
+        return REAL(archive_write_data)(a0, a1, a2);
+}
+
+la_ssize_t archive_write_data_block(struct archive *a0, const void *a1, size_t a2, la_int64_t a3) {
+        return REAL(archive_write_data_block)(a0, a1, a2, a3);
+}
+
+struct archive *archive_write_disk_new(void) {
+        return REAL(archive_write_disk_new)();
+}
+
+int archive_write_disk_set_options(struct archive *a0, int a1) {
+        return REAL(archive_write_disk_set_options)(a0, a1);
+}
+
+int archive_write_finish_entry(struct archive *a0) {
+        return REAL(archive_write_finish_entry)(a0);
+}
+
+int archive_write_free(struct archive *a0) {
+        return REAL(archive_write_free)(a0);
+}
+
+int archive_write_header(struct archive *a0, struct archive_entry *a1) {
+        return REAL(archive_write_header)(a0, a1);
+}
+
+struct archive *archive_write_new(void) {
+        return REAL(archive_write_new)();
+}
+
+int archive_write_open2(struct archive *a0, void *a1, archive_open_callback *a2, archive_write_callback *a3,
+                        archive_close_callback *a4, archive_free_callback *a5) {
+        return REAL(archive_write_open2)(a0, a1, a2, a3, a4, a5);
+}
+
+int archive_write_set_bytes_per_block(struct archive *a0, int a1) {
+        return REAL(archive_write_set_bytes_per_block)(a0, a1);
+}
+
+int archive_write_set_format_pax_restricted(struct archive *a0) {
+        return REAL(archive_write_set_format_pax_restricted)(a0);
+}
