@@ -645,7 +645,7 @@ static void method_run(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, m, "sandbox", method_run);
+        sandbox *sb = sandbox_require_unpaused(req, m, "sandbox", method_run);
         if (!sb)
                 return;
         uid_t uid;

@@ -57,7 +57,7 @@ static void simple_method(rpc_request *req, manager *m, const char *action, rpc_
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, m, "sandbox", self);
+        sandbox *sb = sandbox_require_unpaused(req, m, "sandbox", self);
         if (!sb)
                 return;
         simple_op *op = calloc(1, sizeof(*op));
@@ -169,7 +169,7 @@ static void method_read(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, userdata, "sandbox", method_read);
+        sandbox *sb = sandbox_require_unpaused(req, userdata, "sandbox", method_read);
         if (!sb)
                 return;
         read_op *op = calloc(1, sizeof(*op));
@@ -303,7 +303,7 @@ static void method_write(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, userdata, "sandbox", method_write);
+        sandbox *sb = sandbox_require_unpaused(req, userdata, "sandbox", method_write);
         if (!sb)
                 return;
         write_op *op = calloc(1, sizeof(*op));

@@ -397,7 +397,7 @@ static void begin(rpc_request *req, manager *m, bool write, rpc_handler self) {
                                 write ? "writeTar" : "readTar", TAR_STREAMS_MAX);
                 return;
         }
-        sandbox *sb = sandbox_require_running(req, m, "sandbox", self);
+        sandbox *sb = sandbox_require_unpaused(req, m, "sandbox", self);
         if (!sb)
                 return;
         loop = m->event;

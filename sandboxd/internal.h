@@ -358,6 +358,11 @@ cJSON *sandbox_config_json(const sandbox *sb);
  * any command on a stopped persistent sandbox resumes it) and the request
  * is run again through `redo` once it runs. */
 sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field, rpc_handler redo);
+/* sandbox_require_running(), then refuses a paused sandbox (sandbox.pause) at
+ * once with "unavailable" naming field and sandbox.resume, for the methods
+ * sandbox-init must serve (command.run, fs.*): they would otherwise wait,
+ * unanswered, for a resume. Returns the sandbox or NULL (req answered). */
+sandbox *sandbox_require_unpaused(rpc_request *req, manager *m, const char *field, rpc_handler redo);
 /* Writes <dir>/config.json (durably for a persistent sandbox); `text` NULL
  * means the sandbox's current config. Worker-thread safe when text is given. */
 int sandbox_save_config(const sandbox *sb, const char *text, sb_error **ret_err);

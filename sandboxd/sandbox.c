@@ -218,6 +218,19 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
         return NULL;
 }
 
+sandbox *sandbox_require_unpaused(rpc_request *req, manager *m, const char *field, rpc_handler redo) {
+        sandbox *sb = sandbox_require_running(req, m, field, redo);
+        if (sb && sb->sess->paused) {
+                /* Its sandbox-init is frozen: the request would wait for a
+                 * resume that may never come, and a daemon restart in that
+                 * wait would lose its answer but not its effect. */
+                rpc_reply_error(req, RPC_APP_ERROR, "unavailable", field,
+                                "sandbox '%s' is paused (sandbox.pause); resume it (sandbox.resume) first", sb->name);
+                return NULL;
+        }
+        return sb;
+}
+
 int sandbox_open_upper(const sandbox *sb) {
         _cleanup_close_ int dir = open(sb->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dir < 0)

@@ -1814,8 +1814,8 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
                 if (r < 0 && r != -ENOTSUP)
                         return sb_error_set(ret_err, r, NULL, NULL, "thaw its cgroup (left frozen by the last "
                                             "sandboxd): %s", strerror(-r));
-                log_warning("sandbox '%s': its cgroup was frozen (the last sandboxd stopped during a fork or "
-                            "snapshot); thawed it", sb->name);
+                log_warning("sandbox '%s': its cgroup was frozen (paused with sandbox.pause, or the last "
+                            "sandboxd stopped during a fork or snapshot); thawed it: a restart resumes a paused sandbox", sb->name);
         }
         /* The config is the record of the limits (as start_work sets them): a
          * daemon killed between resizing a running session and writing its
