@@ -207,10 +207,19 @@ static void handle_list(init_agent *a) {
         _cleanup_(cJSON_Deletep) cJSON *ev = cmd_list(a);
         if (!ev)
                 return agent_send_error(a, NULL, "list: out of memory");
+        /* "logs": the kept logs follow, ended by "logs_done" (agent.h). */
+        if (a->offline)
+                cJSON_AddBoolToObject(ev, "logs", true);
         (void)agent_send(a, ev);
         if (!a->offline)
                 return;
         a->offline = false;
+        /* Before any output is read again, so the daemon's copy of each
+         * log is init's, then what follows it: no byte twice, none lost. */
+        cmd_replay_logs(a);
+        _cleanup_(cJSON_Deletep) cJSON *done = cJSON_CreateObject();
+        if (done && cJSON_AddStringToObject(done, "ev", "logs_done"))
+                (void)agent_send(a, done);
         agent_update_backpressure(a);
         cmd_resume(a);
 }
@@ -236,6 +245,8 @@ static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
                 handle_list(a);
         else if (streq(o, "ack"))
                 cmd_ack(a, req);
+        else if (streq(o, "logcap"))
+                cmd_logcap(a, req);
         else if (streq(o, "stop")) {
                 const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "graceMs");
                 agent_begin_stop(a, cJSON_IsNumber(g) && g->valuedouble > 0 ? (int64_t)g->valuedouble : 0);

@@ -48,6 +48,7 @@ typedef struct run_spec {
         bool tty, want_stdin;
         unsigned short rows, cols;
         const char *meta; /* sandboxd's own record of the command, or NULL */
+        size_t log_bytes; /* retained log per stream ("logBytes"; 0: none) */
 } run_spec;
 
 static void run_spec_clear(run_spec *s) {
@@ -308,6 +309,10 @@ static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
         s->cwd_given = cJSON_IsString(cwd) && *cwd->valuestring;
         s->cwd = s->cwd_given ? cwd->valuestring : INIT_WORKSPACE;
         s->meta = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "meta"));
+        double log_bytes;
+        if (num_field(req, "logBytes", 0, INIT_LOG_MAX, 0, &log_bytes) < 0)
+                return "run: \"logBytes\" must be an integer from 0 to 1073741824";
+        s->log_bytes = (size_t)log_bytes;
         if (num_field(req, "uid", 0, 4294967294.0, init_user_uid, &uid) < 0 ||
             num_field(req, "gid", 0, 4294967294.0, init_user_gid, &gid) < 0)
                 return "run: \"uid\" and \"gid\" must be integers";
@@ -390,6 +395,7 @@ static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
                 free(c);
                 return NULL;
         }
+        c->log_out.cap = c->log_err.cap = s->log_bytes;
         c->out_fd = c->err_fd = c->in_fd = -EBADF;
         c->w_out = (init_watch){ WATCH_STDOUT, c };
         c->w_err = (init_watch){ WATCH_STDERR, c };
@@ -611,6 +617,137 @@ static void close_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
                 queue_clear(&c->in_queue);
 }
 
+/* ---- the retained log (agent.h "log", "logcap") ---- */
+
+/* Keeps the newest l->cap bytes, as sandboxd's ring does (sandboxd/command.c
+ * ring_append), so the two hold the same bytes. Out of memory, the bytes
+ * are dropped and the log reads as truncated. */
+static void log_append(init_log *l, const char *data, size_t len) {
+        if (!l->cap || !len)
+                return;
+        if (len >= l->cap) {
+                l->truncated = l->truncated || l->len > 0 || len > l->cap;
+                data += len - l->cap;
+                len = l->cap;
+                l->start = l->len = 0;
+        }
+        if (l->alloc < l->cap && l->len + len > l->alloc) {
+                size_t want = l->alloc ? l->alloc : 4096;
+                while (want < l->len + len)
+                        want *= 2;
+                if (want > l->cap)
+                        want = l->cap;
+                /* Linearised into the new buffer: a wrapped ring cannot
+                 * simply be realloc'd. */
+                char *nb = malloc(want);
+                if (!nb) {
+                        l->truncated = true;
+                        return;
+                }
+                for (size_t i = 0; i < l->len; i++)
+                        nb[i] = l->buf[(l->start + i) % l->alloc];
+                free(l->buf);
+                l->buf = nb;
+                l->alloc = want;
+                l->start = 0;
+        }
+        if (l->len + len > l->alloc) {
+                size_t drop = l->len + len - l->alloc;
+                l->start = (l->start + drop) % l->alloc;
+                l->len -= drop;
+                l->truncated = true;
+        }
+        size_t pos = (l->start + l->len) % l->alloc;
+        size_t first = len < l->alloc - pos ? len : l->alloc - pos;
+        memcpy(l->buf + pos, data, first);
+        memcpy(l->buf, data + first, len - first);
+        l->len += len;
+}
+
+/* Lowers the cap to `cap`, keeping the newest bytes. */
+static void log_shrink(init_log *l, size_t cap) {
+        if (cap >= l->cap)
+                return;
+        size_t keep = l->len < cap ? l->len : cap;
+        char *nb = keep ? malloc(keep) : NULL;
+        if (keep && !nb)
+                keep = 0; /* out of memory: nothing kept, as if evicted */
+        for (size_t i = 0; i < keep; i++)
+                nb[i] = l->buf[(l->start + l->len - keep + i) % l->alloc];
+        if (keep < l->len)
+                l->truncated = true;
+        free(l->buf);
+        l->buf = nb;
+        l->alloc = l->len = keep;
+        l->start = 0;
+        l->cap = cap;
+}
+
+void cmd_logcap(init_agent *a, const cJSON *req) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(req, "id");
+        double bytes;
+        if (!cJSON_IsNumber(idj) || num_field(req, "bytes", 0, INIT_LOG_MAX, 0, &bytes) < 0)
+                return agent_send_error(a, idj, "logcap: \"id\" and \"bytes\" must be numbers");
+        for (init_cmd *c = a->cmds; c; c = c->next) {
+                if (c->id != (int64_t)idj->valuedouble)
+                        continue;
+                if (bytes == 0) {
+                        bool had = c->log_out.len || c->log_err.len || c->log_out.truncated || c->log_err.truncated;
+                        log_shrink(&c->log_out, 0);
+                        log_shrink(&c->log_err, 0);
+                        c->log_out.truncated = c->log_err.truncated = had;
+                        c->log_evicted = true;
+                } else {
+                        log_shrink(&c->log_out, (size_t)bytes);
+                        log_shrink(&c->log_err, (size_t)bytes);
+                }
+                return;
+        }
+}
+
+static void send_log_event(init_agent *a, const init_cmd *c, const char *stream, const init_log *l,
+                           const char *data, size_t len, bool first) {
+        _cleanup_free_ char *b64 = core_base64_encode(data, len);
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!b64 || !ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", "log");
+        cJSON_AddNumberToObject(ev, "id", (double)c->id);
+        cJSON_AddStringToObject(ev, "stream", stream);
+        cJSON_AddStringToObject(ev, "data", b64);
+        if (first) {
+                cJSON_AddNumberToObject(ev, "cap", (double)l->cap);
+                cJSON_AddBoolToObject(ev, "truncated", l->truncated);
+                if (c->log_evicted)
+                        cJSON_AddBoolToObject(ev, "evicted", true);
+        }
+        (void)agent_send(a, ev);
+}
+
+/* One stream's log in pieces of INIT_OUTPUT_CHUNK, oldest first; the first
+ * carries the cap and the flags. */
+static void replay_one(init_agent *a, const init_cmd *c, const char *stream, const init_log *l) {
+        static char buf[INIT_OUTPUT_CHUNK];
+        if (!l->len && !l->truncated && !c->log_evicted)
+                return;
+        size_t off = 0;
+        do {
+                size_t n = l->len - off < sizeof(buf) ? l->len - off : sizeof(buf);
+                for (size_t i = 0; i < n; i++)
+                        buf[i] = l->buf[(l->start + off + i) % l->alloc];
+                send_log_event(a, c, stream, l, buf, n, off == 0);
+                off += n;
+        } while (off < l->len);
+}
+
+void cmd_replay_logs(init_agent *a) {
+        for (init_cmd *c = a->cmds; c; c = c->next) {
+                replay_one(a, c, "stdout", &c->log_out);
+                if (!c->tty)
+                        replay_one(a, c, "stderr", &c->log_err);
+        }
+}
+
 /* Reads one chunk and sends it. Returns bytes read, 0 at end of stream
  * (EOF, or EIO on a pty master whose slave side is all closed), -EAGAIN
  * when nothing is there now. */
@@ -625,6 +762,9 @@ static ssize_t read_chunk(init_agent *a, init_cmd *c, enum init_watch_kind k) {
                 return -EAGAIN;
         if (n <= 0)
                 return 0;
+        /* Kept whether or not it can be sent: a daemon that dies with this
+         * packet unread gets it back from the log (cmd_replay_logs). */
+        log_append(k == WATCH_STDERR ? &c->log_err : &c->log_out, buf, (size_t)n);
         _cleanup_free_ char *b64 = core_base64_encode(buf, (size_t)n);
         _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
         if (b64 && ev) {
@@ -675,6 +815,8 @@ void cmd_free_dead(init_agent *a) {
                 init_cmd *c = a->dead;
                 a->dead = c->next;
                 free(c->meta);
+                free(c->log_out.buf);
+                free(c->log_err.buf);
                 free(c);
         }
 }

@@ -24,6 +24,8 @@
 /* Output read from one stream after its process was reaped: what is in the
  * pipe now is taken, a daemonised grandchild that keeps writing is not. */
 #define INIT_DRAIN_MAX (1u * 1024 * 1024)
+/* Largest "logBytes" of a run (sandboxd's commandLogBytes maximum). */
+#define INIT_LOG_MAX (1024.0 * 1024 * 1024)
 /* Longest "meta" of a run that init keeps for list. */
 #define INIT_META_MAX 4096
 /* Finished commands whose exit sandboxd has not acknowledged, kept for a
@@ -61,6 +63,15 @@ typedef struct init_queue {
         size_t bytes;
 } init_queue;
 
+/* The retained log of one output stream (DESIGN §2): its newest `cap`
+ * bytes, kept by init so that a restarted sandboxd gets back what its
+ * predecessor had (agent.h "log"). The buffer grows on demand up to cap. */
+typedef struct init_log {
+        char *buf;
+        size_t cap, alloc, start, len;
+        bool truncated;        /* bytes were dropped from the front */
+} init_log;
+
 typedef struct init_cmd {
         struct init_cmd *next;
         int64_t id;
@@ -77,6 +88,8 @@ typedef struct init_cmd {
         init_watch w_out, w_err, w_in;
         init_queue in_queue;
         char *meta;            /* sandboxd's opaque "meta" of run, returned by list */
+        init_log log_out, log_err;
+        bool log_evicted;      /* sandboxd dropped its logs for its budget ("logcap" 0) */
 } init_cmd;
 
 typedef struct init_agent {
@@ -125,6 +138,12 @@ cJSON *cmd_list(init_agent *a);
 /* Back online: commands reaped while offline get their last output and
  * exit events now, and every exit not acknowledged yet is sent again. */
 void cmd_resume(init_agent *a);
+/* {"op":"logcap","id":N,"bytes":B}: sandboxd cut command N's logs to
+ * their newest B bytes per stream (0: dropped whole); so does init. */
+void cmd_logcap(init_agent *a, const cJSON *req);
+/* After a "list" reply: every listed command's retained log as "log"
+ * events (agent.h), before any output read after the reconnection. */
+void cmd_replay_logs(init_agent *a);
 /* {"op":"ack","id":N}: sandboxd forgot finished command N; so does init. */
 void cmd_ack(init_agent *a, const cJSON *req);
 /* One-time work of the first command, done ahead while init is idle. */

@@ -132,8 +132,9 @@ class AsyncCommand:
                 logs = await self._client.call("command.logs", {"cmdId": self.cmd_id})
                 done = (await self._client.call("command.get", {"cmdId": self.cmd_id})).get("exitCode") is not None
             except ConnectionLost:
+                # A restarted daemon has the same logs (sandbox-init keeps
+                # them): what was seen stays seen.
                 await self._client.wait_connected()
-                seen = {"stdout": b"", "stderr": b""}  # a restarted daemon's logs start at its start
                 continue
             for name in ("stdout", "stderr"):
                 now = base64.b64decode(logs.get(name, ""))
@@ -174,9 +175,9 @@ class AsyncCommand:
                     yield {"stream": val[0], "data": val[1]}
                 elif kind == "exit":
                     return
-                else:  # connection lost: follow the kept logs of the new daemon
+                else:  # connection lost: follow the kept logs of the new daemon from here
                     self._stream = None
-                    async for item in self._logs_polled({"stdout": b"", "stderr": b""}):
+                    async for item in self._logs_polled({"stdout": bytes(s.stdout), "stderr": bytes(s.stderr)}):
                         yield item
                     return
         elif s is not None:
