@@ -175,17 +175,32 @@ def test_the_budget_cut_of_the_old_daemon_holds_after_a_restart(world):
 
 def test_a_follower_resumes_after_a_restart_without_duplicates_or_gaps(world):
     """The Python SDK's Command.logs() across a SIGKILL of the daemon: the
-    followed bytes are exactly the command's output, once each."""
+    followed bytes are exactly the command's output, once each, including
+    what init relayed to the daemon just before it died (the daemon was
+    stopped, so it never read it)."""
     from sandboxd import AsyncSandbox, AsyncSandboxClient  # noqa: E402
 
+    d = world.daemon
     name, _c, _o, _e = create(world, "rlogfol", "--deny-all")
-    script = ("i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo line-$i; echo err-$i >&2; "
-              "[ $i -eq 20 ] && while [ ! -e /workspace/go ]; do sleep 0.05; done; done")
+    marker = "follow-marker-%d" % os.getpid()
+    script = (": %s; i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo line-$i; echo err-$i >&2; "
+              "if [ $i -eq 20 ]; then while [ ! -e /workspace/go ]; do sleep 0.05; done; sleep 1; fi; done"
+              % marker)
     want_out = b"".join(b"line-%d\n" % i for i in range(1, 41))
     want_err = b"".join(b"err-%d\n" % i for i in range(1, 41))
 
+    def restart_with_output_unread():
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [{"path": "/workspace/go", "content": ""}]})
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            poll(lambda: not _procs_with(marker), 30, "the command ends while the daemon is stopped")
+        finally:
+            os.kill(d.proc.pid, signal.SIGKILL)
+            d.proc.wait(10)
+        d.start()
+
     async def follow():
-        client = AsyncSandboxClient(world.daemon.socket)
+        client = AsyncSandboxClient(d.socket)
         sb = await AsyncSandbox.get(name, client=client)
         try:
             cmd = await sb.run_command("sh", ["-c", script], detached=True)
@@ -195,9 +210,7 @@ def test_a_follower_resumes_after_a_restart_without_duplicates_or_gaps(world):
                 got[item["stream"]] += item["data"]
                 if not restarted and got["stdout"].endswith(b"line-20\n") and got["stderr"].endswith(b"err-20\n"):
                     restarted = True
-                    await asyncio.get_running_loop().run_in_executor(None, _restart, world, "kill")
-                    await asyncio.get_running_loop().run_in_executor(None, lambda: rpc_ok(
-                        world, "fs.write", {"sandbox": name, "files": [{"path": "/workspace/go", "content": ""}]}))
+                    await asyncio.get_running_loop().run_in_executor(None, restart_with_output_unread)
             return restarted, got
         finally:
             await client.close()
