@@ -78,7 +78,7 @@ static void sock_mark_dead(init_agent *a) {
 void agent_update_backpressure(init_agent *a) {
         /* Offline, output stays in the pipes (a command that fills one
          * blocks) until the next sandboxd has the command list. */
-        bool want = a->offline || (a->output_paused ? a->send_queue.bytes >= INIT_SEND_LOW
+        bool want = a->offline || a->replaying || (a->output_paused ? a->send_queue.bytes >= INIT_SEND_LOW
                                                     : a->send_queue.bytes > INIT_SEND_HIGH);
         if (want != a->output_paused)
                 cmd_set_output_paused(a, want);
@@ -116,6 +116,8 @@ void agent_flush(init_agent *a) {
                         a->sock_out_watched = !!a->send_queue.head;
         }
         agent_update_backpressure(a);
+        if (a->replaying && a->send_queue.bytes < INIT_SEND_LOW)
+                cmd_replay_step(a);
 }
 
 /* Serialises msg and sends it in order after anything already queued.
@@ -215,13 +217,9 @@ static void handle_list(init_agent *a) {
                 return;
         a->offline = false;
         /* Before any output is read again, so the daemon's copy of each
-         * log is init's, then what follows it: no byte twice, none lost. */
+         * log is init's, then what follows it: no byte twice, none lost.
+         * cmd_resume runs once the replay is done. */
         cmd_replay_logs(a);
-        _cleanup_(cJSON_Deletep) cJSON *done = cJSON_CreateObject();
-        if (done && cJSON_AddStringToObject(done, "ev", "logs_done"))
-                (void)agent_send(a, done);
-        agent_update_backpressure(a);
-        cmd_resume(a);
 }
 
 static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
@@ -268,6 +266,7 @@ static void sock_lost(init_agent *a) {
         close(a->sock);
         a->sock = -EBADF;
         a->offline = true;
+        cmd_replay_abort(a);
         agent_update_backpressure(a);
 }
 

@@ -724,28 +724,89 @@ static void send_log_event(init_agent *a, const init_cmd *c, const char *stream,
         (void)agent_send(a, ev);
 }
 
-/* One stream's log in pieces of INIT_OUTPUT_CHUNK, oldest first; the first
- * carries the cap and the flags. */
-static void replay_one(init_agent *a, const init_cmd *c, const char *stream, const init_log *l) {
-        static char buf[INIT_OUTPUT_CHUNK];
-        if (!l->len && !l->truncated && !c->log_evicted)
-                return;
-        size_t off = 0;
-        do {
-                size_t n = l->len - off < sizeof(buf) ? l->len - off : sizeof(buf);
-                for (size_t i = 0; i < n; i++)
-                        buf[i] = l->buf[(l->start + off + i) % l->alloc];
-                send_log_event(a, c, stream, l, buf, n, off == 0);
-                off += n;
-        } while (off < l->len);
+static init_cmd *cmd_by_id(init_agent *a, int64_t id) {
+        for (init_cmd *c = a->cmds; c; c = c->next)
+                if (c->id == id)
+                        return c;
+        return NULL;
+}
+
+void cmd_replay_abort(init_agent *a) {
+        a->replaying = false;
+        free(a->replay_ids);
+        a->replay_ids = NULL;
+        a->replay_n = a->replay_i = a->replay_off = 0;
+        a->replay_stream = 0;
 }
 
 void cmd_replay_logs(init_agent *a) {
-        for (init_cmd *c = a->cmds; c; c = c->next) {
-                replay_one(a, c, "stdout", &c->log_out);
-                if (!c->tty)
-                        replay_one(a, c, "stderr", &c->log_err);
+        cmd_replay_abort(a);
+        size_t n = 0;
+        for (init_cmd *c = a->cmds; c; c = c->next)
+                n++;
+        a->replay_ids = n ? calloc(n, sizeof(*a->replay_ids)) : NULL;
+        /* Out of memory: no logs (the daemon's read as empty), the rest
+         * goes on. */
+        if (a->replay_ids)
+                for (init_cmd *c = a->cmds; c; c = c->next)
+                        a->replay_ids[a->replay_n++] = c->id;
+        a->replaying = true;
+        agent_update_backpressure(a);
+        cmd_replay_step(a);
+}
+
+/* The next piece, or false when the replay is through. A command
+ * forgotten meanwhile (ack) is skipped; a log cut meanwhile (logcap) ends
+ * where it now ends. */
+static bool replay_piece(init_agent *a) {
+        static char buf[INIT_OUTPUT_CHUNK];
+        while (a->replay_i < a->replay_n) {
+                init_cmd *c = cmd_by_id(a, a->replay_ids[a->replay_i]);
+                const init_log *l = c ? (a->replay_stream ? &c->log_err : &c->log_out) : NULL;
+                bool first = a->replay_off == 0;
+                bool want = l && (a->replay_stream == 0 || !c->tty) &&
+                            (first ? l->len || l->truncated || c->log_evicted : a->replay_off < l->len);
+                if (!want) {
+                        a->replay_off = 0;
+                        if (++a->replay_stream > 1) {
+                                a->replay_stream = 0;
+                                a->replay_i++;
+                        }
+                        continue;
+                }
+                size_t n = l->len - a->replay_off < sizeof(buf) ? l->len - a->replay_off : sizeof(buf);
+                for (size_t k = 0; k < n; k++)
+                        buf[k] = l->buf[(l->start + a->replay_off + k) % l->alloc];
+                send_log_event(a, c, a->replay_stream ? "stderr" : "stdout", l, buf, n, first);
+                /* An empty first piece (only flags) moves on as well. */
+                a->replay_off += n ? n : 1;
+                if (a->replay_off >= l->len) {
+                        a->replay_off = 0;
+                        if (++a->replay_stream > 1) {
+                                a->replay_stream = 0;
+                                a->replay_i++;
+                        }
+                }
+                return true;
         }
+        return false;
+}
+
+void cmd_replay_step(init_agent *a) {
+        /* agent_send flushes, and a flush calls back here. */
+        if (a->replay_busy)
+                return;
+        a->replay_busy = true;
+        while (a->replaying && !a->sock_dead && a->send_queue.bytes < INIT_SEND_LOW)
+                if (!replay_piece(a)) {
+                        cmd_replay_abort(a);
+                        _cleanup_(cJSON_Deletep) cJSON *done = cJSON_CreateObject();
+                        if (done && cJSON_AddStringToObject(done, "ev", "logs_done"))
+                                (void)agent_send(a, done);
+                        agent_update_backpressure(a);
+                        cmd_resume(a);
+                }
+        a->replay_busy = false;
 }
 
 /* Reads one chunk and sends it. Returns bytes read, 0 at end of stream
@@ -897,9 +958,10 @@ void cmd_reap(init_agent *a) {
                         if (c->pid == pid && !c->reaped) {
                                 c->reaped = true;
                                 c->status = st;
-                                /* Offline, the last output and the exit
-                                 * wait for the next sandboxd (cmd_resume). */
-                                if (a->offline)
+                                /* Offline, or while the kept logs are
+                                 * handed over, the last output and the
+                                 * exit wait (cmd_resume). */
+                                if (a->offline || a->replaying)
                                         break;
                                 drain_stream(a, c, WATCH_STDOUT);
                                 drain_stream(a, c, WATCH_STDERR);

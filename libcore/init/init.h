@@ -103,6 +103,13 @@ typedef struct init_agent {
         uid_t peer_uid;        /* uid of the daemon that started init, as seen here */
         bool offline;          /* between a lost connection and the next "list" */
         bool output_paused;    /* send_queue above INIT_SEND_HIGH */
+        /* Handing the kept logs to a reconnected daemon (cmd_replay_logs),
+         * paced by the send queue: the ids to replay, which one, which
+         * stream (0 stdout, 1 stderr) and how far into it. */
+        bool replaying, replay_busy;
+        int64_t *replay_ids;
+        size_t replay_n, replay_i, replay_off;
+        int replay_stream;
         char **base_env;       /* NULL-terminated "K=V" from setup */
         init_cmd *cmds;
         init_cmd *dead;        /* finished commands, freed between epoll batches */
@@ -141,9 +148,15 @@ void cmd_resume(init_agent *a);
 /* {"op":"logcap","id":N,"bytes":B}: sandboxd cut command N's logs to
  * their newest B bytes per stream (0: dropped whole); so does init. */
 void cmd_logcap(init_agent *a, const cJSON *req);
-/* After a "list" reply: every listed command's retained log as "log"
- * events (agent.h), before any output read after the reconnection. */
+/* After a "list" reply: every command's retained log as "log" events
+ * (agent.h), then "logs_done", then what cmd_resume sends. Output stays
+ * unread meanwhile, so none of it comes before the logs. The pieces are
+ * queued while the send queue is below INIT_SEND_LOW (cmd_replay_step
+ * from agent_flush), so the replay never holds a second copy of the logs. */
 void cmd_replay_logs(init_agent *a);
+void cmd_replay_step(init_agent *a);
+/* The connection went: a replay in progress ends (the next list restarts it). */
+void cmd_replay_abort(init_agent *a);
 /* {"op":"ack","id":N}: sandboxd forgot finished command N; so does init. */
 void cmd_ack(init_agent *a, const cJSON *req);
 /* One-time work of the first command, done ahead while init is idle. */
