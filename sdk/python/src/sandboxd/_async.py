@@ -106,6 +106,17 @@ class CommandFinished:
         return "CommandFinished(cmd_id=%r, exit_code=%d)" % (self.cmd_id, self.exit_code)
 
 
+def _after(old: bytes, now: bytes) -> bytes:
+    """The bytes of the kept log `now` that follow `old`, the output already
+    had: the daemon's log is a bounded tail, so `old` is found as a prefix,
+    else by its last 4 KiB; all of `now` when neither matches (a gap)."""
+    if now.startswith(old):
+        return now[len(old):]
+    tail = old[-4096:]
+    i = now.rfind(tail) if tail else -1
+    return now[i + len(tail):] if i >= 0 else now
+
+
 class AsyncCommand:
     """A command started detached (or found with get_command). Its output
     streams to this client while it runs; after a daemon restart it is
@@ -138,13 +149,7 @@ class AsyncCommand:
                 continue
             for name in ("stdout", "stderr"):
                 now = base64.b64decode(logs.get(name, ""))
-                old = seen[name]
-                if now.startswith(old):
-                    new = now[len(old):]
-                else:
-                    tail = old[-4096:]
-                    i = now.rfind(tail) if tail else -1
-                    new = now[i + len(tail):] if i >= 0 else now
+                new = _after(seen[name], now)
                 seen[name] = now
                 if new:
                     yield {"stream": name, "data": new}  # type: ignore[typeddict-item]
@@ -648,7 +653,10 @@ class AsyncSandbox:
         cmd = AsyncCommand(self, {"cmdId": stream.cmd_id}, None)
         before_out, before_err = bytes(stream.stdout), bytes(stream.stderr)
         fin = await cmd.wait()
-        return CommandFinished(fin.raw, before_out + fin.stdout_bytes, before_err + fin.stderr_bytes)
+        # The new daemon's logs hold what came before the restart too
+        # (sandbox-init keeps them): only what is past `before` is added.
+        return CommandFinished(fin.raw, before_out + _after(before_out, fin.stdout_bytes),
+                               before_err + _after(before_err, fin.stderr_bytes))
 
     async def get_command(self, cmd_id: str) -> AsyncCommand:
         """The command ``cmd_id`` (command.get); its logs() follow the daemon's kept logs."""
