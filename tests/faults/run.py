@@ -330,10 +330,12 @@ SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapsho
 
 # ---------------------------------------------------------------- checks
 
-def session_cgroups():
-    """Every cgroup directory of a session (below a sandboxd-sessions* dir)."""
+def session_cgroups(w=None):
+    """Every cgroup directory of a session (below a sandboxd-sessions* dir);
+    with a world, only its own (other worlds on the machine are not ours
+    to judge or thaw)."""
     out = []
-    for mnt in W.cgroup_mounts():
+    for mnt in (w.cgroup_dirs if w is not None else W.cgroup_mounts()):
         for root, dirs, _files in os.walk(mnt):
             base = os.path.basename(root)
             if base.startswith("sandboxd-sessions"):
@@ -342,9 +344,9 @@ def session_cgroups():
     return out
 
 
-def frozen_cgroups():
+def frozen_cgroups(w=None):
     bad = []
-    for cg in session_cgroups():
+    for cg in session_cgroups(w):
         for f, want in (("cgroup.freeze", "0"), ("freezer.state", "THAWED")):
             try:
                 with open(os.path.join(cg, f)) as fh:
@@ -612,7 +614,7 @@ def run_point(w, label):
         if ctx.get("export_preexisting") and point.startswith("export."):
             ctx["export_preexisting"] = False
         d.start()
-        frozen = frozen_cgroups()
+        frozen = frozen_cgroups(w)
         if frozen:
             problems.append("frozen after the restart: %s" % frozen[:4])
             for cg in frozen:  # thaw, so that deletes can finish
