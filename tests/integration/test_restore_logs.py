@@ -164,9 +164,27 @@ def test_the_budget_cut_of_the_old_daemon_holds_after_a_restart(world):
         before = [rpc_ok(world, "command.logs", {"cmdId": i}) for i in ids]
         expect(before[0].get("evicted") and before[0]["truncated"], "the older log is dropped:", before[0]["truncated"])
         expect_eq(base64.b64decode(before[1]["stdout"]), b"b" * 700000, "the newer log whole")
+        # Two running commands over the budget: each stream cut to an equal
+        # share (a quarter of 1 MiB), newest bytes kept.
+        share = (1 << 20) // 4
+        run = [_run(world, name, (script % ch) + "; exec sleep 600") for ch in "cd"]
+
+        def shared():
+            logs = [rpc_ok(world, "command.logs", {"cmdId": i}) for i in run]
+            return all(len(base64.b64decode(r["stdout"])) == share and r["truncated"] for r in logs) and logs
+        cut = W.World.wait_until(shared, 60, "both running commands' logs cut to %d bytes" % share)
+        ids += run
+        # The newer finished command's log went too now (finished logs go
+        # first): what the daemon answers right before the restart.
+        before = [rpc_ok(world, "command.logs", {"cmdId": i}) for i in ids]
+        expect(before[1].get("evicted") and all(_brief(x) == _brief(y) for x, y in zip(before[2:], cut)),
+               "the finished logs are dropped, the running ones cut:", [_brief(x) for x in before])
         _restart(world, "kill")
         after = [rpc_ok(world, "command.logs", {"cmdId": i}) for i in ids]
-        expect_eq([_brief(x) for x in after], [_brief(x) for x in before], "both commands' logs after a restart")
+        for i, (b, a) in enumerate(zip(before, after)):
+            expect_eq(_brief(a), _brief(b), "command %d's logs after a restart" % i)
+        info = rpc_ok(world, "daemon.info", {})
+        expect(info["limits"]["logBytesInUse"] <= 1 << 20, "log bytes in use after the restart:", info["limits"])
         d.ctl("rm", name)
     finally:
         world.stop_sandboxd(d)
