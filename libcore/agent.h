@@ -28,7 +28,10 @@
  *
  * Commands (id chosen by sandboxd, unique per session):
  *   → {"op":"run","id":N,"argv":[S...],"env":[ "K=V"... ],"cwd":S,"uid":U,"gid":G,
- *      "tty":B,"rows":R,"cols":C,"stdin":B}      stdin false: stdin is /dev/null
+ *      "tty":B,"rows":R,"cols":C,"stdin":B,"logBytes":L}
+ *      stdin false: stdin is /dev/null. logBytes (0 to 2^30, default 0):
+ *      init keeps the last L bytes of each output stream it read (the
+ *      daemon's commandLogBytes), for a reconnecting daemon ("log" below)
  *   ← {"ev":"started","id":N,"pid":P}  or  {"ev":"exit","id":N,"code":127,"error":S}
  *   ← {"ev":"output","id":N,"stream":"stdout"|"stderr","data":BASE64}
  *   ← {"ev":"exit","id":N,"code":C}     C = exit status, or 128+signal
@@ -39,6 +42,9 @@
  *      "list" with "exited": true and its exit event is sent again after a
  *      reconnection, so a restarted or killed daemon, whether or not it
  *      had read the exit, loses no exit status.
+ *   → {"op":"logcap","id":N,"bytes":B}   the daemon cut command N's logs to
+ *      their last B bytes per stream (0: dropped whole, for its budget);
+ *      init cuts its copy the same way
  *   → {"op":"write","id":N,"data":BASE64}   → {"op":"close_stdin","id":N}
  *   → {"op":"resize","id":N,"rows":R,"cols":C}
  *   → {"op":"kill","id":N,"signal":S}   signal to the command's process group
@@ -84,13 +90,21 @@
  * protocol, packet for packet, on the accepted socket. The first request
  * of a reconnected sandboxd is:
  *   → {"op":"list"}
- *   ← {"ev":"list","commands":[{"id":N,"pid":P,"exited":B,"meta":S}...]}
+ *   ← {"ev":"list","commands":[{"id":N,"pid":P,"exited":B,"meta":S}...],"logs":true}
  *      every command whose exit was not acknowledged yet (running ones
  *      first, then finished ones newest first, as many as fit in one
  *      packet); "meta" is the
  *      string given as "meta" in its run (at most 4096 bytes), kept opaque
+ *   with "logs": true (after a lost connection), every kept log follows,
+ *   oldest bytes first, in pieces of at most 64 KiB:
+ *   ← {"ev":"log","id":N,"stream":"stdout"|"stderr","data":BASE64}
+ *      the first piece of a stream also has "cap":L (its current bound),
+ *      "truncated":B (bytes were dropped from its front) and, when the
+ *      daemon dropped it whole, "evicted":true
+ *   ← {"ev":"logs_done"}
  *   then the held output and exit events follow (also every exit sent
- *   before but not acknowledged).
+ *   before but not acknowledged): output after the logs is output that
+ *   came after them, never a byte of them again.
  *   Without fd 4, when the socket closes init stops with a grace of 0.
  */
 #pragma once

@@ -170,6 +170,10 @@ static void dispatch(session *s, cJSON *msg) {
         if (streq(ev, "output"))
                 command_on_output(s, cid, cJSON_GetStringValue(cJSON_GetObjectItem(msg, "stream")),
                                   cJSON_GetStringValue(cJSON_GetObjectItem(msg, "data")));
+        else if (streq(ev, "log"))
+                command_on_log(s, cid, msg);
+        else if (streq(ev, "logs_done"))
+                commands_logs_replayed(s);
         else if (streq(ev, "started")) {
                 command_on_started(s, cid, packet_int(cJSON_GetObjectItem(msg, "pid"), 1, INT_MAX, 0));
         } else if (streq(ev, "exit")) {
@@ -319,6 +323,7 @@ int agent_attach(session *s, sd_event *event) {
 }
 
 void agent_detach(session *s) {
+        commands_logs_replayed(s);
         s->agent_src = sd_event_source_disable_unref(s->agent_src);
         s->pidfd_src = sd_event_source_disable_unref(s->pidfd_src);
         while (s->outq) {

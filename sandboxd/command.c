@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <string.h>
 #include "libcore/agent.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/events.h"
@@ -129,7 +130,23 @@ static size_t log_alloc(const command *c) {
         return c->out.alloc + c->err.alloc;
 }
 
+/* Tells init to cut command c's kept logs the same way (agent.h "logcap";
+ * 0: dropped whole), so that a restarted daemon gets back what this one
+ * still had and no more. */
+static void send_logcap(command *c, size_t bytes) {
+        if (!c->sess || c->sess->agent_closed)
+                return;
+        cJSON *op = cJSON_CreateObject();
+        if (!op)
+                return;
+        cJSON_AddStringToObject(op, "op", "logcap");
+        cJSON_AddNumberToObject(op, "id", c->agent_id);
+        cJSON_AddNumberToObject(op, "bytes", (double)bytes);
+        (void)agent_send(c->sess, op);
+}
+
 static void drop_logs(manager *m, command *c) {
+        send_logcap(c, 0);
         m->log_bytes -= log_alloc(c);
         bool had = c->out.len || c->err.len || c->out.truncated || c->err.truncated;
         ring_free(&c->out);
@@ -161,10 +178,12 @@ static void logs_enforce(manager *m) {
         for (command *c = m->commands; c; c = c->next) {
                 if (!log_alloc(c))
                         continue;
-                size_t before = log_alloc(c);
+                size_t before = log_alloc(c), cap_before = c->out.cap;
                 ring_shrink(&c->out, share);
                 ring_shrink(&c->err, share);
                 m->log_bytes = m->log_bytes - before + log_alloc(c);
+                if (c->out.cap < cap_before)
+                        send_logcap(c, c->out.cap);
         }
 }
 
@@ -356,6 +375,7 @@ void command_on_output(session *s, unsigned id, const char *stream, const char *
         if (core_base64_decode(b64, &data, &len) < 0)
                 return;
         log_append(c, is_err ? &c->err : &c->out, data, len);
+        c->log_replay = false;
         if (c->conn && rpc_conn_is_open(c->conn)) {
                 cJSON *p = cJSON_CreateObject();
                 cJSON_AddStringToObject(p, "cmdId", c->cmd_id);
@@ -700,6 +720,9 @@ static void method_run(rpc_request *req, void *userdata) {
         /* stdin stays open for command.write only when the caller can still
          * write: a detached command without inline stdin, or a tty. */
         cJSON_AddBoolToObject(op, "stdin", p.stdin_b64 || p.detached || p.tty);
+        /* init keeps the same bounded log (agent.h "log"): it outlives this
+         * daemon, and the next one gets the output back from it. */
+        cJSON_AddNumberToObject(op, "logBytes", (double)m->cfg->command_log_bytes);
         add_meta(op, c);
         int r = agent_send(s, op);
         if (r < 0) {
@@ -722,7 +745,7 @@ static void method_run(rpc_request *req, void *userdata) {
 
 /* The command as init keeps it for a restarted daemon (agent.h "meta"): what
  * command.get shows, kept opaque by init. Its output so far is not in it:
- * a restored command's logs start at the restart. */
+ * init replays its own copy of the logs after the list (command_on_log). */
 static void add_meta(cJSON *op, const command *c) {
         cJSON *m = cJSON_CreateObject();
         if (!m)
@@ -798,14 +821,64 @@ static void restore_one(session *s, const cJSON *e) {
         note_oom_count(c); /* adopted: a kill before adoption is not seen */
         c->out = (ring){.cap = m->cfg->command_log_bytes};
         c->err = (ring){.cap = m->cfg->command_log_bytes};
+        c->log_replay = true;
         c->next = m->commands;
         m->commands = c;
         m->n_commands++;
         cJSON_Delete(meta);
 }
 
+void command_on_log(session *s, unsigned id, const cJSON *msg) {
+        command *c = find_by_agent_id(s, id);
+        const char *stream = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "stream"));
+        const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "data"));
+        /* Only for a command this daemon restored from init's list, and
+         * only before its own output reaches it (init sends every log
+         * right after the list): a log never doubles what was relayed. */
+        if (!c || !c->log_replay || !stream || !b64)
+                return;
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "evicted"))) {
+                if (!c->log_evicted)
+                        drop_logs(s->sb->m, c);
+                if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "truncated")))
+                        c->out.truncated = c->err.truncated = true;
+                return;
+        }
+        ring *r = streq(stream, "stderr") ? &c->err : &c->out;
+        const cJSON *cap = cJSON_GetObjectItemCaseSensitive(msg, "cap");
+        /* The cap the old daemon had cut it to for the budget, if lower. */
+        if (cJSON_IsNumber(cap) && cap->valuedouble >= LOG_SHARE_MIN && cap->valuedouble < (double)r->cap) {
+                size_t before = r->alloc;
+                ring_shrink(r, (size_t)cap->valuedouble);
+                s->sb->m->log_bytes = s->sb->m->log_bytes - before + r->alloc;
+        }
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "truncated")))
+                r->truncated = true;
+        _cleanup_free_ void *data = NULL;
+        size_t len = 0;
+        if (core_base64_decode(b64, &data, &len) < 0)
+                return;
+        log_append(c, r, data, len);
+        /* Killed with part of init's logs in: init still has all of them
+         * and replays them whole to the next daemon. */
+        core_fault("adopt.logs_replaying");
+}
+
+static void method_logs(rpc_request *req, void *userdata);
+
+void commands_logs_replayed(session *s) {
+        s->logs_replaying = false;
+        redo_list l = redo_list_take(&s->logs_waiting);
+        for (size_t i = 0; i < l.n; i++)
+                l.fns[i](l.reqs[i], s->sb->m);
+        redo_list_clear(&l);
+}
+
 void commands_restore(session *s, const cJSON *list) {
         const cJSON *e;
+        /* Until init's logs are all in, command.logs of its commands waits
+         * (method_logs): an answer now would lack what came before. */
+        s->logs_replaying = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(list, "logs"));
         cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(list, "commands"))
                 restore_one(s, e);
 }
@@ -946,6 +1019,8 @@ static void method_get(rpc_request *req, void *userdata) {
 static void method_logs(rpc_request *req, void *userdata) {
         command *c = lookup_command(req, userdata);
         if (!c)
+                return;
+        if (c->sess && c->sess->logs_replaying && redo_list_add(&c->sess->logs_waiting, req, method_logs) >= 0)
                 return;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "cmdId", c->cmd_id);

@@ -105,6 +105,7 @@ struct command {
         sd_event_source *timeout_src;
         ring out, err;
         bool log_evicted;         /* its logs were dropped for the global budget (logBudgetMiB) */
+        bool log_replay;          /* restored from init: takes init's "log" events until its first output */
         command *next;
 };
 
@@ -160,6 +161,8 @@ struct session {
         bool proxy_ca;            /* its egress proxy CA exists */
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
+        bool logs_replaying;      /* init is sending its kept logs (agent.h "log") */
+        redo_list logs_waiting;   /* command.logs held until "logs_done" */
         bool has_veth;            /* its veth sbx<net_slot> exists (not under deny-all) */
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
@@ -488,6 +491,12 @@ void agent_detach(session *s);
 void register_command_methods(manager *m, rpc_server *s);
 void command_on_started(session *s, unsigned id, pid_t pid);
 void command_on_output(session *s, unsigned id, const char *stream, const char *b64);
+/* {"ev":"log"} of agent.h: init's kept log of a restored command, added to
+ * its logs (command.logs) before any output that follows the restart. */
+void command_on_log(session *s, unsigned id, const cJSON *msg);
+/* {"ev":"logs_done"}, or the session's end: the command.logs requests held
+ * while init replayed its logs are answered. */
+void commands_logs_replayed(session *s);
 void command_on_exit(session *s, unsigned id, int code, const char *error);
 /* Rebuilds the commands of a re-adopted session from init's
  * {"ev":"list"} (libcore/agent.h): same cmdIds, empty logs, detached. */

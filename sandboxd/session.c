@@ -1683,6 +1683,7 @@ static void session_release(manager *m, session *s) {
         manager_release_slot(m, s->net_slot);
         core_cgroup_free(s->cg);
         pins_free(&s->pins);
+        redo_list_clear(&s->logs_waiting); /* answered by agent_detach */
         free(s);
 }
 

@@ -78,7 +78,7 @@ static void sock_mark_dead(init_agent *a) {
 void agent_update_backpressure(init_agent *a) {
         /* Offline, output stays in the pipes (a command that fills one
          * blocks) until the next sandboxd has the command list. */
-        bool want = a->offline || (a->output_paused ? a->send_queue.bytes >= INIT_SEND_LOW
+        bool want = a->offline || a->replaying || (a->output_paused ? a->send_queue.bytes >= INIT_SEND_LOW
                                                     : a->send_queue.bytes > INIT_SEND_HIGH);
         if (want != a->output_paused)
                 cmd_set_output_paused(a, want);
@@ -116,6 +116,8 @@ void agent_flush(init_agent *a) {
                         a->sock_out_watched = !!a->send_queue.head;
         }
         agent_update_backpressure(a);
+        if (a->replaying && a->send_queue.bytes < INIT_SEND_LOW)
+                cmd_replay_step(a);
 }
 
 /* Serialises msg and sends it in order after anything already queued.
@@ -207,12 +209,17 @@ static void handle_list(init_agent *a) {
         _cleanup_(cJSON_Deletep) cJSON *ev = cmd_list(a);
         if (!ev)
                 return agent_send_error(a, NULL, "list: out of memory");
+        /* "logs": the kept logs follow, ended by "logs_done" (agent.h). */
+        if (a->offline)
+                cJSON_AddBoolToObject(ev, "logs", true);
         (void)agent_send(a, ev);
         if (!a->offline)
                 return;
         a->offline = false;
-        agent_update_backpressure(a);
-        cmd_resume(a);
+        /* Before any output is read again, so the daemon's copy of each
+         * log is init's, then what follows it: no byte twice, none lost.
+         * cmd_resume runs once the replay is done. */
+        cmd_replay_logs(a);
 }
 
 static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
@@ -236,6 +243,8 @@ static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
                 handle_list(a);
         else if (streq(o, "ack"))
                 cmd_ack(a, req);
+        else if (streq(o, "logcap"))
+                cmd_logcap(a, req);
         else if (streq(o, "stop")) {
                 const cJSON *g = cJSON_GetObjectItemCaseSensitive(req, "graceMs");
                 agent_begin_stop(a, cJSON_IsNumber(g) && g->valuedouble > 0 ? (int64_t)g->valuedouble : 0);
@@ -257,6 +266,7 @@ static void sock_lost(init_agent *a) {
         close(a->sock);
         a->sock = -EBADF;
         a->offline = true;
+        cmd_replay_abort(a);
         agent_update_backpressure(a);
 }
 

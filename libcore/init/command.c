@@ -48,6 +48,7 @@ typedef struct run_spec {
         bool tty, want_stdin;
         unsigned short rows, cols;
         const char *meta; /* sandboxd's own record of the command, or NULL */
+        size_t log_bytes; /* retained log per stream ("logBytes"; 0: none) */
 } run_spec;
 
 static void run_spec_clear(run_spec *s) {
@@ -308,6 +309,10 @@ static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
         s->cwd_given = cJSON_IsString(cwd) && *cwd->valuestring;
         s->cwd = s->cwd_given ? cwd->valuestring : INIT_WORKSPACE;
         s->meta = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "meta"));
+        double log_bytes;
+        if (num_field(req, "logBytes", 0, INIT_LOG_MAX, 0, &log_bytes) < 0)
+                return "run: \"logBytes\" must be an integer from 0 to 1073741824";
+        s->log_bytes = (size_t)log_bytes;
         if (num_field(req, "uid", 0, 4294967294.0, init_user_uid, &uid) < 0 ||
             num_field(req, "gid", 0, 4294967294.0, init_user_gid, &gid) < 0)
                 return "run: \"uid\" and \"gid\" must be integers";
@@ -390,6 +395,7 @@ static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
                 free(c);
                 return NULL;
         }
+        c->log_out.cap = c->log_err.cap = s->log_bytes;
         c->out_fd = c->err_fd = c->in_fd = -EBADF;
         c->w_out = (init_watch){ WATCH_STDOUT, c };
         c->w_err = (init_watch){ WATCH_STDERR, c };
@@ -611,6 +617,198 @@ static void close_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
                 queue_clear(&c->in_queue);
 }
 
+/* ---- the retained log (agent.h "log", "logcap") ---- */
+
+/* Keeps the newest l->cap bytes, as sandboxd's ring does (sandboxd/command.c
+ * ring_append), so the two hold the same bytes. Out of memory, the bytes
+ * are dropped and the log reads as truncated. */
+static void log_append(init_log *l, const char *data, size_t len) {
+        if (!l->cap || !len)
+                return;
+        if (len >= l->cap) {
+                l->truncated = l->truncated || l->len > 0 || len > l->cap;
+                data += len - l->cap;
+                len = l->cap;
+                l->start = l->len = 0;
+        }
+        if (l->alloc < l->cap && l->len + len > l->alloc) {
+                size_t want = l->alloc ? l->alloc : 4096;
+                while (want < l->len + len)
+                        want *= 2;
+                if (want > l->cap)
+                        want = l->cap;
+                /* Linearised into the new buffer: a wrapped ring cannot
+                 * simply be realloc'd. */
+                char *nb = malloc(want);
+                if (!nb) {
+                        l->truncated = true;
+                        return;
+                }
+                for (size_t i = 0; i < l->len; i++)
+                        nb[i] = l->buf[(l->start + i) % l->alloc];
+                free(l->buf);
+                l->buf = nb;
+                l->alloc = want;
+                l->start = 0;
+        }
+        if (l->len + len > l->alloc) {
+                size_t drop = l->len + len - l->alloc;
+                l->start = (l->start + drop) % l->alloc;
+                l->len -= drop;
+                l->truncated = true;
+        }
+        size_t pos = (l->start + l->len) % l->alloc;
+        size_t first = len < l->alloc - pos ? len : l->alloc - pos;
+        memcpy(l->buf + pos, data, first);
+        memcpy(l->buf, data + first, len - first);
+        l->len += len;
+}
+
+/* Lowers the cap to `cap`, keeping the newest bytes. */
+static void log_shrink(init_log *l, size_t cap) {
+        if (cap >= l->cap)
+                return;
+        size_t keep = l->len < cap ? l->len : cap;
+        char *nb = keep ? malloc(keep) : NULL;
+        if (keep && !nb)
+                keep = 0; /* out of memory: nothing kept, as if evicted */
+        for (size_t i = 0; i < keep; i++)
+                nb[i] = l->buf[(l->start + l->len - keep + i) % l->alloc];
+        if (keep < l->len)
+                l->truncated = true;
+        free(l->buf);
+        l->buf = nb;
+        l->alloc = l->len = keep;
+        l->start = 0;
+        l->cap = cap;
+}
+
+void cmd_logcap(init_agent *a, const cJSON *req) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(req, "id");
+        double bytes;
+        if (!cJSON_IsNumber(idj) || num_field(req, "bytes", 0, INIT_LOG_MAX, 0, &bytes) < 0)
+                return agent_send_error(a, idj, "logcap: \"id\" and \"bytes\" must be numbers");
+        for (init_cmd *c = a->cmds; c; c = c->next) {
+                if (c->id != (int64_t)idj->valuedouble)
+                        continue;
+                if (bytes == 0) {
+                        bool had = c->log_out.len || c->log_err.len || c->log_out.truncated || c->log_err.truncated;
+                        log_shrink(&c->log_out, 0);
+                        log_shrink(&c->log_err, 0);
+                        c->log_out.truncated = c->log_err.truncated = had;
+                        c->log_evicted = true;
+                } else {
+                        log_shrink(&c->log_out, (size_t)bytes);
+                        log_shrink(&c->log_err, (size_t)bytes);
+                }
+                return;
+        }
+}
+
+static void send_log_event(init_agent *a, const init_cmd *c, const char *stream, const init_log *l,
+                           const char *data, size_t len, bool first) {
+        _cleanup_free_ char *b64 = core_base64_encode(data, len);
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!b64 || !ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", "log");
+        cJSON_AddNumberToObject(ev, "id", (double)c->id);
+        cJSON_AddStringToObject(ev, "stream", stream);
+        cJSON_AddStringToObject(ev, "data", b64);
+        if (first) {
+                cJSON_AddNumberToObject(ev, "cap", (double)l->cap);
+                cJSON_AddBoolToObject(ev, "truncated", l->truncated);
+                if (c->log_evicted)
+                        cJSON_AddBoolToObject(ev, "evicted", true);
+        }
+        (void)agent_send(a, ev);
+}
+
+static init_cmd *cmd_by_id(init_agent *a, int64_t id) {
+        for (init_cmd *c = a->cmds; c; c = c->next)
+                if (c->id == id)
+                        return c;
+        return NULL;
+}
+
+void cmd_replay_abort(init_agent *a) {
+        a->replaying = false;
+        free(a->replay_ids);
+        a->replay_ids = NULL;
+        a->replay_n = a->replay_i = a->replay_off = 0;
+        a->replay_stream = 0;
+}
+
+void cmd_replay_logs(init_agent *a) {
+        cmd_replay_abort(a);
+        size_t n = 0;
+        for (init_cmd *c = a->cmds; c; c = c->next)
+                n++;
+        a->replay_ids = n ? calloc(n, sizeof(*a->replay_ids)) : NULL;
+        /* Out of memory: no logs (the daemon's read as empty), the rest
+         * goes on. */
+        if (a->replay_ids)
+                for (init_cmd *c = a->cmds; c; c = c->next)
+                        a->replay_ids[a->replay_n++] = c->id;
+        a->replaying = true;
+        agent_update_backpressure(a);
+        cmd_replay_step(a);
+}
+
+/* The next piece, or false when the replay is through. A command
+ * forgotten meanwhile (ack) is skipped; a log cut meanwhile (logcap) ends
+ * where it now ends. */
+static bool replay_piece(init_agent *a) {
+        static char buf[INIT_OUTPUT_CHUNK];
+        while (a->replay_i < a->replay_n) {
+                init_cmd *c = cmd_by_id(a, a->replay_ids[a->replay_i]);
+                const init_log *l = c ? (a->replay_stream ? &c->log_err : &c->log_out) : NULL;
+                bool first = a->replay_off == 0;
+                bool want = l && (a->replay_stream == 0 || !c->tty) &&
+                            (first ? l->len || l->truncated || c->log_evicted : a->replay_off < l->len);
+                if (!want) {
+                        a->replay_off = 0;
+                        if (++a->replay_stream > 1) {
+                                a->replay_stream = 0;
+                                a->replay_i++;
+                        }
+                        continue;
+                }
+                size_t n = l->len - a->replay_off < sizeof(buf) ? l->len - a->replay_off : sizeof(buf);
+                for (size_t k = 0; k < n; k++)
+                        buf[k] = l->buf[(l->start + a->replay_off + k) % l->alloc];
+                send_log_event(a, c, a->replay_stream ? "stderr" : "stdout", l, buf, n, first);
+                /* An empty first piece (only flags) moves on as well. */
+                a->replay_off += n ? n : 1;
+                if (a->replay_off >= l->len) {
+                        a->replay_off = 0;
+                        if (++a->replay_stream > 1) {
+                                a->replay_stream = 0;
+                                a->replay_i++;
+                        }
+                }
+                return true;
+        }
+        return false;
+}
+
+void cmd_replay_step(init_agent *a) {
+        /* agent_send flushes, and a flush calls back here. */
+        if (a->replay_busy)
+                return;
+        a->replay_busy = true;
+        while (a->replaying && !a->sock_dead && a->send_queue.bytes < INIT_SEND_LOW)
+                if (!replay_piece(a)) {
+                        cmd_replay_abort(a);
+                        _cleanup_(cJSON_Deletep) cJSON *done = cJSON_CreateObject();
+                        if (done && cJSON_AddStringToObject(done, "ev", "logs_done"))
+                                (void)agent_send(a, done);
+                        agent_update_backpressure(a);
+                        cmd_resume(a);
+                }
+        a->replay_busy = false;
+}
+
 /* Reads one chunk and sends it. Returns bytes read, 0 at end of stream
  * (EOF, or EIO on a pty master whose slave side is all closed), -EAGAIN
  * when nothing is there now. */
@@ -625,6 +823,9 @@ static ssize_t read_chunk(init_agent *a, init_cmd *c, enum init_watch_kind k) {
                 return -EAGAIN;
         if (n <= 0)
                 return 0;
+        /* Kept whether or not it can be sent: a daemon that dies with this
+         * packet unread gets it back from the log (cmd_replay_logs). */
+        log_append(k == WATCH_STDERR ? &c->log_err : &c->log_out, buf, (size_t)n);
         _cleanup_free_ char *b64 = core_base64_encode(buf, (size_t)n);
         _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
         if (b64 && ev) {
@@ -675,6 +876,8 @@ void cmd_free_dead(init_agent *a) {
                 init_cmd *c = a->dead;
                 a->dead = c->next;
                 free(c->meta);
+                free(c->log_out.buf);
+                free(c->log_err.buf);
                 free(c);
         }
 }
@@ -755,9 +958,10 @@ void cmd_reap(init_agent *a) {
                         if (c->pid == pid && !c->reaped) {
                                 c->reaped = true;
                                 c->status = st;
-                                /* Offline, the last output and the exit
-                                 * wait for the next sandboxd (cmd_resume). */
-                                if (a->offline)
+                                /* Offline, or while the kept logs are
+                                 * handed over, the last output and the
+                                 * exit wait (cmd_resume). */
+                                if (a->offline || a->replaying)
                                         break;
                                 drain_stream(a, c, WATCH_STDOUT);
                                 drain_stream(a, c, WATCH_STDERR);

@@ -24,6 +24,8 @@
 /* Output read from one stream after its process was reaped: what is in the
  * pipe now is taken, a daemonised grandchild that keeps writing is not. */
 #define INIT_DRAIN_MAX (1u * 1024 * 1024)
+/* Largest "logBytes" of a run (sandboxd's commandLogBytes maximum). */
+#define INIT_LOG_MAX (1024.0 * 1024 * 1024)
 /* Longest "meta" of a run that init keeps for list. */
 #define INIT_META_MAX 4096
 /* Finished commands whose exit sandboxd has not acknowledged, kept for a
@@ -61,6 +63,15 @@ typedef struct init_queue {
         size_t bytes;
 } init_queue;
 
+/* The retained log of one output stream (DESIGN §2): its newest `cap`
+ * bytes, kept by init so that a restarted sandboxd gets back what its
+ * predecessor had (agent.h "log"). The buffer grows on demand up to cap. */
+typedef struct init_log {
+        char *buf;
+        size_t cap, alloc, start, len;
+        bool truncated;        /* bytes were dropped from the front */
+} init_log;
+
 typedef struct init_cmd {
         struct init_cmd *next;
         int64_t id;
@@ -77,6 +88,8 @@ typedef struct init_cmd {
         init_watch w_out, w_err, w_in;
         init_queue in_queue;
         char *meta;            /* sandboxd's opaque "meta" of run, returned by list */
+        init_log log_out, log_err;
+        bool log_evicted;      /* sandboxd dropped its logs for its budget ("logcap" 0) */
 } init_cmd;
 
 typedef struct init_agent {
@@ -90,6 +103,13 @@ typedef struct init_agent {
         uid_t peer_uid;        /* uid of the daemon that started init, as seen here */
         bool offline;          /* between a lost connection and the next "list" */
         bool output_paused;    /* send_queue above INIT_SEND_HIGH */
+        /* Handing the kept logs to a reconnected daemon (cmd_replay_logs),
+         * paced by the send queue: the ids to replay, which one, which
+         * stream (0 stdout, 1 stderr) and how far into it. */
+        bool replaying, replay_busy;
+        int64_t *replay_ids;
+        size_t replay_n, replay_i, replay_off;
+        int replay_stream;
         char **base_env;       /* NULL-terminated "K=V" from setup */
         init_cmd *cmds;
         init_cmd *dead;        /* finished commands, freed between epoll batches */
@@ -125,6 +145,18 @@ cJSON *cmd_list(init_agent *a);
 /* Back online: commands reaped while offline get their last output and
  * exit events now, and every exit not acknowledged yet is sent again. */
 void cmd_resume(init_agent *a);
+/* {"op":"logcap","id":N,"bytes":B}: sandboxd cut command N's logs to
+ * their newest B bytes per stream (0: dropped whole); so does init. */
+void cmd_logcap(init_agent *a, const cJSON *req);
+/* After a "list" reply: every command's retained log as "log" events
+ * (agent.h), then "logs_done", then what cmd_resume sends. Output stays
+ * unread meanwhile, so none of it comes before the logs. The pieces are
+ * queued while the send queue is below INIT_SEND_LOW (cmd_replay_step
+ * from agent_flush), so the replay never holds a second copy of the logs. */
+void cmd_replay_logs(init_agent *a);
+void cmd_replay_step(init_agent *a);
+/* The connection went: a replay in progress ends (the next list restarts it). */
+void cmd_replay_abort(init_agent *a);
 /* {"op":"ack","id":N}: sandboxd forgot finished command N; so does init. */
 void cmd_ack(init_agent *a, const cJSON *req);
 /* One-time work of the first command, done ahead while init is idle. */

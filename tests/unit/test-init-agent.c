@@ -550,7 +550,7 @@ static void test_reconnect_keeps_commands_and_lists_them(void **state) {
         for (int i = 100; i < 180; i++)
                 free(run_sh(&ip, i, "true", extra));
         result r = {};
-        send_json(&ip, "{\"op\":\"run\",\"id\":5,\"meta\":\"m5\",\"stdin\":true,"
+        send_json(&ip, "{\"op\":\"run\",\"id\":5,\"meta\":\"m5\",\"stdin\":true,\"logBytes\":4096,"
                        "\"argv\":[\"sh\",\"-c\",\"echo up; read x; echo after-$x; exit 3\"]}");
         pump(&ip, 5, &r, "up\n");
         close(ip.sock);
@@ -570,6 +570,22 @@ static void test_reconnect_keeps_commands_and_lists_them(void **state) {
         assert_string_equal(ev_str(cJSON_GetArrayItem(cmds, 0), "meta"), "m5");
         assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 1), "id")->valueint, 179);
         assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(cmds, 1), "exited")));
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(ev, "logs")));
+        cJSON_Delete(ev);
+        /* The kept log of command 5 (the only one with logBytes), with its
+         * bound, then the end of the logs, before any exit. */
+        ev = recv_event(&ip);
+        assert_non_null(ev);
+        assert_string_equal(ev_str(ev, "ev"), "log");
+        assert_int_equal(cJSON_GetObjectItem(ev, "id")->valueint, 5);
+        assert_string_equal(ev_str(ev, "stream"), "stdout");
+        assert_string_equal(ev_str(ev, "data"), "dXAK"); /* "up\n" */
+        assert_int_equal(cJSON_GetObjectItem(ev, "cap")->valueint, 4096);
+        assert_false(cJSON_IsTrue(cJSON_GetObjectItem(ev, "truncated")));
+        cJSON_Delete(ev);
+        ev = recv_event(&ip);
+        assert_non_null(ev);
+        assert_string_equal(ev_str(ev, "ev"), "logs_done");
         cJSON_Delete(ev);
         /* Every exit the first connection may never have read comes again
          * (listed or not), command 6's with its status. */

@@ -68,6 +68,7 @@ export class Command {
   protected readonly client: SandboxClient;
   #chunks: Chunk[] = [];
   #captured = 0;
+  #received = { stdout: 0, stderr: 0 };
   /** True once output beyond {@link MAX_CAPTURED_OUTPUT_BYTES} was dropped from memory (it was still streamed to `logs()` readers and `stdout`/`stderr` Writables). */
   outputTruncated = false;
   #feed: Feed;
@@ -127,6 +128,7 @@ export class Command {
 
   #add(c: Chunk): void {
     if (c.data.length === 0) return;
+    this.#received[c.stream] += c.data.length;
     this.#chunks.push(c);
     this.#captured += c.data.length;
     // A long-running chatty command must not grow this process without
@@ -158,12 +160,13 @@ export class Command {
   }
 
   // The connection that received the notifications is gone (the daemon
-  // restarted): the new daemon's logs hold only what came after it started.
+  // restarted): the new daemon has the same logs (sandbox-init keeps them),
+  // so polling goes on after what came live.
   #switchToPolling(): void {
     if (this.#ended || this.#feed !== "live") return;
     this.#feed = "poll";
     this.#unwatch?.();
-    this.#startPolling({ stdout: 0, stderr: 0 });
+    this.#startPolling({ ...this.#received });
   }
 
   // Retries command.wait across a lost connection or a daemon that answered

@@ -106,6 +106,17 @@ class CommandFinished:
         return "CommandFinished(cmd_id=%r, exit_code=%d)" % (self.cmd_id, self.exit_code)
 
 
+def _after(old: bytes, now: bytes) -> bytes:
+    """The bytes of the kept log `now` that follow `old`, the output already
+    had: the daemon's log is a bounded tail, so `old` is found as a prefix,
+    else by its last 4 KiB; all of `now` when neither matches (a gap)."""
+    if now.startswith(old):
+        return now[len(old):]
+    tail = old[-4096:]
+    i = now.rfind(tail) if tail else -1
+    return now[i + len(tail):] if i >= 0 else now
+
+
 class AsyncCommand:
     """A command started detached (or found with get_command). Its output
     streams to this client while it runs; after a daemon restart it is
@@ -132,18 +143,13 @@ class AsyncCommand:
                 logs = await self._client.call("command.logs", {"cmdId": self.cmd_id})
                 done = (await self._client.call("command.get", {"cmdId": self.cmd_id})).get("exitCode") is not None
             except ConnectionLost:
+                # A restarted daemon has the same logs (sandbox-init keeps
+                # them): what was seen stays seen.
                 await self._client.wait_connected()
-                seen = {"stdout": b"", "stderr": b""}  # a restarted daemon's logs start at its start
                 continue
             for name in ("stdout", "stderr"):
                 now = base64.b64decode(logs.get(name, ""))
-                old = seen[name]
-                if now.startswith(old):
-                    new = now[len(old):]
-                else:
-                    tail = old[-4096:]
-                    i = now.rfind(tail) if tail else -1
-                    new = now[i + len(tail):] if i >= 0 else now
+                new = _after(seen[name], now)
                 seen[name] = now
                 if new:
                     yield {"stream": name, "data": new}  # type: ignore[typeddict-item]
@@ -174,9 +180,9 @@ class AsyncCommand:
                     yield {"stream": val[0], "data": val[1]}
                 elif kind == "exit":
                     return
-                else:  # connection lost: follow the kept logs of the new daemon
+                else:  # connection lost: follow the kept logs of the new daemon from here
                     self._stream = None
-                    async for item in self._logs_polled({"stdout": b"", "stderr": b""}):
+                    async for item in self._logs_polled({"stdout": bytes(s.stdout), "stderr": bytes(s.stderr)}):
                         yield item
                     return
         elif s is not None:
@@ -647,7 +653,10 @@ class AsyncSandbox:
         cmd = AsyncCommand(self, {"cmdId": stream.cmd_id}, None)
         before_out, before_err = bytes(stream.stdout), bytes(stream.stderr)
         fin = await cmd.wait()
-        return CommandFinished(fin.raw, before_out + fin.stdout_bytes, before_err + fin.stderr_bytes)
+        # The new daemon's logs hold what came before the restart too
+        # (sandbox-init keeps them): only what is past `before` is added.
+        return CommandFinished(fin.raw, before_out + _after(before_out, fin.stdout_bytes),
+                               before_err + _after(before_err, fin.stderr_bytes))
 
     async def get_command(self, cmd_id: str) -> AsyncCommand:
         """The command ``cmd_id`` (command.get); its logs() follow the daemon's kept logs."""
