@@ -461,6 +461,11 @@ def test_a_killed_shim_is_cleaned_up(t):
 
 def test_tty_task(t):
     master, slave = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+    # ctr sends the terminal's size (ResizePty -> command.resize).
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 77, 0, 0))
     p = subprocess.Popen(["ctr", "--address", t.c.sock, "-n", NS, "run", "--rm", "-t", "--runtime", RUNTIME,
                           "--rootfs", t.rootfs, "tty1", "sh", "-c", "tty; stty size; exit 4"],
                          stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
@@ -489,6 +494,7 @@ def test_tty_task(t):
     text = out.decode(errors="replace")
     expect_eq(rc, 4, "ctr run -t's exit status (output %r)" % text[-300:])
     expect("/dev/pts/" in text, "the process has a terminal:", repr(text))
+    expect("33 77" in text, "the terminal has ctr's size (stty size):", repr(text))
     no_leak(t, "tty1")
 
 
