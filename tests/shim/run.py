@@ -34,7 +34,7 @@ SHIM = os.path.join(W.BUILD, "containerd-shim-sandboxd-v2")
 RUNTIME = "io.containerd.sandboxd.v2"
 NS = "sbxtest"
 BUSYBOX = "/bin/busybox"
-APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false")
+APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false", "date")
 
 
 def sandbox_name(cid):
@@ -464,10 +464,13 @@ def test_tty_task(t):
     import fcntl
     import struct
     import termios
-    # ctr sends the terminal's size (ResizePty -> command.resize).
+    # ctr sends the terminal's size after the start (ResizePty -> command.resize).
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 77, 0, 0))
     p = subprocess.Popen(["ctr", "--address", t.c.sock, "-n", NS, "run", "--rm", "-t", "--runtime", RUNTIME,
-                          "--rootfs", t.rootfs, "tty1", "sh", "-c", "tty; stty size; exit 4"],
+                          "--rootfs", t.rootfs, "tty1", "sh", "-c",
+                          # ctr resizes the pty just after the start: poll for it (5 s).
+                          "tty; i=0; while [ \"$(stty size)\" != '33 77' ] && [ $i -lt 100 ]; do "
+                          "sleep 0.05; i=$((i+1)); done; stty size; exit 4"],
                          stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     out = b""
@@ -511,6 +514,7 @@ def test_policy_annotation_enforced(t):
     expect("other=0" not in lines and any(l.startswith("other=") for l in lines),
            "a name the policy does not allow is refused:", r.stdout)
     expect("direct=0" not in lines, "an address the policy does not allow is refused:", r.stdout)
+    expect(not r.stderr.count("not found"), "every tool of the script exists in the rootfs:", r.stderr)
     secs = [int(l[5:]) for l in lines if l.startswith("secs=")]
     expect(secs and secs[0] <= 2, "both refusals came fast, not by timeout:", r.stdout)
     no_leak(t, "pol1")
