@@ -180,6 +180,10 @@ def no_leak(t, cid):
     expect(name not in [r["name"] for r in rts], "runtime %s still exists" % name)
     leaks.check(w, name)
     W.World.wait_until(lambda: not shims(c), 10, "the shims to exit")
+    # The shim's ttrpc socket (shim.SocketAddress: a hash of containerd's
+    # address, the namespace and the id under /run/containerd/s).
+    sock = "/run/containerd/s/" + hashlib.sha256(("%s/%s/%s" % (c.sock, NS, cid)).encode()).hexdigest()
+    W.World.wait_until(lambda: not os.path.exists(sock), 10, "the shim socket %s to go" % sock)
 
 
 def shims(c):
