@@ -298,10 +298,17 @@ SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapsho
 
 # ---------------------------------------------------------------- checks
 
-def session_cgroups():
-    """Every cgroup directory of a session (below a sandboxd-sessions* dir)."""
+def session_cgroups(w):
+    """Every cgroup directory of a session of this world's daemons (below a
+    sandboxd-sessions* dir inside the world's own cgroups). Never the whole
+    machine: another test run's sessions are none of this run's business,
+    and thawing them (frozen_cgroups' caller does) broke that run's own
+    checks of a session left frozen by a killed daemon."""
     out = []
-    for mnt in W.cgroup_mounts():
+    # Without cgroups of its own (none could be made) the world's daemons
+    # nest under this runner's cgroups: those, still not the machine's.
+    tops = w.cgroup_dirs or [os.path.join(mnt, own.lstrip("/")) for mnt, own in W._cgroup_hierarchies()]
+    for mnt in tops:
         for root, dirs, _files in os.walk(mnt):
             base = os.path.basename(root)
             if base.startswith("sandboxd-sessions"):
@@ -310,9 +317,9 @@ def session_cgroups():
     return out
 
 
-def frozen_cgroups():
+def frozen_cgroups(w):
     bad = []
-    for cg in session_cgroups():
+    for cg in session_cgroups(w):
         for f, want in (("cgroup.freeze", "0"), ("freezer.state", "THAWED")):
             try:
                 with open(os.path.join(cg, f)) as fh:
@@ -324,10 +331,10 @@ def frozen_cgroups():
     return bad
 
 
-def memory_max_bytes(name):
+def memory_max_bytes(w, name):
     """The memory limit of sandbox `name`'s session cgroup in bytes, from
     memory.max (v2) or memory.limit_in_bytes (v1); None if not found."""
-    for cg in session_cgroups():
+    for cg in session_cgroups(w):
         if os.path.basename(cg) != name:
             continue
         for f in ("memory.max", "memory.limit_in_bytes"):
@@ -341,10 +348,10 @@ def memory_max_bytes(name):
     return None
 
 
-def cpu_quota_vcpus(name):
+def cpu_quota_vcpus(w, name):
     """The CPU quota of sandbox `name`'s session cgroup, in vCPUs (quota /
     period), from cpu.max (v2) or cpu.cfs_quota_us (v1); None if not found."""
-    for cg in session_cgroups():
+    for cg in session_cgroups(w):
         if os.path.basename(cg) != name:
             continue
         try:
@@ -417,11 +424,11 @@ def check_consistent(w, d, ctx, problems):
                     problems.append("sandbox %s: port %s endpoint %s refuses connections" % (name, port.get("port"), ep))
             # What get says is what the kernel enforces.
             want = (s.get("resources") or {}).get("vcpus")
-            got = cpu_quota_vcpus(name)
+            got = cpu_quota_vcpus(w, name)
             if want is not None and got is not None and abs(got - want) > 0.01:
                 problems.append("sandbox %s: get says %s vCPUs, its cgroup's CPU quota is %.2f" % (name, want, got))
             # ... and its memory limit (vcpus x 2048 MiB, docs/API.md).
-            mem = memory_max_bytes(name)
+            mem = memory_max_bytes(w, name)
             if want is not None and mem is not None and mem != want * 2048 * 1024 * 1024:
                 problems.append("sandbox %s: get says %s vCPUs, its cgroup's memory limit is %d bytes (want %d)"
                                 % (name, want, mem, want * 2048 * 1024 * 1024))
@@ -573,7 +580,7 @@ def run_point(w, label):
         if ctx.get("export_preexisting") and point.startswith("export."):
             ctx["export_preexisting"] = False
         d.start()
-        frozen = frozen_cgroups()
+        frozen = frozen_cgroups(w)
         if frozen:
             problems.append("frozen after the restart: %s" % frozen[:4])
             for cg in frozen:  # thaw, so that deletes can finish
