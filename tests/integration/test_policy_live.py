@@ -140,7 +140,10 @@ def _expect_ipv6(world, name, mode):
     gws = re.findall(r"default via ([0-9a-f:]+) dev eth0", out)
     expect(len(addrs) == 1 and addrs[0].startswith(POOL6) and len(gws) == 1 and gws[0].startswith(POOL6),
            "%s: an IPv6 address of the pool and a default route via eth0:" % mode, out)
-    expect("tentative" not in out, "%s: the IPv6 address is usable at once (no DAD):" % mode, out)
+    expect("tentative" not in out and "nodad" in out, "%s: the IPv6 address is usable at once (no DAD):" % mode, out)
+    host = world.run_in_host(["ip", "-6", "-o", "addr", "show"]).stdout
+    expect((" %s/127" % gws[0]) in host, "%s: the host side of the veth has the IPv6 gateway address:" % mode,
+           gws[0], host)
     expect_eq(out.split()[-4:], ["0", "0", "0", "0"], "%s: accept_ra, autoconf, accept_redirects, disable_ipv6" % mode)
     _GW6[name] = gws[0]
     code, got, _e = sh(world, name, "timeout 10 getent ahostsv6 api6.public.test | head -1")
