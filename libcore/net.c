@@ -395,7 +395,6 @@ static int gateway_unreachable(struct nl_sock *sk, const core_net_pool *pool, un
  * it is enabled here as sandbox-init does for a networked start (no RA,
  * SLAAC or redirects, written before eth0 goes up; the addresses without
  * DAD). */
-
 static void *eth0_thread(void *userdata) {
         eth0_job *j = userdata;
         _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
