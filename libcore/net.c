@@ -343,22 +343,16 @@ typedef struct eth0_job {
         int r;
 } eth0_job;
 
-/* A thread of its own: setns(CLONE_NEWNET) changes only the calling
- * thread's network namespace, and this thread ends right after, so no
- * other work of the daemon ever runs in the sandbox's namespace. The
- * netlink socket is opened after the setns and so talks to the sandbox's
- * stack. IPv6 needs no write here: sandbox-init set
- * net.ipv6.conf.default.disable_ipv6 when the session started, and a link
- * made later inherits it. */
-/* The sandbox's route to its gateway, /32 of type unreachable: add (a
- * fenced deny-all session) or delete (leaving it; none there is fine). */
-static int gateway_unreachable(struct nl_sock *sk, struct in_addr gw, bool add, sb_error **err) {
+/* The sandbox's route to its gateway, a host route (/32 or /128) of type
+ * unreachable: add (a fenced deny-all session) or delete (leaving it; none
+ * there is fine). */
+static int gateway_unreachable_family(struct nl_sock *sk, int family, const void *gw, bool add, sb_error **err) {
         _cleanup_(rtnl_route_putp) struct rtnl_route *rt = rtnl_route_alloc();
-        _cleanup_(nl_addr_putp) struct nl_addr *dst = nl_addr_build(AF_INET, &gw, sizeof(gw));
+        _cleanup_(nl_addr_putp) struct nl_addr *dst = nl_addr_build(family, gw, family == AF_INET ? 4 : 16);
         if (!rt || !dst)
                 return sb_error_set(err, -ENOMEM, NULL, NULL, "netlink: out of memory");
-        nl_addr_set_prefixlen(dst, 32);
-        rtnl_route_set_family(rt, AF_INET);
+        nl_addr_set_prefixlen(dst, family == AF_INET ? 32 : 128);
+        rtnl_route_set_family(rt, (uint8_t) family);
         rtnl_route_set_table(rt, RT_TABLE_MAIN);
         rtnl_route_set_protocol(rt, RTPROT_STATIC);
         rtnl_route_set_scope(rt, RT_SCOPE_UNIVERSE);
@@ -369,11 +363,38 @@ static int gateway_unreachable(struct nl_sock *sk, struct in_addr gw, bool add, 
         if (!add && (r == -NLE_OBJ_NOTFOUND || r == -NLE_NOADDR))
                 return 0;
         if (r < 0)
-                return nl_fail(err, r, add ? "add unreachable route to the gateway on" : "delete the unreachable "
-                               "route to the gateway on", SANDBOX_IFNAME);
+                return nl_fail(err, r, add ? (family == AF_INET ? "add unreachable route to the gateway on" :
+                                              "add unreachable route to the IPv6 gateway on") :
+                               (family == AF_INET ? "delete the unreachable route to the gateway on" :
+                                                    "delete the unreachable route to the IPv6 gateway on"),
+                               SANDBOX_IFNAME);
         return 0;
 }
 
+/* Both families' gateway routes of the fence (IPv6 only with a pool). */
+static int gateway_unreachable(struct nl_sock *sk, const core_net_pool *pool, unsigned slot, bool add,
+                               sb_error **err) {
+        struct in_addr gw = core_net_host_addr(pool, slot);
+        int r = gateway_unreachable_family(sk, AF_INET, &gw, add, err);
+        if (r < 0 || !pool->prefix6)
+                return r;
+        struct in6_addr gw6 = core_net_host_addr6(pool, slot);
+        return gateway_unreachable_family(sk, AF_INET6, &gw6, add, err);
+}
+
+/* A thread of its own: setns(CLONE_NEWNET) changes only the calling
+ * thread's network namespace, and this thread ends right after, so no
+ * other work of the daemon ever runs in the sandbox's namespace. The
+ * netlink socket is opened after the setns and so talks to the sandbox's
+ * stack, and so do the IPv6 sysctl writes: /proc/sys/net resolves against
+ * the network namespace of the thread that opens the file (not the one of
+ * the /proc mount, nor the process's), so the daemon's own /proc reaches
+ * the sandbox's net.ipv6.conf.* although /proc/sys is read-only inside the
+ * sandbox. A session started under deny-all had IPv6 disabled everywhere
+ * (all, default, lo; eth0 made later inherits default): with an IPv6 pool
+ * it is enabled here as sandbox-init does for a networked start (no RA,
+ * SLAAC or redirects, written before eth0 goes up; the addresses without
+ * DAD). */
 static void *eth0_thread(void *userdata) {
         eth0_job *j = userdata;
         _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
@@ -385,11 +406,21 @@ static void *eth0_thread(void *userdata) {
         if ((j->r = route_socket(&sk, &j->err)) < 0)
                 return NULL;
         if (j->fence) {
-                j->r = gateway_unreachable(sk, core_net_host_addr(j->pool, j->slot), true, &j->err);
+                j->r = gateway_unreachable(sk, j->pool, j->slot, true, &j->err);
                 return NULL;
         }
-        if ((j->r = gateway_unreachable(sk, core_net_host_addr(j->pool, j->slot), false, &j->err)) < 0 ||
-            (j->r = link_up(sk, SANDBOX_IFNAME, &ifindex, &j->err)) < 0)
+        if ((j->r = gateway_unreachable(sk, j->pool, j->slot, false, &j->err)) < 0)
+                return NULL;
+        if (j->pool->prefix6) {
+                static const char *const v6_on[] = { "all", "default", "lo", SANDBOX_IFNAME };
+                for (size_t i = 0; i < ELEMENTSOF(v6_on); i++)
+                        if ((j->r = enable_ipv6(v6_on[i])) < 0) {
+                                sb_error_set(&j->err, j->r, NULL, NULL, "enable IPv6 on %s: %s", v6_on[i],
+                                             strerror(-j->r));
+                                return NULL;
+                        }
+        }
+        if ((j->r = link_up(sk, SANDBOX_IFNAME, &ifindex, &j->err)) < 0)
                 return NULL;
         /* Idempotent: a veth configured before (a fenced deny-all session,
          * or an adoption after a kill in the middle of an update) already
@@ -406,6 +437,14 @@ static void *eth0_thread(void *userdata) {
                 sb_error_free(TAKE_PTR(j->err));
                 j->r = 0;
         }
+        if (j->r < 0 || !j->pool->prefix6)
+                return NULL;
+        /* add_addr127 accepts an identical address already there; the
+         * route is added with NLM_F_REPLACE. */
+        struct in6_addr gw6 = core_net_host_addr6(j->pool, j->slot);
+        if ((j->r = add_addr127(sk, ifindex, core_net_sandbox_addr6(j->pool, j->slot), SANDBOX_IFNAME, &j->err)) < 0)
+                return NULL;
+        j->r = add_default_route_family(sk, ifindex, AF_INET6, &gw6, sizeof(gw6), &j->err);
         return NULL;
 }
 

@@ -93,18 +93,24 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
  * and gets one later (a live update from deny-all): inside the network
  * namespace `netns_fd` (an fd of /proc/<pid>/ns/net, kept by the caller),
  * brings eth0 up with the sandbox address of `slot` (/31) and adds the
- * default route via the host side, as core_net_configure_inside() does at
- * start (and removes the route core_net_fence_gateway() added). Blocking (a short-lived thread that enters the namespace). 0 or a
+ * default route via the host side; with an IPv6 pool also enables IPv6
+ * (net.ipv6.conf.{all,default,lo,eth0}: accept_ra, autoconf and
+ * accept_redirects 0, then disable_ipv6 0, through the daemon's /proc
+ * from the thread inside the namespace: /proc/sys/net is the opener's
+ * namespace's), adds the /127 sandbox address (no DAD) and the IPv6
+ * default route, as core_net_configure_inside() does at start (and removes
+ * the routes core_net_fence_gateway() added). Idempotent. Blocking (a short-lived thread that enters the namespace). 0 or a
  * negative errno with *ret_err filled; eth0 may be left up without its
  * address or route on failure (the caller deletes the veth). */
 int core_net_configure_eth0(int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err);
 
 /* For a session switched to deny-all that keeps its veth (fenced by
  * nftables): inside `netns_fd`, a route of type unreachable to the gateway
- * (/32), so the sandbox's DNS (resolv.conf names the gateway) and anything
- * else sent to it fails in the sandbox's own stack at once (EHOSTUNREACH)
- * instead of waiting on an ICMP answer the kernel rate-limits
- * (net.ipv4.icmp_ratelimit). core_net_configure_eth0() removes it.
+ * (/32; with an IPv6 pool also to the IPv6 gateway, /128), so the
+ * sandbox's DNS (resolv.conf names the gateway) and anything else sent to
+ * it fails in the sandbox's own stack at once (EHOSTUNREACH) instead of
+ * waiting on an ICMP answer the kernel rate-limits (net.ipv4.icmp_ratelimit,
+ * net.ipv6.icmp.ratelimit). core_net_configure_eth0() removes them.
  * Idempotent; 0 or a negative errno with *ret_err filled. */
 int core_net_fence_gateway(int netns_fd, const core_net_pool *pool, unsigned slot, sb_error **ret_err);
 

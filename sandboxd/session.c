@@ -1876,6 +1876,10 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
          * its `goto deny` element; flows of the old mode are cut. */
         if (!want_veth && s->has_veth) {
                 (void)core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)s->net_slot), NULL);
+                if (m->pool.prefix6) {
+                        struct in6_addr a6 = core_net_sandbox_addr6(&m->pool, (unsigned)s->net_slot);
+                        (void)core_conntrack_flush_source6(&a6, NULL);
+                }
                 (void)core_net_fence_gateway(s->netns_fd, &m->pool, (unsigned)s->net_slot, NULL);
         }
         if (want_veth && (r = core_net_configure_eth0(s->netns_fd, &m->pool, (unsigned)s->net_slot, ret_err)) < 0)

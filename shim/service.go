@@ -60,13 +60,14 @@ type process struct {
 	// Output waiting for the FIFOs (guarded by service.mu): the RPC
 	// reader never blocks on a FIFO nobody reads; past maxQueued bytes
 	// further output of the process is dropped (and counted).
-	queue    []note
-	queued   int
-	dropped  int64
-	wake     chan struct{}
-	ended    bool   // command.exit seen: the writer reports it once the queue is written
-	exitCode uint32 // its exit status
-	stdinW     io.Closer // the stdin FIFO's reader, closed by CloseIO
+	queue     []note
+	queued    int
+	dropped   int64
+	wake      chan struct{}
+	ended     bool          // command.exit seen: the writer reports it once the queue is written
+	exitCode  uint32        // its exit status
+	stdinW    io.Closer     // the stdin FIFO's reader
+	stdinDone chan struct{} // closed when its copy has ended (EOF)
 }
 
 type service struct {
@@ -516,10 +517,12 @@ func (s *service) startStdin(p *process) {
 		closeStdin()
 		return
 	}
+	done := make(chan struct{})
 	s.mu.Lock()
-	p.stdinW = in
+	p.stdinW, p.stdinDone = in, done
 	s.mu.Unlock()
 	go func() {
+		defer close(done)
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := in.Read(buf)
@@ -752,11 +755,20 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*ptyp
 	}
 	if r.Stdin {
 		s.mu.Lock()
-		c, cmd := p.stdinW, p.cmdID
-		p.stdinW = nil
+		c, done, cmd := p.stdinW, p.stdinDone, p.cmdID
 		s.mu.Unlock()
 		if c != nil {
-			c.Close()
+			// A client (ctr) asks for CloseIO as soon as its input ends,
+			// with the last of it still in the FIFO: let the copy read to
+			// the FIFO's end (the client closes it next), and cut it only
+			// when that does not come within 2 s.
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+				c.Close()
+			case <-ctx.Done():
+				c.Close()
+			}
 		} else if cmd != "" {
 			s.rpc.call("command.closeStdin", map[string]interface{}{"cmdId": cmd}, nil)
 		}

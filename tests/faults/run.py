@@ -335,12 +335,17 @@ SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapsho
 
 # ---------------------------------------------------------------- checks
 
-def session_cgroups(w=None):
-    """Every cgroup directory of a session (below a sandboxd-sessions* dir);
-    with a world, only its own (other worlds on the machine are not ours
-    to judge or thaw)."""
+def session_cgroups(w):
+    """Every cgroup directory of a session of this world's daemons (below a
+    sandboxd-sessions* dir inside the world's own cgroups). Never the whole
+    machine: another test run's sessions are none of this run's business,
+    and thawing them (frozen_cgroups' caller does) broke that run's own
+    checks of a session left frozen by a killed daemon."""
     out = []
-    for mnt in (w.cgroup_dirs if w is not None else W.cgroup_mounts()):
+    # Without cgroups of its own (none could be made) the world's daemons
+    # nest under this runner's cgroups: those, still not the machine's.
+    tops = w.cgroup_dirs or [os.path.join(mnt, own.lstrip("/")) for mnt, own in W._cgroup_hierarchies()]
+    for mnt in tops:
         for root, dirs, _files in os.walk(mnt):
             base = os.path.basename(root)
             if base.startswith("sandboxd-sessions"):
@@ -365,10 +370,10 @@ def frozen_cgroups(w):
     return bad
 
 
-def memory_max_bytes(name):
+def memory_max_bytes(w, name):
     """The memory limit of sandbox `name`'s session cgroup in bytes, from
     memory.max (v2) or memory.limit_in_bytes (v1); None if not found."""
-    for cg in session_cgroups():
+    for cg in session_cgroups(w):
         if os.path.basename(cg) != name:
             continue
         for f in ("memory.max", "memory.limit_in_bytes"):
@@ -382,10 +387,10 @@ def memory_max_bytes(name):
     return None
 
 
-def cpu_quota_vcpus(name):
+def cpu_quota_vcpus(w, name):
     """The CPU quota of sandbox `name`'s session cgroup, in vCPUs (quota /
     period), from cpu.max (v2) or cpu.cfs_quota_us (v1); None if not found."""
-    for cg in session_cgroups():
+    for cg in session_cgroups(w):
         if os.path.basename(cg) != name:
             continue
         try:
@@ -458,11 +463,11 @@ def check_consistent(w, d, ctx, problems):
                     problems.append("sandbox %s: port %s endpoint %s refuses connections" % (name, port.get("port"), ep))
             # What get says is what the kernel enforces.
             want = (s.get("resources") or {}).get("vcpus")
-            got = cpu_quota_vcpus(name)
+            got = cpu_quota_vcpus(w, name)
             if want is not None and got is not None and abs(got - want) > 0.01:
                 problems.append("sandbox %s: get says %s vCPUs, its cgroup's CPU quota is %.2f" % (name, want, got))
             # ... and its memory limit (vcpus x 2048 MiB, docs/API.md).
-            mem = memory_max_bytes(name)
+            mem = memory_max_bytes(w, name)
             if want is not None and mem is not None and mem != want * 2048 * 1024 * 1024:
                 problems.append("sandbox %s: get says %s vCPUs, its cgroup's memory limit is %d bytes (want %d)"
                                 % (name, want, mem, want * 2048 * 1024 * 1024))

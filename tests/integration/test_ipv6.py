@@ -445,3 +445,50 @@ def test_ipv6_multicast_from_a_sandbox_never_leaves_the_host(world):
                     sniff.kill()
                     sniff.wait()
             expect_eq(seen, "0", "%s: multicast datagrams that reached the internet" % args[0])
+
+
+# ---------------------------------------------------------------- the resolver
+
+_DNS6_QUERY = r'''
+import errno, json, random, socket, struct, sys, time
+server, name = sys.argv[1], sys.argv[2]
+qid = random.randrange(65536)
+pkt = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+for l in name.split("."):
+    pkt += bytes([len(l)]) + l.encode()
+pkt += b"\0" + struct.pack(">HH", 28, 1)
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(2)
+t = time.monotonic()
+try:
+    s.connect((server, 53)); s.send(pkt); s.recv(4096); r = "answer"
+except socket.timeout:
+    r = "timeout"
+except OSError as e:
+    r = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps({"result": r, "ms": (time.monotonic() - t) * 1000}))
+'''
+
+
+def test_the_resolver_is_the_ipv4_gateway_and_the_ipv6_gateway_answers_no_dns(world):
+    """resolv.conf names one resolver, the IPv4 gateway, in every mode
+    (docs/POLICY.md, The resolver): AAAA answers come through it. The IPv6
+    gateway answers no DNS and forwards none, under allow-all (whose
+    translation to the host's resolver is for the IPv4 gateway only) and
+    under a custom policy (its DNS filter listens on the IPv4 gateway)."""
+    import secrets
+    pol = _policy_file(world, {"allow": ["api6.public.test", "*.public.test"]})
+    for args in (["--allow-all"], ["--policy", pol]):
+        with sandbox(world, "v6res", *args) as name:
+            _c, resolv, _e = sh(world, name, "cat /etc/resolv.conf")
+            servers = re.findall(r"^nameserver\s+(\S+)", resolv, re.M)
+            expect(len(servers) == 1 and ":" not in servers[0], "%s: one IPv4 nameserver:" % args[0], resolv)
+            code, out, _e = sh(world, name, "timeout 10 getent ahostsv6 api6.public.test | head -1")
+            expect_eq(out.split()[:1], [W.PUB6_API_ADDR], "%s: AAAA through the IPv4 resolver" % args[0])
+            _addr, gw6 = _addr6(world, name)
+            qname = "v6gw-%s.public.test" % secrets.token_hex(6)
+            r = _py(world, name, _DNS6_QUERY, gw6, qname)
+            expect(r["result"] != "answer", "%s: the IPv6 gateway answered DNS:" % args[0], r)
+            _refused_fast(connect(world, name, gw6, 53), "%s: TCP DNS to the IPv6 gateway" % args[0], 1000.0)
+            with open(world.tmp + "/dnsmasq.log", errors="replace") as f:
+                expect(qname not in f.read(), "%s: a query to the IPv6 gateway reached the upstream resolver"
+                       % args[0])

@@ -4,9 +4,15 @@ an allowlist with rules, on a running sandbox, as its user sees it: name
 resolution where the new mode allows it, an allowed target reachable, a
 denied one refused at once (a custom policy's refusal names the policy), a
 long-running command and its output untouched, and established flows that
-the new mode denies cut. Also across a daemon restart after a live change."""
+the new mode denies cut. The same for IPv6 (docs/POLICY.md, IPv6): a mode
+with network access gives the sandbox its IPv6 address and route (a session
+started under deny-all too) and allows and refuses IPv6 as it does IPv4;
+deny-all cuts IPv6 flows and refuses IPv6 at once, its IPv6 gateway
+included. Also across a daemon restart after a live change."""
 import base64
+import json
 import os
+import re
 import signal
 import sys
 import time
@@ -14,8 +20,13 @@ import time
 import world as W
 from common import expect, expect_eq, poll, sandbox, sh
 
-ALLOWLIST = {"allow": ["api.public.test"]}
-RULES = {"allow": {"api.public.test": [{"transform": [{"headers": {"x-sandbox-test": "live"}}]}]}}
+ALLOWLIST = {"allow": ["api.public.test", "api6.public.test"]}
+RULES = {"allow": {"api.public.test": [{"transform": [{"headers": {"x-sandbox-test": "live"}}]}],
+                   "api6.public.test": []}}
+POOL6 = "fd5b:d0c5:6a1e:"  # the default ipv6Pool
+# The IPv6 gateway of each sandbox seen with network access, so deny-all
+# can be asked to refuse it too.
+_GW6 = {}
 MODES = {"allow-all": "allow-all", "deny-all": "deny-all", "allowlist": ALLOWLIST, "rules": RULES}
 CLI_FLAGS = {"allow-all": ["--allow-all"], "deny-all": ["--deny-all"]}
 FLOW_PORT = W.LISTEN_PORT + 2
@@ -23,7 +34,8 @@ FLOW_PORT = W.LISTEN_PORT + 2
 # The world's server side of a long flow: accepts and reads until closed.
 _HOLD = r'''
 import socket, sys, threading
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(16)
 print("ready", flush=True)
 def handle(c):
@@ -55,6 +67,28 @@ except OSError as e:
 '''
 
 
+# Inside the sandbox: ten DNS queries in a row to the IPv6 gateway (more
+# than the burst of 6 the kernel's ICMPv6 rate limit lets through), each on
+# a connected UDP socket; how each ended and how long it took.
+_DNS6 = r'''
+import errno, json, socket, sys, time
+out = []
+for i in range(10):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(2)
+    t = time.monotonic()
+    try:
+        s.connect((sys.argv[1], 53))
+        s.send(bytes([0x12, i, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]) + b"\x03api\x06public\x04test\x00\x00\x1c\x00\x01")
+        s.recv(512); r = "answer"
+    except socket.timeout:
+        r = "timeout"
+    except OSError as e:
+        r = errno.errorcode.get(e.errno, str(e.errno))
+    out.append([r, (time.monotonic() - t) * 1000]); s.close()
+print(json.dumps(out))
+'''
+
+
 def _policy_args(world, mode):
     if mode in CLI_FLAGS:
         return CLI_FLAGS[mode]
@@ -79,6 +113,59 @@ def _connect(world, name, host, port=W.LISTEN_PORT):
     return code, time.monotonic() - t
 
 
+def _connect6(world, name, addr, port=W.LISTEN_PORT):
+    """(ok, error, ms) of a TCP connect to [addr]:port from the sandbox."""
+    from test_policy_rules import connect
+    r = connect(world, name, addr, port)
+    return r["ok"], r.get("error"), r["ms"]
+
+
+def _expect_ipv6(world, name, mode):
+    """IPv6 as a user of the sandbox sees it under `mode`."""
+    if mode == "deny-all":
+        ok, err, ms = _connect6(world, name, W.PUB6_API_ADDR)
+        expect(not ok and err != "timeout" and ms < 1000, "deny-all: an IPv6 connect fails at once:", err, ms)
+        gw6 = _GW6.get(name)
+        if gw6:
+            # Fenced: its IPv6 gateway answers nothing, and every query
+            # fails at once (not only the first, before ICMPv6 rate limits).
+            _c, out, err = world.ctl("exec", name, "--", "python3", "-c", _DNS6, gw6)
+            res = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+            expect(res and all(r not in ("answer", "timeout") and ms < 500 for r, ms in res),
+                   "deny-all: DNS to the IPv6 gateway %s fails at once, every time:" % gw6, res, err[:200])
+        return
+    _c, out, _e = sh(world, name, "ip -6 -o addr show dev eth0 scope global; ip -6 route show default; "
+                     "cd /proc/sys/net/ipv6/conf/eth0 && cat accept_ra autoconf accept_redirects disable_ipv6")
+    addrs = re.findall(r"inet6 ([0-9a-f:]+)/127", out)
+    gws = re.findall(r"default via ([0-9a-f:]+) dev eth0", out)
+    expect(len(addrs) == 1 and addrs[0].startswith(POOL6) and len(gws) == 1 and gws[0].startswith(POOL6),
+           "%s: an IPv6 address of the pool and a default route via eth0:" % mode, out)
+    expect("tentative" not in out and "nodad" in out, "%s: the IPv6 address is usable at once (no DAD):" % mode, out)
+    host = world.run_in_host(["ip", "-6", "-o", "addr", "show"]).stdout
+    expect((" %s/127" % gws[0]) in host, "%s: the host side of the veth has the IPv6 gateway address:" % mode,
+           gws[0], host)
+    expect_eq(out.split()[-4:], ["0", "0", "0", "0"], "%s: accept_ra, autoconf, accept_redirects, disable_ipv6" % mode)
+    _GW6[name] = gws[0]
+    code, got, _e = sh(world, name, "timeout 10 getent ahostsv6 api6.public.test | head -1")
+    expect_eq(got.split()[:1], [W.PUB6_API_ADDR], "%s: an allowed IPv6 name resolves (AAAA)" % mode)
+    ok, err, _ms = _connect6(world, name, W.PUB6_API_ADDR)
+    expect(ok, "%s: connect to the allowed name's IPv6 address:" % mode, err)
+    if mode == "allow-all":
+        before = len(world.pub6_other_listener.connections())
+        ok, err, _ms = _connect6(world, name, W.PUB6_OTHER_ADDR)
+        expect(ok, "allow-all reaches any public IPv6 address:", err)
+        poll(lambda: len(world.pub6_other_listener.connections()) > before, 10,
+             "the IPv6 listener of %s to see the connection" % W.PUB6_OTHER_ADDR)
+        return
+    t = time.monotonic()
+    code, got, _e = sh(world, name, "timeout 10 getent ahostsv6 other6.public.test | head -1")
+    expect(not got.strip() and time.monotonic() - t < 3, "%s: an IPv6 name not allowed does not resolve, at once:"
+           % mode, got)
+    ok, err, ms = _connect6(world, name, W.PUB6_OTHER_ADDR)
+    expect(not ok and err != "timeout" and ms < 1000, "%s: a connect to a denied IPv6 address fails at once:" % mode,
+           err, ms)
+
+
 def _logs(world, cmd_id):
     r = world.rpc("command.logs", {"cmdId": cmd_id})
     return base64.b64decode(r["result"]["stdout"]).decode(errors="replace")
@@ -93,7 +180,9 @@ def _expect_mode(world, name, mode):
         expect(code != 0 and secs < 1.0, "deny-all: a connect fails at once:", code, secs)
         code, secs = _connect(world, name, W.HTTP_ADDR)
         expect(code != 0 and secs < 1.0, "deny-all: any address fails at once:", code, secs)
+        _expect_ipv6(world, name, mode)
         return
+    _expect_ipv6(world, name, mode)
     addr, _s = _resolve(world, name, "api.public.test")
     expect_eq(addr, W.PUB_API_ADDR, "%s: an allowed name resolves" % mode)
     code, _t = _connect(world, name, "api.public.test")
@@ -149,7 +238,7 @@ def _flow_survives(old, new):
 def _transition(world, old, new):
     servers = []
     try:
-        for addr in (W.PUB_API_ADDR, W.PUB_OTHER_ADDR):
+        for addr in (W.PUB_API_ADDR, W.PUB_OTHER_ADDR, W.PUB6_API_ADDR, W.PUB6_OTHER_ADDR):
             servers.append(world._spawn("live-hold-%s" % addr, "net",
                                         [sys.executable, "-c", _HOLD, addr, str(FLOW_PORT)], ready=True))
         with sandbox(world, "live", *_policy_args(world, old)) as name:
@@ -162,9 +251,9 @@ def _transition(world, old, new):
             flows = {}
             if old != "deny-all":
                 world.ctl("cp", "-", name + ":/tmp/flow.py", input=_FLOW.encode(), binary=True, check=True)
-                targets = [("api", "api.public.test")]
+                targets = [("api", "api.public.test"), ("api6", "api6.public.test")]
                 if old == "allow-all":
-                    targets.append(("other", "other.public.test"))
+                    targets += [("other", "other.public.test"), ("other6", W.PUB6_OTHER_ADDR)]
                 for tag, host in targets:
                     world.ctl("exec", "--detach", name, "--", "python3", "/tmp/flow.py", host, str(FLOW_PORT),
                               "/tmp/flow-%s.log" % tag, check=True)
@@ -181,7 +270,7 @@ def _transition(world, old, new):
             # Flows first: a lookup under the new mode would pin the address
             # again and let a cut flow's retry through.
             for tag, f in flows.items():
-                if not (_flow_survives(old, new) and tag == "api"):
+                if not (_flow_survives(old, new) and tag in ("api", "api6")):
                     ended = poll(lambda f=f: "broken" in f() and f(), 5,
                                  "%s -> %s: the %s flow the new mode denies to be cut" % (old, new, tag))
                     expect("broken" in ended, "the flow was cut:", ended)
@@ -189,7 +278,7 @@ def _transition(world, old, new):
             if new == "rules":
                 _expect_rules_apply(world, name, old)
             for tag, f in flows.items():
-                if _flow_survives(old, new) and tag == "api":
+                if _flow_survives(old, new) and tag in ("api", "api6"):
                     expect("broken" not in f(), "%s -> %s: the %s flow keeps running:" % (old, new, tag), f())
             poll(lambda: len(_logs(world, ticker).splitlines()) > before + 3, 10,
                  "the long-running command's output to keep flowing")

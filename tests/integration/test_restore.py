@@ -248,6 +248,19 @@ def _state_entries(world, sub):
     return sorted(e for e in os.listdir(p) if not re.match(r"^\..*\.del-[0-9a-f]{16}$", e)) if os.path.isdir(p) else []
 
 
+def _frozen(cgroups):
+    """Whether a session's cgroups say frozen (cgroup.freeze, else the v1
+    freezer)."""
+    for d in cgroups:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            try:
+                with open(os.path.join(d, f)) as fh:
+                    return fh.read().strip() == yes
+            except OSError:
+                continue
+    raise AssertionError("no freezer among the session's cgroups %s" % cgroups)
+
+
 def _crash_while_frozen(world, point, method, params_of):
     name, _c, _o, _e = create(world, "frz", "--deny-all")
     try:
@@ -255,7 +268,13 @@ def _crash_while_frozen(world, point, method, params_of):
         poll(lambda: _counter(world, name) > 0, 30, "the counter starts")
         layers, snaps = _state_entries(world, "layers"), _state_entries(world, "snapshots")
         sandboxes = _state_entries(world, "sandboxes")
-        _crash_at(world, point, method, params_of(name))
+        cgroups = rpc_ok(world, "sandbox.get", {"name": name})["session"]["cgroups"]
+        # The premise of the thaw check below, seen while no daemon runs:
+        # the killed one left the session frozen (a tool that thaws other
+        # runs' sessions would make the check below fail for nothing).
+        _crash_at(world, point, method, params_of(name),
+                  before_start=lambda: expect(_frozen(cgroups), "the killed sandboxd left the sandbox frozen:",
+                                              cgroups))
         sb, code, err = get(world, name)
         expect(sb is not None and sb["status"] == "running", "the sandbox runs after the restart", code, err)
         n0 = _counter_now(world, name)

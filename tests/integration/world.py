@@ -572,6 +572,7 @@ class World:
             self.pub_api_listener = self.start_listener("net", PUB_API_ADDR, LISTEN_PORT)
             self.pub_other_listener = self.start_listener("net", PUB_OTHER_ADDR, LISTEN_PORT)
             self.pub6_api_listener = self.start_listener("net", PUB6_API_ADDR, LISTEN_PORT)
+            self.pub6_other_listener = self.start_listener("net", PUB6_OTHER_ADDR, LISTEN_PORT)
             self.host6_listener = self.start_listener("host", HOST_ADDR6, LISTEN_PORT)
         except BaseException:
             self.close()
