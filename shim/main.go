@@ -163,6 +163,11 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		c.close()
 	}
 	if cwdErr == nil {
+		// The dead shim's socket (its address file in the bundle), as
+		// containerd's runc shim removes it.
+		if address, err := shim.ReadAddress(filepath.Join(cwd, "address")); err == nil {
+			_ = shim.RemoveSocket(address)
+		}
 		mount.UnmountAll(filepath.Join(cwd, "rootfs"), 0)
 		os.Remove(filepath.Join(cwd, rootfsTar))
 	}

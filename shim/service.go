@@ -64,9 +64,9 @@ type process struct {
 	queued   int
 	dropped  int64
 	wake     chan struct{}
-	ended    bool   // command.exit seen: the writer reports it once the queue is written
-	exitCode uint32 // its exit status
-	stdinW     io.Closer // the stdin FIFO's reader, closed by CloseIO
+	ended    bool      // command.exit seen: the writer reports it once the queue is written
+	exitCode uint32    // its exit status
+	stdinW   io.Closer // the stdin FIFO's reader, closed by CloseIO
 }
 
 type service struct {

@@ -34,7 +34,7 @@ SHIM = os.path.join(W.BUILD, "containerd-shim-sandboxd-v2")
 RUNTIME = "io.containerd.sandboxd.v2"
 NS = "sbxtest"
 BUSYBOX = "/bin/busybox"
-APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false")
+APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false", "date")
 
 
 def sandbox_name(cid):
@@ -180,6 +180,10 @@ def no_leak(t, cid):
     expect(name not in [r["name"] for r in rts], "runtime %s still exists" % name)
     leaks.check(w, name)
     W.World.wait_until(lambda: not shims(c), 10, "the shims to exit")
+    # The shim's ttrpc socket (shim.SocketAddress: a hash of containerd's
+    # address, the namespace and the id under /run/containerd/s).
+    sock = "/run/containerd/s/" + hashlib.sha256(("%s/%s/%s" % (c.sock, NS, cid)).encode()).hexdigest()
+    W.World.wait_until(lambda: not os.path.exists(sock), 10, "the shim socket %s to go" % sock)
 
 
 def shims(c):
@@ -461,8 +465,16 @@ def test_a_killed_shim_is_cleaned_up(t):
 
 def test_tty_task(t):
     master, slave = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+    # ctr sends the terminal's size after the start (ResizePty -> command.resize).
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 77, 0, 0))
     p = subprocess.Popen(["ctr", "--address", t.c.sock, "-n", NS, "run", "--rm", "-t", "--runtime", RUNTIME,
-                          "--rootfs", t.rootfs, "tty1", "sh", "-c", "tty; stty size; exit 4"],
+                          "--rootfs", t.rootfs, "tty1", "sh", "-c",
+                          # ctr resizes the pty just after the start: poll for it (5 s).
+                          "tty; i=0; while [ \"$(stty size)\" != '33 77' ] && [ $i -lt 100 ]; do "
+                          "sleep 0.05; i=$((i+1)); done; stty size; exit 4"],
                          stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     out = b""
@@ -489,6 +501,7 @@ def test_tty_task(t):
     text = out.decode(errors="replace")
     expect_eq(rc, 4, "ctr run -t's exit status (output %r)" % text[-300:])
     expect("/dev/pts/" in text, "the process has a terminal:", repr(text))
+    expect("33 77" in text, "the terminal has ctr's size (stty size):", repr(text))
     no_leak(t, "tty1")
 
 
@@ -505,6 +518,7 @@ def test_policy_annotation_enforced(t):
     expect("other=0" not in lines and any(l.startswith("other=") for l in lines),
            "a name the policy does not allow is refused:", r.stdout)
     expect("direct=0" not in lines, "an address the policy does not allow is refused:", r.stdout)
+    expect(not r.stderr.count("not found"), "every tool of the script exists in the rootfs:", r.stderr)
     secs = [int(l[5:]) for l in lines if l.startswith("secs=")]
     expect(secs and secs[0] <= 2, "both refusals came fast, not by timeout:", r.stdout)
     no_leak(t, "pol1")

@@ -89,6 +89,7 @@ export class SandboxClient extends EventEmitter {
   #unclaimedCount = 0;
   readonly #eventSinks = new Set<(n: Notification) => void>();
   #holds = 0;
+  #lostAt = 0;
 
   /** @param options where the daemon listens; see {@link SandboxClientOptions}. */
   constructor(options: SandboxClientOptions = {}) {
@@ -105,6 +106,11 @@ export class SandboxClient extends EventEmitter {
       this.socketPath = options.socketPath ?? process.env.SANDBOXD_SOCKET ?? DEFAULT_SOCKET_PATH;
       this.url = undefined;
     }
+  }
+
+  /** When the connection was last lost (ms since the epoch; 0: never). */
+  get lastDisconnectAt(): number {
+    return this.#lostAt;
   }
 
   /** The options this client was made with (for a second connection to the same daemon). */
@@ -189,6 +195,7 @@ export class SandboxClient extends EventEmitter {
     this.#pending.clear();
     for (const p of pend) p.reject(err());
     if (this.#closed) return;
+    this.#lostAt = Date.now();
     this.emit("disconnect");
     // Reconnect in the background while something listens for notifications.
     if (this.#watchers.size > 0 || this.#eventSinks.size > 0) {

@@ -10,7 +10,7 @@
 import type { Writable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import type { Notification, SandboxClient } from "./client.js";
-import { DaemonUnreachableError, UnavailableError } from "./errors.js";
+import { DaemonUnreachableError, SandboxError, UnavailableError } from "./errors.js";
 import { AsyncQueue } from "./queue.js";
 import type { CommandInfo } from "./types.js";
 
@@ -36,6 +36,12 @@ interface ExitInfo {
 }
 
 const POLL_MS = 200;
+// After a lost connection, any answer is retried for this long: a daemon
+// shutting down may still accept a connection and answer it with an error
+// (its commands are not gone: the next daemon re-adopts them).
+const RESTART_GRACE_MS = 5000;
+/** Output a Command keeps in memory (its oldest bytes go first past it), per command. */
+export const MAX_CAPTURED_OUTPUT_BYTES = 16 << 20;
 
 /** Where Command objects get their output from. */
 type Feed = "live" | "poll" | "none";
@@ -61,6 +67,9 @@ export class Command {
   /** @internal */
   protected readonly client: SandboxClient;
   #chunks: Chunk[] = [];
+  #captured = 0;
+  /** True once output beyond {@link MAX_CAPTURED_OUTPUT_BYTES} was dropped from memory (it was still streamed to `logs()` readers and `stdout`/`stderr` Writables). */
+  outputTruncated = false;
   #feed: Feed;
   #pollStarted = false;
   #exit: ExitInfo | null = null;
@@ -119,6 +128,13 @@ export class Command {
   #add(c: Chunk): void {
     if (c.data.length === 0) return;
     this.#chunks.push(c);
+    this.#captured += c.data.length;
+    // A long-running chatty command must not grow this process without
+    // bound: keep the newest bytes, as the daemon's own log does.
+    while (this.#captured > MAX_CAPTURED_OUTPUT_BYTES && this.#chunks.length > 1) {
+      this.#captured -= (this.#chunks.shift() as Chunk).data.length;
+      this.outputTruncated = true;
+    }
     this.#sinks[c.stream]?.write(c.data);
     for (const l of this.#listeners) l(c);
   }
@@ -164,7 +180,7 @@ export class Command {
             return this.#exit as ExitInfo;
           } catch (e) {
             if (this.#exit) return this.#exit;
-            if (!(e instanceof DaemonUnreachableError || e instanceof UnavailableError) || Date.now() > deadline) throw e;
+            if (!this.#retryable(e) || Date.now() > deadline) throw e;
             await new Promise((r) => setTimeout(r, 100));
           }
         }
@@ -172,6 +188,11 @@ export class Command {
       this.#remoteWait.catch(() => { this.#remoteWait = undefined; });
     }
     return this.#remoteWait;
+  }
+
+  #retryable(e: unknown): boolean {
+    if (e instanceof DaemonUnreachableError || e instanceof UnavailableError) return true;
+    return e instanceof SandboxError && Date.now() - this.client.lastDisconnectAt < RESTART_GRACE_MS;
   }
 
   #startPolling(seen: { stdout: number; stderr: number }): void {
@@ -194,7 +215,7 @@ export class Command {
               seen[stream] = b.length;
             }
           } catch (e) {
-            if (!(e instanceof DaemonUnreachableError || e instanceof UnavailableError)) break;
+            if (!this.#retryable(e)) break;
           }
           if (last) break;
           await new Promise((r) => setTimeout(r, POLL_MS));
@@ -380,6 +401,7 @@ export class CommandFinished extends Command {
     this.memoryLimitBytes = exit.memoryLimitBytes;
     this.#out = chunks;
     this.#complete = complete;
+    this.outputTruncated = cmd.outputTruncated;
   }
 
   async #chunksOf(): Promise<Chunk[]> {

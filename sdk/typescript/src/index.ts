@@ -9,7 +9,7 @@
  */
 export { Sandbox, Snapshot, SandboxFs } from "./sandbox.js";
 export type { WithClient, CallOptions, WriteFileEntry, RunCommandParams, SandboxDirent } from "./sandbox.js";
-export { Command, CommandFinished } from "./command.js";
+export { Command, CommandFinished, MAX_CAPTURED_OUTPUT_BYTES } from "./command.js";
 export type { LogLine, SignalName } from "./command.js";
 export { SandboxClient, getDefaultClient, DEFAULT_SOCKET_PATH } from "./client.js";
 export type { SandboxClientOptions, RequestOptions, Notification } from "./client.js";

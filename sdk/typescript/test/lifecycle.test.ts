@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   Sandbox, Snapshot, NotFoundError, AlreadyExistsError, InvalidPolicyError, InvalidParamsError,
-  SandboxError, SourceFailedError, SandboxClient, DaemonUnreachableError,
+  SandboxError, SourceFailedError, SandboxClient, DaemonUnreachableError, SandboxStoppedError, LimitExceededError,
 } from "@sandboxd/sdk";
 import { uniqueName, until } from "./helpers.js";
 
@@ -29,6 +29,7 @@ test("get resumes a stopped persistent sandbox with its files; stop keeps it", a
     await sb.writeFiles([{ path: "kept.txt", content: "kept" }]);
     await sb.stop();
     assert.equal(sb.status, "stopped");
+    await assert.rejects(sb.extendTimeout(1000), (e: unknown) => e instanceof SandboxStoppedError && e.reason === "sandbox_stopped");
     const again = await Sandbox.get({ name });
     assert.equal(again.status, "running", "get resumed the session");
     assert.equal((await again.readFileToBuffer("kept.txt"))?.toString(), "kept");
@@ -127,6 +128,8 @@ test("errors are typed with the daemon's code, reason and field", async () => {
   await assert.rejects(Sandbox.create({ source: { type: "git", url: "git://203.0.113.9/no-such.git" }, networkPolicy: "deny-all" }),
     SourceFailedError);
   await assert.rejects(sb.getCommand("cmd-nope"), NotFoundError);
+  await sb.runCommand("truncate", ["-s", "65M", "/tmp/huge"]);
+  await assert.rejects(sb.readFileToBuffer("/tmp/huge"), (e: unknown) => e instanceof LimitExceededError && /64 MiB/.test((e as Error).message));
   const bad = new SandboxClient({ socketPath: "/nonexistent/sandboxd.sock" });
   await assert.rejects(Sandbox.get({ name, client: bad }), (e: unknown) =>
     e instanceof DaemonUnreachableError && /\/nonexistent\/sandboxd\.sock/.test((e as Error).message));

@@ -44,7 +44,8 @@ test("checkPolicy and events(): a denied request is decided and evented", async 
       if ((e as Error).name !== "AbortError") throw e;
     }
   })();
-  await new Promise((r) => setTimeout(r, 200)); // the subscription is made on its own connection
+  // The subscription is made on a connection of its own: curl again until
+  // an event arrives.
   await until(async () => {
     await sb.runCommand("sh", ["-c", "curl -sS -m 2 http://other.public.test/ || true"]);
     return got.some((h) => h.includes("other.public.test"));
