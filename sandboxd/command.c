@@ -456,7 +456,10 @@ void command_on_exit(session *s, unsigned id, int code, const char *error) {
         prune_finished(s->sb->m);
 }
 
+static void listing_end(session *s);
+
 void commands_session_gone(session *s) {
+        listing_end(s);
         for (command *c = s->sb->m->commands; c; c = c->next)
                 if (c->sess == s) {
                         command_finish(c, 128 + SIGKILL, NULL);
@@ -465,6 +468,7 @@ void commands_session_gone(session *s) {
 }
 
 void commands_session_left(session *s) {
+        listing_end(s);
         for (command *c = s->sb->m->commands; c; c = c->next) {
                 if (c->sess != s)
                         continue;
@@ -874,6 +878,67 @@ void commands_logs_replayed(session *s) {
         redo_list_clear(&l);
 }
 
+/* ---- the wait for re-adopted sessions' command lists ------------------- */
+
+/* How long requests naming an unknown cmdId wait, after the start, for
+ * the command lists of re-adopted sessions (an init that never answers). */
+#define LISTING_WAIT_MS 10000
+
+/* Runs the parked requests again (they find their command now, or answer
+ * not_found), or at daemon exit answers them `unavailable`. */
+static void listing_release(manager *m) {
+        redo_list l = redo_list_take(&m->listing_waiters);
+        for (size_t i = 0; i < l.n; i++)
+                if (m->stopping)
+                        rpc_reply_error(l.reqs[i], RPC_APP_ERROR, "unavailable", NULL,
+                                        "sandboxd is shutting down; try again with the next one");
+                else
+                        l.fns[i](l.reqs[i], m);
+        redo_list_clear(&l);
+}
+
+static int on_listing_timeout(sd_event_source *src, uint64_t usec, void *userdata) {
+        manager *m = userdata;
+        log_warning("%u re-adopted session(s) did not list their commands within %d s; "
+                    "their commands are unknown until they do", m->n_listing, LISTING_WAIT_MS / 1000);
+        m->listing_timer = sd_event_source_disable_unref(m->listing_timer);
+        m->listing_over = true;
+        listing_release(m);
+        return 0;
+}
+
+void commands_listing_begin(session *s) {
+        manager *m = s->sb->m;
+        if (s->listing)
+                return;
+        s->listing = true;
+        m->n_listing++;
+        if (!m->listing_timer && !m->listing_over &&
+            sd_event_add_time_relative(m->event, &m->listing_timer, CLOCK_MONOTONIC,
+                                       (uint64_t)LISTING_WAIT_MS * 1000, 0, on_listing_timeout, m) < 0)
+                m->listing_over = true; /* no bound on the wait: do not wait */
+}
+
+static void listing_end(session *s) {
+        manager *m = s->sb->m;
+        if (!s->listing)
+                return;
+        s->listing = false;
+        if (--m->n_listing > 0)
+                return;
+        m->listing_timer = sd_event_source_disable_unref(m->listing_timer);
+        listing_release(m);
+}
+
+void commands_listing_free(manager *m) {
+        m->listing_timer = sd_event_source_disable_unref(m->listing_timer);
+        m->listing_over = true;
+        bool stopping = m->stopping;
+        m->stopping = true;
+        listing_release(m);
+        m->stopping = stopping;
+}
+
 void commands_restore(session *s, const cJSON *list) {
         const cJSON *e;
         /* Until init's logs are all in, command.logs of its commands waits
@@ -881,11 +946,16 @@ void commands_restore(session *s, const cJSON *list) {
         s->logs_replaying = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(list, "logs"));
         cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(list, "commands"))
                 restore_one(s, e);
+        listing_end(s);
 }
 
 /* ---- the other command.* methods ---------------------------------------- */
 
-static command *lookup_command(rpc_request *req, manager *m) {
+/* The command req's cmdId names; answers req itself when there is none.
+ * While re-adopted sessions have not listed their commands yet, an unknown
+ * cmdId may be one of theirs: req is parked and `redo` runs it again once
+ * they have (commands_listing_begin), and NULL is returned. */
+static command *lookup_command(rpc_request *req, manager *m, rpc_handler redo) {
         _cleanup_error_ sb_error *err = NULL;
         const char *id = NULL;
         if (rpc_param_string(req, "cmdId", true, &id, &err) < 0) {
@@ -893,14 +963,16 @@ static command *lookup_command(rpc_request *req, manager *m) {
                 return NULL;
         }
         command *c = manager_find_command(m, id);
+        if (!c && m->n_listing > 0 && !m->listing_over && redo_list_add(&m->listing_waiters, req, redo) == 0)
+                return NULL;
         if (!c)
                 reply_not_found(req, "command", id);
         return c;
 }
 
 /* A command that can still take input; replies itself when not. */
-static command *lookup_live(rpc_request *req, manager *m) {
-        command *c = lookup_command(req, m);
+static command *lookup_live(rpc_request *req, manager *m, rpc_handler redo) {
+        command *c = lookup_command(req, m, redo);
         if (c && (c->exited || !c->sess)) {
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "command %s has already exited", c->cmd_id);
                 return NULL;
@@ -919,7 +991,7 @@ static void method_write(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        command *c = lookup_live(req, userdata);
+        command *c = lookup_live(req, userdata, method_write);
         if (!c)
                 return;
         write_stdin(c, raw, len);
@@ -927,7 +999,7 @@ static void method_write(rpc_request *req, void *userdata) {
 }
 
 static void method_close_stdin(rpc_request *req, void *userdata) {
-        command *c = lookup_live(req, userdata);
+        command *c = lookup_live(req, userdata, method_close_stdin);
         if (!c)
                 return;
         cJSON *op = cJSON_CreateObject();
@@ -945,7 +1017,7 @@ static void method_resize(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        command *c = lookup_live(req, userdata);
+        command *c = lookup_live(req, userdata, method_resize);
         if (!c)
                 return;
         cJSON *op = cJSON_CreateObject();
@@ -987,7 +1059,7 @@ static void method_kill(rpc_request *req, void *userdata) {
                                 "signal: must be a number from 1 to 64 or a name like \"TERM\"");
                 return;
         }
-        command *c = lookup_command(req, userdata);
+        command *c = lookup_command(req, userdata, method_kill);
         if (!c)
                 return;
         if (!c->exited && c->sess) {
@@ -1001,7 +1073,7 @@ static void method_kill(rpc_request *req, void *userdata) {
 }
 
 static void method_wait(rpc_request *req, void *userdata) {
-        command *c = lookup_command(req, userdata);
+        command *c = lookup_command(req, userdata, method_wait);
         if (!c)
                 return;
         if (c->exited)
@@ -1011,13 +1083,13 @@ static void method_wait(rpc_request *req, void *userdata) {
 }
 
 static void method_get(rpc_request *req, void *userdata) {
-        command *c = lookup_command(req, userdata);
+        command *c = lookup_command(req, userdata, method_get);
         if (c)
                 rpc_reply(req, command_json(c));
 }
 
 static void method_logs(rpc_request *req, void *userdata) {
-        command *c = lookup_command(req, userdata);
+        command *c = lookup_command(req, userdata, method_logs);
         if (!c)
                 return;
         if (c->sess && c->sess->logs_replaying && redo_list_add(&c->sess->logs_waiting, req, method_logs) >= 0)

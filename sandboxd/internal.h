@@ -163,6 +163,7 @@ struct session {
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
         bool logs_replaying;      /* init is sending its kept logs (agent.h "log") */
         redo_list logs_waiting;   /* command.logs held until "logs_done" */
+        bool listing;             /* adopted, its init's {"ev":"list"} not yet in (command.c) */
         bool has_veth;            /* its veth sbx<net_slot> exists (not under deny-all) */
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
@@ -287,6 +288,13 @@ struct manager {
         rpc_server *server;
         uint64_t started_ms;
         unsigned kept_sessions;   /* left running at exit for the next daemon (live restore) */
+        /* Re-adopted sessions whose command list is not yet in, and the
+         * command.* requests naming an unknown cmdId that wait for them
+         * (command.c, commands_listing_begin). */
+        unsigned n_listing;
+        redo_list listing_waiters;
+        sd_event_source *listing_timer;
+        bool listing_over;        /* the wait timed out: unknown cmdIds are not_found at once */
         bool stopping;            /* the daemon is exiting (manager_stopping) */
 };
 
@@ -501,6 +509,13 @@ void command_on_exit(session *s, unsigned id, int code, const char *error);
 /* Rebuilds the commands of a re-adopted session from init's
  * {"ev":"list"} (libcore/agent.h): same cmdIds, empty logs, detached. */
 void commands_restore(session *s, const cJSON *list);
+/* Session s was re-adopted and asked for its command list: until it is in
+ * (commands_restore), or s goes, or LISTING_WAIT_MS pass, a command.*
+ * request naming a cmdId the daemon does not know waits rather than
+ * answer not_found, since the command may be one of s's. Idempotent. */
+void commands_listing_begin(session *s);
+/* At daemon exit: requests still waiting for lists get `unavailable`. */
+void commands_listing_free(manager *m);
 /* The daemon exits leaving the session running (live restore): callers
  * waiting on its commands get `unavailable`; the commands go on. */
 void commands_session_left(session *s);

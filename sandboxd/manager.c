@@ -752,6 +752,7 @@ void manager_free(manager *m) {
         if (!m)
                 return;
         sandbox_stop_all(m);
+        commands_listing_free(m);
         while (m->commands) {
                 command *c = m->commands;
                 m->commands = c->next;

@@ -1986,6 +1986,8 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         }
         sb->sess = s;
         sb->status = "running";
+        /* Its commands are known once init answers the "list" sent above. */
+        commands_listing_begin(s);
         adopt_history(sb, s);
         _cleanup_error_ sb_error *perr = NULL;
         if (ports_open(s, &perr) < 0)

@@ -597,3 +597,47 @@ def test_a_command_with_long_arguments_is_still_known_after_a_restart(world):
         expect_eq(fin.get("exitCode"), 5, "command.wait of an 8 KB command after a restart")
     finally:
         delete(world, name)
+
+
+def test_commands_of_a_readopted_session_are_never_not_found_before_init_lists_them(world):
+    """After a restart the daemon knows a session's commands only once its
+    init answers the "list" request. A command.* call in between waits for
+    that answer instead of saying not_found (which a client would take as
+    final): with the session's init stopped (SIGSTOP) across the restart,
+    command.get, command.write and command.wait answer for the command as
+    soon as init runs again."""
+    name, _c, _o, _e = create(world, "rstlst", "--deny-all")
+    pid = None
+    try:
+        r = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                         "args": ["-c", "read x; exit 6"]})
+        cmd_id = r["cmdId"]
+        pid = _session_record(world, name)["pid"]
+        expect_eq(world.daemon.stop(), 0, "sandboxd exit status on SIGTERM")
+        os.kill(pid, signal.SIGSTOP)
+        world.daemon.start()
+        with world.daemon.connect(30) as c:
+            got = c.start("command.get", {"cmdId": cmd_id})
+            wrote = c.start("command.write", {"cmdId": cmd_id, "data": base64.b64encode(b"go\n").decode()})
+            waited = c.start("command.wait", {"cmdId": cmd_id})
+            # Requests of a connection start in order: once this one is
+            # answered, the three above were read (and, before the fix,
+            # answered not_found). The daemon answers everything else meanwhile.
+            probe = c.wait(c.start("sandbox.get", {"name": name}), 30)
+            expect_eq(probe.get("result", {}).get("status"), "running",
+                      "the sandbox while its init has not listed its commands: %s" % probe)
+            os.kill(pid, signal.SIGCONT)
+            pid = None
+            msg = c.wait(got, 30)
+            expect_eq(msg.get("result", {}).get("cmdId"), cmd_id, "command.get before init listed: %s" % msg)
+            msg = c.wait(wrote, 30)
+            expect("error" not in msg, "command.write before init listed", msg)
+            msg = c.wait(waited, 30)
+            expect_eq(msg.get("result", {}).get("exitCode"), 6, "command.wait before init listed: %s" % msg)
+        # An id that is no command is not_found at once once the lists are in.
+        msg = world.rpc("command.get", {"cmdId": "cmd-0000000000000000"}, 10)
+        expect_eq(msg.get("error", {}).get("data", {}).get("reason"), "not_found", "an unknown cmdId: %s" % msg)
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+        _finish(world, name)

@@ -34,6 +34,10 @@ with Sandbox.create(source=source, network_policy={"allow": ["pypi.org", "*.pyth
         print(line["stream"], line["data"].decode(), end="")
     print("exit", cmd.wait().exit_code)
 
+    # Cut it off entirely, live: nothing leaves it from the next packet on.
+    sb.update(network_policy="deny-all")
+    print("policy now", sb.network_policy)
+
     # 6. A snapshot, and a sandbox made from it.
     snap = sb.snapshot()
     with Sandbox.create(source={"type": "snapshot", "snapshot_id": snap.id}, network_policy="deny-all") as copy:

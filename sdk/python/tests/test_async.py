@@ -208,3 +208,33 @@ def test_tls_client_speaks_tls13_with_a_client_certificate(tmp_path):
         lsock.close()
     t.join(5)
     assert seen["version"] == "TLSv1.3" and seen["peer"]
+
+
+def test_polled_logs_keep_the_output_made_between_two_calls_of_a_poll(world, name):
+    """A command followed through command.logs (found with get_command, or
+    after a daemon restart) loses none of its output: here it writes its
+    last line and exits right after the daemon answered a command.logs, in
+    the middle of the poll, before the poll asks whether it has exited."""
+    async def main():
+        async with AsyncSandboxClient(world.daemon.socket) as c:
+            async with await AsyncSandbox.create(name=name, network_policy="deny-all", client=c) as sb:
+                cmd = await sb.run_command("sh", ["-c", "read x; echo after; exit 3"], detached=True)
+                found = await sb.get_command(cmd.cmd_id)
+                real = c.call
+                fired = []
+
+                async def call(method, params=None, **kw):
+                    r = await real(method, params, **kw)
+                    if method == "command.logs" and not fired:
+                        fired.append(True)
+                        await real("command.write", {"cmdId": cmd.cmd_id, "data": "Z28K"})  # "go\n"
+                        await real("command.wait", {"cmdId": cmd.cmd_id})
+                    return r
+                c.call = call
+                try:
+                    out = b"".join([x["data"] async for x in found.logs()])
+                finally:
+                    del c.call
+                assert fired and out == b"after\n"
+                assert (await found.wait()).exit_code == 3
+    run(main())

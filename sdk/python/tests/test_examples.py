@@ -15,6 +15,7 @@ def test_the_readme_tour_runs(world):
     out = p.stdout
     assert "hello from" in out and "exit 0" in out
     assert "stdout hi tour" in out and "denied" in out
+    assert "policy now deny-all" in out
     assert "copy has" in out and "hello.py" in out
     assert "not found: not_found" in out
     assert "['0', '1', '2']" in out and "snapshots left: []" in out

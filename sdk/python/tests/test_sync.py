@@ -335,3 +335,52 @@ def test_a_waiting_run_command_resumes_across_a_daemon_restart(world, client, na
         assert r.exit_code == 5 and r.stdout() == "before\nafter\n"
     finally:
         sb.delete()
+
+
+def test_a_connection_the_daemon_refuses_fails_at_once_with_its_reason(world):
+    """A user not in the socket's group (here `nobody`, given access to the
+    socket file so that the daemon itself decides): every call fails at once
+    with PermissionDeniedError and the daemon's message, not with a lost
+    connection after reconnect_timeout of retries."""
+    import json as _json
+    import os
+    import stat
+    import subprocess
+    sock = world.daemon.socket
+    paths = [sock]
+    d = os.path.dirname(sock)
+    while d not in ("/", "/tmp"):
+        paths.append(d)
+        d = os.path.dirname(d)
+    modes = [stat.S_IMODE(os.stat(p).st_mode) for p in paths]
+    child = """
+import json, sys, time
+from sandboxd import PermissionDeniedError, Sandbox, SandboxClient
+out = []
+with SandboxClient(sys.argv[1], reconnect_timeout=30) as c:
+    for i in range(2):
+        t = time.monotonic()
+        try:
+            Sandbox.create(network_policy="deny-all", client=c)
+            out.append({"ok": True})
+        except Exception as e:
+            out.append({"cls": type(e).__name__, "typed": isinstance(e, PermissionDeniedError),
+                        "reason": getattr(e, "reason", None), "message": str(e), "s": time.monotonic() - t})
+print(json.dumps(out))
+"""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    try:
+        os.chmod(sock, 0o666)
+        for p in paths[1:]:
+            os.chmod(p, stat.S_IMODE(os.stat(p).st_mode) | 0o001)
+        r = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", child, sock],
+                           capture_output=True, text=True, timeout=90,
+                           env=dict(os.environ, PYTHONPATH=os.path.abspath(src), HOME="/"))
+    finally:
+        for p, m in zip(paths, modes):
+            os.chmod(p, m)
+    assert r.returncode == 0, r.stderr
+    for x in _json.loads(r.stdout.strip().splitlines()[-1]):
+        assert x.get("cls") == "PermissionDeniedError" and x["typed"], x
+        assert x["reason"] == "permission_denied" and "socket group" in x["message"], x
+        assert x["s"] < 5, "refused promptly, not after retrying: %r" % x

@@ -30,13 +30,11 @@ const installed = await sandbox.runCommand({
 });
 if (installed.exitCode !== 0) throw new Error(`install failed with exit ${installed.exitCode}`);
 
-// From now on nothing leaves the sandbox. A running sandbox that has
-// network keeps its interface, so it cannot switch to "deny-all" itself
-// (the daemon refuses with InvalidPolicyError); the empty custom policy
-// denies every destination, live, from the next packet on.
-await sandbox.update({ networkPolicy: {} });
+// From now on nothing leaves the sandbox: deny-all, live, from the next
+// packet on (connections already open are cut too).
+await sandbox.update({ networkPolicy: "deny-all" });
 const check = await sandbox.checkPolicy(`https://${registry}/`);
-console.log(`policy now: ${check.decision} (${check.message})`);
+console.log(`policy now: ${JSON.stringify(sandbox.networkPolicy)}, ${check.decision} (${check.message})`);
 
 // Run the tests, streaming their output as it comes.
 const tests = await sandbox.runCommand({ cmd: "sh", args: ["-c", testCmd], detached: true });

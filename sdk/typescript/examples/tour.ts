@@ -22,7 +22,8 @@ console.log("exit", (await cmd.wait()).exitCode);
 
 // The policy, as the sandbox's enforcement sees it; then tightened live.
 console.log((await sandbox.checkPolicy("https://example.com/")).decision); // "deny"
-await sandbox.update({ networkPolicy: {} }); // a custom policy that allows nothing
+await sandbox.update({ networkPolicy: "deny-all" }); // nothing leaves it from the next packet on
+console.log(sandbox.networkPolicy); // "deny-all"
 
 // Snapshot it, start a second sandbox from the snapshot.
 const snap = await sandbox.snapshot();

@@ -8,7 +8,7 @@
 import { EventEmitter } from "node:events";
 import * as net from "node:net";
 import * as tls from "node:tls";
-import { DaemonUnreachableError, errorFromRpc, type RpcErrorObject } from "./errors.js";
+import { DaemonUnreachableError, SandboxError, errorFromRpc, type RpcErrorObject } from "./errors.js";
 import { AsyncQueue } from "./queue.js";
 import type { SandboxEvent, EventKind } from "./types.js";
 
@@ -90,6 +90,10 @@ export class SandboxClient extends EventEmitter {
   readonly #eventSinks = new Set<(n: Notification) => void>();
   #holds = 0;
   #lostAt = 0;
+  // The error line (id null) the daemon sent before closing a connection it
+  // refused: permission denied, too many connections.
+  #refusal: SandboxError | null = null;
+  #heard = false; // a line came on the current socket
 
   /** @param options where the daemon listens; see {@link SandboxClientOptions}. */
   constructor(options: SandboxClientOptions = {}) {
@@ -179,6 +183,8 @@ export class SandboxClient extends EventEmitter {
     this.#socket = s;
     this.#everConnected = true;
     this.#buf = "";
+    this.#refusal = null;
+    this.#heard = false;
     s.setEncoding("utf8");
     s.on("data", (chunk: string) => this.#onData(chunk));
     s.on("error", () => { /* handled by close */ });
@@ -190,17 +196,69 @@ export class SandboxClient extends EventEmitter {
   #onClose(s: net.Socket): void {
     if (this.#socket !== s) return;
     this.#socket = null;
-    const err = () => new DaemonUnreachableError(`the connection to sandboxd at ${this.#where()} was lost`);
     const pend = [...this.#pending.values()];
     this.#pending.clear();
+    if (!this.#refusal && !this.#heard && pend.length > 0 && this.url === undefined && !this.#closed) {
+      // Lost before a single answer: the daemon may have refused it, its
+      // reason lost to our write (EPIPE, ECONNRESET). Ask again without
+      // writing: a refusal is the first line of a fresh connection.
+      void this.#probeRefusal().then((r) => {
+        this.#refusal = r;
+        this.#finishClose(pend);
+      });
+      return;
+    }
+    this.#finishClose(pend);
+  }
+
+  #finishClose(pend: Pending[]): void {
+    const refusal = this.#refusal;
+    const err = () => refusal ?? new DaemonUnreachableError(`the connection to sandboxd at ${this.#where()} was lost`);
     for (const p of pend) p.reject(err());
     if (this.#closed) return;
+    // Refused: the calls made on it have the daemon's reason; the next call
+    // tries again (a connection may have closed meanwhile), nothing retries
+    // in the background.
+    if (refusal) return;
     this.#lostAt = Date.now();
     this.emit("disconnect");
     // Reconnect in the background while something listens for notifications.
     if (this.#watchers.size > 0 || this.#eventSinks.size > 0) {
       this.#connect().catch((e) => this.emit("reconnectFailed", e));
     }
+  }
+
+  // A connection that writes nothing and reads the daemon's first line: its
+  // refusal (permission denied, too many connections) as a typed error, or
+  // null when it says nothing within 2 s (accepted) or cannot be reached.
+  #probeRefusal(): Promise<SandboxError | null> {
+    return new Promise((resolve) => {
+      let buf = "";
+      let done = false;
+      const finish = (r: SandboxError | null) => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        sock.destroy();
+        resolve(r);
+      };
+      const sock = net.createConnection({ path: this.socketPath as string });
+      const timer = setTimeout(() => finish(null), 2000);
+      sock.setEncoding("utf8");
+      sock.on("data", (d: string) => {
+        buf += d;
+        const nl = buf.indexOf("\n");
+        if (nl < 0) return;
+        try {
+          const m = JSON.parse(buf.slice(0, nl)) as { id?: unknown; error?: RpcErrorObject };
+          finish(m.id === null && m.error ? errorFromRpc(m.error) : null);
+        } catch {
+          finish(null);
+        }
+      });
+      sock.on("error", () => finish(null));
+      sock.on("close", () => finish(null));
+    });
   }
 
   #onData(chunk: string): void {
@@ -210,6 +268,7 @@ export class SandboxClient extends EventEmitter {
       const line = this.#buf.slice(0, nl);
       this.#buf = this.#buf.slice(nl + 1);
       if (line.trim() === "") continue;
+      this.#heard = true;
       let msg: { id?: unknown; method?: string; params?: Record<string, unknown>; result?: unknown; error?: RpcErrorObject };
       try {
         msg = JSON.parse(line);
@@ -218,6 +277,12 @@ export class SandboxClient extends EventEmitter {
       }
       if (msg.method !== undefined && msg.id === undefined) {
         this.#onNotification({ method: msg.method, params: msg.params ?? {} });
+        continue;
+      }
+      if (msg.id === null && msg.error) {
+        // The daemon refuses the connection and closes it (docs/API.md,
+        // "Connections"): every call on it fails with this.
+        this.#refusal = errorFromRpc(msg.error);
         continue;
       }
       if (typeof msg.id !== "number") continue;

@@ -194,6 +194,8 @@ export class Command {
   }
 
   #retryable(e: unknown): boolean {
+    // A connection the daemon refused (permission, connection cap) is final.
+    if (e instanceof SandboxError && (e.reason === "permission_denied" || e.reason === "too_many_connections")) return false;
     if (e instanceof DaemonUnreachableError || e instanceof UnavailableError) return true;
     return e instanceof SandboxError && Date.now() - this.client.lastDisconnectAt < RESTART_GRACE_MS;
   }

@@ -60,6 +60,8 @@ export class SandboxStoppedError extends SandboxError {}
 export class SourceFailedError extends SandboxError {}
 /** `unavailable`: the daemon cannot do it now (restarting, a sandbox being created or frozen): try again. */
 export class UnavailableError extends SandboxError {}
+/** `permission_denied`: the daemon refused the connection (not root and not in the socket's group) or the call. */
+export class PermissionDeniedError extends SandboxError {}
 /** JSON-RPC `-32602`: a parameter is wrong; `field` names it. */
 export class InvalidParamsError extends SandboxError {}
 /** The daemon's socket cannot be reached (not running, wrong path, no permission), or the connection was lost. */
@@ -79,6 +81,9 @@ const BY_REASON: Record<string, new (m: string, c: number, d?: Record<string, un
   already_exists: AlreadyExistsError,
   invalid_policy: InvalidPolicyError,
   limit_exceeded: LimitExceededError,
+  // The daemon refused the connection: over maxConnectionsPerUser / maxConnectionsRoot.
+  too_many_connections: LimitExceededError,
+  permission_denied: PermissionDeniedError,
   sandbox_stopped: SandboxStoppedError,
   source_failed: SourceFailedError,
   unavailable: UnavailableError,

@@ -16,6 +16,7 @@ export type { SandboxClientOptions, RequestOptions, Notification } from "./clien
 export {
   SandboxError, NotFoundError, AlreadyExistsError, InvalidPolicyError, LimitExceededError,
   SandboxStoppedError, SourceFailedError, UnavailableError, InvalidParamsError, DaemonUnreachableError,
+  PermissionDeniedError,
   errorFromRpc,
 } from "./errors.js";
 export type { RpcErrorObject } from "./errors.js";

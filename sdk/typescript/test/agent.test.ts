@@ -24,7 +24,7 @@ test("examples/agent.ts runs the agent flow end to end", async () => {
   });
   assert.equal(r.status, 0, `agent exit ${r.status}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`);
   assert.match(r.stdout, /installed\n/);
-  assert.match(r.stdout, /policy now: deny/);
+  assert.match(r.stdout, /policy now: "deny-all", deny/, "the policy was tightened live to deny-all");
   assert.match(r.stdout, /tests-ran\n/);
   assert.match(r.stderr, /tests-stderr\n/);
   assert.match(r.stdout, /result\.txt: offline/, "the tests ran with the network denied");

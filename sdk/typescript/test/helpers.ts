@@ -29,11 +29,47 @@ export function restartDaemon(): Promise<void> {
 }
 
 /** Polls `pred` until true or the deadline. */
-export async function until(pred: () => boolean | Promise<boolean>, ms: number, what: string): Promise<void> {
+export async function until(pred: () => boolean | Promise<boolean>, ms: number, what: string | (() => string)): Promise<void> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
     if (await pred()) return;
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+  throw new Error(`timed out after ${ms} ms waiting for ${typeof what === "function" ? what() : what}`);
+}
+
+/**
+ * `p`, or a rejection naming `what` after `ms`: a step that never settles
+ * fails with its name instead of hanging the run until node's timeout.
+ */
+export async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs `body`, then `cleanup` even when it failed; a cleanup error never
+ * hides the body's (both are reported).
+ */
+export async function withCleanup(body: () => Promise<void>, cleanup: () => Promise<void>): Promise<void> {
+  let failed: unknown;
+  try {
+    await body();
+  } catch (e) {
+    failed = e;
+  }
+  try {
+    await cleanup();
+  } catch (e) {
+    if (failed === undefined) throw e;
+    throw new AggregateError([failed, e], `${String((failed as Error)?.message ?? failed)} (and the cleanup failed: ${String((e as Error)?.message ?? e)})`);
+  }
+  if (failed !== undefined) throw failed;
 }

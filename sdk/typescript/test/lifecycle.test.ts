@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   Sandbox, Snapshot, NotFoundError, AlreadyExistsError, InvalidPolicyError, InvalidParamsError,
-  SandboxError, SourceFailedError, SandboxClient, DaemonUnreachableError, SandboxStoppedError, LimitExceededError,
+  SandboxError, SourceFailedError, SandboxClient, DaemonUnreachableError, SandboxStoppedError, LimitExceededError, UnavailableError,
 } from "@sandboxd/sdk";
 import { uniqueName, until } from "./helpers.js";
 
@@ -167,4 +167,36 @@ test("aborting a create while the daemon works on it cancels it there: no sandbo
   } finally {
     await fresh!.delete();
   }
+});
+
+// The call is aborted once its request is on the wire (setImmediate runs
+// after the microtasks that write it), so the daemon gets the cancel.
+function abortWhenSent(ac: AbortController): void {
+  setImmediate(() => ac.abort());
+}
+
+test("aborting a snapshot cancels it on the daemon: no snapshot is left and the sandbox runs on", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("scan"), networkPolicy: "deny-all" });
+  await sb.writeFiles(Array.from({ length: 200 }, (_, i) => ({ path: `f${i}`, content: "x".repeat(100) })));
+  const ac = new AbortController();
+  const p = sb.snapshot({ signal: ac.signal });
+  abortWhenSent(ac);
+  await assert.rejects(p, (e: unknown) => (e as Error).name === "AbortError");
+  // A command runs once the sandbox is thawed again, i.e. once the daemon
+  // has dropped the capture; then no snapshot of it exists.
+  assert.equal(await (await sb.runCommand("cat", ["f7"])).stdout(), "x".repeat(100));
+  await until(async () => (await Snapshot.list({ sandbox: sb.name })).length === 0, 10_000,
+    "no snapshot of the sandbox after the aborted one");
+});
+
+test("UnavailableError: a policy update of a paused sandbox is refused for now, and works once resumed", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("unav"), networkPolicy: "deny-all" });
+  await sb.client.request("sandbox.pause", { name: sb.name });
+  try {
+    await assert.rejects(sb.update({ networkPolicy: "allow-all" }), (e: unknown) =>
+      e instanceof UnavailableError && e instanceof SandboxError && e.code === -32000 && e.reason === "unavailable");
+  } finally {
+    await sb.client.request("sandbox.resume", { name: sb.name });
+  }
+  assert.equal((await sb.update({ networkPolicy: "allow-all" })).networkPolicy, "allow-all");
 });

@@ -16,5 +16,6 @@ test("the README tour is examples/tour.ts and runs", () => {
   assert.match(r.stdout, /0 hello from \/workspace/);
   assert.match(r.stdout, /\[stdout\] running/);
   assert.match(r.stdout, /exit 0/);
+  assert.match(r.stdout, /^deny-all$/m);
   assert.match(r.stdout, /not found: not_found/);
 });

@@ -12,8 +12,8 @@ from ._async import (AsyncCommand, AsyncFilesystem, AsyncSandbox, AsyncSnapshot,
                      EventStream)
 from ._client import DEFAULT_SOCKET, AsyncSandboxClient
 from ._errors import (AlreadyExistsError, CancelledByDaemonError, DaemonUnreachableError, InvalidParamsError,
-                      InvalidPolicyError, LimitExceededError, NotFoundError, SandboxError, SandboxStoppedError,
-                      SourceFailedError, UnavailableError)
+                      InvalidPolicyError, LimitExceededError, NotFoundError, PermissionDeniedError, SandboxError,
+                      SandboxStoppedError, SourceFailedError, UnavailableError)
 from ._sync import Command, Filesystem, Sandbox, SandboxClient, Snapshot
 from ._types import (FileEntry, GitSource, LogLine, NetworkPolicy, NetworkPolicyRule, Resources,
                      SnapshotSource, Source, TarballSource, Tty)
@@ -25,6 +25,6 @@ __all__ = [
     "AsyncSnapshot", "CancelledByDaemonError", "Command", "CommandFinished", "DEFAULT_SOCKET",
     "DaemonUnreachableError", "EventStream", "FileEntry", "Filesystem", "GitSource", "InvalidParamsError",
     "InvalidPolicyError", "LimitExceededError", "LogLine", "NetworkPolicy", "NetworkPolicyRule", "NotFoundError",
-    "Resources", "Sandbox", "SandboxClient", "SandboxError", "SandboxStoppedError", "Snapshot", "SnapshotSource",
+    "PermissionDeniedError", "Resources", "Sandbox", "SandboxClient", "SandboxError", "SandboxStoppedError", "Snapshot", "SnapshotSource",
     "Source", "SourceFailedError", "TarballSource", "Tty", "UnavailableError",
 ]

@@ -140,8 +140,12 @@ class AsyncCommand:
         """Follows the daemon's kept logs (command.logs) until the command exits."""
         while True:
             try:
-                logs = await self._client.call("command.logs", {"cmdId": self.cmd_id})
+                # The exit first: once it is known, the logs read after it
+                # hold all the output (the daemon records a command's
+                # output before its exit). The other order loses what came
+                # between the two answers.
                 done = (await self._client.call("command.get", {"cmdId": self.cmd_id})).get("exitCode") is not None
+                logs = await self._client.call("command.logs", {"cmdId": self.cmd_id})
             except ConnectionLost:
                 # A restarted daemon has the same logs (sandbox-init keeps
                 # them): what was seen stays seen.

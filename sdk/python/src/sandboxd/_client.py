@@ -123,6 +123,9 @@ class AsyncSandboxClient:
         self._subs: list[EventSubscription] = []
         self._closed = False
         self.generation = 0  # counts connections made: a change means the daemon may have restarted
+        # The error line (id null) of a connection the daemon refused:
+        # permission denied, too many connections.
+        self._refusal: SandboxError | None = None
 
     # ---- connection
     async def _open(self) -> None:
@@ -133,6 +136,7 @@ class AsyncSandboxClient:
         else:
             r, w = await asyncio.open_unix_connection(self.socket_path, limit=_LINE_LIMIT)
         self._reader, self._writer = r, w
+        self._refusal = None
         self.generation += 1
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop(r))
         for sub in self._subs:  # event streams go on across a restart
@@ -178,15 +182,51 @@ class AsyncSandboxClient:
         DaemonUnreachableError after reconnect_timeout)."""
         await self.connect()
 
-    def _connection_lost(self) -> None:
+    async def _probe_refusal(self) -> SandboxError | None:
+        """A connection that writes nothing and reads the daemon's first
+        line: its refusal as a typed error, or None when it says nothing
+        within 2 s (accepted) or cannot be reached."""
+        try:
+            r, w = await asyncio.open_unix_connection(self.socket_path, limit=_LINE_LIMIT)
+        except OSError:
+            return None
+        try:
+            msg = json.loads(await asyncio.wait_for(r.readline(), 2))
+        except (OSError, ValueError, asyncio.TimeoutError):
+            return None
+        finally:
+            w.close()
+        if isinstance(msg, dict) and msg.get("id", 0) is None and isinstance(msg.get("error"), dict):
+            return error_from_rpc(msg["error"])
+        return None
+
+    def _connection_lost(self, heard: bool = True) -> None:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
         pending, self._pending = self._pending, {}
+        if self._refusal is None and not heard and pending and self.url is None and not self._closed:
+            # Lost before a single answer: the daemon may have refused it,
+            # its reason lost to our write (EPIPE, ECONNRESET). Ask again
+            # without writing: a refusal is the first line of a connection.
+            async def probe() -> None:
+                self._refusal = await self._probe_refusal()
+                self._finish_lost(pending)
+            asyncio.get_running_loop().create_task(probe())
+            return
+        self._finish_lost(pending)
+
+    def _finish_lost(self, pending: dict[int, asyncio.Future[Any]]) -> None:
+        refusal = self._refusal
         for fut in pending.values():
             if not fut.done():
-                fut.set_exception(ConnectionLost("connection to sandboxd at %s lost" % self._where()))
+                fut.set_exception(refusal if refusal is not None else
+                                  ConnectionLost("connection to sandboxd at %s lost" % self._where()))
         self._run_routes.clear()
+        if refusal is not None:
+            # Refused: the calls made on it have the daemon's reason; the
+            # next call connects again; nothing retries in the background.
+            return
         streams, self._cmd_routes = self._cmd_routes, {}
         for s in set(streams.values()):
             s.lost()
@@ -196,6 +236,7 @@ class AsyncSandboxClient:
             self._connecting.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        heard = False
         try:
             while True:
                 line = await reader.readline()
@@ -203,9 +244,14 @@ class AsyncSandboxClient:
                     break
                 if not line.strip():
                     continue
+                heard = True
                 try:
                     msg = json.loads(line)
                 except ValueError:
+                    continue
+                if isinstance(msg, dict) and msg.get("id", 0) is None and isinstance(msg.get("error"), dict):
+                    # The daemon refuses the connection and closes it.
+                    self._refusal = error_from_rpc(msg["error"])
                     continue
                 if isinstance(msg, dict):
                     self._dispatch(msg)
@@ -214,7 +260,7 @@ class AsyncSandboxClient:
         except asyncio.CancelledError:
             return
         if reader is self._reader:
-            self._connection_lost()
+            self._connection_lost(heard)
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "id" in msg and ("result" in msg or "error" in msg):
@@ -279,7 +325,13 @@ class AsyncSandboxClient:
         if params is not None:
             msg["params"] = params
         try:
-            await self._send(msg)
+            try:
+                await self._send(msg)
+            except ConnectionLost:
+                # The read loop answers it (a refusal's reason) unless it
+                # has already given up on this connection.
+                if rid not in self._pending and not fut.done():
+                    raise
             t = timeout if timeout is not None else self.request_timeout
             return await (asyncio.wait_for(asyncio.shield(fut), t) if t else asyncio.shield(fut))
         except (asyncio.CancelledError, asyncio.TimeoutError):

@@ -59,6 +59,11 @@ class UnavailableError(SandboxError):
     """Not possible right now: starting, stopping, shutting down (reason ``unavailable``)."""
 
 
+class PermissionDeniedError(SandboxError, PermissionError):
+    """The daemon refused the connection or the call (reason ``permission_denied``):
+    the caller is not root and not in the socket's group."""
+
+
 class InvalidParamsError(SandboxError, ValueError):
     """A parameter is wrong (JSON-RPC -32602); ``field`` names it."""
 
@@ -76,6 +81,9 @@ _BY_REASON: dict[str, type[SandboxError]] = {
     "already_exists": AlreadyExistsError,
     "invalid_policy": InvalidPolicyError,
     "limit_exceeded": LimitExceededError,
+    # The daemon refused the connection: over maxConnectionsPerUser / maxConnectionsRoot.
+    "too_many_connections": LimitExceededError,
+    "permission_denied": PermissionDeniedError,
     "sandbox_stopped": SandboxStoppedError,
     "source_failed": SourceFailedError,
     "unavailable": UnavailableError,
