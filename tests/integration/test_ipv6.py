@@ -445,3 +445,44 @@ def test_ipv6_multicast_from_a_sandbox_never_leaves_the_host(world):
                     sniff.kill()
                     sniff.wait()
             expect_eq(seen, "0", "%s: multicast datagrams that reached the internet" % args[0])
+
+
+# A connect to a link-local address with its scope id (the CONNECT helper of
+# test_policy_rules passes the host text to connect(), which has no scope).
+_CONNECT_SCOPED = r'''
+import errno, json, socket, sys, time
+host, port, ifname = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(3)
+t = time.monotonic()
+try:
+    s.connect((host, port, 0, socket.if_nametoindex(ifname))); r = {"ok": True}
+except socket.timeout:
+    r = {"ok": False, "error": "timeout", "errno": None}
+except OSError as e:
+    r = {"ok": False, "error": errno.errorcode.get(e.errno, str(e.errno)), "errno": e.errno}
+r["ms"] = (time.monotonic() - t) * 1000
+print(json.dumps(r))
+'''
+
+
+def test_every_port_of_the_gateways_link_local_address_is_refused_at_once(world):
+    """A connect to the host side's link-local address (scope eth0) is
+    refused as fast as the same port on its ULA, in every mode and on every
+    port: the gateway's services (53, 3128), the redirected web ports and
+    any other. (A TCP reset to the sandbox's link-local source left by
+    another link: the connect hung for its whole timeout.)"""
+    pol = _policy_file(world, {"allow": ["api6.public.test"]})
+    ports = (22, 53, 80, 443, 853, 3128, W.LISTEN_PORT, 8080)
+    for mode in (["--allow-all"], ["--policy", pol]):
+        with sandbox(world, "v6ll", *mode) as name:
+            _ifname, ll = _host_side(world, name)
+            expect(ll, "the host side of the veth has a link-local address")
+            # Had the sandbox a link-local address of its own, it would be
+            # tentative for a while (DAD) and connect() would fail locally
+            # (EINVAL) without sending anything: wait until it is not.
+            poll(lambda: "tentative" not in sh(world, name, "ip -6 addr show dev eth0 scope link")[1], 10,
+                 "the sandbox's link-local address (if any) to be usable")
+            for port in ports:
+                r = _py(world, name, _CONNECT_SCOPED, ll, port, "eth0")
+                expect(r.get("error") != "EINVAL", "the connect reached the network:", r)
+                _refused_fast(r, "%s to [%s%%eth0]:%d" % (mode[0], ll, port))
