@@ -486,3 +486,38 @@ def test_every_port_of_the_gateways_link_local_address_is_refused_at_once(world)
                 r = _py(world, name, _CONNECT_SCOPED, ll, port, "eth0")
                 expect(r.get("error") != "EINVAL", "the connect reached the network:", r)
                 _refused_fast(r, "%s to [%s%%eth0]:%d" % (mode[0], ll, port))
+
+
+_CONNECT_VIA_PROXY = r'''
+import os, socket, sys
+ph, pp = os.environ["HTTPS_PROXY"].split("//")[1].rstrip("/").rsplit(":", 1)
+s = socket.create_connection((ph, int(pp)), timeout=5)
+s.sendall(("CONNECT [%s]:443 HTTP/1.1\r\nHost: [%s]:443\r\n\r\n" % (sys.argv[1], sys.argv[1])).encode())
+data = b""
+while b"\r\n\r\n" not in data:
+    c = s.recv(4096)
+    if not c:
+        break
+    data += c
+print(data.split(b"\r\n")[0].decode() if data else "closed")
+'''
+
+
+def test_subnets_allow_of_link_local_never_opens_the_hosts_own_link_local_addresses(world):
+    """subnets.allow ["fe80::/10"] opens the link-local forbidden range for
+    what it names, but every link-local address a sandbox can name is on
+    one of the host's own links: the policy layer refuses them as never,
+    not only the proxy's route check. The world host's uplink link-local
+    address: policy.check says deny (never), and a CONNECT to it through
+    the proxy is refused with 403 before any dial."""
+    out = world.run_in_host(["ip", "-6", "-o", "addr", "show", "scope", "link"]).stdout
+    lls = [ln.split()[3].split("/")[0] for ln in out.splitlines() if not ln.split()[1].startswith("sbx")]
+    expect(lls, "the world host has an uplink link-local address:", out)
+    pol = {"allow": ["api6.public.test"], "subnets": {"allow": ["fe80::/10"]}}
+    for ll in lls:
+        r = world.rpc_result("policy.check", {"networkPolicy": pol, "host": ll, "port": 443})
+        expect(r.get("decision") != "allow" and "never" in json.dumps(r), "policy.check of the host's %s:" % ll, r)
+    with sandbox(world, "v6llnever", "--policy", _policy_file(world, pol)) as name:
+        for ll in lls:
+            code, out, err = world.ctl("exec", name, "--", "python3", "-c", _CONNECT_VIA_PROXY, ll)
+            expect(" 403 " in out + " ", "CONNECT [%s]:443 through the proxy is refused by the policy:" % ll, out, err)
