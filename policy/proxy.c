@@ -441,10 +441,15 @@ static void commit(conn *c, const pol_proxy_target *t, bool allowed) {
         c->t = *t;
         c->t.live = &c->live;
         c->live.t = &c->t;
-        if (allowed) {
+        if (allowed && !c->live.cut) {
                 c->live.decided = true;
-                /* Decided under a policy replaced meanwhile. */
-                if (live_env && c->env != live_env && !c->live.cut)
+                /* Decided under a policy replaced meanwhile; or with the
+                 * policy the connection started under (c->env) after a
+                 * reload carried it over into a newer one (live.env): it
+                 * must hold there too. */
+                if (live_env && c->live.env != live_env)
+                        cut_locked(&c->live);
+                else if (live_env && c->env != c->live.env && !target_holds(c->live.env, &c->t))
                         cut_locked(&c->live);
         }
         pthread_mutex_unlock(&live_lock);
