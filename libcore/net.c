@@ -315,6 +315,20 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
                 if ((r = v6 ? enable_ipv6(v6_off[i]) : disable_ipv6(v6_off[i])) < 0)
                         return sb_error_set(ret_err, r, NULL, NULL, "%s IPv6 on %s: %s", v6 ? "enable" : "disable",
                                             v6_off[i], strerror(-r));
+        /* No link-local address on eth0 (addr_gen_mode 1, "none"): its
+         * only link is the veth, whose far end is the host, and the
+         * ULA is enough for neighbour discovery there. A connect to the
+         * host side's link-local address then leaves from the ULA, so the
+         * TCP reset that refuses it is routed back over the veth (a reset
+         * to a link-local source is routed without its scope and left by
+         * another link: the connect hung). */
+        if (v6) {
+                char path[96];
+                snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/addr_gen_mode", SANDBOX_IFNAME);
+                if ((r = core_write_string(path, "1")) < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "IPv6 addr_gen_mode on %s: %s", SANDBOX_IFNAME,
+                                            strerror(-r));
+        }
         if ((r = route_socket(&sk, ret_err)) < 0)
                 return r;
         if ((r = link_up(sk, "lo", NULL, ret_err)) < 0 || !with_eth0)

@@ -66,7 +66,7 @@ enum addrmatch {
          * 6052) forms of the IPv4 pool; the host sides of the IPv6 pool
          * (even offsets); source failing the reverse-path check. */
         DADDR6_CIDR, DADDR6_POOL, DADDR6_6TO4_POOL, DADDR6_NAT64_POOL, SADDR6_POOL, SADDR6_POOL_HOST,
-        SADDR6_RPF_MISSING, EXTHDR6_ROUTING,
+        SADDR6_RPF_MISSING, EXTHDR6_ROUTING, SADDR6_LINKLOCAL,
 };
 /* Whether a rule exists with or without an IPv6 pool (core_net_pool.prefix6). */
 enum v6when { V6_ANY, V6_ON, V6_OFF };
@@ -359,6 +359,15 @@ static const host_rule host_rules[] = {
          * cannot hide another's denials) and never lets a packet through. */
         { CORE_NFT_DENY_CHAIN, "deny: limit log to nflog",
           IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_LOG },
+        /* A TCP reset to a link-local source would be routed without the
+         * scope of the interface the packet came in on (nf_reject_ipv6
+         * looks the route up by address alone), so it leaves by another
+         * link and the sandbox waits out its connect timeout. An ICMPv6
+         * error is sent back on the incoming interface (icmp6_send() uses
+         * its index for a link-local destination): connect() fails at
+         * once (EACCES), as every denial must. */
+        { CORE_NFT_DENY_CHAIN, "deny: ip6 saddr fe80::/10 reject with icmpx admin-prohibited",
+          IF_ANY, IF_ANY, 0, SADDR6_LINKLOCAL, false, false, V_REJECT_ICMPX },
         { CORE_NFT_DENY_CHAIN, "deny: tcp reject with tcp reset",
           IF_ANY, IF_ANY, 0, ADDR_ANY, true, false, V_REJECT_TCP },
         { CORE_NFT_DENY_CHAIN, "deny: reject with icmpx admin-prohibited",
@@ -536,6 +545,9 @@ static int add_addr6(struct nftnl_rule *r, const host_rule *hr, const core_net_p
                 return add_rpf_missing(r);
         case EXTHDR6_ROUTING:
                 return add_exthdr_routing(r);
+        case SADDR6_LINKLOCAL: /* fe80::/10 */
+                net.s6_addr[0] = 0xfe, net.s6_addr[1] = 0x80;
+                return add_ip6_prefix(r, 8, &net, 10, NULL);
         default:
                 return -EINVAL;
         }

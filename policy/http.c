@@ -423,6 +423,7 @@ typedef struct upstream {
         uint8_t buf[IO_CHUNK];
         size_t off, len;
         size_t got; /* bytes read for the current request */
+        pol_proxy_live *live; /* of the target it was dialled for */
 } upstream;
 
 typedef struct conn {
@@ -917,6 +918,7 @@ static int relay_response(conn *c, bool head_req, bool *sent, bool *ret_keep) {
 static void up_close(upstream *u) {
         if (u->s.ssl)
                 SSL_free(u->s.ssl);
+        pol_proxy_live_forget(u->live, u->s.fd);
         if (u->s.fd >= 0)
                 close(u->s.fd);
         u->s = (pol_stream){ .fd = -1 };
@@ -948,6 +950,7 @@ static int up_open(conn *c, const pol_proxy_target *to, bool tls, char *why, siz
                 return r;
         }
         c->up.s.fd = fd;
+        c->up.live = to->live;
         if (tls && (r = pol_proxy_upstream_tls(c->env->upstream_tls, fd, to->host, &c->up.s.ssl, why, why_size)) < 0) {
                 up_close(&c->up);
                 return r;
@@ -974,6 +977,7 @@ static void allow_all_init(void) {
 static int forward_target(conn *c, const pol_rule *rule, pol_proxy_target *ft) {
         pol_addr a;
         memset(ft, 0, sizeof(*ft));
+        ft->live = c->t->live; /* a cut connection dials no forward target either */
         snprintf(ft->host, sizeof(ft->host), "%s", rule->forward_host);
         ft->port = rule->forward_port;
         pthread_once(&allow_all_once, allow_all_init);

@@ -26,6 +26,7 @@
 #include <strings.h>
 #include <sys/param.h>
 #include <sys/socket.h>
+#include <cjson/cJSON.h>
 #include <ldns/ldns.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -54,9 +55,25 @@ typedef enum first_bytes {
         FIRST_HTTP,
 } first_bytes;
 
+/* A live connection as pol_proxy_live_update() sees it: in live_list
+ * from the start of pol_proxy_serve() to just before its client socket is
+ * closed. Every field is under live_lock. */
+struct pol_proxy_live {
+        pol_proxy_live *prev, *next;
+        const pol_proxy_env *env;   /* the env its decision was made with */
+        const pol_proxy_target *t;  /* the decision, valid when decided */
+        int client_fd, up_fd;       /* up_fd -1 while no upstream is open */
+        bool decided, cut;
+};
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pol_proxy_live *live_list;
+static const pol_proxy_env *live_env; /* NULL until the first pol_proxy_live_update() */
+
 /* One connection's state while the decision is made. */
 typedef struct conn {
         const pol_proxy_env *env;
+        pol_proxy_live live;
         pol_stream client;
         const struct sockaddr_storage *orig; /* NULL: explicit proxy */
         uint64_t deadline;                   /* of the current wait for the client, monotonic ms */
@@ -294,8 +311,8 @@ static bool admitted_destination(const conn *c, pol_addr *ret, pol_verdict *ret_
  * is a name the policy allows, that name's rules apply (rule 7) and its
  * upstream TLS is verified against it; any other name is spliced as a
  * domain without rules. */
-static void admit_address(conn *c, const pol_host *h, uint16_t port, const pol_addr *a, const pol_verdict *av) {
-        pol_proxy_target *t = &c->t;
+static void admit_into(conn *c, pol_proxy_target *t, const pol_host *h, uint16_t port, const pol_addr *a,
+                       const pol_verdict *av) {
         pol_verdict nv;
         memset(t, 0, sizeof(*t));
         t->port = port;
@@ -318,13 +335,14 @@ static void admit_address(conn *c, const pol_host *h, uint16_t port, const pol_a
  * (pol_proxy_resolve); addresses by pol_check_address().
  * 0 allowed, -EACCES denied (c->t.verdict says why), other negative errno
  * when the name could not be resolved. */
-static int judge(conn *c, const pol_host *h, uint16_t port) {
+static void commit(conn *c, const pol_proxy_target *t, bool allowed);
+
+static int judge_into(conn *c, pol_proxy_target *t, const pol_host *h, uint16_t port) {
         const pol_proxy_env *env = c->env;
-        pol_proxy_target *t = &c->t;
         pol_addr dest;
         pol_verdict dv;
         if (admitted_destination(c, &dest, &dv)) {
-                admit_address(c, h, port, &dest, &dv);
+                admit_into(c, t, h, port, &dest, &dv);
                 return 0;
         }
         memset(t, 0, sizeof(*t));
@@ -347,6 +365,140 @@ static int judge(conn *c, const pol_host *h, uint16_t port) {
                 return r;
         t->domain = rules_domain(env->policy, h->name, port);
         return 0;
+}
+
+/* The decision is made on a copy and published whole under live_lock
+ * (commit()), so pol_proxy_live_update() never sees half of one. */
+static int judge(conn *c, const pol_host *h, uint16_t port) {
+        pol_proxy_target t;
+        int r = judge_into(c, &t, h, port);
+        commit(c, &t, r >= 0);
+        return r;
+}
+
+static void admit_address(conn *c, const pol_host *h, uint16_t port, const pol_addr *a, const pol_verdict *av) {
+        pol_proxy_target t;
+        admit_into(c, &t, h, port, a, av);
+        commit(c, &t, true);
+}
+
+/* ---- live policy updates ------------------------------------------------------------ */
+
+/* Shuts both sockets of l down (the owner closes them): a blocked read or
+ * poll of its thread wakes, and nothing more is sent either way. */
+static void cut_locked(pol_proxy_live *l) {
+        l->cut = true;
+        (void)shutdown(l->client_fd, SHUT_RDWR);
+        if (l->up_fd >= 0)
+                (void)shutdown(l->up_fd, SHUT_RDWR);
+}
+
+/* The rules of two allow entries are the same (both none, or the same
+ * pattern with the same rules as pol_policy_to_json() prints them, header
+ * values included: a rotated secret is a different rule set). */
+static bool same_rules(const pol_domain *a, const pol_domain *b) {
+        size_t na = a ? a->n_rules : 0, nb = b ? b->n_rules : 0;
+        if (na == 0 && nb == 0)
+                return true;
+        if (na != nb)
+                return false;
+        pol_policy pa = { .mode = POL_MODE_CUSTOM, .allow_is_object = true, .domains = (pol_domain *)a, .n_domains = 1 };
+        pol_policy pb = { .mode = POL_MODE_CUSTOM, .allow_is_object = true, .domains = (pol_domain *)b, .n_domains = 1 };
+        cJSON *ja = pol_policy_to_json(&pa, false), *jb = pol_policy_to_json(&pb, false);
+        bool same = ja && jb && cJSON_Compare(ja, jb, true);
+        cJSON_Delete(ja);
+        cJSON_Delete(jb);
+        return same;
+}
+
+/* Whether env's policy makes the decision t again, from memory: the same
+ * checks judge() made (by address for an address or a subnets.allow
+ * admission, else the name with the addresses the proxy resolved), and the
+ * same rule set. */
+static bool target_holds(const pol_proxy_env *env, const pol_proxy_target *t) {
+        pol_verdict v;
+        const pol_domain *d = NULL;
+        if (t->n_addrs == 0)
+                return false;
+        if (t->is_addr || t->verdict.layer == POL_LAYER_SUBNET_ALLOW) {
+                if (t->n_addrs != 1 || !pol_check_address(env->policy, &t->addrs[0], env->never, env->n_never, &v))
+                        return false;
+                if (t->verdict.layer == POL_LAYER_SUBNET_ALLOW && v.layer != POL_LAYER_SUBNET_ALLOW)
+                        return false;
+                if (!t->is_addr && pol_check_name(env->policy, t->host, t->port, &v))
+                        d = rules_domain(env->policy, t->host, t->port);
+        } else {
+                if (!pol_check_resolved(env->policy, t->host, t->port, t->addrs, t->n_addrs, env->never, env->n_never,
+                                        &v))
+                        return false;
+                d = rules_domain(env->policy, t->host, t->port);
+        }
+        return same_rules(t->domain, d);
+}
+
+static void commit(conn *c, const pol_proxy_target *t, bool allowed) {
+        pthread_mutex_lock(&live_lock);
+        c->t = *t;
+        c->t.live = &c->live;
+        c->live.t = &c->t;
+        if (allowed && !c->live.cut) {
+                c->live.decided = true;
+                /* Decided under a policy replaced meanwhile; or with the
+                 * policy the connection started under (c->env) after a
+                 * reload carried it over into a newer one (live.env): it
+                 * must hold there too. */
+                if (live_env && c->live.env != live_env)
+                        cut_locked(&c->live);
+                else if (live_env && c->env != c->live.env && !target_holds(c->live.env, &c->t))
+                        cut_locked(&c->live);
+        }
+        pthread_mutex_unlock(&live_lock);
+}
+
+void pol_proxy_live_update(const pol_proxy_env *env) {
+        pthread_mutex_lock(&live_lock);
+        live_env = env;
+        for (pol_proxy_live *l = live_list; l; l = l->next) {
+                if (l->cut)
+                        continue;
+                if (!l->decided || !target_holds(env, l->t))
+                        cut_locked(l);
+                else
+                        l->env = env; /* judged again: holds under env */
+        }
+        pthread_mutex_unlock(&live_lock);
+}
+
+void pol_proxy_live_forget(pol_proxy_live *live, int fd) {
+        if (!live || fd < 0)
+                return;
+        pthread_mutex_lock(&live_lock);
+        if (live->up_fd == fd)
+                live->up_fd = -1;
+        pthread_mutex_unlock(&live_lock);
+}
+
+static void live_register(conn *c) {
+        pthread_mutex_lock(&live_lock);
+        c->live = (pol_proxy_live){ .env = c->env, .t = &c->t, .client_fd = c->client.fd, .up_fd = -1 };
+        c->live.next = live_list;
+        if (live_list)
+                live_list->prev = &c->live;
+        live_list = &c->live;
+        if (live_env && c->env != live_env)
+                cut_locked(&c->live);
+        pthread_mutex_unlock(&live_lock);
+}
+
+static void live_unregister(conn *c) {
+        pthread_mutex_lock(&live_lock);
+        if (c->live.prev)
+                c->live.prev->next = c->live.next;
+        else
+                live_list = c->live.next;
+        if (c->live.next)
+                c->live.next->prev = c->live.prev;
+        pthread_mutex_unlock(&live_lock);
 }
 
 /* ---- DNS --------------------------------------------------------------------------- */
@@ -542,7 +694,9 @@ static int peek_hello(conn *c, hello *h) {
 
 /* ---- upstream ------------------------------------------------------------------------- */
 
-static int dial_one(const pol_addr *a, uint16_t port, int timeout_ms) {
+static int dial_wait(int fd, int cr, int timeout_ms);
+
+static int dial_one(const pol_addr *a, uint16_t port, int timeout_ms, pol_proxy_live *live) {
         struct sockaddr_storage ss = {};
         socklen_t len;
         if (a->family == AF_INET) {
@@ -561,9 +715,34 @@ static int dial_one(const pol_addr *a, uint16_t port, int timeout_ms) {
         _cleanup_close_ int fd = socket(a->family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return negative_errno();
-        if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
-                if (errno != EINPROGRESS)
-                        return negative_errno();
+        /* The SYN leaves inside connect(): checked and sent under
+         * live_lock, so no dial of a cut connection starts after
+         * pol_proxy_live_update() returned. */
+        int cr = 0;
+        if (live) {
+                pthread_mutex_lock(&live_lock);
+                if (live->cut) {
+                        pthread_mutex_unlock(&live_lock);
+                        return -ECONNABORTED;
+                }
+                cr = connect(fd, (struct sockaddr *)&ss, len) < 0 ? -errno : 0;
+                live->up_fd = fd;
+                pthread_mutex_unlock(&live_lock);
+        } else
+                cr = connect(fd, (struct sockaddr *)&ss, len) < 0 ? -errno : 0;
+        int r = dial_wait(fd, cr, timeout_ms);
+        if (r < 0) {
+                pol_proxy_live_forget(live, fd);
+                return r;
+        }
+        return TAKE_FD(fd);
+}
+
+/* Completes the non-blocking connect of dial_one() (cr: its result). */
+static int dial_wait(int fd, int cr, int timeout_ms) {
+        if (cr < 0) {
+                if (cr != -EINPROGRESS)
+                        return cr;
                 struct pollfd p = { .fd = fd, .events = POLLOUT };
                 int k = poll(&p, 1, timeout_ms), err = 0;
                 socklen_t el = sizeof(err);
@@ -579,7 +758,7 @@ static int dial_one(const pol_addr *a, uint16_t port, int timeout_ms) {
                 return r;
         set_timeouts(fd, timeout_ms);
         set_nodelay(fd);
-        return TAKE_FD(fd);
+        return 0;
 }
 
 /* The last check before a connect(): the proxy dials from the host's
@@ -598,7 +777,9 @@ int pol_proxy_dial(const pol_proxy_target *t, int timeout_ms) {
         for (size_t i = 0; i < t->n_addrs; i++) {
                 if ((r = dial_allowed(&t->addrs[i])) < 0)
                         continue;
-                r = dial_one(&t->addrs[i], t->port, timeout_ms);
+                r = dial_one(&t->addrs[i], t->port, timeout_ms, t->live);
+                if (r == -ECONNABORTED)
+                        return r;
                 if (r >= 0)
                         return r;
         }
@@ -697,7 +878,7 @@ out:
 
 /* Connects to c->t and splices; an unreachable upstream becomes an event. */
 static void splice_to_target(conn *c) {
-        _cleanup_close_ int up = dial(c->env, &c->t);
+        int up = dial(c->env, &c->t);
         if (up < 0) {
                 report(c, c->t.host, c->port, "upstream-unreachable", &c->t.verdict,
                        "cannot connect to %s:%u: %s", c->t.host, c->port,
@@ -705,6 +886,8 @@ static void splice_to_target(conn *c) {
                 return;
         }
         (void)tunnel(c->client.fd, up);
+        pol_proxy_live_forget(&c->live, up);
+        close(up);
 }
 
 /* A ClientHello without SNI: refused unless the original destination is
@@ -983,6 +1166,7 @@ void pol_proxy_serve(const pol_proxy_env *env, int client_fd, const struct socka
         /* Transparent: the port the client dialled is the upstream port. */
         if (orig)
                 c.port = sockaddr_port(orig);
+        live_register(&c);
         if (classify(&c, &k) >= 0) {
                 if (k == FIRST_HTTP)
                         serve_http(&c);
@@ -993,5 +1177,6 @@ void pol_proxy_serve(const pol_proxy_env *env, int client_fd, const struct socka
                         refuse_tls(&c, "", "bad-request", &v, "TLS must go through CONNECT");
                 }
         }
+        live_unregister(&c);
         closep(&client_fd);
 }

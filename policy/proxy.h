@@ -116,6 +116,8 @@ typedef struct pol_stream {
 
 /* The destination the front judged allowed. addrs were resolved by the
  * proxy itself and each passed pol_check_resolved()/pol_check_address(). */
+typedef struct pol_proxy_live pol_proxy_live;
+
 typedef struct pol_proxy_target {
         char host[POL_NAME_MAX + 1]; /* normalised name, or address text when is_addr */
         bool is_addr;
@@ -125,7 +127,27 @@ typedef struct pol_proxy_target {
         pol_addr addrs[POL_PROXY_MAX_ADDRS];
         size_t n_addrs;
         pol_verdict verdict;
+        pol_proxy_live *live;        /* the connection this target serves (pol_proxy_live_update()
+                                        cuts it); NULL: none */
 } pol_proxy_target;
+
+/* Makes env the policy in force for every proxied connection
+ * (DESIGN §5.1 rule 9, docs/POLICY.md "Live update"). Every live
+ * connection of pol_proxy_serve() is judged again against env: one whose
+ * target (host, port, addresses, how it was admitted) env no longer
+ * allows, or whose rule set (the allow entry's rules) differs, or that had
+ * not been decided yet, or that was decided under another env, is cut
+ * (both sockets shut down, so no byte of it moves any more) before this
+ * returns; so is every connection that registers later under an older
+ * env. Dials of a cut connection are refused (-ECONNABORTED). Judges
+ * from memory only (no DNS), bounded by the number of connections. env
+ * must stay valid until the next call. Thread-safe. */
+void pol_proxy_live_update(const pol_proxy_env *env);
+
+/* Forgets the upstream socket fd of live (from pol_proxy_dial()) before
+ * its owner closes it, so a later cut cannot reach a reused descriptor.
+ * Accepts NULL live and a negative fd. */
+void pol_proxy_live_forget(pol_proxy_live *live, int fd);
 
 /* Serves HTTP/1.1 requests arriving on `client` for target `t` until either
  * side closes or a request is refused. `pre`/`n_pre` are bytes the front

@@ -288,7 +288,7 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
         struct ifaddrs *ifa = NULL;
         if (getifaddrs(&ifa) < 0)
                 ifa = NULL;
-        size_t n = 1, cap = 2;
+        size_t n = 1, cap = 3;
         for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
                 cap++;
         pol_cidr *v = calloc(cap, sizeof(*v));
@@ -306,6 +306,16 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
                 memcpy(v[n].addr.bytes, &m->pool.base6, 16);
                 v[n++].prefix = m->pool.prefix6;
         }
+        /* Every IPv6 link-local address (fe80::/10, RFC 4291 §2.5.6): the
+         * only link a sandbox has is its veth, whose far end is the host,
+         * and the proxy dials from the host, where a link-local address is
+         * one of the host's own links (its uplinks' addresses, the host
+         * sides of the veths) or a neighbour on them. So no subnets.allow
+         * (which opens a forbidden range it names) opens one: one row for
+         * the whole range, as for the pool, however many links there are. */
+        v[n].addr.family = AF_INET6;
+        v[n].addr.bytes[0] = 0xfe, v[n].addr.bytes[1] = 0x80;
+        v[n++].prefix = 10;
         for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
                 if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
                         continue;

@@ -35,8 +35,10 @@
  * (after the drop it may not be allowed to open FILE again), swaps it in for
  * every query and connection that starts afterwards, and reports
  * {"reloaded":true,"bytes":N} or {"reloaded":false,"message":"..."} (the
- * policy in force then stays unchanged). Connections already decided keep
- * the policy they were judged by.
+ * policy in force then stays unchanged). The answer comes once every live
+ * proxied connection has been judged again under the new policy and each
+ * one it decides differently (verdict or rule set) is cut
+ * (pol_proxy_live_update()).
  *
  * It answers DNS on ADDR:PORT over UDP and TCP (PORT 0: a free port, the
  * same for both), judges queries with policy/dns.c against the
@@ -125,7 +127,8 @@ typedef struct inflight {
  * and every proxied connection holds a reference while it uses one (a
  * proxied connection keeps pointers into its policy for its whole life), so
  * a reload swaps `current` at once for everything that starts afterwards,
- * and the old policy is freed by its last user. */
+ * cuts the live connections the new one decides differently, and the old
+ * policy is freed by its last user. */
 typedef struct snapshot {
         pol_policy *policy;
         pol_proxy_env env;
@@ -212,6 +215,10 @@ static int snap_install(pol_policy *p, envelope *e) {
         old = current;
         current = n;
         pthread_mutex_unlock(&snap_lock);
+        /* Every live proxied connection is judged again and cut unless the
+         * new policy makes the same decision (rule 9), before the old
+         * policy can be freed and before a reload is answered. */
+        pol_proxy_live_update(&n->env);
         snap_put(old);
         return 0;
 }

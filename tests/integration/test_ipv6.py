@@ -492,3 +492,79 @@ def test_the_resolver_is_the_ipv4_gateway_and_the_ipv6_gateway_answers_no_dns(wo
             with open(world.tmp + "/dnsmasq.log", errors="replace") as f:
                 expect(qname not in f.read(), "%s: a query to the IPv6 gateway reached the upstream resolver"
                        % args[0])
+
+
+# A connect to a link-local address with its scope id (the CONNECT helper of
+# test_policy_rules passes the host text to connect(), which has no scope).
+_CONNECT_SCOPED = r'''
+import errno, json, socket, sys, time
+host, port, ifname = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(3)
+t = time.monotonic()
+try:
+    s.connect((host, port, 0, socket.if_nametoindex(ifname))); r = {"ok": True}
+except socket.timeout:
+    r = {"ok": False, "error": "timeout", "errno": None}
+except OSError as e:
+    r = {"ok": False, "error": errno.errorcode.get(e.errno, str(e.errno)), "errno": e.errno}
+r["ms"] = (time.monotonic() - t) * 1000
+print(json.dumps(r))
+'''
+
+
+def test_every_port_of_the_gateways_link_local_address_is_refused_at_once(world):
+    """A connect to the host side's link-local address (scope eth0) is
+    refused as fast as the same port on its ULA, in every mode and on every
+    port: the gateway's services (53, 3128), the redirected web ports and
+    any other. (A TCP reset to the sandbox's link-local source left by
+    another link: the connect hung for its whole timeout.)"""
+    pol = _policy_file(world, {"allow": ["api6.public.test"]})
+    ports = (22, 53, 80, 443, 853, 3128, W.LISTEN_PORT, 8080)
+    for mode in (["--allow-all"], ["--policy", pol]):
+        with sandbox(world, "v6ll", *mode) as name:
+            _ifname, ll = _host_side(world, name)
+            expect(ll, "the host side of the veth has a link-local address")
+            # Had the sandbox a link-local address of its own, it would be
+            # tentative for a while (DAD) and connect() would fail locally
+            # (EINVAL) without sending anything: wait until it is not.
+            poll(lambda: "tentative" not in sh(world, name, "ip -6 addr show dev eth0 scope link")[1], 10,
+                 "the sandbox's link-local address (if any) to be usable")
+            for port in ports:
+                r = _py(world, name, _CONNECT_SCOPED, ll, port, "eth0")
+                expect(r.get("error") != "EINVAL", "the connect reached the network:", r)
+                _refused_fast(r, "%s to [%s%%eth0]:%d" % (mode[0], ll, port))
+
+
+_CONNECT_VIA_PROXY = r'''
+import os, socket, sys
+ph, pp = os.environ["HTTPS_PROXY"].split("//")[1].rstrip("/").rsplit(":", 1)
+s = socket.create_connection((ph, int(pp)), timeout=5)
+s.sendall(("CONNECT [%s]:443 HTTP/1.1\r\nHost: [%s]:443\r\n\r\n" % (sys.argv[1], sys.argv[1])).encode())
+data = b""
+while b"\r\n\r\n" not in data:
+    c = s.recv(4096)
+    if not c:
+        break
+    data += c
+print(data.split(b"\r\n")[0].decode() if data else "closed")
+'''
+
+
+def test_subnets_allow_of_link_local_never_opens_the_hosts_own_link_local_addresses(world):
+    """subnets.allow ["fe80::/10"] opens the link-local forbidden range for
+    what it names, but every link-local address a sandbox can name is on
+    one of the host's own links: the policy layer refuses them as never,
+    not only the proxy's route check. The world host's uplink link-local
+    address: policy.check says deny (never), and a CONNECT to it through
+    the proxy is refused with 403 before any dial."""
+    out = world.run_in_host(["ip", "-6", "-o", "addr", "show", "scope", "link"]).stdout
+    lls = [ln.split()[3].split("/")[0] for ln in out.splitlines() if not ln.split()[1].startswith("sbx")]
+    expect(lls, "the world host has an uplink link-local address:", out)
+    pol = {"allow": ["api6.public.test"], "subnets": {"allow": ["fe80::/10"]}}
+    for ll in lls:
+        r = world.rpc_result("policy.check", {"networkPolicy": pol, "host": ll, "port": 443})
+        expect(r.get("decision") != "allow" and "never" in json.dumps(r), "policy.check of the host's %s:" % ll, r)
+    with sandbox(world, "v6llnever", "--policy", _policy_file(world, pol)) as name:
+        for ll in lls:
+            code, out, err = world.ctl("exec", name, "--", "python3", "-c", _CONNECT_VIA_PROXY, ll)
+            expect(" 403 " in out + " ", "CONNECT [%s]:443 through the proxy is refused by the policy:" % ll, out, err)

@@ -103,6 +103,7 @@ NEIGHBOUR_ADDR = "198.51.100.2"
 #   api6.public.test     PUB6_API_ADDR only (AAAA)
 #   dual.public.test     PUB_API_ADDR (A) and PUB6_API_ADDR (AAAA)
 #   other6.public.test   PUB6_OTHER_ADDR
+#   keep6.public.test, gone6.public.test   PUB6_API_ADDR only (AAAA)
 # (the echo servers of api.public.test also listen on PUB6_API_ADDR)
 # and rebinding answers: loop6 ::1, mapped6 ::ffff:127.0.0.1, meta6
 # ::ffff:169.254.169.254, nat64meta 64:ff9b::a9fe:a9fe, sixtofour
@@ -114,7 +115,8 @@ PUB6_API_ADDR = "2a05:5::10"
 PUB6_OTHER_ADDR = "2a05:5::11"
 PUB6_ATTACKER_ADDR = "2a05:5::13"
 WORLD_TLS_NAMES = ("api.public.test", "allowed.test", "blocked.test", "forward.public.test",
-                   "attacker.test", "git.public.test")
+                   "attacker.test", "git.public.test", "api6.public.test", "keep6.public.test",
+                   "gone6.public.test")
 
 
 class WorldError(Exception):
@@ -675,6 +677,9 @@ class World:
             "--address=/api6.public.test/" + PUB6_API_ADDR,
             "--host-record=dual.public.test," + PUB_API_ADDR + "," + PUB6_API_ADDR,
             "--address=/other6.public.test/" + PUB6_OTHER_ADDR,
+            # Two more IPv6-only names of the echo servers (test_policy_live_proxy.py).
+            "--address=/keep6.public.test/" + PUB6_API_ADDR,
+            "--address=/gone6.public.test/" + PUB6_API_ADDR,
             "--address=/loop6.public.test/::1",
             "--address=/mapped6.public.test/::ffff:127.0.0.1",
             "--address=/meta6.public.test/::ffff:169.254.169.254",

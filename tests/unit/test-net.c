@@ -205,7 +205,8 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 "set lograte {\n\t\ttype ifname\n\t\tsize 65536\n\t\tflags dynamic\n\t}",
                 "chain deny {\n\t\tadd @lograte { iifname limit rate 50/second burst 100 packets } log prefix "
                 "\"sandboxd deny\" "
-                "group 4242 snaplen 64\n\t\tmeta l4proto tcp reject with tcp reset\n"
+                "group 4242 snaplen 64\n\t\tip6 saddr fe80::/10 reject with icmpx admin-prohibited\n"
+                "\t\tmeta l4proto tcp reject with tcp reset\n"
                 "\t\treject with icmpx admin-prohibited\n\t}",
         };
         for (size_t i = 0; i < ELEMENTSOF(expected); i++) {
@@ -213,7 +214,7 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                         fail_msg("expected once: %s\nin:\n%s", expected[i], out);
         }
         /* Only the deny chain rejects or logs: nothing is denied unlogged. */
-        assert_int_equal(count_substr(out, "reject"), 2);
+        assert_int_equal(count_substr(out, "reject"), 3);
         assert_int_equal(count_substr(out, " log "), 1);
         free(out);
         out = run_capture("nft --debug=netlink list chain inet sandboxd forward 2>&1", &status);

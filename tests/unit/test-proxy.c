@@ -796,6 +796,52 @@ static void test_garbage_request_gets_400(void **state) {
 
 /* ---- end to end: sandbox-netd --proxy on loopback ---- */
 
+/* pol_proxy_live_update() (rule 9): a CONNECT granted under the old policy
+ * whose first bytes come after the update is cut before the call returns
+ * and never dialled; a tunnel the new policy still allows the same way
+ * carries on. */
+static void test_live_update_cuts_a_granted_connect_the_new_policy_denies(void **state) {
+        upstream ub;
+        proxy_run pa, pb;
+        char head[1024], req[128];
+        uint16_t aport;
+        size_t n;
+        uint8_t buf[64];
+        int la = listen_on("198.18.0.2", &aport);
+        upstream_start(&ub, "198.18.0.3");
+        int ca = proxy_start(&pa, NULL, 0);
+        snprintf(req, sizeof(req), "CONNECT a.test:%u HTTP/1.1\r\nHost: a.test:%u\r\n\r\n", aport, aport);
+        send_str(ca, req);
+        read_head(ca, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        int cb = proxy_start(&pb, NULL, 0);
+        snprintf(req, sizeof(req), "CONNECT b.test:%u HTTP/1.1\r\nHost: b.test:%u\r\n\r\n", ub.port, ub.port);
+        send_str(cb, req);
+        read_head(cb, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+
+        pol_policy *p2 = policy_from("{\"allow\": {\"b.test\": []}, \"subnets\": {\"allow\": [\"198.18.0.3/32\"]}}");
+        pol_proxy_env env2 = env;
+        env2.policy = p2;
+        pol_proxy_live_update(&env2);
+        /* Cut already: the client reads EOF without waiting. */
+        assert_true(readable(ca, 0));
+        assert_int_equal(recv(ca, buf, sizeof(buf), MSG_DONTWAIT), 0);
+        uint8_t *hello = client_hello("a.test", &n);
+        (void)send(ca, hello, n, MSG_NOSIGNAL);
+        proxy_finish(&pa, ca);
+        assert_false(upstream_saw_connection(la));
+        free(hello);
+        close(la);
+
+        hello = client_hello("b.test", &n);
+        expect_tunnel(cb, &ub, hello, n);
+        proxy_finish(&pb, cb);
+        free(hello);
+        pol_proxy_live_update(&env); /* the other tests' policy again */
+        pol_policy_free(p2);
+}
+
 static pid_t netd_pid = -1;
 static char netd_policy[] = "/tmp/test-proxy-policy-XXXXXX";
 
@@ -1031,6 +1077,7 @@ int main(void) {
                 cmocka_unit_test(test_rules_of_a_pattern_with_port_apply_on_that_port),
                 cmocka_unit_test(test_absolute_uri_with_userinfo_is_refused_saying_so),
                 cmocka_unit_test(test_request_head_over_64k_gets_431),
+                cmocka_unit_test(test_live_update_cuts_a_granted_connect_the_new_policy_denies),
                 cmocka_unit_test_teardown(test_netd_proxy_tunnels_allowed_connect_and_reports_denials, netd_teardown),
                 cmocka_unit_test_teardown(test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid,
                                           netd_teardown),
