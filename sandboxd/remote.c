@@ -28,11 +28,13 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include "libcore/log.h"
+#include "libcore/route.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/remote.h"
 #include "sandboxd/text.h"
+#include "policy/match.h"
 
 /* RFC 5280 Appendix A upper bounds: ub-common-name and
  * ub-organization-name are 64 characters. */
@@ -630,4 +632,32 @@ static int authorize(rpc_request *req, void *userdata, sb_error **ret_err) {
                 if (streq(method_access[i].method, req->method))
                         return authorize_tag(req, m, id, method_access[i].access, method_access[i].field, ret_err);
         return refuse(req, id, ret_err, "%s is not open to tag roles", TEXT_Q(req->method));
+}
+
+bool remote_conn_is_tag_role(const rpc_conn *c) {
+        const remote_identity *id = c ? rpc_conn_identity(c) : NULL;
+        return id && id->role == REMOTE_ROLE_TAG;
+}
+
+#define SOURCE_GUARD_TEXT "not a public address; remote clients fetch sources from public addresses only"
+
+const char *remote_source_guard(const struct sockaddr *sa) {
+        if (!sa)
+                return SOURCE_GUARD_TEXT;
+        pol_addr a = {.family = sa->sa_family};
+        if (sa->sa_family == AF_INET)
+                memcpy(a.bytes, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+        else if (sa->sa_family == AF_INET6)
+                memcpy(a.bytes, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
+        else
+                return SOURCE_GUARD_TEXT;
+        const pol_range *row = pol_addr_classify(&a);
+        if (row && row->kind != POL_RANGE_DOCUMENTATION)
+                return SOURCE_GUARD_TEXT;
+        /* The kernel's view, as the egress proxy asks it before each dial
+         * (policy/proxy.c): an address of this host (whenever it was added)
+         * is RTN_LOCAL; a failed ask fails closed. */
+        if (core_route_is_unicast(a.family, a.bytes, NULL) != 1)
+                return SOURCE_GUARD_TEXT;
+        return NULL;
 }

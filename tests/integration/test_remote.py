@@ -477,3 +477,103 @@ def test_a_bad_tls_file_stops_the_start_naming_the_key(world):
         _state.clear()
         world.stop_sandboxd()
         world.start_sandboxd()
+
+
+_SRC_SERVER = r"""
+import http.server, sys
+addr, port, body, location = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+data = open(body, "rb").read() if body != "-" else b""
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if location != "-" and self.path.startswith("/r"):
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer((addr, port), H)
+print("ready", flush=True)
+s.serve_forever()
+"""
+
+
+def _source_servers(world):
+    """A host-only service on 127.0.0.1:18081 of the daemon's namespace
+    serving a tarball, and a server of the fake internet on
+    HTTP_ADDR:18082 that serves the same tarball at /ok.tgz and redirects
+    /r* to the host-only one. Started once per world."""
+    if _state.get("src_servers") == world.id:
+        return
+    import tarfile
+    d = tempfile.mkdtemp(prefix="remote-src-", dir=world.tmp)
+    secret = os.path.join(d, "secret.txt")
+    with open(secret, "w") as f:
+        f.write("host-only-secret\n")
+    tgz = os.path.join(d, "x.tgz")
+    with tarfile.open(tgz, "w:gz") as t:
+        t.add(secret, arcname="secret.txt")
+    script = os.path.join(d, "srv.py")
+    with open(script, "w") as f:
+        f.write(_SRC_SERVER)
+    world._spawn("src-loopback", "host", [sys.executable, script, "127.0.0.1", "18081", tgz, "-"], ready=True)
+    world._spawn("src-redirector", "net", [sys.executable, script, W.HTTP_ADDR, "18082", tgz,
+                                            "http://127.0.0.1:18081/x.tgz"], ready=True)
+    _state["src_servers"] = world.id
+
+
+def test_a_tag_role_cannot_fetch_sources_from_the_daemon_host_or_private_addresses(world):
+    st = _setup(world)
+    _source_servers(world)
+    public = "http://%s:18082" % W.HTTP_ADDR
+    made = []
+    try:
+        # A public source works for the tag role: the first hop is allowed.
+        r = _call(world, st, "tag", {"method": "sandbox.create",
+                                     "params": {"source": {"type": "tarball", "url": public + "/ok.tgz"}}})
+        expect(r["ok"] and "result" in r["answers"][0], "a public tarball for a tag role:", r)
+        made.append(r["answers"][0]["result"]["name"])
+        texts = {}
+        for key, src in (
+                ("loopback-open", {"type": "tarball", "url": "http://127.0.0.1:18081/x.tgz"}),
+                ("loopback-closed", {"type": "tarball", "url": "http://127.0.0.1:18089/x.tgz"}),
+                ("redirect", {"type": "tarball", "url": public + "/r.tgz"}),
+                ("host-addr", {"type": "tarball", "url": "http://%s:18089/x.tgz" % W.HOST_ADDR}),
+                ("host-addr-open", {"type": "tarball", "url": "http://%s:%d/x.tgz" % (W.HOST_ADDR, PORT)}),
+                ("private", {"type": "tarball", "url": "http://10.0.0.1/x.tgz"}),
+                ("mapped6", {"type": "tarball", "url": "http://[::ffff:127.0.0.1]:18081/x.tgz"}),
+                ("git-loopback", {"type": "git", "url": "http://127.0.0.1:18081/x.git"}),
+                ("git-redirect", {"type": "git", "url": public + "/r.git"})):
+            r = _call(world, st, "tag", {"method": "sandbox.create", "params": {"source": src}})
+            expect(r["ok"], "tag client I/O:", r)
+            a = r["answers"][0]
+            if "result" in a:
+                made.append(a["result"]["name"])
+            err = a.get("error") or {}
+            expect_eq((err.get("data") or {}).get("reason"), "source_failed", "%s source for a tag role: %s" % (key, a))
+            texts[key] = err.get("message", "")
+        # Never the host-only content, and one text whatever was behind
+        # the address (an open or a closed port, a redirect).
+        for key, text in texts.items():
+            expect("host-only-secret" not in text, key, text)
+        for key in ("loopback-open", "loopback-closed", "redirect", "host-addr", "host-addr-open", "private",
+                    "mapped6", "git-loopback"):
+            expect("remote clients fetch sources from public addresses only" in texts[key],
+                   "%s: the uniform refusal:" % key, texts[key])
+        expect_eq(texts["loopback-open"], texts["loopback-closed"], "open and closed loopback ports read the same")
+        expect_eq(texts["host-addr"].replace("18089", "P"), texts["host-addr-open"].replace(str(PORT), "P"),
+                  "open and closed host ports read the same")
+        expect("error: 302" in texts["git-redirect"] or "public addresses only" in texts["git-redirect"],
+               "git does not follow the redirect:", texts["git-redirect"])
+        # A local client keeps the host's own network (its operator's choice).
+        msg = st["daemon"].rpc("sandbox.create", {"source": {"type": "tarball", "url": "http://127.0.0.1:18081/x.tgz"}})
+        expect("result" in msg, "a loopback source on the Unix socket:", msg)
+        made.append(msg["result"]["name"])
+    finally:
+        for n in made:
+            st["daemon"].rpc("sandbox.delete", {"name": n})
