@@ -152,7 +152,7 @@ static const config_key config_keys[] = {
         { "maxConnectionsPerAddress", KEY_UINT, OFF(max_conns_addr), 1, 1000000,
           "Open TLS connections from one client IP address; one over it is closed at once.", NULL },
         { "maxTlsHandshakes", KEY_UINT, OFF(max_tls_handshakes), 1, 100000,
-          "TLS handshakes in progress at a time; a connection over it is closed at once.", NULL },
+          "TLS handshakes in progress at a time (one client address, or IPv6 /64, holds at most a quarter of them); a connection over it is closed at once.", NULL },
         /* Read by the event loop only, so a reload may replace them. */
         { "logLevel",         KEY_LEVEL,  OFF(log_level), 0, 0,
           "The most verbose level logged: debug, info, notice, warning or error.",
@@ -275,7 +275,7 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .userns = true,
                 .userns_base = 100000000,
                 .userns_size = 4096 * 65536ULL,
-                .tls_handshake_timeout_ms = 10000,
+                .tls_handshake_timeout_ms = 5000,
                 .max_conns_remote = 256,
                 .max_conns_addr = 64,
                 .max_tls_handshakes = 64,

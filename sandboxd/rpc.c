@@ -143,7 +143,7 @@ typedef struct tls_listener {
 } tls_listener;
 
 #define RPC_TLS_LISTENERS_MAX 8
-#define RPC_TLS_HANDSHAKE_MS_DEFAULT 10000u
+#define RPC_TLS_HANDSHAKE_MS_DEFAULT 5000u
 #define RPC_TLS_CONNS_DEFAULT 256u
 #define RPC_TLS_CONNS_ADDR_DEFAULT 64u
 #define RPC_TLS_HANDSHAKES_DEFAULT 64u
@@ -1695,6 +1695,32 @@ static void tcp_set_liveness(int fd) {
         (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
 }
 
+/* True when a and b are one client for the handshake share: the same IPv4
+ * address (v4-mapped), or the same IPv6 /64 (one subnet, RFC 4291 §2.5.4,
+ * which a single host commonly holds whole). */
+static bool same_client(const struct in6_addr *a, const struct in6_addr *b) {
+        if (IN6_IS_ADDR_V4MAPPED(a) || IN6_IS_ADDR_V4MAPPED(b))
+                return memcmp(a, b, sizeof(*a)) == 0;
+        return memcmp(a, b, 8) == 0;
+}
+
+/* Handshakes in progress from addr's client (same_client). The list holds
+ * at most maxConnectionsRemote TLS connections plus the local ones. */
+static unsigned handshakes_from(const rpc_server *s, const struct in6_addr *addr) {
+        unsigned n = 0;
+        for (const rpc_conn *c = s->conns; c; c = c->next)
+                if (c->ssl && c->handshaking && same_client(&c->addr, addr))
+                        n++;
+        return n;
+}
+
+/* A client's share of maxTlsHandshakes: a quarter (at least 1), so one
+ * address (or IPv6 /64) cannot hold every handshake slot with connections
+ * that never speak. */
+static unsigned handshake_share(const rpc_server *s) {
+        return s->tls_max_handshakes / 4 ? s->tls_max_handshakes / 4 : 1;
+}
+
 static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *sa) {
         rpc_server *s = l->server;
         char peer[64];
@@ -1706,7 +1732,9 @@ static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *
                          : addr_conns_get(s, &addr) >= s->tls_max_conns_addr
                                  ? "too many TLS connections from this address (maxConnectionsPerAddress)"
                          : s->tls_handshakes >= s->tls_max_handshakes ? "too many TLS handshakes in progress (maxTlsHandshakes)"
-                                                                      : NULL;
+                         : handshakes_from(s, &addr) >= handshake_share(s)
+                                 ? "too many TLS handshakes in progress from this address (a quarter of maxTlsHandshakes)"
+                                 : NULL;
         if (over) {
                 tls_log_refusal(s, peer, over);
                 close(fd);

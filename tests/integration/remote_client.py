@@ -14,6 +14,10 @@ Modes (one JSON object on stdout):
            {"closed_after_s": S}
   flood    --count N connections that never speak; how many the daemon
            closed at once: {"closed_at_once": N, "open": N}
+  hold     keeps --count connections that never speak open for --hold
+           seconds, opening a new one whenever the daemon closes one (a
+           handshake flood); prints {"holding": N} once they are open, then
+           {"reopened": N} at the end
   events   TLS, subscribe, then wait for --wait-sandbox's event and print
            every event received until then: {"events": [...]}
 """
@@ -47,7 +51,8 @@ def read_line(f):
 
 def mode_tls(a):
     try:
-        raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+        raw = socket.create_connection((a.host, a.port), timeout=a.timeout,
+                                       source_address=(a.source, 0) if a.source else None)
         s = context(a).wrap_socket(raw)
         s.settimeout(a.timeout)
         f = s.makefile("rb")
@@ -241,6 +246,39 @@ def mode_flood(a):
     return {"closed_at_once": closed, "open": a.count - closed}
 
 
+def mode_hold(a):
+    import select
+
+    def dial():
+        try:
+            return socket.create_connection((a.host, a.port), timeout=a.timeout)
+        except OSError:
+            return None
+    socks = [x for x in (dial() for _ in range(a.count)) if x]
+    print(json.dumps({"holding": len(socks)}), flush=True)
+    reopened = 0
+    deadline = time.monotonic() + a.hold
+    while time.monotonic() < deadline:
+        r, _, _ = select.select(socks, [], [], 0.05) if socks else ([], [], [])
+        for x in r:
+            try:
+                data = x.recv(1)
+            except OSError:
+                data = b""
+            if data == b"":
+                socks.remove(x)
+                x.close()
+        while len(socks) < a.count and time.monotonic() < deadline:
+            n = dial()
+            if not n:
+                break
+            socks.append(n)
+            reopened += 1
+    for x in socks:
+        x.close()
+    return {"reopened": reopened}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
@@ -255,9 +293,10 @@ def main():
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--wait-sandbox")
     p.add_argument("--hold", type=float, default=3.0)
+    p.add_argument("--source", help="the local address to connect from (tls mode)")
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
+    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

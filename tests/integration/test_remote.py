@@ -577,3 +577,23 @@ def test_a_tag_role_cannot_fetch_sources_from_the_daemon_host_or_private_address
     finally:
         for n in made:
             st["daemon"].rpc("sandbox.delete", {"name": n})
+
+
+def test_one_address_cannot_take_every_tls_handshake(world):
+    """A flood of silent connections from one address, kept up for the
+    whole test, takes at most its share (a quarter) of maxTlsHandshakes
+    (8): a client from another address completes its handshake meanwhile."""
+    st = _setup(world)
+    p = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "hold", HOST, str(PORT),
+                          "--count", "10", "--hold", "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        expect(json.loads(p.stdout.readline()).get("holding", 0) >= 8, "the flood is open")
+        for _ in range(5):
+            r = _raw(world, st, "tls", json.dumps({"method": "daemon.info"}), "--source", W.SPARE_ADDR,
+                     who="admin")
+            expect(r["ok"] and "result" in r["answers"][0], "another address during the flood:", r)
+        _log_has(st, "too many TLS handshakes in progress from this address")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
