@@ -129,6 +129,9 @@ struct rpc_conn {
         rpc_identity_free_fn identity_free;
         struct in6_addr addr;     /* the peer's address (IPv4 mapped), for the per-address cap */
         bool addr_counted;
+        bool remote;              /* a TLS connection: charged to the remote input budget */
+        uint64_t in_progress_usec;   /* CLOCK_MONOTONIC: the last bytes of input arrived */
+        sd_event_source *in_idle;    /* armed while an unfinished line waits (conn_arm_partial) */
         char peer[64];            /* "ADDR:PORT", or "uid N pid N" */
         rpc_conn *prev, *next;
 };
@@ -169,6 +172,8 @@ struct rpc_server {
         size_t max_line_bytes;
         size_t in_budget;         /* most bytes of long partial lines across all connections */
         size_t in_charged;        /* ... held now (input buffers beyond their first chunk) */
+        size_t in_budget_remote;  /* the same for TLS connections, a pool of their own */
+        size_t in_charged_remote;
         uint64_t stall_usec;
         gid_t socket_gid;
         rpc_method *methods;
@@ -390,10 +395,20 @@ static size_t in_charge(size_t alloc) {
         return alloc > RPC_READ_CHUNK ? alloc - RPC_READ_CHUNK : 0;
 }
 
+/* The pool a connection's input is charged to: TLS connections have their
+ * own, so remote clients cannot take the buffers local clients need. */
+static size_t *conn_charged(rpc_conn *c) {
+        return c->remote ? &c->server->in_charged_remote : &c->server->in_charged;
+}
+
+static size_t conn_budget(const rpc_conn *c) {
+        return c->remote ? c->server->in_budget_remote : c->server->in_budget;
+}
+
 /* Frees the input buffer and gives its charge back to the server's budget. */
 static void conn_free_input(rpc_conn *c) {
         if (c->server)
-                c->server->in_charged -= in_charge(c->in_alloc);
+                *conn_charged(c) -= in_charge(c->in_alloc);
         bool big = c->in_alloc >= RPC_TRIM_BYTES;
         free(c->in);
         c->in = NULL;
@@ -439,7 +454,8 @@ static void conn_close(rpc_conn *c) {
                 malloc_trim(0);
         /* The input buffer may still hold the line a handler runs from; it
          * is freed with the last reference, its charge given back now. */
-        s->in_charged -= in_charge(c->in_alloc);
+        *conn_charged(c) -= in_charge(c->in_alloc);
+        c->in_idle = sd_event_source_disable_unref(c->in_idle);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -1307,17 +1323,59 @@ int rpc_request_take_fd(rpc_request *req) {
         return fd;
 }
 
+/* Fires stall_usec after the last input bytes while an unfinished line
+ * waits: a line must make progress, or the connection (and the buffer it
+ * holds against the input budget) goes. Complete lines held back by the
+ * daemon itself (dispatch paused) are not the peer's delay. */
+static int partial_idle_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        rpc_conn *c = userdata;
+        if (!c->server || !c->open || c->in_len == 0)
+                return 0;  /* oneshot: stays off until a partial line waits again */
+        uint64_t deadline = c->in_progress_usec + c->server->stall_usec;
+        if (c->held || c->read_eof || memchr(c->in, '\n', c->in_len))
+                deadline = usec + c->server->stall_usec;
+        else if (usec >= deadline) {
+                log_warning("rpc: %s sent no byte of its unfinished request line (%zu bytes) for %" PRIu64
+                            " ms; dropping the connection", c->peer, c->in_len, c->server->stall_usec / 1000);
+                conn_close(c);
+                return 0;
+        }
+        if (sd_event_source_set_time(src, deadline) < 0 || sd_event_source_set_enabled(src, SD_EVENT_ONESHOT) < 0)
+                conn_close_soon(c);
+        return 0;
+}
+
+/* An unfinished line is buffered: (re)arms its idle check. */
+static void conn_arm_partial(rpc_conn *c) {
+        if (!c->server || !c->open || c->in_len == 0)
+                return;
+        int enabled = SD_EVENT_OFF, r = 0;
+        if (c->in_idle && sd_event_source_get_enabled(c->in_idle, &enabled) >= 0 && enabled != SD_EVENT_OFF)
+                return;
+        uint64_t deadline = c->in_progress_usec + c->server->stall_usec;
+        if (c->in_idle) {
+                r = sd_event_source_set_time(c->in_idle, deadline);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(c->in_idle, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time(c->server->event, &c->in_idle, CLOCK_MONOTONIC, deadline, 0, partial_idle_cb, c);
+        if (r < 0) {
+                log_warning("rpc: cannot watch an unfinished request line; dropping the connection");
+                conn_close_soon(c);
+        }
+}
+
 /* Reads what is there. Returns 0, 1 at end of input, or a negative errno. */
 static int conn_read(rpc_conn *c) {
         for (int i = 0; i < RPC_READS_PER_WAKEUP; i++) {
                 if (c->in_alloc - c->in_len < RPC_READ_CHUNK) {
                         size_t want = c->in_len + RPC_READ_CHUNK;
                         size_t more = in_charge(want) - in_charge(c->in_alloc);
-                        if (c->server->in_charged + more > c->server->in_budget) {
+                        if (*conn_charged(c) + more > conn_budget(c)) {
                                 reply_raw_error(c, NULL, RPC_INVALID_REQUEST,
                                                 "the daemon's buffers for unfinished requests are full (%zu MiB "
-                                                "across all connections); send shorter lines or retry later",
-                                                c->server->in_budget >> 20);
+                                                "across all %s connections); send shorter lines or retry later",
+                                                conn_budget(c) >> 20, c->remote ? "remote" : "local");
                                 c->close_after_flush = true;
                                 conn_free_input(c);
                                 return 0;
@@ -1326,7 +1384,7 @@ static int conn_read(rpc_conn *c) {
                         if (!p)
                                 return -ENOMEM;
                         c->in = p;
-                        c->server->in_charged += more;
+                        *conn_charged(c) += more;
                         c->in_alloc = want;
                 }
                 ssize_t n = conn_recv(c);
@@ -1338,9 +1396,11 @@ static int conn_read(rpc_conn *c) {
                 if (n == 0)
                         return 1;
                 c->in_len += (size_t) n;
+                c->in_progress_usec = conn_now(c);
                 /* Frame as we go so a flood of lines never buffers more than
                  * one partial line plus one chunk. */
                 conn_process_input(c, false);
+                conn_arm_partial(c);
                 if (!c->open || c->close_after_flush || c->held || c->out_len - c->out_off > RPC_OUT_QUEUE_MAX)
                         return 0;
         }
@@ -1749,6 +1809,7 @@ static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *
         c->open = true;
         c->cred = (struct ucred) { .pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1 };
         c->addr = addr;
+        c->remote = true;
         snprintf(c->peer, sizeof(c->peer), "%s", peer);
         c->next = s->conns;
         if (s->conns)
@@ -1966,6 +2027,7 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         s->listen_fd = -EBADF;
         s->max_line_bytes = cfg->max_line_bytes ? cfg->max_line_bytes : 16u * 1024 * 1024;
         s->in_budget = s->max_line_bytes * 4 > RPC_INPUT_BUDGET_MIN ? s->max_line_bytes * 4 : RPC_INPUT_BUDGET_MIN;
+        s->in_budget_remote = s->in_budget / 2;
         s->stall_usec = (uint64_t) (cfg->stall_timeout_ms ? cfg->stall_timeout_ms : RPC_STALL_TIMEOUT_MS_DEFAULT) * 1000;
         s->socket_gid = cfg->socket_gid;
         s->max_conns_user = cfg->max_conns_user ? cfg->max_conns_user : RPC_MAX_CONNS_USER_DEFAULT;

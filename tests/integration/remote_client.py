@@ -18,6 +18,10 @@ Modes (one JSON object on stdout):
            seconds, opening a new one whenever the daemon closes one (a
            handshake flood); prints {"holding": N} once they are open, then
            {"reopened": N} at the end
+  partial  --count TLS connections, each sending --bytes of one request
+           line that never ends; prints {"sent": N, "refused": N} once
+           sent, then waits up to --hold seconds for the daemon to close
+           them: {"closed": N, "last_closed_s": S} (seconds after "sent")
   events   TLS, subscribe, then wait for --wait-sandbox's event and print
            every event received until then: {"events": [...]}
 """
@@ -279,6 +283,46 @@ def mode_hold(a):
     return {"reopened": reopened}
 
 
+def mode_partial(a):
+    import select
+    head = b'{"jsonrpc":"2.0","id":1,"method":"daemon.info","params":{"x":"'
+    chunk = b"a" * (1 << 20)
+    socks, refused = [], 0
+    for _ in range(a.count):
+        try:
+            raw = socket.create_connection((a.host, a.port), timeout=a.timeout,
+                                           source_address=(a.source, 0) if a.source else None)
+            x = context(a).wrap_socket(raw)
+            x.settimeout(a.timeout)
+            x.sendall(head)
+            left = a.bytes - len(head)
+            while left > 0:
+                n = min(left, len(chunk))
+                x.sendall(chunk[:n])
+                left -= n
+            socks.append(x)
+        except (OSError, ssl.SSLError):
+            refused += 1
+    print(json.dumps({"sent": len(socks), "refused": refused}), flush=True)
+    t0 = time.monotonic()
+    closed, last = 0, None
+    open_ = list(socks)
+    while open_ and time.monotonic() - t0 < a.hold:
+        r, _, _ = select.select(open_, [], [], 0.5)
+        for x in r:
+            try:
+                data = x.recv(65536)
+            except (OSError, ssl.SSLError):
+                data = b""
+            if not data:
+                open_.remove(x)
+                closed += 1
+                last = time.monotonic() - t0
+    for x in socks:
+        x.close()
+    return {"closed": closed, "last_closed_s": last}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
@@ -296,7 +340,7 @@ def main():
     p.add_argument("--source", help="the local address to connect from (tls mode)")
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold,
+    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold, "partial": mode_partial,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

@@ -597,3 +597,43 @@ def test_one_address_cannot_take_every_tls_handshake(world):
         if p.poll() is None:
             p.kill()
         p.wait()
+
+
+def test_remote_unfinished_lines_neither_starve_local_clients_nor_stay(world):
+    """24 TLS connections each holding 11 MiB of a line that never ends
+    (more than the daemon's 256 MiB for unfinished lines): a local client's
+    large fs.write on the Unix socket is still read, since TLS connections
+    draw on a pool of their own; and a line that makes no progress for the
+    stall timeout (30 s) closes its connection."""
+    import base64
+    st = _setup(world)
+    name = world.name("rbudget")
+    _local(st, "sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    holders = []
+    try:
+        cert, key = _pair(st, "tag")
+        for src in (None, W.SPARE_ADDR):
+            argv = ["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "partial", HOST, str(PORT),
+                    "--ca", st["ca"], "--cert", cert, "--key", key, "--count", "12",
+                    "--bytes", str(11 << 20), "--hold", "75", "--timeout", "60"]
+            if src:
+                argv += ["--source", src]
+            holders.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
+        sent = [json.loads(h.stdout.readline()) for h in holders]
+        expect(sum(x["sent"] for x in sent) >= 8, "unfinished lines held:", sent)
+        content = base64.b64encode(os.urandom(9 << 20)).decode()
+        msg = st["daemon"].rpc("fs.write", {"sandbox": name, "files": [{"path": "big.bin", "content": content}]},
+                               timeout=120)
+        expect("result" in msg, "a local 12 MiB fs.write while remote lines fill their pool:",
+               json.dumps(msg)[:300])
+        outs = [json.loads(h.communicate(timeout=120)[0].strip().splitlines()[-1]) for h in holders]
+        for x, o in zip(sent, outs):
+            expect_eq(o["closed"], x["sent"], "every unfinished line's connection closed: %s" % o)
+            expect(o["last_closed_s"] is not None and o["last_closed_s"] < 60, "closed near the stall timeout:", o)
+        _log_has(st, "sent no byte of its unfinished request line")
+    finally:
+        for h in holders:
+            if h.poll() is None:
+                h.kill()
+            h.wait()
+        st["daemon"].rpc("sandbox.delete", {"name": name})
