@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+#include <fcntl.h>
 /* daemon.json: the defaults, the table of known keys with their types and
  * ranges, and the loader that applies a file over the defaults (config.h).
  *
@@ -717,10 +719,33 @@ int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err
         return r;
 }
 
+/* Reads the config file without ever blocking the caller (the event loop,
+ * on a reload): opened O_NONBLOCK, so a FIFO or a device does not wait for
+ * a writer, and refused unless fstat(2) says a regular file; the file is
+ * then read through that same open inode (/proc/self/fd). */
+static int read_config_file(const char *path, char **ret_text, size_t *ret_len, sb_error **ret_err) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (fd < 0)
+                return negative_errno();
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "read config '%s': not a regular file (a %s); point it at a plain JSON file", path,
+                                    S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
+                                    : S_ISSOCK(st.st_mode) ? "socket" : "device");
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        return core_read_file(proc, CONFIG_MAX_BYTES, ret_text, ret_len);
+}
+
 int daemon_config_load(daemon_config *cfg, const char *path, bool must_exist, sb_error **ret_err) {
         _cleanup_free_ char *text = NULL;
         size_t len;
-        int r = core_read_file(path, CONFIG_MAX_BYTES, &text, &len);
+        int r = read_config_file(path, &text, &len, ret_err);
+        if (r < 0 && ret_err && *ret_err)
+                return r;
         if (r == -ENOENT && !must_exist)
                 return 0;
         if (r < 0)
