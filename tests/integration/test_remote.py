@@ -637,3 +637,21 @@ def test_remote_unfinished_lines_neither_starve_local_clients_nor_stay(world):
                 h.kill()
             h.wait()
         st["daemon"].rpc("sandbox.delete", {"name": name})
+
+
+def test_runtime_list_shows_a_tag_role_only_its_own_sandboxes(world):
+    st = _setup(world)
+    a_name, b_name = world.name("rla"), world.name("rlb")
+    _local(st, "sandbox.create", {"name": a_name, "tags": {"team": "a"}})
+    _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "b"}})
+    try:
+        r = _call(world, st, "tag", {"method": "runtime.list", "params": {}})
+        expect(r["ok"] and "result" in r["answers"][0], "runtime.list as tag:team=a:", r)
+        host = [x for x in r["answers"][0]["result"]["runtimes"] if x["name"] == "host"][0]
+        expect(a_name in host["sandboxes"], "its own sandbox is listed:", host)
+        expect(b_name not in host["sandboxes"], "another tag's sandbox is not listed:", host)
+        full = [x for x in _local(st, "runtime.list", {})["runtimes"] if x["name"] == "host"][0]
+        expect(b_name in full["sandboxes"], "the Unix socket still sees every sandbox:", full)
+    finally:
+        st["daemon"].rpc("sandbox.delete", {"name": a_name})
+        st["daemon"].rpc("sandbox.delete", {"name": b_name})
