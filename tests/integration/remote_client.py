@@ -22,6 +22,9 @@ Modes (one JSON object on stdout):
            line that never ends; prints {"sent": N, "refused": N} once
            sent, then waits up to --hold seconds for the daemon to close
            them: {"closed": N, "last_closed_s": S} (seconds after "sent")
+  subs     --count TLS connections, each sending --per events.subscribe
+           requests; {"ok": N, "refused": N, "messages": [...]} once all
+           are answered, then the connections stay open for --hold seconds
   events   TLS, subscribe, then wait for --wait-sandbox's event and print
            every event received until then: {"events": [...]}
 """
@@ -323,6 +326,37 @@ def mode_partial(a):
     return {"closed": closed, "last_closed_s": last}
 
 
+def mode_subs(a):
+    socks, ok, refused, messages = [], 0, 0, []
+    for _ in range(a.count):
+        try:
+            raw = socket.create_connection((a.host, a.port), timeout=a.timeout,
+                                           source_address=(a.source, 0) if a.source else None)
+            x = context(a).wrap_socket(raw)
+            x.settimeout(a.timeout)
+            f = x.makefile("rb")
+            for i in range(a.per):
+                x.sendall((json.dumps({"jsonrpc": "2.0", "id": i + 1, "method": "events.subscribe",
+                                       "params": {}}) + "\n").encode())
+                while True:
+                    m = read_line(f)
+                    if m.get("id") == i + 1:
+                        break
+                if "result" in m:
+                    ok += 1
+                else:
+                    refused += 1
+                    messages.append(m["error"]["message"])
+            socks.append((x, f))
+        except (OSError, ssl.SSLError, ConnectionError) as e:
+            messages.append("io: %s" % e)
+    print(json.dumps({"ok": ok, "refused": refused, "messages": messages[:5]}), flush=True)
+    time.sleep(a.hold)
+    for x, _ in socks:
+        x.close()
+    return {"done": True}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
@@ -337,10 +371,11 @@ def main():
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--wait-sandbox")
     p.add_argument("--hold", type=float, default=3.0)
+    p.add_argument("--per", type=int, default=1)
     p.add_argument("--source", help="the local address to connect from (tls mode)")
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold, "partial": mode_partial,
+    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold, "partial": mode_partial, "subs": mode_subs,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

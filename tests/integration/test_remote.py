@@ -655,3 +655,46 @@ def test_runtime_list_shows_a_tag_role_only_its_own_sandboxes(world):
     finally:
         st["daemon"].rpc("sandbox.delete", {"name": a_name})
         st["daemon"].rpc("sandbox.delete", {"name": b_name})
+
+
+def test_event_subscriptions_are_capped_per_connection_and_reserved_for_local_clients(world):
+    """One connection holds at most 16 subscriptions; TLS connections
+    together at most 192 of the daemon's 256, so a local client can still
+    subscribe while remote ones hold all theirs."""
+    st = _setup(world)
+    cert, key = _pair(st, "tag")
+    base = ["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "subs", HOST, str(PORT),
+            "--ca", st["ca"], "--cert", cert, "--key", key, "--hold", "30"]
+    procs = []
+    try:
+        one = subprocess.Popen(base + ["--count", "1", "--per", "20"], stdout=subprocess.PIPE, text=True)
+        procs.append(one)
+        r = json.loads(one.stdout.readline())
+        expect(r["ok"] == 16 and r["refused"] == 4, "16 subscriptions on one connection, then limit_exceeded:", r)
+        expect("per connection" in r["messages"][0], "the refusal names the limit:", r)
+        one.kill()
+        one.wait()
+        # Its subscriptions go with its connection: wait until the daemon
+        # holds no TLS connection any more.
+        poll(lambda: not world.run_in_host(["ss", "-tnH", "state", "established",
+                                            "( sport = :%d )" % PORT]).stdout.strip(), 20,
+             "the daemon closed the first subscriber's connection")
+        poll(lambda: "result" in st["daemon"].rpc("events.subscribe", {}), 10, "a local subscription")
+        # 11 more connections from this address and one from another: 192
+        # remote subscriptions, then the next is refused; a local one is not.
+        many = subprocess.Popen(base + ["--count", "11", "--per", "16"], stdout=subprocess.PIPE, text=True)
+        procs.append(many)
+        other = subprocess.Popen(base + ["--count", "1", "--per", "17", "--source", W.SPARE_ADDR],
+                                 stdout=subprocess.PIPE, text=True)
+        procs.append(other)
+        r1, r2 = json.loads(many.stdout.readline()), json.loads(other.stdout.readline())
+        expect_eq(r1["ok"] + r2["ok"], 192, "remote subscriptions up to their share: %s %s" % (r1, r2))
+        expect(r1["refused"] + r2["refused"] >= 1, "the one over it refused:", r1, r2)
+        with st["daemon"].connect(30) as c:
+            msg = c.call("events.subscribe", {}, 30)
+            expect("result" in msg, "a local subscriber while remote ones hold their share:", msg)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
