@@ -25,9 +25,11 @@
  * reference and a copy of every matching event, so an unbounded number
  * would let one client multiply the daemon's work per event. */
 #define EVENTS_MAX_SUBSCRIPTIONS 256
-/* At most this many on one connection, and TLS connections together may
- * hold all but EVENTS_LOCAL_RESERVE of the daemon's: one client cannot take
- * every subscription, nor remote clients blind the local ones. */
+/* At most this many on one TLS connection, and TLS connections together
+ * may hold all but EVENTS_LOCAL_RESERVE of the daemon's: one remote client
+ * cannot take every subscription, nor remote clients blind the local ones
+ * (local clients are root-equivalent, docs/SECURITY.md §4: not capped
+ * per connection). */
 #define EVENTS_MAX_PER_CONN 16
 #define EVENTS_LOCAL_RESERVE 64
 
@@ -255,7 +257,7 @@ static void method_subscribe(rpc_request *req, void *userdata) {
                 mine += it->conn == req->conn;
                 remote += rpc_conn_identity(it->conn) != NULL;
         }
-        if (mine >= EVENTS_MAX_PER_CONN)
+        if (rpc_conn_identity(req->conn) && mine >= EVENTS_MAX_PER_CONN)
                 return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
                                        "events.subscribe: this connection already has %d subscriptions, the limit "
                                        "per connection; one subscription without a filter sees every event",

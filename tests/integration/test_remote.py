@@ -658,7 +658,7 @@ def test_runtime_list_shows_a_tag_role_only_its_own_sandboxes(world):
 
 
 def test_event_subscriptions_are_capped_per_connection_and_reserved_for_local_clients(world):
-    """One connection holds at most 16 subscriptions; TLS connections
+    """One TLS connection holds at most 16 subscriptions; TLS connections
     together at most 192 of the daemon's 256, so a local client can still
     subscribe while remote ones hold all theirs."""
     st = _setup(world)
