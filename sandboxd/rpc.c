@@ -56,6 +56,13 @@
 #define RPC_STALL_TIMEOUT_MS_DEFAULT 30000u
 /* Bulk requests (large answers) a connection runs at once. */
 #define RPC_BULK_IN_FLIGHT 1
+/* TLS connections together: at most this many bulk requests in flight, and
+ * none starts while their queued answers pass RPC_REMOTE_OUT_BUDGET, so
+ * many slow remote readers cannot pin the daemon's memory with large
+ * answers (each up to about 86 MiB of base64 for a 64 MiB fs.read). The
+ * Unix socket is not bound by them. */
+#define RPC_REMOTE_BULK_MAX 8u
+#define RPC_REMOTE_OUT_BUDGET (256u * 1024 * 1024)
 /* After freeing a buffer at least this big, memory goes back to the
  * system (malloc_trim): a flood's peak must not stay the daemon's size. */
 #define RPC_TRIM_BYTES (1u * 1024 * 1024)
@@ -1011,6 +1018,33 @@ static cJSON *reply_id_of(cJSON *root) {
         return id_echoable(id) ? id_copy(id) : NULL;
 }
 
+/* A bulk request of a TLS connection: refused with limit_exceeded (true)
+ * when RPC_REMOTE_BULK_MAX others of TLS connections run, or their queued
+ * answers pass RPC_REMOTE_OUT_BUDGET. */
+static bool remote_bulk_refused(rpc_request *req) {
+        rpc_server *s = req->conn->server;
+        size_t queued = 0;
+        unsigned running = 0;
+        for (const rpc_conn *o = s->conns; o; o = o->next) {
+                if (!o->remote)
+                        continue;
+                queued += o->out_len - o->out_off;
+                running += o->bulk_in_flight;
+        }
+        running -= 1;  /* this one is counted already */
+        if (running < RPC_REMOTE_BULK_MAX && queued <= RPC_REMOTE_OUT_BUDGET)
+                return false;
+        if (running >= RPC_REMOTE_BULK_MAX)
+                rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                "%s: %u large answers are being made for remote clients, their limit; retry later",
+                                TEXT_Q(req->method), RPC_REMOTE_BULK_MAX);
+        else
+                rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                "%s: answers of more than %u MiB wait for remote clients to read them, their limit; "
+                                "retry later", TEXT_Q(req->method), RPC_REMOTE_OUT_BUDGET >> 20);
+        return true;
+}
+
 /* Parses one line (without its '\n') and dispatches it. Returns false,
  * having done nothing, when the line is a bulk request and the connection
  * already runs RPC_BULK_IN_FLIGHT of them: the line stays in the input
@@ -1119,6 +1153,8 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
                 rpc_reply_error(req, RPC_APP_ERROR, "permission_denied", NULL, "permission denied");
                 return true;
         }
+        if (req->bulk && c->remote && remote_bulk_refused(req))
+                return true;
         m->handler(req, m->userdata);
         return true;
 }

@@ -25,6 +25,10 @@ Modes (one JSON object on stdout):
   subs     --count TLS connections, each sending --per events.subscribe
            requests; {"ok": N, "refused": N, "messages": [...]} once all
            are answered, then the connections stay open for --hold seconds
+  reads    --count TLS connections, each sending one fs.read of
+           /workspace/big in --wait-sandbox, then reading nothing for
+           --hold seconds (the answers queue in the daemon), then each
+           answer: {"ok": N, "refused": N, "messages": [...]}
   events   TLS, subscribe, then wait for --wait-sandbox's event and print
            every event received until then: {"events": [...]}
 """
@@ -357,6 +361,29 @@ def mode_subs(a):
     return {"done": True}
 
 
+def mode_reads(a):
+    conns = []
+    req = {"jsonrpc": "2.0", "id": 1, "method": "fs.read",
+           "params": {"sandbox": a.wait_sandbox, "path": "/workspace/big"}}
+    for _ in range(a.count):
+        raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+        x = context(a).wrap_socket(raw)
+        x.settimeout(a.timeout)
+        x.sendall(json.dumps(req).encode() + b"\n")
+        conns.append(x)
+    time.sleep(a.hold)
+    ok, refused, messages = 0, 0, []
+    for x in conns:
+        m = read_line(x.makefile("rb"))
+        if "result" in m:
+            ok += 1
+        else:
+            refused += 1
+            messages.append(m["error"]["message"])
+        x.close()
+    return {"ok": ok, "refused": refused, "messages": messages[:3]}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
@@ -375,7 +402,7 @@ def main():
     p.add_argument("--source", help="the local address to connect from (tls mode)")
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold, "partial": mode_partial, "subs": mode_subs,
+    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold, "partial": mode_partial, "subs": mode_subs, "reads": mode_reads,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

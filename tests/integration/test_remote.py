@@ -698,3 +698,27 @@ def test_event_subscriptions_are_capped_per_connection_and_reserved_for_local_cl
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_large_answers_for_remote_clients_are_bounded_daemon_wide(world):
+    """12 TLS connections each with an fs.read of a 30 MiB file, none
+    reading its answer: at most 8 such answers are made at a time and none
+    starts while more than 256 MiB wait, so some are refused with
+    limit_exceeded instead of all being held in the daemon's memory; the
+    Unix socket is not bound by them."""
+    st = _setup(world)
+    name = world.name("rbulk")
+    _local(st, "sandbox.create", {"name": name, "tags": {"team": "a"}, "networkPolicy": "deny-all"})
+    try:
+        cid = _local(st, "command.run", {"sandbox": name, "cmd": "sh", "args": [
+            "-c", "head -c 31457280 /dev/urandom > /workspace/big"]})["cmdId"]
+        expect_eq(st["daemon"].rpc("command.wait", {"cmdId": cid}, timeout=120)["result"].get("exitCode"), 0,
+                  "the 30 MiB file written")
+        r = _raw(world, st, "reads", "--count", "12", "--wait-sandbox", name, "--hold", "8", "--timeout", "120",
+                 who="tag", timeout=300)
+        expect(r["refused"] >= 3 and r["ok"] >= 1, "bounded large answers for remote clients:", r)
+        expect(all("retry later" in m for m in r["messages"]), "limit_exceeded names the bound:", r)
+        msg = st["daemon"].rpc("fs.read", {"sandbox": name, "path": "/workspace/big"}, timeout=120)
+        expect("result" in msg, "a local fs.read is not bound by remote answers:", json.dumps(msg)[:200])
+    finally:
+        st["daemon"].rpc("sandbox.delete", {"name": name})
