@@ -521,7 +521,8 @@ static int pin_http_addresses(clone_job *j, sb_error **ret_err) {
  * or a commit the server lets us fetch by id) + a detached checkout. */
 static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
         char depth[32];
-        snprintf(depth, sizeof(depth), "--depth=%u", j->src->depth);
+        /* depth 0 (a guarded full clone): --no-tags repeated is a no-op. */
+        snprintf(depth, sizeof(depth), j->src->depth ? "--depth=%u" : "--no-tags", j->src->depth);
         bool file = is_file_url(url);
         uid_t uid = j->uid;
         gid_t gid = j->gid;
@@ -563,7 +564,10 @@ static int cancel_sideband_cb(const char *str, int len, void *payload) {
 }
 
 static int clone_from(clone_job *j, const char *url, sb_error **ret_err) {
-        if (j->src->depth > 0)
+        /* libgit2 follows redirects without asking and cannot be pinned:
+         * a guarded clone (core_source_set_address_guard) runs the git
+         * program, whose redirects are off and addresses pinned. */
+        if (j->src->depth > 0 || (core_source_get_address_guard() && !is_file_url(url)))
                 return git_cli_clone(j, url, ret_err);
         git_clone_options opts = GIT_CLONE_OPTIONS_INIT;
         /* A real fetch even for file:// — never hardlink objects of a host
@@ -607,6 +611,9 @@ int core_source_git_clone(const core_git_source *src, const char *dest_dir, uid_
          * not caught (DNS rebinding); documented in docs/SECURITY.md. */
         if ((r = core_source_host_check(src->url, ret_err)) < 0)
                 return r;
+        if (core_source_get_address_guard() && !strncasecmp(src->url, "git://", 6))
+                return sb_error_set(ret_err, -EACCES, REASON, FIELD,
+                                    "source.url: git:// cannot be fetched for this client; use https://");
         pthread_once(&git_once, git_init_once);
         if (git_init_result < 0)
                 return sb_error_set(ret_err, -EIO, REASON, NULL, "clone: libgit2 failed to initialise");

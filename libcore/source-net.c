@@ -9,7 +9,30 @@
 #include "libcore/source.h"
 #include "libcore/util.h"
 
+static __thread core_source_address_guard thread_guard;
+
+void core_source_set_address_guard(core_source_address_guard guard) {
+        thread_guard = guard;
+}
+
+core_source_address_guard core_source_get_address_guard(void) {
+        return thread_guard;
+}
+
+static const char *builtin_forbidden(const struct sockaddr *sa);
+
 const char *core_source_address_forbidden(const struct sockaddr *sa) {
+        const char *why = builtin_forbidden(sa);
+        if (!thread_guard)
+                return why;
+        /* Under a guard every refusal reads the same, whatever the range:
+         * the guard's text (remote clients learn nothing about the host's
+         * networks from the error). */
+        const char *g = thread_guard(sa);
+        return g ? g : why ? thread_guard(NULL) : NULL;
+}
+
+static const char *builtin_forbidden(const struct sockaddr *sa) {
         if (sa->sa_family == AF_INET) {
                 uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
                 if ((a >> 16) == 0xa9fe)
@@ -33,7 +56,7 @@ const char *core_source_address_forbidden(const struct sockaddr *sa) {
                 if (IN6_IS_ADDR_V4MAPPED(a)) {
                         struct sockaddr_in v4 = {.sin_family = AF_INET};
                         memcpy(&v4.sin_addr, &a->s6_addr[12], 4);
-                        return core_source_address_forbidden((const struct sockaddr *)&v4);
+                        return builtin_forbidden((const struct sockaddr *)&v4);
                 }
                 return NULL;
         }

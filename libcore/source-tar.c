@@ -33,6 +33,7 @@ typedef struct confined {
         int r;
         sb_error *err;
         const int *cancel;  /* the caller's core_cancel_bind(), carried over */
+        core_source_address_guard guard; /* the caller's, carried over */
 } confined;
 
 /* Runs on the helper thread. Order matters: unshare(CLONE_FS) first so the
@@ -64,6 +65,7 @@ static int confine_self(const confined *c, sb_error **ret_err) {
 static void *confined_main(void *p) {
         confined *c = p;
         core_cancel_bind(c->cancel);
+        core_source_set_address_guard(c->guard);
         c->r = confine_self(c, &c->err);
         if (c->r >= 0)
                 c->r = c->fn(c->userdata, &c->err);
@@ -73,7 +75,7 @@ static void *confined_main(void *p) {
 int source_run_confined(int root_fd, uid_t uid, gid_t gid, source_fs_fn fn, void *userdata,
                         sb_error **ret_err) {
         confined c = {.root_fd = root_fd, .uid = uid, .gid = gid, .fn = fn, .userdata = userdata,
-                      .cancel = core_cancel_current()};
+                      .cancel = core_cancel_current(), .guard = core_source_get_address_guard()};
         pthread_t t;
         int r = pthread_create(&t, NULL, confined_main, &c);
         if (r != 0)

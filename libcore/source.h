@@ -77,6 +77,20 @@ const char *core_source_address_forbidden(const struct sockaddr *sa);
  * itself is checked as well, redirects included. */
 int core_source_host_check(const char *url, sb_error **ret_err);
 
+/* A stricter refusal of source addresses, for the calling thread only (and
+ * the processes it forks, such as the git program's confined child): when
+ * set, core_source_address_forbidden() also refuses every address `guard`
+ * returns non-NULL for, and any refusal at all then reads as guard(NULL),
+ * one text for every range, so an error does not tell which kind of
+ * address (or whether a port there is open) was behind a URL. With a guard
+ * the git clone always runs the git program (redirects off, addresses
+ * pinned) and refuses git:// (its connect cannot be pinned). NULL clears
+ * it. sandboxd sets it for sources a remote tag role supplied. */
+typedef const char *(*core_source_address_guard)(const struct sockaddr *sa);
+void core_source_set_address_guard(core_source_address_guard guard);
+/* The calling thread's guard, or NULL. */
+core_source_address_guard core_source_get_address_guard(void);
+
 /* Checks a tarball location: an absolute path, file://, http:// or https://.
  * Returns 0 or -EINVAL with *ret_err (field "source.url" or "source.path"). */
 int core_tarball_location_check(const char *location, sb_error **ret_err);

@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+#include <fcntl.h>
 /* daemon.json: the defaults, the table of known keys with their types and
  * ranges, and the loader that applies a file over the defaults (config.h).
  *
@@ -152,7 +154,7 @@ static const config_key config_keys[] = {
         { "maxConnectionsPerAddress", KEY_UINT, OFF(max_conns_addr), 1, 1000000,
           "Open TLS connections from one client IP address; one over it is closed at once.", NULL },
         { "maxTlsHandshakes", KEY_UINT, OFF(max_tls_handshakes), 1, 100000,
-          "TLS handshakes in progress at a time; a connection over it is closed at once.", NULL },
+          "TLS handshakes in progress at a time (one client address, or IPv6 /64, holds at most a quarter of them); a connection over it is closed at once.", NULL },
         /* Read by the event loop only, so a reload may replace them. */
         { "logLevel",         KEY_LEVEL,  OFF(log_level), 0, 0,
           "The most verbose level logged: debug, info, notice, warning or error.",
@@ -275,7 +277,7 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .userns = true,
                 .userns_base = 100000000,
                 .userns_size = 4096 * 65536ULL,
-                .tls_handshake_timeout_ms = 10000,
+                .tls_handshake_timeout_ms = 5000,
                 .max_conns_remote = 256,
                 .max_conns_addr = 64,
                 .max_tls_handshakes = 64,
@@ -717,10 +719,33 @@ int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err
         return r;
 }
 
+/* Reads the config file without ever blocking the caller (the event loop,
+ * on a reload): opened O_NONBLOCK, so a FIFO or a device does not wait for
+ * a writer, and refused unless fstat(2) says a regular file; the file is
+ * then read through that same open inode (/proc/self/fd). */
+static int read_config_file(const char *path, char **ret_text, size_t *ret_len, sb_error **ret_err) {
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (fd < 0)
+                return negative_errno();
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "read config '%s': not a regular file (a %s); point it at a plain JSON file", path,
+                                    S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
+                                    : S_ISSOCK(st.st_mode) ? "socket" : "device");
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        return core_read_file(proc, CONFIG_MAX_BYTES, ret_text, ret_len);
+}
+
 int daemon_config_load(daemon_config *cfg, const char *path, bool must_exist, sb_error **ret_err) {
         _cleanup_free_ char *text = NULL;
         size_t len;
-        int r = core_read_file(path, CONFIG_MAX_BYTES, &text, &len);
+        int r = read_config_file(path, &text, &len, ret_err);
+        if (r < 0 && ret_err && *ret_err)
+                return r;
         if (r == -ENOENT && !must_exist)
                 return 0;
         if (r < 0)

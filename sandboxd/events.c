@@ -25,6 +25,13 @@
  * reference and a copy of every matching event, so an unbounded number
  * would let one client multiply the daemon's work per event. */
 #define EVENTS_MAX_SUBSCRIPTIONS 256
+/* At most this many on one TLS connection, and TLS connections together
+ * may hold all but EVENTS_LOCAL_RESERVE of the daemon's: one remote client
+ * cannot take every subscription, nor remote clients blind the local ones
+ * (local clients are root-equivalent, docs/SECURITY.md §4: not capped
+ * per connection). */
+#define EVENTS_MAX_PER_CONN 16
+#define EVENTS_LOCAL_RESERVE 64
 
 /* The kinds a subscription may filter on (DESIGN §5.2). A kind emitted that
  * is not listed still reaches subscribers without a kind filter. */
@@ -245,6 +252,21 @@ static void method_subscribe(rpc_request *req, void *userdata) {
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "sandbox",
                                        "sandbox: '%s' is not a sandbox name ([a-z0-9][a-z0-9-]{0,62})", TEXT_Q(name));
         drop_subscriptions(m, NULL);
+        size_t mine = 0, remote = 0;
+        for (subscription *it = subs; it; it = it->next) {
+                mine += it->conn == req->conn;
+                remote += rpc_conn_identity(it->conn) != NULL;
+        }
+        if (rpc_conn_identity(req->conn) && mine >= EVENTS_MAX_PER_CONN)
+                return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                       "events.subscribe: this connection already has %d subscriptions, the limit "
+                                       "per connection; one subscription without a filter sees every event",
+                                       EVENTS_MAX_PER_CONN);
+        if (rpc_conn_identity(req->conn) && remote >= EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE)
+                return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                       "events.subscribe: remote clients already hold %d subscriptions, their limit; "
+                                       "close an idle subscriber",
+                                       EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE);
         if (n_subs >= EVENTS_MAX_SUBSCRIPTIONS)
                 return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
                                        "events.subscribe: the daemon already has %d subscriptions, its limit; "

@@ -220,6 +220,7 @@ typedef struct start_job {
         /* source, copied out of the request (fresh only) */
         char *src_type, *url, *revision, *username, *password;
         unsigned depth;
+        bool source_guarded;      /* a tag role's source: remote_source_guard applies */
         char *config_text;        /* config.json to write (fresh only) */
         char *rootfs;
         /* results from the worker */

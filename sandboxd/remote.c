@@ -28,11 +28,17 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include "libcore/log.h"
+#include "libcore/route.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/remote.h"
 #include "sandboxd/text.h"
+#include "policy/match.h"
+
+/* The manager the result filters look sandboxes up in (one per daemon; set
+ * by remote_attach). */
+static manager *filter_manager;
 
 /* RFC 5280 Appendix A upper bounds: ub-common-name and
  * ub-organization-name are 64 characters. */
@@ -365,6 +371,7 @@ int remote_attach(remote_listeners *l, manager *m, const daemon_config *cfg, rpc
                 return 0;
         rpc_server_set_tls_accept(server, tls_accept, identity_free, m);
         rpc_server_set_authorize(server, authorize, m);
+        filter_manager = m;
         int r = 0;
         for (size_t i = 0; r >= 0 && i < l->n; i++) {
                 rpc_tls_config tc = {
@@ -399,6 +406,7 @@ typedef enum tag_access {
         ACCESS_CREATE,    /* sandbox.create / getOrCreate: the tag forced, sources checked */
         ACCESS_LIST,      /* sandbox.list: the tag forced into the filter */
         ACCESS_SNAPSHOTS, /* snapshot.list: the result filtered */
+        ACCESS_RUNTIMES,  /* runtime.list: each runtime's users filtered to the tag's */
         ACCESS_OPTIONAL_SANDBOX, /* params[field] optional; when given, ACCESS_SANDBOX */
 } tag_access;
 
@@ -427,7 +435,7 @@ static const struct {
         { "snapshot.delete", ACCESS_SNAPSHOT, "id" },
         { "snapshot.export", ACCESS_ADMIN, NULL },
         { "snapshot.import", ACCESS_ADMIN, NULL },
-        { "runtime.list", ACCESS_ANY, NULL },
+        { "runtime.list", ACCESS_RUNTIMES, NULL },
         { "runtime.import", ACCESS_ADMIN, NULL },
         { "runtime.bootstrap", ACCESS_ADMIN, NULL },
         { "runtime.delete", ACCESS_ADMIN, NULL },
@@ -560,6 +568,34 @@ static void filter_snapshots(rpc_request *req, cJSON *result, void *userdata) {
         }
 }
 
+/* runtime.list for a tag role: a runtime's `sandboxes` name only the
+ * role's own, and `snapshots` counts only snapshots carrying its tag, so
+ * other tenants' sandbox names and counts do not show. */
+static void filter_runtimes(rpc_request *req, cJSON *result, void *userdata) {
+        const remote_identity *id = userdata;
+        manager *m = filter_manager;
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(result, "runtimes"), *rt;
+        cJSON_ArrayForEach(rt, list) {
+                cJSON *users = cJSON_GetObjectItemCaseSensitive(rt, "sandboxes");
+                cJSON *it = cJSON_IsArray(users) ? users->child : NULL;
+                while (it) {
+                        cJSON *next = it->next;
+                        if (!m || !cJSON_IsString(it) || !sandbox_visible(m, it->valuestring, id))
+                                cJSON_Delete(cJSON_DetachItemViaPointer(users, it));
+                        it = next;
+                }
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rt, "name"));
+                int snaps = 0;
+                for (snapshot *sn = m && name ? m->snapshots : NULL; sn; sn = sn->next) {
+                        const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sn->config, "runtime"));
+                        if (streq(r ? r : "host", name) && tags_carry(cJSON_GetObjectItemCaseSensitive(sn->config, "tags"), id))
+                                snaps++;
+                }
+                if (cJSON_GetObjectItemCaseSensitive(rt, "snapshots"))
+                        cJSON_ReplaceItemInObjectCaseSensitive(rt, "snapshots", cJSON_CreateNumber(snaps));
+        }
+}
+
 static int authorize_tag(rpc_request *req, manager *m, const remote_identity *id, tag_access a, const char *field,
                          sb_error **ret_err) {
         const char *name = field ? param_str(req, field) : NULL;
@@ -609,6 +645,10 @@ static int authorize_tag(rpc_request *req, manager *m, const remote_identity *id
         }
         case ACCESS_LIST:
                 return force_tag(req, id, req->params, "tags", "tags", ret_err);
+        case ACCESS_RUNTIMES:
+                req->result_filter = filter_runtimes;
+                req->result_filter_userdata = (void *) id;
+                return 0;
         case ACCESS_SNAPSHOTS:
                 req->result_filter = filter_snapshots;
                 req->result_filter_userdata = (void *) id;
@@ -630,4 +670,32 @@ static int authorize(rpc_request *req, void *userdata, sb_error **ret_err) {
                 if (streq(method_access[i].method, req->method))
                         return authorize_tag(req, m, id, method_access[i].access, method_access[i].field, ret_err);
         return refuse(req, id, ret_err, "%s is not open to tag roles", TEXT_Q(req->method));
+}
+
+bool remote_conn_is_tag_role(const rpc_conn *c) {
+        const remote_identity *id = c ? rpc_conn_identity(c) : NULL;
+        return id && id->role == REMOTE_ROLE_TAG;
+}
+
+#define SOURCE_GUARD_TEXT "not a public address; remote clients fetch sources from public addresses only"
+
+const char *remote_source_guard(const struct sockaddr *sa) {
+        if (!sa)
+                return SOURCE_GUARD_TEXT;
+        pol_addr a = {.family = sa->sa_family};
+        if (sa->sa_family == AF_INET)
+                memcpy(a.bytes, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+        else if (sa->sa_family == AF_INET6)
+                memcpy(a.bytes, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
+        else
+                return SOURCE_GUARD_TEXT;
+        const pol_range *row = pol_addr_classify(&a);
+        if (row && row->kind != POL_RANGE_DOCUMENTATION)
+                return SOURCE_GUARD_TEXT;
+        /* The kernel's view, as the egress proxy asks it before each dial
+         * (policy/proxy.c): an address of this host (whenever it was added)
+         * is RTN_LOCAL; a failed ask fails closed. */
+        if (core_route_is_unicast(a.family, a.bytes, NULL) != 1)
+                return SOURCE_GUARD_TEXT;
+        return NULL;
 }

@@ -75,3 +75,18 @@ void remote_listeners_free(remote_listeners *l);
  * `sb_name` (NULL: the daemon's own events): the Unix socket and admin
  * always; a tag role only for an existing sandbox carrying its tag. */
 bool remote_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name);
+
+/* True when the connection is a TLS client with a tag role (the clients
+ * whose sources are fetched under remote_source_guard). */
+bool remote_conn_is_tag_role(const rpc_conn *c);
+
+/* The address guard (libcore/source.h, core_source_set_address_guard) for
+ * sources a tag role supplied: refuses every row of the forbidden range
+ * table (policy/match.c: loopback, private, CGNAT, link-local, benchmark,
+ * multicast, reserved; the documentation ranges of RFC 5737 and RFC 3849,
+ * which no network is assigned, excepted) and every address the kernel
+ * does not route as RTN_UNICAST (libcore/route.h: any of the host's own
+ * addresses, broadcast, unroutable). Returns one static text for every
+ * refusal (also for sa NULL), or NULL when the address may be dialled. */
+struct sockaddr;
+const char *remote_source_guard(const struct sockaddr *sa);

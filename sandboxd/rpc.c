@@ -56,6 +56,13 @@
 #define RPC_STALL_TIMEOUT_MS_DEFAULT 30000u
 /* Bulk requests (large answers) a connection runs at once. */
 #define RPC_BULK_IN_FLIGHT 1
+/* TLS connections together: at most this many bulk requests in flight, and
+ * none starts while their queued answers pass RPC_REMOTE_OUT_BUDGET, so
+ * many slow remote readers cannot pin the daemon's memory with large
+ * answers (each up to about 86 MiB of base64 for a 64 MiB fs.read). The
+ * Unix socket is not bound by them. */
+#define RPC_REMOTE_BULK_MAX 8u
+#define RPC_REMOTE_OUT_BUDGET (256u * 1024 * 1024)
 /* After freeing a buffer at least this big, memory goes back to the
  * system (malloc_trim): a flood's peak must not stay the daemon's size. */
 #define RPC_TRIM_BYTES (1u * 1024 * 1024)
@@ -129,6 +136,9 @@ struct rpc_conn {
         rpc_identity_free_fn identity_free;
         struct in6_addr addr;     /* the peer's address (IPv4 mapped), for the per-address cap */
         bool addr_counted;
+        bool remote;              /* a TLS connection: charged to the remote input budget */
+        uint64_t in_progress_usec;   /* CLOCK_MONOTONIC: the last bytes of input arrived */
+        sd_event_source *in_idle;    /* armed while an unfinished line waits (conn_arm_partial) */
         char peer[64];            /* "ADDR:PORT", or "uid N pid N" */
         rpc_conn *prev, *next;
 };
@@ -143,7 +153,7 @@ typedef struct tls_listener {
 } tls_listener;
 
 #define RPC_TLS_LISTENERS_MAX 8
-#define RPC_TLS_HANDSHAKE_MS_DEFAULT 10000u
+#define RPC_TLS_HANDSHAKE_MS_DEFAULT 5000u
 #define RPC_TLS_CONNS_DEFAULT 256u
 #define RPC_TLS_CONNS_ADDR_DEFAULT 64u
 #define RPC_TLS_HANDSHAKES_DEFAULT 64u
@@ -169,6 +179,8 @@ struct rpc_server {
         size_t max_line_bytes;
         size_t in_budget;         /* most bytes of long partial lines across all connections */
         size_t in_charged;        /* ... held now (input buffers beyond their first chunk) */
+        size_t in_budget_remote;  /* the same for TLS connections, a pool of their own */
+        size_t in_charged_remote;
         uint64_t stall_usec;
         gid_t socket_gid;
         rpc_method *methods;
@@ -390,10 +402,20 @@ static size_t in_charge(size_t alloc) {
         return alloc > RPC_READ_CHUNK ? alloc - RPC_READ_CHUNK : 0;
 }
 
+/* The pool a connection's input is charged to: TLS connections have their
+ * own, so remote clients cannot take the buffers local clients need. */
+static size_t *conn_charged(rpc_conn *c) {
+        return c->remote ? &c->server->in_charged_remote : &c->server->in_charged;
+}
+
+static size_t conn_budget(const rpc_conn *c) {
+        return c->remote ? c->server->in_budget_remote : c->server->in_budget;
+}
+
 /* Frees the input buffer and gives its charge back to the server's budget. */
 static void conn_free_input(rpc_conn *c) {
         if (c->server)
-                c->server->in_charged -= in_charge(c->in_alloc);
+                *conn_charged(c) -= in_charge(c->in_alloc);
         bool big = c->in_alloc >= RPC_TRIM_BYTES;
         free(c->in);
         c->in = NULL;
@@ -439,7 +461,8 @@ static void conn_close(rpc_conn *c) {
                 malloc_trim(0);
         /* The input buffer may still hold the line a handler runs from; it
          * is freed with the last reference, its charge given back now. */
-        s->in_charged -= in_charge(c->in_alloc);
+        *conn_charged(c) -= in_charge(c->in_alloc);
+        c->in_idle = sd_event_source_disable_unref(c->in_idle);
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -995,6 +1018,33 @@ static cJSON *reply_id_of(cJSON *root) {
         return id_echoable(id) ? id_copy(id) : NULL;
 }
 
+/* A bulk request of a TLS connection: refused with limit_exceeded (true)
+ * when RPC_REMOTE_BULK_MAX others of TLS connections run, or their queued
+ * answers pass RPC_REMOTE_OUT_BUDGET. */
+static bool remote_bulk_refused(rpc_request *req) {
+        rpc_server *s = req->conn->server;
+        size_t queued = 0;
+        unsigned running = 0;
+        for (const rpc_conn *o = s->conns; o; o = o->next) {
+                if (!o->remote)
+                        continue;
+                queued += o->out_len - o->out_off;
+                running += o->bulk_in_flight;
+        }
+        running -= 1;  /* this one is counted already */
+        if (running < RPC_REMOTE_BULK_MAX && queued <= RPC_REMOTE_OUT_BUDGET)
+                return false;
+        if (running >= RPC_REMOTE_BULK_MAX)
+                rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                "%s: %u large answers are being made for remote clients, their limit; retry later",
+                                TEXT_Q(req->method), RPC_REMOTE_BULK_MAX);
+        else
+                rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                "%s: answers of more than %u MiB wait for remote clients to read them, their limit; "
+                                "retry later", TEXT_Q(req->method), RPC_REMOTE_OUT_BUDGET >> 20);
+        return true;
+}
+
 /* Parses one line (without its '\n') and dispatches it. Returns false,
  * having done nothing, when the line is a bulk request and the connection
  * already runs RPC_BULK_IN_FLIGHT of them: the line stays in the input
@@ -1103,6 +1153,8 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
                 rpc_reply_error(req, RPC_APP_ERROR, "permission_denied", NULL, "permission denied");
                 return true;
         }
+        if (req->bulk && c->remote && remote_bulk_refused(req))
+                return true;
         m->handler(req, m->userdata);
         return true;
 }
@@ -1307,17 +1359,59 @@ int rpc_request_take_fd(rpc_request *req) {
         return fd;
 }
 
+/* Fires stall_usec after the last input bytes while an unfinished line
+ * waits: a line must make progress, or the connection (and the buffer it
+ * holds against the input budget) goes. Complete lines held back by the
+ * daemon itself (dispatch paused) are not the peer's delay. */
+static int partial_idle_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        rpc_conn *c = userdata;
+        if (!c->server || !c->open || c->in_len == 0)
+                return 0;  /* oneshot: stays off until a partial line waits again */
+        uint64_t deadline = c->in_progress_usec + c->server->stall_usec;
+        if (c->held || c->read_eof || memchr(c->in, '\n', c->in_len))
+                deadline = usec + c->server->stall_usec;
+        else if (usec >= deadline) {
+                log_warning("rpc: %s sent no byte of its unfinished request line (%zu bytes) for %" PRIu64
+                            " ms; dropping the connection", c->peer, c->in_len, c->server->stall_usec / 1000);
+                conn_close(c);
+                return 0;
+        }
+        if (sd_event_source_set_time(src, deadline) < 0 || sd_event_source_set_enabled(src, SD_EVENT_ONESHOT) < 0)
+                conn_close_soon(c);
+        return 0;
+}
+
+/* An unfinished line is buffered: (re)arms its idle check. */
+static void conn_arm_partial(rpc_conn *c) {
+        if (!c->server || !c->open || c->in_len == 0)
+                return;
+        int enabled = SD_EVENT_OFF, r = 0;
+        if (c->in_idle && sd_event_source_get_enabled(c->in_idle, &enabled) >= 0 && enabled != SD_EVENT_OFF)
+                return;
+        uint64_t deadline = c->in_progress_usec + c->server->stall_usec;
+        if (c->in_idle) {
+                r = sd_event_source_set_time(c->in_idle, deadline);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(c->in_idle, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time(c->server->event, &c->in_idle, CLOCK_MONOTONIC, deadline, 0, partial_idle_cb, c);
+        if (r < 0) {
+                log_warning("rpc: cannot watch an unfinished request line; dropping the connection");
+                conn_close_soon(c);
+        }
+}
+
 /* Reads what is there. Returns 0, 1 at end of input, or a negative errno. */
 static int conn_read(rpc_conn *c) {
         for (int i = 0; i < RPC_READS_PER_WAKEUP; i++) {
                 if (c->in_alloc - c->in_len < RPC_READ_CHUNK) {
                         size_t want = c->in_len + RPC_READ_CHUNK;
                         size_t more = in_charge(want) - in_charge(c->in_alloc);
-                        if (c->server->in_charged + more > c->server->in_budget) {
+                        if (*conn_charged(c) + more > conn_budget(c)) {
                                 reply_raw_error(c, NULL, RPC_INVALID_REQUEST,
                                                 "the daemon's buffers for unfinished requests are full (%zu MiB "
-                                                "across all connections); send shorter lines or retry later",
-                                                c->server->in_budget >> 20);
+                                                "across all %s connections); send shorter lines or retry later",
+                                                conn_budget(c) >> 20, c->remote ? "remote" : "local");
                                 c->close_after_flush = true;
                                 conn_free_input(c);
                                 return 0;
@@ -1326,7 +1420,7 @@ static int conn_read(rpc_conn *c) {
                         if (!p)
                                 return -ENOMEM;
                         c->in = p;
-                        c->server->in_charged += more;
+                        *conn_charged(c) += more;
                         c->in_alloc = want;
                 }
                 ssize_t n = conn_recv(c);
@@ -1338,9 +1432,11 @@ static int conn_read(rpc_conn *c) {
                 if (n == 0)
                         return 1;
                 c->in_len += (size_t) n;
+                c->in_progress_usec = conn_now(c);
                 /* Frame as we go so a flood of lines never buffers more than
                  * one partial line plus one chunk. */
                 conn_process_input(c, false);
+                conn_arm_partial(c);
                 if (!c->open || c->close_after_flush || c->held || c->out_len - c->out_off > RPC_OUT_QUEUE_MAX)
                         return 0;
         }
@@ -1695,6 +1791,32 @@ static void tcp_set_liveness(int fd) {
         (void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
 }
 
+/* True when a and b are one client for the handshake share: the same IPv4
+ * address (v4-mapped), or the same IPv6 /64 (one subnet, RFC 4291 §2.5.4,
+ * which a single host commonly holds whole). */
+static bool same_client(const struct in6_addr *a, const struct in6_addr *b) {
+        if (IN6_IS_ADDR_V4MAPPED(a) || IN6_IS_ADDR_V4MAPPED(b))
+                return memcmp(a, b, sizeof(*a)) == 0;
+        return memcmp(a, b, 8) == 0;
+}
+
+/* Handshakes in progress from addr's client (same_client). The list holds
+ * at most maxConnectionsRemote TLS connections plus the local ones. */
+static unsigned handshakes_from(const rpc_server *s, const struct in6_addr *addr) {
+        unsigned n = 0;
+        for (const rpc_conn *c = s->conns; c; c = c->next)
+                if (c->ssl && c->handshaking && same_client(&c->addr, addr))
+                        n++;
+        return n;
+}
+
+/* A client's share of maxTlsHandshakes: a quarter (at least 1), so one
+ * address (or IPv6 /64) cannot hold every handshake slot with connections
+ * that never speak. */
+static unsigned handshake_share(const rpc_server *s) {
+        return s->tls_max_handshakes / 4 ? s->tls_max_handshakes / 4 : 1;
+}
+
 static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *sa) {
         rpc_server *s = l->server;
         char peer[64];
@@ -1706,7 +1828,9 @@ static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *
                          : addr_conns_get(s, &addr) >= s->tls_max_conns_addr
                                  ? "too many TLS connections from this address (maxConnectionsPerAddress)"
                          : s->tls_handshakes >= s->tls_max_handshakes ? "too many TLS handshakes in progress (maxTlsHandshakes)"
-                                                                      : NULL;
+                         : handshakes_from(s, &addr) >= handshake_share(s)
+                                 ? "too many TLS handshakes in progress from this address (a quarter of maxTlsHandshakes)"
+                                 : NULL;
         if (over) {
                 tls_log_refusal(s, peer, over);
                 close(fd);
@@ -1721,6 +1845,7 @@ static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *
         c->open = true;
         c->cred = (struct ucred) { .pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1 };
         c->addr = addr;
+        c->remote = true;
         snprintf(c->peer, sizeof(c->peer), "%s", peer);
         c->next = s->conns;
         if (s->conns)
@@ -1938,6 +2063,7 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         s->listen_fd = -EBADF;
         s->max_line_bytes = cfg->max_line_bytes ? cfg->max_line_bytes : 16u * 1024 * 1024;
         s->in_budget = s->max_line_bytes * 4 > RPC_INPUT_BUDGET_MIN ? s->max_line_bytes * 4 : RPC_INPUT_BUDGET_MIN;
+        s->in_budget_remote = s->in_budget / 2;
         s->stall_usec = (uint64_t) (cfg->stall_timeout_ms ? cfg->stall_timeout_ms : RPC_STALL_TIMEOUT_MS_DEFAULT) * 1000;
         s->socket_gid = cfg->socket_gid;
         s->max_conns_user = cfg->max_conns_user ? cfg->max_conns_user : RPC_MAX_CONNS_USER_DEFAULT;

@@ -217,7 +217,7 @@ typedef struct rpc_tls_config {
         int listen_fd;                 /* a bound, listening TCP socket; taken, even on failure */
         const char *name;              /* "tcp://0.0.0.0:7443", for logs (copied) */
         struct ssl_ctx_st *ctx;        /* a reference is taken (SSL_CTX_up_ref) */
-        unsigned handshake_timeout_ms; /* default 10000 */
+        unsigned handshake_timeout_ms; /* default 5000 */
         unsigned max_conns;            /* open TLS connections on all listeners, default 256 */
         unsigned max_conns_addr;       /* ... per peer address, default 64 */
         unsigned max_handshakes;       /* handshakes in progress on all listeners, default 64 */

@@ -18,6 +18,7 @@
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/metrics.h"
+#include "sandboxd/remote.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -459,6 +460,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         if (src && !cJSON_IsNull(src)) {
                 if ((r = parse_source(j, src, ret_err)) < 0)
                         return r;
+                j->source_guarded = remote_conn_is_tag_role(req->conn);
                 sb->source = source_view(j, src);
         }
         if ((r = create_runtime(m, src, &runtime, ret_err)) < 0)

@@ -25,6 +25,7 @@
 #include "policy/proxy.h"
 #include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/remote.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
@@ -133,6 +134,8 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         if (userns_sandbox_user(j->sb, &uid, &gid) < 0)
                 return sb_error_set(ret_err, -EOPNOTSUPP, "unavailable", "userns", "no sandbox user: %s",
                                     j->m->plain_unavailable);
+        /* The worker thread's guard, cleared again below whatever happens. */
+        core_source_set_address_guard(j->source_guarded ? remote_source_guard : NULL);
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
                                      .username = j->username, .password = j->password,
@@ -142,6 +145,7 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         } else
                 r = core_source_tarball_extract(j->url, ws, uid, gid, j->m->cfg->max_source_bytes,
                                                 (const char *const *)j->m->cfg->local_source_roots, ret_err);
+        core_source_set_address_guard(NULL);
         if (r < 0) {
                 sb_error_set(ret_err, r, "source_failed", NULL, "%s", strerror(-r));
                 free((*ret_err)->reason);

@@ -14,6 +14,21 @@ Modes (one JSON object on stdout):
            {"closed_after_s": S}
   flood    --count N connections that never speak; how many the daemon
            closed at once: {"closed_at_once": N, "open": N}
+  hold     keeps --count connections that never speak open for --hold
+           seconds, opening a new one whenever the daemon closes one (a
+           handshake flood); prints {"holding": N} once they are open, then
+           {"reopened": N} at the end
+  partial  --count TLS connections, each sending --bytes of one request
+           line that never ends; prints {"sent": N, "refused": N} once
+           sent, then waits up to --hold seconds for the daemon to close
+           them: {"closed": N, "last_closed_s": S} (seconds after "sent")
+  subs     --count TLS connections, each sending --per events.subscribe
+           requests; {"ok": N, "refused": N, "messages": [...]} once all
+           are answered, then the connections stay open for --hold seconds
+  reads    --count TLS connections, each sending one fs.read of
+           /workspace/big in --wait-sandbox, then reading nothing for
+           --hold seconds (the answers queue in the daemon), then each
+           answer: {"ok": N, "refused": N, "messages": [...]}
   events   TLS, subscribe, then wait for --wait-sandbox's event and print
            every event received until then: {"events": [...]}
 """
@@ -47,7 +62,8 @@ def read_line(f):
 
 def mode_tls(a):
     try:
-        raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+        raw = socket.create_connection((a.host, a.port), timeout=a.timeout,
+                                       source_address=(a.source, 0) if a.source else None)
         s = context(a).wrap_socket(raw)
         s.settimeout(a.timeout)
         f = s.makefile("rb")
@@ -241,6 +257,133 @@ def mode_flood(a):
     return {"closed_at_once": closed, "open": a.count - closed}
 
 
+def mode_hold(a):
+    import select
+
+    def dial():
+        try:
+            return socket.create_connection((a.host, a.port), timeout=a.timeout)
+        except OSError:
+            return None
+    socks = [x for x in (dial() for _ in range(a.count)) if x]
+    print(json.dumps({"holding": len(socks)}), flush=True)
+    reopened = 0
+    deadline = time.monotonic() + a.hold
+    while time.monotonic() < deadline:
+        r, _, _ = select.select(socks, [], [], 0.05) if socks else ([], [], [])
+        for x in r:
+            try:
+                data = x.recv(1)
+            except OSError:
+                data = b""
+            if data == b"":
+                socks.remove(x)
+                x.close()
+        while len(socks) < a.count and time.monotonic() < deadline:
+            n = dial()
+            if not n:
+                break
+            socks.append(n)
+            reopened += 1
+    for x in socks:
+        x.close()
+    return {"reopened": reopened}
+
+
+def mode_partial(a):
+    import select
+    head = b'{"jsonrpc":"2.0","id":1,"method":"daemon.info","params":{"x":"'
+    chunk = b"a" * (1 << 20)
+    socks, refused = [], 0
+    for _ in range(a.count):
+        try:
+            raw = socket.create_connection((a.host, a.port), timeout=a.timeout,
+                                           source_address=(a.source, 0) if a.source else None)
+            x = context(a).wrap_socket(raw)
+            x.settimeout(a.timeout)
+            x.sendall(head)
+            left = a.bytes - len(head)
+            while left > 0:
+                n = min(left, len(chunk))
+                x.sendall(chunk[:n])
+                left -= n
+            socks.append(x)
+        except (OSError, ssl.SSLError):
+            refused += 1
+    print(json.dumps({"sent": len(socks), "refused": refused}), flush=True)
+    t0 = time.monotonic()
+    closed, last = 0, None
+    open_ = list(socks)
+    while open_ and time.monotonic() - t0 < a.hold:
+        r, _, _ = select.select(open_, [], [], 0.5)
+        for x in r:
+            try:
+                data = x.recv(65536)
+            except (OSError, ssl.SSLError):
+                data = b""
+            if not data:
+                open_.remove(x)
+                closed += 1
+                last = time.monotonic() - t0
+    for x in socks:
+        x.close()
+    return {"closed": closed, "last_closed_s": last}
+
+
+def mode_subs(a):
+    socks, ok, refused, messages = [], 0, 0, []
+    for _ in range(a.count):
+        try:
+            raw = socket.create_connection((a.host, a.port), timeout=a.timeout,
+                                           source_address=(a.source, 0) if a.source else None)
+            x = context(a).wrap_socket(raw)
+            x.settimeout(a.timeout)
+            f = x.makefile("rb")
+            for i in range(a.per):
+                x.sendall((json.dumps({"jsonrpc": "2.0", "id": i + 1, "method": "events.subscribe",
+                                       "params": {}}) + "\n").encode())
+                while True:
+                    m = read_line(f)
+                    if m.get("id") == i + 1:
+                        break
+                if "result" in m:
+                    ok += 1
+                else:
+                    refused += 1
+                    messages.append(m["error"]["message"])
+            socks.append((x, f))
+        except (OSError, ssl.SSLError, ConnectionError) as e:
+            messages.append("io: %s" % e)
+    print(json.dumps({"ok": ok, "refused": refused, "messages": messages[:5]}), flush=True)
+    time.sleep(a.hold)
+    for x, _ in socks:
+        x.close()
+    return {"done": True}
+
+
+def mode_reads(a):
+    conns = []
+    req = {"jsonrpc": "2.0", "id": 1, "method": "fs.read",
+           "params": {"sandbox": a.wait_sandbox, "path": "/workspace/big"}}
+    for _ in range(a.count):
+        raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+        x = context(a).wrap_socket(raw)
+        x.settimeout(a.timeout)
+        x.sendall(json.dumps(req).encode() + b"\n")
+        conns.append(x)
+    time.sleep(a.hold)
+    ok, refused, messages = 0, 0, []
+    for x in conns:
+        m = read_line(x.makefile("rb"))
+        if "result" in m:
+            ok += 1
+        else:
+            refused += 1
+            messages.append(m["error"]["message"])
+        x.close()
+    return {"ok": ok, "refused": refused, "messages": messages[:3]}
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode")
@@ -255,9 +398,11 @@ def main():
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--wait-sandbox")
     p.add_argument("--hold", type=float, default=3.0)
+    p.add_argument("--per", type=int, default=1)
+    p.add_argument("--source", help="the local address to connect from (tls mode)")
     p.add_argument("requests", nargs="*")
     a = p.parse_intermixed_args()
-    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood,
+    out = {"many": mode_many, "halfrecord": mode_halfrecord, "bigfile": mode_bigfile, "tls": mode_tls, "plain": mode_plain, "stall": mode_stall, "flood": mode_flood, "hold": mode_hold, "partial": mode_partial, "subs": mode_subs, "reads": mode_reads,
            "events": mode_events}[a.mode](a)
     print(json.dumps(out), flush=True)
 

@@ -105,3 +105,31 @@ def test_reload_changes_the_log_level(world):
         _hup(d, "applied; changed: logLevel")
     finally:
         world.stop_sandboxd(d)
+
+
+def test_reload_of_a_fifo_is_refused_without_blocking_the_loop(world):
+    """daemon.json replaced by a FIFO nobody writes: the reload must not
+    wait for a writer (the event loop would stop serving); it is refused
+    with the reason logged and the configuration in force kept."""
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.start_sandboxd({"maxVcpus": 1}, tag="reload")
+    path = os.path.join(d.dir, "daemon.json")
+    with open(path) as f:
+        saved = f.read()
+    try:
+        os.unlink(path)
+        os.mkfifo(path, 0o600)
+        _hup(d, "not a regular file (a FIFO)")
+        expect_eq(_max_vcpus(d), 1, "served, with maxVcpus kept, after the refused reload")
+    finally:
+        try:
+            # A daemon stuck in open() gets a writer, so it can go on.
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"{}")
+            os.close(fd)
+        except OSError:
+            pass
+        os.unlink(path)
+        with open(path, "w") as f:
+            f.write(saved)
+        world.stop_sandboxd(d)

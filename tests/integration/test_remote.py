@@ -477,3 +477,248 @@ def test_a_bad_tls_file_stops_the_start_naming_the_key(world):
         _state.clear()
         world.stop_sandboxd()
         world.start_sandboxd()
+
+
+_SRC_SERVER = r"""
+import http.server, sys
+addr, port, body, location = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+data = open(body, "rb").read() if body != "-" else b""
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if location != "-" and self.path.startswith("/r"):
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer((addr, port), H)
+print("ready", flush=True)
+s.serve_forever()
+"""
+
+
+def _source_servers(world):
+    """A host-only service on 127.0.0.1:18081 of the daemon's namespace
+    serving a tarball, and a server of the fake internet on
+    HTTP_ADDR:18082 that serves the same tarball at /ok.tgz and redirects
+    /r* to the host-only one. Started once per world."""
+    if _state.get("src_servers") == world.id:
+        return
+    import tarfile
+    d = tempfile.mkdtemp(prefix="remote-src-", dir=world.tmp)
+    secret = os.path.join(d, "secret.txt")
+    with open(secret, "w") as f:
+        f.write("host-only-secret\n")
+    tgz = os.path.join(d, "x.tgz")
+    with tarfile.open(tgz, "w:gz") as t:
+        t.add(secret, arcname="secret.txt")
+    script = os.path.join(d, "srv.py")
+    with open(script, "w") as f:
+        f.write(_SRC_SERVER)
+    world._spawn("src-loopback", "host", [sys.executable, script, "127.0.0.1", "18081", tgz, "-"], ready=True)
+    world._spawn("src-redirector", "net", [sys.executable, script, W.HTTP_ADDR, "18082", tgz,
+                                            "http://127.0.0.1:18081/x.tgz"], ready=True)
+    _state["src_servers"] = world.id
+
+
+def test_a_tag_role_cannot_fetch_sources_from_the_daemon_host_or_private_addresses(world):
+    st = _setup(world)
+    _source_servers(world)
+    public = "http://%s:18082" % W.HTTP_ADDR
+    made = []
+    try:
+        # A public source works for the tag role: the first hop is allowed.
+        r = _call(world, st, "tag", {"method": "sandbox.create",
+                                     "params": {"source": {"type": "tarball", "url": public + "/ok.tgz"}}})
+        expect(r["ok"] and "result" in r["answers"][0], "a public tarball for a tag role:", r)
+        made.append(r["answers"][0]["result"]["name"])
+        texts = {}
+        for key, src in (
+                ("loopback-open", {"type": "tarball", "url": "http://127.0.0.1:18081/x.tgz"}),
+                ("loopback-closed", {"type": "tarball", "url": "http://127.0.0.1:18089/x.tgz"}),
+                ("redirect", {"type": "tarball", "url": public + "/r.tgz"}),
+                ("host-addr", {"type": "tarball", "url": "http://%s:18089/x.tgz" % W.HOST_ADDR}),
+                ("host-addr-open", {"type": "tarball", "url": "http://%s:%d/x.tgz" % (W.HOST_ADDR, PORT)}),
+                ("private", {"type": "tarball", "url": "http://10.0.0.1/x.tgz"}),
+                ("mapped6", {"type": "tarball", "url": "http://[::ffff:127.0.0.1]:18081/x.tgz"}),
+                ("git-loopback", {"type": "git", "url": "http://127.0.0.1:18081/x.git"}),
+                ("git-redirect", {"type": "git", "url": public + "/r.git"})):
+            r = _call(world, st, "tag", {"method": "sandbox.create", "params": {"source": src}})
+            expect(r["ok"], "tag client I/O:", r)
+            a = r["answers"][0]
+            if "result" in a:
+                made.append(a["result"]["name"])
+            err = a.get("error") or {}
+            expect_eq((err.get("data") or {}).get("reason"), "source_failed", "%s source for a tag role: %s" % (key, a))
+            texts[key] = err.get("message", "")
+        # Never the host-only content, and one text whatever was behind
+        # the address (an open or a closed port, a redirect).
+        for key, text in texts.items():
+            expect("host-only-secret" not in text, key, text)
+        for key in ("loopback-open", "loopback-closed", "redirect", "host-addr", "host-addr-open", "private",
+                    "mapped6", "git-loopback"):
+            expect("remote clients fetch sources from public addresses only" in texts[key],
+                   "%s: the uniform refusal:" % key, texts[key])
+        expect_eq(texts["loopback-open"], texts["loopback-closed"], "open and closed loopback ports read the same")
+        expect_eq(texts["host-addr"].replace("18089", "P"), texts["host-addr-open"].replace(str(PORT), "P"),
+                  "open and closed host ports read the same")
+        expect("error: 302" in texts["git-redirect"] or "public addresses only" in texts["git-redirect"],
+               "git does not follow the redirect:", texts["git-redirect"])
+        # A local client keeps the host's own network (its operator's choice).
+        msg = st["daemon"].rpc("sandbox.create", {"source": {"type": "tarball", "url": "http://127.0.0.1:18081/x.tgz"}})
+        expect("result" in msg, "a loopback source on the Unix socket:", msg)
+        made.append(msg["result"]["name"])
+    finally:
+        for n in made:
+            st["daemon"].rpc("sandbox.delete", {"name": n})
+
+
+def test_one_address_cannot_take_every_tls_handshake(world):
+    """A flood of silent connections from one address, kept up for the
+    whole test, takes at most its share (a quarter) of maxTlsHandshakes
+    (8): a client from another address completes its handshake meanwhile."""
+    st = _setup(world)
+    p = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "hold", HOST, str(PORT),
+                          "--count", "10", "--hold", "30"], stdout=subprocess.PIPE, text=True)
+    try:
+        expect(json.loads(p.stdout.readline()).get("holding", 0) >= 8, "the flood is open")
+        for _ in range(5):
+            r = _raw(world, st, "tls", json.dumps({"method": "daemon.info"}), "--source", W.SPARE_ADDR,
+                     who="admin")
+            expect(r["ok"] and "result" in r["answers"][0], "another address during the flood:", r)
+        _log_has(st, "too many TLS handshakes in progress from this address")
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_remote_unfinished_lines_neither_starve_local_clients_nor_stay(world):
+    """24 TLS connections each holding 11 MiB of a line that never ends
+    (more than the daemon's 256 MiB for unfinished lines): a local client's
+    large fs.write on the Unix socket is still read, since TLS connections
+    draw on a pool of their own; and a line that makes no progress for the
+    stall timeout (30 s) closes its connection."""
+    import base64
+    st = _setup(world)
+    name = world.name("rbudget")
+    _local(st, "sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    holders = []
+    try:
+        cert, key = _pair(st, "tag")
+        for src in (None, W.SPARE_ADDR):
+            argv = ["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "partial", HOST, str(PORT),
+                    "--ca", st["ca"], "--cert", cert, "--key", key, "--count", "12",
+                    "--bytes", str(11 << 20), "--hold", "75", "--timeout", "60"]
+            if src:
+                argv += ["--source", src]
+            holders.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
+        sent = [json.loads(h.stdout.readline()) for h in holders]
+        expect(sum(x["sent"] for x in sent) >= 8, "unfinished lines held:", sent)
+        content = base64.b64encode(os.urandom(9 << 20)).decode()
+        msg = st["daemon"].rpc("fs.write", {"sandbox": name, "files": [{"path": "big.bin", "content": content}]},
+                               timeout=120)
+        expect("result" in msg, "a local 12 MiB fs.write while remote lines fill their pool:",
+               json.dumps(msg)[:300])
+        outs = [json.loads(h.communicate(timeout=120)[0].strip().splitlines()[-1]) for h in holders]
+        for x, o in zip(sent, outs):
+            expect_eq(o["closed"], x["sent"], "every unfinished line's connection closed: %s" % o)
+            expect(o["last_closed_s"] is not None and o["last_closed_s"] < 60, "closed near the stall timeout:", o)
+        _log_has(st, "sent no byte of its unfinished request line")
+    finally:
+        for h in holders:
+            if h.poll() is None:
+                h.kill()
+            h.wait()
+        st["daemon"].rpc("sandbox.delete", {"name": name})
+
+
+def test_runtime_list_shows_a_tag_role_only_its_own_sandboxes(world):
+    st = _setup(world)
+    a_name, b_name = world.name("rla"), world.name("rlb")
+    _local(st, "sandbox.create", {"name": a_name, "tags": {"team": "a"}})
+    _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "b"}})
+    try:
+        r = _call(world, st, "tag", {"method": "runtime.list", "params": {}})
+        expect(r["ok"] and "result" in r["answers"][0], "runtime.list as tag:team=a:", r)
+        host = [x for x in r["answers"][0]["result"]["runtimes"] if x["name"] == "host"][0]
+        expect(a_name in host["sandboxes"], "its own sandbox is listed:", host)
+        expect(b_name not in host["sandboxes"], "another tag's sandbox is not listed:", host)
+        full = [x for x in _local(st, "runtime.list", {})["runtimes"] if x["name"] == "host"][0]
+        expect(b_name in full["sandboxes"], "the Unix socket still sees every sandbox:", full)
+    finally:
+        st["daemon"].rpc("sandbox.delete", {"name": a_name})
+        st["daemon"].rpc("sandbox.delete", {"name": b_name})
+
+
+def test_event_subscriptions_are_capped_per_connection_and_reserved_for_local_clients(world):
+    """One TLS connection holds at most 16 subscriptions; TLS connections
+    together at most 192 of the daemon's 256, so a local client can still
+    subscribe while remote ones hold all theirs."""
+    st = _setup(world)
+    cert, key = _pair(st, "tag")
+    base = ["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "subs", HOST, str(PORT),
+            "--ca", st["ca"], "--cert", cert, "--key", key, "--hold", "30"]
+    procs = []
+    try:
+        one = subprocess.Popen(base + ["--count", "1", "--per", "20"], stdout=subprocess.PIPE, text=True)
+        procs.append(one)
+        r = json.loads(one.stdout.readline())
+        expect(r["ok"] == 16 and r["refused"] == 4, "16 subscriptions on one connection, then limit_exceeded:", r)
+        expect("per connection" in r["messages"][0], "the refusal names the limit:", r)
+        one.kill()
+        one.wait()
+        # Its subscriptions go with its connection: wait until the daemon
+        # holds no TLS connection any more.
+        poll(lambda: not world.run_in_host(["ss", "-tnH", "state", "established",
+                                            "( sport = :%d )" % PORT]).stdout.strip(), 20,
+             "the daemon closed the first subscriber's connection")
+        poll(lambda: "result" in st["daemon"].rpc("events.subscribe", {}), 10, "a local subscription")
+        # 11 more connections from this address and one from another: 192
+        # remote subscriptions, then the next is refused; a local one is not.
+        many = subprocess.Popen(base + ["--count", "11", "--per", "16"], stdout=subprocess.PIPE, text=True)
+        procs.append(many)
+        other = subprocess.Popen(base + ["--count", "1", "--per", "17", "--source", W.SPARE_ADDR],
+                                 stdout=subprocess.PIPE, text=True)
+        procs.append(other)
+        r1, r2 = json.loads(many.stdout.readline()), json.loads(other.stdout.readline())
+        expect_eq(r1["ok"] + r2["ok"], 192, "remote subscriptions up to their share: %s %s" % (r1, r2))
+        expect(r1["refused"] + r2["refused"] >= 1, "the one over it refused:", r1, r2)
+        with st["daemon"].connect(30) as c:
+            msg = c.call("events.subscribe", {}, 30)
+            expect("result" in msg, "a local subscriber while remote ones hold their share:", msg)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_large_answers_for_remote_clients_are_bounded_daemon_wide(world):
+    """12 TLS connections each with an fs.read of a 30 MiB file, none
+    reading its answer: at most 8 such answers are made at a time and none
+    starts while more than 256 MiB wait, so some are refused with
+    limit_exceeded instead of all being held in the daemon's memory; the
+    Unix socket is not bound by them."""
+    st = _setup(world)
+    name = world.name("rbulk")
+    _local(st, "sandbox.create", {"name": name, "tags": {"team": "a"}, "networkPolicy": "deny-all"})
+    try:
+        cid = _local(st, "command.run", {"sandbox": name, "cmd": "sh", "args": [
+            "-c", "head -c 31457280 /dev/urandom > /workspace/big"]})["cmdId"]
+        expect_eq(st["daemon"].rpc("command.wait", {"cmdId": cid}, timeout=120)["result"].get("exitCode"), 0,
+                  "the 30 MiB file written")
+        r = _raw(world, st, "reads", "--count", "12", "--wait-sandbox", name, "--hold", "8", "--timeout", "120",
+                 who="tag", timeout=300)
+        expect(r["refused"] >= 3 and r["ok"] >= 1, "bounded large answers for remote clients:", r)
+        expect(all("retry later" in m for m in r["messages"]), "limit_exceeded names the bound:", r)
+        msg = st["daemon"].rpc("fs.read", {"sandbox": name, "path": "/workspace/big"}, timeout=120)
+        expect("result" in msg, "a local fs.read is not bound by remote answers:", json.dumps(msg)[:200])
+    finally:
+        st["daemon"].rpc("sandbox.delete", {"name": name})
