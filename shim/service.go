@@ -30,6 +30,7 @@ import (
 	"github.com/containerd/typeurl"
 	ptypes "github.com/gogo/protobuf/types"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 const rootfsTar = "sandboxd-rootfs.tar"
@@ -209,6 +210,10 @@ func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteClose
 			s.mu.Lock()
 			code := p.exitCode
 			s.mu.Unlock()
+			// The exit is reported once the reader has taken the output
+			// from the FIFOs: ctr run closes its end when told of the
+			// exit, and what was still in the pipe would be lost.
+			waitDrained(conn, stdout, stderr)
 			s.exit(p, code)
 			break
 		}
@@ -235,6 +240,59 @@ func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteClose
 	if stderr != nil {
 		stderr.Close()
 	}
+}
+
+// waitDrained returns once no output waits in any of the FIFOs ws (nil
+// entries are skipped): the pipe's unread byte count (FIONREAD, named
+// TIOCINQ in x/sys/unix, which a pipe answers on either end; pipe(7)) is
+// 0, or it has no reader left (POLLERR on the write end; poll(2)), or the
+// daemon's connection conn is gone. Linux has no event for "pipe empty",
+// so it polls: at once, then from 1 ms backing off to 50 ms.
+func waitDrained(conn *rpcClient, ws ...io.WriteCloser) {
+	delay := time.Millisecond
+	for {
+		waiting := false
+		for _, w := range ws {
+			if w != nil && unread(w) {
+				waiting = true
+			}
+		}
+		if !waiting {
+			return
+		}
+		select {
+		case <-conn.done:
+			return
+		case <-time.After(delay):
+		}
+		if delay *= 2; delay > 50*time.Millisecond {
+			delay = 50 * time.Millisecond
+		}
+	}
+}
+
+// unread says whether the FIFO written through w holds bytes a reader
+// still has to take. false when w gives no fd or on any error (nothing is
+// waited for that cannot be seen).
+func unread(w io.WriteCloser) bool {
+	sc, ok := w.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	waiting := false
+	rc.Control(func(fd uintptr) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		if n, err := unix.Poll(pfd, 0); err != nil || (n == 1 && pfd[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0) {
+			return // no reader left: nobody will take it
+		}
+		n, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+		waiting = err == nil && n > 0
+	})
+	return waiting
 }
 
 func (s *service) exit(p *process, code uint32) {
