@@ -446,21 +446,42 @@ def _frozen(t, cid):
     raise AssertionError("no freezer in the session's cgroups %s" % sb["session"]["cgroups"])
 
 
+def _freezer_dump(t, cid):
+    """Every freezer file of the session's cgroups, for a failure message."""
+    sb = t.world.rpc_result("sandbox.get", {"name": sandbox_name(cid)})
+    out = ["session.paused=%s" % sb["session"]["paused"]]
+    for d in sb["session"]["cgroups"]:
+        for f in ("cgroup.freeze", "cgroup.events", "freezer.state"):
+            try:
+                with open(os.path.join(d, f)) as fh:
+                    out.append("%s/%s: %s" % (d, f, fh.read().strip().replace("\n", "; ")))
+            except OSError as e:
+                if e.errno != 2 or f == "cgroup.freeze" and "/unified/" in d:
+                    out.append("%s/%s: %s" % (d, f, e))
+    return "\n  ".join(out)
+
+
+def _expect_frozen(t, cid, want, what):
+    got = _frozen(t, cid)
+    if got != want:
+        raise AssertionError("%s: expected %r, got %r\n  %s" % (what, want, got, _freezer_dump(t, cid)))
+
+
 def test_pause_and_resume_freeze_the_sandbox(t):
     c = t.c
     r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "pause1", "sleep", "600")
     expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
     try:
         W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
-        expect_eq(_frozen(t, "pause1"), (False, False), "the running sandbox's cgroup (frozen, paused)")
+        _expect_frozen(t, "pause1", (False, False), "the running sandbox's cgroup (frozen, paused)")
         r = c.ctr("task", "pause", "pause1")
         expect_eq(r.returncode, 0, "ctr task pause: %s" % r.stderr)
         expect("PAUSED" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows PAUSED")
-        expect_eq(_frozen(t, "pause1"), (True, True), "the paused sandbox's cgroup (frozen, paused)")
+        _expect_frozen(t, "pause1", (True, True), "the paused sandbox's cgroup (frozen, paused)")
         r = c.ctr("task", "resume", "pause1")
         expect_eq(r.returncode, 0, "ctr task resume: %s" % r.stderr)
         expect("RUNNING" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows RUNNING again")
-        expect_eq(_frozen(t, "pause1"), (False, False), "the resumed sandbox's cgroup (frozen, paused)")
+        _expect_frozen(t, "pause1", (False, False), "the resumed sandbox's cgroup (frozen, paused)")
         r = c.ctr("task", "exec", "--exec-id", "e1", "pause1", "echo", "alive")
         expect_eq((r.returncode, r.stdout), (0, "alive\n"), "an exec after resume runs (%s)" % r.stderr)
         # Paused again, then killed and deleted: nothing is left frozen behind.
