@@ -379,6 +379,18 @@ def _exec_kill_delete(t):
                   input="piped-stdin\n", stdin=None)
         expect_eq(r.returncode, 5, "ctr task exec's exit status (stderr %r)" % r.stderr[-300:])
         expect_eq(r.stdout, "from-exec\npiped-stdin\n", "the exec's output and its stdin echoed")
+        # ctr asks for CloseIO at its input's end while it still holds the
+        # stdin FIFO open (until CloseIO answers): the command's EOF must
+        # come at once, not after a wait for the FIFO's end (2 s before).
+        r = c.ctr("task", "exec", "--exec-id", "e3", "long1", "sh", "-c",
+                  "IFS= read -r l; read a _ </proc/uptime; cat; read b _ </proc/uptime; "
+                  "echo \"first=$l\"; echo \"eof_cs=$(( ${b%.*}${b#*.} - ${a%.*}${a#*.} ))\"",
+                  input="one\ntwo\n", stdin=None)
+        expect_eq(r.returncode, 0, "ctr task exec's exit status (stderr %r)" % r.stderr[-300:])
+        lines = r.stdout.splitlines()
+        expect_eq(lines[:2], ["two", "first=one"], "the exec's stdin, all of it")
+        cs = [int(l[7:]) for l in lines if l.startswith("eof_cs=")]
+        expect(cs and cs[0] < 150, "stdin's EOF came within 1.5 s of its last input (centiseconds):", r.stdout)
         # Pids: the session cgroup's host pids, the container's sleep among them.
         r = c.ctr("task", "ps", "long1")
         expect_eq(r.returncode, 0, "ctr task ps: %s" % r.stderr)
