@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/containerd/typeurl"
 	ptypes "github.com/gogo/protobuf/types"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 const rootfsTar = "sandboxd-rootfs.tar"
@@ -68,6 +70,8 @@ type process struct {
 	exitCode  uint32        // its exit status
 	stdinW    io.Closer     // the stdin FIFO's reader
 	stdinDone chan struct{} // closed when its copy has ended (EOF)
+	stdinWake int           // write end of the copy's wake-up pipe (-1: none)
+	stdinEnd  int32         // atomic; 1: CloseIO or exit: copy what the FIFO holds, then end
 }
 
 type service struct {
@@ -209,6 +213,10 @@ func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteClose
 			s.mu.Lock()
 			code := p.exitCode
 			s.mu.Unlock()
+			// The exit is reported once the reader has taken the output
+			// from the FIFOs: ctr run closes its end when told of the
+			// exit, and what was still in the pipe would be lost.
+			waitDrained(conn, stdout, stderr)
 			s.exit(p, code)
 			break
 		}
@@ -237,6 +245,59 @@ func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteClose
 	}
 }
 
+// waitDrained returns once no output waits in any of the FIFOs ws (nil
+// entries are skipped): the pipe's unread byte count (FIONREAD, named
+// TIOCINQ in x/sys/unix, which a pipe answers on either end; pipe(7)) is
+// 0, or it has no reader left (POLLERR on the write end; poll(2)), or the
+// daemon's connection conn is gone. Linux has no event for "pipe empty",
+// so it polls: at once, then from 1 ms backing off to 50 ms.
+func waitDrained(conn *rpcClient, ws ...io.WriteCloser) {
+	delay := time.Millisecond
+	for {
+		waiting := false
+		for _, w := range ws {
+			if w != nil && unread(w) {
+				waiting = true
+			}
+		}
+		if !waiting {
+			return
+		}
+		select {
+		case <-conn.done:
+			return
+		case <-time.After(delay):
+		}
+		if delay *= 2; delay > 50*time.Millisecond {
+			delay = 50 * time.Millisecond
+		}
+	}
+}
+
+// unread says whether the FIFO written through w holds bytes a reader
+// still has to take. false when w gives no fd or on any error (nothing is
+// waited for that cannot be seen).
+func unread(w io.WriteCloser) bool {
+	sc, ok := w.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	waiting := false
+	rc.Control(func(fd uintptr) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		if n, err := unix.Poll(pfd, 0); err != nil || (n == 1 && pfd[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0) {
+			return // no reader left: nobody will take it
+		}
+		n, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
+		waiting = err == nil && n > 0
+	})
+	return waiting
+}
+
 func (s *service) exit(p *process, code uint32) {
 	s.mu.Lock()
 	if p.status == task.StatusStopped {
@@ -247,7 +308,10 @@ func (s *service) exit(p *process, code uint32) {
 	p.exitStatus = code
 	p.exitedAt = time.Now()
 	if p.stdinW != nil {
-		p.stdinW.Close()
+		// The copy ends (the FIFO is cut if it never opened).
+		atomic.StoreInt32(&p.stdinEnd, 1)
+		wakeStdin(p)
+		p.stdinW.Close() // waits for the copy's poll, just woken
 		p.stdinW = nil
 	}
 	close(p.exited)
@@ -360,7 +424,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 		return nil, grpcErr(err)
 	}
 	p := &process{spec: spec.Process, terminal: r.Terminal, stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr,
-		status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+		status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1), stdinWake: -1}
 	s.mu.Lock()
 	s.init = p
 	s.persistent = persistent
@@ -502,8 +566,9 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	return &taskAPI.StartResponse{Pid: uint32(os.Getpid())}, nil
 }
 
-// startStdin copies the stdin FIFO to command.write; its end (or CloseIO)
-// is command.closeStdin. Without a stdin FIFO stdin is closed at once.
+// startStdin copies the stdin FIFO to command.write; its end (EOF, or
+// CloseIO: what the FIFO holds then, then the end) is command.closeStdin.
+// Without a stdin FIFO stdin is closed at once.
 func (s *service) startStdin(p *process) {
 	closeStdin := func() {
 		s.rpc.call("command.closeStdin", map[string]interface{}{"cmdId": p.cmdID}, nil)
@@ -517,28 +582,97 @@ func (s *service) startStdin(p *process) {
 		closeStdin()
 		return
 	}
+	var wake [2]int
+	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		in.Close()
+		closeStdin()
+		return
+	}
 	done := make(chan struct{})
 	s.mu.Lock()
-	p.stdinW, p.stdinDone = in, done
+	p.stdinW, p.stdinDone, p.stdinWake = in, done, wake[1]
 	s.mu.Unlock()
 	go func() {
 		defer close(done)
 		buf := make([]byte, 64<<10)
 		for {
-			n, err := in.Read(buf)
+			n, eof := s.readStdin(p, in, wake[0], buf)
 			if n > 0 {
 				if s.rpc.call("command.write", map[string]interface{}{"cmdId": p.cmdID,
 					"data": base64.StdEncoding.EncodeToString(buf[:n])}, nil) != nil {
 					break
 				}
 			}
-			if err != nil {
+			if eof {
 				break
 			}
 		}
+		s.mu.Lock()
+		unix.Close(wake[1])
+		p.stdinWake = -1
+		s.mu.Unlock()
+		unix.Close(wake[0])
 		in.Close()
 		closeStdin()
 	}()
+}
+
+// wakeStdin wakes p's stdin copy (to see stdinEnd). Called with s.mu held.
+func wakeStdin(p *process) {
+	if p.stdinWake >= 0 {
+		unix.Write(p.stdinWake, []byte{0})
+	}
+}
+
+// readStdin reads what the stdin FIFO in holds into buf, waiting (poll(2)
+// on it and on the wake-up pipe wake) while it is empty. eof: the FIFO's
+// writers have all closed it, or stdinEnd is set and the FIFO is empty (a
+// client such as ctr asks for CloseIO while it still holds its end open,
+// its last input already in the pipe), or the FIFO cannot be read.
+func (s *service) readStdin(p *process, in io.ReadWriteCloser, wake int, buf []byte) (n int, eof bool) {
+	sc, ok := in.(syscall.Conn)
+	if !ok {
+		return 0, true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, true
+	}
+	for {
+		var rerr error
+		again := false
+		cerr := rc.Control(func(fd uintptr) {
+			n, rerr = unix.Read(int(fd), buf)
+			if rerr != unix.EAGAIN {
+				return
+			}
+			// Not s.mu: exit closes the FIFO holding it, which waits
+			// for this callback.
+			if atomic.LoadInt32(&p.stdinEnd) != 0 {
+				return
+			}
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+			unix.Poll(pfd, -1)
+			if pfd[1].Revents != 0 {
+				var b [64]byte
+				unix.Read(wake, b[:])
+			}
+			again = true
+		})
+		switch {
+		case cerr != nil:
+			return 0, true
+		case again || rerr == unix.EINTR:
+			continue
+		case rerr == unix.EAGAIN: // empty, and stdinEnd
+			return 0, true
+		case rerr != nil:
+			return 0, true
+		case n == 0: // every writer closed it
+			return 0, true
+		}
+		return n, false
+	}
 }
 
 func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.StateResponse, error) {
@@ -721,7 +855,7 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*pty
 		return nil, grpcErr(fmt.Errorf("exec %s: %w", r.ExecID, errdefs.ErrAlreadyExists))
 	}
 	s.procs[r.ExecID] = &process{execID: r.ExecID, spec: spec, terminal: r.Terminal, stdin: r.Stdin,
-		stdout: r.Stdout, stderr: r.Stderr, status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+		stdout: r.Stdout, stderr: r.Stderr, status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1), stdinWake: -1}
 	s.mu.Unlock()
 	s.publish(runtime.TaskExecAddedEventTopic, &eventstypes.TaskExecAdded{ContainerID: s.id, ExecID: r.ExecID})
 	return &ptypes.Empty{}, nil
@@ -755,21 +889,16 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*ptyp
 	}
 	if r.Stdin {
 		s.mu.Lock()
-		c, done, cmd := p.stdinW, p.stdinDone, p.cmdID
+		copying, cmd := p.stdinW != nil, p.cmdID
+		if copying {
+			// A client (ctr) asks for CloseIO as soon as its input
+			// ends, with the last of it in the FIFO and its end still
+			// open: the copy takes what the FIFO holds, then ends.
+			atomic.StoreInt32(&p.stdinEnd, 1)
+			wakeStdin(p)
+		}
 		s.mu.Unlock()
-		if c != nil {
-			// A client (ctr) asks for CloseIO as soon as its input ends,
-			// with the last of it still in the FIFO: let the copy read to
-			// the FIFO's end (the client closes it next), and cut it only
-			// when that does not come within 2 s.
-			select {
-			case <-done:
-			case <-time.After(2 * time.Second):
-				c.Close()
-			case <-ctx.Done():
-				c.Close()
-			}
-		} else if cmd != "" {
+		if !copying && cmd != "" {
 			s.rpc.call("command.closeStdin", map[string]interface{}{"cmdId": cmd}, nil)
 		}
 	}

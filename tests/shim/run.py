@@ -222,6 +222,96 @@ def test_large_output_arrives_whole_and_in_order(t):
     no_leak(t, "big1")
 
 
+def _fifo_fill(pid, suffix):
+    """Bytes waiting in the FIFO process `pid` holds open whose path ends
+    with `suffix` (FIONREAD, on a reader of our own), or None if it holds
+    none."""
+    import fcntl
+    import struct
+    import termios
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            path = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if not path.endswith(suffix):
+            continue
+        f = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            return struct.unpack("i", fcntl.ioctl(f, termios.FIONREAD, b"\0\0\0\0"))[0]
+        finally:
+            os.close(f)
+    return None
+
+
+def test_run_output_whole_when_ctr_reads_late(t):
+    """ctr run closes its end of the stdout FIFO as soon as it learns of the
+    exit: the exit must not be reported while output still waits in the
+    FIFO. ctr's stdout here is a full pipe, so ctr takes one read (32 KiB at
+    most) and blocks; the rest of the 60000 bytes waits in the FIFO."""
+    import fcntl
+    c = t.c
+    r_fd, w_fd = os.pipe()
+    fcntl.fcntl(w_fd, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(w_fd, False)
+    pre = b""
+    try:
+        while True:
+            pre += b"p" * os.write(w_fd, b"p" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w_fd, True)
+    total = 60000  # over ctr's 32 KiB read, under the FIFO's 64 KiB
+    p = subprocess.Popen(["ctr", "--address", c.sock, "-n", NS, "run", "--rm", "--runtime", RUNTIME,
+                          "--rootfs", t.rootfs, "late1", "sh", "-c",
+                          "i=0; while [ $i -lt %d ]; do echo 012345678; i=$((i+1)); done" % (total // 10)],
+                         stdin=subprocess.DEVNULL, stdout=w_fd, stderr=subprocess.PIPE)
+    os.close(w_fd)
+    out = b""
+    try:
+        fill = []
+
+        def settled():
+            # All but ctr's one read is in the FIFO, or ctr let go of it.
+            v = _fifo_fill(p.pid, "/late1-stdout")
+            fill.append(v)
+            return ((v or 0) >= total - (32 << 10) or (v is None and any(x is not None for x in fill))
+                    or p.poll() is not None)
+        W.World.wait_until(settled, 30, "the output to wait in ctr's stdout FIFO")
+        expect(p.poll() is None, "ctr run is still blocked on its stdout (exit %s)" % p.poll())
+        expect(fill[-1] is not None, "ctr still holds its stdout FIFO (it lets go when told of the exit); bytes in it seen:",
+               fill[-5:])
+        ls = c.ctr("tasks", "ls").stdout
+        state = [l.split() for l in ls.splitlines() if l.split()[:1] == ["late1"]]
+        expect_eq([s[-1] for s in state], ["RUNNING"],
+                  "the task's state while %s bytes of its output are unread in the FIFO" % fill[-1])
+        while True:
+            b = os.read(r_fd, 65536)
+            if not b:
+                break
+            out += b
+        rc = p.wait(30)
+        err = p.stderr.read().decode(errors="replace")
+    finally:
+        os.close(r_fd)
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        p.stderr.close()
+        c.ctr("task", "kill", "-s", "KILL", "late1")
+        c.ctr("task", "delete", "late1")
+        c.ctr("containers", "delete", "late1")
+    expect_eq(rc, 0, "ctr run's exit status (stderr %r)" % err[-300:])
+    body = out[len(pre):]
+    expect(out[:len(pre)] == pre and body == b"012345678\n" * (total // 10),
+           "all %d bytes of stdout reach ctr's stdout (got %d, ends %r)" % (total, len(body), body[-30:]))
+    no_leak(t, "late1")
+
+
 def test_image_rootfs_from_snapshot_mounts(t):
     """An image: containerd hands the shim overlay mounts of its snapshot;
     they are mounted in the bundle, packed, and released before the run."""
@@ -289,6 +379,18 @@ def _exec_kill_delete(t):
                   input="piped-stdin\n", stdin=None)
         expect_eq(r.returncode, 5, "ctr task exec's exit status (stderr %r)" % r.stderr[-300:])
         expect_eq(r.stdout, "from-exec\npiped-stdin\n", "the exec's output and its stdin echoed")
+        # ctr asks for CloseIO at its input's end while it still holds the
+        # stdin FIFO open (until CloseIO answers): the command's EOF must
+        # come at once, not after a wait for the FIFO's end (2 s before).
+        r = c.ctr("task", "exec", "--exec-id", "e3", "long1", "sh", "-c",
+                  "IFS= read -r l; read a _ </proc/uptime; cat; read b _ </proc/uptime; "
+                  "echo \"first=$l\"; echo \"eof_cs=$(( ${b%.*}${b#*.} - ${a%.*}${a#*.} ))\"",
+                  input="one\ntwo\n", stdin=None)
+        expect_eq(r.returncode, 0, "ctr task exec's exit status (stderr %r)" % r.stderr[-300:])
+        lines = r.stdout.splitlines()
+        expect_eq(lines[:2], ["two", "first=one"], "the exec's stdin, all of it")
+        cs = [int(l[7:]) for l in lines if l.startswith("eof_cs=")]
+        expect(cs and cs[0] < 150, "stdin's EOF came within 1.5 s of its last input (centiseconds):", r.stdout)
         # Pids: the session cgroup's host pids, the container's sleep among them.
         r = c.ctr("task", "ps", "long1")
         expect_eq(r.returncode, 0, "ctr task ps: %s" % r.stderr)
@@ -356,21 +458,42 @@ def _frozen(t, cid):
     raise AssertionError("no freezer in the session's cgroups %s" % sb["session"]["cgroups"])
 
 
+def _freezer_dump(t, cid):
+    """Every freezer file of the session's cgroups, for a failure message."""
+    sb = t.world.rpc_result("sandbox.get", {"name": sandbox_name(cid)})
+    out = ["session.paused=%s" % sb["session"]["paused"]]
+    for d in sb["session"]["cgroups"]:
+        for f in ("cgroup.freeze", "cgroup.events", "freezer.state"):
+            try:
+                with open(os.path.join(d, f)) as fh:
+                    out.append("%s/%s: %s" % (d, f, fh.read().strip().replace("\n", "; ")))
+            except OSError as e:
+                if e.errno != 2 or f == "cgroup.freeze" and "/unified/" in d:
+                    out.append("%s/%s: %s" % (d, f, e))
+    return "\n  ".join(out)
+
+
+def _expect_frozen(t, cid, want, what):
+    got = _frozen(t, cid)
+    if got != want:
+        raise AssertionError("%s: expected %r, got %r\n  %s" % (what, want, got, _freezer_dump(t, cid)))
+
+
 def test_pause_and_resume_freeze_the_sandbox(t):
     c = t.c
     r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "pause1", "sleep", "600")
     expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
     try:
         W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
-        expect_eq(_frozen(t, "pause1"), (False, False), "the running sandbox's cgroup (frozen, paused)")
+        _expect_frozen(t, "pause1", (False, False), "the running sandbox's cgroup (frozen, paused)")
         r = c.ctr("task", "pause", "pause1")
         expect_eq(r.returncode, 0, "ctr task pause: %s" % r.stderr)
         expect("PAUSED" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows PAUSED")
-        expect_eq(_frozen(t, "pause1"), (True, True), "the paused sandbox's cgroup (frozen, paused)")
+        _expect_frozen(t, "pause1", (True, True), "the paused sandbox's cgroup (frozen, paused)")
         r = c.ctr("task", "resume", "pause1")
         expect_eq(r.returncode, 0, "ctr task resume: %s" % r.stderr)
         expect("RUNNING" in c.ctr("tasks", "ls").stdout, "ctr tasks ls shows RUNNING again")
-        expect_eq(_frozen(t, "pause1"), (False, False), "the resumed sandbox's cgroup (frozen, paused)")
+        _expect_frozen(t, "pause1", (False, False), "the resumed sandbox's cgroup (frozen, paused)")
         r = c.ctr("task", "exec", "--exec-id", "e1", "pause1", "echo", "alive")
         expect_eq((r.returncode, r.stdout), (0, "alive\n"), "an exec after resume runs (%s)" % r.stderr)
         # Paused again, then killed and deleted: nothing is left frozen behind.
@@ -597,6 +720,7 @@ def main():
                                         and kv[1].__code__.co_firstlineno or 0)
              if n.startswith("test_") and callable(f) and (not filters or any(x in n for x in filters))]
     failed = 0
+    runs = tests * int(os.environ.get("SHIM_TEST_REPEAT", "1"))
     with W.World() as world:
         world.start_sandboxd()
         t = T()
@@ -606,7 +730,7 @@ def main():
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
         try:
             t.c.start()
-            for name, fn in tests * int(os.environ.get("SHIM_TEST_REPEAT", "1")):
+            for name, fn in runs:
                 t0 = time.monotonic()
                 try:
                     fn(t)
@@ -624,7 +748,7 @@ def main():
             for pid in shims(t.c):
                 os.kill(pid, signal.SIGKILL)
             t.c.stop()
-    print("shim: %d passed, %d failed" % (len(tests) - failed, failed))
+    print("shim: %d passed, %d failed" % (len(runs) - failed, failed))
     return 1 if failed else 0
 
 
