@@ -207,10 +207,21 @@ static capture_job *captures;
 static void capture_work(void *userdata);
 static void capture_done(void *userdata);
 
-/* Submits j to a worker; on failure finishes it with the error at once. */
+/* Submits j, which waited for the capture before it, to a worker. When it
+ * was cancelled meanwhile, when its sandbox is being stopped or deleted (a
+ * teardown deferred for the captures, start_teardown) or when the
+ * submission fails, finishes it with that error at once instead. */
 static void capture_start(capture_job *j) {
         j->started = true;
-        if (worker_submit(capture_work, capture_done, j) < 0) {
+        if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
+                /* It made nothing: capture_done answers "cancelled". */
+                sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "cancelled");
+                capture_done(j);
+        } else if (j->sb->deferred_teardown) {
+                sb_error_set(&j->err, -EBUSY, "unavailable", NULL, "sandbox '%s' is %s; try again in a moment",
+                             j->sb->name, j->sb->deferred_remove ? "being deleted" : "stopping");
+                capture_done(j);
+        } else if (worker_submit(capture_work, capture_done, j) < 0) {
                 sb_error_set(&j->err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 capture_done(j);
         }
