@@ -192,12 +192,46 @@ typedef struct capture_job {
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
         int cancel;       /* CORE_CANCEL_REQUESTED once request.cancel asked (capture_cancel) */
         bool keep_frozen; /* paused (sandbox.pause, pause.c): stays frozen after the copy */
+        bool started;     /* submitted to a worker (else waiting in `captures`) */
         sb_error *err;
+        struct capture_job *next; /* in `captures` */
 } capture_job;
 
+/* Every capture not yet done, in the order asked. One capture of a sandbox
+ * runs at a time: two would freeze and thaw the same cgroup under each
+ * other (one's thaw ends the other's freeze: "freeze the sandbox:
+ * Connection timed out", or a copy of a running sandbox). A later one
+ * waits here until the one before it is done (capture_done). */
+static capture_job *captures;
+
+static void capture_work(void *userdata);
+static void capture_done(void *userdata);
+
+/* Submits j, which waited for the capture before it, to a worker. When it
+ * was cancelled meanwhile, when its sandbox is being stopped or deleted (a
+ * teardown deferred for the captures, start_teardown) or when the
+ * submission fails, finishes it with that error at once instead. */
+static void capture_start(capture_job *j) {
+        j->started = true;
+        if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
+                /* It made nothing: capture_done answers "cancelled". */
+                sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "cancelled");
+                capture_done(j);
+        } else if (j->sb->deferred_teardown) {
+                sb_error_set(&j->err, -EBUSY, "unavailable", NULL, "sandbox '%s' is %s; try again in a moment",
+                             j->sb->name, j->sb->deferred_remove ? "being deleted" : "stopping");
+                capture_done(j);
+        } else if (worker_submit(capture_work, capture_done, j) < 0) {
+                sb_error_set(&j->err, -ENOMEM, NULL, NULL, "cannot start the copy");
+                capture_done(j);
+        }
+}
+
 /* request.cancel of a fork or snapshot while its copy runs: the copy stops
- * between entries, or, done already, its layer is removed (capture_done).
- * Always in time: nothing is recorded before capture_done. */
+ * between entries, or, done already, its layer is removed (capture_done);
+ * one still waiting for an earlier capture of its sandbox never freezes it
+ * (capture_work). Always in time: nothing is recorded before capture_done,
+ * which answers once the worker has thawed the sandbox and returned. */
 static bool capture_cancel(rpc_request *req, void *userdata) {
         (void)req;
         capture_job *j = userdata;
@@ -221,6 +255,11 @@ static void capture_work(void *userdata) {
         _cleanup_free_ char *tmp = NULL;
         if (asprintf(&tmp, "%s.tmp", j->dest) < 0) {
                 sb_error_set(&j->err, -ENOMEM, NULL, NULL, "out of memory");
+                return;
+        }
+        /* Cancelled while it waited for the capture before it: nothing to do. */
+        if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
+                sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "cancelled");
                 return;
         }
         char point[32];
@@ -252,6 +291,11 @@ static void capture_done(void *userdata) {
         manager *m = j->m;
         sb->capturing--;
         rpc_request_set_cancel(j->req, NULL, NULL);
+        for (capture_job **p = &captures; *p; p = &(*p)->next)
+                if (*p == j) {
+                        *p = j->next;
+                        break;
+                }
         if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
                 if (!j->err) {
                         /* Copied before the cancel was seen: the layer is
@@ -269,6 +313,19 @@ static void capture_done(void *userdata) {
         cJSON *chain = j->err ? NULL : chain_with(j->id, sb->layers);
         j->cb(m, j->req, sb, chain, j->err);
         cJSON_Delete(chain);
+        /* The next capture of this sandbox, which waited for this one. */
+        capture_job *next = NULL;
+        for (capture_job *q = captures; q && !next; q = q->next)
+                if (q->sb == sb && !q->started)
+                        next = q;
+        if (next) {
+                free(j->upper);
+                free(j->dest);
+                sb_error_free(j->err);
+                free(j);
+                capture_start(next);
+                return;
+        }
         if (!sb->capturing && sb->deferred_teardown) {
                 sb->deferred_teardown = false;
                 start_teardown(sb, sb->deferred_teardown_session, sb->deferred_remove);
@@ -410,7 +467,11 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
         j->dest = TAKE_PTR(dest);
         j->cg = sb->sess ? sb->sess->cg : NULL;
         j->keep_frozen = sb->sess && sb->sess->paused;
-        if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 || worker_submit(capture_work, capture_done, j) < 0) {
+        bool busy = false;
+        for (capture_job *q = captures; q && !busy; q = q->next)
+                busy = q->sb == sb;
+        if (asprintf(&j->upper, "%s/upper", sb->dir) < 0 ||
+            (!busy && worker_submit(capture_work, capture_done, j) < 0)) {
                 sb_error_set(&err, -ENOMEM, NULL, NULL, "cannot start the copy");
                 cb(m, req, sb, NULL, err);
                 free(j->upper);
@@ -418,6 +479,11 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
                 free(j);
                 return;
         }
+        j->started = !busy;
+        capture_job **tail = &captures;
+        while (*tail)
+                tail = &(*tail)->next;
+        *tail = j;
         sb->capturing++;
         rpc_request_set_cancel(req, capture_cancel, j);
 }

@@ -204,3 +204,80 @@ def test_cancel_answers_false_when_nothing_can_be_cancelled(world):
     finally:
         world.rpc("sandbox.delete", {"name": name}, 60)
     leaks.check(world, name)
+
+
+def _frozen(world, name):
+    """Whether the session's cgroup says frozen (cgroup.freeze, else the v1
+    freezer.state), read from the directories sandbox.get lists."""
+    for d in world.rpc_result("sandbox.get", {"name": name})["session"]["cgroups"]:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            p = os.path.join(d, f)
+            if os.path.exists(p):
+                with open(p) as fh:
+                    return fh.read().strip() == yes
+    return False
+
+
+def _fill(world, name):
+    """Enough files in the upper that a capture's copy takes a while."""
+    script = "mkdir -p /workspace/d && cd /workspace/d && for i in $(seq 1 3000); do echo $i > f$i; done"
+    r = world.rpc_result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", script]}, 120)
+    expect_eq(r["exitCode"], 0, "filling the sandbox")
+
+
+def _cancel_then_again(world, method, first, second):
+    """Sends `method` with params `first`, a request.cancel of it and the
+    same method with `second` in one write: the second starts while the
+    cancelled one's capture (freeze, copy, thaw) is under way. Returns the
+    second's answer."""
+    with world.daemon.connect(timeout=120) as conn:
+        rid, cid = _send_both(conn, method, first)
+        rid2 = conn.start(method, second)
+        expect_eq(conn.wait(cid, 30).get("result"), {"cancelled": True}, "request.cancel's answer")
+        _expect_cancelled(conn.wait(rid, 60), "the cancelled %s" % method)
+        return conn.wait(rid2, 120)
+
+
+def test_snapshot_right_after_a_cancelled_snapshot_succeeds(world):
+    """A snapshot asked while a cancelled snapshot of the same sandbox still
+    freezes, copies or thaws waits for it, never fails on the freeze, and
+    the sandbox is thawed after each."""
+    name = world.name("csnap2")
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    try:
+        _fill(world, name)
+        for i in range(10):
+            msg = _cancel_then_again(world, "sandbox.snapshot", {"name": name}, {"name": name})
+            expect("result" in msg, "round %d: the snapshot after the cancelled one" % i, json.dumps(msg)[:300])
+            world.rpc_result("snapshot.delete", {"id": msg["result"]["id"]})
+            expect(not _frozen(world, name), "round %d: the sandbox is thawed" % i)
+        r = world.rpc_result("command.run", {"sandbox": name, "cmd": "cat", "args": ["/workspace/d/f7"]}, 30)
+        expect_eq(r["exitCode"], 0, "a command after the snapshots")
+    finally:
+        world.rpc("sandbox.delete", {"name": name}, 60)
+    leaks.check(world, name)
+
+
+def test_fork_right_after_a_cancelled_fork_succeeds(world):
+    """As for snapshots: a fork asked while a cancelled fork of the same
+    source still captures it waits for that capture and succeeds."""
+    src = world.name("cfsrc2")
+    world.rpc_result("sandbox.create", {"name": src, "networkPolicy": "deny-all"})
+    try:
+        _fill(world, src)
+        for i in range(10):
+            gone, fork = world.name("cfa%d" % i), world.name("cfb%d" % i)
+            try:
+                msg = _cancel_then_again(world, "sandbox.fork", {"sourceSandbox": src, "name": gone},
+                                         {"sourceSandbox": src, "name": fork})
+                expect("result" in msg, "round %d: the fork after the cancelled one" % i, json.dumps(msg)[:300])
+                expect(_not_found(world, gone), "round %d: no cancelled fork" % i)
+                expect(not _frozen(world, src), "round %d: the source is thawed" % i)
+            finally:
+                world.rpc("sandbox.delete", {"name": fork}, 60)
+            leaks.check(world, gone)
+            leaks.check(world, fork)
+        expect_eq(world.rpc_result("sandbox.get", {"name": src})["status"], "running", "the source runs on")
+    finally:
+        world.rpc("sandbox.delete", {"name": src}, 60)
+    leaks.check(world, src)
