@@ -334,6 +334,50 @@ def test_image_rootfs_from_snapshot_mounts(t):
         c.ctr("image", "rm", "localhost/bb:1")
 
 
+SWAPPER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while True:
+    libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
+"""
+
+
+def test_rootfs_swapped_for_a_symlink_while_packed_packs_no_host_file(t):
+    """A directory of the rootfs exchanged (renameat2 RENAME_EXCHANGE, in a
+    loop) with a symlink to a host directory while the shim packs the
+    rootfs: no host file's content ever reaches the container."""
+    base = os.path.join(t.world.tmp, "swaproot")
+    rootfs, host = os.path.join(base, "rootfs"), os.path.join(base, "host")
+    make_rootfs(rootfs)
+    os.makedirs(os.path.join(rootfs, "d"))
+    os.makedirs(host)
+    for i in range(400):
+        with open(os.path.join(rootfs, "d", "f%03d" % i), "w") as f:
+            f.write("okokokokok\n")  # as long as the host files
+        with open(os.path.join(host, "f%03d" % i), "w") as f:
+            f.write("HOSTSECRET\n")
+    os.symlink(host, os.path.join(rootfs, "x"))
+    sw = subprocess.Popen([sys.executable, "-c", SWAPPER, os.path.join(rootfs, "d"), os.path.join(rootfs, "x")],
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        expect_eq(sw.stdout.readline(), "ready\n", "the swap loop started")
+        ok = 0
+        for i in range(12):
+            cid = "swap%d" % i
+            r = run(t.c, rootfs, cid, "sh", "-c", "cat /d/* /x/* 2>/dev/null; echo done")
+            expect("HOSTSECRET" not in r.stdout, "run %d: a host file's content reached the container" % i)
+            if r.returncode == 0 and "done" in r.stdout:
+                ok += 1
+            no_leak(t, cid)
+        expect(ok >= 6, "most runs under the swap loop succeed (%d of 12)" % ok)
+    finally:
+        sw.kill()
+        sw.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_env_and_cwd(t):
     r = run(t.c, t.rootfs, "env1", "sh", "-c", "echo \"v=$FOO\"; pwd",
             extra=("--env", "FOO=bar baz", "--cwd", "/etc"))
