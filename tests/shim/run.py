@@ -468,6 +468,64 @@ def _exec_kill_delete(t):
         c.ctr("containers", "delete", "long1")
 
 
+def _restart_sandboxd(t, how):
+    d = t.world.daemon
+    old = t.world.rpc_result("daemon.info")["pid"]
+    if how == "kill":
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(10)
+    else:
+        expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+    d.start()
+    expect(t.world.rpc_result("daemon.info")["pid"] != old, "a new sandboxd answers")
+
+
+def test_sandboxd_restart_keeps_the_task_and_its_exec_output(t):
+    """sandboxd restarted (SIGKILL, then SIGTERM) under a running task
+    (live restore keeps its sandbox and commands): the shim reconnects, an
+    exec that ran across the restart delivers all its output once and its
+    exit status, the task stays RUNNING, new execs work, and kill and delete
+    clean up fully."""
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "rst1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        for i, how in enumerate(("kill", "term")):
+            ex = subprocess.Popen(["ctr", "--address", c.sock, "-n", NS, "task", "exec", "--exec-id",
+                                   "x%d" % i, "rst1", "sh", "-c",
+                                   "echo before; while [ ! -e /tmp/go%d ]; do sleep 0.1; done; echo after; exit 4" % i],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                ready = select.select([ex.stdout], [], [], 20)[0]
+                expect_eq(ready and ex.stdout.readline(), "before\n", "the exec's first line before the restart")
+                _restart_sandboxd(t, how)
+                expect_eq(c.ctr("tasks", "ls").stdout.count("RUNNING"), 1,
+                          "the task is RUNNING after the restart (%s)" % how)
+                r = c.ctr("task", "exec", "--exec-id", "y%d" % i, "rst1", "sh", "-c", "echo >/tmp/go%d; echo new-exec" % i)
+                expect_eq((r.returncode, r.stdout), (0, "new-exec\n"), "an exec after the restart (%s): %s"
+                          % (how, r.stderr[-300:]))
+                out, err = ex.communicate(timeout=30)
+                expect_eq((ex.returncode, out), (4, "after\n"),
+                          "the exec that ran across the restart (%s): its output once, its status (%r)" % (how, err))
+            finally:
+                if ex.poll() is None:
+                    ex.kill()
+                    ex.wait()
+        r = c.ctr("task", "kill", "-s", "KILL", "rst1")
+        expect_eq(r.returncode, 0, "ctr task kill: %s" % r.stderr)
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the task to stop")
+        r = c.ctr("task", "delete", "rst1")
+        expect_eq(r.returncode, 0, "ctr task delete: %s" % r.stderr)
+        r = c.ctr("containers", "delete", "rst1")
+        expect_eq(r.returncode, 0, "ctr containers delete: %s" % r.stderr)
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "rst1")
+        c.ctr("task", "delete", "rst1")
+        c.ctr("containers", "delete", "rst1")
+    no_leak(t, "rst1")
+
+
 def test_kill_ends_a_run_with_the_signal_status(t):
     c = t.c
     p = subprocess.Popen(["ctr", "--address", c.sock, "-n", NS, "run", "--rm", "--runtime", RUNTIME,
