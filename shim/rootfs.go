@@ -16,28 +16,76 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// tarTree writes the tree at root to a new file out (mode 0600, created
+// rootfsDirsEnv names, in containerd's environment (the shim inherits it),
+// the host directories (absolute, separated by ":") below which an
+// absolute spec root.path may lie, as `ctr run --rootfs DIR` makes it.
+// Unset: an absolute root.path is refused.
+const rootfsDirsEnv = "SANDBOXD_SHIM_ROOTFS_DIRS"
+
+// openRootPath opens the container's root directory, spec root.path (or
+// "rootfs", where the snapshot mounts are), for reading: a relative path
+// is resolved inside bundle, an absolute one inside the directory of
+// rootfsDirsEnv it lies below, with openat2(2) RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS, so ".." out of it and a
+// symlink in any component are refused. Returns the directory's fd (the
+// caller closes it) or an error naming root.path.
+func openRootPath(bundle, rootPath string) (int, error) {
+	base, rel := bundle, rootPath
+	if filepath.IsAbs(rootPath) {
+		clean := filepath.Clean(rootPath)
+		base = ""
+		for _, d := range filepath.SplitList(os.Getenv(rootfsDirsEnv)) {
+			if d == "" || !filepath.IsAbs(d) {
+				continue
+			}
+			d = filepath.Clean(d)
+			if clean == d {
+				base, rel = d, "."
+				break
+			}
+			if prefix := strings.TrimSuffix(d, "/") + "/"; strings.HasPrefix(clean, prefix) {
+				base, rel = d, clean[len(prefix):]
+				break
+			}
+		}
+		if base == "" {
+			return -1, fmt.Errorf("root.path %q: an absolute root.path must lie below a directory named in %s "+
+				"(containerd's environment); give a path inside the bundle", rootPath, rootfsDirsEnv)
+		}
+	}
+	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("root.path %q: opening %s: %w", rootPath, base, err)
+	}
+	defer unix.Close(bfd)
+	fd, err := unix.Openat2(bfd, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if err != nil {
+		return -1, fmt.Errorf("root.path %q: not a directory inside %s reached without symlinks: %w", rootPath, base, err)
+	}
+	return fd, nil
+}
+
+// tarTree writes the tree of the open directory rfd (named root in
+// errors) to a new file out (mode 0600, created
 // exclusively): directories, regular files, symlinks and hard links with
 // numeric owners, modes and times. Symlinks are stored, never followed, in
-// any component: root is opened with O_DIRECTORY|O_NOFOLLOW and each member
+// any component: each member is opened
 // relative to its parent directory's fd (openat(2) O_PATH|O_NOFOLLOW, then
 // fstat(2) of that fd decides its type; a regular file's content is read
 // by reopening that very fd through /proc/self/fd). Device nodes, FIFOs
 // and sockets are left out (runtime.import would skip them). The walk
 // crosses into mounts below root.
-func tarTree(root, out string) (err error) {
-	rfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("packing the rootfs %s: opening it (a directory, not a symlink): %w", root, err)
-	}
-	defer unix.Close(rfd)
+func tarTree(rfd int, root, out string) (err error) {
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0600)
 	if err != nil {
 		return err

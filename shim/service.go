@@ -503,20 +503,25 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 			return nil, grpcErr(fmt.Errorf("mounting the rootfs: %w", err))
 		}
 		s.mountedRootfs = true
-	} else if spec.Root != nil && spec.Root.Path != "" {
-		root = spec.Root.Path
-		if !filepath.IsAbs(root) {
-			root = filepath.Join(r.Bundle, root)
-		}
 	}
 	defer func() {
 		if retErr != nil {
 			s.cleanup()
 		}
 	}()
+	rootPath := "rootfs"
+	if len(r.Rootfs) == 0 && spec.Root != nil && spec.Root.Path != "" {
+		rootPath = spec.Root.Path
+	}
+	rfd, err := openRootPath(r.Bundle, rootPath)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
 	tarPath := filepath.Join(r.Bundle, rootfsTar)
 	os.Remove(tarPath)
-	if err := tarTree(root, tarPath); err != nil {
+	err = tarTree(rfd, rootPath, tarPath)
+	unix.Close(rfd)
+	if err != nil {
 		return nil, grpcErr(err)
 	}
 	if s.mountedRootfs {

@@ -73,7 +73,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
         # The shim is found on PATH (containerd-shim-<name>-v2) and finds
         # sandboxd by SANDBOXD_SOCKET, both inherited from containerd.
         env = dict(os.environ, PATH=W.BUILD + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
-                   SANDBOXD_SOCKET=self.world.daemon.socket)
+                   SANDBOXD_SOCKET=self.world.daemon.socket,
+                   SANDBOXD_SHIM_ROOTFS_DIRS=self.world.tmp)
         cg = self.world.cgroup_dirs
         log = open(self.log, "ab")
         self.proc = subprocess.Popen(
@@ -376,6 +377,26 @@ def test_rootfs_swapped_for_a_symlink_while_packed_packs_no_host_file(t):
         sw.kill()
         sw.wait()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_root_path_outside_the_bundle_refused(t):
+    """spec root.path is confined: a relative path climbing out of the
+    bundle, an absolute host path outside the operator's
+    SANDBOXD_SHIM_ROOTFS_DIRS, and a path through a symlink are refused,
+    naming root.path; no host file is packed."""
+    link = os.path.join(t.world.tmp, "etc-link")
+    os.symlink("/etc", link)
+    try:
+        for i, path in enumerate(("../../../../../../../../etc", "/etc", link, os.path.join(link, "ssl"))):
+            cid = "rootp%d" % i
+            r = run(t.c, path, cid, "cat", "/shadow")
+            expect(r.returncode != 0 and "root.path" in r.stderr,
+                   "root.path %s refused naming root.path (rc %d, stdout %r, stderr %r)"
+                   % (path, r.returncode, r.stdout[-200:], r.stderr[-300:]))
+            t.c.ctr("containers", "delete", cid)
+            no_leak(t, cid)
+    finally:
+        os.unlink(link)
 
 
 def test_env_and_cwd(t):
