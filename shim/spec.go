@@ -53,26 +53,36 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 	p := map[string]interface{}{}
 	persistent := false
 	for k := range spec.Annotations {
-		if strings.HasPrefix(k, "io.sandboxd.") && !contains(knownAnnotations, k) {
+		// Case-insensitively: IO.SANDBOXD.NETWORK-POLICY is refused, not ignored.
+		if strings.HasPrefix(strings.ToLower(k), "io.sandboxd.") && !contains(knownAnnotations, k) {
 			return nil, false, fmt.Errorf("annotation %s: unknown; the shim reads %s", k, strings.Join(knownAnnotations, ", "))
 		}
 	}
 	if v, ok := spec.Annotations[annPolicy]; ok {
 		// The same document as the API's networkPolicy: "allow-all",
 		// "deny-all" or a policy object; sandboxd validates it.
+		// The policy's JSON text goes to the daemon untouched (duplicate
+		// keys and all), so sandboxd's strict parser judges it.
 		var doc interface{}
 		t := strings.TrimSpace(v)
 		if t == "allow-all" || t == "deny-all" {
 			doc = t
 		} else if err := json.Unmarshal([]byte(t), &doc); err != nil {
 			return nil, false, fmt.Errorf("annotation %s: not JSON (%v); give \"allow-all\", \"deny-all\" or a policy object (docs/POLICY.md)", annPolicy, err)
+		} else if doc == nil {
+			return nil, false, fmt.Errorf("annotation %s: null is not a policy; give \"allow-all\", \"deny-all\" or a policy object (docs/POLICY.md)", annPolicy)
+		} else {
+			doc = json.RawMessage(t)
 		}
 		p["networkPolicy"] = doc
 	}
 	if v, ok := spec.Annotations[annTags]; ok {
 		var tags map[string]string
-		if err := json.Unmarshal([]byte(v), &tags); err != nil {
+		if err := json.Unmarshal([]byte(v), &tags); err != nil || tags == nil {
 			return nil, false, fmt.Errorf("annotation %s: not a JSON object of strings (%v)", annTags, err)
+		}
+		if k, dup := duplicateKey([]byte(v)); dup {
+			return nil, false, fmt.Errorf("annotation %s: key %q appears more than once", annTags, k)
 		}
 		p["tags"] = tags
 	}
@@ -107,6 +117,53 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 		p["resources"] = map[string]interface{}{"vcpus": vcpus}
 	}
 	return p, persistent, nil
+}
+
+// duplicateKey reports the first key that appears twice in one object of
+// the JSON text doc (at any depth). RFC 8259 §4 leaves duplicates'
+// meaning open; encoding/json takes the last one, so they are refused.
+func duplicateKey(doc []byte) (string, bool) {
+	dec := json.NewDecoder(strings.NewReader(string(doc)))
+	type frame struct {
+		obj  bool
+		keys map[string]bool
+		key  bool // the next token of this object is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.obj && top.key {
+			if k, ok := tok.(string); ok {
+				if top.keys[k] {
+					return k, true
+				}
+				top.keys[k] = true
+				top.key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{obj: true, keys: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the parent object's next token is a key.
+		if len(stack) > 0 && stack[len(stack)-1].obj {
+			stack[len(stack)-1].key = true
+		}
+	}
 }
 
 func contains(l []string, s string) bool {

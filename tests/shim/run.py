@@ -787,6 +787,25 @@ def test_bad_policy_annotation_refused_with_its_field(t):
         no_leak(t, cid)
 
 
+def test_ambiguous_annotations_refused(t):
+    """Annotations that would fail open: a policy with a duplicate key (the
+    last would win), a null policy (allow-all), an io.sandboxd key in other
+    case, and tags with a duplicate key, are each refused naming it."""
+    cases = [
+        ("io.sandboxd.network-policy", '{"allow": 5, "allow": ["api.public.test"]}', "networkPolicy.allow: duplicate key"),
+        ("io.sandboxd.network-policy", "null", "io.sandboxd.network-policy"),
+        ("IO.SANDBOXD.NETWORK-POLICY", "deny-all", "IO.SANDBOXD.NETWORK-POLICY: unknown"),
+        ("io.sandboxd.tags", '{"team": "a", "team": "b"}', "io.sandboxd.tags"),
+    ]
+    for i, (key, val, want) in enumerate(cases):
+        cid = "amb%d" % i
+        r = run(t.c, t.rootfs, cid, "echo", "ran", extra=("--annotation", "%s=%s" % (key, val)))
+        expect(r.returncode != 0 and "ran" not in r.stdout and want in r.stderr,
+               "annotation %s=%s refused naming %s (rc %d, stderr %r)" % (key, val, want, r.returncode, r.stderr[-300:]))
+        t.c.ctr("containers", "delete", cid)
+        no_leak(t, cid)
+
+
 def test_tags_timeout_and_persistent_annotations(t):
     c, w = t.c, t.world
     name = sandbox_name("ann1")
