@@ -109,6 +109,9 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 		}
 		p["persistent"] = persistent
 	}
+	if err := refuseRestrictions(spec); err != nil {
+		return nil, false, err
+	}
 	vcpus, err := vcpusFor(spec, lim)
 	if err != nil {
 		return nil, false, err
@@ -249,6 +252,9 @@ func commandParams(name string, proc *specs.Process) (map[string]interface{}, er
 	if proc == nil || len(proc.Args) == 0 {
 		return nil, fmt.Errorf("process.args: empty; the process needs a command")
 	}
+	if err := refuseProcessRestrictions(proc); err != nil {
+		return nil, err
+	}
 	p := map[string]interface{}{"sandbox": name, "cmd": proc.Args[0], "detached": true}
 	if len(proc.Args) > 1 {
 		p["args"] = proc.Args[1:]
@@ -278,6 +284,115 @@ func commandParams(name string, proc *specs.Process) (map[string]interface{}, er
 		}
 	}
 	return p, nil
+}
+
+// The restrictive values of containerd's default spec (oci.WithDefaultSpec,
+// containerd 1.6 oci/spec.go populateDefaultUnixSpec, which ctr and the
+// CRI plugin start from): accepted, as the sandbox's own confinement
+// (docs/SECURITY.md) covers them. Anything more restrictive is refused.
+var (
+	defaultMaskedPaths = []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"}
+	defaultReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	defaultCaps          = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+		"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+		"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}
+)
+
+const notSupported = "not supported by " + runtimeName
+
+// refuseRestrictions fails closed on the spec's restrictive fields the
+// shim cannot apply (the container would get more than asked), naming the
+// field: root.readonly, linux.resources unified/blockIO/hugepageLimits,
+// device cgroup rules other than the default leading deny-all (allow rules
+// only widen, and the sandbox has its own devices), sysctl, seccomp, and
+// masked or read-only paths beyond containerd's defaults.
+func refuseRestrictions(spec *specs.Spec) error {
+	if spec.Root != nil && spec.Root.Readonly {
+		return fmt.Errorf("root.readonly: a read-only root is %s (the sandbox's root is writable)", notSupported)
+	}
+	l := spec.Linux
+	if l == nil {
+		return nil
+	}
+	if r := l.Resources; r != nil {
+		if len(r.Unified) > 0 {
+			return fmt.Errorf("linux.resources.unified: %s", notSupported)
+		}
+		if r.BlockIO != nil {
+			return fmt.Errorf("linux.resources.blockIO: %s", notSupported)
+		}
+		if len(r.HugepageLimits) > 0 {
+			return fmt.Errorf("linux.resources.hugepageLimits: %s", notSupported)
+		}
+		for i, d := range r.Devices {
+			if d.Allow {
+				continue
+			}
+			if i == 0 && (d.Type == "" || d.Type == "a") && d.Major == nil && d.Minor == nil && d.Access == "rwm" {
+				continue // the default deny-all
+			}
+			return fmt.Errorf("linux.resources.devices[%d]: a deny rule other than the leading deny-all is %s", i, notSupported)
+		}
+		if r.Network != nil {
+			return fmt.Errorf("linux.resources.network: %s", notSupported)
+		}
+		if r.Rdma != nil && len(r.Rdma) > 0 {
+			return fmt.Errorf("linux.resources.rdma: %s", notSupported)
+		}
+	}
+	if len(l.Sysctl) > 0 {
+		return fmt.Errorf("linux.sysctl: %s (%s)", notSupported, strings.Join(sortedKeys(l.Sysctl), ", "))
+	}
+	if l.Seccomp != nil {
+		return fmt.Errorf("linux.seccomp: a seccomp profile of the spec is %s (the sandbox has sandboxd's own filter)", notSupported)
+	}
+	for i, m := range l.MaskedPaths {
+		if !contains(defaultMaskedPaths, m) {
+			return fmt.Errorf("linux.maskedPaths[%d]: %q beyond containerd's defaults is %s", i, m, notSupported)
+		}
+	}
+	for i, m := range l.ReadonlyPaths {
+		if !contains(defaultReadonlyPaths, m) {
+			return fmt.Errorf("linux.readonlyPaths[%d]: %q beyond containerd's defaults is %s", i, m, notSupported)
+		}
+	}
+	return nil
+}
+
+// refuseProcessRestrictions is refuseRestrictions for a process (the
+// container's or an exec's): rlimits other than containerd's default
+// RLIMIT_NOFILE 1024/1024, capability sets narrower than containerd's
+// default, and an AppArmor profile or SELinux label.
+func refuseProcessRestrictions(proc *specs.Process) error {
+	for i, rl := range proc.Rlimits {
+		if rl.Type != "RLIMIT_NOFILE" || rl.Hard != 1024 || rl.Soft != 1024 || len(proc.Rlimits) != 1 {
+			return fmt.Errorf("process.rlimits[%d]: %s %d/%d: rlimits other than the default RLIMIT_NOFILE 1024/1024 are %s",
+				i, rl.Type, rl.Soft, rl.Hard, notSupported)
+		}
+	}
+	if c := proc.Capabilities; c != nil {
+		for _, set := range []struct {
+			name string
+			caps []string
+		}{{"bounding", c.Bounding}, {"effective", c.Effective}, {"permitted", c.Permitted}} {
+			for _, want := range defaultCaps {
+				if !contains(set.caps, want) {
+					return fmt.Errorf("process.capabilities.%s: without %s it is narrower than containerd's default, which is %s",
+						set.name, want, notSupported)
+				}
+			}
+		}
+	} else {
+		return fmt.Errorf("process.capabilities: none (narrower than containerd's default) is %s", notSupported)
+	}
+	if proc.ApparmorProfile != "" {
+		return fmt.Errorf("process.apparmorProfile: %s", notSupported)
+	}
+	if proc.SelinuxLabel != "" {
+		return fmt.Errorf("process.selinuxLabel: %s", notSupported)
+	}
+	return nil
 }
 
 // policyError rewrites a sandboxd error about networkPolicy to name the

@@ -806,6 +806,62 @@ def test_ambiguous_annotations_refused(t):
         no_leak(t, cid)
 
 
+def test_restrictions_the_shim_cannot_apply_refused(t):
+    """Spec fields that ask for more restriction than the sandbox applies
+    fail the create naming the field; ctr's default spec (rlimits NOFILE,
+    default masked/readonly paths, capabilities, the devices deny-all)
+    still runs (every other test)."""
+    base = json.loads(subprocess.run(["ctr", "oci", "spec"], capture_output=True, text=True, check=True).stdout)
+    base["process"]["args"] = ["echo", "ran"]
+    base["root"] = {"path": t.rootfs}
+
+    def flags(*a):
+        return lambda: ({}, list(a))
+
+    def spec(fn):
+        def make():
+            sp = json.loads(json.dumps(base))
+            fn(sp)
+            return sp, []
+        return make
+    cases = [
+        ("root.readonly", flags("--read-only")),
+        ("linux.seccomp", flags("--seccomp")),
+        ("process.capabilities.bounding", flags("--cap-drop", "CAP_NET_RAW")),
+        ("linux.resources.unified", spec(lambda s: s["linux"]["resources"].update(unified={"memory.high": "1000000"}))),
+        ("linux.resources.blockIO", spec(lambda s: s["linux"]["resources"].update(blockIO={"weight": 10}))),
+        ("linux.resources.hugepageLimits", spec(lambda s: s["linux"]["resources"].update(
+            hugepageLimits=[{"pageSize": "2MB", "limit": 0}]))),
+        ("linux.resources.devices[1]", spec(lambda s: s["linux"]["resources"]["devices"].append(
+            {"allow": False, "type": "c", "major": 1, "minor": 3, "access": "rwm"}))),
+        ("process.rlimits[0]", spec(lambda s: s["process"].update(rlimits=[{"type": "RLIMIT_NOFILE", "hard": 64, "soft": 64}]))),
+        ("linux.maskedPaths[10]", spec(lambda s: s["linux"]["maskedPaths"].append("/etc"))),
+        ("linux.readonlyPaths[5]", spec(lambda s: s["linux"]["readonlyPaths"].append("/etc"))),
+        ("linux.sysctl", spec(lambda s: s["linux"].update(sysctl={"net.ipv4.ip_forward": "0"}))),
+    ]
+    cfg = os.path.join(t.world.tmp, "spec-case.json")
+    for i, (field, make) in enumerate(cases):
+        cid = "restr%d" % i
+        sp, extra = make()
+        if sp:
+            with open(cfg, "w") as f:
+                json.dump(sp, f)
+            r = t.c.ctr("run", "--rm", "--runtime", RUNTIME, "--config", cfg, cid, timeout=120)
+        else:
+            r = run(t.c, t.rootfs, cid, "echo", "ran", extra=tuple(extra))
+        expect(r.returncode != 0 and "ran" not in r.stdout and field in r.stderr
+               and "not supported by " + RUNTIME in r.stderr,
+               "%s refused naming it (rc %d, stdout %r, stderr %r)" % (field, r.returncode, r.stdout, r.stderr[-300:]))
+        t.c.ctr("containers", "delete", cid)
+        no_leak(t, cid)
+    # The default spec itself, through --config, runs.
+    with open(cfg, "w") as f:
+        json.dump(base, f)
+    r = t.c.ctr("run", "--rm", "--runtime", RUNTIME, "--config", cfg, "restr-ok", timeout=120)
+    expect_eq((r.returncode, r.stdout), (0, "ran\n"), "ctr's default spec runs (stderr %r)" % r.stderr[-300:])
+    no_leak(t, "restr-ok")
+
+
 def test_tags_timeout_and_persistent_annotations(t):
     c, w = t.c, t.world
     name = sandbox_name("ann1")
