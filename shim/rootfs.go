@@ -84,8 +84,11 @@ func openRootPath(bundle, rootPath string) (int, error) {
 // fstat(2) of that fd decides its type; a regular file's content is read
 // by reopening that very fd through /proc/self/fd). Device nodes, FIFOs
 // and sockets are left out (runtime.import would skip them). The walk
-// crosses into mounts below root.
-func tarTree(rfd int, root, out string) (err error) {
+// crosses into mounts below root. max > 0 bounds the tar: packing stops,
+// with an error naming maxSourceBytes, before the members' sizes and
+// headers would pass it (runtime.import refuses a larger tree anyway),
+// so a huge or sparse file never fills the host's disk.
+func tarTree(rfd int, root, out string, max int64) (err error) {
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0600)
 	if err != nil {
 		return err
@@ -98,7 +101,7 @@ func tarTree(rfd int, root, out string) (err error) {
 			os.Remove(out)
 		}
 	}()
-	p := &packer{tw: tar.NewWriter(f), seen: map[inode]string{}}
+	p := &packer{tw: tar.NewWriter(f), seen: map[inode]string{}, max: max}
 	if err = p.dir(rfd, ""); err != nil {
 		return fmt.Errorf("packing the rootfs %s: %w", root, err)
 	}
@@ -108,8 +111,19 @@ func tarTree(rfd int, root, out string) (err error) {
 type inode struct{ dev, ino uint64 }
 
 type packer struct {
-	tw   *tar.Writer
-	seen map[inode]string
+	tw    *tar.Writer
+	seen  map[inode]string
+	max   int64 // bound of total (0: none)
+	total int64 // bytes of headers and content so far
+}
+
+// grow counts n more bytes of the tar and refuses to pass p.max.
+func (p *packer) grow(name string, n int64) error {
+	p.total += n
+	if p.max > 0 && p.total > p.max {
+		return fmt.Errorf("/%s: the tree is over sandboxd's maxSourceBytes (%d bytes, daemon.json) and cannot become a runtime", name, p.max)
+	}
+	return nil
 }
 
 // dir packs the members of the open directory dfd, whose name in the tar
@@ -144,6 +158,9 @@ func readDirNames(dfd int) ([]string, error) {
 }
 
 func (p *packer) member(dfd int, prefix, name string) error {
+	if err := p.grow(prefix+name, 512); err != nil {
+		return err
+	}
 	fd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if err == unix.ENOENT {
@@ -198,6 +215,9 @@ func (p *packer) member(dfd int, prefix, name string) error {
 			return p.tw.WriteHeader(hdr)
 		}
 		p.seen[k] = hdr.Name
+	}
+	if err := p.grow(hdr.Name, (st.Size+511)/512*512); err != nil {
+		return err
 	}
 	// Reopen this very inode for reading: it is a regular file (fstat above).
 	rfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)

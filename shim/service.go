@@ -519,7 +519,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	}
 	tarPath := filepath.Join(r.Bundle, rootfsTar)
 	os.Remove(tarPath)
-	err = tarTree(rfd, rootPath, tarPath)
+	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes)
 	unix.Close(rfd)
 	if err != nil {
 		return nil, grpcErr(err)

@@ -37,6 +37,8 @@ type daemonLimits struct {
 	MaxTimeoutMs int64 `json:"maxTimeoutMs"`
 	MaxVcpus     int64 `json:"maxVcpus"`
 	PidsMax      int64 `json:"pidsMax"`
+	// MaxSourceBytes bounds runtime.import's tree (0: not reported).
+	MaxSourceBytes int64 `json:"maxSourceBytes"`
 }
 
 // sandboxName is the sandbox's (and its runtime's) name for container id in

@@ -399,6 +399,29 @@ def test_root_path_outside_the_bundle_refused(t):
         os.unlink(link)
 
 
+def test_rootfs_over_max_source_bytes_refused_before_it_is_packed(t):
+    """A sparse file larger than the daemon's maxSourceBytes in a nearly
+    empty rootfs: the create is refused naming maxSourceBytes, at once,
+    without writing the file's size to the host's disk."""
+    lim = t.world.rpc_result("daemon.info")["limits"]["maxSourceBytes"]
+    base = os.path.join(t.world.tmp, "bigroot")
+    make_rootfs(base)
+    with open(os.path.join(base, "sparse"), "wb") as f:
+        f.truncate(lim + (1 << 30))
+    try:
+        t0 = time.monotonic()
+        r = run(t.c, base, "big2", "true")
+        secs = time.monotonic() - t0
+        expect(r.returncode != 0 and "maxSourceBytes" in r.stderr and "/sparse" in r.stderr
+               and "cannot become a runtime" in r.stderr,
+               "refused by the shim naming the file and maxSourceBytes:", r.stderr[-300:])
+        expect(secs < 10, "refused before packing the file (%.1f s)" % secs)
+        t.c.ctr("containers", "delete", "big2")
+        no_leak(t, "big2")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_env_and_cwd(t):
     r = run(t.c, t.rootfs, "env1", "sh", "-c", "echo \"v=$FOO\"; pwd",
             extra=("--env", "FOO=bar baz", "--cwd", "/etc"))
