@@ -490,6 +490,9 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if _, err := commandParams(s.name, spec.Process); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
+	if err := checkProcessLimits(spec.Process, lim); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
 	root := filepath.Join(r.Bundle, "rootfs")
 	if len(r.Rootfs) > 0 {
 		if err := os.MkdirAll(root, 0711); err != nil {
@@ -962,6 +965,11 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*pty
 	spec, ok := v.(*specs.Process)
 	if !ok {
 		return nil, grpcErr(fmt.Errorf("exec spec is not a process: %w", errdefs.ErrInvalidArgument))
+	}
+	if lim, err := s.limits(); err != nil {
+		return nil, grpcErr(err)
+	} else if err := checkProcessLimits(spec, lim); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
 	if _, err := commandParams(s.name, spec); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))

@@ -39,6 +39,14 @@ type daemonLimits struct {
 	PidsMax      int64 `json:"pidsMax"`
 	// MaxSourceBytes bounds runtime.import's tree (0: not reported).
 	MaxSourceBytes int64 `json:"maxSourceBytes"`
+	// command.run's request limits (docs/API.md "Limits"; 0: not reported).
+	MaxEnvVars       int `json:"maxEnvVars"`
+	MaxEnvValueBytes int `json:"maxEnvValueBytes"`
+	MaxEnvBytes      int `json:"maxEnvBytes"`
+	MaxArgs          int `json:"maxArgs"`
+	MaxArgsBytes     int `json:"maxArgsBytes"`
+	MaxCmdBytes      int `json:"maxCmdBytes"`
+	MaxCwdBytes      int `json:"maxCwdBytes"`
 }
 
 // sandboxName is the sandbox's (and its runtime's) name for container id in
@@ -286,6 +294,61 @@ func commandParams(name string, proc *specs.Process) (map[string]interface{}, er
 		}
 	}
 	return p, nil
+}
+
+// checkProcessLimits refuses, naming the field, a process command.run
+// would refuse at Start (docs/API.md "Limits" and command.run): a NUL byte
+// in args, env or cwd, a relative cwd, and args, env or cwd over the
+// daemon's limits lim. Checked at Create and Exec, so a task that cannot
+// start is never created.
+func checkProcessLimits(proc *specs.Process, lim daemonLimits) error {
+	over := func(n, max int) bool { return max > 0 && n > max }
+	if proc == nil || len(proc.Args) == 0 {
+		return fmt.Errorf("process.args: empty; the process needs a command")
+	}
+	total := 0
+	for i, a := range proc.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("process.args[%d]: contains a NUL byte", i)
+		}
+		if i > 0 {
+			total += len(a)
+		}
+	}
+	if over(len(proc.Args[0]), lim.MaxCmdBytes) {
+		return fmt.Errorf("process.args[0]: %d bytes, over the daemon's maxCmdBytes of %d", len(proc.Args[0]), lim.MaxCmdBytes)
+	}
+	if over(len(proc.Args)-1, lim.MaxArgs) || over(total, lim.MaxArgsBytes) {
+		return fmt.Errorf("process.args: %d arguments of %d bytes, over the daemon's maxArgs of %d or maxArgsBytes of %d",
+			len(proc.Args)-1, total, lim.MaxArgs, lim.MaxArgsBytes)
+	}
+	total = 0
+	for i, kv := range proc.Env {
+		if strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("process.env[%d]: contains a NUL byte", i)
+		}
+		_, v, _ := strings.Cut(kv, "=")
+		if over(len(v), lim.MaxEnvValueBytes) {
+			return fmt.Errorf("process.env[%d]: a value of %d bytes, over the daemon's maxEnvValueBytes of %d", i, len(v), lim.MaxEnvValueBytes)
+		}
+		total += len(kv)
+	}
+	if over(len(proc.Env), lim.MaxEnvVars) || over(total, lim.MaxEnvBytes) {
+		return fmt.Errorf("process.env: %d variables of %d bytes, over the daemon's maxEnvVars of %d or maxEnvBytes of %d",
+			len(proc.Env), total, lim.MaxEnvVars, lim.MaxEnvBytes)
+	}
+	if proc.Cwd != "" {
+		if strings.IndexByte(proc.Cwd, 0) >= 0 {
+			return fmt.Errorf("process.cwd: contains a NUL byte")
+		}
+		if !strings.HasPrefix(proc.Cwd, "/") {
+			return fmt.Errorf("process.cwd: %q is not an absolute path", proc.Cwd)
+		}
+		if over(len(proc.Cwd), lim.MaxCwdBytes) {
+			return fmt.Errorf("process.cwd: %d bytes, over the daemon's maxCwdBytes of %d", len(proc.Cwd), lim.MaxCwdBytes)
+		}
+	}
+	return nil
 }
 
 // The restrictive values of containerd's default spec (oci.WithDefaultSpec,

@@ -430,6 +430,33 @@ def test_env_and_cwd(t):
     no_leak(t, "env1")
 
 
+def test_process_the_daemon_would_refuse_is_refused_at_create(t):
+    """An env value over maxEnvValueBytes, a relative cwd and a NUL in env
+    are refused at Create naming the field (before, the task stayed CREATED
+    with its sandbox running after Start failed); nothing is left."""
+    lim = t.world.rpc_result("daemon.info")["limits"]
+    base = json.loads(subprocess.run(["ctr", "oci", "spec"], capture_output=True, text=True, check=True).stdout)
+    base["process"]["args"] = ["echo", "ran"]
+    base["root"] = {"path": t.rootfs}
+    base["process"]["env"] = ["PATH=/bin", "BAD=a\u0000b"]
+    cfg = os.path.join(t.world.tmp, "spec-nul.json")
+    with open(cfg, "w") as f:
+        json.dump(base, f)
+    cases = [
+        ("process.env[", lambda cid: run(t.c, t.rootfs, cid, "echo", "ran",
+                                          extra=("--env", "BIG=" + "x" * (lim["maxEnvValueBytes"] + 1)))),
+        ("process.cwd", lambda cid: run(t.c, t.rootfs, cid, "echo", "ran", extra=("--cwd", "tmp"))),
+        ("NUL", lambda cid: t.c.ctr("run", "--rm", "--runtime", RUNTIME, "--config", cfg, cid, timeout=120)),
+    ]
+    for i, (want, fn) in enumerate(cases):
+        cid = "lim%d" % i
+        r = fn(cid)
+        expect(r.returncode != 0 and "ran" not in r.stdout and want in r.stderr and "failed to create" in r.stderr,
+               "refused at create naming %s (rc %d, stderr %r)" % (want, r.returncode, r.stderr[-300:]))
+        t.c.ctr("containers", "delete", cid)
+        no_leak(t, cid)
+
+
 def test_exec_into_running_then_kill_and_delete(t):
     c = t.c
     ev = subprocess.Popen(["ctr", "--address", c.sock, "events"], stdin=subprocess.DEVNULL,
