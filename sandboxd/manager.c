@@ -77,6 +77,7 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(lim, "maxTags", 5);
         cJSON_AddNumberToObject(lim, "maxPorts", 15);
         cJSON_AddNumberToObject(lim, "pidsMax", (double)cfg->pids_max);
+        cJSON_AddNumberToObject(lim, "maxSourceBytes", (double)cfg->max_source_bytes);
         /* The request size limits (limits.h, docs/API.md "Limits"). */
         static const struct {
                 const char *key;

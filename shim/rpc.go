@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 )
 
 // defaultSocket is sandboxd's default socket (docs/API.md); SANDBOXD_SOCKET
@@ -66,29 +67,100 @@ type rpcMsg struct {
 type notifyFunc func(method string, params json.RawMessage)
 
 type rpcClient struct {
+	path    string
 	conn    net.Conn
 	wmu     sync.Mutex
 	mu      sync.Mutex
 	next    int64
 	pending map[int64]chan rpcMsg
-	closed  error
+	closed  error // why calls fail now: the connection is lost, or closed
 	notify  notifyFunc
-	done    chan struct{}
+	done    chan struct{} // closed when the current connection is lost
+	// Reconnecting clients (dialRPCReconnecting) dial the same socket
+	// again after a loss; up is closed when a new connection is up.
+	redial      bool
+	onReconnect func()
+	up          chan struct{}
+	shut        bool
+	shutCh      chan struct{} // closed by close()
 }
 
 // dialRPC connects to sandboxd's socket; notify gets every notification.
+// A lost connection stays lost: every later call fails.
 func dialRPC(path string, notify notifyFunc) (*rpcClient, error) {
 	conn, err := net.Dial("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxd socket %s: %w (is sandboxd running? SANDBOXD_SOCKET names another socket)", path, err)
 	}
-	c := &rpcClient{conn: conn, pending: map[int64]chan rpcMsg{}, notify: notify, done: make(chan struct{})}
-	go c.readLoop()
+	c := &rpcClient{path: path, conn: conn, pending: map[int64]chan rpcMsg{}, notify: notify,
+		done: make(chan struct{}), up: make(chan struct{}), shutCh: make(chan struct{})}
+	close(c.up)
+	go c.readLoop(conn, c.done)
 	return c, nil
 }
 
-func (c *rpcClient) readLoop() {
-	r := bufio.NewReaderSize(c.conn, 1<<20)
+// dialRPCReconnecting is dialRPC for a client that outlives sandboxd
+// restarts (docs/API.md "Daemon restarts (live restore)"): when the
+// connection is lost, the requests in flight fail, and the client dials
+// path again with backoff (50 ms doubling to 1 s) until close(); calls made
+// meanwhile wait for the new connection (up to reconnectWait). onReconnect
+// runs (on its own goroutine) after each new connection is up.
+func dialRPCReconnecting(path string, notify notifyFunc, onReconnect func()) (*rpcClient, error) {
+	c, err := dialRPC(path, notify)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.redial, c.onReconnect = true, onReconnect
+	c.mu.Unlock()
+	return c, nil
+}
+
+// reconnectWait bounds how long a call waits for sandboxd to come back.
+const reconnectWait = 30 * time.Second
+
+func (c *rpcClient) reconnect() {
+	delay := 50 * time.Millisecond
+	for {
+		select {
+		case <-c.shutCh:
+			return
+		case <-time.After(delay):
+		}
+		if delay *= 2; delay > time.Second {
+			delay = time.Second
+		}
+		conn, err := net.Dial("unix", c.path)
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		if c.shut {
+			c.mu.Unlock()
+			conn.Close()
+			return
+		}
+		c.conn, c.closed, c.done = conn, nil, make(chan struct{})
+		done, up := c.done, c.up
+		c.mu.Unlock()
+		close(up)
+		go c.readLoop(conn, done)
+		if c.onReconnect != nil {
+			go c.onReconnect()
+		}
+		return
+	}
+}
+
+// lost is closed when the current connection is lost.
+func (c *rpcClient) lost() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+func (c *rpcClient) readLoop(conn net.Conn, done chan struct{}) {
+	r := bufio.NewReaderSize(conn, 1<<20)
 	var err error
 	for {
 		var line []byte
@@ -118,24 +190,48 @@ func (c *rpcClient) readLoop() {
 			ch <- m
 		}
 	}
+	conn.Close()
 	c.mu.Lock()
-	c.closed = fmt.Errorf("connection to sandboxd lost: %v", err)
+	if c.shut {
+		c.closed = errors.New("connection to sandboxd closed")
+	} else {
+		c.closed = fmt.Errorf("connection to sandboxd lost: %v", err)
+	}
 	for id, ch := range c.pending {
 		close(ch)
 		delete(c.pending, id)
 	}
+	again := c.redial && !c.shut
+	if again {
+		c.up = make(chan struct{})
+	}
 	c.mu.Unlock()
-	close(c.done)
+	close(done)
+	if again {
+		go c.reconnect()
+	}
 }
 
 // call sends method(params) and waits for its answer, decoded into out
 // (when not nil). An error answer is returned as *rpcError.
 func (c *rpcClient) call(method string, params interface{}, out interface{}) error {
 	c.mu.Lock()
-	if c.closed != nil {
+	if c.closed != nil && c.redial && !c.shut {
+		up := c.up
 		c.mu.Unlock()
-		return c.closed
+		select {
+		case <-up:
+		case <-c.shutCh:
+		case <-time.After(reconnectWait):
+		}
+		c.mu.Lock()
 	}
+	if c.closed != nil {
+		err := c.closed
+		c.mu.Unlock()
+		return fmt.Errorf("%s: %w", method, err)
+	}
+	conn := c.conn
 	c.next++
 	id := c.next
 	ch := make(chan rpcMsg, 1)
@@ -150,7 +246,7 @@ func (c *rpcClient) call(method string, params interface{}, out interface{}) err
 	}
 	req = append(req, '\n')
 	c.wmu.Lock()
-	_, err = c.conn.Write(req)
+	_, err = conn.Write(req)
 	c.wmu.Unlock()
 	if err != nil {
 		return fmt.Errorf("%s: writing to sandboxd: %w", method, err)
@@ -170,4 +266,14 @@ func (c *rpcClient) call(method string, params interface{}, out interface{}) err
 	return nil
 }
 
-func (c *rpcClient) close() { c.conn.Close() }
+// close ends the client: no reconnection; calls fail from now on.
+func (c *rpcClient) close() {
+	c.mu.Lock()
+	if !c.shut {
+		c.shut = true
+		close(c.shutCh)
+	}
+	conn := c.conn
+	c.mu.Unlock()
+	conn.Close()
+}

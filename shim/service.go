@@ -72,6 +72,10 @@ type process struct {
 	stdinDone chan struct{} // closed when its copy has ended (EOF)
 	stdinWake int           // write end of the copy's wake-up pipe (-1: none)
 	stdinEnd  int32         // atomic; 1: CloseIO or exit: copy what the FIFO holds, then end
+	// Output bytes queued so far per stream ("stdout", "stderr"): after a
+	// sandboxd restart, command.logs is followed after these.
+	seen      map[string]int
+	following bool // follow runs (a reconnection: no live notes come for it)
 }
 
 type service struct {
@@ -96,7 +100,7 @@ func newService(ctx context.Context, publisher shim.Publisher, sd shutdown.Servi
 	ns, _ := namespaces.Namespace(ctx)
 	s := &service{ctx: ctx, publisher: publisher, sd: sd, ns: ns,
 		procs: map[string]*process{}, byCmd: map[string]*process{}, pending: map[string][]note{}}
-	c, err := dialRPC(socketPath(), s.onNote)
+	c, err := dialRPCReconnecting(socketPath(), s.onNote, s.resume)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +170,7 @@ func (s *service) deliver(p *process, n note) {
 		s.mu.Unlock()
 	} else {
 		s.mu.Lock()
+		countSeen(p, n)
 		if p.queued+len(n.Data) > maxQueued {
 			p.dropped += int64(len(n.Data)) * 3 / 4
 		} else {
@@ -180,9 +185,120 @@ func (s *service) deliver(p *process, n note) {
 	}
 }
 
+func countSeen(p *process, n note) {
+	if p.seen == nil {
+		p.seen = map[string]int{}
+	}
+	p.seen[n.Stream] += base64.StdEncoding.DecodedLen(len(n.Data)) - padding(n.Data)
+}
+
+func padding(b64 string) int {
+	n := 0
+	for i := len(b64) - 1; i >= 0 && b64[i] == '='; i-- {
+		n++
+	}
+	return n
+}
+
+// resume runs after the client reconnected to sandboxd (a restart: live
+// restore keeps the sandbox and its commands, docs/API.md "Daemon restarts
+// (live restore)"): every started process that has not exited is
+// followed by polling, as the new connection gets no notes of commands
+// run on the old one.
+func (s *service) resume() {
+	s.mu.Lock()
+	var ps []*process
+	all := mapValues(s.procs)
+	if s.init != nil {
+		all = append(all, s.init)
+	}
+	for _, p := range all {
+		if p.cmdID != "" && p.cmdID != "starting" && !p.ended && !p.following {
+			p.following = true
+			ps = append(ps, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range ps {
+		go s.follow(p)
+	}
+}
+
+// followPoll is how often follow reads command.logs.
+const followPoll = 100 * time.Millisecond
+
+// follow carries p's output on after the bytes already queued (its
+// command.logs, which sandbox-init keeps across restarts, read every
+// followPoll) and its exit (command.wait), retrying across further
+// connection losses. Output cut from the log (past commandLogBytes of a
+// stream) is not recovered.
+func (s *service) follow(p *process) {
+	exited := make(chan int, 1)
+	go func() {
+		for {
+			var r struct {
+				ExitCode *int `json:"exitCode"`
+			}
+			err := s.rpc.call("command.wait", map[string]interface{}{"cmdId": p.cmdID}, &r)
+			if err == nil || isReason(err, "not_found") {
+				code := 255
+				if err == nil && r.ExitCode != nil {
+					code = *r.ExitCode
+				}
+				exited <- code
+				return
+			}
+			select {
+			case <-s.rpc.shutCh:
+				return
+			case <-time.After(followPoll):
+			}
+		}
+	}()
+	done, code := false, 255
+	for {
+		last := done
+		var lg struct {
+			Stdout string `json:"stdout"`
+			Stderr string `json:"stderr"`
+		}
+		if err := s.rpc.call("command.logs", map[string]interface{}{"cmdId": p.cmdID}, &lg); err == nil {
+			for _, st := range []struct{ name, data string }{{"stdout", lg.Stdout}, {"stderr", lg.Stderr}} {
+				b, err := base64.StdEncoding.DecodeString(st.data)
+				if err != nil {
+					continue
+				}
+				s.mu.Lock()
+				seen := 0
+				if p.seen != nil {
+					seen = p.seen[st.name]
+				}
+				s.mu.Unlock()
+				if len(b) > seen {
+					s.deliver(p, note{Method: "command.output", CmdID: p.cmdID, Stream: st.name,
+						Data: base64.StdEncoding.EncodeToString(b[seen:])})
+				}
+			}
+		}
+		if last {
+			s.deliver(p, note{Method: "command.exit", CmdID: p.cmdID, ExitCode: &code})
+			return
+		}
+		select {
+		case code = <-exited:
+			done = true
+		case <-s.rpc.shutCh:
+			return
+		case <-time.After(followPoll):
+		}
+	}
+}
+
 // pump writes a process's output to its FIFOs in order, and closes them
 // once the process has exited and everything queued is written.
 func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteCloser) {
+	// A lost connection to sandboxd does not end the process: the client
+	// reconnects and follow goes on with its output and exit.
 	writeFailed := false
 	for {
 		s.mu.Lock()
@@ -222,8 +338,7 @@ func (s *service) pump(p *process, conn *rpcClient, stdout, stderr io.WriteClose
 		}
 		select {
 		case <-p.wake:
-		case <-conn.done:
-			// The daemon's connection is gone: the command is lost to us.
+		case <-conn.shutCh:
 			s.mu.Lock()
 			if !p.ended {
 				p.ended, p.exitCode = true, 255
@@ -264,7 +379,7 @@ func waitDrained(conn *rpcClient, ws ...io.WriteCloser) {
 			return
 		}
 		select {
-		case <-conn.done:
+		case <-conn.shutCh:
 			return
 		case <-time.After(delay):
 		}
@@ -375,6 +490,9 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if _, err := commandParams(s.name, spec.Process); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
+	if err := checkProcessLimits(spec.Process, lim); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
 	root := filepath.Join(r.Bundle, "rootfs")
 	if len(r.Rootfs) > 0 {
 		if err := os.MkdirAll(root, 0711); err != nil {
@@ -388,20 +506,25 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 			return nil, grpcErr(fmt.Errorf("mounting the rootfs: %w", err))
 		}
 		s.mountedRootfs = true
-	} else if spec.Root != nil && spec.Root.Path != "" {
-		root = spec.Root.Path
-		if !filepath.IsAbs(root) {
-			root = filepath.Join(r.Bundle, root)
-		}
 	}
 	defer func() {
 		if retErr != nil {
 			s.cleanup()
 		}
 	}()
+	rootPath := "rootfs"
+	if len(r.Rootfs) == 0 && spec.Root != nil && spec.Root.Path != "" {
+		rootPath = spec.Root.Path
+	}
+	rfd, err := openRootPath(r.Bundle, rootPath)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
 	tarPath := filepath.Join(r.Bundle, rootfsTar)
 	os.Remove(tarPath)
-	if err := tarTree(root, tarPath); err != nil {
+	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes)
+	unix.Close(rfd)
+	if err != nil {
 		return nil, grpcErr(err)
 	}
 	if s.mountedRootfs {
@@ -546,6 +669,7 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 			n := n
 			exitNote = &n
 		} else {
+			countSeen(p, n)
 			p.queue = append(p.queue, n)
 			p.queued += len(n.Data)
 		}
@@ -841,6 +965,11 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*pty
 	spec, ok := v.(*specs.Process)
 	if !ok {
 		return nil, grpcErr(fmt.Errorf("exec spec is not a process: %w", errdefs.ErrInvalidArgument))
+	}
+	if lim, err := s.limits(); err != nil {
+		return nil, grpcErr(err)
+	} else if err := checkProcessLimits(spec, lim); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
 	if _, err := commandParams(s.name, spec); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))

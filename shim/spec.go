@@ -37,6 +37,16 @@ type daemonLimits struct {
 	MaxTimeoutMs int64 `json:"maxTimeoutMs"`
 	MaxVcpus     int64 `json:"maxVcpus"`
 	PidsMax      int64 `json:"pidsMax"`
+	// MaxSourceBytes bounds runtime.import's tree (0: not reported).
+	MaxSourceBytes int64 `json:"maxSourceBytes"`
+	// command.run's request limits (docs/API.md "Limits"; 0: not reported).
+	MaxEnvVars       int `json:"maxEnvVars"`
+	MaxEnvValueBytes int `json:"maxEnvValueBytes"`
+	MaxEnvBytes      int `json:"maxEnvBytes"`
+	MaxArgs          int `json:"maxArgs"`
+	MaxArgsBytes     int `json:"maxArgsBytes"`
+	MaxCmdBytes      int `json:"maxCmdBytes"`
+	MaxCwdBytes      int `json:"maxCwdBytes"`
 }
 
 // sandboxName is the sandbox's (and its runtime's) name for container id in
@@ -53,26 +63,36 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 	p := map[string]interface{}{}
 	persistent := false
 	for k := range spec.Annotations {
-		if strings.HasPrefix(k, "io.sandboxd.") && !contains(knownAnnotations, k) {
+		// Case-insensitively: IO.SANDBOXD.NETWORK-POLICY is refused, not ignored.
+		if strings.HasPrefix(strings.ToLower(k), "io.sandboxd.") && !contains(knownAnnotations, k) {
 			return nil, false, fmt.Errorf("annotation %s: unknown; the shim reads %s", k, strings.Join(knownAnnotations, ", "))
 		}
 	}
 	if v, ok := spec.Annotations[annPolicy]; ok {
 		// The same document as the API's networkPolicy: "allow-all",
 		// "deny-all" or a policy object; sandboxd validates it.
+		// The policy's JSON text goes to the daemon untouched (duplicate
+		// keys and all), so sandboxd's strict parser judges it.
 		var doc interface{}
 		t := strings.TrimSpace(v)
 		if t == "allow-all" || t == "deny-all" {
 			doc = t
 		} else if err := json.Unmarshal([]byte(t), &doc); err != nil {
 			return nil, false, fmt.Errorf("annotation %s: not JSON (%v); give \"allow-all\", \"deny-all\" or a policy object (docs/POLICY.md)", annPolicy, err)
+		} else if doc == nil {
+			return nil, false, fmt.Errorf("annotation %s: null is not a policy; give \"allow-all\", \"deny-all\" or a policy object (docs/POLICY.md)", annPolicy)
+		} else {
+			doc = json.RawMessage(t)
 		}
 		p["networkPolicy"] = doc
 	}
 	if v, ok := spec.Annotations[annTags]; ok {
 		var tags map[string]string
-		if err := json.Unmarshal([]byte(v), &tags); err != nil {
+		if err := json.Unmarshal([]byte(v), &tags); err != nil || tags == nil {
 			return nil, false, fmt.Errorf("annotation %s: not a JSON object of strings (%v)", annTags, err)
+		}
+		if k, dup := duplicateKey([]byte(v)); dup {
+			return nil, false, fmt.Errorf("annotation %s: key %q appears more than once", annTags, k)
 		}
 		p["tags"] = tags
 	}
@@ -99,6 +119,9 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 		}
 		p["persistent"] = persistent
 	}
+	if err := refuseRestrictions(spec); err != nil {
+		return nil, false, err
+	}
 	vcpus, err := vcpusFor(spec, lim)
 	if err != nil {
 		return nil, false, err
@@ -107,6 +130,53 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 		p["resources"] = map[string]interface{}{"vcpus": vcpus}
 	}
 	return p, persistent, nil
+}
+
+// duplicateKey reports the first key that appears twice in one object of
+// the JSON text doc (at any depth). RFC 8259 §4 leaves duplicates'
+// meaning open; encoding/json takes the last one, so they are refused.
+func duplicateKey(doc []byte) (string, bool) {
+	dec := json.NewDecoder(strings.NewReader(string(doc)))
+	type frame struct {
+		obj  bool
+		keys map[string]bool
+		key  bool // the next token of this object is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.obj && top.key {
+			if k, ok := tok.(string); ok {
+				if top.keys[k] {
+					return k, true
+				}
+				top.keys[k] = true
+				top.key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{obj: true, keys: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the parent object's next token is a key.
+		if len(stack) > 0 && stack[len(stack)-1].obj {
+			stack[len(stack)-1].key = true
+		}
+	}
 }
 
 func contains(l []string, s string) bool {
@@ -192,6 +262,9 @@ func commandParams(name string, proc *specs.Process) (map[string]interface{}, er
 	if proc == nil || len(proc.Args) == 0 {
 		return nil, fmt.Errorf("process.args: empty; the process needs a command")
 	}
+	if err := refuseProcessRestrictions(proc); err != nil {
+		return nil, err
+	}
 	p := map[string]interface{}{"sandbox": name, "cmd": proc.Args[0], "detached": true}
 	if len(proc.Args) > 1 {
 		p["args"] = proc.Args[1:]
@@ -221,6 +294,170 @@ func commandParams(name string, proc *specs.Process) (map[string]interface{}, er
 		}
 	}
 	return p, nil
+}
+
+// checkProcessLimits refuses, naming the field, a process command.run
+// would refuse at Start (docs/API.md "Limits" and command.run): a NUL byte
+// in args, env or cwd, a relative cwd, and args, env or cwd over the
+// daemon's limits lim. Checked at Create and Exec, so a task that cannot
+// start is never created.
+func checkProcessLimits(proc *specs.Process, lim daemonLimits) error {
+	over := func(n, max int) bool { return max > 0 && n > max }
+	if proc == nil || len(proc.Args) == 0 {
+		return fmt.Errorf("process.args: empty; the process needs a command")
+	}
+	total := 0
+	for i, a := range proc.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("process.args[%d]: contains a NUL byte", i)
+		}
+		if i > 0 {
+			total += len(a)
+		}
+	}
+	if over(len(proc.Args[0]), lim.MaxCmdBytes) {
+		return fmt.Errorf("process.args[0]: %d bytes, over the daemon's maxCmdBytes of %d", len(proc.Args[0]), lim.MaxCmdBytes)
+	}
+	if over(len(proc.Args)-1, lim.MaxArgs) || over(total, lim.MaxArgsBytes) {
+		return fmt.Errorf("process.args: %d arguments of %d bytes, over the daemon's maxArgs of %d or maxArgsBytes of %d",
+			len(proc.Args)-1, total, lim.MaxArgs, lim.MaxArgsBytes)
+	}
+	total = 0
+	for i, kv := range proc.Env {
+		if strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("process.env[%d]: contains a NUL byte", i)
+		}
+		_, v, _ := strings.Cut(kv, "=")
+		if over(len(v), lim.MaxEnvValueBytes) {
+			return fmt.Errorf("process.env[%d]: a value of %d bytes, over the daemon's maxEnvValueBytes of %d", i, len(v), lim.MaxEnvValueBytes)
+		}
+		total += len(kv)
+	}
+	if over(len(proc.Env), lim.MaxEnvVars) || over(total, lim.MaxEnvBytes) {
+		return fmt.Errorf("process.env: %d variables of %d bytes, over the daemon's maxEnvVars of %d or maxEnvBytes of %d",
+			len(proc.Env), total, lim.MaxEnvVars, lim.MaxEnvBytes)
+	}
+	if proc.Cwd != "" {
+		if strings.IndexByte(proc.Cwd, 0) >= 0 {
+			return fmt.Errorf("process.cwd: contains a NUL byte")
+		}
+		if !strings.HasPrefix(proc.Cwd, "/") {
+			return fmt.Errorf("process.cwd: %q is not an absolute path", proc.Cwd)
+		}
+		if over(len(proc.Cwd), lim.MaxCwdBytes) {
+			return fmt.Errorf("process.cwd: %d bytes, over the daemon's maxCwdBytes of %d", len(proc.Cwd), lim.MaxCwdBytes)
+		}
+	}
+	return nil
+}
+
+// The restrictive values of containerd's default spec (oci.WithDefaultSpec,
+// containerd 1.6 oci/spec.go populateDefaultUnixSpec, which ctr and the
+// CRI plugin start from): accepted, as the sandbox's own confinement
+// (docs/SECURITY.md) covers them. Anything more restrictive is refused.
+var (
+	defaultMaskedPaths = []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"}
+	defaultReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	defaultCaps          = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+		"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+		"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}
+)
+
+const notSupported = "not supported by " + runtimeName
+
+// refuseRestrictions fails closed on the spec's restrictive fields the
+// shim cannot apply (the container would get more than asked), naming the
+// field: root.readonly, linux.resources unified/blockIO/hugepageLimits,
+// device cgroup rules other than the default leading deny-all (allow rules
+// only widen, and the sandbox has its own devices), sysctl, seccomp, and
+// masked or read-only paths beyond containerd's defaults.
+func refuseRestrictions(spec *specs.Spec) error {
+	if spec.Root != nil && spec.Root.Readonly {
+		return fmt.Errorf("root.readonly: a read-only root is %s (the sandbox's root is writable)", notSupported)
+	}
+	l := spec.Linux
+	if l == nil {
+		return nil
+	}
+	if r := l.Resources; r != nil {
+		if len(r.Unified) > 0 {
+			return fmt.Errorf("linux.resources.unified: %s", notSupported)
+		}
+		if r.BlockIO != nil {
+			return fmt.Errorf("linux.resources.blockIO: %s", notSupported)
+		}
+		if len(r.HugepageLimits) > 0 {
+			return fmt.Errorf("linux.resources.hugepageLimits: %s", notSupported)
+		}
+		for i, d := range r.Devices {
+			if d.Allow {
+				continue
+			}
+			if i == 0 && (d.Type == "" || d.Type == "a") && d.Major == nil && d.Minor == nil && d.Access == "rwm" {
+				continue // the default deny-all
+			}
+			return fmt.Errorf("linux.resources.devices[%d]: a deny rule other than the leading deny-all is %s", i, notSupported)
+		}
+		if r.Network != nil {
+			return fmt.Errorf("linux.resources.network: %s", notSupported)
+		}
+		if r.Rdma != nil && len(r.Rdma) > 0 {
+			return fmt.Errorf("linux.resources.rdma: %s", notSupported)
+		}
+	}
+	if len(l.Sysctl) > 0 {
+		return fmt.Errorf("linux.sysctl: %s (%s)", notSupported, strings.Join(sortedKeys(l.Sysctl), ", "))
+	}
+	if l.Seccomp != nil {
+		return fmt.Errorf("linux.seccomp: a seccomp profile of the spec is %s (the sandbox has sandboxd's own filter)", notSupported)
+	}
+	for i, m := range l.MaskedPaths {
+		if !contains(defaultMaskedPaths, m) {
+			return fmt.Errorf("linux.maskedPaths[%d]: %q beyond containerd's defaults is %s", i, m, notSupported)
+		}
+	}
+	for i, m := range l.ReadonlyPaths {
+		if !contains(defaultReadonlyPaths, m) {
+			return fmt.Errorf("linux.readonlyPaths[%d]: %q beyond containerd's defaults is %s", i, m, notSupported)
+		}
+	}
+	return nil
+}
+
+// refuseProcessRestrictions is refuseRestrictions for a process (the
+// container's or an exec's): rlimits other than containerd's default
+// RLIMIT_NOFILE 1024/1024, capability sets narrower than containerd's
+// default, and an AppArmor profile or SELinux label.
+func refuseProcessRestrictions(proc *specs.Process) error {
+	for i, rl := range proc.Rlimits {
+		if rl.Type != "RLIMIT_NOFILE" || rl.Hard != 1024 || rl.Soft != 1024 || len(proc.Rlimits) != 1 {
+			return fmt.Errorf("process.rlimits[%d]: %s %d/%d: rlimits other than the default RLIMIT_NOFILE 1024/1024 are %s",
+				i, rl.Type, rl.Soft, rl.Hard, notSupported)
+		}
+	}
+	if c := proc.Capabilities; c != nil {
+		for _, set := range []struct {
+			name string
+			caps []string
+		}{{"bounding", c.Bounding}, {"effective", c.Effective}, {"permitted", c.Permitted}} {
+			for _, want := range defaultCaps {
+				if !contains(set.caps, want) {
+					return fmt.Errorf("process.capabilities.%s: without %s it is narrower than containerd's default, which is %s",
+						set.name, want, notSupported)
+				}
+			}
+		}
+	} else {
+		return fmt.Errorf("process.capabilities: none (narrower than containerd's default) is %s", notSupported)
+	}
+	if proc.ApparmorProfile != "" {
+		return fmt.Errorf("process.apparmorProfile: %s", notSupported)
+	}
+	if proc.SelinuxLabel != "" {
+		return fmt.Errorf("process.selinuxLabel: %s", notSupported)
+	}
+	return nil
 }
 
 // policyError rewrites a sandboxd error about networkPolicy to name the

@@ -73,7 +73,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
         # The shim is found on PATH (containerd-shim-<name>-v2) and finds
         # sandboxd by SANDBOXD_SOCKET, both inherited from containerd.
         env = dict(os.environ, PATH=W.BUILD + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
-                   SANDBOXD_SOCKET=self.world.daemon.socket)
+                   SANDBOXD_SOCKET=self.world.daemon.socket,
+                   SANDBOXD_SHIM_ROOTFS_DIRS=self.world.tmp)
         cg = self.world.cgroup_dirs
         log = open(self.log, "ab")
         self.proc = subprocess.Popen(
@@ -334,12 +335,126 @@ def test_image_rootfs_from_snapshot_mounts(t):
         c.ctr("image", "rm", "localhost/bb:1")
 
 
+SWAPPER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while True:
+    libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
+"""
+
+
+def test_rootfs_swapped_for_a_symlink_while_packed_packs_no_host_file(t):
+    """A directory of the rootfs exchanged (renameat2 RENAME_EXCHANGE, in a
+    loop) with a symlink to a host directory while the shim packs the
+    rootfs: no host file's content ever reaches the container."""
+    base = os.path.join(t.world.tmp, "swaproot")
+    rootfs, host = os.path.join(base, "rootfs"), os.path.join(base, "host")
+    make_rootfs(rootfs)
+    os.makedirs(os.path.join(rootfs, "d"))
+    os.makedirs(host)
+    for i in range(400):
+        with open(os.path.join(rootfs, "d", "f%03d" % i), "w") as f:
+            f.write("okokokokok\n")  # as long as the host files
+        with open(os.path.join(host, "f%03d" % i), "w") as f:
+            f.write("HOSTSECRET\n")
+    os.symlink(host, os.path.join(rootfs, "x"))
+    sw = subprocess.Popen([sys.executable, "-c", SWAPPER, os.path.join(rootfs, "d"), os.path.join(rootfs, "x")],
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        expect_eq(sw.stdout.readline(), "ready\n", "the swap loop started")
+        ok = 0
+        for i in range(12):
+            cid = "swap%d" % i
+            r = run(t.c, rootfs, cid, "sh", "-c", "cat /d/* /x/* 2>/dev/null; echo done")
+            expect("HOSTSECRET" not in r.stdout, "run %d: a host file's content reached the container" % i)
+            if r.returncode == 0 and "done" in r.stdout:
+                ok += 1
+            no_leak(t, cid)
+        expect(ok >= 6, "most runs under the swap loop succeed (%d of 12)" % ok)
+    finally:
+        sw.kill()
+        sw.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_root_path_outside_the_bundle_refused(t):
+    """spec root.path is confined: a relative path climbing out of the
+    bundle, an absolute host path outside the operator's
+    SANDBOXD_SHIM_ROOTFS_DIRS, and a path through a symlink are refused,
+    naming root.path; no host file is packed."""
+    link = os.path.join(t.world.tmp, "etc-link")
+    os.symlink("/etc", link)
+    try:
+        for i, path in enumerate(("../../../../../../../../etc", "/etc", link, os.path.join(link, "ssl"))):
+            cid = "rootp%d" % i
+            r = run(t.c, path, cid, "cat", "/shadow")
+            expect(r.returncode != 0 and "root.path" in r.stderr,
+                   "root.path %s refused naming root.path (rc %d, stdout %r, stderr %r)"
+                   % (path, r.returncode, r.stdout[-200:], r.stderr[-300:]))
+            t.c.ctr("containers", "delete", cid)
+            no_leak(t, cid)
+    finally:
+        os.unlink(link)
+
+
+def test_rootfs_over_max_source_bytes_refused_before_it_is_packed(t):
+    """A sparse file larger than the daemon's maxSourceBytes in a nearly
+    empty rootfs: the create is refused naming maxSourceBytes, at once,
+    without writing the file's size to the host's disk."""
+    lim = t.world.rpc_result("daemon.info")["limits"]["maxSourceBytes"]
+    base = os.path.join(t.world.tmp, "bigroot")
+    make_rootfs(base)
+    with open(os.path.join(base, "sparse"), "wb") as f:
+        f.truncate(lim + (1 << 30))
+    try:
+        t0 = time.monotonic()
+        r = run(t.c, base, "big2", "true")
+        secs = time.monotonic() - t0
+        expect(r.returncode != 0 and "maxSourceBytes" in r.stderr and "/sparse" in r.stderr
+               and "cannot become a runtime" in r.stderr,
+               "refused by the shim naming the file and maxSourceBytes:", r.stderr[-300:])
+        expect(secs < 10, "refused before packing the file (%.1f s)" % secs)
+        t.c.ctr("containers", "delete", "big2")
+        no_leak(t, "big2")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_env_and_cwd(t):
     r = run(t.c, t.rootfs, "env1", "sh", "-c", "echo \"v=$FOO\"; pwd",
             extra=("--env", "FOO=bar baz", "--cwd", "/etc"))
     expect_eq(r.returncode, 0, "exit status (stderr %r)" % r.stderr[-400:])
     expect_eq(r.stdout.splitlines(), ["v=bar baz", "/etc"], "process.env and process.cwd inside")
     no_leak(t, "env1")
+
+
+def test_process_the_daemon_would_refuse_is_refused_at_create(t):
+    """An env value over maxEnvValueBytes, a relative cwd and a NUL in env
+    are refused at Create naming the field (before, the task stayed CREATED
+    with its sandbox running after Start failed); nothing is left."""
+    lim = t.world.rpc_result("daemon.info")["limits"]
+    base = json.loads(subprocess.run(["ctr", "oci", "spec"], capture_output=True, text=True, check=True).stdout)
+    base["process"]["args"] = ["echo", "ran"]
+    base["root"] = {"path": t.rootfs}
+    base["process"]["env"] = ["PATH=/bin", "BAD=a\u0000b"]
+    cfg = os.path.join(t.world.tmp, "spec-nul.json")
+    with open(cfg, "w") as f:
+        json.dump(base, f)
+    cases = [
+        ("process.env[", lambda cid: run(t.c, t.rootfs, cid, "echo", "ran",
+                                          extra=("--env", "BIG=" + "x" * (lim["maxEnvValueBytes"] + 1)))),
+        ("process.cwd", lambda cid: run(t.c, t.rootfs, cid, "echo", "ran", extra=("--cwd", "tmp"))),
+        ("NUL", lambda cid: t.c.ctr("run", "--rm", "--runtime", RUNTIME, "--config", cfg, cid, timeout=120)),
+    ]
+    for i, (want, fn) in enumerate(cases):
+        cid = "lim%d" % i
+        r = fn(cid)
+        expect(r.returncode != 0 and "ran" not in r.stdout and want in r.stderr and "failed to create" in r.stderr,
+               "refused at create naming %s (rc %d, stderr %r)" % (want, r.returncode, r.stderr[-300:]))
+        t.c.ctr("containers", "delete", cid)
+        no_leak(t, cid)
 
 
 def test_exec_into_running_then_kill_and_delete(t):
@@ -422,6 +537,64 @@ def _exec_kill_delete(t):
         c.ctr("task", "kill", "-s", "KILL", "long1")
         c.ctr("task", "delete", "long1")
         c.ctr("containers", "delete", "long1")
+
+
+def _restart_sandboxd(t, how):
+    d = t.world.daemon
+    old = t.world.rpc_result("daemon.info")["pid"]
+    if how == "kill":
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(10)
+    else:
+        expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+    d.start()
+    expect(t.world.rpc_result("daemon.info")["pid"] != old, "a new sandboxd answers")
+
+
+def test_sandboxd_restart_keeps_the_task_and_its_exec_output(t):
+    """sandboxd restarted (SIGKILL, then SIGTERM) under a running task
+    (live restore keeps its sandbox and commands): the shim reconnects, an
+    exec that ran across the restart delivers all its output once and its
+    exit status, the task stays RUNNING, new execs work, and kill and delete
+    clean up fully."""
+    c = t.c
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--rootfs", t.rootfs, "rst1", "sleep", "600")
+    expect_eq(r.returncode, 0, "ctr run -d: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the task to run")
+        for i, how in enumerate(("kill", "term")):
+            ex = subprocess.Popen(["ctr", "--address", c.sock, "-n", NS, "task", "exec", "--exec-id",
+                                   "x%d" % i, "rst1", "sh", "-c",
+                                   "echo before; while [ ! -e /tmp/go%d ]; do sleep 0.1; done; echo after; exit 4" % i],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                ready = select.select([ex.stdout], [], [], 20)[0]
+                expect_eq(ready and ex.stdout.readline(), "before\n", "the exec's first line before the restart")
+                _restart_sandboxd(t, how)
+                expect_eq(c.ctr("tasks", "ls").stdout.count("RUNNING"), 1,
+                          "the task is RUNNING after the restart (%s)" % how)
+                r = c.ctr("task", "exec", "--exec-id", "y%d" % i, "rst1", "sh", "-c", "echo >/tmp/go%d; echo new-exec" % i)
+                expect_eq((r.returncode, r.stdout), (0, "new-exec\n"), "an exec after the restart (%s): %s"
+                          % (how, r.stderr[-300:]))
+                out, err = ex.communicate(timeout=30)
+                expect_eq((ex.returncode, out), (4, "after\n"),
+                          "the exec that ran across the restart (%s): its output once, its status (%r)" % (how, err))
+            finally:
+                if ex.poll() is None:
+                    ex.kill()
+                    ex.wait()
+        r = c.ctr("task", "kill", "-s", "KILL", "rst1")
+        expect_eq(r.returncode, 0, "ctr task kill: %s" % r.stderr)
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the task to stop")
+        r = c.ctr("task", "delete", "rst1")
+        expect_eq(r.returncode, 0, "ctr task delete: %s" % r.stderr)
+        r = c.ctr("containers", "delete", "rst1")
+        expect_eq(r.returncode, 0, "ctr containers delete: %s" % r.stderr)
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "rst1")
+        c.ctr("task", "delete", "rst1")
+        c.ctr("containers", "delete", "rst1")
+    no_leak(t, "rst1")
 
 
 def test_kill_ends_a_run_with_the_signal_status(t):
@@ -662,6 +835,81 @@ def test_bad_policy_annotation_refused_with_its_field(t):
     for cid in ("bad1", "bad2", "bad3"):
         t.c.ctr("containers", "delete", cid)
         no_leak(t, cid)
+
+
+def test_ambiguous_annotations_refused(t):
+    """Annotations that would fail open: a policy with a duplicate key (the
+    last would win), a null policy (allow-all), an io.sandboxd key in other
+    case, and tags with a duplicate key, are each refused naming it."""
+    cases = [
+        ("io.sandboxd.network-policy", '{"allow": 5, "allow": ["api.public.test"]}', "networkPolicy.allow: duplicate key"),
+        ("io.sandboxd.network-policy", "null", "io.sandboxd.network-policy"),
+        ("IO.SANDBOXD.NETWORK-POLICY", "deny-all", "IO.SANDBOXD.NETWORK-POLICY: unknown"),
+        ("io.sandboxd.tags", '{"team": "a", "team": "b"}', "io.sandboxd.tags"),
+    ]
+    for i, (key, val, want) in enumerate(cases):
+        cid = "amb%d" % i
+        r = run(t.c, t.rootfs, cid, "echo", "ran", extra=("--annotation", "%s=%s" % (key, val)))
+        expect(r.returncode != 0 and "ran" not in r.stdout and want in r.stderr,
+               "annotation %s=%s refused naming %s (rc %d, stderr %r)" % (key, val, want, r.returncode, r.stderr[-300:]))
+        t.c.ctr("containers", "delete", cid)
+        no_leak(t, cid)
+
+
+def test_restrictions_the_shim_cannot_apply_refused(t):
+    """Spec fields that ask for more restriction than the sandbox applies
+    fail the create naming the field; ctr's default spec (rlimits NOFILE,
+    default masked/readonly paths, capabilities, the devices deny-all)
+    still runs (every other test)."""
+    base = json.loads(subprocess.run(["ctr", "oci", "spec"], capture_output=True, text=True, check=True).stdout)
+    base["process"]["args"] = ["echo", "ran"]
+    base["root"] = {"path": t.rootfs}
+
+    def flags(*a):
+        return lambda: ({}, list(a))
+
+    def spec(fn):
+        def make():
+            sp = json.loads(json.dumps(base))
+            fn(sp)
+            return sp, []
+        return make
+    cases = [
+        ("root.readonly", flags("--read-only")),
+        ("linux.seccomp", flags("--seccomp")),
+        ("process.capabilities.bounding", flags("--cap-drop", "CAP_NET_RAW")),
+        ("linux.resources.unified", spec(lambda s: s["linux"]["resources"].update(unified={"memory.high": "1000000"}))),
+        ("linux.resources.blockIO", spec(lambda s: s["linux"]["resources"].update(blockIO={"weight": 10}))),
+        ("linux.resources.hugepageLimits", spec(lambda s: s["linux"]["resources"].update(
+            hugepageLimits=[{"pageSize": "2MB", "limit": 0}]))),
+        ("linux.resources.devices[1]", spec(lambda s: s["linux"]["resources"]["devices"].append(
+            {"allow": False, "type": "c", "major": 1, "minor": 3, "access": "rwm"}))),
+        ("process.rlimits[0]", spec(lambda s: s["process"].update(rlimits=[{"type": "RLIMIT_NOFILE", "hard": 64, "soft": 64}]))),
+        ("linux.maskedPaths[10]", spec(lambda s: s["linux"]["maskedPaths"].append("/etc"))),
+        ("linux.readonlyPaths[5]", spec(lambda s: s["linux"]["readonlyPaths"].append("/etc"))),
+        ("linux.sysctl", spec(lambda s: s["linux"].update(sysctl={"net.ipv4.ip_forward": "0"}))),
+    ]
+    cfg = os.path.join(t.world.tmp, "spec-case.json")
+    for i, (field, make) in enumerate(cases):
+        cid = "restr%d" % i
+        sp, extra = make()
+        if sp:
+            with open(cfg, "w") as f:
+                json.dump(sp, f)
+            r = t.c.ctr("run", "--rm", "--runtime", RUNTIME, "--config", cfg, cid, timeout=120)
+        else:
+            r = run(t.c, t.rootfs, cid, "echo", "ran", extra=tuple(extra))
+        expect(r.returncode != 0 and "ran" not in r.stdout and field in r.stderr
+               and "not supported by " + RUNTIME in r.stderr,
+               "%s refused naming it (rc %d, stdout %r, stderr %r)" % (field, r.returncode, r.stdout, r.stderr[-300:]))
+        t.c.ctr("containers", "delete", cid)
+        no_leak(t, cid)
+    # The default spec itself, through --config, runs.
+    with open(cfg, "w") as f:
+        json.dump(base, f)
+    r = t.c.ctr("run", "--rm", "--runtime", RUNTIME, "--config", cfg, "restr-ok", timeout=120)
+    expect_eq((r.returncode, r.stdout), (0, "ran\n"), "ctr's default spec runs (stderr %r)" % r.stderr[-300:])
+    no_leak(t, "restr-ok")
 
 
 def test_tags_timeout_and_persistent_annotations(t):
