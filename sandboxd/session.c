@@ -1089,9 +1089,15 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
          * sandbox's conntrack entries, after the swap, so each flow's next
          * packet meets the new rules (a denied TCP flow is reset). A failure leaves old flows running but the new policy in
          * force for new ones. */
-        _cleanup_error_ sb_error *ct_err = NULL;
-        if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
-                log_warning("sandbox '%s': %s", sb->name, ct_err ? ct_err->message : "flush conntrack entries failed");
+        {
+                /* A block of its own: the goto undo above must not jump into
+                 * the scope of a cleanup variable (its cleanup would run on
+                 * an uninitialised pointer). */
+                _cleanup_error_ sb_error *ct_err = NULL;
+                if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
+                        log_warning("sandbox '%s': %s", sb->name,
+                                    ct_err ? ct_err->message : "flush conntrack entries failed");
+        }
         if (sb->m->pool.prefix6) {
                 struct in6_addr a6 = core_net_sandbox_addr6(&sb->m->pool, (unsigned) s->net_slot);
                 _cleanup_error_ sb_error *ct6_err = NULL;
