@@ -806,29 +806,38 @@ static int apply_limits(core_cgroup *cg, const core_cgroup_limits *l, unsigned w
         return 0;
 }
 
-/* The memory limit the kernel holds for the session now (v2 memory.max,
- * v1 memory.limit_in_bytes), 0 for unlimited; -ENOENT without a memory
- * hierarchy. */
-static int read_memory_max(const core_cgroup *cg, uint64_t *ret) {
-        for (size_t i = 0; i < cg->n; i++) {
+/* Reads the session's memory-controller file: `v2` on the v2 hierarchy
+ * when it has the memory controller, else `v1` on the v1 memory
+ * hierarchy; at most `max` bytes into *ret (caller frees). -ENOENT
+ * without a memory hierarchy. */
+static int read_memory_file(const core_cgroup *cg, const char *v2, const char *v1, size_t max, char **ret) {
+        for (size_t i = 0; cg && i < cg->n; i++) {
                 const hierarchy *h = &state.h[i];
-                const char *file = h->ops == &ops_v2 ? (h->v2_ctl & CTL_MEMORY ? "memory.max" : NULL)
-                                   : h->controller && streq(h->controller, "memory") ? "memory.limit_in_bytes"
+                const char *file = h->ops == &ops_v2 ? (h->v2_ctl & CTL_MEMORY ? v2 : NULL)
+                                   : h->controller && streq(h->controller, "memory") ? v1
                                    : NULL;
-                _cleanup_free_ char *path = NULL, *data = NULL;
+                _cleanup_free_ char *path = NULL;
                 if (!file)
                         continue;
                 if (asprintf(&path, "%s/%s", cg->dirs[i], file) < 0)
                         return -ENOMEM;
-                int r = core_read_file(path, 64, &data, NULL);
-                if (r < 0)
-                        return r;
-                /* v1 shows "unlimited" as PAGE_COUNTER_MAX pages in bytes. */
-                unsigned long long v = strtoull(data, NULL, 10);
-                *ret = strncmp(data, "max", 3) == 0 || v >= (1ULL << 62) ? 0 : v;
-                return 0;
+                return core_read_file(path, max, ret, NULL);
         }
         return -ENOENT;
+}
+
+/* The memory limit the kernel holds for the session now (v2 memory.max,
+ * v1 memory.limit_in_bytes), 0 for unlimited; -ENOENT without a memory
+ * hierarchy. */
+static int read_memory_max(const core_cgroup *cg, uint64_t *ret) {
+        _cleanup_free_ char *data = NULL;
+        int r = read_memory_file(cg, "memory.max", "memory.limit_in_bytes", 64, &data);
+        if (r < 0)
+                return r;
+        /* v1 shows "unlimited" as PAGE_COUNTER_MAX pages in bytes. */
+        unsigned long long v = strtoull(data, NULL, 10);
+        *ret = strncmp(data, "max", 3) == 0 || v >= (1ULL << 62) ? 0 : v;
+        return 0;
 }
 
 /* The systemd driver's update: SetUnitProperties, then (systemd applies
@@ -1022,22 +1031,11 @@ int core_cgroup_parse_oom_kills(const char *text, uint64_t *ret) {
 }
 
 int core_cgroup_oom_kills(const core_cgroup *cg, uint64_t *ret) {
-        for (size_t i = 0; cg && i < cg->n; i++) {
-                const hierarchy *h = &state.h[i];
-                const char *file = h->ops == &ops_v2 ? (h->v2_ctl & CTL_MEMORY ? "memory.events" : NULL)
-                                   : h->controller && streq(h->controller, "memory") ? "memory.oom_control"
-                                   : NULL;
-                _cleanup_free_ char *path = NULL, *data = NULL;
-                if (!file)
-                        continue;
-                if (asprintf(&path, "%s/%s", cg->dirs[i], file) < 0)
-                        return -ENOMEM;
-                int r = core_read_file(path, 4096, &data, NULL);
-                if (r < 0)
-                        return r;
-                return core_cgroup_parse_oom_kills(data, ret);
-        }
-        return -ENOENT;
+        _cleanup_free_ char *data = NULL;
+        int r = read_memory_file(cg, "memory.events", "memory.oom_control", 4096, &data);
+        if (r < 0)
+                return r;
+        return core_cgroup_parse_oom_kills(data, ret);
 }
 
 /* The number alone in `dir`/`file` (pids.current, memory.current, ...), or
