@@ -42,6 +42,7 @@ typedef enum {
         KEY_LISTEN_LIST, /* array of "tcp://ADDR:PORT", stored like KEY_PATH_LIST */
         KEY_LEVEL,     /* a syslog level name (debug .. error), stored as its char * */
         KEY_LOOPBACK,  /* "ADDRESS:PORT" with a loopback IPv4 or "[::1]" address, stored as char * */
+        KEY_WARMPOOL,  /* {size, runtime, policy} (warmPool), stored as its cJSON copy */
 } key_kind;
 
 typedef struct config_key {
@@ -167,6 +168,10 @@ static const config_key config_keys[] = {
         { "metricsListen",    KEY_LOOPBACK, OFF(metrics_listen), 0, 0,
           "Also serve GET /metrics on this TCP address, which must be a loopback one (127.0.0.1:9464, [::1]:9464), to root and socketGroup members only.",
           "none (null)", .live = true },
+        /* sandboxd/warmpool.c: sessions prepared ahead for creates that match. */
+        { "warmPool",         KEY_WARMPOOL, OFF(warm_pool), 0, WARM_POOL_MAX_SIZE,
+          "Sessions kept prepared (namespaces, mounts, disk image, cgroup, sandbox-init), under deny-all until a sandbox.create without source, persistent, or resources other than the defaults, on the same runtime and of the same networkPolicy mode adopts one: {\"size\": 0 to 64 (0: off), \"runtime\": a runtime name (default \"host\"), \"policy\": \"allow-all\" (default), \"deny-all\" or \"custom\"}; every other create takes the cold path.",
+          "off ({\"size\":0,\"runtime\":\"host\",\"policy\":\"allow-all\"})" },
         /* libcore/cgroup.h: systemd scope units over D-Bus, or cgroupfs
          * directories below the daemon's own cgroup. */
         { "cgroupDriver",     KEY_CGDRIVER, OFF(cgroup_driver), 0, 0,
@@ -308,6 +313,7 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->metrics_socket);
         free(cfg->metrics_listen);
         free(cfg->cgroup_driver);
+        cJSON_Delete(cfg->warm_pool);
         path_list_free(cfg->local_source_roots);
         path_list_free(cfg->listen);
         free(cfg->tls_cert);
@@ -530,6 +536,54 @@ static int check_listen_list(const config_key *k, const cJSON *v, sb_error **ret
         return 0;
 }
 
+/* warmPool: an object of size (0..k->max), runtime (a runtime name as
+ * sandbox.create takes it) and policy (a networkPolicy mode); every other
+ * member is refused by name. */
+static int check_warm_pool(const config_key *k, const cJSON *v, sb_error **ret_err) {
+        if (!cJSON_IsObject(v))
+                return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                    "daemon.json: warmPool: must be an object {\"size\": N, \"runtime\": NAME, "
+                                    "\"policy\": MODE}");
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+                if (cJSON_GetObjectItemCaseSensitive(v, it->string) != it)
+                        return sb_error_set(ret_err, -EINVAL, NULL, "warmPool",
+                                            "daemon.json: warmPool.%s: key given more than once", it->string);
+                if (streq(it->string, "size")) {
+                        double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+                        if (!isfinite(d) || d != floor(d) || d < 0 || d > (double) k->max)
+                                return sb_error_set(ret_err, -EINVAL, NULL, "warmPool.size",
+                                                    "daemon.json: warmPool.size: must be an integer from 0 (off) "
+                                                    "to %" PRIu64, k->max);
+                } else if (streq(it->string, "runtime")) {
+                        if (!cJSON_IsString(it) || !core_name_is_valid(it->valuestring))
+                                return sb_error_set(ret_err, -EINVAL, NULL, "warmPool.runtime",
+                                                    "daemon.json: warmPool.runtime: must be a runtime name (1-63 "
+                                                    "of a-z, 0-9 and '-'), such as \"host\"");
+                } else if (streq(it->string, "policy")) {
+                        const char *p = cJSON_GetStringValue(it);
+                        if (!p || (!streq(p, "allow-all") && !streq(p, "deny-all") && !streq(p, "custom")))
+                                return sb_error_set(ret_err, -EINVAL, NULL, "warmPool.policy",
+                                                    "daemon.json: warmPool.policy: must be \"allow-all\", "
+                                                    "\"deny-all\" or \"custom\" (the networkPolicy mode of the "
+                                                    "creates the pool serves)");
+                } else
+                        return sb_error_set(ret_err, -EINVAL, NULL, "warmPool",
+                                            "daemon.json: warmPool: unknown key '%s'; known keys: size, runtime, "
+                                            "policy", it->string);
+        }
+        return 0;
+}
+
+void daemon_config_warm_pool(const daemon_config *cfg, unsigned *ret_size, const char **ret_runtime,
+                             const char **ret_policy) {
+        const cJSON *w = cfg->warm_pool;
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(w, "size");
+        *ret_size = cJSON_IsNumber(size) ? (unsigned) size->valuedouble : 0;
+        *ret_runtime = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(w, "runtime")) ?: "host";
+        *ret_policy = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(w, "policy")) ?: "allow-all";
+}
+
 static int check_integer(const config_key *k, const cJSON *v, uint64_t *ret, sb_error **ret_err) {
         double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
         /* The range bounds are far below 2^53, so a double in range is exact. */
@@ -586,6 +640,11 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
         case KEY_BOOL:
                 *(bool *) base = cJSON_IsTrue(v);
                 break;
+        case KEY_WARMPOOL:
+                cJSON_Delete(*(cJSON **) base);
+                if (!(*(cJSON **) base = cJSON_Duplicate(v, 1)))
+                        abort();
+                break;
         case KEY_LISTEN_LIST:
         case KEY_PATH_LIST: {
                 char **l = calloc((size_t) cJSON_GetArraySize(v) + 1, sizeof(char *));
@@ -625,6 +684,8 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         r = check_path_list(k, v, ret_err);
                 else if (k->kind == KEY_LISTEN_LIST)
                         r = check_listen_list(k, v, ret_err);
+                else if (k->kind == KEY_WARMPOOL)
+                        r = check_warm_pool(k, v, ret_err);
                 else if (k->kind == KEY_BOOL)
                         r = cJSON_IsBool(v) ? 0
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
@@ -770,6 +831,18 @@ static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
                 return cJSON_CreateNumber((double) *(const unsigned *) base);
         case KEY_BOOL:
                 return cJSON_CreateBool(*(const bool *) base);
+        case KEY_WARMPOOL: {
+                unsigned size;
+                const char *runtime, *policy;
+                daemon_config_warm_pool(cfg, &size, &runtime, &policy);
+                cJSON *o = cJSON_CreateObject();
+                if (!cJSON_AddNumberToObject(o, "size", size) || !cJSON_AddStringToObject(o, "runtime", runtime) ||
+                    !cJSON_AddStringToObject(o, "policy", policy)) {
+                        cJSON_Delete(o);
+                        return NULL;
+                }
+                return o;
+        }
         case KEY_LISTEN_LIST:
         case KEY_PATH_LIST: {
                 cJSON *a = cJSON_CreateArray();
@@ -827,6 +900,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_LISTEN_LIST: return "array of tcp://ADDR:PORT";
         case KEY_LEVEL: return "log level name";
         case KEY_LOOPBACK: return "loopback address:port";
+        case KEY_WARMPOOL: return "object";
         default: return "integer";
         }
 }

@@ -56,6 +56,8 @@ typedef struct daemon_config {
         bool metrics;               /* "metrics", default true: the metrics endpoint serves */
         char *metrics_socket;       /* "metricsSocket", NULL: <runDir>/metrics.sock */
         char *metrics_listen;       /* "metricsListen", loopback "ADDR:PORT" also serving /metrics; NULL: none */
+        struct cJSON *warm_pool;    /* "warmPool" {size, runtime, policy} as validated; NULL: off
+                                       (warmpool.c; daemon_config_warm_pool() reads it) */
         char *cgroup_driver;        /* "cgroupDriver", default "auto": "systemd" when systemd is PID 1
                                        (/run/systemd/system), else "cgroupfs" (libcore/cgroup.h) */
 } daemon_config;
@@ -72,6 +74,15 @@ int daemon_config_load(daemon_config *cfg, const char *path, bool must_exist, sb
 int daemon_config_parse(daemon_config *cfg, const char *text, sb_error **ret_err);
 
 void daemon_config_free(daemon_config *cfg);
+
+/* The most sessions daemon.json's warmPool.size may keep prepared. */
+#define WARM_POOL_MAX_SIZE 64
+/* daemon.json's warmPool with its defaults filled in: *ret_size sessions
+ * (0: the pool is off), on runtime *ret_runtime ("host" by default), for
+ * creates whose networkPolicy mode is *ret_policy ("allow-all" by
+ * default, "deny-all" or "custom"). The strings are owned by cfg. */
+void daemon_config_warm_pool(const daemon_config *cfg, unsigned *ret_size, const char **ret_runtime,
+                             const char **ret_policy);
 
 /* The effective configuration: a JSON object with every key daemon.json
  * knows and its value in *cfg, defaults included (a path not set is null,

@@ -172,6 +172,10 @@ struct session {
         /* The host runtime version its overlay stands on ("" on another
          * runtime): kept on disk while the session lives (runtime.c). */
         char runtime_version[CORE_RUNTIME_VERSION_LEN + 1];
+        /* The key of its cgroup and systemd scope when that is not the
+         * sandbox's name (a session adopted from the warm pool, whose
+         * cgroup cannot be renamed); "" otherwise. Kept in its record. */
+        char cgroup_name[72];
 };
 
 struct sandbox {
@@ -206,6 +210,7 @@ struct sandbox {
         bool deferred_teardown, deferred_remove;
         req_list stop_waiters, delete_waiters;
         redo_list pending;        /* requests waiting for the session to run */
+        bool pooled;              /* a warm pool session, not (yet) a user's sandbox (warmpool.c) */
         sandbox *next;
 };
 
@@ -232,6 +237,7 @@ typedef struct start_job {
         int slot;
         bool proxy_ca;            /* the session CA exists (netd terminates TLS with it) */
         bool sandbox_trusts_ca;   /* its bundle is bound over the sandbox's system bundle */
+        bool pool_ca;             /* a pooled deny-all session made for a networked mode gets its CA */
         /* request.cancel of a fresh create: START_RUNNING until the worker
          * commits (START_COMMITTED, atomically) or a cancel asks it to stop
          * (CORE_CANCEL_REQUESTED); whichever comes first wins. */
@@ -297,6 +303,7 @@ struct manager {
         sd_event_source *listing_timer;
         bool listing_over;        /* the wait timed out: unknown cmdIds are not_found at once */
         bool stopping;            /* the daemon is exiting (manager_stopping) */
+        struct warm_pool *warm_pool; /* warmpool.c; NULL when warmPool is off */
 };
 
 /* disk.c: each sandbox's bounded writable layer (libcore/diskimg.h). */
@@ -658,3 +665,50 @@ bool runtime_is_host(const sandbox *sb);
  * that are neither the current one nor under a live session (at start,
  * after adoption, and when a session ends). */
 void runtime_host_collect(manager *m);
+
+/* warmpool.c: sessions prepared ahead (daemon.json warmPool). */
+/* The name prefix of pooled sessions' directories and cgroups: '_' is
+ * outside sandbox names (core_name_is_valid), so no sandbox can own one. */
+#define WARMPOOL_PREFIX "_pool-"
+/* Start-up, after reconcile(): reads daemon.json's warmPool and starts
+ * filling the pool in the background. 0, or -ENOMEM. */
+int warmpool_init(manager *m);
+/* Daemon exit (sandbox_stop_all): every pooled session is killed and its
+ * files removed now; none is left for the next daemon. */
+void warmpool_stop_all(manager *m);
+void warmpool_free(manager *m);
+/* start_done: pooled sandbox sb runs; it joins the ready sessions. */
+void warmpool_ready(manager *m, sandbox *sb);
+/* Pooled sandbox sb failed to start (err) or its session ended (err
+ * NULL): it leaves the pool's lists (the caller frees or tears it down),
+ * and the pool refills, backing off after failures. */
+void warmpool_forget(manager *m, sandbox *sb, const sb_error *err);
+/* sandbox.create (create_sandbox), after validation: when sb (parsed,
+ * registered nowhere, no directory yet) matches a ready pooled session,
+ * that session becomes sb's and the request is answered through
+ * on_ready; returns true. Otherwise (no match, empty pool, any failure
+ * on the way, which removes the pooled session) returns false with sb as
+ * it was, for the cold path. */
+bool warmpool_try_adopt(manager *m, rpc_request *req, sandbox *sb, const start_job *j, rpc_handler on_ready);
+/* daemon.info "warmPool": {size, runtime, policy, ready, starting,
+ * adopted, reason?}. */
+cJSON *warmpool_info(const manager *m);
+/* Whether a pooled session holds user namespace range `base` / stands on
+ * host runtime version `version` (the allocators' and collectors' view). */
+bool warmpool_userns_taken(const manager *m, uint32_t base);
+bool warmpool_host_version_in_use(const manager *m, const char *version);
+
+/* session.c, for warmpool.c: s (already sb's, whose dir and run_dir are
+ * still the pooled paths) gets sb's name as its hostname (UTS namespace,
+ * /etc/hostname, /etc/hosts, in place) and, with a CA, a new CA of that
+ * name. 0 or a negative errno with *ret_err. */
+int session_pool_relabel(session *s, sb_error **ret_err);
+/* Gives s, which never had a network, sb->pol: veth, rules, eth0, netd.
+ * On failure the caller destroys the session. */
+int session_pool_network(session *s, sb_error **ret_err);
+/* An adopted session's last steps: timeout, ports, record, the "running"
+ * event. */
+int session_pool_activate(sandbox *sb);
+/* Kills sb's session and removes everything it and sb hold, now, on the
+ * calling thread (daemon exit). */
+void session_destroy_now(sandbox *sb);

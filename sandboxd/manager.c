@@ -107,6 +107,7 @@ static void method_info(rpc_request *req, void *userdata) {
         }
         cJSON_AddNumberToObject(o, "sandboxes", n);
         cJSON_AddNumberToObject(o, "running", running);
+        cJSON_AddItemToObject(o, "warmPool", warmpool_info(m));
         rpc_reply(req, o);
 }
 
@@ -489,7 +490,13 @@ static void reconcile(manager *m) {
                 _cleanup_error_ sb_error *derr = NULL;
                 if (sandbox_disk_attach(dir, &derr) < 0)
                         log_warning("sandbox '%s': %s", de->d_name, derr ? derr->message : "disk image");
-                if (reconcile_live(m, dir, de->d_name, persistent))
+                /* A warm pool session of the last daemon (one it was adopting
+                 * when it died included: the directory is renamed last) is
+                 * nobody's sandbox: removed; the cgroup sweep below ends it. */
+                bool pooled = strncmp(de->d_name, WARMPOOL_PREFIX, strlen(WARMPOOL_PREFIX)) == 0;
+                if (pooled)
+                        persistent = false;
+                else if (reconcile_live(m, dir, de->d_name, persistent))
                         continue;
                 if (!persistent) {
                         log_info("removing leftover sandbox '%s'", de->d_name);
@@ -513,7 +520,7 @@ static void reconcile(manager *m) {
         n_keep = 0;
         for (sandbox *sb = m->sandboxes; keep && sb; sb = sb->next)
                 if (sb->sess)
-                        keep[n_keep++] = sb->name;
+                        keep[n_keep++] = sb->sess->cgroup_name[0] ? sb->sess->cgroup_name : sb->name;
         int n = core_cgroup_remove_sessions_except(keep, n_keep);
         if (n > 0)
                 log_info("removed %d leftover session cgroups", n);
@@ -747,6 +754,10 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         reconcile(m);
         snapshots_load(m);
         runtimes_load(m);
+        if ((r = warmpool_init(m)) < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "warm pool: %s", strerror(-r));
+                goto fail;
+        }
         *ret = m;
         return 0;
 fail:
@@ -763,6 +774,7 @@ void manager_free(manager *m) {
         if (!m)
                 return;
         sandbox_stop_all(m);
+        warmpool_free(m);
         commands_listing_free(m);
         while (m->commands) {
                 command *c = m->commands;

@@ -152,6 +152,9 @@ int restore_save_record(const session *s) {
         cJSON_AddBoolToObject(o, "sandboxTrustsCa", s->sandbox_trusts_ca);
         if (s->runtime_version[0])
                 cJSON_AddStringToObject(o, "runtimeVersion", s->runtime_version);
+        /* A session taken from the warm pool: its cgroup's key (not the name). */
+        if (s->cgroup_name[0])
+                cJSON_AddStringToObject(o, "cgroup", s->cgroup_name);
         _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
         _cleanup_free_ char *path = NULL;
         cJSON_Delete(o);

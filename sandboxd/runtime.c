@@ -1060,7 +1060,7 @@ static bool host_version_in_use(manager *m, const char *version) {
                 if (sb->sess && (streq(sb->sess->runtime_version, version) ||
                                  (legacy && streq(sb->sess->runtime_version, "legacy"))))
                         return true;
-        return false;
+        return warmpool_host_version_in_use(m, version);
 }
 
 void runtime_host_collect(manager *m) {

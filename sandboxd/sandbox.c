@@ -572,6 +572,12 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
                                 "sandbox '%s' already exists; pick another name or delete it first", sb->name);
                 goto drop;
         }
+        /* A matching create takes a prepared session (warmpool.c); any
+         * other, or any failure there, goes on below. */
+        if (warmpool_try_adopt(m, req, sb, j, on_ready)) {
+                start_job_free(j);
+                return;
+        }
         if (userns_assign(m, sb, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 goto drop;

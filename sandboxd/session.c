@@ -6,6 +6,7 @@
  * them at the next start (session_adopt). */
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -214,7 +215,9 @@ static int ca_prepare(start_job *j, sb_error **ret_err) {
          * a live switch to a policy with rules, its proxy refuses the
          * hosts with rules (it has no CA to apply them with). */
         bool trust = streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
-        if (j->slot < 0 || streq(sandbox_policy_mode(sb), "deny-all"))
+        /* A pooled session runs under deny-all but is made for creates of
+         * its pool's networked mode, which a cold create would give a CA. */
+        if (j->slot < 0 || (streq(sandbox_policy_mode(sb), "deny-all") && !j->pool_ca))
                 return 0;
         if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0 ||
             asprintf(&trust_dir, "%s/trust", sb->run_dir) < 0)
@@ -1391,6 +1394,8 @@ static void start_done(void *userdata) {
                         finish_requests(sb, &sb->stop_waiters, false);
                         finish_requests(sb, &sb->delete_waiters, true);
                         sandbox_unlink(m, sb);
+                        if (sb->pooled)
+                                warmpool_forget(m, sb, j->err);
                         sandbox_free(sb);
                 } else if (sb->deleting)
                         start_teardown(sb, NULL, true);
@@ -1435,7 +1440,9 @@ static void start_done(void *userdata) {
         _cleanup_error_ sb_error *perr = NULL;
         if (r >= 0 && ports_open(s, &perr) < 0)
                 log_warning("sandbox '%s': %s", sb->name, perr ? perr->message : "ports");
-        if (r >= 0)
+        /* A pooled session has no timeout of its own: it gets the
+         * adopting sandbox's (warmpool.c). */
+        if (r >= 0 && !sb->pooled)
                 r = session_start_timers(sb);
         if (r < 0)
                 log_warning_errno(r, "sandbox '%s': attach session: %m", sb->name);
@@ -1453,6 +1460,8 @@ static void start_done(void *userdata) {
         /* A delete or stop that arrived while starting. */
         if (sb->deleting || sb->stop_waiters.n)
                 session_stop(sb);
+        else if (sb->pooled)
+                warmpool_ready(m, sb);
 }
 
 int session_start(sandbox *sb, start_job *j) {
@@ -1665,6 +1674,9 @@ static void finish_requests(sandbox *sb, req_list *l, bool empty_result) {
 
 /* A lifecycle event on the stream (kind "sandbox"). */
 static void emit_status(sandbox *sb, const char *status) {
+        /* A pooled session is no sandbox of anyone's (warmpool.c). */
+        if (sb->pooled)
+                return;
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "status", status);
         events_emit(sb->m, EVENT_SANDBOX, sb->name, f);
@@ -1787,6 +1799,8 @@ void session_ended(session *s, int status) {
         log_info("sandbox '%s': session ended (init status %d%s)", sb->name, status,
                  expected ? "" : ", unexpected");
         session_detach(s);
+        if (sb->pooled)
+                warmpool_forget(sb->m, sb, NULL);
         sb->status = expected ? "stopped" : "failed";
         session_history_update(sb, sb->status, core_now_ms());
         emit_status(sb, sb->status);
@@ -1814,7 +1828,12 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
         s->pidfd = restore_pidfd(s->pid, rec_u64(rec, "startTime"));
         if (s->pidfd < 0)
                 return sb_error_set(ret_err, -ESRCH, NULL, NULL, "its sandbox-init (pid %d) is gone", (int)s->pid);
-        int r = core_cgroup_open(sb->name, s->pid, &s->cg);
+        /* A session taken from the warm pool keeps the cgroup (and systemd
+         * scope) of the key it was made under: neither can be renamed. */
+        const char *cgname = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "cgroup"));
+        if (cgname && *cgname && strlen(cgname) < sizeof(s->cgroup_name) && !strchr(cgname, '/'))
+                snprintf(s->cgroup_name, sizeof(s->cgroup_name), "%s", cgname);
+        int r = core_cgroup_open(s->cgroup_name[0] ? s->cgroup_name : sb->name, s->pid, &s->cg);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "its sandbox-init is not in its cgroup: %s", strerror(-r));
         /* A daemon killed between freeze and thaw (a fork or snapshot of
@@ -2030,6 +2049,7 @@ static void session_leave(session *s) {
 }
 
 void sandbox_stop_all(manager *m) {
+        warmpool_stop_all(m);
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
                 session *s = sb->sess;
                 if (!s)
@@ -2051,3 +2071,140 @@ void sandbox_stop_all(manager *m) {
         }
 }
 
+
+/* ---- warm pool hooks (warmpool.c) ------------------------------------------ */
+
+/* The sandbox's name as its hostname in the UTS namespace of init (a
+ * vfork child joins it through init's pidfd, so the daemon's own
+ * namespaces never change). */
+static int set_uts_hostname(session *s, const char *name) {
+        pid_t c = vfork();
+        if (c < 0)
+                return negative_errno();
+        if (c == 0) {
+                /* Child, sharing our memory until _exit: syscalls only. */
+                if (setns(s->pidfd, CLONE_NEWUTS) < 0 || sethostname(name, strlen(name)) < 0)
+                        _exit(1);
+                _exit(0);
+        }
+        int st = 0;
+        if (waitpid(c, &st, 0) < 0)
+                return negative_errno();
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+/* Overwrites the file `name` under the upper's etc/ in place (the same
+ * inode: the overlay mounted on it may hold it already). Nothing has run
+ * in a pooled session, but the resolution still follows no symlink. */
+static int rewrite_etc_in_place(int upper, const char *name, const char *text) {
+        char path[64];
+        snprintf(path, sizeof(path), "etc/%s", name);
+        _cleanup_close_ int fd = core_open_beneath(upper, path, O_WRONLY | O_TRUNC | O_NOFOLLOW, 0);
+        if (fd < 0)
+                return fd;
+        return core_write_all(fd, text, strlen(text));
+}
+
+int session_pool_relabel(session *s, sb_error **ret_err) {
+        sandbox *sb = s->sb;
+        int r = set_uts_hostname(s, sb->name);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "set the hostname: %s", strerror(-r));
+        _cleanup_free_ char *hosts = NULL, *hostname = NULL;
+        if (asprintf(&hosts, "127.0.0.1 localhost\n127.0.1.1 %s\n::1 localhost ip6-localhost ip6-loopback\n",
+                     sb->name) < 0 ||
+            asprintf(&hostname, "%s\n", sb->name) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        _cleanup_close_ int upper = sandbox_open_upper(sb);
+        if (upper < 0)
+                return sb_error_set(ret_err, upper, NULL, NULL, "open the upper directory: %s", strerror(-upper));
+        if ((r = rewrite_etc_in_place(upper, "hosts", hosts)) < 0 ||
+            (r = rewrite_etc_in_place(upper, "hostname", hostname)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "rewrite /etc/hosts, /etc/hostname: %s", strerror(-r));
+        if (!s->proxy_ca)
+                return 0;
+        /* A CA of its own name, made now: the one of the refill is never
+         * used (netd starts after this, and loads the files then). */
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *host = NULL, *mine = NULL, *text = NULL;
+        size_t n_host = 0, n_mine = 0;
+        if (ca_paths(sb, &cert, &key, &bundle) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if ((r = pol_proxy_ca_generate(cert, key, sb->name, ret_err)) < 0)
+                return sb_error_prefix(ret_err, "egress proxy CA");
+        if (!s->sandbox_trusts_ca)
+                return 0;
+        if ((r = core_read_file(SANDBOX_CA_BUNDLE, 16 << 20, &host, &n_host)) < 0 ||
+            (r = core_read_file(cert, 1 << 20, &mine, &n_mine)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: read certificates: %s", strerror(-r));
+        if (asprintf(&text, "%.*s\n# sandboxd session CA (egress proxy) of '%s'\n%.*s", (int)n_host, host, sb->name,
+                     (int)n_mine, mine) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        /* In place: the sandbox sees this inode through a bind mount. */
+        _cleanup_close_ int fd = open(bundle, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || (r = core_write_all(fd, text, strlen(text))) < 0)
+                return sb_error_set(ret_err, fd < 0 ? negative_errno() : r, NULL, NULL,
+                                    "egress proxy CA: write %s", bundle);
+        return 0;
+}
+
+int session_pool_network(session *s, sb_error **ret_err) {
+        sandbox *sb = s->sb;
+        const pol_policy *p = sb->pol;
+        if (p->mode == POL_MODE_DENY_ALL)
+                return 0;
+        if (s->net_slot < 0)
+                return sb_error_set(ret_err, -EOPNOTSUPP, NULL, NULL, "no network slot");
+        char ifname[32];
+        snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+        s->policy_generation++;
+        int r;
+        /* As start_work orders it: veth (its sandbox end down, the host
+         * table denying it), the session's rules, eth0 up, then netd. No
+         * flow ever existed, so nothing is flushed. */
+        if (!s->has_veth && (r = session_veth_add(s, ret_err)) < 0)
+                return r;
+        if ((r = pol_nft_session_apply(ifname, p, s->gateway, ret_err)) < 0)
+                return r;
+        if ((r = session_veth_configure(s, ret_err)) < 0)
+                return r;
+        if (p->mode == POL_MODE_CUSTOM) {
+                if ((r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
+                                    &s->netd_out, &s->netd_in, ret_err)) < 0)
+                        return r;
+                if ((r = netd_attach(s)) < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "watch the DNS filter: %s", strerror(-r));
+        }
+        return 0;
+}
+
+int session_pool_activate(sandbox *sb) {
+        session *s = sb->sess;
+        int r = session_start_timers(sb);
+        _cleanup_error_ sb_error *perr = NULL;
+        if (ports_open(s, &perr) < 0)
+                log_warning("sandbox '%s': %s", sb->name, perr ? perr->message : "ports");
+        (void)restore_save_record(s);
+        log_info("sandbox '%s' running (from the warm pool, init pid %d, %s)", sb->name, (int)s->pid,
+                 sandbox_policy_mode(sb));
+        emit_status(sb, "running");
+        return r;
+}
+
+void session_destroy_now(sandbox *sb) {
+        manager *m = sb->m;
+        session *s = sb->sess;
+        if (!s)
+                return;
+        if (s->pidfd >= 0) {
+                syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0);
+                siginfo_t si;
+                waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
+        }
+        session_detach(s);
+        teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = true};
+        teardown_work(&t);
+        if (t.tombstone)
+                tombstone_work(t.tombstone);
+        free(t.tombstone);
+        session_release(m, s);
+}

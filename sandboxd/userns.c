@@ -114,7 +114,7 @@ static bool range_taken(const manager *m, const sandbox *self, uint32_t base) {
         for (const sandbox *o = m->sandboxes; o; o = o->next)
                 if (o != self && o->userns_base == base)
                         return true;
-        return false;
+        return warmpool_userns_taken(m, base);
 }
 
 int userns_assign(manager *m, sandbox *sb, sb_error **ret_err) {

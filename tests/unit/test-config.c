@@ -97,6 +97,39 @@ static void test_cgroup_driver_is_one_of_three(void **state) {
         assert_rejected_naming("{\"cgroupDriver\": 1}", "cgroupDriver");
 }
 
+/* warmPool: off by default, every member checked, an unknown one named. */
+static void test_warm_pool_is_validated_and_off_by_default(void **state) {
+        daemon_config cfg;
+        unsigned size;
+        const char *runtime, *policy;
+        assert_null(parse_error("{}", &cfg));
+        daemon_config_warm_pool(&cfg, &size, &runtime, &policy);
+        assert_int_equal(size, 0);
+        assert_string_equal(runtime, "host");
+        assert_string_equal(policy, "allow-all");
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"warmPool\": {\"size\": 3, \"runtime\": \"bookworm\", \"policy\": \"custom\"}}",
+                                &cfg));
+        daemon_config_warm_pool(&cfg, &size, &runtime, &policy);
+        assert_int_equal(size, 3);
+        assert_string_equal(runtime, "bookworm");
+        assert_string_equal(policy, "custom");
+        cJSON *o = daemon_config_to_json(&cfg);
+        cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "warmPool");
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(w, "size")->valuedouble, 3);
+        cJSON_Delete(o);
+        daemon_config_free(&cfg);
+        assert_rejected_naming("{\"warmPool\": {\"size\": 2, \"sise\": 1}}", "warmPool: unknown key 'sise'");
+        assert_rejected_naming("{\"warmPool\": {\"size\": 65}}", "warmPool.size: must be an integer from 0 (off) to 64");
+        assert_rejected_naming("{\"warmPool\": {\"size\": -1}}", "warmPool.size");
+        assert_rejected_naming("{\"warmPool\": {\"size\": 1.5}}", "warmPool.size");
+        assert_rejected_naming("{\"warmPool\": {\"size\": \"2\"}}", "warmPool.size");
+        assert_rejected_naming("{\"warmPool\": {\"runtime\": \"../x\"}}", "warmPool.runtime: must be a runtime name");
+        assert_rejected_naming("{\"warmPool\": {\"policy\": \"allow\"}}", "warmPool.policy: must be");
+        assert_rejected_naming("{\"warmPool\": {\"size\": 1, \"size\": 2}}", "warmPool.size: key given more than once");
+        assert_rejected_naming("{\"warmPool\": 2}", "warmPool: must be an object");
+}
+
 static void test_empty_object_keeps_defaults(void **state) {
         daemon_config cfg;
         assert_null(parse_error(" { } ", &cfg));
@@ -193,7 +226,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 40);
+        assert_int_equal(n, 41);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -456,6 +489,7 @@ int main(void) {
                 cmocka_unit_test(test_defaults_match_the_design),
                 cmocka_unit_test(test_userns_defaults_on_and_an_explicit_value_is_recorded),
                 cmocka_unit_test(test_empty_object_keeps_defaults),
+                cmocka_unit_test(test_warm_pool_is_validated_and_off_by_default),
                 cmocka_unit_test(test_cgroup_driver_is_one_of_three),
                 cmocka_unit_test(test_every_key_is_parsed),
                 cmocka_unit_test(test_local_source_roots_default_empty_and_checked),

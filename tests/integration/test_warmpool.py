@@ -1,0 +1,195 @@
+"""The warm pool (daemon.json warmPool): a matching sandbox.create adopts a
+prepared session; the sandbox it gives carries nothing from the refill nor
+from any earlier sandbox; pooled sessions are invisible, have no network,
+and neither a restart nor a crash leaves anything of them behind."""
+import json
+import os
+import signal
+
+import leaks
+from common import expect, expect_eq, poll, rpc_ok
+
+POOL = {"warmPool": {"size": 2}}
+
+
+def _info(d):
+    msg = d.rpc("daemon.info", {})
+    return msg["result"]["warmPool"]
+
+
+def _pool_daemon(world, config=None):
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.start_sandboxd(dict(POOL, **(config or {})), tag="pool")
+    poll(lambda: _info(d)["ready"] == _info(d)["size"], 60, "the pool fills")
+    return d
+
+
+def _rpc(d, method, params):
+    msg = d.rpc(method, params, timeout=120)
+    expect("error" not in msg, "%s: %s" % (method, json.dumps(msg.get("error"))))
+    return msg["result"]
+
+
+def _create(d, name, **params):
+    return _rpc(d, "sandbox.create", dict(params, name=name))
+
+
+def _out(d, name, script):
+    """stdout of `sh -c script` in the sandbox (through sandboxctl exec)."""
+    code, out, err = d.ctl("exec", name, "--", "sh", "-c", script, timeout=120)
+    expect_eq(code, 0, "exit of %r (%s)" % (script, err.strip()[:300]))
+    return out
+
+
+def _stop_and_check_clean(world, d):
+    """The daemon stopped (SIGTERM), nothing of any session is left."""
+    expect_eq(world.stop_sandboxd(d), 0, "sandboxd exit status")
+    problems = leaks.find(world, "all", d)
+    expect(not problems, "left behind: %s" % "; ".join(problems[:8]))
+    run = os.path.join(d.run_dir, "sandboxes")
+    left = os.listdir(run) if os.path.isdir(run) else []
+    expect(not left, "run directories left: %s" % left)
+
+
+def test_pool_is_shown_in_daemon_info_and_fills(world):
+    d = _pool_daemon(world)
+    try:
+        w = _info(d)
+        expect_eq((w["size"], w["runtime"], w["policy"]), (2, "host", "allow-all"), "daemon.info warmPool")
+        info = _rpc(d, "daemon.info", {})
+        expect_eq((info["sandboxes"], info["running"]), (0, 0), "pooled sessions are no sandboxes")
+        expect_eq(_rpc(d, "sandbox.list", {})["sandboxes"], [], "sandbox.list with a full pool")
+        # Under deny-all until adopted: no veth of any pooled session.
+        expect_eq(leaks._links(world), [], "links of pooled sessions")
+    finally:
+        _stop_and_check_clean(world, d)
+
+
+def test_create_adopts_a_pooled_session_named_as_the_caller_asked(world):
+    d = _pool_daemon(world)
+    name = world.name("wp")
+    try:
+        sb = _create(d, name, env={"GREETING": "hi"}, tags={"team": "a"})
+        expect_eq((sb["name"], sb["status"]), (name, "running"), "the created sandbox")
+        expect_eq(_info(d)["adopted"], 1, "the create was served from the pool")
+        expect_eq(sb["tags"], {"team": "a"}, "its tags")
+        out = _out(d, name, 'hostname; cat /etc/hostname; grep -c "%s" /etc/hosts; echo "$GREETING"; '
+                            'grep -c _pool /etc/hosts /etc/hostname || true' % name)
+        lines = out.split("\n")
+        expect_eq(lines[:4], [name, name, "1", "hi"], "hostname, /etc/hostname, /etc/hosts, env")
+        expect("_pool" not in out.split("\n", 4)[4].replace(":0", ""), "no pool name in /etc: %r" % out)
+        # The sandbox reaches the world as any allow-all sandbox does.
+        http = world.http_url("hello.txt") if hasattr(world, "http_url") else None
+        if http:
+            world.add_http_file("hello.txt", b"pool-net-ok")
+            expect_eq(_out(d, name, "curl -sf %s" % http), "pool-net-ok", "allow-all network from an adopted session")
+        names = [s["name"] for s in _rpc(d, "sandbox.list", {})["sandboxes"]]
+        expect_eq(names, [name], "sandbox.list shows the caller's sandbox only")
+        poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
+        _rpc(d, "sandbox.delete", {"name": name})
+        leaks.check(world, name, d)
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
+    d = _pool_daemon(world)
+    a, b = world.name("wpa"), world.name("wpb")
+    try:
+        _create(d, a, env={"SECRET_A": "from-a"})
+        _out(d, a, "echo a > /workspace/left; echo a > /tmp/left; echo a > /home/sandbox/left; "
+                   "(sleep 1000 &) ; true")
+        cg_a = _rpc(d, "sandbox.get", {"name": a})
+        sess_a = cg_a["sessions"][-1]["id"]
+        _rpc(d, "sandbox.delete", {"name": a})
+        poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
+        sb = _create(d, b)
+        expect_eq(_info(d)["adopted"], 2, "both creates were served from the pool")
+        expect(sb["sessions"][-1]["id"] != sess_a, "a new session id")
+        out = _out(d, b, "ls -A /workspace /tmp /home/sandbox 2>&1 | grep -c left || true; "
+                         "env | grep -c SECRET_A || true; ps -e -o comm= | grep -c sleep || true; hostname")
+        expect_eq(out.split(), ["0", "0", "0", b], "files, env, processes, hostname of the next sandbox")
+        # Its init is alone with this command: nothing of a refill runs.
+        procs = _out(d, b, "ps -e -o pid=,comm=").split("\n")
+        procs = [p for p in procs if p.strip() and not p.strip().endswith(("ps", "sh"))]
+        expect_eq(len(procs), 1, "only init besides the command: %r" % procs)
+        _rpc(d, "sandbox.delete", {"name": b})
+        leaks.check(world, b, d)
+    finally:
+        d.rpc("sandbox.delete", {"name": a})
+        d.rpc("sandbox.delete", {"name": b})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_create_the_pool_cannot_take_takes_the_cold_path(world):
+    d = _pool_daemon(world)
+    names = [world.name("wpc%d" % i) for i in range(3)]
+    try:
+        _create(d, names[0], networkPolicy="deny-all")       # another mode than the pool's
+        _create(d, names[1], resources={"vcpus": 2})         # other limits
+        _create(d, names[2], persistent=True)                # persistent
+        w = _info(d)
+        expect_eq((w["adopted"], w["ready"]), (0, 2), "no pooled session taken")
+        for n in names:
+            expect_eq(_out(d, n, "hostname").strip(), n, "the cold sandbox runs")
+    finally:
+        for n in names:
+            d.rpc("sandbox.delete", {"name": n})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_deny_all_pool_serves_deny_all_creates_without_network(world):
+    d = _pool_daemon(world, {"warmPool": {"size": 1, "policy": "deny-all"}})
+    name = world.name("wpd")
+    try:
+        _create(d, name, networkPolicy="deny-all")
+        expect_eq(_info(d)["adopted"], 1, "served from the pool")
+        out = _out(d, name, "ls /sys/class/net")
+        expect_eq(out.split(), ["lo"], "deny-all: lo only")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_custom_pool_gives_the_callers_policy_and_ca(world):
+    d = _pool_daemon(world, {"warmPool": {"size": 1, "policy": "custom"}})
+    name = world.name("wpx")
+    try:
+        _create(d, name, networkPolicy={"allow": ["api.public.test"]})
+        expect_eq(_info(d)["adopted"], 1, "served from the pool")
+        out = _out(d, name, "grep -c \"sandboxd session CA (egress proxy) of '%s'\" "
+                            "/etc/ssl/certs/ca-certificates.crt; grep -c _pool "
+                            "/etc/ssl/certs/ca-certificates.crt || true" % name)
+        expect_eq(out.split(), ["1", "0"], "the session CA is the sandbox's own")
+        sb = _rpc(d, "sandbox.get", {"name": name})
+        expect(json.dumps(sb).find("api.public.test") >= 0, "the caller's policy is shown")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_restart_removes_pooled_sessions_and_keeps_adopted_sandboxes(world):
+    d = _pool_daemon(world)
+    name = world.name("wpr")
+    try:
+        _create(d, name)
+        _out(d, name, "echo kept > /workspace/kept")
+        poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
+        # SIGKILL: the pooled sessions are left running for the next start.
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(10)
+        d.config = {"warmPool": {"size": 0}}
+        d.start()
+        info = _rpc(d, "daemon.info", {})
+        expect_eq((info["sandboxes"], info["running"]), (1, 1), "only the adopted sandbox after the restart")
+        names = [s["name"] for s in _rpc(d, "sandbox.list", {})["sandboxes"]]
+        expect_eq(names, [name], "sandbox.list after the restart")
+        expect_eq(_out(d, name, "cat /workspace/kept; hostname").split(), ["kept", name],
+                  "the adopted sandbox runs on after the restart")
+        state = os.listdir(os.path.join(d.state_dir, "sandboxes"))
+        expect_eq([s for s in state if s.startswith("_pool")], [], "no pooled state left")
+        _rpc(d, "sandbox.delete", {"name": name})
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
