@@ -50,6 +50,10 @@
 /* Back-off after failed refills: 100 ms doubling up to 30 s. */
 #define POOL_RETRY_MIN_MS 100
 #define POOL_RETRY_MAX_MS 30000
+/* The refill after an adoption waits this long: a create is mostly
+ * followed at once by its first commands, which a session being made on
+ * the same cores would slow down. */
+#define POOL_REFILL_DELAY_MS 100
 
 typedef struct warm_pool {
         unsigned size;
@@ -432,7 +436,10 @@ bool warmpool_try_adopt(manager *m, rpc_request *req, sandbox *sb, const start_j
         cJSON_AddStringToObject(req->params, "name", sb->name);
         core_fault("pool.adopted");
         on_ready(req, m);
-        pool_refill(m);
+        if (!w->retry_src &&
+            sd_event_add_time_relative(m->event, &w->retry_src, CLOCK_MONOTONIC, POOL_REFILL_DELAY_MS * 1000,
+                                       10 * 1000, on_retry, m) < 0)
+                pool_refill(m);
         return true;
 }
 

@@ -6,6 +6,7 @@ its peer and its goal, measured side by side in one run of one test world
 Rows and their peers:
   create_exec_delete_rpc     create + command.run true + delete (JSON-RPC)   bwrap --unshare-all true
   create_exec_delete_cli     the same through sandboxctl (3 processes)       bwrap --unshare-all true
+  create_exec_delete_pool    create from a full warm pool + command.run true + delete (JSON-RPC)  bwrap --unshare-all true
   exec_rpc                   command.run true in a running sandbox           posix_spawn + waitpid of true
   exec_cli                   sandboxctl exec NAME -- true                    /usr/bin/true as a whole process
   policy_update_1            sandbox.update networkPolicy, 1 session         goal 2 ms
@@ -208,6 +209,63 @@ class Bench:
         self.row("exec_cli", "sandboxctl exec NAME -- true (p50)", pct(cx, 50), "ms",
                  "/usr/bin/true, whole process", pct(wt, 50), "<= 2.5x", ratio_goal=2.5)
         self.call("sandbox.delete", {"name": warm})
+
+    # ------------------------------------------------------------ warm pool
+    def pool(self, n, size=2):
+        """create_exec_delete_pool: the rpc cycle of lifecycle() against a
+        daemon of its own with warmPool {size, policy: deny-all}, each cycle
+        started with the pool full (the wait for the refill is not timed;
+        the refill the cycle's adoption starts runs during its exec and
+        delete, as it would in use). The other rows' daemon has no pool, so
+        no refill runs while they are measured."""
+        w, tag = self.w, self.tag
+        self.rpc.close()
+        w.stop_sandboxd(self.d)
+        pd = w.start_sandboxd({"warmPool": {"size": size, "policy": "deny-all"}}, tag="benchpool")
+        conn = pd.connect(600)
+
+        def call(method, params):
+            m = conn.call(method, params, 600)
+            if "error" in m:
+                raise SystemExit("bench: %s: %s" % (method, json.dumps(m["error"])[:400]))
+            conn.notes.clear()
+            return m["result"]
+
+        def full():
+            deadline = time.monotonic() + 120
+            while call("daemon.info", {})["warmPool"]["ready"] < size:
+                if time.monotonic() > deadline:
+                    raise SystemExit("bench: the warm pool did not fill within 120 s")
+                time.sleep(0.005)
+
+        def pool_cycle(i):
+            name = "b%s-p%d" % (tag, i)
+            call("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+            call("command.run", {"sandbox": name, "cmd": "true"})
+            call("sandbox.delete", {"name": name})
+
+        def bwrap(i):
+            subprocess.run(BWRAP, check=True, stdin=subprocess.DEVNULL)
+
+        full()
+        pool_cycle(-1)  # warm-up
+        bwrap(-1)
+        pc, bw = [], []
+        adopted0 = call("daemon.info", {})["warmPool"]["adopted"]
+        for i in range(n):
+            full()
+            for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+                t = time.perf_counter()
+                (pool_cycle if k == 0 else bwrap)(i)
+                (pc if k == 0 else bw).append((time.perf_counter() - t) * 1000.0)
+        served = call("daemon.info", {})["warmPool"]["adopted"] - adopted0
+        self.row("create_exec_delete_pool", "the same from a warm pool, JSON-RPC (p50)", pct(pc, 50), "ms",
+                 "bwrap --unshare-all true", pct(bw, 50), "<= 1.0x", ratio_goal=1.0,
+                 extra={"served_from_pool": served, "cycles": n})
+        conn.close()
+        w.stop_sandboxd(pd)
+        self.d = w.start_sandboxd()
+        self.rpc = self.d.connect(600)
 
     # ------------------------------------------------------- creates at once
     def burst(self, rounds, n):
@@ -452,7 +510,7 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller N: a run of about ten minutes")
     ap.add_argument("--json", default=os.path.join(W.BUILD, "bench.json"))
-    ap.add_argument("--only", default="", help="comma-separated parts: lifecycle,burst,freeze,network,idle")
+    ap.add_argument("--only", default="", help="comma-separated parts: lifecycle,pool,burst,freeze,network,idle")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench: needs root")
@@ -461,7 +519,7 @@ def main(argv):
     p = dict(iterations=30 if q else 60, burst_rounds=2 if q else 5, sessions=100 if q else 1000,
              real_extra=16 if q else 48, net_iters=30 if q else 60, tcp_mib=64 if q else 256,
              tcp_runs=5 if q else 7, freeze_mib=1024, idle=100 if q else 1000, idle_budget=90 if q else 600)
-    parts = set(x for x in a.only.split(",") if x) or {"lifecycle", "burst", "freeze", "network", "idle"}
+    parts = set(x for x in a.only.split(",") if x) or {"lifecycle", "pool", "burst", "freeze", "network", "idle"}
     started = time.time()
     with W.World(quiet=False) as w:
         d = w.start_sandboxd()
@@ -472,6 +530,8 @@ def main(argv):
         b = Bench(w, d, q)
         if "lifecycle" in parts:
             b.lifecycle(p["iterations"])
+        if "pool" in parts:
+            b.pool(p["iterations"])
         if "burst" in parts:
             b.burst(p["burst_rounds"], 20)
         if "freeze" in parts:
@@ -481,7 +541,7 @@ def main(argv):
         if "idle" in parts:
             b.idle(p["idle"], p["idle_budget"])
         b.rpc.close()
-        w.stop_sandboxd()
+        w.stop_sandboxd(b.d)
     out = {"mode": "quick" if q else "full", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
            "seconds": round(time.time() - started, 1), "params": p, "rows": b.rows}
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)

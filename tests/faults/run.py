@@ -136,6 +136,28 @@ def s_create(source=None, policy="allow-all"):
     return setup, trigger
 
 
+def s_pool_create(policy="allow-all"):
+    """A create the warm pool serves, sent once the faulted daemon's pool
+    has a ready session (its adoption reaches the pool.* points)."""
+    def setup(w, d):
+        return {"target": w.name("tgt")}
+
+    def trigger(w, d, ctx):
+        poll(lambda: res(d, "daemon.info")["warmPool"]["ready"] >= 1, 60, "the faulted daemon's pool fills")
+        conn = d.connect(timeout=120)
+        conn.start("sandbox.create", {"name": ctx["target"], "networkPolicy": policy})
+        return conn
+    return setup, trigger
+
+
+def pool_config(label):
+    """The daemon.json of a pool.* point's first two daemons (the one after
+    the crash runs without a pool: what is left must go without it)."""
+    if not label.startswith("pool."):
+        return None
+    return {"warmPool": {"size": 1, "policy": "custom" if "[allowlist]" in label else "allow-all"}}
+
+
 def s_running(extra=None):
     """A running sandbox to operate on (ctx["target"])."""
     def setup(w, d):
@@ -321,6 +343,17 @@ SCENARIOS = {
     "runtime_import.extracted": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
     # Killed while init replays its kept command logs after the restart.
     "adopt.logs_replaying": (s_logged, at_start),
+    # The warm pool's adoption (sandboxd/warmpool.c): cut before the state
+    # directory's rename nothing is left; after it, the new sandbox runs.
+    "pool.relabeled": s_pool_create(),
+    "pool.network": s_pool_create(),
+    "pool.network[allowlist]": s_pool_create(ALLOWLIST),
+    "pool.recorded": s_pool_create(),
+    "pool.run_renamed": s_pool_create(),
+    "pool.run_renamed[allowlist]": s_pool_create(ALLOWLIST),
+    "pool.committed": s_pool_create(),
+    "pool.committed[allowlist]": s_pool_create(ALLOWLIST),
+    "pool.adopted": s_pool_create(),
     "runtime.renamed": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
 }
 
@@ -330,7 +363,8 @@ SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapsho
           "snapshot.copied", "snapshot.copied[stopped]", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
           "update.veth_created[deny-all to allowlist]",
-          "delete.torn_down", "delete.answered", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying"]
+          "delete.torn_down", "delete.answered", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
+          "pool.run_renamed", "pool.committed"]
 
 
 # ---------------------------------------------------------------- checks
@@ -595,7 +629,7 @@ def run_point(w, label):
     point = label.split("[")[0]
     setup, trigger = SCENARIOS[label]
     problems = []
-    d = w.start_sandboxd(tag="f")
+    d = w.start_sandboxd(pool_config(label), tag="f")
     try:
         witness = w.name("wit")
         res(d, "sandbox.create", {"name": witness})
@@ -625,6 +659,8 @@ def run_point(w, label):
                "the daemon died of SIGKILL at %s (status %s)" % (point, d.proc.returncode))
         if ctx.get("export_preexisting") and point.startswith("export."):
             ctx["export_preexisting"] = False
+        if point.startswith("pool."):
+            d.config = None
         d.start()
         frozen = frozen_cgroups(w)
         if frozen:
@@ -641,9 +677,15 @@ def run_point(w, label):
             if point in ("delete.tombstoned", "delete.answered", "delete.removing") and ctx["target"] in listed:
                 problems.append("a delete cut at %s brought sandbox %s back (%s)"
                                 % (point, ctx["target"], listed[ctx["target"]].get("status")))
+            if point.startswith("pool."):
+                want = point in ("pool.committed", "pool.adopted")
+                got = listed.get(ctx["target"], {}).get("status")
+                if (got == "running") != want or (not want and got is not None):
+                    problems.append("a create cut at %s left sandbox %s %s (want %s)"
+                                    % (point, ctx["target"], got or "absent", "running" if want else "absent"))
         except Fail as e:
             problems.append(str(e))
-        if point.startswith("update."):
+        if point.startswith("update.") or point.startswith("pool."):
             check_mode(d, ctx["target"], problems)
         check_logs(d, ctx, problems)
         check_witness(d, witness, cmd_id, problems)
