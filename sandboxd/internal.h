@@ -211,6 +211,8 @@ struct sandbox {
         req_list stop_waiters, delete_waiters;
         redo_list pending;        /* requests waiting for the session to run */
         bool pooled;              /* a warm pool session, not (yet) a user's sandbox (warmpool.c) */
+        dev_t pool_rt_dev;        /* pooled: the runtime tree it was made on (stat of runtime_dir) */
+        ino_t pool_rt_ino;
         sandbox *next;
 };
 
@@ -696,6 +698,8 @@ cJSON *warmpool_info(const manager *m);
 /* Whether a pooled session holds user namespace range `base` / stands on
  * host runtime version `version` (the allocators' and collectors' view). */
 bool warmpool_userns_taken(const manager *m, uint32_t base);
+/* runtime.delete of `name`: the pooled sessions standing on it are ended. */
+void warmpool_discard_runtime(manager *m, const char *name);
 bool warmpool_host_version_in_use(const manager *m, const char *version);
 
 /* session.c, for warmpool.c: s (already sb's, whose dir and run_dir are

@@ -985,6 +985,7 @@ static void method_delete(rpc_request *req, void *userdata) {
                 return;
         }
         cJSON_Delete(users);
+        warmpool_discard_runtime(m, name);
         /* The name is free at once: the tree moves aside, the record goes,
          * and the (possibly large) tree is removed on a worker. */
         _cleanup_free_ char *rec = record_path(m, name);

@@ -36,6 +36,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "libcore/fault.h"
@@ -109,6 +110,20 @@ static void set_reason(warm_pool *w, const char *msg) {
         w->reason = msg ? strdup(msg) : NULL;
 }
 
+/* The identity of runtime `name`'s tree now: a runtime deleted, or
+ * imported again under the same name, is another tree. */
+static int runtime_identity(const manager *m, const char *name, dev_t *ret_dev, ino_t *ret_ino) {
+        _cleanup_free_ char *dir = runtime_dir(m, name);
+        struct stat st;
+        if (!dir)
+                return -ENOMEM;
+        if (stat(dir, &st) < 0)
+                return negative_errno();
+        *ret_dev = st.st_dev;
+        *ret_ino = st.st_ino;
+        return 0;
+}
+
 /* A pooled sandbox as start_work makes a fresh one (session.c). */
 static sandbox *pool_sandbox_new(manager *m, warm_pool *w, sb_error **ret_err) {
         sandbox *sb = calloc(1, sizeof(*sb));
@@ -143,6 +158,12 @@ static sandbox *pool_sandbox_new(manager *m, warm_pool *w, sb_error **ret_err) {
         }
         if (pol_policy_parse(sb->policy, &sb->pol, ret_err) < 0 ||
             runtime_check(m, sb->runtime, "warmPool.runtime", ret_err) < 0 || userns_assign(m, sb, ret_err) < 0) {
+                sandbox_free(sb);
+                return NULL;
+        }
+        int r = runtime_identity(m, sb->runtime, &sb->pool_rt_dev, &sb->pool_rt_ino);
+        if (r < 0) {
+                sb_error_set(ret_err, r, NULL, "warmPool.runtime", "runtime '%s': %s", sb->runtime, strerror(-r));
                 sandbox_free(sb);
                 return NULL;
         }
@@ -301,6 +322,14 @@ static bool create_matches(const warm_pool *w, const sandbox *sb, const start_jo
                streq(sb->runtime, w->runtime) && streq(sandbox_policy_mode(sb), w->policy);
 }
 
+/* Whether pooled p still stands on the tree its runtime's name holds. */
+static bool runtime_current(const manager *m, const sandbox *p) {
+        dev_t dev;
+        ino_t ino;
+        return runtime_identity(m, p->runtime, &dev, &ino) >= 0 && dev == p->pool_rt_dev && ino == p->pool_rt_ino &&
+               runtime_check((manager *)m, p->runtime, "runtime", NULL) >= 0;
+}
+
 static bool session_matches(const manager *m, const sandbox *p, const sandbox *sb) {
         if (!is_ready(p) || p->userns != sb->userns || p->disk_mib != sb->disk_mib)
                 return false;
@@ -396,9 +425,15 @@ bool warmpool_try_adopt(manager *m, rpc_request *req, sandbox *sb, const start_j
         if (!w || !create_matches(w, sb, j))
                 return false;
         sandbox *p = NULL;
-        for (sandbox *it = w->items; it && !p; it = it->next)
+        for (sandbox *it = w->items; it && !p; it = it->next) {
+                /* Made on a runtime tree since deleted or replaced: ended. */
+                if (is_ready(it) && !runtime_current(m, it)) {
+                        pool_discard(it);
+                        continue;
+                }
                 if (session_matches(m, it, sb))
                         p = it;
+        }
         if (!p) {
                 w->missed++;
                 pool_refill(m);
@@ -459,6 +494,12 @@ cJSON *warmpool_info(const manager *m) {
         if (w && w->reason)
                 cJSON_AddStringToObject(o, "reason", w->reason);
         return o;
+}
+
+void warmpool_discard_runtime(manager *m, const char *name) {
+        for (sandbox *sb = m->warm_pool ? m->warm_pool->items : NULL; sb; sb = sb->next)
+                if (streq(sb->runtime, name) && sb->sess)
+                        pool_discard(sb);
 }
 
 bool warmpool_userns_taken(const manager *m, uint32_t base) {

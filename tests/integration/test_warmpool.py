@@ -193,3 +193,55 @@ def test_a_restart_removes_pooled_sessions_and_keeps_adopted_sandboxes(world):
     finally:
         d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
+
+
+def test_pooled_sessions_show_in_no_event_and_no_metric(world):
+    from test_metrics import _http
+    d = _pool_daemon(world)
+    name = world.name("wpe")
+    try:
+        with d.connect() as c:
+            expect("result" in c.call("events.subscribe", {}, 30), "events.subscribe")
+            _create(d, name)
+            poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills (its session's start is no event)")
+            _rpc(d, "sandbox.delete", {"name": name})
+            c.wait_note(lambda n: (n.get("params") or {}).get("status") == "deleted" or
+                        "deleted" in json.dumps(n), 30)
+            seen = set()
+            for n in c.notes:
+                text = json.dumps(n)
+                expect("_pool" not in text, "an event names a pooled session: %s" % text[:300])
+                seen.add(text)
+        _head, body = _http(os.path.join(d.run_dir, "metrics.sock"))
+        expect("_pool" not in body, "metrics name a pooled session")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_runtime_delete_ends_the_pooled_sessions_standing_on_it(world):
+    from test_runtimes import _tiny_rootfs_tar, _write_tmp
+    rt = world.name("wprt")
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"warmPool": {"size": 1, "runtime": rt, "policy": "deny-all"}}, tag="pool")
+    name = world.name("wpt")
+    try:
+        poll(lambda: "not found" in (_info(d).get("reason") or ""), 30, "the pool says its runtime is missing")
+        expect_eq(_info(d)["ready"], 0, "nothing pooled without the runtime")
+        path = _write_tmp(world, _tiny_rootfs_tar(rt))
+        code, _o, err = d.ctl("runtime", "import", rt, path)
+        expect_eq(code, 0, "runtime import (%s)" % err.strip())
+        poll(lambda: _info(d)["ready"] == 1, 60, "the pool fills once the runtime exists")
+        _create(d, name, runtime=rt, networkPolicy="deny-all")
+        expect_eq(_info(d)["adopted"], 1, "served from the pool")
+        expect_eq(_out(d, name, "cat /etc/runtime-marker").strip(), rt, "the sandbox stands on the runtime")
+        _rpc(d, "sandbox.delete", {"name": name})
+        poll(lambda: _info(d)["ready"] == 1, 60, "the pool refills")
+        code, _o, err = d.ctl("runtime", "rm", rt)
+        expect_eq(code, 0, "runtime rm with only pooled sessions on it (%s)" % err.strip())
+        poll(lambda: _info(d)["ready"] == 0 and _info(d)["starting"] == 0, 30, "the pooled session is ended")
+        poll(lambda: not [s for s in os.listdir(os.path.join(d.state_dir, "sandboxes")) if s.startswith("_pool")],
+             30, "its files are removed")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
