@@ -1273,6 +1273,35 @@ static void start_work(void *userdata) {
                         goto fail;
                 }
         }
+        /* The slot's address may have been an earlier session's, whose
+         * flows the kernel still tracks (a UDP entry for 30 s or more, an
+         * established TCP one for days): the chain accepts established
+         * flows before any policy rule, so they would pass for this one.
+         * Forgotten before this session gets a network: now, or at its
+         * adoption from the warm pool (which then flushes nothing). A live
+         * update from deny-all flushes on its own (session_apply_policy). */
+        if (j->slot >= 0 && (!streq(mode, "deny-all") || j->pool_ca)) {
+                /* No conntrack in this kernel: no entry to inherit. */
+                _cleanup_error_ sb_error *ct_err = NULL;
+                int k = core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)j->slot), &ct_err);
+                if (k < 0 && k != -ENOENT && k != -EOPNOTSUPP && k != -EPROTONOSUPPORT) {
+                        r = sb_error_set(&j->err, ct_err ? ct_err->code : -EIO, NULL, NULL,
+                                         "forget the flows of the address's last session: %s",
+                                         ct_err ? ct_err->message : "conntrack flush failed");
+                        goto fail;
+                }
+                if (m->pool.prefix6) {
+                        struct in6_addr a6 = core_net_sandbox_addr6(&m->pool, (unsigned)j->slot);
+                        sb_error_free(TAKE_PTR(ct_err));
+                        k = core_conntrack_flush_source6(&a6, &ct_err);
+                        if (k < 0 && k != -ENOENT && k != -EOPNOTSUPP && k != -EPROTONOSUPPORT) {
+                                r = sb_error_set(&j->err, ct_err ? ct_err->code : -EIO, NULL, NULL,
+                                                 "forget the IPv6 flows of the address's last session: %s",
+                                                 ct_err ? ct_err->message : "conntrack flush failed");
+                                goto fail;
+                        }
+                }
+        }
         /* deny-all: a slot (its gateway is the resolver in resolv.conf and
          * the address a live update gives it) but no veth: lo only. */
         if (j->slot >= 0 && !streq(mode, "deny-all") &&

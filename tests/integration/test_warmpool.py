@@ -245,3 +245,60 @@ def test_runtime_delete_ends_the_pooled_sessions_standing_on_it(world):
     finally:
         d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
+
+
+def _conntrack_from(world, addr):
+    """Conntrack entries of the daemon's namespace whose original source is addr."""
+    p = world.run_in_host(["cat", "/proc/net/nf_conntrack"])
+    return [l for l in p.stdout.splitlines() if (" src=%s " % addr) in l.split("dst=")[0] + " "]
+
+
+def test_a_sandbox_on_an_earlier_sandboxs_address_gets_none_of_its_flows(world):
+    import world as W
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    a, b, c = world.name("wpka"), world.name("wpkb"), world.name("wpkc")
+    try:
+        _create(d, a)
+        addr_a = _out(d, a, "ip -o -4 addr show dev eth0 | sed 's/.* inet \\([0-9.]*\\)\\/.*/\\1/'").strip()
+        # A UDP flow to an address its policy allows: an entry that lives on
+        # after the sandbox (nothing ends it but its timeout).
+        _out(d, a, "bash -c 'for p in 40001 40002 40003; do echo x > /dev/udp/%s/$p; done'; true" % W.PUB_API_ADDR)
+        expect(_conntrack_from(world, addr_a), "a's flows are tracked (else this test proves nothing)")
+        _rpc(d, "sandbox.delete", {"name": a})
+        expect(_conntrack_from(world, addr_a), "a's flows outlive it")
+        # The next pooled sessions take the lowest free slots: b's or c's
+        # is a's (b's was made before a's delete or after it).
+        addrs = {}
+        for n in (b, c):
+            poll(lambda: _info(d)["ready"] == 1, 60, "the pool refills")
+            _create(d, n)
+            addrs[n] = _out(d, n, "ip -o -4 addr show dev eth0 | sed 's/.* inet \\([0-9.]*\\)\\/.*/\\1/'").strip()
+        heir = [n for n in (b, c) if addrs[n] == addr_a]
+        expect_eq(len(heir), 1, "one of b, c has a's address %s: %r" % (addr_a, addrs))
+        expect_eq(_conntrack_from(world, addr_a), [], "conntrack entries %s inherits from a" % heir[0])
+    finally:
+        for n in (a, b, c):
+            d.rpc("sandbox.delete", {"name": n})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_cold_sandbox_on_an_earlier_sandboxs_address_gets_none_of_its_flows(world):
+    """The same without a pool: a cold create takes the lowest free slot."""
+    import world as W
+    world.stop_sandboxd()
+    d = world.start_sandboxd({}, tag="ct")
+    a, b = world.name("ctka"), world.name("ctkb")
+    addr = "ip -o -4 addr show dev eth0 | sed 's/.* inet \\([0-9.]*\\)\\/.*/\\1/'"
+    try:
+        _create(d, a)
+        addr_a = _out(d, a, addr).strip()
+        _out(d, a, "bash -c 'for p in 40001 40002 40003; do echo x > /dev/udp/%s/$p; done'; true" % W.PUB_API_ADDR)
+        _rpc(d, "sandbox.delete", {"name": a})
+        expect(_conntrack_from(world, addr_a), "a's flows outlive it (else this test proves nothing)")
+        _create(d, b)
+        expect_eq(_out(d, b, addr).strip(), addr_a, "b has a's address")
+        expect_eq(_conntrack_from(world, addr_a), [], "conntrack entries b inherits from a")
+    finally:
+        for n in (a, b):
+            d.rpc("sandbox.delete", {"name": n})
+        world.stop_sandboxd(d)
