@@ -175,23 +175,52 @@ def test_a_restart_removes_pooled_sessions_and_keeps_adopted_sandboxes(world):
     try:
         _create(d, name)
         _out(d, name, "echo kept > /workspace/kept")
-        poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
-        # SIGKILL: the pooled sessions are left running for the next start.
-        os.kill(d.proc.pid, signal.SIGKILL)
-        d.proc.wait(10)
-        d.config = {"warmPool": {"size": 0}}
-        d.start()
-        info = _rpc(d, "daemon.info", {})
-        expect_eq((info["sandboxes"], info["running"]), (1, 1), "only the adopted sandbox after the restart")
-        names = [s["name"] for s in _rpc(d, "sandbox.list", {})["sandboxes"]]
-        expect_eq(names, [name], "sandbox.list after the restart")
-        expect_eq(_out(d, name, "cat /workspace/kept; hostname").split(), ["kept", name],
-                  "the adopted sandbox runs on after the restart")
-        state = os.listdir(os.path.join(d.state_dir, "sandboxes"))
-        expect_eq([s for s in state if s.startswith("_pool")], [], "no pooled state left")
+        for how in ("term", "kill"):
+            poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
+            if how == "kill":
+                # SIGKILL: the pooled sessions are left running for the next start.
+                os.kill(d.proc.pid, signal.SIGKILL)
+                d.proc.wait(10)
+            else:
+                expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+            # The next daemon runs without a pool: what is left must go anyway.
+            d.config = {"warmPool": {"size": 0}} if how == "kill" else POOL
+            d.start()
+            info = _rpc(d, "daemon.info", {})
+            expect_eq((info["sandboxes"], info["running"]), (1, 1),
+                      "only the adopted sandbox after the restart (%s)" % how)
+            names = [s["name"] for s in _rpc(d, "sandbox.list", {})["sandboxes"]]
+            expect_eq(names, [name], "sandbox.list after the restart (%s)" % how)
+            expect_eq(_out(d, name, "cat /workspace/kept; hostname").split(), ["kept", name],
+                      "the adopted sandbox runs on after the restart (%s)" % how)
+            if how == "kill":
+                state = os.listdir(os.path.join(d.state_dir, "sandboxes"))
+                expect_eq([s for s in state if s.startswith("_pool")], [], "no pooled state left (%s)" % how)
         _rpc(d, "sandbox.delete", {"name": name})
     finally:
         d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_an_adopted_sandbox_gets_the_callers_timeout_and_get_or_create_adopts(world):
+    d = _pool_daemon(world)
+    name, other = world.name("wpto"), world.name("wpgo")
+    try:
+        sb = _create(d, name, timeout=2000)
+        expect_eq(_info(d)["adopted"], 1, "served from the pool")
+        expect(sb.get("expiresAt"), "an expiry is shown")
+
+        def gone():
+            msg = d.rpc("sandbox.get", {"name": name})
+            return "error" in msg and msg["error"].get("data", {}).get("reason") == "not_found"
+        poll(gone, 30, "the sandbox is deleted at its timeout")
+        r = _rpc(d, "sandbox.getOrCreate", {"name": other})
+        expect_eq((r["created"], r["sandbox"]["name"]), (True, other), "getOrCreate created it")
+        expect_eq(_info(d)["adopted"], 2, "getOrCreate was served from the pool")
+        expect_eq(_out(d, other, "hostname").strip(), other, "its hostname")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        d.rpc("sandbox.delete", {"name": other})
         _stop_and_check_clean(world, d)
 
 
