@@ -331,3 +331,46 @@ def test_a_cold_sandbox_on_an_earlier_sandboxs_address_gets_none_of_its_flows(wo
         for n in (a, b):
             d.rpc("sandbox.delete", {"name": n})
         world.stop_sandboxd(d)
+
+
+def test_an_adoption_that_fails_takes_the_cold_path_and_removes_the_pooled_session(world):
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    name = world.name("wpf")
+    # A leftover directory where the adoption renames the pooled run
+    # directory to: the rename (RENAME_NOREPLACE) fails half-way.
+    blocker = os.path.join(d.run_dir, "sandboxes", name)
+    os.makedirs(blocker)
+    try:
+        sb = _create(d, name, ports=[8000])
+        expect_eq(sb["status"], "running", "the create succeeds")
+        w = _info(d)
+        expect_eq(w["adopted"], 0, "not served from the pool")
+        with open(d.log_path, errors="replace") as f:
+            expect("could not be adopted" in f.read(), "the failed adoption is logged")
+        expect_eq(_out(d, name, "hostname").strip(), name, "the cold sandbox runs")
+        expect(sb["ports"][0]["endpoint"], "its port has an endpoint: %r" % sb["ports"])
+        poll(lambda: _info(d)["ready"] == 1 and
+             len([s for s in os.listdir(os.path.join(d.state_dir, "sandboxes")) if s.startswith("_pool")]) == 1,
+             60, "the failed pooled session is gone and the pool refilled")
+        _rpc(d, "sandbox.delete", {"name": name})
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_an_adopted_sandbox_exposes_its_ports(world):
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    name = world.name("wpp")
+    try:
+        sb = _create(d, name, ports=[8000])
+        expect_eq(_info(d)["adopted"], 1, "served from the pool")
+        ep = sb["ports"][0]["endpoint"]
+        expect(ep, "an endpoint for port 8000: %r" % sb["ports"])
+        _rpc(d, "command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                "args": ["-c", "cd /tmp && echo port-ok > i && exec python3 -m http.server 8000"]})
+        host, _, port = ep.rpartition(":")
+        poll(lambda: world.run_in_host(["curl", "-sf", "http://%s:%s/i" % (host, port)]).stdout == "port-ok\n",
+             30, "the port answers through its endpoint")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
