@@ -100,13 +100,21 @@ def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
         _create(d, a, env={"SECRET_A": "from-a"})
         _out(d, a, "echo a > /workspace/left; echo a > /tmp/left; echo a > /home/sandbox/left; "
                    "(sleep 1000 &) ; true")
-        cg_a = _rpc(d, "sandbox.get", {"name": a})
-        sess_a = cg_a["sessions"][-1]["id"]
+        got_a = _rpc(d, "sandbox.get", {"name": a})
+        sess_a = got_a["sessions"][-1]["id"]
+        cgroups_a = (got_a.get("session") or {}).get("cgroups") or []
+        expect(cgroups_a, "sandbox.get shows a's cgroups: %r" % got_a)
         _rpc(d, "sandbox.delete", {"name": a})
+        for cg in cgroups_a:
+            expect(not os.path.exists(cg), "a's cgroup %s is removed with it" % cg)
         poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
         sb = _create(d, b)
         expect_eq(_info(d)["adopted"], 2, "both creates were served from the pool")
         expect(sb["sessions"][-1]["id"] != sess_a, "a new session id")
+        # A cgroup of its own, with no counter or limit of a's.
+        cgroups_b = (_rpc(d, "sandbox.get", {"name": b}).get("session") or {}).get("cgroups") or []
+        expect(cgroups_b and not set(cgroups_b) & set(cgroups_a), "b's cgroups are not a's: %r %r"
+               % (cgroups_b, cgroups_a))
         out = _out(d, b, "ls -A /workspace /tmp /home/sandbox 2>&1 | grep -c left || true; "
                          "env | grep -c SECRET_A || true; ps -e -o comm= | grep -c sleep || true; hostname")
         expect_eq(out.split(), ["0", "0", "0", b], "files, env, processes, hostname of the next sandbox")
