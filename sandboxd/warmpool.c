@@ -426,8 +426,11 @@ bool warmpool_try_adopt(manager *m, rpc_request *req, sandbox *sb, const start_j
                 return false;
         sandbox *p = NULL;
         for (sandbox *it = w->items; it && !p; it = it->next) {
-                /* Made on a runtime tree since deleted or replaced: ended. */
-                if (is_ready(it) && !runtime_current(m, it)) {
+                /* Made on a runtime tree since deleted or replaced, or
+                 * without an address (the network pool was full) for a pool
+                 * that serves networked creates: ended. */
+                if (is_ready(it) && (!runtime_current(m, it) ||
+                                     (!streq(w->policy, "deny-all") && it->sess->net_slot < 0))) {
                         pool_discard(it);
                         continue;
                 }
