@@ -4,13 +4,14 @@
 host's side wherever the host has something to check (binaries hashed,
 sysctls re-read, cgroup trees walked, listeners asked who connected).
 
-    python3 tests/escape/run.py [-v] [--userns | --no-userns] [SUBSTRING...]
+    python3 tests/escape/run.py [-v] [--userns | --no-userns] [--warm-pool] [SUBSTRING...]
 
 --userns runs every probe in a sandbox with a user namespace (sandbox root
 is then an unprivileged host id), --no-userns in one without (sandbox root
 is host root, the sandbox user the host's sandboxd-user account); neither:
 the daemon's default (a user namespace wherever the host supports one).
-Every case must hold both ways.
+Every case must hold both ways. --warm-pool runs them in a sandbox adopted
+from the daemon's warm pool (daemon.json warmPool, sandboxd/warmpool.c).
 
 The probes are tests/escape/probe.c, copied into the sandbox and compiled
 there with the host's cc (the sandbox has the host's /usr read-only). One
@@ -440,7 +441,15 @@ def main(argv):
     ctx = None
     try:
         world.open()
-        world.start_sandboxd()
+        if "--warm-pool" in argv:
+            cfg = {"warmPool": {"size": 1, "policy": "deny-all"}}
+            if "--userns" in argv or "--no-userns" in argv:
+                cfg["userns"] = "--userns" in argv
+            world.start_sandboxd(cfg)
+            W.World.wait_until(lambda: world.rpc_result("daemon.info")["warmPool"]["ready"] == 1, 60,
+                               "the warm pool fills")
+        else:
+            world.start_sandboxd()
         if "--userns" in argv:
             u = world.rpc_result("daemon.info").get("capabilities", {}).get("userns") or {}
             if not u.get("available"):
@@ -451,6 +460,11 @@ def main(argv):
                 return 0
         ctx = prepare(world, True if "--userns" in argv else False if "--no-userns" in argv else None)
         print("escape: sandbox %s a user namespace" % ("with" if ctx.userns else "without"), flush=True)
+        if "--warm-pool" in argv:
+            adopted = world.rpc_result("daemon.info")["warmPool"]["adopted"]
+            if adopted != 1:
+                raise W.WorldError("the probes' sandbox was not adopted from the warm pool (adopted %s)" % adopted)
+            print("escape: sandbox adopted from the warm pool", flush=True)
     except Exception as e:
         print("FAIL setup: %s" % e)
         world.close()
