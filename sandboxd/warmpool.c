@@ -61,7 +61,6 @@ typedef struct warm_pool {
         char *runtime;            /* warmPool.runtime */
         char *policy;             /* warmPool.policy: the networkPolicy mode served */
         sandbox *items;           /* pooled sandboxes, starting or ready (linked by ->next) */
-        unsigned n_starting;
         unsigned failures;        /* consecutive failed refills */
         char *reason;             /* why the last refill failed, or NULL */
         uint64_t adopted;         /* creates served from the pool */
@@ -86,6 +85,13 @@ static unsigned count_ready(const warm_pool *w) {
         unsigned n = 0;
         for (const sandbox *sb = w->items; sb; sb = sb->next)
                 n += is_ready(sb);
+        return n;
+}
+
+static unsigned count_starting(const warm_pool *w) {
+        unsigned n = 0;
+        for (const sandbox *sb = w->items; sb; sb = sb->next)
+                n += is_starting(sb);
         return n;
 }
 
@@ -196,7 +202,6 @@ static int pool_start_one(manager *m, warm_pool *w, sb_error **ret_err) {
         }
         sb->next = w->items;
         w->items = sb;
-        w->n_starting++;
         return 0;
 }
 
@@ -219,7 +224,7 @@ static void pool_refill(manager *m) {
         unsigned have = 0;
         for (const sandbox *sb = w->items; sb; sb = sb->next)
                 have++;
-        while (have < w->size && w->n_starting < POOL_PARALLEL_STARTS) {
+        while (have < w->size && count_starting(w) < POOL_PARALLEL_STARTS) {
                 _cleanup_error_ sb_error *err = NULL;
                 if (pool_start_one(m, w, &err) < 0) {
                         if (!err)
@@ -263,7 +268,6 @@ void warmpool_ready(manager *m, sandbox *sb) {
                 session_stop(sb);
                 return;
         }
-        w->n_starting--;
         w->failures = 0;
         set_reason(w, NULL);
         log_debug("warm pool: session %s ready", sb->name);
@@ -274,11 +278,8 @@ void warmpool_forget(manager *m, sandbox *sb, const sb_error *err) {
         warm_pool *w = m->warm_pool;
         if (!w)
                 return;
-        if (sb && in_list(w, sb)) {
-                if (is_starting(sb))
-                        w->n_starting--;
+        if (sb && in_list(w, sb))
                 list_remove(w, sb);
-        }
         if (!err) {
                 pool_refill(m);
                 return;
@@ -330,15 +331,20 @@ static bool runtime_current(const manager *m, const sandbox *p) {
                runtime_check((manager *)m, p->runtime, "runtime", NULL) >= 0;
 }
 
-static bool session_matches(const manager *m, const sandbox *p, const sandbox *sb) {
-        if (!is_ready(p) || p->userns != sb->userns || p->disk_mib != sb->disk_mib)
-                return false;
-        /* A refill on a host runtime version since replaced: a cold create
-         * would stand on the new one. */
+/* Whether ready pooled p can serve no create any more: made on a runtime
+ * tree since deleted or replaced, on a host runtime version since
+ * replaced, with a diskMiB since reloaded, or without an address (the
+ * network pool was full) for a pool that serves networked creates. */
+static bool is_stale(const manager *m, const warm_pool *w, const sandbox *p) {
+        if (!runtime_current(m, p) || p->disk_mib != m->cfg->disk_mib || p->userns != m->userns_default)
+                return true;
         if (runtime_is_host(p) && !streq(p->sess->runtime_version, m->host_version))
-                return false;
-        /* A networked mode needs the session's slot (its veth is made now). */
-        return streq(sandbox_policy_mode(sb), "deny-all") || p->sess->net_slot >= 0;
+                return true;
+        return !streq(w->policy, "deny-all") && p->sess->net_slot < 0;
+}
+
+static bool session_matches(const sandbox *p, const sandbox *sb) {
+        return is_ready(p) && p->userns == sb->userns && p->disk_mib == sb->disk_mib;
 }
 
 /* Moves the session of pooled p to sb before the commit, or back. */
@@ -426,15 +432,11 @@ bool warmpool_try_adopt(manager *m, rpc_request *req, sandbox *sb, const start_j
                 return false;
         sandbox *p = NULL;
         for (sandbox *it = w->items; it && !p; it = it->next) {
-                /* Made on a runtime tree since deleted or replaced, or
-                 * without an address (the network pool was full) for a pool
-                 * that serves networked creates: ended. */
-                if (is_ready(it) && (!runtime_current(m, it) ||
-                                     (!streq(w->policy, "deny-all") && it->sess->net_slot < 0))) {
+                if (is_ready(it) && is_stale(m, w, it)) {
                         pool_discard(it);
                         continue;
                 }
-                if (session_matches(m, it, sb))
+                if (session_matches(it, sb))
                         p = it;
         }
         if (!p) {
@@ -491,7 +493,7 @@ cJSON *warmpool_info(const manager *m) {
         cJSON_AddStringToObject(o, "runtime", w ? w->runtime : runtime);
         cJSON_AddStringToObject(o, "policy", w ? w->policy : policy);
         cJSON_AddNumberToObject(o, "ready", w ? count_ready(w) : 0);
-        cJSON_AddNumberToObject(o, "starting", w ? w->n_starting : 0);
+        cJSON_AddNumberToObject(o, "starting", w ? count_starting(w) : 0);
         cJSON_AddNumberToObject(o, "adopted", w ? (double)w->adopted : 0);
         cJSON_AddNumberToObject(o, "missed", w ? (double)w->missed : 0);
         if (w && w->reason)

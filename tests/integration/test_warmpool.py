@@ -382,3 +382,25 @@ def test_an_adopted_sandbox_exposes_its_ports(world):
     finally:
         d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
+
+
+def test_pooled_sessions_made_before_a_reload_of_disk_mib_are_replaced(world):
+    from test_reload import _hup, _rewrite
+    d = _pool_daemon(world, {"warmPool": {"size": 1}, "diskMiB": 64})
+    a, b = world.name("wpda"), world.name("wpdb")
+    try:
+        _rewrite(d, diskMiB=128)
+        _hup(d, "reload: ")
+        sb = _create(d, a)
+        expect_eq(_info(d)["adopted"], 0, "a session of the old diskMiB is not adopted")
+        expect_eq(sb["resources"].get("diskMiB"), 128, "the cold create has the new diskMiB")
+        poll(lambda: _info(d)["ready"] == 1 and
+             len([s for s in os.listdir(os.path.join(d.state_dir, "sandboxes")) if s.startswith("_pool")]) == 1,
+             60, "the stale session is replaced")
+        sb = _create(d, b)
+        expect_eq((_info(d)["adopted"], sb["resources"].get("diskMiB")), (1, 128),
+                  "the new pooled session, of the new diskMiB, is adopted")
+    finally:
+        for n in (a, b):
+            d.rpc("sandbox.delete", {"name": n})
+        _stop_and_check_clean(world, d)
