@@ -170,7 +170,7 @@ static const config_key config_keys[] = {
           "none (null)", .live = true },
         /* sandboxd/warmpool.c: sessions prepared ahead for creates that match. */
         { "warmPool",         KEY_WARMPOOL, OFF(warm_pool), 0, WARM_POOL_MAX_SIZE,
-          "Sessions kept prepared (namespaces, mounts, disk image, cgroup, sandbox-init), under deny-all until a sandbox.create without source, persistent, or resources other than the defaults, on the same runtime and of the same networkPolicy mode adopts one: {\"size\": 0 to 64 (0: off), \"runtime\": a runtime name (default \"host\"), \"policy\": \"allow-all\" (default), \"deny-all\" or \"custom\"}; every other create takes the cold path.",
+          "Sessions kept prepared (namespaces, mounts, disk image, cgroup, sandbox-init), under deny-all until a sandbox.create without source or resources other than the defaults, on the same runtime and of the same networkPolicy mode adopts one: {\"size\": 0 to 64 (0: off), \"runtime\": a runtime name (default \"host\"), \"policy\": \"allow-all\" (default), \"deny-all\" or \"custom\"}; every other create takes the cold path.",
           "off ({\"size\":0,\"runtime\":\"host\",\"policy\":\"allow-all\"})" },
         /* libcore/cgroup.h: systemd scope units over D-Bus, or cgroupfs
          * directories below the daemon's own cgroup. */

@@ -317,9 +317,10 @@ static void pool_discard(sandbox *sb) {
 /* Whether the create of sb (parsed by parse_create) can take a pooled
  * session: what the pool's sessions were made with is exactly what that
  * create would make, and nothing it asks for needs a step taken before
- * init ran (a source, layers, a disk size, a tmpfs size). */
+ * init ran (a source, layers, a disk size, a tmpfs size). A persistent
+ * sandbox may: its later sessions are cold starts of its own files. */
 static bool create_matches(const warm_pool *w, const sandbox *sb, const start_job *j) {
-        return !j->src_type && cJSON_GetArraySize(sb->layers) == 0 && !sb->persistent && sb->vcpus == 1 &&
+        return !j->src_type && cJSON_GetArraySize(sb->layers) == 0 && sb->vcpus == 1 &&
                streq(sb->runtime, w->runtime) && streq(sandbox_policy_mode(sb), w->policy);
 }
 

@@ -136,7 +136,7 @@ def test_a_create_the_pool_cannot_take_takes_the_cold_path(world):
     try:
         _create(d, names[0], networkPolicy="deny-all")       # another mode than the pool's
         _create(d, names[1], resources={"vcpus": 2})         # other limits
-        _create(d, names[2], persistent=True)                # persistent
+        _create(d, names[2], resources={"diskMiB": 32})     # another disk size
         w = _info(d)
         expect_eq((w["adopted"], w["ready"]), (0, 2), "no pooled session taken")
         for n in names:
@@ -403,4 +403,24 @@ def test_pooled_sessions_made_before_a_reload_of_disk_mib_are_replaced(world):
     finally:
         for n in (a, b):
             d.rpc("sandbox.delete", {"name": n})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_persistent_sandbox_adopted_from_the_pool_stops_resumes_and_survives_a_restart(world):
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    name = world.name("wpps")
+    try:
+        _create(d, name, persistent=True)
+        expect_eq(_info(d)["adopted"], 1, "served from the pool")
+        _out(d, name, "echo kept > /workspace/kept")
+        _rpc(d, "sandbox.stop", {"name": name})
+        expect_eq(_rpc(d, "sandbox.get", {"name": name})["status"], "stopped", "stopped")
+        # Any command resumes it, in a session of its own (a cold start).
+        expect_eq(_out(d, name, "cat /workspace/kept; hostname").split(), ["kept", name], "resumed")
+        expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+        d.start()
+        expect_eq(_out(d, name, "cat /workspace/kept").strip(), "kept", "after a restart")
+        _rpc(d, "sandbox.delete", {"name": name})
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
