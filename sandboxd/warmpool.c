@@ -23,10 +23,10 @@
  * (and systemd scope, which cannot be renamed) for its whole life; the
  * session record keeps that key ("cgroup") so a restarted daemon finds it.
  *
- * Crash safety of an adoption: everything is written under the pooled
- * paths first (config.json of the new sandbox, the session record with
- * the cgroup key), then the run directory is renamed and, last, the state
- * directory: that rename is the commit. A daemon killed before it finds a
+ * Crash safety of an adoption: the run directory is renamed first, then
+ * the config.json of the new sandbox (in the pooled state directory) and
+ * the session record with the cgroup key are written, and, last, the
+ * state directory is renamed: that rename is the commit. A daemon killed before it finds a
  * WARMPOOL_PREFIX state directory, which start-up removes (reconcile(),
  * the cgroup sweep ends its init; a renamed run directory has no
  * sandbox and is removed too): nothing is left. Killed after it, the new
@@ -44,6 +44,9 @@
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
+
+/* Exchanges two char pointers. */
+#define SWAP(a, b) do { char *swap_tmp_ = (a); (a) = (b); (b) = swap_tmp_; } while (0)
 
 /* At most this many pooled sessions are being made at once: the refill is
  * background work and must not crowd the creates it serves. */
@@ -366,8 +369,12 @@ static int rename_noreplace(const char *from, const char *to) {
         return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) < 0 ? negative_errno() : 0;
 }
 
-/* The adoption's steps on the pooled paths, then the two renames; on
- * failure p has its session back (to be discarded) and sb is as given. */
+/* The adoption's steps: the run directory renamed first (netd, started
+ * for a custom policy, is given its final paths: its policy file, which a
+ * live update rewrites, and its CA), then the session relabelled and its
+ * network made, the config and record written, and the state directory
+ * renamed last: the commit. On failure p has its session back, its run
+ * directory where it is now (to be discarded), and sb is as given. */
 static int adopt(manager *m, sandbox *p, sandbox *sb, sb_error **ret_err) {
         _cleanup_free_ char *dir = NULL, *run_dir = NULL;
         if (asprintf(&dir, "%s/%s", m->sandboxes_dir, sb->name) < 0 ||
@@ -382,45 +389,46 @@ static int adopt(manager *m, sandbox *p, sandbox *sb, sb_error **ret_err) {
         sb->created_ms = s->started_ms;
         sb->expires_ms = s->started_ms + sb->timeout_ms;
         int r;
-        if ((r = session_pool_relabel(s, ret_err)) < 0)
+        /* Nothing but this session has used the pooled run directory's
+         * paths since its init started (the agent socket is connected). */
+        if ((r = rename_noreplace(sb->run_dir, run_dir)) < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "rename %s: %s", sb->run_dir, strerror(-r));
                 goto undo;
+        }
+        SWAP(sb->run_dir, run_dir);  /* run_dir: the pooled path, for an undo */
+        core_fault("pool.run_renamed");
+        if ((r = session_pool_relabel(s, ret_err)) < 0)
+                goto undo_run;
         core_fault("pool.relabeled");
         /* The limits of now (pidsMax may have been reloaded since). */
         core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
                                   .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
                                   .cpu_quota_pct = sb->vcpus * 100};
         if ((r = core_cgroup_update(s->cg, &lim, &lim, ret_err)) < 0)
-                goto undo;
+                goto undo_run;
         if ((r = session_pool_network(s, ret_err)) < 0)
-                goto undo;
+                goto undo_run;
         core_fault("pool.network");
         if ((r = sandbox_save_config(sb, NULL, ret_err)) < 0 || (r = restore_save_record(s)) < 0) {
                 if (ret_err && !*ret_err)
                         sb_error_set(ret_err, r, NULL, NULL, "write the session record: %s", strerror(-r));
-                goto undo;
+                goto undo_run;
         }
         core_fault("pool.recorded");
-        if ((r = rename_noreplace(sb->run_dir, run_dir)) < 0) {
-                sb_error_set(ret_err, r, NULL, NULL, "rename %s: %s", sb->run_dir, strerror(-r));
-                goto undo;
-        }
-        core_fault("pool.run_renamed");
         /* The commit: from here a restarted daemon re-adopts sandbox sb. */
         if ((r = rename_noreplace(sb->dir, dir)) < 0) {
                 sb_error_set(ret_err, r, NULL, NULL, "rename %s: %s", sb->dir, strerror(-r));
-                if (rename_noreplace(run_dir, sb->run_dir) < 0) {
-                        /* Teardown must find it where it is. */
-                        free(sb->run_dir);
-                        sb->run_dir = TAKE_PTR(run_dir);
-                }
-                goto undo;
+                goto undo_run;
         }
         free(sb->dir);
-        free(sb->run_dir);
         sb->dir = TAKE_PTR(dir);
-        sb->run_dir = TAKE_PTR(run_dir);
         core_fault("pool.committed");
         return 0;
+undo_run:
+        /* Back where p's teardown expects it; if that fails, p's teardown
+         * removes it where it is. */
+        if (rename_noreplace(sb->run_dir, run_dir) >= 0)
+                SWAP(sb->run_dir, run_dir);
 undo:
         s->cgroup_name[0] = '\0';
         session_give(sb, p);

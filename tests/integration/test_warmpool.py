@@ -424,3 +424,25 @@ def test_a_persistent_sandbox_adopted_from_the_pool_stops_resumes_and_survives_a
     finally:
         d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
+
+
+def test_a_live_policy_update_of_an_adopted_custom_sandbox_reloads_its_dns_filter_in_place(world):
+    d = _pool_daemon(world, {"warmPool": {"size": 1, "policy": "custom"}})
+    name = world.name("wpu")
+    try:
+        _create(d, name, networkPolicy={"allow": ["api.public.test"]})
+        expect_eq(_info(d)["adopted"], 1, "served from the pool")
+        expect_eq(_out(d, name, "getent ahostsv4 api.public.test >/dev/null && echo yes || echo no").strip(), "yes",
+                  "the allowed name resolves")
+        at = os.path.getsize(d.log_path)
+        _rpc(d, "sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+        with open(d.log_path, errors="replace") as f:
+            f.seek(at)
+            log = f.read()
+        expect("reload of its DNS filter failed" not in log, "netd took the new policy in place:\n" + log[-800:])
+        out = _out(d, name, "getent ahostsv4 other.public.test >/dev/null && echo yes || echo no; "
+                            "getent ahostsv4 api.public.test >/dev/null && echo yes || echo no")
+        expect_eq(out.split(), ["yes", "no"], "the new policy's names resolve, the old one's do not")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
