@@ -153,7 +153,7 @@ def s_pool_create(policy="allow-all"):
 def pool_config(label):
     """The daemon.json of a pool.* point's first two daemons (the one after
     the crash runs without a pool: what is left must go without it)."""
-    if not label.startswith("pool."):
+    if not label.startswith("pool.") and "[pool refill]" not in label:
         return None
     return {"warmPool": {"size": 1, "policy": "custom" if "[allowlist]" in label else "allow-all"}}
 
@@ -354,6 +354,10 @@ SCENARIOS = {
     "pool.committed": s_pool_create(),
     "pool.committed[allowlist]": s_pool_create(ALLOWLIST),
     "pool.adopted": s_pool_create(),
+    # Killed while the daemon refills its pool (a pooled session's start
+    # reaches the create points): nothing of it may be left.
+    "create.session_started[pool refill]": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),
+    "create.recorded[pool refill]": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),
     "runtime.renamed": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
 }
 
@@ -659,7 +663,7 @@ def run_point(w, label):
                "the daemon died of SIGKILL at %s (status %s)" % (point, d.proc.returncode))
         if ctx.get("export_preexisting") and point.startswith("export."):
             ctx["export_preexisting"] = False
-        if point.startswith("pool."):
+        if pool_config(label):
             d.config = None
         d.start()
         frozen = frozen_cgroups(w)
