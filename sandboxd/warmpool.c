@@ -26,11 +26,12 @@
  * Crash safety of an adoption: the run directory is renamed first, then
  * the config.json of the new sandbox (in the pooled state directory) and
  * the session record with the cgroup key are written, and, last, the
- * state directory is renamed: that rename is the commit. A daemon killed before it finds a
- * WARMPOOL_PREFIX state directory, which start-up removes (reconcile(),
- * the cgroup sweep ends its init; a renamed run directory has no
- * sandbox and is removed too): nothing is left. Killed after it, the new
- * sandbox is re-adopted like any live session. */
+ * state directory is renamed: that rename is the commit (made durable for
+ * a persistent sandbox). A daemon killed before it finds a WARMPOOL_PREFIX
+ * state directory, which start-up removes (reconcile(); the cgroup sweep
+ * ends its init; a renamed run directory has no sandbox and is removed
+ * too): nothing is left. Killed after it, the new sandbox is re-adopted
+ * like any live session. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -422,6 +423,14 @@ static int adopt(manager *m, sandbox *p, sandbox *sb, sb_error **ret_err) {
         }
         free(sb->dir);
         sb->dir = TAKE_PTR(dir);
+        /* A persistent sandbox outlives a power loss only if the rename
+         * does (rename(2) is atomic, not durable, until its directory is
+         * synced); a non-persistent one does not outlive a reboot anyway. */
+        if (sb->persistent) {
+                _cleanup_close_ int pfd = open(m->sandboxes_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (pfd < 0 || fsync(pfd) < 0)
+                        log_warning("sandbox '%s': sync %s: %m", sb->name, m->sandboxes_dir);
+        }
         core_fault("pool.committed");
         return 0;
 undo_run:
