@@ -1,0 +1,203 @@
+"""Pre-copy of a running sandbox's files (sandbox.snapshot, sandbox.fork):
+copied while it runs, then frozen only to copy what changed meanwhile. The
+result must be exactly what a copy made while frozen gives, whatever the
+sandbox did during the copy."""
+import json
+import os
+
+import leaks
+from common import create, delete, expect, expect_eq, poll, sh, sh_ok
+
+# Runs inside the sandbox (python3 of the runtime). `mutate ROOT LOG READY`
+# builds a tree under ROOT and then changes it without pause, one change
+# per step (a single system call, or a store into a shared mapping), and
+# after each step appends one byte to LOG. `check ROOT LOG` (in a copy)
+# replays the first k steps and the first k+1 (k = size of LOG: the step
+# after the last logged one may have been made before the freeze) into
+# fresh trees and prints whether ROOT equals one of them: content, modes,
+# owners, user xattrs, hard links, symlinks, removed and renamed entries,
+# times set with utimensat.
+MUTATOR = r'''
+import ctypes, hashlib, json, mmap, os, random, sys
+SEED = 1616
+DIRS = ["", "d0", "d1", "d0/d1"]
+NAMES = ["f0", "f1", "f2", "f3", "d0", "d1", "l0"]
+POOL = [(d + "/" if d else "") + n for d in DIRS for n in NAMES]
+# Readable by all and directories searchable by all: root in a sandbox
+# may lack CAP_DAC_OVERRIDE, and the check must read everything.
+MODES = [0o644, 0o604, 0o755, 0o666, 0o2755]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+
+def setup(root):
+    rng = random.Random(SEED)
+    os.mkdir(root)
+    for d in ("d0", "d1"):
+        os.mkdir(os.path.join(root, d))
+    for f in ("f0", "d0/f1", "d1/f2"):
+        with open(os.path.join(root, f), "wb") as o:
+            o.write(rng.randbytes(1 << 20))
+    fd = os.open(os.path.join(root, "mm"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, 1 << 18)
+    m = mmap.mmap(fd, 1 << 18)
+    os.close(fd)
+    return rng, m
+
+def step(rng, root, m):
+    k = rng.randrange(17)
+    p = os.path.join(root, rng.choice(POOL))
+    q = os.path.join(root, rng.choice(POOL))
+    off = rng.randrange(1 << 18)
+    n = rng.randrange(1, 4096)
+    data = rng.randbytes(n)
+    mode = rng.choice(MODES)
+    uid = rng.choice([0, 1000, 1001])
+    v = rng.randbytes(8)
+    try:
+        if k in (0, 1, 2, 3):
+            fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                if k < 2:
+                    os.pwrite(fd, data, off)
+                elif k == 2:
+                    os.ftruncate(fd, off * 2)
+                else:
+                    libc.fallocate(fd, 3, off, n * 16)  # PUNCH_HOLE | KEEP_SIZE
+            finally:
+                os.close(fd)
+        elif k == 4:
+            os.rename(p, q)
+        elif k == 5:
+            os.link(p, q, follow_symlinks=False)
+        elif k == 6:
+            os.unlink(p)
+        elif k == 7:
+            os.mkdir(p, 0o755)
+        elif k == 8:
+            os.rmdir(p)
+        elif k == 9:
+            if not os.path.islink(p):
+                os.chmod(p, mode | 0o755 if os.path.isdir(p) else mode)
+        elif k == 10:
+            os.setxattr(p, "user.k%d" % (n % 2), v, follow_symlinks=False)
+        elif k == 11:
+            os.removexattr(p, "user.k%d" % (n % 2), follow_symlinks=False)
+        elif k == 12:
+            os.chown(p, uid, uid, follow_symlinks=False)
+        elif k == 13:
+            os.utime(p, ns=(5 * 10**9, n * 10**9), follow_symlinks=False)  # mtime set back
+        elif k == 14:
+            os.symlink("f%d" % (n % 4), p)
+        elif k == 15:
+            os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode))
+        else:
+            o = off & ~7
+            m[o:o + 8] = v
+    except OSError:
+        pass
+
+def manifest(root):
+    out, inodes = {}, {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files + ([""] if dirpath == root else []):
+            p = os.path.join(dirpath, name) if name else dirpath
+            rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            e = {"mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid,
+                 "mtime": st.st_mtime_ns if st.st_mtime_ns < 10**17 else "recent",
+                 "xattrs": sorted((x, os.getxattr(p, x, follow_symlinks=False).hex())
+                                  for x in os.listxattr(p, follow_symlinks=False) if x.startswith("user."))}
+            if os.path.islink(p):
+                e["target"] = os.readlink(p)
+            elif not os.path.isdir(p):
+                with open(p, "rb") as f:
+                    e["sha256"] = hashlib.sha256(f.read()).hexdigest()
+                e["size"] = st.st_size
+                e["nlink"] = st.st_nlink
+                inodes.setdefault(st.st_ino, []).append(rel)
+            out[rel] = e
+    for group in inodes.values():
+        for rel in group:
+            out[rel]["links"] = sorted(group)
+    return out
+
+def run(root, steps, log=None, ready=None):
+    rng, m = setup(root)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log else -1
+    if ready:
+        open(ready, "w").close()
+    i = 0
+    while steps is None or i < steps:
+        step(rng, root, m)
+        if fd >= 0:
+            os.write(fd, b".")
+        i += 1
+
+if sys.argv[1] == "mutate":
+    run(sys.argv[2], None, sys.argv[3], sys.argv[4])
+else:
+    root, k = sys.argv[2], os.path.getsize(sys.argv[3])
+    got = manifest(root)
+    res = {"steps": k}
+    for extra in (0, 1):
+        r = "/var/tmp/replay-%d" % extra
+        run(r, k + extra)
+        want = manifest(r)
+        if want == got:
+            res["match"] = k + extra
+            break
+        res["diff%d" % extra] = {x: [got.get(x), want.get(x)] for x in sorted(set(got) | set(want))
+                                 if got.get(x) != want.get(x)}
+    print(json.dumps(res))
+'''
+
+ROOT = "/var/tmp/m"
+LOG = "/var/tmp/m.log"
+
+
+def _check(world, name, what):
+    code, out, err = sh(world, name, "python3 /var/tmp/mutator.py check %s %s" % (ROOT, LOG), timeout=300)
+    expect_eq(code, 0, "the check in %s (%s)" % (what, err.strip()[-2000:]))
+    res = json.loads(out)
+    expect("match" in res, "%s: the copy is the source's tree after step %d or %d"
+           % (what, res["steps"], res["steps"] + 1), json.dumps(res)[:4000])
+    return res["steps"]
+
+
+def test_precopy_while_the_sandbox_writes_hard_equals_a_frozen_copy(world):
+    src, _c, _o, _e = create(world, "pcsrc", "--deny-all")
+    fork = world.name("pcfork")
+    restored = world.name("pcrest")
+    snap = None
+    try:
+        code, _o, err = sh(world, src, "cat > /var/tmp/mutator.py", "-i", input=MUTATOR)
+        expect_eq(code, 0, "the mutator copied in (%s)" % err)
+        # Enough data that the first pass takes a while, with the mutator
+        # changing the tree all along.
+        sh_ok(world, src, "head -c 256M /dev/urandom > /var/tmp/ballast")
+        world.ctl("exec", "--detach", src, "--", "python3", "/var/tmp/mutator.py", "mutate", ROOT, LOG,
+                  "/var/tmp/m.ready", check=True)
+        poll(lambda: sh(world, src, "test -e /var/tmp/m.ready")[0] == 0, 30, "the mutator to start")
+        snap = world.rpc_result("sandbox.snapshot", {"name": src}, 120)["id"]
+        world.rpc_result("sandbox.fork", {"sourceSandbox": src, "name": fork}, 120)
+        log = open(world.daemon.log_path, errors="replace").read()
+        expect(log.count("'%s': snapshot pre-copied" % src) == 1 and log.count("'%s': fork pre-copied" % src) == 1,
+               "both captures were pre-copied", world.daemon.log_tail())
+        world.rpc_result("sandbox.create", {"name": restored, "networkPolicy": "deny-all",
+                                             "source": {"type": "snapshot", "snapshotId": snap}}, 120)
+        at_snapshot = _check(world, restored, "the sandbox created from the snapshot")
+        at_fork = _check(world, fork, "the fork")
+        expect(at_fork > at_snapshot > 0, "the mutator ran during the captures (%d, %d steps)"
+               % (at_snapshot, at_fork))
+        # The source ran on: it still counts steps.
+        size = lambda: int(sh(world, src, "stat -c %%s %s" % LOG)[1] or 0)
+        now = size()
+        poll(lambda: size() > now, 10, "the source's mutator to keep running")
+    finally:
+        delete(world, restored)
+        delete(world, fork)
+        delete(world, src)
+        if snap:
+            world.rpc_result("snapshot.delete", {"id": snap})
+    for n in (src, fork, restored):
+        leaks.check(world, n)
