@@ -146,8 +146,11 @@ else:
         if want == got:
             res["match"] = k + extra
             break
-        res["diff%d" % extra] = {x: [got.get(x), want.get(x)] for x in sorted(set(got) | set(want))
-                                 if got.get(x) != want.get(x)}
+        res["diff%d" % extra] = {
+            x: {f: [(got.get(x) or {}).get(f), (want.get(x) or {}).get(f)]
+                for f in set(got.get(x) or {}) | set(want.get(x) or {})
+                if (got.get(x) or {}).get(f) != (want.get(x) or {}).get(f)}
+            for x in sorted(set(got) | set(want)) if got.get(x) != want.get(x)}
     print(json.dumps(res))
 '''
 
