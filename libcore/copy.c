@@ -130,6 +130,18 @@ static char **list_dir(int fd, const char *shown, sb_error **ret_err) {
         return names;
 }
 
+/* An error of the writer, with the system error under it when it has one
+ * (a full file system says so, not just "Write failed"). */
+static int writer_error(walk *w, const char *shown) {
+        int e = archive_errno(w->wr);
+        const char *s = archive_error_string(w->wr);
+        if (e > 0 && (!s || !strstr(s, strerror(e))))
+                return sb_error_set(w->err, -e, e == ENOSPC || e == EDQUOT ? "limit_exceeded" : NULL, NULL,
+                                    "%s: %s: %s", shown, s ? s : "write", strerror(e));
+        return sb_error_set(w->err, e > 0 ? -e : -EIO, NULL, NULL, "%s: %s", shown,
+                            s ? s : "write failed");
+}
+
 /* Header, then the data of a regular file read from fd (at most the size
  * the header gave: a file that grows meanwhile is cut there). */
 static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
@@ -140,7 +152,7 @@ static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
         if (cur != e)
                 return sb_error_set(w->err, -EIO, NULL, NULL, "%s: unexpected hardlink order", shown);
         if (archive_write_header(w->wr, e) < ARCHIVE_WARN)
-                return sb_error_set(w->err, -EIO, NULL, NULL, "%s: %s", shown, archive_error_string(w->wr));
+                return writer_error(w, shown);
         if (archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e)) {
                 char buf[64 * 1024];
                 la_int64_t left = archive_entry_size(e);
@@ -153,13 +165,12 @@ static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
                         if (got == 0)
                                 break;
                         if (archive_write_data(w->wr, buf, (size_t)got) != got)
-                                return sb_error_set(w->err, -EIO, NULL, NULL, "%s: %s", shown,
-                                                    archive_error_string(w->wr));
+                                return writer_error(w, shown);
                         left -= got;
                 }
         }
         if (archive_write_finish_entry(w->wr) < ARCHIVE_WARN)
-                return sb_error_set(w->err, -EIO, NULL, NULL, "%s: %s", shown, archive_error_string(w->wr));
+                return writer_error(w, shown);
         return 0;
 }
 

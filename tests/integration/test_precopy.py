@@ -4,6 +4,8 @@ result must be exactly what a copy made while frozen gives, whatever the
 sandbox did during the copy."""
 import json
 import os
+import subprocess
+import tempfile
 
 import leaks
 from common import create, delete, expect, expect_eq, poll, sh, sh_ok
@@ -204,3 +206,112 @@ def test_precopy_while_the_sandbox_writes_hard_equals_a_frozen_copy(world):
             world.rpc_result("snapshot.delete", {"id": snap})
     for n in (src, fork, restored):
         leaks.check(world, n)
+
+
+CANCELLED = -32800
+
+
+def _frozen(d, name):
+    """Whether the session's cgroup says frozen (cgroup.freeze, else the v1
+    freezer.state)."""
+    for c in d.rpc_result("sandbox.get", {"name": name})["session"]["cgroups"]:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            p = os.path.join(c, f)
+            if os.path.exists(p):
+                with open(p) as fh:
+                    return fh.read().strip() == yes
+    return False
+
+
+def _temps(d):
+    layers = os.path.join(d.state_dir, "layers")
+    return [x for x in os.listdir(layers) if x.endswith(".tmp")] if os.path.isdir(layers) else []
+
+
+def _no_capture_left(d, name, before_snaps, what):
+    after = [s["id"] for s in d.rpc_result("snapshot.list", {})["snapshots"]]
+    expect_eq(after, before_snaps, "snapshot.list after %s" % what)
+    poll(lambda: not _temps(d), 10, "no partial copy left after %s" % what)
+    expect(not _frozen(d, name), "the source is not frozen after %s" % what)
+    with open(d.log_path, errors="replace") as f:
+        expect("'%s': snapshot pre-copied" % name not in f.read(),
+               "the source was never frozen for the copy (%s)" % what)
+
+
+def test_cancel_during_the_live_copy_never_freezes_the_source(world):
+    d = world.daemon
+    name = world.name("pccancel")
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    try:
+        # Long enough a first pass to cancel it while it runs.
+        sh_ok(world, name, "head -c 512M /dev/zero > /var/tmp/ballast && sync")
+        before = [s["id"] for s in d.rpc_result("snapshot.list", {})["snapshots"]]
+        with d.connect(timeout=60) as conn:
+            rid = conn.start("sandbox.snapshot", {"name": name})
+            poll(lambda: _temps(d), 30, "the live copy to begin", interval=0.005)
+            expect(not _frozen(d, name), "the source runs during the live copy")
+            cid = conn.start("request.cancel", {"id": rid})
+            expect_eq(conn.wait(cid, 30).get("result"), {"cancelled": True}, "request.cancel's answer")
+            msg = conn.wait(rid, 60)
+        err = msg.get("error") or {}
+        expect_eq((err.get("code"), err.get("data", {}).get("reason")), (CANCELLED, "cancelled"),
+                  "the cancelled snapshot's error (%s)" % json.dumps(msg)[:300])
+        _no_capture_left(d, name, before, "the cancel")
+        expect_eq(sh(world, name, "stat -c %s /var/tmp/ballast")[1], "%d\n" % (512 << 20),
+                  "the source's files after the cancel")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_full_state_filesystem_during_the_live_copy_fails_cleanly(world):
+    world.stop_sandboxd()  # one daemon per network namespace
+    try:
+        _full_during_copy(world)
+    finally:
+        world.start_sandboxd()
+
+
+def _full_during_copy(world):
+    fs = tempfile.mkdtemp(prefix="statefs-", dir=world.tmp)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0755", "tmpfs", fs], check=True)
+    filler = os.path.join(fs, "filler")
+    d = world.add_sandboxd(tag="pcfull", state_dir=os.path.join(fs, "state"))
+    name = world.name("pcfull")
+    try:
+        d.start()
+        d.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all",
+                                        "resources": {"diskMiB": 64}}, 120)
+        code, out, err = d.ctl("exec", name, "--", "sh", "-c",
+                               "head -c 24M /dev/urandom > /var/tmp/data && sync && sha256sum /var/tmp/data")
+        expect_eq(code, 0, "the data written (%s)" % err)
+        # The image's blocks all allocated, so the sandbox's own writes
+        # never meet the full filesystem; then room for a third of the copy.
+        img = os.path.join(d.state_dir, "sandboxes", name, "disk.img")
+        subprocess.run(["fallocate", "-l", str(os.path.getsize(img)), img], check=True)
+        with open(filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+            f.truncate(max(0, f.tell() - (8 << 20)))
+        before = [s["id"] for s in d.rpc_result("snapshot.list", {})["snapshots"]]
+        e = d.rpc("sandbox.snapshot", {"name": name}, 120).get("error")
+        expect(e is not None and "No space left" in e.get("message", ""),
+               "the snapshot on a full state filesystem fails naming it:", e)
+        _no_capture_left(d, name, before, "the failed snapshot")
+        code, out2, err = d.ctl("exec", name, "--", "sha256sum", "/var/tmp/data")
+        expect_eq((code, out2), (0, out.splitlines()[-1] + "\n"), "the source's data after the failure (%s)" % err)
+        # With room again, the snapshot is taken.
+        os.unlink(filler)
+        snap = d.rpc_result("sandbox.snapshot", {"name": name}, 120)
+        d.rpc_result("snapshot.delete", {"id": snap["id"]})
+    finally:
+        if os.path.exists(filler):
+            os.unlink(filler)
+        if d.alive():
+            d.rpc("sandbox.delete", {"name": name}, 60)
+        world.stop_sandboxd(d)
+        subprocess.run(["umount", "-l", fs], capture_output=True)
+        os.rmdir(fs)
