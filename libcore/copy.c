@@ -419,8 +419,78 @@ static bool rec_unchanged(const tree_rec *r, const struct stat *st) {
                ts_lt(r->ctime, r->since);
 }
 
+/* Hard links of one pass: for each inode of src with more than one name
+ * met so far, the name in dst that holds it (written, or kept from the
+ * pass before) and that dst inode. Every later name of it is made a link
+ * to that one, so a pass that rewrites one name of an inode (say, moved
+ * with its directory) never leaves another as a separate copy. Open
+ * addressing on (st_dev, st_ino). */
+typedef struct link_slot {
+        dev_t dev;
+        ino_t ino;
+        ino_t dst_ino;
+        char *dst_path;  /* absolute; NULL: free slot */
+} link_slot;
+
+typedef struct link_map {
+        link_slot *v;
+        size_t n, cap;  /* cap: a power of two, or 0 */
+} link_map;
+
+static size_t link_hash(dev_t dev, ino_t ino, size_t cap) {
+        uint64_t h = ((uint64_t)ino * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)dev;
+        return (size_t)(h ^ (h >> 29)) & (cap - 1);
+}
+
+static link_slot *link_find(link_map *m, dev_t dev, ino_t ino) {
+        if (!m->cap)
+                return NULL;
+        for (size_t i = link_hash(dev, ino, m->cap);; i = (i + 1) & (m->cap - 1)) {
+                if (!m->v[i].dst_path)
+                        return NULL;
+                if (m->v[i].dev == dev && m->v[i].ino == ino)
+                        return &m->v[i];
+        }
+}
+
+static int link_put(link_map *m, dev_t dev, ino_t ino, ino_t dst_ino, const char *dst_path) {
+        if ((m->n + 1) * 2 > m->cap) {
+                size_t cap = m->cap ? m->cap * 2 : 64;
+                link_slot *v = calloc(cap, sizeof(link_slot));
+                if (!v)
+                        return -ENOMEM;
+                for (size_t i = 0; i < m->cap; i++)
+                        if (m->v[i].dst_path) {
+                                size_t k = link_hash(m->v[i].dev, m->v[i].ino, cap);
+                                while (v[k].dst_path)
+                                        k = (k + 1) & (cap - 1);
+                                v[k] = m->v[i];
+                        }
+                free(m->v);
+                m->v = v;
+                m->cap = cap;
+        }
+        size_t k = link_hash(dev, ino, m->cap);
+        while (m->v[k].dst_path)
+                k = (k + 1) & (m->cap - 1);
+        if (!(m->v[k].dst_path = strdup(dst_path)))
+                return -ENOMEM;
+        m->v[k].dev = dev;
+        m->v[k].ino = ino;
+        m->v[k].dst_ino = dst_ino;
+        m->n++;
+        return 0;
+}
+
+static void link_map_done(link_map *m) {
+        for (size_t i = 0; i < m->cap; i++)
+                free(m->v[i].dst_path);
+        free(m->v);
+}
+
 typedef struct sync_walk {
         walk w;                     /* the disk writer, metadata reader, link resolver, top device, error */
+        link_map links;
         const core_tree_index *old; /* the last pass's records, sorted; NULL on the first */
         core_tree_index *new;       /* this pass's */
         struct timespec since;      /* this pass's start, at the timestamps' granularity */
@@ -527,11 +597,10 @@ static int sync_subdir(sync_walk *s, int fd, const struct stat *st, const tree_r
         if (st->st_dev == s->w.dev &&
             (r = sync_dir(s, fd, dchild, rel, depth + 1, !same && dexists, &touched, &dirty)) < 0)
                 return r;
-        if (dexists && (!same || touched)) {
-                if ((r = clear_xattrs(dchild, rel, s->w.err)) < 0 || (r = write_entry(s, fd, false, st, rel)) < 0)
-                        return r;
-                *ret_touched = true;
-        }
+        /* (Its metadata rewritten leaves its parent's times as they are.) */
+        if (dexists && (!same || touched) &&
+            ((r = clear_xattrs(dchild, rel, s->w.err)) < 0 || (r = write_entry(s, fd, false, st, rel)) < 0))
+                return r;
         r = index_add(s->new, rel, st, same ? old->since : s->since, dirty);
         return r < 0 ? sb_error_set(s->w.err, r, NULL, NULL, "out of memory") : 0;
 }
@@ -579,12 +648,34 @@ static int sync_entry(sync_walk *s, int sfd, int dfd, const char *name, const ch
         if (S_ISDIR(st.st_mode))
                 return sync_subdir(s, fd, &st, old, dfd, name, rel, dexists, depth, ret_touched);
         bool same = rec_unchanged(old, &st);
-        if (!same || !dexists) {
+        link_slot *first = S_ISDIR(st.st_mode) || st.st_nlink < 2 ? NULL : link_find(&s->links, st.st_dev, st.st_ino);
+        if (first) {
+                /* Another name of an inode met before: a link to the dst
+                 * entry that holds it, whatever this name's record says. */
+                if (!same || !dexists || dst_st.st_ino != first->dst_ino) {
+                        if (dexists && (r = remove_dst(s, dfd, name, rel, false)) < 0)
+                                return r;
+                        if (linkat(AT_FDCWD, first->dst_path, dfd, name, 0) < 0)
+                                return sb_error_set(s->w.err, negative_errno(), NULL, NULL,
+                                                    "link %s in the copy: %m", rel);
+                        if (s->stats)
+                                s->stats->written++;
+                        *ret_touched = true;
+                }
+        } else if (!same || !dexists) {
                 if (dexists && (r = remove_dst(s, dfd, name, rel, false)) < 0)
                         return r;
                 if ((r = write_entry(s, fd, opath, &st, rel)) < 0)
                         return r;
                 *ret_touched = true;
+        }
+        if (!first && !S_ISDIR(st.st_mode) && st.st_nlink > 1) {
+                _cleanup_free_ char *dpath = NULL;
+                if (fstatat(dfd, name, &dst_st, AT_SYMLINK_NOFOLLOW) < 0)
+                        return sb_error_set(s->w.err, negative_errno(), NULL, NULL, "stat %s in the copy: %m", rel);
+                if (asprintf(&dpath, "%s/%s", s->dst, rel) < 0 ||
+                    link_put(&s->links, st.st_dev, st.st_ino, dst_st.st_ino, dpath) < 0)
+                        return sb_error_set(s->w.err, -ENOMEM, NULL, NULL, "out of memory");
         }
         r = index_add(s->new, rel, &st, same && dexists ? old->since : s->since, false);
         return r < 0 ? sb_error_set(s->w.err, r, NULL, NULL, "out of memory") : 0;
@@ -711,6 +802,7 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
                 r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         if (r >= 0 && archive_write_close(wr) != ARCHIVE_OK)
                 r = sb_error_set(ret_err, -EIO, NULL, NULL, "%s", archive_error_string(wr));
+        link_map_done(&s.links);
         if (r < 0) {
                 core_tree_index_free(fresh);
                 return sb_error_prefix(ret_err, "copy");
