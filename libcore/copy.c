@@ -33,6 +33,7 @@ typedef struct walk {
         struct archive_entry_linkresolver *lr;
         dev_t dev;              /* the tree's filesystem: other mounts are not entered */
         sb_error **err;
+        bool src_error;         /* the last error was reading the source (not writing) */
 } walk;
 
 /* Copies every xattr of fd (an O_PATH fd through its /proc/self/fd link,
@@ -160,8 +161,10 @@ static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
                         ssize_t got = read(fd, buf, left < (la_int64_t)sizeof(buf) ? (size_t)left : sizeof(buf));
                         if (got < 0 && errno == EINTR)
                                 continue;
-                        if (got < 0)
+                        if (got < 0) {
+                                w->src_error = true;
                                 return sb_error_set(w->err, negative_errno(), NULL, NULL, "read %s: %m", shown);
+                        }
                         if (got == 0)
                                 break;
                         if (archive_write_data(w->wr, buf, (size_t)got) != got)
@@ -555,11 +558,14 @@ static int write_entry(sync_walk *s, int fd, bool opath, const struct stat *st, 
         if (!e)
                 return sb_error_set(s->w.err, -ENOMEM, NULL, NULL, "out of memory");
         int r = describe(&s->w, e, fd, opath, st, path);
-        if (r < 0)
+        if (r < 0) {
+                s->w.src_error = true;
                 return r;
+        }
         if (S_ISLNK(st->st_mode)) {
                 char target[PATH_MAX + 1];
                 ssize_t n = readlinkat(fd, "", target, PATH_MAX);
+                s->w.src_error = n < 0;
                 if (n < 0)
                         return sb_error_set(s->w.err, negative_errno(), NULL, NULL, "readlink %s: %m", rel);
                 target[n] = 0;
@@ -605,8 +611,8 @@ static int sync_subdir(sync_walk *s, int fd, const struct stat *st, const tree_r
         return r < 0 ? sb_error_set(s->w.err, r, NULL, NULL, "out of memory") : 0;
 }
 
-static int sync_entry(sync_walk *s, int sfd, int dfd, const char *name, const char *rel, unsigned depth,
-                      bool *ret_touched, bool *ret_dirty) {
+static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, const char *rel, unsigned depth,
+                          bool *ret_touched, bool *ret_dirty) {
         if (core_cancel_requested())
                 return sb_error_set(s->w.err, -ECANCELED, "cancelled", NULL, "cancelled");
         if (s->stats)
@@ -679,6 +685,28 @@ static int sync_entry(sync_walk *s, int sfd, int dfd, const char *name, const ch
         }
         r = index_add(s->new, rel, &st, same && dexists ? old->since : s->since, false);
         return r < 0 ? sb_error_set(s->w.err, r, NULL, NULL, "out of memory") : 0;
+}
+
+/* One entry of src's directory sfd into dst's dfd. In a live pass, an
+ * entry that cannot be read (its xattrs or data changing under the read,
+ * say) is left out of dst and its directory compared by name next time,
+ * as one that vanished; a failure to write dst fails the pass. */
+static int sync_entry(sync_walk *s, int sfd, int dfd, const char *name, const char *rel, unsigned depth,
+                      bool *ret_touched, bool *ret_dirty) {
+        s->w.src_error = false;
+        int r = sync_entry_one(s, sfd, dfd, name, rel, depth, ret_touched, ret_dirty);
+        if (r >= 0 || !s->live || !s->w.src_error || r == -ECANCELED)
+                return r;
+        s->w.src_error = false;
+        sb_error_free(*s->w.err);
+        *s->w.err = NULL;
+        *ret_dirty = true;
+        struct stat st;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return errno == ENOENT ? 0 : sb_error_set(s->w.err, negative_errno(), NULL, NULL,
+                                                          "stat %s in the copy: %m", rel);
+        *ret_touched = true;
+        return remove_dst(s, dfd, name, rel, S_ISDIR(st.st_mode));
 }
 
 static bool names_have(char **names, const char *name) {
