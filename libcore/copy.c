@@ -726,9 +726,11 @@ static void names_free(char **names) {
  * directory changed, so dst's entries that src no longer has go. */
 static int sync_dir(sync_walk *s, int sfd, int dfd, const char *rel, unsigned depth, bool by_name,
                     bool *ret_touched, bool *ret_dirty) {
-        if (depth > MAX_DEPTH)
-                return sb_error_set(s->w.err, -ELOOP, NULL, NULL, "more than %d directory levels at %s",
-                                    MAX_DEPTH, rel);
+        if (depth > MAX_DEPTH) {
+                size_t n = strlen(rel);
+                return sb_error_set(s->w.err, -ELOOP, NULL, NULL, "more than %d directory levels at %s%s",
+                                    MAX_DEPTH, n > 120 ? "..." : "", n > 120 ? rel + n - 120 : rel);
+        }
         char **names = list_dir(sfd, rel, s->w.err);
         if (!names)
                 return -EIO;
