@@ -1007,7 +1007,10 @@ static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error *
 #define NL_CACHE_MAX 32
 /* A socket speaks to the nftables of the network namespace it was made in,
  * so each is kept with that namespace's identity and handed only to a
- * thread in the same one (tests and helpers switch a thread's namespace). */
+ * thread in the same one (tests and helpers switch a thread's namespace).
+ * Only sockets of the process's own namespace (/proc/self/ns/net, the
+ * main thread's) are kept: a kept socket holds its namespace alive, and
+ * one of a sandbox's would outlive the sandbox. */
 typedef struct nl_cached {
         struct mnl_socket *nl;
         dev_t dev;
@@ -1067,7 +1070,9 @@ void core_nft_socket_give(struct mnl_socket *nl, bool clean) {
         struct stat ns;
         int nsfd = clean ? ioctl(mnl_socket_get_fd(nl), SIOCGSKNS) : -1;
         if (nsfd >= 0) {
-                bool known = fstat(nsfd, &ns) == 0;
+                struct stat home;
+                bool known = fstat(nsfd, &ns) == 0 && stat("/proc/self/ns/net", &home) == 0 &&
+                             ns.st_dev == home.st_dev && ns.st_ino == home.st_ino;
                 close(nsfd);
                 pthread_mutex_lock(&nl_cache_lock);
                 if (known && nl_cache_n < NL_CACHE_MAX) {
