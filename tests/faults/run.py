@@ -620,7 +620,7 @@ def check_clean(w, d, problems):
         run_left = []
     if run_left:
         problems.append("run directories left: %s" % run_left[:5])
-    for sub in ("runtimes", "snapshots", "layers"):
+    for sub in ("runtimes", "snapshots", "layers", "disk-templates"):
         tmp = [e for e in state_entries(d, sub) if ".tmp" in e]
         if tmp:
             problems.append("temporary files left in %s: %s" % (sub, tmp))
