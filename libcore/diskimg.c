@@ -222,8 +222,14 @@ static bool template_sb_ok(const uint8_t *sb, const core_disk_limits *lim, uint6
                 blocks |= (uint64_t)le32(sb + SB_BLOCKS_COUNT_HI) << 32;
         if (blocks * (1024ull << log) != lim->bytes || le32(sb + SB_INODES_COUNT) < inodes)
                 return false;
-        return (ro & EXT4_RO_COMPAT_METADATA_CSUM) && (incompat & EXT4_INCOMPAT_CSUM_SEED) &&
-               sb[SB_CHECKSUM_TYPE] == EXT4_CRC32C_CHKSUM && le32(sb + SB_CHECKSUM) == sb_checksum(sb);
+        /* Without metadata checksums (an mke2fs.conf that turns them off)
+         * the UUID is free to change; with them, only if they are seeded
+         * apart from it, or every group descriptor and inode of the copy
+         * would fail its check. */
+        if (!(ro & EXT4_RO_COMPAT_METADATA_CSUM))
+                return true;
+        return (incompat & EXT4_INCOMPAT_CSUM_SEED) && sb[SB_CHECKSUM_TYPE] == EXT4_CRC32C_CHKSUM &&
+               le32(sb + SB_CHECKSUM) == sb_checksum(sb);
 }
 
 static bool template_ok(int fd, const core_disk_limits *lim, uint64_t inodes) {
@@ -313,6 +319,16 @@ static int template_open(const core_disk_limits *lim, int *ret_fd, sb_error **re
                 else if ((r = template_make(path, lim, ret_err)) >= 0 &&
                          (fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
                         r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk template: open %s: %m", path);
+                else if (r >= 0 && !template_ok(fd, lim, inodes)) {
+                        /* mkfs made something a copy cannot take a UUID
+                         * of its own in (checksums seeded from it): no
+                         * template, each image is formatted in place. */
+                        log_debug("disk template %s: not usable as a template, formatting in place", path);
+                        close(fd);
+                        fd = -EBADF;
+                        (void)unlink(path);
+                        r = 1;
+                }
         }
         pthread_mutex_unlock(&template_lock);
         if (r != 0)
