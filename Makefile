@@ -53,6 +53,8 @@ INIT_SRC  := $(wildcard libcore/init/*.c)
 NETD_SRC  := $(wildcard policy/netd/*.c)
 DAEMON_SRC:= $(filter-out sandboxd/main.c,$(wildcard sandboxd/*.c))
 CLI_SRC   := $(filter-out cli/main.c,$(wildcard cli/*.c))
+# OpenSSL for the CLI, loaded on first use (cli/lazy/openssl.h): in libclient.a.
+CLI_SRC   += cli/lazy/openssl.c
 UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 
 obj = $(patsubst %.c,$(1)/%.o,$(2))
@@ -127,9 +129,9 @@ $(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
-# sandboxctl loads libarchive on first use (cli/lazy/archive.c), not at start.
+# sandboxctl loads libarchive (cli/lazy/archive.c) and OpenSSL (cli/lazy/openssl.h) on first use, not at start.
 $(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
-	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson openssl) -lresolv -pthread
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson) -lresolv -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
 TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a

@@ -16,9 +16,7 @@
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
+#include "cli/lazy/openssl.h"
 #include "libcore/base64.h"
 
 #include "libcore/macro.h"

@@ -912,6 +912,61 @@ int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err) {
         return attach(cg, pid, true, ret_err);
 }
 
+/* Writes "0" (the calling thread) into the `tasks` file of each v1 dir in
+ * dirs[] (the v2 hierarchy skipped), stopping at the first failure.
+ * Returns 0, or its negative errno with *ret_failed naming that dir. */
+static int move_self_v1(char *const *dirs, size_t n, const char **ret_failed) {
+        for (size_t i = 0; i < n; i++) {
+                if (state.h[i].ops == &ops_v2)
+                        continue;
+                int r = write_file(dirs[i], "tasks", "0");
+                if (r < 0) {
+                        *ret_failed = dirs[i];
+                        return r;
+                }
+        }
+        return 0;
+}
+
+int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *userdata, bool *ret_inside,
+                              sb_error **ret_err) {
+        /* The daemon's own v1 cgroup, where its threads live: the parent
+         * of the sessions' directory (add_v1). */
+        char *own[CGROUP_MAX_HIERARCHIES] = {};
+        size_t n = cg->n < state.n ? cg->n : state.n;
+        bool usable = cg->holder <= 0, any = false; /* systemd driver: its attach releases the scope's holder */
+        const char *failed = NULL;
+        *ret_inside = false;
+        for (size_t i = 0; i < n && usable; i++) {
+                if (state.h[i].ops == &ops_v2)
+                        continue;
+                const char *slash = strrchr(state.h[i].parent, '/');
+                own[i] = slash ? strndup(state.h[i].parent, (size_t)(slash - state.h[i].parent)) : NULL;
+                usable = own[i] && cg->dirs[i];
+                any = true;
+        }
+        if (usable && any) {
+                int r = move_self_v1(cg->dirs, n, &failed);
+                if (r >= 0)
+                        *ret_inside = true;
+                else {
+                        log_debug_errno(r, "cgroup '%s': move the spawning thread into %s: %m", cg->name, failed);
+                        (void)move_self_v1(own, n, &failed); /* back where it was; the caller migrates */
+                }
+        }
+        int ret = fn(userdata);
+        if (*ret_inside) {
+                int r = move_self_v1(own, n, &failed);
+                if (r < 0)
+                        ret = sb_error_set(ret_err, r, NULL, NULL,
+                                           "cgroup '%s': move the spawning thread back into %s: %s", cg->name,
+                                           failed, strerror(-r));
+        }
+        for (size_t i = 0; i < n; i++)
+                free(own[i]);
+        return ret;
+}
+
 int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err) {
         bool known = false;
         for (size_t i = 0; i < ELEMENTSOF(session_children) && !known; i++)

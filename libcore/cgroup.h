@@ -141,6 +141,22 @@ int core_cgroup_open_v2(const core_cgroup *cg);
  * cloned into it with core_cgroup_open_v2(). */
 int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err);
 
+/* Runs fn(userdata) with the calling thread inside the session's v1
+ * cgroups, then moves it back to the daemon's own, so that a process fn
+ * clones is born in them and needs no migration. Writing "0" to a v1
+ * `tasks` file moves only the calling thread, which takes no
+ * cgroup_threadgroup_rwsem (kernel/cgroup/cgroup.c,
+ * cgroup_procs_write_start), unlike moving a process through cgroup.procs,
+ * which waits for an RCU grace period (~10 ms). *ret_inside tells whether
+ * fn ran inside: false with no v1 hierarchy, under the systemd driver,
+ * or when a move in failed (then the thread is back where it was and the
+ * caller attaches the child with core_cgroup_attach_v1() as before).
+ * Returns fn's result, or a negative errno with *ret_err when the thread
+ * could not be moved back (fn's child exists: the caller ends it). While
+ * inside, what the thread allocates is charged to the session. */
+int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *userdata, bool *ret_inside,
+                              sb_error **ret_err);
+
 /* Freezes (true) or thaws (false) every process of the session: v2
  * cgroup.freeze, else the v1 freezer's freezer.state. Freezing waits
  * (bounded, 2 s) until the kernel reports the cgroup frozen, so a copy of

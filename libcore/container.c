@@ -140,6 +140,21 @@ static pid_t clone_init(struct clone3_args *args, struct child_args *a, uint32_t
         return pid;
 }
 
+/* clone_init as a core_cgroup_run_inside_v1 callback. */
+struct clone_call {
+        struct clone3_args *args;
+        struct child_args *a;
+        uint32_t userns_base;
+        sb_error **err;
+        pid_t pid;
+};
+
+static int clone_call_run(void *userdata) {
+        struct clone_call *c = userdata;
+        c->pid = clone_init(c->args, c->a, c->userns_base, c->err);
+        return c->pid < 0 ? c->pid : 0;
+}
+
 int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd,
                     core_spawn_result *ret, sb_error **ret_err) {
         int sv[2];
@@ -173,9 +188,23 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int l
                 .exit_signal = SIGCHLD,
                 .cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0,
         };
-        pid_t pid = clone_init(&args, &a, userns_base, ret_err);
-        if (pid < 0)
-                return pid;
+        /* On a v1 (or hybrid) host the child is born in its v1 cgroups
+         * too: the cloning thread steps into them for the clone (a move
+         * of the calling thread alone takes no threadgroup lock), so no
+         * migration of sandbox-init waits for an RCU grace period. */
+        struct clone_call call = {.args = &args, .a = &a, .userns_base = userns_base, .err = ret_err, .pid = -1};
+        bool born_inside = false;
+        int r = cg ? core_cgroup_run_inside_v1(cg, clone_call_run, &call, &born_inside, ret_err)
+                   : clone_call_run(&call);
+        pid_t pid = call.pid;
+        if (r < 0 && pid > 0) {
+                /* Cloned, but the thread could not leave the session's cgroups. */
+                syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+                waitpid(pid, NULL, 0);
+                close(pidfd);
+        }
+        if (r < 0)
+                return r;
         _cleanup_close_ int pfd = pidfd;
         /* With CLONE_NEWUSER every other new namespace (mount, PID, UTS,
          * IPC, network) is owned by the new user namespace, so sandbox root
@@ -192,10 +221,10 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int l
                 }
         }
 
-        if (cg) {
+        if (cg && !born_inside) {
                 /* A v1 migration waits for an RCU grace period (~10 ms here);
                  * the v2 one was avoided by CLONE_INTO_CGROUP above. */
-                int r = cgfd >= 0 ? core_cgroup_attach_v1(cg, pid, ret_err) : core_cgroup_attach(cg, pid, ret_err);
+                r = cgfd >= 0 ? core_cgroup_attach_v1(cg, pid, ret_err) : core_cgroup_attach(cg, pid, ret_err);
                 if (r < 0) {
                         syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
                         waitpid(pid, NULL, 0);

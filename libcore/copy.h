@@ -8,6 +8,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <archive.h>
 #include <archive_entry.h>
 #include "libcore/error.h"
@@ -36,3 +37,45 @@ int core_tree_write(const char *src, struct archive *wr, const char *prefix, boo
  * naming the entry. On failure a partial `dst` may remain; the caller
  * removes it. */
 int core_tree_copy(const char *src, const char *dst, sb_error **ret_err);
+
+/* What core_tree_sync() records of each entry it copied (path, inode,
+ * times, size, mode, owner, link count), to tell on the next pass what
+ * changed since. Opaque; freed with core_tree_index_free(). */
+typedef struct core_tree_index core_tree_index;
+void core_tree_index_free(core_tree_index *idx);
+DEFINE_TRIVIAL_CLEANUP_FUNC(core_tree_index, core_tree_index_free);
+
+/* What one pass of core_tree_sync() did: entries looked at, entries
+ * written (with `bytes` of regular file data, in bytes), entries removed
+ * from dst. Added to, never reset. */
+typedef struct core_tree_sync_stats {
+        uint64_t entries, written, bytes, removed;
+} core_tree_sync_stats;
+
+/* One pass of an incremental copy of the tree below `src` into `dst`, as
+ * the pre-copy of live migration: the first pass (*idx NULL, dst absent)
+ * copies everything as core_tree_copy() does; each later pass rewrites in
+ * dst only the entries that changed in src since the pass before, removes
+ * those src no longer has, and leaves the rest. *idx is replaced by this
+ * pass's records (caller frees it with core_tree_index_free()). The walk is
+ * core_tree_write()'s, by fds beneath src (openat2 RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS).
+ *
+ * Change is judged from inode, ctime and the other stat fields against a
+ * pass's start (see copy.c), so a pass made while src is frozen after live
+ * passes leaves dst exactly what a copy made while frozen would be, data,
+ * modes, owners, xattrs, hardlinks, symlinks, removals and renames
+ * included. live: src may change during this pass (the sandbox runs): an
+ * entry that goes or is replaced while it is read is skipped and its
+ * directory compared by name on the next pass, which must be made; each
+ * live pass begins with syncfs(2) of src's file system (writes through
+ * shared mappings then set the ctime too). Only for a file system whose
+ * writeback write-protects mapped pages (ext4, the per-sandbox image):
+ * tmpfs stores through a mapping set no time at all.
+ *
+ * Blocking; for a worker thread; stops with -ECANCELED between entries once
+ * the thread's cancel flag is set (core_cancel_bind). Returns 0, or a
+ * negative errno with *ret_err naming the entry; dst is then partial (the
+ * caller removes it) and *idx unchanged. */
+int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool live, core_tree_sync_stats *stats,
+                   sb_error **ret_err);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/fs.h>
 #include <linux/loop.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,7 +86,13 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
         snprintf(m_arg, sizeof(m_arg), "%d", CORE_DISK_RESERVE_PCT);
         /* The file is new and sparse, so its holes read as zeros: inode
          * tables and journal need no zeroing (lazy_*_init, and the mount's
-         * noinit_itable), and there is nothing to discard. */
+         * noinit_itable), and there is nothing to discard. The metadata
+         * checksums are seeded from a field of their own
+         * (metadata_csum_seed), not from the UUID, so a copy of the image
+         * takes a fresh UUID by a superblock write alone (template_clone);
+         * no resize inode: the size is fixed at create, and its reserved
+         * descriptor blocks were most of the written data (4 MiB of a
+         * 10 GiB image; 170 KiB without). */
         char *argv[] = {(char *)"mkfs.ext4",
                         (char *)"-q",
                         (char *)"-F",
@@ -92,6 +100,8 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
                         m_arg,
                         (char *)"-N",
                         n_arg,
+                        (char *)"-O",
+                        (char *)"metadata_csum_seed,^resize_inode",
                         (char *)"-E",
                         (char *)"lazy_itable_init=1,lazy_journal_init=1,nodiscard",
                         (char *)image,
@@ -127,6 +137,293 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
         return 0;
 }
 
+/* ---- templates: format once per (size, inodes), copy per sandbox ----
+ *
+ * mkfs.ext4 per create cost a process spawn and ~15 ms of formatting. A
+ * template per (bytes, inodes) is formatted once into
+ * <templates>/ext4-v1-<bytes>-<inodes>.img, and each new image is a sparse
+ * copy of it (FICLONE where the state filesystem shares extents, else its
+ * data extents only, found with SEEK_DATA/SEEK_HOLE and copied with
+ * copy_file_range) with a UUID and directory hash seed of its own written
+ * into the primary superblock. A template is never mounted: it is the
+ * state mkfs left. Templates are not sandbox state: a leftover of an
+ * interrupted format (.tmp-*) is deleted at start, a finished one (made by
+ * rename after fsync) is checked at each use and remade when its
+ * superblock is not what this code writes. */
+#define TEMPLATE_PREFIX "ext4-v1-"
+#define TEMPLATE_TMP ".tmp-"
+/* Most templates kept (distinct diskMiB/diskInodes pairs); past it an
+ * image is formatted in place, as without templates. */
+#define TEMPLATE_MAX 16
+
+static pthread_mutex_t template_lock = PTHREAD_MUTEX_INITIALIZER; /* making one */
+static char *template_dir;                                        /* set once at start */
+
+/* ext4 superblock fields (linux/fs/ext4/ext4.h struct ext4_super_block),
+ * byte offsets in the 1024-byte superblock at offset 1024 of the image. */
+#define SB_OFFSET 1024
+#define SB_SIZE 1024
+#define SB_INODES_COUNT 0x00
+#define SB_BLOCKS_COUNT_LO 0x04
+#define SB_LOG_BLOCK_SIZE 0x18
+#define SB_MAGIC 0x38
+#define SB_STATE 0x3A
+#define SB_FEATURE_INCOMPAT 0x60
+#define SB_FEATURE_RO_COMPAT 0x64
+#define SB_UUID 0x68
+#define SB_HASH_SEED 0xEC
+#define SB_BLOCKS_COUNT_HI 0x150
+#define SB_CHECKSUM_TYPE 0x175
+#define SB_CHECKSUM 0x3FC
+#define EXT4_MAGIC 0xEF53
+#define EXT4_VALID_FS 0x0001
+#define EXT4_INCOMPAT_64BIT 0x0080
+#define EXT4_INCOMPAT_CSUM_SEED 0x2000
+#define EXT4_RO_COMPAT_METADATA_CSUM 0x0400
+#define EXT4_CRC32C_CHKSUM 1
+
+static uint32_t le32(const uint8_t *p) {
+        return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v) {
+        p[0] = (uint8_t)v;
+        p[1] = (uint8_t)(v >> 8);
+        p[2] = (uint8_t)(v >> 16);
+        p[3] = (uint8_t)(v >> 24);
+}
+
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, RFC 3720 B.4) with
+ * no final inversion, as ext4 keeps its checksums (ext4_chksum,
+ * e2fsprogs' ext2fs_crc32c_le). */
+static uint32_t crc32c(uint32_t crc, const uint8_t *p, size_t n) {
+        while (n--) {
+                crc ^= *p++;
+                for (int k = 0; k < 8; k++)
+                        crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1)));
+        }
+        return crc;
+}
+
+static uint32_t sb_checksum(const uint8_t *sb) {
+        return crc32c(~0u, sb, SB_CHECKSUM);
+}
+
+/* Is the superblock `sb` one mkfs made here for `lim`: ext4, clean, the
+ * size and at least the inodes asked for, checksums seeded apart from the
+ * UUID and the superblock's own checksum right? */
+static bool template_sb_ok(const uint8_t *sb, const core_disk_limits *lim, uint64_t inodes) {
+        uint32_t incompat = le32(sb + SB_FEATURE_INCOMPAT), ro = le32(sb + SB_FEATURE_RO_COMPAT);
+        uint32_t log = le32(sb + SB_LOG_BLOCK_SIZE);
+        uint64_t blocks = le32(sb + SB_BLOCKS_COUNT_LO);
+        if ((sb[SB_MAGIC] | sb[SB_MAGIC + 1] << 8) != EXT4_MAGIC || !(sb[SB_STATE] & EXT4_VALID_FS) || log > 6)
+                return false;
+        if (incompat & EXT4_INCOMPAT_64BIT)
+                blocks |= (uint64_t)le32(sb + SB_BLOCKS_COUNT_HI) << 32;
+        if (blocks * (1024ull << log) != lim->bytes || le32(sb + SB_INODES_COUNT) < inodes)
+                return false;
+        /* Without metadata checksums (an mke2fs.conf that turns them off)
+         * the UUID is free to change; with them, only if they are seeded
+         * apart from it, or every group descriptor and inode of the copy
+         * would fail its check. */
+        if (!(ro & EXT4_RO_COMPAT_METADATA_CSUM))
+                return true;
+        return (incompat & EXT4_INCOMPAT_CSUM_SEED) && sb[SB_CHECKSUM_TYPE] == EXT4_CRC32C_CHKSUM &&
+               le32(sb + SB_CHECKSUM) == sb_checksum(sb);
+}
+
+static bool template_ok(int fd, const core_disk_limits *lim, uint64_t inodes) {
+        uint8_t sb[SB_SIZE];
+        struct stat st;
+        return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == lim->bytes &&
+               pread(fd, sb, sizeof(sb), SB_OFFSET) == (ssize_t)sizeof(sb) && template_sb_ok(sb, lim, inodes);
+}
+
+static uint64_t wanted_inodes(const core_disk_limits *lim) {
+        return lim->inodes ? lim->inodes : lim->bytes / 16384;
+}
+
+static int count_templates(const char *dir) {
+        _cleanup_closedir_ DIR *d = opendir(dir);
+        int n = 0;
+        if (!d)
+                return negative_errno();
+        for (struct dirent *de; (de = readdir(d));)
+                n += strncmp(de->d_name, TEMPLATE_PREFIX, strlen(TEMPLATE_PREFIX)) == 0;
+        return n;
+}
+
+/* Formats the template `path` (under template_lock): into a temporary
+ * file, flushed, then renamed, so a crash leaves either no template or a
+ * whole one. */
+static int template_make(const char *path, const core_disk_limits *lim, sb_error **ret_err) {
+        _cleanup_free_ char *tmp = NULL;
+        const char *base = strrchr(path, '/') + 1;
+        if (asprintf(&tmp, "%.*s" TEMPLATE_TMP "%s", (int)(base - path), path, base) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        (void)unlink(tmp);
+        _cleanup_close_ int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk template: create %s: %m", tmp);
+        int r = ftruncate(fd, (off_t)lim->bytes) < 0 ? negative_errno() : 0;
+        if (r < 0)
+                sb_error_set(ret_err, r, NULL, NULL, "disk template: size %s: %s", tmp, strerror(-r));
+        else
+                r = run_mkfs(tmp, lim, ret_err);
+        if (r >= 0 && fsync(fd) < 0)
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk template: fsync %s: %m", tmp);
+        if (r >= 0 && rename(tmp, path) < 0)
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk template: rename %s: %m", tmp);
+        if (r < 0)
+                (void)unlink(tmp);
+        return r;
+}
+
+/* An fd (read-only) of the template for lim in *ret_fd, made first if
+ * missing or not one this code made: 0. 1 (nothing set) when templates are
+ * off or TEMPLATE_MAX of them exist already; a negative errno with
+ * *ret_err. */
+static int template_open(const core_disk_limits *lim, int *ret_fd, sb_error **ret_err) {
+        const char *dir = __atomic_load_n(&template_dir, __ATOMIC_ACQUIRE);
+        uint64_t inodes = wanted_inodes(lim);
+        _cleanup_free_ char *path = NULL;
+        if (!dir)
+                return 1;
+        if (asprintf(&path, "%s/" TEMPLATE_PREFIX "%" PRIu64 "-%" PRIu64 ".img", dir, lim->bytes, inodes) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        /* The common case without the lock: a template only ever appears
+         * whole (rename), and one unlinked meanwhile stays readable. */
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && template_ok(fd, lim, inodes)) {
+                *ret_fd = fd;
+                return 0;
+        }
+        if (fd >= 0)
+                close(fd);
+        pthread_mutex_lock(&template_lock);
+        int r = 0;
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC); /* another thread may have made it */
+        if (fd >= 0 && !template_ok(fd, lim, inodes)) {
+                close(fd);
+                fd = -EBADF;
+                if (unlink(path) < 0 && errno != ENOENT)
+                        r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk template: remove %s: %m",
+                                         path);
+        }
+        if (fd < 0 && r >= 0) {
+                int n = count_templates(dir);
+                if (n >= TEMPLATE_MAX)
+                        r = 1;
+                else if (n < 0)
+                        r = sb_error_set(ret_err, n, NULL, NULL, "disk template: read %s: %s", dir, strerror(-n));
+                else if ((r = template_make(path, lim, ret_err)) >= 0 &&
+                         (fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+                        r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk template: open %s: %m", path);
+                else if (r >= 0 && !template_ok(fd, lim, inodes)) {
+                        /* mkfs made something a copy cannot take a UUID
+                         * of its own in (checksums seeded from it): no
+                         * template, each image is formatted in place. */
+                        log_debug("disk template %s: not usable as a template, formatting in place", path);
+                        close(fd);
+                        fd = -EBADF;
+                        (void)unlink(path);
+                        r = 1;
+                }
+        }
+        pthread_mutex_unlock(&template_lock);
+        if (r != 0)
+                return r;
+        *ret_fd = fd;
+        return 0;
+}
+
+/* Copies the template's data into dst (same size, sparse, holes left
+ * holes): FICLONE shares the extents where the filesystem can (Btrfs, XFS);
+ * elsewhere only the ranges SEEK_DATA finds are copied. */
+static int template_copy(int src, int dst, uint64_t size) {
+        if (ioctl(dst, FICLONE, src) == 0)
+                return 0;
+        for (off_t off = 0; (uint64_t)off < size;) {
+                off_t data = lseek(src, off, SEEK_DATA);
+                if (data < 0)
+                        return errno == ENXIO ? 0 : negative_errno(); /* ENXIO: only a hole is left */
+                off_t end = lseek(src, data, SEEK_HOLE);
+                if (end < 0)
+                        return negative_errno();
+                for (off_t in = data, out = data; in < end;) {
+                        ssize_t n = copy_file_range(src, &in, dst, &out, (size_t)(end - in), 0);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0)
+                                return n < 0 ? negative_errno() : -EIO;
+                }
+                off = end;
+        }
+        return 0;
+}
+
+/* A UUID (random, RFC 4122 version 4) and a directory hash seed of its own
+ * for a copy of a template, with the superblock checksum redone. The
+ * metadata checksums stay valid: they are seeded from s_checksum_seed
+ * (metadata_csum_seed). The hash seed keys the htree of indexed
+ * directories; a fresh filesystem has none yet (its two directories are
+ * one block each), so nothing was hashed with the old one. The backup
+ * superblocks keep the template's values; e2fsck only refreshes them. */
+static int template_identity(int fd) {
+        uint8_t sb[SB_SIZE], rnd[32];
+        if (pread(fd, sb, sizeof(sb), SB_OFFSET) != (ssize_t)sizeof(sb))
+                return -EIO;
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+                return -EIO;
+        rnd[6] = (uint8_t)((rnd[6] & 0x0f) | 0x40);
+        rnd[8] = (uint8_t)((rnd[8] & 0x3f) | 0x80);
+        memcpy(sb + SB_UUID, rnd, 16);
+        memcpy(sb + SB_HASH_SEED, rnd + 16, 16);
+        put_le32(sb + SB_CHECKSUM, sb_checksum(sb));
+        return pwrite(fd, sb, sizeof(sb), SB_OFFSET) == (ssize_t)sizeof(sb) ? 0 : -EIO;
+}
+
+/* Fills the new, empty image fd from the template for lim: 0. 1 when
+ * there is no template to use (the caller formats in place), or a negative
+ * errno with *ret_err. */
+static int template_clone(int fd, const core_disk_limits *lim, sb_error **ret_err) {
+        _cleanup_close_ int src = -EBADF;
+        int r = template_open(lim, &src, ret_err);
+        if (r != 0)
+                return r;
+        if ((r = template_copy(src, fd, lim->bytes)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: copy the template: %s", strerror(-r));
+        if ((r = template_identity(fd)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: write its UUID: %s", strerror(-r));
+        return 0;
+}
+
+int core_disk_templates_init(const char *dir, sb_error **ret_err) {
+        int r = core_mkdir_p(dir, 0700);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "disk templates: create %s: %s", dir, strerror(-r));
+        _cleanup_closedir_ DIR *d = opendir(dir);
+        if (!d)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk templates: open %s: %m", dir);
+        /* An interrupted format, or a template of another version of this
+         * code: gone. Finished ones are checked at each use. */
+        for (struct dirent *de; (de = readdir(d));) {
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                if (strncmp(de->d_name, TEMPLATE_PREFIX, strlen(TEMPLATE_PREFIX)) == 0 &&
+                    de->d_type == DT_REG)
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
+                        log_debug_errno(negative_errno(), "disk templates: remove %s/%s: %m", dir, de->d_name);
+        }
+        char *copy = strdup(dir);
+        if (!copy)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        char *old = __atomic_exchange_n(&template_dir, copy, __ATOMIC_ACQ_REL);
+        (void)old; /* a second call: the first string may still be read, kept */
+        return 0;
+}
+
 /* The loop device already backed by the image (same device and inode), as
  * "/dev/loopN" in buf, or 0 when there is none. */
 static int find_loop(const struct stat *img, char *buf, size_t size) {
@@ -153,7 +450,9 @@ static int new_loop(int image_fd, char *buf, size_t size, int *ret_fd) {
         _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
         if (ctl < 0)
                 return negative_errno();
-        for (int tries = 0; tries < 16; tries++) {
+        /* Concurrent creates race for the same free device: the loser gets
+         * EBUSY and asks again. */
+        for (int tries = 0; tries < 64; tries++) {
                 int n = ioctl(ctl, LOOP_CTL_GET_FREE);
                 if (n < 0)
                         return negative_errno();
@@ -174,8 +473,11 @@ static int new_loop(int image_fd, char *buf, size_t size, int *ret_fd) {
         return -EBUSY;
 }
 
-/* Mounts the image at <dir>/disk unless it is mounted. */
-static int mount_image(const char *dir, sb_error **ret_err) {
+/* Mounts the image at <dir>/disk unless it is mounted. `fresh`: the image
+ * was just made by this thread (core_disk_create), so no loop device can
+ * be backed by it yet: no scan of every loop device, no lock (concurrent
+ * creates only race for a free device, which new_loop retries). */
+static int mount_image(const char *dir, bool fresh, sb_error **ret_err) {
         _cleanup_free_ char *img = join(dir, IMAGE), *mnt = join(dir, MOUNT);
         if (!img || !mnt)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
@@ -192,12 +494,14 @@ static int mount_image(const char *dir, sb_error **ret_err) {
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: open %s: %m", img);
         char dev[300];
         _cleanup_close_ int lfd = -EBADF;
-        pthread_mutex_lock(&attach_lock);
-        if (!find_loop(&st, dev, sizeof(dev)))
+        if (!fresh)
+                pthread_mutex_lock(&attach_lock);
+        if (fresh || !find_loop(&st, dev, sizeof(dev)))
                 r = new_loop(ifd, dev, sizeof(dev), &lfd);
         if (r >= 0 && mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV, "noinit_itable") < 0)
                 r = negative_errno();
-        pthread_mutex_unlock(&attach_lock);
+        if (!fresh)
+                pthread_mutex_unlock(&attach_lock);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "disk image: mount %s on %s: %s", img, mnt,
                                     strerror(-r));
@@ -257,10 +561,10 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
         int r = ftruncate(fd, (off_t)lim->bytes) < 0 ? negative_errno() : 0;
         if (r < 0)
                 sb_error_set(ret_err, r, NULL, NULL, "disk image: size %s: %s", img, strerror(-r));
-        else
-                r = run_mkfs(img, lim, ret_err);
+        else if ((r = template_clone(fd, lim, ret_err)) > 0)
+                r = run_mkfs(img, lim, ret_err); /* no templates, or too many kinds */
         if (r >= 0)
-                r = mount_image(dir, ret_err);
+                r = mount_image(dir, true, ret_err);
         if (r >= 0)
                 r = bind_dirs(dir, true, ret_err);
         if (r >= 0 && (r = core_disk_rearm(dir)) < 0)
@@ -281,7 +585,7 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
 int core_disk_attach(const char *dir, sb_error **ret_err) {
         if (!core_disk_present(dir))
                 return 0;
-        int r = mount_image(dir, ret_err);
+        int r = mount_image(dir, false, ret_err);
         if (r >= 0)
                 r = bind_dirs(dir, false, ret_err);
         return r < 0 ? r : 1;

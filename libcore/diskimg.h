@@ -43,6 +43,15 @@ typedef struct core_disk_limits {
  * (-ENOENT when mkfs.ext4 is missing: "install e2fsprogs"). */
 int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **ret_err);
 
+/* Turns on templates: from then on core_disk_create formats an image
+ * once per (bytes, inodes) into `dir` (created 0700; a directory only the
+ * daemon writes, on the filesystem of the images so copies can share
+ * extents) and gives each new image a sparse copy of it with a UUID of its
+ * own, instead of running mkfs.ext4 per image. Deletes what an interrupted
+ * format left in `dir`. Call once at start, before any create. Returns 0
+ * or a negative errno with *ret_err. */
+int core_disk_templates_init(const char *dir, sb_error **ret_err);
+
 /* Makes sure the image of `dir` is mounted with its binds (daemon start,
  * before a sandbox's files are used). Returns 1 when it is (now), 0 when
  * `dir` has no image (a sandbox made without a disk bound), or a negative

@@ -190,3 +190,17 @@ int core_nft_batch_commit(core_nft_batch *b);
 /* Ends the batch, sends it in one sendmsg() and reads every ACK. 0, or the
  * first error with *ret_err naming its message. */
 int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err);
+
+struct mnl_socket;
+/* A bound NETLINK_NETFILTER socket with extended and capped ACKs, from a
+ * process-wide stack of open ones (or new): closing one right after an
+ * nftables commit waits for an RCU grace period under the netns's commit
+ * mutex (nf_tables' NETLINK_URELEASE handling), so they are reused instead.
+ * 0 or a negative errno with *ret_err. Hand it back with
+ * core_nft_socket_give(). Thread-safe. */
+int core_nft_socket_take(struct mnl_socket **ret, sb_error **ret_err);
+
+/* Gives a socket of core_nft_socket_take() back: kept for reuse when
+ * `clean` (every answer to what was sent on it has been read), else
+ * closed. Accepts NULL. */
+void core_nft_socket_give(struct mnl_socket *nl, bool clean);

@@ -23,6 +23,7 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
+#include <linux/sockios.h>
 #include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
@@ -33,10 +34,13 @@
 #include <libnftnl/udata.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include "libcore/log.h"
 #include "libcore/net.h"
@@ -987,29 +991,115 @@ static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error *
         return first;
 }
 
-/* Opens a netfilter netlink socket with extended and capped ACKs; the
- * buffers are forced large enough for `bytes` of requests and `acks` ACKs,
- * since a batch is sent in one sendmsg() and answered before it returns. */
-static int open_nl(size_t bytes, unsigned acks, struct mnl_socket **ret, sb_error **err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
-        int one = 1;
-        if (!nl)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: open netlink socket: %m");
+/* ---- netfilter sockets, kept open ----
+ *
+ * Closing a netfilter netlink socket is slow right after any nftables
+ * commit: the release notifier of nf_tables (nft_rcv_nl_event, for
+ * NETLINK_URELEASE) takes the netns's commit mutex and flushes the work
+ * that frees the last commits' objects, which waits for an RCU grace period
+ * (4 to 30 ms on a 2-core machine with HZ=250), and every other commit of
+ * the host waits behind that mutex. A create or delete opened and closed
+ * five of them. So the sockets are kept: taken from a small stack, given
+ * back after a clean exchange, closed only when their state is unknown (an
+ * error, a timeout) or the stack is full. Each request carries its own
+ * sequence numbers (next_seq_base), and a socket goes back only after its
+ * last answer was read, so no answer reaches the next user. */
+#define NL_CACHE_MAX 32
+/* A socket speaks to the nftables of the network namespace it was made in,
+ * so each is kept with that namespace's identity and handed only to a
+ * thread in the same one (tests and helpers switch a thread's namespace).
+ * Only sockets of the process's own namespace (/proc/self/ns/net, the
+ * main thread's) are kept: a kept socket holds its namespace alive, and
+ * one of a sandbox's would outlive the sandbox. */
+typedef struct nl_cached {
+        struct mnl_socket *nl;
+        dev_t dev;
+        ino_t ino;
+} nl_cached;
+static pthread_mutex_t nl_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static nl_cached nl_cache[NL_CACHE_MAX];
+static size_t nl_cache_n;
+
+/* Reads and drops whatever is queued on a socket (nothing, after a clean
+ * exchange; this guards the next user against a stray answer). */
+static void nl_discard_queued(struct mnl_socket *nl) {
+        char buf[512];
+        while (recv(mnl_socket_get_fd(nl), buf, sizeof(buf), MSG_DONTWAIT) > 0)
+                ;
+}
+
+int core_nft_socket_take(struct mnl_socket **ret, sb_error **ret_err) {
+        struct mnl_socket *nl = NULL;
+        struct stat ns;
+        if (stat("/proc/thread-self/ns/net", &ns) == 0) {
+                pthread_mutex_lock(&nl_cache_lock);
+                for (size_t i = nl_cache_n; i-- > 0;)
+                        if (nl_cache[i].dev == ns.st_dev && nl_cache[i].ino == ns.st_ino) {
+                                nl = nl_cache[i].nl;
+                                nl_cache[i] = nl_cache[--nl_cache_n];
+                                break;
+                        }
+                pthread_mutex_unlock(&nl_cache_lock);
+        }
+        if (nl) {
+                nl_discard_queued(nl);
+                *ret = nl;
+                return 0;
+        }
+        if (!(nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC)))
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables: open netlink socket: %m");
         /* Extended ACKs carry the kernel's own explanation; capped ACKs keep
          * the reply small (no echo of each request). */
+        int one = 1;
         (void) mnl_socket_setsockopt(nl, NETLINK_EXT_ACK, &one, sizeof(one));
         (void) mnl_socket_setsockopt(nl, NETLINK_CAP_ACK, &one, sizeof(one));
+        if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) {
+                int r = negative_errno();
+                mnl_socket_close(nl);
+                return sb_error_set(ret_err, r, NULL, NULL, "nftables: bind netlink socket: %s", strerror(-r));
+        }
+        *ret = nl;
+        return 0;
+}
+
+void core_nft_socket_give(struct mnl_socket *nl, bool clean) {
+        if (!nl)
+                return;
+        /* The namespace of the socket itself (SIOCGSKNS, Linux 4.9), not
+         * the thread's: the two may differ if the thread moved meanwhile. */
+        struct stat ns;
+        int nsfd = clean ? ioctl(mnl_socket_get_fd(nl), SIOCGSKNS) : -1;
+        if (nsfd >= 0) {
+                struct stat home;
+                bool known = fstat(nsfd, &ns) == 0 && stat("/proc/self/ns/net", &home) == 0 &&
+                             ns.st_dev == home.st_dev && ns.st_ino == home.st_ino;
+                close(nsfd);
+                pthread_mutex_lock(&nl_cache_lock);
+                if (known && nl_cache_n < NL_CACHE_MAX) {
+                        nl_cache[nl_cache_n++] = (nl_cached){ .nl = nl, .dev = ns.st_dev, .ino = ns.st_ino };
+                        nl = NULL;
+                }
+                pthread_mutex_unlock(&nl_cache_lock);
+        }
+        if (nl)
+                mnl_socket_close(nl);
+}
+
+/* A socket for a batch of `bytes` of requests and `acks` ACKs: its
+ * buffers are forced large enough, since a batch is sent in one sendmsg()
+ * and answered before it returns. */
+static int open_nl(size_t bytes, unsigned acks, struct mnl_socket **ret, sb_error **err) {
+        int r = core_nft_socket_take(ret, err);
+        if (r < 0)
+                return r;
         int snd = (int) bytes + 65536, rcv = (int) acks * 128 + 65536;
-        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof(snd));
-        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof(rcv));
-        if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: bind netlink socket: %m");
-        *ret = TAKE_PTR(nl);
+        (void) setsockopt(mnl_socket_get_fd(*ret), SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof(snd));
+        (void) setsockopt(mnl_socket_get_fd(*ret), SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof(rcv));
         return 0;
 }
 
 int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        struct mnl_socket *nl = NULL;
         uint32_t seq;
         int r;
         if (!b->ended) {
@@ -1023,9 +1113,15 @@ int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err) {
         }
         if ((r = open_nl(b->len, b->acks, &nl, ret_err)) < 0)
                 return r;
-        if (mnl_socket_sendto(nl, b->buf, b->len) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables: send batch: %m");
-        return drain_acks(nl, b, ret_err);
+        if (mnl_socket_sendto(nl, b->buf, b->len) < 0) {
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables: send batch: %m");
+                core_nft_socket_give(nl, false);
+                return r;
+        }
+        r = drain_acks(nl, b, ret_err);
+        /* After an error, ACKs of the batch may still be queued. */
+        core_nft_socket_give(nl, r == 0);
+        return r;
 }
 
 /* ---- the host table as messages ---- */

@@ -6,6 +6,8 @@
  * not allow anything that sequence still does. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <linux/sched.h>
@@ -196,20 +198,9 @@ static int add_rule(scmp_filter_ctx ctx, int nr, const core_seccomp_rule *r) {
                 }
                 return 0;
         case CORE_SC_NOT_QUERY:
-                /* "Not all 32 bits equal" is "bit 0 differs from some bit
-                 * k"; libseccomp allows one comparison per argument and
-                 * rule, and one masked compare tests both bits at once. */
-                for (k = 1; k < 32; k++) {
-                        uint64_t mask = 1ull | (1ull << k);
-                        int e = seccomp_rule_add_exact(ctx, act, nr, 1,
-                                                       SCMP_CMP64(r->arg, SCMP_CMP_MASKED_EQ, mask, 1ull));
-                        if (e >= 0)
-                                e = seccomp_rule_add_exact(ctx, act, nr, 1,
-                                                           SCMP_CMP64(r->arg, SCMP_CMP_MASKED_EQ, mask, 1ull << k));
-                        if (e < 0)
-                                return e;
-                }
-                return 0;
+                /* Not a libseccomp rule: a prefix before its program
+                 * (add_query_prefix below). */
+                return -EINVAL;
         }
         return -EINVAL;
 }
@@ -285,6 +276,67 @@ static int add_socket_rules(scmp_filter_ctx ctx, sb_error **ret_err) {
         return 0;
 }
 
+/* The low 32 bits of syscall argument `arg` in struct seccomp_data, where
+ * BPF_LD|BPF_W|BPF_ABS reads them: the kernel reads these arguments as
+ * int, and so does this filter. */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define ARG_LO(arg) ((uint32_t)(offsetof(struct seccomp_data, args) + 8u * (arg)))
+#else
+#define ARG_LO(arg) ((uint32_t)(offsetof(struct seccomp_data, args) + 8u * (arg) + 4u))
+#endif
+
+/* The CORE_SC_NOT_QUERY rows as hand-written BPF in front of libseccomp's
+ * program, which then follows unchanged. libseccomp takes one comparison
+ * per argument and rule, so "neither 0 nor 0xffffffff" was 62 rules
+ * ("bit 0 differs from bit k", k = 1..31): most of the filter's 382
+ * instructions. Here it is nine, and the kernel compiles the filter (BPF
+ * conversion and JIT, kernel/seccomp.c seccomp_prepare_filter) in every
+ * command's child, a cost per instruction that each command.run pays.
+ *
+ * One block per row, each on its own: the native arch and the row's
+ * syscall nr, else on to the next block (after the last one, libseccomp's
+ * first instruction, whose own arch check sends any other ABI to the kill
+ * action; an x32 number carries bit 0x40000000 and never equals the native
+ * nr); then the low 32 bits of the argument: 0 or 0xffffffff are allowed,
+ * anything else gets the row's errno. Allowed here means allowed by the
+ * whole filter, so core_seccomp_new() refuses a table where another row
+ * names the same syscall. Classic BPF only jumps forward
+ * (seccomp_check_filter), which is all this needs. */
+#define QUERY_BLOCK 9u
+static void query_block(struct sock_filter *q, int nr, const core_seccomp_rule *r) {
+        const uint32_t arch = offsetof(struct seccomp_data, arch), nr_off = offsetof(struct seccomp_data, nr);
+        q[0] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arch);
+        q[1] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)seccomp_arch_native(), 0, 7);
+        q[2] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, nr_off);
+        q[3] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 5);
+        q[4] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(r->arg));
+        q[5] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0);
+        q[6] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffu, 1, 0);
+        q[7] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+                                            SECCOMP_RET_ERRNO | ((uint32_t)r->err & SECCOMP_RET_DATA));
+        q[8] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+}
+
+/* Puts one query_block per row of `rows` (with its syscall number in
+ * `nrs`) in front of f's program. */
+static int add_query_prefix(core_seccomp *f, const int *nrs, const core_seccomp_rule *const *rows, size_t n) {
+        if (n == 0)
+                return 0;
+        size_t len = QUERY_BLOCK * n + f->len;
+        if (len > BPF_MAXINSNS)
+                return -E2BIG;
+        struct sock_filter *p = malloc(len * sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                query_block(p + QUERY_BLOCK * i, nrs[i], rows[i]);
+        memcpy(p + QUERY_BLOCK * n, f->insns, f->len * sizeof(*p));
+        free(f->insns);
+        f->insns = p;
+        f->len = len;
+        return 0;
+}
+
 /* libseccomp's BPF, copied out through a memfd (2.5 has no in-memory export). */
 static int export_bpf(scmp_filter_ctx ctx, core_seccomp *f) {
         _cleanup_close_ int fd = memfd_create("seccomp-bpf", MFD_CLOEXEC);
@@ -332,10 +384,25 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
          * older libseccomp without it keeps the list. */
         if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2) < 0)
                 log_debug("seccomp: binary tree filter not supported, using a list");
+        const core_seccomp_rule *query_rows[ELEMENTSOF(deny_rules)];
+        int query_nrs[ELEMENTSOF(deny_rules)];
+        size_t n_query = 0;
         for (size_t i = 0; i < ELEMENTSOF(deny_rules); i++) {
                 int nr = seccomp_syscall_resolve_name(deny_rules[i].name);
                 if (nr == __NR_SCMP_ERROR || nr < 0) {
                         log_debug("seccomp: %s does not exist on this architecture", deny_rules[i].name);
+                        continue;
+                }
+                if (deny_rules[i].match == CORE_SC_NOT_QUERY) {
+                        /* Its block allows what it does not refuse, so no
+                         * other row may name the syscall (fail closed). */
+                        for (size_t j = 0; j < ELEMENTSOF(deny_rules); j++)
+                                if (j != i && strcmp(deny_rules[j].name, deny_rules[i].name) == 0)
+                                        return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                                            "seccomp: %s has a query rule and another rule",
+                                                            deny_rules[i].name);
+                        query_rows[n_query] = &deny_rules[i];
+                        query_nrs[n_query++] = nr;
                         continue;
                 }
                 r = add_rule(ctx, nr, &deny_rules[i]);
@@ -351,6 +418,9 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
         r = export_bpf(ctx, f);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "seccomp: export BPF: %s", strerror(-r));
+        r = add_query_prefix(f, query_nrs, query_rows, n_query);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "seccomp: query rules: %s", strerror(-r));
         log_debug("seccomp: filter of %zu instructions", f->len);
         *ret = TAKE_PTR(f);
         return 0;

@@ -799,29 +799,43 @@ static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chai
  * it is looked up; only the daemon changes session elements, one change at
  * a time. */
 static int map_elem_exists(const char *map, const names *n, sb_error **err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(map);
+        struct mnl_socket *nl = NULL;
         char buf[MNL_SOCKET_BUFFER_SIZE];
         int r;
-        if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: open netlink socket: %m");
         if (!s || add_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
                 return -ENOMEM;
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, 1);
+        /* A kept socket (core_nft_socket_take: closing one waits for the
+         * last commit's release); a sequence number of its own per query. */
+        if ((r = core_nft_socket_take(&nl, err)) < 0)
+                return r;
+        static uint32_t query_seq;
+        uint32_t seq = __atomic_add_fetch(&query_seq, 1, __ATOMIC_RELAXED);
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, seq);
         nftnl_set_elems_nlmsg_build_payload(nlh, s);
-        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0) {
+                r = sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+                core_nft_socket_give(nl, false);
+                return r;
+        }
         do {
                 ssize_t len = mnl_socket_recvfrom(nl, buf, sizeof(buf));
-                if (len < 0)
-                        return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
-                r = mnl_cb_run(buf, (size_t) len, 1, mnl_socket_get_portid(nl), NULL, NULL);
+                if (len < 0) {
+                        r = sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+                        core_nft_socket_give(nl, false);
+                        return r;
+                }
+                r = mnl_cb_run(buf, (size_t) len, seq, mnl_socket_get_portid(nl), NULL, NULL);
         } while (r > MNL_CB_STOP);
-        if (r < 0 && errno == ENOENT)
+        int e = errno;
+        /* Answered in full: the ACK (or the error, which replaces it) ends
+         * the reply; a sequence mismatch (EPROTO) leaves the socket unknown. */
+        core_nft_socket_give(nl, r >= 0 || e == ENOENT);
+        if (r < 0 && e == ENOENT)
                 return 0;
         if (r < 0)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: map %s element %s: %m",
-                                    map, n->ifname);
+                return sb_error_set(err, -e, NULL, NULL, "nftables: map %s element %s: %s", map, n->ifname,
+                                    strerror(e));
         return 1;
 }
 

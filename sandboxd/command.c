@@ -293,26 +293,50 @@ void command_free(command *c) {
         ring_free(&c->out);
         ring_free(&c->err);
         sd_event_source_disable_unref(c->timeout_src);
-        if (c->conn)
+        if (c->conn) {
                 rpc_conn_unref(c->conn);
+                if (c->sb)
+                        c->sb->m->n_conn_commands--;
+        }
         free(c->waiters.items);
         free(c);
 }
 
 static void send_ack(session *s, unsigned id);
 
-/* Forgets the oldest finished commands past the bound. */
+/* Finished commands past MAX_FINISHED_COMMANDS are forgotten PRUNE_BATCH
+ * at a time: the oldest are at the end of the list (newest first), so each
+ * pruning walks all of it, and one walk of 4096 commands per exit was tens
+ * of microseconds of every command.run once a daemon had run that many. */
+#define PRUNE_BATCH 64
+
+/* A finished command nobody waits for. */
+static bool prunable(const command *c) {
+        return c->exited && !c->waiters.n && !c->run_req;
+}
+
+/* Forgets the oldest finished commands past the bound, once the bound is
+ * passed by PRUNE_BATCH: one walk counts the prunable ones, a second keeps
+ * the newest of them and drops the rest down to the bound. */
 static void prune_finished(manager *m) {
-        while (m->n_commands > MAX_FINISHED_COMMANDS) {
-                command **oldest = NULL;
-                for (command **pp = &m->commands; *pp; pp = &(*pp)->next)
-                        if ((*pp)->exited && !(*pp)->waiters.n && !(*pp)->run_req)
-                                oldest = pp;
-                if (!oldest)
-                        return;
-                command *c = *oldest;
-                *oldest = c->next;
+        if (m->n_commands <= MAX_FINISHED_COMMANDS + PRUNE_BATCH)
+                return;
+        unsigned prunables = 0;
+        for (command *c = m->commands; c; c = c->next)
+                prunables += prunable(c);
+        unsigned drop = m->n_commands - MAX_FINISHED_COMMANDS;
+        if (drop > prunables)
+                drop = prunables;
+        unsigned keep = prunables - drop;
+        for (command **pp = &m->commands; *pp && drop;) {
+                command *c = *pp;
+                if (!prunable(c) || (keep && keep--)) {
+                        pp = &c->next;
+                        continue;
+                }
+                *pp = c->next;
                 m->n_commands--;
+                drop--;
                 /* Only now: until a command leaves this table its exit
                  * stays with init too, so a daemon killed at any moment
                  * (before it read the exit event, or after) hears it again
@@ -427,6 +451,7 @@ static void command_finish(command *c, int code, const char *error) {
         if (c->conn) {
                 rpc_conn_unref(c->conn);
                 c->conn = NULL;
+                c->sb->m->n_conn_commands--;
         }
         if (c->sess && c->sess->output_paused)
                 session_recheck_paused(c->sess);
@@ -504,10 +529,14 @@ void commands_forget_sandbox(manager *m, sandbox *sb) {
  * hung up (SIGHUP to its process group), as when a terminal closes, so an
  * interrupted client does not leave work running. Detached commands go on. */
 void commands_conn_closed(manager *m, rpc_conn *conn) {
-        for (command *c = m->commands; c; c = c->next)
+        /* Most connections that close have no command streaming to them
+         * (every finished one let go of its connection): no walk of the
+         * whole command table for each of them. */
+        for (command *c = m->n_conn_commands ? m->commands : NULL; c; c = c->next)
                 if (c->conn == conn) {
                         rpc_conn_unref(c->conn);
                         c->conn = NULL;
+                        m->n_conn_commands--;
                         /* Not at daemon exit: the connections close
                          * before the sessions are left, and the command
                          * goes on for the next daemon (live restore). */
@@ -701,6 +730,7 @@ static void method_run(rpc_request *req, void *userdata) {
         c->out = (ring){.cap = m->cfg->command_log_bytes};
         c->err = (ring){.cap = m->cfg->command_log_bytes};
         c->conn = rpc_conn_ref(req->conn);
+        m->n_conn_commands++;
         c->run_req = req;
         c->next = m->commands;
         m->commands = c;

@@ -293,6 +293,7 @@ struct manager {
         sandbox *sandboxes;
         command *commands;
         unsigned n_commands;
+        unsigned n_conn_commands; /* commands streaming to a connection (c->conn set; command.c) */
         size_t log_bytes;         /* bytes allocated by every command's log rings (command.c) */
         rpc_server *server;
         uint64_t started_ms;

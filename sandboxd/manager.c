@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include "libcore/diskimg.h"
 #include "libcore/cgroup-systemd.h"
 #include "libcore/container.h"
 #include "libcore/nflog.h"
@@ -641,6 +642,17 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         }
         if ((r = lock_state_dir(m, ret_err)) < 0)
                 goto fail;
+        /* Blank ext4 images to copy per sandbox (diskimg.h), beside the
+         * sandboxes' images so a copy can share their extents. */
+        {
+                _cleanup_free_ char *templates = NULL;
+                if (asprintf(&templates, "%s/disk-templates", cfg->state_dir) < 0) {
+                        r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                        goto fail;
+                }
+                if ((r = core_disk_templates_init(templates, ret_err)) < 0)
+                        goto fail;
+        }
         /* The lower layer must be traversable by the sandbox user. */
         /* Snapshot and fork layers hold what root inside a sandbox wrote
          * (setuid-root files included): root-only, like each sandbox's

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <arpa/inet.h>
 #include <net/if.h>
 #include "libcore/agent.h"
@@ -36,6 +37,35 @@ static void finish_requests(sandbox *sb, req_list *l, bool empty_result);
 static void emit_status(sandbox *sb, const char *status);
 
 /* ---- the worker thread ----------------------------------------------------- */
+
+/* Where a start's time goes: each step's wall time, logged as one debug
+ * line per start (SANDBOXD_DEBUG=1 or daemon.json logLevel "debug"),
+ * "start 'x': dirs 1.2 ms, source 0.0 ms, ...". Cheap: one clock read per
+ * step. */
+typedef struct step_clock {
+        struct timespec last;
+        char line[512];
+        size_t len;
+} step_clock;
+
+static void step_clock_start(step_clock *c) {
+        clock_gettime(CLOCK_MONOTONIC, &c->last);
+        c->len = 0;
+        c->line[0] = 0;
+}
+
+static void step_mark(step_clock *c, const char *step) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double ms = (double)(now.tv_sec - c->last.tv_sec) * 1e3 + (double)(now.tv_nsec - c->last.tv_nsec) / 1e6;
+        c->last = now;
+        if (c->len < sizeof(c->line)) {
+                int n = snprintf(c->line + c->len, sizeof(c->line) - c->len, "%s%s %.2f ms", c->len ? ", " : "",
+                                 step, ms);
+                if (n > 0)
+                        c->len += (size_t)n;
+        }
+}
 
 /* The sandbox's own /etc files, written into its upper layer before every
  * session (the gateway can differ between sessions). resolv.conf names the
@@ -1208,18 +1238,23 @@ static void start_work(void *userdata) {
         bool made_dir = false;
         /* Downloads, clones and copies below stop on a cancellation. */
         core_cancel_bind(&j->cancel);
+        step_clock clk;
+        step_clock_start(&clk);
         if (j->fresh) {
                 if ((r = prepare_dirs(j, &j->err)) < 0)
                         goto fail;
                 made_dir = true;
+                step_mark(&clk, "dirs+disk");
                 if ((r = fetch_source(j, &j->err)) < 0)
                         goto fail;
                 if (core_cancel_requested())
                         goto fail;
+                step_mark(&clk, "source");
                 core_fault("create.cloned");
                 if ((r = sandbox_save_config(sb, j->config_text, &j->err)) < 0)
                         goto fail;
                 core_fault("create.configured");
+                step_mark(&clk, "config");
         } else if ((r = sandbox_disk_attach(sb->dir, &j->err)) < 0)
                 goto fail;
         else if ((r = core_mkdir_p(j->rootfs, 0755)) < 0) {
@@ -1245,6 +1280,7 @@ static void start_work(void *userdata) {
                 gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
         if ((r = write_upper_etc(sb, mode, gateway, &j->err)) < 0)
                 goto fail;
+        step_mark(&clk, "etc");
         if ((r = ca_prepare(j, &j->err)) < 0)
                 goto fail;
         core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
@@ -1254,6 +1290,7 @@ static void start_work(void *userdata) {
                 sb_error_prefix(&j->err, "create cgroup");
                 goto fail;
         }
+        step_mark(&clk, "cgroup");
         /* The socket a restarted daemon reconnects through (live restore);
          * init holds the only listening copy once spawned. */
         if ((lfd = restore_listen(sb->run_dir, &j->err)) < 0) {
@@ -1265,6 +1302,7 @@ static void start_work(void *userdata) {
         lfd = -EBADF;
         if (r < 0)
                 goto fail;
+        step_mark(&clk, "spawn");
         {
                 char ns[64];
                 snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)j->spawn.pid);
@@ -1313,14 +1351,18 @@ static void start_work(void *userdata) {
          * init configures eth0 only after setup below. */
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
+        step_mark(&clk, "net");
         if (streq(mode, "custom") &&
             (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, 0, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
                             &j->err)) < 0)
                 goto fail;
         if (j->netd_pid > 0)
                 core_fault("netd.started");
+        step_mark(&clk, "netd");
         if ((r = setup_init(j, &j->err)) < 0)
                 goto fail;
+        step_mark(&clk, "init-setup");
+        log_debug("start '%s': %s", sb->name, clk.line);
         /* The overlay is mounted and init is ready (both took inodes of a
          * full disk); no command runs before this job returns. */
         (void)core_disk_rearm(sb->dir);

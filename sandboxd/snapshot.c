@@ -192,6 +192,7 @@ typedef struct capture_job {
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
         int cancel;       /* CORE_CANCEL_REQUESTED once request.cancel asked (capture_cancel) */
         bool keep_frozen; /* paused (sandbox.pause, pause.c): stays frozen after the copy */
+        bool precopy;     /* copied while it runs first, then frozen for what changed (capture_work) */
         bool started;     /* submitted to a worker (else waiting in `captures`) */
         sb_error *err;
         struct capture_job *next; /* in `captures` */
@@ -248,8 +249,49 @@ static cJSON *chain_with(const char *id, const cJSON *below) {
         return c;
 }
 
+/* Pre-copy (as live migration does): live passes of core_tree_sync()
+ * while the sandbox runs, the first copying everything, each later one
+ * what changed during the one before; another follows while the last one
+ * rewrote more than this (bytes, entries) and less than the one before,
+ * up to PRECOPY_LIVE_PASSES in all. Then the sandbox is frozen only for
+ * the pass that copies what changed during the last live one. */
+#define PRECOPY_LIVE_PASSES 4
+#define PRECOPY_SMALL_BYTES (8ULL << 20)
+#define PRECOPY_SMALL_ENTRIES 1024
+
+/* The live passes of a pre-copy into tmp (the sandbox runs throughout and
+ * is never frozen here). *idx gets the last pass's records. Returns the
+ * number of passes made, or a negative errno with j->err set; tmp is then
+ * partial (caller removes). */
+static int precopy_live(capture_job *j, const char *tmp, core_tree_index **idx) {
+        char point[48];
+        core_tree_sync_stats prev = {0};
+        int pass;
+        for (pass = 1; pass <= PRECOPY_LIVE_PASSES; pass++) {
+                core_tree_sync_stats st = {0};
+                core_cancel_bind(&j->cancel);
+                int r = core_tree_sync(j->upper, tmp, idx, true, &st, &j->err);
+                core_cancel_bind(NULL);
+                if (r < 0)
+                        return r;
+                log_debug("sandbox '%s': %s pre-copy pass %d: %" PRIu64 " of %" PRIu64 " entries, %" PRIu64
+                          " bytes rewritten, %" PRIu64 " removed", j->sb->name, j->op, pass, st.written,
+                          st.entries, st.bytes, st.removed);
+                snprintf(point, sizeof(point), "%s.%s", j->op, pass == 1 ? "precopy_copied" : "precopy_repeated");
+                core_fault(point);
+                bool small = st.bytes <= PRECOPY_SMALL_BYTES && st.written <= PRECOPY_SMALL_ENTRIES;
+                if (small || (pass > 1 && st.bytes >= prev.bytes && st.written >= prev.written))
+                        break;
+                prev = st;
+        }
+        return pass > PRECOPY_LIVE_PASSES ? PRECOPY_LIVE_PASSES : pass;
+}
+
 /* Worker: freeze, copy the upper into a new layer, thaw. Thawing is tried
- * whatever happened, so a failed copy never leaves the sandbox frozen. */
+ * whatever happened, so a failed copy never leaves the sandbox frozen.
+ * With j->precopy, the copy is made while the sandbox runs (precopy_live)
+ * and the frozen pass only copies what changed meanwhile; a failure or a
+ * cancel there leaves the sandbox never frozen. */
 static void capture_work(void *userdata) {
         capture_job *j = userdata;
         _cleanup_free_ char *tmp = NULL;
@@ -263,22 +305,36 @@ static void capture_work(void *userdata) {
                 return;
         }
         char point[32];
-        int r = core_cgroup_freeze(j->cg, true);
+        _cleanup_(core_tree_index_freep) core_tree_index *idx = NULL;
+        core_tree_sync_stats frozen = {0};
+        int r, passes = 0;
+        if (j->precopy && (r = passes = precopy_live(j, tmp, &idx)) < 0) {
+                core_rm_rf(tmp);
+                return;
+        }
+        r = core_cgroup_freeze(j->cg, true);
         if (r < 0 && r != -ENOTSUP) {
                 sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));
                 core_cgroup_freeze(j->cg, false);
+                if (j->precopy)
+                        core_rm_rf(tmp);
                 return;
         }
         snprintf(point, sizeof(point), "%s.frozen", j->op);
         core_fault(point);
         core_cancel_bind(&j->cancel);
-        r = core_tree_copy(j->upper, tmp, &j->err);
+        r = j->precopy ? core_tree_sync(j->upper, tmp, &idx, false, &frozen, &j->err)
+                       : core_tree_copy(j->upper, tmp, &j->err);
         core_cancel_bind(NULL);
         snprintf(point, sizeof(point), "%s.copied", j->op);
         core_fault(point);
         int t = j->keep_frozen ? 0 : core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
                 log_warning_errno(t, "sandbox '%s': thaw after copy: %m", j->sb->name);
+        if (j->precopy && r >= 0)
+                log_info("sandbox '%s': %s pre-copied in %d live pass%s; while frozen %" PRIu64 " of %" PRIu64
+                         " entries rewritten (%" PRIu64 " bytes), %" PRIu64 " removed", j->sb->name, j->op, passes,
+                         passes == 1 ? "" : "es", frozen.written, frozen.entries, frozen.bytes, frozen.removed);
         if (r >= 0 && rename(tmp, j->dest) < 0)
                 r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "rename %s: %m", tmp);
         if (r < 0)
@@ -467,6 +523,10 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
         j->dest = TAKE_PTR(dest);
         j->cg = sb->sess ? sb->sess->cg : NULL;
         j->keep_frozen = sb->sess && sb->sess->paused;
+        /* Pre-copy is sound on the sandbox's own ext4 image only (see
+         * core_tree_sync): elsewhere, and when paused or stopped (nothing
+         * runs), one copy while frozen. */
+        j->precopy = sb->sess && j->cg && !j->keep_frozen && core_disk_present(sb->dir);
         bool busy = false;
         for (capture_job *q = captures; q && !busy; q = q->next)
                 busy = q->sb == sb;

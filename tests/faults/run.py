@@ -158,8 +158,9 @@ def pool_config(label):
     return {"warmPool": {"size": 1, "policy": "custom" if "[allowlist]" in label else "allow-all"}}
 
 
-def s_running(extra=None):
-    """A running sandbox to operate on (ctx["target"])."""
+def s_running(extra=None, big=False):
+    """A running sandbox to operate on (ctx["target"]). big: with 16 MiB
+    in its upper, so that a pre-copy makes a second live pass."""
     def setup(w, d):
         t = w.name("tgt")
         p = {"name": t, "networkPolicy": ALLOWLIST}
@@ -167,6 +168,9 @@ def s_running(extra=None):
         res(d, "sandbox.create", p)
         res(d, "fs.write", {"sandbox": t, "files": [{"path": "data", "content": base64.b64encode(b"x" * 100000).decode()}]})
         used(d, t)
+        if big:
+            r = res(d, "command.run", {"sandbox": t, "cmd": "sh", "args": ["-c", "head -c 16M /dev/zero > /var/tmp/big"]}, 60)
+            expect(r.get("exitCode") == 0, "setup command in %s: %r" % (t, r))
         return {"target": t}
     return setup
 
@@ -287,6 +291,12 @@ SCENARIOS = {
     # A stopped sandbox on its own disk image is copied (its upper cannot
     # be renamed onto the state filesystem): the copy's fault points apply.
     "fork.copied[stopped]": (s_stopped, send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    # Pre-copy of a running sandbox (sandboxd/snapshot.c): killed after
+    # the first live pass and after a later one, the source never frozen.
+    "fork.precopy_copied": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "fork.precopy_repeated": (s_running(big=True), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "snapshot.precopy_copied": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
+    "snapshot.precopy_repeated": (s_running(big=True), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
     "snapshot.frozen": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
     "snapshot.copied": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
     "snapshot.recorded": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
@@ -364,7 +374,7 @@ SCENARIOS = {
 # make check: every operation once, in well under 3 minutes.
 SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapshot]", "create.session_started",
           "create.recorded", "netd.started", "resume.session_started", "fork.frozen", "fork.copied[stopped]",
-          "snapshot.copied", "snapshot.copied[stopped]", "export.writing", "import.extracted", "update.ports_applied",
+          "snapshot.copied", "snapshot.copied[stopped]", "snapshot.precopy_copied", "fork.precopy_repeated", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
           "update.veth_created[deny-all to allowlist]",
           "delete.torn_down", "delete.answered", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
@@ -614,7 +624,7 @@ def check_clean(w, d, problems):
         run_left = []
     if run_left:
         problems.append("run directories left: %s" % run_left[:5])
-    for sub in ("runtimes", "snapshots", "layers"):
+    for sub in ("runtimes", "snapshots", "layers", "disk-templates"):
         tmp = [e for e in state_entries(d, sub) if ".tmp" in e]
         if tmp:
             problems.append("temporary files left in %s: %s" % (sub, tmp))

@@ -395,3 +395,23 @@ def test_out_of_range_values_give_the_valid_range(world):
         expect(code == 2 and err.count("\n") == 1 and want in err, "%r gives the range:" % (args,), code, repr(err))
     code, _o, _e = world.ctl("get", name)
     expect_eq(code, 4, "no sandbox was created by the refused creates")
+
+
+def test_sandboxctl_starts_without_openssl_and_loads_it_for_tls(world):
+    """A local `sandboxctl exec` does not load libssl or libcrypto (their
+    loading and relocation were a third of its run time): OpenSSL is loaded
+    on the first call of `certs init` or of `--host` TLS, which still work
+    (test_remote.py drives --host against a real TLS listener)."""
+    import world as W
+    out = subprocess.run(["readelf", "-d", W.SANDBOXCTL], capture_output=True, text=True, check=True).stdout
+    needed = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+    expect(needed and not [n for n in needed if "libssl" in n or "libcrypto" in n],
+           "sandboxctl's start-up libraries: %s" % needed)
+    with sandbox(world, "nossl", "--deny-all") as name:
+        code, out, err = world.ctl("exec", name, "--", "echo", "ok")
+        expect_eq((code, out), (0, "ok\n"), "sandboxctl exec without OpenSSL loaded (%s)" % err.strip())
+    with tempfile.TemporaryDirectory() as d:
+        code, out, err = world.ctl("certs", "init", d)
+        expect_eq(code, 0, "certs init loads OpenSSL on first use (%s)" % err.strip())
+        for f in ("ca.pem", "server.pem", "server-key.pem", "client.pem"):
+            expect(os.path.exists(os.path.join(d, f)), "certs init wrote", f, os.listdir(d))

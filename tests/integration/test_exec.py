@@ -196,3 +196,35 @@ def test_command_timeout_kills_with_137(world):
                                             "timeoutMs": 500}, timeout=30)
         expect_eq(fin.get("exitCode"), 137, "exitCode after timeoutMs")
         expect(time.monotonic() - t < 20, "timeoutMs did not stop the command in time")
+
+
+def test_finished_commands_are_forgotten_oldest_first_past_the_bound(world):
+    """sandboxd keeps the last 4096 finished commands (and at most a batch of
+    64 more until it prunes): past that, the oldest answer not_found to
+    command.get, the newest are still there with their exit codes, and a
+    command still running is never the one forgotten."""
+    with sandbox(world, "bound", "--deny-all") as name:
+        with world.daemon.connect() as c:
+            first = c.result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", "exit 3"]})["cmdId"]
+            running = c.result("command.run", {"sandbox": name, "cmd": "sleep", "args": ["600"],
+                                               "detached": True})["cmdId"]
+            ids = []
+            for i in range(0, 4096 + 64 + 2, 16):
+                rids = [c.start("command.run", {"sandbox": name, "cmd": "true"}) for _ in range(16)]
+                for rid in rids:
+                    m = c.wait(rid, 60)
+                    expect("result" in m, "command.run:", m)
+                    ids.append(m["result"]["cmdId"])
+                c.notes.clear()
+            m = c.call("command.get", {"cmdId": first})
+            expect_eq(m.get("error", {}).get("data", {}).get("reason"), "not_found",
+                      "the oldest finished command past the bound: %s" % m)
+            m = c.call("command.get", {"cmdId": ids[0]})
+            expect_eq(m.get("error", {}).get("data", {}).get("reason"), "not_found",
+                      "the second oldest past the bound: %s" % m)
+            for cmd_id in (ids[-4000], ids[-1]):
+                got = c.result("command.get", {"cmdId": cmd_id})
+                expect_eq(got["exitCode"], 0, "a command within the bound: %s" % got)
+            got = c.result("command.get", {"cmdId": running})
+            expect_eq(got["exitCode"], None, "the running command is kept: %s" % got)
+            c.result("command.kill", {"cmdId": running})

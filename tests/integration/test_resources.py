@@ -307,3 +307,37 @@ def test_sessions_nest_in_the_daemons_delegated_v2_subtree_beside_its_leaf(world
                       "(it is bound to v1; the v1 limit is checked instead)" % (knob, ctl))
         expect_eq(_limits(world, name), (4 * GIB, 200000, 4096), "limits the session runs under")
     leaks.check(world, name)
+
+
+def test_sandbox_init_of_concurrent_creates_is_born_in_each_its_own_session_cgroups(world):
+    """sandbox-init starts in its own session's cgroup in every hierarchy,
+    v1 ones included (the spawning thread steps into them for the clone),
+    also when several creates run at once: each session's cgroups hold its
+    own sandbox-init and no other's."""
+    d = world.daemon
+    names = [world.name("born%d" % i) for i in range(4)]
+    conns = [d.connect(120) for _ in names]
+    try:
+        ids = [c.start("sandbox.create", {"name": n, "networkPolicy": "deny-all"}) for c, n in zip(conns, names)]
+        for c, rid, n in zip(conns, ids, names):
+            m = c.wait(rid, 120)
+            expect("error" not in m, "create %s:" % n, m.get("error"))
+        inits = {}
+        for n in names:
+            r = world.rpc_result("sandbox.get", {"name": n})
+            inits[n] = r.get("initPid") or (r.get("session") or {}).get("initPid")
+            expect(inits[n], "sandbox.get of %s names no initPid:" % n, r)
+        for n in names:
+            dirs = _session_dirs(world, n)
+            expect(dirs, "session cgroups of %s" % n)
+            for sess in dirs:
+                with open(os.path.join(sess, "cgroup.procs")) as f:
+                    procs = [int(x) for x in f.read().split()]
+                expect(inits[n] in procs, "sandbox-init %d of %s not in %s:" % (inits[n], n, sess), procs)
+                others = [p for p in procs if p in inits.values() and p != inits[n]]
+                expect_eq(others, [], "another session's sandbox-init in %s" % sess)
+    finally:
+        for c in conns:
+            c.close()
+        for n in names:
+            world.rpc("sandbox.delete", {"name": n})

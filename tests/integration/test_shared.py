@@ -309,3 +309,92 @@ def test_a_restarted_daemon_mounts_a_live_sandboxs_disk_through_the_same_loop_de
     finally:
         world.ctl("rm", name)
     W.World.wait_until(lambda: not _loops_backed_by(sbdir), 30, "the loop device of %s detached" % name)
+
+
+def _superblock(d, image):
+    """`dumpe2fs -h` of an image as the daemon sees it: (exit code, {field: value})."""
+    p = __import__("subprocess").run(["nsenter", "-t", str(d.pid), "-m", "--", "dumpe2fs", "-h", image],
+                                     capture_output=True, text=True, timeout=30)
+    fields = {}
+    for line in p.stdout.splitlines():
+        k, sep, v = line.partition(":")
+        if sep:
+            fields[k.strip()] = v.strip()
+    return p.returncode, fields, p.stderr
+
+
+def test_sandbox_disks_are_copies_of_one_template_each_with_its_own_uuid(world):
+    """Images are formatted once per size (disk-templates/) and copied: each
+    sandbox's superblock is intact (checksum right) with a UUID and
+    directory hash seed of its own, and holds its own files."""
+    d = world.daemon
+    names = [world.name("dtpl%d" % i) for i in range(3)]
+    tdir = os.path.join(d.state_dir, "disk-templates")
+    with d.connect(300) as c:
+        try:
+            for n in names:
+                c.result("sandbox.create", {"name": n, "networkPolicy": "deny-all", "resources": {"diskMiB": 48}})
+                code, out, err = _run(c, n, "echo %s > /workspace/own && sync && cat /workspace/own" % n)
+                expect_eq((code, out.strip()), (0, n), "a file in %s (%s)" % (n, err[-200:]))
+            templates = [f for f in os.listdir(tdir) if f.startswith("ext4-") and "-%d-" % (48 << 20) in f]
+            expect_eq(len(templates), 1, "templates of a 48 MiB disk in %s: %s" % (tdir, os.listdir(tdir)))
+            seen = {}
+            code, tpl, err = _superblock(d, os.path.join(tdir, templates[0]))
+            expect_eq(code, 0, "dumpe2fs of the template: %s" % err[-300:])
+            seen[tpl["Filesystem UUID"]] = "the template"
+            hashes = {tpl["Directory Hash Seed"]}
+            for n in names:
+                code, sb, err = _superblock(d, os.path.join(d.state_dir, "sandboxes", n, "disk.img"))
+                expect_eq(code, 0, "dumpe2fs of %s's disk (a superblock checksum error?): %s" % (n, err[-300:]))
+                expect(sb["Filesystem UUID"] not in seen, "%s's UUID %s is also %s's" %
+                       (n, sb["Filesystem UUID"], seen.get(sb["Filesystem UUID"])))
+                seen[sb["Filesystem UUID"]] = n
+                expect(sb["Directory Hash Seed"] not in hashes, "%s shares a directory hash seed" % n)
+                hashes.add(sb["Directory Hash Seed"])
+                expect_eq(int(sb["Block count"]) * int(sb["Block size"]), 48 << 20, "size of %s's disk" % n)
+        finally:
+            for n in names:
+                c.call("sandbox.delete", {"name": n})
+
+
+def test_a_damaged_or_half_made_template_is_replaced_at_the_next_create(world):
+    """What an interrupted format left (.tmp-*) goes at start; a template
+    whose superblock is not intact is made again, and the sandbox made from
+    it has a working disk of the size asked for."""
+    d = world.daemon
+    tdir = os.path.join(d.state_dir, "disk-templates")
+    first, second = world.name("dtplx"), world.name("dtply")
+    with d.connect(300) as c:
+        try:
+            c.result("sandbox.create", {"name": first, "networkPolicy": "deny-all", "resources": {"diskMiB": 40}})
+            c.call("sandbox.delete", {"name": first})
+            tpl = [f for f in os.listdir(tdir) if f.startswith("ext4-") and "-%d-" % (40 << 20) in f]
+            expect_eq(len(tpl), 1, "the 40 MiB template in %s" % os.listdir(tdir))
+            path = os.path.join(tdir, tpl[0])
+            # One flipped byte of the superblock's UUID: its checksum no longer matches.
+            with open(path, "r+b") as f:
+                f.seek(1024 + 0x68)
+                b = f.read(1)
+                f.seek(1024 + 0x68)
+                f.write(bytes([b[0] ^ 0xFF]))
+            with open(os.path.join(tdir, ".tmp-ext4-v1-1-1.img"), "wb") as f:
+                f.write(b"half made")
+        except Exception:
+            c.call("sandbox.delete", {"name": first})
+            raise
+    d.stop()
+    d.start()
+    expect(not any(f.startswith(".tmp-") for f in os.listdir(tdir)), "leftovers in %s after a restart: %s"
+           % (tdir, os.listdir(tdir)))
+    with d.connect(300) as c:
+        try:
+            c.result("sandbox.create", {"name": second, "networkPolicy": "deny-all", "resources": {"diskMiB": 40}})
+            code, out, err = _run(c, second, "head -c 8M /dev/zero > /workspace/x && sync && wc -c < /workspace/x && "
+                                             "df -k /workspace | tail -1")
+            expect_eq((code, out.split()[0]), (0, str(8 << 20)), "8 MiB written on the new disk (%s)" % err[-200:])
+            total_kib = int(out.split()[2])
+            expect(30 << 10 < total_kib <= 40 << 10, "size of the new disk, KiB:", total_kib)
+            code, sb, err = _superblock(d, path)
+            expect_eq(code, 0, "dumpe2fs of the remade template: %s" % err[-300:])
+        finally:
+            c.call("sandbox.delete", {"name": second})

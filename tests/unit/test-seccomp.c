@@ -72,6 +72,11 @@ static int ordinary_work(void) {
                 return 4;
         if (personality(0xffffffff) < 0 || personality(PER_LINUX) < 0)
                 return 5;
+        /* The kernel reads the persona as an int: garbage in the upper
+         * half of the register leaves a query a query. */
+        if (syscall(SYS_personality, 0xabcd00000000ul | 0xffffffffu) < 0 ||
+            syscall(SYS_personality, 0xabcd00000000ul) < 0)
+                return 8;
         if (unshare(CLONE_FILES) < 0) /* no namespace flag: allowed */
                 return 6;
         int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -105,7 +110,10 @@ static int denied_calls(void) {
                 return 32;
         if (ERR_OF(personality(PER_LINUX32)) != EPERM || ERR_OF(personality(ADDR_NO_RANDOMIZE)) != EPERM ||
             ERR_OF(personality(READ_IMPLIES_EXEC)) != EPERM || ERR_OF(personality(0xfffffffe)) != EPERM ||
-            ERR_OF(personality(0x7fffffff)) != EPERM)
+            ERR_OF(personality(0x7fffffff)) != EPERM || ERR_OF(personality(0x80000000)) != EPERM ||
+            ERR_OF(personality(1)) != EPERM ||
+            ERR_OF(syscall(SYS_personality, 0xabcd00000000ul | PER_LINUX32)) != EPERM ||
+            ERR_OF(syscall(SYS_personality, 0xffffffff00000000ul | ADDR_NO_RANDOMIZE)) != EPERM)
                 return 33;
         if (ERR_OF(syscall(SYS_ioctl, 0, (unsigned long)TIOCSTI, "x")) != EPERM ||
             ERR_OF(syscall(SYS_ioctl, 0, 0x100000000ul | TIOCSTI, "x")) != EPERM ||
@@ -280,6 +288,17 @@ static void test_rule_table_names_exist_on_this_arch(void **state) {
         assert_true(core_seccomp_size(f) < 4096);
 }
 
+/* The kernel converts and JIT-compiles the filter in every command's
+ * child (seccomp_prepare_filter), at a cost per instruction: the
+ * personality rule, once 62 libseccomp rules and 182 instructions, is a
+ * nine-instruction block in front, and the whole filter stays small. */
+static void test_filter_stays_compact(void **state) {
+        _cleanup_(core_seccomp_freep) core_seccomp *f = NULL;
+        assert_int_equal(core_seccomp_new(&f, NULL), 0);
+        if (core_seccomp_size(f) > 256)
+                fail_msg("the filter has %zu instructions", core_seccomp_size(f));
+}
+
 static void test_filter_from_bpf_copies_whole_programs_only(void **state) {
         const core_seccomp *def = NULL;
         assert_int_equal(core_seccomp_default(&def, NULL), 0);
@@ -381,6 +400,7 @@ int main(void) {
                 cmocka_unit_test(test_filter_refuses_design_list_with_eperm),
                 cmocka_unit_test(test_non_native_abis_kill_the_process),
                 cmocka_unit_test(test_rule_table_names_exist_on_this_arch),
+                cmocka_unit_test(test_filter_stays_compact),
                 cmocka_unit_test(test_socket_families_outside_the_table_get_eafnosupport),
                 cmocka_unit_test(test_x32_socket_kills_the_process),
                 cmocka_unit_test(test_filter_from_bpf_copies_whole_programs_only),

@@ -1,0 +1,330 @@
+"""Pre-copy of a running sandbox's files (sandbox.snapshot, sandbox.fork):
+copied while it runs, then frozen only to copy what changed meanwhile. The
+result must be exactly what a copy made while frozen gives, whatever the
+sandbox did during the copy."""
+import json
+import os
+import subprocess
+import tempfile
+
+import leaks
+from common import delete, expect, expect_eq, poll, sh, sh_ok
+
+# Runs inside the sandbox (python3 of the runtime). `mutate ROOT LOG READY`
+# builds a tree under ROOT and then changes it without pause, one change
+# per step (a single system call, or a store into a shared mapping), and
+# after each step appends one byte to LOG. `check ROOT LOG` (in a copy)
+# replays the first k steps and the first k+1 (k = size of LOG: the step
+# after the last logged one may have been made before the freeze) into
+# fresh trees and prints whether ROOT equals one of them: content, modes,
+# owners, user xattrs, hard links, symlinks, removed and renamed entries,
+# times set with utimensat.
+MUTATOR = r'''
+import ctypes, hashlib, json, mmap, os, random, sys
+SEED = 1616
+DIRS = ["", "d0", "d1", "d0/d1"]
+NAMES = ["f0", "f1", "f2", "f3", "d0", "d1", "l0"]
+POOL = [(d + "/" if d else "") + n for d in DIRS for n in NAMES]
+# Readable by all and directories searchable by all: root in a sandbox
+# may lack CAP_DAC_OVERRIDE, and the check must read everything.
+MODES = [0o644, 0o604, 0o755, 0o666, 0o2755]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+
+def setup(root):
+    rng = random.Random(SEED)
+    os.mkdir(root)
+    for d in ("d0", "d1"):
+        os.mkdir(os.path.join(root, d))
+    for f in ("f0", "d0/f1", "d1/f2"):
+        with open(os.path.join(root, f), "wb") as o:
+            o.write(rng.randbytes(1 << 20))
+    fd = os.open(os.path.join(root, "mm"), os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, 1 << 18)
+    m = mmap.mmap(fd, 1 << 18)
+    os.close(fd)
+    return rng, m
+
+def step(rng, root, m):
+    k = rng.randrange(17)
+    p = os.path.join(root, rng.choice(POOL))
+    q = os.path.join(root, rng.choice(POOL))
+    off = rng.randrange(1 << 18)
+    n = rng.randrange(1, 4096)
+    data = rng.randbytes(n)
+    mode = rng.choice(MODES)
+    uid = rng.choice([0, 1000, 1001])
+    v = rng.randbytes(8)
+    try:
+        if k in (0, 1, 2, 3):
+            fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                if k < 2:
+                    os.pwrite(fd, data, off)
+                elif k == 2:
+                    os.ftruncate(fd, off * 2)
+                else:
+                    libc.fallocate(fd, 3, off, n * 16)  # PUNCH_HOLE | KEEP_SIZE
+            finally:
+                os.close(fd)
+        elif k == 4:
+            os.rename(p, q)
+        elif k == 5:
+            os.link(p, q, follow_symlinks=False)
+        elif k == 6:
+            os.unlink(p)
+        elif k == 7:
+            os.mkdir(p, 0o755)
+        elif k == 8:
+            os.rmdir(p)
+        elif k == 9:
+            if not os.path.islink(p):
+                os.chmod(p, mode | 0o755 if os.path.isdir(p) else mode)
+        elif k == 10:
+            os.setxattr(p, "user.k%d" % (n % 2), v, follow_symlinks=False)
+        elif k == 11:
+            os.removexattr(p, "user.k%d" % (n % 2), follow_symlinks=False)
+        elif k == 12:
+            os.chown(p, uid, uid, follow_symlinks=False)
+        elif k == 13:
+            os.utime(p, ns=(5 * 10**9, n * 10**9), follow_symlinks=False)  # mtime set back
+        elif k == 14:
+            os.symlink("f%d" % (n % 4), p)
+        elif k == 15:
+            os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode))
+        else:
+            o = off & ~7
+            m[o:o + 8] = v
+    except OSError:
+        pass
+
+def manifest(root):
+    out, inodes = {}, {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files + ([""] if dirpath == root else []):
+            p = os.path.join(dirpath, name) if name else dirpath
+            rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            e = {"mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid,
+                 "mtime": st.st_mtime_ns if st.st_mtime_ns < 10**17 else "recent",
+                 "xattrs": sorted((x, os.getxattr(p, x, follow_symlinks=False).hex())
+                                  for x in os.listxattr(p, follow_symlinks=False) if x.startswith("user."))}
+            if os.path.islink(p):
+                e["target"] = os.readlink(p)
+            elif not os.path.isdir(p):
+                with open(p, "rb") as f:
+                    e["sha256"] = hashlib.sha256(f.read()).hexdigest()
+                e["size"] = st.st_size
+                e["nlink"] = st.st_nlink
+                inodes.setdefault(st.st_ino, []).append(rel)
+            out[rel] = e
+    for group in inodes.values():
+        for rel in group:
+            out[rel]["links"] = sorted(group)
+    return out
+
+def run(root, steps, log=None, ready=None):
+    rng, m = setup(root)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log else -1
+    if ready:
+        open(ready, "w").close()
+    i = 0
+    while steps is None or i < steps:
+        step(rng, root, m)
+        if fd >= 0:
+            os.write(fd, b".")
+        i += 1
+
+if sys.argv[1] == "mutate":
+    run(sys.argv[2], None, sys.argv[3], sys.argv[4])
+else:
+    root, k = sys.argv[2], os.path.getsize(sys.argv[3])
+    got = manifest(root)
+    res = {"steps": k}
+    for extra in (0, 1):
+        r = "/var/tmp/replay-%d" % extra
+        run(r, k + extra)
+        want = manifest(r)
+        if want == got:
+            res["match"] = k + extra
+            break
+        res["diff%d" % extra] = {
+            x: {f: [(got.get(x) or {}).get(f), (want.get(x) or {}).get(f)]
+                for f in set(got.get(x) or {}) | set(want.get(x) or {})
+                if (got.get(x) or {}).get(f) != (want.get(x) or {}).get(f)}
+            for x in sorted(set(got) | set(want)) if got.get(x) != want.get(x)}
+    print(json.dumps(res))
+'''
+
+ROOT = "/var/tmp/m"
+LOG = "/var/tmp/m.log"
+
+
+def _check(world, name, what):
+    code, out, err = sh(world, name, "python3 /var/tmp/mutator.py check %s %s" % (ROOT, LOG), timeout=300)
+    expect_eq(code, 0, "the check in %s (%s)" % (what, err.strip()[-2000:]))
+    res = json.loads(out)
+    expect("match" in res, "%s: the copy is the source's tree after step %d or %d"
+           % (what, res["steps"], res["steps"] + 1), json.dumps(res)[:4000])
+    return res["steps"]
+
+
+def test_precopy_while_the_sandbox_writes_hard_equals_a_frozen_copy(world):
+    _precopy_exact(world, False)
+
+
+def test_precopy_of_a_userns_sandbox_writing_hard_equals_a_frozen_copy(world):
+    _precopy_exact(world, True)
+
+
+def _precopy_exact(world, userns):
+    src = world.name("pcsrc")
+    r = world.rpc("sandbox.create", {"name": src, "networkPolicy": "deny-all", "userns": userns}, 120)
+    if "error" in r and userns and r["error"].get("data", {}).get("reason") == "unavailable":
+        print("SKIP: no user namespace range on this host (%s)" % r["error"].get("message"))
+        return
+    expect("result" in r, "create (userns %s):" % userns, r.get("error"))
+    fork = world.name("pcfork")
+    restored = world.name("pcrest")
+    snap = None
+    try:
+        code, _o, err = sh(world, src, "cat > /var/tmp/mutator.py", "-i", input=MUTATOR)
+        expect_eq(code, 0, "the mutator copied in (%s)" % err)
+        # Enough data that the first pass takes a while, with the mutator
+        # changing the tree all along.
+        sh_ok(world, src, "head -c 256M /dev/urandom > /var/tmp/ballast")
+        world.ctl("exec", "--detach", src, "--", "python3", "/var/tmp/mutator.py", "mutate", ROOT, LOG,
+                  "/var/tmp/m.ready", check=True)
+        poll(lambda: sh(world, src, "test -e /var/tmp/m.ready")[0] == 0, 30, "the mutator to start")
+        snap = world.rpc_result("sandbox.snapshot", {"name": src}, 120)["id"]
+        world.rpc_result("sandbox.fork", {"sourceSandbox": src, "name": fork}, 120)
+        log = open(world.daemon.log_path, errors="replace").read()
+        expect(log.count("'%s': snapshot pre-copied" % src) == 1 and log.count("'%s': fork pre-copied" % src) == 1,
+               "both captures were pre-copied", world.daemon.log_tail())
+        world.rpc_result("sandbox.create", {"name": restored, "networkPolicy": "deny-all", "userns": userns,
+                                             "source": {"type": "snapshot", "snapshotId": snap}}, 120)
+        at_snapshot = _check(world, restored, "the sandbox created from the snapshot")
+        at_fork = _check(world, fork, "the fork")
+        expect(at_fork > at_snapshot > 0, "the mutator ran during the captures (%d, %d steps)"
+               % (at_snapshot, at_fork))
+        # The source ran on: it still counts steps.
+        size = lambda: int(sh(world, src, "stat -c %%s %s" % LOG)[1] or 0)
+        now = size()
+        poll(lambda: size() > now, 10, "the source's mutator to keep running")
+    finally:
+        delete(world, restored)
+        delete(world, fork)
+        delete(world, src)
+        if snap:
+            world.rpc_result("snapshot.delete", {"id": snap})
+    for n in (src, fork, restored):
+        leaks.check(world, n)
+
+
+CANCELLED = -32800
+
+
+def _frozen(d, name):
+    """Whether the session's cgroup says frozen (cgroup.freeze, else the v1
+    freezer.state)."""
+    for c in d.rpc_result("sandbox.get", {"name": name})["session"]["cgroups"]:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            p = os.path.join(c, f)
+            if os.path.exists(p):
+                with open(p) as fh:
+                    return fh.read().strip() == yes
+    return False
+
+
+def _temps(d):
+    layers = os.path.join(d.state_dir, "layers")
+    return [x for x in os.listdir(layers) if x.endswith(".tmp")] if os.path.isdir(layers) else []
+
+
+def _no_capture_left(d, name, before_snaps, what):
+    after = [s["id"] for s in d.rpc_result("snapshot.list", {})["snapshots"]]
+    expect_eq(after, before_snaps, "snapshot.list after %s" % what)
+    poll(lambda: not _temps(d), 10, "no partial copy left after %s" % what)
+    expect(not _frozen(d, name), "the source is not frozen after %s" % what)
+    with open(d.log_path, errors="replace") as f:
+        expect("'%s': snapshot pre-copied" % name not in f.read(),
+               "the source was never frozen for the copy (%s)" % what)
+
+
+def test_cancel_during_the_live_copy_never_freezes_the_source(world):
+    d = world.daemon
+    name = world.name("pccancel")
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    try:
+        # Long enough a first pass to cancel it while it runs.
+        sh_ok(world, name, "head -c 512M /dev/zero > /var/tmp/ballast && sync")
+        before = [s["id"] for s in d.rpc_result("snapshot.list", {})["snapshots"]]
+        with d.connect(timeout=60) as conn:
+            rid = conn.start("sandbox.snapshot", {"name": name})
+            poll(lambda: _temps(d), 30, "the live copy to begin", interval=0.005)
+            expect(not _frozen(d, name), "the source runs during the live copy")
+            cid = conn.start("request.cancel", {"id": rid})
+            expect_eq(conn.wait(cid, 30).get("result"), {"cancelled": True}, "request.cancel's answer")
+            msg = conn.wait(rid, 60)
+        err = msg.get("error") or {}
+        expect_eq((err.get("code"), err.get("data", {}).get("reason")), (CANCELLED, "cancelled"),
+                  "the cancelled snapshot's error (%s)" % json.dumps(msg)[:300])
+        _no_capture_left(d, name, before, "the cancel")
+        expect_eq(sh(world, name, "stat -c %s /var/tmp/ballast")[1], "%d\n" % (512 << 20),
+                  "the source's files after the cancel")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_full_state_filesystem_during_the_live_copy_fails_cleanly(world):
+    world.stop_sandboxd()  # one daemon per network namespace
+    try:
+        _full_during_copy(world)
+    finally:
+        world.start_sandboxd()
+
+
+def _full_during_copy(world):
+    fs = tempfile.mkdtemp(prefix="statefs-", dir=world.tmp)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0755", "tmpfs", fs], check=True)
+    filler = os.path.join(fs, "filler")
+    d = world.add_sandboxd(tag="pcfull", state_dir=os.path.join(fs, "state"))
+    name = world.name("pcfull")
+    try:
+        d.start()
+        d.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all",
+                                        "resources": {"diskMiB": 64}}, 120)
+        code, out, err = d.ctl("exec", name, "--", "sh", "-c",
+                               "head -c 24M /dev/urandom > /var/tmp/data && sync && sha256sum /var/tmp/data")
+        expect_eq(code, 0, "the data written (%s)" % err)
+        # The image's blocks all allocated, so the sandbox's own writes
+        # never meet the full filesystem; then room for a third of the copy.
+        img = os.path.join(d.state_dir, "sandboxes", name, "disk.img")
+        subprocess.run(["fallocate", "-l", str(os.path.getsize(img)), img], check=True)
+        with open(filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+            f.truncate(max(0, f.tell() - (8 << 20)))
+        before = [s["id"] for s in d.rpc_result("snapshot.list", {})["snapshots"]]
+        e = d.rpc("sandbox.snapshot", {"name": name}, 120).get("error")
+        expect(e is not None and "No space left" in e.get("message", ""),
+               "the snapshot on a full state filesystem fails naming it:", e)
+        _no_capture_left(d, name, before, "the failed snapshot")
+        code, out2, err = d.ctl("exec", name, "--", "sha256sum", "/var/tmp/data")
+        expect_eq((code, out2), (0, out.splitlines()[-1] + "\n"), "the source's data after the failure (%s)" % err)
+        # With room again, the snapshot is taken.
+        os.unlink(filler)
+        snap = d.rpc_result("sandbox.snapshot", {"name": name}, 120)
+        d.rpc_result("snapshot.delete", {"id": snap["id"]})
+    finally:
+        if os.path.exists(filler):
+            os.unlink(filler)
+        if d.alive():
+            d.rpc("sandbox.delete", {"name": name}, 60)
+        world.stop_sandboxd(d)
+        subprocess.run(["umount", "-l", fs], capture_output=True)
+        os.rmdir(fs)

@@ -1,0 +1,238 @@
+/* Unit tests for the incremental copy of libcore/copy.c (core_tree_sync):
+ * a later pass rewrites what changed and only that, and leaves the copy
+ * what a fresh copy of the source would be (hard links, removals, renames,
+ * types, xattrs, data under an mtime set back). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <time.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include "libcore/copy.h"
+#include "libcore/error.h"
+#include "libcore/util.h"
+
+typedef struct tree {
+        char dir[32];
+        char src[64], dst[64];
+        core_tree_index *idx;
+} tree;
+
+static void tree_init(tree *t) {
+        snprintf(t->dir, sizeof(t->dir), "/tmp/test-copy-XXXXXX");
+        assert_non_null(mkdtemp(t->dir));
+        snprintf(t->src, sizeof(t->src), "%s/src", t->dir);
+        snprintf(t->dst, sizeof(t->dst), "%s/dst", t->dir);
+        assert_int_equal(mkdir(t->src, 0755), 0);
+        t->idx = NULL;
+}
+
+static void tree_done(tree *t) {
+        core_tree_index_free(t->idx);
+        assert_int_equal(core_rm_rf(t->dir), 0);
+}
+
+static core_tree_sync_stats pass(tree *t) {
+        core_tree_sync_stats st = {0};
+        _cleanup_error_ sb_error *err = NULL;
+        int r = core_tree_sync(t->src, t->dst, &t->idx, false, &st, &err);
+        if (r < 0)
+                fail_msg("core_tree_sync: %s", err ? err->message : "?");
+        return st;
+}
+
+/* Waits until the clock pass starts are taken from (CLOCK_REALTIME_COARSE)
+ * is past every timestamp set so far: an entry changed in the clock tick a
+ * pass starts in is copied again by the next pass, whether it changed or
+ * not ("racily clean"). Polls, with a deadline. */
+static void settle(void) {
+        struct timespec fine, coarse;
+        clock_gettime(CLOCK_REALTIME, &fine);
+        for (int i = 0; i < 2000000; i++) {
+                clock_gettime(CLOCK_REALTIME_COARSE, &coarse);
+                if (coarse.tv_sec > fine.tv_sec || (coarse.tv_sec == fine.tv_sec && coarse.tv_nsec > fine.tv_nsec))
+                        return;
+                sched_yield();
+        }
+        fail_msg("CLOCK_REALTIME_COARSE did not advance");
+}
+
+static void put(const tree *t, const char *rel, const char *data) {
+        char p[256];
+        snprintf(p, sizeof(p), "%s/%s", t->src, rel);
+        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, data, strlen(data)), (ssize_t)strlen(data));
+        close(fd);
+}
+
+static void sh(const tree *t, const char *fmt, const char *a, const char *b) {
+        char p[256], q[256];
+        snprintf(p, sizeof(p), "%s/%s", t->src, a);
+        snprintf(q, sizeof(q), "%s/%s", t->src, b ? b : "");
+        if (streq(fmt, "rename"))
+                assert_int_equal(rename(p, q), 0);
+        else if (streq(fmt, "link"))
+                assert_int_equal(link(p, q), 0);
+        else if (streq(fmt, "mkdir"))
+                assert_int_equal(mkdir(p, 0755), 0);
+        else if (streq(fmt, "unlink"))
+                assert_int_equal(unlink(p), 0);
+        else if (streq(fmt, "rm"))
+                assert_int_equal(core_rm_rf(p), 0);
+        else if (streq(fmt, "symlink"))
+                assert_int_equal(symlink(b, p), 0);
+        else
+                fail_msg("unknown step %s", fmt);
+}
+
+static struct stat dstat(const tree *t, const char *rel) {
+        char p[256];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", t->dst, rel);
+        if (lstat(p, &st) < 0)
+                fail_msg("lstat %s: %m", p);
+        return st;
+}
+
+static bool dexists(const tree *t, const char *rel) {
+        char p[256];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", t->dst, rel);
+        return lstat(p, &st) == 0;
+}
+
+static void dcontent(const tree *t, const char *rel, const char *want) {
+        char p[256];
+        snprintf(p, sizeof(p), "%s/%s", t->dst, rel);
+        _cleanup_free_ char *got = NULL;
+        assert_int_equal(core_read_file(p, 1 << 20, &got, NULL), 0);
+        assert_string_equal(got, want);
+}
+
+static void test_second_pass_rewrites_only_what_changed(void **state) {
+        tree t;
+        tree_init(&t);
+        sh(&t, "mkdir", "d", NULL);
+        put(&t, "a", "alpha");
+        put(&t, "d/b", "beta");
+        settle();
+        core_tree_sync_stats st = pass(&t);
+        assert_int_equal(st.written, 4); /* the top, a, d, d/b */
+        st = pass(&t);
+        assert_int_equal(st.written, 0);
+        assert_int_equal(st.bytes, 0);
+        put(&t, "d/b", "beta 2");
+        settle();
+        st = pass(&t);
+        /* d/b, and d's own metadata (its times, after the entry's rewrite). */
+        assert_int_equal(st.written, 2);
+        assert_int_equal(st.bytes, 6);
+        dcontent(&t, "d/b", "beta 2");
+        dcontent(&t, "a", "alpha");
+        /* The rewrite of d/b left d's times those of the source. */
+        char p[256];
+        struct stat sd;
+        snprintf(p, sizeof(p), "%s/d", t.src);
+        assert_int_equal(lstat(p, &sd), 0);
+        assert_int_equal(dstat(&t, "d").st_mtim.tv_sec, sd.st_mtim.tv_sec);
+        assert_int_equal(dstat(&t, "d").st_mtim.tv_nsec, sd.st_mtim.tv_nsec);
+        tree_done(&t);
+}
+
+static void test_data_changed_under_an_mtime_set_back_is_copied(void **state) {
+        tree t;
+        tree_init(&t);
+        put(&t, "f", "old data");
+        pass(&t);
+        char p[256];
+        snprintf(p, sizeof(p), "%s/f", t.src);
+        struct stat before;
+        assert_int_equal(stat(p, &before), 0);
+        int fd = open(p, O_WRONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, "new", 3, 0), 3);
+        close(fd);
+        struct timespec ts[2] = {before.st_atim, before.st_mtim};
+        assert_int_equal(utimensat(AT_FDCWD, p, ts, 0), 0);
+        pass(&t);
+        dcontent(&t, "f", "new data");
+        tree_done(&t);
+}
+
+static void test_hard_links_stay_links_when_one_name_moves(void **state) {
+        tree t;
+        tree_init(&t);
+        sh(&t, "mkdir", "d", NULL);
+        put(&t, "d/a", "shared");
+        sh(&t, "link", "d/a", "b");
+        settle();
+        pass(&t);
+        assert_int_equal(dstat(&t, "d/a").st_ino, dstat(&t, "b").st_ino);
+        /* The inode is unchanged: only its directory moved. */
+        sh(&t, "rename", "d", "e");
+        pass(&t);
+        assert_false(dexists(&t, "d"));
+        assert_int_equal(dstat(&t, "e/a").st_ino, dstat(&t, "b").st_ino);
+        assert_int_equal(dstat(&t, "b").st_nlink, 2);
+        dcontent(&t, "e/a", "shared");
+        tree_done(&t);
+}
+
+static void test_removals_type_changes_and_xattrs_follow_the_source(void **state) {
+        tree t;
+        tree_init(&t);
+        sh(&t, "mkdir", "d", NULL);
+        put(&t, "d/x", "x");
+        put(&t, "f", "file");
+        put(&t, "gone", "gone");
+        char p[256];
+        snprintf(p, sizeof(p), "%s/d", t.src);
+        bool xattrs = setxattr(p, "user.k", "v", 1, 0) == 0;
+        pass(&t);
+        snprintf(p, sizeof(p), "%s/d", t.dst);
+        if (xattrs)
+                assert_int_equal(lgetxattr(p, "user.k", NULL, 0), 1);
+        sh(&t, "unlink", "gone", NULL);
+        sh(&t, "unlink", "f", NULL);
+        sh(&t, "mkdir", "f", NULL);       /* a file turned directory */
+        put(&t, "f/in", "in");
+        sh(&t, "rm", "d", NULL);
+        sh(&t, "symlink", "d", "/etc");   /* a directory turned symlink */
+        sh(&t, "mkdir", "e", NULL);
+        snprintf(p, sizeof(p), "%s/e", t.src);
+        if (xattrs)
+                assert_int_equal(setxattr(p, "user.k", "v", 1, 0), 0);
+        pass(&t);
+        snprintf(p, sizeof(p), "%s/e", t.src);
+        if (xattrs)
+                assert_int_equal(removexattr(p, "user.k"), 0);
+        pass(&t);
+        assert_false(dexists(&t, "gone"));
+        assert_true(S_ISDIR(dstat(&t, "f").st_mode));
+        dcontent(&t, "f/in", "in");
+        assert_true(S_ISLNK(dstat(&t, "d").st_mode));
+        char target[64] = {0};
+        snprintf(p, sizeof(p), "%s/d", t.dst);
+        assert_int_equal(readlink(p, target, sizeof(target) - 1), 4);
+        assert_string_equal(target, "/etc");
+        snprintf(p, sizeof(p), "%s/e", t.dst);
+        assert_int_equal(lgetxattr(p, "user.k", NULL, 0), -1);
+        tree_done(&t);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_second_pass_rewrites_only_what_changed),
+                cmocka_unit_test(test_data_changed_under_an_mtime_set_back_is_copied),
+                cmocka_unit_test(test_hard_links_stay_links_when_one_name_moves),
+                cmocka_unit_test(test_removals_type_changes_and_xattrs_follow_the_source),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
