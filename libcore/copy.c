@@ -618,25 +618,42 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
         if (s->stats)
                 s->stats->entries++;
         struct stat st, dst_st;
-        bool opath = false;
-        sb_error *e = NULL;
-        _cleanup_close_ int fd = open_entry(sfd, name, rel, &st, &opath, &e);
-        if (fd < 0 && s->live && vanished(fd)) {
-                /* Gone or replaced while it was read: its directory is
-                 * compared by name on the next pass, the frozen one last. */
-                sb_error_free(e);
-                *ret_dirty = true;
-                return 0;
-        }
-        if (fd < 0) {
-                sb_error_free(*s->w.err);
-                *s->w.err = e;
-                return fd;
+        int r;
+        if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                r = negative_errno();
+                if (s->live && vanished(r)) {
+                        /* Gone or replaced while it was read: its directory
+                         * is compared by name on the next pass, the frozen
+                         * one last. */
+                        *ret_dirty = true;
+                        return 0;
+                }
+                return sb_error_set(s->w.err, r, NULL, NULL, "stat %s: %m", rel);
         }
         bool dexists = fstatat(dfd, name, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
         if (!dexists && errno != ENOENT)
                 return sb_error_set(s->w.err, negative_errno(), NULL, NULL, "stat %s in the copy: %m", rel);
-        int r;
+        const tree_rec *old = index_find(s->old, rel);
+        /* An unchanged entry, or another name of an inode already in dst,
+         * is never opened: its stat decides. Anything else is opened and
+         * described by what was opened. */
+        bool opath = false;
+        _cleanup_close_ int fd = -EBADF;
+        if (S_ISDIR(st.st_mode) || S_ISSOCK(st.st_mode) ||
+            !((st.st_nlink > 1 && link_find(&s->links, st.st_dev, st.st_ino)) ||
+              (rec_unchanged(old, &st) && dexists && !S_ISDIR(dst_st.st_mode)))) {
+                sb_error *e = NULL;
+                if ((fd = open_entry(sfd, name, rel, &st, &opath, &e)) < 0 && s->live && vanished(fd)) {
+                        sb_error_free(e);
+                        *ret_dirty = true;
+                        return 0;
+                }
+                if (fd < 0) {
+                        sb_error_free(*s->w.err);
+                        *s->w.err = e;
+                        return fd;
+                }
+        }
         if (S_ISSOCK(st.st_mode)) {
                 /* As libarchive: a socket cannot be archived. */
                 if (dexists && (r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
@@ -644,7 +661,6 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
                 *ret_touched = *ret_touched || dexists;
                 return 0;
         }
-        const tree_rec *old = index_find(s->old, rel);
         if (dexists && S_ISDIR(dst_st.st_mode) != S_ISDIR(st.st_mode)) {
                 if ((r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
                         return r;
@@ -669,6 +685,10 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
                         *ret_touched = true;
                 }
         } else if (!same || !dexists) {
+                if (fd < 0) {  /* (not reached: it was opened unless unchanged) */
+                        s->w.src_error = true;
+                        return sb_error_set(s->w.err, -ESTALE, NULL, NULL, "%s changed while it was copied", rel);
+                }
                 if (dexists && (r = remove_dst(s, dfd, name, rel, false)) < 0)
                         return r;
                 if ((r = write_entry(s, fd, opath, &st, rel)) < 0)
