@@ -363,8 +363,13 @@ typedef struct tree_rec {
 struct core_tree_index {
         tree_rec *v;
         size_t n, cap;
-        bool sorted;
+        int64_t wall_minus_mono; /* CLOCK_REALTIME - CLOCK_MONOTONIC at the pass's start, ns */
+        int64_t mono;            /* CLOCK_MONOTONIC then, ns */
 };
+
+static int64_t ts_ns(struct timespec t) {
+        return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 void core_tree_index_free(core_tree_index *idx) {
         if (!idx)
@@ -799,8 +804,18 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
                    sb_error **ret_err) {
         /* The pass's start, taken before anything is read (and before the
          * syncfs): see above. */
-        struct timespec since;
+        struct timespec since, wall, mono;
         clock_gettime(CLOCK_REALTIME_COARSE, &since);
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        clock_gettime(CLOCK_REALTIME, &wall);
+        /* The wall clock set back since the pass before (more than 1 ms
+         * and than 1000 ppm of the time between, which slewing stays
+         * within): a change made since may carry an older ctime, so
+         * nothing is judged unchanged this time (a full pass). */
+        const core_tree_index *last = *idx;
+        if (last && ts_ns(wall) - ts_ns(mono) <
+                            last->wall_minus_mono - 1000000 - (ts_ns(mono) - last->mono) / 1000)
+                last = NULL;
         _cleanup_close_ int top = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
         if (top < 0 || fstat(top, &st) < 0)
@@ -826,13 +841,13 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
         archive_read_disk_set_standard_lookup(names);
         archive_entry_linkresolver_set_strategy(lr, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
         sync_walk s = {.w = {.wr = wr, .names = names, .lr = lr, .dev = st.st_dev, .err = ret_err},
-                       .old = *idx,
+                       .old = last,
                        .new = fresh,
                        .since = since,
                        .dst = dst,
                        .live = live,
                        .stats = stats};
-        const tree_rec *old = index_find(*idx, "");
+        const tree_rec *old = index_find(last, "");
         bool same = rec_unchanged(old, &st), touched = false, dirty = false;
         struct stat dst_st;
         bool dexists = lstat(dst, &dst_st) == 0;
@@ -858,6 +873,8 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
                 return sb_error_prefix(ret_err, "copy");
         }
         qsort(fresh->v, fresh->n, sizeof(tree_rec), rec_cmp);
+        fresh->wall_minus_mono = ts_ns(wall) - ts_ns(mono);
+        fresh->mono = ts_ns(mono);
         core_tree_index_free(*idx);
         *idx = fresh;
         return 0;
