@@ -363,8 +363,13 @@ typedef struct tree_rec {
 struct core_tree_index {
         tree_rec *v;
         size_t n, cap;
-        bool sorted;
+        int64_t wall_minus_mono; /* CLOCK_REALTIME - CLOCK_MONOTONIC at the pass's start, ns */
+        int64_t mono;            /* CLOCK_MONOTONIC then, ns */
 };
+
+static int64_t ts_ns(struct timespec t) {
+        return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 void core_tree_index_free(core_tree_index *idx) {
         if (!idx)
@@ -618,25 +623,42 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
         if (s->stats)
                 s->stats->entries++;
         struct stat st, dst_st;
-        bool opath = false;
-        sb_error *e = NULL;
-        _cleanup_close_ int fd = open_entry(sfd, name, rel, &st, &opath, &e);
-        if (fd < 0 && s->live && vanished(fd)) {
-                /* Gone or replaced while it was read: its directory is
-                 * compared by name on the next pass, the frozen one last. */
-                sb_error_free(e);
-                *ret_dirty = true;
-                return 0;
-        }
-        if (fd < 0) {
-                sb_error_free(*s->w.err);
-                *s->w.err = e;
-                return fd;
+        int r;
+        if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+                r = negative_errno();
+                if (s->live && vanished(r)) {
+                        /* Gone or replaced while it was read: its directory
+                         * is compared by name on the next pass, the frozen
+                         * one last. */
+                        *ret_dirty = true;
+                        return 0;
+                }
+                return sb_error_set(s->w.err, r, NULL, NULL, "stat %s: %m", rel);
         }
         bool dexists = fstatat(dfd, name, &dst_st, AT_SYMLINK_NOFOLLOW) == 0;
         if (!dexists && errno != ENOENT)
                 return sb_error_set(s->w.err, negative_errno(), NULL, NULL, "stat %s in the copy: %m", rel);
-        int r;
+        const tree_rec *old = index_find(s->old, rel);
+        /* An unchanged entry, or another name of an inode already in dst,
+         * is never opened: its stat decides. Anything else is opened and
+         * described by what was opened. */
+        bool opath = false;
+        _cleanup_close_ int fd = -EBADF;
+        if (S_ISDIR(st.st_mode) || S_ISSOCK(st.st_mode) ||
+            !((st.st_nlink > 1 && link_find(&s->links, st.st_dev, st.st_ino)) ||
+              (rec_unchanged(old, &st) && dexists && !S_ISDIR(dst_st.st_mode)))) {
+                sb_error *e = NULL;
+                if ((fd = open_entry(sfd, name, rel, &st, &opath, &e)) < 0 && s->live && vanished(fd)) {
+                        sb_error_free(e);
+                        *ret_dirty = true;
+                        return 0;
+                }
+                if (fd < 0) {
+                        sb_error_free(*s->w.err);
+                        *s->w.err = e;
+                        return fd;
+                }
+        }
         if (S_ISSOCK(st.st_mode)) {
                 /* As libarchive: a socket cannot be archived. */
                 if (dexists && (r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
@@ -644,7 +666,6 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
                 *ret_touched = *ret_touched || dexists;
                 return 0;
         }
-        const tree_rec *old = index_find(s->old, rel);
         if (dexists && S_ISDIR(dst_st.st_mode) != S_ISDIR(st.st_mode)) {
                 if ((r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
                         return r;
@@ -669,6 +690,10 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
                         *ret_touched = true;
                 }
         } else if (!same || !dexists) {
+                if (fd < 0) {  /* (not reached: it was opened unless unchanged) */
+                        s->w.src_error = true;
+                        return sb_error_set(s->w.err, -ESTALE, NULL, NULL, "%s changed while it was copied", rel);
+                }
                 if (dexists && (r = remove_dst(s, dfd, name, rel, false)) < 0)
                         return r;
                 if ((r = write_entry(s, fd, opath, &st, rel)) < 0)
@@ -779,8 +804,18 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
                    sb_error **ret_err) {
         /* The pass's start, taken before anything is read (and before the
          * syncfs): see above. */
-        struct timespec since;
+        struct timespec since, wall, mono;
         clock_gettime(CLOCK_REALTIME_COARSE, &since);
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        clock_gettime(CLOCK_REALTIME, &wall);
+        /* The wall clock set back since the pass before (more than 1 ms
+         * and than 1000 ppm of the time between, which slewing stays
+         * within): a change made since may carry an older ctime, so
+         * nothing is judged unchanged this time (a full pass). */
+        const core_tree_index *last = *idx;
+        if (last && ts_ns(wall) - ts_ns(mono) <
+                            last->wall_minus_mono - 1000000 - (ts_ns(mono) - last->mono) / 1000)
+                last = NULL;
         _cleanup_close_ int top = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
         if (top < 0 || fstat(top, &st) < 0)
@@ -806,13 +841,13 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
         archive_read_disk_set_standard_lookup(names);
         archive_entry_linkresolver_set_strategy(lr, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
         sync_walk s = {.w = {.wr = wr, .names = names, .lr = lr, .dev = st.st_dev, .err = ret_err},
-                       .old = *idx,
+                       .old = last,
                        .new = fresh,
                        .since = since,
                        .dst = dst,
                        .live = live,
                        .stats = stats};
-        const tree_rec *old = index_find(*idx, "");
+        const tree_rec *old = index_find(last, "");
         bool same = rec_unchanged(old, &st), touched = false, dirty = false;
         struct stat dst_st;
         bool dexists = lstat(dst, &dst_st) == 0;
@@ -838,6 +873,8 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
                 return sb_error_prefix(ret_err, "copy");
         }
         qsort(fresh->v, fresh->n, sizeof(tree_rec), rec_cmp);
+        fresh->wall_minus_mono = ts_ns(wall) - ts_ns(mono);
+        fresh->mono = ts_ns(mono);
         core_tree_index_free(*idx);
         *idx = fresh;
         return 0;

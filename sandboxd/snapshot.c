@@ -312,6 +312,12 @@ static void capture_work(void *userdata) {
                 core_rm_rf(tmp);
                 return;
         }
+        /* Cancelled as the last live pass ended: never frozen either. */
+        if (j->precopy && __atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
+                sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "cancelled");
+                core_rm_rf(tmp);
+                return;
+        }
         r = core_cgroup_freeze(j->cg, true);
         if (r < 0 && r != -ENOTSUP) {
                 sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));

@@ -256,8 +256,10 @@ def test_cancel_during_the_live_copy_never_freezes_the_source(world):
     name = world.name("pccancel")
     world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
     try:
-        # Long enough a first pass to cancel it while it runs.
-        sh_ok(world, name, "head -c 512M /dev/zero > /var/tmp/ballast && sync")
+        # Long enough a first pass to cancel it while it runs (seconds:
+        # data, and many entries).
+        sh_ok(world, name, "head -c 512M /dev/zero > /var/tmp/ballast && mkdir /var/tmp/many && "
+              "python3 -c \"import os\nfor i in range(20000): open('/var/tmp/many/%d' % i, 'w').close()\" && sync")
         before = [s["id"] for s in d.rpc_result("snapshot.list", {})["snapshots"]]
         with d.connect(timeout=60) as conn:
             rid = conn.start("sandbox.snapshot", {"name": name})
