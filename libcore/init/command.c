@@ -220,7 +220,8 @@ static int child_main(void *arg) {
          * last, right before execvpe, so the filter need not allow anything
          * this sequence still does; it was compiled in the parent before
          * the spawn (core_seccomp_default caches it), so this only installs
-         * it. */
+         * it, and once init runs under it itself (cmd_confine_self) the
+         * child has it already and core_seccomp_install is a no-op. */
         if ((r = core_caps_set(keep)) < 0 || (r = core_seccomp_install(ca->filter)) < 0)
                 child_fail(ca, STAGE_CONFINE, -r);
 
@@ -231,6 +232,17 @@ static int child_main(void *arg) {
 }
 
 /* ---- the parent side ---- */
+
+void cmd_confine_self(void) {
+        static bool tried;
+        const core_seccomp *f = NULL;
+        if (tried || core_seccomp_default(&f, NULL) < 0)
+                return;
+        tried = true;
+        int r = core_seccomp_install_self(f);
+        if (r < 0)
+                log_debug("seccomp on init itself: %s; each command's child installs the filter", strerror(-r));
+}
 
 /* Base env from setup, then the run's own "K=V" entries replace or add. */
 static int build_env(init_agent *a, const cJSON *env, run_spec *s) {
@@ -574,6 +586,8 @@ void cmd_run(init_agent *a, const cJSON *req) {
                           .out_pipe = out_pipe, .err_pipe = err_pipe, .rep = { .stage = -1 } };
         if (r >= 0)
                 r = core_seccomp_default(&ca.filter, NULL);
+        if (r >= 0)
+                cmd_confine_self();
         _cleanup_free_ char *path_var = NULL;
         if (r >= 0 && asprintf(&path_var, "PATH=%s", s.path) < 0) {
                 path_var = NULL;

@@ -397,6 +397,28 @@ static void send_filter(init_proc *ip, bool deny_uname) {
         send_json(ip, "{\"op\":\"seccomp\",\"bpf\":\"%s\"}", b64);
 }
 
+/* Seccomp_filters of init (the helper's only child, seen from the test's
+ * pid namespace, proc(5)), or -1. */
+static int init_filters(const init_proc *ip) {
+        char path[64], buf[4096];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)ip->pid, (int)ip->pid);
+        FILE *f = fopen(path, "re");
+        int pid = 0, n = -1;
+        if (!f)
+                return -1;
+        if (fscanf(f, "%d", &pid) != 1)
+                pid = 0;
+        fclose(f);
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        if (pid <= 0 || !(f = fopen(path, "re")))
+                return -1;
+        while (fgets(buf, sizeof(buf), f))
+                if (sscanf(buf, "Seccomp_filters: %d", &n) == 1)
+                        break;
+        fclose(f);
+        return n;
+}
+
 static void test_command_filter_handed_over_is_installed_and_kept(void **state) {
         init_proc *ip = *state;
         /* Not a whole BPF program: refused with an error, init goes on. */
@@ -413,6 +435,13 @@ static void test_command_filter_handed_over_is_installed_and_kept(void **state) 
         send_filter(ip, false);
         _cleanup_free_ result *again = run_sh(ip, 2, "uname -s", NULL);
         assert_int_not_equal(again->code, 0);
+        /* Installed once, on init itself (the command's parent), and
+         * inherited: the command runs under that one filter, not a second
+         * copy compiled again in its child before exec. */
+        _cleanup_free_ result *st = run_sh(ip, 3, "sed -n 's/^Seccomp_filters:[[:space:]]*//p' /proc/self/status",
+                                           NULL);
+        assert_string_equal(st->out, "1\n");
+        assert_int_equal(init_filters(ip), 1);
 }
 
 static cJSON *fs_call(init_proc *ip, const char *fmt, ...) _printf_(2, 3);
