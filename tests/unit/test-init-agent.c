@@ -364,6 +364,18 @@ static void test_background_grandchild_does_not_delay_exit(void **state) {
         assert_int_equal(r->code, 0);
 }
 
+/* A command starts with every signal at its default disposition and
+ * unblocked, whatever init ignores (SIGPIPE) or handles, and without -i its
+ * stdin is /dev/null, read-only. */
+static void test_command_starts_with_default_signals_and_null_stdin(void **state) {
+        _cleanup_free_ result *r = run_sh(*state, 1,
+                                          "readlink /proc/self/fd/0; echo x >&0 2>/dev/null || echo read-only; "
+                                          "exec grep -E '^Sig(Ign|Blk):' /proc/self/status",
+                                          NULL);
+        assert_int_equal(r->code, 0);
+        assert_string_equal(r->out, "/dev/null\nread-only\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+}
+
 static void test_malformed_packets_get_errors_and_init_keeps_serving(void **state) {
         init_proc *ip = *state;
         const char *bad[] = {
@@ -695,6 +707,7 @@ int main(void) {
                 T(test_tty_command_gets_a_pty_and_sees_resize),
                 T(test_kill_signals_the_process_group),
                 T(test_background_grandchild_does_not_delay_exit),
+                T(test_command_starts_with_default_signals_and_null_stdin),
                 T(test_malformed_packets_get_errors_and_init_keeps_serving),
                 T(test_fs_operations_over_the_socket),
                 T(test_command_filter_handed_over_is_installed_and_kept),
