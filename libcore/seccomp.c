@@ -19,6 +19,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "libcore/log.h"
 #include "libcore/seccomp.h"
@@ -472,9 +473,31 @@ int core_seccomp_default(const core_seccomp **ret, sb_error **ret_err) {
         return 0;
 }
 
+/* The filter core_seccomp_install_self() put on this process (and so on
+ * every child it forks or clones later, which inherit this variable with
+ * the filter), or NULL. */
+static const core_seccomp *self_installed;
+
 int core_seccomp_install(const core_seccomp *f) {
+        if (f && f == self_installed)
+                return 0;
         struct sock_fprog prog = { .len = (unsigned short)f->len, .filter = f->insns };
         return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? negative_errno() : 0;
+}
+
+int core_seccomp_install_self(const core_seccomp *f) {
+        if (!f)
+                return -EINVAL;
+        if (self_installed)
+                return self_installed == f ? 0 : -EEXIST;
+        struct sock_fprog prog = { .len = (unsigned short)f->len, .filter = f->insns };
+        /* TSYNC: all threads or none; a positive answer is the id of a
+         * thread that could not be synchronised (seccomp(2)). */
+        long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+        if (r != 0)
+                return r < 0 ? negative_errno() : -EBUSY;
+        self_installed = f;
+        return 0;
 }
 
 size_t core_seccomp_size(const core_seccomp *f) {

@@ -85,8 +85,24 @@ int core_seccomp_set_default(core_seccomp *f);
 
 /* Installs f on the calling thread with one prctl(PR_SET_SECCOMP), without
  * allocating: usable between fork and exec. The caller must have set
- * no_new_privs first (or hold CAP_SYS_ADMIN). Returns 0 or a negative errno. */
+ * no_new_privs first (or hold CAP_SYS_ADMIN). Returns 0 or a negative errno.
+ * A no-op returning 0 when the process already runs under f through
+ * core_seccomp_install_self() (the filter is inherited over fork and clone,
+ * seccomp(2)), so a child of sandbox-init does not compile it again. */
 int core_seccomp_install(const core_seccomp *f);
+
+/* Installs f on every thread of the calling process (seccomp(2) with
+ * SECCOMP_FILTER_FLAG_TSYNC), for sandbox-init: its children then inherit
+ * the filter, and the kernel's conversion and JIT of the program (in
+ * seccomp_prepare_filter, a cost per instruction) happens once per
+ * sandbox instead of in every command's child. The caller needs
+ * CAP_SYS_ADMIN in its user namespace or no_new_privs, and must itself
+ * make no call f refuses afterwards. Returns 0 (also when f is installed
+ * already), -EEXIST when another filter was, or the negative errno of
+ * seccomp(2) (-EBUSY when a thread could not be synchronised); on any
+ * error the process is left without the filter and core_seccomp_install()
+ * keeps installing it in each child. */
+int core_seccomp_install_self(const core_seccomp *f);
 
 /* Number of BPF instructions in f (for tests and debug logs). */
 size_t core_seccomp_size(const core_seccomp *f);

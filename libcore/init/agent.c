@@ -196,6 +196,8 @@ static void handle_seccomp(init_agent *a, const cJSON *req) {
                 r = core_seccomp_set_default(f);
         if (r < 0 && r != -EEXIST)
                 agent_send_error(a, NULL, "seccomp: \"bpf\" must be a base64 BPF program: %s", strerror(-r));
+        if (r >= 0)
+                cmd_confine_self();
         /* Sent right after setup, while the sandbox waits for its first
          * request: a good moment for the rest of the first command's
          * one-time work too. */

@@ -96,6 +96,8 @@ static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
 typedef struct child_args {
         const run_spec *s;
         const core_seccomp *filter;
+        int devnull_fd;           /* init's /dev/null (read-only): stdin without -i */
+        const sigset_t *to_reset; /* the signals whose disposition is not SIG_DFL in init */
         uint64_t bounding; /* init's bounding set, or a superset of it */
         int slave_fd;
         const int *in_pipe, *out_pipe, *err_pipe;
@@ -157,8 +159,8 @@ static int child_main(void *arg) {
         } else {
                 if (s->want_stdin)
                         in = ca->in_pipe[0];
-                else if ((in = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
-                        child_fail(ca, STAGE_STDIO, errno);
+                else
+                        in = ca->devnull_fd;
                 out = ca->out_pipe[1];
                 err = ca->err_pipe[1];
         }
@@ -212,15 +214,25 @@ static int child_main(void *arg) {
         umask(022);
 
         /* Every signal is blocked since the spawn (spawn_child), so none of
-         * init's handlers can run here; reset them all, then unblock. */
-        core_signals_reset();
+         * init's handlers can run here; reset every disposition init does
+         * not have at SIG_DFL (handlers and SIG_IGN: an ignored signal stays
+         * ignored across exec), then unblock. */
+        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        for (int sig = 1; sig < _NSIG; sig++)
+                if (sigismember(ca->to_reset, sig) == 1 && sigaction(sig, &dfl, NULL) < 0)
+                        child_fail(ca, STAGE_CONFINE, errno);
+        sigset_t none;
+        sigemptyset(&none);
+        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+                child_fail(ca, STAGE_CONFINE, errno);
 
         /* Capabilities, step 2: permitted, effective and inheritable to
          * exactly the kept set (nothing for the sandbox user). Then seccomp,
          * last, right before execvpe, so the filter need not allow anything
          * this sequence still does; it was compiled in the parent before
          * the spawn (core_seccomp_default caches it), so this only installs
-         * it. */
+         * it, and once init runs under it itself (cmd_confine_self) the
+         * child has it already and core_seccomp_install is a no-op. */
         if ((r = core_caps_set(keep)) < 0 || (r = core_seccomp_install(ca->filter)) < 0)
                 child_fail(ca, STAGE_CONFINE, -r);
 
@@ -231,6 +243,17 @@ static int child_main(void *arg) {
 }
 
 /* ---- the parent side ---- */
+
+void cmd_confine_self(void) {
+        static bool tried;
+        const core_seccomp *f = NULL;
+        if (tried || core_seccomp_default(&f, NULL) < 0)
+                return;
+        tried = true;
+        int r = core_seccomp_install_self(f);
+        if (r < 0)
+                log_debug("seccomp on init itself: %s; each command's child installs the filter", strerror(-r));
+}
 
 /* Base env from setup, then the run's own "K=V" entries replace or add. */
 static int build_env(init_agent *a, const cJSON *env, run_spec *s) {
@@ -542,10 +565,51 @@ static void trim_own_bounding_set(void) {
         own_bounding = core_caps_bounding();
 }
 
+/* What every command's child needs from init and init can have once,
+ * after setup (cmd_spawn_state): a /dev/null of the sandbox's own, opened
+ * read-only here instead of by each child (a path lookup per command), and
+ * the signals whose disposition is not SIG_DFL, so that the child resets
+ * those instead of calling sigaction for all 64. init sets its dispositions
+ * in setup (main.c setup_signals) and never after; whatever sandboxd's exec
+ * left ignored is seen here too. */
+static int devnull_fd = -EBADF;
+static sigset_t nondefault;
+static bool spawn_state_ready;
+
+static int cmd_spawn_state(void) {
+        if (spawn_state_ready)
+                return 0;
+        sigemptyset(&nondefault);
+        for (int sig = 1; sig < _NSIG; sig++) {
+                struct sigaction old;
+                if (sig == SIGKILL || sig == SIGSTOP)
+                        continue;
+                /* A signal the kernel does not know (glibc's reserved
+                 * real-time ones still are) is skipped; any other failure
+                 * means resetting it, as the full reset did. */
+                if (sigaction(sig, NULL, &old) < 0) {
+                        if (errno != EINVAL)
+                                sigaddset(&nondefault, sig);
+                        continue;
+                }
+                if (old.sa_handler != SIG_DFL)
+                        sigaddset(&nondefault, sig);
+        }
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return negative_errno();
+        devnull_fd = fd;
+        spawn_state_ready = true;
+        return 0;
+}
+
 void cmd_prepare(void) {
         trim_own_bounding_set();
         if (!spawn_stack(0))
                 log_debug("no stack for command children yet: %m");
+        int r = cmd_spawn_state();
+        if (r < 0)
+                log_debug("no /dev/null for command children yet: %s", strerror(-r));
 }
 
 /* Handles {"op":"run",...}: never fails init; every failure becomes an
@@ -574,6 +638,12 @@ void cmd_run(init_agent *a, const cJSON *req) {
                           .out_pipe = out_pipe, .err_pipe = err_pipe, .rep = { .stage = -1 } };
         if (r >= 0)
                 r = core_seccomp_default(&ca.filter, NULL);
+        if (r >= 0)
+                cmd_confine_self();
+        if (r >= 0)
+                r = cmd_spawn_state();
+        ca.devnull_fd = devnull_fd;
+        ca.to_reset = &nondefault;
         _cleanup_free_ char *path_var = NULL;
         if (r >= 0 && asprintf(&path_var, "PATH=%s", s.path) < 0) {
                 path_var = NULL;

@@ -161,6 +161,15 @@ void cmd_replay_abort(init_agent *a);
 void cmd_ack(init_agent *a, const cJSON *req);
 /* One-time work of the first command, done ahead while init is idle. */
 void cmd_prepare(void);
+/* Puts the command filter (core_seccomp_default) on init itself, once, so
+ * that every child inherits it instead of having the kernel compile it
+ * again before each exec (libcore/seccomp.h core_seccomp_install_self).
+ * Nothing init does after setup is refused by the filter: its ops (run,
+ * write, kill, fs in a forked child, list, ack, logcap, stop) use none of
+ * the calls the filter denies, nor does a command's child before exec
+ * (libcore/init/command.c child_main). On failure (logged at debug level)
+ * each child installs the filter as before. */
+void cmd_confine_self(void);
 
 /* user.c: the sandbox user's ids inside (SANDBOX_UID/GID until setup says
  * otherwise: sandboxes without a user namespace run it as the host's

@@ -233,7 +233,9 @@ static int setup(init_agent *a, sb_error **ret_err) {
 /* SIGCHLD, SIGTERM and SIGINT through a signalfd. As PID 1 of its namespace
  * init gets only the signals it handles; blocking them here and reading
  * them from the loop keeps every handler out of async context. SIGPIPE is
- * ignored: a command that closes its stdin must not kill init. */
+ * ignored: a command that closes its stdin must not kill init. These are
+ * init's last changes of a disposition: command.c (cmd_spawn_state) takes
+ * the set a command's child resets once, after this. */
 static int setup_signals(init_agent *a) {
         sigset_t set;
         sigemptyset(&set);

@@ -364,6 +364,23 @@ static void test_background_grandchild_does_not_delay_exit(void **state) {
         assert_int_equal(r->code, 0);
 }
 
+/* A command starts with every signal at its default disposition and
+ * unblocked, whatever init ignores (SIGPIPE) or handles, and without -i its
+ * stdin is /dev/null, read-only. Signals 32 and 33 are glibc's own
+ * (SIGCANCEL, SIGSETXID: sigaction(2) of glibc refuses them), so an
+ * ignore of theirs inherited from whatever started the test stays. */
+static void test_command_starts_with_default_signals_and_null_stdin(void **state) {
+        _cleanup_free_ result *r = run_sh(*state, 1,
+                                          "readlink /proc/self/fd/0; echo x >&0 2>/dev/null || echo read-only; "
+                                          "exec sed -n 's/^Sig\\(Ign\\|Blk\\):[[:space:]]*/\\1 /p' /proc/self/status",
+                                          NULL);
+        assert_int_equal(r->code, 0);
+        unsigned long long blk = ~0ull, ign = ~0ull;
+        assert_int_equal(sscanf(r->out, "/dev/null\nread-only\nBlk %llx\nIgn %llx\n", &blk, &ign), 2);
+        assert_int_equal(blk, 0);
+        assert_int_equal(ign & ~((1ull << 31) | (1ull << 32)), 0);
+}
+
 static void test_malformed_packets_get_errors_and_init_keeps_serving(void **state) {
         init_proc *ip = *state;
         const char *bad[] = {
@@ -397,6 +414,28 @@ static void send_filter(init_proc *ip, bool deny_uname) {
         send_json(ip, "{\"op\":\"seccomp\",\"bpf\":\"%s\"}", b64);
 }
 
+/* Seccomp_filters of init (the helper's only child, seen from the test's
+ * pid namespace, proc(5)), or -1. */
+static int init_filters(const init_proc *ip) {
+        char path[64], buf[4096];
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)ip->pid, (int)ip->pid);
+        FILE *f = fopen(path, "re");
+        int pid = 0, n = -1;
+        if (!f)
+                return -1;
+        if (fscanf(f, "%d", &pid) != 1)
+                pid = 0;
+        fclose(f);
+        snprintf(path, sizeof(path), "/proc/%d/status", pid);
+        if (pid <= 0 || !(f = fopen(path, "re")))
+                return -1;
+        while (fgets(buf, sizeof(buf), f))
+                if (sscanf(buf, "Seccomp_filters: %d", &n) == 1)
+                        break;
+        fclose(f);
+        return n;
+}
+
 static void test_command_filter_handed_over_is_installed_and_kept(void **state) {
         init_proc *ip = *state;
         /* Not a whole BPF program: refused with an error, init goes on. */
@@ -413,6 +452,13 @@ static void test_command_filter_handed_over_is_installed_and_kept(void **state) 
         send_filter(ip, false);
         _cleanup_free_ result *again = run_sh(ip, 2, "uname -s", NULL);
         assert_int_not_equal(again->code, 0);
+        /* Installed once, on init itself (the command's parent), and
+         * inherited: the command runs under that one filter, not a second
+         * copy compiled again in its child before exec. */
+        _cleanup_free_ result *st = run_sh(ip, 3, "sed -n 's/^Seccomp_filters:[[:space:]]*//p' /proc/self/status",
+                                           NULL);
+        assert_string_equal(st->out, "1\n");
+        assert_int_equal(init_filters(ip), 1);
 }
 
 static cJSON *fs_call(init_proc *ip, const char *fmt, ...) _printf_(2, 3);
@@ -666,6 +712,7 @@ int main(void) {
                 T(test_tty_command_gets_a_pty_and_sees_resize),
                 T(test_kill_signals_the_process_group),
                 T(test_background_grandchild_does_not_delay_exit),
+                T(test_command_starts_with_default_signals_and_null_stdin),
                 T(test_malformed_packets_get_errors_and_init_keeps_serving),
                 T(test_fs_operations_over_the_socket),
                 T(test_command_filter_handed_over_is_installed_and_kept),
