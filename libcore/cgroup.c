@@ -928,11 +928,13 @@ static int move_self_v1(char *const *dirs, size_t n, const char **ret_failed) {
         return 0;
 }
 
-int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *userdata, bool *ret_inside,
-                              sb_error **ret_err) {
+/* core_cgroup_run_inside_v1 into the session's cgroups (child NULL) or
+ * into its child cgroup `child` (made by core_cgroup_make_child). */
+static int run_inside_v1(core_cgroup *cg, const char *child, int (*fn)(void *userdata), void *userdata,
+                         bool *ret_inside, sb_error **ret_err) {
         /* The daemon's own v1 cgroup, where its threads live: the parent
          * of the sessions' directory (add_v1). */
-        char *own[CGROUP_MAX_HIERARCHIES] = {};
+        char *own[CGROUP_MAX_HIERARCHIES] = {}, *into[CGROUP_MAX_HIERARCHIES] = {};
         size_t n = cg->n < state.n ? cg->n : state.n;
         bool usable = cg->holder <= 0, any = false; /* systemd driver: its attach releases the scope's holder */
         const char *failed = NULL;
@@ -942,11 +944,15 @@ int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *
                         continue;
                 const char *slash = strrchr(state.h[i].parent, '/');
                 own[i] = slash ? strndup(state.h[i].parent, (size_t)(slash - state.h[i].parent)) : NULL;
-                usable = own[i] && cg->dirs[i];
+                if (cg->dirs[i] && child && asprintf(&into[i], "%s/%s", cg->dirs[i], child) < 0)
+                        into[i] = NULL;
+                else if (cg->dirs[i] && !child)
+                        into[i] = strdup(cg->dirs[i]);
+                usable = own[i] && into[i];
                 any = true;
         }
         if (usable && any) {
-                int r = move_self_v1(cg->dirs, n, &failed);
+                int r = move_self_v1(into, n, &failed);
                 if (r >= 0)
                         *ret_inside = true;
                 else {
@@ -962,21 +968,75 @@ int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *
                                            "cgroup '%s': move the spawning thread back into %s: %s", cg->name,
                                            failed, strerror(-r));
         }
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
                 free(own[i]);
+                free(into[i]);
+        }
         return ret;
 }
 
-int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err) {
-        bool known = false;
-        for (size_t i = 0; i < ELEMENTSOF(session_children) && !known; i++)
-                known = child && streq(child, session_children[i]);
-        if (!known)
+int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *userdata, bool *ret_inside,
+                              sb_error **ret_err) {
+        return run_inside_v1(cg, NULL, fn, userdata, ret_inside, ret_err);
+}
+
+static bool known_child(const char *child) {
+        for (size_t i = 0; i < ELEMENTSOF(session_children); i++)
+                if (child && streq(child, session_children[i]))
+                        return true;
+        return false;
+}
+
+int core_cgroup_make_child(core_cgroup *cg, const char *child, int *ret_v2_fd, sb_error **ret_err) {
+        bool v2 = false;
+        *ret_v2_fd = -EBADF;
+        if (!known_child(child))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup '%s': no child cgroup '%s'",
+                                    cg->name, child ? child : "");
+        for (size_t i = 0; i < cg->n; i++) {
+                _cleanup_free_ char *dir = NULL;
+                if (asprintf(&dir, "%s/%s", cg->dirs[i], child) < 0)
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "cgroup '%s': create %s: %m",
+                                            cg->name, dir);
+                /* Under the systemd driver the first process to join the
+                 * scope is attached (which releases its holder): no
+                 * CLONE_INTO_CGROUP there, as for sandbox-init. */
+                v2 = v2 || (i < state.n && state.h[i].ops == &ops_v2);
+                if (i < state.n && state.h[i].ops == &ops_v2 && cg->holder <= 0 && *ret_v2_fd < 0) {
+                        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        if (fd < 0)
+                                return sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                                    "cgroup '%s': open %s: %m", cg->name, dir);
+                        *ret_v2_fd = fd;
+                }
+        }
+        return v2 && *ret_v2_fd < 0 ? 1 : 0;
+}
+
+int core_cgroup_run_inside_child_v1(core_cgroup *cg, const char *child, int (*fn)(void *userdata),
+                                    void *userdata, bool *ret_inside, sb_error **ret_err) {
+        if (!known_child(child)) {
+                *ret_inside = false;
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup '%s': no child cgroup '%s'",
+                                    cg->name, child ? child : "");
+        }
+        return run_inside_v1(cg, child, fn, userdata, ret_inside, ret_err);
+}
+
+static bool known_child(const char *child);
+
+/* core_cgroup_attach_child in every hierarchy, or in the v1 ones only. */
+static int attach_child(core_cgroup *cg, const char *child, pid_t pid, bool v1_only, sb_error **ret_err) {
+        if (!known_child(child))
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "cgroup '%s': no child cgroup '%s'",
                                     cg->name, child ? child : "");
         char buf[24];
         snprintf(buf, sizeof(buf), "%d", (int) pid);
         for (size_t i = 0; i < cg->n; i++) {
+                if (v1_only && i < state.n && state.h[i].ops == &ops_v2)
+                        continue;
                 _cleanup_free_ char *dir = NULL;
                 if (asprintf(&dir, "%s/%s", cg->dirs[i], child) < 0)
                         return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
@@ -988,6 +1048,14 @@ int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_e
                                             cg->name, (int) pid, dir, strerror(-r));
         }
         return 0;
+}
+
+int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err) {
+        return attach_child(cg, child, pid, false, ret_err);
+}
+
+int core_cgroup_attach_child_v1(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err) {
+        return attach_child(cg, child, pid, true, ret_err);
 }
 
 int core_cgroup_open_v2(const core_cgroup *cg) {

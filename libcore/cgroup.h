@@ -130,6 +130,10 @@ int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err);
  * and core_cgroup_destroy include it. Returns 0 or a negative errno. */
 int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err);
 
+/* Like core_cgroup_attach_child() but leaves out the v2 hierarchy, for a
+ * process cloned into it (core_cgroup_make_child). */
+int core_cgroup_attach_child_v1(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err);
+
 /* Opens the session's cgroup v2 directory (O_DIRECTORY|O_CLOEXEC) for
  * clone3(CLONE_INTO_CGROUP), which places a child at birth instead of
  * migrating it later: a v2 migration waits for an RCU grace period
@@ -156,6 +160,23 @@ int core_cgroup_attach_v1(core_cgroup *cg, pid_t pid, sb_error **ret_err);
  * inside, what the thread allocates is charged to the session. */
 int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *userdata, bool *ret_inside,
                               sb_error **ret_err);
+
+/* Creates the child cgroup `child` of the session (only the names of
+ * core_cgroup_attach_child) in every hierarchy, for a process to be born
+ * in it: *ret_v2_fd gets its v2 directory opened O_DIRECTORY|O_CLOEXEC for
+ * clone3(CLONE_INTO_CGROUP) (caller owns it), or -EBADF with no v2
+ * hierarchy or under the systemd driver. Returns 0, 1 when a v2 hierarchy
+ * is in use but no fd is given (the process is then attached with
+ * core_cgroup_attach_child), or a negative errno with *ret_err. */
+int core_cgroup_make_child(core_cgroup *cg, const char *child, int *ret_v2_fd, sb_error **ret_err);
+
+/* core_cgroup_run_inside_v1() with the thread inside the session's child
+ * cgroup `child` (made by core_cgroup_make_child) instead of the session's
+ * own: a process fn clones is born in the child's v1 cgroups, with no
+ * migration through cgroup.procs and its RCU grace period. Same results as
+ * core_cgroup_run_inside_v1; -EINVAL for an unknown child. */
+int core_cgroup_run_inside_child_v1(core_cgroup *cg, const char *child, int (*fn)(void *userdata),
+                                    void *userdata, bool *ret_inside, sb_error **ret_err);
 
 /* Freezes (true) or thaws (false) every process of the session: v2
  * cgroup.freeze, else the v1 freezer's freezer.state. Freezing waits

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include "libcore/base64.h"
 #include "libcore/fault.h"
@@ -538,6 +539,91 @@ int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *r
         *ret_out = p[0];
         if (ret_in)
                 *ret_in = q[1];
+        *ret_pid = pid;
+        return 0;
+}
+
+/* clone3(2) arguments (include/uapi/linux/sched.h, struct clone_args). */
+struct helper_clone_args {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+                set_tid_size, cgroup;
+};
+#define HELPER_CLONE_INTO_CGROUP 0x200000000ULL
+
+/* Puts fd `from` on `to` without O_CLOEXEC (dup2 of an fd onto itself
+ * keeps the flag). Child side: system calls only. */
+static int helper_move_fd(int from, int to) {
+        if (from == to)
+                return fcntl(to, F_SETFD, 0);
+        return dup2(from, to) < 0 ? -1 : 0;
+}
+
+/* Child side of core_spawn_helper_in, a fork of a threaded process:
+ * async-signal-safe calls only (signal(7)), then exec. */
+_noreturn_ static void helper_child(const char *path, char *const argv[], int in_fd, int out_fd, int err_fd) {
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (int sig = 1; sig < NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void)sigaction(sig, &dfl, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        int e = 0;
+        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0 || helper_move_fd(in_fd, 0) < 0 ||
+            helper_move_fd(out_fd, 1) < 0 ||
+            /* Everything else of the daemon's is O_CLOEXEC; this makes
+             * sure (marked, not closed: err_fd must live until the exec). */
+            syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) < 0)
+                e = errno;
+        if (!e) {
+                char *const envp[] = {NULL};
+                execve(path, argv, envp);
+                e = errno;
+        }
+        (void)!write(err_fd, &e, sizeof(e));
+        _exit(127);
+}
+
+int core_spawn_helper_in(const char *path, char *const argv[], int cgroup_fd, int *ret_out, int *ret_in,
+                         pid_t *ret_pid, sb_error **ret_err) {
+        _cleanup_close_ int out_r = -EBADF, out_w = -EBADF, in_r = -EBADF, in_w = -EBADF, err_r = -EBADF,
+                            err_w = -EBADF;
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
+        out_r = p[0], out_w = p[1];
+        if (ret_in) {
+                if (pipe2(p, O_CLOEXEC) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
+                in_r = p[0], in_w = p[1];
+        } else if ((in_r = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open /dev/null: %m");
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
+        err_r = p[0], err_w = p[1];
+        struct helper_clone_args args = {.exit_signal = SIGCHLD};
+        if (cgroup_fd >= 0) {
+                args.flags |= HELPER_CLONE_INTO_CGROUP;
+                args.cgroup = (uint64_t)cgroup_fd;
+        }
+        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+        if (pid == 0)
+                helper_child(path, argv, in_r, out_w, err_w);
+        if (pid < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "start %s: clone3: %m", path);
+        close(TAKE_FD(err_w));
+        int e = 0;
+        ssize_t n;
+        while ((n = read(err_r, &e, sizeof(e))) < 0 && errno == EINTR)
+                ;
+        if (n > 0) {
+                /* It never ran the helper: reap it here. */
+                while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                return sb_error_set(ret_err, -(e ? e : EIO), NULL, NULL, "start %s: %s", path, strerror(e ? e : EIO));
+        }
+        *ret_out = TAKE_FD(out_r);
+        if (ret_in)
+                *ret_in = TAKE_FD(in_w);
         *ret_pid = pid;
         return 0;
 }

@@ -136,6 +136,18 @@ const char *core_beneath_strerror(int r);
 int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *ret_in, pid_t *ret_pid,
                       sb_error **ret_err);
 
+/* core_spawn_helper() with the helper born in the cgroup v2 directory
+ * open at `cgroup_fd` (clone3 CLONE_INTO_CGROUP, Linux 5.7; clone(2)), or
+ * where the calling thread is with -EBADF; its v1 cgroups are the calling
+ * thread's (core_cgroup_run_inside_child_v1). A fork (copy-on-write) that
+ * runs only async-signal-safe calls before the exec; an exec failure is
+ * reported through a close-on-exec pipe, so it is an error here with the
+ * child reaped. Signals unblocked and default in the helper, stdin and
+ * stdout as core_spawn_helper's, stderr inherited, an empty environment.
+ * Returns 0 or a negative errno with *ret_err. */
+int core_spawn_helper_in(const char *path, char *const argv[], int cgroup_fd, int *ret_out, int *ret_in,
+                         pid_t *ret_pid, sb_error **ret_err);
+
 /* Reads one '\n'-terminated line (without the newline) from a blocking or
  * non-blocking fd, waiting at most timeout_ms in total; reads byte by byte so
  * nothing after the line is consumed. Returns the length, -ETIMEDOUT, -EPIPE

@@ -145,7 +145,11 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
         int r;
         if ((r = sandbox_disk_create(j->m, sb, ret_err)) < 0)
                 return r;
-        if ((r = core_mkdir_p(upper, 0755)) < 0 || (r = core_mkdir_p(work, 0700)) < 0 ||
+        /* The overlay's work dir is on the same mount as upper
+         * (setup_packet): the disk image's disk/work when the session has
+         * one, made with the image; <dir>/work only without one. */
+        bool own_work = !core_disk_present(sb->dir);
+        if ((r = core_mkdir_p(upper, 0755)) < 0 || (own_work && (r = core_mkdir_p(work, 0700)) < 0) ||
             (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
         if (chown(ws, uid, gid) < 0)
@@ -602,6 +606,23 @@ static char *netd_policy_text(manager *m, const pol_policy *p, uint64_t generati
         return text;
 }
 
+/* core_spawn_helper_in of sandbox-netd as a core_cgroup_run_inside_child_v1
+ * callback. */
+typedef struct netd_spawn {
+        const char *path;
+        char **argv;
+        int cgroup_fd;  /* the netd child's v2 directory, or -EBADF */
+        bool v2_missed; /* a v2 hierarchy is in use but no fd for it */
+        pid_t pid;
+        int out, in;
+        sb_error **err;
+} netd_spawn;
+
+static int netd_spawn_run(void *userdata) {
+        netd_spawn *sp = userdata;
+        return core_spawn_helper_in(sp->path, sp->argv, sp->cgroup_fd, &sp->out, &sp->in, &sp->pid, sp->err);
+}
+
 /* Starts sandbox-netd for policy p (pins stamped with `generation`): the DNS filter on gateway:53 and the
  * egress proxy on gateway:POL_PROXY_PORT, and waits (bounded) for its
  * ready line. Its stdout (pins and denials, one JSON object a line) is
@@ -656,11 +677,37 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
                 argv[a++] = (char *)"--proxy6";
                 argv[a++] = proxy6_arg;
         }
-        int out = -EBADF, in = -EBADF;
-        r = core_spawn_helper(m->netd_path, argv, &out, &in, ret_pid, ret_err);
+        /* netd parses the sandbox's traffic for it: its CPU, memory and
+         * threads are charged to the session (a child cgroup under the
+         * session's limits), from its first instruction, so a DNS or proxy
+         * flood from one sandbox spends only that sandbox's share. A
+         * sandbox that exhausts its own limits starves its own netd: its
+         * network then fails closed. Born there (v2 CLONE_INTO_CGROUP, the
+         * spawning thread inside the v1 ones), as sandbox-init is: a move
+         * through cgroup.procs waits for an RCU grace period. */
+        netd_spawn sp = {.path = m->netd_path, .argv = argv, .cgroup_fd = -EBADF, .out = -EBADF, .in = -EBADF,
+                         .err = ret_err};
+        bool born_inside = false;
+        if (cg && (r = core_cgroup_make_child(cg, CORE_CGROUP_NETD, &sp.cgroup_fd, ret_err)) > 0)
+                sp.v2_missed = true;
+        if (r >= 0)
+                r = cg ? core_cgroup_run_inside_child_v1(cg, CORE_CGROUP_NETD, netd_spawn_run, &sp, &born_inside,
+                                                         ret_err)
+                       : netd_spawn_run(&sp);
         free(argv);
+        if (sp.cgroup_fd >= 0)
+                close(sp.cgroup_fd);
+        if (r < 0 && sp.pid > 0) {
+                /* Started, but the thread could not leave the session's cgroups. */
+                kill(sp.pid, SIGKILL);
+                waitpid(sp.pid, NULL, 0);
+                close(sp.out);
+                close(sp.in);
+        }
         if (r < 0)
                 return sb_error_prefix(ret_err, "DNS filter");
+        int out = sp.out, in = sp.in;
+        *ret_pid = sp.pid;
         /* First of all: a daemon killed from here on leaves a record by
          * which the next one ends this netd (restore.c). */
         {
@@ -669,13 +716,12 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
                 (void)restore_helper_record(*ret_pid, owner);
         }
         _cleanup_close_ int fd = out, ack = in;
-        /* netd parses the sandbox's traffic for it: its CPU, memory and
-         * threads are charged to the session (a child cgroup under the
-         * session's limits), before it reads a packet, so a DNS or proxy
-         * flood from one sandbox spends only that sandbox's share. A
-         * sandbox that exhausts its own limits starves its own netd: its
-         * network then fails closed. */
-        if (cg && (r = core_cgroup_attach_child(cg, CORE_CGROUP_NETD, *ret_pid, ret_err)) < 0) {
+        /* Where it could not be born in them (systemd driver, a failed
+         * move of the thread, no v2 fd): moved in before it reads a
+         * packet. */
+        if (cg && (sp.v2_missed || !born_inside) &&
+            (r = sp.v2_missed ? core_cgroup_attach_child(cg, CORE_CGROUP_NETD, *ret_pid, ret_err)
+                              : core_cgroup_attach_child_v1(cg, CORE_CGROUP_NETD, *ret_pid, ret_err)) < 0) {
                 kill(*ret_pid, SIGKILL);
                 waitpid(*ret_pid, NULL, 0);
                 *ret_pid = 0;
