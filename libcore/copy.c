@@ -678,8 +678,9 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
         link_slot *first = S_ISDIR(st.st_mode) || st.st_nlink < 2 ? NULL : link_find(&s->links, st.st_dev, st.st_ino);
         if (first) {
                 /* Another name of an inode met before: a link to the dst
-                 * entry that holds it, whatever this name's record says. */
-                if (!same || !dexists || dst_st.st_ino != first->dst_ino) {
+                 * entry that holds it (data and metadata are the inode's),
+                 * whatever this name's record says. */
+                if (!dexists || dst_st.st_ino != first->dst_ino) {
                         if (dexists && (r = remove_dst(s, dfd, name, rel, false)) < 0)
                                 return r;
                         if (linkat(AT_FDCWD, first->dst_path, dfd, name, 0) < 0)

@@ -4,6 +4,7 @@ result must be exactly what a copy made while frozen gives, whatever the
 sandbox did during the copy."""
 import json
 import os
+import re
 import subprocess
 import tempfile
 
@@ -201,6 +202,11 @@ def _precopy_exact(world, userns):
         log = open(world.daemon.log_path, errors="replace").read()
         expect(log.count("'%s': snapshot pre-copied" % src) == 1 and log.count("'%s': fork pre-copied" % src) == 1,
                "both captures were pre-copied", world.daemon.log_tail())
+        # And the frozen pass had changes to copy: the mutator's, made
+        # during the last live pass.
+        frozen = re.findall(r"'%s': \w+ pre-copied in \d+ live pass(?:es)?; while frozen (\d+) of" % re.escape(src), log)
+        expect(len(frozen) == 2 and all(int(n) > 0 for n in frozen),
+               "the frozen passes rewrote what changed during the live ones", frozen)
         world.rpc_result("sandbox.create", {"name": restored, "networkPolicy": "deny-all", "userns": userns,
                                              "source": {"type": "snapshot", "snapshotId": snap}}, 120)
         at_snapshot = _check(world, restored, "the sandbox created from the snapshot")

@@ -24,18 +24,29 @@ typedef struct tree {
         core_tree_index *idx;
 } tree;
 
-static void tree_init(tree *t) {
+/* cmocka setup and teardown: the teardown runs after a failed test too,
+ * so no directory is left behind. */
+static int tree_setup(void **state) {
+        tree *t = calloc(1, sizeof(*t));
+        if (!t)
+                return -1;
         snprintf(t->dir, sizeof(t->dir), "/tmp/test-copy-XXXXXX");
-        assert_non_null(mkdtemp(t->dir));
+        if (!mkdtemp(t->dir)) {
+                free(t);
+                return -1;
+        }
         snprintf(t->src, sizeof(t->src), "%s/src", t->dir);
         snprintf(t->dst, sizeof(t->dst), "%s/dst", t->dir);
-        assert_int_equal(mkdir(t->src, 0755), 0);
-        t->idx = NULL;
+        *state = t;
+        return mkdir(t->src, 0755);
 }
 
-static void tree_done(tree *t) {
+static int tree_teardown(void **state) {
+        tree *t = *state;
         core_tree_index_free(t->idx);
-        assert_int_equal(core_rm_rf(t->dir), 0);
+        int r = core_rm_rf(t->dir);
+        free(t);
+        return r;
 }
 
 static core_tree_sync_stats pass(tree *t) {
@@ -117,42 +128,39 @@ static void dcontent(const tree *t, const char *rel, const char *want) {
 }
 
 static void test_second_pass_rewrites_only_what_changed(void **state) {
-        tree t;
-        tree_init(&t);
-        sh(&t, "mkdir", "d", NULL);
-        put(&t, "a", "alpha");
-        put(&t, "d/b", "beta");
+        tree *t = *state;
+        sh(t, "mkdir", "d", NULL);
+        put(t, "a", "alpha");
+        put(t, "d/b", "beta");
         settle();
-        core_tree_sync_stats st = pass(&t);
+        core_tree_sync_stats st = pass(t);
         assert_int_equal(st.written, 4); /* the top, a, d, d/b */
-        st = pass(&t);
+        st = pass(t);
         assert_int_equal(st.written, 0);
         assert_int_equal(st.bytes, 0);
-        put(&t, "d/b", "beta 2");
+        put(t, "d/b", "beta 2");
         settle();
-        st = pass(&t);
+        st = pass(t);
         /* d/b, and d's own metadata (its times, after the entry's rewrite). */
         assert_int_equal(st.written, 2);
         assert_int_equal(st.bytes, 6);
-        dcontent(&t, "d/b", "beta 2");
-        dcontent(&t, "a", "alpha");
+        dcontent(t, "d/b", "beta 2");
+        dcontent(t, "a", "alpha");
         /* The rewrite of d/b left d's times those of the source. */
         char p[256];
         struct stat sd;
-        snprintf(p, sizeof(p), "%s/d", t.src);
+        snprintf(p, sizeof(p), "%s/d", t->src);
         assert_int_equal(lstat(p, &sd), 0);
-        assert_int_equal(dstat(&t, "d").st_mtim.tv_sec, sd.st_mtim.tv_sec);
-        assert_int_equal(dstat(&t, "d").st_mtim.tv_nsec, sd.st_mtim.tv_nsec);
-        tree_done(&t);
+        assert_int_equal(dstat(t, "d").st_mtim.tv_sec, sd.st_mtim.tv_sec);
+        assert_int_equal(dstat(t, "d").st_mtim.tv_nsec, sd.st_mtim.tv_nsec);
 }
 
 static void test_data_changed_under_an_mtime_set_back_is_copied(void **state) {
-        tree t;
-        tree_init(&t);
-        put(&t, "f", "old data");
-        pass(&t);
+        tree *t = *state;
+        put(t, "f", "old data");
+        pass(t);
         char p[256];
-        snprintf(p, sizeof(p), "%s/f", t.src);
+        snprintf(p, sizeof(p), "%s/f", t->src);
         struct stat before;
         assert_int_equal(stat(p, &before), 0);
         int fd = open(p, O_WRONLY);
@@ -161,78 +169,73 @@ static void test_data_changed_under_an_mtime_set_back_is_copied(void **state) {
         close(fd);
         struct timespec ts[2] = {before.st_atim, before.st_mtim};
         assert_int_equal(utimensat(AT_FDCWD, p, ts, 0), 0);
-        pass(&t);
-        dcontent(&t, "f", "new data");
-        tree_done(&t);
+        pass(t);
+        dcontent(t, "f", "new data");
 }
 
 static void test_hard_links_stay_links_when_one_name_moves(void **state) {
-        tree t;
-        tree_init(&t);
-        sh(&t, "mkdir", "d", NULL);
-        put(&t, "d/a", "shared");
-        sh(&t, "link", "d/a", "b");
+        tree *t = *state;
+        sh(t, "mkdir", "d", NULL);
+        put(t, "d/a", "shared");
+        sh(t, "link", "d/a", "b");
         settle();
-        pass(&t);
-        assert_int_equal(dstat(&t, "d/a").st_ino, dstat(&t, "b").st_ino);
+        pass(t);
+        assert_int_equal(dstat(t, "d/a").st_ino, dstat(t, "b").st_ino);
         /* The inode is unchanged: only its directory moved. */
-        sh(&t, "rename", "d", "e");
-        pass(&t);
-        assert_false(dexists(&t, "d"));
-        assert_int_equal(dstat(&t, "e/a").st_ino, dstat(&t, "b").st_ino);
-        assert_int_equal(dstat(&t, "b").st_nlink, 2);
-        dcontent(&t, "e/a", "shared");
-        tree_done(&t);
+        sh(t, "rename", "d", "e");
+        pass(t);
+        assert_false(dexists(t, "d"));
+        assert_int_equal(dstat(t, "e/a").st_ino, dstat(t, "b").st_ino);
+        assert_int_equal(dstat(t, "b").st_nlink, 2);
+        dcontent(t, "e/a", "shared");
 }
 
 static void test_removals_type_changes_and_xattrs_follow_the_source(void **state) {
-        tree t;
-        tree_init(&t);
-        sh(&t, "mkdir", "d", NULL);
-        put(&t, "d/x", "x");
-        put(&t, "f", "file");
-        put(&t, "gone", "gone");
+        tree *t = *state;
+        sh(t, "mkdir", "d", NULL);
+        put(t, "d/x", "x");
+        put(t, "f", "file");
+        put(t, "gone", "gone");
         char p[256];
-        snprintf(p, sizeof(p), "%s/d", t.src);
+        snprintf(p, sizeof(p), "%s/d", t->src);
         bool xattrs = setxattr(p, "user.k", "v", 1, 0) == 0;
-        pass(&t);
-        snprintf(p, sizeof(p), "%s/d", t.dst);
+        pass(t);
+        snprintf(p, sizeof(p), "%s/d", t->dst);
         if (xattrs)
                 assert_int_equal(lgetxattr(p, "user.k", NULL, 0), 1);
-        sh(&t, "unlink", "gone", NULL);
-        sh(&t, "unlink", "f", NULL);
-        sh(&t, "mkdir", "f", NULL);       /* a file turned directory */
-        put(&t, "f/in", "in");
-        sh(&t, "rm", "d", NULL);
-        sh(&t, "symlink", "d", "/etc");   /* a directory turned symlink */
-        sh(&t, "mkdir", "e", NULL);
-        snprintf(p, sizeof(p), "%s/e", t.src);
+        sh(t, "unlink", "gone", NULL);
+        sh(t, "unlink", "f", NULL);
+        sh(t, "mkdir", "f", NULL);       /* a file turned directory */
+        put(t, "f/in", "in");
+        sh(t, "rm", "d", NULL);
+        sh(t, "symlink", "d", "/etc");   /* a directory turned symlink */
+        sh(t, "mkdir", "e", NULL);
+        snprintf(p, sizeof(p), "%s/e", t->src);
         if (xattrs)
                 assert_int_equal(setxattr(p, "user.k", "v", 1, 0), 0);
-        pass(&t);
-        snprintf(p, sizeof(p), "%s/e", t.src);
+        pass(t);
+        snprintf(p, sizeof(p), "%s/e", t->src);
         if (xattrs)
                 assert_int_equal(removexattr(p, "user.k"), 0);
-        pass(&t);
-        assert_false(dexists(&t, "gone"));
-        assert_true(S_ISDIR(dstat(&t, "f").st_mode));
-        dcontent(&t, "f/in", "in");
-        assert_true(S_ISLNK(dstat(&t, "d").st_mode));
+        pass(t);
+        assert_false(dexists(t, "gone"));
+        assert_true(S_ISDIR(dstat(t, "f").st_mode));
+        dcontent(t, "f/in", "in");
+        assert_true(S_ISLNK(dstat(t, "d").st_mode));
         char target[64] = {0};
-        snprintf(p, sizeof(p), "%s/d", t.dst);
+        snprintf(p, sizeof(p), "%s/d", t->dst);
         assert_int_equal(readlink(p, target, sizeof(target) - 1), 4);
         assert_string_equal(target, "/etc");
-        snprintf(p, sizeof(p), "%s/e", t.dst);
+        snprintf(p, sizeof(p), "%s/e", t->dst);
         assert_int_equal(lgetxattr(p, "user.k", NULL, 0), -1);
-        tree_done(&t);
 }
 
 int main(void) {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_second_pass_rewrites_only_what_changed),
-                cmocka_unit_test(test_data_changed_under_an_mtime_set_back_is_copied),
-                cmocka_unit_test(test_hard_links_stay_links_when_one_name_moves),
-                cmocka_unit_test(test_removals_type_changes_and_xattrs_follow_the_source),
+                cmocka_unit_test_setup_teardown(test_second_pass_rewrites_only_what_changed, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_data_changed_under_an_mtime_set_back_is_copied, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_hard_links_stay_links_when_one_name_moves, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_removals_type_changes_and_xattrs_follow_the_source, tree_setup, tree_teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
