@@ -157,6 +157,10 @@ int core_write_file_replace(const char *path, const void *data, size_t len, mode
 }
 
 int core_tombstone(const char *parent, const char *name, char **ret_path) {
+        return core_tombstone_ex(parent, name, true, ret_path);
+}
+
+int core_tombstone_ex(const char *parent, const char *name, bool durable, char **ret_path) {
         char hex[17];
         core_random_hex(hex, 16);
         _cleanup_free_ char *from = NULL, *to = NULL;
@@ -164,7 +168,7 @@ int core_tombstone(const char *parent, const char *name, char **ret_path) {
                 return -ENOMEM;
         if (rename(from, to) < 0)
                 return negative_errno();
-        int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int dfd = durable ? open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -EBADF;
         if (dfd >= 0) {
                 (void) fsync(dfd);
                 close(dfd);

@@ -1757,11 +1757,17 @@ static void teardown_work(void *userdata) {
         core_fault(t->remove_files ? "delete.torn_down" : "stop.torn_down");
         if (t->remove_files) {
                 /* Durable first: once renamed, a crash cannot bring back a
-                 * half-removed sandbox (start-up finishes the tombstone). */
+                 * half-removed sandbox (start-up finishes the tombstone).
+                 * The parent's fsync (tens of ms on a busy disk, before
+                 * delete answers) only for a persistent sandbox: a
+                 * non-persistent one that a machine crash brings back under
+                 * its name is removed by start-up's reconcile all the
+                 * same (its session died with the machine). */
                 _cleanup_free_ char *tomb = NULL;
                 _cleanup_free_ char *parent = strdup(t->sb->dir);
                 char *slash = parent ? strrchr(parent, '/') : NULL;
-                int r = slash ? (*slash = '\0', core_tombstone(parent, slash + 1, &tomb)) : -ENOMEM;
+                int r = slash ? (*slash = '\0', core_tombstone_ex(parent, slash + 1, t->sb->persistent, &tomb))
+                              : -ENOMEM;
                 if (r < 0 && r != -ENOENT)
                         log_warning_errno(r, "sandbox '%s': rename %s aside for removal: %m", t->sb->name, t->sb->dir);
                 core_fault("delete.tombstoned");
