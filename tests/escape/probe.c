@@ -222,6 +222,14 @@ static void syscalls(void) {
         result(chroot("/tmp") < 0, "chroot");
         result(syscall(SYS_userfaultfd, 0) < 0, "userfaultfd");
         result(syscall(SYS_perf_event_open, calloc(1, 128), 0, -1, -1, 0) < 0, "perf_event_open");
+        /* Newer than libseccomp 2.5.4's table: by raw x86_64 number. */
+        result(syscall(467 /* open_tree_attr */, AT_FDCWD, "/", O_CLOEXEC, NULL, 0) < 0, "open_tree_attr");
+        result(syscall(457 /* statmount */, calloc(1, 64), calloc(1, 4096), 4096, 0) < 0, "statmount");
+        result(syscall(458 /* listmount */, calloc(1, 64), calloc(1, 64), 8, 0) < 0, "listmount");
+        result(syscall(447 /* memfd_secret */, 0) < 0, "memfd_secret");
+        result(syscall(462 /* mseal */, 0, 0, 0) < 0 && errno == ENOSYS, "mseal");
+        result(syscall(468 /* file_getattr */, AT_FDCWD, "/", calloc(1, 64), 24, 0) < 0, "file_getattr");
+        result(syscall(500, 0, 0, 0) < 0 && errno == ENOSYS, "syscall 500");
 }
 
 static void ptrace_init(void) {

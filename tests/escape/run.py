@@ -174,6 +174,12 @@ def test_kernel_surface_syscalls_refused(c):
     out = c.probe_blocked("syscalls")
     for what in ("io_uring_setup", "keyctl", "bpf", "mount tmpfs", "fsopen", "userfaultfd"):
         expect(("BLOCKED " + what) in out, "%s not tried or not refused:" % what, out)
+    # Syscalls newer than the filter's table: the mount family's new
+    # members EPERM like their peers, anything unreviewed ENOSYS.
+    for what in ("open_tree_attr", "statmount", "listmount", "memfd_secret"):
+        expect(("BLOCKED %s: Operation not permitted" % what) in out, "%s not refused with EPERM:" % what, out)
+    for what in ("mseal", "file_getattr", "syscall 500"):
+        expect(("BLOCKED %s: Function not implemented" % what) in out, "%s not refused with ENOSYS:" % what, out)
 
 
 def test_socket_families_beyond_unix_inet_netlink_refused(c):
