@@ -129,3 +129,18 @@ int core_caps_verify(uint64_t keep) {
         }
         return 0;
 }
+
+int core_caps_effective(int cap, bool on) {
+        _cleanup_(cap_freep) cap_t caps = cap_get_proc();
+        if (!caps)
+                return negative_errno();
+        cap_value_t v = (cap_value_t)cap;
+        cap_flag_value_t was;
+        if (cap_get_flag(caps, v, CAP_EFFECTIVE, &was) < 0)
+                return negative_errno();
+        if ((was == CAP_SET) == on)
+                return was == CAP_SET;
+        if (cap_set_flag(caps, CAP_EFFECTIVE, 1, &v, on ? CAP_SET : CAP_CLEAR) < 0 || cap_set_proc(caps) < 0)
+                return negative_errno();
+        return was == CAP_SET;
+}

@@ -4,6 +4,7 @@
  * bounding set can only be shrunk while CAP_SETPCAP is still held. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -42,3 +43,12 @@ int core_caps_set(uint64_t keep);
  * effective, inheritable and bounding sets and nothing in ambient.
  * Returns 0, -EPERM on a mismatch, or another negative errno. */
 int core_caps_verify(uint64_t keep);
+
+/* Sets (on) or clears (off) capability `cap` (a CAP_* number) in the
+ * effective set of the calling thread only (capset(2) acts per thread;
+ * libcap cap_set_proc), leaving the permitted set as it is, so a cleared
+ * one can be set again. Returns 1 when the capability was in the
+ * effective set before the call, 0 when it was not (then nothing is
+ * changed), or a negative errno (-EPERM: setting a capability that is not
+ * permitted). */
+int core_caps_effective(int cap, bool on);

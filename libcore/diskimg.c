@@ -21,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -498,7 +499,12 @@ static int mount_image(const char *dir, bool fresh, sb_error **ret_err) {
                 pthread_mutex_lock(&attach_lock);
         if (fresh || !find_loop(&st, dev, sizeof(dev)))
                 r = new_loop(ifd, dev, sizeof(dev), &lfd);
-        if (r >= 0 && mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV, "noinit_itable") < 0)
+        /* resuid/resgid: the root reserve only for CAP_SYS_RESOURCE (see
+         * CORE_DISK_RESERVE_ID), never for host root's fsuid 0. */
+        char opts[96];
+        snprintf(opts, sizeof(opts), "noinit_itable,resuid=%u,resgid=%u", CORE_DISK_RESERVE_ID,
+                 CORE_DISK_RESERVE_ID);
+        if (r >= 0 && mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV, opts) < 0)
                 r = negative_errno();
         if (!fresh)
                 pthread_mutex_unlock(&attach_lock);
@@ -649,4 +655,25 @@ int core_disk_detach(const char *dir) {
         if (mnt)
                 (void)rmdir(mnt);
         return ret;
+}
+
+int core_disk_reserve_enter(core_disk_groups *saved) {
+        saved->n = -1;
+        gid_t gids[ELEMENTSOF(saved->gids) + 1];
+        int n = getgroups((int)ELEMENTSOF(saved->gids), saved->gids);
+        if (n < 0)
+                return negative_errno();
+        memcpy(gids, saved->gids, (size_t)n * sizeof(gid_t));
+        gids[n] = CORE_DISK_RESERVE_ID;
+        if (syscall(SYS_setgroups, (size_t)n + 1, gids) < 0)
+                return negative_errno();
+        saved->n = n;
+        return 0;
+}
+
+void core_disk_reserve_leave(const core_disk_groups *saved) {
+        if (saved->n < 0)
+                return;
+        if (syscall(SYS_setgroups, (size_t)saved->n, saved->gids) < 0)
+                log_error("disk image: restore this thread's groups: %m");
 }

@@ -19,6 +19,7 @@
  * Blocking (mkfs, mount); for worker threads or start-up. */
 #pragma once
 
+#include <sys/types.h>
 #include "libcore/error.h"
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,6 +35,16 @@ typedef struct core_disk_limits {
  * a full sandbox's /etc files at its next start (ext4 reserved blocks,
  * mke2fs(8) -m). Percent. */
 #define CORE_DISK_RESERVE_PCT 1
+
+/* The image's resuid and resgid (ext4(5) mount options): the reserve is
+ * usable with CAP_SYS_RESOURCE in the initial user namespace (the daemon's
+ * own writes) or by this uid or gid, which nothing that writes the image
+ * holds: not host root (ext4's default resuid 0 would otherwise hand the
+ * reserve to the overlay of a sandbox without a user namespace, whose
+ * creator is host root), and no sandbox range (those start at or above
+ * CORE_USERNS_SIZE). 65533 is in Debian's reserved 65000-65533 (Debian
+ * Policy 9.2.2), allocated to no account. */
+#define CORE_DISK_RESERVE_ID 65533u
 
 /* Makes <dir>/disk.img (must not exist) of lim->bytes, sparse, formats it,
  * mounts it at <dir>/disk and creates upper/ (0755) and work/ (0700) in
@@ -77,6 +88,29 @@ char *core_disk_layer_dir(const char *dir);
  * leave fewer). */
 void core_disk_release(const char *dir);
 int core_disk_rearm(const char *dir);
+
+/* The calling thread's supplementary groups, kept by
+ * core_disk_reserve_enter for core_disk_reserve_leave. */
+typedef struct core_disk_groups {
+        int n; /* -1: nothing to restore */
+        gid_t gids[64];
+} core_disk_groups;
+
+/* Gives the calling thread alone the images' root reserve for the daemon's
+ * own writes into a full sandbox at its start (the /etc files, the
+ * reserved inodes): adds CORE_DISK_RESERVE_ID, the images' resgid, to its
+ * supplementary groups (ext4's reserve test, ext4_has_free_clusters, is
+ * CAP_SYS_RESOURCE, fsuid = resuid, or resgid among the groups), which
+ * works where the daemon runs without CAP_SYS_RESOURCE too. The raw
+ * setgroups(2) syscall changes one thread's credentials; glibc's wrapper
+ * would change every thread's (nptl setxid), so it is not used. The
+ * groups never reach a new file (its group is the fsgid). `saved` gets
+ * the previous groups. Returns 0 or a negative errno (then nothing
+ * changed). */
+int core_disk_reserve_enter(core_disk_groups *saved);
+
+/* Restores the groups core_disk_reserve_enter saved (no-op for n < 0). */
+void core_disk_reserve_leave(const core_disk_groups *saved);
 
 /* Whether `dir` has an image (<dir>/disk.img exists). */
 bool core_disk_present(const char *dir);

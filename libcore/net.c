@@ -293,35 +293,31 @@ int core_veth_delete(unsigned slot, sb_error **ret_err) {
         return delete_link(sk, ifname, ret_err);
 }
 
-/* Runs in sandbox-init, inside the sandbox's fresh network namespace, as
- * root there, BEFORE /proc/sys is remounted read-only: the IPv6 sysctl
- * writes below are the last writes to /proc/sys/net the sandbox needs.
- * /proc/sys/net resolves against the writer's network namespace, so these
- * writes touch only the sandbox's own stack. */
-int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool with_eth0,
-                              sb_error **ret_err) {
-        static const char *const v6_off[] = { "all", "default", "lo", SANDBOX_IFNAME };
-        _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
-        int r, ifindex = 0;
-
-        /* IPv6 first, before any link is up. Without an IPv6 pool (or
-         * without eth0: deny-all) it is off everywhere: the host table
-         * then denies every IPv6 packet of a session, and this is a second
-         * layer. With one, it is on for lo and eth0 without router
-         * advertisements, SLAAC or redirects (the only routes are the ones
-         * added here; /proc/sys is read-only for the sandbox afterwards). */
-        bool v6 = with_eth0 && pool->prefix6;
-        for (size_t i = 0; i < ELEMENTSOF(v6_off); i++)
-                if ((r = v6 ? enable_ipv6(v6_off[i]) : disable_ipv6(v6_off[i])) < 0)
+/* The IPv6 sysctls of the calling thread's network namespace
+ * (/proc/sys/net resolves against the opener's), before eth0 goes up; the
+ * one configuration of a sandbox's IPv6 for both ways eth0 comes to be: at
+ * start (core_net_configure_inside, in sandbox-init) and on leaving
+ * deny-all (eth0_thread, in the daemon). Without IPv6 (`v6` false: no
+ * IPv6 pool, or no eth0) it is off everywhere: the host table then denies
+ * every IPv6 packet of a session, and this is a second layer. With it, on
+ * for lo and eth0 without router advertisements, SLAAC or redirects (the
+ * only routes are the ones added by this file; /proc/sys is read-only for
+ * the sandbox afterwards), and no link-local address on eth0
+ * (addr_gen_mode 1, "none", before the link is up, which is when the
+ * kernel would make one): its only link is the veth, whose far end is the
+ * host, and the ULA is enough for neighbour discovery there. A connect to
+ * the host side's link-local address then leaves from the ULA, so the TCP
+ * reset that refuses it is routed back over the veth (a reset to a
+ * link-local source is routed without its scope and left by another link:
+ * the connect hung). The addresses themselves are added without DAD
+ * (add_addr127). */
+static int ipv6_sysctls(bool v6, sb_error **ret_err) {
+        static const char *const ifs[] = { "all", "default", "lo", SANDBOX_IFNAME };
+        int r;
+        for (size_t i = 0; i < ELEMENTSOF(ifs); i++)
+                if ((r = v6 ? enable_ipv6(ifs[i]) : disable_ipv6(ifs[i])) < 0)
                         return sb_error_set(ret_err, r, NULL, NULL, "%s IPv6 on %s: %s", v6 ? "enable" : "disable",
-                                            v6_off[i], strerror(-r));
-        /* No link-local address on eth0 (addr_gen_mode 1, "none"): its
-         * only link is the veth, whose far end is the host, and the
-         * ULA is enough for neighbour discovery there. A connect to the
-         * host side's link-local address then leaves from the ULA, so the
-         * TCP reset that refuses it is routed back over the veth (a reset
-         * to a link-local source is routed without its scope and left by
-         * another link: the connect hung). */
+                                            ifs[i], strerror(-r));
         if (v6) {
                 char path[96];
                 snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/addr_gen_mode", SANDBOX_IFNAME);
@@ -329,6 +325,23 @@ int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool wit
                         return sb_error_set(ret_err, r, NULL, NULL, "IPv6 addr_gen_mode on %s: %s", SANDBOX_IFNAME,
                                             strerror(-r));
         }
+        return 0;
+}
+
+/* Runs in sandbox-init, inside the sandbox's fresh network namespace, as
+ * root there, BEFORE /proc/sys is remounted read-only: the IPv6 sysctl
+ * writes below are the last writes to /proc/sys/net the sandbox needs.
+ * /proc/sys/net resolves against the writer's network namespace, so these
+ * writes touch only the sandbox's own stack. */
+int core_net_configure_inside(const core_net_pool *pool, unsigned slot, bool with_eth0,
+                              sb_error **ret_err) {
+        _cleanup_(nl_socket_freep) struct nl_sock *sk = NULL;
+        int r, ifindex = 0;
+
+        /* IPv6 first, before any link is up. */
+        bool v6 = with_eth0 && pool->prefix6;
+        if ((r = ipv6_sysctls(v6, ret_err)) < 0)
+                return r;
         if ((r = route_socket(&sk, ret_err)) < 0)
                 return r;
         if ((r = link_up(sk, "lo", NULL, ret_err)) < 0 || !with_eth0)
@@ -425,15 +438,8 @@ static void *eth0_thread(void *userdata) {
         }
         if ((j->r = gateway_unreachable(sk, j->pool, j->slot, false, &j->err)) < 0)
                 return NULL;
-        if (j->pool->prefix6) {
-                static const char *const v6_on[] = { "all", "default", "lo", SANDBOX_IFNAME };
-                for (size_t i = 0; i < ELEMENTSOF(v6_on); i++)
-                        if ((j->r = enable_ipv6(v6_on[i])) < 0) {
-                                sb_error_set(&j->err, j->r, NULL, NULL, "enable IPv6 on %s: %s", v6_on[i],
-                                             strerror(-j->r));
-                                return NULL;
-                        }
-        }
+        if ((j->r = ipv6_sysctls(j->pool->prefix6 != 0, &j->err)) < 0)
+                return NULL;
         if ((j->r = link_up(sk, SANDBOX_IFNAME, &ifindex, &j->err)) < 0)
                 return NULL;
         /* Idempotent: a veth configured before (a fenced deny-all session,

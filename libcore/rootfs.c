@@ -21,6 +21,8 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include <linux/capability.h>
+#include "libcore/caps.h"
 #include "libcore/rootfs.h"
 #include "libcore/util.h"
 
@@ -380,8 +382,22 @@ static int mount_overlay(const core_rootfs_config *cfg, sb_error **ret_err) {
                                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay %s=%s: %m",
                                                     keys[i], vals[i]);
         }
-        if (fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "create overlay: %m");
+        /* overlayfs makes every change of the upper layer with the
+         * credentials of the thread that creates it (ovl_fill_super keeps
+         * them as creator_cred), here host root's. Without CAP_SYS_RESOURCE
+         * in them, ext4 keeps its root reserve from the sandbox's writes
+         * (the image's resuid is CORE_DISK_RESERVE_ID, never fsuid 0):
+         * the reserve stays for the daemon's own writes at the next start.
+         * Cleared in this thread's effective set for the create only. */
+        int had = core_caps_effective(CAP_SYS_RESOURCE, false);
+        if (had < 0)
+                return sb_error_set(ret_err, had, NULL, NULL, "overlay: drop CAP_SYS_RESOURCE: %s", strerror(-had));
+        int cr = fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ? negative_errno() : 0;
+        r = had ? core_caps_effective(CAP_SYS_RESOURCE, true) : 0;
+        if (cr < 0)
+                return sb_error_set(ret_err, cr, NULL, NULL, "create overlay: %s", strerror(-cr));
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "overlay: restore CAP_SYS_RESOURCE: %s", strerror(-r));
         _cleanup_close_ int mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
         if (mnt < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsmount overlay: %m");

@@ -105,6 +105,31 @@ static const core_seccomp_rule deny_rules[] = {
         DENY("get_mempolicy"), DENY("set_mempolicy"), DENY("set_mempolicy_home_node"),
         DENY("mbind"), DENY("move_pages"), DENY("sysfs"), DENY("_sysctl"), DENY("uselib"),
         DENY("ustat"),
+        /* Memory the kernel unmaps from its own direct map: not for
+         * sandboxes in Docker's profile either. */
+        DENY("memfd_secret"),
+};
+
+/* Syscalls newer than the table above. The table was written for every
+ * x86_64 syscall libseccomp 2.5.4 (Debian 12) knows by name, up to
+ * futex_requeue (456, Linux 6.7); each of them is either in the table or
+ * allowed on purpose. A number above that is a syscall nobody reviewed for
+ * this filter, and the filter fails closed on it: ENOSYS, the answer of an
+ * older kernel, so that libc and other programs take their fallback (glibc
+ * does for fchmodat2, mseal, the *xattrat calls, ...). The few newer calls
+ * that belong to a family the table refuses get that family's EPERM, by
+ * raw number since libseccomp 2.5.4 does not know their names. Numbers
+ * from the x86_64 table (arch/x86/entry/syscalls/syscall_64.tbl); the
+ * filter is for x86_64 only (core_seccomp_new refuses other builds). */
+#define NR_REVIEWED_MAX 456u
+static const struct {
+        uint32_t nr;
+        const char *name;
+} denied_new[] = {
+        /* The mount family and the mount-information calls. */
+        { 457, "statmount" },
+        { 458, "listmount" },
+        { 467, "open_tree_attr" },
 };
 
 /* Socket families (DESIGN §4, "only AF_UNIX, AF_INET, AF_INET6 and
@@ -318,6 +343,45 @@ static void query_block(struct sock_filter *q, int nr, const core_seccomp_rule *
         q[8] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 }
 
+/* The block for syscalls newer than the table, put in front of the whole
+ * program: for the native arch and a native number (not x32: bit
+ * 0x40000000 or above goes on to libseccomp's program, which kills), each
+ * number of denied_new gets EPERM and any other number above
+ * NR_REVIEWED_MAX gets ENOSYS; everything else goes on to the next block.
+ * Unsigned comparisons, as the kernel's nr is read as u32. */
+#define NEW_BLOCK (7u + ELEMENTSOF(denied_new))
+static void new_block(struct sock_filter *q) {
+        const uint32_t arch = offsetof(struct seccomp_data, arch), nr_off = offsetof(struct seccomp_data, nr);
+        const uint32_t n = ELEMENTSOF(denied_new), end = NEW_BLOCK, ret_eperm = 6u + n;
+        q[0] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arch);
+        q[1] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)seccomp_arch_native(), 0,
+                                            (uint8_t)(end - 2));
+        q[2] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, nr_off);
+        q[3] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, (uint8_t)(end - 4), 0);
+        for (uint32_t k = 0; k < n; k++)
+                q[4 + k] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, denied_new[k].nr,
+                                                        (uint8_t)(ret_eperm - (4 + k) - 1), 0);
+        q[4 + n] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, NR_REVIEWED_MAX, 0, 2);
+        q[5 + n] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA));
+        q[6 + n] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA));
+}
+
+/* Puts new_block in front of f's program. */
+static int add_new_prefix(core_seccomp *f) {
+        size_t len = NEW_BLOCK + f->len;
+        if (len > BPF_MAXINSNS)
+                return -E2BIG;
+        struct sock_filter *p = malloc(len * sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        new_block(p);
+        memcpy(p + NEW_BLOCK, f->insns, f->len * sizeof(*p));
+        free(f->insns);
+        f->insns = p;
+        f->len = len;
+        return 0;
+}
+
 /* Puts one query_block per row of `rows` (with its syscall number in
  * `nrs`) in front of f's program. */
 static int add_query_prefix(core_seccomp *f, const int *nrs, const core_seccomp_rule *const *rows, size_t n) {
@@ -371,6 +435,11 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
          * the x86_64 audit arch) to the bad-arch action. KILL_PROCESS: no
          * program a sandbox runs legitimately uses another ABI, and a
          * process that tries is an exploit or a binary that cannot work. */
+#if !defined(__x86_64__)
+        /* NR_REVIEWED_MAX and denied_new are x86_64 numbers. */
+        return sb_error_set(ret_err, -ENOSYS, NULL, NULL,
+                            "seccomp: the filter's syscall table is for x86_64 only");
+#endif
         _cleanup_(seccomp_releasep) void *ctx = seccomp_init(SCMP_ACT_ALLOW);
         if (!ctx)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "seccomp_init: out of memory");
@@ -390,10 +459,13 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
         size_t n_query = 0;
         for (size_t i = 0; i < ELEMENTSOF(deny_rules); i++) {
                 int nr = seccomp_syscall_resolve_name(deny_rules[i].name);
-                if (nr == __NR_SCMP_ERROR || nr < 0) {
-                        log_debug("seccomp: %s does not exist on this architecture", deny_rules[i].name);
-                        continue;
-                }
+                if (nr == __NR_SCMP_ERROR || nr < 0)
+                        /* Fail closed: a row this libseccomp cannot place
+                         * would leave the syscall allowed. */
+                        return sb_error_set(ret_err, -ENOSYS, NULL, NULL,
+                                            "seccomp: libseccomp does not know the syscall %s of the deny "
+                                            "table on this architecture",
+                                            deny_rules[i].name);
                 if (deny_rules[i].match == CORE_SC_NOT_QUERY) {
                         /* Its block allows what it does not refuse, so no
                          * other row may name the syscall (fail closed). */
@@ -422,6 +494,10 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
         r = add_query_prefix(f, query_nrs, query_rows, n_query);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "seccomp: query rules: %s", strerror(-r));
+        r = add_new_prefix(f);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "seccomp: rules for newer syscalls: %s",
+                                    strerror(-r));
         log_debug("seccomp: filter of %zu instructions", f->len);
         *ret = TAKE_PTR(f);
         return 0;

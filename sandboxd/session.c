@@ -1324,7 +1324,14 @@ static void start_work(void *userdata) {
         struct in_addr gateway = {0};
         if (j->slot >= 0)
                 gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
-        if ((r = write_upper_etc(sb, mode, gateway, &j->err)) < 0)
+        /* The image's reserve is for this write (CORE_DISK_RESERVE_ID). */
+        core_disk_groups groups;
+        r = core_disk_reserve_enter(&groups);
+        if (r < 0)
+                log_warning("sandbox '%s': the disk reserve for the /etc files: %s", sb->name, strerror(-r));
+        r = write_upper_etc(sb, mode, gateway, &j->err);
+        core_disk_reserve_leave(&groups);
+        if (r < 0)
                 goto fail;
         step_mark(&clk, "etc");
         if ((r = ca_prepare(j, &j->err)) < 0)
@@ -1411,7 +1418,11 @@ static void start_work(void *userdata) {
         log_debug("start '%s': %s", sb->name, clk.line);
         /* The overlay is mounted and init is ready (both took inodes of a
          * full disk); no command runs before this job returns. */
+        core_disk_groups rearm_groups;
+        if (core_disk_reserve_enter(&rearm_groups) < 0)
+                rearm_groups.n = -1;
         (void)core_disk_rearm(sb->dir);
+        core_disk_reserve_leave(&rearm_groups);
         core_fault(j->fresh ? "create.session_started" : "resume.session_started");
         /* The point of no return for request.cancel: a cancel that came
          * first undoes everything above, as a failure would. */

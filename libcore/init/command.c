@@ -90,9 +90,10 @@ static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
 
 /* ---- the child side (runs between spawn and exec; no return) ---- */
 
-/* What the parent hands the child, and the child's failure report. The
- * child shares init's memory (spawn_child), so it writes the report here
- * directly; the parent reads it once the child has exec'd or exited. */
+/* What the parent hands the child. The child runs in a copy of init's
+ * memory (spawn_child) and writes its failure report to report_fd, the
+ * write end of a close-on-exec pipe: init reads a report, or EOF at the
+ * exec, from its event loop (spawn_report), never waiting for it. */
 typedef struct child_args {
         const run_spec *s;
         const core_seccomp *filter;
@@ -101,11 +102,13 @@ typedef struct child_args {
         uint64_t bounding; /* init's bounding set, or a superset of it */
         int slave_fd;
         const int *in_pipe, *out_pipe, *err_pipe;
-        child_report rep; /* stage -1: exec succeeded (or the child was killed) */
+        int report_fd;
 } child_args;
 
 _noreturn_ static void child_fail(child_args *ca, int stage, int err) {
-        ca->rep = (child_report){ .stage = stage, .err = err };
+        child_report rep = { .stage = stage, .err = err };
+        if (ca->report_fd >= 0)
+                (void)!write(ca->report_fd, &rep, sizeof(rep));
         _exit(127);
 }
 
@@ -138,11 +141,9 @@ static int enter_cwd(const char *path) {
  * capabilities of its uid (libcore/caps.h) and the seccomp filter
  * (libcore/seccomp.h).
  *
- * The child shares init's address space until exec (spawn_child): nothing
- * here allocates or touches global state but errno (init is suspended
- * meanwhile), and the identity calls are raw syscalls, because libc's
- * wrappers may broadcast a uid change to every thread of the process they
- * believe they run in. */
+ * The child runs in a copy of init's address space (spawn_child); the
+ * identity calls are raw syscalls, because libc's wrappers may broadcast a
+ * uid change to every thread of the process they believe they run in. */
 static int child_main(void *arg) {
         child_args *ca = arg;
         const run_spec *s = ca->s;
@@ -168,10 +169,16 @@ static int child_main(void *arg) {
          * every source fd here is >= 3 (0-2 are init's /dev/null). */
         if (move_fd(in, 0) < 0 || move_fd(out, 1) < 0 || move_fd(err, 2) < 0)
                 child_fail(ca, STAGE_STDIO, errno);
-        /* No fd of init (agent socket, other commands' pipes and ptys) may
-         * reach the command. The fd table is the child's own copy (no
-         * CLONE_FILES), so this closes nothing of init's. */
-        (void)close_range(3, ~0U, 0);
+        /* The report pipe on 3 (close-on-exec: EOF for init at the exec),
+         * then no other fd of init (agent socket, other commands' pipes
+         * and ptys) may reach the command. The fd table is the child's own
+         * copy (no CLONE_FILES), so this closes nothing of init's. */
+        if (ca->report_fd != 3) {
+                if (dup3(ca->report_fd, 3, O_CLOEXEC) < 0)
+                        child_fail(ca, STAGE_STDIO, errno);
+                ca->report_fd = 3;
+        }
+        (void)close_range(4, ~0U, 0);
 
         /* Capabilities, step 1, while still root with init's full set:
          * CAP_SETPCAP is needed to shrink the bounding set, and a uid change
@@ -179,11 +186,10 @@ static int child_main(void *arg) {
          * to a root command's, a `sudo` command (same uid) could otherwise
          * ptrace it and skip the rest of this sequence; until then the
          * kernel's capability check refuses. Dumpable is a property of the
-         * address space, which this child shares with init: init stays
-         * non-dumpable too, and so nothing running as the sandbox user
-         * can read init's memory through the child (/proc/PID/mem,
-         * process_vm_readv) after the uid change either. Exec gives the
-         * new program an address space of its own, dumpable again. */
+         * address space, this child's copy of init's: nothing running as the
+         * sandbox user can read it (/proc/PID/mem, process_vm_readv) after
+         * the uid change either. Exec gives the new program an address
+         * space of its own, dumpable again. */
         uint64_t keep = core_caps_for_uid(s->uid);
         /* init is exempt from the OOM killer (main.c); its commands must not
          * inherit that, or a memory hog would make the whole session's
@@ -389,17 +395,17 @@ static const char *stage_name(int stage) {
 
 /* Text for the exit event of a command that never ran. Exit code 127 when
  * the program or the directory is missing (as shells do), 126 otherwise. */
-static int describe_failure(const run_spec *s, const child_report *rep, char *buf, size_t size) {
+static int describe_failure(const char *argv0, const char *cwd, int stage, int err, char *buf, size_t size) {
         char e[128];
-        snprintf(e, sizeof(e), "%s", strerror(rep->err));
+        snprintf(e, sizeof(e), "%s", strerror(err));
         e[0] = (char)(e[0] >= 'A' && e[0] <= 'Z' ? e[0] - 'A' + 'a' : e[0]);
-        if (rep->stage == STAGE_EXEC)
-                snprintf(buf, size, "%s: %s", s->argv[0], e);
-        else if (rep->stage == STAGE_CWD)
-                snprintf(buf, size, "chdir %s: %s", s->cwd, e);
+        if (stage == STAGE_EXEC)
+                snprintf(buf, size, "%s: %s", argv0 ? argv0 : "?", e);
+        else if (stage == STAGE_CWD)
+                snprintf(buf, size, "chdir %s: %s", cwd ? cwd : "?", e);
         else
-                snprintf(buf, size, "%s: %s", stage_name(rep->stage), e);
-        return rep->err == ENOENT ? 127 : 126;
+                snprintf(buf, size, "%s: %s", stage_name(stage), e);
+        return err == ENOENT ? 127 : 126;
 }
 
 static int set_nonblock(int fd) {
@@ -419,7 +425,14 @@ static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
                 return NULL;
         }
         c->log_out.cap = c->log_err.cap = s->log_bytes;
-        c->out_fd = c->err_fd = c->in_fd = -EBADF;
+        c->out_fd = c->err_fd = c->in_fd = c->report_fd = -EBADF;
+        if (!(c->argv0 = strdup(s->argv[0])) || !(c->cwd = strdup(s->cwd))) {
+                free(c->argv0);
+                free(c->meta);
+                free(c);
+                return NULL;
+        }
+        c->w_rep = (init_watch){ WATCH_REPORT, c };
         c->w_out = (init_watch){ WATCH_STDOUT, c };
         c->w_err = (init_watch){ WATCH_STDERR, c };
         c->w_in = (init_watch){ WATCH_STDIN, c };
@@ -428,26 +441,55 @@ static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
         return c;
 }
 
-/* Parent after the spawn, which returns once the child has exec'd or
- * exited: either registers the command or reports why it did not start. */
-static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, const child_report *rep,
-                        int master, int in_pipe[2], int out_pipe[2], int err_pipe[2]) {
-        if (rep->stage >= 0) {
-                int st;
-                while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-                        ;
-                char msg[512];
-                int code = describe_failure(s, rep, msg, sizeof(msg));
-                close_pair(in_pipe);
-                close_pair(out_pipe);
-                close_pair(err_pipe);
-                if (master >= 0)
-                        close(master);
-                return send_exit(a, s->id, code, msg);
+static void send_started(init_agent *a, init_cmd *c) {
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", "started");
+        cJSON_AddNumberToObject(ev, "id", (double)c->id);
+        cJSON_AddNumberToObject(ev, "pid", c->pid);
+        (void)agent_send(a, ev);
+}
+
+/* Reads c's exec report if it is there: EOF means the child exec'd (or
+ * died before it, e.g. killed: its exit says so), and "started" goes out;
+ * a report means a step before exec failed, and the exit event, once the
+ * child is reaped, says which (maybe_finish). Nothing there yet: the child
+ * is still on its way (or stopped by a signal), and init goes on with its
+ * loop. Called before any output of c is sent, and at its reap, when the
+ * pipe holds everything the child wrote. */
+static void spawn_report(init_agent *a, init_cmd *c) {
+        if (c->report_fd < 0)
+                return;
+        child_report rep;
+        ssize_t n;
+        do
+                n = read(c->report_fd, &rep, sizeof(rep));
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EAGAIN)
+                return;
+        watch_clear(a, c->report_fd, &c->report_watched);
+        close(c->report_fd);
+        c->report_fd = -EBADF;
+        if (n == (ssize_t)sizeof(rep) && rep.stage >= 0) {
+                c->spawn_failed = true;
+                c->spawn_stage = rep.stage;
+                c->spawn_err = rep.err;
+                return;
         }
+        send_started(a, c);
+}
+
+/* Parent right after the spawn, which returns at once: registers the
+ * command, whose "started" (or failed-start exit) follows from its report
+ * pipe (spawn_report). */
+static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, int report_fd, int master, int in_pipe[2],
+                        int out_pipe[2], int err_pipe[2]) {
         init_cmd *c = cmd_new(a, s, pid);
         if (!c) {
-                (void)kill(-pid, SIGKILL); /* reaped silently */
+                (void)kill(pid, SIGKILL); /* reaped silently */
+                (void)kill(-pid, SIGKILL);
+                close(report_fd);
                 close_pair(in_pipe);
                 close_pair(out_pipe);
                 close_pair(err_pipe);
@@ -455,6 +497,8 @@ static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, const child
                         close(master);
                 return send_exit(a, s->id, 126, "out of memory");
         }
+        c->report_fd = report_fd;
+        (void)set_nonblock(c->report_fd);
         if (s->tty) {
                 c->out_fd = master;
                 c->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
@@ -471,18 +515,16 @@ static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, const child
                 (void)set_nonblock(c->err_fd);
         if (c->in_fd >= 0)
                 (void)set_nonblock(c->in_fd);
+        if (watch_set(a, c->report_fd, &c->w_rep, &c->report_watched, EPOLLIN) < 0)
+                log_debug("command %lld: no watch of its exec report; read at its first output or exit",
+                          (long long)c->id);
         if (!a->output_paused) {
                 (void)watch_set(a, c->out_fd, &c->w_out, &c->out_watched, EPOLLIN);
                 if (c->err_fd >= 0)
                         (void)watch_set(a, c->err_fd, &c->w_err, &c->err_watched, EPOLLIN);
         }
-        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
-        if (!ev)
-                return;
-        cJSON_AddStringToObject(ev, "ev", "started");
-        cJSON_AddNumberToObject(ev, "id", (double)s->id);
-        cJSON_AddNumberToObject(ev, "pid", pid);
-        (void)agent_send(a, ev);
+        /* Most children have exec'd by now: no extra turn of the loop. */
+        spawn_report(a, c);
 }
 
 /* A stack for the spawned child, kept from one command to the next, with a
@@ -515,28 +557,34 @@ static void *spawn_stack(size_t argc) {
         return base + page + len;
 }
 
-/* Starts child_main(ca) as a new process that shares init's memory and is
- * suspended-for (CLONE_VM | CLONE_VFORK), as posix_spawn does: no copy of
- * init's page tables, no copy-on-write faults in either process, nothing to
- * tear down at exec. Returns once the child has exec'd or exited, with its
- * pid, or -1 with errno set. */
+/* Starts child_main(ca) as a new process with a copy of init's memory
+ * (fork semantics: clone without CLONE_VM or CLONE_VFORK, on the kept
+ * stack, which the child has as its own copy) and returns at once with its
+ * pid, or -1 with errno set. init never waits for the child: between its
+ * uid change and its exec the child is the sandbox user's to signal (a
+ * SIGSTOP there held a vfork parent forever), so whether it got to exec
+ * comes back through the report pipe in ca, read from init's event loop.
+ * init itself is not dumpable (once), as it was when the child shared its
+ * memory and made it so. */
 static pid_t spawn_child(child_args *ca, size_t argc, char **path_env) {
+        static bool undumpable;
+        if (!undumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
+                undumpable = true;
         void *top = spawn_stack(argc);
         if (!top)
                 return -1;
-        /* Every signal blocked across the spawn: the child runs on init's
-         * memory until it has reset every disposition, and a handler of
-         * init must never run there. */
+        /* Every signal blocked across the spawn: the child resets every
+         * disposition before it unblocks them, so no handler of init runs
+         * in it. */
         sigset_t all, old;
         sigfillset(&all);
         if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
                 return -1;
-        /* execvpe reads PATH from environ. The child cannot set it itself
-         * without writing init's variable; init is suspended until the
-         * child is done with it, and puts its own back right after. */
+        /* execvpe reads PATH from environ: the child's copy has the
+         * command's, init puts its own back right after. */
         char **saved_env = environ;
         environ = path_env;
-        pid_t pid = clone(child_main, top, CLONE_VM | CLONE_VFORK | SIGCHLD, ca);
+        pid_t pid = clone(child_main, top, SIGCHLD, ca);
         int saved = errno;
         environ = saved_env;
         (void)sigprocmask(SIG_SETMASK, &old, NULL);
@@ -634,8 +682,11 @@ void cmd_run(init_agent *a, const cJSON *req) {
         /* The seccomp filter is compiled once per init (or handed over by
          * sandboxd, agent.h), so that each child only installs it; no
          * filter, no command (fail closed). */
+        int report[2] = { -EBADF, -EBADF };
+        if (r >= 0 && pipe2(report, O_CLOEXEC) < 0)
+                r = negative_errno();
         child_args ca = { .s = &s, .bounding = own_bounding, .slave_fd = slave, .in_pipe = in_pipe,
-                          .out_pipe = out_pipe, .err_pipe = err_pipe, .rep = { .stage = -1 } };
+                          .out_pipe = out_pipe, .err_pipe = err_pipe, .report_fd = report[1] };
         if (r >= 0)
                 r = core_seccomp_default(&ca.filter, NULL);
         if (r >= 0)
@@ -658,7 +709,11 @@ void cmd_run(init_agent *a, const cJSON *req) {
                 r = negative_errno();
         if (slave >= 0)
                 close(slave);
+        if (report[1] >= 0)
+                close(report[1]);
         if (r < 0) {
+                if (report[0] >= 0)
+                        close(report[0]);
                 close_pair(in_pipe);
                 close_pair(out_pipe);
                 close_pair(err_pipe);
@@ -668,7 +723,7 @@ void cmd_run(init_agent *a, const cJSON *req) {
                 snprintf(msg, sizeof(msg), "%s: %s", s.tty ? "open pty" : "start", strerror(-r));
                 return send_exit(a, s.id, 126, msg);
         }
-        after_spawn(a, &s, pid, &ca.rep, master, in_pipe, out_pipe, err_pipe);
+        after_spawn(a, &s, pid, report[0], master, in_pipe, out_pipe, err_pipe);
         /* Unless done ahead (cmd_prepare), after the first command is on
          * its way (its own child dropped everything itself), not before. */
         trim_own_bounding_set();
@@ -884,6 +939,8 @@ void cmd_replay_step(init_agent *a) {
  * when nothing is there now. */
 static ssize_t read_chunk(init_agent *a, init_cmd *c, enum init_watch_kind k) {
         static char buf[INIT_OUTPUT_CHUNK];
+        /* "started" before any output (output means the exec is done). */
+        spawn_report(a, c);
         int fd = k == WATCH_STDOUT ? c->out_fd : c->err_fd;
         ssize_t n;
         do
@@ -914,13 +971,22 @@ static ssize_t read_chunk(init_agent *a, init_cmd *c, enum init_watch_kind k) {
  * cmd_resume after it reconnects. The list is newest first, so past
  * INIT_UNACKED_MAX the oldest finished ones go. */
 static void maybe_finish(init_agent *a, init_cmd *c) {
-        if (c->finished || !c->reaped || c->out_fd >= 0 || c->err_fd >= 0)
+        if (c->finished || !c->reaped)
+                return;
+        spawn_report(a, c); /* reaped: the pipe holds all the child wrote */
+        if (c->out_fd >= 0 || c->err_fd >= 0)
                 return;
         c->finished = true;
         close_stream(a, c, WATCH_STDIN);
-        c->exit_code = WIFEXITED(c->status) ? WEXITSTATUS(c->status) :
-                       WIFSIGNALED(c->status) ? 128 + WTERMSIG(c->status) : 255;
-        send_exit(a, c->id, c->exit_code, NULL);
+        if (c->spawn_failed) {
+                char msg[512];
+                c->exit_code = describe_failure(c->argv0, c->cwd, c->spawn_stage, c->spawn_err, msg, sizeof(msg));
+                send_exit(a, c->id, c->exit_code, msg);
+        } else {
+                c->exit_code = WIFEXITED(c->status) ? WEXITSTATUS(c->status) :
+                               WIFSIGNALED(c->status) ? 128 + WTERMSIG(c->status) : 255;
+                send_exit(a, c->id, c->exit_code, NULL);
+        }
         unsigned n = 0;
         init_cmd *oldest = NULL;
         for (init_cmd *x = a->cmds; x; x = x->next)
@@ -945,7 +1011,11 @@ void cmd_free_dead(init_agent *a) {
         while (a->dead) {
                 init_cmd *c = a->dead;
                 a->dead = c->next;
+                if (c->report_fd >= 0)
+                        close(c->report_fd);
                 free(c->meta);
+                free(c->argv0);
+                free(c->cwd);
                 free(c->log_out.buf);
                 free(c->log_err.buf);
                 free(c);
@@ -982,6 +1052,8 @@ static void stdin_flush(init_agent *a, init_cmd *c) {
 
 void cmd_on_event(init_agent *a, init_watch *w, uint32_t events) {
         init_cmd *c = w->cmd;
+        if (w->kind == WATCH_REPORT)
+                return spawn_report(a, c);
         if (w->kind == WATCH_STDIN) {
                 if (events & EPOLLERR)
                         return close_stream(a, c, WATCH_STDIN);

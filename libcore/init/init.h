@@ -43,6 +43,7 @@ enum init_watch_kind {
         WATCH_STDERR,
         WATCH_STDIN,
         WATCH_LISTEN, /* the listening socket sandboxd reconnects through */
+        WATCH_REPORT, /* a command child's exec report pipe (command.c spawn_report) */
 };
 
 /* What an epoll registration points at (epoll_event.data.ptr). */
@@ -90,6 +91,14 @@ typedef struct init_cmd {
         char *meta;            /* sandboxd's opaque "meta" of run, returned by list */
         init_log log_out, log_err;
         bool log_evicted;      /* sandboxd dropped its logs for its budget ("logcap" 0) */
+        /* Until its exec: the read end of the child's report pipe (EOF at
+         * exec, a report if a step before failed), -EBADF once read. */
+        int report_fd;
+        bool report_watched;
+        init_watch w_rep;
+        bool spawn_failed;     /* the report said a step before exec failed */
+        int spawn_stage, spawn_err;
+        char *argv0, *cwd;     /* for the message of a failed start */
 } init_cmd;
 
 typedef struct init_agent {

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,14 @@ static void syscalls(void) {
         result(chroot("/tmp") < 0, "chroot");
         result(syscall(SYS_userfaultfd, 0) < 0, "userfaultfd");
         result(syscall(SYS_perf_event_open, calloc(1, 128), 0, -1, -1, 0) < 0, "perf_event_open");
+        /* Newer than libseccomp 2.5.4's table: by raw x86_64 number. */
+        result(syscall(467 /* open_tree_attr */, AT_FDCWD, "/", O_CLOEXEC, NULL, 0) < 0, "open_tree_attr");
+        result(syscall(457 /* statmount */, calloc(1, 64), calloc(1, 4096), 4096, 0) < 0, "statmount");
+        result(syscall(458 /* listmount */, calloc(1, 64), calloc(1, 64), 8, 0) < 0, "listmount");
+        result(syscall(447 /* memfd_secret */, 0) < 0, "memfd_secret");
+        result(syscall(462 /* mseal */, 0, 0, 0) < 0 && errno == ENOSYS, "mseal");
+        result(syscall(468 /* file_getattr */, AT_FDCWD, "/", calloc(1, 64), 24, 0) < 0, "file_getattr");
+        result(syscall(500, 0, 0, 0) < 0 && errno == ENOSYS, "syscall 500");
 }
 
 static void ptrace_init(void) {
@@ -269,6 +278,32 @@ static void fds(void) {
 }
 
 /* connect() to each Unix socket address given ("@name" is abstract). */
+/* SIGSTOP to every pid just above the last one the sandbox's PID
+ * namespace gave out, for `secs` seconds or until the file `until`
+ * exists: each command sandbox-init spawns for this user is caught
+ * between its uid change and its exec. Prints its pid first. */
+static void stopper(int secs, const char *until) {
+        printf("PID %d\n", (int)getpid());
+        fflush(stdout);
+        time_t end = time(NULL) + secs;
+        unsigned long hits = 0, n = 0;
+        while (time(NULL) < end) {
+                if ((++n & 1023) == 0 && access(until, F_OK) == 0)
+                        break;
+                char buf[32] = {0};
+                int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        break;
+                ssize_t k = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+                int last = k > 0 ? atoi(buf) : 0;
+                for (int p = last; p <= last + 3; p++)
+                        if (p > 1 && p != getpid() && kill(p, SIGSTOP) == 0)
+                                hits++;
+        }
+        printf("BLOCKED stopper: %lu stops sent\n", hits);
+}
+
 static void unix_connect(int argc, char **argv) {
         for (int i = 0; i < argc; i++) {
                 struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -316,6 +351,8 @@ int main(int argc, char **argv) {
                 cgroup_mkdir();
         else if (!strcmp(c, "fds"))
                 fds();
+        else if (!strcmp(c, "stopper") && argc == 4)
+                stopper(atoi(argv[2]), argv[3]);
         else if (!strcmp(c, "connect"))
                 unix_connect(argc - 2, argv + 2);
         else {

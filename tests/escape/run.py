@@ -174,6 +174,12 @@ def test_kernel_surface_syscalls_refused(c):
     out = c.probe_blocked("syscalls")
     for what in ("io_uring_setup", "keyctl", "bpf", "mount tmpfs", "fsopen", "userfaultfd"):
         expect(("BLOCKED " + what) in out, "%s not tried or not refused:" % what, out)
+    # Syscalls newer than the filter's table: the mount family's new
+    # members EPERM like their peers, anything unreviewed ENOSYS.
+    for what in ("open_tree_attr", "statmount", "listmount", "memfd_secret"):
+        expect(("BLOCKED %s: Operation not permitted" % what) in out, "%s not refused with EPERM:" % what, out)
+    for what in ("mseal", "file_getattr", "syscall 500"):
+        expect(("BLOCKED %s: Function not implemented" % what) in out, "%s not refused with ENOSYS:" % what, out)
 
 
 def test_socket_families_beyond_unix_inet_netlink_refused(c):
@@ -353,6 +359,58 @@ def test_init_cannot_be_killed_from_inside(c):
     expect_eq(out.strip().splitlines()[-1:], ["sent"], "the kill attempts ran (exit %d)" % code)
     code, out, err = c.run("sh", "-c", "echo alive")
     expect_eq((code, out), (0, "alive\n"), "the sandbox after root inside signalled PID 1 (%s)" % err.strip())
+
+
+def test_the_sandbox_user_cannot_wedge_init_by_stopping_new_commands(c):
+    # Finding: init spawned each command with CLONE_VFORK and waited in
+    # the vfork until the child's exec; the child takes the user's uids
+    # before it, so the sandbox user could SIGSTOP it there (a loop over
+    # the pids just above its own) and init waited forever: every later
+    # exec, exec --sudo, cp and fs operation hung. init must never wait on
+    # anything a sandbox process can stop. A sandbox of its own: on a
+    # wedged init nothing else could run in it.
+    o = prepare(c.world, c.userns)
+    w = c.world
+    flag = "/tmp/stopper-done"
+    hung = []
+    try:
+        code, out, err = o.run("sh", "-c", "%s stopper 60 %s > /tmp/stopper.out 2>&1 &" % (PROBE, flag),
+                               sudo=False)
+        expect_eq(code, 0, "start the stopper (%s %s)" % (out, err))
+        # Commands as the sandbox user, each a new pid for the stopper to
+        # catch before its exec. Some of them stop (their own business);
+        # init must not.
+        argv = [W.SANDBOXCTL, "--socket", w.daemon.socket, "exec", o.name, "--", "true"]
+        for _ in range(12):
+            hung.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(p.poll() is None for p in hung):
+            time.sleep(0.05)  # polls the execs above, bounded by the deadline
+        code, out, err = o.run("echo", "alive", timeout=30)
+        expect_eq((code, out), (0, "alive\n"), "exec --sudo while the sandbox user stops new pids (%s)"
+                  % err.strip())
+        # The stopper ends (it polls the flag), then the sandbox user's own
+        # commands run again too.
+        code, out, err = o.run("sh", "-c", "touch %s; p=$(sed -n 's/^PID //p' /tmp/stopper.out); "
+                               "while kill -0 $p 2>/dev/null; do :; done; cat /tmp/stopper.out" % flag,
+                               timeout=30)
+        expect(code == 0 and "stops sent" in out, "the stopper ended:", code, out, err)
+        code, out, err = o.run("echo", "alive", sudo=False, timeout=30)
+        expect_eq((code, out), (0, "alive\n"), "exec as the sandbox user after the stopper (%s)" % err.strip())
+    finally:
+        try:
+            o.run("sh", "-c", "touch %s" % flag, sudo=True, timeout=10)
+            o.run("sh", "-c", "kill -KILL -1", sudo=False, timeout=10)
+        except Exception:
+            pass
+        w.ctl("rm", o.name, timeout=120)
+        for p in hung:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def test_dev_holds_only_the_minimal_nodes(c):

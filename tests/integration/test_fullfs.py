@@ -98,3 +98,52 @@ def _full_state(world):
                 for n in (name, name + "-p"):
                     d.rpc("sandbox.delete", {"name": n}, 60)
             world.stop_sandboxd(d)
+
+
+def _disk_reserve(world, name):
+    """(free blocks, ext4's own reserved clusters, the root reserve in
+    blocks) of the sandbox's disk image, as the daemon sees it."""
+    mnt = os.path.join(world.daemon.state_dir, "sandboxes", name, "disk")
+
+    def in_daemon_ns(*argv):
+        p = subprocess.run(["nsenter", "-t", str(world.daemon.pid), "-m", "--"] + list(argv),
+                           capture_output=True, text=True, timeout=30)
+        expect_eq(p.returncode, 0, "%s (%s)" % (" ".join(argv), p.stderr.strip()))
+        return p.stdout
+    dev = in_daemon_ns("findmnt", "-n", "-o", "SOURCE", mnt).strip()
+    bfree = int(in_daemon_ns("stat", "-f", "-c", "%f", mnt))
+    with open("/sys/fs/ext4/%s/reserved_clusters" % os.path.basename(dev)) as f:
+        resv = int(f.read())
+    sb = dict(line.split(":", 1) for line in in_daemon_ns("dumpe2fs", "-h", dev).splitlines() if ":" in line)
+    return bfree, resv, int(sb["Reserved block count"])
+
+
+def test_the_sandbox_user_cannot_use_the_disk_reserve_without_a_user_namespace(world):
+    # Finding: without a user namespace the overlay wrote the upper layer
+    # with host root's credentials (CAP_SYS_RESOURCE, fsuid 0 = ext4's
+    # resuid), so the sandbox user filling $HOME took the image's root
+    # reserve too, and the next resume failed writing /etc/hosts: "No
+    # space left on device", forever.
+    name = world.name("resv")
+    world.rpc_result("sandbox.create", {"name": name, "persistent": True, "userns": False,
+                                        "resources": {"diskMiB": 16}, "networkPolicy": "deny-all"}, 120)
+    try:
+        code, out, err = world.ctl("exec", name, "--", "sh", "-c",
+                                   "cd; i=0; while [ $i -lt 200 ]; do touch t$i || break; i=$((i+1)); done; "
+                                   "dd if=/dev/zero of=fill bs=64k 2>&1; dd if=/dev/zero of=fill2 bs=1k 2>&1; "
+                                   "id -u", timeout=120)
+        expect("No space left on device" in out, "the fill as the sandbox user ended on ENOSPC:", code, out[-300:],
+               err[-300:])
+        # statfs's free blocks count ext4's own reserved clusters and the
+        # root reserve (CORE_DISK_RESERVE_PCT of the blocks): both must be
+        # whole after the sandbox user filled the disk.
+        bfree, resv, r_blocks = _disk_reserve(world, name)
+        expect(r_blocks > 0, "the image has no root reserve")
+        expect(bfree >= resv + r_blocks, "the sandbox user used the disk's root reserve: %d blocks free, "
+               "%d reserved by ext4, %d for root" % (bfree, resv, r_blocks))
+        code, _o, err = world.ctl("stop", name, timeout=120)
+        expect_eq(code, 0, "stop of the full sandbox (%s)" % err.strip())
+        code, out, err = world.ctl("exec", name, "--", "cat", "/etc/hostname", timeout=120)
+        expect_eq((code, out.strip()), (0, name), "resume of the full sandbox (%s)" % err.strip()[-300:])
+    finally:
+        world.ctl("rm", name, timeout=120)

@@ -568,3 +568,27 @@ def test_subnets_allow_of_link_local_never_opens_the_hosts_own_link_local_addres
         for ll in lls:
             code, out, err = world.ctl("exec", name, "--", "python3", "-c", _CONNECT_VIA_PROXY, ll)
             expect(" 403 " in out + " ", "CONNECT [%s]:443 through the proxy is refused by the policy:" % ll, out, err)
+
+
+_ETH0_V6 = ("for k in addr_gen_mode accept_ra autoconf accept_redirects disable_ipv6 accept_dad; do "
+            "printf '%s=' $k; cat /proc/sys/net/ipv6/conf/eth0/$k; done; "
+            "ip -6 -o addr show dev eth0 scope link")
+
+
+def test_a_veth_given_on_leaving_deny_all_is_configured_as_at_create(world):
+    """Finding: after `create --deny-all` and `update --allow-all` (or a
+    custom policy) eth0 had a link-local address (addr_gen_mode 0), where
+    a sandbox created with network has none. Both paths configure eth0's
+    IPv6 with one function: same sysctls, no link-local address."""
+    pol = _policy_file(world, {"allow": ["api6.public.test"]})
+    with sandbox(world, "v6ref", "--allow-all") as ref:
+        _c, want, _e = sh(world, ref, _ETH0_V6)
+    expect("addr_gen_mode=1" in want and "fe80" not in want, "eth0 of a sandbox created with network:", want)
+    for mode in (["--allow-all"], ["--policy", pol]):
+        with sandbox(world, "v6upd", "--deny-all") as name:
+            code, _o, err = world.ctl("update", name, *mode)
+            expect_eq(code, 0, "update %s to %s (%s)" % (name, mode[0], err.strip()))
+            _addr6(world, name)
+            _c, got, _e = sh(world, name, _ETH0_V6)
+            expect_eq(got, want, "eth0's IPv6 after deny-all then %s, against a sandbox created with network"
+                      % mode[0])

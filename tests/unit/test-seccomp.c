@@ -139,6 +139,35 @@ static void test_filter_refuses_design_list_with_eperm(void **state) {
         expect_exit_zero(run_filtered(denied_calls));
 }
 
+/* Syscalls newer than the deny table: the mount family's new members get
+ * its EPERM, memfd_secret EPERM, and every other number above the highest
+ * one the table was written for (futex_requeue, 456) ENOSYS, the answer of
+ * an older kernel; reviewed calls at or below it still reach the kernel. */
+static int newer_calls(void) {
+        if (ERR_OF(syscall(467 /* open_tree_attr */, AT_FDCWD, "/", O_CLOEXEC, NULL, 0)) != EPERM)
+                return 1;
+        if (ERR_OF(syscall(457 /* statmount */, 0, 0, 0, 0)) != EPERM ||
+            ERR_OF(syscall(458 /* listmount */, 0, 0, 0, 0)) != EPERM)
+                return 2;
+        if (ERR_OF(syscall(SYS_memfd_secret, 0)) != EPERM)
+                return 3;
+        for (long nr = 459; nr < 1024; nr++)
+                if (nr != 467 && ERR_OF(syscall(nr, 0, 0, 0, 0, 0, 0)) != ENOSYS)
+                        return 4;
+        /* Garbage in the upper half: the kernel reads nr as an int. */
+        if (ERR_OF(syscall(0x100000000l | 467, AT_FDCWD, "/", O_CLOEXEC, NULL, 0)) != EPERM &&
+            errno != ENOSYS)
+                return 5;
+        /* fchmodat2 (452) on a bad fd: the kernel's own EBADF. */
+        if (ERR_OF(syscall(452, -1, "x", 0644, 0)) != EBADF)
+                return 6;
+        return 0;
+}
+
+static void test_syscalls_newer_than_the_table_are_refused(void **state) {
+        expect_exit_zero(run_filtered(newer_calls));
+}
+
 static int x32_getpid(void) {
         syscall(0x40000000 | SYS_getpid);
         return 1; /* reached only if the call returned */
@@ -399,6 +428,7 @@ int main(void) {
                 cmocka_unit_test(test_filter_lets_ordinary_work_through),
                 cmocka_unit_test(test_filter_refuses_design_list_with_eperm),
                 cmocka_unit_test(test_non_native_abis_kill_the_process),
+                cmocka_unit_test(test_syscalls_newer_than_the_table_are_refused),
                 cmocka_unit_test(test_rule_table_names_exist_on_this_arch),
                 cmocka_unit_test(test_filter_stays_compact),
                 cmocka_unit_test(test_socket_families_outside_the_table_get_eafnosupport),
