@@ -236,6 +236,13 @@ static int make_dir_mode(const char *path, mode_t mode) {
  * trust: nothing but sandbox-netd can sign with it. Without a host bundle
  * to extend there is no trust to install and the session runs without it;
  * its proxy then cannot terminate TLS that the sandbox accepts. */
+/* Whether a session of sb trusts its CA: only the host runtime binds the
+ * host's /etc/ssl, so only there is the bundle's mount point known to
+ * exist (docs/POLICY.md, CA trust), and only with a host bundle to extend. */
+static bool ca_trust_possible(const sandbox *sb) {
+        return streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
+}
+
 static int ca_prepare(start_job *j, sb_error **ret_err) {
         sandbox *sb = j->sb;
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL, *trust_dir = NULL;
@@ -248,7 +255,7 @@ static int ca_prepare(start_job *j, sb_error **ret_err) {
          * mountinfo, and a deny-all sandbox sees nothing of the host. After
          * a live switch to a policy with rules, its proxy refuses the
          * hosts with rules (it has no CA to apply them with). */
-        bool trust = streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
+        bool trust = ca_trust_possible(sb);
         /* A pooled session runs under deny-all but is made for creates of
          * its pool's networked mode, which a cold create would give a CA. */
         if (j->slot < 0 || (streq(sandbox_policy_mode(sb), "deny-all") && !j->pool_ca))
@@ -1365,6 +1372,7 @@ static void start_work(void *userdata) {
          * adoption from the warm pool (which then flushes nothing). A live
          * update from deny-all flushes on its own (session_apply_policy). */
         if (j->slot >= 0 && (!streq(mode, "deny-all") || j->pool_ca)) {
+                j->flows_forgotten = true;
                 /* No conntrack in this kernel: no entry to inherit. */
                 _cleanup_error_ sb_error *ct_err = NULL;
                 int k = core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)j->slot), &ct_err);
@@ -1534,6 +1542,7 @@ static void start_done(void *userdata) {
         s->netd_in = j->netd_in;
         s->proxy_ca = j->proxy_ca;
         s->sandbox_trusts_ca = j->sandbox_trusts_ca;
+        s->flows_forgotten = j->flows_forgotten;
         s->netns_fd = j->netns_fd;
         j->netns_fd = -EBADF;
         j->netd_pid = 0;
@@ -2264,20 +2273,77 @@ int session_pool_relabel(session *s, sb_error **ret_err) {
         return 0;
 }
 
+bool session_pool_fits(const session *s, const char *mode) {
+        if (streq(mode, "deny-all"))
+                return !s->sandbox_trusts_ca;
+        if (s->net_slot < 0)
+                return false;
+        return s->proxy_ca || !ca_trust_possible(s->sb);
+}
+
+/* The slot's conntrack entries (IPv4, and IPv6 with a v6 pool), failing
+ * closed as start_work does: an earlier session's tracked flows would be
+ * accepted by the chain before any policy rule. */
+static int pool_forget_flows(session *s, sb_error **ret_err) {
+        manager *m = s->sb->m;
+        _cleanup_error_ sb_error *ct_err = NULL;
+        int k = core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)s->net_slot), &ct_err);
+        if (k < 0 && k != -ENOENT && k != -EOPNOTSUPP && k != -EPROTONOSUPPORT)
+                return sb_error_set(ret_err, ct_err ? ct_err->code : -EIO, NULL, NULL,
+                                    "forget the flows of the address's last session: %s",
+                                    ct_err ? ct_err->message : "conntrack flush failed");
+        if (m->pool.prefix6) {
+                struct in6_addr a6 = core_net_sandbox_addr6(&m->pool, (unsigned)s->net_slot);
+                sb_error_free(TAKE_PTR(ct_err));
+                k = core_conntrack_flush_source6(&a6, &ct_err);
+                if (k < 0 && k != -ENOENT && k != -EOPNOTSUPP && k != -EPROTONOSUPPORT)
+                        return sb_error_set(ret_err, ct_err ? ct_err->code : -EIO, NULL, NULL,
+                                            "forget the IPv6 flows of the address's last session: %s",
+                                            ct_err ? ct_err->message : "conntrack flush failed");
+        }
+        s->flows_forgotten = true;
+        return 0;
+}
+
+/* A CA for a session made without one (its pool's hint was deny-all), on
+ * a runtime whose sandbox does not trust it anyway: host-side files only,
+ * as ca_prepare makes them. */
+static int pool_make_ca(session *s, sb_error **ret_err) {
+        sandbox *sb = s->sb;
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL;
+        int r;
+        if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if ((r = make_dir_mode(proxy_dir, 0700)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: create %s: %s", proxy_dir, strerror(-r));
+        if ((r = pol_proxy_ca_generate(cert, key, sb->name, ret_err)) < 0)
+                return sb_error_prefix(ret_err, "egress proxy CA");
+        s->proxy_ca = true;
+        return 0;
+}
+
 int session_pool_network(session *s, sb_error **ret_err) {
         sandbox *sb = s->sb;
         const pol_policy *p = sb->pol;
         if (p->mode == POL_MODE_DENY_ALL)
                 return 0;
-        if (s->net_slot < 0)
-                return sb_error_set(ret_err, -EOPNOTSUPP, NULL, NULL, "no network slot");
+        if (s->net_slot < 0 || !session_pool_fits(s, sandbox_policy_mode(sb)))
+                return sb_error_set(ret_err, -EOPNOTSUPP, NULL, NULL, "the pooled session cannot take policy mode %s",
+                                    sandbox_policy_mode(sb));
         char ifname[32];
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
-        s->policy_generation++;
         int r;
+        /* Made for a deny-all pool: its start forgot no flow of the
+         * slot's last session, and it has no CA yet. */
+        if (!s->flows_forgotten && (r = pool_forget_flows(s, ret_err)) < 0)
+                return r;
+        if (!s->proxy_ca && (r = pool_make_ca(s, ret_err)) < 0)
+                return r;
+        s->policy_generation++;
         /* As start_work orders it: veth (its sandbox end down, the host
          * table denying it), the session's rules, eth0 up, then netd. No
-         * flow ever existed, so nothing is flushed. */
+         * flow of this session ever existed, and the slot's earlier ones
+         * are forgotten, so nothing more is flushed. */
         if (!s->has_veth && (r = session_veth_add(s, ret_err)) < 0)
                 return r;
         if ((r = pol_nft_session_apply(ifname, p, s->gateway, ret_err)) < 0)
