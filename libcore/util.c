@@ -174,6 +174,19 @@ int core_tombstone(const char *parent, const char *name, char **ret_path) {
         return 0;
 }
 
+int core_tombstone_nosync(const char *parent, const char *name, char **ret_path) {
+        char hex[17];
+        core_random_hex(hex, 16);
+        _cleanup_free_ char *from = NULL, *to = NULL;
+        if (asprintf(&from, "%s/%s", parent, name) < 0 || asprintf(&to, "%s/.%s" TOMBSTONE_INFIX "%s", parent, name, hex) < 0)
+                return -ENOMEM;
+        if (rename(from, to) < 0)
+                return negative_errno();
+        if (ret_path)
+                *ret_path = TAKE_PTR(to);
+        return 0;
+}
+
 bool core_is_tombstone(const char *name) {
         return name[0] == '.' && strstr(name + 1, TOMBSTONE_INFIX) != NULL;
 }

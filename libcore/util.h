@@ -72,6 +72,11 @@ int core_remove_write_temps(const char *dir);
  * success *ret_path (if not NULL; caller frees) is the tombstone's path.
  * Returns 0 or a negative errno (then nothing was renamed). */
 int core_tombstone(const char *parent, const char *name, char **ret_path);
+/* core_tombstone without the fsync of `parent`: the rename is atomic and
+ * seen at once by every process, but a power loss may undo it. For trees
+ * that need not outlive a reboot (a non-persistent sandbox, which start-up
+ * removes anyway; a directory under /run). Same results. */
+int core_tombstone_nosync(const char *parent, const char *name, char **ret_path);
 
 /* True when directory entry `name` is a tombstone of core_tombstone(). */
 bool core_is_tombstone(const char *name);

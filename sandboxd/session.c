@@ -1712,32 +1712,63 @@ typedef struct teardown_job {
         session *s;       /* may be NULL */
         bool remove_files;
         char *tombstone;  /* set by teardown_work: the renamed directory, removed after delete answers */
+        char *run_tombstone; /* ... and the renamed run directory */
 } teardown_job;
 
-/* Removes a deleted sandbox's tombstone (core_tombstone): its disk image,
- * then its files. Runs after sandbox.delete has answered; a crash midway
- * leaves the tombstone, which start-up's reconciliation finishes. */
+/* What a delete leaves to remove after its answer: the renamed state and
+ * run directories (either may be NULL). */
+typedef struct tombstones {
+        char *dir;
+        char *run;
+} tombstones;
+
+/* Removes a deleted sandbox's tombstones (core_tombstone): its disk
+ * image, then its files, then its run directory (the session's sockets,
+ * CA and rootfs mount point; nothing uses them once its init and netd are
+ * gone). Runs after sandbox.delete has answered; a crash midway leaves
+ * the tombstones, which start-up's reconciliation finishes. */
 static void tombstone_work(void *userdata) {
-        const char *dir = userdata;
+        const tombstones *t = userdata;
         core_fault("delete.answered");
-        sandbox_disk_remove(dir);
-        core_fault("delete.removing");
-        int r = core_rm_rf(dir);
-        if (r < 0)
-                log_warning_errno(r, "remove %s: %m", dir);
-        core_fault("delete.removed");
+        if (t->dir) {
+                sandbox_disk_remove(t->dir);
+                core_fault("delete.removing");
+                int r = core_rm_rf(t->dir);
+                if (r < 0)
+                        log_warning_errno(r, "remove %s: %m", t->dir);
+                core_fault("delete.removed");
+        }
+        if (t->run) {
+                int r = core_rm_rf(t->run);
+                if (r < 0)
+                        log_warning_errno(r, "remove %s: %m", t->run);
+        }
 }
 
 static void tombstone_done(void *userdata) {
-        free(userdata);
+        tombstones *t = userdata;
+        free(t->dir);
+        free(t->run);
+        free(t);
 }
 
-/* Hands the tombstone's removal to a worker thread; runs it here if no
- * thread can be had. Takes ownership of `dir`. */
-static void tombstone_remove_background(char *dir) {
-        if (worker_submit(tombstone_work, tombstone_done, dir) < 0) {
-                tombstone_work(dir);
-                tombstone_done(dir);
+/* Hands the tombstones' removal to a worker thread; runs it here if no
+ * thread can be had. Takes ownership of both paths (either may be NULL);
+ * out of memory they are left for the next start-up. */
+static void tombstone_remove_background(char *dir, char *run) {
+        if (!dir && !run)
+                return;
+        tombstones *t = calloc(1, sizeof(*t));
+        if (!t) {
+                free(dir);
+                free(run);
+                return;
+        }
+        t->dir = dir;
+        t->run = run;
+        if (worker_submit(tombstone_work, tombstone_done, t) < 0) {
+                tombstone_work(t);
+                tombstone_done(t);
         }
 }
 
@@ -1770,7 +1801,11 @@ static void teardown_work(void *userdata) {
                 _cleanup_free_ char *tomb = NULL;
                 _cleanup_free_ char *parent = strdup(t->sb->dir);
                 char *slash = parent ? strrchr(parent, '/') : NULL;
-                int r = slash ? (*slash = '\0', core_tombstone(parent, slash + 1, &tomb)) : -ENOMEM;
+                /* Synced only where it must outlive a power loss: a
+                 * non-persistent sandbox is removed at start-up anyway. */
+                int r = !slash ? -ENOMEM
+                        : t->sb->persistent ? (*slash = '\0', core_tombstone(parent, slash + 1, &tomb))
+                        : (*slash = '\0', core_tombstone_nosync(parent, slash + 1, &tomb));
                 if (r < 0 && r != -ENOENT)
                         log_warning_errno(r, "sandbox '%s': rename %s aside for removal: %m", t->sb->name, t->sb->dir);
                 core_fault("delete.tombstoned");
@@ -1787,6 +1822,13 @@ static void teardown_work(void *userdata) {
                                 log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, dir);
                         core_fault("delete.removed");
                 }
+                /* The run directory too, renamed aside: a new sandbox of
+                 * the name makes its own at once, and the files go after
+                 * the answer (tombstone_work). */
+                _cleanup_free_ char *rparent = strdup(t->sb->run_dir);
+                char *rslash = rparent ? strrchr(rparent, '/') : NULL;
+                if (rslash && (*rslash = '\0', core_tombstone_nosync(rparent, rslash + 1, &t->run_tombstone)) >= 0)
+                        return;
         }
         core_rm_rf(t->sb->run_dir);
 }
@@ -1811,6 +1853,7 @@ static void emit_status(sandbox *sb, const char *status) {
 typedef struct delete_finish {
         sandbox *sb;
         char *tombstone; /* may be NULL */
+        char *run_tombstone; /* may be NULL */
 } delete_finish;
 
 /* Answers the deletes, then removes the tombstone in the background. */
@@ -1820,8 +1863,7 @@ static void finish_delete(void *userdata) {
         emit_status(sb, "deleted");
         finish_requests(sb, &sb->delete_waiters, true);
         sandbox_free(sb);
-        if (f->tombstone)
-                tombstone_remove_background(f->tombstone);
+        tombstone_remove_background(f->tombstone, f->run_tombstone);
         free(f);
 }
 
@@ -1873,16 +1915,19 @@ static void teardown_done(void *userdata) {
                         log_error("sandbox '%s': out of memory; %s is removed at the next start", sb->name,
                                   t->tombstone ? t->tombstone : sb->dir);
                         free(TAKE_PTR(t->tombstone));
+                        free(TAKE_PTR(t->run_tombstone));
                         emit_status(sb, "deleted");
                         finish_requests(sb, &sb->delete_waiters, true);
                         sandbox_free(sb);
                 } else {
                         f->sb = sb;
                         f->tombstone = TAKE_PTR(t->tombstone);
+                        f->run_tombstone = TAKE_PTR(t->run_tombstone);
                         layers_collect(m, sb->layers, finish_delete, f);
                 }
         }
         free(t->tombstone);
+        free(t->run_tombstone);
         free(t);
 }
 
@@ -2193,6 +2238,12 @@ void sandbox_stop_all(manager *m) {
                 session_detach(s);
                 teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};
                 teardown_work(&t);
+                /* The state tombstone is the next start's; the run
+                 * directory goes now, as it did before it was renamed. */
+                if (t.run_tombstone)
+                        core_rm_rf(t.run_tombstone);
+                free(t.tombstone);
+                free(t.run_tombstone);
                 session_release(m, s);
         }
 }
@@ -2386,8 +2437,9 @@ void session_destroy_now(sandbox *sb) {
         session_detach(s);
         teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = true};
         teardown_work(&t);
-        if (t.tombstone)
-                tombstone_work(t.tombstone);
+        tombstones tb = {.dir = t.tombstone, .run = t.run_tombstone};
+        tombstone_work(&tb);
         free(t.tombstone);
+        free(t.run_tombstone);
         session_release(m, s);
 }

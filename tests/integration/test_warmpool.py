@@ -533,3 +533,30 @@ def test_a_deny_all_pool_on_a_runtime_without_ca_trust_serves_every_mode_and_for
             d.rpc("sandbox.delete", {"name": n})
         d.ctl("runtime", "rm", rt)
         _stop_and_check_clean(world, d)
+
+
+def test_a_deleted_sandboxs_name_is_free_at_once_and_its_directories_go_after_the_answer(world):
+    """sandbox.delete answers once the session is dead and its state and
+    run directories are renamed aside: a create of the same name right
+    after works (from the pool, then cold) and sees nothing of the old
+    sandbox; the renamed directories are removed in the background."""
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    name = world.name("wpre")
+    runs = os.path.join(d.run_dir, "sandboxes")
+    states = os.path.join(d.state_dir, "sandboxes")
+    try:
+        for i in range(3):
+            _create(d, name, env={"ROUND": str(i)})
+            out = _out(d, name, "ls -A /workspace; echo $ROUND; echo %d > /workspace/round" % i)
+            expect_eq(out.split(), [str(i)], "round %d: a fresh sandbox (nothing of the last one)" % i)
+            _rpc(d, "sandbox.delete", {"name": name})
+            expect(name not in os.listdir(runs) and name not in os.listdir(states),
+                   "round %d: the name's directories are free when delete answers" % i)
+        expect(_info(d)["adopted"] >= 1, "one of the creates was served from the pool")
+
+        def tombstones():
+            return [e for e in os.listdir(runs) + os.listdir(states) if e.startswith(".") and name in e]
+        poll(lambda: not tombstones(), 30, "the deleted sandboxes' renamed directories are removed")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
