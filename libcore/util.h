@@ -72,13 +72,13 @@ int core_remove_write_temps(const char *dir);
  * success *ret_path (if not NULL; caller frees) is the tombstone's path.
  * Returns 0 or a negative errno (then nothing was renamed). */
 int core_tombstone(const char *parent, const char *name, char **ret_path);
-
 /* core_tombstone() with the fsync of `parent` only when `durable`. Without
  * it the rename survives a crash of the process (it is in the kernel's
  * cache at once) but not always a crash of the machine, which may bring
  * the entry back under its old name: only for a tree that start-up
  * removes anyway when found under that name (a non-persistent sandbox's
- * directory, reconcile). Returns as core_tombstone. */
+ * directory, reconcile; a directory under /run). Returns as
+ * core_tombstone. */
 int core_tombstone_ex(const char *parent, const char *name, bool durable, char **ret_path);
 
 /* True when directory entry `name` is a tombstone of core_tombstone(). */

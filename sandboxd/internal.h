@@ -160,6 +160,7 @@ struct session {
         int netd_reloaded;        /* last {"reloaded":...} line: 1 ok, -1 refused, 0 none yet */
         bool proxy_ca;            /* its egress proxy CA exists */
         bool sandbox_trusts_ca;   /* ... and is in the sandbox's system bundle */
+        bool flows_forgotten;     /* its slot's conntrack entries were flushed at its start */
         bool adopted;             /* re-adopted after a daemon restart: init is not our child */
         bool logs_replaying;      /* init is sending its kept logs (agent.h "log") */
         redo_list logs_waiting;   /* command.logs held until "logs_done" */
@@ -240,6 +241,7 @@ typedef struct start_job {
         bool proxy_ca;            /* the session CA exists (netd terminates TLS with it) */
         bool sandbox_trusts_ca;   /* its bundle is bound over the sandbox's system bundle */
         bool pool_ca;             /* a pooled deny-all session made for a networked mode gets its CA */
+        bool flows_forgotten;     /* the slot's conntrack entries were flushed (worker) */
         /* request.cancel of a fresh create: START_RUNNING until the worker
          * commits (START_COMMITTED, atomically) or a cancel asks it to stop
          * (CORE_CANCEL_REQUESTED); whichever comes first wins. */
@@ -708,9 +710,20 @@ bool warmpool_host_version_in_use(const manager *m, const char *version);
  * /etc/hostname, /etc/hosts, in place) and, with a CA, a new CA of that
  * name. 0 or a negative errno with *ret_err. */
 int session_pool_relabel(session *s, sb_error **ret_err);
-/* Gives s, which never had a network, sb->pol: veth, rules, eth0, netd.
- * On failure the caller destroys the session. */
+/* Gives s, which never had a network, sb->pol: the slot's conntrack
+ * entries forgotten if its start did not, its CA if it has none (see
+ * session_pool_fits), veth, rules, eth0, netd. On failure the caller
+ * destroys the session. */
 int session_pool_network(session *s, sb_error **ret_err);
+/* Whether ready pooled session s (made under deny-all) can be given
+ * policy mode `mode` ("deny-all", "allow-all", "custom") at adoption and
+ * then be what a cold create of that mode makes, as the sandbox sees it:
+ * a networked mode needs a slot, and the session CA in the sandbox's
+ * bundle if a cold create binds it there (host runtime with a host
+ * bundle: the bind is made by init at setup, never later); else its CA
+ * is made at adoption (host side only). deny-all needs no CA bound
+ * inside (a deny-all sandbox sees nothing of the host's run directory). */
+bool session_pool_fits(const session *s, const char *mode);
 /* An adopted session's last steps: timeout, ports, record, the "running"
  * event. */
 int session_pool_activate(sandbox *sb);

@@ -440,9 +440,13 @@ static void reconcile_run_dirs(manager *m) {
         _cleanup_closedir_ DIR *d = opendir(m->run_sandboxes_dir);
         struct dirent *de;
         while (d && (de = readdir(d))) {
-                if (de->d_name[0] == '.')
+                /* A deleted sandbox's run directory is renamed aside before
+                 * delete answers and removed after it: a crash between
+                 * leaves its tombstone. */
+                bool tomb = core_is_tombstone(de->d_name);
+                if (de->d_name[0] == '.' && !tomb)
                         continue;
-                sandbox *sb = manager_find_sandbox(m, de->d_name);
+                sandbox *sb = tomb ? NULL : manager_find_sandbox(m, de->d_name);
                 if (sb && sb->sess)
                         continue;
                 _cleanup_free_ char *p = NULL;

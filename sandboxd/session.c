@@ -236,6 +236,13 @@ static int make_dir_mode(const char *path, mode_t mode) {
  * trust: nothing but sandbox-netd can sign with it. Without a host bundle
  * to extend there is no trust to install and the session runs without it;
  * its proxy then cannot terminate TLS that the sandbox accepts. */
+/* Whether a session of sb trusts its CA: only the host runtime binds the
+ * host's /etc/ssl, so only there is the bundle's mount point known to
+ * exist (docs/POLICY.md, CA trust), and only with a host bundle to extend. */
+static bool ca_trust_possible(const sandbox *sb) {
+        return streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
+}
+
 static int ca_prepare(start_job *j, sb_error **ret_err) {
         sandbox *sb = j->sb;
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL, *trust_dir = NULL;
@@ -248,7 +255,7 @@ static int ca_prepare(start_job *j, sb_error **ret_err) {
          * mountinfo, and a deny-all sandbox sees nothing of the host. After
          * a live switch to a policy with rules, its proxy refuses the
          * hosts with rules (it has no CA to apply them with). */
-        bool trust = streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
+        bool trust = ca_trust_possible(sb);
         /* A pooled session runs under deny-all but is made for creates of
          * its pool's networked mode, which a cold create would give a CA. */
         if (j->slot < 0 || (streq(sandbox_policy_mode(sb), "deny-all") && !j->pool_ca))
@@ -1372,6 +1379,7 @@ static void start_work(void *userdata) {
          * adoption from the warm pool (which then flushes nothing). A live
          * update from deny-all flushes on its own (session_apply_policy). */
         if (j->slot >= 0 && (!streq(mode, "deny-all") || j->pool_ca)) {
+                j->flows_forgotten = true;
                 /* No conntrack in this kernel: no entry to inherit. */
                 _cleanup_error_ sb_error *ct_err = NULL;
                 int k = core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)j->slot), &ct_err);
@@ -1545,6 +1553,7 @@ static void start_done(void *userdata) {
         s->netd_in = j->netd_in;
         s->proxy_ca = j->proxy_ca;
         s->sandbox_trusts_ca = j->sandbox_trusts_ca;
+        s->flows_forgotten = j->flows_forgotten;
         s->netns_fd = j->netns_fd;
         j->netns_fd = -EBADF;
         j->netd_pid = 0;
@@ -1714,32 +1723,63 @@ typedef struct teardown_job {
         session *s;       /* may be NULL */
         bool remove_files;
         char *tombstone;  /* set by teardown_work: the renamed directory, removed after delete answers */
+        char *run_tombstone; /* ... and the renamed run directory */
 } teardown_job;
 
-/* Removes a deleted sandbox's tombstone (core_tombstone): its disk image,
- * then its files. Runs after sandbox.delete has answered; a crash midway
- * leaves the tombstone, which start-up's reconciliation finishes. */
+/* What a delete leaves to remove after its answer: the renamed state and
+ * run directories (either may be NULL). */
+typedef struct tombstones {
+        char *dir;
+        char *run;
+} tombstones;
+
+/* Removes a deleted sandbox's tombstones (core_tombstone): its disk
+ * image, then its files, then its run directory (the session's sockets,
+ * CA and rootfs mount point; nothing uses them once its init and netd are
+ * gone). Runs after sandbox.delete has answered; a crash midway leaves
+ * the tombstones, which start-up's reconciliation finishes. */
 static void tombstone_work(void *userdata) {
-        const char *dir = userdata;
+        const tombstones *t = userdata;
         core_fault("delete.answered");
-        sandbox_disk_remove(dir);
-        core_fault("delete.removing");
-        int r = core_rm_rf(dir);
-        if (r < 0)
-                log_warning_errno(r, "remove %s: %m", dir);
-        core_fault("delete.removed");
+        if (t->dir) {
+                sandbox_disk_remove(t->dir);
+                core_fault("delete.removing");
+                int r = core_rm_rf(t->dir);
+                if (r < 0)
+                        log_warning_errno(r, "remove %s: %m", t->dir);
+                core_fault("delete.removed");
+        }
+        if (t->run) {
+                int r = core_rm_rf(t->run);
+                if (r < 0)
+                        log_warning_errno(r, "remove %s: %m", t->run);
+        }
 }
 
 static void tombstone_done(void *userdata) {
-        free(userdata);
+        tombstones *t = userdata;
+        free(t->dir);
+        free(t->run);
+        free(t);
 }
 
-/* Hands the tombstone's removal to a worker thread; runs it here if no
- * thread can be had. Takes ownership of `dir`. */
-static void tombstone_remove_background(char *dir) {
-        if (worker_submit(tombstone_work, tombstone_done, dir) < 0) {
-                tombstone_work(dir);
-                tombstone_done(dir);
+/* Hands the tombstones' removal to a worker thread; runs it here if no
+ * thread can be had. Takes ownership of both paths (either may be NULL);
+ * out of memory they are left for the next start-up. */
+static void tombstone_remove_background(char *dir, char *run) {
+        if (!dir && !run)
+                return;
+        tombstones *t = calloc(1, sizeof(*t));
+        if (!t) {
+                free(dir);
+                free(run);
+                return;
+        }
+        t->dir = dir;
+        t->run = run;
+        if (worker_submit(tombstone_work, tombstone_done, t) < 0) {
+                tombstone_work(t);
+                tombstone_done(t);
         }
 }
 
@@ -1795,6 +1835,13 @@ static void teardown_work(void *userdata) {
                                 log_warning_errno(r, "sandbox '%s': remove %s: %m", t->sb->name, dir);
                         core_fault("delete.removed");
                 }
+                /* The run directory too, renamed aside: a new sandbox of
+                 * the name makes its own at once, and the files go after
+                 * the answer (tombstone_work). */
+                _cleanup_free_ char *rparent = strdup(t->sb->run_dir);
+                char *rslash = rparent ? strrchr(rparent, '/') : NULL;
+                if (rslash && (*rslash = '\0', core_tombstone_ex(rparent, rslash + 1, false, &t->run_tombstone)) >= 0)
+                        return;
         }
         core_rm_rf(t->sb->run_dir);
 }
@@ -1819,6 +1866,7 @@ static void emit_status(sandbox *sb, const char *status) {
 typedef struct delete_finish {
         sandbox *sb;
         char *tombstone; /* may be NULL */
+        char *run_tombstone; /* may be NULL */
 } delete_finish;
 
 /* Answers the deletes, then removes the tombstone in the background. */
@@ -1828,8 +1876,7 @@ static void finish_delete(void *userdata) {
         emit_status(sb, "deleted");
         finish_requests(sb, &sb->delete_waiters, true);
         sandbox_free(sb);
-        if (f->tombstone)
-                tombstone_remove_background(f->tombstone);
+        tombstone_remove_background(f->tombstone, f->run_tombstone);
         free(f);
 }
 
@@ -1881,16 +1928,19 @@ static void teardown_done(void *userdata) {
                         log_error("sandbox '%s': out of memory; %s is removed at the next start", sb->name,
                                   t->tombstone ? t->tombstone : sb->dir);
                         free(TAKE_PTR(t->tombstone));
+                        free(TAKE_PTR(t->run_tombstone));
                         emit_status(sb, "deleted");
                         finish_requests(sb, &sb->delete_waiters, true);
                         sandbox_free(sb);
                 } else {
                         f->sb = sb;
                         f->tombstone = TAKE_PTR(t->tombstone);
+                        f->run_tombstone = TAKE_PTR(t->run_tombstone);
                         layers_collect(m, sb->layers, finish_delete, f);
                 }
         }
         free(t->tombstone);
+        free(t->run_tombstone);
         free(t);
 }
 
@@ -2201,6 +2251,12 @@ void sandbox_stop_all(manager *m) {
                 session_detach(s);
                 teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};
                 teardown_work(&t);
+                /* The state tombstone is the next start's; the run
+                 * directory goes now, as it did before it was renamed. */
+                if (t.run_tombstone)
+                        core_rm_rf(t.run_tombstone);
+                free(t.tombstone);
+                free(t.run_tombstone);
                 session_release(m, s);
         }
 }
@@ -2281,20 +2337,77 @@ int session_pool_relabel(session *s, sb_error **ret_err) {
         return 0;
 }
 
+bool session_pool_fits(const session *s, const char *mode) {
+        if (streq(mode, "deny-all"))
+                return !s->sandbox_trusts_ca;
+        if (s->net_slot < 0)
+                return false;
+        return s->proxy_ca || !ca_trust_possible(s->sb);
+}
+
+/* The slot's conntrack entries (IPv4, and IPv6 with a v6 pool), failing
+ * closed as start_work does: an earlier session's tracked flows would be
+ * accepted by the chain before any policy rule. */
+static int pool_forget_flows(session *s, sb_error **ret_err) {
+        manager *m = s->sb->m;
+        _cleanup_error_ sb_error *ct_err = NULL;
+        int k = core_conntrack_flush_source(core_net_sandbox_addr(&m->pool, (unsigned)s->net_slot), &ct_err);
+        if (k < 0 && k != -ENOENT && k != -EOPNOTSUPP && k != -EPROTONOSUPPORT)
+                return sb_error_set(ret_err, ct_err ? ct_err->code : -EIO, NULL, NULL,
+                                    "forget the flows of the address's last session: %s",
+                                    ct_err ? ct_err->message : "conntrack flush failed");
+        if (m->pool.prefix6) {
+                struct in6_addr a6 = core_net_sandbox_addr6(&m->pool, (unsigned)s->net_slot);
+                sb_error_free(TAKE_PTR(ct_err));
+                k = core_conntrack_flush_source6(&a6, &ct_err);
+                if (k < 0 && k != -ENOENT && k != -EOPNOTSUPP && k != -EPROTONOSUPPORT)
+                        return sb_error_set(ret_err, ct_err ? ct_err->code : -EIO, NULL, NULL,
+                                            "forget the IPv6 flows of the address's last session: %s",
+                                            ct_err ? ct_err->message : "conntrack flush failed");
+        }
+        s->flows_forgotten = true;
+        return 0;
+}
+
+/* A CA for a session made without one (its pool's hint was deny-all), on
+ * a runtime whose sandbox does not trust it anyway: host-side files only,
+ * as ca_prepare makes them. */
+static int pool_make_ca(session *s, sb_error **ret_err) {
+        sandbox *sb = s->sb;
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL;
+        int r;
+        if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if ((r = make_dir_mode(proxy_dir, 0700)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: create %s: %s", proxy_dir, strerror(-r));
+        if ((r = pol_proxy_ca_generate(cert, key, sb->name, ret_err)) < 0)
+                return sb_error_prefix(ret_err, "egress proxy CA");
+        s->proxy_ca = true;
+        return 0;
+}
+
 int session_pool_network(session *s, sb_error **ret_err) {
         sandbox *sb = s->sb;
         const pol_policy *p = sb->pol;
         if (p->mode == POL_MODE_DENY_ALL)
                 return 0;
-        if (s->net_slot < 0)
-                return sb_error_set(ret_err, -EOPNOTSUPP, NULL, NULL, "no network slot");
+        if (s->net_slot < 0 || !session_pool_fits(s, sandbox_policy_mode(sb)))
+                return sb_error_set(ret_err, -EOPNOTSUPP, NULL, NULL, "the pooled session cannot take policy mode %s",
+                                    sandbox_policy_mode(sb));
         char ifname[32];
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
-        s->policy_generation++;
         int r;
+        /* Made for a deny-all pool: its start forgot no flow of the
+         * slot's last session, and it has no CA yet. */
+        if (!s->flows_forgotten && (r = pool_forget_flows(s, ret_err)) < 0)
+                return r;
+        if (!s->proxy_ca && (r = pool_make_ca(s, ret_err)) < 0)
+                return r;
+        s->policy_generation++;
         /* As start_work orders it: veth (its sandbox end down, the host
          * table denying it), the session's rules, eth0 up, then netd. No
-         * flow ever existed, so nothing is flushed. */
+         * flow of this session ever existed, and the slot's earlier ones
+         * are forgotten, so nothing more is flushed. */
         if (!s->has_veth && (r = session_veth_add(s, ret_err)) < 0)
                 return r;
         if ((r = pol_nft_session_apply(ifname, p, s->gateway, ret_err)) < 0)
@@ -2337,8 +2450,9 @@ void session_destroy_now(sandbox *sb) {
         session_detach(s);
         teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = true};
         teardown_work(&t);
-        if (t.tombstone)
-                tombstone_work(t.tombstone);
+        tombstones tb = {.dir = t.tombstone, .run = t.run_tombstone};
+        tombstone_work(&tb);
         free(t.tombstone);
+        free(t.run_tombstone);
         session_release(m, s);
 }

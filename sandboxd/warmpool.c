@@ -1,12 +1,14 @@
 /* The warm pool (daemon.json warmPool): sessions prepared in the background
  * (directories, disk image, cgroup, namespaces, mounts, sandbox-init
  * running) so that a sandbox.create that matches adopts one instead of
- * making its own.
+ * making its own. warmPool.policy says what to prepare (a CA for a
+ * networked mode); the caller's policy, any mode that session_pool_fits,
+ * is applied at adoption.
  *
  * What a pooled session is: a sandbox of this daemon's own, named
  * WARMPOOL_PREFIX + 16 random hex digits (a name no caller can give), on
  * the pool's runtime with the daemon's defaults (1 vCPU, diskMiB, userns),
- * no source, under deny-all (no veth: lo only) whatever the pool serves,
+ * no source, under deny-all (no veth: lo only) whatever its hint,
  * with no timeout. It is in no registry a client sees (m->sandboxes, so
  * not in sandbox.list, daemon.info's counts or metrics) and emits no
  * event (emit_status).
@@ -319,13 +321,14 @@ static void pool_discard(sandbox *sb) {
 }
 
 /* Whether the create of sb (parsed by parse_create) can take a pooled
- * session: what the pool's sessions were made with is exactly what that
- * create would make, and nothing it asks for needs a step taken before
- * init ran (a source, layers, a disk size, a tmpfs size). A persistent
+ * session: what the pool's sessions were made with is what that create
+ * would make, but for the policy, applied at adoption (session_matches),
+ * and nothing it asks for needs a step taken before init ran (a source,
+ * layers, a disk size, a tmpfs size). A persistent
  * sandbox may: its later sessions are cold starts of its own files. */
 static bool create_matches(const warm_pool *w, const sandbox *sb, const start_job *j) {
         return !j->src_type && cJSON_GetArraySize(sb->layers) == 0 && sb->vcpus == 1 &&
-               streq(sb->runtime, w->runtime) && streq(sandbox_policy_mode(sb), w->policy);
+               streq(sb->runtime, w->runtime);
 }
 
 /* Whether pooled p still stands on the tree its runtime's name holds. */
@@ -348,8 +351,12 @@ static bool is_stale(const manager *m, const warm_pool *w, const sandbox *p) {
         return !streq(w->policy, "deny-all") && p->sess->net_slot < 0;
 }
 
+/* The policy mode is applied at adoption (session_pool_network), any
+ * mode on any pooled session that session_pool_fits: the pool's policy
+ * only says which sessions to prepare (a CA for a networked one). */
 static bool session_matches(const sandbox *p, const sandbox *sb) {
-        return is_ready(p) && p->userns == sb->userns && p->disk_mib == sb->disk_mib;
+        return is_ready(p) && p->userns == sb->userns && p->disk_mib == sb->disk_mib &&
+               session_pool_fits(p->sess, sandbox_policy_mode(sb));
 }
 
 /* Moves the session of pooled p to sb before the commit, or back. */

@@ -418,12 +418,31 @@ def frozen_cgroups(w):
     return bad
 
 
+def cgroup_key(d, name):
+    """The key naming sandbox `name`'s session cgroup: the "cgroup" its
+    session record (<runDir>/sandboxes/<name>/session.json) keeps, which a
+    sandbox adopted from the warm pool has from its refill (a cgroup
+    cannot be renamed); else its name. None when the record is missing or
+    unreadable: a running sandbox has one."""
+    try:
+        with open(os.path.join(d.run_dir, "sandboxes", name, "session.json")) as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    key = rec.get("cgroup") if isinstance(rec, dict) else None
+    return key if isinstance(key, str) and key else name
+
+
+def cgroup_dirs_of(w, key):
+    """The session cgroup directories (one per hierarchy) named `key`."""
+    return [cg for cg in session_cgroups(w) if os.path.basename(cg) == key]
+
+
 def memory_max_bytes(w, name):
-    """The memory limit of sandbox `name`'s session cgroup in bytes, from
-    memory.max (v2) or memory.limit_in_bytes (v1); None if not found."""
-    for cg in session_cgroups(w):
-        if os.path.basename(cg) != name:
-            continue
+    """The memory limit of the session cgroup named `name` (its cgroup_key)
+    in bytes, from memory.max (v2) or memory.limit_in_bytes (v1); None if
+    not found."""
+    for cg in cgroup_dirs_of(w, name):
         for f in ("memory.max", "memory.limit_in_bytes"):
             try:
                 with open(os.path.join(cg, f)) as fh:
@@ -436,11 +455,10 @@ def memory_max_bytes(w, name):
 
 
 def cpu_quota_vcpus(w, name):
-    """The CPU quota of sandbox `name`'s session cgroup, in vCPUs (quota /
-    period), from cpu.max (v2) or cpu.cfs_quota_us (v1); None if not found."""
-    for cg in session_cgroups(w):
-        if os.path.basename(cg) != name:
-            continue
+    """The CPU quota of a session cgroup, in vCPUs (quota /
+    period), from cpu.max (v2) or cpu.cfs_quota_us (v1); None if not found.
+    `name` is the cgroup's key (cgroup_key)."""
+    for cg in cgroup_dirs_of(w, name):
         try:
             with open(os.path.join(cg, "cpu.max")) as f:
                 q, per = f.read().split()
@@ -511,11 +529,21 @@ def check_consistent(w, d, ctx, problems):
                     problems.append("sandbox %s: port %s endpoint %s refuses connections" % (name, port.get("port"), ep))
             # What get says is what the kernel enforces.
             want = (s.get("resources") or {}).get("vcpus")
-            got = cpu_quota_vcpus(w, name)
+            # Its cgroup by the key its record names (an adopted pooled
+            # session's is the pool's): one not found fails the check
+            # rather than skipping it.
+            key = cgroup_key(d, name)
+            if key is None:
+                problems.append("sandbox %s is listed running but has no readable session record" % name)
+                continue
+            if want is not None and not cgroup_dirs_of(w, key):
+                problems.append("sandbox %s: no session cgroup named %s (its record's key) to check its limits" % (name, key))
+                continue
+            got = cpu_quota_vcpus(w, key)
             if want is not None and got is not None and abs(got - want) > 0.01:
                 problems.append("sandbox %s: get says %s vCPUs, its cgroup's CPU quota is %.2f" % (name, want, got))
             # ... and its memory limit (vcpus x 2048 MiB, docs/API.md).
-            mem = memory_max_bytes(w, name)
+            mem = memory_max_bytes(w, key)
             if want is not None and mem is not None and mem != want * 2048 * 1024 * 1024:
                 problems.append("sandbox %s: get says %s vCPUs, its cgroup's memory limit is %d bytes (want %d)"
                                 % (name, want, mem, want * 2048 * 1024 * 1024))

@@ -134,7 +134,7 @@ def test_a_create_the_pool_cannot_take_takes_the_cold_path(world):
     d = _pool_daemon(world)
     names = [world.name("wpc%d" % i) for i in range(3)]
     try:
-        _create(d, names[0], networkPolicy="deny-all")       # another mode than the pool's
+        _create(d, names[0], networkPolicy="deny-all")       # the pool's sessions trust a CA (host runtime)
         _create(d, names[1], resources={"vcpus": 2})         # other limits
         _create(d, names[2], resources={"diskMiB": 32})     # another disk size
         w = _info(d)
@@ -443,6 +443,120 @@ def test_a_live_policy_update_of_an_adopted_custom_sandbox_reloads_its_dns_filte
         out = _out(d, name, "getent ahostsv4 other.public.test >/dev/null && echo yes || echo no; "
                             "getent ahostsv4 api.public.test >/dev/null && echo yes || echo no")
         expect_eq(out.split(), ["yes", "no"], "the new policy's names resolve, the old one's do not")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def _links_inside(d, name):
+    """The network interfaces sandbox `name` sees (/proc/net/dev: the tiny
+    runtime has cat, no ip)."""
+    rows = _out(d, name, "cat /proc/net/dev").split("\n")[2:]
+    return sorted(r.split(":")[0].strip() for r in rows if ":" in r)
+
+
+def _resolves(d, name, host):
+    return _out(d, name, "getent ahostsv4 %s >/dev/null && echo yes || echo no" % host).strip()
+
+
+def test_an_allow_all_pool_serves_a_custom_create_with_the_callers_policy(world):
+    """The pool's policy is a hint: a custom create adopts an allow-all
+    pool's session and gets its own rules (DNS filter), CA and trust."""
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    name = world.name("wpac")
+    try:
+        sb = _create(d, name, networkPolicy={"allow": ["api.public.test"]})
+        expect_eq(_info(d)["adopted"], 1, "the custom create was served from the allow-all pool")
+        expect(json.dumps(sb).find("api.public.test") >= 0, "the caller's policy is shown")
+        expect_eq((_resolves(d, name, "api.public.test"), _resolves(d, name, "other.public.test")), ("yes", "no"),
+                  "the caller's allowlist is enforced, not the pool's allow-all")
+        out = _out(d, name, "grep -c \"sandboxd session CA (egress proxy) of '%s'\" "
+                            "/etc/ssl/certs/ca-certificates.crt" % name)
+        expect_eq(out.strip(), "1", "the sandbox trusts its own session CA")
+        _rpc(d, "sandbox.delete", {"name": name})
+        leaks.check(world, name, d)
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_custom_pool_serves_an_allow_all_create(world):
+    d = _pool_daemon(world, {"warmPool": {"size": 1, "policy": "custom"}})
+    name = world.name("wpca")
+    try:
+        _create(d, name, networkPolicy="allow-all")
+        expect_eq(_info(d)["adopted"], 1, "the allow-all create was served from the custom pool")
+        expect_eq(_rpc(d, "sandbox.get", {"name": name})["networkPolicy"], "allow-all", "its policy")
+        expect_eq(_resolves(d, name, "other.public.test"), "yes", "allow-all resolves any name")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_deny_all_pool_on_a_runtime_without_ca_trust_serves_every_mode_and_forgets_earlier_flows(world):
+    """A deny-all pool's session forgot no flow at its start: a networked
+    create adopting it, on the address of an earlier sandbox whose flows
+    the kernel still tracks, gets none of them; deny-all creates adopt
+    too, and stay without network."""
+    import world as W
+    from test_runtimes import _tiny_rootfs_tar, _write_tmp
+    rt = world.name("wpdr")
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"warmPool": {"size": 1, "runtime": rt, "policy": "deny-all"}}, tag="pool")
+    a, b, c = world.name("wpda"), world.name("wpdb"), world.name("wpdc")
+    addr = "ip -o -4 addr show dev eth0 | sed 's/.* inet \\([0-9.]*\\)\\/.*/\\1/'"
+    try:
+        path = _write_tmp(world, _tiny_rootfs_tar(rt))
+        code, _o, err = d.ctl("runtime", "import", rt, path)
+        expect_eq(code, 0, "runtime import (%s)" % err.strip())
+        poll(lambda: _info(d)["ready"] == 1, 60, "the pool fills")
+        # a (host runtime: cold) leaves tracked UDP flows on its address.
+        _create(d, a)
+        addr_a = _out(d, a, addr).strip()
+        _out(d, a, "bash -c 'for p in 40001 40002 40003; do echo x > /dev/udp/%s/$p; done'; true" % W.PUB_API_ADDR)
+        _rpc(d, "sandbox.delete", {"name": a})
+        expect(_conntrack_from(world, addr_a), "a's flows outlive it (else this test proves nothing)")
+        # b (deny-all) takes the pooled session; its refill gets a's slot.
+        _create(d, b, runtime=rt, networkPolicy="deny-all")
+        expect_eq(_info(d)["adopted"], 1, "the deny-all create was served from the pool")
+        expect_eq(_links_inside(d, b), ["lo"], "deny-all: lo only")
+        poll(lambda: _info(d)["ready"] == 1, 60, "the pool refills")
+        sb = _create(d, c, runtime=rt, networkPolicy="allow-all")
+        expect_eq(_info(d)["adopted"], 2, "the allow-all create was served from the deny-all pool")
+        expect_eq(sb["networkPolicy"], "allow-all", "its policy")
+        expect_eq(_links_inside(d, c), ["eth0", "lo"], "allow-all: its veth")
+        trie = _out(d, c, "cat /proc/net/fib_trie")
+        expect(("-- %s\n" % addr_a) in trie, "c has a's address %s: %s" % (addr_a, trie[:600]))
+        expect_eq(_conntrack_from(world, addr_a), [], "conntrack entries c inherits from a")
+    finally:
+        for n in (a, b, c):
+            d.rpc("sandbox.delete", {"name": n})
+        d.ctl("runtime", "rm", rt)
+        _stop_and_check_clean(world, d)
+
+
+def test_a_deleted_sandboxs_name_is_free_at_once_and_its_directories_go_after_the_answer(world):
+    """sandbox.delete answers once the session is dead and its state and
+    run directories are renamed aside: a create of the same name right
+    after works (from the pool, then cold) and sees nothing of the old
+    sandbox; the renamed directories are removed in the background."""
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    name = world.name("wpre")
+    runs = os.path.join(d.run_dir, "sandboxes")
+    states = os.path.join(d.state_dir, "sandboxes")
+    try:
+        for i in range(3):
+            _create(d, name, env={"ROUND": str(i)})
+            out = _out(d, name, "ls -A /workspace; echo $ROUND; echo %d > /workspace/round" % i)
+            expect_eq(out.split(), [str(i)], "round %d: a fresh sandbox (nothing of the last one)" % i)
+            _rpc(d, "sandbox.delete", {"name": name})
+            expect(name not in os.listdir(runs) and name not in os.listdir(states),
+                   "round %d: the name's directories are free when delete answers" % i)
+        expect(_info(d)["adopted"] >= 1, "one of the creates was served from the pool")
+
+        def tombstones():
+            return [e for e in os.listdir(runs) + os.listdir(states) if e.startswith(".") and name in e]
+        poll(lambda: not tombstones(), 30, "the deleted sandboxes' renamed directories are removed")
     finally:
         d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
