@@ -22,6 +22,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define IMAGE "disk.img"
@@ -444,39 +445,68 @@ static int find_loop(const struct stat *img, char *buf, size_t size) {
         return 0;
 }
 
+/* Taken by every LOOP_CTL_GET_FREE + LOOP_CONFIGURE pair of this process:
+ * GET_FREE names the lowest unbound device without reserving it, so
+ * concurrent creates asked it at once and all but one lost the same device
+ * (EBUSY), round after round; with a hundred at once some lost every round
+ * of their retries. Under the lock only other processes can take a device
+ * between the two steps. Lock order: attach_lock, then loop_lock. */
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Tries of new_loop before it gives up with EBUSY, and the pause after a
+ * lost try (1 ms, growing by 1 ms to LOOP_BACKOFF_MAX_MS): another process
+ * that takes devices as fast as they free keeps a create waiting for at
+ * most about 1.5 s. */
+#define LOOP_TRIES 64
+#define LOOP_BACKOFF_MAX_MS 25
+
 /* A new loop device for image_fd with LO_FLAGS_AUTOCLEAR; its fd (open
  * until the mount holds the device) in *ret_fd. */
 static int new_loop(int image_fd, char *buf, size_t size, int *ret_fd) {
         _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
         if (ctl < 0)
                 return negative_errno();
-        /* Concurrent creates race for the same free device: the loser gets
-         * EBUSY and asks again. */
-        for (int tries = 0; tries < 64; tries++) {
+        for (int tries = 0; tries < LOOP_TRIES; tries++) {
+                if (tries > 0) {
+                        long ms = tries < LOOP_BACKOFF_MAX_MS ? tries : LOOP_BACKOFF_MAX_MS;
+                        struct timespec ts = {.tv_sec = 0, .tv_nsec = ms * 1000000L};
+                        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                                ;
+                }
+                pthread_mutex_lock(&loop_lock);
+                int r = 0, fd = -EBADF;
                 int n = ioctl(ctl, LOOP_CTL_GET_FREE);
                 if (n < 0)
-                        return negative_errno();
-                snprintf(buf, size, "/dev/loop%d", n);
-                _cleanup_close_ int fd = open(buf, O_RDWR | O_CLOEXEC);
-                if (fd < 0)
-                        return negative_errno();
-                struct loop_config cfg = {.fd = (uint32_t)image_fd};
-                cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-                if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
-                        *ret_fd = TAKE_FD(fd);
+                        r = negative_errno();
+                else {
+                        snprintf(buf, size, "/dev/loop%d", n);
+                        fd = open(buf, O_RDWR | O_CLOEXEC);
+                        if (fd < 0)
+                                r = negative_errno();
+                }
+                if (r == 0) {
+                        struct loop_config cfg = {.fd = (uint32_t)image_fd};
+                        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+                        if (ioctl(fd, LOOP_CONFIGURE, &cfg) < 0)
+                                r = negative_errno();
+                }
+                pthread_mutex_unlock(&loop_lock);
+                if (r == 0) {
+                        *ret_fd = fd;
                         return 0;
                 }
-                if (errno != EBUSY)
-                        return negative_errno();
-                /* Taken between GET_FREE and CONFIGURE: try the next. */
+                if (fd >= 0)
+                        close(fd);
+                if (r != -EBUSY)
+                        return r;
+                /* Taken by another process between GET_FREE and CONFIGURE. */
         }
         return -EBUSY;
 }
 
 /* Mounts the image at <dir>/disk unless it is mounted. `fresh`: the image
  * was just made by this thread (core_disk_create), so no loop device can
- * be backed by it yet: no scan of every loop device, no lock (concurrent
- * creates only race for a free device, which new_loop retries). */
+ * be backed by it yet: no scan of every loop device and no attach_lock
+ * (new_loop serialises the choice of a free device itself). */
 static int mount_image(const char *dir, bool fresh, sb_error **ret_err) {
         _cleanup_free_ char *img = join(dir, IMAGE), *mnt = join(dir, MOUNT);
         if (!img || !mnt)
@@ -498,12 +528,18 @@ static int mount_image(const char *dir, bool fresh, sb_error **ret_err) {
                 pthread_mutex_lock(&attach_lock);
         if (fresh || !find_loop(&st, dev, sizeof(dev)))
                 r = new_loop(ifd, dev, sizeof(dev), &lfd);
+        if (r < 0) {
+                if (!fresh)
+                        pthread_mutex_unlock(&attach_lock);
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: attach %s to a loop device: %s", img,
+                                    strerror(-r));
+        }
         if (r >= 0 && mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV, "noinit_itable") < 0)
                 r = negative_errno();
         if (!fresh)
                 pthread_mutex_unlock(&attach_lock);
         if (r < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "disk image: mount %s on %s: %s", img, mnt,
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: mount %s (%s) on %s: %s", img, dev, mnt,
                                     strerror(-r));
         return 0;
 }
