@@ -124,7 +124,10 @@ static int write_upper_etc(const sandbox *sb, const char *mode, struct in_addr g
         return 0;
 }
 
-static int prepare_dirs(start_job *j, sb_error **ret_err) {
+/* The new sandbox's state directory, disk image and run directory.
+ * *made is set once <dir> is made by this call, so that the caller's
+ * failure path removes it (and all below it) whatever step failed after. */
+static int prepare_dirs(start_job *j, bool *made, sb_error **ret_err) {
         sandbox *sb = j->sb;
         _cleanup_free_ char *upper = NULL, *work = NULL, *ws = NULL, *rootfs = NULL;
         if (asprintf(&upper, "%s/upper", sb->dir) < 0 || asprintf(&work, "%s/work", sb->dir) < 0 ||
@@ -133,6 +136,7 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
         if (mkdir(sb->dir, 0710) < 0)
                 return sb_error_set(ret_err, negative_errno(), errno == EEXIST ? "already_exists" : NULL, NULL,
                                     "create %s: %m", sb->dir);
+        *made = true;
         /* Sources are fetched as the sandbox user (libcore/source.h), which
          * must traverse to upper/workspace; nobody else may. */
         uid_t uid;
@@ -145,6 +149,8 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
         int r;
         if ((r = sandbox_disk_create(j->m, sb, ret_err)) < 0)
                 return r;
+        if ((r = core_fault_error("create.dirs")) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: injected failure");
         /* The overlay's work dir is on the same mount as upper
          * (setup_packet): the disk image's disk/work when the session has
          * one, made with the image; <dir>/work only without one. */
@@ -1287,9 +1293,8 @@ static void start_work(void *userdata) {
         step_clock clk;
         step_clock_start(&clk);
         if (j->fresh) {
-                if ((r = prepare_dirs(j, &j->err)) < 0)
+                if ((r = prepare_dirs(j, &made_dir, &j->err)) < 0)
                         goto fail;
-                made_dir = true;
                 step_mark(&clk, "dirs+disk");
                 if ((r = fetch_source(j, &j->err)) < 0)
                         goto fail;

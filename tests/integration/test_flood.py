@@ -8,6 +8,7 @@ import threading
 import time
 
 import leaks
+import world as W
 from common import expect, expect_eq, poll
 
 FLOOD = 120
@@ -81,3 +82,32 @@ def test_a_flood_of_creates_all_succeed_and_leave_nothing(world):
     poll(lambda: not _loops_of(d), 30, "the loop devices go")
     for n in names:
         leaks.check(world, n, d)
+
+
+def test_a_create_that_fails_after_its_disk_is_made_leaves_nothing_and_frees_the_name(world):
+    d = world.daemon
+    name = world.name("flfail")
+    expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+    # The first create fails once its state dir and disk image are made
+    # and mounted (libcore/fault.h core_fault_error "create.dirs").
+    d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAIL": "create.dirs:1"})
+    try:
+        msg = d.rpc("sandbox.create", {"name": name, "networkPolicy": "deny-all"}, timeout=60)
+        expect("error" in msg, "the create failed: %s" % msg)
+        expect("injected failure" in msg["error"]["message"], "the injected error: %s" % msg["error"])
+        expect(not os.path.exists(os.path.join(d.state_dir, "sandboxes", name)), "no state dir left")
+        expect(not os.path.exists(os.path.join(d.run_dir, "sandboxes", name)), "no run dir left")
+        expect_eq(_loops_of(d), [], "loop devices left")
+        expect_eq(leaks.find(world, name, d), [], "traces left of the failed create")
+        got = d.rpc("sandbox.get", {"name": name})
+        expect_eq(got.get("error", {}).get("data", {}).get("reason"), "not_found", "sandbox.get after the failure")
+        # The name is free at once: the same create succeeds.
+        again = d.rpc("sandbox.create", {"name": name, "networkPolicy": "deny-all"}, timeout=60)
+        expect("error" not in again, "the second create of %s: %s" % (name, again.get("error")))
+        expect_eq(again["result"]["status"], "running", "status of the second create")
+        d.rpc("sandbox.delete", {"name": name}, timeout=60)
+        leaks.check(world, name, d)
+        poll(lambda: not _loops_of(d), 30, "the loop device goes")
+    finally:
+        d.stop()
+        d.start()
