@@ -27,6 +27,7 @@
 #include "policy/proxy.h"
 #include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/remote.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -1828,6 +1829,8 @@ static void session_release(manager *m, session *s) {
         core_cgroup_free(s->cg);
         pins_free(&s->pins);
         redo_list_clear(&s->logs_waiting); /* answered by agent_detach */
+        if (s->peak_fd_set)
+                close(s->peak_fd);
         free(s);
 }
 
@@ -1955,6 +1958,7 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
         const char *cgname = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "cgroup"));
         if (cgname && *cgname && strlen(cgname) < sizeof(s->cgroup_name) && !strchr(cgname, '/'))
                 snprintf(s->cgroup_name, sizeof(s->cgroup_name), "%s", cgname);
+        metrics_usage_base_from_json(s, rec);
         int r = core_cgroup_open(s->cgroup_name[0] ? s->cgroup_name : sb->name, s->pid, &s->cg);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "its sandbox-init is not in its cgroup: %s", strerror(-r));
