@@ -445,19 +445,83 @@ static int find_loop(const struct stat *img, char *buf, size_t size) {
         return 0;
 }
 
-/* Taken by every LOOP_CTL_GET_FREE + LOOP_CONFIGURE pair of this process:
- * GET_FREE names the lowest unbound device without reserving it, so
- * concurrent creates asked it at once and all but one lost the same device
- * (EBUSY), round after round; with a hundred at once some lost every round
- * of their retries. Under the lock only other processes can take a device
- * between the two steps. Lock order: attach_lock, then loop_lock. */
+/* Loop devices this process is configuring. LOOP_CTL_GET_FREE names the
+ * lowest unbound device without reserving it, so concurrent creates all
+ * got the same one and all but one lost it (EBUSY), round after round;
+ * with a hundred at once some lost every round of their retries. A device
+ * is therefore chosen under loop_lock and claimed here until its
+ * LOOP_CONFIGURE is done (outside the lock: devices configure in
+ * parallel); a thread whose GET_FREE names a claimed device takes the next
+ * unbound, unclaimed one (made with LOOP_CTL_ADD when there is none). Only
+ * another process can take a device between the choice and the
+ * configuration. Lock order: attach_lock, then loop_lock. */
+#define LOOP_CLAIMS_MAX 256
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Tries of new_loop before it gives up with EBUSY, and the pause after a
- * lost try (1 ms, growing by 1 ms to LOOP_BACKOFF_MAX_MS): another process
- * that takes devices as fast as they free keeps a create waiting for at
- * most about 1.5 s. */
-#define LOOP_TRIES 64
+static int loop_claims[LOOP_CLAIMS_MAX];
+static size_t n_loop_claims;
+/* Tries of new_loop before it gives up with EBUSY: the first
+ * LOOP_TRIES_AT_ONCE at once (another process took the device: the next
+ * one is free), then each after a pause (1 ms, growing by 1 ms to
+ * LOOP_BACKOFF_MAX_MS): another process that takes devices as fast as they
+ * free keeps a create waiting for at most about 1.2 s. */
+#define LOOP_TRIES 80
+#define LOOP_TRIES_AT_ONCE 16
 #define LOOP_BACKOFF_MAX_MS 25
+/* Most devices looked at past a claimed one before giving up (EBUSY). */
+#define LOOP_SCAN_MAX (LOOP_CLAIMS_MAX + 64)
+
+static bool loop_claimed(int n) {
+        for (size_t i = 0; i < n_loop_claims; i++)
+                if (loop_claims[i] == n)
+                        return true;
+        return false;
+}
+
+/* Is /dev/loop<n> there and bound to nothing? (LOOP_GET_STATUS64 answers
+ * ENXIO for an unbound device, loop(4).) */
+static bool loop_unbound(int n) {
+        char path[32];
+        snprintf(path, sizeof(path), "/dev/loop%d", n);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct loop_info64 info;
+        return fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &info) < 0 && errno == ENXIO;
+}
+
+/* Under loop_lock: an unbound device no thread of this process is
+ * configuring, claimed; its number, or a negative errno. */
+static int loop_choose(int ctl) {
+        if (n_loop_claims >= LOOP_CLAIMS_MAX)
+                return -EBUSY;
+        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (n < 0)
+                return negative_errno();
+        if (loop_claimed(n))
+                for (int scanned = 0;; scanned++) {
+                        if (scanned >= LOOP_SCAN_MAX)
+                                return -EBUSY;
+                        n++;
+                        if (loop_claimed(n))
+                                continue;
+                        if (ioctl(ctl, LOOP_CTL_ADD, n) >= 0)
+                                break; /* a new device is unbound */
+                        if (errno != EEXIST)
+                                return negative_errno();
+                        if (loop_unbound(n))
+                                break;
+                }
+        loop_claims[n_loop_claims++] = n;
+        return n;
+}
+
+static void loop_unclaim(int n) {
+        pthread_mutex_lock(&loop_lock);
+        for (size_t i = 0; i < n_loop_claims; i++)
+                if (loop_claims[i] == n) {
+                        loop_claims[i] = loop_claims[--n_loop_claims];
+                        break;
+                }
+        pthread_mutex_unlock(&loop_lock);
+}
 
 /* A new loop device for image_fd with LO_FLAGS_AUTOCLEAR; its fd (open
  * until the mount holds the device) in *ret_fd. */
@@ -466,39 +530,44 @@ static int new_loop(int image_fd, char *buf, size_t size, int *ret_fd) {
         if (ctl < 0)
                 return negative_errno();
         for (int tries = 0; tries < LOOP_TRIES; tries++) {
-                if (tries > 0) {
-                        long ms = tries < LOOP_BACKOFF_MAX_MS ? tries : LOOP_BACKOFF_MAX_MS;
+                if (tries >= LOOP_TRIES_AT_ONCE) {
+                        long ms = tries - LOOP_TRIES_AT_ONCE + 1;
+                        if (ms > LOOP_BACKOFF_MAX_MS)
+                                ms = LOOP_BACKOFF_MAX_MS;
                         struct timespec ts = {.tv_sec = 0, .tv_nsec = ms * 1000000L};
                         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                                 ;
                 }
                 pthread_mutex_lock(&loop_lock);
-                int r = 0, fd = -EBADF;
-                int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+                int n = loop_choose(ctl);
+                pthread_mutex_unlock(&loop_lock);
+                if (n == -EBUSY)
+                        continue;
                 if (n < 0)
+                        return n;
+                snprintf(buf, size, "/dev/loop%d", n);
+                int r = 0;
+                int fd = open(buf, O_RDWR | O_CLOEXEC);
+                if (fd < 0)
                         r = negative_errno();
                 else {
-                        snprintf(buf, size, "/dev/loop%d", n);
-                        fd = open(buf, O_RDWR | O_CLOEXEC);
-                        if (fd < 0)
-                                r = negative_errno();
-                }
-                if (r == 0) {
                         struct loop_config cfg = {.fd = (uint32_t)image_fd};
                         cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
                         if (ioctl(fd, LOOP_CONFIGURE, &cfg) < 0)
                                 r = negative_errno();
                 }
-                pthread_mutex_unlock(&loop_lock);
+                loop_unclaim(n);
                 if (r == 0) {
                         *ret_fd = fd;
                         return 0;
                 }
                 if (fd >= 0)
                         close(fd);
-                if (r != -EBUSY)
+                /* Taken by another process between the choice and
+                 * LOOP_CONFIGURE (EBUSY), or removed meanwhile (ENXIO,
+                 * ENOENT): choose again. */
+                if (r != -EBUSY && r != -ENXIO && r != -ENOENT)
                         return r;
-                /* Taken by another process between GET_FREE and CONFIGURE. */
         }
         return -EBUSY;
 }
