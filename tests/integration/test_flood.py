@@ -111,3 +111,32 @@ def test_a_create_that_fails_after_its_disk_is_made_leaves_nothing_and_frees_the
     finally:
         d.stop()
         d.start()
+
+
+def test_a_failed_adoption_from_the_warm_pool_leaves_the_name_to_the_cold_create(world):
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.add_sandboxd({"warmPool": {"size": 1}}, tag="poolf")
+    # The first adoption fails after the session's run dir was renamed to
+    # the caller's name and its network made (core_fault_error "pool.adopt").
+    d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAIL": "pool.adopt:1"})
+    world.daemon = d
+    name = world.name("flpool")
+    try:
+        poll(lambda: d.rpc("daemon.info", {})["result"]["warmPool"]["ready"] == 1, 60, "the pool fills")
+        msg = d.rpc("sandbox.create", {"name": name}, timeout=120)
+        expect("error" not in msg, "the create after a failed adoption: %s" % msg.get("error"))
+        expect_eq(msg["result"]["status"], "running", "status")
+        expect_eq(d.rpc("daemon.info", {})["result"]["warmPool"]["adopted"], 0, "no adoption counted")
+        expect("could not be adopted (injected failure)" in d.log_tail(400), "the adoption was tried and failed")
+        code, out, err = d.ctl("exec", name, "--", "hostname", timeout=60)
+        expect_eq((code, out.strip()), (0, name), "the sandbox runs under its name (%s)" % err.strip()[:200])
+        d.rpc("sandbox.delete", {"name": name}, timeout=60)
+        leaks.check(world, name, d)
+        again = d.rpc("sandbox.create", {"name": name}, timeout=120)
+        expect("error" not in again, "the name is free after the delete: %s" % again.get("error"))
+        d.rpc("sandbox.delete", {"name": name}, timeout=60)
+        leaks.check(world, name, d)
+    finally:
+        expect_eq(world.stop_sandboxd(d), 0, "sandboxd exit status")
+    problems = leaks.find(world, "all", d)
+    expect(not problems, "left behind: %s" % "; ".join(problems[:8]))
