@@ -1227,6 +1227,50 @@ int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
         return 0;
 }
 
+int core_cgroup_peak_reset(const core_cgroup *cg, int *ret_fd) {
+        *ret_fd = -EBADF;
+        for (size_t i = 0; cg && i < cg->n; i++) {
+                const hierarchy *h = &state.h[i];
+                const char *dir = cg->dirs[i];
+                if (h->ops == &ops_v2 && (h->v2_ctl & CTL_MEMORY)) {
+                        _cleanup_free_ char *path = NULL;
+                        if (asprintf(&path, "%s/memory.peak", dir) < 0)
+                                return -ENOMEM;
+                        /* Before Linux 6.12 the file is read-only (0444):
+                         * open for writing fails, and there is no reset. */
+                        int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+                        if (fd < 0)
+                                return errno == ENOENT || errno == EACCES || errno == EPERM ? -EOPNOTSUPP
+                                                                                             : negative_errno();
+                        if (write(fd, "reset\n", 6) != 6) {
+                                int r = errno == EINVAL ? -EOPNOTSUPP : negative_errno();
+                                close(fd);
+                                return r;
+                        }
+                        *ret_fd = fd;
+                        return 0;
+                }
+                if (h->ops != &ops_v2 && h->controller && streq(h->controller, "memory"))
+                        return write_file(dir, "memory.max_usage_in_bytes", "0");
+        }
+        return -ENODATA;
+}
+
+int core_cgroup_peak_read(int fd, uint64_t *ret) {
+        char buf[32];
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        if (n < 0)
+                return negative_errno();
+        buf[n] = '\0';
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(buf, &end, 10);
+        if (errno || end == buf || (*end && *end != '\n'))
+                return -EBADMSG;
+        *ret = v;
+        return 0;
+}
+
 int core_cgroup_kill_all(core_cgroup *cg) {
         int ret = 0;
         release_holder(cg);

@@ -222,6 +222,22 @@ typedef struct core_cgroup_usage {
  * cgroupfs reads; returns 0 (a missing figure is UINT64_MAX, not an error). */
 int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret);
 
+/* Restarts the session's memory high-water mark at its use now, so that
+ * later reads count from this moment (what ran in it before is not
+ * counted). cgroup v2 (Linux 6.12, cgroup-v2.rst "memory.peak"): a write to
+ * memory.peak resets it for reads through the same open file only, so the
+ * file stays open: its fd in *ret_fd, owned by the caller, read with
+ * core_cgroup_peak_read(). cgroup v1 (cgroup-v1/memory.rst 5.7): writing 0
+ * to memory.max_usage_in_bytes resets it for every reader; *ret_fd is then
+ * -EBADF and core_cgroup_read_usage() reads the reset figure. Returns 0;
+ * -EOPNOTSUPP when the kernel cannot reset it (v2 before 6.12), -ENODATA
+ * without memory accounting, or another negative errno. */
+int core_cgroup_peak_reset(const core_cgroup *cg, int *ret_fd);
+
+/* The memory.peak figure through an fd from core_cgroup_peak_reset(): 0
+ * and bytes in *ret, or a negative errno (-EBADMSG: not a number). */
+int core_cgroup_peak_read(int fd, uint64_t *ret);
+
 /* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
  * reading cgroup.procs repeatedly until empty). */
 int core_cgroup_kill_all(core_cgroup *cg);

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define IMAGE "disk.img"
@@ -445,39 +446,137 @@ static int find_loop(const struct stat *img, char *buf, size_t size) {
         return 0;
 }
 
+/* Loop devices this process is configuring. LOOP_CTL_GET_FREE names the
+ * lowest unbound device without reserving it, so concurrent creates all
+ * got the same one and all but one lost it (EBUSY), round after round;
+ * with a hundred at once some lost every round of their retries. A device
+ * is therefore chosen under loop_lock and claimed here until its
+ * LOOP_CONFIGURE is done (outside the lock: devices configure in
+ * parallel); a thread whose GET_FREE names a claimed device takes the next
+ * unbound, unclaimed one (made with LOOP_CTL_ADD when there is none). Only
+ * another process can take a device between the choice and the
+ * configuration. Lock order: attach_lock, then loop_lock. */
+#define LOOP_CLAIMS_MAX 256
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
+static int loop_claims[LOOP_CLAIMS_MAX];
+static size_t n_loop_claims;
+/* Tries of new_loop before it gives up with EBUSY: the first
+ * LOOP_TRIES_AT_ONCE at once (another process took the device: the next
+ * one is free), then each after a pause (1 ms, growing by 1 ms to
+ * LOOP_BACKOFF_MAX_MS): another process that takes devices as fast as they
+ * free keeps a create waiting for at most about 1.2 s. */
+#define LOOP_TRIES 80
+#define LOOP_TRIES_AT_ONCE 16
+#define LOOP_BACKOFF_MAX_MS 25
+/* Most devices looked at past a claimed one before giving up (EBUSY). */
+#define LOOP_SCAN_MAX (LOOP_CLAIMS_MAX + 64)
+
+static bool loop_claimed(int n) {
+        for (size_t i = 0; i < n_loop_claims; i++)
+                if (loop_claims[i] == n)
+                        return true;
+        return false;
+}
+
+/* Is /dev/loop<n> there and bound to nothing? (LOOP_GET_STATUS64 answers
+ * ENXIO for an unbound device, loop(4).) */
+static bool loop_unbound(int n) {
+        char path[32];
+        snprintf(path, sizeof(path), "/dev/loop%d", n);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct loop_info64 info;
+        return fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &info) < 0 && errno == ENXIO;
+}
+
+/* Under loop_lock: an unbound device no thread of this process is
+ * configuring, claimed; its number, or a negative errno. */
+static int loop_choose(int ctl) {
+        if (n_loop_claims >= LOOP_CLAIMS_MAX)
+                return -EBUSY;
+        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (n < 0)
+                return negative_errno();
+        if (loop_claimed(n))
+                for (int scanned = 0;; scanned++) {
+                        if (scanned >= LOOP_SCAN_MAX)
+                                return -EBUSY;
+                        n++;
+                        if (loop_claimed(n))
+                                continue;
+                        if (ioctl(ctl, LOOP_CTL_ADD, n) >= 0)
+                                break; /* a new device is unbound */
+                        if (errno != EEXIST)
+                                return negative_errno();
+                        if (loop_unbound(n))
+                                break;
+                }
+        loop_claims[n_loop_claims++] = n;
+        return n;
+}
+
+static void loop_unclaim(int n) {
+        pthread_mutex_lock(&loop_lock);
+        for (size_t i = 0; i < n_loop_claims; i++)
+                if (loop_claims[i] == n) {
+                        loop_claims[i] = loop_claims[--n_loop_claims];
+                        break;
+                }
+        pthread_mutex_unlock(&loop_lock);
+}
+
 /* A new loop device for image_fd with LO_FLAGS_AUTOCLEAR; its fd (open
  * until the mount holds the device) in *ret_fd. */
 static int new_loop(int image_fd, char *buf, size_t size, int *ret_fd) {
         _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
         if (ctl < 0)
                 return negative_errno();
-        /* Concurrent creates race for the same free device: the loser gets
-         * EBUSY and asks again. */
-        for (int tries = 0; tries < 64; tries++) {
-                int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        for (int tries = 0; tries < LOOP_TRIES; tries++) {
+                if (tries >= LOOP_TRIES_AT_ONCE) {
+                        long ms = tries - LOOP_TRIES_AT_ONCE + 1;
+                        if (ms > LOOP_BACKOFF_MAX_MS)
+                                ms = LOOP_BACKOFF_MAX_MS;
+                        struct timespec ts = {.tv_sec = 0, .tv_nsec = ms * 1000000L};
+                        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                                ;
+                }
+                pthread_mutex_lock(&loop_lock);
+                int n = loop_choose(ctl);
+                pthread_mutex_unlock(&loop_lock);
+                if (n == -EBUSY)
+                        continue;
                 if (n < 0)
-                        return negative_errno();
+                        return n;
                 snprintf(buf, size, "/dev/loop%d", n);
-                _cleanup_close_ int fd = open(buf, O_RDWR | O_CLOEXEC);
+                int r = 0;
+                int fd = open(buf, O_RDWR | O_CLOEXEC);
                 if (fd < 0)
-                        return negative_errno();
-                struct loop_config cfg = {.fd = (uint32_t)image_fd};
-                cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-                if (ioctl(fd, LOOP_CONFIGURE, &cfg) == 0) {
-                        *ret_fd = TAKE_FD(fd);
+                        r = negative_errno();
+                else {
+                        struct loop_config cfg = {.fd = (uint32_t)image_fd};
+                        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+                        if (ioctl(fd, LOOP_CONFIGURE, &cfg) < 0)
+                                r = negative_errno();
+                }
+                loop_unclaim(n);
+                if (r == 0) {
+                        *ret_fd = fd;
                         return 0;
                 }
-                if (errno != EBUSY)
-                        return negative_errno();
-                /* Taken between GET_FREE and CONFIGURE: try the next. */
+                if (fd >= 0)
+                        close(fd);
+                /* Taken by another process between the choice and
+                 * LOOP_CONFIGURE (EBUSY), or removed meanwhile (ENXIO,
+                 * ENOENT): choose again. */
+                if (r != -EBUSY && r != -ENXIO && r != -ENOENT)
+                        return r;
         }
         return -EBUSY;
 }
 
 /* Mounts the image at <dir>/disk unless it is mounted. `fresh`: the image
  * was just made by this thread (core_disk_create), so no loop device can
- * be backed by it yet: no scan of every loop device, no lock (concurrent
- * creates only race for a free device, which new_loop retries). */
+ * be backed by it yet: no scan of every loop device and no attach_lock
+ * (new_loop serialises the choice of a free device itself). */
 static int mount_image(const char *dir, bool fresh, sb_error **ret_err) {
         _cleanup_free_ char *img = join(dir, IMAGE), *mnt = join(dir, MOUNT);
         if (!img || !mnt)
@@ -499,6 +598,12 @@ static int mount_image(const char *dir, bool fresh, sb_error **ret_err) {
                 pthread_mutex_lock(&attach_lock);
         if (fresh || !find_loop(&st, dev, sizeof(dev)))
                 r = new_loop(ifd, dev, sizeof(dev), &lfd);
+        if (r < 0) {
+                if (!fresh)
+                        pthread_mutex_unlock(&attach_lock);
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: attach %s to a loop device: %s", img,
+                                    strerror(-r));
+        }
         /* resuid/resgid: the root reserve only for CAP_SYS_RESOURCE (see
          * CORE_DISK_RESERVE_ID), never for host root's fsuid 0. */
         char opts[96];
@@ -509,7 +614,7 @@ static int mount_image(const char *dir, bool fresh, sb_error **ret_err) {
         if (!fresh)
                 pthread_mutex_unlock(&attach_lock);
         if (r < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "disk image: mount %s on %s: %s", img, mnt,
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: mount %s (%s) on %s: %s", img, dev, mnt,
                                     strerror(-r));
         return 0;
 }

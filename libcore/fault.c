@@ -1,6 +1,7 @@
 /* Fault points (libcore/fault.h). Only the test build defines
  * SANDBOXD_FAULTS: a released daemon must not die because its environment
  * says so. */
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,5 +14,24 @@ void core_fault(const char *point) {
                 raise(SIGKILL);
 #else
         (void)point;
+#endif
+}
+
+int core_fault_error(const char *point) {
+#ifdef SANDBOXD_FAULTS
+        static unsigned hits;
+        const char *want = getenv("SANDBOXD_FAIL");
+        size_t n = point ? strlen(point) : 0;
+        if (!want || !point || strncmp(want, point, n) != 0)
+                return 0;
+        if (want[n] == '\0')
+                return -EIO;
+        if (want[n] != ':')
+                return 0;
+        unsigned long times = strtoul(want + n + 1, NULL, 10);
+        return __atomic_fetch_add(&hits, 1, __ATOMIC_RELAXED) < times ? -EIO : 0;
+#else
+        (void)point;
+        return 0;
 #endif
 }

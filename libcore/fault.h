@@ -8,3 +8,10 @@
  * unless this file is built with SANDBOXD_FAULTS defined (the test-only
  * build/faults/sandboxd); an installed daemon ignores the variable. */
 void core_fault(const char *point);
+
+/* Error injection for the failure-path tests: returns -EIO when the
+ * environment variable SANDBOXD_FAIL equals `point` ("create.disk"), or
+ * equals "point:N" and this is one of the first N times the point is
+ * reached in this process; 0 otherwise. Always 0 unless built with
+ * SANDBOXD_FAULTS (the test-only build/faults/sandboxd). Thread-safe. */
+int core_fault_error(const char *point);

@@ -177,6 +177,15 @@ struct session {
          * sandbox's name (a session adopted from the warm pool, whose
          * cgroup cannot be renamed); "" otherwise. Kept in its record. */
         char cgroup_name[72];
+        /* A session adopted from the warm pool counts its usage from the
+         * adoption (metrics_usage_rebase): its CPU time then, and how its
+         * memory peak restarted (an fd of memory.peak, reset then, when
+         * peak_fd_set; peak_unknown when the kernel cannot reset it). */
+        bool usage_rebased;
+        bool peak_fd_set;
+        bool peak_unknown;
+        int peak_fd;
+        uint64_t cpu_base_usec;
 };
 
 struct sandbox {

@@ -119,6 +119,57 @@ static uint64_t started_of(const char *name) {
         return 0;
 }
 
+void metrics_usage_rebase(sandbox *sb) {
+        session *s = sb->sess;
+        if (!s || !s->cg)
+                return;
+        core_cgroup_usage cu;
+        s->usage_rebased = true;
+        s->cpu_base_usec = core_cgroup_read_usage(s->cg, &cu) == 0 && cu.cpu_usec != UINT64_MAX ? cu.cpu_usec : 0;
+        int fd = -EBADF;
+        int r = core_cgroup_peak_reset(s->cg, &fd);
+        if (r >= 0 && fd >= 0) {
+                s->peak_fd = fd;
+                s->peak_fd_set = true;
+        } else if (r < 0 && r != -ENODATA) {
+                s->peak_unknown = true;
+                log_debug_errno(r, "sandbox '%s': memory peak not reset at adoption (shown as null): %m", sb->name);
+        }
+}
+
+void metrics_usage_base_to_json(const session *s, cJSON *rec) {
+        if (!s->usage_rebased)
+                return;
+        cJSON *b = cJSON_AddObjectToObject(rec, "usageBase");
+        if (!b)
+                return;
+        cJSON_AddNumberToObject(b, "cpuUsec", (double)s->cpu_base_usec);
+        cJSON_AddStringToObject(b, "peak", s->peak_unknown ? "none" : s->peak_fd_set ? "fd" : "reset");
+}
+
+void metrics_usage_base_from_json(session *s, const cJSON *rec) {
+        const cJSON *b = cJSON_GetObjectItem(rec, "usageBase");
+        if (!cJSON_IsObject(b))
+                return;
+        const cJSON *cpu = cJSON_GetObjectItem(b, "cpuUsec");
+        const char *peak = cJSON_GetStringValue(cJSON_GetObjectItem(b, "peak"));
+        s->usage_rebased = true;
+        s->cpu_base_usec = cJSON_IsNumber(cpu) && cpu->valuedouble > 0 ? (uint64_t)cpu->valuedouble : 0;
+        /* Fail closed: only a reset every reader sees still holds. */
+        s->peak_unknown = !peak || !streq(peak, "reset");
+}
+
+/* The figures of a session adopted from the pool, from its adoption on. */
+static void rebased_usage(const session *s, metrics_usage *u) {
+        if (u->cpu_usec != UINT64_MAX)
+                u->cpu_usec = u->cpu_usec > s->cpu_base_usec ? u->cpu_usec - s->cpu_base_usec : 0;
+        uint64_t peak;
+        if (s->peak_unknown)
+                u->memory_peak_bytes = UINT64_MAX;
+        else if (s->peak_fd_set)
+                u->memory_peak_bytes = core_cgroup_peak_read(s->peak_fd, &peak) == 0 ? peak : UINT64_MAX;
+}
+
 void metrics_sandbox_usage(const sandbox *sb, metrics_usage *u) {
         *u = (metrics_usage) { .cpu_usec = UINT64_MAX, .memory_bytes = UINT64_MAX,
                                .memory_peak_bytes = UINT64_MAX, .pids = UINT64_MAX,
@@ -133,6 +184,8 @@ void metrics_sandbox_usage(const sandbox *sb, metrics_usage *u) {
                         u->memory_peak_bytes = cu.memory_peak_bytes;
                         u->pids = cu.pids;
                 }
+                if (s->usage_rebased)
+                        rebased_usage(s, u);
         }
         if (s && s->net_slot >= 0) {
                 uint64_t rx, tx;

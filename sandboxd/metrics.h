@@ -30,6 +30,24 @@ typedef struct metrics_usage {
  * /proc/net/dev, statvfs of the disk image). */
 void metrics_sandbox_usage(const struct sandbox *sb, metrics_usage *ret);
 
+/* Makes the usage figures of `sb`'s session start from now: called when a
+ * pooled session is adopted (warmpool.c), so nothing the refill used is
+ * shown as the sandbox's. Records the CPU time now (subtracted from later
+ * reads) and restarts the memory peak (core_cgroup_peak_reset); where the
+ * kernel cannot restart it (cgroup v2 before Linux 6.12) memoryPeakBytes is
+ * null for this session rather than the refill's figure. */
+void metrics_usage_rebase(struct sandbox *sb);
+
+/* The rebase of metrics_usage_rebase() in a session record (restore.c):
+ * "usageBase": {"cpuUsec": N, "peak": "reset" | "fd" | "none"}; nothing
+ * for a session that was not rebased. Read back when a restarted daemon
+ * re-adopts the session: the CPU base is kept; a peak that was read
+ * through an fd (gone with the old daemon) or never reset is null from
+ * then on. */
+struct session;
+void metrics_usage_base_to_json(const struct session *s, cJSON *rec);
+void metrics_usage_base_from_json(struct session *s, const cJSON *rec);
+
 /* Adds sandbox.get's usage fields to `o`: activeCpuUsageMs, memoryPeakBytes,
  * networkTransfer {ingress, egress} and usage {memoryBytes, pids,
  * diskUsedBytes, commandsStarted, commandsRunning, denials}; a figure the

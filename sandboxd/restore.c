@@ -28,6 +28,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/metrics.h"
 
 #define AGENT_SOCK_NAME "agent.sock"
 #define RECORD_NAME "session.json"
@@ -155,6 +156,7 @@ int restore_save_record(const session *s) {
         /* A session taken from the warm pool: its cgroup's key (not the name). */
         if (s->cgroup_name[0])
                 cJSON_AddStringToObject(o, "cgroup", s->cgroup_name);
+        metrics_usage_base_to_json(s, o);
         _cleanup_free_ char *text = cJSON_PrintUnformatted(o);
         _cleanup_free_ char *path = NULL;
         cJSON_Delete(o);

@@ -27,6 +27,7 @@
 #include "policy/proxy.h"
 #include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/remote.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -124,7 +125,10 @@ static int write_upper_etc(const sandbox *sb, const char *mode, struct in_addr g
         return 0;
 }
 
-static int prepare_dirs(start_job *j, sb_error **ret_err) {
+/* The new sandbox's state directory, disk image and run directory.
+ * *made is set once <dir> is made by this call, so that the caller's
+ * failure path removes it (and all below it) whatever step failed after. */
+static int prepare_dirs(start_job *j, bool *made, sb_error **ret_err) {
         sandbox *sb = j->sb;
         _cleanup_free_ char *upper = NULL, *work = NULL, *ws = NULL, *rootfs = NULL;
         if (asprintf(&upper, "%s/upper", sb->dir) < 0 || asprintf(&work, "%s/work", sb->dir) < 0 ||
@@ -133,6 +137,7 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
         if (mkdir(sb->dir, 0710) < 0)
                 return sb_error_set(ret_err, negative_errno(), errno == EEXIST ? "already_exists" : NULL, NULL,
                                     "create %s: %m", sb->dir);
+        *made = true;
         /* Sources are fetched as the sandbox user (libcore/source.h), which
          * must traverse to upper/workspace; nobody else may. */
         uid_t uid;
@@ -145,6 +150,8 @@ static int prepare_dirs(start_job *j, sb_error **ret_err) {
         int r;
         if ((r = sandbox_disk_create(j->m, sb, ret_err)) < 0)
                 return r;
+        if ((r = core_fault_error("create.dirs")) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: injected failure");
         /* The overlay's work dir is on the same mount as upper
          * (setup_packet): the disk image's disk/work when the session has
          * one, made with the image; <dir>/work only without one. */
@@ -1294,9 +1301,8 @@ static void start_work(void *userdata) {
         step_clock clk;
         step_clock_start(&clk);
         if (j->fresh) {
-                if ((r = prepare_dirs(j, &j->err)) < 0)
+                if ((r = prepare_dirs(j, &made_dir, &j->err)) < 0)
                         goto fail;
-                made_dir = true;
                 step_mark(&clk, "dirs+disk");
                 if ((r = fetch_source(j, &j->err)) < 0)
                         goto fail;
@@ -1887,6 +1893,8 @@ static void session_release(manager *m, session *s) {
         core_cgroup_free(s->cg);
         pins_free(&s->pins);
         redo_list_clear(&s->logs_waiting); /* answered by agent_detach */
+        if (s->peak_fd_set)
+                close(s->peak_fd);
         free(s);
 }
 
@@ -2017,6 +2025,7 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
         const char *cgname = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "cgroup"));
         if (cgname && *cgname && strlen(cgname) < sizeof(s->cgroup_name) && !strchr(cgname, '/'))
                 snprintf(s->cgroup_name, sizeof(s->cgroup_name), "%s", cgname);
+        metrics_usage_base_from_json(s, rec);
         int r = core_cgroup_open(s->cgroup_name[0] ? s->cgroup_name : sb->name, s->pid, &s->cg);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "its sandbox-init is not in its cgroup: %s", strerror(-r));

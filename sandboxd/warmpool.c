@@ -46,6 +46,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/metrics.h"
 #include "sandboxd/text.h"
 
 /* Exchanges two char pointers. */
@@ -417,6 +418,11 @@ static int adopt(manager *m, sandbox *p, sandbox *sb, sb_error **ret_err) {
         if ((r = session_pool_network(s, ret_err)) < 0)
                 goto undo_run;
         core_fault("pool.network");
+        if ((r = core_fault_error("pool.adopt")) < 0) {
+                sb_error_set(ret_err, r, NULL, NULL, "injected failure");
+                goto undo_run;
+        }
+        metrics_usage_rebase(sb); /* nothing of the refill counts as the sandbox's (kept in the record) */
         if ((r = sandbox_save_config(sb, NULL, ret_err)) < 0 || (r = restore_save_record(s)) < 0) {
                 if (ret_err && !*ret_err)
                         sb_error_set(ret_err, r, NULL, NULL, "write the session record: %s", strerror(-r));
