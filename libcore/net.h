@@ -190,3 +190,18 @@ int core_nft_batch_commit(core_nft_batch *b);
 /* Ends the batch, sends it in one sendmsg() and reads every ACK. 0, or the
  * first error with *ret_err naming its message. */
 int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err);
+
+struct mnl_socket;
+/* The calling thread's NETLINK_NETFILTER socket (extended and capped ACKs),
+ * opened on first use and kept until the thread ends, with nothing unread
+ * in it: closing one after a change that deleted objects waits for an RCU
+ * grace period in the kernel (nf_tables' NETLINK_URELEASE handling), which
+ * a change must not pay each time. Borrowed: 0 and *ret set; the caller
+ * must not close it, and calls core_nft_socket_drop() after an error on
+ * the socket itself. 1: no per-thread storage, *ret is the caller's to
+ * close. Negative errno with *ret_err on failure to open it. */
+int core_nft_socket(struct mnl_socket **ret, sb_error **ret_err);
+
+/* Closes the calling thread's kept socket (core_nft_socket), if any; the
+ * next use opens a new one. */
+void core_nft_socket_drop(void);

@@ -33,10 +33,12 @@
 #include <libnftnl/udata.h>
 #include <net/if.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include "libcore/log.h"
 #include "libcore/net.h"
@@ -976,6 +978,8 @@ static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error *
                         if (nlh->nlmsg_type != NLMSG_ERROR)
                                 continue;
                         const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
+                        if (e->msg.nlmsg_seq - b->seq0 >= b->seq - b->seq0)
+                                continue; /* not of this batch */
                         seen++;
                         note_error(b, nlh, err, &first);
                         /* An error on the batch header (ENOMEM, EPERM)
@@ -987,25 +991,112 @@ static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error *
         return first;
 }
 
-/* Opens a netfilter netlink socket with extended and capped ACKs; the
- * buffers are forced large enough for `bytes` of requests and `acks` ACKs,
- * since a batch is sent in one sendmsg() and answered before it returns. */
-static int open_nl(size_t bytes, unsigned acks, struct mnl_socket **ret, sb_error **err) {
+/* Opens a netfilter netlink socket with extended and capped ACKs (they
+ * carry the kernel's own explanation and keep the reply small: no echo of
+ * each request). */
+static int open_nl(struct mnl_socket **ret, sb_error **err) {
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
         int one = 1;
         if (!nl)
                 return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: open netlink socket: %m");
-        /* Extended ACKs carry the kernel's own explanation; capped ACKs keep
-         * the reply small (no echo of each request). */
         (void) mnl_socket_setsockopt(nl, NETLINK_EXT_ACK, &one, sizeof(one));
         (void) mnl_socket_setsockopt(nl, NETLINK_CAP_ACK, &one, sizeof(one));
-        int snd = (int) bytes + 65536, rcv = (int) acks * 128 + 65536;
-        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof(snd));
-        (void) setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof(rcv));
         if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
                 return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: bind netlink socket: %m");
         *ret = TAKE_PTR(nl);
         return 0;
+}
+
+/* ---- the calling thread's netfilter socket ----
+ *
+ * Kept open for the thread's life, not opened per change: the kernel
+ * handles the release of a NETLINK_NETFILTER socket (nf_tables'
+ * NETLINK_URELEASE notifier, nft_rcv_nl_event()) by waiting for the
+ * destruction of the objects earlier transactions deleted, an RCU grace
+ * period (milliseconds) that every policy change would otherwise pay in
+ * close(). One per thread: a socket's ACKs must not interleave between
+ * two batches, and worker threads build sessions beside the event loop.
+ * The key's destructor closes it when a thread ends. */
+static pthread_key_t nl_key;
+static pthread_once_t nl_once = PTHREAD_ONCE_INIT;
+static int nl_key_err;
+
+/* A netlink socket speaks to the network namespace it was opened in: the
+ * kept one is for the namespace the thread was in then, and a thread that
+ * has entered another since gets a new one. */
+typedef struct kept_nl {
+        struct mnl_socket *nl;
+        dev_t dev;
+        ino_t ino;
+} kept_nl;
+
+static int current_netns(dev_t *ret_dev, ino_t *ret_ino) {
+        struct stat st;
+        if (stat("/proc/thread-self/ns/net", &st) < 0)
+                return negative_errno();
+        *ret_dev = st.st_dev;
+        *ret_ino = st.st_ino;
+        return 0;
+}
+
+static void nl_free(void *p) {
+        kept_nl *k = p;
+        if (!k)
+                return;
+        mnl_socket_close(k->nl);
+        free(k);
+}
+
+static void nl_key_make(void) {
+        nl_key_err = pthread_key_create(&nl_key, nl_free);
+}
+
+int core_nft_socket(struct mnl_socket **ret, sb_error **ret_err) {
+        kept_nl *k;
+        dev_t dev;
+        ino_t ino;
+        char junk[512];
+        int r;
+        (void) pthread_once(&nl_once, nl_key_make);
+        if (nl_key_err || current_netns(&dev, &ino) < 0) {
+                r = open_nl(ret, ret_err);
+                return r < 0 ? r : 1; /* not kept: the caller closes it */
+        }
+        k = pthread_getspecific(nl_key);
+        if (k && (k->dev != dev || k->ino != ino)) {
+                core_nft_socket_drop();
+                k = NULL;
+        }
+        if (!k) {
+                if (!(k = calloc(1, sizeof(*k))))
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: %s", strerror(ENOMEM));
+                if ((r = open_nl(&k->nl, ret_err)) < 0) {
+                        free(k);
+                        return r;
+                }
+                k->dev = dev;
+                k->ino = ino;
+                if ((r = pthread_setspecific(nl_key, k)) != 0) {
+                        nl_free(k);
+                        return sb_error_set(ret_err, -r, NULL, NULL, "nftables: keep netlink socket: %s",
+                                            strerror(r));
+                }
+        }
+        /* Whatever an earlier exchange left unread (it stopped at its
+         * first error) must not pass for an answer to this one. */
+        while (recv(mnl_socket_get_fd(k->nl), junk, sizeof(junk), MSG_DONTWAIT | MSG_TRUNC) >= 0)
+                ;
+        *ret = k->nl;
+        return 0;
+}
+
+void core_nft_socket_drop(void) {
+        kept_nl *k;
+        (void) pthread_once(&nl_once, nl_key_make);
+        if (nl_key_err || !(k = pthread_getspecific(nl_key)))
+                return;
+        (void) pthread_setspecific(nl_key, NULL);
+        nl_free(k);
 }
 
 int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err) {
@@ -1021,11 +1112,28 @@ int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err) {
                 b->len += ((struct nlmsghdr *) buf)->nlmsg_len;
                 b->ended = true;
         }
-        if ((r = open_nl(b->len, b->acks, &nl, ret_err)) < 0)
+        struct mnl_socket *shared = NULL;
+        if ((r = core_nft_socket(&shared, ret_err)) < 0)
                 return r;
-        if (mnl_socket_sendto(nl, b->buf, b->len) < 0)
-                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables: send batch: %m");
-        return drain_acks(nl, b, ret_err);
+        if (r > 0)
+                nl = shared; /* not kept for the thread: closed here */
+        /* Buffers large enough for the whole batch and all its ACKs: it is
+         * sent in one sendmsg() and answered before that returns. */
+        int snd = (int) b->len + 65536, rcv = (int) b->acks * 128 + 65536;
+        (void) setsockopt(mnl_socket_get_fd(shared), SOL_SOCKET, SO_SNDBUFFORCE, &snd, sizeof(snd));
+        (void) setsockopt(mnl_socket_get_fd(shared), SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof(rcv));
+        if (mnl_socket_sendto(shared, b->buf, b->len) < 0) {
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables: send batch: %m");
+                if (!nl)
+                        core_nft_socket_drop();
+                return r;
+        }
+        r = drain_acks(shared, b, ret_err);
+        /* A batch the kernel refused may leave ACKs unread; an exchange
+         * that failed on the socket itself starts the next on a new one. */
+        if (r < 0 && !nl && (r == -ETIMEDOUT || r == -ENOBUFS || r == -EBADF))
+                core_nft_socket_drop();
+        return r;
 }
 
 /* ---- the host table as messages ---- */
@@ -1305,7 +1413,7 @@ static int host_table_intact(struct mnl_socket *nl, const core_net_pool *pool) {
 int core_net_host_ensure(const core_net_pool *pool, sb_error **ret_err) {
         _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
         int r;
-        if ((r = open_nl(0, 0, &nl, ret_err)) < 0)
+        if ((r = open_nl(&nl, ret_err)) < 0)
                 return r;
         r = host_table_intact(nl, pool);
         if (r == 0)

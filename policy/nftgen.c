@@ -799,22 +799,33 @@ static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chai
  * it is looked up; only the daemon changes session elements, one change at
  * a time. */
 static int map_elem_exists(const char *map, const names *n, sb_error **err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
+        _cleanup_(mnl_socket_closep) struct mnl_socket *own = NULL;
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(map);
+        struct mnl_socket *nl = NULL;
         char buf[MNL_SOCKET_BUFFER_SIZE];
-        int r;
-        if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: open netlink socket: %m");
+        int r = core_nft_socket(&nl, err);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                own = nl;
         if (!s || add_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
                 return -ENOMEM;
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_ACK, 1);
         nftnl_set_elems_nlmsg_build_payload(nlh, s);
-        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
-                return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0) {
+                r = sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+                if (!own)
+                        core_nft_socket_drop();
+                return r;
+        }
         do {
                 ssize_t len = mnl_socket_recvfrom(nl, buf, sizeof(buf));
-                if (len < 0)
-                        return sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+                if (len < 0) {
+                        r = sb_error_set(err, negative_errno(), NULL, NULL, "nftables: query map element: %m");
+                        if (!own)
+                                core_nft_socket_drop();
+                        return r;
+                }
                 r = mnl_cb_run(buf, (size_t) len, 1, mnl_socket_get_portid(nl), NULL, NULL);
         } while (r > MNL_CB_STOP);
         if (r < 0 && errno == ENOENT)
