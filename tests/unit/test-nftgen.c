@@ -151,16 +151,45 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
          * gateway: one element in the host's `proxied` set. */
         if (count(out, "set proxied {\n\t\ttype ifname\n\t\telements = { \"sbx3\" }") != 1)
                 fail_msg("proxied set not as expected:\n%s", out);
-        static const char *const rules[] = {
-                "ct state established,related accept\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
+        /* The generation check first (the chain's own ct mark), then what
+         * a custom policy never forwards, then the decision table; every
+         * accept marks the flow with the generation. The reply chain the
+         * same on the remote end (source), its denials dropped. */
+        const char *head = strstr(out, "chain s_sbx3 {\n\t\tct mark 0x");
+        unsigned mark = 0;
+        assert_non_null(head);
+        assert_int_equal(sscanf(head, "chain s_sbx3 {\n\t\tct mark 0x%x accept", &mark), 1);
+        assert_true(mark != 0);
+        char *rules = NULL, *reply = NULL;
+        assert_true(asprintf(&rules,
+                "chain s_sbx3 {\n\t\tct mark 0x%08x accept\n\t\tct status dnat goto deny\n"
+                "\t\ttcp dport 80 goto deny\n\t\ttcp dport 443 goto deny\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
                 "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\tip6 daddr @s_sbx3_deny6 goto deny\n"
                 "\t\tip6 daddr @s_sbx3_forbid6 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
                 "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n"
-                "\t\tip daddr @s_sbx3_allow4 accept\n\t\tip6 daddr @s_sbx3_allow6 accept\n\t\tudp dport 443 goto deny\n"
-                "\t\tip daddr @s_sbx3_dns4 accept\n\t\tip6 daddr @s_sbx3_dns6 accept\n\t\tgoto deny\n\t}",
-        };
-        if (count(out, rules[0]) != 1)
-                fail_msg("session chain not as expected:\n%s", out);
+                "\t\tip daddr @s_sbx3_allow4 ct mark set 0x%08x accept\n"
+                "\t\tip6 daddr @s_sbx3_allow6 ct mark set 0x%08x accept\n\t\tudp dport 443 goto deny\n"
+                "\t\tip daddr @s_sbx3_dns4 ct mark set 0x%08x accept\n"
+                "\t\tip6 daddr @s_sbx3_dns6 ct mark set 0x%08x accept\n\t\tgoto deny\n\t}",
+                mark, mark, mark, mark, mark) > 0);
+        assert_true(asprintf(&reply,
+                "chain r_sbx3 {\n\t\tct mark 0x%08x accept\n\t\tct state related drop\n\t\tct status dnat drop\n"
+                "\t\ttcp sport 80 drop\n\t\ttcp sport 443 drop\n\t\tip saddr @s_sbx3_deny4 drop\n"
+                "\t\tip saddr @s_sbx3_forbid4 drop\n\t\tip6 saddr @s_sbx3_deny6 drop\n"
+                "\t\tip6 saddr @s_sbx3_forbid6 drop\n\t\ttcp sport 53 drop\n\t\tudp sport 53 drop\n"
+                "\t\ttcp sport 853 drop\n\t\tudp sport 853 drop\n"
+                "\t\tip saddr @s_sbx3_allow4 ct mark set 0x%08x accept\n"
+                "\t\tip6 saddr @s_sbx3_allow6 ct mark set 0x%08x accept\n\t\tudp sport 443 drop\n"
+                "\t\tip saddr @s_sbx3_dns4 ct mark set 0x%08x accept\n"
+                "\t\tip6 saddr @s_sbx3_dns6 ct mark set 0x%08x accept\n\t\tdrop\n\t}",
+                mark, mark, mark, mark, mark) > 0);
+        if (count(out, rules) != 1)
+                fail_msg("session chain not as expected:\n%s", head);
+        if (count(out, reply) != 1)
+                fail_msg("reply chain not as expected:\n%s", strstr(out, "chain r_sbx3 {") ?: out);
+        assert_int_equal(count(out, "\"sbx3\" : goto r_sbx3"), 1);
+        free(rules);
+        free(reply);
         free(out);
 
         /* Replace: the new policy's ranges, never the old ones, and still
@@ -185,8 +214,10 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
 
         apply("\"allow-all\"");
         out = run("nft list table inet sandboxd");
-        assert_int_equal(count(out, "sbx3\""), 1);
-        assert_int_equal(count(out, "\"sbx3\" : accept"), 1);
+        /* Accepted both ways, whatever a flow's generation. */
+        assert_int_equal(count(out, "sbx3\""), 2);
+        assert_int_equal(count(out, "\"sbx3\" : accept"), 2);
+        assert_int_equal(count(out, "r_sbx3"), 0);
         assert_int_equal(count(out, "s_sbx3"), 0);
         assert_int_equal(count(out, "i_sbx3"), 0);
         free(out);
@@ -349,7 +380,7 @@ static void test_allow_all_forwards_gateway_dns_to_the_upstream_and_other_modes_
                 apply(others[i]);
                 out = run("nft list table inet sandboxd");
                 assert_null(strstr(out, "n_" IF));
-                assert_null(strstr(out, "dnat"));
+                assert_null(strstr(out, "dnat ip to"));
                 free(out);
                 apply("\"allow-all\"");
         }
