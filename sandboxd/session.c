@@ -1067,6 +1067,11 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         }
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
         bool want_veth = p->mode != POL_MODE_DENY_ALL, made_veth = false;
+        /* eth0 is configured, and the session record rewritten, only when
+         * this change touches them: leaving deny-all (its fence), or a netd
+         * started or stopped. A custom -> custom update does neither. */
+        bool configure_eth0 = want_veth && (!s->has_veth || !sb->pol || sb->pol->mode == POL_MODE_DENY_ALL);
+        pid_t old_netd = s->netd_pid;
         /* A stopping session is not given a network it lacks (its init may
          * already be gone); it ends as the narrower deny-all. */
         if (s->stopping && want_veth && !s->has_veth)
@@ -1111,7 +1116,7 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
                         log_warning("sandbox '%s': %s; its lookups fail only when the refusal arrives", sb->name,
                                     ferr ? ferr->message : "fence the gateway failed");
         }
-        if (want_veth && (r = session_veth_configure(s, ret_err)) < 0)
+        if (configure_eth0 && (r = session_veth_configure(s, ret_err)) < 0)
                 goto undo;
         if (p->mode == POL_MODE_CUSTOM && s->netd_pid <= 0) {
                 r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
@@ -1120,7 +1125,8 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
                         goto undo;
                 netd_attach(s);
         }
-        (void)restore_save_record(s);
+        if (s->netd_pid != old_netd)
+                (void)restore_save_record(s);
         return 0;
 undo:
         /* Back to the old policy as it was enforced: its rules (a later

@@ -314,3 +314,50 @@ def test_a_sandbox_on_a_reused_address_gets_nothing_of_the_flows_of_the_one_befo
                       addr_b)
             return
     raise AssertionError("no later sandbox got the first one's address %s in 10 tries" % addr_a)
+
+
+def _chain_marks(world):
+    """The generation in each session chain (`ct mark <n> accept`)."""
+    import re
+    out = world.run_in_host(["nft", "list", "table", "inet", "sandboxd"]).stdout
+    return {c: int(m, 16) for c, m in re.findall(r"chain (s_sbx\d+) \{\s*ct mark (0x[0-9a-f]+) accept", out)}
+
+
+def test_generations_are_never_handed_out_twice_across_restarts(world):
+    """<stateDir>/ct-mark reserves generations before they are used: after a
+    restart every re-applied session chain has a generation above every one
+    used before it (a flow marked under an old policy can never pass a new
+    one unjudged), and a malformed file stops the daemon, naming it."""
+    from test_restore import _restart
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "genrst", "--policy", pol) as name:
+        for _ in range(3):
+            expect_eq(world.ctl("update", name, "--policy", pol)[0], 0, "update")
+        before = _chain_marks(world)
+        expect(before, "a session chain with its generation:", before)
+        _restart(world, "kill")
+        after = _chain_marks(world)
+        expect(after and min(after.values()) > max(before.values()),
+               "after a restart every generation is new:", before, after)
+    d = world.daemon
+    path = os.path.join(d.state_dir, "ct-mark")
+    with open(path) as f:
+        good = f.read()
+    expect(int(good) > max(after.values()), "the store holds the first unreserved generation:", good, after)
+    d.stop()
+    try:
+        with open(path, "w") as f:
+            f.write("not a number\n")
+        try:
+            d.start(deadline_s=10)
+            started = True
+        except W.WorldError:
+            started = False
+        with open(d.log_path, errors="replace") as f:
+            log = f.read()
+        expect(not started and path in log, "a malformed %s stops the daemon, naming it:" % path, log[-500:])
+    finally:
+        with open(path, "w") as f:
+            f.write(good)
+        if not d.alive():
+            d.start()

@@ -770,6 +770,62 @@ static void test_custom_session_http_goes_to_the_proxy_on_its_gateway(void **sta
         expect_refused("10.1.1.1", 80);
 }
 
+
+/* Flow generations: each custom change gets a mark never handed out
+ * before; the store is asked before each block is used, and a store that
+ * cannot record one refuses the change (fail closed), naming why. */
+typedef struct mark_store {
+        unsigned calls;
+        uint32_t block;
+        int fail;
+} mark_store;
+
+static int reserve_marks(void *userdata, uint32_t next, uint32_t *ret_limit) {
+        mark_store *m = userdata;
+        m->calls++;
+        if (m->fail)
+                return m->fail;
+        *ret_limit = next + m->block;
+        return 0;
+}
+
+static unsigned chain_mark(void) {
+        char *out = run("nft list chain inet sandboxd s_sbx3");
+        const char *at = strstr(out, "ct mark 0x");
+        unsigned mark = 0;
+        assert_non_null(at);
+        assert_int_equal(sscanf(at, "ct mark 0x%x accept", &mark), 1);
+        free(out);
+        return mark;
+}
+
+static void test_each_custom_change_gets_a_new_generation_reserved_first(void **state) {
+        mark_store st = { 0, 2, 0 };
+        unsigned seen[5];
+        pol_nft_set_mark_store(1000, reserve_marks, &st);
+        for (int i = 0; i < 5; i++) {
+                apply(i % 2 ? "{\"allow\":[\"example.com\"]}" : "{\"allow\":[\"example.org\"]}");
+                seen[i] = chain_mark();
+                assert_int_equal(seen[i], 1000 + i);
+        }
+        assert_int_equal(st.calls, 3); /* blocks of 2: before 1000, 1002, 1004 */
+        apply("\"allow-all\""); /* marks nothing, takes nothing */
+        assert_int_equal(st.calls, 3);
+        st.fail = -EIO;
+        pol_policy *p = policy("{\"allow\":[\"example.com\"]}");
+        sb_error *err = NULL;
+        assert_int_equal(pol_nft_session_apply(IF, p, gateway(), &err), 0); /* 1005: still reserved */
+        assert_int_equal(chain_mark(), 1005);
+        assert_true(pol_nft_session_apply(IF, p, gateway(), &err) < 0);
+        assert_non_null(err);
+        assert_non_null(strstr(err->message, "flow generation"));
+        sb_error_free(err);
+        pol_policy_free(p);
+        assert_int_equal(chain_mark(), 1005); /* the refused change left the rules as they were */
+        pol_nft_set_mark_store(2000, NULL, NULL);
+        assert_int_equal(pol_nft_session_remove(IF, NULL), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_custom_session_http_goes_to_the_proxy_on_its_gateway, setup,
@@ -783,6 +839,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_pin_adds_address_with_floored_timeout_and_errors_name_the_set,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_own_changes_do_not_alarm_the_monitor, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_each_custom_change_gets_a_new_generation_reserved_first, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(
                         test_allow_all_forwards_gateway_dns_to_the_upstream_and_other_modes_do_not, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_deny_beats_allow_in_real_connects_and_denials_fail_at_once,
