@@ -162,6 +162,10 @@ int core_net_monitor_read(int fd);
 /* prerouting (nat): ifname : jump only; an allow-all session's DNS to its
  * gateway is forwarded (DNAT) to the host's resolver (policy/nftgen.h). */
 #define CORE_NFT_SESSIONS_NAT_MAP "sessions_nat"
+/* forward: oifname : verdict, for packets of the reply direction of a flow
+ * that does not pass its session's generation check (policy/nftgen.h): a
+ * custom session's `goto r_<if>`, allow-all's `accept`; no element drops. */
+#define CORE_NFT_SESSIONS_REPLY_MAP "sessions_reply"
 /* The egress proxy's port on each gateway (policy/proxy.h POL_PROXY_PORT;
  * libcore cannot include policy/, so nftgen.c checks the two agree). */
 #define CORE_NFT_PROXY_PORT 3128

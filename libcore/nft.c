@@ -95,6 +95,7 @@ typedef struct host_rule {
         uint8_t icmp6_lo, icmp6_hi; /* nonzero: meta l4proto ipv6-icmp, icmpv6 type lo-hi */
         enum v6when v6;    /* V6_ON: only with an IPv6 pool; V6_OFF: only without */
         const char *cidr6; /* DADDR6_CIDR */
+        bool vmap_oif;     /* V_VMAP: oifname vmap @map instead */
 } host_rule;
 
 typedef struct host_chain {
@@ -129,7 +130,7 @@ static const host_chain host_chains[] = {
  * the rejects still follow for everything else and the host stays
  * unreachable. */
 static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSIONS_INPUT_MAP,
-                                         CORE_NFT_SESSIONS_NAT_MAP };
+                                         CORE_NFT_SESSIONS_NAT_MAP, CORE_NFT_SESSIONS_REPLY_MAP };
 
 /* Plain sets of interface names (`type ifname`), one hash lookup per
  * packet. `proxied`: the veths of custom-policy sessions, whose TCP to
@@ -232,9 +233,16 @@ static const host_rule host_rules[] = {
           IF_SBX, IF_ANY, 0, SADDR6_RPF_MISSING, false, false, V_DROP, .v6 = V6_ON },
         { "forward", "forward: sbx* ip6 saddr host side of pool6 drop",
           IF_SBX, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
+        /* The reply direction passes by its session's verdict: a custom
+         * session's r_<if> accepts the flows of its current generation (ct
+         * mark) and judges older ones again (policy/nftgen.h); allow-all
+         * accepts; no element (deny-all, a veth not applied) falls through
+         * to the drop below. */
         { .chain = "forward",
-          .label = "forward: -> sbx* ct state established,related ct direction reply accept",
-          .oif = IF_SBX, .ct_est_rel = true, .ct_reply = true, .verdict = V_ACCEPT },
+          .label = "forward: -> sbx* ct state established,related ct direction reply oifname vmap @"
+                   CORE_NFT_SESSIONS_REPLY_MAP,
+          .oif = IF_SBX, .ct_est_rel = true, .ct_reply = true, .verdict = V_VMAP,
+          .map = CORE_NFT_SESSIONS_REPLY_MAP, .vmap_oif = true },
         { "forward", "forward: -> sbx* drop",
           IF_ANY, IF_SBX, 0, ADDR_ANY, false, false, V_DROP },
         { "forward", "forward: sbx* -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
@@ -699,8 +707,8 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
         return -EINVAL;
 }
 
-static int add_vmap(struct nftnl_rule *r, const char *map) {
-        int ret = add_meta(r, NFT_META_IIFNAME);
+static int add_vmap(struct nftnl_rule *r, const char *map, bool oif) {
+        int ret = add_meta(r, oif ? NFT_META_OIFNAME : NFT_META_IIFNAME);
         struct nftnl_expr *e;
         if (ret < 0)
                 return ret;
@@ -801,7 +809,7 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
         if (hr->ct_reply && (k = add_ct_reply(r)) < 0)
                 return k;
         if (hr->verdict == V_VMAP)
-                k = add_vmap(r, hr->map);
+                k = add_vmap(r, hr->map, hr->vmap_oif);
         else if (hr->verdict == V_REDIRECT)
                 k = add_redirect(r, hr->to_port);
         else
@@ -980,6 +988,8 @@ static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error *
                         if (nlh->nlmsg_type != NLMSG_ERROR)
                                 continue;
                         const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
+                        if (e->msg.nlmsg_seq - b->seq0 >= b->seq - b->seq0)
+                                continue; /* not of this batch */
                         seen++;
                         note_error(b, nlh, err, &first);
                         /* An error on the batch header (ENOMEM, EPERM)
@@ -1457,7 +1467,7 @@ static int del_attr_cb(const struct nlattr *a, void *data) {
 /* True for a deletion that weakens the host table: the table itself, one of
  * its host chains, maps or host-chain rules. Session objects ("s_*" forward
  * chains and sets, "i_*" gateway-service input chains, "n_*" DNS-forwarding
- * prerouting chains) are replaced by the
+ * prerouting chains, "r_*" reply-direction forward chains) are replaced by the
  * daemon itself on every policy change, and set elements come and go with
  * pins and sessions, so neither counts: a session object can only go once
  * its map element is gone, and a missing element means deny. */
@@ -1478,7 +1488,7 @@ static bool weakens_table(const struct nlmsghdr *nlh) {
         if (NFNL_MSG_TYPE(type) == NFT_MSG_DELTABLE)
                 return d.table && streq(d.table, TABLE_NAME);
         return d.table && streq(d.table, TABLE_NAME) && d.name && strncmp(d.name, "s_", 2) != 0 &&
-               strncmp(d.name, "i_", 2) != 0 && strncmp(d.name, "n_", 2) != 0;
+               strncmp(d.name, "i_", 2) != 0 && strncmp(d.name, "n_", 2) != 0 && strncmp(d.name, "r_", 2) != 0;
 }
 
 int core_net_monitor_read(int fd) {

@@ -16,6 +16,7 @@
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
 #include <net/if.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "libcore/net.h"
@@ -56,7 +57,9 @@ static const struct {
         [SET_DNS6] = { "dns6", NFT_SET_TIMEOUT, 16, NFT_TYPE_IP6ADDR },
 };
 
-enum srule_kind { SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_GW_DPORT, SR_GW6_DPORT, SR_ALL };
+enum srule_kind {
+        SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_GW_DPORT, SR_GW6_DPORT, SR_ALL, SR_CT_MARK, SR_CT_DNAT, SR_CT_RELATED
+};
 
 typedef struct session_rule {
         enum srule_kind kind;
@@ -67,7 +70,7 @@ typedef struct session_rule {
         const char *text; /* names the rule in errors, as nft prints it */
 } session_rule;
 
-/* The session chain s_<if>: `ct state established,related accept`, then
+/* The session chain s_<if>: the generation check (rule_ct_mark below), then
  * one rule per step of the packet decision table (pol_packet_steps(),
  * policy/match.c), in its order, so that what nftables enforces and what
  * pol_check_packet() says (denial events, policy.check) cannot differ.
@@ -75,7 +78,6 @@ typedef struct session_rule {
  * allow; the forbidden ranges beat subnets.allow except where a CIDR names
  * them (already cut out of forbid4); the port steps as the table orders
  * them around subnets.allow. */
-static const session_rule rule_ct_est = { SR_CT_EST, 0, 0, 0, true, "ct state established,related accept" };
 static const session_rule rule_deny4 = { SR_DADDR_SET, SET_DENY, 0, 0, false, "ip daddr @deny4 goto deny" };
 static const session_rule rule_forbid4 = { SR_DADDR_SET, SET_FORBID, 0, 0, false, "ip daddr @forbid4 goto deny" };
 static const session_rule rule_allow4 = { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" };
@@ -85,6 +87,31 @@ static const session_rule rule_forbid6 = { SR_DADDR_SET, SET_FORBID6, 0, 0, fals
 static const session_rule rule_allow6 = { SR_DADDR_SET, SET_ALLOW6, 0, 0, true, "ip6 daddr @allow6 accept" };
 static const session_rule rule_dns6 = { SR_DADDR_SET, SET_DNS6, 0, 0, true, "ip6 daddr @dns6 accept" };
 static const session_rule rule_rest = { SR_ALL, 0, 0, 0, false, "goto deny" };
+
+/* Flow generations (the session's ct mark, DESIGN §5.1 rule 9). Every
+ * flow a session chain admits carries the chain's mark, a number drawn
+ * fresh for each change (take_mark), and the chain's first rule passes
+ * exactly the flows of this generation; a flow admitted under an earlier
+ * policy (or under allow-all, which marks nothing) meets the policy rules
+ * again on its next packet, in either direction, and is cut at once if
+ * they deny it, kept and re-marked if they allow it. So an update is one
+ * batch proportional to the one session, with no walk of the conntrack
+ * table. Before the policy steps, what a custom policy never forwards
+ * whatever its addresses: a flow that allow-all's DNS forwarding
+ * translated (ct status dnat: its lookups belong to the DNS filter now)
+ * and TCP to ports 80 and 443, which the prerouting chain sends to the
+ * egress proxy from the first packet on (so only a flow older than the
+ * policy is forwarded there). */
+static const session_rule rule_ct_mark = { SR_CT_MARK, 0, 0, 0, true, "ct mark <generation> accept" };
+static const session_rule rule_ct_dnat = { SR_CT_DNAT, 0, 0, 0, false, "ct status dnat goto deny" };
+/* r_<if> only: a related packet (an ICMP error) of a flow of an older
+ * generation is dropped, never judged: its source may be any router on the
+ * way, and accepting it would mark the whole flow as judged by an address
+ * that is not the flow's. The flow's own next packet is judged and, if
+ * allowed, marks it; its errors pass from then on. */
+static const session_rule rule_related = { SR_CT_RELATED, 0, 0, 0, false, "ct state related drop" };
+static const session_rule rule_http = { SR_DPORT, 0, IPPROTO_TCP, 80, false, "tcp dport 80 goto deny" };
+static const session_rule rule_https = { SR_DPORT, 0, IPPROTO_TCP, 443, false, "tcp dport 443 goto deny" };
 
 /* The input chain i_<if> of a custom session, reached by `jump` from the
  * host input chain's `sessions_input` lookup, which comes after `ct state
@@ -114,6 +141,8 @@ typedef struct names {
         char chain[IFNAMSIZ + 2];  /* s_<if>: forward */
         char ichain[IFNAMSIZ + 2]; /* i_<if>: input, gateway services */
         char nchain[IFNAMSIZ + 2]; /* n_<if>: prerouting, DNS forwarding of allow-all */
+        char rchain[IFNAMSIZ + 2]; /* r_<if>: forward, the reply direction of a flow of an older generation */
+        uint32_t mark;             /* the generation (ct mark) of this change's s_<if> and r_<if> */
         char set[N_SETS][IFNAMSIZ + 16];
         bool has_gw6;          /* the veth's host side has a global IPv6 address */
         struct in6_addr gw6;   /* that address: the session's IPv6 gateway */
@@ -152,6 +181,7 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
         snprintf(n->chain, sizeof(n->chain), "s_%s", ifname);
         snprintf(n->ichain, sizeof(n->ichain), "i_%s", ifname);
         snprintf(n->nchain, sizeof(n->nchain), "n_%s", ifname);
+        snprintf(n->rchain, sizeof(n->rchain), "r_%s", ifname);
         for (int i = 0; i < N_SETS; i++)
                 snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
         return 0;
@@ -537,16 +567,65 @@ static int add_ct_est_rel(struct nftnl_rule *r) {
         return add_expr(r, e);
 }
 
+/* ct mark == mark (the register holds it in host order, as nft does). */
+static int add_ct_mark_eq(struct nftnl_rule *r, uint32_t mark) {
+        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_MARK, NFTNL_EXPR_CT_DREG);
+        return k < 0 ? k : add_cmp(r, &mark, sizeof(mark));
+}
+
+/* ct <key> & mask != 0 (ct state related, ct status dnat): one helper
+ * for the conntrack bit tests the session chains make. */
+static int add_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {
+        uint32_t zero = 0;
+        struct nftnl_expr *e;
+        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, key, NFTNL_EXPR_CT_DREG);
+        if (k < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("bitwise"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(mask));
+                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
+                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
+        }
+        if ((k = add_expr(r, e)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("cmp"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
+                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
+        }
+        return add_expr(r, e);
+}
+
+/* ct mark set mark: the flow now belongs to this generation. */
+static int add_ct_mark_set(struct nftnl_rule *r, uint32_t mark) {
+        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
+        int k;
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+                nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &mark, sizeof(mark));
+        }
+        if ((k = add_expr(r, e)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("ct"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_MARK);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_SREG, NFT_REG_1);
+        }
+        return add_expr(r, e);
+}
+
 /* meta nfproto ipv4 ip daddr @set (ipv6 ip6 daddr @set for a 16-byte
  * set): the nfproto check is the dependency nft adds itself so the payload
- * offset means an IPv4 (IPv6) header. */
-static int add_daddr_lookup(struct nftnl_rule *r, const char *set, bool v6) {
+ * offset means an IPv4 (IPv6) header. `src`: the source address instead
+ * (the reply direction's remote end). */
+static int add_addr_lookup(struct nftnl_rule *r, const char *set, bool v6, bool src) {
         uint8_t fam = v6 ? NFPROTO_IPV6 : NFPROTO_IPV4;
         struct nftnl_expr *e;
         int k;
         if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
             (k = add_cmp(r, &fam, 1)) < 0 ||
-            (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, v6 ? 16 : 4)) < 0)
+            (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (src ? 8 : 24) : (src ? 12 : 16), v6 ? 16 : 4)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("lookup"))) {
                 nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
@@ -565,30 +644,43 @@ static int add_daddr(struct nftnl_rule *r, struct in_addr addr) {
         return add_cmp(r, &addr.s_addr, 4);
 }
 
-static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
+/* meta l4proto proto th dport port (th sport for `src`). */
+static int add_port(struct nftnl_rule *r, uint8_t proto, uint16_t port, bool src) {
         uint16_t be = htons(port);
         int k;
         if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_L4PROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = add_cmp(r, &proto, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)) < 0)
+            (k = add_cmp(r, &proto, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, src ? 0 : 2, 2)) < 0)
                 return k;
         return add_cmp(r, &be, 2);
 }
 
-static int add_verdict(struct nftnl_rule *r, bool accept) {
+static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
+        return add_port(r, proto, port, false);
+}
+
+/* accept, or goto deny; `drop` instead of the deny chain for the reply
+ * direction, whose packets come from outside: nothing is answered or
+ * reported to them (the sandbox's own next packet of the flow meets the
+ * deny chain and its reset). */
+static int add_verdict_or_drop(struct nftnl_rule *r, bool accept, bool drop) {
         struct nftnl_expr *e = nftnl_expr_alloc("immediate");
         if (e) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, accept ? NF_ACCEPT : NFT_GOTO);
-                if (!accept)
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, accept ? NF_ACCEPT : drop ? NF_DROP : NFT_GOTO);
+                if (!accept && !drop)
                         nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
         }
         return add_expr(r, e);
 }
 
+
 /* One rule of the session chain (add_session_rules) or gateway_rules, appended to `chain`. */
 static int build_rule(const session_rule *sr, const char *chain, const names *n, struct in_addr gateway,
                       struct nftnl_rule **ret) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
+        /* The session's own chains carry its generation; the reply chain
+         * judges the remote end, which is the source there. */
+        bool reply = streq(chain, n->rchain), marked = reply || streq(chain, n->chain);
         int k = 0;
         if (!r)
                 return -ENOMEM;
@@ -598,8 +690,13 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
                 return -ENOMEM;
         switch (sr->kind) {
         case SR_CT_EST: k = add_ct_est_rel(r); break;
-        case SR_DADDR_SET: k = add_daddr_lookup(r, n->set[sr->set], session_sets[sr->set].key_len == 16); break;
-        case SR_DPORT: k = add_dport(r, sr->l4proto, sr->port); break;
+        case SR_CT_MARK: k = add_ct_mark_eq(r, n->mark); break;
+        case SR_CT_DNAT: k = add_ct_bits(r, NFT_CT_STATUS, IPS_DST_NAT); break;
+        case SR_CT_RELATED: k = add_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED)); break;
+        case SR_DADDR_SET:
+                k = add_addr_lookup(r, n->set[sr->set], session_sets[sr->set].key_len == 16, reply);
+                break;
+        case SR_DPORT: k = add_port(r, sr->l4proto, sr->port, reply); break;
         case SR_GW_DPORT:
                 if ((k = add_daddr(r, gateway)) >= 0)
                         k = add_dport(r, sr->l4proto, sr->port);
@@ -615,7 +712,11 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
         }
         case SR_ALL: break;
         }
-        if (k < 0 || (k = add_verdict(r, sr->accept)) < 0)
+        /* An accepting rule of the session's chains (but the generation
+         * check itself) marks the flow with the generation. */
+        if (k >= 0 && marked && sr->accept && sr->kind != SR_CT_MARK)
+                k = add_ct_mark_set(r, n->mark);
+        if (k < 0 || (k = add_verdict_or_drop(r, sr->accept, reply)) < 0)
                 return k;
         *ret = TAKE_PTR(r);
         return 0;
@@ -841,14 +942,18 @@ static int map_elem_exists(const char *map, const names *n, sb_error **err) {
 
 /* ---- changes ---- */
 
+static int take_mark(uint32_t *ret);
+
 /* Deletes whatever the session has: the map elements (if any) first, since
  * they reference the chains; then the chains with their rules, which
  * reference the sets; then the sets. Chains and sets are added without
  * EXCL right before their delete, so a missing one is not an error and the
  * batch needs no knowledge of what an earlier change left. */
 static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem, bool proxied,
-                 bool has_nat_elem) {
+                 bool has_nat_elem, bool has_reply_elem) {
         int k;
+        if (has_reply_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, NULL)) < 0)
+                return k;
         if (proxied && (k = msg_proxied_elem(bt, n, false)) < 0)
                 return k;
         if (has_nat_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, NULL)) < 0)
@@ -863,7 +968,9 @@ static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_inp
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->ichain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->ichain)) < 0)
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->ichain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain)) < 0)
                 return k;
         for (int i = 0; i < N_SETS; i++)
                 if ((k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE, n, i)) < 0 ||
@@ -896,47 +1003,81 @@ static int add_gateway_services(core_nft_batch *bt, const names *n, struct in_ad
         return msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, &jump);
 }
 
-/* The rules of s_<if> from the packet decision table (see rule_ct_est). */
-static int add_session_rules(core_nft_batch *bt, const names *n, struct in_addr gateway) {
+/* The rules of s_<if> (chain n->chain) or of r_<if> (n->rchain, the same
+ * judged on the remote end as the source, denials dropped) from the packet
+ * decision table (see the comment above rule_deny4), after the generation check and what a
+ * custom policy never forwards (see rule_ct_mark). */
+static int add_session_rules(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway) {
         size_t n_steps;
         const pol_packet_step *steps = pol_packet_steps(&n_steps);
-        int k = msg_rule(bt, &rule_ct_est, n->chain, n, gateway);
+        int k;
+        if ((k = msg_rule(bt, &rule_ct_mark, chain, n, gateway)) < 0 ||
+            (streq(chain, n->rchain) && (k = msg_rule(bt, &rule_related, chain, n, gateway)) < 0) ||
+            (k = msg_rule(bt, &rule_ct_dnat, chain, n, gateway)) < 0 ||
+            (k = msg_rule(bt, &rule_http, chain, n, gateway)) < 0 ||
+            (k = msg_rule(bt, &rule_https, chain, n, gateway)) < 0)
+                return k;
         for (size_t i = 0; k >= 0 && i < n_steps; i++) {
                 char text[48];
                 session_rule port = { SR_DPORT, 0, steps[i].l4proto, steps[i].port, false, text };
                 switch (steps[i].kind) {
                 case POL_STEP_ADDRESS_DENY:
-                        if ((k = msg_rule(bt, &rule_deny4, n->chain, n, gateway)) >= 0 &&
-                            (k = msg_rule(bt, &rule_forbid4, n->chain, n, gateway)) >= 0 &&
-                            (k = msg_rule(bt, &rule_deny6, n->chain, n, gateway)) >= 0)
-                                k = msg_rule(bt, &rule_forbid6, n->chain, n, gateway);
+                        if ((k = msg_rule(bt, &rule_deny4, chain, n, gateway)) >= 0 &&
+                            (k = msg_rule(bt, &rule_forbid4, chain, n, gateway)) >= 0 &&
+                            (k = msg_rule(bt, &rule_deny6, chain, n, gateway)) >= 0)
+                                k = msg_rule(bt, &rule_forbid6, chain, n, gateway);
                         break;
                 case POL_STEP_PORT:
                         snprintf(text, sizeof(text), "%s dport %u goto deny",
                                  steps[i].l4proto == IPPROTO_TCP ? "tcp" : "udp", steps[i].port);
-                        k = msg_rule(bt, &port, n->chain, n, gateway);
+                        k = msg_rule(bt, &port, chain, n, gateway);
                         break;
                 case POL_STEP_SUBNET_ALLOW:
-                        if ((k = msg_rule(bt, &rule_allow4, n->chain, n, gateway)) >= 0)
-                                k = msg_rule(bt, &rule_allow6, n->chain, n, gateway);
+                        if ((k = msg_rule(bt, &rule_allow4, chain, n, gateway)) >= 0)
+                                k = msg_rule(bt, &rule_allow6, chain, n, gateway);
                         break;
                 case POL_STEP_DNS_PIN:
-                        if ((k = msg_rule(bt, &rule_dns4, n->chain, n, gateway)) >= 0)
-                                k = msg_rule(bt, &rule_dns6, n->chain, n, gateway);
+                        if ((k = msg_rule(bt, &rule_dns4, chain, n, gateway)) >= 0)
+                                k = msg_rule(bt, &rule_dns6, chain, n, gateway);
                         break;
                 case POL_STEP_DEFAULT:
-                        k = msg_rule(bt, &rule_rest, n->chain, n, gateway);
+                        k = msg_rule(bt, &rule_rest, chain, n, gateway);
                         break;
                 }
         }
         return k;
 }
 
+/* The carried-over DNS pins (pol_nft_session_apply_pins) into the new
+ * dns4/dns6 sets, in the same batch as the rules: a flow to a pinned
+ * address that the new policy still allows is re-judged against them on
+ * its next packet, so it must never see the sets without them. */
+static int add_pins(core_nft_batch *bt, const names *n, const pol_nft_carried_pin *pins, size_t n_pins) {
+        for (size_t i = 0; i < n_pins; i++) {
+                bool v6 = pins[i].addr.family == AF_INET6;
+                enum set_id id = v6 ? SET_DNS6 : SET_DNS;
+                _cleanup_(nftnl_set_freep) struct nftnl_set *set = new_set(n->set[id]);
+                char text[INET6_ADDRSTRLEN];
+                uint32_t seq, ttl = pins[i].ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : pins[i].ttl_s;
+                if (pins[i].addr.family != AF_INET && !v6)
+                        continue;
+                inet_ntop(pins[i].addr.family, pins[i].addr.bytes, text, sizeof(text));
+                void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n->set[id], text);
+                if (!set || !buf || add_key_elem(set, pins[i].addr.bytes, v6 ? 16 : 4, 0, (uint64_t) ttl * 1000) < 0)
+                        return -ENOMEM;
+                int k = msg_elems(bt, NFT_MSG_NEWSETELEM, set, seq, buf);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
 /* Chain, sets with their ranges, rules, then the map element that makes
  * the chain live, and the gateway services: within the batch nothing is
  * visible before the commit. */
-static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway) {
-        const elem_verdict go = { NFT_GOTO, n->chain };
+static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway,
+                      const pol_nft_carried_pin *pins, size_t n_pins) {
+        const elem_verdict go = { NFT_GOTO, n->chain }, go_reply = { NFT_GOTO, n->rchain };
         ranges allow = {}, deny = {}, forbid = {};
         ranges6 allow6 = {}, deny6 = {}, forbid6 = {};
         int k;
@@ -958,9 +1099,12 @@ static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, s
             (k = add_ranges6(bt, n->set[SET_DENY6], &deny6)) < 0 ||
             (k = add_ranges6(bt, n->set[SET_FORBID6], &forbid6)) < 0)
                 goto out;
-        if ((k = add_session_rules(bt, n, gateway)) < 0)
+        if ((k = add_pins(bt, n, pins, n_pins)) < 0 || (k = add_session_rules(bt, n, n->chain, gateway)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain)) < 0 ||
+            (k = add_session_rules(bt, n, n->rchain, gateway)) < 0)
                 goto out;
         if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
+            (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &go_reply)) < 0 ||
             (k = add_gateway_services(bt, n, gateway)) < 0)
                 goto out;
         /* Last: the redirect starts once the gateway admits the proxy port
@@ -1054,29 +1198,38 @@ static int add_dns_forward(core_nft_batch *bt, const names *n, struct in_addr ga
         return msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, &jump);
 }
 
-/* What a mode adds after the purge; p NULL: nothing (remove). */
-static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway) {
+/* What a mode adds after the purge; p NULL: nothing (remove). The reply
+ * direction (`sessions_reply`): allow-all accepts it whatever the flow's
+ * generation, deny-all has no element, so the host forward chain drops it. */
+static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway,
+                    const pol_nft_carried_pin *pins, size_t n_pins) {
         static const elem_verdict accept = { NF_ACCEPT, NULL }, deny = { NFT_GOTO, CORE_NFT_DENY_CHAIN };
+        int k;
         if (!p)
                 return 0;
         switch (p->mode) {
-        case POL_MODE_ALLOW_ALL: {
-                int k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &accept);
-                return k < 0 ? k : add_dns_forward(bt, n, gateway);
-        }
+        case POL_MODE_ALLOW_ALL:
+                if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &accept)) < 0 ||
+                    (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &accept)) < 0)
+                        return k;
+                return add_dns_forward(bt, n, gateway);
         case POL_MODE_DENY_ALL: return msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &deny);
-        case POL_MODE_CUSTOM: return add_custom(bt, n, p, gateway);
+        case POL_MODE_CUSTOM: return add_custom(bt, n, p, gateway, pins, n_pins);
         }
         return -EINVAL;
 }
 
-static int change(const char *ifname, const pol_policy *p, struct in_addr gateway, sb_error **ret_err) {
+static int change(const char *ifname, const pol_policy *p, struct in_addr gateway, const pol_nft_carried_pin *pins,
+                  size_t n_pins, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         names n;
-        int k, has_elem, has_input_elem, proxied, has_nat_elem;
+        int k, has_elem, has_input_elem, proxied, has_nat_elem, has_reply_elem;
         if ((k = make_names(ifname, &n, ret_err)) < 0)
                 return k;
         find_gw6(&n);
+        if (p && p->mode == POL_MODE_CUSTOM && (k = take_mark(&n.mark)) < 0)
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: no flow generation (ct mark) for %s: %s",
+                                    ifname, strerror(-k));
         if ((has_elem = map_elem_exists(CORE_NFT_SESSIONS_MAP, &n, ret_err)) < 0)
                 return has_elem;
         if ((has_input_elem = map_elem_exists(CORE_NFT_SESSIONS_INPUT_MAP, &n, ret_err)) < 0)
@@ -1085,9 +1238,11 @@ static int change(const char *ifname, const pol_policy *p, struct in_addr gatewa
                 return proxied;
         if ((has_nat_elem = map_elem_exists(CORE_NFT_SESSIONS_NAT_MAP, &n, ret_err)) < 0)
                 return has_nat_elem;
+        if ((has_reply_elem = map_elem_exists(CORE_NFT_SESSIONS_REPLY_MAP, &n, ret_err)) < 0)
+                return has_reply_elem;
         if ((k = core_nft_batch_new(&bt)) < 0 ||
-            (k = purge(bt, &n, has_elem, has_input_elem, proxied, has_nat_elem)) < 0 ||
-            (k = add_mode(bt, &n, p, gateway)) < 0)
+            (k = purge(bt, &n, has_elem, has_input_elem, proxied, has_nat_elem, has_reply_elem)) < 0 ||
+            (k = add_mode(bt, &n, p, gateway, pins, n_pins)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname,
                                     strerror(-k));
         return core_nft_batch_send(bt, ret_err);
@@ -1103,6 +1258,11 @@ static bool gateway_valid(struct in_addr gateway) {
 
 int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_addr gateway,
                           sb_error **ret_err) {
+        return pol_nft_session_apply_pins(ifname, p, gateway, NULL, 0, ret_err);
+}
+
+int pol_nft_session_apply_pins(const char *ifname, const pol_policy *p, struct in_addr gateway,
+                               const pol_nft_carried_pin *pins, size_t n_pins, sb_error **ret_err) {
         char text[INET_ADDRSTRLEN];
         if (!p)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "nftables: no policy for %s", ifname);
@@ -1111,11 +1271,50 @@ int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_add
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL,
                                     "nftables: invalid gateway address %s for %s",
                                     inet_ntop(AF_INET, &gateway, text, sizeof(text)), ifname);
-        return change(ifname, p, gateway, ret_err);
+        return change(ifname, p, gateway, p->mode == POL_MODE_CUSTOM ? pins : NULL,
+                      p->mode == POL_MODE_CUSTOM ? n_pins : 0, ret_err);
 }
 
 int pol_nft_session_remove(const char *ifname, sb_error **ret_err) {
-        return change(ifname, NULL, (struct in_addr) {}, ret_err);
+        return change(ifname, NULL, (struct in_addr) {}, NULL, 0, ret_err);
+}
+
+/* ---- generations ---- */
+
+static pthread_mutex_t mark_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t mark_next = 1, mark_limit; /* limit 0: no store, unbounded */
+static pol_nft_mark_reserve_fn mark_reserve;
+static void *mark_userdata;
+
+void pol_nft_set_mark_store(uint32_t next, pol_nft_mark_reserve_fn reserve, void *userdata) {
+        pthread_mutex_lock(&mark_lock);
+        mark_next = next ? next : 1;
+        mark_limit = mark_next;
+        mark_reserve = reserve;
+        mark_userdata = userdata;
+        pthread_mutex_unlock(&mark_lock);
+}
+
+/* A generation never handed out before (by this daemon or, through the
+ * store, an earlier run of it); 0 is never one (an unmarked flow). */
+static int take_mark(uint32_t *ret) {
+        int k = 0;
+        pthread_mutex_lock(&mark_lock);
+        if (mark_reserve && mark_next == mark_limit) {
+                uint32_t limit = 0;
+                k = mark_reserve(mark_userdata, mark_next, &limit);
+                if (k >= 0 && limit == mark_next)
+                        k = -ENOSPC;
+                if (k >= 0)
+                        mark_limit = limit;
+        }
+        if (k >= 0) {
+                *ret = mark_next++;
+                if (mark_next == 0)
+                        mark_next = 1; /* after 2^32 - 1 changes */
+        }
+        pthread_mutex_unlock(&mark_lock);
+        return k;
 }
 
 int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s, sb_error **ret_err) {

@@ -21,16 +21,22 @@
  * - custom: chain s_<if> and sets s_<if>_allow4, _deny4, _forbid4 (interval
  *   sets, disjoint merged ranges) and _dns4 (timeouts, DNS pins), and the
  *   element `"<if>" : goto s_<if>`. The chain, in order:
- *     ct state established,related accept
+ *     ct mark <generation> accept          flows this policy admitted
+ *     ct status dnat goto deny             allow-all's DNS forwarding, older
+ *     tcp dport 80, 443 goto deny          forwarded, so older than the proxy
  *     ip daddr @deny4 goto deny            subnets.deny beats everything
  *     ip daddr @forbid4 goto deny          rule 5 ranges not named by allow
  *     tcp/udp dport 53, 853 goto deny      no resolver but the DNS filter
  *     udp dport 443 goto deny              QUIC: clients fall back to TCP
- *     ip daddr @allow4 accept              subnets.allow
- *     ip daddr @dns4 accept                pinned answers of allowed names
+ *     ip daddr @allow4 ct mark set <generation> accept   subnets.allow
+ *     ip daddr @dns4 ct mark set <generation> accept     pinned answers
  *     goto deny                            a custom policy denies the rest
  *   where `deny` answers TCP with a reset and anything else with ICMP
- *   admin-prohibited. Also chain i_<if> and the element `"<if>" : jump
+ *   admin-prohibited; chain r_<if>, the same for the reply direction of a
+ *   flow that fails the generation check (`ip saddr`, `th sport`, denials
+ *   `drop`, and `ct state related drop` after the check), and the element
+ *   `"<if>" : goto r_<if>` in `sessions_reply` (allow-all: `accept`;
+ *   deny-all: none, the host drops). Also chain i_<if> and the element `"<if>" : jump
  *   i_<if>` in `sessions_input`, which the host input chain consults after
  *   `ct state established,related accept` and before its final rejects:
  *     ip daddr <gateway> udp dport 53 accept   the DNS filter (sandbox-netd)
@@ -62,6 +68,7 @@
 #include <stdint.h>
 #include "libcore/error.h"
 #include "libcore/net.h"
+#include "policy/match.h"
 #include "policy/policy.h"
 
 /* Floor of a DNS pin's lifetime, seconds (DESIGN §5.1 rule 6). */
@@ -81,6 +88,40 @@
  * the failing object. */
 int pol_nft_session_apply(const char *ifname, const pol_policy *p, struct in_addr gateway,
                           sb_error **ret_err);
+
+/* A DNS pin carried over a change: the address and the seconds it has
+ * left (floored to POL_NFT_PIN_MIN_TTL). */
+typedef struct pol_nft_carried_pin {
+        pol_addr addr;
+        uint32_t ttl_s;
+} pol_nft_carried_pin;
+
+/* pol_nft_session_apply() that also puts `pins` (n_pins, borrowed) into
+ * the new policy's dns4/dns6 sets in the same batch (custom policies only;
+ * the caller passes only pins the new policy allows): flows of an older
+ * generation to those addresses meet the new rules with their pins in
+ * place. Flow generations: each custom change draws a new ct mark for the
+ * session's chains (pol_nft_set_mark_store); a flow admitted under any
+ * other generation is judged again on its next packet in either direction
+ * (s_<if> for the sandbox's packets, r_<if> through the host table's
+ * `sessions_reply` map for the replies), and cut at once if the new policy
+ * denies it: no conntrack entry needs deleting. -ENOSPC (with *ret_err)
+ * when no generation can be reserved. */
+int pol_nft_session_apply_pins(const char *ifname, const pol_policy *p, struct in_addr gateway,
+                               const pol_nft_carried_pin *pins, size_t n_pins, sb_error **ret_err);
+
+/* Durably records that every generation below `*ret_limit` (> next) is
+ * taken, before any of them is used; 0 or a negative errno. Called under
+ * the generator's lock, from the thread that applies a policy. */
+typedef int (*pol_nft_mark_reserve_fn)(void *userdata, uint32_t next, uint32_t *ret_limit);
+
+/* Where generations (ct marks) come from: `next` is the first one not
+ * handed out by an earlier run (as the store recorded it; 0 means 1), and
+ * `reserve` is called before each block is used, so a restarted daemon
+ * never gives a new policy the mark of flows an old one admitted. Without
+ * a store (tests) marks start at 1 in each process. Call once at start,
+ * before any session is applied. */
+void pol_nft_set_mark_store(uint32_t next, pol_nft_mark_reserve_fn reserve, void *userdata);
 
 /* Tells the generator the daemon's address pools (once, at start, before
  * any session is applied): with an IPv6 pool, the gateway chain of

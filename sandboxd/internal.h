@@ -37,12 +37,14 @@ typedef struct session_pins {
 void pins_record(session_pins *p, struct in_addr addr, const char *name, uint32_t ttl_s);
 /* pins_record() for an address of either family (IPv6: an AAAA pin). */
 void pins_record_addr(session_pins *p, const pol_addr *addr, const char *name, uint32_t ttl_s);
-/* After the session's nftables objects were replaced (which drops the
- * dns4 set): re-pins, for the rest of its TTL, every recorded pair the new
- * custom policy `pol` still allows (pol_check_resolved with the never
- * list), and forgets the others. Returns how many were carried over. */
-size_t pins_carry_over(session_pins *p, const char *ifname, const pol_policy *pol, const pol_cidr *never,
-                       size_t n_never);
+/* Before the session's nftables objects are replaced: forgets every
+ * recorded pair the new custom policy `pol` does not allow
+ * (pol_check_resolved with the never list) and returns the others as pins
+ * for pol_nft_session_apply_pins() (*ret, *ret_n entries, the caller
+ * frees it), each for the rest of its TTL. 0 or -ENOMEM (nothing
+ * forgotten then). */
+int pins_keep_allowed(session_pins *p, const pol_policy *pol, const pol_cidr *never, size_t n_never,
+                      pol_nft_carried_pin **ret, size_t *ret_n);
 void pins_free(session_pins *p);
 
 /* A list of requests waiting for the same event. */

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <ifaddrs.h>
 #include <libgen.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <fcntl.h>
 #include <string.h>
@@ -609,6 +610,65 @@ static void sweep_write_temps(manager *m, const daemon_config *cfg) {
                 log_info("removed %d temporary file(s) of interrupted record writes", total);
 }
 
+/* ---- flow generations (ct marks, policy/nftgen.h) ----
+ *
+ * Every custom policy applied gets a generation never handed out before,
+ * across restarts too: a flow admitted under an old policy keeps its mark
+ * in the kernel for as long as it lives (days for an idle TCP flow), and
+ * a new policy given the same mark would let it pass unjudged. <state>/
+ * ct-mark holds the first generation not yet reserved; a block is
+ * reserved there (fsync'd) before any of it is used, so a restart starts
+ * past everything an earlier run may have used, at the cost of skipping
+ * the rest of a block. */
+#define CT_MARK_FILE "ct-mark"
+#define CT_MARK_BLOCK 65536u
+
+static int ct_mark_reserve(void *userdata, uint32_t next, uint32_t *ret_limit) {
+        manager *m = userdata;
+        _cleanup_free_ char *path = NULL;
+        char text[16];
+        uint32_t limit = next + CT_MARK_BLOCK;
+        if (limit < next)
+                limit = 1; /* wraps after 2^32 - 1 generations: starts again at 1 */
+        if (asprintf(&path, "%s/" CT_MARK_FILE, m->cfg->state_dir) < 0)
+                return -ENOMEM;
+        int n = snprintf(text, sizeof(text), "%" PRIu32 "\n", limit);
+        int r = core_write_file_atomic(path, text, (size_t)n, 0600);
+        if (r < 0) {
+                log_error("reserve flow generations in %s: %s; policy changes are refused until it can be "
+                          "written", path, strerror(-r));
+                return r;
+        }
+        *ret_limit = limit;
+        return 0;
+}
+
+/* The stored first unreserved generation: 1 when there is none yet; an
+ * unreadable or malformed file is an error naming it (the generations an
+ * earlier run used are unknown, so none can be handed out safely). */
+static int ct_mark_load(manager *m, uint32_t *ret, sb_error **ret_err) {
+        _cleanup_free_ char *path = NULL, *data = NULL;
+        size_t len = 0;
+        char *end = NULL;
+        if (asprintf(&path, "%s/" CT_MARK_FILE, m->cfg->state_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_read_file(path, 64, &data, &len);
+        if (r == -ENOENT) {
+                *ret = 1;
+                return 0;
+        }
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "read %s: %s", path, strerror(-r));
+        errno = 0;
+        unsigned long v = strtoul(data, &end, 10);
+        if (errno || end == data || (*end && *end != '\n') || v == 0 || v > UINT32_MAX)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                    "%s: not a flow generation (a decimal number from 1 to %" PRIu32 "); "
+                                    "write the value it had, or a larger one", path, UINT32_MAX);
+        *ret = (uint32_t)v;
+        return 0;
+}
+
 int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_error **ret_err) {
         manager *m = calloc(1, sizeof(*m));
         if (!m)
@@ -671,6 +731,12 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 goto fail;
         m->n_slots = core_net_pool_slots(&m->pool);
         pol_nft_set_ipv6_pool(&m->pool);
+        {
+                uint32_t next_mark = 1;
+                if ((r = ct_mark_load(m, &next_mark, ret_err)) < 0)
+                        goto fail;
+                pol_nft_set_mark_store(next_mark, ct_mark_reserve, m);
+        }
         if (m->n_slots > 65536)
                 m->n_slots = 65536;
         m->slots = calloc(m->n_slots, sizeof(bool));

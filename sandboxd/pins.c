@@ -3,10 +3,10 @@
  * allows. The nftables update drops the session's dns4 set (its elements
  * were judged under the old policy, and the set holds addresses, not
  * names); without this table, every established flow to a still-allowed
- * name would be reset by the conntrack flush that follows, and the
- * sandbox would have to resolve every name again. Each (name, address)
- * pair is judged again with pol_check_resolved() under the new policy and
- * re-pinned for the rest of its TTL before the flush. */
+ * name would be cut when it meets the new rules, and the sandbox would
+ * have to resolve every name again. Each (name, address) pair is judged
+ * again with pol_check_resolved() under the new policy and pinned again
+ * for the rest of its TTL in the batch that installs the new rules. */
 #include <arpa/inet.h>
 #include <string.h>
 #include "libcore/log.h"
@@ -78,26 +78,24 @@ void pins_record_addr(session_pins *p, const pol_addr *addr, const char *name, u
         snprintf(e->name, sizeof(e->name), "%s", name);
 }
 
-size_t pins_carry_over(session_pins *p, const char *ifname, const pol_policy *pol, const pol_cidr *never,
-                       size_t n_never) {
+int pins_keep_allowed(session_pins *p, const pol_policy *pol, const pol_cidr *never, size_t n_never,
+                      pol_nft_carried_pin **ret, size_t *ret_n) {
         uint64_t now = core_monotonic_ms();
         pins_compact(p, now);
-        size_t k = 0, kept = 0;
+        _cleanup_free_ pol_nft_carried_pin *out = p->n ? calloc(p->n, sizeof(*out)) : NULL;
+        size_t k = 0;
+        if (p->n && !out)
+                return -ENOMEM;
         for (size_t i = 0; i < p->n; i++) {
                 session_pin *e = &p->v[i];
                 pol_verdict v;
                 if (!pol_check_resolved(pol, e->name, 0, &e->addr, 1, never, n_never, &v))
                         continue; /* the new policy does not allow it: forgotten */
-                uint64_t left_s = (e->expires_ms - now + 999) / 1000;
-                _cleanup_error_ sb_error *err = NULL;
-                if (pol_nft_pin_addr(ifname, &e->addr, (uint32_t)left_s, &err) < 0) {
-                        log_debug("%s: carry pin %s over the update: %s", ifname, e->name,
-                                  err ? err->message : "failed");
-                        continue;
-                }
+                out[k] = (pol_nft_carried_pin) { e->addr, (uint32_t)((e->expires_ms - now + 999) / 1000) };
                 p->v[k++] = *e;
-                kept++;
         }
         p->n = k;
-        return kept;
+        *ret = TAKE_PTR(out);
+        *ret_n = k;
+        return 0;
 }

@@ -1099,6 +1099,24 @@ static int session_veth_configure(session *s, sb_error **ret_err) {
         return r < 0 ? sb_error_prefix(ret_err, "networkPolicy: configure the sandbox's eth0") : 0;
 }
 
+/* Step 4 of session_apply_policy: the session's nftables objects for p in
+ * one batch, with the recorded pins the new policy still allows (a custom
+ * one) put back in the same batch, so their flows carry on and need no new
+ * lookup; the others are forgotten. */
+static int session_apply_rules(session *s, const char *ifname, const pol_policy *p, sb_error **ret_err) {
+        _cleanup_free_ pol_nft_carried_pin *keep = NULL;
+        size_t n_keep = 0;
+        if (p->mode == POL_MODE_CUSTOM) {
+                _cleanup_free_ pol_cidr *never = NULL;
+                size_t n_never = 0;
+                manager_never_list(s->sb->m, &never, &n_never);
+                if (pins_keep_allowed(&s->pins, p, never, n_never, &keep, &n_keep) < 0)
+                        pins_free(&s->pins); /* out of memory: none carried over (fail closed) */
+        } else
+                pins_free(&s->pins);
+        return pol_nft_session_apply_pins(ifname, p, s->gateway, keep, n_keep, ret_err);
+}
+
 /* The order leaves no moment where an address only the old policy allowed
  * is reachable once this returns (DESIGN §5.1 rule 9), and none where
  * traffic passes that neither policy allows:
@@ -1112,9 +1130,14 @@ static int session_veth_configure(session *s, sb_error **ret_err) {
  * 3. leaving deny-all: the veth is made (its sandbox end down; the host
  *    table denies a veth without an element, so nothing passes yet);
  * 4. the nftables objects are replaced in one batch (every pin dropped;
- *    recorded pins the new policy still allows are pinned again);
- * 5. the sandbox's conntrack entries are flushed: every established flow
- *    meets the new rules on its next packet;
+ *    recorded pins the new policy still allows are pinned again in the
+ *    same batch);
+ * 5. nothing to do for established flows: the new rules are a new flow
+ *    generation (ct mark, policy/nftgen.h), so every flow admitted before
+ *    meets them on its next packet, in either direction, and a denied one
+ *    is cut then (a TCP flow with a reset on the sandbox's next packet);
+ *    no conntrack entry is deleted, so nothing here grows with the
+ *    number of flows or sessions on the host;
  * 6. leaving deny-all: eth0 inside is brought up with its address and
  *    route. Entering it keeps the veth, fenced: its element `goto deny`
  *    answers every packet at once (TCP with a reset, so a flow cut here
@@ -1137,6 +1160,11 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         }
         snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
         bool want_veth = p->mode != POL_MODE_DENY_ALL, made_veth = false;
+        /* eth0 is configured, and the session record rewritten, only when
+         * this change touches them: leaving deny-all (its fence), or a netd
+         * started or stopped. A custom -> custom update does neither. */
+        bool configure_eth0 = want_veth && (!s->has_veth || !sb->pol || sb->pol->mode == POL_MODE_DENY_ALL);
+        pid_t old_netd = s->netd_pid;
         /* A stopping session is not given a network it lacks (its init may
          * already be gone); it ends as the narrower deny-all. */
         if (s->stopping && want_veth && !s->has_veth)
@@ -1164,40 +1192,12 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
                         goto undo;
                 made_veth = true;
         }
-        if ((r = pol_nft_session_apply(ifname, p, s->gateway, ret_err)) < 0)
+        if ((r = session_apply_rules(s, ifname, p, ret_err)) < 0)
                 goto undo;
         core_fault("update.rules_replaced");
-        /* The update dropped every pin; the names the new policy still
-         * allows get theirs back before the flush below, so their flows
-         * carry on and need no new lookup. */
-        if (p->mode == POL_MODE_CUSTOM) {
-                _cleanup_free_ pol_cidr *never = NULL;
-                size_t n_never = 0;
-                manager_never_list(sb->m, &never, &n_never);
-                pins_carry_over(&s->pins, ifname, p, never, n_never);
-        } else
-                pins_free(&s->pins);
-        /* The chain accepts established flows before any policy rule, so
-         * flows the old policy admitted would outlive it: drop the
-         * sandbox's conntrack entries, after the swap, so each flow's next
-         * packet meets the new rules (a denied TCP flow is reset). A failure leaves old flows running but the new policy in
-         * force for new ones. */
-        {
-                /* A block of its own: the goto undo above must not jump into
-                 * the scope of a cleanup variable (its cleanup would run on
-                 * an uninitialised pointer). */
-                _cleanup_error_ sb_error *ct_err = NULL;
-                if (core_conntrack_flush_source(core_net_sandbox_addr(&sb->m->pool, (unsigned) s->net_slot), &ct_err) < 0)
-                        log_warning("sandbox '%s': %s", sb->name,
-                                    ct_err ? ct_err->message : "flush conntrack entries failed");
-        }
-        if (sb->m->pool.prefix6) {
-                struct in6_addr a6 = core_net_sandbox_addr6(&sb->m->pool, (unsigned) s->net_slot);
-                _cleanup_error_ sb_error *ct6_err = NULL;
-                if (core_conntrack_flush_source6(&a6, &ct6_err) < 0)
-                        log_warning("sandbox '%s': %s", sb->name,
-                                    ct6_err ? ct6_err->message : "flush IPv6 conntrack entries failed");
-        }
+        /* No conntrack entry is deleted: the new rules carry a generation
+         * of their own (pol_nft_session_apply_pins), so every flow admitted
+         * before meets them on its next packet, in either direction. */
         core_fault("update.conntrack_flushed");
         /* Entering deny-all with a veth: the sandbox's own route to the
          * gateway becomes unreachable, so its lookups fail at once in its
@@ -1209,7 +1209,7 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
                         log_warning("sandbox '%s': %s; its lookups fail only when the refusal arrives", sb->name,
                                     ferr ? ferr->message : "fence the gateway failed");
         }
-        if (want_veth && (r = session_veth_configure(s, ret_err)) < 0)
+        if (configure_eth0 && (r = session_veth_configure(s, ret_err)) < 0)
                 goto undo;
         if (p->mode == POL_MODE_CUSTOM && s->netd_pid <= 0) {
                 r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
@@ -1218,7 +1218,8 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
                         goto undo;
                 netd_attach(s);
         }
-        (void)restore_save_record(s);
+        if (s->netd_pid != old_netd)
+                (void)restore_save_record(s);
         return 0;
 undo:
         /* Back to the old policy as it was enforced: its rules (a later
@@ -1886,10 +1887,59 @@ static void finish_delete(void *userdata) {
         free(f);
 }
 
+/* A network slot goes back to the pool only once the conntrack entries of
+ * its last session's flows are gone: the next session on the slot has the
+ * same addresses, so a flow left over (to its gateway's DNS filter, say)
+ * would be taken for one of the new session's and skip what its own first
+ * packet would get (allow-all's DNS forwarding is set up only for a new
+ * flow). A policy update needs no flush (flow generations); a session's
+ * end does, once, on a worker thread after delete has answered. */
+typedef struct slot_flush {
+        manager *m;
+        int slot;
+} slot_flush;
+
+static void slot_flush_work(void *userdata) {
+        slot_flush *f = userdata;
+        _cleanup_error_ sb_error *err = NULL, *err6 = NULL;
+        if (core_conntrack_flush_source(core_net_sandbox_addr(&f->m->pool, (unsigned)f->slot), &err) < 0)
+                log_warning("network slot %d: %s", f->slot, err ? err->message : "flush conntrack entries failed");
+        if (f->m->pool.prefix6) {
+                struct in6_addr a6 = core_net_sandbox_addr6(&f->m->pool, (unsigned)f->slot);
+                if (core_conntrack_flush_source6(&a6, &err6) < 0)
+                        log_warning("network slot %d: %s", f->slot,
+                                    err6 ? err6->message : "flush IPv6 conntrack entries failed");
+        }
+}
+
+static void slot_flush_done(void *userdata) {
+        slot_flush *f = userdata;
+        manager_release_slot(f->m, f->slot);
+        free(f);
+}
+
+static void release_slot_after_flush(manager *m, int slot) {
+        slot_flush *f;
+        if (slot < 0)
+                return;
+        if (!(f = calloc(1, sizeof(*f)))) {
+                slot_flush tmp = { m, slot };
+                slot_flush_work(&tmp);
+                manager_release_slot(m, slot);
+                return;
+        }
+        *f = (slot_flush) { m, slot };
+        if (worker_submit(slot_flush_work, slot_flush_done, f) < 0) {
+                slot_flush_work(f);
+                slot_flush_done(f);
+        }
+}
+
 /* Frees a session's struct once everything it held in the kernel is gone:
- * its network slot, its cgroup handle, its recorded pins. */
+ * its network slot (after its flows, release_slot_after_flush), its cgroup
+ * handle, its recorded pins. */
 static void session_release(manager *m, session *s) {
-        manager_release_slot(m, s->net_slot);
+        release_slot_after_flush(m, s->net_slot);
         core_cgroup_free(s->cg);
         pins_free(&s->pins);
         redo_list_clear(&s->logs_waiting); /* answered by agent_detach */

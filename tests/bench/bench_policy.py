@@ -103,7 +103,8 @@ def fake_sessions_script(first, count, op):
         if op == "delete":
             lines += ['delete element %s sessions { "sbx%d" }' % (t, i),
                       'delete element %s sessions_input { "sbx%d" }' % (t, i),
-                      "delete chain %s %s" % (t, s), "delete chain %s %s" % (t, ic)]
+                      'delete element %s sessions_reply { "sbx%d" }' % (t, i),
+                      "delete chain %s %s" % (t, s), "delete chain %s %s" % (t, ic), "delete chain %s r_sbx%d" % (t, i)]
             lines += ["delete set %s %s_%s" % (t, s, x) for x in ("allow4", "deny4", "forbid4", "dns4")]
             continue
         lines += ["add set %s %s_allow4 { type ipv4_addr; flags interval; }" % (t, s),
@@ -111,7 +112,7 @@ def fake_sessions_script(first, count, op):
                   "add set %s %s_forbid4 { type ipv4_addr; flags interval; elements = { %s } }" % (t, s, forbid),
                   "add set %s %s_dns4 { type ipv4_addr; flags timeout; }" % (t, s),
                   "add chain %s %s" % (t, s),
-                  "add rule %s %s ct state established,related accept" % (t, s),
+                  "add rule %s %s ct mark %d accept" % (t, s, i + 1),
                   "add rule %s %s ip daddr @%s_deny4 goto deny" % (t, s, s),
                   "add rule %s %s ip daddr @%s_forbid4 goto deny" % (t, s, s)]
         lines += ["add rule %s %s %s dport %d goto deny" % (t, s, p, port)
@@ -124,7 +125,14 @@ def fake_sessions_script(first, count, op):
                   "add rule %s %s ip daddr %s tcp dport 53 accept" % (t, ic, gw),
                   "add rule %s %s goto deny" % (t, ic),
                   'add element %s sessions { "sbx%d" : goto %s }' % (t, i, s),
-                  'add element %s sessions_input { "sbx%d" : jump %s }' % (t, i, ic)]
+                  'add element %s sessions_input { "sbx%d" : jump %s }' % (t, i, ic),
+                  # The reply direction of a flow of an older generation.
+                  "add chain %s r_sbx%d" % (t, i),
+                  "add rule %s r_sbx%d ct mark %d accept" % (t, i, i + 1),
+                  "add rule %s r_sbx%d ip saddr @%s_allow4 ct mark set %d accept" % (t, i, s, i + 1),
+                  "add rule %s r_sbx%d ip saddr @%s_dns4 ct mark set %d accept" % (t, i, s, i + 1),
+                  "add rule %s r_sbx%d drop" % (t, i),
+                  'add element %s sessions_reply { "sbx%d" : goto r_sbx%d }' % (t, i, i)]
     return "\n".join(lines) + "\n"
 
 

@@ -185,12 +185,13 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" goto deny\n\t}",
                 /* Inbound (DESIGN §5): nothing outside starts a flow to a
                  * sandbox or reaches a gateway address; only the replies
-                 * of the sandbox's own flows go out through a veth. */
+                 * of the sandbox's own flows go out through a veth, and
+                 * those by their session's verdict (flow generations). */
                 "iif \"lo\" accept\n\t\tiifname != \"sbx*\" ip daddr 10.201.0.0/16 drop\n"
                 "\t\tiifname != \"sbx*\" ip saddr 10.201.0.0/16 drop\n"
                 "\t\tiifname \"sbx*\" ct state established,related accept",
                 "iifname != \"sbx*\" ip saddr 10.201.0.0/16 drop\n"
-                "\t\toifname \"sbx*\" ct state established,related ct direction reply accept\n"
+                "\t\toifname \"sbx*\" ct state established,related ct direction reply oifname vmap @sessions_reply\n"
                 "\t\toifname \"sbx*\" drop",
                 "type filter hook output priority filter; policy accept;\n"
                 "\t\tct state established,related ct direction reply accept\n"

@@ -151,16 +151,45 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
          * gateway: one element in the host's `proxied` set. */
         if (count(out, "set proxied {\n\t\ttype ifname\n\t\telements = { \"sbx3\" }") != 1)
                 fail_msg("proxied set not as expected:\n%s", out);
-        static const char *const rules[] = {
-                "ct state established,related accept\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
+        /* The generation check first (the chain's own ct mark), then what
+         * a custom policy never forwards, then the decision table; every
+         * accept marks the flow with the generation. The reply chain the
+         * same on the remote end (source), its denials dropped. */
+        const char *head = strstr(out, "chain s_sbx3 {\n\t\tct mark 0x");
+        unsigned mark = 0;
+        assert_non_null(head);
+        assert_int_equal(sscanf(head, "chain s_sbx3 {\n\t\tct mark 0x%x accept", &mark), 1);
+        assert_true(mark != 0);
+        char *rules = NULL, *reply = NULL;
+        assert_true(asprintf(&rules,
+                "chain s_sbx3 {\n\t\tct mark 0x%08x accept\n\t\tct status dnat goto deny\n"
+                "\t\ttcp dport 80 goto deny\n\t\ttcp dport 443 goto deny\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
                 "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\tip6 daddr @s_sbx3_deny6 goto deny\n"
                 "\t\tip6 daddr @s_sbx3_forbid6 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
                 "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n"
-                "\t\tip daddr @s_sbx3_allow4 accept\n\t\tip6 daddr @s_sbx3_allow6 accept\n\t\tudp dport 443 goto deny\n"
-                "\t\tip daddr @s_sbx3_dns4 accept\n\t\tip6 daddr @s_sbx3_dns6 accept\n\t\tgoto deny\n\t}",
-        };
-        if (count(out, rules[0]) != 1)
-                fail_msg("session chain not as expected:\n%s", out);
+                "\t\tip daddr @s_sbx3_allow4 ct mark set 0x%08x accept\n"
+                "\t\tip6 daddr @s_sbx3_allow6 ct mark set 0x%08x accept\n\t\tudp dport 443 goto deny\n"
+                "\t\tip daddr @s_sbx3_dns4 ct mark set 0x%08x accept\n"
+                "\t\tip6 daddr @s_sbx3_dns6 ct mark set 0x%08x accept\n\t\tgoto deny\n\t}",
+                mark, mark, mark, mark, mark) > 0);
+        assert_true(asprintf(&reply,
+                "chain r_sbx3 {\n\t\tct mark 0x%08x accept\n\t\tct state related drop\n\t\tct status dnat drop\n"
+                "\t\ttcp sport 80 drop\n\t\ttcp sport 443 drop\n\t\tip saddr @s_sbx3_deny4 drop\n"
+                "\t\tip saddr @s_sbx3_forbid4 drop\n\t\tip6 saddr @s_sbx3_deny6 drop\n"
+                "\t\tip6 saddr @s_sbx3_forbid6 drop\n\t\ttcp sport 53 drop\n\t\tudp sport 53 drop\n"
+                "\t\ttcp sport 853 drop\n\t\tudp sport 853 drop\n"
+                "\t\tip saddr @s_sbx3_allow4 ct mark set 0x%08x accept\n"
+                "\t\tip6 saddr @s_sbx3_allow6 ct mark set 0x%08x accept\n\t\tudp sport 443 drop\n"
+                "\t\tip saddr @s_sbx3_dns4 ct mark set 0x%08x accept\n"
+                "\t\tip6 saddr @s_sbx3_dns6 ct mark set 0x%08x accept\n\t\tdrop\n\t}",
+                mark, mark, mark, mark, mark) > 0);
+        if (count(out, rules) != 1)
+                fail_msg("session chain not as expected:\n%s", head);
+        if (count(out, reply) != 1)
+                fail_msg("reply chain not as expected:\n%s", strstr(out, "chain r_sbx3 {") ?: out);
+        assert_int_equal(count(out, "\"sbx3\" : goto r_sbx3"), 1);
+        free(rules);
+        free(reply);
         free(out);
 
         /* Replace: the new policy's ranges, never the old ones, and still
@@ -185,8 +214,10 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
 
         apply("\"allow-all\"");
         out = run("nft list table inet sandboxd");
-        assert_int_equal(count(out, "sbx3\""), 1);
-        assert_int_equal(count(out, "\"sbx3\" : accept"), 1);
+        /* Accepted both ways, whatever a flow's generation. */
+        assert_int_equal(count(out, "sbx3\""), 2);
+        assert_int_equal(count(out, "\"sbx3\" : accept"), 2);
+        assert_int_equal(count(out, "r_sbx3"), 0);
         assert_int_equal(count(out, "s_sbx3"), 0);
         assert_int_equal(count(out, "i_sbx3"), 0);
         free(out);
@@ -349,7 +380,7 @@ static void test_allow_all_forwards_gateway_dns_to_the_upstream_and_other_modes_
                 apply(others[i]);
                 out = run("nft list table inet sandboxd");
                 assert_null(strstr(out, "n_" IF));
-                assert_null(strstr(out, "dnat"));
+                assert_null(strstr(out, "dnat ip to"));
                 free(out);
                 apply("\"allow-all\"");
         }
@@ -739,6 +770,62 @@ static void test_custom_session_http_goes_to_the_proxy_on_its_gateway(void **sta
         expect_refused("10.1.1.1", 80);
 }
 
+
+/* Flow generations: each custom change gets a mark never handed out
+ * before; the store is asked before each block is used, and a store that
+ * cannot record one refuses the change (fail closed), naming why. */
+typedef struct mark_store {
+        unsigned calls;
+        uint32_t block;
+        int fail;
+} mark_store;
+
+static int reserve_marks(void *userdata, uint32_t next, uint32_t *ret_limit) {
+        mark_store *m = userdata;
+        m->calls++;
+        if (m->fail)
+                return m->fail;
+        *ret_limit = next + m->block;
+        return 0;
+}
+
+static unsigned chain_mark(void) {
+        char *out = run("nft list chain inet sandboxd s_sbx3");
+        const char *at = strstr(out, "ct mark 0x");
+        unsigned mark = 0;
+        assert_non_null(at);
+        assert_int_equal(sscanf(at, "ct mark 0x%x accept", &mark), 1);
+        free(out);
+        return mark;
+}
+
+static void test_each_custom_change_gets_a_new_generation_reserved_first(void **state) {
+        mark_store st = { 0, 2, 0 };
+        unsigned seen[5];
+        pol_nft_set_mark_store(1000, reserve_marks, &st);
+        for (int i = 0; i < 5; i++) {
+                apply(i % 2 ? "{\"allow\":[\"example.com\"]}" : "{\"allow\":[\"example.org\"]}");
+                seen[i] = chain_mark();
+                assert_int_equal(seen[i], 1000 + i);
+        }
+        assert_int_equal(st.calls, 3); /* blocks of 2: before 1000, 1002, 1004 */
+        apply("\"allow-all\""); /* marks nothing, takes nothing */
+        assert_int_equal(st.calls, 3);
+        st.fail = -EIO;
+        pol_policy *p = policy("{\"allow\":[\"example.com\"]}");
+        sb_error *err = NULL;
+        assert_int_equal(pol_nft_session_apply(IF, p, gateway(), &err), 0); /* 1005: still reserved */
+        assert_int_equal(chain_mark(), 1005);
+        assert_true(pol_nft_session_apply(IF, p, gateway(), &err) < 0);
+        assert_non_null(err);
+        assert_non_null(strstr(err->message, "flow generation"));
+        sb_error_free(err);
+        pol_policy_free(p);
+        assert_int_equal(chain_mark(), 1005); /* the refused change left the rules as they were */
+        pol_nft_set_mark_store(2000, NULL, NULL);
+        assert_int_equal(pol_nft_session_remove(IF, NULL), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_custom_session_http_goes_to_the_proxy_on_its_gateway, setup,
@@ -752,6 +839,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_pin_adds_address_with_floored_timeout_and_errors_name_the_set,
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_own_changes_do_not_alarm_the_monitor, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_each_custom_change_gets_a_new_generation_reserved_first, setup,
+                                                teardown),
                 cmocka_unit_test_setup_teardown(
                         test_allow_all_forwards_gateway_dns_to_the_upstream_and_other_modes_do_not, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_deny_beats_allow_in_real_connects_and_denials_fail_at_once,
