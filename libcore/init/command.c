@@ -523,7 +523,8 @@ static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, int report_
                 if (c->err_fd >= 0)
                         (void)watch_set(a, c->err_fd, &c->w_err, &c->err_watched, EPOLLIN);
         }
-        /* Most children have exec'd by now: no extra turn of the loop. */
+        /* A child that was quick has exec'd already: "started" without
+         * waiting for the next turn of the loop. */
         spawn_report(a, c);
 }
 

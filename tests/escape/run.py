@@ -396,6 +396,8 @@ def test_the_sandbox_user_cannot_wedge_init_by_stopping_new_commands(c):
                                "while kill -0 $p 2>/dev/null; do :; done; cat /tmp/stopper.out" % flag,
                                timeout=30)
         expect(code == 0 and "stops sent" in out, "the stopper ended:", code, out, err)
+        hits = re.findall(r"stopper: (\d+) stops sent", out)
+        expect(hits and int(hits[0]) > 0, "the stopper stopped none of the sandbox user's new commands:", out)
         code, out, err = o.run("echo", "alive", sudo=False, timeout=30)
         expect_eq((code, out), (0, "alive\n"), "exec as the sandbox user after the stopper (%s)" % err.strip())
     finally:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import tempfile
 
+import world as W
 from common import expect, expect_eq
 
 
@@ -124,8 +125,19 @@ def test_the_sandbox_user_cannot_use_the_disk_reserve_without_a_user_namespace(w
     # resuid), so the sandbox user filling $HOME took the image's root
     # reserve too, and the next resume failed writing /etc/hosts: "No
     # space left on device", forever.
+    _fill_stop_resume(world, False)
+
+
+def test_the_sandbox_user_cannot_use_the_disk_reserve_with_a_user_namespace(world):
+    u = world.rpc_result("daemon.info").get("capabilities", {}).get("userns") or {}
+    if not u.get("available"):
+        raise W.Skip("user namespaces are not available here")
+    _fill_stop_resume(world, True)
+
+
+def _fill_stop_resume(world, userns):
     name = world.name("resv")
-    world.rpc_result("sandbox.create", {"name": name, "persistent": True, "userns": False,
+    world.rpc_result("sandbox.create", {"name": name, "persistent": True, "userns": userns,
                                         "resources": {"diskMiB": 16}, "networkPolicy": "deny-all"}, 120)
     try:
         code, out, err = world.ctl("exec", name, "--", "sh", "-c",
@@ -134,6 +146,7 @@ def test_the_sandbox_user_cannot_use_the_disk_reserve_without_a_user_namespace(w
                                    "id -u", timeout=120)
         expect("No space left on device" in out, "the fill as the sandbox user ended on ENOSPC:", code, out[-300:],
                err[-300:])
+        expect(out.split()[-1:] != ["0"], "the fill ran as root:", out[-100:])
         # statfs's free blocks count ext4's own reserved clusters and the
         # root reserve (CORE_DISK_RESERVE_PCT of the blocks): both must be
         # whole after the sandbox user filled the disk.
