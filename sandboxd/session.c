@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -2282,8 +2283,48 @@ static int rewrite_etc_in_place(int upper, const char *name, const char *text) {
         return core_write_all(fd, text, strlen(text));
 }
 
+/* Removes the session CA's bundle bind (SANDBOX_CA_BUNDLE) from the mount
+ * namespace of init, resolved from init's root (/proc/<pid>/root, opened
+ * before joining: setns(2) resets the root), by a vfork child, so the
+ * daemon's own namespaces never change. The host's bundle under it (the
+ * /etc/ssl bind) is then what the sandbox reads, as in a cold deny-all
+ * sandbox. Nothing has run in a pooled session but init, and the path is
+ * unmounted without following a symlink (UMOUNT_NOFOLLOW). */
+static int unbind_ca_bundle(session *s) {
+        char root[64];
+        snprintf(root, sizeof(root), "/proc/%d/root", (int)s->pid);
+        _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return negative_errno();
+        pid_t c = vfork();
+        if (c < 0)
+                return negative_errno();
+        if (c == 0) {
+                /* Child, sharing our memory until _exit: syscalls only. */
+                if (setns(s->pidfd, CLONE_NEWNS) < 0 || fchdir(rfd) < 0 || chroot(".") < 0 ||
+                    umount2(SANDBOX_CA_BUNDLE, UMOUNT_NOFOLLOW) < 0)
+                        _exit(1);
+                _exit(0);
+        }
+        int st = 0;
+        if (waitpid(c, &st, 0) < 0)
+                return negative_errno();
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
 int session_pool_relabel(session *s, sb_error **ret_err) {
         sandbox *sb = s->sb;
+        /* A deny-all sandbox has no CA (ca_prepare): a pooled session made
+         * with one loses its bind and is then a session without CA. */
+        if (s->sandbox_trusts_ca && streq(sandbox_policy_mode(sb), "deny-all")) {
+                int k = unbind_ca_bundle(s);
+                if (k < 0)
+                        return sb_error_set(ret_err, k, NULL, NULL, "remove the egress proxy CA's bundle: %s",
+                                            strerror(-k));
+                s->sandbox_trusts_ca = false;
+                s->proxy_ca = false;
+        } else if (s->proxy_ca && streq(sandbox_policy_mode(sb), "deny-all"))
+                s->proxy_ca = false;
         int r = set_uts_hostname(s, sb->name);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "set the hostname: %s", strerror(-r));
@@ -2326,7 +2367,7 @@ int session_pool_relabel(session *s, sb_error **ret_err) {
 
 bool session_pool_fits(const session *s, const char *mode) {
         if (streq(mode, "deny-all"))
-                return !s->sandbox_trusts_ca;
+                return true;  /* a CA bind is removed at adoption */
         if (s->net_slot < 0)
                 return false;
         return s->proxy_ca || !ca_trust_possible(s->sb);
