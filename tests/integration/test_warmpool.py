@@ -587,3 +587,28 @@ def test_an_allow_all_pool_serves_a_deny_all_create_without_network_or_ca(world)
     finally:
         d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
+
+
+def test_a_deny_all_pool_serves_a_custom_create_with_its_ca_bound(world):
+    """A deny-all pool's sessions have no CA: a custom create adopting one
+    on the host runtime gets its CA made and bound over the system bundle
+    at adoption, as a cold create binds it at setup; the address's earlier
+    flows are forgotten first (test above), then the rules and DNS filter."""
+    d = _pool_daemon(world, {"warmPool": {"size": 1, "policy": "deny-all"}})
+    name = world.name("wpdc")
+    try:
+        _create(d, name, networkPolicy={"allow": ["api.public.test"]})
+        expect_eq(_info(d)["adopted"], 1, "the custom create was served from the deny-all pool")
+        expect_eq((_resolves(d, name, "api.public.test"), _resolves(d, name, "other.public.test")), ("yes", "no"),
+                  "the caller's allowlist is enforced")
+        out = _out(d, name, "grep -c \"sandboxd session CA (egress proxy) of '%s'\" "
+                            "/etc/ssl/certs/ca-certificates.crt; grep -c _pool /etc/ssl/certs/ca-certificates.crt "
+                            "|| true; echo $SSL_CERT_FILE; touch /etc/ssl/certs/ca-certificates.crt 2>/dev/null "
+                            "&& echo writable || echo read-only" % name)
+        expect_eq(out.split(), ["1", "0", "/etc/ssl/certs/ca-certificates.crt", "read-only"],
+                  "the sandbox trusts its own session CA, through a read-only bundle")
+        _rpc(d, "sandbox.delete", {"name": name})
+        leaks.check(world, name, d)
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
