@@ -719,7 +719,8 @@ bool warmpool_host_version_in_use(const manager *m, const char *version);
 /* session.c, for warmpool.c: s (already sb's, whose dir and run_dir are
  * still the pooled paths) gets sb's name as its hostname (UTS namespace,
  * /etc/hostname, /etc/hosts, in place) and, with a CA, a new CA of that
- * name. 0 or a negative errno with *ret_err. */
+ * name; for a deny-all sb, its CA and the CA's bundle bind are removed
+ * instead. 0 or a negative errno with *ret_err. */
 int session_pool_relabel(session *s, sb_error **ret_err);
 /* Gives s, which never had a network, sb->pol: the slot's conntrack
  * entries forgotten if its start did not, its CA if it has none (see
@@ -729,11 +730,11 @@ int session_pool_network(session *s, sb_error **ret_err);
 /* Whether ready pooled session s (made under deny-all) can be given
  * policy mode `mode` ("deny-all", "allow-all", "custom") at adoption and
  * then be what a cold create of that mode makes, as the sandbox sees it:
- * a networked mode needs a slot, and the session CA in the sandbox's
- * bundle if a cold create binds it there (host runtime with a host
- * bundle: the bind is made by init at setup, never later); else its CA
- * is made at adoption (host side only). deny-all needs no CA bound
- * inside (a deny-all sandbox sees nothing of the host's run directory). */
+ * a networked mode needs a slot (its CA, and the CA's bundle bind where a
+ * cold create has one, are made at adoption if missing:
+ * session_pool_network); deny-all fits every session (a CA bind is
+ * removed at adoption: session_pool_relabel, as a deny-all sandbox sees
+ * nothing of the host's run directory). */
 bool session_pool_fits(const session *s, const char *mode);
 /* An adopted session's last steps: timeout, ports, record, the "running"
  * event. */

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -2354,8 +2355,82 @@ static int rewrite_etc_in_place(int upper, const char *name, const char *text) {
         return core_write_all(fd, text, strlen(text));
 }
 
+/* Removes the session CA's bundle bind (SANDBOX_CA_BUNDLE) from the mount
+ * namespace of init, resolved from init's root (/proc/<pid>/root, opened
+ * before joining: setns(2) resets the root), by a vfork child, so the
+ * daemon's own namespaces never change. The host's bundle under it (the
+ * /etc/ssl bind) is then what the sandbox reads, as in a cold deny-all
+ * sandbox. Nothing has run in a pooled session but init, and the path is
+ * unmounted without following a symlink (UMOUNT_NOFOLLOW). */
+static int unbind_ca_bundle(session *s) {
+        char root[64];
+        snprintf(root, sizeof(root), "/proc/%d/root", (int)s->pid);
+        _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return negative_errno();
+        pid_t c = vfork();
+        if (c < 0)
+                return negative_errno();
+        if (c == 0) {
+                /* Child, sharing our memory until _exit: syscalls only. */
+                if (setns(s->pidfd, CLONE_NEWNS) < 0 || fchdir(rfd) < 0 || chroot(".") < 0 ||
+                    umount2(SANDBOX_CA_BUNDLE, UMOUNT_NOFOLLOW) < 0)
+                        _exit(1);
+                _exit(0);
+        }
+        int st = 0;
+        if (waitpid(c, &st, 0) < 0)
+                return negative_errno();
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+/* Binds `bundle` read-only over SANDBOX_CA_BUNDLE in the mount namespace
+ * of init, as ca_prepare's bind does at a cold start: the mount is cloned
+ * here (open_tree(2), OPEN_TREE_CLONE: a detached copy), made read-only
+ * (mount_setattr(2)), and attached inside by a vfork child that joined
+ * init's mount namespace and root (move_mount(2)). */
+static int bind_ca_bundle(session *s, const char *bundle) {
+        char root[64];
+        snprintf(root, sizeof(root), "/proc/%d/root", (int)s->pid);
+        _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (rfd < 0)
+                return negative_errno();
+        _cleanup_close_ int tfd = open_tree(AT_FDCWD, bundle, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+        if (tfd < 0)
+                return negative_errno();
+        struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                              MOUNT_ATTR_NOEXEC};
+        if (mount_setattr(tfd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+                return negative_errno();
+        pid_t c = vfork();
+        if (c < 0)
+                return negative_errno();
+        if (c == 0) {
+                /* Child, sharing our memory until _exit: syscalls only. */
+                if (setns(s->pidfd, CLONE_NEWNS) < 0 || fchdir(rfd) < 0 || chroot(".") < 0 ||
+                    move_mount(tfd, "", AT_FDCWD, SANDBOX_CA_BUNDLE, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                        _exit(1);
+                _exit(0);
+        }
+        int st = 0;
+        if (waitpid(c, &st, 0) < 0)
+                return negative_errno();
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
 int session_pool_relabel(session *s, sb_error **ret_err) {
         sandbox *sb = s->sb;
+        /* A deny-all sandbox has no CA (ca_prepare): a pooled session made
+         * with one loses its bind and is then a session without CA. */
+        if (s->sandbox_trusts_ca && streq(sandbox_policy_mode(sb), "deny-all")) {
+                int k = unbind_ca_bundle(s);
+                if (k < 0)
+                        return sb_error_set(ret_err, k, NULL, NULL, "remove the egress proxy CA's bundle: %s",
+                                            strerror(-k));
+                s->sandbox_trusts_ca = false;
+                s->proxy_ca = false;
+        } else if (s->proxy_ca && streq(sandbox_policy_mode(sb), "deny-all"))
+                s->proxy_ca = false;
         int r = set_uts_hostname(s, sb->name);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "set the hostname: %s", strerror(-r));
@@ -2398,10 +2473,9 @@ int session_pool_relabel(session *s, sb_error **ret_err) {
 
 bool session_pool_fits(const session *s, const char *mode) {
         if (streq(mode, "deny-all"))
-                return !s->sandbox_trusts_ca;
-        if (s->net_slot < 0)
-                return false;
-        return s->proxy_ca || !ca_trust_possible(s->sb);
+                return true;  /* a CA bind is removed at adoption */
+        /* A CA, and its bundle's bind, are made at adoption if missing. */
+        return s->net_slot >= 0;
 }
 
 /* The slot's conntrack entries (IPv4, and IPv6 with a v6 pool), failing
@@ -2428,20 +2502,38 @@ static int pool_forget_flows(session *s, sb_error **ret_err) {
         return 0;
 }
 
-/* A CA for a session made without one (its pool's hint was deny-all), on
- * a runtime whose sandbox does not trust it anyway: host-side files only,
- * as ca_prepare makes them. */
+/* A CA for a session made without one (its pool's hint was deny-all),
+ * as ca_prepare makes it at a cold start: the files, and where the
+ * sandbox trusts it (ca_trust_possible) the bundle of the host's roots
+ * and it, bound over the sandbox's system bundle (bind_ca_bundle). */
 static int pool_make_ca(session *s, sb_error **ret_err) {
         sandbox *sb = s->sb;
-        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL;
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL, *trust_dir = NULL;
+        _cleanup_free_ char *host = NULL, *mine = NULL, *text = NULL;
+        size_t n_host = 0, n_mine = 0;
         int r;
-        if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0)
+        if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0 ||
+            asprintf(&trust_dir, "%s/trust", sb->run_dir) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if ((r = make_dir_mode(proxy_dir, 0700)) < 0)
+        if ((r = make_dir_mode(proxy_dir, 0700)) < 0 || (r = make_dir_mode(trust_dir, 0755)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: create %s: %s", proxy_dir, strerror(-r));
         if ((r = pol_proxy_ca_generate(cert, key, sb->name, ret_err)) < 0)
                 return sb_error_prefix(ret_err, "egress proxy CA");
         s->proxy_ca = true;
+        if (!ca_trust_possible(sb))
+                return 0;
+        if ((r = core_read_file(SANDBOX_CA_BUNDLE, 16 << 20, &host, &n_host)) < 0 ||
+            (r = core_read_file(cert, 1 << 20, &mine, &n_mine)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: read certificates: %s", strerror(-r));
+        if (asprintf(&text, "%.*s\n# sandboxd session CA (egress proxy) of '%s'\n%.*s", (int)n_host, host, sb->name,
+                     (int)n_mine, mine) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if ((r = core_write_file_replace(bundle, text, strlen(text), 0644)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: write %s: %s", bundle, strerror(-r));
+        if ((r = bind_ca_bundle(s, bundle)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: bind the bundle in the sandbox: %s",
+                                    strerror(-r));
+        s->sandbox_trusts_ca = true;
         return 0;
 }
 

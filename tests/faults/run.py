@@ -155,7 +155,10 @@ def pool_config(label):
     the crash runs without a pool: what is left must go without it)."""
     if not label.startswith("pool.") and "[pool refill]" not in label:
         return None
-    return {"warmPool": {"size": 1, "policy": "custom" if "[allowlist]" in label else "allow-all"}}
+    policy = "custom" if "[allowlist]" in label else "allow-all"
+    if "deny-all pool" in label:
+        policy = "deny-all"
+    return {"warmPool": {"size": 1, "policy": policy}}
 
 
 def s_running(extra=None, big=False):
@@ -364,6 +367,13 @@ SCENARIOS = {
     "pool.committed": s_pool_create(),
     "pool.committed[allowlist]": s_pool_create(ALLOWLIST),
     "pool.adopted": s_pool_create(),
+    # A deny-all pool's session taking a networked policy at adoption (its
+    # CA made and bound, the address's flows forgotten), or a deny-all one
+    # of an allow-all pool (its CA's bind removed).
+    "pool.network[allowlist of a deny-all pool]": s_pool_create(ALLOWLIST),
+    "pool.committed[allow-all of a deny-all pool]": s_pool_create(),
+    "pool.relabeled[deny-all]": s_pool_create("deny-all"),
+    "pool.committed[deny-all]": s_pool_create("deny-all"),
     # Killed while the daemon refills its pool (a pooled session's start
     # reaches the create points): nothing of it may be left.
     "create.session_started[pool refill]": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),

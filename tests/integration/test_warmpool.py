@@ -134,7 +134,7 @@ def test_a_create_the_pool_cannot_take_takes_the_cold_path(world):
     d = _pool_daemon(world)
     names = [world.name("wpc%d" % i) for i in range(3)]
     try:
-        _create(d, names[0], networkPolicy="deny-all")       # the pool's sessions trust a CA (host runtime)
+        _create(d, names[0], resources={"vcpus": 2, "diskMiB": 48})  # both differ
         _create(d, names[1], resources={"vcpus": 2})         # other limits
         _create(d, names[2], resources={"diskMiB": 32})     # another disk size
         w = _info(d)
@@ -557,6 +557,58 @@ def test_a_deleted_sandboxs_name_is_free_at_once_and_its_directories_go_after_th
         def tombstones():
             return [e for e in os.listdir(runs) + os.listdir(states) if e.startswith(".") and name in e]
         poll(lambda: not tombstones(), 30, "the deleted sandboxes' renamed directories are removed")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_an_allow_all_pool_serves_a_deny_all_create_without_network_or_ca(world):
+    """A pooled session of an allow-all pool on the host runtime has its
+    session CA bound over the system bundle; a deny-all create adopting it
+    loses that bind, as a cold deny-all sandbox never has one: lo only, the
+    host's bundle, no CA variables, nothing of the run directory in its
+    mounts."""
+    d = _pool_daemon(world, {"warmPool": {"size": 1}})
+    name = world.name("wpad")
+    try:
+        _create(d, name, networkPolicy="deny-all")
+        expect_eq(_info(d)["adopted"], 1, "the deny-all create was served from the allow-all pool")
+        expect_eq(_links_inside(d, name), ["lo"], "deny-all: lo only")
+        out = _out(d, name, "grep -c 'sandboxd session CA' /etc/ssl/certs/ca-certificates.crt || true; "
+                            "grep -c -e /trust/ -e '%s' /proc/self/mountinfo || true; "
+                            "env | grep -c SSL_CERT_FILE || true" % d.run_dir)
+        expect_eq(out.split(), ["0", "0", "0"], "no session CA, no run directory mount, no CA variable")
+        host = open("/etc/ssl/certs/ca-certificates.crt", "rb").read()
+        expect_eq(_out(d, name, "wc -c < /etc/ssl/certs/ca-certificates.crt").strip(), str(len(host)),
+                  "the sandbox reads the host's bundle")
+        # A live update to a networked mode works on it as on a cold one.
+        _rpc(d, "sandbox.update", {"name": name, "networkPolicy": "allow-all"})
+        expect_eq(_links_inside(d, name), ["eth0", "lo"], "allow-all after the update: its veth")
+    finally:
+        d.rpc("sandbox.delete", {"name": name})
+        _stop_and_check_clean(world, d)
+
+
+def test_a_deny_all_pool_serves_a_custom_create_with_its_ca_bound(world):
+    """A deny-all pool's sessions have no CA: a custom create adopting one
+    on the host runtime gets its CA made and bound over the system bundle
+    at adoption, as a cold create binds it at setup; the address's earlier
+    flows are forgotten first (test above), then the rules and DNS filter."""
+    d = _pool_daemon(world, {"warmPool": {"size": 1, "policy": "deny-all"}})
+    name = world.name("wpdc")
+    try:
+        _create(d, name, networkPolicy={"allow": ["api.public.test"]})
+        expect_eq(_info(d)["adopted"], 1, "the custom create was served from the deny-all pool")
+        expect_eq((_resolves(d, name, "api.public.test"), _resolves(d, name, "other.public.test")), ("yes", "no"),
+                  "the caller's allowlist is enforced")
+        out = _out(d, name, "grep -c \"sandboxd session CA (egress proxy) of '%s'\" "
+                            "/etc/ssl/certs/ca-certificates.crt; grep -c _pool /etc/ssl/certs/ca-certificates.crt "
+                            "|| true; echo $SSL_CERT_FILE; touch /etc/ssl/certs/ca-certificates.crt 2>/dev/null "
+                            "&& echo writable || echo read-only" % name)
+        expect_eq(out.split(), ["1", "0", "/etc/ssl/certs/ca-certificates.crt", "read-only"],
+                  "the sandbox trusts its own session CA, through a read-only bundle")
+        _rpc(d, "sandbox.delete", {"name": name})
+        leaks.check(world, name, d)
     finally:
         d.rpc("sandbox.delete", {"name": name})
         _stop_and_check_clean(world, d)
