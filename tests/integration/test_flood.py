@@ -143,6 +143,13 @@ def test_a_failed_adoption_from_the_warm_pool_leaves_the_name_to_the_cold_create
 
 
 def test_a_fork_that_fails_part_way_leaves_no_layer_and_frees_the_name(world):
+    # In the worker, after the fork's directories and disk are made; and on
+    # the loop thread, before its session starts.
+    for point in ("create.dirs", "create.start"):
+        _fork_fails_at(world, point)
+
+
+def _fork_fails_at(world, point):
     d = world.daemon
     src = world.name("flsrc")
     fork = world.name("flfork")
@@ -157,9 +164,9 @@ def test_a_fork_that_fails_part_way_leaves_no_layer_and_frees_the_name(world):
         before = entries()
         expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
         # The fork's copy of the source is made, then its create fails.
-        d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAIL": "create.dirs:1"})
+        d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAIL": point + ":1"})
         msg = d.rpc("sandbox.fork", {"sourceSandbox": src, "name": fork}, timeout=60)
-        expect("error" in msg and "injected failure" in msg["error"]["message"], "the fork failed: %s" % msg)
+        expect("error" in msg and "injected failure" in msg["error"]["message"], "the fork failed at %s: %s" % (point, msg))
         poll(lambda: entries() == before, 30, "the failed fork's layer goes (left: %s)"
              % sorted(set(entries()) - set(before)))
         expect_eq(leaks.find(world, fork, d), [], "traces left of the failed fork")
