@@ -597,7 +597,9 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
                 rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
                 goto drop;
         }
-        if (session_start(sb, j) < 0) {
+        if (core_fault_error("create.start") < 0)
+                sb_error_set(&j->err, -EIO, NULL, NULL, "create sandbox '%s': injected failure", sb->name);
+        if (j->err || session_start(sb, j) < 0) {
                 rpc_reply_sb_error(req, j->err);
                 goto drop;
         }
@@ -611,6 +613,10 @@ drop:
         redo_list_clear(&sb->pending); /* req was answered above, not by the list */
         sandbox_free(sb);
         start_job_free(j);
+        /* A fork's new top layer (made for this create) is nobody's now;
+         * layers still in use (its source's) stay. */
+        if (layers)
+                layers_collect(m, (cJSON *)layers, NULL, NULL);
 }
 
 static bool same_json(const cJSON *a, const cJSON *b) {

@@ -1540,6 +1540,9 @@ static void start_done(void *userdata) {
                         sandbox_unlink(m, sb);
                         if (sb->pooled)
                                 warmpool_forget(m, sb, j->err);
+                        /* A fork's new top layer is used by nothing else
+                         * now (as after a cancel, above). */
+                        layers_collect(m, sb->layers, NULL, NULL);
                         sandbox_free(sb);
                 } else if (sb->deleting)
                         start_teardown(sb, NULL, true);

@@ -140,3 +140,43 @@ def test_a_failed_adoption_from_the_warm_pool_leaves_the_name_to_the_cold_create
         expect_eq(world.stop_sandboxd(d), 0, "sandboxd exit status")
     problems = leaks.find(world, "all", d)
     expect(not problems, "left behind: %s" % "; ".join(problems[:8]))
+
+
+def test_a_fork_that_fails_part_way_leaves_no_layer_and_frees_the_name(world):
+    # In the worker, after the fork's directories and disk are made; and on
+    # the loop thread, before its session starts.
+    for point in ("create.dirs", "create.start"):
+        _fork_fails_at(world, point)
+
+
+def _fork_fails_at(world, point):
+    d = world.daemon
+    src = world.name("flsrc")
+    fork = world.name("flfork")
+    layers = os.path.join(d.state_dir, "layers")
+
+    def entries():
+        return sorted(os.listdir(layers)) if os.path.isdir(layers) else []
+
+    msg = d.rpc("sandbox.create", {"name": src, "networkPolicy": "deny-all"}, timeout=60)
+    expect("error" not in msg, "create the source: %s" % msg.get("error"))
+    try:
+        before = entries()
+        expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+        # The fork's copy of the source is made, then its create fails.
+        d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAIL": point + ":1"})
+        msg = d.rpc("sandbox.fork", {"sourceSandbox": src, "name": fork}, timeout=60)
+        expect("error" in msg and "injected failure" in msg["error"]["message"], "the fork failed at %s: %s" % (point, msg))
+        poll(lambda: entries() == before, 30, "the failed fork's layer goes (left: %s)"
+             % sorted(set(entries()) - set(before)))
+        expect_eq(leaks.find(world, fork, d), [], "traces left of the failed fork")
+        again = d.rpc("sandbox.fork", {"sourceSandbox": src, "name": fork}, timeout=60)
+        expect("error" not in again, "the same fork again: %s" % again.get("error"))
+        d.rpc("sandbox.delete", {"name": fork}, timeout=60)
+        leaks.check(world, fork, d)
+    finally:
+        d.rpc("sandbox.delete", {"name": src}, timeout=60)
+        d.stop()
+        d.start()
+    leaks.check(world, src, d)
+    poll(lambda: entries() == before, 30, "the layers go with the sandboxes")

@@ -12,6 +12,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -508,6 +511,85 @@ static void test_init_refuses_keys_that_are_not_plain_names(void **state) {
         assert_int_equal(core_cgroup_init(KEY_A, NULL), 0);
 }
 
+/* The session's memory peak read now: through the reset's fd when it has
+ * one (v2), else as core_cgroup_read_usage() reads it (v1). */
+static uint64_t peak_now(const core_cgroup *cg, int fd) {
+        uint64_t v = UINT64_MAX;
+        core_cgroup_usage u;
+        if (fd >= 0)
+                assert_int_equal(core_cgroup_peak_read(fd, &v), 0);
+        else if (core_cgroup_read_usage(cg, &u) == 0)
+                v = u.memory_peak_bytes;
+        return v;
+}
+
+/* Runs a child in cg that touches `mib` MiB and ends. */
+static void touch_in(core_cgroup *cg, size_t mib) {
+        int p[2], status;
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char c;
+                close(p[1]);
+                if (read(p[0], &c, 1) != 1)
+                        _exit(1);
+                char *b = malloc(mib << 20);
+                if (!b)
+                        _exit(2);
+                memset(b, 1, mib << 20);
+                _exit(((volatile char *)b)[(mib << 20) - 1] == 1 ? 0 : 3); /* read: not optimised away */
+        }
+        close(p[0]);
+        assert_int_equal(core_cgroup_attach(cg, pid, NULL), 0);
+        assert_int_equal(write(p[1], "x", 1), 1);
+        close(p[1]);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void test_memory_peak_restarts_at_a_reset_and_counts_on(void **state) {
+        core_cgroup_limits lim = { .pids_max = 10, .memory_max = 512u << 20 };
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        core_cgroup_usage u;
+        assert_int_equal(core_cgroup_create("unit-peak", &lim, &cg, NULL), 0);
+        if (core_cgroup_read_usage(cg, &u) != 0 || u.memory_peak_bytes == UINT64_MAX) {
+                assert_int_equal(core_cgroup_destroy(cg), 0);
+                skip(); /* no memory peak kept for sessions here */
+        }
+        touch_in(cg, 48);
+        assert_true(peak_now(cg, -EBADF) >= 48u << 20);
+        int fd = -EBADF;
+        int r = core_cgroup_peak_reset(cg, &fd);
+        if (r == -EOPNOTSUPP) {
+                assert_int_equal(core_cgroup_destroy(cg), 0);
+                skip(); /* cgroup v2 before Linux 6.12: no reset */
+        }
+        assert_int_equal(r, 0);
+        assert_true(peak_now(cg, fd) < 24u << 20);
+        touch_in(cg, 32);
+        uint64_t after = peak_now(cg, fd);
+        assert_true(after >= 32u << 20 && after < 48u << 20);
+        if (fd >= 0)
+                close(fd);
+        assert_int_equal(core_cgroup_destroy(cg), 0);
+}
+
+static void test_memory_peak_read_takes_a_number_only(void **state) {
+        char path[] = "/tmp/unit-peak-XXXXXX";
+        int fd = mkstemp(path);
+        uint64_t v = 0;
+        assert_true(fd >= 0);
+        unlink(path);
+        assert_int_equal(write(fd, "123456\n", 7), 7);
+        assert_int_equal(core_cgroup_peak_read(fd, &v), 0);
+        assert_int_equal(v, 123456);
+        assert_int_equal(ftruncate(fd, 0), 0);
+        assert_int_equal(pwrite(fd, "12x\n", 4, 0), 4);
+        assert_int_equal(core_cgroup_peak_read(fd, &v), -EBADMSG);
+        close(fd);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mode_matches_the_mounted_hierarchies),
@@ -522,6 +604,8 @@ int main(void) {
                 cmocka_unit_test(test_init_refuses_keys_that_are_not_plain_names),
                 cmocka_unit_test(test_oom_kill_count_parses_both_formats),
                 cmocka_unit_test(test_oom_kill_at_the_memory_limit_is_counted_and_sigkill_is_not),
+                cmocka_unit_test(test_memory_peak_restarts_at_a_reset_and_counts_on),
+                cmocka_unit_test(test_memory_peak_read_takes_a_number_only),
         };
         return cmocka_run_group_tests(tests, enter_private_cgroup, leave_private_cgroup);
 }
