@@ -936,7 +936,11 @@ static int run_inside_v1(core_cgroup *cg, const char *child, int (*fn)(void *use
          * of the sessions' directory (add_v1). */
         char *own[CGROUP_MAX_HIERARCHIES] = {}, *into[CGROUP_MAX_HIERARCHIES] = {};
         size_t n = cg->n < state.n ? cg->n : state.n;
-        bool usable = cg->holder <= 0, any = false; /* systemd driver: its attach releases the scope's holder */
+        /* systemd driver: its attach releases the scope's holder; a
+         * session's child cgroup is in the scope, whose v1 parents are
+         * not the daemon's own (the thread could not come back to them):
+         * only the session's own cgroups, and only before that release. */
+        bool usable = cg->holder <= 0 && !(child && cg->unit), any = false;
         const char *failed = NULL;
         *ret_inside = false;
         for (size_t i = 0; i < n && usable; i++) {
@@ -1000,11 +1004,11 @@ int core_cgroup_make_child(core_cgroup *cg, const char *child, int *ret_v2_fd, s
                 if (mkdir(dir, 0755) < 0 && errno != EEXIST)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "cgroup '%s': create %s: %m",
                                             cg->name, dir);
-                /* Under the systemd driver the first process to join the
-                 * scope is attached (which releases its holder): no
-                 * CLONE_INTO_CGROUP there, as for sandbox-init. */
+                /* Under the systemd driver the process is attached, as
+                 * before (core_cgroup_attach_child): no CLONE_INTO_CGROUP
+                 * into the scope. */
                 v2 = v2 || (i < state.n && state.h[i].ops == &ops_v2);
-                if (i < state.n && state.h[i].ops == &ops_v2 && cg->holder <= 0 && *ret_v2_fd < 0) {
+                if (i < state.n && state.h[i].ops == &ops_v2 && !cg->unit && *ret_v2_fd < 0) {
                         int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                         if (fd < 0)
                                 return sb_error_set(ret_err, negative_errno(), NULL, NULL,

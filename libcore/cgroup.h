@@ -165,7 +165,9 @@ int core_cgroup_run_inside_v1(core_cgroup *cg, int (*fn)(void *userdata), void *
  * core_cgroup_attach_child) in every hierarchy, for a process to be born
  * in it: *ret_v2_fd gets its v2 directory opened O_DIRECTORY|O_CLOEXEC for
  * clone3(CLONE_INTO_CGROUP) (caller owns it), or -EBADF with no v2
- * hierarchy or under the systemd driver. Returns 0, 1 when a v2 hierarchy
+ * hierarchy or under the systemd driver (where
+ * core_cgroup_run_inside_child_v1 does not move the thread either: the
+ * process is then attached). Returns 0, 1 when a v2 hierarchy
  * is in use but no fd is given (the process is then attached with
  * core_cgroup_attach_child), or a negative errno with *ret_err. */
 int core_cgroup_make_child(core_cgroup *cg, const char *child, int *ret_v2_fd, sb_error **ret_err);

@@ -590,6 +590,101 @@ static void test_memory_peak_read_takes_a_number_only(void **state) {
         close(fd);
 }
 
+/* core_cgroup_run_inside_child_v1 as the daemon spawns sandbox-netd. */
+typedef struct born_call {
+        int cgroup_fd;
+        pid_t pid;
+        int out;
+} born_call;
+
+static int born_spawn(void *userdata) {
+        born_call *c = userdata;
+        char *argv[] = { (char *) "sleep", (char *) "600", NULL };
+        return core_spawn_helper_in("/bin/sleep", argv, c->cgroup_fd, &c->out, NULL, &c->pid, NULL);
+}
+
+static char *read_text(const char *path) {
+        char *text = NULL;
+        return core_read_file(path, 1 << 16, &text, NULL) < 0 ? NULL : text;
+}
+
+/* A helper started through core_cgroup_make_child, run_inside_child_v1 and
+ * core_spawn_helper_in is in the session's netd child cgroup of every
+ * hierarchy the library uses with nothing ever attaching it, and the
+ * spawning thread is back in its own cgroups afterwards. */
+static void test_a_helper_is_born_in_the_sessions_child_cgroup_and_the_thread_comes_back(void **state) {
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        sb_error *err = NULL;
+        assert_int_equal(core_cgroup_create("unit-born", NULL, &cg, &err), 0);
+        char *before = read_text("/proc/thread-self/cgroup");
+        assert_non_null(before);
+
+        born_call c = { .cgroup_fd = -EBADF, .out = -EBADF };
+        assert_true(core_cgroup_make_child(cg, CORE_CGROUP_NETD, &c.cgroup_fd, &err) >= 0);
+        bool inside = false;
+        assert_int_equal(core_cgroup_run_inside_child_v1(cg, CORE_CGROUP_NETD, born_spawn, &c, &inside, &err), 0);
+        assert_null(err);
+        assert_true(c.pid > 0);
+        if (c.cgroup_fd >= 0)
+                close(c.cgroup_fd);
+
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/cgroup", (int) c.pid);
+        char *got = read_text(path), *save = NULL;
+        assert_non_null(got);
+        size_t checked = 0;
+        char bad[1024] = "";
+        for (char *line = strtok_r(got, "\n", &save); line && !*bad; line = strtok_r(NULL, "\n", &save)) {
+                char *ctls = strchr(line, ':'), *cgpath = ctls ? strchr(ctls + 1, ':') : NULL;
+                if (!cgpath)
+                        break;
+                *cgpath++ = 0;
+                ctls++;
+                bool v2 = !*ctls;
+                if (v2 ? core_cgroup_get_mode() == CORE_CGROUP_V1 : !wanted(ctls))
+                        continue;
+                size_t n = strlen(cgpath);
+                if (n < strlen("/unit-born/netd") || !streq(cgpath + n - strlen("/unit-born/netd"), "/unit-born/netd"))
+                        snprintf(bad, sizeof(bad), "hierarchy '%s': the helper is in %s, not in the session's "
+                                 "netd cgroup", ctls, cgpath);
+                checked++;
+        }
+        free(got);
+        char *after = read_text("/proc/thread-self/cgroup");
+        /* The helper goes before any verdict, so a failure leaves nothing. */
+        kill(c.pid, SIGKILL);
+        assert_int_equal(waitpid(c.pid, NULL, 0), c.pid);
+        close(c.out);
+        assert_int_equal(core_cgroup_destroy(cg), 0);
+        if (*bad)
+                fail_msg("%s", bad);
+        assert_true(checked > 0);
+        assert_non_null(after);
+        assert_string_equal(after, before);
+        free(before);
+        free(after);
+        assert_false(exists_anywhere("unit-born"));
+}
+
+static void test_only_known_child_cgroups_are_made_or_entered(void **state) {
+        _cleanup_(core_cgroup_freep) core_cgroup *cg = NULL;
+        assert_int_equal(core_cgroup_create("unit-kids", NULL, &cg, NULL), 0);
+        int fd = 0;
+        sb_error *err = NULL;
+        assert_int_equal(core_cgroup_make_child(cg, "../escape", &fd, &err), -EINVAL);
+        assert_non_null(err);
+        sb_error_free(err);
+        assert_int_equal(fd, -EBADF);
+        born_call c = { .cgroup_fd = -EBADF, .out = -EBADF };
+        bool inside = true;
+        err = NULL;
+        assert_int_equal(core_cgroup_run_inside_child_v1(cg, "other", born_spawn, &c, &inside, &err), -EINVAL);
+        assert_false(inside);
+        assert_int_equal(c.pid, 0);
+        sb_error_free(err);
+        assert_int_equal(core_cgroup_destroy(cg), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_mode_matches_the_mounted_hierarchies),
@@ -606,6 +701,8 @@ int main(void) {
                 cmocka_unit_test(test_oom_kill_at_the_memory_limit_is_counted_and_sigkill_is_not),
                 cmocka_unit_test(test_memory_peak_restarts_at_a_reset_and_counts_on),
                 cmocka_unit_test(test_memory_peak_read_takes_a_number_only),
+                cmocka_unit_test(test_a_helper_is_born_in_the_sessions_child_cgroup_and_the_thread_comes_back),
+                cmocka_unit_test(test_only_known_child_cgroups_are_made_or_entered),
         };
         return cmocka_run_group_tests(tests, enter_private_cgroup, leave_private_cgroup);
 }
