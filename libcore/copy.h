@@ -26,7 +26,13 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct archive_entry_linkresolver, archive_entry_lin
  * files never opened but O_PATH, other mounts below src not entered, and an
  * entry that changes type while it is copied fails the walk (-ESTALE). With
  * numeric_owners, owner and group names are not looked up (they mean
- * nothing on another host). Blocking; for a worker thread. Returns 0 or a
+ * nothing on another host). A regular file's data is read by its data
+ * extents (lseek(2) SEEK_DATA/SEEK_HOLE): holes are never read nor
+ * written, a sparse file becomes a sparse entry (pax, GNU.sparse 1.0) and,
+ * through the disk writer, a sparse file. A file whose data extents hold
+ * more than its allocated blocks (st_blocks) plus 1 MiB fails the walk
+ * with reason limit_exceeded, so no copy writes more than its source
+ * takes on disk. Blocking; for a worker thread. Returns 0 or a
  * negative errno with *ret_err naming the entry. */
 int core_tree_write(const char *src, struct archive *wr, const char *prefix, bool numeric_owners,
                     sb_error **ret_err);

@@ -230,12 +230,108 @@ static void test_removals_type_changes_and_xattrs_follow_the_source(void **state
         assert_int_equal(lgetxattr(p, "user.k", NULL, 0), -1);
 }
 
+#define SPARSE_SIZE (10LL << 30)
+
+static int64_t now_ms(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* A's data at 0, the middle and the last 3 bytes; zeros between. */
+static void sparse_check(const char *p) {
+        struct stat st;
+        assert_int_equal(lstat(p, &st), 0);
+        assert_int_equal(st.st_size, SPARSE_SIZE);
+        if ((int64_t)st.st_blocks * 512 > (1 << 20))
+                fail_msg("%s: %lld bytes allocated for a file of 12 bytes of data", p, (long long)st.st_blocks * 512);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        char b[8] = {0};
+        assert_int_equal(pread(fd, b, 3, 0), 3);
+        assert_memory_equal(b, "abc", 3);
+        assert_int_equal(pread(fd, b, 6, SPARSE_SIZE / 2 - 3), 6);
+        assert_memory_equal(b, "\0\0\0def", 6);
+        assert_int_equal(pread(fd, b, 4, SPARSE_SIZE - 4), 4);
+        assert_memory_equal(b, "\0xyz", 4);
+        close(fd);
+}
+
+/* A sparse file stays sparse in an incremental copy, a copy and an
+ * archive (holes are not written), in well under a second. */
+static void test_sparse_file_copies_sparse(void **state) {
+        tree *t = *state;
+        char p[256];
+        snprintf(p, sizeof(p), "%s/S", t->src);
+        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(ftruncate(fd, SPARSE_SIZE), 0);
+        assert_int_equal(pwrite(fd, "abc", 3, 0), 3);
+        assert_int_equal(pwrite(fd, "def", 3, SPARSE_SIZE / 2), 3);
+        assert_int_equal(pwrite(fd, "xyz", 3, SPARSE_SIZE - 3), 3);
+        close(fd);
+        int64_t t0 = now_ms();
+        core_tree_sync_stats st = pass(t);
+        assert_true(st.bytes < (1 << 20));
+        snprintf(p, sizeof(p), "%s/S", t->dst);
+        sparse_check(p);
+        char copy[128];
+        snprintf(copy, sizeof(copy), "%s/copy", t->dir);
+        _cleanup_error_ sb_error *err = NULL;
+        if (core_tree_copy(t->src, copy, &err) < 0)
+                fail_msg("core_tree_copy: %s", err ? err->message : "?");
+        snprintf(p, sizeof(p), "%s/S", copy);
+        sparse_check(p);
+        /* An archive: a sparse entry whose data is only the 9 bytes. */
+        snprintf(p, sizeof(p), "%s/a.tar", t->dir);
+        struct archive *wr = archive_write_new();
+        assert_non_null(wr);
+        assert_int_equal(archive_write_set_format_pax(wr), ARCHIVE_OK);
+        assert_int_equal(archive_write_open_filename(wr, p), ARCHIVE_OK);
+        if (core_tree_write(t->src, wr, "x", true, &err) < 0)
+                fail_msg("core_tree_write: %s", err ? err->message : "?");
+        assert_int_equal(archive_write_close(wr), ARCHIVE_OK);
+        archive_write_free(wr);
+        int64_t took = now_ms() - t0;
+        if (took > 1000)
+                fail_msg("copying a sparse file of 10 GiB took %lld ms", (long long)took);
+        struct stat ast;
+        assert_int_equal(stat(p, &ast), 0);
+        assert_true(ast.st_size < (1 << 20));
+        struct archive *rd = archive_read_new();
+        archive_read_support_format_tar(rd);
+        assert_int_equal(archive_read_open_filename(rd, p, 10240), ARCHIVE_OK);
+        struct archive_entry *e;
+        bool seen = false;
+        while (archive_read_next_header(rd, &e) == ARCHIVE_OK) {
+                if (!streq(archive_entry_pathname(e), "x/S"))
+                        continue;
+                seen = true;
+                assert_int_equal(archive_entry_size(e), SPARSE_SIZE);
+                const void *buf;
+                size_t len;
+                la_int64_t off;
+                int64_t data = 0;
+                bool mid = false;
+                while (archive_read_data_block(rd, &buf, &len, &off) == ARCHIVE_OK) {
+                        data += (int64_t)len;
+                        if (off <= SPARSE_SIZE / 2 && off + (int64_t)len >= SPARSE_SIZE / 2 + 3)
+                                mid = memcmp((const char *)buf + (SPARSE_SIZE / 2 - off), "def", 3) == 0;
+                }
+                assert_true(mid);
+                assert_true(data < (1 << 20));
+        }
+        archive_read_free(rd);
+        assert_true(seen);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_second_pass_rewrites_only_what_changed, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_data_changed_under_an_mtime_set_back_is_copied, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_hard_links_stay_links_when_one_name_moves, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_removals_type_changes_and_xattrs_follow_the_source, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_sparse_file_copies_sparse, tree_setup, tree_teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
