@@ -149,6 +149,8 @@ static int writer_error(walk *w, const char *shown) {
  * source has allocated (st_blocks): data kept in the inode itself (ext4
  * inline data) and rounding. */
 #define COPY_SLACK_BYTES (1 << 20)
+/* A cancelled request is seen within this much data of one file. */
+#define COPY_CANCEL_BYTES (4 << 20)
 
 typedef struct extent {
         off_t off, len;
@@ -210,6 +212,7 @@ static int data_extents(walk *w, int fd, off_t size, blkcnt_t blocks, const char
 static int put_data(walk *w, int fd, off_t off, off_t len, const char *shown) {
         static const char zeros[64 * 1024];
         char buf[64 * 1024];
+        off_t since_check = 0;
         while (len > 0) {
                 size_t want = len < (off_t)sizeof(buf) ? (size_t)len : sizeof(buf);
                 ssize_t got = want;
@@ -237,6 +240,13 @@ static int put_data(walk *w, int fd, off_t off, off_t len, const char *shown) {
                 len -= got;
                 if (fd >= 0)
                         w->copied += (uint64_t)got;
+                /* A cancel is seen within a few MiB, not at the end of
+                 * a file of gigabytes. */
+                if ((since_check += got) >= COPY_CANCEL_BYTES) {
+                        since_check = 0;
+                        if (core_cancel_requested())
+                                return sb_error_set(w->err, -ECANCELED, "cancelled", NULL, "cancelled");
+                }
         }
         return 0;
 }

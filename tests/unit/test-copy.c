@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 #include <stdio.h>
@@ -325,6 +326,59 @@ static void test_sparse_file_copies_sparse(void **state) {
         assert_true(seen);
 }
 
+typedef struct cancel_run {
+        tree *t;
+        int flag;
+        int r;
+} cancel_run;
+
+/* core_tree_sync at SCHED_IDLE, so the test's thread, which cancels it,
+ * runs whenever it is woken. */
+static void *copy_thread(void *p) {
+        cancel_run *c = p;
+        struct sched_param sp = {0};
+        pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+        core_cancel_bind(&c->flag);
+        core_tree_sync_stats st = {0};
+        sb_error *err = NULL;
+        c->r = core_tree_sync(c->t->src, c->t->dst, &c->t->idx, false, &st, &err);
+        core_cancel_bind(NULL);
+        sb_error_free(err);
+        return NULL;
+}
+
+/* A cancel while one big file is copied stops within a few MiB of it,
+ * not at its end. */
+static void test_cancel_stops_inside_a_big_file(void **state) {
+        tree *t = *state;
+        char p[256];
+        snprintf(p, sizeof(p), "%s/big", t->src);
+        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        assert_true(fd >= 0);
+        static char chunk[1 << 20];
+        memset(chunk, 'x', sizeof(chunk));
+        for (int i = 0; i < 256; i++)
+                assert_int_equal(write(fd, chunk, sizeof(chunk)), (ssize_t)sizeof(chunk));
+        close(fd);
+        cancel_run c = {.t = t};
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, copy_thread, &c), 0);
+        /* The copy is in the file once its copy exists. */
+        snprintf(p, sizeof(p), "%s/big", t->dst);
+        struct stat st;
+        int64_t deadline = now_ms() + 60000;
+        while (lstat(p, &st) < 0 && now_ms() < deadline) {
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, NULL);
+        }
+        __atomic_store_n(&c.flag, CORE_CANCEL_REQUESTED, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        assert_int_equal(lstat(p, &st), 0);
+        assert_int_equal(c.r, -ECANCELED);
+        if (st.st_blocks * 512 >= (128 << 20))
+                fail_msg("cancelled, the copy still wrote %lld bytes of the file", (long long)st.st_blocks * 512);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_second_pass_rewrites_only_what_changed, tree_setup, tree_teardown),
@@ -332,6 +386,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_hard_links_stay_links_when_one_name_moves, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_removals_type_changes_and_xattrs_follow_the_source, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_sparse_file_copies_sparse, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_cancel_stops_inside_a_big_file, tree_setup, tree_teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
