@@ -383,3 +383,48 @@ def test_a_sparse_file_stays_sparse_in_a_snapshot_and_a_fork(world):
             d.rpc_result("snapshot.delete", {"id": snap["id"]})
         delete(world, name)
     leaks.check(world, name)
+
+
+def _low_priority_threads(pid):
+    """Threads of pid at SCHED_BATCH, nice 19: {tid: ioprio}."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: field 19 is nice, 41 the policy (proc(5)).
+        if int(fields[16]) == 19 and int(fields[38]) == 3:  # SCHED_BATCH
+            found[int(tid)] = libc.syscall(252, 1, int(tid))  # ioprio_get(IOPRIO_WHO_PROCESS, tid)
+    return found
+
+
+def test_the_live_copy_runs_at_low_io_and_cpu_priority(world):
+    d = world.daemon
+    name = world.name("pcprio")
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    try:
+        sh_ok(world, name, "head -c 512M /dev/urandom > /var/tmp/ballast && mkdir /var/tmp/many && "
+              "python3 -c \"import os\nfor i in range(20000): open('/var/tmp/many/%d' % i, 'w').close()\" && sync")
+        expect_eq(_low_priority_threads(d.pid), {}, "threads at low priority before the copy")
+        seen = {}
+        with d.connect(timeout=120) as conn:
+            rid = conn.start("sandbox.snapshot", {"name": name})
+            poll(lambda: _temps(d), 30, "the live copy to begin", interval=0.005)
+
+            def low():
+                seen.update(_low_priority_threads(d.pid))
+                return seen or not _temps(d)
+            poll(low, 30, "a thread at low priority during the copy", interval=0.005)
+            msg = conn.wait(rid, 120)
+        expect("result" in msg, "the snapshot (%s)" % json.dumps(msg)[:300])
+        expect_eq(sorted(set(seen.values())), [(2 << 13) | 7],
+                  "the copy's thread: SCHED_BATCH, nice 19 and I/O best-effort level 7 (%s)" % seen)
+        expect_eq(_low_priority_threads(d.pid), {}, "threads at low priority after the copy")
+        d.rpc_result("snapshot.delete", {"id": msg["result"]["id"]})
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
