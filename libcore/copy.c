@@ -316,6 +316,19 @@ static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
         return 0;
 }
 
+/* A socket inode as `name` in the copy's directory dfd (the copy is the
+ * daemon's, written by nothing else), with st's mode, owner and times: a
+ * socket cannot be archived (libarchive's disk writer would make it a
+ * regular file), so it is made here, as cp -a does. */
+static int make_socket(walk *w, int dfd, const char *name, const struct stat *st, const char *shown) {
+        struct timespec times[2] = {st->st_atim, st->st_mtim};
+        if (mknodat(dfd, name, S_IFSOCK | 0600, 0) < 0 ||
+            fchownat(dfd, name, st->st_uid, st->st_gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+            fchmodat(dfd, name, st->st_mode & 07777, 0) < 0 || utimensat(dfd, name, times, AT_SYMLINK_NOFOLLOW) < 0)
+                return sb_error_set(w->err, negative_errno(), NULL, NULL, "make socket %s in the copy: %m", shown);
+        return 0;
+}
+
 static int walk_dir(walk *w, int dirfd, const char *path, unsigned depth);
 
 /* Metadata of the entry open at fd into e, named `path`. A directory or
@@ -357,8 +370,9 @@ static int walk_entry(walk *w, int dirfd, const char *name, const char *path, un
         _cleanup_close_ int fd = open_entry(dirfd, name, path, &st, &opath, w->err);
         if (fd < 0)
                 return fd;
+        /* A socket cannot be archived (as libarchive): a copy makes one. */
         if (S_ISSOCK(st.st_mode))
-                return 0;  /* as libarchive: a socket cannot be archived */
+                return w->disk ? make_socket(w, AT_FDCWD, path, &st, path) : 0;
         _cleanup_(archive_entry_freep) struct archive_entry *e = archive_entry_new();
         if (!e)
                 return sb_error_set(w->err, -ENOMEM, NULL, NULL, "out of memory");
@@ -806,11 +820,20 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
                 }
         }
         if (S_ISSOCK(st.st_mode)) {
-                /* As libarchive: a socket cannot be archived. */
-                if (dexists && (r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
-                        return r;
-                *ret_touched = *ret_touched || dexists;
-                return 0;
+                /* Made by make_socket() (a socket cannot be archived),
+                 * anew unless unchanged. */
+                bool keep = dexists && S_ISSOCK(dst_st.st_mode) && rec_unchanged(old, &st);
+                if (!keep) {
+                        if (dexists && (r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
+                                return r;
+                        if ((r = make_socket(&s->w, dfd, name, &st, rel)) < 0)
+                                return r;
+                        if (s->stats)
+                                s->stats->written++;
+                        *ret_touched = true;
+                }
+                r = index_add(s->new, rel, &st, keep ? old->since : s->since, false);
+                return r < 0 ? sb_error_set(s->w.err, r, NULL, NULL, "out of memory") : 0;
         }
         if (dexists && S_ISDIR(dst_st.st_mode) != S_ISDIR(st.st_mode)) {
                 if ((r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)

@@ -13,7 +13,9 @@
 #include <time.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/xattr.h>
 #include "libcore/copy.h"
 #include "libcore/error.h"
@@ -379,6 +381,48 @@ static void test_cancel_stops_inside_a_big_file(void **state) {
                 fail_msg("cancelled, the copy still wrote %lld bytes of the file", (long long)st.st_blocks * 512);
 }
 
+static void socket_check(const char *p) {
+        struct stat st;
+        if (lstat(p, &st) < 0)
+                fail_msg("%s: %m", p);
+        assert_true(S_ISSOCK(st.st_mode));
+        assert_int_equal(st.st_mode & 07777, 0640);
+        assert_int_equal(st.st_uid, 1000);
+        assert_int_equal(st.st_gid, 1001);
+}
+
+/* A Unix socket's inode is copied (mode, owner), as a FIFO is, by an
+ * incremental copy and a copy; an unchanged one is kept. */
+static void test_sockets_are_copied(void **state) {
+        tree *t = *state;
+        sh(t, "mkdir", "d", NULL);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/d/sock", t->src);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        close(fd);
+        assert_int_equal(chown(sa.sun_path, 1000, 1001), 0);
+        assert_int_equal(chmod(sa.sun_path, 0640), 0);
+        settle();
+        pass(t);
+        char p[256];
+        snprintf(p, sizeof(p), "%s/d/sock", t->dst);
+        socket_check(p);
+        ino_t ino = dstat(t, "d/sock").st_ino;
+        settle();
+        core_tree_sync_stats st = pass(t);
+        assert_int_equal(st.written, 0);
+        assert_int_equal(dstat(t, "d/sock").st_ino, ino);
+        char copy[128];
+        snprintf(copy, sizeof(copy), "%s/copy", t->dir);
+        _cleanup_error_ sb_error *err = NULL;
+        if (core_tree_copy(t->src, copy, &err) < 0)
+                fail_msg("core_tree_copy: %s", err ? err->message : "?");
+        snprintf(p, sizeof(p), "%s/d/sock", copy);
+        socket_check(p);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_second_pass_rewrites_only_what_changed, tree_setup, tree_teardown),
@@ -387,6 +431,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_removals_type_changes_and_xattrs_follow_the_source, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_sparse_file_copies_sparse, tree_setup, tree_teardown),
                 cmocka_unit_test_setup_teardown(test_cancel_stops_inside_a_big_file, tree_setup, tree_teardown),
+                cmocka_unit_test_setup_teardown(test_sockets_are_copied, tree_setup, tree_teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
