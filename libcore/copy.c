@@ -34,6 +34,8 @@ typedef struct walk {
         dev_t dev;              /* the tree's filesystem: other mounts are not entered */
         sb_error **err;
         bool src_error;         /* the last error was reading the source (not writing) */
+        bool disk;              /* wr is libarchive's disk writer: data written by offset, holes skipped */
+        uint64_t copied;        /* bytes of regular file data read and written so far */
 } walk;
 
 /* Copies every xattr of fd (an O_PATH fd through its /proc/self/fd link,
@@ -143,6 +145,157 @@ static int writer_error(walk *w, const char *shown) {
                             s ? s : "write failed");
 }
 
+/* Bytes of data a regular file's copy may write beyond the blocks the
+ * source has allocated (st_blocks): data kept in the inode itself (ext4
+ * inline data) and rounding. */
+#define COPY_SLACK_BYTES (1 << 20)
+/* A cancelled request is seen within this much data of one file. */
+#define COPY_CANCEL_BYTES (4 << 20)
+
+typedef struct extent {
+        off_t off, len;
+} extent;
+
+/* The data extents of the regular file fd in [0, size), by
+ * lseek(2) SEEK_DATA/SEEK_HOLE (a file system without them: one extent, the
+ * whole file). Fails with limit_exceeded when they hold more than the
+ * file's allocated blocks (blocks, st_blocks, in 512-byte units) plus
+ * COPY_SLACK_BYTES: a copy never writes more than its source takes. */
+static int data_extents(walk *w, int fd, off_t size, blkcnt_t blocks, const char *shown, extent **ret,
+                        size_t *ret_n, off_t *ret_bytes) {
+        _cleanup_free_ extent *v = NULL;
+        size_t n = 0, cap = 0;
+        off_t bytes = 0, off = 0;
+        off_t bound = (off_t)blocks * 512 + COPY_SLACK_BYTES;
+        while (off < size) {
+                off_t d = lseek(fd, off, SEEK_DATA), h;
+                if (d < 0 && errno == ENXIO)
+                        break;
+                if (d < 0 && errno == EINVAL)
+                        d = off, h = size;
+                else if (d < 0 || (h = lseek(fd, d, SEEK_HOLE)) < 0) {
+                        w->src_error = true;
+                        return sb_error_set(w->err, negative_errno(), NULL, NULL, "seek %s: %m", shown);
+                }
+                if (d >= size)
+                        break;
+                if (h > size || h <= d)
+                        h = size;
+                if (n == cap) {
+                        size_t c = cap ? cap * 2 : 16;
+                        extent *nv = realloc(v, c * sizeof(extent));
+                        if (!nv)
+                                return sb_error_set(w->err, -ENOMEM, NULL, NULL, "out of memory");
+                        v = nv;
+                        cap = c;
+                }
+                v[n++] = (extent){.off = d, .len = h - d};
+                bytes += h - d;
+                if (bytes > bound)
+                        return sb_error_set(w->err, -EFBIG, "limit_exceeded", NULL,
+                                            "%s: more data than the %lld bytes it has allocated (plus %d): "
+                                            "a copy writes at most its source's allocated size",
+                                            shown, (long long)blocks * 512, COPY_SLACK_BYTES);
+                off = h;
+        }
+        *ret = v;
+        v = NULL;
+        *ret_n = n;
+        *ret_bytes = bytes;
+        return 0;
+}
+
+/* Writes len bytes of fd's data from off (zeros when fd < 0) at offset
+ * off of the entry: by offset to the disk writer (holes stay holes), in
+ * order to an archive writer. A file that shrinks meanwhile is cut there
+ * (the disk writer and the archive's header keep the size). */
+static int put_data(walk *w, int fd, off_t off, off_t len, const char *shown) {
+        static const char zeros[64 * 1024];
+        char buf[64 * 1024];
+        off_t since_check = 0;
+        while (len > 0) {
+                size_t want = len < (off_t)sizeof(buf) ? (size_t)len : sizeof(buf);
+                ssize_t got = want;
+                const char *p = zeros;
+                if (fd >= 0) {
+                        got = pread(fd, buf, want, off);
+                        if (got < 0 && errno == EINTR)
+                                continue;
+                        if (got < 0) {
+                                w->src_error = true;
+                                return sb_error_set(w->err, negative_errno(), NULL, NULL, "read %s: %m", shown);
+                        }
+                        if (got == 0)
+                                return 1;
+                        p = buf;
+                }
+                /* (The disk writer's data_block answers a failed
+                 * write(2), ENOSPC say, with ARCHIVE_WARN.) */
+                la_ssize_t put = w->disk ? archive_write_data_block(w->wr, p, (size_t)got, off) == ARCHIVE_OK
+                                                   ? got : -1
+                                         : archive_write_data(w->wr, p, (size_t)got);
+                if (put != got)
+                        return writer_error(w, shown);
+                off += got;
+                len -= got;
+                if (fd >= 0)
+                        w->copied += (uint64_t)got;
+                /* A cancel is seen within a few MiB, not at the end of
+                 * a file of gigabytes. */
+                if ((since_check += got) >= COPY_CANCEL_BYTES) {
+                        since_check = 0;
+                        if (core_cancel_requested())
+                                return sb_error_set(w->err, -ECANCELED, "cancelled", NULL, "cancelled");
+                }
+        }
+        return 0;
+}
+
+/* The data of the regular file fd for the entry e, whose header is not
+ * written yet: only its data extents are read and written, so holes stay
+ * holes (a sparse file is sparse in the copy, and in an archive as a
+ * sparse entry). */
+static int emit_data(walk *w, struct archive_entry *e, int fd, const char *shown) {
+        struct stat st;
+        if (fstat(fd, &st) < 0) {
+                w->src_error = true;
+                return sb_error_set(w->err, negative_errno(), NULL, NULL, "stat %s: %m", shown);
+        }
+        off_t size = archive_entry_size(e);
+        _cleanup_free_ extent *v = NULL;
+        size_t n = 0;
+        off_t bytes = 0;
+        int r = data_extents(w, fd, size, st.st_blocks, shown, &v, &n, &bytes);
+        if (r < 0)
+                return r;
+        if (!w->disk && bytes < size) {
+                for (size_t i = 0; i < n; i++)
+                        archive_entry_sparse_add_entry(e, v[i].off, v[i].len);
+                /* A file that ends in a hole ends its map with an empty
+                 * extent at its size (as GNU tar). */
+                if (!n || v[n - 1].off + v[n - 1].len < size)
+                        archive_entry_sparse_add_entry(e, size, 0);
+        }
+        if (archive_write_header(w->wr, e) < ARCHIVE_WARN)
+                return writer_error(w, shown);
+        off_t pos = 0;
+        for (size_t i = 0; i < n; i++) {
+                if (!w->disk && (r = put_data(w, -1, pos, v[i].off - pos, shown)) < 0)
+                        return r;
+                if ((r = put_data(w, fd, v[i].off, v[i].len, shown)) < 0)
+                        return r;
+                pos = v[i].off + v[i].len;
+                if (r > 0)
+                        break;
+        }
+        /* The archive writer takes the whole size, holes as zeros (which
+         * a sparse entry does not store); the disk writer truncates to
+         * the size at finish_entry. */
+        if (!w->disk && pos < size && (r = put_data(w, -1, pos, size - pos, shown)) < 0)
+                return r;
+        return 0;
+}
+
 /* Header, then the data of a regular file read from fd (at most the size
  * the header gave: a file that grows meanwhile is cut there). */
 static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
@@ -152,28 +305,27 @@ static int emit(walk *w, struct archive_entry *e, int fd, const char *shown) {
          * into a hardlink to one written before. */
         if (cur != e)
                 return sb_error_set(w->err, -EIO, NULL, NULL, "%s: unexpected hardlink order", shown);
-        if (archive_write_header(w->wr, e) < ARCHIVE_WARN)
+        if (archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e) && archive_entry_size(e) > 0) {
+                int r = emit_data(w, e, fd, shown);
+                if (r < 0)
+                        return r;
+        } else if (archive_write_header(w->wr, e) < ARCHIVE_WARN)
                 return writer_error(w, shown);
-        if (archive_entry_filetype(e) == AE_IFREG && !archive_entry_hardlink(e)) {
-                char buf[64 * 1024];
-                la_int64_t left = archive_entry_size(e);
-                while (left > 0) {
-                        ssize_t got = read(fd, buf, left < (la_int64_t)sizeof(buf) ? (size_t)left : sizeof(buf));
-                        if (got < 0 && errno == EINTR)
-                                continue;
-                        if (got < 0) {
-                                w->src_error = true;
-                                return sb_error_set(w->err, negative_errno(), NULL, NULL, "read %s: %m", shown);
-                        }
-                        if (got == 0)
-                                break;
-                        if (archive_write_data(w->wr, buf, (size_t)got) != got)
-                                return writer_error(w, shown);
-                        left -= got;
-                }
-        }
         if (archive_write_finish_entry(w->wr) < ARCHIVE_WARN)
                 return writer_error(w, shown);
+        return 0;
+}
+
+/* A socket inode as `name` in the copy's directory dfd (the copy is the
+ * daemon's, written by nothing else), with st's mode, owner and times: a
+ * socket cannot be archived (libarchive's disk writer would make it a
+ * regular file), so it is made here, as cp -a does. */
+static int make_socket(walk *w, int dfd, const char *name, const struct stat *st, const char *shown) {
+        struct timespec times[2] = {st->st_atim, st->st_mtim};
+        if (mknodat(dfd, name, S_IFSOCK | 0600, 0) < 0 ||
+            fchownat(dfd, name, st->st_uid, st->st_gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+            fchmodat(dfd, name, st->st_mode & 07777, 0) < 0 || utimensat(dfd, name, times, AT_SYMLINK_NOFOLLOW) < 0)
+                return sb_error_set(w->err, negative_errno(), NULL, NULL, "make socket %s in the copy: %m", shown);
         return 0;
 }
 
@@ -218,8 +370,9 @@ static int walk_entry(walk *w, int dirfd, const char *name, const char *path, un
         _cleanup_close_ int fd = open_entry(dirfd, name, path, &st, &opath, w->err);
         if (fd < 0)
                 return fd;
+        /* A socket cannot be archived (as libarchive): a copy makes one. */
         if (S_ISSOCK(st.st_mode))
-                return 0;  /* as libarchive: a socket cannot be archived */
+                return w->disk ? make_socket(w, AT_FDCWD, path, &st, path) : 0;
         _cleanup_(archive_entry_freep) struct archive_entry *e = archive_entry_new();
         if (!e)
                 return sb_error_set(w->err, -ENOMEM, NULL, NULL, "out of memory");
@@ -268,8 +421,8 @@ static int walk_dir(walk *w, int dirfd, const char *path, unsigned depth) {
         return r;
 }
 
-int core_tree_write(const char *src, struct archive *wr, const char *prefix, bool numeric_owners,
-                    sb_error **ret_err) {
+static int tree_write(const char *src, struct archive *wr, bool disk, const char *prefix, bool numeric_owners,
+                      sb_error **ret_err) {
         _cleanup_(archive_freep) struct archive *names = archive_read_disk_new();
         _cleanup_(archive_entry_linkresolver_freep) struct archive_entry_linkresolver *lr =
                 archive_entry_linkresolver_new();
@@ -286,7 +439,7 @@ int core_tree_write(const char *src, struct archive *wr, const char *prefix, boo
         struct stat st;
         if (top < 0 || fstat(top, &st) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", src);
-        walk w = {.wr = wr, .names = names, .lr = lr, .dev = st.st_dev, .err = ret_err};
+        walk w = {.wr = wr, .names = names, .lr = lr, .dev = st.st_dev, .err = ret_err, .disk = disk};
         _cleanup_(archive_entry_freep) struct archive_entry *e = archive_entry_new();
         _cleanup_free_ char *root = NULL;
         if (!e || asprintf(&root, "%s/", prefix) < 0)
@@ -297,6 +450,11 @@ int core_tree_write(const char *src, struct archive *wr, const char *prefix, boo
         if (r >= 0)
                 r = walk_dir(&w, top, prefix, 1);
         return r;
+}
+
+int core_tree_write(const char *src, struct archive *wr, const char *prefix, bool numeric_owners,
+                    sb_error **ret_err) {
+        return tree_write(src, wr, false, prefix, numeric_owners, ret_err);
 }
 
 int core_tree_copy(const char *src, const char *dst, sb_error **ret_err) {
@@ -316,7 +474,7 @@ int core_tree_copy(const char *src, const char *dst, sb_error **ret_err) {
                                                    ARCHIVE_EXTRACT_XATTR | ARCHIVE_EXTRACT_ACL |
                                                    ARCHIVE_EXTRACT_FFLAGS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                                                    ARCHIVE_EXTRACT_UNLINK);
-        int r = core_tree_write(src, wr, dst, false, ret_err);
+        int r = tree_write(src, wr, true, dst, false, ret_err);
         if (r < 0)
                 return sb_error_prefix(ret_err, "copy");
         return archive_write_close(wr) == ARCHIVE_OK
@@ -576,11 +734,13 @@ static int write_entry(sync_walk *s, int fd, bool opath, const struct stat *st, 
                 target[n] = 0;
                 archive_entry_copy_symlink(e, target);
         }
-        if (S_ISREG(st->st_mode) && s->stats)
-                s->stats->bytes += (uint64_t)st->st_size;
         if (s->stats)
                 s->stats->written++;
-        return emit(&s->w, e, fd, rel);
+        uint64_t before = s->w.copied;
+        r = emit(&s->w, e, fd, rel);
+        if (s->stats)
+                s->stats->bytes += s->w.copied - before;
+        return r;
 }
 
 static int sync_dir(sync_walk *s, int sfd, int dfd, const char *rel, unsigned depth, bool by_name,
@@ -660,11 +820,20 @@ static int sync_entry_one(sync_walk *s, int sfd, int dfd, const char *name, cons
                 }
         }
         if (S_ISSOCK(st.st_mode)) {
-                /* As libarchive: a socket cannot be archived. */
-                if (dexists && (r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
-                        return r;
-                *ret_touched = *ret_touched || dexists;
-                return 0;
+                /* Made by make_socket() (a socket cannot be archived),
+                 * anew unless unchanged. */
+                bool keep = dexists && S_ISSOCK(dst_st.st_mode) && rec_unchanged(old, &st);
+                if (!keep) {
+                        if (dexists && (r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
+                                return r;
+                        if ((r = make_socket(&s->w, dfd, name, &st, rel)) < 0)
+                                return r;
+                        if (s->stats)
+                                s->stats->written++;
+                        *ret_touched = true;
+                }
+                r = index_add(s->new, rel, &st, keep ? old->since : s->since, false);
+                return r < 0 ? sb_error_set(s->w.err, r, NULL, NULL, "out of memory") : 0;
         }
         if (dexists && S_ISDIR(dst_st.st_mode) != S_ISDIR(st.st_mode)) {
                 if ((r = remove_dst(s, dfd, name, rel, S_ISDIR(dst_st.st_mode))) < 0)
@@ -841,7 +1010,7 @@ int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool
         archive_read_disk_set_symlink_physical(names);
         archive_read_disk_set_standard_lookup(names);
         archive_entry_linkresolver_set_strategy(lr, ARCHIVE_FORMAT_TAR_PAX_RESTRICTED);
-        sync_walk s = {.w = {.wr = wr, .names = names, .lr = lr, .dev = st.st_dev, .err = ret_err},
+        sync_walk s = {.w = {.wr = wr, .names = names, .lr = lr, .dev = st.st_dev, .err = ret_err, .disk = true},
                        .old = last,
                        .new = fresh,
                        .since = since,

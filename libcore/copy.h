@@ -26,7 +26,14 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct archive_entry_linkresolver, archive_entry_lin
  * files never opened but O_PATH, other mounts below src not entered, and an
  * entry that changes type while it is copied fails the walk (-ESTALE). With
  * numeric_owners, owner and group names are not looked up (they mean
- * nothing on another host). Blocking; for a worker thread. Returns 0 or a
+ * nothing on another host). A regular file's data is read by its data
+ * extents (lseek(2) SEEK_DATA/SEEK_HOLE): holes are never read nor
+ * written, a sparse file becomes a sparse entry (pax, GNU.sparse 1.0) and,
+ * through the disk writer, a sparse file. A file whose data extents hold
+ * more than its allocated blocks (st_blocks) plus 1 MiB fails the walk
+ * with reason limit_exceeded, so no copy writes more than its source
+ * takes on disk. Blocking; for a worker thread; a cancel (core_cancel_bind)
+ * is seen between entries and every 4 MiB of a file's data. Returns 0 or a
  * negative errno with *ret_err naming the entry. */
 int core_tree_write(const char *src, struct archive *wr, const char *prefix, bool numeric_owners,
                     sb_error **ret_err);
@@ -73,8 +80,9 @@ typedef struct core_tree_sync_stats {
  * writeback write-protects mapped pages (ext4, the per-sandbox image):
  * tmpfs stores through a mapping set no time at all.
  *
- * Blocking; for a worker thread; stops with -ECANCELED between entries once
- * the thread's cancel flag is set (core_cancel_bind). Returns 0, or a
+ * Blocking; for a worker thread; stops with -ECANCELED between entries, and
+ * within 4 MiB of a file's data, once the thread's cancel flag is set
+ * (core_cancel_bind). Returns 0, or a
  * negative errno with *ret_err naming the entry; dst is then partial (the
  * caller removes it) and *idx unchanged. */
 int core_tree_sync(const char *src, const char *dst, core_tree_index **idx, bool live, core_tree_sync_stats *stats,

@@ -21,8 +21,12 @@
  * only marked expired, can no longer be created from, and goes once the
  * last of those sandboxes is deleted. */
 #include <dirent.h>
+#include <linux/ioprio.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include "libcore/copy.h"
 #include "libcore/fault.h"
 #include "libcore/log.h"
@@ -287,6 +291,49 @@ static int precopy_live(capture_job *j, const char *tmp, core_tree_index **idx) 
         return pass > PRECOPY_LIVE_PASSES ? PRECOPY_LIVE_PASSES : pass;
 }
 
+/* The I/O and CPU priority of the calling thread (a worker, shared with
+ * other jobs), as capture_priority() found it. */
+typedef struct thread_priority {
+        int ioprio, nice, policy;
+        bool saved;
+} thread_priority;
+
+/* The calling thread's copy runs at low priority when low: best-effort
+ * I/O class at its lowest level, 7 (ioprio_set(2); the I/O scheduler
+ * honours it, BFQ, and reads are charged to the thread, writeback is
+ * not), SCHED_BATCH at nice 19 (sched(7)), so a capture's copy yields
+ * the disk and the CPU to the sandboxes that run meanwhile. When not
+ * low, the priority saved before is restored (the worker thread serves
+ * other jobs after). Failures are logged and otherwise ignored: a copy at
+ * the normal priority is still a correct copy. */
+static void capture_priority(thread_priority *saved, bool low) {
+        pid_t tid = gettid();
+        if (low) {
+                if (!saved->saved) {
+                        errno = 0;
+                        saved->nice = getpriority(PRIO_PROCESS, (id_t)tid);
+                        if (errno)
+                                saved->nice = 0;
+                        saved->ioprio = (int)syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, tid);
+                        saved->policy = sched_getscheduler(0);
+                        saved->saved = true;
+                }
+                struct sched_param sp = {0};
+                if (syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7)) < 0 ||
+                    sched_setscheduler(0, SCHED_BATCH, &sp) < 0 || setpriority(PRIO_PROCESS, (id_t)tid, 19) < 0)
+                        log_warning_errno(negative_errno(), "capture: lower the copy's priority: %m");
+                return;
+        }
+        if (!saved->saved)
+                return;
+        struct sched_param sp = {0};
+        if ((saved->ioprio >= 0 && syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, saved->ioprio) < 0) ||
+            (saved->policy >= 0 && sched_setscheduler(0, saved->policy, &sp) < 0) ||
+            setpriority(PRIO_PROCESS, (id_t)tid, saved->nice) < 0)
+                log_warning_errno(negative_errno(), "capture: restore the worker's priority: %m");
+        saved->saved = false;
+}
+
 /* Worker: freeze, copy the upper into a new layer, thaw. Thawing is tried
  * whatever happened, so a failed copy never leaves the sandbox frozen.
  * With j->precopy, the copy is made while the sandbox runs (precopy_live)
@@ -308,10 +355,19 @@ static void capture_work(void *userdata) {
         _cleanup_(core_tree_index_freep) core_tree_index *idx = NULL;
         core_tree_sync_stats frozen = {0};
         int r, passes = 0;
+        /* The live passes at low priority (capture_priority); the
+         * frozen pass after them at the worker's own, since the sandbox
+         * waits for it. A copy made only while frozen (no pre-copy) is
+         * the whole copy, at low priority too. */
+        thread_priority prio = {0};
+        capture_priority(&prio, true);
         if (j->precopy && (r = passes = precopy_live(j, tmp, &idx)) < 0) {
+                capture_priority(&prio, false);
                 core_rm_rf(tmp);
                 return;
         }
+        if (j->precopy)
+                capture_priority(&prio, false);
         /* Cancelled as the last live pass ended: never frozen either. */
         if (j->precopy && __atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
                 sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "cancelled");
@@ -322,6 +378,7 @@ static void capture_work(void *userdata) {
         if (r < 0 && r != -ENOTSUP) {
                 sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));
                 core_cgroup_freeze(j->cg, false);
+                capture_priority(&prio, false);
                 if (j->precopy)
                         core_rm_rf(tmp);
                 return;
@@ -332,6 +389,7 @@ static void capture_work(void *userdata) {
         r = j->precopy ? core_tree_sync(j->upper, tmp, &idx, false, &frozen, &j->err)
                        : core_tree_copy(j->upper, tmp, &j->err);
         core_cancel_bind(NULL);
+        capture_priority(&prio, false);
         snprintf(point, sizeof(point), "%s.copied", j->op);
         core_fault(point);
         int t = j->keep_frozen ? 0 : core_cgroup_freeze(j->cg, false);

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 
 import leaks
 from common import delete, expect, expect_eq, poll, sh, sh_ok
@@ -336,3 +337,94 @@ def _full_during_copy(world):
         world.stop_sandboxd(d)
         subprocess.run(["umount", "-l", fs], capture_output=True)
         os.rmdir(fs)
+
+
+def _allocated(path):
+    """Bytes allocated under path (st_blocks), each inode once."""
+    total, seen = 0, set()
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            st = os.lstat(os.path.join(root, n))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def test_a_sparse_file_stays_sparse_in_a_snapshot_and_a_fork(world):
+    d = world.daemon
+    name, child = world.name("pcsparse"), world.name("pcsparsef")
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    snap = None
+    try:
+        sh_ok(world, name, "truncate -s 10G /var/tmp/S && printf abc | dd of=/var/tmp/S bs=1 seek=5368709120 "
+              "conv=notrunc 2>/dev/null && sync")
+        layers = os.path.join(d.state_dir, "layers")
+        before = set(os.listdir(layers)) if os.path.isdir(layers) else set()
+        t0 = time.monotonic()
+        snap = d.rpc_result("sandbox.snapshot", {"name": name}, 120)
+        took = time.monotonic() - t0
+        new = [x for x in os.listdir(layers) if x not in before]
+        expect_eq(len(new), 1, "one layer made by the snapshot: %s" % new)
+        used = _allocated(os.path.join(layers, new[0]))
+        expect(used < (8 << 20), "the snapshot's layer takes %d bytes on the host for 3 bytes of data" % used)
+        expect(took < 5, "the snapshot of a sparse 10 GiB file took %.1f s" % took)
+        world.rpc_result("sandbox.fork", {"sourceSandbox": name, "name": child}, 120)
+        code, out, err = d.ctl("exec", child, "--", "sh", "-c",
+                               "stat -c %s /var/tmp/S; dd if=/var/tmp/S bs=1 skip=5368709117 count=6 2>/dev/null "
+                               "| od -An -c | tr -s ' '")
+        expect_eq((code, out), (0, "10737418240\n \\0 \\0 \\0 a b c\n"), "the fork's file (%s)" % err)
+        after = [x for x in os.listdir(layers) if x not in before and x != new[0]]
+        used = sum(_allocated(os.path.join(layers, x)) for x in after)
+        expect(used < (8 << 20), "the fork's layer takes %d bytes on the host" % used)
+    finally:
+        delete(world, child)
+        if snap:
+            d.rpc_result("snapshot.delete", {"id": snap["id"]})
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def _low_priority_threads(pid):
+    """Threads of pid at SCHED_BATCH, nice 19: {tid: ioprio}."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: field 19 is nice, 41 the policy (proc(5)).
+        if int(fields[16]) == 19 and int(fields[38]) == 3:  # SCHED_BATCH
+            found[int(tid)] = libc.syscall(252, 1, int(tid))  # ioprio_get(IOPRIO_WHO_PROCESS, tid)
+    return found
+
+
+def test_the_live_copy_runs_at_low_io_and_cpu_priority(world):
+    d = world.daemon
+    name = world.name("pcprio")
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    try:
+        sh_ok(world, name, "head -c 512M /dev/urandom > /var/tmp/ballast && mkdir /var/tmp/many && "
+              "python3 -c \"import os\nfor i in range(20000): open('/var/tmp/many/%d' % i, 'w').close()\" && sync")
+        expect_eq(_low_priority_threads(d.pid), {}, "threads at low priority before the copy")
+        seen = {}
+        with d.connect(timeout=120) as conn:
+            rid = conn.start("sandbox.snapshot", {"name": name})
+            poll(lambda: _temps(d), 30, "the live copy to begin", interval=0.005)
+
+            def low():
+                seen.update(_low_priority_threads(d.pid))
+                return seen or not _temps(d)
+            poll(low, 30, "a thread at low priority during the copy", interval=0.005)
+            msg = conn.wait(rid, 120)
+        expect("result" in msg, "the snapshot (%s)" % json.dumps(msg)[:300])
+        expect_eq(sorted(set(seen.values())), [(2 << 13) | 7],
+                  "the copy's thread: SCHED_BATCH, nice 19 and I/O best-effort level 7 (%s)" % seen)
+        expect_eq(_low_priority_threads(d.pid), {}, "threads at low priority after the copy")
+        d.rpc_result("snapshot.delete", {"id": msg["result"]["id"]})
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
