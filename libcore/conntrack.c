@@ -28,8 +28,8 @@
 #include <sys/time.h>
 #include <time.h>
 #include "libcore/conntrack.h"
+#include "libcore/net.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 #define CT_TYPE(msg) ((uint16_t) ((NFNL_SUBSYS_CTNETLINK << 8) | (msg)))
 #define MAX_ENTRIES_PER_PASS 16384
@@ -152,21 +152,37 @@ static int transact(struct mnl_socket *nl, const struct nlmsghdr *req, mnl_cb_t 
         }
 }
 
+/* A netfilter netlink socket from the daemon's kept ones
+ * (core_nft_socket_take, libcore/nft.c): closing one right after an
+ * nftables commit waits for an RCU grace period in the kernel, which a
+ * create or delete would otherwise pay here. Its receives are bounded for
+ * this use. Given back with kept_socket_give(): kept only when `clean`. */
 static int open_socket(struct mnl_socket **ret, sb_error **ret_err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
-        if (!nl) {
-                int r = negative_errno();
-                return sb_error_set(ret_err, r, NULL, NULL, "open netfilter netlink socket: %s", strerror(-r));
-        }
+        struct mnl_socket *nl = NULL;
+        int r = core_nft_socket_take(&nl, ret_err);
+        if (r < 0)
+                return r;
         /* Bounded: a daemon thread must never wait on the kernel forever. */
         struct timeval tv = { .tv_sec = RECV_TIMEOUT_S };
-        if (setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-            mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) {
-                int r = negative_errno();
+        if (setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+                r = negative_errno();
+                core_nft_socket_give(nl, false);
                 return sb_error_set(ret_err, r, NULL, NULL, "set up netfilter netlink socket: %s", strerror(-r));
         }
-        *ret = TAKE_PTR(nl);
+        *ret = nl;
         return 0;
+}
+
+/* Gives a socket of open_socket() back, its receives unbounded again as
+ * the other users of the kept sockets expect; kept only after a clean
+ * exchange (every answer read). */
+static void kept_socket_give(struct mnl_socket *nl, bool clean) {
+        struct timeval none = {};
+        if (!nl)
+                return;
+        if (setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none)) < 0)
+                clean = false;
+        core_nft_socket_give(nl, clean);
 }
 
 /* The kernel's dump filter flag for the original source address
@@ -227,22 +243,34 @@ static int delete_entry(struct mnl_socket *nl, uint32_t seq, const ct_entry *e, 
 }
 
 int core_conntrack_count_source(struct in_addr src, sb_error **ret_err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        struct mnl_socket *nl = NULL;
         int r = open_socket(&nl, ret_err);
         if (r < 0)
                 return r;
         dump_ctx ctx = { .family = AF_INET, .src = src };
         r = dump(nl, (uint32_t) time(NULL), &ctx, ret_err);
+        kept_socket_give(nl, r >= 0);
         if (r < 0)
                 return r;
         return ctx.n > INT32_MAX ? INT32_MAX : (int) ctx.n;
 }
 
+static int flush_on(struct mnl_socket *nl, const dump_ctx *proto, const char *addr, sb_error **ret_err);
+
 static int flush(const dump_ctx *proto, const char *addr, sb_error **ret_err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+        struct mnl_socket *nl = NULL;
         int r = open_socket(&nl, ret_err);
         if (r < 0)
                 return sb_error_prefix(ret_err, "flush conntrack entries of %s", addr);
+        r = flush_on(nl, proto, addr, ret_err);
+        kept_socket_give(nl, r >= 0);
+        return r;
+}
+
+/* flush() on an open socket: dump the source's entries, delete them, again
+ * while the dump was cut short. */
+static int flush_on(struct mnl_socket *nl, const dump_ctx *proto, const char *addr, sb_error **ret_err) {
+        int r;
         _cleanup_free_ ct_entry *entries = calloc(MAX_ENTRIES_PER_PASS, sizeof(ct_entry));
         if (!entries)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "flush conntrack entries of %s: out of memory", addr);
