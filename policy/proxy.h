@@ -71,8 +71,12 @@ int pol_proxy_ca_leaf(pol_proxy_ca *ca, const char *host, struct x509_st **ret_c
 /* The SSL_CTX for upstream connections: TLS 1.2+, peer verification always
  * on against the system roots plus, when extra_ca_file is not NULL, the
  * certificates in that PEM file (daemon.json "proxy.upstreamCA"). There is
- * no way to turn verification off. The caller frees it with SSL_CTX_free().
- * 0 or negative errno. */
+ * no way to turn verification off. The system bundle ($SSL_CERT_FILE, else
+ * OpenSSL's default file) is opened here, before netd drops its
+ * privileges, and parsed at the first pol_proxy_upstream_tls() on this
+ * context (it is most of a netd's start-up otherwise, and most policies
+ * never need it). The caller frees it with SSL_CTX_free(). 0 or negative
+ * errno. */
 int pol_proxy_upstream_ctx_new(const char *extra_ca_file, struct ssl_ctx_st **ret, sb_error **ret_err);
 
 /* ---- what the front hands the HTTP layer ------------------------------------ */

@@ -7,6 +7,10 @@
  * Runs inside sandbox-netd without privilege; the CA key is the one secret
  * here: it never leaves this process and is wiped when the CA is freed. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -396,6 +400,64 @@ out:
 
 /* ---- the upstream side ------------------------------------------------------ */
 
+/* The system trust roots are read at a context's first upstream handshake,
+ * not when it is made: parsing the whole bundle (about 140 certificates)
+ * took 25-45 ms of every netd's start on these machines, and most
+ * policies never make an upstream TLS connection (TLS to an allowed host
+ * passes through by SNI). The bundle is opened when the context is made —
+ * before netd drops its privileges — and kept open for that read. */
+typedef struct upstream_roots {
+        pthread_mutex_t lock;
+        int fd;      /* the system bundle (X509_get_default_cert_file), or -1 */
+        bool loaded; /* its certificates are in the context's store */
+} upstream_roots;
+
+static int roots_index = -1;
+static pthread_once_t roots_once = PTHREAD_ONCE_INIT;
+
+static void roots_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp) {
+        upstream_roots *r = ptr;
+        if (!r)
+                return;
+        if (r->fd >= 0)
+                close(r->fd);
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+}
+
+static void roots_index_make(void) {
+        roots_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, roots_free);
+}
+
+/* Adds every certificate and CRL of the PEM bundle on r->fd to ctx's
+ * store, once. 0 or -EIO (nothing usable read: the handshake must fail). */
+static int roots_load(SSL_CTX *ctx, upstream_roots *r) {
+        int ret = 0;
+        pthread_mutex_lock(&r->lock);
+        if (!r->loaded) {
+                BIO *b = lseek(r->fd, 0, SEEK_SET) == 0 ? BIO_new_fd(r->fd, BIO_NOCLOSE) : NULL;
+                STACK_OF(X509_INFO) *infos = b ? PEM_X509_INFO_read_bio(b, NULL, NULL, NULL) : NULL;
+                X509_STORE *store = SSL_CTX_get_cert_store(ctx);
+                int added = 0;
+                for (int i = 0; infos && i < sk_X509_INFO_num(infos); i++) {
+                        X509_INFO *xi = sk_X509_INFO_value(infos, i);
+                        if (xi->x509 && X509_STORE_add_cert(store, xi->x509))
+                                added++;
+                        if (xi->crl)
+                                (void)X509_STORE_add_crl(store, xi->crl);
+                }
+                sk_X509_INFO_pop_free(infos, X509_INFO_free);
+                BIO_free(b);
+                ERR_clear_error();
+                if (added > 0)
+                        r->loaded = true;
+                else
+                        ret = -EIO;
+        }
+        pthread_mutex_unlock(&r->lock);
+        return ret;
+}
+
 int pol_proxy_upstream_ctx_new(const char *extra_ca_file, struct ssl_ctx_st **ret, sb_error **ret_err) {
         SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
         if (!ctx)
@@ -405,10 +467,34 @@ int pol_proxy_upstream_ctx_new(const char *extra_ca_file, struct ssl_ctx_st **re
         /* Verification is never optional: the injected credentials go only
          * to a peer that proves it is the host the policy names. */
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-        if (!SSL_CTX_set_default_verify_paths(ctx)) {
+        /* The bundle OpenSSL's default paths name ($SSL_CERT_FILE, else the
+         * build's default file), read at the first handshake; the default
+         * directory is a lookup by hash at verification time, as before. */
+        const char *file = getenv(X509_get_default_cert_file_env());
+        if (!file || !*file)
+                file = X509_get_default_cert_file();
+        const char *dir = getenv(X509_get_default_cert_dir_env());
+        if (!dir || !*dir)
+                dir = X509_get_default_cert_dir();
+        (void)pthread_once(&roots_once, roots_index_make);
+        upstream_roots *roots = roots_index >= 0 ? calloc(1, sizeof(*roots)) : NULL;
+        if (roots) {
+                pthread_mutex_init(&roots->lock, NULL);
+                roots->fd = open(file, O_RDONLY | O_CLOEXEC);
+                if (roots->fd < 0 || !SSL_CTX_set_ex_data(ctx, roots_index, roots)) {
+                        roots_free(NULL, roots, NULL, 0, 0, NULL);
+                        roots = NULL;
+                }
+        }
+        /* No bundle to keep (none there, or no memory): the default paths
+         * at once, as OpenSSL would take them. */
+        if (!roots && !SSL_CTX_set_default_verify_paths(ctx)) {
                 SSL_CTX_free(ctx);
                 return ssl_fail(ret_err, -EIO, "load the system trust roots");
         }
+        if (roots && dir)
+                (void)SSL_CTX_load_verify_dir(ctx, dir);
+        ERR_clear_error();
         if (extra_ca_file && !SSL_CTX_load_verify_locations(ctx, extra_ca_file, NULL)) {
                 SSL_CTX_free(ctx);
                 return ssl_fail(ret_err, -ENOENT, "load the extra upstream CA file");
@@ -423,6 +509,11 @@ int pol_proxy_upstream_ctx_new(const char *extra_ca_file, struct ssl_ctx_st **re
 
 int pol_proxy_upstream_tls(struct ssl_ctx_st *ctx, int fd, const char *host, struct ssl_st **ret_ssl,
                            char *why, size_t why_size) {
+        upstream_roots *roots = roots_index >= 0 ? SSL_CTX_get_ex_data(ctx, roots_index) : NULL;
+        if (roots && roots_load(ctx, roots) < 0) {
+                snprintf(why, why_size, "the system trust roots could not be read");
+                return -EPROTO;
+        }
         SSL *ssl = SSL_new(ctx);
         pol_addr a;
         int ok;
