@@ -656,10 +656,18 @@ def check_clean(w, d, problems):
     layers = state_entries(d, "layers")
     if layers:
         problems.append("layers left in the state dir: %s" % layers[:5])
-    try:
-        run_left = sorted(os.listdir(os.path.join(d.run_dir, "sandboxes")))
-    except FileNotFoundError:
-        run_left = []
+    # A delete answers once the session is dead and removes the run
+    # directory (renamed to a tombstone first) in the background: poll for
+    # it with a deadline, as leaks.check does for the rest.
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            run_left = sorted(os.listdir(os.path.join(d.run_dir, "sandboxes")))
+        except FileNotFoundError:
+            run_left = []
+        if not run_left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     if run_left:
         problems.append("run directories left: %s" % run_left[:5])
     for sub in ("runtimes", "snapshots", "layers", "disk-templates"):
