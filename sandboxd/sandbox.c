@@ -909,9 +909,14 @@ static void update_restore_ports(sandbox *sb, cJSON **oldports) {
 }
 
 /* Writes the config of `next` (the sandbox as an update would leave it) to
- * the sandbox's config.json, durably whatever the sandbox's persistence:
- * the update is answered only once it is on disk. Errors name the file
- * and say nothing changed. */
+ * the sandbox's config.json before the update is answered: an atomic
+ * rename, so a daemon killed at any point restarts on the old or the new
+ * config whole. Only a persistent sandbox's record is fsync'd: a
+ * non-persistent one does not outlive a reboot (start-up removes it,
+ * DESIGN §7), and a daemon crash keeps the page cache, so the rename alone
+ * is what its restart reads (the reasoning of core_tombstone_ex's
+ * `durable`). `persistent` cannot change in an update. Errors name the
+ * file and say nothing changed. */
 static int update_save(const sandbox *next, sb_error **ret_err) {
         cJSON *conf = sandbox_config_json(next);
         _cleanup_free_ char *text = conf ? cJSON_Print(conf) : NULL;
@@ -919,7 +924,7 @@ static int update_save(const sandbox *next, sb_error **ret_err) {
         _cleanup_free_ char *path = NULL;
         if (!text || asprintf(&path, "%s/config.json", next->dir) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        int r = core_write_file_atomic(path, text, strlen(text), 0600);
+        int r = (next->persistent ? core_write_file_atomic : core_write_file_replace)(path, text, strlen(text), 0600);
         if (r < 0) {
                 log_warning("sandbox '%s': update refused: write %s: %s", next->name, path, strerror(-r));
                 return sb_error_set(ret_err, r, r == -ENOSPC || r == -EDQUOT ? "limit_exceeded" : "failed", NULL,

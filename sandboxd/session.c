@@ -908,11 +908,11 @@ static int on_netd_output(sd_event_source *src, int fd, uint32_t revents, void *
 /* Swaps the policy of the running netd without a restart: the policy file
  * is rewritten in place (netd holds it open from before its privilege
  * drop, so it must stay the same inode), then SIGHUP; netd answers with a
- * {"reloaded":...} line, read here (bounded) while pins and denials that
- * arrive meanwhile are handled as usual. Connections and queries already
- * in progress finish under the policy they started with. 0, or a negative
- * errno when the caller should restart netd instead. Runs on the loop. */
-static int netd_reload(session *s, const pol_policy *p) {
+ * {"reloaded":...} line, which netd_reload_wait() reads. Connections and
+ * queries already in progress finish under the policy they started with.
+ * 0, or a negative errno when the caller should restart netd instead.
+ * Runs on the loop. */
+static int netd_reload_begin(session *s, const pol_policy *p) {
         if (s->netd_pid <= 0 || s->netd_out < 0)
                 return -ESRCH;
         _cleanup_free_ char *path = NULL, *text = netd_policy_text(s->sb->m, p, s->policy_generation);
@@ -930,6 +930,14 @@ static int netd_reload(session *s, const pol_policy *p) {
         s->netd_reloaded = 0;
         if (kill(s->netd_pid, SIGHUP) < 0)
                 return negative_errno();
+        return 0;
+}
+
+/* Waits (bounded, 2 s) for the acknowledgement of netd_reload_begin(),
+ * handling the pins and denials that arrive meanwhile as usual. 0 when
+ * netd took the policy, or a negative errno (-EINVAL: it refused it) when
+ * the caller should restart netd instead. Runs on the loop. */
+static int netd_reload_wait(session *s) {
         uint64_t deadline = core_monotonic_ms() + 2000;
         while (s->netd_reloaded == 0) {
                 uint64_t now = core_monotonic_ms();
@@ -943,6 +951,12 @@ static int netd_reload(session *s, const pol_policy *p) {
                         return n == 0 ? -EPIPE : (int)n;
         }
         return s->netd_reloaded > 0 ? 0 : -EINVAL;
+}
+
+/* netd_reload_begin() and netd_reload_wait() in one. */
+static int netd_reload(session *s, const pol_policy *p) {
+        int k = netd_reload_begin(s, p);
+        return k < 0 ? k : netd_reload_wait(s);
 }
 
 /* ---- supervision of a session's sandbox-netd ---------------------------------
@@ -1174,15 +1188,16 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         /* A custom policy replacing a custom one is swapped inside the
          * running netd. Otherwise (or if that fails) netd restarts on the
          * new policy; while it is down, queries go unanswered (fail closed). */
-        if (p->mode == POL_MODE_CUSTOM && s->netd_pid > 0) {
-                int k = netd_reload(s, p);
-                if (k < 0) {
-                        log_warning("sandbox '%s': reload of its DNS filter failed (%s); restarting it", sb->name,
-                                    strerror(-k));
-                        netd_detach(s);
-                        netd_stop(&s->netd_pid);
-                }
-        } else {
+        /* The reload runs in netd while this thread sends the nftables
+         * batch; its acknowledgement is awaited right after the batch, so
+         * the update answers only once both hold (and netd has cut what
+         * the new policy denies). A pin netd asks for meanwhile is read
+         * after the batch, so it lands in the new sets (one of the old
+         * generation is refused). */
+        int reload = -ESRCH;
+        if (p->mode == POL_MODE_CUSTOM && s->netd_pid > 0)
+                reload = netd_reload_begin(s, p);
+        if (reload == -ESRCH) {
                 netd_detach(s);
                 netd_stop(&s->netd_pid);
         }
@@ -1195,6 +1210,14 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         }
         if ((r = session_apply_rules(s, ifname, p, ret_err)) < 0)
                 goto undo;
+        if (reload >= 0)
+                reload = netd_reload_wait(s);
+        if (reload < 0 && reload != -ESRCH) {
+                log_warning("sandbox '%s': reload of its DNS filter failed (%s); restarting it", sb->name,
+                            strerror(-reload));
+                netd_detach(s);
+                netd_stop(&s->netd_pid);
+        }
         core_fault("update.rules_replaced");
         /* No conntrack entry is deleted: the new rules carry a generation
          * of their own (pol_nft_session_apply_pins), so every flow admitted
