@@ -967,6 +967,27 @@ static void note_error(const core_nft_batch *b, const struct nlmsghdr *nlh, sb_e
  * inside sendmsg() and queues all its ACKs before returning, even after an
  * error (it reports every failing message, then aborts the transaction), so
  * the wait below only guards against a kernel that never answers. */
+/* mnl_socket_recvfrom() with MSG_DONTWAIT: one datagram of the netlink
+ * socket `fd` into `buf`, or -1 with errno (EAGAIN: none queued; ENOSPC:
+ * truncated; EINVAL: not from a netlink address), as libmnl checks it. */
+static ssize_t recv_nowait(int fd, void *buf, size_t size) {
+        struct sockaddr_nl addr;
+        struct iovec iov = { .iov_base = buf, .iov_len = size };
+        struct msghdr msg = { .msg_name = &addr, .msg_namelen = sizeof(addr), .msg_iov = &iov, .msg_iovlen = 1 };
+        ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT);
+        if (n < 0)
+                return n;
+        if (msg.msg_flags & MSG_TRUNC) {
+                errno = ENOSPC;
+                return -1;
+        }
+        if (msg.msg_namelen != sizeof(struct sockaddr_nl)) {
+                errno = EINVAL;
+                return -1;
+        }
+        return n;
+}
+
 static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error **err) {
         _cleanup_free_ char *buf = malloc(MNL_SOCKET_BUFFER_SIZE);
         unsigned seen = 0;
@@ -975,11 +996,17 @@ static int drain_acks(struct mnl_socket *nl, const core_nft_batch *b, sb_error *
         if (!buf)
                 return -ENOMEM;
         while (seen < b->acks) {
-                int p = poll(&pfd, 1, 5000);
-                if (p <= 0)
-                        return first ? first : sb_error_set(err, p == 0 ? -ETIMEDOUT : negative_errno(),
-                                                            NULL, NULL, "nftables: no ACK from the kernel");
-                ssize_t n = mnl_socket_recvfrom(nl, buf, MNL_SOCKET_BUFFER_SIZE);
+                /* The kernel processes a batch within the sendmsg() that
+                 * carried it, so its ACKs are usually queued already: read
+                 * without waiting, and poll (bounded) only when none is. */
+                ssize_t n = recv_nowait(pfd.fd, buf, MNL_SOCKET_BUFFER_SIZE);
+                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                        int p = poll(&pfd, 1, 5000);
+                        if (p <= 0)
+                                return first ? first : sb_error_set(err, p == 0 ? -ETIMEDOUT : negative_errno(),
+                                                                    NULL, NULL, "nftables: no ACK from the kernel");
+                        n = mnl_socket_recvfrom(nl, buf, MNL_SOCKET_BUFFER_SIZE);
+                }
                 if (n < 0)
                         return first ? first : sb_error_set(err, negative_errno(), NULL, NULL,
                                                             "nftables: receive ACK: %m");

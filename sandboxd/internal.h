@@ -344,8 +344,10 @@ command *manager_find_command(manager *m, const char *cmd_id);
 int manager_alloc_slot(manager *m);
 void manager_release_slot(manager *m, int slot);
 /* Addresses no sandbox may reach whatever its policy says (DESIGN §5.1
- * rule 5): every address of the host (read now, in the daemon's network
- * namespace) and the whole sandbox pool. Caller frees *ret. */
+ * rule 5): every address of the host (in the daemon's network namespace,
+ * as it is now: a cached copy, dropped at each address change and not used
+ * while one is queued unread) and the whole sandbox pool. Caller frees
+ * *ret. Any thread. */
 int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n);
 void reply_not_found(rpc_request *req, const char *what, const char *name);
 

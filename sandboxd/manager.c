@@ -9,6 +9,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -203,6 +205,29 @@ static bool addr_in_pool(int family, const void *addr, void *userdata) {
         return (a & mask) == m->pool.base.s_addr;
 }
 
+/* The never list as last read (manager_never_list), so a policy update or
+ * a netd start does not dump every link and address of the host (getifaddrs
+ * walks every veth, so that cost grows with the number of sessions). The
+ * cache is dropped on every address change the monitor reports (or an
+ * overrun of it), and not used while one is queued unread, so it never
+ * answers an older list than a fresh read would. `never_epoch` counts the
+ * drops: a list read across one is not stored. Any thread. */
+static pthread_mutex_t never_lock = PTHREAD_MUTEX_INITIALIZER;
+static pol_cidr *never_cache;
+static size_t never_cache_n;
+static bool never_cached;
+static uint64_t never_epoch;
+
+static void never_cache_drop(void) {
+        pthread_mutex_lock(&never_lock);
+        free(never_cache);
+        never_cache = NULL;
+        never_cache_n = 0;
+        never_cached = false;
+        never_epoch++;
+        pthread_mutex_unlock(&never_lock);
+}
+
 /* An address of the host was added or removed: every running netd gets
  * the never list as it is now (the proxy also asks the kernel before each
  * dial, core_route_is_unicast, so this is the second of two guards). */
@@ -211,8 +236,10 @@ static int on_addr_event(sd_event_source *src, int fd, uint32_t revents, void *u
         int r = core_addr_monitor_drain(fd, addr_in_pool, m);
         if (r < 0)
                 log_warning_errno(r, "host address monitor: %m");
-        if (r != 0)
+        if (r != 0) {
+                never_cache_drop();
                 sessions_push_never_list(m);
+        }
         return 0;
 }
 
@@ -288,9 +315,12 @@ static int on_nflog(sd_event_source *src, int fd, uint32_t revents, void *userda
         return 0;
 }
 
-int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
+/* The never list read now; *ret_complete false when the host's addresses
+ * could not be read (the list then holds the pool and link-local only). */
+static int never_list_read(manager *m, pol_cidr **ret, size_t *ret_n, bool *ret_complete) {
         struct ifaddrs *ifa = NULL;
-        if (getifaddrs(&ifa) < 0)
+        *ret_complete = getifaddrs(&ifa) >= 0;
+        if (!*ret_complete)
                 ifa = NULL;
         size_t n = 1, cap = 3;
         for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
@@ -342,6 +372,50 @@ int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
                 }
         }
         freeifaddrs(ifa);
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+int manager_never_list(manager *m, pol_cidr **ret, size_t *ret_n) {
+        /* A change queued on the monitor, not yet drained by the loop: the
+         * cache may predate it, so read afresh (and do not store). */
+        struct pollfd pfd = { .fd = m->addr_monitor, .events = POLLIN };
+        bool usable = m->addr_monitor >= 0 && poll(&pfd, 1, 0) == 0;
+        uint64_t epoch;
+        pthread_mutex_lock(&never_lock);
+        epoch = never_epoch;
+        if (usable && never_cached) {
+                pol_cidr *v = calloc(never_cache_n ? never_cache_n : 1, sizeof(*v));
+                if (v)
+                        memcpy(v, never_cache, never_cache_n * sizeof(*v));
+                size_t n = never_cache_n;
+                pthread_mutex_unlock(&never_lock);
+                if (!v)
+                        return -ENOMEM;
+                *ret = v;
+                *ret_n = n;
+                return 0;
+        }
+        pthread_mutex_unlock(&never_lock);
+        pol_cidr *v = NULL;
+        size_t n = 0;
+        bool complete;
+        int r = never_list_read(m, &v, &n, &complete);
+        if (r < 0)
+                return r;
+        pol_cidr *copy = usable && complete ? calloc(n ? n : 1, sizeof(*copy)) : NULL;
+        if (copy) {
+                memcpy(copy, v, n * sizeof(*copy));
+                pthread_mutex_lock(&never_lock);
+                if (never_epoch == epoch && !never_cached) {
+                        never_cache = TAKE_PTR(copy);
+                        never_cache_n = n;
+                        never_cached = true;
+                }
+                pthread_mutex_unlock(&never_lock);
+                free(copy);
+        }
         *ret = v;
         *ret_n = n;
         return 0;

@@ -593,8 +593,9 @@ static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char
 }
 
 /* What netd's policy file holds (policy/netd/main.c): the policy, the
- * never list as it is now (the host's addresses are read afresh each time,
- * so every start and every reload carries the current list) and the
+ * never list as it is now (manager_never_list: the host's addresses as the
+ * kernel has them, so every start and every reload carries the current
+ * list) and the
  * policy generation its pins must carry. NULL when out of memory. */
 static char *netd_policy_text(manager *m, const pol_policy *p, uint64_t generation) {
         _cleanup_free_ pol_cidr *never = NULL;
@@ -1139,9 +1140,10 @@ static int session_apply_rules(session *s, const char *ifname, const pol_policy 
  *    line judged under the old policy is refused (pin_generation_current),
  *    however late it arrives;
  * 2. netd gets the new policy with the new generation and acknowledges it
- *    (pins of the new generation that arrive meanwhile are pinned and
- *    recorded, and carried over in 4); if it cannot, or the new policy is
- *    not custom, it is stopped here (and started afresh in 7);
+ *    once the batch of 4 is sent (pins that arrive meanwhile are read
+ *    after the batch, into the new sets); if it cannot, it is stopped after
+ *    4; if the new policy is not custom, it is stopped here (and started
+ *    afresh in 7);
  * 3. leaving deny-all: the veth is made (its sandbox end down; the host
  *    table denies a veth without an element, so nothing passes yet);
  * 4. the nftables objects are replaced in one batch (every pin dropped;

@@ -137,6 +137,32 @@ def test_an_address_the_host_gains_while_the_session_runs_is_never_reachable(wor
             world.run_in_host(["ip", "addr", "del", addr + "/32", "dev", "lo"])
 
 
+def test_the_never_list_follows_each_host_address_change_at_once(world):
+    # The daemon keeps the never list between reads; every change of the
+    # host's addresses must show in the very next answer, added or removed,
+    # however quickly the next question follows it.
+    addr, port = "198.51.100.9", 7780
+    pol = _policy_file(world, {"allow": ["allowed.test"], "subnets": {"allow": ["198.51.100.0/24"]}})
+    with sandbox(world, "hostflip", "--policy", pol) as name:
+        v = _check(world, name, addr, port)
+        expect_eq(v["decision"], "allow", "policy.check before the host has the address")
+        try:
+            for i in range(3):
+                world.run_in_host(["ip", "addr", "add", addr + "/32", "dev", "lo"], check=True)
+                v = _check(world, name, addr, port)
+                expect_eq((v["decision"], v["layer"]), ("deny", "never"), "round %d: the address added" % i)
+                r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {
+                    "allow": ["allowed.test", "x%d.test" % i], "subnets": {"allow": ["198.51.100.0/24"]}}})
+                expect("result" in r, "round %d: update:" % i, r)
+                v = _check(world, name, addr, port)
+                expect_eq((v["decision"], v["layer"]), ("deny", "never"), "round %d: after an update" % i)
+                world.run_in_host(["ip", "addr", "del", addr + "/32", "dev", "lo"], check=True)
+                v = _check(world, name, addr, port)
+                expect_eq(v["decision"], "allow", "round %d: the address removed" % i)
+        finally:
+            world.run_in_host(["ip", "addr", "del", addr + "/32", "dev", "lo"])
+
+
 def test_update_leaves_no_pin_of_the_old_policy_under_a_dns_flood(world):
     old = {"allow": ["allowed.test"]}
     new = {"allow": ["other.public.test"]}
