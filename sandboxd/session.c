@@ -251,23 +251,17 @@ static bool ca_trust_possible(const sandbox *sb) {
         return streq(sb->runtime, "host") && access(SANDBOX_CA_BUNDLE, R_OK) == 0;
 }
 
-static int ca_prepare(start_job *j, sb_error **ret_err) {
-        sandbox *sb = j->sb;
+/* The session CA's files for sb: <run>/proxy (the CA, 0700) and
+ * <run>/trust, and when `trust` (ca_trust_possible) the bundle of the
+ * host's roots plus the session CA that is bound over the sandbox's system
+ * bundle. *ret_made is set once the CA exists (so a failure after it still
+ * has it removed). 1: the bundle was written; 0: no bundle (not trusted
+ * there); negative errno with *ret_err. */
+static int ca_make_files(sandbox *sb, bool trust, bool *ret_made, sb_error **ret_err) {
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL, *trust_dir = NULL;
         _cleanup_free_ char *host = NULL, *mine = NULL, *text = NULL;
         size_t n_host = 0, n_mine = 0;
         int r;
-        /* The CA is made for every networked session: netd terminates with
-         * it whatever the runtime. Not for one started under deny-all: its
-         * bundle would be a bind whose host path the sandbox reads in
-         * mountinfo, and a deny-all sandbox sees nothing of the host. After
-         * a live switch to a policy with rules, its proxy refuses the
-         * hosts with rules (it has no CA to apply them with). */
-        bool trust = ca_trust_possible(sb);
-        /* A pooled session runs under deny-all but is made for creates of
-         * its pool's networked mode, which a cold create would give a CA. */
-        if (j->slot < 0 || (streq(sandbox_policy_mode(sb), "deny-all") && !j->pool_ca))
-                return 0;
         if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0 ||
             asprintf(&trust_dir, "%s/trust", sb->run_dir) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
@@ -275,7 +269,7 @@ static int ca_prepare(start_job *j, sb_error **ret_err) {
                 return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: create %s: %s", proxy_dir, strerror(-r));
         if ((r = pol_proxy_ca_generate(cert, key, sb->name, ret_err)) < 0)
                 return sb_error_prefix(ret_err, "egress proxy CA");
-        j->proxy_ca = true;
+        *ret_made = true;
         /* Only the host runtime binds the host's /etc/ssl, so only there is
          * the bundle's mount point known to exist; an imported runtime keeps
          * its own trust store (docs/POLICY.md, CA trust). */
@@ -289,7 +283,26 @@ static int ca_prepare(start_job *j, sb_error **ret_err) {
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         if ((r = core_write_file_replace(bundle, text, strlen(text), 0644)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: write %s: %s", bundle, strerror(-r));
-        j->sandbox_trusts_ca = true;
+        return 1;
+}
+
+static int ca_prepare(start_job *j, sb_error **ret_err) {
+        sandbox *sb = j->sb;
+        /* The CA is made for every networked session: netd terminates with
+         * it whatever the runtime. Not for one started under deny-all: its
+         * bundle would be a bind whose host path the sandbox reads in
+         * mountinfo, and a deny-all sandbox sees nothing of the host. After
+         * a live switch to a policy with rules, its proxy refuses the
+         * hosts with rules (it has no CA to apply them with). */
+        bool trust = ca_trust_possible(sb);
+        /* A pooled session runs under deny-all but is made for creates of
+         * its pool's networked mode, which a cold create would give a CA. */
+        if (j->slot < 0 || (streq(sandbox_policy_mode(sb), "deny-all") && !j->pool_ca))
+                return 0;
+        int r = ca_make_files(sb, trust, &j->proxy_ca, ret_err);
+        if (r < 0)
+                return r;
+        j->sandbox_trusts_ca = r > 0;
         return 0;
 }
 
@@ -2536,28 +2549,12 @@ static int pool_forget_flows(session *s, sb_error **ret_err) {
  * and it, bound over the sandbox's system bundle (bind_ca_bundle). */
 static int pool_make_ca(session *s, sb_error **ret_err) {
         sandbox *sb = s->sb;
-        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *proxy_dir = NULL, *trust_dir = NULL;
-        _cleanup_free_ char *host = NULL, *mine = NULL, *text = NULL;
-        size_t n_host = 0, n_mine = 0;
-        int r;
-        if (ca_paths(sb, &cert, &key, &bundle) < 0 || asprintf(&proxy_dir, "%s/proxy", sb->run_dir) < 0 ||
-            asprintf(&trust_dir, "%s/trust", sb->run_dir) < 0)
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
+        int r = ca_make_files(sb, ca_trust_possible(sb), &s->proxy_ca, ret_err);
+        if (r <= 0)
+                return r;
+        if (ca_paths(sb, &cert, &key, &bundle) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if ((r = make_dir_mode(proxy_dir, 0700)) < 0 || (r = make_dir_mode(trust_dir, 0755)) < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: create %s: %s", proxy_dir, strerror(-r));
-        if ((r = pol_proxy_ca_generate(cert, key, sb->name, ret_err)) < 0)
-                return sb_error_prefix(ret_err, "egress proxy CA");
-        s->proxy_ca = true;
-        if (!ca_trust_possible(sb))
-                return 0;
-        if ((r = core_read_file(SANDBOX_CA_BUNDLE, 16 << 20, &host, &n_host)) < 0 ||
-            (r = core_read_file(cert, 1 << 20, &mine, &n_mine)) < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: read certificates: %s", strerror(-r));
-        if (asprintf(&text, "%.*s\n# sandboxd session CA (egress proxy) of '%s'\n%.*s", (int)n_host, host, sb->name,
-                     (int)n_mine, mine) < 0)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if ((r = core_write_file_replace(bundle, text, strlen(text), 0644)) < 0)
-                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: write %s: %s", bundle, strerror(-r));
         if ((r = bind_ca_bundle(s, bundle)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: bind the bundle in the sandbox: %s",
                                     strerror(-r));
