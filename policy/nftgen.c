@@ -544,28 +544,6 @@ static int add_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uin
         return add_expr(r, e);
 }
 
-static int add_ct_est_rel(struct nftnl_rule *r) {
-        uint32_t mask = NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED), zero = 0;
-        struct nftnl_expr *e;
-        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_STATE, NFTNL_EXPR_CT_DREG);
-        if (k < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("bitwise"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
-        }
-        if ((k = add_expr(r, e)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("cmp"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
-                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
-        }
-        return add_expr(r, e);
-}
 
 /* ct mark == mark (the register holds it in host order, as nft does). */
 static int add_ct_mark_eq(struct nftnl_rule *r, uint32_t mark) {
@@ -596,6 +574,11 @@ static int add_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {
                 nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
         }
         return add_expr(r, e);
+}
+
+/* ct state established,related. */
+static int add_ct_est_rel(struct nftnl_rule *r) {
+        return add_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
 }
 
 /* ct mark set mark: the flow now belongs to this generation. */
