@@ -1286,8 +1286,22 @@ void cmd_op(init_agent *a, const char *op, const cJSON *req) {
                         return agent_send_error(a, idj, "kill: unknown signal");
                 /* The command leads its own process group (setsid), so the
                  * signal also reaches what it started. A reaped command may
-                 * still wait for its streams: nothing left to signal. */
-                if (!c->reaped && kill(-c->pid, sig) < 0 && errno != ESRCH)
-                        agent_send_error(a, idj, "kill: %m");
+                 * still wait for its streams: nothing left to signal. One
+                 * that has not exec'd yet (its report pipe still open) may
+                 * not lead its group yet, as setsid is one of its steps
+                 * before exec: the signal goes to it directly too, and it
+                 * has started nothing before exec. SIGKILL goes to the
+                 * leader first in any case: once it is pending there, it
+                 * can start nothing more (fork fails with a fatal signal
+                 * pending), so the group's SIGKILL after it reaches
+                 * everything it started. */
+                spawn_report(a, c);
+                if (!c->reaped) {
+                        bool pre_exec = c->report_fd >= 0;
+                        if (pre_exec || sig == SIGKILL)
+                                (void)kill(c->pid, sig);
+                        if (kill(-c->pid, sig) < 0 && errno != ESRCH && !pre_exec)
+                                agent_send_error(a, idj, "kill: %m");
+                }
         }
 }

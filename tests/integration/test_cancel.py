@@ -3,6 +3,7 @@ sandbox.snapshot or command.run of the same connection is cancelled; it
 answers -32800 (data.reason "cancelled") and leaves nothing behind."""
 import base64
 import json
+import time
 import os
 
 import leaks
@@ -164,8 +165,38 @@ def test_cancel_of_command_run_kills_its_process_group(world):
                       "a cancel of a request already answered")
         got = world.rpc_result("command.get", {"cmdId": cmd_id})
         expect(got.get("exitCode") is not None, "the command has exited", got)
-        left = [l for l in _processes(world, name) if "sleep" in l]
+        # The group's SIGKILL is sent; a killed process may still be in its
+        # exit (its command line readable) for a moment under load.
+        left = []
+        deadline = time.monotonic() + 15
+        while True:
+            left = [l for l in _processes(world, name) if "sleep" in l]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)  # polls the process list, bounded by the deadline
         expect_eq(left, [], "processes of the cancelled command left (its background child included)")
+    finally:
+        world.rpc("sandbox.delete", {"name": name}, 60)
+    leaks.check(world, name)
+
+
+def test_a_cancel_sent_right_after_command_run_kills_the_command(world):
+    """The cancel may reach sandbox-init before the command's child has made
+    itself a process group leader (init no longer waits for the child's
+    exec): the kill must reach the child then too, or the command runs on
+    and the cancelled request is never answered."""
+    name = world.name("cnow")
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    try:
+        with world.daemon.connect(timeout=60) as conn:
+            for i in range(30):
+                rid = conn.start("command.run", {"sandbox": name, "cmd": "sleep", "args": ["1000"]})
+                cid = conn.start("request.cancel", {"id": rid})
+                expect_eq(conn.wait(cid, 30).get("result"), {"cancelled": True},
+                          "round %d: request.cancel's answer" % i)
+                _expect_cancelled(conn.wait(rid, 30), "round %d: the cancelled command.run" % i)
+        left = [l for l in _processes(world, name) if "sleep" in l]
+        expect_eq(left, [], "processes of the cancelled commands left")
     finally:
         world.rpc("sandbox.delete", {"name": name}, 60)
     leaks.check(world, name)
