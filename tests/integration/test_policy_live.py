@@ -394,17 +394,31 @@ def test_rapid_and_concurrent_mode_changes_let_nothing_out_that_no_mode_allows(w
         seq = ["allowlist", "deny-all", "rules", "allowlist", "deny-all", "rules", "deny-all"] * 3
         errors = []
 
+        done = threading.Event()
+
+        # Rounds of the sequence until the probe loop has gone round a few
+        # times under them (updates take milliseconds, a probe round up to
+        # seconds), each round ending in the same mode.
         def flip(modes):
             for m in modes:
                 r = world.rpc("sandbox.update", {"name": name, "networkPolicy": MODES[m]})
                 if "error" in r:
                     errors.append(r["error"])
 
-        threads = [threading.Thread(target=flip, args=(seq,)), threading.Thread(target=flip, args=(seq[::-1],))]
+        def flip_rounds(modes):
+            while not done.is_set():
+                flip(modes)
+
+        threads = [threading.Thread(target=flip_rounds, args=(seq,)),
+                   threading.Thread(target=flip_rounds, args=(seq[::-1],))]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(300)
+        try:
+            poll(lambda: len(_logs(world, cmd).splitlines()) > 3, 120, "the probe loop goes round during the changes")
+        finally:
+            done.set()
+            for t in threads:
+                t.join(300)
         expect_eq(errors, [], "errors of the updates")
         # The last word decides: what get says is what is enforced.
         last = world.rpc("sandbox.get", {"name": name})["result"]["networkPolicy"]
