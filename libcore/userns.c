@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "libcore/fault.h"
 #include "libcore/rootfs.h"
 #include "libcore/userns.h"
 #include "libcore/util.h"
@@ -316,7 +317,7 @@ static int probe_in(const char *dir, uint32_t host_base, sb_error **ret_err) {
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "write through the idmapped overlay: %s", strerror(-r));
         if (st.st_uid != 0 || st.st_gid != 0)
-                return sb_error_set(ret_err, -EIO, NULL, NULL, "idmapped overlay stored ids %u:%u, not 0:0",
+                return sb_error_set(ret_err, -EOPNOTSUPP, NULL, NULL, "idmapped overlay stored ids %u:%u, not 0:0",
                                     st.st_uid, st.st_gid);
         return 0;
 }
@@ -327,9 +328,23 @@ int core_userns_probe(const char *state_dir, uint32_t host_base, sb_error **ret_
         _cleanup_free_ char *dir = NULL;
         if (asprintf(&dir, "%s/.userns-probe-XXXXXX", state_dir) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int fr = core_fault_error("userns.probe");
+        if (fr < 0)
+                return sb_error_set(ret_err, fr, NULL, NULL, "mkdtemp in %s: injected failure: %s", state_dir,
+                                    strerror(-fr));
         if (!mkdtemp(dir))
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mkdtemp in %s: %m", state_dir);
         int r = probe_in(dir, host_base, ret_err);
         core_rm_rf(dir);
         return r;
+}
+
+bool core_userns_probe_transient(int r) {
+        switch (-r) {
+        case ENOSPC: case EDQUOT: case EROFS: case EIO: case ENOMEM: case EMFILE: case ENFILE:
+        case EAGAIN: case EINTR: case EBUSY: case ETIMEDOUT: case ENOBUFS:
+                return true;
+        default:
+                return false;
+        }
 }

@@ -96,3 +96,13 @@ void core_userns_release(pid_t pid);
  * directory (removed again). Returns 0, or a negative errno with a message
  * saying what is missing ("idmapped mounts: ext2 does not support them"). */
 int core_userns_probe(const char *state_dir, uint32_t host_base, sb_error **ret_err);
+
+/* Whether a failure r (negative errno) of core_userns_probe comes from the
+ * probe's own scratch work and may pass (ENOSPC, EDQUOT, EROFS, EIO,
+ * ENOMEM, EMFILE, ENFILE, EAGAIN, EINTR, EBUSY, ETIMEDOUT, ENOBUFS: a full
+ * or read-only state filesystem, a lack of memory or fds) rather than say
+ * that the kernel or host cannot (EINVAL, ENOSYS, EPERM, EOPNOTSUPP from
+ * unshare, clone, mount_setattr MOUNT_ATTR_IDMAP, overlay creation; errno
+ * values per their man pages). A transient failure must not turn user
+ * namespaces off: the caller probes again later. */
+bool core_userns_probe_transient(int r);

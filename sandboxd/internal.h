@@ -300,6 +300,7 @@ struct manager {
         char *userns_unavailable; /* why user-namespace sandboxes cannot run here, or NULL */
         bool userns_default;      /* sandboxes that do not say get a user namespace (userns.c) */
         const char *userns_default_from; /* "daemon.json", "host" or "fallback" (static) */
+        char *userns_probe_error; /* a transient probe failure, not yet probed again, or NULL */
         uid_t plain_uid;          /* host account of the sandbox user without a user namespace */
         gid_t plain_gid;
         char *plain_unavailable;  /* why that account cannot be used, or NULL */
@@ -361,6 +362,14 @@ void reply_not_found(rpc_request *req, const char *what, const char *name);
  * sandboxes without a user namespace (m->plain_uid/gid, or the reason it
  * cannot be used in m->plain_unavailable: such sandboxes are then refused). */
 int userns_manager_init(manager *m, sb_error **ret_err);
+/* Probes user-namespace support again when the last probe failed
+ * transiently (core_userns_probe_transient: a full or read-only state
+ * filesystem...): that failure never turns user namespaces off. 0 when they
+ * work (or were never in doubt); -EOPNOTSUPP when the host turned out not
+ * to support them (recorded in m->userns_unavailable, the built-in default
+ * turned off, logged as a warning); the probe's error when it failed
+ * transiently again. Main thread. */
+int userns_reprobe(manager *m, sb_error **ret_err);
 /* The system account that is the sandbox user of sandboxes without a user
  * namespace (created by systemd-sysusers from systemd/sandboxd.sysusers). */
 #define SANDBOXD_PLAIN_USER "sandboxd-user"

@@ -957,6 +957,7 @@ void manager_free(manager *m) {
         free(m->runtimes_dir);
         free(m->host_runtime);
         free(m->userns_unavailable);
+        free(m->userns_probe_error);
         free(m->plain_unavailable);
         cJSON_Delete(m->runtime_jobs);
         free(m->run_sandboxes_dir);

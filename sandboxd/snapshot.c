@@ -804,6 +804,21 @@ static void method_fork(rpc_request *req, void *userdata) {
                                 "sandbox '%s' already exists; pick another name", TEXT_Q(name));
                 return;
         }
+        /* Every parameter of the fork's create (name, overrides) is checked
+         * here, before the capture copies and freezes the source. */
+        cJSON *p = fork_params(src, overrides, name);
+        int r = p ? sandbox_params_validate(m, p, &err) : sb_error_set(&err, -ENOMEM, NULL, NULL, "out of memory");
+        cJSON_Delete(p);
+        /* A fork in a user namespace where the host can run none. */
+        const cJSON *ou = cJSON_GetObjectItemCaseSensitive(overrides, "userns");
+        bool userns = cJSON_IsBool(ou) ? cJSON_IsTrue(ou) : src->userns;
+        if (r >= 0 && userns && (r = userns_reprobe(m, &err)) >= 0 && m->userns_unavailable)
+                r = sb_error_set(&err, -EOPNOTSUPP, "unavailable", "userns",
+                                 "userns: this host cannot run user-namespace sandboxes: %s", m->userns_unavailable);
+        if (r < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         capture(m, req, src, "fork", fork_captured);
 }
 

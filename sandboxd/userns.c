@@ -73,6 +73,38 @@ int userns_sandbox_user(const sandbox *sb, uid_t *ret_uid, gid_t *ret_gid) {
 
 /* ---- start-up ---------------------------------------------------------------- */
 
+/* Records a probe failure r with message msg: a transient one keeps the
+ * capability and the default (probed again later); any other turns user
+ * namespaces off, the built-in default with them. */
+static int userns_probe_failed(manager *m, int r, const char *msg) {
+        const daemon_config *cfg = m->cfg;
+        if (core_userns_probe_transient(r)) {
+                char *e = strdup(msg);
+                if (!e)
+                        return -ENOMEM;
+                free(m->userns_probe_error);
+                m->userns_probe_error = e;
+                log_warning("the user-namespace probe failed (%s); user namespaces stay on and are probed again "
+                            "at the next sandbox that needs one",
+                            msg);
+                return 0;
+        }
+        free(m->userns_probe_error);
+        m->userns_probe_error = NULL;
+        m->userns_unavailable = strdup(msg);
+        if (!m->userns_unavailable)
+                return -ENOMEM;
+        m->userns_default = cfg->userns_set && cfg->userns;
+        m->userns_default_from = cfg->userns_set ? "daemon.json" : "fallback";
+        if (cfg->userns_set)
+                log_warning("user-namespace sandboxes unavailable: %s", m->userns_unavailable);
+        else
+                log_warning("user namespaces unavailable here (%s): sandboxes run without one by default, "
+                            "their user as host account '%s'",
+                            m->userns_unavailable, SANDBOXD_PLAIN_USER);
+        return 0;
+}
+
 int userns_manager_init(manager *m, sb_error **ret_err) {
         const daemon_config *cfg = m->cfg;
         _cleanup_error_ sb_error *err = NULL;
@@ -81,26 +113,17 @@ int userns_manager_init(manager *m, sb_error **ret_err) {
         int r = core_userns_check_pool("/etc", cfg->userns_base, cfg->userns_size, &err);
         if (r >= 0)
                 r = core_userns_probe(cfg->state_dir, (uint32_t)cfg->userns_base, &err);
-        if (r >= 0) {
-                m->userns_default = cfg->userns;
-                m->userns_default_from = cfg->userns_set ? "daemon.json" : "host";
-        } else {
+        m->userns_default = cfg->userns;
+        m->userns_default_from = cfg->userns_set ? "daemon.json" : "host";
+        if (r < 0) {
                 /* Asked for in daemon.json and impossible: the start stops
-                 * (fail closed). Only the built-in default falls back. */
-                if (cfg->userns_set && cfg->userns)
+                 * (fail closed). Only the built-in default falls back; a
+                 * transient failure changes nothing. */
+                if (cfg->userns_set && cfg->userns && !core_userns_probe_transient(r))
                         return sb_error_set(ret_err, r, NULL, "userns", "daemon.json: userns: %s",
                                             err ? err->message : strerror(-r));
-                m->userns_unavailable = strdup(err ? err->message : strerror(-r));
-                if (!m->userns_unavailable)
+                if (userns_probe_failed(m, r, err ? err->message : strerror(-r)) < 0)
                         return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-                m->userns_default = false;
-                m->userns_default_from = cfg->userns_set ? "daemon.json" : "fallback";
-                if (cfg->userns_set)
-                        log_info("user-namespace sandboxes unavailable: %s", m->userns_unavailable);
-                else
-                        log_notice("user namespaces unavailable here (%s): sandboxes run without one by default, "
-                                   "their user as host account '%s'",
-                                   m->userns_unavailable, SANDBOXD_PLAIN_USER);
         }
         if (m->plain_unavailable && m->userns_default)
                 log_info("sandboxes without a user namespace are refused: %s", m->plain_unavailable);
@@ -108,6 +131,29 @@ int userns_manager_init(manager *m, sb_error **ret_err) {
                 log_warning("sandboxes without a user namespace (the default here) are refused: %s",
                             m->plain_unavailable);
         return 0;
+}
+
+int userns_reprobe(manager *m, sb_error **ret_err) {
+        if (!m->userns_probe_error || m->userns_unavailable)
+                return 0;
+        _cleanup_error_ sb_error *err = NULL;
+        int r = core_userns_probe(m->cfg->state_dir, (uint32_t)m->cfg->userns_base, &err);
+        if (r >= 0) {
+                log_notice("the user-namespace probe passed again: user-namespace sandboxes work");
+                free(m->userns_probe_error);
+                m->userns_probe_error = NULL;
+                return 0;
+        }
+        const char *msg = err ? err->message : strerror(-r);
+        bool transient = core_userns_probe_transient(r);
+        int q = sb_error_set(ret_err, transient ? r : -EOPNOTSUPP, "unavailable", "userns",
+                             transient ? "userns: the user-namespace probe failed: %s; free space (or fix the "
+                                         "error) under the state directory and retry"
+                                       : "userns: this host cannot run user-namespace sandboxes: %s",
+                             msg);
+        if (userns_probe_failed(m, r, msg) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        return q;
 }
 
 static bool range_taken(const manager *m, const sandbox *self, uint32_t base) {
@@ -127,6 +173,9 @@ int userns_assign(manager *m, sandbox *sb, sb_error **ret_err) {
                                             m->plain_unavailable);
                 return 0;
         }
+        int pr = userns_reprobe(m, ret_err);
+        if (pr < 0)
+                return pr;
         if (m->userns_unavailable)
                 return sb_error_set(ret_err, -EOPNOTSUPP, "unavailable", "userns",
                                     "userns: this host cannot run user-namespace sandboxes: %s",
@@ -182,6 +231,8 @@ void userns_info(const manager *m, cJSON *cap) {
         cJSON_AddStringToObject(u, "mode", m->userns_unavailable ? "none" : "idmapped-overlay");
         if (m->userns_unavailable)
                 cJSON_AddStringToObject(u, "reason", m->userns_unavailable);
+        if (m->userns_probe_error)
+                cJSON_AddStringToObject(u, "probeError", m->userns_probe_error);
         cJSON_AddBoolToObject(u, "default", m->userns_default);
         cJSON_AddStringToObject(u, "defaultFrom", m->userns_default_from ? m->userns_default_from : "host");
         cJSON_AddNumberToObject(u, "poolStart", (double)m->cfg->userns_base);

@@ -4,6 +4,7 @@ import json
 import os
 
 import leaks
+import world as W
 from common import create, delete, expect, expect_eq, get, poll, sh, sh_ok
 
 
@@ -42,6 +43,43 @@ def test_fork_of_running_sandbox_copies_files_and_keeps_source_running(world):
         delete(world, src)
     leaks.check(world, src)
     leaks.check(world, fork)
+
+
+def test_a_fork_with_an_invalid_parameter_fails_before_the_source_is_copied_or_frozen(world):
+    """sandbox.fork checks its name and overrides as sandbox.create would
+    before the capture: with the test build set to die when a fork freezes
+    its source (core_fault "fork.frozen"), each invalid fork is refused with
+    the error create gives, naming the field, and the daemon is still there, the source
+    running and no layer made."""
+    d = world.daemon
+    expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+    d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAULT": "fork.frozen"})
+    src = None
+    try:
+        src, _c, _o, _e = create(world, "fbad", "--deny-all")
+        before = _layers(world)
+        # The code and field sandbox.create gives for each.
+        cases = [({"name": "bad.name"}, -32602, "name"),
+                 ({"overrides": {"timeout": "soon"}}, -32602, "timeout"),
+                 ({"overrides": {"resources": {"vcpus": 0}}}, -32602, "resources.vcpus"),
+                 ({"overrides": {"networkPolicy": {"mode": "nonsense"}}}, -32000, "networkPolicy")]
+        for extra, want, field in cases:
+            params = dict({"sourceSandbox": src}, **extra)
+            msg = d.rpc("sandbox.fork", params, timeout=60)
+            err = msg.get("error") or {}
+            expect_eq(err.get("code"), want, "fork %s: %s" % (extra, msg))
+            expect(((err.get("data") or {}).get("field") or "").startswith(field), "the field named:", err)
+            expect(d.proc.poll() is None, "the daemon reached the freeze of the source for %s" % extra)
+        code, out, err = world.ctl("fork", src, "--name", "bad.name")
+        expect(code != 0 and "is not valid" in err, "sandboxctl fork --name bad.name:", code, err)
+        expect(d.proc.poll() is None, "the daemon reached the freeze for sandboxctl fork --name bad.name")
+        expect_eq(_layers(world), before, "layers made by the refused forks")
+        expect_eq(get(world, src)[0].get("status"), "running", "the source's status")
+    finally:
+        if src:
+            delete(world, src)
+        d.stop()
+        d.start()
 
 
 def test_fork_of_stopped_persistent_sandbox_and_both_resume(world):

@@ -146,6 +146,48 @@ def test_a_host_without_idmapped_mounts_falls_back_to_no_user_namespace_with_a_l
         world.start_sandboxd()
 
 
+def test_a_transient_probe_failure_at_start_keeps_user_namespaces_on_and_is_probed_again(world):
+    """The start-up probe's scratch work fails (as on a full or read-only
+    state filesystem; core_fault_error "userns.probe", EIO, twice): the
+    daemon keeps user namespaces available and the default on, logs a
+    warning naming the reason, refuses the first create that needs one with
+    that reason (never a silent sandbox without one), and once the probe
+    passes again the next create gets a user namespace, without a restart."""
+    world.stop_sandboxd()
+    d = world.add_sandboxd({}, tag="unstr")
+    name = world.name("unstr")
+    try:
+        _without_suite_mode(lambda: d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAIL": "userns.probe:2"}))
+        u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+        expect_eq((u.get("available"), u.get("default"), u.get("defaultFrom")), (True, True, "host"),
+                  "daemon.info after a transient probe failure: %s" % u)
+        expect("injected failure" in u.get("probeError", ""), "daemon.info names the probe error:", u)
+        log = d.log_tail(60)
+        expect("the user-namespace probe failed" in log and "stay on" in log,
+               "the log warns and says user namespaces stay on:", log[-800:])
+        expect("sandboxes run without one" not in log, "the log announces a fallback:", log[-800:])
+        msg = d.rpc("sandbox.create", {"name": name, "networkPolicy": "deny-all"}, timeout=60)
+        err = msg.get("error") or {}
+        expect_eq((err.get("data") or {}).get("reason"), "unavailable", "create while the probe fails: %s" % msg)
+        expect("probe failed" in err.get("message", "") and "injected failure" in err.get("message", ""),
+               "the error names the probe's failure:", err)
+        expect(d.rpc("sandbox.get", {"name": name}).get("error"), "no sandbox left by the refused create")
+        code, _o, cerr = d.ctl("create", "--name", name, "--deny-all")
+        expect_eq(code, 0, "create once the probe passes (%s)" % cerr.strip())
+        sb = d.rpc_result("sandbox.get", {"name": name})
+        expect_eq(sb.get("userns"), True, "sandbox.get: userns")
+        code, out, xerr = d.ctl("exec", name, "--", "cat", "/proc/self/uid_map")
+        expect_eq(code, 0, "exec (%s)" % xerr.strip())
+        expect_eq(out.split(), ["0", str(sb["usernsRange"]["start"]), str(RANGE)], "uid_map inside")
+        u = d.rpc_result("daemon.info")["capabilities"]["userns"]
+        expect_eq((u.get("available"), u.get("default"), "probeError" in u), (True, True, False),
+                  "daemon.info once the probe passed: %s" % u)
+    finally:
+        d.ctl("rm", name)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+
+
 def _sandbox_processes(init_pid):
     """Host pids of the processes in the PID namespace of init_pid, init
     excluded."""

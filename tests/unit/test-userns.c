@@ -92,6 +92,17 @@ static void test_probe_builds_and_writes_an_idmapped_overlay(void **state) {
 /* A held namespace is owned by host_base (so the kernel charges its
  * per-user counts there), and the thread is host root again afterwards:
  * ids 0 and its whole permitted set effective. */
+/* A probe that failed on its own scratch work (a full or read-only state
+ * filesystem, no memory) must not read as "the host cannot". */
+static void test_probe_failures_of_the_scratch_work_are_transient(void **state) {
+        static const int transient[] = {ENOSPC, EDQUOT, EROFS, EIO, ENOMEM, EMFILE, ENFILE, EAGAIN, EINTR};
+        static const int host[] = {EINVAL, ENOSYS, EPERM, EOPNOTSUPP, EOVERFLOW, ENOENT};
+        for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
+                assert_true(core_userns_probe_transient(-transient[i]));
+        for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+                assert_false(core_userns_probe_transient(-host[i]));
+}
+
 static void test_held_namespace_is_owned_by_the_range_base(void **state) {
         if (geteuid() != 0)
                 skip();
@@ -127,6 +138,7 @@ int main(void) {
                 cmocka_unit_test(test_pool_overlapping_accounts_or_subids_is_refused),
                 cmocka_unit_test(test_missing_files_are_skipped),
                 cmocka_unit_test(test_probe_builds_and_writes_an_idmapped_overlay),
+                cmocka_unit_test(test_probe_failures_of_the_scratch_work_are_transient),
                 cmocka_unit_test(test_held_namespace_is_owned_by_the_range_base),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
