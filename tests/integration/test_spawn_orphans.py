@@ -102,3 +102,46 @@ def test_a_child_waiting_for_its_user_namespace_maps_holds_nothing_of_the_daemon
     world.daemon = d
     info = d.rpc("daemon.info")
     expect("result" in info, "daemon.info after the restart: %s" % info)
+
+
+def _pidfd_getfd(pid, fd):
+    """A copy of `fd` of process `pid`: the same open file description
+    (pidfd_getfd(2)), so its flock(2) is held by this process too."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd (x86_64)
+        if got < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+        return got
+    finally:
+        os.close(pidfd)
+
+
+def test_a_lock_kept_by_a_process_after_its_daemon_died_is_named_at_the_next_start(world):
+    """The next daemon's start-up error names the pid that holds the
+    network-namespace lock when the daemon that took it is gone."""
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.add_sandboxd(tag="heldlock")
+    d.start()
+    lock = [fd for fd, t in _fd_targets(d.pid) if t.startswith("/run/sandboxd-netns-")]
+    expect_eq(len(lock), 1, "the daemon's network-namespace lock fd")
+    held = _pidfd_getfd(d.pid, lock[0])
+    try:
+        os.kill(d.pid, signal.SIGKILL)
+        d.proc.wait(10)
+        try:
+            d.start()
+            started = True
+        except W.WorldError as e:
+            started = False
+            text = str(e)
+        expect(not started, "sandboxd started while another process holds the namespace lock")
+        expect("held by pid %d" % os.getpid() in text and "kill -9 %d" % os.getpid() in text,
+               "the start-up error names the holder:", text[-600:])
+    finally:
+        os.close(held)
+    d.start()
+    world.daemon = d
+    expect("result" in d.rpc("daemon.info"), "daemon.info once the holder let go")
