@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include "libcore/agent.h"
 #include "libcore/container.h"
+#include "libcore/fault.h"
 #include "libcore/userns.h"
 #include "libcore/util.h"
 
@@ -57,13 +58,42 @@ struct child_args {
         int listen_fd;   /* AGENT_LISTEN_FD in the child, or -EBADF */
         int devnull;
         int sync_fd;     /* userns: read end; EOF before a byte = abort */
-        int sync_w;      /* its write end, closed in the child so EOF can come */
+        int sync_w;      /* its write end (the child closes it with the rest) */
 };
 
-/* Child side of clone(): raw syscalls only, then exec. */
+/* Child side of clone(): raw syscalls only, then exec.
+ *
+ * Its first act is to put the fds it needs at known numbers and close
+ * every other one, before it waits for the go byte: a child waiting with a
+ * copy of the daemon's table would keep the daemon's locks, its listening
+ * socket and the write ends of the other children's sync pipes alive after
+ * the daemon died (and those children, holding its write end, would keep
+ * it waiting forever). With only its own read end left, the daemon's death
+ * closes the last write end: the child reads EOF and exits. Layout: 0-2
+ * /dev/null, AGENT_FD, AGENT_LISTEN_FD (or closed), the memfd at
+ * AGENT_LISTEN_FD + 1 and the sync read end at AGENT_LISTEN_FD + 2 (both
+ * close-on-exec). */
 _noreturn_ static void child_main(void *p) {
         struct child_args *a = p;
-        if (a->sync_fd >= 0) {
+        /* Park every fd we keep above the slots about to be set, so no
+         * dup2 below can clobber one of them. */
+        int exe = fcntl(a->init_fd, F_DUPFD_CLOEXEC, 64);
+        int agent = fcntl(a->agent_fd, F_DUPFD_CLOEXEC, 64);
+        int null = fcntl(a->devnull, F_DUPFD_CLOEXEC, 64);
+        int lfd = a->listen_fd >= 0 ? fcntl(a->listen_fd, F_DUPFD_CLOEXEC, 64) : -1;
+        int sync = a->sync_fd >= 0 ? fcntl(a->sync_fd, F_DUPFD_CLOEXEC, 64) : -1;
+        if (exe < 0 || agent < 0 || null < 0 || (a->listen_fd >= 0 && lfd < 0) || (a->sync_fd >= 0 && sync < 0) ||
+            dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 || dup2(agent, AGENT_FD) < 0 ||
+            (lfd >= 0 && dup2(lfd, AGENT_LISTEN_FD) < 0) || dup3(exe, AGENT_LISTEN_FD + 1, O_CLOEXEC) < 0 ||
+            (sync >= 0 && dup3(sync, AGENT_LISTEN_FD + 2, O_CLOEXEC) < 0))
+                _exit(126);
+        if (lfd < 0)
+                close(AGENT_LISTEN_FD);
+        /* Only 0-4 may cross into the sandbox, and nothing else of the
+         * daemon's may stay here while we wait. */
+        if (syscall(SYS_close_range, AGENT_LISTEN_FD + (sync >= 0 ? 3 : 2), ~0U, 0) < 0)
+                _exit(126);
+        if (sync >= 0) {
                 /* User namespace: wait until the parent has written
                  * uid_map/gid_map. Exec'ing before would drop every
                  * capability (the kernel grants them at exec only to the
@@ -73,25 +103,17 @@ _noreturn_ static void child_main(void *p) {
                  * the base), and host root is not mapped here. The host
                  * groups go too: setgroups is still allowed (the maps were
                  * written by host root), and none of host root's groups may
-                 * follow. */
+                 * follow. EOF before the byte (the parent gave up or died):
+                 * exit. */
                 char c;
-                close(a->sync_w);
-                if (read(a->sync_fd, &c, 1) != 1 || syscall(SYS_setgroups, 0, NULL) < 0 ||
-                    syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
+                ssize_t n;
+                while ((n = read(AGENT_LISTEN_FD + 2, &c, 1)) < 0 && errno == EINTR)
+                        ;
+                if (n != 1 || syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, 0, 0, 0) < 0 ||
+                    syscall(SYS_setresuid, 0, 0, 0) < 0)
                         _exit(125);
+                close(AGENT_LISTEN_FD + 2);
         }
-        /* Park the memfd above the fds we are about to set, then give it the
-         * slot right after the agent socket (close-on-exec), so closing
-         * everything else cannot take it. */
-        int exe = fcntl(a->init_fd, F_DUPFD_CLOEXEC, 64);
-        int lfd = a->listen_fd >= 0 ? fcntl(a->listen_fd, F_DUPFD_CLOEXEC, 64) : -1;
-        if (exe < 0 || (a->listen_fd >= 0 && lfd < 0) || dup2(a->devnull, 0) < 0 || dup2(a->devnull, 1) < 0 ||
-            dup2(a->devnull, 2) < 0 || dup2(a->agent_fd, AGENT_FD) < 0 ||
-            (lfd >= 0 && dup2(lfd, AGENT_LISTEN_FD) < 0) || dup3(exe, AGENT_LISTEN_FD + 1, O_CLOEXEC) < 0)
-                _exit(126);
-        /* Only 0-4 may cross into the sandbox. Everything of the daemon's is
-         * O_CLOEXEC already; close_range makes it true even if one is not. */
-        syscall(SYS_close_range, AGENT_LISTEN_FD + 2, ~0U, 0);
         char *const argv[] = {(char *)"sandbox-init", NULL};
         char *const envp[] = {NULL};
         /* execveat on the memfd: it is the memfd, not a path, that runs. */
@@ -214,6 +236,9 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int l
          * setgroups stays allowed, user_namespaces(7)). */
         if (userns_base) {
                 close(TAKE_FD(sync_r)); /* the child holds its own copy */
+                /* The child waits for the go byte here. */
+                core_fault("spawn.init_waiting");
+                core_fault_stall("spawn.init_waiting");
                 if (release_userns_child(pid, userns_base, sync_w, ret_err) < 0) {
                         syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
                         waitpid(pid, NULL, 0);

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "libcore/fault.h"
 
 void core_fault(const char *point) {
@@ -12,6 +13,17 @@ void core_fault(const char *point) {
         const char *want = getenv("SANDBOXD_FAULT");
         if (want && point && strcmp(want, point) == 0)
                 raise(SIGKILL);
+#else
+        (void)point;
+#endif
+}
+
+void core_fault_stall(const char *point) {
+#ifdef SANDBOXD_FAULTS
+        const char *want = getenv("SANDBOXD_FAULT_STALL");
+        if (want && point && strcmp(want, point) == 0)
+                for (;;)
+                        pause();
 #else
         (void)point;
 #endif

@@ -9,6 +9,13 @@
  * build/faults/sandboxd); an installed daemon ignores the variable. */
 void core_fault(const char *point);
 
+/* Stops the calling thread for good (until the process dies) when the
+ * environment variable SANDBOXD_FAULT_STALL equals `point`, so a test can
+ * look at the daemon's state inside a window (a spawned child waiting to
+ * be released) and kill the daemon there. Like core_fault, compiled to
+ * nothing unless built with SANDBOXD_FAULTS. */
+void core_fault_stall(const char *point);
+
 /* Error injection for the failure-path tests: returns -EIO when the
  * environment variable SANDBOXD_FAIL equals `point` ("create.disk"), or
  * equals "point:N" and this is one of the first N times the point is

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -520,7 +521,20 @@ static pid_t lock_holder(int fd) {
 }
 
 static int refuse_busy(int fd, sb_error **ret_err) {
-        pid_t pid = lock_holder(fd);
+        pid_t pid = lock_holder(fd), holder = 0;
+        bool orphan = false;
+        /* The pid written is the daemon that took the lock; the lock is on
+         * the open file, so a process that inherited the fd holds it too.
+         * When the writer is gone, name the process that holds it now. */
+        bool writer_gone = pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH);
+        if (writer_gone && core_lock_holder(fd, &holder, &orphan) > 0)
+                return sb_error_set(ret_err, -EBUSY, NULL, NULL,
+                                    "the lock of this network namespace is held by pid %d, %s; end that "
+                                    "process (kill -9 %d) and start again",
+                                    (int) holder,
+                                    orphan ? "a child of a sandboxd that never ran its program"
+                                           : "which inherited it from a sandboxd that is gone",
+                                    (int) holder);
         if (pid > 0)
                 return sb_error_set(ret_err, -EBUSY, NULL, NULL,
                                     "another sandboxd (pid %d) manages this network namespace; "

@@ -116,7 +116,9 @@ int core_addr_monitor_open(void) {
                 mnl_socket_close(nl);
                 return r;
         }
-        int fd = dup(mnl_socket_get_fd(nl)); /* keep only the fd: no wrapper to carry */
+        /* Keep only the fd (no wrapper to carry); dup(2) would drop its
+         * close-on-exec flag. */
+        int fd = fcntl(mnl_socket_get_fd(nl), F_DUPFD_CLOEXEC, 0);
         int r = fd < 0 ? negative_errno() : fd;
         mnl_socket_close(nl);
         if (r >= 0) {

@@ -197,7 +197,7 @@ static int copy_dir(copy_ctx *c, int src_dir, int dst_dir, const char *name, con
         _cleanup_close_ int out = openat2_beneath(dst_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
         if (out < 0)
                 return sb_error_set(c->err, out, REASON, NULL, "copy '%s': %s", shown, strerror(-out));
-        int dfd = dup(in);
+        int dfd = fcntl(in, F_DUPFD_CLOEXEC, 0);
         DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
         if (!d) {
                 if (dfd >= 0)

@@ -246,9 +246,15 @@ int core_userns_hold(uint32_t host_base, pid_t *ret_pid, int *ret_fd, sb_error *
         }
         pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
         if (pid == 0) {
+                /* Nothing of the daemon's stays here while it waits (its
+                 * locks, its sockets, the write ends of other children's
+                 * pipes): only the read end, so the parent's close or
+                 * death is EOF. */
                 char c;
-                close(p[1]);
-                (void)!read(p[0], &c, 1);
+                if (dup2(p[0], STDIN_FILENO) < 0 || syscall(SYS_close_range, STDIN_FILENO + 1, ~0U, 0) < 0)
+                        _exit(1);
+                while (read(STDIN_FILENO, &c, 1) < 0 && errno == EINTR)
+                        ;
                 _exit(0);
         }
         int clone_err = pid < 0 ? negative_errno() : 0;

@@ -724,3 +724,69 @@ const int *core_cancel_current(void) {
 bool core_cancel_requested(void) {
         return cancel_flag && __atomic_load_n(cancel_flag, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED;
 }
+
+/* Whether the open file behind /proc/<pid>/<rel> is (dev, ino). */
+static bool proc_link_is(int piddir, const char *rel, dev_t dev, ino_t ino) {
+        struct stat st;
+        return fstatat(piddir, rel, &st, 0) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+int core_lock_holder(int fd, pid_t *ret_pid, bool *ret_unexeced_child) {
+        struct stat want, self, self_user, self_pid;
+        if (fstat(fd, &want) < 0)
+                return negative_errno();
+        bool have_self = stat("/proc/self/exe", &self) == 0 && stat("/proc/self/ns/user", &self_user) == 0 &&
+                         stat("/proc/self/ns/pid", &self_pid) == 0;
+        DIR *proc = opendir("/proc");
+        if (!proc)
+                return 0;
+        pid_t me = getpid(), child = 0;
+        int found = 0;
+        struct dirent *de;
+        /* A holder that is not an un-exec'd child wins (a live daemon and
+         * its child being cloned both hold the lock). */
+        while (!found && (de = readdir(proc))) {
+                char *end;
+                long pid = strtol(de->d_name, &end, 10);
+                if (*end || pid <= 0 || pid == me)
+                        continue;
+                _cleanup_close_ int piddir = openat(dirfd(proc), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (piddir < 0)
+                        continue;
+                int fds = openat(piddir, "fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                DIR *fdd = fds >= 0 ? fdopendir(fds) : NULL;
+                if (!fdd) {
+                        if (fds >= 0)
+                                close(fds);
+                        continue;
+                }
+                struct dirent *fe;
+                bool holds = false;
+                while (!holds && (fe = readdir(fdd))) {
+                        char rel[300];
+                        if (fe->d_name[0] == '.')
+                                continue;
+                        snprintf(rel, sizeof(rel), "fd/%s", fe->d_name);
+                        holds = proc_link_is(piddir, rel, want.st_dev, want.st_ino);
+                }
+                closedir(fdd);
+                if (!holds)
+                        continue;
+                bool unexeced = have_self && proc_link_is(piddir, "exe", self.st_dev, self.st_ino) &&
+                                (!proc_link_is(piddir, "ns/user", self_user.st_dev, self_user.st_ino) ||
+                                 !proc_link_is(piddir, "ns/pid", self_pid.st_dev, self_pid.st_ino));
+                if (!unexeced) {
+                        *ret_pid = (pid_t)pid;
+                        *ret_unexeced_child = false;
+                        found = 1;
+                } else if (!child)
+                        child = (pid_t)pid;
+        }
+        closedir(proc);
+        if (!found && child) {
+                *ret_pid = child;
+                *ret_unexeced_child = true;
+                found = 1;
+        }
+        return found;
+}

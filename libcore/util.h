@@ -195,3 +195,16 @@ int core_closest_word(const char *word, const char *const *candidates, size_t n)
 void core_cancel_bind(const int *flag);
 const int *core_cancel_current(void);
 bool core_cancel_requested(void);
+
+/* Who holds a lock file open: scans /proc/<pid>/fd of every process but
+ * this one for a descriptor of the same file as `fd` (st_dev and st_ino,
+ * fstat(2) of the /proc magic link), for the start-up error of a daemon
+ * whose flock(2) was refused. Writes the first holder's pid to *ret_pid,
+ * and sets *ret_unexeced_child when that process still runs this program's
+ * own executable (/proc/<pid>/exe is the same file as /proc/self/exe) but
+ * in another user or PID namespace (/proc/<pid>/ns/user, ns/pid): a child
+ * a sandboxd cloned into new namespaces that never exec'd, not a daemon.
+ * Returns 1 when one was found, 0 when none (or /proc is not readable),
+ * -errno when `fd` cannot be stat'ed. Not for a hot path: it reads every
+ * process's fd table. */
+int core_lock_holder(int fd, pid_t *ret_pid, bool *ret_unexeced_child);

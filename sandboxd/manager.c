@@ -451,10 +451,22 @@ static int lock_state_dir(manager *m, sb_error **ret_err) {
         if (m->state_lock_fd < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", path);
         if (flock(m->state_lock_fd, LOCK_EX | LOCK_NB) < 0) {
-                if (errno == EWOULDBLOCK)
+                if (errno == EWOULDBLOCK) {
+                        /* Name the holder: a child of a killed daemon that
+                         * never ran its program holds the lock as well as a
+                         * live daemon does. */
+                        pid_t holder = 0;
+                        bool orphan = false;
+                        if (core_lock_holder(m->state_lock_fd, &holder, &orphan) > 0 && orphan)
+                                return sb_error_set(ret_err, -EBUSY, NULL, NULL,
+                                                    "the lock of the state directory %s is held by pid %d, a "
+                                                    "child of a sandboxd that never ran its program; end that "
+                                                    "process (kill -9 %d) and start again",
+                                                    m->cfg->state_dir, (int) holder, (int) holder);
                         return sb_error_set(ret_err, -EBUSY, NULL, NULL,
                                             "another sandboxd uses the state directory %s; give each daemon "
                                             "its own --state-dir", m->cfg->state_dir);
+                }
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "lock %s: %m", path);
         }
         return 0;

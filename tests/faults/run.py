@@ -287,6 +287,8 @@ SCENARIOS = {
     "create.session_started[allowlist]": s_create(policy=ALLOWLIST),
     "create.recorded[allowlist]": s_create(policy=ALLOWLIST),
     "create.session_started[deny-all]": s_create(policy="deny-all"),
+    # sandbox-init cloned into its user namespace, waiting for its maps.
+    "spawn.init_waiting": s_create(policy="deny-all"),
     # request.cancel of a create: killed as the cancelled worker starts to undo it.
     "create.cancelled": (s_create_cancelled, send_create_and_cancel),
     "fork.frozen": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),

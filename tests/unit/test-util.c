@@ -8,7 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -331,6 +337,55 @@ static void test_error_keeps_innermost_and_prefixes_context(void **state) {
         assert_int_equal(sb_error_set(NULL, -EPERM, NULL, NULL, "ignored"), -EPERM);
 }
 
+/* A child holding a dup of the lock file (started with `flags` for clone)
+ * until its pipe closes; returns its pid. */
+static pid_t lock_holding_child(int lockfd, unsigned long flags, int *ret_w) {
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, NULL);
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                char c;
+                if (dup2(p[0], 0) < 0 || dup2(lockfd, 3) < 0 || syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
+                        _exit(1);
+                while (read(0, &c, 1) < 0 && errno == EINTR)
+                        ;
+                _exit(0);
+        }
+        close(p[0]);
+        *ret_w = p[1];
+        return pid;
+}
+
+static void test_lock_holder_names_the_process_and_whether_it_never_exec_d_in_new_namespaces(void **state) {
+        char path[] = "/tmp/test-lock-holder-XXXXXX";
+        int fd = mkostemp(path, O_CLOEXEC);
+        assert_true(fd >= 0);
+        unlink(path);
+        pid_t pid = 0;
+        bool unexeced = true;
+        /* Only this process holds it: nobody else. */
+        assert_int_equal(core_lock_holder(fd, &pid, &unexeced), 0);
+        int w = -1;
+        /* A plain fork of this program: a holder, not an un-exec'd child
+         * in new namespaces. */
+        pid_t plain = lock_holding_child(fd, 0, &w);
+        assert_int_equal(core_lock_holder(fd, &pid, &unexeced), 1);
+        assert_int_equal(pid, plain);
+        assert_false(unexeced);
+        close(w);
+        assert_int_equal(waitpid(plain, NULL, 0), plain);
+        /* Cloned into a new user namespace and never exec'd. */
+        pid_t child = lock_holding_child(fd, CLONE_NEWUSER, &w);
+        assert_int_equal(core_lock_holder(fd, &pid, &unexeced), 1);
+        assert_int_equal(pid, child);
+        assert_true(unexeced);
+        close(w);
+        assert_int_equal(waitpid(child, NULL, 0), child);
+        assert_int_equal(core_lock_holder(fd, &pid, &unexeced), 0);
+        close(fd);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_sandbox_names_follow_design_rule),
@@ -346,6 +401,7 @@ int main(void) {
                 cmocka_unit_test(test_beneath_helpers_refuse_every_symlinked_component),
                 cmocka_unit_test(test_tree_copy_keeps_links_as_links_and_reads_nothing_outside),
                 cmocka_unit_test(test_error_keeps_innermost_and_prefixes_context),
+                cmocka_unit_test(test_lock_holder_names_the_process_and_whether_it_never_exec_d_in_new_namespaces),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
