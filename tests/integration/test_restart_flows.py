@@ -13,6 +13,7 @@ import sys
 import world as W
 from common import expect, expect_eq, poll, sandbox
 from test_policy_generations import PORT, _SERVER, _policy_file
+from test_policy_rules import connect, dns
 from test_restore import _restart
 
 
@@ -131,3 +132,25 @@ def test_rules_of_a_session_that_died_while_the_daemon_was_down_are_removed_at_s
                       "the adopted session's objects, unchanged in kind")
             expect_eq(world.rpc("sandbox.get", {"name": keep})["result"]["session"]["initPid"], keep_pid,
                       "the kept sandbox is the same session")
+
+
+def test_a_table_that_cannot_be_cleaned_is_replaced_and_the_sessions_reapplied(world):
+    """An element in a session map that names no session interface (not
+    the daemon's) makes the cleanup fail: the table is replaced, the
+    element is gone and the adopted session's rules are applied again."""
+    pol = _policy_file(world, {"allow": ["api.public.test"]})
+    with sandbox(world, "rsfbad", "--policy", pol) as name:
+        d = world.daemon
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(10)
+        world.run_in_host(["nft", "add", "element", "inet", "sandboxd", "sessions", '{ "foreign0" : accept }'],
+                          check=True)
+        d.start()
+        out = world.run_in_host(["nft", "list", "table", "inet", "sandboxd"], check=True).stdout
+        expect("foreign0" not in out, "the foreign element is gone after the start")
+        with open(d.log_path, errors="replace") as f:
+            expect("replacing the table" in f.read(), "the daemon says it replaced the table")
+        expect_eq(len(_session_objects(world)), 1, "the adopted session's rules are in place")
+        expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "the allowed name resolves")
+        expect(connect(world, name, W.PUB_API_ADDR)["ok"], "the allowed address connects")
+        expect(not connect(world, name, W.PUB_OTHER_ADDR)["ok"], "an address the policy does not allow is refused")
