@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "libcore/net.h"
 #include "libcore/util.h"
 #include "policy/nftgen.h"
@@ -33,6 +34,7 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_chain, nftnl_chain_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_rule, nftnl_rule_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set, nftnl_set_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set_elems_iter, nftnl_set_elems_iter_destroy);
 
 /* ---- the session's objects as data ---- */
 
@@ -1349,4 +1351,184 @@ int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_erro
         if (!buf || (k = msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf)) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
         return core_nft_batch_send(bt, ret_err);
+}
+
+/* ---- leftovers of an earlier run ---- */
+
+typedef struct leftover {
+        char ifname[IFNAMSIZ];
+        bool elem, input_elem, proxied, nat_elem, reply_elem;
+} leftover;
+
+typedef struct leftovers {
+        leftover *v;
+        size_t n, cap;
+} leftovers;
+
+/* The session interface an object name carries: "sbx<n>" right after a
+ * one-letter prefix and '_' (s_sbx3, r_sbx3, s_sbx3_allow4), or the whole
+ * key of a map element: the length of "sbx<n>", or 0 for a host object. */
+static size_t session_name(const char *name, size_t skip) {
+        if (strlen(name) <= skip || (skip && name[1] != '_'))
+                return 0;
+        name += skip;
+        size_t d = strncmp(name, "sbx", 3) == 0 ? strspn(name + 3, "0123456789") : 0;
+        if (!d || 3 + d >= IFNAMSIZ || (name[3 + d] && name[3 + d] != '_') || (!skip && name[3 + d]))
+                return 0;
+        return 3 + d;
+}
+
+/* The entry of that interface in l, added if new; NULL when out of memory
+ * or name is no session object (session_name). */
+static leftover *leftover_of(leftovers *l, const char *name, size_t skip) {
+        size_t d = session_name(name, skip);
+        if (!d)
+                return NULL;
+        name += skip;
+        d -= 3;
+        for (size_t i = 0; i < l->n; i++)
+                if (strncmp(l->v[i].ifname, name, 3 + d) == 0 && !l->v[i].ifname[3 + d])
+                        return &l->v[i];
+        if (l->n == l->cap) {
+                size_t cap = l->cap ? 2 * l->cap : 16;
+                leftover *v = realloc(l->v, cap * sizeof(*v));
+                if (!v)
+                        return NULL;
+                l->v = v;
+                l->cap = cap;
+        }
+        leftover *o = &l->v[l->n++];
+        memset(o, 0, sizeof(*o));
+        memcpy(o->ifname, name, 3 + d);
+        return o;
+}
+
+typedef struct dump_ctx {
+        leftovers *l;
+        int what; /* 0 chains, 1 sets, 2.. the elements of dump_maps[what - 2] */
+        int err;
+} dump_ctx;
+
+static const char *const dump_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSIONS_INPUT_MAP, CORE_NFT_PROXIED_SET,
+                                         CORE_NFT_SESSIONS_NAT_MAP, CORE_NFT_SESSIONS_REPLY_MAP };
+
+static int dump_cb(const struct nlmsghdr *nlh, void *data) {
+        dump_ctx *c = data;
+        if (c->what == 0) {
+                _cleanup_(nftnl_chain_freep) struct nftnl_chain *ch = nftnl_chain_alloc();
+                if (!ch || nftnl_chain_nlmsg_parse(nlh, ch) < 0)
+                        return c->err = -ENOMEM, MNL_CB_ERROR;
+                const char *t = nftnl_chain_get_str(ch, NFTNL_CHAIN_TABLE), *name = nftnl_chain_get_str(ch, NFTNL_CHAIN_NAME);
+                if (t && name && streq(t, CORE_NFT_TABLE) && session_name(name, 2) && !leftover_of(c->l, name, 2))
+                        return c->err = -ENOMEM, MNL_CB_ERROR;
+                return MNL_CB_OK;
+        }
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
+        if (!s)
+                return c->err = -ENOMEM, MNL_CB_ERROR;
+        if (c->what == 1) {
+                if (nftnl_set_nlmsg_parse(nlh, s) < 0)
+                        return c->err = -EBADMSG, MNL_CB_ERROR;
+                const char *t = nftnl_set_get_str(s, NFTNL_SET_TABLE), *name = nftnl_set_get_str(s, NFTNL_SET_NAME);
+                if (t && name && streq(t, CORE_NFT_TABLE) && session_name(name, 2) && !leftover_of(c->l, name, 2))
+                        return c->err = -ENOMEM, MNL_CB_ERROR;
+                return MNL_CB_OK;
+        }
+        if (nftnl_set_elems_nlmsg_parse(nlh, s) < 0)
+                return c->err = -EBADMSG, MNL_CB_ERROR;
+        _cleanup_(nftnl_set_elems_iter_destroyp) struct nftnl_set_elems_iter *it = nftnl_set_elems_iter_create(s);
+        if (!it)
+                return c->err = -ENOMEM, MNL_CB_ERROR;
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e; e = nftnl_set_elems_iter_next(it)) {
+                uint32_t len = 0;
+                const char *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &len);
+                char name[IFNAMSIZ + 1] = "";
+                if (!key || len > IFNAMSIZ)
+                        continue;
+                memcpy(name, key, len);
+                /* A key that is no session interface: not ours to judge,
+                 * the caller replaces the table (fail closed). */
+                if (!session_name(name, 0))
+                        return c->err = -EBADMSG, MNL_CB_ERROR;
+                leftover *o = leftover_of(c->l, name, 0);
+                if (!o)
+                        return c->err = -ENOMEM, MNL_CB_ERROR;
+                bool *flag[] = { &o->elem, &o->input_elem, &o->proxied, &o->nat_elem, &o->reply_elem };
+                *flag[c->what - 2] = true;
+        }
+        return MNL_CB_OK;
+}
+
+/* One dump (chains, sets, or one map's elements) of the table. */
+static int dump_one(struct mnl_socket *nl, dump_ctx *c, uint32_t seq) {
+        char buf[MNL_SOCKET_BUFFER_SIZE];
+        struct nlmsghdr *nlh;
+        int r;
+        if (c->what == 0)
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFPROTO_INET, NLM_F_DUMP, seq);
+        else if (c->what == 1) {
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFPROTO_INET, NLM_F_DUMP, seq);
+                mnl_attr_put_strz(nlh, NFTA_SET_TABLE, CORE_NFT_TABLE);
+        } else {
+                _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(dump_maps[c->what - 2]);
+                if (!s)
+                        return -ENOMEM;
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, seq);
+                nftnl_set_elems_nlmsg_build_payload(nlh, s);
+        }
+        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+                return negative_errno();
+        do {
+                ssize_t len = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+                if (len < 0)
+                        return negative_errno();
+                r = mnl_cb_run(buf, (size_t) len, seq, mnl_socket_get_portid(nl), dump_cb, c);
+        } while (r > MNL_CB_STOP);
+        if (r < 0)
+                return c->err ? c->err : negative_errno();
+        return 0;
+}
+
+int pol_nft_remove_sessions_except(const char *const *keep, size_t n_keep, sb_error **ret_err) {
+        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC);
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        leftovers l = {};
+        size_t n_gone = 0;
+        int r = 0;
+        if (!nl || mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "nftables: open socket: %m");
+        for (int what = 0; what < 2 + (int) ELEMENTSOF(dump_maps); what++) {
+                dump_ctx c = { .l = &l, .what = what };
+                if ((r = dump_one(nl, &c, (uint32_t) time(NULL) + what)) < 0) {
+                        sb_error_set(ret_err, r, NULL, NULL, "nftables: list the %s of table inet %s: %s",
+                                     what == 0 ? "chains" : what == 1 ? "sets" : dump_maps[what - 2],
+                                     CORE_NFT_TABLE, strerror(-r));
+                        goto out;
+                }
+        }
+        if ((r = core_nft_batch_new(&bt)) < 0)
+                goto build;
+        for (size_t i = 0; i < l.n; i++) {
+                bool kept = false;
+                for (size_t k = 0; k < n_keep && !kept; k++)
+                        kept = keep[k] && streq(keep[k], l.v[i].ifname);
+                if (kept)
+                        continue;
+                names n;
+                const leftover *o = &l.v[i];
+                if ((r = make_names(o->ifname, &n, ret_err)) < 0)
+                        goto out;
+                if ((r = purge(bt, &n, o->elem, o->input_elem, o->proxied, o->nat_elem, o->reply_elem)) < 0)
+                        goto build;
+                n_gone++;
+        }
+        r = n_gone ? core_nft_batch_send(bt, ret_err) : 0;
+        if (r >= 0)
+                r = (int) n_gone;
+        goto out;
+build:
+        sb_error_set(ret_err, r, NULL, NULL, "nftables: build batch: %s", strerror(-r));
+out:
+        free(l.v);
+        return r;
 }
