@@ -132,17 +132,6 @@ int core_net_fence_gateway(int netns_fd, const core_net_pool *pool, unsigned slo
  * re-apply the sessions), or a negative errno with *ret_err filled. */
 int core_net_host_ensure(const core_net_pool *pool, sb_error **ret_err);
 
-/* At the daemon's start: keeps the table an earlier run left when it is
- * intact (core_net_host_ensure's check) and was made for this pool and
- * these host rules (a fingerprint in the table's userdata), so the session
- * chains and map elements in it stay in force while their sessions are
- * re-adopted; otherwise replaces it as core_net_host_setup() does. Turns
- * on forwarding either way. Returns 0 when the table was kept (the caller
- * must then re-apply every adopted session and remove the rest with
- * pol_nft_remove_sessions_except before serving), 1 when it was replaced,
- * or a negative errno with *ret_err filled. */
-int core_net_host_keep(const core_net_pool *pool, sb_error **ret_err);
-
 /* Opens a non-blocking, close-on-exec netlink socket subscribed to the
  * nftables notifications (NFNLGRP_NFTABLES) of the caller's network
  * namespace. Returns the fd (caller closes) or a negative errno. */

@@ -1163,42 +1163,7 @@ int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err) {
 
 /* ---- the host table as messages ---- */
 
-/* What the host table's content follows from, as a 64-bit FNV-1a hash
- * (hex, 16 characters) kept in the table's userdata: every host chain,
- * map and set name, and the text of every host rule for this pool
- * (nftnl_rule_snprintf shows its expressions with the pool's addresses).
- * A table whose hash differs (another pool, another rule set) is replaced,
- * never kept (core_net_host_keep). */
-static int host_fingerprint(const core_net_pool *pool, char ret[static 17]) {
-        uint64_t h = 1469598103934665603ULL;
-        char text[4096];
-#define FP_MIX(str) for (const char *c_ = (str); ; c_++) { h = (h ^ (uint8_t) *c_) * 1099511628211ULL; if (!*c_) break; }
-        for (size_t i = 0; i < ELEMENTSOF(host_chains); i++) {
-                snprintf(text, sizeof(text), "%s %s %u %d", host_chains[i].name,
-                         host_chains[i].type ? host_chains[i].type : "-", host_chains[i].hook, host_chains[i].prio);
-                FP_MIX(text);
-        }
-        for (size_t i = 0; i < ELEMENTSOF(host_maps); i++)
-                FP_MIX(host_maps[i]);
-        for (size_t i = 0; i < ELEMENTSOF(host_sets); i++)
-                FP_MIX(host_sets[i]);
-        for (size_t i = 0; i < ELEMENTSOF(host_rules); i++) {
-                _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
-                if (!rule_present(&host_rules[i], pool))
-                        continue;
-                int k = build_rule(&host_rules[i], pool, &r);
-                if (k < 0)
-                        return k;
-                if (nftnl_rule_snprintf(text, sizeof(text), r, NFTNL_OUTPUT_DEFAULT, 0) < 0)
-                        return -ENOMEM;
-                FP_MIX(text);
-        }
-#undef FP_MIX
-        snprintf(ret, 17, "%016llx", (unsigned long long) h);
-        return 0;
-}
-
-static int batch_table_fp(core_nft_batch *bt, uint16_t type, uint16_t flags, const char *fingerprint) {
+static int batch_table(core_nft_batch *bt, uint16_t type, uint16_t flags) {
         _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
         uint32_t seq;
         void *buf = core_nft_batch_reserve(bt, &seq, "table 'inet " TABLE_NAME "'");
@@ -1207,15 +1172,9 @@ static int batch_table_fp(core_nft_batch *bt, uint16_t type, uint16_t flags, con
         nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
         if (nftnl_table_set_str(t, NFTNL_TABLE_NAME, TABLE_NAME) < 0)
                 return -ENOMEM;
-        if (fingerprint && nftnl_table_set_data(t, NFTNL_TABLE_USERDATA, fingerprint, strlen(fingerprint) + 1) < 0)
-                return -ENOMEM;
         struct nlmsghdr *nlh = nftnl_table_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq);
         nftnl_table_nlmsg_build_payload(nlh, t);
         return core_nft_batch_commit(bt);
-}
-
-static int batch_table(core_nft_batch *bt, uint16_t type, uint16_t flags) {
-        return batch_table_fp(bt, type, flags, NULL);
 }
 
 static int batch_chain(core_nft_batch *bt, const host_chain *hc) {
@@ -1340,11 +1299,9 @@ static int write_ip_forward(const core_net_pool *pool, sb_error **ret_err) {
  * failing when there was nothing. Session chains go with the old table. */
 static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
-        char fp[17];
         int r;
-        if ((r = host_fingerprint(pool, fp)) < 0 || (r = core_nft_batch_new(&bt)) < 0 ||
-            (r = batch_table(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE)) < 0 || (r = batch_table(bt, NFT_MSG_DELTABLE, 0)) < 0 ||
-            (r = batch_table_fp(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE, fp)) < 0)
+        if ((r = core_nft_batch_new(&bt)) < 0 || (r = batch_table(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE)) < 0 ||
+            (r = batch_table(bt, NFT_MSG_DELTABLE, 0)) < 0 || (r = batch_table(bt, NFT_MSG_NEWTABLE, NLM_F_CREATE)) < 0)
                 return r;
         for (size_t i = 0; i < ELEMENTSOF(host_chains); i++)
                 if ((r = batch_chain(bt, &host_chains[i])) < 0)
@@ -1489,56 +1446,6 @@ int core_net_host_ensure(const core_net_pool *pool, sb_error **ret_err) {
         if (r != -ENOENT && r != -ESTALE)
                 return sb_error_set(ret_err, r, NULL, NULL, "nftables: check table inet " TABLE_NAME ": %s",
                                     strerror(-r));
-        if ((r = core_net_host_setup(pool, ret_err)) < 0)
-                return r;
-        return 1;
-}
-
-static int table_fp_cb(const struct nlmsghdr *nlh, void *data) {
-        char *out = data;
-        _cleanup_(nftnl_table_freep) struct nftnl_table *t = nftnl_table_alloc();
-        uint32_t len = 0;
-        if (!t || nftnl_table_nlmsg_parse(nlh, t) < 0)
-                return MNL_CB_ERROR;
-        const char *ud = nftnl_table_get_data(t, NFTNL_TABLE_USERDATA, &len);
-        if (ud && len == 17 && ud[16] == '\0')
-                memcpy(out, ud, 17);
-        return MNL_CB_OK;
-}
-
-/* The fingerprint the table was made with (host_fingerprint), "" when it
- * has none (made by an older daemon). */
-static int table_fingerprint(struct mnl_socket *nl, char ret[static 17]) {
-        char buf[MNL_SOCKET_BUFFER_SIZE];
-        uint32_t seq = next_seq_base(64), portid = mnl_socket_get_portid(nl);
-        int r;
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETTABLE, NFPROTO_INET, NLM_F_ACK, seq);
-        mnl_attr_put_strz(nlh, NFTA_TABLE_NAME, TABLE_NAME);
-        ret[0] = '\0';
-        if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
-                return negative_errno();
-        do {
-                ssize_t len = mnl_socket_recvfrom(nl, buf, sizeof(buf));
-                if (len < 0)
-                        return negative_errno();
-                r = mnl_cb_run(buf, (size_t) len, seq, portid, table_fp_cb, ret);
-        } while (r > MNL_CB_STOP);
-        return r < 0 ? negative_errno() : 0;
-}
-
-int core_net_host_keep(const core_net_pool *pool, sb_error **ret_err) {
-        _cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
-        char want[17], have[17];
-        int r;
-        if (!pool || pool->prefix > 30 || pool->prefix < 8 || (pool->prefix6 && (pool->prefix6 < 8 || pool->prefix6 > 120)))
-                return core_net_host_setup(pool, ret_err);
-        if ((r = write_ip_forward(pool, ret_err)) < 0)
-                return r;
-        if ((r = open_nl(0, 0, &nl, ret_err)) < 0)
-                return r;
-        if (host_fingerprint(pool, want) == 0 && table_fingerprint(nl, have) == 0 && streq(want, have) &&
-            host_table_intact(nl, pool) == 0)
-                return 0;
         if ((r = core_net_host_setup(pool, ret_err)) < 0)
                 return r;
         return 1;

@@ -134,17 +134,6 @@ void pol_nft_set_ipv6_pool(const core_net_pool *pool);
  * or a negative errno with *ret_err filled. */
 int pol_nft_session_remove(const char *ifname, sb_error **ret_err);
 
-/* Deletes, in one batch, every session object in the host table (chains
- * s_/i_/n_/r_<if>, sets s_<if>_*, and the elements of the session maps and
- * the proxied set) whose interface is not one of keep (n_keep interface
- * names "sbx<n>", borrowed): what sessions of an earlier run that are gone
- * left in a table the daemon kept at its start (core_net_host_keep). The
- * table is listed first (chains, sets, each map's elements); a map key that
- * is no session interface is -EBADMSG. Returns the number of interfaces
- * cleared, or a negative errno with *ret_err filled, after which the
- * caller must replace the table (fail closed). */
-int pol_nft_remove_sessions_except(const char *const *keep, size_t n_keep, sb_error **ret_err);
-
 /* Sets the resolver an allow-all session's DNS to its gateway (UDP and TCP
  * port 53) is translated to by later pol_nft_session_apply() calls: an
  * IPv4 unicast address the host reaches by forwarding (not loopback: the

@@ -621,41 +621,6 @@ static void reconcile(manager *m) {
         reconcile_run_dirs(m);
 }
 
-/* After reconcile() in a kept table (core_net_host_keep): removes, in one
- * batch, the session objects no adopted session owns, before the daemon
- * serves a request, so no new session gets a slot whose stale element
- * would judge its veth. If the table cannot be listed or cleaned, it is
- * replaced and every adopted session's rules applied again (fail closed). */
-static int remove_leftover_rules(manager *m, sb_error **ret_err) {
-        size_t n = 0;
-        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
-                n += sb->sess && sb->sess->net_slot >= 0;
-        _cleanup_free_ char (*names)[16] = calloc(n + 1, sizeof(*names));
-        _cleanup_free_ const char **keep = calloc(n + 1, sizeof(*keep));
-        _cleanup_error_ sb_error *err = NULL;
-        int r = -ENOMEM;
-        if (names && keep) {
-                n = 0;
-                for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
-                        if (sb->sess && sb->sess->net_slot >= 0) {
-                                snprintf(names[n], sizeof(names[n]), "sbx%d", sb->sess->net_slot);
-                                keep[n] = names[n];
-                                n++;
-                        }
-                r = pol_nft_remove_sessions_except(keep, n, &err);
-        }
-        if (r > 0)
-                log_info("nftables: removed the rules of %d session(s) that are gone", r);
-        if (r >= 0)
-                return 0;
-        log_warning("nftables: cannot clear the rules of sessions that are gone (%s); replacing the table",
-                    err ? err->message : strerror(-r));
-        if ((r = core_net_host_setup(&m->pool, ret_err)) < 0)
-                return sb_error_prefix(ret_err, "nftables");
-        sessions_reapply_rules(m);
-        return 0;
-}
-
 /* True when `dir` holds a host runtime a session can start on: its /usr
  * mount point and generated /etc/passwd (core_runtime_host_build). */
 static bool host_runtime_usable(const char *dir) {
@@ -909,15 +874,10 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         if ((r = userns_manager_init(m, ret_err)) < 0)
                 goto fail;
         session_dns_upstream_init();
-        /* A table the last daemon left intact is kept: the chains and map
-         * elements of its sessions stay in force (their established flows
-         * survive) until each re-adopted session re-applies its own rules
-         * in one batch; the leftovers of the others go after adoption. */
-        if ((r = core_net_host_keep(&m->pool, ret_err)) < 0) {
+        if ((r = core_net_host_setup(&m->pool, ret_err)) < 0) {
                 sb_error_prefix(ret_err, "nftables");
                 goto fail;
         }
-        bool nft_kept = r == 0;
         m->have_nft = true;
         /* Fail closed when someone removes our table (`nft flush ruleset`,
          * a restart of the nftables service): re-install it and every
@@ -960,8 +920,6 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 log_warning_errno(r, "helper records in %s/helpers: %m", cfg->run_dir);
         sweep_write_temps(m, cfg);
         reconcile(m);
-        if (nft_kept && (r = remove_leftover_rules(m, ret_err)) < 0)
-                goto fail;
         snapshots_load(m);
         runtimes_load(m);
         if ((r = warmpool_init(m)) < 0) {
