@@ -32,7 +32,6 @@ _Static_assert(POL_PROXY_PORT == CORE_NFT_PROXY_PORT, "the prerouting redirect a
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_chain, nftnl_chain_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_rule, nftnl_rule_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set, nftnl_set_free);
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct mnl_socket, mnl_socket_close);
 
 /* ---- the session's objects as data ---- */
 
