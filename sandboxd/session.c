@@ -2365,6 +2365,16 @@ void sandbox_stop_all(manager *m) {
 
 /* ---- warm pool hooks (warmpool.c) ------------------------------------------ */
 
+/* The result of a vfork child of the pooled-session steps below: 0 when
+ * it exited 0, -EIO when it failed, a negative errno when it could not be
+ * waited for. */
+static int vfork_child_result(pid_t c) {
+        int st = 0;
+        if (waitpid(c, &st, 0) < 0)
+                return negative_errno();
+        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
 /* The sandbox's name as its hostname in the UTS namespace of init (a
  * vfork child joins it through init's pidfd, so the daemon's own
  * namespaces never change). */
@@ -2378,10 +2388,7 @@ static int set_uts_hostname(session *s, const char *name) {
                         _exit(1);
                 _exit(0);
         }
-        int st = 0;
-        if (waitpid(c, &st, 0) < 0)
-                return negative_errno();
-        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+        return vfork_child_result(c);
 }
 
 /* Overwrites the file `name` under the upper's etc/ in place (the same
@@ -2419,10 +2426,7 @@ static int unbind_ca_bundle(session *s) {
                         _exit(1);
                 _exit(0);
         }
-        int st = 0;
-        if (waitpid(c, &st, 0) < 0)
-                return negative_errno();
-        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+        return vfork_child_result(c);
 }
 
 /* Binds `bundle` read-only over SANDBOX_CA_BUNDLE in the mount namespace
@@ -2453,10 +2457,7 @@ static int bind_ca_bundle(session *s, const char *bundle) {
                         _exit(1);
                 _exit(0);
         }
-        int st = 0;
-        if (waitpid(c, &st, 0) < 0)
-                return negative_errno();
-        return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+        return vfork_child_result(c);
 }
 
 int session_pool_relabel(session *s, sb_error **ret_err) {
