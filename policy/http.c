@@ -58,6 +58,7 @@
 #include <http_parser.h>
 #include <openssl/ssl.h>
 #include "libcore/macro.h"
+#include "libcore/util.h"
 #include "policy/proxy.h"
 #include "policy/tls-internal.h"
 
@@ -406,6 +407,37 @@ int pol_http_write_error(pol_stream *client, int status, const char *why) {
         int r = out.oom ? -ENOMEM : pol_stream_write_all(client, out.p, out.len);
         free(out.p);
         return r;
+}
+
+/* The whole exchange is bounded by one deadline, not per read: a client
+ * that trickles its head a byte at a time still leaves within
+ * io_timeout_ms. What it asks does not matter, so the head is only
+ * looked at for its end. */
+int pol_http_refuse(const pol_proxy_env *env, pol_stream *client, const pol_proxy_target *t, const char *why) {
+        if (!env || !client || !t)
+                return -EINVAL;
+        _cleanup_free_ uint8_t *buf = malloc(HEAD_MAX);
+        int ms = env->io_timeout_ms > 0 ? env->io_timeout_ms : 3000, r = -EAGAIN;
+        uint64_t deadline = core_monotonic_ms() + (uint64_t)ms;
+        size_t n = 0;
+        if (!buf)
+                return -ENOMEM;
+        while (r == -EAGAIN && n < HEAD_MAX) {
+                uint64_t now = core_monotonic_ms();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                (void)pol_proxy_set_timeouts(client->fd, (int)(deadline - now));
+                ssize_t k = pol_stream_read(client, buf + n, HEAD_MAX - n);
+                if (k <= 0)
+                        return k < 0 ? (int)k : -ECONNRESET;
+                n += (size_t)k;
+                char method[32], *target = NULL, *host = NULL;
+                size_t head_len = 0;
+                r = pol_http_parse_head(buf, n, method, &target, &host, &head_len);
+                free(target);
+                free(host);
+        }
+        return pol_http_write_403(client, env->policy_name, t->host, &t->verdict, why);
 }
 
 /* ---- one client connection ------------------------------------------------------ */

@@ -45,6 +45,7 @@
 #define LINGER_MS 1000                       /* reading what a refused client still sends */
 #define LINGER_MAX (256 * 1024)
 #define MAX_RESOLVED 256                     /* addresses judged from one answer */
+#define NOT_ALLOWED "the network policy does not allow it"
 
 /* TLS alert record: fatal (2), access_denied (49), RFC 8446 §6. Written raw:
  * the connection is refused before any handshake state exists. */
@@ -218,6 +219,25 @@ static void refuse_tls(conn *c, const char *host, const char *reason, const pol_
                 total += (size_t)n;
         (void)send(c->client.fd, alert_access_denied, sizeof(alert_access_denied), MSG_NOSIGNAL | MSG_DONTWAIT);
         report(c, host, c->port, reason, v, "TLS connection to %s:%u refused: %s", host, c->port, why);
+        linger_close(c->client.fd);
+}
+
+/* Whether a refusal of host h on c->port can be made legible inside TLS
+ * (pol_tls_deny): the sandbox trusts the CA that would sign the leaf, the
+ * host is a name (an address literal gets no minted certificate), and the
+ * port is 443, where the client is known to speak HTTPS; a CONNECT to
+ * another port may carry anything (SSH, a database, TLS that is not
+ * HTTP), so its refusal stays a 403 before the tunnel. */
+static bool deny_in_tls(const conn *c, const pol_host *h) {
+        return c->env->ca && c->env->deny_in_tls && !h->is_addr && c->port == 443;
+}
+
+/* The refusal of a denied name inside TLS: reported once, as refuse_tls()
+ * and refuse_http() report it, then the handshake with a leaf for the
+ * name and the 403 for the request that follows. c->t holds the name and
+ * the verdict (judge()); nothing is resolved or dialled here. */
+static void refuse_inside_tls(conn *c, const char *why) {
+        (void)pol_tls_deny(c->env, c->client.fd, &c->t, why);
         linger_close(c->client.fd);
 }
 
@@ -939,8 +959,13 @@ static void serve_tls(conn *c) {
                 return refuse_tls(c, text, "sni-mismatch", &v, "the server name (SNI) differs from the CONNECT target");
         }
         if (!c->judged && (r = judge(c, &sni, c->port)) < 0) {
+                if (r == -EACCES && deny_in_tls(c, &sni)) {
+                        report(c, text, c->port, "not-allowed", &c->t.verdict, "TLS connection to %s:%u refused: %s",
+                               text, c->port, NOT_ALLOWED);
+                        return refuse_inside_tls(c, NOT_ALLOWED);
+                }
                 if (r == -EACCES)
-                        return refuse_tls(c, text, "not-allowed", &c->t.verdict, "the network policy does not allow it");
+                        return refuse_tls(c, text, "not-allowed", &c->t.verdict, NOT_ALLOWED);
                 report(c, text, c->port, "upstream-unreachable", NULL, "cannot resolve %s: %s", text, strerror(-r));
                 return;
         }
@@ -1081,7 +1106,7 @@ static void serve_request(conn *c, head *h) {
                 c->port = host.port ?: 80;
         if (!c->judged && (r = judge(c, &host, c->port)) < 0) {
                 if (r == -EACCES)
-                        return refuse_http(c, text, "not-allowed", &c->t.verdict, "the network policy does not allow it");
+                        return refuse_http(c, text, "not-allowed", &c->t.verdict, NOT_ALLOWED);
                 (void)pol_http_write_error(&c->client, 502, "the proxy could not resolve the host");
                 report(c, text, c->port, "upstream-unreachable", NULL, "cannot resolve %s: %s", text, strerror(-r));
                 return;
@@ -1098,6 +1123,27 @@ static int classify(conn *c, first_bytes *ret) {
                 return n < 0 ? (int)n : -ECONNRESET;
         *ret = b == 0x16 ? FIRST_TLS : FIRST_HTTP;
         return 0;
+}
+
+/* A CONNECT to a name the policy refuses on 443 (deny_in_tls): the
+ * tunnel is granted to the proxy itself, so that the client reads the
+ * 403 inside it; clients show no body of a refused CONNECT. Reported
+ * once, as a refused CONNECT always was. TLS inside gets pol_tls_deny();
+ * plain HTTP inside gets the 403 as it is. */
+static void refuse_connect_inside(conn *c, const char *text) {
+        static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+        first_bytes k = FIRST_HTTP;
+        report(c, text, c->port, "not-allowed", &c->t.verdict, "HTTP request to %s:%u refused: %s", text, c->port,
+               NOT_ALLOWED);
+        if (send(c->client.fd, ok, strlen(ok), MSG_NOSIGNAL) != (ssize_t)strlen(ok))
+                return;
+        c->deadline = core_monotonic_ms() + (uint64_t)c->env->io_timeout_ms;
+        if (classify(c, &k) < 0)
+                return linger_close(c->client.fd);
+        if (k == FIRST_TLS)
+                return refuse_inside_tls(c, NOT_ALLOWED);
+        (void)pol_http_refuse(c->env, &c->client, &c->t, NOT_ALLOWED);
+        linger_close(c->client.fd);
 }
 
 /* CONNECT host:port: judged before the tunnel is granted, then the first
@@ -1117,8 +1163,10 @@ static void serve_connect(conn *c, head *h) {
                 return refuse_http(c, text, "host-mismatch", &v, "the Host header differs from the CONNECT target");
         }
         int r = judge(c, &c->expect, c->port);
+        if (r == -EACCES && deny_in_tls(c, &c->expect))
+                return refuse_connect_inside(c, text);
         if (r == -EACCES)
-                return refuse_http(c, text, "not-allowed", &c->t.verdict, "the network policy does not allow it");
+                return refuse_http(c, text, "not-allowed", &c->t.verdict, NOT_ALLOWED);
         if (r < 0) {
                 (void)pol_http_write_error(&c->client, 502, "the proxy could not resolve the host");
                 return report(c, text, c->port, "upstream-unreachable", NULL, "cannot resolve %s: %s", text,

@@ -106,6 +106,8 @@ typedef struct pol_proxy_env {
         socklen_t resolver_len;
         struct ssl_ctx_st *upstream_tls; /* pol_proxy_upstream_ctx_new() */
         pol_proxy_ca *ca;               /* NULL: no termination; hosts with rules are refused */
+        bool deny_in_tls;               /* the sandbox trusts ca: a name refused on port 443 gets its
+                                           403 inside TLS (pol_tls_deny()), not before it */
         const char *policy_name;        /* shown in 403 pages and events, e.g. the sandbox id */
         int io_timeout_ms;              /* each read/write/connect */
         pol_proxy_event_fn event;
@@ -172,6 +174,27 @@ int pol_http_serve(const pol_proxy_env *env, pol_stream *client, const pol_proxy
  * http/1.1, then runs pol_http_serve() with a verified TLS upstream.
  * 0 or negative errno. */
 int pol_tls_terminate(const pol_proxy_env *env, int client_fd, const pol_proxy_target *t);
+
+/* The refusal of a name on port 443, made legible to HTTPS clients
+ * (docs/POLICY.md, "Refusals an HTTPS client can read"): completes the
+ * TLS handshake on client_fd (whose ClientHello is still unread in the
+ * socket) with a leaf for t->host (a name, never an address) minted by
+ * env->ca, ALPN offering only http/1.1, then answers the request that
+ * arrives with pol_http_refuse() and closes TLS. Nothing is resolved or
+ * dialled. A client whose SNI names another host, or that does not trust
+ * env->ca, fails the handshake. The caller has already reported the
+ * denial. 0 when the 403 was written; -EINVAL, -ENOMEM, -ECONNABORTED
+ * (handshake failed), or the error of pol_http_refuse(). */
+int pol_tls_deny(const pol_proxy_env *env, int client_fd, const pol_proxy_target *t, const char *why);
+
+/* Answers a connection whose host the policy refused (t->host with its
+ * verdict t->verdict): reads one request head (at most 64 KiB, within
+ * env->io_timeout_ms in all) and answers it with pol_http_write_403()
+ * whatever it asks (a malformed head too), with connection: close. Reports
+ * no event (the caller did, once per connection). 0 when answered;
+ * -ETIMEDOUT or -ECONNRESET when no request came (nothing is written);
+ * -ENOMEM. */
+int pol_http_refuse(const pol_proxy_env *env, pol_stream *client, const pol_proxy_target *t, const char *why);
 
 /* Parses the head of one HTTP/1.x request in buf (n bytes, may hold more
  * than the head). On success fills method (NUL-terminated, at most 31

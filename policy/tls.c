@@ -28,9 +28,11 @@
 #include "policy/proxy.h"
 #include "policy/tls-internal.h"
 
-/* Cached leaves per CA. A session talks to few hosts with rules (only
- * those are terminated), so a small table with LRU eviction is enough and
- * bounds what a sandbox can make us hold. */
+/* Cached leaves per CA. A session talks to few hosts with rules (those
+ * are terminated) and names few refused hosts on 443 (those get their 403
+ * inside TLS, pol_tls_deny), so a small table with LRU eviction is enough
+ * and bounds what a sandbox can make us hold: a flood of new names costs
+ * one signature each, never a key. */
 #define LEAF_CACHE 128
 /* A cached leaf is re-minted after this long, well before its 7-day end. */
 #define LEAF_REFRESH_S (24 * 3600)
@@ -367,32 +369,68 @@ int pol_proxy_set_timeouts(int fd, int timeout_ms) {
         return 0;
 }
 
-int pol_tls_terminate(const pol_proxy_env *env, int client_fd, const pol_proxy_target *t) {
-        if (!env || !env->ca || !t || client_fd < 0)
-                return -EINVAL;
-        accept_ctx ac = { .ca = env->ca, .t = t };
+/* The server half of the handshake on client_fd with a leaf for t->host
+ * (sni_cb), ALPN offering only http/1.1 (alpn_cb). *ret_ssl (caller
+ * frees) is set on success. -ECONNABORTED when the handshake failed: the
+ * client rejected our leaf, named another host, or timed out; nothing
+ * legible can be sent outside TLS. */
+static int tls_accept(const pol_proxy_env *env, int client_fd, accept_ctx *ac, SSL **ret_ssl) {
         SSL *ssl = SSL_new(env->ca->server);
         int r;
         if (!ssl)
                 return -ENOMEM;
         if ((r = pol_proxy_set_timeouts(client_fd, env->io_timeout_ms)) < 0)
-                goto out;
-        SSL_set_app_data(ssl, &ac);
+                goto fail;
+        SSL_set_app_data(ssl, ac);
         if (!SSL_set_fd(ssl, client_fd)) {
                 r = -ENOMEM;
-                goto out;
+                goto fail;
         }
         if (SSL_accept(ssl) != 1) {
-                /* The client rejected our leaf or the handshake timed out;
-                 * nothing legible can be sent outside TLS. */
-                ERR_clear_error();
                 r = -ECONNABORTED;
-                goto out;
+                goto fail;
         }
+        *ret_ssl = ssl;
+        return 0;
+fail:
+        ERR_clear_error();
+        SSL_free(ssl);
+        return r;
+}
+
+int pol_tls_terminate(const pol_proxy_env *env, int client_fd, const pol_proxy_target *t) {
+        if (!env || !env->ca || !t || client_fd < 0)
+                return -EINVAL;
+        accept_ctx ac = { .ca = env->ca, .t = t };
+        SSL *ssl = NULL;
+        int r = tls_accept(env, client_fd, &ac, &ssl);
+        if (r < 0)
+                return r;
         pol_stream client = { .fd = client_fd, .ssl = ssl };
         r = pol_http_serve(env, &client, t, true, NULL, 0);
         SSL_shutdown(ssl);
-out:
+        ERR_clear_error();
+        SSL_free(ssl);
+        return r;
+}
+
+/* Threat: the leaf is a certificate the sandbox trusts, for a name the
+ * policy refused. It is minted for t->host only (sni_cb refuses any other
+ * SNI), by this session's CA only, and serves a page the proxy writes
+ * itself: no byte of the connection goes anywhere. Cost per connection is
+ * one handshake with the CA's one leaf key (EC P-256) and, per new name,
+ * one signature (the leaf cache, LEAF_CACHE names). */
+int pol_tls_deny(const pol_proxy_env *env, int client_fd, const pol_proxy_target *t, const char *why) {
+        if (!env || !env->ca || !t || t->is_addr || !t->host[0] || client_fd < 0)
+                return -EINVAL;
+        accept_ctx ac = { .ca = env->ca, .t = t };
+        SSL *ssl = NULL;
+        int r = tls_accept(env, client_fd, &ac, &ssl);
+        if (r < 0)
+                return r;
+        pol_stream client = { .fd = client_fd, .ssl = ssl };
+        r = pol_http_refuse(env, &client, t, why);
+        SSL_shutdown(ssl);
         ERR_clear_error();
         SSL_free(ssl);
         return r;

@@ -582,8 +582,13 @@ static int upstream_resolver(char *buf, size_t size) {
 
 /* The egress proxy's arguments: where it listens (the port nftables
  * redirects TCP 80/443 to), the session CA it terminates TLS with (without
- * one, hosts with rules are refused), the extra roots it verifies
- * upstreams against, and the name its 403 pages and events carry. */
+ * one, hosts with rules are refused) and whether the sandbox trusts it
+ * (then a refused name on 443 gets its 403 inside TLS: --ca-trusted), the
+ * extra roots it verifies upstreams against, and the name its 403 pages
+ * and events carry. A session's sandbox trusts its CA exactly when the CA
+ * was made with ca_trust_possible() true (ca_make_files; a pooled session
+ * that loses its bind loses its CA too), and that depends on the runtime
+ * and the host's bundle only, so it is asked again here. */
 static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char *proxy_arg, char *cert,
                               char *key) {
         const char *extra = sb->m->cfg->proxy_upstream_ca;
@@ -595,6 +600,8 @@ static size_t netd_proxy_args(const sandbox *sb, bool with_ca, char **argv, char
                 argv[a++] = cert;
                 argv[a++] = (char *)"--ca-key";
                 argv[a++] = key;
+                if (ca_trust_possible(sb))
+                        argv[a++] = (char *)"--ca-trusted";
         }
         if (extra) {
                 argv[a++] = (char *)"--upstream-ca";

@@ -9,7 +9,7 @@
  *
  *   sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE
  *                [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]
- *                [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE]
+ *                [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE [--ca-trusted]]
  *                 [--upstream-ca FILE] [--name NAME]]
  *
  * With --proxy it also serves the egress proxy (policy/proxy.c) on TCP
@@ -19,6 +19,10 @@
  * that addressed the proxy itself is an HTTP_PROXY / HTTPS_PROXY client.
  * The proxy resolves names through --upstream itself. Without --ca-cert,
  * hosts whose policy entry has rules are refused (they need termination).
+ * --ca-trusted says the sandbox trusts that CA: a name the policy refuses
+ * on port 443 then gets its 403 inside TLS, with a leaf the CA mints for
+ * that name (pol_tls_deny), instead of a 403 to the CONNECT or a TLS
+ * alert that HTTPS clients show no text of.
  *
  * FILE holds the policy (the networkPolicy value), or the envelope sandboxd
  * writes: {"networkPolicy": P, "never": ["CIDR", ...], "generation": N}.
@@ -113,6 +117,7 @@ typedef struct config {
         struct sockaddr_storage proxy6_listen;
         socklen_t proxy6_listen_len;
         const char *ca_cert, *ca_key, *upstream_ca, *name;
+        bool ca_trusted;   /* --ca-trusted: refusals on 443 are answered inside TLS */
 } config;
 
 typedef struct inflight {
@@ -861,7 +866,7 @@ static int setup_proxy(int *ret_fd) {
         proxy_env = (pol_proxy_env){
                 .never = cfg.never, .n_never = cfg.n_never,
                 .resolver = cfg.upstream, .resolver_len = cfg.upstream_len,
-                .upstream_tls = proxy_env.upstream_tls, .ca = proxy_env.ca,
+                .upstream_tls = proxy_env.upstream_tls, .ca = proxy_env.ca, .deny_in_tls = cfg.ca_trusted,
                 .policy_name = cfg.name ? cfg.name : "sandbox", .io_timeout_ms = cfg.timeout_ms,
                 .event = proxy_event,
         };
@@ -935,7 +940,8 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
         fputs("usage: sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE\n"
               "                    [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]\n"
-              "                    [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE]\n"
+              "                    [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE\n"
+              "                     [--ca-trusted]]\n"
               "                     [--upstream-ca FILE] [--name NAME]]\n",
               f);
 }
@@ -949,6 +955,7 @@ static int parse_args(int argc, char **argv) {
                 { "proxy", required_argument, NULL, 'P' },   { "ca-cert", required_argument, NULL, 'C' },
                 { "ca-key", required_argument, NULL, 'K' },  { "upstream-ca", required_argument, NULL, 'A' },
                 { "name", required_argument, NULL, 'N' },    { "proxy6", required_argument, NULL, '6' },
+                { "ca-trusted", no_argument, NULL, 'T' },
                 {},
         };
         bool have_listen = false, have_upstream = false;
@@ -1001,6 +1008,9 @@ static int parse_args(int argc, char **argv) {
                 case 'A':
                         cfg.upstream_ca = optarg;
                         break;
+                case 'T':
+                        cfg.ca_trusted = true;
+                        break;
                 case 'N':
                         cfg.name = optarg;
                         break;
@@ -1024,6 +1034,8 @@ static int parse_args(int argc, char **argv) {
                 return log_error_errno(-EINVAL, "--proxy6 needs --proxy");
         if ((cfg.ca_cert || cfg.upstream_ca) && !cfg.proxy)
                 return log_error_errno(-EINVAL, "--ca-cert and --upstream-ca need --proxy");
+        if (cfg.ca_trusted && !cfg.ca_cert)
+                return log_error_errno(-EINVAL, "--ca-trusted needs --ca-cert and --ca-key");
         return 0;
 }
 

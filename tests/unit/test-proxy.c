@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <ldns/ldns.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include "policy/policy.h"
 #include "policy/proxy.h"
 
@@ -889,6 +890,194 @@ static int connect_to(const char *ip, unsigned port) {
 }
 
 static void stop_netd(int out[2]);
+static void stop_netd(int out[2]);
+/* ---- refusals inside TLS (pol_tls_deny): the session CA the sandbox trusts ---- */
+
+static char deny_dir[] = "/tmp/test-proxy-ca-XXXXXX";
+static char deny_cert[64], deny_key[64], other_cert[64], other_key[64];
+
+static int deny_setup(void **state) {
+        sb_error *err = NULL;
+        strcpy(deny_dir, "/tmp/test-proxy-ca-XXXXXX");
+        if (!mkdtemp(deny_dir))
+                return -1;
+        snprintf(deny_cert, sizeof(deny_cert), "%s/ca.crt", deny_dir);
+        snprintf(deny_key, sizeof(deny_key), "%s/ca.key", deny_dir);
+        snprintf(other_cert, sizeof(other_cert), "%s/other.crt", deny_dir);
+        snprintf(other_key, sizeof(other_key), "%s/other.key", deny_dir);
+        if (pol_proxy_ca_generate(deny_cert, deny_key, "test", &err) < 0 ||
+            pol_proxy_ca_generate(other_cert, other_key, "other", &err) < 0 ||
+            pol_proxy_ca_load(deny_cert, deny_key, &env.ca, &err) < 0) {
+                sb_error_free(err);
+                return -1;
+        }
+        env.deny_in_tls = true;
+        return 0;
+}
+
+static int deny_teardown(void **state) {
+        pol_proxy_ca_free(env.ca);
+        env.ca = NULL;
+        env.deny_in_tls = false;
+        unlink(deny_cert);
+        unlink(deny_key);
+        unlink(other_cert);
+        unlink(other_key);
+        rmdir(deny_dir);
+        return 0;
+}
+
+typedef struct tls_result {
+        bool handshake;
+        char alpn[16];
+        bool cert_names_a_test; /* the leaf would also pass for a.test */
+        char resp[4096];
+} tls_result;
+
+/* A TLS client on the connected fd, as a sandbox's would be: it trusts
+ * only ca_file, sends SNI `name`, checks the leaf names it, offers h2 and
+ * http/1.1, then sends one GET and reads the answer to the end. */
+static void tls_get(int fd, const char *ca_file, const char *name, tls_result *ret) {
+        static const unsigned char protos[] = "\x02h2\x08http/1.1";
+        SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+        struct timeval tv = { .tv_sec = TIMEOUT_MS / 1000 };
+        memset(ret, 0, sizeof(*ret));
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        assert_non_null(ctx);
+        assert_int_equal(SSL_CTX_load_verify_locations(ctx, ca_file, NULL), 1);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        assert_int_equal(SSL_CTX_set_alpn_protos(ctx, protos, sizeof(protos) - 1), 0);
+        SSL *ssl = SSL_new(ctx);
+        assert_int_equal(SSL_set_tlsext_host_name(ssl, name), 1);
+        assert_int_equal(SSL_set1_host(ssl, name), 1);
+        SSL_set_fd(ssl, fd);
+        if (SSL_connect(ssl) == 1) {
+                const unsigned char *sel = NULL;
+                unsigned len = 0;
+                char req[256];
+                size_t n = 0, k = 0;
+                ret->handshake = true;
+                SSL_get0_alpn_selected(ssl, &sel, &len);
+                snprintf(ret->alpn, sizeof(ret->alpn), "%.*s", (int)len, sel ? (const char *)sel : "");
+                X509 *leaf = SSL_get1_peer_certificate(ssl);
+                ret->cert_names_a_test = leaf && X509_check_host(leaf, "a.test", 0, 0, NULL) == 1;
+                X509_free(leaf);
+                snprintf(req, sizeof(req), "GET /?t=SECRET HTTP/1.1\r\nHost: %s\r\n\r\n", name);
+                assert_int_equal(SSL_write(ssl, req, (int)strlen(req)), (int)strlen(req));
+                while (n + 1 < sizeof(ret->resp) && SSL_read_ex(ssl, ret->resp + n, sizeof(ret->resp) - 1 - n, &k) == 1)
+                        n += k;
+                ret->resp[n] = '\0';
+        }
+        SSL_free(ssl);
+        SSL_CTX_free(ctx);
+}
+
+static void expect_deny_page(const tls_result *t, const char *host) {
+        assert_true(t->handshake);
+        assert_string_equal(t->alpn, "http/1.1");
+        assert_false(t->cert_names_a_test);
+        assert_true(strncmp(t->resp, "HTTP/1.1 403", 12) == 0);
+        assert_non_null(strcasestr(t->resp, "x-sandbox-policy: test-policy"));
+        assert_non_null(strstr(t->resp, host));
+        assert_non_null(strstr(t->resp, "retrying will not help"));
+        assert_null(strstr(t->resp, "SECRET"));
+}
+
+static int dns_count(void) {
+        pthread_mutex_lock(&lock);
+        int n = dns_queries;
+        pthread_mutex_unlock(&lock);
+        return n;
+}
+
+static void test_denied_connect_to_443_gets_its_403_inside_tls_with_a_leaf_for_that_name_only(void **state) {
+        proxy_run pr;
+        char head[1024];
+        tls_result t;
+        int before = dns_count();
+        int c = proxy_start(&pr, NULL, 0);
+        send_str(c, "CONNECT Evil.Test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n");
+        read_head(c, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        tls_get(c, deny_cert, "evil.test", &t);
+        proxy_finish(&pr, c);
+        expect_deny_page(&t, "evil.test");
+        assert_int_equal(events.count, 1);
+        assert_string_equal(events.reason, "not-allowed");
+        assert_string_equal(events.host, "evil.test");
+        assert_int_equal(events.port, 443);
+        assert_int_equal(dns_count(), before); /* nothing resolved, so nothing dialled */
+}
+
+static void test_transparent_tls_with_denied_sni_gets_its_403_inside_tls(void **state) {
+        proxy_run pr;
+        tls_result t;
+        int before = dns_count();
+        int c = proxy_start(&pr, "192.0.2.3", 443);
+        tls_get(c, deny_cert, "evil.test", &t);
+        proxy_finish(&pr, c);
+        expect_deny_page(&t, "evil.test");
+        assert_int_equal(events.count, 1);
+        assert_string_equal(events.reason, "not-allowed");
+        assert_int_equal(dns_count(), before);
+}
+
+static void test_denied_name_to_a_client_not_trusting_the_ca_fails_the_handshake_reported_once(void **state) {
+        proxy_run pr;
+        char head[1024];
+        tls_result t;
+        int c = proxy_start(&pr, NULL, 0);
+        send_str(c, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n");
+        read_head(c, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        tls_get(c, other_cert, "evil.test", &t);
+        proxy_finish(&pr, c);
+        assert_false(t.handshake);
+        assert_int_equal(events.count, 1);
+        assert_string_equal(events.reason, "not-allowed");
+        /* An SNI naming another host than the denied CONNECT: no leaf. */
+        c = proxy_start(&pr, NULL, 0);
+        send_str(c, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n");
+        read_head(c, head, sizeof(head));
+        tls_get(c, deny_cert, "a.test", &t);
+        proxy_finish(&pr, c);
+        assert_false(t.handshake);
+        assert_int_equal(events.count, 1);
+}
+
+static void test_denied_connect_to_another_port_or_an_address_keeps_the_403_before_the_tunnel(void **state) {
+        static const char *const reqs[] = { "CONNECT evil.test:8443 HTTP/1.1\r\n\r\n",
+                                            "CONNECT 192.0.2.7:443 HTTP/1.1\r\n\r\n" };
+        for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+                proxy_run pr;
+                char resp[4096];
+                int c = proxy_start(&pr, NULL, 0);
+                send_str(c, reqs[i]);
+                size_t n = read_all(c, (uint8_t *)resp, sizeof(resp) - 1);
+                resp[n] = 0;
+                proxy_finish(&pr, c);
+                assert_true(strncmp(resp, "HTTP/1.1 403", 12) == 0);
+                assert_non_null(strcasestr(resp, "x-sandbox-policy: test-policy"));
+                assert_int_equal(events.count, 1);
+        }
+}
+
+static void test_denied_connect_to_443_then_plain_http_gets_the_403(void **state) {
+        proxy_run pr;
+        char head[1024], resp[4096];
+        int c = proxy_start(&pr, NULL, 0);
+        send_str(c, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n");
+        read_head(c, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        send_str(c, "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n");
+        size_t n = read_all(c, (uint8_t *)resp, sizeof(resp) - 1);
+        resp[n] = 0;
+        proxy_finish(&pr, c);
+        assert_true(strncmp(resp, "HTTP/1.1 403", 12) == 0);
+        assert_non_null(strstr(resp, "evil.test"));
+        assert_int_equal(events.count, 1);
+}
+
 
 static void test_netd_proxy_tunnels_allowed_connect_and_reports_denials(void **state) {
         int out[2];
@@ -1078,6 +1267,19 @@ int main(void) {
                 cmocka_unit_test(test_absolute_uri_with_userinfo_is_refused_saying_so),
                 cmocka_unit_test(test_request_head_over_64k_gets_431),
                 cmocka_unit_test(test_live_update_cuts_a_granted_connect_the_new_policy_denies),
+                cmocka_unit_test_setup_teardown(
+                        test_denied_connect_to_443_gets_its_403_inside_tls_with_a_leaf_for_that_name_only, deny_setup,
+                        deny_teardown),
+                cmocka_unit_test_setup_teardown(test_transparent_tls_with_denied_sni_gets_its_403_inside_tls,
+                                                deny_setup, deny_teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_denied_name_to_a_client_not_trusting_the_ca_fails_the_handshake_reported_once, deny_setup,
+                        deny_teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_denied_connect_to_another_port_or_an_address_keeps_the_403_before_the_tunnel, deny_setup,
+                        deny_teardown),
+                cmocka_unit_test_setup_teardown(test_denied_connect_to_443_then_plain_http_gets_the_403, deny_setup,
+                                                deny_teardown),
                 cmocka_unit_test_teardown(test_netd_proxy_tunnels_allowed_connect_and_reports_denials, netd_teardown),
                 cmocka_unit_test_teardown(test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid,
                                           netd_teardown),
