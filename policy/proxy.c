@@ -7,7 +7,9 @@
  * target, SNI, Host, absolute URI), the policy verdict, the proxy's own DNS
  * resolution and dialling of the judged addresses, and the splice(2) tunnel
  * for TLS to domains without rules. Requests of plain HTTP and TLS that must
- * be terminated are handed to policy/http.c.
+ * be terminated are handed to policy/http.c; so is a name refused on 443
+ * in a sandbox that trusts the session CA, whose 403 is given inside TLS
+ * (pol_tls_deny) with nothing dialled.
  *
  * Threat: the client is the untrusted sandbox. It picks what it sends and
  * where it connected, so nothing it says is used to reach an address: the

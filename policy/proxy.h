@@ -11,7 +11,8 @@
  *  - policy/http.c, the HTTP layer: HTTP/1.1 framing (a packaged parser),
  *    per-request Host checks, the rules (transform headers, forwardURL),
  *    hygiene, TLS termination with the session CA, upstream TLS verified
- *    against the host's roots, and the legible 403 page.
+ *    against the host's roots, and the legible 403 page (also inside TLS,
+ *    for a name refused on 443: pol_tls_deny()).
  *
  * Both run inside sandbox-netd after it dropped privileges: nothing here
  * needs root, and every read and write is bounded by a timeout. */
