@@ -172,3 +172,38 @@ def test_connect_to_another_port_or_an_address_keeps_the_403_before_the_tunnel(w
                                 % target)
             expect("curl=56" in out and "403" in err, "CONNECT %s: refused before the tunnel:" % target,
                    out[-300:], err[-300:])
+
+
+# python3 -c FLOOD N: N refused HTTPS requests through the proxy, 16 at a
+# time, each to a name of its own (more names than the proxy keeps
+# certificates for); prints how many got the page, then one line per
+# other outcome.
+FLOOD = r'''
+import sys, urllib.request, urllib.error
+from concurrent.futures import ThreadPoolExecutor
+def one(i):
+    try:
+        urllib.request.urlopen("https://f%d.blocked.test/" % i, timeout=30)
+        return "allowed"
+    except urllib.error.HTTPError as e:
+        return "page" if e.code == 403 and b"retrying will not help" in e.read() else "status %d" % e.code
+    except Exception as e:
+        return "%s: %s" % (type(e).__name__, e)
+with ThreadPoolExecutor(16) as ex:
+    got = list(ex.map(one, range(int(sys.argv[1]))))
+print("pages=%d" % got.count("page"))
+for g in sorted(set(got) - {"page"}):
+    print(g)
+'''
+
+
+def test_a_flood_of_refused_https_names_all_get_the_page_and_allowed_names_still_work(world):
+    pol = _policy_file(world, {"allow": {"api.public.test": [{"transform": [{"headers": {"X-Test": "1"}}]}]}})
+    with sandbox(world, "hflood", "--policy", pol) as name:
+        n = 300
+        code, out, err = world.ctl("exec", name, "--", "python3", "-c", FLOOD, str(n), timeout=170)
+        expect("pages=%d" % n in out, "refused names that got the page:", out[-600:], err[-300:])
+        code, out, err = sh(world, name, "curl -sS -m 10 https://api.public.test/after-flood")
+        expect_eq(code, 0, "an allowed name after the flood (%s)" % err.strip()[-300:])
+        sb = json.loads(world.ctl("--json", "get", name)[1])
+        expect(sb.get("denials", 0) >= n, "the denials counter after the flood:", sb.get("denials"))

@@ -1062,6 +1062,51 @@ static void test_denied_connect_to_another_port_or_an_address_keeps_the_403_befo
         }
 }
 
+/* A sandbox that does not trust the CA (an imported runtime): a page
+ * behind a leaf it rejects would read as a broken certificate, so the
+ * refusal stays the 403 to the CONNECT. */
+static void test_denied_connect_when_the_sandbox_does_not_trust_the_ca_keeps_the_403(void **state) {
+        proxy_run pr;
+        char resp[4096];
+        env.deny_in_tls = false;
+        int c = proxy_start(&pr, NULL, 0);
+        send_str(c, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n");
+        size_t n = read_all(c, (uint8_t *)resp, sizeof(resp) - 1);
+        resp[n] = 0;
+        proxy_finish(&pr, c);
+        assert_true(strncmp(resp, "HTTP/1.1 403", 12) == 0);
+        assert_int_equal(events.count, 1);
+}
+
+/* Bounded work for a flood of refused names: every leaf carries the one
+ * key the CA made at load (no key is generated per name or connection),
+ * a name's leaf is minted once and then served from the cache, and each
+ * is valid for its own name only. */
+static void test_leaves_for_many_names_share_one_key_and_are_cached_per_name(void **state) {
+        X509 *first_cert = NULL, *cert = NULL;
+        EVP_PKEY *first_key = NULL, *key = NULL;
+        char name[64], other[64];
+        assert_int_equal(pol_proxy_ca_leaf(env.ca, "n0.test", &first_cert, &first_key), 0);
+        for (int i = 1; i < 300; i++) {
+                snprintf(name, sizeof(name), "n%d.test", i);
+                snprintf(other, sizeof(other), "n%d.test", i - 1);
+                assert_int_equal(pol_proxy_ca_leaf(env.ca, name, &cert, &key), 0);
+                assert_ptr_equal(key, first_key);
+                assert_int_equal(X509_check_host(cert, name, 0, 0, NULL), 1);
+                assert_int_not_equal(X509_check_host(cert, other, 0, 0, NULL), 1);
+                X509 *again = NULL;
+                EVP_PKEY *k2 = NULL;
+                assert_int_equal(pol_proxy_ca_leaf(env.ca, name, &again, &k2), 0);
+                assert_ptr_equal(again, cert);
+                X509_free(again);
+                EVP_PKEY_free(k2);
+                X509_free(cert);
+                EVP_PKEY_free(key);
+        }
+        X509_free(first_cert);
+        EVP_PKEY_free(first_key);
+}
+
 static void test_denied_connect_to_443_then_plain_http_gets_the_403(void **state) {
         proxy_run pr;
         char head[1024], resp[4096];
@@ -1280,6 +1325,11 @@ int main(void) {
                         deny_teardown),
                 cmocka_unit_test_setup_teardown(test_denied_connect_to_443_then_plain_http_gets_the_403, deny_setup,
                                                 deny_teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_denied_connect_when_the_sandbox_does_not_trust_the_ca_keeps_the_403, deny_setup,
+                        deny_teardown),
+                cmocka_unit_test_setup_teardown(test_leaves_for_many_names_share_one_key_and_are_cached_per_name,
+                                                deny_setup, deny_teardown),
                 cmocka_unit_test_teardown(test_netd_proxy_tunnels_allowed_connect_and_reports_denials, netd_teardown),
                 cmocka_unit_test_teardown(test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid,
                                           netd_teardown),
