@@ -47,6 +47,7 @@ req_list req_list_take(req_list *l) {
  * print little, and exec latency should not pay for a 1 MiB allocation),
  * then wraps once it reaches cap. */
 void ring_append(ring *r, const char *data, size_t len) {
+        r->total += len;
         if (!r->cap || !len)
                 return;
         if (len >= r->cap) {
@@ -113,7 +114,8 @@ char *ring_base64(const ring *r) {
 
 void ring_free(ring *r) {
         free(r->buf);
-        *r = (ring){0};
+        /* The offset goes on: command.logs still places what comes next. */
+        *r = (ring){.total = r->total};
 }
 
 /* ---- the global log budget ---------------------------------------------- */
@@ -1132,6 +1134,10 @@ static void method_logs(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(o, "stdout", out ? out : "");
         cJSON_AddStringToObject(o, "stderr", err ? err : "");
         cJSON_AddBoolToObject(o, "truncated", c->out.truncated || c->err.truncated);
+        /* Where in each stream the bytes returned begin, so a client that
+         * polls (sandboxctl command logs -f) prints each byte once. */
+        cJSON_AddNumberToObject(o, "stdoutOffset", (double)(c->out.total - c->out.len));
+        cJSON_AddNumberToObject(o, "stderrOffset", (double)(c->err.total - c->err.len));
         if (c->log_evicted)
                 cJSON_AddBoolToObject(o, "evicted", true);
         rpc_reply(req, o);
