@@ -377,7 +377,8 @@ static int cmd_resume(ctl_globals *g, int argc, char **argv) {
         return simple_command(g, argc, argv,
                               "Usage: sandboxctl resume [--json] NAME\n\n"
                               "Thaws a sandbox that pause froze. Prints nothing (--json: the sandbox).\n"
-                              "A stopped persistent sandbox is resumed by get --resume or exec instead.\n",
+                              "A stopped persistent sandbox is not resumed here: exec, or get with its\n"
+                              "resume flag, gives it a new session.\n",
                               "sandbox.resume", true, false);
 }
 
