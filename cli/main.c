@@ -287,6 +287,22 @@ static int merge_exit(int so_far, int next) {
         return so_far == 0 || so_far == next ? next : CLI_EXIT_ERROR;
 }
 
+/* One failure of `rm` for its --json error object's data.errors. */
+static cJSON *rm_failure(const char *name, const client_error *err) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e)
+                return NULL;
+        cJSON_AddStringToObject(e, "name", name);
+        cJSON_AddNumberToObject(e, "code", err && err->code != CLIENT_ERROR_LOCAL ? err->code : -32000);
+        cJSON_AddStringToObject(e, "message", err && err->message ? err->message : "out of memory");
+        cJSON *d = cJSON_AddObjectToObject(e, "data");
+        if (d && err && err->reason)
+                cJSON_AddStringToObject(d, "reason", err->reason);
+        if (d)
+                cJSON_AddNumberToObject(d, "exitCode", cli_exit_code(err));
+        return e;
+}
+
 static int cmd_rm(ctl_globals *g, int argc, char **argv) {
         static const struct option opts[] = { COMMON_OPTIONS, { "force", no_argument, NULL, 'f' }, {} };
         bool force = false;
@@ -305,52 +321,37 @@ static int cmd_rm(ctl_globals *g, int argc, char **argv) {
         if (optind >= argc)
                 return ctl_usage("rm", "rm: missing NAME");
         _cleanup_client_ client *c = NULL;
-        int r = ctl_connect(g, &c);
-        if (r != 0)
-                return r;
-        /* With --json the failures go out together as one error object
-         * (data.errors: one {name, code, message, data} per name). */
+        int ret = ctl_connect(g, &c);
+        if (ret != 0)
+                return ret;
+        /* With --json several failures go out together as one error object. */
         bool one_json = (g->json || ctl_json_errors) && argc - optind > 1;
         _cleanup_json_ cJSON *failed = cJSON_CreateArray();
-        int ret = 0, first_code = 0;
-        for (int i = optind; i < argc; i++) {
+        int first_code = 0;
+        for (int i = optind; i < argc && c; i++) {
                 _cleanup_client_error_ client_error *err = NULL;
                 _cleanup_json_ cJSON *result = NULL;
-                if (client_call(c, "sandbox.delete", name_params(argv[i]), -1, NULL, NULL, &result, &err) >= 0)
+                if (client_call(c, "sandbox.delete", name_params(argv[i]), -1, NULL, NULL, &result, &err) >= 0 ||
+                    (force && err && err->reason && streq(err->reason, "not_found")))
                         continue;
-                if (force && err && err->reason && streq(err->reason, "not_found"))
-                        continue;
+                if (one_json) {
+                        ret = merge_exit(ret, cli_exit_code(err));
+                        cJSON_AddItemToArray(failed, rm_failure(argv[i], err));
+                        if (!first_code)
+                                first_code = err && err->code != CLIENT_ERROR_LOCAL ? err->code : -32000;
+                } else {
+                        _cleanup_free_ char *context = NULL;
+                        if (asprintf(&context, "rm %s", argv[i]) < 0)
+                                context = NULL;
+                        ret = merge_exit(ret, ctl_report(g, context, err));
+                }
                 if (err && err->code == CLIENT_ERROR_LOCAL && err->reason &&
                     streq(err->reason, CLIENT_REASON_DISCONNECTED)) {
                         /* The connection is gone; the next names get a new one. */
                         client_free(TAKE_PTR(c));
-                        if (ctl_connect(g, &c) != 0) {
-                                c = NULL;
+                        if (i + 1 < argc && ctl_connect(g, &c) != 0)
                                 ret = merge_exit(ret, CLI_EXIT_UNREACHABLE);
-                        }
                 }
-                _cleanup_free_ char *context = NULL;
-                if (asprintf(&context, "rm %s", argv[i]) < 0)
-                        context = NULL;
-                if (!one_json) {
-                        ret = merge_exit(ret, ctl_report(g, context, err));
-                } else {
-                        int code = cli_exit_code(err);
-                        ret = merge_exit(ret, code);
-                        cJSON *e = cJSON_CreateObject();
-                        cJSON_AddStringToObject(e, "name", argv[i]);
-                        cJSON_AddNumberToObject(e, "code", err && err->code != CLIENT_ERROR_LOCAL ? err->code : -32000);
-                        cJSON_AddStringToObject(e, "message", err && err->message ? err->message : "out of memory");
-                        cJSON *d = cJSON_AddObjectToObject(e, "data");
-                        if (err && err->reason)
-                                cJSON_AddStringToObject(d, "reason", err->reason);
-                        cJSON_AddNumberToObject(d, "exitCode", code);
-                        cJSON_AddItemToArray(failed, e);
-                        if (!first_code)
-                                first_code = err && err->code != CLIENT_ERROR_LOCAL ? err->code : -32000;
-                }
-                if (!c)
-                        break;
         }
         int n_failed = cJSON_GetArraySize(failed);
         if (one_json && n_failed > 0) {
