@@ -117,6 +117,23 @@ static int write_new(const cJSON *result, const char *key, const char *offset_ke
  * daemon, so a follower asks for the log and prints what is new. */
 #define FOLLOW_INTERVAL_MS 250
 
+static void pause_ms(long ms) {
+        struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+}
+
+/* How long `command logs -f` waits for a restarted daemon (ms). */
+#define FOLLOW_RECONNECT_MS 30000
+
+/* The daemon closed the connection, or answered that it is shutting down
+ * (a restart): worth a new connection. */
+static bool daemon_went_away(const client_error *e) {
+        return e && e->reason &&
+               ((e->code == CLIENT_ERROR_LOCAL && streq(e->reason, CLIENT_REASON_DISCONNECTED)) ||
+                (e->code != CLIENT_ERROR_LOCAL && streq(e->reason, "unavailable")));
+}
+
 /* `command logs -f ID`: the logs so far, then what comes, until the
  * command has ended and its last output is written. Returns 0, or the
  * exit code of a failure. */
@@ -126,6 +143,7 @@ static int follow_logs(const ctl_globals *g, const char *id) {
         if (r != 0)
                 return r;
         uint64_t out_done = 0, err_done = 0;
+        unsigned retries = 0;
         for (;;) {
                 /* The state first, the log second: once it has ended, the
                  * log read after holds all of its output. */
@@ -136,8 +154,20 @@ static int follow_logs(const ctl_globals *g, const char *id) {
                         _cleanup_client_error_ client_error *err = NULL;
                         _cleanup_json_ cJSON *result = NULL;
                         if (client_call(c, i == 0 ? "command.get" : "command.logs", p, -1, NULL, NULL, &result,
-                                        &err) < 0)
-                                return ctl_report(g, "command logs", err);
+                                        &err) < 0) {
+                                if (!daemon_went_away(err) || ++retries > FOLLOW_RECONNECT_MS / FOLLOW_INTERVAL_MS)
+                                        return ctl_report(g, "command logs", err);
+                                /* A restart of sandboxd: its commands go
+                                 * on, and so does the follower, from the
+                                 * offsets it has printed up to. */
+                                client_free(TAKE_PTR(c));
+                                pause_ms(FOLLOW_INTERVAL_MS);
+                                if ((r = ctl_reconnect(g, FOLLOW_RECONNECT_MS, &c)) != 0)
+                                        return r;
+                                i = -1;
+                                continue;
+                        }
+                        retries = 0;
                         if (i == 0) {
                                 ended = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(result, "exitCode"));
                                 continue;
@@ -148,9 +178,7 @@ static int follow_logs(const ctl_globals *g, const char *id) {
                 }
                 if (ended)
                         return 0;
-                struct timespec ts = { 0, FOLLOW_INTERVAL_MS * 1000000L };
-                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-                        ;
+                pause_ms(FOLLOW_INTERVAL_MS);
         }
 }
 

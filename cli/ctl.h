@@ -71,6 +71,12 @@ int ctl_report(const ctl_globals *g, const char *context, const client_error *e)
  * success with *ret owned by the caller. */
 int ctl_connect(const ctl_globals *g, client **ret);
 
+/* ctl_connect after the daemon went away (a restart): tries quietly every
+ * 100 ms for up to wait_ms, then once more reporting the failure as
+ * ctl_connect does. Returns 0 with *ret, or CLI_EXIT_UNREACHABLE (or
+ * CLI_EXIT_USAGE for bad TLS settings). */
+int ctl_reconnect(const ctl_globals *g, unsigned wait_ms, client **ret);
+
 /* One request on a connection of its own: connects (ctl_connect), calls
  * `method` with `params` (taken, even on failure), and stores the result
  * in *ret (caller deletes). On an error reply reports it (ctl_report with

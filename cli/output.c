@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "libcore/macro.h"
@@ -186,30 +187,54 @@ static const char *flag_or_env(const char *flag, const char *env) {
         return e && e[0] ? e : NULL;
 }
 
-int ctl_connect(const ctl_globals *g, client **ret) {
+/* Connects as ctl_connect does, printing nothing: 0, or a negative errno
+ * with *ret_where (the socket or host) and, for TLS, *ret_msg (caller
+ * frees) saying what failed. */
+static int connect_quiet(const ctl_globals *g, client **ret, const char **ret_where, char **ret_msg) {
         /* --socket names the local daemon even when $SANDBOXD_HOST is set. */
         const char *host = g->host && g->host[0] ? g->host : g->socket ? NULL : flag_or_env(NULL, CLIENT_HOST_ENV);
+        *ret_msg = NULL;
         if (host) {
-                char *msg = NULL;
-                int r = client_connect_tls(host, flag_or_env(g->cert, CLIENT_CERT_ENV), flag_or_env(g->key, CLIENT_KEY_ENV),
-                                           flag_or_env(g->ca, CLIENT_CA_ENV), ret, &msg);
-                if (r >= 0)
-                        return 0;
-                r = ctl_error(r == -EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s",
-                              host, msg ? msg : strerror(-r));
-                free(msg);
-                return r;
+                *ret_where = host;
+                return client_connect_tls(host, flag_or_env(g->cert, CLIENT_CERT_ENV), flag_or_env(g->key, CLIENT_KEY_ENV),
+                                          flag_or_env(g->ca, CLIENT_CA_ENV), ret, ret_msg);
         }
-        const char *path = client_socket_path(g->socket);
-        int r = client_connect(path, ret);
+        *ret_where = client_socket_path(g->socket);
+        return client_connect(*ret_where, ret);
+}
+
+int ctl_connect(const ctl_globals *g, client **ret) {
+        const char *where = NULL;
+        _cleanup_free_ char *msg = NULL;
+        int r = connect_quiet(g, ret, &where, &msg);
         if (r >= 0)
                 return 0;
+        bool tls = g->host && g->host[0] ? true : g->socket ? false : flag_or_env(NULL, CLIENT_HOST_ENV) != NULL;
+        if (tls)
+                return ctl_error(r == -EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s",
+                                 where, msg ? msg : strerror(-r));
         const char *hint = "is it running? Try 'systemctl start sandboxd', "
                            "or point --socket / $" CLIENT_SOCKET_ENV " at its socket";
         if (r == -EACCES || r == -EPERM)
                 hint = "connecting needs root or membership in group 'sandboxd'";
         return ctl_error(CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s (%s)",
-                         path, strerror(-r), hint);
+                         where, strerror(-r), hint);
+}
+
+int ctl_reconnect(const ctl_globals *g, unsigned wait_ms, client **ret) {
+        for (unsigned waited = 0; waited < wait_ms; waited += 100) {
+                const char *where = NULL;
+                _cleanup_free_ char *msg = NULL;
+                int r = connect_quiet(g, ret, &where, &msg);
+                if (r >= 0)
+                        return 0;
+                if (r == -EINVAL || r == -EACCES || r == -EPERM)
+                        break;
+                struct timespec ts = { 0, 100 * 1000000L };
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
+        return ctl_connect(g, ret);
 }
 
 int ctl_call(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret) {

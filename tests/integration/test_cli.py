@@ -605,3 +605,24 @@ def test_json_errors_are_one_object_on_stderr_for_every_verb(world):
     code, _o, err = world.ctl("get", missing)
     expect(code == 4 and err.startswith("sandboxctl: get %s:" % missing), "without --json: the text line", err)
 
+
+
+def test_command_logs_follow_goes_on_across_a_daemon_restart(world):
+    import world as W
+    with sandbox(world, "followrst", "--deny-all") as name:
+        cmd_id = _detach(world, name, "echo one; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo two; exit 0")
+        argv = [W.SANDBOXCTL, "--socket", world.daemon.socket, "command", "logs", "-f", cmd_id]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            first = _read_until(p, b"one\n", 60, "command logs -f prints output written so far")
+            d = world.daemon
+            expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+            d.start()
+            world.ctl("exec", name, "--", "touch", "/tmp/go", check=True)
+            rest, err = p.communicate(timeout=90)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        expect_eq((p.returncode, first + rest, err), (0, b"one\ntwo\n", b""),
+                  "command logs -f across a restart: every byte once, exit 0")
