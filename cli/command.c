@@ -100,8 +100,8 @@ static int write_new(const cJSON *result, const char *key, const char *offset_ke
                 return ctl_error(CLI_EXIT_ERROR, "command logs: unreadable %s from sandboxd", key);
         uint64_t base = (uint64_t) off->valuedouble, end = base + len;
         if (end < *done)
-                /* Fewer bytes than before: a restarted daemon counts from
-                 * what init kept. Go on from its end. */
+                /* Fewer bytes than before (a daemon that lost count): go
+                 * on from its end, never print a byte twice. */
                 *done = end;
         if (end == *done)
                 return 0;

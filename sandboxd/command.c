@@ -875,6 +875,13 @@ void command_on_log(session *s, unsigned id, const cJSON *msg) {
          * right after the list): a log never doubles what was relayed. */
         if (!c || !c->log_replay || !stream || !b64)
                 return;
+        ring *r = streq(stream, "stderr") ? &c->err : &c->out;
+        /* The first piece says where the kept bytes begin in the stream:
+         * command.logs gives the same offsets as before the restart. */
+        const cJSON *offset = cJSON_GetObjectItemCaseSensitive(msg, "offset");
+        if (cJSON_IsNumber(offset) && offset->valuedouble >= 0 && offset->valuedouble < 9007199254740992.0 &&
+            !r->total && !r->len)
+                r->total = (uint64_t)offset->valuedouble;
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "evicted"))) {
                 if (!c->log_evicted)
                         drop_logs(s->sb->m, c);
@@ -882,7 +889,6 @@ void command_on_log(session *s, unsigned id, const cJSON *msg) {
                         c->out.truncated = c->err.truncated = true;
                 return;
         }
-        ring *r = streq(stream, "stderr") ? &c->err : &c->out;
         const cJSON *cap = cJSON_GetObjectItemCaseSensitive(msg, "cap");
         /* The cap the old daemon had cut it to for the budget, if lower. */
         if (cJSON_IsNumber(cap) && cap->valuedouble >= LOG_SHARE_MIN && cap->valuedouble < (double)r->cap) {
