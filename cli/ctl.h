@@ -19,8 +19,24 @@ typedef struct ctl_globals {
 /* `certs init DIR` (cli/certs.c). Returns the exit code. */
 int ctl_certs(ctl_globals *g, int argc, char **argv);
 
-/* Prints "sandboxctl: <message>" on stderr and returns `exit_code`. */
+/* Set by main when the command line has --json (before any "--"): every
+ * error is then reported as one JSON object on stderr and nothing else
+ * (ctl_print_error_json), usage errors and unreachable daemons included. */
+extern bool ctl_json_errors;
+
+/* Prints "sandboxctl: <message>" on stderr and returns `exit_code`; in
+ * --json mode the error object instead, and nothing for a notice
+ * (exit_code 0). */
 int ctl_error(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints the --json error object as one line on stderr:
+ * {"error": {"code": C, "message": M, "data": {"reason": R, "field": F,
+ * "exitCode": X, ...extra}}}. code is the daemon's JSON-RPC code, or for an
+ * error sandboxctl found itself -32602 (usage) or -32000; reason and field
+ * may be NULL (left out); the members of `extra` (an object, taken, may be
+ * NULL) are added to data. */
+void ctl_print_error_json(int code, const char *message, const char *reason, const char *field, int exit_code,
+                          cJSON *extra);
 
 /* getopt_long(3) for a command's own options, with getopt's own messages
  * off (opterr = 0) and a missing argument told apart from an unknown
@@ -45,8 +61,8 @@ int ctl_usage(const char *command, const char *fmt, ...) __attribute__((format(p
 
 /* Reports a failed call: "sandboxctl: <context>: <message>" with the field
  * spelled as the flag the user typed (cli_error_text; the verb is the
- * context's first word), and with --json the error
- * object {code, message, data: {reason, field}} as one line on stderr too.
+ * context's first word), or with --json only the error object
+ * (ctl_print_error_json) with the daemon's code, reason and field.
  * Returns the exit code for it (cli_exit_code). context may be NULL. */
 int ctl_report(const ctl_globals *g, const char *context, const client_error *e);
 
@@ -54,6 +70,12 @@ int ctl_report(const ctl_globals *g, const char *context, const client_error *e)
  * failure prints what to do and returns CLI_EXIT_UNREACHABLE; 0 on
  * success with *ret owned by the caller. */
 int ctl_connect(const ctl_globals *g, client **ret);
+
+/* ctl_connect after the daemon went away (a restart): tries quietly every
+ * 100 ms for up to wait_ms, then once more reporting the failure as
+ * ctl_connect does. Returns 0 with *ret, or CLI_EXIT_UNREACHABLE (or
+ * CLI_EXIT_USAGE for bad TLS settings). */
+int ctl_reconnect(const ctl_globals *g, unsigned wait_ms, client **ret);
 
 /* One request on a connection of its own: connects (ctl_connect), calls
  * `method` with `params` (taken, even on failure), and stores the result
@@ -84,6 +106,10 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv);
 /* `command get|wait|kill|logs ID` (cli/command.c). Returns the exit code;
  * `command wait` returns the command's own. */
 int ctl_command(ctl_globals *g, int argc, char **argv);
+
+/* `ps NAME [--limit N] [--cursor C]` (cli/command.c): a sandbox's commands
+ * from command.list. Returns the exit code. */
+int ctl_ps(ctl_globals *g, int argc, char **argv);
 
 /* `runtime list|import|bootstrap|rm` (cli/runtime.c). Returns the exit code. */
 int ctl_runtime(ctl_globals *g, int argc, char **argv);

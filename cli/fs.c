@@ -14,7 +14,7 @@ static const char fs_help[] =
         "Usage: sandboxctl fs [--json] ls|stat|mkdir [-p]|rm [-r] NAME:PATH\n\n"
         "Files in a sandbox (a relative PATH is under /workspace):\n"
         "  ls NAME:PATH          list a directory: TYPE MODE SIZE MTIME NAME\n"
-        "  stat NAME:PATH        show one path as key: value lines\n"
+        "  stat NAME:PATH        show one path as key: value lines (mode in octal)\n"
         "  mkdir [-p] NAME:PATH  make a directory; -p (--parents) makes missing parents too\n"
         "  rm [-r] NAME:PATH     remove a file or an empty directory; -r (--recursive)\n"
         "                        removes a directory and everything in it\n";
@@ -122,7 +122,15 @@ int ctl_fs(ctl_globals *g, int argc, char **argv) {
                 ctl_print_json(result);
         else if (streq(verb, "ls"))
                 print_entries(cJSON_GetObjectItemCaseSensitive(result, "entries"));
-        else if (streq(verb, "stat"))
+        else if (streq(verb, "stat")) {
+                /* The mode in octal, as fs ls shows it (JSON keeps the number). */
+                const cJSON *mode = cJSON_GetObjectItemCaseSensitive(result, "mode");
+                if (cJSON_IsNumber(mode)) {
+                        char buf[16];
+                        snprintf(buf, sizeof buf, "%04o", (unsigned) mode->valuedouble);
+                        cJSON_ReplaceItemInObjectCaseSensitive(result, "mode", cJSON_CreateString(buf));
+                }
                 ctl_print_fields(result);
+        }
         return 0;
 }

@@ -37,7 +37,10 @@ static const char main_help[] =
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox: --sudo, --cwd DIR, --env K=V,\n"
         "                                --timeout D, --detach, -i, -t\n"
         "  command get|wait|kill|logs ID reach a command started with exec --detach\n"
-        "                                (kill --signal SIG; wait exits with its code)\n"
+        "                                (kill --signal SIG; wait exits with its code;\n"
+        "                                logs -f follows the output until the command ends)\n"
+        "  ps NAME [--limit N] [--cursor C]\n"
+        "                                list a sandbox's commands: id, status, exit code, start, command\n"
         "  stop NAME                     stop a sandbox's session\n"
         "  update NAME [OPTIONS]         change --timeout, --vcpus, --env, --tag, --port/--no-ports\n"
         "                                or the network policy options of create; shows the sandbox\n"
@@ -47,7 +50,9 @@ static const char main_help[] =
         "                                list (oldest first), delete, export or import snapshots\n"
         "  runtime list|import NAME ROOTFS|bootstrap NAME [--suite S] [--mirror URL]|rm NAME\n"
         "                                root filesystems for --runtime\n"
-        "  rm NAME                       delete a sandbox\n"
+        "  pause NAME                    freeze a sandbox's processes\n"
+        "  resume NAME                   thaw a paused sandbox\n"
+        "  rm [-f] NAME...               delete sandboxes (-f: one already gone is no error)\n"
         "  cp [-r] SRC DST               copy a file, or with -r a directory tree; one side is NAME:PATH\n"
         "  fs ls|stat|mkdir [-p]|rm [-r] NAME:PATH\n"
         "                                list, show, make or remove paths in a sandbox\n"
@@ -71,7 +76,8 @@ static const char main_help[] =
         "\n"
         "Exit status: 0 ok, 1 error, 2 usage, 3 invalid or denied policy, 4 not found,\n"
         "5 conflict, 69 daemon unreachable, 130 interrupted; exec and command wait exit with\n"
-        "the command's code.\n";
+        "the command's code. With --json an error is one JSON object on stderr:\n"
+        "{\"error\": {\"code\": N, \"message\": TEXT, \"data\": {\"reason\", \"field\", \"exitCode\"}}}.\n";
 
 /* Long options every command accepts, so `sandboxctl get x --json` works as
  * well as `sandboxctl --json get x`. */
@@ -268,11 +274,113 @@ static int cmd_stop(ctl_globals *g, int argc, char **argv) {
                               "sandbox.stop", true, false);
 }
 
+static const char rm_help[] =
+        "Usage: sandboxctl rm [--json] [-f] NAME...\n\n"
+        "Stops each sandbox if needed and removes every trace of it. Prints nothing.\n"
+        "Every NAME is tried, in order; a failure is reported for its name and the\n"
+        "others still go. The exit status is 0 when all were removed, else that of the\n"
+        "failures when they agree (4: not found), else 1.\n"
+        "  -f, --force   a sandbox that does not exist (already removed) is no error\n";
+
+/* The exit code of several failures: theirs when they agree, else 1. */
+static int merge_exit(int so_far, int next) {
+        return so_far == 0 || so_far == next ? next : CLI_EXIT_ERROR;
+}
+
+/* One failure of `rm` for its --json error object's data.errors. */
+static cJSON *rm_failure(const char *name, const client_error *err) {
+        cJSON *e = cJSON_CreateObject();
+        if (!e)
+                return NULL;
+        cJSON_AddStringToObject(e, "name", name);
+        cJSON_AddNumberToObject(e, "code", err && err->code != CLIENT_ERROR_LOCAL ? err->code : -32000);
+        cJSON_AddStringToObject(e, "message", err && err->message ? err->message : "out of memory");
+        cJSON *d = cJSON_AddObjectToObject(e, "data");
+        if (d && err && err->reason)
+                cJSON_AddStringToObject(d, "reason", err->reason);
+        if (d)
+                cJSON_AddNumberToObject(d, "exitCode", cli_exit_code(err));
+        return e;
+}
+
 static int cmd_rm(ctl_globals *g, int argc, char **argv) {
+        static const struct option opts[] = { COMMON_OPTIONS, { "force", no_argument, NULL, 'f' }, {} };
+        bool force = false;
+        int opt;
+        optind = 0;
+        while ((opt = ctl_getopt_long(argc, argv, "hf", opts, NULL)) != -1) {
+                int r = common_option(g, opt, rm_help);
+                if (r == 0)
+                        return 0;
+                if (r > 0)
+                        continue;
+                if (opt != 'f')
+                        return ctl_usage("rm", "rm: unknown option");
+                force = true;
+        }
+        if (optind >= argc)
+                return ctl_usage("rm", "rm: missing NAME");
+        _cleanup_client_ client *c = NULL;
+        int ret = ctl_connect(g, &c);
+        if (ret != 0)
+                return ret;
+        /* With --json several failures go out together as one error object. */
+        bool one_json = (g->json || ctl_json_errors) && argc - optind > 1;
+        _cleanup_json_ cJSON *failed = cJSON_CreateArray();
+        int first_code = 0;
+        for (int i = optind; i < argc && c; i++) {
+                _cleanup_client_error_ client_error *err = NULL;
+                _cleanup_json_ cJSON *result = NULL;
+                if (client_call(c, "sandbox.delete", name_params(argv[i]), -1, NULL, NULL, &result, &err) >= 0 ||
+                    (force && err && err->reason && streq(err->reason, "not_found")))
+                        continue;
+                if (one_json) {
+                        ret = merge_exit(ret, cli_exit_code(err));
+                        cJSON_AddItemToArray(failed, rm_failure(argv[i], err));
+                        if (!first_code)
+                                first_code = err && err->code != CLIENT_ERROR_LOCAL ? err->code : -32000;
+                } else {
+                        _cleanup_free_ char *context = NULL;
+                        if (asprintf(&context, "rm %s", argv[i]) < 0)
+                                context = NULL;
+                        ret = merge_exit(ret, ctl_report(g, context, err));
+                }
+                if (err && err->code == CLIENT_ERROR_LOCAL && err->reason &&
+                    streq(err->reason, CLIENT_REASON_DISCONNECTED)) {
+                        /* The connection is gone; the next names get a new one. */
+                        client_free(TAKE_PTR(c));
+                        if (i + 1 < argc && ctl_connect(g, &c) != 0)
+                                ret = merge_exit(ret, CLI_EXIT_UNREACHABLE);
+                }
+        }
+        int n_failed = cJSON_GetArraySize(failed);
+        if (one_json && n_failed > 0) {
+                _cleanup_free_ char *msg = NULL;
+                if (asprintf(&msg, "rm: %d of %d sandboxes not removed", n_failed, argc - optind) < 0)
+                        msg = NULL;
+                cJSON *extra = cJSON_CreateObject();
+                cJSON_AddItemToObject(extra, "errors", TAKE_PTR(failed));
+                ctl_print_error_json(first_code, msg, NULL, NULL, ret, extra);
+        }
+        return ret;
+}
+
+static int cmd_pause(ctl_globals *g, int argc, char **argv) {
         return simple_command(g, argc, argv,
-                              "Usage: sandboxctl rm [--json] NAME\n\n"
-                              "Stops the sandbox if needed and removes every trace of it. Prints nothing.\n",
-                              "sandbox.delete", true, false);
+                              "Usage: sandboxctl pause [--json] NAME\n\n"
+                              "Freezes every process of the sandbox's running session (its cgroup's\n"
+                              "freezer) until resume; exec, cp and fs are refused meanwhile. Prints nothing\n"
+                              "(--json: the sandbox, whose session.paused is true).\n",
+                              "sandbox.pause", true, false);
+}
+
+static int cmd_resume(ctl_globals *g, int argc, char **argv) {
+        return simple_command(g, argc, argv,
+                              "Usage: sandboxctl resume [--json] NAME\n\n"
+                              "Thaws a sandbox that pause froze. Prints nothing (--json: the sandbox).\n"
+                              "A stopped persistent sandbox is not resumed here: exec, or get with its\n"
+                              "resume flag, gives it a new session.\n",
+                              "sandbox.resume", true, false);
 }
 
 static int cmd_daemon(ctl_globals *g, int argc, char **argv) {
@@ -1384,6 +1492,9 @@ static const struct {
         { "daemon", cmd_daemon },
         { "certs", ctl_certs },
         { "top", cmd_top },
+        { "ps", ctl_ps },
+        { "pause", cmd_pause },
+        { "resume", cmd_resume },
 };
 
 int main(int argc, char **argv) {
@@ -1393,6 +1504,11 @@ int main(int argc, char **argv) {
         };
         ctl_globals g = {};
         int opt;
+        /* Errors are JSON from the first one on, a usage error in the
+         * options included; what follows "--" is a command's own. */
+        for (int i = 1; i < argc && !streq(argv[i], "--"); i++)
+                if (streq(argv[i], "--json"))
+                        ctl_json_errors = true;
         /* '+': stop at the command name; its options are its own. */
         while ((opt = ctl_getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
                 if (opt == OPT_VERSION) {

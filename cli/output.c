@@ -7,19 +7,76 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "libcore/macro.h"
 #include "cli/ctl.h"
 
+bool ctl_json_errors;
+
+/* The JSON-RPC code and reason an error sandboxctl found itself is given
+ * in --json mode, from the exit code it returns: a usage error is what the
+ * daemon's -32602 is for a value it refuses. */
+static void local_error_kind(int exit_code, int *ret_code, const char **ret_reason) {
+        *ret_code = exit_code == CLI_EXIT_USAGE ? -32602 : -32000;
+        *ret_reason = exit_code == CLI_EXIT_USAGE         ? "usage"
+                      : exit_code == CLI_EXIT_UNREACHABLE ? "unreachable"
+                      : exit_code == CLI_EXIT_NOT_FOUND   ? "not_found"
+                      : exit_code == CLI_EXIT_INTERRUPTED ? "interrupted"
+                                                          : "failed";
+}
+
+void ctl_print_error_json(int code, const char *message, const char *reason, const char *field, int exit_code,
+                          cJSON *extra) {
+        _cleanup_json_ cJSON *j = cJSON_CreateObject();
+        cJSON *e = j ? cJSON_AddObjectToObject(j, "error") : NULL;
+        cJSON *data = e ? cJSON_CreateObject() : NULL;
+        if (!data) {
+                cJSON_Delete(extra);
+                fputs("{\"error\":{\"code\":-32603,\"message\":\"out of memory\",\"data\":null}}\n", stderr);
+                return;
+        }
+        cJSON_AddNumberToObject(e, "code", code);
+        cJSON_AddStringToObject(e, "message", message ? message : "");
+        if (reason)
+                cJSON_AddStringToObject(data, "reason", reason);
+        if (field)
+                cJSON_AddStringToObject(data, "field", field);
+        cJSON_AddNumberToObject(data, "exitCode", exit_code);
+        for (cJSON *x = extra ? extra->child : NULL; x; x = extra->child)
+                cJSON_AddItemToObject(data, x->string, cJSON_DetachItemViaPointer(extra, x));
+        cJSON_Delete(extra);
+        cJSON_AddItemToObject(e, "data", data);
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(j);
+        if (text)
+                fprintf(stderr, "%s\n", text);
+}
+
+/* Prints one error line, or in --json mode the error object; a notice
+ * (exit_code 0) is left out in --json mode, where the result carries it. */
+static int report_line(int exit_code, const char *text) {
+        if (!ctl_json_errors) {
+                fprintf(stderr, "sandboxctl: %s\n", text);
+                return exit_code;
+        }
+        if (exit_code == 0)
+                return 0;
+        int code;
+        const char *reason;
+        local_error_kind(exit_code, &code, &reason);
+        ctl_print_error_json(code, text, reason, NULL, exit_code, NULL);
+        return exit_code;
+}
+
 int ctl_error(int exit_code, const char *fmt, ...) {
         va_list ap;
-        fputs("sandboxctl: ", stderr);
+        _cleanup_free_ char *text = NULL;
         va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
+        if (vasprintf(&text, fmt, ap) < 0)
+                text = NULL;
         va_end(ap);
-        fputc('\n', stderr);
-        return exit_code;
+        return report_line(exit_code, text ? text : "out of memory");
 }
 
 char *const *ctl_option_argv;
@@ -71,44 +128,32 @@ int ctl_usage(const char *command, const char *fmt, ...) {
         size_t n = strlen(fmt), tail = strlen("unknown option");
         char buf[256];
         const char *bad = n >= tail && streq(fmt + n - tail, "unknown option") ? refused_option(buf, sizeof buf) : NULL;
+        _cleanup_free_ char *text = NULL;
         if (bad) {
                 /* One line: what was wrong, and where the options are. */
                 static const char *const after[] = {
                         [OPTION_UNKNOWN] = "", [OPTION_MISSING_VALUE] = " needs a value",
                         [OPTION_NO_VALUE] = " takes no value", [OPTION_AMBIGUOUS] = " is ambiguous",
                 };
-                fprintf(stderr, "sandboxctl: %s%s%s '%s'%s; see 'sandboxctl %s%s--help'\n", command ? command : "",
-                        command ? ": " : "", option_problem == OPTION_UNKNOWN ? "unrecognized option" : "option", bad,
-                        after[option_problem], command ? command : "", command ? " " : "");
-                return CLI_EXIT_USAGE;
+                if (asprintf(&text, "%s%s%s '%s'%s; see 'sandboxctl %s%s--help'", command ? command : "",
+                             command ? ": " : "", option_problem == OPTION_UNKNOWN ? "unrecognized option" : "option",
+                             bad, after[option_problem], command ? command : "", command ? " " : "") < 0)
+                        text = NULL;
+                return report_line(CLI_EXIT_USAGE, text ? text : "usage error");
         }
         va_list ap;
-        fputs("sandboxctl: ", stderr);
         va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
+        if (vasprintf(&text, fmt, ap) < 0)
+                text = NULL;
         va_end(ap);
+        if (ctl_json_errors)
+                return report_line(CLI_EXIT_USAGE, text ? text : "usage error");
+        fprintf(stderr, "sandboxctl: %s", text ? text : "usage error");
         if (command)
                 fprintf(stderr, "\nTry 'sandboxctl %s --help'.\n", command);
         else
                 fputs("\nTry 'sandboxctl --help'.\n", stderr);
         return CLI_EXIT_USAGE;
-}
-
-static void print_error_json(const client_error *e) {
-        cJSON *j = cJSON_CreateObject();
-        if (!j)
-                return;
-        cJSON_AddNumberToObject(j, "code", e->code);
-        cJSON_AddStringToObject(j, "message", e->message);
-        cJSON *data = cJSON_AddObjectToObject(j, "data");
-        if (data && e->reason)
-                cJSON_AddStringToObject(data, "reason", e->reason);
-        if (data && e->field)
-                cJSON_AddStringToObject(data, "field", e->field);
-        _cleanup_free_ char *text = cJSON_PrintUnformatted(j);
-        if (text)
-                fprintf(stderr, "%s\n", text);
-        cJSON_Delete(j);
 }
 
 int ctl_report(const ctl_globals *g, const char *context, const client_error *e) {
@@ -119,11 +164,20 @@ int ctl_report(const ctl_globals *g, const char *context, const client_error *e)
          * "snapshots"): it decides how a field is spelled on the command line. */
         _cleanup_free_ char *verb = context ? strndup(context, strcspn(context, " ")) : NULL;
         _cleanup_free_ char *text = cli_error_text(verb, e);
-        fprintf(stderr, "sandboxctl: %s%s%s\n", context ? context : "", context ? ": " : "",
-                text ? text : e->message);
-        if (g && g->json)
-                print_error_json(e);
-        return cli_exit_code(e);
+        int exit_code = cli_exit_code(e);
+        if (!ctl_json_errors && !(g && g->json)) {
+                fprintf(stderr, "sandboxctl: %s%s%s\n", context ? context : "", context ? ": " : "",
+                        text ? text : e->message);
+                return exit_code;
+        }
+        _cleanup_free_ char *line = NULL;
+        if (asprintf(&line, "%s%s%s", context ? context : "", context ? ": " : "", text ? text : e->message) < 0)
+                line = NULL;
+        /* CLIENT_ERROR_LOCAL: no answer from the daemon (the connection
+         * failed or the answer was unreadable; reason says which). */
+        int code = e->code == CLIENT_ERROR_LOCAL ? -32000 : e->code;
+        ctl_print_error_json(code, line ? line : e->message, e->reason, e->field, exit_code, NULL);
+        return exit_code;
 }
 
 static const char *flag_or_env(const char *flag, const char *env) {
@@ -133,30 +187,54 @@ static const char *flag_or_env(const char *flag, const char *env) {
         return e && e[0] ? e : NULL;
 }
 
-int ctl_connect(const ctl_globals *g, client **ret) {
+/* Connects as ctl_connect does, printing nothing: 0, or a negative errno
+ * with *ret_where (the socket or host) and, for TLS, *ret_msg (caller
+ * frees) saying what failed. */
+static int connect_quiet(const ctl_globals *g, client **ret, const char **ret_where, char **ret_msg) {
         /* --socket names the local daemon even when $SANDBOXD_HOST is set. */
         const char *host = g->host && g->host[0] ? g->host : g->socket ? NULL : flag_or_env(NULL, CLIENT_HOST_ENV);
+        *ret_msg = NULL;
         if (host) {
-                char *msg = NULL;
-                int r = client_connect_tls(host, flag_or_env(g->cert, CLIENT_CERT_ENV), flag_or_env(g->key, CLIENT_KEY_ENV),
-                                           flag_or_env(g->ca, CLIENT_CA_ENV), ret, &msg);
-                if (r >= 0)
-                        return 0;
-                r = ctl_error(r == -EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s",
-                              host, msg ? msg : strerror(-r));
-                free(msg);
-                return r;
+                *ret_where = host;
+                return client_connect_tls(host, flag_or_env(g->cert, CLIENT_CERT_ENV), flag_or_env(g->key, CLIENT_KEY_ENV),
+                                          flag_or_env(g->ca, CLIENT_CA_ENV), ret, ret_msg);
         }
-        const char *path = client_socket_path(g->socket);
-        int r = client_connect(path, ret);
+        *ret_where = client_socket_path(g->socket);
+        return client_connect(*ret_where, ret);
+}
+
+int ctl_connect(const ctl_globals *g, client **ret) {
+        const char *where = NULL;
+        _cleanup_free_ char *msg = NULL;
+        int r = connect_quiet(g, ret, &where, &msg);
         if (r >= 0)
                 return 0;
+        bool tls = g->host && g->host[0] ? true : g->socket ? false : flag_or_env(NULL, CLIENT_HOST_ENV) != NULL;
+        if (tls)
+                return ctl_error(r == -EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s",
+                                 where, msg ? msg : strerror(-r));
         const char *hint = "is it running? Try 'systemctl start sandboxd', "
                            "or point --socket / $" CLIENT_SOCKET_ENV " at its socket";
         if (r == -EACCES || r == -EPERM)
                 hint = "connecting needs root or membership in group 'sandboxd'";
         return ctl_error(CLI_EXIT_UNREACHABLE, "cannot connect to sandboxd at %s: %s (%s)",
-                         path, strerror(-r), hint);
+                         where, strerror(-r), hint);
+}
+
+int ctl_reconnect(const ctl_globals *g, unsigned wait_ms, client **ret) {
+        for (unsigned waited = 0; waited < wait_ms; waited += 100) {
+                const char *where = NULL;
+                _cleanup_free_ char *msg = NULL;
+                int r = connect_quiet(g, ret, &where, &msg);
+                if (r >= 0)
+                        return 0;
+                if (r == -EINVAL || r == -EACCES || r == -EPERM)
+                        break;
+                struct timespec ts = { 0, 100 * 1000000L };
+                while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
+        return ctl_connect(g, ret);
 }
 
 int ctl_call(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret) {

@@ -99,7 +99,8 @@
  *   oldest bytes first, in pieces of at most 64 KiB:
  *   ← {"ev":"log","id":N,"stream":"stdout"|"stderr","data":BASE64}
  *      the first piece of a stream also has "cap":L (its current bound),
- *      "truncated":B (bytes were dropped from its front) and, when the
+ *      "truncated":B (bytes were dropped from its front), "offset":O (the
+ *      count of the stream's bytes before the kept ones) and, when the
  *      daemon dropped it whole, "evicted":true
  *   ← {"ev":"logs_done"}
  *   then the held output and exit events follow (also every exit sent

@@ -7,8 +7,10 @@
  * connection is congested (rpc.h), the session's agent socket is paused;
  * init then pauses its commands' pipes and the commands block on write, as
  * with `cmd | slow-reader` on a terminal. The drain handler resumes it. */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include "libcore/agent.h"
 #include "libcore/fault.h"
@@ -45,6 +47,7 @@ req_list req_list_take(req_list *l) {
  * print little, and exec latency should not pay for a 1 MiB allocation),
  * then wraps once it reaches cap. */
 void ring_append(ring *r, const char *data, size_t len) {
+        r->total += len;
         if (!r->cap || !len)
                 return;
         if (len >= r->cap) {
@@ -111,7 +114,8 @@ char *ring_base64(const ring *r) {
 
 void ring_free(ring *r) {
         free(r->buf);
-        *r = (ring){0};
+        /* The offset goes on: command.logs still places what comes next. */
+        *r = (ring){.total = r->total};
 }
 
 /* ---- the global log budget ---------------------------------------------- */
@@ -871,6 +875,13 @@ void command_on_log(session *s, unsigned id, const cJSON *msg) {
          * right after the list): a log never doubles what was relayed. */
         if (!c || !c->log_replay || !stream || !b64)
                 return;
+        ring *r = streq(stream, "stderr") ? &c->err : &c->out;
+        /* The first piece says where the kept bytes begin in the stream:
+         * command.logs gives the same offsets as before the restart. */
+        const cJSON *offset = cJSON_GetObjectItemCaseSensitive(msg, "offset");
+        if (cJSON_IsNumber(offset) && offset->valuedouble >= 0 && offset->valuedouble < 9007199254740992.0 &&
+            !r->total && !r->len)
+                r->total = (uint64_t)offset->valuedouble;
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg, "evicted"))) {
                 if (!c->log_evicted)
                         drop_logs(s->sb->m, c);
@@ -878,7 +889,6 @@ void command_on_log(session *s, unsigned id, const cJSON *msg) {
                         c->out.truncated = c->err.truncated = true;
                 return;
         }
-        ring *r = streq(stream, "stderr") ? &c->err : &c->out;
         const cJSON *cap = cJSON_GetObjectItemCaseSensitive(msg, "cap");
         /* The cap the old daemon had cut it to for the budget, if lower. */
         if (cJSON_IsNumber(cap) && cap->valuedouble >= LOG_SHARE_MIN && cap->valuedouble < (double)r->cap) {
@@ -1130,9 +1140,98 @@ static void method_logs(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(o, "stdout", out ? out : "");
         cJSON_AddStringToObject(o, "stderr", err ? err : "");
         cJSON_AddBoolToObject(o, "truncated", c->out.truncated || c->err.truncated);
+        /* Where in each stream the bytes returned begin, so a client that
+         * polls (sandboxctl command logs -f) prints each byte once. */
+        cJSON_AddNumberToObject(o, "stdoutOffset", (double)(c->out.total - c->out.len));
+        cJSON_AddNumberToObject(o, "stderrOffset", (double)(c->err.total - c->err.len));
         if (c->log_evicted)
                 cJSON_AddBoolToObject(o, "evicted", true);
         rpc_reply(req, o);
+}
+
+/* The order of command.list: newest first, by start time then cmdId (ids
+ * are random, so the id only breaks ties). Negative when a comes first. */
+static int list_order(uint64_t a_ms, const char *a_id, uint64_t b_ms, const char *b_id) {
+        if (a_ms != b_ms)
+                return a_ms > b_ms ? -1 : 1;
+        return -strcmp(a_id, b_id);
+}
+
+static int cmp_commands(const void *a, const void *b) {
+        const command *x = *(command *const *)a, *y = *(command *const *)b;
+        return list_order(x->started_ms, x->cmd_id, y->started_ms, y->cmd_id);
+}
+
+/* A command.list cursor: "<startedMs>.<cmdId>" of the last command of the
+ * page before, so a page stays right when commands start or are forgotten
+ * in between. Returns 0 or -EINVAL. */
+#define LIST_CURSOR_BYTES 64
+static int parse_list_cursor(const char *s, uint64_t *ret_ms, const char **ret_id) {
+        char *end = NULL;
+        if (!s[0] || s[0] < '0' || s[0] > '9')
+                return -EINVAL;
+        errno = 0;
+        unsigned long long ms = strtoull(s, &end, 10);
+        if (errno || *end != '.' || strlen(end + 1) != 20 || strncmp(end + 1, "cmd-", 4))
+                return -EINVAL;
+        *ret_ms = ms;
+        *ret_id = end + 1;
+        return 0;
+}
+
+/* command.list {name, limit?, cursor?}: the commands of one sandbox the
+ * daemon still keeps (running ones, the last MAX_FINISHED_COMMANDS
+ * finished ones of the daemon, those re-adopted after a restart), each as
+ * command.get shows it, newest first, a page at a time. */
+static void method_list(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        _cleanup_error_ sb_error *err = NULL;
+        const char *cursor = NULL, *after_id = NULL;
+        uint64_t after_ms = 0;
+        int64_t limit = 1000;
+        if (rpc_param_string(req, "cursor", false, &cursor, &err) < 0 ||
+            (cursor && limit_check_string(cursor, "cursor", LIST_CURSOR_BYTES, &err) < 0) ||
+            rpc_param_int(req, "limit", false, 1, 1000, &limit, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        if (cursor && parse_list_cursor(cursor, &after_ms, &after_id) < 0) {
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "cursor",
+                                "cursor: not a nextCursor of command.list; leave it out for the first page");
+                return;
+        }
+        sandbox *sb = sandbox_lookup(req, m, "name");
+        if (!sb)
+                return;
+        /* Re-adopted sessions have not listed their commands yet: answer
+         * once they have, so the list lacks none of them. */
+        if (m->n_listing > 0 && !m->listing_over && redo_list_add(&m->listing_waiters, req, method_list) == 0)
+                return;
+        size_t n = 0;
+        for (command *c = m->commands; c; c = c->next)
+                n += c->sb == sb;
+        _cleanup_free_ command **v = calloc(n + 1, sizeof(*v));
+        if (!v) {
+                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                return;
+        }
+        n = 0;
+        for (command *c = m->commands; c; c = c->next)
+                if (c->sb == sb && (!after_id || list_order(c->started_ms, c->cmd_id, after_ms, after_id) > 0))
+                        v[n++] = c;
+        qsort(v, n, sizeof(*v), cmp_commands);
+        cJSON *res = cJSON_CreateObject();
+        cJSON *arr = cJSON_AddArrayToObject(res, "commands");
+        size_t shown = n < (size_t)limit ? n : (size_t)limit;
+        for (size_t i = 0; i < shown; i++)
+                cJSON_AddItemToArray(arr, command_json(v[i]));
+        if (shown < n) {
+                char next[LIST_CURSOR_BYTES];
+                snprintf(next, sizeof(next), "%" PRIu64 ".%s", v[shown - 1]->started_ms, v[shown - 1]->cmd_id);
+                cJSON_AddStringToObject(res, "nextCursor", next);
+        } else
+                cJSON_AddNullToObject(res, "nextCursor");
+        rpc_reply(req, res);
 }
 
 void register_command_methods(manager *m, rpc_server *s) {
@@ -1144,5 +1243,6 @@ void register_command_methods(manager *m, rpc_server *s) {
         rpc_server_add_method(s, "command.wait", method_wait, m);
         rpc_server_add_method(s, "command.get", method_get, m);
         rpc_server_add_method(s, "command.logs", method_logs, m);
+        rpc_server_add_method(s, "command.list", method_list, m);
         rpc_server_set_drain_handler(s, on_conn_drained, m);
 }

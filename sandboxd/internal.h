@@ -74,6 +74,7 @@ typedef struct ring {
         size_t alloc;   /* bytes allocated so far (grows up to cap) */
         size_t start, len;
         bool truncated;
+        uint64_t total; /* bytes ever appended, kept or not: the stream offset just past the newest byte */
 } ring;
 void ring_append(ring *r, const char *data, size_t len);
 /* Lowers the ring's cap to `cap` bytes (no-op when not lower), keeping the

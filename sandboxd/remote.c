@@ -447,6 +447,7 @@ static const struct {
         { "command.kill", ACCESS_COMMAND, "cmdId" },
         { "command.get", ACCESS_COMMAND, "cmdId" },
         { "command.logs", ACCESS_COMMAND, "cmdId" },
+        { "command.list", ACCESS_SANDBOX, "name" },
         { "fs.write", ACCESS_SANDBOX, "sandbox" },
         { "fs.read", ACCESS_SANDBOX, "sandbox" },
         { "fs.mkdir", ACCESS_SANDBOX, "sandbox" },

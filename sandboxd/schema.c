@@ -86,6 +86,7 @@ static const schema_field run_params[] = {
         OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), END,
 };
 static const schema_field cmd_params[] = { REQ("cmdId"), END };
+static const schema_field cmd_list_params[] = { REQ("name"), OPT("limit"), OPT("cursor"), END };
 static const schema_field cancel_params[] = { REQ("id"), END };
 static const schema_field write_params[] = { REQ("cmdId"), REQ("data"), END };
 static const schema_field resize_params[] = { REQ("cmdId"), REQ("rows"), REQ("cols"), END };
@@ -136,6 +137,7 @@ const schema_method schema_methods[] = {
         { "command.kill", kill_params },
         { "command.get", cmd_params },
         { "command.logs", cmd_params },
+        { "command.list", cmd_list_params },
         { "fs.write", fs_write_params },
         { "fs.read", fs_path_params },
         { "fs.mkdir", fs_mkdir_params },

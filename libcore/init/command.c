@@ -749,6 +749,7 @@ static void close_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
  * ring_append), so the two hold the same bytes. Out of memory, the bytes
  * are dropped and the log reads as truncated. */
 static void log_append(init_log *l, const char *data, size_t len) {
+        l->total += len;
         if (!l->cap || !len)
                 return;
         if (len >= l->cap) {
@@ -844,6 +845,7 @@ static void send_log_event(init_agent *a, const init_cmd *c, const char *stream,
         if (first) {
                 cJSON_AddNumberToObject(ev, "cap", (double)l->cap);
                 cJSON_AddBoolToObject(ev, "truncated", l->truncated);
+                cJSON_AddNumberToObject(ev, "offset", (double)(l->total - l->len));
                 if (c->log_evicted)
                         cJSON_AddBoolToObject(ev, "evicted", true);
         }

@@ -71,6 +71,7 @@ typedef struct init_log {
         char *buf;
         size_t cap, alloc, start, len;
         bool truncated;        /* bytes were dropped from the front */
+        uint64_t total;        /* bytes ever appended: the kept ones begin at total - len */
 } init_log;
 
 typedef struct init_cmd {

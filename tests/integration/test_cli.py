@@ -164,7 +164,7 @@ def test_runtime_import_sends_a_resolved_path(world):
 
 
 VERBS = ("create", "get-or-create", "ls", "get", "extend", "fs", "exec", "command", "stop", "update", "fork", "snapshot", "snapshots",
-         "runtime", "rm", "cp", "policy", "events", "daemon", "certs", "top")
+         "runtime", "rm", "cp", "policy", "events", "daemon", "certs", "top", "ps", "pause", "resume")
 
 
 def test_help_lists_every_verb_and_only_flags_the_verb_takes(world):
@@ -415,3 +415,214 @@ def test_sandboxctl_starts_without_openssl_and_loads_it_for_tls(world):
         expect_eq(code, 0, "certs init loads OpenSSL on first use (%s)" % err.strip())
         for f in ("ca.pem", "server.pem", "server-key.pem", "client.pem"):
             expect(os.path.exists(os.path.join(d, f)), "certs init wrote", f, os.listdir(d))
+
+
+def _read_until(proc, want, secs, what):
+    """Reads proc's stdout (a pipe) until it holds `want`, for at most
+    `secs`; returns what was read."""
+    import select
+    import time
+    got = b""
+    deadline = time.monotonic() + secs
+    while want not in got:
+        left = deadline - time.monotonic()
+        expect(left > 0, what + " (not within %ds)" % secs, repr(got))
+        ready, _w, _x = select.select([proc.stdout], [], [], min(left, 1.0))
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            expect(chunk, what + " (stdout closed)", repr(got))
+            got += chunk
+    return got
+
+
+def test_command_logs_follow_prints_output_as_it_comes_and_exits_0_at_the_end(world):
+    import world as W
+    with sandbox(world, "follow", "--deny-all") as name:
+        cmd_id = _detach(world, name, "echo one; while [ ! -e /tmp/go ]; do sleep 0.1; done; "
+                                      "echo two; echo err >&2; exit 3")
+        argv = [W.SANDBOXCTL, "--socket", world.daemon.socket, "command", "logs", "-f", cmd_id]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            first = _read_until(p, b"one\n", 60, "command logs -f prints output written so far")
+            expect(p.poll() is None, "command logs -f goes on while the command runs")
+            world.ctl("exec", name, "--", "touch", "/tmp/go", check=True)
+            rest, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        expect_eq((p.returncode, first + rest, err), (0, b"one\ntwo\n", b"err\n"),
+                  "command logs -f: every byte once, stdout and stderr apart, exit 0 at the end")
+        code, out, err = world.ctl("command", "logs", "--follow", cmd_id)
+        expect_eq((code, out, err), (0, "one\ntwo\n", "err\n"), "command logs -f of an ended command")
+        code, out, err = world.ctl("--json", "command", "logs", "-f", cmd_id)
+        expect_eq((code, out), (2, ""), "command logs -f --json is a usage error")
+        code, _o, err = world.ctl("command", "logs", "-f", "cmd-0000000000000000")
+        expect_eq(code, 4, "command logs -f of an unknown id (%s)" % err.strip())
+
+
+def test_ps_lists_a_sandbox_s_commands_newest_first_and_after_a_restart(world):
+    with sandbox(world, "ps", "--deny-all") as name:
+        code, _o, err = world.ctl("exec", name, "--", "sh", "-c", "exit 5")
+        expect_eq(code, 5, "exec (%s)" % err.strip())
+        running = _detach(world, name, "exec sleep 300")
+        code, out, err = world.ctl("ps", name)
+        lines = out.splitlines()
+        expect(code == 0 and len(lines) == 3 and lines[0].split() == ["ID", "STATUS", "EXIT", "STARTED", "COMMAND"],
+               "ps: a header and two commands:", code, out, err)
+        expect(re.match(r"^%s\s+running\s+-\s+\S+\s+sh -c 'exec sleep 300'$" % running, lines[1]),
+               "the running command first:", lines[1])
+        expect(re.match(r"^cmd-\w{16}\s+exited\s+5\s+\S+\s+sh -c 'exit 5'$", lines[2]), "the exited one:", lines[2])
+        got = json.loads(world.ctl("--json", "ps", name, check=True)[1])
+        expect_eq([(c["cmdId"] == running, c["exitCode"]) for c in got["commands"]], [(True, None), (False, 5)],
+                  "ps --json: the commands as command.get shows them")
+        expect_eq(got["nextCursor"], None, "ps --json gives every page")
+        code, out, err = world.ctl("ps", name, "--limit", "1")
+        m = re.search(r"^next cursor: (\S+)$", out, re.M)
+        expect(code == 0 and running in out and m, "ps --limit 1: the newest and a cursor:", code, out, err)
+        code, out, err = world.ctl("ps", name, "--limit", "1", "--cursor", m.group(1))
+        expect(code == 0 and "exited" in out and running not in out and "next cursor" not in out,
+               "ps --cursor: the next page:", code, out, err)
+        # The method refuses what it does not know, as every method does.
+        for params, field in (({"name": name, "limt": 1}, "limt"), ({"name": name, "cursor": "x"}, "cursor"),
+                              ({"name": name, "cursor": "1." + "x" * 100}, "cursor"), ({"name": name, "limit": 0}, "limit")):
+            e = world.rpc("command.list", params).get("error") or {}
+            expect(e.get("code") == -32602 and (e.get("data") or {}).get("field") == field,
+                   "command.list %r is refused naming %s:" % (params, field), e)
+        # After a restart the re-adopted commands are listed, same ids.
+        d = world.daemon
+        expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+        d.start()
+        got = json.loads(world.ctl("--json", "ps", name, check=True)[1])
+        expect_eq([(c["cmdId"], c["exitCode"]) for c in got["commands"]][:1], [(running, None)],
+                  "ps after a restart lists the running command")
+        world.ctl("command", "kill", running, check=True)
+    code, _o, err = world.ctl("ps", world.name("nosuch"))
+    expect_eq(code, 4, "ps of an unknown sandbox (%s)" % err.strip())
+
+
+def test_pause_and_resume_freeze_and_thaw_a_sandbox(world):
+    with sandbox(world, "pause", "--deny-all") as name:
+        code, out, err = world.ctl("pause", name)
+        expect_eq((code, out), (0, ""), "pause prints nothing (%s)" % err.strip())
+        got = json.loads(world.ctl("--json", "get", name, check=True)[1])
+        expect_eq(got["session"]["paused"], True, "session.paused after pause")
+        code, _o, err = world.ctl("exec", name, "--", "true")
+        expect(code != 0 and "paused" in err, "exec in a paused sandbox is refused:", code, err)
+        code, out, err = world.ctl("--json", "resume", name)
+        expect_eq((code, json.loads(out)["session"]["paused"] if code == 0 else None), (0, False),
+                  "resume --json shows the thawed sandbox (%s)" % err.strip())
+        code, out, _e = world.ctl("exec", name, "--", "echo", "ok")
+        expect_eq((code, out), (0, "ok\n"), "exec after resume")
+    code, _o, err = world.ctl("pause", world.name("nosuch"))
+    expect_eq(code, 4, "pause of an unknown sandbox (%s)" % err.strip())
+
+
+def test_rm_takes_several_names_and_force_ignores_missing_ones(world):
+    a, _c, _o, _e = create(world, "rma", "--deny-all")
+    b, _c, _o, _e = create(world, "rmb", "--deny-all")
+    missing = world.name("rmgone")
+    code, out, err = world.ctl("rm", a, missing, b)
+    lines = err.splitlines()
+    expect(code == 4 and out == "" and len(lines) == 1 and missing in lines[0],
+           "rm A MISSING B: one error naming the missing one, exit 4:", code, repr(err))
+    for n in (a, b):
+        expect_eq(world.ctl("get", n)[0], 4, "rm removed %s despite the failure before it" % n)
+    code, out, err = world.ctl("rm", "-f", a, missing)
+    expect_eq((code, out, err), (0, "", ""), "rm -f of names already gone")
+    code, out, err = world.ctl("--json", "rm", a, missing)
+    expect(code == 4 and out == "" and len(err.splitlines()) == 1, "rm --json of two missing names:", code, out, err)
+    got = json.loads(err)["error"]
+    expect_eq(sorted(e["name"] for e in got["data"]["errors"]), sorted([a, missing]),
+              "one error object naming each failure")
+    code, _o, err = world.ctl("rm")
+    expect_eq(code, 2, "rm without a name (%s)" % err.strip())
+
+
+def test_fs_stat_shows_the_mode_in_octal(world):
+    with sandbox(world, "fsstat", "--deny-all") as name:
+        world.ctl("exec", name, "--", "sh", "-c", "echo x > /tmp/f && chmod 640 /tmp/f", check=True)
+        code, out, err = world.ctl("fs", "stat", "%s:/tmp/f" % name)
+        expect(code == 0 and re.search(r"^mode: 0640$", out, re.M), "fs stat mode in octal:", code, out, err)
+        got = json.loads(world.ctl("--json", "fs", "stat", "%s:/tmp/f" % name, check=True)[1])
+        expect_eq(got["mode"], 0o640, "fs stat --json keeps the number")
+
+
+def _complete_names(world, socket, *words):
+    import world as W
+    script = ('source %s; COMP_WORDS=(sandboxctl %s); COMP_CWORD=%d; _sandboxctl; '
+              'printf "%%s\\n" "${COMPREPLY[@]}"' % (COMPLETION, " ".join("'%s'" % w for w in words), len(words)))
+    out = subprocess.run(["bash", "--norc", "-c", script], capture_output=True, text=True, timeout=60,
+                         env={"PATH": os.path.dirname(W.SANDBOXCTL) + ":" + os.environ["PATH"],
+                              "SANDBOXD_SOCKET": socket})
+    expect_eq(out.stderr, "", "completion is quiet on stderr")
+    return set(out.stdout.split())
+
+
+def test_bash_completion_of_sandbox_snapshot_and_runtime_names(world):
+    with sandbox(world, "compl", "--deny-all", "--persistent") as name:
+        snap = world.ctl("snapshot", name, check=True)[1].strip()
+        try:
+            sock = world.daemon.socket
+            for words, want in ((("get", name[:-2]), name), (("ps", ""), name), (("pause", ""), name),
+                                (("rm", "-f", ""), name), (("create", "--snapshot", ""), snap),
+                                (("snapshots", "rm", ""), snap), (("create", "--runtime", ""), "host"),
+                                (("runtime", "rm", ""), "host")):
+                got = _complete_names(world, sock, *words)
+                expect(want in got, "completing %r offers %s:" % (words, want), sorted(got)[:20])
+            # --socket on the command line is the daemon asked.
+            got = _complete_names(world, world.tmp + "/none.sock", "--socket", sock, "get", "")
+            expect(name in got, "completion asks the --socket given:", sorted(got)[:20])
+            # No daemon: nothing offered, nothing printed.
+            expect_eq(_complete_names(world, world.tmp + "/none.sock", "get", ""), set(),
+                      "no names without a daemon")
+        finally:
+            world.ctl("snapshots", "rm", snap)
+
+
+def test_json_errors_are_one_object_on_stderr_for_every_verb(world):
+    bogus = os.path.join(world.tmp, "no-daemon.sock")
+    missing = world.name("jsonerr")
+    cases = [(["--socket", bogus, "--json", verb, "x"] if verb not in ("certs", "cp", "exec") else
+              ["--socket", bogus, "--json", verb]) for verb in VERBS]
+    cases += [["--json", "get", missing], ["get", missing, "--json"], ["--json", "get", "--bogus", "x"],
+              ["--json", "frob"], ["--json", "rm", missing], ["--json", "command", "wait", "cmd-0000000000000000"],
+              ["--json", "fs", "stat", missing + ":/x"], ["--json", "create", "--vcpus", "0"],
+              ["--json", "ps", missing], ["--json", "pause", missing], ["--json", "exec", missing, "--", "true"]]
+    for args in cases:
+        code, out, err = world.ctl(*args)
+        lines = err.splitlines()
+        expect(code != 0 and out == "" and len(lines) == 1, "%r: one line on stderr, none on stdout:" % (args,),
+               code, repr(out), repr(err))
+        got = json.loads(lines[0])
+        e = got.get("error") or {}
+        expect(list(got) == ["error"] and isinstance(e.get("code"), int) and e.get("message")
+               and e.get("data", {}).get("exitCode") == code,
+               "%r: {error: {code, message, data: {exitCode}}}:" % (args,), got)
+    code, _o, err = world.ctl("--json", "get", missing)
+    e = json.loads(err)["error"]
+    expect_eq((code, e["code"], e["data"]["reason"]), (4, -32000, "not_found"), "the daemon's code and reason")
+    code, _o, err = world.ctl("get", missing)
+    expect(code == 4 and err.startswith("sandboxctl: get %s:" % missing), "without --json: the text line", err)
+
+
+
+def test_command_logs_follow_goes_on_across_a_daemon_restart(world):
+    import world as W
+    with sandbox(world, "followrst", "--deny-all") as name:
+        cmd_id = _detach(world, name, "echo one; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo two; exit 0")
+        argv = [W.SANDBOXCTL, "--socket", world.daemon.socket, "command", "logs", "-f", cmd_id]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            first = _read_until(p, b"one\n", 60, "command logs -f prints output written so far")
+            d = world.daemon
+            expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+            d.start()
+            world.ctl("exec", name, "--", "touch", "/tmp/go", check=True)
+            rest, err = p.communicate(timeout=90)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        expect_eq((p.returncode, first + rest, err), (0, b"one\ntwo\n", b""),
+                  "command logs -f across a restart: every byte once, exit 0")

@@ -170,8 +170,11 @@ def test_the_budget_cut_of_the_old_daemon_holds_after_a_restart(world):
         run = [_run(world, name, (script % ch) + "; exec sleep 600") for ch in "cd"]
 
         def shared():
+            # Cut, and all 700000 bytes written (the offset says where the
+            # kept ones begin), so nothing moves before the restart.
             logs = [rpc_ok(world, "command.logs", {"cmdId": i}) for i in run]
-            return all(len(base64.b64decode(r["stdout"])) == share and r["truncated"] for r in logs) and logs
+            return all(len(base64.b64decode(r["stdout"])) == share and r["truncated"] and
+                       r["stdoutOffset"] + share == 700000 for r in logs) and logs
         cut = W.World.wait_until(shared, 60, "both running commands' logs cut to %d bytes" % share)
         ids += run
         # The newer finished command's log went too now (finished logs go

@@ -31,6 +31,24 @@ static void test_small_output_is_kept_whole_without_full_allocation(void **state
         ring_free(&r);
 }
 
+/* total counts every byte appended, kept or dropped, through a wrap, a
+ * shrink and a free (command.logs gives total - len as the offset of what
+ * it returns). */
+static void test_total_counts_every_byte_through_wrap_shrink_and_free(void **state) {
+        ring r = {.cap = 8};
+        ring_append(&r, "0123456789", 10);
+        ring_append(&r, "abc", 3);
+        assert_int_equal(r.total, 13);
+        assert_int_equal(r.total - r.len, 5);
+        ring_shrink(&r, 4);
+        assert_int_equal(r.total - r.len, 9);
+        ring_free(&r);
+        assert_int_equal(r.total, 13);
+        assert_int_equal(r.len, 0);
+        ring_append(&r, "xy", 2);
+        assert_int_equal(r.total, 15);
+}
+
 static void test_empty_ring_reads_empty(void **state) {
         ring r = {.cap = 16};
         size_t n = 99;
@@ -114,6 +132,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_small_output_is_kept_whole_without_full_allocation),
                 cmocka_unit_test(test_empty_ring_reads_empty),
+                cmocka_unit_test(test_total_counts_every_byte_through_wrap_shrink_and_free),
                 cmocka_unit_test(test_keeps_last_cap_bytes_in_order_across_wraps),
                 cmocka_unit_test(test_one_chunk_larger_than_cap_keeps_its_tail),
                 cmocka_unit_test(test_shrink_keeps_the_newest_bytes_of_a_wrapped_ring),

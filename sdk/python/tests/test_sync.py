@@ -384,3 +384,14 @@ print(json.dumps(out))
         assert x.get("cls") == "PermissionDeniedError" and x["typed"], x
         assert x["reason"] == "permission_denied" and "socket group" in x["message"], x
         assert x["s"] < 5, "refused promptly, not after retrying: %r" % x
+
+
+def test_list_commands_gives_the_sandbox_s_commands_newest_first(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        done = sb.run_command("sh", ["-c", "exit 3"])
+        long = sb.run_command("sleep", ["100"], detached=True)
+        listed = sb.list_commands(limit=1)
+        assert [(c.cmd_id, c.exit_code) for c in listed][:1] == [(long.cmd_id, None)]
+        assert [c.exit_code for c in listed] == [None, done.exit_code]
+        long.kill("SIGKILL")
+        assert long.wait().exit_code == 137

@@ -312,6 +312,26 @@ export class Sandbox {
   }
 
   /**
+   * This sandbox's commands the daemon keeps (running ones and the most recent finished ones),
+   * newest first, every page of `command.list`; each as `getCommand` gives it.
+   * @param options `limit`: page size (1-1000).
+   */
+  async listCommands(options: CallOptions & { limit?: number } = {}): Promise<Command[]> {
+    const out: Command[] = [];
+    let cursor: string | null = null;
+    do {
+      const p: Record<string, unknown> = { name: this.name };
+      if (options.limit !== undefined) p.limit = options.limit;
+      if (cursor !== null) p.cursor = cursor;
+      const page: { commands: CommandInfo[]; nextCursor: string | null } =
+        await this.client.request("command.list", p, opt(options.signal));
+      for (const info of page.commands) out.push(new Command(this.client, info, false));
+      cursor = page.nextCursor;
+    } while (cursor !== null);
+    return out;
+  }
+
+  /**
    * Writes files (parents created), in order. Large contents go in 4 MiB pieces.
    * @param files `{ path, content, mode? }` each.
    */

@@ -120,3 +120,15 @@ test("a command's output in memory is capped at its newest bytes; readers get al
   assert.ok(out.endsWith("x\nthe-end\n"), "the newest bytes are kept");
   assert.equal(r.outputTruncated, true);
 });
+
+test("listCommands gives the sandbox's commands, newest first, every page", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("lscmd"), networkPolicy: "deny-all" });
+  const done = await sb.runCommand({ cmd: "sh", args: ["-c", "exit 3"] });
+  const long = await sb.runCommand({ cmd: "sleep", args: ["100"], detached: true });
+  const listed = await sb.listCommands({ limit: 1 });
+  assert.deepEqual(listed.map((c) => c.exitCode), [null, 3]);
+  assert.equal(listed[0].cmdId, long.cmdId);
+  assert.equal(done.exitCode, 3);
+  await long.kill("SIGKILL");
+  assert.equal((await long.wait()).exitCode, 137);
+});

@@ -667,6 +667,24 @@ class AsyncSandbox:
         info = await self._call("command.get", {"cmdId": cmd_id})
         return AsyncCommand(self, info, None)
 
+    async def list_commands(self, limit: int | None = None) -> list[AsyncCommand]:
+        """This sandbox's commands the daemon keeps (running ones and the most
+        recent finished ones), newest first: every page of command.list
+        (``limit``: page size, 1-1000), each as get_command gives it."""
+        out: list[AsyncCommand] = []
+        cursor: str | None = None
+        while True:
+            p: dict[str, Any] = {"name": self.name}
+            if limit is not None:
+                p["limit"] = limit
+            if cursor is not None:
+                p["cursor"] = cursor
+            page = await self._call("command.list", p)
+            out.extend(AsyncCommand(self, info, None) for info in page.get("commands", []))
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return out
+
     # ---- files
     async def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]]) -> None:
         """fs.write: ``[{"path", "content": bytes|str, "mode"?}]``, in order, parents made."""

@@ -361,6 +361,10 @@ class Sandbox:
     def get_command(self, cmd_id: str) -> Command:
         return Command(self._c._run(self._a.get_command(cmd_id)), self._c, self)
 
+    def list_commands(self, limit: int | None = None) -> list[Command]:
+        """This sandbox's commands the daemon keeps, newest first (command.list, every page)."""
+        return [Command(a, self._c, self) for a in self._c._run(self._a.list_commands(limit))]
+
     def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]]) -> None:
         self._c._run(self._a.write_files(list(files)))
 
