@@ -179,7 +179,8 @@ static void dispatch(session *s, cJSON *msg) {
         } else if (streq(ev, "exit")) {
                 /* An exit status, or 128+signal: 0..255 (agent.h). */
                 command_on_exit(s, cid, packet_int(cJSON_GetObjectItem(msg, "code"), 0, 255, 255),
-                                cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")));
+                                cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")),
+                                cJSON_GetObjectItem(msg, "usage"));
         } else if (streq(ev, "fs"))
                 on_fs_reply(s, msg);
         else if (streq(ev, "list"))

@@ -101,6 +101,11 @@ struct command {
         bool oom_killed;          /* SIGKILLed while the session's OOM kill count grew */
         uint64_t oom_before;      /* the session cgroup's OOM kill count at its start */
         int exit_code;
+        /* "usage" of its exit (agent.h): CPU ms of its process tree and the
+         * largest resident set of one of its processes; unknown when init
+         * reported none (a session that ended under it). */
+        bool has_usage;
+        uint64_t usage_cpu_ms, usage_mem_peak;
         rpc_conn *conn;           /* streams go here while it is open; a reference */
         rpc_request *run_req;     /* command.run waiting for start (detached) or exit */
         req_list waiters;         /* command.wait */
@@ -540,7 +545,10 @@ void command_on_log(session *s, unsigned id, const cJSON *msg);
 /* {"ev":"logs_done"}, or the session's end: the command.logs requests held
  * while init replayed its logs are answered. */
 void commands_logs_replayed(session *s);
-void command_on_exit(session *s, unsigned id, int code, const char *error);
+/* {"ev":"exit"}: command `id` ended with `code` (0..255), `error` when it
+ * never ran, `usage` the event's {"cpuMs","memoryPeakBytes"} or NULL
+ * (sandbox-controlled: each number is range-checked here). */
+void command_on_exit(session *s, unsigned id, int code, const char *error, const cJSON *usage);
 /* Rebuilds the commands of a re-adopted session from init's
  * {"ev":"list"} (libcore/agent.h): same cmdIds, empty logs, detached. */
 void commands_restore(session *s, const cJSON *list);

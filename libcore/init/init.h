@@ -81,6 +81,11 @@ typedef struct init_cmd {
         bool reaped;
         bool finished;         /* exit event sent; kept (listed, re-sent on reconnect) until acked */
         int status;            /* wait status once reaped */
+        /* What the command's process used (wait4's rusage at its reap):
+         * user+system CPU of it and of every descendant it waited for, and
+         * the largest resident set of any one of those processes. */
+        bool has_usage;
+        uint64_t cpu_ms, maxrss_bytes;
         int exit_code;         /* what the exit event said, once finished */
         int out_fd, err_fd;    /* read ends (err_fd unused for a tty); -EBADF once closed */
         int in_fd;             /* stdin pipe write end, or a dup of the pty master */

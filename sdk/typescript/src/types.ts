@@ -201,8 +201,22 @@ export interface CommandInfo {
   oomKilled?: boolean;
   /** The memory limit it hit, with `oomKilled`. */
   memoryLimitBytes?: number;
+  /** What it used, once finished (null when unknown; see {@link CommandUsage}). */
+  usage?: CommandUsage | null;
   /** Other fields. */
   [key: string]: unknown;
+}
+
+/**
+ * What a finished command used, measured by sandbox-init with wait4(2) when it
+ * reaped the command: `cpuMs` is the user+system CPU time of the command's
+ * process and of every descendant it waited for (orphans it left running are
+ * not counted); `memoryPeakBytes` is the largest resident set of one of those
+ * processes (ru_maxrss), not the sum.
+ */
+export interface CommandUsage {
+  cpuMs: number;
+  memoryPeakBytes: number;
 }
 
 /** The result of `policy.check` (a dry run of the policy for one destination). */

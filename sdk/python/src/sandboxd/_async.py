@@ -73,7 +73,11 @@ class CommandFinished:
     """A command that has exited.
 
     Attributes: cmd_id, exit_code, duration_ms, timed_out (killed by its
-    timeout_ms), oom_killed (killed by the OOM killer at the memory limit).
+    timeout_ms), oom_killed (killed by the OOM killer at the memory limit),
+    usage (a dict ``{"cpuMs": N, "memoryPeakBytes": N}`` measured by
+    sandbox-init with wait4(2): the user+system CPU time of the command's
+    process and of every descendant it waited for, and the largest resident
+    set of one of those processes; None when unknown).
     """
 
     def __init__(self, result: Mapping[str, Any], stdout: bytes = b"", stderr: bytes = b"") -> None:
@@ -82,6 +86,10 @@ class CommandFinished:
         self.duration_ms: int = int(result.get("durationMs") or 0)
         self.timed_out: bool = bool(result.get("timedOut", False))
         self.oom_killed: bool = bool(result.get("oomKilled", False))
+        usage = result.get("usage")
+        self.usage: dict[str, int] | None = (
+            {"cpuMs": int(usage.get("cpuMs", 0)), "memoryPeakBytes": int(usage.get("memoryPeakBytes", 0))}
+            if isinstance(usage, Mapping) else None)
         self.stdout_bytes = bytes(stdout)
         self.stderr_bytes = bytes(stderr)
         self.raw = dict(result)
