@@ -49,7 +49,7 @@ static const char main_help[] =
         "                                root filesystems for --runtime\n"
         "  rm NAME                       delete a sandbox\n"
         "  cp [-r] SRC DST               copy a file, or with -r a directory tree; one side is NAME:PATH\n"
-        "  fs ls|stat|mkdir [-p]|rm [-r] NAME:PATH\n"
+        "  fs ls|stat|mkdir [-p]|rm [-r]|watch [-r] NAME:PATH\n"
         "                                list, show, make or remove paths in a sandbox\n"
         "  policy test NAME|--policy FILE URL\n"
         "                                would the policy allow URL? (exit 0 yes, 3 no)\n"

@@ -185,6 +185,10 @@ static void dispatch(session *s, cJSON *msg) {
                 on_fs_reply(s, msg);
         else if (streq(ev, "list"))
                 commands_restore(s, msg);
+        else if (streq(ev, "watch"))
+                fs_watch_on_events(s, cid, msg);
+        else if (streq(ev, "watch_end"))
+                fs_watch_on_end(s, cid, msg);
         else if (streq(ev, "error")) {
                 char safe[TEXT_LOG_BUF];
                 log_warning("sandbox '%s': sandbox-init: %s", s->sb->name,
@@ -336,6 +340,7 @@ void agent_detach(session *s) {
                 free(p);
         }
         s->outq_tail = &s->outq;
+        fs_watches_session_detached(s);
         /* Pending file operations fail: the sandbox stopped under them. */
         while (s->fs_ops) {
                 agent_fs_op *o = s->fs_ops;

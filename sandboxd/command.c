@@ -390,6 +390,7 @@ static void recheck_paused_sessions(manager *m) {
 
 static void on_conn_drained(rpc_conn *conn, void *userdata) {
         recheck_paused_sessions(userdata);
+        fs_watch_conn_drained(conn);
 }
 
 /* ---- events from sandbox-init ------------------------------------------ */

@@ -655,6 +655,20 @@ void register_fs_methods(manager *m, rpc_server *s);
 void register_fs_tar_methods(manager *m, rpc_server *s);
 /* A connection closed: its directory copies are abandoned. */
 void fs_tar_conn_closed(rpc_conn *c);
+/* watch.c: fs.watch (docs/API.md). From the agent channel: a batch of
+ * events ({"ev":"watch"}) and the end ({"ev":"watch_end"}) of watch `id`
+ * of session s (libcore/agent.h); both sandbox-controlled. */
+void register_fs_watch_methods(manager *m, rpc_server *s);
+void fs_watch_on_events(session *s, unsigned id, const cJSON *msg);
+void fs_watch_on_end(session *s, unsigned id, const cJSON *msg);
+/* The session's agent channel is gone (agent_detach): each of its watches
+ * is answered (sandbox_stopped, or unavailable at daemon exit). */
+void fs_watches_session_detached(session *s);
+/* A connection closed: its watches are ended in init. */
+void fs_watches_conn_closed(rpc_conn *conn);
+/* A congested connection drained: the count of the events dropped meanwhile
+ * goes out as an "overflow" event. */
+void fs_watch_conn_drained(rpc_conn *conn);
 
 /* snapshot-io.c */
 /* snapshot.export and snapshot.import: a snapshot as a tar file. */

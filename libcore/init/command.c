@@ -1115,7 +1115,7 @@ void cmd_reap(init_agent *a) {
                 a->children_gone = pid < 0 && errno == ECHILD;
                 if (pid <= 0)
                         return;
-                if (init_tar_reaped(a, pid, st))
+                if (init_tar_reaped(a, pid, st) || init_watch_reaped(a, pid, st))
                         continue;
                 for (init_cmd *c = a->cmds; c; c = c->next)
                         if (c->pid == pid && !c->reaped) {
@@ -1199,6 +1199,7 @@ void cmd_resume(init_agent *a) {
 /* Backpressure: removes every output stream from epoll, or adds them back. */
 void cmd_set_output_paused(init_agent *a, bool paused) {
         a->output_paused = paused;
+        init_watch_set_paused(a, paused);
         for (init_cmd *c = a->cmds; c; c = c->next) {
                 uint32_t ev = paused ? 0 : EPOLLIN;
                 if (c->out_fd >= 0)
