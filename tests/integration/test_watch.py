@@ -25,22 +25,25 @@ def _events(conn, wid):
 
 
 def _wait_event(conn, wid, pred, what, timeout=60):
-    """Waits for an event of watch wid matching pred (earlier events stay in conn.notes)."""
+    """Waits for an event of watch wid matching pred (every message stays in
+    conn.notes; each is looked at once)."""
+    for e in _events(conn, wid):
+        if pred(e):
+            return e
     deadline = time.monotonic() + timeout
     while True:
-        for e in _events(conn, wid):
-            if pred(e):
-                return e
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AssertionError("no %s; events so far: %s" % (what, json.dumps(_events(conn, wid))[:1500]))
+            raise AssertionError("no %s; events so far: %s" % (what, json.dumps(_events(conn, wid)[-20:])[:1500]))
         msg = conn.read_msg(left)
         if msg is None:
             raise AssertionError("sandboxd closed the connection waiting for %s" % what)
         if isinstance(msg, dict) and "id" in msg and ("result" in msg or "error" in msg):
             conn.responses[msg["id"]] = msg
-        else:
-            conn.notes.append(msg)
+            continue
+        conn.notes.append(msg)
+        if msg.get("method") == "fs.watchEvent" and msg["params"].get("watchId") == wid and pred(msg["params"]):
+            return msg["params"]
 
 
 def _has(t, path, is_dir=None, old=None):

@@ -384,3 +384,34 @@ print(json.dumps(out))
         assert x.get("cls") == "PermissionDeniedError" and x["typed"], x
         assert x["reason"] == "permission_denied" and "socket group" in x["message"], x
         assert x["s"] < 5, "refused promptly, not after retrying: %r" % x
+
+
+def test_watch_iterates_changes_until_closed(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        missing = sb.watch("missing")
+        with pytest.raises(NotFoundError):
+            next(missing)
+        it = sb.watch("/workspace", recursive=True)  # in place once this returns
+        sb.run_command("sh", ["-c", "mkdir d && echo hi > d/a.txt && mv d/a.txt d/b.txt && rm d/b.txt"])
+        seen = []
+        for ev in it:
+            seen.append(ev)
+            if ev["type"] == "deleted" and ev["path"] == "/workspace/d/b.txt":
+                break
+        it.close()
+        assert {"type": "created", "path": "/workspace/d", "isDir": True} in \
+            [{k: e.get(k) for k in ("type", "path", "isDir")} for e in seen]
+        assert any(e["type"] == "renamed" and e["path"] == "/workspace/d/b.txt"
+                   and e["oldPath"] == "/workspace/d/a.txt" for e in seen), seen
+        # The closed watch left room: the sandbox's watches are bounded.
+        it2 = sb.watch("/workspace")
+        it2.close()
+
+
+def test_finished_commands_report_their_usage(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        r = sb.run_command("true")
+        assert r.usage is not None and 0 <= r.usage["cpuMs"] < 1000, r.usage
+        assert 0 < r.usage["memoryPeakBytes"] < 256 << 20, r.usage
+        cmd = sb.run_command("true", detached=True)
+        assert cmd.wait().usage is not None

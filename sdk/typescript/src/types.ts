@@ -264,6 +264,30 @@ export interface SandboxEvent {
   [key: string]: unknown;
 }
 
+/** What happened to a path, in a {@link WatchEvent}. */
+export type WatchEventType = "created" | "modified" | "deleted" | "renamed" | "overflow";
+
+/**
+ * One change seen by `sandbox.watch()` (`fs.watchEvent`). Paths are the
+ * sandbox's own (`/workspace/a.txt`), never host paths.
+ */
+export interface WatchEvent {
+  /** The watch (`fs.watch`) it belongs to. */
+  watchId: string;
+  /** `renamed` has `oldPath` too; `overflow` says events were dropped. */
+  type: WatchEventType;
+  /** The path (absent for an `overflow` of the kernel's queue or the client). */
+  path?: string;
+  /** Whether `path` is a directory. */
+  isDir?: boolean;
+  /** `renamed`: where it was before. */
+  oldPath?: string;
+  /** `overflow`: `kernel`, `queue`, `client` or `watches` (a directory past the cap was not watched: `path`). */
+  reason?: string;
+  /** `overflow`: how many events were dropped, when known. */
+  dropped?: number;
+}
+
 /** A file or directory's metadata, shaped like `node:fs`'s `Stats`. */
 export interface SandboxStats {
   /** Base name. */
