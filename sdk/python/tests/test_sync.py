@@ -388,9 +388,8 @@ print(json.dumps(out))
 
 def test_watch_iterates_changes_until_closed(world, client, name):
     with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
-        missing = sb.watch("missing")
         with pytest.raises(NotFoundError):
-            next(missing)
+            sb.watch("missing")
         it = sb.watch("/workspace", recursive=True)  # in place once this returns
         sb.run_command("sh", ["-c", "mkdir d && echo hi > d/a.txt && mv d/a.txt d/b.txt && rm d/b.txt"])
         seen = []
