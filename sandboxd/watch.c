@@ -273,6 +273,10 @@ static void method_watch(rpc_request *req, void *userdata) {
         }
         w->m = m;
         w->sess = sb->sess;
+        /* Ids start from the clock, not 1: an init re-adopted after a
+         * restart may still be reaping a watch of the previous daemon. */
+        if (!next_agent_id)
+                next_agent_id = (unsigned)(core_now_ms() & 0x3fffffff);
         w->agent_id = ++next_agent_id ? next_agent_id : ++next_agent_id;
         snprintf(w->watch_id, sizeof(w->watch_id), "watch-%u", w->agent_id);
         w->req = req;

@@ -2,6 +2,7 @@
 child of sandbox-init confined as the sandbox user), streamed as
 fs.watchEvent notifications until request.cancel or the sandbox stops."""
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -203,3 +204,38 @@ def test_sandboxctl_fs_watch_prints_lines_until_interrupted(world):
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+
+
+def _watchers(world, name):
+    """Processes of the sandbox named like sandbox-init (exec'd from a
+    memfd: "memfd:sandbox-i") other than PID 1: the watcher children (a
+    forked copy of init, confined)."""
+    out = sh_ok(world, name, "for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = 1 ] || "
+                "cat $p/comm 2>/dev/null; done")
+    return sum(1 for c in out.split() if "sandbox-i" in c)
+
+
+def test_a_cancel_or_a_daemon_restart_leaves_no_watcher_running(world):
+    name, _c, _o, _e = create(world, "watchgone", "--deny-all")
+    try:
+        with world.daemon.connect() as conn:
+            rid, _wid = _start(conn, name, "/workspace")
+            expect_eq(_watchers(world, name), 1, "one watcher while the watch runs")
+            conn.call("request.cancel", {"id": rid})
+            expect_eq(conn.wait(rid)["error"]["code"], -32800, "the cancelled watch")
+        W.World.wait_until(lambda: _watchers(world, name) == 0, 30, "the watcher gone after the cancel")
+        conn = world.daemon.connect()
+        try:
+            _start(conn, name, "/workspace")
+            d = world.daemon
+            os.kill(d.proc.pid, signal.SIGKILL)
+            d.proc.wait(10)
+            d.start()
+            expect(conn.read_msg(30) is None, "the watch's connection closed with the daemon")
+        finally:
+            conn.close()
+        W.World.wait_until(lambda: _watchers(world, name) == 0, 30, "the watcher gone after the restart")
+        with world.daemon.connect() as conn2:
+            _start(conn2, name, "/workspace")  # watches work with the new daemon
+    finally:
+        delete(world, name)
