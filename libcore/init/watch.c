@@ -80,6 +80,7 @@ typedef struct child_state {
         char **q;
         size_t q_head, q_n;
         size_t q_off;              /* bytes of q[q_head] already written */
+        const char *last_line;     /* the newest queued line while it is queued */
         uint64_t dropped;          /* events dropped since the last overflow event */
         bool limit_reported;
         /* a moved-from waiting for its moved-to (same cookie) */
@@ -111,6 +112,7 @@ static void queue_line(child_state *c, char *line) {
                 return;
         }
         c->q[(c->q_head + c->q_n++) % WATCH_QUEUE_MAX] = line;
+        c->last_line = line;
 }
 
 /* Queues {"type":T,"path":P,"isDir":D[,"oldPath":O][,"reason":R]}; an
@@ -152,10 +154,14 @@ static void emit(child_state *c, const char *type, const char *path, bool is_dir
         char *t = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         char *line = NULL;
-        if (t && asprintf(&line, "%s\n", t) >= 0)
-                queue_line(c, line);
-        else
+        if (!t || asprintf(&line, "%s\n", t) < 0)
                 c->dropped++;
+        /* A write in many pieces is one "modified" while the reader has
+         * not taken the last one yet, not one per write(2). */
+        else if (streq(type, "modified") && c->last_line && streq(line, c->last_line))
+                free(line);
+        else
+                queue_line(c, line);
         free(t);
 }
 
@@ -174,6 +180,8 @@ static int flush_lines(child_state *c) {
                 c->q_off += (size_t)n;
                 if (c->q_off < len)
                         continue;
+                if (l == c->last_line)
+                        c->last_line = NULL;
                 free(l);
                 c->q_head = (c->q_head + 1) % WATCH_QUEUE_MAX;
                 c->q_n--;
