@@ -9,7 +9,7 @@ import subprocess
 import time
 
 import world as W
-from common import create, delete, expect, expect_eq, sandbox, sh_ok
+from common import create, delete, expect, expect_eq, sandbox, sandbox_user_ids, sh_ok
 
 
 def _start(conn, name, path, recursive=True):
@@ -221,6 +221,11 @@ def test_a_cancel_or_a_daemon_restart_leaves_no_watcher_running(world):
         with world.daemon.connect() as conn:
             rid, _wid = _start(conn, name, "/workspace")
             expect_eq(_watchers(world, name), 1, "one watcher while the watch runs")
+            # It runs as the sandbox user, not root.
+            uid = sandbox_user_ids(world)[0]
+            ids = sh_ok(world, name, "for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = 1 ] || "
+                        "{ grep -q sandbox-i $p/comm 2>/dev/null && grep '^Uid:' $p/status; }; done; true").split()
+            expect_eq(ids, ["Uid:"] + [str(uid)] * 4, "the watcher's real, effective, saved and fs uid")
             conn.call("request.cancel", {"id": rid})
             expect_eq(conn.wait(rid)["error"]["code"], -32800, "the cancelled watch")
         W.World.wait_until(lambda: _watchers(world, name) == 0, 30, "the watcher gone after the cancel")
