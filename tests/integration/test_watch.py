@@ -244,3 +244,16 @@ def test_a_cancel_or_a_daemon_restart_leaves_no_watcher_running(world):
             _start(conn2, name, "/workspace")  # watches work with the new daemon
     finally:
         delete(world, name)
+
+
+def test_a_watched_file_reports_writes_and_the_watch_ends_when_it_is_deleted(world):
+    with sandbox(world, "watchfile", "--deny-all") as name:
+        sh_ok(world, name, "echo 1 > /workspace/f.txt")
+        with world.daemon.connect() as conn:
+            rid, wid = _start(conn, name, "f.txt", recursive=False)  # relative: under /workspace
+            sh_ok(world, name, "echo 2 >> /workspace/f.txt")
+            _wait_event(conn, wid, _has("modified", "/workspace/f.txt", False), "modified f.txt")
+            sh_ok(world, name, "rm /workspace/f.txt")
+            _wait_event(conn, wid, _has("deleted", "/workspace/f.txt", False), "deleted f.txt")
+            ans = conn.wait(rid, timeout=60)
+            expect_eq(ans.get("result", {}).get("reason"), "deleted", "the answer once the path went: %s" % ans)
