@@ -132,3 +132,11 @@ int ctl_policy_add(cJSON **doc, const char *list, const char *value);
 /* `fs ls|stat|mkdir|rm NAME:PATH` (cli/fs.c): argv[0] is "fs". Returns the
  * exit code. */
 int ctl_fs(ctl_globals *g, int argc, char **argv);
+/* `fs watch NAME:PATH [-r]` (cli/watch.c): fs.watch, one line per event on
+ * stdout (with g->json one object per line) until Ctrl-C (exit 130) or the
+ * watch ends (0, or the error's exit code). */
+int ctl_fs_watch(ctl_globals *g, const char *name, const char *path, bool recursive);
+/* SIGINT, SIGTERM and SIGHUP blocked and readable from the returned
+ * signalfd (non-blocking, close-on-exec), so a loop that polls it beside
+ * the socket never loses an interrupt; a negative errno on failure. */
+int ctl_signal_fd(void);

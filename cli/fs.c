@@ -1,5 +1,5 @@
-/* `sandboxctl fs ls|stat|mkdir|rm NAME:PATH`: the fs.list, fs.stat,
- * fs.mkdir and fs.remove methods (docs/API.md "fs.*"). The daemon does the
+/* `sandboxctl fs ls|stat|mkdir|rm|watch NAME:PATH`: the fs.list, fs.stat,
+ * fs.mkdir, fs.remove and fs.watch (cli/watch.c) methods (docs/API.md "fs.*"). The daemon does the
  * work inside the sandbox as its user; this only builds the request and
  * prints the answer. */
 #include <getopt.h>
@@ -11,13 +11,16 @@
 #include "cli/ctl.h"
 
 static const char fs_help[] =
-        "Usage: sandboxctl fs [--json] ls|stat|mkdir [-p]|rm [-r] NAME:PATH\n\n"
+        "Usage: sandboxctl fs [--json] ls|stat|mkdir [-p]|rm [-r]|watch [-r] NAME:PATH\n\n"
         "Files in a sandbox (a relative PATH is under /workspace):\n"
         "  ls NAME:PATH          list a directory: TYPE MODE SIZE MTIME NAME\n"
         "  stat NAME:PATH        show one path as key: value lines (mode in octal)\n"
         "  mkdir [-p] NAME:PATH  make a directory; -p (--parents) makes missing parents too\n"
         "  rm [-r] NAME:PATH     remove a file or an empty directory; -r (--recursive)\n"
-        "                        removes a directory and everything in it\n";
+        "                        removes a directory and everything in it\n"
+        "  watch [-r] NAME:PATH  print a line per change (created, modified, deleted,\n"
+        "                        renamed, overflow) of PATH, or with -r of its whole tree,\n"
+        "                        until Ctrl-C; --json prints one object per line\n";
 
 static const char *cell(const cJSON *obj, const char *key, char *buf, size_t size) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -76,7 +79,7 @@ int ctl_fs(ctl_globals *g, int argc, char **argv) {
                 default: return ctl_usage("fs", "fs: unknown option");
                 }
         if (optind >= argc)
-                return ctl_usage("fs", "fs: missing subcommand (ls, stat, mkdir, rm)");
+                return ctl_usage("fs", "fs: missing subcommand (ls, stat, mkdir, rm, watch)");
         const char *verb = argv[optind++], *method;
         if (streq(verb, "ls"))
                 method = "fs.list";
@@ -86,12 +89,14 @@ int ctl_fs(ctl_globals *g, int argc, char **argv) {
                 method = "fs.mkdir";
         else if (streq(verb, "rm"))
                 method = "fs.remove";
+        else if (streq(verb, "watch"))
+                method = "fs.watch";
         else
-                return ctl_usage("fs", "fs: unknown subcommand '%s' (ls, stat, mkdir, rm)", verb);
+                return ctl_usage("fs", "fs: unknown subcommand '%s' (ls, stat, mkdir, rm, watch)", verb);
         if (parents && !streq(verb, "mkdir"))
                 return ctl_usage("fs", "fs %s: -p belongs to fs mkdir", verb);
-        if (recursive && !streq(verb, "rm"))
-                return ctl_usage("fs", "fs %s: -r belongs to fs rm", verb);
+        if (recursive && !streq(verb, "rm") && !streq(verb, "watch"))
+                return ctl_usage("fs", "fs %s: -r belongs to fs rm and fs watch", verb);
         _cleanup_free_ char *context = NULL;
         if (asprintf(&context, "fs %s", verb) < 0)
                 return ctl_error(CLI_EXIT_ERROR, "out of memory");
@@ -105,6 +110,8 @@ int ctl_fs(ctl_globals *g, int argc, char **argv) {
         if (r == 0)
                 return ctl_usage("fs", "fs %s: want NAME:PATH, got '%s'", verb, argv[optind]);
 
+        if (streq(verb, "watch"))
+                return ctl_fs_watch(g, name, path, recursive);
         cJSON *params = cJSON_CreateObject();
         cJSON_AddStringToObject(params, "sandbox", name);
         cJSON_AddStringToObject(params, "path", path);

@@ -54,7 +54,7 @@ static const char main_help[] =
         "  resume NAME                   thaw a paused sandbox\n"
         "  rm [-f] NAME...               delete sandboxes (-f: one already gone is no error)\n"
         "  cp [-r] SRC DST               copy a file, or with -r a directory tree; one side is NAME:PATH\n"
-        "  fs ls|stat|mkdir [-p]|rm [-r] NAME:PATH\n"
+        "  fs ls|stat|mkdir [-p]|rm [-r]|watch [-r] NAME:PATH\n"
         "                                list, show, make or remove paths in a sandbox\n"
         "  policy test NAME|--policy FILE URL\n"
         "                                would the policy allow URL? (exit 0 yes, 3 no)\n"

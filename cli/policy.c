@@ -202,7 +202,7 @@ static void print_event(const ctl_globals *g, const cJSON *ev) {
 
 /* SIGINT/SIGTERM/SIGHUP arrive on a signalfd, polled beside the socket, so
  * an interrupt is never lost between a check and a blocking read. */
-static int signal_fd(void) {
+int ctl_signal_fd(void) {
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGINT);
@@ -271,7 +271,7 @@ int ctl_events(ctl_globals *g, int argc, char **argv) {
         if (optind < argc)
                 cJSON_AddStringToObject(params, "sandbox", argv[optind]);
 
-        _cleanup_close_ int sfd = signal_fd();
+        _cleanup_close_ int sfd = ctl_signal_fd();
         if (sfd < 0)
                 return ctl_error(CLI_EXIT_ERROR, "events: signals: %s", strerror(-sfd));
         _cleanup_client_ client *c = NULL;

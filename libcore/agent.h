@@ -34,8 +34,13 @@
  *      daemon's commandLogBytes), for a reconnecting daemon ("log" below)
  *   ← {"ev":"started","id":N,"pid":P}  or  {"ev":"exit","id":N,"code":127,"error":S}
  *   ← {"ev":"output","id":N,"stream":"stdout"|"stderr","data":BASE64}
- *   ← {"ev":"exit","id":N,"code":C}     C = exit status, or 128+signal
- *                                        sent after all output of that command
+ *   ← {"ev":"exit","id":N,"code":C,"usage":{"cpuMs":T,"memoryPeakBytes":B}}
+ *      C = exit status, or 128+signal; sent after all output of that
+ *      command. "usage" (absent when init did not reap it itself) is
+ *      wait4's rusage of the command's process: T = ru_utime + ru_stime in
+ *      ms (it and the descendants it waited for), B = ru_maxrss in bytes
+ *      (the largest resident set of one of them); sent again with a kept
+ *      exit after a reconnection
  *   → {"op":"ack","id":N}   sandboxd forgot command N (it left the
  *      daemon's table of finished commands). Until then init keeps the
  *      finished command (at most 256 such; the oldest go first): it is in
@@ -75,6 +80,22 @@
  *   Relative paths are resolved against /workspace. write applies "mode"
  *   (default 0644) only when it creates the file. A list that would not fit
  *   in one packet fails with EFBIG.
+ *
+ * File watches (libcore/init/watch.c; W chosen by sandboxd, unique per
+ * session), each run by a child of init confined as a command of the
+ * sandbox user, inside the sandbox:
+ *   → {"op":"watch","id":W,"path":S,"recursive":B}
+ *   ← {"ev":"watch","id":W,"ready":true?,"events":[E...]}  batches of at most
+ *      64 KiB; "ready" once the watches are in place (before any event).
+ *      E = {"type":"created"|"modified"|"deleted"|"renamed"|"overflow",
+ *      "path":S?,"isDir":B?,"oldPath":S?,"reason":S?,"dropped":N?}
+ *      (docs/API.md "fs.watch")
+ *   → {"op":"unwatch","id":W}   ends it (SIGKILL to its child)
+ *   ← {"ev":"watch_end","id":W,"reason":S}  or  {"ev":"watch_end","id":W,
+ *      "errno":E,"message":S}  once its child is reaped: reason "stopped"
+ *      (unwatch), "deleted" (the watched path went), "sandbox_stopped"
+ *      (init is stopping); errno when it could not start. When the
+ *      connection to sandboxd is lost every watch is ended.
  *
  * Stop:
  *   → {"op":"stop","graceMs":N}   SIGTERM to every process, SIGKILL after

@@ -179,11 +179,16 @@ static void dispatch(session *s, cJSON *msg) {
         } else if (streq(ev, "exit")) {
                 /* An exit status, or 128+signal: 0..255 (agent.h). */
                 command_on_exit(s, cid, packet_int(cJSON_GetObjectItem(msg, "code"), 0, 255, 255),
-                                cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")));
+                                cJSON_GetStringValue(cJSON_GetObjectItem(msg, "error")),
+                                cJSON_GetObjectItem(msg, "usage"));
         } else if (streq(ev, "fs"))
                 on_fs_reply(s, msg);
         else if (streq(ev, "list"))
                 commands_restore(s, msg);
+        else if (streq(ev, "watch"))
+                fs_watch_on_events(s, cid, msg);
+        else if (streq(ev, "watch_end"))
+                fs_watch_on_end(s, cid, msg);
         else if (streq(ev, "error")) {
                 char safe[TEXT_LOG_BUF];
                 log_warning("sandbox '%s': sandbox-init: %s", s->sb->name,
@@ -335,6 +340,7 @@ void agent_detach(session *s) {
                 free(p);
         }
         s->outq_tail = &s->outq;
+        fs_watches_session_detached(s);
         /* Pending file operations fail: the sandbox stopped under them. */
         while (s->fs_ops) {
                 agent_fs_op *o = s->fs_ops;

@@ -253,6 +253,28 @@ static void check_oom(command *c, int code) {
         events_emit(c->sb->m, EVENT_OOM, c->sb->name, f);
 }
 
+/* "usage" of a finished command: {cpuMs, memoryPeakBytes} from wait4 in
+ * sandbox-init (docs/API.md "command.wait"), null when init reported none. */
+static void add_usage(cJSON *o, const command *c) {
+        if (!c->has_usage) {
+                cJSON_AddNullToObject(o, "usage");
+                return;
+        }
+        cJSON *u = cJSON_AddObjectToObject(o, "usage");
+        cJSON_AddNumberToObject(u, "cpuMs", (double)c->usage_cpu_ms);
+        cJSON_AddNumberToObject(u, "memoryPeakBytes", (double)c->usage_mem_peak);
+}
+
+/* A usage number of an exit packet: sandbox-controlled, so range-checked
+ * before the conversion (2^53 is beyond any real figure). */
+static bool usage_number(const cJSON *u, const char *key, uint64_t *ret) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(u, key);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 9007199254740992.0))
+                return false;
+        *ret = (uint64_t)v->valuedouble;
+        return true;
+}
+
 static cJSON *command_json(const command *c) {
         char buf[40];
         cJSON *o = cJSON_CreateObject();
@@ -269,9 +291,11 @@ static cJSON *command_json(const command *c) {
                 cJSON_AddNumberToObject(o, "durationMs", (double)(c->ended_ms - c->started_ms));
                 cJSON_AddBoolToObject(o, "timedOut", c->timed_out);
                 add_oom(o, c);
+                add_usage(o, c);
         } else {
                 cJSON_AddNullToObject(o, "exitCode");
                 cJSON_AddNullToObject(o, "durationMs");
+                cJSON_AddNullToObject(o, "usage");
         }
         return o;
 }
@@ -285,6 +309,7 @@ static cJSON *finished_json(const command *c) {
          * other SIGKILL, so callers can say why the command died. */
         cJSON_AddBoolToObject(o, "timedOut", c->timed_out);
         add_oom(o, c);
+        add_usage(o, c);
         return o;
 }
 
@@ -369,6 +394,7 @@ static void recheck_paused_sessions(manager *m) {
 
 static void on_conn_drained(rpc_conn *conn, void *userdata) {
         recheck_paused_sessions(userdata);
+        fs_watch_conn_drained(conn);
 }
 
 /* ---- events from sandbox-init ------------------------------------------ */
@@ -473,10 +499,13 @@ static void send_ack(session *s, unsigned id) {
         (void)agent_send(s, ack);
 }
 
-void command_on_exit(session *s, unsigned id, int code, const char *error) {
+void command_on_exit(session *s, unsigned id, int code, const char *error, const cJSON *usage) {
         command *c = find_by_agent_id(s, id);
         if (c && !c->exited)
                 check_oom(c, code);
+        if (c && !c->exited && cJSON_IsObject(usage))
+                c->has_usage = usage_number(usage, "cpuMs", &c->usage_cpu_ms) &&
+                               usage_number(usage, "memoryPeakBytes", &c->usage_mem_peak);
         if (c)
                 command_finish(c, code, error);
         else

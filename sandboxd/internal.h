@@ -102,6 +102,11 @@ struct command {
         bool oom_killed;          /* SIGKILLed while the session's OOM kill count grew */
         uint64_t oom_before;      /* the session cgroup's OOM kill count at its start */
         int exit_code;
+        /* "usage" of its exit (agent.h): CPU ms of its process tree and the
+         * largest resident set of one of its processes; unknown when init
+         * reported none (a session that ended under it). */
+        bool has_usage;
+        uint64_t usage_cpu_ms, usage_mem_peak;
         rpc_conn *conn;           /* streams go here while it is open; a reference */
         rpc_request *run_req;     /* command.run waiting for start (detached) or exit */
         req_list waiters;         /* command.wait */
@@ -541,7 +546,10 @@ void command_on_log(session *s, unsigned id, const cJSON *msg);
 /* {"ev":"logs_done"}, or the session's end: the command.logs requests held
  * while init replayed its logs are answered. */
 void commands_logs_replayed(session *s);
-void command_on_exit(session *s, unsigned id, int code, const char *error);
+/* {"ev":"exit"}: command `id` ended with `code` (0..255), `error` when it
+ * never ran, `usage` the event's {"cpuMs","memoryPeakBytes"} or NULL
+ * (sandbox-controlled: each number is range-checked here). */
+void command_on_exit(session *s, unsigned id, int code, const char *error, const cJSON *usage);
 /* Rebuilds the commands of a re-adopted session from init's
  * {"ev":"list"} (libcore/agent.h): same cmdIds, empty logs, detached. */
 void commands_restore(session *s, const cJSON *list);
@@ -648,6 +656,20 @@ void register_fs_methods(manager *m, rpc_server *s);
 void register_fs_tar_methods(manager *m, rpc_server *s);
 /* A connection closed: its directory copies are abandoned. */
 void fs_tar_conn_closed(rpc_conn *c);
+/* watch.c: fs.watch (docs/API.md). From the agent channel: a batch of
+ * events ({"ev":"watch"}) and the end ({"ev":"watch_end"}) of watch `id`
+ * of session s (libcore/agent.h); both sandbox-controlled. */
+void register_fs_watch_methods(manager *m, rpc_server *s);
+void fs_watch_on_events(session *s, unsigned id, const cJSON *msg);
+void fs_watch_on_end(session *s, unsigned id, const cJSON *msg);
+/* The session's agent channel is gone (agent_detach): each of its watches
+ * is answered (sandbox_stopped, or unavailable at daemon exit). */
+void fs_watches_session_detached(session *s);
+/* A connection closed: its watches are ended in init. */
+void fs_watches_conn_closed(rpc_conn *conn);
+/* A congested connection drained: the count of the events dropped meanwhile
+ * goes out as an "overflow" event. */
+void fs_watch_conn_drained(rpc_conn *conn);
 
 /* snapshot-io.c */
 /* snapshot.export and snapshot.import: a snapshot as a tar file. */

@@ -62,6 +62,7 @@ static void on_conn_close(rpc_conn *c, void *userdata) {
         commands_conn_closed(userdata, c);
         events_conn_closed(userdata, c);
         fs_tar_conn_closed(c);
+        fs_watches_conn_closed(c);
 }
 
 static void method_info(rpc_request *req, void *userdata) {
@@ -135,6 +136,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_command_methods(m, server);
         register_fs_methods(m, server);
         register_fs_tar_methods(m, server);
+        register_fs_watch_methods(m, server);
         register_snapshot_methods(m, server);
         register_snapshot_io_methods(m, server);
         register_runtime_methods(m, server);

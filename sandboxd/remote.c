@@ -459,6 +459,7 @@ static const struct {
         { "fs.writeTarEnd", ACCESS_STREAM, NULL },
         { "fs.readTar", ACCESS_SANDBOX, "sandbox" },
         { "fs.readTarChunk", ACCESS_STREAM, NULL },
+        { "fs.watch", ACCESS_SANDBOX, "sandbox" },
         { "policy.check", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
         { "events.subscribe", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
         { "daemon.info", ACCESS_ADMIN, NULL },

@@ -105,6 +105,7 @@ static const schema_field policy_check_params[] = {
         OPT("sandbox"), { .key = "networkPolicy", .kind = SCHEMA_POLICY }, OPT("url"), OPT("host"), OPT("port"),
         OPT("protocol"), END,
 };
+static const schema_field fs_watch_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
 static const schema_field subscribe_params[] = { OPT("sandbox"), OPT("kinds"), END };
 
 const schema_method schema_methods[] = {
@@ -149,6 +150,7 @@ const schema_method schema_methods[] = {
         { "fs.writeTarEnd", tar_stream_params },
         { "fs.readTar", fs_tar_params },
         { "fs.readTarChunk", tar_stream_params },
+        { "fs.watch", fs_watch_params },
         { "policy.check", policy_check_params },
         { "events.subscribe", subscribe_params },
         { "daemon.info", no_params },

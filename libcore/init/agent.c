@@ -245,6 +245,10 @@ static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
                 handle_list(a);
         else if (streq(o, "ack"))
                 cmd_ack(a, req);
+        else if (streq(o, "watch"))
+                init_watch_start(a, req);
+        else if (streq(o, "unwatch"))
+                init_watch_stop(a, req);
         else if (streq(o, "logcap"))
                 cmd_logcap(a, req);
         else if (streq(o, "stop")) {
@@ -268,6 +272,8 @@ static void sock_lost(init_agent *a) {
         close(a->sock);
         a->sock = -EBADF;
         a->offline = true;
+        /* A watch streams to a client of the daemon that went. */
+        init_watch_stop_all(a);
         cmd_replay_abort(a);
         agent_update_backpressure(a);
 }

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <grp.h>
 #include <inttypes.h>
@@ -76,7 +77,8 @@ static void cmd_forget(init_agent *a, init_cmd *c) {
         a->dead = c;
 }
 
-static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
+/* The exit event of agent.h; with a reaped command `c`, its "usage". */
+static void send_exit_event(init_agent *a, int64_t id, int code, const char *error, const init_cmd *c) {
         _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
         if (!ev)
                 return;
@@ -85,7 +87,20 @@ static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
         cJSON_AddNumberToObject(ev, "code", code);
         if (error)
                 cJSON_AddStringToObject(ev, "error", error);
+        cJSON *u = c && c->has_usage ? cJSON_AddObjectToObject(ev, "usage") : NULL;
+        if (u) {
+                cJSON_AddNumberToObject(u, "cpuMs", (double)c->cpu_ms);
+                cJSON_AddNumberToObject(u, "memoryPeakBytes", (double)c->maxrss_bytes);
+        }
         (void)agent_send(a, ev);
+}
+
+static void send_exit(init_agent *a, int64_t id, int code, const char *error) {
+        send_exit_event(a, id, code, error, NULL);
+}
+
+static void send_cmd_exit(init_agent *a, const init_cmd *c, const char *error) {
+        send_exit_event(a, c->id, c->exit_code, error, c);
 }
 
 /* ---- the child side (runs between spawn and exec; no return) ---- */
@@ -984,11 +999,11 @@ static void maybe_finish(init_agent *a, init_cmd *c) {
         if (c->spawn_failed) {
                 char msg[512];
                 c->exit_code = describe_failure(c->argv0, c->cwd, c->spawn_stage, c->spawn_err, msg, sizeof(msg));
-                send_exit(a, c->id, c->exit_code, msg);
+                send_cmd_exit(a, c, msg);
         } else {
                 c->exit_code = WIFEXITED(c->status) ? WEXITSTATUS(c->status) :
                                WIFSIGNALED(c->status) ? 128 + WTERMSIG(c->status) : 255;
-                send_exit(a, c->id, c->exit_code, NULL);
+                send_cmd_exit(a, c, NULL);
         }
         unsigned n = 0;
         init_cmd *oldest = NULL;
@@ -1091,18 +1106,27 @@ static void drain_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
 void cmd_reap(init_agent *a) {
         for (;;) {
                 int st;
-                pid_t pid = waitpid(-1, &st, WNOHANG);
+                /* wait4 for the command's own usage: its rusage covers it
+                 * and the descendants it waited for (getrusage(2)
+                 * RUSAGE_CHILDREN semantics); orphans reparented to init
+                 * are not in it. ru_maxrss is in KiB. */
+                struct rusage ru = {0};
+                pid_t pid = wait4(-1, &st, WNOHANG, &ru);
                 if (pid < 0 && errno == EINTR)
                         continue;
                 a->children_gone = pid < 0 && errno == ECHILD;
                 if (pid <= 0)
                         return;
-                if (init_tar_reaped(a, pid, st))
+                if (init_tar_reaped(a, pid, st) || init_watch_reaped(a, pid, st))
                         continue;
                 for (init_cmd *c = a->cmds; c; c = c->next)
                         if (c->pid == pid && !c->reaped) {
                                 c->reaped = true;
                                 c->status = st;
+                                c->has_usage = true;
+                                c->cpu_ms = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000 +
+                                            ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) / 1000;
+                                c->maxrss_bytes = (uint64_t)ru.ru_maxrss * 1024;
                                 /* Offline, or while the kept logs are
                                  * handed over, the last output and the
                                  * exit wait (cmd_resume). */
@@ -1163,7 +1187,7 @@ void cmd_resume(init_agent *a) {
         for (init_cmd *c = a->cmds; c; c = next) {
                 next = c->next;
                 if (c->finished) {
-                        send_exit(a, c->id, c->exit_code, NULL);
+                        send_cmd_exit(a, c, NULL);
                         continue;
                 }
                 if (!c->reaped)
@@ -1177,6 +1201,7 @@ void cmd_resume(init_agent *a) {
 /* Backpressure: removes every output stream from epoll, or adds them back. */
 void cmd_set_output_paused(init_agent *a, bool paused) {
         a->output_paused = paused;
+        init_watch_set_paused(a, paused);
         for (init_cmd *c = a->cmds; c; c = c->next) {
                 uint32_t ev = paused ? 0 : EPOLLIN;
                 if (c->out_fd >= 0)

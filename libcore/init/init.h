@@ -33,6 +33,13 @@
 #define INIT_UNACKED_MAX 256
 #define INIT_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define INIT_WORKSPACE "/workspace"
+/* File watches (watch.c): at most INIT_WATCH_MAX at once per sandbox-init
+ * (sandboxd allows fewer per sandbox), each with at most WATCH_INOTIFY_MAX
+ * inotify watches (directories of a recursive watch) and WATCH_QUEUE_MAX
+ * events queued in its child while init does not read them. */
+#define INIT_WATCH_MAX 64
+#define WATCH_INOTIFY_MAX 8192
+#define WATCH_QUEUE_MAX 4096
 
 struct init_cmd;
 
@@ -44,12 +51,14 @@ enum init_watch_kind {
         WATCH_STDIN,
         WATCH_LISTEN, /* the listening socket sandboxd reconnects through */
         WATCH_REPORT, /* a command child's exec report pipe (command.c spawn_report) */
+        WATCH_FSWATCH, /* a file watcher child's event pipe (watch.c) */
 };
 
 /* What an epoll registration points at (epoll_event.data.ptr). */
 typedef struct init_watch {
         enum init_watch_kind kind;
         struct init_cmd *cmd;
+        struct init_fswatch *fsw; /* WATCH_FSWATCH */
 } init_watch;
 
 /* A queued byte buffer: a packet for the socket or stdin for a command. */
@@ -82,6 +91,11 @@ typedef struct init_cmd {
         bool reaped;
         bool finished;         /* exit event sent; kept (listed, re-sent on reconnect) until acked */
         int status;            /* wait status once reaped */
+        /* What the command's process used (wait4's rusage at its reap):
+         * user+system CPU of it and of every descendant it waited for, and
+         * the largest resident set of any one of those processes. */
+        bool has_usage;
+        uint64_t cpu_ms, maxrss_bytes;
         int exit_code;         /* what the exit event said, once finished */
         int out_fd, err_fd;    /* read ends (err_fd unused for a tty); -EBADF once closed */
         int in_fd;             /* stdin pipe write end, or a dup of the pty master */
@@ -237,3 +251,21 @@ int init_child_confine(uid_t uid, gid_t gid, int keep1, int keep2, const struct 
 int init_tar_start(init_agent *a, const cJSON *req, int data_fd);
 /* From the reap loop: true when pid was a copy's child (then answered). */
 bool init_tar_reaped(init_agent *a, pid_t pid, int wstatus);
+
+/* watch.c: {"op":"watch","id":W,"path":S,"recursive":B} (agent.h): forks
+ * the confined watcher child of W; every failure is told as W's
+ * "watch_end" with "errno". */
+void init_watch_start(init_agent *a, const cJSON *req);
+/* {"op":"unwatch","id":W}: SIGKILL to W's child; "watch_end" with reason
+ * "stopped" follows once it is reaped. Unknown ids are ignored. */
+void init_watch_stop(init_agent *a, const cJSON *req);
+/* The daemon's connection is gone: every watcher is ended (its client went
+ * with the daemon). */
+void init_watch_stop_all(init_agent *a);
+/* From the event loop: W's pipe is readable (relayed as "watch" batches). */
+void init_watch_on_event(init_agent *a, init_watch *w);
+/* From the reap loop: true when pid was a watcher child (its end is sent
+ * once its pipe is read to EOF). */
+bool init_watch_reaped(init_agent *a, pid_t pid, int wstatus);
+/* Backpressure, with the commands' output (cmd_set_output_paused). */
+void init_watch_set_paused(init_agent *a, bool paused);

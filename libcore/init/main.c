@@ -283,6 +283,8 @@ static int serve(init_agent *a) {
                                 on_signals(a);
                         else if (w->kind == WATCH_LISTEN)
                                 agent_on_listen(a);
+                        else if (w->kind == WATCH_FSWATCH)
+                                init_watch_on_event(a, w);
                         else
                                 cmd_on_event(a, w, evs[i].events);
                 }

@@ -238,3 +238,21 @@ def test_polled_logs_keep_the_output_made_between_two_calls_of_a_poll(world, nam
                 assert fired and out == b"after\n"
                 assert (await found.wait()).exit_code == 3
     run(main())
+
+
+def test_async_watch_ends_when_the_sandbox_stops(world, name):
+    async def main():
+        async with AsyncSandboxClient(world.daemon.socket) as c:
+            sb = await AsyncSandbox.create(name=name, network_policy="deny-all", persistent=True, client=c)
+            try:
+                stream = await sb.watch("/workspace")
+                await sb.run_command("touch", ["/workspace/x"])
+                seen = []
+                async for ev in stream:
+                    seen.append(ev)
+                    if ev["path"] == "/workspace/x":
+                        await sb.stop()
+                assert seen[0]["type"] == "created", seen
+            finally:
+                await sb.delete()
+    run(main())

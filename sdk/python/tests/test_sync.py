@@ -395,3 +395,33 @@ def test_list_commands_gives_the_sandbox_s_commands_newest_first(world, client, 
         assert [c.exit_code for c in listed] == [None, done.exit_code]
         long.kill("SIGKILL")
         assert long.wait().exit_code == 137
+
+
+def test_watch_iterates_changes_until_closed(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        with pytest.raises(NotFoundError):
+            sb.watch("missing")
+        it = sb.watch("/workspace", recursive=True)  # in place once this returns
+        sb.run_command("sh", ["-c", "mkdir d && echo hi > d/a.txt && mv d/a.txt d/b.txt && rm d/b.txt"])
+        seen = []
+        for ev in it:
+            seen.append(ev)
+            if ev["type"] == "deleted" and ev["path"] == "/workspace/d/b.txt":
+                break
+        it.close()
+        assert {"type": "created", "path": "/workspace/d", "isDir": True} in \
+            [{k: e.get(k) for k in ("type", "path", "isDir")} for e in seen]
+        assert any(e["type"] == "renamed" and e["path"] == "/workspace/d/b.txt"
+                   and e["oldPath"] == "/workspace/d/a.txt" for e in seen), seen
+        # The closed watch left room: the sandbox's watches are bounded.
+        it2 = sb.watch("/workspace")
+        it2.close()
+
+
+def test_finished_commands_report_their_usage(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        r = sb.run_command("true")
+        assert r.usage is not None and 0 <= r.usage["cpuMs"] < 1000, r.usage
+        assert 0 < r.usage["memoryPeakBytes"] < 256 << 20, r.usage
+        cmd = sb.run_command("true", detached=True)
+        assert cmd.wait().usage is not None

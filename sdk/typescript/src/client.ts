@@ -10,7 +10,7 @@ import * as net from "node:net";
 import * as tls from "node:tls";
 import { DaemonUnreachableError, SandboxError, errorFromRpc, type RpcErrorObject } from "./errors.js";
 import { AsyncQueue } from "./queue.js";
-import type { SandboxEvent, EventKind } from "./types.js";
+import type { SandboxEvent, EventKind, WatchEvent } from "./types.js";
 
 /** The socket a client uses when neither `socketPath` nor `SANDBOXD_SOCKET` says otherwise. */
 export const DEFAULT_SOCKET_PATH = "/run/sandboxd/sandboxd.sock";
@@ -88,6 +88,8 @@ export class SandboxClient extends EventEmitter {
   readonly #unclaimed = new Map<string, Notification[]>();
   #unclaimedCount = 0;
   readonly #eventSinks = new Set<(n: Notification) => void>();
+  // fs.watch notifications of a watch's own connection (watchFs).
+  readonly #watchSinks = new Set<(n: Notification) => void>();
   #holds = 0;
   #lostAt = 0;
   // The error line (id null) the daemon sent before closing a connection it
@@ -300,6 +302,10 @@ export class SandboxClient extends EventEmitter {
       for (const f of this.#eventSinks) f(n);
       return;
     }
+    if (n.method === "fs.watchEvent" || n.method === "fs.watchStarted") {
+      for (const f of this.#watchSinks) f(n);
+      return;
+    }
     const cmdId = typeof n.params.cmdId === "string" ? n.params.cmdId : undefined;
     if (cmdId === undefined) return;
     const ws = this.#watchers.get(cmdId);
@@ -439,6 +445,41 @@ export class SandboxClient extends EventEmitter {
       options.signal?.addEventListener("abort", onAbort, { once: true });
       void subscribe();
     }
+    return q;
+  }
+
+  /**
+   * `fs.watch` of `path` in sandbox `sandbox` on a connection of its own,
+   * closed (which ends the watch in the sandbox) when the iteration stops.
+   * The iteration ends when the sandbox stops or the watched path is
+   * deleted, and throws the daemon's error, or {@link DaemonUnreachableError}
+   * when the connection is lost (a watch does not outlive its connection).
+   * @param options `recursive` to watch the whole tree; `signal` ends the
+   *   iteration (with the signal's reason); `onStarted` is called once the
+   *   watches are in place (changes from then on are seen).
+   */
+  watchFs(sandbox: string, path: string,
+    options: { recursive?: boolean; signal?: AbortSignal | undefined; onStarted?: () => void } = {}): AsyncIterableIterator<WatchEvent> {
+    const conn = new SandboxClient(this.#opts);
+    const release = conn.hold();
+    const onAbort = () => q.end(options.signal?.reason);
+    const q = new AsyncQueue<WatchEvent>(() => {
+      release();
+      conn.close();
+      options.signal?.removeEventListener("abort", onAbort);
+    });
+    conn.#watchSinks.add((n) => {
+      if (n.method === "fs.watchStarted") options.onStarted?.();
+      else q.push(n.params as unknown as WatchEvent);
+    });
+    conn.on("disconnect", () => q.end(new DaemonUnreachableError("the connection of the watch was lost")));
+    if (options.signal?.aborted) {
+      q.end(options.signal.reason);
+      return q;
+    }
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    conn.request("fs.watch", { sandbox, path, recursive: !!options.recursive })
+      .then(() => q.end(), (e) => q.end(e));
     return q;
   }
 

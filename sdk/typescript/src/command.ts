@@ -12,7 +12,7 @@ import { StringDecoder } from "node:string_decoder";
 import type { Notification, SandboxClient } from "./client.js";
 import { DaemonUnreachableError, SandboxError, UnavailableError } from "./errors.js";
 import { AsyncQueue } from "./queue.js";
-import type { CommandInfo } from "./types.js";
+import type { CommandInfo, CommandUsage } from "./types.js";
 
 /** One piece of a command's output. */
 export interface LogLine {
@@ -33,6 +33,7 @@ interface ExitInfo {
   timedOut: boolean;
   oomKilled: boolean;
   memoryLimitBytes?: number;
+  usage?: CommandUsage | null;
 }
 
 const POLL_MS = 200;
@@ -101,6 +102,7 @@ export class Command {
         exitCode: info.exitCode, durationMs: info.durationMs ?? 0,
         timedOut: !!info.timedOut, oomKilled: !!info.oomKilled,
         ...(info.memoryLimitBytes !== undefined ? { memoryLimitBytes: info.memoryLimitBytes } : {}),
+        usage: info.usage ?? null,
       };
     }
     if (live) {
@@ -146,6 +148,7 @@ export class Command {
     this.#exit = {
       exitCode: e.exitCode, durationMs: e.durationMs ?? 0, timedOut: !!e.timedOut, oomKilled: !!e.oomKilled,
       ...(e.memoryLimitBytes !== undefined ? { memoryLimitBytes: e.memoryLimitBytes } : {}),
+      usage: e.usage ?? null,
     };
     this.exitCode = e.exitCode;
     for (const w of this.#exitWaiters.splice(0)) w(this.#exit);
@@ -390,6 +393,13 @@ export class CommandFinished extends Command {
   readonly oomKilled: boolean;
   /** The memory limit it hit (with `oomKilled`). */
   readonly memoryLimitBytes: number | undefined;
+  /**
+   * What it used (wait4 in sandbox-init): `cpuMs`, the user+system CPU time of
+   * its process and every descendant it waited for; `memoryPeakBytes`, the
+   * largest resident set of one of those processes. Null when unknown (its
+   * sandbox stopped under it).
+   */
+  readonly usage: CommandUsage | null;
   #out: Chunk[];
   #complete: boolean;
 
@@ -404,6 +414,7 @@ export class CommandFinished extends Command {
     this.timedOut = exit.timedOut;
     this.oomKilled = exit.oomKilled;
     this.memoryLimitBytes = exit.memoryLimitBytes;
+    this.usage = exit.usage ?? null;
     this.#out = chunks;
     this.#complete = complete;
     this.outputTruncated = cmd.outputTruncated;

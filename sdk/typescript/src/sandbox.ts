@@ -10,7 +10,7 @@ import { Command, CommandFinished } from "./command.js";
 import { NotFoundError, SandboxError, SandboxStoppedError } from "./errors.js";
 import type {
   CommandInfo, CreateSandboxParams, EventKind, NetworkPolicy, PolicyDecision, PortInfo, Resources,
-  SandboxEvent, SandboxInfo, SandboxStats, SandboxStatus, SnapshotInfo, UpdateSandboxParams,
+  SandboxEvent, SandboxInfo, SandboxStats, SandboxStatus, SnapshotInfo, UpdateSandboxParams, WatchEvent,
 } from "./types.js";
 
 /** Which client a call uses: the default one (`SANDBOXD_SOCKET`) unless given. */
@@ -299,6 +299,25 @@ export class Sandbox {
     } finally {
       signal?.removeEventListener("abort", onAbort);
     }
+  }
+
+  /**
+   * Watches `path` (relative paths are under /workspace) for changes, as an
+   * async iterator of {@link WatchEvent}s (`fs.watch`): created, modified,
+   * deleted, renamed (with `oldPath`), and `overflow` when events were
+   * dropped. With `recursive` the whole tree is watched, new directories as
+   * they appear. The iteration ends when the sandbox stops or the path is
+   * deleted; `break`, `return` or `signal` end the watch.
+   *
+   * ```ts
+   * for await (const e of sandbox.watch("/workspace", { recursive: true })) console.log(e.type, e.path);
+   * ```
+   * @param options `onStarted` is called once the watch is in place.
+   * @throws {NotFoundError} the path does not exist; LimitExceededError the sandbox has too many watches.
+   */
+  watch(path: string,
+    options: { recursive?: boolean; signal?: AbortSignal; onStarted?: () => void } = {}): AsyncIterableIterator<WatchEvent> {
+    return this.client.watchFs(this.name, path, options);
   }
 
   /**

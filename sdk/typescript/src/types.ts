@@ -201,8 +201,22 @@ export interface CommandInfo {
   oomKilled?: boolean;
   /** The memory limit it hit, with `oomKilled`. */
   memoryLimitBytes?: number;
+  /** What it used, once finished (null when unknown; see {@link CommandUsage}). */
+  usage?: CommandUsage | null;
   /** Other fields. */
   [key: string]: unknown;
+}
+
+/**
+ * What a finished command used, measured by sandbox-init with wait4(2) when it
+ * reaped the command: `cpuMs` is the user+system CPU time of the command's
+ * process and of every descendant it waited for (orphans it left running are
+ * not counted); `memoryPeakBytes` is the largest resident set of one of those
+ * processes (ru_maxrss), not the sum.
+ */
+export interface CommandUsage {
+  cpuMs: number;
+  memoryPeakBytes: number;
 }
 
 /** The result of `policy.check` (a dry run of the policy for one destination). */
@@ -248,6 +262,30 @@ export interface SandboxEvent {
   status?: string;
   /** Other fields of the kind. */
   [key: string]: unknown;
+}
+
+/** What happened to a path, in a {@link WatchEvent}. */
+export type WatchEventType = "created" | "modified" | "deleted" | "renamed" | "overflow";
+
+/**
+ * One change seen by `sandbox.watch()` (`fs.watchEvent`). Paths are the
+ * sandbox's own (`/workspace/a.txt`), never host paths.
+ */
+export interface WatchEvent {
+  /** The watch (`fs.watch`) it belongs to. */
+  watchId: string;
+  /** `renamed` has `oldPath` too; `overflow` says events were dropped. */
+  type: WatchEventType;
+  /** The path (absent for an `overflow` of the kernel's queue or the client). */
+  path?: string;
+  /** Whether `path` is a directory. */
+  isDir?: boolean;
+  /** `renamed`: where it was before. */
+  oldPath?: string;
+  /** `overflow`: `kernel`, `queue`, `client` or `watches` (a directory past the cap was not watched: `path`). */
+  reason?: string;
+  /** `overflow`: how many events were dropped, when known. */
+  dropped?: number;
 }
 
 /** A file or directory's metadata, shaped like `node:fs`'s `Stats`. */

@@ -9,7 +9,7 @@ AsyncSandbox, AsyncCommand, AsyncSnapshot, AsyncSandboxClient. Errors:
 SandboxError and its subclasses. Standard library only.
 """
 from ._async import (AsyncCommand, AsyncFilesystem, AsyncSandbox, AsyncSnapshot, CommandFinished,
-                     EventStream)
+                     EventStream, WatchStream)
 from ._client import DEFAULT_SOCKET, AsyncSandboxClient
 from ._errors import (AlreadyExistsError, CancelledByDaemonError, DaemonUnreachableError, InvalidParamsError,
                       InvalidPolicyError, LimitExceededError, NotFoundError, PermissionDeniedError, SandboxError,
@@ -26,5 +26,5 @@ __all__ = [
     "DaemonUnreachableError", "EventStream", "FileEntry", "Filesystem", "GitSource", "InvalidParamsError",
     "InvalidPolicyError", "LimitExceededError", "LogLine", "NetworkPolicy", "NetworkPolicyRule", "NotFoundError",
     "PermissionDeniedError", "Resources", "Sandbox", "SandboxClient", "SandboxError", "SandboxStoppedError", "Snapshot", "SnapshotSource",
-    "Source", "SourceFailedError", "TarballSource", "Tty", "UnavailableError",
+    "Source", "SourceFailedError", "TarballSource", "Tty", "UnavailableError", "WatchStream",
 ]

@@ -73,7 +73,11 @@ class CommandFinished:
     """A command that has exited.
 
     Attributes: cmd_id, exit_code, duration_ms, timed_out (killed by its
-    timeout_ms), oom_killed (killed by the OOM killer at the memory limit).
+    timeout_ms), oom_killed (killed by the OOM killer at the memory limit),
+    usage (a dict ``{"cpuMs": N, "memoryPeakBytes": N}`` measured by
+    sandbox-init with wait4(2): the user+system CPU time of the command's
+    process and of every descendant it waited for, and the largest resident
+    set of one of those processes; None when unknown).
     """
 
     def __init__(self, result: Mapping[str, Any], stdout: bytes = b"", stderr: bytes = b"") -> None:
@@ -82,6 +86,10 @@ class CommandFinished:
         self.duration_ms: int = int(result.get("durationMs") or 0)
         self.timed_out: bool = bool(result.get("timedOut", False))
         self.oom_killed: bool = bool(result.get("oomKilled", False))
+        usage = result.get("usage")
+        self.usage: dict[str, int] | None = (
+            {"cpuMs": int(usage.get("cpuMs", 0)), "memoryPeakBytes": int(usage.get("memoryPeakBytes", 0))}
+            if isinstance(usage, Mapping) else None)
         self.stdout_bytes = bytes(stdout)
         self.stderr_bytes = bytes(stderr)
         self.raw = dict(result)
@@ -364,6 +372,73 @@ class EventStream:
     async def aclose(self) -> None:
         if self._sub is not None:
             self._client.unsubscribe(self._sub)
+
+
+class WatchStream:
+    """File changes in a sandbox (fs.watch), an async iterator of event
+    dicts ``{"watchId", "type", "path", "isDir", "oldPath"?, "reason"?,
+    "dropped"?}``: type is "created", "modified", "deleted", "renamed"
+    (with oldPath) or "overflow" (events were dropped). Paths are the
+    sandbox's own. The iteration ends when the sandbox stops or the watched
+    path is deleted; ``await stream.aclose()`` (or leaving ``async for``
+    with break) cancels the watch. ``await stream`` (or ``start()``) returns
+    once the watch is in place, so nothing after it is missed; it raises
+    NotFoundError for a missing path, LimitExceededError past the
+    sandbox's number of watches. A lost connection raises
+    DaemonUnreachableError (a watch does not outlive its connection)."""
+
+    def __init__(self, client: AsyncSandboxClient, sandbox: str, path: str, recursive: bool) -> None:
+        from ._client import WatchRoute
+        self._client = client
+        self._params = {"sandbox": sandbox, "path": path, "recursive": recursive}
+        self._route = WatchRoute()
+        self._task: asyncio.Task[Any] | None = None
+        self._started = False
+        self._ended = False
+
+    async def start(self) -> "WatchStream":
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._client.call("fs.watch", self._params, watch=self._route))
+            self._task.add_done_callback(lambda t: self._route.queue.put_nowait(("end", t)))
+        while not self._started:
+            kind, value = await self._route.queue.get()
+            if kind == "started":
+                self._started = True
+            elif kind == "end":
+                self._ended = True
+                value.result()  # raises the daemon's error
+                self._started = True
+        return self
+
+    def __await__(self) -> Any:
+        return self.start().__await__()
+
+    def __aiter__(self) -> "WatchStream":
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        await self.start()
+        while not self._ended:
+            kind, value = await self._route.queue.get()
+            if kind == "event":
+                return value  # type: ignore[no-any-return]
+            if kind == "end":
+                self._ended = True
+                if not value.cancelled():
+                    value.result()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Cancels the watch (request.cancel) and waits for its end."""
+        t = self._task
+        if t is not None and not t.done():
+            t.cancel()
+            try:
+                await t
+            except (asyncio.CancelledError, SandboxError):
+                pass
+        self._ended = True
 
 
 class _Hybrid:
@@ -720,6 +795,14 @@ class AsyncSandbox:
     async def check_policy(self, url: str) -> dict[str, Any]:
         """policy.check: {decision, layer, rule, host, port, message} for url under this sandbox's policy."""
         return await self._call("policy.check", {"sandbox": self.name, "url": url})  # type: ignore[no-any-return]
+
+    def watch(self, path: str, recursive: bool = False) -> "WatchStream":
+        """Watches ``path`` (relative: under /workspace) for changes, with
+        ``recursive=True`` its whole tree (new directories as they appear):
+        ``async for ev in sandbox.watch("/workspace", recursive=True)``,
+        each ev a dict such as ``{"type": "created", "path":
+        "/workspace/a.txt", "isDir": False, ...}``. See WatchStream."""
+        return WatchStream(self._client, self.name, path, recursive)
 
     def events(self, kinds: Iterable[str] | None = None) -> "EventStream":
         """This sandbox's events (``kinds``: "denied", "sandbox",

@@ -21,7 +21,7 @@ DEFAULT_SOCKET = "/run/sandboxd/sandboxd.sock"
 _LINE_LIMIT = 128 * 1024 * 1024
 # Methods the daemon can cancel (request.cancel); others just lose their answer.
 _CANCELLABLE = frozenset({"sandbox.create", "sandbox.fork", "sandbox.snapshot", "sandbox.getOrCreate",
-                          "command.run"})
+                          "command.run", "fs.watch"})
 
 
 class ConnectionLost(DaemonUnreachableError):
@@ -55,6 +55,15 @@ class CommandStream:
 
     def lost(self) -> None:
         self.queue.put_nowait(("lost", None))
+
+
+class WatchRoute:
+    """The notifications of one fs.watch: ("started", params) once its
+    watches are in place, then ("event", params) per fs.watchEvent."""
+
+    def __init__(self) -> None:
+        self.watch_id: str | None = None
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
 
 class EventSubscription:
@@ -121,6 +130,8 @@ class AsyncSandboxClient:
         self._cmd_routes: dict[str, CommandStream] = {}
         self._orphans: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(maxlen=4096)
         self._subs: list[EventSubscription] = []
+        self._watch_req_routes: dict[int, WatchRoute] = {}
+        self._watch_routes: dict[str, WatchRoute] = {}
         self._closed = False
         self.generation = 0  # counts connections made: a change means the daemon may have restarted
         # The error line (id null) of a connection the daemon refused:
@@ -223,6 +234,8 @@ class AsyncSandboxClient:
                 fut.set_exception(refusal if refusal is not None else
                                   ConnectionLost("connection to sandboxd at %s lost" % self._where()))
         self._run_routes.clear()
+        self._watch_req_routes.clear()
+        self._watch_routes.clear()
         if refusal is not None:
             # Refused: the calls made on it have the daemon's reason; the
             # next call connects again; nothing retries in the background.
@@ -266,6 +279,9 @@ class AsyncSandboxClient:
         if "id" in msg and ("result" in msg or "error" in msg):
             fut = self._pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
             self._run_routes.pop(msg["id"], None) if isinstance(msg["id"], int) else None
+            route = self._watch_req_routes.pop(msg["id"], None) if isinstance(msg["id"], int) else None
+            if route is not None and route.watch_id is not None:
+                self._watch_routes.pop(route.watch_id, None)
             if fut is None or fut.done():
                 return
             if "error" in msg:
@@ -288,6 +304,16 @@ class AsyncSandboxClient:
             stream.feed(method, params)
             if method == "command.exit":
                 self._cmd_routes.pop(params.get("cmdId"), None)  # type: ignore[arg-type]
+        elif method == "fs.watchStarted":
+            route = self._watch_req_routes.get(params.get("requestId"))  # type: ignore[arg-type]
+            if route is not None and isinstance(params.get("watchId"), str):
+                route.watch_id = params["watchId"]
+                self._watch_routes[params["watchId"]] = route
+                route.queue.put_nowait(("started", params))
+        elif method == "fs.watchEvent":
+            route = self._watch_routes.get(params.get("watchId"))  # type: ignore[arg-type]
+            if route is not None:
+                route.queue.put_nowait(("event", params))
         elif method == "event":
             for sub in self._subs:
                 if sub.wants(params):
@@ -311,7 +337,8 @@ class AsyncSandboxClient:
                 raise ConnectionLost("connection to sandboxd lost: %s" % e) from e
 
     async def call(self, method: str, params: dict[str, Any] | None = None, *,
-                   timeout: float | None = None, stream: CommandStream | None = None) -> Any:
+                   timeout: float | None = None, stream: CommandStream | None = None,
+                   watch: WatchRoute | None = None) -> Any:
         """Sends one request and returns its result; raises the typed
         SandboxError of an error answer. Cancelling the awaiting task sends
         request.cancel for the methods the daemon can cancel."""
@@ -321,6 +348,8 @@ class AsyncSandboxClient:
         self._pending[rid] = fut
         if stream is not None:
             self._run_routes[rid] = stream
+        if watch is not None:
+            self._watch_req_routes[rid] = watch
         msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         if params is not None:
             msg["params"] = params
@@ -344,6 +373,10 @@ class AsyncSandboxClient:
             if fut.cancelled():
                 self._pending.pop(rid, None)
                 self._run_routes.pop(rid, None)
+            if watch is not None and rid not in self._pending:
+                self._watch_req_routes.pop(rid, None)
+                if watch.watch_id is not None:
+                    self._watch_routes.pop(watch.watch_id, None)
 
     async def _cancel_quietly(self, rid: int) -> None:
         try:

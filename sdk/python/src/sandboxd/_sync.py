@@ -10,7 +10,7 @@ import concurrent.futures
 import threading
 from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, TypeVar
 
-from ._async import (AsyncCommand, AsyncSandbox, AsyncSnapshot, CommandFinished, EventStream, Output,
+from ._async import (AsyncCommand, AsyncSandbox, AsyncSnapshot, CommandFinished, EventStream, Output, WatchStream,
                      _Hybrid)
 from ._client import AsyncSandboxClient
 from ._errors import NotFoundError
@@ -379,6 +379,15 @@ class Sandbox:
 
     def check_policy(self, url: str) -> dict[str, Any]:
         return self._c._run(self._a.check_policy(url))
+
+    def watch(self, path: str, recursive: bool = False) -> Iterator[dict[str, Any]]:
+        """Changes of ``path`` (with ``recursive=True`` its whole tree) as
+        event dicts, until the sandbox stops or the path is deleted; the
+        watch is in place when this returns (see AsyncSandbox.watch).
+        Closing the iterator (or leaving a ``for`` loop) cancels it."""
+        stream: WatchStream = self._a.watch(path, recursive)
+        self._c._run(stream.start())
+        return self._c._iter(stream)
 
     def events(self, kinds: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
         """This sandbox's events as they happen; subscribed before this returns."""
