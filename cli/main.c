@@ -467,8 +467,9 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
         "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n" \
         "                           host id (default: the daemon's \"userns\" setting)\n" \
         "  --allow-all | --deny-all | --policy FILE\n" \
-        "                           network policy (default allow-all); FILE holds the\n" \
-        "                           JSON policy document, - for stdin\n" \
+        "                           network policy (default: the daemon's\n" \
+        "                           defaultNetworkPolicy, allow-all unless set); FILE\n" \
+        "                           holds the JSON policy document, - for stdin\n" \
         "  --allow PATTERN          or a custom policy: allow this domain pattern\n" \
         "                           (*.example.com, api.example.com:443; repeatable),\n" \
         "  --allow-subnet CIDR      allow addresses in CIDR (repeatable),\n" \

@@ -451,11 +451,16 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         if ((r = ports_parse(ports, &sb->ports, ret_err)) < 0)
                 return r;
         policy = cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy");
+        /* None given (absent or null): the operator's daemon.json
+         * defaultNetworkPolicy, else allow-all (DESIGN §5.1 rule 1). A
+         * snapshot's or a fork's own policy was filled in before this. */
+        if (!policy || cJSON_IsNull(policy))
+                policy = cfg->default_network_policy;
         /* Fail closed: a policy that does not validate is refused whole,
          * with the field and the fix (DESIGN §5.1 rule 8). */
         if ((r = pol_policy_parse(policy, &sb->pol, ret_err)) < 0)
                 return r;
-        sb->policy = policy && !cJSON_IsNull(policy) ? cJSON_Duplicate(policy, 1) : cJSON_CreateString("allow-all");
+        sb->policy = policy ? cJSON_Duplicate(policy, 1) : cJSON_CreateString("allow-all");
         src = cJSON_GetObjectItemCaseSensitive(req->params, "source");
         if (src && !cJSON_IsNull(src)) {
                 if ((r = parse_source(j, src, ret_err)) < 0)

@@ -384,3 +384,11 @@ print(json.dumps(out))
         assert x.get("cls") == "PermissionDeniedError" and x["typed"], x
         assert x["reason"] == "permission_denied" and "socket group" in x["message"], x
         assert x["s"] < 5, "refused promptly, not after retrying: %r" % x
+
+
+def test_create_without_a_policy_sends_none_so_the_daemon_default_applies():
+    # An explicit "allow-all" here would override daemon.json's
+    # defaultNetworkPolicy for every SDK user.
+    from sandboxd._async import _config_params
+    assert "networkPolicy" not in _config_params(timeout=60000)
+    assert _config_params(network_policy="deny-all")["networkPolicy"] == "deny-all"
