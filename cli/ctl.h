@@ -106,3 +106,14 @@ int ctl_policy_add(cJSON **doc, const char *list, const char *value);
 /* `fs ls|stat|mkdir|rm NAME:PATH` (cli/fs.c): argv[0] is "fs". Returns the
  * exit code. */
 int ctl_fs(ctl_globals *g, int argc, char **argv);
+
+/* Whether create (or get-or-create) with `params` shows the progress of its
+ * source fetch (cli/progress.c): a git or tarball source, standard error a
+ * terminal, and no --json. */
+bool ctl_progress_wanted(const ctl_globals *g, const cJSON *params);
+
+/* ctl_call() of a create-like `method` with "progress": true added to
+ * `params` (taken): the daemon's sandbox.progress notifications are shown
+ * on standard error as one line rewritten in place, cleared before this
+ * returns. Same results as ctl_call(). */
+int ctl_call_progress(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret);

@@ -851,7 +851,11 @@ static int create_like(ctl_globals *g, int argc, char **argv, const char *verb, 
         if (r != 0)
                 return r;
         cJSON *result = NULL;
-        r = ctl_call(g, verb, method, TAKE_PTR(params), &result);
+        /* A clone or download can take a while: on a terminal, say what it does. */
+        if (ctl_progress_wanted(g, params))
+                r = ctl_call_progress(g, verb, method, TAKE_PTR(params), &result);
+        else
+                r = ctl_call(g, verb, method, TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
         if (g->json)

@@ -220,6 +220,8 @@ static int credentials_cb(git_credential **out, const char *url, const char *use
         return git_credential_userpass_plaintext_new(out, s->username, s->password ? s->password : "");
 }
 
+static void checkout_progress_cb(const char *path, size_t completed_steps, size_t total_steps, void *payload);
+
 static int checkout_revision(clone_job *j, git_repository *repo, sb_error **ret_err) {
         const char *rev = j->src->revision;
         git_object *obj = NULL, *commit = NULL;
@@ -241,6 +243,7 @@ static int checkout_revision(clone_job *j, git_repository *repo, sb_error **ret_
         }
         git_checkout_options co = GIT_CHECKOUT_OPTIONS_INIT;
         co.checkout_strategy = GIT_CHECKOUT_FORCE;
+        co.progress_cb = checkout_progress_cb;
         r = git_checkout_tree(repo, commit, &co);
         if (r >= 0)
                 r = git_repository_set_head_detached(repo, git_object_id(commit));
@@ -275,6 +278,7 @@ static bool is_file_url(const char *url) {
  * alternates, gitfiles and symlinks, so it never sees the original. */
 static int clone_confined(void *userdata, sb_error **ret_err) {
         clone_job *j = userdata;
+        source_progress("cloning", 0, 0, 0, 0);
         if (!is_file_url(j->src->url))
                 return clone_from(j, j->src->url, ret_err);
         _cleanup_free_ char *path = NULL, *copy = NULL, *url = NULL;
@@ -552,10 +556,21 @@ static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
 }
 
 /* libgit2 calls these as the fetch and the checkout progress; a negative
- * return aborts the clone (GIT_EUSER). */
+ * return aborts the clone (GIT_EUSER). The fetch's stats are reported
+ * too: objects as they arrive, then the deltas as they are resolved. */
 static int cancel_transfer_cb(const git_indexer_progress *stats, void *payload) {
-        (void)stats, (void)payload;
+        (void)payload;
+        if (stats->received_objects < stats->total_objects || stats->total_deltas == 0)
+                source_progress("cloning", stats->received_bytes, 0, stats->received_objects, stats->total_objects);
+        else
+                source_progress("resolving", stats->received_bytes, 0, stats->indexed_deltas, stats->total_deltas);
         return core_cancel_requested() ? -1 : 0;
+}
+
+/* The checkout's progress: files written of how many. */
+static void checkout_progress_cb(const char *path, size_t completed_steps, size_t total_steps, void *payload) {
+        (void)path, (void)payload;
+        source_progress("checking out", 0, 0, completed_steps, total_steps);
 }
 
 static int cancel_sideband_cb(const char *str, int len, void *payload) {
@@ -574,6 +589,7 @@ static int clone_from(clone_job *j, const char *url, sb_error **ret_err) {
          * repository into the workspace. */
         opts.local = GIT_CLONE_NO_LOCAL;
         opts.checkout_opts.checkout_strategy = j->src->revision ? GIT_CHECKOUT_NONE : GIT_CHECKOUT_SAFE;
+        opts.checkout_opts.progress_cb = checkout_progress_cb;
         opts.fetch_opts.callbacks.credentials = credentials_cb;
         opts.fetch_opts.callbacks.payload = j;
         opts.fetch_opts.callbacks.transfer_progress = cancel_transfer_cb;

@@ -425,6 +425,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
             (r = rpc_param_duration_ms(req, "timeout", false, 1000, (int64_t)cfg->max_timeout_ms, &timeout, ret_err)) < 0 ||
             (r = rpc_param_bool(req, "persistent", &persistent, ret_err)) < 0 ||
             (r = rpc_param_bool(req, "userns", &userns, ret_err)) < 0 ||
+            (r = rpc_param_bool(req, "progress", &j->progress, ret_err)) < 0 ||
             (r = rpc_param_object(req, "resources", false, &res, ret_err)) < 0 ||
             (r = rpc_param_array(req, "ports", false, &ports, ret_err)) < 0 ||
             (r = parse_string_map(req, "env", &limit_env, &sb->env, ret_err)) < 0 ||
@@ -566,6 +567,10 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
                 rpc_reply_sb_error(req, err);
                 goto drop;
         }
+        /* "progress": true, with a source to fetch: sandbox.progress
+         * notifications on this connection until the answer. */
+        if (j->progress && j->src_type && req->conn)
+                j->progress_conn = rpc_conn_ref(req->conn);
         if (layers) {
                 cJSON_Delete(sb->layers);
                 sb->layers = cJSON_Duplicate(layers, 1);
