@@ -20,15 +20,21 @@ def _policy(d, name):
 
 def test_default_network_policy_deny_all_applies_to_creates_that_name_none(world):
     world.stop_sandboxd()  # one daemon per network namespace
-    d = world.start_sandboxd({"defaultNetworkPolicy": "deny-all"}, tag="defpol")
+    # A warm pool prepared for allow-all creates: the default decides what
+    # an adopting create gets, not the pool's mode.
+    d = world.start_sandboxd({"defaultNetworkPolicy": "deny-all",
+                              "warmPool": {"size": 1, "policy": "allow-all"}}, tag="defpol")
     names = []
     try:
         expect_eq(d.rpc_result("daemon.info")["defaultNetworkPolicy"], "deny-all", "daemon.info")
-        # The CLI sends no policy: the daemon's default applies.
+        W.World.wait_until(lambda: d.rpc_result("daemon.info")["warmPool"]["ready"] == 1, 60, "the pool fills")
+        # The CLI sends no policy: the daemon's default applies (this
+        # create, without a source, adopts the pooled session).
         plain = world.name("defpol")
         names.append(plain)
         code, _o, err = d.ctl("create", "--name", plain, timeout=180)
         expect_eq(code, 0, "create without a policy (%s)" % err.strip()[:300])
+        expect_eq(d.rpc_result("daemon.info")["warmPool"]["adopted"], 1, "the create adopted the pooled session")
         expect_eq(_policy(d, plain), "deny-all", "the policy of a create that names none")
         rc, ms = _connect(world, plain, W.HTTP_ADDR, W.LISTEN_PORT)
         expect(rc != 0 and ms < 1000, "a connect from the default-policy sandbox fails at once:", rc, ms)
