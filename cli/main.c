@@ -480,7 +480,8 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
 static const char create_help[] =
         "Usage: sandboxctl create [--json] [OPTIONS]\n\n"
         "Creates a sandbox, waits until it runs with its source in /workspace, and\n"
-        "prints its name.\n\n"
+        "prints its name. On a terminal (without --json), stderr shows the progress\n"
+        "of a git or tarball source while it is fetched.\n\n"
         CREATE_OPTIONS_HELP;
 
 enum {
