@@ -113,10 +113,10 @@ typedef void (*core_source_progress_fn)(const core_source_progress *p, void *use
 /* Sets the calling thread's progress callback for the git clones and
  * tarball fetches it runs next (carried into the confined helper thread,
  * source-internal.h); fn NULL clears it. Reported: "cloning" as the clone
- * starts, then for libgit2 clones received bytes and objects, "resolving"
- * and "checking out"; a clone by the git program (depth, or a guarded
- * client) reports only its start. A tarball reports "downloading" (http,
- * https) and "extracting". */
+ * starts, then received bytes and objects, "resolving" and "checking out"
+ * (from libgit2's callbacks, or for a clone by the git program, depth or a
+ * guarded client, from the lines of its --progress). A tarball reports
+ * "downloading" (http, https) and "extracting". */
 void core_source_set_progress(core_source_progress_fn fn, void *userdata);
 /* The calling thread's callback and its userdata (NULL when none). */
 core_source_progress_fn core_source_get_progress(void **ret_userdata);

@@ -31,7 +31,9 @@ def _create(world, name, source, progress):
 
 
 def test_create_with_progress_is_told_each_stage_before_its_answer(world):
+    # A shallow clone runs the git program: its --progress lines are read.
     cases = (({"type": "git", "url": world.git_url}, {"cloning"}),
+             ({"type": "git", "url": world.git_url, "depth": 1}, {"cloning"}),
              ({"type": "tarball", "url": _tarball_url(world)}, {"downloading", "extracting"}))
     for source, want in cases:
         name = world.name("prog")
@@ -49,6 +51,10 @@ def test_create_with_progress_is_told_each_stage_before_its_answer(world):
             stages = {n["params"]["stage"] for n in notes}
             expect(want <= stages, "%s: stages %s, wanted at least %s" % (source["type"], sorted(stages),
                                                                            sorted(want)))
+            if source["type"] == "git":
+                last = [n["params"] for n in notes if n["params"]["stage"] == "cloning"][-1]
+                expect(last.get("objects", 0) > 0 and last.get("objects") == last.get("totalObjects"),
+                       "the clone's objects are counted to the end: %r" % last)
             if source["type"] == "tarball":
                 last = [n["params"] for n in notes if n["params"]["stage"] == "downloading"][-1]
                 expect(last["bytes"] > 0, "the download's bytes are counted: %r" % last)
