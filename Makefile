@@ -65,6 +65,10 @@ FAULT_BINS:= $(B)/faults/sandboxd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
 UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
+# A plain `make` builds the binaries, whatever rule comes first below
+# (tests/make/default-goal checks it; `make unit` runs that check).
+.DEFAULT_GOAL := all
+
 .PHONY: sdk-ts-check
 .PHONY: systemd-test
 .PHONY: shim shim-test
@@ -156,6 +160,7 @@ $(B)/asan/bin/sandboxd: $(B)/asan/sandboxd/main.o $(call obj,$(B)/asan,$(DAEMON_
 	$(CC) $(SAN_FLAGS) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 
 unit: $(UNIT_BINS)
+	@tests/make/default-goal
 	@scripts/run-unit $(UNIT_BINS)
 # Each binary three times under the sanitizers, where timing differs most:
 # a race that shows one run in a few fails here rather than later.

@@ -140,3 +140,15 @@ int ctl_fs_watch(ctl_globals *g, const char *name, const char *path, bool recurs
  * signalfd (non-blocking, close-on-exec), so a loop that polls it beside
  * the socket never loses an interrupt; a negative errno on failure. */
 int ctl_signal_fd(void);
+
+
+/* Whether create (or get-or-create) with `params` shows the progress of its
+ * source fetch (cli/progress.c): a git or tarball source, standard error a
+ * terminal, and no --json. */
+bool ctl_progress_wanted(const ctl_globals *g, const cJSON *params);
+
+/* ctl_call() of a create-like `method` with "progress": true added to
+ * `params` (taken): the daemon's sandbox.progress notifications are shown
+ * on standard error as one line rewritten in place, cleared before this
+ * returns. Same results as ctl_call(). */
+int ctl_call_progress(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret);

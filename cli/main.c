@@ -575,8 +575,9 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
         "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n" \
         "                           host id (default: the daemon's \"userns\" setting)\n" \
         "  --allow-all | --deny-all | --policy FILE\n" \
-        "                           network policy (default allow-all); FILE holds the\n" \
-        "                           JSON policy document, - for stdin\n" \
+        "                           network policy (default: the daemon's\n" \
+        "                           defaultNetworkPolicy, allow-all unless set); FILE\n" \
+        "                           holds the JSON policy document, - for stdin\n" \
         "  --allow PATTERN          or a custom policy: allow this domain pattern\n" \
         "                           (*.example.com, api.example.com:443; repeatable),\n" \
         "  --allow-subnet CIDR      allow addresses in CIDR (repeatable),\n" \
@@ -587,7 +588,8 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
 static const char create_help[] =
         "Usage: sandboxctl create [--json] [OPTIONS]\n\n"
         "Creates a sandbox, waits until it runs with its source in /workspace, and\n"
-        "prints its name.\n\n"
+        "prints its name. On a terminal (without --json), stderr shows the progress\n"
+        "of a git or tarball source while it is fetched.\n\n"
         CREATE_OPTIONS_HELP;
 
 enum {
@@ -958,7 +960,11 @@ static int create_like(ctl_globals *g, int argc, char **argv, const char *verb, 
         if (r != 0)
                 return r;
         cJSON *result = NULL;
-        r = ctl_call(g, verb, method, TAKE_PTR(params), &result);
+        /* A clone or download can take a while: on a terminal, say what it does. */
+        if (ctl_progress_wanted(g, params))
+                r = ctl_call_progress(g, verb, method, TAKE_PTR(params), &result);
+        else
+                r = ctl_call(g, verb, method, TAKE_PTR(params), &result);
         if (r != 0)
                 return r;
         if (g->json)

@@ -295,12 +295,57 @@ static const struct { const char *name, *text; } etc_files[] = {
         {"shells", "/bin/sh\n/bin/bash\n/usr/bin/bash\n"},
 };
 
+/* The host's os-release(5), for /etc/os-release of the host runtime:
+ * pip, package managers and lsb_release read it to learn the distribution,
+ * which is the host's (its /usr is the sandbox's). */
+typedef enum { OS_RELEASE_NONE, OS_RELEASE_LINK, OS_RELEASE_COPY } os_release_kind;
+#define OS_RELEASE_MAX_BYTES (64 * 1024)
+
+/* OS_RELEASE_LINK when the host's /etc/os-release is /usr/lib/os-release
+ * (Debian's relative symlink, or the file only /usr has): the runtime's
+ * /etc/os-release is then the same symlink into the read-only /usr bind.
+ * OS_RELEASE_COPY, with the text in *ret_text (caller frees), when /etc has
+ * a file of its own (an override, os-release(5) says it wins): its text is
+ * copied into the generated /etc. Only root-owned host files are read, and
+ * at most OS_RELEASE_MAX_BYTES of them. */
+static os_release_kind host_os_release(char **ret_text) {
+        struct stat e, u;
+        bool have_etc = stat("/etc/os-release", &e) == 0 && S_ISREG(e.st_mode);
+        bool have_usr = stat("/usr/lib/os-release", &u) == 0 && S_ISREG(u.st_mode);
+        *ret_text = NULL;
+        if (have_usr && (!have_etc || (e.st_dev == u.st_dev && e.st_ino == u.st_ino)))
+                return OS_RELEASE_LINK;
+        size_t len;
+        if (have_etc && core_read_file("/etc/os-release", OS_RELEASE_MAX_BYTES, ret_text, &len) == 0) {
+                if (strlen(*ret_text) == len)
+                        return OS_RELEASE_COPY;
+                free(*ret_text); /* a NUL byte: not an os-release file */
+                *ret_text = NULL;
+        }
+        return have_usr ? OS_RELEASE_LINK : OS_RELEASE_NONE;
+}
+
+static int build_os_release(int etc) {
+        _cleanup_free_ char *text = NULL;
+        switch (host_os_release(&text)) {
+        case OS_RELEASE_LINK:
+                return symlinkat("../usr/lib/os-release", etc, "os-release") < 0 ? negative_errno() : 0;
+        case OS_RELEASE_COPY:
+                return write_at(etc, "os-release", text);
+        default:
+                return 0;
+        }
+}
+
 static int build_etc(int etc) {
         for (size_t i = 0; i < ELEMENTSOF(etc_files); i++) {
                 int r = write_at(etc, etc_files[i].name, etc_files[i].text);
                 if (r < 0)
                         return r;
         }
+        int k = build_os_release(etc);
+        if (k < 0)
+                return k;
         /* Mount points for the host binds under /etc. */
         for (size_t i = 0; core_runtime_host_binds[i][0]; i++) {
                 const char *dst = core_runtime_host_binds[i][1];
@@ -355,6 +400,13 @@ static int host_version(char ret[static CORE_RUNTIME_VERSION_LEN + 1]) {
         }
         for (size_t i = 0; i < ELEMENTSOF(etc_files); i++)
                 fprintf(f, "file %s %zu\n%s", etc_files[i].name, strlen(etc_files[i].text), etc_files[i].text);
+        /* A host upgrade that changes a copied os-release makes a new version. */
+        _cleanup_free_ char *osrel = NULL;
+        os_release_kind ok = host_os_release(&osrel);
+        if (ok == OS_RELEASE_LINK)
+                fputs("os-release link\n", f);
+        else if (ok == OS_RELEASE_COPY)
+                fprintf(f, "os-release copy %zu\n%s", strlen(osrel), osrel);
         for (size_t i = 0; core_runtime_host_binds[i][0]; i++) {
                 struct stat st;
                 int type = stat(core_runtime_host_binds[i][0], &st) < 0 ? 0 : S_ISDIR(st.st_mode) ? 2 : 1;

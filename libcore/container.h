@@ -43,8 +43,9 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int l
  * (<state>/runtimes/host) and puts its name in ret_version: the merged-usr
  * skeleton (bin, lib*, sbin links into usr), empty mount points for the
  * host binds, and a generated /etc (passwd and group with root and the
- * `sandbox` user uid/gid 1000, nsswitch.conf, hosts) — never the host's
- * /etc as a whole. Each version is <dir>/<version>, named by a hash of
+ * `sandbox` user uid/gid 1000, nsswitch.conf, hosts, and os-release: a
+ * symlink to ../usr/lib/os-release when that is the host's, else a copy of
+ * the host's own /etc/os-release) — never the host's /etc as a whole. Each version is <dir>/<version>, named by a hash of
  * what it is made from, built under a temporary name and renamed into
  * place, and never changed or removed here: running sessions stand on
  * older ones (the caller removes those nothing uses). An existing version

@@ -220,6 +220,8 @@ static int credentials_cb(git_credential **out, const char *url, const char *use
         return git_credential_userpass_plaintext_new(out, s->username, s->password ? s->password : "");
 }
 
+static void checkout_progress_cb(const char *path, size_t completed_steps, size_t total_steps, void *payload);
+
 static int checkout_revision(clone_job *j, git_repository *repo, sb_error **ret_err) {
         const char *rev = j->src->revision;
         git_object *obj = NULL, *commit = NULL;
@@ -241,6 +243,7 @@ static int checkout_revision(clone_job *j, git_repository *repo, sb_error **ret_
         }
         git_checkout_options co = GIT_CHECKOUT_OPTIONS_INIT;
         co.checkout_strategy = GIT_CHECKOUT_FORCE;
+        co.progress_cb = checkout_progress_cb;
         r = git_checkout_tree(repo, commit, &co);
         if (r >= 0)
                 r = git_repository_set_head_detached(repo, git_object_id(commit));
@@ -275,6 +278,7 @@ static bool is_file_url(const char *url) {
  * alternates, gitfiles and symlinks, so it never sees the original. */
 static int clone_confined(void *userdata, sb_error **ret_err) {
         clone_job *j = userdata;
+        source_progress("cloning", 0, 0, 0, 0);
         if (!is_file_url(j->src->url))
                 return clone_from(j, j->src->url, ret_err);
         _cleanup_free_ char *path = NULL, *copy = NULL, *url = NULL;
@@ -320,6 +324,41 @@ static const char *const git_safe_opts[] = {
         "-c", "http.followRedirects=false",
         "-c", "transfer.fsckObjects=true",
 };
+
+/* The progress lines `git --progress` writes (git's progress.c: "TITLE:
+ * NN% (DONE/TOTAL)", then for received objects ", X.YY MiB | RATE"), as
+ * the stages of core_source_progress. */
+static const struct {
+        const char *title, *stage;
+} git_progress_titles[] = {
+        {"Receiving objects: ", "cloning"},
+        {"Resolving deltas: ", "resolving"},
+        {"Updating files: ", "checking out"},
+};
+
+/* Reports one progress line of git (NUL-terminated, without its \r or
+ * \n); *bytes keeps the last byte count seen. Other lines are ignored. */
+static void git_progress_line(const char *line, uint64_t *bytes) {
+        for (size_t i = 0; i < ELEMENTSOF(git_progress_titles); i++) {
+                if (strncmp(line, git_progress_titles[i].title, strlen(git_progress_titles[i].title)) != 0)
+                        continue;
+                const char *paren = strchr(line, '(');
+                unsigned long long done, total;
+                if (!paren || sscanf(paren, "(%llu/%llu)", &done, &total) != 2)
+                        return;
+                /* strbuf_humanise_bytes(): "N bytes", "X.YY KiB", "MiB", "GiB". */
+                const char *size = strstr(paren, "), ");
+                double v;
+                char unit[8];
+                if (size && sscanf(size + 3, "%lf %7s", &v, unit) == 2 && v >= 0) {
+                        double mult = streq(unit, "KiB") ? 1024.0 : streq(unit, "MiB") ? 1048576.0
+                                    : streq(unit, "GiB") ? 1073741824.0 : 1.0;
+                        *bytes = (uint64_t)(v * mult);
+                }
+                source_progress(git_progress_titles[i].stage, *bytes, 0, done, total);
+                return;
+        }
+}
 
 /* Runs `git <safe opts> [-c protocol.file.allow=always] ARGS...` as
  * uid:gid in cwd (NULL: /) and waits for it. On failure *ret_err carries
@@ -394,6 +433,13 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
         char buf[GIT_ERR_MAX + 1];
         size_t len = 0;
         bool cancelled = false;
+        /* With a progress callback (and --progress in args), each line
+         * git ends with \r or \n is read for its counts. */
+        void *progress_userdata;
+        bool progress = core_source_get_progress(&progress_userdata) != NULL;
+        char pline[256];
+        size_t plen = 0;
+        uint64_t pbytes = 0;
         for (;;) {
                 char tmp[1024];
                 /* Woken at least every 200 ms to notice a cancellation:
@@ -414,6 +460,14 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
                         continue;
                 if (k <= 0)
                         break;
+                for (ssize_t i = 0; progress && i < k; i++) {
+                        if (tmp[i] == '\r' || tmp[i] == '\n') {
+                                pline[plen] = 0;
+                                git_progress_line(pline, &pbytes);
+                                plen = 0;
+                        } else if (plen < sizeof(pline) - 1)
+                                pline[plen++] = tmp[i];
+                }
                 /* Keep the tail: git's reason is its last line. */
                 if ((size_t)k > GIT_ERR_MAX)
                         k = GIT_ERR_MAX;
@@ -438,6 +492,10 @@ static int run_git(const clone_job *j, const char *cwd, uid_t uid, gid_t gid, bo
         buf[len] = 0;
         const char *last = strrchr(buf, '\n');
         last = last ? last + 1 : buf;
+        /* Progress (\r-separated) before the reason on the same line. */
+        const char *cr = strrchr(last, '\r');
+        if (cr && cr[1])
+                last = cr + 1;
         _cleanup_free_ char *msg = redact(*last ? last : "git failed", j->src->password);
         if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
                 return sb_error_set(ret_err, -ENOENT, REASON, NULL, "clone: %s not found (install git)", GIT_PROGRAM);
@@ -529,14 +587,17 @@ static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
         int r = file ? 0 : pin_http_addresses(j, ret_err);
         if (r < 0)
                 return r;
+        /* git reports progress only when asked for it (core_source_set_progress). */
+        void *progress_userdata;
+        const char *talk = core_source_get_progress(&progress_userdata) ? "--progress" : "-q";
         if (!j->src->revision) {
-                const char *args[] = {"clone", "-q", "--no-tags", depth, "--template=", "--", url, j->dest_dir, NULL};
+                const char *args[] = {"clone", talk, "--no-tags", depth, "--template=", "--", url, j->dest_dir, NULL};
                 r = run_git(j, NULL, uid, gid, file, args, ret_err);
         } else {
                 const char *init[] = {"init", "-q", "--template=", j->dest_dir, NULL};
                 const char *add[] = {"remote", "add", "origin", url, NULL};
-                const char *fetch[] = {"fetch", "-q", "--no-tags", depth, "origin", j->src->revision, NULL};
-                const char *co[] = {"checkout", "-q", "--detach", "FETCH_HEAD", NULL};
+                const char *fetch[] = {"fetch", talk, "--no-tags", depth, "origin", j->src->revision, NULL};
+                const char *co[] = {"checkout", talk, "--detach", "FETCH_HEAD", NULL};
                 if ((r = run_git(j, NULL, uid, gid, file, init, ret_err)) >= 0 &&
                     (r = run_git(j, j->dest_dir, uid, gid, file, add, ret_err)) >= 0 &&
                     (r = run_git(j, j->dest_dir, uid, gid, file, fetch, ret_err)) >= 0)
@@ -552,10 +613,21 @@ static int git_cli_clone(clone_job *j, const char *url, sb_error **ret_err) {
 }
 
 /* libgit2 calls these as the fetch and the checkout progress; a negative
- * return aborts the clone (GIT_EUSER). */
+ * return aborts the clone (GIT_EUSER). The fetch's stats are reported
+ * too: objects as they arrive, then the deltas as they are resolved. */
 static int cancel_transfer_cb(const git_indexer_progress *stats, void *payload) {
-        (void)stats, (void)payload;
+        (void)payload;
+        if (stats->received_objects < stats->total_objects || stats->total_deltas == 0)
+                source_progress("cloning", stats->received_bytes, 0, stats->received_objects, stats->total_objects);
+        else
+                source_progress("resolving", stats->received_bytes, 0, stats->indexed_deltas, stats->total_deltas);
         return core_cancel_requested() ? -1 : 0;
+}
+
+/* The checkout's progress: files written of how many. */
+static void checkout_progress_cb(const char *path, size_t completed_steps, size_t total_steps, void *payload) {
+        (void)path, (void)payload;
+        source_progress("checking out", 0, 0, completed_steps, total_steps);
 }
 
 static int cancel_sideband_cb(const char *str, int len, void *payload) {
@@ -574,6 +646,7 @@ static int clone_from(clone_job *j, const char *url, sb_error **ret_err) {
          * repository into the workspace. */
         opts.local = GIT_CLONE_NO_LOCAL;
         opts.checkout_opts.checkout_strategy = j->src->revision ? GIT_CHECKOUT_NONE : GIT_CHECKOUT_SAFE;
+        opts.checkout_opts.progress_cb = checkout_progress_cb;
         opts.fetch_opts.callbacks.credentials = credentials_cb;
         opts.fetch_opts.callbacks.payload = j;
         opts.fetch_opts.callbacks.transfer_progress = cancel_transfer_cb;

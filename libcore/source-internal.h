@@ -63,3 +63,8 @@ int source_local_open(const char *const *roots, const char *path, int flags, con
  * fsuid. *ret_dir (malloc'd) is the copy, which the caller removes. */
 int source_local_git_copy(const char *const *roots, const char *path, uint64_t max_bytes, char **ret_dir,
                           sb_error **ret_err);
+
+/* Reports progress to the calling thread's callback
+ * (core_source_set_progress), if any. `stage` is a static string. */
+void source_progress(const char *stage, uint64_t bytes, uint64_t total_bytes, uint64_t objects,
+                     uint64_t total_objects);

@@ -34,6 +34,8 @@ typedef struct confined {
         sb_error *err;
         const int *cancel;  /* the caller's core_cancel_bind(), carried over */
         core_source_address_guard guard; /* the caller's, carried over */
+        core_source_progress_fn progress; /* the caller's, carried over */
+        void *progress_userdata;
 } confined;
 
 /* Runs on the helper thread. Order matters: unshare(CLONE_FS) first so the
@@ -66,6 +68,7 @@ static void *confined_main(void *p) {
         confined *c = p;
         core_cancel_bind(c->cancel);
         core_source_set_address_guard(c->guard);
+        core_source_set_progress(c->progress, c->progress_userdata);
         c->r = confine_self(c, &c->err);
         if (c->r >= 0)
                 c->r = c->fn(c->userdata, &c->err);
@@ -76,6 +79,7 @@ int source_run_confined(int root_fd, uid_t uid, gid_t gid, source_fs_fn fn, void
                         sb_error **ret_err) {
         confined c = {.root_fd = root_fd, .uid = uid, .gid = gid, .fn = fn, .userdata = userdata,
                       .cancel = core_cancel_current(), .guard = core_source_get_address_guard()};
+        c.progress = core_source_get_progress(&c.progress_userdata);
         pthread_t t;
         int r = pthread_create(&t, NULL, confined_main, &c);
         if (r != 0)
@@ -227,9 +231,11 @@ typedef struct guard {
 
 /* libcurl calls this often while data flows and about once a second
  * while a server stalls: a cancelled request stops the download within
- * that (CURLOPT_XFERINFOFUNCTION, nonzero aborts). */
+ * that (CURLOPT_XFERINFOFUNCTION, nonzero aborts). It also reports the
+ * download's progress (dltotal is 0 until the size is known). */
 static int cancel_xferinfo(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
-        (void)data, (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+        (void)data, (void)ultotal, (void)ulnow;
+        source_progress("downloading", dlnow > 0 ? (uint64_t)dlnow : 0, dltotal > 0 ? (uint64_t)dltotal : 0, 0, 0);
         return core_cancel_requested() ? 1 : 0;
 }
 
@@ -344,6 +350,7 @@ static int fetch_tarball(const char *location, const char *const *roots, uint64_
         if (fd < 0)
                 return sb_error_set(ret_err, fd, REASON, NULL, "create temporary file in /var/tmp: %s",
                                     strerror(-fd));
+        source_progress("downloading", 0, 0, 0, 0);
         r = http_fetch(location, fd, max_bytes, ret_err);
         if (r < 0)
                 return r;
@@ -399,6 +406,7 @@ static int copy_data(extract *x, struct archive *out, const char *name, sb_error
                 /* Bounds the unpacked size too: a small archive can expand to
                  * fill the disk (decompression bomb). */
                 x->total += size;
+                source_progress("extracting", x->total, 0, 0, 0);
                 if (x->total > x->max_bytes)
                         return sb_error_set(ret_err, -EFBIG, REASON, NULL,
                                             "member '%s': extracted content exceeds the limit of %llu "
@@ -469,6 +477,7 @@ static int extract_confined(void *userdata, sb_error **ret_err) {
                                                     ARCHIVE_EXTRACT_SECURE_NODOTDOT |
                                                     ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS |
                                                     ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM);
+        source_progress("extracting", 0, 0, 0, 0);
         for (;;) {
                 struct archive_entry *e;
                 if (core_cancel_requested())

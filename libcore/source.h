@@ -91,6 +91,36 @@ void core_source_set_address_guard(core_source_address_guard guard);
 /* The calling thread's guard, or NULL. */
 core_source_address_guard core_source_get_address_guard(void);
 
+/* Progress of a source fetch, for a person waiting on a slow create. */
+typedef struct core_source_progress {
+        const char *stage;      /* static: "cloning" (git objects arriving), "resolving" (git
+                                   deltas), "checking out", "downloading", "extracting" */
+        uint64_t bytes;         /* cloning, resolving: bytes received; downloading: bytes
+                                   downloaded; extracting: bytes written; checking out: 0 */
+        uint64_t total_bytes;   /* downloading: the size the server announced; else 0 (unknown) */
+        uint64_t objects;       /* cloning: objects received; resolving: deltas resolved;
+                                   checking out: files written; else 0 */
+        uint64_t total_objects; /* of how many (0: unknown or not counted) */
+} core_source_progress;
+
+/* Called with the progress of the calling thread's fetch; it may be called
+ * very often (each network read, each archive block), so it must be cheap
+ * and do its own rate limiting. It runs on the thread that fetches (the
+ * caller's, or the confined helper thread that replaces it while the
+ * caller waits), never two at once for one fetch. */
+typedef void (*core_source_progress_fn)(const core_source_progress *p, void *userdata);
+
+/* Sets the calling thread's progress callback for the git clones and
+ * tarball fetches it runs next (carried into the confined helper thread,
+ * source-internal.h); fn NULL clears it. Reported: "cloning" as the clone
+ * starts, then received bytes and objects, "resolving" and "checking out"
+ * (from libgit2's callbacks, or for a clone by the git program, depth or a
+ * guarded client, from the lines of its --progress). A tarball reports
+ * "downloading" (http, https) and "extracting". */
+void core_source_set_progress(core_source_progress_fn fn, void *userdata);
+/* The calling thread's callback and its userdata (NULL when none). */
+core_source_progress_fn core_source_get_progress(void **ret_userdata);
+
 /* Checks a tarball location: an absolute path, file://, http:// or https://.
  * Returns 0 or -EINVAL with *ret_err (field "source.url" or "source.path"). */
 int core_tarball_location_check(const char *location, sb_error **ret_err);

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 #include "libcore/diskimg.h"
 #include "libcore/util.h"
+#include "policy/policy.h"
 #include "sandboxd/config.h"
 
 #define KIB ((uint64_t) 1024)
@@ -43,6 +44,7 @@ typedef enum {
         KEY_LEVEL,     /* a syslog level name (debug .. error), stored as its char * */
         KEY_LOOPBACK,  /* "ADDRESS:PORT" with a loopback IPv4 or "[::1]" address, stored as char * */
         KEY_WARMPOOL,  /* {size, runtime, policy} (warmPool), stored as its cJSON copy */
+        KEY_POLICY,    /* a networkPolicy document (pol_policy_parse), stored as its cJSON copy */
 } key_kind;
 
 typedef struct config_key {
@@ -176,6 +178,11 @@ static const config_key config_keys[] = {
          * directories below the daemon's own cgroup. */
         { "cgroupDriver",     KEY_CGDRIVER, OFF(cgroup_driver), 0, 0,
           "Who makes each session's cgroup: systemd (a transient scope unit sandboxd-NAME.scope in sandboxd.slice, made over D-Bus), cgroupfs (directories below the daemon's own cgroup), or auto: systemd when it is PID 1 and /run/systemd/system exists, else cgroupfs.", NULL },
+        /* DESIGN §5.1 rule 1 is the default; read by the event loop only
+         * (parse_create), so a reload may replace it. */
+        { "defaultNetworkPolicy", KEY_POLICY, OFF(default_network_policy), 0, 0,
+          "The networkPolicy of a sandbox.create or getOrCreate that gives none (the CLI, the SDKs and the containerd shim send none unless asked): \"allow-all\", \"deny-all\" or a policy object as networkPolicy takes (docs/POLICY.md), validated at load. Sandboxes made earlier, forks and creates from a snapshot keep their own policy; daemon.info shows it, header values redacted.",
+          NULL, .live = true },
 };
 
 static const char *const level_names[] = {
@@ -314,6 +321,7 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->metrics_listen);
         free(cfg->cgroup_driver);
         cJSON_Delete(cfg->warm_pool);
+        cJSON_Delete(cfg->default_network_policy);
         path_list_free(cfg->local_source_roots);
         path_list_free(cfg->listen);
         free(cfg->tls_cert);
@@ -575,6 +583,46 @@ static int check_warm_pool(const config_key *k, const cJSON *v, sb_error **ret_e
         return 0;
 }
 
+/* defaultNetworkPolicy: whatever sandbox.create's networkPolicy takes
+ * (null excepted: leave the key out), checked by the same parser, with its
+ * error's path rebased from networkPolicy onto the key. */
+static int check_policy(const config_key *k, const cJSON *v, sb_error **ret_err) {
+        if (cJSON_IsNull(v))
+                return sb_error_set(ret_err, -EINVAL, NULL, k->name,
+                                    "daemon.json: %s: must be \"allow-all\", \"deny-all\" or a policy object "
+                                    "(docs/POLICY.md); leave the key out for the default, allow-all", k->name);
+        _cleanup_error_ sb_error *perr = NULL;
+        _cleanup_policy_ pol_policy *p = NULL;
+        int r = pol_policy_parse(v, &p, &perr);
+        if (r >= 0)
+                return 0;
+        const char *msg = perr && perr->message ? perr->message : "invalid policy";
+        const char *field = perr && perr->field ? perr->field : "networkPolicy";
+        static const char prefix[] = "networkPolicy";
+        if (strncmp(msg, prefix, sizeof(prefix) - 1) == 0)
+                msg += sizeof(prefix) - 1;
+        else if (msg[0] != ':')
+                msg = ""; /* the message does not start with its path: keep it whole below */
+        if (strncmp(field, prefix, sizeof(prefix) - 1) == 0)
+                field += sizeof(prefix) - 1;
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s%s", k->name, field) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        if (!msg[0])
+                return sb_error_set(ret_err, -EINVAL, NULL, path, "daemon.json: %s: %s", k->name,
+                                    perr && perr->message ? perr->message : "invalid policy");
+        return sb_error_set(ret_err, -EINVAL, NULL, path, "daemon.json: %s%s", k->name, msg);
+}
+
+cJSON *daemon_config_default_policy_json(const daemon_config *cfg) {
+        _cleanup_policy_ pol_policy *p = NULL;
+        _cleanup_error_ sb_error *err = NULL;
+        /* Validated at load, so only memory can fail here. */
+        if (pol_policy_parse(cfg->default_network_policy, &p, &err) < 0)
+                return NULL;
+        return pol_policy_to_json(p, true);
+}
+
 void daemon_config_warm_pool(const daemon_config *cfg, unsigned *ret_size, const char **ret_runtime,
                              const char **ret_policy) {
         const cJSON *w = cfg->warm_pool;
@@ -641,6 +689,7 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
                 *(bool *) base = cJSON_IsTrue(v);
                 break;
         case KEY_WARMPOOL:
+        case KEY_POLICY:
                 cJSON_Delete(*(cJSON **) base);
                 if (!(*(cJSON **) base = cJSON_Duplicate(v, 1)))
                         abort();
@@ -686,6 +735,8 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         r = check_listen_list(k, v, ret_err);
                 else if (k->kind == KEY_WARMPOOL)
                         r = check_warm_pool(k, v, ret_err);
+                else if (k->kind == KEY_POLICY)
+                        r = check_policy(k, v, ret_err);
                 else if (k->kind == KEY_BOOL)
                         r = cJSON_IsBool(v) ? 0
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
@@ -843,6 +894,10 @@ static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
                 }
                 return o;
         }
+        case KEY_POLICY: {
+                const cJSON *p = *(const cJSON *const *) base;
+                return p ? cJSON_Duplicate(p, 1) : cJSON_CreateString("allow-all");
+        }
         case KEY_LISTEN_LIST:
         case KEY_PATH_LIST: {
                 cJSON *a = cJSON_CreateArray();
@@ -864,7 +919,9 @@ static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
 cJSON *daemon_config_to_json(const daemon_config *cfg) {
         cJSON *o = cJSON_CreateObject();
         for (size_t i = 0; o && i < ELEMENTSOF(config_keys); i++) {
-                cJSON *v = key_to_json(cfg, &config_keys[i]);
+                /* A policy's header values are credentials: never printed. */
+                cJSON *v = config_keys[i].kind == KEY_POLICY ? daemon_config_default_policy_json(cfg)
+                                                             : key_to_json(cfg, &config_keys[i]);
                 if (!v || !cJSON_AddItemToObject(o, config_keys[i].name, v)) {
                         cJSON_Delete(v);
                         cJSON_Delete(o);
@@ -901,6 +958,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_LEVEL: return "log level name";
         case KEY_LOOPBACK: return "loopback address:port";
         case KEY_WARMPOOL: return "object";
+        case KEY_POLICY: return "\"allow-all\", \"deny-all\" or policy object";
         default: return "integer";
         }
 }
@@ -985,6 +1043,12 @@ void daemon_config_apply_live(daemon_config *cur, daemon_config *next, char **re
                 case KEY_U64: __atomic_store_n((uint64_t *) c, *(uint64_t *) n, __ATOMIC_RELAXED); break;
                 case KEY_UINT: __atomic_store_n((unsigned *) c, *(unsigned *) n, __ATOMIC_RELAXED); break;
                 case KEY_BOOL: *(bool *) c = *(bool *) n; break;
+                case KEY_POLICY: {
+                        cJSON *t = *(cJSON **) c;
+                        *(cJSON **) c = *(cJSON **) n;
+                        *(cJSON **) n = t;
+                        break;
+                }
                 case KEY_LEVEL:
                 case KEY_SOCKET:
                 case KEY_LOOPBACK: {

@@ -60,6 +60,9 @@ typedef struct daemon_config {
                                        (warmpool.c; daemon_config_warm_pool() reads it) */
         char *cgroup_driver;        /* "cgroupDriver", default "auto": "systemd" when systemd is PID 1
                                        (/run/systemd/system), else "cgroupfs" (libcore/cgroup.h) */
+        struct cJSON *default_network_policy; /* "defaultNetworkPolicy": the networkPolicy of a create
+                                       that names none, as validated ("allow-all", "deny-all" or a
+                                       policy object); NULL: "allow-all" (DESIGN §5.1 rule 1) */
 } daemon_config;
 
 /* Fills *cfg with defaults. */
@@ -96,6 +99,12 @@ struct cJSON *daemon_config_to_json(const daemon_config *cfg);
  * ".\" END CONFIG KEYS" (groff_man(7)). Caller frees; NULL when out of
  * memory. */
 char *daemon_config_man_table(void);
+
+/* daemon.json's defaultNetworkPolicy as daemon.info and --check-config
+ * show it: normalised (pol_policy_to_json) with every header value of a
+ * rule replaced by "<redacted>"; "allow-all" when unset. Caller owns the
+ * result (cJSON_Delete); NULL when out of memory. */
+struct cJSON *daemon_config_default_policy_json(const daemon_config *cfg);
 
 struct sockaddr_storage;
 /* Parses a listen address "tcp://ADDR:PORT": ADDR a numeric IPv4 address

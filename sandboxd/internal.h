@@ -13,6 +13,7 @@
 #include "libcore/cgroup.h"
 #include "libcore/container.h"
 #include "libcore/net.h"
+#include "libcore/source.h"
 #include "policy/match.h"
 #include "policy/nftgen.h"
 #include "policy/policy.h"
@@ -264,6 +265,15 @@ typedef struct start_job {
          * (CORE_CANCEL_REQUESTED); whichever comes first wins. */
         int cancel;
         sb_error *err;
+        /* sandbox.progress notifications during the source fetch (create's
+         * "progress": true): the connection they go to (a reference, taken
+         * and released on the loop thread; NULL: none), and on the worker
+         * thread the last stage sent and when (session.c). */
+        bool progress;
+        rpc_conn *progress_conn;
+        const char *progress_stage;
+        uint64_t progress_sent_ms;
+        core_source_progress progress_held; /* the last report not sent (stage NULL: none) */
 } start_job;
 enum { START_RUNNING = 0, START_COMMITTED = 2 };
 /* request.cancel hook for a create or fork's create phase (session.c). */

@@ -113,6 +113,9 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(o, "sandboxes", n);
         cJSON_AddNumberToObject(o, "running", running);
         cJSON_AddItemToObject(o, "warmPool", warmpool_info(m));
+        /* What a create that names no networkPolicy gets. */
+        cJSON *pol = daemon_config_default_policy_json(cfg);
+        cJSON_AddItemToObject(o, "defaultNetworkPolicy", pol ? pol : cJSON_CreateNull());
         rpc_reply(req, o);
 }
 

@@ -425,6 +425,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
             (r = rpc_param_duration_ms(req, "timeout", false, 1000, (int64_t)cfg->max_timeout_ms, &timeout, ret_err)) < 0 ||
             (r = rpc_param_bool(req, "persistent", &persistent, ret_err)) < 0 ||
             (r = rpc_param_bool(req, "userns", &userns, ret_err)) < 0 ||
+            (r = rpc_param_bool(req, "progress", &j->progress, ret_err)) < 0 ||
             (r = rpc_param_object(req, "resources", false, &res, ret_err)) < 0 ||
             (r = rpc_param_array(req, "ports", false, &ports, ret_err)) < 0 ||
             (r = parse_string_map(req, "env", &limit_env, &sb->env, ret_err)) < 0 ||
@@ -451,11 +452,16 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         if ((r = ports_parse(ports, &sb->ports, ret_err)) < 0)
                 return r;
         policy = cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy");
+        /* None given (absent or null): the operator's daemon.json
+         * defaultNetworkPolicy, else allow-all (DESIGN §5.1 rule 1). A
+         * snapshot's or a fork's own policy was filled in before this. */
+        if (!policy || cJSON_IsNull(policy))
+                policy = cfg->default_network_policy;
         /* Fail closed: a policy that does not validate is refused whole,
          * with the field and the fix (DESIGN §5.1 rule 8). */
         if ((r = pol_policy_parse(policy, &sb->pol, ret_err)) < 0)
                 return r;
-        sb->policy = policy && !cJSON_IsNull(policy) ? cJSON_Duplicate(policy, 1) : cJSON_CreateString("allow-all");
+        sb->policy = policy ? cJSON_Duplicate(policy, 1) : cJSON_CreateString("allow-all");
         src = cJSON_GetObjectItemCaseSensitive(req->params, "source");
         if (src && !cJSON_IsNull(src)) {
                 if ((r = parse_source(j, src, ret_err)) < 0)
@@ -561,6 +567,10 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
                 rpc_reply_sb_error(req, err);
                 goto drop;
         }
+        /* "progress": true, with a source to fetch: sandbox.progress
+         * notifications on this connection until the answer. */
+        if (j->progress && j->src_type && req->conn)
+                j->progress_conn = rpc_conn_ref(req->conn);
         if (layers) {
                 cJSON_Delete(sb->layers);
                 sb->layers = cJSON_Duplicate(layers, 1);

@@ -56,8 +56,8 @@ static const schema_variant source_variants[] = {
         OPT("persistent"), OPT("userns")
 #define SOURCE_FIELD { .key = "source", .kind = SCHEMA_VARIANT, .variants = source_variants }
 
-static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, END };
-static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, END };
+static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), END };
+static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), END };
 static const schema_field overrides_fields[] = { CONFIG_FIELDS, END };
 
 static const schema_field name_params[] = { REQ("name"), END };

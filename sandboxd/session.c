@@ -165,6 +165,87 @@ static int prepare_dirs(start_job *j, bool *made, sb_error **ret_err) {
         return 0;
 }
 
+/* ---- progress of the source fetch ----------------------------------------- */
+
+/* At most this often a sandbox.progress notification per create, besides
+ * one at each change of stage: about ten a second keep a terminal line
+ * moving without flooding the connection. */
+#define PROGRESS_INTERVAL_MS 100
+
+typedef struct progress_msg {
+        start_job *j;
+        char *name;
+        core_source_progress p;
+} progress_msg;
+
+/* Loop thread: sends one notification on the create's connection. The job
+ * is alive: posts run before its start_done (worker_post). */
+static void progress_send(void *userdata) {
+        progress_msg *msg = userdata;
+        rpc_conn *c = msg->j->progress_conn;
+        if (c && rpc_conn_is_open(c)) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "name", msg->name);
+                cJSON_AddStringToObject(o, "stage", msg->p.stage);
+                cJSON_AddNumberToObject(o, "bytes", (double)msg->p.bytes);
+                if (msg->p.total_bytes)
+                        cJSON_AddNumberToObject(o, "totalBytes", (double)msg->p.total_bytes);
+                if (msg->p.objects || msg->p.total_objects)
+                        cJSON_AddNumberToObject(o, "objects", (double)msg->p.objects);
+                if (msg->p.total_objects)
+                        cJSON_AddNumberToObject(o, "totalObjects", (double)msg->p.total_objects);
+                rpc_notify(c, "sandbox.progress", o);
+        }
+        free(msg->name);
+        free(msg);
+}
+
+/* Queues one report for the loop thread; one lost for lack of memory is
+ * only news lost. */
+static void progress_post(start_job *j, const core_source_progress *p) {
+        progress_msg *msg = calloc(1, sizeof(*msg));
+        if (!msg || !(msg->name = strdup(j->sb->name))) {
+                free(msg);
+                return;
+        }
+        msg->j = j;
+        msg->p = *p;
+        if (worker_post(progress_send, msg) < 0) {
+                free(msg->name);
+                free(msg);
+        }
+}
+
+/* Sends the report held back by the rate limit, if any: a stage's last
+ * counts go out before the next stage's, and the fetch's final ones
+ * before the answer. */
+static void progress_flush(start_job *j) {
+        if (!j->progress_held.stage)
+                return;
+        progress_post(j, &j->progress_held);
+        j->progress_held.stage = NULL;
+}
+
+/* The fetching thread (worker or its confined helper, one at a time):
+ * passes a report on to the loop thread when its stage changed or
+ * PROGRESS_INTERVAL_MS passed since the last one sent, and holds it back
+ * otherwise (progress_flush). */
+static void progress_report(const core_source_progress *p, void *userdata) {
+        start_job *j = userdata;
+        uint64_t now = core_monotonic_ms();
+        bool same_stage = j->progress_stage && streq(j->progress_stage, p->stage);
+        if (same_stage && now - j->progress_sent_ms < PROGRESS_INTERVAL_MS) {
+                j->progress_held = *p;
+                return;
+        }
+        if (!same_stage)
+                progress_flush(j);
+        j->progress_held.stage = NULL;
+        progress_post(j, p);
+        j->progress_stage = p->stage;
+        j->progress_sent_ms = now;
+}
+
 static int fetch_source(start_job *j, sb_error **ret_err) {
         if (!j->src_type)
                 return 0;
@@ -179,6 +260,7 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
                                     j->m->plain_unavailable);
         /* The worker thread's guard, cleared again below whatever happens. */
         core_source_set_address_guard(j->source_guarded ? remote_source_guard : NULL);
+        core_source_set_progress(j->progress_conn ? progress_report : NULL, j);
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
                                      .username = j->username, .password = j->password,
@@ -189,6 +271,9 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
                 r = core_source_tarball_extract(j->url, ws, uid, gid, j->m->cfg->max_source_bytes,
                                                 (const char *const *)j->m->cfg->local_source_roots, ret_err);
         core_source_set_address_guard(NULL);
+        core_source_set_progress(NULL, NULL);
+        if (j->progress_conn)
+                progress_flush(j);
         if (r < 0) {
                 sb_error_set(ret_err, r, "source_failed", NULL, "%s", strerror(-r));
                 free((*ret_err)->reason);
@@ -1734,6 +1819,8 @@ void start_job_free(start_job *j) {
         free(j->rootfs);
         free(j->config_text);
         sb_error_free(j->err);
+        if (j->progress_conn)
+                rpc_conn_unref(j->progress_conn);
         free(j);
 }
 

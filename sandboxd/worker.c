@@ -22,6 +22,7 @@
 typedef struct job {
         worker_fn work, done;
         void *userdata;
+        bool post;                /* worker_post(): no thread, not counted in flight */
         struct job *next;
 } job;
 
@@ -40,15 +41,20 @@ static struct {
         .efd = -EBADF,
 };
 
-static void *job_thread(void *arg) {
-        job *j = arg;
-        j->work(j->userdata);
-        pthread_mutex_lock(&w.lock);
+/* Appends j to the completion queue; called with the lock held. */
+static void queue_locked(job *j) {
         if (w.tail)
                 w.tail->next = j;
         else
                 w.head = j;
         w.tail = j;
+}
+
+static void *job_thread(void *arg) {
+        job *j = arg;
+        j->work(j->userdata);
+        pthread_mutex_lock(&w.lock);
+        queue_locked(j);
         /* Under the lock: worker_shutdown() closes the eventfd only once
          * `running` is zero, so the fd cannot be closed (or its number
          * reused) between our check and this write. The counter cannot
@@ -69,7 +75,8 @@ static void run_done(void) {
         pthread_mutex_unlock(&w.lock);
         while (j) {
                 job *next = j->next;
-                w.in_flight--;
+                if (!j->post)
+                        w.in_flight--;
                 if (j->done)
                         j->done(j->userdata);
                 free(j);
@@ -123,6 +130,21 @@ int worker_submit(worker_fn work, worker_fn done, void *userdata) {
                 return -r;
         }
         w.in_flight++;
+        return 0;
+}
+
+int worker_post(worker_fn fn, void *userdata) {
+        job *j = calloc(1, sizeof(*j));
+        if (!j)
+                return -ENOMEM;
+        *j = (job) { .done = fn, .userdata = userdata, .post = true };
+        pthread_mutex_lock(&w.lock);
+        /* Only from a job's work(), so `running` is above zero and the
+         * eventfd open (see job_thread). */
+        queue_locked(j);
+        uint64_t one = 1;
+        (void) !write(w.efd, &one, sizeof(one));
+        pthread_mutex_unlock(&w.lock);
         return 0;
 }
 

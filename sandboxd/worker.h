@@ -15,5 +15,12 @@ void worker_shutdown(void);
  * event loop thread. Returns 0 or a negative errno (then neither runs). */
 int worker_submit(worker_fn work, worker_fn done, void *userdata);
 
+/* From inside a job's work() only: queues fn(userdata) to run on the event
+ * loop thread, in order with that job's other posts and before its `done`
+ * (one queue, first in first out), so fn may use what the job owns. For
+ * news a job has before it ends (progress). Returns 0 or -ENOMEM (then fn
+ * does not run). */
+int worker_post(worker_fn fn, void *userdata);
+
 /* Number of jobs started and not yet done. */
 unsigned worker_in_flight(void);

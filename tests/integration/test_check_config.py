@@ -135,3 +135,29 @@ def test_check_config_quiet_prints_only_errors(world):
         p = subprocess.run([W.SANDBOXD, "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         expect_eq(p.returncode, 2, "--quiet without --check-config is a usage error")
+
+
+def test_check_config_default_network_policy_is_validated_and_shown(world):
+    """daemon.json defaultNetworkPolicy: allow-all when unset, any
+    networkPolicy value otherwise (header values printed redacted); a bad
+    one is refused naming the key and where in it."""
+    with _Dir() as d:
+        rc, out, err = _check(d.write("none.json", "{}"))
+        expect_eq(rc, 0, "exit status; stderr: %s" % err)
+        expect_eq(json.loads(out)["defaultNetworkPolicy"], "allow-all", "the default when unset")
+        rc, out, err = _check(d.write("deny.json", '{"defaultNetworkPolicy": "deny-all"}'))
+        expect_eq(rc, 0, "exit status; stderr: %s" % err)
+        expect_eq(json.loads(out)["defaultNetworkPolicy"], "deny-all", "the file's value")
+        doc = {"allow": {"api.public.test": [{"transform": [{"headers": {"authorization": "Bearer sk-9"}}]}]}}
+        rc, out, err = _check(d.write("rules.json", json.dumps({"defaultNetworkPolicy": doc})))
+        expect_eq(rc, 0, "exit status; stderr: %s" % err)
+        expect("sk-9" not in out and "<redacted>" in out, "the header value is redacted: %s" % out)
+        for text, needle in (
+                ('{"defaultNetworkPolicy": "deny"}', 'defaultNetworkPolicy: unknown policy "deny"'),
+                ('{"defaultNetworkPolicy": null}', 'defaultNetworkPolicy: must be "allow-all"'),
+                ('{"defaultNetworkPolicy": {"allow": ["*.com"]}}', "defaultNetworkPolicy.allow[0]"),
+                ('{"defaultNetworkPolicy": {"subnets": {"allow": ["10.0.0.5/8"]}}}',
+                 "defaultNetworkPolicy.subnets.allow[0]")):
+            rc, out, err = _check(d.write("bad.json", text))
+            expect(rc == 1 and out == "", "%s: exit %d, stdout %r" % (text, rc, out))
+            expect(needle in err, "%s: %r not in %r" % (text, needle, err))

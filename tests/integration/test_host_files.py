@@ -9,6 +9,7 @@ import stat
 
 import leaks
 from common import create, delete, expect, expect_eq, get, sh, sh_ok
+from common import sandbox as W_sandbox
 
 
 def _mode(path):
@@ -95,3 +96,32 @@ def test_session_ca_key_is_root_only_and_goes_with_the_sandbox(world):
         delete(world, name)
     expect(not os.path.exists(d), "the CA directory is removed with the sandbox")
     leaks.check(world, name)
+
+
+def _host_os_release():
+    with open("/etc/os-release") as f:
+        text = f.read()
+    fields = {}
+    for line in text.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            fields[k] = v.strip('"')
+    return text, fields
+
+
+def test_host_runtime_has_the_hosts_os_release(world):
+    """/etc/os-release inside a host-runtime sandbox is the host's (pip,
+    package managers and lsb_release read it), with and without a user
+    namespace."""
+    text, fields = _host_os_release()
+    modes = ["--no-userns"]
+    info = world.rpc_result("daemon.info")
+    if (info.get("capabilities", {}).get("userns") or {}).get("available"):
+        modes.append("--userns")
+    for mode in modes:
+        with W_sandbox(world, "osrel", "--deny-all", mode) as name:
+            out = sh_ok(world, name, "cat /etc/os-release")
+            expect_eq(out, text, "cat /etc/os-release (%s)" % mode)
+            out = sh_ok(world, name, "python3 -c 'import platform; "
+                                     "print(platform.freedesktop_os_release()[\"ID\"])'")
+            expect_eq(out.strip(), fields.get("ID"), "platform.freedesktop_os_release() ID (%s)" % mode)

@@ -226,7 +226,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 41);
+        assert_int_equal(n, 42);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -444,6 +444,56 @@ static void test_apply_live_moves_live_keys_and_names_the_rest(void **state) {
         daemon_config_free(&cur);
 }
 
+/* defaultNetworkPolicy: allow-all unless set; what networkPolicy takes,
+ * checked by the policy parser with the key in the error's path; header
+ * values never printed; a reload replaces it. */
+static void test_default_network_policy_is_checked_shown_and_reloaded(void **state) {
+        daemon_config cfg;
+        assert_null(parse_error("{}", &cfg));
+        assert_null(cfg.default_network_policy);
+        cJSON *shown = daemon_config_default_policy_json(&cfg);
+        assert_string_equal(cJSON_GetStringValue(shown), "allow-all");
+        cJSON_Delete(shown);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"defaultNetworkPolicy\": \"deny-all\"}", &cfg));
+        assert_string_equal(cJSON_GetStringValue(cfg.default_network_policy), "deny-all");
+        daemon_config_free(&cfg);
+        assert_rejected_naming("{\"defaultNetworkPolicy\": \"deny\"}", "defaultNetworkPolicy: unknown policy \"deny\"");
+        assert_rejected_naming("{\"defaultNetworkPolicy\": null}", "defaultNetworkPolicy: must be \"allow-all\"");
+        assert_rejected_naming("{\"defaultNetworkPolicy\": 1}", "defaultNetworkPolicy: must be \"allow-all\"");
+        assert_rejected_naming("{\"defaultNetworkPolicy\": {\"allow\": [\"*.com\"]}}", "defaultNetworkPolicy.allow[0]");
+        assert_rejected_naming("{\"defaultNetworkPolicy\": {\"alow\": []}}", "defaultNetworkPolicy");
+        /* The field of the error is the key's path too. */
+        sb_error *err = NULL;
+        daemon_config_defaults(&cfg);
+        assert_int_equal(daemon_config_parse(&cfg, "{\"defaultNetworkPolicy\": {\"allow\": [\"*.com\"]}}", &err), -EINVAL);
+        assert_string_equal(err->field, "defaultNetworkPolicy.allow[0]");
+        sb_error_free(err);
+        daemon_config_free(&cfg);
+        /* A rule's header value is a credential: --check-config's object
+         * and daemon.info show it redacted. */
+        const char *secret = "{\"defaultNetworkPolicy\": {\"allow\": {\"api.example.com\": "
+                             "[{\"transform\": [{\"headers\": {\"authorization\": \"Bearer sk-1\"}}]}]}}}";
+        assert_null(parse_error(secret, &cfg));
+        cJSON *o = daemon_config_to_json(&cfg);
+        char *text = cJSON_PrintUnformatted(o);
+        assert_null(strstr(text, "sk-1"));
+        assert_non_null(strstr(text, "<redacted>"));
+        free(text);
+        cJSON_Delete(o);
+        /* Live: a reload moves a new default in. */
+        daemon_config next;
+        assert_null(parse_error("{\"defaultNetworkPolicy\": \"deny-all\"}", &next));
+        char *changed = NULL, *kept = NULL;
+        daemon_config_apply_live(&cfg, &next, &changed, &kept);
+        assert_string_equal(changed, "defaultNetworkPolicy");
+        assert_null(kept);
+        assert_string_equal(cJSON_GetStringValue(cfg.default_network_policy), "deny-all");
+        free(changed);
+        daemon_config_free(&next);
+        daemon_config_free(&cfg);
+}
+
 static void test_duplicate_key_is_rejected(void **state) {
         assert_rejected_naming("{\"maxVcpus\": 4, \"maxVcpus\": 200}", "maxVcpus: key given more than once");
 }
@@ -507,6 +557,7 @@ int main(void) {
                 cmocka_unit_test(test_top_level_must_be_an_object),
                 cmocka_unit_test(test_bad_file_leaves_config_untouched),
                 cmocka_unit_test(test_duplicate_key_is_rejected),
+                cmocka_unit_test(test_default_network_policy_is_checked_shown_and_reloaded),
                 cmocka_unit_test(test_load_missing_file),
                 cmocka_unit_test(test_load_file_names_path_and_key),
         };

@@ -425,3 +425,10 @@ def test_finished_commands_report_their_usage(world, client, name):
         assert 0 < r.usage["memoryPeakBytes"] < 256 << 20, r.usage
         cmd = sb.run_command("true", detached=True)
         assert cmd.wait().usage is not None
+
+def test_create_without_a_policy_sends_none_so_the_daemon_default_applies():
+    # An explicit "allow-all" here would override daemon.json's
+    # defaultNetworkPolicy for every SDK user.
+    from sandboxd._async import _config_params
+    assert "networkPolicy" not in _config_params(timeout=60000)
+    assert _config_params(network_policy="deny-all")["networkPolicy"] == "deny-all"

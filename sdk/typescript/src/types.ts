@@ -47,7 +47,7 @@ export interface NetworkPolicyObject {
   subnets?: { allow?: string[]; deny?: string[] };
 }
 
-/** A sandbox's network egress policy: `"allow-all"` (default), `"deny-all"`, or a custom policy object. */
+/** A sandbox's network egress policy: `"allow-all"`, `"deny-all"`, or a custom policy object (the daemon's `defaultNetworkPolicy` when a create gives none; allow-all unless set). */
 export type NetworkPolicy = "allow-all" | "deny-all" | NetworkPolicyObject;
 
 /** Where a sandbox's `/workspace` comes from. */
@@ -76,7 +76,7 @@ export interface CreateSandboxParams {
   resources?: Resources;
   /** A runtime from `runtime.list` (default `"host"`). */
   runtime?: string;
-  /** The egress policy (default `"allow-all"`). */
+  /** The egress policy; omitted, the daemon's `defaultNetworkPolicy` applies (`"allow-all"` unless the operator set another). */
   networkPolicy?: NetworkPolicy;
   /** Environment of every command. */
   env?: Record<string, string>;
