@@ -347,8 +347,9 @@ class AsyncSandboxClient:
                 task = asyncio.get_running_loop().create_task(self._cancel_and_wait(rid, fut, method))
                 try:
                     await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    pass  # cancelled again: stop waiting; the task goes on while the loop runs
+                except (asyncio.CancelledError, Exception):
+                    pass  # cancelled again: stop waiting (the task goes on while the loop runs); the
+                    # cancellation, not what became of it, is the caller's answer
             raise
         finally:
             if not fut.done():
