@@ -230,6 +230,11 @@ struct sandbox {
         req_list stop_waiters, delete_waiters;
         redo_list pending;        /* requests waiting for the session to run */
         bool pooled;              /* a warm pool session, not (yet) a user's sandbox (warmpool.c) */
+        /* Setup and readiness (ready.c): not ready from a getOrCreate with
+         * setup until sandbox.setReady; stored as "ready": false. */
+        bool not_ready;
+        rpc_conn *setup_conn;     /* the connection holding the setup claim (a reference), or NULL */
+        req_list setup_waiters;   /* getOrCreate callers parked until it is ready or the claim is free */
         dev_t pool_rt_dev;        /* pooled: the runtime tree it was made on (stat of runtime_dir) */
         ino_t pool_rt_ino;
         sandbox *next;
@@ -579,6 +584,26 @@ void commands_session_gone(session *s);
 void commands_forget_sandbox(manager *m, sandbox *sb);
 void commands_conn_closed(manager *m, rpc_conn *c);
 void command_free(command *c);
+
+/* ready.c: setup and readiness (sandbox.getOrCreate `setup`, sandbox.setReady). */
+/* The params key under which method_get_or_create keeps the "differs" of
+ * its answer until the answer is given. */
+#define GET_OR_CREATE_DIFFERS "differs"
+void register_ready_methods(manager *m, rpc_server *s);
+/* Whether req's params ask for the setup claim (`setup: true`). */
+bool ready_setup_wanted(const rpc_request *req);
+/* The Sandbox object's "setup": {claimed, waiters}. Caller deletes. */
+cJSON *ready_setup_json(const sandbox *sb);
+/* Answers getOrCreate `req` for running sandbox sb ({sandbox, created,
+ * differs, setup}) now, or parks it until sb is ready or its setup claim
+ * is free (ready.c's top comment has the rules). */
+void ready_answer(rpc_request *req, sandbox *sb, bool created);
+/* A connection closed: its parked getOrCreate requests are dropped and the
+ * setup claims it held are released (handed to a waiter with setup). */
+void ready_conn_closed(manager *m, rpc_conn *c);
+/* sb leaves the registry (deleted): its claim goes and its waiters get
+ * not_found. */
+void ready_sandbox_gone(sandbox *sb);
 
 /* snapshot.c */
 void register_snapshot_methods(manager *m, rpc_server *s);

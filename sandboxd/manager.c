@@ -63,6 +63,7 @@ static void on_conn_close(rpc_conn *c, void *userdata) {
         events_conn_closed(userdata, c);
         fs_tar_conn_closed(c);
         fs_watches_conn_closed(c);
+        ready_conn_closed(userdata, c);
 }
 
 static void method_info(rpc_request *req, void *userdata) {
@@ -145,6 +146,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_runtime_methods(m, server);
         register_pause_methods(m, server);
         register_event_methods(m, server);
+        register_ready_methods(m, server);
 }
 
 static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err) {

@@ -465,6 +465,7 @@ static const struct {
         { "daemon.info", ACCESS_ADMIN, NULL },
         /* Finds requests of the caller's own connection only (rpc.c). */
         { "request.cancel", ACCESS_ANY, NULL },
+        { "sandbox.setReady", ACCESS_SANDBOX, "name" },
 };
 
 static bool tags_carry(const cJSON *tags, const remote_identity *id) {

@@ -69,6 +69,8 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON_AddItemToObject(o, "networkPolicy", pol ? pol : cJSON_CreateString("deny-all"));
         cJSON_AddNumberToObject(o, "denials", (double)sb->denials);
         cJSON_AddBoolToObject(o, "persistent", sb->persistent);
+        cJSON_AddBoolToObject(o, "ready", !sb->not_ready);
+        cJSON_AddItemToObject(o, "setup", ready_setup_json(sb));
         userns_to_json(sb, o);
         add_time(o, "createdAt", sb->created_ms);
         cJSON_AddItemToObject(o, "sessions", cJSON_Duplicate(sb->sessions, 1));
@@ -95,6 +97,11 @@ cJSON *sandbox_config_json(const sandbox *sb) {
         cJSON_DeleteItemFromObject(o, "expiresAt");
         cJSON_DeleteItemFromObject(o, "sessions");
         cJSON_DeleteItemFromObject(o, "session");
+        /* Readiness is kept (as "ready": false) only while a sandbox is not
+         * ready; the setup claim is a connection's, never stored (ready.c). */
+        cJSON_DeleteItemFromObject(o, "setup");
+        if (!sb->not_ready)
+                cJSON_DeleteItemFromObject(o, "ready");
         return o;
 }
 
@@ -136,6 +143,8 @@ void sandbox_free(sandbox *sb) {
         free(sb->run_dir);
         free(sb->stop_waiters.items);
         free(sb->delete_waiters.items);
+        free(sb->setup_waiters.items); /* answered by ready_sandbox_gone / ready_conn_closed */
+        rpc_conn_unref(sb->setup_conn);
         redo_list_clear(&sb->pending);
         free(sb);
 }
@@ -524,24 +533,14 @@ void reply_sandbox(rpc_request *req, void *userdata) {
                 rpc_reply(req, sandbox_to_json(sb));
 }
 
-/* The params key under which method_get_or_create keeps the "differs" of
- * its answer until the sandbox runs. */
-#define GET_OR_CREATE_DIFFERS "differs"
-
 static void reply_get_or_create(rpc_request *req, void *userdata, bool created) {
         sandbox *sb = find_by_param(req, userdata);
         if (!sb) {
                 reply_not_found(req, "sandbox", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "name")));
                 return;
         }
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, "sandbox", sandbox_to_json(sb));
-        cJSON_AddBoolToObject(o, "created", created);
-        /* Set by method_get_or_create for an existing sandbox (a key no
-         * client can send: params passed the schema before). */
-        cJSON *differs = cJSON_DetachItemFromObjectCaseSensitive(req->params, GET_OR_CREATE_DIFFERS);
-        cJSON_AddItemToObject(o, "differs", differs ? differs : cJSON_CreateArray());
-        rpc_reply(req, o);
+        /* Answered now, or once its setup is done (ready.c). */
+        ready_answer(req, sb, created);
 }
 
 static void reply_created(rpc_request *req, void *m) { reply_get_or_create(req, m, true); }
@@ -575,6 +574,8 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
                 cJSON_Delete(sb->layers);
                 sb->layers = cJSON_Duplicate(layers, 1);
         }
+        /* getOrCreate with setup: not ready until its creator says so. */
+        sb->not_ready = ready_setup_wanted(req);
         if (!sb->layers)
                 sb->layers = cJSON_CreateArray();
         if (manager_find_sandbox(m, sb->name)) {
@@ -713,6 +714,11 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
         _cleanup_error_ sb_error *err = NULL;
         const char *name = NULL;
         if (rpc_param_string(req, "name", true, &name, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        bool setup = false;
+        if (rpc_param_bool(req, "setup", &setup, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -1193,6 +1199,8 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         cJSON *dm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "resources"), "diskMiB");
         sb->disk_mib = cJSON_IsNumber(dm) && dm->valuedouble >= 0 ? (uint64_t)dm->valuedouble : 0;
         sb->persistent = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "persistent"));
+        /* Absent (every config written before readiness existed): ready. */
+        sb->not_ready = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "ready"));
         userns_load(m, sb, c);
         sb->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "createdAt")));
         sb->status = "stopped";

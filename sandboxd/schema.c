@@ -57,7 +57,8 @@ static const schema_variant source_variants[] = {
 #define SOURCE_FIELD { .key = "source", .kind = SCHEMA_VARIANT, .variants = source_variants }
 
 static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), END };
-static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), END };
+static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), OPT("setup"), END };
+static const schema_field set_ready_params[] = { REQ("name"), REQ("ready"), END };
 static const schema_field overrides_fields[] = { CONFIG_FIELDS, END };
 
 static const schema_field name_params[] = { REQ("name"), END };
@@ -155,6 +156,7 @@ const schema_method schema_methods[] = {
         { "events.subscribe", subscribe_params },
         { "daemon.info", no_params },
         { "request.cancel", cancel_params },
+        { "sandbox.setReady", set_ready_params },
         { NULL, NULL },
 };
 

@@ -2112,6 +2112,7 @@ static void teardown_done(void *userdata) {
         if (t->remove_files) {
                 log_info("sandbox '%s' deleted", sb->name);
                 commands_forget_sandbox(m, sb);
+                ready_sandbox_gone(sb);
                 sandbox_unlink(m, sb);
                 /* Its layers may now be unused (it left the registry); delete
                  * answers once they are gone too. */

@@ -255,4 +255,53 @@ def test_async_watch_ends_when_the_sandbox_stops(world, name):
                 assert seen[0]["type"] == "created", seen
             finally:
                 await sb.delete()
+
+
+def test_concurrent_get_or_create_waits_for_the_other_callers_on_create(world, name):
+    """Two callers on two connections: the one that creates runs its
+    coroutine on_create; the other gets the sandbox only once it is done,
+    and a cancelled waiter leaves the setup alone."""
+    async def main():
+        async with AsyncSandboxClient(world.daemon.socket) as a, AsyncSandboxClient(world.daemon.socket) as b:
+            order = []
+
+            async def waiters():
+                return (await a.call("sandbox.get", {"name": name}))["setup"]["waiters"]
+
+            async def setup(sb):
+                await sb.write_files([{"path": "setup.txt", "content": "done"}])
+                other = asyncio.ensure_future(AsyncSandbox.get_or_create(
+                    name, on_create=lambda s: order.append("b-setup"), network_policy="deny-all", client=b))
+                setup.other = other
+                for _ in range(600):
+                    if await waiters() == 1:
+                        break
+                    await asyncio.sleep(0.05)
+                assert await waiters() == 1, "the second caller never waited"
+                # A third caller that gives up (its task cancelled) leaves
+                # the waiting one and the setup as they are.
+                third = asyncio.ensure_future(AsyncSandbox.get_or_create(name, network_policy="deny-all", client=a))
+                for _ in range(600):
+                    if await waiters() == 2:
+                        break
+                    await asyncio.sleep(0.05)
+                third.cancel()
+                try:
+                    await third
+                    raise AssertionError("the third caller was not cancelled")
+                except asyncio.CancelledError:
+                    pass
+                assert await waiters() == 1 and not other.done()
+                order.append("a-setup-done")
+            try:
+                first = await AsyncSandbox.get_or_create(name, on_create=setup, network_policy="deny-all", client=a)
+                second = await asyncio.wait_for(setup.other, 60)
+                assert order == ["a-setup-done"]
+                assert first.ready and second.ready
+                assert await second.read_file("setup.txt") == b"done"
+            finally:
+                try:
+                    await (await AsyncSandbox.get(name, client=a)).delete()
+                except NotFoundError:
+                    pass
     run(main())

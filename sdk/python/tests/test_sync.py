@@ -432,3 +432,175 @@ def test_create_without_a_policy_sends_none_so_the_daemon_default_applies():
     from sandboxd._async import _config_params
     assert "networkPolicy" not in _config_params(timeout=60000)
     assert _config_params(network_policy="deny-all")["networkPolicy"] == "deny-all"
+
+
+# ---- Ctrl-C in a child process, and getOrCreate's setup (on_create)
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+
+
+def _child(world, script, *args):
+    """A Python process running `script` with the SDK on its path and the
+    daemon's socket as argv[1]; stdout and stderr piped."""
+    env = dict(os.environ, PYTHONPATH=SRC, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-c", script, world.daemon.socket, *args], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(pred, what, secs=60):
+    deadline = time.monotonic() + secs
+    while not pred():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+_CREATE_CHILD = """
+import sys
+from sandboxd import Sandbox, SandboxClient
+c = SandboxClient(sys.argv[1])
+Sandbox.create(name=sys.argv[2], source={"type": "tarball", "url": sys.argv[3]}, client=c)
+print("created")
+"""
+
+
+def test_a_real_sigint_during_a_synchronous_create_leaves_no_sandbox(world, client, name):
+    """SIGINT to a process blocked in Sandbox.create (its source stalls):
+    the process exits with KeyboardInterrupt, and by then the daemon has
+    undone the create: the sandbox is gone the moment the process is."""
+    base, log = world.stall_server()
+    child = _child(world, _CREATE_CHILD, name, "%s/%s.tar.gz" % (base, name))
+    try:
+        _wait_for(lambda: "open /%s.tar.gz" % name in log(), "the download to start")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGINT, (child.returncode, out, err)
+    assert "KeyboardInterrupt" in err and "created" not in out, (out, err)
+    # No wait: the child waited for the daemon's -32800, sent once the
+    # create was undone, so the name is free at once (a create still under
+    # way, which sandbox.get does not show, would hold it: already_exists).
+    Sandbox.create(name=name, network_policy="deny-all", client=client).delete()
+    _gone(client, name)
+    _wait_for(lambda: "closed /%s.tar.gz" % name in log(), "the download to be closed")
+    leaks.check(world, name)
+
+
+def _waiters(client, name):
+    return client.call("sandbox.get", {"name": name})["setup"]["waiters"]
+
+
+def test_get_or_create_hands_the_sandbox_out_only_after_on_create_finished(world, client, name):
+    order = []
+    other = SandboxClient(world.daemon.socket)
+    got = {}
+
+    def second():
+        got["sb"] = Sandbox.get_or_create(name, on_create=lambda sb: order.append("b-setup"),
+                                          network_policy="deny-all", client=other)
+        order.append("b-got")
+
+    def setup(sb):
+        sb.write_files([{"path": "setup.txt", "content": "done"}])
+        t = threading.Thread(target=second)
+        got["thread"] = t
+        t.start()
+        # The second caller is waiting on the daemon before this setup ends.
+        _wait_for(lambda: _waiters(client, name) == 1, "the second caller to wait")
+        assert "b-got" not in order
+        order.append("a-setup-done")
+    try:
+        a = Sandbox.get_or_create(name, on_create=setup, network_policy="deny-all", client=client)
+        got["thread"].join(60)
+        assert order == ["a-setup-done", "b-got"]
+        b = got["sb"]
+        assert a.ready and b.ready and a.id == b.id
+        assert b.read_file("setup.txt") == b"done"
+    finally:
+        other.close()
+        try:
+            Sandbox.get(name, client=client).delete()
+        except NotFoundError:
+            pass
+
+
+def test_get_or_create_runs_on_create_again_after_it_failed(world, client, name):
+    def failing(sb):
+        sb.write_files([{"path": "half.txt", "content": "x"}])
+        raise RuntimeError("setup broke")
+    calls = []
+    try:
+        with pytest.raises(RuntimeError, match="setup broke"):
+            Sandbox.get_or_create(name, on_create=failing, network_policy="deny-all", client=client)
+        sb = Sandbox.get(name, client=client)
+        assert not sb.ready and sb.info["setup"]["claimed"] is False
+        # A caller without on_create gets it as it is: nothing to wait for.
+        assert not Sandbox.get_or_create(name, network_policy="deny-all", client=client).ready
+        sb = Sandbox.get_or_create(name, on_create=lambda s: calls.append(s.read_file("half.txt")),
+                                   network_policy="deny-all", client=client)
+        assert calls == [b"x"] and sb.ready
+        # Ready now: on_create never runs again.
+        Sandbox.get_or_create(name, on_create=lambda s: calls.append("again"), network_policy="deny-all",
+                              client=client)
+        assert calls == [b"x"]
+    finally:
+        try:
+            Sandbox.get(name, client=client).delete()
+        except NotFoundError:
+            pass
+
+
+_SETUP_CHILD = """
+import sys
+from sandboxd import Sandbox, SandboxClient
+c = SandboxClient(sys.argv[1])
+def setup(sb):
+    print("in-setup", flush=True)
+    sys.stdin.readline()  # blocks until killed
+Sandbox.get_or_create(sys.argv[2], on_create=setup, network_policy="deny-all", client=c)
+"""
+
+
+def test_a_waiter_takes_over_the_setup_when_the_creator_dies_mid_on_create(world, client, name):
+    child = _child(world, _SETUP_CHILD, name)
+    other = SandboxClient(world.daemon.socket)
+    got = {}
+
+    def waiter():
+        try:
+            got["sb"] = Sandbox.get_or_create(
+                name, on_create=lambda sb: sb.write_files([{"path": "by-waiter", "content": "1"}]),
+                network_policy="deny-all", client=other)
+        except BaseException as e:
+            got["error"] = e
+    t = threading.Thread(target=waiter)
+    try:
+        assert child.stdout.readline().strip() == "in-setup", child.stderr.read()
+        t.start()
+        _wait_for(lambda: _waiters(client, name) == 1, "the waiter to wait")
+        child.kill()
+        child.wait()
+        t.join(60)
+        assert "error" not in got, got.get("error")
+        sb = got["sb"]
+        assert sb.ready and sb.read_file("by-waiter") == b"1"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for f in (child.stdin, child.stdout, child.stderr):
+            f.close()
+        t.join(60)
+        other.close()
+        try:
+            Sandbox.get(name, client=client).delete()
+        except NotFoundError:
+            pass

@@ -125,6 +125,8 @@ export class Sandbox {
   get tags(): Record<string, string> { return this.#info.tags ?? {}; }
   /** Whether it outlives its sessions. */
   get persistent(): boolean { return !!this.#info.persistent; }
+  /** False while no `onCreate` of {@link getOrCreate} has succeeded on it. */
+  get ready(): boolean { return this.#info.ready !== false; }
   /** Its resources. */
   get resources(): Resources & { diskMiB?: number } { return this.#info.resources; }
   /** Its runtime. */
@@ -156,8 +158,16 @@ export class Sandbox {
 
   /**
    * Gets the sandbox of this name, or creates it with these params. Of
-   * concurrent callers exactly one creates it; `onCreate` runs only then,
-   * once, before this returns (to install dependencies, say).
+   * concurrent callers exactly one creates it.
+   *
+   * With `onCreate` (to install dependencies, say), no caller, in this
+   * process or another, gets the sandbox before an `onCreate` succeeded on
+   * it (docs/API.md, "Setup and readiness"): the caller that creates it
+   * runs its `onCreate` before this returns and then marks the sandbox
+   * ready; concurrent callers wait for that. When `onCreate` throws (or its
+   * process dies), the sandbox stays, not ready, and the error goes to this
+   * caller; the next `getOrCreate` with `onCreate` (a waiting one first)
+   * runs its `onCreate` again on the sandbox as the failed attempt left it.
    * @returns the sandbox, running.
    */
   static async getOrCreate(params: CreateSandboxParams & WithClient & {
@@ -165,11 +175,23 @@ export class Sandbox {
     onCreate?: (sandbox: Sandbox) => unknown | Promise<unknown>;
   }): Promise<Sandbox> {
     const client = params.client ?? getDefaultClient();
-    const r = await client.request<{ sandbox: SandboxInfo; created: boolean; differs: string[] }>(
-      "sandbox.getOrCreate", strip(params as unknown as Record<string, unknown>, ["client", "signal", "onCreate"]), opt(params.signal));
+    const p = strip(params as unknown as Record<string, unknown>, ["client", "signal", "onCreate"]);
+    if (params.onCreate) p.setup = true;
+    const r = await client.request<{ sandbox: SandboxInfo; created: boolean; differs: string[]; setup?: boolean }>(
+      "sandbox.getOrCreate", p, opt(params.signal));
     const sb = new Sandbox(client, r.sandbox);
     sb.differs = r.differs ?? [];
-    if (r.created && params.onCreate) await params.onCreate(sb);
+    if (r.setup && params.onCreate) {
+      // This caller holds the setup claim: it ends it either way.
+      try {
+        await params.onCreate(sb);
+      } catch (e) {
+        await client.request<SandboxInfo>("sandbox.setReady", { name: sb.name, ready: false }).then(
+          (info) => sb.#set(info), () => undefined);
+        throw e;
+      }
+      sb.#set(await client.request<SandboxInfo>("sandbox.setReady", { name: sb.name, ready: true }));
+    }
     return sb;
   }
 

@@ -147,6 +147,10 @@ export interface SandboxInfo {
   persistent: boolean;
   /** Denied connections so far. */
   denials: number;
+  /** False while a getOrCreate setup (`onCreate`) has not succeeded on it. */
+  ready?: boolean;
+  /** Its setup claim: whether a connection holds it, and how many getOrCreate callers wait. */
+  setup?: { claimed: boolean; waiters: number };
   /** Creation time (RFC 3339). */
   createdAt: string;
   /** Every other field the daemon sends (`userns`, `sessions`, `session`, ...). */

@@ -484,6 +484,11 @@ class AsyncSandbox:
         return bool(self.info.get("persistent"))
 
     @property
+    def ready(self) -> bool:
+        """False while a get_or_create ``on_create`` has not succeeded on it."""
+        return bool(self.info.get("ready", True))
+
+    @property
     def timeout(self) -> int | None:
         return self.info.get("timeout")
 
@@ -552,28 +557,57 @@ class AsyncSandbox:
                             persistent: bool | None = None,
                             client: AsyncSandboxClient | None = None) -> "AsyncSandbox":
         """sandbox.getOrCreate: the sandbox ``name``, made with these
-        parameters if it does not exist. ``on_create(sandbox)`` (a function
-        or coroutine function) runs once, only when this call created it."""
-        sb, created = await cls._get_or_create(name, source=source, ports=ports, timeout=timeout,
-                                               resources=resources, runtime=runtime,
-                                               network_policy=network_policy, env=env, tags=tags,
-                                               persistent=persistent, client=client)
-        if created and on_create is not None:
-            r = on_create(sb)
-            if inspect.isawaitable(r):
-                await r
+        parameters if it does not exist.
+
+        With ``on_create(sandbox)`` (a function or coroutine function), no
+        caller, in this process or another, gets the sandbox before an
+        ``on_create`` succeeded on it (docs/API.md, "Setup and readiness"):
+        the caller that creates it runs its ``on_create`` and then marks it
+        ready; concurrent callers wait for that. When ``on_create`` raises
+        (or its process dies), the sandbox stays, not ready, and the error
+        goes to this caller; the next ``get_or_create`` with ``on_create``
+        (a waiting one first) runs its ``on_create`` again on the sandbox
+        as the failed attempt left it."""
+        sb, _created, setup = await cls._get_or_create(
+            name, source=source, ports=ports, timeout=timeout, resources=resources, runtime=runtime,
+            network_policy=network_policy, env=env, tags=tags, persistent=persistent, client=client,
+            setup=on_create is not None)
+        if setup and on_create is not None:
+            try:
+                r = on_create(sb)
+                if inspect.isawaitable(r):
+                    await r
+            except BaseException:
+                await sb._set_ready(False)
+                raise
+            await sb._set_ready(True)
         return sb
 
     @classmethod
     async def _get_or_create(cls, name: str, *, source: Any = None, client: AsyncSandboxClient | None = None,
-                             **config: Any) -> tuple["AsyncSandbox", bool]:
+                             setup: bool = False, **config: Any) -> tuple["AsyncSandbox", bool, bool]:
+        """(sandbox, created, setup): ``setup`` when asked for and this
+        caller now holds the sandbox's setup claim (it must end it with
+        _set_ready)."""
         c = client or default_client()
         p = _config_params(**config)
         p["name"] = name
         if source is not None:
             p["source"] = _source(source)
+        if setup:
+            p["setup"] = True
         r = await c.call("sandbox.getOrCreate", p)
-        return cls(r["sandbox"], c), bool(r.get("created"))
+        return cls(r["sandbox"], c), bool(r.get("created")), bool(r.get("setup"))
+
+    async def _set_ready(self, ready: bool) -> None:
+        """sandbox.setReady: ends this caller's setup claim; True when the
+        setup succeeded. A failure to report a failed setup is left to the
+        connection's close, which releases the claim too."""
+        try:
+            self.info = await self._call("sandbox.setReady", {"name": self.name, "ready": ready})
+        except SandboxError:
+            if ready:
+                raise
 
     @_Hybrid
     async def fork(cls, source_sandbox: "AsyncSandbox | str", *, name: str | None = None,  # type: ignore[misc]

@@ -22,6 +22,10 @@ _LINE_LIMIT = 128 * 1024 * 1024
 # Methods the daemon can cancel (request.cancel); others just lose their answer.
 _CANCELLABLE = frozenset({"sandbox.create", "sandbox.fork", "sandbox.snapshot", "sandbox.getOrCreate",
                           "command.run", "fs.watch"})
+# How long a cancelled call waits for the daemon to undo it (the answer to
+# request.cancel, then the cancelled request's own -32800) before it gives
+# up and lets its caller go on.
+CANCEL_WAIT_S = 10.0
 
 
 class ConnectionLost(DaemonUnreachableError):
@@ -364,8 +368,17 @@ class AsyncSandboxClient:
             t = timeout if timeout is not None else self.request_timeout
             return await (asyncio.wait_for(asyncio.shield(fut), t) if t else asyncio.shield(fut))
         except (asyncio.CancelledError, asyncio.TimeoutError):
-            if rid in self._pending and method in _CANCELLABLE and self._writer is not None:
-                asyncio.get_running_loop().create_task(self._cancel_quietly(rid))
+            answered = fut.done() and not fut.cancelled() and fut.exception() is None
+            if method in _CANCELLABLE and ((rid in self._pending and self._writer is not None) or answered):
+                # The cancellation is only over when the daemon has undone
+                # the request: a caller that exits right after (Ctrl-C)
+                # must leave nothing behind.
+                task = asyncio.get_running_loop().create_task(self._cancel_and_wait(rid, fut, method))
+                try:
+                    await asyncio.shield(task)
+                except (asyncio.CancelledError, Exception):
+                    pass  # cancelled again: stop waiting (the task goes on while the loop runs); the
+                    # cancellation, not what became of it, is the caller's answer
             raise
         finally:
             if not fut.done():
@@ -378,9 +391,27 @@ class AsyncSandboxClient:
                 if watch.watch_id is not None:
                     self._watch_routes.pop(watch.watch_id, None)
 
-    async def _cancel_quietly(self, rid: int) -> None:
+    async def _cancel_and_wait(self, rid: int, fut: asyncio.Future[Any], method: str) -> None:
+        """request.cancel of request ``rid``, then its own answer, within
+        CANCEL_WAIT_S. When the cancel came too late and the request
+        succeeded, what it made for the caller who gave up is undone: a
+        created or forked sandbox is deleted, a getOrCreate setup claim is
+        released."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CANCEL_WAIT_S
         try:
-            await self.call("request.cancel", {"id": rid}, timeout=30)
+            if not fut.done():
+                await self.call("request.cancel", {"id": rid}, timeout=CANCEL_WAIT_S)
+            result = await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - loop.time()))
+        except (SandboxError, asyncio.TimeoutError, asyncio.CancelledError):
+            return  # cancelled (-32800), failed, or no answer in time
+        try:
+            left = max(0.1, deadline - loop.time())
+            if method in ("sandbox.create", "sandbox.fork") and isinstance(result, dict) and result.get("name"):
+                await self.call("sandbox.delete", {"name": result["name"]}, timeout=left)
+            elif method == "sandbox.getOrCreate" and isinstance(result, dict) and result.get("setup"):
+                name = (result.get("sandbox") or {}).get("name")
+                await self.call("sandbox.setReady", {"name": name, "ready": False}, timeout=left)
         except (SandboxError, asyncio.TimeoutError):
             pass
 

@@ -1,7 +1,10 @@
 """The synchronous API: Sandbox, Command, Snapshot, SandboxClient. Each
 SandboxClient runs the asyncio client on an event loop thread of its own;
 a call blocks the caller until its answer. Ctrl-C (KeyboardInterrupt)
-during a create, fork, snapshot or run_command cancels it on the daemon."""
+during a create, fork, snapshot, get_or_create or run_command cancels it on
+the daemon and waits (CANCEL_WAIT_S at most) until the daemon has undone
+it, then raises KeyboardInterrupt: a create interrupted so leaves no
+sandbox, even when the process exits at once."""
 from __future__ import annotations
 
 import asyncio
@@ -12,11 +15,14 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, 
 
 from ._async import (AsyncCommand, AsyncSandbox, AsyncSnapshot, CommandFinished, EventStream, Output, WatchStream,
                      _Hybrid)
-from ._client import AsyncSandboxClient
+from ._client import CANCEL_WAIT_S, AsyncSandboxClient
 from ._errors import NotFoundError
 from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty
 
 T = TypeVar("T")
+# The longest an interrupted call waits for its cancellation (a little over
+# the client's own bound, CANCEL_WAIT_S, and the delete after it).
+_INTERRUPT_WAIT_S = 2 * CANCEL_WAIT_S + 1
 
 
 class SandboxClient:
@@ -40,15 +46,33 @@ class SandboxClient:
             coro.close()
             raise RuntimeError("a synchronous sandboxd call from a stdout/stderr callback would wait for itself; "
                                "collect the output and call after run_command returns")
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        holder: dict[str, Any] = {}
+
+        async def tracked() -> T:
+            holder["task"] = asyncio.current_task()
+            if holder.get("interrupted"):
+                coro.close()
+                raise asyncio.CancelledError
+            return await coro
+        fut = asyncio.run_coroutine_threadsafe(tracked(), self._loop)
         try:
             return fut.result()
         except KeyboardInterrupt:
-            # The task is cancelled on the loop: a cancellable request
-            # sends request.cancel as it unwinds.
-            fut.cancel()
+            # Ctrl-C: the task is cancelled on the loop, where a
+            # cancellable request sends request.cancel and waits for the
+            # daemon to undo it (AsyncSandboxClient.call). Only then does
+            # KeyboardInterrupt go on: the process may exit right after,
+            # and its loop thread with it. (Cancelling `fut` itself would
+            # return at once.) A second Ctrl-C stops the wait.
+            def interrupt() -> None:
+                task = holder.get("task")
+                if task is None:
+                    holder["interrupted"] = True
+                else:
+                    task.cancel()
+            self._loop.call_soon_threadsafe(interrupt)
             try:
-                fut.result(timeout=5)
+                fut.result(timeout=_INTERRUPT_WAIT_S)
             except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError, Exception):
                 pass
             raise
@@ -238,6 +262,10 @@ class Sandbox:
         return self._a.persistent
 
     @property
+    def ready(self) -> bool:
+        return self._a.ready
+
+    @property
     def timeout(self) -> int | None:
         return self._a.timeout
 
@@ -287,13 +315,22 @@ class Sandbox:
     @classmethod
     def get_or_create(cls, name: str, *, on_create: Callable[["Sandbox"], Any] | None = None,
                       client: SandboxClient | None = None, **create_params: Any) -> "Sandbox":
-        """sandbox.getOrCreate; ``on_create(sandbox)`` runs once, in the
-        caller's thread, only when this call created the sandbox."""
+        """sandbox.getOrCreate (see AsyncSandbox.get_or_create):
+        ``on_create(sandbox)`` runs in the caller's thread when this call
+        holds the setup (it created the sandbox, or takes over a setup that
+        failed or whose process died); every caller with or without
+        ``on_create`` gets the sandbox only once an ``on_create`` succeeded."""
         c = _client(client)
-        a, created = c._run(AsyncSandbox._get_or_create(name, client=c.aio, **create_params))
+        a, _created, setup = c._run(AsyncSandbox._get_or_create(name, client=c.aio, setup=on_create is not None,
+                                                                **create_params))
         sb = cls(a, c)
-        if created and on_create is not None:
-            on_create(sb)
+        if setup and on_create is not None:
+            try:
+                on_create(sb)
+            except BaseException:
+                c._run(a._set_ready(False))
+                raise
+            c._run(a._set_ready(True))
         return sb
 
     @_Hybrid
