@@ -140,6 +140,11 @@ int ctl_fs_watch(ctl_globals *g, const char *name, const char *path, bool recurs
  * signalfd (non-blocking, close-on-exec), so a loop that polls it beside
  * the socket never loses an interrupt; a negative errno on failure. */
 int ctl_signal_fd(void);
+/* Waits until `c` has a message to read (0) or `sfd`, from ctl_signal_fd(),
+ * a signal: then the exit code to end with, CLI_EXIT_INTERRUPTED for SIGINT
+ * and 128 + N for signal N; CLI_EXIT_ERROR when poll(2) fails, with `what`
+ * (the verb) in the message printed. */
+int ctl_wait_message(client *c, int sfd, const char *what);
 
 
 /* Whether create (or get-or-create) with `params` shows the progress of its

@@ -214,24 +214,31 @@ int ctl_signal_fd(void) {
         return fd < 0 ? -errno : fd;
 }
 
+int ctl_wait_message(client *c, int sfd, const char *what) {
+        while (!client_has_pending(c)) {
+                struct pollfd p[2] = { { .fd = sfd, .events = POLLIN }, { .fd = client_fd(c), .events = POLLIN } };
+                if (poll(p, 2, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return ctl_error(CLI_EXIT_ERROR, "%s: poll: %s", what, strerror(errno));
+                }
+                if (p[0].revents) {
+                        struct signalfd_siginfo si;
+                        if (read(sfd, &si, sizeof(si)) == sizeof(si))
+                                return si.ssi_signo == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + (int)si.ssi_signo;
+                }
+                if (p[1].revents)
+                        return 0;
+        }
+        return 0;
+}
+
 /* Reads events until a signal or the daemon goes away. */
 static int event_loop(const ctl_globals *g, client *c, int sfd) {
         for (;;) {
-                if (!client_has_pending(c)) {
-                        struct pollfd p[2] = { { .fd = sfd, .events = POLLIN }, { .fd = client_fd(c), .events = POLLIN } };
-                        if (poll(p, 2, -1) < 0) {
-                                if (errno == EINTR)
-                                        continue;
-                                return ctl_error(CLI_EXIT_ERROR, "events: poll: %s", strerror(errno));
-                        }
-                        if (p[0].revents) {
-                                struct signalfd_siginfo si;
-                                if (read(sfd, &si, sizeof(si)) == sizeof(si))
-                                        return si.ssi_signo == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + (int)si.ssi_signo;
-                        }
-                        if (!p[1].revents)
-                                continue;
-                }
+                int w = ctl_wait_message(c, sfd, "events");
+                if (w != 0)
+                        return w;
                 _cleanup_client_msg_ client_msg *msg = NULL;
                 int r = client_next(c, 0, &msg);
                 if (r == 0 || r == -EBADMSG)

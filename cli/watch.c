@@ -90,21 +90,9 @@ int ctl_fs_watch(ctl_globals *g, const char *name, const char *path, bool recurs
         if (id < 0)
                 return ctl_error(CLI_EXIT_UNREACHABLE, "fs watch: cannot send to sandboxd: %s", strerror((int)-id));
         for (;;) {
-                if (!client_has_pending(c)) {
-                        struct pollfd p[2] = { { .fd = sfd, .events = POLLIN }, { .fd = client_fd(c), .events = POLLIN } };
-                        if (poll(p, 2, -1) < 0) {
-                                if (errno == EINTR)
-                                        continue;
-                                return ctl_error(CLI_EXIT_ERROR, "fs watch: poll: %s", strerror(errno));
-                        }
-                        if (p[0].revents) {
-                                struct signalfd_siginfo si;
-                                if (read(sfd, &si, sizeof(si)) == sizeof(si))
-                                        return si.ssi_signo == SIGINT ? CLI_EXIT_INTERRUPTED : 128 + (int)si.ssi_signo;
-                        }
-                        if (!p[1].revents)
-                                continue;
-                }
+                int w = ctl_wait_message(c, sfd, "fs watch");
+                if (w != 0)
+                        return w;
                 _cleanup_client_msg_ client_msg *msg = NULL;
                 r = client_next(c, 0, &msg);
                 if (r == 0 || r == -EBADMSG)
