@@ -521,8 +521,13 @@ static int check_limit_at(const cJSON *v, const char *rest, size_t max, path *p,
                 size_t n = limit_json_len(v->valuestring);
                 if (n <= max)
                         return 0;
-                return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: %zu bytes is over the limit of %zu bytes",
-                                    p->buf, n, max);
+                /* The value's start, as every message quotes input (a
+                 * secret is never echoed). */
+                if (strstr(p->buf, "password"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, p->buf,
+                                            "%s: %zu bytes is over the limit of %zu bytes", p->buf, n, max);
+                return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: \"%s\": %zu bytes is over the limit of %zu bytes",
+                                    p->buf, TEXT_Q(v->valuestring), n, max);
         }
         size_t k = strcspn(rest, ".[");
         char key[64];

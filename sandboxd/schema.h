@@ -77,7 +77,8 @@ const schema_method *schema_find(const char *method);
  * ("resources.memory", "files[1].mdoe") and, for an unknown key close to a
  * known one, the hint `did you mean "timeoutMs"?`; then every string
  * within its schema_limits size, else -EINVAL naming the field and the
- * limit ("namePrefix: 64 bytes is over the limit of 63 bytes"). A method without a
+ * limit ("namePrefix: \"aaa...\": 64 bytes is over the limit of 63
+ * bytes"; a password is not quoted). A method without a
  * schema is refused (-ENOENT): a new method must add its table. */
 int schema_check_params(const char *method, const cJSON *params, sb_error **ret_err);
 

@@ -355,6 +355,15 @@ static void test_strings_over_their_limit_are_refused_naming_field_and_limit(voi
                 checked++;
         }
         assert_true(checked > 40);
+        /* A password over its limit is not quoted back. */
+        _cleanup_free_ char *pw = malloc(5000);
+        memset(pw, 's', 4999);
+        pw[4999] = '\0';
+        _cleanup_free_ char *pw_params = params_at("source.password", pw);
+        sb_error *err = check("sandbox.create", pw_params);
+        assert_non_null(err);
+        assert_null(strstr(err->message, "sss"));
+        sb_error_free(err);
         /* Escapes count as JSON encodes them: 32 quotes are 64 bytes. */
         assert_refused("sandbox.get", "{\"name\":\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\"}",
                        "name", "64 bytes is over the limit of 63 bytes");
