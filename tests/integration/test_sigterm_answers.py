@@ -101,9 +101,6 @@ def test_a_create_that_finishes_within_the_grace_is_answered_its_result_and_exis
         sb = rpc_ok(world, "sandbox.get", {"name": name})
         expect_eq(sb["status"], "running", "the sandbox answered as created, after the restart")
     finally:
-        if not d.alive():
-            d.proc.wait(60)
-            d.start()
         world.rpc("sandbox.delete", {"name": name}, 60)
     leaks.check(world, name)
 
@@ -154,9 +151,6 @@ def test_a_snapshot_and_an_export_in_flight_are_answered_and_recorded(world):
         expect_eq(os.path.getsize(path), msg["result"]["bytes"], "the exported file, as answered")
         world.rpc("snapshot.delete", {"id": snap})
     finally:
-        if not d.alive():
-            d.proc.wait(60)
-            d.start()
         world.rpc("sandbox.delete", {"name": name}, 60)
     leaks.check(world, name)
 
