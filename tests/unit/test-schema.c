@@ -242,10 +242,17 @@ static void test_every_documented_method_has_a_schema(void **state) {
 
 /* ---- sizes (schema_limits) ---- */
 
+/* Rows walk_leaves() found a parameter for, by index in schema_limits. */
+static bool row_seen[512];
+
 static const schema_limit *limit_row(const char *method, const char *field) {
         for (const schema_limit *l = schema_limits; l->method; l++)
-                if (streq(l->method, method) && streq(l->field, field))
+                if (streq(l->method, method) && streq(l->field, field)) {
+                        size_t i = (size_t)(l - schema_limits);
+                        if (i < ELEMENTSOF(row_seen))
+                                row_seen[i] = true;
                         return l;
+                }
         return NULL;
 }
 
@@ -284,21 +291,17 @@ static void walk_leaves(const char *method, const schema_field *fields, const ch
 /* Every plain parameter of every method has its size row, and every row
  * is a parameter: a method or key added without its limit shows here. */
 static void test_every_parameter_has_a_size_limit(void **state) {
-        unsigned leaves = 0, rows = 0, unique = 0;
+        unsigned leaves = 0;
+        memset(row_seen, 0, sizeof(row_seen));
         for (const schema_method *m = schema_methods; m->method; m++)
                 walk_leaves(m->method, m->params, "", &leaves);
         for (const schema_limit *l = schema_limits; l->method; l++) {
-                if (!schema_find(l->method))
-                        fail_msg("schema_limits names %s, which has no schema", l->method);
-                rows++;
+                size_t i = (size_t)(l - schema_limits);
+                assert_true(i < ELEMENTSOF(row_seen));
+                if (!row_seen[i])
+                        fail_msg("schema_limits: %s %s is no parameter of the method's schema", l->method, l->field);
         }
-        /* A source key two variants share (url) is one row walked twice. */
-        for (const schema_method *m = schema_methods; m->method; m++)
-                for (const schema_limit *l = schema_limits; l->method; l++)
-                        unique += streq(l->method, m->method);
-        assert_int_equal(rows, unique);
-        if (leaves < rows)
-                fail_msg("schema_limits has %u rows for %u parameters: a row names no parameter", rows, leaves);
+        assert_true(leaves > 100);
 }
 
 /* params holding `value` at a schema_limits path ("files[].path"). */
