@@ -585,6 +585,44 @@ void commands_conn_closed(manager *m, rpc_conn *conn) {
         recheck_paused_sessions(m);
 }
 
+static cJSON *drain_data(const command *c) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddBoolToObject(d, "completed", false);
+        cJSON_AddStringToObject(d, "cmdId", c->cmd_id);
+        return d;
+}
+
+void commands_drain(manager *m) {
+        for (command *c = m->commands; c; c = c->next) {
+                /* A detached run is answered once its command starts: soon. */
+                if (c->run_req && !c->detached) {
+                        rpc_reply_unavailable(c->run_req, drain_data(c),
+                                              "sandboxd is stopping; command %s keeps running: once the daemon is back, "
+                                              "call command.wait (or command.logs) with its cmdId", c->cmd_id);
+                        c->run_req = NULL;
+                }
+                req_list w = req_list_take(&c->waiters);
+                for (size_t i = 0; i < w.n; i++)
+                        rpc_reply_unavailable(w.items[i], drain_data(c),
+                                              "sandboxd is stopping; command %s keeps running: once the daemon is back, "
+                                              "call command.wait again", c->cmd_id);
+                free(w.items);
+                /* Its caller has its answer: no more output to it (and no
+                 * hang-up when that connection closes). */
+                if (c->conn && !c->detached) {
+                        rpc_conn_unref(c->conn);
+                        c->conn = NULL;
+                        m->n_conn_commands--;
+                }
+        }
+        redo_list l = redo_list_take(&m->listing_waiters);
+        for (size_t i = 0; i < l.n; i++)
+                rpc_reply_error(l.reqs[i], RPC_APP_ERROR, "unavailable", NULL,
+                                "sandboxd is stopping; try again once the daemon is back");
+        redo_list_clear(&l);
+        recheck_paused_sessions(m);
+}
+
 /* ---- command.run ------------------------------------------------------- */
 
 /* request.cancel of a command.run that waits for its command: SIGKILL to

@@ -583,6 +583,13 @@ void commands_session_gone(session *s);
 /* The sandbox is deleted: forget its commands. */
 void commands_forget_sandbox(manager *m, sandbox *sb);
 void commands_conn_closed(manager *m, rpc_conn *c);
+/* The daemon is stopping (SIGTERM, manager_drain): every caller waiting on
+ * a command (command.run that streams, command.wait) is answered
+ * `unavailable` now, after the output already queued for it, with
+ * error.data {"completed": false, "cmdId": ...}: the command goes on for
+ * the next daemon, and its output stops streaming to that connection.
+ * Requests parked for re-adopted sessions' lists are answered too. */
+void commands_drain(manager *m);
 void command_free(command *c);
 
 /* ready.c: setup and readiness (sandbox.getOrCreate `setup`, sandbox.setReady). */

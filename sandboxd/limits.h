@@ -29,6 +29,18 @@
 #define LIMIT_TAG_COUNT 5
 #define LIMIT_TAG_NAME_BYTES 255
 #define LIMIT_TAG_VALUE_BYTES 1024
+/* String parameters that name or locate something (schema.c's
+ * schema_limits lists which parameter takes which). */
+#define LIMIT_NAME_BYTES 63             /* sandbox and runtime names: [a-z0-9][a-z0-9-]{0,62} (DESIGN §3) */
+#define LIMIT_ID_BYTES 64               /* snapshot ids, cmdIds, stream ids (made by the daemon: 16-37 bytes) */
+#define LIMIT_URL_BYTES 4096            /* source URLs, policy.check url */
+#define LIMIT_REVISION_BYTES 1024       /* a git revision: a ref name or an object id */
+#define LIMIT_USERNAME_BYTES 1024
+#define LIMIT_PASSWORD_BYTES 4096       /* room for a long token */
+#define LIMIT_HOST_BYTES 253            /* a DNS name (RFC 1035; POL_NAME_MAX) or an address */
+#define LIMIT_SUITE_BYTES 32            /* a Debian suite (runtime.c suite_is_valid) */
+#define LIMIT_MIRROR_BYTES 400          /* a debootstrap mirror URL (runtime.c mirror_is_valid) */
+#define LIMIT_WORD_BYTES 16             /* a signal name, a protocol */
 
 /* The limits of a string-to-string map parameter (env, tags). */
 typedef struct limit_map {

@@ -3,8 +3,9 @@
  * manager and the JSON-RPC server.
  *
  * Signals: SIGTERM and SIGINT are blocked and turned into sd-event sources
- * that end the loop; SIGCHLD is blocked too, so child exits are only seen
- * through sd_event_add_child() or pidfds (the manager's job) and never
+ * that stop the daemon once the requests in flight are answered; SIGCHLD
+ * is blocked too, so child exits are only seen through
+ * sd_event_add_child() or pidfds (the manager's job) and never
  * interrupt a system call; SIGPIPE is ignored (sockets also write with
  * MSG_NOSIGNAL). The mask is set before any thread starts, so worker threads
  * inherit it and these signals always go to the event loop. */
@@ -17,6 +18,7 @@
 #include <cjson/cJSON.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/config.h"
@@ -203,12 +205,54 @@ static int on_reload_signal(sd_event_source *s, const struct signalfd_siginfo *s
         return 0;
 }
 
-static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
-        log_info("received %s, shutting down", strsignal((int) si->ssi_signo));
-        return sd_event_exit(sd_event_source_get_event(s), 0);
+/* The bounds of a stop (SIGTERM, SIGINT): requests in flight may finish
+ * for STOP_FINISH_MS, those that can be rolled back then are within
+ * STOP_ROLLBACK_MS, and the answers are written out within STOP_FLUSH_MS
+ * (rpc_server_stop()). Together well inside systemd's default
+ * TimeoutStopSec= of 90 s, with the worker wait (worker.c) after them.
+ * docs/API.md "Daemon restarts" gives them to clients. */
+#define STOP_FINISH_MS 20000
+#define STOP_ROLLBACK_MS 10000
+#define STOP_FLUSH_MS 5000
+
+/* What a stop needs, filled in as the daemon starts. */
+typedef struct stop_ctx {
+        manager *m;
+        rpc_server *server;
+        bool stopping;
+} stop_ctx;
+
+static void on_server_stopped(rpc_server *server, void *userdata) {
+        sd_event *event = userdata;
+        log_info("every request in flight is answered; exiting");
+        (void) sd_event_exit(event, 0);
 }
 
-static int setup_signals(sd_event *event, reload_ctx *reload) {
+/* The first SIGTERM or SIGINT stops taking work and lets the requests in
+ * flight get their answers (rpc_server_stop()); the loop ends once they
+ * have. A second one ends the loop at once. Sessions are never stopped:
+ * they live on for the next daemon (live restore). */
+static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        stop_ctx *st = userdata;
+        sd_event *event = sd_event_source_get_event(s);
+        if (st->stopping || !st->server) {
+                log_info("received %s, shutting down now", strsignal((int) si->ssi_signo));
+                return sd_event_exit(event, 0);
+        }
+        st->stopping = true;
+        log_info("received %s, shutting down: answering the requests in flight first", strsignal((int) si->ssi_signo));
+        (void) sd_notify(0, "STOPPING=1");
+        manager_drain(st->m);
+        rpc_stop_config cfg = {
+                .finish_usec = core_fault_tunable("SANDBOXD_FAULT_STOP_GRACE_MS", STOP_FINISH_MS) * 1000,
+                .rollback_usec = (uint64_t) STOP_ROLLBACK_MS * 1000,
+                .flush_usec = (uint64_t) STOP_FLUSH_MS * 1000,
+        };
+        rpc_server_stop(st->server, &cfg, on_server_stopped, event);
+        return 0;
+}
+
+static int setup_signals(sd_event *event, reload_ctx *reload, stop_ctx *stop) {
         sigset_t mask;
         sigemptyset(&mask);
         sigaddset(&mask, SIGTERM);
@@ -218,9 +262,9 @@ static int setup_signals(sd_event *event, reload_ctx *reload) {
         if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
                 return log_error_errno(-errno, "block signals: %m");
         signal(SIGPIPE, SIG_IGN);
-        int r = sd_event_add_signal(event, NULL, SIGTERM, on_exit_signal, NULL);
+        int r = sd_event_add_signal(event, NULL, SIGTERM, on_exit_signal, stop);
         if (r >= 0)
-                r = sd_event_add_signal(event, NULL, SIGINT, on_exit_signal, NULL);
+                r = sd_event_add_signal(event, NULL, SIGINT, on_exit_signal, stop);
         if (r >= 0)
                 r = sd_event_add_signal(event, NULL, SIGHUP, on_reload_signal, reload);
         if (r < 0)
@@ -306,10 +350,12 @@ static int on_status_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* Shutdown order: stop taking requests, let finished jobs report to the
- * manager while it still exists, then stop the manager. */
+/* Shutdown order: on SIGTERM, answer every request in flight
+ * (on_exit_signal); when the loop ends, stop taking requests, let finished
+ * jobs report to the manager while it still exists, then stop the manager. */
 static int run(const args *a, daemon_config *cfg) {
         reload_ctx reload = { .a = a, .cfg = cfg };
+        stop_ctx stop = {};
         _cleanup_error_ sb_error *err = NULL;
         sd_event *event = NULL;
         manager *m = NULL;
@@ -320,7 +366,7 @@ static int run(const args *a, daemon_config *cfg) {
         /* Pings systemd's watchdog from the loop when WatchdogSec= is set, so
          * a wedged loop gets the daemon restarted. */
         (void) sd_event_set_watchdog(event, true);
-        r = setup_signals(event, &reload);
+        r = setup_signals(event, &reload, &stop);
         if (r >= 0 && (r = worker_init(event)) < 0)
                 log_error_errno(r, "worker channel: %m");
         if (r >= 0 && (r = manager_new(event, cfg, &m, &err)) < 0)
@@ -329,6 +375,8 @@ static int run(const args *a, daemon_config *cfg) {
                 r = start_server(event, cfg, m, &server);
         if (r >= 0)
                 metrics_start(m, cfg);
+        stop.m = m;
+        stop.server = server;
         if (r >= 0) {
                 /* READY=1 only now: the socket is adopted or bound and
                  * every method is registered (Type=notify, sd_notify(3)). */
@@ -343,7 +391,8 @@ static int run(const args *a, daemon_config *cfg) {
                 sd_event_source_unref(timer);
                 if (r < 0)
                         log_error_errno(r, "event loop: %m");
-                (void) sd_notify(0, "STOPPING=1");
+                if (!stop.stopping)
+                        (void) sd_notify(0, "STOPPING=1");
         }
         metrics_stop();
         manager_stopping(m);

@@ -945,6 +945,13 @@ void manager_stopping(manager *m) {
                 m->stopping = true;
 }
 
+void manager_drain(manager *m) {
+        if (!m)
+                return;
+        m->stopping = true;
+        commands_drain(m);
+}
+
 void manager_free(manager *m) {
         if (!m)
                 return;

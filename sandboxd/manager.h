@@ -26,3 +26,7 @@ void manager_free(manager *m);
  * hang up the commands it waited for, which live on for the next daemon
  * (live restore); call before the server closes its connections. */
 void manager_stopping(manager *m);
+/* SIGTERM: manager_stopping(), and every caller waiting on a command is
+ * answered `unavailable` (commands_drain), before rpc_server_stop() lets
+ * the other requests in flight finish. */
+void manager_drain(manager *m);

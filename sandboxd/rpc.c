@@ -205,10 +205,26 @@ struct rpc_server {
         uint64_t tls_refuse_logged_usec;  /* rate limit of cap refusals */
         unsigned tls_refuse_unlogged;
         rpc_conn *conns;
+        /* rpc_server_stop(): */
+        int stop_phase;           /* STOP_* */
+        sd_event_source *stop_timer;
+        uint64_t stop_rollback_usec, stop_flush_usec;
+        rpc_stopped_fn stopped;
+        void *stopped_userdata;
+};
+
+/* The phases of rpc_server_stop(), in order. */
+enum {
+        STOP_NONE,      /* serving */
+        STOP_FINISH,    /* new requests refused; those in flight may finish */
+        STOP_ROLLBACK,  /* the cancellable ones are being rolled back */
+        STOP_FLUSH,     /* every request answered: writing the answers out */
+        STOP_DONE,      /* the stopped callback ran */
 };
 
 static void conn_close(rpc_conn *c);
 static void conn_update_events(rpc_conn *c);
+static void stop_check(rpc_server *s);
 
 /* Adds delta (+1 or -1) to uid's count of open connections and returns the
  * count before the change. Entries that reach zero are dropped, so the table
@@ -475,6 +491,7 @@ static void conn_close(rpc_conn *c) {
                 s->close_handler(c, s->close_userdata);
         c->refs--;  /* the server list's reference; ours is still held */
         rpc_conn_unref(c);
+        stop_check(s);
 }
 
 /* ---- output ---- */
@@ -718,6 +735,27 @@ static cJSON *error_message(cJSON *id, int code, const char *reason, const char 
         return msg;
 }
 
+/* error_message() with the members of `extra` (taken; NULL: none) added
+ * to error.data after reason and field. */
+static cJSON *error_message_data(cJSON *id, int code, const char *reason, const char *field,
+                                 const char *message, cJSON *extra) {
+        cJSON *msg = error_message(id, code, reason, field, message);
+        cJSON *err = cJSON_GetObjectItemCaseSensitive(msg, "error");
+        if (err && extra) {
+                cJSON *data = cJSON_GetObjectItemCaseSensitive(err, "data");
+                if (!data)
+                        data = cJSON_AddObjectToObject(err, "data");
+                while (data && extra->child) {
+                        cJSON *item = cJSON_DetachItemViaPointer(extra, extra->child);
+                        const char *k = item->string;
+                        cJSON_DeleteItemFromObjectCaseSensitive(data, k);
+                        cJSON_AddItemToObject(data, k, item);
+                }
+        }
+        cJSON_Delete(extra);
+        return msg;
+}
+
 /* ---- requests ---- */
 
 static void conn_kick(rpc_conn *c);
@@ -767,7 +805,10 @@ static void request_free(rpc_request *req) {
                 c->close_after_flush = true, conn_update_events(c);
         if (c->close_after_flush && c->out_off == c->out_len && c->open)
                 conn_close_soon(c);
+        rpc_server *s = c->server;
         rpc_conn_unref(c);
+        if (s)
+                stop_check(s);
 }
 
 void rpc_reply(rpc_request *req, cJSON *result) {
@@ -805,11 +846,23 @@ static void reply_errorv(rpc_request *req, int code, const char *reason, const c
         req->failed = true;
         if (req->id && rpc_conn_is_open(req->conn)) {
                 _cleanup_free_ char *message = NULL;
-                if (vasprintf(&message, fmt, ap) < 0)
+                cJSON *extra = NULL;
+                if (req->stop_cancelled && code == RPC_REQUEST_CANCELLED) {
+                        /* Rolled back by rpc_server_stop(), not by the
+                         * caller: it did not happen, and may be retried. */
+                        code = RPC_APP_ERROR;
+                        reason = "unavailable";
+                        if (asprintf(&message, "sandboxd is stopping: %s did not finish within the shutdown grace "
+                                     "and was rolled back, nothing of it was kept; retry once the daemon is back",
+                                     req->method) < 0)
+                                message = NULL;
+                        extra = cJSON_CreateObject();
+                        cJSON_AddBoolToObject(extra, "completed", false);
+                } else if (vasprintf(&message, fmt, ap) < 0)
                         message = NULL;
                 cut_message(message);
-                conn_queue(req->conn, error_message(TAKE_PTR(req->id), code, reason, field,
-                                                    message ? message : "error"));
+                conn_queue(req->conn, error_message_data(TAKE_PTR(req->id), code, reason, field,
+                                                         message ? message : "error", extra));
         }
         request_free(req);
 }
@@ -831,6 +884,23 @@ void rpc_reply_sb_error(rpc_request *req, const sb_error *err) {
                 return rpc_reply_error(req, RPC_REQUEST_CANCELLED, "cancelled", NULL, "%s", err->message);
         rpc_reply_error(req, RPC_APP_ERROR, err->reason ? err->reason : "failed", err->field, "%s",
                         err->message);
+}
+
+void rpc_reply_unavailable(rpc_request *req, cJSON *data, const char *fmt, ...) {
+        req->failed = true;
+        if (req->id && rpc_conn_is_open(req->conn)) {
+                _cleanup_free_ char *message = NULL;
+                va_list ap;
+                va_start(ap, fmt);
+                if (vasprintf(&message, fmt, ap) < 0)
+                        message = NULL;
+                va_end(ap);
+                cut_message(message);
+                conn_queue(req->conn, error_message_data(TAKE_PTR(req->id), RPC_APP_ERROR, "unavailable", NULL,
+                                                         message ? message : "unavailable", TAKE_PTR(data)));
+        }
+        cJSON_Delete(data);
+        request_free(req);
 }
 
 void rpc_notify(rpc_conn *conn, const char *method, cJSON *params) {
@@ -1125,6 +1195,15 @@ static bool handle_line(rpc_conn *c, const char *line, size_t len) {
         }
         if (!m) {
                 rpc_reply_error(req, RPC_METHOD_NOT_FOUND, NULL, NULL, "method not found: %s", TEXT_Q(req->method));
+                return true;
+        }
+        /* Stopping (rpc_server_stop): nothing new starts; a request.cancel
+         * of one in flight still may. */
+        if (c->server->stop_phase != STOP_NONE && !streq(req->method, "request.cancel")) {
+                cJSON *data = cJSON_CreateObject();
+                cJSON_AddBoolToObject(data, "completed", false);
+                rpc_reply_unavailable(req, data, "sandboxd is stopping; %s was not started: retry once the daemon is back",
+                                      TEXT_Q(req->method));
                 return true;
         }
         if (c->server->params_check) {
@@ -1623,7 +1702,8 @@ static int conn_new(rpc_server *s, int fd) {
 static int accept_backoff_cb(sd_event_source *src, uint64_t usec, void *userdata) {
         rpc_server *s = userdata;
         s->backing_off = false;
-        sd_event_source_set_enabled(s->listen_io, SD_EVENT_ON);
+        if (s->stop_phase == STOP_NONE || (s->bound_path && s->stop_phase < STOP_FLUSH))
+                sd_event_source_set_enabled(s->listen_io, SD_EVENT_ON);
         return 0;
 }
 
@@ -1885,7 +1965,9 @@ static int conn_new_tls(tls_listener *l, int fd, const struct sockaddr_storage *
 
 static int tls_backoff_cb(sd_event_source *src, uint64_t usec, void *userdata) {
         tls_listener *l = userdata;
-        sd_event_source_set_enabled(l->io, SD_EVENT_ON);
+        rpc_server *s = l->server;
+        if (s->stop_phase == STOP_NONE || (s->bound_path && s->stop_phase < STOP_FLUSH))
+                sd_event_source_set_enabled(l->io, SD_EVENT_ON);
         return 0;
 }
 
@@ -2095,6 +2177,150 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         return 0;
 }
 
+/* ---- stopping (rpc_server_stop) ---- */
+
+static unsigned stop_in_flight(const rpc_server *s) {
+        unsigned n = 0;
+        for (const rpc_conn *c = s->conns; c; c = c->next)
+                n += c->in_flight;
+        return n;
+}
+
+static void stop_listening(rpc_server *s) {
+        (void) sd_event_source_set_enabled(s->listen_io, SD_EVENT_OFF);
+        (void) sd_event_source_set_enabled(s->accept_backoff, SD_EVENT_OFF);
+        for (size_t i = 0; i < s->n_tls; i++) {
+                (void) sd_event_source_set_enabled(s->tls[i].io, SD_EVENT_OFF);
+                (void) sd_event_source_set_enabled(s->tls[i].backoff, SD_EVENT_OFF);
+        }
+}
+
+static void stop_done(rpc_server *s) {
+        if (s->stop_phase == STOP_DONE)
+                return;
+        s->stop_phase = STOP_DONE;
+        s->stop_timer = sd_event_source_disable_unref(s->stop_timer);
+        if (s->stopped)
+                s->stopped(s, s->stopped_userdata);
+}
+
+static int stop_timer_cb(sd_event_source *src, uint64_t usec, void *userdata);
+
+static void stop_arm(rpc_server *s, uint64_t usec) {
+        s->stop_timer = sd_event_source_disable_unref(s->stop_timer);
+        if (sd_event_add_time_relative(s->event, &s->stop_timer, CLOCK_MONOTONIC, usec, 0, stop_timer_cb, s) < 0)
+                log_warning("rpc: cannot arm the shutdown timer; the stop waits without a bound");
+}
+
+/* Every request answered: read nothing more, close each connection once
+ * its output is written. */
+static void stop_flush(rpc_server *s) {
+        s->stop_phase = STOP_FLUSH;
+        stop_listening(s);
+        for (rpc_conn *c = s->conns; c; c = c->next) {
+                c->close_after_flush = true;
+                if (c->out_off == c->out_len || c->handshaking)
+                        conn_close_soon(c);
+                else
+                        conn_update_events(c);
+        }
+        if (!s->conns)
+                return stop_done(s);
+        stop_arm(s, s->stop_flush_usec);
+}
+
+static void stop_check(rpc_server *s) {
+        if ((s->stop_phase == STOP_FINISH || s->stop_phase == STOP_ROLLBACK) && stop_in_flight(s) == 0)
+                stop_flush(s);
+        else if (s->stop_phase == STOP_FLUSH && !s->conns)
+                stop_done(s);
+}
+
+/* Cancels every request in flight that can be (their owners roll back). */
+static void stop_rollback(rpc_server *s) {
+        s->stop_phase = STOP_ROLLBACK;
+        unsigned n = 0;
+        for (rpc_conn *c = s->conns; c; c = c->next)
+                for (rpc_request *r = c->pending; r; r = r->pending_next) {
+                        if (!r->cancel || r->cancel_requested)
+                                continue;
+                        /* fn never finishes r itself (rpc_cancel_fn): the list holds. */
+                        rpc_cancel_fn fn = r->cancel;
+                        r->cancel = NULL;
+                        r->stop_cancelled = true;
+                        r->cancel_requested = fn(r, r->cancel_userdata);
+                        n += r->cancel_requested;
+                }
+        log_info("stopping: %u request(s) still in flight after the shutdown grace; rolling back %u of them",
+                 stop_in_flight(s), n);
+        stop_arm(s, s->stop_rollback_usec);
+}
+
+/* The last resort: whatever is still in flight is answered "unknown". */
+static void stop_give_up(rpc_server *s) {
+        for (rpc_conn *c = s->conns; c; c = c->next)
+                for (rpc_request *r = c->pending; r; r = r->pending_next) {
+                        if (!r->id)
+                                continue;
+                        log_warning("stopping: %s (%s) did not finish or roll back in time; answering that its "
+                                    "outcome is unknown", r->method, c->peer);
+                        _cleanup_free_ char *message = NULL;
+                        if (asprintf(&message, "sandboxd is stopping: %s did not finish within the shutdown grace "
+                                     "and could not be rolled back; whether it took effect is known once the daemon "
+                                     "is back (look the object up then)", r->method) < 0)
+                                message = NULL;
+                        cJSON *extra = cJSON_CreateObject();
+                        cJSON_AddNullToObject(extra, "completed");
+                        r->failed = true;
+                        conn_queue(c, error_message_data(TAKE_PTR(r->id), RPC_APP_ERROR, "unavailable", NULL,
+                                                         message ? message : "unavailable", extra));
+                }
+        stop_flush(s);
+}
+
+static int stop_timer_cb(sd_event_source *src, uint64_t usec, void *userdata) {
+        rpc_server *s = userdata;
+        if (s->stop_phase == STOP_FINISH)
+                stop_rollback(s);
+        else if (s->stop_phase == STOP_ROLLBACK)
+                stop_give_up(s);
+        else if (s->stop_phase == STOP_FLUSH) {
+                unsigned n = 0;
+                for (rpc_conn *c = s->conns; c; c = c->next)
+                        n++;
+                log_warning("stopping: %u connection(s) did not take their last answers in time; closing them", n);
+                return stop_done(s), 0;
+        }
+        stop_check(s);
+        return 0;
+}
+
+void rpc_server_stop(rpc_server *s, const rpc_stop_config *cfg, rpc_stopped_fn stopped, void *userdata) {
+        if (!s || s->stop_phase != STOP_NONE)
+                return;
+        s->stop_phase = STOP_FINISH;
+        s->stop_rollback_usec = cfg->rollback_usec;
+        s->stop_flush_usec = cfg->flush_usec;
+        s->stopped = stopped;
+        s->stopped_userdata = userdata;
+        /* Socket activation: the backlog stays with the service manager,
+         * for the next daemon. */
+        if (!s->bound_path)
+                stop_listening(s);
+        unsigned n = stop_in_flight(s);
+        if (n > 0)
+                log_info("stopping: %u request(s) in flight may finish for up to %" PRIu64 " ms", n,
+                         cfg->finish_usec / 1000);
+        stop_arm(s, cfg->finish_usec);
+        stop_check(s);
+}
+
+bool rpc_server_is_stopping(const rpc_server *s) {
+        return s && s->stop_phase != STOP_NONE;
+}
+
+/* ---- server ---- */
+
 void rpc_server_free(rpc_server *s) {
         if (!s)
                 return;
@@ -2110,6 +2336,7 @@ void rpc_server_free(rpc_server *s) {
                 free(s->tls[i].name);
         }
         free(s->addr_conns);
+        sd_event_source_disable_unref(s->stop_timer);
         sd_event_source_disable_unref(s->listen_io);
         sd_event_source_disable_unref(s->accept_backoff);
         if (s->listen_fd >= 0)

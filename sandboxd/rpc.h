@@ -58,6 +58,7 @@ struct rpc_request {
         void *result_filter_userdata;
         int method_index;      /* the registered method's slot (statistics), -1 for none */
         bool failed;           /* finished with an error */
+        bool stop_cancelled;   /* cancelled by rpc_server_stop(): "cancelled" is answered "unavailable" */
         uint64_t start_usec;   /* CLOCK_MONOTONIC when it was read */
 };
 
@@ -106,6 +107,45 @@ void rpc_reply_sb_error(rpc_request *req, const sb_error *err);
  * changes hands, and with fn NULL once it can no longer be cancelled; the
  * hook goes with req when req is answered. */
 void rpc_request_set_cancel(rpc_request *req, rpc_cancel_fn fn, void *userdata);
+
+/* Finishes a request with -32000, data.reason "unavailable", and the
+ * members of `data` (an object, taken; NULL: none) added to error.data,
+ * e.g. {"completed": false, "cmdId": "cmd-..."}. */
+void rpc_reply_unavailable(rpc_request *req, cJSON *data, const char *fmt, ...) _printf_(3, 4);
+
+/* ---- Stopping (SIGTERM) ----
+ *
+ * rpc_server_stop() ends the server's service so that every request in
+ * flight gets its answer before its connection closes:
+ *  1. From the call on, a new request (other than request.cancel) is
+ *     answered -32000 "unavailable" with data.completed false: it was not
+ *     started. The listening socket stops accepting when it was passed by
+ *     the service manager (socket activation keeps its backlog for the next
+ *     daemon); a socket of our own keeps accepting, to answer so.
+ *  2. Requests in flight may finish and answer as usual, for up to
+ *     `finish_usec`.
+ *  3. Then each one still in flight that can be cancelled (request.cancel,
+ *     rpc_request_set_cancel) is cancelled; its "cancelled" answer, sent
+ *     once everything it made is undone, goes out as "unavailable" with
+ *     data.completed false. Up to `rollback_usec` more.
+ *  4. Then any request still in flight (it neither finished nor could be
+ *     rolled back) is answered "unavailable" with data.completed null
+ *     (unknown: the state after the restart tells); its owner's later
+ *     answer is dropped.
+ *  5. Once nothing is in flight, no connection is read any more; each
+ *     closes as soon as its queued output is written, for up to
+ *     `flush_usec`; then `stopped` runs (once) and the rest are left for
+ *     rpc_server_free().
+ * Owners of long waits (a command.run streaming output, command.wait)
+ * answer those themselves before calling this. Requests of connections
+ * that closed are not waited for. A second call does nothing. */
+typedef void (*rpc_stopped_fn)(rpc_server *s, void *userdata);
+typedef struct rpc_stop_config {
+        uint64_t finish_usec, rollback_usec, flush_usec;
+} rpc_stop_config;
+void rpc_server_stop(rpc_server *s, const rpc_stop_config *cfg, rpc_stopped_fn stopped, void *userdata);
+/* True from rpc_server_stop() on. */
+bool rpc_server_is_stopping(const rpc_server *s);
 
 /* Sends a notification (no id) on conn if it is still open; takes params. */
 void rpc_notify(rpc_conn *conn, const char *method, cJSON *params);

@@ -9,9 +9,14 @@
  * is found, while other readers take the last). So every key must match
  * one of the table exactly, and no object may hold a key twice.
  *
- * What the table leaves to others, on purpose: types, ranges and required
+ * The size of every string parameter is here too (schema_limits), checked
+ * on arrival, so an oversized name or prefix is refused naming the field
+ * and the limit rather than looked up (a 1 MiB namePrefix, a 100-byte name
+ * answered not_found, a 1 MiB policy.check host judged "deny").
+ *
+ * What the tables leave to others, on purpose: types, ranges and required
  * keys (each handler's rpc_param_* call, with messages naming the range);
- * sizes (sandboxd/limits.c); the keys of networkPolicy (pol_policy_parse,
+ * env, tags and args sizes (sandboxd/limits.c); the keys of networkPolicy (pol_policy_parse,
  * which refuses unknown and duplicate keys itself, answering
  * invalid_policy); the "type" of a source, when it is not one of the
  * variants (parse_source names the choices). */
@@ -20,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 #include "libcore/util.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/schema.h"
 #include "sandboxd/text.h"
 
@@ -158,6 +164,121 @@ const schema_method schema_methods[] = {
         { "request.cancel", cancel_params },
         { "sandbox.setReady", set_ready_params },
         { NULL, NULL },
+};
+
+/* The sizes of every plain parameter (schema.h). Kept apart from the
+ * method table, one row per parameter, so a new method adds its rows
+ * without touching the others'. */
+#define CONFIG_LIMITS(m, pre)                                                                         \
+        { m, pre "runtime", LIMIT_NAME_BYTES }, { m, pre "ports", 0 }, { m, pre "timeout", 0 },      \
+        { m, pre "resources.vcpus", 0 }, { m, pre "resources.diskMiB", 0 }, { m, pre "persistent", 0 }, \
+        { m, pre "userns", 0 }
+#define SOURCE_LIMITS(m)                                                                              \
+        { m, "source.url", LIMIT_URL_BYTES }, { m, "source.depth", 0 },                              \
+        { m, "source.revision", LIMIT_REVISION_BYTES }, { m, "source.username", LIMIT_USERNAME_BYTES }, \
+        { m, "source.password", LIMIT_PASSWORD_BYTES }, { m, "source.path", LIMIT_PATH_BYTES },      \
+        { m, "source.snapshotId", LIMIT_ID_BYTES }
+const schema_limit schema_limits[] = {
+        { "sandbox.create", "name", LIMIT_NAME_BYTES },
+        SOURCE_LIMITS("sandbox.create"),
+        CONFIG_LIMITS("sandbox.create", ""),
+        { "sandbox.get", "name", LIMIT_NAME_BYTES },
+        { "sandbox.get", "resume", 0 },
+        { "sandbox.getOrCreate", "name", LIMIT_NAME_BYTES },
+        SOURCE_LIMITS("sandbox.getOrCreate"),
+        CONFIG_LIMITS("sandbox.getOrCreate", ""),
+        { "sandbox.update", "name", LIMIT_NAME_BYTES },
+        { "sandbox.update", "timeout", 0 },
+        { "sandbox.update", "resources.vcpus", 0 },
+        { "sandbox.update", "resources.diskMiB", 0 },
+        { "sandbox.update", "ports", 0 },
+        { "sandbox.list", "namePrefix", LIMIT_NAME_BYTES },
+        { "sandbox.list", "limit", 0 },
+        { "sandbox.list", "cursor", LIMIT_NAME_BYTES }, /* the last name of the page before */
+        { "sandbox.stop", "name", LIMIT_NAME_BYTES },
+        { "sandbox.delete", "name", LIMIT_NAME_BYTES },
+        { "sandbox.extendTimeout", "name", LIMIT_NAME_BYTES },
+        { "sandbox.extendTimeout", "duration", 0 },
+        { "sandbox.pause", "name", LIMIT_NAME_BYTES },
+        { "sandbox.resume", "name", LIMIT_NAME_BYTES },
+        { "sandbox.fork", "sourceSandbox", LIMIT_NAME_BYTES },
+        { "sandbox.fork", "name", LIMIT_NAME_BYTES },
+        CONFIG_LIMITS("sandbox.fork", "overrides."),
+        { "sandbox.snapshot", "name", LIMIT_NAME_BYTES },
+        { "sandbox.snapshot", "expiration", 0 },
+        { "snapshot.list", "sandbox", LIMIT_NAME_BYTES },
+        { "snapshot.get", "id", LIMIT_ID_BYTES },
+        { "snapshot.delete", "id", LIMIT_ID_BYTES },
+        { "snapshot.export", "id", LIMIT_ID_BYTES },
+        { "snapshot.export", "path", LIMIT_PATH_BYTES },
+        { "snapshot.import", "path", LIMIT_PATH_BYTES },
+        { "snapshot.import", "config", 0 },
+        { "runtime.import", "name", LIMIT_NAME_BYTES },
+        { "runtime.import", "path", LIMIT_PATH_BYTES },
+        { "runtime.bootstrap", "name", LIMIT_NAME_BYTES },
+        { "runtime.bootstrap", "suite", LIMIT_SUITE_BYTES },
+        { "runtime.bootstrap", "mirror", LIMIT_MIRROR_BYTES },
+        { "runtime.delete", "name", LIMIT_NAME_BYTES },
+        { "command.run", "sandbox", LIMIT_NAME_BYTES },
+        { "command.run", "cmd", LIMIT_CMD_BYTES },
+        { "command.run", "args", 0 }, /* limit_check_args */
+        { "command.run", "cwd", LIMIT_CWD_BYTES },
+        { "command.run", "sudo", 0 },
+        { "command.run", "detached", 0 },
+        { "command.run", "stdin", 0 }, /* the line */
+        { "command.run", "tty", 0 },
+        { "command.run", "rows", 0 },
+        { "command.run", "cols", 0 },
+        { "command.run", "timeoutMs", 0 },
+        { "command.write", "cmdId", LIMIT_ID_BYTES },
+        { "command.write", "data", 0 }, /* the line */
+        { "command.closeStdin", "cmdId", LIMIT_ID_BYTES },
+        { "command.resize", "cmdId", LIMIT_ID_BYTES },
+        { "command.resize", "rows", 0 },
+        { "command.resize", "cols", 0 },
+        { "command.wait", "cmdId", LIMIT_ID_BYTES },
+        { "command.kill", "cmdId", LIMIT_ID_BYTES },
+        { "command.kill", "signal", LIMIT_WORD_BYTES },
+        { "command.get", "cmdId", LIMIT_ID_BYTES },
+        { "command.logs", "cmdId", LIMIT_ID_BYTES },
+        { "fs.write", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.write", "files[].path", LIMIT_PATH_BYTES },
+        { "fs.write", "files[].content", 0 }, /* the line */
+        { "fs.write", "files[].mode", 0 },
+        { "fs.write", "files[].append", 0 },
+        { "fs.read", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.read", "path", LIMIT_PATH_BYTES },
+        { "fs.mkdir", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.mkdir", "path", LIMIT_PATH_BYTES },
+        { "fs.mkdir", "parents", 0 },
+        { "fs.list", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.list", "path", LIMIT_PATH_BYTES },
+        { "fs.stat", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.stat", "path", LIMIT_PATH_BYTES },
+        { "fs.remove", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.remove", "path", LIMIT_PATH_BYTES },
+        { "fs.remove", "recursive", 0 },
+        { "fs.writeTar", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.writeTar", "path", LIMIT_PATH_BYTES },
+        { "fs.writeTar", "sudo", 0 },
+        { "fs.writeTar", "fd", 0 },
+        { "fs.writeTarChunk", "stream", LIMIT_ID_BYTES },
+        { "fs.writeTarChunk", "data", 0 }, /* the line */
+        { "fs.writeTarEnd", "stream", LIMIT_ID_BYTES },
+        { "fs.readTar", "sandbox", LIMIT_NAME_BYTES },
+        { "fs.readTar", "path", LIMIT_PATH_BYTES },
+        { "fs.readTar", "sudo", 0 },
+        { "fs.readTar", "fd", 0 },
+        { "fs.readTarChunk", "stream", LIMIT_ID_BYTES },
+        { "policy.check", "sandbox", LIMIT_NAME_BYTES },
+        { "policy.check", "url", LIMIT_URL_BYTES },
+        { "policy.check", "host", LIMIT_HOST_BYTES },
+        { "policy.check", "port", 0 },
+        { "policy.check", "protocol", LIMIT_WORD_BYTES },
+        { "events.subscribe", "sandbox", LIMIT_NAME_BYTES },
+        { "events.subscribe", "kinds", 0 }, /* each one of the known kinds */
+        { "request.cancel", "id", 0 },
+        { NULL, NULL, 0 },
 };
 
 const schema_method *schema_find(const char *method) {
@@ -395,6 +516,67 @@ static int check_object(const cJSON *obj, path *p, const char *owner, const sche
         return 0;
 }
 
+/* ---- sizes (schema_limits) ----------------------------------------------- */
+
+/* Checks the value(s) at `rest` (a schema_limits field, "a.b", "x[].y")
+ * under v, extending p with the path as data.field shows it. */
+static int check_limit_at(const cJSON *v, const char *rest, size_t max, path *p, sb_error **ret_err) {
+        if (!*rest) {
+                if (!cJSON_IsString(v))
+                        return 0; /* a wrong type is the handler's to name */
+                size_t n = limit_json_len(v->valuestring);
+                if (n <= max)
+                        return 0;
+                /* The value's start, as every message quotes input (a
+                 * secret is never echoed). */
+                if (strstr(p->buf, "password"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, p->buf,
+                                            "%s: %zu bytes is over the limit of %zu bytes", p->buf, n, max);
+                return sb_error_set(ret_err, -EINVAL, NULL, p->buf, "%s: \"%s\": %zu bytes is over the limit of %zu bytes",
+                                    p->buf, TEXT_Q(v->valuestring), n, max);
+        }
+        size_t k = strcspn(rest, ".[");
+        char key[64];
+        if (k >= sizeof(key) || !cJSON_IsObject(v))
+                return 0;
+        memcpy(key, rest, k);
+        key[k] = '\0';
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, key);
+        if (!c)
+                return 0;
+        size_t old = path_push_key(p, key);
+        rest += k;
+        int r = 0;
+        if (strncmp(rest, "[]", 2) == 0) {
+                rest += 2;
+                if (*rest == '.')
+                        rest++;
+                int i = 0;
+                for (const cJSON *e = cJSON_IsArray(c) ? c->child : NULL; e && r == 0; e = e->next, i++) {
+                        size_t o2 = path_push_index(p, i);
+                        r = check_limit_at(e, rest, max, p, ret_err);
+                        path_pop(p, o2);
+                }
+        } else
+                r = check_limit_at(c, *rest == '.' ? rest + 1 : rest, max, p, ret_err);
+        if (r == 0)
+                path_pop(p, old);
+        return r;
+}
+
+static int check_limits(const char *method, const cJSON *params, sb_error **ret_err) {
+        for (const schema_limit *l = schema_limits; l->method; l++) {
+                if (l->max == 0 || !streq(l->method, method))
+                        continue;
+                path p = { .len = 0 };
+                p.buf[0] = '\0';
+                int r = check_limit_at(params, l->field, l->max, &p, ret_err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 int schema_check_params(const char *method, const cJSON *params, sb_error **ret_err) {
         const schema_method *m = schema_find(method);
         if (!m)
@@ -411,7 +593,10 @@ int schema_check_params(const char *method, const cJSON *params, sb_error **ret_
                 return sb_error_set(ret_err, -EINVAL, NULL, "params", "params: must be an object");
         path p = { .len = 0 };
         p.buf[0] = '\0';
-        return check_object(params, &p, m->method, m->params, NULL, ret_err);
+        int r = check_object(params, &p, m->method, m->params, NULL, ret_err);
+        if (r < 0)
+                return r;
+        return check_limits(m->method, params, ret_err);
 }
 
 int schema_check_members(const cJSON *obj, const char *const *allowed, size_t n, const char *what,
@@ -481,5 +666,21 @@ void schema_print_markdown(FILE *f) {
                 else
                         fputs("none", f);
                 fputs(" |\n", f);
+        }
+}
+
+void schema_print_limits_markdown(FILE *f) {
+        for (const schema_method *m = schema_methods; m->method; m++) {
+                bool any = false;
+                for (const schema_limit *l = schema_limits; l->method; l++) {
+                        if (l->max == 0 || !streq(l->method, m->method))
+                                continue;
+                        if (!any)
+                                fprintf(f, "| `%s` | ", m->method);
+                        fprintf(f, "%s`%s` %zu", any ? ", " : "", l->field, l->max);
+                        any = true;
+                }
+                if (any)
+                        fputs(" |\n", f);
         }
 }

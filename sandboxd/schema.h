@@ -41,6 +41,27 @@ typedef struct schema_method {
         const schema_field *params;        /* ends with a NULL key */
 } schema_method;
 
+/* The size of every plain parameter (SCHEMA_VALUE) of every method: for a
+ * string, the most JSON-encoded bytes it may have (sandboxd/limits.h's
+ * measure), checked by schema_check_params on arrival; 0 for a value that
+ * is not a string (number, bool, array) or whose bound is the line itself
+ * (file content, stdin, chunks: maxLineBytes). `field` is the path with
+ * "[]" for every item of an array ("files[].path"); "source.url" holds for
+ * every source type that takes it. Maps (env, tags) are bounded by
+ * limit_check_map, networkPolicy by the policy parser. Ends with a NULL
+ * method. tests/unit/test-schema.c checks that every plain parameter of
+ * schema_methods has its row here. */
+typedef struct schema_limit {
+        const char *method;
+        const char *field;
+        size_t max;
+} schema_limit;
+extern const schema_limit schema_limits[];
+
+/* Prints the rows of docs/API.md's "String parameters" table to `f`: one
+ * per method with a string limit, | `method` | `field` N, ... |. */
+void schema_print_limits_markdown(FILE *f);
+
 /* Every method, in docs/API.md order; ends with a NULL method. */
 extern const schema_method schema_methods[];
 
@@ -54,7 +75,10 @@ const schema_method *schema_find(const char *method);
  * key either (networkPolicy excepted: the policy parser checks its own).
  * Returns 0, or -EINVAL with *ret_err naming the path in `field`
  * ("resources.memory", "files[1].mdoe") and, for an unknown key close to a
- * known one, the hint `did you mean "timeoutMs"?`. A method without a
+ * known one, the hint `did you mean "timeoutMs"?`; then every string
+ * within its schema_limits size, else -EINVAL naming the field and the
+ * limit ("namePrefix: \"aaa...\": 64 bytes is over the limit of 63
+ * bytes"; a password is not quoted). A method without a
  * schema is refused (-ENOENT): a new method must add its table. */
 int schema_check_params(const char *method, const cJSON *params, sb_error **ret_err);
 

@@ -1430,6 +1430,7 @@ static void start_work(void *userdata) {
         bool made_dir = false;
         /* Downloads, clones and copies below stop on a cancellation. */
         core_cancel_bind(&j->cancel);
+        core_fault_stall("create.working");
         step_clock clk;
         step_clock_start(&clk);
         if (j->fresh) {

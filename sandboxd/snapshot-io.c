@@ -159,6 +159,7 @@ static int export_publish(int dirfd, int fd, const char *tmp, const char *base) 
  * process, and a hidden file is removed by the next export to that path. */
 static void export_work(void *userdata) {
         export_job *j = userdata;
+        core_fault_stall("export.working");
         _cleanup_free_ char *dcopy = strdup(j->path), *bcopy = strdup(j->path);
         if (!dcopy || !bcopy) {
                 sb_error_set(&j->err, -ENOMEM, "failed", NULL, "out of memory");

@@ -346,6 +346,7 @@ static void capture_work(void *userdata) {
                 sb_error_set(&j->err, -ENOMEM, NULL, NULL, "out of memory");
                 return;
         }
+        core_fault_stall("capture.working");
         /* Cancelled while it waited for the capture before it: nothing to do. */
         if (__atomic_load_n(&j->cancel, __ATOMIC_ACQUIRE) == CORE_CANCEL_REQUESTED) {
                 sb_error_set(&j->err, -ECANCELED, "cancelled", NULL, "cancelled");

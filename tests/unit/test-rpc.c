@@ -36,6 +36,7 @@ typedef struct fixture {
         unsigned pending_later; /* test.later timers not yet fired */
         unsigned drains;        /* drain handler calls */
         rpc_conn *flooded;      /* the connection test.flood last wrote to (a reference) */
+        unsigned stopped;       /* rpc_server_stop()'s callback calls */
 } fixture;
 
 typedef struct client {
@@ -172,6 +173,31 @@ static void m_duration(rpc_request *req, void *userdata) {
         rpc_reply(req, NULL);
 }
 
+static int cancel_fire(sd_event_source *s, void *userdata) {
+        rpc_reply_error(userdata, RPC_REQUEST_CANCELLED, "cancelled", NULL, "cancelled");
+        sd_event_source_unref(s);
+        return 0;
+}
+
+/* The cancel hook of test.cancellable: undoes nothing, answers "cancelled"
+ * on the next loop iteration (a hook never finishes the request itself). */
+static bool cancel_hook(rpc_request *req, void *userdata) {
+        fixture *f = userdata;
+        sd_event_source *s = NULL;
+        assert_int_equal(sd_event_add_defer(f->event, &s, cancel_fire, req), 0);
+        return true;
+}
+
+/* Never answers by itself: only a cancel ends it. */
+static void m_cancellable(rpc_request *req, void *userdata) {
+        rpc_request_set_cancel(req, cancel_hook, userdata);
+}
+
+static void on_stopped(rpc_server *s, void *userdata) {
+        fixture *f = userdata;
+        f->stopped++;
+}
+
 static void on_drain(rpc_conn *c, void *userdata) {
         fixture *f = userdata;
         f->drains++;
@@ -213,6 +239,7 @@ static int start_server(fixture *f, gid_t gid, mode_t mode) {
         assert_int_equal(rpc_server_add_method(f->server, "test.echo", m_echo, f), -EEXIST);
         assert_int_equal(rpc_server_add_method(f->server, "test.duration", m_duration, f), 0);
         assert_int_equal(rpc_server_add_method(f->server, "test.bulk", m_later, f), 0);
+        assert_int_equal(rpc_server_add_method(f->server, "test.cancellable", m_cancellable, f), 0);
         assert_int_equal(rpc_server_set_method_bulk(f->server, "test.bulk"), 0);
         assert_int_equal(rpc_server_set_method_bulk(f->server, "test.none"), -ENOENT);
         rpc_server_set_close_handler(f->server, on_close, f);
@@ -1175,6 +1202,84 @@ static void test_root_only_when_no_group(void **state) {
         assert_int_equal(run_as_nobody(f, member, 1, child_call), 1);
 }
 
+/* ---- rpc_server_stop ---- */
+
+static cJSON *error_data_item(cJSON *msg, const char *key) {
+        return cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(msg, "error"), "data"), key);
+}
+
+static void stop_server(fixture *f, unsigned finish_ms, unsigned rollback_ms) {
+        rpc_stop_config cfg = {
+                .finish_usec = finish_ms * 1000ULL,
+                .rollback_usec = rollback_ms * 1000ULL,
+                .flush_usec = 1000 * 1000,
+        };
+        rpc_server_stop(f->server, &cfg, on_stopped, f);
+        assert_true(rpc_server_is_stopping(f->server));
+}
+
+static void test_stop_answers_the_request_in_flight_and_refuses_new_ones(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"test.later\",\"params\":{\"ms\":100}}\n");
+        RUN_UNTIL(f, f->pending_later == 1);
+        stop_server(f, 5000, 1000);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"test.echo\"}\n");
+        cJSON *m = client_read(f, &c);
+        assert_int_equal(id_of(m), 2);
+        assert_error(m, RPC_APP_ERROR);
+        assert_string_equal(error_data(m, "reason"), "unavailable");
+        assert_true(cJSON_IsFalse(error_data_item(m, "completed")));
+        cJSON_Delete(m);
+        m = client_read(f, &c);
+        assert_int_equal(id_of(m), 1);
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "result"), "later")));
+        cJSON_Delete(m);
+        client_expect_eof(f, &c);
+        RUN_UNTIL(f, f->stopped == 1);
+        assert_int_equal(f->stopped, 1);
+        client_close(&c);
+}
+
+static void test_stop_rolls_back_what_can_be_and_answers_it_not_completed(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"test.cancellable\"}\n");
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"test.echo\"}\n");
+        cJSON *m = client_read(f, &c);  /* the echo: both were read */
+        assert_int_equal(id_of(m), 8);
+        cJSON_Delete(m);
+        stop_server(f, 20, 5000);
+        m = client_read(f, &c);
+        assert_int_equal(id_of(m), 7);
+        assert_error(m, RPC_APP_ERROR);
+        assert_string_equal(error_data(m, "reason"), "unavailable");
+        assert_true(cJSON_IsFalse(error_data_item(m, "completed")));
+        cJSON_Delete(m);
+        client_expect_eof(f, &c);
+        RUN_UNTIL(f, f->stopped == 1);
+        assert_int_equal(f->stopped, 1);
+        client_close(&c);
+}
+
+static void test_stop_answers_unknown_for_what_neither_finishes_nor_rolls_back(void **state) {
+        fixture *f = *state;
+        client c = client_connect(f);
+        client_send(&c, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"test.later\",\"params\":{\"ms\":1500}}\n");
+        RUN_UNTIL(f, f->pending_later == 1);
+        stop_server(f, 20, 20);
+        cJSON *m = client_read(f, &c);
+        assert_int_equal(id_of(m), 3);
+        assert_string_equal(error_data(m, "reason"), "unavailable");
+        assert_true(cJSON_IsNull(error_data_item(m, "completed")));
+        cJSON_Delete(m);
+        client_expect_eof(f, &c);
+        RUN_UNTIL(f, f->stopped == 1);
+        assert_int_equal(f->stopped, 1);
+        client_close(&c);
+        /* The owner's late answer (teardown waits for it) goes nowhere. */
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
 #define T(x) cmocka_unit_test_setup_teardown(x, setup, teardown)
@@ -1191,6 +1296,9 @@ int main(void) {
                 T(test_line_too_long_gets_32600_and_close),
                 T(test_line_at_the_limit_is_accepted),
                 T(test_many_in_flight_answer_in_completion_order),
+                T(test_stop_answers_the_request_in_flight_and_refuses_new_ones),
+                T(test_stop_rolls_back_what_can_be_and_answers_it_not_completed),
+                T(test_stop_answers_unknown_for_what_neither_finishes_nor_rolls_back),
                 T(test_disconnect_with_request_in_flight_is_safe),
                 T(test_notifications_get_no_answer),
                 T(test_id_null_request_is_answered),

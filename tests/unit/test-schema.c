@@ -16,6 +16,8 @@
 #define API_MD "docs/API.md"
 #define TABLE_BEGIN "<!-- BEGIN params-table (sandboxd/schema.c; tests/unit/test-schema.c checks it) -->\n"
 #define TABLE_END "<!-- END params-table -->\n"
+#define LIMITS_BEGIN "<!-- BEGIN string-limits (sandboxd/schema.c schema_limits; tests/unit/test-schema.c checks it) -->\n"
+#define LIMITS_END "<!-- END string-limits -->\n"
 
 /* Checks `json` as params of `method`: NULL when accepted, else the error
  * (caller frees). */
@@ -238,6 +240,156 @@ static void test_every_documented_method_has_a_schema(void **state) {
         assert_int_equal(documented, n);
 }
 
+/* ---- sizes (schema_limits) ---- */
+
+/* Rows walk_leaves() found a parameter for, by index in schema_limits. */
+static bool row_seen[512];
+
+static const schema_limit *limit_row(const char *method, const char *field) {
+        for (const schema_limit *l = schema_limits; l->method; l++)
+                if (streq(l->method, method) && streq(l->field, field)) {
+                        size_t i = (size_t)(l - schema_limits);
+                        if (i < ELEMENTSOF(row_seen))
+                                row_seen[i] = true;
+                        return l;
+                }
+        return NULL;
+}
+
+/* Walks the plain (SCHEMA_VALUE) parameters under `fields`, the path
+ * written as schema_limits writes it ("files[].path", "source.url"),
+ * counting them in *n. */
+static void walk_leaves(const char *method, const schema_field *fields, const char *prefix, unsigned *n) {
+        for (const schema_field *f = fields; f->key; f++) {
+                char path[256];
+                snprintf(path, sizeof(path), "%s%s", prefix, f->key);
+                char sub[260];
+                switch (f->kind) {
+                case SCHEMA_VALUE:
+                        if (!limit_row(method, path))
+                                fail_msg("%s: parameter %s has no row in schema_limits (sandboxd/schema.c): give its "
+                                         "size limit, or 0 when it is not a string", method, path);
+                        (*n)++;
+                        break;
+                case SCHEMA_OBJECT:
+                case SCHEMA_ARRAY:
+                        snprintf(sub, sizeof(sub), "%s%s", path, f->kind == SCHEMA_ARRAY ? "[]." : ".");
+                        walk_leaves(method, f->fields, sub, n);
+                        break;
+                case SCHEMA_VARIANT:
+                        snprintf(sub, sizeof(sub), "%s.", path);
+                        for (const schema_variant *v = f->variants; v->type; v++)
+                                walk_leaves(method, v->fields, sub, n);
+                        break;
+                case SCHEMA_MAP:    /* limit_check_map */
+                case SCHEMA_POLICY: /* the policy parser */
+                        break;
+                }
+        }
+}
+
+/* Every plain parameter of every method has its size row, and every row
+ * is a parameter: a method or key added without its limit shows here. */
+static void test_every_parameter_has_a_size_limit(void **state) {
+        unsigned leaves = 0;
+        memset(row_seen, 0, sizeof(row_seen));
+        for (const schema_method *m = schema_methods; m->method; m++)
+                walk_leaves(m->method, m->params, "", &leaves);
+        for (const schema_limit *l = schema_limits; l->method; l++) {
+                size_t i = (size_t)(l - schema_limits);
+                assert_true(i < ELEMENTSOF(row_seen));
+                if (!row_seen[i])
+                        fail_msg("schema_limits: %s %s is no parameter of the method's schema", l->method, l->field);
+        }
+        assert_true(leaves > 100);
+}
+
+/* params holding `value` at a schema_limits path ("files[].path"). */
+static char *params_at(const char *field, const char *value) {
+        cJSON *root = cJSON_CreateObject(), *cur = root;
+        char *copy = strdup(field);
+        char *save = NULL;
+        for (char *k = strtok_r(copy, ".", &save); k; k = strtok_r(NULL, ".", &save)) {
+                bool last = !save || !*save;
+                size_t n = strlen(k);
+                bool array = n > 2 && streq(k + n - 2, "[]");
+                if (array)
+                        k[n - 2] = '\0';
+                cJSON *next = last ? cJSON_CreateString(value) : cJSON_CreateObject();
+                if (array) {
+                        cJSON *a = cJSON_AddArrayToObject(cur, k);
+                        cJSON_AddItemToArray(a, next);
+                } else
+                        cJSON_AddItemToObject(cur, k, next);
+                cur = next;
+        }
+        free(copy);
+        char *text = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        return text;
+}
+
+static void test_strings_over_their_limit_are_refused_naming_field_and_limit(void **state) {
+        unsigned checked = 0;
+        for (const schema_limit *l = schema_limits; l->method; l++) {
+                if (l->max == 0)
+                        continue;
+                _cleanup_free_ char *at = malloc(l->max + 2);
+                memset(at, 'a', l->max + 1);
+                at[l->max + 1] = '\0';
+                _cleanup_free_ char *over = params_at(l->field, at);
+                /* data.field is the path with the item's index. */
+                char field[256], needle[64];
+                size_t o = 0;
+                for (const char *c = l->field; *c && o + 4 < sizeof(field); c++) {
+                        if (c[0] == '[' && c[1] == ']') {
+                                memcpy(field + o, "[0]", 3);
+                                o += 3;
+                                c++;
+                        } else
+                                field[o++] = *c;
+                }
+                field[o] = '\0';
+                snprintf(needle, sizeof(needle), "%zu bytes is over the limit of %zu bytes", l->max + 1, l->max);
+                assert_refused(l->method, over, field, needle);
+                at[l->max] = '\0';
+                _cleanup_free_ char *ok = params_at(l->field, at);
+                assert_accepted(l->method, ok);
+                checked++;
+        }
+        assert_true(checked > 40);
+        /* A password over its limit is not quoted back. */
+        _cleanup_free_ char *pw = malloc(5000);
+        memset(pw, 's', 4999);
+        pw[4999] = '\0';
+        _cleanup_free_ char *pw_params = params_at("source.password", pw);
+        sb_error *err = check("sandbox.create", pw_params);
+        assert_non_null(err);
+        assert_null(strstr(err->message, "sss"));
+        sb_error_free(err);
+        /* Escapes count as JSON encodes them: 32 quotes are 64 bytes. */
+        assert_refused("sandbox.get", "{\"name\":\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\\\"\"}",
+                       "name", "64 bytes is over the limit of 63 bytes");
+}
+
+/* docs/API.md's "String parameters" table is exactly schema_limits. */
+static void test_api_md_lists_exactly_the_string_limits(void **state) {
+        _cleanup_free_ char *doc = read_file(API_MD);
+        char *begin = strstr(doc, LIMITS_BEGIN), *end = begin ? strstr(begin, LIMITS_END) : NULL;
+        if (!begin || !end)
+                fail_msg("%s has no string limits table between '%s' and '%s'", API_MD, LIMITS_BEGIN, LIMITS_END);
+        begin += strlen(LIMITS_BEGIN);
+        _cleanup_free_ char *want = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&want, &size);
+        fputs("| method | string parameters: most bytes |\n|---|---|\n", f);
+        schema_print_limits_markdown(f);
+        fclose(f);
+        size_t have_len = (size_t)(end - begin);
+        if (have_len != strlen(want) || memcmp(begin, want, have_len) != 0)
+                fail_msg("%s's string limits table differs from sandboxd/schema.c; it should read:\n%s", API_MD, want);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_valid_params_pass),
@@ -250,6 +402,9 @@ int main(void) {
                 cmocka_unit_test(test_closest_word),
                 cmocka_unit_test(test_api_md_lists_exactly_the_schema),
                 cmocka_unit_test(test_every_documented_method_has_a_schema),
+                cmocka_unit_test(test_every_parameter_has_a_size_limit),
+                cmocka_unit_test(test_strings_over_their_limit_are_refused_naming_field_and_limit),
+                cmocka_unit_test(test_api_md_lists_exactly_the_string_limits),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

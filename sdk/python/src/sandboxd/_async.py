@@ -9,7 +9,7 @@ import re
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping, Union
 
 from ._client import AsyncSandboxClient, CommandStream, ConnectionLost, default_client
-from ._errors import NotFoundError, SandboxError
+from ._errors import NotFoundError, SandboxError, UnavailableError
 from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty
 
 Output = Union[Callable[[str], Any], Any]
@@ -208,12 +208,24 @@ class AsyncCommand:
 
     async def wait(self) -> CommandFinished:
         """Waits for the command to exit (across a daemon restart too)."""
+        deadline = None
         while True:
             try:
                 r = await self._client.call("command.wait", {"cmdId": self.cmd_id})
                 break
             except ConnectionLost:
                 await self._client.wait_connected()
+            except UnavailableError as e:
+                # The daemon is stopping (data.completed false: the wait
+                # ended, or was not started); the command goes on, and the
+                # next daemon answers the wait.
+                if e.data.get("completed") is not False:
+                    raise
+                loop = asyncio.get_running_loop()
+                deadline = deadline or loop.time() + self._client.reconnect_timeout
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         s = self._stream
         out, err = (bytes(s.stdout), bytes(s.stderr)) if s is not None else await self._kept_logs()
         self._finished = CommandFinished(r, out, err)
@@ -750,10 +762,13 @@ class AsyncSandbox:
                 raise
             return await self._resume_run(stream)
         except SandboxError as e:
+            # The daemon stopped under the run (data.cmdId; older daemons
+            # name it in the message): the command goes on.
             m = re.search(r"\(cmdId (cmd-[0-9a-f]+)\)", e.message)
-            if e.reason != "unavailable" or not m:
+            cmd_id = e.data.get("cmdId") or (m.group(1) if m else None)
+            if e.reason != "unavailable" or not isinstance(cmd_id, str):
                 raise
-            stream.cmd_id = m.group(1)
+            stream.cmd_id = cmd_id
             return await self._resume_run(stream)
         if detached:
             self._client.attach(r["cmdId"], stream)
