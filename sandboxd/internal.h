@@ -608,6 +608,10 @@ void ready_answer(rpc_request *req, sandbox *sb, bool created);
 /* A connection closed: its parked getOrCreate requests are dropped and the
  * setup claims it held are released (handed to a waiter with setup). */
 void ready_conn_closed(manager *m, rpc_conn *c);
+/* The daemon is stopping (manager_drain): every parked getOrCreate is
+ * answered `unavailable` with data.completed false now, not at the end of
+ * the stop's grace; the setup claims stay with their connections. */
+void ready_drain(manager *m);
 /* sb leaves the registry (deleted): its claim goes and its waiters get
  * not_found. */
 void ready_sandbox_gone(sandbox *sb);
@@ -709,6 +713,10 @@ void fs_watch_on_end(session *s, unsigned id, const cJSON *msg);
 void fs_watches_session_detached(session *s);
 /* A connection closed: its watches are ended in init. */
 void fs_watches_conn_closed(rpc_conn *conn);
+/* The daemon is stopping (manager_drain): every watch is ended in init and
+ * answered `unavailable` (data: completed false, watchId) now, so an open
+ * watch never holds the stop for its grace. */
+void fs_watches_drain(manager *m);
 /* A congested connection drained: the count of the events dropped meanwhile
  * goes out as an "overflow" event. */
 void fs_watch_conn_drained(rpc_conn *conn);

@@ -950,6 +950,8 @@ void manager_drain(manager *m) {
                 return;
         m->stopping = true;
         commands_drain(m);
+        fs_watches_drain(m);
+        ready_drain(m);
 }
 
 void manager_free(manager *m) {

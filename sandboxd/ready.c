@@ -178,6 +178,21 @@ void ready_conn_closed(manager *m, rpc_conn *c) {
         }
 }
 
+void ready_drain(manager *m) {
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                req_list w = req_list_take(&sb->setup_waiters);
+                for (size_t i = 0; i < w.n; i++) {
+                        rpc_request_set_cancel(w.items[i], NULL, NULL);
+                        cJSON *d = cJSON_CreateObject();
+                        cJSON_AddBoolToObject(d, "completed", false);
+                        rpc_reply_unavailable(w.items[i], d,
+                                              "sandboxd is stopping while sandbox '%s' waits for its setup; call "
+                                              "getOrCreate again once the daemon is back", TEXT_Q(sb->name));
+                }
+                free(w.items);
+        }
+}
+
 void ready_sandbox_gone(sandbox *sb) {
         release(sb);
         req_list w = req_list_take(&sb->setup_waiters);

@@ -228,6 +228,25 @@ void fs_watches_session_detached(session *s) {
         }
 }
 
+void fs_watches_drain(manager *m) {
+        for (fs_watch *w = watches, *next; w; w = next) {
+                next = w->next;
+                if (w->m != m)
+                        continue;
+                unlink_watch(w);
+                /* The watcher in the sandbox ends too: a watch does not
+                 * outlive the daemon that relays it. */
+                (void)send_unwatch(w);
+                cJSON *d = cJSON_CreateObject();
+                cJSON_AddBoolToObject(d, "completed", false);
+                cJSON_AddStringToObject(d, "watchId", w->watch_id);
+                rpc_reply_unavailable(w->req, d,
+                                      "sandboxd is stopping; the watch %s ended after %llu events: watch again once "
+                                      "the daemon is back", w->watch_id, (unsigned long long)w->events);
+                free_watch(w);
+        }
+}
+
 void fs_watches_conn_closed(rpc_conn *conn) {
         for (fs_watch *w = watches; w; w = w->next)
                 if (w->req->conn == conn)

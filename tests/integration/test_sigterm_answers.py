@@ -212,3 +212,35 @@ def test_callers_waiting_on_commands_get_unavailable_with_the_cmd_id_and_the_com
             d.start()
         world.rpc("sandbox.delete", {"name": name}, 60)
     leaks.check(world, name)
+
+
+def test_open_watches_and_parked_get_or_creates_are_answered_at_once_not_after_the_grace(world):
+    """A watch and a getOrCreate parked for another caller's setup wait for
+    nothing the stop could finish: they are answered `unavailable`
+    (completed false) when the stop begins. The stop's grace is set far
+    beyond the connections' timeouts, so a stop that waited for it would
+    fail here."""
+    name = world.name("twait")
+    with _Faulty(world, "create.never-reached", grace_ms=600000) as f:
+        d = f.d
+        with d.connect(timeout=60) as owner, d.connect(timeout=60) as watchc, d.connect(timeout=60) as waitc:
+            goc = {"name": name, "networkPolicy": "deny-all", "setup": True}
+            r = owner.result("sandbox.getOrCreate", goc, 120)
+            expect_eq((r["created"], r["setup"]), (True, True), "the first caller holds the setup")
+            wrid = watchc.start("fs.watch", {"sandbox": name, "path": "/workspace", "recursive": True})
+            watchc.wait_note(lambda n: n.get("method") == "fs.watchStarted"
+                             and n["params"].get("requestId") == wrid, 60)
+            grid = waitc.start("sandbox.getOrCreate", goc)
+            poll(lambda: rpc_ok(world, "sandbox.get", {"name": name})["setup"]["waiters"] == 1, 30,
+                 "the second caller parked for the setup")
+            f.sigterm()
+            data = _unavailable(watchc.wait(wrid, 60), "the open watch")
+            expect(data.get("watchId"), "the watch's answer names it:", data)
+            _unavailable(waitc.wait(grid, 60), "the parked getOrCreate")
+        f.exited()
+    try:
+        expect_eq(rpc_ok(world, "sandbox.get", {"name": name})["ready"], False,
+                  "the sandbox is kept, not ready, after the restart")
+    finally:
+        world.rpc("sandbox.delete", {"name": name}, 60)
+    leaks.check(world, name)
