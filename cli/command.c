@@ -381,8 +381,11 @@ int ctl_ps(ctl_globals *g, int argc, char **argv) {
                 }
                 print_commands(cJSON_GetObjectItemCaseSensitive(result, "commands"));
                 const char *next = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "nextCursor"));
-                if (next)
-                        printf("next cursor: %s\n", next);
+                if (next) {
+                        fputs("next cursor: ", stdout);
+                        ctl_fput_escaped(stdout, next);
+                        putchar('\n');
+                }
                 return 0;
         }
         /* Every page, following nextCursor, into one list. */

@@ -83,16 +83,34 @@ int ctl_reconnect(const ctl_globals *g, unsigned wait_ms, client **ret);
  * `context`) and returns its exit code; 0 on success. */
 int ctl_call(const ctl_globals *g, const char *context, const char *method, cJSON *params, cJSON **ret);
 
+/* Writes s (NULL: nothing) to f with every byte a terminal may act on
+ * shown as text: \n, \r and \t; other C0 controls, DEL and bytes that are
+ * not part of valid UTF-8 as \xNN; C1 controls (U+0080 to U+009F) as
+ * \uNNNN. Valid printable UTF-8 and the backslash pass unchanged. For every
+ * human-readable output that can carry text from a sandbox or a client
+ * (file names, command lines, tags, messages relayed from the daemon);
+ * sandboxctl(1) "OUTPUT". */
+void ctl_fput_escaped(FILE *f, const char *s);
+
+/* ctl_fput_escaped() of s to stdout, then a newline. */
+void ctl_puts_escaped(const char *s);
+
+/* ctl_fput_escaped() into a new string (caller frees); NULL when out of
+ * memory. */
+char *ctl_escape(const char *s);
+
 /* Pretty-prints `json` on stdout followed by a newline. */
 void ctl_print_json(const cJSON *json);
 
-/* Prints an object as "key: value" lines: nested objects flatten to
+/* Prints an object as "key: value" lines (keys and strings escaped,
+ * ctl_fput_escaped): nested objects flatten to
  * "a.b: v", arrays of scalars join with ", ", arrays of objects index as
  * "a[0].b: v", null prints "-". */
 void ctl_print_fields(const cJSON *obj);
 
 /* Prints a table: a header row and rows of `ncols` strings each (NULL
- * prints "-"), columns padded to the widest cell. */
+ * prints "-"), each cell escaped (ctl_fput_escaped), columns padded to the
+ * widest cell. */
 void ctl_print_table(const char *const *header, size_t ncols, char ***rows, size_t nrows);
 
 /* `exec` (cli/exec.c): argv[0] is "exec". Returns the exit code. */

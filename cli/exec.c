@@ -430,7 +430,7 @@ static int run_detached(const ctl_globals *g, client *c, const exec_opts *o) {
         if (g->json)
                 ctl_print_json(result);
         else
-                printf("%s\n", cJSON_IsString(id) ? id->valuestring : "?");
+                ctl_puts_escaped(cJSON_IsString(id) ? id->valuestring : "?");
         return 0;
 }
 

@@ -489,8 +489,11 @@ static int list_page(const ctl_globals *g, const char *prefix, const cJSON *tags
         }
         print_sandbox_table(cJSON_GetObjectItemCaseSensitive(result, "sandboxes"));
         const char *next = string_cell(result, "nextCursor");
-        if (next)
-                printf("next cursor: %s\n", next);
+        if (next) {
+                fputs("next cursor: ", stdout);
+                ctl_fput_escaped(stdout, next);
+                putchar('\n');
+        }
         return 0;
 }
 
@@ -979,11 +982,14 @@ static int create_like(ctl_globals *g, int argc, char **argv, const char *verb, 
                 if (!cJSON_GetArraySize(differs))
                         fputc('-', stdout);
                 cJSON_ArrayForEach(d, differs)
-                        printf("%s%s", cJSON_IsString(d) ? d->valuestring : "?", d->next ? ", " : "");
+                {
+                        ctl_fput_escaped(stdout, cJSON_IsString(d) ? d->valuestring : "?");
+                        fputs(d->next ? ", " : "", stdout);
+                }
                 fputc('\n', stdout);
                 ctl_print_fields(cJSON_GetObjectItemCaseSensitive(result, "sandbox"));
         } else
-                printf("%s\n", string_cell(result, "name") ? string_cell(result, "name") : "?");
+                ctl_puts_escaped(string_cell(result, "name") ? string_cell(result, "name") : "?");
         cJSON_Delete(result);
         return 0;
 }

@@ -1,9 +1,11 @@
 /* sandboxctl's reporting and human output: error lines and exit codes,
  * connection failures with a hint, pretty JSON, "key: value" lines and
- * aligned tables. */
+ * aligned tables, and the escaping of text from a sandbox or a client
+ * before it reaches the operator's terminal (ctl_fput_escaped). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,81 @@
 #include "cli/ctl.h"
 
 bool ctl_json_errors;
+
+/* Length of the valid UTF-8 sequence at p (2 to 4) and its code point in
+ * *ret_cp, or 0 when p does not start one: overlong forms, surrogates and
+ * code points above U+10FFFF are invalid (RFC 3629 §4). */
+static size_t utf8_sequence(const unsigned char *p, uint32_t *ret_cp) {
+        size_t n;
+        uint32_t cp, min;
+        if (p[0] >= 0xc2 && p[0] <= 0xdf)
+                n = 2, cp = p[0] & 0x1f, min = 0x80;
+        else if (p[0] >= 0xe0 && p[0] <= 0xef)
+                n = 3, cp = p[0] & 0x0f, min = 0x800;
+        else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+                n = 4, cp = p[0] & 0x07, min = 0x10000;
+        else
+                return 0;
+        for (size_t i = 1; i < n; i++) {
+                if ((p[i] & 0xc0) != 0x80)   /* also stops at the terminating NUL */
+                        return 0;
+                cp = cp << 6 | (p[i] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                return 0;
+        *ret_cp = cp;
+        return n;
+}
+
+/* Threat: file names, command lines, tags, metadata and messages are chosen
+ * by code in a sandbox or by another client; written raw, ESC, BEL or CSI
+ * sequences would retitle, clear or rewrite the operator's terminal, and a
+ * newline would forge whole lines of output (a fake "deleted file" line in
+ * fs watch). Every byte that a terminal may act on is therefore shown as
+ * text; printable UTF-8 (and the backslash) pass unchanged, as
+ * sandboxctl(1) "OUTPUT" documents. */
+void ctl_fput_escaped(FILE *f, const char *s) {
+        const unsigned char *p = (const unsigned char *) s;
+        while (p && *p) {
+                uint32_t cp = 0;
+                size_t n = *p < 0x80 ? 1 : utf8_sequence(p, &cp);
+                if (n == 1 && *p >= 0x20 && *p != 0x7f)
+                        fputc(*p, f);
+                else if (*p == '\n')
+                        fputs("\\n", f);
+                else if (*p == '\r')
+                        fputs("\\r", f);
+                else if (*p == '\t')
+                        fputs("\\t", f);
+                else if (n == 1 || n == 0) {   /* C0, DEL, or a byte of no valid sequence */
+                        fprintf(f, "\\x%02x", *p);
+                        n = 1;
+                } else if (cp >= 0x80 && cp <= 0x9f)   /* C1: 0x9b is CSI on some terminals */
+                        fprintf(f, "\\u%04x", (unsigned) cp);
+                else
+                        fwrite(p, 1, n, f);
+                p += n;
+        }
+}
+
+void ctl_puts_escaped(const char *s) {
+        ctl_fput_escaped(stdout, s);
+        putchar('\n');
+}
+
+char *ctl_escape(const char *s) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f)
+                return NULL;
+        ctl_fput_escaped(f, s);
+        if (fclose(f) != 0) {
+                free(text);
+                return NULL;
+        }
+        return text;
+}
 
 /* The JSON-RPC code and reason an error sandboxctl found itself is given
  * in --json mode, from the exit code it returns: a usage error is what the
@@ -57,7 +134,9 @@ void ctl_print_error_json(int code, const char *message, const char *reason, con
  * (exit_code 0) is left out in --json mode, where the result carries it. */
 static int report_line(int exit_code, const char *text) {
         if (!ctl_json_errors) {
-                fprintf(stderr, "sandboxctl: %s\n", text);
+                fputs("sandboxctl: ", stderr);
+                ctl_fput_escaped(stderr, text);
+                fputc('\n', stderr);
                 return exit_code;
         }
         if (exit_code == 0)
@@ -148,7 +227,8 @@ int ctl_usage(const char *command, const char *fmt, ...) {
         va_end(ap);
         if (ctl_json_errors)
                 return report_line(CLI_EXIT_USAGE, text ? text : "usage error");
-        fprintf(stderr, "sandboxctl: %s", text ? text : "usage error");
+        fputs("sandboxctl: ", stderr);
+        ctl_fput_escaped(stderr, text ? text : "usage error");
         if (command)
                 fprintf(stderr, "\nTry 'sandboxctl %s --help'.\n", command);
         else
@@ -166,8 +246,12 @@ int ctl_report(const ctl_globals *g, const char *context, const client_error *e)
         _cleanup_free_ char *text = cli_error_text(verb, e);
         int exit_code = cli_exit_code(e);
         if (!ctl_json_errors && !(g && g->json)) {
-                fprintf(stderr, "sandboxctl: %s%s%s\n", context ? context : "", context ? ": " : "",
-                        text ? text : e->message);
+                /* The message may quote a path or name from the sandbox. */
+                fputs("sandboxctl: ", stderr);
+                ctl_fput_escaped(stderr, context);
+                fputs(context ? ": " : "", stderr);
+                ctl_fput_escaped(stderr, text ? text : e->message);
+                fputc('\n', stderr);
                 return exit_code;
         }
         _cleanup_free_ char *line = NULL;
@@ -264,10 +348,11 @@ static bool all_scalars(const cJSON *array) {
         return true;
 }
 
-/* Appends the text of a scalar to f: strings raw, null "-", others as JSON. */
+/* Appends the text of a scalar to f: strings escaped (ctl_fput_escaped),
+ * null "-", others as JSON. */
 static void print_scalar(FILE *f, const cJSON *v) {
         if (cJSON_IsString(v))
-                fputs(v->valuestring, f);
+                ctl_fput_escaped(f, v->valuestring);
         else if (cJSON_IsNull(v))
                 fputc('-', f);
         else {
@@ -294,7 +379,9 @@ static void print_field(const char *key, const cJSON *v) {
                 }
                 return;
         }
-        printf("%s: ", key);
+        /* Keys of tags and metadata are a client's text too. */
+        ctl_fput_escaped(stdout, key);
+        fputs(": ", stdout);
         if (cJSON_IsArray(v)) {
                 if (!v->child)
                         fputc('-', stdout);
@@ -319,24 +406,36 @@ void ctl_print_table(const char *const *header, size_t ncols, char ***rows, size
         size_t width[16] = { 0 };
         if (ncols > ELEMENTSOF(width))
                 ncols = ELEMENTSOF(width);
+        /* Cells escaped before measuring, so the columns line up with what
+         * is printed; a cell that cannot be escaped (out of memory) prints
+         * "?" rather than raw. */
+        _cleanup_free_ char **esc = calloc(nrows * ncols + 1, sizeof(char *));
+        if (!esc)
+                return;
+        for (size_t i = 0; i < nrows; i++)
+                for (size_t j = 0; j < ncols; j++)
+                        esc[i * ncols + j] = rows[i][j] ? ctl_escape(rows[i][j]) : NULL;
         for (size_t j = 0; j < ncols; j++) {
                 width[j] = strlen(header[j]);
                 for (size_t i = 0; i < nrows; i++) {
-                        size_t n = rows[i][j] ? strlen(rows[i][j]) : 1;
+                        const char *e = esc[i * ncols + j];
+                        size_t n = e ? strlen(e) : 1;
                         if (n > width[j])
                                 width[j] = n;
                 }
         }
         for (size_t i = 0; i <= nrows; i++)
                 for (size_t j = 0; j < ncols; j++) {
-                        const char *cell = i == 0 ? header[j] : rows[i - 1][j];
+                        const char *cell = i == 0 ? header[j] : esc[(i - 1) * ncols + j];
                         if (!cell)
-                                cell = "-";
+                                cell = i > 0 && rows[i - 1][j] ? "?" : "-";
                         if (j + 1 == ncols)
                                 printf("%s\n", cell);
                         else
                                 printf("%-*s  ", (int) width[j], cell);
                 }
+        for (size_t k = 0; k < nrows * ncols; k++)
+                free(esc[k]);
 }
 
 int ctl_write_all(int fd, const void *buf, size_t len) {

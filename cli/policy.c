@@ -31,21 +31,6 @@ static const char *str_field(const cJSON *o, const char *key) {
         return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Writes s to f with control characters (C0, DEL, the C1 range as UTF-8)
- * shown as \xNN: hosts and messages in events come from inside a sandbox
- * and must not reach the terminal as escape sequences. */
-static void put_clean(FILE *f, const char *s) {
-        for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-                if (*p < 0x20 || *p == 0x7f)
-                        fprintf(f, "\\x%02x", *p);
-                else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
-                        fprintf(f, "\\x%02x", p[1]);
-                        p++;
-                } else
-                        fputc(*p, f);
-        }
-}
-
 static int print_check(const ctl_globals *g, const cJSON *res) {
         const char *decision = str_field(res, "decision");
         bool allow = decision && streq(decision, "allow");
@@ -54,11 +39,11 @@ static int print_check(const ctl_globals *g, const cJSON *res) {
         else {
                 const char *rule = str_field(res, "rule"), *msg = str_field(res, "message");
                 printf("%s\nlayer: ", allow ? "allow" : "deny");
-                put_clean(stdout, str_field(res, "layer") ? str_field(res, "layer") : "-");
+                ctl_fput_escaped(stdout, str_field(res, "layer") ? str_field(res, "layer") : "-");
                 fputs("\nrule: ", stdout);
-                put_clean(stdout, rule ? rule : "-");
+                ctl_fput_escaped(stdout, rule ? rule : "-");
                 fputs("\nmessage: ", stdout);
-                put_clean(stdout, msg ? msg : "-");
+                ctl_fput_escaped(stdout, msg ? msg : "-");
                 fputc('\n', stdout);
         }
         return allow ? CLI_EXIT_OK : CLI_EXIT_POLICY;
@@ -177,21 +162,21 @@ static void print_event(const ctl_globals *g, const cJSON *ev) {
         }
         const char *t = str_field(ev, "time"), *kind = str_field(ev, "kind"), *sb = str_field(ev, "sandbox");
         const char *msg = str_field(ev, "message"), *status = str_field(ev, "status");
-        put_clean(stdout, t ? t : "-");
+        ctl_fput_escaped(stdout, t ? t : "-");
         putchar(' ');
-        put_clean(stdout, kind ? kind : "-");
+        ctl_fput_escaped(stdout, kind ? kind : "-");
         putchar(' ');
-        put_clean(stdout, sb ? sb : "-");
+        ctl_fput_escaped(stdout, sb ? sb : "-");
         putchar(' ');
         if (msg || status)
-                put_clean(stdout, msg ? msg : status);
+                ctl_fput_escaped(stdout, msg ? msg : status);
         else {
                 _cleanup_json_ cJSON *rest = cJSON_Duplicate(ev, true);
                 cJSON_DeleteItemFromObjectCaseSensitive(rest, "time");
                 cJSON_DeleteItemFromObjectCaseSensitive(rest, "kind");
                 cJSON_DeleteItemFromObjectCaseSensitive(rest, "sandbox");
                 _cleanup_free_ char *s = rest ? cJSON_PrintUnformatted(rest) : NULL;
-                put_clean(stdout, s ? s : "-");
+                ctl_fput_escaped(stdout, s ? s : "-");
         }
         const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(ev, "dropped");
         if (cJSON_IsNumber(dropped))

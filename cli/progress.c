@@ -54,11 +54,9 @@ static void on_notification(const client_msg *msg, void *userdata) {
                 snprintf(line + n, sizeof(line) - (size_t)n, "%s %.0f/%.0f %s", bytes > 0 ? "," : "", objects,
                          total_objects, strcmp(stage, "checking out") == 0 ? "files" : "objects");
         /* The terminal's own name and stage texts only: control characters
-         * from the daemon are not passed on. */
-        for (char *c = line; *c; c++)
-                if ((unsigned char)*c < 0x20 || *c == 0x7f)
-                        *c = '?';
-        fprintf(stderr, "\r\033[K%s", line);
+         * from the daemon are shown escaped, not passed on. */
+        fputs("\r\033[K", stderr);
+        ctl_fput_escaped(stderr, line);
         fflush(stderr);
         l->drawn = true;
 }

@@ -114,7 +114,7 @@ static int print_runtime(const ctl_globals *g, cJSON *res) {
         if (g->json)
                 ctl_print_json(res);
         else
-                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "name")) ?: "?");
+                ctl_puts_escaped(cJSON_GetStringValue(cJSON_GetObjectItem(res, "name")) ?: "?");
         cJSON_Delete(res);
         return 0;
 }

@@ -72,7 +72,7 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
         if (g->json)
                 ctl_print_json(res);
         else
-                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "name")) ?: "?");
+                ctl_puts_escaped(cJSON_GetStringValue(cJSON_GetObjectItem(res, "name")) ?: "?");
         cJSON_Delete(res);
         return 0;
 }
@@ -107,7 +107,7 @@ int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
         if (g->json)
                 ctl_print_json(res);
         else
-                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "id")) ?: "?");
+                ctl_puts_escaped(cJSON_GetStringValue(cJSON_GetObjectItem(res, "id")) ?: "?");
         cJSON_Delete(res);
         return 0;
 }
@@ -155,15 +155,18 @@ static int snapshots_transfer(ctl_globals *g, int argc, char **argv, bool config
         if (g->json)
                 ctl_print_json(res);
         else if (export)
-                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "path")) ?: "?");
+                ctl_puts_escaped(cJSON_GetStringValue(cJSON_GetObjectItem(res, "path")) ?: "?");
         else {
-                printf("%s\n", cJSON_GetStringValue(cJSON_GetObjectItem(res, "id")) ?: "?");
+                ctl_puts_escaped(cJSON_GetStringValue(cJSON_GetObjectItem(res, "id")) ?: "?");
                 /* Said on stderr, so a script reading the id is not disturbed. */
                 cJSON *ignored = cJSON_GetObjectItem(res, "configIgnored"), *it;
                 if (cJSON_GetArraySize(ignored) > 0) {
                         fputs("snapshots import: not taken from the file's config:", stderr);
                         cJSON_ArrayForEach(it, ignored)
-                                fprintf(stderr, " %s", cJSON_GetStringValue(it) ?: "?");
+                        {
+                                fputc(' ', stderr);
+                                ctl_fput_escaped(stderr, cJSON_GetStringValue(it) ?: "?");
+                        }
                         fputs(config ? "\n" : " (--config takes policy, env, ports, tags, timeout and resources)\n",
                               stderr);
                 }

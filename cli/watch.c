@@ -36,14 +36,27 @@ static void print_event(const ctl_globals *g, const cJSON *p) {
                         printf(": %.0f events dropped", dropped->valuedouble);
                 else
                         printf(": events were dropped");
-                printf(" (%s)", reason ? reason : "kernel");
-                if (path)
-                        printf(" at %s", path);
+                fputs(" (", stdout);
+                ctl_fput_escaped(stdout, reason ? reason : "kernel");
+                putchar(')');
+                if (path) {
+                        fputs(" at ", stdout);
+                        ctl_fput_escaped(stdout, path);
+                }
                 putchar('\n');
-        } else if (streq(type, "renamed") && old)
-                printf("renamed %s %s -> %s\n", kind, old, path ? path : "?");
-        else
-                printf("%s %s %s\n", type, kind, path ? path : "?");
+        } else {
+                /* Paths are named by code in the sandbox: escaped, so each
+                 * event stays one line and no escape reaches the terminal. */
+                bool renamed = streq(type, "renamed") && old;
+                ctl_fput_escaped(stdout, renamed ? "renamed" : type);
+                printf(" %s ", kind);
+                if (renamed) {
+                        ctl_fput_escaped(stdout, old);
+                        fputs(" -> ", stdout);
+                }
+                ctl_fput_escaped(stdout, path ? path : "?");
+                putchar('\n');
+        }
         fflush(stdout);
 }
 
@@ -55,9 +68,10 @@ static int handle(const ctl_globals *g, int64_t id, const char *name, const clie
                 if (msg->error)
                         return ctl_report(g, "fs watch", msg->error);
                 const char *reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg->result, "reason"));
-                fprintf(stderr, "the watch ended: %s\n",
-                        !reason ? "?" : streq(reason, "sandbox_stopped") ? "the sandbox stopped"
-                                : streq(reason, "deleted") ? "the watched path was deleted" : reason);
+                fputs("the watch ended: ", stderr);
+                ctl_fput_escaped(stderr, !reason ? "?" : streq(reason, "sandbox_stopped") ? "the sandbox stopped"
+                                         : streq(reason, "deleted") ? "the watched path was deleted" : reason);
+                fputc('\n', stderr);
                 return 0;
         }
         if (!msg->method || !cJSON_IsObject(msg->params))
@@ -65,10 +79,15 @@ static int handle(const ctl_globals *g, int64_t id, const char *name, const clie
         if (streq(msg->method, "fs.watchStarted")) {
                 const cJSON *rid = cJSON_GetObjectItemCaseSensitive(msg->params, "requestId");
                 const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg->params, "path"));
-                if (cJSON_IsNumber(rid) && (int64_t)rid->valuedouble == id)
-                        fprintf(stderr, "watching %s:%s%s; Ctrl-C to stop\n", name, path ? path : "",
+                if (cJSON_IsNumber(rid) && (int64_t)rid->valuedouble == id) {
+                        fputs("watching ", stderr);
+                        ctl_fput_escaped(stderr, name);
+                        fputc(':', stderr);
+                        ctl_fput_escaped(stderr, path);
+                        fprintf(stderr, "%s; Ctrl-C to stop\n",
                                 cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(msg->params, "recursive"))
                                         ? " and everything below it" : "");
+                }
         } else if (streq(msg->method, "fs.watchEvent"))
                 print_event(g, msg->params);
         return 1;

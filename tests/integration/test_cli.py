@@ -626,3 +626,79 @@ def test_command_logs_follow_goes_on_across_a_daemon_restart(world):
                 p.wait()
         expect_eq((p.returncode, first + rest, err), (0, b"one\ntwo\n", b""),
                   "command logs -f across a restart: every byte once, exit 0")
+
+
+# A file name chosen by code in the sandbox to act on the operator's
+# terminal: an OSC title with BEL, a clear screen, and a newline that would
+# print a made-up "deleted file" line in fs watch.
+_HOSTILE = "\x1b]0;PWNED\x07\x1b[2Jz\ndeleted file FORGED"
+_HOSTILE_SHOWN = "\\x1b]0;PWNED\\x07\\x1b[2Jz\\ndeleted file FORGED"
+
+
+def _make_files(world, name, *names):
+    """Creates /workspace/N for each name from inside the sandbox (the
+    names pass as hex, so no argv or shell quoting is involved)."""
+    script = "import sys\nfor h in sys.argv[1:]: open('/workspace/' + bytes.fromhex(h).decode(), 'w').close()"
+    world.ctl("exec", name, "--", "python3", "-c", script, *[n.encode().hex() for n in names], check=True)
+
+
+def test_fs_ls_and_stat_show_control_characters_in_names_escaped(world):
+    with sandbox(world, "escls", "--deny-all") as name:
+        _make_files(world, name, _HOSTILE, "café")
+        code, out, err = world.ctl("fs", "ls", name + ":/workspace")
+        expect_eq(code, 0, "fs ls (%s)" % err.strip())
+        expect(not re.search("[\x00-\x08\x0b-\x1f\x7f]", out), "fs ls prints no control character:", repr(out))
+        rows = out.splitlines()[1:]
+        expect([r for r in rows if r.endswith(" " + _HOSTILE_SHOWN)] and
+               [r for r in rows if r.endswith(" café")] and
+               not [r for r in rows if not r.endswith((" " + _HOSTILE_SHOWN, " café"))],
+               "one row per file, the name escaped, café unchanged, no forged row:", repr(out))
+        code, out, err = world.ctl("fs", "stat", name + ":/workspace/" + _HOSTILE)
+        expect_eq(code, 0, "fs stat of the hostile name (%s)" % err.strip())
+        expect(not re.search("[\x00-\x08\x0b-\x1f\x7f]", out) and _HOSTILE_SHOWN in out,
+               "fs stat shows the name escaped:", repr(out))
+        expect(all(re.match(r"^[\w.\[\]]+: ", l) for l in out.splitlines()),
+               "fs stat: only key: value lines, none forged:", repr(out))
+        code, out, err = world.ctl("fs", "stat", name + ":/workspace/café", check=True)
+        expect("/workspace/café" in out or "café" in out, "fs stat keeps café as it is:", repr(out))
+        # An error relayed from the daemon that names the path escapes it too.
+        code, out, err = world.ctl("fs", "ls", name + ":/workspace/" + _HOSTILE + "/x")
+        expect(code != 0 and not re.search("[\x00-\x08\x0b-\x1f\x7f]", err) and len(err.splitlines()) == 1,
+               "fs ls error: one line, no control character:", code, repr(err))
+
+
+def test_fs_watch_prints_one_escaped_line_per_event_and_no_forged_line(world):
+    import signal
+    import world as W
+    with sandbox(world, "escwatch", "--deny-all") as name:
+        argv = [W.SANDBOXCTL, "--socket", world.daemon.socket, "fs", "watch", name + ":/workspace"]
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            first = p.stderr.readline().decode()
+            expect(first.startswith("watching "), "first line of fs watch on stderr:", first)
+            _make_files(world, name, _HOSTILE, "café", "marker")
+            got = _read_until(p, b"marker\n", 60, "fs watch prints the marker's event")
+            p.send_signal(signal.SIGINT)
+            expect_eq(p.wait(30), 130, "fs watch exits 130 on Ctrl-C")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        text = got.decode()
+        expect(not re.search("[\x00-\x08\x0b-\x1f\x7f]", text.replace("\n", "")),
+               "fs watch prints no control character:", repr(text))
+        lines = text.splitlines()
+        pattern = r"^(created|modified|deleted) file /workspace/(%s|café|marker)$" % re.escape(_HOSTILE_SHOWN)
+        expect(all(re.match(pattern, l) for l in lines), "every line is one event of one of the files:", repr(text))
+        expect("created file /workspace/" + _HOSTILE_SHOWN in lines and "created file /workspace/café" in lines,
+               "the hostile name escaped, café unchanged:", repr(text))
+        expect(not [l for l in lines if l.startswith("deleted file FORGED")], "no forged line:", repr(text))
+
+
+def test_ps_shows_control_characters_in_command_lines_escaped(world):
+    with sandbox(world, "escps", "--deny-all") as name:
+        world.ctl("exec", name, "--", "sh", "-c", "true \x1b[2J\x1b]0;PS\x07 café", check=True)
+        code, out, err = world.ctl("ps", name)
+        expect_eq(code, 0, "ps (%s)" % err.strip())
+        expect(not re.search("[\x00-\x08\x0b-\x1f\x7f]", out), "ps prints no control character:", repr(out))
+        expect("sh -c 'true \\x1b[2J\\x1b]0;PS\\x07 café'" in out, "ps shows the command line escaped:", repr(out))

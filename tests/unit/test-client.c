@@ -1,6 +1,7 @@
 /* Unit tests for the JSON-RPC client (cli/client.c) against a scripted fake
  * server on the other end of a socketpair, and for sandboxctl's pure
- * helpers (cli/parse.c): durations, K=V, NAME:PATH, exit codes. */
+ * helpers (cli/parse.c): durations, K=V, NAME:PATH, exit codes, and the
+ * escaping of sandbox text in human output (cli/output.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 
 #include "cli/client.h"
 #include "cli/parse.h"
+#include "cli/ctl.h"
 
 /* --- fake server ------------------------------------------------------ */
 
@@ -674,6 +676,44 @@ static void test_error_text_names_the_flag_once(void **state) {
                           "networkPolicy.allow[0]: 'www*.com' is not a valid pattern (--allow or --policy FILE)");
 }
 
+/* --- escaping of human output (ctl_escape) ------------------------------ */
+
+static void assert_escaped(const char *in, const char *want) {
+        char *got = ctl_escape(in);
+        assert_non_null(got);
+        assert_string_equal(got, want);
+        free(got);
+}
+
+static void test_escape_shows_controls_as_text(void **state) {
+        /* The attack's file name: an OSC title, BEL, and a clear screen. */
+        assert_escaped("\x1b]0;PWNED\x07\x1b[2Jz", "\\x1b]0;PWNED\\x07\\x1b[2Jz");
+        assert_escaped("a\ndeleted file /workspace/FORGED", "a\\ndeleted file /workspace/FORGED");
+        assert_escaped("cr\rtab\tdel\x7f", "cr\\rtab\\tdel\\x7f");
+        assert_escaped("\x01\x1f", "\\x01\\x1f");
+        /* C1 controls as code points (U+009B is CSI on some terminals). */
+        assert_escaped("x\xc2\x9b" "2J\xc2\x80", "x\\u009b2J\\u0080");
+}
+
+static void test_escape_keeps_printable_utf8(void **state) {
+        assert_escaped("café", "café");
+        assert_escaped("日本語 \xf0\x9f\x98\x80 ~!@#$%^&*()'\"\\", "日本語 \xf0\x9f\x98\x80 ~!@#$%^&*()'\"\\");
+        assert_escaped("\xc2\xa0nbsp", "\xc2\xa0nbsp");   /* U+00A0 is past C1 */
+        assert_escaped("", "");
+}
+
+static void test_escape_shows_invalid_utf8_bytes(void **state) {
+        assert_escaped("a\xff" "b", "a\\xffb");
+        assert_escaped("\x80", "\\x80");                              /* a lone continuation byte */
+        assert_escaped("\xc3", "\\xc3");                              /* cut short at the end */
+        assert_escaped("\xc3(", "\\xc3(");                            /* cut short by ASCII */
+        assert_escaped("\xc0\xaf", "\\xc0\\xaf");                     /* overlong '/' */
+        assert_escaped("\xe0\x80\xaf", "\\xe0\\x80\\xaf");            /* overlong, 3 bytes */
+        assert_escaped("\xed\xa0\x80", "\\xed\\xa0\\x80");            /* a UTF-16 surrogate */
+        assert_escaped("\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80");   /* above U+10FFFF */
+        assert_escaped("\xe2\x82", "\\xe2\\x82");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_partial_line_waits_for_the_rest, fake_setup, fake_teardown),
@@ -703,6 +743,9 @@ int main(void) {
                 cmocka_unit_test(test_export_to_existing_path_is_a_conflict),
                 cmocka_unit_test(test_fields_map_to_the_flags_users_type),
                 cmocka_unit_test(test_error_text_names_the_flag_once),
+                cmocka_unit_test(test_escape_shows_controls_as_text),
+                cmocka_unit_test(test_escape_keeps_printable_utf8),
+                cmocka_unit_test(test_escape_shows_invalid_utf8_bytes),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
