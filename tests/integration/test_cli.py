@@ -697,8 +697,8 @@ def test_fs_watch_prints_one_escaped_line_per_event_and_no_forged_line(world):
 
 def test_ps_shows_control_characters_in_command_lines_escaped(world):
     with sandbox(world, "escps", "--deny-all") as name:
-        world.ctl("exec", name, "--", "sh", "-c", "true \x1b[2J\x1b]0;PS\x07 café", check=True)
+        world.ctl("exec", name, "--", "printf", "%s", "\x1b[2J\x1b]0;PS\x07 café", check=True)
         code, out, err = world.ctl("ps", name)
         expect_eq(code, 0, "ps (%s)" % err.strip())
         expect(not re.search("[\x00-\x08\x0b-\x1f\x7f]", out), "ps prints no control character:", repr(out))
-        expect("sh -c 'true \\x1b[2J\\x1b]0;PS\\x07 café'" in out, "ps shows the command line escaped:", repr(out))
+        expect("printf %s '\\x1b[2J\\x1b]0;PS\\x07 café'" in out, "ps shows the command line escaped:", repr(out))
