@@ -702,3 +702,19 @@ def test_ps_shows_control_characters_in_command_lines_escaped(world):
         expect_eq(code, 0, "ps (%s)" % err.strip())
         expect(not re.search("[\x00-\x08\x0b-\x1f\x7f]", out), "ps prints no control character:", repr(out))
         expect("printf %s '\\x1b[2J\\x1b]0;PS\\x07 café'" in out, "ps shows the command line escaped:", repr(out))
+
+
+def test_get_and_ls_show_control_characters_in_tags_escaped(world):
+    # A tag is a client's text: another client (or a script fed from the
+    # sandbox) may put escapes in it.
+    with sandbox(world, "esctag", "--deny-all", "--tag", "note=\x1b]0;T\x07a\nname: forged café") as name:
+        code, out, err = world.ctl("get", name)
+        expect_eq(code, 0, "get (%s)" % err.strip())
+        expect(not re.search("[\x00-\x08\x0b-\x1f\x7f]", out), "get prints no control character:", repr(out))
+        expect("tags.note: \\x1b]0;T\\x07a\\nname: forged café\n" in out and
+               not [l for l in out.splitlines() if l.startswith("name: forged")],
+               "get shows the tag escaped on one line:", repr(out))
+        code, out, err = world.ctl("ls", "--tag", "note=\x1b]0;T\x07a\nname: forged café")
+        expect_eq(code, 0, "ls --tag (%s)" % err.strip())
+        expect(name in out and not re.search("[\x00-\x08\x0b-\x1f\x7f]", out),
+               "ls --tag finds it and prints no control character:", repr(out))
