@@ -10,6 +10,7 @@ import tempfile
 import time
 
 import leaks
+import world as W
 from common import delete, expect, expect_eq, poll, sh, sh_ok
 
 # Runs inside the sandbox (python3 of the runtime). `mutate ROOT LOG READY`
@@ -30,6 +31,10 @@ POOL = [(d + "/" if d else "") + n for d in DIRS for n in NAMES]
 # Readable by all and directories searchable by all: root in a sandbox
 # may lack CAP_DAC_OVERRIDE, and the check must read everything.
 MODES = [0o644, 0o604, 0o755, 0o666, 0o2755]
+# Renames move directories below others, so the tree would grow deeper
+# without bound (and past PATH_MAX); a rename that would put an entry
+# deeper than this below ROOT is not made.
+MAX_DEPTH = 24
 libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 
@@ -46,6 +51,27 @@ def setup(root):
     m = mmap.mmap(fd, 1 << 18)
     os.close(fd)
     return rng, m
+
+def walk(top):
+    """(dirpath, dirnames, filenames) for top and each directory below it,
+    without recursion (os.walk recurses once per level), symlinks not
+    followed; dirnames lists only real directories."""
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        dirs, files = [], []
+        with os.scandir(d) as it:
+            for e in it:
+                (dirs if e.is_dir(follow_symlinks=False) else files).append(e.name)
+        yield d, dirs, files
+        stack += [os.path.join(d, x) for x in dirs]
+
+def height(p):
+    """Levels of entries below p (0: not a directory, or empty)."""
+    if os.path.islink(p) or not os.path.isdir(p):
+        return 0
+    return max(d.count("/") - p.count("/") + (1 if dirs or files else 0)
+               for d, dirs, files in walk(p))
 
 def step(rng, root, m):
     k = rng.randrange(17)
@@ -70,7 +96,8 @@ def step(rng, root, m):
             finally:
                 os.close(fd)
         elif k == 4:
-            os.rename(p, q)
+            if os.path.relpath(q, root).count("/") + 1 + height(p) <= MAX_DEPTH:
+                os.rename(p, q)
         elif k == 5:
             os.link(p, q, follow_symlinks=False)
         elif k == 6:
@@ -102,7 +129,7 @@ def step(rng, root, m):
 
 def manifest(root):
     out, inodes = {}, {}
-    for dirpath, dirs, files in os.walk(root):
+    for dirpath, dirs, files in walk(root):
         for name in dirs + files + ([""] if dirpath == root else []):
             p = os.path.join(dirpath, name) if name else dirpath
             rel = os.path.relpath(p, root)
@@ -342,7 +369,7 @@ def _full_during_copy(world):
 def _allocated(path):
     """Bytes allocated under path (st_blocks), each inode once."""
     total, seen = 0, set()
-    for root, dirs, files in os.walk(path):
+    for root, dirs, files in W.walk(path):
         for n in dirs + files:
             st = os.lstat(os.path.join(root, n))
             if (st.st_dev, st.st_ino) not in seen:
