@@ -191,6 +191,9 @@ LOG = "/var/tmp/m.log"
 # its copy yields the CPU and the disk to everything else (docs/API.md),
 # so on a loaded machine it takes as long as the load leaves it.
 CAPTURE_S = 500
+# The exactness tests' sandboxes live as long as the test may run (the
+# default lifetime, 5 minutes, ended the source mid-test under load).
+LIFETIME_MS = 1200 * 1000
 
 
 def _check(world, name, what):
@@ -220,7 +223,8 @@ test_precopy_of_a_userns_sandbox_writing_hard_equals_a_frozen_copy.timeout = 120
 
 def _precopy_exact(world, userns):
     src = world.name("pcsrc")
-    r = world.rpc("sandbox.create", {"name": src, "networkPolicy": "deny-all", "userns": userns}, 120)
+    r = world.rpc("sandbox.create", {"name": src, "networkPolicy": "deny-all", "userns": userns,
+                                     "timeout": LIFETIME_MS}, 120)
     if "error" in r and userns and r["error"].get("data", {}).get("reason") == "unavailable":
         print("SKIP: no user namespace range on this host (%s)" % r["error"].get("message"))
         return
@@ -238,7 +242,8 @@ def _precopy_exact(world, userns):
                   "/var/tmp/m.ready", check=True)
         poll(lambda: sh(world, src, "test -s /var/tmp/m.ready")[0] == 0, 30, "the mutator to start")
         snap = world.rpc_result("sandbox.snapshot", {"name": src}, CAPTURE_S)["id"]
-        world.rpc_result("sandbox.fork", {"sourceSandbox": src, "name": fork}, CAPTURE_S)
+        world.rpc_result("sandbox.fork", {"sourceSandbox": src, "name": fork,
+                                          "overrides": {"timeout": LIFETIME_MS}}, CAPTURE_S)
         log = open(world.daemon.log_path, errors="replace").read()
         expect(log.count("'%s': snapshot pre-copied" % src) == 1 and log.count("'%s': fork pre-copied" % src) == 1,
                "both captures were pre-copied", world.daemon.log_tail())
@@ -254,6 +259,7 @@ def _precopy_exact(world, userns):
         poll(lambda: size() > now, 30, "the source's mutator to keep running")
         sh_ok(world, src, "kill $(cat /var/tmp/m.ready)")
         world.rpc_result("sandbox.create", {"name": restored, "networkPolicy": "deny-all", "userns": userns,
+                                             "timeout": LIFETIME_MS,
                                              "source": {"type": "snapshot", "snapshotId": snap}}, 120)
         at_snapshot = _check(world, restored, "the sandbox created from the snapshot")
         at_fork = _check(world, fork, "the fork")
