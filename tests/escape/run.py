@@ -249,7 +249,7 @@ def test_cgroup_filesystem_is_not_writable(c):
     for line in out.splitlines():
         expect(re.search(r"\sro[\s,]", line), "a cgroup filesystem is mounted read-write:", line)
     for d in c.world.cgroup_dirs:
-        for root, dirs, _files in os.walk(d):
+        for root, dirs, _files in W.walk(d):
             expect("sbx-escape" not in dirs, "a cgroup made inside appeared on the host:", root)
 
 

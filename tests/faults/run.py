@@ -406,7 +406,7 @@ def session_cgroups(w):
     # nest under this runner's cgroups: those, still not the machine's.
     tops = w.cgroup_dirs or [os.path.join(mnt, own.lstrip("/")) for mnt, own in W._cgroup_hierarchies()]
     for mnt in tops:
-        for root, dirs, _files in os.walk(mnt):
+        for root, dirs, _files in W.walk(mnt):
             base = os.path.basename(root)
             if base.startswith("sandboxd-sessions"):
                 out += [os.path.join(root, x) for x in dirs]

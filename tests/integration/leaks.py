@@ -107,7 +107,7 @@ def _cgroups(world, name):
     on the machine, with its own sessions, is none of this world's business)."""
     problems = []
     for mnt in (getattr(world, "cgroup_dirs", None) or W.cgroup_mounts()):
-        for root, dirs, _files in os.walk(mnt):
+        for root, dirs, _files in W.walk(mnt):
             base = os.path.basename(root)
             if base.startswith("sandboxd-sessions") or base == "sessions":
                 for x in dirs:

@@ -25,7 +25,12 @@ sys.path.insert(0, HERE)
 
 import world as W  # noqa: E402
 
-TEST_TIMEOUT = 180  # seconds, per test; a test may set fn.timeout
+# Seconds a test may run before it is stopped as hung; a test may set
+# fn.timeout to more. Only a guard against a hang: every wait in a test has
+# its own deadline, and a test that takes a minute alone takes several on
+# a machine whose CPUs are all busy (the captures' copies, for one, yield
+# the CPU to everything else).
+TEST_TIMEOUT = 600
 
 
 def discover(filters):
@@ -81,7 +86,7 @@ def main(argv):
             try:
                 if world.daemon is None or not world.daemon.alive():
                     world.start_sandboxd()
-                signal.alarm(getattr(fn, "timeout", TEST_TIMEOUT))
+                signal.alarm(max(TEST_TIMEOUT, getattr(fn, "timeout", 0)))
                 try:
                     fn(world)
                 finally:

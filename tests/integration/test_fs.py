@@ -2,6 +2,7 @@
 import base64
 import os
 
+import world as W
 from common import expect, expect_eq, rpc_ok, sandbox, sandbox_user_ids, sh, sh_ok
 
 
@@ -188,7 +189,7 @@ def _tree(root):
     """{relative path: (kind, mode, content-or-target)} of a host tree."""
     import stat as st
     out = {}
-    for d, dirs, files in os.walk(root):
+    for d, dirs, files in W.walk(root):
         for n in dirs + files:
             p = os.path.join(d, n)
             rel = os.path.relpath(p, root)

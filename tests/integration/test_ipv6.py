@@ -488,7 +488,7 @@ def test_the_resolver_is_the_ipv4_gateway_and_the_ipv6_gateway_answers_no_dns(wo
             qname = "v6gw-%s.public.test" % secrets.token_hex(6)
             r = _py(world, name, _DNS6_QUERY, gw6, qname)
             expect(r["result"] != "answer", "%s: the IPv6 gateway answered DNS:" % args[0], r)
-            _refused_fast(connect(world, name, gw6, 53), "%s: TCP DNS to the IPv6 gateway" % args[0], 1000.0)
+            _refused_fast(connect(world, name, gw6, 53), "%s: TCP DNS to the IPv6 gateway" % args[0])
             with open(world.tmp + "/dnsmasq.log", errors="replace") as f:
                 expect(qname not in f.read(), "%s: a query to the IPv6 gateway reached the upstream resolver"
                        % args[0])
@@ -499,7 +499,7 @@ def test_the_resolver_is_the_ipv4_gateway_and_the_ipv6_gateway_answers_no_dns(wo
 _CONNECT_SCOPED = r'''
 import errno, json, socket, sys, time
 host, port, ifname = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(3)
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(20)
 t = time.monotonic()
 try:
     s.connect((host, port, 0, socket.if_nametoindex(ifname))); r = {"ok": True}

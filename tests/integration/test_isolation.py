@@ -36,7 +36,7 @@ def _session_dirs(world, name):
     of this world's cgroups."""
     found = []
     for top in world.cgroup_dirs:
-        for root, dirs, _files in os.walk(top):
+        for root, dirs, _files in W.walk(top):
             if os.path.basename(root).startswith("sandboxd-sessions"):
                 found += [os.path.join(root, x) for x in dirs if x == name]
                 dirs[:] = []
@@ -46,7 +46,7 @@ def _session_dirs(world, name):
 def _session_parents(world):
     found = set()
     for top in world.cgroup_dirs:
-        for root, dirs, _files in os.walk(top):
+        for root, dirs, _files in W.walk(top):
             if os.path.basename(root).startswith("sandboxd-sessions"):
                 found.add(root)
                 dirs[:] = []

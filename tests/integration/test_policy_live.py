@@ -108,9 +108,18 @@ def _resolve(world, name, host):
 
 
 def _connect(world, name, host, port=W.LISTEN_PORT):
-    t = time.monotonic()
-    code, _o, _e = sh(world, name, "timeout 5 bash -c 'echo > /dev/tcp/%s/%d'" % (host, port))
-    return code, time.monotonic() - t
+    """(exit status, bash's error message) of a TCP connect from the
+    sandbox: (0, "") when it connected, 124 when nothing answered before
+    the timeout (a dropped SYN, which TCP retries for minutes)."""
+    code, out, _e = sh(world, name, "timeout 20 bash -c 'echo > /dev/tcp/%s/%d' 2>&1" % (host, port))
+    return code, out.strip()
+
+
+def _fails_at_once(code, msg, what):
+    """The connect was refused (a reset, an ICMP error, no route: bash names
+    the error), not dropped until it timed out. Told by how it failed, not
+    by the seconds the exec took, which a loaded machine stretches."""
+    expect(code not in (0, 124) and msg, "%s fails at once (refused, not dropped):" % what, code, msg)
 
 
 def _connect6(world, name, addr, port=W.LISTEN_PORT):
@@ -124,14 +133,14 @@ def _expect_ipv6(world, name, mode):
     """IPv6 as a user of the sandbox sees it under `mode`."""
     if mode == "deny-all":
         ok, err, ms = _connect6(world, name, W.PUB6_API_ADDR)
-        expect(not ok and err != "timeout" and ms < 1000, "deny-all: an IPv6 connect fails at once:", err, ms)
+        expect(not ok and err != "timeout", "deny-all: an IPv6 connect fails at once:", err, ms)
         gw6 = _GW6.get(name)
         if gw6:
             # Fenced: its IPv6 gateway answers nothing, and every query
             # fails at once (not only the first, before ICMPv6 rate limits).
             _c, out, err = world.ctl("exec", name, "--", "python3", "-c", _DNS6, gw6)
             res = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
-            expect(res and all(r not in ("answer", "timeout") and ms < 500 for r, ms in res),
+            expect(res and all(r not in ("answer", "timeout") for r, _ms in res),
                    "deny-all: DNS to the IPv6 gateway %s fails at once, every time:" % gw6, res, err[:200])
         return
     _c, out, _e = sh(world, name, "ip -6 -o addr show dev eth0 scope global; ip -6 route show default; "
@@ -162,7 +171,7 @@ def _expect_ipv6(world, name, mode):
     expect(not got.strip() and time.monotonic() - t < 3, "%s: an IPv6 name not allowed does not resolve, at once:"
            % mode, got)
     ok, err, ms = _connect6(world, name, W.PUB6_OTHER_ADDR)
-    expect(not ok and err != "timeout" and ms < 1000, "%s: a connect to a denied IPv6 address fails at once:" % mode,
+    expect(not ok and err != "timeout", "%s: a connect to a denied IPv6 address fails at once:" % mode,
            err, ms)
 
 
@@ -176,10 +185,8 @@ def _expect_mode(world, name, mode):
     if mode == "deny-all":
         addr, secs = _resolve(world, name, "api.public.test")
         expect(addr is None and secs < 3, "deny-all resolves nothing, at once:", addr, secs)
-        code, secs = _connect(world, name, W.PUB_API_ADDR)
-        expect(code != 0 and secs < 1.0, "deny-all: a connect fails at once:", code, secs)
-        code, secs = _connect(world, name, W.HTTP_ADDR)
-        expect(code != 0 and secs < 1.0, "deny-all: any address fails at once:", code, secs)
+        _fails_at_once(*_connect(world, name, W.PUB_API_ADDR), "deny-all: a connect")
+        _fails_at_once(*_connect(world, name, W.HTTP_ADDR), "deny-all: a connect to any address")
         _expect_ipv6(world, name, mode)
         return
     _expect_ipv6(world, name, mode)
@@ -195,8 +202,7 @@ def _expect_mode(world, name, mode):
         return
     addr, secs = _resolve(world, name, "other.public.test")
     expect(addr is None and secs < 3, "%s: a name not allowed does not resolve, at once:" % mode, addr, secs)
-    code, secs = _connect(world, name, W.PUB_OTHER_ADDR)
-    expect(code != 0 and secs < 1.0, "%s: a connect to a denied address fails at once:" % mode, code, secs)
+    _fails_at_once(*_connect(world, name, W.PUB_OTHER_ADDR), "%s: a connect to a denied address" % mode)
     # HTTP that bypasses the proxy variables is intercepted; the refusal
     # names the host and the policy.
     code, out, err = sh(world, name, "curl -sS -m 5 -D - --noproxy '*' --resolve other.public.test:80:%s "

@@ -66,12 +66,14 @@ except OSError as e:
 
 # A TCP connect timed inside the sandbox (python3 -c CONNECT HOST PORT):
 # JSON {ok, error, errno, ms}. A policy refusal must be an error (a reset
-# or an ICMP admin-prohibited), never a timeout.
+# or an ICMP admin-prohibited), never a timeout. The timeout is long enough
+# that only a dropped SYN (retried by TCP for minutes) reaches it, however
+# busy the machine's CPUs.
 CONNECT = r'''
 import errno, json, socket, sys, time
 host, port = sys.argv[1], int(sys.argv[2])
 fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(3)
+s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(20)
 t = time.monotonic()
 try:
     s.connect((host, port)); r = {"ok": True}
@@ -134,10 +136,12 @@ def _blocked(r, rcode, *words):
         expect(w in edes[0], "the EDE text names %r:" % w, edes[0])
 
 
-def _refused_fast(r, what, limit_ms=100.0):
+def _refused_fast(r, what):
+    """The connect failed at once: with an error (refused, unreachable,
+    prohibited), not dropped until it timed out. Told by how it failed,
+    not by r["ms"], which a loaded machine stretches."""
     expect(not r["ok"], "%s: the connect succeeded" % what)
     expect(r["error"] != "timeout", "%s: a refusal, not a timeout:" % what, r)
-    expect(r["ms"] < limit_ms, "%s: refused within %.0f ms:" % (what, limit_ms), r)
 
 
 # ---------------------------------------------------------------- rule 1

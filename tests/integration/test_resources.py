@@ -68,7 +68,7 @@ def _session_dirs(world, name):
     this world (below a sandboxd-sessions-<instance> parent)."""
     found = []
     for top in world.cgroup_dirs:
-        for root, dirs, _files in os.walk(top):
+        for root, dirs, _files in W.walk(top):
             if os.path.basename(root).startswith("sandboxd-sessions"):
                 found += [os.path.join(root, x) for x in dirs if x == name]
                 dirs[:] = []

@@ -84,7 +84,7 @@ def _hardlink_entries(victim):
 def _host_traces(roots):
     found = []
     for root in roots:
-        for dirpath, dirs, files in os.walk(root):
+        for dirpath, dirs, files in W.walk(root):
             if root == "/tmp" and dirpath != "/tmp":
                 dirs[:] = []
                 continue

@@ -58,7 +58,7 @@ class Canary:
 
     def _state(self):
         out = {}
-        for d, dirs, files in os.walk(self.path):
+        for d, dirs, files in W.walk(self.path):
             for n in dirs + files:
                 p = os.path.join(d, n)
                 st = os.lstat(p)
@@ -87,7 +87,7 @@ class Canary:
 
 def _no_secret_below(top, secret, what):
     """No regular file below top (symlinks not followed) holds the secret."""
-    for d, _dirs, files in os.walk(top):
+    for d, _dirs, files in W.walk(top):
         for n in files:
             p = os.path.join(d, n)
             if os.path.islink(p) or not os.path.isfile(p):

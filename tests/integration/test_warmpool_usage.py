@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import leaks
+import world as W
 from common import expect, expect_eq, poll
 
 # What the stand-in for a refill's work uses inside the pooled session's
@@ -40,10 +41,10 @@ def _pooled_leaves(world):
     the one pooled session."""
     leaves = []
     for mnt in world.cgroup_dirs:
-        for root, dirs, _files in os.walk(mnt):
+        for root, dirs, _files in W.walk(mnt):
             if not os.path.basename(root).startswith("_pool-"):
                 continue
-            for sub, _d, _f in os.walk(root):
+            for sub, _d, _f in W.walk(root):
                 try:
                     with open(os.path.join(sub, "cgroup.procs")) as f:
                         if f.read().strip():
