@@ -59,9 +59,6 @@ UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 
 obj = $(patsubst %.c,$(1)/%.o,$(2))
 
-# `make` alone builds everything (the shim's rules below come first).
-.DEFAULT_GOAL := all
-
 BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd
 # Test only, never installed: sandboxd with its fault points armed (libcore/fault.h).
 FAULT_BINS:= $(B)/faults/sandboxd
