@@ -154,6 +154,12 @@ static void test_host_setup_with_an_ipv6_pool_is_intact_and_repaired(void **stat
         assert_int_equal(core_net_host_teardown(&err), 0);
 }
 
+/* How `nft list` prints the test of the `unrouted` chain (libcore/nft.c
+ * add_unrouted): a unicast destination the host has no route to. */
+#define UNROUTED \
+        "fib daddr type != local fib daddr type != broadcast fib daddr type != multicast fib daddr type != anycast" \
+        " fib daddr oif 0"
+
 static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(void **state) {
         core_net_pool p = test_pool();
         sb_error *err = NULL;
@@ -181,6 +187,15 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 /* A session veth without an element in @sessions is denied,
                  * not left to the policy accept. */
                 "iifname vmap @sessions\n\t\tiifname \"sbx*\" goto deny\n\t}",
+                /* Before routing: a sandbox's packet to a destination the
+                 * host has no route to is judged by the same verdicts as in
+                 * forward, so a denial is rejected and logged instead of
+                 * meeting routing's "network unreachable". */
+                "type filter hook prerouting priority filter; policy accept;\n"
+                "\t\tiifname \"sbx*\" ip daddr 169.254.0.0/16 " UNROUTED " goto deny\n"
+                "\t\tiifname \"sbx*\" meta nfproto ipv6 " UNROUTED " goto deny\n"
+                "\t\tiifname \"sbx*\" " UNROUTED " iifname vmap @sessions\n"
+                "\t\tiifname \"sbx*\" " UNROUTED " goto deny\n\t}",
                 /* Input's host protection: whatever sessions_input leaves. */
                 "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" goto deny\n\t}",
                 /* Inbound (DESIGN §5): nothing outside starts a flow to a
