@@ -13,7 +13,9 @@
  * Also owns the batch machinery policy/nftgen.c builds session objects
  * with (core_nft_batch_*), the dispatch maps `sessions`/`sessions_input`,
  * the `proxied` interface set with the prerouting chain that redirects
- * those sessions' HTTP(S) to the egress proxy, the shared `deny` chain, and the repair path for a table that
+ * those sessions' HTTP(S) to the egress proxy, the `unrouted` chain that
+ * judges what the host cannot route before routing drops it, the shared
+ * `deny` chain, and the repair path for a table that
  * disappeared (core_net_host_ensure, core_net_monitor_*). */
 #include <arpa/inet.h>
 #include <fcntl.h>
