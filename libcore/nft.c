@@ -78,7 +78,7 @@ enum addrmatch {
 /* Whether a rule exists with or without an IPv6 pool (core_net_pool.prefix6). */
 enum v6when { V6_ANY, V6_ON, V6_OFF };
 enum verdict {
-        V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP
+        V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP, V_GOTO
 };
 
 typedef struct host_rule {
@@ -100,6 +100,7 @@ typedef struct host_rule {
         const char *cidr6; /* DADDR6_CIDR */
         bool vmap_oif;     /* V_VMAP: oifname vmap @map instead */
         bool unrouted;     /* add_unrouted(): a unicast destination the host has no route to */
+        const char *to_chain; /* V_GOTO: goto to_chain */
 } host_rule;
 
 typedef struct host_chain {
@@ -121,6 +122,8 @@ static const host_chain host_chains[] = {
          * local address) and before the routing decision, which every
          * prerouting hook precedes: see "unrouted" in host_rules. */
         { "unrouted", "filter", NF_INET_PRE_ROUTING, 0 },
+        /* Its verdicts, for the packets it picks. */
+        { "no_route", NULL, 0, 0 },
         /* The one place a denial is logged and turned into a packet back
          * to the sandbox: per-session chains and the host-protection rules
          * below `goto deny`. */
@@ -389,15 +392,17 @@ static const host_rule host_rules[] = {
          * broadcasts and multicast are not forwarded and stay input's
          * (or nobody's) to judge. Routed packets
          * fail the `oif missing` test and are judged in forward alone. */
-        { .chain = "unrouted", .label = "unrouted: sbx* -> 169.254.0.0/16 no route goto " CORE_NFT_DENY_CHAIN,
-          .iif = IF_SBX, .nfproto = NFPROTO_IPV4, .addr = DADDR_LINKLOCAL, .verdict = V_GOTO_DENY,
-          .unrouted = true },
-        { .chain = "unrouted", .label = "unrouted: sbx* ipv6 no route goto " CORE_NFT_DENY_CHAIN,
-          .iif = IF_SBX, .nfproto = NFPROTO_IPV6, .verdict = V_GOTO_DENY, .v6 = V6_OFF, .unrouted = true },
-        { .chain = "unrouted", .label = "unrouted: sbx* no route iifname vmap @" CORE_NFT_SESSIONS_MAP,
-          .iif = IF_SBX, .verdict = V_VMAP, .map = CORE_NFT_SESSIONS_MAP, .unrouted = true },
-        { .chain = "unrouted", .label = "unrouted: sbx* no route goto " CORE_NFT_DENY_CHAIN,
-          .iif = IF_SBX, .verdict = V_GOTO_DENY, .unrouted = true },
+        { .chain = "unrouted", .label = "unrouted: sbx* no route goto no_route",
+          .iif = IF_SBX, .unrouted = true, .verdict = V_GOTO, .to_chain = "no_route" },
+        /* Whatever it picked, in forward's order (the test is made once
+         * per packet, in the rule above). */
+        { .chain = "no_route", .label = "no_route: -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
+          .nfproto = NFPROTO_IPV4, .addr = DADDR_LINKLOCAL, .verdict = V_GOTO_DENY },
+        { .chain = "no_route", .label = "no_route: ipv6 goto " CORE_NFT_DENY_CHAIN,
+          .nfproto = NFPROTO_IPV6, .verdict = V_GOTO_DENY, .v6 = V6_OFF },
+        { .chain = "no_route", .label = "no_route: iifname vmap @" CORE_NFT_SESSIONS_MAP,
+          .verdict = V_VMAP, .map = CORE_NFT_SESSIONS_MAP },
+        { .chain = "no_route", .label = "no_route: goto " CORE_NFT_DENY_CHAIN, .verdict = V_GOTO_DENY },
         /* Log first, then reject. The limit belongs to the log rule alone:
          * over the rate the rule just does not match and the rejects below
          * still answer every packet, so a flood costs the daemon at most
@@ -542,8 +547,8 @@ static int add_rpf_missing(struct nftnl_rule *r) {
         return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &none, sizeof(none));
 }
 
-/* `fib daddr type != { local, broadcast, multicast, anycast } fib daddr
- * oif missing`: a destination that is none of the host's own addresses,
+/* `fib daddr oif missing fib daddr type != { local, broadcast, multicast,
+ * anycast }`: a destination that is none of the host's own addresses,
  * broadcast or multicast (local delivery or multicast routing decides
  * those, never the forward chain) and that the host's routing has no
  * unicast route to (the oif lookup yields 0 on a failed lookup and on
@@ -554,23 +559,26 @@ static int add_rpf_missing(struct nftnl_rule *r) {
 static int add_unrouted(struct nftnl_rule *r) {
         static const uint32_t not_types[] = { RTN_LOCAL, RTN_BROADCAST, RTN_MULTICAST, RTN_ANYCAST };
         uint32_t none = 0;
-        struct nftnl_expr *e;
         int ret;
+        /* The route first: a routed packet, the common case, costs one
+         * lookup. */
         for (int i = 0; i < 2; i++) {
-                if ((e = nftnl_expr_alloc("fib"))) {
+                struct nftnl_expr *e = nftnl_expr_alloc("fib");
+                if (e) {
                         nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_FLAGS, NFTA_FIB_F_DADDR);
-                        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, i == 0 ? NFT_FIB_RESULT_ADDRTYPE
-                                                                            : NFT_FIB_RESULT_OIF);
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, i == 0 ? NFT_FIB_RESULT_OIF
+                                                                            : NFT_FIB_RESULT_ADDRTYPE);
                         nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_DREG, NFT_REG_1);
                 }
                 if ((ret = add_expr(r, e)) < 0)
                         return ret;
-                if (i == 0)
-                        for (size_t t = 0; t < ELEMENTSOF(not_types); t++)
-                                if ((ret = add_cmp(r, NFT_CMP_NEQ, &not_types[t], sizeof(not_types[t]))) < 0)
-                                        return ret;
+                if (i == 0 && (ret = add_cmp(r, NFT_CMP_EQ, &none, sizeof(none))) < 0)
+                        return ret;
         }
-        return add_cmp(r, NFT_CMP_EQ, &none, sizeof(none));
+        for (size_t t = 0; t < ELEMENTSOF(not_types); t++)
+                if ((ret = add_cmp(r, NFT_CMP_NEQ, &not_types[t], sizeof(not_types[t]))) < 0)
+                        return ret;
+        return 0;
 }
 
 /* `exthdr rt exists`: the packet carries an IPv6 routing header (RFC 8200
@@ -730,6 +738,16 @@ static int add_limited_log(struct nftnl_rule *r) {
         return add_expr(r, e);
 }
 
+static int add_goto(struct nftnl_rule *r, const char *chain) {
+        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, NFT_GOTO);
+                nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain);
+        }
+        return add_expr(r, e);
+}
+
 static int add_verdict(struct nftnl_rule *r, enum verdict v) {
         struct nftnl_expr *e;
         switch (v) {
@@ -752,12 +770,7 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
         case V_MASQ:
                 return add_expr(r, nftnl_expr_alloc("masq"));
         case V_GOTO_DENY:
-                if ((e = nftnl_expr_alloc("immediate"))) {
-                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, NFT_GOTO);
-                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
-                }
-                return add_expr(r, e);
+                return add_goto(r, CORE_NFT_DENY_CHAIN);
         case V_DROP:
                 if ((e = nftnl_expr_alloc("immediate"))) {
                         nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
@@ -768,7 +781,8 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
                 return add_limited_log(r);
         case V_VMAP:
         case V_REDIRECT:
-                break; /* need more than the verdict: add_vmap(), add_redirect() */
+        case V_GOTO:
+                break; /* need more than the verdict: add_vmap(), add_redirect(), add_goto() */
         }
         return -EINVAL;
 }
@@ -880,6 +894,8 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 k = add_vmap(r, hr->map, hr->vmap_oif);
         else if (hr->verdict == V_REDIRECT)
                 k = add_redirect(r, hr->to_port);
+        else if (hr->verdict == V_GOTO)
+                k = add_goto(r, hr->to_chain);
         else
                 k = add_verdict(r, hr->verdict);
         if (k < 0)

@@ -154,12 +154,6 @@ static void test_host_setup_with_an_ipv6_pool_is_intact_and_repaired(void **stat
         assert_int_equal(core_net_host_teardown(&err), 0);
 }
 
-/* How `nft list` prints the test of the `unrouted` chain (libcore/nft.c
- * add_unrouted): a unicast destination the host has no route to. */
-#define UNROUTED \
-        "fib daddr type != local fib daddr type != broadcast fib daddr type != multicast fib daddr type != anycast" \
-        " fib daddr oif 0"
-
 static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(void **state) {
         core_net_pool p = test_pool();
         sb_error *err = NULL;
@@ -192,10 +186,10 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                  * forward, so a denial is rejected and logged instead of
                  * meeting routing's "network unreachable". */
                 "type filter hook prerouting priority filter; policy accept;\n"
-                "\t\tiifname \"sbx*\" ip daddr 169.254.0.0/16 " UNROUTED " goto deny\n"
-                "\t\tiifname \"sbx*\" meta nfproto ipv6 " UNROUTED " goto deny\n"
-                "\t\tiifname \"sbx*\" " UNROUTED " iifname vmap @sessions\n"
-                "\t\tiifname \"sbx*\" " UNROUTED " goto deny\n\t}",
+                "\t\tiifname \"sbx*\" fib daddr oif 0 fib daddr type != local fib daddr type != broadcast "
+                "fib daddr type != multicast fib daddr type != anycast goto no_route\n\t}",
+                "chain no_route {\n\t\tip daddr 169.254.0.0/16 goto deny\n\t\tmeta nfproto ipv6 goto deny\n"
+                "\t\tiifname vmap @sessions\n\t\tgoto deny\n\t}",
                 /* Input's host protection: whatever sessions_input leaves. */
                 "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" goto deny\n\t}",
                 /* Inbound (DESIGN §5): nothing outside starts a flow to a
