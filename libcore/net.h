@@ -45,7 +45,10 @@ unsigned core_net_pool_slots(const core_net_pool *pool);
  * an IPv6 pool (prefix6 0) IPv6 from "sbx*" is rejected; with one, IPv6
  * forwarding is enabled too, the IPv6 pool is masqueraded (NAT66), and the
  * IPv6 forms of what the IPv4 rules keep unreachable are rejected (see
- * host_rules in nft.c). Errors name the failing rule (extended ACK). */
+ * host_rules in nft.c). A sandbox's packet to a destination the host has
+ * no route to meets the same verdicts in prerouting (chain `unrouted`),
+ * before routing would drop it unjudged. Errors name the failing rule
+ * (extended ACK). */
 int core_net_host_setup(const core_net_pool *pool, sb_error **ret_err);
 
 /* Removes the `inet sandboxd` table (daemon shutdown, tests). Missing table

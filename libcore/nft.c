@@ -13,7 +13,9 @@
  * Also owns the batch machinery policy/nftgen.c builds session objects
  * with (core_nft_batch_*), the dispatch maps `sessions`/`sessions_input`,
  * the `proxied` interface set with the prerouting chain that redirects
- * those sessions' HTTP(S) to the egress proxy, the shared `deny` chain, and the repair path for a table that
+ * those sessions' HTTP(S) to the egress proxy, the `unrouted` chain that
+ * judges what the host cannot route before routing drops it, the shared
+ * `deny` chain, and the repair path for a table that
  * disappeared (core_net_host_ensure, core_net_monitor_*). */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -23,6 +25,7 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/sockios.h>
 #include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
@@ -75,7 +78,7 @@ enum addrmatch {
 /* Whether a rule exists with or without an IPv6 pool (core_net_pool.prefix6). */
 enum v6when { V6_ANY, V6_ON, V6_OFF };
 enum verdict {
-        V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP
+        V_ACCEPT, V_REJECT_TCP, V_REJECT_ICMPX, V_MASQ, V_VMAP, V_GOTO_DENY, V_LOG, V_REDIRECT, V_DROP, V_GOTO
 };
 
 typedef struct host_rule {
@@ -96,6 +99,8 @@ typedef struct host_rule {
         enum v6when v6;    /* V6_ON: only with an IPv6 pool; V6_OFF: only without */
         const char *cidr6; /* DADDR6_CIDR */
         bool vmap_oif;     /* V_VMAP: oifname vmap @map instead */
+        bool unrouted;     /* add_unrouted(): a unicast destination the host has no route to */
+        const char *to_chain; /* V_GOTO: goto to_chain */
 } host_rule;
 
 typedef struct host_chain {
@@ -112,6 +117,13 @@ static const host_chain host_chains[] = {
         { "postrouting", "nat", NF_INET_POST_ROUTING, 100 }, /* srcnat */
         /* dstnat: the egress proxy's interception (host_rules below). */
         { "prerouting", "nat", NF_INET_PRE_ROUTING, -100 },
+        /* Priority filter, after dstnat (the proxy's redirect and
+         * allow-all's DNS forwarding have rewritten their packets to a
+         * local address) and before the routing decision, which every
+         * prerouting hook precedes: see "unrouted" in host_rules. */
+        { "unrouted", "filter", NF_INET_PRE_ROUTING, 0 },
+        /* Its verdicts, for the packets it picks. */
+        { "no_route", NULL, 0, 0 },
         /* The one place a denial is logged and turned into a packet back
          * to the sandbox: per-session chains and the host-protection rules
          * below `goto deny`. */
@@ -363,6 +375,34 @@ static const host_rule host_rules[] = {
         { "prerouting", "prerouting: iifname @" CORE_NFT_PROXIED_SET " ip6 tcp dport 443 redirect",
           IF_ANY, IF_ANY, NFPROTO_IPV6, ADDR_ANY, true, false, V_REDIRECT, NULL, CORE_NFT_PROXIED_SET,
           443, CORE_NFT_PROXY_PORT, .v6 = V6_ON },
+        /* A sandbox's packet to a destination the host has no route to
+         * (no default route, an unreachable or blackhole route) never
+         * reaches the forward chain: the routing decision after prerouting
+         * drops it and answers "network unreachable", so a denied connect
+         * would hang through TCP's retries (a soft error) or fail with
+         * ENETUNREACH, and no denial event would be reported. Such packets
+         * are judged here, before routing, by the same verdicts as in
+         * forward: the session's element of `sessions` (its s_<if> chain,
+         * generated from the one packet decision table), link-local and an
+         * interface without an element denied. A denial goes to `deny` (a
+         * reset, ICMP admin-prohibited, an event) as in forward; what the
+         * policy allows goes on to routing and gets the host's own
+         * answer. Only unicast destinations that are not the host's own
+         * (add_unrouted): the gateway's services, the proxy's redirect,
+         * broadcasts and multicast are not forwarded and stay input's
+         * (or nobody's) to judge. Routed packets
+         * fail the `oif missing` test and are judged in forward alone. */
+        { .chain = "unrouted", .label = "unrouted: sbx* no route goto no_route",
+          .iif = IF_SBX, .unrouted = true, .verdict = V_GOTO, .to_chain = "no_route" },
+        /* Whatever it picked, in forward's order (the test is made once
+         * per packet, in the rule above). */
+        { .chain = "no_route", .label = "no_route: -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
+          .nfproto = NFPROTO_IPV4, .addr = DADDR_LINKLOCAL, .verdict = V_GOTO_DENY },
+        { .chain = "no_route", .label = "no_route: ipv6 goto " CORE_NFT_DENY_CHAIN,
+          .nfproto = NFPROTO_IPV6, .verdict = V_GOTO_DENY, .v6 = V6_OFF },
+        { .chain = "no_route", .label = "no_route: iifname vmap @" CORE_NFT_SESSIONS_MAP,
+          .verdict = V_VMAP, .map = CORE_NFT_SESSIONS_MAP },
+        { .chain = "no_route", .label = "no_route: goto " CORE_NFT_DENY_CHAIN, .verdict = V_GOTO_DENY },
         /* Log first, then reject. The limit belongs to the log rule alone:
          * over the rate the rule just does not match and the rejects below
          * still answer every packet, so a flood costs the daemon at most
@@ -505,6 +545,40 @@ static int add_rpf_missing(struct nftnl_rule *r) {
         }
         int ret = add_expr(r, e);
         return ret < 0 ? ret : add_cmp(r, NFT_CMP_EQ, &none, sizeof(none));
+}
+
+/* `fib daddr oif missing fib daddr type != { local, broadcast, multicast,
+ * anycast }`: a destination that is none of the host's own addresses,
+ * broadcast or multicast (local delivery or multicast routing decides
+ * those, never the forward chain) and that the host's routing has no
+ * unicast route to (the oif lookup yields 0 on a failed lookup and on
+ * unreachable, blackhole and prohibit routes). The type is not compared
+ * with `unicast`: IPv4 looks it up in the local table alone (unicast for
+ * any other address), IPv6 in the full routing table (unreachable when
+ * there is no route). */
+static int add_unrouted(struct nftnl_rule *r) {
+        static const uint32_t not_types[] = { RTN_LOCAL, RTN_BROADCAST, RTN_MULTICAST, RTN_ANYCAST };
+        uint32_t none = 0;
+        int ret;
+        /* The route first: a routed packet, the common case, costs one
+         * lookup. */
+        for (int i = 0; i < 2; i++) {
+                struct nftnl_expr *e = nftnl_expr_alloc("fib");
+                if (e) {
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_FLAGS, NFTA_FIB_F_DADDR);
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, i == 0 ? NFT_FIB_RESULT_OIF
+                                                                            : NFT_FIB_RESULT_ADDRTYPE);
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_DREG, NFT_REG_1);
+                }
+                if ((ret = add_expr(r, e)) < 0)
+                        return ret;
+                if (i == 0 && (ret = add_cmp(r, NFT_CMP_EQ, &none, sizeof(none))) < 0)
+                        return ret;
+        }
+        for (size_t t = 0; t < ELEMENTSOF(not_types); t++)
+                if ((ret = add_cmp(r, NFT_CMP_NEQ, &not_types[t], sizeof(not_types[t]))) < 0)
+                        return ret;
+        return 0;
 }
 
 /* `exthdr rt exists`: the packet carries an IPv6 routing header (RFC 8200
@@ -664,6 +738,16 @@ static int add_limited_log(struct nftnl_rule *r) {
         return add_expr(r, e);
 }
 
+static int add_goto(struct nftnl_rule *r, const char *chain) {
+        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, NFT_GOTO);
+                nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain);
+        }
+        return add_expr(r, e);
+}
+
 static int add_verdict(struct nftnl_rule *r, enum verdict v) {
         struct nftnl_expr *e;
         switch (v) {
@@ -686,12 +770,7 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
         case V_MASQ:
                 return add_expr(r, nftnl_expr_alloc("masq"));
         case V_GOTO_DENY:
-                if ((e = nftnl_expr_alloc("immediate"))) {
-                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-                        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, NFT_GOTO);
-                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
-                }
-                return add_expr(r, e);
+                return add_goto(r, CORE_NFT_DENY_CHAIN);
         case V_DROP:
                 if ((e = nftnl_expr_alloc("immediate"))) {
                         nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
@@ -702,7 +781,8 @@ static int add_verdict(struct nftnl_rule *r, enum verdict v) {
                 return add_limited_log(r);
         case V_VMAP:
         case V_REDIRECT:
-                break; /* need more than the verdict: add_vmap(), add_redirect() */
+        case V_GOTO:
+                break; /* need more than the verdict: add_vmap(), add_redirect(), add_goto() */
         }
         return -EINVAL;
 }
@@ -794,6 +874,8 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 return k;
         if (hr->addr >= DADDR6_CIDR && (k = add_addr6(r, hr, pool)) < 0)
                 return k;
+        if (hr->unrouted && (k = add_unrouted(r)) < 0)
+                return k;
         /* oifname after the address match: the order nft itself uses, so
          * `nft list` prints the rule the way it is written in host_rules. */
         if ((k = add_ifname(r, NFT_META_OIFNAME, hr->oif)) < 0)
@@ -812,6 +894,8 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
                 k = add_vmap(r, hr->map, hr->vmap_oif);
         else if (hr->verdict == V_REDIRECT)
                 k = add_redirect(r, hr->to_port);
+        else if (hr->verdict == V_GOTO)
+                k = add_goto(r, hr->to_chain);
         else
                 k = add_verdict(r, hr->verdict);
         if (k < 0)

@@ -1,6 +1,7 @@
 /* Per-session nftables objects generated from a network policy (DESIGN
- * §5.2): the chains `s_<ifname>` (forward) and `i_<ifname>` (input, the
- * gateway services), the address sets and the session's elements of the
+ * §5.2): the chains `s_<ifname>` (forward; also prerouting, through the
+ * host table's `no_route` chain, for a destination the host cannot route)
+ * and `i_<ifname>` (input, the gateway services), the address sets and the session's elements of the
  * host table's `sessions` and `sessions_input` verdict maps, all inside
  * `inet sandboxd` (built by libcore/nft.c), and its element of the
  * `proxied` interface set. Every change is one libnftnl batch sent once; errors name

@@ -181,6 +181,15 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 /* A session veth without an element in @sessions is denied,
                  * not left to the policy accept. */
                 "iifname vmap @sessions\n\t\tiifname \"sbx*\" goto deny\n\t}",
+                /* Before routing: a sandbox's packet to a destination the
+                 * host has no route to is judged by the same verdicts as in
+                 * forward, so a denial is rejected and logged instead of
+                 * meeting routing's "network unreachable". */
+                "type filter hook prerouting priority filter; policy accept;\n"
+                "\t\tiifname \"sbx*\" fib daddr oif 0 fib daddr type != local fib daddr type != broadcast "
+                "fib daddr type != multicast fib daddr type != anycast goto no_route\n\t}",
+                "chain no_route {\n\t\tip daddr 169.254.0.0/16 goto deny\n\t\tmeta nfproto ipv6 goto deny\n"
+                "\t\tiifname vmap @sessions\n\t\tgoto deny\n\t}",
                 /* Input's host protection: whatever sessions_input leaves. */
                 "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" goto deny\n\t}",
                 /* Inbound (DESIGN §5): nothing outside starts a flow to a
