@@ -356,7 +356,7 @@ print("sent")
 # that carry the marker MARK (whatever source NAT66 gave them).
 SRC_SNIFF = r'''
 import socket, sys, time
-mark = sys.argv[2].encode()
+mark, control = sys.argv[2].encode(), sys.argv[3].encode()
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
 s.bind(("inet0", 0)); s.settimeout(0.2); print("ready", flush=True)
 n, end = 0, time.monotonic() + float(sys.argv[1])
@@ -365,7 +365,11 @@ while time.monotonic() < end:
         f = s.recv(2048)
     except socket.timeout:
         continue
-    if f[12:14] == b"\x86\xdd" and mark in f:
+    if f[12:14] != b"\x86\xdd":
+        continue
+    if control in f:
+        break
+    if mark in f:
         n += 1
 print(n, flush=True)
 '''
@@ -379,14 +383,20 @@ def test_a_forged_ipv6_source_never_leaves_the_host(world):
         _own, gw = _addr6(world, name)
         for i, forged in enumerate(("2a05:5::99", other_addr, gw, _own)):
             mark = "forged-%d-%s" % (i, world.id)
-            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "3",
-                                      mark], stdout=subprocess.PIPE, text=True)
+            # The control datagram, from the sandbox's own address, is sent
+            # after the forged one on the same path: once the sniffer has
+            # seen it, the forged one would have arrived before it.
+            control = "control-%d-%s" % (i, world.id)
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "120",
+                                      mark, control], stdout=subprocess.PIPE, text=True)
             try:
                 expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
-                code, out, err = world.ctl("exec", "--sudo", name, "--", "python3", "-c", SPOOF6, forged,
-                                           W.PUB6_API_ADDR, mark)
-                expect(code == 0 and "sent" in out, "raw IPv6 send as root inside: exit %d:" % code, err.strip()[:300])
-                seen = sniff.communicate(timeout=20)[0].strip()
+                for src, m in ((forged, mark), (_own, control)):
+                    code, out, err = world.ctl("exec", "--sudo", name, "--", "python3", "-c", SPOOF6, src,
+                                               W.PUB6_API_ADDR, m)
+                    expect(code == 0 and "sent" in out, "raw IPv6 send as root inside: exit %d:" % code,
+                           err.strip()[:300])
+                seen = sniff.communicate(timeout=150)[0].strip()
             finally:
                 if sniff.poll() is None:
                     sniff.kill()
