@@ -36,7 +36,10 @@ def _wait_event(conn, wid, pred, what, timeout=60):
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError("no %s; events so far: %s" % (what, json.dumps(_events(conn, wid)[-20:])[:1500]))
-        msg = conn.read_msg(left)
+        try:
+            msg = conn.read_msg(left)
+        except TimeoutError:
+            continue  # the deadline above says what was missing
         if msg is None:
             raise AssertionError("sandboxd closed the connection waiting for %s" % what)
         if isinstance(msg, dict) and "id" in msg and ("result" in msg or "error" in msg):
