@@ -588,10 +588,14 @@ void init_watch_free_dead(void) {
         }
 }
 
-/* Both the child reaped and its pipe at EOF: the end goes out. */
+/* Both the child reaped and its pipe at EOF: the end goes out, once. The
+ * watch leaves `watches` before the send: agent_send may resume paused
+ * output (agent_update_backpressure), which walks `watches` and ends what
+ * it finds ended. */
 static void maybe_end(init_agent *a, init_fswatch *w) {
-        if (w->pid > 0 || w->fd >= 0)
+        if (w->ended || w->pid > 0 || w->fd >= 0)
                 return;
+        forget_watch(a, w);
         const char *reason = w->end_reason;
         /* Ended by the stop's SIGTERM to every process. */
         if (!reason && !w->end_errno && a->stopping)
@@ -599,7 +603,6 @@ static void maybe_end(init_agent *a, init_fswatch *w) {
         if (!reason && !w->end_errno)
                 reason = WIFSIGNALED(w->status) && WTERMSIG(w->status) == SIGKILL ? "stopped" : "ended";
         send_end(a, w->id, w->end_errno, reason, w->end_message);
-        forget_watch(a, w);
 }
 
 /* One line of the child: an event for the batch, or its start or end. */
