@@ -269,3 +269,7 @@ void init_watch_on_event(init_agent *a, init_watch *w);
 bool init_watch_reaped(init_agent *a, pid_t pid, int wstatus);
 /* Backpressure, with the commands' output (cmd_set_output_paused). */
 void init_watch_set_paused(init_agent *a, bool paused);
+/* Frees the watches ended since the last call; from the event loop between
+ * epoll batches only (an event of the batch may point at an ended one, as
+ * for cmd_free_dead). */
+void init_watch_free_dead(void);

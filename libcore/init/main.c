@@ -289,6 +289,7 @@ static int serve(init_agent *a) {
                                 cmd_on_event(a, w, evs[i].events);
                 }
                 cmd_free_dead(a);
+                init_watch_free_dead();
         }
 }
 

@@ -57,9 +57,14 @@ typedef struct init_fswatch {
         int end_errno;         /* from the child's last line */
         char *end_reason, *end_message;
         int status;
+        bool ended;            /* its end sent: out of `watches`, on `dead` */
 } init_fswatch;
 
 static init_fswatch *watches;
+/* Ended watches, freed between epoll batches (init_watch_free_dead): a
+ * later event of the same batch may still point at one (its pipe's, after
+ * the SIGCHLD of the batch reaped its child and ended it). */
+static init_fswatch *dead;
 static bool watches_paused;
 
 /* ---- the child --------------------------------------------------------- */
@@ -556,7 +561,8 @@ void init_watch_stop_all(init_agent *a) {
                         (void)kill(w->pid, SIGKILL);
 }
 
-static void free_watch(init_agent *a, init_fswatch *w) {
+/* Takes w out of `watches` onto `dead`; freed by init_watch_free_dead. */
+static void forget_watch(init_agent *a, init_fswatch *w) {
         for (init_fswatch **pp = &watches; *pp; pp = &(*pp)->next)
                 if (*pp == w) {
                         *pp = w->next;
@@ -565,16 +571,31 @@ static void free_watch(init_agent *a, init_fswatch *w) {
         watch_clear(a, w->fd, &w->watched);
         if (w->fd >= 0)
                 close(w->fd);
-        free(w->buf);
-        free(w->end_reason);
-        free(w->end_message);
-        free(w);
+        w->fd = -EBADF;
+        w->ended = true;
+        w->next = dead;
+        dead = w;
 }
 
-/* Both the child reaped and its pipe at EOF: the end goes out. */
+void init_watch_free_dead(void) {
+        while (dead) {
+                init_fswatch *w = dead;
+                dead = w->next;
+                free(w->buf);
+                free(w->end_reason);
+                free(w->end_message);
+                free(w);
+        }
+}
+
+/* Both the child reaped and its pipe at EOF: the end goes out, once. The
+ * watch leaves `watches` before the send: agent_send may resume paused
+ * output (agent_update_backpressure), which walks `watches` and ends what
+ * it finds ended. */
 static void maybe_end(init_agent *a, init_fswatch *w) {
-        if (w->pid > 0 || w->fd >= 0)
+        if (w->ended || w->pid > 0 || w->fd >= 0)
                 return;
+        forget_watch(a, w);
         const char *reason = w->end_reason;
         /* Ended by the stop's SIGTERM to every process. */
         if (!reason && !w->end_errno && a->stopping)
@@ -582,7 +603,6 @@ static void maybe_end(init_agent *a, init_fswatch *w) {
         if (!reason && !w->end_errno)
                 reason = WIFSIGNALED(w->status) && WTERMSIG(w->status) == SIGKILL ? "stopped" : "ended";
         send_end(a, w->id, w->end_errno, reason, w->end_message);
-        free_watch(a, w);
 }
 
 /* One line of the child: an event for the batch, or its start or end. */
@@ -631,6 +651,8 @@ static void send_batch(init_agent *a, init_fswatch *w, cJSON **events, bool *rea
  * level-triggered: what is left wakes us again). */
 void init_watch_on_event(init_agent *a, init_watch *iw) {
         init_fswatch *w = iw->fsw;
+        if (w->ended)
+                return; /* ended earlier in this epoll batch */
         if (!w->buf && !(w->buf = malloc(WATCH_LINE_MAX)))
                 return;
         _cleanup_(cJSON_Deletep) cJSON *events = cJSON_CreateArray();

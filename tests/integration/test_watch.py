@@ -36,7 +36,10 @@ def _wait_event(conn, wid, pred, what, timeout=60):
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError("no %s; events so far: %s" % (what, json.dumps(_events(conn, wid)[-20:])[:1500]))
-        msg = conn.read_msg(left)
+        try:
+            msg = conn.read_msg(left)
+        except TimeoutError:
+            continue  # the deadline above says what was missing
         if msg is None:
             raise AssertionError("sandboxd closed the connection waiting for %s" % what)
         if isinstance(msg, dict) and "id" in msg and ("result" in msg or "error" in msg):
@@ -257,3 +260,80 @@ def test_a_watched_file_reports_writes_and_the_watch_ends_when_it_is_deleted(wor
             _wait_event(conn, wid, _has("deleted", "/workspace/f.txt", False), "deleted f.txt")
             ans = conn.wait(rid, timeout=60)
             expect_eq(ans.get("result", {}).get("reason"), "deleted", "the answer once the path went: %s" % ans)
+
+
+def _children(pid):
+    """Host pids of pid's children (from every /proc/P/stat's ppid)."""
+    out = set()
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % p) as f:
+                st = f.read()
+        except OSError:
+            continue
+        if int(st[st.rindex(")") + 2:].split()[1]) == pid:
+            out.add(int(p))
+    return out
+
+
+def _state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read()
+    except OSError:
+        return None
+    return st[st.rindex(")") + 2:].split()[0]
+
+
+def test_a_watcher_and_another_child_ending_in_one_wakeup_of_init(world):
+    """sandbox-init handles a batch of ready events in one go: when the
+    batch's SIGCHLD reaps a watcher whose pipe is also in the batch, the
+    watch ends once, with its final answer, and init goes on serving (it
+    once freed the watch under the pipe's pending event and crashed). The
+    order is made by stopping init (SIGSTOP) while a command, then the
+    watcher, are killed from the host."""
+    with sandbox(world, "watchbatch", "--deny-all") as name:
+        init_pid = world.rpc_result("sandbox.get", {"name": name})["session"]["initPid"]
+        with world.daemon.connect() as conn:
+            before = _children(init_pid)
+            rid, _wid = _start(conn, name, "/workspace", recursive=False)
+            watcher = _children(init_pid) - before
+            expect_eq(len(watcher), 1, "new children of init with the watch (%s)" % watcher)
+            ran = conn.result("command.run", {"sandbox": name, "cmd": "sleep", "args": ["600"], "detached": True})
+            world.wait_until(lambda: len(_children(init_pid) - before - watcher) == 1, 60, "the sleep command's process")
+            (cmd,) = _children(init_pid) - before - watcher
+            (watcher,) = watcher
+            os.kill(init_pid, signal.SIGSTOP)
+            try:
+                world.wait_until(lambda: _state(init_pid) == "T", 60, "sandbox-init stopped")
+                os.kill(cmd, signal.SIGKILL)
+                world.wait_until(lambda: _state(cmd) == "Z", 60, "the command a zombie")
+                os.kill(watcher, signal.SIGKILL)
+                world.wait_until(lambda: _state(watcher) == "Z", 60, "the watcher a zombie")
+            finally:
+                os.kill(init_pid, signal.SIGCONT)
+            ans = conn.wait(rid, timeout=60)
+            expect_eq(ans.get("result", {}).get("reason"), "ended", "the killed watcher's answer: %s" % ans)
+            ex = conn.result("command.wait", {"cmdId": ran["cmdId"]}, timeout=60)
+            expect_eq(ex.get("exitCode"), 137, "the killed command's exit: %s" % ex)
+        expect_eq(sh_ok(world, name, "echo alive"), "alive\n", "a command after the batch")
+        with world.daemon.connect() as conn:
+            _start(conn, name, "/workspace")
+
+
+def test_a_watch_is_answered_when_sandbox_init_dies(world):
+    """A sandbox whose init dies unexpectedly (killed from the host) ends
+    its watches with a final answer, like a stop: none is left waiting."""
+    with sandbox(world, "watchdie", "--deny-all") as name:
+        init_pid = world.rpc_result("sandbox.get", {"name": name})["session"]["initPid"]
+        with world.daemon.connect() as conn:
+            rid, _wid = _start(conn, name, "/workspace")
+            other = _start(conn, name, "/workspace", recursive=False)[0]
+            conn.call("request.cancel", {"id": other})
+            os.kill(init_pid, signal.SIGKILL)
+            ans = conn.wait(rid, timeout=60)
+            expect_eq(ans.get("result", {}).get("reason"), "sandbox_stopped", "the watch's answer: %s" % ans)
+            ans = conn.wait(other, timeout=60)
+            expect_eq(ans.get("error", {}).get("code"), -32800, "the cancelled watch's answer: %s" % ans)

@@ -230,6 +230,7 @@ class RpcConn:
         self.responses = {}
         self.next_id = 1
         self.timeout = timeout
+        self.methods = {}  # request id -> method, to name a request not answered in time
 
     def close(self):
         try:
@@ -257,7 +258,10 @@ class RpcConn:
             if left <= 0:
                 raise TimeoutError("no message from sandboxd in time")
             self.sock.settimeout(left)
-            chunk = self.sock.recv(1 << 16)
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except socket.timeout:
+                raise TimeoutError("no message from sandboxd in time") from None
             if not chunk:
                 return None
             self.buf += chunk
@@ -269,6 +273,7 @@ class RpcConn:
         rid = self.next_id
         self.next_id += 1
         msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        self.methods[rid] = method
         if params is not None:
             msg["params"] = params
         self.send(msg)
@@ -276,9 +281,14 @@ class RpcConn:
 
     def wait(self, rid, timeout=None):
         """The response to request `rid` (the whole message)."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        secs = timeout if timeout is not None else self.timeout
+        deadline = time.monotonic() + secs
         while rid not in self.responses:
-            msg = self.read_msg(max(0.001, deadline - time.monotonic()))
+            try:
+                msg = self.read_msg(max(0.001, deadline - time.monotonic()))
+            except TimeoutError:
+                raise TimeoutError("no answer to request %s (%s) in %gs" % (rid, self.methods.get(rid, "?"), secs)) \
+                    from None
             if msg is None:
                 raise ConnectionError("sandboxd closed the connection")
             if isinstance(msg, dict) and "id" in msg and ("result" in msg or "error" in msg):
@@ -298,12 +308,17 @@ class RpcConn:
 
     def wait_note(self, pred, timeout=None):
         """Waits for (and removes) the first notification matching pred."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        secs = timeout if timeout is not None else self.timeout
+        deadline = time.monotonic() + secs
         while True:
             for i, n in enumerate(self.notes):
                 if pred(n):
                     return self.notes.pop(i)
-            msg = self.read_msg(max(0.001, deadline - time.monotonic()))
+            try:
+                msg = self.read_msg(max(0.001, deadline - time.monotonic()))
+            except TimeoutError:
+                raise TimeoutError("no awaited notification in %gs; last ones: %s"
+                                   % (secs, json.dumps(self.notes[-5:])[:800])) from None
             if msg is None:
                 raise ConnectionError("sandboxd closed the connection")
             if isinstance(msg, dict) and "id" in msg and ("result" in msg or "error" in msg):

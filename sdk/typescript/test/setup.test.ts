@@ -88,7 +88,10 @@ test("a waiter takes over the setup when the creator dies in the middle of onCre
 import { Sandbox } from ${JSON.stringify(dist)};
 await Sandbox.getOrCreate({ name: ${JSON.stringify(name)}, networkPolicy: "deny-all", onCreate: async () => {
   console.log("in-setup");
-  await new Promise(() => {}); // never returns: the process is killed here
+  // Never returns: the process is killed here. The interval keeps it alive
+  // until then (a bare unsettled await lets Node exit at once, code 13, and
+  // the setup would be released before the waiter came).
+  await new Promise(() => { setInterval(() => {}, 60_000); });
 } });
 `;
   const child = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "pipe"] });
@@ -106,6 +109,7 @@ await Sandbox.getOrCreate({ name: ${JSON.stringify(name)}, networkPolicy: "deny-
       onCreate: async (sb) => { await sb.writeFiles([{ path: "by-waiter", content: "1" }]); },
     });
     await until(async () => (await waiters(other, name)) === 1, 60_000, "the waiter to wait");
+    assert.equal(child.exitCode ?? child.signalCode, null, "the creator is still in its onCreate: " + stderr);
     child.kill("SIGKILL");
     await exited;
     const sb = await within(waiting, 60_000, "the waiter's getOrCreate");
