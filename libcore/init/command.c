@@ -1029,6 +1029,11 @@ void cmd_free_dead(init_agent *a) {
         while (a->dead) {
                 init_cmd *c = a->dead;
                 a->dead = c->next;
+                /* Out of epoll before the close: a child forked meanwhile
+                 * may hold a copy of the fd until its exec, and the
+                 * registration lives as long as any copy does, with a
+                 * pointer to c (freed below). */
+                watch_clear(a, c->report_fd, &c->report_watched);
                 if (c->report_fd >= 0)
                         close(c->report_fd);
                 free(c->meta);
