@@ -22,18 +22,21 @@ class _Conn:
         self.s = socket.socket(socket.AF_UNIX)
         self.s.connect(path)
         self.f = self.s.makefile("rb")
+        self.answers = {}
 
     def send(self, id_, method, params):
         self.s.sendall((json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params}) + "\n").encode())
 
     def answer(self, id_):
-        """The raw answer line to request id_ and its parsed message."""
-        while True:
+        """The raw answer line to request id_ and its parsed message; answers
+        come in completion order, so those of other ids are kept for later."""
+        while id_ not in self.answers:
             line = self.f.readline()
             expect(line, "the daemon closed the connection")
             m = json.loads(line)
-            if m.get("id") == id_:
-                return line, m
+            if "id" in m:
+                self.answers[m["id"]] = (line, m)
+        return self.answers.pop(id_)
 
     def close(self):
         self.s.close()
