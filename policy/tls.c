@@ -58,6 +58,7 @@ struct pol_proxy_ca {
 typedef struct accept_ctx {
         pol_proxy_ca *ca;
         const pol_proxy_target *t;
+        bool need_sni; /* a ClientHello without SNI fails (pol_tls_deny) */
 } accept_ctx;
 
 static int ssl_fail(sb_error **ret_err, int r, const char *step) {
@@ -334,6 +335,11 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
                         *alert = SSL_AD_UNRECOGNIZED_NAME;
                         return SSL_TLSEXT_ERR_ALERT_FATAL;
                 }
+        } else if (ac->need_sni) {
+                /* docs/POLICY.md "legible refusals": the SNI must name the
+                 * refused host, else no leaf is minted for it. */
+                *alert = SSL_AD_UNRECOGNIZED_NAME;
+                return SSL_TLSEXT_ERR_ALERT_FATAL;
         }
         if (pol_proxy_ca_leaf(ac->ca, ac->t->host, &cert, &key) < 0) {
                 *alert = SSL_AD_INTERNAL_ERROR;
@@ -417,13 +423,15 @@ int pol_tls_terminate(const pol_proxy_env *env, int client_fd, const pol_proxy_t
 /* Threat: the leaf is a certificate the sandbox trusts, for a name the
  * policy refused. It is minted for t->host only (sni_cb refuses any other
  * SNI), by this session's CA only, and serves a page the proxy writes
- * itself: no byte of the connection goes anywhere. Cost per connection is
+ * itself: no byte of the connection goes anywhere. A ClientHello without
+ * SNI fails the handshake too (docs/POLICY.md): the refusal is already
+ * reported, so the caller reports nothing more. Cost per connection is
  * one handshake with the CA's one leaf key (EC P-256) and, per new name,
  * one signature (the leaf cache, LEAF_CACHE names). */
 int pol_tls_deny(const pol_proxy_env *env, int client_fd, const pol_proxy_target *t, const char *why) {
         if (!env || !env->ca || !t || t->is_addr || !t->host[0] || client_fd < 0)
                 return -EINVAL;
-        accept_ctx ac = { .ca = env->ca, .t = t };
+        accept_ctx ac = { .ca = env->ca, .t = t, .need_sni = true };
         SSL *ssl = NULL;
         int r = tls_accept(env, client_fd, &ac, &ssl);
         if (r < 0)

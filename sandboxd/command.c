@@ -24,6 +24,18 @@
 /* Commands kept per daemon after they exit, oldest forgotten first. */
 #define MAX_FINISHED_COMMANDS 4096
 
+/* Bytes the daemon keeps for its commands' records (the record, cmd, cwd
+ * and args; logs have logBudgetMiB), docs/API.md "Limits": over it the
+ * oldest finished commands are forgotten, as past MAX_FINISHED_COMMANDS.
+ * 4096 commands of maximal args and cwd would otherwise hold ~300 MiB of
+ * daemon memory outside any cgroup. */
+#define KEPT_COMMANDS_BYTES (32u << 20)
+
+/* command.list answers at most this many bytes of commands per page (by
+ * the kept text of each, before JSON escaping), always one command at least;
+ * nextCursor goes on from there. */
+#define LIST_PAGE_BYTES (4u << 20)
+
 /* ---- helpers ------------------------------------------------------------ */
 
 int req_list_add(req_list *l, rpc_request *req) {
@@ -275,13 +287,60 @@ static bool usage_number(const cJSON *u, const char *key, uint64_t *ret) {
         return true;
 }
 
+/* Keeps the strings of args (a JSON array; non-strings skipped) as c's
+ * argv. Returns 0 or -ENOMEM. */
+static int set_args(command *c, const cJSON *args) {
+        size_t len = 0;
+        unsigned n = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, args)
+                if (cJSON_IsString(it)) {
+                        len += strlen(it->valuestring) + 1;
+                        n++;
+                }
+        char *buf = malloc(len ? len : 1);
+        if (!buf)
+                return -ENOMEM;
+        size_t off = 0;
+        cJSON_ArrayForEach(it, args)
+                if (cJSON_IsString(it)) {
+                        size_t l = strlen(it->valuestring) + 1;
+                        memcpy(buf + off, it->valuestring, l);
+                        off += l;
+                }
+        c->argv = buf;
+        c->argv_len = len;
+        c->argc = n;
+        return 0;
+}
+
+/* c's args as a new JSON array of strings; caller owns it. */
+static cJSON *args_json(const command *c) {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t off = 0; a && off < c->argv_len; off += strlen(c->argv + off) + 1)
+                cJSON_AddItemToArray(a, cJSON_CreateString(c->argv + off));
+        return a;
+}
+
+/* What command c costs the daemon's KEPT_COMMANDS_BYTES. */
+static size_t kept_size(const command *c) {
+        return sizeof(*c) + strlen(c->cmd) + 1 + strlen(c->cwd) + 1 + c->argv_len;
+}
+
+/* Counts c, just put into m->commands, in n_commands and kept_bytes. */
+static void keep_command(manager *m, command *c) {
+        m->n_commands++;
+        c->kept = kept_size(c);
+        m->kept_bytes += c->kept;
+}
+
 static cJSON *command_json(const command *c) {
         char buf[40];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "cmdId", c->cmd_id);
         cJSON_AddStringToObject(o, "sandbox", c->sb->name);
         cJSON_AddStringToObject(o, "cmd", c->cmd);
-        cJSON_AddItemToObject(o, "args", cJSON_Duplicate(c->args, 1));
+        cJSON_AddItemToObject(o, "args", args_json(c));
         cJSON_AddStringToObject(o, "cwd", c->cwd);
         cJSON_AddStringToObject(o, "user", c->sudo ? "root" : "sandbox");
         cJSON_AddBoolToObject(o, "tty", c->tty);
@@ -314,11 +373,13 @@ static cJSON *finished_json(const command *c) {
 }
 
 void command_free(command *c) {
-        if (c->sb)
+        if (c->sb) {
                 c->sb->m->log_bytes -= log_alloc(c);
+                c->sb->m->kept_bytes -= c->kept;
+        }
         free(c->cmd);
         free(c->cwd);
-        cJSON_Delete(c->args);
+        free(c->argv);
         ring_free(&c->out);
         ring_free(&c->err);
         sd_event_source_disable_unref(c->timeout_src);
@@ -344,22 +405,39 @@ static bool prunable(const command *c) {
         return c->exited && !c->waiters.n && !c->run_req;
 }
 
-/* Forgets the oldest finished commands past the bound, once the bound is
- * passed by PRUNE_BATCH: one walk counts the prunable ones, a second keeps
- * the newest of them and drops the rest down to the bound. */
+/* Over KEPT_COMMANDS_BYTES by this much, finished commands are forgotten
+ * down to the budget (one walk per this many bytes, as PRUNE_BATCH). */
+#define PRUNE_BYTES (1u << 20)
+
+/* Forgets the oldest finished commands past the bounds, once the count is
+ * past MAX_FINISHED_COMMANDS by PRUNE_BATCH or the bytes are past
+ * KEPT_COMMANDS_BYTES by PRUNE_BYTES: one walk finds the prunable ones,
+ * marks the oldest of them until both bounds hold, a second drops those. */
 static void prune_finished(manager *m) {
-        if (m->n_commands <= MAX_FINISHED_COMMANDS + PRUNE_BATCH)
+        if (m->n_commands <= MAX_FINISHED_COMMANDS + PRUNE_BATCH && m->kept_bytes <= KEPT_COMMANDS_BYTES + PRUNE_BYTES)
                 return;
         unsigned prunables = 0;
         for (command *c = m->commands; c; c = c->next)
                 prunables += prunable(c);
-        unsigned drop = m->n_commands - MAX_FINISHED_COMMANDS;
-        if (drop > prunables)
-                drop = prunables;
-        unsigned keep = prunables - drop;
+        _cleanup_free_ command **v = calloc(prunables + 1, sizeof(*v));
+        if (!v)
+                return;
+        unsigned n = 0;
+        for (command *c = m->commands; c; c = c->next)
+                if (prunable(c))
+                        v[n++] = c; /* newest first */
+        unsigned count = m->n_commands;
+        size_t bytes = m->kept_bytes;
+        unsigned drop = 0;
+        while (drop < n && (count > MAX_FINISHED_COMMANDS || bytes > KEPT_COMMANDS_BYTES)) {
+                command *c = v[n - 1 - drop++];
+                c->pruning = true;
+                count--;
+                bytes -= c->kept;
+        }
         for (command **pp = &m->commands; *pp && drop;) {
                 command *c = *pp;
-                if (!prunable(c) || (keep && keep--)) {
+                if (!c->pruning) {
                         pp = &c->next;
                         continue;
                 }
@@ -790,8 +868,14 @@ static void method_run(rpc_request *req, void *userdata) {
         memcpy(c->cmd_id, "cmd-", 4);
         core_random_hex(c->cmd_id + 4, 16);
         c->cmd = strdup(p.cmd);
-        c->args = p.args ? cJSON_Duplicate(p.args, 1) : cJSON_CreateArray();
         c->cwd = strdup(p.cwd);
+        if (!c->cmd || !c->cwd || set_args(c, p.args) < 0) {
+                free(c->cmd);
+                free(c->cwd);
+                free(c);
+                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                return;
+        }
         c->sudo = p.sudo;
         c->tty = p.tty;
         c->detached = p.detached;
@@ -805,7 +889,7 @@ static void method_run(rpc_request *req, void *userdata) {
         c->run_req = req;
         c->next = m->commands;
         m->commands = c;
-        m->n_commands++;
+        keep_command(m, c);
 
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "op", "run");
@@ -813,7 +897,7 @@ static void method_run(rpc_request *req, void *userdata) {
         cJSON *argv = cJSON_AddArrayToObject(op, "argv");
         cJSON_AddItemToArray(argv, cJSON_CreateString(p.cmd));
         cJSON *it;
-        cJSON_ArrayForEach(it, c->args)
+        cJSON_ArrayForEach(it, p.args)
                 cJSON_AddItemToArray(argv, cJSON_CreateString(it->valuestring));
         cJSON_AddItemToObject(op, "env", build_env(sb, p.env, p.sudo, p.tty));
         cJSON_AddStringToObject(op, "cwd", p.cwd);
@@ -857,7 +941,7 @@ static void add_meta(cJSON *op, const command *c) {
                 return;
         cJSON_AddStringToObject(m, "cmdId", c->cmd_id);
         cJSON_AddStringToObject(m, "cmd", c->cmd);
-        cJSON_AddItemToObject(m, "args", cJSON_Duplicate(c->args, 1));
+        cJSON_AddItemToObject(m, "args", args_json(c));
         cJSON_AddStringToObject(m, "cwd", c->cwd);
         cJSON_AddBoolToObject(m, "sudo", c->sudo);
         cJSON_AddBoolToObject(m, "tty", c->tty);
@@ -909,11 +993,13 @@ static void restore_one(session *s, const cJSON *e) {
         memcpy(c->cmd_id, cmd_id, 21);
         c->cmd = strdup(cmd);
         c->cwd = strdup(cwd);
-        c->args = cJSON_CreateArray();
-        const cJSON *it;
-        cJSON_ArrayForEach(it, args)
-                if (cJSON_IsString(it))
-                        cJSON_AddItemToArray(c->args, cJSON_CreateString(it->valuestring));
+        if (!c->cmd || !c->cwd || set_args(c, args) < 0) {
+                free(c->cmd);
+                free(c->cwd);
+                free(c);
+                cJSON_Delete(meta);
+                return;
+        }
         c->sudo = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "sudo"));
         c->tty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "tty"));
         c->detached = true; /* whoever waited for it went with the old daemon */
@@ -929,7 +1015,7 @@ static void restore_one(session *s, const cJSON *e) {
         c->log_replay = true;
         c->next = m->commands;
         m->commands = c;
-        m->n_commands++;
+        keep_command(m, c);
         cJSON_Delete(meta);
 }
 
@@ -1249,7 +1335,8 @@ static int parse_list_cursor(const char *s, uint64_t *ret_ms, const char **ret_i
 /* command.list {name, limit?, cursor?}: the commands of one sandbox the
  * daemon still keeps (running ones, the last MAX_FINISHED_COMMANDS
  * finished ones of the daemon, those re-adopted after a restart), each as
- * command.get shows it, newest first, a page at a time. */
+ * command.get shows it, newest first, a page at a time: at most limit
+ * commands and LIST_PAGE_BYTES of them. */
 static void method_list(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
@@ -1289,9 +1376,11 @@ static void method_list(rpc_request *req, void *userdata) {
         qsort(v, n, sizeof(*v), cmp_commands);
         cJSON *res = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(res, "commands");
-        size_t shown = n < (size_t)limit ? n : (size_t)limit;
-        for (size_t i = 0; i < shown; i++)
-                cJSON_AddItemToArray(arr, command_json(v[i]));
+        size_t shown = 0, bytes = 0;
+        while (shown < n && shown < (size_t)limit && (!shown || bytes + v[shown]->kept <= LIST_PAGE_BYTES)) {
+                bytes += v[shown]->kept;
+                cJSON_AddItemToArray(arr, command_json(v[shown++]));
+        }
         if (shown < n) {
                 char next[LIST_CURSOR_BYTES];
                 snprintf(next, sizeof(next), "%" PRIu64 ".%s", v[shown - 1]->started_ms, v[shown - 1]->cmd_id);

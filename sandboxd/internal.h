@@ -92,7 +92,13 @@ struct command {
         sandbox *sb;
         session *sess;            /* NULL once the session is gone */
         char *cmd;
-        cJSON *args;              /* array of strings */
+        /* Its args, kept compactly (a cJSON tree cost ~100 bytes an
+         * argument): each string with its NUL, one after the other. */
+        char *argv;
+        size_t argv_len;          /* bytes of argv, NULs included */
+        unsigned argc;
+        size_t kept;              /* its share of manager.kept_bytes */
+        bool pruning;             /* being forgotten (prune_finished) */
         char *cwd;
         bool sudo, tty, detached;
         uint64_t started_ms, ended_ms;
@@ -330,6 +336,7 @@ struct manager {
         unsigned n_commands;
         unsigned n_conn_commands; /* commands streaming to a connection (c->conn set; command.c) */
         size_t log_bytes;         /* bytes allocated by every command's log rings (command.c) */
+        size_t kept_bytes;        /* every kept command's record, args and cwd included (command.c) */
         rpc_server *server;
         uint64_t started_ms;
         unsigned kept_sessions;   /* left running at exit for the next daemon (live restore) */

@@ -22,6 +22,7 @@
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/limits.h"
+#include "sandboxd/text.h"
 
 /* Watches at once per sandbox (docs/API.md "fs.watch"). */
 #define FS_WATCHES_PER_SANDBOX 16
@@ -106,6 +107,18 @@ static void tell_dropped(fs_watch *w) {
         rpc_notify(conn, "fs.watchEvent", p);
 }
 
+/* A path that is not well-formed UTF-8 reaches the client with U+FFFD in
+ * place of each ill-formed byte (rpc.c), so two names can read the same:
+ * its exact bytes go along too, base64, as `key` (docs/API.md fs.watch). */
+static void add_path_bytes(cJSON *p, const char *key, const char *path) {
+        size_t len = strlen(path);
+        if (text_utf8_valid(path, len, NULL))
+                return;
+        _cleanup_free_ char *b64 = core_base64_encode(path, len);
+        if (b64)
+                cJSON_AddStringToObject(p, key, b64);
+}
+
 /* One event of init's batch as the notification's params, or NULL when it
  * is not one of ours (a sandbox that speaks on init's socket). */
 static cJSON *event_params(const fs_watch *w, const cJSON *e) {
@@ -129,10 +142,13 @@ static cJSON *event_params(const fs_watch *w, const cJSON *e) {
         cJSON_AddStringToObject(p, "type", type);
         if (path) {
                 cJSON_AddStringToObject(p, "path", path);
+                add_path_bytes(p, "pathBytes", path);
                 cJSON_AddBoolToObject(p, "isDir", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "isDir")));
         }
-        if (old && streq(type, "renamed"))
+        if (old && streq(type, "renamed")) {
                 cJSON_AddStringToObject(p, "oldPath", old);
+                add_path_bytes(p, "oldPathBytes", old);
+        }
         if (overflow)
                 cJSON_AddStringToObject(p, "reason", reason ? reason : "kernel");
         if (overflow && cJSON_IsNumber(dropped) && dropped->valuedouble >= 1 && dropped->valuedouble < 1e15)
@@ -200,10 +216,22 @@ void fs_watch_on_end(session *s, unsigned id, const cJSON *msg) {
         if (w->cancelled)
                 rpc_reply_error(w->req, RPC_REQUEST_CANCELLED, "cancelled", NULL, "fs.watch %s: cancelled",
                                 w->watch_id);
+        else if (err == EMFILE && reason && streq(reason, "limit_exceeded"))
+                /* init's own cap of watches per sandbox (INIT_WATCH_MAX). */
+                rpc_reply_error(w->req, RPC_APP_ERROR, "limit_exceeded", NULL, "%s",
+                                message && strlen(message) < 8192 ? message : strerror(err));
+        else if (err == EMFILE || err == ENOSPC)
+                /* The kernel's inotify limits count per uid of the host
+                 * (fs.inotify.max_user_instances, max_user_watches): not the
+                 * sandbox's 16 watches, and not the caller's doing alone. */
+                rpc_reply_error(w->req, RPC_APP_ERROR, "failed", NULL,
+                                "fs.watch %s: the kernel's per-user inotify limit was reached (fs.inotify.%s); "
+                                "processes of the same uid hold the rest: %s",
+                                TEXT_Q(w->path), err == EMFILE ? "max_user_instances" : "max_user_watches",
+                                strerror(err));
         else if (err)
-                rpc_reply_error(w->req, RPC_APP_ERROR,
-                                err == ENOENT ? "not_found" : err == EMFILE || err == ENOSPC ? "limit_exceeded" : "failed",
-                                NULL, "%s", message && strlen(message) < 8192 ? message : strerror(err));
+                rpc_reply_error(w->req, RPC_APP_ERROR, err == ENOENT ? "not_found" : "failed", NULL, "%s",
+                                message && strlen(message) < 8192 ? message : strerror(err));
         else
                 rpc_reply(w->req, final_result(w, reason && (streq(reason, "deleted") || streq(reason, "sandbox_stopped"))
                                                           ? reason : "ended"));

@@ -206,17 +206,19 @@ static char *join(const char *dir, const char *name) {
                   IN_MOVE_SELF | IN_DONT_FOLLOW | IN_ONLYDIR | IN_EXCL_UNLINK)
 #define FILE_MASK (IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW)
 
-/* Adds a watch on directory `path`; past the cap (ours or the kernel's
- * max_user_watches), one "overflow" event with reason "watches" names it.
- * Returns 1 when watched, 0 when not, a negative errno on a lookup error. */
-static int add_dir(child_state *c, const char *path) {
+/* Adds a watch on directory `path` (`follow`: a symlink at its end is
+ * followed, for the watched path itself; never for what a scan finds);
+ * past the cap (ours or the kernel's max_user_watches), one "overflow"
+ * event with reason "watches" names it. Returns 1 when watched, 0 when
+ * not, a negative errno on a lookup error. */
+static int add_dir(child_state *c, const char *path, bool follow) {
         if (c->n_wds >= WATCH_INOTIFY_MAX) {
                 if (!c->limit_reported)
                         emit(c, "overflow", path, true, NULL, "watches");
                 c->limit_reported = true;
                 return 0;
         }
-        int wd = inotify_add_watch(c->ifd, path, DIR_MASK);
+        int wd = inotify_add_watch(c->ifd, path, follow ? DIR_MASK & ~IN_DONT_FOLLOW : DIR_MASK);
         if (wd < 0 && errno == ENOSPC) {
                 if (!c->limit_reported)
                         emit(c, "overflow", path, true, NULL, "watches");
@@ -263,7 +265,7 @@ static void scan_dir(child_state *c, const char *path, bool report, int depth) {
                 bool is_dir = S_ISDIR(st.st_mode);
                 if (report)
                         emit(c, "created", p, is_dir, NULL, NULL);
-                if (is_dir && st.st_dev == c->dev && add_dir(c, p) > 0)
+                if (is_dir && st.st_dev == c->dev && add_dir(c, p, false) > 0)
                         scan_dir(c, p, report, depth + 1);
         }
         closedir(d);
@@ -342,7 +344,7 @@ static int handle_event(child_state *c, const struct inotify_event *e, const cha
                 flush_pending_move(c);
         if (e->mask & IN_CREATE) {
                 emit(c, "created", path, is_dir, NULL, NULL);
-                if (is_dir && c->recursive && add_dir(c, path) > 0)
+                if (is_dir && c->recursive && add_dir(c, path, false) > 0)
                         scan_dir(c, path, true, 0);
         } else if (e->mask & IN_MODIFY) {
                 emit(c, "modified", path, is_dir, NULL, NULL);
@@ -362,7 +364,7 @@ static int handle_event(child_state *c, const struct inotify_event *e, const cha
                 } else {
                         /* moved in from outside the tree: new here */
                         emit(c, "created", path, is_dir, NULL, NULL);
-                        if (is_dir && c->recursive && add_dir(c, path) > 0)
+                        if (is_dir && c->recursive && add_dir(c, path, false) > 0)
                                 scan_dir(c, path, true, 0);
                 }
         }
@@ -404,19 +406,26 @@ _noreturn_ static void child_main(const char *root, bool recursive, int out, con
         c.ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         if (!c.q || c.ifd < 0)
                 child_fail(out, c.q ? errno : ENOMEM, "inotify", root);
+        /* The watched path resolves as the sandbox user's own open() would
+         * resolve it: a symlink is followed with that user's permissions
+         * (a /proc/PID/root of a process it may not inspect is EACCES, as
+         * for ls), and what it names is watched. inotify_add_watch() then
+         * follows the same path as the same user. */
         struct stat st;
-        if (lstat(root, &st) < 0)
+        int rfd = open(root, O_PATH | O_CLOEXEC);
+        if (rfd < 0 || fstat(rfd, &st) < 0)
                 child_fail(out, errno, NULL, root);
+        close(rfd);
         c.dev = st.st_dev;
         c.root_dir = S_ISDIR(st.st_mode);
         if (c.root_dir) {
-                r = add_dir(&c, root);
+                r = add_dir(&c, root, true);
                 if (r <= 0)
                         child_fail(out, r < 0 ? -r : ENOSPC, NULL, root);
                 if (recursive)
                         scan_dir(&c, root, false, 0);
         } else {
-                int wd = inotify_add_watch(c.ifd, root, FILE_MASK);
+                int wd = inotify_add_watch(c.ifd, root, FILE_MASK & ~IN_DONT_FOLLOW);
                 if (wd < 0)
                         child_fail(out, errno, NULL, root);
                 c.wds = calloc(1, sizeof(*c.wds));
@@ -509,7 +518,7 @@ void init_watch_start(init_agent *a, const cJSON *req) {
         if (find(wid))
                 return send_end(a, wid, EEXIST, NULL, "fs.watch: a watch with this id exists");
         if (count_watches() >= INIT_WATCH_MAX)
-                return send_end(a, wid, EMFILE, NULL, "fs.watch: too many watches in this sandbox");
+                return send_end(a, wid, EMFILE, "limit_exceeded", "fs.watch: too many watches in this sandbox");
         _cleanup_free_ char *path = init_fs_path(p, INIT_WORKSPACE);
         const core_seccomp *filter = NULL;
         /* No filter, no watcher (fail closed), as for a command. */

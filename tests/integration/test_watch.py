@@ -337,3 +337,101 @@ def test_a_watch_is_answered_when_sandbox_init_dies(world):
             expect_eq(ans.get("result", {}).get("reason"), "sandbox_stopped", "the watch's answer: %s" % ans)
             ans = conn.wait(other, timeout=60)
             expect_eq(ans.get("error", {}).get("code"), -32800, "the cancelled watch's answer: %s" % ans)
+
+def test_a_watch_whose_watcher_the_sandbox_kills_ends_with_reason_ended(world):
+    """The watcher runs as the sandbox user, so that user can kill it: the
+    watch then answers {"reason": "ended"} (docs/API.md fs.watch)."""
+    with sandbox(world, "watchkill", "--deny-all") as name:
+        with world.daemon.connect() as conn:
+            rid, _wid = _start(conn, name, "/workspace", recursive=False)
+            sh_ok(world, name, "for p in /proc/[0-9]*; do n=${p#/proc/}; [ $n = 1 ] && continue; "
+                  "grep -q sandbox-i $p/comm 2>/dev/null && kill $n; done; true")
+            ans = conn.wait(rid, timeout=60)
+            expect_eq(ans.get("result", {}).get("reason"), "ended", "the answer once the watcher died: %s" % ans)
+
+
+def test_watch_events_carry_the_exact_bytes_of_names_that_are_not_utf8(world):
+    """Two names that differ only in bytes that are not UTF-8 read the same
+    once those bytes are U+FFFD: pathBytes (base64) tells them apart."""
+    import base64
+    with sandbox(world, "watchutf", "--deny-all") as name:
+        sh_ok(world, name, "mkdir -p /workspace/w")
+        with world.daemon.connect() as conn:
+            _rid, wid = _start(conn, name, "/workspace/w", recursive=False)
+            sh_ok(world, name, "cd /workspace/w && touch \"$(printf 'a\\377')\" \"$(printf 'a\\376')\" ok.txt && "
+                  "mv \"$(printf 'a\\377')\" \"$(printf 'b\\375')\"")
+            want = {b"/workspace/w/a\xff", b"/workspace/w/a\xfe"}
+            got = set()
+            for raw in sorted(want):
+                e = _wait_event(conn, wid, lambda e, raw=raw: e["type"] == "created" and "pathBytes" in e
+                                and base64.b64decode(e["pathBytes"]) == raw, "created %r" % raw)
+                expect_eq(e["path"], "/workspace/w/a\ufffd", "the path as text, ill-formed byte replaced")
+                got.add(base64.b64decode(e["pathBytes"]))
+            expect_eq(got, want, "exact bytes of both names")
+            e = _wait_event(conn, wid, lambda e: e["type"] == "renamed", "renamed")
+            expect_eq(base64.b64decode(e["pathBytes"]), b"/workspace/w/b\xfd", "renamed: new name's bytes")
+            expect_eq(base64.b64decode(e["oldPathBytes"]), b"/workspace/w/a\xff", "renamed: old name's bytes")
+            e = _wait_event(conn, wid, _has("created", "/workspace/w/ok.txt"), "created ok.txt")
+            expect("pathBytes" not in e, "a UTF-8 name has no pathBytes: %s" % e)
+
+
+HOLD_INOTIFY = r'''
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 100000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    fds.append(fd)
+open("/tmp/held.tmp", "w").write("%d %d" % (os.getpid(), len(fds)))
+os.rename("/tmp/held.tmp", "/tmp/held")
+time.sleep(600)
+'''
+
+
+def test_a_watch_refused_by_the_kernels_inotify_limit_says_so_not_limit_exceeded(world):
+    """limit_exceeded is the sandbox's 16 watches; the kernel's per-user
+    inotify limit is "failed" with a message naming it. Only in a sandbox
+    with a user namespace: there the limit counts for its own users alone."""
+    import threading
+    with sandbox(world, "watchino", "--deny-all") as name:
+        if not world.rpc_result("sandbox.get", {"name": name}).get("userns"):
+            print("SKIP: no user namespace; holding the host uid's inotify instances would touch other sandboxes")
+            return
+        res = {}
+        th = threading.Thread(target=lambda: res.update(r=world.ctl(
+            "exec", name, "--", "python3", "-c", HOLD_INOTIFY, timeout=700)))
+        th.start()
+        try:
+            W.World.wait_until(lambda: sh_ok(world, name, "cat /tmp/held 2>/dev/null; true").strip() != "", 120,
+                               "the inotify instances held")
+            with world.daemon.connect() as conn:
+                msg = conn.call("fs.watch", {"sandbox": name, "path": "/workspace"})
+                err = msg.get("error", {})
+                expect_eq(err.get("data", {}).get("reason"), "failed", "fs.watch at the inotify limit: %s" % msg)
+                expect("inotify limit" in err.get("message", ""), "the message names the limit: %s" % msg)
+        finally:
+            sh_ok(world, name, "kill $(cut -d' ' -f1 /tmp/held) 2>/dev/null; true")
+            th.join(120)
+
+
+def test_a_watched_path_resolves_as_the_sandbox_user_would_resolve_it(world):
+    """A symlink is followed with the sandbox user's permissions: a link to
+    a directory watches that directory; /proc/1/root starts only when that
+    user may list it (ls)."""
+    from common import sh
+    with sandbox(world, "watchlnk", "--deny-all") as name:
+        sh_ok(world, name, "mkdir -p /workspace/d && ln -s /workspace/d /workspace/lnk")
+        with world.daemon.connect() as conn:
+            _rid, wid = _start(conn, name, "/workspace/lnk", recursive=False)
+            sh_ok(world, name, "touch /workspace/d/f")
+            _wait_event(conn, wid, _has("created", "/workspace/lnk/f", False), "created f through the link")
+            code = sh(world, name, "ls /proc/1/root >/dev/null")[0]
+            msg = conn.call("fs.watch", {"sandbox": name, "path": "/proc/1/root", "recursive": False}) \
+                if code != 0 else None
+            if msg is not None:
+                expect_eq(msg.get("error", {}).get("data", {}).get("reason"), "failed",
+                          "a watch on /proc/1/root the sandbox user cannot list: %s" % msg)
+            else:
+                _start(conn, name, "/proc/1/root", recursive=False)

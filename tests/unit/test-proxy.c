@@ -935,9 +935,10 @@ typedef struct tls_result {
 } tls_result;
 
 /* A TLS client on the connected fd, as a sandbox's would be: it trusts
- * only ca_file, sends SNI `name`, checks the leaf names it, offers h2 and
- * http/1.1, then sends one GET and reads the answer to the end. */
-static void tls_get(int fd, const char *ca_file, const char *name, tls_result *ret) {
+ * only ca_file, sends SNI `sni` (none when NULL), checks the leaf names
+ * `name`, offers h2 and http/1.1, then sends one GET and reads the answer
+ * to the end. */
+static void tls_get_sni(int fd, const char *ca_file, const char *sni, const char *name, tls_result *ret) {
         static const unsigned char protos[] = "\x02h2\x08http/1.1";
         SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
         struct timeval tv = { .tv_sec = TIMEOUT_MS / 1000 };
@@ -948,7 +949,8 @@ static void tls_get(int fd, const char *ca_file, const char *name, tls_result *r
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
         assert_int_equal(SSL_CTX_set_alpn_protos(ctx, protos, sizeof(protos) - 1), 0);
         SSL *ssl = SSL_new(ctx);
-        assert_int_equal(SSL_set_tlsext_host_name(ssl, name), 1);
+        if (sni)
+                assert_int_equal(SSL_set_tlsext_host_name(ssl, sni), 1);
         assert_int_equal(SSL_set1_host(ssl, name), 1);
         SSL_set_fd(ssl, fd);
         if (SSL_connect(ssl) == 1) {
@@ -970,6 +972,11 @@ static void tls_get(int fd, const char *ca_file, const char *name, tls_result *r
         }
         SSL_free(ssl);
         SSL_CTX_free(ctx);
+}
+
+/* tls_get_sni() with the SNI naming the host it checks. */
+static void tls_get(int fd, const char *ca_file, const char *name, tls_result *ret) {
+        tls_get_sni(fd, ca_file, name, name, ret);
 }
 
 static void expect_deny_page(const tls_result *t, const char *host) {
@@ -1043,6 +1050,23 @@ static void test_denied_name_to_a_client_not_trusting_the_ca_fails_the_handshake
         proxy_finish(&pr, c);
         assert_false(t.handshake);
         assert_int_equal(events.count, 1);
+}
+
+/* docs/POLICY.md: the SNI must name the refused host, else the handshake
+ * fails; a ClientHello without SNI gets no leaf and no page either. */
+static void test_denied_connect_then_a_client_hello_without_sni_fails_the_handshake_reported_once(void **state) {
+        proxy_run pr;
+        char head[1024];
+        tls_result t;
+        int c = proxy_start(&pr, NULL, 0);
+        send_str(c, "CONNECT evil.test:443 HTTP/1.1\r\n\r\n");
+        read_head(c, head, sizeof(head));
+        assert_true(strncmp(head, "HTTP/1.1 200", 12) == 0);
+        tls_get_sni(c, deny_cert, NULL, "evil.test", &t);
+        proxy_finish(&pr, c);
+        assert_false(t.handshake);
+        assert_int_equal(events.count, 1);
+        assert_string_equal(events.reason, "not-allowed");
 }
 
 static void test_denied_connect_to_another_port_or_an_address_keeps_the_403_before_the_tunnel(void **state) {
@@ -1320,6 +1344,9 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(
                         test_denied_name_to_a_client_not_trusting_the_ca_fails_the_handshake_reported_once, deny_setup,
                         deny_teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_denied_connect_then_a_client_hello_without_sni_fails_the_handshake_reported_once,
+                        deny_setup, deny_teardown),
                 cmocka_unit_test_setup_teardown(
                         test_denied_connect_to_another_port_or_an_address_keeps_the_403_before_the_tunnel, deny_setup,
                         deny_teardown),

@@ -286,6 +286,10 @@ export interface WatchEvent {
   isDir?: boolean;
   /** `renamed`: where it was before. */
   oldPath?: string;
+  /** When `path` is not valid UTF-8 (it then reads with U+FFFD): its exact bytes, base64. */
+  pathBytes?: string;
+  /** When `oldPath` is not valid UTF-8: its exact bytes, base64. */
+  oldPathBytes?: string;
   /** `overflow`: `kernel`, `queue`, `client` or `watches` (a directory past the cap was not watched: `path`). */
   reason?: string;
   /** `overflow`: how many events were dropped, when known. */

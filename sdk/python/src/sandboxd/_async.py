@@ -389,9 +389,11 @@ class EventStream:
 class WatchStream:
     """File changes in a sandbox (fs.watch), an async iterator of event
     dicts ``{"watchId", "type", "path", "isDir", "oldPath"?, "reason"?,
-    "dropped"?}``: type is "created", "modified", "deleted", "renamed"
-    (with oldPath) or "overflow" (events were dropped). Paths are the
-    sandbox's own. The iteration ends when the sandbox stops or the watched
+    "dropped"?, "pathBytes"?, "oldPathBytes"?}``: type is "created",
+    "modified", "deleted", "renamed" (with oldPath) or "overflow" (events
+    were dropped). Paths are the sandbox's own; one that is not valid
+    UTF-8 reads with U+FFFD and has its exact bytes, base64, in pathBytes
+    (oldPathBytes). The iteration ends when the sandbox stops or the watched
     path is deleted; ``await stream.aclose()`` (or leaving ``async for``
     with break) cancels the watch. ``await stream`` (or ``start()``) returns
     once the watch is in place, so nothing after it is missed; it raises
