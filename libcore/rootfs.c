@@ -111,6 +111,10 @@ static const char *const masked_files[] = {
         /* The host's block devices with their I/O counters, and its swap
          * devices: every sandbox's disk image is a loop device. */
         "/proc/partitions", "/proc/diskstats", "/proc/swaps",
+        /* The flags, map counts and memory cgroups of every physical page
+         * of the host (a side channel on other tenants' memory, and the
+         * layout Rowhammer-style attacks need). */
+        "/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup",
 };
 /* The /sys entries beyond Docker's: every view of the block devices (the
  * loop devices of all sandboxes' disk images, whose loop/backing_file names
@@ -122,6 +126,8 @@ static const char *const masked_dirs[] = {
         "/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus", "/proc/fs", "/sys/firmware",
         "/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
         "/sys/class/bdi", "/sys/devices/virtual/bdi", "/sys/class/bsg", "/sys/fs", "/sys/kernel/debug",
+        /* The idle bit of every host page (kpageflags' companion). */
+        "/sys/kernel/mm/page_idle",
 };
 
 static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {
