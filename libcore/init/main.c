@@ -102,7 +102,7 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, recv_fds *f
                 const cJSON *fd = cJSON_GetObjectItemCaseSensitive(b, "fd");
                 cb->fd = -EBADF;
                 if (cJSON_IsNumber(fd)) {
-                        if (fd->valueint < 1 || (size_t)fd->valueint >= fds->n || fds->fd[fd->valueint] < 0)
+                        if (fd->valueint < 0 || (size_t)fd->valueint >= fds->n || fds->fd[fd->valueint] < 0)
                                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: binds[%d].fd is not a received fd", i);
                         cb->fd = TAKE_FD(fds->fd[fd->valueint]);
                 }
