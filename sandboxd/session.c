@@ -293,8 +293,9 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
 /* Where a session's CA lives on the host. <run>/proxy (0700 root) holds
  * the key: only sandboxd and sandbox-netd (which loads it before dropping
  * privileges) read it, and the sandbox's mount namespace has no path to
- * any of the run directory. <run>/trust holds the public bundle that is
- * bound read-only over SANDBOX_CA_BUNDLE. Both go with the run directory
+ * any of the run directory. <run>/trust holds the public bundle, whose
+ * copy on a tmpfs (ca_bundle_tree) is bound read-only over
+ * SANDBOX_CA_BUNDLE. Both go with the run directory
  * when the session ends. */
 static int ca_paths(const sandbox *sb, char **ret_cert, char **ret_key, char **ret_bundle) {
         if (asprintf(ret_cert, "%s/proxy/ca.crt", sb->run_dir) < 0)
@@ -375,9 +376,7 @@ static int ca_make_files(sandbox *sb, bool trust, bool *ret_made, sb_error **ret
 static int ca_prepare(start_job *j, sb_error **ret_err) {
         sandbox *sb = j->sb;
         /* The CA is made for every networked session: netd terminates with
-         * it whatever the runtime. Not for one started under deny-all: its
-         * bundle would be a bind whose host path the sandbox reads in
-         * mountinfo, and a deny-all sandbox sees nothing of the host. After
+         * it whatever the runtime. Not for one started under deny-all. After
          * a live switch to a policy with rules, its proxy refuses the
          * hosts with rules (it has no CA to apply them with). */
         bool trust = ca_trust_possible(sb);
