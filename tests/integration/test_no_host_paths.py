@@ -6,8 +6,9 @@ or without a user namespace, with or without the session CA's bundle, as
 the sandbox user or as root inside."""
 import base64
 
+import leaks
 import world as W
-from common import expect, sandbox, sh
+from common import expect, expect_eq, poll, sandbox
 
 # Reads what a process inside can reach and prints it, base64 per source,
 # so the test greps it on the host (a needle in the script itself would
@@ -53,15 +54,15 @@ for top in ("/etc", "/proc/self"):
 """
 
 
-def _needles(world, name):
-    d = world.daemon
+def _needles(d, name):
     return [d.state_dir, d.run_dir, "sandboxes/" + name]
 
 
-def _check(world, name, *flags):
-    code, out, err = world.ctl("exec", *flags, name, "--", "python3", "-c", _SCRIPT, timeout=180)
+def _check(world, name, *flags, d=None):
+    d = d or world.daemon
+    code, out, err = d.ctl("exec", *flags, name, "--", "python3", "-c", _SCRIPT, timeout=180)
     expect(code == 0, "the reader inside exits 0:", code, err.strip()[:400])
-    needles = _needles(world, name)
+    needles = _needles(d, name)
     seen = 0
     for line in out.splitlines():
         what, _sp, data = line.rpartition(" ")
@@ -103,6 +104,35 @@ def test_userns_allowlist_with_ca_names_no_host_path(world):
         raise W.Skip("user namespaces are not available on this host")
     _run(world, "nhul", "--userns", "--allow", "api.public.test")
 
+
+def _pool_info(d):
+    return d.rpc("daemon.info", {})["result"]["warmPool"]
+
+
+def test_pool_adopted_sandboxes_name_no_host_path(world):
+    """A pooled session's CA bundle is bound at adoption (a deny-all pool
+    serving an allowlist create) or replaced there (an allow-all pool's):
+    neither mount names the pool daemon's directories."""
+    for policy in ("deny-all", "allow-all"):
+        world.stop_sandboxd()  # one daemon per network namespace
+        d = world.start_sandboxd({"warmPool": {"size": 1, "policy": policy}}, tag="pool")
+        name = world.name("nhpp")
+        try:
+            poll(lambda: _pool_info(d)["ready"] == _pool_info(d)["size"], 60, "the pool fills")
+            msg = d.rpc("sandbox.create", {"name": name, "networkPolicy": {"allow": ["api.public.test"]}},
+                        timeout=120)
+            expect("error" not in msg, "create:", msg.get("error"))
+            expect_eq(_pool_info(d)["adopted"], 1, "the create was served from the %s pool" % policy)
+            _check(world, name, d=d)
+            _check(world, name, "--sudo", d=d)
+            d.rpc("sandbox.delete", {"name": name})
+            leaks.check(world, name, d)
+        finally:
+            d.rpc("sandbox.delete", {"name": name})
+            world.stop_sandboxd(d)
+
+
+test_pool_adopted_sandboxes_name_no_host_path.timeout = 600
 
 for _t in (test_plain_allow_all_names_no_host_path, test_plain_allowlist_with_ca_names_no_host_path,
            test_userns_allow_all_names_no_host_path, test_userns_allowlist_with_ca_names_no_host_path):
