@@ -91,6 +91,39 @@ int core_rootfs_clone_tree(int dfd, const char *src, bool ro, sb_error **ret_err
         return TAKE_FD(tree);
 }
 
+int core_rootfs_file_tree(const char *name, const void *data, size_t size, sb_error **ret_err) {
+        if (!name || !*name || strchr(name, '/') || streq(name, ".") || streq(name, ".."))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "file mount: bad name");
+        char sz[32];
+        snprintf(sz, sizeof(sz), "%zu", size + 65536);
+        _cleanup_close_ int fsfd = fsopen("tmpfs", FSOPEN_CLOEXEC);
+        if (fsfd < 0 || fsconfig(fsfd, FSCONFIG_SET_STRING, "size", sz, 0) < 0 ||
+            fsconfig(fsfd, FSCONFIG_SET_STRING, "nr_inodes", "4", 0) < 0 ||
+            fsconfig(fsfd, FSCONFIG_SET_STRING, "mode", "0755", 0) < 0 ||
+            fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "tmpfs for %s: %m", name);
+        _cleanup_close_ int mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        if (mnt < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsmount tmpfs for %s: %m", name);
+        _cleanup_close_ int f = openat(mnt, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (f < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "create %s on its tmpfs: %m", name);
+        int r = core_write_all(f, data, size);
+        if (r < 0 || fchmod(f, 0644) < 0)
+                return sb_error_set(ret_err, r < 0 ? r : negative_errno(), NULL, NULL, "write %s on its tmpfs: %s",
+                                    name, strerror(r < 0 ? -r : errno));
+        _cleanup_close_ int tree = open_tree(mnt, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+        if (tree < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open_tree %s: %m", name);
+        struct mount_attr attr = {
+                .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                .propagation = MS_PRIVATE,
+        };
+        if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount_setattr %s: %m", name);
+        return TAKE_FD(tree);
+}
+
 /* Binds host path src (recursively) onto dst beneath rootfd. */
 static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, bool ro,
                      sb_error **ret_err) {
@@ -111,6 +144,10 @@ static const char *const masked_files[] = {
         /* The host's block devices with their I/O counters, and its swap
          * devices: every sandbox's disk image is a loop device. */
         "/proc/partitions", "/proc/diskstats", "/proc/swaps",
+        /* The flags, map counts and memory cgroups of every physical page
+         * of the host (a side channel on other tenants' memory, and the
+         * layout Rowhammer-style attacks need). */
+        "/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup",
 };
 /* The /sys entries beyond Docker's: every view of the block devices (the
  * loop devices of all sandboxes' disk images, whose loop/backing_file names
@@ -122,6 +159,8 @@ static const char *const masked_dirs[] = {
         "/proc/acpi", "/proc/scsi", "/proc/irq", "/proc/bus", "/proc/fs", "/sys/firmware",
         "/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
         "/sys/class/bdi", "/sys/devices/virtual/bdi", "/sys/class/bsg", "/sys/fs", "/sys/kernel/debug",
+        /* The idle bit of every host page (kpageflags' companion). */
+        "/sys/kernel/mm/page_idle",
 };
 
 static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {

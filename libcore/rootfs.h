@@ -55,4 +55,14 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err);
  * or a negative errno with *ret_err naming the path. */
 int core_rootfs_clone_tree(int dfd, const char *src, bool ro, sb_error **ret_err);
 
+/* A detached read-only mount (nosuid, nodev, noexec, private) of one
+ * regular file `name` (no '/') holding the `size` bytes of `data`, mode
+ * 0644, on a tmpfs made for it alone, ready to be attached with
+ * move_mount(2) over a file. Its source is no host path: inside, the
+ * mount's entry in /proc/self/mountinfo reads root "/NAME" on a tmpfs of
+ * source "none", where a bind of a host file would show the file's path
+ * (e.g. sandboxd's run directory). Returns the fd (O_CLOEXEC, caller owns)
+ * or a negative errno with *ret_err naming the step. */
+int core_rootfs_file_tree(const char *name, const void *data, size_t size, sb_error **ret_err);
+
 void core_rootfs_config_clear(core_rootfs_config *cfg);

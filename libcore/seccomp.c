@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <linux/sched.h>
@@ -578,4 +579,54 @@ int core_seccomp_install_self(const core_seccomp *f) {
 
 size_t core_seccomp_size(const core_seccomp *f) {
         return f ? f->len : 0;
+}
+
+/* Appends one instruction to q (room checked by the caller). */
+#define IDS_EMIT(code, k_, jt_, jf_) (q[n++] = (struct sock_filter){(code), (jt_), (jf_), (k_)})
+
+int core_seccomp_install_ids(uid_t uid, gid_t gid) {
+#if !defined(__x86_64__)
+        return -ENOSYS;
+#else
+        static const struct { int nr; unsigned nargs; bool gid; } calls[] = {
+                {__NR_setuid, 1, false},   {__NR_setreuid, 2, false}, {__NR_setresuid, 3, false},
+                {__NR_setfsuid, 1, false}, {__NR_setgid, 1, true},    {__NR_setregid, 2, true},
+                {__NR_setresgid, 3, true}, {__NR_setfsgid, 1, true},
+        };
+        const uint32_t allow = SECCOMP_RET_ALLOW, eperm = SECCOMP_RET_ERRNO | EPERM;
+        struct sock_filter q[160];
+        unsigned short n = 0;
+        /* Another ABI passes: the main filter kills it. */
+        IDS_EMIT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch), 0, 0);
+        IDS_EMIT(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+        IDS_EMIT(BPF_RET | BPF_K, allow, 0, 0);
+        for (size_t i = 0; i < ELEMENTSOF(calls); i++) {
+                uint32_t id = calls[i].gid ? (uint32_t)gid : (uint32_t)uid;
+                /* Per argument: its low 32 bits (the kernel's uid_t) must
+                 * be 0, id or -1, else EPERM; all pass: allowed. */
+                IDS_EMIT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+                IDS_EMIT(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)calls[i].nr, 0, (uint8_t)(5 * calls[i].nargs + 1));
+                for (unsigned a = 0; a < calls[i].nargs; a++) {
+                        IDS_EMIT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args) + 8 * a, 0, 0);
+                        IDS_EMIT(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, 0);
+                        IDS_EMIT(BPF_JMP | BPF_JEQ | BPF_K, id, 2, 0);
+                        IDS_EMIT(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffu, 1, 0);
+                        IDS_EMIT(BPF_RET | BPF_K, eperm, 0, 0);
+                }
+                IDS_EMIT(BPF_RET | BPF_K, allow, 0, 0);
+        }
+        /* setgroups(size, list): size 0 only (the int the kernel reads). */
+        IDS_EMIT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+        IDS_EMIT(BPF_JMP | BPF_JEQ | BPF_K, __NR_setgroups, 0, 4);
+        IDS_EMIT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args), 0, 0);
+        IDS_EMIT(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1);
+        IDS_EMIT(BPF_RET | BPF_K, allow, 0, 0);
+        IDS_EMIT(BPF_RET | BPF_K, eperm, 0, 0);
+        IDS_EMIT(BPF_RET | BPF_K, allow, 0, 0);
+        struct sock_fprog prog = {.len = n, .filter = q};
+        long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+        if (r != 0)
+                return r < 0 ? negative_errno() : -EBUSY;
+        return 0;
+#endif
 }

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "libcore/error.h"
 
 typedef struct core_seccomp core_seccomp;
@@ -106,3 +107,16 @@ int core_seccomp_install_self(const core_seccomp *f);
 
 /* Number of BPF instructions in f (for tests and debug logs). */
 size_t core_seccomp_size(const core_seccomp *f);
+
+/* Plain mode (no user namespace, where ids inside are host ids): installs
+ * on this process (and so on everything it forks later) a second filter
+ * under which the set*id calls can take only the ids the sandbox was
+ * given. setuid, setreuid, setresuid and setfsuid accept as each id
+ * argument 0, `uid` or -1 ("unchanged"), the gid calls 0, `gid` or -1;
+ * setgroups only an empty list (its list is memory a filter cannot read).
+ * Anything else gets EPERM, so root inside cannot become another host user
+ * and use up that user's per-uid kernel quotas (inotify, message queues,
+ * processes). x86_64 only, like core_seccomp_new(); other audit arches
+ * pass through here and are killed by that filter. Needs CAP_SYS_ADMIN or
+ * no_new_privs. Returns 0 or a negative errno. */
+int core_seccomp_install_ids(uid_t uid, gid_t gid);

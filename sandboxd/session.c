@@ -22,6 +22,7 @@
 #include "libcore/conntrack.h"
 #include "libcore/fault.h"
 #include "libcore/log.h"
+#include "libcore/rootfs.h"
 #include "libcore/source.h"
 #include "libcore/userns.h"
 #include "libcore/util.h"
@@ -292,8 +293,9 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
 /* Where a session's CA lives on the host. <run>/proxy (0700 root) holds
  * the key: only sandboxd and sandbox-netd (which loads it before dropping
  * privileges) read it, and the sandbox's mount namespace has no path to
- * any of the run directory. <run>/trust holds the public bundle that is
- * bound read-only over SANDBOX_CA_BUNDLE. Both go with the run directory
+ * any of the run directory. <run>/trust holds the public bundle, whose
+ * copy on a tmpfs (ca_bundle_tree) is bound read-only over
+ * SANDBOX_CA_BUNDLE. Both go with the run directory
  * when the session ends. */
 static int ca_paths(const sandbox *sb, char **ret_cert, char **ret_key, char **ret_bundle) {
         if (asprintf(ret_cert, "%s/proxy/ca.crt", sb->run_dir) < 0)
@@ -374,9 +376,7 @@ static int ca_make_files(sandbox *sb, bool trust, bool *ret_made, sb_error **ret
 static int ca_prepare(start_job *j, sb_error **ret_err) {
         sandbox *sb = j->sb;
         /* The CA is made for every networked session: netd terminates with
-         * it whatever the runtime. Not for one started under deny-all: its
-         * bundle would be a bind whose host path the sandbox reads in
-         * mountinfo, and a deny-all sandbox sees nothing of the host. After
+         * it whatever the runtime. Not for one started under deny-all. After
          * a live switch to a policy with rules, its proxy refuses the
          * hosts with rules (it has no CA to apply them with). */
         bool trust = ca_trust_possible(sb);
@@ -456,17 +456,6 @@ static cJSON *setup_packet(start_job *j) {
                 cJSON_AddBoolToObject(b, "ro", true);
                 cJSON_AddItemToArray(binds, b);
         }
-        /* After the host's /etc/ssl: the combined bundle covers the file
-         * inside that bind. Read-only, so the sandbox cannot plant a CA of
-         * its own for other processes to trust. */
-        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
-        if (j->sandbox_trusts_ca && ca_paths(sb, &cert, &key, &bundle) >= 0) {
-                cJSON *b = cJSON_CreateObject();
-                cJSON_AddStringToObject(b, "src", bundle);
-                cJSON_AddStringToObject(b, "dst", SANDBOX_CA_BUNDLE);
-                cJSON_AddBoolToObject(b, "ro", true);
-                cJSON_AddItemToArray(binds, b);
-        }
         /* init configures eth0 only when there is one (not deny-all). */
         cJSON_AddNumberToObject(o, "netSlot", streq(sandbox_policy_mode(sb), "deny-all") ? -1 : j->slot);
         cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
@@ -537,6 +526,42 @@ static ssize_t send_with_fds(int sock, const char *text, const setup_fds *fds) {
         return sendmsg(sock, &mh, MSG_NOSIGNAL);
 }
 
+/* The session CA's bundle as a detached read-only mount of a copy on a
+ * tmpfs of its own (core_rootfs_file_tree), to go over the sandbox's
+ * system bundle: a bind of the file under our run directory would show
+ * that path, and the sandbox's host-side name, in /proc/self/mountinfo
+ * inside. Returns the fd or a negative errno with *ret_err. */
+static int ca_bundle_tree(const sandbox *sb, sb_error **ret_err) {
+        _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL, *text = NULL;
+        size_t n = 0;
+        if (ca_paths(sb, &cert, &key, &bundle) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        int r = core_read_file(bundle, 32 << 20, &text, &n);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: read the bundle: %s", strerror(-r));
+        r = core_rootfs_file_tree("ca-bundle.crt", text, n, ret_err);
+        return r < 0 ? sb_error_prefix(ret_err, "egress proxy CA") : r;
+}
+
+/* After the host's /etc/ssl (the last bind): the combined bundle covers
+ * the file inside that bind, read-only, so the sandbox cannot plant a CA
+ * of its own for other processes to trust. As fd fds->n of the packet. */
+static int ca_bundle_bind(start_job *j, cJSON *pkt, setup_fds *fds, sb_error **ret_err) {
+        if (fds->n >= SETUP_MAX_FDS)
+                return sb_error_set(ret_err, -E2BIG, NULL, NULL, "too many binds");
+        int fd = ca_bundle_tree(j->sb, ret_err);
+        if (fd < 0)
+                return fd;
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "src", "ca-bundle.crt");
+        cJSON_AddStringToObject(b, "dst", SANDBOX_CA_BUNDLE);
+        cJSON_AddBoolToObject(b, "ro", true);
+        cJSON_AddNumberToObject(b, "fd", (double)fds->n);
+        cJSON_AddItemToArray(cJSON_GetObjectItem(pkt, "binds"), b);
+        fds->fd[fds->n++] = fd;
+        return 0;
+}
+
 /* User namespace: every bind of the packet as a detached mount made here
  * (init cannot reach paths under our 0700 directories), its index in
  * "fd". */
@@ -584,6 +609,13 @@ static int setup_init(start_job *j, sb_error **ret_err) {
                 if (fd < 0 || (fd = userns_binds(pkt, &fds, ret_err)) < 0) {
                         cJSON_Delete(pkt);
                         return fd;
+                }
+        }
+        if (j->sandbox_trusts_ca) {
+                int r = ca_bundle_bind(j, pkt, &fds, ret_err);
+                if (r < 0) {
+                        cJSON_Delete(pkt);
+                        return r;
                 }
         }
         _cleanup_free_ char *text = cJSON_PrintUnformatted(pkt);
@@ -2525,24 +2557,21 @@ static int unbind_ca_bundle(session *s) {
         return vfork_child_result(c);
 }
 
-/* Binds `bundle` read-only over SANDBOX_CA_BUNDLE in the mount namespace
- * of init, as ca_prepare's bind does at a cold start: the mount is cloned
- * here (open_tree(2), OPEN_TREE_CLONE: a detached copy), made read-only
- * (mount_setattr(2)), and attached inside by a vfork child that joined
- * init's mount namespace and root (move_mount(2)). */
-static int bind_ca_bundle(session *s, const char *bundle) {
+/* Binds the session CA's bundle read-only over SANDBOX_CA_BUNDLE in the
+ * mount namespace of init, as setup_init does at a cold start: a copy on
+ * a tmpfs of its own (ca_bundle_tree, so no host path shows inside),
+ * attached inside by a vfork child that joined init's mount namespace and
+ * root (move_mount(2)). */
+static int bind_ca_bundle(session *s) {
         char root[64];
         snprintf(root, sizeof(root), "/proc/%d/root", (int)s->pid);
         _cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (rfd < 0)
                 return negative_errno();
-        _cleanup_close_ int tfd = open_tree(AT_FDCWD, bundle, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+        _cleanup_error_ sb_error *err = NULL;
+        _cleanup_close_ int tfd = ca_bundle_tree(s->sb, &err);
         if (tfd < 0)
-                return negative_errno();
-        struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                              MOUNT_ATTR_NOEXEC};
-        if (mount_setattr(tfd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
-                return negative_errno();
+                return tfd;
         pid_t c = vfork();
         if (c < 0)
                 return negative_errno();
@@ -2601,11 +2630,14 @@ int session_pool_relabel(session *s, sb_error **ret_err) {
         if (asprintf(&text, "%.*s\n# sandboxd session CA (egress proxy) of '%s'\n%.*s", (int)n_host, host, sb->name,
                      (int)n_mine, mine) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        /* In place: the sandbox sees this inode through a bind mount. */
-        _cleanup_close_ int fd = open(bundle, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 || (r = core_write_all(fd, text, strlen(text))) < 0)
-                return sb_error_set(ret_err, fd < 0 ? negative_errno() : r, NULL, NULL,
-                                    "egress proxy CA: write %s", bundle);
+        if ((r = core_write_file_replace(bundle, text, strlen(text), 0644)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: write %s: %s", bundle, strerror(-r));
+        /* The sandbox reads a copy on a tmpfs (ca_bundle_tree): the pooled
+         * one goes, the new bundle's copy takes its place. Nothing has run
+         * in a pooled session but init. */
+        if ((r = unbind_ca_bundle(s)) < 0 || (r = bind_ca_bundle(s)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: bind the bundle in the sandbox: %s",
+                                    strerror(-r));
         return 0;
 }
 
@@ -2652,7 +2684,7 @@ static int pool_make_ca(session *s, sb_error **ret_err) {
                 return r;
         if (ca_paths(sb, &cert, &key, &bundle) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if ((r = bind_ca_bundle(s, bundle)) < 0)
+        if ((r = bind_ca_bundle(s)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "egress proxy CA: bind the bundle in the sandbox: %s",
                                     strerror(-r));
         s->sandbox_trusts_ca = true;

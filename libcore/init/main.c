@@ -20,6 +20,7 @@
 #include "libcore/log.h"
 #include "libcore/net.h"
 #include "libcore/rootfs.h"
+#include "libcore/seccomp.h"
 #include "libcore/util.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
@@ -101,7 +102,7 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, recv_fds *f
                 const cJSON *fd = cJSON_GetObjectItemCaseSensitive(b, "fd");
                 cb->fd = -EBADF;
                 if (cJSON_IsNumber(fd)) {
-                        if (fd->valueint < 1 || (size_t)fd->valueint >= fds->n || fds->fd[fd->valueint] < 0)
+                        if (fd->valueint < 0 || (size_t)fd->valueint >= fds->n || fds->fd[fd->valueint] < 0)
                                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: binds[%d].fd is not a received fd", i);
                         cb->fd = TAKE_FD(fds->fd[fd->valueint]);
                 }
@@ -227,6 +228,15 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 return r;
         if (setgroups(0, NULL) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "setup: setgroups: %m");
+        /* Plain mode: ids inside are host ids, so nothing here may take an
+         * id but root's and the sandbox user's (another host user's per-uid
+         * quotas are not the sandbox's to use up; docs/SECURITY.md). On init
+         * itself, before any command: every process of the sandbox forks
+         * from it. */
+        if (rootfs && !cJSON_IsNull(rootfs) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "userns")) &&
+            (r = core_seccomp_install_ids(init_user_uid, init_user_gid)) < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "setup: seccomp filter of the sandbox's ids: %s",
+                                    strerror(-r));
         return 0;
 }
 
