@@ -359,7 +359,7 @@ import socket, sys, time
 mark, control = sys.argv[2].encode(), sys.argv[3].encode()
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))
 s.bind(("inet0", 0)); s.settimeout(0.2); print("ready", flush=True)
-n, end = 0, time.monotonic() + float(sys.argv[1])
+n, got_control, end = 0, 0, time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:
     try:
         f = s.recv(2048)
@@ -368,10 +368,11 @@ while time.monotonic() < end:
     if f[12:14] != b"\x86\xdd":
         continue
     if control in f:
+        got_control = 1
         break
     if mark in f:
         n += 1
-print(n, flush=True)
+print(n, got_control, flush=True)
 '''
 
 
@@ -403,8 +404,8 @@ def test_a_forged_ipv6_source_never_leaves_the_host(world):
                     sniff.wait()
             # The sandbox's own address (last) is the control: its datagram
             # leaves, masqueraded. A forged source must not leave at all.
-            want = "1" if forged == _own else "0"
-            expect_eq(seen, want, "datagrams from source %s that reached the internet" % forged)
+            want = "1 1" if forged == _own else "0 1"
+            expect_eq(seen, want, "datagrams from source %s that reached the internet, and the control" % forged)
 
 
 def test_the_egress_proxy_refuses_a_name_whose_aaaa_answer_rebinds_to_the_host(world):
@@ -417,6 +418,15 @@ def test_the_egress_proxy_refuses_a_name_whose_aaaa_answer_rebinds_to_the_host(w
             expect_eq(out.strip(), "403", "the proxy on a name whose AAAA answer holds a forbidden address "
                                           "(%s; %s)" % (qname, err.strip()))
             expect_eq(len(world.web_log("api")), before, "requests the upstream saw for %s" % qname)
+
+
+# One UDP datagram carrying MARK to ADDR port 9 (IPv6), as the sandbox user.
+UNICAST_SEND = r'''
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.sendto(sys.argv[1].encode(), (sys.argv[2], 9))
+print("sent")
+'''
 
 
 # UDP datagrams carrying MARK to each multicast group given, as the sandbox
@@ -442,19 +452,26 @@ def test_ipv6_multicast_from_a_sandbox_never_leaves_the_host(world):
     for args in (("--allow-all",), ("--policy", pol)):
         with sandbox(world, "v6mc", *args) as name:
             mark = "mcast-%s-%s" % (args[0].strip("-"), world.id)
-            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "3",
-                                      mark], stdout=subprocess.PIPE, text=True)
+            # A unicast control datagram after the multicast ones, on the
+            # same way out: once the sniffer has seen it, a multicast
+            # datagram that left would have arrived before it.
+            control = "mcast-control-%s-%s" % (args[0].strip("-"), world.id)
+            sniff = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, "-c", SRC_SNIFF, "120",
+                                      mark, control], stdout=subprocess.PIPE, text=True)
             try:
                 expect_eq(sniff.stdout.readline().strip(), "ready", "the sniffer in the internet namespace")
                 code, out, err = world.ctl("exec", name, "--", "python3", "-c", MCAST_SEND, mark,
                                            "ff02::1", "ff05::1", "ff0e::1")
                 expect(code == 0 and "sent" in out, "multicast sends: exit %d:" % code, out, err)
-                seen = sniff.communicate(timeout=20)[0].strip()
+                code, out, err = world.ctl("exec", name, "--", "python3", "-c", UNICAST_SEND, control,
+                                           W.PUB6_API_ADDR)
+                expect(code == 0 and "sent" in out, "the control send: exit %d:" % code, out, err)
+                seen = sniff.communicate(timeout=150)[0].strip()
             finally:
                 if sniff.poll() is None:
                     sniff.kill()
                     sniff.wait()
-            expect_eq(seen, "0", "%s: multicast datagrams that reached the internet" % args[0])
+            expect_eq(seen, "0 1", "%s: multicast datagrams that reached the internet, and the control" % args[0])
 
 
 # ---------------------------------------------------------------- the resolver
