@@ -100,6 +100,7 @@ typedef struct host_rule {
         const char *cidr6; /* DADDR6_CIDR */
         bool vmap_oif;     /* V_VMAP: oifname vmap @map instead */
         bool unrouted;     /* add_unrouted(): a unicast destination the host has no route to */
+        bool rpf_missing;  /* add_rpf_missing(): a source not routed back through the input interface */
         const char *to_chain; /* V_GOTO: goto to_chain */
 } host_rule;
 
@@ -394,6 +395,15 @@ static const host_rule host_rules[] = {
          * fail the `oif missing` test and are judged in forward alone. */
         { .chain = "unrouted", .label = "unrouted: sbx* no route goto no_route",
           .iif = IF_SBX, .unrouted = true, .verdict = V_GOTO, .to_chain = "no_route" },
+        /* A forged source first. The routing decision this chain runs
+         * before is where rp_filter drops a source not routed back through
+         * its veth; a reject answered here would otherwise carry the
+         * sandbox's bytes (ICMP quotes them) to another sandbox or an
+         * outside address of its choosing, from the host's address
+         * (SECURITY.md §3.8). Only packets the rule above picked pay the
+         * lookup. */
+        { .chain = "no_route", .label = "no_route: fib saddr . iif oif missing drop",
+          .rpf_missing = true, .verdict = V_DROP },
         /* Whatever it picked, in forward's order (the test is made once
          * per packet, in the rule above). */
         { .chain = "no_route", .label = "no_route: -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
@@ -875,6 +885,8 @@ static int build_rule(const host_rule *hr, const core_net_pool *pool, struct nft
         if (hr->addr >= DADDR6_CIDR && (k = add_addr6(r, hr, pool)) < 0)
                 return k;
         if (hr->unrouted && (k = add_unrouted(r)) < 0)
+                return k;
+        if (hr->rpf_missing && (k = add_rpf_missing(r)) < 0)
                 return k;
         /* oifname after the address match: the order nft itself uses, so
          * `nft list` prints the rule the way it is written in host_rules. */

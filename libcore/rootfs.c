@@ -133,8 +133,8 @@ static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, b
         return attach(rootfd, tree, dst, ret_err);
 }
 
-/* Paths under /proc hidden behind the verified /dev/null (files) or an empty
- * read-only tmpfs (directories). Source: Docker's default masked paths
+/* Paths under /proc and /sys hidden behind the verified /dev/null (files) or
+ * an empty read-only tmpfs (directories). Source: Docker's default masked paths
  * (moby oci/defaults.go, maskedPaths) plus /proc/sysrq-trigger from its
  * read-only list, and /proc/key-users (every host uid's key quota use).
  * Left out on purpose: /proc/asound (absent on servers). */
@@ -148,6 +148,13 @@ static const char *const masked_files[] = {
          * of the host (a side channel on other tenants' memory, and the
          * layout Rowhammer-style attacks need). */
         "/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup",
+        /* Host-wide kernel memory layout, root-only (0400) on the host and
+         * so readable by root inside a sandbox without a user namespace:
+         * the slab caches, the vmalloc areas with their callers, and the
+         * free pages per order; vmcoreinfo (0444) gives the physical
+         * address of the kernel's vmcoreinfo note, which helps defeat
+         * physical KASLR, in both modes. */
+        "/proc/slabinfo", "/proc/vmallocinfo", "/proc/pagetypeinfo", "/sys/kernel/vmcoreinfo",
 };
 /* The /sys entries beyond Docker's: every view of the block devices (the
  * loop devices of all sandboxes' disk images, whose loop/backing_file names
@@ -163,7 +170,7 @@ static const char *const masked_dirs[] = {
         "/sys/kernel/mm/page_idle",
 };
 
-static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {
+static int mount_proc(int rootfd, sb_error **ret_err) {
         static const char *const none[] = {NULL};
         int r = mount_new(rootfd, "proc", none, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                           "/proc", ret_err);
@@ -173,9 +180,12 @@ static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {
         _cleanup_close_ int procfd = openat2_beneath(rootfd, "/proc", O_PATH | O_DIRECTORY);
         if (procfd < 0)
                 return sb_error_set(ret_err, procfd, NULL, NULL, "open /proc: %s", strerror(-procfd));
-        r = bind_path(rootfd, procfd, "sys", "/proc/sys", true, ret_err);
-        if (r < 0)
-                return r;
+        return bind_path(rootfd, procfd, "sys", "/proc/sys", true, ret_err);
+}
+
+/* Binds the verified /dev/null over each of masked_files that exists: after
+ * /proc and /sys are both mounted, since the list names files of both. */
+static int mask_files(int rootfd, int devnull, sb_error **ret_err) {
         for (size_t i = 0; i < ELEMENTSOF(masked_files); i++) {
                 _cleanup_close_ int t = openat2_beneath(rootfd, masked_files[i], O_PATH);
                 if (t == -ENOENT)
@@ -184,7 +194,7 @@ static int mount_proc(int rootfd, int devnull, sb_error **ret_err) {
                                                                       AT_EMPTY_PATH);
                 if (tree < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone /dev/null: %m");
-                r = attach(rootfd, tree, masked_files[i], ret_err);
+                int r = attach(rootfd, tree, masked_files[i], ret_err);
                 if (r < 0)
                         return r;
         }
@@ -510,7 +520,7 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
                 if (r < 0)
                         return r;
         }
-        if ((r = mount_proc(rootfd, devnull, ret_err)) < 0 || (r = mount_dev(rootfd, cfg->userns, ret_err)) < 0)
+        if ((r = mount_proc(rootfd, ret_err)) < 0 || (r = mount_dev(rootfd, cfg->userns, ret_err)) < 0)
                 return r;
         r = mount_new(rootfd, "tmpfs", tmp_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "/tmp", ret_err);
         if (r < 0)
@@ -521,7 +531,7 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
                       ret_err);
         if (r < 0)
                 return r;
-        if ((r = mask_dirs(rootfd, ret_err)) < 0)
+        if ((r = mask_dirs(rootfd, ret_err)) < 0 || (r = mask_files(rootfd, devnull, ret_err)) < 0)
                 return r;
 
         if (cfg->hostname && sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)

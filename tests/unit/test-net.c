@@ -188,7 +188,7 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 "type filter hook prerouting priority filter; policy accept;\n"
                 "\t\tiifname \"sbx*\" fib daddr oif 0 fib daddr type != local fib daddr type != broadcast "
                 "fib daddr type != multicast fib daddr type != anycast goto no_route\n\t}",
-                "chain no_route {\n\t\tip daddr 169.254.0.0/16 goto deny\n\t\tmeta nfproto ipv6 goto deny\n"
+                "chain no_route {\n\t\tfib saddr . iif oif 0 drop\n\t\tip daddr 169.254.0.0/16 goto deny\n\t\tmeta nfproto ipv6 goto deny\n"
                 "\t\tiifname vmap @sessions\n\t\tgoto deny\n\t}",
                 /* Input's host protection: whatever sessions_input leaves. */
                 "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" goto deny\n\t}",
