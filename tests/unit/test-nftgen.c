@@ -193,11 +193,16 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         free(out);
 
         /* Replace: the new policy's ranges, never the old ones, and still
-         * one of everything. */
+         * one of everything; its interval sets in the other slot (filled
+         * in a batch before the one that swaps the chains, rule 9), the
+         * old slot's gone. */
         apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"1.1.1.0/24\"]}}");
         out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "chain s_sbx3 {"), 1);
-        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4_b {"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 0);
+        assert_int_equal(count(out, "ip daddr @s_sbx3_allow4_b ct mark set"), 1);
+        assert_int_equal(count(out, "set s_sbx3_dns4 {"), 1);
         assert_int_equal(count(out, "1.1.1.0/24"), 1);
         assert_int_equal(count(out, "203.0.113.0/24"), 1); /* forbidden again: in forbid4 only */
         assert_int_equal(count(out, "8.8.8.0/24"), 0);
@@ -312,7 +317,7 @@ static void test_allow_all_subnet_never_opens_loopback_or_metadata(void **state)
         /* The host itself stays in forbid4 even where subnets.allow names
          * it exactly (the proxy's and the kernel's verdicts agree). */
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/32\",\"127.0.0.0/8\",\"0.1.0.0/16\"]}}");
-        forbid = set_elements("s_sbx3_forbid4");
+        forbid = set_elements("s_sbx3_forbid4_b"); /* the second slot: see above */
         if (!strstr(forbid, "0.0.0.0/8") || !strstr(forbid, "127.0.0.0/8"))
                 fail_msg("forbid4 with the host's ranges in subnets.allow: %s", forbid);
         free(forbid);
