@@ -143,6 +143,7 @@ typedef struct names {
         char rchain[IFNAMSIZ + 2]; /* r_<if>: forward, the reply direction of a flow of an older generation */
         uint32_t mark;             /* the generation (ct mark) of this change's s_<if> and r_<if> */
         char set[N_SETS][IFNAMSIZ + 16];
+        int slot;              /* where the interval sets of this change are: use_slot() */
         bool has_gw6;          /* the veth's host side has a global IPv6 address */
         struct in6_addr gw6;   /* that address: the session's IPv6 gateway */
 } names;
@@ -184,6 +185,25 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
         for (int i = 0; i < N_SETS; i++)
                 snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
         return 0;
+}
+
+/* The interval sets (allow, deny, forbid) come in two slots, 0 "s_<if>_allow4"
+ * and 1 "s_<if>_allow4_b": a change fills the slot the session's chains do
+ * not use in a batch of its own, before the batch that points the new
+ * chains at it (see stage_interval_sets). Name of set `id` in `slot`. */
+static bool set_is_interval(enum set_id id) {
+        return session_sets[id].flags & NFT_SET_INTERVAL;
+}
+
+static void slot_set_name(const names *n, enum set_id id, int slot, char *buf, size_t size) {
+        snprintf(buf, size, "s_%s_%s%s", n->ifname, session_sets[id].suffix, slot ? "_b" : "");
+}
+
+static void use_slot(names *n, int slot) {
+        for (int i = 0; i < N_SETS; i++)
+                if (set_is_interval(i))
+                        slot_set_name(n, i, slot, n->set[i], sizeof(n->set[i]));
+        n->slot = slot;
 }
 
 /* ---- address ranges ---- */
@@ -732,10 +752,11 @@ static struct nftnl_set *new_set(const char *name) {
         return s;
 }
 
-static int msg_set(core_nft_batch *bt, uint16_t type, uint16_t flags, const names *n, enum set_id id) {
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(n->set[id]);
+/* Set `id` of the session under `name` (its name in one slot). */
+static int msg_set_named(core_nft_batch *bt, uint16_t type, uint16_t flags, const char *name, enum set_id id) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(name);
         uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "set %s", n->set[id]);
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s", name);
         if (!s || !buf)
                 return -ENOMEM;
         if (type == NFT_MSG_NEWSET) {
@@ -751,6 +772,18 @@ static int msg_set(core_nft_batch *bt, uint16_t type, uint16_t flags, const name
         }
         nftnl_set_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq), s);
         return core_nft_batch_commit(bt);
+}
+
+static int msg_set(core_nft_batch *bt, uint16_t type, uint16_t flags, const names *n, enum set_id id) {
+        return msg_set_named(bt, type, flags, n->set[id], id);
+}
+
+/* Deletes set `name` whether it exists or not (added without EXCL first). */
+static int msg_set_drop(core_nft_batch *bt, const char *name, enum set_id id) {
+        int k;
+        if ((k = msg_set_named(bt, NFT_MSG_NEWSET, NLM_F_CREATE, name, id)) < 0)
+                return k;
+        return msg_set_named(bt, NFT_MSG_DELSET, 0, name, id);
 }
 
 /* Adds a built set with its elements as one NEWSETELEM message. */
@@ -932,7 +965,7 @@ static int take_mark(uint32_t *ret);
  * EXCL right before their delete, so a missing one is not an error and the
  * batch needs no knowledge of what an earlier change left. */
 static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem, bool proxied,
-                 bool has_nat_elem, bool has_reply_elem) {
+                 bool has_nat_elem, bool has_reply_elem, int keep_slot) {
         int k;
         if (has_reply_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, NULL)) < 0)
                 return k;
@@ -954,10 +987,23 @@ static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_inp
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain)) < 0)
                 return k;
-        for (int i = 0; i < N_SETS; i++)
-                if ((k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE, n, i)) < 0 ||
-                    (k = msg_set(bt, NFT_MSG_DELSET, 0, n, i)) < 0)
-                        return k;
+        /* The interval sets of both slots but the one this change
+         * filled (keep_slot; -1: none). */
+        for (int i = 0; i < N_SETS; i++) {
+                if (!set_is_interval(i)) {
+                        if ((k = msg_set_drop(bt, n->set[i], i)) < 0)
+                                return k;
+                        continue;
+                }
+                for (int slot = 0; slot < 2; slot++) {
+                        char name[sizeof(n->set[i])];
+                        if (slot == keep_slot)
+                                continue;
+                        slot_set_name(n, i, slot, name, sizeof(name));
+                        if ((k = msg_set_drop(bt, name, i)) < 0)
+                                return k;
+                }
+        }
         return 0;
 }
 
@@ -1057,9 +1103,20 @@ static int add_pins(core_nft_batch *bt, const names *n, const pol_nft_carried_pi
 /* Chain, sets with their ranges, rules, then the map element that makes
  * the chain live, and the gateway services: within the batch nothing is
  * visible before the commit. */
-static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway,
-                      const pol_nft_carried_pin *pins, size_t n_pins) {
-        const elem_verdict go = { NFT_GOTO, n->chain }, go_reply = { NFT_GOTO, n->rchain };
+/* Rule 9 (DESIGN §5.1): no window where neither policy applies. The
+ * kernel makes the elements of an interval set that a transaction fills
+ * visible to lookups only as that transaction ends, after the rules added
+ * by it already run: a packet meeting the new chain in between misses
+ * `@allow4` and is denied although both policies allow it. So the
+ * interval sets of a custom policy are filled here, in a batch of their
+ * own, committed before the batch that adds the chains looking them up.
+ * The slot the session's current chains use cannot be deleted (EBUSY: the
+ * batch fails whole and changes nothing), so slot 0 is tried, then slot 1;
+ * whatever the slot held before (a change that failed after this batch) is
+ * deleted first. Sets nothing references are harmless until the next
+ * change or removal deletes them. 0 with n's interval set names pointing
+ * at the filled slot, or a negative errno with *ret_err filled. */
+static int stage_interval_sets(names *n, const pol_policy *p, sb_error **ret_err) {
         ranges allow = {}, deny = {}, forbid = {};
         ranges6 allow6 = {}, deny6 = {}, forbid6 = {};
         int k;
@@ -1068,31 +1125,42 @@ static int add_custom(core_nft_batch *bt, const names *n, const pol_policy *p, s
             (k = forbidden_ranges(p, &forbid)) < 0 ||
             (k = ranges6_from_cidrs(&allow6, p->subnet_allow, p->n_subnet_allow)) < 0 ||
             (k = ranges6_from_cidrs(&deny6, p->subnet_deny, p->n_subnet_deny)) < 0 ||
-            (k = forbidden_ranges6(p, &forbid6)) < 0)
+            (k = forbidden_ranges6(p, &forbid6)) < 0) {
+                k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname, strerror(-k));
                 goto out;
-        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0)
-                goto out;
-        for (int i = 0; i < N_SETS; i++)
-                if ((k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i)) < 0)
+        }
+        for (int slot = 0; slot < 2; slot++) {
+                _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+                sb_error *err = NULL;
+                use_slot(n, slot);
+                k = core_nft_batch_new(&bt);
+                for (int i = 0; k >= 0 && i < N_SETS; i++)
+                        if (set_is_interval(i))
+                                k = msg_set_drop(bt, n->set[i], i);
+                for (int i = 0; k >= 0 && i < N_SETS; i++)
+                        if (set_is_interval(i))
+                                k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i);
+                if (k < 0 || (k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 ||
+                    (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 ||
+                    (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0 ||
+                    (k = add_ranges6(bt, n->set[SET_ALLOW6], &allow6)) < 0 ||
+                    (k = add_ranges6(bt, n->set[SET_DENY6], &deny6)) < 0 ||
+                    (k = add_ranges6(bt, n->set[SET_FORBID6], &forbid6)) < 0) {
+                        k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
+                                         strerror(-k));
                         goto out;
-        if ((k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 || (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 ||
-            (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0 ||
-            (k = add_ranges6(bt, n->set[SET_ALLOW6], &allow6)) < 0 ||
-            (k = add_ranges6(bt, n->set[SET_DENY6], &deny6)) < 0 ||
-            (k = add_ranges6(bt, n->set[SET_FORBID6], &forbid6)) < 0)
+                }
+                k = core_nft_batch_send(bt, &err);
+                if (k == -EBUSY && slot == 0) {
+                        sb_error_free(err); /* slot 0 is in use: fill slot 1 */
+                        continue;
+                }
+                if (k < 0 && ret_err)
+                        *ret_err = err;
+                else
+                        sb_error_free(err);
                 goto out;
-        if ((k = add_pins(bt, n, pins, n_pins)) < 0 || (k = add_session_rules(bt, n, n->chain, gateway)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain)) < 0 ||
-            (k = add_session_rules(bt, n, n->rchain, gateway)) < 0)
-                goto out;
-        if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
-            (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &go_reply)) < 0 ||
-            (k = add_gateway_services(bt, n, gateway)) < 0)
-                goto out;
-        /* Last: the redirect starts once the gateway admits the proxy port
-         * (within one batch this only orders the messages; the commit makes
-         * all of it visible at once). */
-        k = msg_proxied_elem(bt, n, true);
+        }
 out:
         ranges_done(&allow);
         ranges_done(&deny);
@@ -1101,6 +1169,31 @@ out:
         ranges6_done(&deny6);
         ranges6_done(&forbid6);
         return k;
+}
+
+/* The rest of a custom policy, after stage_interval_sets(): its chains
+ * (looking up the staged sets), the DNS pin sets and the map elements. */
+static int add_custom(core_nft_batch *bt, const names *n, struct in_addr gateway, const pol_nft_carried_pin *pins,
+                      size_t n_pins) {
+        const elem_verdict go = { NFT_GOTO, n->chain }, go_reply = { NFT_GOTO, n->rchain };
+        int k;
+        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0)
+                return k;
+        for (int i = 0; i < N_SETS; i++)
+                if (!set_is_interval(i) && (k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i)) < 0)
+                        return k;
+        if ((k = add_pins(bt, n, pins, n_pins)) < 0 || (k = add_session_rules(bt, n, n->chain, gateway)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain)) < 0 ||
+            (k = add_session_rules(bt, n, n->rchain, gateway)) < 0)
+                return k;
+        if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
+            (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &go_reply)) < 0 ||
+            (k = add_gateway_services(bt, n, gateway)) < 0)
+                return k;
+        /* Last: the redirect starts once the gateway admits the proxy port
+         * (within one batch this only orders the messages; the commit makes
+         * all of it visible at once). */
+        return msg_proxied_elem(bt, n, true);
 }
 
 /* ---- DNS of allow-all sessions ----
@@ -1196,7 +1289,7 @@ static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, str
                         return k;
                 return add_dns_forward(bt, n, gateway);
         case POL_MODE_DENY_ALL: return msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &deny);
-        case POL_MODE_CUSTOM: return add_custom(bt, n, p, gateway, pins, n_pins);
+        case POL_MODE_CUSTOM: return add_custom(bt, n, gateway, pins, n_pins);
         }
         return -EINVAL;
 }
@@ -1222,8 +1315,12 @@ static int change(const char *ifname, const pol_policy *p, struct in_addr gatewa
                 return has_nat_elem;
         if ((has_reply_elem = map_elem_exists(CORE_NFT_SESSIONS_REPLY_MAP, &n, ret_err)) < 0)
                 return has_reply_elem;
+        bool custom = p && p->mode == POL_MODE_CUSTOM;
+        if (custom && (k = stage_interval_sets(&n, p, ret_err)) < 0)
+                return k;
         if ((k = core_nft_batch_new(&bt)) < 0 ||
-            (k = purge(bt, &n, has_elem, has_input_elem, proxied, has_nat_elem, has_reply_elem)) < 0 ||
+            (k = purge(bt, &n, has_elem, has_input_elem, proxied, has_nat_elem, has_reply_elem,
+                       custom ? n.slot : -1)) < 0 ||
             (k = add_mode(bt, &n, p, gateway, pins, n_pins)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname,
                                     strerror(-k));

@@ -20,7 +20,8 @@
  * - deny-all: the map element `"<if>" : goto deny` (it has no veth in
  *   normal operation; this keeps a stray one closed). No input element.
  * - custom: chain s_<if> and sets s_<if>_allow4, _deny4, _forbid4 (interval
- *   sets, disjoint merged ranges) and _dns4 (timeouts, DNS pins), and the
+ *   sets, disjoint merged ranges; named with a "_b" suffix every other
+ *   change, see pol_nft_session_apply) and _dns4 (timeouts, DNS pins), and the
  *   element `"<if>" : goto s_<if>`. The chain, in order:
  *     ct mark <generation> accept          flows this policy admitted
  *     ct status dnat goto deny             allow-all's DNS forwarding, older
@@ -78,9 +79,13 @@
 #define POL_NFT_PIN_MAX 16384
 
 /* Creates, or atomically replaces, the objects of session interface
- * `ifname` ("sbx<n>") for policy p, in one batch: the old chains, sets and
- * map elements are deleted and the new ones added, so no packet sees both
- * or neither (rule 9). DNS pins of the old policy are dropped with its set:
+ * `ifname` ("sbx<n>") for policy p: a custom policy's interval sets
+ * (allow, deny, forbid) are filled first, in a batch of their own, in the
+ * slot the current chains do not use ("s_<if>_allow4" or
+ * "s_<if>_allow4_b"); then one batch deletes the old chains, sets and map
+ * elements and adds the new ones, so no packet sees both or neither (rule
+ * 9; the kernel shows an interval set's elements only as the transaction
+ * that filled it ends, after that transaction's rules already run). DNS pins of the old policy are dropped with its set:
  * they were judged under the old policy (fail closed). `gateway` is the
  * host side of the session's veth (core_net_host_addr() of its slot), where
  * the DNS filter answers; only a custom policy uses it, and then it must be

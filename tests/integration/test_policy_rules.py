@@ -407,5 +407,51 @@ def test_rule9_update_swaps_the_policy_with_no_window_where_neither_applies(worl
         expect_eq((res["failed"], res["errors"]), (0, []), "connects to the address both policies allow")
 
 
+# LOOP that stops only at its STOP file (the cap is a safety net, far
+# beyond any run) and says whether it did. Three such loops can fill the
+# single-threaded listener's accept queue while the machine is loaded, and
+# a SYN it drops is only resent after a second: each connect gets 10 s. A
+# denial is a reset (refused at once); a dropped reply is resent too.
+LOOP_UNTIL_STOP = LOOP.replace("time.monotonic() + 60", "time.monotonic() + 1800").replace(
+    "s.settimeout(2)", "s.settimeout(10)").replace(
+    '{"ok": ok, "failed": failed, "errors": errors[:5]}',
+    '{"ok": ok, "failed": failed, "errors": errors[:5], "stopped": os.path.exists(stop)}')
+
+
+def test_rule9_many_updates_under_several_connect_loops_never_deny_what_both_allow(world):
+    # Rule 9 under stress: 100 swaps while three loops connect to the
+    # address both policies allow. A swap that let a packet meet the new
+    # chain before its address sets were filled denied a few of them.
+    a, b = W.PUB_API_ADDR + "/32", W.PUB_OTHER_ADDR + "/32"
+    pol = _policy_file(world, {"subnets": {"allow": [a]}})
+    loops = 3
+    with sandbox(world, "r9s", "--policy", pol) as name:
+        for j in range(loops):
+            world.ctl("exec", "--detach", name, "--", "python3", "-c", LOOP_UNTIL_STOP, W.PUB_API_ADDR,
+                      str(W.LISTEN_PORT), "/tmp/r9s.stop", "/tmp/r9s-%d.json" % j, check=True)
+        seen = len(world.pub_api_listener.connections())
+        poll(lambda: len(world.pub_api_listener.connections()) > seen + 30, 30, "the connect loops to run")
+        for i in range(100):
+            subnets = {"allow": [a, b]} if i % 2 == 0 else {"allow": [a]}
+            r = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"subnets": subnets}})
+            expect("result" in r, "update %d:" % i, r)
+            # The loops keep connecting between the swaps too.
+            seen = len(world.pub_api_listener.connections())
+            poll(lambda: len(world.pub_api_listener.connections()) >= seen + loops, 30,
+                 "connects after update %d" % i)
+        # The last update allows [a] only: b is refused from then on.
+        _refused_fast(connect(world, name, W.PUB_OTHER_ADDR), "after the last update, the address it dropped")
+        sh(world, name, "touch /tmp/r9s.stop")
+        res = []
+        for j in range(loops):
+            out = "/tmp/r9s-%d.json" % j
+            poll(lambda: sh(world, name, "test -s " + out)[0] == 0, 60, "connect loop %d to stop" % j)
+            res.append(json.loads(sh(world, name, "cat " + out)[1]))
+        expect(all(r["stopped"] for r in res), "every loop ran until the swaps were done:", res)
+        expect(sum(r["ok"] for r in res) >= 300, "connects made during the swaps:", res)
+        expect_eq([(r["failed"], r["errors"]) for r in res], [(0, [])] * loops,
+                  "connects to the address both policies allow")
+
+
 # ---------------------------------------------------------------- IPv6
 # IPv6 has its own file: test_ipv6.py.

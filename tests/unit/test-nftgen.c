@@ -193,11 +193,16 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         free(out);
 
         /* Replace: the new policy's ranges, never the old ones, and still
-         * one of everything. */
+         * one of everything; its interval sets in the other slot (filled
+         * in a batch before the one that swaps the chains, rule 9), the
+         * old slot's gone. */
         apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"1.1.1.0/24\"]}}");
         out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "chain s_sbx3 {"), 1);
-        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4_b {"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 0);
+        assert_int_equal(count(out, "ip daddr @s_sbx3_allow4_b ct mark set"), 1);
+        assert_int_equal(count(out, "set s_sbx3_dns4 {"), 1);
         assert_int_equal(count(out, "1.1.1.0/24"), 1);
         assert_int_equal(count(out, "203.0.113.0/24"), 1); /* forbidden again: in forbid4 only */
         assert_int_equal(count(out, "8.8.8.0/24"), 0);
@@ -303,6 +308,37 @@ static void test_overlapping_and_adjacent_prefixes_become_disjoint_ranges(void *
         free(forbid);
 }
 
+/* The interval sets alternate between two slots, each filled before the
+ * swap (rule 9): a third change is back in the first slot, and sets left in
+ * the free slot (a change that failed after filling them) are replaced. */
+static void test_interval_sets_alternate_slots_and_replace_what_a_failed_change_left(void **state) {
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"192.0.2.0/24\"]}}");
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"198.51.100.0/24\"]}}");
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"203.0.113.0/24\"]}}");
+        char *out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "_b {"), 0);
+        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 1);
+        assert_int_equal(count(out, "ip daddr @s_sbx3_allow4 ct mark set"), 1);
+        free(out);
+        char *allow = set_elements("s_sbx3_allow4");
+        if (!strstr(allow, "203.0.113.0/24") || strstr(allow, "198.51.100.0/24"))
+                fail_msg("allow4: %s", allow);
+        free(allow);
+        /* Left over in the free slot, with an element of its own. */
+        free(run("nft add set inet sandboxd s_sbx3_allow4_b '{ type ipv4_addr; flags interval; }' && "
+                 "nft add element inet sandboxd s_sbx3_allow4_b '{ 100.64.0.0/10 }'"));
+        apply("{\"allow\":[],\"subnets\":{\"allow\":[\"192.0.2.0/24\"]}}");
+        out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 0);
+        assert_int_equal(count(out, "set s_sbx3_allow4_b {"), 1);
+        assert_int_equal(count(out, "ip daddr @s_sbx3_allow4_b ct mark set"), 1);
+        allow = set_elements("s_sbx3_allow4_b");
+        if (!strstr(allow, "192.0.2.0/24") || strstr(allow, "100.64.0.0/10"))
+                fail_msg("allow4_b: %s", allow);
+        free(allow);
+        free(out);
+}
+
 static void test_allow_all_subnet_never_opens_loopback_or_metadata(void **state) {
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/0\"]}}");
         char *forbid = set_elements("s_sbx3_forbid4");
@@ -312,7 +348,7 @@ static void test_allow_all_subnet_never_opens_loopback_or_metadata(void **state)
         /* The host itself stays in forbid4 even where subnets.allow names
          * it exactly (the proxy's and the kernel's verdicts agree). */
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/32\",\"127.0.0.0/8\",\"0.1.0.0/16\"]}}");
-        forbid = set_elements("s_sbx3_forbid4");
+        forbid = set_elements("s_sbx3_forbid4_b"); /* the second slot: see above */
         if (!strstr(forbid, "0.0.0.0/8") || !strstr(forbid, "127.0.0.0/8"))
                 fail_msg("forbid4 with the host's ranges in subnets.allow: %s", forbid);
         free(forbid);
@@ -834,6 +870,8 @@ int main(void) {
                                                 setup, teardown),
                 cmocka_unit_test_setup_teardown(test_overlapping_and_adjacent_prefixes_become_disjoint_ranges,
                                                 setup, teardown),
+                cmocka_unit_test_setup_teardown(
+                        test_interval_sets_alternate_slots_and_replace_what_a_failed_change_left, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_allow_all_subnet_never_opens_loopback_or_metadata, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_pin_adds_address_with_floored_timeout_and_errors_name_the_set,
