@@ -201,8 +201,14 @@ static void slot_set_name(const names *n, enum set_id id, int slot, char *buf, s
 
 static void use_slot(names *n, int slot) {
         for (int i = 0; i < N_SETS; i++)
-                if (set_is_interval(i))
-                        slot_set_name(n, i, slot, n->set[i], sizeof(n->set[i]));
+                if (set_is_interval(i)) {
+                        /* Through a buffer of its own: the name is made from
+                         * n->ifname, in the same object (snprintf's
+                         * restrict). */
+                        char name[sizeof(n->set[i])];
+                        slot_set_name(n, i, slot, name, sizeof(name));
+                        memcpy(n->set[i], name, sizeof(name));
+                }
         n->slot = slot;
 }
 
