@@ -3,6 +3,7 @@
 included, oldest finished forgotten first), and command.list pages are
 bounded in bytes as well as in count (4 MiB of commands, the cursor goes
 on)."""
+import os
 import json
 import socket
 
@@ -65,7 +66,12 @@ def test_finished_commands_with_huge_args_stay_within_the_kept_bytes_budget(worl
             # the allocator; the count below checks the budget itself.
             _run_many(conn, name, 600)
             grown = _rss_kib(pid) - before
-            expect(grown < 128 * 1024, "daemon RSS growth (KiB) for 600 finished commands with large args:", grown)
+            # Under AddressSanitizer (make integration-asan) freed memory
+            # sits in its quarantine and shadow: the bound is for the real
+            # build (as test_rpc's flood bounds are).
+            if "ASAN_OPTIONS" not in os.environ:
+                expect(grown < 128 * 1024, "daemon RSS growth (KiB) for 600 finished commands with large args:",
+                       grown)
 
             # command.list: pages bounded in bytes, the cursor goes on, and
             # the pages together list what is kept, once each.

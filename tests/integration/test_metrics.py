@@ -229,9 +229,14 @@ def test_a_silent_client_does_not_hold_the_daemon(world):
     try:
         for _ in range(20):  # more than the endpoint takes at once
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.connect(path)
-            s.sendall(b"GET /metr")  # half a request line, then nothing
             silent.append(s)
+            try:
+                s.connect(path)
+                s.sendall(b"GET /metr")  # half a request line, then nothing
+            except (BrokenPipeError, ConnectionResetError):
+                # One past what the endpoint takes at once may be closed
+                # as soon as it is accepted: that is the bound at work.
+                pass
         t = time.monotonic()
         expect(world.daemon.rpc_result("daemon.info") is not None, "RPC answers")
         expect(time.monotonic() - t < 5, "RPC answered while clients stall")
