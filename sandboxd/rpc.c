@@ -1484,7 +1484,17 @@ static void conn_arm_partial(rpc_conn *c) {
 static int conn_read(rpc_conn *c) {
         for (int i = 0; i < RPC_READS_PER_WAKEUP; i++) {
                 if (c->in_alloc - c->in_len < RPC_READ_CHUNK) {
+                        /* Grows by half again (a long line costs O(n) copying,
+                         * not O(n^2)), but never past what one line may hold
+                         * and, near the budget, by one chunk only. */
                         size_t want = c->in_len + RPC_READ_CHUNK;
+                        size_t cap = c->server->max_line_bytes + 2 * RPC_READ_CHUNK;
+                        size_t grown = c->in_alloc + c->in_alloc / 2;
+                        if (grown > cap)
+                                grown = cap;
+                        if (grown > want && *conn_charged(c) + in_charge(grown) - in_charge(c->in_alloc) <=
+                                                    conn_budget(c))
+                                want = grown;
                         size_t more = in_charge(want) - in_charge(c->in_alloc);
                         if (*conn_charged(c) + more > conn_budget(c)) {
                                 reply_raw_error(c, NULL, RPC_INVALID_REQUEST,
