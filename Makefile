@@ -16,6 +16,7 @@
 #   make deb        the Debian package, build/deb/sandboxd_VERSION_ARCH.deb (debian/)
 #   make deb-check  make deb, then its file list, maintainer scripts and lintian (tests/deb/)
 #   make shim       the containerd shim (shim/, Go): build/containerd-shim-sandboxd-v2
+#   make cri-test   pods through the CRI: private containerd + CRI plugin + CNI (tests/cri/)
 
 PREFIX    ?= /usr/local
 BINDIR    ?= $(PREFIX)/bin
@@ -71,7 +72,7 @@ UNIT_ASAN := $(patsubst tests/unit/%.c,$(B)/asan/tests/%,$(UNIT_SRC))
 
 .PHONY: sdk-ts-check
 .PHONY: systemd-test
-.PHONY: shim shim-test
+.PHONY: shim shim-test cri-test
 # The containerd shim (shim/README.md): Go in GOPATH mode over Debian's
 # packaged sources (/usr/share/gocode), offline; GOPATH's first entry and the
 # build cache stay in build/.
@@ -87,6 +88,11 @@ $(SHIM): $(SHIM_SRC)
 # make check runs it when containerd and Go are installed.
 shim-test: $(BINS) $(SHIM)
 	@python3 tests/shim/run.py
+# Pods through the CRI (tests/cri/): a private containerd with its CRI
+# plugin and a `sandboxd` runtime handler, CNI in the test world, images
+# built here. Debian's python3 (python3-grpcio, python3-grpc-tools).
+cri-test: $(BINS) $(SHIM)
+	@/usr/bin/python3 tests/cri/run.py
 
 .PHONY: all deps check unit unit-asan integration integration-asan demo bench bench-detail install clean fuzz load faults
 all: $(BINS) $(FAULT_BINS)

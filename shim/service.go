@@ -86,6 +86,7 @@ type service struct {
 
 	id, bundle, ns, name string
 	persistent           bool
+	pod                  bool // a CRI pod's sandbox container (pod.go): no sandbox, nothing runs
 	mountedRootfs        bool
 	rpc                  *rpcClient
 	init                 *process
@@ -479,6 +480,21 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if r.Checkpoint != "" {
 		return nil, grpcErr(fmt.Errorf("checkpoint: restoring a checkpoint is not supported by sandboxd: %w", errdefs.ErrNotImplemented))
 	}
+	isPod, err := podSandbox(spec)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	if isPod {
+		p := &process{status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1), stdinWake: -1}
+		s.mu.Lock()
+		s.init = p
+		s.pod = true
+		s.mu.Unlock()
+		s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{
+			ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(os.Getpid()),
+			IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}})
+		return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
+	}
 	lim, err := s.limits()
 	if err != nil {
 		return nil, grpcErr(err)
@@ -558,6 +574,19 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
 }
 
+// notForPod refuses `what` on a pod's sandbox container, which has no
+// sandbox (pod.go).
+func (s *service) notForPod(what string) error {
+	s.mu.Lock()
+	pod := s.pod
+	s.mu.Unlock()
+	if pod {
+		return grpcErr(fmt.Errorf("%s: a pod's sandbox container (annotation %s: %s) runs nothing in io.containerd.sandboxd.v2: %w",
+			what, annContainerType, containerTypeSandbox, errdefs.ErrNotImplemented))
+	}
+	return nil
+}
+
 func isRPCCode(err error, code int) bool {
 	if re, ok := err.(*rpcError); ok {
 		return re.Code == code
@@ -622,6 +651,13 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	if p.status != task.StatusCreated || p.cmdID != "" {
 		s.mu.Unlock()
 		return nil, grpcErr(fmt.Errorf("process already started: %w", errdefs.ErrFailedPrecondition))
+	}
+	if s.pod {
+		// The pod's sandbox container runs nothing (pod.go).
+		p.status = task.StatusRunning
+		s.mu.Unlock()
+		s.publish(runtime.TaskStartEventTopic, &eventstypes.TaskStart{ContainerID: s.id, Pid: uint32(os.Getpid())})
+		return &taskAPI.StartResponse{Pid: uint32(os.Getpid())}, nil
 	}
 	p.cmdID = "starting"
 	s.mu.Unlock()
@@ -829,9 +865,11 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		s.mu.Unlock()
 		return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
 	}
-	persistent := s.persistent
+	persistent, pod := s.persistent, s.pod
 	s.mu.Unlock()
-	if persistent {
+	if pod {
+		// Nothing of it in sandboxd.
+	} else if persistent {
 		// Kept for sandboxctl (its files and its runtime); stopped.
 		if err := s.rpc.call("sandbox.stop", map[string]interface{}{"name": s.name}, nil); err != nil && !isReason(err, "not_found") {
 			return nil, grpcErr(err)
@@ -860,6 +898,9 @@ func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*ptypes
 func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
 	p, err := s.get("")
 	if err != nil {
+		return nil, err
+	}
+	if err := s.notForPod("pause and resume"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -914,8 +955,9 @@ func (s *service) Kill(ctx context.Context, r *taskAPI.KillRequest) (*ptypes.Emp
 		targets = append(targets, p.cmdID)
 	}
 	created := p.status == task.StatusCreated && p.cmdID == ""
+	podAlive := s.pod && alive(p.status)
 	s.mu.Unlock()
-	if created {
+	if created || podAlive {
 		// Never started: it exits as if killed by the signal.
 		s.exit(p, 128+r.Signal)
 		return &ptypes.Empty{}, nil
@@ -956,6 +998,9 @@ func mapValues(m map[string]*process) []*process {
 // Exec adds a process to the container, started by Start.
 func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*ptypes.Empty, error) {
 	if _, err := s.get(""); err != nil {
+		return nil, err
+	}
+	if err := s.notForPod("exec"); err != nil {
 		return nil, err
 	}
 	v, err := typeurl.UnmarshalAny(r.Spec)
@@ -1037,6 +1082,9 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*ptyp
 // Update applies linux.resources as the sandbox's vCPUs (sandbox.update).
 func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*ptypes.Empty, error) {
 	if _, err := s.get(""); err != nil {
+		return nil, err
+	}
+	if err := s.notForPod("update"); err != nil {
 		return nil, err
 	}
 	v, err := typeurl.UnmarshalAny(r.Resources)

@@ -23,6 +23,9 @@ import (
 
 // sessionCgroups answers the running session's cgroup directories.
 func (s *service) sessionCgroups() ([]string, error) {
+	if err := s.notForPod("pids and stats"); err != nil {
+		return nil, err
+	}
 	var sb struct {
 		Session *struct {
 			Cgroups []string `json:"cgroups"`

@@ -1,0 +1,494 @@
+#!/usr/bin/python3
+"""Kubernetes pods on sandboxd through the CRI (issue #22): a private
+containerd with its CRI plugin (its own root, state, sockets and config with
+a `sandboxd` runtime handler), CNI bridge and host-local inside the test
+world's host network namespace, images built here and imported (no
+registry), and a CRI v1 client generated from tests/cri/proto/api.proto.
+
+    /usr/bin/python3 tests/cri/run.py [SUBSTRING...]     (make cri-test)
+
+Debian's python3 (python3-grpcio, python3-grpc-tools): the stubs are made
+into build/cri-py/ with grpc_tools.protoc from the committed api.proto
+(kubernetes/cri-api v0.25.0, the CRI v1 that containerd 1.6 serves; its
+gogoproto options are stripped, they only shape Go code).
+
+Everything made here is undone even on failure: the pods are stopped and
+removed through the CRI, then containerd is stopped by its pid, the shims
+it started by theirs, the mounts below containerd's directories (rootfs
+snapshots, the pods' network namespaces: netns_mounts_under_state_dir) are
+unmounted, CNI's result cache entries of this run's network are removed;
+the world removes the namespaces (with the bridge and veths), cgroups and
+its temp dir. Exit 1 on any failure.
+"""
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+
+import world as W  # noqa: E402
+import leaks  # noqa: E402
+from common import expect, expect_eq  # noqa: E402
+
+SHIM = os.path.join(W.BUILD, "containerd-shim-sandboxd-v2")
+PROTO = os.path.join(HERE, "proto", "api.proto")
+STUBS = os.path.join(W.BUILD, "cri-py")
+CNI_BIN = "/usr/lib/cni"
+CNI_CACHE = "/var/lib/cni/results"   # libcni's cache (not configurable in containerd 1.6's CRI)
+BUSYBOX = "/bin/busybox"
+APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "wc", "true", "false",
+           "ip", "hostname", "mount", "test", "grep", "ps", "kill")
+HANDLER = "sandboxd"
+RUNTIME = "io.containerd.sandboxd.v2"
+K8S_NS = "k8s.io"                 # the CRI plugin's containerd namespace
+BUSYBOX_IMAGE = "sbx.test/busybox:1"
+PAUSE_IMAGE = "sbx.test/pause:1"
+POD_SUBNET = "10.244.77.0/24"     # the CNI bridge's range inside the world host netns
+BRIDGE = "cribr0"                 # not sbx*: the leak checker owns those names
+
+
+# ------------------------------------------------------------ CRI client
+
+def make_stubs():
+    """The CRI v1 Python stubs in build/cri-py (api_pb2, api_pb2_grpc), made
+    again when the proto is newer."""
+    os.makedirs(STUBS, exist_ok=True)
+    out = os.path.join(STUBS, "api_pb2.py")
+    if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(PROTO):
+        return
+    with open(PROTO) as f:
+        text = "".join(line for line in f
+                       if not line.startswith('import "github.com/gogo/')
+                       and not line.startswith("option (gogoproto."))
+    src = os.path.join(STUBS, "api.proto")
+    with open(src, "w") as f:
+        f.write(text)
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", STUBS, "--python_out=" + STUBS,
+                    "--grpc_python_out=" + STUBS, src], check=True)
+
+
+class CRI:
+    """The CRI v1 RuntimeService and ImageService over containerd's socket."""
+
+    def __init__(self, sock):
+        import grpc
+        sys.path.insert(0, STUBS)
+        import api_pb2
+        import api_pb2_grpc
+        self.pb = api_pb2
+        self.grpc = grpc
+        self.chan = grpc.insecure_channel("unix://" + sock)
+        self.rt = api_pb2_grpc.RuntimeServiceStub(self.chan)
+        self.img = api_pb2_grpc.ImageServiceStub(self.chan)
+
+    def close(self):
+        self.chan.close()
+
+    def call(self, svc, method, timeout=120, **kw):
+        req = getattr(self.pb, method + "Request")(**kw)
+        return getattr(svc, method)(req, timeout=timeout)
+
+    def r(self, method, **kw):
+        return self.call(self.rt, method, **kw)
+
+    def i(self, method, **kw):
+        return self.call(self.img, method, **kw)
+
+
+# ------------------------------------------------------------ images
+
+def make_rootfs(d):
+    os.makedirs(os.path.join(d, "bin"))
+    for sub in ("etc", "tmp", "proc", "sys", "dev"):
+        os.makedirs(os.path.join(d, sub))
+    shutil.copy2(BUSYBOX, os.path.join(d, "bin", "busybox"))
+    for a in APPLETS:
+        os.symlink("busybox", os.path.join(d, "bin", a))
+
+
+def make_image(rootfs, out, tag, config):
+    """An OCI image archive (oci-layout, index.json, blobs) of the tree
+    `rootfs` in one gzip layer with image config `config`, its manifest
+    tagged `tag` (ctr import --base-name NAME makes it NAME:tag)."""
+    blobs = {}
+
+    def blob(data, media):
+        dg = hashlib.sha256(data).hexdigest()
+        blobs[dg] = data
+        return {"mediaType": media, "digest": "sha256:" + dg, "size": len(data)}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tf:
+        for name in sorted(os.listdir(rootfs)):
+            tf.add(os.path.join(rootfs, name), arcname=name)
+    layer = raw.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    layer_desc = blob(gzip.compress(layer, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+    cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": config,
+                      "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    config_desc = blob(cfg, "application/vnd.oci.image.config.v1+json")
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": config_desc, "layers": [layer_desc]}).encode()
+    man_desc = blob(manifest, "application/vnd.oci.image.manifest.v1+json")
+    man_desc["annotations"] = {"org.opencontainers.image.ref.name": tag}
+    man_desc["platform"] = {"architecture": "amd64", "os": "linux"}
+    index = json.dumps({"schemaVersion": 2, "manifests": [man_desc]}).encode()
+    with tarfile.open(out, "w") as tf:
+        def add(name, data):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+        add("oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        add("index.json", index)
+        for dg, data in blobs.items():
+            add("blobs/sha256/" + dg, data)
+
+
+# ------------------------------------------------------------ containerd
+
+class Containerd:
+    """containerd with its CRI plugin, everything under `base`, in the world
+    host network namespace (where the CNI bridge is made)."""
+
+    def __init__(self, world, base):
+        self.world = world
+        self.base = base
+        self.root = os.path.join(base, "root")
+        self.state = os.path.join(base, "state")
+        self.sock = os.path.join(base, "containerd.sock")
+        self.log = os.path.join(base, "containerd.log")
+        self.cni_conf = os.path.join(base, "net.d")
+        self.ipam = os.path.join(base, "ipam")
+        self.logs = os.path.join(base, "pod-logs")
+        self.net_name = "sbxcri-" + world.id
+        self.proc = None
+
+    def write_config(self):
+        os.makedirs(self.cni_conf, exist_ok=True)
+        os.makedirs(self.logs, exist_ok=True)
+        with open(os.path.join(self.cni_conf, "10-sbxcri.conflist"), "w") as f:
+            json.dump({"cniVersion": "0.4.0", "name": self.net_name, "plugins": [{
+                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {"type": "host-local", "dataDir": self.ipam,
+                         "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}, f)
+        cfg = os.path.join(self.base, "config.toml")
+        with open(cfg, "w") as f:
+            f.write("""version = 2
+root = "%(root)s"
+state = "%(state)s"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "%(sock)s"
+[ttrpc]
+  address = "%(sock)s.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "%(pause)s"
+  disable_apparmor = true
+  enable_selinux = false
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    # No runc here: a pod that names no handler runs on sandboxd too.
+    default_runtime_name = "%(handler)s"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%(handler)s]
+      runtime_type = "%(runtime)s"
+      pod_annotations = ["io.sandboxd.*"]
+      container_annotations = ["io.sandboxd.*"]
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "%(cnibin)s"
+    conf_dir = "%(cniconf)s"
+    max_conf_num = 1
+""" % dict(root=self.root, state=self.state, sock=self.sock, pause=PAUSE_IMAGE, handler=HANDLER,
+                runtime=RUNTIME, cnibin=CNI_BIN, cniconf=self.cni_conf))
+        return cfg
+
+    def start(self):
+        os.makedirs(self.base, exist_ok=True)
+        cfg = self.write_config()
+        env = dict(os.environ, PATH=W.BUILD + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
+                   SANDBOXD_SOCKET=self.world.daemon.socket)
+        cg = self.world.cgroup_dirs
+        log = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            ["nsenter", "--net=/run/netns/" + self.world.host_ns, "--",
+             "containerd", "--config", cfg], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            env=env, start_new_session=True, preexec_fn=lambda: W._join_cgroups(cg))
+        log.close()
+        W.World.wait_until(lambda: self.ctr("version").returncode == 0 or self.proc.poll() is not None,
+                           30, "containerd to answer")
+        if self.proc.poll() is not None:
+            raise W.WorldError("containerd exited: %s" % self.log_tail())
+
+    def ctr(self, *args, timeout=120):
+        return subprocess.run(["ctr", "--address", self.sock, "-n", K8S_NS] + list(args),
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def log_tail(self, n=30):
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def shims(self):
+        out = []
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                exe = os.readlink("/proc/%s/exe" % p)
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    cl = f.read()
+            except OSError:
+                continue
+            if exe == os.path.realpath(SHIM) and self.sock.encode() in cl:
+                out.append(int(p))
+        return out
+
+    def stop(self):
+        """containerd by its pid, then any shim it started by theirs, the
+        mounts below base, CNI's cache entries of this network."""
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        for pid in self.shims():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for mp in sorted(W.mounts_below(self.base), key=len, reverse=True):
+            subprocess.run(["umount", "-l", mp], capture_output=True)
+        try:
+            for n in os.listdir(CNI_CACHE):
+                if n.startswith(self.net_name + "-"):
+                    os.unlink(os.path.join(CNI_CACHE, n))
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------ pods
+
+class T:
+    pass
+
+
+def pod_config(t, name, annotations=None):
+    pb = t.cri.pb
+    uid = "%s-%s" % (name, t.world.id)
+    logdir = os.path.join(t.c.logs, uid)
+    os.makedirs(logdir, exist_ok=True)
+    return pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default", attempt=0),
+        hostname=name, log_directory=logdir, annotations=annotations or {},
+        linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
+            namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))))
+
+
+def run_pod(t, name, annotations=None):
+    cfg = pod_config(t, name, annotations)
+    pid = t.cri.r("RunPodSandbox", config=cfg, runtime_handler=HANDLER).pod_sandbox_id
+    t.pods.append(pid)
+    return pid, cfg
+
+
+def create_container(t, pod_id, pod_cfg, name, command, args=(), mounts=()):
+    pb = t.cri.pb
+    cfg = pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name=name, attempt=0), image=pb.ImageSpec(image=BUSYBOX_IMAGE),
+        command=list(command), args=list(args), log_path="%s.log" % name, mounts=list(mounts),
+        linux=pb.LinuxContainerConfig())
+    return t.cri.r("CreateContainer", pod_sandbox_id=pod_id, config=cfg,
+                   sandbox_config=pod_cfg).container_id
+
+
+def remove_pod(t, pod_id):
+    t.cri.r("StopPodSandbox", pod_sandbox_id=pod_id)
+    t.cri.r("RemovePodSandbox", pod_sandbox_id=pod_id)
+    t.pods.remove(pod_id)
+
+
+def container_state(t, cid):
+    return t.cri.r("ContainerStatus", container_id=cid).status.state
+
+
+def pod_ids(t):
+    return [p.id for p in t.cri.r("ListPodSandbox").items]
+
+
+def shim_made(t, method, key):
+    """Names of the sandboxes or runtimes the shim made (ctr-*, shim/spec.go)."""
+    return [x["name"] for x in t.world.rpc_result(method)[key] if x["name"].startswith("ctr-")]
+
+
+def no_pod_left(t, pod_id):
+    """After RemovePodSandbox: the CRI lists neither the pod nor a container
+    of it, containerd has no container or task, no shim runs, sandboxd has
+    no sandbox or runtime of it, the pod's netns mount is gone."""
+    expect(pod_id not in pod_ids(t), "pod %s still listed" % pod_id[:12])
+    left = [c.id for c in t.cri.r("ListContainers").containers if c.pod_sandbox_id == pod_id]
+    expect(not left, "containers of the pod still listed:", left)
+    expect(pod_id not in t.c.ctr("containers", "ls", "-q").stdout.split(), "containerd container left")
+    W.World.wait_until(lambda: not t.c.shims(), 20, "the pod's shims to exit")
+    W.World.wait_until(lambda: not shim_made(t, "sandbox.list", "sandboxes"), 20,
+                       "every sandbox of the pod to be deleted")
+    W.World.wait_until(lambda: not shim_made(t, "runtime.list", "runtimes"), 20,
+                       "every runtime of the pod to be deleted")
+    leaks.check(t.world, "all")
+    netns = [m for m in W.mounts_below(t.c.state) if "/netns/" in m]
+    expect(not netns, "a pod network namespace is still mounted:", netns)
+
+
+# ------------------------------------------------------------ tests
+
+def test_version_names_containerd_and_cri_v1(t):
+    v = t.cri.r("Version")
+    expect_eq(v.runtime_name, "containerd", "runtime name")
+    expect_eq(v.runtime_api_version, "v1", "CRI API version")
+
+
+def test_pod_with_sandboxd_handler_runs_a_container(t):
+    """RunPodSandbox with the `sandboxd` handler makes the pod through the
+    shim; a container of it runs, its output lands at the CRI log path, and
+    StopPodSandbox + RemovePodSandbox leave nothing."""
+    pod_id, pod_cfg = run_pod(t, "pod1")
+    st = t.cri.r("PodSandboxStatus", pod_sandbox_id=pod_id).status
+    expect_eq(st.state, t.cri.pb.SANDBOX_READY, "pod state")
+    expect_eq(st.runtime_handler, HANDLER, "the pod's runtime handler")
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c", "echo hello-from-pod; sleep 3600"])
+    t.cri.r("StartContainer", container_id=cid)
+    expect_eq(container_state(t, cid), t.cri.pb.CONTAINER_RUNNING, "container state")
+    sbs = t.world.rpc_result("sandbox.list")["sandboxes"]
+    expect(len(sbs) >= 1, "the pod is a sandboxd sandbox:", sbs)
+    logp = os.path.join(pod_cfg.log_directory, "c1.log")
+    W.World.wait_until(lambda: os.path.exists(logp) and "hello-from-pod" in open(logp).read(), 30,
+                       "the container's output at its CRI log path %s" % logp)
+    with open(logp) as f:
+        first = f.readline()
+    # CRI log format: RFC3339Nano time, stream, P/F tag, text.
+    parts = first.split(" ", 3)
+    expect(len(parts) == 4 and parts[1] == "stdout" and parts[2] == "F", "CRI log line:", repr(first))
+    t.cri.r("StopContainer", container_id=cid, timeout=10)
+    expect_eq(container_state(t, cid), t.cri.pb.CONTAINER_EXITED, "stopped container state")
+    t.cri.r("RemoveContainer", container_id=cid)
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+def test_exec_sync_in_a_container(t):
+    pod_id, pod_cfg = run_pod(t, "pod2")
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sleep", "3600"])
+    t.cri.r("StartContainer", container_id=cid)
+    r = t.cri.r("ExecSync", container_id=cid, cmd=["sh", "-c", "echo out-$((6*7)); echo err >&2; exit 3"],
+                timeout=60)
+    expect_eq(r.exit_code, 3, "ExecSync exit code")
+    expect_eq(r.stdout, b"out-42\n", "ExecSync stdout")
+    expect_eq(r.stderr, b"err\n", "ExecSync stderr")
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+# ------------------------------------------------------------ main
+
+def preflight():
+    """None when every tool is there, else the reason to skip."""
+    for tool in ("containerd", "ctr", "nsenter"):
+        if not shutil.which(tool):
+            return "%s not installed" % tool
+    for plugin in ("bridge", "host-local", "loopback"):
+        if not os.access(os.path.join(CNI_BIN, plugin), os.X_OK):
+            return "CNI plugin %s missing (containernetworking-plugins)" % plugin
+    try:
+        import grpc  # noqa: F401
+        import grpc_tools  # noqa: F401
+    except ImportError:
+        return "python3-grpcio / python3-grpc-tools missing (run with Debian's /usr/bin/python3)"
+    return None
+
+
+def main():
+    filters = sys.argv[1:]
+    why = preflight()
+    if why:
+        print("cri: SKIP (%s; scripts/install-deps)" % why)
+        return 0
+    for need, what in ((SHIM, "make shim"), (BUSYBOX, "busybox-static")):
+        if not os.access(need, os.X_OK):
+            print("cri: %s missing (%s)" % (need, what))
+            return 1
+    make_stubs()
+    tests = [(n, f) for n, f in sorted(globals().items(), key=lambda kv: getattr(kv[1], "__code__", None)
+                                        and kv[1].__code__.co_firstlineno or 0)
+             if n.startswith("test_") and callable(f) and (not filters or any(x in n for x in filters))]
+    failed = 0
+    runs = tests * int(os.environ.get("CRI_TEST_REPEAT", "1"))
+    with W.World() as world:
+        world.start_sandboxd()
+        t = T()
+        t.world = world
+        t.pods = []
+        rootfs = os.path.join(world.tmp, "rootfs")
+        make_rootfs(rootfs)
+        t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
+        t.cri = None
+        try:
+            t.c.start()
+            for ref, cfg, tag in ((BUSYBOX_IMAGE, {"Env": ["PATH=/bin"], "Cmd": ["sh"]}, "busybox"),
+                                  (PAUSE_IMAGE, {"Env": ["PATH=/bin"], "Entrypoint": ["/bin/sleep", "2147483647"]},
+                                   "pause")):
+                tar = os.path.join(world.tmp, tag + ".tar")
+                base, tag_ = ref.rsplit(":", 1)
+                make_image(rootfs, tar, tag_, cfg)
+                r = t.c.ctr("images", "import", "--base-name", base, tar)
+                if r.returncode != 0 or ref not in t.c.ctr("images", "ls", "-q").stdout.split():
+                    raise W.WorldError("ctr images import %s: %s %s %s" % (ref, r.stdout, r.stderr,
+                                                                          t.c.ctr("images", "ls", "-q").stdout))
+            t.cri = CRI(t.c.sock)
+            W.World.wait_until(lambda: any(BUSYBOX_IMAGE in i.repo_tags for i in t.cri.i("ListImages").images),
+                               30, "the CRI to list the imported image")
+            for name, fn in runs:
+                t0 = time.monotonic()
+                try:
+                    fn(t)
+                    print("PASS %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
+                except Exception:
+                    failed += 1
+                    print("FAIL %s\n%s" % (name, traceback.format_exc()), flush=True)
+                    print("containerd log:\n" + t.c.log_tail(), flush=True)
+                    print("sandboxd log:\n" + world.daemon.log_tail(20), flush=True)
+                for pod_id in list(t.pods):
+                    try:
+                        remove_pod(t, pod_id)
+                    except Exception as e:
+                        print("cleanup of pod %s: %s" % (pod_id[:12], e), flush=True)
+        except BaseException:
+            print("containerd log:\n" + t.c.log_tail(), flush=True)
+            raise
+        finally:
+            if t.cri:
+                t.cri.close()
+            t.c.stop()
+    print("cri: %d passed, %d failed" % (len(runs) - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
