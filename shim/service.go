@@ -506,6 +506,12 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if _, err := commandParams(s.name, spec.Process); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
+	if err := checkOutputURI("stdout", r.Stdout); err != nil {
+		return nil, grpcErr(err)
+	}
+	if err := checkOutputURI("stderr", r.Stderr); err != nil {
+		return nil, grpcErr(err)
+	}
 	if err := checkProcessLimits(spec.Process, lim); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
@@ -663,35 +669,34 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	s.mu.Unlock()
 	params, err := commandParams(s.name, p.spec)
 	if err != nil {
-		return nil, grpcErr(err)
+		return nil, s.failStart(p, err)
 	}
 	if p.terminal {
 		params["tty"] = true
 	}
 	var stdout, stderr io.WriteCloser
-	if p.stdout != "" {
-		if stdout, err = fifo.OpenFifo(context.Background(), p.stdout, syscall.O_WRONLY, 0); err != nil {
-			return nil, grpcErr(err)
+	closeOut := func() {
+		for _, w := range []io.WriteCloser{stdout, stderr} {
+			if w != nil {
+				w.Close()
+			}
 		}
 	}
-	if p.stderr != "" && !p.terminal {
-		if stderr, err = fifo.OpenFifo(context.Background(), p.stderr, syscall.O_WRONLY, 0); err != nil {
-			return nil, grpcErr(err)
+	if stdout, err = openOutput("stdout", p.stdout); err != nil {
+		return nil, s.failStart(p, err)
+	}
+	if !p.terminal {
+		if stderr, err = openOutput("stderr", p.stderr); err != nil {
+			closeOut()
+			return nil, s.failStart(p, err)
 		}
 	}
 	var cmd struct {
 		CmdID string `json:"cmdId"`
 	}
 	if err := s.rpc.call("command.run", params, &cmd); err != nil {
-		s.mu.Lock()
-		p.cmdID = ""
-		s.mu.Unlock()
-		for _, w := range []io.WriteCloser{stdout, stderr} {
-			if w != nil {
-				w.Close()
-			}
-		}
-		return nil, grpcErr(err)
+		closeOut()
+		return nil, s.failStart(p, err)
 	}
 	s.mu.Lock()
 	p.cmdID = cmd.CmdID
@@ -724,6 +729,20 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 		s.publish(runtime.TaskExecStartedEventTopic, &eventstypes.TaskExecStarted{ContainerID: s.id, ExecID: r.ExecID, Pid: uint32(os.Getpid())})
 	}
 	return &taskAPI.StartResponse{Pid: uint32(os.Getpid())}, nil
+}
+
+// failStart ends a process whose Start failed with `err` (returned as the
+// gRPC error): it is STOPPED with exit status 128 (as the CRI reports a
+// start error) and its TaskExit published, so Wait returns, Kill finds it
+// finished and Delete (with or without --force) removes it at once. Before,
+// it stayed CREATED with a command id of "starting" that no Kill or Delete
+// could end.
+func (s *service) failStart(p *process, err error) error {
+	s.mu.Lock()
+	p.cmdID = ""
+	s.mu.Unlock()
+	s.exit(p, 128)
+	return grpcErr(err)
 }
 
 // startStdin copies the stdin FIFO to command.write; its end (EOF, or

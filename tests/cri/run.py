@@ -406,6 +406,30 @@ def test_exec_sync_in_a_container(t):
     no_pod_left(t, pod_id)
 
 
+def test_missing_command_exits_127_and_is_removed(t):
+    """A container whose command does not exist: sandboxd starts the
+    command and it exits at once with 127, the reason on its stderr
+    (docs/API.md command.run), so the container is EXITED with 127 and the
+    reason in its CRI log; RemoveContainer and the pod's removal leave
+    nothing. (runc fails StartContainer instead; either way the kubelet
+    sees the container fail and restarts it by the pod's policy.)"""
+    pod_id, pod_cfg = run_pod(t, "pod3")
+    cid = create_container(t, pod_id, pod_cfg, "bad", ["/no/such/command"])
+    t.cri.r("StartContainer", container_id=cid)
+    W.World.wait_until(lambda: container_state(t, cid) == t.cri.pb.CONTAINER_EXITED, 30,
+                       "the container to exit")
+    st = t.cri.r("ContainerStatus", container_id=cid).status
+    expect_eq(st.exit_code, 127, "exit code of a missing command")
+    with open(os.path.join(pod_cfg.log_directory, "bad.log")) as f:
+        log = f.read()
+    expect(" stderr F sandboxd: " in log and "/no/such/command" in log, "the reason in the CRI log:", repr(log))
+    t.cri.r("RemoveContainer", container_id=cid)
+    expect(cid not in [c.id for c in t.cri.r("ListContainers").containers], "the container is removed")
+    expect(cid not in t.c.ctr("containers", "ls", "-q").stdout.split(), "containerd's container is removed")
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
 # ------------------------------------------------------------ main
 
 def preflight():

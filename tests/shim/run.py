@@ -948,6 +948,53 @@ def test_memory_limit_not_widened(t):
     no_leak(t, "mem2")
 
 
+def test_log_uri_file_gets_both_streams(t):
+    out = os.path.join(t.world.tmp, "logs", "file1.log")
+    r = run(t.c, t.rootfs, "file1", "sh", "-c", "echo to-out; echo to-err >&2; exit 4",
+            extra=("--log-uri", "file://" + out))
+    expect_eq(r.returncode, 4, "ctr run's exit status (stderr %r)" % r.stderr[-400:])
+    with open(out) as f:
+        got = f.read()
+    expect(sorted(got.splitlines()) == ["to-err", "to-out"], "both streams in the file:", repr(got))
+    expect_eq(os.stat(out).st_mode & 0o777, 0o600, "the log file's mode")
+    no_leak(t, "file1")
+
+
+def test_log_uri_binary_refused_at_create(t):
+    r = run(t.c, t.rootfs, "bin1", "true", extra=("--log-uri", "binary:///bin/cat"))
+    expect(r.returncode != 0, "binary:// is refused")
+    expect("binary://" in r.stderr and "not supported" in r.stderr, "the refusal names binary://:", r.stderr[-400:])
+    t.c.ctr("containers", "rm", "bin1")
+    no_leak(t, "bin1")
+
+
+def test_failed_start_ends_the_task(t):
+    """A Start that fails (here: its file:// log cannot be opened) leaves a
+    stopped task that kill, delete and delete --force end at once; before,
+    it stayed CREATED: kill said 'process already finished', delete refused
+    and delete --force hung."""
+    c = t.c
+    for i, how in enumerate((("task", "delete"), ("task", "delete", "--force"))):
+        cid = "fstart%d" % i
+        r = c.ctr("container", "create", "--runtime", RUNTIME, "--rootfs", t.rootfs, cid, "true")
+        expect_eq(r.returncode, 0, "ctr container create: %s" % r.stderr)
+        try:
+            r = c.ctr("task", "start", "--log-uri", "file:///proc/sbx-no-such-dir/x.log", cid, timeout=60)
+            expect(r.returncode != 0, "the start fails:", r.stdout, r.stderr)
+            ls = c.ctr("task", "ls").stdout
+            if cid in ls:
+                expect("STOPPED" in [ln.split()[2] for ln in ls.splitlines() if ln.startswith(cid + " ")],
+                       "the task whose start failed is STOPPED:", ls)
+                c.ctr("task", "kill", cid, timeout=30)
+                r = c.ctr(*how, cid, timeout=30)
+                expect_eq(r.returncode, 0, "ctr %s: %s" % (" ".join(how), r.stderr))
+            expect(cid not in c.ctr("task", "ls", "-q").stdout.split(), "no task left")
+        finally:
+            c.ctr("task", "delete", "--force", cid, timeout=30)
+            c.ctr("container", "rm", cid)
+        no_leak(t, cid)
+
+
 class T:
     pass
 
