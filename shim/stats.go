@@ -97,9 +97,31 @@ func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.Pi
 	return &taskAPI.PidsResponse{Processes: out}, nil
 }
 
-// Stats answers cgroup metrics of the session: cgroup v1 metrics
-// (memory, pids, CPU throttling and usage where cpuacct is in use) or, on
-// the unified hierarchy, v2 metrics.
+// unifiedWithMemory returns the directory of dirs on the unified (v2)
+// hierarchy if the memory controller is enabled there (its
+// cgroup.controllers lists it), else "". On a hybrid host the session has a
+// unified directory without controllers beside its v1 ones: its memory and
+// pids are in the v1 directories.
+func unifiedWithMemory(dirs []string) string {
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.controllers"))
+		if err != nil {
+			continue
+		}
+		for _, c := range strings.Fields(string(b)) {
+			if c == "memory" {
+				return d
+			}
+		}
+	}
+	return ""
+}
+
+// Stats answers cgroup metrics of the session: v2 metrics when the memory
+// controller is on the unified hierarchy, else cgroup v1 metrics (memory,
+// pids, CPU throttling and usage where cpuacct is in use) from the v1
+// directories (a hybrid host's controller-less unified directory is
+// skipped: its cpu.stat has v2 keys).
 func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.StatsResponse, error) {
 	if _, err := s.get(""); err != nil {
 		return nil, err
@@ -109,8 +131,7 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 		return nil, grpcErr(err)
 	}
 	var metrics interface{}
-	if _, err := os.Stat(filepath.Join(dirs[0], "cgroup.controllers")); err == nil {
-		d := dirs[0]
+	if d := unifiedWithMemory(dirs); d != "" {
 		m := &v2.Metrics{Pids: &v2.PidsStat{}, Memory: &v2.MemoryStat{}, CPU: &v2.CPUStat{}}
 		m.Pids.Current, _ = readUint(d, "pids.current")
 		m.Pids.Limit, _ = readUint(d, "pids.max")
@@ -122,7 +143,12 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 		metrics = m
 	} else {
 		m := &v1.Metrics{}
+		unified := ""
 		for _, d := range dirs {
+			if _, err := os.Stat(filepath.Join(d, "cgroup.controllers")); err == nil {
+				unified = d
+				continue
+			}
 			if n, ok := readUint(d, "pids.current"); ok {
 				m.Pids = &v1.PidsStat{Current: n}
 				m.Pids.Limit, _ = readUint(d, "pids.max")
@@ -134,6 +160,9 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 				m.Memory.Usage.Failcnt, _ = readUint(d, "memory.failcnt")
 				st := readKV(d, "memory.stat")
 				m.Memory.Cache, m.Memory.RSS = st["cache"], st["rss"]
+				// The CRI's working set is usage - total_inactive_file.
+				m.Memory.TotalInactiveFile, m.Memory.InactiveFile = st["total_inactive_file"], st["inactive_file"]
+				m.Memory.TotalCache, m.Memory.TotalRSS = st["total_cache"], st["total_rss"]
 			}
 			if c := readKV(d, "cpu.stat"); c != nil {
 				if m.CPU == nil {
@@ -148,6 +177,16 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 				}
 				m.CPU.Usage.Total = n
 			}
+		}
+		if unified == "" || (m.CPU != nil && m.CPU.Usage.Total != 0) {
+			// cpuacct.usage was read (or there is nothing else to read).
+		} else if c := readKV(unified, "cpu.stat"); c["usage_usec"] > 0 {
+			// cpuacct not beside cpu (mounted on its own, or absent): a
+			// hybrid host's unified directory still accounts CPU time.
+			if m.CPU == nil {
+				m.CPU = &v1.CPUStat{Usage: &v1.CPUUsage{}}
+			}
+			m.CPU.Usage.Total, m.CPU.Usage.User, m.CPU.Usage.Kernel = c["usage_usec"]*1000, c["user_usec"]*1000, c["system_usec"]*1000
 		}
 		metrics = m
 	}

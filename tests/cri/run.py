@@ -406,6 +406,23 @@ def test_exec_sync_in_a_container(t):
     no_pod_left(t, pod_id)
 
 
+def test_container_stats(t):
+    """ContainerStats answers from the container's sandbox cgroup (the
+    shim's Stats): memory in use and CPU time are non-zero for a running
+    container."""
+    pod_id, pod_cfg = run_pod(t, "pod4")
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done; sleep 3600"])
+    t.cri.r("StartContainer", container_id=cid)
+    logp = os.path.join(pod_cfg.log_directory, "c1.log")
+    W.World.wait_until(lambda: os.path.exists(logp) and "done" in open(logp).read(), 60, "the loop to finish")
+    st = t.cri.r("ContainerStats", container_id=cid).stats
+    expect_eq(st.attributes.id, cid, "the stats' container id")
+    expect(st.memory.working_set_bytes.value > 0, "memory in use is reported:", st.memory)
+    expect(st.cpu.usage_core_nano_seconds.value > 0, "CPU time is reported:", st.cpu)
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
 def test_missing_command_exits_127_and_is_removed(t):
     """A container whose command does not exist: sandboxd starts the
     command and it exits at once with 127, the reason on its stderr
