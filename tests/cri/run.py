@@ -423,6 +423,35 @@ def test_container_stats(t):
     no_pod_left(t, pod_id)
 
 
+def test_sandboxd_kill_9_while_the_pod_runs(t):
+    """kill -9 of sandboxd while a pod's container runs (live restore keeps
+    its sandbox and command): the container stays RUNNING, ExecSync works
+    again once the shim has reconnected, output written across the restart
+    reaches the CRI log, and the pod is removed cleanly."""
+    pod_id, pod_cfg = run_pod(t, "pod5")
+    cid = create_container(t, pod_id, pod_cfg, "c1", [
+        "sh", "-c", "echo before; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-restart; sleep 3600"])
+    t.cri.r("StartContainer", container_id=cid)
+    logp = os.path.join(pod_cfg.log_directory, "c1.log")
+    W.World.wait_until(lambda: os.path.exists(logp) and "before" in open(logp).read(), 30, "the first line")
+    d = t.world.daemon
+    old = t.world.rpc_result("daemon.info")["pid"]
+    os.kill(d.proc.pid, signal.SIGKILL)
+    d.proc.wait(10)
+    d.start()
+    expect(t.world.rpc_result("daemon.info")["pid"] != old, "a new sandboxd answers")
+    expect_eq(container_state(t, cid), t.cri.pb.CONTAINER_RUNNING, "the container after sandboxd's kill -9")
+    r = t.cri.r("ExecSync", container_id=cid, cmd=["sh", "-c", "touch /tmp/go; echo exec-ok"], timeout=60)
+    expect_eq((r.exit_code, r.stdout), (0, b"exec-ok\n"), "ExecSync after the restart (%r)" % r.stderr)
+    W.World.wait_until(lambda: "after-restart" in open(logp).read(), 30, "output after the restart in the CRI log")
+    with open(logp) as f:
+        lines = [ln.split(" ", 3)[3] for ln in f.read().splitlines()]
+    expect_eq(lines, ["before", "after-restart"], "the CRI log's lines, each once")
+    expect_eq(container_state(t, cid), t.cri.pb.CONTAINER_RUNNING, "the container still runs")
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
 def test_missing_command_exits_127_and_is_removed(t):
     """A container whose command does not exist: sandboxd starts the
     command and it exits at once with 127, the reason on its stderr
