@@ -293,7 +293,8 @@ class T:
 
 def pod_config(t, name, annotations=None):
     pb = t.cri.pb
-    uid = "%s-%s" % (name, t.world.id)
+    t.seq += 1   # a new uid (and log directory) for each pod, repeated runs too
+    uid = "%s-%s-%d" % (name, t.world.id, t.seq)
     logdir = os.path.join(t.c.logs, uid)
     os.makedirs(logdir, exist_ok=True)
     return pb.PodSandboxConfig(
@@ -515,6 +516,7 @@ def main():
         t = T()
         t.world = world
         t.pods = []
+        t.seq = 0
         rootfs = os.path.join(world.tmp, "rootfs")
         make_rootfs(rootfs)
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
@@ -532,8 +534,11 @@ def main():
                     raise W.WorldError("ctr images import %s: %s %s %s" % (ref, r.stdout, r.stderr,
                                                                           t.c.ctr("images", "ls", "-q").stdout))
             t.cri = CRI(t.c.sock)
-            W.World.wait_until(lambda: any(BUSYBOX_IMAGE in i.repo_tags for i in t.cri.i("ListImages").images),
-                               30, "the CRI to list the imported image")
+            # The CRI learns of imported images from containerd's events:
+            # RunPodSandbox before it knows the pause image would pull it.
+            W.World.wait_until(lambda: {BUSYBOX_IMAGE, PAUSE_IMAGE} <= {
+                tag for i in t.cri.i("ListImages").images for tag in i.repo_tags}, 30,
+                "the CRI to list both imported images")
             for name, fn in runs:
                 t0 = time.monotonic()
                 try:
