@@ -91,6 +91,8 @@ shim-test: $(BINS) $(SHIM)
 # Pods through the CRI (tests/cri/): a private containerd with its CRI
 # plugin and a `sandboxd` runtime handler, CNI in the test world, images
 # built here. Debian's python3 (python3-grpcio, python3-grpc-tools).
+# make check runs it when containerd and Go are installed (it skips,
+# saying why, without the CNI plugins or gRPC for Python).
 cri-test: $(BINS) $(SHIM)
 	@/usr/bin/python3 tests/cri/run.py
 
@@ -199,6 +201,8 @@ check: deps
 	@$(MAKE) --no-print-directory integration
 	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
 	  $(MAKE) --no-print-directory shim-test; else echo "shim tests skipped: containerd or go not installed"; fi
+	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
+	  $(MAKE) --no-print-directory cri-test; else echo "CRI tests skipped: containerd or go not installed"; fi
 	@$(MAKE) --no-print-directory integration-asan
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
