@@ -998,6 +998,39 @@ def test_failed_start_ends_the_task(t):
         no_leak(t, cid)
 
 
+def test_cri_container_type_annotation(t):
+    """io.kubernetes.cri.container-type: an unknown value is refused naming
+    the annotation; `sandbox` (a CRI pod's pause container) makes no
+    sandbox and runs nothing (its command does not even exist): RUNNING
+    until killed, then STOPPED at once; exec into it is refused; delete
+    leaves nothing."""
+    c = t.c
+    r = run(c, t.rootfs, "ctype1", "true", extra=("--annotation", "io.kubernetes.cri.container-type=podd"))
+    expect(r.returncode != 0 and "io.kubernetes.cri.container-type" in r.stderr,
+           "an unknown container-type is refused naming the annotation:", r.stderr[-300:])
+    c.ctr("containers", "rm", "ctype1")
+    no_leak(t, "ctype1")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=holder1", "--rootfs", t.rootfs, "holder1",
+              "/no/such/pause")
+    expect_eq(r.returncode, 0, "ctr run -d of a pod's sandbox container: %s" % r.stderr)
+    try:
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the holder to run")
+        expect(not [s for s in t.world.rpc_result("sandbox.list")["sandboxes"] if s["name"] == sandbox_name("holder1")],
+               "no sandbox is made for a pod's sandbox container")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "holder1", "true")
+        expect(r.returncode != 0 and "runs nothing" in r.stderr, "exec into the holder is refused:", r.stderr[-300:])
+        r = c.ctr("task", "kill", "-s", "TERM", "holder1")
+        expect_eq(r.returncode, 0, "ctr task kill: %s" % r.stderr)
+        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the holder to stop")
+        r = c.ctr("task", "delete", "holder1")
+        expect_eq(r.returncode, 0, "ctr task delete: %s" % r.stderr)
+    finally:
+        c.ctr("task", "delete", "--force", "holder1")
+        c.ctr("containers", "rm", "holder1")
+    no_leak(t, "holder1")
+
+
 class T:
     pass
 
