@@ -19,6 +19,7 @@
 #include "sandboxd/metrics.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/remote.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 
 /* At most this many subscriptions daemon-wide: each costs a connection
@@ -91,8 +92,8 @@ static bool subscription_matches(const subscription *s, manager *m, const char *
                 return false;
         if (s->sandbox && (!sb_name || !streq(s->sandbox, sb_name)))
                 return false;
-        /* A remote tag role hears only of sandboxes carrying its tag. */
-        if (!remote_conn_sees_sandbox(m, s->conn, sb_name))
+        /* A tenant hears only of its own sandboxes, none of the daemon's. */
+        if (!tenant_conn_sees_sandbox(m, s->conn, sb_name))
                 return false;
         if (s->kinds) {
                 int bit = kind_bit(kind);
