@@ -2,7 +2,7 @@
  * remote listener (docs/SECURITY.md "Remote clients", sandboxd(8)), made
  * with OpenSSL's library: a CA, a server certificate for the daemon's
  * tlsCert/tlsKey, an admin client certificate and, with --tag K=V, one for
- * the tag role tag:K=V. Keys are EC P-256, written mode 0600; no file is
+ * the tag role tag:K=V (the tenant "tag:K=V", sandboxd/tenant.h). Keys are EC P-256, written mode 0600; no file is
  * ever replaced (O_EXCL), so running it twice cannot swap a CA under a
  * running daemon. */
 #include <errno.h>
@@ -26,8 +26,8 @@ static const char certs_help[] =
         "  server.pem, server-key.pem  the daemon's tlsCert and tlsKey, for localhost,\n"
         "                              127.0.0.1, ::1 and each --name (a DNS name or an address)\n"
         "  client.pem, client-key.pem  a client of role admin (subject O=admin)\n"
-        "  tag.pem, tag-key.pem        with --tag K=V: a client of role tag:K=V, which sees and\n"
-        "                              changes only sandboxes tagged K=V\n"
+        "  tag.pem, tag-key.pem        with --tag K=V: a client of role tag:K=V, the tenant\n"
+        "                              \"tag:K=V\", which sees and changes only what it made\n"
         "--days N: validity of the server and client certificates (default 365; the CA 3650).\n";
 
 #define CERTS_NAMES_MAX 16

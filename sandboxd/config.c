@@ -150,7 +150,7 @@ static const config_key config_keys[] = {
         { "tlsKey",           KEY_PATH,   OFF(tls_key), 0, 0,
           "PEM file of that certificate's private key (keep it mode 0600).", "none (null)" },
         { "tlsClientCA",      KEY_PATH,   OFF(tls_client_ca), 0, 0,
-          "PEM file of the CA certificates a client certificate must chain to; the subject's O names the role (admin or tag:KEY=VALUE).",
+          "PEM file of the CA certificates a client certificate must chain to; the subject's O names the role (admin, tenant:NAME, or tag:KEY=VALUE read as the tenant named so).",
           "none (null)" },
         { "tlsHandshakeTimeoutMs", KEY_U64, OFF(tls_handshake_timeout_ms), 100, 120000,
           "How long a TCP client has to finish its TLS handshake before it is disconnected, in milliseconds.", NULL },
