@@ -26,11 +26,11 @@
  * reference and a copy of every matching event, so an unbounded number
  * would let one client multiply the daemon's work per event. */
 #define EVENTS_MAX_SUBSCRIPTIONS 256
-/* At most this many on one TLS connection, and TLS connections together
- * may hold all but EVENTS_LOCAL_RESERVE of the daemon's: one remote client
- * cannot take every subscription, nor remote clients blind the local ones
- * (local clients are root-equivalent, docs/SECURITY.md §4: not capped
- * per connection). */
+/* At most this many on one capped connection (TLS, or a tenant's on the
+ * Unix socket), and capped connections together may hold all but
+ * EVENTS_LOCAL_RESERVE of the daemon's: one remote client or tenant cannot
+ * take every subscription, nor can they blind a local admin (root-
+ * equivalent, docs/SECURITY.md §4: not capped per connection). */
 #define EVENTS_MAX_PER_CONN 16
 #define EVENTS_LOCAL_RESERVE 64
 
@@ -240,6 +240,15 @@ static int parse_kinds(rpc_request *req, unsigned *ret, sb_error **ret_err) {
         return 0;
 }
 
+/* A connection held to the caps above: TLS (admin included), or a tenant's. */
+static bool capped(manager *m, const rpc_conn *c) {
+        if (rpc_conn_identity(c))
+                return true;
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        return !t.admin;
+}
+
 static void method_subscribe(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
@@ -256,16 +265,18 @@ static void method_subscribe(rpc_request *req, void *userdata) {
         size_t mine = 0, remote = 0;
         for (subscription *it = subs; it; it = it->next) {
                 mine += it->conn == req->conn;
-                remote += rpc_conn_identity(it->conn) != NULL;
+                remote += capped(m, it->conn);
         }
-        if (rpc_conn_identity(req->conn) && mine >= EVENTS_MAX_PER_CONN)
+        bool limited = capped(m, req->conn);
+        if (limited && mine >= EVENTS_MAX_PER_CONN)
                 return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
                                        "events.subscribe: this connection already has %d subscriptions, the limit "
                                        "per connection; one subscription without a filter sees every event",
                                        EVENTS_MAX_PER_CONN);
-        if (rpc_conn_identity(req->conn) && remote >= EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE)
+        if (limited && remote >= EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE)
                 return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
-                                       "events.subscribe: remote clients already hold %d subscriptions, their limit; "
+                                       "events.subscribe: remote clients and tenants already hold %d subscriptions, "
+                                       "their limit; "
                                        "close an idle subscriber",
                                        EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE);
         if (n_subs >= EVENTS_MAX_SUBSCRIPTIONS)

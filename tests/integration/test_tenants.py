@@ -299,3 +299,15 @@ def test_tenant_limits_name_the_limit_and_the_tenant(world):
         made.append(r3["name"])
     finally:
         _cleanup(d, made, snaps)
+
+
+def test_a_local_tenant_cannot_take_every_event_subscription(world):
+    """A local tenant is capped as a remote client is: 16 subscriptions on
+    one connection (and tenants with TLS clients 192 of the daemon's 256),
+    so root can always subscribe."""
+    d = _setup(world)
+    answers = _as(d, ALICE, [{"method": "events.subscribe", "params": {}}] * 17)
+    expect(all("result" in m for m in answers[:16]), "16 subscriptions:", answers[:16])
+    msg = _refused(answers[16], "the 17th on one tenant connection", "limit_exceeded")
+    expect("per connection" in msg, "names the limit:", msg)
+    expect("result" in d.rpc("events.subscribe", {}), "root subscribes")
