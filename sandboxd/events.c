@@ -87,13 +87,28 @@ static int kind_bit(const char *kind) {
         return -1;
 }
 
-static bool subscription_matches(const subscription *s, manager *m, const char *kind, const char *sb_name) {
+/* Who owns the sandbox of an event: looked up by name, or given. */
+typedef struct event_owner {
+        bool given;
+        const char *owner;
+} event_owner;
+
+static bool subscriber_sees(manager *m, const rpc_conn *c, const char *sb_name, const event_owner *o) {
+        if (!o->given)
+                return tenant_conn_sees_sandbox(m, c, sb_name);
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        return sb_name && tenant_owns(&t, o->owner);
+}
+
+static bool subscription_matches(const subscription *s, manager *m, const char *kind, const char *sb_name,
+                                 const event_owner *o) {
         if (s->m != m || !rpc_conn_is_open(s->conn))
                 return false;
         if (s->sandbox && (!sb_name || !streq(s->sandbox, sb_name)))
                 return false;
         /* A tenant hears only of its own sandboxes, none of the daemon's. */
-        if (!tenant_conn_sees_sandbox(m, s->conn, sb_name))
+        if (!subscriber_sees(m, s->conn, sb_name, o))
                 return false;
         if (s->kinds) {
                 int bit = kind_bit(kind);
@@ -105,9 +120,10 @@ static bool subscription_matches(const subscription *s, manager *m, const char *
 
 /* True when an earlier subscription of the same connection already took
  * this event: a connection subscribed twice gets each event once. */
-static bool already_sent(const subscription *upto, manager *m, const char *kind, const char *sb_name) {
+static bool already_sent(const subscription *upto, manager *m, const char *kind, const char *sb_name,
+                         const event_owner *o) {
         for (const subscription *s = subs; s != upto; s = s->next)
-                if (s->conn == upto->conn && subscription_matches(s, m, kind, sb_name))
+                if (s->conn == upto->conn && subscription_matches(s, m, kind, sb_name, o))
                         return true;
         return false;
 }
@@ -176,7 +192,7 @@ static void journal_event(const char *kind, const char *sb_name, const cJSON *fi
                                        NULL);
 }
 
-void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *fields) {
+static void emit(manager *m, const char *kind, const char *sb_name, const event_owner *o, cJSON *fields) {
         if (kind)
                 journal_event(kind, sb_name, fields);
         if (kind && streq(kind, EVENT_DENIED))
@@ -192,7 +208,7 @@ void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *field
         if (!ev)
                 return;
         for (subscription *s = subs; s; s = s->next) {
-                if (!subscription_matches(s, m, kind, sb_name) || already_sent(s, m, kind, sb_name))
+                if (!subscription_matches(s, m, kind, sb_name, o) || already_sent(s, m, kind, sb_name, o))
                         continue;
                 /* A subscriber that does not read must not make the daemon
                  * queue without bound (a sandbox can cause denials as fast as
@@ -214,6 +230,14 @@ void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *field
                 rpc_notify(s->conn, "event", copy);
         }
         cJSON_Delete(ev);
+}
+
+void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *fields) {
+        emit(m, kind, sb_name, &(event_owner) { .given = false }, fields);
+}
+
+void events_emit_owned(manager *m, const char *kind, const char *sb_name, const char *owner, cJSON *fields) {
+        emit(m, kind, sb_name, &(event_owner) { .given = true, .owner = owner }, fields);
 }
 
 /* Reads params.kinds into a bit mask: a non-empty array of known kinds. */

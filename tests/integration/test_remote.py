@@ -81,7 +81,7 @@ def _setup(world):
     d = tempfile.mkdtemp(prefix="remote-certs-", dir=world.tmp)
     os.chmod(d, 0o755)
     certs = os.path.join(d, "set")
-    p = subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--tag", "team=a", "--name", HOST],
+    p = subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--tag", "team=a", "--tenant", "b", "--name", HOST],
                        capture_output=True, text=True, timeout=60)
     expect(p.returncode == 0, "certs init:", p.stderr)
     for f in os.listdir(certs):
@@ -143,12 +143,10 @@ def _setup(world):
                                                      b"\x04\x83\x03\x20\x00" + b"A" * 204800), critical=False)
            .sign(ca_key, hashes.SHA256()))
     bad["huge"] = _write_pair(d, "huge", big, big_key)
-    # Tenants besides the certs init tag client (tag:team=a): the older
-    # tag form naming another key, and a tenant:NAME.
+    # A tenant besides certs init's tag:team=a and tenant:b clients: the
+    # older tag form naming another key.
     bad["projx"] = _client_cert(d, "projx", _name((NameOID.ORGANIZATION_NAME, "tag:project=x"),
                                                   (NameOID.COMMON_NAME, "projx")), ca_cert, ca_key)
-    bad["tenb"] = _client_cert(d, "tenb", _name((NameOID.ORGANIZATION_NAME, "tenant:b"),
-                                                (NameOID.COMMON_NAME, "tenb")), ca_cert, ca_key)
     for stem in bad:
         for f in (stem + ".pem", stem + "-key.pem"):
             os.chmod(os.path.join(d, f), 0o644)
@@ -172,6 +170,8 @@ def _pair(st, who):
         return os.path.join(st["certs"], "client.pem"), os.path.join(st["certs"], "client-key.pem")
     if who == "tag":
         return os.path.join(st["certs"], "tag.pem"), os.path.join(st["certs"], "tag-key.pem")
+    if who == "tenb":
+        return os.path.join(st["certs"], "tenant.pem"), os.path.join(st["certs"], "tenant-key.pem")
     return st["bad"][who]
 
 

@@ -37,7 +37,8 @@ def answer(i):
         if m.get("id") == i:
             return m
 if isinstance(reqs, dict):
-    # Events: subscribe, say so, then every event until one of `wait`.
+    # Events: subscribe, say so, then every event until one of sandbox
+    # `wait` (with status `status`, when given).
     s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"events.subscribe","params":{}}\n')
     print(json.dumps({"subscribed": answer(1)}), flush=True)
     events = []
@@ -45,7 +46,8 @@ if isinstance(reqs, dict):
         m = json.loads(f.readline())
         if m.get("method") == "event":
             events.append(m["params"])
-            if m["params"].get("sandbox") == reqs["wait"]:
+            if m["params"].get("sandbox") == reqs["wait"] and \
+                    m["params"].get("status") == reqs.get("status", m["params"].get("status")):
                 break
     print(json.dumps(events), flush=True)
 else:
@@ -203,13 +205,15 @@ def test_a_local_tenant_hears_and_scrapes_only_its_own(world):
         expect("sandboxd_rpc_requests_total" not in body, "no daemon-wide request counts for a tenant")
         body = _scrape_as(d, 0)
         expect('sandbox="%s"' % b in body and "sandboxd_rpc_requests_total" in body, "root sees everything")
-        ev = subprocess.Popen(["python3", "-c", _CLIENT, json.dumps({"wait": b})], cwd=d.dir, user=BOB,
+        ev = subprocess.Popen(["python3", "-c", _CLIENT, json.dumps({"wait": b, "status": "deleted"})],
+                              cwd=d.dir, user=BOB,
                               group=NOGROUP, extra_groups=[], stdout=subprocess.PIPE, text=True)
         try:
             first = json.loads(ev.stdout.readline())
             expect("result" in first["subscribed"], "subscribed:", first)
             _ok(d, 0, "sandbox.stop", {"name": a})
-            _ok(d, 0, "sandbox.stop", {"name": b})
+            _ok(d, 0, "sandbox.delete", {"name": a})
+            _ok(d, 0, "sandbox.delete", {"name": b})
             events = json.loads(ev.communicate(timeout=90)[0].strip().splitlines()[-1])
         finally:
             if ev.poll() is None:
@@ -217,6 +221,10 @@ def test_a_local_tenant_hears_and_scrapes_only_its_own(world):
                 ev.wait()
         seen = {e.get("sandbox") for e in events}
         expect(b in seen and a not in seen and None not in seen, "events of its own only:", events)
+        # "deleted" comes once the sandbox has left the registry: its owner
+        # still hears it.
+        expect(any(e.get("sandbox") == b and e.get("status") == "deleted" for e in events),
+               "its own sandbox's deleted event:", events)
     finally:
         _cleanup(d, (a, b))
 
