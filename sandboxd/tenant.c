@@ -242,8 +242,8 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
         if (l.disk_mib != UINT64_MAX && (!sb->disk_mib || unbounded))
                 return over_limit(req, &t, ret_err,
                                   "resources.diskMiB: tenant '%s' has a disk limit (daemon.json tenants maxDiskMiB "
-                                  "%" PRIu64 "), so every sandbox needs a bounded disk (diskMiB above 0)", t.name,
-                                  l.disk_mib);
+                                  "%" PRIu64 "), so every sandbox needs a bounded disk (diskMiB above 0)%s", t.name,
+                                  l.disk_mib, sb->disk_mib ? "; one of its sandboxes has none" : "");
         if (disk + sb->disk_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "resources.diskMiB: tenant '%s' would have %" PRIu64 " MiB of disk, over its limit "
