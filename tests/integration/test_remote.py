@@ -472,6 +472,24 @@ def test_tags_cannot_plant_a_sandbox_in_another_tenant(world):
                         {"method": "snapshot.get", "params": {"id": snap}},
                         {"method": "sandbox.create", "params": {"source": {"type": "snapshot", "snapshotId": snap}}}):
                 _refused(_answer(_call(world, st, who, req), req["method"]), "%s as %s" % (req["method"], who))
+        # Tags on import: a tenant may not import; a file whose config
+        # carries project=x, imported by the admin with its config, is the
+        # admin's, not project=x's (the file names no owner).
+        path = os.path.join(world.tmp, "plant-%s.tar.zst" % snap)
+        a = _answer(_call(world, st, "tag", {"method": "snapshot.import", "params": {"path": path, "config": True}}),
+                    "import")
+        _refused(a, "snapshot.import as a tenant")
+        _local(st, "snapshot.export", {"id": snap, "path": path})
+        imported = _local(st, "snapshot.import", {"path": path, "config": True})
+        snaps.append(imported["id"])
+        expect_eq((imported["config"].get("tags") or {}).get("project"), "x", "the file's tags are imported as labels")
+        expect(imported.get("owner") is None, "an import is its importer's (admin), whatever its tags:", imported)
+        r = _call(world, st, "projx", {"method": "snapshot.list", "params": {}},
+                  {"method": "sandbox.create", "params": {"source": {"type": "snapshot",
+                                                                     "snapshotId": imported["id"]}}})
+        expect(r["ok"] and imported["id"] not in [x["id"] for x in r["answers"][0]["result"]["snapshots"]],
+               "project=x does not list the imported snapshot:", r)
+        _refused(r["answers"][1], "project=x creates from the imported snapshot")
         # A tenant:NAME creates and owns under its own name.
         a = _answer(_call(world, st, "tenb", {"method": "sandbox.create", "params": {"tags": {"team": "a"}}}), "tenb")
         expect("result" in a, "tenant:b creates:", a)
