@@ -243,19 +243,29 @@ def test_ownership_survives_a_restart(world):
     after a restart the first user still owns both and the second sees
     neither; state written before owners existed is admin-owned."""
     d = _setup(world)
-    a = world.name("ra")
+    a, old = world.name("ra"), world.name("rold")
     snaps = []
     try:
         _ok(d, ALICE, "sandbox.create", {"name": a, "networkPolicy": "deny-all", "persistent": True})
+        _ok(d, ALICE, "sandbox.create", {"name": old, "networkPolicy": "deny-all", "persistent": True})
         snaps.append(_ok(d, ALICE, "sandbox.snapshot", {"name": a})["id"])
         d.stop()
+        # A config from before owners existed: no "owner" key.
+        conf = os.path.join(d.state_dir, "sandboxes", old, "config.json")
+        with open(conf) as f:
+            c = json.load(f)
+        expect_eq(c.pop("owner", None), "uid:%d" % ALICE, "the owner is kept in the sandbox's config")
+        with open(conf, "w") as f:
+            json.dump(c, f)
         d.start()
+        _refused(_one(d, ALICE, "sandbox.get", {"name": old}), "a config without an owner is admin-owned")
+        expect(_ok(d, 0, "sandbox.get", {"name": old})["owner"] is None, "admin-owned, owner null")
         expect_eq(_ok(d, ALICE, "sandbox.get", {"name": a})["owner"], "uid:%d" % ALICE, "owner after restart")
         expect_eq(_ok(d, ALICE, "snapshot.get", {"id": snaps[0]})["owner"], "uid:%d" % ALICE, "snapshot owner")
         _refused(_one(d, BOB, "sandbox.get", {"name": a}), "the second user after a restart")
         expect(a not in _names(_ok(d, BOB, "sandbox.list")), "not listed to the second user after a restart")
     finally:
-        _cleanup(d, (a,), snaps)
+        _cleanup(d, (a, old), snaps)
 
 
 def test_tenant_limits_name_the_limit_and_the_tenant(world):
