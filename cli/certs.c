@@ -2,10 +2,12 @@
  * remote listener (docs/SECURITY.md "Remote clients", sandboxd(8)), made
  * with OpenSSL's library: a CA, a server certificate for the daemon's
  * tlsCert/tlsKey, an admin client certificate and, with --tag K=V, one for
- * the tag role tag:K=V. Keys are EC P-256, written mode 0600; no file is
+ * the tag role tag:K=V (the tenant "tag:K=V", sandboxd/tenant.h). Keys are EC P-256, written mode 0600; no file is
  * ever replaced (O_EXCL), so running it twice cannot swap a CA under a
  * running daemon. */
+#include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -19,15 +21,17 @@
 #include "cli/ctl.h"
 
 static const char certs_help[] =
-        "Usage: sandboxctl certs init DIR [--tag K=V] [--name HOST]... [--days N]\n"
+        "Usage: sandboxctl certs init DIR [--tag K=V] [--tenant NAME] [--name HOST]... [--days N]\n"
         "\n"
         "Makes in DIR (created mode 0700 if missing; no file is replaced):\n"
         "  ca.pem, ca-key.pem          a CA: daemon.json tlsClientCA, and what clients verify the daemon with\n"
         "  server.pem, server-key.pem  the daemon's tlsCert and tlsKey, for localhost,\n"
         "                              127.0.0.1, ::1 and each --name (a DNS name or an address)\n"
         "  client.pem, client-key.pem  a client of role admin (subject O=admin)\n"
-        "  tag.pem, tag-key.pem        with --tag K=V: a client of role tag:K=V, which sees and\n"
-        "                              changes only sandboxes tagged K=V\n"
+        "  tag.pem, tag-key.pem        with --tag K=V: a client of role tag:K=V, the tenant\n"
+        "                              \"tag:K=V\", which sees and changes only what it made\n"
+        "  tenant.pem, tenant-key.pem  with --tenant NAME: a client of role tenant:NAME (subject\n"
+        "                              O=tenant:NAME), the tenant NAME\n"
         "--days N: validity of the server and client certificates (default 365; the CA 3650).\n";
 
 #define CERTS_NAMES_MAX 16
@@ -137,12 +141,29 @@ static int write_pair(int dirfd, const char *dir, const char *cert_name, const c
         return r ? r : write_pem(dirfd, dir, cert_name, 0644, cert, NULL);
 }
 
-static int certs_init(const char *dir, const char *tag, char **names, size_t n_names, int days) {
+/* A tenant:NAME's NAME as sandboxd takes it (sandboxd/remote.c): 1-57
+ * (64 with "tenant:") of A-Z, a-z, 0-9, '.', '_', '-', starting with a
+ * letter or digit. */
+static bool tenant_name_ok(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n + 7 > 64 || !isalnum((unsigned char) s[0]))
+                return false;
+        for (; *s; s++)
+                if (!isalnum((unsigned char) *s) && *s != '.' && *s != '_' && *s != '-')
+                        return false;
+        return true;
+}
+
+static int certs_init(const char *dir, const char *tag, const char *tenant, char **names, size_t n_names,
+                      int days) {
         if (tag) {
                 const char *eq = strchr(tag, '=');
                 if (!eq || eq == tag || !eq[1] || strlen(tag) + 4 > 64)
                         return ctl_usage("certs", "certs: --tag must be K=V (non-empty K and V, at most 60 bytes)");
         }
+        if (tenant && !tenant_name_ok(tenant))
+                return ctl_usage("certs", "certs: --tenant must be a NAME of 1-57 of A-Z, a-z, 0-9, '.', '_' and "
+                                          "'-', starting with a letter or digit");
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
                 return ctl_error(CLI_EXIT_ERROR, "certs: mkdir %s: %s", dir, strerror(errno));
         _cleanup_close_ int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -151,25 +172,27 @@ static int certs_init(const char *dir, const char *tag, char **names, size_t n_n
         /* All or nothing: refuse before writing if any file of the set is
          * there, so a half-replaced set never mixes two CAs. */
         static const char *const files[] = { "ca.pem", "ca-key.pem", "server.pem", "server-key.pem", "client.pem",
-                                             "client-key.pem", "tag.pem", "tag-key.pem" };
+                                             "client-key.pem", "tag.pem", "tag-key.pem", "tenant.pem",
+                                             "tenant-key.pem" };
         struct stat st;
-        for (size_t i = 0; i < (tag ? 8u : 6u); i++)
-                if (fstatat(dirfd, files[i], &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+        for (size_t i = 0; i < ELEMENTSOF(files); i++)
+                if ((i < 6 || (i < 8 && tag) || (i >= 8 && tenant)) &&
+                    (fstatat(dirfd, files[i], &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT))
                         return ctl_error(CLI_EXIT_ERROR, "certs: %s/%s exists (not replacing it; use another DIR)",
                                          dir, files[i]);
-        _cleanup_free_ char *tag_org = NULL;
-        if (tag && asprintf(&tag_org, "tag:%s", tag) < 0)
+        _cleanup_free_ char *tag_org = NULL, *tenant_org = NULL;
+        if ((tag && asprintf(&tag_org, "tag:%s", tag) < 0) || (tenant && asprintf(&tenant_org, "tenant:%s", tenant) < 0))
                 return ctl_error(CLI_EXIT_ERROR, "out of memory");
         const cert_spec ca_spec = { .cn = "sandboxd CA", .ca = true, .days = 3650 };
         const cert_spec server_spec = { .cn = "sandboxd", .server = true, .days = days };
         const cert_spec admin_spec = { .cn = "admin", .org = "admin", .days = days };
         const cert_spec tag_spec = { .cn = tag ? tag : "", .org = tag_org, .days = days };
-        EVP_PKEY *keys[4] = {};
-        X509 *certs[4] = {};
+        const cert_spec tenant_spec = { .cn = tenant ? tenant : "", .org = tenant_org, .days = days };
+        EVP_PKEY *keys[5] = {};
+        X509 *certs[5] = {};
         int r = 0;
-        size_t n = tag ? 4 : 3;
-        for (size_t i = 0; i < n && r == 0; i++)
-                if (!(keys[i] = new_key()))
+        for (size_t i = 0; i < 5 && r == 0; i++)
+                if ((i < 3 || (i == 3 && tag) || (i == 4 && tenant)) && !(keys[i] = new_key()))
                         r = -ENOMEM;
         if (r == 0 && !(certs[0] = make_cert(&ca_spec, keys[0], NULL, NULL, NULL, 0)))
                 r = -EINVAL;
@@ -178,6 +201,8 @@ static int certs_init(const char *dir, const char *tag, char **names, size_t n_n
         if (r == 0 && !(certs[2] = make_cert(&admin_spec, keys[2], certs[0], keys[0], NULL, 0)))
                 r = -EINVAL;
         if (r == 0 && tag && !(certs[3] = make_cert(&tag_spec, keys[3], certs[0], keys[0], NULL, 0)))
+                r = -EINVAL;
+        if (r == 0 && tenant && !(certs[4] = make_cert(&tenant_spec, keys[4], certs[0], keys[0], NULL, 0)))
                 r = -EINVAL;
         if (r < 0) {
                 char buf[256] = "";
@@ -192,7 +217,9 @@ static int certs_init(const char *dir, const char *tag, char **names, size_t n_n
                 r = write_pair(dirfd, dir, "client.pem", "client-key.pem", certs[2], keys[2]);
         if (r == 0 && tag)
                 r = write_pair(dirfd, dir, "tag.pem", "tag-key.pem", certs[3], keys[3]);
-        for (size_t i = 0; i < 4; i++) {
+        if (r == 0 && tenant)
+                r = write_pair(dirfd, dir, "tenant.pem", "tenant-key.pem", certs[4], keys[4]);
+        for (size_t i = 0; i < 5; i++) {
                 X509_free(certs[i]);
                 EVP_PKEY_free(keys[i]);
         }
@@ -206,15 +233,16 @@ static int certs_init(const char *dir, const char *tag, char **names, size_t n_n
 }
 
 int ctl_certs(ctl_globals *g, int argc, char **argv) {
-        enum { OPT_TAG = 1000, OPT_NAME, OPT_DAYS };
+        enum { OPT_TAG = 1000, OPT_NAME, OPT_DAYS, OPT_TENANT };
         static const struct option opts[] = {
                 { "tag", required_argument, NULL, OPT_TAG },
+                { "tenant", required_argument, NULL, OPT_TENANT },
                 { "name", required_argument, NULL, OPT_NAME },
                 { "days", required_argument, NULL, OPT_DAYS },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
-        const char *tag = NULL;
+        const char *tag = NULL, *tenant = NULL;
         char *names[CERTS_NAMES_MAX];
         size_t n_names = 0;
         int days = 365, opt;
@@ -223,6 +251,9 @@ int ctl_certs(ctl_globals *g, int argc, char **argv) {
                 switch (opt) {
                 case OPT_TAG:
                         tag = optarg;
+                        break;
+                case OPT_TENANT:
+                        tenant = optarg;
                         break;
                 case OPT_NAME:
                         if (n_names >= CERTS_NAMES_MAX || !optarg[0] || strpbrk(optarg, ", \t\n"))
@@ -247,5 +278,5 @@ int ctl_certs(ctl_globals *g, int argc, char **argv) {
         }
         if (argc - optind != 2 || !streq(argv[optind], "init"))
                 return ctl_usage("certs", "certs: want 'init DIR'");
-        return certs_init(argv[optind + 1], tag, names, n_names, days);
+        return certs_init(argv[optind + 1], tag, tenant, names, n_names, days);
 }

@@ -60,7 +60,7 @@ static const char main_help[] =
         "                                would the policy allow URL? (exit 0 yes, 3 no)\n"
         "  events [NAME] [--kind K]...   print events (denials, lifecycle) as they happen\n"
         "  daemon info                   show the daemon's version, limits and host support\n"
-        "  certs init DIR [--tag K=V] [--name HOST]\n"
+        "  certs init DIR [--tag K=V] [--tenant NAME] [--name HOST]\n"
         "                                a CA, server and client certificates for --host\n"
         "  top [--interval SECS]         live usage of every running sandbox (--json: once)\n"
         "\n"

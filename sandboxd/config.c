@@ -20,6 +20,7 @@
 #include "libcore/util.h"
 #include "policy/policy.h"
 #include "sandboxd/config.h"
+#include "sandboxd/tenant.h"
 
 #define KIB ((uint64_t) 1024)
 #define MIB (KIB * 1024)
@@ -45,6 +46,7 @@ typedef enum {
         KEY_LOOPBACK,  /* "ADDRESS:PORT" with a loopback IPv4 or "[::1]" address, stored as char * */
         KEY_WARMPOOL,  /* {size, runtime, policy} (warmPool), stored as its cJSON copy */
         KEY_POLICY,    /* a networkPolicy document (pol_policy_parse), stored as its cJSON copy */
+        KEY_TENANTS,   /* {localAdmins, defaults, names} (tenant_config_check), stored as its cJSON copy */
 } key_kind;
 
 typedef struct config_key {
@@ -148,7 +150,7 @@ static const config_key config_keys[] = {
         { "tlsKey",           KEY_PATH,   OFF(tls_key), 0, 0,
           "PEM file of that certificate's private key (keep it mode 0600).", "none (null)" },
         { "tlsClientCA",      KEY_PATH,   OFF(tls_client_ca), 0, 0,
-          "PEM file of the CA certificates a client certificate must chain to; the subject's O names the role (admin or tag:KEY=VALUE).",
+          "PEM file of the CA certificates a client certificate must chain to; the subject's O names the role (admin, tenant:NAME, or tag:KEY=VALUE read as the tenant named so).",
           "none (null)" },
         { "tlsHandshakeTimeoutMs", KEY_U64, OFF(tls_handshake_timeout_ms), 100, 120000,
           "How long a TCP client has to finish its TLS handshake before it is disconnected, in milliseconds.", NULL },
@@ -183,6 +185,13 @@ static const config_key config_keys[] = {
         { "defaultNetworkPolicy", KEY_POLICY, OFF(default_network_policy), 0, 0,
           "The networkPolicy of a sandbox.create or getOrCreate that gives none (the CLI, the SDKs and the containerd shim send none unless asked): \"allow-all\", \"deny-all\" or a policy object as networkPolicy takes (docs/POLICY.md), validated at load. Sandboxes made earlier, forks and creates from a snapshot keep their own policy; daemon.info shows it, header values redacted.",
           NULL, .live = true },
+        /* sandboxd/tenant.c: who is admin on the Unix socket and what each
+         * tenant may take; read by the event loop only, so a reload may
+         * replace it (limits apply to new objects, nothing running is
+         * touched). */
+        { "tenants",          KEY_TENANTS, OFF(tenants), 0, 0,
+          "Tenants (docs/SECURITY.md 4): {\"localAdmins\": [UID...] (non-root uids of the socket group that are admin; every other one is the tenant uid:N), \"defaults\": LIMITS (every tenant), \"names\": {NAME: LIMITS} (one tenant: uid:N, tag:K=V or a tenant:NAME certificate's NAME)}; LIMITS is {\"maxSandboxes\", \"maxVcpus\", \"maxDiskMiB\", \"maxSnapshots\": integer or null (no limit, the default), \"networkModes\": the networkPolicy modes allowed (default all three), \"allowNoUserns\": a create may set userns false (default false), \"allowLocalSources\": path and file:// sources under localSourceRoots (default false)}.",
+          "{} (uid 0 alone is admin; tenants unlimited in counts, every network mode, no userns false, no local sources)", .live = true },
 };
 
 static const char *const level_names[] = {
@@ -322,6 +331,7 @@ void daemon_config_free(daemon_config *cfg) {
         free(cfg->cgroup_driver);
         cJSON_Delete(cfg->warm_pool);
         cJSON_Delete(cfg->default_network_policy);
+        cJSON_Delete(cfg->tenants);
         path_list_free(cfg->local_source_roots);
         path_list_free(cfg->listen);
         free(cfg->tls_cert);
@@ -690,6 +700,7 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
                 break;
         case KEY_WARMPOOL:
         case KEY_POLICY:
+        case KEY_TENANTS:
                 cJSON_Delete(*(cJSON **) base);
                 if (!(*(cJSON **) base = cJSON_Duplicate(v, 1)))
                         abort();
@@ -737,6 +748,8 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         r = check_warm_pool(k, v, ret_err);
                 else if (k->kind == KEY_POLICY)
                         r = check_policy(k, v, ret_err);
+                else if (k->kind == KEY_TENANTS)
+                        r = tenant_config_check(v, ret_err);
                 else if (k->kind == KEY_BOOL)
                         r = cJSON_IsBool(v) ? 0
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
@@ -898,6 +911,10 @@ static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
                 const cJSON *p = *(const cJSON *const *) base;
                 return p ? cJSON_Duplicate(p, 1) : cJSON_CreateString("allow-all");
         }
+        case KEY_TENANTS: {
+                const cJSON *t = *(const cJSON *const *) base;
+                return t ? cJSON_Duplicate(t, 1) : cJSON_CreateObject();
+        }
         case KEY_LISTEN_LIST:
         case KEY_PATH_LIST: {
                 cJSON *a = cJSON_CreateArray();
@@ -959,6 +976,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_LOOPBACK: return "loopback address:port";
         case KEY_WARMPOOL: return "object";
         case KEY_POLICY: return "\"allow-all\", \"deny-all\" or policy object";
+        case KEY_TENANTS: return "object";
         default: return "integer";
         }
 }
@@ -1043,7 +1061,8 @@ void daemon_config_apply_live(daemon_config *cur, daemon_config *next, char **re
                 case KEY_U64: __atomic_store_n((uint64_t *) c, *(uint64_t *) n, __ATOMIC_RELAXED); break;
                 case KEY_UINT: __atomic_store_n((unsigned *) c, *(unsigned *) n, __ATOMIC_RELAXED); break;
                 case KEY_BOOL: *(bool *) c = *(bool *) n; break;
-                case KEY_POLICY: {
+                case KEY_POLICY:
+                case KEY_TENANTS: {
                         cJSON *t = *(cJSON **) c;
                         *(cJSON **) c = *(cJSON **) n;
                         *(cJSON **) n = t;

@@ -63,6 +63,8 @@ typedef struct daemon_config {
         struct cJSON *default_network_policy; /* "defaultNetworkPolicy": the networkPolicy of a create
                                        that names none, as validated ("allow-all", "deny-all" or a
                                        policy object); NULL: "allow-all" (DESIGN §5.1 rule 1) */
+        struct cJSON *tenants;      /* "tenants" {localAdmins, defaults, names} as validated
+                                       (tenant.c reads it); NULL: none given */
 } daemon_config;
 
 /* Fills *cfg with defaults. */

@@ -19,17 +19,18 @@
 #include "sandboxd/metrics.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/remote.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 
 /* At most this many subscriptions daemon-wide: each costs a connection
  * reference and a copy of every matching event, so an unbounded number
  * would let one client multiply the daemon's work per event. */
 #define EVENTS_MAX_SUBSCRIPTIONS 256
-/* At most this many on one TLS connection, and TLS connections together
- * may hold all but EVENTS_LOCAL_RESERVE of the daemon's: one remote client
- * cannot take every subscription, nor remote clients blind the local ones
- * (local clients are root-equivalent, docs/SECURITY.md §4: not capped
- * per connection). */
+/* At most this many on one capped connection (TLS, or a tenant's on the
+ * Unix socket), and capped connections together may hold all but
+ * EVENTS_LOCAL_RESERVE of the daemon's: one remote client or tenant cannot
+ * take every subscription, nor can they blind a local admin (root-
+ * equivalent, docs/SECURITY.md §4: not capped per connection). */
 #define EVENTS_MAX_PER_CONN 16
 #define EVENTS_LOCAL_RESERVE 64
 
@@ -86,13 +87,28 @@ static int kind_bit(const char *kind) {
         return -1;
 }
 
-static bool subscription_matches(const subscription *s, manager *m, const char *kind, const char *sb_name) {
+/* Who owns the sandbox of an event: looked up by name, or given. */
+typedef struct event_owner {
+        bool given;
+        const char *owner;
+} event_owner;
+
+static bool subscriber_sees(manager *m, const rpc_conn *c, const char *sb_name, const event_owner *o) {
+        if (!o->given)
+                return tenant_conn_sees_sandbox(m, c, sb_name);
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        return sb_name && tenant_owns(&t, o->owner);
+}
+
+static bool subscription_matches(const subscription *s, manager *m, const char *kind, const char *sb_name,
+                                 const event_owner *o) {
         if (s->m != m || !rpc_conn_is_open(s->conn))
                 return false;
         if (s->sandbox && (!sb_name || !streq(s->sandbox, sb_name)))
                 return false;
-        /* A remote tag role hears only of sandboxes carrying its tag. */
-        if (!remote_conn_sees_sandbox(m, s->conn, sb_name))
+        /* A tenant hears only of its own sandboxes, none of the daemon's. */
+        if (!subscriber_sees(m, s->conn, sb_name, o))
                 return false;
         if (s->kinds) {
                 int bit = kind_bit(kind);
@@ -104,9 +120,10 @@ static bool subscription_matches(const subscription *s, manager *m, const char *
 
 /* True when an earlier subscription of the same connection already took
  * this event: a connection subscribed twice gets each event once. */
-static bool already_sent(const subscription *upto, manager *m, const char *kind, const char *sb_name) {
+static bool already_sent(const subscription *upto, manager *m, const char *kind, const char *sb_name,
+                         const event_owner *o) {
         for (const subscription *s = subs; s != upto; s = s->next)
-                if (s->conn == upto->conn && subscription_matches(s, m, kind, sb_name))
+                if (s->conn == upto->conn && subscription_matches(s, m, kind, sb_name, o))
                         return true;
         return false;
 }
@@ -175,7 +192,7 @@ static void journal_event(const char *kind, const char *sb_name, const cJSON *fi
                                        NULL);
 }
 
-void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *fields) {
+static void emit(manager *m, const char *kind, const char *sb_name, const event_owner *o, cJSON *fields) {
         if (kind)
                 journal_event(kind, sb_name, fields);
         if (kind && streq(kind, EVENT_DENIED))
@@ -191,7 +208,7 @@ void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *field
         if (!ev)
                 return;
         for (subscription *s = subs; s; s = s->next) {
-                if (!subscription_matches(s, m, kind, sb_name) || already_sent(s, m, kind, sb_name))
+                if (!subscription_matches(s, m, kind, sb_name, o) || already_sent(s, m, kind, sb_name, o))
                         continue;
                 /* A subscriber that does not read must not make the daemon
                  * queue without bound (a sandbox can cause denials as fast as
@@ -213,6 +230,14 @@ void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *field
                 rpc_notify(s->conn, "event", copy);
         }
         cJSON_Delete(ev);
+}
+
+void events_emit(manager *m, const char *kind, const char *sb_name, cJSON *fields) {
+        emit(m, kind, sb_name, &(event_owner) { .given = false }, fields);
+}
+
+void events_emit_owned(manager *m, const char *kind, const char *sb_name, const char *owner, cJSON *fields) {
+        emit(m, kind, sb_name, &(event_owner) { .given = true, .owner = owner }, fields);
 }
 
 /* Reads params.kinds into a bit mask: a non-empty array of known kinds. */
@@ -239,6 +264,15 @@ static int parse_kinds(rpc_request *req, unsigned *ret, sb_error **ret_err) {
         return 0;
 }
 
+/* A connection held to the caps above: TLS (admin included), or a tenant's. */
+static bool capped(manager *m, const rpc_conn *c) {
+        if (rpc_conn_identity(c))
+                return true;
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        return !t.admin;
+}
+
 static void method_subscribe(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
@@ -255,16 +289,18 @@ static void method_subscribe(rpc_request *req, void *userdata) {
         size_t mine = 0, remote = 0;
         for (subscription *it = subs; it; it = it->next) {
                 mine += it->conn == req->conn;
-                remote += rpc_conn_identity(it->conn) != NULL;
+                remote += capped(m, it->conn);
         }
-        if (rpc_conn_identity(req->conn) && mine >= EVENTS_MAX_PER_CONN)
+        bool limited = capped(m, req->conn);
+        if (limited && mine >= EVENTS_MAX_PER_CONN)
                 return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
                                        "events.subscribe: this connection already has %d subscriptions, the limit "
                                        "per connection; one subscription without a filter sees every event",
                                        EVENTS_MAX_PER_CONN);
-        if (rpc_conn_identity(req->conn) && remote >= EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE)
+        if (limited && remote >= EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE)
                 return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
-                                       "events.subscribe: remote clients already hold %d subscriptions, their limit; "
+                                       "events.subscribe: remote clients and tenants already hold %d subscriptions, "
+                                       "their limit; "
                                        "close an idle subscriber",
                                        EVENTS_MAX_SUBSCRIPTIONS - EVENTS_LOCAL_RESERVE);
         if (n_subs >= EVENTS_MAX_SUBSCRIPTIONS)

@@ -24,6 +24,12 @@
  * object, may be NULL). Loop thread only. */
 void events_emit(manager *m, const char *kind, const char *sandbox, cJSON *fields);
 
+/* events_emit() for an event of sandbox `sandbox` whose owner (tenant.h;
+ * NULL: admin) is given rather than looked up: for an event sent once the
+ * sandbox has left the registry ("deleted"), when its name may already be
+ * another's. */
+void events_emit_owned(manager *m, const char *kind, const char *sandbox, const char *owner, cJSON *fields);
+
 /* Registers events.subscribe and policy.check. */
 void register_event_methods(manager *m, rpc_server *s);
 

@@ -207,6 +207,10 @@ struct sandbox {
         manager *m;
         char *name;
         char id[33];
+        /* The tenant that made it (tenant.h), set at creation from the
+         * client's identity and changed by no method; NULL: admin-owned
+         * (also state written before owners existed). */
+        char *owner;
         char *runtime;
         cJSON *source;            /* as stored: password replaced by "<redacted>", or NULL */
         uint64_t timeout_ms;
@@ -293,6 +297,7 @@ bool start_job_cancel(rpc_request *req, void *userdata);
 typedef struct snapshot {
         char id[40];              /* "snap-" + 32 hex */
         char *sandbox;            /* the sandbox it was taken of */
+        char *owner;              /* the tenant that took it (tenant.h); NULL: admin-owned */
         cJSON *layers;            /* the filesystem: layer ids, top first */
         cJSON *config;            /* the sandbox's config when taken */
         uint64_t created_ms;

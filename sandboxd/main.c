@@ -24,6 +24,7 @@
 #include "sandboxd/config.h"
 #include "sandboxd/manager.h"
 #include "sandboxd/remote.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/rpc.h"
 #include "sandboxd/worker.h"
@@ -314,6 +315,8 @@ static int start_server(sd_event *event, const daemon_config *cfg, manager *m, r
                 return log_error_errno(err->code, "%s", err->message);
         }
         manager_register_methods(m, *ret);
+        /* Before any client is accepted: every request of a tenant is checked. */
+        tenant_attach(m, *ret);
         if (remote_attach(remote, m, cfg, *ret, &err) < 0)
                 return log_error_errno(err->code, "%s", err->message);
         if (rc.listen_fd >= 0)

@@ -29,6 +29,7 @@
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/metrics.h"
+#include "sandboxd/tenant.h"
 
 static int safe_close(int fd) {
         if (fd >= 0)
@@ -58,6 +59,7 @@ typedef struct started_count {
 typedef struct mconn {
         int fd;
         bool full;                /* per-sandbox series too (every allowed peer, both endpoints) */
+        tenant who;               /* the peer (tenant.h): a tenant sees its own sandboxes only */
         sd_event_source *io, *timer;
         http_parser parser;
         char in[METRICS_REQUEST_MAX];
@@ -361,7 +363,7 @@ static void sample(FILE *f, const series *s, const char *sb_name, uint64_t v, do
                 fprintf(f, "\"} %" PRIu64 "\n", v);
 }
 
-static char *render(bool full, size_t *ret_len) {
+static char *render(bool full, const tenant *who, size_t *ret_len) {
         char *buf = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
@@ -372,7 +374,7 @@ static char *render(bool full, size_t *ret_len) {
         static const char *const statuses[] = { "pending", "running", "stopping", "stopped", "failed" };
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
                 for (size_t i = 0; i < ELEMENTSOF(statuses); i++)
-                        if (streq(sb->status, statuses[i]))
+                        if (streq(sb->status, statuses[i]) && tenant_owns(who, sb->owner))
                                 n_status[i]++;
         fputs("# HELP sandboxd_sandboxes Sandboxes by status.\n# TYPE sandboxd_sandboxes gauge\n", f);
         for (size_t i = 0; i < ELEMENTSOF(statuses); i++)
@@ -390,7 +392,8 @@ static char *render(bool full, size_t *ret_len) {
                 }
                 size_t i = 0;
                 for (sandbox *sb = m->sandboxes; sb; sb = sb->next, i++)
-                        metrics_sandbox_usage(sb, &u[i]);
+                        if (tenant_owns(who, sb->owner))
+                                metrics_sandbox_usage(sb, &u[i]);
                 struct { const series *s; size_t off; double scale; } cols[] = {
                         { &S_CPU, offsetof(metrics_usage, cpu_usec), 1e6 },
                         { &S_MEM, offsetof(metrics_usage, memory_bytes), 1 },
@@ -406,13 +409,16 @@ static char *render(bool full, size_t *ret_len) {
                         header(f, cols[c].s);
                         i = 0;
                         for (sandbox *sb = m->sandboxes; sb; sb = sb->next, i++)
-                                sample(f, cols[c].s, sb->name, *(uint64_t *) ((char *) &u[i] + cols[c].off), cols[c].scale);
+                                if (tenant_owns(who, sb->owner))
+                                        sample(f, cols[c].s, sb->name, *(uint64_t *) ((char *) &u[i] + cols[c].off),
+                                               cols[c].scale);
                 }
                 free(u);
                 fputs("# HELP sandboxd_sandbox_denials_total Connections and DNS questions refused, by layer and rule.\n"
                       "# TYPE sandboxd_sandbox_denials_total counter\n", f);
                 for (const denial_count *d = M.denials; d; d = d->next) {
-                        if (!manager_find_sandbox(m, d->sandbox))
+                        sandbox *dsb = manager_find_sandbox(m, d->sandbox);
+                        if (!dsb || !tenant_owns(who, dsb->owner))
                                 continue;
                         fputs("sandboxd_sandbox_denials_total{sandbox=\"", f);
                         label(f, d->sandbox);
@@ -423,7 +429,8 @@ static char *render(bool full, size_t *ret_len) {
                         fprintf(f, "\"} %" PRIu64 "\n", d->n);
                 }
         }
-        if (m->server)
+        /* The daemon's request counts are everyone's: admin only. */
+        if (m->server && who->admin)
                 rpc_server_write_metrics(m->server, f);
         if (fclose(f) != 0) {
                 free(buf);
@@ -519,7 +526,7 @@ static void answer(mconn *c) {
                 respond(c, 405, "Method Not Allowed", "text/plain", strdup("GET only\n"), 9, false);
         else {
                 size_t len = 0;
-                char *body = render(c->full, &len);
+                char *body = render(c->full, &c->who, &len);
                 if (!body)
                         respond(c, 500, "Internal Server Error", "text/plain", strdup("out of memory\n"), 14, false);
                 else
@@ -669,11 +676,23 @@ static bool uid_is_allowed(uid_t uid, const char *group) {
         return false;
 }
 
-static bool peer_allowed(int cfd, bool unix_socket) {
-        if (unix_socket)
-                return M.m->server && rpc_server_peer_allowed(M.m->server, cfd);
+/* Root and the socket group may read; *ret_who is the tenant the peer is
+ * (tenant.h), whose view is its own sandboxes. */
+static bool peer_allowed(int cfd, bool unix_socket, tenant *ret_who) {
+        if (unix_socket) {
+                struct ucred cred;
+                socklen_t len = sizeof(cred);
+                if (!M.m->server || !rpc_server_peer_allowed(M.m->server, cfd) ||
+                    getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                        return false;
+                tenant_of_uid(M.m->cfg, cred.uid, ret_who);
+                return true;
+        }
         uid_t uid;
-        return tcp_peer_uid(cfd, &uid) == 0 && uid_is_allowed(uid, M.cfg ? M.cfg->socket_group : NULL);
+        if (tcp_peer_uid(cfd, &uid) != 0 || !uid_is_allowed(uid, M.cfg ? M.cfg->socket_group : NULL))
+                return false;
+        tenant_of_uid(M.m->cfg, uid, ret_who);
+        return true;
 }
 
 static int on_accept(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -682,7 +701,8 @@ static int on_accept(sd_event_source *s, int fd, uint32_t revents, void *userdat
                 int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (cfd < 0)
                         return 0;  /* EAGAIN, or EMFILE: the next round tries again */
-                if (M.n_conns >= METRICS_CONNS_MAX || !peer_allowed(cfd, full)) {
+                tenant who;
+                if (M.n_conns >= METRICS_CONNS_MAX || !peer_allowed(cfd, full, &who)) {
                         close(cfd);
                         continue;
                 }
@@ -691,6 +711,7 @@ static int on_accept(sd_event_source *s, int fd, uint32_t revents, void *userdat
                         close(cfd);
                         continue;
                 }
+                c->who = who;
                 c->fd = cfd;
                 c->full = true;
                 http_parser_init(&c->parser, HTTP_REQUEST);

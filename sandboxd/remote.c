@@ -1,6 +1,6 @@
-/* Remote clients (remote.h): the TLS 1.3 context and listeners, the
- * subject-to-role mapping, and the authorization of each request of a TLS
- * connection.
+/* Remote clients (remote.h): the TLS 1.3 context and listeners and the
+ * subject-to-role mapping. What a role may do is tenant.c's, the same for
+ * TLS and Unix-socket clients.
  *
  * Threat: anyone who can reach the TCP port. The order of locks:
  *  1. caps before any TLS work (rpc.c: total, per address, handshakes in
@@ -13,11 +13,10 @@
  *     tlsClientCA alone (never the host's roots), for client use (EKU),
  *     within validity, chain depth and size bounded;
  *  3. the subject parsed strictly into one role (remote.h), else refused;
- *  4. every request checked against the role's table below before its
- *     method runs; a table miss is a refusal (a new method must be
- *     classified here).
+ *  4. every request of a tenant checked before its method runs (tenant.c).
  * Every refusal is one log line: the peer, the subject when known, why. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -35,10 +34,6 @@
 #include "sandboxd/remote.h"
 #include "sandboxd/text.h"
 #include "policy/match.h"
-
-/* The manager the result filters look sandboxes up in (one per daemon; set
- * by remote_attach). */
-static manager *filter_manager;
 
 /* RFC 5280 Appendix A upper bounds: ub-common-name and
  * ub-organization-name are 64 characters. */
@@ -60,6 +55,7 @@ void remote_identity_free(remote_identity *id) {
         free(id->tag_value);
         free(id->subject);
         free(id->role_text);
+        free(id->tenant);
         free(id);
 }
 
@@ -120,15 +116,38 @@ static char *attribute_value(const X509_NAME_ENTRY *e, const char *what, const c
         return s;
 }
 
-/* "admin" or "tag:KEY=VALUE" with KEY 1..LIMIT_TAG_NAME_BYTES without '='
- * and VALUE non-empty. */
+/* A tenant:NAME's NAME: 1..REMOTE_NAME_MAX of A-Z, a-z, 0-9, '.', '_' and
+ * '-', starting with a letter or digit (no ':', so no NAME is ever a
+ * "uid:N" or "tag:K=V" tenant, tenant.h). */
+static bool tenant_name_ok(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n > REMOTE_NAME_MAX || !isalnum((unsigned char) s[0]))
+                return false;
+        for (; *s; s++)
+                if (!isalnum((unsigned char) *s) && *s != '.' && *s != '_' && *s != '-')
+                        return false;
+        return true;
+}
+
+/* "admin", "tenant:NAME", or "tag:KEY=VALUE" with KEY 1..LIMIT_TAG_NAME_BYTES
+ * without '=' and VALUE non-empty (the tenant named "tag:KEY=VALUE"). */
 static int parse_role(const char *o, remote_identity *id, const char **ret_reason) {
         if (streq(o, "admin")) {
                 id->role = REMOTE_ROLE_ADMIN;
                 return (id->role_text = strdup("admin")) ? 0 : -ENOMEM;
         }
+        if (strncmp(o, "tenant:", 7) == 0) {
+                if (!tenant_name_ok(o + 7)) {
+                        *ret_reason = "the subject's O is not tenant:NAME with NAME of A-Z, a-z, 0-9, '.', '_', '-'";
+                        return -EACCES;
+                }
+                id->role = REMOTE_ROLE_TENANT;
+                id->tenant = strdup(o + 7);
+                id->role_text = strdup(o);
+                return id->tenant && id->role_text ? 0 : -ENOMEM;
+        }
         if (strncmp(o, "tag:", 4) != 0) {
-                *ret_reason = "the subject's O names no role (admin or tag:KEY=VALUE)";
+                *ret_reason = "the subject's O names no role (admin, tenant:NAME or tag:KEY=VALUE)";
                 return -EACCES;
         }
         const char *kv = o + 4, *eq = strchr(kv, '=');
@@ -140,7 +159,8 @@ static int parse_role(const char *o, remote_identity *id, const char **ret_reaso
         id->tag_key = strndup(kv, (size_t) (eq - kv));
         id->tag_value = strdup(eq + 1);
         id->role_text = strdup(o);
-        return id->tag_key && id->tag_value && id->role_text ? 0 : -ENOMEM;
+        id->tenant = strdup(o);
+        return id->tag_key && id->tag_value && id->role_text && id->tenant ? 0 : -ENOMEM;
 }
 
 int remote_identity_from_name(const X509_NAME *name, remote_identity **ret, const char **ret_reason) {
@@ -303,8 +323,6 @@ static int make_ctx(const daemon_config *cfg, SSL_CTX **ret, sb_error **ret_err)
         return 0;
 }
 
-static int authorize(rpc_request *req, void *userdata, sb_error **ret_err);
-
 static int bind_listen(const char *addr, int *ret_fd, sb_error **ret_err) {
         struct sockaddr_storage ss;
         unsigned len = 0;
@@ -370,8 +388,6 @@ int remote_attach(remote_listeners *l, manager *m, const daemon_config *cfg, rpc
         if (!l)
                 return 0;
         rpc_server_set_tls_accept(server, tls_accept, identity_free, m);
-        rpc_server_set_authorize(server, authorize, m);
-        filter_manager = m;
         int r = 0;
         for (size_t i = 0; r >= 0 && i < l->n; i++) {
                 rpc_tls_config tc = {
@@ -393,291 +409,9 @@ int remote_attach(remote_listeners *l, manager *m, const daemon_config *cfg, rpc
         return r;
 }
 
-/* ---- authorization ---- */
-
-/* What a tag role may do with a method, by the object its params name. */
-typedef enum tag_access {
-        ACCESS_ADMIN,     /* daemon-wide or host paths: admin only */
-        ACCESS_ANY,       /* reads nothing of any sandbox */
-        ACCESS_SANDBOX,   /* params[field] names a sandbox that must carry the tag */
-        ACCESS_COMMAND,   /* params.cmdId names a command of such a sandbox */
-        ACCESS_SNAPSHOT,  /* params.id names a snapshot whose config carries the tag */
-        ACCESS_STREAM,    /* a tar stream: bound to the connection that began it (fstar.c) */
-        ACCESS_CREATE,    /* sandbox.create / getOrCreate: the tag forced, sources checked */
-        ACCESS_LIST,      /* sandbox.list: the tag forced into the filter */
-        ACCESS_SNAPSHOTS, /* snapshot.list: the result filtered */
-        ACCESS_RUNTIMES,  /* runtime.list: each runtime's users filtered to the tag's */
-        ACCESS_OPTIONAL_SANDBOX, /* params[field] optional; when given, ACCESS_SANDBOX */
-} tag_access;
-
-/* Every method of the API (schema.c's table) with a tag role's access.
- * Admin only, on purpose: runtime.import, runtime.bootstrap and
- * runtime.delete (runtimes are shared by every tenant), snapshot.export and
- * snapshot.import (host paths), daemon.info (the daemon as a whole). A
- * method missing here is refused for tag roles. */
-static const struct {
-        const char *method;
-        tag_access access;
-        const char *field;
-} method_access[] = {
-        { "sandbox.create", ACCESS_CREATE, NULL },
-        { "sandbox.getOrCreate", ACCESS_CREATE, "name" },
-        { "sandbox.get", ACCESS_SANDBOX, "name" },
-        { "sandbox.update", ACCESS_SANDBOX, "name" },
-        { "sandbox.list", ACCESS_LIST, NULL },
-        { "sandbox.stop", ACCESS_SANDBOX, "name" },
-        { "sandbox.delete", ACCESS_SANDBOX, "name" },
-        { "sandbox.extendTimeout", ACCESS_SANDBOX, "name" },
-        { "sandbox.fork", ACCESS_SANDBOX, "sourceSandbox" },
-        { "sandbox.snapshot", ACCESS_SANDBOX, "name" },
-        { "snapshot.list", ACCESS_SNAPSHOTS, "sandbox" },
-        { "snapshot.get", ACCESS_SNAPSHOT, "id" },
-        { "snapshot.delete", ACCESS_SNAPSHOT, "id" },
-        { "snapshot.export", ACCESS_ADMIN, NULL },
-        { "snapshot.import", ACCESS_ADMIN, NULL },
-        { "runtime.list", ACCESS_RUNTIMES, NULL },
-        { "runtime.import", ACCESS_ADMIN, NULL },
-        { "runtime.bootstrap", ACCESS_ADMIN, NULL },
-        { "runtime.delete", ACCESS_ADMIN, NULL },
-        { "command.run", ACCESS_SANDBOX, "sandbox" },
-        { "command.write", ACCESS_COMMAND, "cmdId" },
-        { "command.closeStdin", ACCESS_COMMAND, "cmdId" },
-        { "command.resize", ACCESS_COMMAND, "cmdId" },
-        { "command.wait", ACCESS_COMMAND, "cmdId" },
-        { "command.kill", ACCESS_COMMAND, "cmdId" },
-        { "command.get", ACCESS_COMMAND, "cmdId" },
-        { "command.logs", ACCESS_COMMAND, "cmdId" },
-        { "command.list", ACCESS_SANDBOX, "name" },
-        { "fs.write", ACCESS_SANDBOX, "sandbox" },
-        { "fs.read", ACCESS_SANDBOX, "sandbox" },
-        { "fs.mkdir", ACCESS_SANDBOX, "sandbox" },
-        { "fs.list", ACCESS_SANDBOX, "sandbox" },
-        { "fs.stat", ACCESS_SANDBOX, "sandbox" },
-        { "fs.remove", ACCESS_SANDBOX, "sandbox" },
-        { "fs.writeTar", ACCESS_SANDBOX, "sandbox" },
-        { "fs.writeTarChunk", ACCESS_STREAM, NULL },
-        { "fs.writeTarEnd", ACCESS_STREAM, NULL },
-        { "fs.readTar", ACCESS_SANDBOX, "sandbox" },
-        { "fs.readTarChunk", ACCESS_STREAM, NULL },
-        { "fs.watch", ACCESS_SANDBOX, "sandbox" },
-        { "policy.check", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
-        { "events.subscribe", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
-        { "daemon.info", ACCESS_ADMIN, NULL },
-        /* Finds requests of the caller's own connection only (rpc.c). */
-        { "request.cancel", ACCESS_ANY, NULL },
-        { "sandbox.setReady", ACCESS_SANDBOX, "name" },
-};
-
-static bool tags_carry(const cJSON *tags, const remote_identity *id) {
-        const cJSON *v = cJSON_IsObject(tags) ? cJSON_GetObjectItemCaseSensitive(tags, id->tag_key) : NULL;
-        return cJSON_IsString(v) && streq(v->valuestring, id->tag_value);
-}
-
-static bool sandbox_visible(manager *m, const char *name, const remote_identity *id) {
-        sandbox *sb = name ? manager_find_sandbox(m, name) : NULL;
-        return sb && tags_carry(sb->tags, id);
-}
-
-bool remote_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name) {
-        const remote_identity *id = rpc_conn_identity(c);
-        if (!id || id->role == REMOTE_ROLE_ADMIN)
-                return true;
-        return sandbox_visible(m, sb_name, id);
-}
-
-static int refuse(rpc_request *req, const remote_identity *id, sb_error **ret_err, const char *fmt, ...)
-        _printf_(4, 5);
-static int refuse(rpc_request *req, const remote_identity *id, sb_error **ret_err, const char *fmt, ...) {
-        _cleanup_free_ char *why = NULL;
-        va_list ap;
-        va_start(ap, fmt);
-        if (vasprintf(&why, fmt, ap) < 0)
-                why = NULL;
-        va_end(ap);
-        char lm[TEXT_LOG_BUF], lw[TEXT_LOG_BUF];
-        log_warning("remote: refused %s from %s (\"%s\", role %s): %s", text_for_log(req->method, lm, sizeof(lm)),
-                    rpc_conn_peer(req->conn), id->subject, id->role_text,
-                    text_for_log(why ? why : "permission denied", lw, sizeof(lw)));
-        return sb_error_set(ret_err, -EACCES, "permission_denied", NULL, "permission denied: %s (role %s)",
-                            why ? why : "not allowed", id->role_text);
-}
-
-/* A string param (borrowed), or NULL when absent or not a string. */
-static const char *param_str(const rpc_request *req, const char *field) {
-        const cJSON *v = cJSON_IsObject(req->params) ? cJSON_GetObjectItemCaseSensitive(req->params, field) : NULL;
-        return cJSON_GetStringValue(v);
-}
-
-/* Makes obj[key] (a tags object, created when absent) carry the role's
- * tag; a different value for the key is refused rather than overwritten. */
-static int force_tag(rpc_request *req, const remote_identity *id, cJSON *obj, const char *key, const char *where,
-                     sb_error **ret_err) {
-        cJSON *tags = cJSON_GetObjectItemCaseSensitive(obj, key);
-        if (!tags) {
-                tags = cJSON_AddObjectToObject(obj, key);
-                if (!tags)
-                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        }
-        if (!cJSON_IsObject(tags))
-                return refuse(req, id, ret_err, "%s must be an object", where);
-        cJSON *v = cJSON_GetObjectItemCaseSensitive(tags, id->tag_key);
-        if (v && !(cJSON_IsString(v) && streq(v->valuestring, id->tag_value)))
-                return refuse(req, id, ret_err, "%s.%s: this client may only set it to \"%s\"", where,
-                              TEXT_Q(id->tag_key), TEXT_Q(id->tag_value));
-        if (!v && !cJSON_AddStringToObject(tags, id->tag_key, id->tag_value))
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        return 0;
-}
-
-static bool url_is_remote(const char *url) {
-        return url && (strncasecmp(url, "https://", 8) == 0 || strncasecmp(url, "http://", 7) == 0);
-}
-
-/* A tag role's source: a snapshot carrying its tag, or a git or tarball
- * URL over http(s). Paths and file:// read the daemon's host (an operator's
- * choice through localSourceRoots, for local clients only). */
-static int check_source(rpc_request *req, manager *m, const remote_identity *id, sb_error **ret_err) {
-        const cJSON *src = cJSON_GetObjectItemCaseSensitive(req->params, "source");
-        if (!src)
-                return 0;
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "type"));
-        if (type && streq(type, "snapshot")) {
-                const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "snapshotId"));
-                snapshot *sn = sid ? manager_find_snapshot(m, sid) : NULL;
-                if (!sn || !tags_carry(cJSON_GetObjectItemCaseSensitive(sn->config, "tags"), id))
-                        return refuse(req, id, ret_err, "source.snapshotId: no snapshot '%s' carrying tag %s=%s",
-                                      TEXT_Q(sid ? sid : "?"), TEXT_Q(id->tag_key), TEXT_Q(id->tag_value));
-                return 0;
-        }
-        if (cJSON_GetObjectItemCaseSensitive(src, "path"))
-                return refuse(req, id, ret_err, "source.path: host paths are for local clients only");
-        const char *url = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "url"));
-        if (url && !url_is_remote(url))
-                return refuse(req, id, ret_err, "source.url: only http:// and https:// sources for remote clients");
-        return 0;
-}
-
-/* snapshot.list for a tag role: only snapshots whose config carries the tag. */
-static void filter_snapshots(rpc_request *req, cJSON *result, void *userdata) {
-        const remote_identity *id = userdata;
-        cJSON *list = cJSON_GetObjectItemCaseSensitive(result, "snapshots");
-        cJSON *it = cJSON_IsArray(list) ? list->child : NULL;
-        while (it) {
-                cJSON *next = it->next;
-                if (!tags_carry(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(it, "config"), "tags"),
-                                id))
-                        cJSON_Delete(cJSON_DetachItemViaPointer(list, it));
-                it = next;
-        }
-}
-
-/* runtime.list for a tag role: a runtime's `sandboxes` name only the
- * role's own, and `snapshots` counts only snapshots carrying its tag, so
- * other tenants' sandbox names and counts do not show. */
-static void filter_runtimes(rpc_request *req, cJSON *result, void *userdata) {
-        const remote_identity *id = userdata;
-        manager *m = filter_manager;
-        cJSON *list = cJSON_GetObjectItemCaseSensitive(result, "runtimes"), *rt;
-        cJSON_ArrayForEach(rt, list) {
-                cJSON *users = cJSON_GetObjectItemCaseSensitive(rt, "sandboxes");
-                cJSON *it = cJSON_IsArray(users) ? users->child : NULL;
-                while (it) {
-                        cJSON *next = it->next;
-                        if (!m || !cJSON_IsString(it) || !sandbox_visible(m, it->valuestring, id))
-                                cJSON_Delete(cJSON_DetachItemViaPointer(users, it));
-                        it = next;
-                }
-                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rt, "name"));
-                int snaps = 0;
-                for (snapshot *sn = m && name ? m->snapshots : NULL; sn; sn = sn->next) {
-                        const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sn->config, "runtime"));
-                        if (streq(r ? r : "host", name) && tags_carry(cJSON_GetObjectItemCaseSensitive(sn->config, "tags"), id))
-                                snaps++;
-                }
-                if (cJSON_GetObjectItemCaseSensitive(rt, "snapshots"))
-                        cJSON_ReplaceItemInObjectCaseSensitive(rt, "snapshots", cJSON_CreateNumber(snaps));
-        }
-}
-
-static int authorize_tag(rpc_request *req, manager *m, const remote_identity *id, tag_access a, const char *field,
-                         sb_error **ret_err) {
-        const char *name = field ? param_str(req, field) : NULL;
-        switch (a) {
-        case ACCESS_ADMIN:
-                return refuse(req, id, ret_err, "%s is for admin clients only", TEXT_Q(req->method));
-        case ACCESS_ANY:
-        case ACCESS_STREAM:
-                return 0;
-        case ACCESS_OPTIONAL_SANDBOX:
-                if (!cJSON_GetObjectItemCaseSensitive(req->params, field))
-                        return 0;
-                __attribute__((fallthrough));
-        case ACCESS_SANDBOX:
-                if (!sandbox_visible(m, name, id))
-                        return refuse(req, id, ret_err, "%s: no sandbox '%s' carrying tag %s=%s", field,
-                                      TEXT_Q(name ? name : "?"), TEXT_Q(id->tag_key), TEXT_Q(id->tag_value));
-                if (streq(req->method, "sandbox.update") && cJSON_GetObjectItemCaseSensitive(req->params, "tags"))
-                        return force_tag(req, id, req->params, "tags", "tags", ret_err);
-                if (streq(req->method, "sandbox.fork")) {
-                        cJSON *ov = cJSON_GetObjectItemCaseSensitive(req->params, "overrides");
-                        if (ov && cJSON_IsObject(ov) && cJSON_GetObjectItemCaseSensitive(ov, "tags"))
-                                return force_tag(req, id, ov, "tags", "overrides.tags", ret_err);
-                }
-                return 0;
-        case ACCESS_COMMAND: {
-                command *cmd = name ? manager_find_command(m, name) : NULL;
-                if (!cmd || !cmd->sb || !tags_carry(cmd->sb->tags, id))
-                        return refuse(req, id, ret_err, "cmdId: no command '%s' of a sandbox carrying tag %s=%s",
-                                      TEXT_Q(name ? name : "?"), TEXT_Q(id->tag_key), TEXT_Q(id->tag_value));
-                return 0;
-        }
-        case ACCESS_SNAPSHOT: {
-                snapshot *sn = name ? manager_find_snapshot(m, name) : NULL;
-                if (!sn || !tags_carry(cJSON_GetObjectItemCaseSensitive(sn->config, "tags"), id))
-                        return refuse(req, id, ret_err, "id: no snapshot '%s' carrying tag %s=%s",
-                                      TEXT_Q(name ? name : "?"), TEXT_Q(id->tag_key), TEXT_Q(id->tag_value));
-                return 0;
-        }
-        case ACCESS_CREATE: {
-                /* getOrCreate of an existing sandbox is a get: it must be ours. */
-                if (name && manager_find_sandbox(m, name) && !sandbox_visible(m, name, id))
-                        return refuse(req, id, ret_err, "name: sandbox '%s' exists and does not carry tag %s=%s",
-                                      TEXT_Q(name), TEXT_Q(id->tag_key), TEXT_Q(id->tag_value));
-                int r = check_source(req, m, id, ret_err);
-                return r < 0 ? r : force_tag(req, id, req->params, "tags", "tags", ret_err);
-        }
-        case ACCESS_LIST:
-                return force_tag(req, id, req->params, "tags", "tags", ret_err);
-        case ACCESS_RUNTIMES:
-                req->result_filter = filter_runtimes;
-                req->result_filter_userdata = (void *) id;
-                return 0;
-        case ACCESS_SNAPSHOTS:
-                req->result_filter = filter_snapshots;
-                req->result_filter_userdata = (void *) id;
-                return 0;
-        }
-        return refuse(req, id, ret_err, "not allowed");
-}
-
-static int authorize(rpc_request *req, void *userdata, sb_error **ret_err) {
-        manager *m = userdata;
-        const remote_identity *id = rpc_conn_identity(req->conn);
-        if (!id)
-                return 0;  /* the Unix socket: its mode, group and peer checks (rpc.c) */
-        if (id->role == REMOTE_ROLE_ADMIN)
-                return 0;
-        if (!cJSON_IsObject(req->params))
-                return refuse(req, id, ret_err, "params must be an object");
-        for (size_t i = 0; i < ELEMENTSOF(method_access); i++)
-                if (streq(method_access[i].method, req->method))
-                        return authorize_tag(req, m, id, method_access[i].access, method_access[i].field, ret_err);
-        return refuse(req, id, ret_err, "%s is not open to tag roles", TEXT_Q(req->method));
-}
-
-bool remote_conn_is_tag_role(const rpc_conn *c) {
+bool remote_conn_is_tenant(const rpc_conn *c) {
         const remote_identity *id = c ? rpc_conn_identity(c) : NULL;
-        return id && id->role == REMOTE_ROLE_TAG;
+        return id && id->role != REMOTE_ROLE_ADMIN;
 }
 
 #define SOURCE_GUARD_TEXT "not a public address; remote clients fetch sources from public addresses only"

@@ -8,8 +8,9 @@
  * as Kubernetes reads users and groups from client certificates: CN names
  * the client (for logs), O names the role:
  *   O=admin           every method, as root on the Unix socket;
- *   O=tag:KEY=VALUE   only sandboxes carrying tag KEY=VALUE, their commands,
- *                     snapshots and events; what it creates carries the tag.
+ *   O=tenant:NAME     the tenant NAME (tenant.h): only what it owns;
+ *   O=tag:KEY=VALUE   the older form, read as the tenant named "tag:KEY=VALUE"
+ *                     (ownership, never the tag, decides what it sees).
  * The subject must hold each attribute as its own RDN (no multi-valued
  * RDNs), exactly one CN and one O, as UTF8String or PrintableString
  * without NUL or control characters; anything else is refused. */
@@ -26,6 +27,7 @@
 typedef enum remote_role_kind {
         REMOTE_ROLE_ADMIN = 1,
         REMOTE_ROLE_TAG,
+        REMOTE_ROLE_TENANT,
 } remote_role_kind;
 
 /* Who a TLS connection is. Owned by its connection (rpc_conn_identity). */
@@ -35,7 +37,8 @@ typedef struct remote_identity {
         char *tag_key;     /* REMOTE_ROLE_TAG: the tag the role is scoped to */
         char *tag_value;
         char *subject;     /* the whole subject, RFC 2253, escaped to printable ASCII (for logs) */
-        char *role_text;   /* "admin" or "tag:KEY=VALUE" */
+        char *role_text;   /* "admin", "tenant:NAME" or "tag:KEY=VALUE" */
+        char *tenant;      /* the tenant (tenant.h): NAME or "tag:KEY=VALUE"; NULL for admin */
 } remote_identity;
 
 void remote_identity_free(remote_identity *id);
@@ -64,24 +67,19 @@ typedef struct remote_listeners remote_listeners;
  * naming the key. */
 int remote_prepare(const daemon_config *cfg, remote_listeners **ret, sb_error **ret_err);
 
-/* Serves the prepared listeners on `server` and installs the accept and
- * authorize hooks (the identity and role of each TLS connection, the
- * check of each request). Takes `l` (NULL: nothing to do). Returns 0 or a
+/* Serves the prepared listeners on `server` and installs the accept hook
+ * (the identity and role of each TLS connection; the check of each
+ * request is tenant_attach's, for every connection). Takes `l` (NULL: nothing to do). Returns 0 or a
  * negative errno with *ret_err. */
 int remote_attach(remote_listeners *l, manager *m, const daemon_config *cfg, rpc_server *server, sb_error **ret_err);
 void remote_listeners_free(remote_listeners *l);
 
-/* True when the connection may see events and objects of sandbox
- * `sb_name` (NULL: the daemon's own events): the Unix socket and admin
- * always; a tag role only for an existing sandbox carrying its tag. */
-bool remote_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name);
-
-/* True when the connection is a TLS client with a tag role (the clients
+/* True when the connection is a TLS client that is not admin (the clients
  * whose sources are fetched under remote_source_guard). */
-bool remote_conn_is_tag_role(const rpc_conn *c);
+bool remote_conn_is_tenant(const rpc_conn *c);
 
 /* The address guard (libcore/source.h, core_source_set_address_guard) for
- * sources a tag role supplied: refuses every row of the forbidden range
+ * sources a remote tenant supplied: refuses every row of the forbidden range
  * table (policy/match.c: loopback, private, CGNAT, link-local, benchmark,
  * multicast, reserved; the documentation ranges of RFC 5737 and RFC 3849,
  * which no network is assigned, excepted) and every address the kernel

@@ -19,6 +19,7 @@
 #include "sandboxd/internal.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/remote.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -52,6 +53,8 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", sb->name);
         cJSON_AddStringToObject(o, "id", sb->id);
+        /* Who made it (tenant.h); null: admin. Shown, never taken. */
+        cJSON_AddItemToObject(o, "owner", sb->owner ? cJSON_CreateString(sb->owner) : cJSON_CreateNull());
         cJSON_AddStringToObject(o, "status", sb->status);
         cJSON_AddStringToObject(o, "runtime", sb->runtime);
         cJSON_AddItemToObject(o, "source", sb->source ? cJSON_Duplicate(sb->source, 1) : cJSON_CreateNull());
@@ -130,6 +133,7 @@ void sandbox_free(sandbox *sb) {
         if (sb->name)
                 metrics_forget_sandbox(sb->name);
         free(sb->name);
+        free(sb->owner);
         free(sb->runtime);
         cJSON_Delete(sb->source);
         cJSON_Delete(sb->env);
@@ -206,7 +210,9 @@ sandbox *sandbox_require_running(rpc_request *req, manager *m, const char *field
                 return NULL;
         }
         sandbox *sb = manager_find_sandbox(m, name);
-        if (!sb || sb->deleting) {
+        /* Checked again here, as a request may wait and run again later
+         * (redo) when the name may be another tenant's (tenant.c). */
+        if (!sb || sb->deleting || !tenant_req_owns(m, req, sb->owner)) {
                 reply_not_found(req, "sandbox", name);
                 return NULL;
         }
@@ -475,7 +481,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         if (src && !cJSON_IsNull(src)) {
                 if ((r = parse_source(j, src, ret_err)) < 0)
                         return r;
-                j->source_guarded = remote_conn_is_tag_role(req->conn);
+                j->source_guarded = remote_conn_is_tenant(req->conn);
                 sb->source = source_view(j, src);
         }
         if ((r = create_runtime(m, src, &runtime, ret_err)) < 0)
@@ -521,7 +527,9 @@ const char *sandbox_policy_mode(const sandbox *sb) {
 
 static sandbox *find_by_param(rpc_request *req, manager *m) {
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "name"));
-        return name ? manager_find_sandbox(m, name) : NULL;
+        sandbox *sb = name ? manager_find_sandbox(m, name) : NULL;
+        /* A request that waited may find the name another's by now. */
+        return sb && tenant_req_owns(m, req, sb->owner) ? sb : NULL;
 }
 
 /* Redo handlers: answer once the new session runs. */
@@ -565,6 +573,21 @@ void create_sandbox(rpc_request *req, manager *m, rpc_handler on_ready, const cJ
         if (parse_create(m, req, sb, j, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 goto drop;
+        }
+        /* The owner is the client's identity, never a param (tenant.h);
+         * its limits are checked here, where the sandbox is registered, so
+         * concurrent creates and forks cannot pass them together. */
+        {
+                tenant t;
+                tenant_of_conn(m->cfg, req->conn, &t);
+                if (tenant_check_new_sandbox(m, req, sb, &err) < 0) {
+                        rpc_reply_sb_error(req, err);
+                        goto drop;
+                }
+                if (!t.admin && !(sb->owner = strdup(t.name))) {
+                        rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                        goto drop;
+                }
         }
         /* "progress": true, with a source to fetch: sandbox.progress
          * notifications on this connection until the answer. */
@@ -727,6 +750,13 @@ static void method_get_or_create(rpc_request *req, void *userdata) {
                 create_sandbox(req, m, reply_created, NULL);
                 return;
         }
+        /* Another tenant's name (tenant.c refuses it first; a request
+         * parked for a setup runs here again): taken, without whose. */
+        if (!tenant_req_owns(m, req, sb->owner)) {
+                rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
+                                "sandbox '%s' already exists; pick another name", TEXT_Q(name));
+                return;
+        }
         /* The parameters are the same whether the sandbox exists or not:
          * an existing name is no licence for ones create would refuse. */
         cJSON *differs = NULL;
@@ -768,7 +798,7 @@ sandbox *sandbox_lookup(rpc_request *req, manager *m, const char *field) {
                 return NULL;
         }
         sandbox *sb = manager_find_sandbox(m, name);
-        if (!sb || being_created(sb)) {
+        if (!sb || being_created(sb) || !tenant_req_owns(m, req, sb->owner)) {
                 reply_not_found(req, "sandbox", name);
                 return NULL;
         }
@@ -1172,6 +1202,9 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->m = m;
         sb->name = strdup(name);
         memcpy(sb->id, id, 33);
+        /* Absent or null (configs written before owners existed): admin. */
+        const char *owner = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "owner"));
+        sb->owner = owner && *owner ? strdup(owner) : NULL;
         sb->runtime = dup_json_string(c, "runtime", "host");
         cJSON *pj = cJSON_GetObjectItemCaseSensitive(c, "networkPolicy");
         if (!pj || pol_policy_parse(pj, &sb->pol, NULL) < 0) {
@@ -1245,7 +1278,7 @@ static void method_list(rpc_request *req, void *userdata) {
         n = 0;
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
                 if (streq(sb->status, "pending") || (prefix && strncmp(sb->name, prefix, strlen(prefix))) ||
-                    (cursor && strcmp(sb->name, cursor) <= 0))
+                    (cursor && strcmp(sb->name, cursor) <= 0) || !tenant_req_owns(m, req, sb->owner))
                         continue;
                 bool match = true;
                 cJSON *t;

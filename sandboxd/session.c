@@ -2036,7 +2036,9 @@ static void emit_status(sandbox *sb, const char *status) {
                 return;
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "status", status);
-        events_emit(sb->m, EVENT_SANDBOX, sb->name, f);
+        /* The owner given, not looked up: "deleted" comes once the sandbox
+         * has left the registry (tenant.h). */
+        events_emit_owned(sb->m, EVENT_SANDBOX, sb->name, sb->owner, f);
 }
 
 typedef struct delete_finish {

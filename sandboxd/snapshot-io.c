@@ -252,6 +252,7 @@ static char *export_record(const snapshot *s) {
         cJSON *o = snapshot_json(s);
         cJSON_DeleteItemFromObject(o, "id");
         cJSON_DeleteItemFromObject(o, "layers");
+        cJSON_DeleteItemFromObject(o, "owner"); /* this host's tenants; an import is its importer's */
         char *text = cJSON_Print(o);
         cJSON_Delete(o);
         return text;

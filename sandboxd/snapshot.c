@@ -33,6 +33,7 @@
 #include "libcore/util.h"
 #include "libcore/diskimg.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
@@ -76,6 +77,7 @@ void snapshot_free(snapshot *s) {
         if (!s)
                 return;
         free(s->sandbox);
+        free(s->owner);
         cJSON_Delete(s->layers);
         cJSON_Delete(s->config);
         free(s);
@@ -796,7 +798,7 @@ static void method_fork(rpc_request *req, void *userdata) {
                         return;
                 }
         sandbox *src = manager_find_sandbox(m, src_name);
-        if (!src || (src->starting && cJSON_GetArraySize(src->sessions) == 0)) {
+        if (!src || (src->starting && cJSON_GetArraySize(src->sessions) == 0) || !tenant_req_owns(m, req, src->owner)) {
                 reply_not_found(req, "sandbox", src_name);
                 return;
         }
@@ -830,6 +832,7 @@ cJSON *snapshot_json(const snapshot *s) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "id", s->id);
         cJSON_AddStringToObject(o, "sandbox", s->sandbox);
+        cJSON_AddItemToObject(o, "owner", s->owner ? cJSON_CreateString(s->owner) : cJSON_CreateNull());
         cJSON_AddStringToObject(o, "createdAt", core_format_time(s->created_ms, buf, sizeof(buf)));
         if (s->expires_ms)
                 cJSON_AddStringToObject(o, "expiresAt", core_format_time(s->expires_ms, buf, sizeof(buf)));
@@ -878,13 +881,22 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
                 return;
         }
         _cleanup_error_ sb_error *e = NULL;
+        /* A tenant's snapshot limit, where the snapshot is registered. */
+        if (tenant_check_new_snapshot(m, req, &e) < 0) {
+                rpc_reply_sb_error(req, e);
+                layers_collect(m, chain, NULL, NULL);
+                return;
+        }
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
         snapshot *s = calloc(1, sizeof(*s));
+        s->owner = t.admin ? NULL : strdup(t.name);
         memcpy(s->id, "snap-", 5);
         core_random_hex(s->id + 5, 32);
         s->sandbox = strdup(sb->name);
         s->layers = cJSON_Duplicate(chain, 1);
         s->config = sandbox_config_json(sb);
-        static const char *const drop[] = {"name", "id", "createdAt", "sessions", "layers", "source", "ready"};
+        static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready"};
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();
@@ -933,6 +945,8 @@ static snapshot *lookup_snapshot(rpc_request *req, manager *m) {
                 return NULL;
         }
         snapshot *s = manager_find_snapshot(m, id);
+        if (s && !tenant_req_owns(m, req, s->owner))
+                s = NULL; /* another tenant's: as one that does not exist */
         if (!s)
                 reply_not_found(req, "snapshot", id);
         return s;
@@ -955,7 +969,7 @@ static void method_snapshot_list(rpc_request *req, void *userdata) {
         cJSON *o = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(o, "snapshots");
         for (snapshot *s = m->snapshots; s; s = s->next)
-                if (!of || streq(of, s->sandbox))
+                if ((!of || streq(of, s->sandbox)) && tenant_req_owns(m, req, s->owner))
                         cJSON_AddItemToArray(arr, snapshot_view(s));
         rpc_reply(req, o);
 }
@@ -1094,6 +1108,9 @@ void snapshots_load(manager *m) {
                 snapshot *s = calloc(1, sizeof(*s));
                 snprintf(s->id, sizeof(s->id), "%s", id);
                 s->sandbox = strdup(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "sandbox")) ?: "");
+                /* Absent or null (records from before owners): admin. */
+                const char *owner = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "owner"));
+                s->owner = owner && *owner ? strdup(owner) : NULL;
                 s->layers = cJSON_Duplicate(layers, 1);
                 cJSON *conf = cJSON_GetObjectItemCaseSensitive(o, "config");
                 s->config = cJSON_IsObject(conf) ? cJSON_Duplicate(conf, 1) : cJSON_CreateObject();

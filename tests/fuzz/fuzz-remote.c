@@ -28,13 +28,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         printable(id->subject, true);
         printable(id->role_text, false);
         if (id->role == REMOTE_ROLE_ADMIN) {
-                FUZZ_ASSERT(!id->tag_key && !id->tag_value && strcmp(id->role_text, "admin") == 0);
+                FUZZ_ASSERT(!id->tag_key && !id->tag_value && !id->tenant && strcmp(id->role_text, "admin") == 0);
+        } else if (id->role == REMOTE_ROLE_TENANT) {
+                /* tenant:NAME: NAME never holds ':' (it could pose as uid:N
+                 * or tag:K=V, sandboxd/tenant.h). */
+                FUZZ_ASSERT(!id->tag_key && id->tenant && id->tenant[0] && !strchr(id->tenant, ':'));
+                char want[600];
+                snprintf(want, sizeof(want), "tenant:%s", id->tenant);
+                FUZZ_ASSERT(strcmp(id->role_text, want) == 0);
         } else {
                 FUZZ_ASSERT(id->role == REMOTE_ROLE_TAG && id->tag_key && id->tag_value);
                 FUZZ_ASSERT(id->tag_key[0] && !strchr(id->tag_key, '=') && id->tag_value[0]);
                 char want[600];
                 snprintf(want, sizeof(want), "tag:%s=%s", id->tag_key, id->tag_value);
                 FUZZ_ASSERT(strcmp(id->role_text, want) == 0);
+                FUZZ_ASSERT(id->tenant && strcmp(id->tenant, id->role_text) == 0);
         }
         FUZZ_ASSERT(again && again->role == id->role && strcmp(again->subject, id->subject) == 0);
         remote_identity_free(id);

@@ -81,7 +81,7 @@ def _setup(world):
     d = tempfile.mkdtemp(prefix="remote-certs-", dir=world.tmp)
     os.chmod(d, 0o755)
     certs = os.path.join(d, "set")
-    p = subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--tag", "team=a", "--name", HOST],
+    p = subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--tag", "team=a", "--tenant", "b", "--name", HOST],
                        capture_output=True, text=True, timeout=60)
     expect(p.returncode == 0, "certs init:", p.stderr)
     for f in os.listdir(certs):
@@ -143,6 +143,10 @@ def _setup(world):
                                                      b"\x04\x83\x03\x20\x00" + b"A" * 204800), critical=False)
            .sign(ca_key, hashes.SHA256()))
     bad["huge"] = _write_pair(d, "huge", big, big_key)
+    # A tenant besides certs init's tag:team=a and tenant:b clients: the
+    # older tag form naming another key.
+    bad["projx"] = _client_cert(d, "projx", _name((NameOID.ORGANIZATION_NAME, "tag:project=x"),
+                                                  (NameOID.COMMON_NAME, "projx")), ca_cert, ca_key)
     for stem in bad:
         for f in (stem + ".pem", stem + "-key.pem"):
             os.chmod(os.path.join(d, f), 0o644)
@@ -166,6 +170,8 @@ def _pair(st, who):
         return os.path.join(st["certs"], "client.pem"), os.path.join(st["certs"], "client-key.pem")
     if who == "tag":
         return os.path.join(st["certs"], "tag.pem"), os.path.join(st["certs"], "tag-key.pem")
+    if who == "tenb":
+        return os.path.join(st["certs"], "tenant.pem"), os.path.join(st["certs"], "tenant-key.pem")
     return st["bad"][who]
 
 
@@ -332,25 +338,42 @@ def test_connections_per_address_are_capped(world):
          "a connection served again once the 12 closed")
 
 
-def test_a_tag_role_sees_and_touches_only_its_tag(world):
+def _answer(r, what):
+    expect(r["ok"], "%s: client I/O:" % what, r)
+    return r["answers"][0]
+
+
+def _refused(a, what, reason="permission_denied"):
+    err = a.get("error") or {}
+    expect_eq((err.get("data") or {}).get("reason"), reason, "%s: %s" % (what, json.dumps(a)[:400]))
+    return err.get("message", "")
+
+
+def test_a_tenant_sees_and_touches_only_what_it_owns(world):
+    """Ownership is what the daemon recorded at creation, never a tag: a
+    sandbox the admin made carrying tag team=a is not tag:team=a's, and the
+    other tenants' sandboxes, commands, snapshots and events stay theirs."""
     st = _setup(world)
-    a_name, b_name = world.name("ra"), world.name("rb")
-    _local(st, "sandbox.create", {"name": a_name, "tags": {"team": "a"}})
-    _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "b"}})
-    mine = None
+    b_name = world.name("rb")
+    _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "a"}})
+    mine = []
     snaps = []
     try:
+        a = _answer(_call(world, st, "tag", {"method": "sandbox.create", "params": {"tags": {"team": "a"}}}), "create")
+        expect("result" in a, "a tenant creates:", a)
+        a_name = a["result"]["name"]
+        mine.append(a_name)
+        expect_eq(a["result"]["owner"], "tag:team=a", "the owner is the client's identity")
+        expect_eq(a["result"]["tags"], {"team": "a"}, "tags are labels, kept as given")
         b_cmd = _local(st, "command.run", {"sandbox": b_name, "cmd": "true"})["cmdId"]
         b_snap = _local(st, "sandbox.snapshot", {"name": b_name})["id"]
         snaps.append(b_snap)
         for req in ({"method": "sandbox.get", "params": {"name": b_name}},
                     {"method": "command.run", "params": {"sandbox": b_name, "cmd": "true"}},
                     {"method": "sandbox.delete", "params": {"name": b_name}},
+                    {"method": "sandbox.update", "params": {"name": b_name, "tags": {"team": "b"}}},
                     {"method": "fs.list", "params": {"sandbox": b_name, "path": "/"}},
                     {"method": "command.logs", "params": {"cmdId": b_cmd}},
-                    {"method": "sandbox.update", "params": {"name": a_name, "tags": {"team": "b"}}},
-                    {"method": "sandbox.create", "params": {"tags": {"team": "b"}}},
-                    {"method": "sandbox.getOrCreate", "params": {"name": b_name}},
                     {"method": "events.subscribe", "params": {"sandbox": b_name}},
                     {"method": "daemon.info"},
                     {"method": "runtime.import", "params": {"name": "x", "path": "/"}},
@@ -362,29 +385,28 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
                     {"method": "sandbox.create", "params": {"source": {"type": "tarball", "path": world.tmp}}},
                     {"method": "sandbox.fork", "params": {"sourceSandbox": b_name}},
                     {"method": "policy.check", "params": {"sandbox": b_name, "host": "example.com", "port": 443}}):
-            r = _call(world, st, "tag", req)
-            expect(r["ok"], "tag client I/O:", r)
-            err = r["answers"][0].get("error") or {}
-            expect_eq((err.get("data") or {}).get("reason"), "permission_denied", "%s as tag:team=a" % req["method"])
+            _refused(_answer(_call(world, st, "tag", req), req["method"]), "%s as tag:team=a" % req["method"])
         _log_has(st, "refused sandbox.get from ")
-        _log_has(st, "role tag:team=a): name: no sandbox '%s' carrying tag team=a" % b_name)
+        _log_has(st, "tenant tag:team=a): name: no sandbox '%s' of this tenant" % b_name)
+        a = _answer(_call(world, st, "tag", {"method": "sandbox.getOrCreate", "params": {"name": b_name}}), "goc")
+        msg = _refused(a, "getOrCreate of another's name", "already_exists")
+        expect("admin" not in msg and "tenant" not in msg, "the refusal does not say whose:", msg)
         # Its own sandbox: get, exec, list shows only it.
         r = _call(world, st, "tag", {"method": "sandbox.get", "params": {"name": a_name}},
                   {"method": "command.run", "params": {"sandbox": a_name, "cmd": "echo", "args": ["hi"]}},
                   {"method": "sandbox.list", "params": {}},
-                  {"method": "sandbox.create", "params": {}})
+                  {"method": "sandbox.list", "params": {"tags": {"team": "a"}}})
         expect(r["ok"] and all("result" in m for m in r["answers"]), "own sandbox as tag:team=a:", r)
-        names = [s["name"] for s in r["answers"][2]["result"]["sandboxes"]]
-        expect(a_name in names and b_name not in names, "list shows only team=a:", names)
-        mine = r["answers"][3]["result"]["name"]
-        expect_eq(r["answers"][3]["result"]["tags"], {"team": "a"}, "what a tag role creates carries its tag")
-        # Snapshots: its own is listed, the other tag's is not.
+        for i in (2, 3):
+            names = [x["name"] for x in r["answers"][i]["result"]["sandboxes"]]
+            expect(a_name in names and b_name not in names, "list shows only its own:", names)
+        # Snapshots: its own is listed, the admin's is not.
         r = _call(world, st, "tag", {"method": "sandbox.snapshot", "params": {"name": a_name}},
                   {"method": "snapshot.list", "params": {}})
         expect(r["ok"] and "result" in r["answers"][0], "snapshot of its own sandbox:", r)
         snaps.append(r["answers"][0]["result"]["id"])
         ids = [x["id"] for x in r["answers"][1]["result"]["snapshots"]]
-        expect(r["answers"][0]["result"]["id"] in ids and b_snap not in ids, "snapshot.list of team=a only:", ids)
+        expect(r["answers"][0]["result"]["id"] in ids and b_snap not in ids, "snapshot.list of its own only:", ids)
         # Events: only its own sandboxes'.
         ev = subprocess.Popen(["ip", "netns", "exec", world.net_ns, sys.executable, CLIENT, "events", HOST, str(PORT),
                                "--ca", st["ca"], "--cert", _pair(st, "tag")[0], "--key", _pair(st, "tag")[1],
@@ -399,13 +421,101 @@ def test_a_tag_role_sees_and_touches_only_its_tag(world):
                 ev.kill()
                 ev.wait()
         seen = {e.get("sandbox") for e in out.get("events", [])}
-        expect(a_name in seen and b_name not in seen and None not in seen, "events of team=a only:", out)
+        expect(a_name in seen and b_name not in seen and None not in seen, "events of its own only:", out)
     finally:
-        for n in (a_name, b_name, mine):
-            if n:
-                st["daemon"].rpc("sandbox.delete", {"name": n})
+        for n in [b_name] + mine:
+            st["daemon"].rpc("sandbox.delete", {"name": n})
         for i in snaps:
             st["daemon"].rpc("snapshot.delete", {"id": i})
+
+
+def test_tags_cannot_plant_a_sandbox_in_another_tenant(world):
+    """The findings of issue #25: tag:team=a made `shared-ci` carrying
+    project=x, and the tenant tag:project=x listed it, got it from
+    getOrCreate, wrote secrets into it that team=a read back; `update --tag
+    project=x` moved a sandbox (and its snapshots) across. Now tags are
+    labels: in every form (create, update, fork, getOrCreate, snapshot) the
+    sandbox stays team=a's and project=x neither sees nor touches it."""
+    st = _setup(world)
+    shared, forked = world.name("shared-ci"), world.name("fork-ci")
+    made, snaps = [shared, forked], []
+    try:
+        r = _call(world, st, "tag",
+                  {"method": "sandbox.create", "params": {"name": shared, "tags": {"project": "x"}}},
+                  {"method": "sandbox.update", "params": {"name": shared, "tags": {"project": "x", "team": "b"}}},
+                  {"method": "sandbox.fork", "params": {"sourceSandbox": shared, "name": forked,
+                                                        "overrides": {"tags": {"project": "x"}}}},
+                  {"method": "sandbox.snapshot", "params": {"name": shared}})
+        expect(r["ok"] and all("result" in m for m in r["answers"]), "team=a's own creates:", r)
+        for m in r["answers"][:3]:
+            expect_eq(m["result"]["owner"], "tag:team=a", "still team=a's after %s" % json.dumps(m)[:200])
+        snap = r["answers"][3]["result"]["id"]
+        snaps.append(snap)
+        expect_eq(r["answers"][3]["result"]["owner"], "tag:team=a", "the snapshot is team=a's")
+        for who in ("projx", "tenb"):
+            r = _call(world, st, who, {"method": "sandbox.list", "params": {}},
+                      {"method": "sandbox.list", "params": {"tags": {"project": "x"}}},
+                      {"method": "snapshot.list", "params": {}})
+            expect(r["ok"] and all("result" in m for m in r["answers"]), "%s lists:" % who, r)
+            for m in r["answers"][:2]:
+                names = [x["name"] for x in m["result"]["sandboxes"]]
+                expect(shared not in names and forked not in names, "%s does not list team=a's:" % who, names)
+            ids = [x["id"] for x in r["answers"][2]["result"]["snapshots"]]
+            expect(snap not in ids, "%s does not list team=a's snapshot:" % who, ids)
+            a = _answer(_call(world, st, who, {"method": "sandbox.getOrCreate", "params": {"name": shared}}), who)
+            _refused(a, "getOrCreate of team=a's name as %s" % who, "already_exists")
+            for req in ({"method": "fs.write", "params": {"sandbox": shared, "files": [
+                            {"path": "/workspace/secret", "content": "c2VjcmV0"}]}},
+                        {"method": "sandbox.update", "params": {"name": forked, "tags": {}}},
+                        {"method": "sandbox.get", "params": {"name": forked}},
+                        {"method": "sandbox.delete", "params": {"name": shared}},
+                        {"method": "snapshot.get", "params": {"id": snap}},
+                        {"method": "sandbox.create", "params": {"source": {"type": "snapshot", "snapshotId": snap}}}):
+                _refused(_answer(_call(world, st, who, req), req["method"]), "%s as %s" % (req["method"], who))
+        # Tags on import: a tenant may not import; a file whose config
+        # carries project=x, imported by the admin with its config, is the
+        # admin's, not project=x's (the file names no owner).
+        path = os.path.join(world.tmp, "plant-%s.tar.zst" % snap)
+        a = _answer(_call(world, st, "tag", {"method": "snapshot.import", "params": {"path": path, "config": True}}),
+                    "import")
+        _refused(a, "snapshot.import as a tenant")
+        _local(st, "snapshot.export", {"id": snap, "path": path})
+        imported = _local(st, "snapshot.import", {"path": path, "config": True})
+        snaps.append(imported["id"])
+        expect_eq((imported["config"].get("tags") or {}).get("project"), "x", "the file's tags are imported as labels")
+        expect(imported.get("owner") is None, "an import is its importer's (admin), whatever its tags:", imported)
+        r = _call(world, st, "projx", {"method": "snapshot.list", "params": {}},
+                  {"method": "sandbox.create", "params": {"source": {"type": "snapshot",
+                                                                     "snapshotId": imported["id"]}}})
+        expect(r["ok"] and imported["id"] not in [x["id"] for x in r["answers"][0]["result"]["snapshots"]],
+               "project=x does not list the imported snapshot:", r)
+        _refused(r["answers"][1], "project=x creates from the imported snapshot")
+        # A tenant:NAME creates and owns under its own name.
+        a = _answer(_call(world, st, "tenb", {"method": "sandbox.create", "params": {"tags": {"team": "a"}}}), "tenb")
+        expect("result" in a, "tenant:b creates:", a)
+        made.append(a["result"]["name"])
+        expect_eq(a["result"]["owner"], "b", "tenant:b's owner")
+        a = _answer(_call(world, st, "tag", {"method": "sandbox.get", "params": {"name": a["result"]["name"]}}), "get")
+        _refused(a, "team=a cannot get tenant b's sandbox carrying team=a")
+        # The admin sees all, owners included.
+        full = {x["name"]: x["owner"] for x in _local(st, "sandbox.list", {})["sandboxes"]}
+        expect_eq(full.get(shared), "tag:team=a", "the admin sees the owner")
+    finally:
+        for n in made:
+            st["daemon"].rpc("sandbox.delete", {"name": n})
+        for i in snaps:
+            st["daemon"].rpc("snapshot.delete", {"id": i})
+
+
+def test_a_remote_tenant_cannot_switch_the_user_namespace_off(world):
+    """create --no-userns made root inside host uid 0 for a remote tenant,
+    and nothing let the operator forbid it: now it is refused unless
+    daemon.json tenants allows it (never by default), naming the limit."""
+    st = _setup(world)
+    r = _call(world, st, "tag", {"method": "sandbox.create", "params": {"userns": False}})
+    a = _answer(r, "create userns false")
+    msg = _refused(a, "userns: false for a tenant")
+    expect("allowNoUserns" in msg and "tag:team=a" in msg, "the refusal names the limit and the tenant:", msg)
 
 
 def _cpu_s(pid):
@@ -639,22 +749,25 @@ def test_remote_unfinished_lines_neither_starve_local_clients_nor_stay(world):
         st["daemon"].rpc("sandbox.delete", {"name": name})
 
 
-def test_runtime_list_shows_a_tag_role_only_its_own_sandboxes(world):
+def test_runtime_list_shows_a_tenant_only_its_own_sandboxes(world):
     st = _setup(world)
-    a_name, b_name = world.name("rla"), world.name("rlb")
-    _local(st, "sandbox.create", {"name": a_name, "tags": {"team": "a"}})
-    _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "b"}})
+    b_name = world.name("rlb")
+    _local(st, "sandbox.create", {"name": b_name, "tags": {"team": "a"}})
+    a_name = None
     try:
+        a = _answer(_call(world, st, "tag", {"method": "sandbox.create", "params": {}}), "create")
+        a_name = a["result"]["name"]
         r = _call(world, st, "tag", {"method": "runtime.list", "params": {}})
         expect(r["ok"] and "result" in r["answers"][0], "runtime.list as tag:team=a:", r)
         host = [x for x in r["answers"][0]["result"]["runtimes"] if x["name"] == "host"][0]
         expect(a_name in host["sandboxes"], "its own sandbox is listed:", host)
-        expect(b_name not in host["sandboxes"], "another tag's sandbox is not listed:", host)
+        expect(b_name not in host["sandboxes"], "another's sandbox (carrying its tag) is not listed:", host)
         full = [x for x in _local(st, "runtime.list", {})["runtimes"] if x["name"] == "host"][0]
         expect(b_name in full["sandboxes"], "the Unix socket still sees every sandbox:", full)
     finally:
-        st["daemon"].rpc("sandbox.delete", {"name": a_name})
         st["daemon"].rpc("sandbox.delete", {"name": b_name})
+        if a_name:
+            st["daemon"].rpc("sandbox.delete", {"name": a_name})
 
 
 def test_event_subscriptions_are_capped_per_connection_and_reserved_for_local_clients(world):
@@ -708,7 +821,9 @@ def test_large_answers_for_remote_clients_are_bounded_daemon_wide(world):
     Unix socket is not bound by them."""
     st = _setup(world)
     name = world.name("rbulk")
-    _local(st, "sandbox.create", {"name": name, "tags": {"team": "a"}, "networkPolicy": "deny-all"})
+    a = _answer(_call(world, st, "tag", {"method": "sandbox.create",
+                                         "params": {"name": name, "networkPolicy": "deny-all"}}), "create")
+    expect("result" in a, "the tenant's sandbox:", a)
     try:
         cid = _local(st, "command.run", {"sandbox": name, "cmd": "sh", "args": [
             "-c", "head -c 31457280 /dev/urandom > /workspace/big"]})["cmdId"]

@@ -605,7 +605,7 @@ for _ in range(%d):
     conns.append(s)
 data = b""
 try:
-    conns[-1].sendall(b'{"jsonrpc":"2.0","id":1,"method":"daemon.info"}\n')
+    conns[-1].sendall(b'{"jsonrpc":"2.0","id":1,"method":"sandbox.list"}\n')
 except OSError:
     pass  # a refused connection may be answered and closed before this is sent
 try:
@@ -623,8 +623,8 @@ sys.stdin.read()
 
 def _nobody_client(d, n):
     """A client process of uid/gid 65534 (nogroup, the test daemon's socket
-    group) holding n connections; returns (proc, the answer to daemon.info on
-    the last one). It reaches the socket by a relative path from the
+    group, so the tenant uid:65534) holding n connections; returns (proc,
+    the answer to sandbox.list on the last one). It reaches the socket by a relative path from the
     daemon's directory, entered before dropping root."""
     import subprocess
     p = subprocess.Popen(["python3", "-c", _NOBODY_CLIENT % n], cwd=d.dir, user=65534, group=65534,

@@ -226,7 +226,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 42);
+        assert_int_equal(n, 43);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -444,6 +444,51 @@ static void test_apply_live_moves_live_keys_and_names_the_rest(void **state) {
         daemon_config_free(&cur);
 }
 
+/* tenants (sandboxd/tenant.c): every key known and typed, unknown ones
+ * refused by name with the keys that exist; the value is shown as given
+ * and a reload replaces it (it is read by the event loop only). */
+static void test_tenants_are_checked_shown_and_reloaded(void **state) {
+        daemon_config cfg;
+        const char *good = "{\"tenants\": {\"localAdmins\": [1000], \"defaults\": {\"maxSandboxes\": 3, "
+                           "\"maxVcpus\": null, \"networkModes\": [\"deny-all\"]}, \"names\": {\"uid:1001\": "
+                           "{\"allowNoUserns\": true, \"allowLocalSources\": false, \"maxDiskMiB\": 4096}, "
+                           "\"tag:team=a\": {\"maxSnapshots\": 0}}}}";
+        assert_null(parse_error(good, &cfg));
+        cJSON *o = daemon_config_to_json(&cfg);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tenants");
+        assert_true(cJSON_IsObject(t));
+        assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(t, "localAdmins"), 0)->valuedouble, 1000);
+        cJSON_Delete(o);
+        daemon_config next;
+        assert_null(parse_error("{\"tenants\": {}}", &next));
+        char *changed = NULL, *kept = NULL;
+        daemon_config_apply_live(&cfg, &next, &changed, &kept);
+        assert_non_null(changed);
+        assert_non_null(strstr(changed, "tenants"));
+        assert_null(kept);
+        assert_null(cJSON_GetObjectItemCaseSensitive(cfg.tenants, "localAdmins"));
+        free(changed);
+        daemon_config_free(&next);
+        daemon_config_free(&cfg);
+
+        assert_rejected_naming("{\"tenants\": []}", "tenants: must be an object");
+        assert_rejected_naming("{\"tenants\": {\"admins\": [1]}}",
+                               "tenants: unknown key 'admins'; known keys: localAdmins, defaults, names");
+        assert_rejected_naming("{\"tenants\": {\"defaults\": {\"maxCpus\": 1}}}",
+                               "tenants.defaults: unknown key 'maxCpus'; known keys: maxSandboxes");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"uid:5\": {\"maxSandboxes\": -1}}}}",
+                               "tenants.names.uid:5.maxSandboxes: must be an integer from 0");
+        assert_rejected_naming("{\"tenants\": {\"defaults\": {\"networkModes\": [\"open\"]}}}",
+                               "tenants.defaults.networkModes: 'open' is not a mode");
+        assert_rejected_naming("{\"tenants\": {\"defaults\": {\"allowNoUserns\": 1}}}",
+                               "tenants.defaults.allowNoUserns: must be true or false");
+        assert_rejected_naming("{\"tenants\": {\"localAdmins\": [0]}}", "tenants.localAdmins: each entry must be a uid");
+        assert_rejected_naming("{\"tenants\": {\"localAdmins\": [\"alice\"]}}", "tenants.localAdmins");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": 3}}}", "tenants.names.x: must be an object");
+        assert_rejected_naming("{\"tenants\": {\"defaults\": {\"maxSandboxes\": 1, \"maxSandboxes\": 2}}}",
+                               "key given more than once");
+}
+
 /* defaultNetworkPolicy: allow-all unless set; what networkPolicy takes,
  * checked by the policy parser with the key in the error's path; header
  * values never printed; a reload replaces it. */
@@ -558,6 +603,7 @@ int main(void) {
                 cmocka_unit_test(test_bad_file_leaves_config_untouched),
                 cmocka_unit_test(test_duplicate_key_is_rejected),
                 cmocka_unit_test(test_default_network_policy_is_checked_shown_and_reloaded),
+                cmocka_unit_test(test_tenants_are_checked_shown_and_reloaded),
                 cmocka_unit_test(test_load_missing_file),
                 cmocka_unit_test(test_load_file_names_path_and_key),
         };

@@ -63,6 +63,15 @@ static void test_admin_and_tag_roles(void **state) {
         assert_int_equal(id->role, REMOTE_ROLE_TAG);
         assert_string_equal(id->tag_key, "team");
         assert_string_equal(id->tag_value, "a=b");  /* split at the first '=' */
+        assert_string_equal(id->tenant, "tag:team=a=b"); /* the tenant it is (tenant.h) */
+        remote_identity_free(id);
+        id = map_ok(name2("tenant:team-a.ci_1", "ci"));
+        assert_int_equal(id->role, REMOTE_ROLE_TENANT);
+        assert_string_equal(id->tenant, "team-a.ci_1");
+        assert_string_equal(id->role_text, "tenant:team-a.ci_1");
+        remote_identity_free(id);
+        id = map_ok(name2("admin", "root"));
+        assert_null(id->tenant);
         remote_identity_free(id);
         /* Other attributes (C, OU) are allowed and ignored; UTF-8 is fine. */
         X509_NAME *n = X509_NAME_new();
@@ -88,6 +97,13 @@ static void test_spoofed_subjects_are_refused(void **state) {
         refused(name2("tag:team", "x"), "tag:KEY=VALUE");
         refused(name2("tag:=a", "x"), "tag:KEY=VALUE");
         refused(name2("tag:team=", "x"), "tag:KEY=VALUE");
+        /* A tenant NAME has no ':' (it could pose as uid:N or tag:K=V),
+         * no space or '/', and is not empty. */
+        refused(name2("tenant:", "x"), "tenant:NAME");
+        refused(name2("tenant:uid:0", "x"), "tenant:NAME");
+        refused(name2("tenant:tag:team=a", "x"), "tenant:NAME");
+        refused(name2("tenant:a b", "x"), "tenant:NAME");
+        refused(name2("tenant:-a", "x"), "tenant:NAME");
         /* Two O attributes, each its own RDN. */
         X509_NAME *n = name2("tag:team=a", "x");
         add(n, "O", MBSTRING_UTF8, "admin", -1, 0);

@@ -123,6 +123,8 @@ export interface SandboxInfo {
   name: string;
   /** A unique id (32 hex). */
   id: string;
+  /** The tenant that made it ("uid:1001", "ci", "tag:team=a"); null when admin did (docs/API.md "Tenants"). */
+  owner?: string | null;
   /** The current session's status. */
   status: SandboxStatus;
   /** The runtime. */
@@ -163,6 +165,8 @@ export interface SnapshotInfo {
   id: string;
   /** The sandbox it was taken of. */
   sandbox: string;
+  /** The tenant that took it; null when admin did. */
+  owner?: string | null;
   /** Creation time (RFC 3339). */
   createdAt: string;
   /** Expiry time, or null for never. */

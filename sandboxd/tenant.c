@@ -1,0 +1,688 @@
+/* Tenants (tenant.h): the identity of each client, the ownership of what it
+ * makes, the check of every request of a non-admin client before its
+ * method runs, and the per-tenant limits of daemon.json "tenants".
+ *
+ * Threat: a client that is not admin (a member of the socket group that is
+ * not root, a TLS client with a tenant or tag role) reaching objects of
+ * another tenant, planting its objects in another tenant, or taking more of
+ * the host than the operator gave it. The locks, in order:
+ *  1. who: from the kernel (SO_PEERCRED) or the verified certificate, never
+ *     from a request's params;
+ *  2. what: every request checked against the table below before its
+ *     method runs; a table miss is a refusal (a new method must be
+ *     classified here); an object of another tenant is answered as one that
+ *     does not exist;
+ *  3. the handlers check ownership again where a request waits and runs
+ *     later (sandbox.c), and the limits where the object is registered
+ *     (create_sandbox, snapshot capture), so a wait cannot be used to swap
+ *     a name and concurrent creates cannot pass a limit together.
+ * Ownership lives in a field the daemon writes (sandbox.owner,
+ * snapshot.owner), never in tags, which any owner may set to anything. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "libcore/log.h"
+#include "libcore/util.h"
+#include "sandboxd/internal.h"
+#include "sandboxd/remote.h"
+#include "sandboxd/tenant.h"
+#include "sandboxd/text.h"
+
+/* ---- identity ---- */
+
+static void set_admin(tenant *ret, bool remote) {
+        *ret = (tenant) { .admin = true, .remote = remote };
+}
+
+static const cJSON *tenants_config(const daemon_config *cfg) {
+        return cfg ? cfg->tenants : NULL;
+}
+
+void tenant_of_uid(const daemon_config *cfg, uid_t uid, tenant *ret) {
+        if (uid == 0) {
+                set_admin(ret, false);
+                return;
+        }
+        const cJSON *admins = cJSON_GetObjectItemCaseSensitive(tenants_config(cfg), "localAdmins"), *it;
+        cJSON_ArrayForEach(it, admins)
+                if (cJSON_IsNumber(it) && it->valuedouble == (double) uid) {
+                        set_admin(ret, false);
+                        return;
+                }
+        *ret = (tenant) { .admin = false };
+        snprintf(ret->name, sizeof(ret->name), "uid:%u", (unsigned) uid);
+}
+
+void tenant_of_conn(const daemon_config *cfg, const rpc_conn *c, tenant *ret) {
+        if (!c) {
+                set_admin(ret, false);
+                return;
+        }
+        const remote_identity *id = rpc_conn_identity(c);
+        if (!id) {
+                tenant_of_uid(cfg, rpc_conn_uid(c), ret);
+                return;
+        }
+        if (id->role == REMOTE_ROLE_ADMIN) {
+                set_admin(ret, true);
+                return;
+        }
+        /* id->tenant is set for every other role (remote.c); "?" owns
+         * nothing of anyone's if it ever were not. */
+        *ret = (tenant) { .admin = false, .remote = true };
+        snprintf(ret->name, sizeof(ret->name), "%s", id->tenant ? id->tenant : "?");
+}
+
+const char *tenant_owner(const tenant *t) {
+        return t->admin ? NULL : t->name;
+}
+
+bool tenant_owns(const tenant *t, const char *owner) {
+        return t->admin || (owner && streq(owner, t->name));
+}
+
+bool tenant_req_owns(manager *m, const rpc_request *req, const char *owner) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        return tenant_owns(&t, owner);
+}
+
+bool tenant_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name) {
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        if (t.admin)
+                return true;
+        sandbox *sb = sb_name ? manager_find_sandbox(m, sb_name) : NULL;
+        return sb && tenant_owns(&t, sb->owner);
+}
+
+/* ---- limits (daemon.json "tenants") ---- */
+
+/* The networkPolicy modes, in the order of tenant_limits.modes. */
+static const char *const mode_names[] = { "allow-all", "deny-all", "custom" };
+
+typedef struct tenant_limits {
+        uint64_t sandboxes, vcpus, disk_mib, snapshots; /* UINT64_MAX: no limit */
+        bool modes[3];                                  /* by mode_names */
+        bool no_userns, local_sources;
+} tenant_limits;
+
+/* The integer limits: daemon.json name, member. */
+static const struct {
+        const char *key;
+        size_t off;
+} int_limits[] = {
+        { "maxSandboxes", offsetof(tenant_limits, sandboxes) },
+        { "maxVcpus", offsetof(tenant_limits, vcpus) },
+        { "maxDiskMiB", offsetof(tenant_limits, disk_mib) },
+        { "maxSnapshots", offsetof(tenant_limits, snapshots) },
+};
+#define TENANT_LIMIT_MAX 1000000000ULL
+
+static void apply_limits(const cJSON *o, tenant_limits *l) {
+        if (!cJSON_IsObject(o))
+                return;
+        for (size_t i = 0; i < ELEMENTSOF(int_limits); i++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, int_limits[i].key);
+                if (cJSON_IsNumber(v))
+                        *(uint64_t *) ((char *) l + int_limits[i].off) = (uint64_t) v->valuedouble;
+                else if (v && cJSON_IsNull(v))
+                        *(uint64_t *) ((char *) l + int_limits[i].off) = UINT64_MAX;
+        }
+        const cJSON *modes = cJSON_GetObjectItemCaseSensitive(o, "networkModes"), *it;
+        if (cJSON_IsArray(modes)) {
+                memset(l->modes, 0, sizeof(l->modes));
+                cJSON_ArrayForEach(it, modes)
+                        for (size_t i = 0; i < ELEMENTSOF(mode_names); i++)
+                                if (cJSON_IsString(it) && streq(it->valuestring, mode_names[i]))
+                                        l->modes[i] = true;
+        }
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "allowNoUserns");
+        if (cJSON_IsBool(b))
+                l->no_userns = cJSON_IsTrue(b);
+        b = cJSON_GetObjectItemCaseSensitive(o, "allowLocalSources");
+        if (cJSON_IsBool(b))
+                l->local_sources = cJSON_IsTrue(b);
+}
+
+/* The built-in defaults (no limit on counts, every network mode, the user
+ * namespace never off, no local sources), then tenants.defaults, then
+ * tenants.names[NAME]. */
+static void limits_of(const daemon_config *cfg, const tenant *t, tenant_limits *ret) {
+        *ret = (tenant_limits) {
+                .sandboxes = UINT64_MAX, .vcpus = UINT64_MAX, .disk_mib = UINT64_MAX, .snapshots = UINT64_MAX,
+                .modes = { true, true, true },
+        };
+        const cJSON *tc = tenants_config(cfg);
+        apply_limits(cJSON_GetObjectItemCaseSensitive(tc, "defaults"), ret);
+        apply_limits(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "names"), t->name), ret);
+}
+
+static bool mode_allowed(const tenant_limits *l, const char *mode) {
+        for (size_t i = 0; i < ELEMENTSOF(mode_names); i++)
+                if (streq(mode, mode_names[i]))
+                        return l->modes[i];
+        return false;
+}
+
+/* ---- refusals ---- */
+
+static int refusev(const rpc_request *req, const tenant *t, const char *reason, int code, sb_error **ret_err,
+                   const char *fmt, va_list ap) _printf_(6, 0);
+static int refusev(const rpc_request *req, const tenant *t, const char *reason, int code, sb_error **ret_err,
+                   const char *fmt, va_list ap) {
+        _cleanup_free_ char *why = NULL;
+        if (vasprintf(&why, fmt, ap) < 0)
+                why = NULL;
+        char lm[TEXT_LOG_BUF], lw[TEXT_LOG_BUF], lt[TEXT_LOG_BUF];
+        const remote_identity *id = req->conn ? rpc_conn_identity(req->conn) : NULL;
+        log_warning("tenant: refused %s from %s (%s%s%stenant %s): %s", text_for_log(req->method, lm, sizeof(lm)),
+                    req->conn ? rpc_conn_peer(req->conn) : "?", id ? "\"" : "", id ? id->subject : "",
+                    id ? "\", " : "", text_for_log(t->name, lt, sizeof(lt)),
+                    text_for_log(why ? why : "permission denied", lw, sizeof(lw)));
+        if (streq(reason, "permission_denied"))
+                return sb_error_set(ret_err, code, reason, NULL, "permission denied: %s (tenant %s)",
+                                    why ? why : "not allowed", t->name);
+        return sb_error_set(ret_err, code, reason, NULL, "%s", why ? why : "refused");
+}
+
+static int refuse(const rpc_request *req, const tenant *t, sb_error **ret_err, const char *fmt, ...) _printf_(4, 5);
+static int refuse(const rpc_request *req, const tenant *t, sb_error **ret_err, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        int r = refusev(req, t, "permission_denied", -EACCES, ret_err, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+static int over_limit(const rpc_request *req, const tenant *t, sb_error **ret_err, const char *fmt, ...)
+        _printf_(4, 5);
+static int over_limit(const rpc_request *req, const tenant *t, sb_error **ret_err, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        int r = refusev(req, t, "limit_exceeded", -EDQUOT, ret_err, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+/* ---- limits at registration (sandbox.c, snapshot.c) ---- */
+
+int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb_error **ret_err) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        const char *mode = sandbox_policy_mode(sb);
+        if (!mode_allowed(&l, mode))
+                return refuse(req, &t, ret_err,
+                              "networkPolicy: mode %s is not open to this tenant (daemon.json tenants networkModes)",
+                              mode);
+        uint64_t n = 0, vcpus = 0, disk = 0;
+        bool unbounded = false;
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && tenant_owns(&t, o->owner) && o->owner) {
+                        n++;
+                        vcpus += o->vcpus;
+                        disk += o->disk_mib;
+                        unbounded |= !o->disk_mib;
+                }
+        if (n + 1 > l.sandboxes)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " sandboxes, its limit (daemon.json tenants maxSandboxes "
+                                  "%" PRIu64 "); delete one first", t.name, n, l.sandboxes);
+        if (vcpus + sb->vcpus > l.vcpus)
+                return over_limit(req, &t, ret_err,
+                                  "resources.vcpus: tenant '%s' would have %" PRIu64 " vCPUs, over its limit "
+                                  "(daemon.json tenants maxVcpus %" PRIu64 ")", t.name, vcpus + sb->vcpus, l.vcpus);
+        if (l.disk_mib != UINT64_MAX && (!sb->disk_mib || unbounded))
+                return over_limit(req, &t, ret_err,
+                                  "resources.diskMiB: tenant '%s' has a disk limit (daemon.json tenants maxDiskMiB "
+                                  "%" PRIu64 "), so every sandbox needs a bounded disk (diskMiB above 0)%s", t.name,
+                                  l.disk_mib, sb->disk_mib ? "; one of its sandboxes has none" : "");
+        if (disk + sb->disk_mib > l.disk_mib)
+                return over_limit(req, &t, ret_err,
+                                  "resources.diskMiB: tenant '%s' would have %" PRIu64 " MiB of disk, over its limit "
+                                  "(daemon.json tenants maxDiskMiB %" PRIu64 ")", t.name, disk + sb->disk_mib,
+                                  l.disk_mib);
+        return 0;
+}
+
+int tenant_check_new_snapshot(manager *m, rpc_request *req, sb_error **ret_err) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        uint64_t n = 0;
+        for (const snapshot *s = m->snapshots; s; s = s->next)
+                n += s->owner && tenant_owns(&t, s->owner);
+        if (n + 1 > l.snapshots)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " snapshots, its limit (daemon.json tenants maxSnapshots "
+                                  "%" PRIu64 "); delete one first", t.name, n, l.snapshots);
+        return 0;
+}
+
+/* ---- the check of each request ---- */
+
+/* What a tenant may do with a method, by the object its params name. */
+typedef enum tenant_access {
+        ACCESS_ADMIN,     /* daemon-wide, shared runtimes or host paths: admin only */
+        ACCESS_ANY,       /* reads nothing of any sandbox */
+        ACCESS_SANDBOX,   /* params[field] names a sandbox the tenant owns */
+        ACCESS_COMMAND,   /* params.cmdId names a command of such a sandbox */
+        ACCESS_SNAPSHOT,  /* params.id names a snapshot the tenant owns */
+        ACCESS_STREAM,    /* a tar stream: bound to the connection that began it (fstar.c) */
+        ACCESS_CREATE,    /* sandbox.create / getOrCreate: names, sources and limits checked */
+        ACCESS_LIST,      /* sandbox.list, snapshot.list: the handler lists the tenant's own */
+        ACCESS_RUNTIMES,  /* runtime.list: each runtime's users filtered to the tenant's */
+        ACCESS_OPTIONAL_SANDBOX, /* params[field] optional; when given, ACCESS_SANDBOX */
+} tenant_access;
+
+/* Every method of the API (schema.c's table) with a tenant's access.
+ * Admin only, on purpose: runtime.import, runtime.bootstrap and
+ * runtime.delete (runtimes are shared by every tenant), snapshot.export and
+ * snapshot.import (host paths, read and written as root), daemon.info (the
+ * daemon as a whole). A method missing here is refused for tenants. */
+static const struct {
+        const char *method;
+        tenant_access access;
+        const char *field;
+} method_access[] = {
+        { "sandbox.create", ACCESS_CREATE, "name" },
+        { "sandbox.getOrCreate", ACCESS_CREATE, "name" },
+        { "sandbox.get", ACCESS_SANDBOX, "name" },
+        { "sandbox.update", ACCESS_SANDBOX, "name" },
+        { "sandbox.list", ACCESS_LIST, NULL },
+        { "sandbox.stop", ACCESS_SANDBOX, "name" },
+        { "sandbox.delete", ACCESS_SANDBOX, "name" },
+        { "sandbox.extendTimeout", ACCESS_SANDBOX, "name" },
+        { "sandbox.fork", ACCESS_SANDBOX, "sourceSandbox" },
+        { "sandbox.snapshot", ACCESS_SANDBOX, "name" },
+        { "sandbox.pause", ACCESS_SANDBOX, "name" },
+        { "sandbox.resume", ACCESS_SANDBOX, "name" },
+        { "sandbox.setReady", ACCESS_SANDBOX, "name" },
+        { "snapshot.list", ACCESS_LIST, NULL },
+        { "snapshot.get", ACCESS_SNAPSHOT, "id" },
+        { "snapshot.delete", ACCESS_SNAPSHOT, "id" },
+        { "snapshot.export", ACCESS_ADMIN, NULL },
+        { "snapshot.import", ACCESS_ADMIN, NULL },
+        { "runtime.list", ACCESS_RUNTIMES, NULL },
+        { "runtime.import", ACCESS_ADMIN, NULL },
+        { "runtime.bootstrap", ACCESS_ADMIN, NULL },
+        { "runtime.delete", ACCESS_ADMIN, NULL },
+        { "command.run", ACCESS_SANDBOX, "sandbox" },
+        { "command.write", ACCESS_COMMAND, "cmdId" },
+        { "command.closeStdin", ACCESS_COMMAND, "cmdId" },
+        { "command.resize", ACCESS_COMMAND, "cmdId" },
+        { "command.wait", ACCESS_COMMAND, "cmdId" },
+        { "command.kill", ACCESS_COMMAND, "cmdId" },
+        { "command.get", ACCESS_COMMAND, "cmdId" },
+        { "command.logs", ACCESS_COMMAND, "cmdId" },
+        { "command.list", ACCESS_SANDBOX, "name" },
+        { "fs.write", ACCESS_SANDBOX, "sandbox" },
+        { "fs.read", ACCESS_SANDBOX, "sandbox" },
+        { "fs.mkdir", ACCESS_SANDBOX, "sandbox" },
+        { "fs.list", ACCESS_SANDBOX, "sandbox" },
+        { "fs.stat", ACCESS_SANDBOX, "sandbox" },
+        { "fs.remove", ACCESS_SANDBOX, "sandbox" },
+        { "fs.writeTar", ACCESS_SANDBOX, "sandbox" },
+        { "fs.writeTarChunk", ACCESS_STREAM, NULL },
+        { "fs.writeTarEnd", ACCESS_STREAM, NULL },
+        { "fs.readTar", ACCESS_SANDBOX, "sandbox" },
+        { "fs.readTarChunk", ACCESS_STREAM, NULL },
+        { "fs.watch", ACCESS_SANDBOX, "sandbox" },
+        { "policy.check", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
+        { "events.subscribe", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
+        { "daemon.info", ACCESS_ADMIN, NULL },
+        /* Finds requests of the caller's own connection only (rpc.c). */
+        { "request.cancel", ACCESS_ANY, NULL },
+};
+
+/* A string param (borrowed), or NULL when absent or not a string. */
+static const char *param_str(const cJSON *o, const char *field) {
+        return cJSON_GetStringValue(cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, field) : NULL);
+}
+
+static bool url_is_remote(const char *url) {
+        return url && (strncasecmp(url, "https://", 8) == 0 || strncasecmp(url, "http://", 7) == 0);
+}
+
+/* The networkPolicy mode a params value asks for, or NULL when it gives
+ * none (absent or null: the daemon's default, checked at registration). */
+static const char *policy_mode_of(const cJSON *p) {
+        if (!p || cJSON_IsNull(p))
+                return NULL;
+        if (cJSON_IsString(p))
+                return p->valuestring;
+        return "custom";
+}
+
+/* A tenant's source: a snapshot it owns, a URL (a remote tenant: http(s)
+ * only, fetched from public addresses, remote_source_guard), or a host path
+ * (path or file://, under localSourceRoots) when its limits allow local
+ * sources. */
+static int check_source(const rpc_request *req, manager *m, const tenant *t, const tenant_limits *l,
+                        sb_error **ret_err) {
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(req->params, "source");
+        if (!src || cJSON_IsNull(src))
+                return 0;
+        const char *type = param_str(src, "type");
+        if (type && streq(type, "snapshot")) {
+                const char *sid = param_str(src, "snapshotId");
+                snapshot *sn = sid ? manager_find_snapshot(m, sid) : NULL;
+                if (!sn || !tenant_owns(t, sn->owner))
+                        return refuse(req, t, ret_err, "source.snapshotId: no snapshot '%s' of this tenant",
+                                      TEXT_Q(sid ? sid : "?"));
+                return 0;
+        }
+        const char *url = param_str(src, "url");
+        bool local = cJSON_GetObjectItemCaseSensitive(src, "path") || (url && strncasecmp(url, "file:", 5) == 0);
+        if (local && !l->local_sources)
+                return refuse(req, t, ret_err, "source: host paths (path, file://) are not open to this tenant "
+                                               "(daemon.json tenants allowLocalSources)");
+        if (!local && url && t->remote && !url_is_remote(url))
+                return refuse(req, t, ret_err, "source.url: only http:// and https:// sources for remote clients");
+        return 0;
+}
+
+/* sandbox.create and getOrCreate: a name another tenant holds is refused
+ * (without saying whose); the user namespace, the source and the network
+ * mode are checked against the tenant's limits. The counts are checked
+ * when the sandbox is registered (tenant_check_new_sandbox). */
+static int check_create(const rpc_request *req, manager *m, const tenant *t, const tenant_limits *l,
+                        sb_error **ret_err) {
+        const char *name = param_str(req->params, "name");
+        sandbox *sb = name ? manager_find_sandbox(m, name) : NULL;
+        if (sb && !tenant_owns(t, sb->owner)) {
+                char lm[TEXT_LOG_BUF];
+                log_info("tenant: %s of '%s' by tenant %s: the name is another's", text_for_log(req->method, lm, sizeof(lm)),
+                         name, t->name);
+                return sb_error_set(ret_err, -EEXIST, "already_exists", "name",
+                                    "sandbox '%s' already exists; pick another name", name);
+        }
+        if (sb)
+                return 0; /* getOrCreate of its own: a get (and create's already_exists) */
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(req->params, "userns");
+        if (cJSON_IsFalse(u) && !l->no_userns)
+                return refuse(req, t, ret_err, "userns: false (no user namespace: root inside is host root) is not "
+                                               "open to this tenant (daemon.json tenants allowNoUserns)");
+        const char *mode = policy_mode_of(cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy"));
+        if (mode && !mode_allowed(l, mode))
+                return refuse(req, t, ret_err,
+                              "networkPolicy: mode %s is not open to this tenant (daemon.json tenants networkModes)",
+                              TEXT_Q(mode));
+        return check_source(req, m, t, l, ret_err);
+}
+
+/* sandbox.update of a tenant's own sandbox: a new network mode and vCPU
+ * count within its limits. */
+static int check_update(const rpc_request *req, manager *m, const tenant *t, const tenant_limits *l,
+                        const sandbox *sb, sb_error **ret_err) {
+        const char *mode = policy_mode_of(cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy"));
+        if (mode && !mode_allowed(l, mode))
+                return refuse(req, t, ret_err,
+                              "networkPolicy: mode %s is not open to this tenant (daemon.json tenants networkModes)",
+                              TEXT_Q(mode));
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req->params, "resources"),
+                                                          "vcpus");
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || l->vcpus == UINT64_MAX)
+                return 0; /* sandbox.update validates the value itself */
+        uint64_t total = 0;
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (o != sb && !o->pooled && o->owner && tenant_owns(t, o->owner))
+                        total += o->vcpus;
+        if (total + (uint64_t) v->valuedouble > l->vcpus)
+                return over_limit(req, t, ret_err,
+                                  "resources.vcpus: tenant '%s' would have %" PRIu64 " vCPUs, over its limit "
+                                  "(daemon.json tenants maxVcpus %" PRIu64 ")", t->name,
+                                  total + (uint64_t) v->valuedouble, l->vcpus);
+        return 0;
+}
+
+/* sandbox.fork of a tenant's own sandbox: overrides within its limits (the
+ * counts at registration). */
+static int check_fork(const rpc_request *req, const tenant *t, const tenant_limits *l, const sandbox *src,
+                      sb_error **ret_err) {
+        const cJSON *ov = cJSON_GetObjectItemCaseSensitive(req->params, "overrides");
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(ov, "userns");
+        if (cJSON_IsFalse(u) && src->userns && !l->no_userns)
+                return refuse(req, t, ret_err, "overrides.userns: false (no user namespace: root inside is host "
+                                               "root) is not open to this tenant (daemon.json tenants allowNoUserns)");
+        const char *mode = policy_mode_of(cJSON_GetObjectItemCaseSensitive(ov, "networkPolicy"));
+        if (mode && !mode_allowed(l, mode))
+                return refuse(req, t, ret_err,
+                              "overrides.networkPolicy: mode %s is not open to this tenant (daemon.json tenants "
+                              "networkModes)", TEXT_Q(mode));
+        return 0;
+}
+
+/* runtime.list for a tenant: a runtime's `sandboxes` name only its own,
+ * and `snapshots` counts only its own, so other tenants' names and counts
+ * do not show. */
+static void filter_runtimes(rpc_request *req, cJSON *result, void *userdata) {
+        manager *m = userdata;
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(result, "runtimes"), *rt;
+        cJSON_ArrayForEach(rt, list) {
+                cJSON *users = cJSON_GetObjectItemCaseSensitive(rt, "sandboxes");
+                cJSON *it = cJSON_IsArray(users) ? users->child : NULL;
+                while (it) {
+                        cJSON *next = it->next;
+                        sandbox *sb = cJSON_IsString(it) ? manager_find_sandbox(m, it->valuestring) : NULL;
+                        if (!sb || !tenant_owns(&t, sb->owner))
+                                cJSON_Delete(cJSON_DetachItemViaPointer(users, it));
+                        it = next;
+                }
+                const char *name = param_str(rt, "name");
+                int snaps = 0;
+                for (snapshot *sn = name ? m->snapshots : NULL; sn; sn = sn->next) {
+                        const char *r = param_str(sn->config, "runtime");
+                        if (streq(r ? r : "host", name) && tenant_owns(&t, sn->owner))
+                                snaps++;
+                }
+                if (cJSON_GetObjectItemCaseSensitive(rt, "snapshots"))
+                        cJSON_ReplaceItemInObjectCaseSensitive(rt, "snapshots", cJSON_CreateNumber(snaps));
+        }
+}
+
+static int authorize_tenant(rpc_request *req, manager *m, const tenant *t, tenant_access a, const char *field,
+                            sb_error **ret_err) {
+        const char *name = field ? param_str(req->params, field) : NULL;
+        tenant_limits l;
+        limits_of(m->cfg, t, &l);
+        switch (a) {
+        case ACCESS_ADMIN:
+                return refuse(req, t, ret_err, "%s is for admin clients only", TEXT_Q(req->method));
+        case ACCESS_ANY:
+        case ACCESS_STREAM:
+        case ACCESS_LIST:
+                return 0;
+        case ACCESS_OPTIONAL_SANDBOX:
+                if (!cJSON_GetObjectItemCaseSensitive(req->params, field))
+                        return 0;
+                __attribute__((fallthrough));
+        case ACCESS_SANDBOX: {
+                sandbox *sb = name ? manager_find_sandbox(m, name) : NULL;
+                if (!sb || !tenant_owns(t, sb->owner))
+                        return refuse(req, t, ret_err, "%s: no sandbox '%s' of this tenant", field,
+                                      TEXT_Q(name ? name : "?"));
+                if (streq(req->method, "sandbox.update"))
+                        return check_update(req, m, t, &l, sb, ret_err);
+                if (streq(req->method, "sandbox.fork"))
+                        return check_fork(req, t, &l, sb, ret_err);
+                return 0;
+        }
+        case ACCESS_COMMAND: {
+                command *cmd = name ? manager_find_command(m, name) : NULL;
+                if (!cmd || !cmd->sb || !tenant_owns(t, cmd->sb->owner))
+                        return refuse(req, t, ret_err, "cmdId: no command '%s' of this tenant",
+                                      TEXT_Q(name ? name : "?"));
+                return 0;
+        }
+        case ACCESS_SNAPSHOT: {
+                snapshot *sn = name ? manager_find_snapshot(m, name) : NULL;
+                if (!sn || !tenant_owns(t, sn->owner))
+                        return refuse(req, t, ret_err, "id: no snapshot '%s' of this tenant", TEXT_Q(name ? name : "?"));
+                return 0;
+        }
+        case ACCESS_CREATE:
+                return check_create(req, m, t, &l, ret_err);
+        case ACCESS_RUNTIMES:
+                req->result_filter = filter_runtimes;
+                req->result_filter_userdata = m;
+                return 0;
+        }
+        return refuse(req, t, ret_err, "not allowed");
+}
+
+static int authorize(rpc_request *req, void *userdata, sb_error **ret_err) {
+        manager *m = userdata;
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        if (!cJSON_IsObject(req->params))
+                return refuse(req, &t, ret_err, "params must be an object");
+        for (size_t i = 0; i < ELEMENTSOF(method_access); i++)
+                if (streq(method_access[i].method, req->method))
+                        return authorize_tenant(req, m, &t, method_access[i].access, method_access[i].field, ret_err);
+        return refuse(req, &t, ret_err, "%s is not open to tenants", TEXT_Q(req->method));
+}
+
+void tenant_attach(manager *m, rpc_server *server) {
+        rpc_server_set_authorize(server, authorize, m);
+}
+
+/* ---- daemon.json "tenants" ---- */
+
+static int config_error(sb_error **ret_err, const char *field, const char *fmt, ...) _printf_(3, 4);
+static int config_error(sb_error **ret_err, const char *field, const char *fmt, ...) {
+        _cleanup_free_ char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
+        va_end(ap);
+        return sb_error_set(ret_err, -EINVAL, NULL, field, "daemon.json: %s", msg ? msg : field);
+}
+
+static bool dup_key(const cJSON *obj, const cJSON *it) {
+        return cJSON_GetObjectItemCaseSensitive(obj, it->string) != it;
+}
+
+#define LIMIT_KEYS "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, networkModes, allowNoUserns, allowLocalSources"
+
+static int check_limits(const cJSON *o, const char *where, sb_error **ret_err) {
+        if (!cJSON_IsObject(o))
+                return config_error(ret_err, where, "%s: must be an object of limits (%s)", where, LIMIT_KEYS);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, o) {
+                if (dup_key(o, it))
+                        return config_error(ret_err, where, "%s.%s: key given more than once", where, it->string);
+                bool known = false;
+                for (size_t i = 0; i < ELEMENTSOF(int_limits); i++)
+                        if (streq(it->string, int_limits[i].key)) {
+                                known = true;
+                                double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+                                if (!cJSON_IsNull(it) &&
+                                    (!isfinite(d) || d != floor(d) || d < 0 || d > (double) TENANT_LIMIT_MAX))
+                                        return config_error(ret_err, where,
+                                                            "%s.%s: must be an integer from 0 to %llu, or null (no "
+                                                            "limit)", where, it->string, TENANT_LIMIT_MAX);
+                        }
+                if (known)
+                        continue;
+                if (streq(it->string, "networkModes")) {
+                        if (!cJSON_IsArray(it))
+                                return config_error(ret_err, where, "%s.networkModes: must be an array of "
+                                                    "\"allow-all\", \"deny-all\" and \"custom\"", where);
+                        const cJSON *mv;
+                        cJSON_ArrayForEach(mv, it) {
+                                const char *s = cJSON_GetStringValue(mv);
+                                bool ok = false;
+                                for (size_t i = 0; s && i < ELEMENTSOF(mode_names); i++)
+                                        ok |= streq(s, mode_names[i]);
+                                if (!ok)
+                                        return config_error(ret_err, where, "%s.networkModes: '%s' is not a mode; use "
+                                                            "\"allow-all\", \"deny-all\" or \"custom\"", where,
+                                                            s ? s : "(not a string)");
+                        }
+                } else if (streq(it->string, "allowNoUserns") || streq(it->string, "allowLocalSources")) {
+                        if (!cJSON_IsBool(it))
+                                return config_error(ret_err, where, "%s.%s: must be true or false", where,
+                                                    it->string);
+                } else
+                        return config_error(ret_err, where, "%s: unknown key '%s'; known keys: %s", where,
+                                            it->string, LIMIT_KEYS);
+        }
+        return 0;
+}
+
+/* A name tenants.names may hold: "uid:N", "tag:K=V" or a tenant:NAME's
+ * NAME (remote.h), 1..TENANT_NAME_BUF-1 bytes without control characters. */
+static bool config_name_ok(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n >= TENANT_NAME_BUF)
+                return false;
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if (*p < 0x20 || *p == 0x7f)
+                        return false;
+        return true;
+}
+
+int tenant_config_check(const cJSON *v, sb_error **ret_err) {
+        if (!cJSON_IsObject(v))
+                return config_error(ret_err, "tenants", "tenants: must be an object {\"localAdmins\": [UID...], "
+                                    "\"defaults\": {LIMITS}, \"names\": {NAME: {LIMITS}}}");
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+                if (dup_key(v, it))
+                        return config_error(ret_err, "tenants", "tenants.%s: key given more than once", it->string);
+                int r = 0;
+                if (streq(it->string, "localAdmins")) {
+                        if (!cJSON_IsArray(it))
+                                return config_error(ret_err, "tenants.localAdmins",
+                                                    "tenants.localAdmins: must be an array of uids");
+                        const cJSON *u;
+                        cJSON_ArrayForEach(u, it) {
+                                double d = cJSON_IsNumber(u) ? u->valuedouble : NAN;
+                                if (!isfinite(d) || d != floor(d) || d < 1 || d > 4294967294.0)
+                                        return config_error(ret_err, "tenants.localAdmins",
+                                                            "tenants.localAdmins: each entry must be a uid from 1 to "
+                                                            "4294967294 (root is always admin)");
+                        }
+                } else if (streq(it->string, "defaults"))
+                        r = check_limits(it, "tenants.defaults", ret_err);
+                else if (streq(it->string, "names")) {
+                        if (!cJSON_IsObject(it))
+                                return config_error(ret_err, "tenants.names",
+                                                    "tenants.names: must be an object of tenant name -> limits");
+                        const cJSON *n;
+                        cJSON_ArrayForEach(n, it) {
+                                if (dup_key(it, n) || !config_name_ok(n->string))
+                                        return config_error(ret_err, "tenants.names",
+                                                            "tenants.names: '%s' is given twice or is not a tenant "
+                                                            "name (\"uid:N\", \"tag:K=V\" or a tenant:NAME's NAME)",
+                                                            n->string);
+                                _cleanup_free_ char *where = NULL;
+                                if (asprintf(&where, "tenants.names.%s", n->string) < 0)
+                                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                                if ((r = check_limits(n, where, ret_err)) < 0)
+                                        return r;
+                        }
+                } else
+                        return config_error(ret_err, "tenants", "tenants: unknown key '%s'; known keys: "
+                                            "localAdmins, defaults, names", it->string);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}

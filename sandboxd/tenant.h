@@ -1,0 +1,80 @@
+/* Tenants (docs/SECURITY.md §4, docs/API.md "Tenants"): who owns what, who
+ * may see and touch it, and the per-tenant limits of daemon.json "tenants".
+ *
+ * Every client is either admin or one tenant:
+ *   - the Unix socket: uid 0 and the uids of tenants.localAdmins are admin;
+ *     any other peer (a member of the socket group) is the tenant "uid:N",
+ *     N its uid from SO_PEERCRED, as incus gives each unprivileged user a
+ *     project of its own;
+ *   - TLS: O=admin is admin; O=tenant:NAME is the tenant "NAME";
+ *     O=tag:K=V (the older role) is the tenant "tag:K=V" (remote.h).
+ * The names cannot collide: NAME has no ':'.
+ *
+ * Ownership is a field the daemon sets and no method changes: a sandbox,
+ * a snapshot and the commands of a sandbox record the tenant of the client
+ * that made them (NULL: admin-owned; state written before owners existed
+ * reads as admin-owned). Tags are labels and decide nothing here. */
+#pragma once
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <cjson/cJSON.h>
+#include "libcore/error.h"
+#include "sandboxd/config.h"
+#include "sandboxd/manager.h"
+#include "sandboxd/rpc.h"
+
+/* Bytes of a tenant name with its NUL: "tag:" + an O of at most 64
+ * characters of up to 4 bytes each. */
+#define TENANT_NAME_BUF 272
+
+typedef struct tenant {
+        bool admin;                 /* every object, every method */
+        bool remote;                /* a TLS client (sources from public addresses only) */
+        char name[TENANT_NAME_BUF]; /* "" for admin */
+} tenant;
+
+/* Who the client of connection `c` is (rules above). `cfg` gives
+ * tenants.localAdmins (NULL: uid 0 only). A connection of neither kind
+ * (none) is admin: the daemon's own calls. Never fails. */
+void tenant_of_conn(const daemon_config *cfg, const rpc_conn *c, tenant *ret);
+
+/* The tenant of Unix peer `uid` (rules above). */
+void tenant_of_uid(const daemon_config *cfg, uid_t uid, tenant *ret);
+
+/* What an object made by `t` records as its owner: NULL for admin, else
+ * t->name (borrowed from t). */
+const char *tenant_owner(const tenant *t);
+
+/* True when `t` may see and touch an object recorded with `owner` (NULL:
+ * admin-owned): admin always, a tenant only its own. */
+bool tenant_owns(const tenant *t, const char *owner);
+
+/* True when the client of `c` may see sandbox `sb_name` and its events
+ * (NULL: the daemon's own events, admin only). */
+bool tenant_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name);
+
+/* True when the client of `req` may see an object recorded with `owner`. */
+bool tenant_req_owns(manager *m, const rpc_request *req, const char *owner);
+
+/* Installs the check every request passes before its method runs (Unix
+ * socket and TLS alike): admin passes; a tenant is held to the table of
+ * methods in tenant.c (a method missing there is refused), to its own
+ * objects, and to its limits (daemon.json "tenants"). */
+void tenant_attach(manager *m, rpc_server *server);
+
+struct sandbox;
+/* The limits checked where a new sandbox is registered (create_sandbox,
+ * after its params are parsed, so a fork's and a snapshot's values count):
+ * the network mode, and the tenant's sandboxes, vCPUs and disk with this
+ * one added. Admin: 0. Else 0, or -EACCES (permission_denied) / -EDQUOT
+ * (limit_exceeded) with *ret_err naming the limit and the tenant, logged. */
+int tenant_check_new_sandbox(manager *m, rpc_request *req, const struct sandbox *sb, sb_error **ret_err);
+
+/* The same for a new snapshot (its capture done): the tenant's snapshots
+ * with this one added. */
+int tenant_check_new_snapshot(manager *m, rpc_request *req, sb_error **ret_err);
+
+/* daemon.json "tenants": validates the value (every key known, every value
+ * of its type and range), naming the key at fault in *ret_err. Pure. */
+int tenant_config_check(const cJSON *v, sb_error **ret_err);

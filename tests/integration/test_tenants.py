@@ -1,0 +1,330 @@
+"""Tenants on the Unix socket (docs/SECURITY.md §4): a non-root member of
+the socket group is the tenant uid:N (as incus gives each unprivileged user
+a project of its own) unless daemon.json tenants.localAdmins names it; root
+is admin. A tenant sees, lists, subscribes to and touches only what it
+owns; ownership is recorded by the daemon at creation and survives a
+restart; tags are labels; daemon.json tenants limits what each may take.
+
+The daemon of this file runs with socketGroup nogroup; its clients are
+processes of uids 65534, 2000, 2001 and 4321, all of gid 65534 (nogroup).
+"""
+import json
+import os
+import subprocess
+
+import world as W
+from common import expect, expect_eq
+
+NOGROUP = 65534
+ALICE, BOB, CAROL, ADMIN = 65534, 2000, 2001, 4321
+METRICS_PORT = 19474
+
+_state = {}
+
+_CLIENT = r"""
+import json, socket, sys
+reqs = json.loads(sys.argv[1])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(120)
+s.connect("sandboxd.sock")
+f = s.makefile("rb")
+def answer(i):
+    while True:
+        line = f.readline()
+        if not line:
+            raise SystemExit("connection closed")
+        m = json.loads(line)
+        if m.get("id") == i:
+            return m
+if isinstance(reqs, dict):
+    # Events: subscribe, say so, then every event until one of sandbox
+    # `wait` (with status `status`, when given).
+    s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"events.subscribe","params":{}}\n')
+    print(json.dumps({"subscribed": answer(1)}), flush=True)
+    events = []
+    while True:
+        m = json.loads(f.readline())
+        if m.get("method") == "event":
+            events.append(m["params"])
+            if m["params"].get("sandbox") == reqs["wait"] and \
+                    m["params"].get("status") == reqs.get("status", m["params"].get("status")):
+                break
+    print(json.dumps(events), flush=True)
+else:
+    out = []
+    for i, r in enumerate(reqs):
+        s.sendall(json.dumps(dict(r, jsonrpc="2.0", id=i + 1)).encode() + b"\n")
+        out.append(answer(i + 1))
+    print(json.dumps(out), flush=True)
+"""
+
+_METRICS = r"""
+import os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), 10)
+s.settimeout(10)
+s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+d = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    d += b
+sys.stdout.write(d.decode())
+"""
+
+
+def _setup(world):
+    """This file's daemon (started once): nogroup may connect; uid 4321 is a
+    local admin; uid:2001 has tight limits, every other tenant none."""
+    if _state.get("daemon") and _state["daemon"].alive():
+        return _state["daemon"]
+    world.stop_sandboxd()  # one daemon per network namespace; the runner restores the default
+    d = world.start_sandboxd({
+        "socketGroup": "nogroup",
+        "metricsListen": "127.0.0.1:%d" % METRICS_PORT,
+        "tenants": {
+            "localAdmins": [ADMIN],
+            "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
+                                          "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]}},
+        },
+    }, tag="tenants")
+    _state["daemon"] = d
+    return d
+
+
+def _as(d, uid, reqs, timeout=180):
+    """Runs the requests on one connection as `uid` (gid nogroup, no
+    supplementary groups); returns the answers."""
+    p = subprocess.run(["python3", "-c", _CLIENT, json.dumps(reqs)], cwd=d.dir, user=uid, group=NOGROUP,
+                       extra_groups=[], capture_output=True, text=True, timeout=timeout)
+    expect(p.returncode == 0, "client as uid %d:" % uid, p.stdout[-500:], p.stderr[-800:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _one(d, uid, method, params=None):
+    return _as(d, uid, [{"method": method, "params": params or {}}])[0]
+
+
+def _ok(d, uid, method, params=None):
+    m = _one(d, uid, method, params)
+    expect("result" in m, "%s as uid %d:" % (method, uid), json.dumps(m)[:500])
+    return m["result"]
+
+
+def _refused(m, what, reason="permission_denied"):
+    err = m.get("error") or {}
+    expect_eq((err.get("data") or {}).get("reason"), reason, "%s: %s" % (what, json.dumps(m)[:500]))
+    return err.get("message", "")
+
+
+def _ctl_as(d, uid, *args):
+    p = subprocess.run([W.SANDBOXCTL, "--socket", "sandboxd.sock"] + list(args), cwd=d.dir, user=uid,
+                       group=NOGROUP, extra_groups=[], capture_output=True, text=True, timeout=120)
+    expect(p.returncode == 0, "sandboxctl %s as uid %d:" % (" ".join(args), uid), p.stdout[-300:], p.stderr[-500:])
+    return p.stdout
+
+
+def _names(result):
+    return [x["name"] for x in result["sandboxes"]]
+
+
+def _cleanup(d, names=(), snaps=()):
+    for n in names:
+        if n:
+            d.rpc("sandbox.delete", {"name": n})
+    for i in snaps:
+        d.rpc("snapshot.delete", {"id": i})
+
+
+def test_a_second_local_user_cannot_see_or_touch_the_first_users_sandboxes(world):
+    d = _setup(world)
+    a, b = world.name("ua"), world.name("ub")
+    snaps = []
+    try:
+        ra = _ok(d, ALICE, "sandbox.create", {"name": a, "tags": {"team": "b"}, "networkPolicy": "deny-all"})
+        expect_eq(ra["owner"], "uid:%d" % ALICE, "a local user's sandbox is its own")
+        rb = _ok(d, BOB, "sandbox.create", {"name": b, "networkPolicy": "deny-all"})
+        expect_eq(rb["owner"], "uid:%d" % BOB, "owner of the second user's")
+        snap = _ok(d, ALICE, "sandbox.snapshot", {"name": a})["id"]
+        snaps.append(snap)
+        cmd = _ok(d, ALICE, "command.run", {"sandbox": a, "cmd": "true"})["cmdId"]
+        # The second user: lists only its own, and everything of the first
+        # is refused as if it did not exist.
+        answers = _as(d, BOB, [{"method": "sandbox.list", "params": {}},
+                               {"method": "sandbox.list", "params": {"tags": {"team": "b"}}},
+                               {"method": "snapshot.list", "params": {}}])
+        expect(all("result" in m for m in answers), "lists as the second user:", answers)
+        expect(a not in _names(answers[0]["result"]) and b in _names(answers[0]["result"]), "ls of its own only")
+        expect(a not in _names(answers[1]["result"]), "a tag is no key to another's sandbox")
+        expect(snap not in [x["id"] for x in answers[2]["result"]["snapshots"]], "snapshot.list of its own only")
+        for req in ({"method": "sandbox.get", "params": {"name": a}},
+                    {"method": "sandbox.update", "params": {"name": a, "tags": {}}},
+                    {"method": "sandbox.delete", "params": {"name": a}},
+                    {"method": "sandbox.fork", "params": {"sourceSandbox": a}},
+                    {"method": "sandbox.snapshot", "params": {"name": a}},
+                    {"method": "command.run", "params": {"sandbox": a, "cmd": "true"}},
+                    {"method": "command.logs", "params": {"cmdId": cmd}},
+                    {"method": "fs.list", "params": {"sandbox": a, "path": "/"}},
+                    {"method": "snapshot.get", "params": {"id": snap}},
+                    {"method": "snapshot.delete", "params": {"id": snap}},
+                    {"method": "sandbox.create", "params": {"source": {"type": "snapshot", "snapshotId": snap}}},
+                    {"method": "events.subscribe", "params": {"sandbox": a}},
+                    {"method": "daemon.info", "params": {}},
+                    {"method": "runtime.delete", "params": {"name": "host"}}):
+            _refused(_one(d, BOB, req["method"], req["params"]), "%s as the second user" % req["method"])
+        msg = _refused(_one(d, BOB, "sandbox.getOrCreate", {"name": a}), "getOrCreate of another's", "already_exists")
+        expect(str(ALICE) not in msg, "the refusal does not say whose:", msg)
+        # The CLI as the second user: ls and top show its own only.
+        out = _ctl_as(d, BOB, "--json", "ls")
+        names = [x["name"] for x in json.loads(out)["sandboxes"]] if out.strip().startswith("{") else \
+            [x["name"] for x in json.loads(out)]
+        expect(b in names and a not in names, "sandboxctl ls as the second user:", out[:300])
+        out = _ctl_as(d, BOB, "top", "--json")
+        expect(b in out and a not in out, "sandboxctl top as the second user:", out[:300])
+        # A local admin and root see both, with their owners.
+        for uid in (ADMIN, 0):
+            got = {x["name"]: x["owner"] for x in _ok(d, uid, "sandbox.list")["sandboxes"]}
+            expect(got.get(a) == "uid:%d" % ALICE and got.get(b) == "uid:%d" % BOB, "uid %d sees both:" % uid, got)
+        # The first user's own are intact.
+        expect_eq(_ok(d, ALICE, "sandbox.get", {"name": a})["tags"], {"team": "b"}, "its sandbox is untouched")
+    finally:
+        _cleanup(d, (a, b), snaps)
+
+
+def test_a_local_tenant_hears_and_scrapes_only_its_own(world):
+    d = _setup(world)
+    a, b = world.name("ea"), world.name("eb")
+    try:
+        _ok(d, ALICE, "sandbox.create", {"name": a, "networkPolicy": "deny-all"})
+        _ok(d, BOB, "sandbox.create", {"name": b, "networkPolicy": "deny-all"})
+        # Metrics (over TCP the peer's groups come from its account: uid
+        # 65534's): its own series only, and none of the daemon's requests.
+        body = _scrape_as(d, ALICE)
+        expect('sandbox="%s"' % a in body, "its own sandbox's series")
+        expect('sandbox="%s"' % b not in body, "no series of another tenant's sandbox")
+        expect("sandboxd_rpc_requests_total" not in body, "no daemon-wide request counts for a tenant")
+        body = _scrape_as(d, 0)
+        expect('sandbox="%s"' % b in body and "sandboxd_rpc_requests_total" in body, "root sees everything")
+        ev = subprocess.Popen(["python3", "-c", _CLIENT, json.dumps({"wait": b, "status": "deleted"})],
+                              cwd=d.dir, user=BOB,
+                              group=NOGROUP, extra_groups=[], stdout=subprocess.PIPE, text=True)
+        try:
+            first = json.loads(ev.stdout.readline())
+            expect("result" in first["subscribed"], "subscribed:", first)
+            _ok(d, 0, "sandbox.stop", {"name": a})  # not persistent: gone once stopped
+            _ok(d, 0, "sandbox.delete", {"name": b})
+            events = json.loads(ev.communicate(timeout=90)[0].strip().splitlines()[-1])
+        finally:
+            if ev.poll() is None:
+                ev.kill()
+                ev.wait()
+        seen = {e.get("sandbox") for e in events}
+        expect(b in seen and a not in seen and None not in seen, "events of its own only:", events)
+        # "deleted" comes once the sandbox has left the registry: its owner
+        # still hears it.
+        expect(any(e.get("sandbox") == b and e.get("status") == "deleted" for e in events),
+               "its own sandbox's deleted event:", events)
+    finally:
+        _cleanup(d, (a, b))
+
+
+def _scrape_as(d, uid):
+    # Modules first: root's Python library may not be readable after the drop.
+    code = "import encodings.idna, os, socket, sys\n" + \
+        ("os.setgroups([]); os.setgid(%d); os.setuid(%d)\n" % (NOGROUP, uid) if uid else "") + _METRICS
+    p = subprocess.run(["nsenter", "--net=/run/netns/" + d.netns, "python3", "-c", code, str(METRICS_PORT)],
+                       capture_output=True, text=True, timeout=30)
+    expect(p.stdout.startswith("HTTP/1.1 200"), "scrape as %d: %r %r" % (uid, p.stdout[:200], p.stderr[-300:]))
+    return p.stdout
+
+
+def test_ownership_survives_a_restart(world):
+    """The owner is kept in the sandbox's config and the snapshot's record:
+    after a restart the first user still owns both and the second sees
+    neither; state written before owners existed is admin-owned."""
+    d = _setup(world)
+    a, old = world.name("ra"), world.name("rold")
+    snaps = []
+    try:
+        _ok(d, ALICE, "sandbox.create", {"name": a, "networkPolicy": "deny-all", "persistent": True})
+        _ok(d, ALICE, "sandbox.create", {"name": old, "networkPolicy": "deny-all", "persistent": True})
+        snaps.append(_ok(d, ALICE, "sandbox.snapshot", {"name": a})["id"])
+        d.stop()
+        # A config from before owners existed: no "owner" key.
+        conf = os.path.join(d.state_dir, "sandboxes", old, "config.json")
+        with open(conf) as f:
+            c = json.load(f)
+        expect_eq(c.pop("owner", None), "uid:%d" % ALICE, "the owner is kept in the sandbox's config")
+        with open(conf, "w") as f:
+            json.dump(c, f)
+        d.start()
+        _refused(_one(d, ALICE, "sandbox.get", {"name": old}), "a config without an owner is admin-owned")
+        expect(_ok(d, 0, "sandbox.get", {"name": old})["owner"] is None, "admin-owned, owner null")
+        expect_eq(_ok(d, ALICE, "sandbox.get", {"name": a})["owner"], "uid:%d" % ALICE, "owner after restart")
+        expect_eq(_ok(d, ALICE, "snapshot.get", {"id": snaps[0]})["owner"], "uid:%d" % ALICE, "snapshot owner")
+        _refused(_one(d, BOB, "sandbox.get", {"name": a}), "the second user after a restart")
+        expect(a not in _names(_ok(d, BOB, "sandbox.list")), "not listed to the second user after a restart")
+    finally:
+        _cleanup(d, (a, old), snaps)
+
+
+def test_tenant_limits_name_the_limit_and_the_tenant(world):
+    d = _setup(world)
+    carol = "uid:%d" % CAROL
+    made, snaps = [], []
+    try:
+        # Network modes: allow-all is not among uid:2001's.
+        msg = _refused(_one(d, CAROL, "sandbox.create", {"networkPolicy": "allow-all"}), "allow-all for uid:2001")
+        expect("networkModes" in msg and carol in msg, "names the limit and the tenant:", msg)
+        # userns false: never by default.
+        msg = _refused(_one(d, ALICE, "sandbox.create", {"userns": False}), "userns false for a local tenant")
+        expect("allowNoUserns" in msg and "uid:%d" % ALICE in msg, "names the limit and the tenant:", msg)
+        # Local sources: not by default, though localSourceRoots has them.
+        msg = _refused(_one(d, ALICE, "sandbox.create", {"networkPolicy": "deny-all", "source": {
+            "type": "tarball", "path": os.path.join(world.tmp, "x.tgz")}}), "a host path source")
+        expect("allowLocalSources" in msg, "names the limit:", msg)
+        # Disk: a tenant under maxDiskMiB needs a bounded disk within it.
+        msg = _refused(_one(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all"}),
+                       "the default 10 GiB disk over maxDiskMiB 1024", "limit_exceeded")
+        expect("maxDiskMiB" in msg and carol in msg, "names the limit and the tenant:", msg)
+        # vCPUs: 3 in all.
+        msg = _refused(_one(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all",
+                                                         "resources": {"vcpus": 4, "diskMiB": 256}}),
+                       "4 vCPUs over maxVcpus 3", "limit_exceeded")
+        expect("maxVcpus" in msg and carol in msg, "names the limit and the tenant:", msg)
+        r = _ok(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all", "resources": {"vcpus": 2, "diskMiB": 256}})
+        made.append(r["name"])
+        msg = _refused(_one(d, CAROL, "sandbox.update", {"name": r["name"], "networkPolicy": "allow-all"}),
+                       "update to allow-all")
+        expect("networkModes" in msg, "names the limit:", msg)
+        r2 = _ok(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all", "resources": {"vcpus": 1, "diskMiB": 256}})
+        made.append(r2["name"])
+        # Sandboxes: 2. A fork counts as one more.
+        msg = _refused(_one(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all",
+                                                         "resources": {"diskMiB": 256}}),
+                       "a third sandbox over maxSandboxes 2", "limit_exceeded")
+        expect("maxSandboxes" in msg and carol in msg, "names the limit and the tenant:", msg)
+        _refused(_one(d, CAROL, "sandbox.fork", {"sourceSandbox": r["name"]}), "a fork over maxSandboxes",
+                 "limit_exceeded")
+        # Snapshots: 1.
+        snaps.append(_ok(d, CAROL, "sandbox.snapshot", {"name": r["name"]})["id"])
+        msg = _refused(_one(d, CAROL, "sandbox.snapshot", {"name": r["name"]}), "a second snapshot",
+                       "limit_exceeded")
+        expect("maxSnapshots" in msg and carol in msg, "names the limit and the tenant:", msg)
+        # Another tenant is not bound by uid:2001's limits; admin by none.
+        r3 = _ok(d, BOB, "sandbox.create", {"networkPolicy": "allow-all"})
+        made.append(r3["name"])
+    finally:
+        _cleanup(d, made, snaps)
+
+
+def test_a_local_tenant_cannot_take_every_event_subscription(world):
+    """A local tenant is capped as a remote client is: 16 subscriptions on
+    one connection (and tenants with TLS clients 192 of the daemon's 256),
+    so root can always subscribe."""
+    d = _setup(world)
+    answers = _as(d, ALICE, [{"method": "events.subscribe", "params": {}}] * 17)
+    expect(all("result" in m for m in answers[:16]), "16 subscriptions:", answers[:16])
+    msg = _refused(answers[16], "the 17th on one tenant connection", "limit_exceeded")
+    expect("per connection" in msg, "names the limit:", msg)
+    expect("result" in d.rpc("events.subscribe", {}), "root subscribes")
