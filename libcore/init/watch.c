@@ -15,7 +15,12 @@
  *    (the daemon or its client reads slowly): past it events are dropped
  *    and an "overflow" event (reason "queue") comes before the next one;
  *  - the kernel's own queue (IN_Q_OVERFLOW): an "overflow" (reason "kernel");
- *  - INIT_WATCH_MAX watches at once per sandbox-init.
+ *  - INIT_WATCH_MAX watches at once per sandbox-init;
+ *  - a scan 64 levels deep, and paths the kernel (PATH_MAX) or the API
+ *    (WATCH_PATH_MAX) can carry: a directory left out is an "overflow"
+ *    (reason "watches"), a change with a path past the API's bound an
+ *    "overflow" (reason "path") naming the longest directory above it that
+ *    fits. Nothing in the tree changes unseen without an overflow.
  * Flow control: while init's send queue is above INIT_SEND_HIGH, it stops
  * reading the watch pipes as it stops reading command output
  * (cmd_set_output_paused), so the children's bounded queues take the
@@ -120,10 +125,45 @@ static void queue_line(child_state *c, char *line) {
         c->last_line = line;
 }
 
+/* The longest path an event may carry: the API's (sandboxd/limits.h
+ * LIMIT_PATH_BYTES, docs/API.md "fs.watch"); sandboxd drops an event with a
+ * longer one, so none is sent. */
+#define WATCH_PATH_MAX 4096
+
+/* The longest leading directory of `path` that fits WATCH_PATH_MAX (at
+ * least "/"), in buf (WATCH_PATH_MAX + 1 bytes). */
+static const char *fitting_ancestor(const char *path, char *buf) {
+        size_t cut = 0;
+        for (size_t i = 1; i <= WATCH_PATH_MAX && path[i]; i++)
+                if (path[i] == '/')
+                        cut = i;
+        if (cut == 0)
+                return "/";
+        memcpy(buf, path, cut);
+        buf[cut] = 0;
+        return buf;
+}
+
 /* Queues {"type":T,"path":P,"isDir":D[,"oldPath":O][,"reason":R]}; an
- * "overflow" for events dropped before it goes first. */
+ * "overflow" for events dropped before it goes first. A change whose path
+ * (or old path) is longer than WATCH_PATH_MAX is never dropped in silence:
+ * it becomes an "overflow" with reason "path" naming the longest directory
+ * above it that fits (an overflow's own path is shortened the same way). */
 static void emit(child_state *c, const char *type, const char *path, bool is_dir, const char *old_path,
                  const char *reason) {
+        char short_path[WATCH_PATH_MAX + 1];
+        bool long_path = path && strlen(path) > WATCH_PATH_MAX;
+        bool long_old = old_path && strlen(old_path) > WATCH_PATH_MAX;
+        if (long_path || long_old) {
+                const char *which = long_path ? path : old_path;
+                if (!streq(type, "overflow")) {
+                        type = "overflow";
+                        reason = "path";
+                        is_dir = true;
+                        old_path = NULL;
+                }
+                path = fitting_ancestor(which, short_path);
+        }
         if (c->dropped && c->q_n < WATCH_QUEUE_MAX) {
                 uint64_t d = c->dropped;
                 c->dropped = 0;
@@ -162,8 +202,9 @@ static void emit(child_state *c, const char *type, const char *path, bool is_dir
         if (!t || asprintf(&line, "%s\n", t) < 0)
                 c->dropped++;
         /* A write in many pieces is one "modified" while the reader has
-         * not taken the last one yet, not one per write(2). */
-        else if (streq(type, "modified") && c->last_line && streq(line, c->last_line))
+         * not taken the last one yet, not one per write(2); so is a run of
+         * the same overflow. */
+        else if ((streq(type, "modified") || streq(type, "overflow")) && c->last_line && streq(line, c->last_line))
                 free(line);
         else
                 queue_line(c, line);
@@ -219,7 +260,9 @@ static int add_dir(child_state *c, const char *path, bool follow) {
                 return 0;
         }
         int wd = inotify_add_watch(c->ifd, path, follow ? DIR_MASK & ~IN_DONT_FOLLOW : DIR_MASK);
-        if (wd < 0 && errno == ENOSPC) {
+        /* ENAMETOOLONG: a directory whose path is past PATH_MAX (made with
+         * relative paths) cannot be watched by path: left out, and said. */
+        if (wd < 0 && (errno == ENOSPC || errno == ENAMETOOLONG)) {
                 if (!c->limit_reported)
                         emit(c, "overflow", path, true, NULL, "watches");
                 c->limit_reported = true;
@@ -249,8 +292,14 @@ static int add_dir(child_state *c, const char *path, bool follow) {
  * reported "created": a directory that just appeared may have been filled
  * before its watch was in place (mkdir -p a/b && touch a/b/f). */
 static void scan_dir(child_state *c, const char *path, bool report, int depth) {
-        if (depth > 64)
+        if (depth > 64) {
+                /* Deeper than this scan goes (each level holds a directory
+                 * stream open): what is below is not watched, and said. */
+                if (!c->limit_reported)
+                        emit(c, "overflow", path, true, NULL, "watches");
+                c->limit_reported = true;
                 return;
+        }
         DIR *d = opendir(path);
         if (!d)
                 return;

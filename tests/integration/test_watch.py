@@ -435,3 +435,38 @@ def test_a_watched_path_resolves_as_the_sandbox_user_would_resolve_it(world):
                           "a watch on /proc/1/root the sandbox user cannot list: %s" % msg)
             else:
                 _start(conn, name, "/proc/1/root", recursive=False)
+
+
+def test_a_recursive_watch_never_misses_a_change_silently_deep_or_long(world):
+    """A change the watch cannot report as an event (in a directory nested
+    deeper than the scan goes, or under a path longer than the API's 4096
+    bytes) is an overflow event naming where, never nothing: the sandbox
+    cannot hide a change from a recursive watch by nesting it."""
+    deep = "/workspace/deep" + "/d" * 70
+    seg = "s" * 200
+    long_dir = "/workspace/long/" + "/".join([seg] * 20)   # 4035 bytes
+    long_file = long_dir + "/" + "f" * 250                 # 4286 bytes: past 4096
+    with sandbox(world, "watchdeep", "--deny-all") as name:
+        sh_ok(world, name, "mkdir -p %s %s" % (deep, long_dir))
+        with world.daemon.connect() as conn:
+            rid, wid = _start(conn, name, "/workspace")
+            # inotify keeps the order of one watcher's events: whatever the
+            # deep and the long change give comes before the marker's event.
+            sh_ok(world, name, "touch %s/hidden && (cd %s && touch %s) && touch /workspace/marker"
+                  % (deep, long_dir, "f" * 250))
+            _wait_event(conn, wid, _has("created", "/workspace/marker"), "created marker")
+            evs = _events(conn, wid)
+            upto = next(i for i, e in enumerate(evs) if e.get("path") == "/workspace/marker")
+            before = evs[:upto]
+            expect(any(e.get("path") == deep + "/hidden" or
+                       (e["type"] == "overflow" and deep.startswith(e.get("path", "-"))) for e in before),
+                   "the change 70 levels down is an event or an overflow naming a directory above it:",
+                   json.dumps(before)[:1500])
+            expect(any(e["type"] == "overflow" and long_file.startswith(e.get("path", "-") + "/")
+                       and e.get("reason") for e in before),
+                   "the change under a path past 4096 bytes is an overflow naming a directory above it:",
+                   json.dumps(before)[:1500])
+            for e in evs:
+                expect(len(e.get("path", "").encode()) <= 4096, "every path relayed fits the API:", e.get("type"))
+            conn.call("request.cancel", {"id": rid})
+            expect_eq(conn.wait(rid, timeout=60)["error"]["code"], -32800, "cancel")

@@ -294,7 +294,7 @@ export interface WatchEvent {
   pathBytes?: string;
   /** When `oldPath` is not valid UTF-8: its exact bytes, base64. */
   oldPathBytes?: string;
-  /** `overflow`: `kernel`, `queue`, `client` or `watches` (a directory past the cap was not watched: `path`). */
+  /** `overflow`: `kernel`, `queue`, `client`, `watches` (a directory was not watched: `path`) or `path` (a change under `path` whose own path is past 4096 bytes). */
   reason?: string;
   /** `overflow`: how many events were dropped, when known. */
   dropped?: number;
