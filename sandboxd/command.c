@@ -17,6 +17,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/events.h"
+#include "sandboxd/text.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/limits.h"
@@ -698,6 +699,22 @@ void commands_drain(manager *m) {
                 rpc_reply_error(l.reqs[i], RPC_APP_ERROR, "unavailable", NULL,
                                 "sandboxd is stopping; try again once the daemon is back");
         redo_list_clear(&l);
+        /* command.logs parked until a re-adopted init has handed its logs
+         * back: a read that changed nothing, answered at once (an init that
+         * never finishes the hand-over must not hold the daemon's stop). */
+        for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                if (!sb->sess)
+                        continue;
+                l = redo_list_take(&sb->sess->logs_waiting);
+                for (size_t i = 0; i < l.n; i++) {
+                        cJSON *d = cJSON_CreateObject();
+                        cJSON_AddBoolToObject(d, "completed", false);
+                        rpc_reply_unavailable(l.reqs[i], d,
+                                              "sandboxd is stopping before sandbox %s handed its command logs "
+                                              "back; call command.logs again once the daemon is back", TEXT_Q(sb->name));
+                }
+                redo_list_clear(&l);
+        }
         recheck_paused_sessions(m);
 }
 

@@ -244,3 +244,35 @@ def test_open_watches_and_parked_get_or_creates_are_answered_at_once_not_after_t
     finally:
         world.rpc("sandbox.delete", {"name": name}, 60)
     leaks.check(world, name)
+
+
+def test_a_command_logs_parked_for_the_log_hand_over_is_answered_at_once(world):
+    """After a restart, command.logs of a re-adopted command waits until
+    sandbox-init has handed its logs back. An init that never finishes the
+    hand-over (held here by the fault build) must not hold the stop: the
+    parked read is answered `unavailable` (completed false) when the stop
+    begins, not after the grace (set far beyond the connection's timeout)."""
+    name = world.name("tlogs")
+    rpc_ok(world, "sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    try:
+        det = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "args": ["-c", "echo kept; sleep 600"],
+                                            "detached": True})
+        poll(lambda: b"kept" in base64.b64decode(
+            rpc_ok(world, "command.logs", {"cmdId": det["cmdId"]}).get("stdout", "") or ""), 30,
+            "the command's first line in its log")
+        f = _Faulty(world, "create.never-reached", grace_ms=600000)
+        f.env["SANDBOXD_FAULT_HOLD_LOGS_DONE"] = "1"
+        with f:
+            with f.d.connect(timeout=60) as c:
+                # The command list is in once command.get answers; its logs
+                # are still being handed over, for good.
+                poll(lambda: c.call("command.get", {"cmdId": det["cmdId"]}, 30).get("result") is not None, 30,
+                     "the re-adopted command's listing")
+                lid = c.start("command.logs", {"cmdId": det["cmdId"]})
+                c.result("sandbox.get", {"name": name}, 30)
+                f.sigterm()
+                _unavailable(c.wait(lid, 30), "the parked command.logs")
+            f.exited()
+    finally:
+        world.rpc("sandbox.delete", {"name": name}, 60)
+    leaks.check(world, name)
