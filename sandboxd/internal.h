@@ -53,6 +53,9 @@ typedef struct req_list {
         rpc_request **items;
         size_t n;
 } req_list;
+/* Appends req (not owned: answered later by whoever takes the list).
+ * Returns 0, or -ENOMEM after answering req with an internal error itself,
+ * so no caller leaves a request unanswered when the list cannot grow. */
 int req_list_add(req_list *l, rpc_request *req);
 /* Takes the requests out of the list (the caller replies to each). */
 req_list req_list_take(req_list *l);
