@@ -28,11 +28,24 @@
  *
  * Commands (id chosen by sandboxd, unique per session):
  *   → {"op":"run","id":N,"argv":[S...],"env":[ "K=V"... ],"cwd":S,"uid":U,"gid":G,
- *      "tty":B,"rows":R,"cols":C,"stdin":B,"logBytes":L}
+ *      "tty":B,"rows":R,"cols":C,"stdin":B,"logBytes":L,"window":W}
  *      stdin false: stdin is /dev/null. logBytes (0 to 2^30, default 0):
  *      init keeps the last L bytes of each output stream it read (the
- *      daemon's commandLogBytes), for a reconnecting daemon ("log" below)
- *   ← {"ev":"started","id":N,"pid":P}  or  {"ev":"exit","id":N,"code":127,"error":S}
+ *      daemon's commandLogBytes), for a reconnecting daemon ("log" below).
+ *      window (0 to 2^26, default 0: none): per-command flow control, so
+ *      that one client that does not read stalls its own command only and
+ *      never the channel: once W bytes of the command's output were sent
+ *      and not credited, init stops reading that command's pipes (the
+ *      command blocks on write, as under a slow terminal) until
+ *   → {"op":"credit","id":N,"bytes":B}   the daemon passed B more bytes of
+ *      command N's output on (or kept them: nobody is attached); init
+ *      reads the pipes again once fewer than W are outstanding. Output
+ *      read at the command's reap (at most 1 MiB per stream) is sent
+ *      regardless. When the connection to sandboxd is lost every window
+ *      is dropped (the next daemon's clients are not attached to them).
+ *   ← {"ev":"started","id":N,"pid":P,"window":W}  or  {"ev":"exit","id":N,"code":127,"error":S}
+ *      "window" (W of the run) says that init keeps the window; without
+ *      it (an older init) the daemon sends no credit
  *   ← {"ev":"output","id":N,"stream":"stdout"|"stderr","data":BASE64}
  *   ← {"ev":"exit","id":N,"code":C,"usage":{"cpuMs":T,"memoryPeakBytes":B}}
  *      C = exit status, or 128+signal; sent after all output of that

@@ -19,21 +19,13 @@
 #include "sandboxd/internal.h"
 #include "sandboxd/text.h"
 
+/* The socket is always read: every answer for the sandbox comes through
+ * it, so a slow client holds back its own command's output only, by that
+ * command's window (agent.h "credit", command.c), never the channel. */
 static int update_events(session *s) {
         if (!s->agent_src)
                 return 0;
-        return sd_event_source_set_io_events(s->agent_src, (s->output_paused ? 0 : EPOLLIN) |
-                                                                   (s->outq ? EPOLLOUT : 0));
-}
-
-void agent_set_paused(session *s, bool paused) {
-        if (s->output_paused == paused)
-                return;
-        s->output_paused = paused;
-        log_debug("sandbox '%s': %s reading sandbox-init (a client reads output slowly)", s->sb->name,
-                  paused ? "pausing" : "resuming");
-        if (update_events(s) < 0)
-                log_warning("sandbox '%s': cannot change the events of the sandbox-init socket", s->sb->name);
+        return sd_event_source_set_io_events(s->agent_src, EPOLLIN | (s->outq ? EPOLLOUT : 0));
 }
 
 static void flush_queue(session *s) {
@@ -180,7 +172,8 @@ static void dispatch(session *s, cJSON *msg) {
                         commands_logs_replayed(s);
         }
         else if (streq(ev, "started")) {
-                command_on_started(s, cid, packet_int(cJSON_GetObjectItem(msg, "pid"), 1, INT_MAX, 0));
+                command_on_started(s, cid, packet_int(cJSON_GetObjectItem(msg, "pid"), 1, INT_MAX, 0),
+                                   (uint64_t)packet_int(cJSON_GetObjectItem(msg, "window"), 1, INT_MAX, 0));
         } else if (streq(ev, "exit")) {
                 /* An exit status, or 128+signal: 0..255 (agent.h). */
                 command_on_exit(s, cid, packet_int(cJSON_GetObjectItem(msg, "code"), 0, 255, 255),
@@ -237,14 +230,10 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
         static char buf[AGENT_MAX_PACKET + 1];
         if (revents & EPOLLOUT)
                 flush_queue(s);
-        /* Bounded work per wakeup (AGENT_TURN_BUDGET above). Paused (a slow
-         * client), reading stops between packets; after a hangup it goes on
-         * regardless, since init can add nothing more and a level-triggered
-         * EPOLLHUP left unread would wake us forever. */
-        bool hup = revents & (EPOLLHUP | EPOLLERR);
+        /* Bounded work per wakeup (AGENT_TURN_BUDGET above). */
         size_t used = 0;
         bool drained = false;
-        while ((revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) && (hup || !s->output_paused)) {
+        while (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
                 if (used >= AGENT_TURN_BUDGET) {
                         set_bulk(s, src, true);
                         return 0;
@@ -269,7 +258,7 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
                 if (!s->agent_src)
                         return 0; /* the session ended inside dispatch */
         }
-        if (drained || s->output_paused)
+        if (drained)
                 set_bulk(s, src, false);
         return 0;
 }

@@ -2,11 +2,15 @@
  * output to the connection that started them, keep a bounded log of each
  * stream, and answer run/wait when they exit.
  *
- * Flow control: output is only read from sandbox-init as fast as the
- * slowest connection receiving a session's output takes it. When such a
- * connection is congested (rpc.h), the session's agent socket is paused;
- * init then pauses its commands' pipes and the commands block on write, as
- * with `cmd | slow-reader` on a terminal. The drain handler resumes it. */
+ * Flow control, per command: init sends at most COMMAND_WINDOW bytes of a
+ * command's output that the daemon has not credited back (agent.h
+ * "window", "credit"). Credit goes back as output is passed on, and is
+ * held while the command's connection is congested (rpc.h): init then
+ * stops reading that command's pipes and the command blocks on write, as
+ * with `cmd | slow-reader` on a terminal, while the channel (and every
+ * other request of the sandbox, from any client) goes on. The drain
+ * handler gives the credit back. Output nobody is attached to is kept in
+ * the log and credited at once. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -456,33 +460,54 @@ static void prune_finished(manager *m) {
 
 /* ---- flow control -------------------------------------------------------- */
 
-/* Pauses s while any live command of it streams to a congested connection,
- * resumes it otherwise. */
-static void session_recheck_paused(session *s) {
-        bool congested = false;
-        for (command *c = s->sb->m->commands; c && !congested; c = c->next)
-                congested = c->sess == s && !c->exited && c->conn && rpc_conn_is_congested(c->conn);
-        agent_set_paused(s, congested);
+/* Output bytes of one command init may send ahead of the daemon's credit:
+ * what one stalled client can make the daemon queue beyond its
+ * connection's high-water mark (rpc.h), and enough in flight that a
+ * reading client never waits on a round trip. */
+#define COMMAND_WINDOW (1u << 20)
+/* Credit goes back in pieces of at least this many bytes (one packet per
+ * 64 KiB chunk of output or so, not one per line), all of it once the
+ * client drains or leaves. Below COMMAND_WINDOW, so a window never stays
+ * full for a credit held back here. */
+#define CREDIT_BATCH (128u * 1024)
+
+/* While c streams to a connection that is congested, its credit waits. */
+static bool credit_held(const command *c) {
+        return c->conn && rpc_conn_is_open(c->conn) && rpc_conn_is_congested(c->conn);
 }
 
-static void recheck_paused_sessions(manager *m) {
-        for (sandbox *sb = m->sandboxes; sb; sb = sb->next)
-                if (sb->sess && sb->sess->output_paused)
-                        session_recheck_paused(sb->sess);
+/* Gives c's owed credit back to init (agent.h "credit"), once it is
+ * CREDIT_BATCH, or whatever it is with `all`. */
+static void send_credit(command *c, bool all) {
+        if (!c->window || !c->credit_owed || c->exited || !c->sess || c->sess->agent_closed ||
+            (!all && c->credit_owed < CREDIT_BATCH))
+                return;
+        cJSON *op = cJSON_CreateObject();
+        if (!op)
+                return;
+        cJSON_AddStringToObject(op, "op", "credit");
+        cJSON_AddNumberToObject(op, "id", c->agent_id);
+        cJSON_AddNumberToObject(op, "bytes", (double)c->credit_owed);
+        if (agent_send(c->sess, op) >= 0)
+                c->credit_owed = 0;
 }
 
 static void on_conn_drained(rpc_conn *conn, void *userdata) {
-        recheck_paused_sessions(userdata);
+        manager *m = userdata;
+        for (command *c = m->n_conn_commands ? m->commands : NULL; c; c = c->next)
+                if (c->conn == conn)
+                        send_credit(c, true);
         fs_watch_conn_drained(conn);
 }
 
 /* ---- events from sandbox-init ------------------------------------------ */
 
-void command_on_started(session *s, unsigned id, pid_t pid) {
+void command_on_started(session *s, unsigned id, pid_t pid, uint64_t window) {
         command *c = find_by_agent_id(s, id);
         if (!c)
                 return;
         c->started = true;
+        c->window = window;
         /* Names the command of a request still waiting, so a client with
          * several runs in flight on one connection can tell their output
          * notifications apart before any answer came. */
@@ -515,9 +540,10 @@ void command_on_output(session *s, unsigned id, const char *stream, const char *
                 cJSON_AddStringToObject(p, "stream", is_err ? "stderr" : "stdout");
                 cJSON_AddStringToObject(p, "data", b64);
                 rpc_notify(c->conn, "command.output", p);
-                if (rpc_conn_is_congested(c->conn))
-                        agent_set_paused(s, true);
         }
+        c->credit_owed += len;
+        if (!credit_held(c))
+                send_credit(c, false);
 }
 
 static void command_finish(command *c, int code, const char *error) {
@@ -562,8 +588,6 @@ static void command_finish(command *c, int code, const char *error) {
                 c->conn = NULL;
                 c->sb->m->n_conn_commands--;
         }
-        if (c->sess && c->sess->output_paused)
-                session_recheck_paused(c->sess);
 }
 
 /* Tells init it may forget command `id` of session s (agent.h "ack"). */
@@ -649,6 +673,8 @@ void commands_conn_closed(manager *m, rpc_conn *conn) {
                         rpc_conn_unref(c->conn);
                         c->conn = NULL;
                         m->n_conn_commands--;
+                        /* Its output goes to the log alone now. */
+                        send_credit(c, true);
                         /* Not at daemon exit: the connections close
                          * before the sessions are left, and the command
                          * goes on for the next daemon (live restore). */
@@ -660,8 +686,6 @@ void commands_conn_closed(manager *m, rpc_conn *conn) {
                                 agent_send(c->sess, op);
                         }
                 }
-        /* A congested connection that closed no longer holds its sessions. */
-        recheck_paused_sessions(m);
 }
 
 static cJSON *drain_data(const command *c) {
@@ -692,6 +716,7 @@ void commands_drain(manager *m) {
                         rpc_conn_unref(c->conn);
                         c->conn = NULL;
                         m->n_conn_commands--;
+                        send_credit(c, true);
                 }
         }
         redo_list l = redo_list_take(&m->listing_waiters);
@@ -715,7 +740,6 @@ void commands_drain(manager *m) {
                 }
                 redo_list_clear(&l);
         }
-        recheck_paused_sessions(m);
 }
 
 /* ---- command.run ------------------------------------------------------- */
@@ -929,6 +953,7 @@ static void method_run(rpc_request *req, void *userdata) {
         /* init keeps the same bounded log (agent.h "log"): it outlives this
          * daemon, and the next one gets the output back from it. */
         cJSON_AddNumberToObject(op, "logBytes", (double)m->cfg->command_log_bytes);
+        cJSON_AddNumberToObject(op, "window", COMMAND_WINDOW);
         add_meta(op, c);
         int r = agent_send(s, op);
         if (r < 0) {

@@ -18,6 +18,7 @@ typedef struct daemon_config {
         size_t max_line_bytes;      /* "maxLineBytes", default 16 MiB, 1 KiB..1 GiB */
         unsigned max_conns_user;    /* "maxConnectionsPerUser", default 256 */
         unsigned max_conns_root;    /* "maxConnectionsRoot", default 1024 */
+        uint64_t output_budget_mib; /* "outputBudgetMiB", default 256: queued output of all connections (rpc.h) */
         uint64_t default_timeout_ms;/* "defaultTimeoutMs", default 300000 */
         uint64_t max_timeout_ms;    /* "maxTimeoutMs", default 86400000 */
         unsigned max_vcpus;         /* "maxVcpus", default 8 */

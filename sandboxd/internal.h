@@ -124,6 +124,10 @@ struct command {
         ring out, err;
         bool log_evicted;         /* its logs were dropped for the global budget (logBudgetMiB) */
         bool log_replay;          /* restored from init: takes init's "log" events until its first output */
+        /* Per-command flow control (agent.h "window", "credit"): init's
+         * window for it (0: none, an older init or a restored command),
+         * and the output bytes received and not yet credited back. */
+        uint64_t window, credit_owed;
         command *next;
 };
 
@@ -158,7 +162,6 @@ struct session {
         unsigned next_cmd_id, next_fs_req;
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
-        bool output_paused;       /* not reading init: a client is slow (agent_set_paused) */
         bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */
         pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */
@@ -560,15 +563,13 @@ int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
 /* agent_fs with `fd` (taken: closed once sent, or on failure) passed
  * along with the packet, for the pipe of a directory copy. */
 int agent_fs_fd(session *s, cJSON *op, int fd, agent_fs_cb cb, void *userdata);
-/* Stops (or resumes) reading init's socket, so init stops reading its
- * commands' pipes and they block on write: backpressure from a client that
- * reads command output slower than it is made. */
-void agent_set_paused(session *s, bool paused);
 void agent_detach(session *s);
 
 /* command.c */
 void register_command_methods(manager *m, rpc_server *s);
-void command_on_started(session *s, unsigned id, pid_t pid);
+/* {"ev":"started"}: command `id` has pid `pid`; `window` is the flow
+ * control window init keeps for it (agent.h), 0 when it keeps none. */
+void command_on_started(session *s, unsigned id, pid_t pid, uint64_t window);
 void command_on_output(session *s, unsigned id, const char *stream, const char *b64);
 /* {"ev":"log"} of agent.h: init's kept log of a restored command, added to
  * its logs (command.logs) before any output that follows the restart. */

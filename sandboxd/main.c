@@ -292,6 +292,7 @@ static int start_server(sd_event *event, const daemon_config *cfg, manager *m, r
                 .max_line_bytes = cfg->max_line_bytes,
                 .max_conns_user = cfg->max_conns_user,
                 .max_conns_root = cfg->max_conns_root,
+                .out_budget_bytes = (size_t)cfg->output_budget_mib << 20,
                 .socket_gid = socket_gid(cfg->socket_group),
                 .socket_mode = 0660,
         };

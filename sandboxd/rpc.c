@@ -181,6 +181,8 @@ struct rpc_server {
         size_t in_charged;        /* ... held now (input buffers beyond their first chunk) */
         size_t in_budget_remote;  /* the same for TLS connections, a pool of their own */
         size_t in_charged_remote;
+        size_t out_budget;        /* most bytes of output buffers across all connections (rpc.h) */
+        size_t out_charged;       /* ... allocated now */
         uint64_t stall_usec;
         gid_t socket_gid;
         rpc_method *methods;
@@ -440,6 +442,16 @@ static void conn_free_input(rpc_conn *c) {
                 malloc_trim(0);
 }
 
+/* Frees the output buffer (whatever it still holds is dropped) and gives
+ * its charge back to the server's output budget. */
+static void conn_free_output(rpc_conn *c) {
+        if (c->server)
+                c->server->out_charged -= c->out_alloc;
+        free(c->out);
+        c->out = NULL;
+        c->out_len = c->out_off = c->out_alloc = 0;
+}
+
 static void conn_close(rpc_conn *c) {
         rpc_server *s = c->server;
         if (!s)
@@ -469,9 +481,7 @@ static void conn_close(rpc_conn *c) {
                 close(c->fd);
         c->fd = -EBADF;
         bool big = c->out_alloc >= RPC_TRIM_BYTES;
-        free(c->out);
-        c->out = NULL;
-        c->out_len = c->out_off = c->out_alloc = 0;
+        conn_free_output(c);
         c->held = false;
         if (big)
                 malloc_trim(0);
@@ -541,6 +551,30 @@ static void conn_arm_stall(rpc_conn *c) {
         }
 }
 
+/* Over the output budget (rpc.h): drops the connection whose peer has
+ * taken nothing for the longest time, of those with output waiting, and
+ * frees its queue now (its close follows on a later turn of the loop),
+ * until the queues fit. */
+static void out_budget_enforce(rpc_server *s) {
+        while (s->out_charged > s->out_budget) {
+                rpc_conn *worst = NULL;
+                for (rpc_conn *x = s->conns; x; x = x->next)
+                        if (x->open && x->out_len > x->out_off &&
+                            (!worst || x->progress_usec < worst->progress_usec))
+                                worst = x;
+                if (!worst)
+                        return;
+                uint64_t now = conn_now(worst);
+                log_warning("rpc: the queued output of all connections passed the output budget (%zu MiB, "
+                            "outputBudgetMiB); dropping %s, which took nothing for %" PRIu64 " ms with %zu bytes queued",
+                            s->out_budget >> 20, worst->peer,
+                            now > worst->progress_usec ? (now - worst->progress_usec) / 1000 : 0,
+                            worst->out_len - worst->out_off);
+                conn_free_output(worst);
+                conn_close_soon(worst);
+        }
+}
+
 /* Appends one encoded message plus '\n' to the write queue. Takes `msg`. */
 static void conn_queue(rpc_conn *c, cJSON *msg) {
         if (!c->open) {
@@ -583,18 +617,31 @@ static void conn_queue(rpc_conn *c, cJSON *msg) {
                         log_warning("rpc: out of memory queueing a message; dropping the connection");
                         return conn_close_soon(c);
                 }
+                c->server->out_charged += alloc - c->out_alloc;
                 c->out = p;
                 c->out_alloc = alloc;
         }
         memcpy(c->out + c->out_len, text, n);
         c->out[c->out_len + n] = '\n';
         c->out_len += n + 1;
+        if (c->server->out_charged > c->server->out_budget)
+                out_budget_enforce(c->server);
+        if (!c->open)
+                return; /* dropped for the budget itself */
         pending = c->out_len - c->out_off;
         if (pending > RPC_CONN_HIGH_WATER)
                 c->congested = true;
         if (pending > RPC_OUT_QUEUE_MAX)
                 conn_arm_stall(c);
         conn_update_events(c);
+}
+
+/* Everything queued is written: a buffer that grew large goes back, so an
+ * idle connection holds none of the output budget for the burst it had. */
+static void conn_drained_output(rpc_conn *c) {
+        c->out_off = c->out_len = 0;
+        if (c->out_alloc >= RPC_TRIM_BYTES)
+                conn_free_output(c);
 }
 
 /* Writes what the socket takes. Returns 0, or a negative errno when the
@@ -618,7 +665,7 @@ static int conn_flush(rpc_conn *c) {
                 if (n > 0)
                         c->progress_usec = conn_now(c);
         }
-        c->out_off = c->out_len = 0;
+        conn_drained_output(c);
         return 0;
 }
 
@@ -651,7 +698,7 @@ static int tls_flush(rpc_conn *c) {
                 }
                 return e == SSL_ERROR_SYSCALL && errno ? -errno : -EPROTO;
         }
-        c->out_off = c->out_len = 0;
+        conn_drained_output(c);
         return 0;
 }
 
@@ -2156,6 +2203,7 @@ int rpc_server_new(sd_event *event, const rpc_server_config *cfg, rpc_server **r
         s->max_line_bytes = cfg->max_line_bytes ? cfg->max_line_bytes : 16u * 1024 * 1024;
         s->in_budget = s->max_line_bytes * 4 > RPC_INPUT_BUDGET_MIN ? s->max_line_bytes * 4 : RPC_INPUT_BUDGET_MIN;
         s->in_budget_remote = s->in_budget / 2;
+        s->out_budget = cfg->out_budget_bytes ? cfg->out_budget_bytes : RPC_OUT_BUDGET_DEFAULT;
         s->stall_usec = (uint64_t) (cfg->stall_timeout_ms ? cfg->stall_timeout_ms : RPC_STALL_TIMEOUT_MS_DEFAULT) * 1000;
         s->socket_gid = cfg->socket_gid;
         s->max_conns_user = cfg->max_conns_user ? cfg->max_conns_user : RPC_MAX_CONNS_USER_DEFAULT;

@@ -77,6 +77,7 @@ typedef struct rpc_server_config {
         unsigned stall_timeout_ms; /* default 30000; see rpc_conn_queued() */
         unsigned max_conns_user;  /* open connections per non-root peer uid, default 256 */
         unsigned max_conns_root;  /* ... for uid 0, default 1024 */
+        size_t out_budget_bytes;  /* queued output of all connections together, default 256 MiB (see below) */
 } rpc_server_config;
 
 /* Creates the server: binds (unlinking a stale socket file) or adopts the
@@ -171,6 +172,13 @@ uid_t rpc_conn_uid(const rpc_conn *c);
  * further; at most one bulk request (one with a large answer, such as
  * fs.read) runs per connection at a time, later lines waiting behind it. */
 #define RPC_OUT_QUEUE_MAX (32u * 1024 * 1024)
+/* The queues of all connections together (their buffers as allocated)
+ * have one budget, out_budget_bytes (daemon.json "outputBudgetMiB"): many
+ * peers that each stay under RPC_OUT_QUEUE_MAX cannot grow the daemon
+ * without bound either. Past it the connection whose peer has taken no
+ * byte for the longest time (of those with output waiting) is dropped, its
+ * queue freed at once, the reason logged; again until the queues fit. */
+#define RPC_OUT_BUDGET_DEFAULT (256u * 1024 * 1024)
 #define RPC_CONN_HIGH_WATER (4u * 1024 * 1024)
 #define RPC_CONN_LOW_WATER (1u * 1024 * 1024)
 

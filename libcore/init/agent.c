@@ -245,6 +245,8 @@ static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
                 handle_list(a);
         else if (streq(o, "ack"))
                 cmd_ack(a, req);
+        else if (streq(o, "credit"))
+                cmd_credit(a, req);
         else if (streq(o, "watch"))
                 init_watch_start(a, req);
         else if (streq(o, "unwatch"))
@@ -275,6 +277,8 @@ static void sock_lost(init_agent *a) {
         /* A watch streams to a client of the daemon that went. */
         init_watch_stop_all(a);
         cmd_replay_abort(a);
+        /* The clients the windows were for went with that daemon. */
+        cmd_windows_clear(a);
         agent_update_backpressure(a);
 }
 

@@ -50,6 +50,7 @@ typedef struct run_spec {
         unsigned short rows, cols;
         const char *meta; /* sandboxd's own record of the command, or NULL */
         size_t log_bytes; /* retained log per stream ("logBytes"; 0: none) */
+        uint64_t window;  /* per-command flow control ("window"; 0: none) */
 } run_spec;
 
 static void run_spec_clear(run_spec *s) {
@@ -357,6 +358,10 @@ static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
         if (num_field(req, "logBytes", 0, INIT_LOG_MAX, 0, &log_bytes) < 0)
                 return "run: \"logBytes\" must be an integer from 0 to 1073741824";
         s->log_bytes = (size_t)log_bytes;
+        double window;
+        if (num_field(req, "window", 0, INIT_WINDOW_MAX, 0, &window) < 0)
+                return "run: \"window\" must be an integer from 0 to 67108864";
+        s->window = (uint64_t)window;
         if (num_field(req, "uid", 0, 4294967294.0, init_user_uid, &uid) < 0 ||
             num_field(req, "gid", 0, 4294967294.0, init_user_gid, &gid) < 0)
                 return "run: \"uid\" and \"gid\" must be integers";
@@ -440,6 +445,7 @@ static init_cmd *cmd_new(init_agent *a, const run_spec *s, pid_t pid) {
                 return NULL;
         }
         c->log_out.cap = c->log_err.cap = s->log_bytes;
+        c->window = s->window;
         c->out_fd = c->err_fd = c->in_fd = c->report_fd = -EBADF;
         if (!(c->argv0 = strdup(s->argv[0])) || !(c->cwd = strdup(s->cwd))) {
                 free(c->argv0);
@@ -463,7 +469,27 @@ static void send_started(init_agent *a, init_cmd *c) {
         cJSON_AddStringToObject(ev, "ev", "started");
         cJSON_AddNumberToObject(ev, "id", (double)c->id);
         cJSON_AddNumberToObject(ev, "pid", c->pid);
+        /* Says that this init keeps the window: the daemon credits only
+         * then (an older init would answer "credit" as an unknown op). */
+        if (c->window)
+                cJSON_AddNumberToObject(ev, "window", (double)c->window);
         (void)agent_send(a, ev);
+}
+
+/* Whether c's output streams are read now: not while the socket's queue is
+ * over its mark (a->output_paused), nor while c has its window's worth of
+ * output sent and not credited. */
+static bool output_wanted(const init_agent *a, const init_cmd *c) {
+        return !a->output_paused && !(c->window && c->unacked >= c->window);
+}
+
+/* Registers or removes c's output streams as output_wanted says. */
+static void update_output_watch(init_agent *a, init_cmd *c) {
+        uint32_t ev = output_wanted(a, c) ? EPOLLIN : 0;
+        if (c->out_fd >= 0)
+                (void)watch_set(a, c->out_fd, &c->w_out, &c->out_watched, ev);
+        if (c->err_fd >= 0)
+                (void)watch_set(a, c->err_fd, &c->w_err, &c->err_watched, ev);
 }
 
 /* Reads c's exec report if it is there: EOF means the child exec'd (or
@@ -533,11 +559,7 @@ static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, int report_
         if (watch_set(a, c->report_fd, &c->w_rep, &c->report_watched, EPOLLIN) < 0)
                 log_debug("command %lld: no watch of its exec report; read at its first output or exit",
                           (long long)c->id);
-        if (!a->output_paused) {
-                (void)watch_set(a, c->out_fd, &c->w_out, &c->out_watched, EPOLLIN);
-                if (c->err_fd >= 0)
-                        (void)watch_set(a, c->err_fd, &c->w_err, &c->err_watched, EPOLLIN);
-        }
+        update_output_watch(a, c);
         /* A child that was quick has exec'd already: "started" without
          * waiting for the next turn of the loop. */
         spawn_report(a, c);
@@ -980,7 +1002,34 @@ static ssize_t read_chunk(init_agent *a, init_cmd *c, enum init_watch_kind k) {
                 cJSON_AddStringToObject(ev, "data", b64);
                 (void)agent_send(a, ev);
         }
+        /* Counted even when the packet could not be made: the credit of
+         * the bytes sent is what reopens the window, and a command whose
+         * window is full waits on its pipe as under a slow terminal. */
+        c->unacked += (uint64_t)n;
+        if (c->window && c->unacked >= c->window)
+                update_output_watch(a, c);
         return n;
+}
+
+void cmd_credit(init_agent *a, const cJSON *req) {
+        const cJSON *idj = cJSON_GetObjectItemCaseSensitive(req, "id");
+        double bytes;
+        if (!cJSON_IsNumber(idj) || num_field(req, "bytes", 0, 9007199254740991.0, 0, &bytes) < 0)
+                return agent_send_error(a, NULL, "credit: \"id\" and \"bytes\" must be numbers");
+        init_cmd *c = cmd_find(a, (int64_t)idj->valuedouble);
+        if (!c || !c->window)
+                return; /* finished meanwhile: nothing waits for it */
+        bool was_full = c->unacked >= c->window;
+        c->unacked = (uint64_t)bytes < c->unacked ? c->unacked - (uint64_t)bytes : 0;
+        if (was_full && c->unacked < c->window)
+                update_output_watch(a, c);
+}
+
+void cmd_windows_clear(init_agent *a) {
+        for (init_cmd *c = a->cmds; c; c = c->next) {
+                c->window = c->unacked = 0;
+                update_output_watch(a, c);
+        }
 }
 
 /* The exit event goes out once the process is reaped and its streams are
@@ -1203,17 +1252,13 @@ void cmd_resume(init_agent *a) {
         }
 }
 
-/* Backpressure: removes every output stream from epoll, or adds them back. */
+/* Backpressure: removes every output stream from epoll, or adds back
+ * those whose window is open. */
 void cmd_set_output_paused(init_agent *a, bool paused) {
         a->output_paused = paused;
         init_watch_set_paused(a, paused);
-        for (init_cmd *c = a->cmds; c; c = c->next) {
-                uint32_t ev = paused ? 0 : EPOLLIN;
-                if (c->out_fd >= 0)
-                        (void)watch_set(a, c->out_fd, &c->w_out, &c->out_watched, ev);
-                if (c->err_fd >= 0)
-                        (void)watch_set(a, c->err_fd, &c->w_err, &c->err_watched, ev);
-        }
+        for (init_cmd *c = a->cmds; c; c = c->next)
+                update_output_watch(a, c);
 }
 
 /* At the very end of a stop (everything killed and reaped): any command

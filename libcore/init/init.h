@@ -19,6 +19,9 @@
  * sandboxd reads slowly must not grow init's memory without bound. */
 #define INIT_SEND_HIGH (8u * 1024 * 1024)
 #define INIT_SEND_LOW (1u * 1024 * 1024)
+/* Largest "window" of a run: output bytes of one command sent and not yet
+ * credited by sandboxd (agent.h "credit"). */
+#define INIT_WINDOW_MAX (64.0 * 1024 * 1024)
 /* Bound on stdin bytes queued for one command that does not read them. */
 #define INIT_STDIN_MAX (16u * 1024 * 1024)
 /* Output read from one stream after its process was reaped: what is in the
@@ -100,6 +103,10 @@ typedef struct init_cmd {
         int out_fd, err_fd;    /* read ends (err_fd unused for a tty); -EBADF once closed */
         int in_fd;             /* stdin pipe write end, or a dup of the pty master */
         bool out_watched, err_watched, in_watched;
+        /* Per-command flow control (agent.h "window", "credit"): output
+         * bytes sent and not yet credited; at `window` (0: none asked)
+         * the command's streams are not read until credit comes. */
+        uint64_t window, unacked;
         bool in_close_pending; /* close stdin once the queue drains */
         init_watch w_out, w_err, w_in;
         init_queue in_queue;
@@ -181,6 +188,12 @@ void cmd_replay_logs(init_agent *a);
 void cmd_replay_step(init_agent *a);
 /* The connection went: a replay in progress ends (the next list restarts it). */
 void cmd_replay_abort(init_agent *a);
+/* {"op":"credit","id":N,"bytes":B}: sandboxd passed on B more bytes of
+ * command N's output; its streams are read again below its window. */
+void cmd_credit(init_agent *a, const cJSON *req);
+/* The connection went: no window holds any command's output any more (the
+ * next daemon has no client attached to them; its own runs ask anew). */
+void cmd_windows_clear(init_agent *a);
 /* {"op":"ack","id":N}: sandboxd forgot finished command N; so does init. */
 void cmd_ack(init_agent *a, const cJSON *req);
 /* One-time work of the first command, done ahead while init is idle. */

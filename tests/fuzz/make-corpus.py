@@ -133,6 +133,11 @@ def agent():
     yield '{"ev":"fs","req":1,"result":{"type":"dir","size":4096}}\n{"ev":"fs","req":2,"errno":2,"message":"no such file"}'
     yield '{"ev":"error","message":"malformed packet: \\u001b[31m"}\n{"ev":"exit","id":7,"code":137,"error":"x"}'
     yield lst + "\n" + lst
+    # A run with a flow-control window: "started" says init keeps it, then
+    # output the daemon credits (agent.h "window", "credit").
+    yield "\n".join([lst, '{"ev":"started","id":1,"pid":42,"window":1048576}',
+                     '{"ev":"output","id":1,"stream":"stdout","data":"aGkK"}',
+                     '{"ev":"started","id":1,"pid":42,"window":-5e300}'])
 
 
 def main():

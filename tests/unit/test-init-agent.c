@@ -26,6 +26,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 #include "libcore/agent.h"
+#include "libcore/init/init.h"
 #include "libcore/util.h"
 
 #define TIMEOUT_MS 10000
@@ -249,6 +250,59 @@ static void test_stdout_and_stderr_are_separate_and_exit_code_is_reported(void *
         assert_string_equal(r->err, "err\n");
         assert_int_equal(r->code, 3);
         assert_string_equal(r->error, "");
+}
+
+/* agent.h "window": init sends at most the window (plus what one read and
+ * the drain at the reap add) of a command's output the daemon has not
+ * credited; the command waits on its pipe meanwhile, init answers other
+ * requests, and credit lets the rest come, every byte. A credit larger
+ * than what was sent opens no more than the window. Each round asks for
+ * an fs answer: everything received before it was sent before init read
+ * the credit ahead of it. */
+static void test_a_command_window_holds_its_output_until_credit(void **state) {
+        init_proc *ip = *state;
+        const size_t window = 128 * 1024, total_want = 3000000;
+        send_json(ip, "{\"op\":\"run\",\"id\":1,\"argv\":[\"sh\",\"-c\",\"head -c %zu /dev/zero\"],"
+                      "\"window\":%zu}", total_want, window);
+        send_json(ip, "{\"op\":\"credit\",\"id\":1,\"bytes\":1e12}");
+        size_t total = 0;
+        bool started = false, exited = false;
+        for (int req = 1; !exited; req++) {
+                assert_true(req < 10000);
+                send_json(ip, "{\"op\":\"fs\",\"req\":%d,\"action\":\"stat\",\"path\":\"/\"}", req);
+                size_t round = 0;
+                for (;;) {
+                        cJSON *ev = recv_event(ip);
+                        assert_non_null(ev);
+                        const char *kind = ev_str(ev, "ev");
+                        assert_non_null(kind);
+                        bool marker = streq(kind, "fs") && cJSON_GetObjectItem(ev, "req")->valueint == req;
+                        if (streq(kind, "started")) {
+                                started = true;
+                                assert_int_equal(cJSON_GetObjectItem(ev, "window")->valuedouble, (double)window);
+                        } else if (streq(kind, "output")) {
+                                void *data;
+                                size_t n;
+                                assert_int_equal(core_base64_decode(ev_str(ev, "data"), &data, &n), 0);
+                                free(data);
+                                round += n;
+                        } else if (streq(kind, "exit")) {
+                                exited = true;
+                                assert_int_equal(cJSON_GetObjectItem(ev, "code")->valueint, 0);
+                        } else if (!marker)
+                                fail_msg("unexpected event: %s", cJSON_PrintUnformatted(ev));
+                        cJSON_Delete(ev);
+                        if (marker)
+                                break;
+                }
+                if (round > window + 2 * INIT_OUTPUT_CHUNK)
+                        fail_msg("%zu bytes of output came without credit (window %zu)", round, window);
+                total += round;
+                if (round)
+                        send_json(ip, "{\"op\":\"credit\",\"id\":1,\"bytes\":%zu}", round);
+        }
+        assert_true(started);
+        assert_int_equal(total, total_want);
 }
 
 static void test_death_by_signal_is_128_plus_signal(void **state) {
@@ -702,6 +756,7 @@ int main(void) {
                 T(test_stdout_and_stderr_are_separate_and_exit_code_is_reported),
                 T(test_death_by_signal_is_128_plus_signal),
                 T(test_all_output_arrives_before_exit),
+                T(test_a_command_window_holds_its_output_until_credit),
                 T(test_missing_command_exits_127_without_starting),
                 T(test_non_executable_file_exits_126),
                 T(test_missing_cwd_is_reported),
