@@ -4,6 +4,7 @@
  * tree that only the daemon writes (the sandbox writes inside upper/ only,
  * never the directory itself or its siblings). */
 #include "libcore/diskimg.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include <dirent.h>
@@ -747,6 +748,8 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
          * runs with nodiscard, so it punches no holes). */
         if (r >= 0 && (r = back_fd(fd, lim->bytes)) < 0)
                 back_error(fd, r, lim->bytes, ret_err);
+        if (r >= 0)
+                core_fault("create.disk_backed");
         if (r >= 0)
                 r = mount_image(dir, true, ret_err);
         if (r >= 0)
