@@ -4,6 +4,7 @@
  * tree that only the daemon writes (the sandbox writes inside upper/ only,
  * never the directory itself or its siblings). */
 #include "libcore/diskimg.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include <dirent.h>
@@ -21,6 +22,7 @@
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -659,6 +661,74 @@ static int bind_dirs(const char *dir, bool create, sb_error **ret_err) {
         return 0;
 }
 
+/* Gives the image fd every block of its `bytes` on the state filesystem
+ * (fallocate(2); the size is kept): a write into the image then never
+ * needs a block of the host, so a full state filesystem cannot fail it
+ * (ext4 inside would see an I/O error, abort its journal and go
+ * read-only). FALLOC_FL_UNSHARE_RANGE first, for a template copy that
+ * shares extents (XFS FICLONE): a shared block would need a new one at
+ * its first write; filesystems without shared extents refuse the flag
+ * (EOPNOTSUPP, EINVAL) and get the plain allocation. Returns 0 or a
+ * negative errno (-ENOSPC: the state filesystem cannot hold it). */
+static int back_fd(int fd, uint64_t bytes) {
+        if (fallocate(fd, FALLOC_FL_UNSHARE_RANGE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) == 0)
+                return 0;
+        if (errno != EOPNOTSUPP && errno != EINVAL)
+                return negative_errno();
+        return fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes) < 0 ? negative_errno() : 0;
+}
+
+/* Whether fd's blocks cover its size (st_blocks counts 512-byte units). */
+static bool fd_backed(int fd) {
+        struct stat st;
+        return fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size;
+}
+
+/* Sets *ret_err for a failed back_fd of `bytes` on fd's filesystem. */
+static int back_error(int fd, int r, uint64_t bytes, sb_error **ret_err) {
+        struct statvfs vfs;
+        uint64_t avail = fstatvfs(fd, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize : 0;
+        if (r == -ENOSPC)
+                return sb_error_set(ret_err, r, "limit_exceeded", NULL,
+                                    "disk image: the state filesystem cannot back %" PRIu64
+                                    " MiB (%" PRIu64 " MiB free): every disk is given its blocks when made, "
+                                    "so no sandbox can fill the host; choose a smaller disk or free space on "
+                                    "the state filesystem",
+                                    bytes >> 20, avail >> 20);
+        return sb_error_set(ret_err, r, NULL, NULL, "disk image: allocate %" PRIu64 " MiB: %s", bytes >> 20,
+                            strerror(-r));
+}
+
+int core_disk_back(const char *dir, sb_error **ret_err) {
+        _cleanup_free_ char *img = join(dir, IMAGE);
+        if (!img)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        _cleanup_close_ int fd = open(img, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0
+                                       : sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                                      "disk image: open %s: %m", img);
+        if (fd_backed(fd))
+                return 1;
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: stat %s: %m", img);
+        int r = back_fd(fd, (uint64_t)st.st_size);
+        if (r < 0)
+                return back_error(fd, r, (uint64_t)st.st_size, ret_err);
+        return 1;
+}
+
+int core_disk_backed(const char *dir) {
+        _cleanup_free_ char *img = join(dir, IMAGE);
+        if (!img)
+                return -ENOMEM;
+        _cleanup_close_ int fd = open(img, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : negative_errno();
+        return fd_backed(fd) ? 1 : 0;
+}
+
 int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **ret_err) {
         if (!lim || lim->bytes < CORE_DISK_MIN_BYTES)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "disk image: at least %llu MiB",
@@ -674,6 +744,12 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
                 sb_error_set(ret_err, r, NULL, NULL, "disk image: size %s: %s", img, strerror(-r));
         else if ((r = template_clone(fd, lim, ret_err)) > 0)
                 r = run_mkfs(img, lim, ret_err); /* no templates, or too many kinds */
+        /* After the copy or mkfs (FICLONE replaces the whole file; mkfs
+         * runs with nodiscard, so it punches no holes). */
+        if (r >= 0 && (r = back_fd(fd, lim->bytes)) < 0)
+                back_error(fd, r, lim->bytes, ret_err);
+        if (r >= 0)
+                core_fault("create.disk_backed");
         if (r >= 0)
                 r = mount_image(dir, true, ret_err);
         if (r >= 0)
@@ -696,6 +772,14 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
 int core_disk_attach(const char *dir, sb_error **ret_err) {
         if (!core_disk_present(dir))
                 return 0;
+        /* An image an earlier sandboxd made sparse gets its blocks now;
+         * when the state filesystem cannot hold them it is used as it is
+         * (never refused: its files stay reachable) and said so. */
+        _cleanup_error_ sb_error *berr = NULL;
+        if (core_disk_back(dir, &berr) < 0)
+                log_warning("%s: the disk image is not fully backed, so a full state filesystem can fail "
+                            "its writes: %s",
+                            dir, berr ? berr->message : "allocate");
         int r = mount_image(dir, false, ret_err);
         if (r >= 0)
                 r = bind_dirs(dir, false, ret_err);

@@ -46,7 +46,15 @@ typedef struct core_disk_limits {
  * Policy 9.2.2), allocated to no account. */
 #define CORE_DISK_RESERVE_ID 65533u
 
-/* Makes <dir>/disk.img (must not exist) of lim->bytes, sparse, formats it,
+/* Storage model (docs/SECURITY.md "Disk space"): every image is given all
+ * its blocks on the state filesystem when it is made (fallocate(2), not
+ * sparse), so the sum of the disks never promises more than the state
+ * filesystem holds: a create whose disk cannot be backed is refused
+ * (-ENOSPC, reason "limit_exceeded"), a sandbox that fills its disk gets
+ * ENOSPC from its own ext4, and a full state filesystem (layers,
+ * snapshots, exports, logs) never fails a write inside any image. */
+
+/* Makes <dir>/disk.img (must not exist) of lim->bytes, fully allocated, formats it,
  * mounts it at <dir>/disk and creates upper/ (0755) and work/ (0700) in
  * it, upper/ bound onto <dir>/upper (created, must be missing or empty). `dir` is
  * a directory only the daemon writes. On failure everything made is
@@ -62,6 +70,18 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
  * format left in `dir`. Call once at start, before any create. Returns 0
  * or a negative errno with *ret_err. */
 int core_disk_templates_init(const char *dir, sb_error **ret_err);
+
+/* Gives the image of `dir` every block it lacks (an image made sparse by
+ * an earlier version of sandboxd: migration at attach). Returns 1 when the
+ * image is (now) fully backed, 0 when `dir` has no image, or a negative
+ * errno with *ret_err (-ENOSPC, reason "limit_exceeded": the state
+ * filesystem cannot hold the rest; the image and its files are untouched
+ * and still usable, only not protected from a full state filesystem). */
+int core_disk_back(const char *dir, sb_error **ret_err);
+
+/* 1 when the image of `dir` has blocks for its whole size, 0 when it is
+ * sparse or missing, or a negative errno. */
+int core_disk_backed(const char *dir);
 
 /* Makes sure the image of `dir` is mounted with its binds (daemon start,
  * before a sandbox's files are used). Returns 1 when it is (now), 0 when

@@ -106,7 +106,7 @@ static const config_key config_keys[] = {
         /* 0 opts out of the disk bound; otherwise at least the image's
          * minimum (libcore/diskimg.h), checked at load. */
         { "diskMiB",          KEY_U64,    OFF(disk_mib), 0, 16 * 1024 * 1024,
-          "Each sandbox's writable layer as a sparse ext4 image of this size, in MiB: 0 (unbounded, no image) or at least 16.", NULL , .live = true },
+          "Each sandbox's writable layer as an ext4 image of this size, in MiB, holding all its blocks on the state filesystem from its create (a create the state filesystem cannot back is refused; docs/SECURITY.md \"Disk space\"): 0 (unbounded, no image: the sandbox writes on the state filesystem itself) or at least 16.", NULL , .live = true },
         { "diskInodes",       KEY_U64,    OFF(disk_inodes), 0, 1ULL << 32,
           "Inodes of each sandbox's disk image; 0: one per 16 KiB of diskMiB.", NULL , .live = true },
         { "maxSourceBytes",   KEY_U64,    OFF(max_source_bytes), 1 * MIB, 1024 * GIB,

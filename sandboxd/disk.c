@@ -5,6 +5,7 @@
 #include "libcore/log.h"
 #include "sandboxd/internal.h"
 #include <string.h>
+#include <sys/statvfs.h>
 
 /* Largest resources.diskMiB: 16 TiB (the image is sparse; ext4 with 4 KiB
  * blocks goes far beyond). */
@@ -35,6 +36,10 @@ int sandbox_disk_create(const manager *m, const sandbox *sb, sb_error **ret_err)
                 return 0;
         core_disk_limits lim = {.bytes = sb->disk_mib << 20, .inodes = m->cfg->disk_inodes};
         int r = core_disk_create(sb->dir, &lim, ret_err);
+        /* Admission (libcore/diskimg.h): a disk the state filesystem
+         * cannot back is the client's resources.diskMiB to lower. */
+        if (r == -ENOSPC && ret_err && *ret_err && !(*ret_err)->field)
+                (*ret_err)->field = strdup("resources.diskMiB");
         return r < 0 ? sb_error_prefix(ret_err, "sandbox disk (resources.diskMiB %llu)",
                                        (unsigned long long)sb->disk_mib)
                      : 0;
@@ -56,4 +61,21 @@ void sandbox_disk_remove(const char *dir) {
         _cleanup_free_ char *img = NULL;
         if (asprintf(&img, "%s/disk.img", dir) >= 0 && unlink(img) < 0 && errno != ENOENT)
                 log_warning_errno(-errno, "remove %s: %m", img);
+}
+
+void sandbox_storage_stats(const manager *m, sandbox_storage *ret) {
+        *ret = (sandbox_storage){0};
+        for (const sandbox *sb = m->sandboxes; sb; sb = sb->next) {
+                if (!sb->disk_mib)
+                        continue;
+                ret->committed_bytes += sb->disk_mib << 20;
+                ret->disks++;
+                if (core_disk_backed(sb->dir) == 0 && core_disk_present(sb->dir))
+                        ret->unbacked++;
+        }
+        struct statvfs st;
+        if (statvfs(m->cfg->state_dir, &st) == 0) {
+                ret->free_bytes = (uint64_t)st.f_bavail * st.f_frsize;
+                ret->total_bytes = (uint64_t)st.f_blocks * st.f_frsize;
+        }
 }

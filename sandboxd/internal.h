@@ -378,6 +378,19 @@ void sandbox_disk_detach(const char *dir);
  * removing a sandbox's files. Errors are logged. */
 void sandbox_disk_remove(const char *dir);
 
+/* The disk space model (libcore/diskimg.h, docs/SECURITY.md "Disk
+ * space"), for daemon.info and metrics. */
+typedef struct sandbox_storage {
+        uint64_t committed_bytes; /* sum of the sandboxes' diskMiB, in bytes: all held on the state filesystem */
+        uint64_t free_bytes;      /* the state filesystem's free bytes (f_bavail) */
+        uint64_t total_bytes;     /* its size */
+        unsigned disks;           /* sandboxes with a disk image */
+        unsigned unbacked;        /* of them, images without all their blocks (made sparse by an earlier version) */
+} sandbox_storage;
+/* Fills *ret from the sandboxes' records, one fstat per image, and a
+ * statvfs of the state directory (zeros when it fails). */
+void sandbox_storage_stats(const manager *m, sandbox_storage *ret);
+
 /* manager.c */
 sandbox *manager_find_sandbox(manager *m, const char *name);
 command *manager_find_command(manager *m, const char *cmd_id);

@@ -114,6 +114,17 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(o, "sandboxes", n);
         cJSON_AddNumberToObject(o, "running", running);
         cJSON_AddItemToObject(o, "warmPool", warmpool_info(m));
+        /* Disk space (docs/SECURITY.md "Disk space"): every disk image
+         * holds its blocks, so committed is already taken from free. */
+        sandbox_storage ss;
+        sandbox_storage_stats(m, &ss);
+        cJSON *st = cJSON_AddObjectToObject(o, "storage");
+        cJSON_AddStringToObject(st, "model", "backed");
+        cJSON_AddNumberToObject(st, "committedBytes", (double)ss.committed_bytes);
+        cJSON_AddNumberToObject(st, "freeBytes", (double)ss.free_bytes);
+        cJSON_AddNumberToObject(st, "totalBytes", (double)ss.total_bytes);
+        cJSON_AddNumberToObject(st, "disks", ss.disks);
+        cJSON_AddNumberToObject(st, "unbackedDisks", ss.unbacked);
         /* What a create that names no networkPolicy gets. */
         cJSON *pol = daemon_config_default_policy_json(cfg);
         cJSON_AddItemToObject(o, "defaultNetworkPolicy", pol ? pol : cJSON_CreateNull());

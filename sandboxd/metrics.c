@@ -379,6 +379,16 @@ static char *render(bool full, const tenant *who, size_t *ret_len) {
         fputs("# HELP sandboxd_sandboxes Sandboxes by status.\n# TYPE sandboxd_sandboxes gauge\n", f);
         for (size_t i = 0; i < ELEMENTSOF(statuses); i++)
                 fprintf(f, "sandboxd_sandboxes{status=\"%s\"} %u\n", statuses[i], n_status[i]);
+        sandbox_storage ss;
+        sandbox_storage_stats(m, &ss);
+        fprintf(f,
+                "# HELP sandboxd_storage_committed_bytes Sum of the sandboxes' disk sizes (diskMiB), each held on the state filesystem.\n"
+                "# TYPE sandboxd_storage_committed_bytes gauge\nsandboxd_storage_committed_bytes %" PRIu64 "\n"
+                "# HELP sandboxd_storage_free_bytes Free bytes of the state filesystem.\n"
+                "# TYPE sandboxd_storage_free_bytes gauge\nsandboxd_storage_free_bytes %" PRIu64 "\n"
+                "# HELP sandboxd_storage_unbacked_disks Disk images without all their blocks (made sparse by an earlier version).\n"
+                "# TYPE sandboxd_storage_unbacked_disks gauge\nsandboxd_storage_unbacked_disks %u\n",
+                ss.committed_bytes, ss.free_bytes, ss.unbacked);
         if (full) {
                 /* Usage of each running sandbox, read once. */
                 size_t n = 0;

@@ -16,6 +16,10 @@ Rows and their peers:
   tcp_throughput_n           TCP through an allowlist, N sessions loaded     the same transfer over a plain veth
   snapshot_freeze            how long the source is frozen by sandbox.snapshot (1 GiB written)  cp -a of its upper
   fork_freeze                the same for sandbox.fork of the running source                   cp -a of its upper
+  fork_stopped_1m/_1g        sandbox.fork of a stopped sandbox with 1 MiB / 1 GiB written     goal 50 ms; 1g: 1m's figure, <= 1.2x
+  snapshot_stopped_1m/_1g    sandbox.snapshot of the same                                      the same
+  fork_running_1m/_1g        sandbox.fork of a running sandbox (the call)                      goal 100 ms; 1g: 1m's figure
+  snapshot_running_1m/_1g    sandbox.snapshot of the same                                      the same
   idle_sandboxes             memory per idle sandbox, machine-wide          goal 2 MiB, count goal 1000
   create_burst_p50/_p99      20 sandbox.create at once, per create           single-create p50
 
@@ -51,6 +55,8 @@ from bench import BWRAP, pct, interleaved, used_kib  # noqa: E402
 from bench_policy import QUERIES, fake_sessions_script, nft_file, count_sessions, FAKE_BASE  # noqa: E402
 
 SINK_PORT = 7100
+# The disk of the sandboxes that write a GiB (freeze, copies).
+COPY_DISK_MIB = 2048
 
 # A TCP sink, in the world's internet namespace: reads each connection to
 # EOF, answers the byte count (8 bytes) and closes.
@@ -331,7 +337,7 @@ class Bench:
         w, d = self.w, self.d
         src = "b%s-frz" % self.tag
         self.call("sandbox.create", {"name": src, "networkPolicy": "deny-all", "persistent": True,
-                                     "timeout": 3600000})
+                                     "timeout": 3600000, "resources": {"diskMiB": COPY_DISK_MIB}})
         self.call("command.run", {"sandbox": src, "cmd": "sh", "args": ["-c",
                   "mkdir -p /workspace/data && head -c %dM /dev/urandom > /workspace/data/blob && sync" % mib]})
         upper = os.path.join(d.state_dir, "sandboxes", src, "upper")
@@ -376,6 +382,46 @@ class Bench:
         for name in (src + "-fork", src):
             self.call("sandbox.delete", {"name": name})
         self.call("snapshot.delete", {"id": snap})
+
+    # ------------------------------------------- copies against their size
+    def copies(self, rounds, sizes=(1, 1024)):
+        """Fork and snapshot of a running and of a stopped sandbox with
+        `sizes` MiB written (issue #21 item 4: a copy in O(1) of the bytes):
+        the median call of `rounds`, each 1 GiB row beside its 1 MiB one."""
+        got = {}
+        for mib in sizes:
+            src = "b%s-cp%d" % (self.tag, mib)
+            # One disk size for both, so only the bytes written differ.
+            self.call("sandbox.create", {"name": src, "networkPolicy": "deny-all", "persistent": True,
+                                         "timeout": 3600000, "resources": {"diskMiB": COPY_DISK_MIB}})
+            self.call("command.run", {"sandbox": src, "cmd": "sh", "args": ["-c",
+                      "mkdir -p /workspace/data && head -c %dM /dev/urandom > /workspace/data/blob && sync" % mib]})
+            for state in ("running", "stopped"):
+                if state == "stopped":
+                    self.call("sandbox.stop", {"name": src})
+                forks, snaps = [], []
+                for i in range(rounds):
+                    t = time.perf_counter()
+                    self.call("sandbox.fork", {"sourceSandbox": src, "name": "%s-f%d" % (src, i)})
+                    forks.append((time.perf_counter() - t) * 1000)
+                    self.call("sandbox.delete", {"name": "%s-f%d" % (src, i)})
+                    t = time.perf_counter()
+                    snap = self.call("sandbox.snapshot", {"name": src})["id"]
+                    snaps.append((time.perf_counter() - t) * 1000)
+                    self.call("snapshot.delete", {"id": snap})
+                got[("fork", state, mib)] = pct(forks, 50)
+                got[("snapshot", state, mib)] = pct(snaps, 50)
+            self.call("sandbox.delete", {"name": src})
+        lo, hi = sizes
+        for op in ("fork", "snapshot"):
+            for state, goal in (("stopped", 50.0), ("running", 100.0)):
+                small, big = got[(op, state, lo)], got[(op, state, hi)]
+                self.row("%s_%s_1m" % (op, state), "%s of a %s sandbox, %d MiB written" % (op, state, lo),
+                         small, "ms", "goal %d ms" % goal, None, "<= %d ms" % goal, value_goal=goal,
+                         extra={"mib": lo, "rounds": rounds})
+                self.row("%s_%s_1g" % (op, state), "%s of a %s sandbox, %d MiB written" % (op, state, hi),
+                         big, "ms", "%s_%s_1m" % (op, state), small, "<= 1.2x and <= %d ms" % goal,
+                         ratio_goal=1.2, value_goal=goal, extra={"mib": hi, "rounds": rounds})
 
     # ------------------------------------------------------ idle sandboxes
     def charged_kib(self):
@@ -536,7 +582,8 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller N: a run of about ten minutes")
     ap.add_argument("--json", default=os.path.join(W.BUILD, "bench.json"))
-    ap.add_argument("--only", default="", help="comma-separated parts: lifecycle,pool,burst,freeze,network,idle")
+    ap.add_argument("--only", default="",
+                    help="comma-separated parts: lifecycle,pool,burst,freeze,copies,network,idle")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench: needs root")
@@ -545,10 +592,14 @@ def main(argv):
     p = dict(iterations=30 if q else 60, burst_rounds=2 if q else 5, sessions=100 if q else 1000,
              real_extra=16 if q else 48, net_iters=30 if q else 60, tcp_mib=64 if q else 256,
              tcp_runs=5 if q else 7, freeze_mib=1024, idle=100 if q else 1000, idle_budget=90 if q else 600)
-    parts = set(x for x in a.only.split(",") if x) or {"lifecycle", "pool", "burst", "freeze", "network", "idle"}
+    parts = set(x for x in a.only.split(",") if x) or {"lifecycle", "pool", "burst", "freeze", "copies", "network",
+                                                        "idle"}
     started = time.time()
     with W.World(quiet=False) as w:
-        d = w.start_sandboxd()
+        # The smallest disk by default: each holds its blocks on the host,
+        # and the idle part makes up to 1000 sandboxes; the parts that
+        # write a GiB ask for COPY_DISK_MIB.
+        d = w.start_sandboxd({"diskMiB": 16})
         print("bench: %s mode, sandboxd pid %d; %s" % ("quick" if q else "full", d.pid,
               ", ".join("%s=%s" % kv for kv in sorted(p.items()))), flush=True)
         print("  %-26s %10s %-6s %-34s %10s %7s  %-30s %s" % ("row", "value", "unit", "peer", "peer",
@@ -562,6 +613,8 @@ def main(argv):
             b.burst(p["burst_rounds"], 20)
         if "freeze" in parts:
             b.freeze(p["freeze_mib"])
+        if "copies" in parts:
+            b.copies(3 if q else 5)
         if "network" in parts:
             b.network(p["sessions"], p["real_extra"], p["net_iters"], p["tcp_mib"], p["tcp_runs"])
         if "idle" in parts:

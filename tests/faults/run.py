@@ -281,6 +281,7 @@ SCENARIOS = {
     "create.cloned[tarball]": s_create("tarball"),
     "create.cloned[snapshot]": s_create("snapshot"),
     "create.configured": s_create("tarball"),
+    "create.disk_backed": s_create(),
     "create.session_started": s_create(),
     "create.recorded": s_create(),
     "netd.started": s_create(policy=ALLOWLIST),
@@ -342,6 +343,7 @@ SCENARIOS = {
     # A stop of a sandbox that is not persistent ends it: the delete path.
     "delete.removed[stop of not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
     "create.configured[fork]": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "create.disk_backed[fork]": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
     "create.session_started[fork of stopped]": (s_stopped, send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
     "resume.session_started": (s_stopped, send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
     "resume.recorded": (s_stopped, send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
@@ -384,7 +386,7 @@ SCENARIOS = {
 }
 
 # make check: every operation once, in well under 3 minutes.
-SAMPLE = ["create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapshot]", "create.session_started",
+SAMPLE = ["create.disk_backed", "create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapshot]", "create.session_started",
           "create.recorded", "netd.started", "resume.session_started", "fork.frozen", "fork.copied[stopped]",
           "snapshot.copied", "snapshot.copied[stopped]", "snapshot.precopy_copied", "fork.precopy_repeated", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",

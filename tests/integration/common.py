@@ -52,6 +52,34 @@ def sandbox(world, tag, *args):
             pass
 
 
+# A disk for the tests that make tens of thousands of files: one inode
+# per 16 KiB, and the test world's default disk is small (every disk holds
+# its blocks on the host; world.WORLD_DISK_MIB).
+MANY_FILES_DISK_MIB = 1024
+
+
+def create_rpc(world, tag, **params):
+    """sandbox.create of a unique name (deny-all unless params say) over
+    JSON-RPC, for parameters the CLI has no flag for (resources.diskMiB);
+    returns the name."""
+    name = world.name(tag)
+    world.rpc_result("sandbox.create", dict({"name": name, "networkPolicy": "deny-all"}, **params), 180)
+    return name
+
+
+@contextlib.contextmanager
+def sandbox_rpc(world, tag, **params):
+    """create_rpc's sandbox, deleted at the end."""
+    name = create_rpc(world, tag, **params)
+    try:
+        yield name
+    finally:
+        try:
+            delete(world, name)
+        except Exception:
+            pass
+
+
 def sh(world, name, script, *flags, input=None, timeout=120, binary=False):
     """sandboxctl exec FLAGS NAME -- sh -c SCRIPT; (code, out, err)."""
     return world.ctl("exec", *flags, name, "--", "sh", "-c", script, input=input,

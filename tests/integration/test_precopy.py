@@ -21,6 +21,12 @@ from common import delete, expect, expect_eq, poll, sh, sh_ok
 # fresh trees and prints whether ROOT equals one of them: content, modes,
 # owners, user xattrs, hard links, symlinks, removed and renamed entries,
 # times set with utimensat.
+
+# The sandboxes that write a ballast of up to 512 MiB ask for a disk of
+# their own size: every disk holds its blocks on the host, so the test
+# world's default is small (world.WORLD_DISK_MIB).
+BALLAST_DISK_MIB = 1024
+
 MUTATOR = r'''
 import ctypes, hashlib, json, mmap, os, random, sys
 SEED = 1616
@@ -224,7 +230,7 @@ test_precopy_of_a_userns_sandbox_writing_hard_equals_a_frozen_copy.timeout = 120
 def _precopy_exact(world, userns):
     src = world.name("pcsrc")
     r = world.rpc("sandbox.create", {"name": src, "networkPolicy": "deny-all", "userns": userns,
-                                     "timeout": LIFETIME_MS}, 120)
+                                     "timeout": LIFETIME_MS, "resources": {"diskMiB": BALLAST_DISK_MIB}}, 120)
     if "error" in r and userns and r["error"].get("data", {}).get("reason") == "unavailable":
         print("SKIP: no user namespace range on this host (%s)" % r["error"].get("message"))
         return
@@ -308,7 +314,8 @@ def _no_capture_left(d, name, before_snaps, what):
 def test_cancel_during_the_live_copy_never_freezes_the_source(world):
     d = world.daemon
     name = world.name("pccancel")
-    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all",
+                                        "resources": {"diskMiB": BALLAST_DISK_MIB}})
     try:
         # Long enough a first pass to cancel it while it runs (seconds:
         # data, and many entries).
@@ -461,7 +468,8 @@ def _low_priority_threads(pid):
 def test_the_live_copy_runs_at_low_io_and_cpu_priority(world):
     d = world.daemon
     name = world.name("pcprio")
-    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all"})
+    world.rpc_result("sandbox.create", {"name": name, "networkPolicy": "deny-all",
+                                        "resources": {"diskMiB": BALLAST_DISK_MIB}})
     try:
         sh_ok(world, name, "head -c 512M /dev/urandom > /var/tmp/ballast && mkdir /var/tmp/many && "
               "python3 -c \"import os\nfor i in range(20000): open('/var/tmp/many/%d' % i, 'w').close()\" && sync")

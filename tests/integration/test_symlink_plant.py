@@ -21,7 +21,7 @@ import tempfile
 
 import leaks
 import world as W
-from common import create, delete, expect, expect_eq, sh
+from common import MANY_FILES_DISK_MIB, create, create_rpc, delete, expect, expect_eq, sh
 
 # What the links point at, as the text of the link; "%s" is the canary.
 TARGETS = (
@@ -359,7 +359,7 @@ def test_a_directory_tree_deeper_than_any_fd_limit_is_deleted_whole_and_not_copi
     """Root inside nests 25000 directories (more than the daemon's fds and
     stack could hold one level each): a fork refuses the copy with an error
     naming the depth, and delete removes the tree whole, the daemon up."""
-    name, _c, _o, _e = create(world, "deep", "--deny-all")
+    name = create_rpc(world, "deep", resources={"diskMiB": MANY_FILES_DISK_MIB})
     try:
         code, out, err = _root(world, name, "cd /workspace && python3 -c \"import os\n"
                                             "for i in range(25000):\n os.mkdir('d'); os.chdir('d')\n"

@@ -9,7 +9,8 @@ import subprocess
 import time
 
 import world as W
-from common import create, delete, expect, expect_eq, sandbox, sandbox_user_ids, sh_ok
+from common import (MANY_FILES_DISK_MIB, create, delete, expect, expect_eq, sandbox, sandbox_rpc, sandbox_user_ids,
+                    sh_ok)
 
 
 def _start(conn, name, path, recursive=True):
@@ -152,7 +153,7 @@ def test_watch_errors_and_limits(world):
 
 
 def test_watch_reports_overflow_when_the_client_does_not_keep_up(world):
-    with sandbox(world, "watchflood", "--deny-all") as name:
+    with sandbox_rpc(world, "watchflood", resources={"diskMiB": MANY_FILES_DISK_MIB}) as name:
         conn = world.daemon.connect()
         try:
             conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -339,6 +339,10 @@ class RpcConn:
 
 # ---------------------------------------------------------------- daemon
 
+# The test world's default resources.diskMiB (daemon.json diskMiB).
+WORLD_DISK_MIB = 128
+
+
 class Daemon:
     """One sandboxd process running in the world host namespace."""
 
@@ -390,6 +394,14 @@ class Daemon:
         elif config["localSourceRoots"] is None:
             # None: the daemon's own default (no key in daemon.json).
             config = {k: v for k, v in config.items() if k != "localSourceRoots"}
+        if "diskMiB" not in (config or {}):
+            # Every disk image holds all its blocks on the state filesystem
+            # (docs/SECURITY.md "Disk space"): the daemon's 10 GiB default
+            # would hold ~10 GiB of the host per sandbox of the suite.
+            config = dict(config or {}, diskMiB=WORLD_DISK_MIB)
+        elif config["diskMiB"] is None:
+            # None: the daemon's own default (no key in daemon.json).
+            config = {k: v for k, v in config.items() if k != "diskMiB"}
         mode = os.environ.get("SANDBOXD_TEST_USERNS")
         if mode in ("0", "1") and "userns" not in (config or {}):
             # The suite's mode (docs/SECURITY.md §3.9): 1 user namespaces
