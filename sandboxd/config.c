@@ -292,7 +292,7 @@ void daemon_config_defaults(daemon_config *cfg) {
                 .stop_grace_ms = 2000,
                 .command_log_bytes = 1 * MIB,
                 .log_budget_mib = 256,
-                .disk_mib = 10240,
+                .disk_mib = 2048,
                 .max_source_bytes = 4 * GIB,
                 .network_pool = xstrdup("10.201.0.0/16"),
                 .ipv6_pool = xstrdup("fd5b:d0c5:6a1e::/64"),

@@ -62,7 +62,7 @@ def test_check_config_prints_every_key_with_defaults_and_touches_nothing(world):
         # Defaults of keys the file does not name, as sandboxd(8) gives them.
         expect_eq(cfg["pidsMax"], 4096, "default pidsMax")
         expect_eq(cfg["logBudgetMiB"], 256, "default logBudgetMiB")
-        expect_eq(cfg["diskMiB"], 10240, "default diskMiB")
+        expect_eq(cfg["diskMiB"], 2048, "default diskMiB")
         expect_eq(cfg["networkPool"], "10.201.0.0/16", "default networkPool")
         expect(cfg["proxyUpstreamCA"] is None, "proxyUpstreamCA unset: %r" % cfg["proxyUpstreamCA"])
         for key in ("socket", "runDir", "socketGroup", "maxLineBytes", "defaultTimeoutMs", "maxTimeoutMs",
