@@ -87,7 +87,7 @@ static const config_key config_keys[] = {
         { "maxConnectionsRoot", KEY_UINT, OFF(max_conns_root), 1, 1000000,
           "Open JSON-RPC connections of root (uid 0); one over it gets an error line and is closed.", NULL },
         { "outputBudgetMiB",  KEY_U64,    OFF(output_budget_mib), 16, 1024 * 1024,
-          "One budget for the answers and output queued for every JSON-RPC connection together, in MiB; past it the connection whose client has read nothing for the longest time is dropped (logged).", NULL },
+          "One budget for the answers and output queued for every JSON-RPC connection together, in MiB; past it, of the client holding the most (a tenant, an admin uid or certificate), the connection that has read nothing for the longest time is dropped (logged).", NULL },
         { "defaultTimeoutMs", KEY_U64,    OFF(default_timeout_ms), 1000, 30ULL * 86400000,
           "A sandbox's timeout when create does not give one, in milliseconds; at most maxTimeoutMs.", NULL , .live = true },
         { "maxTimeoutMs",     KEY_U64,    OFF(max_timeout_ms), 1000, 30ULL * 86400000,

@@ -140,6 +140,7 @@ struct rpc_conn {
         uint64_t in_progress_usec;   /* CLOCK_MONOTONIC: the last bytes of input arrived */
         sd_event_source *in_idle;    /* armed while an unfinished line waits (conn_arm_partial) */
         char peer[64];            /* "ADDR:PORT", or "uid N pid N" */
+        char peer_key[80];        /* the client, for the output budget (rpc_peer_key_fn); "" until known */
         rpc_conn *prev, *next;
 };
 
@@ -193,6 +194,8 @@ struct rpc_server {
         void *drain_userdata;
         rpc_params_check params_check;
         rpc_authorize_fn authorize;
+        rpc_peer_key_fn peer_key;
+        void *peer_key_userdata;
         void *authorize_userdata;
         tls_listener tls[RPC_TLS_LISTENERS_MAX];
         size_t n_tls;
@@ -551,25 +554,92 @@ static void conn_arm_stall(rpc_conn *c) {
         }
 }
 
-/* Over the output budget (rpc.h): drops the connection whose peer has
- * taken nothing for the longest time, of those with output waiting, and
- * frees its queue now (its close follows on a later turn of the loop),
- * until the queues fit. */
+/* The client c speaks for (rpc_peer_key_fn), worked out once. */
+static const char *conn_peer_key(rpc_conn *c) {
+        if (c->peer_key[0])
+                return c->peer_key;
+        if (c->handshaking)
+                return c->peer; /* not yet known: a client of its own, not kept */
+        rpc_server *s = c->server;
+        if (s && s->peer_key)
+                s->peer_key(c, s->peer_key_userdata, c->peer_key, sizeof(c->peer_key));
+        if (!c->peer_key[0]) {
+                if (c->ssl)
+                        snprintf(c->peer_key, sizeof(c->peer_key), "tls %s", c->peer);
+                else
+                        snprintf(c->peer_key, sizeof(c->peer_key), "uid %u", (unsigned) c->cred.uid);
+        }
+        return c->peer_key;
+}
+
+typedef struct peer_charge {
+        const char *key;
+        size_t bytes;
+        bool waiting; /* output not yet written */
+} peer_charge;
+
+static int peer_charge_cmp(const void *a, const void *b) {
+        return strcmp(((const peer_charge *) a)->key, ((const peer_charge *) b)->key);
+}
+
+/* The client (conn_peer_key) whose open connections hold the most output
+ * as allocated, of those with output waiting; NULL when none or out of
+ * memory (then every connection is its own client). Borrowed from a
+ * connection. O(n log n) in the connections. */
+static const char *heaviest_peer(rpc_server *s, size_t *ret_bytes) {
+        size_t n = 0;
+        for (rpc_conn *x = s->conns; x; x = x->next)
+                n += x->open && x->out_alloc;
+        _cleanup_free_ peer_charge *v = n ? calloc(n, sizeof(*v)) : NULL;
+        if (!v)
+                return NULL;
+        size_t i = 0;
+        for (rpc_conn *x = s->conns; x && i < n; x = x->next)
+                if (x->open && x->out_alloc)
+                        v[i++] = (peer_charge) { .key = conn_peer_key(x), .bytes = x->out_alloc,
+                                                 .waiting = x->out_len > x->out_off };
+        qsort(v, i, sizeof(*v), peer_charge_cmp);
+        const char *best = NULL;
+        size_t best_bytes = 0;
+        for (size_t a = 0; a < i;) {
+                size_t b = a, sum = 0;
+                bool waiting = false;
+                for (; b < i && streq(v[b].key, v[a].key); b++) {
+                        sum += v[b].bytes;
+                        waiting |= v[b].waiting;
+                }
+                if (waiting && sum > best_bytes) {
+                        best = v[a].key;
+                        best_bytes = sum;
+                }
+                a = b;
+        }
+        *ret_bytes = best_bytes;
+        return best;
+}
+
+/* Over the output budget (rpc.h): of the client whose connections hold
+ * the most output, drops the connection that has taken nothing for the
+ * longest time, of those with output waiting, and frees its queue now (its
+ * close follows on a later turn of the loop), until the queues fit. */
 static void out_budget_enforce(rpc_server *s) {
         while (s->out_charged > s->out_budget) {
+                size_t peer_bytes = 0;
+                const char *peer = heaviest_peer(s, &peer_bytes);
                 rpc_conn *worst = NULL;
                 for (rpc_conn *x = s->conns; x; x = x->next)
-                        if (x->open && x->out_len > x->out_off &&
+                        if (x->open && x->out_len > x->out_off && (!peer || streq(conn_peer_key(x), peer)) &&
                             (!worst || x->progress_usec < worst->progress_usec))
                                 worst = x;
                 if (!worst)
                         return;
                 uint64_t now = conn_now(worst);
                 log_warning("rpc: the queued output of all connections passed the output budget (%zu MiB, "
-                            "outputBudgetMiB); dropping %s, which took nothing for %" PRIu64 " ms with %zu bytes queued",
+                            "outputBudgetMiB); dropping %s, which took nothing for %" PRIu64 " ms with %zu bytes queued, "
+                            "of the client holding the most (%s, %zu MiB)",
                             s->out_budget >> 20, worst->peer,
                             now > worst->progress_usec ? (now - worst->progress_usec) / 1000 : 0,
-                            worst->out_len - worst->out_off);
+                            worst->out_len - worst->out_off, worst->peer_key, peer_bytes >> 20);
                 conn_free_output(worst);
                 conn_close_soon(worst);
         }
@@ -2069,6 +2139,11 @@ void rpc_server_set_tls_accept(rpc_server *s, rpc_tls_accept_fn fn, rpc_identity
         s->tls_accept = fn;
         s->tls_identity_free = free_fn;
         s->tls_userdata = userdata;
+}
+
+void rpc_server_set_peer_key(rpc_server *s, rpc_peer_key_fn fn, void *userdata) {
+        s->peer_key = fn;
+        s->peer_key_userdata = userdata;
 }
 
 void rpc_server_set_authorize(rpc_server *s, rpc_authorize_fn fn, void *userdata) {

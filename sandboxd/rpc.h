@@ -175,9 +175,13 @@ uid_t rpc_conn_uid(const rpc_conn *c);
 /* The queues of all connections together (their buffers as allocated)
  * have one budget, out_budget_bytes (daemon.json "outputBudgetMiB"): many
  * peers that each stay under RPC_OUT_QUEUE_MAX cannot grow the daemon
- * without bound either. Past it the connection whose peer has taken no
- * byte for the longest time (of those with output waiting) is dropped, its
- * queue freed at once, the reason logged; again until the queues fit. */
+ * without bound either. Past it, of the client (rpc_peer_key_fn: a uid, a
+ * TLS tenant) whose connections hold the most, the connection that has
+ * taken no byte for the longest time (of those with output waiting) is
+ * dropped, its queue freed at once, the reason logged; again until the
+ * queues fit. By client first: a client that holds most of the budget on
+ * connections it reads a trickle from cannot make another's connection,
+ * one that read less recently, the one dropped. */
 #define RPC_OUT_BUDGET_DEFAULT (256u * 1024 * 1024)
 #define RPC_CONN_HIGH_WATER (4u * 1024 * 1024)
 #define RPC_CONN_LOW_WATER (1u * 1024 * 1024)
@@ -298,3 +302,13 @@ const char *rpc_conn_peer(const rpc_conn *c);
  * as rpc_reply_sb_error(); the hook logs the refusal). Set once. */
 typedef int (*rpc_authorize_fn)(rpc_request *req, void *userdata, sb_error **ret_err);
 void rpc_server_set_authorize(rpc_server *s, rpc_authorize_fn fn, void *userdata);
+
+/* Names the client a connection speaks for, for the output budget
+ * (RPC_OUT_BUDGET_DEFAULT): writes a NUL-terminated key of at most `size`
+ * bytes (truncated) to `buf`; connections of one client share a key.
+ * Called once per connection, after the TLS handshake. Without the hook a
+ * Unix socket connection's key is its uid, a TLS connection's its own
+ * address and port. */
+typedef void (*rpc_peer_key_fn)(const rpc_conn *c, void *userdata, char *buf, size_t size);
+/* Sets the hook above (fn NULL: the default keys). */
+void rpc_server_set_peer_key(rpc_server *s, rpc_peer_key_fn fn, void *userdata);

@@ -557,8 +557,26 @@ static int authorize(rpc_request *req, void *userdata, sb_error **ret_err) {
         return refuse(req, &t, ret_err, "%s is not open to tenants", TEXT_Q(req->method));
 }
 
+/* The output budget's client (rpc_peer_key_fn): a tenant is one client
+ * on every connection and both sockets, an admin one per local uid or
+ * per TLS certificate name, so one tenant's many connections are weighed
+ * together against anyone else's. */
+static void peer_key(const rpc_conn *c, void *userdata, char *buf, size_t size) {
+        manager *m = userdata;
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        const remote_identity *id = rpc_conn_identity(c);
+        if (!t.admin)
+                snprintf(buf, size, "tenant %s", t.name);
+        else if (id)
+                snprintf(buf, size, "admin cn %s", id->name ? id->name : "?");
+        else
+                snprintf(buf, size, "admin uid %u", (unsigned) rpc_conn_uid(c));
+}
+
 void tenant_attach(manager *m, rpc_server *server) {
         rpc_server_set_authorize(server, authorize, m);
+        rpc_server_set_peer_key(server, peer_key, m);
 }
 
 /* ---- daemon.json "tenants" ---- */
