@@ -818,6 +818,8 @@ static void method_fork(rpc_request *req, void *userdata) {
         if (r >= 0 && userns && (r = userns_reprobe(m, &err)) >= 0 && m->userns_unavailable)
                 r = sb_error_set(&err, -EOPNOTSUPP, "unavailable", "userns",
                                  "userns: this host cannot run user-namespace sandboxes: %s", m->userns_unavailable);
+        if (r >= 0)
+                r = tenant_check_room(m, req, false, &err);
         if (r < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
@@ -929,6 +931,10 @@ static void method_snapshot(rpc_request *req, void *userdata) {
                 return;
         }
         sandbox *sb = sandbox_lookup(req, m, "name");
+        if (sb && tenant_check_room(m, req, true, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         if (sb)
                 capture(m, req, sb, "snapshot", snapshot_captured);
 }

@@ -269,6 +269,25 @@ int tenant_check_new_snapshot(manager *m, rpc_request *req, sb_error **ret_err) 
         return 0;
 }
 
+int tenant_check_room(manager *m, rpc_request *req, bool for_snapshot, sb_error **ret_err) {
+        if (for_snapshot)
+                return tenant_check_new_snapshot(m, req, ret_err);
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        uint64_t n = 0;
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                n += !o->pooled && o->owner && tenant_owns(&t, o->owner);
+        if (n + 1 > l.sandboxes)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " sandboxes, its limit (daemon.json tenants maxSandboxes "
+                                  "%" PRIu64 "); delete one first", t.name, n, l.sandboxes);
+        return 0;
+}
+
 /* ---- the check of each request ---- */
 
 /* What a tenant may do with a method, by the object its params name. */

@@ -75,6 +75,15 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const struct sandbox 
  * with this one added. */
 int tenant_check_new_snapshot(manager *m, rpc_request *req, sb_error **ret_err);
 
+/* Before a fork or a snapshot copies its source (snapshot.c): whether the
+ * tenant has room for one more sandbox (`for_snapshot` false) or snapshot, by
+ * count only. The copy takes the source's disk in bytes on the state
+ * filesystem and freezes it; a tenant at its limit would otherwise have it
+ * done, again and again, only to be refused at registration (which stays
+ * the check that counts: concurrent requests can all pass this one).
+ * Returns as tenant_check_new_sandbox. */
+int tenant_check_room(manager *m, rpc_request *req, bool for_snapshot, sb_error **ret_err);
+
 /* daemon.json "tenants": validates the value (every key known, every value
  * of its type and range), naming the key at fault in *ret_err. Pure. */
 int tenant_config_check(const cJSON *v, sb_error **ret_err);
