@@ -63,10 +63,10 @@ void sandbox_disk_remove(const char *dir) {
                 log_warning_errno(-errno, "remove %s: %m", img);
 }
 
-void sandbox_storage_stats(const manager *m, sandbox_storage *ret) {
+void sandbox_storage_stats(const manager *m, const char *owner, sandbox_storage *ret) {
         *ret = (sandbox_storage){0};
         for (const sandbox *sb = m->sandboxes; sb; sb = sb->next) {
-                if (!sb->disk_mib)
+                if (!sb->disk_mib || (owner && (!sb->owner || strcmp(sb->owner, owner) != 0)))
                         continue;
                 ret->committed_bytes += sb->disk_mib << 20;
                 ret->disks++;

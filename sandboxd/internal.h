@@ -388,8 +388,10 @@ typedef struct sandbox_storage {
         unsigned unbacked;        /* of them, images without all their blocks (made sparse by an earlier version) */
 } sandbox_storage;
 /* Fills *ret from the sandboxes' records, one fstat per image, and a
- * statvfs of the state directory (zeros when it fails). */
-void sandbox_storage_stats(const manager *m, sandbox_storage *ret);
+ * statvfs of the state directory (zeros when it fails). With `owner`
+ * non-NULL, committed_bytes, disks and unbacked count only the sandboxes
+ * that tenant owns (tenant.h; a tenant's metrics show no other's). */
+void sandbox_storage_stats(const manager *m, const char *owner, sandbox_storage *ret);
 
 /* manager.c */
 sandbox *manager_find_sandbox(manager *m, const char *name);

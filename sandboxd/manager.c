@@ -117,7 +117,7 @@ static void method_info(rpc_request *req, void *userdata) {
         /* Disk space (docs/SECURITY.md "Disk space"): every disk image
          * holds its blocks, so committed is already taken from free. */
         sandbox_storage ss;
-        sandbox_storage_stats(m, &ss);
+        sandbox_storage_stats(m, NULL, &ss);
         cJSON *st = cJSON_AddObjectToObject(o, "storage");
         cJSON_AddStringToObject(st, "model", "backed");
         cJSON_AddNumberToObject(st, "committedBytes", (double)ss.committed_bytes);

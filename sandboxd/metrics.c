@@ -380,7 +380,9 @@ static char *render(bool full, const tenant *who, size_t *ret_len) {
         for (size_t i = 0; i < ELEMENTSOF(statuses); i++)
                 fprintf(f, "sandboxd_sandboxes{status=\"%s\"} %u\n", statuses[i], n_status[i]);
         sandbox_storage ss;
-        sandbox_storage_stats(m, &ss);
+        /* A tenant's: its own disks only (the state filesystem's free
+         * bytes are the host's, as its disk refusals say them). */
+        sandbox_storage_stats(m, tenant_owner(who), &ss);
         fprintf(f,
                 "# HELP sandboxd_storage_committed_bytes Sum of the sandboxes' disk sizes (diskMiB), each held on the state filesystem.\n"
                 "# TYPE sandboxd_storage_committed_bytes gauge\nsandboxd_storage_committed_bytes %" PRIu64 "\n"

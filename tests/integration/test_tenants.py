@@ -203,6 +203,10 @@ def test_a_local_tenant_hears_and_scrapes_only_its_own(world):
         expect('sandbox="%s"' % a in body, "its own sandbox's series")
         expect('sandbox="%s"' % b not in body, "no series of another tenant's sandbox")
         expect("sandboxd_rpc_requests_total" not in body, "no daemon-wide request counts for a tenant")
+        # Nor the disks of others, summed: another tenant's creates and
+        # their sizes showed in the committed bytes.
+        committed = [l.split()[1] for l in body.splitlines() if l.startswith("sandboxd_storage_committed_bytes ")]
+        expect_eq(committed, [str(W.WORLD_DISK_MIB << 20)], "a tenant's committed disk bytes are its own sandbox's")
         body = _scrape_as(d, 0)
         expect('sandbox="%s"' % b in body and "sandboxd_rpc_requests_total" in body, "root sees everything")
         ev = subprocess.Popen(["python3", "-c", _CLIENT, json.dumps({"wait": b, "status": "deleted"})],
