@@ -288,8 +288,9 @@ def test_tenant_limits_name_the_limit_and_the_tenant(world):
             "type": "tarball", "path": os.path.join(world.tmp, "x.tgz")}}), "a host path source")
         expect("allowLocalSources" in msg, "names the limit:", msg)
         # Disk: a tenant under maxDiskMiB needs a bounded disk within it.
-        msg = _refused(_one(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all"}),
-                       "the default 10 GiB disk over maxDiskMiB 1024", "limit_exceeded")
+        msg = _refused(_one(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all",
+                                                         "resources": {"diskMiB": 2048}}),
+                       "a 2 GiB disk over maxDiskMiB 1024", "limit_exceeded")
         expect("maxDiskMiB" in msg and carol in msg, "names the limit and the tenant:", msg)
         # vCPUs: 3 in all.
         msg = _refused(_one(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all",
