@@ -819,7 +819,7 @@ static void method_fork(rpc_request *req, void *userdata) {
                 r = sb_error_set(&err, -EOPNOTSUPP, "unavailable", "userns",
                                  "userns: this host cannot run user-namespace sandboxes: %s", m->userns_unavailable);
         if (r >= 0)
-                r = tenant_check_room(m, req, false, &err);
+                r = tenant_check_room(m, req, NULL, &err);
         if (r < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
@@ -884,7 +884,7 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         }
         _cleanup_error_ sb_error *e = NULL;
         /* A tenant's snapshot limit, where the snapshot is registered. */
-        if (tenant_check_new_snapshot(m, req, &e) < 0) {
+        if (tenant_check_new_snapshot(m, req, sb, &e) < 0) {
                 rpc_reply_sb_error(req, e);
                 layers_collect(m, chain, NULL, NULL);
                 return;
@@ -931,7 +931,7 @@ static void method_snapshot(rpc_request *req, void *userdata) {
                 return;
         }
         sandbox *sb = sandbox_lookup(req, m, "name");
-        if (sb && tenant_check_room(m, req, true, &err) < 0) {
+        if (sb && tenant_check_room(m, req, sb, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }

@@ -210,6 +210,23 @@ static int over_limit(const rpc_request *req, const tenant *t, sb_error **ret_er
 
 /* ---- limits at registration (sandbox.c, snapshot.c) ---- */
 
+/* The disk a snapshot may hold, in MiB: its source's diskMiB (its top
+ * layer is a copy of that disk's upper, no larger), 0 when unbounded. */
+static uint64_t snapshot_disk_mib(const snapshot *s) {
+        const cJSON *dm = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(s->config, "resources"), "diskMiB");
+        return cJSON_IsNumber(dm) && dm->valuedouble > 0 ? (uint64_t)dm->valuedouble : 0;
+}
+
+/* What a tenant's snapshots hold against maxDiskMiB, in MiB. */
+static uint64_t snapshots_disk_mib(const manager *m, const tenant *t) {
+        uint64_t disk = 0;
+        for (const snapshot *s = m->snapshots; s; s = s->next)
+                if (s->owner && tenant_owns(t, s->owner))
+                        disk += snapshot_disk_mib(s);
+        return disk;
+}
+
 int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb_error **ret_err) {
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);
@@ -222,7 +239,7 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
                 return refuse(req, &t, ret_err,
                               "networkPolicy: mode %s is not open to this tenant (daemon.json tenants networkModes)",
                               mode);
-        uint64_t n = 0, vcpus = 0, disk = 0;
+        uint64_t n = 0, vcpus = 0, disk = snapshots_disk_mib(m, &t);
         bool unbounded = false;
         for (const sandbox *o = m->sandboxes; o; o = o->next)
                 if (!o->pooled && tenant_owns(&t, o->owner) && o->owner) {
@@ -246,13 +263,13 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
                                   l.disk_mib, sb->disk_mib ? "; one of its sandboxes has none" : "");
         if (disk + sb->disk_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
-                                  "resources.diskMiB: tenant '%s' would have %" PRIu64 " MiB of disk, over its limit "
-                                  "(daemon.json tenants maxDiskMiB %" PRIu64 ")", t.name, disk + sb->disk_mib,
-                                  l.disk_mib);
+                                  "resources.diskMiB: tenant '%s' would have %" PRIu64 " MiB of disk (its sandboxes' "
+                                  "disks and its snapshots'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
+                                  ")", t.name, disk + sb->disk_mib, l.disk_mib);
         return 0;
 }
 
-int tenant_check_new_snapshot(manager *m, rpc_request *req, sb_error **ret_err) {
+int tenant_check_new_snapshot(manager *m, rpc_request *req, const sandbox *src, sb_error **ret_err) {
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);
         if (t.admin)
@@ -266,12 +283,26 @@ int tenant_check_new_snapshot(manager *m, rpc_request *req, sb_error **ret_err) 
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' has %" PRIu64 " snapshots, its limit (daemon.json tenants maxSnapshots "
                                   "%" PRIu64 "); delete one first", t.name, n, l.snapshots);
+        if (l.disk_mib == UINT64_MAX || !src)
+                return 0;
+        /* A snapshot holds up to its source's disk on the state filesystem:
+         * counted against maxDiskMiB with the tenant's sandboxes. */
+        uint64_t disk = snapshots_disk_mib(m, &t);
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
+                        disk += o->disk_mib;
+        if (!src->disk_mib || disk + src->disk_mib > l.disk_mib)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' would have %" PRIu64 " MiB of disk with a snapshot of sandbox %s (its "
+                                  "sandboxes' disks and its snapshots', each snapshot counted at its source's diskMiB), "
+                                  "over its limit (daemon.json tenants maxDiskMiB %" PRIu64 "); delete a snapshot first",
+                                  t.name, disk + src->disk_mib, TEXT_Q(src->name), l.disk_mib);
         return 0;
 }
 
-int tenant_check_room(manager *m, rpc_request *req, bool for_snapshot, sb_error **ret_err) {
-        if (for_snapshot)
-                return tenant_check_new_snapshot(m, req, ret_err);
+int tenant_check_room(manager *m, rpc_request *req, const sandbox *snapshot_src, sb_error **ret_err) {
+        if (snapshot_src)
+                return tenant_check_new_snapshot(m, req, snapshot_src, ret_err);
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);
         if (t.admin)

@@ -71,18 +71,20 @@ struct sandbox;
  * (limit_exceeded) with *ret_err naming the limit and the tenant, logged. */
 int tenant_check_new_sandbox(manager *m, rpc_request *req, const struct sandbox *sb, sb_error **ret_err);
 
-/* The same for a new snapshot (its capture done): the tenant's snapshots
- * with this one added. */
-int tenant_check_new_snapshot(manager *m, rpc_request *req, sb_error **ret_err);
+/* The same for a new snapshot of `src` (its capture done): the tenant's
+ * snapshots with this one added, and with a maxDiskMiB its sandboxes'
+ * disks plus its snapshots', each snapshot counted at its source's diskMiB
+ * (the most its top layer can hold). */
+int tenant_check_new_snapshot(manager *m, rpc_request *req, const struct sandbox *src, sb_error **ret_err);
 
 /* Before a fork or a snapshot copies its source (snapshot.c): whether the
- * tenant has room for one more sandbox (`for_snapshot` false) or snapshot, by
- * count only. The copy takes the source's disk in bytes on the state
+ * tenant has room for one more sandbox (`snapshot_src` NULL) or for a
+ * snapshot of `snapshot_src` (count and disk, as tenant_check_new_snapshot). The copy takes the source's disk in bytes on the state
  * filesystem and freezes it; a tenant at its limit would otherwise have it
  * done, again and again, only to be refused at registration (which stays
  * the check that counts: concurrent requests can all pass this one).
  * Returns as tenant_check_new_sandbox. */
-int tenant_check_room(manager *m, rpc_request *req, bool for_snapshot, sb_error **ret_err);
+int tenant_check_room(manager *m, rpc_request *req, const struct sandbox *snapshot_src, sb_error **ret_err);
 
 /* daemon.json "tenants": validates the value (every key known, every value
  * of its type and range), naming the key at fault in *ret_err. Pure. */

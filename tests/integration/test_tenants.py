@@ -17,6 +17,7 @@ from common import expect, expect_eq
 
 NOGROUP = 65534
 ALICE, BOB, CAROL, ADMIN = 65534, 2000, 2001, 4321
+DAVE = 2002  # maxDiskMiB alone
 METRICS_PORT = 19474
 
 _state = {}
@@ -85,7 +86,8 @@ def _setup(world):
         "tenants": {
             "localAdmins": [ADMIN],
             "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
-                                          "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]}},
+                                          "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]},
+                      "uid:%d" % DAVE: {"maxDiskMiB": 512}},
         },
     }, tag="tenants")
     _state["daemon"] = d
@@ -319,6 +321,30 @@ def test_tenant_limits_name_the_limit_and_the_tenant(world):
         # Another tenant is not bound by uid:2001's limits; admin by none.
         r3 = _ok(d, BOB, "sandbox.create", {"networkPolicy": "allow-all"})
         made.append(r3["name"])
+    finally:
+        _cleanup(d, made, snaps)
+
+
+def test_snapshots_count_against_the_tenants_disk_limit(world):
+    """A snapshot holds up to its source's disk on the state filesystem: with
+    maxDiskMiB and no maxSnapshots, snapshot after snapshot of one sandbox
+    filled the host's disk (five of a 256 MiB sandbox under a 256 MiB
+    limit). Each snapshot now counts its source's diskMiB against the
+    limit, with the tenant's sandboxes, and a refusal names the limit."""
+    d = _setup(world)
+    made, snaps = [], []
+    try:
+        r = _ok(d, DAVE, "sandbox.create", {"networkPolicy": "deny-all", "resources": {"diskMiB": 256}})
+        made.append(r["name"])
+        snaps.append(_ok(d, DAVE, "sandbox.snapshot", {"name": r["name"]})["id"])
+        msg = _refused(_one(d, DAVE, "sandbox.snapshot", {"name": r["name"]}),
+                       "a snapshot past maxDiskMiB 512", "limit_exceeded")
+        expect("maxDiskMiB" in msg and "uid:%d" % DAVE in msg, "names the limit and the tenant:", msg)
+        msg = _refused(_one(d, DAVE, "sandbox.create", {"networkPolicy": "deny-all", "resources": {"diskMiB": 256}}),
+                       "a sandbox past maxDiskMiB with a snapshot held", "limit_exceeded")
+        expect("maxDiskMiB" in msg, "names the limit:", msg)
+        d.rpc("snapshot.delete", {"id": snaps.pop()})
+        snaps.append(_ok(d, DAVE, "sandbox.snapshot", {"name": r["name"]})["id"])
     finally:
         _cleanup(d, made, snaps)
 
