@@ -131,11 +131,19 @@ def _names(result):
 
 
 def _cleanup(d, names=(), snaps=()):
+    """Deletes what a test made, and then everything else this file's daemon
+    holds (it serves these tests alone): a create a failing test did not
+    expect to succeed must not outlive it, since its session would run on
+    past this daemon (live restore) and be left behind for every later test."""
     for n in names:
         if n:
             d.rpc("sandbox.delete", {"name": n})
     for i in snaps:
         d.rpc("snapshot.delete", {"id": i})
+    for s in (d.rpc("sandbox.list", {}).get("result") or {}).get("sandboxes", []):
+        d.rpc("sandbox.delete", {"name": s["name"]})
+    for s in (d.rpc("snapshot.list", {}).get("result") or {}).get("snapshots", []):
+        d.rpc("snapshot.delete", {"id": s["id"]})
 
 
 def test_a_second_local_user_cannot_see_or_touch_the_first_users_sandboxes(world):
