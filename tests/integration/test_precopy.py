@@ -209,6 +209,27 @@ CAPTURE_S = 500
 LIFETIME_MS = 1200 * 1000
 
 
+def _capture(world, method, params):
+    """The result of capture `method` (sandbox.snapshot, sandbox.fork).
+    One not answered within CAPTURE_S is cancelled (request.cancel) and its
+    answer awaited before the test fails: given up on and left alone, a
+    fork finished after the test's cleanup had looked for it, and its
+    sandbox outlived the test (every later test of that daemon failed its
+    leak check on the fork's cgroups)."""
+    with world.daemon.connect(timeout=CAPTURE_S) as conn:
+        rid = conn.start(method, params)
+        try:
+            msg = conn.wait(rid, CAPTURE_S)
+        except TimeoutError:
+            conn.start("request.cancel", {"id": rid})
+            late = conn.wait(rid, 120)  # cancelled, or done just before
+            if method == "sandbox.snapshot" and "result" in late:
+                world.rpc("snapshot.delete", {"id": late["result"]["id"]})
+            raise  # a fork done just before: the test's cleanup deletes it by name
+    expect("result" in msg, "%s:" % method, json.dumps(msg.get("error"))[:1000])
+    return msg["result"]
+
+
 def _check(world, name, what):
     """The replay of the mutator's steps takes as long as the steps did,
     and the mutator ran as long as the captures took: minutes on a busy
@@ -260,9 +281,8 @@ def _precopy_exact(world, userns):
         world.ctl("exec", "--detach", src, "--", "python3", "/var/tmp/mutator.py", "mutate", ROOT, LOG,
                   "/var/tmp/m.ready", check=True)
         poll(lambda: sh(world, src, "test -s /var/tmp/m.ready")[0] == 0, 30, "the mutator to start")
-        snap = world.rpc_result("sandbox.snapshot", {"name": src}, CAPTURE_S)["id"]
-        world.rpc_result("sandbox.fork", {"sourceSandbox": src, "name": fork,
-                                          "overrides": {"timeout": LIFETIME_MS}}, CAPTURE_S)
+        snap = _capture(world, "sandbox.snapshot", {"name": src})["id"]
+        _capture(world, "sandbox.fork", {"sourceSandbox": src, "name": fork, "overrides": {"timeout": LIFETIME_MS}})
         log = open(world.daemon.log_path, errors="replace").read()
         expect(log.count("'%s': snapshot pre-copied" % src) == 1 and log.count("'%s': fork pre-copied" % src) == 1,
                "both captures were pre-copied", world.daemon.log_tail())
