@@ -124,13 +124,48 @@ int core_rootfs_file_tree(const char *name, const void *data, size_t size, sb_er
         return TAKE_FD(tree);
 }
 
+int core_rootfs_attach_bind(int rootfd, int tree, const char *dst, sb_error **ret_err) {
+        _cleanup_close_ int target = openat2_beneath(rootfd, dst, O_PATH);
+        if (target < 0)
+                return sb_error_set(ret_err, target, NULL, NULL, "open mount point %s: %s", dst,
+                                    strerror(-target));
+        if (move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) == 0)
+                return 0;
+        int err = negative_errno();
+        /* ENOENT with a root that has no name left: the file was replaced
+         * on the host after it was cloned (ldconfig renames a new
+         * /etc/ld.so.cache over the old one; dpkg does so with every
+         * conffile), and the kernel attaches no mount whose root was
+         * renamed over. The clone still holds the old file: a copy of it
+         * is what the bind would have shown. */
+        struct stat st;
+        if (err != -ENOENT || fstat(tree, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 0)
+                return sb_error_set(ret_err, err, NULL, NULL, "mount on %s: %s", dst, strerror(-err));
+        char self[64];
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", tree);
+        _cleanup_free_ char *data = NULL;
+        size_t len = 0;
+        int r = core_read_file(self, CORE_ROOTFS_COPY_MAX_BYTES, &data, &len);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "mount on %s: replaced on the host; read the old file: %s",
+                                    dst, strerror(-r));
+        const char *base = strrchr(dst, '/');
+        base = base && base[1] ? base + 1 : "file";
+        _cleanup_close_ int copy = core_rootfs_file_tree(base, data, len, ret_err);
+        if (copy < 0)
+                return sb_error_prefix(ret_err, "mount on %s: replaced on the host", dst);
+        if (move_mount(copy, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount a copy on %s: %m", dst);
+        return 0;
+}
+
 /* Binds host path src (recursively) onto dst beneath rootfd. */
 static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, bool ro,
                      sb_error **ret_err) {
         _cleanup_close_ int tree = core_rootfs_clone_tree(srcdfd, src, ro, ret_err);
         if (tree < 0)
                 return tree;
-        return attach(rootfd, tree, dst, ret_err);
+        return core_rootfs_attach_bind(rootfd, tree, dst, ret_err);
 }
 
 /* Paths under /proc and /sys hidden behind the verified /dev/null (files) or
@@ -507,7 +542,7 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
 
         for (size_t i = 0; i < cfg->n_binds; i++) {
                 if (cfg->binds[i].fd > 2) {
-                        r = attach(rootfd, cfg->binds[i].fd, cfg->binds[i].dst, ret_err);
+                        r = core_rootfs_attach_bind(rootfd, cfg->binds[i].fd, cfg->binds[i].dst, ret_err);
                         if (r < 0)
                                 return r;
                         continue;

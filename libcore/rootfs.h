@@ -65,4 +65,21 @@ int core_rootfs_clone_tree(int dfd, const char *src, bool ro, sb_error **ret_err
  * or a negative errno with *ret_err naming the step. */
 int core_rootfs_file_tree(const char *name, const void *data, size_t size, sb_error **ret_err);
 
+/* The largest host file core_rootfs_attach_bind() copies when the file was
+ * replaced on the host after its clone was made (ld.so.cache is tens of
+ * KiB; openssl.cnf a few). */
+#define CORE_ROOTFS_COPY_MAX_BYTES (16u * 1024 * 1024)
+
+/* Attaches the detached bind `tree` (a clone of a host path, e.g. from
+ * core_rootfs_clone_tree(); the caller keeps owning the fd) onto `dst`
+ * beneath rootfd, the target resolved with openat2(RESOLVE_IN_ROOT |
+ * RESOLVE_NO_SYMLINKS). When the clone's root is a regular file that was
+ * renamed over on the host since (ldconfig's new /etc/ld.so.cache, a dpkg
+ * conffile), the kernel refuses the move with ENOENT; a read-only tmpfs
+ * copy of the file the clone still holds (at most
+ * CORE_ROOTFS_COPY_MAX_BYTES, core_rootfs_file_tree()) is attached instead:
+ * the same bytes the bind would have shown. Returns 0 or a negative errno
+ * with *ret_err naming dst. */
+int core_rootfs_attach_bind(int rootfd, int tree, const char *dst, sb_error **ret_err);
+
 void core_rootfs_config_clear(core_rootfs_config *cfg);

@@ -13,9 +13,10 @@ sandboxd, with 1, 100 and 1000 sessions' rules loaded in the world host's
     sandbox to its DNS filter, beside the same query straight to dnsmasq
     from an allow-all sandbox (same path, minus the filter).
 The 100 and 1000 columns add 48 real custom-policy sandboxes and make up
-the rest with sessions made by `nft -f` in the shape policy/nftgen.c gives
-them (two chains and four sets each, elements in the `sessions` and
-`sessions_input` maps) for interfaces that do not exist, removed at the end.
+the rest with sessions made by `nft -f` for interfaces that do not exist,
+copies of the probe's own (SessionTemplate: the sets, chains and map
+elements policy/nftgen.c made for it, as `nft list` shows them), removed
+at the end.
 Prints one table with p50/p90 and ratios. No assertions on time.
 
     python3 tests/bench/bench_policy.py [--iterations N]
@@ -23,6 +24,7 @@ Prints one table with p50/p90 and ratios. No assertions on time.
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -88,52 +90,98 @@ def gateway(w, name):
     return [l.split()[1] for l in out.splitlines() if l.startswith("nameserver")][0]
 
 
-def fake_sessions_script(first, count, op):
-    """nft -f input that adds (op "add") or deletes (op "delete") `count`
-    sessions shaped like policy/nftgen.c's custom ones."""
-    forbid = ("0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, "
-              "192.0.0.0/24, 192.0.2.0/24, 192.88.99.0/24, 192.168.0.0/16, 198.18.0.0/15, "
-              "198.51.100.0/24, 203.0.113.0/24, 224.0.0.0/3")
-    t = "inet sandboxd"
-    lines = []
-    for i in range(first, first + count):
-        s = "s_sbx%d" % i
-        ic = "i_sbx%d" % i
-        gw = "10.202.%d.%d" % ((i * 2) // 256 % 256, (i * 2) % 256)
-        if op == "delete":
-            lines += ['delete element %s sessions { "sbx%d" }' % (t, i),
-                      'delete element %s sessions_input { "sbx%d" }' % (t, i),
-                      'delete element %s sessions_reply { "sbx%d" }' % (t, i),
-                      "delete chain %s %s" % (t, s), "delete chain %s %s" % (t, ic), "delete chain %s r_sbx%d" % (t, i)]
-            lines += ["delete set %s %s_%s" % (t, s, x) for x in ("allow4", "deny4", "forbid4", "dns4")]
-            continue
-        lines += ["add set %s %s_allow4 { type ipv4_addr; flags interval; }" % (t, s),
-                  "add set %s %s_deny4 { type ipv4_addr; flags interval; elements = { 5.5.4.0/24 } }" % (t, s),
-                  "add set %s %s_forbid4 { type ipv4_addr; flags interval; elements = { %s } }" % (t, s, forbid),
-                  "add set %s %s_dns4 { type ipv4_addr; flags timeout; }" % (t, s),
-                  "add chain %s %s" % (t, s),
-                  "add rule %s %s ct mark %d accept" % (t, s, i + 1),
-                  "add rule %s %s ip daddr @%s_deny4 goto deny" % (t, s, s),
-                  "add rule %s %s ip daddr @%s_forbid4 goto deny" % (t, s, s)]
-        lines += ["add rule %s %s %s dport %d goto deny" % (t, s, p, port)
-                  for port in (53, 853) for p in ("tcp", "udp")]
-        lines += ["add rule %s %s ip daddr @%s_allow4 accept" % (t, s, s),
-                  "add rule %s %s ip daddr @%s_dns4 accept" % (t, s, s),
-                  "add rule %s %s goto deny" % (t, s),
-                  "add chain %s %s" % (t, ic),
-                  "add rule %s %s ip daddr %s udp dport 53 accept" % (t, ic, gw),
-                  "add rule %s %s ip daddr %s tcp dport 53 accept" % (t, ic, gw),
-                  "add rule %s %s goto deny" % (t, ic),
-                  'add element %s sessions { "sbx%d" : goto %s }' % (t, i, s),
-                  'add element %s sessions_input { "sbx%d" : jump %s }' % (t, i, ic),
-                  # The reply direction of a flow of an older generation.
-                  "add chain %s r_sbx%d" % (t, i),
-                  "add rule %s r_sbx%d ct mark %d accept" % (t, i, i + 1),
-                  "add rule %s r_sbx%d ip saddr @%s_allow4 ct mark set %d accept" % (t, i, s, i + 1),
-                  "add rule %s r_sbx%d ip saddr @%s_dns4 ct mark set %d accept" % (t, i, s, i + 1),
-                  "add rule %s r_sbx%d drop" % (t, i),
-                  'add element %s sessions_reply { "sbx%d" : goto r_sbx%d }' % (t, i, i)]
-    return "\n".join(lines) + "\n"
+def _blocks(listing):
+    """{("set"|"map"|"chain", name): [statement, ...]} of `nft list table`
+    output: a statement is a line two tabs deep with its continuation
+    lines (deeper, as nft wraps long element lists) joined on."""
+    out, cur = {}, None
+    for line in listing.splitlines():
+        m = re.match(r"^\t(set|map|chain) (\S+) \{$", line)
+        if m:
+            cur = out.setdefault((m.group(1), m.group(2)), [])
+        elif line == "\t}":
+            cur = None
+        elif cur is not None and line.strip():
+            if cur and re.match(r"^\t\t[\t ]", line):
+                cur[-1] += " " + line.strip()
+            else:
+                cur.append(line.strip())
+    return out
+
+
+def _elements(stmts):
+    """The elements of a set or map, one string each."""
+    for st in stmts:
+        if st.startswith("elements = {"):
+            return [e.strip() for e in st[len("elements = {"):].rstrip("}").split(",") if e.strip()]
+    return []
+
+
+class SessionTemplate:
+    """The nftables objects policy/nftgen.c made for one custom-policy
+    session, read from the table (`nft list`), to be copied for
+    interfaces that do not exist. Read, not written out here, so the copies
+    have whatever shape nftgen gives a session now: its sets are in one of
+    two slots ("s_<if>_allow4" or "s_<if>_allow4_b", whichever the
+    session's chains use), its chains s_, r_, i_ (and n_) <if>, and its
+    elements in the shared maps (sessions, sessions_input, ...) and sets
+    (proxied)."""
+
+    def __init__(self, listing, ifname):
+        self.ifname = ifname
+        own = re.compile(r"^[srin]_%s(_|$)" % re.escape(ifname))
+        blocks = _blocks(listing)
+        self.sets, self.chains, self.shared = [], [], []
+        for (kind, name), stmts in sorted(blocks.items()):
+            if own.match(name):
+                if kind == "chain":
+                    self.chains.append((name, stmts))
+                else:
+                    # A DNS set's elements carry timeouts: not copied.
+                    timeout = any(st.startswith("flags") and "timeout" in st for st in stmts)
+                    self.sets.append((kind, name, [st for st in stmts
+                                                   if not (timeout and st.startswith("elements"))]))
+            else:
+                mine = [e for e in _elements(stmts) if self._mentions(e)]
+                if mine:
+                    self.shared.append((name, mine))
+        if not self.chains or not self.sets:
+            raise SystemExit("bench_policy: no nftables session for %s in the table" % ifname)
+
+    def _mentions(self, text):
+        return re.search(r"(?<![0-9A-Za-z])%s(?![0-9])" % re.escape(self.ifname), text) is not None
+
+    def _rename(self, text, ifname):
+        return re.sub(r"(?<![0-9A-Za-z])%s(?![0-9])" % re.escape(self.ifname), ifname, text)
+
+    def script(self, ifnames, op):
+        """nft -f input that adds (op "add") or deletes (op "delete") a
+        copy of the session for each interface name."""
+        t = "inet sandboxd"
+        head, body, tail = [], [], []
+        for i in ifnames:
+            r = lambda x: self._rename(x, i)  # noqa: E731
+            if op == "delete":
+                head += ["delete element %s %s { %s }" % (t, m, r(e).split(" : ")[0])
+                         for m, els in self.shared for e in els]
+                body += ["flush chain %s %s" % (t, r(c)) for c, _s in self.chains]
+                body += ["delete chain %s %s" % (t, r(c)) for c, _s in self.chains]
+                tail += ["delete %s %s %s" % (k, t, r(n)) for k, n, _s in self.sets]
+                continue
+            head += ["add %s %s %s { %s; }" % (k, t, r(n), "; ".join(st)) for k, n, st in self.sets]
+            head += ["add chain %s %s" % (t, r(c)) for c, _s in self.chains]
+            body += ["add rule %s %s %s" % (t, r(c), r(rule)) for c, rules in self.chains for rule in rules]
+            tail += ["add element %s %s { %s }" % (t, m, r(e)) for m, els in self.shared for e in els]
+        return "\n".join(head + body + tail) + "\n"
+
+
+def custom_session_ifname(listing):
+    """The interface of the one custom-policy session in the table (the
+    one whose chain matches against a set of its own)."""
+    found = set(re.findall(r"@s_(sbx\d+)_allow4", listing))
+    if len(found) != 1:
+        raise SystemExit("bench_policy: expected one custom-policy session, found %s" % sorted(found))
+    return found.pop()
 
 
 def nft_file(w, text):
@@ -194,6 +242,10 @@ def main(argv):
             in_sandbox(w, direct, QUERIES, W.DNS_ADDR, "api.public.test", 5)
             counts[1] = count_sessions(w)
             levels[1] = measure(w, c, probe, direct, n)
+            # The probe is the one custom-policy session yet: the shape the
+            # nft-made sessions copy.
+            listing = w.run_in_host(["nft", "list", "table", "inet", "sandboxd"]).stdout
+            template = SessionTemplate(listing, custom_session_ifname(listing))
             # Real sandboxes only up to 50: sandbox-netd takes at most 64
             # --never entries and the host gains addresses with every
             # session, so past about 59 custom sessions a new one fails.
@@ -210,13 +262,15 @@ def main(argv):
             try:
                 for lv in (100, 1000):
                     want = lv - 2 - REAL_EXTRA - fake  # the probe and the allow-all one count too
-                    nft_file(w, fake_sessions_script(FAKE_BASE + fake, want, "add"))
+                    nft_file(w, template.script(["sbx%d" % i for i in range(FAKE_BASE + fake,
+                                                                           FAKE_BASE + fake + want)], "add"))
                     fake += want
                     counts[lv] = count_sessions(w)
                     levels[lv] = measure(w, c, probe, direct, n)
             finally:
                 if fake:
-                    nft_file(w, fake_sessions_script(FAKE_BASE, fake, "delete"))
+                    nft_file(w, template.script(["sbx%d" % i for i in range(FAKE_BASE, FAKE_BASE + fake)],
+                                                "delete"))
             for x in extra:
                 c.call("sandbox.delete", {"name": x})
             c.call("sandbox.delete", {"name": probe})

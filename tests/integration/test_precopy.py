@@ -28,7 +28,7 @@ from common import delete, expect, expect_eq, poll, sh, sh_ok
 BALLAST_DISK_MIB = 1024
 
 MUTATOR = r'''
-import ctypes, hashlib, json, mmap, os, random, sys
+import ctypes, hashlib, json, mmap, os, random, resource, sys
 SEED = 1616
 DIRS = ["", "d0", "d1", "d0/d1"]
 NAMES = ["f0", "f1", "f2", "f3", "d0", "d1", "l0"]
@@ -160,6 +160,7 @@ def manifest(root):
 def run(root, steps, log=None, ready=None):
     rng, m = setup(root)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if log else -1
+    cpu = os.open(log + ".cpu", os.O_WRONLY | os.O_CREAT, 0o644) if log else -1
     if ready:
         with open(ready, "w") as f:
             f.write(str(os.getpid()))
@@ -168,16 +169,28 @@ def run(root, steps, log=None, ready=None):
         step(rng, root, m)
         if fd >= 0:
             os.write(fd, b".")
+            if i % 256 == 0:
+                t = os.times()
+                os.pwrite(cpu, ("%.2f" % (t.user + t.system)).encode().ljust(24), 0)
         i += 1
 
 if sys.argv[1] == "mutate":
     run(sys.argv[2], None, sys.argv[3], sys.argv[4])
 else:
     root, k = sys.argv[2], os.path.getsize(sys.argv[3])
+    # The replay does the steps the mutator did (twice at most) and reads
+    # two trees: a few times the CPU the mutator had used by the freeze
+    # (written every 256 steps) is its bound, whatever the load.
+    with open(sys.argv[3] + ".cpu") as f:
+        used = float(f.read().split()[0])
+    budget = int(4 * used) + 60
+    resource.setrlimit(resource.RLIMIT_CPU, (budget, budget))
     got = manifest(root)
     res = {"steps": k}
     for extra in (0, 1):
-        r = "/var/tmp/replay-%d" % extra
+        # On /tmp, a tmpfs: the replay waits for no disk, however busy
+        # the host's is; what it costs is CPU, which is bounded above.
+        r = "/tmp/replay-%d" % extra
         run(r, k + extra)
         want = manifest(r)
         if want == got:
@@ -202,8 +215,35 @@ CAPTURE_S = 500
 LIFETIME_MS = 1200 * 1000
 
 
+def _capture(world, method, params):
+    """The result of capture `method` (sandbox.snapshot, sandbox.fork).
+    One not answered within CAPTURE_S is cancelled (request.cancel) and its
+    answer awaited before the test fails: given up on and left alone, a
+    fork finished after the test's cleanup had looked for it, and its
+    sandbox outlived the test (every later test of that daemon failed its
+    leak check on the fork's cgroups)."""
+    with world.daemon.connect(timeout=CAPTURE_S) as conn:
+        rid = conn.start(method, params)
+        try:
+            msg = conn.wait(rid, CAPTURE_S)
+        except TimeoutError:
+            conn.start("request.cancel", {"id": rid})
+            late = conn.wait(rid, 120)  # cancelled, or done just before
+            if method == "sandbox.snapshot" and "result" in late:
+                world.rpc("snapshot.delete", {"id": late["result"]["id"]})
+            raise  # a fork done just before: the test's cleanup deletes it by name
+    expect("result" in msg, "%s:" % method, json.dumps(msg.get("error"))[:1000])
+    return msg["result"]
+
+
 def _check(world, name, what):
-    code, out, err = sh(world, name, "python3 /var/tmp/mutator.py check %s %s" % (ROOT, LOG), timeout=300)
+    """The replay of the mutator's steps takes as long as the steps did,
+    and the mutator ran as long as the captures took: minutes on a busy
+    machine. So its bound is CPU time (RLIMIT_CPU, from the CPU the
+    mutator used, `check` in MUTATOR; SIGXCPU past it), not a wall-clock
+    limit; the runner's per-test limit stays the guard against a hang."""
+    code, out, err = sh(world, name, "python3 /var/tmp/mutator.py check %s %s" % (ROOT, LOG), timeout=None)
+    expect(code != 128 + 24, "the check in %s used more than 4 times the mutator's CPU time" % what)
     expect_eq(code, 0, "the check in %s (%s)" % (what, err.strip()[-2000:]))
     res = json.loads(out)
     expect("match" in res, "%s: the copy is the source's tree after step %d or %d"
@@ -247,9 +287,8 @@ def _precopy_exact(world, userns):
         world.ctl("exec", "--detach", src, "--", "python3", "/var/tmp/mutator.py", "mutate", ROOT, LOG,
                   "/var/tmp/m.ready", check=True)
         poll(lambda: sh(world, src, "test -s /var/tmp/m.ready")[0] == 0, 30, "the mutator to start")
-        snap = world.rpc_result("sandbox.snapshot", {"name": src}, CAPTURE_S)["id"]
-        world.rpc_result("sandbox.fork", {"sourceSandbox": src, "name": fork,
-                                          "overrides": {"timeout": LIFETIME_MS}}, CAPTURE_S)
+        snap = _capture(world, "sandbox.snapshot", {"name": src})["id"]
+        _capture(world, "sandbox.fork", {"sourceSandbox": src, "name": fork, "overrides": {"timeout": LIFETIME_MS}})
         log = open(world.daemon.log_path, errors="replace").read()
         expect(log.count("'%s': snapshot pre-copied" % src) == 1 and log.count("'%s': fork pre-copied" % src) == 1,
                "both captures were pre-copied", world.daemon.log_tail())

@@ -348,6 +348,7 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
                                   "head -c 33554432 /dev/urandom > /workspace/big && echo small > /workspace/small")
         expect_eq(code, 0, "make a 32 MiB file (%s)" % err.strip())
         base = _rss_kb(d.pid)
+        log_before = os.path.getsize(d.log_path)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.connect(d.socket)
@@ -360,7 +361,8 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
         p.register(s, select.POLLHUP | select.POLLRDHUP | select.POLLERR)
         peak, dropped_at, served = 0, None, False
         try:
-            while time.monotonic() - start < 50:
+            # A guard against a daemon that never drops it, no more.
+            while time.monotonic() - start < 100:
                 peak = max(peak, _rss_kb(d.pid))
                 if not served and time.monotonic() - start > 3:
                     # Others are served meanwhile, fs.read included.
@@ -373,10 +375,19 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
         finally:
             s.close()
         expect(served, "another client was not served during the flood")
-        # 30 s after the peer last took a byte, which is within the first
-        # seconds (while the first answer fills the socket buffers).
-        expect(dropped_at is not None and 29 <= dropped_at <= 45,
-               "the client that reads nothing is dropped on the 30 s deadline (after %s s)" % dropped_at)
+        # 30 s after the peer last took a byte: never sooner after the
+        # start, and for that reason. How much later depends on when the
+        # daemon wrote the last byte the socket took, which is when it had
+        # the first answer (a 32 MiB file) ready: within seconds in the
+        # real build, 20 s under AddressSanitizer on a busy machine, so no
+        # upper bound on the time here.
+        expect(dropped_at is not None and dropped_at >= 29,
+               "the client that reads nothing is dropped no sooner than the 30 s deadline (after %s s)" % dropped_at)
+        with open(d.log_path, errors="replace") as f:
+            f.seek(log_before)
+            said = f.read()
+        expect("read nothing for 30000 ms" in said and "dropping the connection" in said,
+               "the daemon says it dropped the client for reading nothing for 30 s:", d.log_tail(10))
         # Under AddressSanitizer (make integration-asan) freed memory sits
         # in its quarantine and shadow: the bounds are for the real build.
         if "ASAN_OPTIONS" not in os.environ:
@@ -386,7 +397,7 @@ def test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_droppe
             poll(lambda: _rss_kb(d.pid) - base < 64 * 1024, 15,
                  "daemon RSS back near %d MiB after the drop (now %d MiB)" % (base // 1024, _rss_kb(d.pid) // 1024))
         _still_serving(world)
-test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped.timeout = 120
+test_a_client_that_pipelines_big_reads_and_never_reads_is_bounded_and_dropped.timeout = 180
 
 
 def test_many_clients_with_long_unfinished_lines_share_one_input_budget(world):
