@@ -78,9 +78,9 @@ def test_a_tenant_that_holds_the_budget_cannot_get_a_reading_admin_dropped(world
     d = world.start_sandboxd({"outputBudgetMiB": 16, "socketGroup": "nogroup"}, tag="budgetpeers")
     att = None
     victim = None
+    vname, aname = world.name("budgetv"), world.name("budgeta")
     try:
         content = base64.b64encode(os.urandom(FILE_BYTES)).decode()
-        vname = world.name("budgetv")
         d.ctl("create", "--name", vname, "--deny-all", check=True)
         expect("result" in d.rpc("fs.write", {"sandbox": vname, "files": [{"path": "/workspace/big",
                                                                           "content": content}]}, timeout=120), "fs.write")
@@ -91,7 +91,6 @@ def test_a_tenant_that_holds_the_budget_cannot_get_a_reading_admin_dropped(world
             att.stdin.write(line + "\n")
             att.stdin.flush()
             return att.stdout.readline().strip()
-        aname = world.name("budgeta")
         r = say("rpc sandbox.create " + json.dumps({"name": aname, "networkPolicy": "deny-all"}))
         expect('"result"' in r, "the tenant's create:", r)
         # Its file, written by root into the tenant's own sandbox (the
@@ -132,6 +131,10 @@ def test_a_tenant_that_holds_the_budget_cannot_get_a_reading_admin_dropped(world
             att.stdin.close()
             att.kill()
             att.wait()
+        # This daemon's state goes with it: its sessions must not outlive
+        # it (they would run on, live-restore style, past every later test).
+        for n in (vname, aname):
+            d.rpc("sandbox.delete", {"name": n}, 120)
         world.stop_sandboxd(d)
         world.start_sandboxd()
 test_a_tenant_that_holds_the_budget_cannot_get_a_reading_admin_dropped.timeout = 300
