@@ -435,8 +435,10 @@ def check_group_access(c, st):
     c.run("useradd", "-m", "-G", "sandboxd", "alice")
     c.run("useradd", "-m", "bob")
     p = c.run("setpriv", "--reuid=alice", "--regid=alice", "--init-groups", "sandboxctl", "ls", check=False)
-    expect(p.returncode == 0 and st["name"] in p.stdout, "a member of group sandboxd uses the CLI:",
-           p.returncode, p.stdout, p.stderr)
+    # The group gives access, not root's powers: alice is the tenant
+    # uid:N and sees none of root's sandboxes (docs/SECURITY.md 4.2).
+    expect(p.returncode == 0 and "NAME" in p.stdout and st["name"] not in p.stdout,
+           "a member of group sandboxd uses the CLI, as a tenant:", p.returncode, p.stdout, p.stderr)
     p = c.run("setpriv", "--reuid=bob", "--regid=bob", "--init-groups", "sandboxctl", "ls", check=False)
     expect(p.returncode == 69 and "ermission denied" in p.stderr, "a user outside the group may not:",
            p.returncode, p.stdout, p.stderr)
