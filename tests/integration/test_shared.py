@@ -118,7 +118,13 @@ def test_a_client_that_reads_no_output_holds_the_flood_in_the_sandbox(world):
                     _procs_of(a, ["cat", "/dev/zero"])),
                 60, "every cat in %s blocked on its pipe" % a)
             grown = _rss_kib(d.pid) - before
-            expect(grown < 96 * 1024, "sandboxd grew by %d KiB for a client that reads nothing" % grown)
+            # Under AddressSanitizer (make integration-asan) every freed
+            # chunk the flood passed through sits in its quarantine (256 MiB
+            # by default), so RSS follows the bytes moved, not the bytes
+            # held: the bound is for the real build, as in test_flow and
+            # test_command_memory. The blocked writers above hold either way.
+            if "ASAN_OPTIONS" not in os.environ:
+                expect(grown < 96 * 1024, "sandboxd grew by %d KiB for a client that reads nothing" % grown)
             expect_eq(sh_ok(world, b, "echo ok").strip(), "ok", "a command in another sandbox")
         finally:
             close()
