@@ -1,8 +1,8 @@
 # sandboxd — non-recursive Makefile.
 #
 #   make            build sandboxd, sandbox-init, sandboxctl
-#   make check      install deps, build, unit tests and integration tests, each plain and under ASan+UBSan;
-#                   20 s of each fuzz target, the short load run, a sample of the kill -9 matrix
+#   make check      install deps, build, unit tests and integration tests, each plain and under ASan+UBSan
+#                   (the two integration runs side by side); 20 s of each fuzz target, the short load run, a sample of the kill -9 matrix
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 300)
 #   make faults     the kill -9 matrix at every fault point (tests/faults/)
 #   make sdk-py-check  the Python SDK's tests (sdk/python) against a real daemon
@@ -96,7 +96,7 @@ shim-test: $(BINS) $(SHIM)
 cri-test: $(BINS) $(SHIM)
 	@/usr/bin/python3 tests/cri/run.py
 
-.PHONY: all deps check unit unit-asan integration integration-asan demo bench bench-detail install clean fuzz load faults
+.PHONY: all deps check unit unit-asan integration integration-asan integration-both demo bench bench-detail install clean fuzz load faults
 all: $(BINS) $(FAULT_BINS)
 
 deps:
@@ -194,16 +194,23 @@ integration-asan: $(BINS) $(B)/asan/bin/sandboxd
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  python3 tests/integration/run.py
 
+# Both modes of the suite side by side, each in its own test world with its
+# own daemon: the suite waits on sandboxes far more than it computes, so the
+# two together take little longer than one, and each runs on a busy machine
+# (a test that fails under load is a bug). Each one's output is printed
+# whole when it ends (--output-sync).
+integration-both: $(BINS) $(B)/asan/bin/sandboxd
+	@$(MAKE) --no-print-directory -j2 --output-sync=target integration integration-asan
+
 check: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory unit-asan
-	@$(MAKE) --no-print-directory integration
+	@$(MAKE) --no-print-directory integration-both
 	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
 	  $(MAKE) --no-print-directory shim-test; else echo "shim tests skipped: containerd or go not installed"; fi
 	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
 	  $(MAKE) --no-print-directory cri-test; else echo "CRI tests skipped: containerd or go not installed"; fi
-	@$(MAKE) --no-print-directory integration-asan
 	@$(MAKE) --no-print-directory fuzz-short
 	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
