@@ -785,9 +785,18 @@ void register_pause_methods(manager *m, rpc_server *s);
 /* The root directory of runtime `name` (<state>/runtimes/<name>). Caller
  * frees; NULL on ENOMEM. */
 char *runtime_dir(const manager *m, const char *name);
-/* 0 when runtime `name` exists and is not being replaced; else -ENOENT
- * with reason not_found naming `field`. */
-int runtime_check(manager *m, const char *name, const char *field, sb_error **ret_err);
+/* 0 when runtime `name` exists, is not being replaced and the client of
+ * `req` may use it (NULL: the daemon itself, admin): an admin-owned
+ * runtime is every tenant's, a tenant's only its own (tenant.h); else
+ * -ENOENT with reason not_found naming `field`, another tenant's runtime
+ * answered exactly as a missing one. */
+int runtime_check(manager *m, const rpc_request *req, const char *name, const char *field, sb_error **ret_err);
+/* The owner recorded for runtime `name` in *ret_owner (malloc'd; NULL:
+ * admin-owned, as "host" and records from before owners are). Returns 0,
+ * or -ENOENT when there is no such runtime (or it is being made). */
+int runtime_owner(manager *m, const char *name, char **ret_owner);
+/* How many runtimes tenant `owner` made. */
+unsigned runtimes_owned(manager *m, const char *owner);
 /* Removes what an interrupted import or bootstrap left (daemon start). */
 void runtimes_load(manager *m);
 /* True when sb stands on the built-in host runtime. */
