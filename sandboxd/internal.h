@@ -124,10 +124,12 @@ struct command {
         ring out, err;
         bool log_evicted;         /* its logs were dropped for the global budget (logBudgetMiB) */
         bool log_replay;          /* restored from init: takes init's "log" events until its first output */
-        /* Per-command flow control (agent.h "window", "credit"): init's
-         * window for it (0: none, an older init or a restored command),
-         * and the output bytes received and not yet credited back. */
+        /* Per-command flow control (agent.h "window", "credit"): the
+         * window this daemon granted and init keeps (0: none, an older
+         * init or a restored command), and the output bytes received and
+         * not yet credited back. */
         uint64_t window, credit_owed;
+        bool window_overrun;      /* init sent past window + slack: the rest is dropped, logged once */
         command *next;
 };
 
@@ -162,6 +164,10 @@ struct session {
         unsigned next_cmd_id, next_fs_req;
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
+        /* init answered a run of this session with a window (agent.h): it
+         * keeps windows, so one it answers without is held to the one
+         * this daemon granted all the same (command.c). */
+        bool keeps_windows;
         bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */
         pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */
