@@ -153,6 +153,8 @@ static int record_owner(const manager *m, const char *name, char **ret_owner) {
         if (r < 0)
                 return r;
         _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(text);
+        if (!cJSON_IsObject(o))
+                return -EINVAL;
         const char *owner = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "owner"));
         if (owner && *owner && !(*ret_owner = strdup(owner)))
                 return -ENOMEM;
@@ -165,8 +167,8 @@ int runtime_owner(manager *m, const char *name, char **ret_owner) {
                 return -ENOENT;
         int r = record_owner(m, name, ret_owner);
         /* A record that cannot be read names nobody: nobody but admin may
-         * use it (fail closed). */
-        if (r < 0 && r != -ENOMEM && !(*ret_owner = strdup("?")))
+         * use it (fail closed; no tenant is named ""). */
+        if (r < 0 && r != -ENOMEM && !(*ret_owner = strdup("")))
                 return -ENOMEM;
         return r == -ENOMEM ? r : 0;
 }
