@@ -84,7 +84,13 @@ def _setup(world):
     if _state.get("daemon") and _state["daemon"].alive():
         return _state["daemon"]
     world.stop_sandboxd()  # one daemon per network namespace; the runner restores the default
-    d = world.start_sandboxd({
+    extra = {}
+    try:
+        from test_runtimes import _cache_dir
+        extra["runtimeCache"] = _cache_dir()  # the debootstrap trees test_runtimes fills
+    except W.Skip:
+        pass
+    d = world.start_sandboxd(dict(extra, **{
         "socketGroup": "nogroup",
         "metricsListen": "127.0.0.1:%d" % METRICS_PORT,
         "tenants": {
@@ -94,7 +100,8 @@ def _setup(world):
                       "uid:%d" % DAVE: {"maxDiskMiB": 512},
                       "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: _IMPORTS},
         },
-    }, tag="tenants")
+    }), tag="tenants")
+    _state["cache"] = extra.get("runtimeCache")
     _state["daemon"] = d
     return d
 
@@ -547,3 +554,27 @@ def test_a_tenants_daemon_info_shows_its_own_and_nothing_of_others(world):
                "admin's daemon.info is whole:", json.dumps(full)[:300])
     finally:
         _cleanup(d, made)
+
+
+def test_a_tenants_bootstrap_is_its_own_and_from_the_daemons_mirror(world):
+    """runtime.bootstrap as a tenant with allowRuntimeImport: from the
+    daemon's own mirror (the debootstrap cache test_runtimes fills; no
+    network here), recorded as the tenant's, hidden from another tenant."""
+    import hashlib
+    from test_runtimes import _apt_mirror
+    d = _setup(world)
+    mirror, cache = _apt_mirror(), _state.get("cache")
+    if not mirror or not cache or not os.path.isdir(os.path.join(
+            cache, "bookworm-" + hashlib.sha256(mirror.encode()).hexdigest()[:16])):
+        raise W.Skip("no debootstrap cache of bookworm from this machine's mirror (test_runtimes makes it)")
+    rt = world.name("tboot")
+    try:
+        got = _as(d, BOB, [{"method": "runtime.bootstrap", "params": {"name": rt}}], timeout=600)[0]
+        expect("result" in got, "bootstrap as a tenant:", json.dumps(got)[:400])
+        expect_eq((got["result"]["owner"], got["result"]["cached"], got["result"]["source"]["mirror"]),
+                  ("uid:%d" % BOB, True, mirror), "the tenant's, from the cache of the daemon's mirror")
+        expect(rt not in _runtime_names(d, ERIN), "hidden from another tenant")
+        _ok(d, BOB, "runtime.delete", {"name": rt})
+    finally:
+        d.rpc("runtime.delete", {"name": rt})
+test_a_tenants_bootstrap_is_its_own_and_from_the_daemons_mirror.timeout = 600
