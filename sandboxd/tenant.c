@@ -652,7 +652,9 @@ static int check_fork(const rpc_request *req, const tenant *t, const tenant_limi
 
 /* runtime.list for a tenant: a runtime's `sandboxes` name only its own,
  * and `snapshots` counts only its own, so other tenants' names and counts
- * do not show. */
+ * do not show; a shared (admin's) runtime imported from a tarball does not
+ * show the host path it came from. (Other tenants' runtimes are not
+ * listed at all: runtime.c.) */
 static void filter_runtimes(rpc_request *req, cJSON *result, void *userdata) {
         manager *m = userdata;
         tenant t;
@@ -677,6 +679,8 @@ static void filter_runtimes(rpc_request *req, cJSON *result, void *userdata) {
                 }
                 if (cJSON_GetObjectItemCaseSensitive(rt, "snapshots"))
                         cJSON_ReplaceItemInObjectCaseSensitive(rt, "snapshots", cJSON_CreateNumber(snaps));
+                if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(rt, "owner")))
+                        cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(rt, "source"), "path");
         }
 }
 

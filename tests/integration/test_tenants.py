@@ -409,6 +409,8 @@ def test_a_tenants_runtime_is_its_own_and_shared_runtimes_stay_everyones(world):
         expect(rt not in erin and shared in erin and "host" in erin, "another tenant's list:", sorted(erin))
         expect_eq(_runtime_names(d, 0)[rt]["owner"], "uid:%d" % BOB, "admin sees the owner")
         expect(_runtime_names(d, 0)[shared]["owner"] is None, "an admin import is admin-owned")
+        expect("path" not in erin[shared]["source"] and _runtime_names(d, 0)[shared]["source"]["path"] == path,
+               "a shared runtime's host path shows to admin only:", erin[shared])
         # Use: the owner creates on it; another tenant gets what a missing
         # runtime gets.
         r = _ok(d, BOB, "sandbox.create", {"networkPolicy": "deny-all", "runtime": rt})
@@ -515,6 +517,9 @@ def test_imports_and_exports_are_permissions_confined_to_local_source_roots(worl
         out = os.path.join(world.tmp, world.name("bexp") + ".tar")
         got = _ok(d, BOB, "snapshot.export", {"id": snap, "path": out})
         expect(got["bytes"] > 0 and os.stat(out).st_uid == BOB, "the export belongs to the local tenant")
+        m = _one(d, BOB, "snapshot.export", {"id": snap, "path": out})
+        expect((m.get("error") or {}).get("code") == -32602 and "exists" in m["error"]["message"],
+               "a file there is never replaced:", json.dumps(m)[:300])
         imp = _ok(d, ERIN, "snapshot.import", {"path": out})
         snaps.append(imp["id"])
         expect_eq(imp["owner"], "uid:%d" % ERIN, "an import is its importer's")
