@@ -110,19 +110,34 @@ static char *record_path(const manager *m, const char *name) {
         return asprintf(&p, "%s/%s.json", m->runtimes_dir, name) < 0 ? NULL : p;
 }
 
+/* m->runtime_jobs holds {"name", "owner"?} of each import or bootstrap
+ * in progress. */
+static const char *job_field(const cJSON *job, const char *key) {
+        return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, key));
+}
+
 static bool job_pending(const manager *m, const char *name) {
         const cJSON *it;
         cJSON_ArrayForEach(it, m->runtime_jobs)
-                if (streq(it->valuestring, name))
+                if (streq(job_field(it, "name") ?: "", name))
                         return true;
         return false;
+}
+
+/* Imports and bootstraps in progress for tenant `owner`. */
+static unsigned jobs_of(const manager *m, const char *owner) {
+        unsigned n = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, m->runtime_jobs)
+                n += job_field(it, "owner") && streq(job_field(it, "owner"), owner);
+        return n;
 }
 
 static void job_forget(manager *m, const char *name) {
         int i = 0;
         const cJSON *it;
         cJSON_ArrayForEach(it, m->runtime_jobs) {
-                if (streq(it->valuestring, name)) {
+                if (streq(job_field(it, "name") ?: "", name)) {
                         cJSON_DeleteItemFromArray(m->runtime_jobs, i);
                         return;
                 }
@@ -609,12 +624,24 @@ static runtime_job *job_new(rpc_request *req, manager *m) {
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);
         const char *owner = tenant_owner(&t);
+        /* Counted here, on the loop, with the tenant's imports still in
+         * progress: concurrent requests cannot pass maxRuntimes together. */
+        if (owner && tenant_check_new_runtime(m, req, runtimes_owned(m, owner) + jobs_of(m, owner), &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return NULL;
+        }
+        cJSON *job = cJSON_CreateObject();
+        if (job && (!cJSON_AddStringToObject(job, "name", name) || (owner && !cJSON_AddStringToObject(job, "owner", owner)))) {
+                cJSON_Delete(job);
+                job = NULL;
+        }
         runtime_job *j = calloc(1, sizeof(*j));
         if (j)
                 j->fd = -EBADF;
         if (!j || !(j->name = strdup(name)) || !(j->runtimes_dir = strdup(m->runtimes_dir)) ||
             (owner && !(j->owner = strdup(owner))) ||
-            cJSON_AddItemToArray(m->runtime_jobs, cJSON_CreateString(name)) == false) {
+            !job || cJSON_AddItemToArray(m->runtime_jobs, TAKE_PTR(job)) == false) {
+                cJSON_Delete(job);
                 runtime_job_free(j);
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
                 return NULL;

@@ -109,7 +109,7 @@ bool tenant_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name
 static const char *const mode_names[] = { "allow-all", "deny-all", "custom" };
 
 typedef struct tenant_limits {
-        uint64_t sandboxes, vcpus, disk_mib, snapshots; /* UINT64_MAX: no limit */
+        uint64_t sandboxes, vcpus, disk_mib, snapshots, runtimes; /* UINT64_MAX: no limit */
         bool modes[3];                                  /* by mode_names */
         bool no_userns, local_sources;
         bool runtime_import, snapshot_import, snapshot_export;
@@ -124,6 +124,7 @@ static const struct {
         { "maxVcpus", offsetof(tenant_limits, vcpus) },
         { "maxDiskMiB", offsetof(tenant_limits, disk_mib) },
         { "maxSnapshots", offsetof(tenant_limits, snapshots) },
+        { "maxRuntimes", offsetof(tenant_limits, runtimes) },
 };
 #define TENANT_LIMIT_MAX 1000000000ULL
 
@@ -171,6 +172,7 @@ static void apply_limits(const cJSON *o, tenant_limits *l) {
 static void limits_of(const daemon_config *cfg, const tenant *t, tenant_limits *ret) {
         *ret = (tenant_limits) {
                 .sandboxes = UINT64_MAX, .vcpus = UINT64_MAX, .disk_mib = UINT64_MAX, .snapshots = UINT64_MAX,
+                .runtimes = UINT64_MAX,
                 .modes = { true, true, true },
         };
         const cJSON *tc = tenants_config(cfg);
@@ -377,6 +379,20 @@ int tenant_check_imported_snapshot(manager *m, rpc_request *req, const snapshot 
                                   "tenant '%s' would have %" PRIu64 " MiB of disk with this snapshot (its sandboxes' "
                                   "disks and its snapshots'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
                                   "); delete a snapshot first", t.name, disk + mib, l.disk_mib);
+        return 0;
+}
+
+int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_error **ret_err) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        if ((uint64_t) have + 1 > l.runtimes)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %u runtimes (those being made included), its limit (daemon.json "
+                                  "tenants maxRuntimes %" PRIu64 "); delete one first", t.name, have, l.runtimes);
         return 0;
 }
 
@@ -838,7 +854,8 @@ static bool dup_key(const cJSON *obj, const cJSON *it) {
 }
 
 #define LIMIT_KEYS                                                                                     \
-        "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, networkModes, allowNoUserns, allowLocalSources, " \
+        "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, maxRuntimes, networkModes, allowNoUserns, "       \
+        "allowLocalSources, "                                                                          \
         "allowRuntimeImport, allowSnapshotImport, allowSnapshotExport"
 
 static bool is_bool_limit(const char *key) {

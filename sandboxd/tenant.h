@@ -106,6 +106,10 @@ struct snapshot;
 int tenant_check_imported_snapshot(manager *m, rpc_request *req, const struct snapshot *s, uint64_t unpacked_bytes,
                                    sb_error **ret_err);
 
+/* The same for a new runtime (runtime.import, runtime.bootstrap) of a
+ * tenant that has `have` (made and being made): maxRuntimes. */
+int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_error **ret_err);
+
 /* Before a fork or a snapshot copies its source (snapshot.c): whether the
  * tenant has room for one more sandbox (`snapshot_src` NULL) or for a
  * snapshot of `snapshot_src` (count and disk, as tenant_check_new_snapshot). The copy takes the source's disk in bytes on the state

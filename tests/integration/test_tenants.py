@@ -98,7 +98,7 @@ def _setup(world):
             "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
                                           "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]},
                       "uid:%d" % DAVE: {"maxDiskMiB": 512},
-                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: _IMPORTS},
+                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1)},
         },
     }), tag="tenants")
     _state["cache"] = extra.get("runtimeCache")
@@ -394,6 +394,7 @@ def test_a_tenants_runtime_is_its_own_and_shared_runtimes_stay_everyones(world):
     from test_runtimes import _tiny_rootfs_tar
     d = _setup(world)
     rt, shared, missing = world.name("trt"), world.name("tshared"), world.name("tnone")
+    erin_rt = world.name("terin")
     path = os.path.join(world.tmp, rt + ".tar.gz")
     with open(path, "wb") as f:
         f.write(_tiny_rootfs_tar(rt))
@@ -422,6 +423,12 @@ def test_a_tenants_runtime_is_its_own_and_shared_runtimes_stay_everyones(world):
                   "another's runtime answers as a missing one")
         r2 = _ok(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all", "runtime": shared})
         made.append(r2["name"])
+        # maxRuntimes: uid:2003 may hold one.
+        _ok(d, ERIN, "runtime.import", {"name": erin_rt, "path": path})
+        msg = _refused(_one(d, ERIN, "runtime.import", {"name": missing, "path": path}), "a second runtime",
+                       "limit_exceeded")
+        expect("maxRuntimes" in msg and "uid:%d" % ERIN in msg, "names the limit and the tenant:", msg)
+        _ok(d, ERIN, "runtime.delete", {"name": erin_rt})
         # Names: one name space, the refusal says nothing of whose.
         msg = _refused(_one(d, ERIN, "runtime.import", {"name": rt, "path": path}), "a name another tenant holds",
                        "already_exists")
@@ -448,7 +455,7 @@ def test_a_tenants_runtime_is_its_own_and_shared_runtimes_stay_everyones(world):
         expect(rt not in _runtime_names(d, 0), "the owner deleted it")
     finally:
         _cleanup(d, made)
-        for name in (rt, shared):
+        for name in (rt, shared, erin_rt, missing):
             d.rpc("runtime.delete", {"name": name})
         os.unlink(path)
 

@@ -453,7 +453,7 @@ static void test_tenants_are_checked_shown_and_reloaded(void **state) {
                            "\"maxVcpus\": null, \"networkModes\": [\"deny-all\"]}, \"names\": {\"uid:1001\": "
                            "{\"allowNoUserns\": true, \"allowLocalSources\": false, \"maxDiskMiB\": 4096, "
                            "\"allowRuntimeImport\": true, \"allowSnapshotImport\": false, "
-                           "\"allowSnapshotExport\": true}, "
+                           "\"allowSnapshotExport\": true, \"maxRuntimes\": 2}, "
                            "\"tag:team=a\": {\"maxSnapshots\": 0}}}}";
         assert_null(parse_error(good, &cfg));
         cJSON *o = daemon_config_to_json(&cfg);
