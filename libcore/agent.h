@@ -41,7 +41,9 @@
  *      command N's output on (or kept them: nobody is attached); init
  *      reads the pipes again once fewer than W are outstanding. Output
  *      read at the command's reap (at most 1 MiB per stream) is sent
- *      regardless. When the connection to sandboxd is lost every window
+ *      regardless. sandboxd holds init to the window it granted: output of
+ *      a command past W + AGENT_WINDOW_SLACK bytes not credited is a
+ *      protocol error, and the rest of that command's output is dropped. When the connection to sandboxd is lost every window
  *      is dropped (the next daemon's clients are not attached to them).
  *   ← {"ev":"started","id":N,"pid":P,"window":W}  or  {"ev":"exit","id":N,"code":127,"error":S}
  *      "window" (W of the run) says that init keeps the window; without
@@ -148,5 +150,13 @@
 #define AGENT_LISTEN_FD 4
 #define AGENT_MAX_PACKET (256 * 1024)
 #define AGENT_FS_CHUNK (128 * 1024)
+/* What an init that keeps a command's window ("window" above) may send of
+ * its output beyond the window, not yet credited: one read past it (init
+ * checks the window after each read of up to 64 KiB) and what it reads
+ * regardless at the command's reap (up to 1 MiB and one more read, per
+ * stream). sandboxd drops output of a command past window + this as a
+ * forged init's (sandboxd/command.c); libcore/init/command.c asserts that
+ * its own reads stay within it. */
+#define AGENT_WINDOW_SLACK (3u * 64 * 1024 + 2u * 1024 * 1024)
 #define SANDBOX_UID 1000
 #define SANDBOX_GID 1000

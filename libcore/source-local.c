@@ -122,6 +122,11 @@ int source_local_open(const char *const *roots, const char *path, int flags, con
                             path);
 }
 
+int core_source_local_open(const char *const *roots, const char *path, int flags, const char *field,
+                           sb_error **ret_err) {
+        return source_local_open(roots, path, flags, field, ret_err);
+}
+
 /* ---- git dir copy ------------------------------------------------------------ */
 
 typedef struct copy_ctx {

@@ -121,6 +121,20 @@ void core_source_set_progress(core_source_progress_fn fn, void *userdata);
 /* The calling thread's callback and its userdata (NULL when none). */
 core_source_progress_fn core_source_get_progress(void **ret_userdata);
 
+/* Opens the host path `path` with open(2) `flags` (O_CLOEXEC added) when
+ * it lies under one of `roots` (NULL-terminated; NULL or empty: none), as
+ * local sources are read: the root opened without following a symlink
+ * anywhere in it, the rest resolved from the root's fd with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS).
+ * For the daemon's other host paths a tenant names (runtime and snapshot
+ * imports, snapshot exports; docs/SECURITY.md). Returns the fd (owned by
+ * the caller), or a negative errno with *ret_err (reason "source_failed",
+ * field `field`): -EACCES outside every root (the message names
+ * localSourceRoots), -ELOOP for a symlink on the way, -EINVAL for a path
+ * with "." or ".." components. */
+int core_source_local_open(const char *const *roots, const char *path, int flags, const char *field,
+                           sb_error **ret_err);
+
 /* Checks a tarball location: an absolute path, file://, http:// or https://.
  * Returns 0 or -EINVAL with *ret_err (field "source.url" or "source.path"). */
 int core_tarball_location_check(const char *location, sb_error **ret_err);

@@ -10,7 +10,20 @@
  * with `cmd | slow-reader` on a terminal, while the channel (and every
  * other request of the sandbox, from any client) goes on. The drain
  * handler gives the credit back. Output nobody is attached to is kept in
- * the log and credited at once. */
+ * the log and credited at once.
+ *
+ * The daemon holds init to the window it granted: root inside a sandbox
+ * can speak on init's socket (agent.c), and an init that ignores credit
+ * would otherwise have every byte it sends queued for a client that does
+ * not read. Output of a command past window + AGENT_WINDOW_SLACK bytes not
+ * yet credited (more than an init that keeps the window ever sends) is
+ * a protocol error: the command's output from there on is dropped,
+ * neither logged nor passed on, and the daemon says so once in its log.
+ * The channel is read on regardless (every answer of the sandbox comes
+ * through it). What stays queued for a connection is then bounded
+ * per command, and for all connections by outputBudgetMiB, also for the
+ * commands of an init that keeps no window (an older init, a command
+ * re-adopted after a restart): those are bounded by the budget alone. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -471,6 +484,12 @@ static void prune_finished(manager *m) {
  * full for a credit held back here. */
 #define CREDIT_BATCH (128u * 1024)
 
+/* The most output of a command init may have sent and the daemon not yet
+ * credited (agent.h AGENT_WINDOW_SLACK): init's own count of what is not
+ * credited is never below the daemon's, and an init that keeps the window
+ * never lets its own pass this. */
+#define OUTPUT_CAP ((uint64_t) COMMAND_WINDOW + AGENT_WINDOW_SLACK)
+
 /* While c streams to a connection that is congested, its credit waits. */
 static bool credit_held(const command *c) {
         return c->conn && rpc_conn_is_open(c->conn) && rpc_conn_is_congested(c->conn);
@@ -507,7 +526,12 @@ void command_on_started(session *s, unsigned id, pid_t pid, uint64_t window) {
         if (!c)
                 return;
         c->started = true;
-        c->window = window;
+        /* The window is the one this daemon granted in the run, whatever
+         * init's answer says; an init that keeps windows (an earlier
+         * answer had one) and answers without is held to it too. */
+        if (window)
+                s->keeps_windows = true;
+        c->window = window || s->keeps_windows ? COMMAND_WINDOW : 0;
         /* Names the command of a request still waiting, so a client with
          * several runs in flight on one connection can tell their output
          * notifications apart before any answer came. */
@@ -532,6 +556,21 @@ void command_on_output(session *s, unsigned id, const char *stream, const char *
         size_t len = 0;
         if (core_base64_decode(b64, &data, &len) < 0)
                 return;
+        if (c->window_overrun || (c->window && c->credit_owed + len > OUTPUT_CAP)) {
+                /* Past what an init that keeps the window sends: a forged
+                 * init's. A protocol error: this command's stream ends
+                 * here (nothing more of it logged, passed on or credited);
+                 * the channel and every other command go on. */
+                if (!c->window_overrun) {
+                        char safe[TEXT_LOG_BUF];
+                        log_warning("sandbox '%s': sandbox-init sent output of command %s past the window the daemon "
+                                    "granted (%" PRIu64 " bytes not credited, at most %" PRIu64 "); its output is "
+                                    "dropped from here on", text_for_log(s->sb->name, safe, sizeof(safe)), c->cmd_id,
+                                    c->credit_owed + len, OUTPUT_CAP);
+                        c->window_overrun = true;
+                }
+                return;
+        }
         log_append(c, is_err ? &c->err : &c->out, data, len);
         c->log_replay = false;
         if (c->conn && rpc_conn_is_open(c->conn)) {
@@ -953,7 +992,9 @@ static void method_run(rpc_request *req, void *userdata) {
         /* init keeps the same bounded log (agent.h "log"): it outlives this
          * daemon, and the next one gets the output back from it. */
         cJSON_AddNumberToObject(op, "logBytes", (double)m->cfg->command_log_bytes);
-        cJSON_AddNumberToObject(op, "window", COMMAND_WINDOW);
+        /* The fault build can ask init for a larger window than the daemon
+         * holds it to, as a forged init would take (test_flow.py). */
+        cJSON_AddNumberToObject(op, "window", (double)core_fault_tunable("SANDBOXD_FAULT_INIT_WINDOW", COMMAND_WINDOW));
         add_meta(op, c);
         int r = agent_send(s, op);
         if (r < 0) {

@@ -124,10 +124,12 @@ struct command {
         ring out, err;
         bool log_evicted;         /* its logs were dropped for the global budget (logBudgetMiB) */
         bool log_replay;          /* restored from init: takes init's "log" events until its first output */
-        /* Per-command flow control (agent.h "window", "credit"): init's
-         * window for it (0: none, an older init or a restored command),
-         * and the output bytes received and not yet credited back. */
+        /* Per-command flow control (agent.h "window", "credit"): the
+         * window this daemon granted and init keeps (0: none, an older
+         * init or a restored command), and the output bytes received and
+         * not yet credited back. */
         uint64_t window, credit_owed;
+        bool window_overrun;      /* init sent past window + slack: the rest is dropped, logged once */
         command *next;
 };
 
@@ -162,6 +164,10 @@ struct session {
         unsigned next_cmd_id, next_fs_req;
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
+        /* init answered a run of this session with a window (agent.h): it
+         * keeps windows, so one it answers without is held to the one
+         * this daemon granted all the same (command.c). */
+        bool keeps_windows;
         bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */
         pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */
@@ -785,9 +791,18 @@ void register_pause_methods(manager *m, rpc_server *s);
 /* The root directory of runtime `name` (<state>/runtimes/<name>). Caller
  * frees; NULL on ENOMEM. */
 char *runtime_dir(const manager *m, const char *name);
-/* 0 when runtime `name` exists and is not being replaced; else -ENOENT
- * with reason not_found naming `field`. */
-int runtime_check(manager *m, const char *name, const char *field, sb_error **ret_err);
+/* 0 when runtime `name` exists, is not being replaced and the client of
+ * `req` may use it (NULL: the daemon itself, admin): an admin-owned
+ * runtime is every tenant's, a tenant's only its own (tenant.h); else
+ * -ENOENT with reason not_found naming `field`, another tenant's runtime
+ * answered exactly as a missing one. */
+int runtime_check(manager *m, const rpc_request *req, const char *name, const char *field, sb_error **ret_err);
+/* The owner recorded for runtime `name` in *ret_owner (malloc'd; NULL:
+ * admin-owned, as "host" and records from before owners are). Returns 0,
+ * or -ENOENT when there is no such runtime (or it is being made). */
+int runtime_owner(manager *m, const char *name, char **ret_owner);
+/* How many runtimes tenant `owner` made. */
+unsigned runtimes_owned(manager *m, const char *owner);
 /* Removes what an interrupted import or bootstrap left (daemon start). */
 void runtimes_load(manager *m);
 /* True when sb stands on the built-in host runtime. */

@@ -22,6 +22,7 @@
 #include "libcore/route.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/schema.h"
 #include "sandboxd/text.h"
@@ -66,15 +67,9 @@ static void on_conn_close(rpc_conn *c, void *userdata) {
         ready_conn_closed(userdata, c);
 }
 
-static void method_info(rpc_request *req, void *userdata) {
-        manager *m = userdata;
+/* The request limits every client is held to (daemon.info "limits"). */
+static void add_limits(const manager *m, cJSON *o) {
         const daemon_config *cfg = m->cfg;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "version", SANDBOXD_VERSION);
-        cJSON_AddNumberToObject(o, "pid", getpid());
-        cJSON_AddStringToObject(o, "socket", cfg->socket_path);
-        cJSON_AddStringToObject(o, "stateDir", cfg->state_dir);
-        cJSON_AddStringToObject(o, "runDir", cfg->run_dir);
         cJSON *lim = cJSON_AddObjectToObject(o, "limits");
         cJSON_AddNumberToObject(lim, "maxLineBytes", (double)cfg->max_line_bytes);
         cJSON_AddNumberToObject(lim, "maxTimeoutMs", (double)cfg->max_timeout_ms);
@@ -98,7 +93,46 @@ static void method_info(rpc_request *req, void *userdata) {
         for (size_t i = 0; i < ELEMENTSOF(sizes); i++)
                 cJSON_AddNumberToObject(lim, sizes[i].key, sizes[i].value);
         cJSON_AddNumberToObject(lim, "logBudgetMiB", (double)cfg->log_budget_mib);
-        cJSON_AddNumberToObject(lim, "logBytesInUse", (double)m->log_bytes);
+}
+
+/* daemon.info of a tenant (docs/API.md "daemon.info"): the version, the
+ * limits, what the host can do, and the tenant's own counts, limits and
+ * usage (tenant_info). Nothing of other tenants (no daemon-wide counts,
+ * warm pool, storage or log use) and no host path (socket, state and run
+ * directories, the userns probe's messages). */
+static void info_tenant(rpc_request *req, manager *m) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "version", SANDBOXD_VERSION);
+        add_limits(m, o);
+        cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
+        cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
+        cJSON_AddBoolToObject(cap, "overlayfs", access("/sys/module/overlay", F_OK) == 0);
+        cJSON_AddBoolToObject(cap, "seccomp", access("/proc/sys/kernel/seccomp", F_OK) == 0);
+        cJSON *u = cJSON_AddObjectToObject(cap, "userns");
+        cJSON_AddBoolToObject(u, "available", !m->userns_unavailable);
+        cJSON_AddBoolToObject(u, "default", m->userns_default);
+        cJSON_AddBoolToObject(cap, "nftables", m->have_nft);
+        tenant_info(m, req, o);
+        cJSON *pol = daemon_config_default_policy_json(m->cfg);
+        cJSON_AddItemToObject(o, "defaultNetworkPolicy", pol ? pol : cJSON_CreateNull());
+        rpc_reply(req, o);
+}
+
+static void method_info(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        const daemon_config *cfg = m->cfg;
+        if (!tenant_req_admin(m, req)) {
+                info_tenant(req, m);
+                return;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "version", SANDBOXD_VERSION);
+        cJSON_AddNumberToObject(o, "pid", getpid());
+        cJSON_AddStringToObject(o, "socket", cfg->socket_path);
+        cJSON_AddStringToObject(o, "stateDir", cfg->state_dir);
+        cJSON_AddStringToObject(o, "runDir", cfg->run_dir);
+        add_limits(m, o);
+        cJSON_AddNumberToObject(cJSON_GetObjectItemCaseSensitive(o, "limits"), "logBytesInUse", (double)m->log_bytes);
         cJSON *cap = cJSON_AddObjectToObject(o, "capabilities");
         cJSON_AddStringToObject(cap, "cgroup", core_cgroup_mode_name(core_cgroup_get_mode()));
         cJSON_AddStringToObject(cap, "cgroupDriver", core_cgroup_driver_name(core_cgroup_get_driver()));

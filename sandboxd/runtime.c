@@ -11,11 +11,19 @@
  *                       session names it (runtime_host_collect)
  *   host/.tmp-<hex>     a version being built
  *   <name>/             an imported or bootstrapped root filesystem
- *   <name>.json         its record {name, source, sizeBytes, createdAt}
+ *   <name>.json         its record {name, source, sizeBytes, createdAt, owner}
  *   .<name>.tmp-<hex>   an import or bootstrap in progress
  *   .<name>.del-<hex>   a runtime being removed
  * Leftovers of the last two kinds, and a tree without a record (or a
  * record without a tree), are removed at start (runtimes_load).
+ *
+ * Ownership (tenant.h): the record's "owner" is the tenant whose client
+ * imported or bootstrapped it, from the client's identity; absent (admin's
+ * runtimes, records from before owners) it is admin-owned, shared by every
+ * tenant. A tenant's runtime is seen, used and deleted by that tenant (and
+ * admin) only; to any other tenant it answers as a missing one. Names are
+ * one name space: a name another tenant holds is already_exists, without
+ * saying whose.
  *
  * A runtime is never written once it is made: it is the lowest overlayfs
  * layer of every sandbox on it, so its files reach sandboxes only through
@@ -63,6 +71,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
@@ -75,6 +84,8 @@ typedef struct runtime_job {
         rpc_request *req;
         char *name;
         char *path;               /* import: the tarball */
+        int fd;                   /* import: the tarball, opened for a tenant (tenant_host_open); else -EBADF */
+        char *owner;              /* the tenant making it; NULL: admin */
         char *suite, *mirror;     /* bootstrap */
         char *runtimes_dir;
         char *cache_dir;
@@ -99,19 +110,34 @@ static char *record_path(const manager *m, const char *name) {
         return asprintf(&p, "%s/%s.json", m->runtimes_dir, name) < 0 ? NULL : p;
 }
 
+/* m->runtime_jobs holds {"name", "owner"?} of each import or bootstrap
+ * in progress. */
+static const char *job_field(const cJSON *job, const char *key) {
+        return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, key));
+}
+
 static bool job_pending(const manager *m, const char *name) {
         const cJSON *it;
         cJSON_ArrayForEach(it, m->runtime_jobs)
-                if (streq(it->valuestring, name))
+                if (streq(job_field(it, "name") ?: "", name))
                         return true;
         return false;
+}
+
+/* Imports and bootstraps in progress for tenant `owner`. */
+static unsigned jobs_of(const manager *m, const char *owner) {
+        unsigned n = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, m->runtime_jobs)
+                n += job_field(it, "owner") && streq(job_field(it, "owner"), owner);
+        return n;
 }
 
 static void job_forget(manager *m, const char *name) {
         int i = 0;
         const cJSON *it;
         cJSON_ArrayForEach(it, m->runtime_jobs) {
-                if (streq(it->valuestring, name)) {
+                if (streq(job_field(it, "name") ?: "", name)) {
                         cJSON_DeleteItemFromArray(m->runtime_jobs, i);
                         return;
                 }
@@ -128,8 +154,49 @@ static bool runtime_exists(const manager *m, const char *name) {
         return rec && dir && access(rec, F_OK) == 0 && stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int runtime_check(manager *m, const char *name, const char *field, sb_error **ret_err) {
-        if (core_name_is_valid(name) && !job_pending(m, name) && runtime_exists(m, name))
+DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+/* The record's owner (malloc'd, NULL for admin) of an existing runtime. */
+static int record_owner(const manager *m, const char *name, char **ret_owner) {
+        *ret_owner = NULL;
+        if (streq(name, "host"))
+                return 0;
+        _cleanup_free_ char *path = record_path(m, name), *text = NULL;
+        if (!path)
+                return -ENOMEM;
+        int r = core_read_file(path, MAX_RECORD_BYTES, &text, NULL);
+        if (r < 0)
+                return r;
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(text);
+        if (!cJSON_IsObject(o))
+                return -EINVAL;
+        const char *owner = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "owner"));
+        if (owner && *owner && !(*ret_owner = strdup(owner)))
+                return -ENOMEM;
+        return 0;
+}
+
+int runtime_owner(manager *m, const char *name, char **ret_owner) {
+        *ret_owner = NULL;
+        if (!core_name_is_valid(name) || job_pending(m, name) || !runtime_exists(m, name))
+                return -ENOENT;
+        int r = record_owner(m, name, ret_owner);
+        /* A record that cannot be read names nobody: nobody but admin may
+         * use it (fail closed; no tenant is named ""). */
+        if (r < 0 && r != -ENOMEM && !(*ret_owner = strdup("")))
+                return -ENOMEM;
+        return r == -ENOMEM ? r : 0;
+}
+
+/* True when the client of `req` (NULL: the daemon) may see runtime `name`
+ * recorded with `owner`: an admin-owned one everybody, a tenant's its own. */
+static bool runtime_visible(manager *m, const rpc_request *req, const char *owner) {
+        return !owner || tenant_req_owns(m, req, owner);
+}
+
+int runtime_check(manager *m, const rpc_request *req, const char *name, const char *field, sb_error **ret_err) {
+        _cleanup_free_ char *owner = NULL;
+        if (runtime_owner(m, name, &owner) == 0 && (!req || runtime_visible(m, req, owner)))
                 return 0;
         return sb_error_set(ret_err, -ENOENT, "not_found", field,
                             "%s: runtime '%s' not found (sandboxctl runtime list shows them)", field, TEXT_Q(name));
@@ -180,6 +247,11 @@ static cJSON *runtime_json(manager *m, const char *name) {
                 cJSON_DeleteItemFromObject(o, "builtin");
                 cJSON_AddBoolToObject(o, "builtin", false);
         }
+        /* Absent or not a tenant name (records from before owners): admin. */
+        const char *owner = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "owner"));
+        cJSON *ov = owner && *owner ? cJSON_CreateString(owner) : cJSON_CreateNull();
+        cJSON_DeleteItemFromObject(o, "owner");
+        cJSON_AddItemToObject(o, "owner", ov);
         int snaps = 0;
         cJSON *users = cJSON_AddArrayToObject(o, "sandboxes");
         runtime_users(m, name, users, &snaps);
@@ -407,6 +479,8 @@ static int publish(runtime_job *j, cJSON *source) {
         cJSON_AddItemToObject(j->record, "source", source);
         cJSON_AddNumberToObject(j->record, "sizeBytes", (double)tree_size(tmp));
         cJSON_AddStringToObject(j->record, "createdAt", core_format_time(core_now_ms(), buf, sizeof(buf)));
+        if (j->owner)
+                cJSON_AddStringToObject(j->record, "owner", j->owner);
         text = cJSON_Print(j->record);
         if (!text)
                 return sb_error_set(&j->err, -ENOMEM, NULL, NULL, "out of memory");
@@ -449,7 +523,8 @@ static void remove_tmp(runtime_job *j) {
 static void import_work(void *userdata) {
         runtime_job *j = userdata;
         struct stat st;
-        _cleanup_close_ int fd = open(j->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        /* A tenant's tarball was opened under localSourceRoots already. */
+        _cleanup_close_ int fd = j->fd >= 0 ? TAKE_FD(j->fd) : open(j->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0 || fstat(fd, &st) < 0) {
                 sb_error_set(&j->err, negative_errno(), errno == ENOENT ? "not_found" : "source_failed", "path",
                              "open %s: %m", j->path);
@@ -479,6 +554,9 @@ static void runtime_job_free(runtime_job *j) {
                 return;
         free(j->name);
         free(j->path);
+        free(j->owner);
+        if (j->fd >= 0)
+                close(j->fd);
         free(j->suite);
         free(j->mirror);
         free(j->runtimes_dir);
@@ -526,17 +604,44 @@ static runtime_job *job_new(rpc_request *req, manager *m) {
                 return NULL;
         }
         if (streq(name, "host") || job_pending(m, name) || runtime_exists(m, name)) {
+                _cleanup_free_ char *owner = NULL;
+                bool pending = job_pending(m, name);
+                bool admin = tenant_req_admin(m, req);
                 if (streq(name, "host"))
                         rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
                                         "runtime 'host' is built in and cannot be replaced");
+                else if (!admin && (pending || runtime_owner(m, name, &owner) < 0 || !tenant_req_owns(m, req, owner)))
+                        /* Taken by another tenant, by admin or by a job of
+                         * anyone's: that it is taken, never by whom. */
+                        rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
+                                        "runtime '%s' already exists; pick another name", name);
                 else
                         rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name", "runtime '%s' already exists%s",
-                                        name, job_pending(m, name) ? " (being made)" : "; delete it first");
+                                        name, pending ? " (being made)" : "; delete it first");
                 return NULL;
         }
+        /* The owner is the client's identity, never a param (tenant.h). */
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        const char *owner = tenant_owner(&t);
+        /* Counted here, on the loop, with the tenant's imports still in
+         * progress: concurrent requests cannot pass maxRuntimes together. */
+        if (owner && tenant_check_new_runtime(m, req, runtimes_owned(m, owner) + jobs_of(m, owner), &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return NULL;
+        }
+        cJSON *job = cJSON_CreateObject();
+        if (job && (!cJSON_AddStringToObject(job, "name", name) || (owner && !cJSON_AddStringToObject(job, "owner", owner)))) {
+                cJSON_Delete(job);
+                job = NULL;
+        }
         runtime_job *j = calloc(1, sizeof(*j));
+        if (j)
+                j->fd = -EBADF;
         if (!j || !(j->name = strdup(name)) || !(j->runtimes_dir = strdup(m->runtimes_dir)) ||
-            cJSON_AddItemToArray(m->runtime_jobs, cJSON_CreateString(name)) == false) {
+            (owner && !(j->owner = strdup(owner))) ||
+            !job || cJSON_AddItemToArray(m->runtime_jobs, TAKE_PTR(job)) == false) {
+                cJSON_Delete(job);
                 runtime_job_free(j);
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
                 return NULL;
@@ -566,9 +671,17 @@ static void method_import(rpc_request *req, void *userdata) {
                 rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: must be an absolute path on the daemon's host");
                 return;
         }
+        /* A tenant's path is read as root: only under localSourceRoots,
+         * never through a symlink or "..", opened now (tenant.h). */
+        _cleanup_close_ int fd = -EBADF;
+        if (!tenant_req_admin(m, req) && (fd = tenant_host_open(m, path, false, "path", &err)) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         runtime_job *j = job_new(req, m);
         if (!j)
                 return;
+        j->fd = TAKE_FD(fd);
         j->max_bytes = m->cfg->max_source_bytes;
         if (!(j->path = strdup(path))) {
                 job_forget(m, j->name);
@@ -915,24 +1028,52 @@ static void method_bootstrap(rpc_request *req, void *userdata) {
 
 /* ---- runtime.list and runtime.delete ------------------------------------------- */
 
-static void method_list(rpc_request *req, void *userdata) {
-        manager *m = userdata;
-        cJSON *res = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(res, "runtimes");
-        cJSON_AddItemToArray(arr, runtime_json(m, "host"));
+/* Calls fn for each runtime on disk but "host" (name order), with its
+ * record's owner (NULL: admin). */
+static void runtimes_each(manager *m, void (*fn)(manager *m, const char *name, const char *owner, void *userdata),
+                          void *userdata) {
         struct dirent **names = NULL;
         int n = scandir(m->runtimes_dir, &names, NULL, alphasort);
         for (int i = 0; i < n; i++) {
                 const char *dn = names[i]->d_name;
-                if (dn[0] != '.' && !streq(dn, "host") && core_name_is_valid(dn) && !job_pending(m, dn) &&
-                    runtime_exists(m, dn)) {
-                        cJSON *o = runtime_json(m, dn);
-                        if (o)
-                                cJSON_AddItemToArray(arr, o);
-                }
+                _cleanup_free_ char *owner = NULL;
+                if (dn[0] != '.' && !streq(dn, "host") && runtime_owner(m, dn, &owner) == 0)
+                        fn(m, dn, owner, userdata);
                 free(names[i]);
         }
         free(names);
+}
+
+static void list_one(manager *m, const char *name, const char *owner, void *userdata) {
+        rpc_request *req = ((void **) userdata)[0];
+        cJSON *arr = ((void **) userdata)[1];
+        /* Another tenant's runtime is not listed at all (tenant.h). */
+        if (!runtime_visible(m, req, owner))
+                return;
+        cJSON *o = runtime_json(m, name);
+        if (o)
+                cJSON_AddItemToArray(arr, o);
+}
+
+static void method_list(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        cJSON *res = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(res, "runtimes");
+        cJSON_AddItemToArray(arr, runtime_json(m, "host"));
+        void *ctx[2] = { req, arr };
+        runtimes_each(m, list_one, ctx);
         rpc_reply(req, res);
+}
+
+static void count_one(manager *m, const char *name, const char *owner, void *userdata) {
+        struct { const char *owner; unsigned n; } *c = userdata;
+        c->n += owner && streq(owner, c->owner);
+}
+
+unsigned runtimes_owned(manager *m, const char *owner) {
+        struct { const char *owner; unsigned n; } c = { owner, 0 };
+        if (owner)
+                runtimes_each(m, count_one, &c);
+        return c.n;
 }
 
 typedef struct delete_job {
@@ -964,7 +1105,7 @@ static void method_delete(rpc_request *req, void *userdata) {
                 rpc_reply_error(req, RPC_APP_ERROR, "in_use", "name", "runtime 'host' is built in and cannot be deleted");
                 return;
         }
-        if (runtime_check(m, name, "name", &err) < 0) {
+        if (runtime_check(m, req, name, "name", &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -974,8 +1115,11 @@ static void method_delete(rpc_request *req, void *userdata) {
         if (n > 0) {
                 char list[512] = "";
                 const cJSON *it;
+                /* A tenant is told of its own sandboxes by name, of others'
+                 * (admin's, on its runtime) by count only. */
                 cJSON_ArrayForEach(it, users)
-                        if (strlen(list) + strlen(it->valuestring) + 8 < sizeof(list))
+                        if (strlen(list) + strlen(it->valuestring) + 8 < sizeof(list) &&
+                            tenant_conn_sees_sandbox(m, req->conn, it->valuestring))
                                 snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
                                          list[0] ? ", " : " (", it->valuestring);
                 cJSON_Delete(users);

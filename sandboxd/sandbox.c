@@ -410,7 +410,8 @@ static int parse_string_map(rpc_request *req, const char *field, const limit_map
 /* The runtime of a new sandbox: the one asked for, else a snapshot
  * source's own (its layers only make sense on the runtime they were taken
  * on, so another is refused), else `host`. It must exist. */
-static int create_runtime(manager *m, const cJSON *src, const char **runtime, sb_error **ret_err) {
+static int create_runtime(manager *m, const rpc_request *req, const cJSON *src, const char **runtime,
+                          sb_error **ret_err) {
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "type"));
         if (type && streq(type, "snapshot")) {
                 snapshot *snap = manager_find_snapshot(m, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(src, "snapshotId")));
@@ -424,7 +425,7 @@ static int create_runtime(manager *m, const cJSON *src, const char **runtime, sb
         }
         if (!*runtime)
                 *runtime = "host";
-        return runtime_check(m, *runtime, "runtime", ret_err);
+        return runtime_check(m, req, *runtime, "runtime", ret_err);
 }
 
 static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j, sb_error **ret_err) {
@@ -484,7 +485,7 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 j->source_guarded = remote_conn_is_tenant(req->conn);
                 sb->source = source_view(j, src);
         }
-        if ((r = create_runtime(m, src, &runtime, ret_err)) < 0)
+        if ((r = create_runtime(m, req, src, &runtime, ret_err)) < 0)
                 return r;
         char rnd[17];
         if (name)

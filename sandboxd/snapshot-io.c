@@ -14,7 +14,17 @@
  * than whiteouts and xattrs other than user.*, trusted.overlay.opaque and
  * trusted.overlay.whiteout are not brought in. A failed import leaves no layer and no record behind.
  * snapshot.json's config is untrusted as well: what of it is kept, and how
- * it is checked, is snapshot_import_config's (snapshot.c). */
+ * it is checked, is snapshot_import_config's (snapshot.c).
+ *
+ * A tenant (tenant.h) with the permission (daemon.json tenants
+ * allowSnapshotImport, allowSnapshotExport) names host paths the daemon
+ * reads and writes as root: only under localSourceRoots, opened beneath
+ * the root with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) before the
+ * work starts (tenant_host_open), never by the path again; an export is
+ * created in the directory so opened, under a plain file name, never
+ * replacing or following what is there, and belongs to a local tenant's
+ * uid. A tenant's import is bounded by maxSourceBytes unpacked, and is
+ * its importer's. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -32,6 +42,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
@@ -50,6 +61,8 @@ static bool ends_with(const char *s, const char *suffix) {
 typedef struct export_job {
         rpc_request *req;
         char *path;
+        int dirfd;                /* a tenant's target directory (tenant_host_open); else -EBADF */
+        uid_t chown_uid;          /* a local tenant's uid, the file's owner; else (uid_t)-1 */
         char *record;             /* snapshot.json's text */
         char **layer_dirs;        /* absolute, top first */
         size_t n_layers;
@@ -166,7 +179,7 @@ static void export_work(void *userdata) {
                 return;
         }
         const char *dir = dirname(dcopy), *base = basename(bcopy);
-        _cleanup_close_ int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_close_ int dirfd = j->dirfd >= 0 ? TAKE_FD(j->dirfd) : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dirfd < 0) {
                 sb_error_set(&j->err, negative_errno(), "failed", NULL, "open directory %s: %m", dir);
                 return;
@@ -189,6 +202,12 @@ static void export_work(void *userdata) {
         }
         struct stat st;
         int r = 0;
+        if (j->chown_uid != (uid_t)-1 && fchown(fd, j->chown_uid, (gid_t)-1) < 0) {
+                sb_error_set(&j->err, negative_errno(), "failed", NULL, "chown %s: %m", j->path);
+                if (*tmp)
+                        (void)unlinkat(dirfd, tmp, 0);
+                return;
+        }
         if (export_write(j, fd) < 0 || fsync(fd) < 0 || fstat(fd, &st) < 0 ||
             (r = export_publish(dirfd, fd, tmp, base)) < 0 || fsync(dirfd) < 0) {
                 if (r < 0)
@@ -209,6 +228,8 @@ static void export_job_free(export_job *j) {
         free(j->layer_dirs);
         free(j->path);
         free(j->record);
+        if (j->dirfd >= 0)
+                close(j->dirfd);
         sb_error_free(j->err);
         free(j);
 }
@@ -248,6 +269,38 @@ static const char *param_new_path(rpc_request *req, bool must_not_exist) {
         return path;
 }
 
+/* A tenant's export target: a plain file name in a directory under
+ * localSourceRoots, opened beneath the root (tenant_host_open), with
+ * nothing of that name in it yet. Returns the directory's fd, or answers
+ * the request and returns a negative errno. */
+static int export_open_dir(manager *m, rpc_request *req, const char *path) {
+        _cleanup_error_ sb_error *err = NULL;
+        _cleanup_free_ char *dcopy = strdup(path), *bcopy = strdup(path);
+        if (!dcopy || !bcopy) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
+                return -ENOMEM;
+        }
+        size_t n = strlen(path);
+        const char *base = basename(bcopy);
+        if (path[n - 1] == '/' || streq(base, ".") || streq(base, "..") || streq(base, "/")) {
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: '%s' does not end in a file name",
+                                TEXT_Q(path));
+                return -EINVAL;
+        }
+        int dirfd = tenant_host_open(m, dirname(dcopy), true, "path", &err);
+        if (dirfd < 0) {
+                rpc_reply_sb_error(req, err);
+                return dirfd;
+        }
+        struct stat st;
+        if (fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
+                close(dirfd);
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "path", "path: %s exists; give a new file name", path);
+                return -EEXIST;
+        }
+        return dirfd;
+}
+
 static char *export_record(const snapshot *s) {
         cJSON *o = snapshot_json(s);
         cJSON_DeleteItemFromObject(o, "id");
@@ -267,12 +320,18 @@ static void method_export(rpc_request *req, void *userdata) {
                 return;
         }
         snapshot *s = manager_find_snapshot(m, id);
-        if (!s) {
+        if (!s || !tenant_req_owns(m, req, s->owner)) {
                 reply_not_found(req, "snapshot", id);
                 return;
         }
-        const char *path = param_new_path(req, true);
+        bool admin = tenant_req_admin(m, req);
+        /* A tenant's path is not looked at before it is confined: a stat
+         * of any host path would tell whether it exists. */
+        const char *path = param_new_path(req, admin);
         if (!path)
+                return;
+        _cleanup_close_ int dirfd = -EBADF;
+        if (!admin && (dirfd = export_open_dir(m, req, path)) < 0)
                 return;
         export_job *j = calloc(1, sizeof(*j));
         if (!j) {
@@ -280,6 +339,10 @@ static void method_export(rpc_request *req, void *userdata) {
                 return;
         }
         j->req = req;
+        j->dirfd = TAKE_FD(dirfd);
+        j->chown_uid = (uid_t)-1;
+        if (!admin && !rpc_conn_identity(req->conn))
+                j->chown_uid = rpc_conn_uid(req->conn);
         j->path = strdup(path);
         j->record = export_record(s);
         j->layer_dirs = calloc((size_t)cJSON_GetArraySize(s->layers) + 1, sizeof(char *));
@@ -305,6 +368,9 @@ typedef struct import_job {
         manager *m;
         rpc_request *req;
         char *path;
+        int fd;                             /* a tenant's file (tenant_host_open); else -EBADF */
+        char *owner;                        /* the importer's tenant; NULL: admin */
+        uint64_t max_bytes, total;          /* a tenant's bound on the unpacked layers (0: none), and so far */
         char *layers_dir;
         char ids[MAX_IMPORT_LAYERS][33];   /* new layer id per index; "" until seen */
         size_t n_layers;                    /* highest index seen + 1 */
@@ -442,6 +508,12 @@ static int import_rewrite(import_job *j, struct archive_entry *e, size_t n, cons
                                             "member '%s': device nodes are not allowed (only 0:0 whiteouts)", name);
         } else if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFIFO)
                 return sb_error_set(ret_err, -EINVAL, "failed", NULL, "member '%s': unsupported file type", name);
+        if (archive_entry_size(e) > 0 && !link)
+                j->total += (uint64_t)archive_entry_size(e);
+        if (j->max_bytes && j->total > j->max_bytes)
+                return sb_error_set(ret_err, -E2BIG, "limit_exceeded", "path",
+                                    "the unpacked layers are over maxSourceBytes (%llu bytes)",
+                                    (unsigned long long)j->max_bytes);
         char root[48];
         int r = layer_tmp(j, n, root, sizeof(root), ret_err);
         if (r < 0)
@@ -584,7 +656,7 @@ static int import_extract(import_job *j, int archive_fd, sb_error **ret_err) {
  * with the job. */
 static void import_work(void *userdata) {
         import_job *j = userdata;
-        _cleanup_close_ int fd = open(j->path, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = j->fd >= 0 ? TAKE_FD(j->fd) : open(j->path, O_RDONLY | O_CLOEXEC);
         _cleanup_close_ int dir = open(j->layers_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         int r;
         if (fd < 0 || dir < 0)
@@ -619,6 +691,9 @@ static void import_work(void *userdata) {
 
 static void import_job_free(import_job *j) {
         free(j->path);
+        free(j->owner);
+        if (j->fd >= 0)
+                close(j->fd);
         free(j->layers_dir);
         cJSON_Delete(j->record);
         cJSON_Delete(j->ignored);
@@ -648,6 +723,13 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
         s->layers = cJSON_CreateArray();
         for (size_t i = 0; i < j->n_layers; i++)
                 cJSON_AddItemToArray(s->layers, cJSON_CreateString(j->ids[i]));
+        /* The importer's, from its identity (tenant.h); its limits are
+         * checked here, where it is registered. */
+        if ((j->owner && !(s->owner = strdup(j->owner))) ||
+            (k = tenant_check_imported_snapshot(m, j->req, s, j->total, ret_err)) < 0) {
+                snapshot_free(s);
+                return k < 0 ? k : sb_error_set(ret_err, -ENOMEM, "failed", NULL, "out of memory");
+        }
         /* createdAt is when the snapshot was taken, wherever that was. */
         s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j->record, "createdAt")));
         if (!s->created_ms)
@@ -712,6 +794,15 @@ static void method_import(rpc_request *req, void *userdata) {
         const char *path = param_new_path(req, false);
         if (!path)
                 return;
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        /* A tenant's file is read as root: only under localSourceRoots,
+         * opened now, never by its path again (tenant.h). */
+        _cleanup_close_ int fd = -EBADF;
+        if (!t.admin && (fd = tenant_host_open(m, path, false, "path", &err)) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         import_job *j = calloc(1, sizeof(*j));
         if (!j) {
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
@@ -719,10 +810,15 @@ static void method_import(rpc_request *req, void *userdata) {
         }
         j->m = m;
         j->req = req;
+        j->fd = TAKE_FD(fd);
+        if (!t.admin) {
+                j->owner = strdup(t.name);
+                j->max_bytes = m->cfg->max_source_bytes;
+        }
         j->take_config = take_config;
         j->path = strdup(path);
         j->layers_dir = strdup(m->layers_dir);
-        if (!j->path || !j->layers_dir || worker_submit(import_work, import_done, j) < 0) {
+        if (!j->path || !j->layers_dir || (!t.admin && !j->owner) || worker_submit(import_work, import_done, j) < 0) {
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "cannot start the import");
                 import_job_free(j);
         }

@@ -19,12 +19,16 @@
  * Ownership lives in a field the daemon writes (sandbox.owner,
  * snapshot.owner), never in tags, which any owner may set to anything. */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include "libcore/log.h"
+#include "libcore/source.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/remote.h"
@@ -105,9 +109,10 @@ bool tenant_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name
 static const char *const mode_names[] = { "allow-all", "deny-all", "custom" };
 
 typedef struct tenant_limits {
-        uint64_t sandboxes, vcpus, disk_mib, snapshots; /* UINT64_MAX: no limit */
+        uint64_t sandboxes, vcpus, disk_mib, snapshots, runtimes; /* UINT64_MAX: no limit */
         bool modes[3];                                  /* by mode_names */
         bool no_userns, local_sources;
+        bool runtime_import, snapshot_import, snapshot_export;
 } tenant_limits;
 
 /* The integer limits: daemon.json name, member. */
@@ -119,8 +124,21 @@ static const struct {
         { "maxVcpus", offsetof(tenant_limits, vcpus) },
         { "maxDiskMiB", offsetof(tenant_limits, disk_mib) },
         { "maxSnapshots", offsetof(tenant_limits, snapshots) },
+        { "maxRuntimes", offsetof(tenant_limits, runtimes) },
 };
 #define TENANT_LIMIT_MAX 1000000000ULL
+
+/* The permissions, all off by default: daemon.json name, member. */
+static const struct {
+        const char *key;
+        size_t off;
+} bool_limits[] = {
+        { "allowNoUserns", offsetof(tenant_limits, no_userns) },
+        { "allowLocalSources", offsetof(tenant_limits, local_sources) },
+        { "allowRuntimeImport", offsetof(tenant_limits, runtime_import) },
+        { "allowSnapshotImport", offsetof(tenant_limits, snapshot_import) },
+        { "allowSnapshotExport", offsetof(tenant_limits, snapshot_export) },
+};
 
 static void apply_limits(const cJSON *o, tenant_limits *l) {
         if (!cJSON_IsObject(o))
@@ -140,12 +158,12 @@ static void apply_limits(const cJSON *o, tenant_limits *l) {
                                 if (cJSON_IsString(it) && streq(it->valuestring, mode_names[i]))
                                         l->modes[i] = true;
         }
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "allowNoUserns");
-        if (cJSON_IsBool(b))
-                l->no_userns = cJSON_IsTrue(b);
-        b = cJSON_GetObjectItemCaseSensitive(o, "allowLocalSources");
-        if (cJSON_IsBool(b))
-                l->local_sources = cJSON_IsTrue(b);
+        const cJSON *b;
+        for (size_t i = 0; i < ELEMENTSOF(bool_limits); i++) {
+                b = cJSON_GetObjectItemCaseSensitive(o, bool_limits[i].key);
+                if (cJSON_IsBool(b))
+                        *(bool *) ((char *) l + bool_limits[i].off) = cJSON_IsTrue(b);
+        }
 }
 
 /* The built-in defaults (no limit on counts, every network mode, the user
@@ -154,6 +172,7 @@ static void apply_limits(const cJSON *o, tenant_limits *l) {
 static void limits_of(const daemon_config *cfg, const tenant *t, tenant_limits *ret) {
         *ret = (tenant_limits) {
                 .sandboxes = UINT64_MAX, .vcpus = UINT64_MAX, .disk_mib = UINT64_MAX, .snapshots = UINT64_MAX,
+                .runtimes = UINT64_MAX,
                 .modes = { true, true, true },
         };
         const cJSON *tc = tenants_config(cfg);
@@ -166,6 +185,36 @@ static bool mode_allowed(const tenant_limits *l, const char *mode) {
                 if (streq(mode, mode_names[i]))
                         return l->modes[i];
         return false;
+}
+
+bool tenant_req_admin(manager *m, const rpc_request *req) {
+        tenant t;
+        tenant_of_conn(m->cfg, req ? req->conn : NULL, &t);
+        return t.admin;
+}
+
+int tenant_host_open(manager *m, const char *path, bool dir, const char *field, sb_error **ret_err) {
+        const char *const *roots = (const char *const *) m->cfg->local_source_roots;
+        if (dir)
+                return core_source_local_open(roots, path, O_RDONLY | O_DIRECTORY, field, ret_err);
+        /* O_PATH first: opening a FIFO would block the event loop, a device
+         * can have side effects; the same inode is opened for reading only
+         * once it is known to be a plain file (as source-tar.c does). */
+        _cleanup_close_ int pfd = core_source_local_open(roots, path, O_PATH, field, ret_err);
+        if (pfd < 0)
+                return pfd;
+        struct stat st;
+        if (fstat(pfd, &st) < 0)
+                return sb_error_set(ret_err, negative_errno(), "source_failed", field, "%s: stat '%s': %m", field, path);
+        if (!S_ISREG(st.st_mode))
+                return sb_error_set(ret_err, -EINVAL, "source_failed", field, "%s: '%s' is not a regular file", field,
+                                    path);
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
+        int fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return sb_error_set(ret_err, negative_errno(), "source_failed", field, "%s: open '%s': %m", field, path);
+        return fd;
 }
 
 /* ---- refusals ---- */
@@ -300,6 +349,53 @@ int tenant_check_new_snapshot(manager *m, rpc_request *req, const sandbox *src, 
         return 0;
 }
 
+int tenant_check_imported_snapshot(manager *m, rpc_request *req, const snapshot *s, uint64_t unpacked_bytes,
+                                   sb_error **ret_err) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        int r = tenant_check_new_snapshot(m, req, NULL, ret_err);
+        if (r < 0)
+                return r;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        if (l.disk_mib == UINT64_MAX)
+                return 0;
+        /* Counted as every snapshot is, at its diskMiB, which must hold what
+         * the file unpacked to. */
+        uint64_t mib = snapshot_disk_mib(s), need = (unpacked_bytes + (1u << 20) - 1) >> 20;
+        if (!mib || mib < need)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has a disk limit (daemon.json tenants maxDiskMiB %" PRIu64 "), so an "
+                                  "imported snapshot needs a config.resources.diskMiB (import with config) of at least "
+                                  "what its layers hold (%" PRIu64 " MiB)", t.name, l.disk_mib, need);
+        uint64_t disk = snapshots_disk_mib(m, &t);
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
+                        disk += o->disk_mib;
+        if (disk + mib > l.disk_mib)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' would have %" PRIu64 " MiB of disk with this snapshot (its sandboxes' "
+                                  "disks and its snapshots'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
+                                  "); delete a snapshot first", t.name, disk + mib, l.disk_mib);
+        return 0;
+}
+
+int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_error **ret_err) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        if ((uint64_t) have + 1 > l.runtimes)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %u runtimes (those being made included), its limit (daemon.json "
+                                  "tenants maxRuntimes %" PRIu64 "); delete one first", t.name, have, l.runtimes);
+        return 0;
+}
+
 int tenant_check_room(manager *m, rpc_request *req, const sandbox *snapshot_src, sb_error **ret_err) {
         if (snapshot_src)
                 return tenant_check_new_snapshot(m, req, snapshot_src, ret_err);
@@ -319,6 +415,55 @@ int tenant_check_room(manager *m, rpc_request *req, const sandbox *snapshot_src,
         return 0;
 }
 
+/* ---- daemon.info ---- */
+
+static void add_limit(cJSON *o, const char *key, uint64_t v) {
+        if (v == UINT64_MAX)
+                cJSON_AddNullToObject(o, key);
+        else
+                cJSON_AddNumberToObject(o, key, (double) v);
+}
+
+bool tenant_info(manager *m, const rpc_request *req, cJSON *o) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return false;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        cJSON *to = cJSON_AddObjectToObject(o, "tenant");
+        cJSON_AddStringToObject(to, "name", t.name);
+        cJSON *lo = cJSON_AddObjectToObject(to, "limits");
+        for (size_t i = 0; i < ELEMENTSOF(int_limits); i++)
+                add_limit(lo, int_limits[i].key, *(const uint64_t *) ((const char *) &l + int_limits[i].off));
+        cJSON *modes = cJSON_AddArrayToObject(lo, "networkModes");
+        for (size_t i = 0; i < ELEMENTSOF(mode_names); i++)
+                if (l.modes[i])
+                        cJSON_AddItemToArray(modes, cJSON_CreateString(mode_names[i]));
+        for (size_t i = 0; i < ELEMENTSOF(bool_limits); i++)
+                cJSON_AddBoolToObject(lo, bool_limits[i].key, *(const bool *) ((const char *) &l + bool_limits[i].off));
+        uint64_t n = 0, running = 0, vcpus = 0, disk = snapshots_disk_mib(m, &t), snaps = 0;
+        for (const sandbox *sb = m->sandboxes; sb; sb = sb->next)
+                if (!sb->pooled && sb->owner && tenant_owns(&t, sb->owner)) {
+                        n++;
+                        running += sb->sess != NULL;
+                        vcpus += sb->vcpus;
+                        disk += sb->disk_mib;
+                }
+        for (const snapshot *sn = m->snapshots; sn; sn = sn->next)
+                snaps += sn->owner && tenant_owns(&t, sn->owner);
+        cJSON *u = cJSON_AddObjectToObject(to, "usage");
+        cJSON_AddNumberToObject(u, "sandboxes", (double) n);
+        cJSON_AddNumberToObject(u, "running", (double) running);
+        cJSON_AddNumberToObject(u, "vcpus", (double) vcpus);
+        cJSON_AddNumberToObject(u, "diskMiB", (double) disk);
+        cJSON_AddNumberToObject(u, "snapshots", (double) snaps);
+        cJSON_AddNumberToObject(u, "runtimes", (double) runtimes_owned(m, t.name));
+        cJSON_AddNumberToObject(o, "sandboxes", (double) n);
+        cJSON_AddNumberToObject(o, "running", (double) running);
+        return true;
+}
+
 /* ---- the check of each request ---- */
 
 /* What a tenant may do with a method, by the object its params name. */
@@ -333,13 +478,21 @@ typedef enum tenant_access {
         ACCESS_LIST,      /* sandbox.list, snapshot.list: the handler lists the tenant's own */
         ACCESS_RUNTIMES,  /* runtime.list: each runtime's users filtered to the tenant's */
         ACCESS_OPTIONAL_SANDBOX, /* params[field] optional; when given, ACCESS_SANDBOX */
+        ACCESS_RUNTIME_MAKE,     /* runtime.import, runtime.bootstrap: allowRuntimeImport */
+        ACCESS_RUNTIME_DELETE,   /* params.name names a runtime the tenant made */
+        ACCESS_SNAPSHOT_IMPORT,  /* allowSnapshotImport; the file under localSourceRoots */
+        ACCESS_SNAPSHOT_EXPORT,  /* params.id its own snapshot; allowSnapshotExport */
+        ACCESS_INFO,             /* daemon.info: the handler answers a tenant's view */
 } tenant_access;
 
 /* Every method of the API (schema.c's table) with a tenant's access.
- * Admin only, on purpose: runtime.import, runtime.bootstrap and
- * runtime.delete (runtimes are shared by every tenant), snapshot.export and
- * snapshot.import (host paths, read and written as root), daemon.info (the
- * daemon as a whole). A method missing here is refused for tenants. */
+ * runtime.import, runtime.bootstrap, snapshot.import and snapshot.export
+ * are permissions (daemon.json tenants allowRuntimeImport,
+ * allowSnapshotImport, allowSnapshotExport; off by default): they read or
+ * write host paths as root, which for a tenant must lie under
+ * localSourceRoots (tenant_host_open), and bootstrap runs debootstrap's
+ * package scripts as root (the daemon's own mirror only). A method missing
+ * here is refused for tenants. */
 static const struct {
         const char *method;
         tenant_access access;
@@ -361,12 +514,12 @@ static const struct {
         { "snapshot.list", ACCESS_LIST, NULL },
         { "snapshot.get", ACCESS_SNAPSHOT, "id" },
         { "snapshot.delete", ACCESS_SNAPSHOT, "id" },
-        { "snapshot.export", ACCESS_ADMIN, NULL },
-        { "snapshot.import", ACCESS_ADMIN, NULL },
+        { "snapshot.export", ACCESS_SNAPSHOT_EXPORT, "id" },
+        { "snapshot.import", ACCESS_SNAPSHOT_IMPORT, NULL },
         { "runtime.list", ACCESS_RUNTIMES, NULL },
-        { "runtime.import", ACCESS_ADMIN, NULL },
-        { "runtime.bootstrap", ACCESS_ADMIN, NULL },
-        { "runtime.delete", ACCESS_ADMIN, NULL },
+        { "runtime.import", ACCESS_RUNTIME_MAKE, NULL },
+        { "runtime.bootstrap", ACCESS_RUNTIME_MAKE, NULL },
+        { "runtime.delete", ACCESS_RUNTIME_DELETE, "name" },
         { "command.run", ACCESS_SANDBOX, "sandbox" },
         { "command.write", ACCESS_COMMAND, "cmdId" },
         { "command.closeStdin", ACCESS_COMMAND, "cmdId" },
@@ -390,7 +543,7 @@ static const struct {
         { "fs.watch", ACCESS_SANDBOX, "sandbox" },
         { "policy.check", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
         { "events.subscribe", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
-        { "daemon.info", ACCESS_ADMIN, NULL },
+        { "daemon.info", ACCESS_INFO, NULL },
         /* Finds requests of the caller's own connection only (rpc.c). */
         { "request.cancel", ACCESS_ANY, NULL },
 };
@@ -515,7 +668,9 @@ static int check_fork(const rpc_request *req, const tenant *t, const tenant_limi
 
 /* runtime.list for a tenant: a runtime's `sandboxes` name only its own,
  * and `snapshots` counts only its own, so other tenants' names and counts
- * do not show. */
+ * do not show; a shared (admin's) runtime imported from a tarball does not
+ * show the host path it came from. (Other tenants' runtimes are not
+ * listed at all: runtime.c.) */
 static void filter_runtimes(rpc_request *req, cJSON *result, void *userdata) {
         manager *m = userdata;
         tenant t;
@@ -540,7 +695,39 @@ static void filter_runtimes(rpc_request *req, cJSON *result, void *userdata) {
                 }
                 if (cJSON_GetObjectItemCaseSensitive(rt, "snapshots"))
                         cJSON_ReplaceItemInObjectCaseSensitive(rt, "snapshots", cJSON_CreateNumber(snaps));
+                if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(rt, "owner")))
+                        cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(rt, "source"), "path");
         }
+}
+
+/* runtime.import and runtime.bootstrap: the permission; a bootstrap from
+ * the daemon's mirror only. The name is checked by the handler (a name
+ * another holds is already_exists, never saying whose). */
+static int check_runtime_make(const rpc_request *req, const tenant *t, const tenant_limits *l, sb_error **ret_err) {
+        if (!l->runtime_import)
+                return refuse(req, t, ret_err, "%s is not open to this tenant (daemon.json tenants allowRuntimeImport)",
+                              TEXT_Q(req->method));
+        /* debootstrap runs the maintainer scripts of what it installs as
+         * root (in a chroot, which does not hold root): only packages of
+         * the mirror the operator's apt trusts. */
+        if (streq(req->method, "runtime.bootstrap") && cJSON_GetObjectItemCaseSensitive(req->params, "mirror"))
+                return refuse(req, t, ret_err, "mirror: tenants bootstrap from the daemon's own mirror only (leave "
+                                               "mirror out)");
+        return 0;
+}
+
+/* runtime.delete: a runtime the tenant made. Another tenant's is answered
+ * as a missing one; a shared one (admin's, "host" included) is refused. */
+static int check_runtime_delete(const rpc_request *req, manager *m, const tenant *t, const char *name,
+                                sb_error **ret_err) {
+        _cleanup_free_ char *owner = NULL;
+        int r = name ? runtime_owner(m, name, &owner) : -ENOENT;
+        if (r < 0 || (owner && !tenant_owns(t, owner)))
+                return refuse(req, t, ret_err, "name: no runtime '%s' of this tenant", TEXT_Q(name ? name : "?"));
+        if (!owner)
+                return refuse(req, t, ret_err, "runtime '%s' is shared by every tenant; only admin clients delete it",
+                              TEXT_Q(name));
+        return 0;
 }
 
 static int authorize_tenant(rpc_request *req, manager *m, const tenant *t, tenant_access a, const char *field,
@@ -588,6 +775,26 @@ static int authorize_tenant(rpc_request *req, manager *m, const tenant *t, tenan
         case ACCESS_RUNTIMES:
                 req->result_filter = filter_runtimes;
                 req->result_filter_userdata = m;
+                return 0;
+        case ACCESS_RUNTIME_MAKE:
+                return check_runtime_make(req, t, &l, ret_err);
+        case ACCESS_RUNTIME_DELETE:
+                return check_runtime_delete(req, m, t, name, ret_err);
+        case ACCESS_SNAPSHOT_IMPORT:
+                if (!l.snapshot_import)
+                        return refuse(req, t, ret_err, "\"snapshot.import\" is not open to this tenant (daemon.json "
+                                                       "tenants allowSnapshotImport)");
+                return 0;
+        case ACCESS_SNAPSHOT_EXPORT: {
+                snapshot *sn = name ? manager_find_snapshot(m, name) : NULL;
+                if (!sn || !tenant_owns(t, sn->owner))
+                        return refuse(req, t, ret_err, "id: no snapshot '%s' of this tenant", TEXT_Q(name ? name : "?"));
+                if (!l.snapshot_export)
+                        return refuse(req, t, ret_err, "\"snapshot.export\" is not open to this tenant (daemon.json "
+                                                       "tenants allowSnapshotExport)");
+                return 0;
+        }
+        case ACCESS_INFO:
                 return 0;
         }
         return refuse(req, t, ret_err, "not allowed");
@@ -646,7 +853,17 @@ static bool dup_key(const cJSON *obj, const cJSON *it) {
         return cJSON_GetObjectItemCaseSensitive(obj, it->string) != it;
 }
 
-#define LIMIT_KEYS "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, networkModes, allowNoUserns, allowLocalSources"
+#define LIMIT_KEYS                                                                                     \
+        "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, maxRuntimes, networkModes, allowNoUserns, "       \
+        "allowLocalSources, "                                                                          \
+        "allowRuntimeImport, allowSnapshotImport, allowSnapshotExport"
+
+static bool is_bool_limit(const char *key) {
+        for (size_t i = 0; i < ELEMENTSOF(bool_limits); i++)
+                if (streq(key, bool_limits[i].key))
+                        return true;
+        return false;
+}
 
 static int check_limits(const cJSON *o, const char *where, sb_error **ret_err) {
         if (!cJSON_IsObject(o))
@@ -683,7 +900,7 @@ static int check_limits(const cJSON *o, const char *where, sb_error **ret_err) {
                                                             "\"allow-all\", \"deny-all\" or \"custom\"", where,
                                                             s ? s : "(not a string)");
                         }
-                } else if (streq(it->string, "allowNoUserns") || streq(it->string, "allowLocalSources")) {
+                } else if (is_bool_limit(it->string)) {
                         if (!cJSON_IsBool(it))
                                 return config_error(ret_err, where, "%s.%s: must be true or false", where,
                                                     it->string);

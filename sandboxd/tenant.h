@@ -57,6 +57,26 @@ bool tenant_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name
 /* True when the client of `req` may see an object recorded with `owner`. */
 bool tenant_req_owns(manager *m, const rpc_request *req, const char *owner);
 
+/* True when the client of `req` (NULL: the daemon itself) is admin. */
+bool tenant_req_admin(manager *m, const rpc_request *req);
+
+/* Opens a host path a tenant named (a tarball to import, `dir`: the
+ * directory to export into) as local sources are opened: only under
+ * daemon.json localSourceRoots, resolved beneath the root with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) (core_source_local_open);
+ * a file must be a regular one and is opened O_RDONLY (through O_PATH
+ * first, so a FIFO or device is never opened), a directory O_RDONLY |
+ * O_DIRECTORY. Returns the fd (the caller's), or a negative errno with
+ * *ret_err naming `field` (reason source_failed). The daemon reads and
+ * writes as root: a tenant's path is never used otherwise. */
+int tenant_host_open(manager *m, const char *path, bool dir, const char *field, sb_error **ret_err);
+
+/* daemon.info of a tenant: adds to `o` "tenant" {name, limits (every key of
+ * daemon.json LIMITS, null for none), usage {sandboxes, running, vcpus,
+ * diskMiB, snapshots, runtimes}} and the tenant's own "sandboxes" and
+ * "running" counts. Returns false (and adds nothing) for admin. */
+bool tenant_info(manager *m, const rpc_request *req, cJSON *o);
+
 /* Installs the check every request passes before its method runs (Unix
  * socket and TLS alike): admin passes; a tenant is held to the table of
  * methods in tenant.c (a method missing there is refused), to its own
@@ -76,6 +96,19 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const struct sandbox 
  * disks plus its snapshots', each snapshot counted at its source's diskMiB
  * (the most its top layer can hold). */
 int tenant_check_new_snapshot(manager *m, rpc_request *req, const struct sandbox *src, sb_error **ret_err);
+
+/* The same for snapshot `s` brought in by snapshot.import (not yet
+ * registered), its layers `unpacked_bytes` in all: the tenant's snapshots
+ * with it, and under a maxDiskMiB its config's resources.diskMiB, which
+ * must hold the layers, with the tenant's sandboxes' disks and its other
+ * snapshots'. Returns as tenant_check_new_sandbox. */
+struct snapshot;
+int tenant_check_imported_snapshot(manager *m, rpc_request *req, const struct snapshot *s, uint64_t unpacked_bytes,
+                                   sb_error **ret_err);
+
+/* The same for a new runtime (runtime.import, runtime.bootstrap) of a
+ * tenant that has `have` (made and being made): maxRuntimes. */
+int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_error **ret_err);
 
 /* Before a fork or a snapshot copies its source (snapshot.c): whether the
  * tenant has room for one more sandbox (`snapshot_src` NULL) or for a

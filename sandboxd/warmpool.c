@@ -170,7 +170,7 @@ static sandbox *pool_sandbox_new(manager *m, warm_pool *w, sb_error **ret_err) {
                 return NULL;
         }
         if (pol_policy_parse(sb->policy, &sb->pol, ret_err) < 0 ||
-            runtime_check(m, sb->runtime, "warmPool.runtime", ret_err) < 0 || userns_assign(m, sb, ret_err) < 0) {
+            runtime_check(m, NULL, sb->runtime, "warmPool.runtime", ret_err) < 0 || userns_assign(m, sb, ret_err) < 0) {
                 sandbox_free(sb);
                 return NULL;
         }
@@ -337,7 +337,7 @@ static bool runtime_current(const manager *m, const sandbox *p) {
         dev_t dev;
         ino_t ino;
         return runtime_identity(m, p->runtime, &dev, &ino) >= 0 && dev == p->pool_rt_dev && ino == p->pool_rt_ino &&
-               runtime_check((manager *)m, p->runtime, "runtime", NULL) >= 0;
+               runtime_check((manager *)m, NULL, p->runtime, "runtime", NULL) >= 0;
 }
 
 /* Whether ready pooled p can serve no create any more: made on a runtime

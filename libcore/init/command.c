@@ -29,6 +29,11 @@
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
 
+/* sandboxd holds this init to what it may send past a window (agent.h):
+ * one read past it, and the reads at a command's reap (drain_stream). */
+_Static_assert(INIT_OUTPUT_CHUNK + 2 * ((uint64_t) INIT_DRAIN_MAX + INIT_OUTPUT_CHUNK) <= AGENT_WINDOW_SLACK,
+               "init's reads past a window must stay within AGENT_WINDOW_SLACK");
+
 /* Steps of the child that can fail before exec; reported to the parent. */
 enum child_stage { STAGE_STDIO, STAGE_TTY, STAGE_USER, STAGE_CWD, STAGE_CONFINE, STAGE_EXEC };
 

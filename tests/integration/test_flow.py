@@ -108,6 +108,42 @@ def test_a_client_that_does_not_read_stalls_only_its_own_command(world):
 test_a_client_that_does_not_read_stalls_only_its_own_command.timeout = 300
 
 
+def test_the_daemon_holds_init_to_the_window_it_granted(world):
+    """Root inside a sandbox can speak on sandbox-init's socket: an init that
+    ignores the credit had every byte it sent queued for a client that does
+    not read. The daemon now holds each command to the window it granted
+    (plus what an honest init reads past it at most): past that, the
+    command's output is a protocol error, dropped and logged once, while the
+    command and the channel go on. The fault build asks init for a 32 MiB
+    window while holding it to its own 1 MiB, as an init that ignores the
+    credit behaves. (With the real window every byte arrives: the test
+    above.)"""
+    d = world.daemon
+    expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+    d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAULT_INIT_WINDOW": str(32 << 20)})
+    try:
+        with sandbox(world, "flowcap", "--deny-all") as name:
+            s = _stalled_run(d, name, "yes | head -c %d" % BIG, "flow-cap")
+            try:
+                W.World.wait_until(lambda: "past the window the daemon granted" in
+                                   open(d.log_path, errors="replace").read(), 120,
+                                   "the daemon logs the overrun")
+                got, answer = _read_all(s, 120)
+                expect_eq(answer.get("result", {}).get("exitCode"), 0, "the command ran to its end: %s" % answer)
+                expect(1 << 20 <= got < 12 << 20, "the client got its window's worth and the queue, not all %d "
+                       "bytes: %d" % (BIG, got))
+                cmd = answer["result"]["cmdId"]
+                expect(_output_total(world, cmd) < 12 << 20, "the dropped output is not logged either")
+                code, out, err = world.ctl("exec", name, "--", "echo", "hi", timeout=60)
+                expect_eq((code, out), (0, "hi\n"), "the sandbox answers on (%s)" % err.strip())
+            finally:
+                s.close()
+    finally:
+        d.stop()
+        d.start()
+test_the_daemon_holds_init_to_the_window_it_granted.timeout = 300
+
+
 def test_a_sandbox_stops_while_a_client_of_it_does_not_read(world):
     with sandbox(world, "flowstop", "--deny-all") as name:
         s, _cmd = _stall(world, name, "yes | head -c 100000000", "flow-stop")

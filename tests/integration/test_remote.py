@@ -375,7 +375,6 @@ def test_a_tenant_sees_and_touches_only_what_it_owns(world):
                     {"method": "fs.list", "params": {"sandbox": b_name, "path": "/"}},
                     {"method": "command.logs", "params": {"cmdId": b_cmd}},
                     {"method": "events.subscribe", "params": {"sandbox": b_name}},
-                    {"method": "daemon.info"},
                     {"method": "runtime.import", "params": {"name": "x", "path": "/"}},
                     {"method": "runtime.delete", "params": {"name": "host"}},
                     {"method": "snapshot.export", "params": {"id": "snap-x", "path": "/tmp/x"}},
@@ -386,6 +385,10 @@ def test_a_tenant_sees_and_touches_only_what_it_owns(world):
                     {"method": "sandbox.fork", "params": {"sourceSandbox": b_name}},
                     {"method": "policy.check", "params": {"sandbox": b_name, "host": "example.com", "port": 443}}):
             _refused(_answer(_call(world, st, "tag", req), req["method"]), "%s as tag:team=a" % req["method"])
+        # daemon.info: the tenant's own view, nothing of the other's.
+        info = _answer(_call(world, st, "tag", {"method": "daemon.info"}), "daemon.info")["result"]
+        expect(info["tenant"]["name"] == "tag:team=a" and "stateDir" not in info and b_name not in json.dumps(info),
+               "a remote tenant's daemon.info is its own:", json.dumps(info)[:400])
         _log_has(st, "refused sandbox.get from ")
         _log_has(st, "tenant tag:team=a): name: no sandbox '%s' of this tenant" % b_name)
         a = _answer(_call(world, st, "tag", {"method": "sandbox.getOrCreate", "params": {"name": b_name}}), "goc")

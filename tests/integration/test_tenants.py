@@ -10,7 +10,9 @@ processes of uids 65534, 2000, 2001 and 4321, all of gid 65534 (nogroup).
 """
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 
 import world as W
 from common import expect, expect_eq
@@ -18,9 +20,11 @@ from common import expect, expect_eq
 NOGROUP = 65534
 ALICE, BOB, CAROL, ADMIN = 65534, 2000, 2001, 4321
 DAVE = 2002  # maxDiskMiB alone
+ERIN = 2003  # imports and exports, as uid:2000 (BOB) may
 METRICS_PORT = 19474
 
 _state = {}
+_IMPORTS = {"allowRuntimeImport": True, "allowSnapshotImport": True, "allowSnapshotExport": True}
 
 _CLIENT = r"""
 import json, socket, sys
@@ -80,16 +84,24 @@ def _setup(world):
     if _state.get("daemon") and _state["daemon"].alive():
         return _state["daemon"]
     world.stop_sandboxd()  # one daemon per network namespace; the runner restores the default
-    d = world.start_sandboxd({
+    extra = {}
+    try:
+        from test_runtimes import _cache_dir
+        extra["runtimeCache"] = _cache_dir()  # the debootstrap trees test_runtimes fills
+    except W.Skip:
+        pass
+    d = world.start_sandboxd(dict(extra, **{
         "socketGroup": "nogroup",
         "metricsListen": "127.0.0.1:%d" % METRICS_PORT,
         "tenants": {
             "localAdmins": [ADMIN],
             "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
                                           "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]},
-                      "uid:%d" % DAVE: {"maxDiskMiB": 512}},
+                      "uid:%d" % DAVE: {"maxDiskMiB": 512},
+                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1)},
         },
-    }, tag="tenants")
+    }), tag="tenants")
+    _state["cache"] = extra.get("runtimeCache")
     _state["daemon"] = d
     return d
 
@@ -179,7 +191,6 @@ def test_a_second_local_user_cannot_see_or_touch_the_first_users_sandboxes(world
                     {"method": "snapshot.delete", "params": {"id": snap}},
                     {"method": "sandbox.create", "params": {"source": {"type": "snapshot", "snapshotId": snap}}},
                     {"method": "events.subscribe", "params": {"sandbox": a}},
-                    {"method": "daemon.info", "params": {}},
                     {"method": "runtime.delete", "params": {"name": "host"}}):
             _refused(_one(d, BOB, req["method"], req["params"]), "%s as the second user" % req["method"])
         msg = _refused(_one(d, BOB, "sandbox.getOrCreate", {"name": a}), "getOrCreate of another's", "already_exists")
@@ -367,3 +378,215 @@ def test_a_local_tenant_cannot_take_every_event_subscription(world):
     msg = _refused(answers[16], "the 17th on one tenant connection", "limit_exceeded")
     expect("per connection" in msg, "names the limit:", msg)
     expect("result" in d.rpc("events.subscribe", {}), "root subscribes")
+
+
+def _runtime_names(d, uid):
+    return {r["name"]: r for r in _ok(d, uid, "runtime.list")["runtimes"]}
+
+
+def test_a_tenants_runtime_is_its_own_and_shared_runtimes_stay_everyones(world):
+    """runtime.import as a tenant with allowRuntimeImport: the runtime is
+    recorded as its own (kept across a restart); another tenant neither
+    lists, uses nor deletes it, each answered as for a missing runtime, and
+    a name taken by another is refused without saying whose. Admin-owned
+    runtimes (host, an admin's import) stay listed and usable for every
+    tenant, and no tenant deletes them."""
+    from test_runtimes import _tiny_rootfs_tar
+    d = _setup(world)
+    rt, shared, missing = world.name("trt"), world.name("tshared"), world.name("tnone")
+    erin_rt = world.name("terin")
+    path = os.path.join(world.tmp, rt + ".tar.gz")
+    with open(path, "wb") as f:
+        f.write(_tiny_rootfs_tar(rt))
+    made = []
+    try:
+        got = _ok(d, BOB, "runtime.import", {"name": rt, "path": path})
+        expect_eq(got["owner"], "uid:%d" % BOB, "a tenant's import is its own")
+        expect("result" in d.rpc("runtime.import", {"name": shared, "path": path}), "admin imports a shared one")
+        # Lists: the owner and admin see it, another tenant does not; the
+        # shared ones are everyone's.
+        expect(rt in _runtime_names(d, BOB) and shared in _runtime_names(d, BOB), "the owner's list")
+        erin = _runtime_names(d, ERIN)
+        expect(rt not in erin and shared in erin and "host" in erin, "another tenant's list:", sorted(erin))
+        expect_eq(_runtime_names(d, 0)[rt]["owner"], "uid:%d" % BOB, "admin sees the owner")
+        expect(_runtime_names(d, 0)[shared]["owner"] is None, "an admin import is admin-owned")
+        expect("path" not in erin[shared]["source"] and _runtime_names(d, 0)[shared]["source"]["path"] == path,
+               "a shared runtime's host path shows to admin only:", erin[shared])
+        # Use: the owner creates on it; another tenant gets what a missing
+        # runtime gets.
+        r = _ok(d, BOB, "sandbox.create", {"networkPolicy": "deny-all", "runtime": rt})
+        made.append(r["name"])
+        other = _one(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all", "runtime": rt})
+        none = _one(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all", "runtime": missing})
+        _refused(other, "create on another tenant's runtime", "not_found")
+        expect_eq(other["error"]["message"].replace(rt, "X"), none["error"]["message"].replace(missing, "X"),
+                  "another's runtime answers as a missing one")
+        r2 = _ok(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all", "runtime": shared})
+        made.append(r2["name"])
+        # maxRuntimes: uid:2003 may hold one.
+        _ok(d, ERIN, "runtime.import", {"name": erin_rt, "path": path})
+        msg = _refused(_one(d, ERIN, "runtime.import", {"name": missing, "path": path}), "a second runtime",
+                       "limit_exceeded")
+        expect("maxRuntimes" in msg and "uid:%d" % ERIN in msg, "names the limit and the tenant:", msg)
+        _ok(d, ERIN, "runtime.delete", {"name": erin_rt})
+        # Names: one name space, the refusal says nothing of whose.
+        msg = _refused(_one(d, ERIN, "runtime.import", {"name": rt, "path": path}), "a name another tenant holds",
+                       "already_exists")
+        expect(str(BOB) not in msg and "pick another name" in msg, "says that it is taken, not by whom:", msg)
+        # Delete: another tenant's is refused as a missing one; a shared
+        # one (host, admin's) by no tenant.
+        other = _refused(_one(d, ERIN, "runtime.delete", {"name": rt}), "delete of another tenant's runtime")
+        none = _refused(_one(d, ERIN, "runtime.delete", {"name": missing}), "delete of a missing runtime")
+        expect_eq(other.replace(rt, "X"), none.replace(missing, "X"), "another's runtime answers as a missing one")
+        for name in (shared, "host"):
+            msg = _refused(_one(d, BOB, "runtime.delete", {"name": name}), "a tenant deletes %s" % name)
+            expect("admin" in msg and "uid:%d" % BOB in msg, "says why and names the tenant:", msg)
+        # In use: not deleted, and the refusal names only its own users.
+        msg = _refused(_one(d, BOB, "runtime.delete", {"name": rt}), "a runtime in use", "in_use")
+        expect(made[0] in msg, "names the owner's sandbox:", msg)
+        _cleanup(d, made)
+        made = []
+        # Kept across a restart.
+        d.stop()
+        d.start()
+        expect_eq(_runtime_names(d, BOB).get(rt, {}).get("owner"), "uid:%d" % BOB, "owner after a restart")
+        expect(rt not in _runtime_names(d, ERIN), "still hidden from another tenant after a restart")
+        _ok(d, BOB, "runtime.delete", {"name": rt})
+        expect(rt not in _runtime_names(d, 0), "the owner deleted it")
+    finally:
+        _cleanup(d, made)
+        for name in (rt, shared, erin_rt, missing):
+            d.rpc("runtime.delete", {"name": name})
+        os.unlink(path)
+
+
+def test_imports_and_exports_are_permissions_confined_to_local_source_roots(world):
+    """runtime.import, runtime.bootstrap, snapshot.import and snapshot.export
+    are off for a tenant unless its limits allow them, the refusal naming
+    the limit and the tenant. With them, every host path is confined like a
+    local source: under localSourceRoots, never through a symlink or '..';
+    nothing is read or written outside (a path outside, a symlinked
+    directory pointing out, '..' out of a root). An export belongs to the
+    local tenant and an import is its importer's."""
+    d = _setup(world)
+    alice = "uid:%d" % ALICE
+    outside = tempfile.mkdtemp(prefix="sbx-tenant-out-", dir="/var/tmp")  # not under any root
+    os.chmod(outside, 0o755)
+    link = os.path.join(world.tmp, world.name("outlink"))
+    os.symlink(outside, link)
+    secret = os.path.join(outside, "secret.tar")
+    with open(secret, "wb") as f:
+        f.write(b"\0" * 1024)
+    made, snaps = [], []
+    try:
+        # Off by default.
+        for method, params, limit in (
+                ("runtime.import", {"name": world.name("x"), "path": secret}, "allowRuntimeImport"),
+                ("runtime.bootstrap", {"name": world.name("x")}, "allowRuntimeImport"),
+                ("snapshot.import", {"path": secret}, "allowSnapshotImport")):
+            msg = _refused(_one(d, ALICE, method, params), "%s as a tenant without %s" % (method, limit))
+            expect(limit in msg and alice in msg, "names the limit and the tenant:", msg)
+        r = _ok(d, BOB, "sandbox.create", {"networkPolicy": "deny-all"})
+        made.append(r["name"])
+        snap = _ok(d, BOB, "sandbox.snapshot", {"name": r["name"]})["id"]
+        snaps.append(snap)
+        a = _ok(d, ALICE, "sandbox.create", {"networkPolicy": "deny-all"})
+        made.append(a["name"])
+        asnap = _ok(d, ALICE, "sandbox.snapshot", {"name": a["name"]})["id"]
+        snaps.append(asnap)
+        msg = _refused(_one(d, ALICE, "snapshot.export", {"id": asnap, "path": os.path.join(world.tmp, "a.tar")}),
+                       "export without allowSnapshotExport")
+        expect("allowSnapshotExport" in msg and alice in msg, "names the limit and the tenant:", msg)
+        # Another tenant's snapshot: as a missing one.
+        _refused(_one(d, ERIN, "snapshot.export", {"id": snap, "path": os.path.join(world.tmp, "e.tar")}),
+                 "export of another tenant's snapshot")
+        # Bootstrap from a mirror of the tenant's choosing: refused.
+        msg = _refused(_one(d, BOB, "runtime.bootstrap", {"name": world.name("x"),
+                                                          "mirror": "http://deb.example/debian"}), "a tenant's mirror")
+        expect("mirror" in msg, "names the field:", msg)
+        # Confinement: outside the roots, through a symlink, with '..'.
+        for path in (secret, os.path.join(link, "secret.tar"),
+                     os.path.join(world.tmp, "..", os.path.relpath(secret, "/"))):
+            for method, params in (("runtime.import", {"name": world.name("x"), "path": path}),
+                                   ("snapshot.import", {"path": path})):
+                m = _one(d, BOB, method, params)
+                msg = (m.get("error") or {}).get("message", "")
+                expect(any(w in msg for w in ("localSourceRoots", "symlink", "'..'")),
+                       "%s of %s refused as outside the roots:" % (method, path), json.dumps(m)[:400])
+        for path in (os.path.join(outside, "x.tar"), os.path.join(link, "x.tar"),
+                     os.path.join(world.tmp, "..", os.path.relpath(outside, "/"), "y.tar")):
+            m = _one(d, BOB, "snapshot.export", {"id": snap, "path": path})
+            msg = (m.get("error") or {}).get("message", "")
+            expect(any(w in msg for w in ("localSourceRoots", "symlink", "'..'")),
+                   "export to %s refused as outside the roots:" % path, json.dumps(m)[:400])
+        expect_eq(sorted(os.listdir(outside)), ["secret.tar"], "nothing written outside the roots")
+        # Within the roots: exported as the tenant's file, imported as its own.
+        out = os.path.join(world.tmp, world.name("bexp") + ".tar")
+        got = _ok(d, BOB, "snapshot.export", {"id": snap, "path": out})
+        expect(got["bytes"] > 0 and os.stat(out).st_uid == BOB, "the export belongs to the local tenant")
+        m = _one(d, BOB, "snapshot.export", {"id": snap, "path": out})
+        expect((m.get("error") or {}).get("code") == -32602 and "exists" in m["error"]["message"],
+               "a file there is never replaced:", json.dumps(m)[:300])
+        imp = _ok(d, ERIN, "snapshot.import", {"path": out})
+        snaps.append(imp["id"])
+        expect_eq(imp["owner"], "uid:%d" % ERIN, "an import is its importer's")
+        expect(imp["id"] not in [x["id"] for x in _ok(d, BOB, "snapshot.list")["snapshots"]],
+               "not listed to another tenant")
+        os.unlink(out)
+    finally:
+        _cleanup(d, made, snaps)
+        os.unlink(link)
+        shutil.rmtree(outside)
+
+
+def test_a_tenants_daemon_info_shows_its_own_and_nothing_of_others(world):
+    """daemon.info for a local tenant: the version, limits, capabilities and
+    its own counts, limits and usage; no other tenant's sandbox, count or
+    name and no host path. Admin keeps the whole of it."""
+    d = _setup(world)
+    made = []
+    try:
+        made.append(_ok(d, ALICE, "sandbox.create", {"networkPolicy": "deny-all"})["name"])
+        theirs = _ok(d, CAROL, "sandbox.create", {"networkPolicy": "deny-all", "resources": {"diskMiB": 256}})
+        made.append(theirs["name"])
+        info = _ok(d, ALICE, "daemon.info")
+        expect(info.get("version") and "maxTimeoutMs" in info.get("limits", {}), "version and limits:", info)
+        expect_eq(info["tenant"]["name"], "uid:%d" % ALICE, "its tenant")
+        expect_eq(info["tenant"]["usage"]["sandboxes"], 1, "its own sandboxes")
+        expect_eq(info["sandboxes"], 1, "the count is its own")
+        expect_eq(info["tenant"]["limits"]["allowRuntimeImport"], False, "its permissions")
+        carol = _ok(d, CAROL, "daemon.info")["tenant"]
+        expect_eq((carol["limits"]["maxSandboxes"], carol["usage"]["sandboxes"]), (2, 1), "a limited tenant's")
+        text = json.dumps(info)
+        for leak in (theirs["name"], "uid:%d" % CAROL, d.state_dir, d.dir, "stateDir", "runDir", "socket",
+                     "warmPool", "storage", "logBytesInUse"):
+            expect(leak not in text, "a tenant's daemon.info shows nothing of %r:" % leak, text[:600])
+        full = _ok(d, 0, "daemon.info")
+        expect(full["stateDir"] == d.state_dir and full["sandboxes"] >= 2 and "tenant" not in full,
+               "admin's daemon.info is whole:", json.dumps(full)[:300])
+    finally:
+        _cleanup(d, made)
+
+
+def test_a_tenants_bootstrap_is_its_own_and_from_the_daemons_mirror(world):
+    """runtime.bootstrap as a tenant with allowRuntimeImport: from the
+    daemon's own mirror (the debootstrap cache test_runtimes fills; no
+    network here), recorded as the tenant's, hidden from another tenant."""
+    import hashlib
+    from test_runtimes import _apt_mirror
+    d = _setup(world)
+    mirror, cache = _apt_mirror(), _state.get("cache")
+    if not mirror or not cache or not os.path.isdir(os.path.join(
+            cache, "bookworm-" + hashlib.sha256(mirror.encode()).hexdigest()[:16])):
+        raise W.Skip("no debootstrap cache of bookworm from this machine's mirror (test_runtimes makes it)")
+    rt = world.name("tboot")
+    try:
+        got = _as(d, BOB, [{"method": "runtime.bootstrap", "params": {"name": rt}}], timeout=600)[0]
+        expect("result" in got, "bootstrap as a tenant:", json.dumps(got)[:400])
+        expect_eq((got["result"]["owner"], got["result"]["cached"], got["result"]["source"]["mirror"]),
+                  ("uid:%d" % BOB, True, mirror), "the tenant's, from the cache of the daemon's mirror")
+        expect(rt not in _runtime_names(d, ERIN), "hidden from another tenant")
+        _ok(d, BOB, "runtime.delete", {"name": rt})
+    finally:
+        d.rpc("runtime.delete", {"name": rt})
+test_a_tenants_bootstrap_is_its_own_and_from_the_daemons_mirror.timeout = 600

@@ -451,7 +451,9 @@ static void test_tenants_are_checked_shown_and_reloaded(void **state) {
         daemon_config cfg;
         const char *good = "{\"tenants\": {\"localAdmins\": [1000], \"defaults\": {\"maxSandboxes\": 3, "
                            "\"maxVcpus\": null, \"networkModes\": [\"deny-all\"]}, \"names\": {\"uid:1001\": "
-                           "{\"allowNoUserns\": true, \"allowLocalSources\": false, \"maxDiskMiB\": 4096}, "
+                           "{\"allowNoUserns\": true, \"allowLocalSources\": false, \"maxDiskMiB\": 4096, "
+                           "\"allowRuntimeImport\": true, \"allowSnapshotImport\": false, "
+                           "\"allowSnapshotExport\": true, \"maxRuntimes\": 2}, "
                            "\"tag:team=a\": {\"maxSnapshots\": 0}}}}";
         assert_null(parse_error(good, &cfg));
         cJSON *o = daemon_config_to_json(&cfg);
@@ -482,6 +484,12 @@ static void test_tenants_are_checked_shown_and_reloaded(void **state) {
                                "tenants.defaults.networkModes: 'open' is not a mode");
         assert_rejected_naming("{\"tenants\": {\"defaults\": {\"allowNoUserns\": 1}}}",
                                "tenants.defaults.allowNoUserns: must be true or false");
+        assert_rejected_naming("{\"tenants\": {\"defaults\": {\"allowRuntimeImport\": \"yes\"}}}",
+                               "tenants.defaults.allowRuntimeImport: must be true or false");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"ci\": {\"allowSnapshotExport\": 0}}}}",
+                               "tenants.names.ci.allowSnapshotExport: must be true or false");
+        assert_rejected_naming("{\"tenants\": {\"defaults\": {\"allowImports\": true}}}",
+                               "allowRuntimeImport, allowSnapshotImport, allowSnapshotExport");
         assert_rejected_naming("{\"tenants\": {\"localAdmins\": [0]}}", "tenants.localAdmins: each entry must be a uid");
         assert_rejected_naming("{\"tenants\": {\"localAdmins\": [\"alice\"]}}", "tenants.localAdmins");
         assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": 3}}}", "tenants.names.x: must be an object");
