@@ -13,9 +13,9 @@ import world as W
 from common import delete, expect, expect_eq, poll, sh, sh_ok
 
 # Runs inside the sandbox (python3 of the runtime). `mutate ROOT LOG READY`
-# builds a tree under ROOT and then changes it without pause, one change
-# per step (a single system call, or a store into a shared mapping), and
-# after each step appends one byte to LOG. `check ROOT LOG` (in a copy)
+# builds a tree under ROOT and then changes it all along, one change per
+# step (a single system call, or a store into a shared mapping), at most
+# RATE steps a second, and after each step appends one byte to LOG. `check ROOT LOG` (in a copy)
 # replays the first k steps and the first k+1 (k = size of LOG: the step
 # after the last logged one may have been made before the freeze) into
 # fresh trees and prints whether ROOT equals one of them: content, modes,
@@ -28,8 +28,14 @@ from common import delete, expect, expect_eq, poll, sh, sh_ok
 BALLAST_DISK_MIB = 1024
 
 MUTATOR = r'''
-import ctypes, hashlib, json, mmap, os, random, resource, sys
+import ctypes, hashlib, json, mmap, os, random, resource, sys, time
 SEED = 1616
+# Steps a second the mutator makes at most: far more than the frozen
+# pass needs to have something to copy, and bounded so that the check's
+# replay (every step again, twice) costs seconds of CPU, not as many
+# minutes as a loaded machine made the captures last (unpaced, it made
+# tens of thousands a second and a check took up to 20 minutes).
+RATE = 2000
 DIRS = ["", "d0", "d1", "d0/d1"]
 NAMES = ["f0", "f1", "f2", "f3", "d0", "d1", "l0"]
 POOL = [(d + "/" if d else "") + n for d in DIRS for n in NAMES]
@@ -165,7 +171,12 @@ def run(root, steps, log=None, ready=None):
         with open(ready, "w") as f:
             f.write(str(os.getpid()))
     i = 0
+    t0 = time.monotonic()
     while steps is None or i < steps:
+        if steps is None and i % 64 == 0:
+            ahead = i / RATE - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
         step(rng, root, m)
         if fd >= 0:
             os.write(fd, b".")
