@@ -192,7 +192,7 @@ static const config_key config_keys[] = {
          * replace it (limits apply to new objects, nothing running is
          * touched). */
         { "tenants",          KEY_TENANTS, OFF(tenants), 0, 0,
-          "Tenants (docs/SECURITY.md 4): {\"localAdmins\": [UID...] (non-root uids of the socket group that are admin; every other one is the tenant uid:N), \"defaults\": LIMITS (every tenant), \"names\": {NAME: LIMITS} (one tenant: uid:N, tag:K=V or a tenant:NAME certificate's NAME)}; LIMITS is {\"maxSandboxes\", \"maxVcpus\", \"maxDiskMiB\", \"maxSnapshots\": integer or null (no limit, the default), \"networkModes\": the networkPolicy modes allowed (default all three), \"allowNoUserns\": a create may set userns false (default false), \"allowLocalSources\": path and file:// sources under localSourceRoots (default false)}.",
+          "Tenants (docs/SECURITY.md 4): {\"localAdmins\": [UID...] (non-root uids of the socket group that are admin; every other one is the tenant uid:N), \"gateways\": [UID...] (non-root, non-admin uids whose connections act as one tenant each, named by session.actAs, e.g. sandboxd-e2b's), \"defaults\": LIMITS (every tenant), \"names\": {NAME: LIMITS} (one tenant: uid:N, tag:K=V or a tenant:NAME certificate's NAME)}; LIMITS is {\"maxSandboxes\", \"maxVcpus\", \"maxDiskMiB\", \"maxSnapshots\": integer or null (no limit, the default), \"networkModes\": the networkPolicy modes allowed (default all three), \"allowNoUserns\": a create may set userns false (default false), \"allowLocalSources\": path and file:// sources under localSourceRoots (default false)}.",
           "{} (uid 0 alone is admin; tenants unlimited in counts, every network mode, no userns false, no local sources)", .live = true },
 };
 
