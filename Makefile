@@ -16,6 +16,7 @@
 #   make deb        the Debian package, build/deb/sandboxd_VERSION_ARCH.deb (debian/)
 #   make deb-check  make deb, then its file list, maintainer scripts and lintian (tests/deb/)
 #   make shim       the containerd shim (shim/, Go): build/containerd-shim-sandboxd-v2
+#   make e2b-test   E2B's JS SDK against sandboxd-e2b (tests/e2b/)
 #   make cri-test   pods through the CRI: private containerd + CRI plugin + CNI (tests/cri/)
 
 PREFIX    ?= /usr/local
@@ -60,7 +61,7 @@ UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 
 obj = $(patsubst %.c,$(1)/%.o,$(2))
 
-BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd
+BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd $(B)/sandboxd-e2b
 # Test only, never installed: sandboxd with its fault points armed (libcore/fault.h).
 FAULT_BINS:= $(B)/faults/sandboxd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
@@ -145,6 +146,13 @@ $(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcor
 $(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson) -lresolv -pthread
 
+# The E2B gateway (e2b/, docs/E2B.md): a client of the daemon's socket
+# (cli/client.c) serving HTTP/1.1 with http_parser; OpenSSL for key
+# hashes and envd tokens.
+E2B_SRC   := $(wildcard e2b/*.c)
+$(B)/sandboxd-e2b: $(call obj,$(B)/obj,$(E2B_SRC)) $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson openssl) -lhttp_parser -lresolv -pthread
+
 # Unit tests link every library object (not the mains), so any module is testable.
 TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
 $(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
@@ -227,6 +235,12 @@ sdk-py-check: $(BINS)
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/integration/demo.py
+
+# E2B's published JS SDK (tests/e2b/, pinned by its lock file) against
+# sandboxd-e2b and sandboxd in the test world.
+.PHONY: e2b-test
+e2b-test: $(BINS)
+	@python3 tests/e2b/run.py
 
 # make bench: every row of the performance table beside its peer and goal,
 # one run, written to build/bench.json (BENCH_ARGS=--quick: smaller N, about

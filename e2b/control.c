@@ -1,0 +1,352 @@
+/* E2B's control API (spec/openapi.yml of e2b-dev/E2B) over sandboxd's
+ * sandbox.* methods, as the caller's tenant (docs/E2B.md "Control API").
+ * What does not map is refused with E2B's error shape and a message
+ * naming what sandboxd lacks; no field is silently dropped. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "e2b/gateway.h"
+
+/* Paths under /sandboxes/{id}/ that E2B has and this gateway does not
+ * serve yet, with what is missing. */
+static const struct {
+        const char *verb;
+        const char *why;
+} unserved[] = {
+        { "pause", "pause is not served by sandboxd-e2b yet (sandbox.pause exists; docs/E2B.md)" },
+        { "resume", "resume is not served by sandboxd-e2b yet" },
+        { "connect", "connect is not served by sandboxd-e2b yet" },
+        { "fork", "fork is not served by sandboxd-e2b yet" },
+        { "snapshots", "snapshots are not served by sandboxd-e2b yet" },
+        { "network", "network updates are not served by sandboxd-e2b yet" },
+        { "metrics", "metrics are not served by sandboxd-e2b yet" },
+        { "logs", "sandbox logs: sandboxd has no sandbox-wide log (command.logs is per command)" },
+        { "refreshes", "refreshes are not served by sandboxd-e2b yet" },
+};
+
+static int reply_daemon_error(gw_conn *c, const client_error *e, const char *what) {
+        return gw_send_error(c, gw_status_of(e), "%s: %s", what, e ? e->message : "failed");
+}
+
+static const char *template_of(const cJSON *sb) {
+        const char *rt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "runtime"));
+        return !rt || !strcmp(rt, "host") ? "base" : rt;
+}
+
+/* A Sandbox object of sandboxd as E2B's ListedSandbox/SandboxDetail. */
+static cJSON *to_e2b(const cJSON *sb) {
+        cJSON *o = cJSON_CreateObject();
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "name"));
+        const char *status = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "status"));
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(sb, "resources");
+        double vcpus = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "vcpus"));
+        double disk = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "diskMiB"));
+        const char *created = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "createdAt"));
+        const char *expires = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt"));
+        cJSON_AddStringToObject(o, "templateID", template_of(sb));
+        cJSON_AddStringToObject(o, "sandboxID", name ? name : "");
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "startedAt", created ? created : "");
+        cJSON_AddStringToObject(o, "endAt", expires ? expires : (created ? created : ""));
+        cJSON_AddNumberToObject(o, "cpuCount", vcpus == vcpus && vcpus > 0 ? vcpus : 1);
+        /* The memory limit sandboxd sets: vCPUs x 2 GiB (docs/API.md Command). */
+        cJSON_AddNumberToObject(o, "memoryMB", (vcpus == vcpus && vcpus > 0 ? vcpus : 1) * 2048);
+        cJSON_AddNumberToObject(o, "diskSizeMB", disk == disk && disk > 0 ? disk : 0);
+        cJSON_AddStringToObject(o, "state", status && !strcmp(status, "paused") ? "paused" : "running");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        const cJSON *tags = cJSON_GetObjectItemCaseSensitive(sb, "tags");
+        cJSON_AddItemToObject(o, "metadata", tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject());
+        return o;
+}
+
+/* NewSandbox -> sandbox.create params, or a 400 naming the field. */
+static cJSON *create_params(gw_conn *c, const cJSON *body) {
+        cJSON *p = cJSON_CreateObject();
+        const cJSON *it;
+        cJSON_ArrayForEach(it, body) {
+                const char *k = it->string;
+                if (cJSON_IsNull(it))
+                        continue;
+                if (!strcmp(k, "templateID")) {
+                        if (!cJSON_IsString(it))
+                                goto bad_type;
+                        cJSON_AddStringToObject(p, "runtime", strcmp(it->valuestring, "base") ? it->valuestring : "host");
+                } else if (!strcmp(k, "timeout")) {
+                        if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e7)
+                                goto bad_type;
+                        cJSON_AddNumberToObject(p, "timeout", it->valuedouble * 1000);
+                } else if (!strcmp(k, "metadata") || !strcmp(k, "envVars")) {
+                        if (!cJSON_IsObject(it))
+                                goto bad_type;
+                        cJSON_AddItemToObject(p, strcmp(k, "metadata") ? "env" : "tags", cJSON_Duplicate(it, 1));
+                } else if (!strcmp(k, "allow_internet_access")) {
+                        if (!cJSON_IsBool(it))
+                                goto bad_type;
+                        /* false: E2B's denyOut 0.0.0.0/0; true: explicitly open. */
+                        cJSON_AddStringToObject(p, "networkPolicy", cJSON_IsTrue(it) ? "allow-all" : "deny-all");
+                } else if (!strcmp(k, "secure")) {
+                        /* Envd access is always by the sandbox's token here. */
+                        if (!cJSON_IsBool(it))
+                                goto bad_type;
+                } else if (!strcmp(k, "autoPause")) {
+                        if (cJSON_IsTrue(it)) {
+                                gw_send_error(c, 400, "autoPause: pause on timeout is not served by sandboxd-e2b yet");
+                                goto fail;
+                        }
+                } else if (!strcmp(k, "network")) {
+                        if (cJSON_IsObject(it) && !it->child)
+                                continue;
+                        gw_send_error(c, 400, "network: allowOut/denyOut and rules are not served by sandboxd-e2b "
+                                              "yet (allow_internet_access false is: deny-all)");
+                        goto fail;
+                } else {
+                        gw_send_error(c, 400, "%s: not served by sandboxd-e2b (docs/E2B.md lists what maps)", k);
+                        goto fail;
+                }
+                continue;
+bad_type:
+                gw_send_error(c, 400, "%s: wrong type or out of range", k);
+                goto fail;
+        }
+        if (!cJSON_GetObjectItemCaseSensitive(body, "templateID")) {
+                gw_send_error(c, 400, "templateID: required");
+                goto fail;
+        }
+        return p;
+fail:
+        cJSON_Delete(p);
+        return NULL;
+}
+
+static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len);
+        if (!cJSON_IsObject(body)) {
+                cJSON_Delete(body);
+                gw_send_error(c, 400, "body: a JSON object (NewSandbox) is required");
+                return;
+        }
+        cJSON *p = create_params(c, body);
+        const char *tmpl = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "templateID"));
+        char *tmpl_copy = strdup(tmpl ? tmpl : "base");
+        cJSON_Delete(body);
+        if (!p) {
+                free(tmpl_copy);
+                return;
+        }
+        cJSON *res = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.create", p, &res, &err) < 0) {
+                if (err && err->field && !strcmp(err->field, "runtime"))
+                        gw_send_error(c, 404, "template '%s' not found: sandboxd has no runtime of that name "
+                                              "(base is the host runtime)", tmpl_copy);
+                else
+                        reply_daemon_error(c, err, "create sandbox");
+                client_error_free(err);
+                free(tmpl_copy);
+                return;
+        }
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "name"));
+        char *tok = name ? gw_envd_token(cfg->keys_path, tenant, name) : NULL;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "templateID", tmpl_copy);
+        cJSON_AddStringToObject(o, "sandboxID", name ? name : "");
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "trafficAccessToken");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        free(tmpl_copy);
+        cJSON_Delete(res);
+        gw_send_json(c, 201, o);
+}
+
+static void get_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "get sandbox");
+                client_error_free(err);
+                return;
+        }
+        cJSON *o = to_e2b(res);
+        char *tok = gw_envd_token(cfg->keys_path, tenant, id);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        cJSON_Delete(res);
+        gw_send_json(c, 200, o);
+}
+
+/* metadata=k%3Dv%26k2%3Dv2 (one URL-encoded query of its own) -> tags. */
+static int metadata_filter(const char *q, cJSON *tags) {
+        char *dup = strdup(q), *save = NULL;
+        if (!dup)
+                return -ENOMEM;
+        for (char *kv = strtok_r(dup, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+                char *eq = strchr(kv, '=');
+                if (!eq) {
+                        free(dup);
+                        return -EINVAL;
+                }
+                char *k = gw_url_decode(kv, (size_t) (eq - kv), true), *v = gw_url_decode(eq + 1, strlen(eq + 1), true);
+                if (k && v)
+                        cJSON_AddStringToObject(tags, k, v);
+                free(k);
+                free(v);
+        }
+        free(dup);
+        return 0;
+}
+
+static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        /* Known query parameters; any other is refused, never ignored. */
+        static const char *const known[] = { "metadata", "state", "limit" };
+        for (const char *q = r->query; q && *q;) {
+                const char *end = strchr(q, '&');
+                size_t n = end ? (size_t) (end - q) : strlen(q);
+                bool ok = false;
+                for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
+                        ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
+                if (!ok) {
+                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (metadata, state, limit are)",
+                                      (int) n, q);
+                        return;
+                }
+                q = end ? end + 1 : NULL;
+        }
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        char *md = gw_query_get(r, "metadata"), *state = gw_query_get(r, "state"), *limit = gw_query_get(r, "limit");
+        if (md) {
+                cJSON *tags = cJSON_AddObjectToObject(p, "tags");
+                if (metadata_filter(md, tags) < 0) {
+                        gw_send_error(c, 400, "metadata: want k=v pairs joined by &");
+                        goto out;
+                }
+        }
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.list", p, &res, &err) < 0) {
+                p = NULL;
+                reply_daemon_error(c, err, "list sandboxes");
+                client_error_free(err);
+                goto out;
+        }
+        p = NULL;
+        long max = limit ? strtol(limit, NULL, 10) : 0;
+        cJSON *arr = cJSON_CreateArray(), *sb;
+        cJSON_ArrayForEach(sb, cJSON_GetObjectItemCaseSensitive(res, "sandboxes")) {
+                cJSON *o = to_e2b(sb);
+                const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
+                if (state && !strstr(state, st)) {
+                        cJSON_Delete(o);
+                        continue;
+                }
+                if (max > 0 && cJSON_GetArraySize(arr) >= max) {
+                        cJSON_Delete(o);
+                        break;
+                }
+                cJSON_AddItemToArray(arr, o);
+        }
+        gw_send_json(c, 200, arr);
+out:
+        cJSON_Delete(p);
+        cJSON_Delete(res);
+        free(md);
+        free(state);
+        free(limit);
+}
+
+static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.delete", p, NULL, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "kill sandbox");
+                client_error_free(err);
+                return;
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+}
+
+/* POST /sandboxes/{id}/timeout {"timeout": seconds}: the sandbox ends
+ * that long from now (sandbox.update timeout, ms). */
+static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "timeout");
+        if (!cJSON_IsNumber(t) || t->valuedouble < 1 || cJSON_GetArraySize(body) != 1) {
+                cJSON_Delete(body);
+                gw_send_error(c, 400, "body: {\"timeout\": seconds} (an integer above 0), nothing else");
+                return;
+        }
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        cJSON_AddNumberToObject(p, "timeout", t->valuedouble * 1000);
+        cJSON_Delete(body);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.update", p, NULL, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "set timeout");
+                client_error_free(err);
+                return;
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+}
+
+void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        const char *m = r->method, *path = r->path;
+        if (!strcmp(path, "/sandboxes") || !strcmp(path, "/v2/sandboxes")) {
+                if (!strcmp(m, "POST"))
+                        post_sandboxes(cfg, c, r, tenant);
+                else if (!strcmp(m, "GET"))
+                        list_sandboxes(cfg, c, r, tenant);
+                else
+                        gw_send_error(c, 405, "%s %s: not allowed", m, path);
+                return;
+        }
+        const char *rest = !strncmp(path, "/sandboxes/", 11) ? path + 11
+                         : !strncmp(path, "/v2/sandboxes/", 14) ? path + 14 : NULL;
+        if (!rest) {
+                gw_send_error(c, 404, "%s %s: not served by sandboxd-e2b (templates, snapshots, teams, volumes "
+                                      "are not mapped yet; docs/E2B.md)", m, path);
+                return;
+        }
+        char id[64];
+        const char *slash = strchr(rest, '/');
+        size_t n = slash ? (size_t) (slash - rest) : strlen(rest);
+        if (n == 0 || n >= sizeof(id)) {
+                gw_send_error(c, 404, "sandbox not found");
+                return;
+        }
+        memcpy(id, rest, n);
+        id[n] = 0;
+        if (!slash) {
+                if (!strcmp(m, "GET"))
+                        get_sandbox(cfg, c, tenant, id);
+                else if (!strcmp(m, "DELETE"))
+                        delete_sandbox(cfg, c, tenant, id);
+                else
+                        gw_send_error(c, 405, "%s %s: not allowed", m, path);
+                return;
+        }
+        const char *verb = slash + 1;
+        if (!strcmp(verb, "timeout") && !strcmp(m, "POST")) {
+                set_timeout(cfg, c, r, tenant, id);
+                return;
+        }
+        for (size_t i = 0; i < sizeof(unserved) / sizeof(*unserved); i++)
+                if (!strcmp(verb, unserved[i].verb)) {
+                        gw_send_error(c, 501, "%s", unserved[i].why);
+                        return;
+                }
+        gw_send_error(c, 404, "%s %s: not an E2B endpoint", m, path);
+}

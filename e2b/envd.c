@@ -1,0 +1,620 @@
+/* Each sandbox's envd (spec/envd of e2b-dev/E2B) over sandboxd's
+ * command.* and fs.* methods, as the tenant of the sandbox's access
+ * token (docs/E2B.md "envd"): Connect-RPC with the JSON codec (unary:
+ * application/json; server streams: application/connect+json, each
+ * message a 5-byte envelope, the last one flagged end-of-stream) and the
+ * /files HTTP endpoints.
+ *
+ * Processes are addressed by pid in E2B; sandboxd names commands by
+ * cmdId. The pid shown is derived from the cmdId (its last 7 hex digits),
+ * and a pid is found again by listing the sandbox's commands. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include "e2b/gateway.h"
+
+#define ENV_FLAG_END 0x02
+
+/* ---- Connect framing ---- */
+
+static const char *connect_status_code(int http) {
+        switch (http) {
+        case 400: return "invalid_argument";
+        case 401: return "unauthenticated";
+        case 404: return "not_found";
+        case 409: return "already_exists";
+        case 429: return "resource_exhausted";
+        case 501: return "unimplemented";
+        case 502:
+        case 503: return "unavailable";
+        default: return "internal";
+        }
+}
+
+static int connect_error(gw_conn *c, int http, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int connect_error(gw_conn *c, int http, const char *fmt, ...) {
+        char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
+        va_end(ap);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "code", connect_status_code(http));
+        cJSON_AddStringToObject(o, "message", msg ? msg : "error");
+        free(msg);
+        return gw_send_json(c, http, o);
+}
+
+static int daemon_error(gw_conn *c, const client_error *e, const char *what) {
+        return connect_error(c, gw_status_of(e), "%s: %s", what, e ? e->message : "failed");
+}
+
+static int send_envelope(gw_conn *c, unsigned char flags, cJSON *msg) {
+        char *text = cJSON_PrintUnformatted(msg);
+        cJSON_Delete(msg);
+        if (!text)
+                return -ENOMEM;
+        size_t n = strlen(text);
+        unsigned char *buf = malloc(n + 5);
+        if (!buf) {
+                free(text);
+                return -ENOMEM;
+        }
+        buf[0] = flags;
+        buf[1] = (unsigned char) (n >> 24);
+        buf[2] = (unsigned char) (n >> 16);
+        buf[3] = (unsigned char) (n >> 8);
+        buf[4] = (unsigned char) n;
+        memcpy(buf + 5, text, n);
+        int r = gw_send_chunk(c, buf, n + 5);
+        free(buf);
+        free(text);
+        return r;
+}
+
+/* The message of a request: unary JSON, or the first envelope of a
+ * streaming request. NULL when it is not a JSON object. */
+static cJSON *request_message(const gw_request *r, bool streaming) {
+        if (!streaming)
+                return cJSON_ParseWithLength(r->body, r->body_len);
+        if (r->body_len < 5)
+                return NULL;
+        const unsigned char *b = (const unsigned char *) r->body;
+        size_t n = (size_t) b[1] << 24 | (size_t) b[2] << 16 | (size_t) b[3] << 8 | b[4];
+        if (b[0] != 0 || n > r->body_len - 5)
+                return NULL;
+        return cJSON_ParseWithLength(r->body + 5, n);
+}
+
+static const char *str_of(const cJSON *o, const char *k) {
+        return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+/* The user of a request: Authorization "Basic base64(USER:)" as the SDK
+ * sends it; absent is the sandbox user. Returns 0 (sandbox user), 1
+ * (root), -1 (another user: refused). */
+static int request_user(const gw_request *r) {
+        const char *a = gw_header_get(r, "Authorization");
+        if (!a)
+                return 0;
+        if (strncasecmp(a, "Basic ", 6) != 0)
+                return -1;
+        void *dec = NULL;
+        size_t len = 0;
+        if (client_base64_decode(a + 6, &dec, &len) < 0)
+                return -1;
+        char *user = dec, *colon = memchr(user, ':', len);
+        if (colon)
+                *colon = 0;
+        int res = !strcmp(user, "root") ? 1 : (!strcmp(user, "user") || !strcmp(user, "sandbox")) ? 0 : -1;
+        free(dec);
+        return res;
+}
+
+static unsigned pid_of(const char *cmd_id) {
+        size_t n = cmd_id ? strlen(cmd_id) : 0;
+        const char *tail = n > 7 ? cmd_id + n - 7 : (cmd_id ? cmd_id : "0");
+        return (unsigned) strtoul(tail, NULL, 16) + 1;
+}
+
+/* ---- process.Process ---- */
+
+typedef struct start_state {
+        gw_conn *c;
+        const char *cmd_id;
+        char *id_copy;
+} start_state;
+
+static void on_command_note(const client_msg *m, void *userdata) {
+        start_state *s = userdata;
+        const char *cmd_id = str_of(m->params, "cmdId");
+        if (!m->method || !cmd_id)
+                return;
+        cJSON *ev = NULL, *inner = NULL;
+        if (!strcmp(m->method, "command.started")) {
+                free(s->id_copy);
+                s->id_copy = strdup(cmd_id);
+                ev = cJSON_CreateObject();
+                inner = cJSON_AddObjectToObject(ev, "start");
+                cJSON_AddNumberToObject(inner, "pid", pid_of(cmd_id));
+        } else if (!strcmp(m->method, "command.output") && s->id_copy && !strcmp(cmd_id, s->id_copy)) {
+                const char *stream = str_of(m->params, "stream"), *data = str_of(m->params, "data");
+                ev = cJSON_CreateObject();
+                inner = cJSON_AddObjectToObject(ev, "data");
+                cJSON_AddStringToObject(inner, stream && !strcmp(stream, "stderr") ? "stderr" : "stdout",
+                                        data ? data : "");
+        } else if (!strcmp(m->method, "command.exit") && s->id_copy && !strcmp(cmd_id, s->id_copy)) {
+                double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m->params, "exitCode"));
+                char status[64];
+                int ci = code == code ? (int) code : -1;
+                if (ci > 128)
+                        snprintf(status, sizeof(status), "signal: %d", ci - 128);
+                else
+                        snprintf(status, sizeof(status), "exit status %d", ci);
+                ev = cJSON_CreateObject();
+                inner = cJSON_AddObjectToObject(ev, "end");
+                cJSON_AddNumberToObject(inner, "exitCode", ci);
+                cJSON_AddBoolToObject(inner, "exited", ci <= 128);
+                cJSON_AddStringToObject(inner, "status", status);
+        }
+        if (ev) {
+                cJSON *msg = cJSON_CreateObject();
+                cJSON_AddItemToObject(msg, "event", ev);
+                send_envelope(s->c, 0, msg);
+        }
+}
+
+static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                          const char *sbx) {
+        cJSON *req = request_message(r, true);
+        const cJSON *proc = cJSON_GetObjectItemCaseSensitive(req, "process");
+        const char *cmd = str_of(proc, "cmd");
+        int user = request_user(r);
+        if (!cmd || user < 0 || cJSON_GetObjectItemCaseSensitive(req, "pty") || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"))) {
+                cJSON_Delete(req);
+                connect_error(c, !cmd || user < 0 ? 400 : 501, "%s",
+                              !cmd ? "process.cmd: required"
+                              : user < 0 ? "user: sandboxd has the sandbox user (E2B's user) and root only"
+                                         : "pty and stdin are not served by sandboxd-e2b yet");
+                return;
+        }
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "cmd", cmd);
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(proc, "args");
+        if (cJSON_IsArray(args))
+                cJSON_AddItemToObject(p, "args", cJSON_Duplicate(args, 1));
+        const cJSON *envs = cJSON_GetObjectItemCaseSensitive(proc, "envs");
+        if (cJSON_IsObject(envs) && envs->child)
+                cJSON_AddItemToObject(p, "env", cJSON_Duplicate(envs, 1));
+        const char *cwd = str_of(proc, "cwd");
+        if (cwd && *cwd)
+                cJSON_AddStringToObject(p, "cwd", cwd);
+        if (user == 1)
+                cJSON_AddBoolToObject(p, "sudo", true);
+        cJSON_Delete(req);
+
+        client *d = NULL;
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                cJSON_Delete(p);
+                connect_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                return;
+        }
+        gw_send_chunked_head(c, 200, "application/connect+json");
+        start_state s = { .c = c };
+        client_error *err = NULL;
+        cJSON *res = NULL;
+        int rc = client_call(d, "command.run", p, -1, on_command_note, &s, &res, &err);
+        cJSON *end = cJSON_CreateObject();
+        if (rc < 0) {
+                cJSON *e = cJSON_AddObjectToObject(end, "error");
+                cJSON_AddStringToObject(e, "code", connect_status_code(gw_status_of(err)));
+                cJSON_AddStringToObject(e, "message", err ? err->message : "command failed");
+        }
+        send_envelope(c, ENV_FLAG_END, end);
+        gw_send_chunked_end(c);
+        client_error_free(err);
+        cJSON_Delete(res);
+        free(s.id_copy);
+        client_free(d);
+}
+
+/* The sandbox's commands (command.list), or NULL after answering. */
+static cJSON *list_commands(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "command.list", p, &res, &err) < 0) {
+                daemon_error(c, err, "list processes");
+                client_error_free(err);
+                return NULL;
+        }
+        return res;
+}
+
+static void process_list(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx) {
+        cJSON *res = list_commands(cfg, c, tenant, sbx);
+        if (!res)
+                return;
+        cJSON *out = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(out, "processes"), *cmd;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(res, "commands")) {
+                if (!cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")))
+                        continue;
+                cJSON *pi = cJSON_CreateObject(), *conf = cJSON_AddObjectToObject(pi, "config");
+                cJSON_AddStringToObject(conf, "cmd", str_of(cmd, "cmd") ? str_of(cmd, "cmd") : "");
+                const cJSON *args = cJSON_GetObjectItemCaseSensitive(cmd, "args");
+                cJSON_AddItemToObject(conf, "args", args ? cJSON_Duplicate(args, 1) : cJSON_CreateArray());
+                cJSON_AddItemToObject(conf, "envs", cJSON_CreateObject());
+                if (str_of(cmd, "cwd"))
+                        cJSON_AddStringToObject(conf, "cwd", str_of(cmd, "cwd"));
+                cJSON_AddNumberToObject(pi, "pid", pid_of(str_of(cmd, "cmdId")));
+                cJSON_AddItemToArray(arr, pi);
+        }
+        cJSON_Delete(res);
+        gw_send_json(c, 200, out);
+}
+
+static void process_signal(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                           const char *sbx) {
+        cJSON *req = request_message(r, false);
+        const cJSON *sel = cJSON_GetObjectItemCaseSensitive(req, "process");
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(sel, "pid");
+        const cJSON *sig = cJSON_GetObjectItemCaseSensitive(req, "signal");
+        const char *name = NULL;
+        if (cJSON_IsString(sig))
+                name = !strcmp(sig->valuestring, "SIGNAL_SIGKILL") ? "KILL"
+                     : !strcmp(sig->valuestring, "SIGNAL_SIGTERM") ? "TERM" : NULL;
+        else if (cJSON_IsNumber(sig))
+                name = sig->valueint == 9 ? "KILL" : sig->valueint == 15 ? "TERM" : NULL;
+        if (!cJSON_IsNumber(pid) || !name) {
+                cJSON_Delete(req);
+                connect_error(c, 400, "process.pid and signal (SIGNAL_SIGKILL or SIGNAL_SIGTERM) are required; "
+                                      "processes by tag are not served yet");
+                return;
+        }
+        unsigned want = (unsigned) pid->valuedouble;
+        cJSON_Delete(req);
+        cJSON *res = list_commands(cfg, c, tenant, sbx), *cmd;
+        if (!res)
+                return;
+        const char *found = NULL;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(res, "commands"))
+                if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) && pid_of(str_of(cmd, "cmdId")) == want)
+                        found = str_of(cmd, "cmdId");
+        if (!found) {
+                cJSON_Delete(res);
+                connect_error(c, 404, "process with pid %u not found", want);
+                return;
+        }
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "cmdId", found);
+        cJSON_AddStringToObject(p, "signal", name);
+        cJSON_Delete(res);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "command.kill", p, NULL, &err) < 0) {
+                daemon_error(c, err, "send signal");
+                client_error_free(err);
+                return;
+        }
+        gw_send_json(c, 200, cJSON_CreateObject());
+}
+
+/* ---- filesystem.Filesystem ---- */
+
+static void fmt_time(double secs, char *buf, size_t size) {
+        time_t t = (time_t) secs;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* A sandboxd Stat as EntryInfo. */
+static cJSON *entry_of(const cJSON *st) {
+        cJSON *e = cJSON_CreateObject();
+        const char *type = str_of(st, "type");
+        double mode = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "mode"));
+        double mtime = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "mtime"));
+        cJSON_AddStringToObject(e, "name", str_of(st, "name") ? str_of(st, "name") : "");
+        cJSON_AddStringToObject(e, "type", !type ? "FILE_TYPE_UNSPECIFIED"
+                                          : !strcmp(type, "file") ? "FILE_TYPE_FILE"
+                                          : !strcmp(type, "directory") ? "FILE_TYPE_DIRECTORY"
+                                          : !strcmp(type, "symlink") ? "FILE_TYPE_SYMLINK" : "FILE_TYPE_UNSPECIFIED");
+        cJSON_AddStringToObject(e, "path", str_of(st, "path") ? str_of(st, "path") : "");
+        double size = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "size"));
+        char num[32], perms[16], when[40];
+        snprintf(num, sizeof(num), "%.0f", size == size ? size : 0);
+        cJSON_AddStringToObject(e, "size", num); /* int64 is a string in proto3 JSON */
+        unsigned m = mode == mode ? (unsigned) mode : 0;
+        cJSON_AddNumberToObject(e, "mode", m);
+        snprintf(perms, sizeof(perms), "%c%c%c%c%c%c%c%c%c%c", type && !strcmp(type, "directory") ? 'd' : '-',
+                 m & 0400 ? 'r' : '-', m & 0200 ? 'w' : '-', m & 0100 ? 'x' : '-', m & 040 ? 'r' : '-',
+                 m & 020 ? 'w' : '-', m & 010 ? 'x' : '-', m & 04 ? 'r' : '-', m & 02 ? 'w' : '-', m & 01 ? 'x' : '-');
+        cJSON_AddStringToObject(e, "permissions", perms);
+        fmt_time(mtime == mtime ? mtime : 0, when, sizeof(when));
+        cJSON_AddStringToObject(e, "modifiedTime", when);
+        return e;
+}
+
+static cJSON *fs_call(const gw_config *cfg, gw_conn *c, const char *tenant, const char *method, cJSON *p,
+                      const char *what) {
+        cJSON *res = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, method, p, &res, &err) < 0) {
+                /* A missing path is Connect's not_found, as envd answers. */
+                if (err && err->message && strstr(err->message, "No such file"))
+                        connect_error(c, 404, "%s: %s", what, err->message);
+                else
+                        daemon_error(c, err, what);
+                client_error_free(err);
+                return NULL;
+        }
+        return res ? res : cJSON_CreateObject();
+}
+
+static cJSON *path_params(const char *sbx, const char *path) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "path", path);
+        return p;
+}
+
+static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
+                       const char *op) {
+        cJSON *req = request_message(r, false);
+        const char *path = str_of(req, "path");
+        if (request_user(r) != 0) {
+                cJSON_Delete(req);
+                connect_error(c, 501, "user: fs calls run as the sandbox user only (sandboxd's fs.* have no root)");
+                return;
+        }
+        cJSON *res = NULL, *out = NULL;
+        if (!strcmp(op, "Stat") && path) {
+                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
+                        out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+        } else if (!strcmp(op, "ListDir") && path) {
+                double depth = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "depth"));
+                if (depth == depth && depth > 1) {
+                        connect_error(c, 501, "depth above 1 is not served by sandboxd-e2b yet");
+                        goto done;
+                }
+                if ((res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"))) {
+                        out = cJSON_CreateObject();
+                        cJSON *arr = cJSON_AddArrayToObject(out, "entries"), *st;
+                        cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(res, "entries"))
+                                cJSON_AddItemToArray(arr, entry_of(st));
+                }
+        } else if (!strcmp(op, "MakeDir") && path) {
+                cJSON *st = NULL;
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "fs.stat", path_params(sbx, path), &st, &err) == 0) {
+                        cJSON_Delete(st);
+                        connect_error(c, 409, "path %s already exists", path);
+                        goto done;
+                }
+                client_error_free(err);
+                cJSON *p = path_params(sbx, path);
+                cJSON_AddBoolToObject(p, "parents", true);
+                if ((res = fs_call(cfg, c, tenant, "fs.mkdir", p, "make dir"))) {
+                        cJSON_Delete(res);
+                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
+                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                }
+        } else if (!strcmp(op, "Remove") && path) {
+                cJSON *p = path_params(sbx, path);
+                cJSON_AddBoolToObject(p, "recursive", true);
+                if ((res = fs_call(cfg, c, tenant, "fs.remove", p, "remove")))
+                        out = cJSON_CreateObject();
+        } else if (!strcmp(op, "Move") && str_of(req, "source") && str_of(req, "destination")) {
+                /* sandboxd has no fs.move: mv(1) as the sandbox user, whose
+                 * rights are those of every fs.* call. */
+                cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray();
+                cJSON_AddStringToObject(p, "sandbox", sbx);
+                cJSON_AddStringToObject(p, "cmd", "mv");
+                cJSON_AddItemToArray(args, cJSON_CreateString("-T"));
+                cJSON_AddItemToArray(args, cJSON_CreateString("--"));
+                cJSON_AddItemToArray(args, cJSON_CreateString(str_of(req, "source")));
+                cJSON_AddItemToArray(args, cJSON_CreateString(str_of(req, "destination")));
+                cJSON_AddItemToObject(p, "args", args);
+                if ((res = fs_call(cfg, c, tenant, "command.run", p, "move"))) {
+                        double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "exitCode"));
+                        if (code != 0) {
+                                connect_error(c, 404, "move %s: failed (mv exited %.0f)", str_of(req, "source"), code);
+                                goto done;
+                        }
+                        cJSON_Delete(res);
+                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, str_of(req, "destination")),
+                                           "stat")))
+                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                }
+        } else if (!strcmp(op, "Stat") || !strcmp(op, "ListDir") || !strcmp(op, "MakeDir") || !strcmp(op, "Remove") ||
+                   !strcmp(op, "Move")) {
+                connect_error(c, 400, "%s: path (or source and destination) required", op);
+        } else
+                connect_error(c, 501, "filesystem.Filesystem/%s is not served by sandboxd-e2b yet", op);
+        if (out)
+                gw_send_json(c, 200, out);
+done:
+        cJSON_Delete(res);
+        cJSON_Delete(req);
+}
+
+/* ---- /files ---- */
+
+static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
+        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        if (!path || (user && strcmp(user, "user") && strcmp(user, "sandbox"))) {
+                gw_send_error(c, 400, "%s", !path ? "path: required"
+                                                  : "username: files are read as the sandbox user only");
+                goto out;
+        }
+        cJSON *res = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "fs.read", path_params(sbx, path), &res, &err) < 0) {
+                int st = err && err->message && (strstr(err->message, "No such file") || strstr(err->message, "not found"))
+                                 ? 404 : gw_status_of(err);
+                gw_send_error(c, st, "read %s: %s", path, err ? err->message : "failed");
+                client_error_free(err);
+                goto out;
+        }
+        void *data = NULL;
+        size_t len = 0;
+        const char *b64 = str_of(res, "content");
+        if (!b64 || client_base64_decode(b64, &data, &len) < 0)
+                gw_send_error(c, 502, "read %s: sandboxd's answer was not base64", path);
+        else
+                gw_send(c, 200, "application/octet-stream", data, len);
+        free(data);
+        cJSON_Delete(res);
+out:
+        free(path);
+        free(user);
+}
+
+/* The parts of a multipart/form-data body: each part's filename and
+ * bytes (borrowed from the body). */
+typedef struct part {
+        char *filename;
+        const char *data;
+        size_t len;
+} part;
+
+static const char *memmem_s(const char *h, size_t hl, const char *n, size_t nl) {
+        return memmem(h, hl, n, nl);
+}
+
+static int parse_multipart(const gw_request *r, part **ret, size_t *ret_n) {
+        const char *ct = gw_header_get(r, "Content-Type"), *b = ct ? strstr(ct, "boundary=") : NULL;
+        if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0 || !b)
+                return -EINVAL;
+        b += 9;
+        char delim[256];
+        size_t bl = strcspn(b, ";");
+        if (*b == '"')
+                b++, bl = strcspn(b, "\"");
+        if (bl == 0 || bl > 200)
+                return -EINVAL;
+        int dl = snprintf(delim, sizeof(delim), "--%.*s", (int) bl, b);
+        part *parts = NULL;
+        size_t n = 0;
+        const char *p = memmem_s(r->body, r->body_len, delim, (size_t) dl), *end = r->body + r->body_len;
+        while (p && p + dl + 2 <= end && strncmp(p + dl, "--", 2) != 0) {
+                const char *head = p + dl + 2; /* after CRLF */
+                const char *head_end = memmem_s(head, (size_t) (end - head), "\r\n\r\n", 4);
+                if (!head_end)
+                        break;
+                const char *data = head_end + 4;
+                char crlf_delim[260];
+                int cl = snprintf(crlf_delim, sizeof(crlf_delim), "\r\n%s", delim);
+                const char *next = memmem_s(data, (size_t) (end - data), crlf_delim, (size_t) cl);
+                if (!next)
+                        break;
+                char *fn = NULL;
+                const char *f = memmem_s(head, (size_t) (head_end - head), "filename=\"", 10);
+                if (f) {
+                        f += 10;
+                        const char *q = memchr(f, '"', (size_t) (head_end - f));
+                        if (q)
+                                fn = strndup(f, (size_t) (q - f));
+                }
+                part *np = realloc(parts, (n + 1) * sizeof(*np));
+                if (!np) {
+                        free(fn);
+                        break;
+                }
+                parts = np;
+                parts[n++] = (part) { .filename = fn, .data = data, .len = (size_t) (next - data) };
+                p = next + 2;
+        }
+        *ret = parts;
+        *ret_n = n;
+        return n ? 0 : -EINVAL;
+}
+
+static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
+        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        part *parts = NULL;
+        size_t n = 0;
+        if (user && strcmp(user, "user") && strcmp(user, "sandbox")) {
+                gw_send_error(c, 400, "username: files are written as the sandbox user only");
+                goto out;
+        }
+        if (parse_multipart(r, &parts, &n) < 0) {
+                gw_send_error(c, 400, "body: multipart/form-data with one or more file parts is required "
+                                      "(application/octet-stream uploads are not served yet)");
+                goto out;
+        }
+        cJSON *p = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(p, "files"), *out_arr = cJSON_CreateArray();
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        for (size_t i = 0; i < n; i++) {
+                const char *fp = path && n == 1 ? path : parts[i].filename;
+                if (!fp || !*fp) {
+                        cJSON_Delete(p);
+                        cJSON_Delete(out_arr);
+                        gw_send_error(c, 400, "path: required (the query or each part's filename)");
+                        goto out;
+                }
+                char *b64 = client_base64_encode(parts[i].data, parts[i].len);
+                cJSON *f = cJSON_CreateObject();
+                cJSON_AddStringToObject(f, "path", fp);
+                cJSON_AddStringToObject(f, "content", b64 ? b64 : "");
+                free(b64);
+                cJSON_AddItemToArray(files, f);
+                cJSON *info = cJSON_CreateObject();
+                const char *slash = strrchr(fp, '/');
+                cJSON_AddStringToObject(info, "name", slash ? slash + 1 : fp);
+                cJSON_AddStringToObject(info, "type", "file");
+                cJSON_AddStringToObject(info, "path", fp);
+                cJSON_AddItemToArray(out_arr, info);
+        }
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "fs.write", p, NULL, &err) < 0) {
+                cJSON_Delete(out_arr);
+                gw_send_error(c, gw_status_of(err), "write: %s", err ? err->message : "failed");
+                client_error_free(err);
+                goto out;
+        }
+        gw_send_json(c, 200, out_arr);
+out:
+        for (size_t i = 0; i < n; i++)
+                free(parts[i].filename);
+        free(parts);
+        free(path);
+        free(user);
+}
+
+void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sandbox) {
+        const char *m = r->method, *path = r->path;
+        if (!strcmp(path, "/files")) {
+                if (!strcmp(m, "GET"))
+                        files_get(cfg, c, r, tenant, sandbox);
+                else if (!strcmp(m, "POST"))
+                        files_post(cfg, c, r, tenant, sandbox);
+                else
+                        gw_send_error(c, 405, "%s /files: not allowed", m);
+                return;
+        }
+        if (strcmp(m, "POST") != 0) {
+                gw_send_error(c, 404, "%s %s: not served by sandboxd-e2b's envd (/files, /health and Connect "
+                                      "calls are; /envs is not yet)", m, path);
+                return;
+        }
+        if (!strcmp(path, "/process.Process/Start"))
+                process_start(cfg, c, r, tenant, sandbox);
+        else if (!strcmp(path, "/process.Process/List"))
+                process_list(cfg, c, tenant, sandbox);
+        else if (!strcmp(path, "/process.Process/SendSignal"))
+                process_signal(cfg, c, r, tenant, sandbox);
+        else if (!strncmp(path, "/filesystem.Filesystem/", 23))
+                filesystem(cfg, c, r, tenant, sandbox, path + 23);
+        else if (!strncmp(path, "/process.Process/", 17))
+                connect_error(c, 501, "process.Process/%s is not served by sandboxd-e2b yet", path + 17);
+        else
+                connect_error(c, 404, "%s: no such envd call", path);
+}

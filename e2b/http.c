@@ -1,0 +1,342 @@
+/* HTTP/1.1 for sandboxd-e2b: requests parsed with the packaged
+ * http_parser (as policy/http.c does), keep-alive, one request at a time
+ * per connection (E2B's SDKs do not pipeline), responses with a length or
+ * chunked (Connect server streams).
+ *
+ * Threat: this code reads bytes from the network. Bounds: a head of at
+ * most 64 KiB and 100 headers, a body of at most GW_MAX_BODY; anything
+ * over is answered 413/431 and the connection closed. Nothing here
+ * decides access (route.c does). */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <http_parser.h>
+#include "e2b/gateway.h"
+
+#define HEAD_MAX (64u * 1024)
+#define HEADERS_MAX 100
+
+struct gw_conn {
+        int fd;
+        bool failed;    /* a write failed: close */
+        bool close;     /* Connection: close asked */
+};
+
+typedef struct parse_state {
+        gw_request req;
+        char *url;
+        size_t url_len, head_bytes;
+        bool in_value;
+        bool done, too_big;
+} parse_state;
+
+static void request_clear(gw_request *r) {
+        free(r->method);
+        free(r->path);
+        free(r->query);
+        for (size_t i = 0; i < r->n_headers; i++) {
+                free(r->headers[i].name);
+                free(r->headers[i].value);
+        }
+        free(r->headers);
+        free(r->body);
+        *r = (gw_request) {0};
+}
+
+static int append(char **buf, size_t *len, const char *at, size_t n) {
+        char *p = realloc(*buf, *len + n + 1);
+        if (!p)
+                return -1;
+        memcpy(p + *len, at, n);
+        *len += n;
+        p[*len] = 0;
+        *buf = p;
+        return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if ((s->head_bytes += n) > HEAD_MAX)
+                return s->too_big = true, -1;
+        return append(&s->url, &s->url_len, at, n);
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if ((s->head_bytes += n) > HEAD_MAX)
+                return s->too_big = true, -1;
+        gw_request *r = &s->req;
+        if (s->in_value || r->n_headers == 0) {
+                if (r->n_headers >= HEADERS_MAX)
+                        return s->too_big = true, -1;
+                gw_header *h = realloc(r->headers, (r->n_headers + 1) * sizeof(*h));
+                if (!h)
+                        return -1;
+                r->headers = h;
+                h[r->n_headers++] = (gw_header) {0};
+                s->in_value = false;
+        }
+        gw_header *h = &r->headers[r->n_headers - 1];
+        size_t len = h->name ? strlen(h->name) : 0;
+        return append(&h->name, &len, at, n);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if ((s->head_bytes += n) > HEAD_MAX)
+                return s->too_big = true, -1;
+        if (s->req.n_headers == 0)
+                return -1;
+        s->in_value = true;
+        gw_header *h = &s->req.headers[s->req.n_headers - 1];
+        size_t len = h->value ? strlen(h->value) : 0;
+        return append(&h->value, &len, at, n);
+}
+
+static int on_body(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if (s->req.body_len + n > GW_MAX_BODY)
+                return s->too_big = true, -1;
+        return append(&s->req.body, &s->req.body_len, at, n);
+}
+
+static int on_message_complete(http_parser *p) {
+        parse_state *s = p->data;
+        s->done = true;
+        http_parser_pause(p, 1);
+        return 0;
+}
+
+static int on_headers_complete(http_parser *p) {
+        parse_state *s = p->data;
+        if (p->content_length != ULLONG_MAX && p->content_length > GW_MAX_BODY)
+                return s->too_big = true, -1;
+        return 0;
+}
+
+static const http_parser_settings settings = {
+        .on_url = on_url,
+        .on_header_field = on_header_field,
+        .on_header_value = on_header_value,
+        .on_headers_complete = on_headers_complete,
+        .on_body = on_body,
+        .on_message_complete = on_message_complete,
+};
+
+/* Splits the request target into path and query. */
+static int finish_request(parse_state *s, http_parser *p) {
+        gw_request *r = &s->req;
+        r->method = strdup(http_method_str(p->method));
+        if (!s->url || !r->method)
+                return -1;
+        char *q = strchr(s->url, '?');
+        r->path = q ? strndup(s->url, (size_t) (q - s->url)) : strdup(s->url);
+        r->query = q ? strdup(q + 1) : NULL;
+        if (!r->body)
+                r->body = calloc(1, 1);
+        return r->path && r->body && (!q || r->query) ? 0 : -1;
+}
+
+const char *gw_header_get(const gw_request *r, const char *name) {
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (r->headers[i].name && strcasecmp(r->headers[i].name, name) == 0)
+                        return r->headers[i].value ? r->headers[i].value : "";
+        return NULL;
+}
+
+static int hexval(int ch) {
+        if (ch >= '0' && ch <= '9')
+                return ch - '0';
+        if (ch >= 'a' && ch <= 'f')
+                return ch - 'a' + 10;
+        if (ch >= 'A' && ch <= 'F')
+                return ch - 'A' + 10;
+        return -1;
+}
+
+char *gw_url_decode(const char *s, size_t len, bool plus) {
+        char *out = malloc(len + 1), *o = out;
+        if (!out)
+                return NULL;
+        for (size_t i = 0; i < len; i++) {
+                int hi, lo;
+                if (s[i] == '%' && i + 2 < len && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
+                        *o++ = (char) (hi * 16 + lo);
+                        i += 2;
+                } else if (plus && s[i] == '+')
+                        *o++ = ' ';
+                else
+                        *o++ = s[i];
+        }
+        *o = 0;
+        /* A decoded NUL would cut the string short: refuse it. */
+        if (strlen(out) != (size_t) (o - out)) {
+                free(out);
+                return NULL;
+        }
+        return out;
+}
+
+char *gw_query_get(const gw_request *r, const char *key) {
+        size_t klen = strlen(key);
+        for (const char *p = r->query; p && *p;) {
+                const char *end = strchr(p, '&');
+                size_t n = end ? (size_t) (end - p) : strlen(p);
+                if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=')
+                        return gw_url_decode(p + klen + 1, n - klen - 1, true);
+                if (n == klen && strncmp(p, key, klen) == 0)
+                        return strdup("");
+                p = end ? end + 1 : NULL;
+        }
+        return NULL;
+}
+
+static int write_all(gw_conn *c, const void *data, size_t len) {
+        const char *p = data;
+        while (len > 0 && !c->failed) {
+                ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        c->failed = true;
+                        return -EPIPE;
+                }
+                p += n;
+                len -= (size_t) n;
+        }
+        return c->failed ? -EPIPE : 0;
+}
+
+static const char *reason_of(int status) {
+        switch (status) {
+        case 200: return "OK";
+        case 201: return "Created";
+        case 204: return "No Content";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 409: return "Conflict";
+        case 413: return "Payload Too Large";
+        case 429: return "Too Many Requests";
+        case 431: return "Request Header Fields Too Large";
+        case 500: return "Internal Server Error";
+        case 501: return "Not Implemented";
+        case 502: return "Bad Gateway";
+        case 503: return "Service Unavailable";
+        default: return "Status";
+        }
+}
+
+int gw_send(gw_conn *c, int status, const char *ctype, const void *body, size_t len) {
+        char head[512];
+        int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n%s%s%sContent-Length: %zu\r\n%s\r\n", status,
+                         reason_of(status), ctype ? "Content-Type: " : "", ctype ? ctype : "", ctype ? "\r\n" : "",
+                         len, c->close ? "Connection: close\r\n" : "");
+        if (write_all(c, head, (size_t) n) < 0)
+                return -EPIPE;
+        return len ? write_all(c, body, len) : 0;
+}
+
+int gw_send_json(gw_conn *c, int status, cJSON *json) {
+        char *text = json ? cJSON_PrintUnformatted(json) : NULL;
+        cJSON_Delete(json);
+        if (!text)
+                return gw_send(c, 500, NULL, NULL, 0);
+        int r = gw_send(c, status, "application/json", text, strlen(text));
+        free(text);
+        return r;
+}
+
+int gw_send_error(gw_conn *c, int status, const char *fmt, ...) {
+        char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
+        va_end(ap);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "code", status);
+        cJSON_AddStringToObject(o, "message", msg ? msg : "error");
+        free(msg);
+        return gw_send_json(c, status, o);
+}
+
+int gw_send_chunked_head(gw_conn *c, int status, const char *ctype) {
+        char head[256];
+        int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n",
+                         status, reason_of(status), ctype);
+        return write_all(c, head, (size_t) n);
+}
+
+int gw_send_chunk(gw_conn *c, const void *data, size_t len) {
+        char size[32];
+        if (len == 0)
+                return 0;
+        int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+        if (write_all(c, size, (size_t) n) < 0 || write_all(c, data, len) < 0)
+                return -EPIPE;
+        return write_all(c, "\r\n", 2);
+}
+
+int gw_send_chunked_end(gw_conn *c) {
+        return write_all(c, "0\r\n\r\n", 5);
+}
+
+void gw_serve_conn(const gw_config *cfg, int fd) {
+        gw_conn c = { .fd = fd };
+        http_parser p;
+        parse_state s = {0};
+        http_parser_init(&p, HTTP_REQUEST);
+        p.data = &s;
+        char buf[65536];
+        size_t have = 0, off = 0;
+        for (;;) {
+                if (off == have) {
+                        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0)
+                                break;
+                        have = (size_t) n;
+                        off = 0;
+                }
+                size_t used = http_parser_execute(&p, &settings, buf + off, have - off);
+                off += used;
+                enum http_errno e = HTTP_PARSER_ERRNO(&p);
+                if (s.done) {
+                        http_parser_pause(&p, 0);
+                        c.close = !http_should_keep_alive(&p);
+                        if (finish_request(&s, &p) < 0) {
+                                gw_send_error(&c, 500, "out of memory");
+                                break;
+                        }
+                        gw_route(cfg, &c, &s.req);
+                        request_clear(&s.req);
+                        free(s.url);
+                        s = (parse_state) {0};
+                        if (c.close || c.failed)
+                                break;
+                        continue;
+                }
+                if (e != HPE_OK) {
+                        c.close = true;
+                        if (s.too_big)
+                                gw_send_error(&c, s.req.body_len || p.content_length ? 413 : 431,
+                                              "request too large (head 64 KiB, body %zu bytes at most)", GW_MAX_BODY);
+                        else
+                                gw_send_error(&c, 400, "bad HTTP request: %s", http_errno_description(e));
+                        break;
+                }
+        }
+        request_clear(&s.req);
+        free(s.url);
+        close(fd);
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""E2B's published JS SDK (the `e2b` npm package, pinned by
+tests/e2b/package-lock.json) against sandboxd-e2b and sandboxd in the test
+world (tests/integration/world.py, DESIGN §8).
+
+    python3 tests/e2b/run.py [program.mjs ...]
+
+Opens a world, starts sandboxd with daemon.json tenants.gateways naming
+the gateway's uid, adds two API keys (tenants e2b-a and e2b-b) with
+`sandboxd-e2b key add`, starts sandboxd-e2b as that uid (gid nogroup) on
+127.0.0.1 in the world host's network namespace, and runs each program
+with node there, its environment naming the server only through
+E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
+key, for the isolation check). Every process it starts is stopped, and
+the world torn down, on every exit. Exit status: 0 when every program
+passed.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+
+import world as W  # noqa: E402
+
+GATEWAY_UID = 2100
+NOGROUP = 65534
+PORT = 49983  # envd's port; any free loopback port of the world would do
+GATEWAY = os.path.join(REPO, "build", "sandboxd-e2b")
+PROGRAMS = ["agent.mjs", "isolation.mjs"]
+NODE_TIMEOUT = 300
+
+
+def add_key(keys, tenant):
+    p = subprocess.run([GATEWAY, "key", "add", tenant, "--keys", keys], check=True, capture_output=True, text=True)
+    key = p.stdout.strip()
+    if not key.startswith("e2b_"):
+        raise W.WorldError("key add printed %r" % p.stdout)
+    return key
+
+
+def start_gateway(world, d, keys):
+    log = open(os.path.join(d.dir, "sandboxd-e2b.log"), "ab")
+    argv = ["nsenter", "--net=/run/netns/" + world.host_ns, "--",
+            "setpriv", "--reuid=%d" % GATEWAY_UID, "--regid=%d" % NOGROUP, "--clear-groups", "--",
+            GATEWAY, "--socket", d.socket, "--listen", "127.0.0.1:%d" % PORT, "--keys", keys]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    # Ready when it accepts (start-up, not a test's synchronisation).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise W.WorldError("sandboxd-e2b exited with %s at start" % proc.returncode)
+        r = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", "python3", "-c",
+                            "import socket; socket.create_connection(('127.0.0.1', %d), 1).close()" % PORT],
+                           capture_output=True)
+        if r.returncode == 0:
+            return proc
+        time.sleep(0.05)
+    stop(proc)
+    raise W.WorldError("sandboxd-e2b did not accept on 127.0.0.1:%d" % PORT)
+
+
+def stop(proc):
+    if proc and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def main(argv):
+    if os.geteuid() != 0:
+        print("e2b-test: needs root (the test world)", file=sys.stderr)
+        return 1
+    if not os.path.isdir(os.path.join(HERE, "node_modules", "e2b")):
+        print("e2b-test: the e2b package is not installed; run scripts/install-deps", file=sys.stderr)
+        return 1
+    programs = argv or PROGRAMS
+    with W.World() as world:
+        d = world.start_sandboxd(config={"socketGroup": "nogroup", "tenants": {"gateways": [GATEWAY_UID]}})
+        keys = os.path.join(d.dir, "e2b-keys")
+        key_a, key_b = add_key(keys, "e2b-a"), add_key(keys, "e2b-b")
+        os.chown(keys, GATEWAY_UID, NOGROUP)
+        gw = start_gateway(world, d, keys)
+        url = "http://127.0.0.1:%d" % PORT
+        env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+        env.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=key_a, E2B_API_KEY_B=key_b)
+        rc = 0
+        try:
+            for prog in programs:
+                print("# %s" % prog, flush=True)
+                p = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", "node", prog],
+                                   cwd=HERE, env=env, timeout=NODE_TIMEOUT)
+                print("%s %s" % ("PASS" if p.returncode == 0 else "FAIL", prog), flush=True)
+                rc = rc or p.returncode
+        except subprocess.TimeoutExpired:
+            print("e2b-test: a program took longer than %ds" % NODE_TIMEOUT, file=sys.stderr)
+            rc = 1
+        finally:
+            stop(gw)
+        if rc != 0:
+            with open(os.path.join(d.dir, "sandboxd-e2b.log"), errors="replace") as f:
+                print("--- sandboxd-e2b log (tail) ---\n" + "".join(f.readlines()[-30:]), file=sys.stderr)
+            print("--- sandboxd log (tail) ---\n" + d.log_tail(30), file=sys.stderr)
+        return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
