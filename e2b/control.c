@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "e2b/gateway.h"
 
 /* Paths under /sandboxes/{id}/ that E2B has and this gateway does not
@@ -276,28 +277,68 @@ static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant,
         gw_send(c, 204, NULL, NULL, 0);
 }
 
-/* POST /sandboxes/{id}/timeout {"timeout": seconds}: the sandbox ends
- * that long from now (sandbox.update timeout, ms). */
+/* RFC 3339 UTC "YYYY-MM-DDTHH:MM:SS(.mmm)Z" (sandboxd's times) in ms
+ * since the epoch; -1 when it is not one. */
+static int64_t parse_time_ms(const char *s) {
+        struct tm tm = {0};
+        const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+        if (!rest)
+                return -1;
+        int64_t ms = (int64_t) timegm(&tm) * 1000;
+        if (*rest == '.')
+                ms += strtol(rest + 1, NULL, 10);
+        return ms;
+}
+
+/* POST /sandboxes/{id}/timeout {"timeout": seconds}: E2B ends the sandbox
+ * that long from now. sandboxd moves a running session's end only later
+ * (sandbox.extendTimeout), so a later end is served and an earlier one is
+ * refused, saying so. */
 static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
         cJSON *body = cJSON_ParseWithLength(r->body, r->body_len);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "timeout");
-        if (!cJSON_IsNumber(t) || t->valuedouble < 1 || cJSON_GetArraySize(body) != 1) {
+        if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > 1e7 || cJSON_GetArraySize(body) != 1) {
                 cJSON_Delete(body);
                 gw_send_error(c, 400, "body: {\"timeout\": seconds} (an integer above 0), nothing else");
                 return;
         }
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "name", id);
-        cJSON_AddNumberToObject(p, "timeout", t->valuedouble * 1000);
+        int64_t want_ms = (int64_t) (t->valuedouble * 1000);
         cJSON_Delete(body);
+        cJSON *p = cJSON_CreateObject(), *sb = NULL;
+        cJSON_AddStringToObject(p, "name", id);
         client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.update", p, NULL, &err) < 0) {
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &sb, &err) < 0) {
                 if (gw_status_of(err) == 404)
                         gw_send_error(c, 404, "sandbox \"%s\" not found", id);
                 else
                         reply_daemon_error(c, err, "set timeout");
                 client_error_free(err);
                 return;
+        }
+        int64_t end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
+        cJSON_Delete(sb);
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        int64_t new_end = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + want_ms;
+        if (end < 0) {
+                gw_send_error(c, 409, "sandbox \"%s\" is not running (no end to move)", id);
+                return;
+        }
+        if (new_end < end - 1000) {
+                gw_send_error(c, 400, "timeout: sandboxd cannot end a running sandbox earlier than set "
+                                      "(%lld s from now is before its end); only a later end is served",
+                              (long long) (want_ms / 1000));
+                return;
+        }
+        if (new_end > end) {
+                p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "name", id);
+                cJSON_AddNumberToObject(p, "duration", (double) (new_end - end));
+                if (gw_daemon_call(cfg, tenant, "sandbox.extendTimeout", p, NULL, &err) < 0) {
+                        reply_daemon_error(c, err, "set timeout");
+                        client_error_free(err);
+                        return;
+                }
         }
         gw_send(c, 204, NULL, NULL, 0);
 }

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include "e2b/gateway.h"
 
 #define ENV_FLAG_END 0x02
@@ -75,6 +74,18 @@ static int send_envelope(gw_conn *c, unsigned char flags, cJSON *msg) {
         free(buf);
         free(text);
         return r;
+}
+
+/* An error of a server-streaming call: Connect sends it in the
+ * end-of-stream message of a 200 response (a client reads no error body
+ * from another status of a stream). */
+static void stream_error(gw_conn *c, int http, const char *msg) {
+        cJSON *end = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(end, "error");
+        cJSON_AddStringToObject(e, "code", connect_status_code(http));
+        cJSON_AddStringToObject(e, "message", msg);
+        gw_send_chunked_head(c, 200, "application/connect+json");
+        send_envelope(c, ENV_FLAG_END, end);
+        gw_send_chunked_end(c);
 }
 
 /* The message of a request: unary JSON, or the first envelope of a
@@ -177,10 +188,10 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         int user = request_user(r);
         if (!cmd || user < 0 || cJSON_GetObjectItemCaseSensitive(req, "pty") || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"))) {
                 cJSON_Delete(req);
-                connect_error(c, !cmd || user < 0 ? 400 : 501, "%s",
-                              !cmd ? "process.cmd: required"
-                              : user < 0 ? "user: sandboxd has the sandbox user (E2B's user) and root only"
-                                         : "pty and stdin are not served by sandboxd-e2b yet");
+                stream_error(c, !cmd || user < 0 ? 400 : 501,
+                             !cmd ? "process.cmd: required"
+                             : user < 0 ? "user: sandboxd has the sandbox user (E2B's user) and root only"
+                                        : "pty and stdin are not served by sandboxd-e2b yet");
                 return;
         }
         cJSON *p = cJSON_CreateObject();
@@ -203,7 +214,7 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         char *msg = NULL;
         if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
                 cJSON_Delete(p);
-                connect_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                stream_error(c, 503, msg ? msg : "sandboxd unavailable");
                 free(msg);
                 return;
         }
@@ -308,19 +319,16 @@ static void process_signal(const gw_config *cfg, gw_conn *c, const gw_request *r
 
 /* ---- filesystem.Filesystem ---- */
 
-static void fmt_time(double secs, char *buf, size_t size) {
-        time_t t = (time_t) secs;
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 /* A sandboxd Stat as EntryInfo. */
 static cJSON *entry_of(const cJSON *st) {
         cJSON *e = cJSON_CreateObject();
         const char *type = str_of(st, "type");
         double mode = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "mode"));
-        double mtime = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "mtime"));
+        /* sandboxd's mtime is already RFC 3339 (core_format_time), as
+         * proto3 JSON writes a Timestamp. */
+        const char *mtime = str_of(st, "mtime");
+        double uid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "uid"));
+        double gid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "gid"));
         cJSON_AddStringToObject(e, "name", str_of(st, "name") ? str_of(st, "name") : "");
         cJSON_AddStringToObject(e, "type", !type ? "FILE_TYPE_UNSPECIFIED"
                                           : !strcmp(type, "file") ? "FILE_TYPE_FILE"
@@ -328,7 +336,7 @@ static cJSON *entry_of(const cJSON *st) {
                                           : !strcmp(type, "symlink") ? "FILE_TYPE_SYMLINK" : "FILE_TYPE_UNSPECIFIED");
         cJSON_AddStringToObject(e, "path", str_of(st, "path") ? str_of(st, "path") : "");
         double size = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "size"));
-        char num[32], perms[16], when[40];
+        char num[32], perms[16], id[32];
         snprintf(num, sizeof(num), "%.0f", size == size ? size : 0);
         cJSON_AddStringToObject(e, "size", num); /* int64 is a string in proto3 JSON */
         unsigned m = mode == mode ? (unsigned) mode : 0;
@@ -337,8 +345,13 @@ static cJSON *entry_of(const cJSON *st) {
                  m & 0400 ? 'r' : '-', m & 0200 ? 'w' : '-', m & 0100 ? 'x' : '-', m & 040 ? 'r' : '-',
                  m & 020 ? 'w' : '-', m & 010 ? 'x' : '-', m & 04 ? 'r' : '-', m & 02 ? 'w' : '-', m & 01 ? 'x' : '-');
         cJSON_AddStringToObject(e, "permissions", perms);
-        fmt_time(mtime == mtime ? mtime : 0, when, sizeof(when));
-        cJSON_AddStringToObject(e, "modifiedTime", when);
+        cJSON_AddStringToObject(e, "modifiedTime", mtime ? mtime : "1970-01-01T00:00:00Z");
+        /* Owners by uid: 0 is root, 1000 the sandbox user (docs/API.md
+         * Command); names are not looked up in the sandbox. */
+        snprintf(id, sizeof(id), "%.0f", uid == uid ? uid : 0);
+        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == 1000 ? "sandbox" : id);
+        snprintf(id, sizeof(id), "%.0f", gid == gid ? gid : 0);
+        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == 1000 ? "sandbox" : id);
         return e;
 }
 

@@ -373,7 +373,7 @@ static void method_act_as(rpc_request *req, void *userdata) {
                                 "permission denied: this connection already has an identity");
                 return;
         }
-        log_info("tenant: %s acts as tenant %s", rpc_conn_peer(req->conn), name);
+        log_debug("tenant: %s acts as tenant %s", rpc_conn_peer(req->conn), name);
         cJSON *res = cJSON_CreateObject();
         cJSON_AddStringToObject(res, "tenant", name);
         rpc_reply(req, res);

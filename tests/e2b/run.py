@@ -33,7 +33,7 @@ GATEWAY_UID = 2100
 NOGROUP = 65534
 PORT = 49983  # envd's port; any free loopback port of the world would do
 GATEWAY = os.path.join(REPO, "build", "sandboxd-e2b")
-PROGRAMS = ["agent.mjs", "isolation.mjs"]
+PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs"]
 NODE_TIMEOUT = 300
 
 

@@ -1,0 +1,81 @@
+// More of E2B's documented SDK surface against sandboxd-e2b: the
+// filesystem calls (makeDir, exists, getInfo, rename, remove), background
+// commands (list, kill by pid), a command's envs, cwd and user, and
+// options sandboxd-e2b does not serve yet, which must fail loudly (E2B's
+// error shape, naming what is missing), never be ignored.
+import { Sandbox, FileNotFoundError } from 'e2b'
+import assert from 'node:assert/strict'
+
+function ok(what) {
+  console.log('ok - ' + what)
+}
+
+const s = await Sandbox.create({ envs: { FROM_CREATE: 'yes' }, timeoutMs: 120_000 })
+try {
+  assert.equal(await s.files.makeDir('/tmp/m/n'), true)
+  assert.equal(await s.files.makeDir('/tmp/m/n'), false)
+  ok('files.makeDir: true, then false when it exists')
+
+  await s.files.write('/tmp/m/n/f.txt', 'abc')
+  const moved = await s.files.rename('/tmp/m/n/f.txt', '/tmp/m/g.txt')
+  assert.equal(moved.path, '/tmp/m/g.txt')
+  const info = await s.files.getInfo('/tmp/m/g.txt')
+  assert.equal(info.type, 'file')
+  assert.equal(info.size, 3)
+  assert.ok(info.modifiedTime.getFullYear() >= 2024)
+  assert.equal(await s.files.exists('/tmp/m/n/f.txt'), false)
+  ok('files.rename and files.getInfo')
+
+  await s.files.remove('/tmp/m')
+  assert.equal(await s.files.exists('/tmp/m'), false)
+  ok('files.remove of a tree')
+
+  await assert.rejects(s.files.read('/tmp/none'), FileNotFoundError)
+  ok('files.read of a missing file: FileNotFoundError')
+
+  const bg = await s.commands.run('sleep 300', { background: true })
+  const procs = await s.commands.list()
+  assert.ok(procs.some((p) => p.pid === bg.pid && p.args.join(' ').includes('sleep 300')))
+  assert.equal(await s.commands.kill(bg.pid), true)
+  const ended = await bg.wait().catch((e) => e)
+  assert.equal(ended.exitCode, 137)
+  assert.ok(!(await s.commands.list()).some((p) => p.pid === bg.pid))
+  ok('a background command: listed by pid, killed')
+
+  assert.equal((await s.commands.run('echo $FOO $FROM_CREATE', { envs: { FOO: 'bar' } })).stdout, 'bar yes\n')
+  assert.equal((await s.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
+  assert.equal((await s.commands.run('id -u', { user: 'root' })).stdout, '0\n')
+  ok('commands.run with envs (and the sandbox\'s), cwd, user root')
+
+  const before = (await s.getInfo()).endAt.getTime()
+  await s.setTimeout(600_000)
+  const after = (await s.getInfo()).endAt.getTime()
+  assert.ok(after > before + 400_000, `endAt ${before} -> ${after}`)
+  ok('setTimeout moves the end later')
+  await assert.rejects(s.setTimeout(10_000), /cannot end a running sandbox earlier/)
+  ok('setTimeout to an earlier end is refused, saying why')
+
+  await assert.rejects(
+    Sandbox.create({ network: { allowOut: ['example.com'] } }),
+    /network: allowOut\/denyOut and rules are not served/
+  )
+  await assert.rejects(s.pause(), /pause is not served/)
+  await assert.rejects(s.commands.run('cat', { stdin: true, background: true }), /stdin are not served/)
+  ok('what is not served yet is refused, naming it')
+
+  // api.public.test is a host of the test world's fake internet: an open
+  // sandbox resolves it, one made with allowInternetAccess false cannot.
+  const lookup = 'getent hosts api.public.test >/dev/null && echo resolved || echo no-dns'
+  const open = await Sandbox.create({ allowInternetAccess: true })
+  const denied = await Sandbox.create({ allowInternetAccess: false })
+  try {
+    assert.equal((await open.commands.run(lookup)).stdout, 'resolved\n')
+    assert.equal((await denied.commands.run(lookup)).stdout, 'no-dns\n')
+    ok('allowInternetAccess false: deny-all (true: allow-all)')
+  } finally {
+    await open.kill()
+    await denied.kill()
+  }
+} finally {
+  await s.kill()
+}
