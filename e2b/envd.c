@@ -9,6 +9,7 @@
  * cmdId. The pid shown is derived from the cmdId (its last 7 hex digits),
  * and a pid is found again by listing the sandbox's commands. */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,8 +138,8 @@ static unsigned pid_of(const char *cmd_id) {
 
 typedef struct start_state {
         gw_conn *c;
-        const char *cmd_id;
-        char *id_copy;
+        char *id_copy;  /* the command's cmdId, from command.started */
+        bool ended;     /* its command.exit was relayed */
 } start_state;
 
 static void on_command_note(const client_msg *m, void *userdata) {
@@ -172,6 +173,7 @@ static void on_command_note(const client_msg *m, void *userdata) {
                 cJSON_AddNumberToObject(inner, "exitCode", ci);
                 cJSON_AddBoolToObject(inner, "exited", ci <= 128);
                 cJSON_AddStringToObject(inner, "status", status);
+                s->ended = true;
         }
         if (ev) {
                 cJSON *msg = cJSON_CreateObject();
@@ -218,21 +220,58 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
                 free(msg);
                 return;
         }
+        /* Detached, as envd's processes are: one whose caller goes away
+         * keeps running (sandboxd would hang up a non-detached one), and
+         * its output still reaches this connection while it stays open.
+         * stdin "" closes stdin at once (E2B's stdin: false). */
+        cJSON_AddBoolToObject(p, "detached", true);
+        cJSON_AddStringToObject(p, "stdin", "");
+        int64_t id = client_send(d, "command.run", p);
         gw_send_chunked_head(c, 200, "application/connect+json");
         start_state s = { .c = c };
-        client_error *err = NULL;
-        cJSON *res = NULL;
-        int rc = client_call(d, "command.run", p, -1, on_command_note, &s, &res, &err);
+        char *fail = NULL;
+        int fail_status = 500;
+        while (id > 0 && !s.ended && !gw_conn_failed(c)) {
+                struct pollfd pfd[2] = { { .fd = client_fd(d), .events = POLLIN },
+                                         { .fd = gw_conn_fd(c), .events = POLLRDHUP } };
+                if (!client_has_pending(d)) {
+                        if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+                                break;
+                        /* The caller went away: the process runs on. */
+                        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                                break;
+                        if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                                continue;
+                }
+                client_msg *m = NULL;
+                int rc = client_next(d, 0, &m);
+                if (rc == -EBADMSG || rc == 0)
+                        continue;
+                if (rc < 0) {
+                        fail_status = 503;
+                        fail = strdup("the connection to sandboxd closed");
+                        break;
+                }
+                if (m->kind == CLIENT_MSG_NOTIFICATION)
+                        on_command_note(m, &s);
+                else if (m->id == id && m->error) {
+                        /* Not started (no such sandbox, a bad cwd, ...). */
+                        fail_status = gw_status_of(m->error);
+                        fail = strdup(m->error->message ? m->error->message : "command failed");
+                }
+                client_msg_free(m);
+                if (fail)
+                        break;
+        }
         cJSON *end = cJSON_CreateObject();
-        if (rc < 0) {
+        if (fail || id <= 0) {
                 cJSON *e = cJSON_AddObjectToObject(end, "error");
-                cJSON_AddStringToObject(e, "code", connect_status_code(gw_status_of(err)));
-                cJSON_AddStringToObject(e, "message", err ? err->message : "command failed");
+                cJSON_AddStringToObject(e, "code", connect_status_code(fail ? fail_status : 502));
+                cJSON_AddStringToObject(e, "message", fail ? fail : "cannot send to sandboxd");
         }
         send_envelope(c, ENV_FLAG_END, end);
         gw_send_chunked_end(c);
-        client_error_free(err);
-        cJSON_Delete(res);
+        free(fail);
         free(s.id_copy);
         client_free(d);
 }
@@ -550,10 +589,44 @@ static int parse_multipart(const gw_request *r, part **ret, size_t *ret_n) {
         return n ? 0 : -EINVAL;
 }
 
+/* fs.write takes one line of at most maxLineBytes (16 MiB by default):
+ * a file goes in pieces of this many bytes, the first one creating or
+ * truncating it, the rest appended (as sandboxctl cp sends them). */
+#define WRITE_PIECE ((size_t) 4 << 20)
+
+static int write_file(client *d, const char *sbx, const char *path, const char *data, size_t len,
+                      client_error **ret_err) {
+        size_t off = 0;
+        do {
+                size_t n = len - off < WRITE_PIECE ? len - off : WRITE_PIECE;
+                char *b64 = client_base64_encode(data + off, n);
+                if (!b64) {
+                        *ret_err = client_error_new(CLIENT_ERROR_LOCAL, NULL, NULL, "out of memory");
+                        return -ENOMEM;
+                }
+                cJSON *p = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(p, "files"),
+                      *f = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "sandbox", sbx);
+                cJSON_AddStringToObject(f, "path", path);
+                cJSON_AddStringToObject(f, "content", b64);
+                if (off > 0)
+                        cJSON_AddBoolToObject(f, "append", true);
+                cJSON_AddItemToArray(files, f);
+                free(b64);
+                int r = client_call(d, "fs.write", p, 10 * 60 * 1000, NULL, NULL, NULL, ret_err);
+                if (r < 0)
+                        return r;
+                off += n;
+        } while (off < len);
+        return 0;
+}
+
 static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
         char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
         part *parts = NULL;
         size_t n = 0;
+        client *d = NULL;
+        cJSON *out_arr = NULL;
         if (user && strcmp(user, "user") && strcmp(user, "sandbox")) {
                 gw_send_error(c, 400, "username: files are written as the sandbox user only");
                 goto out;
@@ -563,22 +636,26 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                                       "(application/octet-stream uploads are not served yet)");
                 goto out;
         }
-        cJSON *p = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(p, "files"), *out_arr = cJSON_CreateArray();
-        cJSON_AddStringToObject(p, "sandbox", sbx);
-        for (size_t i = 0; i < n; i++) {
-                const char *fp = path && n == 1 ? path : parts[i].filename;
-                if (!fp || !*fp) {
-                        cJSON_Delete(p);
-                        cJSON_Delete(out_arr);
+        for (size_t i = 0; i < n; i++)
+                if (!(path && n == 1) && (!parts[i].filename || !*parts[i].filename)) {
                         gw_send_error(c, 400, "path: required (the query or each part's filename)");
                         goto out;
                 }
-                char *b64 = client_base64_encode(parts[i].data, parts[i].len);
-                cJSON *f = cJSON_CreateObject();
-                cJSON_AddStringToObject(f, "path", fp);
-                cJSON_AddStringToObject(f, "content", b64 ? b64 : "");
-                free(b64);
-                cJSON_AddItemToArray(files, f);
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                gw_send_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                goto out;
+        }
+        out_arr = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) {
+                const char *fp = path && n == 1 ? path : parts[i].filename;
+                client_error *err = NULL;
+                if (write_file(d, sbx, fp, parts[i].data, parts[i].len, &err) < 0) {
+                        gw_send_error(c, gw_status_of(err), "write %s: %s", fp, err ? err->message : "failed");
+                        client_error_free(err);
+                        goto out;
+                }
                 cJSON *info = cJSON_CreateObject();
                 const char *slash = strrchr(fp, '/');
                 cJSON_AddStringToObject(info, "name", slash ? slash + 1 : fp);
@@ -586,15 +663,11 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 cJSON_AddStringToObject(info, "path", fp);
                 cJSON_AddItemToArray(out_arr, info);
         }
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "fs.write", p, NULL, &err) < 0) {
-                cJSON_Delete(out_arr);
-                gw_send_error(c, gw_status_of(err), "write: %s", err ? err->message : "failed");
-                client_error_free(err);
-                goto out;
-        }
         gw_send_json(c, 200, out_arr);
+        out_arr = NULL;
 out:
+        cJSON_Delete(out_arr);
+        client_free(d);
         for (size_t i = 0; i < n; i++)
                 free(parts[i].filename);
         free(parts);

@@ -72,6 +72,9 @@ int gw_send_error(gw_conn *c, int status, const char *fmt, ...) __attribute__((f
 int gw_send_chunked_head(gw_conn *c, int status, const char *ctype);
 int gw_send_chunk(gw_conn *c, const void *data, size_t len);
 int gw_send_chunked_end(gw_conn *c);
+/* The connection's socket (for poll), and whether a write to it failed. */
+int gw_conn_fd(const gw_conn *c);
+bool gw_conn_failed(const gw_conn *c);
 /* Serves HTTP/1.1 on accepted socket `fd` (taken) until the peer closes:
  * each request goes to gw_route(). */
 void gw_serve_conn(const gw_config *cfg, int fd);

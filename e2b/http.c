@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <http_parser.h>
 #include "e2b/gateway.h"
@@ -290,8 +291,22 @@ int gw_send_chunked_end(gw_conn *c) {
         return write_all(c, "0\r\n\r\n", 5);
 }
 
+int gw_conn_fd(const gw_conn *c) {
+        return c->fd;
+}
+
+bool gw_conn_failed(const gw_conn *c) {
+        return c->failed;
+}
+
+/* A connection idle this long between requests, or stalled this long in
+ * one, is closed: a thread is not held by a peer that sends nothing. */
+#define IDLE_SECONDS 120
+
 void gw_serve_conn(const gw_config *cfg, int fd) {
         gw_conn c = { .fd = fd };
+        struct timeval tv = { .tv_sec = IDLE_SECONDS };
+        (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         http_parser p;
         parse_state s = {0};
         http_parser_init(&p, HTTP_REQUEST);

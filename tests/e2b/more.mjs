@@ -42,6 +42,21 @@ try {
   assert.ok(!(await s.commands.list()).some((p) => p.pid === bg.pid))
   ok('a background command: listed by pid, killed')
 
+  const left = await s.commands.run('sleep 300', { background: true })
+  await left.disconnect()
+  assert.ok((await s.commands.list()).some((p) => p.pid === left.pid))
+  assert.equal(await s.commands.kill(left.pid), true)
+  ok('a background command the caller disconnected from runs on (as in envd), then is killed')
+
+  assert.equal((await s.commands.run('cat; echo done')).stdout, 'done\n')
+  ok('a command\'s stdin is closed (stdin: false)')
+
+  const big = 'x'.repeat(20 * 1024 * 1024) + 'end'
+  await s.files.write('/tmp/big', big)
+  assert.equal((await s.files.read('/tmp/big')).length, big.length)
+  assert.equal((await s.commands.run('stat -c %s /tmp/big')).stdout, `${big.length}\n`)
+  ok('a 20 MiB file written and read back')
+
   assert.equal((await s.commands.run('echo $FOO $FROM_CREATE', { envs: { FOO: 'bar' } })).stdout, 'bar yes\n')
   assert.equal((await s.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
   assert.equal((await s.commands.run('id -u', { user: 'root' })).stdout, '0\n')
