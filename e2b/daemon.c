@@ -1,6 +1,6 @@
 /* sandboxd-e2b's side of the daemon's socket: a connection per request,
  * made the tenant of the caller with session.actAs before anything else
- * (docs/SECURITY.md §4 "Gateways"), and the mapping of the daemon's error
+ * (docs/SECURITY.md §4.3), and the mapping of the daemon's error
  * reasons to the HTTP statuses E2B answers. */
 #include <errno.h>
 #include <stdio.h>

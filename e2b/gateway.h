@@ -1,7 +1,7 @@
 /* sandboxd-e2b (docs/E2B.md): the gateway that serves E2B's control API
  * and each sandbox's envd protocol over HTTP/1.1, as a client of
  * sandboxd's Unix socket that acts, per daemon connection, as the tenant
- * its caller's API key names (session.actAs, docs/SECURITY.md §4).
+ * its caller's API key names (session.actAs, docs/SECURITY.md §4.3).
  *
  * Runs unprivileged: it parses HTTP from the network and holds no power
  * of its own over the daemon (its uid is one of daemon.json

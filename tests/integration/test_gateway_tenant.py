@@ -1,4 +1,4 @@
-"""Gateways (docs/SECURITY.md §4 "Gateways"): a uid of daemon.json
+"""Gateways (docs/SECURITY.md §4.3): a uid of daemon.json
 tenants.gateways (sandboxd-e2b's) acts on each connection as the one tenant
 it names with session.actAs, and can do nothing before; no other uid (nor
 root, nor a second call) can name a tenant, and a gateway uid cannot be
