@@ -149,12 +149,14 @@ $(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/obj/cli/lazy/archive.o $(B)/libclient.
 # The E2B gateway (e2b/, docs/E2B.md): a client of the daemon's socket
 # (cli/client.c) serving HTTP/1.1 with http_parser; OpenSSL for key
 # hashes and envd tokens.
-E2B_SRC   := $(wildcard e2b/*.c)
-$(B)/sandboxd-e2b: $(call obj,$(B)/obj,$(E2B_SRC)) $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
+E2B_SRC   := $(filter-out e2b/main.c,$(wildcard e2b/*.c))
+$(B)/libe2b.a: $(call obj,$(B)/obj,$(E2B_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(B)/sandboxd-e2b: $(B)/obj/e2b/main.o $(B)/libe2b.a $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson openssl) -lhttp_parser -lresolv -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
-TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
+TEST_LINK = $(B)/libe2b.a $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
 $(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS) $(CMOCKA_LIBS)
 
@@ -165,7 +167,7 @@ $(B)/tests/test-dns $(B)/asan/tests/test-dns: | $(B)/sandbox-netd
 # test-proxy drives it once too, with --proxy.
 $(B)/tests/test-proxy $(B)/asan/tests/test-proxy: | $(B)/sandbox-netd
 
-ASAN_OBJS = $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
+ASAN_OBJS = $(call obj,$(B)/asan,$(E2B_SRC) $(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
 $(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $< $(ASAN_OBJS) $(LIBS) $(CMOCKA_LIBS)

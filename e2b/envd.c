@@ -529,66 +529,6 @@ out:
         free(user);
 }
 
-/* The parts of a multipart/form-data body: each part's filename and
- * bytes (borrowed from the body). */
-typedef struct part {
-        char *filename;
-        const char *data;
-        size_t len;
-} part;
-
-static const char *memmem_s(const char *h, size_t hl, const char *n, size_t nl) {
-        return memmem(h, hl, n, nl);
-}
-
-static int parse_multipart(const gw_request *r, part **ret, size_t *ret_n) {
-        const char *ct = gw_header_get(r, "Content-Type"), *b = ct ? strstr(ct, "boundary=") : NULL;
-        if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0 || !b)
-                return -EINVAL;
-        b += 9;
-        char delim[256];
-        size_t bl = strcspn(b, ";");
-        if (*b == '"')
-                b++, bl = strcspn(b, "\"");
-        if (bl == 0 || bl > 200)
-                return -EINVAL;
-        int dl = snprintf(delim, sizeof(delim), "--%.*s", (int) bl, b);
-        part *parts = NULL;
-        size_t n = 0;
-        const char *p = memmem_s(r->body, r->body_len, delim, (size_t) dl), *end = r->body + r->body_len;
-        while (p && p + dl + 2 <= end && strncmp(p + dl, "--", 2) != 0) {
-                const char *head = p + dl + 2; /* after CRLF */
-                const char *head_end = memmem_s(head, (size_t) (end - head), "\r\n\r\n", 4);
-                if (!head_end)
-                        break;
-                const char *data = head_end + 4;
-                char crlf_delim[260];
-                int cl = snprintf(crlf_delim, sizeof(crlf_delim), "\r\n%s", delim);
-                const char *next = memmem_s(data, (size_t) (end - data), crlf_delim, (size_t) cl);
-                if (!next)
-                        break;
-                char *fn = NULL;
-                const char *f = memmem_s(head, (size_t) (head_end - head), "filename=\"", 10);
-                if (f) {
-                        f += 10;
-                        const char *q = memchr(f, '"', (size_t) (head_end - f));
-                        if (q)
-                                fn = strndup(f, (size_t) (q - f));
-                }
-                part *np = realloc(parts, (n + 1) * sizeof(*np));
-                if (!np) {
-                        free(fn);
-                        break;
-                }
-                parts = np;
-                parts[n++] = (part) { .filename = fn, .data = data, .len = (size_t) (next - data) };
-                p = next + 2;
-        }
-        *ret = parts;
-        *ret_n = n;
-        return n ? 0 : -EINVAL;
-}
-
 /* fs.write takes one line of at most maxLineBytes (16 MiB by default):
  * a file goes in pieces of this many bytes, the first one creating or
  * truncating it, the rest appended (as sandboxctl cp sends them). */
@@ -623,7 +563,7 @@ static int write_file(client *d, const char *sbx, const char *path, const char *
 
 static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
         char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
-        part *parts = NULL;
+        gw_part *parts = NULL;
         size_t n = 0;
         client *d = NULL;
         cJSON *out_arr = NULL;
@@ -631,7 +571,7 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 gw_send_error(c, 400, "username: files are written as the sandbox user only");
                 goto out;
         }
-        if (parse_multipart(r, &parts, &n) < 0) {
+        if (gw_multipart(r, &parts, &n) < 0) {
                 gw_send_error(c, 400, "body: multipart/form-data with one or more file parts is required "
                                       "(application/octet-stream uploads are not served yet)");
                 goto out;

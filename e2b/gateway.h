@@ -79,14 +79,27 @@ bool gw_conn_failed(const gw_conn *c);
  * each request goes to gw_route(). */
 void gw_serve_conn(const gw_config *cfg, int fd);
 
+/* A multipart/form-data body's parts (r's Content-Type boundary): each
+ * part's filename (new string or NULL) and bytes (borrowed from r->body).
+ * Returns 0 with *ret (free each filename and the array), or -EINVAL when
+ * the body is not multipart with at least one part. */
+typedef struct gw_part {
+        char *filename;
+        const char *data;
+        size_t len;
+} gw_part;
+int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
+
 /* ---- route.c ---- */
 void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r);
 
 /* ---- keys.c ---- */
 
-/* `sandboxd-e2b key add TENANT --keys FILE`: prints a new key on stdout,
- * stores only its SHA-256. Returns an exit status. */
-int gw_key_add(const char *tenant, const char *keys_path);
+/* `sandboxd-e2b key add TENANT --keys FILE`: makes a new key (into
+ * ret_key, size bytes: 45 are enough) and appends only its SHA-256 to the
+ * keys file (made 0600 with a new secret when missing), under flock.
+ * Returns an exit status: 0, 1 (I/O; said on stderr), 2 (a bad tenant). */
+int gw_key_add(const char *tenant, const char *keys_path, char *ret_key, size_t size);
 /* The tenant of API key `key` (checked against the keys file, read anew
  * each time so `key add` takes effect at once). Returns 0 with the tenant
  * in ret (size bytes), -EACCES for an unknown key, other -errno when the

@@ -34,7 +34,7 @@ typedef struct parse_state {
         char *url;
         size_t url_len, head_bytes;
         bool in_value;
-        bool done, too_big;
+        bool done, too_big, head_too_big;
 } parse_state;
 
 static void request_clear(gw_request *r) {
@@ -64,18 +64,18 @@ static int append(char **buf, size_t *len, const char *at, size_t n) {
 static int on_url(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
         if ((s->head_bytes += n) > HEAD_MAX)
-                return s->too_big = true, -1;
+                return s->too_big = s->head_too_big = true, -1;
         return append(&s->url, &s->url_len, at, n);
 }
 
 static int on_header_field(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
         if ((s->head_bytes += n) > HEAD_MAX)
-                return s->too_big = true, -1;
+                return s->too_big = s->head_too_big = true, -1;
         gw_request *r = &s->req;
         if (s->in_value || r->n_headers == 0) {
                 if (r->n_headers >= HEADERS_MAX)
-                        return s->too_big = true, -1;
+                        return s->too_big = s->head_too_big = true, -1;
                 gw_header *h = realloc(r->headers, (r->n_headers + 1) * sizeof(*h));
                 if (!h)
                         return -1;
@@ -91,7 +91,7 @@ static int on_header_field(http_parser *p, const char *at, size_t n) {
 static int on_header_value(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
         if ((s->head_bytes += n) > HEAD_MAX)
-                return s->too_big = true, -1;
+                return s->too_big = s->head_too_big = true, -1;
         if (s->req.n_headers == 0)
                 return -1;
         s->in_value = true;
@@ -291,6 +291,58 @@ int gw_send_chunked_end(gw_conn *c) {
         return write_all(c, "0\r\n\r\n", 5);
 }
 
+static const char *memmem_s(const char *h, size_t hl, const char *n, size_t nl) {
+        return memmem(h, hl, n, nl);
+}
+
+int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n) {
+        const char *ct = gw_header_get(r, "Content-Type"), *b = ct ? strstr(ct, "boundary=") : NULL;
+        if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0 || !b)
+                return -EINVAL;
+        b += 9;
+        char delim[256];
+        size_t bl = strcspn(b, ";");
+        if (*b == '"')
+                b++, bl = strcspn(b, "\"");
+        if (bl == 0 || bl > 200)
+                return -EINVAL;
+        int dl = snprintf(delim, sizeof(delim), "--%.*s", (int) bl, b);
+        gw_part *parts = NULL;
+        size_t n = 0;
+        const char *p = memmem_s(r->body, r->body_len, delim, (size_t) dl), *end = r->body + r->body_len;
+        while (p && p + dl + 2 <= end && strncmp(p + dl, "--", 2) != 0) {
+                const char *head = p + dl + 2; /* after CRLF */
+                const char *head_end = memmem_s(head, (size_t) (end - head), "\r\n\r\n", 4);
+                if (!head_end)
+                        break;
+                const char *data = head_end + 4;
+                char crlf_delim[260];
+                int cl = snprintf(crlf_delim, sizeof(crlf_delim), "\r\n%s", delim);
+                const char *next = memmem_s(data, (size_t) (end - data), crlf_delim, (size_t) cl);
+                if (!next)
+                        break;
+                char *fn = NULL;
+                const char *f = memmem_s(head, (size_t) (head_end - head), "filename=\"", 10);
+                if (f) {
+                        f += 10;
+                        const char *q = memchr(f, '"', (size_t) (head_end - f));
+                        if (q)
+                                fn = strndup(f, (size_t) (q - f));
+                }
+                gw_part *np = realloc(parts, (n + 1) * sizeof(*np));
+                if (!np) {
+                        free(fn);
+                        break;
+                }
+                parts = np;
+                parts[n++] = (gw_part) { .filename = fn, .data = data, .len = (size_t) (next - data) };
+                p = next + 2;
+        }
+        *ret = parts;
+        *ret_n = n;
+        return n ? 0 : -EINVAL;
+}
+
 int gw_conn_fd(const gw_conn *c) {
         return c->fd;
 }
@@ -344,7 +396,7 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                 if (e != HPE_OK) {
                         c.close = true;
                         if (s.too_big)
-                                gw_send_error(&c, s.req.body_len || p.content_length ? 413 : 431,
+                                gw_send_error(&c, s.head_too_big ? 431 : 413,
                                               "request too large (head 64 KiB, body %zu bytes at most)", GW_MAX_BODY);
                         else
                                 gw_send_error(&c, 400, "bad HTTP request: %s", http_errno_description(e));

@@ -95,7 +95,7 @@ static int find_secret(const char *text, unsigned char out[GW_SECRET_BYTES]) {
         return -ENOENT;
 }
 
-int gw_key_add(const char *tenant, const char *keys_path) {
+int gw_key_add(const char *tenant, const char *keys_path, char *ret_key, size_t size) {
         if (!gw_tenant_name_ok(tenant)) {
                 fprintf(stderr, "sandboxd-e2b: key add: tenant '%s': use 1-64 of A-Z, a-z, 0-9, '.', '_', '-', "
                                 "starting with a letter or digit (the daemon's tenant:NAME rule)\n", tenant);
@@ -137,7 +137,7 @@ int gw_key_add(const char *tenant, const char *keys_path) {
                 r = 1;
                 goto out;
         }
-        printf("%s\n", key);
+        snprintf(ret_key, size, "%s", key);
 out:
         OPENSSL_cleanse(rnd, sizeof(rnd));
         free(text);

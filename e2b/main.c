@@ -134,8 +134,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "sandboxd-e2b: --keys FILE is required\n");
                 return 2;
         }
-        if (key_tenant)
-                return gw_key_add(key_tenant, cfg.keys_path);
+        if (key_tenant) {
+                char key[64];
+                int r = gw_key_add(key_tenant, cfg.keys_path, key, sizeof(key));
+                if (r == 0)
+                        printf("%s\n", key);
+                return r;
+        }
         if (!listen_spec) {
                 fprintf(stderr, "sandboxd-e2b: --listen ADDR:PORT is required\n");
                 return 2;
