@@ -631,7 +631,16 @@ void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *
                                       "calls are; /envs is not yet)", m, path);
                 return;
         }
-        if (!strcmp(path, "/process.Process/Start"))
+        /* Connect's JSON codec only: a binary (proto) request would be
+         * misread as JSON. */
+        const char *ct = gw_header_get(r, "Content-Type");
+        bool streaming = !strcmp(path, "/process.Process/Start");
+        const char *want = streaming ? "application/connect+json" : "application/json";
+        if (!ct || strncasecmp(ct, want, strlen(want)) != 0 || (ct[strlen(want)] && ct[strlen(want)] != ';')) {
+                gw_send_error(c, 415, "Content-Type: %s (Connect's JSON codec) is the one sandboxd-e2b speaks", want);
+                return;
+        }
+        if (streaming)
                 process_start(cfg, c, r, tenant, sandbox);
         else if (!strcmp(path, "/process.Process/List"))
                 process_list(cfg, c, tenant, sandbox);

@@ -195,6 +195,16 @@ static void test_http_routes_before_any_daemon_call(void **state) {
         assert_non_null(strstr(o, "HTTP/1.1 401"));
         assert_non_null(strstr(o, "not this sandbox's access token"));
 
+        /* Connect's binary codec is refused, not misread as JSON. */
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        n = snprintf(req, sizeof(req), "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                     "X-Access-Token: %s\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n", tok);
+        free(tok);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 415"));
+        assert_non_null(strstr(o, "application/json (Connect's JSON codec)"));
+
         static const char bad_id[] = "GET /files?path=/a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: ../etc\r\n\r\n";
         o = exchange(bad_id, sizeof(bad_id) - 1);
         assert_non_null(strstr(o, "HTTP/1.1 400"));
