@@ -107,11 +107,21 @@ def main(argv):
             rc = 1
         finally:
             stop(gw)
+        # Every program kills what it made: nothing may be left (a kill the
+        # gateway answered without doing would show here).
+        left = [x["name"] for x in d.rpc_result("sandbox.list").get("sandboxes", [])]
+        if left:
+            print("FAIL sandboxes left behind: %s" % ", ".join(left), flush=True)
+            rc = 1
         if rc != 0:
             with open(os.path.join(d.dir, "sandboxd-e2b.log"), errors="replace") as f:
                 print("--- sandboxd-e2b log (tail) ---\n" + "".join(f.readlines()[-30:]), file=sys.stderr)
             print("--- sandboxd log (tail) ---\n" + d.log_tail(30), file=sys.stderr)
-        return rc
+    if getattr(world, "teardown_errors", None):
+        print("FAIL world teardown: %s" % "; ".join(world.teardown_errors), flush=True)
+        rc = 1
+    print("e2b-test: %s" % ("passed" if rc == 0 else "failed"))
+    return rc
 
 
 if __name__ == "__main__":
