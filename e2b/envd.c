@@ -182,6 +182,65 @@ static void on_command_note(const client_msg *m, void *userdata) {
         }
 }
 
+/* Runs `method` with params `p` (taken) on daemon connection `d` and
+ * relays it as a Connect server stream on `c`: each notification goes to
+ * `fn` (which writes its envelopes), until *done is set by it, the answer
+ * comes when `end_on_answer`, an error answers, or the caller goes away
+ * (what the method started then goes on or ends with `d`, as its daemon
+ * semantics say). Ends the stream, with the error if any: the method's,
+ * or *end_error (Connect's data_loss) when `fn` set it. */
+static void relay_stream(gw_conn *c, client *d, const char *method, cJSON *p, client_notify_fn fn, void *st,
+                         bool *done, bool end_on_answer, const char *const *end_error) {
+        int64_t id = client_send(d, method, p);
+        gw_send_chunked_head(c, 200, "application/connect+json");
+        char *fail = NULL;
+        int fail_status = 500;
+        while (id > 0 && !*done && !gw_conn_failed(c)) {
+                struct pollfd pfd[2] = { { .fd = client_fd(d), .events = POLLIN },
+                                         { .fd = gw_conn_fd(c), .events = POLLRDHUP } };
+                if (!client_has_pending(d)) {
+                        if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+                                break;
+                        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                                break;
+                        if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                                continue;
+                }
+                client_msg *m = NULL;
+                int rc = client_next(d, 0, &m);
+                if (rc == -EBADMSG || rc == 0)
+                        continue;
+                if (rc < 0) {
+                        fail_status = 503;
+                        fail = strdup("the connection to sandboxd closed");
+                        break;
+                }
+                if (m->kind == CLIENT_MSG_NOTIFICATION)
+                        fn(m, st);
+                else if (m->id == id && m->error) {
+                        fail_status = gw_status_of(m->error);
+                        fail = strdup(m->error->message ? m->error->message : "failed");
+                } else if (m->id == id && end_on_answer)
+                        *done = true;
+                client_msg_free(m);
+                if (fail)
+                        break;
+        }
+        cJSON *end = cJSON_CreateObject();
+        if (fail || id <= 0) {
+                cJSON *e = cJSON_AddObjectToObject(end, "error");
+                cJSON_AddStringToObject(e, "code", connect_status_code(fail ? fail_status : 502));
+                cJSON_AddStringToObject(e, "message", fail ? fail : "cannot send to sandboxd");
+        } else if (end_error && *end_error) {
+                cJSON *e = cJSON_AddObjectToObject(end, "error");
+                cJSON_AddStringToObject(e, "code", "data_loss");
+                cJSON_AddStringToObject(e, "message", *end_error);
+        }
+        send_envelope(c, ENV_FLAG_END, end);
+        gw_send_chunked_end(c);
+        free(fail);
+}
+
 static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
                           const char *sbx) {
         cJSON *req = request_message(r, true);
@@ -226,52 +285,8 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
          * stdin "" closes stdin at once (E2B's stdin: false). */
         cJSON_AddBoolToObject(p, "detached", true);
         cJSON_AddStringToObject(p, "stdin", "");
-        int64_t id = client_send(d, "command.run", p);
-        gw_send_chunked_head(c, 200, "application/connect+json");
         start_state s = { .c = c };
-        char *fail = NULL;
-        int fail_status = 500;
-        while (id > 0 && !s.ended && !gw_conn_failed(c)) {
-                struct pollfd pfd[2] = { { .fd = client_fd(d), .events = POLLIN },
-                                         { .fd = gw_conn_fd(c), .events = POLLRDHUP } };
-                if (!client_has_pending(d)) {
-                        if (poll(pfd, 2, -1) < 0 && errno != EINTR)
-                                break;
-                        /* The caller went away: the process runs on. */
-                        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
-                                break;
-                        if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
-                                continue;
-                }
-                client_msg *m = NULL;
-                int rc = client_next(d, 0, &m);
-                if (rc == -EBADMSG || rc == 0)
-                        continue;
-                if (rc < 0) {
-                        fail_status = 503;
-                        fail = strdup("the connection to sandboxd closed");
-                        break;
-                }
-                if (m->kind == CLIENT_MSG_NOTIFICATION)
-                        on_command_note(m, &s);
-                else if (m->id == id && m->error) {
-                        /* Not started (no such sandbox, a bad cwd, ...). */
-                        fail_status = gw_status_of(m->error);
-                        fail = strdup(m->error->message ? m->error->message : "command failed");
-                }
-                client_msg_free(m);
-                if (fail)
-                        break;
-        }
-        cJSON *end = cJSON_CreateObject();
-        if (fail || id <= 0) {
-                cJSON *e = cJSON_AddObjectToObject(end, "error");
-                cJSON_AddStringToObject(e, "code", connect_status_code(fail ? fail_status : 502));
-                cJSON_AddStringToObject(e, "message", fail ? fail : "cannot send to sandboxd");
-        }
-        send_envelope(c, ENV_FLAG_END, end);
-        gw_send_chunked_end(c);
-        free(fail);
+        relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, NULL);
         free(s.id_copy);
         client_free(d);
 }
@@ -497,6 +512,95 @@ done:
         cJSON_Delete(req);
 }
 
+/* ---- filesystem.Filesystem/WatchDir (server stream) over fs.watch ---- */
+
+typedef struct watch_state {
+        gw_conn *c;
+        char *dir;        /* the watched path as fs.watchStarted names it */
+        bool done;        /* an overflow: the stream ends */
+        const char *lost; /* ... with this error */
+} watch_state;
+
+/* fs.watch's types as E2B's EventType. An overflow (events lost) has no
+ * E2B form: the stream ends with an error saying so, never silently. */
+static const char *event_type(const char *t) {
+        if (!t)
+                return NULL;
+        if (!strcmp(t, "created"))
+                return "EVENT_TYPE_CREATE";
+        if (!strcmp(t, "modified"))
+                return "EVENT_TYPE_WRITE";
+        if (!strcmp(t, "deleted"))
+                return "EVENT_TYPE_REMOVE";
+        if (!strcmp(t, "renamed"))
+                return "EVENT_TYPE_RENAME";
+        return NULL;
+}
+
+static void on_watch_note(const client_msg *m, void *userdata) {
+        watch_state *w = userdata;
+        if (!m->method)
+                return;
+        cJSON *msg = NULL;
+        if (!strcmp(m->method, "fs.watchStarted")) {
+                free(w->dir);
+                w->dir = str_of(m->params, "path") ? strdup(str_of(m->params, "path")) : NULL;
+                msg = cJSON_CreateObject();
+                cJSON_AddObjectToObject(msg, "start");
+        } else if (!strcmp(m->method, "fs.watchEvent")) {
+                const char *type = event_type(str_of(m->params, "type")), *path = str_of(m->params, "path");
+                if (!type) {
+                        w->lost = "events were lost (sandboxd's fs.watch overflowed); watch again and list the "
+                                  "directory";
+                        w->done = true;
+                        return;
+                }
+                /* E2B names an event by its path below the watched directory. */
+                size_t dl = w->dir ? strlen(w->dir) : 0;
+                const char *name = path ? path : "";
+                if (dl && !strncmp(name, w->dir, dl) && name[dl] == '/')
+                        name += dl + 1;
+                msg = cJSON_CreateObject();
+                cJSON *fe = cJSON_AddObjectToObject(msg, "filesystem");
+                cJSON_AddStringToObject(fe, "name", name);
+                cJSON_AddStringToObject(fe, "type", type);
+        }
+        if (msg)
+                send_envelope(w->c, 0, msg);
+}
+
+static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
+        cJSON *req = request_message(r, true);
+        const char *path = str_of(req, "path");
+        if (!path || request_user(r) != 0 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry")) ||
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "allowNetworkMounts"))) {
+                stream_error(c, path ? 501 : 400,
+                             !path ? "path: required"
+                                   : "includeEntry, allowNetworkMounts and watching as root are not served by "
+                                     "sandboxd-e2b yet");
+                cJSON_Delete(req);
+                return;
+        }
+        cJSON *p = path_params(sbx, path);
+        cJSON_AddBoolToObject(p, "recursive", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "recursive")));
+        cJSON_Delete(req);
+        client *d = NULL;
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                cJSON_Delete(p);
+                stream_error(c, 503, msg ? msg : "sandboxd unavailable");
+                free(msg);
+                return;
+        }
+        /* The watch ends with the daemon connection: when the caller stops
+         * (closes the stream) or fs.watch answers (its path deleted, the
+         * sandbox stopped). */
+        watch_state w = { .c = c };
+        relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost);
+        free(w.dir);
+        client_free(d);
+}
+
 /* ---- /files ---- */
 
 static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
@@ -634,18 +738,20 @@ void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *
         /* Connect's JSON codec only: a binary (proto) request would be
          * misread as JSON. */
         const char *ct = gw_header_get(r, "Content-Type");
-        bool streaming = !strcmp(path, "/process.Process/Start");
+        bool streaming = !strcmp(path, "/process.Process/Start") || !strcmp(path, "/filesystem.Filesystem/WatchDir");
         const char *want = streaming ? "application/connect+json" : "application/json";
         if (!ct || strncasecmp(ct, want, strlen(want)) != 0 || (ct[strlen(want)] && ct[strlen(want)] != ';')) {
                 gw_send_error(c, 415, "Content-Type: %s (Connect's JSON codec) is the one sandboxd-e2b speaks", want);
                 return;
         }
-        if (streaming)
+        if (!strcmp(path, "/process.Process/Start"))
                 process_start(cfg, c, r, tenant, sandbox);
         else if (!strcmp(path, "/process.Process/List"))
                 process_list(cfg, c, tenant, sandbox);
         else if (!strcmp(path, "/process.Process/SendSignal"))
                 process_signal(cfg, c, r, tenant, sandbox);
+        else if (!strcmp(path, "/filesystem.Filesystem/WatchDir"))
+                watch_dir(cfg, c, r, tenant, sandbox);
         else if (!strncmp(path, "/filesystem.Filesystem/", 23))
                 filesystem(cfg, c, r, tenant, sandbox, path + 23);
         else if (!strncmp(path, "/process.Process/", 17))

@@ -26,6 +26,26 @@ try {
   assert.equal(await s.files.exists('/tmp/m/n/f.txt'), false)
   ok('files.rename and files.getInfo')
 
+  // watchDir: events arrive as they happen (waited for, with a deadline).
+  await s.files.makeDir('/tmp/w')
+  const seen = []
+  const isNew = (e) => e.name === 'new.txt' && e.type === 'create'
+  let arrived
+  const created = new Promise((resolve) => {
+    arrived = resolve
+  })
+  const handle = await s.files.watchDir('/tmp/w', (e) => {
+    seen.push(e)
+    if (isNew(e)) arrived()
+  })
+  await s.files.write('/tmp/w/new.txt', 'x')
+  let timer
+  await Promise.race([created, new Promise((resolve) => (timer = setTimeout(resolve, 30_000)))])
+  clearTimeout(timer)
+  await handle.stop()
+  assert.ok(seen.some(isNew), JSON.stringify(seen))
+  ok('files.watchDir reports a created file by its name')
+
   await s.files.remove('/tmp/m')
   assert.equal(await s.files.exists('/tmp/m'), false)
   ok('files.remove of a tree')
