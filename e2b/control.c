@@ -2,6 +2,7 @@
  * sandbox.* methods, as the caller's tenant (docs/E2B.md "Control API").
  * What does not map is refused with E2B's error shape and a message
  * naming what sandboxd lacks; no field is silently dropped. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,6 @@ static const struct {
         { "connect", "connect is not served by sandboxd-e2b yet" },
         { "fork", "fork is not served by sandboxd-e2b yet" },
         { "snapshots", "snapshots are not served by sandboxd-e2b yet" },
-        { "network", "network updates are not served by sandboxd-e2b yet" },
         { "metrics", "metrics are not served by sandboxd-e2b yet" },
         { "logs", "sandbox logs: sandboxd has no sandbox-wide log (command.logs is per command)" },
         { "refreshes", "refreshes are not served by sandboxd-e2b yet" },
@@ -61,6 +61,128 @@ static cJSON *to_e2b(const cJSON *sb) {
         return o;
 }
 
+/* ---- network (allowOut/denyOut) -> networkPolicy (docs/POLICY.md) ---- */
+
+/* An allowOut/denyOut entry that is an address: a CIDR, or an IP made
+ * /32 or /128. New string, or NULL for a domain. */
+static char *as_cidr(const char *e) {
+        char buf[INET6_ADDRSTRLEN + 8], *out = NULL;
+        unsigned char a[16];
+        if (strchr(e, '/')) {
+                size_t n = (size_t) (strchr(e, '/') - e);
+                if (n >= sizeof(buf))
+                        return NULL;
+                memcpy(buf, e, n);
+                buf[n] = 0;
+                return inet_pton(AF_INET, buf, a) == 1 || inet_pton(AF_INET6, buf, a) == 1 ? strdup(e) : NULL;
+        }
+        if (inet_pton(AF_INET, e, a) == 1)
+                return asprintf(&out, "%s/32", e) < 0 ? NULL : out;
+        if (inet_pton(AF_INET6, e, a) == 1)
+                return asprintf(&out, "%s/128", e) < 0 ? NULL : out;
+        return NULL;
+}
+
+static bool is_all_traffic(const char *e) {
+        return !strcmp(e, "0.0.0.0/0");
+}
+
+/* E2B's egress model: everything is open unless denyOut names it, and
+ * allowOut beats denyOut. sandboxd's custom policy denies what it does not
+ * allow and its subnets.deny beats every allow. The two meet exactly in
+ * two shapes, which are served:
+ *   - denyOut holds 0.0.0.0/0 (allTraffic; allow_internet_access false is
+ *     the same): only allowOut is open: {allow: [its domains], subnets:
+ *     {allow: [its addresses]}}, or deny-all when it is empty;
+ *   - denyOut names only addresses and allowOut is empty: everything but
+ *     those: {allow: ["*"], subnets: {allow: [0.0.0.0/0, ::/0], deny: [...]}};
+ *   - no denyOut: allow-all (allowOut adds nothing).
+ * An allowOut with a partial denyOut would need allow to beat deny:
+ * refused, saying so. Returns the policy (new) or NULL with *ret_msg. */
+static cJSON *network_policy(const cJSON *allow_out, const cJSON *deny_out, bool deny_all, char **ret_msg) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, deny_out) {
+                if (!cJSON_IsString(it))
+                        goto not_strings;
+                if (is_all_traffic(it->valuestring))
+                        deny_all = true;
+        }
+        cJSON_ArrayForEach(it, allow_out)
+                if (!cJSON_IsString(it))
+                        goto not_strings;
+        int n_allow = cJSON_GetArraySize(allow_out), n_deny = cJSON_GetArraySize(deny_out);
+        if (deny_all) {
+                if (n_allow == 0)
+                        return cJSON_CreateString("deny-all");
+                cJSON *pol = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(pol, "allow");
+                cJSON *subnets = cJSON_AddObjectToObject(pol, "subnets"), *cidrs = cJSON_AddArrayToObject(subnets, "allow");
+                cJSON_ArrayForEach(it, allow_out) {
+                        char *c = as_cidr(it->valuestring);
+                        cJSON_AddItemToArray(c ? cidrs : names, cJSON_CreateString(c ? c : it->valuestring));
+                        free(c);
+                }
+                return pol;
+        }
+        if (n_deny == 0)
+                return cJSON_CreateString("allow-all");
+        if (n_allow > 0) {
+                *ret_msg = strdup("network: allowOut with a denyOut that is not 0.0.0.0/0: sandboxd's subnet denies "
+                                  "beat every allow, so allowOut cannot reopen part of denyOut; deny 0.0.0.0/0 and "
+                                  "list what is allowed, or list only what is denied");
+                return NULL;
+        }
+        cJSON *pol = cJSON_CreateObject();
+        cJSON *names = cJSON_AddArrayToObject(pol, "allow");
+        cJSON_AddItemToArray(names, cJSON_CreateString("*"));
+        cJSON *subnets = cJSON_AddObjectToObject(pol, "subnets");
+        cJSON *open = cJSON_AddArrayToObject(subnets, "allow"), *deny = cJSON_AddArrayToObject(subnets, "deny");
+        cJSON_AddItemToArray(open, cJSON_CreateString("0.0.0.0/0"));
+        cJSON_AddItemToArray(open, cJSON_CreateString("::/0"));
+        cJSON_ArrayForEach(it, deny_out) {
+                char *c = as_cidr(it->valuestring);
+                if (!c) {
+                        cJSON_Delete(pol);
+                        if (asprintf(ret_msg, "network.denyOut: '%s' is not an address or CIDR (E2B denies addresses "
+                                              "only)", it->valuestring) < 0)
+                                *ret_msg = NULL;
+                        return NULL;
+                }
+                cJSON_AddItemToArray(deny, cJSON_CreateString(c));
+                free(c);
+        }
+        return pol;
+not_strings:
+        *ret_msg = strdup("network: allowOut and denyOut must be arrays of strings");
+        return NULL;
+}
+
+/* The network object of NewSandbox: allowOut/denyOut are served; the rest
+ * (rules, egressProxy, maskRequestHost, httpsPorts, allowPublicTraffic
+ * false) are not yet. 0, or -EINVAL with *ret_msg naming the key. */
+static int network_check(const cJSON *net, char **ret_msg) {
+        const cJSON *it;
+        if (!cJSON_IsObject(net)) {
+                *ret_msg = strdup("network: must be an object");
+                return -EINVAL;
+        }
+        cJSON_ArrayForEach(it, net) {
+                if (!strcmp(it->string, "allowOut") || !strcmp(it->string, "denyOut")) {
+                        if (!cJSON_IsArray(it) && !cJSON_IsNull(it)) {
+                                *ret_msg = strdup("network: allowOut and denyOut must be arrays of strings");
+                                return -EINVAL;
+                        }
+                        continue;
+                }
+                if (!strcmp(it->string, "allowPublicTraffic") && !cJSON_IsFalse(it))
+                        continue;
+                if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut and denyOut are)",
+                             it->string) < 0)
+                        *ret_msg = NULL;
+                return -EINVAL;
+        }
+        return 0;
+}
+
 /* NewSandbox -> sandbox.create params, or a 400 naming the field. */
 static cJSON *create_params(gw_conn *c, const cJSON *body) {
         cJSON *p = cJSON_CreateObject();
@@ -82,10 +204,9 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                                 goto bad_type;
                         cJSON_AddItemToObject(p, strcmp(k, "metadata") ? "env" : "tags", cJSON_Duplicate(it, 1));
                 } else if (!strcmp(k, "allow_internet_access")) {
+                        /* false: E2B's denyOut 0.0.0.0/0 (below). */
                         if (!cJSON_IsBool(it))
                                 goto bad_type;
-                        /* false: E2B's denyOut 0.0.0.0/0; true: explicitly open. */
-                        cJSON_AddStringToObject(p, "networkPolicy", cJSON_IsTrue(it) ? "allow-all" : "deny-all");
                 } else if (!strcmp(k, "secure")) {
                         /* Envd access is always by the sandbox's token here. */
                         if (!cJSON_IsBool(it))
@@ -96,11 +217,12 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                                 goto fail;
                         }
                 } else if (!strcmp(k, "network")) {
-                        if (cJSON_IsObject(it) && !it->child)
-                                continue;
-                        gw_send_error(c, 400, "network: allowOut/denyOut and rules are not served by sandboxd-e2b "
-                                              "yet (allow_internet_access false is: deny-all)");
-                        goto fail;
+                        char *msg = NULL;
+                        if (network_check(it, &msg) < 0) {
+                                gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
+                                free(msg);
+                                goto fail;
+                        }
                 } else {
                         gw_send_error(c, 400, "%s: not served by sandboxd-e2b (docs/E2B.md lists what maps)", k);
                         goto fail;
@@ -114,6 +236,21 @@ bad_type:
                 gw_send_error(c, 400, "templateID: required");
                 goto fail;
         }
+        const cJSON *aia = cJSON_GetObjectItemCaseSensitive(body, "allow_internet_access");
+        const cJSON *net = cJSON_GetObjectItemCaseSensitive(body, "network");
+        const cJSON *allow_out = cJSON_GetObjectItemCaseSensitive(net, "allowOut");
+        const cJSON *deny_out = cJSON_GetObjectItemCaseSensitive(net, "denyOut");
+        if (cJSON_IsFalse(aia) || cJSON_IsArray(allow_out) || cJSON_IsArray(deny_out)) {
+                char *msg = NULL;
+                cJSON *pol = network_policy(allow_out, deny_out, cJSON_IsFalse(aia), &msg);
+                if (!pol) {
+                        gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
+                        free(msg);
+                        goto fail;
+                }
+                cJSON_AddItemToObject(p, "networkPolicy", pol);
+        } else if (cJSON_IsTrue(aia))
+                cJSON_AddStringToObject(p, "networkPolicy", "allow-all");
         return p;
 fail:
         cJSON_Delete(p);
@@ -343,6 +480,47 @@ static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         gw_send(c, 204, NULL, NULL, 0);
 }
 
+/* PUT /sandboxes/{id}/network: E2B replaces the whole egress config
+ * (an omitted field is cleared), so the new policy is built from this body
+ * alone and applied to the running session at once (sandbox.update). */
+static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len), *aia = NULL;
+        char *msg = NULL;
+        if (!cJSON_IsObject(body)) {
+                cJSON_Delete(body);
+                gw_send_error(c, 400, "body: a JSON object (SandboxNetworkUpdateConfig) is required");
+                return;
+        }
+        aia = cJSON_DetachItemFromObjectCaseSensitive(body, "allow_internet_access");
+        if ((aia && !cJSON_IsBool(aia)) || network_check(body, &msg) < 0) {
+                gw_send_error(c, 400, "%s", msg ? msg : "allow_internet_access: true or false");
+                goto out;
+        }
+        cJSON *pol = network_policy(cJSON_GetObjectItemCaseSensitive(body, "allowOut"),
+                                    cJSON_GetObjectItemCaseSensitive(body, "denyOut"), cJSON_IsFalse(aia), &msg);
+        if (!pol) {
+                gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
+                goto out;
+        }
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        cJSON_AddItemToObject(p, "networkPolicy", pol);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.update", p, NULL, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "update network");
+                client_error_free(err);
+                goto out;
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+out:
+        free(msg);
+        cJSON_Delete(aia);
+        cJSON_Delete(body);
+}
+
 void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         const char *m = r->method, *path = r->path;
         if (!strcmp(path, "/sandboxes") || !strcmp(path, "/v2/sandboxes")) {
@@ -382,6 +560,10 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
         const char *verb = slash + 1;
         if (!strcmp(verb, "timeout") && !strcmp(m, "POST")) {
                 set_timeout(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "network") && !strcmp(m, "PUT")) {
+                put_network(cfg, c, r, tenant, id);
                 return;
         }
         for (size_t i = 0; i < sizeof(unserved) / sizeof(*unserved); i++)

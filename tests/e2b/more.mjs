@@ -3,7 +3,7 @@
 // commands (list, kill by pid), a command's envs, cwd and user, and
 // options sandboxd-e2b does not serve yet, which must fail loudly (E2B's
 // error shape, naming what is missing), never be ignored.
-import { Sandbox, FileNotFoundError } from 'e2b'
+import { Sandbox, FileNotFoundError, ALL_TRAFFIC } from 'e2b'
 import assert from 'node:assert/strict'
 
 function ok(what) {
@@ -91,25 +91,43 @@ try {
   ok('setTimeout to an earlier end is refused, saying why')
 
   await assert.rejects(
-    Sandbox.create({ network: { allowOut: ['example.com'] } }),
-    /network: allowOut\/denyOut and rules are not served/
+    Sandbox.create({ network: { allowOut: ['5.5.5.10'], denyOut: ['5.5.5.0/24'] } }),
+    /allowOut cannot reopen part of denyOut/
+  )
+  await assert.rejects(
+    Sandbox.create({ network: { maskRequestHost: 'x.example' } }),
+    /network.maskRequestHost: not served/
   )
   await assert.rejects(s.pause(), /pause is not served/)
   await assert.rejects(s.commands.run('cat', { stdin: true, background: true }), /stdin are not served/)
   ok('what is not served yet is refused, naming it')
 
-  // api.public.test is a host of the test world's fake internet: an open
-  // sandbox resolves it, one made with allowInternetAccess false cannot.
-  const lookup = 'getent hosts api.public.test >/dev/null && echo resolved || echo no-dns'
+  // api.public.test and other.public.test are hosts of the test world's
+  // fake internet: what a sandbox resolves shows what its policy opens.
+  const lookup = (name) => `getent hosts ${name} >/dev/null && echo resolved || echo no-dns`
+  const resolves = async (sbx, name) => (await sbx.commands.run(lookup(name))).stdout === 'resolved\n'
   const open = await Sandbox.create({ allowInternetAccess: true })
   const denied = await Sandbox.create({ allowInternetAccess: false })
+  const only = await Sandbox.create({ network: { allowOut: ['api.public.test'], denyOut: [ALL_TRAFFIC] } })
+  const but = await Sandbox.create({ network: { denyOut: ['5.5.5.11'] } })
   try {
-    assert.equal((await open.commands.run(lookup)).stdout, 'resolved\n')
-    assert.equal((await denied.commands.run(lookup)).stdout, 'no-dns\n')
+    assert.equal(await resolves(open, 'api.public.test'), true)
+    assert.equal(await resolves(denied, 'api.public.test'), false)
     ok('allowInternetAccess false: deny-all (true: allow-all)')
+    assert.equal(await resolves(only, 'api.public.test'), true)
+    assert.equal(await resolves(only, 'other.public.test'), false)
+    ok('allowOut a domain with denyOut allTraffic: only that domain')
+    assert.equal(await resolves(but, 'api.public.test'), true)
+    assert.equal(await resolves(but, 'other.public.test'), false)
+    ok('denyOut an address: everything but it')
+    await but.updateNetwork({ allowOut: ['other.public.test'], denyOut: [ALL_TRAFFIC] })
+    assert.equal(await resolves(but, 'api.public.test'), false)
+    assert.equal(await resolves(but, 'other.public.test'), true)
+    await but.updateNetwork({})
+    assert.equal(await resolves(but, 'api.public.test'), true)
+    ok('updateNetwork replaces the egress config of a running sandbox ({} opens it all)')
   } finally {
-    await open.kill()
-    await denied.kill()
+    for (const sbx of [open, denied, only, but]) await sbx.kill()
   }
 } finally {
   await s.kill()
