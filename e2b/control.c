@@ -344,7 +344,7 @@ static int metadata_filter(const char *q, cJSON *tags) {
 
 static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         /* Known query parameters; any other is refused, never ignored. */
-        static const char *const known[] = { "metadata", "state", "limit" };
+        static const char *const known[] = { "metadata", "state", "limit", "nextToken" };
         for (const char *q = r->query; q && *q;) {
                 const char *end = strchr(q, '&');
                 size_t n = end ? (size_t) (end - q) : strlen(q);
@@ -352,7 +352,8 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                 for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
                         ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
                 if (!ok) {
-                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (metadata, state, limit are)",
+                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (metadata, state, limit, "
+                                              "nextToken are)",
                                       (int) n, q);
                         return;
                 }
@@ -360,6 +361,7 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         }
         cJSON *p = cJSON_CreateObject(), *res = NULL;
         char *md = gw_query_get(r, "metadata"), *state = gw_query_get(r, "state"), *limit = gw_query_get(r, "limit");
+        char *token = gw_query_get(r, "nextToken");
         if (md) {
                 cJSON *tags = cJSON_AddObjectToObject(p, "tags");
                 if (metadata_filter(md, tags) < 0) {
@@ -367,36 +369,86 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                         goto out;
                 }
         }
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.list", p, &res, &err) < 0) {
-                p = NULL;
-                reply_daemon_error(c, err, "list sandboxes");
-                client_error_free(err);
+        /* Every page (sandbox.list gives at most 1000 a page): E2B's list
+         * here has no pages of its own, so a short list would look whole. */
+        res = cJSON_CreateObject();
+        cJSON *all = cJSON_AddArrayToObject(res, "sandboxes");
+        client *d = NULL;
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                gw_send_error(c, 502, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
                 goto out;
         }
-        p = NULL;
-        long max = limit ? strtol(limit, NULL, 10) : 0;
+        for (;;) {
+                cJSON *page = NULL;
+                client_error *err = NULL;
+                if (client_call(d, "sandbox.list", cJSON_Duplicate(p, 1), 60000, NULL, NULL, &page, &err) < 0) {
+                        reply_daemon_error(c, err, "list sandboxes");
+                        client_error_free(err);
+                        client_free(d);
+                        goto out;
+                }
+                cJSON *list = cJSON_GetObjectItemCaseSensitive(page, "sandboxes"), *sb;
+                while (list && (sb = list->child))
+                        cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(list, sb));
+                const char *next = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(page, "nextCursor"));
+                if (!next) {
+                        cJSON_Delete(page);
+                        break;
+                }
+                cJSON_DeleteItemFromObjectCaseSensitive(p, "cursor");
+                cJSON_AddStringToObject(p, "cursor", next);
+                cJSON_Delete(page);
+        }
+        client_free(d);
+        /* Pages: `limit` items from the offset `nextToken` names (a token
+         * this gateway made: the decimal offset), and X-Next-Token when
+         * more follow. */
+        char *end = NULL;
+        long max = limit ? strtol(limit, &end, 10) : 0, from = 0;
+        if (limit && (*end || max < 1 || max > 10000)) {
+                gw_send_error(c, 400, "limit: an integer from 1 to 10000");
+                goto out;
+        }
+        if (token && ((from = strtol(token, &end, 10)) < 0 || *end || !*token)) {
+                gw_send_error(c, 400, "nextToken: not a token of this gateway's");
+                goto out;
+        }
         cJSON *arr = cJSON_CreateArray(), *sb;
+        long seen = 0;
+        bool more = false;
         cJSON_ArrayForEach(sb, cJSON_GetObjectItemCaseSensitive(res, "sandboxes")) {
                 cJSON *o = to_e2b(sb);
                 const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
-                if (state && !strstr(state, st)) {
+                if ((state && !strstr(state, st)) || seen++ < from) {
                         cJSON_Delete(o);
                         continue;
                 }
                 if (max > 0 && cJSON_GetArraySize(arr) >= max) {
                         cJSON_Delete(o);
+                        more = true;
                         break;
                 }
                 cJSON_AddItemToArray(arr, o);
         }
-        gw_send_json(c, 200, arr);
+        char extra[64] = "";
+        if (more)
+                snprintf(extra, sizeof(extra), "X-Next-Token: %ld\r\n", from + max);
+        char *text = cJSON_PrintUnformatted(arr);
+        cJSON_Delete(arr);
+        if (text)
+                gw_send_ex(c, 200, "application/json", text, strlen(text), extra);
+        else
+                gw_send_error(c, 500, "out of memory");
+        free(text);
 out:
         cJSON_Delete(p);
         cJSON_Delete(res);
         free(md);
         free(state);
         free(limit);
+        free(token);
 }
 
 static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {

@@ -64,6 +64,9 @@ char *gw_url_decode(const char *s, size_t len, bool plus);
 /* Sends a complete response with `body` (len bytes; may be NULL for
  * none) and content type `ctype` (NULL: none). Returns 0 or -errno. */
 int gw_send(gw_conn *c, int status, const char *ctype, const void *body, size_t len);
+/* The same with `extra` (NULL: none): header lines, each ending in CRLF,
+ * at most 256 bytes together. */
+int gw_send_ex(gw_conn *c, int status, const char *ctype, const void *body, size_t len, const char *extra);
 /* Sends `json` (taken) with status. */
 int gw_send_json(gw_conn *c, int status, cJSON *json);
 /* E2B's error shape {"code": status, "message": ...} (openapi Error). */

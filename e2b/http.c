@@ -238,10 +238,16 @@ static const char *reason_of(int status) {
 }
 
 int gw_send(gw_conn *c, int status, const char *ctype, const void *body, size_t len) {
-        char head[512];
-        int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n%s%s%sContent-Length: %zu\r\n%s\r\n", status,
+        return gw_send_ex(c, status, ctype, body, len, NULL);
+}
+
+int gw_send_ex(gw_conn *c, int status, const char *ctype, const void *body, size_t len, const char *extra) {
+        char head[768];
+        int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n%s%s%sContent-Length: %zu\r\n%s%s\r\n", status,
                          reason_of(status), ctype ? "Content-Type: " : "", ctype ? ctype : "", ctype ? "\r\n" : "",
-                         len, c->close ? "Connection: close\r\n" : "");
+                         len, c->close ? "Connection: close\r\n" : "", extra ? extra : "");
+        if (n < 0 || (size_t) n >= sizeof(head))
+                return -EINVAL;
         if (write_all(c, head, (size_t) n) < 0)
                 return -EPIPE;
         return len ? write_all(c, body, len) : 0;

@@ -111,6 +111,14 @@ try {
   const only = await Sandbox.create({ network: { allowOut: ['api.public.test'], denyOut: [ALL_TRAFFIC] } })
   const but = await Sandbox.create({ network: { denyOut: ['5.5.5.11'] } })
   try {
+    // Five sandboxes of this key now: listed two a page, none twice.
+    const pager = Sandbox.list({ limit: 2 })
+    const ids = []
+    while (pager.hasNext) ids.push(...(await pager.nextItems()).map((x) => x.sandboxId))
+    assert.equal(ids.length, 5)
+    assert.deepEqual(new Set(ids), new Set([s, open, denied, only, but].map((x) => x.sandboxId)))
+    ok('Sandbox.list pages with limit and nextToken')
+
     assert.equal(await resolves(open, 'api.public.test'), true)
     assert.equal(await resolves(denied, 'api.public.test'), false)
     ok('allowInternetAccess false: deny-all (true: allow-all)')
