@@ -138,6 +138,7 @@ static unsigned pid_of(const char *cmd_id) {
 
 typedef struct start_state {
         gw_conn *c;
+        bool pty;       /* started with a pty: output is E2B's pty data */
         char *id_copy;  /* the command's cmdId, from command.started */
         bool ended;     /* its command.exit was relayed */
 } start_state;
@@ -158,7 +159,7 @@ static void on_command_note(const client_msg *m, void *userdata) {
                 const char *stream = str_of(m->params, "stream"), *data = str_of(m->params, "data");
                 ev = cJSON_CreateObject();
                 inner = cJSON_AddObjectToObject(ev, "data");
-                cJSON_AddStringToObject(inner, stream && !strcmp(stream, "stderr") ? "stderr" : "stdout",
+                cJSON_AddStringToObject(inner, s->pty ? "pty" : stream && !strcmp(stream, "stderr") ? "stderr" : "stdout",
                                         data ? data : "");
         } else if (!strcmp(m->method, "command.exit") && s->id_copy && !strcmp(cmd_id, s->id_copy)) {
                 double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m->params, "exitCode"));
@@ -247,12 +248,15 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         const cJSON *proc = cJSON_GetObjectItemCaseSensitive(req, "process");
         const char *cmd = str_of(proc, "cmd");
         int user = request_user(r);
-        if (!cmd || user < 0 || cJSON_GetObjectItemCaseSensitive(req, "pty") || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"))) {
+        const cJSON *pty = cJSON_GetObjectItemCaseSensitive(req, "pty");
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(pty, "size");
+        bool want_stdin = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"));
+        if (!cmd || user < 0 || cJSON_GetObjectItemCaseSensitive(req, "tag")) {
                 cJSON_Delete(req);
                 stream_error(c, !cmd || user < 0 ? 400 : 501,
                              !cmd ? "process.cmd: required"
                              : user < 0 ? "user: sandboxd has the sandbox user (E2B's user) and root only"
-                                        : "pty and stdin are not served by sandboxd-e2b yet");
+                                        : "tag: processes by tag are not served by sandboxd-e2b yet");
                 return;
         }
         cJSON *p = cJSON_CreateObject();
@@ -269,6 +273,18 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
                 cJSON_AddStringToObject(p, "cwd", cwd);
         if (user == 1)
                 cJSON_AddBoolToObject(p, "sudo", true);
+        bool is_pty = cJSON_IsObject(pty);
+        if (is_pty) {
+                /* A pty: stdout and stderr merged (docs/API.md command.run
+                 * tty), stdin open for SendInput. */
+                cJSON_AddBoolToObject(p, "tty", true);
+                double rows = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(size, "rows"));
+                double cols = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(size, "cols"));
+                if (rows == rows && rows > 0)
+                        cJSON_AddNumberToObject(p, "rows", rows);
+                if (cols == cols && cols > 0)
+                        cJSON_AddNumberToObject(p, "cols", cols);
+        }
         cJSON_Delete(req);
 
         client *d = NULL;
@@ -284,8 +300,9 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
          * its output still reaches this connection while it stays open.
          * stdin "" closes stdin at once (E2B's stdin: false). */
         cJSON_AddBoolToObject(p, "detached", true);
-        cJSON_AddStringToObject(p, "stdin", "");
-        start_state s = { .c = c };
+        if (!is_pty && !want_stdin)
+                cJSON_AddStringToObject(p, "stdin", "");
+        start_state s = { .c = c, .pty = is_pty };
         relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, NULL);
         free(s.id_copy);
         client_free(d);
@@ -326,49 +343,106 @@ static void process_list(const gw_config *cfg, gw_conn *c, const char *tenant, c
         gw_send_json(c, 200, out);
 }
 
-static void process_signal(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
-                           const char *sbx) {
-        cJSON *req = request_message(r, false);
-        const cJSON *sel = cJSON_GetObjectItemCaseSensitive(req, "process");
-        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(sel, "pid");
-        const cJSON *sig = cJSON_GetObjectItemCaseSensitive(req, "signal");
-        const char *name = NULL;
-        if (cJSON_IsString(sig))
-                name = !strcmp(sig->valuestring, "SIGNAL_SIGKILL") ? "KILL"
-                     : !strcmp(sig->valuestring, "SIGNAL_SIGTERM") ? "TERM" : NULL;
-        else if (cJSON_IsNumber(sig))
-                name = sig->valueint == 9 ? "KILL" : sig->valueint == 15 ? "TERM" : NULL;
-        if (!cJSON_IsNumber(pid) || !name) {
-                cJSON_Delete(req);
-                connect_error(c, 400, "process.pid and signal (SIGNAL_SIGKILL or SIGNAL_SIGTERM) are required; "
-                                      "processes by tag are not served yet");
-                return;
-        }
-        unsigned want = (unsigned) pid->valuedouble;
-        cJSON_Delete(req);
+/* The cmdId of the running command with E2B pid `pid` (new string), or
+ * NULL after answering not_found (or the daemon's error). */
+static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, unsigned pid) {
         cJSON *res = list_commands(cfg, c, tenant, sbx), *cmd;
         if (!res)
-                return;
-        const char *found = NULL;
+                return NULL;
+        char *found = NULL;
         cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(res, "commands"))
-                if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) && pid_of(str_of(cmd, "cmdId")) == want)
-                        found = str_of(cmd, "cmdId");
-        if (!found) {
-                cJSON_Delete(res);
-                connect_error(c, 404, "process with pid %u not found", want);
+                if (!found && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) &&
+                    pid_of(str_of(cmd, "cmdId")) == pid)
+                        found = strdup(str_of(cmd, "cmdId"));
+        cJSON_Delete(res);
+        if (!found)
+                connect_error(c, 404, "process with pid %u not found", pid);
+        return found;
+}
+
+/* The pid of a ProcessSelector ({"pid": N}); 0 (after answering) when it
+ * has none: processes by tag are not served. */
+static unsigned selector_pid(gw_conn *c, const cJSON *req) {
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
+        if (!cJSON_IsNumber(pid) || pid->valuedouble < 1) {
+                connect_error(c, 400, "process.pid: required (processes by tag are not served yet)");
+                return 0;
+        }
+        return (unsigned) pid->valuedouble;
+}
+
+/* One call on the command with the request's pid: `method` with params
+ * {cmdId} plus `extra` (taken; may be NULL). */
+static void call_on_pid(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const cJSON *req,
+                        const char *method, cJSON *extra, const char *what) {
+        unsigned pid = selector_pid(c, req);
+        char *cmd_id = pid ? find_command(cfg, c, tenant, sbx, pid) : NULL;
+        if (!cmd_id) {
+                cJSON_Delete(extra);
                 return;
         }
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "cmdId", found);
-        cJSON_AddStringToObject(p, "signal", name);
-        cJSON_Delete(res);
+        cJSON *p = extra ? extra : cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "cmdId", cmd_id);
+        free(cmd_id);
         client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "command.kill", p, NULL, &err) < 0) {
-                daemon_error(c, err, "send signal");
+        if (gw_daemon_call(cfg, tenant, method, p, NULL, &err) < 0) {
+                daemon_error(c, err, what);
                 client_error_free(err);
                 return;
         }
         gw_send_json(c, 200, cJSON_CreateObject());
+}
+
+static void process_call(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
+                         const char *op) {
+        cJSON *req = request_message(r, false);
+        if (!cJSON_IsObject(req)) {
+                cJSON_Delete(req);
+                connect_error(c, 400, "the request must be a JSON object");
+                return;
+        }
+        if (!strcmp(op, "SendSignal")) {
+                const cJSON *sig = cJSON_GetObjectItemCaseSensitive(req, "signal");
+                const char *name = NULL;
+                if (cJSON_IsString(sig))
+                        name = !strcmp(sig->valuestring, "SIGNAL_SIGKILL") ? "KILL"
+                             : !strcmp(sig->valuestring, "SIGNAL_SIGTERM") ? "TERM" : NULL;
+                else if (cJSON_IsNumber(sig))
+                        name = sig->valueint == 9 ? "KILL" : sig->valueint == 15 ? "TERM" : NULL;
+                if (!name)
+                        connect_error(c, 400, "signal: SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+                else {
+                        cJSON *x = cJSON_CreateObject();
+                        cJSON_AddStringToObject(x, "signal", name);
+                        call_on_pid(cfg, c, tenant, sbx, req, "command.kill", x, "send signal");
+                }
+        } else if (!strcmp(op, "SendInput")) {
+                const cJSON *in = cJSON_GetObjectItemCaseSensitive(req, "input");
+                const char *data = str_of(in, "stdin") ? str_of(in, "stdin") : str_of(in, "pty");
+                if (!data)
+                        connect_error(c, 400, "input.stdin or input.pty (base64) is required");
+                else {
+                        cJSON *x = cJSON_CreateObject();
+                        cJSON_AddStringToObject(x, "data", data);
+                        call_on_pid(cfg, c, tenant, sbx, req, "command.write", x, "send input");
+                }
+        } else if (!strcmp(op, "CloseStdin"))
+                call_on_pid(cfg, c, tenant, sbx, req, "command.closeStdin", NULL, "close stdin");
+        else if (!strcmp(op, "Update")) {
+                const cJSON *size = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "pty"), "size");
+                const cJSON *rows = cJSON_GetObjectItemCaseSensitive(size, "rows");
+                const cJSON *cols = cJSON_GetObjectItemCaseSensitive(size, "cols");
+                if (!cJSON_IsNumber(rows) || !cJSON_IsNumber(cols))
+                        connect_error(c, 400, "pty.size.rows and pty.size.cols are required");
+                else {
+                        cJSON *x = cJSON_CreateObject();
+                        cJSON_AddNumberToObject(x, "rows", rows->valuedouble);
+                        cJSON_AddNumberToObject(x, "cols", cols->valuedouble);
+                        call_on_pid(cfg, c, tenant, sbx, req, "command.resize", x, "resize");
+                }
+        } else
+                connect_error(c, 501, "process.Process/%s is not served by sandboxd-e2b yet", op);
+        cJSON_Delete(req);
 }
 
 /* ---- filesystem.Filesystem ---- */
@@ -735,23 +809,35 @@ void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *
                                       "calls are; /envs is not yet)", m, path);
                 return;
         }
-        /* Connect's JSON codec only: a binary (proto) request would be
-         * misread as JSON. */
+        /* Connect's JSON codec only (a binary, proto, request would be
+         * misread as JSON): application/connect+json for streams,
+         * application/json for unary calls. */
         const char *ct = gw_header_get(r, "Content-Type");
-        bool streaming = !strcmp(path, "/process.Process/Start") || !strcmp(path, "/filesystem.Filesystem/WatchDir");
-        const char *want = streaming ? "application/connect+json" : "application/json";
-        if (!ct || strncasecmp(ct, want, strlen(want)) != 0 || (ct[strlen(want)] && ct[strlen(want)] != ';')) {
-                gw_send_error(c, 415, "Content-Type: %s (Connect's JSON codec) is the one sandboxd-e2b speaks", want);
+        size_t sl = strlen("application/connect+json"), ul = strlen("application/json");
+        bool streaming = ct && !strncasecmp(ct, "application/connect+json", sl) && (!ct[sl] || ct[sl] == ';');
+        bool unary = ct && !strncasecmp(ct, "application/json", ul) && (!ct[ul] || ct[ul] == ';');
+        if (!streaming && !unary) {
+                gw_send_error(c, 415, "Content-Type: application/json or application/connect+json (Connect's JSON "
+                                      "codec) is what sandboxd-e2b speaks");
                 return;
         }
-        if (!strcmp(path, "/process.Process/Start"))
-                process_start(cfg, c, r, tenant, sandbox);
-        else if (!strcmp(path, "/process.Process/List"))
+        if (streaming) {
+                if (!strcmp(path, "/process.Process/Start"))
+                        process_start(cfg, c, r, tenant, sandbox);
+                else if (!strcmp(path, "/filesystem.Filesystem/WatchDir"))
+                        watch_dir(cfg, c, r, tenant, sandbox);
+                else {
+                        char msg[160];
+                        snprintf(msg, sizeof(msg), "%.100s is not served by sandboxd-e2b yet", path + 1);
+                        stream_error(c, 501, msg);
+                }
+                return;
+        }
+        if (!strcmp(path, "/process.Process/List"))
                 process_list(cfg, c, tenant, sandbox);
-        else if (!strcmp(path, "/process.Process/SendSignal"))
-                process_signal(cfg, c, r, tenant, sandbox);
-        else if (!strcmp(path, "/filesystem.Filesystem/WatchDir"))
-                watch_dir(cfg, c, r, tenant, sandbox);
+        else if (!strcmp(path, "/process.Process/SendSignal") || !strcmp(path, "/process.Process/SendInput") ||
+                 !strcmp(path, "/process.Process/CloseStdin") || !strcmp(path, "/process.Process/Update"))
+                process_call(cfg, c, r, tenant, sandbox, path + 17);
         else if (!strncmp(path, "/filesystem.Filesystem/", 23))
                 filesystem(cfg, c, r, tenant, sandbox, path + 23);
         else if (!strncmp(path, "/process.Process/", 17))

@@ -18,8 +18,9 @@
 #include "cli/client.h"
 
 /* The envd version the gateway reports (Sandbox.envdVersion): the SDK's
- * feature gates read it. 0.4.0: no default user is forced on requests. */
-#define GW_ENVD_VERSION "0.4.0"
+ * feature gates read it: 0.4.0 and later force no default user; 0.5.2
+ * has CloseStdin; 0.5.7 would make uploads octet-stream, not served. */
+#define GW_ENVD_VERSION "0.5.2"
 
 /* Longest request body read, in bytes (a files upload of fs.write's
  * largest single piece plus multipart framing). */

@@ -71,6 +71,21 @@ try {
   assert.equal((await s.commands.run('cat; echo done')).stdout, 'done\n')
   ok('a command\'s stdin is closed (stdin: false)')
 
+  const cat = await s.commands.run('cat', { background: true, stdin: true })
+  await s.commands.sendStdin(cat.pid, 'hello stdin\n')
+  await s.commands.closeStdin(cat.pid)
+  assert.equal((await cat.wait()).stdout, 'hello stdin\n')
+  ok('commands: stdin true, sendStdin, closeStdin')
+
+  let screen = ''
+  const decoder = new TextDecoder()
+  const term = await s.pty.create({ cols: 80, rows: 24, onData: (d) => (screen += decoder.decode(d)) })
+  await s.pty.resize(term.pid, { cols: 100, rows: 30 })
+  await s.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit 0\n'))
+  await term.wait()
+  assert.match(screen, /30 100/)
+  ok('pty.create, resize, sendInput; output as pty data')
+
   const big = 'x'.repeat(20 * 1024 * 1024) + 'end'
   await s.files.write('/tmp/big', big)
   assert.equal((await s.files.read('/tmp/big')).length, big.length)
@@ -99,7 +114,7 @@ try {
     /network.maskRequestHost: not served/
   )
   await assert.rejects(s.pause(), /pause is not served/)
-  await assert.rejects(s.commands.run('cat', { stdin: true, background: true }), /stdin are not served/)
+  await assert.rejects(s.commands.connect(1), /process.Process\/Connect is not served/)
   ok('what is not served yet is refused, naming it')
 
   // api.public.test and other.public.test are hosts of the test world's

@@ -203,7 +203,7 @@ static void test_http_routes_before_any_daemon_call(void **state) {
         free(tok);
         o = exchange(req, (size_t) n);
         assert_non_null(strstr(o, "HTTP/1.1 415"));
-        assert_non_null(strstr(o, "application/json (Connect's JSON codec)"));
+        assert_non_null(strstr(o, "application/json or application/connect+json (Connect's JSON codec)"));
 
         static const char bad_id[] = "GET /files?path=/a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: ../etc\r\n\r\n";
         o = exchange(bad_id, sizeof(bad_id) - 1);
