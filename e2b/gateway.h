@@ -29,9 +29,12 @@
 /* Keys file (keys.c): "secret HEX" once, then "key TENANT SHA256HEX" lines. */
 #define GW_SECRET_BYTES 32
 
+typedef struct ssl_ctx_st SSL_CTX;
+
 typedef struct gw_config {
         const char *socket_path;
         const char *keys_path;
+        SSL_CTX *tls;   /* --tls-cert/--tls-key: HTTPS on the listener; NULL: plain HTTP */
 } gw_config;
 
 /* One parsed HTTP request (http.c). All strings owned by the request. */
@@ -79,8 +82,9 @@ int gw_send_chunked_end(gw_conn *c);
 /* The connection's socket (for poll), and whether a write to it failed. */
 int gw_conn_fd(const gw_conn *c);
 bool gw_conn_failed(const gw_conn *c);
-/* Serves HTTP/1.1 on accepted socket `fd` (taken) until the peer closes:
- * each request goes to gw_route(). */
+/* Serves HTTP/1.1 on accepted socket `fd` (taken) until the peer closes,
+ * over TLS when cfg->tls is set (the handshake first): each request goes
+ * to gw_route(). */
 void gw_serve_conn(const gw_config *cfg, int fd);
 
 /* A multipart/form-data body's parts (r's Content-Type boundary): each

@@ -18,6 +18,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 #include <http_parser.h>
+#include <openssl/ssl.h>
 #include "e2b/gateway.h"
 
 #define HEAD_MAX (64u * 1024)
@@ -25,6 +26,7 @@
 
 struct gw_conn {
         int fd;
+        SSL *ssl;       /* --tls-cert: the TLS session over fd, else NULL */
         bool failed;    /* a write failed: close */
         bool close;     /* Connection: close asked */
 };
@@ -201,8 +203,13 @@ char *gw_query_get(const gw_request *r, const char *key) {
 static int write_all(gw_conn *c, const void *data, size_t len) {
         const char *p = data;
         while (len > 0 && !c->failed) {
-                ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
-                if (n < 0 && errno == EINTR)
+                ssize_t n;
+                if (c->ssl) {
+                        int w = SSL_write(c->ssl, p, len > INT_MAX ? INT_MAX : (int) len);
+                        n = w > 0 ? w : -1;
+                } else
+                        n = send(c->fd, p, len, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR && !c->ssl)
                         continue;
                 if (n <= 0) {
                         c->failed = true;
@@ -362,10 +369,36 @@ bool gw_conn_failed(const gw_conn *c) {
  * one, is closed: a thread is not held by a peer that sends nothing. */
 #define IDLE_SECONDS 120
 
+/* One read from the connection: plain or TLS. >0 bytes, 0 at the end, <0
+ * on an error (a timeout included). */
+static ssize_t conn_read(gw_conn *c, char *buf, size_t size) {
+        if (!c->ssl) {
+                ssize_t n;
+                do
+                        n = recv(c->fd, buf, size, 0);
+                while (n < 0 && errno == EINTR);
+                return n;
+        }
+        int n = SSL_read(c->ssl, buf, size > INT_MAX ? INT_MAX : (int) size);
+        if (n > 0)
+                return n;
+        return SSL_get_error(c->ssl, n) == SSL_ERROR_ZERO_RETURN ? 0 : -1;
+}
+
 void gw_serve_conn(const gw_config *cfg, int fd) {
         gw_conn c = { .fd = fd };
         struct timeval tv = { .tv_sec = IDLE_SECONDS };
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (cfg->tls) {
+                /* The handshake is bounded by the same timeouts. */
+                c.ssl = SSL_new(cfg->tls);
+                if (!c.ssl || SSL_set_fd(c.ssl, fd) != 1 || SSL_accept(c.ssl) != 1) {
+                        SSL_free(c.ssl);
+                        close(fd);
+                        return;
+                }
+        }
         http_parser p;
         parse_state s = {0};
         http_parser_init(&p, HTTP_REQUEST);
@@ -374,9 +407,7 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         size_t have = 0, off = 0;
         for (;;) {
                 if (off == have) {
-                        ssize_t n = recv(fd, buf, sizeof(buf), 0);
-                        if (n < 0 && errno == EINTR)
-                                continue;
+                        ssize_t n = conn_read(&c, buf, sizeof(buf));
                         if (n <= 0)
                                 break;
                         have = (size_t) n;
@@ -412,5 +443,10 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         }
         request_clear(&s.req);
         free(s.url);
+        if (c.ssl) {
+                if (!c.failed)
+                        (void) SSL_shutdown(c.ssl);
+                SSL_free(c.ssl);
+        }
         close(fd);
 }

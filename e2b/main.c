@@ -1,6 +1,6 @@
 /* sandboxd-e2b: E2B's protocols for sandboxd (docs/E2B.md).
  *
- *   sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE
+ *   sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]
  *   sandboxd-e2b key add TENANT --keys FILE
  *
  * Runs as an unprivileged uid named in the daemon's daemon.json
@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include "e2b/gateway.h"
 
 #define MAX_CONNS 256
@@ -25,7 +27,7 @@ static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned n_conns;
 
 static void usage(FILE *f) {
-        fprintf(f, "usage: sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE\n"
+        fprintf(f, "usage: sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]\n"
                    "       sandboxd-e2b key add TENANT --keys FILE\n");
 }
 
@@ -73,7 +75,8 @@ static int serve(const char *listen_spec) {
                 return 1;
         }
         signal(SIGPIPE, SIG_IGN);
-        fprintf(stderr, "sandboxd-e2b: listening on %s, daemon %s\n", listen_spec, cfg.socket_path);
+        fprintf(stderr, "sandboxd-e2b: listening on %s (%s), daemon %s\n", listen_spec, cfg.tls ? "HTTPS" : "HTTP",
+                cfg.socket_path);
         for (;;) {
                 int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
                 if (fd < 0) {
@@ -109,8 +112,28 @@ static int serve(const char *listen_spec) {
         }
 }
 
+/* HTTPS on the listener: TLS 1.2 or 1.3 (E2B's SDKs and browsers speak
+ * both; the daemon's own listener is 1.3 only because only its own
+ * clients use it), the certificate chain and key of the given PEM files.
+ * Clients are not asked for certificates: API keys and envd tokens say
+ * who they are. */
+static SSL_CTX *tls_context(const char *cert, const char *key) {
+        SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+        if (!ctx || !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) ||
+            SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+                unsigned long e = ERR_get_error();
+                fprintf(stderr, "sandboxd-e2b: --tls-cert %s --tls-key %s: %s\n", cert, key,
+                        e ? ERR_reason_error_string(e) : "cannot load them");
+                SSL_CTX_free(ctx);
+                return NULL;
+        }
+        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+        return ctx;
+}
+
 int main(int argc, char **argv) {
-        const char *listen_spec = NULL, *key_tenant = NULL;
+        const char *listen_spec = NULL, *key_tenant = NULL, *tls_cert = NULL, *tls_key = NULL;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--socket") && i + 1 < argc)
                         cfg.socket_path = argv[++i];
@@ -118,6 +141,10 @@ int main(int argc, char **argv) {
                         listen_spec = argv[++i];
                 else if (!strcmp(argv[i], "--keys") && i + 1 < argc)
                         cfg.keys_path = argv[++i];
+                else if (!strcmp(argv[i], "--tls-cert") && i + 1 < argc)
+                        tls_cert = argv[++i];
+                else if (!strcmp(argv[i], "--tls-key") && i + 1 < argc)
+                        tls_key = argv[++i];
                 else if (i == 1 && !strcmp(argv[i], "key") && i + 2 < argc && !strcmp(argv[i + 1], "add")) {
                         key_tenant = argv[i + 2];
                         i += 2;
@@ -150,6 +177,12 @@ int main(int argc, char **argv) {
                                 "tenants.gateways (it acts only as its callers' tenants)\n");
                 return 2;
         }
+        if (!tls_cert != !tls_key) {
+                fprintf(stderr, "sandboxd-e2b: --tls-cert and --tls-key go together\n");
+                return 2;
+        }
+        if (tls_cert && !(cfg.tls = tls_context(tls_cert, tls_key)))
+                return 1;
         cfg.socket_path = client_socket_path(cfg.socket_path);
         return serve(listen_spec);
 }
