@@ -16,9 +16,6 @@ static const struct {
         const char *verb;
         const char *why;
 } unserved[] = {
-        { "pause", "pause is not served by sandboxd-e2b yet (sandbox.pause exists; docs/E2B.md)" },
-        { "resume", "resume is not served by sandboxd-e2b yet" },
-        { "connect", "connect is not served by sandboxd-e2b yet" },
         { "fork", "fork is not served by sandboxd-e2b yet" },
         { "snapshots", "snapshots are not served by sandboxd-e2b yet" },
         { "metrics", "metrics are not served by sandboxd-e2b yet" },
@@ -54,7 +51,10 @@ static cJSON *to_e2b(const cJSON *sb) {
         /* The memory limit sandboxd sets: vCPUs x 2 GiB (docs/API.md Command). */
         cJSON_AddNumberToObject(o, "memoryMB", (vcpus == vcpus && vcpus > 0 ? vcpus : 1) * 2048);
         cJSON_AddNumberToObject(o, "diskSizeMB", disk == disk && disk > 0 ? disk : 0);
-        cJSON_AddStringToObject(o, "state", status && !strcmp(status, "paused") ? "paused" : "running");
+        /* Paused: the running session frozen (sandbox.pause). */
+        bool paused = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sb, "session"),
+                                                                   "paused"));
+        cJSON_AddStringToObject(o, "state", paused || (status && !strcmp(status, "paused")) ? "paused" : "running");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         const cJSON *tags = cJSON_GetObjectItemCaseSensitive(sb, "tags");
         cJSON_AddItemToObject(o, "metadata", tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject());
@@ -573,6 +573,137 @@ out:
         cJSON_Delete(body);
 }
 
+/* sandbox.get of `id`, answering 404 (or the daemon's error) itself.
+ * Returns the Sandbox (new) or NULL. */
+static cJSON *get_or_answer(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id, const char *what) {
+        cJSON *p = cJSON_CreateObject(), *sb = NULL;
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &sb, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, what);
+                client_error_free(err);
+                return NULL;
+        }
+        return sb;
+}
+
+static bool is_paused(const cJSON *sb) {
+        return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sb, "session"), "paused"));
+}
+
+static int name_call(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id, const char *method,
+                     const char *what) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, method, p, NULL, &err) < 0) {
+                reply_daemon_error(c, err, what);
+                client_error_free(err);
+                return -EIO;
+        }
+        return 0;
+}
+
+/* POST /sandboxes/{id}/pause {"memory"?}: sandbox.pause freezes the
+ * running session with its memory, kept while the host runs (a host
+ * reboot loses it: the sandbox comes back stopped, docs/E2B.md). 409 when
+ * already paused (the SDK's false). memory false (a filesystem-only
+ * pause) is refused. */
+static void pause_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = r->body_len ? cJSON_ParseWithLength(r->body, r->body_len) : cJSON_CreateObject(), *it;
+        cJSON_ArrayForEach(it, body)
+                if (strcmp(it->string, "memory") != 0 || !(cJSON_IsTrue(it) || cJSON_IsNull(it))) {
+                        gw_send_error(c, 400, "%s: not served (sandboxd pauses with the memory kept; memory false, a "
+                                              "filesystem-only pause, it has not)", it->string);
+                        cJSON_Delete(body);
+                        return;
+                }
+        cJSON_Delete(body);
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "pause");
+        if (!sb)
+                return;
+        bool paused = is_paused(sb);
+        cJSON_Delete(sb);
+        if (paused) {
+                gw_send_error(c, 409, "sandbox \"%s\" is already paused", id);
+                return;
+        }
+        if (name_call(cfg, c, tenant, id, "sandbox.pause", "pause") == 0)
+                gw_send(c, 204, NULL, NULL, 0);
+}
+
+/* POST /v2/sandboxes/{id}/connect (and /sandboxes/{id}/connect, and the
+ * older /resume) {"timeout": s, "memory"?}: a paused sandbox is resumed
+ * (201), a running one answered as it is (200); the end is moved to
+ * `timeout` s from now when that is later (E2B: "TTL is only extended").
+ * Answers the Sandbox with its envd token. */
+static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = r->body_len ? cJSON_ParseWithLength(r->body, r->body_len) : cJSON_CreateObject(), *it;
+        double timeout = 0;
+        cJSON_ArrayForEach(it, body) {
+                if (!strcmp(it->string, "timeout") && cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble <= 1e7)
+                        timeout = it->valuedouble;
+                else if (!strcmp(it->string, "memory") && (cJSON_IsTrue(it) || cJSON_IsNull(it)))
+                        ;
+                else if (!strcmp(it->string, "autoPause") && cJSON_IsFalse(it))
+                        ;
+                else {
+                        gw_send_error(c, 400, "%s: not served (connect takes timeout; memory false, a reboot, is not "
+                                              "served)", it->string);
+                        cJSON_Delete(body);
+                        return;
+                }
+        }
+        cJSON_Delete(body);
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "connect");
+        if (!sb)
+                return;
+        bool paused = is_paused(sb);
+        int64_t end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
+        const char *tmpl = template_of(sb);
+        char *tmpl_copy = strdup(tmpl);
+        cJSON_Delete(sb);
+        if (end < 0) {
+                free(tmpl_copy);
+                gw_send_error(c, 404, "sandbox \"%s\" is not running", id);
+                return;
+        }
+        if (paused && name_call(cfg, c, tenant, id, "sandbox.resume", "resume") < 0) {
+                free(tmpl_copy);
+                return;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        int64_t want = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + (int64_t) (timeout * 1000);
+        if (want > end) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "name", id);
+                cJSON_AddNumberToObject(p, "duration", (double) (want - end));
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "sandbox.extendTimeout", p, NULL, &err) < 0) {
+                        reply_daemon_error(c, err, "connect: extend the timeout");
+                        client_error_free(err);
+                        free(tmpl_copy);
+                        return;
+                }
+        }
+        char *tok = gw_envd_token(cfg->keys_path, tenant, id);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "templateID", tmpl_copy);
+        cJSON_AddStringToObject(o, "sandboxID", id);
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "trafficAccessToken");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        free(tmpl_copy);
+        gw_send_json(c, paused ? 201 : 200, o);
+}
+
 void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         const char *m = r->method, *path = r->path;
         if (!strcmp(path, "/sandboxes") || !strcmp(path, "/v2/sandboxes")) {
@@ -616,6 +747,14 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
         }
         if (!strcmp(verb, "network") && !strcmp(m, "PUT")) {
                 put_network(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "pause") && !strcmp(m, "POST")) {
+                pause_sandbox(cfg, c, r, tenant, id);
+                return;
+        }
+        if ((!strcmp(verb, "connect") || !strcmp(verb, "resume")) && !strcmp(m, "POST")) {
+                connect_sandbox(cfg, c, r, tenant, id);
                 return;
         }
         for (size_t i = 0; i < sizeof(unserved) / sizeof(*unserved); i++)

@@ -97,6 +97,14 @@ try {
   assert.equal((await s.commands.run('id -u', { user: 'root' })).stdout, '0\n')
   ok('commands.run with envs (and the sandbox\'s), cwd, user root')
 
+  assert.equal(await s.pause(), true)
+  assert.equal(await s.pause(), false)
+  assert.equal((await s.getInfo()).state, 'paused')
+  const back = await Sandbox.connect(s.sandboxId)
+  assert.equal((await s.getInfo()).state, 'running')
+  assert.equal((await back.commands.run('echo back')).stdout, 'back\n')
+  ok('pause (twice: false), then Sandbox.connect resumes it')
+
   const before = (await s.getInfo()).endAt.getTime()
   await s.setTimeout(600_000)
   const after = (await s.getInfo()).endAt.getTime()
@@ -113,7 +121,7 @@ try {
     Sandbox.create({ network: { maskRequestHost: 'x.example' } }),
     /network.maskRequestHost: not served/
   )
-  await assert.rejects(s.pause(), /pause is not served/)
+  await assert.rejects(Sandbox.createSnapshot(s.sandboxId), /snapshots are not served/)
   await assert.rejects(s.commands.connect(1), /process.Process\/Connect is not served/)
   ok('what is not served yet is refused, naming it')
 
