@@ -35,7 +35,8 @@ GATEWAY_UID = 2100
 NOGROUP = 65534
 PORT = 49983  # envd's port; any free loopback port of the world would do
 TLS_PORT = 49984  # the same gateway's HTTPS listener (--tls-cert)
-GATEWAY = os.path.join(REPO, "build", "sandboxd-e2b")
+# SANDBOXD_E2B: another build of the gateway (e.g. one with ASan).
+GATEWAY = os.environ.get("SANDBOXD_E2B") or os.path.join(REPO, "build", "sandboxd-e2b")
 PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs"]
 # Run again over HTTPS (E2B_API_URL=https://...), trusting the test CA.
 TLS_PROGRAMS = ["agent.mjs"]
