@@ -11,7 +11,7 @@
 #   make bench      the performance table beside its peers (bwrap, posix_spawn, plain veth,
 #                   cp -a) and goals, into build/bench.json; BENCH_ARGS=--quick
 #   make bench-detail  the detailed benchmarks; the load suite at full size
-#   make install    binaries, systemd units, man pages, bash completion (and the shim when built)
+#   make install    binaries (sandboxd-e2b too), systemd units, man pages, bash completion (and the shim when built)
 #   make systemd-test  sandboxd under a real systemd (tests/systemd/: nspawn on a cached bookworm root)
 #   make deb        the Debian package, build/deb/sandboxd_VERSION_ARCH.deb (debian/)
 #   make deb-check  make deb, then its file list, maintainer scripts and lintian (tests/deb/)
@@ -292,9 +292,11 @@ install: $(BINS)
 	install -m 0755 $(B)/sandbox-init $(DESTDIR)$(LIBEXECDIR)/sandbox-init
 	install -m 0755 $(B)/sandbox-netd $(DESTDIR)$(LIBEXECDIR)/sandbox-netd
 	install -m 0755 $(B)/sandboxctl $(DESTDIR)$(BINDIR)/sandboxctl
+	install -m 0755 $(B)/sandboxd-e2b $(DESTDIR)$(BINDIR)/sandboxd-e2b
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)/usr/lib/sysusers.d
 	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/sandboxd.service > $(DESTDIR)$(UNITDIR)/sandboxd.service
 	install -m 0644 systemd/sandboxd.socket $(DESTDIR)$(UNITDIR)/sandboxd.socket
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/sandboxd-e2b.service > $(DESTDIR)$(UNITDIR)/sandboxd-e2b.service
 	install -m 0644 systemd/sandboxd.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/sandboxd.conf
 	install -m 0644 systemd/sandboxd.sysusers $(DESTDIR)/usr/lib/sysusers.d/sandboxd.conf
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
