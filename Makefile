@@ -11,11 +11,12 @@
 #   make bench      the performance table beside its peers (bwrap, posix_spawn, plain veth,
 #                   cp -a) and goals, into build/bench.json; BENCH_ARGS=--quick
 #   make bench-detail  the detailed benchmarks; the load suite at full size
-#   make install    binaries, systemd units, man pages, bash completion (and the shim when built)
+#   make install    binaries (sandboxd-e2b too), systemd units, man pages, bash completion (and the shim when built)
 #   make systemd-test  sandboxd under a real systemd (tests/systemd/: nspawn on a cached bookworm root)
 #   make deb        the Debian package, build/deb/sandboxd_VERSION_ARCH.deb (debian/)
 #   make deb-check  make deb, then its file list, maintainer scripts and lintian (tests/deb/)
 #   make shim       the containerd shim (shim/, Go): build/containerd-shim-sandboxd-v2
+#   make e2b-test   E2B's JS SDK against sandboxd-e2b (tests/e2b/)
 #   make cri-test   pods through the CRI: private containerd + CRI plugin + CNI (tests/cri/)
 
 PREFIX    ?= /usr/local
@@ -60,7 +61,7 @@ UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 
 obj = $(patsubst %.c,$(1)/%.o,$(2))
 
-BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd
+BINS      := $(B)/sandboxd $(B)/sandbox-init $(B)/sandboxctl $(B)/sandbox-netd $(B)/sandboxd-e2b
 # Test only, never installed: sandboxd with its fault points armed (libcore/fault.h).
 FAULT_BINS:= $(B)/faults/sandboxd
 UNIT_BINS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
@@ -145,8 +146,17 @@ $(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcor
 $(B)/sandboxctl: $(B)/obj/cli/main.o $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson) -lresolv -pthread
 
+# The E2B gateway (e2b/, docs/E2B.md): a client of the daemon's socket
+# (cli/client.c) serving HTTP/1.1 with http_parser; OpenSSL for key
+# hashes and envd tokens.
+E2B_SRC   := $(filter-out e2b/main.c,$(wildcard e2b/*.c))
+$(B)/libe2b.a: $(call obj,$(B)/obj,$(E2B_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(B)/sandboxd-e2b: $(B)/obj/e2b/main.o $(B)/libe2b.a $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson openssl) -lhttp_parser -lresolv -pthread
+
 # Unit tests link every library object (not the mains), so any module is testable.
-TEST_LINK = $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
+TEST_LINK = $(B)/libe2b.a $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a
 $(B)/tests/%: $(B)/tests/%.o $(TEST_LINK)
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS) $(CMOCKA_LIBS)
 
@@ -157,7 +167,7 @@ $(B)/tests/test-dns $(B)/asan/tests/test-dns: | $(B)/sandbox-netd
 # test-proxy drives it once too, with --proxy.
 $(B)/tests/test-proxy $(B)/asan/tests/test-proxy: | $(B)/sandbox-netd
 
-ASAN_OBJS = $(call obj,$(B)/asan,$(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
+ASAN_OBJS = $(call obj,$(B)/asan,$(E2B_SRC) $(DAEMON_SRC) $(POLICY_SRC) $(CLI_SRC) $(CORE_SRC))
 $(B)/asan/tests/%: tests/unit/%.c $(ASAN_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN_FLAGS) -U_FORTIFY_SOURCE -O1 $(CMOCKA_CFLAGS) -o $@ $< $(ASAN_OBJS) $(LIBS) $(CMOCKA_LIBS)
@@ -235,6 +245,12 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/integration/demo.py
 
+# E2B's published JS SDK (tests/e2b/, pinned by its lock file) against
+# sandboxd-e2b and sandboxd in the test world.
+.PHONY: e2b-test
+e2b-test: $(BINS)
+	@python3 tests/e2b/run.py
+
 # make bench: every row of the performance table beside its peer and goal,
 # one run, written to build/bench.json (BENCH_ARGS=--quick: smaller N, about
 # ten minutes). make bench-detail: the detailed benchmarks and the load suite.
@@ -283,9 +299,11 @@ install: $(BINS)
 	install -m 0755 $(B)/sandbox-init $(DESTDIR)$(LIBEXECDIR)/sandbox-init
 	install -m 0755 $(B)/sandbox-netd $(DESTDIR)$(LIBEXECDIR)/sandbox-netd
 	install -m 0755 $(B)/sandboxctl $(DESTDIR)$(BINDIR)/sandboxctl
+	install -m 0755 $(B)/sandboxd-e2b $(DESTDIR)$(BINDIR)/sandboxd-e2b
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)/usr/lib/sysusers.d
 	sed 's|@SBINDIR@|$(SBINDIR)|g' systemd/sandboxd.service > $(DESTDIR)$(UNITDIR)/sandboxd.service
 	install -m 0644 systemd/sandboxd.socket $(DESTDIR)$(UNITDIR)/sandboxd.socket
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/sandboxd-e2b.service > $(DESTDIR)$(UNITDIR)/sandboxd-e2b.service
 	install -m 0644 systemd/sandboxd.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/sandboxd.conf
 	install -m 0644 systemd/sandboxd.sysusers $(DESTDIR)/usr/lib/sysusers.d/sandboxd.conf
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8

@@ -119,7 +119,7 @@ static char *attribute_value(const X509_NAME_ENTRY *e, const char *what, const c
 /* A tenant:NAME's NAME: 1..REMOTE_NAME_MAX of A-Z, a-z, 0-9, '.', '_' and
  * '-', starting with a letter or digit (no ':', so no NAME is ever a
  * "uid:N" or "tag:K=V" tenant, tenant.h). */
-static bool tenant_name_ok(const char *s) {
+bool remote_tenant_name_ok(const char *s) {
         size_t n = strlen(s);
         if (n == 0 || n > REMOTE_NAME_MAX || !isalnum((unsigned char) s[0]))
                 return false;
@@ -137,7 +137,7 @@ static int parse_role(const char *o, remote_identity *id, const char **ret_reaso
                 return (id->role_text = strdup("admin")) ? 0 : -ENOMEM;
         }
         if (strncmp(o, "tenant:", 7) == 0) {
-                if (!tenant_name_ok(o + 7)) {
+                if (!remote_tenant_name_ok(o + 7)) {
                         *ret_reason = "the subject's O is not tenant:NAME with NAME of A-Z, a-z, 0-9, '.', '_', '-'";
                         return -EACCES;
                 }

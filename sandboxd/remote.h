@@ -43,6 +43,11 @@ typedef struct remote_identity {
 
 void remote_identity_free(remote_identity *id);
 
+/* True when `s` is a tenant:NAME's NAME: 1..64 of A-Z, a-z, 0-9, '.', '_'
+ * and '-', starting with a letter or digit (no ':', so it is never a
+ * "uid:N" or "tag:K=V" tenant). Also the rule of session.actAs. Pure. */
+bool remote_tenant_name_ok(const char *s);
+
 struct X509_name_st;
 /* Maps a certificate subject to an identity under the rules above.
  * Returns 0 with *ret (caller frees with remote_identity_free), or

@@ -381,6 +381,18 @@ void *rpc_conn_identity(const rpc_conn *c) {
         return c ? c->identity : NULL;
 }
 
+int rpc_conn_set_identity(rpc_conn *c, void *identity, rpc_identity_free_fn free_fn) {
+        if (!c || c->ssl || c->identity)
+                return -EPERM;
+        c->identity = identity;
+        c->identity_free = free_fn;
+        return 0;
+}
+
+bool rpc_conn_is_tls(const rpc_conn *c) {
+        return c && c->ssl;
+}
+
 const char *rpc_conn_peer(const rpc_conn *c) {
         return c->peer;
 }

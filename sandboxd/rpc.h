@@ -293,6 +293,14 @@ void rpc_server_set_tls_accept(rpc_server *s, rpc_tls_accept_fn fn, rpc_identity
 /* The identity a TLS connection was accepted with (rpc_tls_accept_fn),
  * NULL on the Unix socket. Borrowed; lives as long as the connection. */
 void *rpc_conn_identity(const rpc_conn *c);
+/* Gives a Unix-socket connection that has none an identity (session.actAs,
+ * tenant.c), freed with `free_fn` with the connection's last reference.
+ * Takes `identity` on success. -EPERM (nothing taken) for a TLS connection
+ * or one that already has an identity: an identity is set once and never
+ * replaced. */
+int rpc_conn_set_identity(rpc_conn *c, void *identity, rpc_identity_free_fn free_fn);
+/* True for a connection of a TLS listener. */
+bool rpc_conn_is_tls(const rpc_conn *c);
 /* "ADDR:PORT" of a TLS peer, "uid N pid N" on the Unix socket. Borrowed. */
 const char *rpc_conn_peer(const rpc_conn *c);
 

@@ -113,6 +113,7 @@ static const schema_field policy_check_params[] = {
         OPT("protocol"), END,
 };
 static const schema_field fs_watch_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
+static const schema_field act_as_params[] = { REQ("tenant"), END };
 static const schema_field subscribe_params[] = { OPT("sandbox"), OPT("kinds"), END };
 
 const schema_method schema_methods[] = {
@@ -163,6 +164,7 @@ const schema_method schema_methods[] = {
         { "daemon.info", no_params },
         { "request.cancel", cancel_params },
         { "sandbox.setReady", set_ready_params },
+        { "session.actAs", act_as_params },
         { NULL, NULL },
 };
 
@@ -289,6 +291,7 @@ const schema_limit schema_limits[] = {
         { "events.subscribe", "sandbox", LIMIT_NAME_BYTES },
         { "events.subscribe", "kinds", 0 }, /* each one of the known kinds */
         { "request.cancel", "id", 0 },
+        { "session.actAs", "tenant", 64 }, /* a tenant:NAME's NAME (remote_tenant_name_ok) */
         { NULL, NULL, 0 },
 };
 

@@ -45,6 +45,18 @@ static const cJSON *tenants_config(const daemon_config *cfg) {
         return cfg ? cfg->tenants : NULL;
 }
 
+static bool uid_listed(const daemon_config *cfg, const char *key, uid_t uid) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(tenants_config(cfg), key), *it;
+        cJSON_ArrayForEach(it, list)
+                if (cJSON_IsNumber(it) && it->valuedouble == (double) uid)
+                        return true;
+        return false;
+}
+
+bool tenant_conn_is_gateway(const daemon_config *cfg, const rpc_conn *c) {
+        return c && !rpc_conn_is_tls(c) && uid_listed(cfg, "gateways", rpc_conn_uid(c));
+}
+
 void tenant_of_uid(const daemon_config *cfg, uid_t uid, tenant *ret) {
         if (uid == 0) {
                 set_admin(ret, false);
@@ -464,6 +476,54 @@ bool tenant_info(manager *m, const rpc_request *req, cJSON *o) {
         return true;
 }
 
+/* ---- session.actAs: a gateway names the tenant it serves ---- */
+
+/* Threat: a process that speaks for many tenants (sandboxd-e2b, which
+ * maps its clients' API keys to tenants) holding more power than the
+ * tenant it serves. Such a process runs as a uid of daemon.json
+ * tenants.gateways (never root, never a localAdmin: tenant_config_check);
+ * each of its connections is good for nothing but this one call, which
+ * makes the connection the tenant NAME for good, as a TLS certificate
+ * with O=tenant:NAME would (remote: sources from public addresses only).
+ * Another uid, a TLS client, admin, or a second call is refused. */
+static void method_act_as(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "tenant"));
+        if (!tenant_conn_is_gateway(m->cfg, req->conn) || rpc_conn_identity(req->conn)) {
+                log_warning("tenant: refused session.actAs from %s: not a gateway uid (daemon.json tenants.gateways) "
+                            "or already acting", req->conn ? rpc_conn_peer(req->conn) : "?");
+                rpc_reply_error(req, RPC_APP_ERROR, "permission_denied", NULL,
+                                "permission denied: session.actAs is for the uids of daemon.json tenants.gateways, "
+                                "once per connection");
+                return;
+        }
+        if (!name || !remote_tenant_name_ok(name)) {
+                rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "tenant",
+                                "tenant: 1-64 of A-Z, a-z, 0-9, '.', '_', '-', starting with a letter or digit");
+                return;
+        }
+        remote_identity *id = calloc(1, sizeof(*id));
+        uid_t uid = rpc_conn_uid(req->conn);
+        if (!id || asprintf(&id->name, "gateway uid %u", (unsigned) uid) < 0 ||
+            asprintf(&id->subject, "gateway uid %u as tenant:%s", (unsigned) uid, name) < 0 ||
+            asprintf(&id->role_text, "tenant:%s", name) < 0 || !(id->tenant = strdup(name))) {
+                remote_identity_free(id);
+                rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
+                return;
+        }
+        id->role = REMOTE_ROLE_TENANT;
+        if (rpc_conn_set_identity(req->conn, id, (rpc_identity_free_fn) remote_identity_free) < 0) {
+                remote_identity_free(id);
+                rpc_reply_error(req, RPC_APP_ERROR, "permission_denied", NULL,
+                                "permission denied: this connection already has an identity");
+                return;
+        }
+        log_debug("tenant: %s acts as tenant %s", rpc_conn_peer(req->conn), name);
+        cJSON *res = cJSON_CreateObject();
+        cJSON_AddStringToObject(res, "tenant", name);
+        rpc_reply(req, res);
+}
+
 /* ---- the check of each request ---- */
 
 /* What a tenant may do with a method, by the object its params name. */
@@ -804,8 +864,15 @@ static int authorize(rpc_request *req, void *userdata, sb_error **ret_err) {
         manager *m = userdata;
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);
+        /* The handler refuses every caller but a gateway's first call. */
+        if (streq(req->method, "session.actAs"))
+                return 0;
         if (t.admin)
                 return 0;
+        /* A gateway's connection before session.actAs: nothing else. */
+        if (tenant_conn_is_gateway(m->cfg, req->conn) && !rpc_conn_identity(req->conn))
+                return refuse(req, &t, ret_err, "this uid is a gateway (daemon.json tenants.gateways): its connection "
+                                                "must call session.actAs first, and acts only as that tenant");
         if (!cJSON_IsObject(req->params))
                 return refuse(req, &t, ret_err, "params must be an object");
         for (size_t i = 0; i < ELEMENTSOF(method_access); i++)
@@ -833,6 +900,7 @@ static void peer_key(const rpc_conn *c, void *userdata, char *buf, size_t size) 
 
 void tenant_attach(manager *m, rpc_server *server) {
         rpc_server_set_authorize(server, authorize, m);
+        rpc_server_add_method(server, "session.actAs", method_act_as, m);
         rpc_server_set_peer_key(server, peer_key, m);
 }
 
@@ -925,7 +993,7 @@ static bool config_name_ok(const char *s) {
 
 int tenant_config_check(const cJSON *v, sb_error **ret_err) {
         if (!cJSON_IsObject(v))
-                return config_error(ret_err, "tenants", "tenants: must be an object {\"localAdmins\": [UID...], "
+                return config_error(ret_err, "tenants", "tenants: must be an object {\"localAdmins\": [UID...], \"gateways\": [UID...], "
                                     "\"defaults\": {LIMITS}, \"names\": {NAME: {LIMITS}}}");
         const cJSON *it;
         cJSON_ArrayForEach(it, v) {
@@ -943,6 +1011,25 @@ int tenant_config_check(const cJSON *v, sb_error **ret_err) {
                                         return config_error(ret_err, "tenants.localAdmins",
                                                             "tenants.localAdmins: each entry must be a uid from 1 to "
                                                             "4294967294 (root is always admin)");
+                        }
+                } else if (streq(it->string, "gateways")) {
+                        if (!cJSON_IsArray(it))
+                                return config_error(ret_err, "tenants.gateways",
+                                                    "tenants.gateways: must be an array of uids");
+                        const cJSON *u;
+                        cJSON_ArrayForEach(u, it) {
+                                double d = cJSON_IsNumber(u) ? u->valuedouble : NAN;
+                                if (!isfinite(d) || d != floor(d) || d < 1 || d > 4294967294.0)
+                                        return config_error(ret_err, "tenants.gateways",
+                                                            "tenants.gateways: each entry must be a uid from 1 to "
+                                                            "4294967294 (root is admin, never a gateway)");
+                                const cJSON *a;
+                                cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(v, "localAdmins"))
+                                        if (cJSON_IsNumber(a) && a->valuedouble == d)
+                                                return config_error(ret_err, "tenants.gateways",
+                                                                    "tenants.gateways: uid %.0f is also in "
+                                                                    "localAdmins; a gateway acts only as tenants, "
+                                                                    "so it must not be admin", d);
                         }
                 } else if (streq(it->string, "defaults"))
                         r = check_limits(it, "tenants.defaults", ret_err);
@@ -965,7 +1052,7 @@ int tenant_config_check(const cJSON *v, sb_error **ret_err) {
                         }
                 } else
                         return config_error(ret_err, "tenants", "tenants: unknown key '%s'; known keys: "
-                                            "localAdmins, defaults, names", it->string);
+                                            "localAdmins, gateways, defaults, names", it->string);
                 if (r < 0)
                         return r;
         }

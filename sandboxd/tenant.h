@@ -42,6 +42,10 @@ void tenant_of_conn(const daemon_config *cfg, const rpc_conn *c, tenant *ret);
 /* The tenant of Unix peer `uid` (rules above). */
 void tenant_of_uid(const daemon_config *cfg, uid_t uid, tenant *ret);
 
+/* True when `c` is a Unix-socket connection of a uid of daemon.json
+ * tenants.gateways (session.actAs, tenant.c). */
+bool tenant_conn_is_gateway(const daemon_config *cfg, const rpc_conn *c);
+
 /* What an object made by `t` records as its owner: NULL for admin, else
  * t->name (borrowed from t). */
 const char *tenant_owner(const tenant *t);

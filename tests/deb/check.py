@@ -23,11 +23,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXPECTED = {
     "/usr/sbin/sandboxd",
     "/usr/bin/sandboxctl",
+    "/usr/bin/sandboxd-e2b",
     "/usr/bin/containerd-shim-sandboxd-v2",
     "/usr/libexec/sandboxd/sandbox-init",
     "/usr/libexec/sandboxd/sandbox-netd",
     "/lib/systemd/system/sandboxd.service",
     "/lib/systemd/system/sandboxd.socket",
+    "/lib/systemd/system/sandboxd-e2b.service",
     "/usr/lib/sysusers.d/sandboxd.conf",
     "/usr/lib/tmpfiles.d/sandboxd.conf",
     "/etc/sandboxd/daemon.json",
@@ -113,7 +115,22 @@ class Checks:
         assert "@SBINDIR@" not in unit, unit
         reload_lines = [l for l in unit.splitlines() if l.startswith("ExecReload=")]
         assert reload_lines and reload_lines[0] == "ExecReload=/usr/sbin/sandboxd --check-config --quiet", reload_lines
-        units = [os.path.join(self.root, "lib/systemd/system", u) for u in ("sandboxd.socket", "sandboxd.service")]
+        # The E2B gateway: its own account, never started or enabled by the
+        # package (its uid must first be named in daemon.json).
+        with open(os.path.join(self.root, "lib/systemd/system/sandboxd-e2b.service")) as f:
+            gw = f.read()
+        assert "ExecStart=/usr/bin/sandboxd-e2b " in gw and "@BINDIR@" not in gw, gw
+        assert "User=sandboxd-e2b\n" in gw, gw
+        with open(os.path.join(self.ctrl, "postinst")) as f:
+            post = f.read()
+        # dh_installsystemd --no-enable --no-start: enabled again only where
+        # the admin had enabled it, never started.
+        assert "start 'sandboxd-e2b.service'" not in post, post
+        enable = post.find("deb-systemd-helper enable 'sandboxd-e2b.service'")
+        guard = post.find("if deb-systemd-helper --quiet was-enabled 'sandboxd-e2b.service'")
+        assert enable < 0 or 0 <= guard < enable, post
+        units = [os.path.join(self.root, "lib/systemd/system", u)
+                 for u in ("sandboxd.socket", "sandboxd.service", "sandboxd-e2b.service")]
         p = run("systemd-analyze", "verify", "--man=no", *units)
         # verify looks for ExecStart= on the host, where the package is not
         # installed; every other line is a unit error (unknown key, bad value).
@@ -126,6 +143,8 @@ class Checks:
         assert p.returncode == 0 and p.stdout.strip() == "sandboxd " + makefile_version(), p.stdout
         p = run(os.path.join(self.root, "usr/bin/sandboxctl"), "--version")
         assert p.returncode == 0, p.stdout
+        p = run(os.path.join(self.root, "usr/bin/sandboxd-e2b"), "--help")
+        assert p.returncode == 0 and "sandboxd-e2b key add" in p.stdout, p.stdout
         p = run(sd, "--check-config", "--quiet", os.path.join(self.root, "etc/sandboxd/daemon.json"))
         assert p.returncode == 0 and p.stdout == "", "the shipped daemon.json: %s" % p.stdout
         # sandbox-init is found in the installed libexec directory (compiled in).
@@ -141,8 +160,14 @@ class Checks:
         with open(os.path.join(self.root, "etc/group")) as f:
             assert re.search(r"^sandboxd:x:\d+:", f.read(), re.M), "group sandboxd not created"
         with open(os.path.join(self.root, "etc/passwd")) as f:
-            assert re.search(r"^sandboxd-user:x:\d+:\d+:.*:/usr/sbin/nologin$", f.read(), re.M), \
+            passwd = f.read()
+            assert re.search(r"^sandboxd-user:x:\d+:\d+:.*:/usr/sbin/nologin$", passwd, re.M), \
                 "account sandboxd-user not created"
+            assert re.search(r"^sandboxd-e2b:x:\d+:\d+:.*:/var/lib/sandboxd-e2b:/usr/sbin/nologin$", passwd, re.M), \
+                "account sandboxd-e2b not created"
+        with open(os.path.join(self.root, "etc/group")) as f:
+            assert re.search(r"^sandboxd:x:\d+:(.*,)?sandboxd-e2b(,|$)", f.read(), re.M), \
+                "sandboxd-e2b is not a member of group sandboxd"
         p = run("systemd-tmpfiles", "--root=" + self.root, "--create", "sandboxd.conf")
         assert p.returncode == 0, p.stdout
         for d, mode in (("var/lib/sandboxd", 0o711), ("var/lib/sandboxd/sandboxes", 0o700),

@@ -475,7 +475,7 @@ static void test_tenants_are_checked_shown_and_reloaded(void **state) {
 
         assert_rejected_naming("{\"tenants\": []}", "tenants: must be an object");
         assert_rejected_naming("{\"tenants\": {\"admins\": [1]}}",
-                               "tenants: unknown key 'admins'; known keys: localAdmins, defaults, names");
+                               "tenants: unknown key 'admins'; known keys: localAdmins, gateways, defaults, names");
         assert_rejected_naming("{\"tenants\": {\"defaults\": {\"maxCpus\": 1}}}",
                                "tenants.defaults: unknown key 'maxCpus'; known keys: maxSandboxes");
         assert_rejected_naming("{\"tenants\": {\"names\": {\"uid:5\": {\"maxSandboxes\": -1}}}}",
@@ -493,6 +493,13 @@ static void test_tenants_are_checked_shown_and_reloaded(void **state) {
         assert_rejected_naming("{\"tenants\": {\"localAdmins\": [0]}}", "tenants.localAdmins: each entry must be a uid");
         assert_rejected_naming("{\"tenants\": {\"localAdmins\": [\"alice\"]}}", "tenants.localAdmins");
         assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": 3}}}", "tenants.names.x: must be an object");
+        /* Gateways (docs/SECURITY.md §4.3): never root, never also admin. */
+        assert_null(parse_error("{\"tenants\": {\"gateways\": [2100], \"localAdmins\": [1000]}}", &cfg));
+        daemon_config_free(&cfg);
+        assert_rejected_naming("{\"tenants\": {\"gateways\": [0]}}", "tenants.gateways: each entry must be a uid from 1");
+        assert_rejected_naming("{\"tenants\": {\"gateways\": \"2100\"}}", "tenants.gateways: must be an array of uids");
+        assert_rejected_naming("{\"tenants\": {\"localAdmins\": [2100], \"gateways\": [2100]}}",
+                               "tenants.gateways: uid 2100 is also in localAdmins");
         assert_rejected_naming("{\"tenants\": {\"defaults\": {\"maxSandboxes\": 1, \"maxSandboxes\": 2}}}",
                                "key given more than once");
 }

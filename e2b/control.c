@@ -1,0 +1,766 @@
+/* E2B's control API (spec/openapi.yml of e2b-dev/E2B) over sandboxd's
+ * sandbox.* methods, as the caller's tenant (docs/E2B.md "Control API").
+ * What does not map is refused with E2B's error shape and a message
+ * naming what sandboxd lacks; no field is silently dropped. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "e2b/gateway.h"
+
+/* Paths under /sandboxes/{id}/ that E2B has and this gateway does not
+ * serve yet, with what is missing. */
+static const struct {
+        const char *verb;
+        const char *why;
+} unserved[] = {
+        { "fork", "fork is not served by sandboxd-e2b yet" },
+        { "snapshots", "snapshots are not served by sandboxd-e2b yet" },
+        { "metrics", "metrics are not served by sandboxd-e2b yet" },
+        { "logs", "sandbox logs: sandboxd has no sandbox-wide log (command.logs is per command)" },
+        { "refreshes", "refreshes are not served by sandboxd-e2b yet" },
+};
+
+static int reply_daemon_error(gw_conn *c, const client_error *e, const char *what) {
+        return gw_send_error(c, gw_status_of(e), "%s: %s", what, e ? e->message : "failed");
+}
+
+static const char *template_of(const cJSON *sb) {
+        const char *rt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "runtime"));
+        return !rt || !strcmp(rt, "host") ? "base" : rt;
+}
+
+/* A Sandbox object of sandboxd as E2B's ListedSandbox/SandboxDetail. */
+static cJSON *to_e2b(const cJSON *sb) {
+        cJSON *o = cJSON_CreateObject();
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "name"));
+        const char *status = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "status"));
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(sb, "resources");
+        double vcpus = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "vcpus"));
+        double disk = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "diskMiB"));
+        const char *created = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "createdAt"));
+        const char *expires = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt"));
+        cJSON_AddStringToObject(o, "templateID", template_of(sb));
+        cJSON_AddStringToObject(o, "sandboxID", name ? name : "");
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "startedAt", created ? created : "");
+        cJSON_AddStringToObject(o, "endAt", expires ? expires : (created ? created : ""));
+        cJSON_AddNumberToObject(o, "cpuCount", vcpus == vcpus && vcpus > 0 ? vcpus : 1);
+        /* The memory limit sandboxd sets: vCPUs x 2 GiB (docs/API.md Command). */
+        cJSON_AddNumberToObject(o, "memoryMB", (vcpus == vcpus && vcpus > 0 ? vcpus : 1) * 2048);
+        cJSON_AddNumberToObject(o, "diskSizeMB", disk == disk && disk > 0 ? disk : 0);
+        /* Paused: the running session frozen (sandbox.pause). */
+        bool paused = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sb, "session"),
+                                                                   "paused"));
+        cJSON_AddStringToObject(o, "state", paused || (status && !strcmp(status, "paused")) ? "paused" : "running");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        const cJSON *tags = cJSON_GetObjectItemCaseSensitive(sb, "tags");
+        cJSON_AddItemToObject(o, "metadata", tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject());
+        return o;
+}
+
+/* ---- network (allowOut/denyOut) -> networkPolicy (docs/POLICY.md) ---- */
+
+/* An allowOut/denyOut entry that is an address: a CIDR, or an IP made
+ * /32 or /128. New string, or NULL for a domain. */
+static char *as_cidr(const char *e) {
+        char buf[INET6_ADDRSTRLEN + 8], *out = NULL;
+        unsigned char a[16];
+        if (strchr(e, '/')) {
+                size_t n = (size_t) (strchr(e, '/') - e);
+                if (n >= sizeof(buf))
+                        return NULL;
+                memcpy(buf, e, n);
+                buf[n] = 0;
+                return inet_pton(AF_INET, buf, a) == 1 || inet_pton(AF_INET6, buf, a) == 1 ? strdup(e) : NULL;
+        }
+        if (inet_pton(AF_INET, e, a) == 1)
+                return asprintf(&out, "%s/32", e) < 0 ? NULL : out;
+        if (inet_pton(AF_INET6, e, a) == 1)
+                return asprintf(&out, "%s/128", e) < 0 ? NULL : out;
+        return NULL;
+}
+
+static bool is_all_traffic(const char *e) {
+        return !strcmp(e, "0.0.0.0/0");
+}
+
+/* E2B's egress model: everything is open unless denyOut names it, and
+ * allowOut beats denyOut. sandboxd's custom policy denies what it does not
+ * allow and its subnets.deny beats every allow. The two meet exactly in
+ * two shapes, which are served:
+ *   - denyOut holds 0.0.0.0/0 (allTraffic; allow_internet_access false is
+ *     the same): only allowOut is open: {allow: [its domains], subnets:
+ *     {allow: [its addresses]}}, or deny-all when it is empty;
+ *   - denyOut names only addresses and allowOut is empty: everything but
+ *     those: {allow: ["*"], subnets: {allow: [0.0.0.0/0, ::/0], deny: [...]}};
+ *   - no denyOut: allow-all (allowOut adds nothing).
+ * An allowOut with a partial denyOut would need allow to beat deny:
+ * refused, saying so. Returns the policy (new) or NULL with *ret_msg. */
+static cJSON *network_policy(const cJSON *allow_out, const cJSON *deny_out, bool deny_all, char **ret_msg) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, deny_out) {
+                if (!cJSON_IsString(it))
+                        goto not_strings;
+                if (is_all_traffic(it->valuestring))
+                        deny_all = true;
+        }
+        cJSON_ArrayForEach(it, allow_out)
+                if (!cJSON_IsString(it))
+                        goto not_strings;
+        int n_allow = cJSON_GetArraySize(allow_out), n_deny = cJSON_GetArraySize(deny_out);
+        if (deny_all) {
+                if (n_allow == 0)
+                        return cJSON_CreateString("deny-all");
+                cJSON *pol = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(pol, "allow");
+                cJSON *subnets = cJSON_AddObjectToObject(pol, "subnets"), *cidrs = cJSON_AddArrayToObject(subnets, "allow");
+                cJSON_ArrayForEach(it, allow_out) {
+                        char *c = as_cidr(it->valuestring);
+                        cJSON_AddItemToArray(c ? cidrs : names, cJSON_CreateString(c ? c : it->valuestring));
+                        free(c);
+                }
+                return pol;
+        }
+        if (n_deny == 0)
+                return cJSON_CreateString("allow-all");
+        if (n_allow > 0) {
+                *ret_msg = strdup("network: allowOut with a denyOut that is not 0.0.0.0/0: sandboxd's subnet denies "
+                                  "beat every allow, so allowOut cannot reopen part of denyOut; deny 0.0.0.0/0 and "
+                                  "list what is allowed, or list only what is denied");
+                return NULL;
+        }
+        cJSON *pol = cJSON_CreateObject();
+        cJSON *names = cJSON_AddArrayToObject(pol, "allow");
+        cJSON_AddItemToArray(names, cJSON_CreateString("*"));
+        cJSON *subnets = cJSON_AddObjectToObject(pol, "subnets");
+        cJSON *open = cJSON_AddArrayToObject(subnets, "allow"), *deny = cJSON_AddArrayToObject(subnets, "deny");
+        cJSON_AddItemToArray(open, cJSON_CreateString("0.0.0.0/0"));
+        cJSON_AddItemToArray(open, cJSON_CreateString("::/0"));
+        cJSON_ArrayForEach(it, deny_out) {
+                char *c = as_cidr(it->valuestring);
+                if (!c) {
+                        cJSON_Delete(pol);
+                        if (asprintf(ret_msg, "network.denyOut: '%s' is not an address or CIDR (E2B denies addresses "
+                                              "only)", it->valuestring) < 0)
+                                *ret_msg = NULL;
+                        return NULL;
+                }
+                cJSON_AddItemToArray(deny, cJSON_CreateString(c));
+                free(c);
+        }
+        return pol;
+not_strings:
+        *ret_msg = strdup("network: allowOut and denyOut must be arrays of strings");
+        return NULL;
+}
+
+/* The network object of NewSandbox: allowOut/denyOut are served; the rest
+ * (rules, egressProxy, maskRequestHost, httpsPorts, allowPublicTraffic
+ * false) are not yet. 0, or -EINVAL with *ret_msg naming the key. */
+static int network_check(const cJSON *net, char **ret_msg) {
+        const cJSON *it;
+        if (!cJSON_IsObject(net)) {
+                *ret_msg = strdup("network: must be an object");
+                return -EINVAL;
+        }
+        cJSON_ArrayForEach(it, net) {
+                if (!strcmp(it->string, "allowOut") || !strcmp(it->string, "denyOut")) {
+                        if (!cJSON_IsArray(it) && !cJSON_IsNull(it)) {
+                                *ret_msg = strdup("network: allowOut and denyOut must be arrays of strings");
+                                return -EINVAL;
+                        }
+                        continue;
+                }
+                if (!strcmp(it->string, "allowPublicTraffic") && !cJSON_IsFalse(it))
+                        continue;
+                if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut and denyOut are)",
+                             it->string) < 0)
+                        *ret_msg = NULL;
+                return -EINVAL;
+        }
+        return 0;
+}
+
+/* NewSandbox -> sandbox.create params, or a 400 naming the field. */
+static cJSON *create_params(gw_conn *c, const cJSON *body) {
+        cJSON *p = cJSON_CreateObject();
+        const cJSON *it;
+        cJSON_ArrayForEach(it, body) {
+                const char *k = it->string;
+                if (cJSON_IsNull(it))
+                        continue;
+                if (!strcmp(k, "templateID")) {
+                        if (!cJSON_IsString(it))
+                                goto bad_type;
+                        cJSON_AddStringToObject(p, "runtime", strcmp(it->valuestring, "base") ? it->valuestring : "host");
+                } else if (!strcmp(k, "timeout")) {
+                        if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e7)
+                                goto bad_type;
+                        cJSON_AddNumberToObject(p, "timeout", it->valuedouble * 1000);
+                } else if (!strcmp(k, "metadata") || !strcmp(k, "envVars")) {
+                        if (!cJSON_IsObject(it))
+                                goto bad_type;
+                        cJSON_AddItemToObject(p, strcmp(k, "metadata") ? "env" : "tags", cJSON_Duplicate(it, 1));
+                } else if (!strcmp(k, "allow_internet_access")) {
+                        /* false: E2B's denyOut 0.0.0.0/0 (below). */
+                        if (!cJSON_IsBool(it))
+                                goto bad_type;
+                } else if (!strcmp(k, "secure")) {
+                        /* Envd access is always by the sandbox's token here. */
+                        if (!cJSON_IsBool(it))
+                                goto bad_type;
+                } else if (!strcmp(k, "autoPause")) {
+                        if (cJSON_IsTrue(it)) {
+                                gw_send_error(c, 400, "autoPause: pause on timeout is not served by sandboxd-e2b yet");
+                                goto fail;
+                        }
+                } else if (!strcmp(k, "network")) {
+                        char *msg = NULL;
+                        if (network_check(it, &msg) < 0) {
+                                gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
+                                free(msg);
+                                goto fail;
+                        }
+                } else {
+                        gw_send_error(c, 400, "%s: not served by sandboxd-e2b (docs/E2B.md lists what maps)", k);
+                        goto fail;
+                }
+                continue;
+bad_type:
+                gw_send_error(c, 400, "%s: wrong type or out of range", k);
+                goto fail;
+        }
+        if (!cJSON_GetObjectItemCaseSensitive(body, "templateID")) {
+                gw_send_error(c, 400, "templateID: required");
+                goto fail;
+        }
+        const cJSON *aia = cJSON_GetObjectItemCaseSensitive(body, "allow_internet_access");
+        const cJSON *net = cJSON_GetObjectItemCaseSensitive(body, "network");
+        const cJSON *allow_out = cJSON_GetObjectItemCaseSensitive(net, "allowOut");
+        const cJSON *deny_out = cJSON_GetObjectItemCaseSensitive(net, "denyOut");
+        if (cJSON_IsFalse(aia) || cJSON_IsArray(allow_out) || cJSON_IsArray(deny_out)) {
+                char *msg = NULL;
+                cJSON *pol = network_policy(allow_out, deny_out, cJSON_IsFalse(aia), &msg);
+                if (!pol) {
+                        gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
+                        free(msg);
+                        goto fail;
+                }
+                cJSON_AddItemToObject(p, "networkPolicy", pol);
+        } else if (cJSON_IsTrue(aia))
+                cJSON_AddStringToObject(p, "networkPolicy", "allow-all");
+        return p;
+fail:
+        cJSON_Delete(p);
+        return NULL;
+}
+
+static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len);
+        if (!cJSON_IsObject(body)) {
+                cJSON_Delete(body);
+                gw_send_error(c, 400, "body: a JSON object (NewSandbox) is required");
+                return;
+        }
+        cJSON *p = create_params(c, body);
+        const char *tmpl = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "templateID"));
+        char *tmpl_copy = strdup(tmpl ? tmpl : "base");
+        cJSON_Delete(body);
+        if (!p) {
+                free(tmpl_copy);
+                return;
+        }
+        cJSON *res = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.create", p, &res, &err) < 0) {
+                if (err && err->field && !strcmp(err->field, "runtime"))
+                        gw_send_error(c, 404, "template '%s' not found: sandboxd has no runtime of that name "
+                                              "(base is the host runtime)", tmpl_copy);
+                else
+                        reply_daemon_error(c, err, "create sandbox");
+                client_error_free(err);
+                free(tmpl_copy);
+                return;
+        }
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "name"));
+        char *tok = name ? gw_envd_token(cfg->keys_path, tenant, name) : NULL;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "templateID", tmpl_copy);
+        cJSON_AddStringToObject(o, "sandboxID", name ? name : "");
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "trafficAccessToken");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        free(tmpl_copy);
+        cJSON_Delete(res);
+        gw_send_json(c, 201, o);
+}
+
+static void get_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "get sandbox");
+                client_error_free(err);
+                return;
+        }
+        cJSON *o = to_e2b(res);
+        char *tok = gw_envd_token(cfg->keys_path, tenant, id);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        cJSON_Delete(res);
+        gw_send_json(c, 200, o);
+}
+
+/* metadata=k%3Dv%26k2%3Dv2 (one URL-encoded query of its own) -> tags. */
+static int metadata_filter(const char *q, cJSON *tags) {
+        char *dup = strdup(q), *save = NULL;
+        if (!dup)
+                return -ENOMEM;
+        for (char *kv = strtok_r(dup, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+                char *eq = strchr(kv, '=');
+                if (!eq) {
+                        free(dup);
+                        return -EINVAL;
+                }
+                char *k = gw_url_decode(kv, (size_t) (eq - kv), true), *v = gw_url_decode(eq + 1, strlen(eq + 1), true);
+                if (k && v)
+                        cJSON_AddStringToObject(tags, k, v);
+                free(k);
+                free(v);
+        }
+        free(dup);
+        return 0;
+}
+
+static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        /* Known query parameters; any other is refused, never ignored. */
+        static const char *const known[] = { "metadata", "state", "limit", "nextToken" };
+        for (const char *q = r->query; q && *q;) {
+                const char *end = strchr(q, '&');
+                size_t n = end ? (size_t) (end - q) : strlen(q);
+                bool ok = false;
+                for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
+                        ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
+                if (!ok) {
+                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (metadata, state, limit, "
+                                              "nextToken are)",
+                                      (int) n, q);
+                        return;
+                }
+                q = end ? end + 1 : NULL;
+        }
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        char *md = gw_query_get(r, "metadata"), *state = gw_query_get(r, "state"), *limit = gw_query_get(r, "limit");
+        char *token = gw_query_get(r, "nextToken");
+        if (md) {
+                cJSON *tags = cJSON_AddObjectToObject(p, "tags");
+                if (metadata_filter(md, tags) < 0) {
+                        gw_send_error(c, 400, "metadata: want k=v pairs joined by &");
+                        goto out;
+                }
+        }
+        /* Every page (sandbox.list gives at most 1000 a page): E2B's list
+         * here has no pages of its own, so a short list would look whole. */
+        res = cJSON_CreateObject();
+        cJSON *all = cJSON_AddArrayToObject(res, "sandboxes");
+        client *d = NULL;
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                gw_send_error(c, 502, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                goto out;
+        }
+        for (;;) {
+                cJSON *page = NULL;
+                client_error *err = NULL;
+                if (client_call(d, "sandbox.list", cJSON_Duplicate(p, 1), 60000, NULL, NULL, &page, &err) < 0) {
+                        reply_daemon_error(c, err, "list sandboxes");
+                        client_error_free(err);
+                        client_free(d);
+                        goto out;
+                }
+                cJSON *list = cJSON_GetObjectItemCaseSensitive(page, "sandboxes"), *sb;
+                while (list && (sb = list->child))
+                        cJSON_AddItemToArray(all, cJSON_DetachItemViaPointer(list, sb));
+                const char *next = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(page, "nextCursor"));
+                if (!next) {
+                        cJSON_Delete(page);
+                        break;
+                }
+                cJSON_DeleteItemFromObjectCaseSensitive(p, "cursor");
+                cJSON_AddStringToObject(p, "cursor", next);
+                cJSON_Delete(page);
+        }
+        client_free(d);
+        /* Pages: `limit` items from the offset `nextToken` names (a token
+         * this gateway made: the decimal offset), and X-Next-Token when
+         * more follow. */
+        char *end = NULL;
+        long max = limit ? strtol(limit, &end, 10) : 0, from = 0;
+        if (limit && (*end || max < 1 || max > 10000)) {
+                gw_send_error(c, 400, "limit: an integer from 1 to 10000");
+                goto out;
+        }
+        if (token && ((from = strtol(token, &end, 10)) < 0 || *end || !*token)) {
+                gw_send_error(c, 400, "nextToken: not a token of this gateway's");
+                goto out;
+        }
+        cJSON *arr = cJSON_CreateArray(), *sb;
+        long seen = 0;
+        bool more = false;
+        cJSON_ArrayForEach(sb, cJSON_GetObjectItemCaseSensitive(res, "sandboxes")) {
+                cJSON *o = to_e2b(sb);
+                const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
+                if ((state && !strstr(state, st)) || seen++ < from) {
+                        cJSON_Delete(o);
+                        continue;
+                }
+                if (max > 0 && cJSON_GetArraySize(arr) >= max) {
+                        cJSON_Delete(o);
+                        more = true;
+                        break;
+                }
+                cJSON_AddItemToArray(arr, o);
+        }
+        char extra[64] = "";
+        if (more)
+                snprintf(extra, sizeof(extra), "X-Next-Token: %ld\r\n", from + max);
+        char *text = cJSON_PrintUnformatted(arr);
+        cJSON_Delete(arr);
+        if (text)
+                gw_send_ex(c, 200, "application/json", text, strlen(text), extra);
+        else
+                gw_send_error(c, 500, "out of memory");
+        free(text);
+out:
+        cJSON_Delete(p);
+        cJSON_Delete(res);
+        free(md);
+        free(state);
+        free(limit);
+        free(token);
+}
+
+static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.delete", p, NULL, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "kill sandbox");
+                client_error_free(err);
+                return;
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+}
+
+/* RFC 3339 UTC "YYYY-MM-DDTHH:MM:SS(.mmm)Z" (sandboxd's times) in ms
+ * since the epoch; -1 when it is not one. */
+static int64_t parse_time_ms(const char *s) {
+        struct tm tm = {0};
+        const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+        if (!rest)
+                return -1;
+        int64_t ms = (int64_t) timegm(&tm) * 1000;
+        if (*rest == '.')
+                ms += strtol(rest + 1, NULL, 10);
+        return ms;
+}
+
+/* POST /sandboxes/{id}/timeout {"timeout": seconds}: E2B ends the sandbox
+ * that long from now. sandboxd moves a running session's end only later
+ * (sandbox.extendTimeout), so a later end is served and an earlier one is
+ * refused, saying so. */
+static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "timeout");
+        if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > 1e7 || cJSON_GetArraySize(body) != 1) {
+                cJSON_Delete(body);
+                gw_send_error(c, 400, "body: {\"timeout\": seconds} (an integer above 0), nothing else");
+                return;
+        }
+        int64_t want_ms = (int64_t) (t->valuedouble * 1000);
+        cJSON_Delete(body);
+        cJSON *p = cJSON_CreateObject(), *sb = NULL;
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &sb, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "set timeout");
+                client_error_free(err);
+                return;
+        }
+        int64_t end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
+        cJSON_Delete(sb);
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        int64_t new_end = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + want_ms;
+        if (end < 0) {
+                gw_send_error(c, 409, "sandbox \"%s\" is not running (no end to move)", id);
+                return;
+        }
+        if (new_end < end - 1000) {
+                gw_send_error(c, 400, "timeout: sandboxd cannot end a running sandbox earlier than set "
+                                      "(%lld s from now is before its end); only a later end is served",
+                              (long long) (want_ms / 1000));
+                return;
+        }
+        if (new_end > end) {
+                p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "name", id);
+                cJSON_AddNumberToObject(p, "duration", (double) (new_end - end));
+                if (gw_daemon_call(cfg, tenant, "sandbox.extendTimeout", p, NULL, &err) < 0) {
+                        reply_daemon_error(c, err, "set timeout");
+                        client_error_free(err);
+                        return;
+                }
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+}
+
+/* PUT /sandboxes/{id}/network: E2B replaces the whole egress config
+ * (an omitted field is cleared), so the new policy is built from this body
+ * alone and applied to the running session at once (sandbox.update). */
+static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len), *aia = NULL;
+        char *msg = NULL;
+        if (!cJSON_IsObject(body)) {
+                cJSON_Delete(body);
+                gw_send_error(c, 400, "body: a JSON object (SandboxNetworkUpdateConfig) is required");
+                return;
+        }
+        aia = cJSON_DetachItemFromObjectCaseSensitive(body, "allow_internet_access");
+        if ((aia && !cJSON_IsBool(aia)) || network_check(body, &msg) < 0) {
+                gw_send_error(c, 400, "%s", msg ? msg : "allow_internet_access: true or false");
+                goto out;
+        }
+        cJSON *pol = network_policy(cJSON_GetObjectItemCaseSensitive(body, "allowOut"),
+                                    cJSON_GetObjectItemCaseSensitive(body, "denyOut"), cJSON_IsFalse(aia), &msg);
+        if (!pol) {
+                gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
+                goto out;
+        }
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        cJSON_AddItemToObject(p, "networkPolicy", pol);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.update", p, NULL, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, "update network");
+                client_error_free(err);
+                goto out;
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+out:
+        free(msg);
+        cJSON_Delete(aia);
+        cJSON_Delete(body);
+}
+
+/* sandbox.get of `id`, answering 404 (or the daemon's error) itself.
+ * Returns the Sandbox (new) or NULL. */
+static cJSON *get_or_answer(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id, const char *what) {
+        cJSON *p = cJSON_CreateObject(), *sb = NULL;
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &sb, &err) < 0) {
+                if (gw_status_of(err) == 404)
+                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else
+                        reply_daemon_error(c, err, what);
+                client_error_free(err);
+                return NULL;
+        }
+        return sb;
+}
+
+static bool is_paused(const cJSON *sb) {
+        return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sb, "session"), "paused"));
+}
+
+static int name_call(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id, const char *method,
+                     const char *what) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, method, p, NULL, &err) < 0) {
+                reply_daemon_error(c, err, what);
+                client_error_free(err);
+                return -EIO;
+        }
+        return 0;
+}
+
+/* POST /sandboxes/{id}/pause {"memory"?}: sandbox.pause freezes the
+ * running session with its memory, kept while the host runs (a host
+ * reboot loses it: the sandbox comes back stopped, docs/E2B.md). 409 when
+ * already paused (the SDK's false). memory false (a filesystem-only
+ * pause) is refused. */
+static void pause_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = r->body_len ? cJSON_ParseWithLength(r->body, r->body_len) : cJSON_CreateObject(), *it;
+        cJSON_ArrayForEach(it, body)
+                if (strcmp(it->string, "memory") != 0 || !(cJSON_IsTrue(it) || cJSON_IsNull(it))) {
+                        gw_send_error(c, 400, "%s: not served (sandboxd pauses with the memory kept; memory false, a "
+                                              "filesystem-only pause, it has not)", it->string);
+                        cJSON_Delete(body);
+                        return;
+                }
+        cJSON_Delete(body);
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "pause");
+        if (!sb)
+                return;
+        bool paused = is_paused(sb);
+        cJSON_Delete(sb);
+        if (paused) {
+                gw_send_error(c, 409, "sandbox \"%s\" is already paused", id);
+                return;
+        }
+        if (name_call(cfg, c, tenant, id, "sandbox.pause", "pause") == 0)
+                gw_send(c, 204, NULL, NULL, 0);
+}
+
+/* POST /v2/sandboxes/{id}/connect (and /sandboxes/{id}/connect, and the
+ * older /resume) {"timeout": s, "memory"?}: a paused sandbox is resumed
+ * (201), a running one answered as it is (200); the end is moved to
+ * `timeout` s from now when that is later (E2B: "TTL is only extended").
+ * Answers the Sandbox with its envd token. */
+static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = r->body_len ? cJSON_ParseWithLength(r->body, r->body_len) : cJSON_CreateObject(), *it;
+        double timeout = 0;
+        cJSON_ArrayForEach(it, body) {
+                if (!strcmp(it->string, "timeout") && cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble <= 1e7)
+                        timeout = it->valuedouble;
+                else if (!strcmp(it->string, "memory") && (cJSON_IsTrue(it) || cJSON_IsNull(it)))
+                        ;
+                else if (!strcmp(it->string, "autoPause") && cJSON_IsFalse(it))
+                        ;
+                else {
+                        gw_send_error(c, 400, "%s: not served (connect takes timeout; memory false, a reboot, is not "
+                                              "served)", it->string);
+                        cJSON_Delete(body);
+                        return;
+                }
+        }
+        cJSON_Delete(body);
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "connect");
+        if (!sb)
+                return;
+        bool paused = is_paused(sb);
+        int64_t end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
+        const char *tmpl = template_of(sb);
+        char *tmpl_copy = strdup(tmpl);
+        cJSON_Delete(sb);
+        if (end < 0) {
+                free(tmpl_copy);
+                gw_send_error(c, 404, "sandbox \"%s\" is not running", id);
+                return;
+        }
+        if (paused && name_call(cfg, c, tenant, id, "sandbox.resume", "resume") < 0) {
+                free(tmpl_copy);
+                return;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        int64_t want = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + (int64_t) (timeout * 1000);
+        if (want > end) {
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "name", id);
+                cJSON_AddNumberToObject(p, "duration", (double) (want - end));
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "sandbox.extendTimeout", p, NULL, &err) < 0) {
+                        reply_daemon_error(c, err, "connect: extend the timeout");
+                        client_error_free(err);
+                        free(tmpl_copy);
+                        return;
+                }
+        }
+        char *tok = gw_envd_token(cfg->keys_path, tenant, id);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "templateID", tmpl_copy);
+        cJSON_AddStringToObject(o, "sandboxID", id);
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "trafficAccessToken");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        free(tmpl_copy);
+        gw_send_json(c, paused ? 201 : 200, o);
+}
+
+void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        const char *m = r->method, *path = r->path;
+        if (!strcmp(path, "/sandboxes") || !strcmp(path, "/v2/sandboxes")) {
+                if (!strcmp(m, "POST"))
+                        post_sandboxes(cfg, c, r, tenant);
+                else if (!strcmp(m, "GET"))
+                        list_sandboxes(cfg, c, r, tenant);
+                else
+                        gw_send_error(c, 405, "%s %s: not allowed", m, path);
+                return;
+        }
+        const char *rest = !strncmp(path, "/sandboxes/", 11) ? path + 11
+                         : !strncmp(path, "/v2/sandboxes/", 14) ? path + 14 : NULL;
+        if (!rest) {
+                gw_send_error(c, 404, "%s %s: not served by sandboxd-e2b (templates, snapshots, teams, volumes "
+                                      "are not mapped yet; docs/E2B.md)", m, path);
+                return;
+        }
+        char id[64];
+        const char *slash = strchr(rest, '/');
+        size_t n = slash ? (size_t) (slash - rest) : strlen(rest);
+        if (n == 0 || n >= sizeof(id)) {
+                gw_send_error(c, 404, "sandbox not found");
+                return;
+        }
+        memcpy(id, rest, n);
+        id[n] = 0;
+        if (!slash) {
+                if (!strcmp(m, "GET"))
+                        get_sandbox(cfg, c, tenant, id);
+                else if (!strcmp(m, "DELETE"))
+                        delete_sandbox(cfg, c, tenant, id);
+                else
+                        gw_send_error(c, 405, "%s %s: not allowed", m, path);
+                return;
+        }
+        const char *verb = slash + 1;
+        if (!strcmp(verb, "timeout") && !strcmp(m, "POST")) {
+                set_timeout(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "network") && !strcmp(m, "PUT")) {
+                put_network(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "pause") && !strcmp(m, "POST")) {
+                pause_sandbox(cfg, c, r, tenant, id);
+                return;
+        }
+        if ((!strcmp(verb, "connect") || !strcmp(verb, "resume")) && !strcmp(m, "POST")) {
+                connect_sandbox(cfg, c, r, tenant, id);
+                return;
+        }
+        for (size_t i = 0; i < sizeof(unserved) / sizeof(*unserved); i++)
+                if (!strcmp(verb, unserved[i].verb)) {
+                        gw_send_error(c, 501, "%s", unserved[i].why);
+                        return;
+                }
+        gw_send_error(c, 404, "%s %s: not an E2B endpoint", m, path);
+}

@@ -1,0 +1,847 @@
+/* Each sandbox's envd (spec/envd of e2b-dev/E2B) over sandboxd's
+ * command.* and fs.* methods, as the tenant of the sandbox's access
+ * token (docs/E2B.md "envd"): Connect-RPC with the JSON codec (unary:
+ * application/json; server streams: application/connect+json, each
+ * message a 5-byte envelope, the last one flagged end-of-stream) and the
+ * /files HTTP endpoints.
+ *
+ * Processes are addressed by pid in E2B; sandboxd names commands by
+ * cmdId. The pid shown is derived from the cmdId (its last 7 hex digits),
+ * and a pid is found again by listing the sandbox's commands. */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "e2b/gateway.h"
+
+#define ENV_FLAG_END 0x02
+
+/* ---- Connect framing ---- */
+
+static const char *connect_status_code(int http) {
+        switch (http) {
+        case 400: return "invalid_argument";
+        case 401: return "unauthenticated";
+        case 404: return "not_found";
+        case 409: return "already_exists";
+        case 429: return "resource_exhausted";
+        case 501: return "unimplemented";
+        case 502:
+        case 503: return "unavailable";
+        default: return "internal";
+        }
+}
+
+static int connect_error(gw_conn *c, int http, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int connect_error(gw_conn *c, int http, const char *fmt, ...) {
+        char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
+        va_end(ap);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "code", connect_status_code(http));
+        cJSON_AddStringToObject(o, "message", msg ? msg : "error");
+        free(msg);
+        return gw_send_json(c, http, o);
+}
+
+static int daemon_error(gw_conn *c, const client_error *e, const char *what) {
+        return connect_error(c, gw_status_of(e), "%s: %s", what, e ? e->message : "failed");
+}
+
+static int send_envelope(gw_conn *c, unsigned char flags, cJSON *msg) {
+        char *text = cJSON_PrintUnformatted(msg);
+        cJSON_Delete(msg);
+        if (!text)
+                return -ENOMEM;
+        size_t n = strlen(text);
+        unsigned char *buf = malloc(n + 5);
+        if (!buf) {
+                free(text);
+                return -ENOMEM;
+        }
+        buf[0] = flags;
+        buf[1] = (unsigned char) (n >> 24);
+        buf[2] = (unsigned char) (n >> 16);
+        buf[3] = (unsigned char) (n >> 8);
+        buf[4] = (unsigned char) n;
+        memcpy(buf + 5, text, n);
+        int r = gw_send_chunk(c, buf, n + 5);
+        free(buf);
+        free(text);
+        return r;
+}
+
+/* An error of a server-streaming call: Connect sends it in the
+ * end-of-stream message of a 200 response (a client reads no error body
+ * from another status of a stream). */
+static void stream_error(gw_conn *c, int http, const char *msg) {
+        cJSON *end = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(end, "error");
+        cJSON_AddStringToObject(e, "code", connect_status_code(http));
+        cJSON_AddStringToObject(e, "message", msg);
+        gw_send_chunked_head(c, 200, "application/connect+json");
+        send_envelope(c, ENV_FLAG_END, end);
+        gw_send_chunked_end(c);
+}
+
+/* The message of a request: unary JSON, or the first envelope of a
+ * streaming request. NULL when it is not a JSON object. */
+static cJSON *request_message(const gw_request *r, bool streaming) {
+        if (!streaming)
+                return cJSON_ParseWithLength(r->body, r->body_len);
+        if (r->body_len < 5)
+                return NULL;
+        const unsigned char *b = (const unsigned char *) r->body;
+        size_t n = (size_t) b[1] << 24 | (size_t) b[2] << 16 | (size_t) b[3] << 8 | b[4];
+        if (b[0] != 0 || n > r->body_len - 5)
+                return NULL;
+        return cJSON_ParseWithLength(r->body + 5, n);
+}
+
+static const char *str_of(const cJSON *o, const char *k) {
+        return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, k));
+}
+
+/* The user of a request: Authorization "Basic base64(USER:)" as the SDK
+ * sends it; absent is the sandbox user. Returns 0 (sandbox user), 1
+ * (root), -1 (another user: refused). */
+static int request_user(const gw_request *r) {
+        const char *a = gw_header_get(r, "Authorization");
+        if (!a)
+                return 0;
+        if (strncasecmp(a, "Basic ", 6) != 0)
+                return -1;
+        void *dec = NULL;
+        size_t len = 0;
+        if (client_base64_decode(a + 6, &dec, &len) < 0)
+                return -1;
+        char *user = dec, *colon = memchr(user, ':', len);
+        if (colon)
+                *colon = 0;
+        int res = !strcmp(user, "root") ? 1 : (!strcmp(user, "user") || !strcmp(user, "sandbox")) ? 0 : -1;
+        free(dec);
+        return res;
+}
+
+static unsigned pid_of(const char *cmd_id) {
+        size_t n = cmd_id ? strlen(cmd_id) : 0;
+        const char *tail = n > 7 ? cmd_id + n - 7 : (cmd_id ? cmd_id : "0");
+        return (unsigned) strtoul(tail, NULL, 16) + 1;
+}
+
+/* ---- process.Process ---- */
+
+typedef struct start_state {
+        gw_conn *c;
+        bool pty;       /* started with a pty: output is E2B's pty data */
+        char *id_copy;  /* the command's cmdId, from command.started */
+        bool ended;     /* its command.exit was relayed */
+} start_state;
+
+static void on_command_note(const client_msg *m, void *userdata) {
+        start_state *s = userdata;
+        const char *cmd_id = str_of(m->params, "cmdId");
+        if (!m->method || !cmd_id)
+                return;
+        cJSON *ev = NULL, *inner = NULL;
+        if (!strcmp(m->method, "command.started")) {
+                free(s->id_copy);
+                s->id_copy = strdup(cmd_id);
+                ev = cJSON_CreateObject();
+                inner = cJSON_AddObjectToObject(ev, "start");
+                cJSON_AddNumberToObject(inner, "pid", pid_of(cmd_id));
+        } else if (!strcmp(m->method, "command.output") && s->id_copy && !strcmp(cmd_id, s->id_copy)) {
+                const char *stream = str_of(m->params, "stream"), *data = str_of(m->params, "data");
+                ev = cJSON_CreateObject();
+                inner = cJSON_AddObjectToObject(ev, "data");
+                cJSON_AddStringToObject(inner, s->pty ? "pty" : stream && !strcmp(stream, "stderr") ? "stderr" : "stdout",
+                                        data ? data : "");
+        } else if (!strcmp(m->method, "command.exit") && s->id_copy && !strcmp(cmd_id, s->id_copy)) {
+                double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m->params, "exitCode"));
+                char status[64];
+                int ci = code == code ? (int) code : -1;
+                if (ci > 128)
+                        snprintf(status, sizeof(status), "signal: %d", ci - 128);
+                else
+                        snprintf(status, sizeof(status), "exit status %d", ci);
+                ev = cJSON_CreateObject();
+                inner = cJSON_AddObjectToObject(ev, "end");
+                cJSON_AddNumberToObject(inner, "exitCode", ci);
+                cJSON_AddBoolToObject(inner, "exited", ci <= 128);
+                cJSON_AddStringToObject(inner, "status", status);
+                s->ended = true;
+        }
+        if (ev) {
+                cJSON *msg = cJSON_CreateObject();
+                cJSON_AddItemToObject(msg, "event", ev);
+                send_envelope(s->c, 0, msg);
+        }
+}
+
+/* Runs `method` with params `p` (taken) on daemon connection `d` and
+ * relays it as a Connect server stream on `c`: each notification goes to
+ * `fn` (which writes its envelopes), until *done is set by it, the answer
+ * comes when `end_on_answer`, an error answers, or the caller goes away
+ * (what the method started then goes on or ends with `d`, as its daemon
+ * semantics say). Ends the stream, with the error if any: the method's,
+ * or *end_error (Connect's data_loss) when `fn` set it. */
+static void relay_stream(gw_conn *c, client *d, const char *method, cJSON *p, client_notify_fn fn, void *st,
+                         bool *done, bool end_on_answer, const char *const *end_error) {
+        int64_t id = client_send(d, method, p);
+        gw_send_chunked_head(c, 200, "application/connect+json");
+        char *fail = NULL;
+        int fail_status = 500;
+        while (id > 0 && !*done && !gw_conn_failed(c)) {
+                struct pollfd pfd[2] = { { .fd = client_fd(d), .events = POLLIN },
+                                         { .fd = gw_conn_fd(c), .events = POLLRDHUP } };
+                if (!client_has_pending(d)) {
+                        if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+                                break;
+                        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                                break;
+                        if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
+                                continue;
+                }
+                client_msg *m = NULL;
+                int rc = client_next(d, 0, &m);
+                if (rc == -EBADMSG || rc == 0)
+                        continue;
+                if (rc < 0) {
+                        fail_status = 503;
+                        fail = strdup("the connection to sandboxd closed");
+                        break;
+                }
+                if (m->kind == CLIENT_MSG_NOTIFICATION)
+                        fn(m, st);
+                else if (m->id == id && m->error) {
+                        fail_status = gw_status_of(m->error);
+                        fail = strdup(m->error->message ? m->error->message : "failed");
+                } else if (m->id == id && end_on_answer)
+                        *done = true;
+                client_msg_free(m);
+                if (fail)
+                        break;
+        }
+        cJSON *end = cJSON_CreateObject();
+        if (fail || id <= 0) {
+                cJSON *e = cJSON_AddObjectToObject(end, "error");
+                cJSON_AddStringToObject(e, "code", connect_status_code(fail ? fail_status : 502));
+                cJSON_AddStringToObject(e, "message", fail ? fail : "cannot send to sandboxd");
+        } else if (end_error && *end_error) {
+                cJSON *e = cJSON_AddObjectToObject(end, "error");
+                cJSON_AddStringToObject(e, "code", "data_loss");
+                cJSON_AddStringToObject(e, "message", *end_error);
+        }
+        send_envelope(c, ENV_FLAG_END, end);
+        gw_send_chunked_end(c);
+        free(fail);
+}
+
+static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                          const char *sbx) {
+        cJSON *req = request_message(r, true);
+        const cJSON *proc = cJSON_GetObjectItemCaseSensitive(req, "process");
+        const char *cmd = str_of(proc, "cmd");
+        int user = request_user(r);
+        const cJSON *pty = cJSON_GetObjectItemCaseSensitive(req, "pty");
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(pty, "size");
+        bool want_stdin = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"));
+        if (!cmd || user < 0 || cJSON_GetObjectItemCaseSensitive(req, "tag")) {
+                cJSON_Delete(req);
+                stream_error(c, !cmd || user < 0 ? 400 : 501,
+                             !cmd ? "process.cmd: required"
+                             : user < 0 ? "user: sandboxd has the sandbox user (E2B's user) and root only"
+                                        : "tag: processes by tag are not served by sandboxd-e2b yet");
+                return;
+        }
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "cmd", cmd);
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(proc, "args");
+        if (cJSON_IsArray(args))
+                cJSON_AddItemToObject(p, "args", cJSON_Duplicate(args, 1));
+        const cJSON *envs = cJSON_GetObjectItemCaseSensitive(proc, "envs");
+        if (cJSON_IsObject(envs) && envs->child)
+                cJSON_AddItemToObject(p, "env", cJSON_Duplicate(envs, 1));
+        const char *cwd = str_of(proc, "cwd");
+        if (cwd && *cwd)
+                cJSON_AddStringToObject(p, "cwd", cwd);
+        if (user == 1)
+                cJSON_AddBoolToObject(p, "sudo", true);
+        bool is_pty = cJSON_IsObject(pty);
+        if (is_pty) {
+                /* A pty: stdout and stderr merged (docs/API.md command.run
+                 * tty), stdin open for SendInput. */
+                cJSON_AddBoolToObject(p, "tty", true);
+                double rows = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(size, "rows"));
+                double cols = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(size, "cols"));
+                if (rows == rows && rows > 0)
+                        cJSON_AddNumberToObject(p, "rows", rows);
+                if (cols == cols && cols > 0)
+                        cJSON_AddNumberToObject(p, "cols", cols);
+        }
+        cJSON_Delete(req);
+
+        client *d = NULL;
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                cJSON_Delete(p);
+                stream_error(c, 503, msg ? msg : "sandboxd unavailable");
+                free(msg);
+                return;
+        }
+        /* Detached, as envd's processes are: one whose caller goes away
+         * keeps running (sandboxd would hang up a non-detached one), and
+         * its output still reaches this connection while it stays open.
+         * stdin "" closes stdin at once (E2B's stdin: false). */
+        cJSON_AddBoolToObject(p, "detached", true);
+        if (!is_pty && !want_stdin)
+                cJSON_AddStringToObject(p, "stdin", "");
+        start_state s = { .c = c, .pty = is_pty };
+        relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, NULL);
+        free(s.id_copy);
+        client_free(d);
+}
+
+/* The sandbox's commands (command.list), or NULL after answering. */
+static cJSON *list_commands(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "command.list", p, &res, &err) < 0) {
+                daemon_error(c, err, "list processes");
+                client_error_free(err);
+                return NULL;
+        }
+        return res;
+}
+
+static void process_list(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx) {
+        cJSON *res = list_commands(cfg, c, tenant, sbx);
+        if (!res)
+                return;
+        cJSON *out = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(out, "processes"), *cmd;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(res, "commands")) {
+                if (!cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")))
+                        continue;
+                cJSON *pi = cJSON_CreateObject(), *conf = cJSON_AddObjectToObject(pi, "config");
+                cJSON_AddStringToObject(conf, "cmd", str_of(cmd, "cmd") ? str_of(cmd, "cmd") : "");
+                const cJSON *args = cJSON_GetObjectItemCaseSensitive(cmd, "args");
+                cJSON_AddItemToObject(conf, "args", args ? cJSON_Duplicate(args, 1) : cJSON_CreateArray());
+                cJSON_AddItemToObject(conf, "envs", cJSON_CreateObject());
+                if (str_of(cmd, "cwd"))
+                        cJSON_AddStringToObject(conf, "cwd", str_of(cmd, "cwd"));
+                cJSON_AddNumberToObject(pi, "pid", pid_of(str_of(cmd, "cmdId")));
+                cJSON_AddItemToArray(arr, pi);
+        }
+        cJSON_Delete(res);
+        gw_send_json(c, 200, out);
+}
+
+/* The cmdId of the running command with E2B pid `pid` (new string), or
+ * NULL after answering not_found (or the daemon's error). */
+static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, unsigned pid) {
+        cJSON *res = list_commands(cfg, c, tenant, sbx), *cmd;
+        if (!res)
+                return NULL;
+        char *found = NULL;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(res, "commands"))
+                if (!found && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) &&
+                    pid_of(str_of(cmd, "cmdId")) == pid)
+                        found = strdup(str_of(cmd, "cmdId"));
+        cJSON_Delete(res);
+        if (!found)
+                connect_error(c, 404, "process with pid %u not found", pid);
+        return found;
+}
+
+/* The pid of a ProcessSelector ({"pid": N}); 0 (after answering) when it
+ * has none: processes by tag are not served. */
+static unsigned selector_pid(gw_conn *c, const cJSON *req) {
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
+        if (!cJSON_IsNumber(pid) || pid->valuedouble < 1) {
+                connect_error(c, 400, "process.pid: required (processes by tag are not served yet)");
+                return 0;
+        }
+        return (unsigned) pid->valuedouble;
+}
+
+/* One call on the command with the request's pid: `method` with params
+ * {cmdId} plus `extra` (taken; may be NULL). */
+static void call_on_pid(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const cJSON *req,
+                        const char *method, cJSON *extra, const char *what) {
+        unsigned pid = selector_pid(c, req);
+        char *cmd_id = pid ? find_command(cfg, c, tenant, sbx, pid) : NULL;
+        if (!cmd_id) {
+                cJSON_Delete(extra);
+                return;
+        }
+        cJSON *p = extra ? extra : cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "cmdId", cmd_id);
+        free(cmd_id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, method, p, NULL, &err) < 0) {
+                daemon_error(c, err, what);
+                client_error_free(err);
+                return;
+        }
+        gw_send_json(c, 200, cJSON_CreateObject());
+}
+
+static void process_call(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
+                         const char *op) {
+        cJSON *req = request_message(r, false);
+        if (!cJSON_IsObject(req)) {
+                cJSON_Delete(req);
+                connect_error(c, 400, "the request must be a JSON object");
+                return;
+        }
+        if (!strcmp(op, "SendSignal")) {
+                const cJSON *sig = cJSON_GetObjectItemCaseSensitive(req, "signal");
+                const char *name = NULL;
+                if (cJSON_IsString(sig))
+                        name = !strcmp(sig->valuestring, "SIGNAL_SIGKILL") ? "KILL"
+                             : !strcmp(sig->valuestring, "SIGNAL_SIGTERM") ? "TERM" : NULL;
+                else if (cJSON_IsNumber(sig))
+                        name = sig->valueint == 9 ? "KILL" : sig->valueint == 15 ? "TERM" : NULL;
+                if (!name)
+                        connect_error(c, 400, "signal: SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+                else {
+                        cJSON *x = cJSON_CreateObject();
+                        cJSON_AddStringToObject(x, "signal", name);
+                        call_on_pid(cfg, c, tenant, sbx, req, "command.kill", x, "send signal");
+                }
+        } else if (!strcmp(op, "SendInput")) {
+                const cJSON *in = cJSON_GetObjectItemCaseSensitive(req, "input");
+                const char *data = str_of(in, "stdin") ? str_of(in, "stdin") : str_of(in, "pty");
+                if (!data)
+                        connect_error(c, 400, "input.stdin or input.pty (base64) is required");
+                else {
+                        cJSON *x = cJSON_CreateObject();
+                        cJSON_AddStringToObject(x, "data", data);
+                        call_on_pid(cfg, c, tenant, sbx, req, "command.write", x, "send input");
+                }
+        } else if (!strcmp(op, "CloseStdin"))
+                call_on_pid(cfg, c, tenant, sbx, req, "command.closeStdin", NULL, "close stdin");
+        else if (!strcmp(op, "Update")) {
+                const cJSON *size = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "pty"), "size");
+                const cJSON *rows = cJSON_GetObjectItemCaseSensitive(size, "rows");
+                const cJSON *cols = cJSON_GetObjectItemCaseSensitive(size, "cols");
+                if (!cJSON_IsNumber(rows) || !cJSON_IsNumber(cols))
+                        connect_error(c, 400, "pty.size.rows and pty.size.cols are required");
+                else {
+                        cJSON *x = cJSON_CreateObject();
+                        cJSON_AddNumberToObject(x, "rows", rows->valuedouble);
+                        cJSON_AddNumberToObject(x, "cols", cols->valuedouble);
+                        call_on_pid(cfg, c, tenant, sbx, req, "command.resize", x, "resize");
+                }
+        } else
+                connect_error(c, 501, "process.Process/%s is not served by sandboxd-e2b yet", op);
+        cJSON_Delete(req);
+}
+
+/* ---- filesystem.Filesystem ---- */
+
+/* A sandboxd Stat as EntryInfo. */
+static cJSON *entry_of(const cJSON *st) {
+        cJSON *e = cJSON_CreateObject();
+        const char *type = str_of(st, "type");
+        double mode = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "mode"));
+        /* sandboxd's mtime is already RFC 3339 (core_format_time), as
+         * proto3 JSON writes a Timestamp. */
+        const char *mtime = str_of(st, "mtime");
+        double uid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "uid"));
+        double gid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "gid"));
+        cJSON_AddStringToObject(e, "name", str_of(st, "name") ? str_of(st, "name") : "");
+        cJSON_AddStringToObject(e, "type", !type ? "FILE_TYPE_UNSPECIFIED"
+                                          : !strcmp(type, "file") ? "FILE_TYPE_FILE"
+                                          : !strcmp(type, "directory") ? "FILE_TYPE_DIRECTORY"
+                                          : !strcmp(type, "symlink") ? "FILE_TYPE_SYMLINK" : "FILE_TYPE_UNSPECIFIED");
+        cJSON_AddStringToObject(e, "path", str_of(st, "path") ? str_of(st, "path") : "");
+        double size = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "size"));
+        char num[32], perms[16], id[32];
+        snprintf(num, sizeof(num), "%.0f", size == size ? size : 0);
+        cJSON_AddStringToObject(e, "size", num); /* int64 is a string in proto3 JSON */
+        unsigned m = mode == mode ? (unsigned) mode : 0;
+        cJSON_AddNumberToObject(e, "mode", m);
+        snprintf(perms, sizeof(perms), "%c%c%c%c%c%c%c%c%c%c", type && !strcmp(type, "directory") ? 'd' : '-',
+                 m & 0400 ? 'r' : '-', m & 0200 ? 'w' : '-', m & 0100 ? 'x' : '-', m & 040 ? 'r' : '-',
+                 m & 020 ? 'w' : '-', m & 010 ? 'x' : '-', m & 04 ? 'r' : '-', m & 02 ? 'w' : '-', m & 01 ? 'x' : '-');
+        cJSON_AddStringToObject(e, "permissions", perms);
+        cJSON_AddStringToObject(e, "modifiedTime", mtime ? mtime : "1970-01-01T00:00:00Z");
+        /* Owners by uid: 0 is root, 1000 the sandbox user (docs/API.md
+         * Command); names are not looked up in the sandbox. */
+        snprintf(id, sizeof(id), "%.0f", uid == uid ? uid : 0);
+        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == 1000 ? "sandbox" : id);
+        snprintf(id, sizeof(id), "%.0f", gid == gid ? gid : 0);
+        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == 1000 ? "sandbox" : id);
+        return e;
+}
+
+static cJSON *fs_call(const gw_config *cfg, gw_conn *c, const char *tenant, const char *method, cJSON *p,
+                      const char *what) {
+        cJSON *res = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, method, p, &res, &err) < 0) {
+                /* A missing path is Connect's not_found, as envd answers. */
+                if (err && err->message && strstr(err->message, "No such file"))
+                        connect_error(c, 404, "%s: %s", what, err->message);
+                else
+                        daemon_error(c, err, what);
+                client_error_free(err);
+                return NULL;
+        }
+        return res ? res : cJSON_CreateObject();
+}
+
+static cJSON *path_params(const char *sbx, const char *path) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "path", path);
+        return p;
+}
+
+static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
+                       const char *op) {
+        cJSON *req = request_message(r, false);
+        const char *path = str_of(req, "path");
+        if (request_user(r) != 0) {
+                cJSON_Delete(req);
+                connect_error(c, 501, "user: fs calls run as the sandbox user only (sandboxd's fs.* have no root)");
+                return;
+        }
+        cJSON *res = NULL, *out = NULL;
+        if (!strcmp(op, "Stat") && path) {
+                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
+                        out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+        } else if (!strcmp(op, "ListDir") && path) {
+                double depth = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "depth"));
+                if (depth == depth && depth > 1) {
+                        connect_error(c, 501, "depth above 1 is not served by sandboxd-e2b yet");
+                        goto done;
+                }
+                if ((res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"))) {
+                        out = cJSON_CreateObject();
+                        cJSON *arr = cJSON_AddArrayToObject(out, "entries"), *st;
+                        cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(res, "entries"))
+                                cJSON_AddItemToArray(arr, entry_of(st));
+                }
+        } else if (!strcmp(op, "MakeDir") && path) {
+                cJSON *st = NULL;
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "fs.stat", path_params(sbx, path), &st, &err) == 0) {
+                        cJSON_Delete(st);
+                        connect_error(c, 409, "path %s already exists", path);
+                        goto done;
+                }
+                client_error_free(err);
+                cJSON *p = path_params(sbx, path);
+                cJSON_AddBoolToObject(p, "parents", true);
+                if ((res = fs_call(cfg, c, tenant, "fs.mkdir", p, "make dir"))) {
+                        cJSON_Delete(res);
+                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
+                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                }
+        } else if (!strcmp(op, "Remove") && path) {
+                cJSON *p = path_params(sbx, path);
+                cJSON_AddBoolToObject(p, "recursive", true);
+                if ((res = fs_call(cfg, c, tenant, "fs.remove", p, "remove")))
+                        out = cJSON_CreateObject();
+        } else if (!strcmp(op, "Move") && str_of(req, "source") && str_of(req, "destination")) {
+                /* sandboxd has no fs.move: mv(1) as the sandbox user, whose
+                 * rights are those of every fs.* call. */
+                cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray();
+                cJSON_AddStringToObject(p, "sandbox", sbx);
+                cJSON_AddStringToObject(p, "cmd", "mv");
+                cJSON_AddItemToArray(args, cJSON_CreateString("-T"));
+                cJSON_AddItemToArray(args, cJSON_CreateString("--"));
+                cJSON_AddItemToArray(args, cJSON_CreateString(str_of(req, "source")));
+                cJSON_AddItemToArray(args, cJSON_CreateString(str_of(req, "destination")));
+                cJSON_AddItemToObject(p, "args", args);
+                if ((res = fs_call(cfg, c, tenant, "command.run", p, "move"))) {
+                        double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "exitCode"));
+                        if (code != 0) {
+                                connect_error(c, 404, "move %s: failed (mv exited %.0f)", str_of(req, "source"), code);
+                                goto done;
+                        }
+                        cJSON_Delete(res);
+                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, str_of(req, "destination")),
+                                           "stat")))
+                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                }
+        } else if (!strcmp(op, "Stat") || !strcmp(op, "ListDir") || !strcmp(op, "MakeDir") || !strcmp(op, "Remove") ||
+                   !strcmp(op, "Move")) {
+                connect_error(c, 400, "%s: path (or source and destination) required", op);
+        } else
+                connect_error(c, 501, "filesystem.Filesystem/%s is not served by sandboxd-e2b yet", op);
+        if (out)
+                gw_send_json(c, 200, out);
+done:
+        cJSON_Delete(res);
+        cJSON_Delete(req);
+}
+
+/* ---- filesystem.Filesystem/WatchDir (server stream) over fs.watch ---- */
+
+typedef struct watch_state {
+        gw_conn *c;
+        char *dir;        /* the watched path as fs.watchStarted names it */
+        bool done;        /* an overflow: the stream ends */
+        const char *lost; /* ... with this error */
+} watch_state;
+
+/* fs.watch's types as E2B's EventType. An overflow (events lost) has no
+ * E2B form: the stream ends with an error saying so, never silently. */
+static const char *event_type(const char *t) {
+        if (!t)
+                return NULL;
+        if (!strcmp(t, "created"))
+                return "EVENT_TYPE_CREATE";
+        if (!strcmp(t, "modified"))
+                return "EVENT_TYPE_WRITE";
+        if (!strcmp(t, "deleted"))
+                return "EVENT_TYPE_REMOVE";
+        if (!strcmp(t, "renamed"))
+                return "EVENT_TYPE_RENAME";
+        return NULL;
+}
+
+static void on_watch_note(const client_msg *m, void *userdata) {
+        watch_state *w = userdata;
+        if (!m->method)
+                return;
+        cJSON *msg = NULL;
+        if (!strcmp(m->method, "fs.watchStarted")) {
+                free(w->dir);
+                w->dir = str_of(m->params, "path") ? strdup(str_of(m->params, "path")) : NULL;
+                msg = cJSON_CreateObject();
+                cJSON_AddObjectToObject(msg, "start");
+        } else if (!strcmp(m->method, "fs.watchEvent")) {
+                const char *type = event_type(str_of(m->params, "type")), *path = str_of(m->params, "path");
+                if (!type) {
+                        w->lost = "events were lost (sandboxd's fs.watch overflowed); watch again and list the "
+                                  "directory";
+                        w->done = true;
+                        return;
+                }
+                /* E2B names an event by its path below the watched directory. */
+                size_t dl = w->dir ? strlen(w->dir) : 0;
+                const char *name = path ? path : "";
+                if (dl && !strncmp(name, w->dir, dl) && name[dl] == '/')
+                        name += dl + 1;
+                msg = cJSON_CreateObject();
+                cJSON *fe = cJSON_AddObjectToObject(msg, "filesystem");
+                cJSON_AddStringToObject(fe, "name", name);
+                cJSON_AddStringToObject(fe, "type", type);
+        }
+        if (msg)
+                send_envelope(w->c, 0, msg);
+}
+
+static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
+        cJSON *req = request_message(r, true);
+        const char *path = str_of(req, "path");
+        if (!path || request_user(r) != 0 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry")) ||
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "allowNetworkMounts"))) {
+                stream_error(c, path ? 501 : 400,
+                             !path ? "path: required"
+                                   : "includeEntry, allowNetworkMounts and watching as root are not served by "
+                                     "sandboxd-e2b yet");
+                cJSON_Delete(req);
+                return;
+        }
+        cJSON *p = path_params(sbx, path);
+        cJSON_AddBoolToObject(p, "recursive", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "recursive")));
+        cJSON_Delete(req);
+        client *d = NULL;
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                cJSON_Delete(p);
+                stream_error(c, 503, msg ? msg : "sandboxd unavailable");
+                free(msg);
+                return;
+        }
+        /* The watch ends with the daemon connection: when the caller stops
+         * (closes the stream) or fs.watch answers (its path deleted, the
+         * sandbox stopped). */
+        watch_state w = { .c = c };
+        relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost);
+        free(w.dir);
+        client_free(d);
+}
+
+/* ---- /files ---- */
+
+static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
+        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        if (!path || (user && strcmp(user, "user") && strcmp(user, "sandbox"))) {
+                gw_send_error(c, 400, "%s", !path ? "path: required"
+                                                  : "username: files are read as the sandbox user only");
+                goto out;
+        }
+        cJSON *res = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "fs.read", path_params(sbx, path), &res, &err) < 0) {
+                int st = err && err->message && (strstr(err->message, "No such file") || strstr(err->message, "not found"))
+                                 ? 404 : gw_status_of(err);
+                gw_send_error(c, st, "read %s: %s", path, err ? err->message : "failed");
+                client_error_free(err);
+                goto out;
+        }
+        void *data = NULL;
+        size_t len = 0;
+        const char *b64 = str_of(res, "content");
+        if (!b64 || client_base64_decode(b64, &data, &len) < 0)
+                gw_send_error(c, 502, "read %s: sandboxd's answer was not base64", path);
+        else
+                gw_send(c, 200, "application/octet-stream", data, len);
+        free(data);
+        cJSON_Delete(res);
+out:
+        free(path);
+        free(user);
+}
+
+/* fs.write takes one line of at most maxLineBytes (16 MiB by default):
+ * a file goes in pieces of this many bytes, the first one creating or
+ * truncating it, the rest appended (as sandboxctl cp sends them). */
+#define WRITE_PIECE ((size_t) 4 << 20)
+
+static int write_file(client *d, const char *sbx, const char *path, const char *data, size_t len,
+                      client_error **ret_err) {
+        size_t off = 0;
+        do {
+                size_t n = len - off < WRITE_PIECE ? len - off : WRITE_PIECE;
+                char *b64 = client_base64_encode(data + off, n);
+                if (!b64) {
+                        *ret_err = client_error_new(CLIENT_ERROR_LOCAL, NULL, NULL, "out of memory");
+                        return -ENOMEM;
+                }
+                cJSON *p = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(p, "files"),
+                      *f = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "sandbox", sbx);
+                cJSON_AddStringToObject(f, "path", path);
+                cJSON_AddStringToObject(f, "content", b64);
+                if (off > 0)
+                        cJSON_AddBoolToObject(f, "append", true);
+                cJSON_AddItemToArray(files, f);
+                free(b64);
+                int r = client_call(d, "fs.write", p, 10 * 60 * 1000, NULL, NULL, NULL, ret_err);
+                if (r < 0)
+                        return r;
+                off += n;
+        } while (off < len);
+        return 0;
+}
+
+static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
+        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        gw_part *parts = NULL;
+        size_t n = 0;
+        client *d = NULL;
+        cJSON *out_arr = NULL;
+        if (user && strcmp(user, "user") && strcmp(user, "sandbox")) {
+                gw_send_error(c, 400, "username: files are written as the sandbox user only");
+                goto out;
+        }
+        if (gw_multipart(r, &parts, &n) < 0) {
+                gw_send_error(c, 400, "body: multipart/form-data with one or more file parts is required "
+                                      "(application/octet-stream uploads are not served yet)");
+                goto out;
+        }
+        for (size_t i = 0; i < n; i++)
+                if (!(path && n == 1) && (!parts[i].filename || !*parts[i].filename)) {
+                        gw_send_error(c, 400, "path: required (the query or each part's filename)");
+                        goto out;
+                }
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                gw_send_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                goto out;
+        }
+        out_arr = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) {
+                const char *fp = path && n == 1 ? path : parts[i].filename;
+                client_error *err = NULL;
+                if (write_file(d, sbx, fp, parts[i].data, parts[i].len, &err) < 0) {
+                        gw_send_error(c, gw_status_of(err), "write %s: %s", fp, err ? err->message : "failed");
+                        client_error_free(err);
+                        goto out;
+                }
+                cJSON *info = cJSON_CreateObject();
+                const char *slash = strrchr(fp, '/');
+                cJSON_AddStringToObject(info, "name", slash ? slash + 1 : fp);
+                cJSON_AddStringToObject(info, "type", "file");
+                cJSON_AddStringToObject(info, "path", fp);
+                cJSON_AddItemToArray(out_arr, info);
+        }
+        gw_send_json(c, 200, out_arr);
+        out_arr = NULL;
+out:
+        cJSON_Delete(out_arr);
+        client_free(d);
+        for (size_t i = 0; i < n; i++)
+                free(parts[i].filename);
+        free(parts);
+        free(path);
+        free(user);
+}
+
+void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sandbox) {
+        const char *m = r->method, *path = r->path;
+        if (!strcmp(path, "/files")) {
+                if (!strcmp(m, "GET"))
+                        files_get(cfg, c, r, tenant, sandbox);
+                else if (!strcmp(m, "POST"))
+                        files_post(cfg, c, r, tenant, sandbox);
+                else
+                        gw_send_error(c, 405, "%s /files: not allowed", m);
+                return;
+        }
+        if (strcmp(m, "POST") != 0) {
+                gw_send_error(c, 404, "%s %s: not served by sandboxd-e2b's envd (/files, /health and Connect "
+                                      "calls are; /envs is not yet)", m, path);
+                return;
+        }
+        /* Connect's JSON codec only (a binary, proto, request would be
+         * misread as JSON): application/connect+json for streams,
+         * application/json for unary calls. */
+        const char *ct = gw_header_get(r, "Content-Type");
+        size_t sl = strlen("application/connect+json"), ul = strlen("application/json");
+        bool streaming = ct && !strncasecmp(ct, "application/connect+json", sl) && (!ct[sl] || ct[sl] == ';');
+        bool unary = ct && !strncasecmp(ct, "application/json", ul) && (!ct[ul] || ct[ul] == ';');
+        if (!streaming && !unary) {
+                gw_send_error(c, 415, "Content-Type: application/json or application/connect+json (Connect's JSON "
+                                      "codec) is what sandboxd-e2b speaks");
+                return;
+        }
+        if (streaming) {
+                if (!strcmp(path, "/process.Process/Start"))
+                        process_start(cfg, c, r, tenant, sandbox);
+                else if (!strcmp(path, "/filesystem.Filesystem/WatchDir"))
+                        watch_dir(cfg, c, r, tenant, sandbox);
+                else {
+                        char msg[160];
+                        snprintf(msg, sizeof(msg), "%.100s is not served by sandboxd-e2b yet", path + 1);
+                        stream_error(c, 501, msg);
+                }
+                return;
+        }
+        if (!strcmp(path, "/process.Process/List"))
+                process_list(cfg, c, tenant, sandbox);
+        else if (!strcmp(path, "/process.Process/SendSignal") || !strcmp(path, "/process.Process/SendInput") ||
+                 !strcmp(path, "/process.Process/CloseStdin") || !strcmp(path, "/process.Process/Update"))
+                process_call(cfg, c, r, tenant, sandbox, path + 17);
+        else if (!strncmp(path, "/filesystem.Filesystem/", 23))
+                filesystem(cfg, c, r, tenant, sandbox, path + 23);
+        else if (!strncmp(path, "/process.Process/", 17))
+                connect_error(c, 501, "process.Process/%s is not served by sandboxd-e2b yet", path + 17);
+        else
+                connect_error(c, 404, "%s: no such envd call", path);
+}

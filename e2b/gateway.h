@@ -1,0 +1,140 @@
+/* sandboxd-e2b (docs/E2B.md): the gateway that serves E2B's control API
+ * and each sandbox's envd protocol over HTTP/1.1, as a client of
+ * sandboxd's Unix socket that acts, per daemon connection, as the tenant
+ * its caller's API key names (session.actAs, docs/SECURITY.md §4.3).
+ *
+ * Runs unprivileged: it parses HTTP from the network and holds no power
+ * of its own over the daemon (its uid is one of daemon.json
+ * tenants.gateways, whose connections can do nothing until they name a
+ * tenant). One thread per HTTP connection; each request opens its own
+ * daemon connection, so one tenant's request never shares a connection
+ * (or an identity) with another's. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "cli/client.h"
+
+/* The envd version the gateway reports (Sandbox.envdVersion): the SDK's
+ * feature gates read it: 0.4.0 and later force no default user; 0.5.2
+ * has CloseStdin; 0.5.7 would make uploads octet-stream, not served. */
+#define GW_ENVD_VERSION "0.5.2"
+
+/* Longest request body read, in bytes (a files upload of fs.write's
+ * largest single piece plus multipart framing). */
+#define GW_MAX_BODY ((size_t) 64 << 20)
+
+/* Keys file (keys.c): "secret HEX" once, then "key TENANT SHA256HEX" lines. */
+#define GW_SECRET_BYTES 32
+
+typedef struct ssl_ctx_st SSL_CTX;
+
+typedef struct gw_config {
+        const char *socket_path;
+        const char *keys_path;
+        SSL_CTX *tls;   /* --tls-cert/--tls-key: HTTPS on the listener; NULL: plain HTTP */
+} gw_config;
+
+/* One parsed HTTP request (http.c). All strings owned by the request. */
+typedef struct gw_header {
+        char *name, *value;
+} gw_header;
+
+typedef struct gw_request {
+        char *method;       /* "GET", "POST", ... */
+        char *path;         /* the URL's path, not decoded */
+        char *query;        /* after '?', or NULL */
+        gw_header *headers;
+        size_t n_headers;
+        char *body;         /* NUL-terminated for convenience; body_len bytes */
+        size_t body_len;
+} gw_request;
+
+/* The connection a handler answers on (http.c). */
+typedef struct gw_conn gw_conn;
+
+/* ---- http.c ---- */
+
+/* A header's value (case-insensitive name), borrowed; NULL when absent. */
+const char *gw_header_get(const gw_request *r, const char *name);
+/* The query parameter `key`, percent-decoded (new string; NULL when absent
+ * or on ENOMEM). */
+char *gw_query_get(const gw_request *r, const char *key);
+/* Percent-decodes `s` (and '+' as space when `plus`); new string or NULL. */
+char *gw_url_decode(const char *s, size_t len, bool plus);
+
+/* Sends a complete response with `body` (len bytes; may be NULL for
+ * none) and content type `ctype` (NULL: none). Returns 0 or -errno. */
+int gw_send(gw_conn *c, int status, const char *ctype, const void *body, size_t len);
+/* The same with `extra` (NULL: none): header lines, each ending in CRLF,
+ * at most 256 bytes together. */
+int gw_send_ex(gw_conn *c, int status, const char *ctype, const void *body, size_t len, const char *extra);
+/* Sends `json` (taken) with status. */
+int gw_send_json(gw_conn *c, int status, cJSON *json);
+/* E2B's error shape {"code": status, "message": ...} (openapi Error). */
+int gw_send_error(gw_conn *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A chunked response: the head, then chunks, then the end. */
+int gw_send_chunked_head(gw_conn *c, int status, const char *ctype);
+int gw_send_chunk(gw_conn *c, const void *data, size_t len);
+int gw_send_chunked_end(gw_conn *c);
+/* The connection's socket (for poll), and whether a write to it failed. */
+int gw_conn_fd(const gw_conn *c);
+bool gw_conn_failed(const gw_conn *c);
+/* Serves HTTP/1.1 on accepted socket `fd` (taken) until the peer closes,
+ * over TLS when cfg->tls is set (the handshake first): each request goes
+ * to gw_route(). */
+void gw_serve_conn(const gw_config *cfg, int fd);
+
+/* A multipart/form-data body's parts (r's Content-Type boundary): each
+ * part's filename (new string or NULL) and bytes (borrowed from r->body).
+ * Returns 0 with *ret (free each filename and the array), or -EINVAL when
+ * the body is not multipart with at least one part. */
+typedef struct gw_part {
+        char *filename;
+        const char *data;
+        size_t len;
+} gw_part;
+int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
+
+/* ---- route.c ---- */
+void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r);
+
+/* ---- keys.c ---- */
+
+/* `sandboxd-e2b key add TENANT --keys FILE`: makes a new key (into
+ * ret_key, size bytes: 45 are enough) and appends only its SHA-256 to the
+ * keys file (made 0600 with a new secret when missing), under flock.
+ * Returns an exit status: 0, 1 (I/O; said on stderr), 2 (a bad tenant). */
+int gw_key_add(const char *tenant, const char *keys_path, char *ret_key, size_t size);
+/* The tenant of API key `key` (checked against the keys file, read anew
+ * each time so `key add` takes effect at once). Returns 0 with the tenant
+ * in ret (size bytes), -EACCES for an unknown key, other -errno when the
+ * file cannot be read. */
+int gw_key_tenant(const char *keys_path, const char *key, char *ret, size_t size);
+/* The envd access token of sandbox `sandbox` for tenant `tenant`:
+ * "TENANT.HMAC" (HMAC-SHA256 under the keys file's secret, hex), a new
+ * string, NULL on failure. */
+char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandbox);
+/* Checks `token` for sandbox `sandbox`: 0 with its tenant in ret, or
+ * -EACCES. */
+int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* True for a tenant name the daemon accepts (session.actAs). */
+bool gw_tenant_name_ok(const char *s);
+
+/* ---- daemon.c ---- */
+
+/* A new daemon connection acting as `tenant` (session.actAs). Returns 0
+ * and *ret, or -errno with *ret_msg (new string) saying what failed. */
+int gw_daemon_open(const gw_config *cfg, const char *tenant, client **ret, char **ret_msg);
+/* One call on a new connection as `tenant`: 0 with *ret_result, or
+ * -errno with *ret_err (a local error when the connection failed). */
+int gw_daemon_call(const gw_config *cfg, const char *tenant, const char *method, cJSON *params,
+                   cJSON **ret_result, client_error **ret_err);
+/* The HTTP status E2B would answer for a daemon error. */
+int gw_status_of(const client_error *e);
+
+/* ---- control.c / envd.c ---- */
+void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant);
+void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sandbox);

@@ -1,0 +1,452 @@
+/* HTTP/1.1 for sandboxd-e2b: requests parsed with the packaged
+ * http_parser (as policy/http.c does), keep-alive, one request at a time
+ * per connection (E2B's SDKs do not pipeline), responses with a length or
+ * chunked (Connect server streams).
+ *
+ * Threat: this code reads bytes from the network. Bounds: a head of at
+ * most 64 KiB and 100 headers, a body of at most GW_MAX_BODY; anything
+ * over is answered 413/431 and the connection closed. Nothing here
+ * decides access (route.c does). */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <http_parser.h>
+#include <openssl/ssl.h>
+#include "e2b/gateway.h"
+
+#define HEAD_MAX (64u * 1024)
+#define HEADERS_MAX 100
+
+struct gw_conn {
+        int fd;
+        SSL *ssl;       /* --tls-cert: the TLS session over fd, else NULL */
+        bool failed;    /* a write failed: close */
+        bool close;     /* Connection: close asked */
+};
+
+typedef struct parse_state {
+        gw_request req;
+        char *url;
+        size_t url_len, head_bytes;
+        bool in_value;
+        bool done, too_big, head_too_big;
+} parse_state;
+
+static void request_clear(gw_request *r) {
+        free(r->method);
+        free(r->path);
+        free(r->query);
+        for (size_t i = 0; i < r->n_headers; i++) {
+                free(r->headers[i].name);
+                free(r->headers[i].value);
+        }
+        free(r->headers);
+        free(r->body);
+        *r = (gw_request) {0};
+}
+
+static int append(char **buf, size_t *len, const char *at, size_t n) {
+        char *p = realloc(*buf, *len + n + 1);
+        if (!p)
+                return -1;
+        memcpy(p + *len, at, n);
+        *len += n;
+        p[*len] = 0;
+        *buf = p;
+        return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if ((s->head_bytes += n) > HEAD_MAX)
+                return s->too_big = s->head_too_big = true, -1;
+        return append(&s->url, &s->url_len, at, n);
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if ((s->head_bytes += n) > HEAD_MAX)
+                return s->too_big = s->head_too_big = true, -1;
+        gw_request *r = &s->req;
+        if (s->in_value || r->n_headers == 0) {
+                if (r->n_headers >= HEADERS_MAX)
+                        return s->too_big = s->head_too_big = true, -1;
+                gw_header *h = realloc(r->headers, (r->n_headers + 1) * sizeof(*h));
+                if (!h)
+                        return -1;
+                r->headers = h;
+                h[r->n_headers++] = (gw_header) {0};
+                s->in_value = false;
+        }
+        gw_header *h = &r->headers[r->n_headers - 1];
+        size_t len = h->name ? strlen(h->name) : 0;
+        return append(&h->name, &len, at, n);
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if ((s->head_bytes += n) > HEAD_MAX)
+                return s->too_big = s->head_too_big = true, -1;
+        if (s->req.n_headers == 0)
+                return -1;
+        s->in_value = true;
+        gw_header *h = &s->req.headers[s->req.n_headers - 1];
+        size_t len = h->value ? strlen(h->value) : 0;
+        return append(&h->value, &len, at, n);
+}
+
+static int on_body(http_parser *p, const char *at, size_t n) {
+        parse_state *s = p->data;
+        if (s->req.body_len + n > GW_MAX_BODY)
+                return s->too_big = true, -1;
+        return append(&s->req.body, &s->req.body_len, at, n);
+}
+
+static int on_message_complete(http_parser *p) {
+        parse_state *s = p->data;
+        s->done = true;
+        http_parser_pause(p, 1);
+        return 0;
+}
+
+static int on_headers_complete(http_parser *p) {
+        parse_state *s = p->data;
+        if (p->content_length != ULLONG_MAX && p->content_length > GW_MAX_BODY)
+                return s->too_big = true, -1;
+        return 0;
+}
+
+static const http_parser_settings settings = {
+        .on_url = on_url,
+        .on_header_field = on_header_field,
+        .on_header_value = on_header_value,
+        .on_headers_complete = on_headers_complete,
+        .on_body = on_body,
+        .on_message_complete = on_message_complete,
+};
+
+/* Splits the request target into path and query. */
+static int finish_request(parse_state *s, http_parser *p) {
+        gw_request *r = &s->req;
+        r->method = strdup(http_method_str(p->method));
+        if (!s->url || !r->method)
+                return -1;
+        char *q = strchr(s->url, '?');
+        r->path = q ? strndup(s->url, (size_t) (q - s->url)) : strdup(s->url);
+        r->query = q ? strdup(q + 1) : NULL;
+        if (!r->body)
+                r->body = calloc(1, 1);
+        return r->path && r->body && (!q || r->query) ? 0 : -1;
+}
+
+const char *gw_header_get(const gw_request *r, const char *name) {
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (r->headers[i].name && strcasecmp(r->headers[i].name, name) == 0)
+                        return r->headers[i].value ? r->headers[i].value : "";
+        return NULL;
+}
+
+static int hexval(int ch) {
+        if (ch >= '0' && ch <= '9')
+                return ch - '0';
+        if (ch >= 'a' && ch <= 'f')
+                return ch - 'a' + 10;
+        if (ch >= 'A' && ch <= 'F')
+                return ch - 'A' + 10;
+        return -1;
+}
+
+char *gw_url_decode(const char *s, size_t len, bool plus) {
+        char *out = malloc(len + 1), *o = out;
+        if (!out)
+                return NULL;
+        for (size_t i = 0; i < len; i++) {
+                int hi, lo;
+                if (s[i] == '%' && i + 2 < len && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
+                        *o++ = (char) (hi * 16 + lo);
+                        i += 2;
+                } else if (plus && s[i] == '+')
+                        *o++ = ' ';
+                else
+                        *o++ = s[i];
+        }
+        *o = 0;
+        /* A decoded NUL would cut the string short: refuse it. */
+        if (strlen(out) != (size_t) (o - out)) {
+                free(out);
+                return NULL;
+        }
+        return out;
+}
+
+char *gw_query_get(const gw_request *r, const char *key) {
+        size_t klen = strlen(key);
+        for (const char *p = r->query; p && *p;) {
+                const char *end = strchr(p, '&');
+                size_t n = end ? (size_t) (end - p) : strlen(p);
+                if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=')
+                        return gw_url_decode(p + klen + 1, n - klen - 1, true);
+                if (n == klen && strncmp(p, key, klen) == 0)
+                        return strdup("");
+                p = end ? end + 1 : NULL;
+        }
+        return NULL;
+}
+
+static int write_all(gw_conn *c, const void *data, size_t len) {
+        const char *p = data;
+        while (len > 0 && !c->failed) {
+                ssize_t n;
+                if (c->ssl) {
+                        int w = SSL_write(c->ssl, p, len > INT_MAX ? INT_MAX : (int) len);
+                        n = w > 0 ? w : -1;
+                } else
+                        n = send(c->fd, p, len, MSG_NOSIGNAL);
+                if (n < 0 && errno == EINTR && !c->ssl)
+                        continue;
+                if (n <= 0) {
+                        c->failed = true;
+                        return -EPIPE;
+                }
+                p += n;
+                len -= (size_t) n;
+        }
+        return c->failed ? -EPIPE : 0;
+}
+
+static const char *reason_of(int status) {
+        switch (status) {
+        case 200: return "OK";
+        case 201: return "Created";
+        case 204: return "No Content";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 409: return "Conflict";
+        case 413: return "Payload Too Large";
+        case 415: return "Unsupported Media Type";
+        case 429: return "Too Many Requests";
+        case 431: return "Request Header Fields Too Large";
+        case 500: return "Internal Server Error";
+        case 501: return "Not Implemented";
+        case 502: return "Bad Gateway";
+        case 503: return "Service Unavailable";
+        default: return "Status";
+        }
+}
+
+int gw_send(gw_conn *c, int status, const char *ctype, const void *body, size_t len) {
+        return gw_send_ex(c, status, ctype, body, len, NULL);
+}
+
+int gw_send_ex(gw_conn *c, int status, const char *ctype, const void *body, size_t len, const char *extra) {
+        char head[768];
+        int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\n%s%s%sContent-Length: %zu\r\n%s%s\r\n", status,
+                         reason_of(status), ctype ? "Content-Type: " : "", ctype ? ctype : "", ctype ? "\r\n" : "",
+                         len, c->close ? "Connection: close\r\n" : "", extra ? extra : "");
+        if (n < 0 || (size_t) n >= sizeof(head))
+                return -EINVAL;
+        if (write_all(c, head, (size_t) n) < 0)
+                return -EPIPE;
+        return len ? write_all(c, body, len) : 0;
+}
+
+int gw_send_json(gw_conn *c, int status, cJSON *json) {
+        char *text = json ? cJSON_PrintUnformatted(json) : NULL;
+        cJSON_Delete(json);
+        if (!text)
+                return gw_send(c, 500, NULL, NULL, 0);
+        int r = gw_send(c, status, "application/json", text, strlen(text));
+        free(text);
+        return r;
+}
+
+int gw_send_error(gw_conn *c, int status, const char *fmt, ...) {
+        char *msg = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        if (vasprintf(&msg, fmt, ap) < 0)
+                msg = NULL;
+        va_end(ap);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "code", status);
+        cJSON_AddStringToObject(o, "message", msg ? msg : "error");
+        free(msg);
+        return gw_send_json(c, status, o);
+}
+
+int gw_send_chunked_head(gw_conn *c, int status, const char *ctype) {
+        char head[256];
+        int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n",
+                         status, reason_of(status), ctype);
+        return write_all(c, head, (size_t) n);
+}
+
+int gw_send_chunk(gw_conn *c, const void *data, size_t len) {
+        char size[32];
+        if (len == 0)
+                return 0;
+        int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+        if (write_all(c, size, (size_t) n) < 0 || write_all(c, data, len) < 0)
+                return -EPIPE;
+        return write_all(c, "\r\n", 2);
+}
+
+int gw_send_chunked_end(gw_conn *c) {
+        return write_all(c, "0\r\n\r\n", 5);
+}
+
+static const char *memmem_s(const char *h, size_t hl, const char *n, size_t nl) {
+        return memmem(h, hl, n, nl);
+}
+
+int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n) {
+        const char *ct = gw_header_get(r, "Content-Type"), *b = ct ? strstr(ct, "boundary=") : NULL;
+        if (!ct || strncasecmp(ct, "multipart/form-data", 19) != 0 || !b)
+                return -EINVAL;
+        b += 9;
+        char delim[256];
+        size_t bl = strcspn(b, ";");
+        if (*b == '"')
+                b++, bl = strcspn(b, "\"");
+        if (bl == 0 || bl > 200)
+                return -EINVAL;
+        int dl = snprintf(delim, sizeof(delim), "--%.*s", (int) bl, b);
+        gw_part *parts = NULL;
+        size_t n = 0;
+        const char *p = memmem_s(r->body, r->body_len, delim, (size_t) dl), *end = r->body + r->body_len;
+        while (p && p + dl + 2 <= end && strncmp(p + dl, "--", 2) != 0) {
+                const char *head = p + dl + 2; /* after CRLF */
+                const char *head_end = memmem_s(head, (size_t) (end - head), "\r\n\r\n", 4);
+                if (!head_end)
+                        break;
+                const char *data = head_end + 4;
+                char crlf_delim[260];
+                int cl = snprintf(crlf_delim, sizeof(crlf_delim), "\r\n%s", delim);
+                const char *next = memmem_s(data, (size_t) (end - data), crlf_delim, (size_t) cl);
+                if (!next)
+                        break;
+                char *fn = NULL;
+                const char *f = memmem_s(head, (size_t) (head_end - head), "filename=\"", 10);
+                if (f) {
+                        f += 10;
+                        const char *q = memchr(f, '"', (size_t) (head_end - f));
+                        if (q)
+                                fn = strndup(f, (size_t) (q - f));
+                }
+                gw_part *np = realloc(parts, (n + 1) * sizeof(*np));
+                if (!np) {
+                        free(fn);
+                        break;
+                }
+                parts = np;
+                parts[n++] = (gw_part) { .filename = fn, .data = data, .len = (size_t) (next - data) };
+                p = next + 2;
+        }
+        *ret = parts;
+        *ret_n = n;
+        return n ? 0 : -EINVAL;
+}
+
+int gw_conn_fd(const gw_conn *c) {
+        return c->fd;
+}
+
+bool gw_conn_failed(const gw_conn *c) {
+        return c->failed;
+}
+
+/* A connection idle this long between requests, or stalled this long in
+ * one, is closed: a thread is not held by a peer that sends nothing. */
+#define IDLE_SECONDS 120
+
+/* One read from the connection: plain or TLS. >0 bytes, 0 at the end, <0
+ * on an error (a timeout included). */
+static ssize_t conn_read(gw_conn *c, char *buf, size_t size) {
+        if (!c->ssl) {
+                ssize_t n;
+                do
+                        n = recv(c->fd, buf, size, 0);
+                while (n < 0 && errno == EINTR);
+                return n;
+        }
+        int n = SSL_read(c->ssl, buf, size > INT_MAX ? INT_MAX : (int) size);
+        if (n > 0)
+                return n;
+        return SSL_get_error(c->ssl, n) == SSL_ERROR_ZERO_RETURN ? 0 : -1;
+}
+
+void gw_serve_conn(const gw_config *cfg, int fd) {
+        gw_conn c = { .fd = fd };
+        struct timeval tv = { .tv_sec = IDLE_SECONDS };
+        (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        if (cfg->tls) {
+                /* The handshake is bounded by the same timeouts. */
+                c.ssl = SSL_new(cfg->tls);
+                if (!c.ssl || SSL_set_fd(c.ssl, fd) != 1 || SSL_accept(c.ssl) != 1) {
+                        SSL_free(c.ssl);
+                        close(fd);
+                        return;
+                }
+        }
+        http_parser p;
+        parse_state s = {0};
+        http_parser_init(&p, HTTP_REQUEST);
+        p.data = &s;
+        char buf[65536];
+        size_t have = 0, off = 0;
+        for (;;) {
+                if (off == have) {
+                        ssize_t n = conn_read(&c, buf, sizeof(buf));
+                        if (n <= 0)
+                                break;
+                        have = (size_t) n;
+                        off = 0;
+                }
+                size_t used = http_parser_execute(&p, &settings, buf + off, have - off);
+                off += used;
+                enum http_errno e = HTTP_PARSER_ERRNO(&p);
+                if (s.done) {
+                        http_parser_pause(&p, 0);
+                        c.close = !http_should_keep_alive(&p);
+                        if (finish_request(&s, &p) < 0) {
+                                gw_send_error(&c, 500, "out of memory");
+                                break;
+                        }
+                        gw_route(cfg, &c, &s.req);
+                        request_clear(&s.req);
+                        free(s.url);
+                        s = (parse_state) {0};
+                        if (c.close || c.failed)
+                                break;
+                        continue;
+                }
+                if (e != HPE_OK) {
+                        c.close = true;
+                        if (s.too_big)
+                                gw_send_error(&c, s.head_too_big ? 431 : 413,
+                                              "request too large (head 64 KiB, body %zu bytes at most)", GW_MAX_BODY);
+                        else
+                                gw_send_error(&c, 400, "bad HTTP request: %s", http_errno_description(e));
+                        break;
+                }
+        }
+        request_clear(&s.req);
+        free(s.url);
+        if (c.ssl) {
+                if (!c.failed)
+                        (void) SSL_shutdown(c.ssl);
+                SSL_free(c.ssl);
+        }
+        close(fd);
+}

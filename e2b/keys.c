@@ -1,0 +1,213 @@
+/* API keys and envd access tokens of sandboxd-e2b (docs/E2B.md "Keys").
+ *
+ * The keys file holds, one per line:
+ *   secret HEX          32 random bytes: the HMAC key of envd tokens
+ *   key TENANT SHA256   the SHA-256 (hex) of one API key, and its tenant
+ * Only hashes are stored: a copy of the file lets nobody call the
+ * gateway. A key is "e2b_" and 40 hex digits (160 random bits), the form
+ * E2B's SDKs accept. Envd tokens are "TENANT.HMAC-SHA256(secret,
+ * TENANT '\n' SANDBOX)" in hex: one per sandbox, so a token of one
+ * sandbox opens no other, and the gateway keeps no state for them. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <ctype.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include "e2b/gateway.h"
+
+static void to_hex(const unsigned char *in, size_t n, char *out) {
+        static const char digits[] = "0123456789abcdef";
+        for (size_t i = 0; i < n; i++) {
+                out[2 * i] = digits[in[i] >> 4];
+                out[2 * i + 1] = digits[in[i] & 15];
+        }
+        out[2 * n] = 0;
+}
+
+static int sha256_hex(const char *s, char out[65]) {
+        unsigned char md[32];
+        unsigned int len = 0;
+        if (!EVP_Digest(s, strlen(s), md, &len, EVP_sha256(), NULL) || len != 32)
+                return -EIO;
+        to_hex(md, 32, out);
+        return 0;
+}
+
+bool gw_tenant_name_ok(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n > 64 || !isalnum((unsigned char) s[0]))
+                return false;
+        for (; *s; s++)
+                if (!isalnum((unsigned char) *s) && *s != '.' && *s != '_' && *s != '-')
+                        return false;
+        return true;
+}
+
+/* Reads the whole keys file (new string) or NULL with errno. */
+static char *read_keys(const char *path) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return NULL;
+        char *buf = NULL;
+        size_t len = 0;
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+                char *p = realloc(buf, len + n + 1);
+                if (!p) {
+                        free(buf);
+                        fclose(f);
+                        errno = ENOMEM;
+                        return NULL;
+                }
+                buf = p;
+                memcpy(buf + len, chunk, n);
+                len += n;
+        }
+        fclose(f);
+        if (!buf && !(buf = calloc(1, 1)))
+                return NULL;
+        buf[len] = 0;
+        return buf;
+}
+
+/* The secret of the keys text, decoded into out; -ENOENT when none. */
+static int find_secret(const char *text, unsigned char out[GW_SECRET_BYTES]) {
+        for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+                if (strncmp(l, "secret ", 7) != 0)
+                        continue;
+                for (int i = 0; i < GW_SECRET_BYTES; i++) {
+                        unsigned v;
+                        if (sscanf(l + 7 + 2 * i, "%2x", &v) != 1)
+                                return -EINVAL;
+                        out[i] = (unsigned char) v;
+                }
+                return 0;
+        }
+        return -ENOENT;
+}
+
+int gw_key_add(const char *tenant, const char *keys_path, char *ret_key, size_t size) {
+        if (!gw_tenant_name_ok(tenant)) {
+                fprintf(stderr, "sandboxd-e2b: key add: tenant '%s': use 1-64 of A-Z, a-z, 0-9, '.', '_', '-', "
+                                "starting with a letter or digit (the daemon's tenant:NAME rule)\n", tenant);
+                return 2;
+        }
+        int fd = open(keys_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd < 0 || flock(fd, LOCK_EX) < 0) {
+                fprintf(stderr, "sandboxd-e2b: key add: %s: %s\n", keys_path, strerror(errno));
+                if (fd >= 0)
+                        close(fd);
+                return 1;
+        }
+        unsigned char rnd[GW_SECRET_BYTES + 20], dummy[GW_SECRET_BYTES];
+        char hex[2 * GW_SECRET_BYTES + 1], key[128], hash[65], line[256];
+        char *text = read_keys(keys_path);
+        int r = 0;
+        if (!text || RAND_bytes(rnd, sizeof(rnd)) != 1) {
+                fprintf(stderr, "sandboxd-e2b: key add: %s: cannot read it or no randomness\n", keys_path);
+                r = 1;
+                goto out;
+        }
+        if (find_secret(text, dummy) == -ENOENT) {
+                to_hex(rnd, GW_SECRET_BYTES, hex);
+                int n = snprintf(line, sizeof(line), "secret %s\n", hex);
+                if (write(fd, line, (size_t) n) != n) {
+                        r = 1;
+                        goto out;
+                }
+        }
+        to_hex(rnd + GW_SECRET_BYTES, 20, hex);
+        snprintf(key, sizeof(key), "e2b_%s", hex);
+        if (sha256_hex(key, hash) < 0) {
+                r = 1;
+                goto out;
+        }
+        int n = snprintf(line, sizeof(line), "key %s %s\n", tenant, hash);
+        if (write(fd, line, (size_t) n) != n || fsync(fd) < 0) {
+                fprintf(stderr, "sandboxd-e2b: key add: write %s: %s\n", keys_path, strerror(errno));
+                r = 1;
+                goto out;
+        }
+        snprintf(ret_key, size, "%s", key);
+out:
+        OPENSSL_cleanse(rnd, sizeof(rnd));
+        free(text);
+        close(fd);
+        return r;
+}
+
+int gw_key_tenant(const char *keys_path, const char *key, char *ret, size_t size) {
+        char hash[65];
+        if (!key || strncmp(key, "e2b_", 4) != 0 || sha256_hex(key, hash) < 0)
+                return -EACCES;
+        char *text = read_keys(keys_path);
+        if (!text)
+                return -errno;
+        int r = -EACCES;
+        for (char *l = text, *next; l && *l; l = next) {
+                next = strchr(l, '\n');
+                if (next)
+                        *next++ = 0;
+                char t[80], h[80];
+                if (sscanf(l, "key %79s %79s", t, h) == 2 && strlen(h) == 64 && CRYPTO_memcmp(h, hash, 64) == 0) {
+                        snprintf(ret, size, "%s", t);
+                        r = 0;
+                        break;
+                }
+        }
+        free(text);
+        return r;
+}
+
+static int token_mac(const char *keys_path, const char *tenant, const char *sandbox, char out[65]) {
+        unsigned char secret[GW_SECRET_BYTES], md[32];
+        unsigned int len = 0;
+        char *text = read_keys(keys_path);
+        if (!text)
+                return -errno;
+        int r = find_secret(text, secret);
+        free(text);
+        if (r < 0)
+                return r;
+        char *msg = NULL;
+        if (asprintf(&msg, "%s\n%s", tenant, sandbox) < 0)
+                return -ENOMEM;
+        if (!HMAC(EVP_sha256(), secret, sizeof(secret), (unsigned char *) msg, strlen(msg), md, &len) || len != 32)
+                r = -EIO;
+        OPENSSL_cleanse(secret, sizeof(secret));
+        free(msg);
+        if (r == 0)
+                to_hex(md, 32, out);
+        return r;
+}
+
+char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandbox) {
+        char mac[65];
+        char *tok = NULL;
+        if (token_mac(keys_path, tenant, sandbox, mac) < 0 || asprintf(&tok, "%s.%s", tenant, mac) < 0)
+                return NULL;
+        return tok;
+}
+
+int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size) {
+        const char *dot = token ? strrchr(token, '.') : NULL;
+        char tenant[80], mac[65];
+        if (!dot || (size_t) (dot - token) >= sizeof(tenant) || strlen(dot + 1) != 64)
+                return -EACCES;
+        memcpy(tenant, token, (size_t) (dot - token));
+        tenant[dot - token] = 0;
+        if (!gw_tenant_name_ok(tenant) || token_mac(keys_path, tenant, sandbox, mac) < 0 ||
+            CRYPTO_memcmp(mac, dot + 1, 64) != 0)
+                return -EACCES;
+        snprintf(ret, size, "%s", tenant);
+        return 0;
+}

@@ -1,0 +1,188 @@
+/* sandboxd-e2b: E2B's protocols for sandboxd (docs/E2B.md).
+ *
+ *   sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]
+ *   sandboxd-e2b key add TENANT --keys FILE
+ *
+ * Runs as an unprivileged uid named in the daemon's daemon.json
+ * tenants.gateways. Accepts on one TCP address; a thread per connection
+ * (capped), each request its own daemon connection (daemon.c). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include "e2b/gateway.h"
+
+#define MAX_CONNS 256
+
+static gw_config cfg;
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned n_conns;
+
+static void usage(FILE *f) {
+        fprintf(f, "usage: sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]\n"
+                   "       sandboxd-e2b key add TENANT --keys FILE\n");
+}
+
+static void *conn_thread(void *arg) {
+        int fd = (int) (intptr_t) arg;
+        gw_serve_conn(&cfg, fd);
+        pthread_mutex_lock(&conns_lock);
+        n_conns--;
+        pthread_mutex_unlock(&conns_lock);
+        return NULL;
+}
+
+/* "ADDR:PORT", IPv4 numeric (the gateway binds loopback in tests and
+ * behind a TLS terminator otherwise). */
+static int listen_on(const char *spec) {
+        const char *colon = strrchr(spec, ':');
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        char addr[64];
+        if (!colon || (size_t) (colon - spec) >= sizeof(addr))
+                return -EINVAL;
+        memcpy(addr, spec, (size_t) (colon - spec));
+        addr[colon - spec] = 0;
+        char *end;
+        long port = strtol(colon + 1, &end, 10);
+        if (*end || port < 1 || port > 65535 || inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+                return -EINVAL;
+        sa.sin_port = htons((uint16_t) port);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+        if (fd < 0)
+                return -errno;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+                int r = -errno;
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
+static int serve(const char *listen_spec) {
+        int lfd = listen_on(listen_spec);
+        if (lfd < 0) {
+                fprintf(stderr, "sandboxd-e2b: --listen %s: %s (want a numeric IPv4 ADDR:PORT)\n", listen_spec,
+                        strerror(-lfd));
+                return 1;
+        }
+        signal(SIGPIPE, SIG_IGN);
+        fprintf(stderr, "sandboxd-e2b: listening on %s (%s), daemon %s\n", listen_spec, cfg.tls ? "HTTPS" : "HTTP",
+                cfg.socket_path);
+        for (;;) {
+                int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno == EINTR || errno == ECONNABORTED)
+                                continue;
+                        if (errno == EMFILE || errno == ENFILE) {
+                                usleep(100000);
+                                continue;
+                        }
+                        fprintf(stderr, "sandboxd-e2b: accept: %s\n", strerror(errno));
+                        return 1;
+                }
+                pthread_mutex_lock(&conns_lock);
+                bool full = n_conns >= MAX_CONNS;
+                if (!full)
+                        n_conns++;
+                pthread_mutex_unlock(&conns_lock);
+                if (full) {
+                        close(fd);
+                        continue;
+                }
+                pthread_t t;
+                pthread_attr_t a;
+                pthread_attr_init(&a);
+                pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+                if (pthread_create(&t, &a, conn_thread, (void *) (intptr_t) fd) != 0) {
+                        close(fd);
+                        pthread_mutex_lock(&conns_lock);
+                        n_conns--;
+                        pthread_mutex_unlock(&conns_lock);
+                }
+                pthread_attr_destroy(&a);
+        }
+}
+
+/* HTTPS on the listener: TLS 1.2 or 1.3 (E2B's SDKs and browsers speak
+ * both; the daemon's own listener is 1.3 only because only its own
+ * clients use it), the certificate chain and key of the given PEM files.
+ * Clients are not asked for certificates: API keys and envd tokens say
+ * who they are. */
+static SSL_CTX *tls_context(const char *cert, const char *key) {
+        SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+        if (!ctx || !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) ||
+            SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+                unsigned long e = ERR_get_error();
+                fprintf(stderr, "sandboxd-e2b: --tls-cert %s --tls-key %s: %s\n", cert, key,
+                        e ? ERR_reason_error_string(e) : "cannot load them");
+                SSL_CTX_free(ctx);
+                return NULL;
+        }
+        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+        return ctx;
+}
+
+int main(int argc, char **argv) {
+        const char *listen_spec = NULL, *key_tenant = NULL, *tls_cert = NULL, *tls_key = NULL;
+        for (int i = 1; i < argc; i++) {
+                if (!strcmp(argv[i], "--socket") && i + 1 < argc)
+                        cfg.socket_path = argv[++i];
+                else if (!strcmp(argv[i], "--listen") && i + 1 < argc)
+                        listen_spec = argv[++i];
+                else if (!strcmp(argv[i], "--keys") && i + 1 < argc)
+                        cfg.keys_path = argv[++i];
+                else if (!strcmp(argv[i], "--tls-cert") && i + 1 < argc)
+                        tls_cert = argv[++i];
+                else if (!strcmp(argv[i], "--tls-key") && i + 1 < argc)
+                        tls_key = argv[++i];
+                else if (i == 1 && !strcmp(argv[i], "key") && i + 2 < argc && !strcmp(argv[i + 1], "add")) {
+                        key_tenant = argv[i + 2];
+                        i += 2;
+                } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+                        usage(stdout);
+                        return 0;
+                } else {
+                        fprintf(stderr, "sandboxd-e2b: unknown argument '%s'\n", argv[i]);
+                        usage(stderr);
+                        return 2;
+                }
+        }
+        if (!cfg.keys_path) {
+                fprintf(stderr, "sandboxd-e2b: --keys FILE is required\n");
+                return 2;
+        }
+        if (key_tenant) {
+                char key[64];
+                int r = gw_key_add(key_tenant, cfg.keys_path, key, sizeof(key));
+                if (r == 0)
+                        printf("%s\n", key);
+                return r;
+        }
+        if (!listen_spec) {
+                fprintf(stderr, "sandboxd-e2b: --listen ADDR:PORT is required\n");
+                return 2;
+        }
+        if (getuid() == 0 || geteuid() == 0) {
+                fprintf(stderr, "sandboxd-e2b: refusing to run as root: run it as the uid of daemon.json "
+                                "tenants.gateways (it acts only as its callers' tenants)\n");
+                return 2;
+        }
+        if (!tls_cert != !tls_key) {
+                fprintf(stderr, "sandboxd-e2b: --tls-cert and --tls-key go together\n");
+                return 2;
+        }
+        if (tls_cert && !(cfg.tls = tls_context(tls_cert, tls_key)))
+                return 1;
+        cfg.socket_path = client_socket_path(cfg.socket_path);
+        return serve(listen_spec);
+}

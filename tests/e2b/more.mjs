@@ -1,0 +1,165 @@
+// More of E2B's documented SDK surface against sandboxd-e2b: the
+// filesystem calls (makeDir, exists, getInfo, rename, remove), background
+// commands (list, kill by pid), a command's envs, cwd and user, and
+// options sandboxd-e2b does not serve yet, which must fail loudly (E2B's
+// error shape, naming what is missing), never be ignored.
+import { Sandbox, FileNotFoundError, ALL_TRAFFIC } from 'e2b'
+import assert from 'node:assert/strict'
+
+function ok(what) {
+  console.log('ok - ' + what)
+}
+
+const s = await Sandbox.create({ envs: { FROM_CREATE: 'yes' }, timeoutMs: 120_000 })
+try {
+  assert.equal(await s.files.makeDir('/tmp/m/n'), true)
+  assert.equal(await s.files.makeDir('/tmp/m/n'), false)
+  ok('files.makeDir: true, then false when it exists')
+
+  await s.files.write('/tmp/m/n/f.txt', 'abc')
+  const moved = await s.files.rename('/tmp/m/n/f.txt', '/tmp/m/g.txt')
+  assert.equal(moved.path, '/tmp/m/g.txt')
+  const info = await s.files.getInfo('/tmp/m/g.txt')
+  assert.equal(info.type, 'file')
+  assert.equal(info.size, 3)
+  assert.ok(info.modifiedTime.getFullYear() >= 2024)
+  assert.equal(await s.files.exists('/tmp/m/n/f.txt'), false)
+  ok('files.rename and files.getInfo')
+
+  // watchDir: events arrive as they happen (waited for, with a deadline).
+  await s.files.makeDir('/tmp/w')
+  const seen = []
+  const isNew = (e) => e.name === 'new.txt' && e.type === 'create'
+  let arrived
+  const created = new Promise((resolve) => {
+    arrived = resolve
+  })
+  const handle = await s.files.watchDir('/tmp/w', (e) => {
+    seen.push(e)
+    if (isNew(e)) arrived()
+  })
+  await s.files.write('/tmp/w/new.txt', 'x')
+  let timer
+  await Promise.race([created, new Promise((resolve) => (timer = setTimeout(resolve, 30_000)))])
+  clearTimeout(timer)
+  await handle.stop()
+  assert.ok(seen.some(isNew), JSON.stringify(seen))
+  ok('files.watchDir reports a created file by its name')
+
+  await s.files.remove('/tmp/m')
+  assert.equal(await s.files.exists('/tmp/m'), false)
+  ok('files.remove of a tree')
+
+  await assert.rejects(s.files.read('/tmp/none'), FileNotFoundError)
+  ok('files.read of a missing file: FileNotFoundError')
+
+  const bg = await s.commands.run('sleep 300', { background: true })
+  const procs = await s.commands.list()
+  assert.ok(procs.some((p) => p.pid === bg.pid && p.args.join(' ').includes('sleep 300')))
+  assert.equal(await s.commands.kill(bg.pid), true)
+  const ended = await bg.wait().catch((e) => e)
+  assert.equal(ended.exitCode, 137)
+  assert.ok(!(await s.commands.list()).some((p) => p.pid === bg.pid))
+  ok('a background command: listed by pid, killed')
+
+  const left = await s.commands.run('sleep 300', { background: true })
+  await left.disconnect()
+  assert.ok((await s.commands.list()).some((p) => p.pid === left.pid))
+  assert.equal(await s.commands.kill(left.pid), true)
+  ok('a background command the caller disconnected from runs on (as in envd), then is killed')
+
+  assert.equal((await s.commands.run('cat; echo done')).stdout, 'done\n')
+  ok('a command\'s stdin is closed (stdin: false)')
+
+  const cat = await s.commands.run('cat', { background: true, stdin: true })
+  await s.commands.sendStdin(cat.pid, 'hello stdin\n')
+  await s.commands.closeStdin(cat.pid)
+  assert.equal((await cat.wait()).stdout, 'hello stdin\n')
+  ok('commands: stdin true, sendStdin, closeStdin')
+
+  let screen = ''
+  const decoder = new TextDecoder()
+  const term = await s.pty.create({ cols: 80, rows: 24, onData: (d) => (screen += decoder.decode(d)) })
+  await s.pty.resize(term.pid, { cols: 100, rows: 30 })
+  await s.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit 0\n'))
+  await term.wait()
+  assert.match(screen, /30 100/)
+  ok('pty.create, resize, sendInput; output as pty data')
+
+  const big = 'x'.repeat(20 * 1024 * 1024) + 'end'
+  await s.files.write('/tmp/big', big)
+  assert.equal((await s.files.read('/tmp/big')).length, big.length)
+  assert.equal((await s.commands.run('stat -c %s /tmp/big')).stdout, `${big.length}\n`)
+  ok('a 20 MiB file written and read back')
+
+  assert.equal((await s.commands.run('echo $FOO $FROM_CREATE', { envs: { FOO: 'bar' } })).stdout, 'bar yes\n')
+  assert.equal((await s.commands.run('pwd', { cwd: '/tmp' })).stdout, '/tmp\n')
+  assert.equal((await s.commands.run('id -u', { user: 'root' })).stdout, '0\n')
+  ok('commands.run with envs (and the sandbox\'s), cwd, user root')
+
+  assert.equal(await s.pause(), true)
+  assert.equal(await s.pause(), false)
+  assert.equal((await s.getInfo()).state, 'paused')
+  const back = await Sandbox.connect(s.sandboxId)
+  assert.equal((await s.getInfo()).state, 'running')
+  assert.equal((await back.commands.run('echo back')).stdout, 'back\n')
+  ok('pause (twice: false), then Sandbox.connect resumes it')
+
+  const before = (await s.getInfo()).endAt.getTime()
+  await s.setTimeout(600_000)
+  const after = (await s.getInfo()).endAt.getTime()
+  assert.ok(after > before + 400_000, `endAt ${before} -> ${after}`)
+  ok('setTimeout moves the end later')
+  await assert.rejects(s.setTimeout(10_000), /cannot end a running sandbox earlier/)
+  ok('setTimeout to an earlier end is refused, saying why')
+
+  await assert.rejects(
+    Sandbox.create({ network: { allowOut: ['5.5.5.10'], denyOut: ['5.5.5.0/24'] } }),
+    /allowOut cannot reopen part of denyOut/
+  )
+  await assert.rejects(
+    Sandbox.create({ network: { maskRequestHost: 'x.example' } }),
+    /network.maskRequestHost: not served/
+  )
+  await assert.rejects(Sandbox.createSnapshot(s.sandboxId), /snapshots are not served/)
+  await assert.rejects(s.commands.connect(1), /process.Process\/Connect is not served/)
+  ok('what is not served yet is refused, naming it')
+
+  // api.public.test and other.public.test are hosts of the test world's
+  // fake internet: what a sandbox resolves shows what its policy opens.
+  const lookup = (name) => `getent hosts ${name} >/dev/null && echo resolved || echo no-dns`
+  const resolves = async (sbx, name) => (await sbx.commands.run(lookup(name))).stdout === 'resolved\n'
+  const open = await Sandbox.create({ allowInternetAccess: true })
+  const denied = await Sandbox.create({ allowInternetAccess: false })
+  const only = await Sandbox.create({ network: { allowOut: ['api.public.test'], denyOut: [ALL_TRAFFIC] } })
+  const but = await Sandbox.create({ network: { denyOut: ['5.5.5.11'] } })
+  try {
+    // Five sandboxes of this key now: listed two a page, none twice.
+    const pager = Sandbox.list({ limit: 2 })
+    const ids = []
+    while (pager.hasNext) ids.push(...(await pager.nextItems()).map((x) => x.sandboxId))
+    assert.equal(ids.length, 5)
+    assert.deepEqual(new Set(ids), new Set([s, open, denied, only, but].map((x) => x.sandboxId)))
+    ok('Sandbox.list pages with limit and nextToken')
+
+    assert.equal(await resolves(open, 'api.public.test'), true)
+    assert.equal(await resolves(denied, 'api.public.test'), false)
+    ok('allowInternetAccess false: deny-all (true: allow-all)')
+    assert.equal(await resolves(only, 'api.public.test'), true)
+    assert.equal(await resolves(only, 'other.public.test'), false)
+    ok('allowOut a domain with denyOut allTraffic: only that domain')
+    assert.equal(await resolves(but, 'api.public.test'), true)
+    assert.equal(await resolves(but, 'other.public.test'), false)
+    ok('denyOut an address: everything but it')
+    await but.updateNetwork({ allowOut: ['other.public.test'], denyOut: [ALL_TRAFFIC] })
+    assert.equal(await resolves(but, 'api.public.test'), false)
+    assert.equal(await resolves(but, 'other.public.test'), true)
+    await but.updateNetwork({})
+    assert.equal(await resolves(but, 'api.public.test'), true)
+    ok('updateNetwork replaces the egress config of a running sandbox ({} opens it all)')
+  } finally {
+    for (const sbx of [open, denied, only, but]) await sbx.kill()
+  }
+} finally {
+  await s.kill()
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""E2B's published JS SDK (the `e2b` npm package, pinned by
+tests/e2b/package-lock.json) against sandboxd-e2b and sandboxd in the test
+world (tests/integration/world.py, DESIGN §8).
+
+    python3 tests/e2b/run.py [program.mjs ...]
+
+Opens a world, starts sandboxd with daemon.json tenants.gateways naming
+the gateway's uid, adds two API keys (tenants e2b-a and e2b-b) with
+`sandboxd-e2b key add`, starts sandboxd-e2b as that uid (gid nogroup) on
+127.0.0.1 in the world host's network namespace, and runs each program
+with node there, its environment naming the server only through
+E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
+key, for the isolation check); agent.mjs runs once more over HTTPS
+(--tls-cert, a CA of `sandboxctl certs init` that node is told to trust).
+Every process it starts is stopped, and
+the world torn down, on every exit. Exit status: 0 when every program
+passed.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+
+import world as W  # noqa: E402
+
+GATEWAY_UID = 2100
+NOGROUP = 65534
+PORT = 49983  # envd's port; any free loopback port of the world would do
+TLS_PORT = 49984  # the same gateway's HTTPS listener (--tls-cert)
+# SANDBOXD_E2B: another build of the gateway (e.g. one with ASan).
+GATEWAY = os.environ.get("SANDBOXD_E2B") or os.path.join(REPO, "build", "sandboxd-e2b")
+PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs"]
+# Run again over HTTPS (E2B_API_URL=https://...), trusting the test CA.
+TLS_PROGRAMS = ["agent.mjs"]
+NODE_TIMEOUT = 300
+
+
+def add_key(keys, tenant):
+    p = subprocess.run([GATEWAY, "key", "add", tenant, "--keys", keys], check=True, capture_output=True, text=True)
+    key = p.stdout.strip()
+    if not key.startswith("e2b_"):
+        raise W.WorldError("key add printed %r" % p.stdout)
+    return key
+
+
+def start_gateway(world, d, keys, port=PORT, tls=()):
+    log = open(os.path.join(d.dir, "sandboxd-e2b.log"), "ab")
+    argv = ["nsenter", "--net=/run/netns/" + world.host_ns, "--",
+            "setpriv", "--reuid=%d" % GATEWAY_UID, "--regid=%d" % NOGROUP, "--clear-groups", "--",
+            GATEWAY, "--socket", d.socket, "--listen", "127.0.0.1:%d" % port, "--keys", keys] + list(tls)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    log.close()
+    # Ready when it accepts (start-up, not a test's synchronisation).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            with open(os.path.join(d.dir, "sandboxd-e2b.log"), errors="replace") as f:
+                raise W.WorldError("sandboxd-e2b exited with %s at start: %s" % (proc.returncode, f.read()[-800:]))
+        r = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", "python3", "-c",
+                            "import socket; socket.create_connection(('127.0.0.1', %d), 1).close()" % port],
+                           capture_output=True)
+        if r.returncode == 0:
+            return proc
+        time.sleep(0.05)
+    stop(proc)
+    raise W.WorldError("sandboxd-e2b did not accept on 127.0.0.1:%d" % port)
+
+
+def stop(proc):
+    if proc and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def main(argv):
+    if os.geteuid() != 0:
+        print("e2b-test: needs root (the test world)", file=sys.stderr)
+        return 1
+    if not os.path.isdir(os.path.join(HERE, "node_modules", "e2b")):
+        print("e2b-test: the e2b package is not installed; run scripts/install-deps", file=sys.stderr)
+        return 1
+    programs = [(p, False) for p in (argv or PROGRAMS)] + [(p, True) for p in (TLS_PROGRAMS if not argv else [])]
+    with W.World() as world:
+        d = world.start_sandboxd(config={"socketGroup": "nogroup", "tenants": {"gateways": [GATEWAY_UID]}})
+        keys = os.path.join(d.dir, "e2b-keys")
+        key_a, key_b = add_key(keys, "e2b-a"), add_key(keys, "e2b-b")
+        os.chown(keys, GATEWAY_UID, NOGROUP)
+        certs = os.path.join(d.dir, "e2b-certs")
+        subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--name", "127.0.0.1"], check=True,
+                       capture_output=True)
+        # The gateway's own files: its certificate and key (0600, its own).
+        os.chmod(certs, 0o711)
+        for f in ("server.pem", "server-key.pem"):
+            os.chown(os.path.join(certs, f), GATEWAY_UID, NOGROUP)
+        gws = []
+        rc = 0
+        try:
+            gws.append(start_gateway(world, d, keys))
+            gws.append(start_gateway(world, d, keys, TLS_PORT,
+                                     ("--tls-cert", os.path.join(certs, "server.pem"),
+                                      "--tls-key", os.path.join(certs, "server-key.pem"))))
+            for prog, tls in programs:
+                url = ("https://127.0.0.1:%d" % TLS_PORT) if tls else ("http://127.0.0.1:%d" % PORT)
+                env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+                env.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=key_a, E2B_API_KEY_B=key_b)
+                if tls:
+                    env["NODE_EXTRA_CA_CERTS"] = os.path.join(certs, "ca.pem")
+                name = prog + (" (HTTPS)" if tls else "")
+                print("# %s" % name, flush=True)
+                p = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", "node", prog],
+                                   cwd=HERE, env=env, timeout=NODE_TIMEOUT)
+                print("%s %s" % ("PASS" if p.returncode == 0 else "FAIL", name), flush=True)
+                rc = rc or p.returncode
+        except subprocess.TimeoutExpired:
+            print("e2b-test: a program took longer than %ds" % NODE_TIMEOUT, file=sys.stderr)
+            rc = 1
+        finally:
+            for gw in gws:
+                stop(gw)
+        # Every program kills what it made: nothing may be left (a kill the
+        # gateway answered without doing would show here).
+        left = [x["name"] for x in d.rpc_result("sandbox.list").get("sandboxes", [])]
+        if left:
+            print("FAIL sandboxes left behind: %s" % ", ".join(left), flush=True)
+            rc = 1
+        if rc != 0:
+            with open(os.path.join(d.dir, "sandboxd-e2b.log"), errors="replace") as f:
+                print("--- sandboxd-e2b log (tail) ---\n" + "".join(f.readlines()[-30:]), file=sys.stderr)
+            print("--- sandboxd log (tail) ---\n" + d.log_tail(30), file=sys.stderr)
+    if getattr(world, "teardown_errors", None):
+        print("FAIL world teardown: %s" % "; ".join(world.teardown_errors), flush=True)
+        rc = 1
+    print("e2b-test: %s" % ("passed" if rc == 0 else "failed"))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

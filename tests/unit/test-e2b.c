@@ -1,0 +1,243 @@
+/* Unit tests for sandboxd-e2b (e2b/): API keys stored as hashes and
+ * checked, per-sandbox envd tokens, URL decoding, multipart bodies, and
+ * the HTTP layer's answers over a socketpair (routing before any daemon
+ * call: health, a missing or unknown key, a bad sandbox token, limits,
+ * keep-alive). docs/E2B.md, docs/SECURITY.md §4.3. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "e2b/gateway.h"
+
+static char keys_path[64];
+
+static int setup(void **state) {
+        snprintf(keys_path, sizeof(keys_path), "/tmp/test-e2b-keys-XXXXXX");
+        int fd = mkstemp(keys_path);
+        assert_true(fd >= 0);
+        close(fd);
+        unlink(keys_path); /* key add makes it */
+        return 0;
+}
+
+static int teardown(void **state) {
+        unlink(keys_path);
+        return 0;
+}
+
+static char *slurp(const char *path) {
+        FILE *f = fopen(path, "re");
+        assert_non_null(f);
+        static char buf[8192];
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        return buf;
+}
+
+static void test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored(void **state) {
+        char a[64], b[64], t[80];
+        assert_int_equal(gw_key_add("team-a", keys_path, a, sizeof(a)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, b, sizeof(b)), 0);
+        assert_int_equal(strlen(a), 44);
+        assert_memory_equal(a, "e2b_", 4);
+        assert_string_not_equal(a, b);
+        struct stat st;
+        assert_int_equal(stat(keys_path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+        const char *text = slurp(keys_path);
+        assert_null(strstr(text, a + 4));
+        assert_null(strstr(text, b + 4));
+        assert_non_null(strstr(text, "key team-a "));
+        assert_int_equal(gw_key_tenant(keys_path, a, t, sizeof(t)), 0);
+        assert_string_equal(t, "team-a");
+        assert_int_equal(gw_key_tenant(keys_path, b, t, sizeof(t)), 0);
+        assert_string_equal(t, "team-b");
+        char wrong[64];
+        snprintf(wrong, sizeof(wrong), "%s", a);
+        wrong[10] = wrong[10] == '0' ? '1' : '0';
+        assert_int_equal(gw_key_tenant(keys_path, wrong, t, sizeof(t)), -EACCES);
+        assert_int_equal(gw_key_tenant(keys_path, "", t, sizeof(t)), -EACCES);
+        assert_int_equal(gw_key_tenant(keys_path, NULL, t, sizeof(t)), -EACCES);
+}
+
+static void test_key_add_refuses_a_name_the_daemon_would_refuse(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("uid:0", keys_path, k, sizeof(k)), 2);
+        assert_int_equal(gw_key_add("", keys_path, k, sizeof(k)), 2);
+        assert_int_equal(gw_key_add("-a", keys_path, k, sizeof(k)), 2);
+        assert_int_equal(gw_key_add("a b", keys_path, k, sizeof(k)), 2);
+}
+
+static void test_an_envd_token_opens_one_sandbox_of_one_tenant(void **state) {
+        char k[64], t[80];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        assert_int_equal(gw_envd_token_check(keys_path, tok, "sbx-1", t, sizeof(t)), 0);
+        assert_string_equal(t, "team-a");
+        assert_int_equal(gw_envd_token_check(keys_path, tok, "sbx-2", t, sizeof(t)), -EACCES);
+        /* The tenant part cannot be swapped. */
+        char *forged = NULL;
+        assert_true(asprintf(&forged, "team-b%s", strchr(tok, '.')) > 0);
+        assert_int_equal(gw_envd_token_check(keys_path, forged, "sbx-1", t, sizeof(t)), -EACCES);
+        assert_int_equal(gw_envd_token_check(keys_path, "team-a", "sbx-1", t, sizeof(t)), -EACCES);
+        assert_int_equal(gw_envd_token_check(keys_path, NULL, "sbx-1", t, sizeof(t)), -EACCES);
+        free(forged);
+        free(tok);
+}
+
+static void test_url_decoding(void **state) {
+        char *s = gw_url_decode("a%2Fb+c%20d%", 12, true);
+        assert_string_equal(s, "a/b c d%");
+        free(s);
+        s = gw_url_decode("a+b", 3, false);
+        assert_string_equal(s, "a+b");
+        free(s);
+        /* A decoded NUL would cut a path short: refused. */
+        assert_null(gw_url_decode("a%00b", 5, true));
+}
+
+static void test_multipart_parts_with_their_file_names(void **state) {
+        static const char body[] = "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/a.txt\"\r\n"
+                                   "Content-Type: application/octet-stream\r\n\r\nhello\r\n"
+                                   "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"b\"\r\n\r\n"
+                                   "two\r\nlines\r\n--XyZ--\r\n";
+        gw_header h = { .name = "Content-Type", .value = "multipart/form-data; boundary=XyZ" };
+        gw_request r = { .headers = &h, .n_headers = 1, .body = (char *) body, .body_len = sizeof(body) - 1 };
+        gw_part *parts = NULL;
+        size_t n = 0;
+        assert_int_equal(gw_multipart(&r, &parts, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(parts[0].filename, "/tmp/a.txt");
+        assert_int_equal(parts[0].len, 5);
+        assert_memory_equal(parts[0].data, "hello", 5);
+        assert_string_equal(parts[1].filename, "b");
+        assert_int_equal(parts[1].len, 10);
+        assert_memory_equal(parts[1].data, "two\r\nlines", 10);
+        for (size_t i = 0; i < n; i++)
+                free(parts[i].filename);
+        free(parts);
+        h.value = "application/json";
+        assert_int_equal(gw_multipart(&r, &parts, &n), -EINVAL);
+}
+
+/* ---- HTTP over a socketpair ---- */
+
+static gw_config http_cfg;
+
+static void *serve_thread(void *arg) {
+        gw_serve_conn(&http_cfg, (int) (intptr_t) arg);
+        return NULL;
+}
+
+/* Sends `req`, shuts down writing, and returns everything the gateway
+ * answered until it closed (static buffer). */
+static const char *exchange(const char *req, size_t len) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, serve_thread, (void *) (intptr_t) sv[1]), 0);
+        for (size_t off = 0; off < len;) {
+                ssize_t n = send(sv[0], req + off, len - off, MSG_NOSIGNAL);
+                if (n <= 0)
+                        break; /* it may close before reading all (limits) */
+                off += (size_t) n;
+        }
+        shutdown(sv[0], SHUT_WR);
+        static char out[65536];
+        size_t have = 0;
+        ssize_t n;
+        while ((n = recv(sv[0], out + have, sizeof(out) - 1 - have, 0)) > 0)
+                have += (size_t) n;
+        out[have] = 0;
+        pthread_join(t, NULL);
+        close(sv[0]);
+        return out;
+}
+
+static void test_http_routes_before_any_daemon_call(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        const char *o = exchange("GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 34);
+        assert_non_null(strstr(o, "HTTP/1.1 200 OK\r\n"));
+
+        static const char two[] = "GET /sandboxes HTTP/1.1\r\nHost: x\r\n\r\n"
+                                  "GET /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: e2b_0000000000000000000000000000000000000000\r\n\r\n";
+        o = exchange(two, sizeof(two) - 1);
+        /* Keep-alive: both answered on one connection, E2B's error shape. */
+        const char *first = strstr(o, "HTTP/1.1 401");
+        assert_non_null(first);
+        assert_non_null(strstr(o, "{\"code\":401,\"message\":\"X-API-Key: missing (E2B_API_KEY)\"}"));
+        assert_non_null(strstr(first + 1, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "\"message\":\"Invalid API key\""));
+
+        /* A good key reaches the daemon: here none, so 502 naming it. */
+        char req[512];
+        int n = snprintf(req, sizeof(req), "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", k);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 502"));
+        assert_non_null(strstr(o, "cannot reach sandboxd at /nonexistent/sandboxd.sock"));
+
+        static const char envd[] = "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                                   "X-Access-Token: team-a.00\r\nContent-Length: 2\r\n\r\n{}";
+        o = exchange(envd, sizeof(envd) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "not this sandbox's access token"));
+
+        /* Connect's binary codec is refused, not misread as JSON. */
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        n = snprintf(req, sizeof(req), "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                     "X-Access-Token: %s\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n", tok);
+        free(tok);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 415"));
+        assert_non_null(strstr(o, "application/json or application/connect+json (Connect's JSON codec)"));
+
+        static const char bad_id[] = "GET /files?path=/a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: ../etc\r\n\r\n";
+        o = exchange(bad_id, sizeof(bad_id) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+}
+
+static void test_http_limits_answer_and_close(void **state) {
+        char req[256];
+        int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
+                         GW_MAX_BODY + 1);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 413"));
+        size_t big = 70 * 1024;
+        char *head = malloc(big + 64);
+        assert_non_null(head);
+        int h = snprintf(head, big + 64, "GET / HTTP/1.1\r\nX-Long: ");
+        memset(head + h, 'a', big);
+        memcpy(head + h + big, "\r\n\r\n", 5);
+        o = exchange(head, (size_t) h + big + 4);
+        assert_non_null(strstr(o, "HTTP/1.1 431"));
+        free(head);
+        o = exchange("NOT HTTP\r\n\r\n", 12);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_key_add_refuses_a_name_the_daemon_would_refuse, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_an_envd_token_opens_one_sandbox_of_one_tenant, setup, teardown),
+                cmocka_unit_test(test_url_decoding),
+                cmocka_unit_test(test_multipart_parts_with_their_file_names),
+                cmocka_unit_test_setup_teardown(test_http_routes_before_any_daemon_call, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_http_limits_answer_and_close, setup, teardown),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
