@@ -2,7 +2,7 @@
 #
 #   make            build sandboxd, sandbox-init, sandboxctl
 #   make check      install deps, build, unit tests and integration tests, each plain and under ASan+UBSan
-#                   (the two integration runs side by side); 20 s of each fuzz target, the short load run, a sample of the kill -9 matrix
+#                   (the two integration runs side by side); 20 s of each fuzz target; the SDKs' and E2B tests, the short load run, a sample of the kill -9 matrix
 #   make fuzz       each fuzz target for FUZZ_SECONDS (default 300)
 #   make faults     the kill -9 matrix at every fault point (tests/faults/)
 #   make sdk-py-check  the Python SDK's tests (sdk/python) against a real daemon
@@ -226,6 +226,7 @@ check: deps
 	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
 	@$(MAKE) --no-print-directory sdk-ts-check
 	@$(MAKE) --no-print-directory sdk-py-check
+	@$(MAKE) --no-print-directory e2b-test
 	@$(MAKE) --no-print-directory systemd-test SYSTEMD_TEST_ARGS=--if-possible
 	@$(MAKE) --no-print-directory deb-check
 
