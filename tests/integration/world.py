@@ -558,8 +558,20 @@ def _teardown_all():
 
 
 def _on_signal(signum, frame):
-    _teardown_all()
-    sys.exit(128 + signum)
+    """SIGINT/SIGTERM: tear every world down and end the process. A second
+    signal must not cut the teardown short (a signal sent to the whole
+    process group arrives twice over), and no test's `except BaseException`
+    may swallow the end: a run that went on after its world was half torn
+    down left namespaces, a loop device and a session behind."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    signal.alarm(0)
+    try:
+        _teardown_all()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
 
 
 atexit.register(_teardown_all)
