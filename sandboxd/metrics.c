@@ -26,6 +26,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "libcore/log.h"
+#include "libcore/pool.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/metrics.h"
@@ -391,6 +392,16 @@ static char *render(bool full, const tenant *who, size_t *ret_len) {
                 "# HELP sandboxd_storage_unbacked_disks Disk images without all their blocks (made sparse by an earlier version).\n"
                 "# TYPE sandboxd_storage_unbacked_disks gauge\nsandboxd_storage_unbacked_disks %u\n",
                 ss.committed_bytes, ss.free_bytes, ss.unbacked);
+        core_pool_stats ps;
+        if (core_pool_stats_get(&ps) >= 0)
+                fprintf(f,
+                        "# HELP sandboxd_storage_pool_size_bytes Size of the storage pool (daemon.json storage.pool).\n"
+                        "# TYPE sandboxd_storage_pool_size_bytes gauge\nsandboxd_storage_pool_size_bytes %" PRIu64 "\n"
+                        "# HELP sandboxd_storage_pool_committed_bytes Bytes of the storage pool committed: every pool disk's diskMiB, every pool layer's referenced bytes and the metadata margin.\n"
+                        "# TYPE sandboxd_storage_pool_committed_bytes gauge\nsandboxd_storage_pool_committed_bytes %" PRIu64 "\n"
+                        "# HELP sandboxd_storage_pool_used_bytes Bytes of the storage pool Btrfs has in use.\n"
+                        "# TYPE sandboxd_storage_pool_used_bytes gauge\nsandboxd_storage_pool_used_bytes %" PRIu64 "\n",
+                        ps.size, ps.committed, ps.used);
         if (full) {
                 /* Usage of each running sandbox, read once. */
                 size_t n = 0;
