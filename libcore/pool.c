@@ -352,6 +352,11 @@ static int admit(uint64_t more, const char *what, sb_error **ret_err) {
         if (c + more <= pool_size)
                 return 0;
         uint64_t free_b = c < pool_size ? pool_size - c : 0;
+        if (!more)
+                return sb_error_set(ret_err, -ENOSPC, "limit_exceeded", NULL,
+                                    "storage pool: %s does not fit: %" PRIu64 " MiB of the pool's %" PRIu64
+                                    " MiB would be committed (disks, layers and its metadata margin)",
+                                    what, c >> 20, pool_size >> 20);
         return sb_error_set(ret_err, -ENOSPC, "limit_exceeded", NULL,
                             "storage pool: %s needs %" PRIu64 " MiB and %" PRIu64 " MiB of the pool's %" PRIu64
                             " MiB are free (committed to other disks and layers, and its metadata margin)",
@@ -410,15 +415,31 @@ static int set_limit(const char *subvol, uint64_t bytes) {
         return ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &a) < 0 ? negative_errno() : 0;
 }
 
-/* Deletes subvolume `name` of the directory `parent`. */
+/* Deletes subvolume `name` of the directory `parent`. Its limit goes
+ * first: a deleted subvolume cannot grow, so from then on admission counts
+ * what it still references (freed by the cleaner thread in the
+ * background), not the whole diskMiB. A commit is started at once, which
+ * wakes the cleaner, rather than at the next periodic commit (30 s). */
 static int destroy(const char *parent, const char *name) {
         _cleanup_close_ int fd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
                 return negative_errno();
+        {
+                _cleanup_close_ int sfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                /* (u64)-1 clears the limit (fs/btrfs/qgroup.c CLEAR_VALUE). */
+                struct btrfs_ioctl_qgroup_limit_args l = {.qgroupid = 0};
+                l.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
+                l.lim.max_rfer = UINT64_MAX;
+                if (sfd >= 0 && ioctl(sfd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0)
+                        log_debug("storage pool: clear the limit of %s/%s: %m", parent, name);
+        }
         struct btrfs_ioctl_vol_args_v2 a = {0};
         snprintf(a.name, sizeof(a.name), "%s", name);
         if (ioctl(fd, BTRFS_IOC_SNAP_DESTROY_V2, &a) < 0)
                 return errno == ENOENT ? 0 : negative_errno();
+        __u64 transid;
+        if (ioctl(fd, BTRFS_IOC_START_SYNC, &transid) < 0)
+                log_debug("storage pool: start a commit after deleting %s/%s: %m", parent, name);
         return 0;
 }
 
