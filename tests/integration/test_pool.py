@@ -51,16 +51,17 @@ class _Pool:
     deleted and the pool's loop device checked gone at the end, even on
     failure."""
 
-    def __init__(self, world, tag, size_mib=POOL_MIB):
+    def __init__(self, world, tag, size_mib=POOL_MIB, **start):
         world.stop_sandboxd()  # one daemon per network namespace
         self.world = world
         self.d = world.add_sandboxd(config={"storage": {"pool": {"sizeMiB": size_mib}}, "diskMiB": DISK_MIB},
                                     tag=tag)
         self.sandboxes, self.snapshots = [], []
         self.image = os.path.join(self.d.state_dir, "pool.img")
+        self.start = start
 
     def __enter__(self):
-        self.d.start()
+        self.d.start(**self.start)
         return self
 
     def create(self, tag, **params):
@@ -216,3 +217,40 @@ def test_pool_admission_refuses_past_its_size(world):
 
 
 test_pool_admission_refuses_past_its_size.timeout = 600
+
+
+def test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume(world):
+    """kill -9 once the read-only snapshot exists and before any record
+    names it (fault points snapshot.copied and fork.copied, the source
+    still frozen): the restart deletes the orphan layer, thaws the source
+    and keeps its files."""
+    if not os.access(W.FAULTS_SANDBOXD, os.X_OK):
+        raise W.Skip("build/faults/sandboxd is not built (make build/faults/sandboxd)")
+    with _Pool(world, "poolk") as p:
+        src = p.create_ok("pk", persistent=True)
+        _sh_ok(p.d, src, "echo kept > /workspace/k")
+        for point, method, params in (("snapshot.copied", "sandbox.snapshot", {"name": src}),
+                                      ("fork.copied", "sandbox.fork",
+                                       {"sourceSandbox": src, "name": world.name("pkf")})):
+            p.d.stop()
+            p.d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAULT": point})
+            try:
+                p.d.rpc(method, params, 120)
+            except Exception:
+                pass  # the connection ends with the daemon
+            p.d.proc.wait(60)
+            expect_eq(p.d.proc.returncode, -9, "sandboxd killed at %s" % point)
+            p.d.start()
+            with open(p.d.log_path, errors="replace") as f:
+                swept = f.read().count("storage pool: removed 1 subvolume(s) nothing refers to")
+            expect_eq(swept, 1 + (method == "sandbox.fork"), "the restart after %s deleted the orphan "
+                      "layer:\n%s" % (point, p.d.log_tail(20)))
+            subvols, layers = _pool_entries(p.d)
+            expect_eq((len(subvols), layers), (1, []), "the pool after a kill at %s: %s" % (point, subvols))
+            expect_eq(_sh_ok(p.d, src, "cat /workspace/k"), "kept\n", "the source after a kill at %s" % point)
+            expect("result" not in p.d.rpc("sandbox.get", {"name": params.get("name", "")}) or
+                   method == "sandbox.snapshot", "no fork was recorded")
+        expect_eq(p.d.rpc_result("snapshot.list", {}).get("snapshots"), [], "no snapshot was recorded")
+
+
+test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume.timeout = 600
