@@ -33,10 +33,29 @@ int sandbox_parse_disk(const daemon_config *cfg, const cJSON *res, uint64_t *ret
         return 0;
 }
 
+/* Without storage.pool, a state directory whose sandboxes have their
+ * disks in a pool is refused whole: started, the daemon would show them
+ * without their files, and its start-up removals would orphan their
+ * subvolumes. */
+static int refuse_pool_sandboxes(manager *m, sb_error **ret_err) {
+        _cleanup_closedir_ DIR *d = opendir(m->sandboxes_dir);
+        for (struct dirent *de; d && (de = readdir(d));) {
+                _cleanup_free_ char *dir = NULL;
+                if (streq(de->d_name, ".") || streq(de->d_name, "..") ||
+                    asprintf(&dir, "%s/%s", m->sandboxes_dir, de->d_name) < 0 || !core_pool_present(dir))
+                        continue;
+                return sb_error_set(ret_err, -EINVAL, NULL, "storage.pool",
+                                    "daemon.json: storage.pool: the disk of sandbox '%s' (%s) is in the storage "
+                                    "pool; set storage.pool as it was (the pool's files are kept)",
+                                    de->d_name, dir);
+        }
+        return 0;
+}
+
 int storage_pool_init(manager *m, sb_error **ret_err) {
         const cJSON *pool = cJSON_GetObjectItemCaseSensitive(m->cfg->storage, "pool");
         if (!pool)
-                return 0;
+                return refuse_pool_sandboxes(m, ret_err);
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(pool, "sizeMiB");
         const char *dev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pool, "device"));
         _cleanup_free_ char *mnt = NULL, *file = NULL;

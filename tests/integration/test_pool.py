@@ -252,6 +252,25 @@ def test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume(world):
             expect("result" not in p.d.rpc("sandbox.get", {"name": params.get("name", "")}) or
                    method == "sandbox.snapshot", "no fork was recorded")
         expect_eq(p.d.rpc_result("snapshot.list", {}).get("snapshots"), [], "no snapshot was recorded")
+        # Without storage.pool the state directory is refused, naming the
+        # key and the sandbox; with it again everything is there.
+        p.d.stop()
+        pool_config = p.d.config
+        p.d.config = {"diskMiB": DISK_MIB}
+        try:
+            p.d.start()
+            started = True
+        except W.WorldError:
+            started = False
+        finally:
+            p.d.config = pool_config
+        expect(not started, "a daemon without storage.pool started over pool sandboxes")
+        with open(p.d.log_path, errors="replace") as f:
+            log = f.read()
+        expect("storage.pool: the disk of sandbox '%s'" % src in log, "the refusal names the key and the "
+               "sandbox:", p.d.log_tail(5))
+        p.d.start()
+        expect_eq(_sh_ok(p.d, src, "cat /workspace/k"), "kept\n", "the source once storage.pool is back")
 
 
 test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume.timeout = 600
