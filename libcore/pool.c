@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/btrfs.h>
+#include <linux/btrfs_tree.h>
 #include <linux/fs.h>
 #include <linux/magic.h>
 #include <pthread.h>
@@ -596,6 +597,24 @@ int core_pool_capture(const char *dir, const char *id, sb_error **ret_err) {
                 (void)destroy(layers, id);
         pthread_mutex_unlock(&admit_lock);
         return r;
+}
+
+int core_pool_used(const char *dir, uint64_t *ret) {
+        _cleanup_free_ char *subvol = core_pool_layer_dir(dir);
+        if (!subvol)
+                return -ENOENT;
+        _cleanup_close_ int fd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        /* treeid 0 and the subvolume's root directory: the id of the
+         * subvolume fd is in, which names its qgroup 0/<id>. */
+        struct btrfs_ioctl_ino_lookup_args a = {.treeid = 0, .objectid = BTRFS_FIRST_FREE_OBJECTID};
+        if (ioctl(fd, BTRFS_IOC_INO_LOOKUP, &a) < 0)
+                return negative_errno();
+        char path[128];
+        snprintf(path, sizeof(path), "/sys/fs/btrfs/%s/qgroups/0_%llu", pool_fsid, (unsigned long long)a.treeid);
+        _cleanup_close_ int q = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        return q < 0 ? negative_errno() : read_u64(q, "referenced", ret);
 }
 
 char *core_pool_layer_home(const char *id) {

@@ -103,6 +103,10 @@ int core_pool_rearm(const char *dir);
  * committed. Returns 0 or a negative errno with *ret_err. */
 int core_pool_capture(const char *dir, const char *id, sb_error **ret_err);
 
+/* The bytes the subvolume of pool sandbox `dir` references now (its
+ * qgroup's, as of the last commit), in *ret. 0 or a negative errno. */
+int core_pool_used(const char *dir, uint64_t *ret);
+
 /* <pool>/layers/<id> when the pool has that layer, else NULL (malloc'd).
  * Its upper/ is the overlay's lower directory. */
 char *core_pool_layer_home(const char *id);

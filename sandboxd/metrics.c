@@ -200,7 +200,12 @@ void metrics_sandbox_usage(const sandbox *sb, metrics_usage *u) {
                  * (not a path the sandbox can change): blocks in use. */
                 _cleanup_free_ char *disk = NULL;
                 struct statvfs st;
-                if (asprintf(&disk, "%s/disk", sb->dir) >= 0 && statvfs(disk, &st) == 0)
+                uint64_t used;
+                if (core_pool_present(sb->dir)) {
+                        /* A pool disk: its subvolume's referenced bytes. */
+                        if (core_pool_used(sb->dir, &used) == 0)
+                                u->disk_used_bytes = used;
+                } else if (asprintf(&disk, "%s/disk", sb->dir) >= 0 && statvfs(disk, &st) == 0)
                         u->disk_used_bytes = (uint64_t) (st.f_blocks - st.f_bfree) * st.f_frsize;
         }
         for (const command *c = sb->m->commands; c; c = c->next)
@@ -341,7 +346,7 @@ static const series S_CPU = { "sandboxd_sandbox_cpu_seconds_total", "counter",
 static const series S_MEM = { "sandboxd_sandbox_memory_bytes", "gauge", "Memory the session's cgroup uses now." };
 static const series S_PEAK = { "sandboxd_sandbox_memory_peak_bytes", "gauge", "The most memory the session's cgroup has used." };
 static const series S_PIDS = { "sandboxd_sandbox_pids", "gauge", "Processes and threads of the session now." };
-static const series S_DISK = { "sandboxd_sandbox_disk_used_bytes", "gauge", "Bytes in use on the sandbox's disk image." };
+static const series S_DISK = { "sandboxd_sandbox_disk_used_bytes", "gauge", "Bytes in use on the sandbox's disk (its image's filesystem, or its storage pool subvolume's referenced bytes)." };
 static const series S_RX = { "sandboxd_sandbox_network_receive_bytes_total", "counter",
                              "Bytes the sandbox received over its network link (ingress)." };
 static const series S_TX = { "sandboxd_sandbox_network_transmit_bytes_total", "counter",

@@ -138,6 +138,8 @@ def test_pool_disks_are_bounded_each_alone_and_reported(world):
                "echo hello > /workspace/h")
         expect_eq(_sh_ok(p.d, b, "cat /workspace/h; stat -c %s /workspace/f"), "hello\n16777216\n",
                   "the other sandbox's files")
+        used = p.d.rpc_result("sandbox.get", {"name": b})["usage"]["diskUsedBytes"]
+        expect(16 << 20 <= used < DISK_MIB << 20, "diskUsedBytes of a pool disk after 16 MiB:", used)
         _sh_ok(p.d, a, "rm /workspace/big && echo again > /workspace/a")
         expect_eq(_sh_ok(p.d, a, "cat /workspace/a"), "again\n", "the writer after freeing its disk")
         subvols, _layers = _pool_entries(p.d)
