@@ -390,7 +390,7 @@ static char *render(bool full, const tenant *who, size_t *ret_len) {
          * bytes are the host's, as its disk refusals say them). */
         sandbox_storage_stats(m, tenant_owner(who), &ss);
         fprintf(f,
-                "# HELP sandboxd_storage_committed_bytes Sum of the sandboxes' disk sizes (diskMiB), each held on the state filesystem.\n"
+                "# HELP sandboxd_storage_committed_bytes Sum of the disk images' sizes (diskMiB), each held on the state filesystem (disks in the storage pool: sandboxd_storage_pool_*).\n"
                 "# TYPE sandboxd_storage_committed_bytes gauge\nsandboxd_storage_committed_bytes %" PRIu64 "\n"
                 "# HELP sandboxd_storage_free_bytes Free bytes of the state filesystem.\n"
                 "# TYPE sandboxd_storage_free_bytes gauge\nsandboxd_storage_free_bytes %" PRIu64 "\n"

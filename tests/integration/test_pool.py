@@ -178,6 +178,15 @@ def test_pool_fork_and_snapshot_carry_files_and_survive_a_restart(world):
         for n in (f2, r2, src):
             expect_eq(_sh_ok(p.d, n, "cat /workspace/one /workspace/two"), "one\ntwo\n",
                       "files of %s (captured while the source was stopped)" % n)
+        # A pool layer exports like any other, and its import restores.
+        path = os.path.join(p.d.dir, "pool-export.tar")
+        code, _o, err = p.d.ctl("snapshots", "export", s2, path)
+        expect_eq(code, 0, "export of a pool snapshot (%s)" % err.strip())
+        imp = p.d.rpc_result("snapshot.import", {"path": path})["id"]
+        p.snapshots.append(imp)
+        os.unlink(path)
+        r4 = p.create_ok("pr4", source={"type": "snapshot", "snapshotId": imp})
+        expect_eq(_sh_ok(p.d, r4, "cat /workspace/one /workspace/two"), "one\ntwo\n", "a restore of the import")
         # The fork writes apart from its source.
         _sh_ok(p.d, f2, "echo mine > /workspace/one")
         expect_eq(_sh_ok(p.d, src, "cat /workspace/one"), "one\n", "the source after its fork wrote")
