@@ -7,7 +7,10 @@
  *     continues on a fresh empty upper — O(1) in the size of its files;
  *   - running: the session is frozen (cgroup freezer) so the copy is
  *     consistent, the upper is copied (libarchive, xattrs and whiteouts
- *     kept), and the session thawed — its commands keep running.
+ *     kept), and the session thawed — its commands keep running;
+ *   - its disk in the storage pool (libcore/pool.h), running or stopped:
+ *     a read-only snapshot of its subvolume is the layer (frozen around it
+ *     when running), O(1) in the bytes, and the sandbox keeps its upper.
  * A fork is a new sandbox on [captured layer, source's layers...]; a
  * snapshot is a record of that chain plus the source's config. Nobody ever
  * writes to a layer, so forks and snapshots never share writable state.
@@ -385,13 +388,13 @@ static void capture_snapshot(capture_job *j) {
         }
         snprintf(point, sizeof(point), "%s.frozen", j->op);
         core_fault(point);
-        r = core_pool_capture(j->pool_dir, j->id, &j->err);
+        /* Its failure is j->err, which capture_done answers. */
+        (void)core_pool_capture(j->pool_dir, j->id, &j->err);
         snprintf(point, sizeof(point), "%s.copied", j->op);
         core_fault(point);
         int t = j->keep_frozen || !j->cg ? 0 : core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
                 log_warning_errno(t, "sandbox '%s': thaw after the snapshot: %m", j->sb->name);
-        (void)r;
 }
 
 /* Worker: freeze, copy the upper into a new layer, thaw. Thawing is tried
