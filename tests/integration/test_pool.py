@@ -110,6 +110,9 @@ class _Pool:
             # loop device detaches itself (LO_FLAGS_AUTOCLEAR) once the
             # last user is gone.
             poll(lambda: not _loops_of(self.image), 30, "the pool's loop device to go")
+            with open("/proc/self/mountinfo") as f:
+                left = [line for line in f if os.path.join(self.d.state_dir, "pool") in line]
+            expect_eq(left, [], "pool mounts left on the host")
         finally:
             for dev in _loops_of(self.image):
                 subprocess.run(["losetup", "-d", dev], capture_output=True)
