@@ -40,10 +40,10 @@ figures are reported, never judged by a test.
 --pool MIB runs the daemon with a storage pool of MIB (daemon.json
 storage.pool, libcore/pool.h): every disk a Btrfs subvolume, forks and
 snapshots read-only subvolume snapshots. The copies and freeze parts need
-about 8 GiB of it (a 2 GiB source, its fork, their layers, and what the
-Btrfs cleaner has not yet freed of the rounds before); the idle part's
-thousand disks do not fit a pool of that size, so leave it out
-(--only copies,freeze).
+about 12 GiB of it (a 2 GiB source, its fork, their layers, and what the
+Btrfs cleaner has not yet freed of the rounds before, which admission
+counts until it is freed); the idle part's thousand disks do not fit a
+pool of that size, so leave it out: --only copies,freeze --pool 12288.
 """
 import argparse
 import json
