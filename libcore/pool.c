@@ -343,11 +343,47 @@ int core_pool_stats_get(core_pool_stats *ret) {
         return 0;
 }
 
+/* BTRFS_IOC_SUBVOL_SYNC_WAIT (Linux 6.13, fs/btrfs/ioctl.c
+ * btrfs_ioctl_subvol_sync; not yet in the uapi headers this builds with):
+ * how many deleted subvolumes the cleaner has still to free, or wait until
+ * those queued now are freed. */
+struct pool_subvol_wait {
+        __u64 subvolid;
+        __u32 mode;
+        __u32 count;
+};
+#define POOL_SUBVOL_SYNC_WAIT _IOW(BTRFS_IOCTL_MAGIC, 65, struct pool_subvol_wait)
+#define POOL_SYNC_WAIT_FOR_QUEUED 1
+#define POOL_SYNC_COUNT 2
+
+/* Deleted subvolumes are counted (their referenced bytes) until the
+ * cleaner thread has freed them, which it does after a commit, in the
+ * background. When they are what keeps a request out, it waits for them:
+ * a commit (which queues them for the cleaner), the wait, and a commit
+ * again (which accounts what was freed). Returns true when there were
+ * some and the wait worked (committed is worth reading again). */
+static bool reclaim_deleted(void) {
+        _cleanup_close_ int fd = open(pool_mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct pool_subvol_wait w = {.mode = POOL_SYNC_COUNT};
+        if (fd < 0 || ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) < 0 || !w.count)
+                return false; /* none, or a kernel before 6.13 (ENOTTY): refused as it stands */
+        if (ioctl(fd, BTRFS_IOC_SYNC) < 0)
+                return false;
+        w = (struct pool_subvol_wait){.mode = POOL_SYNC_WAIT_FOR_QUEUED};
+        /* ENOENT: nothing (more) queued, as btrfs-progs reads it. */
+        if (ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) < 0 && errno != ENOENT)
+                return false;
+        return ioctl(fd, BTRFS_IOC_SYNC) == 0;
+}
+
 /* Refuses (-ENOSPC, "limit_exceeded") when `more` bytes do not fit beside
- * what is committed now. Under admit_lock. */
+ * what is committed now (after waiting for deleted subvolumes to be freed
+ * when they are in the way). Under admit_lock. */
 static int admit(uint64_t more, const char *what, sb_error **ret_err) {
         uint64_t c;
         int r = committed(&c, NULL);
+        if (r >= 0 && c + more > pool_size && reclaim_deleted())
+                r = committed(&c, NULL);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "storage pool: read its quotas: %s", strerror(-r));
         if (c + more <= pool_size)
@@ -419,8 +455,8 @@ static int set_limit(const char *subvol, uint64_t bytes) {
 /* Deletes subvolume `name` of the directory `parent`. Its limit goes
  * first: a deleted subvolume cannot grow, so from then on admission counts
  * what it still references (freed by the cleaner thread in the
- * background), not the whole diskMiB. A commit is started at once, which
- * wakes the cleaner, rather than at the next periodic commit (30 s). */
+ * background, after the next commit; admit() waits for it when it is in
+ * the way), not the whole diskMiB. */
 static int destroy(const char *parent, const char *name) {
         _cleanup_close_ int fd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -438,9 +474,6 @@ static int destroy(const char *parent, const char *name) {
         snprintf(a.name, sizeof(a.name), "%s", name);
         if (ioctl(fd, BTRFS_IOC_SNAP_DESTROY_V2, &a) < 0)
                 return errno == ENOENT ? 0 : negative_errno();
-        __u64 transid;
-        if (ioctl(fd, BTRFS_IOC_START_SYNC, &transid) < 0)
-                log_debug("storage pool: start a commit after deleting %s/%s: %m", parent, name);
         return 0;
 }
 
@@ -585,15 +618,24 @@ int core_pool_capture(const char *dir, const char *id, sb_error **ret_err) {
                                     src < 0 ? subvol : layers);
         struct btrfs_ioctl_vol_args_v2 a = {.fd = src, .flags = BTRFS_SUBVOL_RDONLY};
         snprintf(a.name, sizeof(a.name), "%s", id);
-        pthread_mutex_lock(&admit_lock);
-        /* The snapshot's referenced bytes are known once it exists (the
-         * snapshot's commit accounts the source first): made, then
-         * admitted, under the lock, and deleted again when they do not
-         * fit. Physical use grows by its metadata only meanwhile. */
-        int r = 0;
         if (ioctl(dst, BTRFS_IOC_SNAP_CREATE_V2, &a) < 0)
-                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "storage pool: snapshot %s: %m", subvol);
-        else if ((r = admit(0, "the captured layer", ret_err)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "storage pool: snapshot %s: %m",
+                                    subvol);
+        return 0;
+}
+
+int core_pool_capture_admit(const char *id, sb_error **ret_err) {
+        _cleanup_free_ char *layers = pool_mnt ? join(pool_mnt, "layers") : NULL;
+        if (!layers)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        /* The snapshot's referenced bytes are known once it exists (its
+         * commit accounts the source first) and counted by every
+         * admission from then on: it is deleted again when they do not
+         * fit beside what is committed. Physical use grows by its
+         * metadata only meanwhile. */
+        pthread_mutex_lock(&admit_lock);
+        int r = admit(0, "the captured layer", ret_err);
+        if (r < 0)
                 (void)destroy(layers, id);
         pthread_mutex_unlock(&admit_lock);
         return r;

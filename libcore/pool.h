@@ -98,10 +98,14 @@ int core_pool_rearm(const char *dir);
 
 /* A read-only snapshot of the subvolume of `dir` as layer `id` (32 hex
  * digits), <pool>/layers/<id>. The caller freezes a running sandbox
- * around it. Refused with -ENOSPC (reason "limit_exceeded", the snapshot
- * removed again) when its referenced bytes do not fit beside what is
- * committed. Returns 0 or a negative errno with *ret_err. */
+ * around it, then (thawed: it may wait for the cleaner) calls
+ * core_pool_capture_admit. Returns 0 or a negative errno with *ret_err. */
 int core_pool_capture(const char *dir, const char *id, sb_error **ret_err);
+
+/* Admission of the layer core_pool_capture made: refused with -ENOSPC
+ * (reason "limit_exceeded", the layer deleted again) when its referenced
+ * bytes do not fit beside what is committed. */
+int core_pool_capture_admit(const char *id, sb_error **ret_err);
 
 /* The bytes the subvolume of pool sandbox `dir` references now (its
  * qgroup's, as of the last commit), in *ret. 0 or a negative errno. */

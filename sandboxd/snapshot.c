@@ -389,12 +389,15 @@ static void capture_snapshot(capture_job *j) {
         snprintf(point, sizeof(point), "%s.frozen", j->op);
         core_fault(point);
         /* Its failure is j->err, which capture_done answers. */
-        (void)core_pool_capture(j->pool_dir, j->id, &j->err);
+        r = core_pool_capture(j->pool_dir, j->id, &j->err);
         snprintf(point, sizeof(point), "%s.copied", j->op);
         core_fault(point);
         int t = j->keep_frozen || !j->cg ? 0 : core_cgroup_freeze(j->cg, false);
         if (t < 0 && t != -ENOTSUP)
                 log_warning_errno(t, "sandbox '%s': thaw after the snapshot: %m", j->sb->name);
+        /* Thawed first: admission may wait for the cleaner. */
+        if (r >= 0)
+                (void)core_pool_capture_admit(j->id, &j->err);
 }
 
 /* Worker: freeze, copy the upper into a new layer, thaw. Thawing is tried

@@ -223,12 +223,21 @@ def test_pool_admission_refuses_past_its_size(world):
         expect_eq(((err.get("data") or {}).get("reason"), (err.get("data") or {}).get("field")),
                   ("limit_exceeded", "resources.diskMiB"), "a disk past the pool: %s" % err)
         expect("free" in err.get("message", ""), "the refusal says what is free:", err)
-        p.create_ok("pfit", resources={"diskMiB": big})
+        fit = p.create_ok("pfit", resources={"diskMiB": big})
+        _sh_ok(p.d, fit, "dd if=/dev/zero of=/workspace/f bs=1M count=64 2>/dev/null && sync")
         _n2, msg = p.create("pmore", resources={"diskMiB": 16})
         expect_eq(((msg.get("error") or {}).get("data") or {}).get("reason"), "limit_exceeded",
                   "a second disk once the pool is committed")
         subvols, _l = _pool_entries(p.d)
         expect_eq(len(subvols), 1, "refused creates left no subvolume: %s" % subvols)
+        # Once the deleted sandbox's subvolume is gone from the pool's
+        # directory, a disk of the same size is admitted at once: admission
+        # waits for the Btrfs cleaner to free what the deleted subvolume
+        # still held rather than refusing until the next commit.
+        expect("result" in p.d.rpc("sandbox.delete", {"name": fit}, 120), "delete the big sandbox")
+        poll(lambda: _pool_entries(p.d)[0] == [], 60, "the deleted sandbox's subvolume to go")
+        again = p.create_ok("pagain", resources={"diskMiB": big})
+        _sh_ok(p.d, again, "echo ok > /workspace/ok")
 
 
 test_pool_admission_refuses_past_its_size.timeout = 600
