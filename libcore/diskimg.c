@@ -6,6 +6,7 @@
 #include "libcore/diskimg.h"
 #include "libcore/fault.h"
 #include "libcore/log.h"
+#include "libcore/pool.h"
 #include "libcore/util.h"
 #include <dirent.h>
 #include <errno.h>
@@ -55,10 +56,16 @@ static char *join(const char *a, const char *b) {
         return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
 }
 
-bool core_disk_present(const char *dir) {
+static bool image_present(const char *dir) {
         _cleanup_free_ char *img = join(dir, IMAGE);
         struct stat st;
         return img && lstat(img, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A sandbox's disk is an image or a subvolume of the storage pool
+ * (libcore/pool.h), never both; the entry points below serve either. */
+bool core_disk_present(const char *dir) {
+        return image_present(dir) || core_pool_present(dir);
 }
 
 /* Is `path` the root of a mount other than its parent's? (Bind mounts of
@@ -575,6 +582,19 @@ static int new_loop(int image_fd, char *buf, size_t size, int *ret_fd) {
         return -EBUSY;
 }
 
+int core_disk_loop(int image_fd, char *dev, size_t size, int *ret_fd) {
+        struct stat st;
+        if (fstat(image_fd, &st) < 0)
+                return negative_errno();
+        pthread_mutex_lock(&attach_lock);
+        int r = 0;
+        *ret_fd = -EBADF;
+        if (!find_loop(&st, dev, size))
+                r = new_loop(image_fd, dev, size, ret_fd);
+        pthread_mutex_unlock(&attach_lock);
+        return r;
+}
+
 /* Mounts the image at <dir>/disk unless it is mounted. `fresh`: the image
  * was just made by this thread (core_disk_create), so no loop device can
  * be backed by it yet: no scan of every loop device and no attach_lock
@@ -720,6 +740,8 @@ int core_disk_back(const char *dir, sb_error **ret_err) {
 }
 
 int core_disk_backed(const char *dir) {
+        if (core_pool_present(dir))
+                return 1; /* the pool is fully backed (core_pool_init) */
         _cleanup_free_ char *img = join(dir, IMAGE);
         if (!img)
                 return -ENOMEM;
@@ -770,7 +792,11 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
 }
 
 int core_disk_attach(const char *dir, sb_error **ret_err) {
-        if (!core_disk_present(dir))
+        if (core_pool_present(dir)) {
+                int r = core_pool_attach(dir, ret_err);
+                return r < 0 ? r : 1;
+        }
+        if (!image_present(dir))
                 return 0;
         /* An image an earlier sandboxd made sparse gets its blocks now;
          * when the state filesystem cannot hold them it is used as it is
@@ -792,7 +818,11 @@ static char *reserve_file(const char *dir, int i) {
 }
 
 void core_disk_release(const char *dir) {
-        if (!core_disk_present(dir))
+        if (core_pool_present(dir)) {
+                core_pool_release(dir);
+                return;
+        }
+        if (!image_present(dir))
                 return;
         for (int i = 0; i < RESERVE_INODES; i++) {
                 _cleanup_free_ char *p = reserve_file(dir, i);
@@ -802,7 +832,9 @@ void core_disk_release(const char *dir) {
 }
 
 int core_disk_rearm(const char *dir) {
-        if (!core_disk_present(dir))
+        if (core_pool_present(dir))
+                return core_pool_rearm(dir);
+        if (!image_present(dir))
                 return 0;
         _cleanup_free_ char *rd = join(dir, RESERVE_DIR);
         if (!rd)
@@ -822,10 +854,14 @@ int core_disk_rearm(const char *dir) {
 }
 
 char *core_disk_layer_dir(const char *dir) {
-        return core_disk_present(dir) ? join(dir, MOUNT) : strdup(dir);
+        if (core_pool_present(dir))
+                return core_pool_layer_dir(dir);
+        return image_present(dir) ? join(dir, MOUNT) : strdup(dir);
 }
 
 int core_disk_detach(const char *dir) {
+        if (core_pool_present(dir))
+                return core_pool_detach(dir);
         int ret = 0;
         const char *order[] = {bound[0], MOUNT};
         for (size_t i = 0; i < ELEMENTSOF(order); i++) {

@@ -134,3 +134,12 @@ void core_disk_reserve_leave(const core_disk_groups *saved);
 
 /* Whether `dir` has an image (<dir>/disk.img exists). */
 bool core_disk_present(const char *dir);
+
+/* The loop device backed by the file open as image_fd: the one already
+ * bound to it (same device and inode; a file must never be behind two
+ * loop devices, whose two superblocks would corrupt it), else a new one
+ * with LO_FLAGS_AUTOCLEAR. "/dev/loopN" in dev (size bytes); *ret_fd gets
+ * the new device's fd (keep it open until the mount holds the device) or
+ * -EBADF for one found bound. Serialised with the images' attaches.
+ * Returns 0 or a negative errno (-EBUSY: no free device). */
+int core_disk_loop(int image_fd, char *dev, size_t size, int *ret_fd);

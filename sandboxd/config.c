@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "libcore/diskimg.h"
+#include "libcore/pool.h"
 #include "libcore/util.h"
 #include "policy/policy.h"
 #include "sandboxd/config.h"
@@ -47,6 +48,7 @@ typedef enum {
         KEY_WARMPOOL,  /* {size, runtime, policy} (warmPool), stored as its cJSON copy */
         KEY_POLICY,    /* a networkPolicy document (pol_policy_parse), stored as its cJSON copy */
         KEY_TENANTS,   /* {localAdmins, defaults, names} (tenant_config_check), stored as its cJSON copy */
+        KEY_STORAGE,   /* {pool: {sizeMiB} or {device}} (check_storage), stored as its cJSON copy */
 } key_kind;
 
 typedef struct config_key {
@@ -178,6 +180,11 @@ static const config_key config_keys[] = {
         { "warmPool",         KEY_WARMPOOL, OFF(warm_pool), 0, WARM_POOL_MAX_SIZE,
           "Sessions kept prepared (namespaces, mounts, disk image, cgroup, sandbox-init), under deny-all until a sandbox.create without source or resources other than the defaults, on the same runtime and of the same networkPolicy mode adopts one: {\"size\": 0 to 64 (0: off), \"runtime\": a runtime name (default \"host\"), \"policy\": \"allow-all\" (default), \"deny-all\" or \"custom\"}; every other create takes the cold path.",
           "off ({\"size\":0,\"runtime\":\"host\",\"policy\":\"allow-all\"})" },
+        /* libcore/pool.h: the opt-in Btrfs storage pool; made, formatted
+         * and mounted at start, so a change needs a restart. */
+        { "storage",          KEY_STORAGE, OFF(storage), 0, 0,
+          "Where sandboxes' disks live: {} (default) gives each sandbox a fully allocated ext4 image on the state filesystem; {\"pool\": {\"sizeMiB\": N}} (at least 256) a Btrfs pool the daemon makes as a fully allocated file <stateDir>/pool.img, or {\"pool\": {\"device\": \"/dev/...\"}} one on a whole block device (formatted only when blank), mounted at <stateDir>/pool: each new sandbox's disk is a subvolume with a quota of its diskMiB, and forks and snapshots are O(1) read-only snapshots. Admission never commits more than the pool holds (docs/SECURITY.md \"Disk space\"). Sandboxes made before keep their images.",
+          "{} (ext4 images)" },
         /* libcore/cgroup.h: systemd scope units over D-Bus, or cgroupfs
          * directories below the daemon's own cgroup. */
         { "cgroupDriver",     KEY_CGDRIVER, OFF(cgroup_driver), 0, 0,
@@ -335,6 +342,7 @@ void daemon_config_free(daemon_config *cfg) {
         cJSON_Delete(cfg->warm_pool);
         cJSON_Delete(cfg->default_network_policy);
         cJSON_Delete(cfg->tenants);
+        cJSON_Delete(cfg->storage);
         path_list_free(cfg->local_source_roots);
         path_list_free(cfg->listen);
         free(cfg->tls_cert);
@@ -596,6 +604,52 @@ static int check_warm_pool(const config_key *k, const cJSON *v, sb_error **ret_e
         return 0;
 }
 
+/* storage: {} or {"pool": {"sizeMiB": N}} or {"pool": {"device": PATH}};
+ * every other member is refused by name. */
+static int check_storage(const cJSON *v, sb_error **ret_err) {
+        if (!cJSON_IsObject(v))
+                return sb_error_set(ret_err, -EINVAL, NULL, "storage",
+                                    "daemon.json: storage: must be an object, {} or {\"pool\": {\"sizeMiB\": N}}");
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+                if (cJSON_GetObjectItemCaseSensitive(v, it->string) != it)
+                        return sb_error_set(ret_err, -EINVAL, NULL, "storage",
+                                            "daemon.json: storage.%s: key given more than once", it->string);
+                if (!streq(it->string, "pool"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "storage",
+                                            "daemon.json: storage: unknown key '%s'; known keys: pool", it->string);
+        }
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(v, "pool");
+        if (!p)
+                return 0;
+        if (!cJSON_IsObject(p) || cJSON_GetArraySize(p) != 1)
+                return sb_error_set(ret_err, -EINVAL, NULL, "storage.pool",
+                                    "daemon.json: storage.pool: must be {\"sizeMiB\": N} (a file under the state "
+                                    "directory) or {\"device\": \"/dev/...\"}, one of the two");
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(p, "sizeMiB"),
+                    *dev = cJSON_GetObjectItemCaseSensitive(p, "device");
+        if (size) {
+                double d = cJSON_IsNumber(size) ? size->valuedouble : NAN;
+                if (!isfinite(d) || d != floor(d) || d < (double)(CORE_POOL_MIN_BYTES >> 20) ||
+                    d > 16.0 * 1024 * 1024)
+                        return sb_error_set(ret_err, -EINVAL, NULL, "storage.pool.sizeMiB",
+                                            "daemon.json: storage.pool.sizeMiB: must be an integer from %llu to "
+                                            "16777216", CORE_POOL_MIN_BYTES >> 20);
+                return 0;
+        }
+        if (dev) {
+                const char *s = cJSON_GetStringValue(dev);
+                if (!s || s[0] != '/' || strlen(s) > 255 || strstr(s, "/../") || strstr(s, "/./"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "storage.pool.device",
+                                            "daemon.json: storage.pool.device: must be the absolute path of a "
+                                            "block device, such as \"/dev/vdb\"");
+                return 0;
+        }
+        return sb_error_set(ret_err, -EINVAL, NULL, "storage.pool",
+                            "daemon.json: storage.pool: unknown key '%s'; known keys: sizeMiB, device",
+                            p->child->string);
+}
+
 /* defaultNetworkPolicy: whatever sandbox.create's networkPolicy takes
  * (null excepted: leave the key out), checked by the same parser, with its
  * error's path rebased from networkPolicy onto the key. */
@@ -704,6 +758,7 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
         case KEY_WARMPOOL:
         case KEY_POLICY:
         case KEY_TENANTS:
+        case KEY_STORAGE:
                 cJSON_Delete(*(cJSON **) base);
                 if (!(*(cJSON **) base = cJSON_Duplicate(v, 1)))
                         abort();
@@ -753,6 +808,8 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         r = check_policy(k, v, ret_err);
                 else if (k->kind == KEY_TENANTS)
                         r = tenant_config_check(v, ret_err);
+                else if (k->kind == KEY_STORAGE)
+                        r = check_storage(v, ret_err);
                 else if (k->kind == KEY_BOOL)
                         r = cJSON_IsBool(v) ? 0
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
@@ -914,7 +971,8 @@ static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
                 const cJSON *p = *(const cJSON *const *) base;
                 return p ? cJSON_Duplicate(p, 1) : cJSON_CreateString("allow-all");
         }
-        case KEY_TENANTS: {
+        case KEY_TENANTS:
+        case KEY_STORAGE: {
                 const cJSON *t = *(const cJSON *const *) base;
                 return t ? cJSON_Duplicate(t, 1) : cJSON_CreateObject();
         }
@@ -980,6 +1038,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_WARMPOOL: return "object";
         case KEY_POLICY: return "\"allow-all\", \"deny-all\" or policy object";
         case KEY_TENANTS: return "object";
+        case KEY_STORAGE: return "object";
         default: return "integer";
         }
 }

@@ -57,6 +57,8 @@ typedef struct daemon_config {
         bool metrics;               /* "metrics", default true: the metrics endpoint serves */
         char *metrics_socket;       /* "metricsSocket", NULL: <runDir>/metrics.sock */
         char *metrics_listen;       /* "metricsListen", loopback "ADDR:PORT" also serving /metrics; NULL: none */
+        struct cJSON *storage;      /* "storage" {pool: {sizeMiB} | {device}} as validated; NULL or no
+                                       pool: ext4 images (libcore/pool.h) */
         struct cJSON *warm_pool;    /* "warmPool" {size, runtime, policy} as validated; NULL: off
                                        (warmpool.c; daemon_config_warm_pool() reads it) */
         char *cgroup_driver;        /* "cgroupDriver", default "auto": "systemd" when systemd is PID 1

@@ -392,12 +392,30 @@ typedef struct sandbox_storage {
         uint64_t total_bytes;     /* its size */
         unsigned disks;           /* sandboxes with a disk image */
         unsigned unbacked;        /* of them, images without all their blocks (made sparse by an earlier version) */
+        unsigned pool_disks;      /* sandboxes whose disk is a subvolume of the storage pool (libcore/pool.h) */
+        uint64_t pool_committed_bytes; /* their diskMiB plus CORE_POOL_RESERVE_BYTES each, in bytes */
 } sandbox_storage;
 /* Fills *ret from the sandboxes' records, one fstat per image, and a
  * statvfs of the state directory (zeros when it fails). With `owner`
  * non-NULL, committed_bytes, disks and unbacked count only the sandboxes
  * that tenant owns (tenant.h; a tenant's metrics show no other's). */
 void sandbox_storage_stats(const manager *m, const char *owner, sandbox_storage *ret);
+/* daemon.json storage.pool (libcore/pool.h): makes, formats and mounts the
+ * pool at <stateDir>/pool when configured (manager start, before any
+ * sandbox's disk is attached). Returns 0 or a negative errno with
+ * *ret_err. */
+int storage_pool_init(manager *m, sb_error **ret_err);
+/* Start-up, after sandboxes and snapshots are loaded: deletes the pool's
+ * subvolumes no sandbox directory names and its layers no sandbox or
+ * snapshot stands on (what a crash between a subvolume or snapshot and
+ * the record that names it left). */
+void storage_pool_sweep(manager *m);
+/* The directory of layer `id`: in the storage pool (its subvolume, or with
+ * `files` the upper/ in it that holds the files) or <stateDir>/layers/<id>.
+ * malloc'd; NULL when out of memory. */
+char *layer_dir(const manager *m, const char *id, bool files);
+/* Whether a sandbox or snapshot of m (a manager *) stands on layer id. */
+bool layer_in_use_cb(const char *id, void *m);
 
 /* manager.c */
 sandbox *manager_find_sandbox(manager *m, const char *name);

@@ -15,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include "libcore/diskimg.h"
+#include "libcore/pool.h"
 #include "libcore/cgroup-systemd.h"
 #include "libcore/container.h"
 #include "libcore/nflog.h"
@@ -159,6 +160,20 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(st, "totalBytes", (double)ss.total_bytes);
         cJSON_AddNumberToObject(st, "disks", ss.disks);
         cJSON_AddNumberToObject(st, "unbackedDisks", ss.unbacked);
+        /* The storage pool (libcore/pool.h), when daemon.json has one:
+         * what admission counts (committed includes its metadata margin)
+         * beside what Btrfs says is in use. */
+        core_pool_stats ps;
+        if (core_pool_stats_get(&ps) >= 0) {
+                cJSON *p = cJSON_AddObjectToObject(st, "pool");
+                cJSON_AddNumberToObject(p, "sizeBytes", (double)ps.size);
+                cJSON_AddNumberToObject(p, "committedBytes", (double)ps.committed);
+                cJSON_AddNumberToObject(p, "freeBytes", (double)(ps.committed < ps.size ? ps.size - ps.committed : 0));
+                cJSON_AddNumberToObject(p, "usedBytes", (double)ps.used);
+                cJSON_AddNumberToObject(p, "disks", ss.pool_disks);
+                cJSON_AddNumberToObject(p, "layers", ps.layers);
+        } else
+                cJSON_AddNullToObject(st, "pool");
         /* What a create that names no networkPolicy gets. */
         cJSON *pol = daemon_config_default_policy_json(cfg);
         cJSON_AddItemToObject(o, "defaultNetworkPolicy", pol ? pol : cJSON_CreateNull());
@@ -644,7 +659,7 @@ static void reconcile(manager *m) {
                         continue;
                 if (!persistent) {
                         log_info("removing leftover sandbox '%s'", de->d_name);
-                        sandbox_disk_detach(dir);
+                        sandbox_disk_remove(dir);
                         core_rm_rf(dir);
                         continue;
                 }
@@ -855,6 +870,10 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 if ((r = core_disk_templates_init(templates, ret_err)) < 0)
                         goto fail;
         }
+        /* The opt-in storage pool (libcore/pool.h), mounted before any
+         * sandbox's disk is attached (reconcile). */
+        if ((r = storage_pool_init(m, ret_err)) < 0)
+                goto fail;
         /* The lower layer must be traversable by the sandbox user. */
         /* Snapshot and fork layers hold what root inside a sandbox wrote
          * (setuid-root files included): root-only, like each sandbox's
@@ -973,6 +992,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         sweep_write_temps(m, cfg);
         reconcile(m);
         snapshots_load(m);
+        storage_pool_sweep(m);
         runtimes_load(m);
         if ((r = warmpool_init(m)) < 0) {
                 sb_error_set(ret_err, r, NULL, NULL, "warm pool: %s", strerror(-r));

@@ -26,6 +26,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "libcore/log.h"
+#include "libcore/pool.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/metrics.h"
@@ -199,7 +200,12 @@ void metrics_sandbox_usage(const sandbox *sb, metrics_usage *u) {
                  * (not a path the sandbox can change): blocks in use. */
                 _cleanup_free_ char *disk = NULL;
                 struct statvfs st;
-                if (asprintf(&disk, "%s/disk", sb->dir) >= 0 && statvfs(disk, &st) == 0)
+                uint64_t used;
+                if (core_pool_present(sb->dir)) {
+                        /* A pool disk: its subvolume's referenced bytes. */
+                        if (core_pool_used(sb->dir, &used) == 0)
+                                u->disk_used_bytes = used;
+                } else if (asprintf(&disk, "%s/disk", sb->dir) >= 0 && statvfs(disk, &st) == 0)
                         u->disk_used_bytes = (uint64_t) (st.f_blocks - st.f_bfree) * st.f_frsize;
         }
         for (const command *c = sb->m->commands; c; c = c->next)
@@ -340,7 +346,7 @@ static const series S_CPU = { "sandboxd_sandbox_cpu_seconds_total", "counter",
 static const series S_MEM = { "sandboxd_sandbox_memory_bytes", "gauge", "Memory the session's cgroup uses now." };
 static const series S_PEAK = { "sandboxd_sandbox_memory_peak_bytes", "gauge", "The most memory the session's cgroup has used." };
 static const series S_PIDS = { "sandboxd_sandbox_pids", "gauge", "Processes and threads of the session now." };
-static const series S_DISK = { "sandboxd_sandbox_disk_used_bytes", "gauge", "Bytes in use on the sandbox's disk image." };
+static const series S_DISK = { "sandboxd_sandbox_disk_used_bytes", "gauge", "Bytes in use on the sandbox's disk (its image's filesystem, or its storage pool subvolume's referenced bytes)." };
 static const series S_RX = { "sandboxd_sandbox_network_receive_bytes_total", "counter",
                              "Bytes the sandbox received over its network link (ingress)." };
 static const series S_TX = { "sandboxd_sandbox_network_transmit_bytes_total", "counter",
@@ -384,13 +390,23 @@ static char *render(bool full, const tenant *who, size_t *ret_len) {
          * bytes are the host's, as its disk refusals say them). */
         sandbox_storage_stats(m, tenant_owner(who), &ss);
         fprintf(f,
-                "# HELP sandboxd_storage_committed_bytes Sum of the sandboxes' disk sizes (diskMiB), each held on the state filesystem.\n"
+                "# HELP sandboxd_storage_committed_bytes Sum of the disk images' sizes (diskMiB), each held on the state filesystem (disks in the storage pool: sandboxd_storage_pool_*).\n"
                 "# TYPE sandboxd_storage_committed_bytes gauge\nsandboxd_storage_committed_bytes %" PRIu64 "\n"
                 "# HELP sandboxd_storage_free_bytes Free bytes of the state filesystem.\n"
                 "# TYPE sandboxd_storage_free_bytes gauge\nsandboxd_storage_free_bytes %" PRIu64 "\n"
                 "# HELP sandboxd_storage_unbacked_disks Disk images without all their blocks (made sparse by an earlier version).\n"
                 "# TYPE sandboxd_storage_unbacked_disks gauge\nsandboxd_storage_unbacked_disks %u\n",
                 ss.committed_bytes, ss.free_bytes, ss.unbacked);
+        core_pool_stats ps;
+        if (core_pool_stats_get(&ps) >= 0)
+                fprintf(f,
+                        "# HELP sandboxd_storage_pool_size_bytes Size of the storage pool (daemon.json storage.pool).\n"
+                        "# TYPE sandboxd_storage_pool_size_bytes gauge\nsandboxd_storage_pool_size_bytes %" PRIu64 "\n"
+                        "# HELP sandboxd_storage_pool_committed_bytes Bytes of the storage pool committed: every pool disk's diskMiB, every pool layer's referenced bytes and the metadata margin.\n"
+                        "# TYPE sandboxd_storage_pool_committed_bytes gauge\nsandboxd_storage_pool_committed_bytes %" PRIu64 "\n"
+                        "# HELP sandboxd_storage_pool_used_bytes Bytes of the storage pool Btrfs has in use.\n"
+                        "# TYPE sandboxd_storage_pool_used_bytes gauge\nsandboxd_storage_pool_used_bytes %" PRIu64 "\n",
+                        ps.size, ps.committed, ps.used);
         if (full) {
                 /* Usage of each running sandbox, read once. */
                 size_t n = 0;

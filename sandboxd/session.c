@@ -1638,7 +1638,7 @@ fail:
                 j->cg = NULL;
         }
         if (made_dir) {
-                sandbox_disk_detach(sb->dir);
+                sandbox_disk_remove(sb->dir);
                 core_rm_rf(sb->dir);
         }
         core_rm_rf(sb->run_dir);

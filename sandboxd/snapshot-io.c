@@ -350,7 +350,7 @@ static void method_export(rpc_request *req, void *userdata) {
         cJSON *it;
         cJSON_ArrayForEach(it, s->layers) {
                 if (!ok || !cJSON_IsString(it) ||
-                    asprintf(&j->layer_dirs[j->n_layers], "%s/%s", m->layers_dir, it->valuestring) < 0) {
+                    !(j->layer_dirs[j->n_layers] = layer_dir(m, it->valuestring, true))) {
                         ok = false;
                         break;
                 }

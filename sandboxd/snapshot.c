@@ -7,7 +7,10 @@
  *     continues on a fresh empty upper — O(1) in the size of its files;
  *   - running: the session is frozen (cgroup freezer) so the copy is
  *     consistent, the upper is copied (libarchive, xattrs and whiteouts
- *     kept), and the session thawed — its commands keep running.
+ *     kept), and the session thawed — its commands keep running;
+ *   - its disk in the storage pool (libcore/pool.h), running or stopped:
+ *     a read-only snapshot of its subvolume is the layer (frozen around it
+ *     when running), O(1) in the bytes, and the sandbox keeps its upper.
  * A fork is a new sandbox on [captured layer, source's layers...]; a
  * snapshot is a record of that chain plus the source's config. Nobody ever
  * writes to a layer, so forks and snapshots never share writable state.
@@ -32,6 +35,7 @@
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "libcore/diskimg.h"
+#include "libcore/pool.h"
 #include "sandboxd/internal.h"
 #include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
@@ -48,21 +52,47 @@
  * besides right after each sandbox deletion (layers_collect). */
 #define HELD_RECHECK_MS (60 * 1000)
 
+char *layer_dir(const manager *m, const char *id, bool files) {
+        /* A layer captured from a pool sandbox is a read-only subvolume
+         * of the pool whose upper/ holds its files (libcore/pool.h); every
+         * other one a directory of layers/. */
+        char *home = core_pool_layer_home(id), *p = NULL;
+        if (home) {
+                if (!files)
+                        return home;
+                if (asprintf(&p, "%s/upper", home) < 0)
+                        p = NULL;
+                free(home);
+                return p;
+        }
+        return asprintf(&p, "%s/%s", m->layers_dir, id) < 0 ? NULL : p;
+}
+
 char *sandbox_lowerdir(const sandbox *sb) {
         manager *m = sb->m;
         _cleanup_free_ char *runtime = runtime_dir(m, sb->runtime ? sb->runtime : "host");
         if (!runtime)
                 return NULL;
         size_t n = strlen(runtime) + 1;
-        cJSON *it;
-        cJSON_ArrayForEach(it, sb->layers)
-                n += strlen(m->layers_dir) + strlen(it->valuestring) + 2;
-        char *s = malloc(n), *p = s;
-        if (!s)
+        int count = cJSON_GetArraySize(sb->layers), i = 0;
+        _cleanup_free_ char **dirs = calloc((size_t)count + 1, sizeof(char *));
+        if (!dirs)
                 return NULL;
-        cJSON_ArrayForEach(it, sb->layers)
-                p += sprintf(p, "%s/%s:", m->layers_dir, it->valuestring);
-        strcpy(p, runtime);
+        cJSON *it;
+        bool ok = true;
+        cJSON_ArrayForEach(it, sb->layers) {
+                dirs[i] = layer_dir(m, it->valuestring, true);
+                ok = ok && dirs[i];
+                n += dirs[i] ? strlen(dirs[i]) + 1 : 0;
+                i++;
+        }
+        char *s = ok ? malloc(n) : NULL, *p = s;
+        for (i = 0; s && i < count; i++)
+                p += sprintf(p, "%s:", dirs[i]);
+        if (s)
+                strcpy(p, runtime);
+        for (i = 0; i < count; i++)
+                free(dirs[i]);
         return s;
 }
 
@@ -127,6 +157,10 @@ static bool layer_in_use(manager *m, const char *id) {
         return false;
 }
 
+bool layer_in_use_cb(const char *id, void *m) {
+        return layer_in_use(m, id);
+}
+
 typedef struct rm_job {
         char **paths;
         size_t n;
@@ -137,7 +171,9 @@ typedef struct rm_job {
 static void rm_work(void *userdata) {
         rm_job *j = userdata;
         for (size_t i = 0; i < j->n; i++) {
-                int r = core_rm_rf(j->paths[i]);
+                int r = core_pool_layer_remove(j->paths[i]);
+                if (r == -ENOTTY)
+                        r = core_rm_rf(j->paths[i]);
                 if (r < 0)
                         log_warning_errno(r, "remove layer %s: %m", j->paths[i]);
         }
@@ -174,7 +210,7 @@ void layers_collect(manager *m, cJSON *layers, void (*done)(void *userdata), voi
         cJSON *it;
         cJSON_ArrayForEach(it, layers)
                 if (layer_id_ok(cJSON_GetStringValue(it)) && !layer_in_use(m, it->valuestring) &&
-                    asprintf(&j->paths[j->n], "%s/%s", m->layers_dir, it->valuestring) >= 0)
+                    (j->paths[j->n] = layer_dir(m, it->valuestring, false)))
                         j->n++;
         if (!j->n || worker_submit(rm_work, rm_done, j) < 0) {
                 rm_work(j);
@@ -195,6 +231,7 @@ typedef struct capture_job {
         const char *op;   /* "fork" or "snapshot": names its fault points */
         char id[33];
         char *upper, *dest;
+        char *pool_dir;   /* the sandbox's directory when its disk is in the storage pool: a snapshot, no copy */
         core_cgroup *cg;  /* the session's, borrowed: the session outlives the job (deferred teardown) */
         int cancel;       /* CORE_CANCEL_REQUESTED once request.cancel asked (capture_cancel) */
         bool keep_frozen; /* paused (sandbox.pause, pause.c): stays frozen after the copy */
@@ -336,6 +373,33 @@ static void capture_priority(thread_priority *saved, bool low) {
         saved->saved = false;
 }
 
+/* Worker, a pool sandbox (libcore/pool.h): freeze a running one, take a
+ * read-only snapshot of its subvolume as the layer, thaw. The snapshot's
+ * commit flushes what the frozen processes wrote before it; the freeze
+ * makes the files consistent with each other (no process is between two
+ * writes). O(1) in the bytes written. */
+static void capture_snapshot(capture_job *j) {
+        char point[32];
+        int r = j->cg ? core_cgroup_freeze(j->cg, true) : 0;
+        if (r < 0 && r != -ENOTSUP) {
+                sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));
+                core_cgroup_freeze(j->cg, false);
+                return;
+        }
+        snprintf(point, sizeof(point), "%s.frozen", j->op);
+        core_fault(point);
+        /* Its failure is j->err, which capture_done answers. */
+        r = core_pool_capture(j->pool_dir, j->id, &j->err);
+        snprintf(point, sizeof(point), "%s.copied", j->op);
+        core_fault(point);
+        int t = j->keep_frozen || !j->cg ? 0 : core_cgroup_freeze(j->cg, false);
+        if (t < 0 && t != -ENOTSUP)
+                log_warning_errno(t, "sandbox '%s': thaw after the snapshot: %m", j->sb->name);
+        /* Thawed first: admission may wait for the cleaner. */
+        if (r >= 0)
+                (void)core_pool_capture_admit(j->id, &j->err);
+}
+
 /* Worker: freeze, copy the upper into a new layer, thaw. Thawing is tried
  * whatever happened, so a failed copy never leaves the sandbox frozen.
  * With j->precopy, the copy is made while the sandbox runs (precopy_live)
@@ -355,6 +419,10 @@ static void capture_work(void *userdata) {
                 return;
         }
         char point[32];
+        if (j->pool_dir) {
+                capture_snapshot(j);
+                return;
+        }
         _cleanup_(core_tree_index_freep) core_tree_index *idx = NULL;
         core_tree_sync_stats frozen = {0};
         int r, passes = 0;
@@ -444,6 +512,7 @@ static void capture_done(void *userdata) {
         if (next) {
                 free(j->upper);
                 free(j->dest);
+                free(j->pool_dir);
                 sb_error_free(j->err);
                 free(j);
                 capture_start(next);
@@ -455,6 +524,7 @@ static void capture_done(void *userdata) {
         }
         free(j->upper);
         free(j->dest);
+        free(j->pool_dir);
         sb_error_free(j->err);
         free(j);
 }
@@ -593,7 +663,15 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
         /* Pre-copy is sound on the sandbox's own ext4 image only (see
          * core_tree_sync): elsewhere, and when paused or stopped (nothing
          * runs), one copy while frozen. */
-        j->precopy = sb->sess && j->cg && !j->keep_frozen && core_disk_present(sb->dir);
+        j->precopy = sb->sess && j->cg && !j->keep_frozen && core_disk_present(sb->dir) &&
+                     !core_pool_present(sb->dir);
+        if (core_pool_present(sb->dir) && !(j->pool_dir = strdup(sb->dir))) {
+                sb_error_set(&err, -ENOMEM, NULL, NULL, "out of memory");
+                cb(m, req, sb, NULL, err);
+                free(j->dest);
+                free(j);
+                return;
+        }
         bool busy = false;
         for (capture_job *q = captures; q && !busy; q = q->next)
                 busy = q->sb == sb;
@@ -603,6 +681,7 @@ static void capture(manager *m, rpc_request *req, sandbox *sb, const char *op, c
                 cb(m, req, sb, NULL, err);
                 free(j->upper);
                 free(j->dest);
+                free(j->pool_dir);
                 free(j);
                 return;
         }

@@ -226,7 +226,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 44);
+        assert_int_equal(n, 45);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -346,6 +346,29 @@ static void test_disk_mib_below_the_image_minimum_is_refused(void **state) {
         daemon_config_free(&cfg);
         assert_null(parse_error("{\"diskMiB\": 16}", &cfg));
         assert_int_equal(cfg.disk_mib, 16);
+        daemon_config_free(&cfg);
+}
+
+/* storage.pool (libcore/pool.h): one of sizeMiB (at least the pool
+ * minimum) or device, nothing else, each refusal naming the field. */
+static void test_storage_pool_is_checked_at_load(void **state) {
+        daemon_config cfg;
+        assert_rejected_naming("{\"storage\": []}", "storage: must be an object");
+        assert_rejected_naming("{\"storage\": {\"pol\": {}}}", "storage: unknown key 'pol'; known keys: pool");
+        assert_rejected_naming("{\"storage\": {\"pool\": {}}}", "storage.pool: must be {\"sizeMiB\": N}");
+        assert_rejected_naming("{\"storage\": {\"pool\": {\"sizeMiB\": 100}}}",
+                               "storage.pool.sizeMiB: must be an integer from 256 to 16777216");
+        assert_rejected_naming("{\"storage\": {\"pool\": {\"sizeMiB\": 512, \"device\": \"/dev/vdb\"}}}",
+                               "storage.pool: must be {\"sizeMiB\": N}");
+        assert_rejected_naming("{\"storage\": {\"pool\": {\"device\": \"vdb\"}}}",
+                               "storage.pool.device: must be the absolute path of a block device");
+        assert_rejected_naming("{\"storage\": {\"pool\": {\"size\": 512}}}",
+                               "storage.pool: unknown key 'size'; known keys: sizeMiB, device");
+        assert_null(parse_error("{\"storage\": {\"pool\": {\"sizeMiB\": 1024}}}", &cfg));
+        assert_int_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cfg.storage, "pool"),
+                                                          "sizeMiB")->valuedouble, 1024);
+        daemon_config_free(&cfg);
+        assert_null(parse_error("{\"storage\": {}}", &cfg));
         daemon_config_free(&cfg);
 }
 
@@ -612,6 +635,7 @@ int main(void) {
                 cmocka_unit_test(test_wrong_type_is_named),
                 cmocka_unit_test(test_out_of_range_is_named_with_range),
                 cmocka_unit_test(test_disk_mib_below_the_image_minimum_is_refused),
+                cmocka_unit_test(test_storage_pool_is_checked_at_load),
                 cmocka_unit_test(test_userns_pool_shape_is_checked_at_load),
                 cmocka_unit_test(test_socket_path_must_fit_sockaddr),
                 cmocka_unit_test(test_top_level_must_be_an_object),
