@@ -60,9 +60,6 @@ sys.path.insert(0, HERE)
 
 import world as W  # noqa: E402
 from bench import BWRAP, pct, interleaved, used_kib  # noqa: E402
-# bench_policy.fake_sessions_script is looked up where the network part
-# uses it: bench_policy no longer has it (39e091d), and the other parts
-# must still run.
 import bench_policy as BP  # noqa: E402
 from bench_policy import QUERIES, nft_file, count_sessions, FAKE_BASE  # noqa: E402
 
@@ -539,6 +536,11 @@ class Bench:
 
         at1 = measure()
         sessions1 = count_sessions(w)
+        # The probe is the one custom-policy session yet: the shape the
+        # nft-made sessions copy (bench_policy.SessionTemplate).
+        listing = w.run_in_host(["nft", "list", "table", "inet", "sandboxd"]).stdout
+        template = BP.SessionTemplate(listing, BP.custom_session_ifname(listing))
+        fake_names = lambda n: ["sbx%d" % i for i in range(FAKE_BASE, FAKE_BASE + n)]
         extra = [w.name("load%d" % i) for i in range(real_extra)]
         for k in range(0, len(extra), 25):
             ids = [c.start("sandbox.create", {"name": x, "networkPolicy": {
@@ -552,7 +554,7 @@ class Bench:
         tcp_sbx, tcp_plain = [], []
         try:
             if fake:
-                nft_file(w, BP.fake_sessions_script(FAKE_BASE, fake, "add"))
+                nft_file(w, template.script(fake_names(fake), "add"))
             sessions_n = count_sessions(w)
             atn = measure()
             # TCP throughput with N sessions loaded: from the allowlisted
@@ -569,7 +571,7 @@ class Bench:
                     tcp_plain += json.loads(p.stdout.strip().splitlines()[-1])
         finally:
             if fake:
-                nft_file(w, BP.fake_sessions_script(FAKE_BASE, fake, "delete"))
+                nft_file(w, template.script(fake_names(fake), "delete"))
         for x in extra + [probe, direct]:
             c.call("sandbox.delete", {"name": x}, 600)
         c.notes.clear()
