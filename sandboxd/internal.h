@@ -274,6 +274,9 @@ typedef struct start_job {
         char *src_type, *url, *revision, *username, *password;
         unsigned depth;
         bool source_guarded;      /* a tag role's source: remote_source_guard applies */
+        bool source_as_peer;      /* a local tenant's source: a local path is read as source_peer */
+        core_peer source_peer;    /* its uid, gid and groups (groups: source_peer_groups) */
+        gid_t *source_peer_groups;
         char *config_text;        /* config.json to write (fresh only) */
         char *rootfs;
         /* results from the worker */

@@ -572,7 +572,8 @@ static void job_done(void *userdata) {
         job_forget(m, j->name);
         if (j->err) {
                 sb_error_prefix(&j->err, "runtime '%s'", j->name);
-                log_warning("%s", j->err->message);
+                char lm[TEXT_LOG_BUF];  /* names the client's path and the tarball's members */
+                log_warning("%s", text_for_log(j->err->message, lm, sizeof(lm)));
                 rpc_reply_sb_error(j->req, j->err);
         } else {
                 cJSON *o = runtime_json(m, j->name);
@@ -674,7 +675,7 @@ static void method_import(rpc_request *req, void *userdata) {
         /* A tenant's path is read as root: only under localSourceRoots,
          * never through a symlink or "..", opened now (tenant.h). */
         _cleanup_close_ int fd = -EBADF;
-        if (!tenant_req_admin(m, req) && (fd = tenant_host_open(m, path, false, "path", &err)) < 0) {
+        if (!tenant_req_admin(m, req) && (fd = tenant_host_open(m, req, path, TENANT_HOST_FILE, "path", &err)) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }

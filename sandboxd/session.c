@@ -261,6 +261,7 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
                                     j->m->plain_unavailable);
         /* The worker thread's guard, cleared again below whatever happens. */
         core_source_set_address_guard(j->source_guarded ? remote_source_guard : NULL);
+        core_source_set_local_peer(j->source_as_peer ? &j->source_peer : NULL);
         core_source_set_progress(j->progress_conn ? progress_report : NULL, j);
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
@@ -272,6 +273,7 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
                 r = core_source_tarball_extract(j->url, ws, uid, gid, j->m->cfg->max_source_bytes,
                                                 (const char *const *)j->m->cfg->local_source_roots, ret_err);
         core_source_set_address_guard(NULL);
+        core_source_set_local_peer(NULL);
         core_source_set_progress(NULL, NULL);
         if (j->progress_conn)
                 progress_flush(j);
@@ -1836,6 +1838,7 @@ void start_job_free(start_job *j) {
                 return;
         free(j->src_type);
         free(j->url);
+        free(j->source_peer_groups);
         free(j->revision);
         free(j->username);
         if (j->password) {

@@ -131,7 +131,9 @@ static void remove_stale_tmps(int dirfd, const char *base) {
                 if (is_export_tmp(de->d_name, base)) {
                         struct stat st;
                         if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
-                                log_info("snapshot export: removing %s, left by an interrupted export", de->d_name);
+                                char ln[TEXT_LOG_BUF];
+                                log_info("snapshot export: removing %s, left by an interrupted export",
+                                         text_for_log(de->d_name, ln, sizeof(ln)));
                                 (void)unlinkat(dirfd, de->d_name, 0);
                         }
                 }
@@ -237,13 +239,17 @@ static void export_job_free(export_job *j) {
 static void export_done(void *userdata) {
         export_job *j = userdata;
         if (j->err) {
-                log_warning("snapshot export to %s: %s", j->path, j->err->message);
+                char lp[TEXT_LOG_BUF], lm[TEXT_LOG_BUF];
+                log_warning("snapshot export to %s: %s", text_for_log(j->path, lp, sizeof(lp)),
+                            text_for_log(j->err->message, lm, sizeof(lm)));
                 rpc_reply_sb_error(j->req, j->err);
         } else {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "path", j->path);
                 cJSON_AddNumberToObject(o, "bytes", (double)j->bytes);
-                log_info("snapshot exported to %s (%lld bytes)", j->path, (long long)j->bytes);
+                char lp[TEXT_LOG_BUF];
+                log_info("snapshot exported to %s (%lld bytes)", text_for_log(j->path, lp, sizeof(lp)),
+                         (long long)j->bytes);
                 rpc_reply(j->req, o);
         }
         export_job_free(j);
@@ -287,7 +293,7 @@ static int export_open_dir(manager *m, rpc_request *req, const char *path) {
                                 TEXT_Q(path));
                 return -EINVAL;
         }
-        int dirfd = tenant_host_open(m, dirname(dcopy), true, "path", &err);
+        int dirfd = tenant_host_open(m, req, dirname(dcopy), TENANT_HOST_WRITE_DIR, "path", &err);
         if (dirfd < 0) {
                 rpc_reply_sb_error(req, err);
                 return dirfd;
@@ -748,7 +754,8 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
 static void import_reply_error(void *userdata) {
         import_job *j = userdata;
         sb_error_prefix(&j->err, "import %s", j->path);
-        log_warning("snapshot %s", j->err->message);
+        char lm[TEXT_LOG_BUF];
+        log_warning("snapshot %s", text_for_log(j->err->message, lm, sizeof(lm)));
         rpc_reply_sb_error(j->req, j->err);
         import_job_free(j);
 }
@@ -773,7 +780,9 @@ static void import_done(void *userdata) {
                 import_reply_error(j);
                 return;
         }
-        log_info("snapshot %s imported from %s (%zu layers)", s->id, j->path, j->n_layers);
+        char lp[TEXT_LOG_BUF];
+        log_info("snapshot %s imported from %s (%zu layers)", s->id, text_for_log(j->path, lp, sizeof(lp)),
+                 j->n_layers);
         /* What of the file's config was taken is in "config"; the answer
          * also says whether it was asked for and which keys were left out. */
         cJSON *o = snapshot_view(s);
@@ -799,7 +808,7 @@ static void method_import(rpc_request *req, void *userdata) {
         /* A tenant's file is read as root: only under localSourceRoots,
          * opened now, never by its path again (tenant.h). */
         _cleanup_close_ int fd = -EBADF;
-        if (!t.admin && (fd = tenant_host_open(m, path, false, "path", &err)) < 0) {
+        if (!t.admin && (fd = tenant_host_open(m, req, path, TENANT_HOST_FILE, "path", &err)) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }

@@ -20,7 +20,7 @@ from common import expect, expect_eq
 NOGROUP = 65534
 ALICE, BOB, CAROL, ADMIN = 65534, 2000, 2001, 4321
 DAVE = 2002  # maxDiskMiB alone
-ERIN = 2003  # imports and exports, as uid:2000 (BOB) may
+ERIN = 2003  # imports and exports, as uid:2000 (BOB) may, and local sources
 METRICS_PORT = 19474
 
 _state = {}
@@ -98,7 +98,7 @@ def _setup(world):
             "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
                                           "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]},
                       "uid:%d" % DAVE: {"maxDiskMiB": 512},
-                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1)},
+                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1, allowLocalSources=True)},
         },
     }), tag="tenants")
     _state["cache"] = extra.get("runtimeCache")
@@ -520,13 +520,18 @@ def test_imports_and_exports_are_permissions_confined_to_local_source_roots(worl
             expect(any(w in msg for w in ("localSourceRoots", "symlink", "'..'")),
                    "export to %s refused as outside the roots:" % path, json.dumps(m)[:400])
         expect_eq(sorted(os.listdir(outside)), ["secret.tar"], "nothing written outside the roots")
-        # Within the roots: exported as the tenant's file, imported as its own.
-        out = os.path.join(world.tmp, world.name("bexp") + ".tar")
+        # Within the roots, in a directory the tenant may write: exported as
+        # the tenant's file, imported as its own.
+        bdir = os.path.join(world.tmp, world.name("bdir"))
+        os.mkdir(bdir, 0o755)
+        os.chown(bdir, BOB, NOGROUP)
+        out = os.path.join(bdir, world.name("bexp") + ".tar")
         got = _ok(d, BOB, "snapshot.export", {"id": snap, "path": out})
         expect(got["bytes"] > 0 and os.stat(out).st_uid == BOB, "the export belongs to the local tenant")
         m = _one(d, BOB, "snapshot.export", {"id": snap, "path": out})
         expect((m.get("error") or {}).get("code") == -32602 and "exists" in m["error"]["message"],
                "a file there is never replaced:", json.dumps(m)[:300])
+        os.chmod(out, 0o644)  # its owner lets others read it
         imp = _ok(d, ERIN, "snapshot.import", {"path": out})
         snaps.append(imp["id"])
         expect_eq(imp["owner"], "uid:%d" % ERIN, "an import is its importer's")
@@ -537,6 +542,97 @@ def test_imports_and_exports_are_permissions_confined_to_local_source_roots(worl
         _cleanup(d, made, snaps)
         os.unlink(link)
         shutil.rmtree(outside)
+        shutil.rmtree(os.path.join(world.tmp, "bdir"), ignore_errors=True)
+
+
+def test_a_local_tenant_reads_and_writes_host_paths_only_as_its_own_uid(world):
+    """A local tenant's host paths are opened with its own uid, gid and
+    groups (SO_PEERCRED, SO_PEERGROUPS), not the daemon's root: it imports
+    only what it could read itself and exports only where it could create
+    a file itself. Found: uid:2003 imported the export uid:2000 had just
+    made (mode 0600, uid:2000's: its snapshot's files, secrets included)
+    and a root-only file under the root, and exported into a directory of
+    uid:2000's and into the root's own directory, none of which it may
+    read or write."""
+    from test_runtimes import _tiny_rootfs_tar
+    d = _setup(world)
+    bdir = os.path.join(world.tmp, world.name("bpriv"))
+    os.mkdir(bdir, 0o755)
+    os.chown(bdir, BOB, NOGROUP)
+    rootonly = os.path.join(world.tmp, world.name("rootonly") + ".tar")
+    with open(rootonly, "wb") as f:
+        f.write(_tiny_rootfs_tar("x"))
+    os.chmod(rootonly, 0o600)
+    made, snaps, rts = [], [], []
+    try:
+        r = _ok(d, BOB, "sandbox.create", {"networkPolicy": "deny-all"})
+        made.append(r["name"])
+        _ok(d, BOB, "fs.write", {"sandbox": r["name"], "files": [{"path": "/workspace/secret",
+                                                                  "content": "Ym9iJ3Mgc2VjcmV0"}]})
+        snap = _ok(d, BOB, "sandbox.snapshot", {"name": r["name"]})["id"]
+        snaps.append(snap)
+        out = os.path.join(bdir, "mine.tar")
+        _ok(d, BOB, "snapshot.export", {"id": snap, "path": out})
+        expect_eq((os.stat(out).st_uid, os.stat(out).st_mode & 0o777), (BOB, 0o600), "the export is BOB's, 0600")
+        # Reading what it may not read: refused, nothing made.
+        before = {x["id"] for x in _ok(d, 0, "snapshot.list")["snapshots"]}
+        for path in (out, rootonly):
+            m = _one(d, ERIN, "snapshot.import", {"path": path})
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "snapshot.import of %s (not readable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+            name = world.name("steal")
+            m = _one(d, ERIN, "runtime.import", {"name": name, "path": path})
+            rts.append(name)
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "runtime.import of %s (not readable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+        expect_eq({x["id"] for x in _ok(d, 0, "snapshot.list")["snapshots"]}, before, "no snapshot imported")
+        expect(not any(n in _runtime_names(d, 0) for n in rts), "no runtime imported")
+        # A local source (allowLocalSources) the same: read as the tenant.
+        for path in (out, rootonly):
+            m = _one(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all",
+                                                 "source": {"type": "tarball", "path": path}})
+            if "result" in m:
+                made.append(m["result"]["name"])
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "a source at %s (not readable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+        os.chmod(rootonly, 0o644)
+        m = _ok(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all", "source": {"type": "tarball",
+                                                                                    "path": rootonly}})
+        made.append(m["name"])
+        # Writing where it may not write: refused, nothing made.
+        esnap = None
+        e = _ok(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all"})
+        made.append(e["name"])
+        esnap = _ok(d, ERIN, "sandbox.snapshot", {"name": e["name"]})["id"]
+        snaps.append(esnap)
+        for path in (os.path.join(bdir, "planted.tar"), os.path.join(world.tmp, world.name("planted") + ".tar")):
+            m = _one(d, ERIN, "snapshot.export", {"id": esnap, "path": path})
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "export to %s (not writable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+            expect(not os.path.exists(path), "nothing written at", path)
+        expect_eq(sorted(os.listdir(bdir)), ["mine.tar"], "nothing planted in BOB's directory")
+        # The owner's own file stays its to import.
+        imp = _ok(d, BOB, "snapshot.import", {"path": out})
+        snaps.append(imp["id"])
+        # Odd bytes in a name: a file like any, and never a line of the
+        # daemon's log of its own (found: the path was logged raw).
+        forged = "x\n<0>sandboxd: forged by a tenant\n.tar"
+        odd = os.path.join(bdir, forged)
+        _ok(d, BOB, "snapshot.export", {"id": snap, "path": odd})
+        expect(os.stat(odd).st_uid == BOB, "exported under the odd name")
+        imp = _ok(d, BOB, "snapshot.import", {"path": odd})
+        snaps.append(imp["id"])
+        m = _one(d, BOB, "runtime.import", {"name": world.name("odd"), "path": odd + "\n<0>sandboxd: forged again"})
+        expect("error" in m, "a missing file with odd bytes is refused:", json.dumps(m)[:300])
+        with open(d.log_path, "rb") as f:
+            forged_lines = [l for l in f.read().splitlines() if l.startswith(b"<0>sandboxd: forged")]
+        expect_eq(forged_lines, [], "no log line forged by a tenant's path")
+    finally:
+        _cleanup(d, made, snaps)
+        for n in rts:
+            d.rpc("runtime.delete", {"name": n})
+        shutil.rmtree(bdir, ignore_errors=True)
+        os.unlink(rootonly)
 
 
 def test_a_tenants_daemon_info_shows_its_own_and_nothing_of_others(world):
