@@ -806,6 +806,11 @@ int runtime_check(manager *m, const rpc_request *req, const char *name, const ch
 int runtime_owner(manager *m, const char *name, char **ret_owner);
 /* How many runtimes tenant `owner` made. */
 unsigned runtimes_owned(manager *m, const char *owner);
+/* The disk tenant `owner`'s runtimes hold against maxDiskMiB, in MiB: each
+ * imported one's sizeBytes rounded up, and what its imports in progress
+ * reserved (bootstrapped ones are hard links into the shared debootstrap
+ * cache: not counted). 0 for NULL (admin). */
+uint64_t runtimes_disk_mib(manager *m, const char *owner);
 /* Removes what an interrupted import or bootstrap left (daemon start). */
 void runtimes_load(manager *m);
 /* True when sb stands on the built-in host runtime. */

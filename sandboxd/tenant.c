@@ -329,9 +329,11 @@ static uint64_t snapshot_disk_mib(const snapshot *s) {
         return cJSON_IsNumber(dm) && dm->valuedouble > 0 ? (uint64_t)dm->valuedouble : 0;
 }
 
-/* What a tenant's snapshots hold against maxDiskMiB, in MiB. */
-static uint64_t snapshots_disk_mib(const manager *m, const tenant *t) {
-        uint64_t disk = 0;
+/* What a tenant's snapshots and imported runtimes (those being imported
+ * at what they reserved) hold against maxDiskMiB, in MiB: all of its disk
+ * but its sandboxes'. */
+static uint64_t snapshots_disk_mib(manager *m, const tenant *t) {
+        uint64_t disk = runtimes_disk_mib(m, t->name);
         for (const snapshot *s = m->snapshots; s; s = s->next)
                 if (s->owner && tenant_owns(t, s->owner))
                         disk += snapshot_disk_mib(s);
@@ -375,7 +377,7 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
         if (disk + sb->disk_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "resources.diskMiB: tenant '%s' would have %" PRIu64 " MiB of disk (its sandboxes' "
-                                  "disks and its snapshots'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
+                                  "disks, its snapshots' and its imported runtimes'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
                                   ")", t.name, disk + sb->disk_mib, l.disk_mib);
         return 0;
 }
@@ -455,6 +457,29 @@ int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_err
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' has %u runtimes (those being made included), its limit (daemon.json "
                                   "tenants maxRuntimes %" PRIu64 "); delete one first", t.name, have, l.runtimes);
+        return 0;
+}
+
+int tenant_runtime_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err) {
+        *ret_room_mib = UINT64_MAX;
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        if (l.disk_mib == UINT64_MAX)
+                return 0;
+        uint64_t disk = snapshots_disk_mib(m, &t);
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
+                        disk += o->disk_mib;
+        if (disk >= l.disk_mib)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " MiB of disk (its sandboxes' disks, its snapshots' and "
+                                  "its imported runtimes'), its limit (daemon.json tenants maxDiskMiB %" PRIu64 "); "
+                                  "delete something first", t.name, disk, l.disk_mib);
+        *ret_room_mib = l.disk_mib - disk;
         return 0;
 }
 

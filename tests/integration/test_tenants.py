@@ -21,6 +21,7 @@ NOGROUP = 65534
 ALICE, BOB, CAROL, ADMIN = 65534, 2000, 2001, 4321
 DAVE = 2002  # maxDiskMiB alone
 ERIN = 2003  # imports and exports, as uid:2000 (BOB) may, and local sources
+FRANK = 2004  # imports under maxDiskMiB 24
 METRICS_PORT = 19474
 
 _state = {}
@@ -98,7 +99,8 @@ def _setup(world):
             "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
                                           "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]},
                       "uid:%d" % DAVE: {"maxDiskMiB": 512},
-                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1, allowLocalSources=True)},
+                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1, allowLocalSources=True),
+                      "uid:%d" % FRANK: dict(_IMPORTS, maxDiskMiB=24)},
         },
     }), tag="tenants")
     _state["cache"] = extra.get("runtimeCache")
@@ -633,6 +635,59 @@ def test_a_local_tenant_reads_and_writes_host_paths_only_as_its_own_uid(world):
             d.rpc("runtime.delete", {"name": n})
         shutil.rmtree(bdir, ignore_errors=True)
         os.unlink(rootonly)
+
+
+def _filler_tar(path, mib):
+    """A gzip tarball of one file of `mib` MiB of zeros (a few KiB packed)."""
+    import io
+    import tarfile
+    with tarfile.open(path, "w:gz") as t:
+        ti = tarfile.TarInfo("./filler")
+        ti.size, ti.mode = mib << 20, 0o644
+        t.addfile(ti, io.BytesIO(b"\0" * (mib << 20)))
+    os.chmod(path, 0o644)
+
+
+def test_imported_runtimes_count_against_the_tenants_disk_limit(world):
+    """An imported runtime's tree lies on the state filesystem like a
+    snapshot's layers: under maxDiskMiB it unpacks at most what the tenant
+    has left, and counts with its sandboxes' disks and its snapshots'.
+    Found: a tenant with maxDiskMiB 24 imported a 30 MiB runtime, and any
+    number more, each up to maxSourceBytes (4 GiB), none of it counted."""
+    d = _setup(world)
+    frank = "uid:%d" % FRANK
+    big, small, mid = (os.path.join(world.tmp, world.name(n) + ".tar.gz") for n in ("big", "small", "mid"))
+    _filler_tar(big, 30)
+    _filler_tar(small, 2)
+    _filler_tar(mid, 22)
+    names = [world.name("rbig"), world.name("rsmall"), world.name("rmid")]
+    made = []
+    try:
+        msg = _refused(_one(d, FRANK, "runtime.import", {"name": names[0], "path": big}), "30 MiB under 24",
+                       "limit_exceeded")
+        expect("maxDiskMiB" in msg and frank in msg, "names the limit and the tenant:", msg)
+        got = _ok(d, FRANK, "runtime.import", {"name": names[1], "path": small})
+        expect(got["sizeBytes"] >= 2 << 20, "the small one is imported:", got)
+        usage = _ok(d, FRANK, "daemon.info")["tenant"]["usage"]
+        expect(usage["diskMiB"] >= 3, "its disk is counted:", usage)
+        msg = _refused(_one(d, FRANK, "runtime.import", {"name": names[2], "path": mid}), "22 MiB more",
+                       "limit_exceeded")
+        expect("maxDiskMiB" in msg and frank in msg, "names the limit and the tenant:", msg)
+        m = _one(d, FRANK, "sandbox.create", {"networkPolicy": "deny-all", "resources": {"diskMiB": 22}})
+        if "result" in m:
+            made.append(m["result"]["name"])
+        msg = _refused(m, "a 22 MiB disk beside the runtime", "limit_exceeded")
+        expect("maxDiskMiB" in msg and "runtimes" in msg, "says runtimes count:", msg)
+        expect_eq(sorted(n for n in names if n in _runtime_names(d, 0)), [names[1]], "only the small one is kept")
+        _ok(d, FRANK, "runtime.delete", {"name": names[1]})
+        made.append(_ok(d, FRANK, "sandbox.create", {"networkPolicy": "deny-all",
+                                                     "resources": {"diskMiB": 22}})["name"])
+    finally:
+        _cleanup(d, made)
+        for n in names:
+            d.rpc("runtime.delete", {"name": n})
+        for p in (big, small, mid):
+            os.unlink(p)
 
 
 def test_a_tenants_daemon_info_shows_its_own_and_nothing_of_others(world):
