@@ -164,9 +164,10 @@ struct session {
         unsigned next_cmd_id, next_fs_req;
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
-        /* init answered a run of this session with a window (agent.h): it
-         * keeps windows, so one it answers without is held to the one
-         * this daemon granted all the same (command.c). */
+        /* This session's init keeps windows (agent.h): this daemon started
+         * it (its own build; kept in the session record across a restart),
+         * or it answered a run with a window. A run it answers without one
+         * is held to the one this daemon granted all the same (command.c). */
         bool keeps_windows;
         bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */

@@ -1736,6 +1736,10 @@ static void start_done(void *userdata) {
         j->netd_out = j->netd_in = -EBADF;
         s->started_ms = core_now_ms();
         core_random_hex(s->id, 32);
+        /* Its init is this daemon's own build, which keeps every window it
+         * is granted: a "started" without one (root inside speaking on
+         * init's socket) is held to the window all the same (command.c). */
+        s->keeps_windows = true;
         if (runtime_is_host(sb))
                 memcpy(s->runtime_version, m->host_version, sizeof(s->runtime_version));
         sb->sess = s;
@@ -2394,6 +2398,9 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         s->net_slot = -1;
         s->proxy_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "proxyCa"));
         s->sandbox_trusts_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "sandboxTrustsCa"));
+        /* Recorded by the daemon that started it; a record from before
+         * says nothing, and its init (maybe older) is judged by its answers. */
+        s->keeps_windows = cJSON_IsTrue(cJSON_GetObjectItem(rec, "keepsWindows"));
         s->started_ms = rec_u64(rec, "startedMs");
         s->netd_restarts = (unsigned)rec_u64(rec, "netdRestarts");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "id"));
