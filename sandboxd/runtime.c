@@ -664,7 +664,7 @@ static runtime_job *job_new(rpc_request *req, manager *m, bool import) {
         /* An import unpacks onto the state filesystem: under maxDiskMiB at
          * most the tenant's room, reserved (as the count is) until it ends. */
         uint64_t room_mib = UINT64_MAX;
-        if (owner && import && tenant_runtime_room(m, req, &room_mib, &err) < 0) {
+        if (owner && import && tenant_disk_room(m, req, &room_mib, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return NULL;
         }

@@ -377,6 +377,7 @@ typedef struct import_job {
         int fd;                             /* a tenant's file (tenant_host_open); else -EBADF */
         char *owner;                        /* the importer's tenant; NULL: admin */
         uint64_t max_bytes, total;          /* a tenant's bound on the unpacked layers (0: none), and so far */
+        bool disk_bound;                    /* max_bytes is the tenant's room under maxDiskMiB */
         char *layers_dir;
         char ids[MAX_IMPORT_LAYERS][33];   /* new layer id per index; "" until seen */
         size_t n_layers;                    /* highest index seen + 1 */
@@ -516,6 +517,11 @@ static int import_rewrite(import_job *j, struct archive_entry *e, size_t n, cons
                 return sb_error_set(ret_err, -EINVAL, "failed", NULL, "member '%s': unsupported file type", name);
         if (archive_entry_size(e) > 0 && !link)
                 j->total += (uint64_t)archive_entry_size(e);
+        if (j->max_bytes && j->total > j->max_bytes && j->disk_bound)
+                return sb_error_set(ret_err, -EDQUOT, "limit_exceeded", "path",
+                                    "the unpacked layers are over the %llu MiB tenant '%s' has left under its disk "
+                                    "limit (daemon.json tenants maxDiskMiB; its sandboxes', snapshots' and imported "
+                                    "runtimes' disk counted)", (unsigned long long)(j->max_bytes >> 20), j->owner);
         if (j->max_bytes && j->total > j->max_bytes)
                 return sb_error_set(ret_err, -E2BIG, "limit_exceeded", "path",
                                     "the unpacked layers are over maxSourceBytes (%llu bytes)",
@@ -812,6 +818,17 @@ static void method_import(rpc_request *req, void *userdata) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
+        /* A tenant at its snapshot count, or with no disk left, is refused
+         * before the file is unpacked onto the state filesystem, and an
+         * import unpacks at most the disk it has left (the registration's
+         * check stays the one that counts: concurrent imports can all pass
+         * this one). */
+        uint64_t room_mib = UINT64_MAX;
+        if (!t.admin && (tenant_check_new_snapshot(m, req, NULL, &err) < 0 ||
+                         tenant_disk_room(m, req, &room_mib, &err) < 0)) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
         import_job *j = calloc(1, sizeof(*j));
         if (!j) {
                 rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "out of memory");
@@ -823,6 +840,10 @@ static void method_import(rpc_request *req, void *userdata) {
         if (!t.admin) {
                 j->owner = strdup(t.name);
                 j->max_bytes = m->cfg->max_source_bytes;
+                if (room_mib != UINT64_MAX && room_mib < (j->max_bytes >> 20)) {
+                        j->max_bytes = room_mib << 20;
+                        j->disk_bound = true;
+                }
         }
         j->take_config = take_config;
         j->path = strdup(path);

@@ -460,7 +460,7 @@ int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_err
         return 0;
 }
 
-int tenant_runtime_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err) {
+int tenant_disk_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err) {
         *ret_room_mib = UINT64_MAX;
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);

@@ -123,13 +123,14 @@ int tenant_check_imported_snapshot(manager *m, rpc_request *req, const struct sn
  * tenant that has `have` (made and being made): maxRuntimes. */
 int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_error **ret_err);
 
-/* Before a runtime.import of the tenant of `req` unpacks: under a
+/* Before a runtime.import or snapshot.import of the tenant of `req`
+ * unpacks onto the state filesystem: under a
  * maxDiskMiB, *ret_room_mib gets what the tenant has left (its sandboxes'
  * disks, snapshots and imported runtimes, imports in progress at what they
  * reserved, taken off the limit), the most the import may unpack;
  * UINT64_MAX without a limit (and for admin). Returns 0, or -EDQUOT
  * (limit_exceeded, naming maxDiskMiB and the tenant) when nothing is left. */
-int tenant_runtime_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err);
+int tenant_disk_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err);
 
 /* Before a fork or a snapshot copies its source (snapshot.c): whether the
  * tenant has room for one more sandbox (`snapshot_src` NULL) or for a

@@ -690,6 +690,41 @@ def test_imported_runtimes_count_against_the_tenants_disk_limit(world):
             os.unlink(p)
 
 
+def test_a_snapshot_import_unpacks_no_more_than_the_tenants_disk_has_left(world):
+    """snapshot.import of a tenant under maxDiskMiB: its layers are unpacked
+    onto the state filesystem, so at most what the tenant has left is,
+    and the refusal names the limit and the tenant. Found: a file of any
+    size up to maxSourceBytes (4 GiB) was unpacked whole, to be refused
+    only at the end, again and again."""
+    import io
+    import tarfile
+    d = _setup(world)
+    path = os.path.join(world.tmp, world.name("bigsnap") + ".tar.gz")
+    with tarfile.open(path, "w:gz") as t:
+        rec = json.dumps({"sandbox": "x", "createdAt": "2026-01-01T00:00:00Z",
+                          "config": {"resources": {"diskMiB": 64}}}).encode()
+        ti = tarfile.TarInfo("snapshot.json")
+        ti.size = len(rec)
+        t.addfile(ti, io.BytesIO(rec))
+        for n in ("layers/0/workspace",):
+            ti = tarfile.TarInfo(n)
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+            t.addfile(ti)
+        ti = tarfile.TarInfo("layers/0/workspace/filler")
+        ti.size, ti.mode = 30 << 20, 0o644
+        t.addfile(ti, io.BytesIO(b"\0" * (30 << 20)))
+    os.chmod(path, 0o644)
+    try:
+        before = _ok(d, 0, "snapshot.list")["snapshots"]
+        msg = _refused(_one(d, FRANK, "snapshot.import", {"path": path, "config": True}),
+                       "a 30 MiB snapshot under maxDiskMiB 24", "limit_exceeded")
+        expect("maxDiskMiB" in msg and "uid:%d" % FRANK in msg and "left" in msg,
+               "refused while unpacking, naming the limit and the tenant:", msg)
+        expect_eq(_ok(d, 0, "snapshot.list")["snapshots"], before, "nothing imported")
+    finally:
+        os.unlink(path)
+
+
 def test_a_tenants_daemon_info_shows_its_own_and_nothing_of_others(world):
     """daemon.info for a local tenant: the version, limits, capabilities and
     its own counts, limits and usage; no other tenant's sandbox, count or
