@@ -117,8 +117,12 @@ static bool is_export_tmp(const char *entry, const char *base) {
 }
 
 /* Removes what an export to the same path left when it was killed on a
- * filesystem without O_TMPFILE (regular files of that exact pattern only). */
-static void remove_stale_tmps(int dirfd, const char *base) {
+ * filesystem without O_TMPFILE: regular files of that exact pattern
+ * only, and only the exporter's own (`owner`: a local tenant's uid, which
+ * its hidden file is given at once, else root). The daemon deletes as
+ * root: another user's file of that name in a shared (sticky) directory
+ * is not an exporter's to remove. */
+static void remove_stale_tmps(int dirfd, const char *base, uid_t owner) {
         int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
         if (!d) {
@@ -130,7 +134,8 @@ static void remove_stale_tmps(int dirfd, const char *base) {
         while ((de = readdir(d)))
                 if (is_export_tmp(de->d_name, base)) {
                         struct stat st;
-                        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+                        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+                            st.st_uid == owner) {
                                 char ln[TEXT_LOG_BUF];
                                 log_info("snapshot export: removing %s, left by an interrupted export",
                                          text_for_log(de->d_name, ln, sizeof(ln)));
@@ -186,7 +191,7 @@ static void export_work(void *userdata) {
                 sb_error_set(&j->err, negative_errno(), "failed", NULL, "open directory %s: %m", dir);
                 return;
         }
-        remove_stale_tmps(dirfd, base);
+        remove_stale_tmps(dirfd, base, j->chown_uid != (uid_t)-1 ? j->chown_uid : 0);
         char tmp[NAME_MAX + 1] = "";
         _cleanup_close_ int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
         if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {

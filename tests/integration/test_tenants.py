@@ -613,6 +613,24 @@ def test_a_local_tenant_reads_and_writes_host_paths_only_as_its_own_uid(world):
                    "export to %s (not writable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
             expect(not os.path.exists(path), "nothing written at", path)
         expect_eq(sorted(os.listdir(bdir)), ["mine.tar"], "nothing planted in BOB's directory")
+        # A shared drop directory (sticky, as /tmp): the export's clean-up
+        # of hidden files an interrupted export left removes the
+        # exporter's own only (found: it removed another user's file of
+        # that name, which the exporter could not have removed itself).
+        drop = os.path.join(bdir, "drop")
+        os.mkdir(drop)
+        os.chmod(drop, 0o1777)
+        bobs = os.path.join(drop, ".shared.tar.export-0123456789abcdef")
+        with open(bobs, "wb") as f:
+            f.write(b"bob's")
+        os.chown(bobs, BOB, NOGROUP)
+        erins = os.path.join(drop, ".shared.tar.export-fedcba9876543210")
+        with open(erins, "wb") as f:
+            f.write(b"erin's leftover")
+        os.chown(erins, ERIN, NOGROUP)
+        _ok(d, ERIN, "snapshot.export", {"id": esnap, "path": os.path.join(drop, "shared.tar")})
+        expect(os.path.exists(bobs), "another user's file in a sticky directory is kept")
+        expect(not os.path.exists(erins), "the exporter's own leftover is removed")
         # The owner's own file stays its to import.
         imp = _ok(d, BOB, "snapshot.import", {"path": out})
         snaps.append(imp["id"])
