@@ -4,6 +4,7 @@
 #pragma once
 
 #include "libcore/error.h"
+#include "libcore/source.h"
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -49,6 +50,9 @@ int source_file_url_path(const char *url, char **ret_path, sb_error **ret_err);
  * the way, -EINVAL for a path with "." or ".." components. */
 int source_local_open(const char *const *roots, const char *path, int flags, const char *field,
                       sb_error **ret_err);
+
+/* The calling thread's local peer (core_source_set_local_peer), or NULL. */
+const core_peer *source_local_peer(void);
 
 /* Copies the git repository at `path` (under `roots`, as source_local_open)
  * into a new directory under /var/tmp: HEAD, packed-refs, refs/ and

@@ -24,6 +24,8 @@
  *     never read: the copy gets a minimal one. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/fsuid.h>
 #include <linux/openat2.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +127,59 @@ int source_local_open(const char *const *roots, const char *path, int flags, con
 int core_source_local_open(const char *const *roots, const char *path, int flags, const char *field,
                            sb_error **ret_err) {
         return source_local_open(roots, path, flags, field, ret_err);
+}
+
+/* ---- opening as a local user ------------------------------------------------ */
+
+typedef struct peer_call {
+        const core_peer *peer;
+        int (*fn)(void *);
+        void *userdata;
+        int r;
+        bool ran;
+} peer_call;
+
+/* Groups and fsgid before fsuid: dropping fsuid to non-zero clears the
+ * filesystem capabilities. */
+static void *peer_main(void *p) {
+        peer_call *c = p;
+        if (syscall(SYS_setgroups, c->peer->n_groups, c->peer->groups) < 0) {
+                c->r = negative_errno();
+                return NULL;
+        }
+        setfsgid(c->peer->gid);
+        setfsuid(c->peer->uid);
+        /* setfsuid/setfsgid report no error; read back to be sure. */
+        if ((uid_t)setfsuid((uid_t)-1) != c->peer->uid || (gid_t)setfsgid((gid_t)-1) != c->peer->gid) {
+                c->r = -EPERM;
+                return NULL;
+        }
+        c->ran = true;
+        c->r = c->fn(c->userdata);
+        return NULL;
+}
+
+int core_run_as_peer(const core_peer *peer, int (*fn)(void *userdata), void *userdata, sb_error **ret_err) {
+        peer_call c = {.peer = peer, .fn = fn, .userdata = userdata, .r = -EIO};
+        pthread_t t;
+        int r = pthread_create(&t, NULL, peer_main, &c);
+        if (r != 0)
+                return sb_error_set(ret_err, -r, REASON, NULL, "start a thread: %s", strerror(r));
+        pthread_join(t, NULL);
+        if (!c.ran)
+                return sb_error_set(ret_err, c.r, REASON, NULL, "take the identity of uid %u gid %u: %s",
+                                    (unsigned)peer->uid, (unsigned)peer->gid, strerror(-c.r));
+        return c.r;
+}
+
+static __thread const core_peer *thread_peer;
+
+void core_source_set_local_peer(const core_peer *peer) {
+        thread_peer = peer;
+}
+
+const core_peer *source_local_peer(void) {
+        return thread_peer;
 }
 
 /* ---- git dir copy ------------------------------------------------------------ */

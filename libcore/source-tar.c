@@ -304,8 +304,8 @@ static int http_fetch(const char *url, int fd, uint64_t max_bytes, sb_error **re
                             errbuf[0] ? errbuf : curl_easy_strerror(rc));
 }
 
-static int open_local(const char *path, const char *field, const char *const *roots, uint64_t max_bytes,
-                      sb_error **ret_err) {
+static int open_local_here(const char *path, const char *field, const char *const *roots, uint64_t max_bytes,
+                           sb_error **ret_err) {
         /* O_PATH first: opening a FIFO would block the worker (and the name,
          * and shutdown) forever, and opening a device can have side effects.
          * Only once it is known to be a plain file is it opened for reading,
@@ -331,6 +331,36 @@ static int open_local(const char *path, const char *field, const char *const *ro
                                     "'%s' is larger than the limit of %llu bytes", path,
                                     (unsigned long long)max_bytes);
         return TAKE_FD(fd);
+}
+
+typedef struct local_open_call {
+        const char *path, *field;
+        const char *const *roots;
+        uint64_t max_bytes;
+        sb_error *err;
+} local_open_call;
+
+static int open_local_call(void *userdata) {
+        local_open_call *c = userdata;
+        return open_local_here(c->path, c->field, c->roots, c->max_bytes, &c->err);
+}
+
+/* The tarball at a local path: opened as the thread's local peer when one
+ * is set (core_source_set_local_peer), so that a local user reads only
+ * what it could itself; else as the daemon. */
+static int open_local(const char *path, const char *field, const char *const *roots, uint64_t max_bytes,
+                      sb_error **ret_err) {
+        const core_peer *peer = source_local_peer();
+        if (!peer)
+                return open_local_here(path, field, roots, max_bytes, ret_err);
+        local_open_call c = {.path = path, .field = field, .roots = roots, .max_bytes = max_bytes};
+        int r = core_run_as_peer(peer, open_local_call, &c, ret_err);
+        if (r < 0 && c.err && ret_err && !*ret_err)
+                *ret_err = TAKE_PTR(c.err);
+        sb_error_free(c.err);
+        if (r == -EACCES && ret_err && *ret_err && !strstr((*ret_err)->message, "localSourceRoots"))
+                sb_error_prefix(ret_err, "as uid %u (a local client reads only what it may)", (unsigned)peer->uid);
+        return r;
 }
 
 /* Returns a readable fd positioned at the start of the tarball bytes. */

@@ -135,6 +135,33 @@ core_source_progress_fn core_source_get_progress(void **ret_userdata);
 int core_source_local_open(const char *const *roots, const char *path, int flags, const char *field,
                            sb_error **ret_err);
 
+/* A local user's filesystem identity (a client's SO_PEERCRED uid and gid
+ * and its SO_PEERGROUPS): host paths it names are opened as it. */
+typedef struct core_peer {
+        uid_t uid;
+        gid_t gid;
+        const gid_t *groups;    /* borrowed */
+        size_t n_groups;
+} core_peer;
+
+/* Runs fn(userdata) on a new thread whose fsuid, fsgid and supplementary
+ * groups are `peer`'s (the kernel keeps credentials per thread; raw
+ * syscalls, since glibc's setgroups changes every thread of the process).
+ * A non-zero fsuid drops the filesystem capabilities (CAP_DAC_OVERRIDE,
+ * CAP_DAC_READ_SEARCH, CAP_FOWNER, ...), so every open and access check
+ * fn makes is judged as that user's own would be. The identity ends with
+ * the thread. Returns fn's result, or a negative errno with *ret_err when
+ * the thread could not take the identity (fn not run). */
+int core_run_as_peer(const core_peer *peer, int (*fn)(void *userdata), void *userdata, sb_error **ret_err);
+
+/* The local user the calling thread's next tarball source is read as
+ * (core_source_tarball_extract of a path or file:// under local_roots):
+ * with a peer set, the file is opened and its read permission checked as
+ * that user (core_run_as_peer), not as the daemon's root. NULL clears it;
+ * the peer is borrowed until then. sandboxd sets it for a local tenant's
+ * sources. */
+void core_source_set_local_peer(const core_peer *peer);
+
 /* Checks a tarball location: an absolute path, file://, http:// or https://.
  * Returns 0 or -EINVAL with *ret_err (field "source.url" or "source.path"). */
 int core_tarball_location_check(const char *location, sb_error **ret_err);

@@ -21,9 +21,12 @@
  * neither logged nor passed on, and the daemon says so once in its log.
  * The channel is read on regardless (every answer of the sandbox comes
  * through it). What stays queued for a connection is then bounded
- * per command, and for all connections by outputBudgetMiB, also for the
- * commands of an init that keeps no window (an older init, a command
- * re-adopted after a restart): those are bounded by the budget alone. */
+ * per command, and for all connections by outputBudgetMiB. Whether init
+ * keeps windows is not init's to say: a session this daemon started runs
+ * its own init, held to the window even when a "started" comes without
+ * one (a forged init opting out); only a session re-adopted from a record
+ * of before (an older init, maybe) is judged by its answers, and the
+ * commands of one that keeps no window are bounded by the budget alone. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>

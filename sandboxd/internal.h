@@ -164,9 +164,10 @@ struct session {
         unsigned next_cmd_id, next_fs_req;
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
-        /* init answered a run of this session with a window (agent.h): it
-         * keeps windows, so one it answers without is held to the one
-         * this daemon granted all the same (command.c). */
+        /* This session's init keeps windows (agent.h): this daemon started
+         * it (its own build; kept in the session record across a restart),
+         * or it answered a run with a window. A run it answers without one
+         * is held to the one this daemon granted all the same (command.c). */
         bool keeps_windows;
         bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */
@@ -274,6 +275,9 @@ typedef struct start_job {
         char *src_type, *url, *revision, *username, *password;
         unsigned depth;
         bool source_guarded;      /* a tag role's source: remote_source_guard applies */
+        bool source_as_peer;      /* a local tenant's source: a local path is read as source_peer */
+        core_peer source_peer;    /* its uid, gid and groups (groups: source_peer_groups) */
+        gid_t *source_peer_groups;
         char *config_text;        /* config.json to write (fresh only) */
         char *rootfs;
         /* results from the worker */
@@ -821,6 +825,11 @@ int runtime_check(manager *m, const rpc_request *req, const char *name, const ch
 int runtime_owner(manager *m, const char *name, char **ret_owner);
 /* How many runtimes tenant `owner` made. */
 unsigned runtimes_owned(manager *m, const char *owner);
+/* The disk tenant `owner`'s runtimes hold against maxDiskMiB, in MiB: each
+ * imported one's sizeBytes rounded up, and what its imports in progress
+ * reserved (bootstrapped ones are hard links into the shared debootstrap
+ * cache: not counted). 0 for NULL (admin). */
+uint64_t runtimes_disk_mib(manager *m, const char *owner);
 /* Removes what an interrupted import or bootstrap left (daemon start). */
 void runtimes_load(manager *m);
 /* True when sb stands on the built-in host runtime. */

@@ -151,6 +151,7 @@ int restore_save_record(const session *s) {
         cJSON_AddNumberToObject(o, "expiresMs", (double)sb->expires_ms);
         cJSON_AddBoolToObject(o, "proxyCa", s->proxy_ca);
         cJSON_AddBoolToObject(o, "sandboxTrustsCa", s->sandbox_trusts_ca);
+        cJSON_AddBoolToObject(o, "keepsWindows", s->keeps_windows);
         if (s->runtime_version[0])
                 cJSON_AddStringToObject(o, "runtimeVersion", s->runtime_version);
         /* A session taken from the warm pool: its cgroup's key (not the name). */

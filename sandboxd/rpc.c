@@ -377,6 +377,30 @@ uid_t rpc_conn_uid(const rpc_conn *c) {
         return c->cred.uid;
 }
 
+gid_t rpc_conn_gid(const rpc_conn *c) {
+        return c->cred.gid;
+}
+
+int rpc_conn_peer_groups(const rpc_conn *c, gid_t **ret_groups, size_t *ret_n) {
+        if (!c || c->fd < 0)
+                return -EBADF;
+        socklen_t len = 64 * sizeof(gid_t);
+        for (int attempt = 0; attempt < 2; attempt++) {
+                _cleanup_free_ gid_t *groups = malloc(len ? len : sizeof(gid_t));
+                if (!groups)
+                        return -ENOMEM;
+                if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+                        if (errno == ERANGE)
+                                continue;  /* len now holds the size needed */
+                        return negative_errno();
+                }
+                *ret_n = len / sizeof(gid_t);
+                *ret_groups = TAKE_PTR(groups);
+                return 0;
+        }
+        return -ERANGE;
+}
+
 void *rpc_conn_identity(const rpc_conn *c) {
         return c ? c->identity : NULL;
 }

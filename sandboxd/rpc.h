@@ -156,6 +156,12 @@ void rpc_conn_unref(rpc_conn *c);
 bool rpc_conn_is_open(const rpc_conn *c);
 /* Peer credentials from SO_PEERCRED at accept time. */
 uid_t rpc_conn_uid(const rpc_conn *c);
+gid_t rpc_conn_gid(const rpc_conn *c);
+
+/* The Unix peer's supplementary groups (SO_PEERGROUPS, as at connect
+ * time). *ret_groups (the caller's, free()) gets *ret_n gids. Returns 0,
+ * -EBADF for a connection without a socket, or the getsockopt error. */
+int rpc_conn_peer_groups(const rpc_conn *c, gid_t **ret_groups, size_t *ret_n);
 
 /* Output flow control. A connection whose peer reads slower than a source
  * produces (command output) becomes congested once more than

@@ -90,6 +90,7 @@ typedef struct runtime_job {
         char *runtimes_dir;
         char *cache_dir;
         uint64_t max_bytes;       /* import: bound on the unpacked size */
+        bool disk_bound;          /* import: max_bytes is the tenant's room under maxDiskMiB */
         uint64_t timeout_ms;      /* bootstrap: bound on debootstrap */
         char tmp[96];             /* ".<name>.tmp-<hex>" under runtimes_dir */
         bool cached;              /* bootstrap: the tree came from the cache */
@@ -131,6 +132,19 @@ static unsigned jobs_of(const manager *m, const char *owner) {
         cJSON_ArrayForEach(it, m->runtime_jobs)
                 n += job_field(it, "owner") && streq(job_field(it, "owner"), owner);
         return n;
+}
+
+/* MiB reserved by tenant `owner`'s imports in progress ("reserveMiB" of
+ * each: the most it may unpack). */
+static uint64_t jobs_reserved_mib(const manager *m, const char *owner) {
+        uint64_t mib = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, m->runtime_jobs) {
+                const cJSON *r = cJSON_GetObjectItemCaseSensitive(it, "reserveMiB");
+                if (job_field(it, "owner") && streq(job_field(it, "owner"), owner) && cJSON_IsNumber(r))
+                        mib += (uint64_t) r->valuedouble;
+        }
+        return mib;
 }
 
 static void job_forget(manager *m, const char *name) {
@@ -270,6 +284,16 @@ static const char *strip_dot(const char *name) {
         return streq(name, ".") ? "" : name;
 }
 
+static int runtime_too_big(runtime_job *j, sb_error **ret_err) {
+        if (j->disk_bound)
+                return sb_error_set(ret_err, -EDQUOT, "limit_exceeded", "path",
+                                    "the unpacked tree is over the %llu MiB tenant '%s' has left under its disk "
+                                    "limit (daemon.json tenants maxDiskMiB; its sandboxes', snapshots' and imported "
+                                    "runtimes' disk counted)", (unsigned long long)(j->max_bytes >> 20), j->owner);
+        return sb_error_set(ret_err, -E2BIG, "limit_exceeded", "path",
+                            "the unpacked tree is over maxSourceBytes (%llu bytes)", (unsigned long long)j->max_bytes);
+}
+
 /* Checks one member of a runtime tarball and points it (and its hardlink
  * target) at the same name under "/", the chroot's root. Returns 1 to
  * write it, 0 to skip it, or a negative errno. */
@@ -316,9 +340,7 @@ static int runtime_member_rewrite(runtime_job *j, struct archive_entry *e, uint6
         if (archive_entry_size(e) > 0)
                 *total += (uint64_t)archive_entry_size(e);
         if (*total > j->max_bytes)
-                return sb_error_set(ret_err, -E2BIG, "limit_exceeded", "path",
-                                    "the unpacked tree is over maxSourceBytes (%llu bytes)",
-                                    (unsigned long long)j->max_bytes);
+                return runtime_too_big(j, ret_err);
         /* A setuid file from elsewhere would be a privilege nobody granted
          * on this host (sandboxes also mount nosuid and run no_new_privs). */
         archive_entry_set_perm(e, archive_entry_perm(e) & ~(mode_t)(S_ISUID | S_ISGID));
@@ -536,6 +558,14 @@ static void import_work(void *userdata) {
         }
         _cleanup_close_ int tree = make_tmp(j);
         int r = tree < 0 ? tree : run_chrooted(j, tree, fd);
+        if (r >= 0 && j->disk_bound) {
+                /* Blocks, not member sizes: many small files take more. */
+                _cleanup_free_ char *p = NULL;
+                if (asprintf(&p, "%s/%s", j->runtimes_dir, j->tmp) < 0)
+                        r = sb_error_set(&j->err, -ENOMEM, NULL, NULL, "out of memory");
+                else if (tree_size(p) > j->max_bytes)
+                        r = runtime_too_big(j, &j->err);
+        }
         if (r >= 0) {
                 core_fault("runtime_import.extracted");
                 cJSON *src = cJSON_CreateObject();
@@ -572,7 +602,8 @@ static void job_done(void *userdata) {
         job_forget(m, j->name);
         if (j->err) {
                 sb_error_prefix(&j->err, "runtime '%s'", j->name);
-                log_warning("%s", j->err->message);
+                char lm[TEXT_LOG_BUF];  /* names the client's path and the tarball's members */
+                log_warning("%s", text_for_log(j->err->message, lm, sizeof(lm)));
                 rpc_reply_sb_error(j->req, j->err);
         } else {
                 cJSON *o = runtime_json(m, j->name);
@@ -590,7 +621,7 @@ static void job_done(void *userdata) {
 
 /* Validates params.name for a new runtime and reserves it. Answers the
  * request itself and returns NULL on failure. */
-static runtime_job *job_new(rpc_request *req, manager *m) {
+static runtime_job *job_new(rpc_request *req, manager *m, bool import) {
         const char *name = NULL;
         _cleanup_error_ sb_error *err = NULL;
         if (rpc_param_string(req, "name", true, &name, &err) < 0) {
@@ -630,8 +661,21 @@ static runtime_job *job_new(rpc_request *req, manager *m) {
                 rpc_reply_sb_error(req, err);
                 return NULL;
         }
+        /* An import unpacks onto the state filesystem: under maxDiskMiB at
+         * most the tenant's room, reserved (as the count is) until it ends. */
+        uint64_t room_mib = UINT64_MAX;
+        if (owner && import && tenant_disk_room(m, req, &room_mib, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return NULL;
+        }
+        uint64_t max_bytes = m->cfg->max_source_bytes;
+        bool disk_bound = room_mib != UINT64_MAX && room_mib < (max_bytes >> 20);
+        if (disk_bound)
+                max_bytes = room_mib << 20;
         cJSON *job = cJSON_CreateObject();
-        if (job && (!cJSON_AddStringToObject(job, "name", name) || (owner && !cJSON_AddStringToObject(job, "owner", owner)))) {
+        if (job && (!cJSON_AddStringToObject(job, "name", name) || (owner && !cJSON_AddStringToObject(job, "owner", owner)) ||
+                    (owner && import && room_mib != UINT64_MAX &&
+                     !cJSON_AddNumberToObject(job, "reserveMiB", (double) ((max_bytes + (1u << 20) - 1) >> 20))))) {
                 cJSON_Delete(job);
                 job = NULL;
         }
@@ -648,6 +692,8 @@ static runtime_job *job_new(rpc_request *req, manager *m) {
         }
         j->m = m;
         j->req = req;
+        j->max_bytes = max_bytes;
+        j->disk_bound = disk_bound;
         return j;
 }
 
@@ -674,15 +720,14 @@ static void method_import(rpc_request *req, void *userdata) {
         /* A tenant's path is read as root: only under localSourceRoots,
          * never through a symlink or "..", opened now (tenant.h). */
         _cleanup_close_ int fd = -EBADF;
-        if (!tenant_req_admin(m, req) && (fd = tenant_host_open(m, path, false, "path", &err)) < 0) {
+        if (!tenant_req_admin(m, req) && (fd = tenant_host_open(m, req, path, TENANT_HOST_FILE, "path", &err)) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        runtime_job *j = job_new(req, m);
+        runtime_job *j = job_new(req, m, true);
         if (!j)
                 return;
         j->fd = TAKE_FD(fd);
-        j->max_bytes = m->cfg->max_source_bytes;
         if (!(j->path = strdup(path))) {
                 job_forget(m, j->name);
                 runtime_job_free(j);
@@ -1007,7 +1052,7 @@ static void method_bootstrap(rpc_request *req, void *userdata) {
                                 "mirror: must be an http:// or https:// URL without spaces or quotes");
                 return;
         }
-        runtime_job *j = job_new(req, m);
+        runtime_job *j = job_new(req, m, false);
         if (!j)
                 return;
         j->timeout_ms = m->cfg->bootstrap_timeout_ms;
@@ -1067,6 +1112,32 @@ static void method_list(rpc_request *req, void *userdata) {
 static void count_one(manager *m, const char *name, const char *owner, void *userdata) {
         struct { const char *owner; unsigned n; } *c = userdata;
         c->n += owner && streq(owner, c->owner);
+}
+
+/* Imported runtimes hold their tree on the state filesystem: sizeBytes of
+ * the record, rounded up to MiB. A bootstrapped one is hard links into the
+ * debootstrap cache, shared by every runtime of that suite: not counted. */
+static void disk_one(manager *m, const char *name, const char *owner, void *userdata) {
+        struct { const char *owner; uint64_t mib; } *c = userdata;
+        if (!owner || !streq(owner, c->owner))
+                return;
+        _cleanup_free_ char *path = record_path(m, name), *text = NULL;
+        if (!path || core_read_file(path, MAX_RECORD_BYTES, &text, NULL) < 0)
+                return;
+        _cleanup_(cJSON_Deletep) cJSON *o = cJSON_Parse(text);
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(o, "sizeBytes");
+        const char *type = cJSON_GetStringValue(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "source"), "type"));
+        if (cJSON_IsNumber(size) && size->valuedouble > 0 && type && streq(type, "tarball"))
+                c->mib += ((uint64_t) size->valuedouble + (1u << 20) - 1) >> 20;
+}
+
+uint64_t runtimes_disk_mib(manager *m, const char *owner) {
+        struct { const char *owner; uint64_t mib; } c = { owner, 0 };
+        if (!owner)
+                return 0;
+        runtimes_each(m, disk_one, &c);
+        return c.mib + jobs_reserved_mib(m, owner);
 }
 
 unsigned runtimes_owned(manager *m, const char *owner) {

@@ -483,6 +483,20 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 if ((r = parse_source(j, src, ret_err)) < 0)
                         return r;
                 j->source_guarded = remote_conn_is_tenant(req->conn);
+                /* A local tenant reads a local source only as far as its
+                 * own uid may (core_source_set_local_peer). */
+                tenant t;
+                tenant_of_conn(m->cfg, req->conn, &t);
+                if (!t.admin && !t.remote && req->conn) {
+                        j->source_as_peer = true;
+                        j->source_peer.uid = rpc_conn_uid(req->conn);
+                        j->source_peer.gid = rpc_conn_gid(req->conn);
+                        if ((r = rpc_conn_peer_groups(req->conn, &j->source_peer_groups,
+                                                      &j->source_peer.n_groups)) < 0)
+                                return sb_error_set(ret_err, r, "failed", NULL, "the client's groups: %s",
+                                                    strerror(-r));
+                        j->source_peer.groups = j->source_peer_groups;
+                }
                 sb->source = source_view(j, src);
         }
         if ((r = create_runtime(m, req, src, &runtime, ret_err)) < 0)

@@ -261,6 +261,7 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
                                     j->m->plain_unavailable);
         /* The worker thread's guard, cleared again below whatever happens. */
         core_source_set_address_guard(j->source_guarded ? remote_source_guard : NULL);
+        core_source_set_local_peer(j->source_as_peer ? &j->source_peer : NULL);
         core_source_set_progress(j->progress_conn ? progress_report : NULL, j);
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
@@ -272,6 +273,7 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
                 r = core_source_tarball_extract(j->url, ws, uid, gid, j->m->cfg->max_source_bytes,
                                                 (const char *const *)j->m->cfg->local_source_roots, ret_err);
         core_source_set_address_guard(NULL);
+        core_source_set_local_peer(NULL);
         core_source_set_progress(NULL, NULL);
         if (j->progress_conn)
                 progress_flush(j);
@@ -1734,6 +1736,10 @@ static void start_done(void *userdata) {
         j->netd_out = j->netd_in = -EBADF;
         s->started_ms = core_now_ms();
         core_random_hex(s->id, 32);
+        /* Its init is this daemon's own build, which keeps every window it
+         * is granted: a "started" without one (root inside speaking on
+         * init's socket) is held to the window all the same (command.c). */
+        s->keeps_windows = true;
         if (runtime_is_host(sb))
                 memcpy(s->runtime_version, m->host_version, sizeof(s->runtime_version));
         sb->sess = s;
@@ -1836,6 +1842,7 @@ void start_job_free(start_job *j) {
                 return;
         free(j->src_type);
         free(j->url);
+        free(j->source_peer_groups);
         free(j->revision);
         free(j->username);
         if (j->password) {
@@ -2391,6 +2398,9 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         s->net_slot = -1;
         s->proxy_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "proxyCa"));
         s->sandbox_trusts_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "sandboxTrustsCa"));
+        /* Recorded by the daemon that started it; a record from before
+         * says nothing, and its init (maybe older) is judged by its answers. */
+        s->keeps_windows = cJSON_IsTrue(cJSON_GetObjectItem(rec, "keepsWindows"));
         s->started_ms = rec_u64(rec, "startedMs");
         s->netd_restarts = (unsigned)rec_u64(rec, "netdRestarts");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(rec, "id"));

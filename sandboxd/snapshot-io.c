@@ -117,8 +117,12 @@ static bool is_export_tmp(const char *entry, const char *base) {
 }
 
 /* Removes what an export to the same path left when it was killed on a
- * filesystem without O_TMPFILE (regular files of that exact pattern only). */
-static void remove_stale_tmps(int dirfd, const char *base) {
+ * filesystem without O_TMPFILE: regular files of that exact pattern
+ * only, and only the exporter's own (`owner`: a local tenant's uid, which
+ * its hidden file is given at once, else root). The daemon deletes as
+ * root: another user's file of that name in a shared (sticky) directory
+ * is not an exporter's to remove. */
+static void remove_stale_tmps(int dirfd, const char *base, uid_t owner) {
         int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
         if (!d) {
@@ -130,8 +134,11 @@ static void remove_stale_tmps(int dirfd, const char *base) {
         while ((de = readdir(d)))
                 if (is_export_tmp(de->d_name, base)) {
                         struct stat st;
-                        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
-                                log_info("snapshot export: removing %s, left by an interrupted export", de->d_name);
+                        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+                            st.st_uid == owner) {
+                                char ln[TEXT_LOG_BUF];
+                                log_info("snapshot export: removing %s, left by an interrupted export",
+                                         text_for_log(de->d_name, ln, sizeof(ln)));
                                 (void)unlinkat(dirfd, de->d_name, 0);
                         }
                 }
@@ -184,7 +191,7 @@ static void export_work(void *userdata) {
                 sb_error_set(&j->err, negative_errno(), "failed", NULL, "open directory %s: %m", dir);
                 return;
         }
-        remove_stale_tmps(dirfd, base);
+        remove_stale_tmps(dirfd, base, j->chown_uid != (uid_t)-1 ? j->chown_uid : 0);
         char tmp[NAME_MAX + 1] = "";
         _cleanup_close_ int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
         if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
@@ -237,13 +244,17 @@ static void export_job_free(export_job *j) {
 static void export_done(void *userdata) {
         export_job *j = userdata;
         if (j->err) {
-                log_warning("snapshot export to %s: %s", j->path, j->err->message);
+                char lp[TEXT_LOG_BUF], lm[TEXT_LOG_BUF];
+                log_warning("snapshot export to %s: %s", text_for_log(j->path, lp, sizeof(lp)),
+                            text_for_log(j->err->message, lm, sizeof(lm)));
                 rpc_reply_sb_error(j->req, j->err);
         } else {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "path", j->path);
                 cJSON_AddNumberToObject(o, "bytes", (double)j->bytes);
-                log_info("snapshot exported to %s (%lld bytes)", j->path, (long long)j->bytes);
+                char lp[TEXT_LOG_BUF];
+                log_info("snapshot exported to %s (%lld bytes)", text_for_log(j->path, lp, sizeof(lp)),
+                         (long long)j->bytes);
                 rpc_reply(j->req, o);
         }
         export_job_free(j);
@@ -287,7 +298,7 @@ static int export_open_dir(manager *m, rpc_request *req, const char *path) {
                                 TEXT_Q(path));
                 return -EINVAL;
         }
-        int dirfd = tenant_host_open(m, dirname(dcopy), true, "path", &err);
+        int dirfd = tenant_host_open(m, req, dirname(dcopy), TENANT_HOST_WRITE_DIR, "path", &err);
         if (dirfd < 0) {
                 rpc_reply_sb_error(req, err);
                 return dirfd;
@@ -371,6 +382,7 @@ typedef struct import_job {
         int fd;                             /* a tenant's file (tenant_host_open); else -EBADF */
         char *owner;                        /* the importer's tenant; NULL: admin */
         uint64_t max_bytes, total;          /* a tenant's bound on the unpacked layers (0: none), and so far */
+        bool disk_bound;                    /* max_bytes is the tenant's room under maxDiskMiB */
         char *layers_dir;
         char ids[MAX_IMPORT_LAYERS][33];   /* new layer id per index; "" until seen */
         size_t n_layers;                    /* highest index seen + 1 */
@@ -510,6 +522,11 @@ static int import_rewrite(import_job *j, struct archive_entry *e, size_t n, cons
                 return sb_error_set(ret_err, -EINVAL, "failed", NULL, "member '%s': unsupported file type", name);
         if (archive_entry_size(e) > 0 && !link)
                 j->total += (uint64_t)archive_entry_size(e);
+        if (j->max_bytes && j->total > j->max_bytes && j->disk_bound)
+                return sb_error_set(ret_err, -EDQUOT, "limit_exceeded", "path",
+                                    "the unpacked layers are over the %llu MiB tenant '%s' has left under its disk "
+                                    "limit (daemon.json tenants maxDiskMiB; its sandboxes', snapshots' and imported "
+                                    "runtimes' disk counted)", (unsigned long long)(j->max_bytes >> 20), j->owner);
         if (j->max_bytes && j->total > j->max_bytes)
                 return sb_error_set(ret_err, -E2BIG, "limit_exceeded", "path",
                                     "the unpacked layers are over maxSourceBytes (%llu bytes)",
@@ -748,7 +765,8 @@ static int import_register(import_job *j, snapshot **ret, sb_error **ret_err) {
 static void import_reply_error(void *userdata) {
         import_job *j = userdata;
         sb_error_prefix(&j->err, "import %s", j->path);
-        log_warning("snapshot %s", j->err->message);
+        char lm[TEXT_LOG_BUF];
+        log_warning("snapshot %s", text_for_log(j->err->message, lm, sizeof(lm)));
         rpc_reply_sb_error(j->req, j->err);
         import_job_free(j);
 }
@@ -773,7 +791,9 @@ static void import_done(void *userdata) {
                 import_reply_error(j);
                 return;
         }
-        log_info("snapshot %s imported from %s (%zu layers)", s->id, j->path, j->n_layers);
+        char lp[TEXT_LOG_BUF];
+        log_info("snapshot %s imported from %s (%zu layers)", s->id, text_for_log(j->path, lp, sizeof(lp)),
+                 j->n_layers);
         /* What of the file's config was taken is in "config"; the answer
          * also says whether it was asked for and which keys were left out. */
         cJSON *o = snapshot_view(s);
@@ -799,7 +819,18 @@ static void method_import(rpc_request *req, void *userdata) {
         /* A tenant's file is read as root: only under localSourceRoots,
          * opened now, never by its path again (tenant.h). */
         _cleanup_close_ int fd = -EBADF;
-        if (!t.admin && (fd = tenant_host_open(m, path, false, "path", &err)) < 0) {
+        if (!t.admin && (fd = tenant_host_open(m, req, path, TENANT_HOST_FILE, "path", &err)) < 0) {
+                rpc_reply_sb_error(req, err);
+                return;
+        }
+        /* A tenant at its snapshot count, or with no disk left, is refused
+         * before the file is unpacked onto the state filesystem, and an
+         * import unpacks at most the disk it has left (the registration's
+         * check stays the one that counts: concurrent imports can all pass
+         * this one). */
+        uint64_t room_mib = UINT64_MAX;
+        if (!t.admin && (tenant_check_new_snapshot(m, req, NULL, &err) < 0 ||
+                         tenant_disk_room(m, req, &room_mib, &err) < 0)) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -814,6 +845,10 @@ static void method_import(rpc_request *req, void *userdata) {
         if (!t.admin) {
                 j->owner = strdup(t.name);
                 j->max_bytes = m->cfg->max_source_bytes;
+                if (room_mib != UINT64_MAX && room_mib < (j->max_bytes >> 20)) {
+                        j->max_bytes = room_mib << 20;
+                        j->disk_bound = true;
+                }
         }
         j->take_config = take_config;
         j->path = strdup(path);

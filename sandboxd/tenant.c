@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <math.h>
@@ -205,28 +206,89 @@ bool tenant_req_admin(manager *m, const rpc_request *req) {
         return t.admin;
 }
 
-int tenant_host_open(manager *m, const char *path, bool dir, const char *field, sb_error **ret_err) {
-        const char *const *roots = (const char *const *) m->cfg->local_source_roots;
-        if (dir)
-                return core_source_local_open(roots, path, O_RDONLY | O_DIRECTORY, field, ret_err);
+/* One tenant_host_open: what to open, and for a local tenant whose
+ * filesystem identity to open it with. */
+typedef struct host_open {
+        const char *const *roots;
+        const char *path, *field;
+        tenant_host_mode mode;
+        bool as_peer;             /* a local tenant: opened as the client (core_run_as_peer) */
+        int r;                    /* the fd, or a negative errno with err */
+        sb_error *err;
+} host_open;
+
+static int host_open_do(host_open *h) {
+        const char *path = h->path, *field = h->field;
+        if (h->mode != TENANT_HOST_FILE) {
+                _cleanup_close_ int fd = core_source_local_open(h->roots, path, O_RDONLY | O_DIRECTORY, field, &h->err);
+                if (fd < 0)
+                        return fd;
+                /* Creating a file in it takes write and search permission
+                 * there, as this identity (AT_EACCESS: the fsuid, fsgid
+                 * and groups of this thread); the raw syscall, so that no
+                 * library emulation judges by other ids. */
+                if (h->mode == TENANT_HOST_WRITE_DIR && h->as_peer &&
+                    syscall(SYS_faccessat2, fd, ".", W_OK | X_OK, AT_EACCESS) < 0)
+                        return sb_error_set(&h->err, negative_errno(), "source_failed", field,
+                                            "%s: create in '%s': %m (a local tenant writes only where its uid may)",
+                                            field, path);
+                return TAKE_FD(fd);
+        }
         /* O_PATH first: opening a FIFO would block the event loop, a device
          * can have side effects; the same inode is opened for reading only
-         * once it is known to be a plain file (as source-tar.c does). */
-        _cleanup_close_ int pfd = core_source_local_open(roots, path, O_PATH, field, ret_err);
+         * once it is known to be a plain file (as source-tar.c does), and
+         * that open is where read permission is checked. */
+        _cleanup_close_ int pfd = core_source_local_open(h->roots, path, O_PATH, field, &h->err);
         if (pfd < 0)
                 return pfd;
         struct stat st;
         if (fstat(pfd, &st) < 0)
-                return sb_error_set(ret_err, negative_errno(), "source_failed", field, "%s: stat '%s': %m", field, path);
+                return sb_error_set(&h->err, negative_errno(), "source_failed", field, "%s: stat '%s': %m", field, path);
         if (!S_ISREG(st.st_mode))
-                return sb_error_set(ret_err, -EINVAL, "source_failed", field, "%s: '%s' is not a regular file", field,
+                return sb_error_set(&h->err, -EINVAL, "source_failed", field, "%s: '%s' is not a regular file", field,
                                     path);
         char proc[64];
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pfd);
         int fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
-                return sb_error_set(ret_err, negative_errno(), "source_failed", field, "%s: open '%s': %m", field, path);
+                return sb_error_set(&h->err, negative_errno(), "source_failed", field, "%s: open '%s': %m%s", field,
+                                    path, h->as_peer && errno == EACCES ?
+                                    " (a local tenant reads only what its uid may)" : "");
         return fd;
+}
+
+static int host_open_call(void *userdata) {
+        return host_open_do(userdata);
+}
+
+int tenant_host_open(manager *m, const rpc_request *req, const char *path, tenant_host_mode mode, const char *field,
+                     sb_error **ret_err) {
+        host_open h = { .roots = (const char *const *) m->cfg->local_source_roots, .path = path, .field = field,
+                        .mode = mode, .r = -EIO };
+        tenant t;
+        tenant_of_conn(m->cfg, req ? req->conn : NULL, &t);
+        /* A local tenant is a user of this host: it reads and writes there
+         * what its uid may and nothing more (the roots confine it besides).
+         * A remote tenant has no host identity: the roots are the bound. */
+        h.as_peer = !t.admin && !t.remote && req && req->conn;
+        if (!h.as_peer)
+                h.r = host_open_do(&h);
+        else {
+                _cleanup_free_ gid_t *groups = NULL;
+                core_peer peer = { .uid = rpc_conn_uid(req->conn), .gid = rpc_conn_gid(req->conn) };
+                int r = rpc_conn_peer_groups(req->conn, &groups, &peer.n_groups);
+                if (r < 0)
+                        return sb_error_set(ret_err, r, "failed", field, "%s: the client's groups: %s", field,
+                                            strerror(-r));
+                peer.groups = groups;
+                h.r = core_run_as_peer(&peer, host_open_call, &h, ret_err);
+        }
+        if (h.r < 0) {
+                if (ret_err && !*ret_err)
+                        *ret_err = TAKE_PTR(h.err);
+                sb_error_free(h.err);
+        }
+        return h.r;
 }
 
 /* ---- refusals ---- */
@@ -279,9 +341,11 @@ static uint64_t snapshot_disk_mib(const snapshot *s) {
         return cJSON_IsNumber(dm) && dm->valuedouble > 0 ? (uint64_t)dm->valuedouble : 0;
 }
 
-/* What a tenant's snapshots hold against maxDiskMiB, in MiB. */
-static uint64_t snapshots_disk_mib(const manager *m, const tenant *t) {
-        uint64_t disk = 0;
+/* What a tenant's snapshots and imported runtimes (those being imported
+ * at what they reserved) hold against maxDiskMiB, in MiB: all of its disk
+ * but its sandboxes'. */
+static uint64_t snapshots_disk_mib(manager *m, const tenant *t) {
+        uint64_t disk = runtimes_disk_mib(m, t->name);
         for (const snapshot *s = m->snapshots; s; s = s->next)
                 if (s->owner && tenant_owns(t, s->owner))
                         disk += snapshot_disk_mib(s);
@@ -325,7 +389,7 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
         if (disk + sb->disk_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "resources.diskMiB: tenant '%s' would have %" PRIu64 " MiB of disk (its sandboxes' "
-                                  "disks and its snapshots'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
+                                  "disks, its snapshots' and its imported runtimes'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
                                   ")", t.name, disk + sb->disk_mib, l.disk_mib);
         return 0;
 }
@@ -405,6 +469,29 @@ int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_err
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' has %u runtimes (those being made included), its limit (daemon.json "
                                   "tenants maxRuntimes %" PRIu64 "); delete one first", t.name, have, l.runtimes);
+        return 0;
+}
+
+int tenant_disk_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err) {
+        *ret_room_mib = UINT64_MAX;
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        if (l.disk_mib == UINT64_MAX)
+                return 0;
+        uint64_t disk = snapshots_disk_mib(m, &t);
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
+                        disk += o->disk_mib;
+        if (disk >= l.disk_mib)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " MiB of disk (its sandboxes' disks, its snapshots' and "
+                                  "its imported runtimes'), its limit (daemon.json tenants maxDiskMiB %" PRIu64 "); "
+                                  "delete something first", t.name, disk, l.disk_mib);
+        *ret_room_mib = l.disk_mib - disk;
         return 0;
 }
 

@@ -64,16 +64,29 @@ bool tenant_req_owns(manager *m, const rpc_request *req, const char *owner);
 /* True when the client of `req` (NULL: the daemon itself) is admin. */
 bool tenant_req_admin(manager *m, const rpc_request *req);
 
-/* Opens a host path a tenant named (a tarball to import, `dir`: the
- * directory to export into) as local sources are opened: only under
+/* What tenant_host_open opens: a file to read, or a directory. */
+typedef enum tenant_host_mode {
+        TENANT_HOST_FILE,         /* a tarball to import: a regular file, O_RDONLY */
+        TENANT_HOST_WRITE_DIR,    /* a directory to export into: O_RDONLY | O_DIRECTORY, writable */
+} tenant_host_mode;
+
+/* Opens a host path the tenant of `req` named (a tarball to import, or
+ * the directory to export into) as local sources are opened: only under
  * daemon.json localSourceRoots, resolved beneath the root with
  * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) (core_source_local_open);
  * a file must be a regular one and is opened O_RDONLY (through O_PATH
- * first, so a FIFO or device is never opened), a directory O_RDONLY |
- * O_DIRECTORY. Returns the fd (the caller's), or a negative errno with
- * *ret_err naming `field` (reason source_failed). The daemon reads and
- * writes as root: a tenant's path is never used otherwise. */
-int tenant_host_open(manager *m, const char *path, bool dir, const char *field, sb_error **ret_err);
+ * first, so a FIFO or device is never opened). A local tenant's path is
+ * opened on a thread of its own with the client's uid, gid and groups
+ * (SO_PEERCRED, SO_PEERGROUPS) as fsuid, fsgid and groups, without the
+ * daemon's filesystem capabilities: it opens only what the client could
+ * read itself, and a directory to export into must be one it may create
+ * files in (write and search permission). A remote tenant has no host
+ * identity: the roots alone bound it. Returns the fd (the caller's), or a
+ * negative errno with *ret_err naming `field` (reason source_failed; a
+ * local tenant's EACCES says whose permission it was). The fd is then used
+ * as root: the path is never used again. */
+int tenant_host_open(manager *m, const rpc_request *req, const char *path, tenant_host_mode mode, const char *field,
+                     sb_error **ret_err);
 
 /* daemon.info of a tenant: adds to `o` "tenant" {name, limits (every key of
  * daemon.json LIMITS, null for none), usage {sandboxes, running, vcpus,
@@ -113,6 +126,15 @@ int tenant_check_imported_snapshot(manager *m, rpc_request *req, const struct sn
 /* The same for a new runtime (runtime.import, runtime.bootstrap) of a
  * tenant that has `have` (made and being made): maxRuntimes. */
 int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_error **ret_err);
+
+/* Before a runtime.import or snapshot.import of the tenant of `req`
+ * unpacks onto the state filesystem: under a
+ * maxDiskMiB, *ret_room_mib gets what the tenant has left (its sandboxes'
+ * disks, snapshots and imported runtimes, imports in progress at what they
+ * reserved, taken off the limit), the most the import may unpack;
+ * UINT64_MAX without a limit (and for admin). Returns 0, or -EDQUOT
+ * (limit_exceeded, naming maxDiskMiB and the tenant) when nothing is left. */
+int tenant_disk_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err);
 
 /* Before a fork or a snapshot copies its source (snapshot.c): whether the
  * tenant has room for one more sandbox (`snapshot_src` NULL) or for a

@@ -144,6 +144,40 @@ def test_the_daemon_holds_init_to_the_window_it_granted(world):
 test_the_daemon_holds_init_to_the_window_it_granted.timeout = 300
 
 
+def test_an_init_that_answers_without_a_window_is_held_to_it_all_the_same(world):
+    """An init answers a run with the window it keeps; one that answers
+    without says it keeps none (an older init). Found: the daemon took
+    that answer from the session's first run at its word, so root inside,
+    speaking on init's socket, opted out of the window and had every byte
+    it sent queued for a client that does not read (bounded by the
+    server-wide output budget only). A session this daemon started runs
+    its own init, which keeps windows: the daemon holds it to the window
+    whatever the answer says. The fault build asks init for no window (0),
+    so it answers without one and sends as it reads, as a forged init
+    would."""
+    d = world.daemon
+    expect_eq(d.stop(), 0, "sandboxd exit status on SIGTERM")
+    d.start(binary=W.FAULTS_SANDBOXD, env={"SANDBOXD_FAULT_INIT_WINDOW": "0"})
+
+    def overruns():  # the log is the world's daemon's, earlier tests' lines included
+        return open(d.log_path, errors="replace").read().count("flownowin': sandbox-init sent output of command")
+    try:
+        with sandbox(world, "flownowin", "--deny-all") as name:
+            s = _stalled_run(d, name, "yes | head -c %d" % BIG, "flow-nowin")
+            try:
+                W.World.wait_until(lambda: overruns() > 0, 120, "the daemon logs the overrun")
+                got, answer = _read_all(s, 120)
+                expect_eq(answer.get("result", {}).get("exitCode"), 0, "the command ran to its end: %s" % answer)
+                expect(1 << 20 <= got < 12 << 20, "the client got its window's worth and the queue, not all %d "
+                       "bytes: %d" % (BIG, got))
+            finally:
+                s.close()
+    finally:
+        d.stop()
+        d.start()
+test_an_init_that_answers_without_a_window_is_held_to_it_all_the_same.timeout = 300
+
+
 def test_a_sandbox_stops_while_a_client_of_it_does_not_read(world):
     with sandbox(world, "flowstop", "--deny-all") as name:
         s, _cmd = _stall(world, name, "yes | head -c 100000000", "flow-stop")

@@ -20,7 +20,8 @@ from common import expect, expect_eq
 NOGROUP = 65534
 ALICE, BOB, CAROL, ADMIN = 65534, 2000, 2001, 4321
 DAVE = 2002  # maxDiskMiB alone
-ERIN = 2003  # imports and exports, as uid:2000 (BOB) may
+ERIN = 2003  # imports and exports, as uid:2000 (BOB) may, and local sources
+FRANK = 2004  # imports under maxDiskMiB 24
 METRICS_PORT = 19474
 
 _state = {}
@@ -98,7 +99,8 @@ def _setup(world):
             "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
                                           "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]},
                       "uid:%d" % DAVE: {"maxDiskMiB": 512},
-                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1)},
+                      "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1, allowLocalSources=True),
+                      "uid:%d" % FRANK: dict(_IMPORTS, maxDiskMiB=24)},
         },
     }), tag="tenants")
     _state["cache"] = extra.get("runtimeCache")
@@ -520,13 +522,18 @@ def test_imports_and_exports_are_permissions_confined_to_local_source_roots(worl
             expect(any(w in msg for w in ("localSourceRoots", "symlink", "'..'")),
                    "export to %s refused as outside the roots:" % path, json.dumps(m)[:400])
         expect_eq(sorted(os.listdir(outside)), ["secret.tar"], "nothing written outside the roots")
-        # Within the roots: exported as the tenant's file, imported as its own.
-        out = os.path.join(world.tmp, world.name("bexp") + ".tar")
+        # Within the roots, in a directory the tenant may write: exported as
+        # the tenant's file, imported as its own.
+        bdir = os.path.join(world.tmp, world.name("bdir"))
+        os.mkdir(bdir, 0o755)
+        os.chown(bdir, BOB, NOGROUP)
+        out = os.path.join(bdir, world.name("bexp") + ".tar")
         got = _ok(d, BOB, "snapshot.export", {"id": snap, "path": out})
         expect(got["bytes"] > 0 and os.stat(out).st_uid == BOB, "the export belongs to the local tenant")
         m = _one(d, BOB, "snapshot.export", {"id": snap, "path": out})
         expect((m.get("error") or {}).get("code") == -32602 and "exists" in m["error"]["message"],
                "a file there is never replaced:", json.dumps(m)[:300])
+        os.chmod(out, 0o644)  # its owner lets others read it
         imp = _ok(d, ERIN, "snapshot.import", {"path": out})
         snaps.append(imp["id"])
         expect_eq(imp["owner"], "uid:%d" % ERIN, "an import is its importer's")
@@ -537,6 +544,203 @@ def test_imports_and_exports_are_permissions_confined_to_local_source_roots(worl
         _cleanup(d, made, snaps)
         os.unlink(link)
         shutil.rmtree(outside)
+        shutil.rmtree(os.path.join(world.tmp, "bdir"), ignore_errors=True)
+
+
+def test_a_local_tenant_reads_and_writes_host_paths_only_as_its_own_uid(world):
+    """A local tenant's host paths are opened with its own uid, gid and
+    groups (SO_PEERCRED, SO_PEERGROUPS), not the daemon's root: it imports
+    only what it could read itself and exports only where it could create
+    a file itself. Found: uid:2003 imported the export uid:2000 had just
+    made (mode 0600, uid:2000's: its snapshot's files, secrets included)
+    and a root-only file under the root, and exported into a directory of
+    uid:2000's and into the root's own directory, none of which it may
+    read or write."""
+    from test_runtimes import _tiny_rootfs_tar
+    d = _setup(world)
+    bdir = os.path.join(world.tmp, world.name("bpriv"))
+    os.mkdir(bdir, 0o755)
+    os.chown(bdir, BOB, NOGROUP)
+    rootonly = os.path.join(world.tmp, world.name("rootonly") + ".tar")
+    with open(rootonly, "wb") as f:
+        f.write(_tiny_rootfs_tar("x"))
+    os.chmod(rootonly, 0o600)
+    made, snaps, rts = [], [], []
+    try:
+        r = _ok(d, BOB, "sandbox.create", {"networkPolicy": "deny-all"})
+        made.append(r["name"])
+        _ok(d, BOB, "fs.write", {"sandbox": r["name"], "files": [{"path": "/workspace/secret",
+                                                                  "content": "Ym9iJ3Mgc2VjcmV0"}]})
+        snap = _ok(d, BOB, "sandbox.snapshot", {"name": r["name"]})["id"]
+        snaps.append(snap)
+        out = os.path.join(bdir, "mine.tar")
+        _ok(d, BOB, "snapshot.export", {"id": snap, "path": out})
+        expect_eq((os.stat(out).st_uid, os.stat(out).st_mode & 0o777), (BOB, 0o600), "the export is BOB's, 0600")
+        # Reading what it may not read: refused, nothing made.
+        before = {x["id"] for x in _ok(d, 0, "snapshot.list")["snapshots"]}
+        for path in (out, rootonly):
+            m = _one(d, ERIN, "snapshot.import", {"path": path})
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "snapshot.import of %s (not readable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+            name = world.name("steal")
+            m = _one(d, ERIN, "runtime.import", {"name": name, "path": path})
+            rts.append(name)
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "runtime.import of %s (not readable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+        expect_eq({x["id"] for x in _ok(d, 0, "snapshot.list")["snapshots"]}, before, "no snapshot imported")
+        expect(not any(n in _runtime_names(d, 0) for n in rts), "no runtime imported")
+        # A local source (allowLocalSources) the same: read as the tenant.
+        for path in (out, rootonly):
+            m = _one(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all",
+                                                 "source": {"type": "tarball", "path": path}})
+            if "result" in m:
+                made.append(m["result"]["name"])
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "a source at %s (not readable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+        os.chmod(rootonly, 0o644)
+        m = _ok(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all", "source": {"type": "tarball",
+                                                                                    "path": rootonly}})
+        made.append(m["name"])
+        # Writing where it may not write: refused, nothing made.
+        esnap = None
+        e = _ok(d, ERIN, "sandbox.create", {"networkPolicy": "deny-all"})
+        made.append(e["name"])
+        esnap = _ok(d, ERIN, "sandbox.snapshot", {"name": e["name"]})["id"]
+        snaps.append(esnap)
+        for path in (os.path.join(bdir, "planted.tar"), os.path.join(world.tmp, world.name("planted") + ".tar")):
+            m = _one(d, ERIN, "snapshot.export", {"id": esnap, "path": path})
+            expect("error" in m and "ermission denied" in m["error"]["message"],
+                   "export to %s (not writable by uid %d):" % (path, ERIN), json.dumps(m)[:400])
+            expect(not os.path.exists(path), "nothing written at", path)
+        expect_eq(sorted(os.listdir(bdir)), ["mine.tar"], "nothing planted in BOB's directory")
+        # A shared drop directory (sticky, as /tmp): the export's clean-up
+        # of hidden files an interrupted export left removes the
+        # exporter's own only (found: it removed another user's file of
+        # that name, which the exporter could not have removed itself).
+        drop = os.path.join(bdir, "drop")
+        os.mkdir(drop)
+        os.chmod(drop, 0o1777)
+        bobs = os.path.join(drop, ".shared.tar.export-0123456789abcdef")
+        with open(bobs, "wb") as f:
+            f.write(b"bob's")
+        os.chown(bobs, BOB, NOGROUP)
+        erins = os.path.join(drop, ".shared.tar.export-fedcba9876543210")
+        with open(erins, "wb") as f:
+            f.write(b"erin's leftover")
+        os.chown(erins, ERIN, NOGROUP)
+        _ok(d, ERIN, "snapshot.export", {"id": esnap, "path": os.path.join(drop, "shared.tar")})
+        expect(os.path.exists(bobs), "another user's file in a sticky directory is kept")
+        expect(not os.path.exists(erins), "the exporter's own leftover is removed")
+        # The owner's own file stays its to import.
+        imp = _ok(d, BOB, "snapshot.import", {"path": out})
+        snaps.append(imp["id"])
+        # Odd bytes in a name: a file like any, and never a line of the
+        # daemon's log of its own (found: the path was logged raw).
+        forged = "x\n<0>sandboxd: forged by a tenant\n.tar"
+        odd = os.path.join(bdir, forged)
+        _ok(d, BOB, "snapshot.export", {"id": snap, "path": odd})
+        expect(os.stat(odd).st_uid == BOB, "exported under the odd name")
+        imp = _ok(d, BOB, "snapshot.import", {"path": odd})
+        snaps.append(imp["id"])
+        m = _one(d, BOB, "runtime.import", {"name": world.name("odd"), "path": odd + "\n<0>sandboxd: forged again"})
+        expect("error" in m, "a missing file with odd bytes is refused:", json.dumps(m)[:300])
+        with open(d.log_path, "rb") as f:
+            forged_lines = [l for l in f.read().splitlines() if l.startswith(b"<0>sandboxd: forged")]
+        expect_eq(forged_lines, [], "no log line forged by a tenant's path")
+    finally:
+        _cleanup(d, made, snaps)
+        for n in rts:
+            d.rpc("runtime.delete", {"name": n})
+        shutil.rmtree(bdir, ignore_errors=True)
+        os.unlink(rootonly)
+
+
+def _filler_tar(path, mib):
+    """A gzip tarball of one file of `mib` MiB of zeros (a few KiB packed)."""
+    import io
+    import tarfile
+    with tarfile.open(path, "w:gz") as t:
+        ti = tarfile.TarInfo("./filler")
+        ti.size, ti.mode = mib << 20, 0o644
+        t.addfile(ti, io.BytesIO(b"\0" * (mib << 20)))
+    os.chmod(path, 0o644)
+
+
+def test_imported_runtimes_count_against_the_tenants_disk_limit(world):
+    """An imported runtime's tree lies on the state filesystem like a
+    snapshot's layers: under maxDiskMiB it unpacks at most what the tenant
+    has left, and counts with its sandboxes' disks and its snapshots'.
+    Found: a tenant with maxDiskMiB 24 imported a 30 MiB runtime, and any
+    number more, each up to maxSourceBytes (4 GiB), none of it counted."""
+    d = _setup(world)
+    frank = "uid:%d" % FRANK
+    big, small, mid = (os.path.join(world.tmp, world.name(n) + ".tar.gz") for n in ("big", "small", "mid"))
+    _filler_tar(big, 30)
+    _filler_tar(small, 2)
+    _filler_tar(mid, 22)
+    names = [world.name("rbig"), world.name("rsmall"), world.name("rmid")]
+    made = []
+    try:
+        msg = _refused(_one(d, FRANK, "runtime.import", {"name": names[0], "path": big}), "30 MiB under 24",
+                       "limit_exceeded")
+        expect("maxDiskMiB" in msg and frank in msg, "names the limit and the tenant:", msg)
+        got = _ok(d, FRANK, "runtime.import", {"name": names[1], "path": small})
+        expect(got["sizeBytes"] >= 2 << 20, "the small one is imported:", got)
+        usage = _ok(d, FRANK, "daemon.info")["tenant"]["usage"]
+        expect(usage["diskMiB"] >= 3, "its disk is counted:", usage)
+        msg = _refused(_one(d, FRANK, "runtime.import", {"name": names[2], "path": mid}), "22 MiB more",
+                       "limit_exceeded")
+        expect("maxDiskMiB" in msg and frank in msg, "names the limit and the tenant:", msg)
+        m = _one(d, FRANK, "sandbox.create", {"networkPolicy": "deny-all", "resources": {"diskMiB": 22}})
+        if "result" in m:
+            made.append(m["result"]["name"])
+        msg = _refused(m, "a 22 MiB disk beside the runtime", "limit_exceeded")
+        expect("maxDiskMiB" in msg and "runtimes" in msg, "says runtimes count:", msg)
+        expect_eq(sorted(n for n in names if n in _runtime_names(d, 0)), [names[1]], "only the small one is kept")
+        _ok(d, FRANK, "runtime.delete", {"name": names[1]})
+        made.append(_ok(d, FRANK, "sandbox.create", {"networkPolicy": "deny-all",
+                                                     "resources": {"diskMiB": 22}})["name"])
+    finally:
+        _cleanup(d, made)
+        for n in names:
+            d.rpc("runtime.delete", {"name": n})
+        for p in (big, small, mid):
+            os.unlink(p)
+
+
+def test_a_snapshot_import_unpacks_no_more_than_the_tenants_disk_has_left(world):
+    """snapshot.import of a tenant under maxDiskMiB: its layers are unpacked
+    onto the state filesystem, so at most what the tenant has left is,
+    and the refusal names the limit and the tenant. Found: a file of any
+    size up to maxSourceBytes (4 GiB) was unpacked whole, to be refused
+    only at the end, again and again."""
+    import io
+    import tarfile
+    d = _setup(world)
+    path = os.path.join(world.tmp, world.name("bigsnap") + ".tar.gz")
+    with tarfile.open(path, "w:gz") as t:
+        rec = json.dumps({"sandbox": "x", "createdAt": "2026-01-01T00:00:00Z",
+                          "config": {"resources": {"diskMiB": 64}}}).encode()
+        ti = tarfile.TarInfo("snapshot.json")
+        ti.size = len(rec)
+        t.addfile(ti, io.BytesIO(rec))
+        for n in ("layers/0/workspace",):
+            ti = tarfile.TarInfo(n)
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+            t.addfile(ti)
+        ti = tarfile.TarInfo("layers/0/workspace/filler")
+        ti.size, ti.mode = 30 << 20, 0o644
+        t.addfile(ti, io.BytesIO(b"\0" * (30 << 20)))
+    os.chmod(path, 0o644)
+    try:
+        before = _ok(d, 0, "snapshot.list")["snapshots"]
+        msg = _refused(_one(d, FRANK, "snapshot.import", {"path": path, "config": True}),
+                       "a 30 MiB snapshot under maxDiskMiB 24", "limit_exceeded")
+        expect("maxDiskMiB" in msg and "uid:%d" % FRANK in msg and "left" in msg,
+               "refused while unpacking, naming the limit and the tenant:", msg)
+        expect_eq(_ok(d, 0, "snapshot.list")["snapshots"], before, "nothing imported")
+    finally:
+        os.unlink(path)
 
 
 def test_a_tenants_daemon_info_shows_its_own_and_nothing_of_others(world):
