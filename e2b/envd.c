@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,7 +365,7 @@ static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, 
  * has none: processes by tag are not served. */
 static unsigned selector_pid(gw_conn *c, const cJSON *req) {
         const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
-        if (!cJSON_IsNumber(pid) || pid->valuedouble < 1) {
+        if (!cJSON_IsNumber(pid) || !(pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX)) {
                 connect_error(c, 400, "process.pid: required (processes by tag are not served yet)");
                 return 0;
         }

@@ -98,8 +98,33 @@ typedef struct gw_part {
 } gw_part;
 int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
 
+/* Bytes of request bodies all connections together may hold at once
+ * (gw_http_set_bodies_max): past it a request is answered 503 before its
+ * body is read, so many large uploads cannot exhaust the gateway's
+ * memory (256 connections x GW_MAX_BODY would be 16 GiB). */
+#define GW_BODIES_MAX_DEFAULT ((size_t) 512 << 20)
+/* Sets that bound (bytes, at least GW_MAX_BODY makes every single body
+ * possible); for the tests and main(). */
+void gw_http_set_bodies_max(size_t bytes);
+
 /* ---- route.c ---- */
-void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r);
+
+/* Who sends a request, decided from its head alone (method, path,
+ * headers) as soon as the head is complete, so the body of a request
+ * without a valid API key or token is never read: status 0 with the
+ * tenant (and, for envd, the sandbox) when it may go on, else the HTTP
+ * status to answer (200/204 for /health, 400, 401, 500) with msg ("" for
+ * no body). */
+typedef struct gw_auth {
+        int status;
+        bool envd;              /* E2b-Sandbox-Id named a sandbox: envd */
+        char tenant[80];
+        char sandbox[64];
+        char msg[200];
+} gw_auth;
+void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret);
+/* Serves request `r` whose head gave `auth` (gw_authenticate). */
+void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r, const gw_auth *auth);
 
 /* ---- keys.c ---- */
 

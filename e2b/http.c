@@ -5,10 +5,14 @@
  *
  * Threat: this code reads bytes from the network. Bounds: a head of at
  * most 64 KiB and 100 headers, a body of at most GW_MAX_BODY; anything
- * over is answered 413/431 and the connection closed. Nothing here
- * decides access (route.c does). */
+ * over is answered 413/431 and the connection closed; bodies of all
+ * connections together at most the budget of gw_http_set_bodies_max
+ * (503 past it). Access is decided by route.c from the head alone, before
+ * any byte of the body is read: a request that may not go on is answered
+ * at once, and when it has a body the connection is closed unread. */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +36,48 @@ struct gw_conn {
 };
 
 typedef struct parse_state {
+        const gw_config *cfg;
         gw_request req;
+        gw_auth auth;   /* from the head (gw_authenticate) */
         char *url;
         size_t url_len, head_bytes;
+        size_t reserved; /* of the bodies budget, for this request's body */
         bool in_value;
         bool done, too_big, head_too_big;
+        bool refused;   /* answered from the head; the body is not read */
+        bool busy;      /* the bodies budget is spent: 503 */
 } parse_state;
+
+/* ---- the bodies budget (all connections) ---- */
+
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t bodies_max = GW_BODIES_MAX_DEFAULT, bodies_held;
+
+void gw_http_set_bodies_max(size_t bytes) {
+        pthread_mutex_lock(&budget_lock);
+        bodies_max = bytes;
+        pthread_mutex_unlock(&budget_lock);
+}
+
+/* Takes n more bytes of the budget for s's body; false when they are not
+ * there. */
+static bool budget_take(parse_state *s, size_t n) {
+        pthread_mutex_lock(&budget_lock);
+        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
+        if (ok) {
+                bodies_held += n;
+                s->reserved += n;
+        }
+        pthread_mutex_unlock(&budget_lock);
+        return ok;
+}
+
+static void budget_release(parse_state *s) {
+        pthread_mutex_lock(&budget_lock);
+        bodies_held -= s->reserved;
+        pthread_mutex_unlock(&budget_lock);
+        s->reserved = 0;
+}
 
 static void request_clear(gw_request *r) {
         free(r->method);
@@ -106,6 +146,9 @@ static int on_body(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
         if (s->req.body_len + n > GW_MAX_BODY)
                 return s->too_big = true, -1;
+        /* A chunked body takes its budget as it comes. */
+        if (s->req.body_len + n > s->reserved && !budget_take(s, s->req.body_len + n - s->reserved))
+                return s->busy = true, -1;
         return append(&s->req.body, &s->req.body_len, at, n);
 }
 
@@ -116,10 +159,22 @@ static int on_message_complete(http_parser *p) {
         return 0;
 }
 
+static int finish_head(parse_state *s, http_parser *p);
+
+/* The head is complete: who sends it is decided now (route.c), and a
+ * request that may not go on is answered without reading its body. */
 static int on_headers_complete(http_parser *p) {
         parse_state *s = p->data;
         if (p->content_length != ULLONG_MAX && p->content_length > GW_MAX_BODY)
                 return s->too_big = true, -1;
+        if (finish_head(s, p) < 0)
+                return -1;
+        gw_authenticate(s->cfg, &s->req, &s->auth);
+        bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
+        if (s->auth.status && has_body)
+                return s->refused = true, -1;
+        if (p->content_length != ULLONG_MAX && p->content_length > 0 && !budget_take(s, (size_t) p->content_length))
+                return s->busy = true, -1;
         return 0;
 }
 
@@ -132,8 +187,8 @@ static const http_parser_settings settings = {
         .on_message_complete = on_message_complete,
 };
 
-/* Splits the request target into path and query. */
-static int finish_request(parse_state *s, http_parser *p) {
+/* The method, and the request target split into path and query. */
+static int finish_head(parse_state *s, http_parser *p) {
         gw_request *r = &s->req;
         r->method = strdup(http_method_str(p->method));
         if (!s->url || !r->method)
@@ -141,9 +196,14 @@ static int finish_request(parse_state *s, http_parser *p) {
         char *q = strchr(s->url, '?');
         r->path = q ? strndup(s->url, (size_t) (q - s->url)) : strdup(s->url);
         r->query = q ? strdup(q + 1) : NULL;
+        return r->path && (!q || r->query) ? 0 : -1;
+}
+
+static int finish_request(parse_state *s) {
+        gw_request *r = &s->req;
         if (!r->body)
                 r->body = calloc(1, 1);
-        return r->path && r->body && (!q || r->query) ? 0 : -1;
+        return r->path && r->body ? 0 : -1;
 }
 
 const char *gw_header_get(const gw_request *r, const char *name) {
@@ -400,7 +460,7 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                 }
         }
         http_parser p;
-        parse_state s = {0};
+        parse_state s = { .cfg = cfg };
         http_parser_init(&p, HTTP_REQUEST);
         p.data = &s;
         char buf[65536];
@@ -419,21 +479,26 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                 if (s.done) {
                         http_parser_pause(&p, 0);
                         c.close = !http_should_keep_alive(&p);
-                        if (finish_request(&s, &p) < 0) {
+                        if (finish_request(&s) < 0) {
                                 gw_send_error(&c, 500, "out of memory");
                                 break;
                         }
-                        gw_route(cfg, &c, &s.req);
+                        gw_route(cfg, &c, &s.req, &s.auth);
                         request_clear(&s.req);
                         free(s.url);
-                        s = (parse_state) {0};
+                        budget_release(&s);
+                        s = (parse_state) { .cfg = cfg };
                         if (c.close || c.failed)
                                 break;
                         continue;
                 }
                 if (e != HPE_OK) {
                         c.close = true;
-                        if (s.too_big)
+                        if (s.refused)
+                                gw_route(cfg, &c, &s.req, &s.auth);
+                        else if (s.busy)
+                                gw_send_error(&c, 503, "the gateway holds as many request bodies as it may; retry");
+                        else if (s.too_big)
                                 gw_send_error(&c, s.head_too_big ? 431 : 413,
                                               "request too large (head 64 KiB, body %zu bytes at most)", GW_MAX_BODY);
                         else
@@ -443,6 +508,7 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         }
         request_clear(&s.req);
         free(s.url);
+        budget_release(&s);
         if (c.ssl) {
                 if (!c.failed)
                         (void) SSL_shutdown(c.ssl);

@@ -229,6 +229,94 @@ static void test_http_limits_answer_and_close(void **state) {
         assert_non_null(strstr(o, "HTTP/1.1 400"));
 }
 
+/* Found by review: a request without a valid key or token was read whole
+ * (up to 64 MiB a connection) before route.c looked at its key, so
+ * anyone reaching the port could make the gateway hold 256 x 64 MiB.
+ * Now the head decides: the answer comes with no byte of the body sent,
+ * and the connection closes unread. */
+static void test_a_request_without_a_valid_key_is_answered_before_its_body(void **state) {
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        static const char no_key[] = "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: e2b_00\r\n"
+                                     "Content-Length: 60000000\r\n\r\n";
+        const char *o = exchange(no_key, sizeof(no_key) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "Connection: close\r\n"));
+        assert_non_null(strstr(o, "Invalid API key"));
+        static const char chunked[] = "POST /files?path=/a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                                      "X-Access-Token: team-a.00\r\nTransfer-Encoding: chunked\r\n\r\n";
+        o = exchange(chunked, sizeof(chunked) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "not this sandbox's access token"));
+        /* A good key's body is read: here it is cut short, so no answer. */
+        int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                         "Content-Length: 60000000\r\n\r\n", k);
+        o = exchange(req, (size_t) n);
+        assert_string_equal(o, "");
+}
+
+/* Found by review: all connections' bodies together are bounded; past
+ * the budget a request is answered 503 before its body is read. */
+static void test_bodies_of_all_connections_are_bounded(void **state) {
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        gw_http_set_bodies_max(16);
+        int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                         "Content-Length: 17\r\n\r\n{\"templateID\":1} ", k);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n11\r\n{\"templateID\":1} \r\n0\r\n\r\n", k);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        /* Within it (and given back after each request): answered. */
+        n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                     "Content-Length: 16\r\n\r\n{\"templateID\":1}", k);
+        for (int i = 0; i < 3; i++) {
+                o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "HTTP/1.1 400"));
+                assert_non_null(strstr(o, "templateID: wrong type"));
+        }
+        gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
+}
+
+/* Found by review: a JSON body that is not an object (an array, a
+ * string) reached key loops that read each member's name, NULL for an
+ * array's: POST /sandboxes/ID/pause with [1] crashed the gateway for
+ * every tenant. Every body is an object or a 400. */
+static void test_a_body_that_is_not_an_object_is_refused(void **state) {
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        static const struct {
+                const char *path, *body;
+        } cases[] = {
+                { "/sandboxes/sbx-1/pause", "[1,2]" },
+                { "/sandboxes/sbx-1/connect", "[{\"timeout\":1}]" },
+                { "/v2/sandboxes/sbx-1/resume", "\"a\"" },
+                { "/sandboxes/sbx-1/timeout", "[{\"timeout\":1}]" },
+                { "/sandboxes", "[{\"templateID\":\"base\"}]" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+                int n = snprintf(req, sizeof(req), "POST %s HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                                 "Content-Length: %zu\r\n\r\n%s", cases[i].path, k, strlen(cases[i].body),
+                                 cases[i].body);
+                const char *o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "HTTP/1.1 400"));
+                assert_non_null(strstr(o, "body: a JSON object"));
+        }
+        /* A pid out of range is a 400 too (it was cast to 0 and nothing answered). */
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        static const char sig[] = "{\"process\":{\"pid\":1e300},\"signal\":\"SIGNAL_SIGKILL\"}";
+        int n = snprintf(req, sizeof(req), "POST /process.Process/SendSignal HTTP/1.1\r\nHost: x\r\n"
+                         "E2b-Sandbox-Id: sbx-1\r\nX-Access-Token: %s\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\n\r\n%s", tok, sizeof(sig) - 1, sig);
+        free(tok);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "process.pid: required"));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -238,6 +326,10 @@ int main(void) {
                 cmocka_unit_test(test_multipart_parts_with_their_file_names),
                 cmocka_unit_test_setup_teardown(test_http_routes_before_any_daemon_call, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_http_limits_answer_and_close, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_request_without_a_valid_key_is_answered_before_its_body, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_bodies_of_all_connections_are_bounded, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
