@@ -107,6 +107,13 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
  * possible); for the tests and main(). */
 void gw_http_set_bodies_max(size_t bytes);
 
+/* Seconds a request's head may take to arrive, from when the gateway
+ * begins to wait for it (accept, or the previous answer): past them the
+ * connection is answered 408 (when part of a head came) and closed.
+ * gw_http_set_head_seconds changes it (for the tests). */
+#define GW_HEAD_SECONDS_DEFAULT 30
+void gw_http_set_head_seconds(unsigned seconds);
+
 /* ---- route.c ---- */
 
 /* Who sends a request, decided from its head alone (method, path,

@@ -20,6 +20,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <http_parser.h>
 #include <openssl/ssl.h>
@@ -44,6 +45,7 @@ typedef struct parse_state {
         size_t reserved; /* of the bodies budget, for this request's body */
         bool in_value;
         bool done, too_big, head_too_big;
+        bool head_done; /* the head is complete (its deadline is met) */
         bool refused;   /* answered from the head; the body is not read */
         bool busy;      /* the bodies budget is spent: 503 */
 } parse_state;
@@ -165,6 +167,7 @@ static int finish_head(parse_state *s, http_parser *p);
  * request that may not go on is answered without reading its body. */
 static int on_headers_complete(http_parser *p) {
         parse_state *s = p->data;
+        s->head_done = true;
         if (p->content_length != ULLONG_MAX && p->content_length > GW_MAX_BODY)
                 return s->too_big = true, -1;
         if (finish_head(s, p) < 0)
@@ -291,6 +294,7 @@ static const char *reason_of(int status) {
         case 403: return "Forbidden";
         case 404: return "Not Found";
         case 405: return "Method Not Allowed";
+        case 408: return "Request Timeout";
         case 409: return "Conflict";
         case 413: return "Payload Too Large";
         case 415: return "Unsupported Media Type";
@@ -429,6 +433,38 @@ bool gw_conn_failed(const gw_conn *c) {
  * one, is closed: a thread is not held by a peer that sends nothing. */
 #define IDLE_SECONDS 120
 
+/* A request's head must be complete this long after the gateway began
+ * to wait for it (the connection accepted, or the previous answer sent),
+ * however its bytes trickle in: a peer cannot hold one of the 256
+ * connections by sending a byte now and then (slowloris). */
+static unsigned head_seconds = GW_HEAD_SECONDS_DEFAULT;
+
+void gw_http_set_head_seconds(unsigned seconds) {
+        head_seconds = seconds;
+}
+
+static int64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The receive timeout for the next read: the idle bound, or what is left
+ * of the head's time while a head is awaited. False when none is left. */
+static bool set_read_timeout(int fd, bool head_done, int64_t head_deadline) {
+        int64_t ms = (int64_t) IDLE_SECONDS * 1000;
+        if (!head_done) {
+                int64_t left = head_deadline - now_ms();
+                if (left <= 0)
+                        return false;
+                if (left < ms)
+                        ms = left;
+        }
+        struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+        (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        return true;
+}
+
 /* One read from the connection: plain or TLS. >0 bytes, 0 at the end, <0
  * on an error (a timeout included). */
 static ssize_t conn_read(gw_conn *c, char *buf, size_t size) {
@@ -451,7 +487,9 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         if (cfg->tls) {
-                /* The handshake is bounded by the same timeouts. */
+                /* The handshake: each read bounded by the head's time. */
+                struct timeval hs = { .tv_sec = head_seconds ? head_seconds : 1 };
+                (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hs, sizeof(hs));
                 c.ssl = SSL_new(cfg->tls);
                 if (!c.ssl || SSL_set_fd(c.ssl, fd) != 1 || SSL_accept(c.ssl) != 1) {
                         SSL_free(c.ssl);
@@ -465,9 +503,16 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         p.data = &s;
         char buf[65536];
         size_t have = 0, off = 0;
+        int64_t head_deadline = now_ms() + (int64_t) head_seconds * 1000;
         for (;;) {
                 if (off == have) {
-                        ssize_t n = conn_read(&c, buf, sizeof(buf));
+                        ssize_t n = -1;
+                        if (set_read_timeout(fd, s.head_done, head_deadline))
+                                n = conn_read(&c, buf, sizeof(buf));
+                        if (n < 0 && !s.head_done && s.head_bytes > 0 && now_ms() >= head_deadline) {
+                                c.close = true;
+                                gw_send_error(&c, 408, "request head not complete within %u s", head_seconds);
+                        }
                         if (n <= 0)
                                 break;
                         have = (size_t) n;
@@ -488,6 +533,7 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                         free(s.url);
                         budget_release(&s);
                         s = (parse_state) { .cfg = cfg };
+                        head_deadline = now_ms() + (int64_t) head_seconds * 1000;
                         if (c.close || c.failed)
                                 break;
                         continue;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,6 +318,40 @@ static void test_a_body_that_is_not_an_object_is_refused(void **state) {
         assert_non_null(strstr(o, "process.pid: required"));
 }
 
+/* Found by review: a peer sending a byte of a head every 119 s held a
+ * connection (of 256) for ever, so 256 of them locked every tenant out.
+ * A head must now be complete within the head time however it trickles:
+ * here 1 s, with bytes still coming when it runs out. */
+static void test_a_head_that_trickles_in_is_cut_off(void **state) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        gw_http_set_head_seconds(1);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, serve_thread, (void *) (intptr_t) sv[1]), 0);
+        assert_int_equal(send(sv[0], "GET /health HTTP/1.1\r\nX-A: ", 28, MSG_NOSIGNAL), 28);
+        /* One byte a poll interval until the gateway answers and closes. */
+        char out[4096];
+        size_t have = 0;
+        for (;;) {
+                struct pollfd pfd = { .fd = sv[0], .events = POLLIN };
+                if (poll(&pfd, 1, 200) == 0) {
+                        assert_int_equal(send(sv[0], "a", 1, MSG_NOSIGNAL), 1);
+                        continue;
+                }
+                ssize_t n = recv(sv[0], out + have, sizeof(out) - 1 - have, 0);
+                if (n <= 0)
+                        break;
+                have += (size_t) n;
+        }
+        out[have] = 0;
+        pthread_join(t, NULL);
+        close(sv[0]);
+        gw_http_set_head_seconds(GW_HEAD_SECONDS_DEFAULT);
+        assert_non_null(strstr(out, "HTTP/1.1 408"));
+        assert_non_null(strstr(out, "request head not complete within 1 s"));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -330,6 +365,7 @@ int main(void) {
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_bodies_of_all_connections_are_bounded, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
