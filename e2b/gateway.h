@@ -152,6 +152,11 @@ char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandb
 /* Checks `token` for sandbox `sandbox`: 0 with its tenant in ret, or
  * -EACCES. */
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* Whether the keys file is private to this uid: 0, -EPERM when another
+ * uid could read or write it (group or other mode bits, another owner,
+ * not a regular file; then every request it would serve is refused too),
+ * other -errno when it cannot be opened. */
+int gw_keys_check(const char *keys_path);
 /* True for a tenant name the daemon accepts (session.actAs). */
 bool gw_tenant_name_ok(const char *s);
 

@@ -51,11 +51,40 @@ bool gw_tenant_name_ok(const char *s) {
         return true;
 }
 
-/* Reads the whole keys file (new string) or NULL with errno. */
+/* The keys file's secret forges an envd token of any tenant's sandbox:
+ * a file another uid could read or write (mode bits for group or other,
+ * or another owner than the reader; root, running `key add` on the
+ * gateway's file, may read it) is not used. -EPERM, or 0. */
+static int keys_private(int fd) {
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode) || (st.st_mode & 077) || (st.st_uid != geteuid() && geteuid() != 0))
+                return -EPERM;
+        return 0;
+}
+
+int gw_keys_check(const char *keys_path) {
+        int fd = open(keys_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        int r = keys_private(fd);
+        close(fd);
+        return r;
+}
+
+/* Reads the whole keys file (new string) or NULL with errno (EPERM: not
+ * private, keys_private). */
 static char *read_keys(const char *path) {
         FILE *f = fopen(path, "re");
         if (!f)
                 return NULL;
+        int r = keys_private(fileno(f));
+        if (r < 0) {
+                fclose(f);
+                errno = -r;
+                return NULL;
+        }
         char *buf = NULL;
         size_t len = 0;
         char chunk[4096];

@@ -56,7 +56,9 @@ void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret) {
                 snprintf(ret->msg, sizeof(ret->msg), "%s", key ? "Invalid API key" : "X-API-Key: missing (E2B_API_KEY)");
         } else if (k < 0) {
                 ret->status = 500;
-                snprintf(ret->msg, sizeof(ret->msg), "the gateway cannot read its keys file: %s", strerror(-k));
+                snprintf(ret->msg, sizeof(ret->msg), "the gateway cannot read its keys file: %s",
+                         k == -EPERM ? "it is not private to the gateway's uid (mode 0600, its owner)"
+                                     : strerror(-k));
         }
 }
 

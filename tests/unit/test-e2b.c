@@ -352,6 +352,27 @@ static void test_a_head_that_trickles_in_is_cut_off(void **state) {
         assert_non_null(strstr(out, "request head not complete within 1 s"));
 }
 
+/* Review: the keys file's secret forges any tenant's envd tokens, so a
+ * keys file others can read is refused, at start and on each request. */
+static void test_a_keys_file_others_can_read_is_refused(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_keys_check(keys_path), 0);
+        char tenant[80];
+        assert_int_equal(gw_key_tenant(keys_path, k, tenant, sizeof(tenant)), 0);
+        assert_int_equal(chmod(keys_path, 0640), 0);
+        assert_int_equal(gw_keys_check(keys_path), -EPERM);
+        assert_int_equal(gw_key_tenant(keys_path, k, tenant, sizeof(tenant)), -EPERM);
+        assert_null(gw_envd_token(keys_path, "team-a", "sbx-1"));
+        char req[256];
+        int n = snprintf(req, sizeof(req), "GET /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", k);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 500"));
+        assert_non_null(strstr(o, "not private to the gateway's uid"));
+        assert_int_equal(chmod(keys_path, 0600), 0);
+        assert_int_equal(gw_keys_check(keys_path), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -366,6 +387,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_bodies_of_all_connections_are_bounded, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
