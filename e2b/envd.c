@@ -750,7 +750,12 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 gw_send_error(c, 400, "username: files are written as the sandbox user only");
                 goto out;
         }
-        if (gw_multipart(r, &parts, &n) < 0) {
+        int mp = gw_multipart(r, &parts, &n);
+        if (mp == -E2BIG) {
+                gw_send_error(c, 413, "body: at most %d files in one upload", GW_MAX_PARTS);
+                goto out;
+        }
+        if (mp < 0) {
                 gw_send_error(c, 400, "body: multipart/form-data with one or more file parts is required "
                                       "(application/octet-stream uploads are not served yet)");
                 goto out;

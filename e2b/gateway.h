@@ -87,10 +87,15 @@ bool gw_conn_failed(const gw_conn *c);
  * to gw_route(). */
 void gw_serve_conn(const gw_config *cfg, int fd);
 
+/* Most parts of one multipart body: each is a daemon call (fs.write), so
+ * a 64 MiB body of tiny parts would be millions of them. */
+#define GW_MAX_PARTS 1000
+
 /* A multipart/form-data body's parts (r's Content-Type boundary): each
  * part's filename (new string or NULL) and bytes (borrowed from r->body).
- * Returns 0 with *ret (free each filename and the array), or -EINVAL when
- * the body is not multipart with at least one part. */
+ * Returns 0 with *ret (free each filename and the array), -EINVAL when
+ * the body is not multipart with at least one part, -E2BIG past
+ * GW_MAX_PARTS parts. */
 typedef struct gw_part {
         char *filename;
         const char *data;

@@ -386,7 +386,7 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n) {
                 return -EINVAL;
         int dl = snprintf(delim, sizeof(delim), "--%.*s", (int) bl, b);
         gw_part *parts = NULL;
-        size_t n = 0;
+        size_t n = 0, cap = 0;
         const char *p = memmem_s(r->body, r->body_len, delim, (size_t) dl), *end = r->body + r->body_len;
         while (p && p + dl + 2 <= end && strncmp(p + dl, "--", 2) != 0) {
                 const char *head = p + dl + 2; /* after CRLF */
@@ -407,12 +407,23 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n) {
                         if (q)
                                 fn = strndup(f, (size_t) (q - f));
                 }
-                gw_part *np = realloc(parts, (n + 1) * sizeof(*np));
-                if (!np) {
+                if (n == GW_MAX_PARTS) {
                         free(fn);
-                        break;
+                        for (size_t i = 0; i < n; i++)
+                                free(parts[i].filename);
+                        free(parts);
+                        return -E2BIG;
                 }
-                parts = np;
+                if (n == cap) {
+                        size_t ncap = cap ? 2 * cap : 8;
+                        gw_part *np = realloc(parts, ncap * sizeof(*np));
+                        if (!np) {
+                                free(fn);
+                                break;
+                        }
+                        parts = np;
+                        cap = ncap;
+                }
                 parts[n++] = (gw_part) { .filename = fn, .data = data, .len = (size_t) (next - data) };
                 p = next + 2;
         }

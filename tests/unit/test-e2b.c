@@ -373,6 +373,36 @@ static void test_a_keys_file_others_can_read_is_refused(void **state) {
         assert_int_equal(gw_keys_check(keys_path), 0);
 }
 
+/* Review: a 64 MiB upload of one-byte parts was 850,000 parts, grown one
+ * realloc each (minutes of CPU) and then as many fs.write calls: at most
+ * GW_MAX_PARTS parts. */
+static void test_a_multipart_body_has_at_most_max_parts(void **state) {
+        static const char part[] = "--a\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nx\r\n";
+        size_t pl = sizeof(part) - 1;
+        for (size_t count = GW_MAX_PARTS; count <= GW_MAX_PARTS + 1; count++) {
+                char *body = malloc(pl * count + 8);
+                assert_non_null(body);
+                for (size_t i = 0; i < count; i++)
+                        memcpy(body + i * pl, part, pl);
+                memcpy(body + count * pl, "--a--\r\n", 8);
+                gw_header h = { .name = "Content-Type", .value = "multipart/form-data; boundary=a" };
+                gw_request r = { .headers = &h, .n_headers = 1, .body = body, .body_len = pl * count + 8 };
+                gw_part *parts = NULL;
+                size_t n = 0;
+                int ret = gw_multipart(&r, &parts, &n);
+                if (count == GW_MAX_PARTS) {
+                        assert_int_equal(ret, 0);
+                        assert_int_equal(n, GW_MAX_PARTS);
+                        assert_string_equal(parts[n - 1].filename, "f");
+                        for (size_t i = 0; i < n; i++)
+                                free(parts[i].filename);
+                        free(parts);
+                } else
+                        assert_int_equal(ret, -E2BIG);
+                free(body);
+        }
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -388,6 +418,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
+                cmocka_unit_test(test_a_multipart_body_has_at_most_max_parts),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
