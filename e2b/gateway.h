@@ -155,7 +155,8 @@ int gw_key_tenant(const char *keys_path, const char *key, char *ret, size_t size
  * string, NULL on failure. */
 char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandbox);
 /* Checks `token` for sandbox `sandbox`: 0 with its tenant in ret, or
- * -EACCES. */
+ * -EACCES (a bad token, or its tenant has no key left in the file:
+ * removing a tenant's last key ends its tokens too). */
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
 /* Whether the keys file is private to this uid: 0, -EPERM when another
  * uid could read or write it (group or other mode bits, another owner,

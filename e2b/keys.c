@@ -227,6 +227,22 @@ char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandb
         return tok;
 }
 
+/* Whether the keys file still has a key of `tenant`: a tenant whose last
+ * key was removed keeps no envd access through tokens it was given. */
+static bool tenant_has_key(const char *keys_path, const char *tenant) {
+        char *text = read_keys(keys_path);
+        bool found = false;
+        for (char *l = text, *next; l && *l && !found; l = next) {
+                next = strchr(l, '\n');
+                if (next)
+                        *next++ = 0;
+                char t[80], h[80];
+                found = sscanf(l, "key %79s %79s", t, h) == 2 && strlen(h) == 64 && !strcmp(t, tenant);
+        }
+        free(text);
+        return found;
+}
+
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size) {
         const char *dot = token ? strrchr(token, '.') : NULL;
         char tenant[80], mac[65];
@@ -235,7 +251,7 @@ int gw_envd_token_check(const char *keys_path, const char *token, const char *sa
         memcpy(tenant, token, (size_t) (dot - token));
         tenant[dot - token] = 0;
         if (!gw_tenant_name_ok(tenant) || token_mac(keys_path, tenant, sandbox, mac) < 0 ||
-            CRYPTO_memcmp(mac, dot + 1, 64) != 0)
+            CRYPTO_memcmp(mac, dot + 1, 64) != 0 || !tenant_has_key(keys_path, tenant))
                 return -EACCES;
         snprintf(ret, size, "%s", tenant);
         return 0;

@@ -403,6 +403,41 @@ static void test_a_multipart_body_has_at_most_max_parts(void **state) {
         }
 }
 
+/* Review: removing a tenant's key line (the documented revocation) left
+ * every envd token it had been given valid, so its holder kept running
+ * commands in its sandboxes. A token now needs a key of its tenant. */
+static void test_removing_a_tenants_last_key_ends_its_tokens(void **state) {
+        char ka[64], kb[64], kb2[64], t[80];
+        assert_int_equal(gw_key_add("team-a", keys_path, ka, sizeof(ka)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, kb, sizeof(kb)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, kb2, sizeof(kb2)), 0);
+        char *ta = gw_envd_token(keys_path, "team-a", "sbx-1"), *tb = gw_envd_token(keys_path, "team-b", "sbx-2");
+        assert_non_null(ta);
+        assert_non_null(tb);
+        assert_int_equal(gw_envd_token_check(keys_path, ta, "sbx-1", t, sizeof(t)), 0);
+        /* Drop team-a's key and the first of team-b's two. */
+        char *text = strdup(slurp(keys_path)), *out = calloc(1, strlen(text) + 1);
+        assert_non_null(out);
+        int seen_b = 0;
+        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+                if (!strncmp(l, "key team-a ", 11) || (!strncmp(l, "key team-b ", 11) && !seen_b++))
+                        continue;
+                strcat(out, l);
+                strcat(out, "\n");
+        }
+        FILE *f = fopen(keys_path, "we");
+        assert_non_null(f);
+        fputs(out, f);
+        fclose(f);
+        assert_int_equal(gw_envd_token_check(keys_path, ta, "sbx-1", t, sizeof(t)), -EACCES);
+        assert_int_equal(gw_envd_token_check(keys_path, tb, "sbx-2", t, sizeof(t)), 0);
+        assert_string_equal(t, "team-b");
+        free(ta);
+        free(tb);
+        free(text);
+        free(out);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -419,6 +454,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
                 cmocka_unit_test(test_a_multipart_body_has_at_most_max_parts),
+                cmocka_unit_test_setup_teardown(test_removing_a_tenants_last_key_ends_its_tokens, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
