@@ -111,6 +111,11 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
 /* Sets that bound (bytes, at least GW_MAX_BODY makes every single body
  * possible); for the tests and main(). */
 void gw_http_set_bodies_max(size_t bytes);
+/* Takes `n` bytes of that budget for a body held outside the parser (a
+ * file download, envd.c); false (nothing taken) when they are not there.
+ * Each take is given back with gw_budget_release(n). */
+bool gw_budget_take(size_t n);
+void gw_budget_release(size_t n);
 
 /* Seconds a request's head may take to arrive, from when the gateway
  * begins to wait for it (accept, or the previous answer): past them the

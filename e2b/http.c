@@ -61,6 +61,21 @@ void gw_http_set_bodies_max(size_t bytes) {
         pthread_mutex_unlock(&budget_lock);
 }
 
+bool gw_budget_take(size_t n) {
+        pthread_mutex_lock(&budget_lock);
+        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
+        if (ok)
+                bodies_held += n;
+        pthread_mutex_unlock(&budget_lock);
+        return ok;
+}
+
+void gw_budget_release(size_t n) {
+        pthread_mutex_lock(&budget_lock);
+        bodies_held -= n;
+        pthread_mutex_unlock(&budget_lock);
+}
+
 /* Takes n more bytes of the budget for s's body; false when they are not
  * there. */
 static bool budget_take(parse_state *s, size_t n) {

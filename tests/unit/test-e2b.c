@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "e2b/gateway.h"
@@ -143,10 +144,10 @@ static void *serve_thread(void *arg) {
 
 /* Sends `req`, shuts down writing, and returns everything the gateway
  * answered until it closed (static buffer). */
-static const char *exchange(const char *req, size_t len) {
+static const char *exchange_on(const char *socket_path, const char *req, size_t len) {
         int sv[2];
         assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        http_cfg = (gw_config) { .socket_path = socket_path, .keys_path = keys_path };
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, serve_thread, (void *) (intptr_t) sv[1]), 0);
         for (size_t off = 0; off < len;) {
@@ -165,6 +166,10 @@ static const char *exchange(const char *req, size_t len) {
         pthread_join(t, NULL);
         close(sv[0]);
         return out;
+}
+
+static const char *exchange(const char *req, size_t len) {
+        return exchange_on("/nonexistent/sandboxd.sock", req, len);
 }
 
 static void test_http_routes_before_any_daemon_call(void **state) {
@@ -438,6 +443,89 @@ static void test_removing_a_tenants_last_key_ends_its_tokens(void **state) {
         free(out);
 }
 
+/* ---- a fake daemon: answers session.actAs, fs.stat (size 1000) and
+ * fs.read ("hi") on each connection it accepts, until the test closes
+ * its listening socket ---- */
+
+static int fake_listen_fd;
+static int fake_reads;
+
+static void *fake_daemon(void *arg) {
+        for (;;) {
+                int fd = accept4(fake_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        return NULL;
+                FILE *f = fdopen(fd, "r+");
+                char *line = NULL;
+                size_t cap = 0;
+                while (getline(&line, &cap, f) > 0) {
+                        cJSON *m = cJSON_Parse(line), *res = cJSON_CreateObject();
+                        const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "method"));
+                        if (method && !strcmp(method, "fs.stat")) {
+                                cJSON_AddNumberToObject(res, "size", 1000);
+                                cJSON_AddStringToObject(res, "type", "file");
+                        } else if (method && !strcmp(method, "fs.read")) {
+                                __atomic_add_fetch(&fake_reads, 1, __ATOMIC_SEQ_CST);
+                                cJSON_AddStringToObject(res, "content", "aGk=");
+                        }
+                        cJSON *ans = cJSON_CreateObject();
+                        cJSON_AddStringToObject(ans, "jsonrpc", "2.0");
+                        cJSON_AddItemToObject(ans, "id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(m, "id"), 1));
+                        cJSON_AddItemToObject(ans, "result", res);
+                        char *text = cJSON_PrintUnformatted(ans);
+                        fprintf(f, "%s\n", text);
+                        fflush(f);
+                        free(text);
+                        cJSON_Delete(ans);
+                        cJSON_Delete(m);
+                }
+                free(line);
+                fclose(f);
+        }
+}
+
+/* Review: a download's bytes were held (base64 line, parsed string,
+ * decoded copy) while a caller that reads nothing took them, with no
+ * bound across connections: one key's 256 connections each fetching a
+ * 64 MiB file could make the gateway hold tens of GiB. Downloads now
+ * share the bodies budget, sized from fs.stat before fs.read. */
+static void test_downloads_share_the_bodies_budget(void **state) {
+        char sock[80];
+        snprintf(sock, sizeof(sock), "%s.sock", keys_path);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+        fake_listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fake_listen_fd >= 0);
+        assert_int_equal(bind(fake_listen_fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        assert_int_equal(listen(fake_listen_fd, 8), 0);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, fake_daemon, NULL), 0);
+
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        int n = snprintf(req, sizeof(req), "GET /files?path=/f HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                         "X-Access-Token: %s\r\n\r\n", tok);
+        free(tok);
+        gw_http_set_bodies_max(1000 * 4 + 65536);
+        const char *o = exchange_on(sock, req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 200"));
+        assert_non_null(strstr(o, "\r\n\r\nhi"));
+        assert_int_equal(__atomic_load_n(&fake_reads, __ATOMIC_SEQ_CST), 1);
+        gw_http_set_bodies_max(1000 * 4 + 65535);
+        o = exchange_on(sock, req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        assert_non_null(strstr(o, "as many file bodies as it may"));
+        assert_int_equal(__atomic_load_n(&fake_reads, __ATOMIC_SEQ_CST), 1);
+        gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
+
+        shutdown(fake_listen_fd, SHUT_RDWR);
+        pthread_join(t, NULL);
+        close(fake_listen_fd);
+        unlink(sock);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -455,6 +543,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
                 cmocka_unit_test(test_a_multipart_body_has_at_most_max_parts),
                 cmocka_unit_test_setup_teardown(test_removing_a_tenants_last_key_ends_its_tokens, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_downloads_share_the_bodies_budget, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
