@@ -2,7 +2,11 @@
  * checked, per-sandbox envd tokens, URL decoding, multipart bodies, and
  * the HTTP layer's answers over a socketpair (routing before any daemon
  * call: health, a missing or unknown key, a bad sandbox token, limits,
- * keep-alive). docs/E2B.md, docs/SECURITY.md §4.3. */
+ * keep-alive), and what review found: the caller decided from the head
+ * before any body is read, the bodies budget (uploads and downloads), a
+ * head's deadline, non-object JSON bodies, the keys file's privacy, the
+ * parts of one upload, tokens of a tenant without keys.
+ * docs/E2B.md, docs/SECURITY.md §4.3. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
