@@ -177,6 +177,12 @@ $(B)/asan/bin/sandboxd: $(B)/asan/sandboxd/main.o $(call obj,$(B)/asan,$(DAEMON_
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 
+# sandboxd-e2b under ASan+UBSan, for attacks on its parser (tests/e2b/run.py
+# takes it as SANDBOXD_E2B=build/asan/bin/sandboxd-e2b).
+$(B)/asan/bin/sandboxd-e2b: $(B)/asan/e2b/main.o $(call obj,$(B)/asan,$(E2B_SRC) $(CLI_SRC)) $(B)/asan/cli/lazy/archive.o
+	@mkdir -p $(dir $@)
+	$(CC) $(SAN_FLAGS) $(LDFLAGS_H) -o $@ $^ -lcjson -lssl -lcrypto $(LIBS)
+
 unit: $(UNIT_BINS)
 	@tests/make/default-goal
 	@scripts/run-unit $(UNIT_BINS)

@@ -27,6 +27,20 @@ static int reply_daemon_error(gw_conn *c, const client_error *e, const char *wha
         return gw_send_error(c, gw_status_of(e), "%s: %s", what, e ? e->message : "failed");
 }
 
+/* The request's JSON object body (new), an empty body being {} when
+ * `empty_ok`; NULL after answering 400 naming `what`. Every handler takes
+ * its body through here: an array, a string or a number has members
+ * without names, which the handlers' key loops must never see. */
+static cJSON *body_object(gw_conn *c, const gw_request *r, bool empty_ok, const char *what) {
+        cJSON *body = empty_ok && r->body_len == 0 ? cJSON_CreateObject() : cJSON_ParseWithLength(r->body, r->body_len);
+        if (!cJSON_IsObject(body)) {
+                cJSON_Delete(body);
+                gw_send_error(c, 400, "body: a JSON object (%s) is required", what);
+                return NULL;
+        }
+        return body;
+}
+
 static const char *template_of(const cJSON *sb) {
         const char *rt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "runtime"));
         return !rt || !strcmp(rt, "host") ? "base" : rt;
@@ -258,12 +272,9 @@ fail:
 }
 
 static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
-        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len);
-        if (!cJSON_IsObject(body)) {
-                cJSON_Delete(body);
-                gw_send_error(c, 400, "body: a JSON object (NewSandbox) is required");
+        cJSON *body = body_object(c, r, false, "NewSandbox");
+        if (!body)
                 return;
-        }
         cJSON *p = create_params(c, body);
         const char *tmpl = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "templateID"));
         char *tmpl_copy = strdup(tmpl ? tmpl : "base");
@@ -484,7 +495,9 @@ static int64_t parse_time_ms(const char *s) {
  * (sandbox.extendTimeout), so a later end is served and an earlier one is
  * refused, saying so. */
 static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
-        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len);
+        cJSON *body = body_object(c, r, false, "{\"timeout\": seconds}");
+        if (!body)
+                return;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "timeout");
         if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > 1e7 || cJSON_GetArraySize(body) != 1) {
                 cJSON_Delete(body);
@@ -536,13 +549,10 @@ static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, c
  * (an omitted field is cleared), so the new policy is built from this body
  * alone and applied to the running session at once (sandbox.update). */
 static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
-        cJSON *body = cJSON_ParseWithLength(r->body, r->body_len), *aia = NULL;
+        cJSON *body = body_object(c, r, false, "SandboxNetworkUpdateConfig"), *aia = NULL;
         char *msg = NULL;
-        if (!cJSON_IsObject(body)) {
-                cJSON_Delete(body);
-                gw_send_error(c, 400, "body: a JSON object (SandboxNetworkUpdateConfig) is required");
+        if (!body)
                 return;
-        }
         aia = cJSON_DetachItemFromObjectCaseSensitive(body, "allow_internet_access");
         if ((aia && !cJSON_IsBool(aia)) || network_check(body, &msg) < 0) {
                 gw_send_error(c, 400, "%s", msg ? msg : "allow_internet_access: true or false");
@@ -613,7 +623,9 @@ static int name_call(const gw_config *cfg, gw_conn *c, const char *tenant, const
  * already paused (the SDK's false). memory false (a filesystem-only
  * pause) is refused. */
 static void pause_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
-        cJSON *body = r->body_len ? cJSON_ParseWithLength(r->body, r->body_len) : cJSON_CreateObject(), *it;
+        cJSON *body = body_object(c, r, true, "{\"memory\": true} or none"), *it;
+        if (!body)
+                return;
         cJSON_ArrayForEach(it, body)
                 if (strcmp(it->string, "memory") != 0 || !(cJSON_IsTrue(it) || cJSON_IsNull(it))) {
                         gw_send_error(c, 400, "%s: not served (sandboxd pauses with the memory kept; memory false, a "
@@ -641,7 +653,9 @@ static void pause_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r,
  * `timeout` s from now when that is later (E2B: "TTL is only extended").
  * Answers the Sandbox with its envd token. */
 static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
-        cJSON *body = r->body_len ? cJSON_ParseWithLength(r->body, r->body_len) : cJSON_CreateObject(), *it;
+        cJSON *body = body_object(c, r, true, "{\"timeout\": seconds} or none"), *it;
+        if (!body)
+                return;
         double timeout = 0;
         cJSON_ArrayForEach(it, body) {
                 if (!strcmp(it->string, "timeout") && cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble <= 1e7)

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,7 +365,7 @@ static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, 
  * has none: processes by tag are not served. */
 static unsigned selector_pid(gw_conn *c, const cJSON *req) {
         const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
-        if (!cJSON_IsNumber(pid) || pid->valuedouble < 1) {
+        if (!cJSON_IsNumber(pid) || !(pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX)) {
                 connect_error(c, 400, "process.pid: required (processes by tag are not served yet)");
                 return 0;
         }
@@ -677,19 +678,53 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
 
 /* ---- /files ---- */
 
+/* What a download of `size` bytes holds in the gateway at its peak: the
+ * daemon's base64 answer line, its parsed string, and the decoded bytes
+ * being sent. */
+static size_t download_bytes(double size) {
+        if (!(size >= 0) || size > (double) GW_MAX_BODY)
+                size = (double) GW_MAX_BODY;
+        return (size_t) size * 4 + 65536;
+}
+
 static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
         char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        client *d = NULL;
+        cJSON *res = NULL, *st = NULL;
+        size_t held = 0;
         if (!path || (user && strcmp(user, "user") && strcmp(user, "sandbox"))) {
                 gw_send_error(c, 400, "%s", !path ? "path: required"
                                                   : "username: files are read as the sandbox user only");
                 goto out;
         }
-        cJSON *res = NULL;
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                gw_send_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                goto out;
+        }
+        /* Its size first: the file's bytes are held (several times over)
+         * until the caller takes them, so downloads of all connections
+         * together share the budget of request bodies (a caller cannot
+         * make 256 connections each hold a 64 MiB file). */
         client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "fs.read", path_params(sbx, path), &res, &err) < 0) {
-                int st = err && err->message && (strstr(err->message, "No such file") || strstr(err->message, "not found"))
-                                 ? 404 : gw_status_of(err);
-                gw_send_error(c, st, "read %s: %s", path, err ? err->message : "failed");
+        if (client_call(d, "fs.stat", path_params(sbx, path), 60000, NULL, NULL, &st, &err) < 0) {
+                int code = err && err->message && (strstr(err->message, "No such file") || strstr(err->message, "not found"))
+                                   ? 404 : gw_status_of(err);
+                gw_send_error(c, code, "read %s: %s", path, err ? err->message : "failed");
+                client_error_free(err);
+                goto out;
+        }
+        held = download_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "size")));
+        if (!gw_budget_take(held)) {
+                held = 0;
+                gw_send_error(c, 503, "read %s: the gateway holds as many file bodies as it may; retry", path);
+                goto out;
+        }
+        if (client_call(d, "fs.read", path_params(sbx, path), 10 * 60 * 1000, NULL, NULL, &res, &err) < 0) {
+                int code = err && err->message && (strstr(err->message, "No such file") || strstr(err->message, "not found"))
+                                   ? 404 : gw_status_of(err);
+                gw_send_error(c, code, "read %s: %s", path, err ? err->message : "failed");
                 client_error_free(err);
                 goto out;
         }
@@ -701,8 +736,12 @@ static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         else
                 gw_send(c, 200, "application/octet-stream", data, len);
         free(data);
-        cJSON_Delete(res);
 out:
+        if (held)
+                gw_budget_release(held);
+        cJSON_Delete(res);
+        cJSON_Delete(st);
+        client_free(d);
         free(path);
         free(user);
 }
@@ -749,7 +788,12 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 gw_send_error(c, 400, "username: files are written as the sandbox user only");
                 goto out;
         }
-        if (gw_multipart(r, &parts, &n) < 0) {
+        int mp = gw_multipart(r, &parts, &n);
+        if (mp == -E2BIG) {
+                gw_send_error(c, 413, "body: at most %d files in one upload", GW_MAX_PARTS);
+                goto out;
+        }
+        if (mp < 0) {
                 gw_send_error(c, 400, "body: multipart/form-data with one or more file parts is required "
                                       "(application/octet-stream uploads are not served yet)");
                 goto out;

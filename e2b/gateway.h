@@ -87,10 +87,15 @@ bool gw_conn_failed(const gw_conn *c);
  * to gw_route(). */
 void gw_serve_conn(const gw_config *cfg, int fd);
 
+/* Most parts of one multipart body: each is a daemon call (fs.write), so
+ * a 64 MiB body of tiny parts would be millions of them. */
+#define GW_MAX_PARTS 1000
+
 /* A multipart/form-data body's parts (r's Content-Type boundary): each
  * part's filename (new string or NULL) and bytes (borrowed from r->body).
- * Returns 0 with *ret (free each filename and the array), or -EINVAL when
- * the body is not multipart with at least one part. */
+ * Returns 0 with *ret (free each filename and the array), -EINVAL when
+ * the body is not multipart with at least one part, -E2BIG past
+ * GW_MAX_PARTS parts. */
 typedef struct gw_part {
         char *filename;
         const char *data;
@@ -98,8 +103,45 @@ typedef struct gw_part {
 } gw_part;
 int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
 
+/* Bytes of request bodies all connections together may hold at once
+ * (gw_http_set_bodies_max): past it a request is answered 503 before its
+ * body is read, so many large uploads cannot exhaust the gateway's
+ * memory (256 connections x GW_MAX_BODY would be 16 GiB). */
+#define GW_BODIES_MAX_DEFAULT ((size_t) 512 << 20)
+/* Sets that bound (bytes, at least GW_MAX_BODY makes every single body
+ * possible); for the tests and main(). */
+void gw_http_set_bodies_max(size_t bytes);
+/* Takes `n` bytes of that budget for a body held outside the parser (a
+ * file download, envd.c); false (nothing taken) when they are not there.
+ * Each take is given back with gw_budget_release(n). */
+bool gw_budget_take(size_t n);
+void gw_budget_release(size_t n);
+
+/* Seconds a request's head may take to arrive, from when the gateway
+ * begins to wait for it (accept, or the previous answer): past them the
+ * connection is answered 408 (when part of a head came) and closed.
+ * gw_http_set_head_seconds changes it (for the tests). */
+#define GW_HEAD_SECONDS_DEFAULT 30
+void gw_http_set_head_seconds(unsigned seconds);
+
 /* ---- route.c ---- */
-void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r);
+
+/* Who sends a request, decided from its head alone (method, path,
+ * headers) as soon as the head is complete, so the body of a request
+ * without a valid API key or token is never read: status 0 with the
+ * tenant (and, for envd, the sandbox) when it may go on, else the HTTP
+ * status to answer (200/204 for /health, 400, 401, 500) with msg ("" for
+ * no body). */
+typedef struct gw_auth {
+        int status;
+        bool envd;              /* E2b-Sandbox-Id named a sandbox: envd */
+        char tenant[80];
+        char sandbox[64];
+        char msg[200];
+} gw_auth;
+void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret);
+/* Serves request `r` whose head gave `auth` (gw_authenticate). */
+void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r, const gw_auth *auth);
 
 /* ---- keys.c ---- */
 
@@ -118,8 +160,14 @@ int gw_key_tenant(const char *keys_path, const char *key, char *ret, size_t size
  * string, NULL on failure. */
 char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandbox);
 /* Checks `token` for sandbox `sandbox`: 0 with its tenant in ret, or
- * -EACCES. */
+ * -EACCES (a bad token, or its tenant has no key left in the file:
+ * removing a tenant's last key ends its tokens too). */
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* Whether the keys file is private to this uid: 0, -EPERM when another
+ * uid could read or write it (group or other mode bits, another owner,
+ * not a regular file; then every request it would serve is refused too),
+ * other -errno when it cannot be opened. */
+int gw_keys_check(const char *keys_path);
 /* True for a tenant name the daemon accepts (session.actAs). */
 bool gw_tenant_name_ok(const char *s);
 

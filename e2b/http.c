@@ -5,10 +5,14 @@
  *
  * Threat: this code reads bytes from the network. Bounds: a head of at
  * most 64 KiB and 100 headers, a body of at most GW_MAX_BODY; anything
- * over is answered 413/431 and the connection closed. Nothing here
- * decides access (route.c does). */
+ * over is answered 413/431 and the connection closed; bodies of all
+ * connections together at most the budget of gw_http_set_bodies_max
+ * (503 past it). Access is decided by route.c from the head alone, before
+ * any byte of the body is read: a request that may not go on is answered
+ * at once, and when it has a body the connection is closed unread. */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <http_parser.h>
 #include <openssl/ssl.h>
@@ -32,12 +37,64 @@ struct gw_conn {
 };
 
 typedef struct parse_state {
+        const gw_config *cfg;
         gw_request req;
+        gw_auth auth;   /* from the head (gw_authenticate) */
         char *url;
         size_t url_len, head_bytes;
+        size_t reserved; /* of the bodies budget, for this request's body */
         bool in_value;
         bool done, too_big, head_too_big;
+        bool head_done; /* the head is complete (its deadline is met) */
+        bool refused;   /* answered from the head; the body is not read */
+        bool busy;      /* the bodies budget is spent: 503 */
 } parse_state;
+
+/* ---- the bodies budget (all connections) ---- */
+
+static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t bodies_max = GW_BODIES_MAX_DEFAULT, bodies_held;
+
+void gw_http_set_bodies_max(size_t bytes) {
+        pthread_mutex_lock(&budget_lock);
+        bodies_max = bytes;
+        pthread_mutex_unlock(&budget_lock);
+}
+
+bool gw_budget_take(size_t n) {
+        pthread_mutex_lock(&budget_lock);
+        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
+        if (ok)
+                bodies_held += n;
+        pthread_mutex_unlock(&budget_lock);
+        return ok;
+}
+
+void gw_budget_release(size_t n) {
+        pthread_mutex_lock(&budget_lock);
+        bodies_held -= n;
+        pthread_mutex_unlock(&budget_lock);
+}
+
+/* Takes n more bytes of the budget for s's body; false when they are not
+ * there. */
+static bool budget_take(parse_state *s, size_t n) {
+        pthread_mutex_lock(&budget_lock);
+        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
+        if (ok) {
+                bodies_held += n;
+                s->reserved += n;
+        }
+        pthread_mutex_unlock(&budget_lock);
+        return ok;
+}
+
+static void budget_release(parse_state *s) {
+        pthread_mutex_lock(&budget_lock);
+        bodies_held -= s->reserved;
+        pthread_mutex_unlock(&budget_lock);
+        s->reserved = 0;
+}
 
 static void request_clear(gw_request *r) {
         free(r->method);
@@ -106,6 +163,9 @@ static int on_body(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
         if (s->req.body_len + n > GW_MAX_BODY)
                 return s->too_big = true, -1;
+        /* A chunked body takes its budget as it comes. */
+        if (s->req.body_len + n > s->reserved && !budget_take(s, s->req.body_len + n - s->reserved))
+                return s->busy = true, -1;
         return append(&s->req.body, &s->req.body_len, at, n);
 }
 
@@ -116,10 +176,23 @@ static int on_message_complete(http_parser *p) {
         return 0;
 }
 
+static int finish_head(parse_state *s, http_parser *p);
+
+/* The head is complete: who sends it is decided now (route.c), and a
+ * request that may not go on is answered without reading its body. */
 static int on_headers_complete(http_parser *p) {
         parse_state *s = p->data;
+        s->head_done = true;
         if (p->content_length != ULLONG_MAX && p->content_length > GW_MAX_BODY)
                 return s->too_big = true, -1;
+        if (finish_head(s, p) < 0)
+                return -1;
+        gw_authenticate(s->cfg, &s->req, &s->auth);
+        bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
+        if (s->auth.status && has_body)
+                return s->refused = true, -1;
+        if (p->content_length != ULLONG_MAX && p->content_length > 0 && !budget_take(s, (size_t) p->content_length))
+                return s->busy = true, -1;
         return 0;
 }
 
@@ -132,8 +205,8 @@ static const http_parser_settings settings = {
         .on_message_complete = on_message_complete,
 };
 
-/* Splits the request target into path and query. */
-static int finish_request(parse_state *s, http_parser *p) {
+/* The method, and the request target split into path and query. */
+static int finish_head(parse_state *s, http_parser *p) {
         gw_request *r = &s->req;
         r->method = strdup(http_method_str(p->method));
         if (!s->url || !r->method)
@@ -141,9 +214,14 @@ static int finish_request(parse_state *s, http_parser *p) {
         char *q = strchr(s->url, '?');
         r->path = q ? strndup(s->url, (size_t) (q - s->url)) : strdup(s->url);
         r->query = q ? strdup(q + 1) : NULL;
+        return r->path && (!q || r->query) ? 0 : -1;
+}
+
+static int finish_request(parse_state *s) {
+        gw_request *r = &s->req;
         if (!r->body)
                 r->body = calloc(1, 1);
-        return r->path && r->body && (!q || r->query) ? 0 : -1;
+        return r->path && r->body ? 0 : -1;
 }
 
 const char *gw_header_get(const gw_request *r, const char *name) {
@@ -231,6 +309,7 @@ static const char *reason_of(int status) {
         case 403: return "Forbidden";
         case 404: return "Not Found";
         case 405: return "Method Not Allowed";
+        case 408: return "Request Timeout";
         case 409: return "Conflict";
         case 413: return "Payload Too Large";
         case 415: return "Unsupported Media Type";
@@ -322,7 +401,7 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n) {
                 return -EINVAL;
         int dl = snprintf(delim, sizeof(delim), "--%.*s", (int) bl, b);
         gw_part *parts = NULL;
-        size_t n = 0;
+        size_t n = 0, cap = 0;
         const char *p = memmem_s(r->body, r->body_len, delim, (size_t) dl), *end = r->body + r->body_len;
         while (p && p + dl + 2 <= end && strncmp(p + dl, "--", 2) != 0) {
                 const char *head = p + dl + 2; /* after CRLF */
@@ -343,12 +422,23 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n) {
                         if (q)
                                 fn = strndup(f, (size_t) (q - f));
                 }
-                gw_part *np = realloc(parts, (n + 1) * sizeof(*np));
-                if (!np) {
+                if (n == GW_MAX_PARTS) {
                         free(fn);
-                        break;
+                        for (size_t i = 0; i < n; i++)
+                                free(parts[i].filename);
+                        free(parts);
+                        return -E2BIG;
                 }
-                parts = np;
+                if (n == cap) {
+                        size_t ncap = cap ? 2 * cap : 8;
+                        gw_part *np = realloc(parts, ncap * sizeof(*np));
+                        if (!np) {
+                                free(fn);
+                                break;
+                        }
+                        parts = np;
+                        cap = ncap;
+                }
                 parts[n++] = (gw_part) { .filename = fn, .data = data, .len = (size_t) (next - data) };
                 p = next + 2;
         }
@@ -368,6 +458,38 @@ bool gw_conn_failed(const gw_conn *c) {
 /* A connection idle this long between requests, or stalled this long in
  * one, is closed: a thread is not held by a peer that sends nothing. */
 #define IDLE_SECONDS 120
+
+/* A request's head must be complete this long after the gateway began
+ * to wait for it (the connection accepted, or the previous answer sent),
+ * however its bytes trickle in: a peer cannot hold one of the 256
+ * connections by sending a byte now and then (slowloris). */
+static unsigned head_seconds = GW_HEAD_SECONDS_DEFAULT;
+
+void gw_http_set_head_seconds(unsigned seconds) {
+        head_seconds = seconds;
+}
+
+static int64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The receive timeout for the next read: the idle bound, or what is left
+ * of the head's time while a head is awaited. False when none is left. */
+static bool set_read_timeout(int fd, bool head_done, int64_t head_deadline) {
+        int64_t ms = (int64_t) IDLE_SECONDS * 1000;
+        if (!head_done) {
+                int64_t left = head_deadline - now_ms();
+                if (left <= 0)
+                        return false;
+                if (left < ms)
+                        ms = left;
+        }
+        struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+        (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        return true;
+}
 
 /* One read from the connection: plain or TLS. >0 bytes, 0 at the end, <0
  * on an error (a timeout included). */
@@ -391,7 +513,9 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
         if (cfg->tls) {
-                /* The handshake is bounded by the same timeouts. */
+                /* The handshake: each read bounded by the head's time. */
+                struct timeval hs = { .tv_sec = head_seconds ? head_seconds : 1 };
+                (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hs, sizeof(hs));
                 c.ssl = SSL_new(cfg->tls);
                 if (!c.ssl || SSL_set_fd(c.ssl, fd) != 1 || SSL_accept(c.ssl) != 1) {
                         SSL_free(c.ssl);
@@ -400,14 +524,21 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                 }
         }
         http_parser p;
-        parse_state s = {0};
+        parse_state s = { .cfg = cfg };
         http_parser_init(&p, HTTP_REQUEST);
         p.data = &s;
         char buf[65536];
         size_t have = 0, off = 0;
+        int64_t head_deadline = now_ms() + (int64_t) head_seconds * 1000;
         for (;;) {
                 if (off == have) {
-                        ssize_t n = conn_read(&c, buf, sizeof(buf));
+                        ssize_t n = -1;
+                        if (set_read_timeout(fd, s.head_done, head_deadline))
+                                n = conn_read(&c, buf, sizeof(buf));
+                        if (n < 0 && !s.head_done && s.head_bytes > 0 && now_ms() >= head_deadline) {
+                                c.close = true;
+                                gw_send_error(&c, 408, "request head not complete within %u s", head_seconds);
+                        }
                         if (n <= 0)
                                 break;
                         have = (size_t) n;
@@ -419,21 +550,27 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                 if (s.done) {
                         http_parser_pause(&p, 0);
                         c.close = !http_should_keep_alive(&p);
-                        if (finish_request(&s, &p) < 0) {
+                        if (finish_request(&s) < 0) {
                                 gw_send_error(&c, 500, "out of memory");
                                 break;
                         }
-                        gw_route(cfg, &c, &s.req);
+                        gw_route(cfg, &c, &s.req, &s.auth);
                         request_clear(&s.req);
                         free(s.url);
-                        s = (parse_state) {0};
+                        budget_release(&s);
+                        s = (parse_state) { .cfg = cfg };
+                        head_deadline = now_ms() + (int64_t) head_seconds * 1000;
                         if (c.close || c.failed)
                                 break;
                         continue;
                 }
                 if (e != HPE_OK) {
                         c.close = true;
-                        if (s.too_big)
+                        if (s.refused)
+                                gw_route(cfg, &c, &s.req, &s.auth);
+                        else if (s.busy)
+                                gw_send_error(&c, 503, "the gateway holds as many request bodies as it may; retry");
+                        else if (s.too_big)
                                 gw_send_error(&c, s.head_too_big ? 431 : 413,
                                               "request too large (head 64 KiB, body %zu bytes at most)", GW_MAX_BODY);
                         else
@@ -443,6 +580,7 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         }
         request_clear(&s.req);
         free(s.url);
+        budget_release(&s);
         if (c.ssl) {
                 if (!c.failed)
                         (void) SSL_shutdown(c.ssl);

@@ -51,11 +51,40 @@ bool gw_tenant_name_ok(const char *s) {
         return true;
 }
 
-/* Reads the whole keys file (new string) or NULL with errno. */
+/* The keys file's secret forges an envd token of any tenant's sandbox:
+ * a file another uid could read or write (mode bits for group or other,
+ * or another owner than the reader; root, running `key add` on the
+ * gateway's file, may read it) is not used. -EPERM, or 0. */
+static int keys_private(int fd) {
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode) || (st.st_mode & 077) || (st.st_uid != geteuid() && geteuid() != 0))
+                return -EPERM;
+        return 0;
+}
+
+int gw_keys_check(const char *keys_path) {
+        int fd = open(keys_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return -errno;
+        int r = keys_private(fd);
+        close(fd);
+        return r;
+}
+
+/* Reads the whole keys file (new string) or NULL with errno (EPERM: not
+ * private, keys_private). */
 static char *read_keys(const char *path) {
         FILE *f = fopen(path, "re");
         if (!f)
                 return NULL;
+        int r = keys_private(fileno(f));
+        if (r < 0) {
+                fclose(f);
+                errno = -r;
+                return NULL;
+        }
         char *buf = NULL;
         size_t len = 0;
         char chunk[4096];
@@ -198,6 +227,22 @@ char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandb
         return tok;
 }
 
+/* Whether the keys file still has a key of `tenant`: a tenant whose last
+ * key was removed keeps no envd access through tokens it was given. */
+static bool tenant_has_key(const char *keys_path, const char *tenant) {
+        char *text = read_keys(keys_path);
+        bool found = false;
+        for (char *l = text, *next; l && *l && !found; l = next) {
+                next = strchr(l, '\n');
+                if (next)
+                        *next++ = 0;
+                char t[80], h[80];
+                found = sscanf(l, "key %79s %79s", t, h) == 2 && strlen(h) == 64 && !strcmp(t, tenant);
+        }
+        free(text);
+        return found;
+}
+
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size) {
         const char *dot = token ? strrchr(token, '.') : NULL;
         char tenant[80], mac[65];
@@ -206,7 +251,7 @@ int gw_envd_token_check(const char *keys_path, const char *token, const char *sa
         memcpy(tenant, token, (size_t) (dot - token));
         tenant[dot - token] = 0;
         if (!gw_tenant_name_ok(tenant) || token_mac(keys_path, tenant, sandbox, mac) < 0 ||
-            CRYPTO_memcmp(mac, dot + 1, 64) != 0)
+            CRYPTO_memcmp(mac, dot + 1, 64) != 0 || !tenant_has_key(keys_path, tenant))
                 return -EACCES;
         snprintf(ret, size, "%s", tenant);
         return 0;

@@ -177,6 +177,14 @@ int main(int argc, char **argv) {
                                 "tenants.gateways (it acts only as its callers' tenants)\n");
                 return 2;
         }
+        int kr = gw_keys_check(cfg.keys_path);
+        if (kr < 0) {
+                fprintf(stderr, "sandboxd-e2b: --keys %s: %s\n", cfg.keys_path,
+                        kr == -EPERM ? "not private to this uid: its secret forges every sandbox's envd token, so "
+                                       "it must be a regular file of this uid with mode 0600 (chown and chmod it)"
+                                     : strerror(-kr));
+                return 2;
+        }
         if (!tls_cert != !tls_key) {
                 fprintf(stderr, "sandboxd-e2b: --tls-cert and --tls-key go together\n");
                 return 2;

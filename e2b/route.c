@@ -5,6 +5,7 @@
  * API key (X-API-Key). The tenant comes from the key or the token, never
  * from anything else the request says. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include "e2b/gateway.h"
 
@@ -19,40 +20,58 @@ static bool sandbox_id_ok(const char *s) {
         return true;
 }
 
-void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r) {
-        char tenant[80];
+void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret) {
+        *ret = (gw_auth) {0};
         const char *sbx = gw_header_get(r, "E2b-Sandbox-Id");
+        bool health = !strcmp(r->method, "GET") && !strcmp(r->path, "/health");
         if (sbx) {
+                ret->envd = true;
                 if (!sandbox_id_ok(sbx)) {
-                        gw_send_error(c, 400, "E2b-Sandbox-Id: not a sandbox ID");
+                        ret->status = 400;
+                        snprintf(ret->msg, sizeof(ret->msg), "E2b-Sandbox-Id: not a sandbox ID");
                         return;
                 }
-                if (!strcmp(r->method, "GET") && !strcmp(r->path, "/health")) {
-                        gw_send(c, 204, NULL, NULL, 0);
+                snprintf(ret->sandbox, sizeof(ret->sandbox), "%s", sbx);
+                if (health) {
+                        ret->status = 204;
                         return;
                 }
                 const char *tok = gw_header_get(r, "X-Access-Token");
-                if (gw_envd_token_check(cfg->keys_path, tok, sbx, tenant, sizeof(tenant)) < 0) {
-                        gw_send_error(c, 401, "%s", tok ? "X-Access-Token: not this sandbox's access token"
-                                                      : "X-Access-Token: missing (the envdAccessToken of the sandbox)");
-                        return;
+                if (gw_envd_token_check(cfg->keys_path, tok, sbx, ret->tenant, sizeof(ret->tenant)) < 0) {
+                        ret->status = 401;
+                        snprintf(ret->msg, sizeof(ret->msg), "%s",
+                                 tok ? "X-Access-Token: not this sandbox's access token"
+                                     : "X-Access-Token: missing (the envdAccessToken of the sandbox)");
                 }
-                gw_envd(cfg, c, r, tenant, sbx);
                 return;
         }
-        if (!strcmp(r->method, "GET") && !strcmp(r->path, "/health")) {
-                gw_send(c, 200, NULL, NULL, 0);
+        if (health) {
+                ret->status = 200;
                 return;
         }
         const char *key = gw_header_get(r, "X-API-Key");
-        int k = key ? gw_key_tenant(cfg->keys_path, key, tenant, sizeof(tenant)) : -EACCES;
+        int k = key ? gw_key_tenant(cfg->keys_path, key, ret->tenant, sizeof(ret->tenant)) : -EACCES;
         if (k == -EACCES) {
-                gw_send_error(c, 401, "%s", key ? "Invalid API key" : "X-API-Key: missing (E2B_API_KEY)");
+                ret->status = 401;
+                snprintf(ret->msg, sizeof(ret->msg), "%s", key ? "Invalid API key" : "X-API-Key: missing (E2B_API_KEY)");
+        } else if (k < 0) {
+                ret->status = 500;
+                snprintf(ret->msg, sizeof(ret->msg), "the gateway cannot read its keys file: %s",
+                         k == -EPERM ? "it is not private to the gateway's uid (mode 0600, its owner)"
+                                     : strerror(-k));
+        }
+}
+
+void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r, const gw_auth *a) {
+        if (a->status) {
+                if (a->msg[0])
+                        gw_send_error(c, a->status, "%s", a->msg);
+                else
+                        gw_send(c, a->status, NULL, NULL, 0);
                 return;
         }
-        if (k < 0) {
-                gw_send_error(c, 500, "the gateway cannot read its keys file: %s", strerror(-k));
-                return;
-        }
-        gw_control(cfg, c, r, tenant);
+        if (a->envd)
+                gw_envd(cfg, c, r, a->tenant, a->sandbox);
+        else
+                gw_control(cfg, c, r, a->tenant);
 }

@@ -81,6 +81,28 @@ def test_no_other_uid_nor_admin_can_name_a_tenant(world):
     expect_eq((bad.get("error") or {}).get("code"), -32602, "a tenant name with ':': %s" % json.dumps(bad))
 
 
+def test_odd_tenant_names_are_refused_or_stay_plain_tenants(world):
+    """Review (attack24): names that look like roles, too long, not ASCII
+    or with a NUL are refused and leave the connection unnamed (still
+    refused everything); "admin" is the plain tenant of that name."""
+    d = _setup(world)
+    odd = ["tag:x=y", "uid:0", "tenant:alice", "a" * 65, "\u00e9", "a\u0000b", "", ".a", "-a", "a b",
+           123, None, ["alice"]]
+    for name in odd:
+        bad, still = _as(d, GATEWAY, [{"method": "session.actAs", "params": {"tenant": name}},
+                                      {"method": "sandbox.list", "params": {}}])
+        expect("error" in bad and "result" not in bad, "tenant %r refused: %s" % (name, json.dumps(bad)))
+        expect_eq(_reason(still), "permission_denied", "after a refused actAs %r: %s" % (name, json.dumps(still)))
+    acted, info, listed = _as(d, GATEWAY, [{"method": "session.actAs", "params": {"tenant": "admin"}},
+                                           {"method": "daemon.info", "params": {}},
+                                           {"method": "sandbox.list", "params": {"all": True}}])
+    expect_eq(acted.get("result"), {"tenant": "admin"}, json.dumps(acted))
+    expect_eq(((info.get("result") or {}).get("tenant") or {}).get("name"), "admin",
+              "the tenant named admin sees a tenant's daemon.info: %s" % json.dumps(info)[:400])
+    expect("result" not in listed or listed["result"].get("sandboxes") == [],
+           "the tenant named admin lists no one else's: %s" % json.dumps(listed)[:400])
+
+
 def test_a_gateway_uid_cannot_also_be_admin(world):
     world.stop_sandboxd()
     _state.pop("daemon", None)

@@ -2,18 +2,24 @@
  * checked, per-sandbox envd tokens, URL decoding, multipart bodies, and
  * the HTTP layer's answers over a socketpair (routing before any daemon
  * call: health, a missing or unknown key, a bad sandbox token, limits,
- * keep-alive). docs/E2B.md, docs/SECURITY.md §4.3. */
+ * keep-alive), and what review found: the caller decided from the head
+ * before any body is read, the bodies budget (uploads and downloads), a
+ * head's deadline, non-object JSON bodies, the keys file's privacy, the
+ * parts of one upload, tokens of a tenant without keys.
+ * docs/E2B.md, docs/SECURITY.md §4.3. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "e2b/gateway.h"
@@ -142,10 +148,10 @@ static void *serve_thread(void *arg) {
 
 /* Sends `req`, shuts down writing, and returns everything the gateway
  * answered until it closed (static buffer). */
-static const char *exchange(const char *req, size_t len) {
+static const char *exchange_on(const char *socket_path, const char *req, size_t len) {
         int sv[2];
         assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        http_cfg = (gw_config) { .socket_path = socket_path, .keys_path = keys_path };
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, serve_thread, (void *) (intptr_t) sv[1]), 0);
         for (size_t off = 0; off < len;) {
@@ -164,6 +170,10 @@ static const char *exchange(const char *req, size_t len) {
         pthread_join(t, NULL);
         close(sv[0]);
         return out;
+}
+
+static const char *exchange(const char *req, size_t len) {
+        return exchange_on("/nonexistent/sandboxd.sock", req, len);
 }
 
 static void test_http_routes_before_any_daemon_call(void **state) {
@@ -229,6 +239,297 @@ static void test_http_limits_answer_and_close(void **state) {
         assert_non_null(strstr(o, "HTTP/1.1 400"));
 }
 
+/* Found by review: a request without a valid key or token was read whole
+ * (up to 64 MiB a connection) before route.c looked at its key, so
+ * anyone reaching the port could make the gateway hold 256 x 64 MiB.
+ * Now the head decides: the answer comes with no byte of the body sent,
+ * and the connection closes unread. */
+static void test_a_request_without_a_valid_key_is_answered_before_its_body(void **state) {
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        static const char no_key[] = "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: e2b_00\r\n"
+                                     "Content-Length: 60000000\r\n\r\n";
+        const char *o = exchange(no_key, sizeof(no_key) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "Connection: close\r\n"));
+        assert_non_null(strstr(o, "Invalid API key"));
+        static const char chunked[] = "POST /files?path=/a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                                      "X-Access-Token: team-a.00\r\nTransfer-Encoding: chunked\r\n\r\n";
+        o = exchange(chunked, sizeof(chunked) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "not this sandbox's access token"));
+        /* A good key's body is read: here it is cut short, so no answer. */
+        int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                         "Content-Length: 60000000\r\n\r\n", k);
+        o = exchange(req, (size_t) n);
+        assert_string_equal(o, "");
+}
+
+/* Found by review: all connections' bodies together are bounded; past
+ * the budget a request is answered 503 before its body is read. */
+static void test_bodies_of_all_connections_are_bounded(void **state) {
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        gw_http_set_bodies_max(16);
+        int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                         "Content-Length: 17\r\n\r\n{\"templateID\":1} ", k);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n11\r\n{\"templateID\":1} \r\n0\r\n\r\n", k);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        /* Within it (and given back after each request): answered. */
+        n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                     "Content-Length: 16\r\n\r\n{\"templateID\":1}", k);
+        for (int i = 0; i < 3; i++) {
+                o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "HTTP/1.1 400"));
+                assert_non_null(strstr(o, "templateID: wrong type"));
+        }
+        gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
+}
+
+/* Found by review: a JSON body that is not an object (an array, a
+ * string) reached key loops that read each member's name, NULL for an
+ * array's: POST /sandboxes/ID/pause with [1] crashed the gateway for
+ * every tenant. Every body is an object or a 400. */
+static void test_a_body_that_is_not_an_object_is_refused(void **state) {
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        static const struct {
+                const char *path, *body;
+        } cases[] = {
+                { "/sandboxes/sbx-1/pause", "[1,2]" },
+                { "/sandboxes/sbx-1/connect", "[{\"timeout\":1}]" },
+                { "/v2/sandboxes/sbx-1/resume", "\"a\"" },
+                { "/sandboxes/sbx-1/timeout", "[{\"timeout\":1}]" },
+                { "/sandboxes", "[{\"templateID\":\"base\"}]" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+                int n = snprintf(req, sizeof(req), "POST %s HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                                 "Content-Length: %zu\r\n\r\n%s", cases[i].path, k, strlen(cases[i].body),
+                                 cases[i].body);
+                const char *o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "HTTP/1.1 400"));
+                assert_non_null(strstr(o, "body: a JSON object"));
+        }
+        /* A pid out of range is a 400 too (it was cast to 0 and nothing answered). */
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        static const char sig[] = "{\"process\":{\"pid\":1e300},\"signal\":\"SIGNAL_SIGKILL\"}";
+        int n = snprintf(req, sizeof(req), "POST /process.Process/SendSignal HTTP/1.1\r\nHost: x\r\n"
+                         "E2b-Sandbox-Id: sbx-1\r\nX-Access-Token: %s\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\n\r\n%s", tok, sizeof(sig) - 1, sig);
+        free(tok);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "process.pid: required"));
+}
+
+/* Found by review: a peer sending a byte of a head every 119 s held a
+ * connection (of 256) for ever, so 256 of them locked every tenant out.
+ * A head must now be complete within the head time however it trickles:
+ * here 1 s, with bytes still coming when it runs out. */
+static void test_a_head_that_trickles_in_is_cut_off(void **state) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        gw_http_set_head_seconds(1);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, serve_thread, (void *) (intptr_t) sv[1]), 0);
+        assert_int_equal(send(sv[0], "GET /health HTTP/1.1\r\nX-A: ", 28, MSG_NOSIGNAL), 28);
+        /* One byte a poll interval until the gateway answers and closes. */
+        char out[4096];
+        size_t have = 0;
+        for (;;) {
+                struct pollfd pfd = { .fd = sv[0], .events = POLLIN };
+                if (poll(&pfd, 1, 200) == 0) {
+                        assert_int_equal(send(sv[0], "a", 1, MSG_NOSIGNAL), 1);
+                        continue;
+                }
+                ssize_t n = recv(sv[0], out + have, sizeof(out) - 1 - have, 0);
+                if (n <= 0)
+                        break;
+                have += (size_t) n;
+        }
+        out[have] = 0;
+        pthread_join(t, NULL);
+        close(sv[0]);
+        gw_http_set_head_seconds(GW_HEAD_SECONDS_DEFAULT);
+        assert_non_null(strstr(out, "HTTP/1.1 408"));
+        assert_non_null(strstr(out, "request head not complete within 1 s"));
+}
+
+/* Review: the keys file's secret forges any tenant's envd tokens, so a
+ * keys file others can read is refused, at start and on each request. */
+static void test_a_keys_file_others_can_read_is_refused(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_keys_check(keys_path), 0);
+        char tenant[80];
+        assert_int_equal(gw_key_tenant(keys_path, k, tenant, sizeof(tenant)), 0);
+        assert_int_equal(chmod(keys_path, 0640), 0);
+        assert_int_equal(gw_keys_check(keys_path), -EPERM);
+        assert_int_equal(gw_key_tenant(keys_path, k, tenant, sizeof(tenant)), -EPERM);
+        assert_null(gw_envd_token(keys_path, "team-a", "sbx-1"));
+        char req[256];
+        int n = snprintf(req, sizeof(req), "GET /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", k);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 500"));
+        assert_non_null(strstr(o, "not private to the gateway's uid"));
+        assert_int_equal(chmod(keys_path, 0600), 0);
+        assert_int_equal(gw_keys_check(keys_path), 0);
+}
+
+/* Review: a 64 MiB upload of one-byte parts was 850,000 parts, grown one
+ * realloc each (minutes of CPU) and then as many fs.write calls: at most
+ * GW_MAX_PARTS parts. */
+static void test_a_multipart_body_has_at_most_max_parts(void **state) {
+        static const char part[] = "--a\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nx\r\n";
+        size_t pl = sizeof(part) - 1;
+        for (size_t count = GW_MAX_PARTS; count <= GW_MAX_PARTS + 1; count++) {
+                char *body = malloc(pl * count + 8);
+                assert_non_null(body);
+                for (size_t i = 0; i < count; i++)
+                        memcpy(body + i * pl, part, pl);
+                memcpy(body + count * pl, "--a--\r\n", 8);
+                gw_header h = { .name = "Content-Type", .value = "multipart/form-data; boundary=a" };
+                gw_request r = { .headers = &h, .n_headers = 1, .body = body, .body_len = pl * count + 8 };
+                gw_part *parts = NULL;
+                size_t n = 0;
+                int ret = gw_multipart(&r, &parts, &n);
+                if (count == GW_MAX_PARTS) {
+                        assert_int_equal(ret, 0);
+                        assert_int_equal(n, GW_MAX_PARTS);
+                        assert_string_equal(parts[n - 1].filename, "f");
+                        for (size_t i = 0; i < n; i++)
+                                free(parts[i].filename);
+                        free(parts);
+                } else
+                        assert_int_equal(ret, -E2BIG);
+                free(body);
+        }
+}
+
+/* Review: removing a tenant's key line (the documented revocation) left
+ * every envd token it had been given valid, so its holder kept running
+ * commands in its sandboxes. A token now needs a key of its tenant. */
+static void test_removing_a_tenants_last_key_ends_its_tokens(void **state) {
+        char ka[64], kb[64], kb2[64], t[80];
+        assert_int_equal(gw_key_add("team-a", keys_path, ka, sizeof(ka)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, kb, sizeof(kb)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, kb2, sizeof(kb2)), 0);
+        char *ta = gw_envd_token(keys_path, "team-a", "sbx-1"), *tb = gw_envd_token(keys_path, "team-b", "sbx-2");
+        assert_non_null(ta);
+        assert_non_null(tb);
+        assert_int_equal(gw_envd_token_check(keys_path, ta, "sbx-1", t, sizeof(t)), 0);
+        /* Drop team-a's key and the first of team-b's two. */
+        char *text = strdup(slurp(keys_path)), *out = calloc(1, strlen(text) + 1);
+        assert_non_null(out);
+        int seen_b = 0;
+        for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+                if (!strncmp(l, "key team-a ", 11) || (!strncmp(l, "key team-b ", 11) && !seen_b++))
+                        continue;
+                strcat(out, l);
+                strcat(out, "\n");
+        }
+        FILE *f = fopen(keys_path, "we");
+        assert_non_null(f);
+        fputs(out, f);
+        fclose(f);
+        assert_int_equal(gw_envd_token_check(keys_path, ta, "sbx-1", t, sizeof(t)), -EACCES);
+        assert_int_equal(gw_envd_token_check(keys_path, tb, "sbx-2", t, sizeof(t)), 0);
+        assert_string_equal(t, "team-b");
+        free(ta);
+        free(tb);
+        free(text);
+        free(out);
+}
+
+/* ---- a fake daemon: answers session.actAs, fs.stat (size 1000) and
+ * fs.read ("hi") on each connection it accepts, until the test closes
+ * its listening socket ---- */
+
+static int fake_listen_fd;
+static int fake_reads;
+
+static void *fake_daemon(void *arg) {
+        for (;;) {
+                int fd = accept4(fake_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (fd < 0)
+                        return NULL;
+                FILE *f = fdopen(fd, "r+");
+                char *line = NULL;
+                size_t cap = 0;
+                while (getline(&line, &cap, f) > 0) {
+                        cJSON *m = cJSON_Parse(line), *res = cJSON_CreateObject();
+                        const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "method"));
+                        if (method && !strcmp(method, "fs.stat")) {
+                                cJSON_AddNumberToObject(res, "size", 1000);
+                                cJSON_AddStringToObject(res, "type", "file");
+                        } else if (method && !strcmp(method, "fs.read")) {
+                                __atomic_add_fetch(&fake_reads, 1, __ATOMIC_SEQ_CST);
+                                cJSON_AddStringToObject(res, "content", "aGk=");
+                        }
+                        cJSON *ans = cJSON_CreateObject();
+                        cJSON_AddStringToObject(ans, "jsonrpc", "2.0");
+                        cJSON_AddItemToObject(ans, "id", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(m, "id"), 1));
+                        cJSON_AddItemToObject(ans, "result", res);
+                        char *text = cJSON_PrintUnformatted(ans);
+                        fprintf(f, "%s\n", text);
+                        fflush(f);
+                        free(text);
+                        cJSON_Delete(ans);
+                        cJSON_Delete(m);
+                }
+                free(line);
+                fclose(f);
+        }
+}
+
+/* Review: a download's bytes were held (base64 line, parsed string,
+ * decoded copy) while a caller that reads nothing took them, with no
+ * bound across connections: one key's 256 connections each fetching a
+ * 64 MiB file could make the gateway hold tens of GiB. Downloads now
+ * share the bodies budget, sized from fs.stat before fs.read. */
+static void test_downloads_share_the_bodies_budget(void **state) {
+        char sock[80];
+        snprintf(sock, sizeof(sock), "%s.sock", keys_path);
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+        fake_listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fake_listen_fd >= 0);
+        assert_int_equal(bind(fake_listen_fd, (struct sockaddr *) &sa, sizeof(sa)), 0);
+        assert_int_equal(listen(fake_listen_fd, 8), 0);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, fake_daemon, NULL), 0);
+
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        int n = snprintf(req, sizeof(req), "GET /files?path=/f HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                         "X-Access-Token: %s\r\n\r\n", tok);
+        free(tok);
+        gw_http_set_bodies_max(1000 * 4 + 65536);
+        const char *o = exchange_on(sock, req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 200"));
+        assert_non_null(strstr(o, "\r\n\r\nhi"));
+        assert_int_equal(__atomic_load_n(&fake_reads, __ATOMIC_SEQ_CST), 1);
+        gw_http_set_bodies_max(1000 * 4 + 65535);
+        o = exchange_on(sock, req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        assert_non_null(strstr(o, "as many file bodies as it may"));
+        assert_int_equal(__atomic_load_n(&fake_reads, __ATOMIC_SEQ_CST), 1);
+        gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
+
+        shutdown(fake_listen_fd, SHUT_RDWR);
+        pthread_join(t, NULL);
+        close(fake_listen_fd);
+        unlink(sock);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -238,6 +539,15 @@ int main(void) {
                 cmocka_unit_test(test_multipart_parts_with_their_file_names),
                 cmocka_unit_test_setup_teardown(test_http_routes_before_any_daemon_call, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_http_limits_answer_and_close, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_request_without_a_valid_key_is_answered_before_its_body, setup,
+                                                teardown),
+                cmocka_unit_test_setup_teardown(test_bodies_of_all_connections_are_bounded, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
+                cmocka_unit_test(test_a_multipart_body_has_at_most_max_parts),
+                cmocka_unit_test_setup_teardown(test_removing_a_tenants_last_key_ends_its_tokens, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_downloads_share_the_bodies_budget, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
