@@ -278,6 +278,7 @@ typedef struct start_job {
         bool source_as_peer;      /* a local tenant's source: a local path is read as source_peer */
         core_peer source_peer;    /* its uid, gid and groups (groups: source_peer_groups) */
         gid_t *source_peer_groups;
+        char **source_roots;      /* the roots its local source is read beneath (tenant_roots; owned) */
         char *config_text;        /* config.json to write (fresh only) */
         char *rootfs;
         /* results from the worker */

@@ -487,6 +487,12 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                  * own uid may (core_source_set_local_peer). */
                 tenant t;
                 tenant_of_conn(m->cfg, req->conn, &t);
+                /* A local path only beneath the tenant's roots (a remote
+                 * tenant without its own: none, and refused before,
+                 * tenant.c check_source). */
+                if (tenant_roots(m->cfg, &t, "source", &j->source_roots, NULL) < 0 &&
+                    !(j->source_roots = calloc(1, sizeof(char *))))
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
                 if (!t.admin && !t.remote && req->conn) {
                         j->source_as_peer = true;
                         j->source_peer.uid = rpc_conn_uid(req->conn);

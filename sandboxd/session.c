@@ -31,6 +31,7 @@
 #include "sandboxd/internal.h"
 #include "sandboxd/metrics.h"
 #include "sandboxd/remote.h"
+#include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
 
@@ -266,12 +267,12 @@ static int fetch_source(start_job *j, sb_error **ret_err) {
         if (streq(j->src_type, "git")) {
                 core_git_source g = {.url = j->url, .revision = j->revision, .depth = j->depth,
                                      .username = j->username, .password = j->password,
-                                     .local_roots = (const char *const *)j->m->cfg->local_source_roots,
+                                     .local_roots = (const char *const *)j->source_roots,
                                      .max_local_bytes = j->m->cfg->max_source_bytes};
                 r = core_source_git_clone(&g, ws, uid, gid, ret_err);
         } else
                 r = core_source_tarball_extract(j->url, ws, uid, gid, j->m->cfg->max_source_bytes,
-                                                (const char *const *)j->m->cfg->local_source_roots, ret_err);
+                                                (const char *const *)j->source_roots, ret_err);
         core_source_set_address_guard(NULL);
         core_source_set_local_peer(NULL);
         core_source_set_progress(NULL, NULL);
@@ -1843,6 +1844,7 @@ void start_job_free(start_job *j) {
         free(j->src_type);
         free(j->url);
         free(j->source_peer_groups);
+        tenant_roots_free(j->source_roots);
         free(j->revision);
         free(j->username);
         if (j->password) {

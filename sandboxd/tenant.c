@@ -20,6 +20,7 @@
  * snapshot.owner), never in tags, which any owner may set to anything. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -206,6 +207,65 @@ bool tenant_req_admin(manager *m, const rpc_request *req) {
         return t.admin;
 }
 
+/* The tenant's own tenants.names.NAME.localSourceRoots (never given in
+ * tenants.defaults: tenant_config_check), or NULL. */
+static const cJSON *own_roots(const daemon_config *cfg, const tenant *t) {
+        const cJSON *names = cJSON_GetObjectItemCaseSensitive(tenants_config(cfg), "names");
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(names, t->name),
+                                                          "localSourceRoots");
+        return cJSON_IsArray(r) ? r : NULL;
+}
+
+static char **roots_copy_json(const cJSON *a) {
+        int n = cJSON_GetArraySize(a), i = 0;
+        char **l = calloc((size_t) n + 1, sizeof(char *));
+        const cJSON *it;
+        if (!l)
+                return NULL;
+        cJSON_ArrayForEach(it, a) {
+                const char *s = cJSON_GetStringValue(it);
+                if (!s || !(l[i++] = strdup(s))) {
+                        tenant_roots_free(l);
+                        return NULL;
+                }
+        }
+        return l;
+}
+
+static char **roots_copy_list(char *const *src) {
+        size_t n = 0;
+        while (src && src[n])
+                n++;
+        char **l = calloc(n + 1, sizeof(char *));
+        for (size_t i = 0; l && i < n; i++)
+                if (!(l[i] = strdup(src[i]))) {
+                        tenant_roots_free(l);
+                        return NULL;
+                }
+        return l;
+}
+
+void tenant_roots_free(char **roots) {
+        for (size_t i = 0; roots && roots[i]; i++)
+                free(roots[i]);
+        free(roots);
+}
+
+int tenant_roots(const daemon_config *cfg, const tenant *t, const char *field, char ***ret, sb_error **ret_err) {
+        const cJSON *own = t->admin ? NULL : own_roots(cfg, t);
+        if (!t->admin && !own && t->remote)
+                return sb_error_set(ret_err, -EACCES, "permission_denied", field,
+                                    "%s: host paths are not open to tenant %s: a remote tenant has no "
+                                    "localSourceRoots of its own; the operator may list its own directories "
+                                    "in daemon.json tenants.names.%s.localSourceRoots",
+                                    field ? field : "path", t->name, t->name);
+        char **l = own ? roots_copy_json(own) : roots_copy_list(cfg ? cfg->local_source_roots : NULL);
+        if (!l)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        *ret = l;
+        return 0;
+}
+
 /* One tenant_host_open: what to open, and for a local tenant whose
  * filesystem identity to open it with. */
 typedef struct host_open {
@@ -263,10 +323,16 @@ static int host_open_call(void *userdata) {
 
 int tenant_host_open(manager *m, const rpc_request *req, const char *path, tenant_host_mode mode, const char *field,
                      sb_error **ret_err) {
-        host_open h = { .roots = (const char *const *) m->cfg->local_source_roots, .path = path, .field = field,
-                        .mode = mode, .r = -EIO };
         tenant t;
         tenant_of_conn(m->cfg, req ? req->conn : NULL, &t);
+        /* The tenant's own roots (a remote one without: refused here, so
+         * no two remote tenants share a directory by default). */
+        _cleanup_(tenant_roots_freep) char **roots = NULL;
+        int rr = tenant_roots(m->cfg, &t, field, &roots, ret_err);
+        if (rr < 0)
+                return rr;
+        host_open h = { .roots = (const char *const *) roots, .path = path, .field = field,
+                        .mode = mode, .r = -EIO };
         /* A local tenant is a user of this host: it reads and writes there
          * what its uid may and nothing more (the roots confine it besides).
          * A remote tenant has no host identity: the roots are the bound. */
@@ -541,6 +607,8 @@ bool tenant_info(manager *m, const rpc_request *req, cJSON *o) {
                         cJSON_AddItemToArray(modes, cJSON_CreateString(mode_names[i]));
         for (size_t i = 0; i < ELEMENTSOF(bool_limits); i++)
                 cJSON_AddBoolToObject(lo, bool_limits[i].key, *(const bool *) ((const char *) &l + bool_limits[i].off));
+        const cJSON *own = own_roots(m->cfg, &t);
+        cJSON_AddItemToObject(lo, "localSourceRoots", own ? cJSON_Duplicate(own, 1) : cJSON_CreateNull());
         uint64_t n = 0, running = 0, vcpus = 0, disk = snapshots_disk_mib(m, &t), snaps = 0;
         for (const sandbox *sb = m->sandboxes; sb; sb = sb->next)
                 if (!sb->pooled && sb->owner && tenant_owns(&t, sb->owner)) {
@@ -737,6 +805,10 @@ static int check_source(const rpc_request *req, manager *m, const tenant *t, con
         if (local && !l->local_sources)
                 return refuse(req, t, ret_err, "source: host paths (path, file://) are not open to this tenant "
                                                "(daemon.json tenants allowLocalSources)");
+        if (local && t->remote && !own_roots(m->cfg, t))
+                return refuse(req, t, ret_err, "source: host paths (path, file://) are not open to a remote tenant "
+                                               "without localSourceRoots of its own (daemon.json "
+                                               "tenants.names.%s.localSourceRoots)", t->name);
         if (!local && url && t->remote && !url_is_remote(url))
                 return refuse(req, t, ret_err, "source.url: only http:// and https:// sources for remote clients");
         return 0;
@@ -1011,7 +1083,89 @@ static bool dup_key(const cJSON *obj, const cJSON *it) {
 #define LIMIT_KEYS                                                                                     \
         "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, maxRuntimes, networkModes, allowNoUserns, "       \
         "allowLocalSources, "                                                                          \
-        "allowRuntimeImport, allowSnapshotImport, allowSnapshotExport"
+        "allowRuntimeImport, allowSnapshotImport, allowSnapshotExport, localSourceRoots (tenants.names only)"
+
+/* A tenant's localSourceRoots: as daemon.json localSourceRoots (at most
+ * 64 absolute paths other than /, without '.' or '..' components), and
+ * each an existing directory reached without a symlink (a root that is
+ * not one now would fail every open later). Not in tenants.defaults: one
+ * list there would be every remote tenant's again, the sharing these
+ * roots exist to end. */
+static int check_roots(const cJSON *it, const char *where, sb_error **ret_err) {
+        if (streq(where, "tenants.defaults"))
+                return config_error(ret_err, "tenants.defaults.localSourceRoots",
+                                    "tenants.defaults.localSourceRoots: not allowed: one list for every tenant "
+                                    "would share its directories between all of them; give each tenant its own "
+                                    "in tenants.names.NAME.localSourceRoots");
+        if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) > 64)
+                return config_error(ret_err, where, "%s.localSourceRoots: must be an array of at most 64 absolute "
+                                    "directory paths", where);
+        const cJSON *p;
+        int i = 0;
+        cJSON_ArrayForEach(p, it) {
+                const char *s = cJSON_GetStringValue(p);
+                bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
+                for (const char *c = s; ok && *c;) {
+                        while (*c == '/')
+                                c++;
+                        size_t n = strcspn(c, "/");
+                        ok = !((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'));
+                        c += n;
+                }
+                if (!ok)
+                        return config_error(ret_err, where, "%s.localSourceRoots[%d]: must be an absolute "
+                                            "directory path other than / without '.' or '..' components", where, i);
+                struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                                        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+                _cleanup_close_ int fd = (int) syscall(SYS_openat2, AT_FDCWD, s, &how, sizeof(how));
+                if (fd < 0)
+                        fd = negative_errno();
+                if (fd < 0)
+                        return config_error(ret_err, where, "%s.localSourceRoots[%d]: '%s' %s", where, i, s,
+                                            fd == -ELOOP ? "has a symlink in its path; list the real directory"
+                                                         : fd == -ENOTDIR ? "is not a directory"
+                                                                          : "is not an existing directory");
+                i++;
+        }
+        return 0;
+}
+
+/* True when directory a is b or lies beneath it (as text, after
+ * check_roots: no '.' or '..'; slashes may repeat). */
+static bool path_within(const char *a, const char *b) {
+        for (;;) {
+                while (*a == '/')
+                        a++;
+                while (*b == '/')
+                        b++;
+                if (!*b)
+                        return true;
+                size_t na = strcspn(a, "/"), nb = strcspn(b, "/");
+                if (na != nb || strncmp(a, b, na) != 0)
+                        return false;
+                a += na;
+                b += nb;
+        }
+}
+
+/* No directory is two tenants': no root of one tenant is, or lies
+ * beneath or above, a root of another (tenants.names). */
+static int check_roots_apart(const cJSON *names, sb_error **ret_err) {
+        const cJSON *n1, *n2, *r1, *r2;
+        cJSON_ArrayForEach(n1, names)
+                for (n2 = n1->next; n2; n2 = n2->next)
+                        cJSON_ArrayForEach(r1, cJSON_GetObjectItemCaseSensitive(n1, "localSourceRoots"))
+                                cJSON_ArrayForEach(r2, cJSON_GetObjectItemCaseSensitive(n2, "localSourceRoots")) {
+                                        const char *a = cJSON_GetStringValue(r1), *b = cJSON_GetStringValue(r2);
+                                        if (a && b && (path_within(a, b) || path_within(b, a)))
+                                                return config_error(ret_err, "tenants.names",
+                                                                    "tenants.names.%s.localSourceRoots: '%s' "
+                                                                    "overlaps tenants.names.%s.localSourceRoots "
+                                                                    "'%s'; a directory is one tenant's only",
+                                                                    n2->string, b, n1->string, a);
+                                }
+        return 0;
+}
 
 static bool is_bool_limit(const char *key) {
         for (size_t i = 0; i < ELEMENTSOF(bool_limits); i++)
@@ -1055,6 +1209,10 @@ static int check_limits(const cJSON *o, const char *where, sb_error **ret_err) {
                                                             "\"allow-all\", \"deny-all\" or \"custom\"", where,
                                                             s ? s : "(not a string)");
                         }
+                } else if (streq(it->string, "localSourceRoots")) {
+                        int r = check_roots(it, where, ret_err);
+                        if (r < 0)
+                                return r;
                 } else if (is_bool_limit(it->string)) {
                         if (!cJSON_IsBool(it))
                                 return config_error(ret_err, where, "%s.%s: must be true or false", where,
@@ -1137,6 +1295,7 @@ int tenant_config_check(const cJSON *v, sb_error **ret_err) {
                                 if ((r = check_limits(n, where, ret_err)) < 0)
                                         return r;
                         }
+                        r = check_roots_apart(it, ret_err);
                 } else
                         return config_error(ret_err, "tenants", "tenants: unknown key '%s'; known keys: "
                                             "localAdmins, gateways, defaults, names", it->string);

@@ -64,6 +64,25 @@ bool tenant_req_owns(manager *m, const rpc_request *req, const char *owner);
 /* True when the client of `req` (NULL: the daemon itself) is admin. */
 bool tenant_req_admin(manager *m, const rpc_request *req);
 
+/* The directories the host paths of tenant `t` are confined beneath
+ * (docs/SECURITY.md §4 "Host paths"): admin, daemon.json localSourceRoots;
+ * a tenant whose limits name localSourceRoots (tenants.names.NAME), those;
+ * a local tenant (uid:N) without, daemon.json localSourceRoots (opened as
+ * its own uid: tenant_host_open); a remote tenant (TLS, gateway
+ * session.actAs) without, none: refused, so that no two remote tenants
+ * share a directory unless the operator lists it for both. On success
+ * *ret gets a NULL-terminated copy (the caller's: tenant_roots_free; it
+ * may be empty) and 0 is returned. A remote tenant without roots: -EACCES
+ * (permission_denied) with *ret_err naming `field` (NULL: "path") and
+ * daemon.json tenants.names.NAME.localSourceRoots. -ENOMEM. */
+int tenant_roots(const daemon_config *cfg, const tenant *t, const char *field, char ***ret, sb_error **ret_err);
+
+/* Frees a list of tenant_roots (NULL: nothing). */
+void tenant_roots_free(char **roots);
+static inline void tenant_roots_freep(char ***p) {
+        tenant_roots_free(*p);
+}
+
 /* What tenant_host_open opens: a file to read, or a directory. */
 typedef enum tenant_host_mode {
         TENANT_HOST_FILE,         /* a tarball to import: a regular file, O_RDONLY */
@@ -72,7 +91,9 @@ typedef enum tenant_host_mode {
 
 /* Opens a host path the tenant of `req` named (a tarball to import, or
  * the directory to export into) as local sources are opened: only under
- * daemon.json localSourceRoots, resolved beneath the root with
+ * the tenant's roots (tenant_roots; a remote tenant without roots of its
+ * own is refused, -EACCES naming tenants.names.NAME.localSourceRoots),
+ * resolved beneath the root with
  * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) (core_source_local_open);
  * a file must be a regular one and is opened O_RDONLY (through O_PATH
  * first, so a FIFO or device is never opened). A local tenant's path is
@@ -81,7 +102,7 @@ typedef enum tenant_host_mode {
  * daemon's filesystem capabilities: it opens only what the client could
  * read itself, and a directory to export into must be one it may create
  * files in (write and search permission). A remote tenant has no host
- * identity: the roots alone bound it. Returns the fd (the caller's), or a
+ * identity: its own roots alone bound it. Returns the fd (the caller's), or a
  * negative errno with *ret_err naming `field` (reason source_failed; a
  * local tenant's EACCES says whose permission it was). The fd is then used
  * as root: the path is never used again. */

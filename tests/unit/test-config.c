@@ -1,6 +1,7 @@
 /* Unit tests for daemon.json parsing (sandboxd/config.c): defaults, every
  * key, and errors that name the offending key. */
 #include <setjmp.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,8 +13,10 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "libcore/util.h"
 #include "sandboxd/config.h"
+#include "sandboxd/tenant.h"
 
 /* Parses `text` over the defaults; returns the error message (caller frees)
  * or NULL on success. */
@@ -527,6 +530,103 @@ static void test_tenants_are_checked_shown_and_reloaded(void **state) {
                                "key given more than once");
 }
 
+/* tenants.names.NAME.localSourceRoots (issue #25): checked like the
+ * top-level key and as existing directories, refused in tenants.defaults
+ * (one list would be every remote tenant's), no directory two tenants';
+ * tenant_roots gives each tenant its own, admin and a local tenant without
+ * its own the top-level ones, and refuses a remote tenant without, naming
+ * the key to set. */
+static void test_tenant_local_source_roots_are_each_tenants_own(void **state) {
+        char base[] = "/tmp/test-config-roots-XXXXXX", a[64], b[64], ab[80], file[80], link[80], text[1024];
+        assert_non_null(mkdtemp(base));
+        snprintf(a, sizeof(a), "%s/a", base);
+        snprintf(b, sizeof(b), "%s/b", base);
+        snprintf(ab, sizeof(ab), "%s/a/sub", base);
+        snprintf(file, sizeof(file), "%s/f", base);
+        snprintf(link, sizeof(link), "%s/l", base);
+        assert_int_equal(mkdir(a, 0700), 0);
+        assert_int_equal(mkdir(b, 0700), 0);
+        assert_int_equal(mkdir(ab, 0700), 0);
+        FILE *f = fopen(file, "we");
+        assert_non_null(f);
+        fclose(f);
+        assert_int_equal(symlink(a, link), 0);
+
+        daemon_config cfg;
+        snprintf(text, sizeof(text), "{\"localSourceRoots\": [\"/srv\"], \"tenants\": {\"names\": "
+                 "{\"alpha\": {\"allowSnapshotExport\": true, \"localSourceRoots\": [\"%s\"]}, "
+                 "\"uid:1000\": {\"localSourceRoots\": [\"%s/\"]}}}}", a, b);
+        assert_null(parse_error(text, &cfg));
+        char **roots = NULL;
+        sb_error *err = NULL;
+        tenant alpha = { .remote = true }, beta = { .remote = true }, local = { 0 }, other = { 0 }, admin = { .admin = true };
+        snprintf(alpha.name, sizeof(alpha.name), "alpha");
+        snprintf(beta.name, sizeof(beta.name), "beta");
+        snprintf(local.name, sizeof(local.name), "uid:1000");
+        snprintf(other.name, sizeof(other.name), "uid:1001");
+        assert_int_equal(tenant_roots(&cfg, &alpha, "path", &roots, &err), 0);
+        assert_string_equal(roots[0], a);
+        assert_null(roots[1]);
+        tenant_roots_free(roots);
+        assert_int_equal(tenant_roots(&cfg, &local, "path", &roots, &err), 0);
+        assert_non_null(strstr(roots[0], "/b"));
+        assert_null(roots[1]);
+        tenant_roots_free(roots);
+        assert_int_equal(tenant_roots(&cfg, &other, "path", &roots, &err), 0);
+        assert_string_equal(roots[0], "/srv");
+        tenant_roots_free(roots);
+        assert_int_equal(tenant_roots(&cfg, &admin, "path", &roots, &err), 0);
+        assert_string_equal(roots[0], "/srv");
+        assert_null(roots[1]);
+        tenant_roots_free(roots);
+        roots = NULL;
+        assert_int_equal(tenant_roots(&cfg, &beta, "path", &roots, &err), -EACCES);
+        assert_null(roots);
+        assert_non_null(err);
+        assert_non_null(strstr(err->message, "tenants.names.beta.localSourceRoots"));
+        assert_string_equal(err->reason, "permission_denied");
+        sb_error_free(err);
+        daemon_config_free(&cfg);
+
+        snprintf(text, sizeof(text), "{\"tenants\": {\"defaults\": {\"localSourceRoots\": [\"%s\"]}}}", a);
+        assert_rejected_naming(text, "tenants.defaults.localSourceRoots: not allowed");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": \"/tmp\"}}}}",
+                               "tenants.names.x.localSourceRoots: must be an array");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"tmp\"]}}}}",
+                               "tenants.names.x.localSourceRoots[0]: must be an absolute");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"/\"]}}}}",
+                               "tenants.names.x.localSourceRoots[0]");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"/tmp/../etc\"]}}}}",
+                               "'..'");
+        assert_rejected_naming("{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [7]}}}}",
+                               "tenants.names.x.localSourceRoots[0]");
+        snprintf(text, sizeof(text), "{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"%s/none\"]}}}}",
+                 base);
+        assert_rejected_naming(text, "is not an existing directory");
+        snprintf(text, sizeof(text), "{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"%s\"]}}}}", file);
+        assert_rejected_naming(text, "is not a directory");
+        snprintf(text, sizeof(text), "{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"%s\"]}}}}", link);
+        assert_rejected_naming(text, "has a symlink");
+        /* No directory is two tenants': the same, or one beneath another. */
+        snprintf(text, sizeof(text), "{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"%s\"]}, "
+                 "\"y\": {\"localSourceRoots\": [\"%s\", \"%s\"]}}}}", a, b, ab);
+        assert_rejected_naming(text, "tenants.names.y.localSourceRoots: '");
+        snprintf(text, sizeof(text), "{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"%s\"]}, "
+                 "\"y\": {\"localSourceRoots\": [\"%s//\"]}}}}", a, a);
+        assert_rejected_naming(text, "overlaps tenants.names.x.localSourceRoots");
+        snprintf(text, sizeof(text), "{\"tenants\": {\"names\": {\"x\": {\"localSourceRoots\": [\"%s\"]}, "
+                 "\"y\": {\"localSourceRoots\": [\"%s\"]}}}}", ab, b);
+        assert_null(parse_error(text, &cfg));
+        daemon_config_free(&cfg);
+
+        assert_int_equal(unlink(link), 0);
+        assert_int_equal(unlink(file), 0);
+        assert_int_equal(rmdir(ab), 0);
+        assert_int_equal(rmdir(a), 0);
+        assert_int_equal(rmdir(b), 0);
+        assert_int_equal(rmdir(base), 0);
+}
+
 /* defaultNetworkPolicy: allow-all unless set; what networkPolicy takes,
  * checked by the policy parser with the key in the error's path; header
  * values never printed; a reload replaces it. */
@@ -643,6 +743,7 @@ int main(void) {
                 cmocka_unit_test(test_duplicate_key_is_rejected),
                 cmocka_unit_test(test_default_network_policy_is_checked_shown_and_reloaded),
                 cmocka_unit_test(test_tenants_are_checked_shown_and_reloaded),
+                cmocka_unit_test(test_tenant_local_source_roots_are_each_tenants_own),
                 cmocka_unit_test(test_load_missing_file),
                 cmocka_unit_test(test_load_file_names_path_and_key),
         };
