@@ -22,6 +22,7 @@ ALICE, BOB, CAROL, ADMIN = 65534, 2000, 2001, 4321
 DAVE = 2002  # maxDiskMiB alone
 ERIN = 2003  # imports and exports, as uid:2000 (BOB) may, and local sources
 FRANK = 2004  # imports under maxDiskMiB 24
+GATEWAY = 2005  # tenants.gateways: acts as the remote tenants gwa, gwb (roots of their own) and gwc (none)
 METRICS_PORT = 19474
 
 _state = {}
@@ -91,16 +92,26 @@ def _setup(world):
         extra["runtimeCache"] = _cache_dir()  # the debootstrap trees test_runtimes fills
     except W.Skip:
         pass
+    # The remote tenants' own localSourceRoots: existing directories.
+    roots = [os.path.join(world.tmp, world.name("roots-gwa")), os.path.join(world.tmp, world.name("roots-gwb"))]
+    for r in roots:
+        os.makedirs(r, 0o755, exist_ok=True)
+    _state["roots"] = roots
+    local = dict(_IMPORTS, allowLocalSources=True)
     d = world.start_sandboxd(dict(extra, **{
         "socketGroup": "nogroup",
         "metricsListen": "127.0.0.1:%d" % METRICS_PORT,
         "tenants": {
             "localAdmins": [ADMIN],
+            "gateways": [GATEWAY],
             "names": {"uid:%d" % CAROL: {"maxSandboxes": 2, "maxVcpus": 3, "maxSnapshots": 1,
                                           "maxDiskMiB": 1024, "networkModes": ["deny-all", "custom"]},
                       "uid:%d" % DAVE: {"maxDiskMiB": 512},
                       "uid:%d" % BOB: _IMPORTS, "uid:%d" % ERIN: dict(_IMPORTS, maxRuntimes=1, allowLocalSources=True),
-                      "uid:%d" % FRANK: dict(_IMPORTS, maxDiskMiB=24)},
+                      "uid:%d" % FRANK: dict(_IMPORTS, maxDiskMiB=24),
+                      "gwa": dict(local, localSourceRoots=[roots[0]]),
+                      "gwb": dict(local, localSourceRoots=[roots[1]]),
+                      "gwc": local},
         },
     }), tag="tenants")
     _state["cache"] = extra.get("runtimeCache")
@@ -545,6 +556,88 @@ def test_imports_and_exports_are_permissions_confined_to_local_source_roots(worl
         os.unlink(link)
         shutil.rmtree(outside)
         shutil.rmtree(os.path.join(world.tmp, "bdir"), ignore_errors=True)
+
+
+def _gw(d, tenant, reqs):
+    """Runs the requests on one gateway connection acting as the remote
+    tenant `tenant` (session.actAs); returns their answers."""
+    out = _as(d, GATEWAY, [{"method": "session.actAs", "params": {"tenant": tenant}}] + reqs)
+    expect("result" in out[0], "session.actAs %s:" % tenant, json.dumps(out[0])[:300])
+    return out[1:]
+
+
+def _gw_ok(d, tenant, method, params=None):
+    m, = _gw(d, tenant, [{"method": method, "params": params or {}}])
+    expect("result" in m, "%s as %s:" % (method, tenant), json.dumps(m)[:500])
+    return m["result"]
+
+
+def test_remote_tenants_host_paths_are_each_beneath_their_own_roots(world):
+    """Issue #25: remote tenants (TLS, a gateway's session.actAs) have no
+    host identity, and all shared daemon.json localSourceRoots with the
+    daemon's root access: tenant B imported tenant A's export (root's,
+    0600) by name, and the "exists" refusal of an export told B which names
+    A had used. Now a remote tenant's host paths lie beneath its own
+    tenants.names.NAME.localSourceRoots: B is refused A's directory as
+    outside its roots, the same for a file that is there and one that is
+    not, and writes nothing there; a remote tenant without roots of its
+    own has no host paths, the refusal naming the key to set."""
+    d = _setup(world)
+    ra, rb = _state["roots"]
+    made, snaps = [], []
+    try:
+        for t in ("gwa", "gwb"):
+            made.append(_gw_ok(d, t, "sandbox.create", {"networkPolicy": "deny-all"})["name"])
+            snaps.append(_gw_ok(d, t, "sandbox.snapshot", {"name": made[-1]})["id"])
+        asnap, bsnap = snaps
+        aexp, bexp = os.path.join(ra, "a.tar"), os.path.join(rb, "b.tar")
+        expect(_gw_ok(d, "gwa", "snapshot.export", {"id": asnap, "path": aexp})["bytes"] > 0, "gwa exports")
+        expect(_gw_ok(d, "gwb", "snapshot.export", {"id": bsnap, "path": bexp})["bytes"] > 0, "gwb exports")
+        # Its own roots: its own export imports, as its own.
+        imp = _gw_ok(d, "gwa", "snapshot.import", {"path": aexp})
+        snaps.append(imp["id"])
+        expect_eq(imp["owner"], "gwa", "an import is its importer's")
+        # Another's: refused as outside its roots, a file there or not alike.
+        for me, other_root, there in (("gwb", ra, aexp), ("gwa", rb, bexp)):
+            missing = os.path.join(other_root, "none.tar")
+            for method, params in (("snapshot.import", {}), ("runtime.import", {"name": world.name("rt")})):
+                got = _gw(d, me, [{"method": method, "params": dict(params, path=there)},
+                                  {"method": method, "params": dict(params, path=missing)}])
+                msgs = [(m.get("error") or {}).get("message", "") for m in got]
+                expect(all("result" not in m for m in got), "%s of another tenant's file refused:" % method,
+                       json.dumps(got)[:500])
+                expect("not under a directory listed in localSourceRoots" in msgs[0],
+                       "refused as outside its roots:", msgs[0])
+                expect_eq(msgs[0].replace(there, "X"), msgs[1].replace(missing, "X"),
+                          "%s: a file that is there answers as one that is not" % method)
+            mine = bsnap if me == "gwb" else asnap
+            got = _gw(d, me, [{"method": "snapshot.export", "params": {"id": mine, "path": there}},
+                              {"method": "snapshot.export", "params": {"id": mine, "path": missing}}])
+            msgs = [(m.get("error") or {}).get("message", "") for m in got]
+            expect("exists" not in msgs[0] and "not under a directory listed in localSourceRoots" in msgs[0],
+                   "an export into another's roots does not say what is there:", msgs[0])
+            expect_eq(msgs[0].replace(there, "X"), msgs[1].replace(missing, "X"), "export: the same either way")
+        expect_eq(sorted(os.listdir(ra)), ["a.tar"], "nothing written in gwa's roots by gwb")
+        expect_eq(sorted(os.listdir(rb)), ["b.tar"], "nothing written in gwb's roots by gwa")
+        # No roots of its own: no host paths at all, naming the key.
+        c = _gw_ok(d, "gwc", "sandbox.create", {"networkPolicy": "deny-all"})["name"]
+        made.append(c)
+        csnap = _gw_ok(d, "gwc", "sandbox.snapshot", {"name": c})["id"]
+        snaps.append(csnap)
+        for method, params in (("snapshot.import", {"path": aexp}),
+                               ("runtime.import", {"name": world.name("rt"), "path": aexp}),
+                               ("snapshot.export", {"id": csnap, "path": os.path.join(world.tmp, "c.tar")}),
+                               ("sandbox.create", {"networkPolicy": "deny-all",
+                                                   "source": {"type": "tarball", "path": aexp}})):
+            m, = _gw(d, "gwc", [{"method": method, "params": params}])
+            msg = _refused(m, "%s by a remote tenant without roots" % method)
+            expect("tenants.names.gwc.localSourceRoots" in msg, "names the key to set:", msg)
+        expect(not os.path.exists(os.path.join(world.tmp, "c.tar")), "nothing exported")
+    finally:
+        _cleanup(d, made, snaps)
+        for p in (os.path.join(ra, "a.tar"), os.path.join(rb, "b.tar")):
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def test_a_local_tenant_reads_and_writes_host_paths_only_as_its_own_uid(world):
