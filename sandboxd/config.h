@@ -43,7 +43,8 @@ typedef struct daemon_config {
                                        besides the host's; NULL: none */
         char **local_source_roots;  /* "localSourceRoots", directories path, file:// tarball and
                                        file:// git sources may lie under; NULL-terminated, NULL:
-                                       none (the default), so local sources are refused */
+                                       none (the default), so local sources are refused; admin's and
+                                       local tenants' without their own (tenant_roots) */
         char **listen;              /* "listen", TCP addresses for remote clients ("tcp://ADDR:PORT"),
                                        NULL-terminated; NULL: none (the default) */
         char *tls_cert;             /* "tlsCert", PEM: the listener's certificate (chain) */
