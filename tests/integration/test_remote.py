@@ -150,8 +150,14 @@ def _setup(world):
     for stem in bad:
         for f in (stem + ".pem", stem + "-key.pem"):
             os.chmod(os.path.join(d, f), 0o644)
+    # tenant:b's own localSourceRoots (issue #25); tag:project=x may
+    # import but has none.
+    broot = os.path.join(world.tmp, world.name("roots-b"))
+    os.makedirs(broot, 0o755, exist_ok=True)
     world.stop_sandboxd()  # one daemon per network namespace; the last test restores the default
     daemon = world.start_sandboxd(config={
+        "tenants": {"names": {"tag:project=x": {"allowSnapshotImport": True},
+                              "b": {"allowSnapshotImport": True, "localSourceRoots": [broot]}}},
         "listen": [URL],
         "tlsCert": os.path.join(certs, "server.pem"),
         "tlsKey": os.path.join(certs, "server-key.pem"),
@@ -519,6 +525,34 @@ def test_a_remote_tenant_cannot_switch_the_user_namespace_off(world):
     a = _answer(r, "create userns false")
     msg = _refused(a, "userns: false for a tenant")
     expect("allowNoUserns" in msg and "tag:team=a" in msg, "the refusal names the limit and the tenant:", msg)
+
+
+def test_a_remote_tenants_host_paths_lie_only_beneath_its_own_roots(world):
+    """Issue #25: TLS tenants shared daemon.json localSourceRoots with
+    root's access, so one imported another's export by name. Now a remote
+    tenant without tenants.names.NAME.localSourceRoots has no host paths
+    (refused naming that key), and one with them is refused a path under
+    the daemon-wide roots as outside its own, whether a file is there or
+    not."""
+    st = _setup(world)
+    there = os.path.join(world.tmp, world.name("shared") + ".tar")
+    with open(there, "wb") as f:
+        f.write(b"\0" * 1024)
+    os.chmod(there, 0o600)
+    try:
+        a = _answer(_call(world, st, "projx", {"method": "snapshot.import", "params": {"path": there}}),
+                    "import by a tenant without roots")
+        msg = _refused(a, "snapshot.import by tag:project=x")
+        expect("tenants.names.tag:project=x.localSourceRoots" in msg, "names the key to set:", msg)
+        missing = os.path.join(world.tmp, world.name("none") + ".tar")
+        r = _call(world, st, "tenb", {"method": "snapshot.import", "params": {"path": there}},
+                  {"method": "snapshot.import", "params": {"path": missing}})
+        expect(r["ok"], "client I/O:", r)
+        msgs = [(x.get("error") or {}).get("message", "") for x in r["answers"]]
+        expect("not under a directory listed in localSourceRoots" in msgs[0], "outside tenant:b's roots:", msgs[0])
+        expect_eq(msgs[0].replace(there, "X"), msgs[1].replace(missing, "X"), "a file there answers as one that is not")
+    finally:
+        os.unlink(there)
 
 
 def _cpu_s(pid):
