@@ -1,11 +1,13 @@
 /* sandboxd-e2b: E2B's protocols for sandboxd (docs/E2B.md).
  *
  *   sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]
+ *                [--max-conns N] [--max-conns-per-addr N]
  *   sandboxd-e2b key add TENANT --keys FILE
  *
  * Runs as an unprivileged uid named in the daemon's daemon.json
  * tenants.gateways. Accepts on one TCP address; a thread per connection
- * (capped), each request its own daemon connection (daemon.c). */
+ * (capped in all and per peer address, conns.c), each request its own
+ * daemon connection (daemon.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
