@@ -158,6 +158,21 @@ void gw_conns_release(gw_slot *slot);
 /* Connections held now (not counting ones cut and still leaving). */
 unsigned gw_conns_held(void);
 
+/* ---- rate.c ---- */
+
+/* Requests a second one tenant (all its API keys and envd tokens
+ * together) may send, sustained; a bucket of twice that absorbs bursts.
+ * docs/SECURITY.md §4.3. */
+#define GW_RATE_DEFAULT 100
+/* Sets the rate (requests a second, 0 counts as 1; main()'s --rate) and
+ * the clock in milliseconds (NULL: CLOCK_MONOTONIC; the tests pass one
+ * they move themselves), and empties the table: every tenant starts with
+ * a full bucket. */
+void gw_rate_set(unsigned per_second, int64_t (*now_ms)(void));
+/* Takes one request from `tenant`'s bucket: true when there was one,
+ * false when the tenant is over its rate (answer 429). */
+bool gw_rate_take(const char *tenant);
+
 /* ---- route.c ---- */
 
 /* Who sends a request, decided from its head alone (method, path,

@@ -193,6 +193,15 @@ static int on_headers_complete(http_parser *p) {
          * on the connection is not cut to make room for others. */
         if (s->auth.status == 0)
                 gw_conns_keyed(s->slot);
+        /* Then the tenant's rate (rate.c): over it, answered from the head
+         * like any refusal, the body unread. */
+        if (s->auth.status == 0 && !gw_rate_take(s->auth.tenant)) {
+                s->auth.status = 429;
+                snprintf(s->auth.msg, sizeof(s->auth.msg),
+                         "rate limit exceeded: tenant %.80s sends more requests a second than the gateway "
+                         "allows (--rate); retry later",
+                         s->auth.tenant);
+        }
         bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
         if (s->auth.status && has_body)
                 return s->refused = true, -1;

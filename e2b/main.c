@@ -1,7 +1,7 @@
 /* sandboxd-e2b: E2B's protocols for sandboxd (docs/E2B.md).
  *
  *   sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]
- *                [--max-conns N] [--max-conns-per-addr N]
+ *                [--max-conns N] [--max-conns-per-addr N] [--rate N]
  *   sandboxd-e2b key add TENANT --keys FILE
  *
  * Runs as an unprivileged uid named in the daemon's daemon.json
@@ -26,7 +26,7 @@ static gw_config cfg;
 
 static void usage(FILE *f) {
         fprintf(f, "usage: sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]\n"
-                   "                    [--max-conns N (256)] [--max-conns-per-addr N (32)]\n"
+                   "                    [--max-conns N (256)] [--max-conns-per-addr N (32)] [--rate N (100)]\n"
                    "       sandboxd-e2b key add TENANT --keys FILE\n");
 }
 
@@ -165,7 +165,7 @@ static bool parse_count(const char *s, unsigned *ret) {
 
 int main(int argc, char **argv) {
         const char *listen_spec = NULL, *key_tenant = NULL, *tls_cert = NULL, *tls_key = NULL;
-        unsigned max_conns = GW_CONNS_MAX_DEFAULT, per_addr = GW_CONNS_PER_ADDR_DEFAULT;
+        unsigned max_conns = GW_CONNS_MAX_DEFAULT, per_addr = GW_CONNS_PER_ADDR_DEFAULT, rate = GW_RATE_DEFAULT;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--socket") && i + 1 < argc)
                         cfg.socket_path = argv[++i];
@@ -187,6 +187,12 @@ int main(int argc, char **argv) {
                         if (!parse_count(argv[++i], &per_addr)) {
                                 fprintf(stderr, "sandboxd-e2b: --max-conns-per-addr '%s': want a count from 1 to "
                                                 "65536\n", argv[i]);
+                                return 2;
+                        }
+                } else if (!strcmp(argv[i], "--rate") && i + 1 < argc) {
+                        if (!parse_count(argv[++i], &rate)) {
+                                fprintf(stderr, "sandboxd-e2b: --rate '%s': want requests a second per tenant, "
+                                                "from 1 to 65536\n", argv[i]);
                                 return 2;
                         }
                 } else if (i == 1 && !strcmp(argv[i], "key") && i + 2 < argc && !strcmp(argv[i + 1], "add")) {
@@ -237,5 +243,6 @@ int main(int argc, char **argv) {
                 return 1;
         cfg.socket_path = client_socket_path(cfg.socket_path);
         gw_conns_set_limits(max_conns, per_addr);
+        gw_rate_set(rate, NULL);
         return serve(listen_spec);
 }

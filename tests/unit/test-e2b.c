@@ -7,7 +7,7 @@
  * head's deadline, non-object JSON bodies, the keys file's privacy, the
  * parts of one upload, tokens of a tenant without keys, and the
  * connection table (a share per address, keyed connections kept when
- * the table is full).
+ * the table is full), and the rate per tenant.
  * docs/E2B.md, docs/SECURITY.md §4.3. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -694,6 +694,55 @@ static void test_a_connection_with_a_valid_key_keeps_its_place(void **state) {
         gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
 }
 
+/* ---- the rate per tenant (rate.c) ---- */
+
+static int64_t frozen_ms;
+
+static int64_t frozen_clock(void) {
+        return frozen_ms;
+}
+
+/* A tenant over its rate is answered 429 in E2B's error shape, from the
+ * head (a body is not read); another tenant is not touched, and the
+ * bucket fills again with time (a clock the test moves, not a sleep). */
+static void test_a_tenant_over_its_rate_is_answered_429(void **state) {
+        char a[64], b[64], req[4096];
+        assert_int_equal(gw_key_add("team-a", keys_path, a, sizeof(a)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, b, sizeof(b)), 0);
+        frozen_ms = 1000000;
+        gw_rate_set(2, frozen_clock); /* 2 a second, a bucket of 4 */
+        size_t n = 0;
+        for (int i = 0; i < 5; i++)
+                n += (size_t) snprintf(req + n, sizeof(req) - n,
+                                       "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", a);
+        const char *o = exchange(req, n);
+        /* Four reach the daemon (none here: 502), the fifth is refused. */
+        int n502 = 0;
+        for (const char *p = o; (p = strstr(p, "HTTP/1.1 502")); p++)
+                n502++;
+        assert_int_equal(n502, 4);
+        assert_non_null(strstr(o, "HTTP/1.1 429 Too Many Requests"));
+        assert_non_null(strstr(o, "{\"code\":429,\"message\":\"rate limit exceeded: tenant team-a sends more"));
+
+        /* With a body: refused from the head, the connection closed unread. */
+        n = (size_t) snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                              "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", a);
+        o = exchange(req, n);
+        assert_non_null(strstr(o, "HTTP/1.1 429"));
+        assert_non_null(strstr(o, "Connection: close"));
+
+        /* Another tenant has its own bucket. */
+        n = (size_t) snprintf(req, sizeof(req), "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", b);
+        assert_non_null(strstr(exchange(req, n), "HTTP/1.1 502"));
+
+        /* Half a second later one more of team-a's goes through. */
+        frozen_ms += 500;
+        n = (size_t) snprintf(req, sizeof(req), "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", a);
+        assert_non_null(strstr(exchange(req, n), "HTTP/1.1 502"));
+        assert_non_null(strstr(exchange(req, n), "HTTP/1.1 429"));
+        gw_rate_set(GW_RATE_DEFAULT, NULL);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -715,6 +764,7 @@ int main(void) {
                 cmocka_unit_test(test_one_address_holds_at_most_its_share),
                 cmocka_unit_test(test_a_full_table_cuts_the_oldest_connection_without_a_key),
                 cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
