@@ -121,12 +121,14 @@ int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_s
         return 0;
 }
 
-void gw_conns_keyed(gw_slot *s) {
+bool gw_conns_keyed(gw_slot *s) {
         if (!s)
-                return;
+                return true;
         pthread_mutex_lock(&lock);
         s->keyed = true;
+        bool held = !s->evicted;
         pthread_mutex_unlock(&lock);
+        return held;
 }
 
 void gw_conns_release(gw_slot *s) {

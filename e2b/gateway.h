@@ -151,8 +151,10 @@ void gw_conns_set_limits(unsigned max, unsigned per_addr);
  * -ENOMEM. Nothing is taken on error. */
 int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_slot **ret);
 /* Marks the connection of `slot` (NULL: nothing) as having presented a
- * valid API key or envd token: it is no longer cut to make room. */
-void gw_conns_keyed(gw_slot *slot);
+ * valid API key or envd token: it is no longer cut to make room. Returns
+ * false when it was cut already (its head may have arrived just before):
+ * the request must not be served, its answer could not be sent. */
+bool gw_conns_keyed(gw_slot *slot);
 /* Gives `slot` (NULL: nothing) back; its fd must still be open. */
 void gw_conns_release(gw_slot *slot);
 /* Connections held now (not counting ones cut and still leaving). */

@@ -49,6 +49,7 @@ typedef struct parse_state {
         bool head_done; /* the head is complete (its deadline is met) */
         bool refused;   /* answered from the head; the body is not read */
         bool busy;      /* the bodies budget is spent: 503 */
+        bool cut;       /* the connection table cut it (conns.c): close */
 } parse_state;
 
 /* ---- the bodies budget (all connections) ---- */
@@ -191,8 +192,8 @@ static int on_headers_complete(http_parser *p) {
         gw_authenticate(s->cfg, &s->req, &s->auth);
         /* A valid key or token (not /health, which needs none): from now
          * on the connection is not cut to make room for others. */
-        if (s->auth.status == 0)
-                gw_conns_keyed(s->slot);
+        if (s->auth.status == 0 && !gw_conns_keyed(s->slot))
+                return s->cut = true, -1;
         /* Then the tenant's rate (rate.c): over it, answered from the head
          * like any refusal, the body unread. */
         if (s->auth.status == 0 && !gw_rate_take(s->auth.tenant)) {
@@ -585,6 +586,8 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                 }
                 if (e != HPE_OK) {
                         c.close = true;
+                        if (s.cut)
+                                break;
                         if (s.refused)
                                 gw_route(cfg, &c, &s.req, &s.auth);
                         else if (s.busy)

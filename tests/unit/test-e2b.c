@@ -603,14 +603,17 @@ static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **st
                 assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
         for (int i = 0; i < 3; i++)
                 assert_int_equal(admit_from(addr[i], sv[i][1], &s[i]), 0);
-        gw_conns_keyed(s[0]); /* the oldest, but keyed */
+        assert_true(gw_conns_keyed(s[0])); /* the oldest, but keyed */
         assert_int_equal(admit_from(addr[3], sv[3][1], &s[3]), 0);
         assert_false(was_cut(sv[0][0]));
         assert_true(was_cut(sv[1][0])); /* the oldest without a key */
         assert_false(was_cut(sv[2][0]));
+        /* A head with a key that arrives after the cut is not served
+         * (gw_serve_conn_slot closes on false). */
+        assert_false(gw_conns_keyed(s[1]));
         assert_int_equal(gw_conns_held(), 3);
-        gw_conns_keyed(s[2]);
-        gw_conns_keyed(s[3]);
+        assert_true(gw_conns_keyed(s[2]));
+        assert_true(gw_conns_keyed(s[3]));
         gw_slot *x = NULL;
         assert_int_equal(admit_from(addr[4], sv[4][1], &x), -EAGAIN);
         assert_null(x);
