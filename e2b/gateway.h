@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <cjson/cJSON.h>
 #include "cli/client.h"
 
@@ -86,6 +87,12 @@ bool gw_conn_failed(const gw_conn *c);
  * over TLS when cfg->tls is set (the handshake first): each request goes
  * to gw_route(). */
 void gw_serve_conn(const gw_config *cfg, int fd);
+/* The same for a connection holding `slot` of the connection table
+ * (conns.c; taken, may be NULL): the slot is marked keyed once a request
+ * head carries a valid API key or envd token, and released before `fd`
+ * is closed. */
+typedef struct gw_slot gw_slot;
+void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot);
 
 /* Most parts of one multipart body: each is a daemon call (fs.write), so
  * a 64 MiB body of tiny parts would be millions of them. */
@@ -123,6 +130,50 @@ void gw_budget_release(size_t n);
  * gw_http_set_head_seconds changes it (for the tests). */
 #define GW_HEAD_SECONDS_DEFAULT 30
 void gw_http_set_head_seconds(unsigned seconds);
+
+/* ---- conns.c ---- */
+
+/* Connections the gateway serves at once (a thread each), and how many of
+ * them one peer address may hold (IPv4: the address; IPv6: its /64).
+ * docs/SECURITY.md §4.3. */
+#define GW_CONNS_MAX_DEFAULT 256
+#define GW_CONNS_PER_ADDR_DEFAULT 32
+/* Sets both bounds (0 counts as 1); main() (--max-conns,
+ * --max-conns-per-addr) and the tests, while no connection is held. */
+void gw_conns_set_limits(unsigned max, unsigned per_addr);
+/* Admits accepted socket `fd` from `peer` (peer_len bytes; a Unix
+ * socket's counts as one address of its own): 0 with *ret (give it back
+ * with gw_conns_release, before closing fd). When the table is full the
+ * oldest connection that has not presented a valid key or token is cut
+ * (shutdown(2) of its socket: its thread sees the end) to make room.
+ * Errors: -EUSERS, `peer`'s address holds its share already; -EAGAIN,
+ * every connection has presented a key (none is cut for a new one);
+ * -ENOMEM. Nothing is taken on error. */
+int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_slot **ret);
+/* Marks the connection of `slot` (NULL: nothing) as having presented a
+ * valid API key or envd token: it is no longer cut to make room. Returns
+ * false when it was cut already (its head may have arrived just before):
+ * the request must not be served, its answer could not be sent. */
+bool gw_conns_keyed(gw_slot *slot);
+/* Gives `slot` (NULL: nothing) back; its fd must still be open. */
+void gw_conns_release(gw_slot *slot);
+/* Connections held now (not counting ones cut and still leaving). */
+unsigned gw_conns_held(void);
+
+/* ---- rate.c ---- */
+
+/* Requests a second one tenant (all its API keys and envd tokens
+ * together) may send, sustained; a bucket of twice that absorbs bursts.
+ * docs/SECURITY.md §4.3. */
+#define GW_RATE_DEFAULT 100
+/* Sets the rate (requests a second, 0 counts as 1; main()'s --rate) and
+ * the clock in milliseconds (NULL: CLOCK_MONOTONIC; the tests pass one
+ * they move themselves), and empties the table: every tenant starts with
+ * a full bucket. */
+void gw_rate_set(unsigned per_second, int64_t (*now_ms)(void));
+/* Takes one request from `tenant`'s bucket: true when there was one,
+ * false when the tenant is over its rate (answer 429). */
+bool gw_rate_take(const char *tenant);
 
 /* ---- route.c ---- */
 

@@ -38,6 +38,7 @@ struct gw_conn {
 
 typedef struct parse_state {
         const gw_config *cfg;
+        gw_slot *slot;  /* of the connection table (conns.c), or NULL */
         gw_request req;
         gw_auth auth;   /* from the head (gw_authenticate) */
         char *url;
@@ -48,6 +49,7 @@ typedef struct parse_state {
         bool head_done; /* the head is complete (its deadline is met) */
         bool refused;   /* answered from the head; the body is not read */
         bool busy;      /* the bodies budget is spent: 503 */
+        bool cut;       /* the connection table cut it (conns.c): close */
 } parse_state;
 
 /* ---- the bodies budget (all connections) ---- */
@@ -188,6 +190,19 @@ static int on_headers_complete(http_parser *p) {
         if (finish_head(s, p) < 0)
                 return -1;
         gw_authenticate(s->cfg, &s->req, &s->auth);
+        /* A valid key or token (not /health, which needs none): from now
+         * on the connection is not cut to make room for others. */
+        if (s->auth.status == 0 && !gw_conns_keyed(s->slot))
+                return s->cut = true, -1;
+        /* Then the tenant's rate (rate.c): over it, answered from the head
+         * like any refusal, the body unread. */
+        if (s->auth.status == 0 && !gw_rate_take(s->auth.tenant)) {
+                s->auth.status = 429;
+                snprintf(s->auth.msg, sizeof(s->auth.msg),
+                         "rate limit exceeded: tenant %.80s sends more requests a second than the gateway "
+                         "allows (--rate); retry later",
+                         s->auth.tenant);
+        }
         bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
         if (s->auth.status && has_body)
                 return s->refused = true, -1;
@@ -508,6 +523,10 @@ static ssize_t conn_read(gw_conn *c, char *buf, size_t size) {
 }
 
 void gw_serve_conn(const gw_config *cfg, int fd) {
+        gw_serve_conn_slot(cfg, fd, NULL);
+}
+
+void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
         gw_conn c = { .fd = fd };
         struct timeval tv = { .tv_sec = IDLE_SECONDS };
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -519,12 +538,13 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                 c.ssl = SSL_new(cfg->tls);
                 if (!c.ssl || SSL_set_fd(c.ssl, fd) != 1 || SSL_accept(c.ssl) != 1) {
                         SSL_free(c.ssl);
+                        gw_conns_release(slot);
                         close(fd);
                         return;
                 }
         }
         http_parser p;
-        parse_state s = { .cfg = cfg };
+        parse_state s = { .cfg = cfg, .slot = slot };
         http_parser_init(&p, HTTP_REQUEST);
         p.data = &s;
         char buf[65536];
@@ -558,7 +578,7 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                         request_clear(&s.req);
                         free(s.url);
                         budget_release(&s);
-                        s = (parse_state) { .cfg = cfg };
+                        s = (parse_state) { .cfg = cfg, .slot = slot };
                         head_deadline = now_ms() + (int64_t) head_seconds * 1000;
                         if (c.close || c.failed)
                                 break;
@@ -566,6 +586,8 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                 }
                 if (e != HPE_OK) {
                         c.close = true;
+                        if (s.cut)
+                                break;
                         if (s.refused)
                                 gw_route(cfg, &c, &s.req, &s.auth);
                         else if (s.busy)
@@ -586,5 +608,8 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
                         (void) SSL_shutdown(c.ssl);
                 SSL_free(c.ssl);
         }
+        /* Released before the close: while the table holds the slot its
+         * fd is this socket, so a cut (shutdown) never hits a reused fd. */
+        gw_conns_release(slot);
         close(fd);
 }

@@ -1,11 +1,13 @@
 /* sandboxd-e2b: E2B's protocols for sandboxd (docs/E2B.md).
  *
  *   sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]
+ *                [--max-conns N] [--max-conns-per-addr N] [--rate N]
  *   sandboxd-e2b key add TENANT --keys FILE
  *
  * Runs as an unprivileged uid named in the daemon's daemon.json
  * tenants.gateways. Accepts on one TCP address; a thread per connection
- * (capped), each request its own daemon connection (daemon.c). */
+ * (capped in all and per peer address, conns.c), each request its own
+ * daemon connection (daemon.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -20,24 +22,42 @@
 #include <openssl/ssl.h>
 #include "e2b/gateway.h"
 
-#define MAX_CONNS 256
-
 static gw_config cfg;
-static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned n_conns;
 
 static void usage(FILE *f) {
         fprintf(f, "usage: sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]\n"
+                   "                    [--max-conns N (256)] [--max-conns-per-addr N (32)] [--rate N (100)]\n"
                    "       sandboxd-e2b key add TENANT --keys FILE\n");
 }
 
+typedef struct conn_arg {
+        int fd;
+        gw_slot *slot;
+} conn_arg;
+
 static void *conn_thread(void *arg) {
-        int fd = (int) (intptr_t) arg;
-        gw_serve_conn(&cfg, fd);
-        pthread_mutex_lock(&conns_lock);
-        n_conns--;
-        pthread_mutex_unlock(&conns_lock);
+        conn_arg a = *(conn_arg *) arg;
+        free(arg);
+        gw_serve_conn_slot(&cfg, a.fd, a.slot);
         return NULL;
+}
+
+/* A connection the table refused (gw_conns_admit): over plain HTTP a 503
+ * in E2B's error shape if the socket takes it at once (never waiting on
+ * the peer), over TLS just the close (a handshake would cost more than
+ * the refusal saves). */
+static void refuse(int fd, int why) {
+        if (!cfg.tls) {
+                const char *msg = why == -EUSERS ? "too many connections from this address to the gateway; retry"
+                                                 : "the gateway serves as many connections as it may; retry";
+                char body[160], resp[400];
+                int bl = snprintf(body, sizeof(body), "{\"code\":503,\"message\":\"%s\"}", msg);
+                int n = snprintf(resp, sizeof(resp),
+                                 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                 "Connection: close\r\nContent-Length: %d\r\n\r\n%s", bl, body);
+                (void) send(fd, resp, (size_t) n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+        close(fd);
 }
 
 /* "ADDR:PORT", IPv4 numeric (the gateway binds loopback in tests and
@@ -78,7 +98,9 @@ static int serve(const char *listen_spec) {
         fprintf(stderr, "sandboxd-e2b: listening on %s (%s), daemon %s\n", listen_spec, cfg.tls ? "HTTPS" : "HTTP",
                 cfg.socket_path);
         for (;;) {
-                int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+                struct sockaddr_storage peer;
+                socklen_t peer_len = sizeof(peer);
+                int fd = accept4(lfd, (struct sockaddr *) &peer, &peer_len, SOCK_CLOEXEC);
                 if (fd < 0) {
                         if (errno == EINTR || errno == ECONNABORTED)
                                 continue;
@@ -89,24 +111,22 @@ static int serve(const char *listen_spec) {
                         fprintf(stderr, "sandboxd-e2b: accept: %s\n", strerror(errno));
                         return 1;
                 }
-                pthread_mutex_lock(&conns_lock);
-                bool full = n_conns >= MAX_CONNS;
-                if (!full)
-                        n_conns++;
-                pthread_mutex_unlock(&conns_lock);
-                if (full) {
-                        close(fd);
+                conn_arg *ca = malloc(sizeof(*ca));
+                int r = ca ? gw_conns_admit((struct sockaddr *) &peer, peer_len, fd, &ca->slot) : -ENOMEM;
+                if (r < 0) {
+                        free(ca);
+                        refuse(fd, r);
                         continue;
                 }
+                ca->fd = fd;
                 pthread_t t;
                 pthread_attr_t a;
                 pthread_attr_init(&a);
                 pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-                if (pthread_create(&t, &a, conn_thread, (void *) (intptr_t) fd) != 0) {
+                if (pthread_create(&t, &a, conn_thread, ca) != 0) {
+                        gw_conns_release(ca->slot);
+                        free(ca);
                         close(fd);
-                        pthread_mutex_lock(&conns_lock);
-                        n_conns--;
-                        pthread_mutex_unlock(&conns_lock);
                 }
                 pthread_attr_destroy(&a);
         }
@@ -132,8 +152,20 @@ static SSL_CTX *tls_context(const char *cert, const char *key) {
         return ctx;
 }
 
+/* A count option's value: 1 to 65536, else false. */
+static bool parse_count(const char *s, unsigned *ret) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < 1 || v > 65536)
+                return false;
+        *ret = (unsigned) v;
+        return true;
+}
+
 int main(int argc, char **argv) {
         const char *listen_spec = NULL, *key_tenant = NULL, *tls_cert = NULL, *tls_key = NULL;
+        unsigned max_conns = GW_CONNS_MAX_DEFAULT, per_addr = GW_CONNS_PER_ADDR_DEFAULT, rate = GW_RATE_DEFAULT;
         for (int i = 1; i < argc; i++) {
                 if (!strcmp(argv[i], "--socket") && i + 1 < argc)
                         cfg.socket_path = argv[++i];
@@ -145,7 +177,25 @@ int main(int argc, char **argv) {
                         tls_cert = argv[++i];
                 else if (!strcmp(argv[i], "--tls-key") && i + 1 < argc)
                         tls_key = argv[++i];
-                else if (i == 1 && !strcmp(argv[i], "key") && i + 2 < argc && !strcmp(argv[i + 1], "add")) {
+                else if (!strcmp(argv[i], "--max-conns") && i + 1 < argc) {
+                        if (!parse_count(argv[++i], &max_conns)) {
+                                fprintf(stderr, "sandboxd-e2b: --max-conns '%s': want a count from 1 to 65536\n",
+                                        argv[i]);
+                                return 2;
+                        }
+                } else if (!strcmp(argv[i], "--max-conns-per-addr") && i + 1 < argc) {
+                        if (!parse_count(argv[++i], &per_addr)) {
+                                fprintf(stderr, "sandboxd-e2b: --max-conns-per-addr '%s': want a count from 1 to "
+                                                "65536\n", argv[i]);
+                                return 2;
+                        }
+                } else if (!strcmp(argv[i], "--rate") && i + 1 < argc) {
+                        if (!parse_count(argv[++i], &rate)) {
+                                fprintf(stderr, "sandboxd-e2b: --rate '%s': want requests a second per tenant, "
+                                                "from 1 to 65536\n", argv[i]);
+                                return 2;
+                        }
+                } else if (i == 1 && !strcmp(argv[i], "key") && i + 2 < argc && !strcmp(argv[i + 1], "add")) {
                         key_tenant = argv[i + 2];
                         i += 2;
                 } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -192,5 +242,7 @@ int main(int argc, char **argv) {
         if (tls_cert && !(cfg.tls = tls_context(tls_cert, tls_key)))
                 return 1;
         cfg.socket_path = client_socket_path(cfg.socket_path);
+        gw_conns_set_limits(max_conns, per_addr);
+        gw_rate_set(rate, NULL);
         return serve(listen_spec);
 }

@@ -12,7 +12,9 @@ the gateway's uid, adds two API keys (tenants e2b-a and e2b-b) with
 with node there, its environment naming the server only through
 E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
 key, for the isolation check); agent.mjs runs once more over HTTPS
-(--tls-cert, a CA of `sandboxctl certs init` that node is told to trust).
+(--tls-cert, a CA of `sandboxctl certs init` that node is told to trust),
+and caps.py (python3) against a third gateway with a small connection
+table (CAPS_ARGS).
 Every process it starts is stopped, and
 the world torn down, on every exit. Exit status: 0 when every program
 passed.
@@ -35,9 +37,12 @@ GATEWAY_UID = 2100
 NOGROUP = 65534
 PORT = 49983  # envd's port; any free loopback port of the world would do
 TLS_PORT = 49984  # the same gateway's HTTPS listener (--tls-cert)
+# caps.py's gateway: a small connection table, so filling it is cheap.
+CAPS_PORT = 49985
+CAPS_ARGS = ("--max-conns", "8", "--max-conns-per-addr", "4")
 # SANDBOXD_E2B: another build of the gateway (e.g. one with ASan).
 GATEWAY = os.environ.get("SANDBOXD_E2B") or os.path.join(REPO, "build", "sandboxd-e2b")
-PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs"]
+PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "caps.py"]
 # Run again over HTTPS (E2B_API_URL=https://...), trusting the test CA.
 TLS_PROGRAMS = ["agent.mjs"]
 NODE_TIMEOUT = 300
@@ -51,11 +56,11 @@ def add_key(keys, tenant):
     return key
 
 
-def start_gateway(world, d, keys, port=PORT, tls=()):
+def start_gateway(world, d, keys, port=PORT, tls=(), extra=()):
     log = open(os.path.join(d.dir, "sandboxd-e2b.log"), "ab")
     argv = ["nsenter", "--net=/run/netns/" + world.host_ns, "--",
             "setpriv", "--reuid=%d" % GATEWAY_UID, "--regid=%d" % NOGROUP, "--clear-groups", "--",
-            GATEWAY, "--socket", d.socket, "--listen", "127.0.0.1:%d" % port, "--keys", keys] + list(tls)
+            GATEWAY, "--socket", d.socket, "--listen", "127.0.0.1:%d" % port, "--keys", keys] + list(tls) + list(extra)
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
     # Ready when it accepts (start-up, not a test's synchronisation).
@@ -111,15 +116,19 @@ def main(argv):
             gws.append(start_gateway(world, d, keys, TLS_PORT,
                                      ("--tls-cert", os.path.join(certs, "server.pem"),
                                       "--tls-key", os.path.join(certs, "server-key.pem"))))
+            gws.append(start_gateway(world, d, keys, CAPS_PORT, extra=CAPS_ARGS))
             for prog, tls in programs:
                 url = ("https://127.0.0.1:%d" % TLS_PORT) if tls else ("http://127.0.0.1:%d" % PORT)
+                if prog == "caps.py":
+                    url = "http://127.0.0.1:%d" % CAPS_PORT
                 env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
                 env.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=key_a, E2B_API_KEY_B=key_b)
                 if tls:
                     env["NODE_EXTRA_CA_CERTS"] = os.path.join(certs, "ca.pem")
                 name = prog + (" (HTTPS)" if tls else "")
                 print("# %s" % name, flush=True)
-                p = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", "node", prog],
+                interp = "python3" if prog.endswith(".py") else "node"
+                p = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", interp, prog],
                                    cwd=HERE, env=env, timeout=NODE_TIMEOUT)
                 print("%s %s" % ("PASS" if p.returncode == 0 else "FAIL", name), flush=True)
                 rc = rc or p.returncode

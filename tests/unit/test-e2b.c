@@ -5,7 +5,9 @@
  * keep-alive), and what review found: the caller decided from the head
  * before any body is read, the bodies budget (uploads and downloads), a
  * head's deadline, non-object JSON bodies, the keys file's privacy, the
- * parts of one upload, tokens of a tenant without keys.
+ * parts of one upload, tokens of a tenant without keys, and the
+ * connection table (a share per address, keyed connections kept when
+ * the table is full), and the rate per tenant.
  * docs/E2B.md, docs/SECURITY.md §4.3. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "e2b/gateway.h"
@@ -530,6 +534,218 @@ static void test_downloads_share_the_bodies_budget(void **state) {
         unlink(sock);
 }
 
+/* ---- the connection table (conns.c, docs/SECURITY.md §4.3) ---- */
+
+static struct sockaddr_storage peer_of(const char *addr) {
+        struct sockaddr_storage ss = {0};
+        struct sockaddr_in *in = (struct sockaddr_in *) &ss;
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) &ss;
+        if (inet_pton(AF_INET, addr, &in->sin_addr) == 1)
+                in->sin_family = AF_INET;
+        else {
+                assert_int_equal(inet_pton(AF_INET6, addr, &in6->sin6_addr), 1);
+                in6->sin6_family = AF_INET6;
+        }
+        return ss;
+}
+
+static int admit_from(const char *addr, int fd, gw_slot **ret) {
+        struct sockaddr_storage ss = peer_of(addr);
+        return gw_conns_admit((struct sockaddr *) &ss, sizeof(ss), fd, ret);
+}
+
+/* Found by review: one address renewing 256 idle connections every 30 s
+ * kept every tenant out. An address (IPv6: its /64) now holds at most its
+ * share, and only it is refused past that. */
+static void test_one_address_holds_at_most_its_share(void **state) {
+        gw_conns_set_limits(16, 2);
+        gw_slot *s[10];
+        int n = 0;
+        assert_int_equal(admit_from("192.0.2.1", -1, &s[n++]), 0);
+        assert_int_equal(admit_from("192.0.2.1", -1, &s[n++]), 0);
+        gw_slot *x = NULL;
+        assert_int_equal(admit_from("192.0.2.1", -1, &x), -EUSERS);
+        /* The same address in IPv4-mapped form is the same peer. */
+        assert_int_equal(admit_from("::ffff:192.0.2.1", -1, &x), -EUSERS);
+        assert_null(x);
+        assert_int_equal(admit_from("192.0.2.2", -1, &s[n++]), 0);
+        /* One IPv6 /64 is one peer; the next /64 is another. */
+        assert_int_equal(admit_from("2001:db8:1:2::1", -1, &s[n++]), 0);
+        assert_int_equal(admit_from("2001:db8:1:2:ffff:ffff:ffff:ffff", -1, &s[n++]), 0);
+        assert_int_equal(admit_from("2001:db8:1:2::3", -1, &x), -EUSERS);
+        assert_int_equal(admit_from("2001:db8:1:3::1", -1, &s[n++]), 0);
+        assert_int_equal(gw_conns_held(), 6);
+        /* A connection given back makes room for its address again. */
+        gw_conns_release(s[0]);
+        assert_int_equal(admit_from("192.0.2.1", -1, &s[0]), 0);
+        for (int i = 0; i < n; i++)
+                gw_conns_release(s[i]);
+        assert_int_equal(gw_conns_held(), 0);
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+/* True when the peer of `fd` was cut: its end reads the end of stream
+ * (already, without waiting). */
+static bool was_cut(int fd) {
+        char c;
+        return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+/* When every connection is held, the oldest one without a valid key makes
+ * room (its socket shut down under it); a keyed one never does, and when
+ * all are keyed the new one is refused. */
+static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **state) {
+        gw_conns_set_limits(3, 3);
+        int sv[5][2];
+        gw_slot *s[5] = {0};
+        static const char *addr[5] = { "192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5" };
+        for (int i = 0; i < 5; i++)
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
+        for (int i = 0; i < 3; i++)
+                assert_int_equal(admit_from(addr[i], sv[i][1], &s[i]), 0);
+        assert_true(gw_conns_keyed(s[0])); /* the oldest, but keyed */
+        assert_int_equal(admit_from(addr[3], sv[3][1], &s[3]), 0);
+        assert_false(was_cut(sv[0][0]));
+        assert_true(was_cut(sv[1][0])); /* the oldest without a key */
+        assert_false(was_cut(sv[2][0]));
+        /* A head with a key that arrives after the cut is not served
+         * (gw_serve_conn_slot closes on false). */
+        assert_false(gw_conns_keyed(s[1]));
+        assert_int_equal(gw_conns_held(), 3);
+        assert_true(gw_conns_keyed(s[2]));
+        assert_true(gw_conns_keyed(s[3]));
+        gw_slot *x = NULL;
+        assert_int_equal(admit_from(addr[4], sv[4][1], &x), -EAGAIN);
+        assert_null(x);
+        for (int i = 0; i < 4; i++)
+                assert_false(i != 1 && was_cut(sv[i][0]));
+        for (int i = 0; i < 4; i++)
+                gw_conns_release(s[i]); /* the cut one too: its thread gives it back */
+        assert_int_equal(gw_conns_held(), 0);
+        for (int i = 0; i < 5; i++)
+                close(sv[i][0]), close(sv[i][1]);
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+typedef struct slot_conn {
+        int fd;
+        gw_slot *slot;
+} slot_conn;
+
+static void *serve_slot_thread(void *arg) {
+        slot_conn *sc = arg;
+        gw_serve_conn_slot(&http_cfg, sc->fd, sc->slot);
+        return NULL;
+}
+
+/* Reads one answer (head and Content-Length body) from fd into buf. */
+static void read_answer(int fd, char *buf, size_t size) {
+        size_t have = 0;
+        for (;;) {
+                ssize_t n = recv(fd, buf + have, size - 1 - have, 0);
+                assert_true(n > 0);
+                have += (size_t) n;
+                buf[have] = 0;
+                const char *end = strstr(buf, "\r\n\r\n"), *cl = strcasestr(buf, "Content-Length: ");
+                if (end && cl && have >= (size_t) (end + 4 - buf) + strtoul(cl + 16, NULL, 10))
+                        return;
+        }
+}
+
+/* Over a served connection: one that has sent a valid API key keeps its
+ * place when the table is full; one that only asked /health (no key) is
+ * cut for a newcomer. */
+static void test_a_connection_with_a_valid_key_keeps_its_place(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        gw_conns_set_limits(1, 4);
+        char req[512], out[4096];
+        int n = snprintf(req, sizeof(req), "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", k);
+        static const char health[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        for (int keyed = 1; keyed >= 0; keyed--) {
+                int sv[2], other[2];
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
+                slot_conn sc = { .fd = sv[1] };
+                assert_int_equal(admit_from("192.0.2.1", sv[1], &sc.slot), 0);
+                pthread_t t;
+                assert_int_equal(pthread_create(&t, NULL, serve_slot_thread, &sc), 0);
+                if (keyed)
+                        assert_int_equal(send(sv[0], req, (size_t) n, MSG_NOSIGNAL), n);
+                else
+                        assert_int_equal(send(sv[0], health, sizeof(health) - 1, MSG_NOSIGNAL), sizeof(health) - 1);
+                read_answer(sv[0], out, sizeof(out));
+                assert_non_null(strstr(out, keyed ? "HTTP/1.1 502" : "HTTP/1.1 200"));
+                gw_slot *x = NULL;
+                if (keyed) {
+                        assert_int_equal(admit_from("192.0.2.2", other[1], &x), -EAGAIN);
+                        shutdown(sv[0], SHUT_WR); /* the peer leaves */
+                } else
+                        assert_int_equal(admit_from("192.0.2.2", other[1], &x), 0);
+                /* Either way the connection's thread ends (the peer left,
+                 * or the gateway cut it) and gives its slot back. */
+                pthread_join(t, NULL);
+                if (!keyed)
+                        assert_true(recv(sv[0], out, sizeof(out), 0) == 0);
+                gw_conns_release(x);
+                assert_int_equal(gw_conns_held(), 0);
+                close(sv[0]);
+                close(other[0]);
+                close(other[1]);
+        }
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+/* ---- the rate per tenant (rate.c) ---- */
+
+static int64_t frozen_ms;
+
+static int64_t frozen_clock(void) {
+        return frozen_ms;
+}
+
+/* A tenant over its rate is answered 429 in E2B's error shape, from the
+ * head (a body is not read); another tenant is not touched, and the
+ * bucket fills again with time (a clock the test moves, not a sleep). */
+static void test_a_tenant_over_its_rate_is_answered_429(void **state) {
+        char a[64], b[64], req[4096];
+        assert_int_equal(gw_key_add("team-a", keys_path, a, sizeof(a)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, b, sizeof(b)), 0);
+        frozen_ms = 1000000;
+        gw_rate_set(2, frozen_clock); /* 2 a second, a bucket of 4 */
+        size_t n = 0;
+        for (int i = 0; i < 5; i++)
+                n += (size_t) snprintf(req + n, sizeof(req) - n,
+                                       "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", a);
+        const char *o = exchange(req, n);
+        /* Four reach the daemon (none here: 502), the fifth is refused. */
+        int n502 = 0;
+        for (const char *p = o; (p = strstr(p, "HTTP/1.1 502")); p++)
+                n502++;
+        assert_int_equal(n502, 4);
+        assert_non_null(strstr(o, "HTTP/1.1 429 Too Many Requests"));
+        assert_non_null(strstr(o, "{\"code\":429,\"message\":\"rate limit exceeded: tenant team-a sends more"));
+
+        /* With a body: refused from the head, the connection closed unread. */
+        n = (size_t) snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                              "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", a);
+        o = exchange(req, n);
+        assert_non_null(strstr(o, "HTTP/1.1 429"));
+        assert_non_null(strstr(o, "Connection: close"));
+
+        /* Another tenant has its own bucket. */
+        n = (size_t) snprintf(req, sizeof(req), "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", b);
+        assert_non_null(strstr(exchange(req, n), "HTTP/1.1 502"));
+
+        /* Half a second later one more of team-a's goes through. */
+        frozen_ms += 500;
+        n = (size_t) snprintf(req, sizeof(req), "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n\r\n", a);
+        assert_non_null(strstr(exchange(req, n), "HTTP/1.1 502"));
+        assert_non_null(strstr(exchange(req, n), "HTTP/1.1 429"));
+        gw_rate_set(GW_RATE_DEFAULT, NULL);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -548,6 +764,10 @@ int main(void) {
                 cmocka_unit_test(test_a_multipart_body_has_at_most_max_parts),
                 cmocka_unit_test_setup_teardown(test_removing_a_tenants_last_key_ends_its_tokens, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_downloads_share_the_bodies_budget, setup, teardown),
+                cmocka_unit_test(test_one_address_holds_at_most_its_share),
+                cmocka_unit_test(test_a_full_table_cuts_the_oldest_connection_without_a_key),
+                cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
