@@ -173,9 +173,12 @@ def run(root, steps, log=None, ready=None):
     i = 0
     t0 = time.monotonic()
     while steps is None or i < steps:
-        if steps is None and i % 64 == 0:
+        if steps is None:
+            # Evenly, never more than 1 ms ahead: a pause of tens of ms
+            # (pacing in bursts) let a capture's last live pass and its
+            # freeze fall in a gap, and the frozen pass had nothing to copy.
             ahead = i / RATE - (time.monotonic() - t0)
-            if ahead > 0:
+            if ahead > 0.001:
                 time.sleep(ahead)
         step(rng, root, m)
         if fd >= 0:
