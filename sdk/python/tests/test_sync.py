@@ -449,8 +449,13 @@ def _child(world, script, *args):
     """A Python process running `script` with the SDK on its path and the
     daemon's socket as argv[1]; stdout and stderr piped."""
     env = dict(os.environ, PYTHONPATH=SRC, PYTHONUNBUFFERED="1")
+    # SIGINT at its default in the child, whatever the suite inherited: a
+    # suite started as a background job of a non-interactive shell has
+    # SIGINT ignored, Python then installs no KeyboardInterrupt handler,
+    # and the real SIGINT below was ignored (the child ran on for 60 s).
     return subprocess.Popen([sys.executable, "-c", script, world.daemon.socket, *args], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(pred, what, secs=60):
