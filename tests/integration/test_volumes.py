@@ -253,7 +253,7 @@ def test_list_pages_and_filters_like_sandbox_list(world):
         expect_eq(got, sorted(names), "paged list")
         tagged = [v["name"] for v in rpc_ok(world, "volume.list", {"namePrefix": prefix, "tags": {"grp": "a"}})["volumes"]]
         expect_eq(tagged, sorted(names[:2]), "tag filter")
-        info = rpc_ok(world, "daemon.info")["storage"]
+        info = rpc_ok(world, "daemon.info", {})["storage"]
         expect(info["volumes"] >= 3 and info["volumeCommittedBytes"] >= 3 * (16 << 20), "daemon.info storage:", info)
     finally:
         for n in names:
