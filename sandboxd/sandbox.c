@@ -711,6 +711,8 @@ static cJSON *config_differs(const cJSON *given, const sandbox *want, const sand
                         same = same_json(want->tags, have->tags);
                 else if (streq(key, "ports"))
                         same = same_json(want->ports, have->ports);
+                else if (streq(key, "volumes"))
+                        same = same_json(want->volumes, have->volumes);
                 else if (streq(key, "networkPolicy"))
                         same = same_json(want->policy, have->policy);
                 else if (streq(key, "source"))

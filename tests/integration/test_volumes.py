@@ -326,3 +326,41 @@ def test_the_cli_makes_lists_mounts_and_removes_volumes(world):
             world.ctl("rm", sb)
         code, out, err = world.ctl("volume", "rm", vol)
         expect_eq(code, 0, "volume rm: " + err)
+
+
+def test_get_or_create_mounts_volumes_and_reports_a_different_set(world):
+    with _volume(world, "vgoc") as vol, _volume(world, "vgoc2") as other:
+        name = world.name("vgoc")
+        try:
+            p = {"name": name, "networkPolicy": "deny-all", "volumes": [{"name": vol, "path": "/v"}]}
+            r = rpc_ok(world, "sandbox.getOrCreate", p, 180)
+            expect(r["created"], "getOrCreate created it: %s" % r)
+            sh_ok(world, name, "touch /v/x")
+            r = rpc_ok(world, "sandbox.getOrCreate", dict(p, volumes=[{"name": other, "path": "/v"}]), 180)
+            expect(not r["created"] and "volumes" in r["differs"], "a second getOrCreate with other volumes: %s" % r)
+        finally:
+            world.rpc("sandbox.delete", {"name": name}, 120)
+
+
+def test_a_pool_volume_is_a_bounded_subvolume_and_leaves_nothing(world):
+    import test_pool as P
+    with P._Pool(world, "vpool") as p:
+        vol = world.name("vpv")
+        msg = p.d.rpc("volume.create", {"name": vol, "sizeMiB": 32}, 120)
+        expect("result" in msg, "volume.create in the pool:", msg.get("error"))
+        try:
+            a = p.create_ok("vpa", volumes=[{"name": vol, "path": "/data"}])
+            code, out, err = P._sh(p.d, a, "dd if=/dev/zero of=/data/big bs=1M count=96 2>&1; sync")
+            expect("Disk quota exceeded" in out or "No space left" in out, "a writer past sizeMiB:", out[-300:])
+            P._sh_ok(p.d, a, "rm /data/big && echo ok > /data/ok")
+            expect(p.pool_info()["committedBytes"] >= (32 << 20) + (P.DISK_MIB << 20),
+                   "the pool's committed bytes count the volume:", p.pool_info())
+            msg = p.d.rpc("volume.delete", {"name": vol}, 120)
+            expect_eq((msg.get("error") or {}).get("data", {}).get("reason"), "in_use", "delete while mounted")
+            p.d.rpc("sandbox.delete", {"name": a}, 120)
+            p.sandboxes = []
+        finally:
+            msg = p.d.rpc("volume.delete", {"name": vol}, 120)
+        expect("result" in msg, "volume.delete:", msg.get("error"))
+        P.poll(lambda: P._pool_entries(p.d) == ([], []), 60, "the pool's subvolumes to go after the deletes")
+test_a_pool_volume_is_a_bounded_subvolume_and_leaves_nothing.timeout = 600
