@@ -364,3 +364,21 @@ def test_a_pool_volume_is_a_bounded_subvolume_and_leaves_nothing(world):
         expect("result" in msg, "volume.delete:", msg.get("error"))
         P.poll(lambda: P._pool_entries(p.d) == ([], []), 60, "the pool's subvolumes to go after the deletes")
 test_a_pool_volume_is_a_bounded_subvolume_and_leaves_nothing.timeout = 600
+
+
+def test_a_volume_bounds_its_inodes_and_the_metrics_show_its_use(world):
+    import test_metrics as M
+    with _volume(world, "vino", size=64, inodes=2048) as vol, \
+            _sandboxes(world, ("vi", {"volumes": [{"name": vol, "path": "/data"}]})) as (sb,):
+        v = rpc_ok(world, "volume.get", {"name": vol})
+        expect(2048 <= v["inodes"] < 8192, "the volume's inode count follows inodes:", v)
+        code, out, err = sh(world, sb, "i=0; while [ $i -lt 9000 ]; do touch /data/f$i || exit 7; i=$((i+1)); done")
+        expect(code == 7 and "No space left on device" in err, "past its inodes:", code, err[-300:])
+        sh_ok(world, sb, "echo ok > /workspace/ok")
+        samples = M._scrape(world)
+        used = M._value(samples, "sandboxd_volume_used_inodes", volume=vol)
+        expect(used is not None and used >= 2000, "sandboxd_volume_used_inodes:", used)
+        expect_eq(M._value(samples, "sandboxd_volume_size_bytes", volume=vol), 64 << 20, "sandboxd_volume_size_bytes")
+        expect(M._value(samples, "sandboxd_volume_used_bytes", volume=vol) > 0, "sandboxd_volume_used_bytes")
+        expect(rpc_ok(world, "volume.get", {"name": vol})["usage"]["usedInodes"] >= 2000, "usage.usedInodes")
+test_a_volume_bounds_its_inodes_and_the_metrics_show_its_use.timeout = 300
