@@ -232,6 +232,15 @@ def test_bad_volume_inputs_are_refused_naming_the_field(world):
         expect("error" in msg, "%s %s was accepted" % (method, json.dumps(params)[:100]))
         expect_eq(_field(msg), field, "%s %s: %s" % (method, json.dumps(params)[:100], json.dumps(msg)[:300]))
     expect_eq(_reason(world.rpc("volume.delete", {"name": "no-such-volume"})), "not_found", "delete unknown")
+    # Admission: a volume the state filesystem cannot back is refused,
+    # naming sizeMiB, and nothing of it is left.
+    big = world.name("vbig")
+    st = os.statvfs(world.daemon.state_dir)
+    msg = world.rpc("volume.create", {"name": big, "sizeMiB": ((st.f_bavail * st.f_frsize) >> 20) + 1024}, 120)
+    expect_eq((_reason(msg), _field(msg)), ("limit_exceeded", "sizeMiB"), "a volume past the state filesystem: %s"
+              % json.dumps(msg)[:300])
+    expect(not os.path.exists(os.path.join(world.daemon.state_dir, "volumes", big)), "its directory is gone")
+    expect_eq(_reason(world.rpc("volume.get", {"name": big})), "not_found", "the refused volume")
 
 
 def test_list_pages_and_filters_like_sandbox_list(world):
