@@ -1818,6 +1818,11 @@ static void start_done(void *userdata) {
                         sandbox_free(sb);
                 } else if (sb->deleting)
                         start_teardown(sb, NULL, true);
+                else
+                        /* No session started: it is as stopped as it was
+                         * (not "pending" for good), and the next use tries
+                         * again. */
+                        sb->status = "stopped";
                 start_job_free(j);
                 return;
         }

@@ -249,3 +249,44 @@ print(f.readline().decode())''', json.dumps({"name": world.name("podnr"), "netwo
         finally:
             _delete(world, name)
         leaks.check(world, name)
+
+
+def test_a_persistent_pod_resumes_in_its_namespace_and_not_in_another(world):
+    with pod_daemon(world):
+        name = world.name("podkeep")
+        with pod_netns(world, "d", 4) as (ns, addr, _p):
+            m = _create(world, name, ns, {"allow": ["api.public.test"]}, persistent=True)
+            expect("result" in m, "create a persistent pod sandbox:", json.dumps(m)[:300])
+            try:
+                sh(world, name, "echo kept > /workspace/f")
+                world.rpc_result("sandbox.stop", {"name": name})
+                expect(_table(ns) is None, "the pod's table after stop")
+                # Resumed by a command: the same namespace, its table again.
+                code, out, err = sh(world, name, "cat /workspace/f; ip -o -4 addr show dev eth0")
+                expect(code == 0 and "kept" in out and addr in out, "the resumed pod sandbox:", out, err)
+                expect(_table(ns) is not None, "the pod's table after the resume")
+                expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "DNS after the resume")
+                expect(connect(world, name, W.PUB_API_ADDR)["ok"], "the allowed address after the resume")
+                _refused_fast(connect(world, name, W.PUB_OTHER_ADDR), "a refused address after the resume")
+                world.rpc_result("sandbox.stop", {"name": name})
+            except BaseException:
+                _delete(world, name)
+                raise
+        # The pod's namespace is gone; one of the same name is another one.
+        try:
+            with pod_netns(world, "d", 4) as (ns, _a, _p):
+                m = world.rpc("sandbox.get", {"name": name, "resume": True}, 120)
+                expect("error" in m, "a resume in another namespace of the same path:", json.dumps(m)[:300])
+                expect_eq(_field(m), "network.netns", "the field named (%s)" % m["error"].get("message"))
+                expect(_table(ns) is None, "no table in the other namespace")
+            m = world.rpc("sandbox.get", {"name": name, "resume": True}, 120)
+            expect("error" in m and _field(m) == "network.netns", "a resume with the namespace gone:",
+                   json.dumps(m)[:300])
+            sb = world.rpc_result("sandbox.get", {"name": name})
+            expect_eq(sb["status"], "stopped", "the sandbox after refused resumes")
+            expect_eq(sb.get("network"), {"netns": "/run/netns/" + ns}, "its recorded namespace")
+            sd = os.path.join(world.daemon.state_dir, "sandboxes", name)
+            expect(os.path.isdir(sd), "its state directory after refused resumes")
+        finally:
+            _delete(world, name)
+        leaks.check(world, name)
