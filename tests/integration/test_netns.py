@@ -176,16 +176,28 @@ def test_a_pod_sandbox_keeps_the_pods_address_and_its_policy_holds_in_the_kernel
 def test_a_deny_all_pod_reaches_nothing_and_allow_all_keeps_the_node_closed(world):
     with pod_daemon(world), pod_netns(world, "b", 2) as (ns, _addr, peer):
         name = world.name("poddeny")
+        # "Another pod" listening on the pod network, as a Service's backend.
+        other = world.start_listener("net", peer, W.LISTEN_PORT)
         m = _create(world, name, ns, "deny-all")
         expect("result" in m, "create deny-all with network.netns:", json.dumps(m)[:500])
         try:
             _refused_fast(connect(world, name, W.PUB_API_ADDR), "deny-all: a public address")
-            _refused_fast(connect(world, name, peer), "deny-all: the pod's gateway")
+            _refused_fast(connect(world, name, peer), "deny-all: another pod")
+            expect_eq(other.connections(), [], "connections another pod saw from a deny-all pod")
             r = dns(world, name, "api.public.test")
             expect(r.get("addrs") == [] or "error" in r, "deny-all: DNS answers no address:", r)
             world.rpc_result("sandbox.update", {"name": name, "networkPolicy": "allow-all"})
             expect(connect(world, name, W.PUB_API_ADDR)["ok"], "allow-all: a public address")
-            expect(connect(world, name, peer) is not None, "allow-all: the pod network is open (probe ran)")
+            expect(connect(world, name, peer)["ok"], "allow-all: another pod (the pod CIDR is open to allow-all)")
+            poll(lambda: len(other.connections()) == 1, 10, "another pod sees the allow-all pod's connection")
+            # A custom policy reaches the pod CIDR only where subnets.allow says.
+            world.rpc_result("sandbox.update", {"name": name, "networkPolicy": {
+                "allow": ["api.public.test"], "subnets": {"allow": [peer + "/32"]}}})
+            expect(connect(world, name, peer)["ok"], "custom: another pod that subnets.allow names")
+            # No host has .3: only the table's reset answers there.
+            r = connect(world, name, peer.rsplit(".", 1)[0] + ".3")
+            expect_eq(r.get("error"), "ECONNREFUSED", "custom: the rest of the pod CIDR (%s)" % r)
+            _refused_fast(connect(world, name, W.PUB_OTHER_ADDR), "custom: a public address it does not admit")
             _refused_fast(connect(world, name, W.HOST_ADDR), "allow-all: the node's address")
             expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "allow-all: DNS")
         finally:
