@@ -219,7 +219,7 @@ def test_network_netns_is_refused_for_other_paths_and_clients(world):
         refused({"network": {"netns": "/etc/hostname"}}, "network.netns", "a file that is not a namespace")
         refused({"network": {"netns": "/run/netns"}}, "network.netns", "a directory")
         refused({"network": {"netns": "/run/netns/" + world.host_ns}}, "network.netns", "the daemon's own namespace",
-                "forbidden")
+                "permission_denied")
         link = os.path.join(world.tmp, "podlink")
         os.symlink("/run/netns/" + ns, link)
         msg = refused({"network": {"netns": link}}, "network.netns", "a symlink")
@@ -239,7 +239,7 @@ print(f.readline().decode())''', json.dumps({"name": world.name("podnr"), "netwo
                                cwd=d.dir, user=uid, group=NOGROUP, extra_groups=[], capture_output=True, text=True,
                                timeout=120)
             m = json.loads(p.stdout.strip() or "{}")
-            expect_eq((_field(m), _reason(m)), ("network.netns", "forbidden"),
+            expect_eq((_field(m), _reason(m)), ("network.netns", "permission_denied"),
                       "network.netns as uid %d: %s %s" % (uid, p.stdout[:300], p.stderr[-300:]))
         # One sandbox per pod namespace.
         name = world.name("podone")
