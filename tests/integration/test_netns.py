@@ -246,6 +246,16 @@ print(f.readline().decode())''', json.dumps({"name": world.name("podnr"), "netwo
         m = _create(world, name, ns, "deny-all")
         expect("result" in m, "create:", json.dumps(m)[:300])
         try:
+            # What a pod's table cannot enforce yet is refused by update too.
+            u = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["api.public.test:443"]}})
+            expect_eq((_field(u), _reason(u)), ("networkPolicy", "invalid_policy"), "a port on a name for a pod: %s"
+                      % json.dumps(u)[:300])
+            expect_eq(world.rpc_result("sandbox.get", {"name": name})["networkPolicy"], "deny-all",
+                      "the policy after a refused update")
+            # getOrCreate of the pod's sandbox with the same namespace finds it.
+            g = world.rpc("sandbox.getOrCreate", {"name": name, "network": {"netns": "/run/netns/" + ns}}, 120)
+            expect("result" in g and g["result"]["sandbox"]["name"] == name and not g["result"]["created"]
+                   and g["result"]["differs"] == [], "getOrCreate of the pod's sandbox:", json.dumps(g)[:300])
             m2 = _create(world, world.name("podtwo"), ns, "deny-all")
             expect_eq((_field(m2), _reason(m2)), ("network.netns", "already_exists"), "a second sandbox in the pod's")
             # A fork gets a namespace of its own, not the pod's.
