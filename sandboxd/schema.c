@@ -65,8 +65,12 @@ static const schema_field volume_mount_fields[] = { REQ("name"), REQ("path"), OP
         { .key = "volumes", .kind = SCHEMA_ARRAY, .fields = volume_mount_fields }
 #define SOURCE_FIELD { .key = "source", .kind = SCHEMA_VARIANT, .variants = source_variants }
 
-static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), END };
-static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), OPT("setup"), END };
+/* A pod's network namespace (pod.c); not a fork override: a fork gets a
+ * namespace of its own. */
+static const schema_field network_fields[] = { OPT("netns"), END };
+#define NETWORK_FIELD { .key = "network", .kind = SCHEMA_OBJECT, .fields = network_fields }
+static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), END };
+static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), OPT("setup"), END };
 static const schema_field set_ready_params[] = { REQ("name"), REQ("ready"), END };
 static const schema_field overrides_fields[] = { CONFIG_FIELDS, END };
 
@@ -196,6 +200,7 @@ const schema_limit schema_limits[] = {
         { "sandbox.get", "name", LIMIT_NAME_BYTES },
         { "sandbox.get", "resume", 0 },
         { "sandbox.create", "progress", 0 },
+        { "sandbox.create", "network.netns", LIMIT_PATH_BYTES },
         { "sandbox.getOrCreate", "name", LIMIT_NAME_BYTES },
         { "sandbox.getOrCreate", "progress", 0 },
         { "sandbox.getOrCreate", "setup", 0 },
@@ -203,6 +208,7 @@ const schema_limit schema_limits[] = {
         { "sandbox.setReady", "ready", 0 },
         SOURCE_LIMITS("sandbox.getOrCreate"),
         CONFIG_LIMITS("sandbox.getOrCreate", ""),
+        { "sandbox.getOrCreate", "network.netns", LIMIT_PATH_BYTES },
         { "sandbox.update", "name", LIMIT_NAME_BYTES },
         { "sandbox.update", "timeout", 0 },
         { "sandbox.update", "resources.vcpus", 0 },

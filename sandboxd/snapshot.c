@@ -981,9 +981,10 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         s->layers = cJSON_Duplicate(chain, 1);
         s->config = sandbox_config_json(sb);
         /* "volumes": a volume is no part of a snapshot (volume.c); a
-         * create from it mounts only what its own request names. */
+         * create from it mounts only what its own request names.
+         * "network": a pod's namespace is the pod's, never a snapshot's. */
         static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready",
-                                           "volumes"};
+                                           "volumes", "network"};
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();
