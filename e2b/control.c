@@ -16,7 +16,6 @@ static const struct {
         const char *verb;
         const char *why;
 } unserved[] = {
-        { "fork", "fork is not served by sandboxd-e2b yet" },
         { "snapshots", "snapshots are not served by sandboxd-e2b yet" },
         { "metrics", "metrics are not served by sandboxd-e2b yet" },
         { "logs", "sandbox logs: sandboxd has no sandbox-wide log (command.logs is per command)" },
@@ -271,6 +270,41 @@ fail:
         return NULL;
 }
 
+/* E2B's `base` template has the user `user` with home /home/user, where
+ * E2B programs write (docs/E2B.md "The base template and its user");
+ * sandboxd's host runtime has the sandbox user `sandbox`. The gateway
+ * makes the alias in each new `base` sandbox through the daemon's
+ * command.run as root there: /home/user, owned by the sandbox user, and
+ * a passwd entry `user` with the sandbox user's ids and that home. 0, or
+ * -EIO with *ret_msg (new string). */
+#define USER_SETUP \
+        "set -e; install -d -m 0755 -o sandbox -g sandbox /home/user; " \
+        "grep -q '^user:' /etc/passwd || " \
+        "echo \"user:x:$(id -u sandbox):$(id -g sandbox):user:/home/user:/bin/bash\" >> /etc/passwd"
+
+static int make_user(const gw_config *cfg, const char *tenant, const char *name, char **ret_msg) {
+        cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray(), *res = NULL;
+        cJSON_AddStringToObject(p, "sandbox", name);
+        cJSON_AddStringToObject(p, "cmd", "/bin/sh");
+        cJSON_AddItemToArray(args, cJSON_CreateString("-c"));
+        cJSON_AddItemToArray(args, cJSON_CreateString(USER_SETUP));
+        cJSON_AddItemToObject(p, "args", args);
+        cJSON_AddBoolToObject(p, "sudo", true);
+        client_error *err = NULL;
+        int r = gw_daemon_call(cfg, tenant, "command.run", p, &res, &err);
+        double code = r < 0 ? -1 : cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "exitCode"));
+        if (r < 0 || code != 0) {
+                if (asprintf(ret_msg, "make the user `user` and /home/user: %s (exit %.0f)",
+                             err && err->message ? err->message : "the setup command failed", code) < 0)
+                        *ret_msg = NULL;
+                client_error_free(err);
+                cJSON_Delete(res);
+                return -EIO;
+        }
+        cJSON_Delete(res);
+        return 0;
+}
+
 static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         cJSON *body = body_object(c, r, false, "NewSandbox");
         if (!body)
@@ -296,6 +330,18 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                 return;
         }
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "name"));
+        char *umsg = NULL;
+        if (name && !strcmp(tmpl_copy, "base") && make_user(cfg, tenant, name, &umsg) < 0) {
+                /* Fail closed: no sandbox without the user E2B promises. */
+                cJSON *d = cJSON_CreateObject();
+                cJSON_AddStringToObject(d, "name", name);
+                gw_daemon_call(cfg, tenant, "sandbox.delete", d, NULL, NULL);
+                gw_send_error(c, 500, "create sandbox: %s", umsg ? umsg : "out of memory");
+                free(umsg);
+                free(tmpl_copy);
+                cJSON_Delete(res);
+                return;
+        }
         char *tok = name ? gw_envd_token(cfg->keys_path, tenant, name) : NULL;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "templateID", tmpl_copy);
@@ -353,9 +399,31 @@ static int metadata_filter(const char *q, cJSON *tags) {
         return 0;
 }
 
+/* RFC 3339 UTC "YYYY-MM-DDTHH:MM:SS(.mmm)Z" (sandboxd's times) in ms
+ * since the epoch; -1 when it is not one. */
+static int64_t parse_time_ms(const char *s) {
+        struct tm tm = {0};
+        const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+        if (!rest)
+                return -1;
+        int64_t ms = (int64_t) timegm(&tm) * 1000;
+        if (*rest == '.')
+                ms += strtol(rest + 1, NULL, 10);
+        return ms;
+}
+
+/* Newest first (E2B's list order desc, its default), by startedAt. */
+static int by_started_desc(const void *a, const void *b) {
+        const char *x = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*(cJSON *const *) a, "startedAt"));
+        const char *y = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*(cJSON *const *) b, "startedAt"));
+        int64_t tx = parse_time_ms(x), ty = parse_time_ms(y);
+        return tx < ty ? 1 : tx > ty ? -1 : strcmp(y ? y : "", x ? x : "");
+}
+
 static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         /* Known query parameters; any other is refused, never ignored. */
-        static const char *const known[] = { "metadata", "state", "limit", "nextToken" };
+        static const char *const known[] = { "metadata", "state", "limit", "nextToken", "order", "startedAfter",
+                                             "template" };
         for (const char *q = r->query; q && *q;) {
                 const char *end = strchr(q, '&');
                 size_t n = end ? (size_t) (end - q) : strlen(q);
@@ -364,7 +432,7 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                         ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
                 if (!ok) {
                         gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (metadata, state, limit, "
-                                              "nextToken are)",
+                                              "nextToken, order, startedAfter, template are)",
                                       (int) n, q);
                         return;
                 }
@@ -372,7 +440,15 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         }
         cJSON *p = cJSON_CreateObject(), *res = NULL;
         char *md = gw_query_get(r, "metadata"), *state = gw_query_get(r, "state"), *limit = gw_query_get(r, "limit");
-        char *token = gw_query_get(r, "nextToken");
+        char *token = gw_query_get(r, "nextToken"), *order = gw_query_get(r, "order");
+        char *after = gw_query_get(r, "startedAfter"), *tmpl = gw_query_get(r, "template");
+        cJSON **sorted = NULL;
+        int64_t after_ms = after ? parse_time_ms(after) : 0;
+        if ((order && strcmp(order, "asc") && strcmp(order, "desc")) || after_ms < 0) {
+                gw_send_error(c, 400, "%s", after_ms < 0 ? "startedAfter: an RFC 3339 time"
+                                                         : "order: asc or desc");
+                goto out;
+        }
         if (md) {
                 cJSON *tags = cJSON_AddObjectToObject(p, "tags");
                 if (metadata_filter(md, tags) < 0) {
@@ -426,22 +502,47 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                 gw_send_error(c, 400, "nextToken: not a token of this gateway's");
                 goto out;
         }
-        cJSON *arr = cJSON_CreateArray(), *sb;
-        long seen = 0;
-        bool more = false;
-        cJSON_ArrayForEach(sb, cJSON_GetObjectItemCaseSensitive(res, "sandboxes")) {
+        /* E2B's order: by startedAt, newest first unless order=asc;
+         * startedAfter and template filter (template as E2B names it:
+         * base for the host runtime). */
+        int total = cJSON_GetArraySize(all), kept = 0;
+        sorted = calloc(total ? (size_t) total : 1, sizeof(*sorted));
+        if (!sorted) {
+                gw_send_error(c, 500, "out of memory");
+                goto out;
+        }
+        cJSON *sb;
+        cJSON_ArrayForEach(sb, all) {
                 cJSON *o = to_e2b(sb);
                 const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
-                if ((state && !strstr(state, st)) || seen++ < from) {
+                const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID"));
+                if ((state && !strstr(state, st)) || (tmpl && strcmp(tmpl, t)) ||
+                    (after && parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "startedAt"))) <
+                                      after_ms))
                         cJSON_Delete(o);
+                else
+                        sorted[kept++] = o;
+        }
+        qsort(sorted, (size_t) kept, sizeof(*sorted), by_started_desc);
+        if (order && !strcmp(order, "asc"))
+                for (int i = 0; i < kept / 2; i++) {
+                        cJSON *x = sorted[i];
+                        sorted[i] = sorted[kept - 1 - i];
+                        sorted[kept - 1 - i] = x;
+                }
+        cJSON *arr = cJSON_CreateArray();
+        bool more = false;
+        for (int i = 0; i < kept; i++) {
+                if (i < from || more) {
+                        cJSON_Delete(sorted[i]);
                         continue;
                 }
                 if (max > 0 && cJSON_GetArraySize(arr) >= max) {
-                        cJSON_Delete(o);
+                        cJSON_Delete(sorted[i]);
                         more = true;
-                        break;
+                        continue;
                 }
-                cJSON_AddItemToArray(arr, o);
+                cJSON_AddItemToArray(arr, sorted[i]);
         }
         char extra[64] = "";
         if (more)
@@ -460,6 +561,10 @@ out:
         free(state);
         free(limit);
         free(token);
+        free(order);
+        free(after);
+        free(tmpl);
+        free(sorted);
 }
 
 static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
@@ -477,18 +582,6 @@ static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant,
         gw_send(c, 204, NULL, NULL, 0);
 }
 
-/* RFC 3339 UTC "YYYY-MM-DDTHH:MM:SS(.mmm)Z" (sandboxd's times) in ms
- * since the epoch; -1 when it is not one. */
-static int64_t parse_time_ms(const char *s) {
-        struct tm tm = {0};
-        const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-        if (!rest)
-                return -1;
-        int64_t ms = (int64_t) timegm(&tm) * 1000;
-        if (*rest == '.')
-                ms += strtol(rest + 1, NULL, 10);
-        return ms;
-}
 
 /* POST /sandboxes/{id}/timeout {"timeout": seconds}: E2B ends the sandbox
  * that long from now. sandboxd moves a running session's end only later
@@ -647,6 +740,90 @@ static void pause_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r,
                 gw_send(c, 204, NULL, NULL, 0);
 }
 
+/* E2B's Sandbox (openapi Sandbox) of sandbox `name` made from template
+ * `tmpl`, with its envd token. New object. */
+static cJSON *sandbox_reply(const gw_config *cfg, const char *tenant, const char *name, const char *tmpl) {
+        char *tok = gw_envd_token(cfg->keys_path, tenant, name);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "templateID", tmpl);
+        cJSON_AddStringToObject(o, "sandboxID", name);
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "trafficAccessToken");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        return o;
+}
+
+/* The most forks one request makes (E2B's SandboxForkRequest count). */
+#define FORK_MAX 10
+
+/* POST /sandboxes/{id}/fork {"timeout"?: s, "count"?: n}: `count`
+ * sandbox.fork calls, each a new running sandbox with the source's
+ * filesystem as it is now and its config (timeout overridden when
+ * given); the source keeps running. 201 with one SandboxForkResult each
+ * ({"sandbox"} or {"error": {code, message}}). sandboxd forks the
+ * filesystem, not the memory: a fork's processes are not carried
+ * (docs/E2B.md). */
+static void fork_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = body_object(c, r, true, "{\"timeout\": seconds, \"count\": n} or none"), *it;
+        if (!body)
+                return;
+        double timeout = -1, count = 1;
+        cJSON_ArrayForEach(it, body) {
+                if (!strcmp(it->string, "timeout") && cJSON_IsNumber(it) && it->valuedouble >= 1 && it->valuedouble <= 86400)
+                        timeout = it->valuedouble;
+                else if (!strcmp(it->string, "count") && cJSON_IsNumber(it) && it->valuedouble >= 1 &&
+                         it->valuedouble <= FORK_MAX && it->valuedouble == (int) it->valuedouble)
+                        count = it->valuedouble;
+                else {
+                        gw_send_error(c, 400, "%s: %s", it->string,
+                                      !strcmp(it->string, "count") ? "a whole number from 1 to 10"
+                                      : !strcmp(it->string, "timeout") ? "seconds, 1 to 86400"
+                                                                       : "not a fork field (timeout, count are)");
+                        cJSON_Delete(body);
+                        return;
+                }
+        }
+        cJSON_Delete(body);
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "fork");
+        if (!sb)
+                return;
+        char *tmpl = strdup(template_of(sb));
+        cJSON_Delete(sb);
+        cJSON *out = cJSON_CreateArray();
+        for (int i = 0; i < (int) count; i++) {
+                cJSON *p = cJSON_CreateObject(), *res = NULL, *one = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "sourceSandbox", id);
+                if (timeout > 0)
+                        cJSON_AddNumberToObject(cJSON_AddObjectToObject(p, "overrides"), "timeout", timeout * 1000);
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "sandbox.fork", p, &res, &err) < 0) {
+                        if (i == 0 && gw_status_of(err) == 404) {
+                                /* Nothing forked: the source is gone. */
+                                reply_daemon_error(c, err, "fork");
+                                client_error_free(err);
+                                cJSON_Delete(one);
+                                cJSON_Delete(out);
+                                free(tmpl);
+                                return;
+                        }
+                        cJSON *e = cJSON_AddObjectToObject(one, "error");
+                        cJSON_AddNumberToObject(e, "code", gw_status_of(err));
+                        cJSON_AddStringToObject(e, "message", err && err->message ? err->message : "fork failed");
+                        client_error_free(err);
+                } else {
+                        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "name"));
+                        cJSON_AddItemToObject(one, "sandbox", sandbox_reply(cfg, tenant, name ? name : "", tmpl ? tmpl : "base"));
+                }
+                cJSON_Delete(res);
+                cJSON_AddItemToArray(out, one);
+        }
+        free(tmpl);
+        gw_send_json(c, 201, out);
+}
+
 /* POST /v2/sandboxes/{id}/connect (and /sandboxes/{id}/connect, and the
  * older /resume) {"timeout": s, "memory"?}: a paused sandbox is resumed
  * (201), a running one answered as it is (200); the end is moved to
@@ -765,6 +942,10 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
         }
         if (!strcmp(verb, "pause") && !strcmp(m, "POST")) {
                 pause_sandbox(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "fork") && !strcmp(m, "POST")) {
+                fork_sandbox(cfg, c, r, tenant, id);
                 return;
         }
         if ((!strcmp(verb, "connect") || !strcmp(verb, "resume")) && !strcmp(m, "POST")) {

@@ -135,6 +135,29 @@ static unsigned pid_of(const char *cmd_id) {
         return (unsigned) strtoul(tail, NULL, 16) + 1;
 }
 
+/* E2B's user `user` has its home at /home/user, and envd resolves a
+ * relative path (and a process without cwd) against the home of the
+ * call's user (docs/E2B.md "The base template and its user"): the
+ * sandbox user's is /home/user, root's /root. */
+#define USER_HOME "/home/user"
+
+/* `path` made absolute for the user (root when `root`): a relative one
+ * below that user's home, "~" and "~/..." too. A new string (NULL on
+ * ENOMEM). */
+static char *abs_path(const char *path, bool root) {
+        const char *home = root ? "/root" : USER_HOME;
+        char *out = NULL;
+        if (path[0] == '/')
+                return strdup(path);
+        if (!strcmp(path, "~") || !*path)
+                return strdup(home);
+        if (!strncmp(path, "~/", 2))
+                path += 2;
+        if (asprintf(&out, "%s/%s", home, path) < 0)
+                return NULL;
+        return out;
+}
+
 /* ---- process.Process ---- */
 
 typedef struct start_state {
@@ -266,12 +289,29 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(proc, "args");
         if (cJSON_IsArray(args))
                 cJSON_AddItemToObject(p, "args", cJSON_Duplicate(args, 1));
-        const cJSON *envs = cJSON_GetObjectItemCaseSensitive(proc, "envs");
-        if (cJSON_IsObject(envs) && envs->child)
-                cJSON_AddItemToObject(p, "env", cJSON_Duplicate(envs, 1));
+        /* E2B's user `user`: its HOME, USER and LOGNAME, under the
+         * process's own envs (which win, as in envd). */
+        const cJSON *envs = cJSON_GetObjectItemCaseSensitive(proc, "envs"), *ev;
+        cJSON *env = cJSON_CreateObject();
+        if (user == 0) {
+                cJSON_AddStringToObject(env, "HOME", USER_HOME);
+                cJSON_AddStringToObject(env, "USER", "user");
+                cJSON_AddStringToObject(env, "LOGNAME", "user");
+        }
+        cJSON_ArrayForEach(ev, envs)
+                if (cJSON_IsString(ev) && ev->string) {
+                        cJSON_DeleteItemFromObjectCaseSensitive(env, ev->string);
+                        cJSON_AddStringToObject(env, ev->string, ev->valuestring);
+                }
+        if (env->child)
+                cJSON_AddItemToObject(p, "env", env);
+        else
+                cJSON_Delete(env);
         const char *cwd = str_of(proc, "cwd");
-        if (cwd && *cwd)
-                cJSON_AddStringToObject(p, "cwd", cwd);
+        char *cwd_abs = abs_path(cwd ? cwd : "", user == 1);
+        if (cwd_abs)
+                cJSON_AddStringToObject(p, "cwd", cwd_abs);
+        free(cwd_abs);
         if (user == 1)
                 cJSON_AddBoolToObject(p, "sudo", true);
         bool is_pty = cJSON_IsObject(pty);
@@ -359,6 +399,183 @@ static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, 
         if (!found)
                 connect_error(c, 404, "process with pid %u not found", pid);
         return found;
+}
+
+/* ---- process.Process/Connect (server stream) ----
+ *
+ * sandboxd has no call that streams a running command's output to a new
+ * connection: Connect follows it through the existing API, command.wait
+ * (its end) on one daemon connection and command.logs (the bytes written,
+ * with their offsets in the stream) on another, asked every
+ * CONNECT_POLL_MS while the command runs and once more after it ended,
+ * relaying the bytes written since the Connect began. */
+#define CONNECT_POLL_MS 50
+
+typedef struct follow {
+        gw_conn *c;
+        const char *cmd_id;
+        bool pty;
+        double pos[2]; /* stdout, stderr: stream offsets relayed up to */
+} follow;
+
+/* Relays what command.logs `res` holds past f->pos (a part cut from the
+ * logs meanwhile is skipped: its bytes are gone). */
+static void follow_relay(follow *f, const cJSON *res, bool send) {
+        static const char *const stream[2] = { "stdout", "stderr" }, *const off[2] = { "stdoutOffset", "stderrOffset" };
+        for (int i = 0; i < 2; i++) {
+                const char *b64 = str_of(res, stream[i]);
+                double start = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, off[i]));
+                void *data = NULL;
+                size_t len = 0;
+                if (!b64 || start != start || client_base64_decode(b64, &data, &len) < 0)
+                        continue;
+                double end = start + (double) len;
+                if (send && end > f->pos[i]) {
+                        size_t skip = f->pos[i] > start ? (size_t) (f->pos[i] - start) : 0;
+                        char *enc = client_base64_encode((char *) data + skip, len - skip);
+                        if (enc) {
+                                cJSON *msg = cJSON_CreateObject(), *ev = cJSON_AddObjectToObject(msg, "event");
+                                cJSON *d = cJSON_AddObjectToObject(ev, "data");
+                                cJSON_AddStringToObject(d, f->pty ? "pty" : stream[i], enc);
+                                send_envelope(f->c, 0, msg);
+                                free(enc);
+                        }
+                }
+                if (end > f->pos[i])
+                        f->pos[i] = end;
+                free(data);
+        }
+}
+
+static int follow_poll(follow *f, client *d, bool send) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "cmdId", f->cmd_id);
+        client_error *err = NULL;
+        if (client_call(d, "command.logs", p, 60000, NULL, NULL, &res, &err) < 0) {
+                client_error_free(err);
+                return -EIO;
+        }
+        follow_relay(f, res, send);
+        cJSON_Delete(res);
+        return 0;
+}
+
+static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                            const char *sbx) {
+        cJSON *req = request_message(r, true);
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
+        unsigned want = cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX
+                                ? (unsigned) pid->valuedouble : 0;
+        cJSON_Delete(req);
+        if (!want) {
+                stream_error(c, 400, "process.pid: required (processes by tag are not served yet)");
+                return;
+        }
+        client *lg = NULL, *w = NULL;
+        char *msg = NULL;
+        cJSON *p = cJSON_CreateObject(), *list = NULL, *cmd;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_open(cfg, tenant, &lg, &msg) < 0 || gw_daemon_open(cfg, tenant, &w, &msg) < 0) {
+                cJSON_Delete(p);
+                stream_error(c, 503, msg ? msg : "sandboxd unavailable");
+                goto out;
+        }
+        if (client_call(lg, "command.list", p, 60000, NULL, NULL, &list, &err) < 0) {
+                stream_error(c, gw_status_of(err), err && err->message ? err->message : "list processes");
+                goto out;
+        }
+        follow f = { .c = c };
+        char *cmd_id = NULL;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(list, "commands"))
+                if (!cmd_id && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) &&
+                    pid_of(str_of(cmd, "cmdId")) == want) {
+                        cmd_id = strdup(str_of(cmd, "cmdId"));
+                        f.pty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cmd, "tty"));
+                }
+        if (!cmd_id) {
+                char m[80];
+                snprintf(m, sizeof(m), "process with pid %u not found", want);
+                stream_error(c, 404, m);
+                goto out;
+        }
+        f.cmd_id = cmd_id;
+        /* Where the streams are now: E2B's Connect relays what comes next. */
+        int64_t wid = -1;
+        if (follow_poll(&f, lg, false) < 0) {
+                stream_error(c, 502, "command.logs failed");
+                free(cmd_id);
+                goto out;
+        }
+        cJSON *wp = cJSON_CreateObject();
+        cJSON_AddStringToObject(wp, "cmdId", cmd_id);
+        wid = client_send(w, "command.wait", wp);
+        gw_send_chunked_head(c, 200, "application/connect+json");
+        cJSON *start = cJSON_CreateObject();
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(start, "event"), "start"), "pid", want);
+        send_envelope(c, 0, start);
+        cJSON *fin = NULL;
+        const char *fail = wid > 0 ? NULL : "cannot send to sandboxd";
+        while (!fail && !fin && !gw_conn_failed(c)) {
+                struct pollfd pfd[2] = { { .fd = client_fd(w), .events = POLLIN },
+                                         { .fd = gw_conn_fd(c), .events = POLLRDHUP } };
+                if (!client_has_pending(w)) {
+                        int n = poll(pfd, 2, CONNECT_POLL_MS);
+                        if (n < 0 && errno != EINTR)
+                                break;
+                        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                                break;
+                        if (n == 0 || !(pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+                                if (follow_poll(&f, lg, true) < 0)
+                                        fail = "command.logs failed";
+                                continue;
+                        }
+                }
+                client_msg *m = NULL;
+                int rc = client_next(w, 0, &m);
+                if (rc == 0 || rc == -EBADMSG)
+                        continue;
+                if (rc < 0)
+                        fail = "the connection to sandboxd closed";
+                else if (m->kind != CLIENT_MSG_NOTIFICATION && m->id == wid) {
+                        if (m->error)
+                                fail = "command.wait failed";
+                        else
+                                fin = cJSON_Duplicate(m->result, 1);
+                }
+                client_msg_free(m);
+        }
+        cJSON *end = cJSON_CreateObject();
+        if (fin) {
+                /* What it wrote last, then its end. */
+                follow_poll(&f, lg, true);
+                double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(fin, "exitCode"));
+                int ci = code == code ? (int) code : -1;
+                char status[64];
+                if (ci > 128)
+                        snprintf(status, sizeof(status), "signal: %d", ci - 128);
+                else
+                        snprintf(status, sizeof(status), "exit status %d", ci);
+                cJSON *ev = cJSON_CreateObject(), *inner = cJSON_AddObjectToObject(cJSON_AddObjectToObject(ev, "event"), "end");
+                cJSON_AddNumberToObject(inner, "exitCode", ci);
+                cJSON_AddBoolToObject(inner, "exited", ci <= 128);
+                cJSON_AddStringToObject(inner, "status", status);
+                send_envelope(c, 0, ev);
+                cJSON_Delete(fin);
+        } else if (fail) {
+                cJSON *e = cJSON_AddObjectToObject(end, "error");
+                cJSON_AddStringToObject(e, "code", "unavailable");
+                cJSON_AddStringToObject(e, "message", fail);
+        }
+        send_envelope(c, ENV_FLAG_END, end);
+        gw_send_chunked_end(c);
+        free(cmd_id);
+out:
+        free(msg);
+        client_error_free(err);
+        cJSON_Delete(list);
+        client_free(lg);
+        client_free(w);
 }
 
 /* The pid of a ProcessSelector ({"pid": N}); 0 (after answering) when it
@@ -478,9 +695,9 @@ static cJSON *entry_of(const cJSON *st) {
         /* Owners by uid: 0 is root, 1000 the sandbox user (docs/API.md
          * Command); names are not looked up in the sandbox. */
         snprintf(id, sizeof(id), "%.0f", uid == uid ? uid : 0);
-        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == 1000 ? "sandbox" : id);
+        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == 1000 ? "user" : id);
         snprintf(id, sizeof(id), "%.0f", gid == gid ? gid : 0);
-        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == 1000 ? "sandbox" : id);
+        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == 1000 ? "user" : id);
         return e;
 }
 
@@ -500,6 +717,18 @@ static cJSON *fs_call(const gw_config *cfg, gw_conn *c, const char *tenant, cons
         return res ? res : cJSON_CreateObject();
 }
 
+/* Makes the request's paths (`keys`, NULL-ended) absolute for the
+ * sandbox user (abs_path), in place. */
+static void abs_paths(cJSON *req, const char *const *keys) {
+        for (; *keys; keys++) {
+                const char *v = str_of(req, *keys);
+                char *a = v ? abs_path(v, false) : NULL;
+                if (a)
+                        cJSON_ReplaceItemInObjectCaseSensitive(req, *keys, cJSON_CreateString(a));
+                free(a);
+        }
+}
+
 static cJSON *path_params(const char *sbx, const char *path) {
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "sandbox", sbx);
@@ -507,9 +736,41 @@ static cJSON *path_params(const char *sbx, const char *path) {
         return p;
 }
 
+/* ListDir's depth: at most this many levels, and at most LIST_MAX
+ * entries in one answer (each directory is one fs.list). */
+#define LIST_DEPTH_MAX 16
+#define LIST_MAX 10000
+
+/* Appends the entries of directory `path` to `arr` (EntryInfo), and those
+ * of its subdirectories (not symlinks) down to `depth` levels, each
+ * directory's entries by name with a subdirectory's right after it (as
+ * envd's walk lists them). 0, or -1 after answering. */
+static int list_into(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const char *path,
+                     int depth, cJSON *arr, size_t *count) {
+        cJSON *res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"), *st;
+        if (!res)
+                return -1;
+        int r = 0;
+        cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(res, "entries")) {
+                if (++*count > LIST_MAX) {
+                        connect_error(c, 400, "list %s: more than %d entries; list with a smaller depth", path, LIST_MAX);
+                        r = -1;
+                        break;
+                }
+                cJSON_AddItemToArray(arr, entry_of(st));
+                const char *type = str_of(st, "type"), *sub = str_of(st, "path");
+                if (depth > 1 && type && !strcmp(type, "directory") && sub &&
+                    (r = list_into(cfg, c, tenant, sbx, sub, depth - 1, arr, count)) < 0)
+                        break;
+        }
+        cJSON_Delete(res);
+        return r;
+}
+
 static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
                        const char *op) {
         cJSON *req = request_message(r, false);
+        abs_paths(req, (const char *const[]) { "path", "source", "destination", NULL });
         const char *path = str_of(req, "path");
         if (request_user(r) != 0) {
                 cJSON_Delete(req);
@@ -522,15 +783,16 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                         out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
         } else if (!strcmp(op, "ListDir") && path) {
                 double depth = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "depth"));
-                if (depth == depth && depth > 1) {
-                        connect_error(c, 501, "depth above 1 is not served by sandboxd-e2b yet");
+                if (depth == depth && (depth < 0 || depth > LIST_DEPTH_MAX)) {
+                        connect_error(c, 400, "depth: 1 to %d", LIST_DEPTH_MAX);
                         goto done;
                 }
-                if ((res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"))) {
-                        out = cJSON_CreateObject();
-                        cJSON *arr = cJSON_AddArrayToObject(out, "entries"), *st;
-                        cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(res, "entries"))
-                                cJSON_AddItemToArray(arr, entry_of(st));
+                out = cJSON_CreateObject();
+                size_t count = 0;
+                if (list_into(cfg, c, tenant, sbx, path, depth == depth && depth >= 1 ? (int) depth : 1,
+                              cJSON_AddArrayToObject(out, "entries"), &count) < 0) {
+                        cJSON_Delete(out);
+                        out = NULL;
                 }
         } else if (!strcmp(op, "MakeDir") && path) {
                 cJSON *st = NULL;
@@ -551,8 +813,14 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         } else if (!strcmp(op, "Remove") && path) {
                 cJSON *p = path_params(sbx, path);
                 cJSON_AddBoolToObject(p, "recursive", true);
-                if ((res = fs_call(cfg, c, tenant, "fs.remove", p, "remove")))
+                /* A missing path is no error, as envd's Remove. */
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "fs.remove", p, &res, &err) == 0 ||
+                    (err && err->message && strstr(err->message, "No such file")))
                         out = cJSON_CreateObject();
+                else
+                        daemon_error(c, err, "remove");
+                client_error_free(err);
         } else if (!strcmp(op, "Move") && str_of(req, "source") && str_of(req, "destination")) {
                 /* sandboxd has no fs.move: mv(1) as the sandbox user, whose
                  * rights are those of every fs.* call. */
@@ -646,6 +914,7 @@ static void on_watch_note(const client_msg *m, void *userdata) {
 
 static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
         cJSON *req = request_message(r, true);
+        abs_paths(req, (const char *const[]) { "path", NULL });
         const char *path = str_of(req, "path");
         if (!path || request_user(r) != 0 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry")) ||
             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "allowNetworkMounts"))) {
@@ -656,6 +925,23 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
                 cJSON_Delete(req);
                 return;
         }
+        /* A directory only, as envd's WatchDir (fs.watch would watch a
+         * file too). */
+        cJSON *st = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "fs.stat", path_params(sbx, path), &st, &err) < 0 ||
+            strcmp(str_of(st, "type") ? str_of(st, "type") : "", "directory")) {
+                char m[200];
+                bool missing = err && err->message && strstr(err->message, "No such file");
+                snprintf(m, sizeof(m), "watch %.150s: %s", path,
+                         missing ? "no such directory" : err ? "cannot stat it" : "not a directory");
+                stream_error(c, missing ? 404 : err ? gw_status_of(err) : 400, m);
+                client_error_free(err);
+                cJSON_Delete(st);
+                cJSON_Delete(req);
+                return;
+        }
+        cJSON_Delete(st);
         cJSON *p = path_params(sbx, path);
         cJSON_AddBoolToObject(p, "recursive", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "recursive")));
         cJSON_Delete(req);
@@ -687,8 +973,17 @@ static size_t download_bytes(double size) {
         return (size_t) size * 4 + 65536;
 }
 
+/* The query's `path` made absolute for the sandbox user (new string;
+ * NULL when absent). */
+static char *query_path(const gw_request *r) {
+        char *q = gw_query_get(r, "path");
+        char *a = q ? abs_path(q, false) : NULL;
+        free(q);
+        return a;
+}
+
 static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
-        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        char *path = query_path(r), *user = gw_query_get(r, "username");
         client *d = NULL;
         cJSON *res = NULL, *st = NULL;
         size_t held = 0;
@@ -779,7 +1074,7 @@ static int write_file(client *d, const char *sbx, const char *path, const char *
 }
 
 static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
-        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        char *path = query_path(r), *user = gw_query_get(r, "username");
         gw_part *parts = NULL;
         size_t n = 0;
         client *d = NULL;
@@ -811,6 +1106,15 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         }
         out_arr = cJSON_CreateArray();
         for (size_t i = 0; i < n; i++) {
+                if (!(path && n == 1)) {
+                        char *a = abs_path(parts[i].filename, false);
+                        if (!a) {
+                                gw_send_error(c, 500, "out of memory");
+                                goto out;
+                        }
+                        free(parts[i].filename);
+                        parts[i].filename = a;
+                }
                 const char *fp = path && n == 1 ? path : parts[i].filename;
                 client_error *err = NULL;
                 if (write_file(d, sbx, fp, parts[i].data, parts[i].len, &err) < 0) {
@@ -837,8 +1141,37 @@ out:
         free(user);
 }
 
+/* GET /health with the sandbox's token: 204 while it runs; 502 when it
+ * is paused or gone, as E2B's proxy answers for a sandbox whose envd is
+ * not there (the SDK's isRunning() false). */
+static void health(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0) {
+                int st = gw_status_of(err);
+                client_error_free(err);
+                if (st == 404)
+                        gw_send_error(c, 502, "sandbox %s is not running", sbx);
+                else
+                        gw_send_error(c, st, "health: sandboxd did not answer");
+                return;
+        }
+        const cJSON *sess = cJSON_GetObjectItemCaseSensitive(res, "session");
+        bool running = cJSON_IsObject(sess) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sess, "paused"));
+        cJSON_Delete(res);
+        if (running)
+                gw_send(c, 204, NULL, NULL, 0);
+        else
+                gw_send_error(c, 502, "sandbox %s is %s", sbx, cJSON_IsObject(sess) ? "paused" : "not running");
+}
+
 void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sandbox) {
         const char *m = r->method, *path = r->path;
+        if (!strcmp(path, "/health") && !strcmp(m, "GET")) {
+                health(cfg, c, tenant, sandbox);
+                return;
+        }
         if (!strcmp(path, "/files")) {
                 if (!strcmp(m, "GET"))
                         files_get(cfg, c, r, tenant, sandbox);
@@ -868,6 +1201,8 @@ void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *
         if (streaming) {
                 if (!strcmp(path, "/process.Process/Start"))
                         process_start(cfg, c, r, tenant, sandbox);
+                else if (!strcmp(path, "/process.Process/Connect"))
+                        process_connect(cfg, c, r, tenant, sandbox);
                 else if (!strcmp(path, "/filesystem.Filesystem/WatchDir"))
                         watch_dir(cfg, c, r, tenant, sandbox);
                 else {
