@@ -16,8 +16,6 @@ static const struct {
         const char *verb;
         const char *why;
 } unserved[] = {
-        { "snapshots", "snapshots are not served by sandboxd-e2b yet" },
-        { "metrics", "metrics are not served by sandboxd-e2b yet" },
         { "logs", "sandbox logs: sandboxd has no sandbox-wide log (command.logs is per command)" },
         { "refreshes", "refreshes are not served by sandboxd-e2b yet" },
 };
@@ -207,7 +205,15 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                 if (!strcmp(k, "templateID")) {
                         if (!cJSON_IsString(it))
                                 goto bad_type;
-                        cJSON_AddStringToObject(p, "runtime", strcmp(it->valuestring, "base") ? it->valuestring : "host");
+                        if (!strncmp(it->valuestring, "snap-", 5)) {
+                                /* A snapshot (POST /sandboxes/{id}/snapshots)
+                                 * is a template in E2B. */
+                                cJSON *src = cJSON_AddObjectToObject(p, "source");
+                                cJSON_AddStringToObject(src, "type", "snapshot");
+                                cJSON_AddStringToObject(src, "snapshotId", it->valuestring);
+                        } else
+                                cJSON_AddStringToObject(p, "runtime",
+                                                        strcmp(it->valuestring, "base") ? it->valuestring : "host");
                 } else if (!strcmp(k, "timeout")) {
                         if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e7)
                                 goto bad_type;
@@ -824,6 +830,196 @@ static void fork_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, 
         gw_send_json(c, 201, out);
 }
 
+/* A query parameter of seconds since the epoch: -1 when absent, -2 when
+ * it is not a number. */
+static long long query_seconds(const gw_request *r, const char *key) {
+        char *v = gw_query_get(r, key), *end = NULL;
+        if (!v)
+                return -1;
+        long long n = strtoll(v, &end, 10);
+        bool ok = *v && !*end && n >= 0;
+        free(v);
+        return ok ? n : -2;
+}
+
+/* GET /sandboxes/{id}/metrics [?start=&end=] (seconds): E2B keeps a time
+ * series; sandboxd has the running session's figures as sandbox.get reads
+ * them when asked. The answer is one SandboxMetric taken now (none when
+ * now is outside start..end, or no session runs): cpuUsedPct the CPU time
+ * of the session (activeCpuUsageMs) over its wall time and vCPUs, an
+ * average since it started; memUsed usage.memoryBytes, memTotal vCPUs x
+ * 2 GiB (sandboxd's limit); diskUsed usage.diskUsedBytes, diskTotal
+ * diskMiB; a figure the host does not keep is 0. */
+static void get_metrics(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        long long from = query_seconds(r, "start"), to = query_seconds(r, "end");
+        if (from == -2 || to == -2) {
+                gw_send_error(c, 400, "%s: seconds since the epoch", from == -2 ? "start" : "end");
+                return;
+        }
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "metrics");
+        if (!sb)
+                return;
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        cJSON *arr = cJSON_CreateArray();
+        const cJSON *sess = cJSON_GetObjectItemCaseSensitive(sb, "session");
+        const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(sb, "sessions");
+        const cJSON *last = cJSON_GetArrayItem(sessions, cJSON_GetArraySize(sessions) - 1);
+        int64_t started = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(last, "startedAt")));
+        int64_t now_ms = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        if (cJSON_IsObject(sess) && (from < 0 || now.tv_sec >= from) && (to < 0 || now.tv_sec <= to)) {
+                const cJSON *res = cJSON_GetObjectItemCaseSensitive(sb, "resources");
+                const cJSON *usage = cJSON_GetObjectItemCaseSensitive(sb, "usage");
+                double vcpus = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "vcpus"));
+                double disk = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "diskMiB"));
+                double cpu = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sb, "activeCpuUsageMs"));
+                double mem = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(usage, "memoryBytes"));
+                double used = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(usage, "diskUsedBytes"));
+                if (!(vcpus > 0))
+                        vcpus = 1;
+                double wall = started > 0 && now_ms > started ? (double) (now_ms - started) : 0;
+                char ts[32];
+                struct tm tm;
+                gmtime_r(&now.tv_sec, &tm);
+                strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+                cJSON *m = cJSON_CreateObject();
+                cJSON_AddStringToObject(m, "timestamp", ts);
+                cJSON_AddNumberToObject(m, "timestampUnix", (double) now.tv_sec);
+                cJSON_AddNumberToObject(m, "cpuCount", vcpus);
+                cJSON_AddNumberToObject(m, "cpuUsedPct", cpu == cpu && wall > 0 ? cpu / wall / vcpus * 100 : 0);
+                cJSON_AddNumberToObject(m, "memUsed", mem == mem ? mem : 0);
+                cJSON_AddNumberToObject(m, "memTotal", vcpus * 2048.0 * 1024 * 1024);
+                cJSON_AddNumberToObject(m, "memCache", 0);
+                cJSON_AddNumberToObject(m, "diskUsed", used == used ? used : 0);
+                cJSON_AddNumberToObject(m, "diskTotal", disk == disk && disk > 0 ? disk * 1024 * 1024 : 0);
+                cJSON_AddItemToArray(arr, m);
+        }
+        cJSON_Delete(sb);
+        gw_send_json(c, 200, arr);
+}
+
+/* POST /sandboxes/{id}/snapshots {"name"?}: sandbox.snapshot, the
+ * sandbox's filesystem and config kept (its memory is not: a sandbox
+ * created from it starts new processes), the sandbox running on. 201
+ * {"snapshotID": "snap-…", "names": []}; the ID is a template ID
+ * (create from it, DELETE /templates/{ID}). Names are refused: sandboxd's
+ * snapshots have IDs only. */
+static void snapshot_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                             const char *id) {
+        cJSON *body = body_object(c, r, true, "{} (snapshot names are not served)"), *it;
+        if (!body)
+                return;
+        cJSON_ArrayForEach(it, body)
+                if (!cJSON_IsNull(it)) {
+                        gw_send_error(c, 400, "%s: not served (sandboxd's snapshots have IDs, no names)", it->string);
+                        cJSON_Delete(body);
+                        return;
+                }
+        cJSON_Delete(body);
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.snapshot", p, &res, &err) < 0) {
+                reply_daemon_error(c, err, "snapshot");
+                client_error_free(err);
+                return;
+        }
+        const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "id"));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
+        cJSON_AddArrayToObject(o, "names");
+        cJSON_Delete(res);
+        gw_send_json(c, 201, o);
+}
+
+/* GET /snapshots [?sandboxID=&limit=&nextToken=]: snapshot.list (the
+ * tenant's own), newest first, paged as the sandbox list is. */
+static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        static const char *const known[] = { "sandboxID", "limit", "nextToken" };
+        for (const char *q = r->query; q && *q;) {
+                const char *end = strchr(q, '&');
+                size_t n = end ? (size_t) (end - q) : strlen(q);
+                bool ok = false;
+                for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
+                        ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
+                if (!ok) {
+                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (sandboxID, limit, nextToken "
+                                              "are; snapshots have no names)", (int) n, q);
+                        return;
+                }
+                q = end ? end + 1 : NULL;
+        }
+        char *sbx = gw_query_get(r, "sandboxID"), *limit = gw_query_get(r, "limit"), *token = gw_query_get(r, "nextToken");
+        char *end = NULL;
+        long max = limit ? strtol(limit, &end, 10) : 0, from = 0;
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        if ((limit && (*end || max < 1 || max > 10000)) ||
+            (token && ((from = strtol(token, &end, 10)) < 0 || *end || !*token))) {
+                gw_send_error(c, 400, "%s", limit && (max < 1 || max > 10000 || !end || *end) ? "limit: an integer from 1 to 10000"
+                                                                                      : "nextToken: not a token of this gateway's");
+                goto out;
+        }
+        if (sbx)
+                cJSON_AddStringToObject(p, "sandbox", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "snapshot.list", p, &res, &err) < 0) {
+                p = NULL;
+                reply_daemon_error(c, err, "list snapshots");
+                client_error_free(err);
+                goto out;
+        }
+        p = NULL;
+        cJSON *arr = cJSON_CreateArray(), *sn;
+        long i = 0;
+        bool more = false;
+        int total = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res, "snapshots"));
+        /* snapshot.list is oldest first: E2B's newest first is its reverse. */
+        for (int k = total - 1; k >= 0; k--) {
+                sn = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "snapshots"), k);
+                if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sn, "expired")) || i++ < from)
+                        continue;
+                if (max > 0 && cJSON_GetArraySize(arr) >= max) {
+                        more = true;
+                        break;
+                }
+                cJSON *o = cJSON_CreateObject();
+                const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sn, "id"));
+                cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
+                cJSON_AddArrayToObject(o, "names");
+                cJSON_AddItemToArray(arr, o);
+        }
+        char extra[64] = "";
+        if (more)
+                snprintf(extra, sizeof(extra), "X-Next-Token: %ld\r\n", from + max);
+        char *text = cJSON_PrintUnformatted(arr);
+        cJSON_Delete(arr);
+        if (text)
+                gw_send_ex(c, 200, "application/json", text, strlen(text), extra);
+        else
+                gw_send_error(c, 500, "out of memory");
+        free(text);
+out:
+        cJSON_Delete(p);
+        cJSON_Delete(res);
+        free(sbx);
+        free(limit);
+        free(token);
+}
+
+/* DELETE /templates/{snap-…}: snapshot.delete → 204; 404 when the
+ * tenant has no such snapshot. */
+static void delete_snapshot(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "id", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "snapshot.delete", p, NULL, &err) < 0) {
+                reply_daemon_error(c, err, "delete snapshot");
+                client_error_free(err);
+                return;
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+}
+
 /* POST /v2/sandboxes/{id}/connect (and /sandboxes/{id}/connect, and the
  * older /resume) {"timeout": s, "memory"?}: a paused sandbox is resumed
  * (201), a running one answered as it is (200); the end is moved to
@@ -906,6 +1102,15 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
                         gw_send_error(c, 405, "%s %s: not allowed", m, path);
                 return;
         }
+        if (!strcmp(path, "/snapshots") && !strcmp(m, "GET")) {
+                list_snapshots(cfg, c, r, tenant);
+                return;
+        }
+        if (!strncmp(path, "/templates/snap-", 16) && !strcmp(m, "DELETE") && !strchr(path + 11, '/') &&
+            strlen(path + 11) < 64) {
+                delete_snapshot(cfg, c, tenant, path + 11);
+                return;
+        }
         const char *rest = !strncmp(path, "/sandboxes/", 11) ? path + 11
                          : !strncmp(path, "/v2/sandboxes/", 14) ? path + 14 : NULL;
         if (!rest) {
@@ -942,6 +1147,14 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
         }
         if (!strcmp(verb, "pause") && !strcmp(m, "POST")) {
                 pause_sandbox(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "metrics") && !strcmp(m, "GET")) {
+                get_metrics(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "snapshots") && !strcmp(m, "POST")) {
+                snapshot_sandbox(cfg, c, r, tenant, id);
                 return;
         }
         if (!strcmp(verb, "fork") && !strcmp(m, "POST")) {

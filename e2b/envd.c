@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <zlib.h>
 #include "e2b/gateway.h"
 
 #define ENV_FLAG_END 0x02
@@ -162,10 +163,31 @@ static char *abs_path(const char *path, bool root) {
 
 typedef struct start_state {
         gw_conn *c;
+        const gw_config *cfg;
+        const char *tenant, *sbx;
+        const char *gone; /* the sandbox ended under the process: the stream's error */
         bool pty;       /* started with a pty: output is E2B's pty data */
         char *id_copy;  /* the command's cmdId, from command.started */
         bool ended;     /* its command.exit was relayed */
 } start_state;
+
+/* Whether sandbox `sbx` is gone, or its session stopping or ended. */
+static bool sandbox_gone(const gw_config *cfg, const char *tenant, const char *sbx) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        bool gone;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0)
+                gone = gw_status_of(err) == 404;
+        else {
+                const char *st = str_of(res, "status");
+                gone = !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(res, "session")) ||
+                       !st || (strcmp(st, "running") && strcmp(st, "pending"));
+        }
+        client_error_free(err);
+        cJSON_Delete(res);
+        return gone;
+}
 
 static void on_command_note(const client_msg *m, void *userdata) {
         start_state *s = userdata;
@@ -189,6 +211,13 @@ static void on_command_note(const client_msg *m, void *userdata) {
                 double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m->params, "exitCode"));
                 char status[64];
                 int ci = code == code ? (int) code : -1;
+                if (ci > 128 && s->cfg && sandbox_gone(s->cfg, s->tenant, s->sbx)) {
+                        /* Killed with its sandbox: envd's stream breaks
+                         * then, and E2B's SDK tells the caller so. */
+                        s->gone = "the sandbox was killed or reached its end of life while the process ran";
+                        s->ended = true;
+                        return;
+                }
                 if (ci > 128)
                         snprintf(status, sizeof(status), "signal: %d", ci - 128);
                 else
@@ -213,9 +242,9 @@ static void on_command_note(const client_msg *m, void *userdata) {
  * comes when `end_on_answer`, an error answers, or the caller goes away
  * (what the method started then goes on or ends with `d`, as its daemon
  * semantics say). Ends the stream, with the error if any: the method's,
- * or *end_error (Connect's data_loss) when `fn` set it. */
+ * or *end_error (with Connect code `end_code`) when `fn` set it. */
 static void relay_stream(gw_conn *c, client *d, const char *method, cJSON *p, client_notify_fn fn, void *st,
-                         bool *done, bool end_on_answer, const char *const *end_error) {
+                         bool *done, bool end_on_answer, const char *const *end_error, const char *end_code) {
         int64_t id = client_send(d, method, p);
         gw_send_chunked_head(c, 200, "application/connect+json");
         char *fail = NULL;
@@ -258,7 +287,7 @@ static void relay_stream(gw_conn *c, client *d, const char *method, cJSON *p, cl
                 cJSON_AddStringToObject(e, "message", fail ? fail : "cannot send to sandboxd");
         } else if (end_error && *end_error) {
                 cJSON *e = cJSON_AddObjectToObject(end, "error");
-                cJSON_AddStringToObject(e, "code", "data_loss");
+                cJSON_AddStringToObject(e, "code", end_code);
                 cJSON_AddStringToObject(e, "message", *end_error);
         }
         send_envelope(c, ENV_FLAG_END, end);
@@ -343,8 +372,8 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         cJSON_AddBoolToObject(p, "detached", true);
         if (!is_pty && !want_stdin)
                 cJSON_AddStringToObject(p, "stdin", "");
-        start_state s = { .c = c, .pty = is_pty };
-        relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, NULL);
+        start_state s = { .c = c, .pty = is_pty, .cfg = cfg, .tenant = tenant, .sbx = sbx };
+        relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, &s.gone, "unavailable");
         free(s.id_copy);
         client_free(d);
 }
@@ -665,6 +694,25 @@ static void process_call(const gw_config *cfg, gw_conn *c, const gw_request *r, 
 
 /* ---- filesystem.Filesystem ---- */
 
+/* A command.output notification's stdout appended to *(char **) userdata
+ * (at most 64 KiB: a path). */
+static void collect_stdout(const client_msg *m, void *userdata) {
+        char **acc = userdata;
+        if (!m->method || strcmp(m->method, "command.output") || strcmp(str_of(m->params, "stream") ?: "", "stdout"))
+                return;
+        void *data = NULL;
+        size_t len = 0, have = *acc ? strlen(*acc) : 0;
+        if (!str_of(m->params, "data") || client_base64_decode(str_of(m->params, "data"), &data, &len) < 0)
+                return;
+        char *n = have + len < 65536 ? realloc(*acc, have + len + 1) : NULL;
+        if (n) {
+                memcpy(n + have, data, len);
+                n[have + len] = 0;
+                *acc = n;
+        }
+        free(data);
+}
+
 /* A sandboxd Stat as EntryInfo. */
 static cJSON *entry_of(const cJSON *st) {
         cJSON *e = cJSON_CreateObject();
@@ -736,6 +784,40 @@ static cJSON *path_params(const char *sbx, const char *path) {
         return p;
 }
 
+/* A symlink's target, resolved to an absolute path as envd gives it
+ * (readlink -f as the sandbox user: sandboxd's fs.stat does not read
+ * links). New string, or NULL when it cannot be read. */
+static char *link_target(const gw_config *cfg, const char *tenant, const char *sbx, const char *path) {
+        cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray(), *res = NULL;
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "cmd", "readlink");
+        cJSON_AddItemToArray(args, cJSON_CreateString("-f"));
+        cJSON_AddItemToArray(args, cJSON_CreateString("--"));
+        cJSON_AddItemToArray(args, cJSON_CreateString(path));
+        cJSON_AddItemToObject(p, "args", args);
+        client *d = NULL;
+        char *msg = NULL, *out = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                free(msg);
+                cJSON_Delete(p);
+                return NULL;
+        }
+        /* Its stdout comes as command.output notifications. */
+        char *acc = NULL;
+        client_error *err = NULL;
+        if (client_call(d, "command.run", p, 60000, collect_stdout, &acc, &res, &err) == 0 &&
+            cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "exitCode")) == 0 && acc) {
+                acc[strcspn(acc, "\n")] = 0;
+                if (acc[0] == '/')
+                        out = strdup(acc);
+        }
+        free(acc);
+        client_error_free(err);
+        cJSON_Delete(res);
+        client_free(d);
+        return out;
+}
+
 /* ListDir's depth: at most this many levels, and at most LIST_MAX
  * entries in one answer (each directory is one fs.list). */
 #define LIST_DEPTH_MAX 16
@@ -779,8 +861,15 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         }
         cJSON *res = NULL, *out = NULL;
         if (!strcmp(op, "Stat") && path) {
-                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
-                        out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat"))) {
+                        cJSON *e = entry_of(res);
+                        const char *type = str_of(res, "type");
+                        char *target = type && !strcmp(type, "symlink") ? link_target(cfg, tenant, sbx, path) : NULL;
+                        if (target)
+                                cJSON_AddStringToObject(e, "symlinkTarget", target);
+                        free(target);
+                        out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", e);
+                }
         } else if (!strcmp(op, "ListDir") && path) {
                 double depth = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "depth"));
                 if (depth == depth && (depth < 0 || depth > LIST_DEPTH_MAX)) {
@@ -859,6 +948,9 @@ done:
 
 typedef struct watch_state {
         gw_conn *c;
+        const gw_config *cfg;
+        const char *tenant, *sbx;
+        bool entry;       /* includeEntry: each event with the path's EntryInfo */
         char *dir;        /* the watched path as fs.watchStarted names it */
         bool done;        /* an overflow: the stream ends */
         const char *lost; /* ... with this error */
@@ -907,6 +999,13 @@ static void on_watch_note(const client_msg *m, void *userdata) {
                 cJSON *fe = cJSON_AddObjectToObject(msg, "filesystem");
                 cJSON_AddStringToObject(fe, "name", name);
                 cJSON_AddStringToObject(fe, "type", type);
+                /* includeEntry: the entry as it is when the event is
+                 * relayed (none for a path gone by then, as a removal). */
+                cJSON *st = NULL;
+                if (w->entry && path && strcmp(type, "EVENT_TYPE_REMOVE") &&
+                    gw_daemon_call(w->cfg, w->tenant, "fs.stat", path_params(w->sbx, path), &st, NULL) == 0)
+                        cJSON_AddItemToObject(fe, "entry", entry_of(st));
+                cJSON_Delete(st);
         }
         if (msg)
                 send_envelope(w->c, 0, msg);
@@ -916,15 +1015,15 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         cJSON *req = request_message(r, true);
         abs_paths(req, (const char *const[]) { "path", NULL });
         const char *path = str_of(req, "path");
-        if (!path || request_user(r) != 0 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry")) ||
-            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "allowNetworkMounts"))) {
+        /* allowNetworkMounts lifts envd's refusal of network mounts;
+         * sandboxd's fs.watch has none to lift. */
+        if (!path || request_user(r) != 0) {
                 stream_error(c, path ? 501 : 400,
-                             !path ? "path: required"
-                                   : "includeEntry, allowNetworkMounts and watching as root are not served by "
-                                     "sandboxd-e2b yet");
+                             !path ? "path: required" : "watching as root is not served by sandboxd-e2b yet");
                 cJSON_Delete(req);
                 return;
         }
+        bool include_entry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry"));
         /* A directory only, as envd's WatchDir (fs.watch would watch a
          * file too). */
         cJSON *st = NULL;
@@ -956,8 +1055,8 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         /* The watch ends with the daemon connection: when the caller stops
          * (closes the stream) or fs.watch answers (its path deleted, the
          * sandbox stopped). */
-        watch_state w = { .c = c };
-        relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost);
+        watch_state w = { .c = c, .cfg = cfg, .tenant = tenant, .sbx = sbx, .entry = include_entry };
+        relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost, "data_loss");
         free(w.dir);
         client_free(d);
 }
@@ -1073,6 +1172,105 @@ static int write_file(client *d, const char *sbx, const char *path, const char *
         return 0;
 }
 
+/* Inflates the gzip stream `in` (len bytes) into a new buffer of at most
+ * GW_MAX_BODY bytes: 0 with *ret, *ret_len; -EINVAL when it is not gzip,
+ * -E2BIG past the bound, -ENOMEM. RFC 1952; zlib's inflate with gzip
+ * decoding (windowBits 16 + MAX_WBITS, zlib.h). */
+static int gunzip(const char *in, size_t len, char **ret, size_t *ret_len) {
+        z_stream z = {0};
+        if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+                return -ENOMEM;
+        size_t cap = len * 4 + 4096, have = 0;
+        if (cap > GW_MAX_BODY)
+                cap = GW_MAX_BODY;
+        char *buf = malloc(cap);
+        int r = buf ? 0 : -ENOMEM, zr = Z_OK;
+        z.next_in = (unsigned char *) in;
+        z.avail_in = (uInt) len;
+        while (!r && zr != Z_STREAM_END) {
+                if (have == cap) {
+                        if (cap == GW_MAX_BODY) {
+                                r = -E2BIG;
+                                break;
+                        }
+                        size_t ncap = cap * 2 > GW_MAX_BODY ? GW_MAX_BODY : cap * 2;
+                        char *nb = realloc(buf, ncap);
+                        if (!nb) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        buf = nb;
+                        cap = ncap;
+                }
+                z.next_out = (unsigned char *) buf + have;
+                z.avail_out = (uInt) (cap - have);
+                zr = inflate(&z, Z_NO_FLUSH);
+                have = cap - z.avail_out;
+                if (zr != Z_OK && zr != Z_STREAM_END)
+                        r = -EINVAL;
+                else if (zr == Z_OK && z.avail_in == 0 && z.avail_out > 0)
+                        r = -EINVAL; /* the stream ended early */
+        }
+        inflateEnd(&z);
+        if (r < 0) {
+                free(buf);
+                return r;
+        }
+        *ret = buf;
+        *ret_len = have;
+        return 0;
+}
+
+/* POST /files with Content-Type application/octet-stream (envd 0.5.7):
+ * the body is the file at the query's `path`, gzip when Content-Encoding
+ * says so. Answers as the multipart upload does. */
+static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                             const char *sbx, const char *path) {
+        const char *enc = gw_header_get(r, "Content-Encoding");
+        char *plain = NULL;
+        size_t plain_len = 0;
+        client *d = NULL;
+        if (!path) {
+                gw_send_error(c, 400, "path: required for an application/octet-stream upload");
+                return;
+        }
+        if (enc && strcasecmp(enc, "gzip") && strcasecmp(enc, "identity")) {
+                gw_send_error(c, 415, "Content-Encoding %s: gzip or identity", enc);
+                return;
+        }
+        if (enc && !strcasecmp(enc, "gzip")) {
+                int g = gunzip(r->body, r->body_len, &plain, &plain_len);
+                if (g < 0) {
+                        gw_send_error(c, g == -E2BIG ? 413 : g == -ENOMEM ? 500 : 400, "body: %s",
+                                      g == -E2BIG ? "the file is larger than the gateway's 64 MiB"
+                                      : g == -ENOMEM ? "out of memory" : "not a whole gzip stream");
+                        return;
+                }
+        }
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                gw_send_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                free(plain);
+                return;
+        }
+        client_error *err = NULL;
+        if (write_file(d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, &err) < 0) {
+                gw_send_error(c, gw_status_of(err), "write %s: %s", path, err ? err->message : "failed");
+                client_error_free(err);
+        } else {
+                cJSON *arr = cJSON_CreateArray(), *info = cJSON_CreateObject();
+                const char *slash = strrchr(path, '/');
+                cJSON_AddStringToObject(info, "name", slash ? slash + 1 : path);
+                cJSON_AddStringToObject(info, "type", "file");
+                cJSON_AddStringToObject(info, "path", path);
+                cJSON_AddItemToArray(arr, info);
+                gw_send_json(c, 200, arr);
+        }
+        client_free(d);
+        free(plain);
+}
+
 static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
         char *path = query_path(r), *user = gw_query_get(r, "username");
         gw_part *parts = NULL;
@@ -1081,6 +1279,19 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         cJSON *out_arr = NULL;
         if (user && strcmp(user, "user") && strcmp(user, "sandbox")) {
                 gw_send_error(c, 400, "username: files are written as the sandbox user only");
+                goto out;
+        }
+        /* File metadata (X-Metadata-* headers, envd 0.6.2) would need
+         * extended attributes sandboxd's fs.write does not set. */
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (!strncasecmp(r->headers[i].name, "X-Metadata-", 11)) {
+                        gw_send_error(c, 400, "%s: file metadata is not served by sandboxd-e2b (sandboxd's fs.write "
+                                              "sets no extended attributes)", r->headers[i].name);
+                        goto out;
+                }
+        const char *ct = gw_header_get(r, "Content-Type");
+        if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
+                files_post_octet(cfg, c, r, tenant, sbx, path);
                 goto out;
         }
         int mp = gw_multipart(r, &parts, &n);

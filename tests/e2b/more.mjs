@@ -121,9 +121,29 @@ try {
     Sandbox.create({ network: { maskRequestHost: 'x.example' } }),
     /network.maskRequestHost: not served/
   )
-  await assert.rejects(Sandbox.createSnapshot(s.sandboxId), /snapshots are not served/)
-  await assert.rejects(s.commands.connect(1), /process.Process\/Connect is not served/)
+  await assert.rejects(Sandbox.createSnapshot(s.sandboxId, { name: 'named' }), /snapshots have IDs, no names/)
+  await assert.rejects(s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b' } }), /file metadata is not served/)
   ok('what is not served yet is refused, naming it')
+
+  // E2B's user `user`: home /home/user, where relative paths and a
+  // process without cwd go.
+  assert.equal((await s.commands.run('pwd; echo $HOME; getent passwd user | cut -d: -f6')).stdout,
+               '/home/user\n/home/user\n/home/user\n')
+  await s.files.write('rel.txt', 'relative')
+  assert.equal(await s.files.read('/home/user/rel.txt'), 'relative')
+  assert.equal((await s.files.getInfo('rel.txt')).owner, 'user')
+  ok('the base template has the user `user` with home /home/user, where relative paths resolve')
+
+  // Connect: a running process's output from the moment of connecting,
+  // then its end.
+  const reader = await s.commands.run('read l; echo "got $l"', { background: true, stdin: true })
+  let relayed = ''
+  const attached = await s.commands.connect(reader.pid, { onStdout: (d) => { relayed += d } })
+  await s.commands.sendStdin(reader.pid, 'line\n')
+  const done = await attached.wait()
+  assert.equal(done.exitCode, 0)
+  assert.equal(relayed, 'got line\n')
+  ok('commands.connect follows a running process to its end')
 
   // api.public.test and other.public.test are hosts of the test world's
   // fake internet: what a sandbox resolves shows what its policy opens.

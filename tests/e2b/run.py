@@ -13,8 +13,12 @@ with node there, its environment naming the server only through
 E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
 key, for the isolation check); agent.mjs runs once more over HTTPS
 (--tls-cert, a CA of `sandboxctl certs init` that node is told to trust),
-and caps.py (python3) against a third gateway with a small connection
-table (CAPS_ARGS).
+caps.py (python3) against a third gateway with a small connection
+table (CAPS_ARGS), and E2B's own JS SDK tests (e2b-sdk-tests/, vitest),
+which print N of M passed and fail the run when a test not listed in
+docs/E2B.md fails or a listed one passes. E2B_TEST_TIMEOUT (s, default
+300) bounds each program; E2B_VITEST_ARGS adds vitest arguments (e.g.
+-t NAME); E2B_VITEST_JSON keeps vitest's JSON report at that path.
 Every process it starts is stopped, and
 the world torn down, on every exit. Exit status: 0 when every program
 passed.

@@ -17,5 +17,9 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     isolate: true,
+    // Files in parallel: each mostly waits on sandboxd (sandboxes made,
+    // commands run), so more of them than the machine's cores keeps the
+    // run to about 100 s; each file's tests run one after another.
+    maxWorkers: 6,
   },
 })
