@@ -437,8 +437,17 @@ static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, 
  * (its end) on one daemon connection and command.logs (the bytes written,
  * with their offsets in the stream) on another, asked every
  * CONNECT_POLL_MS while the command runs and once more after it ended,
- * relaying the bytes written since the Connect began. */
+ * relaying the bytes written since the Connect began. command.logs
+ * answers a stream's whole kept tail (up to 1 MiB) each time, so the
+ * asking slows down while nothing new comes (50 ms, doubling to 400 ms;
+ * back to 50 ms on new bytes), and at most CONNECT_MAX Connect streams
+ * run at once in the gateway (past them: resource_exhausted), so that no
+ * caller makes the gateway ask the daemon without bound. */
 #define CONNECT_POLL_MS 50
+#define CONNECT_POLL_MAX_MS 400
+#define CONNECT_MAX 16
+
+static _Atomic unsigned connects;
 
 typedef struct follow {
         gw_conn *c;
@@ -449,7 +458,8 @@ typedef struct follow {
 
 /* Relays what command.logs `res` holds past f->pos (a part cut from the
  * logs meanwhile is skipped: its bytes are gone). */
-static void follow_relay(follow *f, const cJSON *res, bool send) {
+static bool follow_relay(follow *f, const cJSON *res, bool send) {
+        bool fresh = false;
         static const char *const stream[2] = { "stdout", "stderr" }, *const off[2] = { "stdoutOffset", "stderrOffset" };
         for (int i = 0; i < 2; i++) {
                 const char *b64 = str_of(res, stream[i]);
@@ -470,12 +480,16 @@ static void follow_relay(follow *f, const cJSON *res, bool send) {
                                 free(enc);
                         }
                 }
-                if (end > f->pos[i])
+                if (end > f->pos[i]) {
                         f->pos[i] = end;
+                        fresh = true;
+                }
                 free(data);
         }
+        return fresh;
 }
 
+/* 1 when new bytes came, 0 when none, -EIO when command.logs failed. */
 static int follow_poll(follow *f, client *d, bool send) {
         cJSON *p = cJSON_CreateObject(), *res = NULL;
         cJSON_AddStringToObject(p, "cmdId", f->cmd_id);
@@ -484,9 +498,9 @@ static int follow_poll(follow *f, client *d, bool send) {
                 client_error_free(err);
                 return -EIO;
         }
-        follow_relay(f, res, send);
+        bool fresh = follow_relay(f, res, send);
         cJSON_Delete(res);
-        return 0;
+        return fresh;
 }
 
 static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
@@ -498,6 +512,11 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
         cJSON_Delete(req);
         if (!want) {
                 stream_error(c, 400, "process.pid: required (processes by tag are not served yet)");
+                return;
+        }
+        if (++connects > CONNECT_MAX) {
+                connects--;
+                stream_error(c, 429, "the gateway follows as many processes (Connect) as it may; retry later");
                 return;
         }
         client *lg = NULL, *w = NULL;
@@ -545,18 +564,22 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
         send_envelope(c, 0, start);
         cJSON *fin = NULL;
         const char *fail = wid > 0 ? NULL : "cannot send to sandboxd";
+        int interval = CONNECT_POLL_MS;
         while (!fail && !fin && !gw_conn_failed(c)) {
                 struct pollfd pfd[2] = { { .fd = client_fd(w), .events = POLLIN },
                                          { .fd = gw_conn_fd(c), .events = POLLRDHUP } };
                 if (!client_has_pending(w)) {
-                        int n = poll(pfd, 2, CONNECT_POLL_MS);
+                        int n = poll(pfd, 2, interval);
                         if (n < 0 && errno != EINTR)
                                 break;
                         if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
                                 break;
                         if (n == 0 || !(pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-                                if (follow_poll(&f, lg, true) < 0)
+                                int fresh = follow_poll(&f, lg, true);
+                                if (fresh < 0)
                                         fail = "command.logs failed";
+                                interval = fresh > 0 ? CONNECT_POLL_MS
+                                         : interval * 2 > CONNECT_POLL_MAX_MS ? CONNECT_POLL_MAX_MS : interval * 2;
                                 continue;
                         }
                 }
@@ -600,6 +623,7 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
         gw_send_chunked_end(c);
         free(cmd_id);
 out:
+        connects--;
         free(msg);
         client_error_free(err);
         cJSON_Delete(list);

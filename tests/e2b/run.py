@@ -154,8 +154,9 @@ def main(argv):
     if os.geteuid() != 0:
         print("e2b-test: needs root (the test world)", file=sys.stderr)
         return 1
-    if not os.path.isdir(os.path.join(HERE, "node_modules", "e2b")):
-        print("e2b-test: the e2b package is not installed; run scripts/install-deps", file=sys.stderr)
+    if not all(os.path.isdir(os.path.join(HERE, "node_modules", p)) for p in ("e2b", "vitest")):
+        print("e2b-test: the e2b and vitest packages are not installed (tests/e2b/package-lock.json); "
+              "run scripts/install-deps", file=sys.stderr)
         return 1
     programs = [(p, False) for p in (argv or PROGRAMS)] + [(p, True) for p in (TLS_PROGRAMS if not argv else [])]
     with W.World() as world:
