@@ -167,9 +167,102 @@ not_strings:
         return NULL;
 }
 
+/* E2B's network.rules {HOST: [{"transform": {"headers": {NAME: VALUE}}}]}
+ * (header transforms applied by E2B's egress proxy) onto policy `pol`
+ * (taken): the policy document's rules of the object form of `allow`,
+ * {HOST: [{"transform": [{"headers": ...}]}]} (docs/POLICY.md "Header
+ * rules"). allow-all becomes {"allow": {"*": [], HOST: rules}, subnets
+ * allow everything}; a list of allowed names becomes the object form with
+ * no rules for each. A rule's host must be allowed already (by "*" or by
+ * name): a rule never opens a host (deny-all, or a name not in allowOut,
+ * is refused). A rule without a transform does nothing and is left out.
+ * Returns the new policy, or NULL with *ret_msg naming the field. */
+static cJSON *apply_rules(cJSON *pol, const cJSON *rules, char **ret_msg) {
+        const cJSON *host, *rule, *it;
+        if (!cJSON_IsObject(rules)) {
+                cJSON_Delete(pol);
+                *ret_msg = strdup("network.rules: an object of host: [rules]");
+                return NULL;
+        }
+        if (!rules->child)
+                return pol;
+        if (cJSON_IsString(pol) && !strcmp(pol->valuestring, "deny-all")) {
+                cJSON_Delete(pol);
+                *ret_msg = strdup("network.rules: every host is denied (denyOut 0.0.0.0/0 with no allowOut); a rule "
+                                  "applies to an allowed host only: name it in allowOut");
+                return NULL;
+        }
+        cJSON *out = cJSON_CreateObject(), *allow = cJSON_AddObjectToObject(out, "allow");
+        if (cJSON_IsString(pol)) { /* allow-all */
+                cJSON_AddArrayToObject(allow, "*");
+                cJSON *sub = cJSON_AddArrayToObject(cJSON_AddObjectToObject(out, "subnets"), "allow");
+                cJSON_AddItemToArray(sub, cJSON_CreateString("0.0.0.0/0"));
+                cJSON_AddItemToArray(sub, cJSON_CreateString("::/0"));
+        } else {
+                cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(pol, "allow"))
+                        if (cJSON_IsString(it) && !cJSON_GetObjectItemCaseSensitive(allow, it->valuestring))
+                                cJSON_AddArrayToObject(allow, it->valuestring);
+                cJSON *sub = cJSON_DetachItemFromObjectCaseSensitive(pol, "subnets");
+                if (sub)
+                        cJSON_AddItemToObject(out, "subnets", sub);
+        }
+        cJSON_Delete(pol);
+        bool any = cJSON_GetObjectItemCaseSensitive(allow, "*") != NULL;
+        cJSON_ArrayForEach(host, rules) {
+                cJSON *list = cJSON_GetObjectItemCaseSensitive(allow, host->string);
+                if (!list && !any) {
+                        if (asprintf(ret_msg, "network.rules.%s: the host is not allowed (name it in allowOut); a rule "
+                                              "never opens a host", host->string) < 0)
+                                *ret_msg = NULL;
+                        goto bad;
+                }
+                if (!cJSON_IsArray(host)) {
+                        if (asprintf(ret_msg, "network.rules.%s: a list of rules", host->string) < 0)
+                                *ret_msg = NULL;
+                        goto bad;
+                }
+                if (!list)
+                        list = cJSON_AddArrayToObject(allow, host->string);
+                int i = 0;
+                cJSON_ArrayForEach(rule, host) {
+                        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rule, "transform");
+                        const char *bad_key = NULL;
+                        if (!cJSON_IsObject(rule))
+                                bad_key = "(not an object)";
+                        cJSON_ArrayForEach(it, rule)
+                                if (!bad_key && strcmp(it->string, "transform"))
+                                        bad_key = it->string;
+                        cJSON_ArrayForEach(it, tr)
+                                if (!bad_key && (strcmp(it->string, "headers") || !cJSON_IsObject(it)))
+                                        bad_key = it->string;
+                        if (!bad_key && tr && !cJSON_IsObject(tr))
+                                bad_key = "transform";
+                        if (bad_key) {
+                                if (asprintf(ret_msg, "network.rules.%s[%d]: %s: not served (a rule is {\"transform\": "
+                                                      "{\"headers\": {NAME: VALUE}}})", host->string, i, bad_key) < 0)
+                                        *ret_msg = NULL;
+                                goto bad;
+                        }
+                        const cJSON *headers = cJSON_GetObjectItemCaseSensitive(tr, "headers");
+                        if (headers && headers->child) {
+                                cJSON *r = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(r, "transform");
+                                cJSON *h = cJSON_CreateObject();
+                                cJSON_AddItemToObject(h, "headers", cJSON_Duplicate(headers, 1));
+                                cJSON_AddItemToArray(t, h);
+                                cJSON_AddItemToArray(list, r);
+                        }
+                        i++;
+                }
+        }
+        return out;
+bad:
+        cJSON_Delete(out);
+        return NULL;
+}
+
 /* The network object of NewSandbox: allowOut/denyOut are served; the rest
- * (rules, egressProxy, maskRequestHost, httpsPorts, allowPublicTraffic
- * false) are not yet. 0, or -EINVAL with *ret_msg naming the key. */
+ * (and rules, apply_rules); egressProxy, maskRequestHost, httpsPorts,
+ * allowPublicTraffic false are not yet. 0, or -EINVAL with *ret_msg naming the key. */
 static int network_check(const cJSON *net, char **ret_msg) {
         const cJSON *it;
         if (!cJSON_IsObject(net)) {
@@ -177,6 +270,8 @@ static int network_check(const cJSON *net, char **ret_msg) {
                 return -EINVAL;
         }
         cJSON_ArrayForEach(it, net) {
+                if (!strcmp(it->string, "rules"))
+                        continue; /* apply_rules checks them */
                 if (!strcmp(it->string, "allowOut") || !strcmp(it->string, "denyOut")) {
                         if (!cJSON_IsArray(it) && !cJSON_IsNull(it)) {
                                 *ret_msg = strdup("network: allowOut and denyOut must be arrays of strings");
@@ -186,7 +281,7 @@ static int network_check(const cJSON *net, char **ret_msg) {
                 }
                 if (!strcmp(it->string, "allowPublicTraffic") && !cJSON_IsFalse(it))
                         continue;
-                if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut and denyOut are)",
+                if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut, denyOut and rules are)",
                              it->string) < 0)
                         *ret_msg = NULL;
                 return -EINVAL;
@@ -259,9 +354,12 @@ bad_type:
         const cJSON *net = cJSON_GetObjectItemCaseSensitive(body, "network");
         const cJSON *allow_out = cJSON_GetObjectItemCaseSensitive(net, "allowOut");
         const cJSON *deny_out = cJSON_GetObjectItemCaseSensitive(net, "denyOut");
-        if (cJSON_IsFalse(aia) || cJSON_IsArray(allow_out) || cJSON_IsArray(deny_out)) {
+        const cJSON *rules = cJSON_GetObjectItemCaseSensitive(net, "rules");
+        if (cJSON_IsFalse(aia) || cJSON_IsArray(allow_out) || cJSON_IsArray(deny_out) || (rules && !cJSON_IsNull(rules))) {
                 char *msg = NULL;
                 cJSON *pol = network_policy(allow_out, deny_out, cJSON_IsFalse(aia), &msg);
+                if (pol && rules && !cJSON_IsNull(rules))
+                        pol = apply_rules(pol, rules, &msg);
                 if (!pol) {
                         gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
                         free(msg);
@@ -659,6 +757,9 @@ static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         }
         cJSON *pol = network_policy(cJSON_GetObjectItemCaseSensitive(body, "allowOut"),
                                     cJSON_GetObjectItemCaseSensitive(body, "denyOut"), cJSON_IsFalse(aia), &msg);
+        const cJSON *rules = cJSON_GetObjectItemCaseSensitive(body, "rules");
+        if (pol && rules && !cJSON_IsNull(rules))
+                pol = apply_rules(pol, rules, &msg);
         if (!pol) {
                 gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
                 goto out;

@@ -177,6 +177,30 @@ try {
     await but.updateNetwork({})
     assert.equal(await resolves(but, 'api.public.test'), true)
     ok('updateNetwork replaces the egress config of a running sandbox ({} opens it all)')
+
+    // network.rules: a header transform, applied by sandboxd's egress
+    // proxy (the world's api.public.test echoes the headers it got); the
+    // sandbox itself never sees the value.
+    const rules = { 'api.public.test': [{ transform: { headers: { 'X-From-Rules': 'r-1' } } }] }
+    const ruled = await Sandbox.create({ network: { rules } })
+    try {
+      const got = async (sbx) => {
+        const r = await sbx.commands.run('curl -sS -m 10 https://api.public.test/e2b-rules')
+        return Object.fromEntries(JSON.parse(r.stdout).headers.map(([k, v]) => [k.toLowerCase(), v]))
+      }
+      assert.equal((await got(ruled))['x-from-rules'], 'r-1')
+      assert.equal((await ruled.commands.run('env; cat /proc/1/environ 2>/dev/null; true')).stdout.includes('r-1'), false)
+      await ruled.updateNetwork({ rules: { 'api.public.test': [{ transform: { headers: { 'X-From-Rules': 'r-2' } } }] } })
+      assert.equal((await got(ruled))['x-from-rules'], 'r-2')
+      ok('network.rules header transforms reach the host (and updateNetwork replaces them)')
+    } finally {
+      await ruled.kill()
+    }
+    await assert.rejects(
+      Sandbox.create({ network: { denyOut: [ALL_TRAFFIC], allowOut: ['other.public.test'], rules } }),
+      /network.rules.api.public.test: the host is not allowed/
+    )
+    ok('a rule never opens a host')
   } finally {
     for (const sbx of [open, denied, only, but]) await sbx.kill()
   }
