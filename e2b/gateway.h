@@ -25,6 +25,9 @@
  * WatchDir allowNetworkMounts. */
 #define GW_ENVD_VERSION "0.6.4"
 
+/* envd's port in E2B's host names (PORT-ID.DOMAIN, route.c). */
+#define GW_ENVD_PORT 49983
+
 /* Longest request body read, in bytes (a files upload of fs.write's
  * largest single piece plus multipart framing). */
 #define GW_MAX_BODY ((size_t) 64 << 20)

@@ -5,6 +5,7 @@
 // error shape, naming what is missing), never be ignored.
 import { Sandbox, FileNotFoundError, ALL_TRAFFIC } from 'e2b'
 import assert from 'node:assert/strict'
+import http from 'node:http'
 
 function ok(what) {
   console.log('ok - ' + what)
@@ -133,6 +134,24 @@ try {
   assert.equal(await s.files.read('/home/user/rel.txt'), 'relative')
   assert.equal((await s.files.getInfo('rel.txt')).owner, 'user')
   ok('the base template has the user `user` with home /home/user, where relative paths resolve')
+
+  // E2B's host names PORT-ID.DOMAIN (wildcard DNS, no E2B_SANDBOX_URL):
+  // envd's port 49983 routes to that sandbox's envd (its token still
+  // needed); an exposed port is refused, saying so.
+  const byHost = (port, token) => new Promise((resolve, reject) => {
+    const u = new URL(process.env.E2B_SANDBOX_URL)
+    const req = http.request({
+      host: u.hostname, port: u.port, path: '/health', method: 'GET',
+      headers: { Host: `${port}-${s.sandboxId}.e2b.test`, ...(token ? { 'X-Access-Token': token } : {}) },
+    }, (res) => { let b = ''; res.on('data', (d) => { b += d }); res.on('end', () => resolve([res.statusCode, b])) })
+    req.on('error', reject)
+    req.end()
+  })
+  assert.equal((await byHost(49983, s.envdAccessToken))[0], 204)
+  const [code8000, body8000] = await byHost(8000, s.envdAccessToken)
+  assert.equal(code8000, 501)
+  assert.match(body8000, /exposed ports by host name/)
+  ok('the host name 49983-ID.DOMAIN routes to envd; another port is refused, naming it')
 
   // Connect: a running process's output from the moment of connecting,
   // then its end.
