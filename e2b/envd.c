@@ -737,8 +737,31 @@ static void collect_stdout(const client_msg *m, void *userdata) {
         free(data);
 }
 
-/* A sandboxd Stat as EntryInfo. */
-static cJSON *entry_of(const cJSON *st) {
+/* The sandbox user's uid and gid inside the sandbox: 1000 with a user
+ * namespace, the sandboxd-user account's ids without one. */
+typedef struct user_ids {
+        double uid, gid;
+} user_ids;
+
+/* Reads them as the owner of /workspace (the sandbox user's in every
+ * runtime, docs/API.md); 1000 when it cannot be read. */
+static user_ids sandbox_user_ids(const gw_config *cfg, const char *tenant, const char *sbx) {
+        user_ids u = { 1000, 1000 };
+        cJSON *p = cJSON_CreateObject(), *st = NULL;
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "path", "/workspace");
+        if (gw_daemon_call(cfg, tenant, "fs.stat", p, &st, NULL) == 0) {
+                double uid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "uid"));
+                double gid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "gid"));
+                if (uid == uid && gid == gid && uid > 0)
+                        u = (user_ids) { uid, gid };
+        }
+        cJSON_Delete(st);
+        return u;
+}
+
+/* A sandboxd Stat as EntryInfo; the sandbox user (`u`) is E2B's `user`. */
+static cJSON *entry_of(const cJSON *st, user_ids u) {
         cJSON *e = cJSON_CreateObject();
         const char *type = str_of(st, "type");
         double mode = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "mode"));
@@ -764,12 +787,12 @@ static cJSON *entry_of(const cJSON *st) {
                  m & 020 ? 'w' : '-', m & 010 ? 'x' : '-', m & 04 ? 'r' : '-', m & 02 ? 'w' : '-', m & 01 ? 'x' : '-');
         cJSON_AddStringToObject(e, "permissions", perms);
         cJSON_AddStringToObject(e, "modifiedTime", mtime ? mtime : "1970-01-01T00:00:00Z");
-        /* Owners by uid: 0 is root, 1000 the sandbox user (docs/API.md
-         * Command); names are not looked up in the sandbox. */
+        /* Owners by uid: 0 is root, the sandbox user's E2B's `user`;
+         * names are not looked up in the sandbox. */
         snprintf(id, sizeof(id), "%.0f", uid == uid ? uid : 0);
-        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == 1000 ? "user" : id);
+        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == u.uid ? "user" : id);
         snprintf(id, sizeof(id), "%.0f", gid == gid ? gid : 0);
-        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == 1000 ? "user" : id);
+        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == u.gid ? "user" : id);
         return e;
 }
 
@@ -852,7 +875,7 @@ static char *link_target(const gw_config *cfg, const char *tenant, const char *s
  * directory's entries by name with a subdirectory's right after it (as
  * envd's walk lists them). 0, or -1 after answering. */
 static int list_into(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const char *path,
-                     int depth, cJSON *arr, size_t *count) {
+                     int depth, cJSON *arr, size_t *count, user_ids u) {
         cJSON *res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"), *st;
         if (!res)
                 return -1;
@@ -863,10 +886,10 @@ static int list_into(const gw_config *cfg, gw_conn *c, const char *tenant, const
                         r = -1;
                         break;
                 }
-                cJSON_AddItemToArray(arr, entry_of(st));
+                cJSON_AddItemToArray(arr, entry_of(st, u));
                 const char *type = str_of(st, "type"), *sub = str_of(st, "path");
                 if (depth > 1 && type && !strcmp(type, "directory") && sub &&
-                    (r = list_into(cfg, c, tenant, sbx, sub, depth - 1, arr, count)) < 0)
+                    (r = list_into(cfg, c, tenant, sbx, sub, depth - 1, arr, count, u)) < 0)
                         break;
         }
         cJSON_Delete(res);
@@ -886,7 +909,7 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         cJSON *res = NULL, *out = NULL;
         if (!strcmp(op, "Stat") && path) {
                 if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat"))) {
-                        cJSON *e = entry_of(res);
+                        cJSON *e = entry_of(res, sandbox_user_ids(cfg, tenant, sbx));
                         const char *type = str_of(res, "type");
                         char *target = type && !strcmp(type, "symlink") ? link_target(cfg, tenant, sbx, path) : NULL;
                         if (target)
@@ -903,7 +926,8 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 out = cJSON_CreateObject();
                 size_t count = 0;
                 if (list_into(cfg, c, tenant, sbx, path, depth == depth && depth >= 1 ? (int) depth : 1,
-                              cJSON_AddArrayToObject(out, "entries"), &count) < 0) {
+                              cJSON_AddArrayToObject(out, "entries"), &count,
+                              sandbox_user_ids(cfg, tenant, sbx)) < 0) {
                         cJSON_Delete(out);
                         out = NULL;
                 }
@@ -921,7 +945,8 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 if ((res = fs_call(cfg, c, tenant, "fs.mkdir", p, "make dir"))) {
                         cJSON_Delete(res);
                         if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
-                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                                out = cJSON_CreateObject(),
+                                cJSON_AddItemToObject(out, "entry", entry_of(res, sandbox_user_ids(cfg, tenant, sbx)));
                 }
         } else if (!strcmp(op, "Remove") && path) {
                 cJSON *p = path_params(sbx, path);
@@ -954,7 +979,8 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                         cJSON_Delete(res);
                         if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, str_of(req, "destination")),
                                            "stat")))
-                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                                out = cJSON_CreateObject(),
+                                cJSON_AddItemToObject(out, "entry", entry_of(res, sandbox_user_ids(cfg, tenant, sbx)));
                 }
         } else if (!strcmp(op, "Stat") || !strcmp(op, "ListDir") || !strcmp(op, "MakeDir") || !strcmp(op, "Remove") ||
                    !strcmp(op, "Move")) {
@@ -975,6 +1001,7 @@ typedef struct watch_state {
         const gw_config *cfg;
         const char *tenant, *sbx;
         bool entry;       /* includeEntry: each event with the path's EntryInfo */
+        user_ids ids;     /* the sandbox user's, for those entries */
         char *dir;        /* the watched path as fs.watchStarted names it */
         bool done;        /* an overflow: the stream ends */
         const char *lost; /* ... with this error */
@@ -1028,7 +1055,7 @@ static void on_watch_note(const client_msg *m, void *userdata) {
                 cJSON *st = NULL;
                 if (w->entry && path && strcmp(type, "EVENT_TYPE_REMOVE") &&
                     gw_daemon_call(w->cfg, w->tenant, "fs.stat", path_params(w->sbx, path), &st, NULL) == 0)
-                        cJSON_AddItemToObject(fe, "entry", entry_of(st));
+                        cJSON_AddItemToObject(fe, "entry", entry_of(st, w->ids));
                 cJSON_Delete(st);
         }
         if (msg)
@@ -1079,7 +1106,8 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         /* The watch ends with the daemon connection: when the caller stops
          * (closes the stream) or fs.watch answers (its path deleted, the
          * sandbox stopped). */
-        watch_state w = { .c = c, .cfg = cfg, .tenant = tenant, .sbx = sbx, .entry = include_entry };
+        watch_state w = { .c = c, .cfg = cfg, .tenant = tenant, .sbx = sbx, .entry = include_entry,
+                          .ids = include_entry ? sandbox_user_ids(cfg, tenant, sbx) : (user_ids) { 1000, 1000 } };
         relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost, "data_loss");
         free(w.dir);
         client_free(d);
