@@ -30,7 +30,7 @@ VERSION   := 0.1.0
 
 CC        ?= gcc
 PKGS      := libcjson libgit2 libarchive libseccomp libcap libnl-3.0 libnl-route-3.0 \
-             libmnl libnftnl libsystemd libcurl libpcre2-8 ldns openssl
+             libmnl libnftnl libsystemd libcurl libpcre2-8 ldns openssl zlib
 PKG_CFLAGS:= $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS  := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
@@ -153,7 +153,7 @@ E2B_SRC   := $(filter-out e2b/main.c,$(wildcard e2b/*.c))
 $(B)/libe2b.a: $(call obj,$(B)/obj,$(E2B_SRC))
 	@rm -f $@; ar rcs $@ $^
 $(B)/sandboxd-e2b: $(B)/obj/e2b/main.o $(B)/libe2b.a $(B)/obj/cli/lazy/archive.o $(B)/libclient.a
-	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson openssl) -lhttp_parser -lresolv -pthread
+	$(CC) $(LDFLAGS_H) -o $@ $^ $(shell pkg-config --libs libcjson openssl zlib) -lhttp_parser -lresolv -pthread
 
 # Unit tests link every library object (not the mains), so any module is testable.
 TEST_LINK = $(B)/libe2b.a $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libclient.a $(B)/libcore.a

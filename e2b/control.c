@@ -16,9 +16,6 @@ static const struct {
         const char *verb;
         const char *why;
 } unserved[] = {
-        { "fork", "fork is not served by sandboxd-e2b yet" },
-        { "snapshots", "snapshots are not served by sandboxd-e2b yet" },
-        { "metrics", "metrics are not served by sandboxd-e2b yet" },
         { "logs", "sandbox logs: sandboxd has no sandbox-wide log (command.logs is per command)" },
         { "refreshes", "refreshes are not served by sandboxd-e2b yet" },
 };
@@ -170,9 +167,102 @@ not_strings:
         return NULL;
 }
 
+/* E2B's network.rules {HOST: [{"transform": {"headers": {NAME: VALUE}}}]}
+ * (header transforms applied by E2B's egress proxy) onto policy `pol`
+ * (taken): the policy document's rules of the object form of `allow`,
+ * {HOST: [{"transform": [{"headers": ...}]}]} (docs/POLICY.md "Header
+ * rules"). allow-all becomes {"allow": {"*": [], HOST: rules}, subnets
+ * allow everything}; a list of allowed names becomes the object form with
+ * no rules for each. A rule's host must be allowed already (by "*" or by
+ * name): a rule never opens a host (deny-all, or a name not in allowOut,
+ * is refused). A rule without a transform does nothing and is left out.
+ * Returns the new policy, or NULL with *ret_msg naming the field. */
+static cJSON *apply_rules(cJSON *pol, const cJSON *rules, char **ret_msg) {
+        const cJSON *host, *rule, *it;
+        if (!cJSON_IsObject(rules)) {
+                cJSON_Delete(pol);
+                *ret_msg = strdup("network.rules: an object of host: [rules]");
+                return NULL;
+        }
+        if (!rules->child)
+                return pol;
+        if (cJSON_IsString(pol) && !strcmp(pol->valuestring, "deny-all")) {
+                cJSON_Delete(pol);
+                *ret_msg = strdup("network.rules: every host is denied (denyOut 0.0.0.0/0 with no allowOut); a rule "
+                                  "applies to an allowed host only: name it in allowOut");
+                return NULL;
+        }
+        cJSON *out = cJSON_CreateObject(), *allow = cJSON_AddObjectToObject(out, "allow");
+        if (cJSON_IsString(pol)) { /* allow-all */
+                cJSON_AddArrayToObject(allow, "*");
+                cJSON *sub = cJSON_AddArrayToObject(cJSON_AddObjectToObject(out, "subnets"), "allow");
+                cJSON_AddItemToArray(sub, cJSON_CreateString("0.0.0.0/0"));
+                cJSON_AddItemToArray(sub, cJSON_CreateString("::/0"));
+        } else {
+                cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(pol, "allow"))
+                        if (cJSON_IsString(it) && !cJSON_GetObjectItemCaseSensitive(allow, it->valuestring))
+                                cJSON_AddArrayToObject(allow, it->valuestring);
+                cJSON *sub = cJSON_DetachItemFromObjectCaseSensitive(pol, "subnets");
+                if (sub)
+                        cJSON_AddItemToObject(out, "subnets", sub);
+        }
+        cJSON_Delete(pol);
+        bool any = cJSON_GetObjectItemCaseSensitive(allow, "*") != NULL;
+        cJSON_ArrayForEach(host, rules) {
+                cJSON *list = cJSON_GetObjectItemCaseSensitive(allow, host->string);
+                if (!list && !any) {
+                        if (asprintf(ret_msg, "network.rules.%s: the host is not allowed (name it in allowOut); a rule "
+                                              "never opens a host", host->string) < 0)
+                                *ret_msg = NULL;
+                        goto bad;
+                }
+                if (!cJSON_IsArray(host)) {
+                        if (asprintf(ret_msg, "network.rules.%s: a list of rules", host->string) < 0)
+                                *ret_msg = NULL;
+                        goto bad;
+                }
+                if (!list)
+                        list = cJSON_AddArrayToObject(allow, host->string);
+                int i = 0;
+                cJSON_ArrayForEach(rule, host) {
+                        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rule, "transform");
+                        const char *bad_key = NULL;
+                        if (!cJSON_IsObject(rule))
+                                bad_key = "(not an object)";
+                        cJSON_ArrayForEach(it, rule)
+                                if (!bad_key && strcmp(it->string, "transform"))
+                                        bad_key = it->string;
+                        cJSON_ArrayForEach(it, tr)
+                                if (!bad_key && (strcmp(it->string, "headers") || !cJSON_IsObject(it)))
+                                        bad_key = it->string;
+                        if (!bad_key && tr && !cJSON_IsObject(tr))
+                                bad_key = "transform";
+                        if (bad_key) {
+                                if (asprintf(ret_msg, "network.rules.%s[%d]: %s: not served (a rule is {\"transform\": "
+                                                      "{\"headers\": {NAME: VALUE}}})", host->string, i, bad_key) < 0)
+                                        *ret_msg = NULL;
+                                goto bad;
+                        }
+                        const cJSON *headers = cJSON_GetObjectItemCaseSensitive(tr, "headers");
+                        if (headers && headers->child) {
+                                cJSON *r = cJSON_CreateObject(), *t = cJSON_AddArrayToObject(r, "transform");
+                                cJSON *h = cJSON_CreateObject();
+                                cJSON_AddItemToObject(h, "headers", cJSON_Duplicate(headers, 1));
+                                cJSON_AddItemToArray(t, h);
+                                cJSON_AddItemToArray(list, r);
+                        }
+                        i++;
+                }
+        }
+        return out;
+bad:
+        cJSON_Delete(out);
+        return NULL;
+}
+
 /* The network object of NewSandbox: allowOut/denyOut are served; the rest
- * (rules, egressProxy, maskRequestHost, httpsPorts, allowPublicTraffic
- * false) are not yet. 0, or -EINVAL with *ret_msg naming the key. */
+ * (and rules, apply_rules); egressProxy, maskRequestHost, httpsPorts,
+ * allowPublicTraffic false are not yet. 0, or -EINVAL with *ret_msg naming the key. */
 static int network_check(const cJSON *net, char **ret_msg) {
         const cJSON *it;
         if (!cJSON_IsObject(net)) {
@@ -180,6 +270,8 @@ static int network_check(const cJSON *net, char **ret_msg) {
                 return -EINVAL;
         }
         cJSON_ArrayForEach(it, net) {
+                if (!strcmp(it->string, "rules"))
+                        continue; /* apply_rules checks them */
                 if (!strcmp(it->string, "allowOut") || !strcmp(it->string, "denyOut")) {
                         if (!cJSON_IsArray(it) && !cJSON_IsNull(it)) {
                                 *ret_msg = strdup("network: allowOut and denyOut must be arrays of strings");
@@ -189,7 +281,7 @@ static int network_check(const cJSON *net, char **ret_msg) {
                 }
                 if (!strcmp(it->string, "allowPublicTraffic") && !cJSON_IsFalse(it))
                         continue;
-                if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut and denyOut are)",
+                if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut, denyOut and rules are)",
                              it->string) < 0)
                         *ret_msg = NULL;
                 return -EINVAL;
@@ -208,7 +300,15 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                 if (!strcmp(k, "templateID")) {
                         if (!cJSON_IsString(it))
                                 goto bad_type;
-                        cJSON_AddStringToObject(p, "runtime", strcmp(it->valuestring, "base") ? it->valuestring : "host");
+                        if (!strncmp(it->valuestring, "snap-", 5)) {
+                                /* A snapshot (POST /sandboxes/{id}/snapshots)
+                                 * is a template in E2B. */
+                                cJSON *src = cJSON_AddObjectToObject(p, "source");
+                                cJSON_AddStringToObject(src, "type", "snapshot");
+                                cJSON_AddStringToObject(src, "snapshotId", it->valuestring);
+                        } else
+                                cJSON_AddStringToObject(p, "runtime",
+                                                        strcmp(it->valuestring, "base") ? it->valuestring : "host");
                 } else if (!strcmp(k, "timeout")) {
                         if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > 1e7)
                                 goto bad_type;
@@ -254,9 +354,12 @@ bad_type:
         const cJSON *net = cJSON_GetObjectItemCaseSensitive(body, "network");
         const cJSON *allow_out = cJSON_GetObjectItemCaseSensitive(net, "allowOut");
         const cJSON *deny_out = cJSON_GetObjectItemCaseSensitive(net, "denyOut");
-        if (cJSON_IsFalse(aia) || cJSON_IsArray(allow_out) || cJSON_IsArray(deny_out)) {
+        const cJSON *rules = cJSON_GetObjectItemCaseSensitive(net, "rules");
+        if (cJSON_IsFalse(aia) || cJSON_IsArray(allow_out) || cJSON_IsArray(deny_out) || (rules && !cJSON_IsNull(rules))) {
                 char *msg = NULL;
                 cJSON *pol = network_policy(allow_out, deny_out, cJSON_IsFalse(aia), &msg);
+                if (pol && rules && !cJSON_IsNull(rules))
+                        pol = apply_rules(pol, rules, &msg);
                 if (!pol) {
                         gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
                         free(msg);
@@ -269,6 +372,41 @@ bad_type:
 fail:
         cJSON_Delete(p);
         return NULL;
+}
+
+/* E2B's `base` template has the user `user` with home /home/user, where
+ * E2B programs write (docs/E2B.md "The base template and its user");
+ * sandboxd's host runtime has the sandbox user `sandbox`. The gateway
+ * makes the alias in each new `base` sandbox through the daemon's
+ * command.run as root there: /home/user, owned by the sandbox user, and
+ * a passwd entry `user` with the sandbox user's ids and that home. 0, or
+ * -EIO with *ret_msg (new string). */
+#define USER_SETUP \
+        "set -e; install -d -m 0755 -o sandbox -g sandbox /home/user; " \
+        "grep -q '^user:' /etc/passwd || " \
+        "echo \"user:x:$(id -u sandbox):$(id -g sandbox):user:/home/user:/bin/bash\" >> /etc/passwd"
+
+static int make_user(const gw_config *cfg, const char *tenant, const char *name, char **ret_msg) {
+        cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray(), *res = NULL;
+        cJSON_AddStringToObject(p, "sandbox", name);
+        cJSON_AddStringToObject(p, "cmd", "/bin/sh");
+        cJSON_AddItemToArray(args, cJSON_CreateString("-c"));
+        cJSON_AddItemToArray(args, cJSON_CreateString(USER_SETUP));
+        cJSON_AddItemToObject(p, "args", args);
+        cJSON_AddBoolToObject(p, "sudo", true);
+        client_error *err = NULL;
+        int r = gw_daemon_call(cfg, tenant, "command.run", p, &res, &err);
+        double code = r < 0 ? -1 : cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "exitCode"));
+        if (r < 0 || code != 0) {
+                if (asprintf(ret_msg, "make the user `user` and /home/user: %s (exit %.0f)",
+                             err && err->message ? err->message : "the setup command failed", code) < 0)
+                        *ret_msg = NULL;
+                client_error_free(err);
+                cJSON_Delete(res);
+                return -EIO;
+        }
+        cJSON_Delete(res);
+        return 0;
 }
 
 static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
@@ -296,6 +434,18 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                 return;
         }
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "name"));
+        char *umsg = NULL;
+        if (name && !strcmp(tmpl_copy, "base") && make_user(cfg, tenant, name, &umsg) < 0) {
+                /* Fail closed: no sandbox without the user E2B promises. */
+                cJSON *d = cJSON_CreateObject();
+                cJSON_AddStringToObject(d, "name", name);
+                gw_daemon_call(cfg, tenant, "sandbox.delete", d, NULL, NULL);
+                gw_send_error(c, 500, "create sandbox: %s", umsg ? umsg : "out of memory");
+                free(umsg);
+                free(tmpl_copy);
+                cJSON_Delete(res);
+                return;
+        }
         char *tok = name ? gw_envd_token(cfg->keys_path, tenant, name) : NULL;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "templateID", tmpl_copy);
@@ -353,9 +503,31 @@ static int metadata_filter(const char *q, cJSON *tags) {
         return 0;
 }
 
+/* RFC 3339 UTC "YYYY-MM-DDTHH:MM:SS(.mmm)Z" (sandboxd's times) in ms
+ * since the epoch; -1 when it is not one. */
+static int64_t parse_time_ms(const char *s) {
+        struct tm tm = {0};
+        const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+        if (!rest)
+                return -1;
+        int64_t ms = (int64_t) timegm(&tm) * 1000;
+        if (*rest == '.')
+                ms += strtol(rest + 1, NULL, 10);
+        return ms;
+}
+
+/* Newest first (E2B's list order desc, its default), by startedAt. */
+static int by_started_desc(const void *a, const void *b) {
+        const char *x = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*(cJSON *const *) a, "startedAt"));
+        const char *y = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(*(cJSON *const *) b, "startedAt"));
+        int64_t tx = parse_time_ms(x), ty = parse_time_ms(y);
+        return tx < ty ? 1 : tx > ty ? -1 : strcmp(y ? y : "", x ? x : "");
+}
+
 static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         /* Known query parameters; any other is refused, never ignored. */
-        static const char *const known[] = { "metadata", "state", "limit", "nextToken" };
+        static const char *const known[] = { "metadata", "state", "limit", "nextToken", "order", "startedAfter",
+                                             "template" };
         for (const char *q = r->query; q && *q;) {
                 const char *end = strchr(q, '&');
                 size_t n = end ? (size_t) (end - q) : strlen(q);
@@ -364,7 +536,7 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                         ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
                 if (!ok) {
                         gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (metadata, state, limit, "
-                                              "nextToken are)",
+                                              "nextToken, order, startedAfter, template are)",
                                       (int) n, q);
                         return;
                 }
@@ -372,7 +544,15 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         }
         cJSON *p = cJSON_CreateObject(), *res = NULL;
         char *md = gw_query_get(r, "metadata"), *state = gw_query_get(r, "state"), *limit = gw_query_get(r, "limit");
-        char *token = gw_query_get(r, "nextToken");
+        char *token = gw_query_get(r, "nextToken"), *order = gw_query_get(r, "order");
+        char *after = gw_query_get(r, "startedAfter"), *tmpl = gw_query_get(r, "template");
+        cJSON **sorted = NULL;
+        int64_t after_ms = after ? parse_time_ms(after) : 0;
+        if ((order && strcmp(order, "asc") && strcmp(order, "desc")) || after_ms < 0) {
+                gw_send_error(c, 400, "%s", after_ms < 0 ? "startedAfter: an RFC 3339 time"
+                                                         : "order: asc or desc");
+                goto out;
+        }
         if (md) {
                 cJSON *tags = cJSON_AddObjectToObject(p, "tags");
                 if (metadata_filter(md, tags) < 0) {
@@ -426,22 +606,47 @@ static void list_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                 gw_send_error(c, 400, "nextToken: not a token of this gateway's");
                 goto out;
         }
-        cJSON *arr = cJSON_CreateArray(), *sb;
-        long seen = 0;
-        bool more = false;
-        cJSON_ArrayForEach(sb, cJSON_GetObjectItemCaseSensitive(res, "sandboxes")) {
+        /* E2B's order: by startedAt, newest first unless order=asc;
+         * startedAfter and template filter (template as E2B names it:
+         * base for the host runtime). */
+        int total = cJSON_GetArraySize(all), kept = 0;
+        sorted = calloc(total ? (size_t) total : 1, sizeof(*sorted));
+        if (!sorted) {
+                gw_send_error(c, 500, "out of memory");
+                goto out;
+        }
+        cJSON *sb;
+        cJSON_ArrayForEach(sb, all) {
                 cJSON *o = to_e2b(sb);
                 const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "state"));
-                if ((state && !strstr(state, st)) || seen++ < from) {
+                const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "templateID"));
+                if ((state && !strstr(state, st)) || (tmpl && strcmp(tmpl, t)) ||
+                    (after && parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "startedAt"))) <
+                                      after_ms))
                         cJSON_Delete(o);
+                else
+                        sorted[kept++] = o;
+        }
+        qsort(sorted, (size_t) kept, sizeof(*sorted), by_started_desc);
+        if (order && !strcmp(order, "asc"))
+                for (int i = 0; i < kept / 2; i++) {
+                        cJSON *x = sorted[i];
+                        sorted[i] = sorted[kept - 1 - i];
+                        sorted[kept - 1 - i] = x;
+                }
+        cJSON *arr = cJSON_CreateArray();
+        bool more = false;
+        for (int i = 0; i < kept; i++) {
+                if (i < from || more) {
+                        cJSON_Delete(sorted[i]);
                         continue;
                 }
                 if (max > 0 && cJSON_GetArraySize(arr) >= max) {
-                        cJSON_Delete(o);
+                        cJSON_Delete(sorted[i]);
                         more = true;
-                        break;
+                        continue;
                 }
-                cJSON_AddItemToArray(arr, o);
+                cJSON_AddItemToArray(arr, sorted[i]);
         }
         char extra[64] = "";
         if (more)
@@ -460,6 +665,10 @@ out:
         free(state);
         free(limit);
         free(token);
+        free(order);
+        free(after);
+        free(tmpl);
+        free(sorted);
 }
 
 static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
@@ -477,18 +686,6 @@ static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant,
         gw_send(c, 204, NULL, NULL, 0);
 }
 
-/* RFC 3339 UTC "YYYY-MM-DDTHH:MM:SS(.mmm)Z" (sandboxd's times) in ms
- * since the epoch; -1 when it is not one. */
-static int64_t parse_time_ms(const char *s) {
-        struct tm tm = {0};
-        const char *rest = s ? strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
-        if (!rest)
-                return -1;
-        int64_t ms = (int64_t) timegm(&tm) * 1000;
-        if (*rest == '.')
-                ms += strtol(rest + 1, NULL, 10);
-        return ms;
-}
 
 /* POST /sandboxes/{id}/timeout {"timeout": seconds}: E2B ends the sandbox
  * that long from now. sandboxd moves a running session's end only later
@@ -560,6 +757,9 @@ static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         }
         cJSON *pol = network_policy(cJSON_GetObjectItemCaseSensitive(body, "allowOut"),
                                     cJSON_GetObjectItemCaseSensitive(body, "denyOut"), cJSON_IsFalse(aia), &msg);
+        const cJSON *rules = cJSON_GetObjectItemCaseSensitive(body, "rules");
+        if (pol && rules && !cJSON_IsNull(rules))
+                pol = apply_rules(pol, rules, &msg);
         if (!pol) {
                 gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
                 goto out;
@@ -647,6 +847,280 @@ static void pause_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r,
                 gw_send(c, 204, NULL, NULL, 0);
 }
 
+/* E2B's Sandbox (openapi Sandbox) of sandbox `name` made from template
+ * `tmpl`, with its envd token. New object. */
+static cJSON *sandbox_reply(const gw_config *cfg, const char *tenant, const char *name, const char *tmpl) {
+        char *tok = gw_envd_token(cfg->keys_path, tenant, name);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "templateID", tmpl);
+        cJSON_AddStringToObject(o, "sandboxID", name);
+        cJSON_AddStringToObject(o, "clientID", "sandboxd");
+        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
+        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
+        cJSON_AddNullToObject(o, "trafficAccessToken");
+        cJSON_AddNullToObject(o, "domain");
+        free(tok);
+        return o;
+}
+
+/* The most forks one request makes (E2B's SandboxForkRequest count). */
+#define FORK_MAX 10
+
+/* POST /sandboxes/{id}/fork {"timeout"?: s, "count"?: n}: `count`
+ * sandbox.fork calls, each a new running sandbox with the source's
+ * filesystem as it is now and its config (timeout overridden when
+ * given); the source keeps running. 201 with one SandboxForkResult each
+ * ({"sandbox"} or {"error": {code, message}}). sandboxd forks the
+ * filesystem, not the memory: a fork's processes are not carried
+ * (docs/E2B.md). */
+static void fork_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        cJSON *body = body_object(c, r, true, "{\"timeout\": seconds, \"count\": n} or none"), *it;
+        if (!body)
+                return;
+        double timeout = -1, count = 1;
+        cJSON_ArrayForEach(it, body) {
+                if (!strcmp(it->string, "timeout") && cJSON_IsNumber(it) && it->valuedouble >= 1 && it->valuedouble <= 86400)
+                        timeout = it->valuedouble;
+                else if (!strcmp(it->string, "count") && cJSON_IsNumber(it) && it->valuedouble >= 1 &&
+                         it->valuedouble <= FORK_MAX && it->valuedouble == (int) it->valuedouble)
+                        count = it->valuedouble;
+                else {
+                        gw_send_error(c, 400, "%s: %s", it->string,
+                                      !strcmp(it->string, "count") ? "a whole number from 1 to 10"
+                                      : !strcmp(it->string, "timeout") ? "seconds, 1 to 86400"
+                                                                       : "not a fork field (timeout, count are)");
+                        cJSON_Delete(body);
+                        return;
+                }
+        }
+        cJSON_Delete(body);
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "fork");
+        if (!sb)
+                return;
+        char *tmpl = strdup(template_of(sb));
+        cJSON_Delete(sb);
+        cJSON *out = cJSON_CreateArray();
+        for (int i = 0; i < (int) count; i++) {
+                cJSON *p = cJSON_CreateObject(), *res = NULL, *one = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "sourceSandbox", id);
+                if (timeout > 0)
+                        cJSON_AddNumberToObject(cJSON_AddObjectToObject(p, "overrides"), "timeout", timeout * 1000);
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "sandbox.fork", p, &res, &err) < 0) {
+                        if (i == 0 && gw_status_of(err) == 404) {
+                                /* Nothing forked: the source is gone. */
+                                reply_daemon_error(c, err, "fork");
+                                client_error_free(err);
+                                cJSON_Delete(one);
+                                cJSON_Delete(out);
+                                free(tmpl);
+                                return;
+                        }
+                        cJSON *e = cJSON_AddObjectToObject(one, "error");
+                        cJSON_AddNumberToObject(e, "code", gw_status_of(err));
+                        cJSON_AddStringToObject(e, "message", err && err->message ? err->message : "fork failed");
+                        client_error_free(err);
+                } else {
+                        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "name"));
+                        cJSON_AddItemToObject(one, "sandbox", sandbox_reply(cfg, tenant, name ? name : "", tmpl ? tmpl : "base"));
+                }
+                cJSON_Delete(res);
+                cJSON_AddItemToArray(out, one);
+        }
+        free(tmpl);
+        gw_send_json(c, 201, out);
+}
+
+/* A query parameter of seconds since the epoch: -1 when absent, -2 when
+ * it is not a number. */
+static long long query_seconds(const gw_request *r, const char *key) {
+        char *v = gw_query_get(r, key), *end = NULL;
+        if (!v)
+                return -1;
+        long long n = strtoll(v, &end, 10);
+        bool ok = *v && !*end && n >= 0;
+        free(v);
+        return ok ? n : -2;
+}
+
+/* GET /sandboxes/{id}/metrics [?start=&end=] (seconds): E2B keeps a time
+ * series; sandboxd has the running session's figures as sandbox.get reads
+ * them when asked. The answer is one SandboxMetric taken now (none when
+ * now is outside start..end, or no session runs): cpuUsedPct the CPU time
+ * of the session (activeCpuUsageMs) over its wall time and vCPUs, an
+ * average since it started; memUsed usage.memoryBytes, memTotal vCPUs x
+ * 2 GiB (sandboxd's limit); diskUsed usage.diskUsedBytes, diskTotal
+ * diskMiB; a figure the host does not keep is 0. */
+static void get_metrics(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
+        long long from = query_seconds(r, "start"), to = query_seconds(r, "end");
+        if (from == -2 || to == -2) {
+                gw_send_error(c, 400, "%s: seconds since the epoch", from == -2 ? "start" : "end");
+                return;
+        }
+        cJSON *sb = get_or_answer(cfg, c, tenant, id, "metrics");
+        if (!sb)
+                return;
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        cJSON *arr = cJSON_CreateArray();
+        const cJSON *sess = cJSON_GetObjectItemCaseSensitive(sb, "session");
+        const cJSON *sessions = cJSON_GetObjectItemCaseSensitive(sb, "sessions");
+        const cJSON *last = cJSON_GetArrayItem(sessions, cJSON_GetArraySize(sessions) - 1);
+        int64_t started = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(last, "startedAt")));
+        int64_t now_ms = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+        if (cJSON_IsObject(sess) && (from < 0 || now.tv_sec >= from) && (to < 0 || now.tv_sec <= to)) {
+                const cJSON *res = cJSON_GetObjectItemCaseSensitive(sb, "resources");
+                const cJSON *usage = cJSON_GetObjectItemCaseSensitive(sb, "usage");
+                double vcpus = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "vcpus"));
+                double disk = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "diskMiB"));
+                double cpu = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(sb, "activeCpuUsageMs"));
+                double mem = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(usage, "memoryBytes"));
+                double used = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(usage, "diskUsedBytes"));
+                if (!(vcpus > 0))
+                        vcpus = 1;
+                double wall = started > 0 && now_ms > started ? (double) (now_ms - started) : 0;
+                char ts[32];
+                struct tm tm;
+                gmtime_r(&now.tv_sec, &tm);
+                strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
+                cJSON *m = cJSON_CreateObject();
+                cJSON_AddStringToObject(m, "timestamp", ts);
+                cJSON_AddNumberToObject(m, "timestampUnix", (double) now.tv_sec);
+                cJSON_AddNumberToObject(m, "cpuCount", vcpus);
+                cJSON_AddNumberToObject(m, "cpuUsedPct", cpu == cpu && wall > 0 ? cpu / wall / vcpus * 100 : 0);
+                cJSON_AddNumberToObject(m, "memUsed", mem == mem ? mem : 0);
+                cJSON_AddNumberToObject(m, "memTotal", vcpus * 2048.0 * 1024 * 1024);
+                cJSON_AddNumberToObject(m, "memCache", 0);
+                cJSON_AddNumberToObject(m, "diskUsed", used == used ? used : 0);
+                cJSON_AddNumberToObject(m, "diskTotal", disk == disk && disk > 0 ? disk * 1024 * 1024 : 0);
+                cJSON_AddItemToArray(arr, m);
+        }
+        cJSON_Delete(sb);
+        gw_send_json(c, 200, arr);
+}
+
+/* POST /sandboxes/{id}/snapshots {"name"?}: sandbox.snapshot, the
+ * sandbox's filesystem and config kept (its memory is not: a sandbox
+ * created from it starts new processes), the sandbox running on. 201
+ * {"snapshotID": "snap-…", "names": []}; the ID is a template ID
+ * (create from it, DELETE /templates/{ID}). Names are refused: sandboxd's
+ * snapshots have IDs only. */
+static void snapshot_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                             const char *id) {
+        cJSON *body = body_object(c, r, true, "{} (snapshot names are not served)"), *it;
+        if (!body)
+                return;
+        cJSON_ArrayForEach(it, body)
+                if (!cJSON_IsNull(it)) {
+                        gw_send_error(c, 400, "%s: not served (sandboxd's snapshots have IDs, no names)", it->string);
+                        cJSON_Delete(body);
+                        return;
+                }
+        cJSON_Delete(body);
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.snapshot", p, &res, &err) < 0) {
+                reply_daemon_error(c, err, "snapshot");
+                client_error_free(err);
+                return;
+        }
+        const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "id"));
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
+        cJSON_AddArrayToObject(o, "names");
+        cJSON_Delete(res);
+        gw_send_json(c, 201, o);
+}
+
+/* GET /snapshots [?sandboxID=&limit=&nextToken=]: snapshot.list (the
+ * tenant's own), newest first, paged as the sandbox list is. */
+static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
+        static const char *const known[] = { "sandboxID", "limit", "nextToken" };
+        for (const char *q = r->query; q && *q;) {
+                const char *end = strchr(q, '&');
+                size_t n = end ? (size_t) (end - q) : strlen(q);
+                bool ok = false;
+                for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
+                        ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
+                if (!ok) {
+                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (sandboxID, limit, nextToken "
+                                              "are; snapshots have no names)", (int) n, q);
+                        return;
+                }
+                q = end ? end + 1 : NULL;
+        }
+        char *sbx = gw_query_get(r, "sandboxID"), *limit = gw_query_get(r, "limit"), *token = gw_query_get(r, "nextToken");
+        char *end = NULL;
+        long max = limit ? strtol(limit, &end, 10) : 0, from = 0;
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        if ((limit && (*end || max < 1 || max > 10000)) ||
+            (token && ((from = strtol(token, &end, 10)) < 0 || *end || !*token))) {
+                gw_send_error(c, 400, "%s", limit && (max < 1 || max > 10000 || !end || *end) ? "limit: an integer from 1 to 10000"
+                                                                                      : "nextToken: not a token of this gateway's");
+                goto out;
+        }
+        if (sbx)
+                cJSON_AddStringToObject(p, "sandbox", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "snapshot.list", p, &res, &err) < 0) {
+                p = NULL;
+                reply_daemon_error(c, err, "list snapshots");
+                client_error_free(err);
+                goto out;
+        }
+        p = NULL;
+        cJSON *arr = cJSON_CreateArray(), *sn;
+        long i = 0;
+        bool more = false;
+        int total = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(res, "snapshots"));
+        /* snapshot.list is oldest first: E2B's newest first is its reverse. */
+        for (int k = total - 1; k >= 0; k--) {
+                sn = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(res, "snapshots"), k);
+                if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sn, "expired")) || i++ < from)
+                        continue;
+                if (max > 0 && cJSON_GetArraySize(arr) >= max) {
+                        more = true;
+                        break;
+                }
+                cJSON *o = cJSON_CreateObject();
+                const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sn, "id"));
+                cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
+                cJSON_AddArrayToObject(o, "names");
+                cJSON_AddItemToArray(arr, o);
+        }
+        char extra[64] = "";
+        if (more)
+                snprintf(extra, sizeof(extra), "X-Next-Token: %ld\r\n", from + max);
+        char *text = cJSON_PrintUnformatted(arr);
+        cJSON_Delete(arr);
+        if (text)
+                gw_send_ex(c, 200, "application/json", text, strlen(text), extra);
+        else
+                gw_send_error(c, 500, "out of memory");
+        free(text);
+out:
+        cJSON_Delete(p);
+        cJSON_Delete(res);
+        free(sbx);
+        free(limit);
+        free(token);
+}
+
+/* DELETE /templates/{snap-…}: snapshot.delete → 204; 404 when the
+ * tenant has no such snapshot. */
+static void delete_snapshot(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "id", id);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "snapshot.delete", p, NULL, &err) < 0) {
+                reply_daemon_error(c, err, "delete snapshot");
+                client_error_free(err);
+                return;
+        }
+        gw_send(c, 204, NULL, NULL, 0);
+}
+
 /* POST /v2/sandboxes/{id}/connect (and /sandboxes/{id}/connect, and the
  * older /resume) {"timeout": s, "memory"?}: a paused sandbox is resumed
  * (201), a running one answered as it is (200); the end is moved to
@@ -729,6 +1203,15 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
                         gw_send_error(c, 405, "%s %s: not allowed", m, path);
                 return;
         }
+        if (!strcmp(path, "/snapshots") && !strcmp(m, "GET")) {
+                list_snapshots(cfg, c, r, tenant);
+                return;
+        }
+        if (!strncmp(path, "/templates/snap-", 16) && !strcmp(m, "DELETE") && !strchr(path + 11, '/') &&
+            strlen(path + 11) < 64) {
+                delete_snapshot(cfg, c, tenant, path + 11);
+                return;
+        }
         const char *rest = !strncmp(path, "/sandboxes/", 11) ? path + 11
                          : !strncmp(path, "/v2/sandboxes/", 14) ? path + 14 : NULL;
         if (!rest) {
@@ -765,6 +1248,18 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
         }
         if (!strcmp(verb, "pause") && !strcmp(m, "POST")) {
                 pause_sandbox(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "metrics") && !strcmp(m, "GET")) {
+                get_metrics(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "snapshots") && !strcmp(m, "POST")) {
+                snapshot_sandbox(cfg, c, r, tenant, id);
+                return;
+        }
+        if (!strcmp(verb, "fork") && !strcmp(m, "POST")) {
+                fork_sandbox(cfg, c, r, tenant, id);
                 return;
         }
         if ((!strcmp(verb, "connect") || !strcmp(verb, "resume")) && !strcmp(m, "POST")) {

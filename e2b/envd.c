@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <zlib.h>
 #include "e2b/gateway.h"
 
 #define ENV_FLAG_END 0x02
@@ -135,14 +136,58 @@ static unsigned pid_of(const char *cmd_id) {
         return (unsigned) strtoul(tail, NULL, 16) + 1;
 }
 
+/* E2B's user `user` has its home at /home/user, and envd resolves a
+ * relative path (and a process without cwd) against the home of the
+ * call's user (docs/E2B.md "The base template and its user"): the
+ * sandbox user's is /home/user, root's /root. */
+#define USER_HOME "/home/user"
+
+/* `path` made absolute for the user (root when `root`): a relative one
+ * below that user's home, "~" and "~/..." too. A new string (NULL on
+ * ENOMEM). */
+static char *abs_path(const char *path, bool root) {
+        const char *home = root ? "/root" : USER_HOME;
+        char *out = NULL;
+        if (path[0] == '/')
+                return strdup(path);
+        if (!strcmp(path, "~") || !*path)
+                return strdup(home);
+        if (!strncmp(path, "~/", 2))
+                path += 2;
+        if (asprintf(&out, "%s/%s", home, path) < 0)
+                return NULL;
+        return out;
+}
+
 /* ---- process.Process ---- */
 
 typedef struct start_state {
         gw_conn *c;
+        const gw_config *cfg;
+        const char *tenant, *sbx;
+        const char *gone; /* the sandbox ended under the process: the stream's error */
         bool pty;       /* started with a pty: output is E2B's pty data */
         char *id_copy;  /* the command's cmdId, from command.started */
         bool ended;     /* its command.exit was relayed */
 } start_state;
+
+/* Whether sandbox `sbx` is gone, or its session stopping or ended. */
+static bool sandbox_gone(const gw_config *cfg, const char *tenant, const char *sbx) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        bool gone;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0)
+                gone = gw_status_of(err) == 404;
+        else {
+                const char *st = str_of(res, "status");
+                gone = !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(res, "session")) ||
+                       !st || (strcmp(st, "running") && strcmp(st, "pending"));
+        }
+        client_error_free(err);
+        cJSON_Delete(res);
+        return gone;
+}
 
 static void on_command_note(const client_msg *m, void *userdata) {
         start_state *s = userdata;
@@ -166,6 +211,13 @@ static void on_command_note(const client_msg *m, void *userdata) {
                 double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m->params, "exitCode"));
                 char status[64];
                 int ci = code == code ? (int) code : -1;
+                if (ci > 128 && s->cfg && sandbox_gone(s->cfg, s->tenant, s->sbx)) {
+                        /* Killed with its sandbox: envd's stream breaks
+                         * then, and E2B's SDK tells the caller so. */
+                        s->gone = "the sandbox was killed or reached its end of life while the process ran";
+                        s->ended = true;
+                        return;
+                }
                 if (ci > 128)
                         snprintf(status, sizeof(status), "signal: %d", ci - 128);
                 else
@@ -190,9 +242,9 @@ static void on_command_note(const client_msg *m, void *userdata) {
  * comes when `end_on_answer`, an error answers, or the caller goes away
  * (what the method started then goes on or ends with `d`, as its daemon
  * semantics say). Ends the stream, with the error if any: the method's,
- * or *end_error (Connect's data_loss) when `fn` set it. */
+ * or *end_error (with Connect code `end_code`) when `fn` set it. */
 static void relay_stream(gw_conn *c, client *d, const char *method, cJSON *p, client_notify_fn fn, void *st,
-                         bool *done, bool end_on_answer, const char *const *end_error) {
+                         bool *done, bool end_on_answer, const char *const *end_error, const char *end_code) {
         int64_t id = client_send(d, method, p);
         gw_send_chunked_head(c, 200, "application/connect+json");
         char *fail = NULL;
@@ -235,7 +287,7 @@ static void relay_stream(gw_conn *c, client *d, const char *method, cJSON *p, cl
                 cJSON_AddStringToObject(e, "message", fail ? fail : "cannot send to sandboxd");
         } else if (end_error && *end_error) {
                 cJSON *e = cJSON_AddObjectToObject(end, "error");
-                cJSON_AddStringToObject(e, "code", "data_loss");
+                cJSON_AddStringToObject(e, "code", end_code);
                 cJSON_AddStringToObject(e, "message", *end_error);
         }
         send_envelope(c, ENV_FLAG_END, end);
@@ -266,12 +318,29 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(proc, "args");
         if (cJSON_IsArray(args))
                 cJSON_AddItemToObject(p, "args", cJSON_Duplicate(args, 1));
-        const cJSON *envs = cJSON_GetObjectItemCaseSensitive(proc, "envs");
-        if (cJSON_IsObject(envs) && envs->child)
-                cJSON_AddItemToObject(p, "env", cJSON_Duplicate(envs, 1));
+        /* E2B's user `user`: its HOME, USER and LOGNAME, under the
+         * process's own envs (which win, as in envd). */
+        const cJSON *envs = cJSON_GetObjectItemCaseSensitive(proc, "envs"), *ev;
+        cJSON *env = cJSON_CreateObject();
+        if (user == 0) {
+                cJSON_AddStringToObject(env, "HOME", USER_HOME);
+                cJSON_AddStringToObject(env, "USER", "user");
+                cJSON_AddStringToObject(env, "LOGNAME", "user");
+        }
+        cJSON_ArrayForEach(ev, envs)
+                if (cJSON_IsString(ev) && ev->string) {
+                        cJSON_DeleteItemFromObjectCaseSensitive(env, ev->string);
+                        cJSON_AddStringToObject(env, ev->string, ev->valuestring);
+                }
+        if (env->child)
+                cJSON_AddItemToObject(p, "env", env);
+        else
+                cJSON_Delete(env);
         const char *cwd = str_of(proc, "cwd");
-        if (cwd && *cwd)
-                cJSON_AddStringToObject(p, "cwd", cwd);
+        char *cwd_abs = abs_path(cwd ? cwd : "", user == 1);
+        if (cwd_abs)
+                cJSON_AddStringToObject(p, "cwd", cwd_abs);
+        free(cwd_abs);
         if (user == 1)
                 cJSON_AddBoolToObject(p, "sudo", true);
         bool is_pty = cJSON_IsObject(pty);
@@ -303,8 +372,8 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         cJSON_AddBoolToObject(p, "detached", true);
         if (!is_pty && !want_stdin)
                 cJSON_AddStringToObject(p, "stdin", "");
-        start_state s = { .c = c, .pty = is_pty };
-        relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, NULL);
+        start_state s = { .c = c, .pty = is_pty, .cfg = cfg, .tenant = tenant, .sbx = sbx };
+        relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, &s.gone, "unavailable");
         free(s.id_copy);
         client_free(d);
 }
@@ -359,6 +428,207 @@ static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, 
         if (!found)
                 connect_error(c, 404, "process with pid %u not found", pid);
         return found;
+}
+
+/* ---- process.Process/Connect (server stream) ----
+ *
+ * sandboxd has no call that streams a running command's output to a new
+ * connection: Connect follows it through the existing API, command.wait
+ * (its end) on one daemon connection and command.logs (the bytes written,
+ * with their offsets in the stream) on another, asked every
+ * CONNECT_POLL_MS while the command runs and once more after it ended,
+ * relaying the bytes written since the Connect began. command.logs
+ * answers a stream's whole kept tail (up to 1 MiB) each time, so the
+ * asking slows down while nothing new comes (50 ms, doubling to 400 ms;
+ * back to 50 ms on new bytes), and at most CONNECT_MAX Connect streams
+ * run at once in the gateway (past them: resource_exhausted), so that no
+ * caller makes the gateway ask the daemon without bound. */
+#define CONNECT_POLL_MS 50
+#define CONNECT_POLL_MAX_MS 400
+#define CONNECT_MAX 16
+
+static _Atomic unsigned connects;
+
+typedef struct follow {
+        gw_conn *c;
+        const char *cmd_id;
+        bool pty;
+        double pos[2]; /* stdout, stderr: stream offsets relayed up to */
+} follow;
+
+/* Relays what command.logs `res` holds past f->pos (a part cut from the
+ * logs meanwhile is skipped: its bytes are gone). */
+static bool follow_relay(follow *f, const cJSON *res, bool send) {
+        bool fresh = false;
+        static const char *const stream[2] = { "stdout", "stderr" }, *const off[2] = { "stdoutOffset", "stderrOffset" };
+        for (int i = 0; i < 2; i++) {
+                const char *b64 = str_of(res, stream[i]);
+                double start = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, off[i]));
+                void *data = NULL;
+                size_t len = 0;
+                if (!b64 || start != start || client_base64_decode(b64, &data, &len) < 0)
+                        continue;
+                double end = start + (double) len;
+                if (send && end > f->pos[i]) {
+                        size_t skip = f->pos[i] > start ? (size_t) (f->pos[i] - start) : 0;
+                        char *enc = client_base64_encode((char *) data + skip, len - skip);
+                        if (enc) {
+                                cJSON *msg = cJSON_CreateObject(), *ev = cJSON_AddObjectToObject(msg, "event");
+                                cJSON *d = cJSON_AddObjectToObject(ev, "data");
+                                cJSON_AddStringToObject(d, f->pty ? "pty" : stream[i], enc);
+                                send_envelope(f->c, 0, msg);
+                                free(enc);
+                        }
+                }
+                if (end > f->pos[i]) {
+                        f->pos[i] = end;
+                        fresh = true;
+                }
+                free(data);
+        }
+        return fresh;
+}
+
+/* 1 when new bytes came, 0 when none, -EIO when command.logs failed. */
+static int follow_poll(follow *f, client *d, bool send) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "cmdId", f->cmd_id);
+        client_error *err = NULL;
+        if (client_call(d, "command.logs", p, 60000, NULL, NULL, &res, &err) < 0) {
+                client_error_free(err);
+                return -EIO;
+        }
+        bool fresh = follow_relay(f, res, send);
+        cJSON_Delete(res);
+        return fresh;
+}
+
+static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                            const char *sbx) {
+        cJSON *req = request_message(r, true);
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
+        unsigned want = cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX
+                                ? (unsigned) pid->valuedouble : 0;
+        cJSON_Delete(req);
+        if (!want) {
+                stream_error(c, 400, "process.pid: required (processes by tag are not served yet)");
+                return;
+        }
+        if (++connects > CONNECT_MAX) {
+                connects--;
+                stream_error(c, 429, "the gateway follows as many processes (Connect) as it may; retry later");
+                return;
+        }
+        client *lg = NULL, *w = NULL;
+        char *msg = NULL;
+        cJSON *p = cJSON_CreateObject(), *list = NULL, *cmd;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_open(cfg, tenant, &lg, &msg) < 0 || gw_daemon_open(cfg, tenant, &w, &msg) < 0) {
+                cJSON_Delete(p);
+                stream_error(c, 503, msg ? msg : "sandboxd unavailable");
+                goto out;
+        }
+        if (client_call(lg, "command.list", p, 60000, NULL, NULL, &list, &err) < 0) {
+                stream_error(c, gw_status_of(err), err && err->message ? err->message : "list processes");
+                goto out;
+        }
+        follow f = { .c = c };
+        char *cmd_id = NULL;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(list, "commands"))
+                if (!cmd_id && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) &&
+                    pid_of(str_of(cmd, "cmdId")) == want) {
+                        cmd_id = strdup(str_of(cmd, "cmdId"));
+                        f.pty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cmd, "tty"));
+                }
+        if (!cmd_id) {
+                char m[80];
+                snprintf(m, sizeof(m), "process with pid %u not found", want);
+                stream_error(c, 404, m);
+                goto out;
+        }
+        f.cmd_id = cmd_id;
+        /* Where the streams are now: E2B's Connect relays what comes next. */
+        int64_t wid = -1;
+        if (follow_poll(&f, lg, false) < 0) {
+                stream_error(c, 502, "command.logs failed");
+                free(cmd_id);
+                goto out;
+        }
+        cJSON *wp = cJSON_CreateObject();
+        cJSON_AddStringToObject(wp, "cmdId", cmd_id);
+        wid = client_send(w, "command.wait", wp);
+        gw_send_chunked_head(c, 200, "application/connect+json");
+        cJSON *start = cJSON_CreateObject();
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(start, "event"), "start"), "pid", want);
+        send_envelope(c, 0, start);
+        cJSON *fin = NULL;
+        const char *fail = wid > 0 ? NULL : "cannot send to sandboxd";
+        int interval = CONNECT_POLL_MS;
+        while (!fail && !fin && !gw_conn_failed(c)) {
+                struct pollfd pfd[2] = { { .fd = client_fd(w), .events = POLLIN },
+                                         { .fd = gw_conn_fd(c), .events = POLLRDHUP } };
+                if (!client_has_pending(w)) {
+                        int n = poll(pfd, 2, interval);
+                        if (n < 0 && errno != EINTR)
+                                break;
+                        if (pfd[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                                break;
+                        if (n == 0 || !(pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+                                int fresh = follow_poll(&f, lg, true);
+                                if (fresh < 0)
+                                        fail = "command.logs failed";
+                                interval = fresh > 0 ? CONNECT_POLL_MS
+                                         : interval * 2 > CONNECT_POLL_MAX_MS ? CONNECT_POLL_MAX_MS : interval * 2;
+                                continue;
+                        }
+                }
+                client_msg *m = NULL;
+                int rc = client_next(w, 0, &m);
+                if (rc == 0 || rc == -EBADMSG)
+                        continue;
+                if (rc < 0)
+                        fail = "the connection to sandboxd closed";
+                else if (m->kind != CLIENT_MSG_NOTIFICATION && m->id == wid) {
+                        if (m->error)
+                                fail = "command.wait failed";
+                        else
+                                fin = cJSON_Duplicate(m->result, 1);
+                }
+                client_msg_free(m);
+        }
+        cJSON *end = cJSON_CreateObject();
+        if (fin) {
+                /* What it wrote last, then its end. */
+                follow_poll(&f, lg, true);
+                double code = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(fin, "exitCode"));
+                int ci = code == code ? (int) code : -1;
+                char status[64];
+                if (ci > 128)
+                        snprintf(status, sizeof(status), "signal: %d", ci - 128);
+                else
+                        snprintf(status, sizeof(status), "exit status %d", ci);
+                cJSON *ev = cJSON_CreateObject(), *inner = cJSON_AddObjectToObject(cJSON_AddObjectToObject(ev, "event"), "end");
+                cJSON_AddNumberToObject(inner, "exitCode", ci);
+                cJSON_AddBoolToObject(inner, "exited", ci <= 128);
+                cJSON_AddStringToObject(inner, "status", status);
+                send_envelope(c, 0, ev);
+                cJSON_Delete(fin);
+        } else if (fail) {
+                cJSON *e = cJSON_AddObjectToObject(end, "error");
+                cJSON_AddStringToObject(e, "code", "unavailable");
+                cJSON_AddStringToObject(e, "message", fail);
+        }
+        send_envelope(c, ENV_FLAG_END, end);
+        gw_send_chunked_end(c);
+        free(cmd_id);
+out:
+        connects--;
+        free(msg);
+        client_error_free(err);
+        cJSON_Delete(list);
+        client_free(lg);
+        client_free(w);
 }
 
 /* The pid of a ProcessSelector ({"pid": N}); 0 (after answering) when it
@@ -448,8 +718,50 @@ static void process_call(const gw_config *cfg, gw_conn *c, const gw_request *r, 
 
 /* ---- filesystem.Filesystem ---- */
 
-/* A sandboxd Stat as EntryInfo. */
-static cJSON *entry_of(const cJSON *st) {
+/* A command.output notification's stdout appended to *(char **) userdata
+ * (at most 64 KiB: a path). */
+static void collect_stdout(const client_msg *m, void *userdata) {
+        char **acc = userdata;
+        if (!m->method || strcmp(m->method, "command.output") || strcmp(str_of(m->params, "stream") ?: "", "stdout"))
+                return;
+        void *data = NULL;
+        size_t len = 0, have = *acc ? strlen(*acc) : 0;
+        if (!str_of(m->params, "data") || client_base64_decode(str_of(m->params, "data"), &data, &len) < 0)
+                return;
+        char *n = have + len < 65536 ? realloc(*acc, have + len + 1) : NULL;
+        if (n) {
+                memcpy(n + have, data, len);
+                n[have + len] = 0;
+                *acc = n;
+        }
+        free(data);
+}
+
+/* The sandbox user's uid and gid inside the sandbox: 1000 with a user
+ * namespace, the sandboxd-user account's ids without one. */
+typedef struct user_ids {
+        double uid, gid;
+} user_ids;
+
+/* Reads them as the owner of /workspace (the sandbox user's in every
+ * runtime, docs/API.md); 1000 when it cannot be read. */
+static user_ids sandbox_user_ids(const gw_config *cfg, const char *tenant, const char *sbx) {
+        user_ids u = { 1000, 1000 };
+        cJSON *p = cJSON_CreateObject(), *st = NULL;
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "path", "/workspace");
+        if (gw_daemon_call(cfg, tenant, "fs.stat", p, &st, NULL) == 0) {
+                double uid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "uid"));
+                double gid = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "gid"));
+                if (uid == uid && gid == gid && uid > 0)
+                        u = (user_ids) { uid, gid };
+        }
+        cJSON_Delete(st);
+        return u;
+}
+
+/* A sandboxd Stat as EntryInfo; the sandbox user (`u`) is E2B's `user`. */
+static cJSON *entry_of(const cJSON *st, user_ids u) {
         cJSON *e = cJSON_CreateObject();
         const char *type = str_of(st, "type");
         double mode = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "mode"));
@@ -475,12 +787,12 @@ static cJSON *entry_of(const cJSON *st) {
                  m & 020 ? 'w' : '-', m & 010 ? 'x' : '-', m & 04 ? 'r' : '-', m & 02 ? 'w' : '-', m & 01 ? 'x' : '-');
         cJSON_AddStringToObject(e, "permissions", perms);
         cJSON_AddStringToObject(e, "modifiedTime", mtime ? mtime : "1970-01-01T00:00:00Z");
-        /* Owners by uid: 0 is root, 1000 the sandbox user (docs/API.md
-         * Command); names are not looked up in the sandbox. */
+        /* Owners by uid: 0 is root, the sandbox user's E2B's `user`;
+         * names are not looked up in the sandbox. */
         snprintf(id, sizeof(id), "%.0f", uid == uid ? uid : 0);
-        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == 1000 ? "sandbox" : id);
+        cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == u.uid ? "user" : id);
         snprintf(id, sizeof(id), "%.0f", gid == gid ? gid : 0);
-        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == 1000 ? "sandbox" : id);
+        cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == u.gid ? "user" : id);
         return e;
 }
 
@@ -500,6 +812,18 @@ static cJSON *fs_call(const gw_config *cfg, gw_conn *c, const char *tenant, cons
         return res ? res : cJSON_CreateObject();
 }
 
+/* Makes the request's paths (`keys`, NULL-ended) absolute for the
+ * sandbox user (abs_path), in place. */
+static void abs_paths(cJSON *req, const char *const *keys) {
+        for (; *keys; keys++) {
+                const char *v = str_of(req, *keys);
+                char *a = v ? abs_path(v, false) : NULL;
+                if (a)
+                        cJSON_ReplaceItemInObjectCaseSensitive(req, *keys, cJSON_CreateString(a));
+                free(a);
+        }
+}
+
 static cJSON *path_params(const char *sbx, const char *path) {
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "sandbox", sbx);
@@ -507,9 +831,75 @@ static cJSON *path_params(const char *sbx, const char *path) {
         return p;
 }
 
+/* A symlink's target, resolved to an absolute path as envd gives it
+ * (readlink -f as the sandbox user: sandboxd's fs.stat does not read
+ * links). New string, or NULL when it cannot be read. */
+static char *link_target(const gw_config *cfg, const char *tenant, const char *sbx, const char *path) {
+        cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray(), *res = NULL;
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "cmd", "readlink");
+        cJSON_AddItemToArray(args, cJSON_CreateString("-f"));
+        cJSON_AddItemToArray(args, cJSON_CreateString("--"));
+        cJSON_AddItemToArray(args, cJSON_CreateString(path));
+        cJSON_AddItemToObject(p, "args", args);
+        client *d = NULL;
+        char *msg = NULL, *out = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                free(msg);
+                cJSON_Delete(p);
+                return NULL;
+        }
+        /* Its stdout comes as command.output notifications. */
+        char *acc = NULL;
+        client_error *err = NULL;
+        if (client_call(d, "command.run", p, 60000, collect_stdout, &acc, &res, &err) == 0 &&
+            cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "exitCode")) == 0 && acc) {
+                acc[strcspn(acc, "\n")] = 0;
+                if (acc[0] == '/')
+                        out = strdup(acc);
+        }
+        free(acc);
+        client_error_free(err);
+        cJSON_Delete(res);
+        client_free(d);
+        return out;
+}
+
+/* ListDir's depth: at most this many levels, and at most LIST_MAX
+ * entries in one answer (each directory is one fs.list). */
+#define LIST_DEPTH_MAX 16
+#define LIST_MAX 10000
+
+/* Appends the entries of directory `path` to `arr` (EntryInfo), and those
+ * of its subdirectories (not symlinks) down to `depth` levels, each
+ * directory's entries by name with a subdirectory's right after it (as
+ * envd's walk lists them). 0, or -1 after answering. */
+static int list_into(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const char *path,
+                     int depth, cJSON *arr, size_t *count, user_ids u) {
+        cJSON *res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"), *st;
+        if (!res)
+                return -1;
+        int r = 0;
+        cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(res, "entries")) {
+                if (++*count > LIST_MAX) {
+                        connect_error(c, 400, "list %s: more than %d entries; list with a smaller depth", path, LIST_MAX);
+                        r = -1;
+                        break;
+                }
+                cJSON_AddItemToArray(arr, entry_of(st, u));
+                const char *type = str_of(st, "type"), *sub = str_of(st, "path");
+                if (depth > 1 && type && !strcmp(type, "directory") && sub &&
+                    (r = list_into(cfg, c, tenant, sbx, sub, depth - 1, arr, count, u)) < 0)
+                        break;
+        }
+        cJSON_Delete(res);
+        return r;
+}
+
 static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
                        const char *op) {
         cJSON *req = request_message(r, false);
+        abs_paths(req, (const char *const[]) { "path", "source", "destination", NULL });
         const char *path = str_of(req, "path");
         if (request_user(r) != 0) {
                 cJSON_Delete(req);
@@ -518,19 +908,28 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         }
         cJSON *res = NULL, *out = NULL;
         if (!strcmp(op, "Stat") && path) {
-                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
-                        out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat"))) {
+                        cJSON *e = entry_of(res, sandbox_user_ids(cfg, tenant, sbx));
+                        const char *type = str_of(res, "type");
+                        char *target = type && !strcmp(type, "symlink") ? link_target(cfg, tenant, sbx, path) : NULL;
+                        if (target)
+                                cJSON_AddStringToObject(e, "symlinkTarget", target);
+                        free(target);
+                        out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", e);
+                }
         } else if (!strcmp(op, "ListDir") && path) {
                 double depth = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "depth"));
-                if (depth == depth && depth > 1) {
-                        connect_error(c, 501, "depth above 1 is not served by sandboxd-e2b yet");
+                if (depth == depth && (depth < 0 || depth > LIST_DEPTH_MAX)) {
+                        connect_error(c, 400, "depth: 1 to %d", LIST_DEPTH_MAX);
                         goto done;
                 }
-                if ((res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"))) {
-                        out = cJSON_CreateObject();
-                        cJSON *arr = cJSON_AddArrayToObject(out, "entries"), *st;
-                        cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(res, "entries"))
-                                cJSON_AddItemToArray(arr, entry_of(st));
+                out = cJSON_CreateObject();
+                size_t count = 0;
+                if (list_into(cfg, c, tenant, sbx, path, depth == depth && depth >= 1 ? (int) depth : 1,
+                              cJSON_AddArrayToObject(out, "entries"), &count,
+                              sandbox_user_ids(cfg, tenant, sbx)) < 0) {
+                        cJSON_Delete(out);
+                        out = NULL;
                 }
         } else if (!strcmp(op, "MakeDir") && path) {
                 cJSON *st = NULL;
@@ -546,13 +945,20 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 if ((res = fs_call(cfg, c, tenant, "fs.mkdir", p, "make dir"))) {
                         cJSON_Delete(res);
                         if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
-                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                                out = cJSON_CreateObject(),
+                                cJSON_AddItemToObject(out, "entry", entry_of(res, sandbox_user_ids(cfg, tenant, sbx)));
                 }
         } else if (!strcmp(op, "Remove") && path) {
                 cJSON *p = path_params(sbx, path);
                 cJSON_AddBoolToObject(p, "recursive", true);
-                if ((res = fs_call(cfg, c, tenant, "fs.remove", p, "remove")))
+                /* A missing path is no error, as envd's Remove. */
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "fs.remove", p, &res, &err) == 0 ||
+                    (err && err->message && strstr(err->message, "No such file")))
                         out = cJSON_CreateObject();
+                else
+                        daemon_error(c, err, "remove");
+                client_error_free(err);
         } else if (!strcmp(op, "Move") && str_of(req, "source") && str_of(req, "destination")) {
                 /* sandboxd has no fs.move: mv(1) as the sandbox user, whose
                  * rights are those of every fs.* call. */
@@ -573,7 +979,8 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                         cJSON_Delete(res);
                         if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, str_of(req, "destination")),
                                            "stat")))
-                                out = cJSON_CreateObject(), cJSON_AddItemToObject(out, "entry", entry_of(res));
+                                out = cJSON_CreateObject(),
+                                cJSON_AddItemToObject(out, "entry", entry_of(res, sandbox_user_ids(cfg, tenant, sbx)));
                 }
         } else if (!strcmp(op, "Stat") || !strcmp(op, "ListDir") || !strcmp(op, "MakeDir") || !strcmp(op, "Remove") ||
                    !strcmp(op, "Move")) {
@@ -591,6 +998,10 @@ done:
 
 typedef struct watch_state {
         gw_conn *c;
+        const gw_config *cfg;
+        const char *tenant, *sbx;
+        bool entry;       /* includeEntry: each event with the path's EntryInfo */
+        user_ids ids;     /* the sandbox user's, for those entries */
         char *dir;        /* the watched path as fs.watchStarted names it */
         bool done;        /* an overflow: the stream ends */
         const char *lost; /* ... with this error */
@@ -639,6 +1050,13 @@ static void on_watch_note(const client_msg *m, void *userdata) {
                 cJSON *fe = cJSON_AddObjectToObject(msg, "filesystem");
                 cJSON_AddStringToObject(fe, "name", name);
                 cJSON_AddStringToObject(fe, "type", type);
+                /* includeEntry: the entry as it is when the event is
+                 * relayed (none for a path gone by then, as a removal). */
+                cJSON *st = NULL;
+                if (w->entry && path && strcmp(type, "EVENT_TYPE_REMOVE") &&
+                    gw_daemon_call(w->cfg, w->tenant, "fs.stat", path_params(w->sbx, path), &st, NULL) == 0)
+                        cJSON_AddItemToObject(fe, "entry", entry_of(st, w->ids));
+                cJSON_Delete(st);
         }
         if (msg)
                 send_envelope(w->c, 0, msg);
@@ -646,16 +1064,34 @@ static void on_watch_note(const client_msg *m, void *userdata) {
 
 static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
         cJSON *req = request_message(r, true);
+        abs_paths(req, (const char *const[]) { "path", NULL });
         const char *path = str_of(req, "path");
-        if (!path || request_user(r) != 0 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry")) ||
-            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "allowNetworkMounts"))) {
+        /* allowNetworkMounts lifts envd's refusal of network mounts;
+         * sandboxd's fs.watch has none to lift. */
+        if (!path || request_user(r) != 0) {
                 stream_error(c, path ? 501 : 400,
-                             !path ? "path: required"
-                                   : "includeEntry, allowNetworkMounts and watching as root are not served by "
-                                     "sandboxd-e2b yet");
+                             !path ? "path: required" : "watching as root is not served by sandboxd-e2b yet");
                 cJSON_Delete(req);
                 return;
         }
+        bool include_entry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry"));
+        /* A directory only, as envd's WatchDir (fs.watch would watch a
+         * file too). */
+        cJSON *st = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "fs.stat", path_params(sbx, path), &st, &err) < 0 ||
+            strcmp(str_of(st, "type") ? str_of(st, "type") : "", "directory")) {
+                char m[200];
+                bool missing = err && err->message && strstr(err->message, "No such file");
+                snprintf(m, sizeof(m), "watch %.150s: %s", path,
+                         missing ? "no such directory" : err ? "cannot stat it" : "not a directory");
+                stream_error(c, missing ? 404 : err ? gw_status_of(err) : 400, m);
+                client_error_free(err);
+                cJSON_Delete(st);
+                cJSON_Delete(req);
+                return;
+        }
+        cJSON_Delete(st);
         cJSON *p = path_params(sbx, path);
         cJSON_AddBoolToObject(p, "recursive", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "recursive")));
         cJSON_Delete(req);
@@ -670,8 +1106,9 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         /* The watch ends with the daemon connection: when the caller stops
          * (closes the stream) or fs.watch answers (its path deleted, the
          * sandbox stopped). */
-        watch_state w = { .c = c };
-        relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost);
+        watch_state w = { .c = c, .cfg = cfg, .tenant = tenant, .sbx = sbx, .entry = include_entry,
+                          .ids = include_entry ? sandbox_user_ids(cfg, tenant, sbx) : (user_ids) { 1000, 1000 } };
+        relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost, "data_loss");
         free(w.dir);
         client_free(d);
 }
@@ -687,8 +1124,17 @@ static size_t download_bytes(double size) {
         return (size_t) size * 4 + 65536;
 }
 
+/* The query's `path` made absolute for the sandbox user (new string;
+ * NULL when absent). */
+static char *query_path(const gw_request *r) {
+        char *q = gw_query_get(r, "path");
+        char *a = q ? abs_path(q, false) : NULL;
+        free(q);
+        return a;
+}
+
 static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
-        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        char *path = query_path(r), *user = gw_query_get(r, "username");
         client *d = NULL;
         cJSON *res = NULL, *st = NULL;
         size_t held = 0;
@@ -778,14 +1224,126 @@ static int write_file(client *d, const char *sbx, const char *path, const char *
         return 0;
 }
 
+/* Inflates the gzip stream `in` (len bytes) into a new buffer of at most
+ * GW_MAX_BODY bytes: 0 with *ret, *ret_len; -EINVAL when it is not gzip,
+ * -E2BIG past the bound, -ENOMEM. RFC 1952; zlib's inflate with gzip
+ * decoding (windowBits 16 + MAX_WBITS, zlib.h). */
+static int gunzip(const char *in, size_t len, char **ret, size_t *ret_len) {
+        z_stream z = {0};
+        if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+                return -ENOMEM;
+        size_t cap = len * 4 + 4096, have = 0;
+        if (cap > GW_MAX_BODY)
+                cap = GW_MAX_BODY;
+        char *buf = malloc(cap);
+        int r = buf ? 0 : -ENOMEM, zr = Z_OK;
+        z.next_in = (unsigned char *) in;
+        z.avail_in = (uInt) len;
+        while (!r && zr != Z_STREAM_END) {
+                if (have == cap) {
+                        if (cap == GW_MAX_BODY) {
+                                r = -E2BIG;
+                                break;
+                        }
+                        size_t ncap = cap * 2 > GW_MAX_BODY ? GW_MAX_BODY : cap * 2;
+                        char *nb = realloc(buf, ncap);
+                        if (!nb) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        buf = nb;
+                        cap = ncap;
+                }
+                z.next_out = (unsigned char *) buf + have;
+                z.avail_out = (uInt) (cap - have);
+                zr = inflate(&z, Z_NO_FLUSH);
+                have = cap - z.avail_out;
+                if (zr != Z_OK && zr != Z_STREAM_END)
+                        r = -EINVAL;
+                else if (zr == Z_OK && z.avail_in == 0 && z.avail_out > 0)
+                        r = -EINVAL; /* the stream ended early */
+        }
+        inflateEnd(&z);
+        if (r < 0) {
+                free(buf);
+                return r;
+        }
+        *ret = buf;
+        *ret_len = have;
+        return 0;
+}
+
+/* POST /files with Content-Type application/octet-stream (envd 0.5.7):
+ * the body is the file at the query's `path`, gzip when Content-Encoding
+ * says so. Answers as the multipart upload does. */
+static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
+                             const char *sbx, const char *path) {
+        const char *enc = gw_header_get(r, "Content-Encoding");
+        char *plain = NULL;
+        size_t plain_len = 0;
+        client *d = NULL;
+        if (!path) {
+                gw_send_error(c, 400, "path: required for an application/octet-stream upload");
+                return;
+        }
+        if (enc && strcasecmp(enc, "gzip") && strcasecmp(enc, "identity")) {
+                gw_send_error(c, 415, "Content-Encoding %s: gzip or identity", enc);
+                return;
+        }
+        if (enc && !strcasecmp(enc, "gzip")) {
+                int g = gunzip(r->body, r->body_len, &plain, &plain_len);
+                if (g < 0) {
+                        gw_send_error(c, g == -E2BIG ? 413 : g == -ENOMEM ? 500 : 400, "body: %s",
+                                      g == -E2BIG ? "the file is larger than the gateway's 64 MiB"
+                                      : g == -ENOMEM ? "out of memory" : "not a whole gzip stream");
+                        return;
+                }
+        }
+        char *msg = NULL;
+        if (gw_daemon_open(cfg, tenant, &d, &msg) < 0) {
+                gw_send_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                free(plain);
+                return;
+        }
+        client_error *err = NULL;
+        if (write_file(d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, &err) < 0) {
+                gw_send_error(c, gw_status_of(err), "write %s: %s", path, err ? err->message : "failed");
+                client_error_free(err);
+        } else {
+                cJSON *arr = cJSON_CreateArray(), *info = cJSON_CreateObject();
+                const char *slash = strrchr(path, '/');
+                cJSON_AddStringToObject(info, "name", slash ? slash + 1 : path);
+                cJSON_AddStringToObject(info, "type", "file");
+                cJSON_AddStringToObject(info, "path", path);
+                cJSON_AddItemToArray(arr, info);
+                gw_send_json(c, 200, arr);
+        }
+        client_free(d);
+        free(plain);
+}
+
 static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
-        char *path = gw_query_get(r, "path"), *user = gw_query_get(r, "username");
+        char *path = query_path(r), *user = gw_query_get(r, "username");
         gw_part *parts = NULL;
         size_t n = 0;
         client *d = NULL;
         cJSON *out_arr = NULL;
         if (user && strcmp(user, "user") && strcmp(user, "sandbox")) {
                 gw_send_error(c, 400, "username: files are written as the sandbox user only");
+                goto out;
+        }
+        /* File metadata (X-Metadata-* headers, envd 0.6.2) would need
+         * extended attributes sandboxd's fs.write does not set. */
+        for (size_t i = 0; i < r->n_headers; i++)
+                if (!strncasecmp(r->headers[i].name, "X-Metadata-", 11)) {
+                        gw_send_error(c, 400, "%s: file metadata is not served by sandboxd-e2b (sandboxd's fs.write "
+                                              "sets no extended attributes)", r->headers[i].name);
+                        goto out;
+                }
+        const char *ct = gw_header_get(r, "Content-Type");
+        if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
+                files_post_octet(cfg, c, r, tenant, sbx, path);
                 goto out;
         }
         int mp = gw_multipart(r, &parts, &n);
@@ -811,6 +1369,15 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         }
         out_arr = cJSON_CreateArray();
         for (size_t i = 0; i < n; i++) {
+                if (!(path && n == 1)) {
+                        char *a = abs_path(parts[i].filename, false);
+                        if (!a) {
+                                gw_send_error(c, 500, "out of memory");
+                                goto out;
+                        }
+                        free(parts[i].filename);
+                        parts[i].filename = a;
+                }
                 const char *fp = path && n == 1 ? path : parts[i].filename;
                 client_error *err = NULL;
                 if (write_file(d, sbx, fp, parts[i].data, parts[i].len, &err) < 0) {
@@ -837,8 +1404,37 @@ out:
         free(user);
 }
 
+/* GET /health with the sandbox's token: 204 while it runs; 502 when it
+ * is paused or gone, as E2B's proxy answers for a sandbox whose envd is
+ * not there (the SDK's isRunning() false). */
+static void health(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0) {
+                int st = gw_status_of(err);
+                client_error_free(err);
+                if (st == 404)
+                        gw_send_error(c, 502, "sandbox %s is not running", sbx);
+                else
+                        gw_send_error(c, st, "health: sandboxd did not answer");
+                return;
+        }
+        const cJSON *sess = cJSON_GetObjectItemCaseSensitive(res, "session");
+        bool running = cJSON_IsObject(sess) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sess, "paused"));
+        cJSON_Delete(res);
+        if (running)
+                gw_send(c, 204, NULL, NULL, 0);
+        else
+                gw_send_error(c, 502, "sandbox %s is %s", sbx, cJSON_IsObject(sess) ? "paused" : "not running");
+}
+
 void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sandbox) {
         const char *m = r->method, *path = r->path;
+        if (!strcmp(path, "/health") && !strcmp(m, "GET")) {
+                health(cfg, c, tenant, sandbox);
+                return;
+        }
         if (!strcmp(path, "/files")) {
                 if (!strcmp(m, "GET"))
                         files_get(cfg, c, r, tenant, sandbox);
@@ -868,6 +1464,8 @@ void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *
         if (streaming) {
                 if (!strcmp(path, "/process.Process/Start"))
                         process_start(cfg, c, r, tenant, sandbox);
+                else if (!strcmp(path, "/process.Process/Connect"))
+                        process_connect(cfg, c, r, tenant, sandbox);
                 else if (!strcmp(path, "/filesystem.Filesystem/WatchDir"))
                         watch_dir(cfg, c, r, tenant, sandbox);
                 else {

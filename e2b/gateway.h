@@ -20,8 +20,13 @@
 
 /* The envd version the gateway reports (Sandbox.envdVersion): the SDK's
  * feature gates read it: 0.4.0 and later force no default user; 0.5.2
- * has CloseStdin; 0.5.7 would make uploads octet-stream, not served. */
-#define GW_ENVD_VERSION "0.5.2"
+ * has CloseStdin; 0.5.7 octet-stream uploads (gzip too); 0.6.2 file
+ * metadata (refused here, naming it); 0.6.3 WatchDir includeEntry; 0.6.4
+ * WatchDir allowNetworkMounts. */
+#define GW_ENVD_VERSION "0.6.4"
+
+/* envd's port in E2B's host names (PORT-ID.DOMAIN, route.c). */
+#define GW_ENVD_PORT 49983
 
 /* Longest request body read, in bytes (a files upload of fs.write's
  * largest single piece plus multipart framing). */

@@ -6,6 +6,7 @@
  * from anything else the request says. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "e2b/gateway.h"
 
@@ -20,9 +21,42 @@ static bool sandbox_id_ok(const char *s) {
         return true;
 }
 
+/* E2B's host names for a sandbox's ports: PORT-ID.DOMAIN (the SDK's
+ * getHost(); envd is port 49983, which the SDK uses when E2B_SANDBOX_URL
+ * is not set and the domain has wildcard DNS). Returns the port (1-65535)
+ * with the ID in id (size bytes), or 0 when `host` is not such a name. */
+static unsigned host_port_id(const char *host, char *id, size_t size) {
+        if (!host)
+                return 0;
+        char *end = NULL;
+        unsigned long port = strtoul(host, &end, 10);
+        if (end == host || *end != '-' || port < 1 || port > 65535 || host[0] == '0')
+                return 0;
+        const char *start = end + 1, *dot = strchr(start, '.');
+        size_t n = dot ? (size_t) (dot - start) : 0;
+        if (!n || n >= size || !dot[1])
+                return 0;
+        memcpy(id, start, n);
+        id[n] = 0;
+        return sandbox_id_ok(id) ? (unsigned) port : 0;
+}
+
 void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret) {
         *ret = (gw_auth) {0};
         const char *sbx = gw_header_get(r, "E2b-Sandbox-Id");
+        /* No E2b-Sandbox-Id: the Host may name the sandbox (PORT-ID.DOMAIN).
+         * Envd's port is served as the header would be; another port (an
+         * exposed one) is not routed yet, and says so. */
+        char host_id[64];
+        unsigned port = sbx ? 0 : host_port_id(gw_header_get(r, "Host"), host_id, sizeof(host_id));
+        if (port && port != GW_ENVD_PORT) {
+                ret->status = 501;
+                snprintf(ret->msg, sizeof(ret->msg), "port %u of sandbox %s: exposed ports by host name "
+                         "(getHost) are not routed by sandboxd-e2b yet", port, host_id);
+                return;
+        }
+        if (port)
+                sbx = host_id;
         bool health = !strcmp(r->method, "GET") && !strcmp(r->path, "/health");
         if (sbx) {
                 ret->envd = true;
@@ -32,11 +66,15 @@ void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret) {
                         return;
                 }
                 snprintf(ret->sandbox, sizeof(ret->sandbox), "%s", sbx);
-                if (health) {
+                const char *tok = gw_header_get(r, "X-Access-Token");
+                /* /health needs no token, as envd's; with the sandbox's
+                 * own token it says whether the sandbox runs (envd.c). */
+                if (health && (!tok || gw_envd_token_check(cfg->keys_path, tok, sbx, ret->tenant,
+                                                           sizeof(ret->tenant)) < 0)) {
+                        ret->tenant[0] = 0;
                         ret->status = 204;
                         return;
                 }
-                const char *tok = gw_header_get(r, "X-Access-Token");
                 if (gw_envd_token_check(cfg->keys_path, tok, sbx, ret->tenant, sizeof(ret->tenant)) < 0) {
                         ret->status = 401;
                         snprintf(ret->msg, sizeof(ret->msg), "%s",

@@ -5,6 +5,7 @@
 // error shape, naming what is missing), never be ignored.
 import { Sandbox, FileNotFoundError, ALL_TRAFFIC } from 'e2b'
 import assert from 'node:assert/strict'
+import http from 'node:http'
 
 function ok(what) {
   console.log('ok - ' + what)
@@ -121,9 +122,47 @@ try {
     Sandbox.create({ network: { maskRequestHost: 'x.example' } }),
     /network.maskRequestHost: not served/
   )
-  await assert.rejects(Sandbox.createSnapshot(s.sandboxId), /snapshots are not served/)
-  await assert.rejects(s.commands.connect(1), /process.Process\/Connect is not served/)
+  await assert.rejects(Sandbox.createSnapshot(s.sandboxId, { name: 'named' }), /snapshots have IDs, no names/)
+  await assert.rejects(s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b' } }), /file metadata is not served/)
   ok('what is not served yet is refused, naming it')
+
+  // E2B's user `user`: home /home/user, where relative paths and a
+  // process without cwd go.
+  assert.equal((await s.commands.run('pwd; echo $HOME; getent passwd user | cut -d: -f6')).stdout,
+               '/home/user\n/home/user\n/home/user\n')
+  await s.files.write('rel.txt', 'relative')
+  assert.equal(await s.files.read('/home/user/rel.txt'), 'relative')
+  assert.equal((await s.files.getInfo('rel.txt')).owner, 'user')
+  ok('the base template has the user `user` with home /home/user, where relative paths resolve')
+
+  // E2B's host names PORT-ID.DOMAIN (wildcard DNS, no E2B_SANDBOX_URL):
+  // envd's port 49983 routes to that sandbox's envd (its token still
+  // needed); an exposed port is refused, saying so.
+  const byHost = (port, token) => new Promise((resolve, reject) => {
+    const u = new URL(process.env.E2B_SANDBOX_URL)
+    const req = http.request({
+      host: u.hostname, port: u.port, path: '/health', method: 'GET',
+      headers: { Host: `${port}-${s.sandboxId}.e2b.test`, ...(token ? { 'X-Access-Token': token } : {}) },
+    }, (res) => { let b = ''; res.on('data', (d) => { b += d }); res.on('end', () => resolve([res.statusCode, b])) })
+    req.on('error', reject)
+    req.end()
+  })
+  assert.equal((await byHost(49983, s.envdAccessToken))[0], 204)
+  const [code8000, body8000] = await byHost(8000, s.envdAccessToken)
+  assert.equal(code8000, 501)
+  assert.match(body8000, /exposed ports by host name/)
+  ok('the host name 49983-ID.DOMAIN routes to envd; another port is refused, naming it')
+
+  // Connect: a running process's output from the moment of connecting,
+  // then its end.
+  const reader = await s.commands.run('read l; echo "got $l"', { background: true, stdin: true })
+  let relayed = ''
+  const attached = await s.commands.connect(reader.pid, { onStdout: (d) => { relayed += d } })
+  await s.commands.sendStdin(reader.pid, 'line\n')
+  const done = await attached.wait()
+  assert.equal(done.exitCode, 0)
+  assert.equal(relayed, 'got line\n')
+  ok('commands.connect follows a running process to its end')
 
   // api.public.test and other.public.test are hosts of the test world's
   // fake internet: what a sandbox resolves shows what its policy opens.
@@ -157,6 +196,30 @@ try {
     await but.updateNetwork({})
     assert.equal(await resolves(but, 'api.public.test'), true)
     ok('updateNetwork replaces the egress config of a running sandbox ({} opens it all)')
+
+    // network.rules: a header transform, applied by sandboxd's egress
+    // proxy (the world's api.public.test echoes the headers it got); the
+    // sandbox itself never sees the value.
+    const rules = { 'api.public.test': [{ transform: { headers: { 'X-From-Rules': 'r-1' } } }] }
+    const ruled = await Sandbox.create({ network: { rules } })
+    try {
+      const got = async (sbx) => {
+        const r = await sbx.commands.run('curl -sS -m 10 https://api.public.test/e2b-rules')
+        return Object.fromEntries(JSON.parse(r.stdout).headers.map(([k, v]) => [k.toLowerCase(), v]))
+      }
+      assert.equal((await got(ruled))['x-from-rules'], 'r-1')
+      assert.equal((await ruled.commands.run('env; cat /proc/1/environ 2>/dev/null; true')).stdout.includes('r-1'), false)
+      await ruled.updateNetwork({ rules: { 'api.public.test': [{ transform: { headers: { 'X-From-Rules': 'r-2' } } }] } })
+      assert.equal((await got(ruled))['x-from-rules'], 'r-2')
+      ok('network.rules header transforms reach the host (and updateNetwork replaces them)')
+    } finally {
+      await ruled.kill()
+    }
+    await assert.rejects(
+      Sandbox.create({ network: { denyOut: [ALL_TRAFFIC], allowOut: ['other.public.test'], rules } }),
+      /network.rules.api.public.test: the host is not allowed/
+    )
+    ok('a rule never opens a host')
   } finally {
     for (const sbx of [open, denied, only, but]) await sbx.kill()
   }

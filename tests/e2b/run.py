@@ -13,13 +13,19 @@ with node there, its environment naming the server only through
 E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
 key, for the isolation check); agent.mjs runs once more over HTTPS
 (--tls-cert, a CA of `sandboxctl certs init` that node is told to trust),
-and caps.py (python3) against a third gateway with a small connection
-table (CAPS_ARGS).
+caps.py (python3) against a third gateway with a small connection
+table (CAPS_ARGS), and E2B's own JS SDK tests (e2b-sdk-tests/, vitest),
+which print N of M passed and fail the run when a test not listed in
+docs/E2B.md fails or a listed one passes. E2B_TEST_TIMEOUT (s, default
+300) bounds each program; E2B_VITEST_ARGS adds vitest arguments (e.g.
+-t NAME); E2B_VITEST_JSON keeps vitest's JSON report at that path.
 Every process it starts is stopped, and
 the world torn down, on every exit. Exit status: 0 when every program
 passed.
 """
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,12 +46,15 @@ TLS_PORT = 49984  # the same gateway's HTTPS listener (--tls-cert)
 # caps.py's gateway: a small connection table, so filling it is cheap.
 CAPS_PORT = 49985
 CAPS_ARGS = ("--max-conns", "8", "--max-conns-per-addr", "4")
+# E2B's own JS SDK tests (e2b-sdk-tests/SOURCE.md), run by vitest.
+SDK_TESTS = "e2b-sdk-tests"
+DOC = os.path.join(REPO, "docs", "E2B.md")
 # SANDBOXD_E2B: another build of the gateway (e.g. one with ASan).
 GATEWAY = os.environ.get("SANDBOXD_E2B") or os.path.join(REPO, "build", "sandboxd-e2b")
-PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "caps.py"]
+PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "caps.py", SDK_TESTS]
 # Run again over HTTPS (E2B_API_URL=https://...), trusting the test CA.
 TLS_PROGRAMS = ["agent.mjs"]
-NODE_TIMEOUT = 300
+NODE_TIMEOUT = int(os.environ.get("E2B_TEST_TIMEOUT", "300"))
 
 
 def add_key(keys, tenant):
@@ -79,6 +88,58 @@ def start_gateway(world, d, keys, port=PORT, tls=(), extra=()):
     raise W.WorldError("sandboxd-e2b did not accept on 127.0.0.1:%d" % port)
 
 
+def known_failures():
+    """The E2B SDK tests docs/E2B.md lists as failing or skipped: the set of
+    "FILE > TEST NAME" of its "- `FILE` > `NAME`: reason" lines."""
+    known = set()
+    with open(DOC) as f:
+        for line in f:
+            m = re.match(r"- `([^`]+)` > `([^`]+)`", line)
+            if m:
+                known.add("%s > %s" % (m.group(1), m.group(2)))
+    return known
+
+
+def run_sdk_tests(world, env, out):
+    """Runs E2B's SDK tests with vitest (its JSON report to OUT), prints
+    N of M, and returns 0 when every test that failed or was skipped is
+    listed in docs/E2B.md, and every listed one still fails (a listed
+    test that passes is to be taken off the list)."""
+    argv = ["nsenter", "--net=/run/netns/" + world.host_ns, "--", "node",
+            os.path.join(HERE, "node_modules", "vitest", "vitest.mjs"), "run",
+            "--root", os.path.join(HERE, SDK_TESTS), "--reporter=default", "--reporter=json",
+            "--outputFile.json=" + out] + os.environ.get("E2B_VITEST_ARGS", "").split()
+    subprocess.run(argv, cwd=os.path.join(HERE, SDK_TESTS), env=env, timeout=NODE_TIMEOUT)
+    with open(out) as f:
+        report = json.load(f)
+    if os.environ.get("E2B_VITEST_JSON"):
+        shutil.copy(out, os.environ["E2B_VITEST_JSON"])
+    root = os.path.join(HERE, SDK_TESTS, "tests") + "/"
+    passed, other = [], []
+    for tf in report.get("testResults", []):
+        name = tf["name"][len(root):] if tf["name"].startswith(root) else tf["name"]
+        if not tf.get("assertionResults"):
+            other.append(("%s > (file)" % name, tf.get("message", "")[:200]))
+        for t in tf.get("assertionResults", []):
+            key = "%s > %s" % (name, " ".join(t.get("ancestorTitles", []) + [t["title"]]))
+            if t["status"] == "passed":
+                passed.append(key)
+            else:
+                other.append((key, t["status"] + ": " + " ".join(t.get("failureMessages", []))[:200]))
+    total = len(passed) + len(other)
+    print("E2B JS SDK tests: %d of %d passed" % (len(passed), total), flush=True)
+    known = known_failures()
+    rc = 0
+    for key, why in other:
+        if key not in known:
+            print("  not listed in docs/E2B.md: %s: %s" % (key, why.replace("\n", " ")), flush=True)
+            rc = 1
+    for key in sorted(known & set(passed)):
+        print("  listed in docs/E2B.md but passes: %s" % key, flush=True)
+        rc = 1
+    return rc
+
+
 def stop(proc):
     if proc and proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -93,8 +154,9 @@ def main(argv):
     if os.geteuid() != 0:
         print("e2b-test: needs root (the test world)", file=sys.stderr)
         return 1
-    if not os.path.isdir(os.path.join(HERE, "node_modules", "e2b")):
-        print("e2b-test: the e2b package is not installed; run scripts/install-deps", file=sys.stderr)
+    if not all(os.path.isdir(os.path.join(HERE, "node_modules", p)) for p in ("e2b", "vitest")):
+        print("e2b-test: the e2b and vitest packages are not installed (tests/e2b/package-lock.json); "
+              "run scripts/install-deps", file=sys.stderr)
         return 1
     programs = [(p, False) for p in (argv or PROGRAMS)] + [(p, True) for p in (TLS_PROGRAMS if not argv else [])]
     with W.World() as world:
@@ -127,6 +189,10 @@ def main(argv):
                     env["NODE_EXTRA_CA_CERTS"] = os.path.join(certs, "ca.pem")
                 name = prog + (" (HTTPS)" if tls else "")
                 print("# %s" % name, flush=True)
+                if prog == SDK_TESTS:
+                    rc = run_sdk_tests(world, env, os.path.join(d.dir, "vitest.json")) or rc
+                    print("%s %s" % ("PASS" if rc == 0 else "FAIL", name), flush=True)
+                    continue
                 interp = "python3" if prog.endswith(".py") else "node"
                 p = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", interp, prog],
                                    cwd=HERE, env=env, timeout=NODE_TIMEOUT)

@@ -224,6 +224,45 @@ static void test_http_routes_before_any_daemon_call(void **state) {
         assert_non_null(strstr(o, "HTTP/1.1 400"));
 }
 
+/* E2B's host names PORT-ID.DOMAIN: envd's port names the sandbox as
+ * E2b-Sandbox-Id would (its token checked the same way); another port is
+ * refused naming it; a Host that is not of that form is the control API. */
+static void test_host_names_route_envds_port_only(void **state) {
+        char k[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        static const char wrong[] = "POST /process.Process/List HTTP/1.1\r\nHost: 49983-sbx-1.e2b.test\r\n"
+                                    "X-Access-Token: team-a.00\r\nContent-Length: 2\r\n\r\n{}";
+        const char *o = exchange(wrong, sizeof(wrong) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "not this sandbox's access token"));
+
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        int n = snprintf(req, sizeof(req), "POST /process.Process/List HTTP/1.1\r\nHost: 49983-sbx-1.e2b.test:443\r\n"
+                         "X-Access-Token: %s\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n", tok);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 415")); /* past the token: envd's own answer */
+        /* The token of sbx-1 does not open sbx-2 by its host name. */
+        n = snprintf(req, sizeof(req), "POST /process.Process/List HTTP/1.1\r\nHost: 49983-sbx-2.e2b.test\r\n"
+                     "X-Access-Token: %s\r\nContent-Length: 2\r\n\r\n{}", tok);
+        free(tok);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+
+        static const char port[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n\r\n";
+        o = exchange(port, sizeof(port) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 501"));
+        assert_non_null(strstr(o, "port 8000 of sandbox sbx-1: exposed ports by host name"));
+
+        /* Not of that form (a bad ID, port 0, no domain): the control API. */
+        static const char *const others[] = { "49983-../x.e2b.test", "0-sbx-1.e2b.test", "49983-sbx-1", "127.0.0.1:49983" };
+        for (size_t i = 0; i < sizeof(others) / sizeof(*others); i++) {
+                n = snprintf(req, sizeof(req), "GET /sandboxes HTTP/1.1\r\nHost: %s\r\n\r\n", others[i]);
+                o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "X-API-Key: missing"));
+        }
+}
+
 static void test_http_limits_answer_and_close(void **state) {
         char req[256];
         int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
@@ -754,6 +793,7 @@ int main(void) {
                 cmocka_unit_test(test_url_decoding),
                 cmocka_unit_test(test_multipart_parts_with_their_file_names),
                 cmocka_unit_test_setup_teardown(test_http_routes_before_any_daemon_call, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_host_names_route_envds_port_only, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_http_limits_answer_and_close, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_request_without_a_valid_key_is_answered_before_its_body, setup,
                                                 teardown),
