@@ -1,0 +1,170 @@
+"""Attacks on named volumes (docs/API.md "Volumes", docs/SECURITY.md
+"Volumes") by root inside a sandbox that mounts one: leaving the volume's
+bound, making a read-only mount writable, and planting setuid files or
+file capabilities for another sandbox. Runs in the suite's user-namespace
+mode (SANDBOXD_TEST_USERNS)."""
+import json
+
+from common import expect, expect_eq, sh, sh_ok
+from test_volumes import _sandboxes, _volume
+
+# Root inside tries every way it has to get a writable view of the
+# read-only mount at /data, each on its own (python3 ctypes: raw syscalls,
+# x86_64 numbers). Prints NAME=ok for each that succeeded, NAME=errno
+# otherwise.
+REMOUNT = r"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def sc(name, nr, *a):
+    r = libc.syscall(nr, *a)
+    print("%s=%s" % (name, "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")), flush=True)
+    return r
+class Attr(ctypes.Structure):
+    _fields_ = [("set", ctypes.c_uint64), ("clr", ctypes.c_uint64),
+                ("prop", ctypes.c_uint64), ("userns", ctypes.c_uint64)]
+MOUNT_ATTR_RDONLY = 1
+AT_EMPTY_PATH = 0x1000
+OPEN_TREE_CLONE = 1
+# mount_setattr(442) clearing RDONLY on the mount itself
+a = Attr(0, MOUNT_ATTR_RDONLY, 0, 0)
+sc("mount_setattr", 442, -100, b"/data", 0, ctypes.byref(a), ctypes.sizeof(a))
+# mount(2) remount,bind rw
+sc("mount", 165, b"none", b"/data", None, 0x20 | 0x1000, None)
+# open_tree(428) clone, then mount_setattr on the clone
+fd = sc("open_tree", 428, -100, b"/data", OPEN_TREE_CLONE)
+# fspick(433) of the volume's superblock
+sc("fspick", 433, -100, b"/data", 0)
+# unshare(272) a user and mount namespace
+sc("unshare", 272, 0x10000000 | 0x00020000)
+# re-open a read-only fd of a file through /proc/self/fd for writing
+try:
+    f = os.open("/data/f", os.O_RDONLY)
+    w = os.open("/proc/self/fd/%d" % f, os.O_RDWR)
+    os.write(w, b"x")
+    print("reopen=ok")
+except OSError as e:
+    print("reopen=%s" % errno.errorcode.get(e.errno, "?"))
+for name, fn in [("chmod", lambda: os.chmod("/data/f", 0o777)),
+                 ("create", lambda: open("/data/new", "w").close()),
+                 ("utime", lambda: os.utime("/data/f")),
+                 ("setxattr", lambda: os.setxattr("/data/f", "user.x", b"1"))]:
+    try:
+        fn()
+        print("%s=ok" % name)
+    except OSError as e:
+        print("%s=%s" % (name, errno.errorcode.get(e.errno, "?")))
+"""
+
+
+def test_root_inside_cannot_make_a_read_only_mount_writable_by_any_means(world):
+    with _volume(world, "varo") as vol, \
+            _sandboxes(world, ("varw", {"volumes": [{"name": vol, "path": "/data"}]}),
+                       ("varo", {"volumes": [{"name": vol, "path": "/data", "readOnly": True}]})) as (rw, ro):
+        sh_ok(world, rw, "echo hi > /data/f")
+        code, out, err = sh(world, ro, "python3 -c '%s'" % REMOUNT.replace("'", "'\\''"), "--sudo")
+        results = dict(line.split("=", 1) for line in out.split() if "=" in line)
+        expect(len(results) >= 10, "every attempt ran:", code, out, err[-500:])
+        for name, res in sorted(results.items()):
+            expect(res != "ok", "%s made the read-only volume writable or gave a new mount: %s" % (name, out))
+        expect_eq(sh_ok(world, rw, "cat /data/f").strip(), "hi", "the volume's file")
+        out = sh_ok(world, ro, "grep ' /data ' /proc/self/mountinfo")
+        expect(" ro," in out or " ro " in out, "still read-only:", out)
+test_root_inside_cannot_make_a_read_only_mount_writable_by_any_means.timeout = 300
+
+
+# Root inside plants, for the sandbox user of another sandbox: a setuid-root
+# copy of python3, the same with file capabilities (cap_setuid+ep through
+# security.capability v2), a hard link of it and a fifo. The other
+# sandbox's user runs them: none may give it another uid.
+PLANT = r"""
+set -e
+cp "$(readlink -f "$(command -v python3)")" /data/suid
+chown 0:0 /data/suid && chmod 4755 /data/suid
+cp /data/suid /data/fcap && chmod 0755 /data/fcap
+python3 -c '
+import os, struct
+# VFS_CAP_REVISION_2 | effective, permitted = CAP_SETUID (7)
+os.setxattr("/data/fcap", "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 7, 0, 0, 0))
+' && echo FCAP-SET || echo FCAP-REFUSED
+ln /data/suid /data/hard
+mkfifo /data/fifo
+ls -ln /data
+"""
+
+ESCALATE = r"""
+echo "me=$(id -u)"
+for b in suid fcap hard; do
+  /data/$b -c 'import os
+try:
+    os.setuid(0)
+except OSError:
+    pass
+print("%s euid=%d uid=%d" % ("'$b'", os.geteuid(), os.getuid()))' || echo "$b failed"
+done
+"""
+
+
+def test_setuid_files_and_file_capabilities_in_a_volume_are_inert_in_another_sandbox(world):
+    with _volume(world, "vsuid") as vol, \
+            _sandboxes(world, ("vpl", {"volumes": [{"name": vol, "path": "/data"}]}),
+                       ("vvi", {"volumes": [{"name": vol, "path": "/v2"}]})) as (planter, victim):
+        out = sh_ok(world, planter, PLANT, "--sudo")
+        for sb, script in ((victim, ESCALATE.replace("/data/", "/v2/")), (planter, ESCALATE)):
+            out = sh_ok(world, sb, script)
+            me = out.split("me=", 1)[1].split()[0]
+            expect(me != "0", "the sandbox user is not root:", out)
+            for b in ("suid", "fcap", "hard"):
+                expect("%s euid=%s uid=%s" % (b, me, me) in out,
+                       "%s gave another uid to the sandbox user of %s: %s" % (b, sb, out))
+test_setuid_files_and_file_capabilities_in_a_volume_are_inert_in_another_sandbox.timeout = 300
+
+
+# BTRFS_IOC_SUBVOL_CREATE (_IOW(0x94, 14, struct btrfs_ioctl_vol_args)),
+# BTRFS_IOC_SNAP_CREATE (1), and the _V2 forms (24, 23) that take a
+# struct btrfs_ioctl_vol_args_v2 (4096 bytes as well): a new subvolume
+# has a qgroup of its own, outside the volume's limit.
+SUBVOL = r"""
+import errno, fcntl, os, struct, sys
+d = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+def ioc(nr):
+    return (1 << 30) | (4096 << 16) | (0x94 << 8) | nr
+for name, nr, v2 in [("subvol", 14, False), ("subvol_v2", 24, True), ("snap", 1, False), ("snap_v2", 23, True)]:
+    if v2:  # fd, transid, flags, unused[4], name[4040]
+        buf = bytearray(struct.pack("<qQQ32s4040s", d, 0, 0, b"", name.encode()))
+    else:   # fd, name[4088]
+        buf = bytearray(struct.pack("<q4088s", d, name.encode()))
+    try:
+        fcntl.ioctl(d, ioc(nr), buf)
+        print("%s=ok" % name)
+    except OSError as e:
+        print("%s=%s" % (name, errno.errorcode.get(e.errno, "?")))
+"""
+
+
+def test_a_pool_volume_cannot_be_left_through_a_nested_subvolume(world):
+    import test_pool as P
+    with P._Pool(world, "vapool") as p:
+        vol = world.name("vasv")
+        msg = p.d.rpc("volume.create", {"name": vol, "sizeMiB": 32}, 120)
+        expect("result" in msg, "volume.create in the pool:", msg.get("error"))
+        try:
+            a = p.create_ok("vasa", volumes=[{"name": vol, "path": "/data"}])
+            P._sh_ok(p.d, a, "cat > /tmp/subvol.py <<'EOF'\n%s\nEOF" % SUBVOL)
+            code, out, err = P._sh(p.d, a, "python3 /tmp/subvol.py /data; python3 /tmp/subvol.py /workspace",
+                                   timeout=60)
+            res = [line for line in out.split() if "=" in line]
+            expect(len(res) == 8, "every ioctl was tried:", out, err[-300:])
+            expect(not [r for r in res if r.endswith("=ok")], "root inside made a subvolume: %s" % out)
+            # Whatever it made, nothing under /data holds more than sizeMiB.
+            code, out, err = P._sh(p.d, a, "for d in /data/subvol /data/subvol_v2 /data; do "
+                                   "[ -d $d ] && dd if=/dev/zero of=$d/big bs=1M count=96 2>&1; done; sync; "
+                                   "du -sm /data", timeout=120)
+            used = int(out.split()[-2])
+            expect(used <= 40, "the volume holds %d MiB past its 32: %s" % (used, out[-300:]))
+            p.d.rpc("sandbox.delete", {"name": a}, 120)
+            p.sandboxes = []
+        finally:
+            msg = p.d.rpc("volume.delete", {"name": vol}, 120)
+        expect("result" in msg, "volume.delete:", json.dumps(msg)[:300])
+        P.poll(lambda: P._pool_entries(p.d) == ([], []), 60, "the pool's subvolumes to go after the deletes")
+test_a_pool_volume_cannot_be_left_through_a_nested_subvolume.timeout = 600
