@@ -168,3 +168,23 @@ def test_a_pool_volume_cannot_be_left_through_a_nested_subvolume(world):
         expect("result" in msg, "volume.delete:", json.dumps(msg)[:300])
         P.poll(lambda: P._pool_entries(p.d) == ([], []), 60, "the pool's subvolumes to go after the deletes")
 test_a_pool_volume_cannot_be_left_through_a_nested_subvolume.timeout = 600
+
+
+def test_an_inode_count_the_size_cannot_hold_is_refused_naming_inodes(world):
+    import os
+    for size, inodes in ((16, 4294967295), (16, 1 << 20), (64, 3000000)):
+        name = world.name("vino")
+        msg = world.rpc("volume.create", {"name": name, "sizeMiB": size, "inodes": inodes}, 120)
+        try:
+            err = msg.get("error") or {}
+            expect_eq(((err.get("data") or {}).get("field"), err.get("code")), ("inodes", -32602),
+                      "sizeMiB %d inodes %d: %s" % (size, inodes, json.dumps(msg)[:400]))
+            expect("sizeMiB" in err.get("message", ""), "the message says what bounds it:", err.get("message"))
+            expect(not os.path.exists(os.path.join(world.daemon.state_dir, "volumes", name)), "its directory is gone")
+        finally:
+            if "result" in msg:
+                world.rpc("volume.delete", {"name": name}, 120)
+    # The largest count that fits is made.
+    with _volume(world, "vinomax", size=16, inodes=16 * 256) as vol:
+        v = world.rpc("volume.get", {"name": vol})["result"]
+        expect(v["inodes"] >= 4096, "the volume's inodes:", v)
