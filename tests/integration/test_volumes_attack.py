@@ -188,3 +188,88 @@ def test_an_inode_count_the_size_cannot_hold_is_refused_naming_inodes(world):
     with _volume(world, "vinomax", size=16, inodes=16 * 256) as vol:
         v = world.rpc("volume.get", {"name": vol})["result"]
         expect(v["inodes"] >= 4096, "the volume's inodes:", v)
+
+
+def test_a_symlink_planted_above_a_mount_point_while_running_does_not_redirect_the_resume(world):
+    """Root inside renames an ancestor of the mount point aside (the
+    mount goes with it) and puts a symlink to /etc in its place; the
+    resume must not follow it."""
+    with _volume(world, "vres") as vol:
+        name = world.name("vres")
+        try:
+            from common import rpc_ok
+            rpc_ok(world, "sandbox.create", {"name": name, "networkPolicy": "deny-all", "persistent": True,
+                                             "volumes": [{"name": vol, "path": "/srv/a/data"}]}, 180)
+            sh_ok(world, name, "echo v > /srv/a/data/f && mv /srv/a /srv/b && ln -s /etc /srv/a && "
+                               "cat /srv/b/data/f", "--sudo")
+            rpc_ok(world, "sandbox.stop", {"name": name}, 120)
+            msg = world.rpc("sandbox.get", {"name": name, "resume": True}, 180)
+            err = (msg.get("error") or {}).get("message", "")
+            expect("error" in msg and "symbolic link" in err, "the resume over a planted symlink:",
+                   json.dumps(msg)[:400])
+            # Nothing was mounted over /etc: the sandbox's files, made
+            # sound again by a fork that drops the volume, show /etc as it was.
+            fork = world.name("vresf")
+            try:
+                rpc_ok(world, "sandbox.fork", {"sourceSandbox": name, "name": fork,
+                                               "overrides": {"volumes": []}}, 180)
+                out = sh_ok(world, fork, "ls /etc/passwd && test ! -e /etc/data && echo CLEAN; "
+                                         "grep -c -e ' /etc ' -e ' /etc/data ' /proc/self/mountinfo || true")
+                expect("passwd" in out and "CLEAN" in out and out.split()[-1] == "0", "the fork's /etc:", out)
+            finally:
+                world.rpc("sandbox.delete", {"name": fork}, 120)
+        finally:
+            world.rpc("sandbox.delete", {"name": name}, 120)
+test_a_symlink_planted_above_a_mount_point_while_running_does_not_redirect_the_resume.timeout = 400
+
+
+def test_ids_root_inside_gives_in_a_volume_are_seen_alike_or_refused(world):
+    import os
+    userns = os.environ.get("SANDBOXD_TEST_USERNS", "1") != "0"
+    with _volume(world, "vids") as vol, \
+            _sandboxes(world, ("vida", {"volumes": [{"name": vol, "path": "/data"}]}),
+                       ("vidb", {"volumes": [{"name": vol, "path": "/data"}]})) as (a, b):
+        code, out, err = sh(world, a, "touch /data/f /data/r && chown 0:0 /data/r && chown 1234:1234 /data/f; "
+                                      "echo rc=$?", "--sudo")
+        if userns:
+            expect("rc=0" in out, "root inside a user namespace gives its own ids:", out, err)
+            expect_eq(sh_ok(world, b, "stat -c %u:%g /data/f /data/r").split(), ["1234:1234", "0:0"],
+                      "the other sandbox sees the same sandbox ids")
+        else:
+            expect("rc=1" in out and "Value too large" in err, "an id the volume's map has not is refused:",
+                   out, err)
+            expect_eq(sh_ok(world, b, "stat -c %u:%g /data/f /data/r").split(), ["1000:1000", "0:0"],
+                      "the other sandbox")
+        # As the sandbox user, b cannot touch root's file, whatever a made.
+        code, out, err = sh(world, b, "echo x > /data/r")
+        expect(code != 0 and "Permission denied" in err, "the sandbox user writes root's file:", code, err)
+test_ids_root_inside_gives_in_a_volume_are_seen_alike_or_refused.timeout = 300
+
+
+def test_after_a_kill_9_the_daemon_still_refuses_to_delete_a_mounted_volume(world):
+    import os
+    import signal
+    from common import rpc_ok
+    from test_volumes import _volume_leaks
+    vol = world.name("vk9")
+    rpc_ok(world, "volume.create", {"name": vol, "sizeMiB": 16})
+    sb = world.name("vk9s")
+    try:
+        rpc_ok(world, "sandbox.create", {"name": sb, "networkPolicy": "deny-all",
+                                         "volumes": [{"name": vol, "path": "/data"}]}, 180)
+        sh_ok(world, sb, "echo kept > /data/k")
+        d = world.daemon
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait()
+        d.start()
+        msg = world.rpc("volume.delete", {"name": vol}, 120)
+        expect_eq(((msg.get("error") or {}).get("data") or {}).get("reason"), "in_use",
+                  "delete after the restart: " + json.dumps(msg)[:300])
+        sh_ok(world, sb, "echo more >> /data/k && cat /data/k")
+        rpc_ok(world, "sandbox.delete", {"name": sb}, 120)
+        rpc_ok(world, "volume.delete", {"name": vol}, 120)
+        expect_eq(_volume_leaks(world, vol), [], "leaks of the volume")
+    finally:
+        world.rpc("sandbox.delete", {"name": sb}, 120)
+        world.rpc("volume.delete", {"name": vol}, 120)
+test_after_a_kill_9_the_daemon_still_refuses_to_delete_a_mounted_volume.timeout = 400
