@@ -4,6 +4,7 @@ bound, making a read-only mount writable, and planting setuid files or
 file capabilities for another sandbox. Runs in the suite's user-namespace
 mode (SANDBOXD_TEST_USERNS)."""
 import json
+import os
 
 from common import expect, expect_eq, sh, sh_ok
 from test_volumes import _sandboxes, _volume
@@ -109,6 +110,19 @@ def test_setuid_files_and_file_capabilities_in_a_volume_are_inert_in_another_san
             _sandboxes(world, ("vpl", {"volumes": [{"name": vol, "path": "/data"}]}),
                        ("vvi", {"volumes": [{"name": vol, "path": "/v2"}]})) as (planter, victim):
         out = sh_ok(world, planter, PLANT, "--sudo")
+        # Every mount of the volume is nosuid and nodev: each sandbox's,
+        # whatever runs there (no_new_privs aside), and the daemon's own,
+        # where a host process could otherwise run what a sandbox planted.
+        for sb, path in ((planter, "/data"), (victim, "/v2")):
+            opts = sh_ok(world, sb, "grep ' %s ' /proc/self/mountinfo" % path).split()[5].split(",")
+            expect("nosuid" in opts and "nodev" in opts, "the mount in %s: %s" % (sb, opts))
+        where = os.path.join(world.daemon.state_dir, "volumes", vol)
+        with open("/proc/%d/mountinfo" % world.daemon.proc.pid) as f:
+            mine = [line.split() for line in f if where in line]
+        expect(mine, "the daemon mounts the volume")
+        for fields in mine:
+            opts = fields[5].split(",")
+            expect("nosuid" in opts and "nodev" in opts, "the daemon's mount:", " ".join(fields))
         for sb, script in ((victim, ESCALATE.replace("/data/", "/v2/")), (planter, ESCALATE)):
             out = sh_ok(world, sb, script)
             me = out.split("me=", 1)[1].split()[0]
@@ -274,3 +288,4 @@ def test_after_a_kill_9_the_daemon_still_refuses_to_delete_a_mounted_volume(worl
         world.rpc("sandbox.delete", {"name": sb}, 120)
         world.rpc("volume.delete", {"name": vol}, 120)
 test_after_a_kill_9_the_daemon_still_refuses_to_delete_a_mounted_volume.timeout = 400
+
