@@ -289,3 +289,45 @@ def test_after_a_kill_9_the_daemon_still_refuses_to_delete_a_mounted_volume(worl
         world.rpc("volume.delete", {"name": vol}, 120)
 test_after_a_kill_9_the_daemon_still_refuses_to_delete_a_mounted_volume.timeout = 400
 
+
+
+def test_a_pool_volume_whose_record_cannot_be_read_keeps_its_files_across_a_restart(world):
+    """volume.c keeps a volume with an unreadable volume.json for the
+    operator (files kept); the pool's start-up sweep must not take its
+    subvolume either."""
+    import signal
+    import test_pool as P
+    with P._Pool(world, "vakeep") as p:
+        vol = world.name("vakv")
+        msg = p.d.rpc("volume.create", {"name": vol, "sizeMiB": 32}, 120)
+        expect("result" in msg, "volume.create in the pool:", msg.get("error"))
+        try:
+            a = p.create_ok("vaka", volumes=[{"name": vol, "path": "/data"}])
+            P._sh_ok(p.d, a, "echo precious > /data/p && sync")
+            p.d.rpc("sandbox.delete", {"name": a}, 120)
+            p.sandboxes = []
+            rec = os.path.join(p.d.state_dir, "volumes", vol, "volume.json")
+
+            def restart():
+                os.kill(p.d.proc.pid, signal.SIGKILL)
+                p.d.proc.wait()
+                p.d.start()
+            with open(rec) as f:
+                good = f.read()
+            with open(rec, "w") as f:
+                f.write("{")
+            restart()
+            expect_eq(((p.d.rpc("volume.get", {"name": vol}).get("error") or {}).get("data") or {}).get("reason"),
+                      "not_found", "a volume whose record is unreadable is not loaded")
+            with open(rec, "w") as f:
+                f.write(good)
+            restart()
+            b = p.create_ok("vakb", volumes=[{"name": vol, "path": "/data"}])
+            expect_eq(P._sh_ok(p.d, b, "cat /data/p").strip(), "precious", "the volume's file after the restarts")
+            p.d.rpc("sandbox.delete", {"name": b}, 120)
+            p.sandboxes = []
+        finally:
+            msg = p.d.rpc("volume.delete", {"name": vol}, 120)
+        expect("result" in msg, "volume.delete:", json.dumps(msg)[:300])
+        P.poll(lambda: P._pool_entries(p.d) == ([], []), 60, "the pool's subvolumes to go after the deletes")
+test_a_pool_volume_whose_record_cannot_be_read_keeps_its_files_across_a_restart.timeout = 600
