@@ -331,3 +331,25 @@ def test_a_pool_volume_whose_record_cannot_be_read_keeps_its_files_across_a_rest
         expect("result" in msg, "volume.delete:", json.dumps(msg)[:300])
         P.poll(lambda: P._pool_entries(p.d) == ([], []), 60, "the pool's subvolumes to go after the deletes")
 test_a_pool_volume_whose_record_cannot_be_read_keeps_its_files_across_a_restart.timeout = 600
+
+
+def test_sizes_past_every_bound_are_refused_naming_the_field(world):
+    """Values that overflow size math (sizeMiB << 20, inodes × 4096) or are
+    not whole numbers never reach the filesystem."""
+    import os
+    cases = [({"sizeMiB": 1e20}, "sizeMiB"), ({"sizeMiB": 16777217}, "sizeMiB"), ({"sizeMiB": 16.5}, "sizeMiB"),
+             ({"sizeMiB": "16"}, "sizeMiB"), ({"sizeMiB": True}, "sizeMiB"), ({"sizeMiB": -16}, "sizeMiB"),
+             ({"sizeMiB": 2 ** 64 + 16}, "sizeMiB"), ({"sizeMiB": 16, "inodes": -1}, "inodes"),
+             ({"sizeMiB": 16, "inodes": 2 ** 64 + 4096}, "inodes"), ({"sizeMiB": 16, "inodes": 1e19}, "inodes"),
+             ({"sizeMiB": 16, "inodes": 4096.5}, "inodes"), ({"sizeMiB": 16, "inodes": None}, "inodes")]
+    for params, field in cases:
+        name = world.name("vbnd")
+        msg = world.rpc("volume.create", dict({"name": name}, **params), 120)
+        try:
+            err = msg.get("error") or {}
+            expect_eq(((err.get("data") or {}).get("field"), err.get("code")), (field, -32602),
+                      "%s: %s" % (json.dumps(params), json.dumps(msg)[:300]))
+            expect(not os.path.exists(os.path.join(world.daemon.state_dir, "volumes", name)), "its directory")
+        finally:
+            if "result" in msg:
+                world.rpc("volume.delete", {"name": name}, 120)
