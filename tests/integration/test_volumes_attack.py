@@ -353,3 +353,61 @@ def test_sizes_past_every_bound_are_refused_naming_the_field(world):
         finally:
             if "result" in msg:
                 world.rpc("volume.delete", {"name": name}, 120)
+
+
+def _reason(msg):
+    return ((msg.get("error") or {}).get("data") or {}).get("reason")
+
+
+def test_a_delete_and_a_create_that_mounts_it_pipelined_never_leave_a_sandbox_without_its_volume(world):
+    """Requests on one connection, sent before any answer: whichever the
+    daemon takes first wins whole; a sandbox never runs (or is stored)
+    naming a volume that is gone, and five creates of one name make one."""
+    from common import rpc_ok
+    from test_volumes import _volume_leaks
+    vol = world.name("vrace")
+    made = []
+    try:
+        with world.daemon.connect(120) as c:
+            ids = [c.start("volume.create", {"name": vol, "sizeMiB": 16}) for _ in range(5)]
+            got = [c.wait(i, 120) for i in ids]
+        expect_eq(sum("result" in m for m in got), 1, "five creates of one name: %s" % [_reason(m) for m in got])
+        expect_eq(sorted(_reason(m) for m in got if "error" in m), ["already_exists"] * 4, "the others")
+        # A create that mounts it, then the delete.
+        sb = world.name("vrs1")
+        made.append(sb)
+        with world.daemon.connect(180) as c:
+            a = c.start("sandbox.create", {"name": sb, "networkPolicy": "deny-all",
+                                           "volumes": [{"name": vol, "path": "/data"}]})
+            b = c.start("volume.delete", {"name": vol})
+            ra, rb = c.wait(a, 180), c.wait(b, 180)
+        expect("result" in ra, "the create:", json.dumps(ra)[:300])
+        expect_eq(_reason(rb), "in_use", "the delete behind it: " + json.dumps(rb)[:300])
+        sh_ok(world, sb, "echo ok > /data/ok")
+        # The last user's delete, then the volume's: refused while the
+        # sandbox is still going, or done once it is gone, never both.
+        with world.daemon.connect(180) as c:
+            a = c.start("sandbox.delete", {"name": sb})
+            b = c.start("volume.delete", {"name": vol})
+            ra, rb = c.wait(a, 180), c.wait(b, 180)
+        expect("result" in ra, "the sandbox's delete:", json.dumps(ra)[:300])
+        expect(_reason(rb) == "in_use" or "result" in rb, "the volume's delete:", json.dumps(rb)[:300])
+        if "result" in rb:
+            rpc_ok(world, "volume.create", {"name": vol, "sizeMiB": 16})
+        # The delete, then a create that mounts it.
+        sb2 = world.name("vrs2")
+        made.append(sb2)
+        with world.daemon.connect(180) as c:
+            b = c.start("volume.delete", {"name": vol})
+            a = c.start("sandbox.create", {"name": sb2, "networkPolicy": "deny-all",
+                                           "volumes": [{"name": vol, "path": "/data"}]})
+            rb, ra = c.wait(b, 180), c.wait(a, 180)
+        expect("result" in rb, "the delete:", json.dumps(rb)[:300])
+        expect_eq(_reason(ra), "not_found", "the create behind it: " + json.dumps(ra)[:300])
+        expect_eq(_reason(world.rpc("sandbox.get", {"name": sb2})), "not_found", "no sandbox was made")
+        expect_eq(_volume_leaks(world, vol), [], "leaks of the deleted volume")
+    finally:
+        for n in made:
+            world.rpc("sandbox.delete", {"name": n}, 120)
+        world.rpc("volume.delete", {"name": vol}, 120)
+test_a_delete_and_a_create_that_mounts_it_pipelined_never_leave_a_sandbox_without_its_volume.timeout = 400
