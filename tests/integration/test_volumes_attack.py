@@ -411,3 +411,53 @@ def test_a_delete_and_a_create_that_mounts_it_pipelined_never_leave_a_sandbox_wi
             world.rpc("sandbox.delete", {"name": n}, 120)
         world.rpc("volume.delete", {"name": vol}, 120)
 test_a_delete_and_a_create_that_mounts_it_pipelined_never_leave_a_sandbox_without_its_volume.timeout = 400
+
+
+_PIPELINED = r"""
+import json, socket, sys
+reqs = json.loads(sys.argv[1])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(300)
+s.connect("sandboxd.sock")
+s.sendall(b"".join(json.dumps(dict(r, jsonrpc="2.0", id=i + 1)).encode() + b"\n" for i, r in enumerate(reqs)))
+f = s.makefile("rb")
+out = {}
+while len(out) < len(reqs):
+    m = json.loads(f.readline())
+    if "id" in m:
+        out[m["id"]] = m
+print(json.dumps([out[i + 1] for i in range(len(reqs))]), flush=True)
+"""
+
+
+def test_a_tenant_flooding_volume_creates_gets_its_room_and_no_more(world):
+    import subprocess
+    import test_tenant_room as T
+    from test_volumes import TENANT
+
+    def pipelined(d, reqs):
+        p = subprocess.run(["python3", "-c", _PIPELINED, json.dumps(reqs)], cwd=d.dir, user=TENANT,
+                           group=T.NOGROUP, extra_groups=[], capture_output=True, text=True, timeout=600)
+        expect(p.returncode == 0, "client:", p.stdout[-300:], p.stderr[-500:])
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"socketGroup": "nogroup", "tenants": {"names": {
+        "uid:%d" % TENANT: {"maxDiskMiB": 64}}}}, tag="vflood")
+    names = [world.name("vfl%d" % i) for i in range(12)]
+    try:
+        got = pipelined(d, [{"method": "volume.create", "params": {"name": n, "sizeMiB": 16}} for n in names])
+        ok = [n for n, m in zip(names, got) if "result" in m]
+        expect_eq(len(ok), 4, "creates within maxDiskMiB 64: %s" % [_reason(m) for m in got])
+        expect_eq(sorted({_reason(m) for m in got if "error" in m}), ["limit_exceeded"], "the others")
+        listed = pipelined(d, [{"method": "volume.list", "params": {}}])[0]["result"]["volumes"]
+        expect_eq(sorted(v["name"] for v in listed), sorted(ok), "the tenant's volumes")
+        got = pipelined(d, [{"method": "volume.delete", "params": {"name": n}} for n in names])
+        expect_eq(sum("result" in m for m in got), 4, "deletes")
+        for n in names:
+            expect(not os.path.exists(os.path.join(d.state_dir, "volumes", n)), "volume %s left" % n)
+    finally:
+        for n in names:
+            world.rpc("volume.delete", {"name": n}, 120)
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+test_a_tenant_flooding_volume_creates_gets_its_room_and_no_more.timeout = 600
