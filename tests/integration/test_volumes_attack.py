@@ -461,3 +461,33 @@ def test_a_tenant_flooding_volume_creates_gets_its_room_and_no_more(world):
         world.stop_sandboxd(d)
         world.start_sandboxd()
 test_a_tenant_flooding_volume_creates_gets_its_room_and_no_more.timeout = 600
+
+
+def test_a_volume_the_state_filesystem_cannot_back_is_refused_before_anything_is_formatted(world):
+    """A refused create leaves nothing: no volume directory, and no disk
+    template formatted at the refused size (templates are kept, counted
+    nowhere, and mkfs of a huge image writes hundreds of MiB)."""
+    import time
+    tdir = os.path.join(world.daemon.state_dir, "disk-templates")
+
+    def templates():
+        try:
+            return {f: os.stat(os.path.join(tdir, f)).st_blocks * 512 for f in os.listdir(tdir)}
+        except FileNotFoundError:
+            return {}
+    before = templates()
+    st = os.statvfs(world.daemon.state_dir)
+    for size in (((st.f_bavail * st.f_frsize) >> 20) + 64, 16777216):
+        name = world.name("vhuge")
+        t0 = time.monotonic()
+        msg = world.rpc("volume.create", {"name": name, "sizeMiB": size}, 600)
+        took = time.monotonic() - t0
+        try:
+            err = msg.get("error") or {}
+            expect_eq(((err.get("data") or {}).get("reason"), (err.get("data") or {}).get("field")),
+                      ("limit_exceeded", "sizeMiB"), "sizeMiB %d: %s" % (size, json.dumps(msg)[:300]))
+        finally:
+            if "result" in msg:
+                world.rpc("volume.delete", {"name": name}, 120)
+        new = {f: b for f, b in templates().items() if f not in before}
+        expect_eq(new, {}, "templates formatted for the refused sizeMiB %d (%.1fs)" % (size, took))
