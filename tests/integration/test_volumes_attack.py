@@ -114,8 +114,12 @@ def test_setuid_files_and_file_capabilities_in_a_volume_are_inert_in_another_san
         # whatever runs there (no_new_privs aside), and the daemon's own,
         # where a host process could otherwise run what a sandbox planted.
         for sb, path in ((planter, "/data"), (victim, "/v2")):
-            opts = sh_ok(world, sb, "grep ' %s ' /proc/self/mountinfo" % path).split()[5].split(",")
+            line = sh_ok(world, sb, "grep ' %s ' /proc/self/mountinfo" % path)
+            opts = line.split()[5].split(",")
             expect("nosuid" in opts and "nodev" in opts, "the mount in %s: %s" % (sb, opts))
+            # ... and names no path of the host's (its root is the
+            # volume's tree in its own filesystem).
+            expect(world.daemon.state_dir not in line and vol not in line, "mountinfo inside:", line)
         where = os.path.join(world.daemon.state_dir, "volumes", vol)
         with open("/proc/%d/mountinfo" % world.daemon.proc.pid) as f:
             mine = [line.split() for line in f if where in line]
