@@ -705,16 +705,22 @@ static bool fd_backed(int fd) {
 }
 
 /* Sets *ret_err for a failed back_fd of `bytes` on fd's filesystem. */
+/* The admission refusal (limit_exceeded, -ENOSPC) for an image of
+ * `bytes` when `avail` bytes are free. */
+static int no_room(uint64_t bytes, uint64_t avail, sb_error **ret_err) {
+        return sb_error_set(ret_err, -ENOSPC, "limit_exceeded", NULL,
+                            "disk image: the state filesystem cannot back %" PRIu64
+                            " MiB (%" PRIu64 " MiB free): every disk is given its blocks when made, "
+                            "so no sandbox can fill the host; choose a smaller disk or free space on "
+                            "the state filesystem",
+                            bytes >> 20, avail >> 20);
+}
+
 static int back_error(int fd, int r, uint64_t bytes, sb_error **ret_err) {
         struct statvfs vfs;
         uint64_t avail = fstatvfs(fd, &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize : 0;
         if (r == -ENOSPC)
-                return sb_error_set(ret_err, r, "limit_exceeded", NULL,
-                                    "disk image: the state filesystem cannot back %" PRIu64
-                                    " MiB (%" PRIu64 " MiB free): every disk is given its blocks when made, "
-                                    "so no sandbox can fill the host; choose a smaller disk or free space on "
-                                    "the state filesystem",
-                                    bytes >> 20, avail >> 20);
+                return no_room(bytes, avail, ret_err);
         return sb_error_set(ret_err, r, NULL, NULL, "disk image: allocate %" PRIu64 " MiB: %s", bytes >> 20,
                             strerror(-r));
 }
@@ -758,11 +764,22 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
         _cleanup_free_ char *img = join(dir, IMAGE);
         if (!img)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        /* Admission first, as far as the free space says: a size the state
+         * filesystem cannot hold is refused before anything is formatted
+         * (found: a refused create had formatted, and kept, a template of
+         * its size). The fallocate below stays the admission proper. */
+        struct statvfs vfs = {0};
+        if (statvfs(dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < lim->bytes)
+                return no_room(lim->bytes, (uint64_t)vfs.f_bavail * vfs.f_frsize, ret_err);
         _cleanup_close_ int fd = open(img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: create %s: %m", img);
         int r = ftruncate(fd, (off_t)lim->bytes) < 0 ? negative_errno() : 0;
-        if (r < 0)
+        if (r == -EFBIG)
+                /* Past the state filesystem's largest file (ext4: 16 TiB
+                 * less a block): no room for it either. */
+                r = no_room(lim->bytes, (uint64_t)vfs.f_bavail * vfs.f_frsize, ret_err);
+        else if (r < 0)
                 sb_error_set(ret_err, r, NULL, NULL, "disk image: size %s: %s", img, strerror(-r));
         else if ((r = template_clone(fd, lim, ret_err)) > 0)
                 r = run_mkfs(img, lim, ret_err); /* no templates, or too many kinds */

@@ -30,6 +30,12 @@ typedef struct core_disk_limits {
 } core_disk_limits;
 
 #define CORE_DISK_MIN_BYTES (16ull << 20)
+/* The most inodes an image of `bytes` takes: one per 4 KiB. ext4 keeps
+ * at most one inode per block in each block group (its inode bitmap is one
+ * block) and mke2fs(8) refuses an inode ratio below the block size; 4 KiB
+ * is the largest block size mke2fs picks, so every count up to this one
+ * formats. */
+#define CORE_DISK_BYTES_PER_INODE_MIN 4096ull
 /* Blocks reserved for root with CAP_SYS_RESOURCE (the daemon, not a
  * sandbox's root: it lacks that capability), so the daemon can still write
  * a full sandbox's /etc files at its next start (ext4 reserved blocks,

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <linux/audit.h>
+#include <linux/btrfs.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <linux/sched.h>
@@ -92,6 +93,17 @@ static const core_seccomp_rule deny_rules[] = {
          * pty of a `sandboxctl exec -t` session ends at the caller's). */
         { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = TIOCSTI },
         { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = TIOCLINUX },
+        /* Btrfs subvolumes and snapshots: any user who may write a
+         * directory may make one there (fs/btrfs/ioctl.c btrfs_mksubvol
+         * checks only write access), and a new subvolume gets a qgroup of
+         * its own, outside the limit of the volume or disk it was made in
+         * (docs/SECURITY.md "Volumes": a pool volume is a subvolume bound
+         * by a qgroup, mounted without overlayfs between). Refused as
+         * mkdir would be on a filesystem without them. */
+        { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = BTRFS_IOC_SUBVOL_CREATE },
+        { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = BTRFS_IOC_SUBVOL_CREATE_V2 },
+        { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = BTRFS_IOC_SNAP_CREATE },
+        { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = BTRFS_IOC_SNAP_CREATE_V2 },
         /* Host-wide state that is not namespaced: accounting, swap, power,
          * clocks, the kernel log, quotas, raw I/O ports. */
         DENY("acct"), DENY("swapon"), DENY("swapoff"), DENY("reboot"),

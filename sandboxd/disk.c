@@ -85,49 +85,55 @@ int storage_pool_init(manager *m, sb_error **ret_err) {
         return 0;
 }
 
+/* Adds the pool subvolume id of every directory in `parent` that names
+ * one (core_pool_sandbox_id) to keep[0..*n) (grown as needed). Returns
+ * false when out of memory: the list is then incomplete and must not be
+ * used to delete anything. */
+static bool keep_ids_of(const char *parent, char ***keep, size_t *n, size_t *cap) {
+        _cleanup_closedir_ DIR *d = parent ? opendir(parent) : NULL;
+        for (struct dirent *de; d && (de = readdir(d));) {
+                _cleanup_free_ char *dir = NULL;
+                char id[33];
+                if (streq(de->d_name, ".") || streq(de->d_name, ".."))
+                        continue;
+                if (asprintf(&dir, "%s/%s", parent, de->d_name) < 0)
+                        return false;
+                if (core_pool_sandbox_id(dir, id) < 0)
+                        continue;
+                if (*n + 1 >= *cap) {
+                        char **k = realloc(*keep, (*cap * 2) * sizeof(char *));
+                        if (!k)
+                                return false;
+                        *keep = k;
+                        *cap *= 2;
+                }
+                if (!((*keep)[*n] = strdup(id)))
+                        return false;
+                (*n)++;
+        }
+        return true;
+}
+
 void storage_pool_sweep(manager *m) {
         if (!core_pool_enabled())
                 return;
         /* Every sandbox directory that names a subvolume keeps it, loaded
-         * or not (a persistent one that failed to load keeps its files). */
+         * or not (a persistent one that failed to load keeps its files),
+         * and so does every volume directory, loaded or not (a volume whose
+         * record is unreadable is kept for the operator, volume.c; found:
+         * only the loaded volumes were kept, and such a volume's files went
+         * at the next start). */
         size_t n = 0, cap = 16;
         char **keep = calloc(cap, sizeof(char *));
-        _cleanup_closedir_ DIR *d = opendir(m->sandboxes_dir);
-        for (struct dirent *de; keep && d && (de = readdir(d));) {
-                _cleanup_free_ char *dir = NULL;
-                char id[33];
-                if (streq(de->d_name, ".") || streq(de->d_name, "..") ||
-                    asprintf(&dir, "%s/%s", m->sandboxes_dir, de->d_name) < 0 || core_pool_sandbox_id(dir, id) < 0)
-                        continue;
-                if (n + 1 >= cap) {
-                        char **k = realloc(keep, (cap *= 2) * sizeof(char *));
-                        if (!k)
-                                break;
-                        keep = k;
-                }
-                keep[n++] = strdup(id);
-        }
-        /* And every volume's (volume.c). */
-        for (const volume *v = m->volumes; keep && v; v = v->next) {
-                char id[33];
-                if (core_pool_sandbox_id(v->dir, id) < 0)
-                        continue;
-                if (n + 1 >= cap) {
-                        char **k = realloc(keep, (cap *= 2) * sizeof(char *));
-                        if (!k)
-                                break;
-                        keep = k;
-                }
-                keep[n++] = strdup(id);
-        }
-        if (!keep) {
+        bool ok = keep && keep_ids_of(m->sandboxes_dir, &keep, &n, &cap) &&
+                  keep_ids_of(m->volumes_dir, &keep, &n, &cap);
+        if (ok) {
+                int gone = core_pool_sweep(keep, n, layer_in_use_cb, m);
+                if (gone > 0)
+                        log_info("storage pool: removed %d subvolume(s) nothing refers to (left by a crash)", gone);
+        } else
                 log_warning("storage pool: out of memory; leftovers of a crash are kept until the next start");
-                return;
-        }
-        int gone = core_pool_sweep(keep, n, layer_in_use_cb, m);
-        if (gone > 0)
-                log_info("storage pool: removed %d subvolume(s) nothing refers to (left by a crash)", gone);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; keep && i < n; i++)
                 free(keep[i]);
         free(keep);
 }

@@ -264,6 +264,60 @@ def s_volume_made(w, d):
     return ctx
 
 
+def s_mounting(kind):
+    """A volume (ctx["mounted"], holding the file "w") for a sandbox that
+    mounts it at /data: kind "create" only names the target (the trigger
+    creates it), "running" and "stopped" make it (persistent when
+    stopped). check_mounted looks at both after the restart."""
+    def setup(w, d):
+        ctx = {"target": w.name("tgt"), "mounted": w.name("mvol")}
+        res(d, "volume.create", {"name": ctx["mounted"], "sizeMiB": 16}, 120)
+        if kind == "create":
+            return ctx
+        ctx["mounted_file"] = "/data/w"
+        res(d, "sandbox.create", {"name": ctx["target"], "persistent": kind == "stopped",
+                                  "volumes": [{"name": ctx["mounted"], "path": "/data"}]})
+        r = res(d, "command.run", {"sandbox": ctx["target"], "cmd": "sh", "args": ["-c", "echo w > /data/w"]}, 60)
+        expect(r.get("exitCode") == 0, "setup command in %s: %r" % (ctx["target"], r))
+        if kind == "stopped":
+            res(d, "sandbox.stop", {"name": ctx["target"]}, 120)
+        return ctx
+    return setup
+
+
+def create_mounting(w, d, ctx):
+    conn = d.connect(timeout=120)
+    conn.start("sandbox.create", {"name": ctx["target"], "volumes": [{"name": ctx["mounted"], "path": "/data"}]})
+    return conn
+
+
+def check_mounted(d, ctx, listed, problems):
+    """A volume mounted across the cut is there after the restart; delete
+    refuses it while the target (if it came back) names it, and a running
+    target reads it; once the target is gone (delete_everything), the
+    volume's delete leaves nothing (check_clean)."""
+    vol = ctx.get("mounted")
+    if not vol:
+        return
+    if vol not in {v["name"] for v in res(d, "volume.list")["volumes"]}:
+        problems.append("volume %s, mounted across the cut, is gone" % vol)
+        return
+    t = listed.get(ctx["target"])
+    r = d.rpc("volume.delete", {"name": vol}, 120)
+    reason = ((r.get("error") or {}).get("data") or {}).get("reason")
+    if t and reason != "in_use":
+        problems.append("volume %s: delete while sandbox %s (%s) names it: %s"
+                        % (vol, ctx["target"], t.get("status"), json.dumps(r)[:200]))
+    if not t and "error" in r:
+        problems.append("volume %s: delete with no sandbox naming it: %s" % (vol, json.dumps(r)[:200]))
+    if t and t.get("status") == "running":
+        script = "grep -q ' /data ' /proc/self/mountinfo && %s" % (
+            "cat " + ctx["mounted_file"] if ctx.get("mounted_file") else "touch /data/new")
+        r = d.rpc("command.run", {"sandbox": ctx["target"], "cmd": "sh", "args": ["-c", script]}, 60)
+        if (r.get("result") or {}).get("exitCode") != 0:
+            problems.append("sandbox %s no longer reads its volume: %s" % (ctx["target"], json.dumps(r)[:200]))
+
+
 def at_start(w, d, ctx):
     """No request: the point is reached while the daemon adopts."""
     return None
@@ -400,6 +454,14 @@ SCENARIOS = {
     # cut after its record went: the volume never comes back.
     "volume.create": (s_volume, send("volume.create", lambda w, c: {"name": c["volume"], "sizeMiB": 16})),
     "volume.delete": (s_volume_made, send("volume.delete", lambda w, c: {"name": c["volume"]})),
+    # A sandbox that mounts a volume, cut while it is made, resumed or
+    # deleted: the volume stays, delete refuses it while a sandbox names
+    # it, and nothing of the mount is left once both are gone.
+    "create.session_started[volume]": (s_mounting("create"), create_mounting),
+    "create.recorded[volume]": (s_mounting("create"), create_mounting),
+    "resume.session_started[volume]": (s_mounting("stopped"), send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
+    "delete.torn_down[volume]": (s_mounting("running"), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.answered[volume]": (s_mounting("running"), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
 }
 
 # make check: every operation once, in well under 3 minutes.
@@ -767,6 +829,7 @@ def run_point(w, label):
                         f.write("0" if path.endswith("cgroup.freeze") else "THAWED")
                 except OSError:
                     pass
+        listed = {}
         try:
             listed = check_consistent(w, d, ctx, problems)
             if point in ("delete.tombstoned", "delete.answered", "delete.removing") and ctx["target"] in listed:
@@ -783,6 +846,10 @@ def run_point(w, label):
         if point.startswith("update.") or point.startswith("pool."):
             check_mode(d, ctx["target"], problems)
         check_logs(d, ctx, problems)
+        try:
+            check_mounted(d, ctx, listed, problems)
+        except Fail as e:
+            problems.append(str(e))
         check_witness(d, witness, cmd_id, problems)
         delete_everything(d, problems)
         check_clean(w, d, problems)

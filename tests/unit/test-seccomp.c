@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <fcntl.h>
+#include <linux/btrfs.h>
 #include <linux/netlink.h>
 #include <netinet/in.h>
 #include <linux/sched.h>
@@ -119,6 +120,12 @@ static int denied_calls(void) {
             ERR_OF(syscall(SYS_ioctl, 0, 0x100000000ul | TIOCSTI, "x")) != EPERM ||
             ERR_OF(syscall(SYS_ioctl, 0, (unsigned long)TIOCLINUX, "x")) != EPERM)
                 return 34;
+        static const unsigned long btrfs[] = {BTRFS_IOC_SUBVOL_CREATE, BTRFS_IOC_SUBVOL_CREATE_V2,
+                                              BTRFS_IOC_SNAP_CREATE, BTRFS_IOC_SNAP_CREATE_V2};
+        for (size_t i = 0; i < ELEMENTSOF(btrfs); i++)
+                if (ERR_OF(syscall(SYS_ioctl, 0, btrfs[i], NULL)) != EPERM ||
+                    ERR_OF(syscall(SYS_ioctl, 0, 0xabcd00000000ul | btrfs[i], NULL)) != EPERM)
+                        return 35;
         static const long plain[] = {SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register,
                                      SYS_userfaultfd, SYS_keyctl, SYS_add_key, SYS_request_key, SYS_bpf,
                                      SYS_perf_event_open, SYS_kexec_load, SYS_kexec_file_load,
