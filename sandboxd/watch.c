@@ -18,6 +18,7 @@
  * against the known ones, strings and numbers bounded, before relaying. */
 #include <string.h>
 #include "libcore/agent.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
@@ -341,6 +342,9 @@ static void method_watch(rpc_request *req, void *userdata) {
         w->next = watches;
         watches = w;
         rpc_request_set_cancel(req, cancel_watch, w);
+        /* Killed here, the watch runs in the sandbox with no daemon to
+         * relay it: init ends it when its agent connection closes. */
+        core_fault("watch.sent");
 }
 
 void register_fs_watch_methods(manager *m, rpc_server *s) {

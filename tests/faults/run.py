@@ -318,6 +318,43 @@ def check_mounted(d, ctx, listed, problems):
             problems.append("sandbox %s no longer reads its volume: %s" % (ctx["target"], json.dumps(r)[:200]))
 
 
+def s_watched(w, d):
+    """A running sandbox to watch; the trigger opens fs.watch on it and the
+    daemon dies once the watch is sent to init. check_watch wants no
+    watcher left in the sandbox after the restart and a new watch to
+    work."""
+    ctx = s_running()(w, d)
+    ctx["watch"] = True
+    return ctx
+
+
+def watchers(d, name):
+    """sandbox-init's watcher children in the sandbox (named like init:
+    "memfd:sandbox-i"), PID 1 aside."""
+    r = res(d, "command.run", {"sandbox": name, "cmd": "sh", "args": [
+        "-c", 'for p in /proc/[0-9]*; do [ "${p#/proc/}" = 1 ] || cat $p/comm 2>/dev/null; done']}, 60)
+    return sum(1 for c in r.get("stdout", "").split() if "sandbox-i" in c)
+
+
+def check_watch(d, ctx, listed, problems):
+    if not ctx.get("watch") or ctx["target"] not in listed:
+        return
+    try:
+        poll(lambda: watchers(d, ctx["target"]) == 0, 30, "no watcher left in %s after the restart" % ctx["target"])
+    except Fail as e:
+        problems.append(str(e))
+        return
+    conn = d.connect(timeout=60)
+    try:
+        rid = conn.start("fs.watch", {"sandbox": ctx["target"], "path": "/tmp"})
+        conn.wait_note(lambda n: n.get("method") == "fs.watchStarted" and n["params"].get("requestId") == rid,
+                       timeout=60)
+    except Exception as e:
+        problems.append("a watch on %s after the restart: %s" % (ctx["target"], e))
+    finally:
+        conn.close()
+
+
 def at_start(w, d, ctx):
     """No request: the point is reached while the daemon adopts."""
     return None
@@ -452,6 +489,10 @@ SCENARIOS = {
     # A volume's filesystem made, its record not yet written: after the
     # restart the volume is absent and nothing of it is left; a delete
     # cut after its record went: the volume never comes back.
+    # A watch just sent to init: after the restart no watcher is left in
+    # the sandbox and a new watch works.
+    "watch.sent": (s_watched, send("fs.watch", lambda w, c: {"sandbox": c["target"], "path": "/tmp",
+                                                              "recursive": True})),
     "volume.create": (s_volume, send("volume.create", lambda w, c: {"name": c["volume"], "sizeMiB": 16})),
     "volume.delete": (s_volume_made, send("volume.delete", lambda w, c: {"name": c["volume"]})),
     # A sandbox that mounts a volume, cut while it is made, resumed or
@@ -471,7 +512,7 @@ SAMPLE = ["create.disk_backed", "create.cloned[git]", "create.cloned[tarball]", 
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
           "update.veth_created[deny-all to allowlist]",
           "delete.torn_down", "delete.answered", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
-          "pool.run_renamed", "pool.committed", "volume.create", "volume.delete"]
+          "pool.run_renamed", "pool.committed", "volume.create", "volume.delete", "watch.sent"]
 
 
 # ---------------------------------------------------------------- checks
@@ -850,6 +891,7 @@ def run_point(w, label):
             check_mounted(d, ctx, listed, problems)
         except Fail as e:
             problems.append(str(e))
+        check_watch(d, ctx, listed, problems)
         check_witness(d, witness, cmd_id, problems)
         delete_everything(d, problems)
         check_clean(w, d, problems)
