@@ -441,15 +441,29 @@ char *core_pool_layer_dir(const char *dir) {
         return p;
 }
 
-static int set_limit(const char *subvol, uint64_t bytes) {
-        _cleanup_close_ int fd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
+/* Sets the referenced-bytes limit of the qgroup of the subvolume `fd` is
+ * in; (u64)-1 clears it (fs/btrfs/qgroup.c CLEAR_VALUE). */
+static int fd_limit(int fd, uint64_t bytes) {
         /* qgroupid 0: the qgroup of the subvolume fd is in. */
         struct btrfs_ioctl_qgroup_limit_args a = {.qgroupid = 0};
         a.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
         a.lim.max_rfer = bytes;
         return ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &a) < 0 ? negative_errno() : 0;
+}
+
+static int set_limit(const char *subvol, uint64_t bytes) {
+        _cleanup_close_ int fd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? negative_errno() : fd_limit(fd, bytes);
+}
+
+/* A snapshot's qgroup inherits its source's limits (fs/btrfs/qgroup.c
+ * btrfs_qgroup_inherit copies lim_flags and max_rfer). A layer is
+ * read-only and never grows, so its limit only made admission count the
+ * source's whole diskMiB for it instead of the bytes it references:
+ * cleared, so it is counted by its referenced bytes. */
+static int layer_unlimit(int layers_fd, const char *id) {
+        _cleanup_close_ int fd = openat(layers_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? negative_errno() : fd_limit(fd, UINT64_MAX);
 }
 
 /* Deletes subvolume `name` of the directory `parent`. Its limit goes
@@ -463,11 +477,7 @@ static int destroy(const char *parent, const char *name) {
                 return negative_errno();
         {
                 _cleanup_close_ int sfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                /* (u64)-1 clears the limit (fs/btrfs/qgroup.c CLEAR_VALUE). */
-                struct btrfs_ioctl_qgroup_limit_args l = {.qgroupid = 0};
-                l.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
-                l.lim.max_rfer = UINT64_MAX;
-                if (sfd >= 0 && ioctl(sfd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0)
+                if (sfd >= 0 && fd_limit(sfd, UINT64_MAX) < 0)
                         log_debug("storage pool: clear the limit of %s/%s: %m", parent, name);
         }
         struct btrfs_ioctl_vol_args_v2 a = {0};
@@ -621,6 +631,12 @@ int core_pool_capture(const char *dir, const char *id, sb_error **ret_err) {
         if (ioctl(dst, BTRFS_IOC_SNAP_CREATE_V2, &a) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "storage pool: snapshot %s: %m",
                                     subvol);
+        int r = layer_unlimit(dst, id);
+        if (r < 0) {
+                (void)destroy(layers, id);
+                return sb_error_set(ret_err, r, NULL, NULL, "storage pool: clear the limit of layer %s: %s", id,
+                                    strerror(-r));
+        }
         return 0;
 }
 
@@ -702,6 +718,10 @@ int core_pool_sweep(char *const *keep, size_t n, bool (*layer_kept)(const char *
                         if (de->d_name[0] == '.')
                                 continue;
                         bool kept = k == 0 ? id_in(de->d_name, keep, n) : layer_kept(de->d_name, userdata);
+                        /* A layer an earlier version made still has the
+                         * limit its snapshot inherited (layer_unlimit). */
+                        if (kept && k == 1 && layer_unlimit(dirfd(d), de->d_name) < 0)
+                                log_debug("storage pool: clear the limit of layer %s: %m", de->d_name);
                         if (kept)
                                 continue;
                         int r = destroy(parent, de->d_name);

@@ -297,3 +297,23 @@ def test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume(world):
 
 
 test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume.timeout = 600
+
+
+def test_pool_layers_are_counted_by_their_bytes_not_their_sources_disk(world):
+    """A capture is a read-only snapshot, whose qgroup inherits the source's
+    limit from Btrfs: counted as the source's whole diskMiB, three
+    snapshots of a sandbox with 8 MiB written on a 256 MiB disk did not fit
+    a 1 GiB pool. A layer never grows: it counts the bytes it references."""
+    with _Pool(world, "pooll") as p:
+        src = p.create_ok("pl", resources={"diskMiB": 256})
+        _sh_ok(p.d, src, "head -c 8M /dev/urandom > /workspace/r && sync")
+        before = p.pool_info()["committedBytes"]
+        for _ in range(3):
+            p.snapshot_ok(src)
+        grown = p.pool_info()["committedBytes"] - before
+        expect(grown < 3 * (32 << 20), "three layers of 8 MiB committed %d MiB" % (grown >> 20))
+        f = p.fork_ok(src, "plf")
+        expect_eq(_sh_ok(p.d, f, "stat -c %s /workspace/r"), "8388608\n", "the fork's file")
+
+
+test_pool_layers_are_counted_by_their_bytes_not_their_sources_disk.timeout = 600
