@@ -8,6 +8,7 @@
  * mkfs.btrfs's. */
 #include "libcore/pool.h"
 #include "libcore/diskimg.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include <dirent.h>
@@ -558,6 +559,11 @@ int core_pool_sandbox_create(const char *dir, uint64_t bytes, sb_error **ret_err
                         sb_error_set(ret_err, r, NULL, NULL, "storage pool: limit %s: %s", subvol, strerror(-r));
         }
         pthread_mutex_unlock(&admit_lock);
+        /* The subvolume and its limit exist, nothing is bound yet and no
+         * record names the sandbox: the start-up sweep's (its marker is
+         * removed with the unrecorded sandbox directory). */
+        if (r >= 0)
+                core_fault("storage.subvolume_made");
         if (r >= 0) {
                 _cleanup_close_ int sfd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (sfd < 0 || (mkdirat(sfd, "upper", 0755) < 0 && errno != EEXIST) ||
@@ -618,6 +624,8 @@ int core_pool_remove(const char *dir) {
         k = destroy(parent, id);
         if (k < 0)
                 return r < 0 ? r : k;
+        /* The subvolume is gone and the marker still names it. */
+        core_fault("storage.subvolume_deleted");
         if (unlink(marker) < 0 && errno != ENOENT && r >= 0)
                 r = negative_errno();
         return r;
