@@ -670,6 +670,16 @@ int core_pool_capture(const char *dir, const char *id, sb_error **ret_err) {
         return 0;
 }
 
+int core_pool_flush(const char *dir) {
+        _cleanup_free_ char *subvol = core_pool_layer_dir(dir);
+        if (!subvol)
+                return -ENOENT;
+        _cleanup_close_ int fd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        return syncfs(fd) < 0 ? negative_errno() : 0;
+}
+
 int core_pool_capture_admit(const char *id, sb_error **ret_err) {
         _cleanup_free_ char *layers = pool_mnt ? join(pool_mnt, "layers") : NULL;
         if (!layers)

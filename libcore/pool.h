@@ -102,6 +102,16 @@ int core_pool_rearm(const char *dir);
  * core_pool_capture_admit. Returns 0 or a negative errno with *ret_err. */
 int core_pool_capture(const char *dir, const char *id, sb_error **ret_err);
 
+/* Writes out what is dirty in the pool (syncfs(2) on the subvolume of pool
+ * sandbox `dir`), so that a core_pool_capture right after has only what
+ * was written meanwhile to write: a snapshot writes the source's dirty
+ * data first (fs/btrfs/ioctl.c btrfs_start_delalloc_snapshot), which,
+ * with the source frozen, froze it for as long as its dirty pages took to
+ * reach the disk (a second and more after a write of 600 MiB). Called
+ * before the freeze, while the sandbox runs. Returns 0 or a negative
+ * errno. */
+int core_pool_flush(const char *dir);
+
 /* Admission of the layer core_pool_capture made: refused with -ENOSPC
  * (reason "limit_exceeded", the layer deleted again) when its referenced
  * bytes do not fit beside what is committed. */
