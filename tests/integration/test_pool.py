@@ -3,6 +3,7 @@ sandbox's disk is a Btrfs subvolume with a quota of its diskMiB, forks and
 snapshots are read-only snapshots, admission never commits more than the
 pool holds, a restart keeps everything, and nothing is left behind (no
 subvolume, mount or loop device)."""
+import base64
 import json
 import os
 import re
@@ -408,6 +409,17 @@ for path in ("/", "/workspace", "/workspace/f"):
         except OSError as e:
             pass
     os.close(fd)
+# Extents shared by reference: each adds a back reference no quota counts.
+src = os.open("/workspace/f", os.O_RDONLY)
+dst = os.open("/workspace/g", os.O_CREAT | os.O_WRONLY)
+for name, call in (("FICLONE", lambda: fcntl.ioctl(dst, ioc(W, 9, 4), src)),
+                   ("FICLONERANGE", lambda: fcntl.ioctl(dst, ioc(W, 13, 32), struct.pack("qQQQ", src, 0, 0, 0))),
+                   ("copy_file_range", lambda: os.copy_file_range(src, dst, 1, 0, 0))):
+    try:
+        call()
+        got.append("%s succeeded" % name)
+    except OSError:
+        pass
 for knob in glob.glob("/sys/fs/btrfs/*/qgroups/*") + glob.glob("/sys/fs/btrfs/*/*threshold"):
     try:
         with open(knob, "w") as f:
@@ -435,6 +447,11 @@ def test_pool_sandbox_root_cannot_make_delete_or_unlimit_subvolumes(world):
         before = _pool_entries(p.d)
         out = _sh_ok(p.d, a, "python3 -c '%s'" % _IOCTLS.replace("'", "'\\''"))
         expect_eq(out.strip(), "none", "Btrfs operations the sandbox could do")
+        # A reflink copy is refused as on a filesystem without reflinks;
+        # a plain copy copies the bytes.
+        code, out, err = _sh(p.d, a, "cp --reflink=always /workspace/f /workspace/r 2>&1")
+        expect(code != 0 and "not supported" in out.lower(), "cp --reflink=always:", code, out, err)
+        expect_eq(_sh_ok(p.d, a, "cp /workspace/f /workspace/c && cat /workspace/c"), "x", "a plain cp")
         expect_eq(_pool_entries(p.d), before, "the pool's subvolumes after the attempts")
         code, out, _e = _sh(p.d, a, "dd if=/dev/zero of=/workspace/big bs=1M count=%d 2>&1; sync" % (DISK_MIB * 2))
         expect("Disk quota exceeded" in out or "No space left" in out, "the limit after the attempts:", out[-300:])
@@ -535,7 +552,9 @@ def test_pool_filler_cannot_hurt_another_sandbox(world):
         res = fill.wait(fid, 600)
         fill.close()
         expect("result" in res, "the filler ran:", res)
-        fout = res["result"].get("stdout", "")
+        logs = p.d.rpc_result("command.logs", {"cmdId": res["result"]["cmdId"]})
+        fout = base64.b64decode(logs["stdout"]).decode(errors="replace")
+        expect(fout.strip(), "the filler's report:", res, logs)
         ways = json.loads(fout.strip().splitlines()[-1])
         for kind in ("write", "fallocate"):
             expect("quota" in ways[kind] or "space" in ways[kind],
