@@ -417,7 +417,6 @@ SCENARIOS = {
     # (create, fork, restore), a layer snapshotted before its record (fork
     # and snapshot, running and stopped), a subvolume deleted before its
     # marker (delete, running and stopped).
-    "create.disk_backed[storage pool]": s_create(),
     "storage.subvolume_made[storage pool]": s_create(),
     "storage.subvolume_made[storage pool fork]": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
     "storage.subvolume_made[storage pool restore]": s_create("snapshot"),
