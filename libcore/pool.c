@@ -357,12 +357,6 @@ struct pool_subvol_wait {
 #define POOL_SYNC_WAIT_FOR_QUEUED 1
 #define POOL_SYNC_COUNT 2
 
-/* Deleted subvolumes are counted (their referenced bytes) until the
- * cleaner thread has freed them, which it does after a commit, in the
- * background. When they are what keeps a request out, it waits for them:
- * a commit (which queues them for the cleaner), the wait, and a commit
- * again (which accounts what was freed). Returns true when there were
- * some and the wait worked (committed is worth reading again). */
 /* Commits the pool's running transaction (BTRFS_IOC_START_SYNC, then
  * BTRFS_IOC_WAIT_SYNC for its transid, btrfs(5)): unlike BTRFS_IOC_SYNC
  * it does not first write out every sandbox's dirty pages, so it takes
@@ -375,6 +369,12 @@ static int commit(int fd) {
         return 0;
 }
 
+/* Deleted subvolumes are counted (their referenced bytes) until the
+ * cleaner thread has freed them, which it does after a commit, in the
+ * background. When they are what keeps a request out, it waits for them:
+ * a commit (which queues them for the cleaner), the wait, and a commit
+ * again (which accounts what was freed). Returns true when there were
+ * some and the wait worked (committed is worth reading again). */
 static bool reclaim_deleted(void) {
         _cleanup_close_ int fd = open(pool_mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         struct pool_subvol_wait w = {.mode = POOL_SYNC_COUNT};

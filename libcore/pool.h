@@ -88,7 +88,10 @@ int core_pool_attach(const char *dir, sb_error **ret_err);
 int core_pool_detach(const char *dir);
 
 /* Unmounts and deletes the subvolume of `dir`, then <dir>/pool.id.
- * Missing pieces are fine. Returns 0 or the first negative errno. */
+ * Missing pieces are fine. Every subvolume deletion here starts a
+ * transaction commit without waiting for it (BTRFS_IOC_START_SYNC), so the
+ * cleaner frees the subvolume within milliseconds, not at the next
+ * periodic commit. Returns 0 or the first negative errno. */
 int core_pool_remove(const char *dir);
 
 /* While the sandbox is stopped the daemon writes its /etc files: release
@@ -97,9 +100,12 @@ void core_pool_release(const char *dir);
 int core_pool_rearm(const char *dir);
 
 /* A read-only snapshot of the subvolume of `dir` as layer `id` (32 hex
- * digits), <pool>/layers/<id>. The caller freezes a running sandbox
- * around it, then (thawed: it may wait for the cleaner) calls
- * core_pool_capture_admit. Returns 0 or a negative errno with *ret_err. */
+ * digits), <pool>/layers/<id>, without the qgroup limit Btrfs copies to
+ * it from its source (a layer is counted by the bytes it references). The
+ * caller writes out a running sandbox's dirty data (core_pool_flush),
+ * freezes it around this call, then (thawed: it may wait for the cleaner)
+ * calls core_pool_capture_admit. Returns 0 or a negative errno with
+ * *ret_err (the layer is deleted again on failure). */
 int core_pool_capture(const char *dir, const char *id, sb_error **ret_err);
 
 /* Writes out what is dirty in the pool (syncfs(2) on the subvolume of pool
