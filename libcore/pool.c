@@ -346,16 +346,15 @@ int core_pool_stats_get(core_pool_stats *ret) {
 
 /* BTRFS_IOC_SUBVOL_SYNC_WAIT (Linux 6.13, fs/btrfs/ioctl.c
  * btrfs_ioctl_subvol_sync; not yet in the uapi headers this builds with):
- * how many deleted subvolumes the cleaner has still to free, or wait until
- * those queued now are freed. */
+ * mode WAIT_FOR_ONE waits until the cleaner has freed deleted subvolume
+ * `subvolid`. */
 struct pool_subvol_wait {
         __u64 subvolid;
         __u32 mode;
         __u32 count;
 };
 #define POOL_SUBVOL_SYNC_WAIT _IOW(BTRFS_IOCTL_MAGIC, 65, struct pool_subvol_wait)
-#define POOL_SYNC_WAIT_FOR_QUEUED 1
-#define POOL_SYNC_COUNT 2
+#define POOL_SYNC_WAIT_FOR_ONE 0
 
 /* Commits the pool's running transaction (BTRFS_IOC_START_SYNC, then
  * BTRFS_IOC_WAIT_SYNC for its transid, btrfs(5)): unlike BTRFS_IOC_SYNC
@@ -370,23 +369,41 @@ static int commit(int fd) {
 }
 
 /* Deleted subvolumes are counted (their referenced bytes) until the
- * cleaner thread has freed them, which it does after a commit, in the
- * background. When they are what keeps a request out, it waits for them:
- * a commit (which queues them for the cleaner), the wait, and a commit
- * again (which accounts what was freed). Returns true when there were
- * some and the wait worked (committed is worth reading again). */
+ * cleaner thread has freed them and the kernel has removed their qgroups,
+ * which happens after a commit, in the background. When they are what
+ * keeps a request out, it waits for them: a commit (which queues what was
+ * deleted since the last one), then, for every qgroup of the pool,
+ * BTRFS_IOC_SUBVOL_SYNC_WAIT for its subvolume (fs/btrfs/ioctl.c
+ * btrfs_ioctl_subvol_sync: EEXIST at once for a live one, ENOENT for one
+ * gone, else it waits, polling every second, until the cleaner has
+ * dropped it; the one the cleaner is dropping right now included, which
+ * the queue's count no longer shows), and a commit again (which removes
+ * the qgroups of what was freed). Returns true when some qgroup had no
+ * live subvolume and the waits worked (committed is worth reading
+ * again); false when every qgroup is a live subvolume's, or on a kernel
+ * before 6.13 (ENOTTY: refused as it stands). */
 static bool reclaim_deleted(void) {
         _cleanup_close_ int fd = open(pool_mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        struct pool_subvol_wait w = {.mode = POOL_SYNC_COUNT};
-        if (fd < 0 || ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) < 0 || !w.count)
-                return false; /* none, or a kernel before 6.13 (ENOTTY): refused as it stands */
-        if (commit(fd) < 0)
+        if (fd < 0 || commit(fd) < 0)
                 return false;
-        w = (struct pool_subvol_wait){.mode = POOL_SYNC_WAIT_FOR_QUEUED};
-        /* ENOENT: nothing (more) queued, as btrfs-progs reads it. */
-        if (ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) < 0 && errno != ENOENT)
-                return false;
-        return commit(fd) == 0;
+        char path[96];
+        snprintf(path, sizeof(path), "/sys/fs/btrfs/%s/qgroups", pool_fsid);
+        _cleanup_closedir_ DIR *d = opendir(path);
+        bool dead = false;
+        for (struct dirent *de; d && (de = readdir(d));) {
+                char *end = NULL;
+                if (strncmp(de->d_name, "0_", 2) != 0)
+                        continue;
+                uint64_t id = strtoull(de->d_name + 2, &end, 10);
+                if (!end || *end || id < BTRFS_FIRST_FREE_OBJECTID)
+                        continue; /* the top level, 0_5 */
+                struct pool_subvol_wait w = {.subvolid = id, .mode = POOL_SYNC_WAIT_FOR_ONE};
+                if (ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) == 0 || errno == ENOENT)
+                        dead = true;
+                else if (errno != EEXIST)
+                        return false;
+        }
+        return dead && commit(fd) == 0;
 }
 
 /* Refuses (-ENOSPC, "limit_exceeded") when `more` bytes do not fit beside
