@@ -690,7 +690,7 @@ def main(argv):
                 if "copies" in parts:
                     # A pool copy takes milliseconds: rounds enough for a
                     # steady median; an image copy of a GiB takes seconds.
-                    b.copies((7 if q else 15) if judged else (3 if q else 5))
+                    b.copies((9 if q else 25) if judged else (3 if q else 5))
             b.suffix, b.judged = "", True
             b.use_daemon(config, "bench-main")
         if "network" in parts:
