@@ -8,6 +8,7 @@
  * mkfs.btrfs's. */
 #include "libcore/pool.h"
 #include "libcore/diskimg.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/util.h"
 #include <dirent.h>
@@ -345,35 +346,64 @@ int core_pool_stats_get(core_pool_stats *ret) {
 
 /* BTRFS_IOC_SUBVOL_SYNC_WAIT (Linux 6.13, fs/btrfs/ioctl.c
  * btrfs_ioctl_subvol_sync; not yet in the uapi headers this builds with):
- * how many deleted subvolumes the cleaner has still to free, or wait until
- * those queued now are freed. */
+ * mode WAIT_FOR_ONE waits until the cleaner has freed deleted subvolume
+ * `subvolid`. */
 struct pool_subvol_wait {
         __u64 subvolid;
         __u32 mode;
         __u32 count;
 };
 #define POOL_SUBVOL_SYNC_WAIT _IOW(BTRFS_IOCTL_MAGIC, 65, struct pool_subvol_wait)
-#define POOL_SYNC_WAIT_FOR_QUEUED 1
-#define POOL_SYNC_COUNT 2
+#define POOL_SYNC_WAIT_FOR_ONE 0
+
+/* Commits the pool's running transaction (BTRFS_IOC_START_SYNC, then
+ * BTRFS_IOC_WAIT_SYNC for its transid, btrfs(5)): unlike BTRFS_IOC_SYNC
+ * it does not first write out every sandbox's dirty pages, so it takes
+ * milliseconds whatever the sandboxes are writing. Returns 0 or a
+ * negative errno. */
+static int commit(int fd) {
+        uint64_t transid = 0;
+        if (ioctl(fd, BTRFS_IOC_START_SYNC, &transid) < 0 || ioctl(fd, BTRFS_IOC_WAIT_SYNC, &transid) < 0)
+                return negative_errno();
+        return 0;
+}
 
 /* Deleted subvolumes are counted (their referenced bytes) until the
- * cleaner thread has freed them, which it does after a commit, in the
- * background. When they are what keeps a request out, it waits for them:
- * a commit (which queues them for the cleaner), the wait, and a commit
- * again (which accounts what was freed). Returns true when there were
- * some and the wait worked (committed is worth reading again). */
+ * cleaner thread has freed them and the kernel has removed their qgroups,
+ * which happens after a commit, in the background. When they are what
+ * keeps a request out, it waits for them: a commit (which queues what was
+ * deleted since the last one), then, for every qgroup of the pool,
+ * BTRFS_IOC_SUBVOL_SYNC_WAIT for its subvolume (fs/btrfs/ioctl.c
+ * btrfs_ioctl_subvol_sync: EEXIST at once for a live one, ENOENT for one
+ * gone, else it waits, polling every second, until the cleaner has
+ * dropped it; the one the cleaner is dropping right now included, which
+ * the queue's count no longer shows), and a commit again (which removes
+ * the qgroups of what was freed). Returns true when some qgroup had no
+ * live subvolume and the waits worked (committed is worth reading
+ * again); false when every qgroup is a live subvolume's, or on a kernel
+ * before 6.13 (ENOTTY: refused as it stands). */
 static bool reclaim_deleted(void) {
         _cleanup_close_ int fd = open(pool_mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        struct pool_subvol_wait w = {.mode = POOL_SYNC_COUNT};
-        if (fd < 0 || ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) < 0 || !w.count)
-                return false; /* none, or a kernel before 6.13 (ENOTTY): refused as it stands */
-        if (ioctl(fd, BTRFS_IOC_SYNC) < 0)
+        if (fd < 0 || commit(fd) < 0)
                 return false;
-        w = (struct pool_subvol_wait){.mode = POOL_SYNC_WAIT_FOR_QUEUED};
-        /* ENOENT: nothing (more) queued, as btrfs-progs reads it. */
-        if (ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) < 0 && errno != ENOENT)
-                return false;
-        return ioctl(fd, BTRFS_IOC_SYNC) == 0;
+        char path[96];
+        snprintf(path, sizeof(path), "/sys/fs/btrfs/%s/qgroups", pool_fsid);
+        _cleanup_closedir_ DIR *d = opendir(path);
+        bool dead = false;
+        for (struct dirent *de; d && (de = readdir(d));) {
+                char *end = NULL;
+                if (strncmp(de->d_name, "0_", 2) != 0)
+                        continue;
+                uint64_t id = strtoull(de->d_name + 2, &end, 10);
+                if (!end || *end || id < BTRFS_FIRST_FREE_OBJECTID)
+                        continue; /* the top level, 0_5 */
+                struct pool_subvol_wait w = {.subvolid = id, .mode = POOL_SYNC_WAIT_FOR_ONE};
+                if (ioctl(fd, POOL_SUBVOL_SYNC_WAIT, &w) == 0 || errno == ENOENT)
+                        dead = true;
+                else if (errno != EEXIST)
+                        return false;
+        }
+        return dead && commit(fd) == 0;
 }
 
 /* Refuses (-ENOSPC, "limit_exceeded") when `more` bytes do not fit beside
@@ -441,15 +471,29 @@ char *core_pool_layer_dir(const char *dir) {
         return p;
 }
 
-static int set_limit(const char *subvol, uint64_t bytes) {
-        _cleanup_close_ int fd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return negative_errno();
+/* Sets the referenced-bytes limit of the qgroup of the subvolume `fd` is
+ * in; (u64)-1 clears it (fs/btrfs/qgroup.c CLEAR_VALUE). */
+static int fd_limit(int fd, uint64_t bytes) {
         /* qgroupid 0: the qgroup of the subvolume fd is in. */
         struct btrfs_ioctl_qgroup_limit_args a = {.qgroupid = 0};
         a.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
         a.lim.max_rfer = bytes;
         return ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &a) < 0 ? negative_errno() : 0;
+}
+
+static int set_limit(const char *subvol, uint64_t bytes) {
+        _cleanup_close_ int fd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? negative_errno() : fd_limit(fd, bytes);
+}
+
+/* A snapshot's qgroup inherits its source's limits (fs/btrfs/qgroup.c
+ * btrfs_qgroup_inherit copies lim_flags and max_rfer). A layer is
+ * read-only and never grows, so its limit only made admission count the
+ * source's whole diskMiB for it instead of the bytes it references:
+ * cleared, so it is counted by its referenced bytes. */
+static int layer_unlimit(int layers_fd, const char *id) {
+        _cleanup_close_ int fd = openat(layers_fd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return fd < 0 ? negative_errno() : fd_limit(fd, UINT64_MAX);
 }
 
 /* Deletes subvolume `name` of the directory `parent`. Its limit goes
@@ -463,17 +507,23 @@ static int destroy(const char *parent, const char *name) {
                 return negative_errno();
         {
                 _cleanup_close_ int sfd = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                /* (u64)-1 clears the limit (fs/btrfs/qgroup.c CLEAR_VALUE). */
-                struct btrfs_ioctl_qgroup_limit_args l = {.qgroupid = 0};
-                l.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
-                l.lim.max_rfer = UINT64_MAX;
-                if (sfd >= 0 && ioctl(sfd, BTRFS_IOC_QGROUP_LIMIT, &l) < 0)
+                if (sfd >= 0 && fd_limit(sfd, UINT64_MAX) < 0)
                         log_debug("storage pool: clear the limit of %s/%s: %m", parent, name);
         }
         struct btrfs_ioctl_vol_args_v2 a = {0};
         snprintf(a.name, sizeof(a.name), "%s", name);
         if (ioctl(fd, BTRFS_IOC_SNAP_DESTROY_V2, &a) < 0)
                 return errno == ENOENT ? 0 : negative_errno();
+        /* The cleaner frees a deleted subvolume only after the commit
+         * that records the deletion, by default up to 30 s later (the
+         * commit= mount option); meanwhile admission still counts what it
+         * references, and a create that needed those bytes waited in
+         * reclaim_deleted (about a second). A commit started now (not
+         * waited for: BTRFS_IOC_START_SYNC returns at once and writes no
+         * dirty pages) has them freed within milliseconds. */
+        uint64_t transid = 0;
+        if (ioctl(fd, BTRFS_IOC_START_SYNC, &transid) < 0)
+                log_debug("storage pool: start a commit after deleting %s/%s: %m", parent, name);
         return 0;
 }
 
@@ -526,6 +576,11 @@ int core_pool_sandbox_create(const char *dir, uint64_t bytes, sb_error **ret_err
                         sb_error_set(ret_err, r, NULL, NULL, "storage pool: limit %s: %s", subvol, strerror(-r));
         }
         pthread_mutex_unlock(&admit_lock);
+        /* The subvolume and its limit exist, nothing is bound yet and no
+         * record names the sandbox: the start-up sweep's (its marker is
+         * removed with the unrecorded sandbox directory). */
+        if (r >= 0)
+                core_fault("storage.subvolume_made");
         if (r >= 0) {
                 _cleanup_close_ int sfd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
                 if (sfd < 0 || (mkdirat(sfd, "upper", 0755) < 0 && errno != EEXIST) ||
@@ -586,6 +641,8 @@ int core_pool_remove(const char *dir) {
         k = destroy(parent, id);
         if (k < 0)
                 return r < 0 ? r : k;
+        /* The subvolume is gone and the marker still names it. */
+        core_fault("storage.subvolume_deleted");
         if (unlink(marker) < 0 && errno != ENOENT && r >= 0)
                 r = negative_errno();
         return r;
@@ -621,7 +678,23 @@ int core_pool_capture(const char *dir, const char *id, sb_error **ret_err) {
         if (ioctl(dst, BTRFS_IOC_SNAP_CREATE_V2, &a) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "storage pool: snapshot %s: %m",
                                     subvol);
+        int r = layer_unlimit(dst, id);
+        if (r < 0) {
+                (void)destroy(layers, id);
+                return sb_error_set(ret_err, r, NULL, NULL, "storage pool: clear the limit of layer %s: %s", id,
+                                    strerror(-r));
+        }
         return 0;
+}
+
+int core_pool_flush(const char *dir) {
+        _cleanup_free_ char *subvol = core_pool_layer_dir(dir);
+        if (!subvol)
+                return -ENOENT;
+        _cleanup_close_ int fd = open(subvol, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        return syncfs(fd) < 0 ? negative_errno() : 0;
 }
 
 int core_pool_capture_admit(const char *id, sb_error **ret_err) {
@@ -702,6 +775,10 @@ int core_pool_sweep(char *const *keep, size_t n, bool (*layer_kept)(const char *
                         if (de->d_name[0] == '.')
                                 continue;
                         bool kept = k == 0 ? id_in(de->d_name, keep, n) : layer_kept(de->d_name, userdata);
+                        /* A layer an earlier version made still has the
+                         * limit its snapshot inherited (layer_unlimit). */
+                        if (kept && k == 1 && layer_unlimit(dirfd(d), de->d_name) < 0)
+                                log_debug("storage pool: clear the limit of layer %s: %m", de->d_name);
                         if (kept)
                                 continue;
                         int r = destroy(parent, de->d_name);

@@ -88,7 +88,10 @@ int core_pool_attach(const char *dir, sb_error **ret_err);
 int core_pool_detach(const char *dir);
 
 /* Unmounts and deletes the subvolume of `dir`, then <dir>/pool.id.
- * Missing pieces are fine. Returns 0 or the first negative errno. */
+ * Missing pieces are fine. Every subvolume deletion here starts a
+ * transaction commit without waiting for it (BTRFS_IOC_START_SYNC), so the
+ * cleaner frees the subvolume within milliseconds, not at the next
+ * periodic commit. Returns 0 or the first negative errno. */
 int core_pool_remove(const char *dir);
 
 /* While the sandbox is stopped the daemon writes its /etc files: release
@@ -97,10 +100,23 @@ void core_pool_release(const char *dir);
 int core_pool_rearm(const char *dir);
 
 /* A read-only snapshot of the subvolume of `dir` as layer `id` (32 hex
- * digits), <pool>/layers/<id>. The caller freezes a running sandbox
- * around it, then (thawed: it may wait for the cleaner) calls
- * core_pool_capture_admit. Returns 0 or a negative errno with *ret_err. */
+ * digits), <pool>/layers/<id>, without the qgroup limit Btrfs copies to
+ * it from its source (a layer is counted by the bytes it references). The
+ * caller writes out a running sandbox's dirty data (core_pool_flush),
+ * freezes it around this call, then (thawed: it may wait for the cleaner)
+ * calls core_pool_capture_admit. Returns 0 or a negative errno with
+ * *ret_err (the layer is deleted again on failure). */
 int core_pool_capture(const char *dir, const char *id, sb_error **ret_err);
+
+/* Writes out what is dirty in the pool (syncfs(2) on the subvolume of pool
+ * sandbox `dir`), so that a core_pool_capture right after has only what
+ * was written meanwhile to write: a snapshot writes the source's dirty
+ * data first (fs/btrfs/ioctl.c btrfs_start_delalloc_snapshot), which,
+ * with the source frozen, froze it for as long as its dirty pages took to
+ * reach the disk (a second and more after a write of 600 MiB). Called
+ * before the freeze, while the sandbox runs. Returns 0 or a negative
+ * errno. */
+int core_pool_flush(const char *dir);
 
 /* Admission of the layer core_pool_capture made: refused with -ENOSPC
  * (reason "limit_exceeded", the layer deleted again) when its referenced

@@ -16,6 +16,7 @@
 #include <linux/seccomp.h>
 #include <seccomp.h>
 #include <string.h>
+#include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -104,6 +105,22 @@ static const core_seccomp_rule deny_rules[] = {
         { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = BTRFS_IOC_SUBVOL_CREATE_V2 },
         { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = BTRFS_IOC_SNAP_CREATE },
         { .name = "ioctl", .err = EPERM, .match = CORE_SC_EQ32, .arg = 1, .bits = BTRFS_IOC_SNAP_CREATE_V2 },
+        /* Extents shared by reference (reflinks, dedupe): on the storage
+         * pool's Btrfs each shared extent adds a back reference to the
+         * extent tree, which no subvolume's quota counts (about 0.75 byte
+         * of it per byte the quota does count, measured), so a sandbox
+         * could fill the pool for everyone while within its diskMiB
+         * (docs/SECURITY.md "Disk space"). Refused as a filesystem without
+         * reflinks refuses them, EOPNOTSUPP, so `cp --reflink=auto` and
+         * the like copy the bytes instead. copy_file_range(2) clones on
+         * Btrfs too (vfs_copy_file_range remaps within one filesystem):
+         * ENOSYS, which coreutils, glibc's callers and Go take as "copy by
+         * read and write". Overlayfs copy-up clones from a lower layer in
+         * the kernel, once per file and bounded by the layer's size. */
+        { .name = "ioctl", .err = EOPNOTSUPP, .match = CORE_SC_EQ32, .arg = 1, .bits = FICLONE },
+        { .name = "ioctl", .err = EOPNOTSUPP, .match = CORE_SC_EQ32, .arg = 1, .bits = FICLONERANGE },
+        { .name = "ioctl", .err = EOPNOTSUPP, .match = CORE_SC_EQ32, .arg = 1, .bits = FIDEDUPERANGE },
+        { .name = "copy_file_range", .err = ENOSYS, .match = CORE_SC_ALL },
         /* Host-wide state that is not namespaced: accounting, swap, power,
          * clocks, the kernel log, quotas, raw I/O ports. */
         DENY("acct"), DENY("swapon"), DENY("swapoff"), DENY("reboot"),

@@ -184,7 +184,7 @@ static const config_key config_keys[] = {
         /* libcore/pool.h: the opt-in Btrfs storage pool; made, formatted
          * and mounted at start, so a change needs a restart. */
         { "storage",          KEY_STORAGE, OFF(storage), 0, 0,
-          "Where sandboxes' disks live: {} (default) gives each sandbox a fully allocated ext4 image on the state filesystem; {\"pool\": {\"sizeMiB\": N}} (at least 256) a Btrfs pool the daemon makes as a fully allocated file <stateDir>/pool.img, or {\"pool\": {\"device\": \"/dev/...\"}} one on a whole block device (formatted only when blank), mounted at <stateDir>/pool: each new sandbox's disk is a subvolume with a quota of its diskMiB, and forks and snapshots are O(1) read-only snapshots. Admission never commits more than the pool holds (docs/SECURITY.md \"Disk space\"). Sandboxes made before keep their images.",
+          "Where sandboxes' disks live: {} (default) gives each sandbox a fully allocated ext4 image on the state filesystem; {\"pool\": {\"sizeMiB\": N}} (at least 256) a Btrfs pool the daemon makes as a fully allocated file <stateDir>/pool.img, or {\"pool\": {\"device\": \"/dev/...\"}} one on a whole block device (formatted only when blank), mounted at <stateDir>/pool: each new sandbox's disk is a subvolume with a quota of its diskMiB, and forks and snapshots are O(1) read-only snapshots. Admission never commits more than the pool holds (docs/SECURITY.md \"Disk space\"). Sandboxes made before keep their images and are served beside the pool's; the pool is the recommended storage wherever it can be given a size or a device.",
           "{} (ext4 images)" },
         /* libcore/cgroup.h: systemd scope units over D-Bus, or cgroupfs
          * directories below the daemon's own cgroup. */

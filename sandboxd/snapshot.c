@@ -380,6 +380,12 @@ static void capture_priority(thread_priority *saved, bool low) {
  * writes). O(1) in the bytes written. */
 static void capture_snapshot(capture_job *j) {
         char point[32];
+        /* Its dirty data written out while it still runs: the snapshot
+         * below writes what is left, with the sandbox frozen
+         * (core_pool_flush). */
+        int f = j->cg ? core_pool_flush(j->pool_dir) : 0;
+        if (f < 0)
+                log_warning_errno(f, "sandbox '%s': write out its data before the snapshot: %m", j->sb->name);
         int r = j->cg ? core_cgroup_freeze(j->cg, true) : 0;
         if (r < 0 && r != -ENOTSUP) {
                 sb_error_set(&j->err, r, NULL, NULL, "freeze the sandbox: %s", strerror(-r));

@@ -38,6 +38,7 @@ import base64
 import json
 import os
 import signal
+import subprocess
 import sys
 import tarfile
 import io
@@ -159,6 +160,35 @@ def pool_config(label):
     if "deny-all pool" in label:
         policy = "deny-all"
     return {"warmPool": {"size": 1, "policy": policy}}
+
+
+# The storage pool (daemon.json storage.pool, libcore/pool.h): a point
+# whose label says "[storage pool" runs all three daemons with one, so the
+# sandboxes' disks are subvolumes and their copies read-only snapshots.
+STORAGE_POOL = {"storage": {"pool": {"sizeMiB": 1024}}, "diskMiB": 64}
+
+
+def daemon_config(label):
+    """The daemon.json of a point's first two daemons."""
+    if "[storage pool" in label:
+        return dict(STORAGE_POOL)
+    return pool_config(label)
+
+
+def check_pool_empty(d, problems):
+    """After every sandbox and snapshot is deleted: no subvolume is left
+    in the storage pool (the daemon's mount namespace has it mounted)."""
+    def entries():
+        out = []
+        for kind in ("sandboxes", "layers"):
+            p = subprocess.run(["nsenter", "-t", str(d.pid), "-m", "--", "ls", "-A",
+                                os.path.join(d.state_dir, "pool", kind)], capture_output=True, text=True)
+            out += ["%s/%s" % (kind, x) for x in p.stdout.split()]
+        return out
+    try:
+        poll(lambda: not entries(), 60, "the storage pool's subvolumes to go")
+    except Fail:
+        problems.append("storage pool subvolumes left: %s" % entries()[:6])
 
 
 def s_running(extra=None, big=False):
@@ -486,13 +516,13 @@ SCENARIOS = {
     "create.session_started[pool refill]": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),
     "create.recorded[pool refill]": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),
     "runtime.renamed": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
-    # A volume's filesystem made, its record not yet written: after the
-    # restart the volume is absent and nothing of it is left; a delete
-    # cut after its record went: the volume never comes back.
     # A watch just sent to init: after the restart no watcher is left in
     # the sandbox and a new watch works.
     "watch.sent": (s_watched, send("fs.watch", lambda w, c: {"sandbox": c["target"], "path": "/tmp",
                                                               "recursive": True})),
+    # A volume's filesystem made, its record not yet written: after the
+    # restart the volume is absent and nothing of it is left; a delete
+    # cut after its record went: the volume never comes back.
     "volume.create": (s_volume, send("volume.create", lambda w, c: {"name": c["volume"], "sizeMiB": 16})),
     "volume.delete": (s_volume_made, send("volume.delete", lambda w, c: {"name": c["volume"]})),
     # A sandbox that mounts a volume, cut while it is made, resumed or
@@ -503,6 +533,23 @@ SCENARIOS = {
     "resume.session_started[volume]": (s_mounting("stopped"), send("command.run", lambda w, c: {"sandbox": c["target"], "cmd": "true"})),
     "delete.torn_down[volume]": (s_mounting("running"), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.answered[volume]": (s_mounting("running"), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    # The storage pool's steps: a subvolume made before anything names it
+    # (create, fork, restore), a layer snapshotted before its record (fork
+    # and snapshot, running and stopped), a subvolume deleted before its
+    # marker (delete, running and stopped).
+    "storage.subvolume_made[storage pool]": s_create(),
+    "storage.subvolume_made[storage pool fork]": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "storage.subvolume_made[storage pool restore]": s_create("snapshot"),
+    "fork.frozen[storage pool]": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "fork.copied[storage pool]": (s_running(), send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "fork.copied[storage pool stopped]": (s_stopped, send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "create.session_started[storage pool fork of stopped]": (s_stopped, send("sandbox.fork", lambda w, c: {"sourceSandbox": c["target"], "name": c["target"] + "-f"})),
+    "snapshot.copied[storage pool]": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
+    "snapshot.recorded[storage pool]": (s_running(), send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
+    "snapshot.copied[storage pool stopped]": (s_stopped, send("sandbox.snapshot", lambda w, c: {"name": c["target"]})),
+    "storage.subvolume_deleted[storage pool]": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "storage.subvolume_deleted[storage pool stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.removing[storage pool stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
 }
 
 # make check: every operation once, in well under 3 minutes.
@@ -512,7 +559,9 @@ SAMPLE = ["create.disk_backed", "create.cloned[git]", "create.cloned[tarball]", 
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
           "update.veth_created[deny-all to allowlist]",
           "delete.torn_down", "delete.answered", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
-          "pool.run_renamed", "pool.committed", "volume.create", "volume.delete", "watch.sent"]
+          "pool.run_renamed", "pool.committed", "volume.create", "volume.delete", "watch.sent",
+          "storage.subvolume_made[storage pool fork]", "fork.copied[storage pool stopped]",
+          "storage.subvolume_deleted[storage pool]"]
 
 
 # ---------------------------------------------------------------- checks
@@ -826,7 +875,7 @@ def run_point(w, label):
     point = label.split("[")[0]
     setup, trigger = SCENARIOS[label]
     problems = []
-    d = w.start_sandboxd(pool_config(label), tag="f")
+    d = w.start_sandboxd(daemon_config(label), tag="f")
     try:
         witness = w.name("wit")
         res(d, "sandbox.create", {"name": witness})
@@ -873,7 +922,7 @@ def run_point(w, label):
         listed = {}
         try:
             listed = check_consistent(w, d, ctx, problems)
-            if point in ("delete.tombstoned", "delete.answered", "delete.removing") and ctx["target"] in listed:
+            if point in ("delete.tombstoned", "delete.answered", "delete.removing", "storage.subvolume_deleted") and ctx["target"] in listed:
                 problems.append("a delete cut at %s brought sandbox %s back (%s)"
                                 % (point, ctx["target"], listed[ctx["target"]].get("status")))
             if point.startswith("pool."):
@@ -894,6 +943,8 @@ def run_point(w, label):
         check_watch(d, ctx, listed, problems)
         check_witness(d, witness, cmd_id, problems)
         delete_everything(d, problems)
+        if "[storage pool" in label:
+            check_pool_empty(d, problems)
         check_clean(w, d, problems)
     except Fail as e:
         problems.append(str(e))

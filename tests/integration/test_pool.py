@@ -3,7 +3,10 @@ sandbox's disk is a Btrfs subvolume with a quota of its diskMiB, forks and
 snapshots are read-only snapshots, admission never commits more than the
 pool holds, a restart keeps everything, and nothing is left behind (no
 subvolume, mount or loop device)."""
+import base64
+import json
 import os
+import re
 import subprocess
 
 import world as W
@@ -297,3 +300,283 @@ def test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume(world):
 
 
 test_pool_kill9_between_snapshot_and_record_leaves_no_subvolume.timeout = 600
+
+
+def test_pool_layers_are_counted_by_their_bytes_not_their_sources_disk(world):
+    """A capture is a read-only snapshot, whose qgroup inherits the source's
+    limit from Btrfs: counted as the source's whole diskMiB, three
+    snapshots of a sandbox with 8 MiB written on a 256 MiB disk did not fit
+    a 1 GiB pool. A layer never grows: it counts the bytes it references."""
+    with _Pool(world, "pooll") as p:
+        src = p.create_ok("pl", resources={"diskMiB": 256})
+        _sh_ok(p.d, src, "head -c 8M /dev/urandom > /workspace/r && sync")
+        before = p.pool_info()["committedBytes"]
+        for _ in range(3):
+            p.snapshot_ok(src)
+        grown = p.pool_info()["committedBytes"] - before
+        expect(grown < 3 * (32 << 20), "three layers of 8 MiB committed %d MiB" % (grown >> 20))
+        f = p.fork_ok(src, "plf")
+        expect_eq(_sh_ok(p.d, f, "stat -c %s /workspace/r"), "8388608\n", "the fork's file")
+
+
+test_pool_layers_are_counted_by_their_bytes_not_their_sources_disk.timeout = 600
+
+
+def test_pool_added_to_a_state_directory_keeps_serving_its_image_sandboxes(world):
+    """storage.pool added to daemon.json over a state directory whose
+    sandboxes have disk images: both kinds are served side by side. The
+    image sandboxes keep their files, run, stop and resume, fork and
+    snapshot (their copies' disks are the pool's), and a new sandbox's
+    disk is the pool's."""
+    with _Pool(world, "poolm") as p:
+        pool_config = p.d.config
+        p.d.stop()
+        p.d.config = {"diskMiB": DISK_MIB}
+        p.d.start()
+        run = p.create_ok("pmr", persistent=True)
+        stopped = p.create_ok("pms", persistent=True)
+        for n in (run, stopped):
+            _sh_ok(p.d, n, "echo %s > /workspace/mine && sync" % n)
+        expect("result" in p.d.rpc("sandbox.stop", {"name": stopped}, 120), "stop %s" % stopped)
+        p.d.stop()
+        p.d.config = pool_config
+        p.d.start()
+        storage = p.d.rpc_result("daemon.info", {})["storage"]
+        expect_eq((storage["disks"], storage["pool"]["disks"]), (2, 0),
+                  "daemon.info: the image disks beside an empty pool: %s" % storage)
+        for n in (run, stopped):
+            expect_eq(_sh_ok(p.d, n, "cat /workspace/mine"), "%s\n" % n, "the image sandbox %s's file" % n)
+            _sh_ok(p.d, n, "echo more > /workspace/more && sync")
+        # The image sandbox stops and resumes on its image.
+        expect("result" in p.d.rpc("sandbox.stop", {"name": run}, 120), "stop %s" % run)
+        expect_eq(_sh_ok(p.d, run, "cat /workspace/mine /workspace/more"), "%s\nmore\n" % run,
+                  "the image sandbox after a stop and a resume")
+        f = p.fork_ok(run, "pmf")
+        s = p.snapshot_ok(stopped)
+        r = p.create_ok("pmres", source={"type": "snapshot", "snapshotId": s})
+        fresh = p.create_ok("pmn")
+        for n, want in ((f, "%s\nmore\n" % run), (r, "%s\nmore\n" % stopped)):
+            expect_eq(_sh_ok(p.d, n, "cat /workspace/mine /workspace/more"), want, "the copy %s" % n)
+        _sh_ok(p.d, f, "echo fork > /workspace/mine")
+        expect_eq(_sh_ok(p.d, run, "cat /workspace/mine"), "%s\n" % run, "the image source after its fork wrote")
+        storage = p.d.rpc_result("daemon.info", {})["storage"]
+        expect_eq((storage["disks"], storage["pool"]["disks"]), (2, 3),
+                  "daemon.info: two image disks and three pool disks: %s" % storage)
+        subvols, _layers = _pool_entries(p.d)
+        expect_eq(len(subvols), 3, "the fork, the restore and the new sandbox are the pool's: %s" % subvols)
+        # A restart keeps both kinds.
+        p.d.stop()
+        p.d.start()
+        for n, want in ((run, "%s\nmore\n" % run), (stopped, "%s\nmore\n" % stopped), (f, "fork\nmore\n")):
+            expect_eq(_sh_ok(p.d, n, "cat /workspace/mine /workspace/more"), want, "%s after a restart" % n)
+        _sh_ok(p.d, fresh, "true")
+        p.cleanup()
+        p.sandboxes, p.snapshots = [], []
+        poll(lambda: _pool_entries(p.d) == ([], []), 60, "the pool's subvolumes and layers to go")
+        left = [x for x in os.listdir(os.path.join(p.d.state_dir, "sandboxes"))]
+        expect_eq(left, [], "sandbox directories left")
+
+
+test_pool_added_to_a_state_directory_keeps_serving_its_image_sandboxes.timeout = 900
+
+
+# Run as root inside a pool sandbox: every Btrfs ioctl that makes, deletes
+# or snapshots a subvolume or changes quotas, on its root, its workspace
+# and a file, must fail; so must writes to the pool's sysfs knobs. Prints
+# one line per attempt that succeeded.
+_IOCTLS = r'''
+import errno, fcntl, glob, os, struct
+def ioc(d, nr, size): return (d << 30) | (size << 16) | (0x94 << 8) | nr
+W, R, WR = 1, 2, 3
+vol = struct.pack("q4088s", 0, b"evil")
+calls = [("SUBVOL_CREATE", ioc(W, 14, 4096), vol), ("SNAP_CREATE", ioc(W, 1, 4096), vol),
+         ("SNAP_DESTROY", ioc(W, 15, 4096), vol),
+         ("SNAP_CREATE_V2", ioc(W, 23, 4096), struct.pack("qQQQ4064s", 0, 0, 0, 0, b"evil")),
+         ("SUBVOL_CREATE_V2", ioc(W, 24, 4096), struct.pack("qQQQ4064s", 0, 0, 0, 0, b"evil")),
+         ("QGROUP_LIMIT", ioc(R, 43, 48), struct.pack("QQQQQQ", 0, 1, 1 << 40, 0, 0, 0)),
+         ("QUOTA_CTL_DISABLE", ioc(WR, 40, 16), struct.pack("QQ", 2, 0)),
+         ("QUOTA_RESCAN", ioc(W, 44, 64), bytes(64)),
+         ("DEFAULT_SUBVOL", ioc(W, 19, 8), struct.pack("Q", 5)),
+         ("SUBVOL_SETFLAGS", ioc(W, 26, 8), struct.pack("Q", 0))]
+open("/workspace/f", "w").write("x")
+got = []
+for path in ("/", "/workspace", "/workspace/f"):
+    fd = os.open(path, os.O_RDONLY)
+    for name, req, arg in calls:
+        try:
+            fcntl.ioctl(fd, req, bytearray(arg))
+            got.append("%s on %s succeeded" % (name, path))
+        except OSError as e:
+            pass
+    os.close(fd)
+# Extents shared by reference: each adds a back reference no quota counts.
+src = os.open("/workspace/f", os.O_RDONLY)
+dst = os.open("/workspace/g", os.O_CREAT | os.O_WRONLY)
+for name, call in (("FICLONE", lambda: fcntl.ioctl(dst, ioc(W, 9, 4), src)),
+                   ("FICLONERANGE", lambda: fcntl.ioctl(dst, ioc(W, 13, 32), struct.pack("qQQQ", src, 0, 0, 0))),
+                   ("copy_file_range", lambda: os.copy_file_range(src, dst, 1, 0, 0))):
+    try:
+        call()
+        got.append("%s succeeded" % name)
+    except OSError:
+        pass
+for knob in glob.glob("/sys/fs/btrfs/*/qgroups/*") + glob.glob("/sys/fs/btrfs/*/*threshold"):
+    try:
+        with open(knob, "w") as f:
+            f.write("8")
+        got.append("wrote %s" % knob)
+    except OSError:
+        pass
+for dev in glob.glob("/dev/loop*") + ["/dev/btrfs-control"]:
+    if os.path.exists(dev):
+        got.append("%s exists" % dev)
+print("\n".join(got) or "none")
+'''
+
+
+def test_pool_sandbox_root_cannot_make_delete_or_unlimit_subvolumes(world):
+    """The pool sandbox's root (with or without a user namespace) sees its
+    disk through the overlay only: no Btrfs ioctl reaches the pool (no
+    subvolume or snapshot made or deleted, no quota changed or turned off),
+    the pool's sysfs knobs are not writable, no loop or btrfs-control
+    device exists, and its limit still holds after the attempts."""
+    with _Pool(world, "pooli") as p:
+        a = p.create_ok("pia")
+        victim = p.create_ok("piv")
+        _sh_ok(p.d, victim, "echo mine > /workspace/mine && sync")
+        before = _pool_entries(p.d)
+        out = _sh_ok(p.d, a, "python3 -c '%s'" % _IOCTLS.replace("'", "'\\''"))
+        expect_eq(out.strip(), "none", "Btrfs operations the sandbox could do")
+        # A reflink copy is refused as on a filesystem without reflinks;
+        # a plain copy copies the bytes.
+        code, out, err = _sh(p.d, a, "cp --reflink=always /workspace/f /workspace/r 2>&1")
+        expect(code != 0 and "not supported" in out.lower(), "cp --reflink=always:", code, out, err)
+        expect_eq(_sh_ok(p.d, a, "cp /workspace/f /workspace/c && cat /workspace/c"), "x", "a plain cp")
+        expect_eq(_pool_entries(p.d), before, "the pool's subvolumes after the attempts")
+        code, out, _e = _sh(p.d, a, "dd if=/dev/zero of=/workspace/big bs=1M count=%d 2>&1; sync" % (DISK_MIB * 2))
+        expect("Disk quota exceeded" in out or "No space left" in out, "the limit after the attempts:", out[-300:])
+        expect_eq(_sh_ok(p.d, victim, "cat /workspace/mine"), "mine\n", "the other sandbox's file")
+
+
+test_pool_sandbox_root_cannot_make_delete_or_unlimit_subvolumes.timeout = 600
+
+
+_BTRFS_ERROR = re.compile(r"BTRFS (error|critical|warning)|forced readonly|Transaction aborted|"
+                          r"I/O error|qgroup.*inconsistent", re.I)
+
+# The filler's ways past a quota, each until it fails or its time is up
+# (seconds, argv[1]): plain writes, fallocate, sparse writes far out,
+# reflink copies of a fragmented file (each adds extent references Btrfs
+# keeps outside the subvolume's tree), many small files, and xattrs.
+_FILLER = r'''
+import json, os, subprocess, sys, time
+budget = float(sys.argv[1]); os.makedirs("/workspace/x", exist_ok=True); os.chdir("/workspace/x")
+def until(step, secs):
+    end = time.monotonic() + secs; n = 0
+    try:
+        while time.monotonic() < end:
+            step(n); n += 1
+    except OSError as e:
+        return "%d then %s" % (n, os.strerror(e.errno))
+    return "%d (time)" % n
+out = {}
+def w(n):
+    with open("big", "ab") as f:
+        f.write(b"\xa5" * (1 << 20)); f.flush(); os.fsync(f.fileno())
+out["write"] = until(w, budget)
+os.unlink("big")
+def fa(n):
+    fd = os.open("fa%d" % n, os.O_CREAT | os.O_WRONLY); os.posix_fallocate(fd, 0, 64 << 20); os.close(fd)
+out["fallocate"] = until(fa, budget)
+for f in os.listdir("."): os.unlink(f)
+def sp(n):
+    with open("sparse", "r+b" if n else "wb") as f:
+        f.seek((n * 1031) << 20); f.write(b"s" * 4096); os.fsync(f.fileno())
+out["sparse"] = until(sp, budget)
+os.unlink("sparse")
+with open("frag", "wb") as f:
+    for i in range(2048):
+        f.seek(i * 8192); f.write(os.urandom(4096)); f.flush(); os.fsync(f.fileno())
+def rl(n):
+    r = subprocess.run(["cp", "--reflink=always", "frag", "c%d" % n], capture_output=True)
+    if r.returncode: raise OSError(28, r.stderr.decode())
+out["reflink"] = until(rl, budget)
+for f in os.listdir("."): os.unlink(f)
+def sm(n):
+    d = "d%d" % (n // 1000)
+    if n % 1000 == 0: os.mkdir(d)
+    with open("%s/f%d" % (d, n), "w") as f: f.write("x" * 100)
+out["files"] = until(sm, budget)
+def xa(n):
+    with open("xa%d" % n, "w"): pass
+    for k in range(16): os.setxattr("xa%d" % n, "user.k%d" % k, os.urandom(3000))
+out["xattrs"] = until(xa, budget)
+print(json.dumps(out))
+'''
+
+# The victim: appends a numbered line and fsyncs it, forever; a line in
+# the file was acknowledged (fsync returned).
+_VICTIM = ("i=0; while :; do i=$((i+1)); echo $i >> /workspace/acked || exit 3; "
+           "sync /workspace/acked || exit 4; sleep 0.05; done")
+
+
+def test_pool_filler_cannot_hurt_another_sandbox(world):
+    """One sandbox tries every way past its quota (writes, fallocate,
+    sparse files, reflink copies of a fragmented file, many small files,
+    xattrs) with the pool committed to the brim, while another appends and
+    fsyncs a counter and a fork and a snapshot of it run: the victim keeps
+    writing and every acknowledged line, stops and resumes, the copies
+    work or are refused cleanly, and the kernel logs no Btrfs error."""
+    with _Pool(world, "poolx", size_mib=768) as p:
+        victim = p.create_ok("pxv", persistent=True)
+        free = p.pool_info()["freeBytes"] >> 20
+        # Everything else the pool holds, less what the victim's copies
+        # need (a fork's disk and its reserve, its layers' bytes).
+        filler = p.create_ok("pxf", resources={"diskMiB": free - DISK_MIB - 4 - 16})
+        log_before = len(_kernel_log())
+        cmd = p.d.rpc_result("command.run", {"sandbox": victim, "cmd": "sh", "args": ["-c", _VICTIM],
+                                             "detached": True})["cmdId"]
+        fill = p.d.connect(600)
+        fid = fill.start("command.run", {"sandbox": filler, "cmd": "python3", "args": ["-c", _FILLER, "8"],
+                                         "timeoutMs": 400000})
+        # A fork and a snapshot of the victim race the filler.
+        fork_name = world.name("pxvf")
+        p.sandboxes.append(fork_name)
+        fmsg = p.d.rpc("sandbox.fork", {"sourceSandbox": victim, "name": fork_name}, 180)
+        smsg = p.d.rpc("sandbox.snapshot", {"name": victim}, 180)
+        for what, msg in (("fork", fmsg), ("snapshot", smsg)):
+            reason = ((msg.get("error") or {}).get("data") or {}).get("reason")
+            expect("result" in msg or reason == "limit_exceeded", "the %s during the fill:" % what, msg)
+        if "result" in smsg:
+            p.snapshots.append(smsg["result"]["id"])
+        res = fill.wait(fid, 600)
+        fill.close()
+        expect("result" in res, "the filler ran:", res)
+        logs = p.d.rpc_result("command.logs", {"cmdId": res["result"]["cmdId"]})
+        fout = base64.b64decode(logs["stdout"]).decode(errors="replace")
+        expect(fout.strip(), "the filler's report:", res, logs)
+        ways = json.loads(fout.strip().splitlines()[-1])
+        for kind in ("write", "fallocate"):
+            expect("quota" in ways[kind] or "space" in ways[kind],
+                   "the filler's %s ended on EDQUOT or ENOSPC:" % kind, ways)
+        # The victim still writes, and kept every line.
+        _sh_ok(p.d, victim, "echo after > /workspace/after && sync")
+        lines = _sh_ok(p.d, victim, "cat /workspace/acked").split()
+        expect(len(lines) > 10 and lines == [str(i) for i in range(1, len(lines) + 1)],
+               "the victim's acknowledged lines are whole and in order (%d)" % len(lines))
+        expect("result" in p.d.rpc("sandbox.stop", {"name": victim}, 120), "stop the victim")
+        after = _sh_ok(p.d, victim, "cat /workspace/after; wc -l < /workspace/acked").split()
+        expect(after[0] == "after" and int(after[1]) >= len(lines), "the victim after a stop and a resume:", after)
+        if "result" in fmsg:
+            expect_eq(_sh_ok(p.d, fork_name, "head -1 /workspace/acked"), "1\n", "the fork's copy")
+        errors = [line for line in _kernel_log()[log_before:] if _BTRFS_ERROR.search(line)]
+        expect_eq(errors, [], "kernel Btrfs errors during the fill")
+        print("filler:", ways)
+
+
+test_pool_filler_cannot_hurt_another_sandbox.timeout = 900
+
+
+def _kernel_log():
+    p = subprocess.run(["dmesg"], capture_output=True, text=True)
+    return p.stdout.splitlines()
