@@ -516,10 +516,8 @@ static void method_create(rpc_request *req, void *userdata) {
         int r = core_mkdir_p(upper, 0755);
         if (r >= 0)
                 r = core_mkdir_p(work, 0700);
-        /* Root inside owns its root directory (user namespace: its host id). */
-        if (r >= 0 && sb->userns_base &&
-            (chown(upper, sb->userns_base, sb->userns_base) < 0 || chown(work, sb->userns_base, sb->userns_base) < 0))
-                r = negative_errno();
+        /* Owned by host root on disk, as the sandbox's own: through the
+         * idmapped mount (user namespace) that is root inside. */
         if (r < 0) {
                 (void)core_rm_rf(dir);
                 return rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "container.create '%s': directories: %s",

@@ -58,14 +58,15 @@ def _modes():
 
 def _body(world, root, userns):
     rt_a, rt_b = _import(world, "cra"), _import(world, "crb")
-    cm = os.path.join(root, "pod", "configmap")
+    pod = os.path.join(root, world.name("pod"))
+    cm = os.path.join(pod, "configmap")
     os.makedirs(cm)
     with open(os.path.join(cm, "key"), "w") as f:
         f.write("value-1\n")
-    hosts = os.path.join(root, "pod", "hosts")
+    hosts = os.path.join(pod, "hosts")
     with open(hosts, "w") as f:
         f.write("127.0.0.1 pod-host\n")
-    os.symlink("/etc", os.path.join(root, "pod", "link"))
+    os.symlink("/etc", os.path.join(pod, "link"))
     with sandbox_rpc(world, "ctr", userns=userns, networkPolicy="deny-all") as name:
         a = rpc_ok(world, "container.create", {
             "sandbox": name, "name": "a", "runtime": rt_a, "memoryMiB": 64,
@@ -90,8 +91,8 @@ def _body(world, root, userns):
         with open(os.path.join(cm, "key")) as f:
             expect_eq(f.read(), "value-1\n", "the host file unchanged")
         # Refusals, each naming the mount.
-        for src, why in ((os.path.join(world.tmp), "outside"), (os.path.join(root, "pod", "link"), "symlink"),
-                         (root + "/pod/../pod/configmap", "dotdot")):
+        for src, why in ((os.path.join(world.tmp), "outside"), (os.path.join(pod, "link"), "symlink"),
+                         (pod + "/../" + os.path.basename(pod) + "/configmap", "dotdot")):
             e = _err(world, "container.create", {"sandbox": name, "name": "c", "runtime": rt_a,
                                                  "mounts": [{"source": cm, "destination": "/x"},
                                                             {"source": src, "destination": "/y"}]})
