@@ -72,6 +72,13 @@ ctr *container_find(session *s, const char *name) {
         return NULL;
 }
 
+bool container_uses_runtime(session *s, const char *name) {
+        for (ctr *c = s ? s->ctrs : NULL; c; c = c->next)
+                if (streq(c->runtime, name))
+                        return true;
+        return false;
+}
+
 core_cgroup *container_cgroup(session *s, const char *name) {
         ctr *c = container_find(s, name);
         return c ? c->cg : NULL;
@@ -242,7 +249,7 @@ int container_host_mount(const daemon_config *cfg, const char *field, const char
                 }
         }
         if (!root)
-                return sb_error_set(ret_err, -EACCES, "forbidden", field,
+                return sb_error_set(ret_err, -EACCES, "permission_denied", field,
                                     "%s: '%s' does not lie under any of daemon.json hostMountRoots%s", field, source,
                                     cfg->host_mount_roots && cfg->host_mount_roots[0] ? "" : " (none are set)");
         _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -256,7 +263,7 @@ int container_host_mount(const daemon_config *cfg, const char *field, const char
         _cleanup_close_ int fd = (int)syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
         if (fd < 0) {
                 int r = negative_errno();
-                return sb_error_set(ret_err, r, r == -ENOENT ? "not_found" : "forbidden", field, "%s: '%s' %s", field,
+                return sb_error_set(ret_err, r, r == -ENOENT ? "not_found" : "permission_denied", field, "%s: '%s' %s", field,
                                     source, core_beneath_strerror(r));
         }
         struct stat st;
@@ -385,7 +392,7 @@ static int parse_mounts(manager *m, rpc_request *req, cJSON *mounts, cJSON *pkt_
         int i = 0;
         const cJSON *mt;
         if (mounts && !container_may_mount(m, req))
-                return sb_error_set(ret_err, -EACCES, "forbidden", "mounts",
+                return sb_error_set(ret_err, -EACCES, "permission_denied", "mounts",
                                     "mounts: host mounts may be asked for by root on the local socket only");
         if (mounts && (!cJSON_IsArray(mounts) || cJSON_GetArraySize(mounts) > CTR_MOUNTS_MAX))
                 return sb_error_set(ret_err, -EINVAL, NULL, "mounts", "mounts: must be an array of at most %d objects",
@@ -478,11 +485,13 @@ static void method_create(rpc_request *req, void *userdata) {
         if (!core_name_is_valid(name))
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "name",
                                        "name: must match [a-z0-9][a-z0-9-]{0,62}");
+        /* One this client may use (a tenant's own or a shared one),
+         * imported completely. */
+        if (runtime_check(m, req, runtime, "runtime", &err) < 0)
+                return rpc_reply_sb_error(req, err);
         _cleanup_free_ char *lower = runtime_dir(m, runtime);
-        struct stat st;
-        if (!core_name_is_valid(runtime) || !lower || stat(lower, &st) < 0 || !S_ISDIR(st.st_mode))
-                return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "runtime",
-                                       "runtime: no runtime '%s' (runtime.list shows them)", runtime);
+        if (!lower)
+                return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
         _cleanup_(cJSON_Deletep) cJSON *pkt = cJSON_CreateObject();
         cJSON *pkt_mounts = cJSON_AddArrayToObject(pkt, "mounts");
         _cleanup_(fdset_close) fdset fds = { .n = 1, .fd = { -EBADF } }; /* [0]: the overlay */

@@ -625,6 +625,8 @@ ctr *container_find(session *s, const char *name);
  * of its own). */
 core_cgroup *container_cgroup(session *s, const char *name);
 uint64_t container_memory_limit(session *s, const char *name);
+/* Whether a container of s stands on runtime `name`. */
+bool container_uses_runtime(session *s, const char *name);
 /* Live restore: the containers recorded for an adopted session. */
 void container_adopt(session *s);
 /* The session ended (its processes and cgroup are gone or going): its

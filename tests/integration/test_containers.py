@@ -135,24 +135,35 @@ def test_container_survives_a_daemon_kill(world):
         world.stop_sandboxd()
 
 
-def test_host_mounts_are_root_only(world):
-    _d, root = _daemon(world, "ctrn")
+def test_host_mounts_are_asked_by_root_on_the_local_socket_only(world):
+    """A local admin that is not root and a local tenant both name
+    `mounts`: refused naming it, before anything is made."""
+    from test_tenants import ADMIN, CAROL, _ok, _one
+    root = os.path.join(world.tmp, world.name("hmr"))
+    os.makedirs(os.path.join(root, "d"))
+    os.chmod(world.tmp, 0o755)
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"hostMountRoots": [root], "socketGroup": "nogroup",
+                              "tenants": {"localAdmins": [ADMIN]}}, tag="ctrn")
     try:
-        rt = _import(world, "crn")
-        os.makedirs(os.path.join(root, "d"))
         with sandbox_rpc(world, "ctrn", networkPolicy="deny-all") as name:
-            # A tenant (a non-root uid of the socket) asks: refused naming mounts.
-            uid = 65534
-            import subprocess
-            p = subprocess.run(["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid, "--clear-groups", "python3", "-c",
-                                "import json,socket,sys;s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);"
-                                "s.sendall(json.dumps({'jsonrpc':'2.0','id':1,'method':'container.create','params':"
-                                "{'sandbox':sys.argv[2],'name':'x','runtime':sys.argv[3],'mounts':[{'source':sys.argv[4],"
-                                "'destination':'/d'}]}}).encode()+b'\\n');print(s.makefile().readline())",
-                                world.daemon.socket, name, rt, os.path.join(root, "d")],
-                               capture_output=True, text=True, timeout=60)
-            expect("mounts" in p.stdout or "denied" in p.stdout.lower() or "permission" in p.stderr.lower(),
-                   "a non-root client is refused", p.stdout[:300], p.stderr[:300])
-            expect("\"result\"" not in p.stdout, "no container for a non-root client", p.stdout[:300])
+            own = world.name("ctrc")
+            _ok(d, CAROL, "sandbox.create", {"name": own, "networkPolicy": "deny-all"})
+            for uid, sb in ((ADMIN, name), (CAROL, own)):
+                m = _one(d, uid, "container.create", {"sandbox": sb, "name": "x", "runtime": "host",
+                                                      "mounts": [{"source": os.path.join(root, "d"),
+                                                                  "destination": "/d"}]})
+                err = m.get("error") or {}
+                expect_eq(((err.get("data") or {}).get("reason"), err.get("message", "").split(":")[0]),
+                          ("permission_denied", "mounts"), "uid %d naming mounts: %s" % (uid, json.dumps(m)[:300]))
+            for sb in (name, own):
+                listed = rpc_ok(world, "container.list", {"sandbox": sb})["containers"]
+                expect_eq(listed, [], "no container made in %s" % sb)
+            # Without mounts the tenant may have containers in its own sandbox.
+            got = _ok(d, CAROL, "container.create", {"sandbox": own, "name": "y", "runtime": "host"})
+            expect_eq(got["name"], "y", "a tenant's container without mounts")
+            m = _one(d, CAROL, "container.get", {"sandbox": name, "name": "y"})
+            expect("error" in m, "another's sandbox's containers are not the tenant's", json.dumps(m)[:300])
+            rpc_ok(world, "sandbox.delete", {"name": own})
     finally:
         world.stop_sandboxd()
