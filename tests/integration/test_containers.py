@@ -166,6 +166,44 @@ def test_containers_share_loopback_and_each_ooms_alone(world):
             expect_eq(out, "alive\n", "the sandbox itself runs on")
 
 
+def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
+    """sandboxctl exec --container: a pty inside the container (its root,
+    the sandbox's devpts), resize, stdin, and command.get naming it."""
+    import struct
+    import fcntl
+    import termios
+    from test_exec import _run_pty
+    world.stop_sandboxd()
+    world.start_sandboxd()
+    rt = _import(world, "crt")
+    with sandbox_rpc(world, "ctrt", networkPolicy="deny-all") as name:
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "t", "runtime": "host"})
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "tiny", "runtime": rt})
+        script = ('tty; stty size; echo READY; i=0; '
+                  'while [ "$(stty size)" != "40 120" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; '
+                  'stty size; test -e /etc/runtime-marker || echo NO-MARKER; echo DONE')
+        state = {"resized": False}
+
+        def react(out, fd):
+            if not state["resized"] and b"READY" in out:
+                fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+                state["resized"] = True
+
+        argv = [W.SANDBOXCTL, "--socket", world.daemon.socket, "exec", "--container", "t", "-t", name, "--",
+                "sh", "-c", script]
+        code, out = _run_pty(argv, 30, 100, react)
+        expect_eq(code, 0, "exit code (output %r)" % out[-300:])
+        expect("/dev/pts/" in out and "30 100" in out, "a pty of 30x100 in the container:", repr(out[:300]))
+        expect(state["resized"] and "40 120" in out, "resize seen in the container:", repr(out[-300:]))
+        expect("NO-MARKER" in out and "DONE" in out, "the host runtime's root, not tiny's:", repr(out[-300:]))
+        code, out, err = world.ctl("exec", "--container", "tiny", "-i", name, "--", "sh", "-c",
+                                   "cat; cat /etc/runtime-marker", input="from-stdin\n")
+        expect_eq((code, out), (0, "from-stdin\n" + rt + "\n"), "stdin into a container's command (%s)" % err)
+        r = rpc_ok(world, "command.run", {"sandbox": name, "container": "tiny", "cmd": "/bin/true", "detached": True})
+        expect_eq(rpc_ok(world, "command.get", {"cmdId": r["cmdId"]}).get("container"), "tiny",
+                  "command.get names the container")
+
+
 def test_container_survives_a_daemon_kill(world):
     d, root = _daemon(world, "ctrk")
     try:
