@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 
+import leaks
 import world as W
 from common import expect, expect_eq, poll, rpc_ok, sandbox_rpc, sh
 from test_runtimes import _tiny_rootfs_tar, _write_tmp
@@ -38,6 +39,27 @@ def _run(world, name, ctr, script, sudo=False):
     return w.get("exitCode"), dec("stdout"), dec("stderr")
 
 
+def _ctr_cgroups(world, sb, ctr):
+    """Cgroup directories of container ctr of sandbox sb, every hierarchy."""
+    found = []
+    for mnt in (getattr(world, "cgroup_dirs", None) or W.cgroup_mounts()):
+        for root, dirs, _files in W.walk(mnt):
+            if os.path.basename(root) == sb:
+                found += [os.path.join(root, x) for x in dirs if x == "ctr-" + ctr]
+                dirs[:] = []
+            elif root.count("/") - mnt.count("/") > 7:
+                dirs[:] = []
+    return found
+
+
+def _ctr_dirs(d, sb, ctr):
+    """The container's directories in the daemon's state (its upper), seen
+    through the daemon's mount namespace (the sandbox's disk is mounted
+    there)."""
+    top = "/proc/%d/root%s" % (d.proc.pid, d.state_dir)
+    return [r for r, _d, _f in os.walk(top) if r.endswith("/containers/" + ctr) and "/" + sb + "/" in r + "/"]
+
+
 def _err(world, method, params):
     msg = world.rpc(method, params, 120)
     expect("error" in msg, "%s refused" % method, json.dumps(msg)[:300])
@@ -56,7 +78,7 @@ def _modes():
     return [True, False] if os.environ.get("SANDBOXD_TEST_USERNS", "1") != "0" else [False]
 
 
-def _body(world, root, userns):
+def _body(world, d, root, userns):
     rt_a, rt_b = _import(world, "cra"), _import(world, "crb")
     pod = os.path.join(root, world.name("pod"))
     cm = os.path.join(pod, "configmap")
@@ -102,17 +124,23 @@ def _body(world, root, userns):
         expect(got["usage"]["cpuMs"] is not None and got["oomKills"] == 0, "container.get usage", got)
         listed = rpc_ok(world, "container.list", {"sandbox": name})["containers"]
         expect_eq(sorted(c["name"] for c in listed), ["a", "b"], "container.list")
-        # Delete: gone, its command refused.
+        # Delete: gone, its command refused, its cgroup and files removed.
+        expect(_ctr_cgroups(world, name, "b"), "b has cgroups while it exists")
+        expect(_ctr_dirs(d, name, "b"), "b has its directory while it exists")
         rpc_ok(world, "container.delete", {"sandbox": name, "name": "b"})
+        expect_eq(_ctr_cgroups(world, name, "b"), [], "b's cgroups after its delete")
+        expect_eq(_ctr_dirs(d, name, "b"), [], "b's directory after its delete")
         e = _err(world, "command.run", {"sandbox": name, "container": "b", "cmd": "/bin/true"})
         expect("no container 'b'" in e["message"], "a deleted container runs nothing", e["message"])
+        expect(_ctr_cgroups(world, name, "a"), "a keeps its cgroups")
+    leaks.check(world, name)
 
 
 def test_containers_have_their_own_root_mounts_cgroup_and_go_with_delete(world):
     _d, root = _daemon(world, "ctr")
     try:
         for userns in _modes():
-            _body(world, root, userns)
+            _body(world, _d, root, userns)
     finally:
         world.stop_sandboxd()
 
@@ -205,19 +233,38 @@ def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
 
 
 def test_container_survives_a_daemon_kill(world):
-    d, root = _daemon(world, "ctrk")
+    """kill -9 of the daemon with a container's command running: the new
+    daemon re-adopts the container with the session (its root, its
+    cgroup, the command and its container), then deletes leave nothing."""
+    d, _root = _daemon(world, "ctrk")
     try:
         rt = _import(world, "crk")
         with sandbox_rpc(world, "ctrk", networkPolicy="deny-all") as name:
             rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt})
             _run(world, name, "a", "echo kept > /kept", sudo=True)
+            r = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                              "sudo": True, "args": ["-c", "read x; echo got-$x; cat /kept"]})
+            cmd = r["cmdId"]
             os.kill(d.proc.pid, signal.SIGKILL)
             d.proc.wait(10)
             d.start()
             got = rpc_ok(world, "container.get", {"sandbox": name, "name": "a"})
             expect_eq(got["runtime"], rt, "the container after a kill -9 of the daemon")
+            poll(lambda: rpc_ok(world, "command.get", {"cmdId": cmd}).get("container") == "a", 30,
+                 "the running command is known again, in its container")
+            rpc_ok(world, "command.write", {"cmdId": cmd, "data": base64.b64encode(b"1\n").decode()})
+            w = rpc_ok(world, "command.wait", {"cmdId": cmd}, 60)
+            logs = rpc_ok(world, "command.logs", {"cmdId": cmd})
+            expect_eq((w["exitCode"], base64.b64decode(logs["stdout"]).decode()), (0, "got-1\nkept\n"),
+                      "the command finished in its container after the restart")
             code, out, err = _run(world, name, "a", "cat /kept")
-            expect_eq((code, out), (0, "kept\n"), "its root after the restart (%s)" % err)
+            expect_eq((code, out), (0, "kept\n"), "a new command in its root after the restart (%s)" % err)
+            rpc_ok(world, "container.delete", {"sandbox": name, "name": "b"})
+            expect_eq(_ctr_cgroups(world, name, "b"), [], "b's cgroups after a delete by the new daemon")
+            expect(_ctr_cgroups(world, name, "a"), "a's cgroups stay")
+        leaks.check(world, name)
+        expect_eq(_ctr_cgroups(world, name, "a"), [], "the sandbox's delete took a's cgroups")
     finally:
         world.stop_sandboxd()
 
