@@ -229,7 +229,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 45);
+        assert_int_equal(n, 46);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
