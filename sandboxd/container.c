@@ -315,7 +315,7 @@ static int keys_only(const cJSON *o, const char *const *keys, const char *where,
 
 /* The overlay for a container: the runtime read-only below, the
  * container's upper/work. */
-static int make_overlay(session *s, const char *lower, const char *dir, bool ro, sb_error **ret_err) {
+static int make_overlay(session *s, const char *lower, const char *dir, sb_error **ret_err) {
         int fd;
         if (s->sb->userns_base) {
                 char ns[64];
@@ -340,14 +340,8 @@ static int make_overlay(session *s, const char *lower, const char *dir, bool ro,
                 if (fd < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay: fsmount: %m");
         }
-        if (ro) {
-                struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY };
-                if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
-                        int r = negative_errno();
-                        close(fd);
-                        return sb_error_set(ret_err, r, NULL, "readOnlyRoot", "readOnlyRoot: %s", strerror(-r));
-                }
-        }
+        /* readOnlyRoot is applied by sandbox-init once the mount points
+         * on the root are made (libcore/init/container.c). */
         return fd;
 }
 
@@ -532,7 +526,7 @@ static void method_create(rpc_request *req, void *userdata) {
                 return rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "container.create '%s': directories: %s",
                                        name, strerror(-r));
         }
-        fds.fd[0] = make_overlay(s, lower, dir, ro, &err);
+        fds.fd[0] = make_overlay(s, lower, dir, &err);
         core_cgroup_limits lim = { .pids_max = c->pids_max, .memory_max = c->memory_mib << 20,
                                    .cpu_quota_pct = (unsigned)(c->cpu_millis / 10) };
         int cgfds[8];
@@ -565,6 +559,7 @@ static void method_create(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(pkt, "op", "container");
         cJSON_AddStringToObject(pkt, "action", "create");
         cJSON_AddStringToObject(pkt, "name", name);
+        cJSON_AddBoolToObject(pkt, "readOnlyRoot", ro);
         cJSON_AddNumberToObject(pkt, "tmpSize", (double)(c->memory_mib ? (c->memory_mib << 20) / 2 : (uint64_t)sb->vcpus << 30));
         if (op) {
                 op->req = req;

@@ -279,6 +279,15 @@ static int build_ns(const cJSON *req, int *fds, size_t n_fds, char *msg, size_t 
                 }
                 i++;
         }
+        /* readOnlyRoot: the root mount itself, once every mount point on
+         * it is made (its submounts keep their own flags). */
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "readOnlyRoot"))) {
+                struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+                if (mount_setattr(rootfd, "", AT_EMPTY_PATH, &ro, sizeof(ro)) < 0) {
+                        snprintf(msg, msz, "readOnlyRoot: %m");
+                        return negative_errno();
+                }
+        }
         /* pivot_root(".", "."): the old root ends under the new one and is
          * detached at once, as runc does, with no directory needed for it. */
         if (syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0) {

@@ -124,10 +124,23 @@ def _body(world, d, root, userns):
         expect(got["usage"]["cpuMs"] is not None and got["oomKills"] == 0, "container.get usage", got)
         listed = rpc_ok(world, "container.list", {"sandbox": name})["containers"]
         expect_eq(sorted(c["name"] for c in listed), ["a", "b"], "container.list")
-        # Delete: gone, its command refused, its cgroup and files removed.
+        # A read-only root: not writable even by root, its /tmp is.
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "ro", "runtime": rt_a, "readOnlyRoot": True})
+        code, out, err = _run(world, name, "ro", "echo x > /mine; echo rc=$?; echo y > /tmp/t && cat /tmp/t", sudo=True)
+        expect_eq(out, "rc=2\ny\n", "readOnlyRoot (%s)" % err)
+        expect("Read-only file system" in err, "the write's error", err)
+        rpc_ok(world, "container.delete", {"sandbox": name, "name": "ro"})
+        # Delete: gone, its running command killed, its command refused,
+        # its cgroup and files removed.
+        running = rpc_ok(world, "command.run", {"sandbox": name, "container": "b", "cmd": "/bin/sh", "detached": True,
+                                                "args": ["-c", "echo up; while :; do :; done"]})["cmdId"]
+        poll(lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": running}).get("stdout") or "") == b"up\n",
+             30, "b's command runs")
         expect(_ctr_cgroups(world, name, "b"), "b has cgroups while it exists")
         expect(_ctr_dirs(d, name, "b"), "b has its directory while it exists")
         rpc_ok(world, "container.delete", {"sandbox": name, "name": "b"})
+        expect_eq(rpc_ok(world, "command.wait", {"cmdId": running}, 60)["exitCode"], 137,
+                  "b's running command was killed by its delete")
         expect_eq(_ctr_cgroups(world, name, "b"), [], "b's cgroups after its delete")
         expect_eq(_ctr_dirs(d, name, "b"), [], "b's directory after its delete")
         e = _err(world, "command.run", {"sandbox": name, "container": "b", "cmd": "/bin/true"})
