@@ -154,6 +154,7 @@ def test_containers_have_their_own_root_mounts_cgroup_and_go_with_delete(world):
     try:
         for userns in _modes():
             _body(world, _d, root, userns)
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()
 
@@ -205,6 +206,7 @@ def test_containers_share_loopback_and_each_ooms_alone(world):
             expect_eq((code, out), (0, "1\n"), "setns from the sandbox's root command: EPERM (%s)" % err)
             code, out, _e = sh(world, name, "echo alive")
             expect_eq(out, "alive\n", "the sandbox itself runs on")
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
 
 
 def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
@@ -243,6 +245,7 @@ def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
         r = rpc_ok(world, "command.run", {"sandbox": name, "container": "tiny", "cmd": "/bin/true", "detached": True})
         expect_eq(rpc_ok(world, "command.get", {"cmdId": r["cmdId"]}).get("container"), "tiny",
                   "command.get names the container")
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
 
 
 def test_container_survives_a_daemon_kill(world):
@@ -278,6 +281,7 @@ def test_container_survives_a_daemon_kill(world):
             expect(_ctr_cgroups(world, name, "a"), "a's cgroups stay")
         leaks.check(world, name)
         expect_eq(_ctr_cgroups(world, name, "a"), [], "the sandbox's delete took a's cgroups")
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()
 
@@ -312,5 +316,6 @@ def test_host_mounts_are_asked_by_root_on_the_local_socket_only(world):
             m = _one(d, CAROL, "container.get", {"sandbox": name, "name": "y"})
             expect("error" in m, "another's sandbox's containers are not the tenant's", json.dumps(m)[:300])
             rpc_ok(world, "sandbox.delete", {"name": own})
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()
