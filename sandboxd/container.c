@@ -429,6 +429,41 @@ static int parse_mounts(manager *m, rpc_request *req, cJSON *mounts, cJSON *pkt_
         return 0;
 }
 
+int container_mounts_check(manager *m, const rpc_request *req, const cJSON *mounts, sb_error **ret_err) {
+        _cleanup_(cJSON_Deletep) cJSON *pkt = cJSON_CreateArray();
+        _cleanup_(fdset_close) fdset fds = { .n = 0 };
+        if (!pkt)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        return parse_mounts(m, (rpc_request *)req, (cJSON *)mounts, pkt, &fds, ret_err);
+}
+
+int container_sandbox_mounts(const sandbox *sb, cJSON *pkt_mounts, int *fds, size_t *n, size_t max,
+                             sb_error **ret_err) {
+        int i = 0;
+        const cJSON *mt;
+        cJSON_ArrayForEach(mt, sb->mounts) {
+                char field[64];
+                snprintf(field, sizeof(field), "mounts[%d].source", i);
+                const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(mt, "source"));
+                const char *dst = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(mt, "destination"));
+                if (!src || !dst || !path_clean(dst))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "mounts", "mounts[%d]: not a valid record", i);
+                if (*n >= max)
+                        return sb_error_set(ret_err, -E2BIG, NULL, "mounts", "mounts: too many");
+                int tree = container_host_mount(sb->m->cfg, field, src,
+                                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")), ret_err);
+                if (tree < 0)
+                        return tree;
+                cJSON *pm = cJSON_CreateObject();
+                cJSON_AddStringToObject(pm, "destination", dst);
+                cJSON_AddNumberToObject(pm, "fd", (double)*n);
+                cJSON_AddItemToArray(pkt_mounts, pm);
+                fds[(*n)++] = tree;
+                i++;
+        }
+        return 0;
+}
+
 /* The host runtime is a skeleton: the host's /usr and the few /etc entries
  * are bound in read-only, as for a sandbox (session.c setup_packet). */
 static int host_runtime_binds(session *s, cJSON *pkt_mounts, fdset *fds, sb_error **ret_err) {

@@ -241,6 +241,9 @@ struct sandbox {
         unsigned vcpus;
         uint64_t disk_mib;        /* resources.diskMiB: size of its disk image, 0 = none (diskimg.h) */
         cJSON *ports;             /* array */
+        cJSON *mounts;            /* host mounts as given ([{source, destination, readOnly}]), or NULL:
+                                     resolved again at each session start (container.c), never
+                                     copied into forks or snapshots */
         uint64_t created_ms, expires_ms;
         const char *status;       /* pending, running, stopping, stopped, failed */
         session *sess;
@@ -640,6 +643,16 @@ void container_forget(session *s);
  * errors name `field`. Returns the fd or a negative errno with *ret_err. */
 int container_host_mount(const daemon_config *cfg, const char *field, const char *source, bool ro,
                          sb_error **ret_err);
+/* sandbox.create "mounts": root only, each one resolved now (and closed)
+ * so that a bad one is refused naming it before anything is made. 0 or a
+ * negative errno with *ret_err. */
+int container_mounts_check(manager *m, const rpc_request *req, const cJSON *mounts, sb_error **ret_err);
+/* Session start: the sandbox's host mounts as trees, appended to `fds`
+ * (at most max in all, *n counting them) and described in `pkt_mounts`
+ * ({"destination","fd"}). 0 or a negative errno with *ret_err naming the
+ * mount. */
+int container_sandbox_mounts(const sandbox *sb, cJSON *pkt_mounts, int *fds, size_t *n, size_t max,
+                             sb_error **ret_err);
 /* Whether the client of req may ask for host mounts: root on the local
  * socket (no tenant, no gateway acting for one, no TLS client). */
 bool container_may_mount(manager *m, const rpc_request *req);

@@ -141,41 +141,8 @@ static ssize_t recv_fds(int sock, char *buf, size_t size, int *fds, size_t *ret_
 
 /* ---- the helper's creation child (its own mount namespace) ---- */
 
-/* The entry `dst` beneath rootfd as a mount point for a tree whose root is
- * a directory (`dir`) or not: made when missing (parents 0755, a file
- * 0644, empty), resolved without following any symlink. */
-static int make_target(int rootfd, const char *dst, bool dir) {
-        while (*dst == '/')
-                dst++;
-        if (!*dst)
-                return -EINVAL;
-        _cleanup_free_ char *parent = strdup(dst);
-        if (!parent)
-                return -ENOMEM;
-        char *slash = strrchr(parent, '/');
-        const char *base = slash ? slash + 1 : parent;
-        if (slash)
-                *slash = 0;
-        _cleanup_close_ int pfd = slash ? core_mkdir_beneath(rootfd, parent, 0755) : core_open_beneath(rootfd, ".", O_PATH | O_DIRECTORY, 0);
-        if (pfd < 0)
-                return pfd;
-        if (streq(base, ".") || streq(base, ".."))
-                return -EINVAL;
-        if (dir) {
-                if (mkdirat(pfd, base, 0755) < 0 && errno != EEXIST)
-                        return negative_errno();
-        } else {
-                int fd = core_open_beneath(pfd, base, O_RDONLY | O_CREAT | O_NOCTTY | O_NONBLOCK, 0644);
-                if (fd < 0 && fd != -EISDIR)
-                        return fd;
-                if (fd >= 0)
-                        close(fd);
-        }
-        return 0;
-}
-
 static int attach(int rootfd, int tree, const char *dst, bool dir, char *msg, size_t msz) {
-        int r = make_target(rootfd, dst, dir);
+        int r = core_rootfs_make_target(rootfd, dst, dir);
         if (r < 0) {
                 snprintf(msg, msz, "mount point %s: %s", dst, core_beneath_strerror(r));
                 return r;

@@ -286,6 +286,50 @@ def test_container_survives_a_daemon_kill(world):
         world.stop_sandboxd()
 
 
+def test_sandbox_create_mounts_bind_host_files_into_the_sandbox(world):
+    """sandbox.create "mounts": a read-only directory and a single file in
+    the sandbox itself, attached over its /tmp too; refused naming the
+    mount when outside the roots; kept for the next session of a
+    persistent sandbox, never in its snapshot."""
+    _d, root = _daemon(world, "sbm")
+    try:
+        pod = os.path.join(root, world.name("pod"))
+        os.makedirs(os.path.join(pod, "secret"))
+        with open(os.path.join(pod, "secret", "token"), "w") as f:
+            f.write("tok\n")
+        with open(os.path.join(pod, "termination-log"), "w") as f:
+            pass
+        # As the kubelet makes it: writable by the container's user, who in
+        # a user namespace is no host user.
+        os.chmod(os.path.join(pod, "termination-log"), 0o666)
+        for userns in _modes():
+            mounts = [{"source": os.path.join(pod, "secret"), "destination": "/var/run/secrets/x", "readOnly": True},
+                      {"source": os.path.join(pod, "termination-log"), "destination": "/tmp/termination-log"}]
+            e = _err(world, "sandbox.create", {"name": world.name("sbmx"), "networkPolicy": "deny-all",
+                                               "userns": userns,
+                                               "mounts": mounts + [{"source": "/etc", "destination": "/x"}]})
+            expect("mounts[2].source" in e["message"], "a source outside the roots refused by name", e["message"])
+            with sandbox_rpc(world, "sbm", userns=userns, persistent=True, mounts=mounts) as name:
+                code, out, err = sh(world, name, "cat /var/run/secrets/x/token; echo done > /tmp/termination-log; "
+                                    "echo no > /var/run/secrets/x/token; echo rc=$?", "--sudo")
+                expect_eq(out, "tok\nrc=2\n", "the mounts inside the sandbox (%s)" % err)
+                with open(os.path.join(pod, "termination-log")) as f:
+                    expect_eq(f.read(), "done\n", "the writable single-file mount reaches the host file")
+                got = rpc_ok(world, "sandbox.get", {"name": name})
+                expect_eq(got.get("mounts"), mounts, "sandbox.get shows the mounts")
+                snap = rpc_ok(world, "sandbox.snapshot", {"name": name})
+                sid = snap.get("id") or snap.get("snapshotId")
+                expect("mounts" not in json.dumps(rpc_ok(world, "snapshot.get", {"id": sid})), "no mounts in a snapshot")
+                rpc_ok(world, "snapshot.delete", {"id": sid})
+                rpc_ok(world, "sandbox.stop", {"name": name})
+                code, out, err = sh(world, name, "cat /var/run/secrets/x/token")
+                expect_eq((code, out), (0, "tok\n"), "the mounts in the next session (%s)" % err)
+            leaks.check(world, name)
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
+    finally:
+        world.stop_sandboxd()
+
+
 def test_host_mounts_are_asked_by_root_on_the_local_socket_only(world):
     """A local admin that is not root and a local tenant both name
     `mounts`: refused naming it, before anything is made."""
@@ -307,6 +351,13 @@ def test_host_mounts_are_asked_by_root_on_the_local_socket_only(world):
                 err = m.get("error") or {}
                 expect_eq(((err.get("data") or {}).get("reason"), err.get("message", "").split(":")[0]),
                           ("permission_denied", "mounts"), "uid %d naming mounts: %s" % (uid, json.dumps(m)[:300]))
+            for uid in (ADMIN, CAROL):
+                m = _one(d, uid, "sandbox.create", {"name": world.name("ctrm"), "networkPolicy": "deny-all",
+                                                    "mounts": [{"source": os.path.join(root, "d"), "destination": "/d"}]})
+                err = m.get("error") or {}
+                expect_eq(((err.get("data") or {}).get("reason"), err.get("message", "").split(":")[0]),
+                          ("permission_denied", "mounts"), "sandbox.create with mounts by uid %d: %s"
+                          % (uid, json.dumps(m)[:300]))
             for sb in (name, own):
                 listed = rpc_ok(world, "container.list", {"sandbox": sb})["containers"]
                 expect_eq(listed, [], "no container made in %s" % sb)
