@@ -286,6 +286,34 @@ def test_container_survives_a_daemon_kill(world):
         world.stop_sandboxd()
 
 
+def test_a_container_cut_in_half_by_a_daemon_kill_is_removed(world):
+    """kill -9 of the daemon after init made a container and before the
+    daemon recorded it, and after init forgot one and before the record
+    did: the restarted daemon removes both halves (the name is free again,
+    no cgroup or directory is left)."""
+    from test_restore import _crash_at
+    if not os.path.exists(W.FAULTS_SANDBOXD):
+        raise W.Skip("needs %s (make %s)" % (W.FAULTS_SANDBOXD, W.FAULTS_SANDBOXD))
+    world.stop_sandboxd()
+    d = world.start_sandboxd()
+    rt = _import(world, "crc")
+    with sandbox_rpc(world, "ctrc", networkPolicy="deny-all") as name:
+        _crash_at(world, "container.made", "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+        poll(lambda: "error" not in world.rpc("container.create", {"sandbox": name, "name": "a", "runtime": rt}),
+             30, "the half-made container's name is free again after the restart")
+        code, out, err = _run(world, name, "a", "cat /etc/runtime-marker")
+        expect_eq((code, out), (0, rt + "\n"), "the container made again (%s)" % err)
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt})
+        expect(_ctr_cgroups(world, name, "b") and _ctr_dirs(d, name, "b"), "b exists")
+        _crash_at(world, "container.init_deleted", "container.delete", {"sandbox": name, "name": "b"})
+        poll(lambda: not _ctr_cgroups(world, name, "b") and not _ctr_dirs(d, name, "b"), 30,
+             "the half-deleted container's cgroups and files are removed after the restart")
+        names = [c["name"] for c in rpc_ok(world, "container.list", {"sandbox": name})["containers"]]
+        expect_eq(names, ["a"], "container.list after both crashes")
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt})
+    leaks.check(world, name)
+
+
 def test_sandbox_create_mounts_bind_host_files_into_the_sandbox(world):
     """sandbox.create "mounts": a read-only directory and a single file in
     the sandbox itself, attached over its /tmp too; refused naming the
