@@ -262,7 +262,31 @@ static void reconcile_done(session *s, cJSON *result, int err, const char *messa
                 save_record(s);
 }
 
+/* A create in flight holds its name until init answers (a second create
+ * of the name must not reuse the first one's cgroup and directory). */
+static bool name_pending(const session *s, const char *name) {
+        const cJSON *n;
+        cJSON_ArrayForEach(n, s->ctr_pending)
+                if (cJSON_IsString(n) && streq(n->valuestring, name))
+                        return true;
+        return false;
+}
+
+static void pending_drop(session *s, const char *name) {
+        int i = 0;
+        const cJSON *n;
+        cJSON_ArrayForEach(n, s->ctr_pending) {
+                if (cJSON_IsString(n) && streq(n->valuestring, name)) {
+                        cJSON_DeleteItemFromArray(s->ctr_pending, i);
+                        return;
+                }
+                i++;
+        }
+}
+
 void container_forget(session *s) {
+        cJSON_Delete(s->ctr_pending);
+        s->ctr_pending = NULL;
         while (s->ctrs) {
                 ctr *c = s->ctrs;
                 s->ctrs = c->next;
@@ -422,6 +446,8 @@ static void create_done(session *s, cJSON *result, int err, const char *message,
         (void)result;
         create_op *op = userdata;
         ctr *c = op->c;
+        if (s)
+                pending_drop(s, c->name);
         if (err < 0 || !s || s->stopping || !s->sb->sess) {
                 rpc_reply_error(op->req, RPC_APP_ERROR, err == -EEXIST ? "conflict" : "failed", NULL,
                                 "container.create '%s': %s", c->name, message ? message : strerror(err < 0 ? -err : EIO));
@@ -611,7 +637,8 @@ static void method_create(rpc_request *req, void *userdata) {
         unsigned count = 0;
         for (ctr *o = s->ctrs; o; o = o->next)
                 count++;
-        if (container_find(s, name))
+        count += (unsigned)cJSON_GetArraySize(s->ctr_pending);
+        if (container_find(s, name) || name_pending(s, name))
                 return rpc_reply_error(req, RPC_APP_ERROR, "conflict", "name",
                                        "name: sandbox '%s' has a container '%s' already", sb->name, name);
         if (count >= CTR_PER_SANDBOX)
@@ -675,6 +702,9 @@ static void method_create(rpc_request *req, void *userdata) {
                 op->req = req;
                 op->c = TAKE_PTR(c);
                 op->dir = TAKE_PTR(dir);
+                if (!s->ctr_pending)
+                        s->ctr_pending = cJSON_CreateArray();
+                cJSON_AddItemToArray(s->ctr_pending, cJSON_CreateString(name));
         }
         if (!op || r < 0 || (r = agent_call(s, TAKE_PTR(pkt), create_done, op)) < 0) {
                 if (op)

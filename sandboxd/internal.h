@@ -217,6 +217,7 @@ struct session {
         int peak_fd;
         uint64_t cpu_base_usec;
         ctr *ctrs;                /* its containers (container.c) */
+        cJSON *ctr_pending;       /* names of containers being created (array; NULL: none) */
 };
 
 struct sandbox {

@@ -95,7 +95,14 @@ def _body(world, d, root, userns):
             "mounts": [{"source": cm, "destination": "/etc/config", "readOnly": True},
                        {"source": hosts, "destination": "/etc/pod-hosts", "readOnly": True}]})
         expect_eq((a["name"], a["runtime"]), ("a", rt_a), "container.create answer")
-        rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt_b})
+        # Two creates of one name at once: one container, the other refused
+        # as a conflict (and nothing of the first undone by it).
+        with world.daemon.connect() as conn:
+            ids = [conn.start("container.create", {"sandbox": name, "name": "b", "runtime": rt_b}) for _ in range(2)]
+            got = [conn.wait(i, 120) for i in ids]
+        expect_eq(sorted("error" in g for g in got), [False, True], "one of two racing creates: %s" % got)
+        e = [g for g in got if "error" in g][0]["error"]
+        expect_eq(e["data"].get("reason"), "conflict", "the racing create's refusal")
         # Each its own root: its runtime's marker, its own upper.
         code, out, err = _run(world, name, "a", "cat /etc/runtime-marker; echo x > /mine; cat /mine", sudo=True)
         expect_eq((code, out), (0, rt_a + "\nx\n"), "container a's root (%s)" % err)
