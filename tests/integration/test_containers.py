@@ -356,9 +356,15 @@ def test_sandbox_create_mounts_bind_host_files_into_the_sandbox(world):
                 sid = snap.get("id") or snap.get("snapshotId")
                 expect("mounts" not in json.dumps(rpc_ok(world, "snapshot.get", {"id": sid})), "no mounts in a snapshot")
                 rpc_ok(world, "snapshot.delete", {"id": sid})
+                rpc_ok(world, "container.create", {"sandbox": name, "name": "c", "runtime": "host"})
+                expect(_ctr_dirs(_d, name, "c") and _ctr_cgroups(world, name, "c"), "container c exists")
                 rpc_ok(world, "sandbox.stop", {"name": name})
+                expect_eq((_ctr_dirs(_d, name, "c"), _ctr_cgroups(world, name, "c")), ([], []),
+                          "a stop removes the session's containers")
                 code, out, err = sh(world, name, "cat /var/run/secrets/x/token")
                 expect_eq((code, out), (0, "tok\n"), "the mounts in the next session (%s)" % err)
+                expect_eq(rpc_ok(world, "container.list", {"sandbox": name})["containers"], [],
+                          "the next session starts with no container")
             leaks.check(world, name)
         expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
