@@ -336,6 +336,10 @@ int init_ctr_helper_start(int keep_a, int keep_b) {
                         close(keep_a);
                 if (keep_b >= 0)
                         close(keep_b);
+                /* Default signals, none blocked: a stop's SIGTERM to every
+                 * process of the sandbox (agent_begin_stop) ends it at once
+                 * instead of at the grace's SIGKILL. */
+                core_signals_reset();
                 (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
                 (void)prctl(PR_SET_NAME, "sandbox-ctrd");
                 (void)prctl(PR_SET_DUMPABLE, 0);
