@@ -455,6 +455,11 @@ static void ctr_create(init_agent *a, const cJSON *req) {
                         r = (int)k;
         }
         if (r < 0) {
+                /* A late answer would pair with the next request: the
+                 * helper is given up (it exits at EOF), and so are
+                 * container creations in this sandbox. */
+                close(helper_sock);
+                helper_sock = -EBADF;
                 for (size_t i = 0; i < c->n_cg; i++)
                         close(c->cg[i]);
                 snprintf(msg, sizeof(msg), "container helper: %s", strerror(-r));
