@@ -175,7 +175,8 @@ def test_containers_share_loopback_and_each_ooms_alone(world):
     world.start_sandboxd()
     for userns in _modes():
         with sandbox_rpc(world, "ctrl", userns=userns, networkPolicy="deny-all") as name:
-            rpc_ok(world, "container.create", {"sandbox": name, "name": "srv", "runtime": "host"})
+            # cpuMillis above the sandbox's 1 vCPU: bounded by it.
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "srv", "runtime": "host", "cpuMillis": 4000})
             rpc_ok(world, "container.create", {"sandbox": name, "name": "small", "runtime": "host",
                                                "memoryMiB": 64, "pidsMax": 64, "cpuMillis": 500})
             srv = rpc_ok(world, "command.run", {
