@@ -396,7 +396,7 @@ void init_ctr_fd(init_agent *a, const cJSON *req, int fd) {
 /* {"op":"container","action":"create","req":N,"name":S,"mounts":[...],
  * "cgroups":[I...],"tmpSize":B} with the fds of the "ctrfd" packets before
  * it: pending[0] the overlay, mounts[].fd and cgroups[] indexes into them. */
-static void ctr_create(init_agent *a, const cJSON *req) {
+static void ctr_create_fds(init_agent *a, const cJSON *req) {
         char msg[1200];
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "name"));
         if (!name || !*name || strlen(name) > 64)
@@ -424,8 +424,8 @@ static void ctr_create(init_agent *a, const cJSON *req) {
                 }
                 c->cg[c->n_cg++] = TAKE_FD(pending[cg->valueint]);
         }
-        /* The helper gets the mounts (every pending fd left; the cgroup
-         * ones were taken and are sent as -1 placeholders' absence). */
+        /* The helper gets every pending fd left, at its index: the
+         * cgroup ones, taken above, are /dev/null placeholders there. */
         int fds[CTR_FDS_MAX];
         size_t n_fds = 0;
         for (size_t i = 0; i < n_pending; i++)
@@ -486,6 +486,12 @@ static void ctr_create(init_agent *a, const cJSON *req) {
         c->next = containers;
         containers = TAKE_PTR(c);
         reply(a, req, 0, NULL, NULL);
+}
+
+/* Whatever the outcome, the queued fds belong to this create only. */
+static void ctr_create(init_agent *a, const cJSON *req) {
+        ctr_create_fds(a, req);
+        pending_clear();
 }
 
 static void ctr_delete(init_agent *a, const cJSON *req) {
