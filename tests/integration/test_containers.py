@@ -74,6 +74,30 @@ def _import(world, tag):
     return rt
 
 
+def _import_with_link(world, tag):
+    """A runtime like _import's with var/run a symlink to /run (as Debian
+    images have it)."""
+    import io
+    import tarfile
+    rt = world.name(tag)
+    src = tarfile.open(fileobj=io.BytesIO(_tiny_rootfs_tar(rt)), mode="r:gz")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for m in src.getmembers():
+            t.addfile(m, src.extractfile(m) if m.isfile() else None)
+        for name in ("./run", "./var"):
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+            t.addfile(ti)
+        ti = tarfile.TarInfo("./var/run")
+        ti.type, ti.linkname = tarfile.SYMTYPE, "/run"
+        t.addfile(ti)
+    path = _write_tmp(world, buf.getvalue())
+    code, out, err = world.ctl("runtime", "import", rt, path)
+    expect_eq(code, 0, "runtime import (%s)" % err.strip())
+    return rt
+
+
 def _modes():
     return [True, False] if os.environ.get("SANDBOXD_TEST_USERNS", "1") != "0" else [False]
 
@@ -119,6 +143,16 @@ def _body(world, d, root, userns):
         expect("Read-only file system" in err or "Permission denied" in err, "the write's error", err)
         with open(os.path.join(cm, "key")) as f:
             expect_eq(f.read(), "value-1\n", "the host file unchanged")
+        # A destination through a symlink of the image is refused naming it
+        # (never followed, even inside the container's root).
+        rt_l = _import_with_link(world, "crl")
+        e = _err(world, "container.create", {"sandbox": name, "name": "l", "runtime": rt_l,
+                                             "mounts": [{"source": cm, "destination": "/var/run/secrets/x"}]})
+        expect("mounts[0].destination" in e["message"] and "symbolic link" in e["message"],
+               "a destination through a symlink is refused naming it", e["message"])
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "l", "runtime": rt_l,
+                                           "mounts": [{"source": cm, "destination": "/run/secrets/x"}]})
+        rpc_ok(world, "container.delete", {"sandbox": name, "name": "l"})
         # Refusals, each naming the mount.
         for src, why in ((os.path.join(world.tmp), "outside"), (os.path.join(pod, "link"), "symlink"),
                          (pod + "/../" + os.path.basename(pod) + "/configmap", "dotdot")):
