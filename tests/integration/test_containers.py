@@ -141,6 +141,18 @@ def _body(world, d, root, userns):
                                                "echo no > /etc/config/new; echo rc=$?", sudo=True)
         expect_eq(out, "rc=2\nrc=2\n", "read-only mount not writable even as root (%s)" % err)
         expect("Read-only file system" in err or "Permission denied" in err, "the write's error", err)
+        # Nor can root inside make it writable again: a remount (the mount
+        # tool, and mount(2) itself) fails, and the write after it too.
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "m", "runtime": "host",
+                                           "mounts": [{"source": cm, "destination": "/etc/config", "readOnly": True}]})
+        remount = ("import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
+                   "r = l.mount(None, b'/etc/config', None, 0x20 | 0x1000, None)\n"
+                   "print('remounted' if r == 0 else ctypes.get_errno())")
+        code, out, err = _run(world, name, "m", "mount -o remount,rw,bind /etc/config; echo rc=$?; "
+                                               "python3 -c \"%s\"; echo no > /etc/config/key; echo rc=$?" % remount,
+                              sudo=True)
+        expect_eq(out, "rc=32\n1\nrc=2\n", "no remount of the read-only mount as root (%s)" % err)
+        rpc_ok(world, "container.delete", {"sandbox": name, "name": "m"})
         with open(os.path.join(cm, "key")) as f:
             expect_eq(f.read(), "value-1\n", "the host file unchanged")
         # A destination through a symlink of the image is refused naming it
