@@ -1607,9 +1607,14 @@ int core_cgroup_container_create(core_cgroup *cg, const char *name, const core_c
                                 break;
                         }
                 }
-                if (mkdir(v->dirs[i], 0755) < 0) {
-                        r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "container cgroup: create %s: %m",
-                                         v->dirs[i]);
+                /* A leftover of a daemon killed mid-create is reused when
+                 * empty; one with processes is a live container's. */
+                int mk = mkdir(v->dirs[i], 0755) < 0 ? negative_errno() : 0;
+                if (mk == -EEXIST && populated(v->dirs[i]) == 0)
+                        mk = 0;
+                if (mk < 0) {
+                        r = sb_error_set(ret_err, mk, NULL, NULL, "container cgroup: create %s: %s", v->dirs[i],
+                                         mk == -EEXIST ? "it exists with processes" : strerror(-mk));
                         break;
                 }
                 /* v2 without limits: no controller was delegated, so the

@@ -676,6 +676,7 @@ static void method_create(rpc_request *req, void *userdata) {
                 sb_error_prefix(&err, "container.create '%s'", name);
                 return rpc_reply_sb_error(req, err);
         }
+        core_fault("container.cgroup_made");
         cJSON *cgs = cJSON_AddArrayToObject(pkt, "cgroups");
         for (size_t i = 0; i < n_cg; i++) {
                 cJSON_AddItemToArray(cgs, cJSON_CreateNumber((double)fds.n));

@@ -291,6 +291,8 @@ SCENARIOS = {
     # point: (setup, trigger)
     # Containers (sandboxd/container.c): init made it, the daemon has no
     # record yet; init forgot it, the record is still there.
+    "container.cgroup_made": (s_running(), send("container.create", lambda w, c: {"sandbox": c["target"], "name": "b",
+                                                                                     "runtime": "host"})),
     "container.made": (s_running(), send("container.create", lambda w, c: {"sandbox": c["target"], "name": "b",
                                                                               "runtime": "host"})),
     "container.init_deleted": (s_container(), send("container.delete", lambda w, c: {"sandbox": c["target"],
