@@ -69,8 +69,11 @@ static const schema_field volume_mount_fields[] = { REQ("name"), REQ("path"), OP
  * namespace of its own. */
 static const schema_field network_fields[] = { OPT("netns"), END };
 #define NETWORK_FIELD { .key = "network", .kind = SCHEMA_OBJECT, .fields = network_fields }
-static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), END };
-static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), OPT("setup"), END };
+/* Host mounts (container.c); not a fork override. */
+static const schema_field ctr_mount_fields[] = { REQ("source"), REQ("destination"), OPT("readOnly"), END };
+#define MOUNTS_FIELD { .key = "mounts", .kind = SCHEMA_ARRAY, .fields = ctr_mount_fields }
+static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, MOUNTS_FIELD, OPT("progress"), END };
+static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, MOUNTS_FIELD, OPT("progress"), OPT("setup"), END };
 static const schema_field set_ready_params[] = { REQ("name"), REQ("ready"), END };
 static const schema_field overrides_fields[] = { CONFIG_FIELDS, END };
 
@@ -97,8 +100,14 @@ static const schema_field runtime_import_params[] = { REQ("name"), REQ("path"), 
 static const schema_field bootstrap_params[] = { REQ("name"), OPT("suite"), OPT("mirror"), END };
 static const schema_field run_params[] = {
         REQ("sandbox"), REQ("cmd"), OPT("args"), OPT("cwd"), MAP("env"), OPT("sudo"), OPT("detached"),
-        OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), END,
+        OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), OPT("container"), END,
 };
+static const schema_field ctr_create_params[] = {
+        REQ("sandbox"), REQ("name"), REQ("runtime"), MOUNTS_FIELD,
+        OPT("readOnlyRoot"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
+};
+static const schema_field ctr_name_params[] = { REQ("sandbox"), REQ("name"), END };
+static const schema_field ctr_list_params[] = { REQ("sandbox"), END };
 static const schema_field cmd_params[] = { REQ("cmdId"), END };
 static const schema_field cmd_list_params[] = { REQ("name"), OPT("limit"), OPT("cursor"), END };
 static const schema_field cancel_params[] = { REQ("id"), END };
@@ -147,6 +156,10 @@ const schema_method schema_methods[] = {
         { "runtime.bootstrap", bootstrap_params },
         { "runtime.delete", name_params },
         { "command.run", run_params },
+        { "container.create", ctr_create_params },
+        { "container.get", ctr_name_params },
+        { "container.list", ctr_list_params },
+        { "container.delete", ctr_name_params },
         { "command.write", write_params },
         { "command.closeStdin", cmd_params },
         { "command.resize", resize_params },
@@ -201,6 +214,9 @@ const schema_limit schema_limits[] = {
         { "sandbox.get", "resume", 0 },
         { "sandbox.create", "progress", 0 },
         { "sandbox.create", "network.netns", LIMIT_PATH_BYTES },
+        { "sandbox.create", "mounts[].source", LIMIT_PATH_BYTES },
+        { "sandbox.create", "mounts[].destination", LIMIT_PATH_BYTES },
+        { "sandbox.create", "mounts[].readOnly", 0 },
         { "sandbox.getOrCreate", "name", LIMIT_NAME_BYTES },
         { "sandbox.getOrCreate", "progress", 0 },
         { "sandbox.getOrCreate", "setup", 0 },
@@ -209,6 +225,9 @@ const schema_limit schema_limits[] = {
         SOURCE_LIMITS("sandbox.getOrCreate"),
         CONFIG_LIMITS("sandbox.getOrCreate", ""),
         { "sandbox.getOrCreate", "network.netns", LIMIT_PATH_BYTES },
+        { "sandbox.getOrCreate", "mounts[].source", LIMIT_PATH_BYTES },
+        { "sandbox.getOrCreate", "mounts[].destination", LIMIT_PATH_BYTES },
+        { "sandbox.getOrCreate", "mounts[].readOnly", 0 },
         { "sandbox.update", "name", LIMIT_NAME_BYTES },
         { "sandbox.update", "timeout", 0 },
         { "sandbox.update", "resources.vcpus", 0 },
@@ -252,6 +271,22 @@ const schema_limit schema_limits[] = {
         { "command.run", "rows", 0 },
         { "command.run", "cols", 0 },
         { "command.run", "timeoutMs", 0 },
+        { "command.run", "container", LIMIT_NAME_BYTES },
+        { "container.create", "sandbox", LIMIT_NAME_BYTES },
+        { "container.create", "name", LIMIT_NAME_BYTES },
+        { "container.create", "runtime", LIMIT_NAME_BYTES },
+        { "container.create", "mounts[].source", LIMIT_PATH_BYTES },
+        { "container.create", "mounts[].destination", LIMIT_PATH_BYTES },
+        { "container.create", "mounts[].readOnly", 0 },
+        { "container.create", "readOnlyRoot", 0 },
+        { "container.create", "memoryMiB", 0 },
+        { "container.create", "cpuMillis", 0 },
+        { "container.create", "pidsMax", 0 },
+        { "container.get", "sandbox", LIMIT_NAME_BYTES },
+        { "container.get", "name", LIMIT_NAME_BYTES },
+        { "container.list", "sandbox", LIMIT_NAME_BYTES },
+        { "container.delete", "sandbox", LIMIT_NAME_BYTES },
+        { "container.delete", "name", LIMIT_NAME_BYTES },
         { "command.write", "cmdId", LIMIT_ID_BYTES },
         { "command.write", "data", 0 }, /* the line */
         { "command.closeStdin", "cmdId", LIMIT_ID_BYTES },

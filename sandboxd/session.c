@@ -700,6 +700,16 @@ static int setup_init(start_job *j, sb_error **ret_err) {
                         return r;
                 }
         }
+        /* Host mounts (sandbox.create "mounts"), resolved again at every
+         * start: attached by init last, over everything else. */
+        if (cJSON_GetArraySize(j->sb->mounts) > 0) {
+                cJSON *pm = cJSON_AddArrayToObject(pkt, "mounts");
+                int r = pm ? container_sandbox_mounts(j->sb, pm, fds.fd, &fds.n, SETUP_MAX_FDS, ret_err) : -ENOMEM;
+                if (r < 0) {
+                        cJSON_Delete(pkt);
+                        return r;
+                }
+        }
         _cleanup_free_ char *text = cJSON_PrintUnformatted(pkt);
         cJSON_Delete(pkt);
         if (!text)
@@ -2191,6 +2201,8 @@ static void teardown_work(void *userdata) {
                                 log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
                         }
                 }
+                /* After the kill: no container process writes its upper. */
+                container_session_end(t->s);
                 /* A pod's namespace outlives the sandbox (CNI removes it):
                  * nothing of ours stays in it. Last, once no process of
                  * the sandbox is left (its cgroup is gone): without the
@@ -2336,6 +2348,7 @@ static void release_slot_after_flush(manager *m, int slot) {
 static void session_release(manager *m, session *s) {
         release_slot_after_flush(m, s->net_slot);
         core_cgroup_free(s->cg);
+        container_forget(s);
         pins_free(&s->pins);
         redo_list_clear(&s->logs_waiting); /* answered by agent_detach */
         if (s->peak_fd_set)
@@ -2678,6 +2691,8 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         }
         sb->sess = s;
         sb->status = "running";
+        container_adopt(s);
+        container_reconcile(s);
         /* Its commands are known once init answers the "list" sent above. */
         commands_listing_begin(s);
         adopt_history(sb, s);

@@ -988,9 +988,10 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         s->config = sandbox_config_json(sb);
         /* "volumes": a volume is no part of a snapshot (volume.c); a
          * create from it mounts only what its own request names.
-         * "network": a pod's namespace is the pod's, never a snapshot's. */
+         * "network": a pod's namespace is the pod's, never a snapshot's.
+         * "mounts": host mounts are the sandbox's own, never a snapshot's. */
         static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready",
-                                           "volumes", "network"};
+                                           "volumes", "network", "mounts"};
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();

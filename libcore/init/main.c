@@ -111,6 +111,23 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, recv_fds *f
                         return sb_error_set(ret_err, -EINVAL, NULL, NULL,
                                             "setup: binds[%d] needs \"src\" and \"dst\" strings", i);
         }
+        /* Host mounts (sandbox.create "mounts"): each a received tree. */
+        const cJSON *mounts = cJSON_GetObjectItemCaseSensitive(setup, "mounts");
+        int nm = cJSON_GetArraySize(mounts);
+        if (nm > 0 && !(cfg->mounts = calloc((size_t)nm, sizeof(core_bind))))
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "setup: out of memory");
+        for (int i = 0; i < nm; i++) {
+                const cJSON *mt = cJSON_GetArrayItem(mounts, i);
+                const cJSON *fd = cJSON_GetObjectItemCaseSensitive(mt, "fd");
+                core_bind *cb = &cfg->mounts[cfg->n_mounts++];
+                cb->fd = -EBADF;
+                cb->dst = dup_string(mt, "destination");
+                if (!cb->dst || !cJSON_IsNumber(fd) || fd->valueint < 0 || (size_t)fd->valueint >= fds->n ||
+                    fds->fd[fd->valueint] < 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                            "setup: mounts[%d] needs \"destination\" and a received \"fd\"", i);
+                cb->fd = TAKE_FD(fds->fd[fd->valueint]);
+        }
         return 0;
 }
 
@@ -355,6 +372,9 @@ static void take_listen_fd(init_agent *a) {
 
 int main(int argc, char **argv) {
         log_set_ident("sandbox-init");
+        /* setns stays open to init and is refused in each child after it
+         * joined its container (libcore/seccomp.h outer mode). */
+        core_seccomp_set_outer(true);
         init_agent a = { .sock = AGENT_FD, .epfd = -EBADF, .sigfd = -EBADF, .listen_fd = -EBADF };
         a.w_listen = (init_watch){ WATCH_LISTEN, NULL };
         a.w_sock = (init_watch){ WATCH_SOCKET, NULL };
@@ -390,6 +410,13 @@ int main(int argc, char **argv) {
                 send_setup_reply(a.sock, err ? err->message : strerror(-r));
                 return 1;
         }
+        /* Before any seccomp filter is on init (its first command puts
+         * one there): the helper that makes containers' mount namespaces
+         * needs the mount calls (container.c). Without it, containers
+         * are refused; the sandbox works as before. */
+        r = init_ctr_helper_start(a.sock, a.listen_fd);
+        if (r < 0)
+                log_debug("container helper: %s", strerror(-r));
         if (setup_signals(&a) < 0 || (a.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
                 send_setup_reply(a.sock, "setup: signalfd or epoll failed");
                 return 1;
