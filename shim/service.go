@@ -76,6 +76,7 @@ type process struct {
 	// sandboxd restart, command.logs is followed after these.
 	seen      map[string]int
 	following bool // follow runs (a reconnection: no live notes come for it)
+	logger    *logger // a binary:// output's logging program (logio.go), or nil
 }
 
 type service struct {
@@ -506,10 +507,21 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if _, err := commandParams(s.name, spec.Process); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
-	if err := checkOutputURI("stdout", r.Stdout); err != nil {
-		return nil, grpcErr(err)
+	mounts, err := specMounts(spec)
+	if err == nil {
+		err = mountsUnsupported(spec, mounts)
 	}
-	if err := checkOutputURI("stderr", r.Stderr); err != nil {
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	netns, err := specNetns(spec, spec.Annotations[annContainerType] == containerTypeContainer)
+	if err == nil && netns != "" {
+		err = fmt.Errorf("linux.namespaces: joining the network namespace %s is %s yet", netns, notSupported)
+	}
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if err := checkOutputs(r.Stdout, r.Stderr, r.Terminal); err != nil {
 		return nil, grpcErr(err)
 	}
 	if err := checkProcessLimits(spec.Process, lim); err != nil {
@@ -682,15 +694,12 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 			}
 		}
 	}
-	if stdout, err = openOutput("stdout", p.stdout); err != nil {
+	if stdout, stderr, err = openOutputs(ctx, s.id, s.ns, p.stdout, p.stderr, p.terminal); err != nil {
 		return nil, s.failStart(p, err)
 	}
-	if !p.terminal {
-		if stderr, err = openOutput("stderr", p.stderr); err != nil {
-			closeOut()
-			return nil, s.failStart(p, err)
-		}
-	}
+	s.mu.Lock()
+	p.logger = outputLogger(stdout)
+	s.mu.Unlock()
 	var cmd struct {
 		CmdID string `json:"cmdId"`
 	}
@@ -878,6 +887,15 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		s.mu.Unlock()
 		return nil, grpcErr(fmt.Errorf("process is running; kill it first: %w", errdefs.ErrFailedPrecondition))
 	}
+	lg := p.logger
+	s.mu.Unlock()
+	if lg != nil {
+		// The logging program finishes with the output (its EOF comes
+		// once the process's output is written), so the log is whole
+		// when Delete answers; it is killed if it lingers (logio.go).
+		lg.wait()
+	}
+	s.mu.Lock()
 	if r.ExecID != "" {
 		delete(s.procs, r.ExecID)
 		delete(s.byCmd, p.cmdID)
@@ -1037,6 +1055,9 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*pty
 	}
 	if _, err := commandParams(s.name, spec); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if err := checkOutputs(r.Stdout, r.Stderr, r.Terminal); err != nil {
+		return nil, grpcErr(err)
 	}
 	s.mu.Lock()
 	if s.init.status == task.StatusStopped {

@@ -963,12 +963,102 @@ def test_log_uri_file_gets_both_streams(t):
     no_leak(t, "file1")
 
 
-def test_log_uri_binary_refused_at_create(t):
-    r = run(t.c, t.rootfs, "bin1", "true", extra=("--log-uri", "binary:///bin/cat"))
-    expect(r.returncode != 0, "binary:// is refused")
-    expect("binary://" in r.stderr and "not supported" in r.stderr, "the refusal names binary://:", r.stderr[-400:])
-    t.c.ctr("containers", "rm", "bin1")
+LOGGER = r"""#!/usr/bin/python3
+# A binary:// logging program (containerd's runtime/v2/logging protocol):
+# stdout on fd 3, stderr on fd 4, fd 5 closed once ready; arguments from
+# the URI's query (out PATH).
+import os, sys, threading
+out = open(sys.argv[sys.argv.index("out") + 1], "a")
+lock = threading.Lock()
+with lock:
+    out.write("pid=%d id=%s ns=%s path=%s\n" % (os.getpid(), os.environ.get("CONTAINER_ID"),
+              os.environ.get("CONTAINER_NAMESPACE"), os.environ.get("PATH", "-")))
+    out.flush()
+os.close(5)
+def copy(fd, name):
+    with os.fdopen(fd, "rb") as f:
+        for line in f:
+            with lock:
+                out.write("%s: %s" % (name, line.decode()))
+                out.flush()
+ts = [threading.Thread(target=copy, args=(fd, n)) for fd, n in ((3, "stdout"), (4, "stderr"))]
+for th in ts:
+    th.start()
+for th in ts:
+    th.join()
+out.write("eof\n")
+out.close()
+"""
+
+
+def test_log_uri_binary_runs_the_logging_program(t):
+    """binary:// (nerdctl's default): the program at the URI's path gets
+    the query as arguments, CONTAINER_ID and CONTAINER_NAMESPACE only, the
+    container's stdout on fd 3 and stderr on fd 4; it has every line when
+    ctr run returns, and it is gone."""
+    prog = os.path.join(t.world.tmp, "logger.py")
+    with open(prog, "w") as f:
+        f.write(LOGGER)
+    os.chmod(prog, 0o755)
+    out = os.path.join(t.world.tmp, "bin1.log")
+    r = run(t.c, t.rootfs, "bin1", "sh", "-c", "echo to-out; echo to-err >&2; echo more-out; exit 4",
+            extra=("--log-uri", "binary://%s?out=%s" % (prog, out)))
+    expect_eq(r.returncode, 4, "ctr run's exit status (stderr %r)" % r.stderr[-400:])
+    with open(out) as f:
+        lines = f.read().splitlines()
+    head = lines[0].split()
+    expect_eq(head[1:], ["id=bin1", "ns=" + NS, "path=-"], "the logging program's environment")
+    expect_eq([ln for ln in lines[1:] if ln.startswith("stdout")], ["stdout: to-out", "stdout: more-out"], "stdout, in order")
+    expect_eq([ln for ln in lines[1:] if ln.startswith("stderr")], ["stderr: to-err"], "stderr")
+    expect_eq(lines[-1], "eof", "the program saw the end of both streams")
+    pid = int(head[0][4:])
+    W.World.wait_until(lambda: not os.path.exists("/proc/%d" % pid) or
+                       open("/proc/%d/stat" % pid).read().split()[2] == "Z", 10, "the logging program to be gone")
     no_leak(t, "bin1")
+
+
+def test_log_uri_binary_that_fails_ends_the_start(t):
+    """A logging program that cannot be started fails the
+    Start naming stdout and the URI; the task ends at once (kill, delete);
+    a relative path and another scheme are refused at create."""
+    c = t.c
+    r = run(c, t.rootfs, "binf1", "echo", "ran", extra=("--log-uri", "binary:///no/such/logger"))
+    expect(r.returncode != 0 and "ran" not in r.stdout, "the run fails:", r.stdout, r.stderr[-300:])
+    expect("stdout" in r.stderr and "binary:///no/such/logger" in r.stderr and "logging program" in r.stderr,
+           "the error names the stream and the program:", r.stderr[-400:])
+    c.ctr("task", "delete", "--force", "binf1", timeout=30)
+    c.ctr("containers", "rm", "binf1")
+    no_leak(t, "binf1")
+    for i, uri in enumerate(("binary://bin/cat", "tcp://127.0.0.1:9")):
+        cid = "binf%d" % (i + 2)
+        r = run(c, t.rootfs, cid, "echo", "ran", extra=("--log-uri", uri))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "stdout" in r.stderr,
+               "%s refused naming stdout:" % uri, r.stderr[-300:])
+        c.ctr("task", "delete", "--force", cid, timeout=30)
+        c.ctr("containers", "rm", cid)
+        no_leak(t, cid)
+
+
+def test_bind_mounts_and_namespace_paths_refused_naming_them(t):
+    """A bind mount the sandbox cannot apply, a user namespace and a
+    namespace path it cannot join fail the create naming the field; the
+    default mounts of ctr's spec (proc, sys, dev...) are accepted (every
+    other test)."""
+    src = os.path.join(t.world.tmp, "mnt-src")
+    os.makedirs(src, exist_ok=True)
+    cases = [
+        (("--mount", "type=bind,src=%s,dst=/data,options=rbind:ro" % src), "/data"),
+        (("--mount", "type=tmpfs,src=tmpfs,dst=/scratch"), "/scratch"),
+        (("--with-ns", "ipc:/proc/1/ns/ipc"), "linux.namespaces"),
+    ]
+    for i, (extra, want) in enumerate(cases):
+        cid = "mnt%d" % i
+        r = run(t.c, t.rootfs, cid, "echo", "ran", extra=extra)
+        expect(r.returncode != 0 and "ran" not in r.stdout and want in r.stderr
+               and "not supported by " + RUNTIME in r.stderr,
+               "%s refused naming %s (rc %d, stderr %r)" % (extra, want, r.returncode, r.stderr[-300:]))
+        t.c.ctr("containers", "rm", cid)
+        no_leak(t, cid)
 
 
 def test_failed_start_ends_the_task(t):
