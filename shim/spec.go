@@ -57,9 +57,11 @@ func sandboxName(ns, id string) string {
 	return "ctr-" + hex.EncodeToString(h[:8])
 }
 
-// createParams maps the spec to sandbox.create's params (name and runtime
-// are added by the caller). Returns whether the sandbox is persistent.
-func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, bool, error) {
+// annotationParams maps the spec's io.sandboxd.* annotations to
+// sandbox.create's params (networkPolicy, tags, timeout, persistent),
+// refusing an unknown or invalid one naming it. Returns whether the
+// sandbox is persistent.
+func annotationParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, bool, error) {
 	p := map[string]interface{}{}
 	persistent := false
 	for k := range spec.Annotations {
@@ -118,6 +120,18 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 			return nil, false, fmt.Errorf("annotation %s: %q is neither \"true\" nor \"false\"", annPersistent, v)
 		}
 		p["persistent"] = persistent
+	}
+	return p, persistent, nil
+}
+
+// createParams maps the spec to sandbox.create's params (name and runtime
+// are added by the caller): the annotations (annotationParams), the
+// restrictive fields checked (refuseRestrictions) and linux.resources as
+// vCPUs. Returns whether the sandbox is persistent.
+func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, bool, error) {
+	p, persistent, err := annotationParams(spec, lim)
+	if err != nil {
+		return nil, false, err
 	}
 	if err := refuseRestrictions(spec); err != nil {
 		return nil, false, err

@@ -336,8 +336,8 @@ def pod_ids(t):
 
 
 def shim_made(t, method, key):
-    """Names of the sandboxes or runtimes the shim made (ctr-*, shim/spec.go)."""
-    return [x["name"] for x in t.world.rpc_result(method)[key] if x["name"].startswith("ctr-")]
+    """Names of the sandboxes or runtimes the shim made (ctr-*, pod-*: shim/spec.go, shim/pod.go)."""
+    return [x["name"] for x in t.world.rpc_result(method)[key] if x["name"].startswith(("ctr-", "pod-"))]
 
 
 def no_pod_left(t, pod_id):

@@ -1088,37 +1088,104 @@ def test_failed_start_ends_the_task(t):
         no_leak(t, cid)
 
 
+def pod_name(sandbox_id):
+    """shim/pod.go podSandboxName."""
+    return "pod-" + hashlib.sha256(("%s/%s" % (NS, sandbox_id)).encode()).hexdigest()[:16]
+
+
+def sandboxes(t):
+    return [s["name"] for s in t.world.rpc_result("sandbox.list")["sandboxes"]]
+
+
 def test_cri_container_type_annotation(t):
     """io.kubernetes.cri.container-type: an unknown value is refused naming
-    the annotation; `sandbox` (a CRI pod's pause container) makes no
-    sandbox and runs nothing (its command does not even exist): RUNNING
-    until killed, then STOPPED at once; exec into it is refused; delete
-    leaves nothing."""
+    the annotation, and so is a pod's container whose pod's sandbox
+    container does not exist."""
     c = t.c
     r = run(c, t.rootfs, "ctype1", "true", extra=("--annotation", "io.kubernetes.cri.container-type=podd"))
     expect(r.returncode != 0 and "io.kubernetes.cri.container-type" in r.stderr,
            "an unknown container-type is refused naming the annotation:", r.stderr[-300:])
     c.ctr("containers", "rm", "ctype1")
     no_leak(t, "ctype1")
+    r = run(c, t.rootfs, "ctype2", "echo", "ran", extra=(
+        "--annotation", "io.kubernetes.cri.container-type=container",
+        "--annotation", "io.kubernetes.cri.sandbox-id=no-such-pod"))
+    expect(r.returncode != 0 and "ran" not in r.stdout and "io.kubernetes.cri.sandbox-id" in r.stderr,
+           "a pod's container without its pod is refused naming sandbox-id:", r.stderr[-300:])
+    c.ctr("containers", "rm", "ctype2")
+    no_leak(t, "ctype2")
+
+
+POD_ANN = ("--annotation", "io.kubernetes.cri.container-type=container",
+           "--annotation", "io.kubernetes.cri.sandbox-id=podg")
+
+
+def test_pod_grouping_by_annotation(t):
+    """A pod's sandbox container (container-type sandbox) makes ONE sandbox
+    for the pod, with the pod's policy, running nothing of its own image;
+    the pod's containers (container-type container, the same sandbox id)
+    are processes of it: they talk over 127.0.0.1 and no sandbox of their
+    own is made. A container with a policy of its own is refused naming
+    the annotation. The sandbox goes with the last of the pod's tasks,
+    here a container that outlives the sandbox container's delete."""
+    c, w = t.c, t.world
+    pod = pod_name("podg")
+    pol = json.dumps({"allow": ["api.public.test"]})
     r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
-              "--annotation", "io.kubernetes.cri.sandbox-id=holder1", "--rootfs", t.rootfs, "holder1",
-              "/no/such/pause")
-    expect_eq(r.returncode, 0, "ctr run -d of a pod's sandbox container: %s" % r.stderr)
+              "--annotation", "io.kubernetes.cri.sandbox-id=podg", "--annotation", "io.sandboxd.network-policy=" + pol,
+              "--rootfs", t.rootfs, "podg", "/no/such/pause")
+    expect_eq(r.returncode, 0, "ctr run -d of the pod's sandbox container: %s" % r.stderr)
     try:
-        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the holder to run")
-        expect(not [s for s in t.world.rpc_result("sandbox.list")["sandboxes"] if s["name"] == sandbox_name("holder1")],
-               "no sandbox is made for a pod's sandbox container")
-        r = c.ctr("task", "exec", "--exec-id", "e1", "holder1", "true")
-        expect(r.returncode != 0 and "runs nothing" in r.stderr, "exec into the holder is refused:", r.stderr[-300:])
-        r = c.ctr("task", "kill", "-s", "TERM", "holder1")
-        expect_eq(r.returncode, 0, "ctr task kill: %s" % r.stderr)
-        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the holder to stop")
-        r = c.ctr("task", "delete", "holder1")
-        expect_eq(r.returncode, 0, "ctr task delete: %s" % r.stderr)
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the pod's sandbox container to run")
+        expect(pod in sandboxes(t), "the pod's sandbox %s is made" % pod)
+        expect(sandbox_name("podg") not in sandboxes(t), "no sandbox of the sandbox container's own")
+        sb = w.rpc_result("sandbox.get", {"name": pod})
+        expect_eq(sb.get("networkPolicy"), {"allow": ["api.public.test"]}, "the pod's sandbox has the pod's policy")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "podg", "true")
+        expect(r.returncode != 0 and "runs nothing" in r.stderr, "exec into the sandbox container is refused:", r.stderr[-300:])
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *POD_ANN, "--rootfs", t.rootfs, "podg-a",
+                  "sh", "-c", "echo from-a | nc -l -p 7070")
+        expect_eq(r.returncode, 0, "ctr run -d of container a: %s" % r.stderr)
+        r = run(c, t.rootfs, "podg-b", "sh", "-c",
+                "i=0; until nc 127.0.0.1 7070 </dev/null; do i=$((i+1)); [ $i -lt 100 ] || exit 9; sleep 0.1; done",
+                extra=POD_ANN)
+        expect_eq((r.returncode, r.stdout), (0, "from-a\n"), "container b reads container a over 127.0.0.1 (stderr %r)" % r.stderr[-300:])
+        expect(not [n for n in sandboxes(t) if n in (sandbox_name("podg-a"), sandbox_name("podg-b"))],
+               "the pod's containers have no sandbox of their own")
+        r = run(c, t.rootfs, "podg-c", "echo", "ran", extra=POD_ANN + ("--annotation", "io.sandboxd.network-policy=allow-all"))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "annotation io.sandboxd.network-policy" in r.stderr,
+               "a container's own policy is refused naming the annotation:", r.stderr[-300:])
+        c.ctr("containers", "rm", "podg-c")
+        r = run(c, t.rootfs, "podg-d", "true", extra=POD_ANN + ("--memory-limit", str(2048 << 20)))
+        expect(r.returncode != 0 and "linux.resources" in r.stderr,
+               "limits of a pod's container of its own are refused naming the field:", r.stderr[-300:])
+        c.ctr("containers", "rm", "podg-d")
+        # a: runs on; the sandbox container is deleted first.
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *POD_ANN, "--rootfs", t.rootfs, "podg-a2", "sleep", "600")
+        expect_eq(r.returncode, 0, "ctr run -d of container a2: %s" % r.stderr)
+        W.World.wait_until(lambda: c.ctr("task", "ls").stdout.count("RUNNING") >= 2, 20, "a2 to run")
+        expect_eq(c.ctr("task", "kill", "-s", "KILL", "podg").returncode, 0, "kill of the sandbox container")
+        W.World.wait_until(lambda: any(ln.split()[:1] == ["podg"] and ln.split()[-1] == "STOPPED"
+                                       for ln in c.ctr("task", "ls").stdout.splitlines()), 20, "it to stop")
+        expect_eq(c.ctr("task", "delete", "podg").returncode, 0, "delete of the sandbox container")
+        expect(pod in sandboxes(t), "the pod's sandbox stays while a container of it is left")
+        r = c.ctr("task", "exec", "--exec-id", "e2", "podg-a2", "echo", "still")
+        expect_eq((r.returncode, r.stdout), (0, "still\n"), "the container left still runs (stderr %r)" % r.stderr[-300:])
+        for cid in ("podg-a", "podg-a2"):
+            c.ctr("task", "kill", "-s", "KILL", cid)
+        W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the containers to stop")
+        for cid in ("podg-a", "podg-a2"):
+            expect_eq(c.ctr("task", "delete", cid).returncode, 0, "delete of %s" % cid)
+        expect(pod not in sandboxes(t), "the pod's sandbox goes with the last of its tasks")
     finally:
-        c.ctr("task", "delete", "--force", "holder1")
-        c.ctr("containers", "rm", "holder1")
-    no_leak(t, "holder1")
+        for cid in ("podg-a", "podg-a2", "podg-b", "podg-c", "podg-d", "podg"):
+            c.ctr("task", "delete", "--force", cid)
+            c.ctr("containers", "rm", cid)
+    for cid in ("podg-a", "podg-a2", "podg-b", "podg-c", "podg-d", "podg"):
+        no_leak(t, cid)
+    expect(pod not in [r["name"] for r in w.rpc_result("runtime.list")["runtimes"]], "the pod's runtime is deleted")
+    leaks.check(w, pod)
+    expect(not os.path.exists("/run/containerd-shim-sandboxd-v2/pods/" + pod), "the pod's state is removed")
 
 
 class T:
