@@ -477,6 +477,66 @@ def test_missing_command_exits_127_and_is_removed(t):
     no_pod_left(t, pod_id)
 
 
+def wait_exited(t, cid, secs=60):
+    W.World.wait_until(lambda: container_state(t, cid) == t.cri.pb.CONTAINER_EXITED, secs,
+                       "container %s to exit" % cid[:12])
+    return t.cri.r("ContainerStatus", container_id=cid).status
+
+
+def log_lines(pod_cfg, name):
+    """The texts of a container's CRI log lines (time stream tag text)."""
+    with open(os.path.join(pod_cfg.log_directory, name + ".log")) as f:
+        return [ln.split(" ", 3)[3] for ln in f.read().splitlines() if ln.count(" ") >= 3]
+
+
+def test_two_containers_of_a_pod_talk_over_loopback(t):
+    """The pod is one sandbox: container b connects to container a's
+    listener at 127.0.0.1, and sandboxd has one sandbox for the pod, none
+    for either container."""
+    pod_id, pod_cfg = run_pod(t, "podlo")
+    a = create_container(t, pod_id, pod_cfg, "a", ["sh", "-c", "echo from-a | nc -l -p 7070; sleep 3600"])
+    t.cri.r("StartContainer", container_id=a)
+    b = create_container(t, pod_id, pod_cfg, "b", ["sh", "-c",
+                         "i=0; until nc 127.0.0.1 7070 </dev/null; do i=$((i+1)); [ $i -lt 100 ] || exit 9; sleep 0.1; done"])
+    t.cri.r("StartContainer", container_id=b)
+    st = wait_exited(t, b)
+    expect_eq(st.exit_code, 0, "container b's exit code (its log %r)" % log_lines(pod_cfg, "b"))
+    expect_eq(log_lines(pod_cfg, "b"), ["from-a"], "container b read container a's line over 127.0.0.1")
+    made = shim_made(t, "sandbox.list", "sandboxes")
+    expect(len(made) == 1 and made[0].startswith("pod-"), "one sandbox for the pod, none per container:", made)
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+def test_pod_policy_annotation_admits_and_refuses(t):
+    """The pod's io.sandboxd.network-policy applies to its containers: the
+    admitted test-world name is reached; another name is refused at once
+    at once (the DNS filter has no answer for it) and so is an address
+    outside the policy (rejected: connection refused), each with its
+    reason in the container's log."""
+    pol = json.dumps({"allow": ["api.public.test"]})
+    pod_id, pod_cfg = run_pod(t, "podpol", annotations={"io.sandboxd.network-policy": pol})
+    script = ("nc -w 5 api.public.test %d </dev/null && echo allowed-ok; "
+              "nc -w 10 other.public.test %d </dev/null; echo other=$?; "
+              "nc -w 10 %s %d </dev/null; echo direct=$?"
+              % (W.LISTEN_PORT, W.LISTEN_PORT, W.PUB_OTHER_ADDR, W.LISTEN_PORT))
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c", script])
+    t.cri.r("StartContainer", container_id=cid)
+    st = wait_exited(t, cid)
+    lines = log_lines(pod_cfg, "c1")
+    expect_eq(st.exit_code, 0, "exit code (log %r)" % lines)
+    expect("allowed-ok" in lines, "the admitted name is reached:", lines)
+    # Refused, not timed out: nc's reasons are the DNS filter's answer
+    # (no address) and the reject (connection refused), not "timeout".
+    expect("other=1" in lines and "nc: bad address 'other.public.test'" in lines,
+           "another name is refused with its reason:", lines)
+    expect("direct=1" in lines and any(ln.endswith("(%s): Connection refused" % W.PUB_OTHER_ADDR) for ln in lines),
+           "an address outside the policy is refused with its reason:", lines)
+    expect(not [ln for ln in lines if "timeout" in ln or "timed out" in ln], "nothing timed out:", lines)
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
 # ------------------------------------------------------------ main
 
 def preflight():
