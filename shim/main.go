@@ -164,8 +164,14 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 		if role != "" {
 			// A pod's task: its command (if any) is killed; the pod's
 			// sandbox goes with the pod's last task (pod.go).
-			if cmd := podRecordedCmd(name, member); cmd != "" && role == containerTypeContainer {
-				c.call("command.kill", map[string]interface{}{"cmdId": cmd, "signal": 9}, nil)
+			if role == containerTypeContainer {
+				if cmd := podRecordedCmd(name, member); cmd != "" {
+					c.call("command.kill", map[string]interface{}{"cmdId": cmd, "signal": 9}, nil)
+				}
+				// Its own container and runtime (haveContainers).
+				ctr := sandboxName(ns, id)
+				c.call("container.delete", map[string]interface{}{"sandbox": name, "name": ctr}, nil)
+				c.call("runtime.delete", map[string]interface{}{"name": ctr}, nil)
 			}
 			last, err := podLeave(name, member)
 			remove = err == nil && last

@@ -89,6 +89,7 @@ type service struct {
 	persistent           bool
 	pod                  bool // a CRI pod's sandbox container (pod.go): the pod's sandbox, nothing runs
 	member               bool // a CRI pod's container (pod.go): a command of the pod's sandbox
+	ctr                  string // a pod's container: its sandboxd container (and runtime) name, or "" (sharing the pod's root)
 	mountedRootfs        bool
 	rpc                  *rpcClient
 	init                 *process
@@ -505,15 +506,22 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if err := s.checkProcess(spec, r, lim); err != nil {
 		return nil, err
 	}
-	if _, err := s.checkMountsNetns(spec, false, false); err != nil {
+	mounts, netns, err := s.checkMountsNetns(spec, false, false)
+	if err != nil {
 		return nil, err
+	}
+	if len(mounts) > 0 {
+		params["mounts"] = mounts
+	}
+	if netns != "" {
+		params["network"] = map[string]interface{}{"netns": netns}
 	}
 	defer func() {
 		if retErr != nil {
 			s.cleanup()
 		}
 	}()
-	if err := s.importRootfs(r, spec, lim); err != nil {
+	if err := s.importRootfs(r, spec, lim, s.name); err != nil {
 		return nil, err
 	}
 	params["name"] = s.name
@@ -551,24 +559,30 @@ func (s *service) checkProcess(spec *specs.Spec, r *taskAPI.CreateTaskRequest, l
 }
 
 // joinNetns says whether sandbox.create is given the spec's network
-// namespace path (network.netns). Off until sandboxd takes it: a
-// namespace path of a container is refused, and a pod's sandbox has a
-// network of its own (docs/KUBERNETES.md).
-const joinNetns = false
+// namespace path (network.netns); haveContainers whether sandboxd has
+// containers of their own in a sandbox (container.create, with the host
+// bind mounts of hostMountRoots; sandbox.create mounts). Without them a
+// namespace path of a container is refused, a pod's sandbox has a network
+// of its own, a pod's containers share the pod's root, and bind mounts are
+// refused (docs/KUBERNETES.md).
+const (
+	joinNetns      = false
+	haveContainers = false
+)
 
-// checkMountsNetns checks the spec's mounts (specMounts: bind mounts are
-// refused until they can be applied) and namespaces (specNetns;
-// podMember: a pod's container, whose namespace paths are its pod's).
-// Returns the network namespace path to join, if any; pod: the pod's
-// sandbox container, whose network namespace (the CNI's) is not joined
-// while joinNetns is off.
-func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) (string, error) {
+// checkMountsNetns checks the spec's mounts (specMounts; bind mounts are
+// refused without haveContainers) and namespaces (specNetns; podMember: a
+// pod's container, whose namespace paths are its pod's). Returns the
+// host bind mounts to apply and the network namespace path to join, if
+// any; pod: the pod's sandbox container, whose network namespace (the
+// CNI's) is not joined while joinNetns is off.
+func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hostMount, string, error) {
 	mounts, err := specMounts(spec)
-	if err == nil {
+	if err == nil && !haveContainers {
 		err = mountsUnsupported(spec, mounts)
 	}
 	if err != nil {
-		return "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
 	netns, err := specNetns(spec, podMember)
 	if err == nil && netns != "" && !joinNetns {
@@ -579,16 +593,16 @@ func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) (strin
 		}
 	}
 	if err != nil {
-		return "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
-	return netns, nil
+	return mounts, netns, nil
 }
 
-// importRootfs makes the container's root a runtime named s.name: the
+// importRootfs makes the container's root a runtime named rt: the
 // snapshot mounts mounted in the bundle's rootfs (or the spec's
 // root.path), packed (rootfs.go) and runtime.import'ed; the mounts are
 // released. The caller's cleanup removes what is left on error.
-func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits) error {
+func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string) error {
 	root := filepath.Join(r.Bundle, "rootfs")
 	if len(r.Rootfs) > 0 {
 		if err := os.MkdirAll(root, 0711); err != nil {
@@ -623,10 +637,10 @@ func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, l
 		mount.UnmountAll(root, 0)
 		s.mountedRootfs = false
 	}
-	err = s.rpc.call("runtime.import", map[string]interface{}{"name": s.name, "path": tarPath}, nil)
+	err = s.rpc.call("runtime.import", map[string]interface{}{"name": rt, "path": tarPath}, nil)
 	os.Remove(tarPath)
 	if err != nil {
-		return grpcErr(fmt.Errorf("importing the rootfs as runtime %s: %w", s.name, err))
+		return grpcErr(fmt.Errorf("importing the rootfs as runtime %s: %w", rt, err))
 	}
 	return nil
 }
@@ -660,9 +674,12 @@ func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sand
 	if err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
-	netns, err := s.checkMountsNetns(spec, true, false)
+	mounts, netns, err := s.checkMountsNetns(spec, true, false)
 	if err != nil {
 		return nil, err
+	}
+	if len(mounts) > 0 {
+		params["mounts"] = mounts
 	}
 	if netns != "" {
 		params["network"] = map[string]interface{}{"netns": netns}
@@ -672,7 +689,7 @@ func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sand
 			s.cleanup()
 		}
 	}()
-	if err := s.importRootfs(r, spec, lim); err != nil {
+	if err := s.importRootfs(r, spec, lim, s.name); err != nil {
 		return nil, err
 	}
 	params["name"] = s.name
@@ -693,7 +710,7 @@ func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sand
 // 127.0.0.1). Its io.sandboxd.* annotations must be the pod's; its
 // restrictive fields are checked as for a container of its own; limits of
 // its own are refused (the pod's sandbox holds the pod's).
-func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sandboxID string, lim daemonLimits) (*taskAPI.CreateTaskResponse, error) {
+func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sandboxID string, lim daemonLimits) (_ *taskAPI.CreateTaskResponse, retErr error) {
 	pod, err := podSpec(r.Bundle, sandboxID)
 	if err != nil {
 		return nil, grpcErr(err)
@@ -709,23 +726,69 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 	s.member = true
 	s.name = podSandboxName(s.ns, sandboxID)
 	s.mu.Unlock()
-	if err := refuseRestrictions(spec); err != nil {
-		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
-	}
-	if vcpus, err := vcpusFor(spec, lim); err != nil || vcpus > 0 {
-		if err == nil {
-			err = fmt.Errorf("linux.resources: limits of a pod's container of its own are %s yet (the pod's sandbox has the pod's vCPUs)", notSupported)
+	var params map[string]interface{}
+	if haveContainers {
+		// Its own root (read-only when asked), limits and mounts.
+		restr := *spec
+		if spec.Root != nil {
+			root := *spec.Root
+			root.Readonly = false
+			restr.Root = &root
 		}
-		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		if err := refuseRestrictions(&restr); err != nil {
+			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		}
+		if params, err = containerLimits(spec, pod.Annotations[annResources] == "round-up"); err != nil {
+			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		}
+		if spec.Root != nil && spec.Root.Readonly {
+			params["readOnlyRoot"] = true
+		}
+	} else {
+		if err := refuseRestrictions(spec); err != nil {
+			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		}
+		if vcpus, err := vcpusFor(spec, lim); err != nil || vcpus > 0 {
+			if err == nil {
+				err = fmt.Errorf("linux.resources: limits of a pod's container of its own are %s yet (the pod's sandbox has the pod's vCPUs)", notSupported)
+			}
+			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		}
 	}
 	if err := s.checkProcess(spec, r, lim); err != nil {
 		return nil, err
 	}
-	if _, err := s.checkMountsNetns(spec, false, true); err != nil {
+	mounts, _, err := s.checkMountsNetns(spec, false, true)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.rpc.call("sandbox.get", map[string]interface{}{"name": s.name}, nil); err != nil {
 		return nil, grpcErr(fmt.Errorf("the pod's sandbox %s (of sandbox container %s): %w", s.name, sandboxID, err))
+	}
+	if haveContainers {
+		ctr := sandboxName(s.ns, r.ID)
+		s.mu.Lock()
+		s.ctr = ctr
+		s.mu.Unlock()
+		defer func() {
+			if retErr != nil {
+				s.deleteContainer()
+				if s.mountedRootfs {
+					mount.UnmountAll(filepath.Join(r.Bundle, "rootfs"), 0)
+					s.mountedRootfs = false
+				}
+			}
+		}()
+		if err := s.importRootfs(r, spec, lim, ctr); err != nil {
+			return nil, err
+		}
+		params["sandbox"], params["name"], params["runtime"] = s.name, ctr, ctr
+		if len(mounts) > 0 {
+			params["mounts"] = mounts
+		}
+		if err := s.rpc.call("container.create", params, nil); err != nil {
+			return nil, grpcErr(createError(err))
+		}
 	}
 	if err := podJoin(s.name, r.ID); err != nil {
 		return nil, grpcErr(err)
@@ -743,6 +806,24 @@ func (s *service) notForPod(what string) error {
 	if pod {
 		return grpcErr(fmt.Errorf("%s: a pod's sandbox container (annotation %s: %s) runs nothing in io.containerd.sandboxd.v2: %w",
 			what, annContainerType, containerTypeSandbox, errdefs.ErrNotImplemented))
+	}
+	return nil
+}
+
+// deleteContainer removes a pod's container's sandboxd container and
+// its runtime (none: nothing to do). not_found is no error.
+func (s *service) deleteContainer() error {
+	s.mu.Lock()
+	ctr := s.ctr
+	s.mu.Unlock()
+	if ctr == "" {
+		return nil
+	}
+	if err := s.rpc.call("container.delete", map[string]interface{}{"sandbox": s.name, "name": ctr}, nil); err != nil && !isReason(err, "not_found") {
+		return err
+	}
+	if err := s.rpc.call("runtime.delete", map[string]interface{}{"name": ctr}, nil); err != nil && !isReason(err, "not_found") {
+		return err
 	}
 	return nil
 }
@@ -837,6 +918,9 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	params, err := commandParams(s.name, p.spec)
 	if err != nil {
 		return nil, s.failStart(p, err)
+	}
+	if s.ctr != "" {
+		params["container"] = s.ctr
 	}
 	if p.terminal {
 		params["tty"] = true
@@ -1065,6 +1149,11 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	}
 	persistent, pod, member := s.persistent, s.pod, s.member
 	s.mu.Unlock()
+	if member {
+		if err := s.deleteContainer(); err != nil {
+			return nil, grpcErr(err)
+		}
+	}
 	if pod || member {
 		// The pod's sandbox goes with the last of its tasks.
 		who := s.id

@@ -631,3 +631,47 @@ func specNetns(spec *specs.Spec, podMember bool) (string, error) {
 	}
 	return netns, nil
 }
+
+// containerLimits maps a pod's container's linux.resources to
+// container.create's memoryMiB (memory.limit in whole MiB), cpuMillis
+// (cpu.quota per cpu.period in thousandths of a CPU) and pidsMax
+// (pids.limit): a limit that is not a whole number of those units is
+// refused naming the field (it would be widened) unless roundUp (the pod's
+// io.sandboxd.resources: round-up; then rounded up); cpu.cpus is refused.
+// cpu.shares (a relative weight) is not applied.
+func containerLimits(spec *specs.Spec, roundUp bool) (map[string]interface{}, error) {
+	out := map[string]interface{}{}
+	if spec.Linux == nil || spec.Linux.Resources == nil {
+		return out, nil
+	}
+	r := spec.Linux.Resources
+	hint := fmt.Sprintf(" (annotation %s: round-up accepts the next unit up)", annResources)
+	if r.Memory != nil && r.Memory.Limit != nil && *r.Memory.Limit > 0 {
+		m := *r.Memory.Limit
+		if m%(1<<20) != 0 && !roundUp {
+			return nil, fmt.Errorf("linux.resources.memory.limit: %d bytes is not a whole number of MiB%s", m, hint)
+		}
+		out["memoryMiB"] = (m + (1 << 20) - 1) >> 20
+	}
+	if r.CPU != nil {
+		if r.CPU.Cpus != "" {
+			return nil, fmt.Errorf("linux.resources.cpu.cpus: pinning a container to CPUs (%q) is %s", r.CPU.Cpus, notSupported)
+		}
+		if r.CPU.Quota != nil && *r.CPU.Quota > 0 {
+			period := int64(100000)
+			if r.CPU.Period != nil && *r.CPU.Period > 0 {
+				period = int64(*r.CPU.Period)
+			}
+			q := *r.CPU.Quota * 1000
+			if q%period != 0 && !roundUp {
+				return nil, fmt.Errorf("linux.resources.cpu.quota: %d us per %d us is not a whole number of thousandths of a CPU%s",
+					*r.CPU.Quota, period, hint)
+			}
+			out["cpuMillis"] = (q + period - 1) / period
+		}
+	}
+	if r.Pids != nil && r.Pids.Limit > 0 {
+		out["pidsMax"] = r.Pids.Limit
+	}
+	return out, nil
+}
