@@ -167,17 +167,35 @@ struct clone_call {
         struct clone3_args *args;
         struct child_args *a;
         uint32_t userns_base;
+        int netns_fd;   /* a network namespace to be born in, or -1 */
         sb_error **err;
         pid_t pid;
 };
 
+/* Clones into c->netns_fd when one is given (a pod's namespace, made by
+ * CNI: docs/KUBERNETES.md): this thread joins it for the clone only, so
+ * the child is born there without CLONE_NEWNET (a child already in its
+ * own user namespace could not setns(2) into a namespace of the host's),
+ * and returns to the thread's own namespace before anything else runs on
+ * it. setns(CLONE_NEWNET) moves the calling thread alone. */
 static int clone_call_run(void *userdata) {
         struct clone_call *c = userdata;
+        _cleanup_close_ int home = -EBADF;
+        if (c->netns_fd >= 0) {
+                if ((home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
+                        return sb_error_set(c->err, negative_errno(), NULL, NULL, "open this thread's network namespace: %m");
+                if (setns(c->netns_fd, CLONE_NEWNET) < 0)
+                        return sb_error_set(c->err, negative_errno(), NULL, NULL, "join the pod's network namespace: %m");
+        }
         c->pid = clone_init(c->args, c->a, c->userns_base, c->err);
+        /* A worker thread left in the pod's namespace would make the next
+         * sandbox's sockets there: nothing can be trusted after that. */
+        if (home >= 0 && setns(home, CLONE_NEWNET) < 0)
+                abort();
         return c->pid < 0 ? c->pid : 0;
 }
 
-int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd,
+int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd, int netns_fd,
                     core_spawn_result *ret, sb_error **ret_err) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -204,7 +222,8 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int l
         _cleanup_close_ int cgfd = cg ? core_cgroup_open_v2(cg) : -ENOENT;
         int pidfd = -EBADF;
         struct clone3_args args = {
-                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_PIDFD |
+                .flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | (netns_fd >= 0 ? 0 : CLONE_NEWNET) |
+                         CLONE_PIDFD |
                          (userns_base ? CLONE_NEWUSER : 0) | (cgfd >= 0 ? CLONE3_INTO_CGROUP : 0),
                 .pidfd = (uint64_t)(uintptr_t)&pidfd,
                 .exit_signal = SIGCHLD,
@@ -214,7 +233,8 @@ int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int l
          * too: the cloning thread steps into them for the clone (a move
          * of the calling thread alone takes no threadgroup lock), so no
          * migration of sandbox-init waits for an RCU grace period. */
-        struct clone_call call = {.args = &args, .a = &a, .userns_base = userns_base, .err = ret_err, .pid = -1};
+        struct clone_call call = {.args = &args, .a = &a, .userns_base = userns_base, .netns_fd = netns_fd,
+                                  .err = ret_err, .pid = -1};
         bool born_inside = false;
         int r = cg ? core_cgroup_run_inside_v1(cg, clone_call_run, &call, &born_inside, ret_err)
                    : clone_call_run(&call);

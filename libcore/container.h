@@ -32,8 +32,11 @@ typedef struct core_spawn_result {
  * owning all the others, mapped sandbox 0..65535 → host userns_base..+65535
  * (libcore/userns.h): the maps are written here before the child may exec,
  * and it runs sandbox-init as the namespace's uid/gid 0 with no host group.
- * 0: no user namespace (sandbox root is host root). */
-int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd,
+ * 0: no user namespace (sandbox root is host root). `netns_fd` >= 0: the
+ * child is born in that network namespace (a pod's, owned by the host's
+ * user namespace, so sandbox root holds no capability over it) instead of
+ * a new one; -1: a new one. */
+int core_spawn_init(int init_memfd, core_cgroup *cg, uint32_t userns_base, int listen_fd, int netns_fd,
                     core_spawn_result *ret, sb_error **ret_err);
 
 /* Hex digits of a host runtime version (core_runtime_host_build). */

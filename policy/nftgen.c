@@ -1452,3 +1452,63 @@ int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_erro
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
         return core_nft_batch_send(bt, ret_err);
 }
+
+/* ---- ranges for other generators (policy/nftpod.c) ---- */
+
+static int out_add(pol_nft_range **v, size_t *n, int family, const uint8_t *lo, const uint8_t *hi, size_t len) {
+        pol_nft_range *w = reallocarray(*v, *n + 1, sizeof(**v));
+        if (!w)
+                return -ENOMEM;
+        *v = w;
+        w[*n] = (pol_nft_range) { .family = family };
+        memcpy(w[*n].lo, lo, len);
+        memcpy(w[*n].hi, hi, len);
+        (*n)++;
+        return 0;
+}
+
+static int export_ranges(const ranges *r4, const ranges6 *r6, pol_nft_range **ret, size_t *ret_n) {
+        _cleanup_free_ pol_nft_range *v = NULL;
+        size_t n = 0;
+        for (size_t i = 0; r4 && i < r4->n; i++) {
+                uint32_t lo = htonl(r4->v[i].lo), hi = htonl(r4->v[i].hi);
+                if (out_add(&v, &n, AF_INET, (const uint8_t *) &lo, (const uint8_t *) &hi, 4) < 0)
+                        return -ENOMEM;
+        }
+        for (size_t i = 0; r6 && i < r6->n; i++) {
+                uint8_t lo[16], hi[16];
+                u128_to(r6->v[i].lo, lo);
+                u128_to(r6->v[i].hi, hi);
+                if (out_add(&v, &n, AF_INET6, lo, hi, 16) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(v);
+        *ret_n = n;
+        return 0;
+}
+
+int pol_nft_forbidden(const pol_policy *p, pol_nft_range **ret, size_t *ret_n) {
+        ranges r4 = {};
+        ranges6 r6 = {};
+        int k = forbidden_ranges(p, &r4);
+        if (k >= 0)
+                k = forbidden_ranges6(p, &r6);
+        if (k >= 0)
+                k = export_ranges(&r4, &r6, ret, ret_n);
+        ranges_done(&r4);
+        ranges6_done(&r6);
+        return k;
+}
+
+int pol_nft_cidr_ranges(const pol_cidr *c, size_t n, pol_nft_range **ret, size_t *ret_n) {
+        ranges r4 = {};
+        ranges6 r6 = {};
+        int k = ranges_from_cidrs(&r4, c, n);
+        if (k >= 0)
+                k = ranges6_from_cidrs(&r6, c, n);
+        if (k >= 0)
+                k = export_ranges(&r4, &r6, ret, ret_n);
+        ranges_done(&r4);
+        ranges6_done(&r6);
+        return k;
+}

@@ -161,3 +161,22 @@ int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s
 
 /* pol_nft_pin() or pol_nft_pin6() by the address's family. */
 int pol_nft_pin_addr(const char *ifname, const pol_addr *addr, uint32_t ttl_s, sb_error **ret_err);
+
+/* One inclusive address range of `family` (AF_INET: the first 4 bytes of
+ * lo and hi; AF_INET6: all 16), network order. */
+typedef struct pol_nft_range {
+        int family;
+        uint8_t lo[16], hi[16];
+} pol_nft_range;
+
+/* The addresses custom or allow-all policy p keeps unreachable whatever
+ * else it says: the forbidden-range table and match.c's built-in never
+ * rows, minus what subnets.allow opens (exactly what a session's
+ * forbid4/forbid6 sets hold), as disjoint ranges, IPv4 first. *ret is the
+ * caller's to free. 0 or -ENOMEM. */
+int pol_nft_forbidden(const pol_policy *p, pol_nft_range **ret, size_t *ret_n);
+
+/* The addresses of n CIDRs c (both families) as disjoint merged ranges,
+ * IPv4 first (an interval set's elements). *ret is the caller's to free.
+ * 0 or -ENOMEM. */
+int pol_nft_cidr_ranges(const pol_cidr *c, size_t n, pol_nft_range **ret, size_t *ret_n);

@@ -49,6 +49,7 @@ typedef enum {
         KEY_POLICY,    /* a networkPolicy document (pol_policy_parse), stored as its cJSON copy */
         KEY_TENANTS,   /* {localAdmins, defaults, names} (tenant_config_check), stored as its cJSON copy */
         KEY_STORAGE,   /* {pool: {sizeMiB} or {device}} (check_storage), stored as its cJSON copy */
+        KEY_KUBERNETES, /* {podCIDRs, serviceCIDRs, clusterDNS} (check_kubernetes), stored as its cJSON copy */
 } key_kind;
 
 typedef struct config_key {
@@ -201,6 +202,12 @@ static const config_key config_keys[] = {
         { "tenants",          KEY_TENANTS, OFF(tenants), 0, 0,
           "Tenants (docs/SECURITY.md 4): {\"localAdmins\": [UID...] (non-root uids of the socket group that are admin; every other one is the tenant uid:N), \"gateways\": [UID...] (non-root, non-admin uids whose connections act as one tenant each, named by session.actAs, e.g. sandboxd-e2b's), \"defaults\": LIMITS (every tenant), \"names\": {NAME: LIMITS} (one tenant: uid:N, tag:K=V or a tenant:NAME certificate's NAME)}; LIMITS is {\"maxSandboxes\", \"maxVcpus\", \"maxDiskMiB\", \"maxSnapshots\", \"maxRuntimes\": integer or null (no limit, the default), \"networkModes\": the networkPolicy modes allowed (default all three), \"allowNoUserns\": a create may set userns false (default false), \"allowLocalSources\": path and file:// sources under localSourceRoots (default false), \"allowRuntimeImport\": runtime.import (a tarball under localSourceRoots) and runtime.bootstrap (the daemon's mirror) of runtimes its own (default false), \"allowSnapshotImport\": snapshot.import of a file under localSourceRoots (default false), \"allowSnapshotExport\": snapshot.export of its snapshots into a directory under localSourceRoots (default false), \"localSourceRoots\": in tenants.names only (refused in defaults), the tenant's own absolute, existing directories, none of them another tenant's, that its host paths (the four allow keys above) are confined beneath instead of the top-level localSourceRoots; a remote tenant (TLS, gateway session.actAs) without its own has no host paths at all, a local uid:N tenant without its own has the top-level ones, opened as its uid}.",
           "{} (uid 0 alone is admin; tenants unlimited in counts, every network mode, no userns false, no local sources)", .live = true },
+        /* docs/KUBERNETES.md "The pod model" step 4: what a pod sandbox
+         * (sandbox.create network.netns) may reach of its cluster. Read
+         * when a pod's table is built, so a restart applies a change. */
+        { "kubernetes",       KEY_KUBERNETES, OFF(kubernetes), 0, 0,
+          "The cluster's own ranges for pod sandboxes (sandbox.create network.netns, docs/KUBERNETES.md): {\"podCIDRs\": [CIDR...], \"serviceCIDRs\": [CIDR...], \"clusterDNS\": [ADDRESS...]}, each empty by default. Pod and service CIDRs are not open to a pod by default: its policy admits them (a subnets.allow entry) or allow-all does; the node's addresses and 169.254.0.0/16 stay refused. The first clusterDNS address is the upstream of a pod's DNS filter (else the host's resolver).",
+          "{} (no ranges; pods resolve through the host's resolver)" },
 };
 
 static const char *const level_names[] = {
@@ -343,6 +350,7 @@ void daemon_config_free(daemon_config *cfg) {
         cJSON_Delete(cfg->default_network_policy);
         cJSON_Delete(cfg->tenants);
         cJSON_Delete(cfg->storage);
+        cJSON_Delete(cfg->kubernetes);
         path_list_free(cfg->local_source_roots);
         path_list_free(cfg->listen);
         free(cfg->tls_cert);
@@ -650,6 +658,55 @@ static int check_storage(const cJSON *v, sb_error **ret_err) {
                             p->child->string);
 }
 
+/* kubernetes: {"podCIDRs": [CIDR...], "serviceCIDRs": [CIDR...],
+ * "clusterDNS": [ADDRESS...]}, every member optional; CIDRs as the policy
+ * parser reads them (pol_cidr_parse: canonical, IPv4 or IPv6), addresses
+ * unicast IPv4 or IPv6 literals; every other member refused by name. */
+static int check_kubernetes(const cJSON *v, sb_error **ret_err) {
+        static const char *const known[] = { "podCIDRs", "serviceCIDRs", "clusterDNS" };
+        if (!cJSON_IsObject(v))
+                return sb_error_set(ret_err, -EINVAL, NULL, "kubernetes",
+                                    "daemon.json: kubernetes: must be an object, such as {\"podCIDRs\": "
+                                    "[\"10.244.0.0/16\"], \"serviceCIDRs\": [\"10.96.0.0/12\"], "
+                                    "\"clusterDNS\": [\"10.96.0.10\"]}");
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+                size_t i = 0;
+                while (i < ELEMENTSOF(known) && !streq(it->string, known[i]))
+                        i++;
+                if (i == ELEMENTSOF(known))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "kubernetes",
+                                            "daemon.json: kubernetes: unknown key '%s'; known keys: podCIDRs, "
+                                            "serviceCIDRs, clusterDNS", it->string);
+                if (cJSON_GetObjectItemCaseSensitive(v, it->string) != it)
+                        return sb_error_set(ret_err, -EINVAL, NULL, "kubernetes",
+                                            "daemon.json: kubernetes.%s: key given more than once", it->string);
+                bool dns = i == 2;
+                if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) > 64)
+                        return sb_error_set(ret_err, -EINVAL, NULL, "kubernetes",
+                                            "daemon.json: kubernetes.%s: must be an array of at most 64 %s",
+                                            it->string, dns ? "addresses" : "CIDRs");
+                const cJSON *e;
+                int n = 0;
+                cJSON_ArrayForEach(e, it) {
+                        const char *s = cJSON_GetStringValue(e);
+                        _cleanup_free_ char *why = NULL;
+                        unsigned char a[16];
+                        pol_cidr c;
+                        bool ok = s && (dns ? inet_pton(AF_INET, s, a) == 1 || inet_pton(AF_INET6, s, a) == 1
+                                            : pol_cidr_parse(s, &c, &why) >= 0);
+                        if (!ok)
+                                return sb_error_set(ret_err, -EINVAL, NULL, "kubernetes",
+                                                    "daemon.json: kubernetes.%s[%d]: %s%s%s", it->string, n,
+                                                    dns ? "must be an IPv4 or IPv6 address, such as \"10.96.0.10\""
+                                                        : "must be a CIDR, such as \"10.96.0.0/12\"",
+                                                    why ? ": " : "", why ? why : "");
+                        n++;
+                }
+        }
+        return 0;
+}
+
 /* defaultNetworkPolicy: whatever sandbox.create's networkPolicy takes
  * (null excepted: leave the key out), checked by the same parser, with its
  * error's path rebased from networkPolicy onto the key. */
@@ -759,6 +816,7 @@ static void apply(daemon_config *cfg, const config_key *k, const cJSON *v) {
         case KEY_POLICY:
         case KEY_TENANTS:
         case KEY_STORAGE:
+        case KEY_KUBERNETES:
                 cJSON_Delete(*(cJSON **) base);
                 if (!(*(cJSON **) base = cJSON_Duplicate(v, 1)))
                         abort();
@@ -810,6 +868,8 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                         r = tenant_config_check(v, ret_err);
                 else if (k->kind == KEY_STORAGE)
                         r = check_storage(v, ret_err);
+                else if (k->kind == KEY_KUBERNETES)
+                        r = check_kubernetes(v, ret_err);
                 else if (k->kind == KEY_BOOL)
                         r = cJSON_IsBool(v) ? 0
                                             : sb_error_set(ret_err, -EINVAL, NULL, k->name,
@@ -972,7 +1032,8 @@ static cJSON *key_to_json(const daemon_config *cfg, const config_key *k) {
                 return p ? cJSON_Duplicate(p, 1) : cJSON_CreateString("allow-all");
         }
         case KEY_TENANTS:
-        case KEY_STORAGE: {
+        case KEY_STORAGE:
+        case KEY_KUBERNETES: {
                 const cJSON *t = *(const cJSON *const *) base;
                 return t ? cJSON_Duplicate(t, 1) : cJSON_CreateObject();
         }
@@ -1039,6 +1100,7 @@ static const char *kind_name(key_kind kind) {
         case KEY_POLICY: return "\"allow-all\", \"deny-all\" or policy object";
         case KEY_TENANTS: return "object";
         case KEY_STORAGE: return "object";
+        case KEY_KUBERNETES: return "object";
         default: return "integer";
         }
 }

@@ -69,6 +69,8 @@ typedef struct daemon_config {
                                        policy object); NULL: "allow-all" (DESIGN §5.1 rule 1) */
         struct cJSON *tenants;      /* "tenants" {localAdmins, defaults, names} as validated
                                        (tenant.c reads it); NULL: none given */
+        struct cJSON *kubernetes;   /* "kubernetes" {podCIDRs, serviceCIDRs, clusterDNS} as validated
+                                       (pod.c reads it); NULL: none given */
 } daemon_config;
 
 /* Fills *cfg with defaults. */

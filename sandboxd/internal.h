@@ -181,6 +181,8 @@ struct session {
         unsigned netd_burst;      /* restarts since netd_burst_ms (backoff) */
         uint64_t netd_burst_ms;
         int netns_fd;             /* the sandbox's network namespace (ports connect there) */
+        int pod_netns;            /* a pod's namespace (network.netns, pod.c), held for the session's
+                                     life; -EBADF for a namespace of its own */
         port_listener **listeners; /* exposed ports (ports.c) */
         size_t n_listeners;
         char *netd_buf;           /* partial line */
@@ -238,6 +240,12 @@ struct sandbox {
         unsigned vcpus;
         uint64_t disk_mib;        /* resources.diskMiB: size of its disk image, 0 = none (diskimg.h) */
         cJSON *ports;             /* array */
+        /* network.netns (pod.c): the pod's network namespace the sandbox
+         * joins instead of one of its own, as given (NULL: its own), and
+         * the identity of the nsfs inode first opened there; every later
+         * open by the path must find the same one. */
+        char *netns_path;
+        uint64_t netns_dev, netns_ino;
         uint64_t created_ms, expires_ms;
         const char *status;       /* pending, running, stopping, stopped, failed */
         session *sess;
@@ -266,6 +274,39 @@ struct sandbox {
 /* "allow-all", "deny-all" or "custom". */
 const char *sandbox_policy_mode(const sandbox *sb);
 
+/* ---- pod.c: sandboxes in a pod's network namespace (network.netns) ---- */
+
+/* True when sb joins a pod's network namespace (network.netns). */
+static inline bool sandbox_is_pod(const sandbox *sb) {
+        return sb->netns_path != NULL;
+}
+
+/* Reads sandbox.create's `network` ({"netns": PATH}) into sb and opens the
+ * namespace into *ret_fd (caller closes; -EBADF when `network` is absent or
+ * null). Refused, naming network.netns: a client other than root on the
+ * local socket, a path with a symlink, anything but a network namespace's
+ * nsfs file, the daemon's own namespace, one another sandbox holds. */
+int pod_parse_network(manager *m, const rpc_request *req, sandbox *sb, int *ret_fd, sb_error **ret_err);
+
+/* Opens sb's recorded network.netns again (resume, restore) and checks it
+ * is the namespace first recorded (same inode); *ret_fd is the caller's. */
+int pod_netns_reopen(const sandbox *sb, int *ret_fd, sb_error **ret_err);
+
+/* Installs (replaces) the policy table of pod sandbox sb for p in its
+ * namespace `netns_fd` (policy/nftpod.h), with the daemon's never list and
+ * daemon.json kubernetes CIDRs. `keep`: leave a table that p already built
+ * (a restarted daemon: its pins stay). 0 or a negative errno (*ret_err). */
+int pod_apply_policy(manager *m, int netns_fd, const pol_policy *p, bool keep, sb_error **ret_err);
+
+/* The upstream of a pod's DNS filter, "ADDR:53" into buf: daemon.json
+ * kubernetes.clusterDNS[0], else -ENOENT (the caller uses the host's). */
+int pod_dns_upstream(const manager *m, char *buf, size_t size);
+
+/* What a pod's table cannot enforce yet, refused naming the entry: HTTP
+ * rules (a pod has no egress proxy) and a port on a name (its addresses
+ * are admitted on every port). 0 or -EOPNOTSUPP (*ret_err). */
+int pod_policy_check(const pol_policy *p, sb_error **ret_err);
+
 /* A session being started on a worker thread (session_start). */
 typedef struct start_job {
         manager *m;
@@ -286,6 +327,7 @@ typedef struct start_job {
         pid_t netd_pid;
         int netd_out, netd_in;
         int netns_fd;             /* the sandbox's network namespace, for ports */
+        int pod_netns;            /* network.netns opened and checked (pod.c), or -EBADF */
         core_cgroup *cg;
         int slot;
         bool proxy_ca;            /* the session CA exists (netd terminates TLS with it) */

@@ -75,6 +75,11 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON_AddBoolToObject(o, "ready", !sb->not_ready);
         cJSON_AddItemToObject(o, "setup", ready_setup_json(sb));
         userns_to_json(sb, o);
+        /* Only a pod sandbox has one (pod.c). */
+        if (sb->netns_path) {
+                cJSON *net = cJSON_AddObjectToObject(o, "network");
+                cJSON_AddStringToObject(net, "netns", sb->netns_path);
+        }
         add_time(o, "createdAt", sb->created_ms);
         cJSON_AddItemToObject(o, "sessions", cJSON_Duplicate(sb->sessions, 1));
         /* The running session's health: how often its sandbox-netd died
@@ -103,6 +108,12 @@ cJSON *sandbox_config_json(const sandbox *sb) {
         /* Readiness is kept (as "ready": false) only while a sandbox is not
          * ready; the setup claim is a connection's, never stored (ready.c). */
         cJSON_DeleteItemFromObject(o, "setup");
+        /* The namespace's identity: a resume or restore refuses another. */
+        if (sb->netns_path) {
+                cJSON *net = cJSON_GetObjectItemCaseSensitive(o, "network");
+                cJSON_AddNumberToObject(net, "dev", (double)sb->netns_dev);
+                cJSON_AddNumberToObject(net, "ino", (double)sb->netns_ino);
+        }
         if (!sb->not_ready)
                 cJSON_DeleteItemFromObject(o, "ready");
         return o;
@@ -145,6 +156,7 @@ void sandbox_free(sandbox *sb) {
         pol_policy_free(sb->pol);
         free(sb->dir);
         free(sb->run_dir);
+        free(sb->netns_path);
         free(sb->stop_waiters.items);
         free(sb->delete_waiters.items);
         free(sb->setup_waiters.items); /* answered by ready_sandbox_gone / ready_conn_closed */
@@ -507,6 +519,12 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
         }
         if ((r = create_runtime(m, req, src, &runtime, ret_err)) < 0)
                 return r;
+        /* A pod's network namespace (pod.c): checked and opened here, on
+         * the loop, so the refusal names the field before anything is made. */
+        if ((r = pod_parse_network(m, req, sb, &j->pod_netns, ret_err)) < 0)
+                return r;
+        if (sandbox_is_pod(sb) && (r = pod_policy_check(sb->pol, ret_err)) < 0)
+                return r;
         char rnd[17];
         if (name)
                 sb->name = strdup(name);
@@ -707,6 +725,9 @@ static cJSON *config_differs(const cJSON *given, const sandbox *want, const sand
                         same = same_json(want->ports, have->ports);
                 else if (streq(key, "networkPolicy"))
                         same = same_json(want->policy, have->policy);
+                else if (streq(key, "network"))
+                        same = want->netns_path && have->netns_path && want->netns_dev == have->netns_dev &&
+                               want->netns_ino == have->netns_ino;
                 else if (streq(key, "source"))
                         /* Both as shown: a password is never compared. */
                         same = same_json(want->source, have->source);
@@ -1043,13 +1064,14 @@ static void method_update(rpc_request *req, void *userdata) {
         cJSON *policy = cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy");
         const char *fail_field = NULL, *fail_reason = NULL, *fail_msg = NULL;
         _cleanup_policy_ pol_policy *newpol = NULL;
-        if (policy && pol_policy_parse(policy, &newpol, &err) < 0) {
+        if (policy && (pol_policy_parse(policy, &newpol, &err) < 0 ||
+                       (sandbox_is_pod(sb) && pod_policy_check(newpol, &err) < 0))) {
                 cJSON_Delete(env);
                 cJSON_Delete(tags);
                 rpc_reply_sb_error(req, err);
                 return;
         }
-        if (newpol && sb->sess && sb->sess->net_slot < 0 && newpol->mode != POL_MODE_DENY_ALL) {
+        if (newpol && sb->sess && sb->sess->net_slot < 0 && !sandbox_is_pod(sb) && newpol->mode != POL_MODE_DENY_ALL) {
                 /* Only a deny-all session started while the pool was full. */
                 fail_field = "networkPolicy";
                 fail_reason = "invalid_policy";
@@ -1256,6 +1278,17 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         /* Absent (every config written before readiness existed): ready. */
         sb->not_ready = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "ready"));
         userns_load(m, sb, c);
+        /* A pod sandbox: its namespace is opened again (and its identity
+         * checked) when a session starts or is adopted (pod.c). */
+        const cJSON *net = cJSON_GetObjectItemCaseSensitive(c, "network");
+        const char *netns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(net, "netns"));
+        if (netns) {
+                const cJSON *dev = cJSON_GetObjectItemCaseSensitive(net, "dev");
+                const cJSON *ino = cJSON_GetObjectItemCaseSensitive(net, "ino");
+                sb->netns_path = strdup(netns);
+                sb->netns_dev = cJSON_IsNumber(dev) ? (uint64_t)dev->valuedouble : 0;
+                sb->netns_ino = cJSON_IsNumber(ino) ? (uint64_t)ino->valuedouble : 0;
+        }
         sb->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "createdAt")));
         sb->status = "stopped";
         /* Sessions that were running when the daemon went away ended then. */

@@ -62,8 +62,12 @@ static const schema_variant source_variants[] = {
         OPT("persistent"), OPT("userns")
 #define SOURCE_FIELD { .key = "source", .kind = SCHEMA_VARIANT, .variants = source_variants }
 
-static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), END };
-static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), OPT("setup"), END };
+/* A pod's network namespace (pod.c); not a fork override: a fork gets a
+ * namespace of its own. */
+static const schema_field network_fields[] = { OPT("netns"), END };
+#define NETWORK_FIELD { .key = "network", .kind = SCHEMA_OBJECT, .fields = network_fields }
+static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), END };
+static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), OPT("setup"), END };
 static const schema_field set_ready_params[] = { REQ("name"), REQ("ready"), END };
 static const schema_field overrides_fields[] = { CONFIG_FIELDS, END };
 
@@ -187,6 +191,8 @@ const schema_limit schema_limits[] = {
         { "sandbox.get", "name", LIMIT_NAME_BYTES },
         { "sandbox.get", "resume", 0 },
         { "sandbox.create", "progress", 0 },
+        { "sandbox.create", "network.netns", LIMIT_PATH_BYTES },
+        { "sandbox.getOrCreate", "network.netns", LIMIT_PATH_BYTES },
         { "sandbox.getOrCreate", "name", LIMIT_NAME_BYTES },
         { "sandbox.getOrCreate", "progress", 0 },
         { "sandbox.getOrCreate", "setup", 0 },

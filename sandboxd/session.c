@@ -34,6 +34,7 @@
 #include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
+#include "policy/nftpod.h"
 
 #define SETUP_TIMEOUT_MS 15000
 
@@ -108,7 +109,12 @@ static int write_upper_etc(const sandbox *sb, const char *mode, struct in_addr g
         if (!resolv)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         (void)len;
-        if (gateway.s_addr) {
+        if (sandbox_is_pod(sb))
+                /* Port 53 to any address is redirected there too (nftpod.h). */
+                snprintf(resolv, cap,
+                         "# the pod's DNS filter (sandboxd), inside the pod's network namespace\n"
+                         "nameserver %s\noptions edns0\n", POL_POD_DNS_ADDR);
+        else if (gateway.s_addr) {
                 char gw[INET_ADDRSTRLEN];
                 inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
                 snprintf(resolv, cap,
@@ -461,6 +467,9 @@ static cJSON *setup_packet(start_job *j) {
         }
         /* init configures eth0 only when there is one (not deny-all). */
         cJSON_AddNumberToObject(o, "netSlot", streq(sandbox_policy_mode(sb), "deny-all") ? -1 : j->slot);
+        /* A pod's namespace: CNI configured it; init leaves it alone. */
+        if (sandbox_is_pod(sb))
+                cJSON_AddBoolToObject(o, "joinedNetns", true);
         cJSON_AddStringToObject(o, "poolBase", inet_ntop(AF_INET, &m->pool.base, buf, sizeof(buf)));
         cJSON_AddNumberToObject(o, "poolPrefix", m->pool.prefix);
         if (m->pool.prefix6) {
@@ -786,17 +795,26 @@ static int netd_spawn_run(void *userdata) {
  * the session's `cg` (NULL: left where it is). Blocking: a worker thread,
  * or the loop for a live update. */
 static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_ca, const pol_policy *p,
-                      uint64_t generation,
-                      struct in_addr gateway, pid_t *ret_pid, int *ret_out, int *ret_in, sb_error **ret_err) {
+                      uint64_t generation, struct in_addr gateway, int pod_netns, pid_t *ret_pid, int *ret_out,
+                      int *ret_in, sb_error **ret_err) {
         const char *run_dir = sb->run_dir;
-        char gw[INET_ADDRSTRLEN], listen_arg[64], proxy_arg[64], upstream[300];
+        char gw[INET_ADDRSTRLEN], listen_arg[64], proxy_arg[64], upstream[300], netns_arg[64];
         _cleanup_free_ char *cert = NULL, *key = NULL, *bundle = NULL;
+        bool pod = pod_netns >= 0;
         inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
         snprintf(listen_arg, sizeof(listen_arg), "%s:53", gw);
         snprintf(proxy_arg, sizeof(proxy_arg), "%s:%d", gw, POL_PROXY_PORT);
+        /* A pod's filter listens on its namespace's loopback, where the
+         * pod's table redirects port 53 (policy/nftpod.h); netd opens the
+         * namespace through this daemon's descriptor of it. */
+        if (pod) {
+                snprintf(listen_arg, sizeof(listen_arg), "%s:%d", POL_POD_DNS_ADDR, POL_POD_DNS_PORT);
+                snprintf(netns_arg, sizeof(netns_arg), "/proc/%d/fd/%d", (int)getpid(), pod_netns);
+        }
         if (ca_paths(sb, &cert, &key, &bundle) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
-        if (upstream_resolver(upstream, sizeof(upstream)) < 0)
+        if ((!pod || pod_dns_upstream(m, upstream, sizeof(upstream)) < 0) &&
+            upstream_resolver(upstream, sizeof(upstream)) < 0)
                 return sb_error_set(ret_err, -ENOENT, NULL, NULL, "DNS filter: no nameserver in /etc/resolv.conf");
         _cleanup_free_ char *path = NULL, *text = netd_policy_text(m, p, generation);
         if (!text || asprintf(&path, "%s/policy.json", run_dir) < 0)
@@ -819,12 +837,20 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
         argv[a++] = (char *)"--policy";
         argv[a++] = path;
         argv[a++] = (char *)"--ack";
-        a += netd_proxy_args(sb, with_ca, argv + a, proxy_arg, cert, key);
+        if (pod) {
+                /* No egress proxy for a pod (pod_policy_check refuses what
+                 * would need one). */
+                argv[a++] = (char *)"--listen-netns";
+                argv[a++] = netns_arg;
+                argv[a++] = (char *)"--name";
+                argv[a++] = sb->name;
+        } else
+                a += netd_proxy_args(sb, with_ca, argv + a, proxy_arg, cert, key);
         /* The IPv6 gateway of the same slot (the IPv4 gateway is the
          * slot's even address): the proxy's IPv6 listener, where nftables
          * redirects the session's IPv6 TCP 80/443. */
         char proxy6_arg[INET6_ADDRSTRLEN + 10];
-        if (m->pool.prefix6) {
+        if (m->pool.prefix6 && !pod) {
                 char gw6[INET6_ADDRSTRLEN];
                 unsigned slot = (ntohl(gateway.s_addr) - ntohl(m->pool.base.s_addr)) / 2;
                 struct in6_addr g6 = core_net_host_addr6(&m->pool, slot);
@@ -889,7 +915,7 @@ static int netd_start(manager *m, const sandbox *sb, core_cgroup *cg, bool with_
         /* Both must be up: a custom policy without its proxy would leave
          * the redirected ports 80 and 443 refused (fail closed, but not
          * what the policy says). */
-        if (r < 0 || !strstr(line, "\"ready\":true") || !strstr(line, "\"proxy\"")) {
+        if (r < 0 || !strstr(line, "\"ready\":true") || (!pod && !strstr(line, "\"proxy\""))) {
                 kill(*ret_pid, SIGKILL);
                 waitpid(*ret_pid, NULL, 0);
                 restore_helper_forget(*ret_pid);
@@ -980,8 +1006,14 @@ static void netd_line(session *s, const char *line) {
                 /* A (dns4) or AAAA (dns6) pin; an IPv6 pin without an IPv6
                  * pool goes into a set no packet reaches (the host table
                  * denies the session's IPv6 first). */
-                bool ok = current && pol_addr_parse(pin, &a) == 0 &&
-                          pol_nft_pin_addr(ifname, &a, cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30, &err) >= 0;
+                uint32_t ttl_s = cJSON_IsNumber(ttl) ? (uint32_t)ttl->valuedouble : 30;
+                bool ok = current && pol_addr_parse(pin, &a) == 0;
+                /* A pod's pins go into its own table (nftpod.h); only a
+                 * custom policy has pin sets (allow-all admits anyway). */
+                if (ok && s->pod_netns >= 0)
+                        ok = sb->pol->mode != POL_MODE_CUSTOM || pol_pod_pin(s->pod_netns, &a, ttl_s, &err) >= 0;
+                else if (ok)
+                        ok = pol_nft_pin_addr(ifname, &a, ttl_s, &err) >= 0;
                 if (!current)
                         log_debug("sandbox '%s': pin %s judged under a replaced policy: refused", sb->name, pin);
                 else if (!ok)
@@ -1122,10 +1154,11 @@ static uint64_t netd_schedule_restart(session *s);
 static int on_netd_retry(sd_event_source *src, uint64_t usec, void *userdata) {
         session *s = userdata;
         sandbox *sb = s->sb;
-        if (s->stopping || s->netd_pid > 0 || s->net_slot < 0 || !sb->pol || sb->pol->mode != POL_MODE_CUSTOM)
+        if (s->stopping || s->netd_pid > 0 || !sb->pol ||
+            (s->pod_netns < 0 && (s->net_slot < 0 || sb->pol->mode != POL_MODE_CUSTOM)))
                 return 0;
         _cleanup_error_ sb_error *err = NULL;
-        int r = netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, &s->netd_pid,
+        int r = netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, s->pod_netns, &s->netd_pid,
                            &s->netd_out, &s->netd_in, &err);
         if (r >= 0 && (r = netd_attach(s)) < 0)
                 sb_error_set(&err, r, NULL, NULL, "watch it: %s", strerror(-r));
@@ -1304,9 +1337,56 @@ static int session_apply_rules(session *s, const char *ifname, const pol_policy 
  * The resolver in the sandbox's resolv.conf (the gateway) is the same in
  * every mode, so nothing inside the sandbox changes. On failure in 3-7 the
  * old policy is put back (the caller restores the stored config). */
+/* session_apply_policy() for a pod's sandbox (pod.c): the generation is
+ * bumped (pins judged under the old policy are refused from here on), netd
+ * takes the new policy (reloaded, or restarted on it), and the pod's table
+ * is replaced in one batch (its pins dropped with it: judged under the old
+ * policy). On a failure the old table and netd's old policy are put back;
+ * a table that cannot be put back stops the sandbox (fail closed). */
+static int session_apply_pod_policy(session *s, const pol_policy *p, sb_error **ret_err) {
+        sandbox *sb = s->sb;
+        s->policy_generation++;
+        int reload = s->netd_pid > 0 ? netd_reload_begin(s, p) : -ESRCH;
+        if (reload == -ESRCH) {
+                netd_detach(s);
+                netd_stop(&s->netd_pid);
+        }
+        int r = pod_apply_policy(sb->m, s->pod_netns, p, false, ret_err);
+        if (reload >= 0)
+                reload = netd_reload_wait(s);
+        if (r < 0 || reload < 0) {
+                netd_detach(s);
+                netd_stop(&s->netd_pid);
+        }
+        if (r < 0) {
+                _cleanup_error_ sb_error *uerr = NULL;
+                s->policy_generation++;
+                if (pod_apply_policy(sb->m, s->pod_netns, sb->pol, false, &uerr) < 0) {
+                        log_error("sandbox '%s': put back its table after a refused update: %s; stopping it "
+                                  "(fail closed)", sb->name, uerr ? uerr->message : "failed");
+                        session_stop(sb);
+                }
+        }
+        if (s->netd_pid <= 0 && !s->stopping) {
+                _cleanup_error_ sb_error *nerr = NULL;
+                if (netd_start(sb->m, sb, s->cg, s->proxy_ca, r < 0 ? sb->pol : p, s->policy_generation, s->gateway,
+                               s->pod_netns, &s->netd_pid, &s->netd_out, &s->netd_in, &nerr) >= 0)
+                        netd_attach(s);
+                else {
+                        log_warning("sandbox '%s': restart its DNS filter: %s (retrying; DNS fails closed "
+                                    "meanwhile)", sb->name, nerr ? nerr->message : "failed");
+                        netd_schedule_restart(s);
+                }
+        }
+        (void)restore_save_record(s);
+        return r;
+}
+
 int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         sandbox *sb = s->sb;
         char ifname[32];
+        if (s->pod_netns >= 0)
+                return session_apply_pod_policy(s, p, ret_err);
         if (s->net_slot < 0) {
                 if (p->mode == POL_MODE_DENY_ALL)
                         return 0;
@@ -1378,7 +1458,7 @@ int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err) {
         if (configure_eth0 && (r = session_veth_configure(s, ret_err)) < 0)
                 goto undo;
         if (p->mode == POL_MODE_CUSTOM && s->netd_pid <= 0) {
-                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
+                r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, s->pod_netns, &s->netd_pid,
                                &s->netd_out, &s->netd_in, ret_err);
                 if (r < 0)
                         goto undo;
@@ -1408,7 +1488,7 @@ undo:
         }
         if (sb->pol->mode == POL_MODE_CUSTOM && !s->stopping) {
                 _cleanup_error_ sb_error *nerr = NULL;
-                if (netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway,
+                if (netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, s->pod_netns,
                                &s->netd_pid, &s->netd_out, &s->netd_in, &nerr) >= 0)
                         netd_attach(s);
                 else
@@ -1421,7 +1501,19 @@ undo:
 void sessions_push_never_list(manager *m) {
         for (sandbox *sb = m->sandboxes; sb; sb = sb->next) {
                 session *s = sb->sess;
-                if (!s || s->stopping || s->netd_pid <= 0 || !sb->pol || sb->pol->mode != POL_MODE_CUSTOM)
+                if (s && !s->stopping && s->pod_netns >= 0) {
+                        /* A pod's table holds the never list too: rebuilt
+                         * if it changed (pod_apply_policy keeps it if not). */
+                        _cleanup_error_ sb_error *perr = NULL;
+                        if (pod_apply_policy(m, s->pod_netns, sb->pol, true, &perr) < 0) {
+                                log_error("sandbox '%s': %s; stopping it (fail closed)", sb->name,
+                                          perr ? perr->message : "the pod's table");
+                                session_stop(sb);
+                                continue;
+                        }
+                }
+                if (!s || s->stopping || s->netd_pid <= 0 || !sb->pol ||
+                    (sb->pol->mode != POL_MODE_CUSTOM && s->pod_netns < 0))
                         continue;
                 /* Same policy, same generation: only the never list is new. */
                 int k = netd_reload(s, sb->pol);
@@ -1531,7 +1623,14 @@ static void start_work(void *userdata) {
                 r = lfd;
                 goto fail;
         }
-        r = core_spawn_init(m->init_memfd, j->cg, sb->userns_base, lfd, &j->spawn, &j->err);
+        /* A pod's namespace, opened again by its path on a resume (the
+         * create opened it when it checked the request). */
+        if (sandbox_is_pod(sb) && j->pod_netns < 0 && (r = pod_netns_reopen(sb, &j->pod_netns, &j->err)) < 0) {
+                close(lfd);
+                lfd = -EBADF;
+                goto fail;
+        }
+        r = core_spawn_init(m->init_memfd, j->cg, sb->userns_base, lfd, j->pod_netns, &j->spawn, &j->err);
         close(lfd);
         lfd = -EBADF;
         if (r < 0)
@@ -1586,9 +1685,14 @@ static void start_work(void *userdata) {
          * init configures eth0 only after setup below. */
         if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
+        /* A pod: its table inside its namespace, before init runs a thing. */
+        if (sandbox_is_pod(sb) && (r = pod_apply_policy(m, j->pod_netns, sb->pol, false, &j->err)) < 0)
+                goto fail;
         step_mark(&clk, "net");
-        if (streq(mode, "custom") &&
-            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, 0, gateway, &j->netd_pid, &j->netd_out, &j->netd_in,
+        /* A pod's DNS filter runs under every policy (deny-all answers
+         * NXDOMAIN naming it), on its namespace's loopback. */
+        if ((streq(mode, "custom") || sandbox_is_pod(sb)) &&
+            (r = netd_start(m, sb, j->cg, j->proxy_ca, sb->pol, 0, gateway, j->pod_netns, &j->netd_pid, &j->netd_out, &j->netd_in,
                             &j->err)) < 0)
                 goto fail;
         if (j->netd_pid > 0)
@@ -1634,6 +1738,8 @@ fail:
                 pol_nft_session_remove(ifname, NULL);
                 core_veth_delete((unsigned)j->slot, NULL);
         }
+        if (j->pod_netns >= 0)
+                pol_pod_remove(j->pod_netns, NULL);
         if (j->cg) {
                 core_cgroup_kill_all(j->cg);
                 core_cgroup_destroy(j->cg);
@@ -1733,6 +1839,8 @@ static void start_done(void *userdata) {
         s->flows_forgotten = j->flows_forgotten;
         s->netns_fd = j->netns_fd;
         j->netns_fd = -EBADF;
+        s->pod_netns = j->pod_netns;
+        j->pod_netns = -EBADF;
         j->netd_pid = 0;
         j->netd_out = j->netd_in = -EBADF;
         s->started_ms = core_now_ms();
@@ -1796,7 +1904,8 @@ int session_start(sandbox *sb, start_job *j) {
          * it the veth of that slot later, and its resolv.conf already names
          * the gateway. A deny-all session starts without one when the pool
          * is full (it then stays deny-all while it runs). */
-        if ((j->slot = manager_alloc_slot(m)) < 0 && !streq(sandbox_policy_mode(sb), "deny-all"))
+        /* A pod's sandbox (pod.c) has the pod's network, not a slot. */
+        if (!sandbox_is_pod(sb) && (j->slot = manager_alloc_slot(m)) < 0 && !streq(sandbox_policy_mode(sb), "deny-all"))
                 return sb_error_set(&j->err, -ENOSPC, "limit_exceeded", NULL,
                                     "no free address in the network pool %s", m->cfg->network_pool);
         if (asprintf(&j->rootfs, "%s/rootfs", sb->run_dir) < 0)
@@ -1834,7 +1943,7 @@ start_job *start_job_new(sandbox *sb, bool fresh) {
         j->sb = sb;
         j->fresh = fresh;
         j->slot = -1;
-        j->spawn.pidfd = j->spawn.agent_fd = j->netd_out = j->netd_in = j->netns_fd = -EBADF;
+        j->spawn.pidfd = j->spawn.agent_fd = j->netd_out = j->netd_in = j->netns_fd = j->pod_netns = -EBADF;
         return j;
 }
 
@@ -1858,6 +1967,8 @@ void start_job_free(start_job *j) {
                 close(j->netd_in);
         if (j->netns_fd >= 0)
                 close(j->netns_fd);
+        if (j->pod_netns >= 0)
+                close(j->pod_netns);
         free(j->rootfs);
         free(j->config_text);
         sb_error_free(j->err);
@@ -1982,6 +2093,14 @@ static void teardown_work(void *userdata) {
                                 log_warning("sandbox '%s': remove its nftables objects: %s", t->sb->name,
                                             err ? err->message : "failed");
                         core_veth_delete((unsigned)t->s->net_slot, NULL);
+                }
+                /* A pod's namespace outlives the sandbox (CNI removes it):
+                 * nothing of ours stays in it. */
+                if (t->s->pod_netns >= 0) {
+                        _cleanup_error_ sb_error *err = NULL;
+                        if (pol_pod_remove(t->s->pod_netns, &err) < 0)
+                                log_warning("sandbox '%s': remove its table in the pod's network namespace: %s",
+                                            t->sb->name, err ? err->message : "failed");
                 }
                 if (t->s->cg) {
                         core_cgroup_kill_all(t->s->cg);
@@ -2125,6 +2244,8 @@ static void session_release(manager *m, session *s) {
         redo_list_clear(&s->logs_waiting); /* answered by agent_detach */
         if (s->peak_fd_set)
                 close(s->peak_fd);
+        if (s->pod_netns >= 0)
+                close(s->pod_netns);
         free(s);
 }
 
@@ -2295,8 +2416,27 @@ static int adopt_open(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_
  * was replaced at start, taking session chains with it; until this point
  * the veth met the table's default deny) and, for a custom policy, a new
  * netd. */
+/* adopt_network() of a pod's sandbox: its namespace opened again by the
+ * recorded path (the same inode, and init's own), its table kept if the
+ * stored policy built it (its pins with it), else rebuilt, and its netd. */
+static int adopt_pod(sandbox *sb, session *s, sb_error **ret_err) {
+        struct stat a, b;
+        int r = pod_netns_reopen(sb, &s->pod_netns, ret_err);
+        if (r < 0)
+                return r;
+        if (fstat(s->pod_netns, &a) < 0 || fstat(s->netns_fd, &b) < 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+                return sb_error_set(ret_err, -ESTALE, NULL, "network.netns",
+                                    "its sandbox-init is not in the pod's network namespace %s", sb->netns_path);
+        if ((r = pod_apply_policy(sb->m, s->pod_netns, sb->pol, true, ret_err)) < 0)
+                return r;
+        return netd_start(sb->m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, s->pod_netns,
+                          &s->netd_pid, &s->netd_out, &s->netd_in, ret_err);
+}
+
 static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **ret_err) {
         manager *m = sb->m;
+        if (sandbox_is_pod(sb))
+                return adopt_pod(sb, s, ret_err);
         const cJSON *slot = cJSON_GetObjectItem(rec, "slot");
         s->net_slot = cJSON_IsNumber(slot) ? slot->valueint : -1;
         if (s->net_slot < 0)
@@ -2338,7 +2478,7 @@ static int adopt_network(sandbox *sb, const cJSON *rec, session *s, sb_error **r
         if (want_veth && (r = core_net_configure_eth0(s->netns_fd, &m->pool, (unsigned)s->net_slot, ret_err)) < 0)
                 return sb_error_prefix(ret_err, "configure its eth0");
         if (sb->pol->mode == POL_MODE_CUSTOM) {
-                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, &s->netd_pid,
+                r = netd_start(m, sb, s->cg, s->proxy_ca, sb->pol, s->policy_generation, s->gateway, s->pod_netns, &s->netd_pid,
                                &s->netd_out, &s->netd_in,
                                ret_err);
                 if (r < 0)
@@ -2396,7 +2536,7 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         }
         s->sb = sb;
         s->adopted = true;
-        s->pidfd = s->agent_fd = s->netd_out = s->netd_in = s->netns_fd = -EBADF;
+        s->pidfd = s->agent_fd = s->netd_out = s->netd_in = s->netns_fd = s->pod_netns = -EBADF;
         s->net_slot = -1;
         s->proxy_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "proxyCa"));
         s->sandbox_trusts_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "sandboxTrustsCa"));
@@ -2734,7 +2874,7 @@ int session_pool_network(session *s, sb_error **ret_err) {
         if ((r = session_veth_configure(s, ret_err)) < 0)
                 return r;
         if (p->mode == POL_MODE_CUSTOM) {
-                if ((r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, &s->netd_pid,
+                if ((r = netd_start(sb->m, sb, s->cg, s->proxy_ca, p, s->policy_generation, s->gateway, s->pod_netns, &s->netd_pid,
                                     &s->netd_out, &s->netd_in, ret_err)) < 0)
                         return r;
                 if ((r = netd_attach(s)) < 0)

@@ -977,7 +977,9 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         s->sandbox = strdup(sb->name);
         s->layers = cJSON_Duplicate(chain, 1);
         s->config = sandbox_config_json(sb);
-        static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready"};
+        /* network: a pod's namespace is the pod's, never a snapshot's. */
+        static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready",
+                                           "network"};
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();

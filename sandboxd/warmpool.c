@@ -459,7 +459,9 @@ undo:
 
 bool warmpool_try_adopt(manager *m, rpc_request *req, sandbox *sb, const start_job *j, rpc_handler on_ready) {
         warm_pool *w = m->warm_pool;
-        if (!w || !create_matches(w, sb, j))
+        /* A pooled session has a network namespace of its own; a pod's
+         * sandbox must be born in the pod's (pod.c). */
+        if (!w || sandbox_is_pod(sb) || !create_matches(w, sb, j))
                 return false;
         sandbox *p = NULL;
         for (sandbox *it = w->items; it && !p; it = it->next) {

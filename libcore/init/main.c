@@ -114,6 +114,10 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, recv_fds *f
 }
 
 static int setup_network(const cJSON *setup, sb_error **ret_err) {
+        /* A pod's namespace (sandbox.create network.netns): CNI configured
+         * it and it is not ours to change (its sysctls belong to the host). */
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(setup, "joinedNetns")))
+                return 0;
         core_net_pool pool = { .prefix = 16 };
         const char *base = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(setup, "poolBase"));
         if (inet_pton(AF_INET, base ? base : "10.201.0.0", &pool.base) != 1)

@@ -7,10 +7,14 @@
  * Command line (the standalone / test mode; the fd-3 control socket for
  * sandboxd comes later and will carry the same JSON lines):
  *
- *   sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE
+ *   sandbox-netd --listen ADDR:PORT [--listen-netns PATH] --upstream ADDR:PORT --policy FILE
  *                [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]
  *                [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE [--ca-trusted]]
  *                 [--upstream-ca FILE] [--name NAME]]
+ *
+ * With --listen-netns PATH (a pod sandbox's network namespace, as an nsfs
+ * file such as /proc/PID/fd/N), the DNS listeners are made inside that
+ * namespace and everything else (the upstream sockets) in netd's own.
  *
  * With --proxy it also serves the egress proxy (policy/proxy.c) on TCP
  * ADDR:PORT (PORT 0: a free port, shown as "proxy" in the ready line): one
@@ -80,6 +84,7 @@
 #include <string.h>
 #include <sys/param.h>
 #include <sys/prctl.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <linux/netfilter_ipv4.h>
@@ -118,6 +123,7 @@ typedef struct config {
         socklen_t proxy6_listen_len;
         const char *ca_cert, *ca_key, *upstream_ca, *name;
         bool ca_trusted;   /* --ca-trusted: refusals on 443 are answered inside TLS */
+        const char *listen_netns; /* --listen-netns: the network namespace the DNS listeners are made in */
 } config;
 
 typedef struct inflight {
@@ -829,9 +835,34 @@ static void reload_policy(void) {
         (void)emit(o);
 }
 
+static int bind_sockets_here(int *ret_udp, int *ret_tcp);
+
 /* Binds UDP, then TCP on the same port (the one the kernel chose for UDP
- * when the port asked is 0). */
+ * when the port asked is 0). With --listen-netns, inside that network
+ * namespace (a pod's, docs/KUBERNETES.md): a socket keeps the namespace it
+ * was made in, so the listeners stay there after this thread returns to
+ * its own, where the upstream sockets are made (a query forwarded from
+ * inside the pod's namespace would meet the pod's own DNS redirect). Runs
+ * as root, before any thread exists. */
 static int bind_sockets(int *ret_udp, int *ret_tcp) {
+        if (!cfg.listen_netns)
+                return bind_sockets_here(ret_udp, ret_tcp);
+        _cleanup_close_ int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int ns = open(cfg.listen_netns, O_RDONLY | O_CLOEXEC);
+        if (home < 0 || ns < 0)
+                return log_error_errno(negative_errno(), "--listen-netns %s: %m", cfg.listen_netns);
+        if (setns(ns, CLONE_NEWNET) < 0)
+                return log_error_errno(negative_errno(), "--listen-netns %s: setns: %m", cfg.listen_netns);
+        int r = bind_sockets_here(ret_udp, ret_tcp);
+        if (setns(home, CLONE_NEWNET) < 0) {
+                /* Never serve from the wrong namespace. */
+                log_error_errno(negative_errno(), "return to the own network namespace: %m");
+                _exit(1);
+        }
+        return r;
+}
+
+static int bind_sockets_here(int *ret_udp, int *ret_tcp) {
         _cleanup_close_ int udp = socket(cfg.listen.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         _cleanup_close_ int tcp = socket(cfg.listen.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1;
@@ -938,7 +969,7 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *f) {
-        fputs("usage: sandbox-netd --listen ADDR:PORT --upstream ADDR:PORT --policy FILE\n"
+        fputs("usage: sandbox-netd --listen ADDR:PORT [--listen-netns PATH] --upstream ADDR:PORT --policy FILE\n"
               "                    [--never CIDR]... [--user NAME] [--timeout-ms N] [--ack]\n"
               "                    [--proxy ADDR:PORT [--proxy6 [ADDR6]:PORT] [--ca-cert FILE --ca-key FILE\n"
               "                     [--ca-trusted]]\n"
@@ -955,7 +986,7 @@ static int parse_args(int argc, char **argv) {
                 { "proxy", required_argument, NULL, 'P' },   { "ca-cert", required_argument, NULL, 'C' },
                 { "ca-key", required_argument, NULL, 'K' },  { "upstream-ca", required_argument, NULL, 'A' },
                 { "name", required_argument, NULL, 'N' },    { "proxy6", required_argument, NULL, '6' },
-                { "ca-trusted", no_argument, NULL, 'T' },
+                { "ca-trusted", no_argument, NULL, 'T' },  { "listen-netns", required_argument, NULL, 'L' },
                 {},
         };
         bool have_listen = false, have_upstream = false;
@@ -1013,6 +1044,9 @@ static int parse_args(int argc, char **argv) {
                         break;
                 case 'N':
                         cfg.name = optarg;
+                        break;
+                case 'L':
+                        cfg.listen_netns = optarg;
                         break;
                 case 't':
                         cfg.timeout_ms = atoi(optarg);
