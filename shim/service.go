@@ -566,7 +566,7 @@ func (s *service) checkProcess(spec *specs.Spec, r *taskAPI.CreateTaskRequest, l
 // of its own, a pod's containers share the pod's root, and bind mounts are
 // refused (docs/KUBERNETES.md).
 const (
-	joinNetns      = false
+	joinNetns      = true
 	haveContainers = false
 )
 
@@ -585,6 +585,14 @@ func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hos
 		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
 	netns, err := specNetns(spec, podMember)
+	if err == nil && netns != "" && joinNetns {
+		// containerd names it by a path through /var/run (a symlink to
+		// /run on most systems), which sandboxd, following no symlink,
+		// refuses: the path from containerd (root) is resolved here.
+		if real, rerr := filepath.EvalSymlinks(netns); rerr == nil {
+			netns = real
+		}
+	}
 	if err == nil && netns != "" && !joinNetns {
 		if pod {
 			netns = ""

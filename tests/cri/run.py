@@ -177,7 +177,7 @@ class Containerd:
         os.makedirs(self.logs, exist_ok=True)
         with open(os.path.join(self.cni_conf, "10-sbxcri.conflist"), "w") as f:
             json.dump({"cniVersion": "0.4.0", "name": self.net_name, "plugins": [{
-                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
+                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True,
                 "hairpinMode": True,
                 "ipam": {"type": "host-local", "dataDir": self.ipam,
                          "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}, f)
@@ -215,6 +215,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """ % dict(root=self.root, state=self.state, sock=self.sock, pause=PAUSE_IMAGE, handler=HANDLER,
                 runtime=RUNTIME, cnibin=CNI_BIN, cniconf=self.cni_conf))
         return cfg
+
+    def share_mounts(self):
+        """`base` as a shared mount (bound onto itself, rshared), made
+        before sandboxd starts: sandboxd's mount namespace (a slave of the
+        host's) then receives the mounts made below it, such as the pods'
+        network namespaces, as on a node whose / is shared (systemd's
+        default); the test host's / is private. stop() unmounts it."""
+        os.makedirs(self.base, exist_ok=True)
+        subprocess.run(["mount", "--bind", self.base, self.base], check=True)
+        subprocess.run(["mount", "--make-rshared", self.base], check=True)
 
     def start(self):
         os.makedirs(self.base, exist_ok=True)
@@ -537,6 +547,32 @@ def test_pod_policy_annotation_admits_and_refuses(t):
     no_pod_left(t, pod_id)
 
 
+def test_another_pod_reaches_the_pod_ip(t):
+    """The pod's sandbox joins the network namespace CNI made for it: the
+    pod keeps its IP on the CNI bridge (PodSandboxStatus), a container
+    listening in it is reached at that IP by another pod's container, and
+    the container sees that IP on its own eth0."""
+    pod_a, cfg_a = run_pod(t, "podip-a")
+    ip = t.cri.r("PodSandboxStatus", pod_sandbox_id=pod_a).status.network.ip
+    expect(ip.startswith(POD_SUBNET.rsplit(".", 2)[0]), "pod a has an IP of the CNI range:", ip)
+    srv = create_container(t, pod_a, cfg_a, "srv", ["sh", "-c",
+                           "ip -4 addr show eth0; echo from-pod-a | nc -l -p 8080; sleep 3600"])
+    t.cri.r("StartContainer", container_id=srv)
+    pod_b, cfg_b = run_pod(t, "podip-b")
+    cli = create_container(t, pod_b, cfg_b, "cli", ["sh", "-c",
+                           "i=0; until nc %s 8080 </dev/null; do i=$((i+1)); [ $i -lt 100 ] || exit 9; sleep 0.1; done" % ip])
+    t.cri.r("StartContainer", container_id=cli)
+    st = wait_exited(t, cli)
+    expect_eq(st.exit_code, 0, "the client's exit code (its log %r)" % log_lines(cfg_b, "cli"))
+    expect_eq(log_lines(cfg_b, "cli"), ["from-pod-a"], "pod b read pod a's line at %s" % ip)
+    expect(any(("inet %s/" % ip) in ln for ln in log_lines(cfg_a, "srv")),
+           "pod a's container has the pod IP on eth0:", log_lines(cfg_a, "srv"))
+    remove_pod(t, pod_b)
+    remove_pod(t, pod_a)
+    no_pod_left(t, pod_a)
+    no_pod_left(t, pod_b)
+
+
 # ------------------------------------------------------------ main
 
 def preflight():
@@ -572,7 +608,6 @@ def main():
     failed = 0
     runs = tests * int(os.environ.get("CRI_TEST_REPEAT", "1"))
     with W.World() as world:
-        world.start_sandboxd()
         t = T()
         t.world = world
         t.pods = []
@@ -582,6 +617,8 @@ def main():
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
         t.cri = None
         try:
+            t.c.share_mounts()
+            world.start_sandboxd()
             t.c.start()
             for ref, cfg, tag in ((BUSYBOX_IMAGE, {"Env": ["PATH=/bin"], "Cmd": ["sh"]}, "busybox"),
                                   (PAUSE_IMAGE, {"Env": ["PATH=/bin"], "Entrypoint": ["/bin/sleep", "2147483647"]},

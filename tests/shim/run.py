@@ -34,7 +34,8 @@ SHIM = os.path.join(W.BUILD, "containerd-shim-sandboxd-v2")
 RUNTIME = "io.containerd.sandboxd.v2"
 NS = "sbxtest"
 BUSYBOX = "/bin/busybox"
-APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false", "date")
+APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false", "date",
+           "readlink")
 
 
 def sandbox_name(cid):
@@ -53,6 +54,16 @@ class Containerd:
         self.sock = os.path.join(base, "containerd.sock")
         self.log = os.path.join(base, "containerd.log")
         self.proc = None
+
+    def share_mounts(self):
+        """`base` as a shared mount (bound onto itself, rshared), made
+        before sandboxd starts: sandboxd's mount namespace (a slave of the
+        host's) then receives the mounts made below it, such as the pods'
+        network namespaces, as on a node whose / is shared (systemd's
+        default); the test host's / is private. stop() unmounts it."""
+        os.makedirs(self.base, exist_ok=True)
+        subprocess.run(["mount", "--bind", self.base, self.base], check=True)
+        subprocess.run(["mount", "--make-rshared", self.base], check=True)
 
     def start(self):
         os.makedirs(self.base, exist_ok=True)
@@ -1188,6 +1199,69 @@ def test_pod_grouping_by_annotation(t):
     expect(not os.path.exists("/run/containerd-shim-sandboxd-v2/pods/" + pod), "the pod's state is removed")
 
 
+def make_netns(t, name):
+    """A network namespace bound on a file below containerd's base (a
+    shared mount: sandboxd sees it); returns (path, inode). Removed by
+    drop_netns."""
+    d = os.path.join(t.c.base, "netns")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, name)
+    open(path, "w").close()
+    subprocess.run(["unshare", "--net=" + path, "true"], check=True)
+    return path, os.stat(path).st_ino
+
+
+def drop_netns(path):
+    subprocess.run(["umount", path], capture_output=True)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def test_with_ns_network_joins_that_namespace(t):
+    """ctr run --with-ns network:PATH: the container's sandbox joins that
+    network namespace (sandbox.create network.netns), as a pod's sandbox
+    container does with the CNI's; the pod's containers are in it too. A
+    path that is no network namespace is refused naming network.netns."""
+    c = t.c
+    path, ino = make_netns(t, "n1")
+    path2, ino2 = make_netns(t, "n2")
+    try:
+        r = run(c, t.rootfs, "wns1", "readlink", "/proc/self/ns/net", extra=("--with-ns", "network:" + path))
+        expect_eq((r.returncode, r.stdout), (0, "net:[%d]\n" % ino), "the container's network namespace (stderr %r)" % r.stderr[-300:])
+        no_leak(t, "wns1")
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+                  "--annotation", "io.kubernetes.cri.sandbox-id=wnsp", "--with-ns", "network:" + path2,
+                  "--rootfs", t.rootfs, "wnsp", "/pause")
+        expect_eq(r.returncode, 0, "the pod's sandbox container in %s: %s" % (path2, r.stderr))
+        try:
+            r = run(c, t.rootfs, "wnsp-a", "readlink", "/proc/self/ns/net", extra=(
+                "--annotation", "io.kubernetes.cri.container-type=container",
+                "--annotation", "io.kubernetes.cri.sandbox-id=wnsp"))
+            expect_eq((r.returncode, r.stdout), (0, "net:[%d]\n" % ino2),
+                      "the pod's container is in the pod's network namespace (stderr %r)" % r.stderr[-300:])
+        finally:
+            c.ctr("task", "kill", "-s", "KILL", "wnsp")
+            W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the pod to stop")
+            c.ctr("task", "delete", "--force", "wnsp")
+            c.ctr("containers", "rm", "wnsp")
+        no_leak(t, "wnsp-a")
+        no_leak(t, "wnsp")
+        expect(pod_name("wnsp") not in sandboxes(t), "the pod's sandbox is deleted")
+        leaks.check(t.world, pod_name("wnsp"))
+        bogus = os.path.join(t.world.tmp, "not-a-netns")
+        open(bogus, "w").close()
+        r = run(c, t.rootfs, "wns2", "echo", "ran", extra=("--with-ns", "network:" + bogus))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "network.netns" in r.stderr,
+               "a file that is no network namespace is refused naming network.netns:", r.stderr[-300:])
+        c.ctr("containers", "rm", "wns2")
+        no_leak(t, "wns2")
+    finally:
+        drop_netns(path)
+        drop_netns(path2)
+
+
 class T:
     pass
 
@@ -1210,13 +1284,14 @@ def main():
     failed = 0
     runs = tests * int(os.environ.get("SHIM_TEST_REPEAT", "1"))
     with W.World() as world:
-        world.start_sandboxd()
         t = T()
         t.world = world
         t.rootfs = os.path.join(world.tmp, "rootfs")
         make_rootfs(t.rootfs)
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
         try:
+            t.c.share_mounts()
+            world.start_sandboxd()
             t.c.start()
             for name, fn in runs:
                 t0 = time.monotonic()
