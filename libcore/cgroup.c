@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -112,6 +113,40 @@ static const char *const v1_controllers[] = { "pids", "memory", "cpu", "freezer"
 /* Child cgroups a session may have (core_cgroup_attach_child): teardown
  * kills and removes these too. */
 static const char *const session_children[] = { CORE_CGROUP_NETD };
+
+/* The containers' child cgroups of session directory `dir`
+ * (CORE_CGROUP_CTR_PREFIX + name, core_cgroup_container_create): fn on
+ * each one's path; the first error of fn, after calling it on all. A
+ * missing directory has none. */
+static int for_each_ctr(const char *dir, int (*fn)(const char *path)) {
+        DIR *d = opendir(dir);
+        if (!d)
+                return 0;
+        int ret = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (e->d_type != DT_DIR || strncmp(e->d_name, CORE_CGROUP_CTR_PREFIX, strlen(CORE_CGROUP_CTR_PREFIX)) != 0)
+                        continue;
+                _cleanup_free_ char *p = NULL;
+                if (asprintf(&p, "%s/%s", dir, e->d_name) < 0) {
+                        ret = ret ? ret : -ENOMEM;
+                        continue;
+                }
+                int r = fn(p);
+                if (r < 0 && r != -ENOENT && ret == 0)
+                        ret = r;
+        }
+        closedir(d);
+        return ret;
+}
+
+static int procs_nonempty(const char *path) {
+        _cleanup_free_ char *f = NULL, *d = NULL;
+        if (asprintf(&f, "%s/cgroup.procs", path) < 0)
+                return -ENOMEM;
+        int r = core_read_file(f, 16 << 20, &d, NULL);
+        return r < 0 ? r : d[0] != '\0' ? -EBUSY : 0;
+}
 
 static void sleep_ms(int ms) {
         (void) poll(NULL, 0, ms);
@@ -656,7 +691,8 @@ static int populated(const char *dir) {
                 if (r < 0 && r != -ENOENT)
                         return r;
         }
-        return 0;
+        r = for_each_ctr(dir, procs_nonempty);
+        return r == -EBUSY ? 1 : r;
 }
 
 /* Ends the scope's placeholder and reaps it. SIGKILL rather than waiting
@@ -1294,6 +1330,9 @@ int core_cgroup_kill_all(core_cgroup *cg) {
                         if (r < 0 && r != -ENOENT && ret == 0)
                                 ret = r;
                 }
+                r = for_each_ctr(cg->dirs[i], kill_by_procs);
+                if (r < 0 && ret == 0)
+                        ret = r;
         }
         /* A frozen task (a crash between freeze and thaw) keeps its
          * SIGKILL pending under the v1 freezer: thawed after the kill, so
@@ -1329,9 +1368,12 @@ int core_cgroup_destroy(core_cgroup *cg) {
                                         ret = r;
                         }
                 }
+                int r = for_each_ctr(cg->dirs[i], rmdir_retry);
+                if (r < 0 && ret == 0)
+                        ret = r;
                 if (cg->unit)
                         continue; /* the scope's own directory is systemd's */
-                int r = rmdir_retry(cg->dirs[i]);
+                r = rmdir_retry(cg->dirs[i]);
                 if (r < 0) {
                         log_debug_errno(r, "cgroup: remove %s: %m", cg->dirs[i]);
                         if (ret == 0)
@@ -1497,4 +1539,109 @@ void core_cgroup_free(core_cgroup *cg) {
         free(cg->unit);
         free(cg->name);
         free(cg);
+}
+
+/* ---- containers' child cgroups ---- */
+
+/* A handle on the child cgroup of container `name` of cg (no unit, no
+ * holder: only its directories), or NULL when out of memory. */
+static core_cgroup *ctr_view(const core_cgroup *cg, const char *name) {
+        core_cgroup *v = calloc(1, sizeof(*v));
+        if (!v)
+                return NULL;
+        v->holder_fd = -1;
+        if (asprintf(&v->name, "%s/%s%s", cg->name, CORE_CGROUP_CTR_PREFIX, name) < 0) {
+                v->name = NULL;
+                core_cgroup_free(v);
+                return NULL;
+        }
+        for (size_t i = 0; i < cg->n; i++) {
+                if (asprintf(&v->dirs[i], "%s/%s%s", cg->dirs[i], CORE_CGROUP_CTR_PREFIX, name) < 0) {
+                        core_cgroup_free(v);
+                        return NULL;
+                }
+                v->n++;
+        }
+        return v;
+}
+
+int core_cgroup_container_open(const core_cgroup *cg, const char *name, core_cgroup **ret) {
+        if (!core_name_is_valid(name))
+                return -EINVAL;
+        core_cgroup *v = ctr_view(cg, name);
+        if (!v)
+                return -ENOMEM;
+        *ret = v;
+        return 0;
+}
+
+int core_cgroup_container_create(core_cgroup *cg, const char *name, const core_cgroup_limits *limits,
+                                 core_cgroup **ret, int *ret_fds, size_t max_fds, size_t *ret_n, sb_error **ret_err) {
+        if (!core_name_is_valid(name))
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "container cgroup: bad name");
+        _cleanup_(core_cgroup_freep) core_cgroup *v = ctr_view(cg, name);
+        if (!v)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        size_t n = 0;
+        int r = 0;
+        for (size_t i = 0; i < v->n && i < state.n && r >= 0; i++) {
+                const hierarchy *h = &state.h[i];
+                /* v2: a child gets limits only when the session delegates
+                 * the controllers to its children, which the kernel allows
+                 * only while the session cgroup itself holds no process
+                 * ("no internal processes", cgroup-v2.rst); sandbox-init
+                 * lives there, so this fails with EBUSY and the container
+                 * is refused when it asks for limits. */
+                if (h->ops == &ops_v2 && (limits->memory_max || limits->pids_max || limits->cpu_quota_pct)) {
+                        char ctl[64] = "";
+                        if (h->v2_ctl & CTL_MEMORY)
+                                strcat(ctl, "+memory ");
+                        if (h->v2_ctl & CTL_PIDS)
+                                strcat(ctl, "+pids ");
+                        if (h->v2_ctl & CTL_CPU)
+                                strcat(ctl, "+cpu ");
+                        if (*ctl && (r = write_file(cg->dirs[i], "cgroup.subtree_control", ctl)) < 0) {
+                                r = sb_error_set(ret_err, r, NULL, NULL,
+                                                 "container limits on cgroup v2: delegate controllers below %s: %s",
+                                                 cg->dirs[i], strerror(-r));
+                                break;
+                        }
+                }
+                if (mkdir(v->dirs[i], 0755) < 0) {
+                        r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "container cgroup: create %s: %m",
+                                         v->dirs[i]);
+                        break;
+                }
+                core_cgroup_limits l = *limits;
+                /* v1 cpu: a child's quota above its parent's is refused
+                 * (EINVAL, kernel/sched/core.c tg_cfs_schedulable_down); the
+                 * session's bound applies to it anyway. */
+                if ((r = h->ops->set_limits(h, v->dirs[i], &l, CTL_ALL)) < 0 && h->ops != &ops_v2) {
+                        r = sb_error_set(ret_err, r, NULL, NULL, "container cgroup: limits of %s: %s", v->dirs[i],
+                                         strerror(-r));
+                        break;
+                }
+                r = 0;
+                _cleanup_free_ char *procs = NULL;
+                if (asprintf(&procs, "%s/cgroup.procs", v->dirs[i]) < 0) {
+                        r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                        break;
+                }
+                int fd = n < max_fds ? open(procs, O_WRONLY | O_CLOEXEC) : -E2BIG;
+                if (fd < 0) {
+                        r = sb_error_set(ret_err, fd == -E2BIG ? fd : negative_errno(), NULL, NULL,
+                                         "container cgroup: open %s: %s", procs, strerror(fd == -E2BIG ? E2BIG : errno));
+                        break;
+                }
+                ret_fds[n++] = fd;
+        }
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        close(ret_fds[i]);
+                (void)core_cgroup_destroy(v);
+                return r;
+        }
+        *ret_n = n;
+        *ret = TAKE_PTR(v);
+        return 0;
 }

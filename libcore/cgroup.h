@@ -271,5 +271,31 @@ const char *core_cgroup_path(const core_cgroup *cg);
  * to dirs[]. Returns how many there are (0 for a NULL cg). */
 size_t core_cgroup_dirs(const core_cgroup *cg, const char **dirs, size_t max);
 
+/* ---- containers (docs/API.md "container.*") ----
+ * A container of a session has the child cgroup CORE_CGROUP_CTR_PREFIX
+ * + its name in every hierarchy, with its own limits (below the session's,
+ * which bound it too: hierarchical accounting), so that its usage and OOM
+ * kills are its own. core_cgroup_kill_all and core_cgroup_destroy of the
+ * session include every such child. The handle returned is a view on the
+ * child's directories: core_cgroup_read_usage, core_cgroup_oom_kills,
+ * core_cgroup_kill_all and core_cgroup_destroy work on it; free it with
+ * core_cgroup_free. */
+#define CORE_CGROUP_CTR_PREFIX "ctr-"
+
+/* Creates the child cgroup of container `name` (core_name_is_valid) with
+ * `limits` and opens its cgroup.procs in each hierarchy (O_WRONLY, for
+ * sandbox-init to put a command there by writing "0" before exec: the
+ * kernel checks the opener's credentials, cgroup-v2.rst "Delegation
+ * Containment"). At most max_fds fds go to ret_fds (caller closes),
+ * their count to *ret_n; the view to *ret. On cgroup v2 limits need the
+ * controllers delegated below the session, which fails while the session
+ * cgroup holds processes: an error then. Everything made is removed on
+ * failure. Returns 0 or a negative errno with *ret_err. */
+int core_cgroup_container_create(core_cgroup *cg, const char *name, const core_cgroup_limits *limits,
+                                 core_cgroup **ret, int *ret_fds, size_t max_fds, size_t *ret_n, sb_error **ret_err);
+/* The view of an existing container child (live restore); -EINVAL for a
+ * bad name, -ENOMEM. */
+int core_cgroup_container_open(const core_cgroup *cg, const char *name, core_cgroup **ret);
+
 void core_cgroup_free(core_cgroup *cg);
 DEFINE_TRIVIAL_CLEANUP_FUNC(core_cgroup, core_cgroup_free);

@@ -561,9 +561,24 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
         if (r < 0)
                 return r;
         /* sysfs of the new network namespace, read-only. */
+        _cleanup_error_ sb_error *sys_err = NULL;
         r = mount_new(rootfd, "sysfs", none,
                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "/sys",
-                      ret_err);
+                      &sys_err);
+        /* A network namespace this user namespace does not own (a pod's,
+         * joined: sandbox.create network.netns) gives no sysfs to mount
+         * (the kernel's kobj_ns_current_may_mount). An empty read-only
+         * tmpfs stands in, as mask_dirs masks; the host's /sys is never
+         * bound instead (it would show the host's devices). Tools that
+         * read interfaces use netlink, which works. */
+        if (r == -EPERM && cfg->userns) {
+                static const char *const ro_opts[] = {"size=0", "mode=0555", NULL};
+                r = mount_new(rootfd, "tmpfs", ro_opts,
+                              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "/sys",
+                              ret_err);
+        } else if (r < 0 && ret_err) {
+                *ret_err = TAKE_PTR(sys_err);
+        }
         if (r < 0)
                 return r;
         if ((r = mask_dirs(rootfd, ret_err)) < 0 || (r = mask_files(rootfd, devnull, ret_err)) < 0)

@@ -429,6 +429,36 @@ static int export_bpf(scmp_filter_ctx ctx, core_seccomp *f) {
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(void, seccomp_release);
 
+static bool outer_mode;
+
+void core_seccomp_set_outer(bool outer) {
+        outer_mode = outer;
+}
+
+bool core_seccomp_outer(void) {
+        return outer_mode;
+}
+
+/* The inner filter of outer mode: setns(2) gets EPERM, everything else
+ * passes to the outer filter (seccomp(2): every installed filter runs and
+ * the most restrictive verdict wins, so the pair refuses what the whole
+ * default filter refuses). Another ABI passes here: the outer filter kills
+ * it. */
+static int install_no_setns(void) {
+#if !defined(__x86_64__)
+        return -ENOSYS;
+#else
+        struct sock_filter q[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setns, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = { .len = (unsigned short)ELEMENTSOF(q), .filter = q };
+        return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? negative_errno() : 0;
+#endif
+}
+
 int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
         /* A filter for the native architecture only: libseccomp then sends
          * every other audit arch (i386 through int 0x80 or sysenter) and, on
@@ -459,6 +489,11 @@ int core_seccomp_new(core_seccomp **ret, sb_error **ret_err) {
         int query_nrs[ELEMENTSOF(deny_rules)];
         size_t n_query = 0;
         for (size_t i = 0; i < ELEMENTSOF(deny_rules); i++) {
+                /* Outer mode: setns is refused by the inner filter each
+                 * child adds (core_seccomp_install), after it joined its
+                 * container's mount namespace. */
+                if (outer_mode && strcmp(deny_rules[i].name, "setns") == 0)
+                        continue;
                 int nr = seccomp_syscall_resolve_name(deny_rules[i].name);
                 if (nr == __NR_SCMP_ERROR || nr < 0)
                         /* Fail closed: a row this libseccomp cannot place
@@ -556,6 +591,11 @@ int core_seccomp_default(const core_seccomp **ret, sb_error **ret_err) {
 static const core_seccomp *self_installed;
 
 int core_seccomp_install(const core_seccomp *f) {
+        if (outer_mode) {
+                int r = install_no_setns();
+                if (r < 0)
+                        return r;
+        }
         if (f && f == self_installed)
                 return 0;
         struct sock_fprog prog = { .len = (unsigned short)f->len, .filter = f->insns };

@@ -56,6 +56,17 @@ const core_seccomp_family *core_seccomp_families(size_t *ret_n);
  * negative errno libseccomp returned, with a message naming the rule. */
 int core_seccomp_new(core_seccomp **ret, sb_error **ret_err);
 
+/* Outer mode (sandbox-init and the daemon that compiles init's filter):
+ * core_seccomp_new() leaves out the setns row, so that init (which runs
+ * under the filter, core_seccomp_install_self) can still spawn a command
+ * that joins a container's mount namespace (libcore/init/container.c);
+ * core_seccomp_install() then first adds, in every child, a small inner
+ * filter that refuses setns with EPERM, so what a command runs under
+ * refuses exactly what the whole filter refuses. The child joins its
+ * container before that call (command.c child_main). Off by default. */
+void core_seccomp_set_outer(bool outer);
+bool core_seccomp_outer(void);
+
 /* Frees a filter; accepts NULL. */
 void core_seccomp_free(core_seccomp *f);
 DEFINE_TRIVIAL_CLEANUP_FUNC(core_seccomp, core_seccomp_free);
@@ -87,7 +98,8 @@ int core_seccomp_set_default(core_seccomp *f);
 /* Installs f on the calling thread with one prctl(PR_SET_SECCOMP), without
  * allocating: usable between fork and exec. The caller must have set
  * no_new_privs first (or hold CAP_SYS_ADMIN). Returns 0 or a negative errno.
- * A no-op returning 0 when the process already runs under f through
+ * In outer mode the inner setns filter is installed first, always.
+ * Otherwise a no-op returning 0 when the process already runs under f through
  * core_seccomp_install_self() (the filter is inherited over fork and clone,
  * seccomp(2)), so a child of sandbox-init does not compile it again. */
 int core_seccomp_install(const core_seccomp *f);

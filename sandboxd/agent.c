@@ -95,7 +95,21 @@ int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata) {
         return agent_fs_fd(s, op, -EBADF, cb, userdata);
 }
 
+int agent_send_fd(session *s, cJSON *json, int fd) {
+        return send_with_fd(s, json, fd);
+}
+
+static int call_fd(session *s, cJSON *op, const char *name, int fd, agent_fs_cb cb, void *userdata);
+
+int agent_call(session *s, cJSON *op, agent_fs_cb cb, void *userdata) {
+        return call_fd(s, op, NULL, -EBADF, cb, userdata);
+}
+
 int agent_fs_fd(session *s, cJSON *op, int fd, agent_fs_cb cb, void *userdata) {
+        return call_fd(s, op, "fs", fd, cb, userdata);
+}
+
+static int call_fd(session *s, cJSON *op, const char *name, int fd, agent_fs_cb cb, void *userdata) {
         agent_fs_op *o = calloc(1, sizeof(*o));
         if (!o) {
                 cJSON_Delete(op);
@@ -106,7 +120,8 @@ int agent_fs_fd(session *s, cJSON *op, int fd, agent_fs_cb cb, void *userdata) {
         o->req = ++s->next_fs_req;
         o->cb = cb;
         o->userdata = userdata;
-        cJSON_AddStringToObject(op, "op", "fs");
+        if (name)
+                cJSON_AddStringToObject(op, "op", name);
         cJSON_AddNumberToObject(op, "req", o->req);
         int r = send_with_fd(s, op, fd);
         if (r < 0) {

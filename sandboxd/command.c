@@ -251,13 +251,21 @@ static uint64_t memory_limit(const sandbox *sb) {
 static void add_oom(cJSON *o, const command *c) {
         cJSON_AddBoolToObject(o, "oomKilled", c->oom_killed);
         if (c->oom_killed)
-                cJSON_AddNumberToObject(o, "memoryLimitBytes", (double)memory_limit(c->sb));
+                cJSON_AddNumberToObject(o, "memoryLimitBytes", (double)(c->container && container_memory_limit(c->sess, c->container) ? container_memory_limit(c->sess, c->container) : memory_limit(c->sb)));
 }
 
 /* Reads the session's OOM kill count at a command's start. Without one
  * (no memory controller, an old kernel) oomKilled stays false. */
+/* The cgroup whose OOM kills are the command's: its container's, else
+ * the session's. */
+static core_cgroup *oom_cgroup(const command *c) {
+        core_cgroup *cg = c->container && c->sess ? container_cgroup(c->sess, c->container) : NULL;
+        return cg ? cg : c->sess ? c->sess->cg : NULL;
+}
+
 static void note_oom_count(command *c) {
-        c->oom_known = c->sess && c->sess->cg && core_cgroup_oom_kills(c->sess->cg, &c->oom_before) >= 0;
+        core_cgroup *cg = oom_cgroup(c);
+        c->oom_known = cg && core_cgroup_oom_kills(cg, &c->oom_before) >= 0;
 }
 
 /* A command that ended by SIGKILL (exit 128 + 9) while the session's OOM
@@ -269,17 +277,25 @@ static void note_oom_count(command *c) {
  * window would be marked too: the count is per session. */
 static void check_oom(command *c, int code) {
         uint64_t now;
-        if (code != 128 + SIGKILL || c->timed_out || !c->oom_known || !c->sess || !c->sess->cg ||
-            core_cgroup_oom_kills(c->sess->cg, &now) < 0 || now <= c->oom_before)
+        core_cgroup *cg = oom_cgroup(c);
+        if (code != 128 + SIGKILL || c->timed_out || !c->oom_known || !cg || core_cgroup_oom_kills(cg, &now) < 0 ||
+            now <= c->oom_before)
                 return;
         c->oom_killed = true;
-        uint64_t limit = memory_limit(c->sb);
+        uint64_t ctr_limit = c->container ? container_memory_limit(c->sess, c->container) : 0;
+        uint64_t limit = ctr_limit ? ctr_limit : memory_limit(c->sb);
         cJSON *f = cJSON_CreateObject();
-        char msg[256];
-        snprintf(msg, sizeof(msg), "command %s (%s) was killed by the OOM killer at the sandbox's memory limit of "
-                 "%" PRIu64 " MiB (%u vCPU%s x 2048 MiB); update --vcpus raises it", c->cmd_id, c->cmd, limit >> 20,
-                 c->sb->vcpus, c->sb->vcpus == 1 ? "" : "s");
+        char msg[320];
+        if (ctr_limit)
+                snprintf(msg, sizeof(msg), "command %s (%s) was killed by the OOM killer at container '%s''s memory "
+                         "limit of %" PRIu64 " MiB", c->cmd_id, c->cmd, c->container, limit >> 20);
+        else
+                snprintf(msg, sizeof(msg), "command %s (%s) was killed by the OOM killer at the sandbox's memory limit of "
+                         "%" PRIu64 " MiB (%u vCPU%s x 2048 MiB); update --vcpus raises it", c->cmd_id, c->cmd,
+                         limit >> 20, c->sb->vcpus, c->sb->vcpus == 1 ? "" : "s");
         cJSON_AddStringToObject(f, "cmdId", c->cmd_id);
+        if (c->container)
+                cJSON_AddStringToObject(f, "container", c->container);
         cJSON_AddNumberToObject(f, "memoryLimitBytes", (double)limit);
         cJSON_AddNumberToObject(f, "vcpus", c->sb->vcpus);
         cJSON_AddStringToObject(f, "message", msg);
@@ -400,6 +416,7 @@ void command_free(command *c) {
         }
         free(c->cmd);
         free(c->cwd);
+        free(c->container);
         free(c->argv);
         ring_free(&c->out);
         ring_free(&c->err);
@@ -853,7 +870,7 @@ static cJSON *build_env(const sandbox *sb, cJSON *cmd_env, bool sudo, bool tty) 
 }
 
 typedef struct run_params {
-        const char *cmd, *cwd, *stdin_b64;
+        const char *cmd, *cwd, *stdin_b64, *container;
         cJSON *args, *env;
         bool sudo, detached, tty;
         int64_t rows, cols, timeout_ms;
@@ -872,6 +889,7 @@ static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret
             (r = rpc_param_bool(req, "detached", &p->detached, ret_err)) < 0 ||
             (r = rpc_param_bool(req, "tty", &p->tty, ret_err)) < 0 ||
             (r = rpc_param_string(req, "stdin", false, &p->stdin_b64, ret_err)) < 0 ||
+            (r = rpc_param_string(req, "container", false, &p->container, ret_err)) < 0 ||
             (r = rpc_param_int(req, "rows", false, 1, 10000, &p->rows, ret_err)) < 0 ||
             (r = rpc_param_int(req, "cols", false, 1, 10000, &p->cols, ret_err)) < 0 ||
             (r = rpc_param_duration_ms(req, "timeoutMs", false, 1, (int64_t)m->cfg->max_timeout_ms,
@@ -944,9 +962,15 @@ static void method_run(rpc_request *req, void *userdata) {
                 return;
         }
         session *s = sb->sess;
+        if (p.container && !container_find(s, p.container)) {
+                rpc_reply_error(req, RPC_APP_ERROR, "not_found", "container", "container: sandbox '%s' has no container '%s'",
+                                sb->name, p.container);
+                return;
+        }
         command *c = calloc(1, sizeof(*c));
         c->sb = sb;
         c->sess = s;
+        c->container = p.container ? strdup(p.container) : NULL;
         c->agent_id = ++s->next_cmd_id;
         memcpy(c->cmd_id, "cmd-", 4);
         core_random_hex(c->cmd_id + 4, 16);
@@ -984,6 +1008,8 @@ static void method_run(rpc_request *req, void *userdata) {
                 cJSON_AddItemToArray(argv, cJSON_CreateString(it->valuestring));
         cJSON_AddItemToObject(op, "env", build_env(sb, p.env, p.sudo, p.tty));
         cJSON_AddStringToObject(op, "cwd", p.cwd);
+        if (p.container)
+                cJSON_AddStringToObject(op, "container", p.container);
         cJSON_AddNumberToObject(op, "uid", p.sudo ? 0 : uid);
         cJSON_AddNumberToObject(op, "gid", p.sudo ? 0 : gid);
         cJSON_AddBoolToObject(op, "tty", p.tty);

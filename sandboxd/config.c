@@ -131,6 +131,8 @@ static const config_key config_keys[] = {
         /* Where path and file:// sources may come from (libcore/source-local.c);
          * none by default: such a source is read by the daemon, so the
          * operator says which host directories sandboxes may take files from. */
+        { "hostMountRoots", KEY_PATH_LIST, OFF(host_mount_roots), 0, 64,
+          "The host directories whose files and directories root on the local socket may bind into containers and sandboxes (container.create and sandbox.create \"mounts\"): absolute, existing, not /, none inside another; none (the default): every host mount is refused. For Kubernetes nodes: the kubelet's pod directory (/var/lib/kubelet/pods) and containerd's sandbox state (/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes, /run/containerd/io.containerd.grpc.v1.cri/sandboxes)." },
         { "localSourceRoots", KEY_PATH_LIST, OFF(local_source_roots), 0, 64,
           "The host directories path and file:// sources, imports and exports of admin and of local uid:N tenants may lie under (a tenant with tenants.names.NAME.localSourceRoots has those instead; a remote tenant never these); none: every local source is refused.",
           "none ([])" },
@@ -352,6 +354,7 @@ void daemon_config_free(daemon_config *cfg) {
         cJSON_Delete(cfg->storage);
         cJSON_Delete(cfg->kubernetes);
         path_list_free(cfg->local_source_roots);
+        path_list_free(cfg->host_mount_roots);
         path_list_free(cfg->listen);
         free(cfg->tls_cert);
         free(cfg->tls_key);
@@ -491,6 +494,36 @@ static int check_path_list(const config_key *k, const cJSON *v, sb_error **ret_e
                                             "daemon.json: %s[%d]: must be an absolute directory path other than "
                                             "/ without '.' or '..' components",
                                             k->name, i);
+                i++;
+        }
+        return 0;
+}
+
+/* hostMountRoots beyond check_path_list: each an existing directory
+ * (stat follows no symlink at the last component: a root that is a link
+ * could be turned elsewhere), none equal to or inside another. */
+static int check_host_mount_roots(const cJSON *v, sb_error **ret_err) {
+        int i = 0;
+        const cJSON *a, *b;
+        cJSON_ArrayForEach(a, v) {
+                struct stat st;
+                if (lstat(a->valuestring, &st) < 0 || !S_ISDIR(st.st_mode))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "hostMountRoots",
+                                            "daemon.json: hostMountRoots[%d]: '%s' is not an existing directory", i,
+                                            a->valuestring);
+                int j = 0;
+                cJSON_ArrayForEach(b, v) {
+                        size_t n = strlen(b->valuestring);
+                        while (n > 1 && b->valuestring[n - 1] == '/')
+                                n--;
+                        if (j != i && strncmp(a->valuestring, b->valuestring, n) == 0 &&
+                            (a->valuestring[n] == '\0' || a->valuestring[n] == '/'))
+                                return sb_error_set(ret_err, -EINVAL, NULL, "hostMountRoots",
+                                                    "daemon.json: hostMountRoots[%d]: '%s' lies under hostMountRoots[%d] "
+                                                    "'%s': list one of them",
+                                                    i, a->valuestring, j, b->valuestring);
+                        j++;
+                }
                 i++;
         }
         return 0;
@@ -876,6 +909,8 @@ static int validate(const daemon_config *cfg, const cJSON *root, sb_error **ret_
                                                            "daemon.json: %s: must be true or false", k->name);
                 else
                         r = kind_is_integer(k->kind) ? check_integer(k, v, &n, ret_err) : check_string(k, v, ret_err);
+                if (r >= 0 && k->offset == OFF(host_mount_roots))
+                        r = check_host_mount_roots(v, ret_err);
                 if (r < 0)
                         return r;
                 if (k->offset == OFF(disk_mib) && n != 0 && n < (CORE_DISK_MIN_BYTES >> 20))

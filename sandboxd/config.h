@@ -45,6 +45,10 @@ typedef struct daemon_config {
                                        file:// git sources may lie under; NULL-terminated, NULL:
                                        none (the default), so local sources are refused; admin's and
                                        local tenants' without their own (tenant_roots) */
+        char **host_mount_roots;    /* "hostMountRoots", directories the sources of host mounts
+                                       (container.create and sandbox.create "mounts") must lie
+                                       under; NULL-terminated, NULL: none (the default), so every
+                                       host mount is refused */
         char **listen;              /* "listen", TCP addresses for remote clients ("tcp://ADDR:PORT"),
                                        NULL-terminated; NULL: none (the default) */
         char *tls_cert;             /* "tlsCert", PEM: the listener's certificate (chain) */

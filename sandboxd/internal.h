@@ -24,6 +24,7 @@
 
 typedef struct sandbox sandbox;
 typedef struct session session;
+typedef struct ctr ctr;
 typedef struct command command;
 typedef struct port_listener port_listener;
 
@@ -103,6 +104,7 @@ struct command {
         size_t kept;              /* its share of manager.kept_bytes */
         bool pruning;             /* being forgotten (prune_finished) */
         char *cwd;
+        char *container;          /* the container it runs in (command.run "container"), or NULL */
         bool sudo, tty, detached;
         uint64_t started_ms, ended_ms;
         bool started, exited;
@@ -216,6 +218,7 @@ struct session {
         bool peak_unknown;
         int peak_fd;
         uint64_t cpu_base_usec;
+        ctr *ctrs;                /* its containers (container.c) */
 };
 
 struct sandbox {
@@ -649,6 +652,37 @@ int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
 /* agent_fs with `fd` (taken: closed once sent, or on failure) passed
  * along with the packet, for the pipe of a directory copy. */
 int agent_fs_fd(session *s, cJSON *op, int fd, agent_fs_cb cb, void *userdata);
+/* A request of the caller's own "op" (set in op) answered as an fs op is
+ * ({"ev":"fs","req":N,...}, agent.h "container"): cb as for agent_fs.
+ * op is taken. */
+int agent_call(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
+/* One packet with `fd` attached (taken: closed once sent or on failure). */
+int agent_send_fd(session *s, cJSON *json, int fd);
+
+/* container.c: containers of a session (docs/API.md "Containers"). */
+void container_attach(manager *m, rpc_server *s);
+/* The container `name` of session s, or NULL; borrowed. */
+ctr *container_find(session *s, const char *name);
+/* Its child cgroup (borrowed) or NULL; its memory limit in bytes (0: none
+ * of its own). */
+core_cgroup *container_cgroup(session *s, const char *name);
+uint64_t container_memory_limit(session *s, const char *name);
+/* Live restore: the containers recorded for an adopted session. */
+void container_adopt(session *s);
+/* The session ended (its processes and cgroup are gone or going): its
+ * containers are forgotten and their directories removed. */
+void container_session_end(session *s);
+/* Frees the session's container records only (its struct goes; a session
+ * left running for the next daemon keeps its containers). */
+void container_forget(session *s);
+/* The detached clone of host path `source` for a mount (daemon.json
+ * hostMountRoots; docs/SECURITY.md "Host mounts"), read-only when ro;
+ * errors name `field`. Returns the fd or a negative errno with *ret_err. */
+int container_host_mount(const daemon_config *cfg, const char *field, const char *source, bool ro,
+                         sb_error **ret_err);
+/* Whether the client of req may ask for host mounts: root on the local
+ * socket (no tenant, no gateway acting for one, no TLS client). */
+bool container_may_mount(manager *m, const rpc_request *req);
 void agent_detach(session *s);
 
 /* command.c */

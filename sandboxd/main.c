@@ -20,6 +20,7 @@
 #include <systemd/sd-event.h>
 #include "libcore/fault.h"
 #include "libcore/log.h"
+#include "libcore/seccomp.h"
 #include "libcore/util.h"
 #include "sandboxd/config.h"
 #include "sandboxd/manager.h"
@@ -408,6 +409,9 @@ static int run(const args *a, daemon_config *cfg) {
 }
 
 int main(int argc, char **argv) {
+        /* The filter handed to sandbox-init leaves setns to an inner one
+         * each child adds after joining its container (libcore/seccomp.h). */
+        core_seccomp_set_outer(true);
         log_set_ident("sandboxd");
         args a;
         int r = parse_args(argc, argv, &a);

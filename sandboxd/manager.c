@@ -207,6 +207,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_pause_methods(m, server);
         register_event_methods(m, server);
         register_ready_methods(m, server);
+        container_attach(m, server);
 }
 
 static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err) {

@@ -94,8 +94,16 @@ static const schema_field runtime_import_params[] = { REQ("name"), REQ("path"), 
 static const schema_field bootstrap_params[] = { REQ("name"), OPT("suite"), OPT("mirror"), END };
 static const schema_field run_params[] = {
         REQ("sandbox"), REQ("cmd"), OPT("args"), OPT("cwd"), MAP("env"), OPT("sudo"), OPT("detached"),
-        OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), END,
+        OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), OPT("container"), END,
 };
+static const schema_field ctr_mount_fields[] = { REQ("source"), REQ("destination"), OPT("readOnly"), END };
+static const schema_field ctr_create_params[] = {
+        REQ("sandbox"), REQ("name"), REQ("runtime"),
+        { .key = "mounts", .kind = SCHEMA_ARRAY, .fields = ctr_mount_fields },
+        OPT("readOnlyRoot"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
+};
+static const schema_field ctr_name_params[] = { REQ("sandbox"), REQ("name"), END };
+static const schema_field ctr_list_params[] = { REQ("sandbox"), END };
 static const schema_field cmd_params[] = { REQ("cmdId"), END };
 static const schema_field cmd_list_params[] = { REQ("name"), OPT("limit"), OPT("cursor"), END };
 static const schema_field cancel_params[] = { REQ("id"), END };
@@ -143,6 +151,10 @@ const schema_method schema_methods[] = {
         { "runtime.bootstrap", bootstrap_params },
         { "runtime.delete", name_params },
         { "command.run", run_params },
+        { "container.create", ctr_create_params },
+        { "container.get", ctr_name_params },
+        { "container.list", ctr_list_params },
+        { "container.delete", ctr_name_params },
         { "command.write", write_params },
         { "command.closeStdin", cmd_params },
         { "command.resize", resize_params },
@@ -243,6 +255,22 @@ const schema_limit schema_limits[] = {
         { "command.run", "rows", 0 },
         { "command.run", "cols", 0 },
         { "command.run", "timeoutMs", 0 },
+        { "command.run", "container", LIMIT_NAME_BYTES },
+        { "container.create", "sandbox", LIMIT_NAME_BYTES },
+        { "container.create", "name", LIMIT_NAME_BYTES },
+        { "container.create", "runtime", LIMIT_NAME_BYTES },
+        { "container.create", "mounts[].source", LIMIT_PATH_BYTES },
+        { "container.create", "mounts[].destination", LIMIT_PATH_BYTES },
+        { "container.create", "mounts[].readOnly", 0 },
+        { "container.create", "readOnlyRoot", 0 },
+        { "container.create", "memoryMiB", 0 },
+        { "container.create", "cpuMillis", 0 },
+        { "container.create", "pidsMax", 0 },
+        { "container.get", "sandbox", LIMIT_NAME_BYTES },
+        { "container.get", "name", LIMIT_NAME_BYTES },
+        { "container.list", "sandbox", LIMIT_NAME_BYTES },
+        { "container.delete", "sandbox", LIMIT_NAME_BYTES },
+        { "container.delete", "name", LIMIT_NAME_BYTES },
         { "command.write", "cmdId", LIMIT_ID_BYTES },
         { "command.write", "data", 0 }, /* the line */
         { "command.closeStdin", "cmdId", LIMIT_ID_BYTES },

@@ -2108,6 +2108,8 @@ static void teardown_work(void *userdata) {
                         if (r < 0)
                                 log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
                 }
+                /* After the kill: no container process writes its upper. */
+                container_session_end(t->s);
         }
         core_fault(t->remove_files ? "delete.torn_down" : "stop.torn_down");
         if (t->remove_files) {
@@ -2240,6 +2242,7 @@ static void release_slot_after_flush(manager *m, int slot) {
 static void session_release(manager *m, session *s) {
         release_slot_after_flush(m, s->net_slot);
         core_cgroup_free(s->cg);
+        container_forget(s);
         pins_free(&s->pins);
         redo_list_clear(&s->logs_waiting); /* answered by agent_detach */
         if (s->peak_fd_set)
@@ -2582,6 +2585,7 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         }
         sb->sess = s;
         sb->status = "running";
+        container_adopt(s);
         /* Its commands are known once init answers the "list" sent above. */
         commands_listing_begin(s);
         adopt_history(sb, s);

@@ -241,6 +241,10 @@ static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
                 handle_fs(a, req, fd);
         else if (streq(o, "seccomp"))
                 handle_seccomp(a, req);
+        else if (streq(o, "ctrfd"))
+                init_ctr_fd(a, req, fd);
+        else if (streq(o, "container"))
+                init_ctr_op(a, req);
         else if (streq(o, "list"))
                 handle_list(a);
         else if (streq(o, "ack"))

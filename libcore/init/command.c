@@ -35,7 +35,7 @@ _Static_assert(INIT_OUTPUT_CHUNK + 2 * ((uint64_t) INIT_DRAIN_MAX + INIT_OUTPUT_
                "init's reads past a window must stay within AGENT_WINDOW_SLACK");
 
 /* Steps of the child that can fail before exec; reported to the parent. */
-enum child_stage { STAGE_STDIO, STAGE_TTY, STAGE_USER, STAGE_CWD, STAGE_CONFINE, STAGE_EXEC };
+enum child_stage { STAGE_STDIO, STAGE_TTY, STAGE_USER, STAGE_CWD, STAGE_CONFINE, STAGE_EXEC, STAGE_CONTAINER };
 
 typedef struct child_report {
         int stage;
@@ -56,6 +56,7 @@ typedef struct run_spec {
         const char *meta; /* sandboxd's own record of the command, or NULL */
         size_t log_bytes; /* retained log per stream ("logBytes"; 0: none) */
         uint64_t window;  /* per-command flow control ("window"; 0: none) */
+        const init_container *ctr; /* "container": the one it runs in, or NULL */
 } run_spec;
 
 static void run_spec_clear(run_spec *s) {
@@ -168,6 +169,21 @@ static int enter_cwd(const char *path) {
 static int child_main(void *arg) {
         child_args *ca = arg;
         const run_spec *s = ca->s;
+        /* A container's command: into its cgroups first (what it uses from
+         * here on is the container's), then its mount namespace, which
+         * also makes its root the root and cwd (setns(2)). Before anything
+         * else: core_seccomp_install below refuses setns from then on
+         * (libcore/seccomp.h outer mode), and the identity switch drops the
+         * capabilities setns needs. */
+        if (s->ctr) {
+                const int *cg = NULL;
+                size_t n = init_ctr_cgroups(s->ctr, &cg);
+                for (size_t i = 0; i < n; i++)
+                        if (write(cg[i], "0", 1) != 1)
+                                child_fail(ca, STAGE_CONTAINER, errno);
+                if (setns(init_ctr_mntns(s->ctr), CLONE_NEWNS) < 0)
+                        child_fail(ca, STAGE_CONTAINER, errno);
+        }
         if (setsid() < 0)
                 child_fail(ca, STAGE_TTY, errno);
         int in = -1, out, err;
@@ -378,6 +394,13 @@ static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
         s->cols = (unsigned short)cols;
         s->tty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "tty"));
         s->want_stdin = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"));
+        const cJSON *ctr = cJSON_GetObjectItemCaseSensitive(req, "container");
+        if (ctr && !cJSON_IsNull(ctr)) {
+                if (!cJSON_IsString(ctr))
+                        return "run: \"container\" must be a string";
+                if (!(s->ctr = init_ctr_find(ctr->valuestring)))
+                        return "run: no such container";
+        }
         return NULL;
 }
 
@@ -414,6 +437,7 @@ static const char *stage_name(int stage) {
         case STAGE_TTY: return "set up terminal";
         case STAGE_USER: return "switch user";
         case STAGE_CONFINE: return "apply capabilities and seccomp";
+        case STAGE_CONTAINER: return "join its container";
         default: return "start";
         }
 }

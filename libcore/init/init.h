@@ -46,6 +46,9 @@
 
 struct init_cmd;
 
+/* Largest number of cgroup hierarchies a container's commands join. */
+#define CORE_CTR_CG_MAX 8
+
 enum init_watch_kind {
         WATCH_SOCKET,
         WATCH_SIGNAL,
@@ -286,3 +289,22 @@ void init_watch_set_paused(init_agent *a, bool paused);
  * epoll batches only (an event of the batch may point at an ended one, as
  * for cmd_free_dead). */
 void init_watch_free_dead(void);
+
+/* container.c: containers of the sandbox (agent.h "container").
+ * init_ctr_helper_start forks the unconfined helper that makes their mount
+ * namespaces; called once after setup, before any seccomp filter is on
+ * init; keep_a/keep_b are init's sockets the helper closes. 0 or a
+ * negative errno (then container creation answers ENOTSUP). */
+int init_ctr_helper_start(int keep_a, int keep_b);
+/* {"op":"ctrfd"} with its one fd (copied): queued for the next create. */
+void init_ctr_fd(init_agent *a, const cJSON *req, int fd);
+/* {"op":"container","action":"create"|"delete"|"list","req":N,...}:
+ * answered as {"ev":"fs","req":N,"result":{...}} or with "errno". */
+void init_ctr_op(init_agent *a, const cJSON *req);
+typedef struct init_container init_container;
+/* The container `name`, or NULL; borrowed. */
+const init_container *init_ctr_find(const char *name);
+/* Its mount namespace fd, and its cgroup.procs fds (*ret, count returned);
+ * borrowed, valid until its delete. */
+int init_ctr_mntns(const init_container *c);
+size_t init_ctr_cgroups(const init_container *c, const int **ret);

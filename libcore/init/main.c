@@ -354,6 +354,9 @@ static void take_listen_fd(init_agent *a) {
 
 int main(int argc, char **argv) {
         log_set_ident("sandbox-init");
+        /* setns stays open to init and is refused in each child after it
+         * joined its container (libcore/seccomp.h outer mode). */
+        core_seccomp_set_outer(true);
         init_agent a = { .sock = AGENT_FD, .epfd = -EBADF, .sigfd = -EBADF, .listen_fd = -EBADF };
         a.w_listen = (init_watch){ WATCH_LISTEN, NULL };
         a.w_sock = (init_watch){ WATCH_SOCKET, NULL };
@@ -389,6 +392,13 @@ int main(int argc, char **argv) {
                 send_setup_reply(a.sock, err ? err->message : strerror(-r));
                 return 1;
         }
+        /* Before any seccomp filter is on init (its first command puts
+         * one there): the helper that makes containers' mount namespaces
+         * needs the mount calls (container.c). Without it, containers
+         * are refused; the sandbox works as before. */
+        r = init_ctr_helper_start(a.sock, a.listen_fd);
+        if (r < 0)
+                log_debug("container helper: %s", strerror(-r));
         if (setup_signals(&a) < 0 || (a.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
                 send_setup_reply(a.sock, "setup: signalfd or epoll failed");
                 return 1;

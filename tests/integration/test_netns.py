@@ -1,0 +1,251 @@
+"""Pod sandboxes (sandbox.create network.netns, docs/KUBERNETES.md "The pod
+model" steps 2-4): a sandbox that joins a network namespace made for it, as
+CNI makes a pod's, keeps that namespace's interface and address, is reached
+there by another namespace ("another pod"), and has its policy enforced by a
+table `inet sandboxd-pod` inside that namespace, which its root cannot
+change; its DNS (port 53 to anywhere) is answered by the daemon's DNS filter
+on the namespace's loopback. Who may name a namespace, and which paths, is
+refused by field.
+
+Each test makes its pod namespace ("sbxw-pod<tag>-<world>") with a veth to
+the world's internet namespace, as CNI's bridge plugin would, and removes
+both at the end. Run in both user-namespace modes (SANDBOXD_TEST_USERNS=0)."""
+import contextlib
+import json
+import os
+import signal
+import subprocess
+
+import leaks
+import world as W
+from common import expect, expect_eq, poll, sh
+from test_policy_rules import NXDOMAIN, _blocked, _refused_fast, connect, dns
+from test_tenants import NOGROUP
+
+POD_TABLE = "sandboxd-pod"
+ADMIN_UID = 4321  # tenants.localAdmins: admin, but not root
+CONFIG = {"kubernetes": {"podCIDRs": ["10.99.0.0/16"], "serviceCIDRs": ["10.96.0.0/12"]},
+          "socketGroup": "nogroup", "tenants": {"localAdmins": [ADMIN_UID]}}
+LISTENER = r'''
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(8)
+while True:
+    c, a = s.accept(); c.sendall(b"pong " + a[0].encode() + b"\n"); c.close()
+'''
+PING = r'''
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); print(s.recv(100).decode().strip())
+except OSError as e:
+    print("error", e)
+'''
+
+
+def _run(argv, check=True):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=check)
+
+
+@contextlib.contextmanager
+def pod_netns(world, tag, net):
+    """A network namespace /run/netns/sbxw-pod<tag>-<id> with eth0 at
+    10.99.<net>.2/24 and a default route via its veth peer, 10.99.<net>.1 in
+    the world's internet namespace (where the public test hosts live).
+    Yields (name, pod address, peer address); removes both at the end."""
+    ns = "sbxw-pod%s-%s" % (tag, world.id)
+    peer_if = "pod%s" % tag
+    addr, peer = "10.99.%d.2" % net, "10.99.%d.1" % net
+    N = world.net_ns
+    _run(["ip", "netns", "add", ns])
+    world.netns_made.append(ns)
+    try:
+        _run(["ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", peer_if, "netns", N])
+        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        _run(["ip", "-n", ns, "addr", "add", addr + "/24", "dev", "eth0"])
+        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        _run(["ip", "-n", N, "addr", "add", peer + "/24", "dev", peer_if])
+        _run(["ip", "-n", N, "link", "set", peer_if, "up"])
+        _run(["ip", "-n", ns, "route", "add", "default", "via", peer])
+        yield ns, addr, peer
+    finally:
+        _run(["ip", "-n", N, "link", "del", peer_if], check=False)
+        _run(["ip", "netns", "del", ns], check=False)
+        if ns in world.netns_made:
+            world.netns_made.remove(ns)
+
+
+def _table(ns):
+    """`nft list table inet sandboxd-pod` inside namespace ns: its text, or
+    None when there is no such table."""
+    p = _run(["ip", "netns", "exec", ns, "nft", "list", "table", "inet", POD_TABLE], check=False)
+    return p.stdout if p.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def pod_daemon(world):
+    """A daemon of this file's config (kubernetes ranges, a non-root admin
+    uid) as world.daemon; the default one again afterwards."""
+    world.stop_sandboxd()
+    d = world.start_sandboxd(CONFIG, tag="pod")
+    try:
+        yield d
+    finally:
+        world.stop_sandboxd()
+
+
+def _create(world, name, ns, policy, **extra):
+    return world.rpc("sandbox.create", dict({"name": name, "networkPolicy": policy,
+                                             "network": {"netns": "/run/netns/" + ns}}, **extra), 180)
+
+
+def _delete(world, name):
+    world.ctl("rm", name)
+
+
+def _reason(msg):
+    return ((msg.get("error") or {}).get("data") or {}).get("reason")
+
+
+def _field(msg):
+    return ((msg.get("error") or {}).get("data") or {}).get("field")
+
+
+def test_a_pod_sandbox_keeps_the_pods_address_and_its_policy_holds_in_the_kernel(world):
+    with pod_daemon(world) as d, pod_netns(world, "a", 1) as (ns, addr, peer):
+        name = world.name("pod")
+        m = _create(world, name, ns, {"allow": ["api.public.test"]})
+        expect("result" in m, "create with network.netns:", json.dumps(m)[:500])
+        try:
+            sb = m["result"]
+            expect_eq(sb.get("network"), {"netns": "/run/netns/" + ns}, "sandbox.create's answer shows network")
+            got = world.rpc_result("sandbox.get", {"name": name})
+            expect_eq(got.get("network"), {"netns": "/run/netns/" + ns}, "sandbox.get shows network")
+            # The pod's interface and address, as CNI made them.
+            code, out, err = sh(world, name, "ip -o -4 addr show dev eth0")
+            expect(code == 0 and (" %s/24 " % addr) in out, "the pod's eth0 inside:", out, err)
+            # Another namespace ("another pod") reaches a listener by that address.
+            r = world.rpc_result("command.run", {"sandbox": name, "cmd": "python3", "args": ["-c", LISTENER, "8080"],
+                                                 "detached": True})
+            poll(lambda: world.run_in_net(["python3", "-c", PING, addr, "8080"]).stdout.startswith("pong"),
+                 30, "a connection from the internet namespace to the pod's listener")
+            world.rpc_result("command.kill", {"cmdId": r["cmdId"]})
+            # The policy: one name resolves and connects, another is refused.
+            expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "the allowed name resolves")
+            expect(connect(world, name, W.PUB_API_ADDR)["ok"], "the allowed address connects")
+            _blocked(dns(world, name, "other.public.test"), NXDOMAIN, "other.public.test")
+            _refused_fast(connect(world, name, W.PUB_OTHER_ADDR), "a raw address the policy does not admit")
+            # DNS to any resolver is the filter's (redirected inside the namespace).
+            _blocked(dns(world, name, "other.public.test", server=W.DNS_ADDR), NXDOMAIN, "other.public.test")
+            # The cluster's and the node's ranges are closed to a custom policy.
+            _refused_fast(connect(world, name, peer), "the pod's gateway (a pod CIDR address)")
+            _refused_fast(connect(world, name, W.HOST_ADDR), "the node's address")
+            # Root inside cannot change the table (nftables' netlink is not
+            # even open to it) nor anything else of the namespace's network:
+            # it holds no CAP_NET_ADMIN over it (user namespace or dropped).
+            code, out, err = sh(world, name, "nft flush ruleset; nft delete table inet %s" % POD_TABLE, "--sudo")
+            expect(code != 0, "root in the sandbox ran nft:", out, err)
+            code, out, err = sh(world, name, "ip addr add 10.99.1.200/32 dev lo", "--sudo")
+            expect(code != 0 and "Operation not permitted" in out + err,
+                   "root in the sandbox changed the pod's addresses, or failed for another reason:", code, out, err)
+            expect(_table(ns) is not None, "the pod's table after root inside tried to flush it")
+            _refused_fast(connect(world, name, W.PUB_OTHER_ADDR), "the refused address after the flush attempt")
+            # A policy update takes effect at once, for open flows too.
+            world.rpc_result("sandbox.update", {"name": name, "networkPolicy": {"allow": ["other.public.test"]}})
+            expect_eq(dns(world, name, "other.public.test")["addrs"], [W.PUB_OTHER_ADDR], "the newly allowed name")
+            expect(connect(world, name, W.PUB_OTHER_ADDR)["ok"], "the newly allowed address connects")
+            _refused_fast(connect(world, name, W.PUB_API_ADDR), "the address only the old policy admitted")
+            # kill -9 of the daemon: the pod, its table and its pins stay.
+            pid = d.proc.pid
+            os.kill(pid, signal.SIGKILL)
+            d.proc.wait(10)
+            expect(_table(ns) is not None, "the pod's table while the daemon is down")
+            d.start()
+            got = world.rpc_result("sandbox.get", {"name": name})
+            expect_eq(got["status"], "running", "the pod's sandbox after a restart")
+            expect(connect(world, name, W.PUB_OTHER_ADDR)["ok"], "the pinned address after a restart")
+            _refused_fast(connect(world, name, W.PUB_API_ADDR), "a refused address after a restart")
+            _blocked(dns(world, name, "api.public.test"), NXDOMAIN, "api.public.test")
+            with open(d.log_path, errors="replace") as f:
+                expect("re-adopted" in f.read(), "the new sandboxd re-adopted the pod's session")
+        finally:
+            _delete(world, name)
+        expect(_table(ns) is None, "the pod's table after delete:", _table(ns))
+        leaks.check(world, name)
+
+
+def test_a_deny_all_pod_reaches_nothing_and_allow_all_keeps_the_node_closed(world):
+    with pod_daemon(world), pod_netns(world, "b", 2) as (ns, _addr, peer):
+        name = world.name("poddeny")
+        m = _create(world, name, ns, "deny-all")
+        expect("result" in m, "create deny-all with network.netns:", json.dumps(m)[:500])
+        try:
+            _refused_fast(connect(world, name, W.PUB_API_ADDR), "deny-all: a public address")
+            _refused_fast(connect(world, name, peer), "deny-all: the pod's gateway")
+            r = dns(world, name, "api.public.test")
+            expect(r.get("addrs") == [] or "error" in r, "deny-all: DNS answers no address:", r)
+            world.rpc_result("sandbox.update", {"name": name, "networkPolicy": "allow-all"})
+            expect(connect(world, name, W.PUB_API_ADDR)["ok"], "allow-all: a public address")
+            expect(connect(world, name, peer) is not None, "allow-all: the pod network is open (probe ran)")
+            _refused_fast(connect(world, name, W.HOST_ADDR), "allow-all: the node's address")
+            expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "allow-all: DNS")
+        finally:
+            _delete(world, name)
+        expect(_table(ns) is None, "the pod's table after delete")
+        leaks.check(world, name)
+
+
+def test_network_netns_is_refused_for_other_paths_and_clients(world):
+    with pod_daemon(world) as d, pod_netns(world, "c", 3) as (ns, _a, _p):
+        def refused(params, field, what, reason=None):
+            m = world.rpc("sandbox.create", dict({"name": world.name("podno"), "networkPolicy": "deny-all"},
+                                                 **params), 60)
+            expect("error" in m, "%s: created:" % what, json.dumps(m)[:300])
+            expect_eq(_field(m), field, "%s: the field named (%s)" % (what, m["error"].get("message")))
+            if reason:
+                expect_eq(_reason(m), reason, "%s: reason" % what)
+            return m["error"]["message"]
+        refused({"network": {"netns": "/etc/hostname"}}, "network.netns", "a file that is not a namespace")
+        refused({"network": {"netns": "/run/netns"}}, "network.netns", "a directory")
+        refused({"network": {"netns": "/run/netns/" + world.host_ns}}, "network.netns", "the daemon's own namespace",
+                "forbidden")
+        link = os.path.join(world.tmp, "podlink")
+        os.symlink("/run/netns/" + ns, link)
+        msg = refused({"network": {"netns": link}}, "network.netns", "a symlink")
+        expect("symbolic link" in msg, "the refusal says why:", msg)
+        refused({"network": {"netns": "/run/netns/" + ns, "bridge": "x"}}, "network.bridge", "an unknown key")
+        refused({"network": {"netns": "/run/netns/" + ns},
+                 "networkPolicy": {"allow": {"api.public.test": [{"transform": [{"headers": {"x-a": "b"}}]}]}}},
+                "networkPolicy", "HTTP rules in a pod's policy")
+        # Not root: a non-root admin and a tenant of the local socket.
+        for uid in (ADMIN_UID, NOGROUP):
+            p = subprocess.run(["python3", "-c", r'''
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect("sandboxd.sock"); f = s.makefile("rb")
+s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "sandbox.create", "params": json.loads(sys.argv[1])}) + "\n").encode())
+print(f.readline().decode())''', json.dumps({"name": world.name("podnr"), "networkPolicy": "deny-all",
+                                              "network": {"netns": "/run/netns/" + ns}})],
+                               cwd=d.dir, user=uid, group=NOGROUP, extra_groups=[], capture_output=True, text=True,
+                               timeout=120)
+            m = json.loads(p.stdout.strip() or "{}")
+            expect_eq((_field(m), _reason(m)), ("network.netns", "forbidden"),
+                      "network.netns as uid %d: %s %s" % (uid, p.stdout[:300], p.stderr[-300:]))
+        # One sandbox per pod namespace.
+        name = world.name("podone")
+        m = _create(world, name, ns, "deny-all")
+        expect("result" in m, "create:", json.dumps(m)[:300])
+        try:
+            m2 = _create(world, world.name("podtwo"), ns, "deny-all")
+            expect_eq((_field(m2), _reason(m2)), ("network.netns", "already_exists"), "a second sandbox in the pod's")
+            # A fork gets a namespace of its own, not the pod's.
+            fork = world.name("podfork")
+            f = world.rpc("sandbox.fork", {"sourceSandbox": name, "name": fork}, 180)
+            expect("result" in f, "fork of a pod's sandbox:", json.dumps(f)[:300])
+            try:
+                expect("network" not in f["result"], "the fork's network:", f["result"].get("network"))
+                code, out, _e = sh(world, fork, "ls /sys/class/net | tr '\\n' ' '")
+                expect_eq(out.split(), ["lo"], "the fork's interfaces (deny-all, its own namespace)")
+            finally:
+                _delete(world, fork)
+        finally:
+            _delete(world, name)
+        leaks.check(world, name)
