@@ -567,18 +567,19 @@ func (s *service) checkProcess(spec *specs.Spec, r *taskAPI.CreateTaskRequest, l
 // refused (docs/KUBERNETES.md).
 const (
 	joinNetns      = true
-	haveContainers = false
+	haveContainers = true
 )
 
 // checkMountsNetns checks the spec's mounts (specMounts; bind mounts are
-// refused without haveContainers) and namespaces (specNetns; podMember: a
+// refused but for a pod's container with haveContainers) and namespaces (specNetns; podMember: a
 // pod's container, whose namespace paths are its pod's). Returns the
 // host bind mounts to apply and the network namespace path to join, if
 // any; pod: the pod's sandbox container, whose network namespace (the
 // CNI's) is not joined while joinNetns is off.
 func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hostMount, string, error) {
 	mounts, err := specMounts(spec)
-	if err == nil && !haveContainers {
+	if err == nil && !(haveContainers && podMember) {
+		// Only a container of a pod (container.create) takes them.
 		err = mountsUnsupported(spec, mounts)
 	}
 	if err != nil {
@@ -610,7 +611,7 @@ func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hos
 // snapshot mounts mounted in the bundle's rootfs (or the spec's
 // root.path), packed (rootfs.go) and runtime.import'ed; the mounts are
 // released. The caller's cleanup removes what is left on error.
-func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string) error {
+func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string, mountPoints ...mountPoint) error {
 	root := filepath.Join(r.Bundle, "rootfs")
 	if len(r.Rootfs) > 0 {
 		if err := os.MkdirAll(root, 0711); err != nil {
@@ -635,7 +636,7 @@ func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, l
 	}
 	tarPath := filepath.Join(r.Bundle, rootfsTar)
 	os.Remove(tarPath)
-	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes)
+	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes, mountPoints...)
 	unix.Close(rfd)
 	if err != nil {
 		return grpcErr(err)
@@ -665,6 +666,23 @@ func (s *service) created(r *taskAPI.CreateTaskRequest, proc *specs.Process, per
 	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{
 		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(os.Getpid()),
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}})
+}
+
+// containerMountPoints are the paths sandboxd mounts on in a container
+// of a sandbox (docs/API.md container.create: the sandbox's /proc, /dev,
+// /sys, /etc/resolv.conf and /etc/hosts, a /tmp of its own, and the host
+// mounts), so that the packed rootfs has each (tarTree): an image need
+// not carry them (runc creates them too), and sandboxd makes none in a
+// container's root in a user namespace.
+func containerMountPoints(mounts []hostMount) []mountPoint {
+	mps := []mountPoint{{"/proc", true}, {"/dev", true}, {"/sys", true}, {"/tmp", true},
+		{"/etc/resolv.conf", false}, {"/etc/hosts", false}}
+	for _, m := range mounts {
+		var st unix.Stat_t
+		dir := unix.Stat(m.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+		mps = append(mps, mountPoint{m.Destination, dir})
+	}
+	return mps
 }
 
 // createPod is Create for a CRI pod's sandbox container: the pod's
@@ -787,7 +805,7 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 				}
 			}
 		}()
-		if err := s.importRootfs(r, spec, lim, ctr); err != nil {
+		if err := s.importRootfs(r, spec, lim, ctr, containerMountPoints(mounts)...); err != nil {
 			return nil, err
 		}
 		params["sandbox"], params["name"], params["runtime"] = s.name, ctr, ctr

@@ -1163,18 +1163,23 @@ def test_pod_grouping_by_annotation(t):
         expect_eq((r.returncode, r.stdout), (0, "from-a\n"), "container b reads container a over 127.0.0.1 (stderr %r)" % r.stderr[-300:])
         expect(not [n for n in sandboxes(t) if n in (sandbox_name("podg-a"), sandbox_name("podg-b"))],
                "the pod's containers have no sandbox of their own")
+        ctrs = [x["name"] for x in w.rpc_result("container.list", {"sandbox": pod})["containers"]]
+        expect(sandbox_name("podg-a") in ctrs, "container a is a container of the pod's sandbox:", ctrs)
         r = run(c, t.rootfs, "podg-c", "echo", "ran", extra=POD_ANN + ("--annotation", "io.sandboxd.network-policy=allow-all"))
         expect(r.returncode != 0 and "ran" not in r.stdout and "annotation io.sandboxd.network-policy" in r.stderr,
                "a container's own policy is refused naming the annotation:", r.stderr[-300:])
         c.ctr("containers", "rm", "podg-c")
-        r = run(c, t.rootfs, "podg-d", "true", extra=POD_ANN + ("--memory-limit", str(2048 << 20)))
-        expect(r.returncode != 0 and "linux.resources" in r.stderr,
-               "limits of a pod's container of its own are refused naming the field:", r.stderr[-300:])
+        r = run(c, t.rootfs, "podg-d", "true", extra=POD_ANN + ("--memory-limit", str(500 * 1000 * 1000)))
+        expect(r.returncode != 0 and "linux.resources.memory.limit" in r.stderr,
+               "a limit that is not a whole MiB is refused naming the field:", r.stderr[-300:])
         c.ctr("containers", "rm", "podg-d")
         # a: runs on; the sandbox container is deleted first.
-        r = c.ctr("run", "-d", "--runtime", RUNTIME, *POD_ANN, "--rootfs", t.rootfs, "podg-a2", "sleep", "600")
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *POD_ANN, "--memory-limit", str(256 << 20),
+                  "--rootfs", t.rootfs, "podg-a2", "sleep", "600")
         expect_eq(r.returncode, 0, "ctr run -d of container a2: %s" % r.stderr)
         W.World.wait_until(lambda: c.ctr("task", "ls").stdout.count("RUNNING") >= 2, 20, "a2 to run")
+        ctr = w.rpc_result("container.get", {"sandbox": pod, "name": sandbox_name("podg-a2")})
+        expect_eq(ctr["limits"].get("memoryMiB"), 256, "a2 is a container of the pod's sandbox with its memory limit")
         expect_eq(c.ctr("task", "kill", "-s", "KILL", "podg").returncode, 0, "kill of the sandbox container")
         W.World.wait_until(lambda: any(ln.split()[:1] == ["podg"] and ln.split()[-1] == "STOPPED"
                                        for ln in c.ctr("task", "ls").stdout.splitlines()), 20, "it to stop")
@@ -1197,6 +1202,62 @@ def test_pod_grouping_by_annotation(t):
     expect(pod not in [r["name"] for r in w.rpc_result("runtime.list")["runtimes"]], "the pod's runtime is deleted")
     leaks.check(w, pod)
     expect(not os.path.exists("/run/containerd-shim-sandboxd-v2/pods/" + pod), "the pod's state is removed")
+
+
+def test_pod_container_mounts_under_host_mount_roots(t):
+    """ctr run --mount into a pod's container: a bind mount whose source
+    lies under daemon.json hostMountRoots is there, read-only when asked
+    (a write fails), writable when not; a source outside the roots is
+    refused naming it; a container of no pod cannot have one (refused
+    naming the mount)."""
+    c, w = t.c, t.world
+    cfg = os.path.join(t.mount_root, "cfg")
+    data = os.path.join(t.mount_root, "data")
+    for d in (cfg, data):
+        os.makedirs(d, exist_ok=True)
+    # As the kubelet makes an emptyDir: writable by the container's root
+    # also when it is not the host's (a user namespace).
+    os.chmod(data, 0o777)
+    with open(os.path.join(cfg, "key"), "w") as f:
+        f.write("value-1\n")
+    outside = os.path.join(t.world.tmp, "outside-roots")
+    os.makedirs(outside, exist_ok=True)
+    ann = ("--annotation", "io.kubernetes.cri.container-type=container",
+           "--annotation", "io.kubernetes.cri.sandbox-id=podm")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=podm", "--rootfs", t.rootfs, "podm", "/pause")
+    expect_eq(r.returncode, 0, "the pod's sandbox container: %s" % r.stderr)
+    try:
+        r = run(c, t.rootfs, "podm-a", "sh", "-c",
+                "cat /cfg/key; echo x > /cfg/new && echo cfg-written; echo y > /data/out && echo data-written",
+                extra=ann + ("--mount", "type=bind,src=%s,dst=/cfg,options=rbind:ro" % cfg,
+                             "--mount", "type=bind,src=%s,dst=/data,options=rbind:rw" % data))
+        lines = r.stdout.splitlines()
+        expect(lines[:1] == ["value-1"], "the read-only mount's file is read:", r.stdout, r.stderr[-300:])
+        expect("cfg-written" not in lines and "Read-only file system" in r.stderr,
+               "a write to the read-only mount fails:", r.stdout, r.stderr[-300:])
+        expect("data-written" in lines, "the writable mount is written:", r.stdout, r.stderr[-300:])
+        expect(not os.path.exists(os.path.join(cfg, "new")), "nothing reached the read-only source")
+        with open(os.path.join(data, "out")) as f:
+            expect_eq(f.read(), "y\n", "the write reached the writable source")
+        r = run(c, t.rootfs, "podm-b", "echo", "ran",
+                extra=ann + ("--mount", "type=bind,src=%s,dst=/x,options=rbind:ro" % outside))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "mounts" in r.stderr and "hostMountRoots" in r.stderr,
+               "a source outside hostMountRoots is refused naming it:", r.stderr[-400:])
+        c.ctr("containers", "rm", "podm-b")
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "podm")
+        W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the pod to stop")
+        c.ctr("task", "delete", "--force", "podm")
+        c.ctr("containers", "rm", "podm")
+    for cid in ("podm-a", "podm-b", "podm"):
+        no_leak(t, cid)
+    leaks.check(w, pod_name("podm"))
+    r = run(c, t.rootfs, "podm-c", "echo", "ran", extra=("--mount", "type=bind,src=%s,dst=/cfg,options=rbind:ro" % cfg))
+    expect(r.returncode != 0 and "ran" not in r.stdout and "mounts[" in r.stderr and "/cfg" in r.stderr,
+           "a bind mount of a container of no pod is refused naming it:", r.stderr[-300:])
+    c.ctr("containers", "rm", "podm-c")
+    no_leak(t, "podm-c")
 
 
 def make_netns(t, name):
@@ -1291,7 +1352,10 @@ def main():
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
         try:
             t.c.share_mounts()
-            world.start_sandboxd()
+            # Host bind mounts of pods' containers come from here only.
+            t.mount_root = os.path.join(world.tmp, "host-mounts")
+            os.makedirs(t.mount_root)
+            world.start_sandboxd(config={"hostMountRoots": [t.mount_root]})
             t.c.start()
             for name, fn in runs:
                 t0 = time.monotonic()
