@@ -493,10 +493,12 @@ def wait_exited(t, cid, secs=60):
     return t.cri.r("ContainerStatus", container_id=cid).status
 
 
-def log_lines(pod_cfg, name):
-    """The texts of a container's CRI log lines (time stream tag text)."""
+def log_lines(pod_cfg, name, stream=None):
+    """The texts of a container's CRI log lines (time stream tag text),
+    of one stream ("stdout", "stderr") or both."""
     with open(os.path.join(pod_cfg.log_directory, name + ".log")) as f:
-        return [ln.split(" ", 3)[3] for ln in f.read().splitlines() if ln.count(" ") >= 3]
+        return [ln.split(" ", 3)[3] for ln in f.read().splitlines()
+                if ln.count(" ") >= 3 and stream in (None, ln.split(" ", 3)[1])]
 
 
 def test_two_containers_of_a_pod_talk_over_loopback(t):
@@ -573,6 +575,54 @@ def test_another_pod_reaches_the_pod_ip(t):
     no_pod_left(t, pod_b)
 
 
+def test_configmap_and_secret_mounted_read_only(t):
+    """A ConfigMap-like and a Secret-like directory of a kubelet-like pod
+    directory (below daemon.json hostMountRoots), mounted read-only
+    through the CRI: the container reads both and cannot write either; a
+    host path outside hostMountRoots fails the container's start naming
+    it."""
+    pod_id, pod_cfg = run_pod(t, "podvol")
+    vols = os.path.join(t.kubelet_pods, pod_cfg.metadata.uid, "volumes")
+    cm = os.path.join(vols, "kubernetes.io~configmap", "cfg")
+    sec = os.path.join(vols, "kubernetes.io~secret", "sec")
+    for d, name, text in ((cm, "greeting", "hello-config\n"), (sec, "token", "s3cret-token\n")):
+        os.makedirs(d)
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    pb = t.cri.pb
+    mounts = [pb.Mount(container_path="/etc/config", host_path=cm, readonly=True),
+              pb.Mount(container_path="/var/run/secrets/app", host_path=sec, readonly=True)]
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c",
+                           "cat /etc/config/greeting /var/run/secrets/app/token; "
+                           "echo x > /etc/config/greeting; echo cfg=$?; "
+                           "echo x > /var/run/secrets/app/new; echo sec=$?"], mounts=mounts)
+    t.cri.r("StartContainer", container_id=cid)
+    st = wait_exited(t, cid)
+    lines, errs = log_lines(pod_cfg, "c1", "stdout"), log_lines(pod_cfg, "c1", "stderr")
+    expect_eq(st.exit_code, 0, "exit code (log %r %r)" % (lines, errs))
+    expect_eq(lines, ["hello-config", "s3cret-token", "cfg=1", "sec=1"],
+              "both mounted files are read, neither written (stderr %r)" % errs)
+    expect_eq(errs, ["sh: can't create /etc/config/greeting: Read-only file system",
+                     "sh: can't create /var/run/secrets/app/new: Read-only file system"], "the writes' errors")
+    with open(os.path.join(cm, "greeting")) as f:
+        expect_eq(f.read(), "hello-config\n", "the ConfigMap's file on the host is unchanged")
+    expect(not os.path.exists(os.path.join(sec, "new")), "nothing was written to the Secret's directory")
+    outside = os.path.join(t.world.tmp, "not-kubelet")
+    os.makedirs(outside, exist_ok=True)
+    c2 = create_container(t, pod_id, pod_cfg, "c2", ["echo", "ran"],
+                          mounts=[pb.Mount(container_path="/x", host_path=outside, readonly=True)])
+    try:
+        t.cri.r("StartContainer", container_id=c2)
+        expect(False, "a host path outside hostMountRoots is refused")
+    except t.cri.grpc.RpcError as e:
+        # The shim's task is made at StartContainer (CreateContainer makes
+        # containerd's container only).
+        expect("hostMountRoots" in e.details() and "mounts" in e.details(),
+               "StartContainer fails naming the mount and hostMountRoots:", e.details())
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
 # ------------------------------------------------------------ main
 
 def preflight():
@@ -618,7 +668,11 @@ def main():
         t.cri = None
         try:
             t.c.share_mounts()
-            world.start_sandboxd()
+            # The kubelet-like pod directory: pods' volumes come from here
+            # only (daemon.json hostMountRoots, as on a node).
+            t.kubelet_pods = os.path.join(world.tmp, "kubelet", "pods")
+            os.makedirs(t.kubelet_pods)
+            world.start_sandboxd(config={"hostMountRoots": [t.kubelet_pods]})
             t.c.start()
             for ref, cfg, tag in ((BUSYBOX_IMAGE, {"Env": ["PATH=/bin"], "Cmd": ["sh"]}, "busybox"),
                                   (PAUSE_IMAGE, {"Env": ["PATH=/bin"], "Entrypoint": ["/bin/sleep", "2147483647"]},
