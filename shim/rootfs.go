@@ -168,8 +168,8 @@ type packer struct {
 	tw    *tar.Writer
 	seen  map[inode]string
 	types map[string]byte // every member's tar type by name (without a trailing "/")
-	max   int64            // bound of total (0: none)
-	total int64 // bytes of headers and content so far
+	max   int64           // bound of total (0: none)
+	total int64           // bytes of headers and content so far
 }
 
 // grow counts n more bytes of the tar and refuses to pass p.max.

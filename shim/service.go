@@ -87,8 +87,8 @@ type service struct {
 
 	id, bundle, ns, name string
 	persistent           bool
-	pod                  bool // a CRI pod's sandbox container (pod.go): the pod's sandbox, nothing runs
-	member               bool // a CRI pod's container (pod.go): a command of the pod's sandbox
+	pod                  bool   // a CRI pod's sandbox container (pod.go): the pod's sandbox, nothing runs
+	member               bool   // a CRI pod's container (pod.go): a command of the pod's sandbox
 	ctr                  string // a pod's container: its sandboxd container (and runtime) name, or "" (sharing the pod's root)
 	mountedRootfs        bool
 	rpc                  *rpcClient

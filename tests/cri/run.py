@@ -47,7 +47,7 @@ CNI_BIN = "/usr/lib/cni"
 CNI_CACHE = "/var/lib/cni/results"   # libcni's cache (not configurable in containerd 1.6's CRI)
 BUSYBOX = "/bin/busybox"
 APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "wc", "true", "false",
-           "ip", "hostname", "mount", "test", "grep", "ps", "kill")
+           "ip", "hostname", "mount", "test", "grep", "ps", "kill", "dd")
 HANDLER = "sandboxd"
 RUNTIME = "io.containerd.sandboxd.v2"
 K8S_NS = "k8s.io"                 # the CRI plugin's containerd namespace
@@ -418,18 +418,28 @@ def test_exec_sync_in_a_container(t):
 
 
 def test_container_stats(t):
-    """ContainerStats answers from the container's sandbox cgroup (the
-    shim's Stats): memory in use and CPU time are non-zero for a running
-    container."""
+    """ContainerStats answers from the container's own cgroup in the pod's
+    sandbox: memory in use and CPU time are non-zero for a running
+    container, and 32 MiB that one container holds (in its own /tmp, a
+    tmpfs charged to it) count for it, not for the other container of the
+    pod."""
     pod_id, pod_cfg = run_pod(t, "pod4")
-    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done; sleep 3600"])
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c",
+                           "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
+                           "dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>/dev/null; echo done; sleep 3600"])
     t.cri.r("StartContainer", container_id=cid)
-    logp = os.path.join(pod_cfg.log_directory, "c1.log")
-    W.World.wait_until(lambda: os.path.exists(logp) and "done" in open(logp).read(), 60, "the loop to finish")
+    idle = create_container(t, pod_id, pod_cfg, "c2", ["sh", "-c", "echo idle; sleep 3600"])
+    t.cri.r("StartContainer", container_id=idle)
+    for name in ("c1", "c2"):
+        logp = os.path.join(pod_cfg.log_directory, name + ".log")
+        W.World.wait_until(lambda: os.path.exists(logp) and ("done" in open(logp).read() or "idle" in open(logp).read()),
+                           60, "%s to be ready" % name)
     st = t.cri.r("ContainerStats", container_id=cid).stats
     expect_eq(st.attributes.id, cid, "the stats' container id")
-    expect(st.memory.working_set_bytes.value > 0, "memory in use is reported:", st.memory)
+    expect(st.memory.working_set_bytes.value >= 32 << 20, "the 32 MiB c1 holds count for it:", st.memory)
     expect(st.cpu.usage_core_nano_seconds.value > 0, "CPU time is reported:", st.cpu)
+    st2 = t.cri.r("ContainerStats", container_id=idle).stats
+    expect(0 < st2.memory.working_set_bytes.value < 32 << 20, "the idle container's memory is its own:", st2.memory)
     remove_pod(t, pod_id)
     no_pod_left(t, pod_id)
 
