@@ -964,6 +964,8 @@ def test_memory_limit_not_widened(t):
 
 def test_log_uri_file_gets_both_streams(t):
     out = os.path.join(t.world.tmp, "logs", "file1.log")
+    if os.path.exists(out):
+        os.unlink(out)  # a repeated run (SHIM_TEST_REPEAT) appends to it
     r = run(t.c, t.rootfs, "file1", "sh", "-c", "echo to-out; echo to-err >&2; exit 4",
             extra=("--log-uri", "file://" + out))
     expect_eq(r.returncode, 4, "ctr run's exit status (stderr %r)" % r.stderr[-400:])
@@ -1012,6 +1014,8 @@ def test_log_uri_binary_runs_the_logging_program(t):
         f.write(LOGGER)
     os.chmod(prog, 0o755)
     out = os.path.join(t.world.tmp, "bin1.log")
+    if os.path.exists(out):
+        os.unlink(out)  # a repeated run (SHIM_TEST_REPEAT) appends to it
     r = run(t.c, t.rootfs, "bin1", "sh", "-c", "echo to-out; echo to-err >&2; echo more-out; exit 4",
             extra=("--log-uri", "binary://%s?out=%s" % (prog, out)))
     expect_eq(r.returncode, 4, "ctr run's exit status (stderr %r)" % r.stderr[-400:])
