@@ -531,12 +531,15 @@ static int digest_of(const pol_policy *p, const pol_pod_ranges *pr, char *buf, s
                 h *= 0x100000001b3ULL;                                          \
         }
         MIX(text, strlen(text));
-        for (size_t i = 0; i < pr->n_never; i++)
-                MIX(&pr->never[i], sizeof(pr->never[i]));
-        uint8_t sep = 0xff;
-        MIX(&sep, 1);
-        for (size_t i = 0; i < pr->n_cluster; i++)
-                MIX(&pr->cluster[i], sizeof(pr->cluster[i]));
+        /* The CIDRs as text: a pol_cidr's bytes past its family's length
+         * are not defined. */
+        for (size_t i = 0; i < pr->n_never + pr->n_cluster; i++) {
+                char c[64];
+                const pol_cidr *x = i < pr->n_never ? &pr->never[i] : &pr->cluster[i - pr->n_never];
+                pol_cidr_format(x, c, sizeof(c));
+                MIX(i == pr->n_never ? "|" : ",", 1);
+                MIX(c, strlen(c));
+        }
 #undef MIX
         snprintf(buf, size, "v1:%016llx", (unsigned long long) h);
         return 0;

@@ -75,7 +75,7 @@ static int open_netns(const char *path, int *ret_fd, struct stat *ret_st, sb_err
                 return sb_error_set(ret_err, negative_errno(), NULL, "network.netns", "network.netns: %s: %m",
                                     TEXT_Q(path));
         if (st.st_dev == own.st_dev && st.st_ino == own.st_ino)
-                return sb_error_set(ret_err, -EPERM, "forbidden", "network.netns",
+                return sb_error_set(ret_err, -EACCES, "permission_denied", "network.netns",
                                     "network.netns: %s is sandboxd's own network namespace; a sandbox never "
                                     "joins it (give the pod's namespace)", TEXT_Q(path));
         *ret_fd = TAKE_FD(fd);
@@ -112,7 +112,7 @@ int pod_parse_network(manager *m, const rpc_request *req, sandbox *sb, int *ret_
                                     "network.netns: must be the path of a network namespace, such as "
                                     "/run/netns/NAME");
         if (!local_root(m, req))
-                return sb_error_set(ret_err, -EPERM, "forbidden", "network.netns",
+                return sb_error_set(ret_err, -EACCES, "permission_denied", "network.netns",
                                     "network.netns: only root on sandboxd's local socket may put a sandbox in a "
                                     "network namespace of the host");
         struct stat st;

@@ -1352,6 +1352,8 @@ static int session_apply_pod_policy(session *s, const pol_policy *p, sb_error **
                 netd_stop(&s->netd_pid);
         }
         int r = pod_apply_policy(sb->m, s->pod_netns, p, false, ret_err);
+        if (r >= 0)
+                pins_free(&s->pins); /* gone with the old table */
         if (reload >= 0)
                 reload = netd_reload_wait(s);
         if (r < 0 || reload < 0) {
@@ -1738,14 +1740,16 @@ fail:
                 pol_nft_session_remove(ifname, NULL);
                 core_veth_delete((unsigned)j->slot, NULL);
         }
-        if (j->pod_netns >= 0)
-                pol_pod_remove(j->pod_netns, NULL);
+        bool emptied = true;
         if (j->cg) {
                 core_cgroup_kill_all(j->cg);
-                core_cgroup_destroy(j->cg);
+                emptied = core_cgroup_destroy(j->cg) >= 0;
                 core_cgroup_free(j->cg);
                 j->cg = NULL;
         }
+        /* After every process of the session is gone (teardown_work). */
+        if (j->pod_netns >= 0 && emptied)
+                pol_pod_remove(j->pod_netns, NULL);
         if (made_dir) {
                 sandbox_disk_remove(sb->dir);
                 core_rm_rf(sb->dir);
@@ -1818,6 +1822,11 @@ static void start_done(void *userdata) {
                         sandbox_free(sb);
                 } else if (sb->deleting)
                         start_teardown(sb, NULL, true);
+                else
+                        /* No session started: it is as stopped as it was
+                         * (not "pending" for good), and the next use tries
+                         * again. */
+                        sb->status = "stopped";
                 start_job_free(j);
                 return;
         }
@@ -2094,20 +2103,28 @@ static void teardown_work(void *userdata) {
                                             err ? err->message : "failed");
                         core_veth_delete((unsigned)t->s->net_slot, NULL);
                 }
+                bool emptied = true;
+                if (t->s->cg) {
+                        core_cgroup_kill_all(t->s->cg);
+                        int r = core_cgroup_destroy(t->s->cg);
+                        if (r < 0) {
+                                emptied = false;
+                                log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
+                        }
+                }
                 /* A pod's namespace outlives the sandbox (CNI removes it):
-                 * nothing of ours stays in it. */
-                if (t->s->pod_netns >= 0) {
+                 * nothing of ours stays in it. Last, once no process of
+                 * the sandbox is left (its cgroup is gone): without the
+                 * table the namespace is open, so it stays while one
+                 * might still send (fail closed). */
+                if (t->s->pod_netns >= 0 && emptied) {
                         _cleanup_error_ sb_error *err = NULL;
                         if (pol_pod_remove(t->s->pod_netns, &err) < 0)
                                 log_warning("sandbox '%s': remove its table in the pod's network namespace: %s",
                                             t->sb->name, err ? err->message : "failed");
-                }
-                if (t->s->cg) {
-                        core_cgroup_kill_all(t->s->cg);
-                        int r = core_cgroup_destroy(t->s->cg);
-                        if (r < 0)
-                                log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
-                }
+                } else if (t->s->pod_netns >= 0)
+                        log_warning("sandbox '%s': its table stays in the pod's network namespace while its "
+                                    "cgroup is not empty", t->sb->name);
                 /* After the kill: no container process writes its upper. */
                 container_session_end(t->s);
         }

@@ -89,8 +89,11 @@ def pod_daemon(world):
     d = world.start_sandboxd(CONFIG, tag="pod")
     try:
         yield d
-    finally:
+    except BaseException:
         world.stop_sandboxd()
+        raise
+    # A clean exit (under ASan: no leak, no error).
+    expect_eq(world.stop_sandboxd(), 0, "sandboxd's exit status on SIGTERM")
 
 
 def _create(world, name, ns, policy, **extra):
@@ -176,16 +179,28 @@ def test_a_pod_sandbox_keeps_the_pods_address_and_its_policy_holds_in_the_kernel
 def test_a_deny_all_pod_reaches_nothing_and_allow_all_keeps_the_node_closed(world):
     with pod_daemon(world), pod_netns(world, "b", 2) as (ns, _addr, peer):
         name = world.name("poddeny")
+        # "Another pod" listening on the pod network, as a Service's backend.
+        other = world.start_listener("net", peer, W.LISTEN_PORT)
         m = _create(world, name, ns, "deny-all")
         expect("result" in m, "create deny-all with network.netns:", json.dumps(m)[:500])
         try:
             _refused_fast(connect(world, name, W.PUB_API_ADDR), "deny-all: a public address")
-            _refused_fast(connect(world, name, peer), "deny-all: the pod's gateway")
+            _refused_fast(connect(world, name, peer), "deny-all: another pod")
+            expect_eq(other.connections(), [], "connections another pod saw from a deny-all pod")
             r = dns(world, name, "api.public.test")
             expect(r.get("addrs") == [] or "error" in r, "deny-all: DNS answers no address:", r)
             world.rpc_result("sandbox.update", {"name": name, "networkPolicy": "allow-all"})
             expect(connect(world, name, W.PUB_API_ADDR)["ok"], "allow-all: a public address")
-            expect(connect(world, name, peer) is not None, "allow-all: the pod network is open (probe ran)")
+            expect(connect(world, name, peer)["ok"], "allow-all: another pod (the pod CIDR is open to allow-all)")
+            poll(lambda: len(other.connections()) == 1, 10, "another pod sees the allow-all pod's connection")
+            # A custom policy reaches the pod CIDR only where subnets.allow says.
+            world.rpc_result("sandbox.update", {"name": name, "networkPolicy": {
+                "allow": ["api.public.test"], "subnets": {"allow": [peer + "/32"]}}})
+            expect(connect(world, name, peer)["ok"], "custom: another pod that subnets.allow names")
+            # No host has .3: only the table's reset answers there.
+            r = connect(world, name, peer.rsplit(".", 1)[0] + ".3")
+            expect_eq(r.get("error"), "ECONNREFUSED", "custom: the rest of the pod CIDR (%s)" % r)
+            _refused_fast(connect(world, name, W.PUB_OTHER_ADDR), "custom: a public address it does not admit")
             _refused_fast(connect(world, name, W.HOST_ADDR), "allow-all: the node's address")
             expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "allow-all: DNS")
         finally:
@@ -207,7 +222,7 @@ def test_network_netns_is_refused_for_other_paths_and_clients(world):
         refused({"network": {"netns": "/etc/hostname"}}, "network.netns", "a file that is not a namespace")
         refused({"network": {"netns": "/run/netns"}}, "network.netns", "a directory")
         refused({"network": {"netns": "/run/netns/" + world.host_ns}}, "network.netns", "the daemon's own namespace",
-                "forbidden")
+                "permission_denied")
         link = os.path.join(world.tmp, "podlink")
         os.symlink("/run/netns/" + ns, link)
         msg = refused({"network": {"netns": link}}, "network.netns", "a symlink")
@@ -227,13 +242,23 @@ print(f.readline().decode())''', json.dumps({"name": world.name("podnr"), "netwo
                                cwd=d.dir, user=uid, group=NOGROUP, extra_groups=[], capture_output=True, text=True,
                                timeout=120)
             m = json.loads(p.stdout.strip() or "{}")
-            expect_eq((_field(m), _reason(m)), ("network.netns", "forbidden"),
+            expect_eq((_field(m), _reason(m)), ("network.netns", "permission_denied"),
                       "network.netns as uid %d: %s %s" % (uid, p.stdout[:300], p.stderr[-300:]))
         # One sandbox per pod namespace.
         name = world.name("podone")
         m = _create(world, name, ns, "deny-all")
         expect("result" in m, "create:", json.dumps(m)[:300])
         try:
+            # What a pod's table cannot enforce yet is refused by update too.
+            u = world.rpc("sandbox.update", {"name": name, "networkPolicy": {"allow": ["api.public.test:443"]}})
+            expect_eq((_field(u), _reason(u)), ("networkPolicy", "invalid_policy"), "a port on a name for a pod: %s"
+                      % json.dumps(u)[:300])
+            expect_eq(world.rpc_result("sandbox.get", {"name": name})["networkPolicy"], "deny-all",
+                      "the policy after a refused update")
+            # getOrCreate of the pod's sandbox with the same namespace finds it.
+            g = world.rpc("sandbox.getOrCreate", {"name": name, "network": {"netns": "/run/netns/" + ns}}, 120)
+            expect("result" in g and g["result"]["sandbox"]["name"] == name and not g["result"]["created"]
+                   and g["result"]["differs"] == [], "getOrCreate of the pod's sandbox:", json.dumps(g)[:300])
             m2 = _create(world, world.name("podtwo"), ns, "deny-all")
             expect_eq((_field(m2), _reason(m2)), ("network.netns", "already_exists"), "a second sandbox in the pod's")
             # A fork gets a namespace of its own, not the pod's.
@@ -246,6 +271,47 @@ print(f.readline().decode())''', json.dumps({"name": world.name("podnr"), "netwo
                 expect_eq(out.split(), ["lo"], "the fork's interfaces (deny-all, its own namespace)")
             finally:
                 _delete(world, fork)
+        finally:
+            _delete(world, name)
+        leaks.check(world, name)
+
+
+def test_a_persistent_pod_resumes_in_its_namespace_and_not_in_another(world):
+    with pod_daemon(world):
+        name = world.name("podkeep")
+        with pod_netns(world, "d", 4) as (ns, addr, _p):
+            m = _create(world, name, ns, {"allow": ["api.public.test"]}, persistent=True)
+            expect("result" in m, "create a persistent pod sandbox:", json.dumps(m)[:300])
+            try:
+                sh(world, name, "echo kept > /workspace/f")
+                world.rpc_result("sandbox.stop", {"name": name})
+                expect(_table(ns) is None, "the pod's table after stop")
+                # Resumed by a command: the same namespace, its table again.
+                code, out, err = sh(world, name, "cat /workspace/f; ip -o -4 addr show dev eth0")
+                expect(code == 0 and "kept" in out and addr in out, "the resumed pod sandbox:", out, err)
+                expect(_table(ns) is not None, "the pod's table after the resume")
+                expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "DNS after the resume")
+                expect(connect(world, name, W.PUB_API_ADDR)["ok"], "the allowed address after the resume")
+                _refused_fast(connect(world, name, W.PUB_OTHER_ADDR), "a refused address after the resume")
+                world.rpc_result("sandbox.stop", {"name": name})
+            except BaseException:
+                _delete(world, name)
+                raise
+        # The pod's namespace is gone; one of the same name is another one.
+        try:
+            with pod_netns(world, "d", 4) as (ns, _a, _p):
+                m = world.rpc("sandbox.get", {"name": name, "resume": True}, 120)
+                expect("error" in m, "a resume in another namespace of the same path:", json.dumps(m)[:300])
+                expect_eq(_field(m), "network.netns", "the field named (%s)" % m["error"].get("message"))
+                expect(_table(ns) is None, "no table in the other namespace")
+            m = world.rpc("sandbox.get", {"name": name, "resume": True}, 120)
+            expect("error" in m and _field(m) == "network.netns", "a resume with the namespace gone:",
+                   json.dumps(m)[:300])
+            sb = world.rpc_result("sandbox.get", {"name": name})
+            expect_eq(sb["status"], "stopped", "the sandbox after refused resumes")
+            expect_eq(sb.get("network"), {"netns": "/run/netns/" + ns}, "its recorded namespace")
+            sd = os.path.join(world.daemon.state_dir, "sandboxes", name)
+            expect(os.path.isdir(sd), "its state directory after refused resumes")
         finally:
             _delete(world, name)
         leaks.check(world, name)

@@ -878,3 +878,17 @@ def test_large_answers_for_remote_clients_are_bounded_daemon_wide(world):
         expect("result" in msg, "a local fs.read is not bound by remote answers:", json.dumps(msg)[:200])
     finally:
         st["daemon"].rpc("sandbox.delete", {"name": name})
+
+
+def test_no_remote_client_may_put_a_sandbox_in_a_host_network_namespace(world):
+    """sandbox.create network.netns (a pod's namespace, docs/API.md) is for
+    root on the local socket: the TLS admin and a TLS tenant are refused
+    naming the field, before any path is opened."""
+    st = _setup(world)
+    for who in ("admin", "tag"):
+        r = _call(world, st, who, {"method": "sandbox.create",
+                                   "params": {"networkPolicy": "deny-all", "network": {"netns": "/run/netns/x"}}})
+        a = _answer(r, "create with network.netns as %s" % who)
+        err = a.get("error") or {}
+        expect_eq(((err.get("data") or {}).get("field"), (err.get("data") or {}).get("reason")),
+                  ("network.netns", "permission_denied"), "network.netns over TLS as %s: %s" % (who, json.dumps(a)[:300]))

@@ -229,7 +229,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 45);
+        assert_int_equal(n, 46);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -372,6 +372,25 @@ static void test_storage_pool_is_checked_at_load(void **state) {
                                                           "sizeMiB")->valuedouble, 1024);
         daemon_config_free(&cfg);
         assert_null(parse_error("{\"storage\": {}}", &cfg));
+        daemon_config_free(&cfg);
+}
+
+/* kubernetes (docs/KUBERNETES.md "The pod model" step 4): CIDRs and
+ * addresses checked at load, every unknown member refused by name. */
+static void test_kubernetes_ranges_are_checked_at_load(void **state) {
+        daemon_config cfg;
+        assert_rejected_naming("{\"kubernetes\": []}", "kubernetes: must be an object");
+        assert_rejected_naming("{\"kubernetes\": {\"podCidrs\": []}}",
+                               "kubernetes: unknown key 'podCidrs'; known keys: podCIDRs, serviceCIDRs, clusterDNS");
+        assert_rejected_naming("{\"kubernetes\": {\"podCIDRs\": \"10.0.0.0/8\"}}",
+                               "kubernetes.podCIDRs: must be an array of at most 64 CIDRs");
+        assert_rejected_naming("{\"kubernetes\": {\"serviceCIDRs\": [\"10.96.0.0/12\", \"10.96.0.1/12\"]}}",
+                               "kubernetes.serviceCIDRs[1]: must be a CIDR");
+        assert_rejected_naming("{\"kubernetes\": {\"clusterDNS\": [\"dns.local\"]}}",
+                               "kubernetes.clusterDNS[0]: must be an IPv4 or IPv6 address");
+        assert_null(parse_error("{\"kubernetes\": {\"podCIDRs\": [\"10.244.0.0/16\", \"fd00:10::/56\"], "
+                                "\"serviceCIDRs\": [\"10.96.0.0/12\"], \"clusterDNS\": [\"10.96.0.10\"]}}", &cfg));
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(cfg.kubernetes, "podCIDRs")), 2);
         daemon_config_free(&cfg);
 }
 
@@ -744,6 +763,7 @@ int main(void) {
                 cmocka_unit_test(test_default_network_policy_is_checked_shown_and_reloaded),
                 cmocka_unit_test(test_tenants_are_checked_shown_and_reloaded),
                 cmocka_unit_test(test_tenant_local_source_roots_are_each_tenants_own),
+                cmocka_unit_test(test_kubernetes_ranges_are_checked_at_load),
                 cmocka_unit_test(test_load_missing_file),
                 cmocka_unit_test(test_load_file_names_path_and_key),
         };
