@@ -32,6 +32,7 @@ static const char exec_help[] =
         "the command's exit code (128+N when killed by signal N).\n\n"
         "  --sudo               run as root\n"
         "  --cwd DIR            working directory (default /workspace)\n"
+        "  --container NAME     run it in that container of the sandbox (container.create)\n"
         "  --env K=V            environment variable (repeatable)\n"
         "  --timeout DURATION   kill the command after 90s, 5m, 2h, 1d or milliseconds\n"
         "  --detach             start it, print its command id, and return; reach it\n"
@@ -47,6 +48,7 @@ static const char exec_help[] =
 typedef struct exec_opts {
         bool sudo, detach, interactive, tty;
         const char *cwd;
+        const char *container; /* command.run "container", or NULL */
         int64_t timeout_ms;
         cJSON *env;           /* owned */
         const char *name;
@@ -138,6 +140,8 @@ static cJSON *run_params(const exec_opts *o, bool detached) {
                 cJSON_AddItemToArray(args, cJSON_CreateString(*a));
         if (o->cwd)
                 cJSON_AddStringToObject(p, "cwd", o->cwd);
+        if (o->container)
+                cJSON_AddStringToObject(p, "container", o->container);
         if (o->env && o->env->child)
                 cJSON_AddItemToObject(p, "env", cJSON_Duplicate(o->env, true));
         if (o->sudo)
@@ -372,13 +376,14 @@ static int relay(session *s) {
 }
 
 static int parse_exec(int argc, char **argv, exec_opts *o, ctl_globals *g) {
-        enum { OPT_SOCKET = 1000, OPT_JSON, OPT_SUDO, OPT_CWD, OPT_ENV, OPT_DETACH, OPT_TIMEOUT };
+        enum { OPT_SOCKET = 1000, OPT_JSON, OPT_SUDO, OPT_CWD, OPT_ENV, OPT_DETACH, OPT_TIMEOUT, OPT_CONTAINER };
         static const struct option opts[] = {
                 { "socket", required_argument, NULL, OPT_SOCKET },
                 { "json", no_argument, NULL, OPT_JSON },
                 { "help", no_argument, NULL, 'h' },
                 { "sudo", no_argument, NULL, OPT_SUDO },
                 { "cwd", required_argument, NULL, OPT_CWD },
+                { "container", required_argument, NULL, OPT_CONTAINER },
                 { "env", required_argument, NULL, OPT_ENV },
                 { "detach", no_argument, NULL, OPT_DETACH },
                 { "timeout", required_argument, NULL, OPT_TIMEOUT },
@@ -395,6 +400,7 @@ static int parse_exec(int argc, char **argv, exec_opts *o, ctl_globals *g) {
                 case 'h': fputs(exec_help, stdout); return -1;
                 case OPT_SUDO: o->sudo = true; break;
                 case OPT_CWD: o->cwd = optarg; break;
+                case OPT_CONTAINER: o->container = optarg; break;
                 case OPT_DETACH: o->detach = true; break;
                 case 'i': o->interactive = true; break;
                 case 't': o->tty = true; break;

@@ -35,7 +35,7 @@ static const char main_help[] =
         "  get [--resume] NAME           show a sandbox (--resume: resume a stopped persistent one)\n"
         "  extend NAME DURATION          move a running sandbox's expiry later\n"
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox: --sudo, --cwd DIR, --env K=V,\n"
-        "                                --timeout D, --detach, -i, -t\n"
+        "                                --container C, --timeout D, --detach, -i, -t\n"
         "  command get|wait|kill|logs ID reach a command started with exec --detach\n"
         "                                (kill --signal SIG; wait exits with its code;\n"
         "                                logs -f follows the output until the command ends)\n"

@@ -28,7 +28,7 @@
  *
  * Commands (id chosen by sandboxd, unique per session):
  *   → {"op":"run","id":N,"argv":[S...],"env":[ "K=V"... ],"cwd":S,"uid":U,"gid":G,
- *      "tty":B,"rows":R,"cols":C,"stdin":B,"logBytes":L,"window":W}
+ *      "tty":B,"rows":R,"cols":C,"stdin":B,"logBytes":L,"window":W,"container":S?}
  *      stdin false: stdin is /dev/null. logBytes (0 to 2^30, default 0):
  *      init keeps the last L bytes of each output stream it read (the
  *      daemon's commandLogBytes), for a reconnecting daemon ("log" below).
@@ -111,6 +111,28 @@
  *      (unwatch), "deleted" (the watched path went), "sandbox_stopped"
  *      (init is stopping); errno when it could not start. When the
  *      connection to sandboxd is lost every watch is ended.
+ *
+ * Containers (libcore/init/container.c; docs/API.md "Containers"):
+ *   → {"op":"ctrfd"}   one fd per packet (SCM_RIGHTS), queued in order for
+ *      the next create: [0] the container's root overlay (a detached mount
+ *      sandboxd made), then the mounts' detached trees, then the
+ *      cgroup.procs files (opened O_WRONLY by sandboxd) of its cgroups
+ *   → {"op":"container","action":"create","req":N,"name":S,
+ *      "mounts":[{"destination":S,"fd":I}...],"cgroups":[I...],
+ *      "readOnlyRoot":B,"tmpSize":BYTES}   I index the queued fds
+ *   → {"op":"container","action":"delete"|"list","req":N,"name":S}
+ *   ← {"ev":"fs","req":N,"result":{}} (list: {"containers":[S...]})  or
+ *      {"ev":"fs","req":N,"errno":E,"message":S}
+ *   A create makes the container's mount namespace under the sandbox's
+ *   (in a helper init forked before any seccomp filter): the overlay as its
+ *   root, the sandbox's /proc, /dev, /sys, /etc/resolv.conf and
+ *   /etc/hosts cloned in, a tmpfs /tmp of tmpSize bytes, the mounts at
+ *   their destinations (resolved beneath the new root, no symlink
+ *   followed, made when missing), read-only root when asked, pivot_root.
+ *   A run with "container":S joins that container's cgroups (writes "0"
+ *   to each cgroup.procs fd) and mount namespace (setns) before anything
+ *   else in its child. delete only forgets the namespace and fds (sandboxd
+ *   has killed its processes through its cgroup).
  *
  * Stop:
  *   → {"op":"stop","graceMs":N}   SIGTERM to every process, SIGKILL after

@@ -124,6 +124,36 @@ int core_rootfs_file_tree(const char *name, const void *data, size_t size, sb_er
         return TAKE_FD(tree);
 }
 
+int core_rootfs_make_target(int rootfd, const char *dst, bool dir) {
+        while (*dst == '/')
+                dst++;
+        if (!*dst)
+                return -EINVAL;
+        _cleanup_free_ char *parent = strdup(dst);
+        if (!parent)
+                return -ENOMEM;
+        char *slash = strrchr(parent, '/');
+        const char *base = slash ? slash + 1 : parent;
+        if (slash)
+                *slash = 0;
+        if (streq(base, ".") || streq(base, ".."))
+                return -EINVAL;
+        _cleanup_close_ int pfd = slash ? core_mkdir_beneath(rootfd, parent, 0755)
+                                        : core_open_beneath(rootfd, ".", O_PATH | O_DIRECTORY, 0);
+        if (pfd < 0)
+                return pfd;
+        if (dir)
+                return mkdirat(pfd, base, 0755) < 0 && errno != EEXIST ? negative_errno() : 0;
+        /* O_RDONLY: an existing file is not opened for writing (no
+         * copy-up of a lower layer's file); a missing one is made. */
+        int fd = core_open_beneath(pfd, base, O_RDONLY | O_CREAT | O_NOCTTY | O_NONBLOCK, 0644);
+        if (fd < 0 && fd != -EISDIR)
+                return fd;
+        if (fd >= 0)
+                close(fd);
+        return 0;
+}
+
 int core_rootfs_attach_bind(int rootfd, int tree, const char *dst, sb_error **ret_err) {
         _cleanup_close_ int target = openat2_beneath(rootfd, dst, O_PATH);
         if (target < 0)
@@ -584,6 +614,20 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
         if ((r = mask_dirs(rootfd, ret_err)) < 0 || (r = mask_files(rootfd, devnull, ret_err)) < 0)
                 return r;
 
+        /* Host mounts last: over /tmp, /dev and the rest, as asked. */
+        for (size_t i = 0; i < cfg->n_mounts; i++) {
+                struct stat st;
+                if (cfg->mounts[i].fd <= 2 || fstat(cfg->mounts[i].fd, &st) < 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL, "mounts[%zu]: no mount from sandboxd", i);
+                r = core_rootfs_make_target(rootfd, cfg->mounts[i].dst, S_ISDIR(st.st_mode));
+                if (r < 0)
+                        return sb_error_set(ret_err, r, NULL, NULL, "mounts[%zu].destination %s: %s", i,
+                                            cfg->mounts[i].dst, core_beneath_strerror(r));
+                r = core_rootfs_attach_bind(rootfd, cfg->mounts[i].fd, cfg->mounts[i].dst, ret_err);
+                if (r < 0)
+                        return sb_error_prefix(ret_err, "mounts[%zu]", i);
+        }
+
         if (cfg->hostname && sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "sethostname: %m");
 
@@ -608,6 +652,13 @@ void core_rootfs_config_clear(core_rootfs_config *cfg) {
         free(cfg->upper);
         free(cfg->work);
         free(cfg->hostname);
+        for (size_t i = 0; i < cfg->n_mounts; i++) {
+                free(cfg->mounts[i].src);
+                free(cfg->mounts[i].dst);
+                if (cfg->mounts[i].fd > 2)
+                        close(cfg->mounts[i].fd);
+        }
+        free(cfg->mounts);
         for (size_t i = 0; i < cfg->n_binds; i++) {
                 free(cfg->binds[i].src);
                 free(cfg->binds[i].dst);

@@ -35,6 +35,11 @@ typedef struct core_rootfs_config {
          * /dev's nodes are binds of the host's. */
         bool userns;
         int overlay_fd;     /* > 2 or -EBADF */
+        /* Host mounts (sandbox.create "mounts"): detached trees sandboxd
+         * made (fd > 2, src unused), attached last, over everything else,
+         * each destination made when missing (core_rootfs_make_target). */
+        core_bind *mounts;
+        size_t n_mounts;
 } core_rootfs_config;
 
 /* Runs in sandbox-init (PID 1 of new mount, PID, UTS, IPC, network and
@@ -81,5 +86,13 @@ int core_rootfs_file_tree(const char *name, const void *data, size_t size, sb_er
  * the same bytes the bind would have shown. Returns 0 or a negative errno
  * with *ret_err naming dst. */
 int core_rootfs_attach_bind(int rootfd, int tree, const char *dst, sb_error **ret_err);
+
+/* Makes the mount point `dst` (absolute or relative, inside the root
+ * rootfd) when it is missing: its parents as directories (0755), itself a
+ * directory when `dir`, else an empty regular file (0644); every component
+ * resolved beneath rootfd with no symlink followed (core_open_beneath), so
+ * a planted link fails (-ELOOP) instead of leading elsewhere. An existing
+ * entry is left as it is. Returns 0 or a negative errno. */
+int core_rootfs_make_target(int rootfd, const char *dst, bool dir);
 
 void core_rootfs_config_clear(core_rootfs_config *cfg);

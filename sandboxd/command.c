@@ -381,6 +381,8 @@ static cJSON *command_json(const command *c) {
         cJSON_AddStringToObject(o, "cwd", c->cwd);
         cJSON_AddStringToObject(o, "user", c->sudo ? "root" : "sandbox");
         cJSON_AddBoolToObject(o, "tty", c->tty);
+        if (c->container)
+                cJSON_AddStringToObject(o, "container", c->container);
         cJSON_AddStringToObject(o, "startedAt", core_format_time(c->started_ms, buf, sizeof(buf)));
         if (c->exited) {
                 cJSON_AddNumberToObject(o, "exitCode", c->exit_code);
@@ -1059,6 +1061,8 @@ static void add_meta(cJSON *op, const command *c) {
         cJSON_AddBoolToObject(m, "tty", c->tty);
         cJSON_AddBoolToObject(m, "detached", c->detached);
         cJSON_AddNumberToObject(m, "startedMs", (double)c->started_ms);
+        if (c->container)
+                cJSON_AddStringToObject(m, "container", c->container);
         char *text = cJSON_PrintUnformatted(m);
         if (text && strlen(text) > 4096) {
                 /* Init keeps at most 4096 bytes (agent.h): without its
@@ -1114,6 +1118,11 @@ static void restore_one(session *s, const cJSON *e) {
         }
         c->sudo = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "sudo"));
         c->tty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "tty"));
+        /* Only a name of one of this session's containers (the meta is
+         * the sandbox's to forge). */
+        const char *ctr_name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "container"));
+        if (ctr_name && container_find(s, ctr_name))
+                c->container = strdup(ctr_name);
         c->detached = true; /* whoever waited for it went with the old daemon */
         c->started = true;
         /* Bounded before the conversion (an out-of-range double is undefined

@@ -72,6 +72,13 @@ ctr *container_find(session *s, const char *name) {
         return NULL;
 }
 
+bool container_uses_runtime(session *s, const char *name) {
+        for (ctr *c = s ? s->ctrs : NULL; c; c = c->next)
+                if (streq(c->runtime, name))
+                        return true;
+        return false;
+}
+
 core_cgroup *container_cgroup(session *s, const char *name) {
         ctr *c = container_find(s, name);
         return c ? c->cg : NULL;
@@ -242,7 +249,7 @@ int container_host_mount(const daemon_config *cfg, const char *field, const char
                 }
         }
         if (!root)
-                return sb_error_set(ret_err, -EACCES, "forbidden", field,
+                return sb_error_set(ret_err, -EACCES, "permission_denied", field,
                                     "%s: '%s' does not lie under any of daemon.json hostMountRoots%s", field, source,
                                     cfg->host_mount_roots && cfg->host_mount_roots[0] ? "" : " (none are set)");
         _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -256,7 +263,7 @@ int container_host_mount(const daemon_config *cfg, const char *field, const char
         _cleanup_close_ int fd = (int)syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
         if (fd < 0) {
                 int r = negative_errno();
-                return sb_error_set(ret_err, r, r == -ENOENT ? "not_found" : "forbidden", field, "%s: '%s' %s", field,
+                return sb_error_set(ret_err, r, r == -ENOENT ? "not_found" : "permission_denied", field, "%s: '%s' %s", field,
                                     source, core_beneath_strerror(r));
         }
         struct stat st;
@@ -308,7 +315,7 @@ static int keys_only(const cJSON *o, const char *const *keys, const char *where,
 
 /* The overlay for a container: the runtime read-only below, the
  * container's upper/work. */
-static int make_overlay(session *s, const char *lower, const char *dir, bool ro, sb_error **ret_err) {
+static int make_overlay(session *s, const char *lower, const char *dir, sb_error **ret_err) {
         int fd;
         if (s->sb->userns_base) {
                 char ns[64];
@@ -333,14 +340,8 @@ static int make_overlay(session *s, const char *lower, const char *dir, bool ro,
                 if (fd < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "overlay: fsmount: %m");
         }
-        if (ro) {
-                struct mount_attr attr = { .attr_set = MOUNT_ATTR_RDONLY };
-                if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
-                        int r = negative_errno();
-                        close(fd);
-                        return sb_error_set(ret_err, r, NULL, "readOnlyRoot", "readOnlyRoot: %s", strerror(-r));
-                }
-        }
+        /* readOnlyRoot is applied by sandbox-init once the mount points
+         * on the root are made (libcore/init/container.c). */
         return fd;
 }
 
@@ -385,7 +386,7 @@ static int parse_mounts(manager *m, rpc_request *req, cJSON *mounts, cJSON *pkt_
         int i = 0;
         const cJSON *mt;
         if (mounts && !container_may_mount(m, req))
-                return sb_error_set(ret_err, -EACCES, "forbidden", "mounts",
+                return sb_error_set(ret_err, -EACCES, "permission_denied", "mounts",
                                     "mounts: host mounts may be asked for by root on the local socket only");
         if (mounts && (!cJSON_IsArray(mounts) || cJSON_GetArraySize(mounts) > CTR_MOUNTS_MAX))
                 return sb_error_set(ret_err, -EINVAL, NULL, "mounts", "mounts: must be an array of at most %d objects",
@@ -423,6 +424,41 @@ static int parse_mounts(manager *m, rpc_request *req, cJSON *mounts, cJSON *pkt_
                 cJSON_AddNumberToObject(pm, "fd", (double)fds->n);
                 cJSON_AddItemToArray(pkt_mounts, pm);
                 fds->fd[fds->n++] = tree;
+                i++;
+        }
+        return 0;
+}
+
+int container_mounts_check(manager *m, const rpc_request *req, const cJSON *mounts, sb_error **ret_err) {
+        _cleanup_(cJSON_Deletep) cJSON *pkt = cJSON_CreateArray();
+        _cleanup_(fdset_close) fdset fds = { .n = 0 };
+        if (!pkt)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        return parse_mounts(m, (rpc_request *)req, (cJSON *)mounts, pkt, &fds, ret_err);
+}
+
+int container_sandbox_mounts(const sandbox *sb, cJSON *pkt_mounts, int *fds, size_t *n, size_t max,
+                             sb_error **ret_err) {
+        int i = 0;
+        const cJSON *mt;
+        cJSON_ArrayForEach(mt, sb->mounts) {
+                char field[64];
+                snprintf(field, sizeof(field), "mounts[%d].source", i);
+                const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(mt, "source"));
+                const char *dst = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(mt, "destination"));
+                if (!src || !dst || !path_clean(dst))
+                        return sb_error_set(ret_err, -EINVAL, NULL, "mounts", "mounts[%d]: not a valid record", i);
+                if (*n >= max)
+                        return sb_error_set(ret_err, -E2BIG, NULL, "mounts", "mounts: too many");
+                int tree = container_host_mount(sb->m->cfg, field, src,
+                                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")), ret_err);
+                if (tree < 0)
+                        return tree;
+                cJSON *pm = cJSON_CreateObject();
+                cJSON_AddStringToObject(pm, "destination", dst);
+                cJSON_AddNumberToObject(pm, "fd", (double)*n);
+                cJSON_AddItemToArray(pkt_mounts, pm);
+                fds[(*n)++] = tree;
                 i++;
         }
         return 0;
@@ -478,11 +514,13 @@ static void method_create(rpc_request *req, void *userdata) {
         if (!core_name_is_valid(name))
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "name",
                                        "name: must match [a-z0-9][a-z0-9-]{0,62}");
+        /* One this client may use (a tenant's own or a shared one),
+         * imported completely. */
+        if (runtime_check(m, req, runtime, "runtime", &err) < 0)
+                return rpc_reply_sb_error(req, err);
         _cleanup_free_ char *lower = runtime_dir(m, runtime);
-        struct stat st;
-        if (!core_name_is_valid(runtime) || !lower || stat(lower, &st) < 0 || !S_ISDIR(st.st_mode))
-                return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "runtime",
-                                       "runtime: no runtime '%s' (runtime.list shows them)", runtime);
+        if (!lower)
+                return rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");
         _cleanup_(cJSON_Deletep) cJSON *pkt = cJSON_CreateObject();
         cJSON *pkt_mounts = cJSON_AddArrayToObject(pkt, "mounts");
         _cleanup_(fdset_close) fdset fds = { .n = 1, .fd = { -EBADF } }; /* [0]: the overlay */
@@ -516,16 +554,14 @@ static void method_create(rpc_request *req, void *userdata) {
         int r = core_mkdir_p(upper, 0755);
         if (r >= 0)
                 r = core_mkdir_p(work, 0700);
-        /* Root inside owns its root directory (user namespace: its host id). */
-        if (r >= 0 && sb->userns_base &&
-            (chown(upper, sb->userns_base, sb->userns_base) < 0 || chown(work, sb->userns_base, sb->userns_base) < 0))
-                r = negative_errno();
+        /* Owned by host root on disk, as the sandbox's own: through the
+         * idmapped mount (user namespace) that is root inside. */
         if (r < 0) {
                 (void)core_rm_rf(dir);
                 return rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "container.create '%s': directories: %s",
                                        name, strerror(-r));
         }
-        fds.fd[0] = make_overlay(s, lower, dir, ro, &err);
+        fds.fd[0] = make_overlay(s, lower, dir, &err);
         core_cgroup_limits lim = { .pids_max = c->pids_max, .memory_max = c->memory_mib << 20,
                                    .cpu_quota_pct = (unsigned)(c->cpu_millis / 10) };
         int cgfds[8];
@@ -558,6 +594,7 @@ static void method_create(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(pkt, "op", "container");
         cJSON_AddStringToObject(pkt, "action", "create");
         cJSON_AddStringToObject(pkt, "name", name);
+        cJSON_AddBoolToObject(pkt, "readOnlyRoot", ro);
         cJSON_AddNumberToObject(pkt, "tmpSize", (double)(c->memory_mib ? (c->memory_mib << 20) / 2 : (uint64_t)sb->vcpus << 30));
         if (op) {
                 op->req = req;

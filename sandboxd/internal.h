@@ -249,6 +249,9 @@ struct sandbox {
          * open by the path must find the same one. */
         char *netns_path;
         uint64_t netns_dev, netns_ino;
+        cJSON *mounts;            /* host mounts as given ([{source, destination, readOnly}]), or NULL:
+                                     resolved again at each session start (container.c), never
+                                     copied into forks or snapshots */
         uint64_t created_ms, expires_ms;
         const char *status;       /* pending, running, stopping, stopped, failed */
         session *sess;
@@ -667,6 +670,8 @@ ctr *container_find(session *s, const char *name);
  * of its own). */
 core_cgroup *container_cgroup(session *s, const char *name);
 uint64_t container_memory_limit(session *s, const char *name);
+/* Whether a container of s stands on runtime `name`. */
+bool container_uses_runtime(session *s, const char *name);
 /* Live restore: the containers recorded for an adopted session. */
 void container_adopt(session *s);
 /* The session ended (its processes and cgroup are gone or going): its
@@ -680,6 +685,16 @@ void container_forget(session *s);
  * errors name `field`. Returns the fd or a negative errno with *ret_err. */
 int container_host_mount(const daemon_config *cfg, const char *field, const char *source, bool ro,
                          sb_error **ret_err);
+/* sandbox.create "mounts": root only, each one resolved now (and closed)
+ * so that a bad one is refused naming it before anything is made. 0 or a
+ * negative errno with *ret_err. */
+int container_mounts_check(manager *m, const rpc_request *req, const cJSON *mounts, sb_error **ret_err);
+/* Session start: the sandbox's host mounts as trees, appended to `fds`
+ * (at most max in all, *n counting them) and described in `pkt_mounts`
+ * ({"destination","fd"}). 0 or a negative errno with *ret_err naming the
+ * mount. */
+int container_sandbox_mounts(const sandbox *sb, cJSON *pkt_mounts, int *fds, size_t *n, size_t max,
+                             sb_error **ret_err);
 /* Whether the client of req may ask for host mounts: root on the local
  * socket (no tenant, no gateway acting for one, no TLS client). */
 bool container_may_mount(manager *m, const rpc_request *req);

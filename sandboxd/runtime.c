@@ -225,6 +225,11 @@ static int runtime_users(manager *m, const char *name, cJSON *ret_sandboxes, int
                         if (ret_sandboxes)
                                 cJSON_AddItemToArray(ret_sandboxes, cJSON_CreateString(sb->name));
                         n++;
+                } else if (sb->sess && container_uses_runtime(sb->sess, name)) {
+                        /* A container's root stands on it (container.c). */
+                        if (ret_sandboxes)
+                                cJSON_AddItemToArray(ret_sandboxes, cJSON_CreateString(sb->name));
+                        n++;
                 }
         for (snapshot *s = m->snapshots; s; s = s->next) {
                 const char *rt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->config, "runtime"));

@@ -59,6 +59,9 @@ cJSON *sandbox_to_json(const sandbox *sb) {
         cJSON_AddStringToObject(o, "runtime", sb->runtime);
         cJSON_AddItemToObject(o, "source", sb->source ? cJSON_Duplicate(sb->source, 1) : cJSON_CreateNull());
         cJSON_AddItemToObject(o, "ports", ports_json(sb));
+        /* Host mounts (root's only): shown when it has some. */
+        if (cJSON_GetArraySize(sb->mounts) > 0)
+                cJSON_AddItemToObject(o, "mounts", cJSON_Duplicate(sb->mounts, 1));
         cJSON_AddNumberToObject(o, "timeout", (double)sb->timeout_ms);
         add_time(o, "expiresAt", sb->sess ? sb->expires_ms : 0);
         cJSON *res = cJSON_AddObjectToObject(o, "resources");
@@ -150,6 +153,7 @@ void sandbox_free(sandbox *sb) {
         cJSON_Delete(sb->env);
         cJSON_Delete(sb->tags);
         cJSON_Delete(sb->ports);
+        cJSON_Delete(sb->mounts);
         cJSON_Delete(sb->sessions);
         cJSON_Delete(sb->layers);
         cJSON_Delete(sb->policy);
@@ -479,6 +483,16 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 return r;
         if ((r = ports_parse(ports, &sb->ports, ret_err)) < 0)
                 return r;
+        /* Host mounts: root on the local socket only, each one under
+         * hostMountRoots and resolved now, so a bad one is refused naming
+         * it before anything is made (container.c). */
+        cJSON *mounts = cJSON_GetObjectItemCaseSensitive(req->params, "mounts");
+        if (mounts && !cJSON_IsNull(mounts)) {
+                if ((r = container_mounts_check(m, req, mounts, ret_err)) < 0)
+                        return r;
+                if (cJSON_GetArraySize(mounts) > 0 && !(sb->mounts = cJSON_Duplicate(mounts, 1)))
+                        return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        }
         policy = cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy");
         /* None given (absent or null): the operator's daemon.json
          * defaultNetworkPolicy, else allow-all (DESIGN §5.1 rule 1). A
@@ -723,6 +737,9 @@ static cJSON *config_differs(const cJSON *given, const sandbox *want, const sand
                         same = same_json(want->tags, have->tags);
                 else if (streq(key, "ports"))
                         same = same_json(want->ports, have->ports);
+                else if (streq(key, "mounts"))
+                        same = same_json(want->mounts, have->mounts) ||
+                               (cJSON_GetArraySize(want->mounts) == 0 && cJSON_GetArraySize(have->mounts) == 0);
                 else if (streq(key, "networkPolicy"))
                         same = same_json(want->policy, have->policy);
                 else if (streq(key, "network"))
@@ -1267,6 +1284,7 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->env = dup_json_of_type(c, "env", cJSON_IsObject, cJSON_CreateObject());
         sb->tags = dup_json_of_type(c, "tags", cJSON_IsObject, cJSON_CreateObject());
         sb->ports = dup_json_of_type(c, "ports", cJSON_IsArray, cJSON_CreateArray());
+        sb->mounts = dup_json_of_type(c, "mounts", cJSON_IsArray, NULL);
         sb->sessions = dup_json_of_type(c, "sessions", cJSON_IsArray, cJSON_CreateArray());
         sb->layers = dup_json_of_type(c, "layers", cJSON_IsArray, cJSON_CreateArray());
         cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "resources"), "vcpus");

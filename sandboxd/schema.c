@@ -66,8 +66,10 @@ static const schema_variant source_variants[] = {
  * namespace of its own. */
 static const schema_field network_fields[] = { OPT("netns"), END };
 #define NETWORK_FIELD { .key = "network", .kind = SCHEMA_OBJECT, .fields = network_fields }
-static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), END };
-static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, OPT("progress"), OPT("setup"), END };
+static const schema_field ctr_mount_fields[] = { REQ("source"), REQ("destination"), OPT("readOnly"), END };
+#define MOUNTS_FIELD { .key = "mounts", .kind = SCHEMA_ARRAY, .fields = ctr_mount_fields }
+static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, MOUNTS_FIELD, OPT("progress"), END };
+static const schema_field get_or_create_params[] = { REQ("name"), SOURCE_FIELD, CONFIG_FIELDS, NETWORK_FIELD, MOUNTS_FIELD, OPT("progress"), OPT("setup"), END };
 static const schema_field set_ready_params[] = { REQ("name"), REQ("ready"), END };
 static const schema_field overrides_fields[] = { CONFIG_FIELDS, END };
 
@@ -96,10 +98,8 @@ static const schema_field run_params[] = {
         REQ("sandbox"), REQ("cmd"), OPT("args"), OPT("cwd"), MAP("env"), OPT("sudo"), OPT("detached"),
         OPT("stdin"), OPT("tty"), OPT("rows"), OPT("cols"), OPT("timeoutMs"), OPT("container"), END,
 };
-static const schema_field ctr_mount_fields[] = { REQ("source"), REQ("destination"), OPT("readOnly"), END };
 static const schema_field ctr_create_params[] = {
-        REQ("sandbox"), REQ("name"), REQ("runtime"),
-        { .key = "mounts", .kind = SCHEMA_ARRAY, .fields = ctr_mount_fields },
+        REQ("sandbox"), REQ("name"), REQ("runtime"), MOUNTS_FIELD,
         OPT("readOnlyRoot"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
 };
 static const schema_field ctr_name_params[] = { REQ("sandbox"), REQ("name"), END };
@@ -204,6 +204,9 @@ const schema_limit schema_limits[] = {
         { "sandbox.get", "resume", 0 },
         { "sandbox.create", "progress", 0 },
         { "sandbox.create", "network.netns", LIMIT_PATH_BYTES },
+        { "sandbox.create", "mounts[].source", LIMIT_PATH_BYTES },
+        { "sandbox.create", "mounts[].destination", LIMIT_PATH_BYTES },
+        { "sandbox.create", "mounts[].readOnly", 0 },
         { "sandbox.getOrCreate", "name", LIMIT_NAME_BYTES },
         { "sandbox.getOrCreate", "progress", 0 },
         { "sandbox.getOrCreate", "setup", 0 },
@@ -212,6 +215,9 @@ const schema_limit schema_limits[] = {
         SOURCE_LIMITS("sandbox.getOrCreate"),
         CONFIG_LIMITS("sandbox.getOrCreate", ""),
         { "sandbox.getOrCreate", "network.netns", LIMIT_PATH_BYTES },
+        { "sandbox.getOrCreate", "mounts[].source", LIMIT_PATH_BYTES },
+        { "sandbox.getOrCreate", "mounts[].destination", LIMIT_PATH_BYTES },
+        { "sandbox.getOrCreate", "mounts[].readOnly", 0 },
         { "sandbox.update", "name", LIMIT_NAME_BYTES },
         { "sandbox.update", "timeout", 0 },
         { "sandbox.update", "resources.vcpus", 0 },

@@ -630,6 +630,16 @@ static int setup_init(start_job *j, sb_error **ret_err) {
                         return r;
                 }
         }
+        /* Host mounts (sandbox.create "mounts"), resolved again at every
+         * start: attached by init last, over everything else. */
+        if (cJSON_GetArraySize(j->sb->mounts) > 0) {
+                cJSON *pm = cJSON_AddArrayToObject(pkt, "mounts");
+                int r = pm ? container_sandbox_mounts(j->sb, pm, fds.fd, &fds.n, SETUP_MAX_FDS, ret_err) : -ENOMEM;
+                if (r < 0) {
+                        cJSON_Delete(pkt);
+                        return r;
+                }
+        }
         _cleanup_free_ char *text = cJSON_PrintUnformatted(pkt);
         cJSON_Delete(pkt);
         if (!text)

@@ -977,9 +977,10 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         s->sandbox = strdup(sb->name);
         s->layers = cJSON_Duplicate(chain, 1);
         s->config = sandbox_config_json(sb);
-        /* network: a pod's namespace is the pod's, never a snapshot's. */
+        /* network: a pod's namespace is the pod's, never a snapshot's;
+         * host mounts are the sandbox's own, never a snapshot's. */
         static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready",
-                                           "network"};
+                                           "network", "mounts"};
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();

@@ -736,6 +736,12 @@ static const struct {
         { "runtime.bootstrap", ACCESS_RUNTIME_MAKE, NULL },
         { "runtime.delete", ACCESS_RUNTIME_DELETE, "name" },
         { "command.run", ACCESS_SANDBOX, "sandbox" },
+        /* Containers of its own sandboxes; host mounts (their "mounts")
+         * are root's only, refused by the handler naming the field. */
+        { "container.create", ACCESS_SANDBOX, "sandbox" },
+        { "container.get", ACCESS_SANDBOX, "sandbox" },
+        { "container.list", ACCESS_SANDBOX, "sandbox" },
+        { "container.delete", ACCESS_SANDBOX, "sandbox" },
         { "command.write", ACCESS_COMMAND, "cmdId" },
         { "command.closeStdin", ACCESS_COMMAND, "cmdId" },
         { "command.resize", ACCESS_COMMAND, "cmdId" },

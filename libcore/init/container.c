@@ -141,41 +141,8 @@ static ssize_t recv_fds(int sock, char *buf, size_t size, int *fds, size_t *ret_
 
 /* ---- the helper's creation child (its own mount namespace) ---- */
 
-/* The entry `dst` beneath rootfd as a mount point for a tree whose root is
- * a directory (`dir`) or not: made when missing (parents 0755, a file
- * 0644, empty), resolved without following any symlink. */
-static int make_target(int rootfd, const char *dst, bool dir) {
-        while (*dst == '/')
-                dst++;
-        if (!*dst)
-                return -EINVAL;
-        _cleanup_free_ char *parent = strdup(dst);
-        if (!parent)
-                return -ENOMEM;
-        char *slash = strrchr(parent, '/');
-        const char *base = slash ? slash + 1 : parent;
-        if (slash)
-                *slash = 0;
-        _cleanup_close_ int pfd = slash ? core_mkdir_beneath(rootfd, parent, 0755) : core_open_beneath(rootfd, ".", O_PATH | O_DIRECTORY, 0);
-        if (pfd < 0)
-                return pfd;
-        if (streq(base, ".") || streq(base, ".."))
-                return -EINVAL;
-        if (dir) {
-                if (mkdirat(pfd, base, 0755) < 0 && errno != EEXIST)
-                        return negative_errno();
-        } else {
-                int fd = core_open_beneath(pfd, base, O_RDONLY | O_CREAT | O_NOCTTY | O_NONBLOCK, 0644);
-                if (fd < 0 && fd != -EISDIR)
-                        return fd;
-                if (fd >= 0)
-                        close(fd);
-        }
-        return 0;
-}
-
 static int attach(int rootfd, int tree, const char *dst, bool dir, char *msg, size_t msz) {
-        int r = make_target(rootfd, dst, dir);
+        int r = core_rootfs_make_target(rootfd, dst, dir);
         if (r < 0) {
                 snprintf(msg, msz, "mount point %s: %s", dst, core_beneath_strerror(r));
                 return r;
@@ -278,6 +245,15 @@ static int build_ns(const cJSON *req, int *fds, size_t n_fds, char *msg, size_t 
                         return r;
                 }
                 i++;
+        }
+        /* readOnlyRoot: the root mount itself, once every mount point on
+         * it is made (its submounts keep their own flags). */
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "readOnlyRoot"))) {
+                struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY };
+                if (mount_setattr(rootfd, "", AT_EMPTY_PATH, &ro, sizeof(ro)) < 0) {
+                        snprintf(msg, msz, "readOnlyRoot: %m");
+                        return negative_errno();
+                }
         }
         /* pivot_root(".", "."): the old root ends under the new one and is
          * detached at once, as runc does, with no directory needed for it. */

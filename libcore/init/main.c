@@ -110,6 +110,23 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, recv_fds *f
                         return sb_error_set(ret_err, -EINVAL, NULL, NULL,
                                             "setup: binds[%d] needs \"src\" and \"dst\" strings", i);
         }
+        /* Host mounts (sandbox.create "mounts"): each a received tree. */
+        const cJSON *mounts = cJSON_GetObjectItemCaseSensitive(setup, "mounts");
+        int nm = cJSON_GetArraySize(mounts);
+        if (nm > 0 && !(cfg->mounts = calloc((size_t)nm, sizeof(core_bind))))
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "setup: out of memory");
+        for (int i = 0; i < nm; i++) {
+                const cJSON *mt = cJSON_GetArrayItem(mounts, i);
+                const cJSON *fd = cJSON_GetObjectItemCaseSensitive(mt, "fd");
+                core_bind *cb = &cfg->mounts[cfg->n_mounts++];
+                cb->fd = -EBADF;
+                cb->dst = dup_string(mt, "destination");
+                if (!cb->dst || !cJSON_IsNumber(fd) || fd->valueint < 0 || (size_t)fd->valueint >= fds->n ||
+                    fds->fd[fd->valueint] < 0)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL,
+                                            "setup: mounts[%d] needs \"destination\" and a received \"fd\"", i);
+                cb->fd = TAKE_FD(fds->fd[fd->valueint]);
+        }
         return 0;
 }
 

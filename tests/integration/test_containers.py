@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 
+import leaks
 import world as W
 from common import expect, expect_eq, poll, rpc_ok, sandbox_rpc, sh
 from test_runtimes import _tiny_rootfs_tar, _write_tmp
@@ -38,6 +39,27 @@ def _run(world, name, ctr, script, sudo=False):
     return w.get("exitCode"), dec("stdout"), dec("stderr")
 
 
+def _ctr_cgroups(world, sb, ctr):
+    """Cgroup directories of container ctr of sandbox sb, every hierarchy."""
+    found = []
+    for mnt in (getattr(world, "cgroup_dirs", None) or W.cgroup_mounts()):
+        for root, dirs, _files in W.walk(mnt):
+            if os.path.basename(root) == sb:
+                found += [os.path.join(root, x) for x in dirs if x == "ctr-" + ctr]
+                dirs[:] = []
+            elif root.count("/") - mnt.count("/") > 7:
+                dirs[:] = []
+    return found
+
+
+def _ctr_dirs(d, sb, ctr):
+    """The container's directories in the daemon's state (its upper), seen
+    through the daemon's mount namespace (the sandbox's disk is mounted
+    there)."""
+    top = "/proc/%d/root%s" % (d.proc.pid, d.state_dir)
+    return [r for r, _d, _f in os.walk(top) if r.endswith("/containers/" + ctr) and "/" + sb + "/" in r + "/"]
+
+
 def _err(world, method, params):
     msg = world.rpc(method, params, 120)
     expect("error" in msg, "%s refused" % method, json.dumps(msg)[:300])
@@ -56,16 +78,17 @@ def _modes():
     return [True, False] if os.environ.get("SANDBOXD_TEST_USERNS", "1") != "0" else [False]
 
 
-def _body(world, root, userns):
+def _body(world, d, root, userns):
     rt_a, rt_b = _import(world, "cra"), _import(world, "crb")
-    cm = os.path.join(root, "pod", "configmap")
+    pod = os.path.join(root, world.name("pod"))
+    cm = os.path.join(pod, "configmap")
     os.makedirs(cm)
     with open(os.path.join(cm, "key"), "w") as f:
         f.write("value-1\n")
-    hosts = os.path.join(root, "pod", "hosts")
+    hosts = os.path.join(pod, "hosts")
     with open(hosts, "w") as f:
         f.write("127.0.0.1 pod-host\n")
-    os.symlink("/etc", os.path.join(root, "pod", "link"))
+    os.symlink("/etc", os.path.join(pod, "link"))
     with sandbox_rpc(world, "ctr", userns=userns, networkPolicy="deny-all") as name:
         a = rpc_ok(world, "container.create", {
             "sandbox": name, "name": "a", "runtime": rt_a, "memoryMiB": 64,
@@ -90,8 +113,8 @@ def _body(world, root, userns):
         with open(os.path.join(cm, "key")) as f:
             expect_eq(f.read(), "value-1\n", "the host file unchanged")
         # Refusals, each naming the mount.
-        for src, why in ((os.path.join(world.tmp), "outside"), (os.path.join(root, "pod", "link"), "symlink"),
-                         (root + "/pod/../pod/configmap", "dotdot")):
+        for src, why in ((os.path.join(world.tmp), "outside"), (os.path.join(pod, "link"), "symlink"),
+                         (pod + "/../" + os.path.basename(pod) + "/configmap", "dotdot")):
             e = _err(world, "container.create", {"sandbox": name, "name": "c", "runtime": rt_a,
                                                  "mounts": [{"source": cm, "destination": "/x"},
                                                             {"source": src, "destination": "/y"}]})
@@ -99,67 +122,251 @@ def _body(world, root, userns):
         # Usage of a's cgroup; its OOM is its own.
         got = rpc_ok(world, "container.get", {"sandbox": name, "name": "a"})
         expect(got["usage"]["cpuMs"] is not None and got["oomKills"] == 0, "container.get usage", got)
-        msg = world.rpc("command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
-                                        "args": ["-c", "x=$(cat /dev/zero)"]}, 120)
-        r = rpc_ok(world, "command.wait", {"cmdId": msg["result"]["cmdId"]}, 120)
-        expect(r.get("oomKilled") is True, "a command over a's 64 MiB is killed and reported", json.dumps(r)[:300])
-        got = rpc_ok(world, "container.get", {"sandbox": name, "name": "a"})
-        expect(got["oomKills"] >= 1, "a's OOM kill is a's", got)
-        got_b = rpc_ok(world, "container.get", {"sandbox": name, "name": "b"})
-        expect_eq(got_b["oomKills"], 0, "b saw no OOM kill")
         listed = rpc_ok(world, "container.list", {"sandbox": name})["containers"]
         expect_eq(sorted(c["name"] for c in listed), ["a", "b"], "container.list")
-        # Delete: gone, its command refused.
+        # A read-only root: not writable even by root, its /tmp is.
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "ro", "runtime": rt_a, "readOnlyRoot": True})
+        code, out, err = _run(world, name, "ro", "echo x > /mine; echo rc=$?; echo y > /tmp/t && cat /tmp/t", sudo=True)
+        expect_eq(out, "rc=2\ny\n", "readOnlyRoot (%s)" % err)
+        expect("Read-only file system" in err, "the write's error", err)
+        rpc_ok(world, "container.delete", {"sandbox": name, "name": "ro"})
+        # Delete: gone, its running command killed, its command refused,
+        # its cgroup and files removed.
+        running = rpc_ok(world, "command.run", {"sandbox": name, "container": "b", "cmd": "/bin/sh", "detached": True,
+                                                "args": ["-c", "echo up; while :; do :; done"]})["cmdId"]
+        poll(lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": running}).get("stdout") or "") == b"up\n",
+             30, "b's command runs")
+        expect(_ctr_cgroups(world, name, "b"), "b has cgroups while it exists")
+        expect(_ctr_dirs(d, name, "b"), "b has its directory while it exists")
         rpc_ok(world, "container.delete", {"sandbox": name, "name": "b"})
+        expect_eq(rpc_ok(world, "command.wait", {"cmdId": running}, 60)["exitCode"], 137,
+                  "b's running command was killed by its delete")
+        expect_eq(_ctr_cgroups(world, name, "b"), [], "b's cgroups after its delete")
+        expect_eq(_ctr_dirs(d, name, "b"), [], "b's directory after its delete")
         e = _err(world, "command.run", {"sandbox": name, "container": "b", "cmd": "/bin/true"})
         expect("no container 'b'" in e["message"], "a deleted container runs nothing", e["message"])
+        expect(_ctr_cgroups(world, name, "a"), "a keeps its cgroups")
+    leaks.check(world, name)
 
 
 def test_containers_have_their_own_root_mounts_cgroup_and_go_with_delete(world):
     _d, root = _daemon(world, "ctr")
     try:
         for userns in _modes():
-            _body(world, root, userns)
+            _body(world, _d, root, userns)
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()
 
 
+def test_containers_share_loopback_and_each_ooms_alone(world):
+    """Two containers of one sandbox talk over 127.0.0.1 (the sandbox's
+    network namespace); a command over one container's memory limit is
+    OOM-killed in that container, reported so, and the other container
+    and the sandbox see no kill."""
+    world.stop_sandboxd()
+    world.start_sandboxd()
+    for userns in _modes():
+        with sandbox_rpc(world, "ctrl", userns=userns, networkPolicy="deny-all") as name:
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "srv", "runtime": "host"})
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "small", "runtime": "host",
+                                               "memoryMiB": 64, "pidsMax": 64, "cpuMillis": 500})
+            srv = rpc_ok(world, "command.run", {
+                "sandbox": name, "container": "srv", "cmd": "python3", "detached": True, "args": ["-c",
+                "import socket\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+                "s.bind(('127.0.0.1',8765));s.listen();open('/tmp/up','w').close()\n"
+                "c,_=s.accept();c.sendall(b'from-srv\\n');c.close()"]})["cmdId"]
+            poll(lambda: _run(world, name, "srv", "test -e /tmp/up")[0] == 0, 30, "the server listens")
+            code, out, err = _run(world, name, "small", "test -e /tmp/up && echo shared-tmp; python3 -c \""
+                                  "import socket;s=socket.create_connection(('127.0.0.1',8765));"
+                                  "print(s.recv(64).decode().strip())\"")
+            expect_eq((code, out), (0, "from-srv\n"), "small reaches srv over 127.0.0.1, /tmp its own (%s)" % err)
+            expect_eq(rpc_ok(world, "command.wait", {"cmdId": srv}, 60)["exitCode"], 0, "the server's exit")
+            msg = rpc_ok(world, "command.run", {"sandbox": name, "container": "small", "cmd": "python3",
+                                                "detached": True, "args": ["-c", "b = b'x' * (256 << 20)"]})
+            r = rpc_ok(world, "command.wait", {"cmdId": msg["cmdId"]}, 120)
+            expect_eq((r["oomKilled"], r.get("memoryLimitBytes")), (True, 64 << 20),
+                      "the command over small's 64 MiB: " + json.dumps(r)[:300])
+            small = rpc_ok(world, "container.get", {"sandbox": name, "name": "small"})
+            other = rpc_ok(world, "container.get", {"sandbox": name, "name": "srv"})
+            expect(small["oomKills"] >= 1 and other["oomKills"] == 0, "the kill is small's only", small, other)
+            expect_eq(small["limits"], {"memoryMiB": 64, "cpuMillis": 500, "pidsMax": 64}, "small's limits")
+            expect(small["usage"]["memoryPeakBytes"] is None or small["usage"]["memoryPeakBytes"] <= 64 << 20,
+                   "small's peak within its limit", small["usage"])
+            # setns stays refused to commands, in a container or not
+            # (the inner filter, libcore/seccomp.h outer mode): a call the
+            # kernel would answer EINVAL (a network namespace named as a
+            # mount one, checked before any capability) gets seccomp's EPERM.
+            probe = "import ctypes, os\nl = ctypes.CDLL(None, use_errno=True)\n" \
+                    "r = l.setns(os.open('/proc/self/ns/net', os.O_RDONLY), 0x20000)\n" \
+                    "print('joined' if r == 0 else ctypes.get_errno())"
+            code, out, err = _run(world, name, "small", "python3 -c \"%s\"" % probe, sudo=True)
+            expect_eq((code, out), (0, "1\n"), "setns from a container's root command: EPERM (%s)" % err)
+            code, out, err = sh(world, name, "python3 -c \"%s\"" % probe, "--sudo")
+            expect_eq((code, out), (0, "1\n"), "setns from the sandbox's root command: EPERM (%s)" % err)
+            code, out, _e = sh(world, name, "echo alive")
+            expect_eq(out, "alive\n", "the sandbox itself runs on")
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
+
+
+def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
+    """sandboxctl exec --container: a pty inside the container (its root,
+    the sandbox's devpts), resize, stdin, and command.get naming it."""
+    import struct
+    import fcntl
+    import termios
+    from test_exec import _run_pty
+    world.stop_sandboxd()
+    world.start_sandboxd()
+    rt = _import(world, "crt")
+    with sandbox_rpc(world, "ctrt", networkPolicy="deny-all") as name:
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "t", "runtime": "host"})
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "tiny", "runtime": rt})
+        script = ('tty; stty size; echo READY; i=0; '
+                  'while [ "$(stty size)" != "40 120" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; '
+                  'stty size; test -e /etc/runtime-marker || echo NO-MARKER; echo DONE')
+        state = {"resized": False}
+
+        def react(out, fd):
+            if not state["resized"] and b"READY" in out:
+                fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+                state["resized"] = True
+
+        argv = [W.SANDBOXCTL, "--socket", world.daemon.socket, "exec", "--container", "t", "-t", name, "--",
+                "sh", "-c", script]
+        code, out = _run_pty(argv, 30, 100, react)
+        expect_eq(code, 0, "exit code (output %r)" % out[-300:])
+        expect("/dev/pts/" in out and "30 100" in out, "a pty of 30x100 in the container:", repr(out[:300]))
+        expect(state["resized"] and "40 120" in out, "resize seen in the container:", repr(out[-300:]))
+        expect("NO-MARKER" in out and "DONE" in out, "the host runtime's root, not tiny's:", repr(out[-300:]))
+        code, out, err = world.ctl("exec", "--container", "tiny", "-i", name, "--", "sh", "-c",
+                                   "cat; cat /etc/runtime-marker", input="from-stdin\n")
+        expect_eq((code, out), (0, "from-stdin\n" + rt + "\n"), "stdin into a container's command (%s)" % err)
+        r = rpc_ok(world, "command.run", {"sandbox": name, "container": "tiny", "cmd": "/bin/true", "detached": True})
+        expect_eq(rpc_ok(world, "command.get", {"cmdId": r["cmdId"]}).get("container"), "tiny",
+                  "command.get names the container")
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
+
+
 def test_container_survives_a_daemon_kill(world):
-    d, root = _daemon(world, "ctrk")
+    """kill -9 of the daemon with a container's command running: the new
+    daemon re-adopts the container with the session (its root, its
+    cgroup, the command and its container), then deletes leave nothing."""
+    d, _root = _daemon(world, "ctrk")
     try:
         rt = _import(world, "crk")
         with sandbox_rpc(world, "ctrk", networkPolicy="deny-all") as name:
             rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt})
             _run(world, name, "a", "echo kept > /kept", sudo=True)
+            r = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                              "sudo": True, "args": ["-c", "read x; echo got-$x; cat /kept"]})
+            cmd = r["cmdId"]
             os.kill(d.proc.pid, signal.SIGKILL)
             d.proc.wait(10)
             d.start()
             got = rpc_ok(world, "container.get", {"sandbox": name, "name": "a"})
             expect_eq(got["runtime"], rt, "the container after a kill -9 of the daemon")
+            poll(lambda: rpc_ok(world, "command.get", {"cmdId": cmd}).get("container") == "a", 30,
+                 "the running command is known again, in its container")
+            rpc_ok(world, "command.write", {"cmdId": cmd, "data": base64.b64encode(b"1\n").decode()})
+            w = rpc_ok(world, "command.wait", {"cmdId": cmd}, 60)
+            logs = rpc_ok(world, "command.logs", {"cmdId": cmd})
+            expect_eq((w["exitCode"], base64.b64decode(logs["stdout"]).decode()), (0, "got-1\nkept\n"),
+                      "the command finished in its container after the restart")
             code, out, err = _run(world, name, "a", "cat /kept")
-            expect_eq((code, out), (0, "kept\n"), "its root after the restart (%s)" % err)
+            expect_eq((code, out), (0, "kept\n"), "a new command in its root after the restart (%s)" % err)
+            rpc_ok(world, "container.delete", {"sandbox": name, "name": "b"})
+            expect_eq(_ctr_cgroups(world, name, "b"), [], "b's cgroups after a delete by the new daemon")
+            expect(_ctr_cgroups(world, name, "a"), "a's cgroups stay")
+        leaks.check(world, name)
+        expect_eq(_ctr_cgroups(world, name, "a"), [], "the sandbox's delete took a's cgroups")
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()
 
 
-def test_host_mounts_are_root_only(world):
-    _d, root = _daemon(world, "ctrn")
+def test_sandbox_create_mounts_bind_host_files_into_the_sandbox(world):
+    """sandbox.create "mounts": a read-only directory and a single file in
+    the sandbox itself, attached over its /tmp too; refused naming the
+    mount when outside the roots; kept for the next session of a
+    persistent sandbox, never in its snapshot."""
+    _d, root = _daemon(world, "sbm")
     try:
-        rt = _import(world, "crn")
-        os.makedirs(os.path.join(root, "d"))
+        pod = os.path.join(root, world.name("pod"))
+        os.makedirs(os.path.join(pod, "secret"))
+        with open(os.path.join(pod, "secret", "token"), "w") as f:
+            f.write("tok\n")
+        with open(os.path.join(pod, "termination-log"), "w") as f:
+            pass
+        # As the kubelet makes it: writable by the container's user, who in
+        # a user namespace is no host user.
+        os.chmod(os.path.join(pod, "termination-log"), 0o666)
+        for userns in _modes():
+            mounts = [{"source": os.path.join(pod, "secret"), "destination": "/var/run/secrets/x", "readOnly": True},
+                      {"source": os.path.join(pod, "termination-log"), "destination": "/tmp/termination-log"}]
+            e = _err(world, "sandbox.create", {"name": world.name("sbmx"), "networkPolicy": "deny-all",
+                                               "userns": userns,
+                                               "mounts": mounts + [{"source": "/etc", "destination": "/x"}]})
+            expect("mounts[2].source" in e["message"], "a source outside the roots refused by name", e["message"])
+            with sandbox_rpc(world, "sbm", userns=userns, persistent=True, mounts=mounts) as name:
+                code, out, err = sh(world, name, "cat /var/run/secrets/x/token; echo done > /tmp/termination-log; "
+                                    "echo no > /var/run/secrets/x/token; echo rc=$?", "--sudo")
+                expect_eq(out, "tok\nrc=2\n", "the mounts inside the sandbox (%s)" % err)
+                with open(os.path.join(pod, "termination-log")) as f:
+                    expect_eq(f.read(), "done\n", "the writable single-file mount reaches the host file")
+                got = rpc_ok(world, "sandbox.get", {"name": name})
+                expect_eq(got.get("mounts"), mounts, "sandbox.get shows the mounts")
+                snap = rpc_ok(world, "sandbox.snapshot", {"name": name})
+                sid = snap.get("id") or snap.get("snapshotId")
+                expect("mounts" not in json.dumps(rpc_ok(world, "snapshot.get", {"id": sid})), "no mounts in a snapshot")
+                rpc_ok(world, "snapshot.delete", {"id": sid})
+                rpc_ok(world, "sandbox.stop", {"name": name})
+                code, out, err = sh(world, name, "cat /var/run/secrets/x/token")
+                expect_eq((code, out), (0, "tok\n"), "the mounts in the next session (%s)" % err)
+            leaks.check(world, name)
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
+    finally:
+        world.stop_sandboxd()
+
+
+def test_host_mounts_are_asked_by_root_on_the_local_socket_only(world):
+    """A local admin that is not root and a local tenant both name
+    `mounts`: refused naming it, before anything is made."""
+    from test_tenants import ADMIN, CAROL, _ok, _one
+    root = os.path.join(world.tmp, world.name("hmr"))
+    os.makedirs(os.path.join(root, "d"))
+    os.chmod(world.tmp, 0o755)
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"hostMountRoots": [root], "socketGroup": "nogroup",
+                              "tenants": {"localAdmins": [ADMIN]}}, tag="ctrn")
+    try:
         with sandbox_rpc(world, "ctrn", networkPolicy="deny-all") as name:
-            # A tenant (a non-root uid of the socket) asks: refused naming mounts.
-            uid = 65534
-            import subprocess
-            p = subprocess.run(["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid, "--clear-groups", "python3", "-c",
-                                "import json,socket,sys;s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);"
-                                "s.sendall(json.dumps({'jsonrpc':'2.0','id':1,'method':'container.create','params':"
-                                "{'sandbox':sys.argv[2],'name':'x','runtime':sys.argv[3],'mounts':[{'source':sys.argv[4],"
-                                "'destination':'/d'}]}}).encode()+b'\\n');print(s.makefile().readline())",
-                                world.daemon.socket, name, rt, os.path.join(root, "d")],
-                               capture_output=True, text=True, timeout=60)
-            expect("mounts" in p.stdout or "denied" in p.stdout.lower() or "permission" in p.stderr.lower(),
-                   "a non-root client is refused", p.stdout[:300], p.stderr[:300])
-            expect("\"result\"" not in p.stdout, "no container for a non-root client", p.stdout[:300])
+            own = world.name("ctrc")
+            _ok(d, CAROL, "sandbox.create", {"name": own, "networkPolicy": "deny-all"})
+            for uid, sb in ((ADMIN, name), (CAROL, own)):
+                m = _one(d, uid, "container.create", {"sandbox": sb, "name": "x", "runtime": "host",
+                                                      "mounts": [{"source": os.path.join(root, "d"),
+                                                                  "destination": "/d"}]})
+                err = m.get("error") or {}
+                expect_eq(((err.get("data") or {}).get("reason"), err.get("message", "").split(":")[0]),
+                          ("permission_denied", "mounts"), "uid %d naming mounts: %s" % (uid, json.dumps(m)[:300]))
+            for uid in (ADMIN, CAROL):
+                m = _one(d, uid, "sandbox.create", {"name": world.name("ctrm"), "networkPolicy": "deny-all",
+                                                    "mounts": [{"source": os.path.join(root, "d"), "destination": "/d"}]})
+                err = m.get("error") or {}
+                expect_eq(((err.get("data") or {}).get("reason"), err.get("message", "").split(":")[0]),
+                          ("permission_denied", "mounts"), "sandbox.create with mounts by uid %d: %s"
+                          % (uid, json.dumps(m)[:300]))
+            for sb in (name, own):
+                listed = rpc_ok(world, "container.list", {"sandbox": sb})["containers"]
+                expect_eq(listed, [], "no container made in %s" % sb)
+            # Without mounts the tenant may have containers in its own sandbox.
+            got = _ok(d, CAROL, "container.create", {"sandbox": own, "name": "y", "runtime": "host"})
+            expect_eq(got["name"], "y", "a tenant's container without mounts")
+            m = _one(d, CAROL, "container.get", {"sandbox": name, "name": "y"})
+            expect("error" in m, "another's sandbox's containers are not the tenant's", json.dumps(m)[:300])
+            rpc_ok(world, "sandbox.delete", {"name": own})
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()

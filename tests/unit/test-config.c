@@ -2,6 +2,7 @@
  * key, and errors that name the offending key. */
 #include <setjmp.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -184,6 +185,49 @@ static void test_local_source_roots_default_empty_and_checked(void **state) {
         assert_rejected_naming("{\"localSourceRoots\": [7]}", "localSourceRoots[0]");
 }
 
+/* hostMountRoots: none by default; each absolute, not /, an existing
+ * directory that is not a symlink, none inside another. */
+static void test_host_mount_roots_default_empty_and_checked(void **state) {
+        daemon_config cfg;
+        daemon_config_defaults(&cfg);
+        assert_null(cfg.host_mount_roots);
+        daemon_config_free(&cfg);
+        char dir[] = "/tmp/test-config-hmr-XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        char a[128], b[128], link[128], file[128], json[1024];
+        snprintf(a, sizeof(a), "%s/a", dir);
+        snprintf(b, sizeof(b), "%s/b", dir);
+        snprintf(link, sizeof(link), "%s/link", dir);
+        snprintf(file, sizeof(file), "%s/file", dir);
+        assert_int_equal(mkdir(a, 0755), 0);
+        assert_int_equal(mkdir(b, 0755), 0);
+        assert_int_equal(symlink(a, link), 0);
+        assert_int_equal(close(open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0644)), 0);
+        snprintf(json, sizeof(json), "{\"hostMountRoots\": [\"%s\", \"%s/\"]}", a, b);
+        assert_null(parse_error(json, &cfg));
+        assert_string_equal(cfg.host_mount_roots[0], a);
+        assert_null(cfg.host_mount_roots[2]);
+        daemon_config_free(&cfg);
+        assert_rejected_naming("{\"hostMountRoots\": [\"/\"]}", "hostMountRoots[0]");
+        assert_rejected_naming("{\"hostMountRoots\": [\"/srv/../etc\"]}", "'..'");
+        snprintf(json, sizeof(json), "{\"hostMountRoots\": [\"%s/missing\"]}", dir);
+        assert_rejected_naming(json, "is not an existing directory");
+        snprintf(json, sizeof(json), "{\"hostMountRoots\": [\"%s\"]}", link);
+        assert_rejected_naming(json, "is not an existing directory");
+        snprintf(json, sizeof(json), "{\"hostMountRoots\": [\"%s\"]}", file);
+        assert_rejected_naming(json, "is not an existing directory");
+        snprintf(json, sizeof(json), "{\"hostMountRoots\": [\"%s\", \"%s\"]}", a, dir);
+        assert_rejected_naming(json, "hostMountRoots[0]: '");
+        assert_rejected_naming(json, "lies under hostMountRoots[1]");
+        snprintf(json, sizeof(json), "{\"hostMountRoots\": [\"%s\", \"%s\"]}", a, a);
+        assert_rejected_naming(json, "lies under hostMountRoots[1]");
+        unlink(link);
+        unlink(file);
+        rmdir(a);
+        rmdir(b);
+        rmdir(dir);
+}
+
 static void test_unknown_key_is_named_with_known_keys(void **state) {
         assert_rejected_naming("{\"maxVcpu\": 4}", "unknown key 'maxVcpu'");
         assert_rejected_naming("{\"maxVcpu\": 4}", "did you mean \"maxVcpus\"?");
@@ -229,7 +273,7 @@ static void test_effective_configuration_names_every_key(void **state) {
                 free(text);
                 cJSON_Delete(one);
         }
-        assert_int_equal(n, 46);
+        assert_int_equal(n, 47);
         cJSON_Delete(o);
         daemon_config_free(&cfg);
 }
@@ -749,6 +793,7 @@ int main(void) {
                 cmocka_unit_test(test_effective_configuration_names_every_key),
                 cmocka_unit_test(test_listen_needs_the_tls_files_and_numeric_addresses),
                 cmocka_unit_test(test_log_level_and_metrics_listen_are_checked),
+                cmocka_unit_test(test_host_mount_roots_default_empty_and_checked),
                 cmocka_unit_test(test_apply_live_moves_live_keys_and_names_the_rest),
                 cmocka_unit_test(test_man_page_lists_every_key_as_the_table_says),
                 cmocka_unit_test(test_wrong_type_is_named),
