@@ -571,15 +571,16 @@ const (
 )
 
 // checkMountsNetns checks the spec's mounts (specMounts; bind mounts are
-// refused but for a pod's container with haveContainers) and namespaces (specNetns; podMember: a
+// refused without haveContainers, and for a pod's sandbox container) and
+// namespaces (specNetns; podMember: a
 // pod's container, whose namespace paths are its pod's). Returns the
 // host bind mounts to apply and the network namespace path to join, if
 // any; pod: the pod's sandbox container, whose network namespace (the
 // CNI's) is not joined while joinNetns is off.
 func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hostMount, string, error) {
 	mounts, err := specMounts(spec)
-	if err == nil && !(haveContainers && podMember) {
-		// Only a container of a pod (container.create) takes them.
+	if err == nil && !(haveContainers && !pod) {
+		// A pod's sandbox container runs nothing to mount them for.
 		err = mountsUnsupported(spec, mounts)
 	}
 	if err != nil {

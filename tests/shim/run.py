@@ -1055,15 +1055,15 @@ def test_log_uri_binary_that_fails_ends_the_start(t):
 
 
 def test_bind_mounts_and_namespace_paths_refused_naming_them(t):
-    """A bind mount the sandbox cannot apply, a user namespace and a
-    namespace path it cannot join fail the create naming the field; the
+    """A mount the sandbox cannot apply (another type, an unknown option)
+    and a namespace path it cannot join fail the create naming the field; the
     default mounts of ctr's spec (proc, sys, dev...) are accepted (every
     other test)."""
     src = os.path.join(t.world.tmp, "mnt-src")
     os.makedirs(src, exist_ok=True)
     cases = [
-        (("--mount", "type=bind,src=%s,dst=/data,options=rbind:ro" % src), "/data"),
         (("--mount", "type=tmpfs,src=tmpfs,dst=/scratch"), "/scratch"),
+        (("--mount", "type=bind,src=%s,dst=/data,options=rbind:ro:noatime" % src), "noatime"),
         (("--with-ns", "ipc:/proc/1/ns/ipc"), "linux.namespaces"),
     ]
     for i, (extra, want) in enumerate(cases):
@@ -1212,8 +1212,8 @@ def test_pod_container_mounts_under_host_mount_roots(t):
     """ctr run --mount into a pod's container: a bind mount whose source
     lies under daemon.json hostMountRoots is there, read-only when asked
     (a write fails), writable when not; a source outside the roots is
-    refused naming it; a container of no pod cannot have one (refused
-    naming the mount)."""
+    refused naming it; a container of no pod gets its mounts the same way
+    (sandbox.create mounts)."""
     c, w = t.c, t.world
     cfg = os.path.join(t.mount_root, "cfg")
     data = os.path.join(t.mount_root, "data")
@@ -1257,11 +1257,17 @@ def test_pod_container_mounts_under_host_mount_roots(t):
     for cid in ("podm-a", "podm-b", "podm"):
         no_leak(t, cid)
     leaks.check(w, pod_name("podm"))
-    r = run(c, t.rootfs, "podm-c", "echo", "ran", extra=("--mount", "type=bind,src=%s,dst=/cfg,options=rbind:ro" % cfg))
-    expect(r.returncode != 0 and "ran" not in r.stdout and "mounts[" in r.stderr and "/cfg" in r.stderr,
-           "a bind mount of a container of no pod is refused naming it:", r.stderr[-300:])
-    c.ctr("containers", "rm", "podm-c")
+    # A container of no pod: sandbox.create mounts, the same rules.
+    r = run(c, t.rootfs, "podm-c", "sh", "-c", "cat /cfg/key; echo x > /cfg/new && echo cfg-written",
+            extra=("--mount", "type=bind,src=%s,dst=/cfg,options=rbind:ro" % cfg))
+    expect(r.stdout.splitlines() == ["value-1"] and "Read-only file system" in r.stderr,
+           "a container of no pod reads its read-only mount and cannot write it:", r.stdout, r.stderr[-300:])
     no_leak(t, "podm-c")
+    r = run(c, t.rootfs, "podm-d", "echo", "ran", extra=("--mount", "type=bind,src=%s,dst=/x,options=rbind:ro" % outside))
+    expect(r.returncode != 0 and "ran" not in r.stdout and "mounts" in r.stderr and "hostMountRoots" in r.stderr,
+           "and one outside hostMountRoots is refused naming it:", r.stderr[-400:])
+    c.ctr("containers", "rm", "podm-d")
+    no_leak(t, "podm-d")
 
 
 def make_netns(t, name):
