@@ -113,7 +113,8 @@
  *      connection to sandboxd is lost every watch is ended.
  *
  * Containers (libcore/init/container.c; docs/API.md "Containers"):
- *   → {"op":"ctrfd"}   one fd per packet (SCM_RIGHTS), queued in order for
+ *   → {"op":"ctrfd","index":I}   one fd per packet (SCM_RIGHTS), queued in
+ *      order (I = 0, 1, ...; 0 drops whatever an earlier batch left) for
  *      the next create: [0] the container's root overlay (a detached mount
  *      sandboxd made), then the mounts' detached trees, then the
  *      cgroup.procs files (opened O_WRONLY by sandboxd) of its cgroups

@@ -161,7 +161,9 @@ static void on_fs_reply(session *s, cJSON *msg) {
                 *pp = o->next;
                 cJSON *err = cJSON_GetObjectItem(msg, "errno");
                 const char *message = cJSON_GetStringValue(cJSON_GetObjectItem(msg, "message"));
-                if (cJSON_IsNumber(err))
+                if (!o->cb)
+                        ; /* nobody waits for it (agent_call with no cb) */
+                else if (cJSON_IsNumber(err))
                         o->cb(s, NULL, -packet_int(err, 1, 4095, EIO), message, o->userdata);
                 else
                         o->cb(s, cJSON_GetObjectItem(msg, "result"), 0, NULL, o->userdata);
@@ -354,7 +356,8 @@ void agent_detach(session *s) {
         while (s->fs_ops) {
                 agent_fs_op *o = s->fs_ops;
                 s->fs_ops = o->next;
-                o->cb(s, NULL, -ESHUTDOWN, "the sandbox stopped", o->userdata);
+                if (o->cb)
+                        o->cb(s, NULL, -ESHUTDOWN, "the sandbox stopped", o->userdata);
                 free(o);
         }
         if (s->agent_fd >= 0)

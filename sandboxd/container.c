@@ -31,6 +31,7 @@
 #include "libcore/cgroup.h"
 #include "libcore/container.h"
 #include "libcore/diskimg.h"
+#include "libcore/fault.h"
 #include "libcore/log.h"
 #include "libcore/rootfs.h"
 #include "libcore/userns.h"
@@ -189,7 +190,103 @@ void container_adopt(session *s) {
         }
 }
 
+static void reconcile_done(session *s, cJSON *result, int err, const char *message, void *userdata);
+
+void container_reconcile(session *s) {
+        cJSON *pkt = cJSON_CreateObject();
+        if (!pkt)
+                return;
+        cJSON_AddStringToObject(pkt, "op", "container");
+        cJSON_AddStringToObject(pkt, "action", "list");
+        if (agent_call(s, pkt, reconcile_done, NULL) < 0)
+                log_warning("sandbox '%s': could not list its containers", s->sb->name);
+}
+
+/* Removes what is left of container `name` of s on the host: its
+ * processes, cgroup and directories. */
+static void remove_leftover(session *s, const char *name) {
+        core_cgroup *cg = NULL;
+        if (s->cg && core_cgroup_container_open(s->cg, name, &cg) >= 0) {
+                (void)core_cgroup_kill_all(cg);
+                (void)core_cgroup_destroy(cg);
+                core_cgroup_free(cg);
+        }
+        _cleanup_free_ char *dir = ctr_dir(s->sb, name);
+        if (dir)
+                (void)core_rm_rf(dir);
+}
+
+/* After a restart: init's containers and the record agree. A record init
+ * does not have (its delete was answered, the record not yet written) and
+ * a container of init the record does not name (made, not yet recorded)
+ * were cut in half by the daemon's death: both are removed. */
+static void reconcile_done(session *s, cJSON *result, int err, const char *message, void *userdata) {
+        (void)userdata;
+        if (err < 0 || !s || s->stopping) {
+                if (s && err < 0)
+                        log_warning("sandbox '%s': list its containers: %s", s->sb->name,
+                                    message ? message : strerror(-err));
+                return;
+        }
+        const cJSON *names = cJSON_GetObjectItemCaseSensitive(result, "containers");
+        bool changed = false;
+        for (ctr **p = &s->ctrs; *p;) {
+                bool known = false;
+                const cJSON *n;
+                cJSON_ArrayForEach(n, names)
+                        known = known || (cJSON_IsString(n) && streq(n->valuestring, (*p)->name));
+                if (known) {
+                        p = &(*p)->next;
+                        continue;
+                }
+                ctr *c = *p;
+                *p = c->next;
+                log_info("sandbox '%s': container '%s' was half deleted; removed", s->sb->name, c->name);
+                remove_leftover(s, c->name);
+                ctr_free(c);
+                changed = true;
+        }
+        const cJSON *n;
+        cJSON_ArrayForEach(n, names) {
+                if (!cJSON_IsString(n) || !core_name_is_valid(n->valuestring) || container_find(s, n->valuestring))
+                        continue;
+                log_info("sandbox '%s': container '%s' was half made; removed", s->sb->name, n->valuestring);
+                remove_leftover(s, n->valuestring);
+                cJSON *pkt = cJSON_CreateObject();
+                cJSON_AddStringToObject(pkt, "op", "container");
+                cJSON_AddStringToObject(pkt, "action", "delete");
+                cJSON_AddStringToObject(pkt, "name", n->valuestring);
+                (void)agent_call(s, pkt, NULL, NULL);
+        }
+        if (changed)
+                save_record(s);
+}
+
+/* A create in flight holds its name until init answers (a second create
+ * of the name must not reuse the first one's cgroup and directory). */
+static bool name_pending(const session *s, const char *name) {
+        const cJSON *n;
+        cJSON_ArrayForEach(n, s->ctr_pending)
+                if (cJSON_IsString(n) && streq(n->valuestring, name))
+                        return true;
+        return false;
+}
+
+static void pending_drop(session *s, const char *name) {
+        int i = 0;
+        const cJSON *n;
+        cJSON_ArrayForEach(n, s->ctr_pending) {
+                if (cJSON_IsString(n) && streq(n->valuestring, name)) {
+                        cJSON_DeleteItemFromArray(s->ctr_pending, i);
+                        return;
+                }
+                i++;
+        }
+}
+
 void container_forget(session *s) {
+        cJSON_Delete(s->ctr_pending);
+        s->ctr_pending = NULL;
         while (s->ctrs) {
                 ctr *c = s->ctrs;
                 s->ctrs = c->next;
@@ -349,6 +446,8 @@ static void create_done(session *s, cJSON *result, int err, const char *message,
         (void)result;
         create_op *op = userdata;
         ctr *c = op->c;
+        if (s)
+                pending_drop(s, c->name);
         if (err < 0 || !s || s->stopping || !s->sb->sess) {
                 rpc_reply_error(op->req, RPC_APP_ERROR, err == -EEXIST ? "conflict" : "failed", NULL,
                                 "container.create '%s': %s", c->name, message ? message : strerror(err < 0 ? -err : EIO));
@@ -357,6 +456,7 @@ static void create_done(session *s, cJSON *result, int err, const char *message,
                 (void)core_rm_rf(op->dir);
                 ctr_free(c);
         } else {
+                core_fault("container.made");
                 c->next = s->ctrs;
                 s->ctrs = c;
                 save_record(s);
@@ -537,7 +637,8 @@ static void method_create(rpc_request *req, void *userdata) {
         unsigned count = 0;
         for (ctr *o = s->ctrs; o; o = o->next)
                 count++;
-        if (container_find(s, name))
+        count += (unsigned)cJSON_GetArraySize(s->ctr_pending);
+        if (container_find(s, name) || name_pending(s, name))
                 return rpc_reply_error(req, RPC_APP_ERROR, "conflict", "name",
                                        "name: sandbox '%s' has a container '%s' already", sb->name, name);
         if (count >= CTR_PER_SANDBOX)
@@ -588,6 +689,7 @@ static void method_create(rpc_request *req, void *userdata) {
         for (size_t i = 0; i < fds.n && r >= 0; i++) {
                 cJSON *f = cJSON_CreateObject();
                 cJSON_AddStringToObject(f, "op", "ctrfd");
+                cJSON_AddNumberToObject(f, "index", (double)i);
                 r = agent_send_fd(s, f, TAKE_FD(fds.fd[i]));
         }
         create_op *op = calloc(1, sizeof(*op));
@@ -600,6 +702,9 @@ static void method_create(rpc_request *req, void *userdata) {
                 op->req = req;
                 op->c = TAKE_PTR(c);
                 op->dir = TAKE_PTR(dir);
+                if (!s->ctr_pending)
+                        s->ctr_pending = cJSON_CreateArray();
+                cJSON_AddItemToArray(s->ctr_pending, cJSON_CreateString(name));
         }
         if (!op || r < 0 || (r = agent_call(s, TAKE_PTR(pkt), create_done, op)) < 0) {
                 if (op)
@@ -656,6 +761,7 @@ typedef struct delete_op {
 static void delete_done(session *s, cJSON *result, int err, const char *message, void *userdata) {
         (void)result;
         delete_op *op = userdata;
+        core_fault("container.init_deleted");
         /* init forgot it (or never had it: a daemon restart in between);
          * either way nothing of it is left to keep. */
         if (err < 0 && err != -ENOENT)

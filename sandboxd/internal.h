@@ -219,6 +219,7 @@ struct session {
         int peak_fd;
         uint64_t cpu_base_usec;
         ctr *ctrs;                /* its containers (container.c) */
+        cJSON *ctr_pending;       /* names of containers being created (array; NULL: none) */
 };
 
 struct sandbox {
@@ -656,8 +657,8 @@ int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
  * along with the packet, for the pipe of a directory copy. */
 int agent_fs_fd(session *s, cJSON *op, int fd, agent_fs_cb cb, void *userdata);
 /* A request of the caller's own "op" (set in op) answered as an fs op is
- * ({"ev":"fs","req":N,...}, agent.h "container"): cb as for agent_fs.
- * op is taken. */
+ * ({"ev":"fs","req":N,...}, agent.h "container"): cb as for agent_fs, or
+ * NULL when nobody waits for the answer. op is taken. */
 int agent_call(session *s, cJSON *op, agent_fs_cb cb, void *userdata);
 /* One packet with `fd` attached (taken: closed once sent or on failure). */
 int agent_send_fd(session *s, cJSON *json, int fd);
@@ -674,6 +675,9 @@ uint64_t container_memory_limit(session *s, const char *name);
 bool container_uses_runtime(session *s, const char *name);
 /* Live restore: the containers recorded for an adopted session. */
 void container_adopt(session *s);
+/* Live restore, once init's agent is attached: asks init for its
+ * containers and removes whatever a daemon's death cut in half. */
+void container_reconcile(session *s);
 /* The session ended (its processes and cgroup are gone or going): its
  * containers are forgotten and their directories removed. */
 void container_session_end(session *s);

@@ -2613,6 +2613,7 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         sb->sess = s;
         sb->status = "running";
         container_adopt(s);
+        container_reconcile(s);
         /* Its commands are known once init answers the "list" sent above. */
         commands_listing_begin(s);
         adopt_history(sb, s);

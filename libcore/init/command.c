@@ -57,6 +57,7 @@ typedef struct run_spec {
         size_t log_bytes; /* retained log per stream ("logBytes"; 0: none) */
         uint64_t window;  /* per-command flow control ("window"; 0: none) */
         const init_container *ctr; /* "container": the one it runs in, or NULL */
+        bool ctr_missing;          /* "container" named one init does not have */
 } run_spec;
 
 static void run_spec_clear(run_spec *s) {
@@ -398,8 +399,10 @@ static const char *parse_run(init_agent *a, const cJSON *req, run_spec *s) {
         if (ctr && !cJSON_IsNull(ctr)) {
                 if (!cJSON_IsString(ctr))
                         return "run: \"container\" must be a string";
-                if (!(s->ctr = init_ctr_find(ctr->valuestring)))
-                        return "run: no such container";
+                /* Gone (a delete that crossed this run): the command's
+                 * exit says so, as for one that cannot start. */
+                s->ctr = init_ctr_find(ctr->valuestring);
+                s->ctr_missing = !s->ctr;
         }
         return NULL;
 }
@@ -737,6 +740,8 @@ void cmd_run(init_agent *a, const cJSON *req) {
                 return agent_send_error(a, idj, "%s", bad);
         if (a->stopping)
                 return send_exit(a, s.id, 126, "sandbox is stopping");
+        if (s.ctr_missing)
+                return send_exit(a, s.id, 127, "its container is gone");
 
         int in_pipe[2] = { -EBADF, -EBADF }, out_pipe[2] = { -EBADF, -EBADF },
             err_pipe[2] = { -EBADF, -EBADF };

@@ -366,7 +366,18 @@ static void reply(init_agent *a, const cJSON *req, int err, const char *message,
 }
 
 void init_ctr_fd(init_agent *a, const cJSON *req, int fd) {
-        (void)req;
+        /* "index" 0 starts a batch: what an earlier daemon queued and never
+         * used (it died between its fds and its create) is dropped, so no
+         * index of this batch names a stale fd. */
+        const cJSON *idx = cJSON_GetObjectItemCaseSensitive(req, "index");
+        if (!cJSON_IsNumber(idx) || idx->valuedouble < 0 || idx->valuedouble >= CTR_FDS_MAX)
+                return agent_send_error(a, NULL, "ctrfd: \"index\" must be a number below %d", CTR_FDS_MAX);
+        if (idx->valueint == 0)
+                pending_clear();
+        if ((size_t)idx->valueint != n_pending) {
+                pending_clear();
+                return agent_send_error(a, NULL, "ctrfd: index %d out of order", idx->valueint);
+        }
         if (fd < 0)
                 return agent_send_error(a, NULL, "ctrfd: no file descriptor came with the packet");
         if (n_pending >= CTR_FDS_MAX)

@@ -275,8 +275,26 @@ def s_runtime_tar(w, d):
     return {"runtime": rt, "path": path}
 
 
+def s_container():
+    """A running sandbox with a container "a" (on the host runtime) and a
+    command running in it."""
+    def setup(w, d):
+        ctx = s_running()(w, d)
+        res(d, "container.create", {"sandbox": ctx["target"], "name": "a", "runtime": "host"}, 60)
+        res(d, "command.run", {"sandbox": ctx["target"], "container": "a", "cmd": "sleep", "args": ["600"],
+                               "detached": True})
+        return ctx
+    return setup
+
+
 SCENARIOS = {
     # point: (setup, trigger)
+    # Containers (sandboxd/container.c): init made it, the daemon has no
+    # record yet; init forgot it, the record is still there.
+    "container.made": (s_running(), send("container.create", lambda w, c: {"sandbox": c["target"], "name": "b",
+                                                                              "runtime": "host"})),
+    "container.init_deleted": (s_container(), send("container.delete", lambda w, c: {"sandbox": c["target"],
+                                                                                      "name": "a"})),
     "create.cloned[git]": s_create("git"),
     "create.cloned[tarball]": s_create("tarball"),
     "create.cloned[snapshot]": s_create("snapshot"),

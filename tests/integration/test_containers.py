@@ -95,7 +95,14 @@ def _body(world, d, root, userns):
             "mounts": [{"source": cm, "destination": "/etc/config", "readOnly": True},
                        {"source": hosts, "destination": "/etc/pod-hosts", "readOnly": True}]})
         expect_eq((a["name"], a["runtime"]), ("a", rt_a), "container.create answer")
-        rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt_b})
+        # Two creates of one name at once: one container, the other refused
+        # as a conflict (and nothing of the first undone by it).
+        with world.daemon.connect() as conn:
+            ids = [conn.start("container.create", {"sandbox": name, "name": "b", "runtime": rt_b}) for _ in range(2)]
+            got = [conn.wait(i, 120) for i in ids]
+        expect_eq(sorted("error" in g for g in got), [False, True], "one of two racing creates: %s" % got)
+        e = [g for g in got if "error" in g][0]["error"]
+        expect_eq(e["data"].get("reason"), "conflict", "the racing create's refusal")
         # Each its own root: its runtime's marker, its own upper.
         code, out, err = _run(world, name, "a", "cat /etc/runtime-marker; echo x > /mine; cat /mine", sudo=True)
         expect_eq((code, out), (0, rt_a + "\nx\n"), "container a's root (%s)" % err)
@@ -286,6 +293,34 @@ def test_container_survives_a_daemon_kill(world):
         world.stop_sandboxd()
 
 
+def test_a_container_cut_in_half_by_a_daemon_kill_is_removed(world):
+    """kill -9 of the daemon after init made a container and before the
+    daemon recorded it, and after init forgot one and before the record
+    did: the restarted daemon removes both halves (the name is free again,
+    no cgroup or directory is left)."""
+    from test_restore import _crash_at
+    if not os.path.exists(W.FAULTS_SANDBOXD):
+        raise W.Skip("needs %s (make %s)" % (W.FAULTS_SANDBOXD, W.FAULTS_SANDBOXD))
+    world.stop_sandboxd()
+    d = world.start_sandboxd()
+    rt = _import(world, "crc")
+    with sandbox_rpc(world, "ctrc", networkPolicy="deny-all") as name:
+        _crash_at(world, "container.made", "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+        poll(lambda: "error" not in world.rpc("container.create", {"sandbox": name, "name": "a", "runtime": rt}),
+             30, "the half-made container's name is free again after the restart")
+        code, out, err = _run(world, name, "a", "cat /etc/runtime-marker")
+        expect_eq((code, out), (0, rt + "\n"), "the container made again (%s)" % err)
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt})
+        expect(_ctr_cgroups(world, name, "b") and _ctr_dirs(d, name, "b"), "b exists")
+        _crash_at(world, "container.init_deleted", "container.delete", {"sandbox": name, "name": "b"})
+        poll(lambda: not _ctr_cgroups(world, name, "b") and not _ctr_dirs(d, name, "b"), 30,
+             "the half-deleted container's cgroups and files are removed after the restart")
+        names = [c["name"] for c in rpc_ok(world, "container.list", {"sandbox": name})["containers"]]
+        expect_eq(names, ["a"], "container.list after both crashes")
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "b", "runtime": rt})
+    leaks.check(world, name)
+
+
 def test_sandbox_create_mounts_bind_host_files_into_the_sandbox(world):
     """sandbox.create "mounts": a read-only directory and a single file in
     the sandbox itself, attached over its /tmp too; refused naming the
@@ -321,9 +356,15 @@ def test_sandbox_create_mounts_bind_host_files_into_the_sandbox(world):
                 sid = snap.get("id") or snap.get("snapshotId")
                 expect("mounts" not in json.dumps(rpc_ok(world, "snapshot.get", {"id": sid})), "no mounts in a snapshot")
                 rpc_ok(world, "snapshot.delete", {"id": sid})
+                rpc_ok(world, "container.create", {"sandbox": name, "name": "c", "runtime": "host"})
+                expect(_ctr_dirs(_d, name, "c") and _ctr_cgroups(world, name, "c"), "container c exists")
                 rpc_ok(world, "sandbox.stop", {"name": name})
+                expect_eq((_ctr_dirs(_d, name, "c"), _ctr_cgroups(world, name, "c")), ([], []),
+                          "a stop removes the session's containers")
                 code, out, err = sh(world, name, "cat /var/run/secrets/x/token")
                 expect_eq((code, out), (0, "tok\n"), "the mounts in the next session (%s)" % err)
+                expect_eq(rpc_ok(world, "container.list", {"sandbox": name})["containers"], [],
+                          "the next session starts with no container")
             leaks.check(world, name)
         expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
