@@ -88,14 +88,7 @@ func openRootPath(bundle, rootPath string) (int, error) {
 // with an error naming maxSourceBytes, before the members' sizes and
 // headers would pass it (runtime.import refuses a larger tree anyway),
 // so a huge or sparse file never fills the host's disk.
-//
-// mountPoints are added, when the tree lacks them, as empty entries
-// (mountPoint.Dir: a directory 0755, else an empty file 0644; missing
-// parents as directories 0755), so that sandboxd finds a mount point
-// for each mount it makes in a container (runc likewise creates them in
-// the rootfs); an entry whose parent is not a directory in the tree is
-// left out (sandboxd then refuses the mount, naming it).
-func tarTree(rfd int, root, out string, max int64, mountPoints ...mountPoint) (err error) {
+func tarTree(rfd int, root, out string, max int64) (err error) {
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0600)
 	if err != nil {
 		return err
@@ -108,58 +101,11 @@ func tarTree(rfd int, root, out string, max int64, mountPoints ...mountPoint) (e
 			os.Remove(out)
 		}
 	}()
-	p := &packer{tw: tar.NewWriter(f), seen: map[inode]string{}, max: max, types: map[string]byte{}}
+	p := &packer{tw: tar.NewWriter(f), seen: map[inode]string{}, max: max}
 	if err = p.dir(rfd, ""); err != nil {
 		return fmt.Errorf("packing the rootfs %s: %w", root, err)
 	}
-	for _, mp := range mountPoints {
-		if err = p.mountPoint(mp); err != nil {
-			return fmt.Errorf("packing the rootfs %s: %w", root, err)
-		}
-	}
 	return p.tw.Close()
-}
-
-// mountPoint is a path (absolute, in the container) a mount is made at.
-type mountPoint struct {
-	Path string
-	Dir  bool
-}
-
-// mountPoint adds mp's missing entries (tarTree).
-func (p *packer) mountPoint(mp mountPoint) error {
-	parts := strings.Split(strings.Trim(filepath.Clean(mp.Path), "/"), "/")
-	if len(parts) == 0 || parts[0] == "" || parts[0] == ".." {
-		return nil
-	}
-	name := ""
-	for i, part := range parts {
-		if name != "" {
-			name += "/"
-		}
-		name += part
-		last := i == len(parts)-1
-		if t, ok := p.types[name]; ok {
-			if !last && t != tar.TypeDir {
-				return nil // a parent that is no directory: not made
-			}
-			continue
-		}
-		hdr := &tar.Header{Name: name, Mode: 0755, Typeflag: tar.TypeDir, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
-		if last && !mp.Dir {
-			hdr.Mode, hdr.Typeflag = 0644, tar.TypeReg
-		} else {
-			hdr.Name += "/"
-		}
-		if err := p.grow(name, 512); err != nil {
-			return err
-		}
-		if err := p.tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		p.types[name] = hdr.Typeflag
-	}
-	return nil
 }
 
 type inode struct{ dev, ino uint64 }
@@ -167,9 +113,8 @@ type inode struct{ dev, ino uint64 }
 type packer struct {
 	tw    *tar.Writer
 	seen  map[inode]string
-	types map[string]byte // every member's tar type by name (without a trailing "/")
-	max   int64           // bound of total (0: none)
-	total int64           // bytes of headers and content so far
+	max   int64 // bound of total (0: none)
+	total int64 // bytes of headers and content so far
 }
 
 // grow counts n more bytes of the tar and refuses to pass p.max.
@@ -235,14 +180,6 @@ func (p *packer) member(dfd int, prefix, name string) error {
 		Gid:     int(st.Gid),
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
 		Format:  tar.FormatPAX,
-	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		p.types[hdr.Name] = tar.TypeDir
-	case unix.S_IFLNK:
-		p.types[hdr.Name] = tar.TypeSymlink
-	case unix.S_IFREG:
-		p.types[hdr.Name] = tar.TypeReg
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:

@@ -612,7 +612,7 @@ func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hos
 // snapshot mounts mounted in the bundle's rootfs (or the spec's
 // root.path), packed (rootfs.go) and runtime.import'ed; the mounts are
 // released. The caller's cleanup removes what is left on error.
-func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string, mountPoints ...mountPoint) error {
+func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string) error {
 	root := filepath.Join(r.Bundle, "rootfs")
 	if len(r.Rootfs) > 0 {
 		if err := os.MkdirAll(root, 0711); err != nil {
@@ -637,7 +637,7 @@ func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, l
 	}
 	tarPath := filepath.Join(r.Bundle, rootfsTar)
 	os.Remove(tarPath)
-	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes, mountPoints...)
+	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes)
 	unix.Close(rfd)
 	if err != nil {
 		return grpcErr(err)
@@ -667,23 +667,6 @@ func (s *service) created(r *taskAPI.CreateTaskRequest, proc *specs.Process, per
 	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{
 		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(os.Getpid()),
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}})
-}
-
-// containerMountPoints are the paths sandboxd mounts on in a container
-// of a sandbox (docs/API.md container.create: the sandbox's /proc, /dev,
-// /sys, /etc/resolv.conf and /etc/hosts, a /tmp of its own, and the host
-// mounts), so that the packed rootfs has each (tarTree): an image need
-// not carry them (runc creates them too), and sandboxd makes none in a
-// container's root in a user namespace.
-func containerMountPoints(mounts []hostMount) []mountPoint {
-	mps := []mountPoint{{"/proc", true}, {"/dev", true}, {"/sys", true}, {"/tmp", true},
-		{"/etc/resolv.conf", false}, {"/etc/hosts", false}}
-	for _, m := range mounts {
-		var st unix.Stat_t
-		dir := unix.Stat(m.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
-		mps = append(mps, mountPoint{m.Destination, dir})
-	}
-	return mps
 }
 
 // createPod is Create for a CRI pod's sandbox container: the pod's
@@ -806,7 +789,7 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 				}
 			}
 		}()
-		if err := s.importRootfs(r, spec, lim, ctr, containerMountPoints(mounts)...); err != nil {
+		if err := s.importRootfs(r, spec, lim, ctr); err != nil {
 			return nil, err
 		}
 		params["sandbox"], params["name"], params["runtime"] = s.name, ctr, ctr
