@@ -168,7 +168,7 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 				if cmd := podRecordedCmd(name, member); cmd != "" {
 					c.call("command.kill", map[string]interface{}{"cmdId": cmd, "signal": 9}, nil)
 				}
-				// Its own container and runtime (haveContainers).
+				// Its own container and runtime.
 				ctr := sandboxName(ns, id)
 				c.call("container.delete", map[string]interface{}{"sandbox": name, "name": ctr}, nil)
 				c.call("runtime.delete", map[string]interface{}{"name": ctr}, nil)

@@ -4,7 +4,8 @@ package main
 // the pod's sandbox container ("pause", container-type sandbox) creates it,
 // named from the containerd namespace and the pod's sandbox id, configured
 // by the pod's io.sandboxd.* annotations; the pod's other containers
-// (container-type container, the same sandbox id) are commands of it. The
+// (container-type container, the same sandbox id) are containers of it
+// (container.create), their processes commands in them. The
 // sandbox is removed when the sandbox container and the last of its
 // containers are deleted: each shim records its task in the pod's
 // directory below podStateDir (under an flock), and the one that leaves

@@ -88,8 +88,8 @@ type service struct {
 	id, bundle, ns, name string
 	persistent           bool
 	pod                  bool   // a CRI pod's sandbox container (pod.go): the pod's sandbox, nothing runs
-	member               bool   // a CRI pod's container (pod.go): a command of the pod's sandbox
-	ctr                  string // a pod's container: its sandboxd container (and runtime) name, or "" (sharing the pod's root)
+	member               bool   // a CRI pod's container (pod.go): a container of the pod's sandbox
+	ctr                  string // a pod's container: its sandboxd container (and runtime) name; "" otherwise
 	mountedRootfs        bool
 	rpc                  *rpcClient
 	init                 *process
@@ -558,52 +558,30 @@ func (s *service) checkProcess(spec *specs.Spec, r *taskAPI.CreateTaskRequest, l
 	return nil
 }
 
-// joinNetns says whether sandbox.create is given the spec's network
-// namespace path (network.netns); haveContainers whether sandboxd has
-// containers of their own in a sandbox (container.create, with the host
-// bind mounts of hostMountRoots; sandbox.create mounts). Without them a
-// namespace path of a container is refused, a pod's sandbox has a network
-// of its own, a pod's containers share the pod's root, and bind mounts are
-// refused (docs/KUBERNETES.md).
-const (
-	joinNetns      = true
-	haveContainers = true
-)
-
-// checkMountsNetns checks the spec's mounts (specMounts; bind mounts are
-// refused without haveContainers, and for a pod's sandbox container) and
-// namespaces (specNetns; podMember: a
-// pod's container, whose namespace paths are its pod's). Returns the
-// host bind mounts to apply and the network namespace path to join, if
-// any; pod: the pod's sandbox container, whose network namespace (the
-// CNI's) is not joined while joinNetns is off.
+// checkMountsNetns checks the spec's mounts (specMounts; the bind mounts
+// of a pod's sandbox container, which runs nothing, are refused) and
+// namespaces (specNetns; podMember: a pod's container, whose namespace
+// paths are its pod's). Returns the host bind mounts to apply and the
+// network namespace path to join, if any: containerd names it by a path
+// through /var/run (a symlink to /run on most systems), which sandboxd,
+// following no symlink, refuses, so the path from containerd (root) is
+// resolved here.
 func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hostMount, string, error) {
 	mounts, err := specMounts(spec)
-	if err == nil && !(haveContainers && !pod) {
-		// A pod's sandbox container runs nothing to mount them for.
+	if err == nil && pod {
 		err = mountsUnsupported(spec, mounts)
 	}
 	if err != nil {
 		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
 	netns, err := specNetns(spec, podMember)
-	if err == nil && netns != "" && joinNetns {
-		// containerd names it by a path through /var/run (a symlink to
-		// /run on most systems), which sandboxd, following no symlink,
-		// refuses: the path from containerd (root) is resolved here.
+	if err != nil {
+		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if netns != "" {
 		if real, rerr := filepath.EvalSymlinks(netns); rerr == nil {
 			netns = real
 		}
-	}
-	if err == nil && netns != "" && !joinNetns {
-		if pod {
-			netns = ""
-		} else {
-			err = fmt.Errorf("linux.namespaces: joining the network namespace %s is %s yet", netns, notSupported)
-		}
-	}
-	if err != nil {
-		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
 	return mounts, netns, nil
 }
@@ -674,7 +652,7 @@ func (s *service) created(r *taskAPI.CreateTaskRequest, proc *specs.Process, per
 // rootfs (the pause image), configured by its io.sandboxd.* annotations.
 // Nothing of the pause image runs, so the spec's restrictions (the CRI's
 // read-only root) restrict nothing that runs and are not looked at; its
-// mounts and namespaces are checked.
+// mounts are refused, and its network namespace (the CNI's) is joined.
 func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sandboxID string, lim daemonLimits) (_ *taskAPI.CreateTaskResponse, retErr error) {
 	s.mu.Lock()
 	s.pod = true
@@ -684,12 +662,9 @@ func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sand
 	if err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
-	mounts, netns, err := s.checkMountsNetns(spec, true, false)
+	_, netns, err := s.checkMountsNetns(spec, true, false)
 	if err != nil {
 		return nil, err
-	}
-	if len(mounts) > 0 {
-		params["mounts"] = mounts
 	}
 	if netns != "" {
 		params["network"] = map[string]interface{}{"netns": netns}
@@ -714,12 +689,11 @@ func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sand
 	return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
 }
 
-// createMember is Create for a CRI pod's container: its process becomes
-// a command of the pod's sandbox (sharing the pod's root until sandboxd
-// has containers of their own), so it shares the pod's network (its
-// 127.0.0.1). Its io.sandboxd.* annotations must be the pod's; its
-// restrictive fields are checked as for a container of its own; limits of
-// its own are refused (the pod's sandbox holds the pod's).
+// createMember is Create for a CRI pod's container: a sandboxd container
+// of the pod's sandbox (container.create) on a runtime of its own rootfs,
+// named sandboxName, with its read-only root, limits (containerLimits)
+// and bind mounts; its processes run in it (command.run container), in
+// the pod's network. Its io.sandboxd.* annotations must be the pod's.
 func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sandboxID string, lim daemonLimits) (_ *taskAPI.CreateTaskResponse, retErr error) {
 	pod, err := podSpec(r.Bundle, sandboxID)
 	if err != nil {
@@ -736,34 +710,22 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 	s.member = true
 	s.name = podSandboxName(s.ns, sandboxID)
 	s.mu.Unlock()
-	var params map[string]interface{}
-	if haveContainers {
-		// Its own root (read-only when asked), limits and mounts.
-		restr := *spec
-		if spec.Root != nil {
-			root := *spec.Root
-			root.Readonly = false
-			restr.Root = &root
-		}
-		if err := refuseRestrictions(&restr); err != nil {
-			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
-		}
-		if params, err = containerLimits(spec, pod.Annotations[annResources] == "round-up"); err != nil {
-			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
-		}
-		if spec.Root != nil && spec.Root.Readonly {
-			params["readOnlyRoot"] = true
-		}
-	} else {
-		if err := refuseRestrictions(spec); err != nil {
-			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
-		}
-		if vcpus, err := vcpusFor(spec, lim); err != nil || vcpus > 0 {
-			if err == nil {
-				err = fmt.Errorf("linux.resources: limits of a pod's container of its own are %s yet (the pod's sandbox has the pod's vCPUs)", notSupported)
-			}
-			return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
-		}
+	// Its own root (read-only when asked), limits and mounts.
+	restr := *spec
+	if spec.Root != nil {
+		root := *spec.Root
+		root.Readonly = false
+		restr.Root = &root
+	}
+	if err := refuseRestrictions(&restr); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	params, err := containerLimits(spec, pod.Annotations[annResources] == "round-up")
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if spec.Root != nil && spec.Root.Readonly {
+		params["readOnlyRoot"] = true
 	}
 	if err := s.checkProcess(spec, r, lim); err != nil {
 		return nil, err
@@ -775,30 +737,28 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 	if err := s.rpc.call("sandbox.get", map[string]interface{}{"name": s.name}, nil); err != nil {
 		return nil, grpcErr(fmt.Errorf("the pod's sandbox %s (of sandbox container %s): %w", s.name, sandboxID, err))
 	}
-	if haveContainers {
-		ctr := sandboxName(s.ns, r.ID)
-		s.mu.Lock()
-		s.ctr = ctr
-		s.mu.Unlock()
-		defer func() {
-			if retErr != nil {
-				s.deleteContainer()
-				if s.mountedRootfs {
-					mount.UnmountAll(filepath.Join(r.Bundle, "rootfs"), 0)
-					s.mountedRootfs = false
-				}
+	ctr := sandboxName(s.ns, r.ID)
+	s.mu.Lock()
+	s.ctr = ctr
+	s.mu.Unlock()
+	defer func() {
+		if retErr != nil {
+			s.deleteContainer()
+			if s.mountedRootfs {
+				mount.UnmountAll(filepath.Join(r.Bundle, "rootfs"), 0)
+				s.mountedRootfs = false
 			}
-		}()
-		if err := s.importRootfs(r, spec, lim, ctr); err != nil {
-			return nil, err
 		}
-		params["sandbox"], params["name"], params["runtime"] = s.name, ctr, ctr
-		if len(mounts) > 0 {
-			params["mounts"] = mounts
-		}
-		if err := s.rpc.call("container.create", params, nil); err != nil {
-			return nil, grpcErr(createError(err))
-		}
+	}()
+	if err := s.importRootfs(r, spec, lim, ctr); err != nil {
+		return nil, err
+	}
+	params["sandbox"], params["name"], params["runtime"] = s.name, ctr, ctr
+	if len(mounts) > 0 {
+		params["mounts"] = mounts
+	}
+	if err := s.rpc.call("container.create", params, nil); err != nil {
+		return nil, grpcErr(createError(err))
 	}
 	if err := podJoin(s.name, r.ID); err != nil {
 		return nil, grpcErr(err)
