@@ -1607,21 +1607,27 @@ int core_cgroup_container_create(core_cgroup *cg, const char *name, const core_c
                                 break;
                         }
                 }
-                if (mkdir(v->dirs[i], 0755) < 0) {
-                        r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "container cgroup: create %s: %m",
-                                         v->dirs[i]);
+                /* A leftover of a daemon killed mid-create is reused when
+                 * empty; one with processes is a live container's. */
+                int mk = mkdir(v->dirs[i], 0755) < 0 ? negative_errno() : 0;
+                if (mk == -EEXIST && populated(v->dirs[i]) == 0)
+                        mk = 0;
+                if (mk < 0) {
+                        r = sb_error_set(ret_err, mk, NULL, NULL, "container cgroup: create %s: %s", v->dirs[i],
+                                         mk == -EEXIST ? "it exists with processes" : strerror(-mk));
                         break;
                 }
-                core_cgroup_limits l = *limits;
-                /* v1 cpu: a child's quota above its parent's is refused
-                 * (EINVAL, kernel/sched/core.c tg_cfs_schedulable_down); the
-                 * session's bound applies to it anyway. */
-                if ((r = h->ops->set_limits(h, v->dirs[i], &l, CTL_ALL)) < 0 && h->ops != &ops_v2) {
+                /* v2 without limits: no controller was delegated, so the
+                 * child has none of their files to write. (v1 cpu: a
+                 * child's quota above its parent's is refused, EINVAL,
+                 * kernel/sched/core.c tg_cfs_schedulable_down; the caller
+                 * bounds it by the session's.) */
+                bool any = limits->memory_max || limits->pids_max || limits->cpu_quota_pct;
+                if ((h->ops != &ops_v2 || any) && (r = h->ops->set_limits(h, v->dirs[i], limits, CTL_ALL)) < 0) {
                         r = sb_error_set(ret_err, r, NULL, NULL, "container cgroup: limits of %s: %s", v->dirs[i],
                                          strerror(-r));
                         break;
                 }
-                r = 0;
                 _cleanup_free_ char *procs = NULL;
                 if (asprintf(&procs, "%s/cgroup.procs", v->dirs[i]) < 0) {
                         r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");

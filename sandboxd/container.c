@@ -663,8 +663,11 @@ static void method_create(rpc_request *req, void *userdata) {
                                        name, strerror(-r));
         }
         fds.fd[0] = make_overlay(s, lower, dir, &err);
+        /* CPU above the sandbox's own is bounded by it anyway (and a v1
+         * child quota above its parent's is refused): at most that. */
+        uint64_t cpu = c->cpu_millis < (uint64_t)sb->vcpus * 1000 ? c->cpu_millis : (uint64_t)sb->vcpus * 1000;
         core_cgroup_limits lim = { .pids_max = c->pids_max, .memory_max = c->memory_mib << 20,
-                                   .cpu_quota_pct = (unsigned)(c->cpu_millis / 10) };
+                                   .cpu_quota_pct = (unsigned)(cpu / 10) };
         int cgfds[8];
         size_t n_cg = 0;
         if (fds.fd[0] < 0 ||
@@ -673,6 +676,7 @@ static void method_create(rpc_request *req, void *userdata) {
                 sb_error_prefix(&err, "container.create '%s'", name);
                 return rpc_reply_sb_error(req, err);
         }
+        core_fault("container.cgroup_made");
         cJSON *cgs = cJSON_AddArrayToObject(pkt, "cgroups");
         for (size_t i = 0; i < n_cg; i++) {
                 cJSON_AddItemToArray(cgs, cJSON_CreateNumber((double)fds.n));

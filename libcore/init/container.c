@@ -336,6 +336,10 @@ int init_ctr_helper_start(int keep_a, int keep_b) {
                         close(keep_a);
                 if (keep_b >= 0)
                         close(keep_b);
+                /* Default signals, none blocked: a stop's SIGTERM to every
+                 * process of the sandbox (agent_begin_stop) ends it at once
+                 * instead of at the grace's SIGKILL. */
+                core_signals_reset();
                 (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
                 (void)prctl(PR_SET_NAME, "sandbox-ctrd");
                 (void)prctl(PR_SET_DUMPABLE, 0);
@@ -392,7 +396,7 @@ void init_ctr_fd(init_agent *a, const cJSON *req, int fd) {
 /* {"op":"container","action":"create","req":N,"name":S,"mounts":[...],
  * "cgroups":[I...],"tmpSize":B} with the fds of the "ctrfd" packets before
  * it: pending[0] the overlay, mounts[].fd and cgroups[] indexes into them. */
-static void ctr_create(init_agent *a, const cJSON *req) {
+static void ctr_create_fds(init_agent *a, const cJSON *req) {
         char msg[1200];
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "name"));
         if (!name || !*name || strlen(name) > 64)
@@ -420,8 +424,8 @@ static void ctr_create(init_agent *a, const cJSON *req) {
                 }
                 c->cg[c->n_cg++] = TAKE_FD(pending[cg->valueint]);
         }
-        /* The helper gets the mounts (every pending fd left; the cgroup
-         * ones were taken and are sent as -1 placeholders' absence). */
+        /* The helper gets every pending fd left, at its index: the
+         * cgroup ones, taken above, are /dev/null placeholders there. */
         int fds[CTR_FDS_MAX];
         size_t n_fds = 0;
         for (size_t i = 0; i < n_pending; i++)
@@ -451,6 +455,11 @@ static void ctr_create(init_agent *a, const cJSON *req) {
                         r = (int)k;
         }
         if (r < 0) {
+                /* A late answer would pair with the next request: the
+                 * helper is given up (it exits at EOF), and so are
+                 * container creations in this sandbox. */
+                close(helper_sock);
+                helper_sock = -EBADF;
                 for (size_t i = 0; i < c->n_cg; i++)
                         close(c->cg[i]);
                 snprintf(msg, sizeof(msg), "container helper: %s", strerror(-r));
@@ -477,6 +486,12 @@ static void ctr_create(init_agent *a, const cJSON *req) {
         c->next = containers;
         containers = TAKE_PTR(c);
         reply(a, req, 0, NULL, NULL);
+}
+
+/* Whatever the outcome, the queued fds belong to this create only. */
+static void ctr_create(init_agent *a, const cJSON *req) {
+        ctr_create_fds(a, req);
+        pending_clear();
 }
 
 static void ctr_delete(init_agent *a, const cJSON *req) {

@@ -291,6 +291,8 @@ SCENARIOS = {
     # point: (setup, trigger)
     # Containers (sandboxd/container.c): init made it, the daemon has no
     # record yet; init forgot it, the record is still there.
+    "container.cgroup_made": (s_running(), send("container.create", lambda w, c: {"sandbox": c["target"], "name": "b",
+                                                                                     "runtime": "host"})),
     "container.made": (s_running(), send("container.create", lambda w, c: {"sandbox": c["target"], "name": "b",
                                                                               "runtime": "host"})),
     "container.init_deleted": (s_container(), send("container.delete", lambda w, c: {"sandbox": c["target"],
@@ -404,7 +406,7 @@ SCENARIOS = {
 }
 
 # make check: every operation once, in well under 3 minutes.
-SAMPLE = ["create.disk_backed", "create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapshot]", "create.session_started",
+SAMPLE = ["container.made", "container.init_deleted", "create.disk_backed", "create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapshot]", "create.session_started",
           "create.recorded", "netd.started", "resume.session_started", "fork.frozen", "fork.copied[stopped]",
           "snapshot.copied", "snapshot.copied[stopped]", "snapshot.precopy_copied", "fork.precopy_repeated", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",

@@ -74,6 +74,30 @@ def _import(world, tag):
     return rt
 
 
+def _import_with_link(world, tag):
+    """A runtime like _import's with var/run a symlink to /run (as Debian
+    images have it)."""
+    import io
+    import tarfile
+    rt = world.name(tag)
+    src = tarfile.open(fileobj=io.BytesIO(_tiny_rootfs_tar(rt)), mode="r:gz")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for m in src.getmembers():
+            t.addfile(m, src.extractfile(m) if m.isfile() else None)
+        for name in ("./run", "./var"):
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+            t.addfile(ti)
+        ti = tarfile.TarInfo("./var/run")
+        ti.type, ti.linkname = tarfile.SYMTYPE, "/run"
+        t.addfile(ti)
+    path = _write_tmp(world, buf.getvalue())
+    code, out, err = world.ctl("runtime", "import", rt, path)
+    expect_eq(code, 0, "runtime import (%s)" % err.strip())
+    return rt
+
+
 def _modes():
     return [True, False] if os.environ.get("SANDBOXD_TEST_USERNS", "1") != "0" else [False]
 
@@ -117,8 +141,30 @@ def _body(world, d, root, userns):
                                                "echo no > /etc/config/new; echo rc=$?", sudo=True)
         expect_eq(out, "rc=2\nrc=2\n", "read-only mount not writable even as root (%s)" % err)
         expect("Read-only file system" in err or "Permission denied" in err, "the write's error", err)
+        # Nor can root inside make it writable again: a remount (the mount
+        # tool, and mount(2) itself) fails, and the write after it too.
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "m", "runtime": "host",
+                                           "mounts": [{"source": cm, "destination": "/etc/config", "readOnly": True}]})
+        remount = ("import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
+                   "r = l.mount(None, b'/etc/config', None, 0x20 | 0x1000, None)\n"
+                   "print('remounted' if r == 0 else ctypes.get_errno())")
+        code, out, err = _run(world, name, "m", "mount -o remount,rw,bind /etc/config; echo rc=$?; "
+                                               "python3 -c \"%s\"; echo no > /etc/config/key; echo rc=$?" % remount,
+                              sudo=True)
+        expect_eq(out, "rc=32\n1\nrc=2\n", "no remount of the read-only mount as root (%s)" % err)
+        rpc_ok(world, "container.delete", {"sandbox": name, "name": "m"})
         with open(os.path.join(cm, "key")) as f:
             expect_eq(f.read(), "value-1\n", "the host file unchanged")
+        # A destination through a symlink of the image is refused naming it
+        # (never followed, even inside the container's root).
+        rt_l = _import_with_link(world, "crl")
+        e = _err(world, "container.create", {"sandbox": name, "name": "l", "runtime": rt_l,
+                                             "mounts": [{"source": cm, "destination": "/var/run/secrets/x"}]})
+        expect("mounts[0].destination" in e["message"] and "symbolic link" in e["message"],
+               "a destination through a symlink is refused naming it", e["message"])
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "l", "runtime": rt_l,
+                                           "mounts": [{"source": cm, "destination": "/run/secrets/x"}]})
+        rpc_ok(world, "container.delete", {"sandbox": name, "name": "l"})
         # Refusals, each naming the mount.
         for src, why in ((os.path.join(world.tmp), "outside"), (os.path.join(pod, "link"), "symlink"),
                          (pod + "/../" + os.path.basename(pod) + "/configmap", "dotdot")):
@@ -175,7 +221,8 @@ def test_containers_share_loopback_and_each_ooms_alone(world):
     world.start_sandboxd()
     for userns in _modes():
         with sandbox_rpc(world, "ctrl", userns=userns, networkPolicy="deny-all") as name:
-            rpc_ok(world, "container.create", {"sandbox": name, "name": "srv", "runtime": "host"})
+            # cpuMillis above the sandbox's 1 vCPU: bounded by it.
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "srv", "runtime": "host", "cpuMillis": 4000})
             rpc_ok(world, "container.create", {"sandbox": name, "name": "small", "runtime": "host",
                                                "memoryMiB": 64, "pidsMax": 64, "cpuMillis": 500})
             srv = rpc_ok(world, "command.run", {
@@ -227,6 +274,12 @@ def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
     world.start_sandboxd()
     rt = _import(world, "crt")
     with sandbox_rpc(world, "ctrt", networkPolicy="deny-all") as name:
+        # init's container helper (PID 2) blocks and ignores no signal: a
+        # stop's SIGTERM ends it at once, not the grace's SIGKILL.
+        code, out, err = sh(world, name, "cat /proc/2/comm; sed -n 's/^SigBlk:[[:space:]]*//p; "
+                                         "s/^SigIgn:[[:space:]]*//p' /proc/2/status")
+        expect_eq((code, out), (0, "sandbox-ctrd\n" + "0" * 16 + "\n" + "0" * 16 + "\n"),
+                  "the container helper's signals (%s)" % err)
         rpc_ok(world, "container.create", {"sandbox": name, "name": "t", "runtime": "host"})
         rpc_ok(world, "container.create", {"sandbox": name, "name": "tiny", "runtime": rt})
         script = ('tty; stty size; echo READY; i=0; '
@@ -305,6 +358,12 @@ def test_a_container_cut_in_half_by_a_daemon_kill_is_removed(world):
     d = world.start_sandboxd()
     rt = _import(world, "crc")
     with sandbox_rpc(world, "ctrc", networkPolicy="deny-all") as name:
+        # Killed with its cgroup and directories made, init not asked yet:
+        # the name is free at once after the restart (the leftovers reused).
+        _crash_at(world, "container.cgroup_made", "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+        expect(_ctr_cgroups(world, name, "a") and _ctr_dirs(d, name, "a"), "a's leftovers after the kill")
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+        rpc_ok(world, "container.delete", {"sandbox": name, "name": "a"})
         _crash_at(world, "container.made", "container.create", {"sandbox": name, "name": "a", "runtime": rt})
         poll(lambda: "error" not in world.rpc("container.create", {"sandbox": name, "name": "a", "runtime": rt}),
              30, "the half-made container's name is free again after the restart")
