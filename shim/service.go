@@ -521,7 +521,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 			s.cleanup()
 		}
 	}()
-	if err := s.importRootfs(r, spec, lim, s.name); err != nil {
+	if err := s.importRootfs(r, spec, lim, s.name, mounts); err != nil {
 		return nil, err
 	}
 	params["name"] = s.name
@@ -590,7 +590,10 @@ func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hos
 // snapshot mounts mounted in the bundle's rootfs (or the spec's
 // root.path), packed (rootfs.go) and runtime.import'ed; the mounts are
 // released. The caller's cleanup removes what is left on error.
-func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string) error {
+//
+// mounts' destinations are rewritten in place to the paths they reach in
+// the tree (resolveMountDests), read while it is there.
+func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string, mounts []hostMount) error {
 	root := filepath.Join(r.Bundle, "rootfs")
 	if len(r.Rootfs) > 0 {
 		if err := os.MkdirAll(root, 0711); err != nil {
@@ -613,6 +616,7 @@ func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, l
 	if err != nil {
 		return grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
+	resolveMountDests(rfd, mounts)
 	tarPath := filepath.Join(r.Bundle, rootfsTar)
 	os.Remove(tarPath)
 	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes)
@@ -674,7 +678,7 @@ func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sand
 			s.cleanup()
 		}
 	}()
-	if err := s.importRootfs(r, spec, lim, s.name); err != nil {
+	if err := s.importRootfs(r, spec, lim, s.name, nil); err != nil {
 		return nil, err
 	}
 	params["name"] = s.name
@@ -750,7 +754,7 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 			}
 		}
 	}()
-	if err := s.importRootfs(r, spec, lim, ctr); err != nil {
+	if err := s.importRootfs(r, spec, lim, ctr, mounts); err != nil {
 		return nil, err
 	}
 	params["sandbox"], params["name"], params["runtime"] = s.name, ctr, ctr

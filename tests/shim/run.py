@@ -1270,6 +1270,44 @@ def test_pod_container_mounts_under_host_mount_roots(t):
     no_leak(t, "podm-d")
 
 
+def test_mount_destination_through_an_image_symlink(t):
+    """A mount destination that goes through a symlink of the image
+    (/var/run -> /run, as in many images, where the kubelet puts the
+    service account token): the shim resolves it inside the image, so
+    the volume is at the path the container asks for, in a container of
+    no pod and in a pod's container alike."""
+    c = t.c
+    root = os.path.join(t.world.tmp, "rootfs-varrun")
+    if not os.path.exists(root):
+        make_rootfs(root)
+        os.makedirs(os.path.join(root, "run"))
+        os.makedirs(os.path.join(root, "var"))
+        os.symlink("../run", os.path.join(root, "var", "run"))
+    sec = os.path.join(t.mount_root, "token")
+    os.makedirs(sec, exist_ok=True)
+    with open(os.path.join(sec, "token"), "w") as f:
+        f.write("tok-1\n")
+    mnt = ("--mount", "type=bind,src=%s,dst=/var/run/secrets/app,options=rbind:ro" % sec)
+    r = run(c, root, "vrun1", "sh", "-c", "cat /var/run/secrets/app/token /run/secrets/app/token", extra=mnt)
+    expect_eq((r.returncode, r.stdout), (0, "tok-1\ntok-1\n"), "the token at /var/run/secrets/app (stderr %r)" % r.stderr[-300:])
+    no_leak(t, "vrun1")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=vrunp", "--rootfs", t.rootfs, "vrunp", "/pause")
+    expect_eq(r.returncode, 0, "the pod's sandbox container: %s" % r.stderr)
+    try:
+        r = run(c, root, "vrunp-a", "cat", "/var/run/secrets/app/token", extra=mnt + (
+            "--annotation", "io.kubernetes.cri.container-type=container",
+            "--annotation", "io.kubernetes.cri.sandbox-id=vrunp"))
+        expect_eq((r.returncode, r.stdout), (0, "tok-1\n"), "in a pod's container (stderr %r)" % r.stderr[-300:])
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "vrunp")
+        W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the pod to stop")
+        c.ctr("task", "delete", "--force", "vrunp")
+        c.ctr("containers", "rm", "vrunp")
+    for cid in ("vrunp-a", "vrunp"):
+        no_leak(t, cid)
+
+
 def make_netns(t, name):
     """A network namespace bound on a file below containerd's base (a
     shared mount: sandboxd sees it); returns (path, inode). Removed by
