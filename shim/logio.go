@@ -97,7 +97,7 @@ func openOutput(field, uri string) (io.WriteCloser, error) {
 // terminal: a tty has one stream). A binary:// stdout starts its logging
 // program (startLogger) for both; else each is openOutput's. On error
 // nothing stays open. The caller closes both writers (a nil one is none).
-func openOutputs(ctx context.Context, id, ns, stdoutURI, stderrURI string, terminal bool) (stdout, stderr io.WriteCloser, err error) {
+func openOutputs(id, ns, stdoutURI, stderrURI string, terminal bool) (stdout, stderr io.WriteCloser, err error) {
 	if kind, _, _ := parseOutputURI("stdout", stdoutURI); kind == "binary" {
 		return startLogger(id, ns, stdoutURI, !terminal)
 	}

@@ -907,7 +907,7 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 			}
 		}
 	}
-	if stdout, stderr, err = openOutputs(ctx, s.id, s.ns, p.stdout, p.stderr, p.terminal); err != nil {
+	if stdout, stderr, err = openOutputs(s.id, s.ns, p.stdout, p.stderr, p.terminal); err != nil {
 		return nil, s.failStart(p, err)
 	}
 	s.mu.Lock()
