@@ -147,13 +147,37 @@ func (manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	name := sandboxName(ns, id)
 	cwd, cwdErr := os.Getwd()
 	persistent := false
+	role, member := "", id
 	if cwdErr == nil {
 		if spec, err := readSpec(cwd); err == nil {
 			persistent = spec.Annotations[annPersistent] == "true"
+			if rl, sbID, err := podRole(spec); err == nil && rl != "" {
+				role, name = rl, podSandboxName(ns, sbID)
+				if rl == containerTypeSandbox {
+					member = podMemberSandbox
+				}
+			}
 		}
 	}
 	if c, err := dialRPC(socketPath(), nil); err == nil {
-		if persistent {
+		remove := true
+		if role != "" {
+			// A pod's task: its command (if any) is killed; the pod's
+			// sandbox goes with the pod's last task (pod.go).
+			if role == containerTypeContainer {
+				if cmd := podRecordedCmd(name, member); cmd != "" {
+					c.call("command.kill", map[string]interface{}{"cmdId": cmd, "signal": 9}, nil)
+				}
+				// Its own container and runtime.
+				ctr := sandboxName(ns, id)
+				c.call("container.delete", map[string]interface{}{"sandbox": name, "name": ctr}, nil)
+				c.call("runtime.delete", map[string]interface{}{"name": ctr}, nil)
+			}
+			last, err := podLeave(name, member)
+			remove = err == nil && last
+		}
+		if !remove {
+		} else if persistent {
 			// Kept, stopped, as the task's Delete keeps it.
 			c.call("sandbox.stop", map[string]interface{}{"name": name}, nil)
 		} else {

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 )
 
@@ -236,4 +237,23 @@ func (p *packer) member(dfd int, prefix, name string) error {
 		err = fmt.Errorf("/%s changed size while being packed", hdr.Name)
 	}
 	return err
+}
+
+// resolveMountDests rewrites each mount's destination to the path it
+// reaches inside the tree of the open directory rfd: the image's symlinks
+// are followed but kept inside the tree (filepath-securejoin, as runc
+// resolves mount destinations), so a kubelet volume at
+// /var/run/secrets/... lands at /run/secrets/... of an image whose
+// /var/run is a link to /run; sandboxd itself follows no symlink in a
+// destination. A destination that cannot be resolved is left as given
+// (sandboxd then refuses it, naming it).
+func resolveMountDests(rfd int, mounts []hostMount) {
+	root := "/proc/self/fd/" + strconv.Itoa(rfd)
+	for i := range mounts {
+		p, err := securejoin.SecureJoin(root, mounts[i].Destination)
+		if err != nil || !strings.HasPrefix(p, root+"/") {
+			continue
+		}
+		mounts[i].Destination = p[len(root):]
+	}
 }

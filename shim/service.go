@@ -75,7 +75,8 @@ type process struct {
 	// Output bytes queued so far per stream ("stdout", "stderr"): after a
 	// sandboxd restart, command.logs is followed after these.
 	seen      map[string]int
-	following bool // follow runs (a reconnection: no live notes come for it)
+	following bool    // follow runs (a reconnection: no live notes come for it)
+	logger    *logger // a binary:// output's logging program (logio.go), or nil
 }
 
 type service struct {
@@ -86,7 +87,9 @@ type service struct {
 
 	id, bundle, ns, name string
 	persistent           bool
-	pod                  bool // a CRI pod's sandbox container (pod.go): no sandbox, nothing runs
+	pod                  bool   // a CRI pod's sandbox container (pod.go): the pod's sandbox, nothing runs
+	member               bool   // a CRI pod's container (pod.go): a container of the pod's sandbox
+	ctr                  string // a pod's container: its sandboxd container (and runtime) name; "" otherwise
 	mountedRootfs        bool
 	rpc                  *rpcClient
 	init                 *process
@@ -463,7 +466,9 @@ func (s *service) limits() (daemonLimits, error) {
 func grpcErr(err error) error { return errdefs.ToGRPC(err) }
 
 // Create makes the container's sandbox: its rootfs as a runtime, then
-// sandbox.create with the parameters the spec maps to (spec.go).
+// sandbox.create with the parameters the spec maps to (spec.go). A CRI
+// pod's sandbox container makes the pod's sandbox (createPod), a pod's
+// container joins it (createMember).
 func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *taskAPI.CreateTaskResponse, retErr error) {
 	s.mu.Lock()
 	if s.init != nil {
@@ -480,95 +485,162 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if r.Checkpoint != "" {
 		return nil, grpcErr(fmt.Errorf("checkpoint: restoring a checkpoint is not supported by sandboxd: %w", errdefs.ErrNotImplemented))
 	}
-	isPod, err := podSandbox(spec)
+	role, sandboxID, err := podRole(spec)
 	if err != nil {
 		return nil, grpcErr(err)
-	}
-	if isPod {
-		p := &process{status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1), stdinWake: -1}
-		s.mu.Lock()
-		s.init = p
-		s.pod = true
-		s.mu.Unlock()
-		s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{
-			ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(os.Getpid()),
-			IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}})
-		return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
 	}
 	lim, err := s.limits()
 	if err != nil {
 		return nil, grpcErr(err)
 	}
+	switch role {
+	case containerTypeSandbox:
+		return s.createPod(r, spec, sandboxID, lim)
+	case containerTypeContainer:
+		return s.createMember(r, spec, sandboxID, lim)
+	}
 	params, persistent, err := createParams(spec, lim)
 	if err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
-	if _, err := commandParams(s.name, spec.Process); err != nil {
-		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	if err := s.checkProcess(spec, r, lim); err != nil {
+		return nil, err
 	}
-	if err := checkOutputURI("stdout", r.Stdout); err != nil {
-		return nil, grpcErr(err)
+	mounts, netns, err := s.checkMountsNetns(spec, false, false)
+	if err != nil {
+		return nil, err
 	}
-	if err := checkOutputURI("stderr", r.Stderr); err != nil {
-		return nil, grpcErr(err)
+	if len(mounts) > 0 {
+		params["mounts"] = mounts
 	}
-	if err := checkProcessLimits(spec.Process, lim); err != nil {
-		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
-	}
-	root := filepath.Join(r.Bundle, "rootfs")
-	if len(r.Rootfs) > 0 {
-		if err := os.MkdirAll(root, 0711); err != nil {
-			return nil, grpcErr(err)
-		}
-		var ms []mount.Mount
-		for _, m := range r.Rootfs {
-			ms = append(ms, mount.Mount{Type: m.Type, Source: m.Source, Options: m.Options})
-		}
-		if err := mount.All(ms, root); err != nil {
-			return nil, grpcErr(fmt.Errorf("mounting the rootfs: %w", err))
-		}
-		s.mountedRootfs = true
+	if netns != "" {
+		params["network"] = map[string]interface{}{"netns": netns}
 	}
 	defer func() {
 		if retErr != nil {
 			s.cleanup()
 		}
 	}()
+	if err := s.importRootfs(r, spec, lim, s.name, mounts); err != nil {
+		return nil, err
+	}
+	params["name"] = s.name
+	params["runtime"] = s.name
+	if err := s.rpc.call("sandbox.create", params, nil); err != nil {
+		return nil, grpcErr(createError(err))
+	}
+	s.created(r, spec.Process, persistent)
+	return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
+}
+
+// createError marks a sandbox.create refusal of the request as an
+// invalid argument, naming the policy annotation for a policy error.
+func createError(err error) error {
+	err = policyError(err)
+	if isReason(err, "invalid_policy") || isRPCCode(err, -32602) {
+		err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return err
+}
+
+// checkProcess checks the init process at Create as command.run will at
+// Start (commandParams, checkProcessLimits) and its outputs.
+func (s *service) checkProcess(spec *specs.Spec, r *taskAPI.CreateTaskRequest, lim daemonLimits) error {
+	if _, err := commandParams(s.name, spec.Process); err != nil {
+		return grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if err := checkOutputs(r.Stdout, r.Stderr, r.Terminal); err != nil {
+		return grpcErr(err)
+	}
+	if err := checkProcessLimits(spec.Process, lim); err != nil {
+		return grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	return nil
+}
+
+// checkMountsNetns checks the spec's mounts (specMounts; the bind mounts
+// of a pod's sandbox container, which runs nothing, are refused) and
+// namespaces (specNetns; podMember: a pod's container, whose namespace
+// paths are its pod's). Returns the host bind mounts to apply and the
+// network namespace path to join, if any: containerd names it by a path
+// through /var/run (a symlink to /run on most systems), which sandboxd,
+// following no symlink, refuses, so the path from containerd (root) is
+// resolved here.
+func (s *service) checkMountsNetns(spec *specs.Spec, pod, podMember bool) ([]hostMount, string, error) {
+	mounts, err := specMounts(spec)
+	if err == nil && pod {
+		err = mountsUnsupported(spec, mounts)
+	}
+	if err != nil {
+		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	netns, err := specNetns(spec, podMember)
+	if err != nil {
+		return nil, "", grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if netns != "" {
+		if real, rerr := filepath.EvalSymlinks(netns); rerr == nil {
+			netns = real
+		}
+	}
+	return mounts, netns, nil
+}
+
+// importRootfs makes the container's root a runtime named rt: the
+// snapshot mounts mounted in the bundle's rootfs (or the spec's
+// root.path), packed (rootfs.go) and runtime.import'ed; the mounts are
+// released. The caller's cleanup removes what is left on error.
+//
+// mounts' destinations are rewritten in place to the paths they reach in
+// the tree (resolveMountDests), read while it is there.
+func (s *service) importRootfs(r *taskAPI.CreateTaskRequest, spec *specs.Spec, lim daemonLimits, rt string, mounts []hostMount) error {
+	root := filepath.Join(r.Bundle, "rootfs")
+	if len(r.Rootfs) > 0 {
+		if err := os.MkdirAll(root, 0711); err != nil {
+			return grpcErr(err)
+		}
+		var ms []mount.Mount
+		for _, m := range r.Rootfs {
+			ms = append(ms, mount.Mount{Type: m.Type, Source: m.Source, Options: m.Options})
+		}
+		if err := mount.All(ms, root); err != nil {
+			return grpcErr(fmt.Errorf("mounting the rootfs: %w", err))
+		}
+		s.mountedRootfs = true
+	}
 	rootPath := "rootfs"
 	if len(r.Rootfs) == 0 && spec.Root != nil && spec.Root.Path != "" {
 		rootPath = spec.Root.Path
 	}
 	rfd, err := openRootPath(r.Bundle, rootPath)
 	if err != nil {
-		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+		return grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
+	resolveMountDests(rfd, mounts)
 	tarPath := filepath.Join(r.Bundle, rootfsTar)
 	os.Remove(tarPath)
 	err = tarTree(rfd, rootPath, tarPath, lim.MaxSourceBytes)
 	unix.Close(rfd)
 	if err != nil {
-		return nil, grpcErr(err)
+		return grpcErr(err)
 	}
 	if s.mountedRootfs {
 		// The runtime is a copy: the snapshot's mounts are not needed.
 		mount.UnmountAll(root, 0)
 		s.mountedRootfs = false
 	}
-	err = s.rpc.call("runtime.import", map[string]interface{}{"name": s.name, "path": tarPath}, nil)
+	err = s.rpc.call("runtime.import", map[string]interface{}{"name": rt, "path": tarPath}, nil)
 	os.Remove(tarPath)
 	if err != nil {
-		return nil, grpcErr(fmt.Errorf("importing the rootfs as runtime %s: %w", s.name, err))
+		return grpcErr(fmt.Errorf("importing the rootfs as runtime %s: %w", rt, err))
 	}
-	params["name"] = s.name
-	params["runtime"] = s.name
-	if err := s.rpc.call("sandbox.create", params, nil); err != nil {
-		err = policyError(err)
-		if isReason(err, "invalid_policy") || isRPCCode(err, -32602) {
-			err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
-		}
-		return nil, grpcErr(err)
-	}
-	p := &process{spec: spec.Process, terminal: r.Terminal, stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr,
+	return nil
+}
+
+// created records the task's init process (proc: nil for a pod's sandbox
+// container, which runs nothing) and publishes TaskCreate.
+func (s *service) created(r *taskAPI.CreateTaskRequest, proc *specs.Process, persistent bool) {
+	p := &process{spec: proc, terminal: r.Terminal, stdin: r.Stdin, stdout: r.Stdout, stderr: r.Stderr,
 		status: task.StatusCreated, exited: make(chan struct{}), wake: make(chan struct{}, 1), stdinWake: -1}
 	s.mu.Lock()
 	s.init = p
@@ -577,6 +649,125 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	s.publish(runtime.TaskCreateEventTopic, &eventstypes.TaskCreate{
 		ContainerID: r.ID, Bundle: r.Bundle, Rootfs: r.Rootfs, Pid: uint32(os.Getpid()),
 		IO: &eventstypes.TaskIO{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}})
+}
+
+// createPod is Create for a CRI pod's sandbox container: the pod's
+// sandbox, named podSandboxName, on a runtime of the sandbox container's
+// rootfs (the pause image), configured by its io.sandboxd.* annotations.
+// Nothing of the pause image runs, so the spec's restrictions (the CRI's
+// read-only root) restrict nothing that runs and are not looked at; its
+// mounts are refused, and its network namespace (the CNI's) is joined.
+func (s *service) createPod(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sandboxID string, lim daemonLimits) (_ *taskAPI.CreateTaskResponse, retErr error) {
+	s.mu.Lock()
+	s.pod = true
+	s.name = podSandboxName(s.ns, sandboxID)
+	s.mu.Unlock()
+	params, persistent, err := annotationParams(spec, lim)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	_, netns, err := s.checkMountsNetns(spec, true, false)
+	if err != nil {
+		return nil, err
+	}
+	if netns != "" {
+		params["network"] = map[string]interface{}{"netns": netns}
+	}
+	defer func() {
+		if retErr != nil {
+			s.cleanup()
+		}
+	}()
+	if err := s.importRootfs(r, spec, lim, s.name, nil); err != nil {
+		return nil, err
+	}
+	params["name"] = s.name
+	params["runtime"] = s.name
+	if err := s.rpc.call("sandbox.create", params, nil); err != nil {
+		return nil, grpcErr(createError(err))
+	}
+	if err := podJoin(s.name, podMemberSandbox); err != nil {
+		return nil, grpcErr(err)
+	}
+	s.created(r, nil, persistent)
+	return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
+}
+
+// createMember is Create for a CRI pod's container: a sandboxd container
+// of the pod's sandbox (container.create) on a runtime of its own rootfs,
+// named sandboxName, with its read-only root, limits (containerLimits)
+// and bind mounts; its processes run in it (command.run container), in
+// the pod's network. Its io.sandboxd.* annotations must be the pod's.
+func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, sandboxID string, lim daemonLimits) (_ *taskAPI.CreateTaskResponse, retErr error) {
+	pod, err := podSpec(r.Bundle, sandboxID)
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	if err := checkPodAnnotations(spec, pod); err != nil {
+		return nil, grpcErr(err)
+	}
+	_, persistent, err := annotationParams(pod, lim)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	s.mu.Lock()
+	s.member = true
+	s.name = podSandboxName(s.ns, sandboxID)
+	s.mu.Unlock()
+	// Its own root (read-only when asked), limits and mounts.
+	restr := *spec
+	if spec.Root != nil {
+		root := *spec.Root
+		root.Readonly = false
+		restr.Root = &root
+	}
+	if err := refuseRestrictions(&restr); err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	params, err := containerLimits(spec, pod.Annotations[annResources] == "round-up")
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	if spec.Root != nil && spec.Root.Readonly {
+		params["readOnlyRoot"] = true
+	}
+	if err := s.checkProcess(spec, r, lim); err != nil {
+		return nil, err
+	}
+	mounts, _, err := s.checkMountsNetns(spec, false, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.rpc.call("sandbox.get", map[string]interface{}{"name": s.name}, nil); err != nil {
+		return nil, grpcErr(fmt.Errorf("the pod's sandbox %s (of sandbox container %s): %w", s.name, sandboxID, err))
+	}
+	ctr := sandboxName(s.ns, r.ID)
+	s.mu.Lock()
+	s.ctr = ctr
+	s.mu.Unlock()
+	defer func() {
+		if retErr != nil {
+			s.deleteContainer()
+			if s.mountedRootfs {
+				mount.UnmountAll(filepath.Join(r.Bundle, "rootfs"), 0)
+				s.mountedRootfs = false
+			}
+		}
+	}()
+	if err := s.importRootfs(r, spec, lim, ctr, mounts); err != nil {
+		return nil, err
+	}
+	params["sandbox"], params["name"], params["runtime"] = s.name, ctr, ctr
+	if len(mounts) > 0 {
+		params["mounts"] = mounts
+	}
+	if err := s.rpc.call("container.create", params, nil); err != nil {
+		return nil, grpcErr(createError(err))
+	}
+	if err := podJoin(s.name, r.ID); err != nil {
+		return nil, grpcErr(err)
+	}
+	s.created(r, spec.Process, persistent)
 	return &taskAPI.CreateTaskResponse{Pid: uint32(os.Getpid())}, nil
 }
 
@@ -589,6 +780,37 @@ func (s *service) notForPod(what string) error {
 	if pod {
 		return grpcErr(fmt.Errorf("%s: a pod's sandbox container (annotation %s: %s) runs nothing in io.containerd.sandboxd.v2: %w",
 			what, annContainerType, containerTypeSandbox, errdefs.ErrNotImplemented))
+	}
+	return nil
+}
+
+// deleteContainer removes a pod's container's sandboxd container and
+// its runtime (none: nothing to do). not_found is no error.
+func (s *service) deleteContainer() error {
+	s.mu.Lock()
+	ctr := s.ctr
+	s.mu.Unlock()
+	if ctr == "" {
+		return nil
+	}
+	if err := s.rpc.call("container.delete", map[string]interface{}{"sandbox": s.name, "name": ctr}, nil); err != nil && !isReason(err, "not_found") {
+		return err
+	}
+	if err := s.rpc.call("runtime.delete", map[string]interface{}{"name": ctr}, nil); err != nil && !isReason(err, "not_found") {
+		return err
+	}
+	return nil
+}
+
+// notForMember refuses `what` on a CRI pod's container, a command of
+// its pod's sandbox (pod.go).
+func (s *service) notForMember(what string) error {
+	s.mu.Lock()
+	member := s.member
+	s.mu.Unlock()
+	if member {
+		return grpcErr(fmt.Errorf("%s: a pod's container (annotation %s: %s) is a process of the pod's sandbox in %s: %w",
+			what, annContainerType, containerTypeContainer, runtimeName, errdefs.ErrNotImplemented))
 	}
 	return nil
 }
@@ -671,6 +893,9 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	if err != nil {
 		return nil, s.failStart(p, err)
 	}
+	if s.ctr != "" {
+		params["container"] = s.ctr
+	}
 	if p.terminal {
 		params["tty"] = true
 	}
@@ -682,15 +907,12 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 			}
 		}
 	}
-	if stdout, err = openOutput("stdout", p.stdout); err != nil {
+	if stdout, stderr, err = openOutputs(s.id, s.ns, p.stdout, p.stderr, p.terminal); err != nil {
 		return nil, s.failStart(p, err)
 	}
-	if !p.terminal {
-		if stderr, err = openOutput("stderr", p.stderr); err != nil {
-			closeOut()
-			return nil, s.failStart(p, err)
-		}
-	}
+	s.mu.Lock()
+	p.logger = outputLogger(stdout)
+	s.mu.Unlock()
 	var cmd struct {
 		CmdID string `json:"cmdId"`
 	}
@@ -717,7 +939,13 @@ func (s *service) Start(ctx context.Context, r *taskAPI.StartRequest) (*taskAPI.
 	}
 	delete(s.pending, cmd.CmdID)
 	s.byCmd[cmd.CmdID] = p
+	member := s.member && r.ExecID == ""
 	s.mu.Unlock()
+	if member {
+		if err := podRecordCmd(s.name, s.id, cmd.CmdID); err != nil {
+			log.G(s.ctx).WithError(err).Warn("recording the command in the pod's state")
+		}
+	}
 	if exitNote != nil {
 		s.deliver(p, *exitNote)
 	}
@@ -878,16 +1106,47 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 		s.mu.Unlock()
 		return nil, grpcErr(fmt.Errorf("process is running; kill it first: %w", errdefs.ErrFailedPrecondition))
 	}
+	lg := p.logger
+	s.mu.Unlock()
+	if lg != nil {
+		// The logging program finishes with the output (its EOF comes
+		// once the process's output is written), so the log is whole
+		// when Delete answers; it is killed if it lingers (logio.go).
+		lg.wait()
+	}
+	s.mu.Lock()
 	if r.ExecID != "" {
 		delete(s.procs, r.ExecID)
 		delete(s.byCmd, p.cmdID)
 		s.mu.Unlock()
 		return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
 	}
-	persistent, pod := s.persistent, s.pod
+	persistent, pod, member := s.persistent, s.pod, s.member
 	s.mu.Unlock()
-	if pod {
-		// Nothing of it in sandboxd.
+	if member {
+		if err := s.deleteContainer(); err != nil {
+			return nil, grpcErr(err)
+		}
+	}
+	if pod || member {
+		// The pod's sandbox goes with the last of its tasks.
+		who := s.id
+		if pod {
+			who = podMemberSandbox
+		}
+		last, err := podLeave(s.name, who)
+		if err != nil {
+			return nil, grpcErr(err)
+		}
+		if last && persistent {
+			if err := s.rpc.call("sandbox.stop", map[string]interface{}{"name": s.name}, nil); err != nil && !isReason(err, "not_found") {
+				return nil, grpcErr(err)
+			}
+		} else if last {
+			if err := s.cleanup(); err != nil {
+				return nil, grpcErr(err)
+			}
+		}
 	} else if persistent {
 		// Kept for sandboxctl (its files and its runtime); stopped.
 		if err := s.rpc.call("sandbox.stop", map[string]interface{}{"name": s.name}, nil); err != nil && !isReason(err, "not_found") {
@@ -920,6 +1179,9 @@ func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
 		return nil, err
 	}
 	if err := s.notForPod("pause and resume"); err != nil {
+		return nil, err
+	}
+	if err := s.notForMember("pause and resume (they would freeze the whole pod)"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -1038,6 +1300,9 @@ func (s *service) Exec(ctx context.Context, r *taskAPI.ExecProcessRequest) (*pty
 	if _, err := commandParams(s.name, spec); err != nil {
 		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
 	}
+	if err := checkOutputs(r.Stdout, r.Stderr, r.Terminal); err != nil {
+		return nil, grpcErr(err)
+	}
 	s.mu.Lock()
 	if s.init.status == task.StatusStopped {
 		s.mu.Unlock()
@@ -1104,6 +1369,9 @@ func (s *service) Update(ctx context.Context, r *taskAPI.UpdateTaskRequest) (*pt
 		return nil, err
 	}
 	if err := s.notForPod("update"); err != nil {
+		return nil, err
+	}
+	if err := s.notForMember("update (the pod's sandbox holds the pod's resources)"); err != nil {
 		return nil, err
 	}
 	v, err := typeurl.UnmarshalAny(r.Resources)

@@ -57,9 +57,11 @@ func sandboxName(ns, id string) string {
 	return "ctr-" + hex.EncodeToString(h[:8])
 }
 
-// createParams maps the spec to sandbox.create's params (name and runtime
-// are added by the caller). Returns whether the sandbox is persistent.
-func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, bool, error) {
+// annotationParams maps the spec's io.sandboxd.* annotations to
+// sandbox.create's params (networkPolicy, tags, timeout, persistent),
+// refusing an unknown or invalid one naming it. Returns whether the
+// sandbox is persistent.
+func annotationParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, bool, error) {
 	p := map[string]interface{}{}
 	persistent := false
 	for k := range spec.Annotations {
@@ -118,6 +120,18 @@ func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, b
 			return nil, false, fmt.Errorf("annotation %s: %q is neither \"true\" nor \"false\"", annPersistent, v)
 		}
 		p["persistent"] = persistent
+	}
+	return p, persistent, nil
+}
+
+// createParams maps the spec to sandbox.create's params (name and runtime
+// are added by the caller): the annotations (annotationParams), the
+// restrictive fields checked (refuseRestrictions) and linux.resources as
+// vCPUs. Returns whether the sandbox is persistent.
+func createParams(spec *specs.Spec, lim daemonLimits) (map[string]interface{}, bool, error) {
+	p, persistent, err := annotationParams(spec, lim)
+	if err != nil {
+		return nil, false, err
 	}
 	if err := refuseRestrictions(spec); err != nil {
 		return nil, false, err
@@ -476,4 +490,188 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// The mounts containerd's default spec (oci.WithDefaultSpec) and the CRI
+// plugin always set, by destination and type: the sandbox has its own of
+// each (its /proc, /sys, /dev, /run), so they are accepted, not applied.
+var defaultMounts = map[string][]string{
+	"/proc":          {"proc"},
+	"/sys":           {"sysfs"},
+	"/sys/fs/cgroup": {"cgroup", "cgroup2"},
+	"/dev":           {"tmpfs"},
+	"/dev/pts":       {"devpts"},
+	"/dev/shm":       {"tmpfs", "bind"},
+	"/dev/mqueue":    {"mqueue"},
+	"/run":           {"tmpfs"},
+}
+
+// The files the CRI plugin (or the kubelet) bind-mounts for the pod's
+// name and DNS: the sandbox has its own /etc/hosts, /etc/hostname (its
+// name) and /etc/resolv.conf (its DNS filter, which enforces the policy),
+// so these are accepted, not applied.
+var ownFiles = []string{"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
+
+// isBind says whether an OCI mount is a bind mount (type "bind", or an
+// option "bind"/"rbind", as runc reads it).
+func isBind(m specs.Mount) bool {
+	if m.Type == "bind" {
+		return true
+	}
+	for _, o := range m.Options {
+		if o == "bind" || o == "rbind" {
+			return true
+		}
+	}
+	return false
+}
+
+// hostMount is a bind mount the sandbox is asked to apply: a host
+// directory or file source at destination, read-only when asked.
+type hostMount struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	ReadOnly    bool   `json:"readOnly,omitempty"`
+}
+
+// specMounts sorts the spec's mounts: those of containerd's default spec
+// and the CRI's name/DNS files are the sandbox's own (accepted, not
+// applied); other bind mounts are returned for the daemon to apply
+// (source and destination absolute; "ro" in the options makes it
+// read-only); anything else (another filesystem type, or a default
+// destination with another type) is refused naming mounts[i].
+func specMounts(spec *specs.Spec) ([]hostMount, error) {
+	var out []hostMount
+	for i, m := range spec.Mounts {
+		bind := isBind(m)
+		if types, ok := defaultMounts[m.Destination]; ok {
+			t := m.Type
+			if bind {
+				t = "bind"
+			}
+			if contains(types, t) {
+				continue
+			}
+		}
+		if bind && contains(ownFiles, m.Destination) {
+			continue
+		}
+		if !bind {
+			return nil, fmt.Errorf("mounts[%d]: a %q mount at %s is %s (only bind mounts of host paths, and containerd's default mounts, which the sandbox has of its own)",
+				i, m.Type, m.Destination, notSupported)
+		}
+		if !strings.HasPrefix(m.Source, "/") || !strings.HasPrefix(m.Destination, "/") {
+			return nil, fmt.Errorf("mounts[%d]: a bind mount of %q at %q needs absolute paths", i, m.Source, m.Destination)
+		}
+		hm := hostMount{Source: m.Source, Destination: m.Destination}
+		for _, o := range m.Options {
+			switch o {
+			case "ro":
+				hm.ReadOnly = true
+			case "rw", "bind", "rbind", "nosuid", "nodev", "noexec", "private", "rprivate", "slave", "rslave":
+				// rw is the default; the daemon's bind mounts are
+				// always nosuid,nodev and private.
+			default:
+				return nil, fmt.Errorf("mounts[%d]: option %q of the bind mount at %s is %s", i, o, m.Destination, notSupported)
+			}
+		}
+		out = append(out, hm)
+	}
+	return out, nil
+}
+
+// mountsUnsupported refuses the first of mounts, naming it: used while the
+// daemon has no way to apply a host bind mount for this container.
+func mountsUnsupported(spec *specs.Spec, mounts []hostMount) error {
+	if len(mounts) == 0 {
+		return nil
+	}
+	for i, m := range spec.Mounts {
+		if m.Destination == mounts[0].Destination && m.Source == mounts[0].Source {
+			return fmt.Errorf("mounts[%d]: the bind mount of %s at %s is %s yet", i, m.Source, m.Destination, notSupported)
+		}
+	}
+	return fmt.Errorf("mounts: bind mounts are %s yet", notSupported)
+}
+
+// specNetns reads linux.namespaces: every type given without a path is
+// the sandbox's own (accepted); a network namespace with a path is
+// returned (the sandbox joins it: sandbox.create network.netns); a path
+// for another type is accepted only for a pod's container (podMember: the
+// pod's namespaces, which its pod's sandbox has), else refused naming
+// linux.namespaces[i]; a user namespace in the spec, uid/gid mappings and
+// no network namespace at all (the host's network) are refused.
+func specNetns(spec *specs.Spec, podMember bool) (string, error) {
+	l := spec.Linux
+	if l == nil {
+		return "", fmt.Errorf("linux: a spec without linux.namespaces asks for the host's namespaces, which is %s", notSupported)
+	}
+	if len(l.UIDMappings) > 0 || len(l.GIDMappings) > 0 {
+		return "", fmt.Errorf("linux.uidMappings: the spec's user namespace mappings are %s (the sandbox has sandboxd's own user namespace, docs/SECURITY.md)", notSupported)
+	}
+	netns, haveNet := "", false
+	for i, ns := range l.Namespaces {
+		switch ns.Type {
+		case specs.UserNamespace:
+			return "", fmt.Errorf("linux.namespaces[%d]: a user namespace of the spec is %s (the sandbox has sandboxd's own, docs/SECURITY.md)", i, notSupported)
+		case specs.NetworkNamespace:
+			haveNet = true
+			if ns.Path != "" && !podMember {
+				netns = ns.Path
+			}
+		default:
+			if ns.Path != "" && !podMember {
+				return "", fmt.Errorf("linux.namespaces[%d]: joining the %s namespace %s is %s (only a network namespace path is joined)",
+					i, ns.Type, ns.Path, notSupported)
+			}
+		}
+	}
+	if !haveNet {
+		return "", fmt.Errorf("linux.namespaces: no network namespace (the host's network) is %s", notSupported)
+	}
+	return netns, nil
+}
+
+// containerLimits maps a pod's container's linux.resources to
+// container.create's memoryMiB (memory.limit in whole MiB), cpuMillis
+// (cpu.quota per cpu.period in thousandths of a CPU) and pidsMax
+// (pids.limit): a limit that is not a whole number of those units is
+// refused naming the field (it would be widened) unless roundUp (the pod's
+// io.sandboxd.resources: round-up; then rounded up); cpu.cpus is refused.
+// cpu.shares (a relative weight) is not applied.
+func containerLimits(spec *specs.Spec, roundUp bool) (map[string]interface{}, error) {
+	out := map[string]interface{}{}
+	if spec.Linux == nil || spec.Linux.Resources == nil {
+		return out, nil
+	}
+	r := spec.Linux.Resources
+	hint := fmt.Sprintf(" (annotation %s: round-up accepts the next unit up)", annResources)
+	if r.Memory != nil && r.Memory.Limit != nil && *r.Memory.Limit > 0 {
+		m := *r.Memory.Limit
+		if m%(1<<20) != 0 && !roundUp {
+			return nil, fmt.Errorf("linux.resources.memory.limit: %d bytes is not a whole number of MiB%s", m, hint)
+		}
+		out["memoryMiB"] = (m + (1 << 20) - 1) >> 20
+	}
+	if r.CPU != nil {
+		if r.CPU.Cpus != "" {
+			return nil, fmt.Errorf("linux.resources.cpu.cpus: pinning a container to CPUs (%q) is %s", r.CPU.Cpus, notSupported)
+		}
+		if r.CPU.Quota != nil && *r.CPU.Quota > 0 {
+			period := int64(100000)
+			if r.CPU.Period != nil && *r.CPU.Period > 0 {
+				period = int64(*r.CPU.Period)
+			}
+			q := *r.CPU.Quota * 1000
+			if q%period != 0 && !roundUp {
+				return nil, fmt.Errorf("linux.resources.cpu.quota: %d us per %d us is not a whole number of thousandths of a CPU%s",
+					*r.CPU.Quota, period, hint)
+			}
+			out["cpuMillis"] = (q + period - 1) / period
+		}
+	}
+	if r.Pids != nil && r.Pids.Limit > 0 {
+		out["pidsMax"] = r.Pids.Limit
+	}
+	return out, nil
 }

@@ -130,8 +130,16 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 	if err != nil {
 		return nil, grpcErr(err)
 	}
+	s.mu.Lock()
+	ctr := s.ctr
+	s.mu.Unlock()
 	var metrics interface{}
-	if d := unifiedWithMemory(dirs); d != "" {
+	if ctr != "" {
+		// A pod's container: its own cgroup's figures (container.get).
+		if metrics, err = s.containerMetrics(ctr, unifiedWithMemory(dirs) != ""); err != nil {
+			return nil, grpcErr(err)
+		}
+	} else if d := unifiedWithMemory(dirs); d != "" {
 		m := &v2.Metrics{Pids: &v2.PidsStat{}, Memory: &v2.MemoryStat{}, CPU: &v2.CPUStat{}}
 		m.Pids.Current, _ = readUint(d, "pids.current")
 		m.Pids.Limit, _ = readUint(d, "pids.max")
@@ -195,4 +203,42 @@ func (s *service) Stats(ctx context.Context, r *taskAPI.StatsRequest) (*taskAPI.
 		return nil, grpcErr(err)
 	}
 	return &taskAPI.StatsResponse{Stats: a}, nil
+}
+
+// containerMetrics answers Stats for a pod's container from container.get
+// (its own child cgroup: usage, peak, limit, CPU time in ms, pids), as v2
+// metrics when v2 (the session's memory controller is unified) else v1.
+// The working set the CRI derives is the usage (no inactive file figure).
+func (s *service) containerMetrics(ctr string, v2Metrics bool) (interface{}, error) {
+	var c struct {
+		Limits struct {
+			MemoryMiB uint64 `json:"memoryMiB"`
+			PidsMax   uint64 `json:"pidsMax"`
+		} `json:"limits"`
+		Usage struct {
+			CPUMs           *uint64 `json:"cpuMs"`
+			MemoryBytes     *uint64 `json:"memoryBytes"`
+			MemoryPeakBytes *uint64 `json:"memoryPeakBytes"`
+			Pids            *uint64 `json:"pids"`
+		} `json:"usage"`
+	}
+	if err := s.rpc.call("container.get", map[string]interface{}{"sandbox": s.name, "name": ctr}, &c); err != nil {
+		return nil, err
+	}
+	val := func(p *uint64) uint64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	u := c.Usage
+	if v2Metrics {
+		m := &v2.Metrics{Pids: &v2.PidsStat{Current: val(u.Pids), Limit: c.Limits.PidsMax},
+			Memory: &v2.MemoryStat{Usage: val(u.MemoryBytes), UsageLimit: c.Limits.MemoryMiB << 20},
+			CPU:    &v2.CPUStat{UsageUsec: val(u.CPUMs) * 1000}}
+		return m, nil
+	}
+	return &v1.Metrics{Pids: &v1.PidsStat{Current: val(u.Pids), Limit: c.Limits.PidsMax},
+		Memory: &v1.MemoryStat{Usage: &v1.MemoryEntry{Usage: val(u.MemoryBytes), Max: val(u.MemoryPeakBytes), Limit: c.Limits.MemoryMiB << 20}},
+		CPU:    &v1.CPUStat{Usage: &v1.CPUUsage{Total: val(u.CPUMs) * 1000000}}}, nil
 }

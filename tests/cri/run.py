@@ -47,7 +47,7 @@ CNI_BIN = "/usr/lib/cni"
 CNI_CACHE = "/var/lib/cni/results"   # libcni's cache (not configurable in containerd 1.6's CRI)
 BUSYBOX = "/bin/busybox"
 APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "wc", "true", "false",
-           "ip", "hostname", "mount", "test", "grep", "ps", "kill")
+           "ip", "hostname", "mount", "test", "grep", "ps", "kill", "dd")
 HANDLER = "sandboxd"
 RUNTIME = "io.containerd.sandboxd.v2"
 K8S_NS = "k8s.io"                 # the CRI plugin's containerd namespace
@@ -177,7 +177,7 @@ class Containerd:
         os.makedirs(self.logs, exist_ok=True)
         with open(os.path.join(self.cni_conf, "10-sbxcri.conflist"), "w") as f:
             json.dump({"cniVersion": "0.4.0", "name": self.net_name, "plugins": [{
-                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
+                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True,
                 "hairpinMode": True,
                 "ipam": {"type": "host-local", "dataDir": self.ipam,
                          "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}, f)
@@ -215,6 +215,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """ % dict(root=self.root, state=self.state, sock=self.sock, pause=PAUSE_IMAGE, handler=HANDLER,
                 runtime=RUNTIME, cnibin=CNI_BIN, cniconf=self.cni_conf))
         return cfg
+
+    def share_mounts(self):
+        """`base` as a shared mount (bound onto itself, rshared), made
+        before sandboxd starts: sandboxd's mount namespace (a slave of the
+        host's) then receives the mounts made below it, such as the pods'
+        network namespaces, as on a node whose / is shared (systemd's
+        default); the test host's / is private. stop() unmounts it."""
+        os.makedirs(self.base, exist_ok=True)
+        subprocess.run(["mount", "--bind", self.base, self.base], check=True)
+        subprocess.run(["mount", "--make-rshared", self.base], check=True)
 
     def start(self):
         os.makedirs(self.base, exist_ok=True)
@@ -336,8 +346,8 @@ def pod_ids(t):
 
 
 def shim_made(t, method, key):
-    """Names of the sandboxes or runtimes the shim made (ctr-*, shim/spec.go)."""
-    return [x["name"] for x in t.world.rpc_result(method)[key] if x["name"].startswith("ctr-")]
+    """Names of the sandboxes or runtimes the shim made (ctr-*, pod-*: shim/spec.go, shim/pod.go)."""
+    return [x["name"] for x in t.world.rpc_result(method)[key] if x["name"].startswith(("ctr-", "pod-"))]
 
 
 def no_pod_left(t, pod_id):
@@ -408,18 +418,28 @@ def test_exec_sync_in_a_container(t):
 
 
 def test_container_stats(t):
-    """ContainerStats answers from the container's sandbox cgroup (the
-    shim's Stats): memory in use and CPU time are non-zero for a running
-    container."""
+    """ContainerStats answers from the container's own cgroup in the pod's
+    sandbox: memory in use and CPU time are non-zero for a running
+    container, and 32 MiB that one container holds (in its own /tmp, a
+    tmpfs charged to it) count for it, not for the other container of the
+    pod."""
     pod_id, pod_cfg = run_pod(t, "pod4")
-    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done; sleep 3600"])
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c",
+                           "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; "
+                           "dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>/dev/null; echo done; sleep 3600"])
     t.cri.r("StartContainer", container_id=cid)
-    logp = os.path.join(pod_cfg.log_directory, "c1.log")
-    W.World.wait_until(lambda: os.path.exists(logp) and "done" in open(logp).read(), 60, "the loop to finish")
+    idle = create_container(t, pod_id, pod_cfg, "c2", ["sh", "-c", "echo idle; sleep 3600"])
+    t.cri.r("StartContainer", container_id=idle)
+    for name in ("c1", "c2"):
+        logp = os.path.join(pod_cfg.log_directory, name + ".log")
+        W.World.wait_until(lambda: os.path.exists(logp) and ("done" in open(logp).read() or "idle" in open(logp).read()),
+                           60, "%s to be ready" % name)
     st = t.cri.r("ContainerStats", container_id=cid).stats
     expect_eq(st.attributes.id, cid, "the stats' container id")
-    expect(st.memory.working_set_bytes.value > 0, "memory in use is reported:", st.memory)
+    expect(st.memory.working_set_bytes.value >= 32 << 20, "the 32 MiB c1 holds count for it:", st.memory)
     expect(st.cpu.usage_core_nano_seconds.value > 0, "CPU time is reported:", st.cpu)
+    st2 = t.cri.r("ContainerStats", container_id=idle).stats
+    expect(0 < st2.memory.working_set_bytes.value < 32 << 20, "the idle container's memory is its own:", st2.memory)
     remove_pod(t, pod_id)
     no_pod_left(t, pod_id)
 
@@ -477,6 +497,142 @@ def test_missing_command_exits_127_and_is_removed(t):
     no_pod_left(t, pod_id)
 
 
+def wait_exited(t, cid, secs=60):
+    W.World.wait_until(lambda: container_state(t, cid) == t.cri.pb.CONTAINER_EXITED, secs,
+                       "container %s to exit" % cid[:12])
+    return t.cri.r("ContainerStatus", container_id=cid).status
+
+
+def log_lines(pod_cfg, name, stream=None):
+    """The texts of a container's CRI log lines (time stream tag text),
+    of one stream ("stdout", "stderr") or both."""
+    with open(os.path.join(pod_cfg.log_directory, name + ".log")) as f:
+        return [ln.split(" ", 3)[3] for ln in f.read().splitlines()
+                if ln.count(" ") >= 3 and stream in (None, ln.split(" ", 3)[1])]
+
+
+def test_two_containers_of_a_pod_talk_over_loopback(t):
+    """The pod is one sandbox: container b connects to container a's
+    listener at 127.0.0.1, and sandboxd has one sandbox for the pod, none
+    for either container."""
+    pod_id, pod_cfg = run_pod(t, "podlo")
+    a = create_container(t, pod_id, pod_cfg, "a", ["sh", "-c", "echo from-a | nc -l -p 7070; sleep 3600"])
+    t.cri.r("StartContainer", container_id=a)
+    b = create_container(t, pod_id, pod_cfg, "b", ["sh", "-c",
+                         "i=0; until nc 127.0.0.1 7070 </dev/null; do i=$((i+1)); [ $i -lt 100 ] || exit 9; sleep 0.1; done"])
+    t.cri.r("StartContainer", container_id=b)
+    st = wait_exited(t, b)
+    expect_eq(st.exit_code, 0, "container b's exit code (its log %r)" % log_lines(pod_cfg, "b"))
+    expect_eq(log_lines(pod_cfg, "b"), ["from-a"], "container b read container a's line over 127.0.0.1")
+    made = shim_made(t, "sandbox.list", "sandboxes")
+    expect(len(made) == 1 and made[0].startswith("pod-"), "one sandbox for the pod, none per container:", made)
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+def test_pod_policy_annotation_admits_and_refuses(t):
+    """The pod's io.sandboxd.network-policy applies to its containers: the
+    admitted test-world name is reached; another name is refused at once
+    at once (the DNS filter has no answer for it) and so is an address
+    outside the policy (rejected: connection refused), each with its
+    reason in the container's log."""
+    pol = json.dumps({"allow": ["api.public.test"]})
+    pod_id, pod_cfg = run_pod(t, "podpol", annotations={"io.sandboxd.network-policy": pol})
+    script = ("nc -w 5 api.public.test %d </dev/null && echo allowed-ok; "
+              "nc -w 10 other.public.test %d </dev/null; echo other=$?; "
+              "nc -w 10 %s %d </dev/null; echo direct=$?"
+              % (W.LISTEN_PORT, W.LISTEN_PORT, W.PUB_OTHER_ADDR, W.LISTEN_PORT))
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c", script])
+    t.cri.r("StartContainer", container_id=cid)
+    st = wait_exited(t, cid)
+    lines = log_lines(pod_cfg, "c1")
+    expect_eq(st.exit_code, 0, "exit code (log %r)" % lines)
+    expect("allowed-ok" in lines, "the admitted name is reached:", lines)
+    # Refused, not timed out: nc's reasons are the DNS filter's answer
+    # (no address) and the reject (connection refused), not "timeout".
+    expect("other=1" in lines and "nc: bad address 'other.public.test'" in lines,
+           "another name is refused with its reason:", lines)
+    expect("direct=1" in lines and any(ln.endswith("(%s): Connection refused" % W.PUB_OTHER_ADDR) for ln in lines),
+           "an address outside the policy is refused with its reason:", lines)
+    expect(not [ln for ln in lines if "timeout" in ln or "timed out" in ln], "nothing timed out:", lines)
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+def test_another_pod_reaches_the_pod_ip(t):
+    """The pod's sandbox joins the network namespace CNI made for it: the
+    pod keeps its IP on the CNI bridge (PodSandboxStatus), a container
+    listening in it is reached at that IP by another pod's container, and
+    the container sees that IP on its own eth0."""
+    pod_a, cfg_a = run_pod(t, "podip-a")
+    ip = t.cri.r("PodSandboxStatus", pod_sandbox_id=pod_a).status.network.ip
+    expect(ip.startswith(POD_SUBNET.rsplit(".", 2)[0]), "pod a has an IP of the CNI range:", ip)
+    srv = create_container(t, pod_a, cfg_a, "srv", ["sh", "-c",
+                           "ip -4 addr show eth0; echo from-pod-a | nc -l -p 8080; sleep 3600"])
+    t.cri.r("StartContainer", container_id=srv)
+    pod_b, cfg_b = run_pod(t, "podip-b")
+    cli = create_container(t, pod_b, cfg_b, "cli", ["sh", "-c",
+                           "i=0; until nc %s 8080 </dev/null; do i=$((i+1)); [ $i -lt 100 ] || exit 9; sleep 0.1; done" % ip])
+    t.cri.r("StartContainer", container_id=cli)
+    st = wait_exited(t, cli)
+    expect_eq(st.exit_code, 0, "the client's exit code (its log %r)" % log_lines(cfg_b, "cli"))
+    expect_eq(log_lines(cfg_b, "cli"), ["from-pod-a"], "pod b read pod a's line at %s" % ip)
+    expect(any(("inet %s/" % ip) in ln for ln in log_lines(cfg_a, "srv")),
+           "pod a's container has the pod IP on eth0:", log_lines(cfg_a, "srv"))
+    remove_pod(t, pod_b)
+    remove_pod(t, pod_a)
+    no_pod_left(t, pod_a)
+    no_pod_left(t, pod_b)
+
+
+def test_configmap_and_secret_mounted_read_only(t):
+    """A ConfigMap-like and a Secret-like directory of a kubelet-like pod
+    directory (below daemon.json hostMountRoots), mounted read-only
+    through the CRI: the container reads both and cannot write either; a
+    host path outside hostMountRoots fails the container's start naming
+    it."""
+    pod_id, pod_cfg = run_pod(t, "podvol")
+    vols = os.path.join(t.kubelet_pods, pod_cfg.metadata.uid, "volumes")
+    cm = os.path.join(vols, "kubernetes.io~configmap", "cfg")
+    sec = os.path.join(vols, "kubernetes.io~secret", "sec")
+    for d, name, text in ((cm, "greeting", "hello-config\n"), (sec, "token", "s3cret-token\n")):
+        os.makedirs(d)
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    pb = t.cri.pb
+    mounts = [pb.Mount(container_path="/etc/config", host_path=cm, readonly=True),
+              pb.Mount(container_path="/var/run/secrets/app", host_path=sec, readonly=True)]
+    cid = create_container(t, pod_id, pod_cfg, "c1", ["sh", "-c",
+                           "cat /etc/config/greeting /var/run/secrets/app/token; "
+                           "echo x > /etc/config/greeting; echo cfg=$?; "
+                           "echo x > /var/run/secrets/app/new; echo sec=$?"], mounts=mounts)
+    t.cri.r("StartContainer", container_id=cid)
+    st = wait_exited(t, cid)
+    lines, errs = log_lines(pod_cfg, "c1", "stdout"), log_lines(pod_cfg, "c1", "stderr")
+    expect_eq(st.exit_code, 0, "exit code (log %r %r)" % (lines, errs))
+    expect_eq(lines, ["hello-config", "s3cret-token", "cfg=1", "sec=1"],
+              "both mounted files are read, neither written (stderr %r)" % errs)
+    expect_eq(errs, ["sh: can't create /etc/config/greeting: Read-only file system",
+                     "sh: can't create /var/run/secrets/app/new: Read-only file system"], "the writes' errors")
+    with open(os.path.join(cm, "greeting")) as f:
+        expect_eq(f.read(), "hello-config\n", "the ConfigMap's file on the host is unchanged")
+    expect(not os.path.exists(os.path.join(sec, "new")), "nothing was written to the Secret's directory")
+    outside = os.path.join(t.world.tmp, "not-kubelet")
+    os.makedirs(outside, exist_ok=True)
+    c2 = create_container(t, pod_id, pod_cfg, "c2", ["echo", "ran"],
+                          mounts=[pb.Mount(container_path="/x", host_path=outside, readonly=True)])
+    try:
+        t.cri.r("StartContainer", container_id=c2)
+        expect(False, "a host path outside hostMountRoots is refused")
+    except t.cri.grpc.RpcError as e:
+        # The shim's task is made at StartContainer (CreateContainer makes
+        # containerd's container only).
+        expect("hostMountRoots" in e.details() and "mounts" in e.details(),
+               "StartContainer fails naming the mount and hostMountRoots:", e.details())
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
 # ------------------------------------------------------------ main
 
 def preflight():
@@ -512,7 +668,6 @@ def main():
     failed = 0
     runs = tests * int(os.environ.get("CRI_TEST_REPEAT", "1"))
     with W.World() as world:
-        world.start_sandboxd()
         t = T()
         t.world = world
         t.pods = []
@@ -522,6 +677,12 @@ def main():
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
         t.cri = None
         try:
+            t.c.share_mounts()
+            # The kubelet-like pod directory: pods' volumes come from here
+            # only (daemon.json hostMountRoots, as on a node).
+            t.kubelet_pods = os.path.join(world.tmp, "kubelet", "pods")
+            os.makedirs(t.kubelet_pods)
+            world.start_sandboxd(config={"hostMountRoots": [t.kubelet_pods]})
             t.c.start()
             for ref, cfg, tag in ((BUSYBOX_IMAGE, {"Env": ["PATH=/bin"], "Cmd": ["sh"]}, "busybox"),
                                   (PAUSE_IMAGE, {"Env": ["PATH=/bin"], "Entrypoint": ["/bin/sleep", "2147483647"]},

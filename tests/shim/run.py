@@ -34,7 +34,8 @@ SHIM = os.path.join(W.BUILD, "containerd-shim-sandboxd-v2")
 RUNTIME = "io.containerd.sandboxd.v2"
 NS = "sbxtest"
 BUSYBOX = "/bin/busybox"
-APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false", "date")
+APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "tty", "stty", "wc", "true", "false", "date",
+           "readlink")
 
 
 def sandbox_name(cid):
@@ -53,6 +54,16 @@ class Containerd:
         self.sock = os.path.join(base, "containerd.sock")
         self.log = os.path.join(base, "containerd.log")
         self.proc = None
+
+    def share_mounts(self):
+        """`base` as a shared mount (bound onto itself, rshared), made
+        before sandboxd starts: sandboxd's mount namespace (a slave of the
+        host's) then receives the mounts made below it, such as the pods'
+        network namespaces, as on a node whose / is shared (systemd's
+        default); the test host's / is private. stop() unmounts it."""
+        os.makedirs(self.base, exist_ok=True)
+        subprocess.run(["mount", "--bind", self.base, self.base], check=True)
+        subprocess.run(["mount", "--make-rshared", self.base], check=True)
 
     def start(self):
         os.makedirs(self.base, exist_ok=True)
@@ -953,6 +964,8 @@ def test_memory_limit_not_widened(t):
 
 def test_log_uri_file_gets_both_streams(t):
     out = os.path.join(t.world.tmp, "logs", "file1.log")
+    if os.path.exists(out):
+        os.unlink(out)  # a repeated run (SHIM_TEST_REPEAT) appends to it
     r = run(t.c, t.rootfs, "file1", "sh", "-c", "echo to-out; echo to-err >&2; exit 4",
             extra=("--log-uri", "file://" + out))
     expect_eq(r.returncode, 4, "ctr run's exit status (stderr %r)" % r.stderr[-400:])
@@ -963,12 +976,104 @@ def test_log_uri_file_gets_both_streams(t):
     no_leak(t, "file1")
 
 
-def test_log_uri_binary_refused_at_create(t):
-    r = run(t.c, t.rootfs, "bin1", "true", extra=("--log-uri", "binary:///bin/cat"))
-    expect(r.returncode != 0, "binary:// is refused")
-    expect("binary://" in r.stderr and "not supported" in r.stderr, "the refusal names binary://:", r.stderr[-400:])
-    t.c.ctr("containers", "rm", "bin1")
+LOGGER = r"""#!/usr/bin/python3
+# A binary:// logging program (containerd's runtime/v2/logging protocol):
+# stdout on fd 3, stderr on fd 4, fd 5 closed once ready; arguments from
+# the URI's query (out PATH).
+import os, sys, threading
+out = open(sys.argv[sys.argv.index("out") + 1], "a")
+lock = threading.Lock()
+with lock:
+    out.write("pid=%d id=%s ns=%s path=%s\n" % (os.getpid(), os.environ.get("CONTAINER_ID"),
+              os.environ.get("CONTAINER_NAMESPACE"), os.environ.get("PATH", "-")))
+    out.flush()
+os.close(5)
+def copy(fd, name):
+    with os.fdopen(fd, "rb") as f:
+        for line in f:
+            with lock:
+                out.write("%s: %s" % (name, line.decode()))
+                out.flush()
+ts = [threading.Thread(target=copy, args=(fd, n)) for fd, n in ((3, "stdout"), (4, "stderr"))]
+for th in ts:
+    th.start()
+for th in ts:
+    th.join()
+out.write("eof\n")
+out.close()
+"""
+
+
+def test_log_uri_binary_runs_the_logging_program(t):
+    """binary:// (nerdctl's default): the program at the URI's path gets
+    the query as arguments, CONTAINER_ID and CONTAINER_NAMESPACE only, the
+    container's stdout on fd 3 and stderr on fd 4; it has every line when
+    ctr run returns, and it is gone."""
+    prog = os.path.join(t.world.tmp, "logger.py")
+    with open(prog, "w") as f:
+        f.write(LOGGER)
+    os.chmod(prog, 0o755)
+    out = os.path.join(t.world.tmp, "bin1.log")
+    if os.path.exists(out):
+        os.unlink(out)  # a repeated run (SHIM_TEST_REPEAT) appends to it
+    r = run(t.c, t.rootfs, "bin1", "sh", "-c", "echo to-out; echo to-err >&2; echo more-out; exit 4",
+            extra=("--log-uri", "binary://%s?out=%s" % (prog, out)))
+    expect_eq(r.returncode, 4, "ctr run's exit status (stderr %r)" % r.stderr[-400:])
+    with open(out) as f:
+        lines = f.read().splitlines()
+    head = lines[0].split()
+    expect_eq(head[1:], ["id=bin1", "ns=" + NS, "path=-"], "the logging program's environment")
+    expect_eq([ln for ln in lines[1:] if ln.startswith("stdout")], ["stdout: to-out", "stdout: more-out"], "stdout, in order")
+    expect_eq([ln for ln in lines[1:] if ln.startswith("stderr")], ["stderr: to-err"], "stderr")
+    expect_eq(lines[-1], "eof", "the program saw the end of both streams")
+    pid = int(head[0][4:])
+    W.World.wait_until(lambda: not os.path.exists("/proc/%d" % pid) or
+                       open("/proc/%d/stat" % pid).read().split()[2] == "Z", 10, "the logging program to be gone")
     no_leak(t, "bin1")
+
+
+def test_log_uri_binary_that_fails_ends_the_start(t):
+    """A logging program that cannot be started fails the
+    Start naming stdout and the URI; the task ends at once (kill, delete);
+    a relative path and another scheme are refused at create."""
+    c = t.c
+    r = run(c, t.rootfs, "binf1", "echo", "ran", extra=("--log-uri", "binary:///no/such/logger"))
+    expect(r.returncode != 0 and "ran" not in r.stdout, "the run fails:", r.stdout, r.stderr[-300:])
+    expect("stdout" in r.stderr and "binary:///no/such/logger" in r.stderr and "logging program" in r.stderr,
+           "the error names the stream and the program:", r.stderr[-400:])
+    c.ctr("task", "delete", "--force", "binf1", timeout=30)
+    c.ctr("containers", "rm", "binf1")
+    no_leak(t, "binf1")
+    for i, uri in enumerate(("binary://bin/cat", "tcp://127.0.0.1:9")):
+        cid = "binf%d" % (i + 2)
+        r = run(c, t.rootfs, cid, "echo", "ran", extra=("--log-uri", uri))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "stdout" in r.stderr,
+               "%s refused naming stdout:" % uri, r.stderr[-300:])
+        c.ctr("task", "delete", "--force", cid, timeout=30)
+        c.ctr("containers", "rm", cid)
+        no_leak(t, cid)
+
+
+def test_bind_mounts_and_namespace_paths_refused_naming_them(t):
+    """A mount the sandbox cannot apply (another type, an unknown option)
+    and a namespace path it cannot join fail the create naming the field; the
+    default mounts of ctr's spec (proc, sys, dev...) are accepted (every
+    other test)."""
+    src = os.path.join(t.world.tmp, "mnt-src")
+    os.makedirs(src, exist_ok=True)
+    cases = [
+        (("--mount", "type=tmpfs,src=tmpfs,dst=/scratch"), "/scratch"),
+        (("--mount", "type=bind,src=%s,dst=/data,options=rbind:ro:noatime" % src), "noatime"),
+        (("--with-ns", "ipc:/proc/1/ns/ipc"), "linux.namespaces"),
+    ]
+    for i, (extra, want) in enumerate(cases):
+        cid = "mnt%d" % i
+        r = run(t.c, t.rootfs, cid, "echo", "ran", extra=extra)
+        expect(r.returncode != 0 and "ran" not in r.stdout and want in r.stderr
+               and "not supported by " + RUNTIME in r.stderr,
+               "%s refused naming %s (rc %d, stderr %r)" % (extra, want, r.returncode, r.stderr[-300:]))
+        t.c.ctr("containers", "rm", cid)
+        no_leak(t, cid)
 
 
 def test_failed_start_ends_the_task(t):
@@ -998,37 +1103,272 @@ def test_failed_start_ends_the_task(t):
         no_leak(t, cid)
 
 
+def pod_name(sandbox_id):
+    """shim/pod.go podSandboxName."""
+    return "pod-" + hashlib.sha256(("%s/%s" % (NS, sandbox_id)).encode()).hexdigest()[:16]
+
+
+def sandboxes(t):
+    return [s["name"] for s in t.world.rpc_result("sandbox.list")["sandboxes"]]
+
+
 def test_cri_container_type_annotation(t):
     """io.kubernetes.cri.container-type: an unknown value is refused naming
-    the annotation; `sandbox` (a CRI pod's pause container) makes no
-    sandbox and runs nothing (its command does not even exist): RUNNING
-    until killed, then STOPPED at once; exec into it is refused; delete
-    leaves nothing."""
+    the annotation, and so is a pod's container whose pod's sandbox
+    container does not exist."""
     c = t.c
     r = run(c, t.rootfs, "ctype1", "true", extra=("--annotation", "io.kubernetes.cri.container-type=podd"))
     expect(r.returncode != 0 and "io.kubernetes.cri.container-type" in r.stderr,
            "an unknown container-type is refused naming the annotation:", r.stderr[-300:])
     c.ctr("containers", "rm", "ctype1")
     no_leak(t, "ctype1")
+    r = run(c, t.rootfs, "ctype2", "echo", "ran", extra=(
+        "--annotation", "io.kubernetes.cri.container-type=container",
+        "--annotation", "io.kubernetes.cri.sandbox-id=no-such-pod"))
+    expect(r.returncode != 0 and "ran" not in r.stdout and "io.kubernetes.cri.sandbox-id" in r.stderr,
+           "a pod's container without its pod is refused naming sandbox-id:", r.stderr[-300:])
+    c.ctr("containers", "rm", "ctype2")
+    no_leak(t, "ctype2")
+
+
+POD_ANN = ("--annotation", "io.kubernetes.cri.container-type=container",
+           "--annotation", "io.kubernetes.cri.sandbox-id=podg")
+
+
+def test_pod_grouping_by_annotation(t):
+    """A pod's sandbox container (container-type sandbox) makes ONE sandbox
+    for the pod, with the pod's policy, running nothing of its own image;
+    the pod's containers (container-type container, the same sandbox id)
+    are processes of it: they talk over 127.0.0.1 and no sandbox of their
+    own is made. A container with a policy of its own is refused naming
+    the annotation. The sandbox goes with the last of the pod's tasks,
+    here a container that outlives the sandbox container's delete."""
+    c, w = t.c, t.world
+    pod = pod_name("podg")
+    pol = json.dumps({"allow": ["api.public.test"]})
     r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
-              "--annotation", "io.kubernetes.cri.sandbox-id=holder1", "--rootfs", t.rootfs, "holder1",
-              "/no/such/pause")
-    expect_eq(r.returncode, 0, "ctr run -d of a pod's sandbox container: %s" % r.stderr)
+              "--annotation", "io.kubernetes.cri.sandbox-id=podg", "--annotation", "io.sandboxd.network-policy=" + pol,
+              "--rootfs", t.rootfs, "podg", "/no/such/pause")
+    expect_eq(r.returncode, 0, "ctr run -d of the pod's sandbox container: %s" % r.stderr)
     try:
-        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the holder to run")
-        expect(not [s for s in t.world.rpc_result("sandbox.list")["sandboxes"] if s["name"] == sandbox_name("holder1")],
-               "no sandbox is made for a pod's sandbox container")
-        r = c.ctr("task", "exec", "--exec-id", "e1", "holder1", "true")
-        expect(r.returncode != 0 and "runs nothing" in r.stderr, "exec into the holder is refused:", r.stderr[-300:])
-        r = c.ctr("task", "kill", "-s", "TERM", "holder1")
-        expect_eq(r.returncode, 0, "ctr task kill: %s" % r.stderr)
-        W.World.wait_until(lambda: "STOPPED" in c.ctr("tasks", "ls").stdout, 20, "the holder to stop")
-        r = c.ctr("task", "delete", "holder1")
-        expect_eq(r.returncode, 0, "ctr task delete: %s" % r.stderr)
+        W.World.wait_until(lambda: "RUNNING" in c.ctr("tasks", "ls").stdout, 20, "the pod's sandbox container to run")
+        expect(pod in sandboxes(t), "the pod's sandbox %s is made" % pod)
+        expect(sandbox_name("podg") not in sandboxes(t), "no sandbox of the sandbox container's own")
+        sb = w.rpc_result("sandbox.get", {"name": pod})
+        expect_eq(sb.get("networkPolicy"), {"allow": ["api.public.test"]}, "the pod's sandbox has the pod's policy")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "podg", "true")
+        expect(r.returncode != 0 and "runs nothing" in r.stderr, "exec into the sandbox container is refused:", r.stderr[-300:])
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *POD_ANN, "--rootfs", t.rootfs, "podg-a",
+                  "sh", "-c", "echo from-a | nc -l -p 7070")
+        expect_eq(r.returncode, 0, "ctr run -d of container a: %s" % r.stderr)
+        r = run(c, t.rootfs, "podg-b", "sh", "-c",
+                "i=0; until nc 127.0.0.1 7070 </dev/null; do i=$((i+1)); [ $i -lt 100 ] || exit 9; sleep 0.1; done",
+                extra=POD_ANN)
+        expect_eq((r.returncode, r.stdout), (0, "from-a\n"), "container b reads container a over 127.0.0.1 (stderr %r)" % r.stderr[-300:])
+        expect(not [n for n in sandboxes(t) if n in (sandbox_name("podg-a"), sandbox_name("podg-b"))],
+               "the pod's containers have no sandbox of their own")
+        ctrs = [x["name"] for x in w.rpc_result("container.list", {"sandbox": pod})["containers"]]
+        expect(sandbox_name("podg-a") in ctrs, "container a is a container of the pod's sandbox:", ctrs)
+        r = run(c, t.rootfs, "podg-c", "echo", "ran", extra=POD_ANN + ("--annotation", "io.sandboxd.network-policy=allow-all"))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "annotation io.sandboxd.network-policy" in r.stderr,
+               "a container's own policy is refused naming the annotation:", r.stderr[-300:])
+        c.ctr("containers", "rm", "podg-c")
+        r = run(c, t.rootfs, "podg-d", "true", extra=POD_ANN + ("--memory-limit", str(500 * 1000 * 1000)))
+        expect(r.returncode != 0 and "linux.resources.memory.limit" in r.stderr,
+               "a limit that is not a whole MiB is refused naming the field:", r.stderr[-300:])
+        c.ctr("containers", "rm", "podg-d")
+        # a: runs on; the sandbox container is deleted first.
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *POD_ANN, "--memory-limit", str(256 << 20),
+                  "--rootfs", t.rootfs, "podg-a2", "sleep", "600")
+        expect_eq(r.returncode, 0, "ctr run -d of container a2: %s" % r.stderr)
+        W.World.wait_until(lambda: c.ctr("task", "ls").stdout.count("RUNNING") >= 2, 20, "a2 to run")
+        ctr = w.rpc_result("container.get", {"sandbox": pod, "name": sandbox_name("podg-a2")})
+        expect_eq(ctr["limits"].get("memoryMiB"), 256, "a2 is a container of the pod's sandbox with its memory limit")
+        expect_eq(c.ctr("task", "kill", "-s", "KILL", "podg").returncode, 0, "kill of the sandbox container")
+        W.World.wait_until(lambda: any(ln.split()[:1] == ["podg"] and ln.split()[-1] == "STOPPED"
+                                       for ln in c.ctr("task", "ls").stdout.splitlines()), 20, "it to stop")
+        expect_eq(c.ctr("task", "delete", "podg").returncode, 0, "delete of the sandbox container")
+        expect(pod in sandboxes(t), "the pod's sandbox stays while a container of it is left")
+        r = c.ctr("task", "exec", "--exec-id", "e2", "podg-a2", "echo", "still")
+        expect_eq((r.returncode, r.stdout), (0, "still\n"), "the container left still runs (stderr %r)" % r.stderr[-300:])
+        for cid in ("podg-a", "podg-a2"):
+            c.ctr("task", "kill", "-s", "KILL", cid)
+        W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the containers to stop")
+        for cid in ("podg-a", "podg-a2"):
+            expect_eq(c.ctr("task", "delete", cid).returncode, 0, "delete of %s" % cid)
+        expect(pod not in sandboxes(t), "the pod's sandbox goes with the last of its tasks")
     finally:
-        c.ctr("task", "delete", "--force", "holder1")
-        c.ctr("containers", "rm", "holder1")
-    no_leak(t, "holder1")
+        for cid in ("podg-a", "podg-a2", "podg-b", "podg-c", "podg-d", "podg"):
+            c.ctr("task", "delete", "--force", cid)
+            c.ctr("containers", "rm", cid)
+    for cid in ("podg-a", "podg-a2", "podg-b", "podg-c", "podg-d", "podg"):
+        no_leak(t, cid)
+    expect(pod not in [r["name"] for r in w.rpc_result("runtime.list")["runtimes"]], "the pod's runtime is deleted")
+    leaks.check(w, pod)
+    expect(not os.path.exists("/run/containerd-shim-sandboxd-v2/pods/" + pod), "the pod's state is removed")
+
+
+def test_pod_container_mounts_under_host_mount_roots(t):
+    """ctr run --mount into a pod's container: a bind mount whose source
+    lies under daemon.json hostMountRoots is there, read-only when asked
+    (a write fails), writable when not; a source outside the roots is
+    refused naming it; a container of no pod gets its mounts the same way
+    (sandbox.create mounts)."""
+    c, w = t.c, t.world
+    cfg = os.path.join(t.mount_root, "cfg")
+    data = os.path.join(t.mount_root, "data")
+    for d in (cfg, data):
+        os.makedirs(d, exist_ok=True)
+    # As the kubelet makes an emptyDir: writable by the container's root
+    # also when it is not the host's (a user namespace).
+    os.chmod(data, 0o777)
+    with open(os.path.join(cfg, "key"), "w") as f:
+        f.write("value-1\n")
+    outside = os.path.join(t.world.tmp, "outside-roots")
+    os.makedirs(outside, exist_ok=True)
+    ann = ("--annotation", "io.kubernetes.cri.container-type=container",
+           "--annotation", "io.kubernetes.cri.sandbox-id=podm")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=podm", "--rootfs", t.rootfs, "podm", "/pause")
+    expect_eq(r.returncode, 0, "the pod's sandbox container: %s" % r.stderr)
+    try:
+        r = run(c, t.rootfs, "podm-a", "sh", "-c",
+                "cat /cfg/key; echo x > /cfg/new && echo cfg-written; echo y > /data/out && echo data-written",
+                extra=ann + ("--mount", "type=bind,src=%s,dst=/cfg,options=rbind:ro" % cfg,
+                             "--mount", "type=bind,src=%s,dst=/data,options=rbind:rw" % data))
+        lines = r.stdout.splitlines()
+        expect(lines[:1] == ["value-1"], "the read-only mount's file is read:", r.stdout, r.stderr[-300:])
+        expect("cfg-written" not in lines and "Read-only file system" in r.stderr,
+               "a write to the read-only mount fails:", r.stdout, r.stderr[-300:])
+        expect("data-written" in lines, "the writable mount is written:", r.stdout, r.stderr[-300:])
+        expect(not os.path.exists(os.path.join(cfg, "new")), "nothing reached the read-only source")
+        with open(os.path.join(data, "out")) as f:
+            expect_eq(f.read(), "y\n", "the write reached the writable source")
+        r = run(c, t.rootfs, "podm-b", "echo", "ran",
+                extra=ann + ("--mount", "type=bind,src=%s,dst=/x,options=rbind:ro" % outside))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "mounts" in r.stderr and "hostMountRoots" in r.stderr,
+               "a source outside hostMountRoots is refused naming it:", r.stderr[-400:])
+        c.ctr("containers", "rm", "podm-b")
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "podm")
+        W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the pod to stop")
+        c.ctr("task", "delete", "--force", "podm")
+        c.ctr("containers", "rm", "podm")
+    for cid in ("podm-a", "podm-b", "podm"):
+        no_leak(t, cid)
+    leaks.check(w, pod_name("podm"))
+    # A container of no pod: sandbox.create mounts, the same rules.
+    r = run(c, t.rootfs, "podm-c", "sh", "-c", "cat /cfg/key; echo x > /cfg/new && echo cfg-written",
+            extra=("--mount", "type=bind,src=%s,dst=/cfg,options=rbind:ro" % cfg))
+    expect(r.stdout.splitlines() == ["value-1"] and "Read-only file system" in r.stderr,
+           "a container of no pod reads its read-only mount and cannot write it:", r.stdout, r.stderr[-300:])
+    no_leak(t, "podm-c")
+    r = run(c, t.rootfs, "podm-d", "echo", "ran", extra=("--mount", "type=bind,src=%s,dst=/x,options=rbind:ro" % outside))
+    expect(r.returncode != 0 and "ran" not in r.stdout and "mounts" in r.stderr and "hostMountRoots" in r.stderr,
+           "and one outside hostMountRoots is refused naming it:", r.stderr[-400:])
+    c.ctr("containers", "rm", "podm-d")
+    no_leak(t, "podm-d")
+
+
+def test_mount_destination_through_an_image_symlink(t):
+    """A mount destination that goes through a symlink of the image
+    (/var/run -> /run, as in many images, where the kubelet puts the
+    service account token): the shim resolves it inside the image, so
+    the volume is at the path the container asks for, in a container of
+    no pod and in a pod's container alike."""
+    c = t.c
+    root = os.path.join(t.world.tmp, "rootfs-varrun")
+    if not os.path.exists(root):
+        make_rootfs(root)
+        os.makedirs(os.path.join(root, "run"))
+        os.makedirs(os.path.join(root, "var"))
+        os.symlink("../run", os.path.join(root, "var", "run"))
+    sec = os.path.join(t.mount_root, "token")
+    os.makedirs(sec, exist_ok=True)
+    with open(os.path.join(sec, "token"), "w") as f:
+        f.write("tok-1\n")
+    mnt = ("--mount", "type=bind,src=%s,dst=/var/run/secrets/app,options=rbind:ro" % sec)
+    r = run(c, root, "vrun1", "sh", "-c", "cat /var/run/secrets/app/token /run/secrets/app/token", extra=mnt)
+    expect_eq((r.returncode, r.stdout), (0, "tok-1\ntok-1\n"), "the token at /var/run/secrets/app (stderr %r)" % r.stderr[-300:])
+    no_leak(t, "vrun1")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=vrunp", "--rootfs", t.rootfs, "vrunp", "/pause")
+    expect_eq(r.returncode, 0, "the pod's sandbox container: %s" % r.stderr)
+    try:
+        r = run(c, root, "vrunp-a", "cat", "/var/run/secrets/app/token", extra=mnt + (
+            "--annotation", "io.kubernetes.cri.container-type=container",
+            "--annotation", "io.kubernetes.cri.sandbox-id=vrunp"))
+        expect_eq((r.returncode, r.stdout), (0, "tok-1\n"), "in a pod's container (stderr %r)" % r.stderr[-300:])
+    finally:
+        c.ctr("task", "kill", "-s", "KILL", "vrunp")
+        W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the pod to stop")
+        c.ctr("task", "delete", "--force", "vrunp")
+        c.ctr("containers", "rm", "vrunp")
+    for cid in ("vrunp-a", "vrunp"):
+        no_leak(t, cid)
+
+
+def make_netns(t, name):
+    """A network namespace bound on a file below containerd's base (a
+    shared mount: sandboxd sees it); returns (path, inode). Removed by
+    drop_netns."""
+    d = os.path.join(t.c.base, "netns")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, name)
+    open(path, "w").close()
+    subprocess.run(["unshare", "--net=" + path, "true"], check=True)
+    return path, os.stat(path).st_ino
+
+
+def drop_netns(path):
+    subprocess.run(["umount", path], capture_output=True)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def test_with_ns_network_joins_that_namespace(t):
+    """ctr run --with-ns network:PATH: the container's sandbox joins that
+    network namespace (sandbox.create network.netns), as a pod's sandbox
+    container does with the CNI's; the pod's containers are in it too. A
+    path that is no network namespace is refused naming network.netns."""
+    c = t.c
+    path, ino = make_netns(t, "n1")
+    path2, ino2 = make_netns(t, "n2")
+    try:
+        r = run(c, t.rootfs, "wns1", "readlink", "/proc/self/ns/net", extra=("--with-ns", "network:" + path))
+        expect_eq((r.returncode, r.stdout), (0, "net:[%d]\n" % ino), "the container's network namespace (stderr %r)" % r.stderr[-300:])
+        no_leak(t, "wns1")
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+                  "--annotation", "io.kubernetes.cri.sandbox-id=wnsp", "--with-ns", "network:" + path2,
+                  "--rootfs", t.rootfs, "wnsp", "/pause")
+        expect_eq(r.returncode, 0, "the pod's sandbox container in %s: %s" % (path2, r.stderr))
+        try:
+            r = run(c, t.rootfs, "wnsp-a", "readlink", "/proc/self/ns/net", extra=(
+                "--annotation", "io.kubernetes.cri.container-type=container",
+                "--annotation", "io.kubernetes.cri.sandbox-id=wnsp"))
+            expect_eq((r.returncode, r.stdout), (0, "net:[%d]\n" % ino2),
+                      "the pod's container is in the pod's network namespace (stderr %r)" % r.stderr[-300:])
+        finally:
+            c.ctr("task", "kill", "-s", "KILL", "wnsp")
+            W.World.wait_until(lambda: "RUNNING" not in c.ctr("task", "ls").stdout, 20, "the pod to stop")
+            c.ctr("task", "delete", "--force", "wnsp")
+            c.ctr("containers", "rm", "wnsp")
+        no_leak(t, "wnsp-a")
+        no_leak(t, "wnsp")
+        expect(pod_name("wnsp") not in sandboxes(t), "the pod's sandbox is deleted")
+        leaks.check(t.world, pod_name("wnsp"))
+        bogus = os.path.join(t.world.tmp, "not-a-netns")
+        open(bogus, "w").close()
+        r = run(c, t.rootfs, "wns2", "echo", "ran", extra=("--with-ns", "network:" + bogus))
+        expect(r.returncode != 0 and "ran" not in r.stdout and "network.netns" in r.stderr,
+               "a file that is no network namespace is refused naming network.netns:", r.stderr[-300:])
+        c.ctr("containers", "rm", "wns2")
+        no_leak(t, "wns2")
+    finally:
+        drop_netns(path)
+        drop_netns(path2)
 
 
 class T:
@@ -1053,13 +1393,17 @@ def main():
     failed = 0
     runs = tests * int(os.environ.get("SHIM_TEST_REPEAT", "1"))
     with W.World() as world:
-        world.start_sandboxd()
         t = T()
         t.world = world
         t.rootfs = os.path.join(world.tmp, "rootfs")
         make_rootfs(t.rootfs)
         t.c = Containerd(world, os.path.join(world.tmp, "containerd"))
         try:
+            t.c.share_mounts()
+            # Host bind mounts of pods' containers come from here only.
+            t.mount_root = os.path.join(world.tmp, "host-mounts")
+            os.makedirs(t.mount_root)
+            world.start_sandboxd(config={"hostMountRoots": [t.mount_root]})
             t.c.start()
             for name, fn in runs:
                 t0 = time.monotonic()
