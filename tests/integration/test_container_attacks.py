@@ -124,3 +124,40 @@ def test_a_symlink_in_the_sandbox_etc_is_not_followed_by_the_helper(world):
         expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status")
     finally:
         world.stop_sandboxd()
+
+
+def test_root_inside_leaves_no_setuid_root_program_in_a_host_mount(world):
+    """Without a user namespace root inside is host root on the host's
+    files: a writable host mount let it leave a setuid-root program in a
+    host directory (04755, uid 0). Such a mount is refused naming
+    mounts[i].readOnly; with a user namespace root inside is no host user
+    and what it makes there is not host root's."""
+    import os
+    from test_containers import _run
+    _d, root = _daemon(world, "csuid")
+    try:
+        for userns in _modes():
+            d = os.path.join(root, "w%d" % userns)
+            os.makedirs(d)
+            os.chmod(d, 0o777)  # as the kubelet makes an emptyDir
+            with sandbox_rpc(world, "csuid", userns=userns, networkPolicy="deny-all") as name:
+                m = world.rpc("container.create", {"sandbox": name, "name": "c", "runtime": "host",
+                                                   "mounts": [{"source": d, "destination": "/w"}]}, 120)
+                if not userns:
+                    expect("error" in m and "mounts[0].readOnly" in m["error"]["message"],
+                           "a writable host mount without a user namespace is refused naming it", m)
+                    expect_eq(m["error"]["data"].get("reason"), "permission_denied", "the refusal's reason")
+                    rpc_ok(world, "container.create", {"sandbox": name, "name": "c", "runtime": "host",
+                                                       "mounts": [{"source": d, "destination": "/w",
+                                                                   "readOnly": True}]})
+                else:
+                    expect("result" in m, "a writable host mount in a user namespace", m)
+                _code, out, err = _run(world, name, "c", "cp /bin/true /w/x; chmod 4755 /w/x; ls -ln /w", sudo=True)
+                x = os.path.join(d, "x")
+                st = os.stat(x) if os.path.exists(x) else None
+                expect(st is None or not (st.st_uid == 0 and st.st_mode & 0o4000),
+                       "no setuid-root program on the host (%s %s)" % (out, err), st)
+            leaks.check(world, name)
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status")
+    finally:
+        world.stop_sandboxd()
