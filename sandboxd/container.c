@@ -568,8 +568,13 @@ int container_sandbox_mounts(const sandbox *sb, cJSON *pkt_mounts, int *fds, siz
                         return sb_error_set(ret_err, -EINVAL, NULL, "mounts", "mounts[%d]: not a valid record", i);
                 if (*n >= max)
                         return sb_error_set(ret_err, -E2BIG, NULL, "mounts", "mounts: too many");
+                /* Read-only without a user namespace whatever the record
+                 * says (container_mounts_userns_check; a record older
+                 * than that rule may hold a writable one). */
                 int tree = container_host_mount(sb->m->cfg, field, src,
-                                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")), ret_err);
+                                                !sb->userns ||
+                                                        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")),
+                                                ret_err);
                 if (tree < 0)
                         return tree;
                 cJSON *pm = cJSON_CreateObject();
