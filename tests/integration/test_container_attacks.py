@@ -161,3 +161,44 @@ def test_root_inside_leaves_no_setuid_root_program_in_a_host_mount(world):
         expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status")
     finally:
         world.stop_sandboxd()
+
+
+def test_an_older_record_with_a_writable_host_mount_without_userns_is_attached_read_only(world):
+    """A sandbox recorded before writable host mounts were refused
+    without a user namespace gets its mounts read-only at its next start
+    (never the write access the rule now refuses)."""
+    import os
+    import signal
+    from common import sh
+    d, root = _daemon(world, "crec")
+    try:
+        path = os.path.join(root, "termination-log")
+        open(path, "w").close()
+        os.chmod(path, 0o666)
+        mounts = [{"source": path, "destination": "/tmp/termination-log", "readOnly": True}]
+        with sandbox_rpc(world, "crec", userns=False, persistent=True, networkPolicy="deny-all",
+                         mounts=mounts) as name:
+            rpc_ok(world, "sandbox.stop", {"name": name})
+            os.kill(d.proc.pid, signal.SIGTERM)
+            d.proc.wait(30)
+            found = []
+            for top, _dirs, files in os.walk(d.state_dir):
+                if "config.json" in files:
+                    p = os.path.join(top, "config.json")
+                    with open(p) as f:
+                        conf = json.load(f)
+                    if conf.get("name") == name:
+                        conf["mounts"][0]["readOnly"] = False
+                        with open(p, "w") as f:
+                            json.dump(conf, f)
+                        found.append(p)
+            expect_eq(len(found), 1, "the sandbox's record")
+            d.start()
+            code, out, err = sh(world, name, "echo done > /tmp/termination-log; echo rc=$?", "--sudo")
+            expect_eq(out, "rc=2\n", "the recorded writable mount is read-only (%s)" % err)
+            with open(path) as f:
+                expect_eq(f.read(), "", "the host file unchanged")
+        leaks.check(world, name)
+        expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status")
+    finally:
+        world.stop_sandboxd()
