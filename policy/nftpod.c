@@ -5,6 +5,7 @@
  * pod's namespace. */
 #include <arpa/inet.h>
 #include <linux/netfilter.h>
+#include <linux/rtnetlink.h>
 #include <linux/netfilter/nf_conntrack_common.h>
 #include <linux/netfilter/nf_tables.h>
 #include <libmnl/libmnl.h>
@@ -103,9 +104,9 @@ static int add_ct_reply(struct nftnl_rule *r) {
         return k < 0 ? k : add_cmp(r, &dir, 1);
 }
 
-/* ct state related. */
-static int add_ct_related(struct nftnl_rule *r) {
-        uint32_t mask = NF_CT_STATE_BIT(IP_CT_RELATED), zero = 0;
+/* ct state & mask != 0: `ct state related` with IP_CT_RELATED's bit. */
+static int add_ct_state(struct nftnl_rule *r, uint32_t mask) {
+        uint32_t zero = 0;
         struct nftnl_expr *e;
         int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_STATE, NFTNL_EXPR_CT_DREG);
         if (k < 0)
@@ -123,6 +124,36 @@ static int add_ct_related(struct nftnl_rule *r) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
                 nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
+        }
+        return add_expr(r, e);
+}
+
+static int add_ct_related(struct nftnl_rule *r) {
+        return add_ct_state(r, NF_CT_STATE_BIT(IP_CT_RELATED));
+}
+
+/* ct state new fib saddr type != local: the first packet of a flow whose
+ * source is not an address of the namespace (a raw socket's forged
+ * header). The kernel's fib expression (net/netfilter/nft_fib.c) may look
+ * up an address type in the output hook when neither iif nor oif is
+ * asked; RTN_LOCAL is linux/rtnetlink.h's. */
+static int add_new_foreign_saddr(struct nftnl_rule *r) {
+        uint32_t local = RTN_LOCAL;
+        struct nftnl_expr *e;
+        int k = add_ct_state(r, NF_CT_STATE_BIT(IP_CT_NEW));
+        if (k < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("fib"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_FLAGS, NFTA_FIB_F_SADDR);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_DREG, NFT_REG_1);
+        }
+        if ((k = add_expr(r, e)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("cmp"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
+                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &local, sizeof(local));
         }
         return add_expr(r, e);
 }
@@ -362,6 +393,7 @@ static int put_deny(core_nft_batch *bt, const deny_kind *d, rule_fn build, const
 static int b_oif_lo(struct nftnl_rule *r, const void *arg) { (void) arg; return add_oif_lo(r); }
 static int b_ct_reply(struct nftnl_rule *r, const void *arg) { (void) arg; return add_ct_reply(r); }
 static int b_ct_related(struct nftnl_rule *r, const void *arg) { (void) arg; return add_ct_related(r); }
+static int b_new_foreign_saddr(struct nftnl_rule *r, const void *arg) { (void) arg; return add_new_foreign_saddr(r); }
 static int b_range(struct nftnl_rule *r, const void *arg) { return add_daddr_range(r, arg); }
 static int b_lookup4(struct nftnl_rule *r, const void *arg) { return add_daddr_lookup(r, arg, false); }
 static int b_lookup6(struct nftnl_rule *r, const void *arg) { return add_daddr_lookup(r, arg, true); }
@@ -380,14 +412,23 @@ static int b_port(struct nftnl_rule *r, const void *arg) {
 
 static const port_arg dns_udp = { IPPROTO_UDP, 53, true }, dns_tcp = { IPPROTO_TCP, 53, true };
 
-/* The first rules of both filter hooks: the pod's loopback, answers to
- * inbound flows and their errors pass; in output, IPv4 DNS passes on to
- * the dns chain's redirect. */
+/* The first rules of both filter hooks: answers to inbound flows and
+ * their errors pass, then (output) a new flow from a source that is not
+ * the namespace's is dropped, then the pod's loopback passes; in output,
+ * IPv4 DNS passes on to the dns chain's redirect. The forged source comes
+ * before loopback: root inside with raw sockets (CAP_NET_RAW without a
+ * user namespace) sent itself, over loopback, a packet "from" another
+ * host, which conntrack took for an inbound flow whose reply direction
+ * then passed to that host past any policy. */
 static int put_prologue(core_nft_batch *bt, const char *chain, bool output, const char *policy_chain) {
         int k;
-        if ((k = put_rule(bt, chain, b_oif_lo, NULL, NF_ACCEPT, NULL, "oifname \"lo\" accept")) < 0 ||
-            (k = put_rule(bt, chain, b_ct_reply, NULL, NF_ACCEPT, NULL, "ct direction reply accept")) < 0 ||
+        if ((k = put_rule(bt, chain, b_ct_reply, NULL, NF_ACCEPT, NULL, "ct direction reply accept")) < 0 ||
             (k = put_rule(bt, chain, b_ct_related, NULL, NF_ACCEPT, NULL, "ct state related accept")) < 0)
+                return k;
+        if (output && (k = put_rule(bt, chain, b_new_foreign_saddr, NULL, NF_DROP, NULL,
+                                    "ct state new fib saddr type != local drop")) < 0)
+                return k;
+        if ((k = put_rule(bt, chain, b_oif_lo, NULL, NF_ACCEPT, NULL, "oifname \"lo\" accept")) < 0)
                 return k;
         if (output && ((k = put_rule(bt, chain, b_port, &dns_udp, NF_ACCEPT, NULL, "udp dport 53 accept")) < 0 ||
                        (k = put_rule(bt, chain, b_port, &dns_tcp, NF_ACCEPT, NULL, "tcp dport 53 accept")) < 0))
@@ -517,7 +558,8 @@ static int put_dns_redirect(core_nft_batch *bt) {
 }
 
 /* FNV-1a 64 over the policy's normalised JSON and the ranges: what the
- * table records as its userdata ("v1:<hex>"). */
+ * table records as its userdata ("v2:<hex>"; the version names the
+ * rules' layout: a table an older daemon built is rebuilt, not kept). */
 static int digest_of(const pol_policy *p, const pol_pod_ranges *pr, char *buf, size_t size) {
         cJSON *j = pol_policy_to_json(p, false);
         _cleanup_free_ char *text = j ? cJSON_PrintUnformatted(j) : NULL;
@@ -541,7 +583,7 @@ static int digest_of(const pol_policy *p, const pol_pod_ranges *pr, char *buf, s
                 MIX(c, strlen(c));
         }
 #undef MIX
-        snprintf(buf, size, "v1:%016llx", (unsigned long long) h);
+        snprintf(buf, size, "v2:%016llx", (unsigned long long) h);
         return 0;
 }
 

@@ -132,7 +132,7 @@ static const config_key config_keys[] = {
          * none by default: such a source is read by the daemon, so the
          * operator says which host directories sandboxes may take files from. */
         { "hostMountRoots", KEY_PATH_LIST, OFF(host_mount_roots), 0, 64,
-          "The host directories whose files and directories root on the local socket may bind into containers and sandboxes (container.create and sandbox.create \"mounts\"): absolute, existing, not /, none inside another; none (the default): every host mount is refused. For Kubernetes nodes: the kubelet's pod directory (/var/lib/kubelet/pods) and containerd's sandbox state (/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes, /run/containerd/io.containerd.grpc.v1.cri/sandboxes)." },
+          "The host directories whose files and directories root on the local socket may bind into containers and sandboxes (container.create and sandbox.create \"mounts\"): absolute, existing, not /, none inside another; none (the default): every host mount is refused. A sandbox without a user namespace gets them read-only only (its root is host root on those files). For Kubernetes nodes: the kubelet's pod directory (/var/lib/kubelet/pods) and containerd's sandbox state (/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes, /run/containerd/io.containerd.grpc.v1.cri/sandboxes)." },
         { "localSourceRoots", KEY_PATH_LIST, OFF(local_source_roots), 0, 64,
           "The host directories path and file:// sources, imports and exports of admin and of local uid:N tenants may lie under (a tenant with tenants.names.NAME.localSourceRoots has those instead; a remote tenant never these); none: every local source is refused.",
           "none ([])" },

@@ -529,6 +529,24 @@ static int parse_mounts(manager *m, rpc_request *req, cJSON *mounts, cJSON *pkt_
         return 0;
 }
 
+int container_mounts_userns_check(const cJSON *mounts, bool userns, sb_error **ret_err) {
+        int i = 0;
+        const cJSON *mt;
+        if (userns)
+                return 0;
+        cJSON_ArrayForEach(mt, mounts) {
+                if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")))
+                        return sb_error_set(ret_err, -EACCES, "permission_denied", "mounts",
+                                            "mounts[%d].readOnly: a sandbox without a user namespace gets host "
+                                            "mounts read-only only (root inside is host root on the host's files: it "
+                                            "could leave a setuid-root program there); give \"readOnly\": true, or "
+                                            "use a sandbox with \"userns\": true",
+                                            i);
+                i++;
+        }
+        return 0;
+}
+
 int container_mounts_check(manager *m, const rpc_request *req, const cJSON *mounts, sb_error **ret_err) {
         _cleanup_(cJSON_Deletep) cJSON *pkt = cJSON_CreateArray();
         _cleanup_(fdset_close) fdset fds = { .n = 0 };
@@ -550,8 +568,13 @@ int container_sandbox_mounts(const sandbox *sb, cJSON *pkt_mounts, int *fds, siz
                         return sb_error_set(ret_err, -EINVAL, NULL, "mounts", "mounts[%d]: not a valid record", i);
                 if (*n >= max)
                         return sb_error_set(ret_err, -E2BIG, NULL, "mounts", "mounts: too many");
+                /* Read-only without a user namespace whatever the record
+                 * says (container_mounts_userns_check; a record older
+                 * than that rule may hold a writable one). */
                 int tree = container_host_mount(sb->m->cfg, field, src,
-                                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")), ret_err);
+                                                !sb->userns ||
+                                                        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")),
+                                                ret_err);
                 if (tree < 0)
                         return tree;
                 cJSON *pm = cJSON_CreateObject();
@@ -634,6 +657,8 @@ static void method_create(rpc_request *req, void *userdata) {
         session *s = sb->sess;
         if (!tenant_req_owns(m, req, sb->owner))
                 return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "sandbox", "no sandbox '%s'", sb->name);
+        if (container_mounts_userns_check(mounts, sb->userns, &err) < 0)
+                return rpc_reply_sb_error(req, err);
         unsigned count = 0;
         for (ctr *o = s->ctrs; o; o = o->next)
                 count++;

@@ -759,6 +759,13 @@ int container_host_mount(const daemon_config *cfg, const char *field, const char
  * so that a bad one is refused naming it before anything is made. 0 or a
  * negative errno with *ret_err. */
 int container_mounts_check(manager *m, const rpc_request *req, const cJSON *mounts, sb_error **ret_err);
+/* Host mounts of a sandbox without a user namespace must each be
+ * readOnly: root inside is host root on the host's files (uid 0,
+ * CAP_FOWNER, CAP_FSETID), so a writable one could leave a setuid-root
+ * program or a file capability in a host directory (docs/SECURITY.md
+ * §3.17). `mounts` as given (an array or NULL). 0, or -EACCES with
+ * *ret_err naming mounts[i].readOnly. */
+int container_mounts_userns_check(const cJSON *mounts, bool userns, sb_error **ret_err);
 /* Session start: the sandbox's host mounts as trees, appended to `fds`
  * (at most max in all, *n counting them) and described in `pkt_mounts`
  * ({"destination","fd"}). 0 or a negative errno with *ret_err naming the

@@ -494,7 +494,8 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
          * it before anything is made (container.c). */
         cJSON *mounts = cJSON_GetObjectItemCaseSensitive(req->params, "mounts");
         if (mounts && !cJSON_IsNull(mounts)) {
-                if ((r = container_mounts_check(m, req, mounts, ret_err)) < 0)
+                if ((r = container_mounts_check(m, req, mounts, ret_err)) < 0 ||
+                    (r = container_mounts_userns_check(mounts, userns, ret_err)) < 0)
                         return r;
                 if (cJSON_GetArraySize(mounts) > 0 && !(sb->mounts = cJSON_Duplicate(mounts, 1)))
                         return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");

@@ -180,12 +180,37 @@ static int build_ns(const cJSON *req, int *fds, size_t n_fds, char *msg, size_t 
                 { "/proc", true }, { "/dev", true }, { "/sys", true },
                 { "/etc/resolv.conf", false }, { "/etc/hosts", false },
         };
+        /* Each resolved from the sandbox's root with no symlink and no
+         * magic link followed: /etc/resolv.conf and /etc/hosts are files
+         * root inside may replace, and this process holds capabilities
+         * and no seccomp filter, so a link there (to /proc/1/fd/N, a
+         * descriptor of init that root inside may not open) would hand
+         * the container what the helper can reach. A file that is not a
+         * regular file there is left out, as a missing one is (the
+         * container keeps its image's). */
+        _cleanup_close_ int sbroot = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (sbroot < 0) {
+                snprintf(msg, msz, "open the sandbox's root: %m");
+                return negative_errno();
+        }
         int trees[ELEMENTSOF(shared)];
         for (size_t i = 0; i < ELEMENTSOF(shared); i++) {
-                trees[i] = open_tree(AT_FDCWD, shared[i].path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+                int at = core_open_beneath(sbroot, shared[i].path + 1,
+                                           O_PATH | O_NOFOLLOW | (shared[i].dir ? O_DIRECTORY : 0), 0);
+                struct stat st;
+                if (at >= 0 && !shared[i].dir && (fstat(at, &st) < 0 || !S_ISREG(st.st_mode))) {
+                        close(at);
+                        at = -ELOOP;
+                }
+                trees[i] = at < 0 ? at
+                                  : open_tree(at, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+                if (trees[i] < 0 && at >= 0)
+                        trees[i] = negative_errno();
+                if (at >= 0)
+                        close(at);
                 if (trees[i] < 0 && shared[i].dir) {
-                        snprintf(msg, msz, "clone the sandbox's %s: %m", shared[i].path);
-                        return negative_errno();
+                        snprintf(msg, msz, "clone the sandbox's %s: %s", shared[i].path, strerror(-trees[i]));
+                        return trees[i];
                 }
         }
         /* A scratch tmpfs to attach the new root on, detached with the old

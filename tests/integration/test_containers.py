@@ -159,17 +159,17 @@ def _body(world, d, root, userns):
         # (never followed, even inside the container's root).
         rt_l = _import_with_link(world, "crl")
         e = _err(world, "container.create", {"sandbox": name, "name": "l", "runtime": rt_l,
-                                             "mounts": [{"source": cm, "destination": "/var/run/secrets/x"}]})
+                                             "mounts": [{"source": cm, "destination": "/var/run/secrets/x", "readOnly": True}]})
         expect("mounts[0].destination" in e["message"] and "symbolic link" in e["message"],
                "a destination through a symlink is refused naming it", e["message"])
         rpc_ok(world, "container.create", {"sandbox": name, "name": "l", "runtime": rt_l,
-                                           "mounts": [{"source": cm, "destination": "/run/secrets/x"}]})
+                                           "mounts": [{"source": cm, "destination": "/run/secrets/x", "readOnly": True}]})
         rpc_ok(world, "container.delete", {"sandbox": name, "name": "l"})
         # Refusals, each naming the mount.
         for src, why in ((os.path.join(world.tmp), "outside"), (os.path.join(pod, "link"), "symlink"),
                          (pod + "/../" + os.path.basename(pod) + "/configmap", "dotdot")):
             e = _err(world, "container.create", {"sandbox": name, "name": "c", "runtime": rt_a,
-                                                 "mounts": [{"source": cm, "destination": "/x"},
+                                                 "mounts": [{"source": cm, "destination": "/x", "readOnly": True},
                                                             {"source": src, "destination": "/y"}]})
             expect("mounts[1].source" in e["message"], "refusal of the %s source names it" % why, e["message"])
         # Usage of a's cgroup; its OOM is its own.
@@ -403,12 +403,22 @@ def test_sandbox_create_mounts_bind_host_files_into_the_sandbox(world):
                                                "userns": userns,
                                                "mounts": mounts + [{"source": "/etc", "destination": "/x"}]})
             expect("mounts[2].source" in e["message"], "a source outside the roots refused by name", e["message"])
+            open(os.path.join(pod, "termination-log"), "w").close()
+            if not userns:
+                # Root inside is host root on the file: a writable mount
+                # is refused (it could make the file a setuid-root program).
+                e = _err(world, "sandbox.create", {"name": world.name("sbmw"), "networkPolicy": "deny-all",
+                                                   "userns": False, "mounts": mounts})
+                expect("mounts[1].readOnly" in e["message"] and e["data"].get("reason") == "permission_denied",
+                       "a writable host mount without a user namespace refused naming it", e)
+                mounts = [mounts[0], dict(mounts[1], readOnly=True)]
             with sandbox_rpc(world, "sbm", userns=userns, persistent=True, mounts=mounts) as name:
                 code, out, err = sh(world, name, "cat /var/run/secrets/x/token; echo done > /tmp/termination-log; "
                                     "echo no > /var/run/secrets/x/token; echo rc=$?", "--sudo")
                 expect_eq(out, "tok\nrc=2\n", "the mounts inside the sandbox (%s)" % err)
                 with open(os.path.join(pod, "termination-log")) as f:
-                    expect_eq(f.read(), "done\n", "the writable single-file mount reaches the host file")
+                    expect_eq(f.read(), "done\n" if userns else "",
+                              "the writable single-file mount reaches the host file (read-only without userns)")
                 got = rpc_ok(world, "sandbox.get", {"name": name})
                 expect_eq(got.get("mounts"), mounts, "sandbox.get shows the mounts")
                 snap = rpc_ok(world, "sandbox.snapshot", {"name": name})

@@ -315,3 +315,67 @@ def test_a_persistent_pod_resumes_in_its_namespace_and_not_in_another(world):
         finally:
             _delete(world, name)
         leaks.check(world, name)
+
+
+SPOOF = r'''
+import socket, struct, sys
+pod, peer, P, Q = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind((pod, Q))
+try:
+    r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    udp = struct.pack("!HHHH", P, Q, 9, 0) + b"x"
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0,
+                     socket.inet_aton(peer), socket.inet_aton(pod)) + udp
+    r.sendto(ip, (pod, 0))
+    print("raw sent")
+except OSError as e:
+    print("raw:", e.strerror)
+try:
+    u.sendto(b"leak", (peer, P))
+    print("udp sent")
+except OSError as e:
+    print("udp:", e.strerror)
+'''
+RECV = r'''
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+print("ready", flush=True)
+s.settimeout(float(sys.argv[3]))
+try:
+    print(s.recvfrom(100)[0].decode(errors="replace"), flush=True)
+except socket.timeout:
+    print("nothing", flush=True)
+'''
+
+
+def test_a_pod_cannot_forge_an_inbound_flow_to_answer_through_it(world):
+    """A flow that "came in" is admitted in its reply direction without
+    judgement. Root inside (raw sockets, without a user namespace) sent
+    itself a packet over loopback with another host's source: conntrack
+    took it for a flow from that host, and a datagram to it then left as
+    that flow's reply, past a deny-all policy. The table drops every new
+    packet whose source is not an address of the pod."""
+    with pod_daemon(world), pod_netns(world, "s", 4) as (ns, addr, peer):
+        name = world.name("podspoof")
+        m = _create(world, name, ns, "deny-all")
+        expect("result" in m, "create deny-all with network.netns:", json.dumps(m)[:500])
+        try:
+            # The receiver waits a bounded time: nothing may arrive, and a
+            # packet that did would come within it (one hop of a veth).
+            recv = subprocess.Popen(["ip", "netns", "exec", world.net_ns, "python3", "-c", RECV, peer, "5353", "5"],
+                                    stdout=subprocess.PIPE, text=True)
+            try:
+                expect_eq(recv.stdout.readline(), "ready\n", "the receiver in the internet namespace")
+                code, out, err = sh(world, name, "python3 -c '%s' %s %s 5353 6000" % (SPOOF, addr, peer), "--sudo")
+                got = recv.stdout.read()
+            finally:
+                recv.kill()
+                recv.wait()
+            expect_eq(code, 0, "the spoofing script ran (%s)" % err)
+            expect_eq(got, "nothing\n", "what the other pod got from a deny-all pod (script: %s)" % out.strip())
+        finally:
+            _delete(world, name)
+        expect(_table(ns) is None, "the pod's table after delete")
+        leaks.check(world, name)
