@@ -113,6 +113,9 @@ void ctl_print_fields(const cJSON *obj);
  * widest cell. */
 void ctl_print_table(const char *const *header, size_t ncols, char ***rows, size_t nrows);
 
+/* `volume` (cli/volume.c): create, ls, get, rm. Returns the exit code. */
+int ctl_volume(ctl_globals *g, int argc, char **argv);
+
 /* `exec` (cli/exec.c): argv[0] is "exec". Returns the exit code. */
 int ctl_exec(ctl_globals *g, int argc, char **argv);
 

@@ -50,6 +50,8 @@ static const char main_help[] =
         "                                list (oldest first), delete, export or import snapshots\n"
         "  runtime list|import NAME ROOTFS|bootstrap NAME [--suite S] [--mirror URL]|rm NAME\n"
         "                                root filesystems for --runtime\n"
+        "  volume create NAME --size SIZE [--inodes N] [--tag K=V]|ls|get NAME|rm NAME\n"
+        "                                named volumes for create --volume NAME:/PATH[:ro]\n"
         "  pause NAME                    freeze a sandbox's processes\n"
         "  resume NAME                   thaw a paused sandbox\n"
         "  rm [-f] NAME...               delete sandboxes (-f: one already gone is no error)\n"
@@ -575,6 +577,8 @@ static int cmd_ls(ctl_globals *g, int argc, char **argv) {
         "  --env K=V                environment for every command (repeatable)\n" \
         "  --tag K=V                tag (repeatable, at most 5)\n" \
         "  --persistent             keep the filesystem when the session ends\n" \
+        "  --volume NAME:/PATH[:ro] mount volume NAME at /PATH, read-only with :ro\n" \
+        "                           (repeatable, at most 16; sandboxctl volume --help)\n" \
         "  --userns | --no-userns   run in a user namespace: sandbox root is an unprivileged\n" \
         "                           host id (default: the daemon's \"userns\" setting)\n" \
         "  --allow-all | --deny-all | --policy FILE\n" \
@@ -599,7 +603,7 @@ enum {
         OPT_NAME = OPT_FIRST_COMMAND, OPT_RUNTIME, OPT_GIT, OPT_DEPTH, OPT_REVISION, OPT_GIT_USER,
         OPT_GIT_PASS_ENV, OPT_GIT_PASS_STDIN, OPT_TARBALL, OPT_SNAPSHOT, OPT_TIMEOUT, OPT_VCPUS,
         OPT_PORT, OPT_ENV, OPT_TAG, OPT_PERSISTENT, OPT_USERNS, OPT_NO_USERNS, OPT_ALLOW_ALL, OPT_DENY_ALL, OPT_POLICY,
-        OPT_ALLOW, OPT_ALLOW_SUBNET, OPT_DENY_SUBNET,
+        OPT_ALLOW, OPT_ALLOW_SUBNET, OPT_DENY_SUBNET, OPT_VOLUME,
 };
 
 typedef struct create_args {
@@ -798,6 +802,15 @@ static int create_option(create_args *a, int opt) {
         case OPT_GIT_PASS_ENV: a->pass_env = optarg; return 0;
         case OPT_GIT_PASS_STDIN: a->pass_stdin = true; return 0;
         case OPT_TARBALL: return set_tarball(a, optarg);
+        case OPT_VOLUME: {
+                cJSON *m = NULL;
+                if (cli_parse_volume_mount(optarg, &m) < 0)
+                        return ctl_usage("create", "create: bad --volume '%s' (use NAME:/PATH or NAME:/PATH:ro)", optarg);
+                if (!cJSON_GetObjectItemCaseSensitive(p, "volumes"))
+                        cJSON_AddArrayToObject(p, "volumes");
+                cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(p, "volumes"), m);
+                return 0;
+        }
         case OPT_SNAPSHOT:
                 cJSON_AddStringToObject(ensure_source(a, "snapshot"), "snapshotId", optarg);
                 return 0;
@@ -923,6 +936,7 @@ static int create_like(ctl_globals *g, int argc, char **argv, const char *verb, 
                 { "env", required_argument, NULL, OPT_ENV },
                 { "tag", required_argument, NULL, OPT_TAG },
                 { "persistent", no_argument, NULL, OPT_PERSISTENT },
+                { "volume", required_argument, NULL, OPT_VOLUME },
                 { "userns", no_argument, NULL, OPT_USERNS },
                 { "no-userns", no_argument, NULL, OPT_NO_USERNS },
                 { "allow-all", no_argument, NULL, OPT_ALLOW_ALL },
@@ -1496,6 +1510,7 @@ static const struct {
         { "snapshot", ctl_snapshot },
         { "snapshots", ctl_snapshots },
         { "runtime", ctl_runtime },
+        { "volume", ctl_volume },
         { "rm", cmd_rm },
         { "cp", cmd_cp },
         { "fs", ctl_fs },

@@ -50,6 +50,60 @@ int cli_parse_duration(const char *s, int64_t *ret_ms) {
         return -EINVAL;
 }
 
+int cli_parse_size_mib(const char *s, int64_t *ret_mib) {
+        static const struct { const char *suffix; int64_t mib; } units[] = {
+                { "", 1 }, { "M", 1 }, { "MiB", 1 }, { "G", 1024 }, { "GiB", 1024 },
+                { "T", 1024 * 1024 }, { "TiB", 1024 * 1024 },
+        };
+        if (!s || !isdigit((unsigned char) s[0]))
+                return -EINVAL;
+        int64_t value = 0;
+        const char *p = s;
+        for (; isdigit((unsigned char) *p); p++) {
+                if (value > ((INT64_C(1) << 53) - 9) / 10)
+                        return -ERANGE;
+                value = value * 10 + (*p - '0');
+        }
+        for (size_t i = 0; i < ELEMENTSOF(units); i++) {
+                if (!streq(p, units[i].suffix))
+                        continue;
+                if (value == 0)
+                        return -EINVAL;
+                if (value > (INT64_C(1) << 53) / units[i].mib)
+                        return -ERANGE;
+                *ret_mib = value * units[i].mib;
+                return 0;
+        }
+        return -EINVAL;
+}
+
+int cli_parse_volume_mount(const char *s, cJSON **ret) {
+        const char *colon = s ? strchr(s, ':') : NULL;
+        if (!colon || colon == s || colon[1] != '/')
+                return -EINVAL;
+        const char *path = colon + 1;
+        size_t plen = strlen(path);
+        bool ro = false;
+        if (plen > 3 && streq(path + plen - 3, ":ro")) {
+                ro = true;
+                plen -= 3;
+        } else if (strchr(path, ':'))
+                return -EINVAL;
+        cJSON *o = cJSON_CreateObject();
+        char *name = strndup(s, (size_t)(colon - s)), *p = strndup(path, plen);
+        if (!o || !name || !p || !cJSON_AddStringToObject(o, "name", name) || !cJSON_AddStringToObject(o, "path", p) ||
+            !cJSON_AddBoolToObject(o, "readOnly", ro)) {
+                free(name);
+                free(p);
+                cJSON_Delete(o);
+                return -ENOMEM;
+        }
+        free(name);
+        free(p);
+        *ret = o;
+        return 0;
+}
+
 const char *cli_format_duration(int64_t ms, char *buf, size_t size) {
         for (size_t i = ELEMENTSOF(duration_units) - 1; i >= 2; i--)
                 if (ms != 0 && ms % duration_units[i].ms == 0) {

@@ -28,6 +28,18 @@ enum {
  * value does not fit in int64 milliseconds. */
 int cli_parse_duration(const char *s, int64_t *ret_ms);
 
+/* Parses a SIZE in MiB: digits followed by "M" or "MiB" (mebibytes), "G" or
+ * "GiB", "T" or "TiB", or bare digits meaning MiB ("512M", "1G", "2048").
+ * Stores MiB in *ret_mib (> 0). Returns 0, -EINVAL for anything else,
+ * -ERANGE when it does not fit in 2^53 MiB. */
+int cli_parse_size_mib(const char *s, int64_t *ret_mib);
+
+/* Parses a --volume value "NAME:/PATH" or "NAME:/PATH:ro" into a new
+ * {name, path, readOnly} object (*ret, caller deletes). NAME must be
+ * non-empty and PATH start with '/'; the daemon checks the rest. Returns
+ * 0, -EINVAL or -ENOMEM. */
+int cli_parse_volume_mount(const char *s, struct cJSON **ret);
+
 /* Formats milliseconds as the largest exact unit ("2h", "5m", "90s",
  * "1500ms") into buf (size >= 24). Returns buf. */
 const char *cli_format_duration(int64_t ms, char *buf, size_t size);

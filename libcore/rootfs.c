@@ -159,6 +159,42 @@ int core_rootfs_attach_bind(int rootfd, int tree, const char *dst, sb_error **re
         return 0;
 }
 
+/* Makes the directories of `dst` beneath rootfd that are missing (0755),
+ * one component at a time from the root: each is opened with
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS from its parent's fd, so a
+ * symlink the sandbox's own files planted anywhere on the way (a fork of
+ * a sandbox that made /data -> /etc) is refused (ELOOP), never followed.
+ * Runs before pivot_root, as root of the sandbox. */
+static int mkdir_beneath(int rootfd, const char *dst, sb_error **ret_err) {
+        _cleanup_free_ char *copy = strdup(dst);
+        if (!copy)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        _cleanup_close_ int cur = fcntl(rootfd, F_DUPFD_CLOEXEC, 3);
+        if (cur < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "dup: %m");
+        char *save = NULL;
+        for (char *c = strtok_r(copy, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+                struct open_how how = {
+                        .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+                };
+                int fd = (int)syscall(SYS_openat2, cur, c, &how, sizeof(how));
+                if (fd < 0 && errno == ENOENT) {
+                        if (mkdirat(cur, c, 0755) < 0 && errno != EEXIST)
+                                return sb_error_set(ret_err, negative_errno(), NULL, NULL,
+                                                    "volume mount point %s: mkdir %s: %m", dst, c);
+                        fd = (int)syscall(SYS_openat2, cur, c, &how, sizeof(how));
+                }
+                if (fd < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "volume mount point %s: %s: %s", dst,
+                                            c, errno == ELOOP ? "a symbolic link (not followed)"
+                                                              : errno == ENOTDIR ? "not a directory" : strerror(errno));
+                close(cur);
+                cur = fd;
+        }
+        return 0;
+}
+
 /* Binds host path src (recursively) onto dst beneath rootfd. */
 static int bind_path(int rootfd, int srcdfd, const char *src, const char *dst, bool ro,
                      sb_error **ret_err) {
@@ -541,6 +577,8 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", cfg->rootfs);
 
         for (size_t i = 0; i < cfg->n_binds; i++) {
+                if (cfg->binds[i].mkdir)
+                        continue; /* a volume: last, below */
                 if (cfg->binds[i].fd > 2) {
                         r = core_rootfs_attach_bind(rootfd, cfg->binds[i].fd, cfg->binds[i].dst, ret_err);
                         if (r < 0)
@@ -568,6 +606,20 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
                 return r;
         if ((r = mask_dirs(rootfd, ret_err)) < 0 || (r = mask_files(rootfd, devnull, ret_err)) < 0)
                 return r;
+        /* Volumes last: on top of everything above (a volume at /tmp/x is
+         * on the sandbox's /tmp). Only detached mounts sandboxd made, each
+         * attached through RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS after its
+         * mount point was made without following symlinks. */
+        for (size_t i = 0; i < cfg->n_binds; i++) {
+                if (!cfg->binds[i].mkdir)
+                        continue;
+                if (cfg->binds[i].fd <= 2)
+                        return sb_error_set(ret_err, -EINVAL, NULL, NULL, "volume %s: no mount from sandboxd",
+                                            cfg->binds[i].dst);
+                if ((r = mkdir_beneath(rootfd, cfg->binds[i].dst, ret_err)) < 0 ||
+                    (r = core_rootfs_attach_bind(rootfd, cfg->binds[i].fd, cfg->binds[i].dst, ret_err)) < 0)
+                        return r;
+        }
 
         if (cfg->hostname && sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "sethostname: %m");

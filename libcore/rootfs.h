@@ -16,6 +16,9 @@ typedef struct core_bind {
         bool ro;
         int fd;     /* > 2: a detached clone of src made by sandboxd (user
                      * namespace), attached instead of opening src; owned */
+        bool mkdir; /* a volume (needs fd): attached after every other
+                     * mount, its missing mount point directories made
+                     * first (0755, never through a symlink) */
 } core_bind;
 
 typedef struct core_rootfs_config {

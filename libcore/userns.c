@@ -230,6 +230,70 @@ int core_userns_bind_tree(const char *src, bool ro, sb_error **ret_err) {
         return core_rootfs_clone_tree(AT_FDCWD, src, ro, ret_err);
 }
 
+/* ---- idmapped trees of volumes ---------------------------------------------- */
+
+int core_userns_idmap_tree(int dfd, const char *path, int userns_fd, bool ro, sb_error **ret_err) {
+        _cleanup_close_ int tree = open_tree(dfd, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+        if (tree < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open_tree %s: %m", path);
+        /* One call: the tree never exists idmapped but writable when it is
+         * to be read-only. nosuid and nodev: a file root of one sandbox
+         * made is nothing to any other. */
+        struct mount_attr attr = {
+                .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (ro ? MOUNT_ATTR_RDONLY : 0),
+                .userns_fd = (uint64_t)userns_fd,
+                .propagation = MS_PRIVATE,
+        };
+        if (mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "idmapped mount of %s: %m", path);
+        return TAKE_FD(tree);
+}
+
+int core_userns_hold_maps(const char *uid_map, const char *gid_map, pid_t *ret_pid, int *ret_fd,
+                          sb_error **ret_err) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "pipe: %m");
+        pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+        if (pid == 0) {
+                /* As core_userns_hold's child: waits for EOF, raw syscalls. */
+                char c;
+                if (dup2(p[0], STDIN_FILENO) < 0 || syscall(SYS_close_range, STDIN_FILENO + 1, ~0U, 0) < 0)
+                        _exit(1);
+                while (read(STDIN_FILENO, &c, 1) < 0 && errno == EINTR)
+                        ;
+                _exit(0);
+        }
+        int err = pid < 0 ? negative_errno() : 0;
+        close(p[0]);
+        if (pid < 0) {
+                close(p[1]);
+                return sb_error_set(ret_err, err, NULL, NULL, "clone a user namespace: %s", strerror(-err));
+        }
+        char path[64];
+        int r = 0;
+        const char *maps[2] = {uid_map, gid_map};
+        static const char *const files[] = {"uid_map", "gid_map"};
+        for (size_t i = 0; i < 2 && r >= 0; i++) {
+                snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, files[i]);
+                r = core_write_string(path, maps[i]);
+                if (r < 0)
+                        sb_error_set(ret_err, r, NULL, NULL, "write %s: %s", path, strerror(-r));
+        }
+        snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+        int fd = r < 0 ? r : open(path, O_RDONLY | O_CLOEXEC);
+        if (r >= 0 && fd < 0)
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", path);
+        close(p[1]);
+        if (r < 0) {
+                waitpid(pid, NULL, 0);
+                return r;
+        }
+        *ret_pid = pid;
+        *ret_fd = fd;
+        return 0;
+}
+
 /* ---- probe ----------------------------------------------------------------- */
 
 int core_userns_hold(uint32_t host_base, pid_t *ret_pid, int *ret_fd, sb_error **ret_err) {

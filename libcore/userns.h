@@ -83,6 +83,27 @@ int core_userns_overlay(int userns_fd, const char *lowers, const char *sbdir, ui
  * (O_CLOEXEC, caller owns) or a negative errno. */
 int core_userns_bind_tree(const char *src, bool ro, sb_error **ret_err);
 
+/* A detached clone of the directory `path` (relative to dfd, not empty)
+ * idmapped through `userns_fd` (on-disk id k shows
+ * as the id k maps to in that namespace, and a write by that id is stored
+ * as k), nosuid, nodev, read-only when `ro` (set in the same
+ * mount_setattr(2) call as the idmap), private propagation: a volume's
+ * tree for one session (sandboxd/volume.c). The symlink at `path`'s last
+ * component, if any, is not followed. Returns the fd (O_CLOEXEC, caller
+ * owns) or a negative errno with *ret_err. Source: mount_setattr(2),
+ * Documentation/filesystems/idmappings.rst. */
+int core_userns_idmap_tree(int dfd, const char *path, int userns_fd, bool ro, sb_error **ret_err);
+
+/* A throwaway process in a new user namespace (owned by the caller, host
+ * root) with the uid_map and gid_map texts given ("0 0 1\n1000 997 1\n",
+ * user_namespaces(7) format), for an idmapped mount that maps a few ids
+ * only (a volume in a sandbox without a user namespace). *ret_pid is the
+ * process (reap it with core_userns_release once the mount is made: the
+ * mount keeps the namespace), *ret_fd its /proc/<pid>/ns/user. Returns 0
+ * or a negative errno with *ret_err. */
+int core_userns_hold_maps(const char *uid_map, const char *gid_map, pid_t *ret_pid, int *ret_fd,
+                          sb_error **ret_err);
+
 /* A throwaway process in a new user namespace mapped to host_base and
  * owned by it (as a sandbox's), for idmapping without a sandbox (the probe,
  * tests). *ret_pid is the process (reap it with core_userns_release),

@@ -38,6 +38,18 @@ int sandbox_parse_disk(const daemon_config *cfg, const cJSON *res, uint64_t *ret
  * without their files, and its start-up removals would orphan their
  * subvolumes. */
 static int refuse_pool_sandboxes(manager *m, sb_error **ret_err) {
+        _cleanup_free_ char *vdir = NULL;
+        if (asprintf(&vdir, "%s/volumes", m->cfg->state_dir) < 0)
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        _cleanup_closedir_ DIR *vd = opendir(vdir);
+        for (struct dirent *de; vd && (de = readdir(vd));) {
+                _cleanup_free_ char *dir = NULL;
+                if (de->d_name[0] == '.' || asprintf(&dir, "%s/%s", vdir, de->d_name) < 0 || !core_pool_present(dir))
+                        continue;
+                return sb_error_set(ret_err, -EINVAL, NULL, "storage.pool",
+                                    "daemon.json: storage.pool: volume '%s' (%s) is in the storage pool; set "
+                                    "storage.pool as it was (the pool's files are kept)", de->d_name, dir);
+        }
         _cleanup_closedir_ DIR *d = opendir(m->sandboxes_dir);
         for (struct dirent *de; d && (de = readdir(d));) {
                 _cleanup_free_ char *dir = NULL;
@@ -86,6 +98,19 @@ void storage_pool_sweep(manager *m) {
                 char id[33];
                 if (streq(de->d_name, ".") || streq(de->d_name, "..") ||
                     asprintf(&dir, "%s/%s", m->sandboxes_dir, de->d_name) < 0 || core_pool_sandbox_id(dir, id) < 0)
+                        continue;
+                if (n + 1 >= cap) {
+                        char **k = realloc(keep, (cap *= 2) * sizeof(char *));
+                        if (!k)
+                                break;
+                        keep = k;
+                }
+                keep[n++] = strdup(id);
+        }
+        /* And every volume's (volume.c). */
+        for (const volume *v = m->volumes; keep && v; v = v->next) {
+                char id[33];
+                if (core_pool_sandbox_id(v->dir, id) < 0)
                         continue;
                 if (n + 1 >= cap) {
                         char **k = realloc(keep, (cap *= 2) * sizeof(char *));
@@ -170,6 +195,7 @@ void sandbox_storage_stats(const manager *m, const char *owner, sandbox_storage 
                 if (core_disk_backed(sb->dir) == 0 && core_disk_present(sb->dir))
                         ret->unbacked++;
         }
+        volumes_storage_stats(m, owner, ret);
         struct statvfs st;
         if (statvfs(m->cfg->state_dir, &st) == 0) {
                 ret->free_bytes = (uint64_t)st.f_bavail * st.f_frsize;

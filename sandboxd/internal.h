@@ -258,6 +258,7 @@ struct sandbox {
         bool not_ready;
         rpc_conn *setup_conn;     /* the connection holding the setup claim (a reference), or NULL */
         req_list setup_waiters;   /* getOrCreate callers parked until it is ready or the claim is free */
+        cJSON *volumes;           /* its volume mounts: [{name, path, readOnly}] (volume.c) */
         dev_t pool_rt_dev;        /* pooled: the runtime tree it was made on (stat of runtime_dir) */
         ino_t pool_rt_ino;
         sandbox *next;
@@ -306,6 +307,9 @@ typedef struct start_job {
         const char *progress_stage;
         uint64_t progress_sent_ms;
         core_source_progress progress_held; /* the last report not sent (stage NULL: none) */
+        /* The volumes to mount, resolved on the loop thread at
+         * session_start: [{name, dir, path, readOnly}] (volume.c). */
+        cJSON *volume_mounts;
 } start_job;
 enum { START_RUNNING = 0, START_COMMITTED = 2 };
 /* request.cancel hook for a create or fork's create phase (session.c). */
@@ -322,6 +326,21 @@ typedef struct snapshot {
         bool expired;             /* past expires_ms, kept while a sandbox stands on it */
         struct snapshot *next;
 } snapshot;
+
+/* A named volume (volume.c): a bounded filesystem of its own, mounted into
+ * the sandboxes that name it. */
+typedef struct volume {
+        char *name;
+        char *owner;              /* the tenant that made it (tenant.h); NULL: admin-owned */
+        uint64_t size_mib;        /* its bound (sizeMiB) */
+        uint64_t inodes;          /* inodes asked for; 0: ext4's ratio */
+        cJSON *tags;              /* object of strings */
+        uint64_t created_ms;
+        char *dir;                /* <state>/volumes/<name> */
+        bool creating;            /* its filesystem is being made (worker): not mountable yet */
+        bool deleting;            /* its files are being removed (worker) */
+        struct volume *next;
+} volume;
 
 struct manager {
         sd_event *event;
@@ -371,6 +390,8 @@ struct manager {
         bool listing_over;        /* the wait timed out: unknown cmdIds are not_found at once */
         bool stopping;            /* the daemon is exiting (manager_stopping) */
         struct warm_pool *warm_pool; /* warmpool.c; NULL when warmPool is off */
+        volume *volumes;          /* volume.c */
+        char *volumes_dir;        /* <state>/volumes */
 };
 
 /* disk.c: each sandbox's bounded writable layer (libcore/diskimg.h). */
@@ -399,6 +420,8 @@ typedef struct sandbox_storage {
         unsigned unbacked;        /* of them, images without all their blocks (made sparse by an earlier version) */
         unsigned pool_disks;      /* sandboxes whose disk is a subvolume of the storage pool (libcore/pool.h) */
         uint64_t pool_committed_bytes; /* their diskMiB plus CORE_POOL_RESERVE_BYTES each, in bytes */
+        unsigned volumes;         /* volumes (volume.c), counted in the sums above by where they live */
+        uint64_t volume_committed_bytes; /* their sizeMiB on the state filesystem, in bytes (in committed_bytes) */
 } sandbox_storage;
 /* Fills *ret from the sandboxes' records, one fstat per image, and a
  * statvfs of the state directory (zeros when it fails). With `owner`
@@ -421,6 +444,49 @@ void storage_pool_sweep(manager *m);
 char *layer_dir(const manager *m, const char *id, bool files);
 /* Whether a sandbox or snapshot of m (a manager *) stands on layer id. */
 bool layer_in_use_cb(const char *id, void *m);
+
+/* volume.c: named volumes (docs/API.md "Volumes"). */
+/* At most this many volume mounts per sandbox. */
+#define VOLUME_MOUNTS_MAX 16
+void register_volume_methods(manager *m, rpc_server *s);
+/* Daemon start, before reconcile: makes <state>/volumes, loads every
+ * record, mounts each volume's filesystem, and removes each directory
+ * without a record (an interrupted create or delete). 0 or a negative
+ * errno with *ret_err. */
+int volumes_load(manager *m, sb_error **ret_err);
+void volumes_free(manager *m);
+/* The volume named `name`, or NULL. */
+volume *manager_find_volume(manager *m, const char *name);
+/* Whether sandbox sb's config names volume `name`. */
+bool volume_mounted_by(const sandbox *sb, const char *name);
+/* Validates a create's `volumes` param (NULL or null: none) against the
+ * registry: at most VOLUME_MOUNTS_MAX {name, path, readOnly?}, path
+ * absolute, not /, without empty, '.' or '..' components, not under /proc,
+ * /sys or /dev, no two at one path, each volume existing and the client
+ * of `req`'s (another tenant's: not_found). *ret gets the normalised array
+ * (caller deletes). 0 or a negative errno with *ret_err naming
+ * volumes[i].field. */
+int volumes_parse_mounts(manager *m, const rpc_request *req, const cJSON *arr, cJSON **ret, sb_error **ret_err);
+/* Loop thread, at session_start: sb's mounts with each volume's directory
+ * ([{name, dir, path, readOnly}], caller deletes), or NULL with *ret_err
+ * (not_found: a volume it names is gone or being deleted). */
+cJSON *volumes_session_mounts(manager *m, const sandbox *sb, sb_error **ret_err);
+/* Worker: the detached, idmapped (through userns_fd), nosuid, nodev
+ * clone of the tree of the volume in `dir` (its <dir>/upper mount),
+ * read-only when `ro`. The fd (caller's) or a negative errno. */
+int volumes_tree(const char *dir, int userns_fd, bool ro, sb_error **ret_err);
+/* Adds the volumes (of tenant `owner` only, when not NULL) to st: counts,
+ * committed bytes by where each lives. */
+void volumes_storage_stats(const manager *m, const char *owner, sandbox_storage *st);
+/* MiB of the volumes tenant `owner` made (0 for NULL: admin). */
+uint64_t volumes_disk_mib(const manager *m, const char *owner);
+unsigned volumes_count(const manager *m);
+/* Calls fn for each volume (of `owner` only, when not NULL) with its
+ * size, use and inode count (metrics.c). */
+void volumes_metrics(manager *m, const char *owner, void (*fn)(const char *name, uint64_t size_bytes,
+                                                                 uint64_t used_bytes, uint64_t used_inodes,
+                                                                 uint64_t inodes, void *userdata),
+                     void *userdata);
 
 /* manager.c */
 sandbox *manager_find_sandbox(manager *m, const char *name);

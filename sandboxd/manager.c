@@ -160,6 +160,9 @@ static void method_info(rpc_request *req, void *userdata) {
         cJSON_AddNumberToObject(st, "totalBytes", (double)ss.total_bytes);
         cJSON_AddNumberToObject(st, "disks", ss.disks);
         cJSON_AddNumberToObject(st, "unbackedDisks", ss.unbacked);
+        /* Volumes (volume.c): in committedBytes (or the pool's) too. */
+        cJSON_AddNumberToObject(st, "volumes", ss.volumes);
+        cJSON_AddNumberToObject(st, "volumeCommittedBytes", (double)ss.volume_committed_bytes);
         /* The storage pool (libcore/pool.h), when daemon.json has one:
          * what admission counts (committed includes its metadata margin)
          * beside what Btrfs says is in use. */
@@ -207,6 +210,7 @@ void manager_register_methods(manager *m, rpc_server *server) {
         register_pause_methods(m, server);
         register_event_methods(m, server);
         register_ready_methods(m, server);
+        register_volume_methods(m, server);
 }
 
 static int parse_pool(const char *text, core_net_pool *pool, sb_error **ret_err) {
@@ -990,6 +994,9 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         else if (r < 0)
                 log_warning_errno(r, "helper records in %s/helpers: %m", cfg->run_dir);
         sweep_write_temps(m, cfg);
+        /* Volumes before sandboxes: a sandbox's resume mounts them. */
+        if ((r = volumes_load(m, ret_err)) < 0)
+                goto fail;
         reconcile(m);
         snapshots_load(m);
         storage_pool_sweep(m);
@@ -1067,6 +1074,7 @@ void manager_free(manager *m) {
         free(m->layers_dir);
         free(m->snapshots_dir);
         snapshots_free(m);
+        volumes_free(m);
         free(m->slots);
         sd_event_unref(m->event);
         free(m);

@@ -346,6 +346,36 @@ static const series S_CPU = { "sandboxd_sandbox_cpu_seconds_total", "counter",
 static const series S_MEM = { "sandboxd_sandbox_memory_bytes", "gauge", "Memory the session's cgroup uses now." };
 static const series S_PEAK = { "sandboxd_sandbox_memory_peak_bytes", "gauge", "The most memory the session's cgroup has used." };
 static const series S_PIDS = { "sandboxd_sandbox_pids", "gauge", "Processes and threads of the session now." };
+/* The volumes' gauges (volumes_metrics): one series per volume and
+ * metric, each metric's HELP and TYPE once. Names are a-z, 0-9, '-': no
+ * label escaping needed. */
+typedef struct volume_out {
+        FILE *f;
+        int which; /* 0 size, 1 used bytes, 2 used inodes, 3 inodes */
+} volume_out;
+static const char *const volume_metric[][2] = {
+        { "sandboxd_volume_size_bytes", "Size of the volume (sizeMiB)." },
+        { "sandboxd_volume_used_bytes", "Bytes in use on the volume's filesystem." },
+        { "sandboxd_volume_used_inodes", "Inodes in use on the volume's filesystem." },
+        { "sandboxd_volume_inodes", "Inodes of the volume's filesystem." },
+};
+
+static void volume_series(const char *name, uint64_t size, uint64_t used, uint64_t used_inodes, uint64_t inodes,
+                          void *userdata) {
+        volume_out *o = userdata;
+        uint64_t v[] = { size, used, used_inodes, inodes };
+        fprintf(o->f, "%s{volume=\"%s\"} %" PRIu64 "\n", volume_metric[o->which][0], name, v[o->which]);
+}
+
+static void volumes_print(manager *m, const char *owner, FILE *f) {
+        for (int i = 0; i < (int)ELEMENTSOF(volume_metric); i++) {
+                fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", volume_metric[i][0], volume_metric[i][1],
+                        volume_metric[i][0]);
+                volume_out o = { .f = f, .which = i };
+                volumes_metrics(m, owner, volume_series, &o);
+        }
+}
+
 static const series S_DISK = { "sandboxd_sandbox_disk_used_bytes", "gauge", "Bytes in use on the sandbox's disk (its image's filesystem, or its storage pool subvolume's referenced bytes)." };
 static const series S_RX = { "sandboxd_sandbox_network_receive_bytes_total", "counter",
                              "Bytes the sandbox received over its network link (ingress)." };
@@ -407,6 +437,11 @@ static char *render(bool full, const tenant *who, size_t *ret_len) {
                         "# HELP sandboxd_storage_pool_used_bytes Bytes of the storage pool Btrfs has in use.\n"
                         "# TYPE sandboxd_storage_pool_used_bytes gauge\nsandboxd_storage_pool_used_bytes %" PRIu64 "\n",
                         ps.size, ps.committed, ps.used);
+        fprintf(f, "# HELP sandboxd_volumes Volumes (volume.create).\n# TYPE sandboxd_volumes gauge\nsandboxd_volumes %u\n"
+                   "# HELP sandboxd_storage_volume_committed_bytes Sum of the volumes' sizes (sizeMiB) held on the state filesystem (in sandboxd_storage_committed_bytes).\n"
+                   "# TYPE sandboxd_storage_volume_committed_bytes gauge\nsandboxd_storage_volume_committed_bytes %" PRIu64 "\n",
+                ss.volumes, ss.volume_committed_bytes);
+        volumes_print(m, tenant_owner(who), f);
         if (full) {
                 /* Usage of each running sandbox, read once. */
                 size_t n = 0;

@@ -1056,6 +1056,23 @@ void rpc_reply_unavailable(rpc_request *req, cJSON *data, const char *fmt, ...) 
         request_free(req);
 }
 
+void rpc_reply_error_data(rpc_request *req, const char *reason, cJSON *data, const char *fmt, ...) {
+        req->failed = true;
+        if (req->id && rpc_conn_is_open(req->conn)) {
+                _cleanup_free_ char *message = NULL;
+                va_list ap;
+                va_start(ap, fmt);
+                if (vasprintf(&message, fmt, ap) < 0)
+                        message = NULL;
+                va_end(ap);
+                cut_message(message);
+                conn_queue(req->conn, error_message_data(TAKE_PTR(req->id), RPC_APP_ERROR, reason, NULL,
+                                                         message ? message : reason, TAKE_PTR(data)));
+        }
+        cJSON_Delete(data);
+        request_free(req);
+}
+
 void rpc_notify(rpc_conn *conn, const char *method, cJSON *params) {
         if (!rpc_conn_is_open(conn)) {
                 cJSON_Delete(params);

@@ -113,6 +113,10 @@ void rpc_request_set_cancel(rpc_request *req, rpc_cancel_fn fn, void *userdata);
  * members of `data` (an object, taken; NULL: none) added to error.data,
  * e.g. {"completed": false, "cmdId": "cmd-..."}. */
 void rpc_reply_unavailable(rpc_request *req, cJSON *data, const char *fmt, ...) _printf_(3, 4);
+/* Finishes a request with -32000, data.reason `reason`, and the members of
+ * `data` (an object, taken; NULL: none) added to error.data, e.g.
+ * {"sandboxes": [...]} of a volume.delete refused while mounted. */
+void rpc_reply_error_data(rpc_request *req, const char *reason, cJSON *data, const char *fmt, ...) _printf_(4, 5);
 
 /* ---- Stopping (SIGTERM) ----
  *

@@ -67,6 +67,8 @@ cJSON *sandbox_to_json(const sandbox *sb) {
                 cJSON_AddNumberToObject(res, "diskMiB", (double)sb->disk_mib);
         cJSON_AddItemToObject(o, "env", cJSON_Duplicate(sb->env, 1));
         cJSON_AddItemToObject(o, "tags", cJSON_Duplicate(sb->tags, 1));
+        /* Its volume mounts (volume.c), as given at create. */
+        cJSON_AddItemToObject(o, "volumes", sb->volumes ? cJSON_Duplicate(sb->volumes, 1) : cJSON_CreateArray());
         /* Header values of rules carry credentials: never shown (DESIGN §3). */
         cJSON *pol = sb->pol ? pol_policy_to_json(sb->pol, true) : NULL;
         cJSON_AddItemToObject(o, "networkPolicy", pol ? pol : cJSON_CreateString("deny-all"));
@@ -141,6 +143,7 @@ void sandbox_free(sandbox *sb) {
         cJSON_Delete(sb->ports);
         cJSON_Delete(sb->sessions);
         cJSON_Delete(sb->layers);
+        cJSON_Delete(sb->volumes);
         cJSON_Delete(sb->policy);
         pol_policy_free(sb->pol);
         free(sb->dir);
@@ -467,6 +470,9 @@ static int parse_create(manager *m, rpc_request *req, sandbox *sb, start_job *j,
                 return r;
         if ((r = ports_parse(ports, &sb->ports, ret_err)) < 0)
                 return r;
+        if ((r = volumes_parse_mounts(m, req, cJSON_GetObjectItemCaseSensitive(req->params, "volumes"), &sb->volumes,
+                                      ret_err)) < 0)
+                return r;
         policy = cJSON_GetObjectItemCaseSensitive(req->params, "networkPolicy");
         /* None given (absent or null): the operator's daemon.json
          * defaultNetworkPolicy, else allow-all (DESIGN §5.1 rule 1). A
@@ -705,6 +711,8 @@ static cJSON *config_differs(const cJSON *given, const sandbox *want, const sand
                         same = same_json(want->tags, have->tags);
                 else if (streq(key, "ports"))
                         same = same_json(want->ports, have->ports);
+                else if (streq(key, "volumes"))
+                        same = same_json(want->volumes, have->volumes);
                 else if (streq(key, "networkPolicy"))
                         same = same_json(want->policy, have->policy);
                 else if (streq(key, "source"))
@@ -1247,6 +1255,8 @@ int sandbox_load(manager *m, const char *dir, sb_error **ret_err) {
         sb->ports = dup_json_of_type(c, "ports", cJSON_IsArray, cJSON_CreateArray());
         sb->sessions = dup_json_of_type(c, "sessions", cJSON_IsArray, cJSON_CreateArray());
         sb->layers = dup_json_of_type(c, "layers", cJSON_IsArray, cJSON_CreateArray());
+        /* Checked again at each start (volumes_session_mounts). */
+        sb->volumes = dup_json_of_type(c, "volumes", cJSON_IsArray, cJSON_CreateArray());
         cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "resources"), "vcpus");
         sb->vcpus = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= m->cfg->max_vcpus
                             ? (unsigned)v->valuedouble : 1;

@@ -53,13 +53,16 @@ static const schema_variant source_variants[] = {
         { NULL, NULL },
 };
 
+static const schema_field volume_mount_fields[] = { REQ("name"), REQ("path"), OPT("readOnly"), END };
+
 /* The config of a sandbox: what create takes besides name and source, and
  * so what a fork may override. */
 #define CONFIG_FIELDS                                                                 \
         OPT("runtime"), OPT("ports"), OPT("timeout"),                                 \
         { .key = "resources", .kind = SCHEMA_OBJECT, .fields = resources_fields },    \
         { .key = "networkPolicy", .kind = SCHEMA_POLICY }, MAP("env"), MAP("tags"),   \
-        OPT("persistent"), OPT("userns")
+        OPT("persistent"), OPT("userns"),                                             \
+        { .key = "volumes", .kind = SCHEMA_ARRAY, .fields = volume_mount_fields }
 #define SOURCE_FIELD { .key = "source", .kind = SCHEMA_VARIANT, .variants = source_variants }
 
 static const schema_field create_params[] = { OPT("name"), SOURCE_FIELD, CONFIG_FIELDS, OPT("progress"), END };
@@ -115,6 +118,7 @@ static const schema_field policy_check_params[] = {
 static const schema_field fs_watch_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
 static const schema_field act_as_params[] = { REQ("tenant"), END };
 static const schema_field subscribe_params[] = { OPT("sandbox"), OPT("kinds"), END };
+static const schema_field volume_create_params[] = { REQ("name"), REQ("sizeMiB"), OPT("inodes"), MAP("tags"), END };
 
 const schema_method schema_methods[] = {
         { "sandbox.create", create_params },
@@ -165,6 +169,10 @@ const schema_method schema_methods[] = {
         { "request.cancel", cancel_params },
         { "sandbox.setReady", set_ready_params },
         { "session.actAs", act_as_params },
+        { "volume.create", volume_create_params },
+        { "volume.get", name_params },
+        { "volume.list", list_params },
+        { "volume.delete", name_params },
         { NULL, NULL },
 };
 
@@ -174,7 +182,8 @@ const schema_method schema_methods[] = {
 #define CONFIG_LIMITS(m, pre)                                                                         \
         { m, pre "runtime", LIMIT_NAME_BYTES }, { m, pre "ports", 0 }, { m, pre "timeout", 0 },      \
         { m, pre "resources.vcpus", 0 }, { m, pre "resources.diskMiB", 0 }, { m, pre "persistent", 0 }, \
-        { m, pre "userns", 0 }
+        { m, pre "userns", 0 }, { m, pre "volumes[].name", LIMIT_NAME_BYTES },                    \
+        { m, pre "volumes[].path", LIMIT_PATH_BYTES }, { m, pre "volumes[].readOnly", 0 }
 #define SOURCE_LIMITS(m)                                                                              \
         { m, "source.url", LIMIT_URL_BYTES }, { m, "source.depth", 0 },                              \
         { m, "source.revision", LIMIT_REVISION_BYTES }, { m, "source.username", LIMIT_USERNAME_BYTES }, \
@@ -292,6 +301,14 @@ const schema_limit schema_limits[] = {
         { "events.subscribe", "kinds", 0 }, /* each one of the known kinds */
         { "request.cancel", "id", 0 },
         { "session.actAs", "tenant", 64 }, /* a tenant:NAME's NAME (remote_tenant_name_ok) */
+        { "volume.create", "name", LIMIT_NAME_BYTES },
+        { "volume.create", "sizeMiB", 0 },
+        { "volume.create", "inodes", 0 },
+        { "volume.get", "name", LIMIT_NAME_BYTES },
+        { "volume.list", "namePrefix", LIMIT_NAME_BYTES },
+        { "volume.list", "limit", 0 },
+        { "volume.list", "cursor", LIMIT_NAME_BYTES }, /* the last name of the page before */
+        { "volume.delete", "name", LIMIT_NAME_BYTES },
         { NULL, NULL, 0 },
 };
 

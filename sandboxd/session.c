@@ -601,6 +601,69 @@ static int userns_overlay(start_job *j, sb_error **ret_err) {
         return r < 0 ? sb_error_prefix(ret_err, "user namespace root") : r;
 }
 
+/* The sandbox's volumes (volume.c): each a detached clone of the
+ * volume's tree made here, idmapped so that the files keep sandbox ids on
+ * disk: through the session's own user namespace (on-disk k is its k), or
+ * without one through a namespace of its own mapping on-disk 0 and 1000
+ * to host root and the sandboxd-user account, the ids of root and the
+ * sandbox user there (on-disk ids other than those show as nobody, and
+ * may not be given). sandbox-init attaches each last, at its path, made
+ * without following symlinks ("mkdir", libcore/rootfs.c). */
+static int volume_binds(start_job *j, cJSON *pkt, setup_fds *fds, sb_error **ret_err) {
+        if (cJSON_GetArraySize(j->volume_mounts) == 0)
+                return 0;
+        _cleanup_close_ int nsfd = -EBADF;
+        pid_t holder = 0;
+        if (j->sb->userns_base) {
+                char ns[64];
+                snprintf(ns, sizeof(ns), "/proc/%d/ns/user", (int)j->spawn.pid);
+                if ((nsfd = open(ns, O_RDONLY | O_CLOEXEC)) < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "open %s: %m", ns);
+        } else {
+                uid_t uid = 0;
+                gid_t gid = 0;
+                int r = userns_sandbox_user(j->sb, &uid, &gid);
+                char umap[64], gmap[64];
+                snprintf(umap, sizeof(umap), "0 0 1\n%u %u 1\n", SANDBOX_UID, (unsigned)uid);
+                snprintf(gmap, sizeof(gmap), "0 0 1\n%u %u 1\n", SANDBOX_GID, (unsigned)gid);
+                if (r < 0 || uid == 0 || gid == 0)
+                        return sb_error_set(ret_err, r < 0 ? r : -EINVAL, NULL, NULL,
+                                            "volumes: no sandbox user account to map");
+                if ((r = core_userns_hold_maps(umap, gmap, &holder, &nsfd, ret_err)) < 0)
+                        return sb_error_prefix(ret_err, "volumes");
+        }
+        int r = 0;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, j->volume_mounts) {
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "name"));
+                const char *dir = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "dir"));
+                const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "path"));
+                bool ro = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "readOnly"));
+                if (fds->n >= SETUP_MAX_FDS) {
+                        r = sb_error_set(ret_err, -E2BIG, NULL, NULL, "too many binds");
+                        break;
+                }
+                int fd = volumes_tree(dir, nsfd, ro, ret_err);
+                if (fd < 0) {
+                        r = sb_error_prefix(ret_err, "volume '%s'", name);
+                        break;
+                }
+                cJSON *b = cJSON_CreateObject();
+                char src[96];
+                snprintf(src, sizeof(src), "volume:%s", name);
+                cJSON_AddStringToObject(b, "src", src);
+                cJSON_AddStringToObject(b, "dst", path);
+                cJSON_AddBoolToObject(b, "ro", ro);
+                cJSON_AddBoolToObject(b, "mkdir", true);
+                cJSON_AddNumberToObject(b, "fd", (double)fds->n);
+                cJSON_AddItemToArray(cJSON_GetObjectItem(pkt, "binds"), b);
+                fds->fd[fds->n++] = fd;
+        }
+        if (holder > 0)
+                core_userns_release(holder);
+        return r;
+}
+
 /* Sends the setup packet and waits (bounded) for ready or error. */
 static int setup_init(start_job *j, sb_error **ret_err) {
         _cleanup_(setup_fds_close) setup_fds fds = {.n = 0};
@@ -616,6 +679,13 @@ static int setup_init(start_job *j, sb_error **ret_err) {
         }
         if (j->sandbox_trusts_ca) {
                 int r = ca_bundle_bind(j, pkt, &fds, ret_err);
+                if (r < 0) {
+                        cJSON_Delete(pkt);
+                        return r;
+                }
+        }
+        {
+                int r = volume_binds(j, pkt, &fds, ret_err);
                 if (r < 0) {
                         cJSON_Delete(pkt);
                         return r;
@@ -1801,6 +1871,14 @@ int session_start(sandbox *sb, start_job *j) {
                                     "no free address in the network pool %s", m->cfg->network_pool);
         if (asprintf(&j->rootfs, "%s/rootfs", sb->run_dir) < 0)
                 return -ENOMEM;
+        /* Its volumes as they are now (each must still exist: a stopped
+         * sandbox resumes only with all of them). */
+        cJSON_Delete(j->volume_mounts);
+        if (!(j->volume_mounts = volumes_session_mounts(m, sb, &j->err))) {
+                manager_release_slot(m, j->slot);
+                j->slot = -1;
+                return j->err ? j->err->code : -ENOMEM;
+        }
         sb->starting = true;
         if (!j->fresh)
                 sb->status = "pending";
@@ -1859,6 +1937,7 @@ void start_job_free(start_job *j) {
         if (j->netns_fd >= 0)
                 close(j->netns_fd);
         free(j->rootfs);
+        cJSON_Delete(j->volume_mounts);
         free(j->config_text);
         sb_error_free(j->err);
         if (j->progress_conn)

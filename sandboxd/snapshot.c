@@ -714,6 +714,9 @@ static cJSON *fork_params(const sandbox *src, const cJSON *overrides, const char
         /* The fork gets a range of its own; the copied layers hold sandbox
          * ids, so none of its files needs remapping (libcore/userns.h). */
         cJSON_AddBoolToObject(p, "userns", src->userns);
+        /* The same volumes, mounted (never copied: a volume is outside
+         * the fork's bytes), unless overrides.volumes says otherwise. */
+        cJSON_AddItemToObject(p, "volumes", src->volumes ? cJSON_Duplicate(src->volumes, 1) : cJSON_CreateArray());
         const cJSON *it;
         cJSON_ArrayForEach(it, overrides) {
                 cJSON_DeleteItemFromObject(p, it->string);
@@ -977,7 +980,10 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         s->sandbox = strdup(sb->name);
         s->layers = cJSON_Duplicate(chain, 1);
         s->config = sandbox_config_json(sb);
-        static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready"};
+        /* "volumes": a volume is no part of a snapshot (volume.c); a
+         * create from it mounts only what its own request names. */
+        static const char *const drop[] = {"name", "id", "owner", "createdAt", "sessions", "layers", "source", "ready",
+                                           "volumes"};
         for (size_t i = 0; i < ELEMENTSOF(drop); i++)
                 cJSON_DeleteItemFromObject(s->config, drop[i]);
         s->created_ms = core_now_ms();

@@ -407,11 +407,12 @@ static uint64_t snapshot_disk_mib(const snapshot *s) {
         return cJSON_IsNumber(dm) && dm->valuedouble > 0 ? (uint64_t)dm->valuedouble : 0;
 }
 
-/* What a tenant's snapshots and imported runtimes (those being imported
- * at what they reserved) hold against maxDiskMiB, in MiB: all of its disk
- * but its sandboxes'. */
+/* What a tenant's snapshots, volumes and imported runtimes (those being
+ * imported at what they reserved) hold against maxDiskMiB, in MiB: all of
+ * its disk but its sandboxes'. */
 static uint64_t snapshots_disk_mib(manager *m, const tenant *t) {
-        uint64_t disk = runtimes_disk_mib(m, t->name);
+        /* Volumes too: each holds its sizeMiB on the state filesystem. */
+        uint64_t disk = runtimes_disk_mib(m, t->name) + volumes_disk_mib(m, t->name);
         for (const snapshot *s = m->snapshots; s; s = s->next)
                 if (s->owner && tenant_owns(t, s->owner))
                         disk += snapshot_disk_mib(s);
@@ -457,6 +458,27 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
                                   "resources.diskMiB: tenant '%s' would have %" PRIu64 " MiB of disk (its sandboxes' "
                                   "disks, its snapshots' and its imported runtimes'), over its limit (daemon.json tenants maxDiskMiB %" PRIu64
                                   ")", t.name, disk + sb->disk_mib, l.disk_mib);
+        return 0;
+}
+
+int tenant_check_new_volume(manager *m, rpc_request *req, uint64_t size_mib, sb_error **ret_err) {
+        tenant t;
+        tenant_of_conn(m->cfg, req->conn, &t);
+        if (t.admin)
+                return 0;
+        tenant_limits l;
+        limits_of(m->cfg, &t, &l);
+        if (l.disk_mib == UINT64_MAX)
+                return 0;
+        uint64_t disk = snapshots_disk_mib(m, &t);
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
+                        disk += o->disk_mib;
+        if (disk + size_mib > l.disk_mib)
+                return over_limit(req, &t, ret_err,
+                                  "sizeMiB: tenant '%s' would have %" PRIu64 " MiB of disk (its sandboxes' disks, its "
+                                  "volumes', its snapshots' and its imported runtimes'), over its limit (daemon.json "
+                                  "tenants maxDiskMiB %" PRIu64 ")", t.name, disk + size_mib, l.disk_mib);
         return 0;
 }
 
@@ -626,6 +648,10 @@ bool tenant_info(manager *m, const rpc_request *req, cJSON *o) {
         cJSON_AddNumberToObject(u, "diskMiB", (double) disk);
         cJSON_AddNumberToObject(u, "snapshots", (double) snaps);
         cJSON_AddNumberToObject(u, "runtimes", (double) runtimes_owned(m, t.name));
+        unsigned vols = 0;
+        for (const volume *v = m->volumes; v; v = v->next)
+                vols += v->owner && tenant_owns(&t, v->owner);
+        cJSON_AddNumberToObject(u, "volumes", (double) vols);
         cJSON_AddNumberToObject(o, "sandboxes", (double) n);
         cJSON_AddNumberToObject(o, "running", (double) running);
         return true;
@@ -698,6 +724,7 @@ typedef enum tenant_access {
         ACCESS_SNAPSHOT_IMPORT,  /* allowSnapshotImport; the file under localSourceRoots */
         ACCESS_SNAPSHOT_EXPORT,  /* params.id its own snapshot; allowSnapshotExport */
         ACCESS_INFO,             /* daemon.info: the handler answers a tenant's view */
+        ACCESS_VOLUME,           /* params.name names a volume the tenant owns */
 } tenant_access;
 
 /* Every method of the API (schema.c's table) with a tenant's access.
@@ -759,6 +786,13 @@ static const struct {
         { "policy.check", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
         { "events.subscribe", ACCESS_OPTIONAL_SANDBOX, "sandbox" },
         { "daemon.info", ACCESS_INFO, NULL },
+        /* volume.create: the name is checked by the handler (a name
+         * another holds is already_exists, never saying whose), the disk
+         * limit by tenant_check_new_volume. */
+        { "volume.create", ACCESS_ANY, NULL },
+        { "volume.get", ACCESS_VOLUME, "name" },
+        { "volume.list", ACCESS_LIST, NULL },
+        { "volume.delete", ACCESS_VOLUME, "name" },
         /* Finds requests of the caller's own connection only (rpc.c). */
         { "request.cancel", ACCESS_ANY, NULL },
 };
@@ -987,6 +1021,12 @@ static int authorize_tenant(rpc_request *req, manager *m, const tenant *t, tenan
                 snapshot *sn = name ? manager_find_snapshot(m, name) : NULL;
                 if (!sn || !tenant_owns(t, sn->owner))
                         return refuse(req, t, ret_err, "id: no snapshot '%s' of this tenant", TEXT_Q(name ? name : "?"));
+                return 0;
+        }
+        case ACCESS_VOLUME: {
+                volume *v = name ? manager_find_volume(m, name) : NULL;
+                if (!v || !tenant_owns(t, v->owner))
+                        return refuse(req, t, ret_err, "name: no volume '%s' of this tenant", TEXT_Q(name ? name : "?"));
                 return 0;
         }
         case ACCESS_CREATE:

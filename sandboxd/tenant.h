@@ -129,6 +129,11 @@ struct sandbox;
  * (limit_exceeded) with *ret_err naming the limit and the tenant, logged. */
 int tenant_check_new_sandbox(manager *m, rpc_request *req, const struct sandbox *sb, sb_error **ret_err);
 
+/* The same for a new volume of size_mib (volume.create): under a
+ * maxDiskMiB, the tenant's sandboxes' disks, volumes, snapshots and
+ * imported runtimes with this one added. */
+int tenant_check_new_volume(manager *m, rpc_request *req, uint64_t size_mib, sb_error **ret_err);
+
 /* The same for a new snapshot of `src` (its capture done): the tenant's
  * snapshots with this one added, and with a maxDiskMiB its sandboxes'
  * disks plus its snapshots', each snapshot counted at its source's diskMiB

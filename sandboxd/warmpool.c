@@ -328,8 +328,10 @@ static void pool_discard(sandbox *sb) {
  * layers, a disk size, a tmpfs size). A persistent
  * sandbox may: its later sessions are cold starts of its own files. */
 static bool create_matches(const warm_pool *w, const sandbox *sb, const start_job *j) {
+        /* A pooled session was started without volumes: a create that
+         * mounts any takes the cold path. */
         return !j->src_type && cJSON_GetArraySize(sb->layers) == 0 && sb->vcpus == 1 &&
-               streq(sb->runtime, w->runtime);
+               cJSON_GetArraySize(sb->volumes) == 0 && streq(sb->runtime, w->runtime);
 }
 
 /* Whether pooled p still stands on the tree its runtime's name holds. */

@@ -99,6 +99,7 @@ static int parse_rootfs(const cJSON *setup, core_rootfs_config *cfg, recv_fds *f
                 cb->src = dup_string(b, "src");
                 cb->dst = dup_string(b, "dst");
                 cb->ro = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "ro"));
+                cb->mkdir = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "mkdir"));
                 const cJSON *fd = cJSON_GetObjectItemCaseSensitive(b, "fd");
                 cb->fd = -EBADF;
                 if (cJSON_IsNumber(fd)) {

@@ -252,6 +252,18 @@ def s_logged(w, d):
             "logs": {i: res(d, "command.logs", {"cmdId": i}) for i in (fin, run)}}
 
 
+def s_volume(w, d):
+    """A volume named ctx["volume"] (made here for a delete; for a create
+    only named), mounted by no sandbox."""
+    return {"volume": w.name("vol")}
+
+
+def s_volume_made(w, d):
+    ctx = s_volume(w, d)
+    res(d, "volume.create", {"name": ctx["volume"], "sizeMiB": 16}, 120)
+    return ctx
+
+
 def at_start(w, d, ctx):
     """No request: the point is reached while the daemon adopts."""
     return None
@@ -383,6 +395,11 @@ SCENARIOS = {
     "create.session_started[pool refill]": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),
     "create.recorded[pool refill]": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),
     "runtime.renamed": (s_runtime_tar, send("runtime.import", lambda w, c: {"name": c["runtime"], "path": c["path"]})),
+    # A volume's filesystem made, its record not yet written: after the
+    # restart the volume is absent and nothing of it is left; a delete
+    # cut after its record went: the volume never comes back.
+    "volume.create": (s_volume, send("volume.create", lambda w, c: {"name": c["volume"], "sizeMiB": 16})),
+    "volume.delete": (s_volume_made, send("volume.delete", lambda w, c: {"name": c["volume"]})),
 }
 
 # make check: every operation once, in well under 3 minutes.
@@ -392,7 +409,7 @@ SAMPLE = ["create.disk_backed", "create.cloned[git]", "create.cloned[tarball]", 
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
           "update.veth_created[deny-all to allowlist]",
           "delete.torn_down", "delete.answered", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
-          "pool.run_renamed", "pool.committed"]
+          "pool.run_renamed", "pool.committed", "volume.create", "volume.delete"]
 
 
 # ---------------------------------------------------------------- checks
@@ -563,6 +580,13 @@ def check_consistent(w, d, ctx, problems):
                                 % (name, want, mem, want * 2048 * 1024 * 1024))
         elif s["status"] not in ("stopped",):
             problems.append("sandbox %s is %s after the restart" % (name, s["status"]))
+    vols = {v["name"] for v in res(d, "volume.list")["volumes"]}
+    on_disk = set(state_entries(d, "volumes"))
+    if vols != on_disk:
+        problems.append("volume.list %s != state dir %s" % (sorted(vols), sorted(on_disk)))
+    if ctx.get("volume") in vols:
+        problems.append("a %s cut at its fault point left volume %s" % (
+            "delete" if "delete" in ctx.get("label", "") else "create", ctx["volume"]))
     snaps = {s["id"] for s in res(d, "snapshot.list")["snapshots"]}
     on_disk = {f[:-5] for f in state_entries(d, "snapshots") if f.endswith(".json")}
     if snaps != on_disk:
@@ -647,6 +671,10 @@ def delete_everything(d, problems):
     for rt in res(d, "runtime.list")["runtimes"]:
         if rt["name"] != "host":
             d.rpc("runtime.delete", {"name": rt["name"]}, 120)
+    for v in res(d, "volume.list")["volumes"]:
+        r = d.rpc("volume.delete", {"name": v["name"]}, 120)
+        if "error" in r:
+            problems.append("volume.delete %s: %s" % (v["name"], json.dumps(r["error"])[:200]))
 
 
 def check_clean(w, d, problems):
@@ -674,7 +702,9 @@ def check_clean(w, d, problems):
     run_left = run_entries()
     if run_left:
         problems.append("run directories left: %s" % run_left[:5])
-    for sub in ("runtimes", "snapshots", "layers", "disk-templates"):
+    if state_entries(d, "volumes"):
+        problems.append("volume directories left: %s" % state_entries(d, "volumes")[:5])
+    for sub in ("runtimes", "snapshots", "layers", "disk-templates", "volumes"):
         tmp = [e for e in state_entries(d, sub) if ".tmp" in e]
         if tmp:
             problems.append("temporary files left in %s: %s" % (sub, tmp))
@@ -701,6 +731,7 @@ def run_point(w, label):
                                         "detached": True})["cmdId"]
         poll(lambda: counter(d, witness) > 0, 30, "the witness's counter starts")
         ctx = setup(w, d)
+        ctx["label"] = label
         if ctx.get("export"):
             ctx["export_preexisting"] = True
         expect(d.stop() == 0, "the fault-free daemon stops with status 0")

@@ -164,7 +164,7 @@ def test_runtime_import_sends_a_resolved_path(world):
 
 
 VERBS = ("create", "get-or-create", "ls", "get", "extend", "fs", "exec", "command", "stop", "update", "fork", "snapshot", "snapshots",
-         "runtime", "rm", "cp", "policy", "events", "daemon", "certs", "top", "ps", "pause", "resume")
+         "runtime", "volume", "rm", "cp", "policy", "events", "daemon", "certs", "top", "ps", "pause", "resume")
 
 
 def test_help_lists_every_verb_and_only_flags_the_verb_takes(world):
