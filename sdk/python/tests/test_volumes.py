@@ -31,7 +31,7 @@ def test_two_sandboxes_share_a_volume_read_only_refuses_writes_delete_waits_for_
     try:
         vol = Volume.create(vol_name, size="64M", tags={"t": "share"}, client=client)
         assert (vol.name, vol.size_mib, vol.tags, vol.mounted_by) == (vol_name, 64, {"t": "share"}, [])
-        assert vol.inodes > 0 and vol.created_at
+        assert isinstance(vol.inodes, int) and vol.created_at
         assert isinstance(vol.usage["usedBytes"], int)
 
         writer = Sandbox.create(name=names[0], network_policy="deny-all",
@@ -85,7 +85,7 @@ def test_two_sandboxes_share_a_volume_read_only_refuses_writes_delete_waits_for_
 
 def test_volume_outlives_its_sandboxes_and_get_or_create_and_fork_mount_it(world, client):
     vol_name = world.name("pyvkeep")
-    names = [world.name("pyv1"), world.name("pyvgoc"), world.name("pyvfork")]
+    names = [world.name("pyv1"), world.name("pyvgoc"), world.name("pyvfork"), world.name("pyvfork2")]
     try:
         Volume.create(vol_name, size_mib=32, client=client)
         with Sandbox.create(name=names[0], network_policy="deny-all",
@@ -97,6 +97,11 @@ def test_volume_outlives_its_sandboxes_and_get_or_create_and_fork_mount_it(world
         fork = goc.fork(name=names[2], volumes=[{"name": vol_name, "path": "/ro", "readOnly": True}])
         assert fork.fs.read_text("/ro/kept.txt") == "kept"
         assert fork.run_command("sh", ["-c", "echo x > /ro/x"]).exit_code != 0
+        # Without volumes=, a fork mounts its source's (the same volume, not a copy).
+        same = Sandbox.fork(goc, name=names[3])
+        assert [(m["name"], m["path"]) for m in same.volumes] == [(vol_name, "/v")]
+        same.fs.write_file("/v/from-fork.txt", "shared")
+        assert goc.fs.read_text("/v/from-fork.txt") == "shared"
     finally:
         _cleanup(client, names, [vol_name])
 

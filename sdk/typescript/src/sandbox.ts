@@ -206,6 +206,7 @@ export class Sandbox {
 
   /**
    * Forks a sandbox: a new running sandbox whose filesystem is the source's current state.
+   * It mounts the source's volumes (the same volumes, not copies) unless `volumes` names others (`[]`: none).
    * @param params `sourceSandbox` (a name or a Sandbox), `name?`, and any create parameter to override.
    */
   static async fork(params: Omit<CreateSandboxParams, "source" | "name"> & WithClient & {

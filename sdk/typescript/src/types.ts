@@ -216,7 +216,7 @@ export interface VolumeInfo {
   name: string;
   /** Its size limit in MiB. */
   sizeMiB: number;
-  /** Its limit of inodes. */
+  /** The filesystem's inode count (0 with the daemon's Btrfs storage pool, which has no fixed count). */
   inodes: number;
   /** Tags. */
   tags: Record<string, string>;
@@ -226,7 +226,7 @@ export interface VolumeInfo {
   owner?: string | null;
   /** What it holds now. */
   usage: VolumeUsage;
-  /** The names of the sandboxes that mount it. */
+  /** The names of the sandboxes whose config mounts it, running or stopped. */
   mountedBy: string[];
   /** Other fields. */
   [key: string]: unknown;

@@ -67,7 +67,7 @@ export class Volume {
   get name(): string { return this.#info.name; }
   /** Its size limit in MiB. */
   get sizeMiB(): number { return this.#info.sizeMiB; }
-  /** Its inode limit. */
+  /** Its filesystem's inode count (0 with the daemon's Btrfs storage pool). */
   get inodes(): number { return this.#info.inodes; }
   /** Its tags. */
   get tags(): Record<string, string> { return this.#info.tags ?? {}; }
@@ -77,7 +77,7 @@ export class Volume {
   get owner(): string | null { return this.#info.owner ?? null; }
   /** What it held when last read (refresh with {@link refresh}). */
   get usage(): VolumeUsage { return this.#info.usage; }
-  /** The sandboxes that mounted it when last read. */
+  /** The sandboxes (running or stopped) that mounted it when last read. */
   get mountedBy(): string[] { return this.#info.mountedBy ?? []; }
   /** The whole Volume object as the daemon last sent it. */
   get info(): VolumeInfo { return this.#info; }
@@ -145,7 +145,7 @@ export class Volume {
   /**
    * Deletes a volume by name, and its files.
    * @param params the name, or `{ name, signal?, client? }`.
-   * @throws {InUseError} sandboxes mount it (`sandboxes` names them): delete or stop those first;
+   * @throws {InUseError} sandboxes, running or stopped, mount it (`sandboxes` names them): delete those first;
    *   {@link NotFoundError} no such volume.
    */
   static async delete(params: string | ({ name: string } & CallOptions & WithClient)): Promise<void> {

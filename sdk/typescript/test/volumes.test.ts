@@ -23,7 +23,7 @@ test("two sandboxes share a volume: one writes, the other reads; a read-only mou
     const vol = await Volume.create({ name: volName, size: "64M", tags: { t: "share" } });
     assert.equal(vol.name, volName);
     assert.equal(vol.sizeMiB, 64, "size \"64M\" is sent as sizeMiB 64");
-    assert.ok(vol.inodes > 0, "the daemon sets a default inode limit");
+    assert.equal(typeof vol.inodes, "number");
     assert.deepEqual(vol.tags, { t: "share" });
     assert.deepEqual(vol.mountedBy, []);
     assert.ok(vol.createdAt.getTime() > 0);
@@ -92,6 +92,12 @@ test("a volume outlives its sandboxes; getOrCreate and fork mount volumes too", 
     assert.equal(await fork.fs.readFile("/ro/kept.txt", "utf8"), "kept");
     const w = await fork.runCommand("sh", ["-c", "echo x > /ro/x"]);
     assert.notEqual(w.exitCode, 0, "the fork's read-only mount refuses a write");
+    // Without volumes, a fork mounts its source's (the same volume, not a copy).
+    const same = await Sandbox.fork({ sourceSandbox: goc, name: uniqueName("vfork2") });
+    made.push(same);
+    assert.deepEqual(same.volumes.map((m) => [m.name, m.path]), [[volName, "/v"]]);
+    await same.fs.writeFile("/v/from-fork.txt", "shared");
+    assert.equal(await goc.fs.readFile("/v/from-fork.txt", "utf8"), "shared");
   }, () => cleanup(made, [volName]));
 });
 

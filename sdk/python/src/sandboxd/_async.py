@@ -370,10 +370,11 @@ class AsyncVolume:
     "readOnly"?}]``). Every sandbox that mounts it sees the same files; it
     outlives them, and a sandbox's snapshot or fork does not copy it.
 
-    Fields: name, size_mib, inodes, tags, created_at (RFC 3339), owner
+    Fields: name, size_mib, inodes (the filesystem's inode count; 0 with
+    the daemon's Btrfs storage pool), tags, created_at (RFC 3339), owner
     (None for admin), usage (``{"usedBytes", "usedInodes"}``), mounted_by
-    (sandbox names), as last read (``refresh()``), and info (the whole
-    Volume object)."""
+    (the sandboxes, running or stopped, whose config mounts it), as last
+    read (``refresh()``), and info (the whole Volume object)."""
 
     def __init__(self, info: Mapping[str, Any], client: AsyncSandboxClient) -> None:
         self.info: dict[str, Any] = dict(info)
@@ -812,7 +813,9 @@ class AsyncSandbox:
         """sandbox.fork: ``AsyncSandbox.fork(src, name=...)`` or
         ``await sandbox.fork(name=...)``; keyword overrides as for create
         (timeout, env, tags, resources, network_policy, ports,
-        persistent, runtime, volumes)."""
+        persistent, runtime, volumes). The fork mounts the source's
+        volumes (the same volumes, not copies) unless ``volumes=`` names
+        others (``[]``: none)."""
         if isinstance(source_sandbox, AsyncSandbox):
             c = client or source_sandbox._client
             src = source_sandbox.name
