@@ -29,7 +29,7 @@ def test_two_sandboxes_share_a_volume_read_only_refuses_writes_delete_waits_for_
     vol_name = world.name("pyvol")
     names = [world.name("pyvw"), world.name("pyvr"), world.name("pyvro")]
     try:
-        vol = Volume.create(vol_name, size="64M", tags={"t": "share"}, client=client)
+        vol = Volume.create(vol_name, size="64M", tags={"t": "share"}, client=client)  # sent as sizeMiB 64
         assert (vol.name, vol.size_mib, vol.tags, vol.mounted_by) == (vol_name, 64, {"t": "share"}, [])
         assert isinstance(vol.inodes, int) and vol.created_at
         assert isinstance(vol.usage["usedBytes"], int)
@@ -111,7 +111,8 @@ def test_volume_list_pages_with_name_prefix_and_tags(world, client):
     names = ["%s-%d" % (prefix, i) for i in range(3)]
     try:
         for n in names:
-            Volume.create(n, size_mib=16, tags={"grp": prefix[-20:]}, client=client)
+            # A bare number is MiB, as for sandboxctl --size.
+            assert Volume.create(n, size="16", tags={"grp": prefix[-20:]}, client=client).size_mib == 16
         assert sorted(v.name for v in Volume.list(name_prefix=prefix, limit=1, client=client)) == names
         assert sorted(v.name for v in Volume.list(tags={"grp": prefix[-20:]}, limit=2, client=client)) == names
         assert list(Volume.list(name_prefix=prefix + "-x", client=client)) == []
@@ -122,12 +123,14 @@ def test_volume_list_pages_with_name_prefix_and_tags(world, client):
         _cleanup(client, [], names)
 
 
-def test_volume_create_refuses_a_size_it_cannot_convert_before_asking_the_daemon(world, client):
+def test_volume_create_reads_size_as_sandboxctl_does_and_refuses_the_rest_before_asking_the_daemon(world, client):
     name = world.name("pyvsz")
-    for size in ("1.5G", "10GB", "lots", 1000):
+    for size in ("1.5G", "10GB", "1g", "lots", "", " 16"):
         with pytest.raises(InvalidParamsError) as e:
             Volume.create(name, size=size, client=client)
         assert e.value.field == "size", size
+    with pytest.raises(TypeError):
+        Volume.create(name, size=1024, client=client)
     with pytest.raises(InvalidParamsError) as e:
         Volume.create(name, size="1G", size_mib=1024, client=client)
     assert e.value.field == "size"

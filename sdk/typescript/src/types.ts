@@ -239,11 +239,11 @@ export interface CreateVolumeParams {
   /** Its size limit in MiB; or give `size`. */
   sizeMiB?: number;
   /**
-   * Its size limit instead of `sizeMiB`: bytes (a number), or a string with
-   * a binary unit, `"512M"`, `"512MiB"`, `"10G"`, `"1TiB"` (K, M, G, T are
-   * powers of 1024, as in truncate(1)); it must be a whole number of MiB.
+   * Its size limit instead of `sizeMiB`, as `sandboxctl volume create
+   * --size` takes it: `"512M"`, `"10G"`, `"2T"` (also `MiB`, `GiB`, `TiB`;
+   * powers of 1024), or a bare number of MiB (`"512"`).
    */
-  size?: number | string;
+  size?: string;
   /** Its limit of inodes (the daemon's default when absent). */
   inodes?: number;
   /** Tags, for {@link Volume.list}. */

@@ -14,32 +14,27 @@ function opt(signal: AbortSignal | undefined): { signal?: AbortSignal } {
   return signal ? { signal } : {};
 }
 
-const MIB = 1024 * 1024;
-// Binary multiples, as truncate(1) and dd(1) read K, M, G, T (with or without "iB").
-const UNITS: Record<string, number> = { "": 1, B: 1, K: 1024, M: MIB, G: 1024 * MIB, T: 1024 * 1024 * MIB };
+// The units of `sandboxctl volume create --size` (cli/parse.c
+// cli_parse_size_mib), in MiB: powers of 1024; a bare number is MiB.
+const UNITS_MIB: Record<string, number> = { "": 1, M: 1, MiB: 1, G: 1024, GiB: 1024, T: 1024 * 1024, TiB: 1024 * 1024 };
 
 /**
- * `size` of {@link CreateVolumeParams} in MiB: the conversion is the SDK's,
- * so it refuses what it cannot convert exactly; ranges are the daemon's.
- * @throws {InvalidParamsError} (`field` `size`) not a byte count or a number with K/M/G/T, or not a whole number of MiB.
+ * `size` of {@link CreateVolumeParams} in MiB, read as `sandboxctl volume
+ * create --size` reads it: digits, then nothing (MiB), `M`/`MiB`, `G`/`GiB`
+ * or `T`/`TiB` (powers of 1024, case-sensitive). Only the conversion is
+ * checked here; the range is the daemon's.
+ * @throws {InvalidParamsError} (`field` `size`) another string.
+ * @throws {TypeError} `size` is not a string.
  */
-function sizeToMiB(size: number | string): number {
-  let bytes: number;
-  if (typeof size === "number") {
-    bytes = size;
-  } else {
-    const m = /^\s*(\d+)\s*(?:([KMGT])(?:iB)?|(B)?)\s*$/i.exec(size);
-    if (!m) {
-      throw new InvalidParamsError(`size: ${JSON.stringify(size.slice(0, 64))} is not a size; give bytes or a number with a binary unit, e.g. "512M", "10GiB"`,
-        -32602, { field: "size" }, "volume.create");
-    }
-    bytes = Number(m[1]) * (UNITS[(m[2] ?? m[3] ?? "").toUpperCase()] as number);
-  }
-  if (!Number.isSafeInteger(bytes) || bytes % MIB !== 0) {
-    throw new InvalidParamsError(`size: ${String(size)} is not a whole number of MiB; round it to MiB or give sizeMiB`,
+function sizeToMiB(size: string): number {
+  if (typeof size !== "string") throw new TypeError(`size: a string such as "512M" or "10G", not ${typeof size}; give a number of MiB as sizeMiB`);
+  const m = /^(\d+)(M|MiB|G|GiB|T|TiB)?$/.exec(size);
+  const mib = m ? Number(m[1]) * (UNITS_MIB[m[2] ?? ""] as number) : NaN;
+  if (!Number.isSafeInteger(mib)) {
+    throw new InvalidParamsError(`size: ${JSON.stringify(size.slice(0, 64))} is not a size; give a whole number with M, G or T (powers of 1024: "512M", "10G", "2TiB"), or a number of MiB as sizeMiB`,
       -32602, { field: "size" }, "volume.create");
   }
-  return bytes / MIB;
+  return mib;
 }
 
 /**
@@ -48,7 +43,7 @@ function sizeToMiB(size: number | string): number {
  * files; it outlives them, and a sandbox's snapshot or fork does not copy it.
  *
  * ```ts
- * const vol = await Volume.create({ name: "cache", size: "1G" });
+ * const vol = await Volume.create({ name: "cache", size: "1G" });   // or sizeMiB: 1024
  * await using sb = await Sandbox.create({ volumes: [{ name: "cache", path: "/cache" }] });
  * ```
  */
@@ -84,10 +79,10 @@ export class Volume {
 
   /**
    * Creates a volume.
-   * @param params `name`, its size as `sizeMiB` or `size` (bytes, or `"512M"`, `"10GiB"`), `inodes?`, `tags?`, `client?`.
+   * @param params `name`, its size as `sizeMiB` or `size` (`"512M"`, `"10G"`, `"2TiB"`), `inodes?`, `tags?`, `client?`.
    * @returns the new, empty volume.
    * @throws {AlreadyExistsError} the name is taken; {@link InvalidParamsError} a parameter is wrong
-   *   (`size` that is not a whole number of MiB, given with `sizeMiB` too, is refused here);
+   *   (a `size` that does not read as a size, or one given with `sizeMiB` too, is refused here);
    *   {@link LimitExceededError} the daemon has no room for it.
    */
   static async create(params: CreateVolumeParams & WithClient): Promise<Volume> {

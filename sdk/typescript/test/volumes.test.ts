@@ -20,9 +20,9 @@ test("two sandboxes share a volume: one writes, the other reads; a read-only mou
   const volName = uniqueName("vol");
   const made: Sandbox[] = [];
   await withCleanup(async () => {
-    const vol = await Volume.create({ name: volName, size: "64M", tags: { t: "share" } });
+    const vol = await Volume.create({ name: volName, size: "64MiB", tags: { t: "share" } });
     assert.equal(vol.name, volName);
-    assert.equal(vol.sizeMiB, 64, "size \"64M\" is sent as sizeMiB 64");
+    assert.equal(vol.sizeMiB, 64, "size \"64MiB\" is sent as sizeMiB 64");
     assert.equal(typeof vol.inodes, "number");
     assert.deepEqual(vol.tags, { t: "share" });
     assert.deepEqual(vol.mountedBy, []);
@@ -105,7 +105,10 @@ test("Volume.list pages with namePrefix and tags; a missing volume is NotFoundEr
   const prefix = uniqueName("vls");
   const names = [0, 1, 2].map((i) => `${prefix}-${i}`);
   await withCleanup(async () => {
-    for (const n of names) await Volume.create({ name: n, sizeMiB: 16, tags: { grp: prefix.slice(-20) } });
+    for (const n of names) {
+      const v = await Volume.create({ name: n, size: "16", tags: { grp: prefix.slice(-20) } });
+      assert.equal(v.sizeMiB, 16, "a bare number is MiB, as for sandboxctl --size");
+    }
     const paged: string[] = [];
     for await (const v of Volume.list({ namePrefix: prefix, limit: 1 })) paged.push(v.name);
     assert.deepEqual(paged.sort(), names);
@@ -121,12 +124,13 @@ test("Volume.list pages with namePrefix and tags; a missing volume is NotFoundEr
   }, () => cleanup([], names));
 });
 
-test("Volume.create refuses a size it cannot convert exactly, before asking the daemon", async () => {
+test("Volume.create reads size as sandboxctl does and refuses the rest before asking the daemon", async () => {
   const name = uniqueName("vsz");
-  for (const size of ["1.5G", "10GB", "lots", 1000]) {
+  for (const size of ["1.5G", "10GB", "1g", "lots", "", " 16"]) {
     await assert.rejects(Volume.create({ name, size }), (e: unknown) =>
       e instanceof InvalidParamsError && e.field === "size", `size ${JSON.stringify(size)}`);
   }
+  await assert.rejects(Volume.create({ name, size: 1024 as unknown as string }), TypeError);
   await assert.rejects(Volume.create({ name, size: "1G", sizeMiB: 1024 }), (e: unknown) =>
     e instanceof InvalidParamsError && e.field === "size");
   await assert.rejects(Volume.get(name), NotFoundError, "none of them reached the daemon");

@@ -59,31 +59,26 @@ def _config_params(*, ports: list[int] | None = None, timeout: int | None = None
     return p
 
 
-_MIB = 1 << 20
-# Binary multiples, as truncate(1) and dd(1) read K, M, G, T (with or without "iB").
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": _MIB, "G": 1 << 30, "T": 1 << 40}
-_SIZE_RE = re.compile(r"\s*(\d+)\s*(?:([KMGT])(?:iB)?|(B)?)\s*", re.IGNORECASE)
+# The units of `sandboxctl volume create --size` (cli/parse.c
+# cli_parse_size_mib), in MiB: powers of 1024; a bare number is MiB.
+_UNITS_MIB = {"": 1, "M": 1, "MiB": 1, "G": 1024, "GiB": 1024, "T": 1 << 20, "TiB": 1 << 20}
+_SIZE_RE = re.compile(r"([0-9]+)(M|MiB|G|GiB|T|TiB)?")
 
 
-def _size_mib(size: int | str) -> int:
-    """``size`` of volume.create in MiB: bytes (int) or "512M", "10GiB"; the
-    conversion is the SDK's, so it refuses what it cannot convert exactly
-    (InvalidParamsError, field ``size``); ranges are the daemon's."""
-    if isinstance(size, bool) or not isinstance(size, (int, str)):
-        raise InvalidParamsError("size: bytes (int) or a string such as \"512M\", not %s" % type(size).__name__,
+def _size_mib(size: str) -> int:
+    """``size`` of volume.create in MiB, read as ``sandboxctl volume create
+    --size`` reads it: digits, then nothing (MiB), M/MiB, G/GiB or T/TiB
+    (powers of 1024, case-sensitive). Only the conversion is checked here
+    (InvalidParamsError, field ``size``); the range is the daemon's."""
+    if not isinstance(size, str):
+        raise TypeError("size: a string such as \"512M\" or \"10G\", not %s; give a number of MiB as size_mib"
+                        % type(size).__name__)
+    m = _SIZE_RE.fullmatch(size)
+    if not m:
+        raise InvalidParamsError("size: %r is not a size; give a whole number with M, G or T (powers of 1024: "
+                                 "\"512M\", \"10G\", \"2TiB\"), or a number of MiB as size_mib" % size[:64],
                                  code=-32602, field="size")
-    if isinstance(size, str):
-        m = _SIZE_RE.fullmatch(size)
-        if not m:
-            raise InvalidParamsError("size: %r is not a size; give bytes or a number with a binary unit, e.g. "
-                                     "\"512M\", \"10GiB\"" % size[:64], code=-32602, field="size")
-        nbytes = int(m.group(1)) * _UNITS[(m.group(2) or m.group(3) or "").upper()]
-    else:
-        nbytes = size
-    if nbytes % _MIB:
-        raise InvalidParamsError("size: %s is not a whole number of MiB; round it to MiB or give size_mib" % (size,),
-                                 code=-32602, field="size")
-    return nbytes // _MIB
+    return int(m.group(1)) * _UNITS_MIB[m.group(2) or ""]
 
 
 def _writer(out: Output | None) -> Callable[[bytes], None] | None:
@@ -417,15 +412,17 @@ class AsyncVolume:
         return self._client
 
     @classmethod
-    async def create(cls, name: str, *, size_mib: int | None = None, size: int | str | None = None,
+    async def create(cls, name: str, *, size_mib: int | None = None, size: str | None = None,
                      inodes: int | None = None, tags: Mapping[str, str] | None = None,
                      client: AsyncSandboxClient | None = None) -> "AsyncVolume":
         """volume.create: a new, empty volume. Its size is ``size_mib``, or
-        ``size``: bytes (int) or a string with a binary unit ("512M",
-        "10GiB"; K, M, G, T are powers of 1024), a whole number of MiB.
-        AlreadyExistsError when the name is taken; InvalidParamsError for a
-        wrong parameter (``size`` not a whole number of MiB, or given with
-        ``size_mib``, is refused before the daemon is asked)."""
+        ``size`` as ``sandboxctl volume create --size`` takes it: "512M",
+        "10G", "2T" (also MiB, GiB, TiB; powers of 1024), or a bare number
+        of MiB ("512"). AlreadyExistsError when the name is taken;
+        InvalidParamsError for a wrong parameter (a ``size`` that does not
+        read as a size, or one given with ``size_mib``, is refused before
+        the daemon is asked); LimitExceededError when the daemon cannot
+        back it."""
         p: dict[str, Any] = {"name": name}
         if size is not None:
             if size_mib is not None:

@@ -270,11 +270,11 @@ class Volume:
         return self._c
 
     @classmethod
-    def create(cls, name: str, *, size_mib: int | None = None, size: int | str | None = None,
+    def create(cls, name: str, *, size_mib: int | None = None, size: str | None = None,
                inodes: int | None = None, tags: Mapping[str, str] | None = None,
                client: SandboxClient | None = None) -> "Volume":
         """volume.create (see AsyncVolume.create): ``size_mib``, or ``size``
-        as bytes or "512M" / "10GiB"."""
+        as sandboxctl takes it ("512M", "10G", "2TiB"; a bare number is MiB)."""
         c = _client(client)
         return cls(c._run(AsyncVolume.create(name, size_mib=size_mib, size=size, inodes=inodes, tags=tags,
                                              client=c.aio)), c)
