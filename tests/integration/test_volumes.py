@@ -232,6 +232,15 @@ def test_bad_volume_inputs_are_refused_naming_the_field(world):
         expect("error" in msg, "%s %s was accepted" % (method, json.dumps(params)[:100]))
         expect_eq(_field(msg), field, "%s %s: %s" % (method, json.dumps(params)[:100], json.dumps(msg)[:300]))
     expect_eq(_reason(world.rpc("volume.delete", {"name": "no-such-volume"})), "not_found", "delete unknown")
+    # Admission: a volume the state filesystem cannot back is refused,
+    # naming sizeMiB, and nothing of it is left.
+    big = world.name("vbig")
+    st = os.statvfs(world.daemon.state_dir)
+    msg = world.rpc("volume.create", {"name": big, "sizeMiB": ((st.f_bavail * st.f_frsize) >> 20) + 1024}, 120)
+    expect_eq((_reason(msg), _field(msg)), ("limit_exceeded", "sizeMiB"), "a volume past the state filesystem: %s"
+              % json.dumps(msg)[:300])
+    expect(not os.path.exists(os.path.join(world.daemon.state_dir, "volumes", big)), "its directory is gone")
+    expect_eq(_reason(world.rpc("volume.get", {"name": big})), "not_found", "the refused volume")
 
 
 def test_list_pages_and_filters_like_sandbox_list(world):
@@ -364,3 +373,21 @@ def test_a_pool_volume_is_a_bounded_subvolume_and_leaves_nothing(world):
         expect("result" in msg, "volume.delete:", msg.get("error"))
         P.poll(lambda: P._pool_entries(p.d) == ([], []), 60, "the pool's subvolumes to go after the deletes")
 test_a_pool_volume_is_a_bounded_subvolume_and_leaves_nothing.timeout = 600
+
+
+def test_a_volume_bounds_its_inodes_and_the_metrics_show_its_use(world):
+    import test_metrics as M
+    with _volume(world, "vino", size=64, inodes=2048) as vol, \
+            _sandboxes(world, ("vi", {"volumes": [{"name": vol, "path": "/data"}]})) as (sb,):
+        v = rpc_ok(world, "volume.get", {"name": vol})
+        expect(2048 <= v["inodes"] < 8192, "the volume's inode count follows inodes:", v)
+        code, out, err = sh(world, sb, "i=0; while [ $i -lt 9000 ]; do touch /data/f$i || exit 7; i=$((i+1)); done")
+        expect(code == 7 and "No space left on device" in err, "past its inodes:", code, err[-300:])
+        sh_ok(world, sb, "echo ok > /workspace/ok")
+        samples = M._scrape(world)
+        used = M._value(samples, "sandboxd_volume_used_inodes", volume=vol)
+        expect(used is not None and used >= 2000, "sandboxd_volume_used_inodes:", used)
+        expect_eq(M._value(samples, "sandboxd_volume_size_bytes", volume=vol), 64 << 20, "sandboxd_volume_size_bytes")
+        expect(M._value(samples, "sandboxd_volume_used_bytes", volume=vol) > 0, "sandboxd_volume_used_bytes")
+        expect(rpc_ok(world, "volume.get", {"name": vol})["usage"]["usedInodes"] >= 2000, "usage.usedInodes")
+test_a_volume_bounds_its_inodes_and_the_metrics_show_its_use.timeout = 300

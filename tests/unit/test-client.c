@@ -475,6 +475,35 @@ static void test_base64_round_trip_and_rejects(void **state) {
         }
 }
 
+static void test_volume_sizes_and_mounts_parse_or_are_refused(void **state) {
+        int64_t mib = 0;
+        assert_int_equal(cli_parse_size_mib("512M", &mib), 0);
+        assert_int_equal(mib, 512);
+        assert_int_equal(cli_parse_size_mib("1G", &mib), 0);
+        assert_int_equal(mib, 1024);
+        assert_int_equal(cli_parse_size_mib("2TiB", &mib), 0);
+        assert_int_equal(mib, 2 * 1024 * 1024);
+        assert_int_equal(cli_parse_size_mib("100", &mib), 0);
+        assert_int_equal(mib, 100);
+        const char *bad[] = { "", "0", "0G", "1.5G", "1g", "G", "-1G", " 1G", "1 G", "1K" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                assert_int_equal(cli_parse_size_mib(bad[i], &mib), -EINVAL);
+        assert_int_equal(cli_parse_size_mib("99999999999999999999", &mib), -ERANGE);
+
+        cJSON *m = NULL;
+        assert_int_equal(cli_parse_volume_mount("cache:/data/x:ro", &m), 0);
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "name")), "cache");
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "path")), "/data/x");
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(m, "readOnly")));
+        cJSON_Delete(m);
+        assert_int_equal(cli_parse_volume_mount("cache:/data", &m), 0);
+        assert_true(cJSON_IsFalse(cJSON_GetObjectItem(m, "readOnly")));
+        cJSON_Delete(m);
+        const char *badm[] = { "cache", ":/data", "cache:data", "cache:/data:rw", "cache:/a:b", "cache:" };
+        for (size_t i = 0; i < sizeof(badm) / sizeof(badm[0]); i++)
+                assert_int_equal(cli_parse_volume_mount(badm[i], &m), -EINVAL);
+}
+
 static void test_duration_units_and_bad_input(void **state) {
         int64_t ms = 0;
         assert_int_equal(cli_parse_duration("90s", &ms), 0);
@@ -737,6 +766,7 @@ int main(void) {
                 cmocka_unit_test(test_connect_to_listening_socket_and_missing_one),
                 cmocka_unit_test(test_base64_round_trip_and_rejects),
                 cmocka_unit_test(test_duration_units_and_bad_input),
+                cmocka_unit_test(test_volume_sizes_and_mounts_parse_or_are_refused),
                 cmocka_unit_test(test_kv_split_at_first_equals),
                 cmocka_unit_test(test_cp_operands_remote_or_local),
                 cmocka_unit_test(test_exit_codes_from_reasons),
