@@ -46,7 +46,7 @@ export class SandboxError extends Error {
   }
 }
 
-/** `not_found`: no such sandbox, snapshot, command, runtime or file. */
+/** `not_found`: no such sandbox, snapshot, volume, command, runtime or file. */
 export class NotFoundError extends SandboxError {}
 /** `already_exists`: the name is taken. */
 export class AlreadyExistsError extends SandboxError {}
@@ -62,6 +62,18 @@ export class SourceFailedError extends SandboxError {}
 export class UnavailableError extends SandboxError {}
 /** `permission_denied`: the daemon refused the connection (not root and not in the socket's group) or the call. */
 export class PermissionDeniedError extends SandboxError {}
+/**
+ * `in_use`: what is to be deleted is in use: a volume that sandboxes mount
+ * (named in {@link InUseError.sandboxes}), a runtime a sandbox or snapshot
+ * stands on.
+ */
+export class InUseError extends SandboxError {
+  /** `error.data.sandboxes`: the sandboxes that use it (`[]` when the daemon names none). */
+  get sandboxes(): string[] {
+    const s = this.data?.sandboxes;
+    return Array.isArray(s) ? s.filter((x): x is string => typeof x === "string") : [];
+  }
+}
 /** JSON-RPC `-32602`: a parameter is wrong; `field` names it. */
 export class InvalidParamsError extends SandboxError {}
 /** The daemon's socket cannot be reached (not running, wrong path, no permission), or the connection was lost. */
@@ -87,6 +99,7 @@ const BY_REASON: Record<string, new (m: string, c: number, d?: Record<string, un
   sandbox_stopped: SandboxStoppedError,
   source_failed: SourceFailedError,
   unavailable: UnavailableError,
+  in_use: InUseError,
 };
 
 /**

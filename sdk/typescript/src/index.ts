@@ -9,6 +9,7 @@
  */
 export { Sandbox, Snapshot, SandboxFs } from "./sandbox.js";
 export type { WithClient, CallOptions, WriteFileEntry, RunCommandParams, SandboxDirent } from "./sandbox.js";
+export { Volume } from "./volume.js";
 export { Command, CommandFinished, MAX_CAPTURED_OUTPUT_BYTES } from "./command.js";
 export type { LogLine, SignalName } from "./command.js";
 export { SandboxClient, getDefaultClient, DEFAULT_SOCKET_PATH } from "./client.js";
@@ -16,7 +17,7 @@ export type { SandboxClientOptions, RequestOptions, Notification } from "./clien
 export {
   SandboxError, NotFoundError, AlreadyExistsError, InvalidPolicyError, LimitExceededError,
   SandboxStoppedError, SourceFailedError, UnavailableError, InvalidParamsError, DaemonUnreachableError,
-  PermissionDeniedError,
+  PermissionDeniedError, InUseError,
   errorFromRpc,
 } from "./errors.js";
 export type { RpcErrorObject } from "./errors.js";

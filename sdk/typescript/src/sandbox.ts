@@ -1,7 +1,7 @@
 /**
  * {@link Sandbox}: the spec's API over the daemon's `sandbox.*`, `command.*`,
  * `fs.*`, `policy.check` and `events.subscribe` methods, and
- * {@link Snapshot} over `snapshot.*`.
+ * {@link Snapshot} over `snapshot.*` (volumes are in volume.ts).
  * @module
  */
 import { Readable, type Writable } from "node:stream";
@@ -10,7 +10,7 @@ import { Command, CommandFinished } from "./command.js";
 import { NotFoundError, SandboxError, SandboxStoppedError } from "./errors.js";
 import type {
   CommandInfo, CreateSandboxParams, EventKind, NetworkPolicy, PolicyDecision, PortInfo, Resources,
-  SandboxEvent, SandboxInfo, SandboxStats, SandboxStatus, SnapshotInfo, UpdateSandboxParams, WatchEvent,
+  SandboxEvent, SandboxInfo, SandboxStats, SandboxStatus, SnapshotInfo, UpdateSandboxParams, VolumeMount, WatchEvent,
 } from "./types.js";
 
 /** Which client a call uses: the default one (`SANDBOXD_SOCKET`) unless given. */
@@ -131,14 +131,18 @@ export class Sandbox {
   get resources(): Resources & { diskMiB?: number } { return this.#info.resources; }
   /** Its runtime. */
   get runtime(): string { return this.#info.runtime; }
+  /** The volumes it mounts, `{ name, path, readOnly? }` each. */
+  get volumes(): VolumeMount[] { return this.#info.volumes ?? []; }
   /** The whole Sandbox object as the daemon last sent it. */
   get info(): SandboxInfo { return this.#info; }
 
   /**
    * Creates a sandbox and waits until its session runs and its source is in `/workspace`.
-   * @param params the spec's create parameters, plus `client`.
+   * @param params the spec's create parameters, plus `client`; `volumes` mounts volumes
+   *   (`[{ name, path, readOnly? }]`, see {@link Volume}).
    * @returns the running sandbox.
-   * @throws {AlreadyExistsError} the name is taken; {@link SourceFailedError}, {@link InvalidPolicyError}, {@link InvalidParamsError}.
+   * @throws {AlreadyExistsError} the name is taken; {@link SourceFailedError}, {@link InvalidPolicyError}, {@link InvalidParamsError};
+   *   {@link NotFoundError} a volume of `volumes` does not exist (`field` names it).
    */
   static async create(params: CreateSandboxParams & WithClient = {}): Promise<Sandbox> {
     const client = params.client ?? getDefaultClient();
@@ -202,6 +206,7 @@ export class Sandbox {
 
   /**
    * Forks a sandbox: a new running sandbox whose filesystem is the source's current state.
+   * It mounts the source's volumes (the same volumes, not copies) unless `volumes` names others (`[]`: none).
    * @param params `sourceSandbox` (a name or a Sandbox), `name?`, and any create parameter to override.
    */
   static async fork(params: Omit<CreateSandboxParams, "source" | "name"> & WithClient & {

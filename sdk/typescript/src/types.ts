@@ -1,6 +1,6 @@
 /**
  * The data types of the SDK: the network policy document (docs/POLICY.md),
- * the daemon's Sandbox, Command, Snapshot, Stat and event objects
+ * the daemon's Sandbox, Command, Snapshot, Volume, Stat and event objects
  * (docs/API.md, "Objects"), and the params of the calls.
  * @module
  */
@@ -62,6 +62,19 @@ export interface Resources {
   vcpus: number;
 }
 
+/**
+ * A volume mounted into a sandbox (`volumes` of {@link CreateSandboxParams}):
+ * the daemon's `{name, path, readOnly?}`.
+ */
+export interface VolumeMount {
+  /** The volume's name (see {@link Volume.create}). */
+  name: string;
+  /** Where it appears inside the sandbox: an absolute path. */
+  path: string;
+  /** Mount it read-only: writes in the sandbox fail with EROFS (default false). */
+  readOnly?: boolean;
+}
+
 /** Parameters of {@link Sandbox.create} (the daemon's `sandbox.create`). */
 export interface CreateSandboxParams {
   /** `[a-z0-9][a-z0-9-]{0,62}`; `sbx-xxxxxxxx` when omitted. */
@@ -84,6 +97,12 @@ export interface CreateSandboxParams {
   tags?: Record<string, string>;
   /** Keep the filesystem across sessions (a stop keeps the sandbox). */
   persistent?: boolean;
+  /**
+   * Volumes to mount, each `{ name, path, readOnly? }`. A volume is shared:
+   * every sandbox that mounts it sees the same files, and it is not part of
+   * the sandbox's snapshots or forks' copies.
+   */
+  volumes?: VolumeMount[];
   /** Aborts the creation (the daemon is asked to cancel it). */
   signal?: AbortSignal;
 }
@@ -147,6 +166,8 @@ export interface SandboxInfo {
   networkPolicy: NetworkPolicy;
   /** Whether the sandbox outlives its sessions. */
   persistent: boolean;
+  /** The volumes it mounts (absent from a daemon without volumes). */
+  volumes?: VolumeMount[];
   /** Denied connections so far. */
   denials: number;
   /** False while a getOrCreate setup (`onCreate`) has not succeeded on it. */
@@ -179,6 +200,56 @@ export interface SnapshotInfo {
   config: Record<string, unknown>;
   /** Other fields. */
   [key: string]: unknown;
+}
+
+/** What a volume holds now, as its filesystem counts it. */
+export interface VolumeUsage {
+  /** Bytes in use. */
+  usedBytes: number;
+  /** Inodes (files, directories, links) in use. */
+  usedInodes: number;
+}
+
+/** The daemon's Volume object. */
+export interface VolumeInfo {
+  /** The name (unique on the daemon). */
+  name: string;
+  /** Its size limit in MiB. */
+  sizeMiB: number;
+  /** The filesystem's inode count (0 with the daemon's Btrfs storage pool, which has no fixed count). */
+  inodes: number;
+  /** Tags. */
+  tags: Record<string, string>;
+  /** Creation time (RFC 3339). */
+  createdAt: string;
+  /** The tenant that made it; null when admin did (docs/API.md "Tenants"). */
+  owner?: string | null;
+  /** What it holds now. */
+  usage: VolumeUsage;
+  /** The names of the sandboxes whose config mounts it, running or stopped. */
+  mountedBy: string[];
+  /** Other fields. */
+  [key: string]: unknown;
+}
+
+/** Parameters of {@link Volume.create} (the daemon's `volume.create`). */
+export interface CreateVolumeParams {
+  /** The name, unique on the daemon (the daemon says which names it takes). */
+  name: string;
+  /** Its size limit in MiB; or give `size`. */
+  sizeMiB?: number;
+  /**
+   * Its size limit instead of `sizeMiB`, as `sandboxctl volume create
+   * --size` takes it: `"512M"`, `"10G"`, `"2T"` (also `MiB`, `GiB`, `TiB`;
+   * powers of 1024), or a bare number of MiB (`"512"`).
+   */
+  size?: string;
+  /** Its limit of inodes (the daemon's default when absent). */
+  inodes?: number;
+  /** Tags, for {@link Volume.list}. */
+  tags?: Record<string, string>;
+  /** Aborts the call. */
+  signal?: AbortSignal;
 }
 
 /** The daemon's Command object. */

@@ -1,4 +1,4 @@
-"""The asyncio API: AsyncSandbox, AsyncCommand, AsyncSnapshot."""
+"""The asyncio API: AsyncSandbox, AsyncCommand, AsyncSnapshot, AsyncVolume."""
 from __future__ import annotations
 
 import asyncio
@@ -9,8 +9,8 @@ import re
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Literal, Mapping, Union
 
 from ._client import AsyncSandboxClient, CommandStream, ConnectionLost, default_client
-from ._errors import NotFoundError, SandboxError, UnavailableError
-from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty
+from ._errors import InvalidParamsError, NotFoundError, SandboxError, UnavailableError
+from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty, VolumeMount
 
 Output = Union[Callable[[str], Any], Any]
 """Where a stream goes as it arrives: a callable taking str, or a file-like
@@ -32,17 +32,53 @@ def _source(src: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+def _volumes(mounts: Iterable[VolumeMount | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``volumes`` param: each mount as a dict, ``read_only`` sent as readOnly."""
+    out = []
+    for m in mounts:
+        d = dict(m)
+        if "read_only" in d:
+            d["readOnly"] = d.pop("read_only")
+        out.append(d)
+    return out
+
+
 def _config_params(*, ports: list[int] | None = None, timeout: int | None = None,
                    resources: Resources | Mapping[str, Any] | None = None, runtime: str | None = None,
                    network_policy: NetworkPolicy | None = None, env: Mapping[str, str] | None = None,
-                   tags: Mapping[str, str] | None = None, persistent: bool | None = None) -> dict[str, Any]:
+                   tags: Mapping[str, str] | None = None, persistent: bool | None = None,
+                   volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None) -> dict[str, Any]:
     p: dict[str, Any] = {}
     for key, val in (("ports", ports), ("timeout", timeout), ("resources", resources), ("runtime", runtime),
                      ("networkPolicy", network_policy), ("env", env), ("tags", tags),
                      ("persistent", persistent)):
         if val is not None:
             p[key] = dict(val) if isinstance(val, Mapping) else (list(val) if isinstance(val, list) else val)
+    if volumes is not None:
+        p["volumes"] = _volumes(volumes)
     return p
+
+
+# The units of `sandboxctl volume create --size` (cli/parse.c
+# cli_parse_size_mib), in MiB: powers of 1024; a bare number is MiB.
+_UNITS_MIB = {"": 1, "M": 1, "MiB": 1, "G": 1024, "GiB": 1024, "T": 1 << 20, "TiB": 1 << 20}
+_SIZE_RE = re.compile(r"([0-9]+)(M|MiB|G|GiB|T|TiB)?")
+
+
+def _size_mib(size: str) -> int:
+    """``size`` of volume.create in MiB, read as ``sandboxctl volume create
+    --size`` reads it: digits, then nothing (MiB), M/MiB, G/GiB or T/TiB
+    (powers of 1024, case-sensitive). Only the conversion is checked here
+    (InvalidParamsError, field ``size``); the range is the daemon's."""
+    if not isinstance(size, str):
+        raise TypeError("size: a string such as \"512M\" or \"10G\", not %s; give a number of MiB as size_mib"
+                        % type(size).__name__)
+    m = _SIZE_RE.fullmatch(size)
+    if not m:
+        raise InvalidParamsError("size: %r is not a size; give a whole number with M, G or T (powers of 1024: "
+                                 "\"512M\", \"10G\", \"2TiB\"), or a number of MiB as size_mib" % size[:64],
+                                 code=-32602, field="size")
+    return int(m.group(1)) * _UNITS_MIB[m.group(2) or ""]
 
 
 def _writer(out: Output | None) -> Callable[[bytes], None] | None:
@@ -270,6 +306,21 @@ class AsyncCommand:
         return "AsyncCommand(cmd_id=%r, sandbox=%r)" % (self.cmd_id, self.sandbox.name)
 
 
+class _Hybrid:
+    """A method callable on the class (first argument given) or on an
+    instance (the instance is the first argument): Sandbox.fork(src) and
+    sandbox.fork()."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, cls: type) -> Callable[..., Any]:
+        if obj is None:
+            return lambda *a, **kw: self.fn(cls, *a, **kw)
+        return lambda *a, **kw: self.fn(cls, obj, *a, **kw)
+
+
 class AsyncSnapshot:
     """A snapshot: an immutable copy of a sandbox's files and config."""
 
@@ -306,6 +357,140 @@ class AsyncSnapshot:
 
     def __repr__(self) -> str:
         return "AsyncSnapshot(id=%r, sandbox=%r)" % (self.id, self.sandbox)
+
+
+class AsyncVolume:
+    """A volume: a named filesystem with a size and an inode limit, mounted
+    into sandboxes by name at create (``volumes=[{"name", "path",
+    "readOnly"?}]``). Every sandbox that mounts it sees the same files; it
+    outlives them, and a sandbox's snapshot or fork does not copy it.
+
+    Fields: name, size_mib, inodes (the filesystem's inode count; 0 with
+    the daemon's Btrfs storage pool), tags, created_at (RFC 3339), owner
+    (None for admin), usage (``{"usedBytes", "usedInodes"}``), mounted_by
+    (the sandboxes, running or stopped, whose config mounts it), as last
+    read (``refresh()``), and info (the whole Volume object)."""
+
+    def __init__(self, info: Mapping[str, Any], client: AsyncSandboxClient) -> None:
+        self.info: dict[str, Any] = dict(info)
+        self._client = client
+
+    @property
+    def name(self) -> str:
+        return self.info["name"]
+
+    @property
+    def size_mib(self) -> int:
+        return int(self.info.get("sizeMiB", 0))
+
+    @property
+    def inodes(self) -> int:
+        return int(self.info.get("inodes", 0))
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return dict(self.info.get("tags") or {})
+
+    @property
+    def created_at(self) -> str | None:
+        return self.info.get("createdAt")
+
+    @property
+    def owner(self) -> str | None:
+        return self.info.get("owner")
+
+    @property
+    def usage(self) -> dict[str, int]:
+        return dict(self.info.get("usage") or {})
+
+    @property
+    def mounted_by(self) -> list[str]:
+        return list(self.info.get("mountedBy") or [])
+
+    @property
+    def client(self) -> AsyncSandboxClient:
+        return self._client
+
+    @classmethod
+    async def create(cls, name: str, *, size_mib: int | None = None, size: str | None = None,
+                     inodes: int | None = None, tags: Mapping[str, str] | None = None,
+                     client: AsyncSandboxClient | None = None) -> "AsyncVolume":
+        """volume.create: a new, empty volume. Its size is ``size_mib``, or
+        ``size`` as ``sandboxctl volume create --size`` takes it: "512M",
+        "10G", "2T" (also MiB, GiB, TiB; powers of 1024), or a bare number
+        of MiB ("512"). AlreadyExistsError when the name is taken;
+        InvalidParamsError for a wrong parameter (a ``size`` that does not
+        read as a size, or one given with ``size_mib``, is refused before
+        the daemon is asked); LimitExceededError when the daemon cannot
+        back it."""
+        p: dict[str, Any] = {"name": name}
+        if size is not None:
+            if size_mib is not None:
+                raise InvalidParamsError("size: give size_mib or size, not both", code=-32602, field="size")
+            p["sizeMiB"] = _size_mib(size)
+        elif size_mib is not None:
+            p["sizeMiB"] = size_mib
+        if inodes is not None:
+            p["inodes"] = inodes
+        if tags is not None:
+            p["tags"] = dict(tags)
+        c = client or default_client()
+        return cls(await c.call("volume.create", p), c)
+
+    @classmethod
+    async def get(cls, name: str, *, client: AsyncSandboxClient | None = None) -> "AsyncVolume":
+        """volume.get; NotFoundError when there is none."""
+        c = client or default_client()
+        return cls(await c.call("volume.get", {"name": name}), c)
+
+    @classmethod
+    def list(cls, *, name_prefix: str | None = None, tags: Mapping[str, str] | None = None,
+             limit: int | None = None, client: AsyncSandboxClient | None = None) -> AsyncIterator["AsyncVolume"]:
+        """Every volume (filtered), fetched page by page (``limit`` is the
+        page size): ``async for v in AsyncVolume.list(): ...``."""
+        return cls._list(name_prefix, tags, limit, client or default_client())
+
+    @classmethod
+    async def _list(cls, name_prefix: str | None, tags: Mapping[str, str] | None, limit: int | None,
+                    c: AsyncSandboxClient) -> AsyncIterator["AsyncVolume"]:
+        p: dict[str, Any] = {}
+        if name_prefix is not None:
+            p["namePrefix"] = name_prefix
+        if tags is not None:
+            p["tags"] = dict(tags)
+        if limit is not None:
+            p["limit"] = limit
+        while True:
+            page = await c.call("volume.list", p)
+            for v in page.get("volumes", []):
+                yield cls(v, c)
+            cur = page.get("nextCursor")
+            if not cur:
+                return
+            p["cursor"] = cur
+
+    async def refresh(self) -> "AsyncVolume":
+        """Reads the volume again (usage, mounted_by)."""
+        self.info = await self._client.call("volume.get", {"name": self.name})
+        return self
+
+    @_Hybrid
+    async def delete(cls, volume: "AsyncVolume | str", *,  # type: ignore[misc]
+                     client: AsyncSandboxClient | None = None) -> None:
+        """volume.delete, with its files: ``await vol.delete()`` or
+        ``await AsyncVolume.delete(name)``. InUseError while sandboxes
+        mount it (``e.sandboxes`` names them); NotFoundError when there is
+        none."""
+        if isinstance(volume, AsyncVolume):
+            c = client or volume._client
+            name = volume.name
+        else:
+            c = client or default_client()
+            name = volume
+        await c.call("volume.delete", {"name": name})
+
+    def __repr__(self) -> str:
+        return "AsyncVolume(name=%r, size_mib=%r)" % (self.name, self.size_mib)
 
 
 class AsyncFilesystem:
@@ -455,21 +640,6 @@ class WatchStream:
         self._ended = True
 
 
-class _Hybrid:
-    """A method callable on the class (first argument given) or on an
-    instance (the instance is the first argument): Sandbox.fork(src) and
-    sandbox.fork()."""
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.__doc__ = fn.__doc__
-
-    def __get__(self, obj: Any, cls: type) -> Callable[..., Any]:
-        if obj is None:
-            return lambda *a, **kw: self.fn(cls, *a, **kw)
-        return lambda *a, **kw: self.fn(cls, obj, *a, **kw)
-
-
 class AsyncSandbox:
     """A sandbox. Make one with ``await AsyncSandbox.create(...)``;
     ``async with`` stops it on exit (a non-persistent sandbox is then
@@ -527,6 +697,11 @@ class AsyncSandbox:
         return [p["port"] if isinstance(p, dict) else p for p in self.info.get("ports") or []]
 
     @property
+    def volumes(self) -> list[dict[str, Any]]:
+        """The volumes it mounts: ``[{"name", "path", "readOnly"?}]``."""
+        return [dict(v) for v in self.info.get("volumes") or []]
+
+    @property
     def client(self) -> AsyncSandboxClient:
         return self._client
 
@@ -540,13 +715,18 @@ class AsyncSandbox:
                      resources: Resources | Mapping[str, Any] | None = None, runtime: str | None = None,
                      network_policy: NetworkPolicy | None = None, env: Mapping[str, str] | None = None,
                      tags: Mapping[str, str] | None = None, persistent: bool | None = None,
+                     volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
                      client: AsyncSandboxClient | None = None) -> "AsyncSandbox":
         """sandbox.create: returns once the sandbox runs with its source in
-        /workspace. ``timeout`` is in milliseconds. Cancelling the awaiting
-        task cancels the creation on the daemon (nothing is left)."""
+        /workspace. ``timeout`` is in milliseconds. ``volumes`` mounts
+        volumes (AsyncVolume): ``[{"name", "path", "readOnly"?}]``
+        (``read_only`` is accepted too); NotFoundError when one does not
+        exist. Cancelling the awaiting task cancels the creation on the
+        daemon (nothing is left)."""
         c = client or default_client()
         p = _config_params(ports=ports, timeout=timeout, resources=resources, runtime=runtime,
-                           network_policy=network_policy, env=env, tags=tags, persistent=persistent)
+                           network_policy=network_policy, env=env, tags=tags, persistent=persistent,
+                           volumes=volumes)
         if name is not None:
             p["name"] = name
         if source is not None:
@@ -569,6 +749,7 @@ class AsyncSandbox:
                             runtime: str | None = None, network_policy: NetworkPolicy | None = None,
                             env: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None,
                             persistent: bool | None = None,
+                            volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
                             client: AsyncSandboxClient | None = None) -> "AsyncSandbox":
         """sandbox.getOrCreate: the sandbox ``name``, made with these
         parameters if it does not exist.
@@ -584,8 +765,8 @@ class AsyncSandbox:
         as the failed attempt left it."""
         sb, _created, setup = await cls._get_or_create(
             name, source=source, ports=ports, timeout=timeout, resources=resources, runtime=runtime,
-            network_policy=network_policy, env=env, tags=tags, persistent=persistent, client=client,
-            setup=on_create is not None)
+            network_policy=network_policy, env=env, tags=tags, persistent=persistent, volumes=volumes,
+            client=client, setup=on_create is not None)
         if setup and on_create is not None:
             try:
                 r = on_create(sb)
@@ -629,7 +810,9 @@ class AsyncSandbox:
         """sandbox.fork: ``AsyncSandbox.fork(src, name=...)`` or
         ``await sandbox.fork(name=...)``; keyword overrides as for create
         (timeout, env, tags, resources, network_policy, ports,
-        persistent, runtime)."""
+        persistent, runtime, volumes). The fork mounts the source's
+        volumes (the same volumes, not copies) unless ``volumes=`` names
+        others (``[]``: none)."""
         if isinstance(source_sandbox, AsyncSandbox):
             c = client or source_sandbox._client
             src = source_sandbox.name

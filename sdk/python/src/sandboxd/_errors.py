@@ -32,7 +32,7 @@ class SandboxError(Exception):
 
 
 class NotFoundError(SandboxError):
-    """No such sandbox, snapshot, command or path (reason ``not_found``)."""
+    """No such sandbox, snapshot, volume, command or path (reason ``not_found``)."""
 
 
 class AlreadyExistsError(SandboxError):
@@ -64,6 +64,18 @@ class PermissionDeniedError(SandboxError, PermissionError):
     the caller is not root and not in the socket's group."""
 
 
+class InUseError(SandboxError):
+    """What is to be deleted is in use (reason ``in_use``): a volume that
+    sandboxes mount, named in ``sandboxes``, or a runtime a sandbox or
+    snapshot stands on."""
+
+    @property
+    def sandboxes(self) -> list[str]:
+        """``data.sandboxes``: the sandboxes that use it ([] when the daemon names none)."""
+        s = self.data.get("sandboxes")
+        return [x for x in s if isinstance(x, str)] if isinstance(s, list) else []
+
+
 class InvalidParamsError(SandboxError, ValueError):
     """A parameter is wrong (JSON-RPC -32602); ``field`` names it."""
 
@@ -87,6 +99,7 @@ _BY_REASON: dict[str, type[SandboxError]] = {
     "sandbox_stopped": SandboxStoppedError,
     "source_failed": SourceFailedError,
     "unavailable": UnavailableError,
+    "in_use": InUseError,
     "cancelled": CancelledByDaemonError,
 }
 

@@ -1,4 +1,4 @@
-"""The synchronous API: Sandbox, Command, Snapshot, SandboxClient. Each
+"""The synchronous API: Sandbox, Command, Snapshot, Volume, SandboxClient. Each
 SandboxClient runs the asyncio client on an event loop thread of its own;
 a call blocks the caller until its answer. Ctrl-C (KeyboardInterrupt)
 during a create, fork, snapshot, get_or_create or run_command cancels it on
@@ -13,11 +13,11 @@ import concurrent.futures
 import threading
 from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, TypeVar
 
-from ._async import (AsyncCommand, AsyncSandbox, AsyncSnapshot, CommandFinished, EventStream, Output, WatchStream,
-                     _Hybrid)
+from ._async import (AsyncCommand, AsyncSandbox, AsyncSnapshot, AsyncVolume, CommandFinished, EventStream, Output,
+                     WatchStream, _Hybrid)
 from ._client import CANCEL_WAIT_S, AsyncSandboxClient
 from ._errors import NotFoundError
-from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty
+from ._types import FileEntry, LogLine, NetworkPolicy, Resources, Source, Tty, VolumeMount
 
 T = TypeVar("T")
 # The longest an interrupted call waits for its cancellation (a little over
@@ -219,6 +219,101 @@ class Snapshot:
         return "Snapshot(id=%r, sandbox=%r)" % (self.id, self.sandbox)
 
 
+class Volume:
+    """A volume, synchronous: a named filesystem with a size and an inode
+    limit, mounted into sandboxes at create (``volumes=[{"name", "path",
+    "readOnly"?}]``). The methods and fields are those of AsyncVolume,
+    without await."""
+
+    def __init__(self, a: AsyncVolume, client: SandboxClient) -> None:
+        self._a = a
+        self._c = client
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self._a.info
+
+    @property
+    def name(self) -> str:
+        return self._a.name
+
+    @property
+    def size_mib(self) -> int:
+        return self._a.size_mib
+
+    @property
+    def inodes(self) -> int:
+        return self._a.inodes
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return self._a.tags
+
+    @property
+    def created_at(self) -> str | None:
+        return self._a.created_at
+
+    @property
+    def owner(self) -> str | None:
+        return self._a.owner
+
+    @property
+    def usage(self) -> dict[str, int]:
+        return self._a.usage
+
+    @property
+    def mounted_by(self) -> list[str]:
+        return self._a.mounted_by
+
+    @property
+    def client(self) -> SandboxClient:
+        return self._c
+
+    @classmethod
+    def create(cls, name: str, *, size_mib: int | None = None, size: str | None = None,
+               inodes: int | None = None, tags: Mapping[str, str] | None = None,
+               client: SandboxClient | None = None) -> "Volume":
+        """volume.create (see AsyncVolume.create): ``size_mib``, or ``size``
+        as sandboxctl takes it ("512M", "10G", "2TiB"; a bare number is MiB)."""
+        c = _client(client)
+        return cls(c._run(AsyncVolume.create(name, size_mib=size_mib, size=size, inodes=inodes, tags=tags,
+                                             client=c.aio)), c)
+
+    @classmethod
+    def get(cls, name: str, *, client: SandboxClient | None = None) -> "Volume":
+        """volume.get; NotFoundError when there is none."""
+        c = _client(client)
+        return cls(c._run(AsyncVolume.get(name, client=c.aio)), c)
+
+    @classmethod
+    def list(cls, *, name_prefix: str | None = None, tags: Mapping[str, str] | None = None,
+             limit: int | None = None, client: SandboxClient | None = None) -> Iterator["Volume"]:
+        """Every volume (filtered), page by page (``limit``: page size)."""
+        c = _client(client)
+        agen = AsyncVolume._list(name_prefix, tags, limit, c.aio)
+        return (cls(a, c) for a in c._iter(agen))
+
+    def refresh(self) -> "Volume":
+        """Reads the volume again (usage, mounted_by)."""
+        self._c._run(self._a.refresh())
+        return self
+
+    @_Hybrid
+    def delete(cls, volume: "Volume | str", *, client: SandboxClient | None = None) -> None:  # type: ignore[misc]
+        """``vol.delete()`` or ``Volume.delete(name)``: InUseError while
+        sandboxes mount it (``e.sandboxes`` names them)."""
+        if isinstance(volume, Volume):
+            c = client or volume._c
+            name = volume.name
+        else:
+            c = _client(client)
+            name = volume
+        c._run(AsyncVolume.delete(name, client=c.aio))
+
+    def __repr__(self) -> str:
+        return "Volume(name=%r, size_mib=%r)" % (self.name, self.size_mib)
+
+
 class Filesystem:
     """File operations inside the sandbox (see AsyncFilesystem)."""
 
@@ -290,6 +385,10 @@ class Sandbox:
         return self._a.ports
 
     @property
+    def volumes(self) -> list[dict[str, Any]]:
+        return self._a.volumes
+
+    @property
     def client(self) -> SandboxClient:
         return self._c
 
@@ -299,13 +398,15 @@ class Sandbox:
                resources: Resources | Mapping[str, Any] | None = None, runtime: str | None = None,
                network_policy: NetworkPolicy | None = None, env: Mapping[str, str] | None = None,
                tags: Mapping[str, str] | None = None, persistent: bool | None = None,
+               volumes: Iterable[VolumeMount | Mapping[str, Any]] | None = None,
                client: SandboxClient | None = None) -> "Sandbox":
-        """sandbox.create (see AsyncSandbox.create); ``timeout`` in ms."""
+        """sandbox.create (see AsyncSandbox.create); ``timeout`` in ms;
+        ``volumes`` ``[{"name", "path", "readOnly"?}]`` mounts volumes."""
         c = _client(client)
         return cls(c._run(AsyncSandbox.create(name=name, source=source, ports=ports, timeout=timeout,
                                               resources=resources, runtime=runtime,
                                               network_policy=network_policy, env=env, tags=tags,
-                                              persistent=persistent, client=c.aio)), c)
+                                              persistent=persistent, volumes=volumes, client=c.aio)), c)
 
     @classmethod
     def get(cls, name: str, *, resume: bool = True, client: SandboxClient | None = None) -> "Sandbox":

@@ -77,6 +77,22 @@ class Resources(TypedDict, total=False):
     diskMiB: int
 
 
+class VolumeMount(TypedDict, total=False):
+    """A volume to mount at create: ``name`` (the volume's), ``path`` (an
+    absolute path inside the sandbox), ``readOnly`` (also accepted as
+    ``read_only``, sent as readOnly; default False)."""
+    name: str
+    path: str
+    readOnly: bool
+    read_only: bool  # accepted as well, sent as readOnly
+
+
+class VolumeUsage(TypedDict):
+    """What a volume holds now: bytes and inodes in use."""
+    usedBytes: int
+    usedInodes: int
+
+
 class FileEntry(TypedDict, total=False):
     """For write_files: ``content`` as bytes or str (UTF-8)."""
     path: str
