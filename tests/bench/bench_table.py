@@ -607,6 +607,8 @@ class Bench:
         client made is deleted, also when the bench stops half-way."""
         d, tag = self.d, self.tag
         errors = []
+        if not shutil.which("bwrap"):
+            raise SystemExit("bench: bwrap is not installed (scripts/install-deps installs it)")
 
         def sbx_phase(r):
             done = [0] * clients
