@@ -259,8 +259,10 @@ e2b-test: $(BINS)
 	@python3 tests/e2b/run.py
 
 # make bench: every row of the performance table beside its peer and goal,
-# one run, written to build/bench.json (BENCH_ARGS=--quick: smaller N, about
-# ten minutes). make bench-detail: the detailed benchmarks and the load suite.
+# one run, written to build/bench.json (BENCH_ARGS=--quick: fewer rounds,
+# still 1000 sessions and 1000 idle sandboxes; BENCH_ARGS="--only
+# network,idle,rate" for the scale rows alone). make bench-detail: the
+# detailed benchmarks and the load suite.
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@python3 tests/bench/bench_table.py $(BENCH_ARGS)

@@ -21,8 +21,12 @@ Rows and their peers:
   snapshot_stopped_1m/_1g    sandbox.snapshot of the same                                      the same
   fork_running_1m/_1g        sandbox.fork of a running sandbox (the call)                      goal 100 ms; 1g: 1m's figure
   snapshot_running_1m/_1g    sandbox.snapshot of the same                                      the same
-  idle_sandboxes             memory per idle sandbox, machine-wide          goal 2 MiB, count goal 1000
+  connect_1                  new TCP connect allowed by subnets.allow, 1 session  the same from an allow-all sandbox
+  connect_n                  the same with N sessions loaded                 connect_1; goal 1.2x
+  idle_sandboxes             host memory per idle sandbox, 1000 alive, machine-wide  goal 1 MiB, count goal 1000
+                             (daemon RSS + kernel memory from /proc/meminfo deltas + the sessions' PSS)
   create_burst_p50/_p99      20 sandbox.create at once, per create           single-create p50
+  create_rate_20             create+delete per second, 20 clients at once    20 bwrap --unshare-all true at once; >= 0.7x
 
 Interleaved rounds (one of each operation per round, the order rotating)
 make a burst of load from elsewhere on the machine slow both sides of a
@@ -64,7 +68,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
 
 import world as W  # noqa: E402
-from bench import BWRAP, pct, interleaved, used_kib  # noqa: E402
+from bench import BWRAP, pct, interleaved, used_kib, rss_kib, children_rss  # noqa: E402
+from bench_policy import CONNECTS  # noqa: E402
 import bench_policy as BP  # noqa: E402
 from bench_policy import QUERIES, nft_file, count_sessions, FAKE_BASE  # noqa: E402
 
@@ -132,6 +137,21 @@ while True:
         f.write("%.6f %.3f\n" % (now, (now - last) * 1000))
     last = now
 '''
+
+
+# Kernel memory in /proc/meminfo (proc(5)): what a sandbox costs the kernel
+# that no process's RSS shows.
+KERNEL_MEMINFO = ("SUnreclaim", "KernelStack", "PageTables", "SecPageTables", "Percpu")
+
+
+def meminfo():
+    """/proc/meminfo as {field: KiB}."""
+    m = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            m[k] = int(v.split()[0])
+    return m
 
 
 class Bench:
@@ -502,47 +522,163 @@ class Bench:
         return None
 
     def idle(self, want, budget_s):
-        before = used_kib()
-        charged_before = self.charged_kib()
-        names = []
-        deadline = time.monotonic() + budget_s
-        conns = [self.d.connect(600) for _ in range(4)]
-        while len(names) < want and time.monotonic() < deadline:
-            batch = ["b%s-i%d" % (self.tag, len(names) + i) for i in range(min(20, want - len(names)))]
-            ids = [(conns[i % 4], conns[i % 4].start("sandbox.create", {"name": x, "networkPolicy": "deny-all",
-                                                                           "timeout": 3600000}))
-                   for i, x in enumerate(batch)]
-            for x, (c, rid) in zip(batch, ids):
-                m = c.wait(rid, 600)
-                if "error" in m:
-                    print("bench: idle sandbox %d: %s (stopping there)" % (len(names), m["error"]))
-                    deadline = 0
-                    continue
-                names.append(x)
-        # Let the kernel finish deferred work (RCU frees, per-cpu caches)
-        # before reading the machine's figure.
-        time.sleep(2)
-        after = used_kib()
-        charged_after = self.charged_kib()
-        count = len(names)
-        k = max(1, count)
-        machine = (after - before) / k
-        # The cgroup's figure is the row's value: the machine-wide one moves
-        # with whatever else runs on a shared machine (kept beside it).
-        per = (charged_after - charged_before) / k if charged_before is not None else machine
-        self.row("idle_sandboxes", "%d idle sandboxes alive at once: memory each (cgroup-charged)" % count,
-                 per, "KiB", "goal 2048 KiB each, 1000 alive", 2048.0, "<= 1.0x, and 1000 alive",
-                 ratio_goal=1.0, count_goal=(count, 1000), extra={"count": count, "count_goal": 1000,
-                                                                  "machine_wide_kib_each": round(machine, 1)})
-        print("  %-26s %10.1f KiB    (machine-wide used-memory delta per sandbox; noisy on a shared machine)"
-              % ("", machine))
-        for k in range(0, len(names), 20):
-            ids = [(conns[i % 4], conns[i % 4].start("sandbox.delete", {"name": x}))
-                   for i, x in enumerate(names[k:k + 20])]
-            for c, rid in ids:
-                c.wait(rid, 600)
-        for c in conns:
-            c.close()
+        """idle_sandboxes: `want` deny-all sandboxes alive at once (created
+        20 at a time on 4 connections, within budget_s seconds), and the
+        host memory each costs, machine-wide: the daemon's RSS growth, plus
+        the kernel's memory growth (/proc/meminfo: SUnreclaim, KernelStack,
+        PageTables, SecPageTables, Percpu: namespaces, mounts, veths,
+        nftables, cgroups, loop devices, page tables), plus the sessions'
+        processes' PSS (sandbox-init and whatever an idle sandbox runs),
+        divided by the number alive. The page cache of the disk images is
+        left out (reclaimable at will). The cgroup-charged figure and free(1)'s
+        used-memory delta are kept beside it. Every sandbox asked for is
+        deleted at the end, also when a create fails or the bench is
+        interrupted half-way."""
+        d = self.d
+        before_mem, before_rss = meminfo(), rss_kib(d.pid)
+        before_used, charged_before = used_kib(), self.charged_kib()
+        asked, names = [], []
+        conns = [d.connect(600) for _ in range(4)]
+        try:
+            deadline = time.monotonic() + budget_s
+            while len(names) < want and time.monotonic() < deadline:
+                batch = ["b%s-i%d" % (self.tag, len(asked) + i) for i in range(min(20, want - len(names)))]
+                asked += batch
+                ids = [(conns[i % 4], conns[i % 4].start("sandbox.create", {"name": x, "networkPolicy": "deny-all",
+                                                                               "timeout": 3600000}))
+                       for i, x in enumerate(batch)]
+                for x, (c, rid) in zip(batch, ids):
+                    m = c.wait(rid, 600)
+                    if "error" in m:
+                        print("bench: idle sandbox %d: %s (stopping there)" % (len(names), m["error"]))
+                        deadline = 0
+                        continue
+                    names.append(x)
+            created_s = budget_s - max(0.0, deadline - time.monotonic()) if deadline else None
+            # Let the kernel finish deferred work (RCU frees, per-cpu
+            # caches) before reading the figures.
+            time.sleep(2)
+            after_mem, after_rss = meminfo(), rss_kib(d.pid)
+            after_used, charged_after = used_kib(), self.charged_kib()
+            procs, _rss, pss = children_rss(d.pid)
+            count = len(names)
+            k = max(1, count)
+            kernel = sum(after_mem.get(x, 0) - before_mem.get(x, 0) for x in KERNEL_MEMINFO)
+            daemon = after_rss - before_rss
+            per = (daemon + kernel + pss) / k
+            extra = {"count": count, "count_goal": 1000, "daemon_rss_kib_each": round(daemon / k, 1),
+                     "kernel_kib_each": round(kernel / k, 1),
+                     "kernel_kib_each_by_field": {x: round((after_mem.get(x, 0) - before_mem.get(x, 0)) / k, 1)
+                                                  for x in KERNEL_MEMINFO},
+                     "sessions_pss_kib_each": round(pss / k, 1),
+                     "session_processes": procs,
+                     "used_delta_kib_each": round((after_used - before_used) / k, 1),
+                     "cgroup_charged_kib_each": round((charged_after - charged_before) / k, 1)
+                     if charged_before is not None and charged_after is not None else None}
+            if created_s is not None:
+                extra["create_seconds"] = round(created_s, 1)
+            self.row("idle_sandboxes", "%d idle sandboxes alive at once: host memory each" % count,
+                     per, "KiB", "goal 1024 KiB each, 1000 alive", 1024.0, "<= 1.0x, and 1000 alive",
+                     ratio_goal=1.0, count_goal=(count, 1000), extra=extra)
+            print("  %-26s daemon RSS %.1f + kernel %.1f + sessions' PSS %.1f KiB each (%d processes); "
+                  "cgroup-charged %s, free(1) used delta %.1f KiB each; kernel: %s"
+                  % ("", daemon / k, kernel / k, pss / k, procs, extra["cgroup_charged_kib_each"],
+                     extra["used_delta_kib_each"],
+                     ", ".join("%s %.1f" % kv for kv in extra["kernel_kib_each_by_field"].items())), flush=True)
+        finally:
+            # Every name asked for, created or not (a create whose answer
+            # was lost may have made it): "not found" is fine.
+            for j in range(0, len(asked), 20):
+                ids = [(conns[i % 4], conns[i % 4].start("sandbox.delete", {"name": x}))
+                       for i, x in enumerate(asked[j:j + 20])]
+                for c, rid in ids:
+                    c.wait(rid, 600)
+            for c in conns:
+                c.close()
+
+    # ------------------------------------------- creates at a sustained rate
+    def rate(self, rounds, secs, clients=20):
+        """create_rate_20: sandbox create + delete cycles per second with
+        `clients` clients at once (a thread and a connection each, looping
+        for `secs` seconds), beside bwrap --unshare-all true runs per second
+        with as many at once, in alternating phases (the order swapped every
+        round); the median phase's rate of each. A create is counted with
+        its delete: a rate sustained that long needs both. Every sandbox a
+        client made is deleted, also when the bench stops half-way."""
+        d, tag = self.d, self.tag
+        errors = []
+        if not shutil.which("bwrap"):
+            raise SystemExit("bench: bwrap is not installed (scripts/install-deps installs it)")
+
+        def sbx_phase(r):
+            done = [0] * clients
+            stop = threading.Event()
+
+            def client(k):
+                conn = d.connect(600)
+                name = None
+                try:
+                    j = 0
+                    while not stop.is_set() and not errors:
+                        name = "b%s-k%d-%d-%d" % (tag, r, k, j)
+                        m = conn.call("sandbox.create", {"name": name, "networkPolicy": "deny-all"}, 600)
+                        if "error" in m:
+                            errors.append(m["error"])
+                            break
+                        m = conn.call("sandbox.delete", {"name": name}, 600)
+                        if "error" in m:
+                            errors.append(m["error"])
+                            break
+                        name = None
+                        conn.notes.clear()
+                        done[k] += 1
+                        j += 1
+                except Exception as e:  # noqa: BLE001 - reported as the phase's error
+                    errors.append("client %d: %r" % (k, e))
+                finally:
+                    if name:
+                        conn.call("sandbox.delete", {"name": name}, 600)
+                    conn.close()
+            return run_phase(client, done, stop)
+
+        def bwrap_phase(r):
+            done = [0] * clients
+            stop = threading.Event()
+
+            def client(k):
+                while not stop.is_set() and not errors:
+                    p = subprocess.run(BWRAP, stdin=subprocess.DEVNULL, capture_output=True)
+                    if p.returncode != 0:
+                        errors.append("bwrap: exit %d: %s" % (p.returncode, p.stderr[:200]))
+                        break
+                    done[k] += 1
+            return run_phase(client, done, stop)
+
+        def run_phase(client, done, stop):
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            time.sleep(secs)
+            stop.set()
+            for t in threads:
+                t.join()
+            if errors:
+                raise SystemExit("bench: create_rate: %s" % json.dumps(errors[0])[:400])
+            return sum(done) / (time.perf_counter() - t0)
+
+        sbx, bw = [], []
+        for r in range(rounds):
+            for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+                if which == 0:
+                    sbx.append(sbx_phase(r))
+                else:
+                    bw.append(bwrap_phase(r))
+        self.row("create_rate_%d" % clients, "%d clients at once: create+delete per second (median)" % clients,
+                 pct(sbx, 50), "1/s", "%d bwrap --unshare-all true at once" % clients, pct(bw, 50), ">= 0.7x",
+                 ratio_goal=0.7, extra={"clients": clients, "rounds": rounds, "seconds_each": secs,
+                                        "sandbox_rates": [round(x, 1) for x in sbx],
+                                        "bwrap_rates": [round(x, 1) for x in bw]})
 
     # ------------------------------------------- policy, DNS, TCP at 1 and N
     def network(self, n_sessions, real_extra, iters, mib, runs):
@@ -574,13 +710,20 @@ class Bench:
                 upd.append((time.perf_counter() - t) * 1000)
             W.World.wait_until(lambda: w.ctl("exec", probe, "--", "getent", "ahostsv4", "api.public.test")[0] == 0,
                                10, "the DNS filter after the updates")
-            # Interleaved in rounds, the filtered and the straight query.
-            filt, straight = [], []
-            for _ in range(4):
-                filt += in_sbx(probe, QUERIES, gw, "api.public.test", iters)
-                straight += in_sbx(direct, QUERIES, W.DNS_ADDR, "api.public.test", iters)
+            # Interleaved in rounds, the filtered and the straight query,
+            # and a new TCP connection to an address subnets.allow holds
+            # beside the same from the allow-all sandbox.
+            filt, straight, conn_probe, conn_direct = [], [], [], []
+            for r in range(4):
+                steps = [lambda: filt.extend(in_sbx(probe, QUERIES, gw, "api.public.test", iters)),
+                         lambda: straight.extend(in_sbx(direct, QUERIES, W.DNS_ADDR, "api.public.test", iters)),
+                         lambda: conn_probe.extend(in_sbx(probe, CONNECTS, W.PUB_API_ADDR, W.LISTEN_PORT, iters)),
+                         lambda: conn_direct.extend(in_sbx(direct, CONNECTS, W.PUB_API_ADDR, W.LISTEN_PORT, iters))]
+                for step in steps[r:] + steps[:r]:
+                    step()
             return {"update": pct(upd, 50), "dns_added": pct(filt, 50) - pct(straight, 50),
-                    "dns_filter": pct(filt, 50), "dns_straight": pct(straight, 50)}
+                    "dns_filter": pct(filt, 50), "dns_straight": pct(straight, 50),
+                    "connect": pct(conn_probe, 50), "connect_direct": pct(conn_direct, 50)}
 
         at1 = measure()
         sessions1 = count_sessions(w)
@@ -635,6 +778,12 @@ class Bench:
         self.row("dns_added_n", "DNS through the filter, added latency, %d sessions" % sessions_n,
                  atn["dns_added"], "ms", "added latency at 1 session", at1["dns_added"], "<= 1.2x, and <= 0.3 ms",
                  ratio_goal=1.2, value_goal=0.3, extra=ex)
+        self.row("connect_1", "new TCP connection, allowed by subnets.allow, %d session(s) (p50)" % sessions1,
+                 at1["connect"], "ms", "the same from an allow-all sandbox", at1["connect_direct"], "reported",
+                 extra={"sessions": sessions1})
+        self.row("connect_n", "new TCP connection, allowed by subnets.allow, %d sessions (p50)" % sessions_n,
+                 atn["connect"], "ms", "new TCP connection at 1 session", at1["connect"], "<= 1.2x",
+                 ratio_goal=1.2, extra=dict(ex, connect_direct_ms=round(atn["connect_direct"], 4)))
         self.row("tcp_throughput_n", "TCP through an allowlist, %d sessions loaded (MiB/s, p50)" % sessions_n,
                  pct(tcp_sbx, 50), "MiB/s", "the same over a plain veth", pct(tcp_plain, 50), ">= 0.9x",
                  ratio_goal=0.9, extra=dict(ex, mib=mib, runs=runs))
@@ -642,22 +791,29 @@ class Bench:
 
 def main(argv):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="smaller N: a run of about ten minutes")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds: a run of about fifteen minutes (1000 sessions and idle sandboxes still)")
     ap.add_argument("--json", default=os.path.join(W.BUILD, "bench.json"))
     ap.add_argument("--pool", type=int, default=POOL_MIB, metavar="MIB",
                     help="the storage pool of the freeze and copies parts, MiB (0: none)")
     ap.add_argument("--only", default="",
-                    help="comma-separated parts: lifecycle,pool,burst,freeze,copies,network,idle")
+                    help="comma-separated parts: lifecycle,pool,burst,rate,freeze,copies,network,idle")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench: needs root")
         return 1
     q = a.quick
-    p = dict(iterations=30 if q else 60, burst_rounds=2 if q else 5, sessions=100 if q else 1000,
+    # The scale rows (sessions, idle) are at 1000 in both modes: --quick
+    # has fewer rounds, real sandboxes among the sessions and bytes.
+    p = dict(iterations=30 if q else 60, burst_rounds=2 if q else 5, sessions=1000,
              real_extra=16 if q else 48, net_iters=30 if q else 60, tcp_mib=64 if q else 256,
-             tcp_runs=5 if q else 7, freeze_mib=1024, idle=100 if q else 1000, idle_budget=90 if q else 600)
-    parts = set(x for x in a.only.split(",") if x) or {"lifecycle", "pool", "burst", "freeze", "copies", "network",
-                                                        "idle"}
+             tcp_runs=5 if q else 7, freeze_mib=1024, idle=1000, idle_budget=300 if q else 900,
+             rate_rounds=3 if q else 5, rate_secs=4 if q else 10)
+    all_parts = ["lifecycle", "pool", "burst", "rate", "freeze", "copies", "network", "idle"]
+    parts = set(x for x in a.only.split(",") if x) or set(all_parts)
+    if parts - set(all_parts):
+        print("bench: unknown part(s) %s in --only; the parts: %s" % (", ".join(sorted(parts - set(all_parts))),
+                                                                    ",".join(all_parts)))
+        return 2
     started = time.time()
     with W.World(quiet=False) as w:
         # The smallest disk by default: each holds its blocks on the host,
@@ -697,6 +853,11 @@ def main(argv):
             b.network(p["sessions"], p["real_extra"], p["net_iters"], p["tcp_mib"], p["tcp_runs"])
         if "idle" in parts:
             b.idle(p["idle"], p["idle_budget"])
+        # Last: the kernel tears down the namespaces of the hundreds of
+        # sandboxes it deletes in the background for a while after, which
+        # would slow the policy updates measured after it.
+        if "rate" in parts:
+            b.rate(p["rate_rounds"], p["rate_secs"])
         b.rpc.close()
         w.stop_sandboxd(b.d)
     out = {"mode": "quick" if q else "full",
