@@ -21,6 +21,7 @@
 #include <string.h>
 #include "libcore/net.h"
 #include "libcore/util.h"
+#include "policy/nftexpr.h"
 #include "policy/nftgen.h"
 #include "policy/proxy.h"
 
@@ -532,48 +533,10 @@ static void range_text(range x, char *buf, size_t size) {
 
 /* ---- expressions (each returns 0 or -ENOMEM) ---- */
 
-static int add_expr(struct nftnl_rule *r, struct nftnl_expr *e) {
-        if (!e)
-                return -ENOMEM;
-        nftnl_rule_add_expr(r, e);
-        return 0;
-}
-
-static int add_load(struct nftnl_rule *r, const char *name, uint32_t key_attr, uint32_t key, uint32_t dreg_attr) {
-        struct nftnl_expr *e = nftnl_expr_alloc(name);
-        if (e) {
-                nftnl_expr_set_u32(e, key_attr, key);
-                nftnl_expr_set_u32(e, dreg_attr, NFT_REG_1);
-        }
-        return add_expr(r, e);
-}
-
-static int add_cmp(struct nftnl_rule *r, const void *data, uint32_t len) {
-        struct nftnl_expr *e = nftnl_expr_alloc("cmp");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_EQ);
-                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
-        }
-        return add_expr(r, e);
-}
-
-static int add_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len) {
-        struct nftnl_expr *e = nftnl_expr_alloc("payload");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
-        }
-        return add_expr(r, e);
-}
-
-
 /* ct mark == mark (the register holds it in host order, as nft does). */
 static int add_ct_mark_eq(struct nftnl_rule *r, uint32_t mark) {
-        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_MARK, NFTNL_EXPR_CT_DREG);
-        return k < 0 ? k : add_cmp(r, &mark, sizeof(mark));
+        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_MARK, NFTNL_EXPR_CT_DREG);
+        return k < 0 ? k : pol_nftx_cmp(r, &mark, sizeof(mark));
 }
 
 /* ct <key> & mask != 0 (ct state related, ct status dnat): one helper
@@ -581,7 +544,7 @@ static int add_ct_mark_eq(struct nftnl_rule *r, uint32_t mark) {
 static int add_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {
         uint32_t zero = 0;
         struct nftnl_expr *e;
-        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, key, NFTNL_EXPR_CT_DREG);
+        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, key, NFTNL_EXPR_CT_DREG);
         if (k < 0)
                 return k;
         if ((e = nftnl_expr_alloc("bitwise"))) {
@@ -591,14 +554,14 @@ static int add_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {
                 nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
                 nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
         }
-        if ((k = add_expr(r, e)) < 0)
+        if ((k = pol_nftx_expr(r, e)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("cmp"))) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
                 nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 /* ct state established,related. */
@@ -614,13 +577,13 @@ static int add_ct_mark_set(struct nftnl_rule *r, uint32_t mark) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
                 nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &mark, sizeof(mark));
         }
-        if ((k = add_expr(r, e)) < 0)
+        if ((k = pol_nftx_expr(r, e)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("ct"))) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_MARK);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CT_SREG, NFT_REG_1);
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 /* meta nfproto ipv4 ip daddr @set (ipv6 ip6 daddr @set for a 16-byte
@@ -631,35 +594,35 @@ static int add_addr_lookup(struct nftnl_rule *r, const char *set, bool v6, bool 
         uint8_t fam = v6 ? NFPROTO_IPV6 : NFPROTO_IPV4;
         struct nftnl_expr *e;
         int k;
-        if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = add_cmp(r, &fam, 1)) < 0 ||
-            (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (src ? 8 : 24) : (src ? 12 : 16), v6 ? 16 : 4)) < 0)
+        if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+            (k = pol_nftx_cmp(r, &fam, 1)) < 0 ||
+            (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (src ? 8 : 24) : (src ? 12 : 16), v6 ? 16 : 4)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("lookup"))) {
                 nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 /* meta nfproto ipv4 ip daddr <addr>: as nft emits it. */
 static int add_daddr(struct nftnl_rule *r, struct in_addr addr) {
         uint8_t v4 = NFPROTO_IPV4;
         int k;
-        if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = add_cmp(r, &v4, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)) < 0)
+        if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+            (k = pol_nftx_cmp(r, &v4, 1)) < 0 || (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)) < 0)
                 return k;
-        return add_cmp(r, &addr.s_addr, 4);
+        return pol_nftx_cmp(r, &addr.s_addr, 4);
 }
 
 /* meta l4proto proto th dport port (th sport for `src`). */
 static int add_port(struct nftnl_rule *r, uint8_t proto, uint16_t port, bool src) {
         uint16_t be = htons(port);
         int k;
-        if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_L4PROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = add_cmp(r, &proto, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, src ? 0 : 2, 2)) < 0)
+        if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_L4PROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+            (k = pol_nftx_cmp(r, &proto, 1)) < 0 || (k = pol_nftx_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, src ? 0 : 2, 2)) < 0)
                 return k;
-        return add_cmp(r, &be, 2);
+        return pol_nftx_cmp(r, &be, 2);
 }
 
 static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
@@ -678,7 +641,7 @@ static int add_verdict_or_drop(struct nftnl_rule *r, bool accept, bool drop) {
                 if (!accept && !drop)
                         nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 
@@ -711,9 +674,9 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
                 break;
         case SR_GW6_DPORT: {
                 uint8_t v6 = NFPROTO_IPV6;
-                if ((k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-                    (k = add_cmp(r, &v6, 1)) < 0 || (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 24, 16)) < 0 ||
-                    (k = add_cmp(r, n->gw6.s6_addr, 16)) < 0)
+                if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+                    (k = pol_nftx_cmp(r, &v6, 1)) < 0 || (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 24, 16)) < 0 ||
+                    (k = pol_nftx_cmp(r, n->gw6.s6_addr, 16)) < 0)
                         break;
                 k = add_dport(r, sr->l4proto, sr->port);
                 break;
@@ -799,19 +762,6 @@ static int msg_elems(core_nft_batch *bt, uint16_t type, struct nftnl_set *s, uin
         return core_nft_batch_commit(bt);
 }
 
-static int add_key_elem(struct nftnl_set *s, const void *key, size_t len, uint32_t flags, uint64_t timeout_ms) {
-        struct nftnl_set_elem *e = nftnl_set_elem_alloc();
-        if (!e)
-                return -ENOMEM;
-        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, len);
-        if (flags)
-                nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, flags);
-        if (timeout_ms)
-                nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, timeout_ms);
-        nftnl_set_elem_add(s, e);
-        return 0;
-}
-
 /* One interval: its start element and, unless it runs to 255.255.255.255,
  * the end element one past it (NFT_SET_ELEM_INTERVAL_END), nft's own
  * encoding. One message per interval so an error names it. */
@@ -821,8 +771,8 @@ static int msg_range(core_nft_batch *bt, const char *set, range x) {
         uint32_t seq, lo = htonl(x.lo), end = htonl(x.hi + 1);
         range_text(x, text, sizeof(text));
         void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", set, text);
-        if (!s || !buf || add_key_elem(s, &lo, 4, 0, 0) < 0 ||
-            (x.hi != UINT32_MAX && add_key_elem(s, &end, 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+        if (!s || !buf || pol_nftx_key_elem(s, &lo, 4, 0, 0) < 0 ||
+            (x.hi != UINT32_MAX && pol_nftx_key_elem(s, &end, 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
                 return -ENOMEM;
         return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
 }
@@ -837,8 +787,8 @@ static int msg_range6(core_nft_batch *bt, const char *set, range6 x) {
         u128_to(x.hi + 1, end);
         range6_text(x, text, sizeof(text));
         void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", set, text);
-        if (!s || !buf || add_key_elem(s, lo, 16, 0, 0) < 0 ||
-            (x.hi != U128_MAX && add_key_elem(s, end, 16, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+        if (!s || !buf || pol_nftx_key_elem(s, lo, 16, 0, 0) < 0 ||
+            (x.hi != U128_MAX && pol_nftx_key_elem(s, end, 16, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
                 return -ENOMEM;
         return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
 }
@@ -884,7 +834,7 @@ static int msg_proxied_elem(core_nft_batch *bt, const names *n, bool add) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(CORE_NFT_PROXIED_SET);
         uint32_t seq;
         void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", CORE_NFT_PROXIED_SET, n->ifname);
-        if (!s || !buf || add_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
+        if (!s || !buf || pol_nftx_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
                 return -ENOMEM;
         return msg_elems(bt, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
 }
@@ -925,7 +875,7 @@ static int map_elem_exists(const char *map, const names *n, sb_error **err) {
         struct mnl_socket *nl = NULL;
         char buf[MNL_SOCKET_BUFFER_SIZE];
         int r;
-        if (!s || add_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
+        if (!s || pol_nftx_key_elem(s, n->ifname, IFNAMSIZ, 0, 0) < 0)
                 return -ENOMEM;
         /* A kept socket (core_nft_socket_take: closing one waits for the
          * last commit's release); a sequence number of its own per query. */
@@ -1097,7 +1047,7 @@ static int add_pins(core_nft_batch *bt, const names *n, const pol_nft_carried_pi
                         continue;
                 inet_ntop(pins[i].addr.family, pins[i].addr.bytes, text, sizeof(text));
                 void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n->set[id], text);
-                if (!set || !buf || add_key_elem(set, pins[i].addr.bytes, v6 ? 16 : 4, 0, (uint64_t) ttl * 1000) < 0)
+                if (!set || !buf || pol_nftx_key_elem(set, pins[i].addr.bytes, v6 ? 16 : 4, 0, (uint64_t) ttl * 1000) < 0)
                         return -ENOMEM;
                 int k = msg_elems(bt, NFT_MSG_NEWSETELEM, set, seq, buf);
                 if (k < 0)
@@ -1243,14 +1193,14 @@ static int msg_dnat_rule(core_nft_batch *bt, const names *n, struct in_addr gate
                 nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
                 nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &upstream.s_addr, 4);
         }
-        if ((k = add_expr(r, e)) < 0)
+        if ((k = pol_nftx_expr(r, e)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("nat"))) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_TYPE, NFT_NAT_DNAT);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_FAMILY, NFPROTO_IPV4);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN, NFT_REG_1);
         }
-        if ((k = add_expr(r, e)) < 0)
+        if ((k = pol_nftx_expr(r, e)) < 0)
                 return k;
         inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
         inet_ntop(AF_INET, &upstream, up, sizeof(up));
@@ -1414,7 +1364,7 @@ int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s
         inet_ntop(AF_INET6, addr, text, sizeof(text));
         uint64_t ms = (uint64_t) (ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
         if ((k = core_nft_batch_new(&bt)) < 0 || !(s = new_set(n.set[SET_DNS6])) ||
-            add_key_elem(s, addr->s6_addr, 16, 0, ms) < 0)
+            pol_nftx_key_elem(s, addr->s6_addr, 16, 0, ms) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
         void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n.set[SET_DNS6], text);
         if (!buf || (k = msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf)) < 0)
@@ -1445,7 +1395,7 @@ int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_erro
         inet_ntop(AF_INET, &addr, text, sizeof(text));
         uint64_t ms = (uint64_t) (ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
         if ((k = core_nft_batch_new(&bt)) < 0 || !(s = new_set(n.set[SET_DNS])) ||
-            add_key_elem(s, &addr.s_addr, 4, 0, ms) < 0)
+            pol_nftx_key_elem(s, &addr.s_addr, 4, 0, ms) < 0)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
         void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n.set[SET_DNS], text);
         if (!buf || (k = msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf)) < 0)

@@ -23,6 +23,7 @@
 #include <string.h>
 #include "libcore/net.h"
 #include "libcore/util.h"
+#include "policy/nftexpr.h"
 #include "policy/nftgen.h"
 #include "policy/nftpod.h"
 
@@ -53,62 +54,25 @@ static const struct {
 
 /* ---- rule building ---- */
 
-static int add_expr(struct nftnl_rule *r, struct nftnl_expr *e) {
-        if (!e)
-                return -ENOMEM;
-        nftnl_rule_add_expr(r, e);
-        return 0;
-}
-
-static int add_load(struct nftnl_rule *r, const char *name, uint32_t key_attr, uint32_t key, uint32_t dreg_attr) {
-        struct nftnl_expr *e = nftnl_expr_alloc(name);
-        if (e) {
-                nftnl_expr_set_u32(e, key_attr, key);
-                nftnl_expr_set_u32(e, dreg_attr, NFT_REG_1);
-        }
-        return add_expr(r, e);
-}
-
-static int add_cmp(struct nftnl_rule *r, const void *data, uint32_t len) {
-        struct nftnl_expr *e = nftnl_expr_alloc("cmp");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_EQ);
-                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
-        }
-        return add_expr(r, e);
-}
-
-static int add_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len) {
-        struct nftnl_expr *e = nftnl_expr_alloc("payload");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
-        }
-        return add_expr(r, e);
-}
-
 /* meta oifname "lo". */
 static int add_oif_lo(struct nftnl_rule *r) {
         char name[IFNAMSIZ] = "lo";
-        int k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_OIFNAME, NFTNL_EXPR_META_DREG);
-        return k < 0 ? k : add_cmp(r, name, sizeof(name));
+        int k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_OIFNAME, NFTNL_EXPR_META_DREG);
+        return k < 0 ? k : pol_nftx_cmp(r, name, sizeof(name));
 }
 
 /* ct direction reply. */
 static int add_ct_reply(struct nftnl_rule *r) {
         uint8_t dir = 1; /* IP_CT_DIR_REPLY (linux/netfilter/nf_conntrack_tuple_common.h) */
-        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_DIRECTION, NFTNL_EXPR_CT_DREG);
-        return k < 0 ? k : add_cmp(r, &dir, 1);
+        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_DIRECTION, NFTNL_EXPR_CT_DREG);
+        return k < 0 ? k : pol_nftx_cmp(r, &dir, 1);
 }
 
 /* ct state & mask != 0: `ct state related` with IP_CT_RELATED's bit. */
 static int add_ct_state(struct nftnl_rule *r, uint32_t mask) {
         uint32_t zero = 0;
         struct nftnl_expr *e;
-        int k = add_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_STATE, NFTNL_EXPR_CT_DREG);
+        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_STATE, NFTNL_EXPR_CT_DREG);
         if (k < 0)
                 return k;
         if ((e = nftnl_expr_alloc("bitwise"))) {
@@ -118,14 +82,14 @@ static int add_ct_state(struct nftnl_rule *r, uint32_t mask) {
                 nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
                 nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
         }
-        if ((k = add_expr(r, e)) < 0)
+        if ((k = pol_nftx_expr(r, e)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("cmp"))) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
                 nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 static int add_ct_related(struct nftnl_rule *r) {
@@ -148,33 +112,33 @@ static int add_new_foreign_saddr(struct nftnl_rule *r) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_FIB_DREG, NFT_REG_1);
         }
-        if ((k = add_expr(r, e)) < 0)
+        if ((k = pol_nftx_expr(r, e)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("cmp"))) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
                 nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &local, sizeof(local));
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 static int add_nfproto(struct nftnl_rule *r, uint8_t fam) {
-        int k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG);
-        return k < 0 ? k : add_cmp(r, &fam, 1);
+        int k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG);
+        return k < 0 ? k : pol_nftx_cmp(r, &fam, 1);
 }
 
 static int add_l4proto(struct nftnl_rule *r, uint8_t proto) {
-        int k = add_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_L4PROTO, NFTNL_EXPR_META_DREG);
-        return k < 0 ? k : add_cmp(r, &proto, 1);
+        int k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_L4PROTO, NFTNL_EXPR_META_DREG);
+        return k < 0 ? k : pol_nftx_cmp(r, &proto, 1);
 }
 
 /* meta l4proto proto th dport port. */
 static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
         uint16_t be = htons(port);
         int k;
-        if ((k = add_l4proto(r, proto)) < 0 || (k = add_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)) < 0)
+        if ((k = add_l4proto(r, proto)) < 0 || (k = pol_nftx_payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2)) < 0)
                 return k;
-        return add_cmp(r, &be, 2);
+        return pol_nftx_cmp(r, &be, 2);
 }
 
 /* meta nfproto F ip(6) daddr LO-HI. */
@@ -184,7 +148,7 @@ static int add_daddr_range(struct nftnl_rule *r, const pol_nft_range *x) {
         struct nftnl_expr *e;
         int k;
         if ((k = add_nfproto(r, v6 ? NFPROTO_IPV6 : NFPROTO_IPV4)) < 0 ||
-            (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, len)) < 0)
+            (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, len)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("range"))) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_SREG, NFT_REG_1);
@@ -192,7 +156,7 @@ static int add_daddr_range(struct nftnl_rule *r, const pol_nft_range *x) {
                 nftnl_expr_set(e, NFTNL_EXPR_RANGE_FROM_DATA, x->lo, len);
                 nftnl_expr_set(e, NFTNL_EXPR_RANGE_TO_DATA, x->hi, len);
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 /* meta nfproto F ip(6) daddr @set. */
@@ -200,13 +164,13 @@ static int add_daddr_lookup(struct nftnl_rule *r, const char *set, bool v6) {
         struct nftnl_expr *e;
         int k;
         if ((k = add_nfproto(r, v6 ? NFPROTO_IPV6 : NFPROTO_IPV4)) < 0 ||
-            (k = add_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, v6 ? 16 : 4)) < 0)
+            (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, v6 ? 16 : 4)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("lookup"))) {
                 nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 /* A verdict: NF_ACCEPT, NF_DROP, or NFT_GOTO to `chain`. */
@@ -218,7 +182,7 @@ static int add_verdict(struct nftnl_rule *r, int code, const char *chain) {
                 if (chain)
                         nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain);
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 static int add_reject(struct nftnl_rule *r, bool tcp) {
@@ -227,11 +191,11 @@ static int add_reject(struct nftnl_rule *r, bool tcp) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_REJECT_TYPE, tcp ? NFT_REJECT_TCP_RST : NFT_REJECT_ICMPX_UNREACH);
                 nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, tcp ? 0 : NFT_REJECT_ICMPX_ADMIN_PROHIBITED);
         }
-        return add_expr(r, e);
+        return pol_nftx_expr(r, e);
 }
 
 static int add_redirect(struct nftnl_rule *r) {
-        return add_expr(r, nftnl_expr_alloc("redir"));
+        return pol_nftx_expr(r, nftnl_expr_alloc("redir"));
 }
 
 /* ---- messages ---- */
@@ -302,19 +266,6 @@ static int msg_set(core_nft_batch *bt, size_t i) {
         return core_nft_batch_commit(bt);
 }
 
-static int add_key_elem(struct nftnl_set *s, const void *key, size_t len, uint32_t flags, uint64_t timeout_ms) {
-        struct nftnl_set_elem *e = nftnl_set_elem_alloc();
-        if (!e)
-                return -ENOMEM;
-        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, len);
-        if (flags)
-                nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, flags);
-        if (timeout_ms)
-                nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, timeout_ms);
-        nftnl_set_elem_add(s, e);
-        return 0;
-}
-
 static bool all_ones(const uint8_t *b, size_t len) {
         for (size_t i = 0; i < len; i++)
                 if (b[i] != 0xff)
@@ -337,8 +288,8 @@ static int msg_range_elem(core_nft_batch *bt, const char *set, const pol_nft_ran
         for (size_t i = len; i-- > 0;)
                 if (++end[i] != 0)
                         break;
-        if (!s || !buf || add_key_elem(s, x->lo, len, 0, 0) < 0 ||
-            (!all_ones(x->hi, len) && add_key_elem(s, end, len, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+        if (!s || !buf || pol_nftx_key_elem(s, x->lo, len, 0, 0) < 0 ||
+            (!all_ones(x->hi, len) && pol_nftx_key_elem(s, end, len, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
                 return -ENOMEM;
         nftnl_set_elems_nlmsg_build_payload(
                 nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSETELEM, NFPROTO_INET, NLM_F_CREATE | NLM_F_ACK, seq), s);
@@ -715,7 +666,7 @@ static int pin_run(void *userdata) {
         inet_ntop(j->pin->family, j->pin->bytes, a, sizeof(a));
         void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", set, a);
         uint32_t ttl = j->ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : j->ttl_s;
-        if (!buf || add_key_elem(s, j->pin->bytes, v6 ? 16 : 4, 0, (uint64_t) ttl * 1000) < 0)
+        if (!buf || pol_nftx_key_elem(s, j->pin->bytes, v6 ? 16 : 4, 0, (uint64_t) ttl * 1000) < 0)
                 return sb_error_set(j->err, -ENOMEM, NULL, NULL, "out of memory");
         nftnl_set_elems_nlmsg_build_payload(
                 nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSETELEM, NFPROTO_INET, NLM_F_CREATE | NLM_F_ACK, seq), s);
