@@ -472,10 +472,20 @@ const char *core_beneath_strerror(int r) {
 }
 
 void core_signals_reset(void) {
-        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        /* rt_sigaction(2) itself, not glibc's sigaction(), which refuses
+         * the two real-time signals it reserves (32 and 33, EINVAL): a
+         * SIG_IGN inherited for them across exec would stay. The kernel's
+         * struct for SIG_DFL: handler, flags, restorer, mask, all zero but
+         * the handler (arch/x86/include/uapi/asm/signal.h). */
+        struct {
+                void (*handler)(int);
+                unsigned long flags;
+                void (*restorer)(void);
+                unsigned long mask;
+        } dfl = { .handler = SIG_DFL };
         for (int sig = 1; sig < _NSIG; sig++)
                 if (sig != SIGKILL && sig != SIGSTOP)
-                        (void)sigaction(sig, &dfl, NULL);
+                        (void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
         sigset_t none;
         sigemptyset(&none);
         (void)sigprocmask(SIG_SETMASK, &none, NULL);

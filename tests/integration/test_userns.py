@@ -190,16 +190,24 @@ def test_a_transient_probe_failure_at_start_keeps_user_namespaces_on_and_is_prob
 
 def _sandbox_processes(init_pid):
     """Host pids of the processes in the PID namespace of init_pid, init
-    excluded."""
+    and its container helper (sandbox-ctrd, a child of init, which makes
+    containers' mount namespaces and runs no command) excluded."""
     ns = os.readlink("/proc/%d/ns/pid" % init_pid)
     out = []
     for p in os.listdir("/proc"):
         if not p.isdigit() or int(p) == init_pid:
             continue
         try:
-            if os.readlink("/proc/%s/ns/pid" % p) == ns:
-                out.append(int(p))
-        except OSError:
+            if os.readlink("/proc/%s/ns/pid" % p) != ns:
+                continue
+            with open("/proc/%s/stat" % p) as f:
+                stat = f.read()
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            if comm == "sandbox-ctrd" and ppid == init_pid:
+                continue
+            out.append(int(p))
+        except (OSError, ValueError, IndexError):
             continue
     return out
 
