@@ -150,16 +150,22 @@ void gw_conns_set_limits(unsigned max, unsigned per_addr);
  * socket's counts as one address of its own): 0 with *ret (give it back
  * with gw_conns_release, before closing fd). When the table is full the
  * oldest connection that has not presented a valid key or token is cut
- * (shutdown(2) of its socket: its thread sees the end) to make room.
+ * (shutdown(2) of its socket: its thread sees the end) to make room;
+ * when every one has presented a key, the oldest of a tenant holding
+ * more than its share (gw_conns_keyed) is.
  * Errors: -EUSERS, `peer`'s address holds its share already; -EAGAIN,
- * every connection has presented a key (none is cut for a new one);
+ * every connection has presented a key, no tenant past its share;
  * -ENOMEM. Nothing is taken on error. */
 int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_slot **ret);
 /* Marks the connection of `slot` (NULL: nothing) as having presented a
- * valid API key or envd token: it is no longer cut to make room. Returns
+ * valid API key or envd token of `tenant` (the first one presented on it
+ * counts): it is no longer cut to make room for a connection without a
+ * key, nor for any while `tenant` holds at most a quarter of the table
+ * of keyed connections (past that its oldest is cut for a newcomer when
+ * every connection is keyed). Returns
  * false when it was cut already (its head may have arrived just before):
  * the request must not be served, its answer could not be sent. */
-bool gw_conns_keyed(gw_slot *slot);
+bool gw_conns_keyed(gw_slot *slot, const char *tenant);
 /* Gives `slot` (NULL: nothing) back; its fd must still be open. */
 void gw_conns_release(gw_slot *slot);
 /* Connections held now (not counting ones cut and still leaving). */

@@ -192,7 +192,7 @@ static int on_headers_complete(http_parser *p) {
         gw_authenticate(s->cfg, &s->req, &s->auth);
         /* A valid key or token (not /health, which needs none): from now
          * on the connection is not cut to make room for others. */
-        if (s->auth.status == 0 && !gw_conns_keyed(s->slot))
+        if (s->auth.status == 0 && !gw_conns_keyed(s->slot, s->auth.tenant))
                 return s->cut = true, -1;
         /* Then the tenant's rate (rate.c): over it, answered from the head
          * like any refusal, the body unread. */

@@ -642,17 +642,17 @@ static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **st
                 assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
         for (int i = 0; i < 3; i++)
                 assert_int_equal(admit_from(addr[i], sv[i][1], &s[i]), 0);
-        assert_true(gw_conns_keyed(s[0])); /* the oldest, but keyed */
+        assert_true(gw_conns_keyed(s[0], "team-a")); /* the oldest, but keyed */
         assert_int_equal(admit_from(addr[3], sv[3][1], &s[3]), 0);
         assert_false(was_cut(sv[0][0]));
         assert_true(was_cut(sv[1][0])); /* the oldest without a key */
         assert_false(was_cut(sv[2][0]));
         /* A head with a key that arrives after the cut is not served
          * (gw_serve_conn_slot closes on false). */
-        assert_false(gw_conns_keyed(s[1]));
+        assert_false(gw_conns_keyed(s[1], "team-b"));
         assert_int_equal(gw_conns_held(), 3);
-        assert_true(gw_conns_keyed(s[2]));
-        assert_true(gw_conns_keyed(s[3]));
+        assert_true(gw_conns_keyed(s[2], "team-c"));
+        assert_true(gw_conns_keyed(s[3], "team-d"));
         gw_slot *x = NULL;
         assert_int_equal(admit_from(addr[4], sv[4][1], &x), -EAGAIN);
         assert_null(x);
@@ -662,6 +662,45 @@ static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **st
                 gw_conns_release(s[i]); /* the cut one too: its thread gives it back */
         assert_int_equal(gw_conns_held(), 0);
         for (int i = 0; i < 5; i++)
+                close(sv[i][0]), close(sv[i][1]);
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+/* Attack: one tenant keying every connection of the table (from as many
+ * addresses as it takes: 8 IPv4 addresses fill 256) kept every other
+ * tenant out, since a keyed connection was never cut. A tenant's keyed
+ * connections past a quarter of the table are now cut, the oldest
+ * first, for a newcomer when every connection is keyed; those within it
+ * are not. */
+static void test_one_tenant_cannot_hold_the_whole_table(void **state) {
+        gw_conns_set_limits(8, 8);
+        static const char *const newcomer[4] = { "team-c", "team-d", "team-e", "team-f" };
+        int sv[13][2];
+        gw_slot *s[13] = {0};
+        for (int i = 0; i < 13; i++)
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
+        /* team-b holds 2 (its share), team-a the other 6. */
+        for (int i = 0; i < 8; i++) {
+                assert_int_equal(admit_from(i < 2 ? "192.0.2.2" : "192.0.2.1", sv[i][1], &s[i]), 0);
+                assert_true(gw_conns_keyed(s[i], i < 2 ? "team-b" : "team-a"));
+        }
+        /* Each newcomer cuts team-a's oldest, until team-a is down to its
+         * share: never team-b's. */
+        for (int i = 8; i < 12; i++) {
+                assert_int_equal(admit_from("192.0.2.3", sv[i][1], &s[i]), 0);
+                assert_true(was_cut(sv[i - 6][0]));
+                assert_true(gw_conns_keyed(s[i], newcomer[i - 8]));
+        }
+        /* Now every tenant is within its share: none is cut. */
+        gw_slot *x = NULL;
+        assert_int_equal(admit_from("192.0.2.4", sv[12][1], &x), -EAGAIN);
+        assert_null(x);
+        for (int i = 0; i < 12; i++)
+                assert_false((i < 2 || i > 5) && was_cut(sv[i][0]));
+        for (int i = 0; i < 12; i++)
+                gw_conns_release(s[i]);
+        assert_int_equal(gw_conns_held(), 0);
+        for (int i = 0; i < 13; i++)
                 close(sv[i][0]), close(sv[i][1]);
         gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
 }
@@ -806,6 +845,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_downloads_share_the_bodies_budget, setup, teardown),
                 cmocka_unit_test(test_one_address_holds_at_most_its_share),
                 cmocka_unit_test(test_a_full_table_cuts_the_oldest_connection_without_a_key),
+                cmocka_unit_test(test_one_tenant_cannot_hold_the_whole_table),
                 cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
         };
