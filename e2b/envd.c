@@ -1216,7 +1216,7 @@ static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, con
                 goto out;
         }
         held = download_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "size")));
-        if (!gw_budget_take(held)) {
+        if (!gw_budget_take(tenant, held)) {
                 held = 0;
                 gw_send_error(c, 503, "read %s: the gateway holds as many file bodies as it may; retry", path);
                 goto out;
@@ -1238,7 +1238,7 @@ static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         free(data);
 out:
         if (held)
-                gw_budget_release(held);
+                gw_budget_release(tenant, held);
         cJSON_Delete(res);
         cJSON_Delete(st);
         client_free(d);

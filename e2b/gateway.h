@@ -123,11 +123,14 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
 /* Sets that bound (bytes, at least GW_MAX_BODY makes every single body
  * possible); for the tests and main(). */
 void gw_http_set_bodies_max(size_t bytes);
-/* Takes `n` bytes of that budget for a body held outside the parser (a
- * file download, envd.c); false (nothing taken) when they are not there.
- * Each take is given back with gw_budget_release(n). */
-bool gw_budget_take(size_t n);
-void gw_budget_release(size_t n);
+/* Takes `n` bytes of that budget for `tenant`'s body held outside the
+ * parser (a file download, envd.c); false (nothing taken) when they are
+ * not there, in all or in `tenant`'s share: one tenant holds at most half
+ * the budget (but always GW_MAX_BODY), so that one key's stalled bodies
+ * cannot refuse every other tenant's. Each take is given back with
+ * gw_budget_release(tenant, n). */
+bool gw_budget_take(const char *tenant, size_t n);
+void gw_budget_release(const char *tenant, size_t n);
 
 /* Seconds a request's head may take to arrive, from when the gateway
  * begins to wait for it (accept, or the previous answer): past them the

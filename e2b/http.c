@@ -52,10 +52,22 @@ typedef struct parse_state {
         bool cut;       /* the connection table cut it (conns.c): close */
 } parse_state;
 
-/* ---- the bodies budget (all connections) ---- */
+/* ---- the bodies budget (all connections) ----
+ *
+ * One tenant holds at most half of it (but always a whole GW_MAX_BODY):
+ * a tenant whose connections each declare a 64 MiB body and then send it
+ * a byte now and then (each read within the idle bound) held all of it,
+ * and every other tenant's uploads were answered 503. */
+
+typedef struct tenant_bytes {
+        char tenant[80];
+        size_t held;
+} tenant_bytes;
 
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t bodies_max = GW_BODIES_MAX_DEFAULT, bodies_held;
+static tenant_bytes *held_by; /* the tenants holding some of it now */
+static size_t n_held_by;
 
 void gw_http_set_bodies_max(size_t bytes) {
         pthread_mutex_lock(&budget_lock);
@@ -63,37 +75,75 @@ void gw_http_set_bodies_max(size_t bytes) {
         pthread_mutex_unlock(&budget_lock);
 }
 
-bool gw_budget_take(size_t n) {
+/* What one tenant may hold. Under budget_lock. */
+static size_t tenant_share(void) {
+        return bodies_max / 2 > GW_MAX_BODY ? bodies_max / 2 : GW_MAX_BODY;
+}
+
+/* `tenant`'s entry (NULL when it holds nothing). Under budget_lock. */
+static tenant_bytes *held_of(const char *tenant) {
+        for (size_t i = 0; i < n_held_by; i++)
+                if (!strcmp(held_by[i].tenant, tenant))
+                        return &held_by[i];
+        return NULL;
+}
+
+/* Takes n bytes for `tenant` when they fit both bounds. Under budget_lock. */
+static bool take_locked(const char *tenant, size_t n) {
+        tenant_bytes *t = held_of(tenant);
+        size_t mine = t ? t->held : 0, share = tenant_share();
+        if (n > bodies_max || bodies_held > bodies_max - n || n > share || mine > share - n)
+                return false;
+        if (!t) {
+                tenant_bytes *nt = realloc(held_by, (n_held_by + 1) * sizeof(*nt));
+                if (!nt)
+                        return false;
+                held_by = nt;
+                t = &held_by[n_held_by++];
+                snprintf(t->tenant, sizeof(t->tenant), "%s", tenant);
+                t->held = 0;
+        }
+        t->held += n;
+        bodies_held += n;
+        return true;
+}
+
+/* Gives back n bytes of `tenant`'s. Under budget_lock. */
+static void release_locked(const char *tenant, size_t n) {
+        tenant_bytes *t = held_of(tenant);
+        bodies_held -= n;
+        if (t && (t->held -= n) == 0)
+                *t = held_by[--n_held_by];
+}
+
+bool gw_budget_take(const char *tenant, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
-        if (ok)
-                bodies_held += n;
+        bool ok = take_locked(tenant, n);
         pthread_mutex_unlock(&budget_lock);
         return ok;
 }
 
-void gw_budget_release(size_t n) {
+void gw_budget_release(const char *tenant, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bodies_held -= n;
+        release_locked(tenant, n);
         pthread_mutex_unlock(&budget_lock);
 }
 
-/* Takes n more bytes of the budget for s's body; false when they are not
- * there. */
+/* Takes n more bytes of the budget for s's body (its tenant's); false
+ * when they are not there. */
 static bool budget_take(parse_state *s, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
-        if (ok) {
-                bodies_held += n;
+        bool ok = take_locked(s->auth.tenant, n);
+        if (ok)
                 s->reserved += n;
-        }
         pthread_mutex_unlock(&budget_lock);
         return ok;
 }
 
 static void budget_release(parse_state *s) {
         pthread_mutex_lock(&budget_lock);
-        bodies_held -= s->reserved;
+        if (s->reserved)
+                release_locked(s->auth.tenant, s->reserved);
         pthread_mutex_unlock(&budget_lock);
         s->reserved = 0;
 }

@@ -333,6 +333,37 @@ static void test_bodies_of_all_connections_are_bounded(void **state) {
         gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
 }
 
+/* Attack: one tenant's connections each declaring a 64 MiB body and
+ * sending it a byte now and then held the whole bodies budget, and every
+ * other tenant's upload was answered 503. One tenant now holds at most
+ * half of it (always a whole GW_MAX_BODY): past that its own requests
+ * with a body are 503, another tenant's are read. */
+static void test_one_tenant_holds_at_most_half_the_bodies_budget(void **state) {
+        char a[64], b[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, a, sizeof(a)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, b, sizeof(b)), 0);
+        gw_http_set_bodies_max(4 * GW_MAX_BODY);
+        /* team-a's stalled bodies: half the budget. */
+        assert_true(gw_budget_take("team-a", GW_MAX_BODY));
+        assert_true(gw_budget_take("team-a", GW_MAX_BODY));
+        for (int i = 0; i < 2; i++) {
+                int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                                 "Content-Length: 16\r\n\r\n{\"templateID\":1}", i ? b : a);
+                const char *o = exchange(req, (size_t) n);
+                if (i)
+                        assert_non_null(strstr(o, "templateID: wrong type"));
+                else
+                        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        }
+        assert_true(gw_budget_take("team-b", GW_MAX_BODY));
+        assert_false(gw_budget_take("team-a", 1));
+        gw_budget_release("team-a", GW_MAX_BODY);
+        assert_true(gw_budget_take("team-a", 1));
+        gw_budget_release("team-a", GW_MAX_BODY + 1);
+        gw_budget_release("team-b", GW_MAX_BODY);
+        gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
+}
+
 /* Found by review: a JSON body that is not an object (an array, a
  * string) reached key loops that read each member's name, NULL for an
  * array's: POST /sandboxes/ID/pause with [1] crashed the gateway for
@@ -837,6 +868,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_a_request_without_a_valid_key_is_answered_before_its_body, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_bodies_of_all_connections_are_bounded, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_one_tenant_holds_at_most_half_the_bodies_budget, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
