@@ -16,6 +16,11 @@
  *     its tenant holds no more than a quarter of `max` such connections;
  *     when every connection has, the oldest one of a tenant holding more
  *     than that is cut, and when there is none the new one is refused.
+ *   - one tenant has at most a quarter of `max` requests being served at
+ *     once (gw_conns_begin; 429 past it): each holds a daemon connection
+ *     (a Connect two), and the daemon allows the gateway's uid 256 of
+ *     them (maxConnectionsPerUser), so one key's streams could otherwise
+ *     take every daemon connection from the other tenants.
  * So a flood of connections without a key can only push out other
  * connections without a key, the oldest first, and one tenant's keyed
  * connections (from as many addresses as it has) cannot keep every other
@@ -35,6 +40,8 @@ struct gw_slot {
         int fd;                 /* the connection's socket, open while in the table */
         bool keyed;             /* a valid key or token was presented on it */
         char tenant[80];        /* whose (when keyed) */
+        bool busy;              /* a request of busy_tenant is being served on it */
+        char busy_tenant[80];
         bool evicted;           /* cut for a newer one: counts no more */
 };
 
@@ -161,6 +168,33 @@ bool gw_conns_keyed(gw_slot *s, const char *tenant) {
         bool held = !s->evicted;
         pthread_mutex_unlock(&lock);
         return held;
+}
+
+bool gw_conns_begin(gw_slot *s, const char *tenant) {
+        if (!s)
+                return true;
+        pthread_mutex_lock(&lock);
+        /* Cut connections count too: their threads may still hold their
+         * daemon connections. */
+        unsigned n = 0;
+        for (gw_slot *o = oldest; o; o = o->next)
+                if (o->busy && !strcmp(o->busy_tenant, tenant))
+                        n++;
+        bool ok = n < tenant_share();
+        if (ok) {
+                s->busy = true;
+                snprintf(s->busy_tenant, sizeof(s->busy_tenant), "%s", tenant);
+        }
+        pthread_mutex_unlock(&lock);
+        return ok;
+}
+
+void gw_conns_end(gw_slot *s) {
+        if (!s)
+                return;
+        pthread_mutex_lock(&lock);
+        s->busy = false;
+        pthread_mutex_unlock(&lock);
 }
 
 void gw_conns_release(gw_slot *s) {

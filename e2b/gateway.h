@@ -169,6 +169,14 @@ int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_s
  * false when it was cut already (its head may have arrived just before):
  * the request must not be served, its answer could not be sent. */
 bool gw_conns_keyed(gw_slot *slot, const char *tenant);
+/* A request of `tenant` begins on the connection of `slot` (NULL: always
+ * true): false when that tenant has a quarter of the table's requests
+ * (at least 1) being served already (answer 429), for each holds one or
+ * two daemon connections, of which the daemon allows the gateway's uid a
+ * bounded number (daemon.json maxConnectionsPerUser, 256). A true begin
+ * is ended with gw_conns_end(slot) once the request is answered. */
+bool gw_conns_begin(gw_slot *slot, const char *tenant);
+void gw_conns_end(gw_slot *slot);
 /* Gives `slot` (NULL: nothing) back; its fd must still be open. */
 void gw_conns_release(gw_slot *slot);
 /* Connections held now (not counting ones cut and still leaving). */

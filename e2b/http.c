@@ -50,6 +50,7 @@ typedef struct parse_state {
         bool refused;   /* answered from the head; the body is not read */
         bool busy;      /* the bodies budget is spent: 503 */
         bool cut;       /* the connection table cut it (conns.c): close */
+        bool begun;     /* gw_conns_begin took a request of its tenant */
 } parse_state;
 
 /* ---- the bodies budget (all connections) ----
@@ -251,6 +252,14 @@ static int on_headers_complete(http_parser *p) {
                 snprintf(s->auth.msg, sizeof(s->auth.msg),
                          "rate limit exceeded: tenant %.80s sends more requests a second than the gateway "
                          "allows (--rate); retry later",
+                         s->auth.tenant);
+        }
+        /* And its share of the requests being served (conns.c). */
+        if (s->auth.status == 0 && !(s->begun = gw_conns_begin(s->slot, s->auth.tenant))) {
+                s->auth.status = 429;
+                snprintf(s->auth.msg, sizeof(s->auth.msg),
+                         "tenant %.80s has as many requests in progress at once as one tenant may; retry when "
+                         "one has ended",
                          s->auth.tenant);
         }
         bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
@@ -625,6 +634,8 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                                 break;
                         }
                         gw_route(cfg, &c, &s.req, &s.auth);
+                        if (s.begun)
+                                gw_conns_end(slot);
                         request_clear(&s.req);
                         free(s.url);
                         budget_release(&s);
@@ -650,6 +661,8 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         break;
                 }
         }
+        if (s.begun)
+                gw_conns_end(slot);
         request_clear(&s.req);
         free(s.url);
         budget_release(&s);

@@ -736,6 +736,30 @@ static void test_one_tenant_cannot_hold_the_whole_table(void **state) {
         gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
 }
 
+/* Attack: one key's 256 Start streams (from 9 addresses) held every
+ * daemon connection the daemon allows the gateway's uid
+ * (maxConnectionsPerUser, 256): another tenant's calls were refused by
+ * the daemon. One tenant now has at most a quarter of the table's
+ * requests in progress (each holds a daemon connection or two). */
+static void test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress(void **state) {
+        gw_conns_set_limits(8, 8);
+        gw_slot *s[4];
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(admit_from("192.0.2.1", -1, &s[i]), 0);
+        assert_true(gw_conns_begin(s[0], "team-a"));
+        assert_true(gw_conns_begin(s[1], "team-a"));
+        assert_false(gw_conns_begin(s[2], "team-a"));
+        assert_true(gw_conns_begin(s[3], "team-b"));
+        gw_conns_end(s[0]);
+        assert_true(gw_conns_begin(s[2], "team-a"));
+        assert_false(gw_conns_begin(s[0], "team-a"));
+        for (int i = 0; i < 4; i++) {
+                gw_conns_end(s[i]);
+                gw_conns_release(s[i]);
+        }
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
 typedef struct slot_conn {
         int fd;
         gw_slot *slot;
@@ -878,6 +902,7 @@ int main(void) {
                 cmocka_unit_test(test_one_address_holds_at_most_its_share),
                 cmocka_unit_test(test_a_full_table_cuts_the_oldest_connection_without_a_key),
                 cmocka_unit_test(test_one_tenant_cannot_hold_the_whole_table),
+                cmocka_unit_test(test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress),
                 cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
         };
