@@ -10,6 +10,7 @@
  * and a pid is found again by listing the sandbox's commands. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -442,12 +443,64 @@ static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, 
  * asking slows down while nothing new comes (50 ms, doubling to 400 ms;
  * back to 50 ms on new bytes), and at most CONNECT_MAX Connect streams
  * run at once in the gateway (past them: resource_exhausted), so that no
- * caller makes the gateway ask the daemon without bound. */
+ * caller makes the gateway ask the daemon without bound; one tenant holds
+ * at most CONNECT_PER_TENANT of them, so that one key following idle
+ * processes cannot take every stream from the other tenants. */
 #define CONNECT_POLL_MS 50
 #define CONNECT_POLL_MAX_MS 400
 #define CONNECT_MAX 16
+#define CONNECT_PER_TENANT 4
 
-static _Atomic unsigned connects;
+/* The Connect streams held, by tenant (at most CONNECT_MAX entries). */
+static pthread_mutex_t connects_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned connects;
+static struct {
+        char tenant[80];
+        unsigned n;
+} connect_holders[CONNECT_MAX];
+
+/* Takes one Connect stream for `tenant`: 0, or the HTTP status to answer
+ * (429, resource_exhausted) with its message in msg (size bytes). */
+static int connect_take(const char *tenant, char *msg, size_t size) {
+        pthread_mutex_lock(&connects_lock);
+        int slot = -1, fre = -1;
+        for (int i = 0; i < CONNECT_MAX; i++) {
+                if (connect_holders[i].n && !strcmp(connect_holders[i].tenant, tenant))
+                        slot = i;
+                else if (!connect_holders[i].n && fre < 0)
+                        fre = i;
+        }
+        int r = 0;
+        if (slot >= 0 && connect_holders[slot].n >= CONNECT_PER_TENANT) {
+                r = 429;
+                snprintf(msg, size, "tenant %.80s follows as many processes (Connect) at once as one tenant may (%d); "
+                         "retry later", tenant, CONNECT_PER_TENANT);
+        } else if (connects >= CONNECT_MAX || (slot < 0 && fre < 0)) {
+                r = 429;
+                snprintf(msg, size, "the gateway follows as many processes (Connect) as it may; retry later");
+        } else {
+                if (slot < 0) {
+                        slot = fre;
+                        snprintf(connect_holders[slot].tenant, sizeof(connect_holders[slot].tenant), "%s", tenant);
+                }
+                connect_holders[slot].n++;
+                connects++;
+        }
+        pthread_mutex_unlock(&connects_lock);
+        return r;
+}
+
+/* Gives back a Connect stream of `tenant` (taken by connect_take). */
+static void connect_give(const char *tenant) {
+        pthread_mutex_lock(&connects_lock);
+        for (int i = 0; i < CONNECT_MAX; i++)
+                if (connect_holders[i].n && !strcmp(connect_holders[i].tenant, tenant)) {
+                        connect_holders[i].n--;
+                        connects--;
+                        break;
+                }
+        pthread_mutex_unlock(&connects_lock);
+}
 
 typedef struct follow {
         gw_conn *c;
@@ -514,9 +567,10 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
                 stream_error(c, 400, "process.pid: required (processes by tag are not served yet)");
                 return;
         }
-        if (++connects > CONNECT_MAX) {
-                connects--;
-                stream_error(c, 429, "the gateway follows as many processes (Connect) as it may; retry later");
+        char busy[200];
+        int held = connect_take(tenant, busy, sizeof(busy));
+        if (held) {
+                stream_error(c, held, busy);
                 return;
         }
         client *lg = NULL, *w = NULL;
@@ -623,7 +677,7 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
         gw_send_chunked_end(c);
         free(cmd_id);
 out:
-        connects--;
+        connect_give(tenant);
         free(msg);
         client_error_free(err);
         cJSON_Delete(list);
@@ -1162,7 +1216,7 @@ static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, con
                 goto out;
         }
         held = download_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "size")));
-        if (!gw_budget_take(held)) {
+        if (!gw_budget_take(tenant, held)) {
                 held = 0;
                 gw_send_error(c, 503, "read %s: the gateway holds as many file bodies as it may; retry", path);
                 goto out;
@@ -1184,7 +1238,7 @@ static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         free(data);
 out:
         if (held)
-                gw_budget_release(held);
+                gw_budget_release(tenant, held);
         cJSON_Delete(res);
         cJSON_Delete(st);
         client_free(d);

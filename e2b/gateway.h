@@ -123,11 +123,14 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
 /* Sets that bound (bytes, at least GW_MAX_BODY makes every single body
  * possible); for the tests and main(). */
 void gw_http_set_bodies_max(size_t bytes);
-/* Takes `n` bytes of that budget for a body held outside the parser (a
- * file download, envd.c); false (nothing taken) when they are not there.
- * Each take is given back with gw_budget_release(n). */
-bool gw_budget_take(size_t n);
-void gw_budget_release(size_t n);
+/* Takes `n` bytes of that budget for `tenant`'s body held outside the
+ * parser (a file download, envd.c); false (nothing taken) when they are
+ * not there, in all or in `tenant`'s share: one tenant holds at most half
+ * the budget (but always GW_MAX_BODY), so that one key's stalled bodies
+ * cannot refuse every other tenant's. Each take is given back with
+ * gw_budget_release(tenant, n). */
+bool gw_budget_take(const char *tenant, size_t n);
+void gw_budget_release(const char *tenant, size_t n);
 
 /* Seconds a request's head may take to arrive, from when the gateway
  * begins to wait for it (accept, or the previous answer): past them the
@@ -150,16 +153,30 @@ void gw_conns_set_limits(unsigned max, unsigned per_addr);
  * socket's counts as one address of its own): 0 with *ret (give it back
  * with gw_conns_release, before closing fd). When the table is full the
  * oldest connection that has not presented a valid key or token is cut
- * (shutdown(2) of its socket: its thread sees the end) to make room.
+ * (shutdown(2) of its socket: its thread sees the end) to make room;
+ * when every one has presented a key, the oldest of a tenant holding
+ * more than its share (gw_conns_keyed) is.
  * Errors: -EUSERS, `peer`'s address holds its share already; -EAGAIN,
- * every connection has presented a key (none is cut for a new one);
+ * every connection has presented a key, no tenant past its share;
  * -ENOMEM. Nothing is taken on error. */
 int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_slot **ret);
 /* Marks the connection of `slot` (NULL: nothing) as having presented a
- * valid API key or envd token: it is no longer cut to make room. Returns
+ * valid API key or envd token of `tenant` (the first one presented on it
+ * counts): it is no longer cut to make room for a connection without a
+ * key, nor for any while `tenant` holds at most a quarter of the table
+ * of keyed connections (past that its oldest is cut for a newcomer when
+ * every connection is keyed). Returns
  * false when it was cut already (its head may have arrived just before):
  * the request must not be served, its answer could not be sent. */
-bool gw_conns_keyed(gw_slot *slot);
+bool gw_conns_keyed(gw_slot *slot, const char *tenant);
+/* A request of `tenant` begins on the connection of `slot` (NULL: always
+ * true): false when that tenant has a quarter of the table's requests
+ * (at least 1) being served already (answer 429), for each holds one or
+ * two daemon connections, of which the daemon allows the gateway's uid a
+ * bounded number (daemon.json maxConnectionsPerUser, 256). A true begin
+ * is ended with gw_conns_end(slot) once the request is answered. */
+bool gw_conns_begin(gw_slot *slot, const char *tenant);
+void gw_conns_end(gw_slot *slot);
 /* Gives `slot` (NULL: nothing) back; its fd must still be open. */
 void gw_conns_release(gw_slot *slot);
 /* Connections held now (not counting ones cut and still leaving). */

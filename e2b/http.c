@@ -50,12 +50,25 @@ typedef struct parse_state {
         bool refused;   /* answered from the head; the body is not read */
         bool busy;      /* the bodies budget is spent: 503 */
         bool cut;       /* the connection table cut it (conns.c): close */
+        bool begun;     /* gw_conns_begin took a request of its tenant */
 } parse_state;
 
-/* ---- the bodies budget (all connections) ---- */
+/* ---- the bodies budget (all connections) ----
+ *
+ * One tenant holds at most half of it (but always a whole GW_MAX_BODY):
+ * a tenant whose connections each declare a 64 MiB body and then send it
+ * a byte now and then (each read within the idle bound) held all of it,
+ * and every other tenant's uploads were answered 503. */
+
+typedef struct tenant_bytes {
+        char tenant[80];
+        size_t held;
+} tenant_bytes;
 
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t bodies_max = GW_BODIES_MAX_DEFAULT, bodies_held;
+static tenant_bytes *held_by; /* the tenants holding some of it now */
+static size_t n_held_by;
 
 void gw_http_set_bodies_max(size_t bytes) {
         pthread_mutex_lock(&budget_lock);
@@ -63,37 +76,75 @@ void gw_http_set_bodies_max(size_t bytes) {
         pthread_mutex_unlock(&budget_lock);
 }
 
-bool gw_budget_take(size_t n) {
+/* What one tenant may hold. Under budget_lock. */
+static size_t tenant_share(void) {
+        return bodies_max / 2 > GW_MAX_BODY ? bodies_max / 2 : GW_MAX_BODY;
+}
+
+/* `tenant`'s entry (NULL when it holds nothing). Under budget_lock. */
+static tenant_bytes *held_of(const char *tenant) {
+        for (size_t i = 0; i < n_held_by; i++)
+                if (!strcmp(held_by[i].tenant, tenant))
+                        return &held_by[i];
+        return NULL;
+}
+
+/* Takes n bytes for `tenant` when they fit both bounds. Under budget_lock. */
+static bool take_locked(const char *tenant, size_t n) {
+        tenant_bytes *t = held_of(tenant);
+        size_t mine = t ? t->held : 0, share = tenant_share();
+        if (n > bodies_max || bodies_held > bodies_max - n || n > share || mine > share - n)
+                return false;
+        if (!t) {
+                tenant_bytes *nt = realloc(held_by, (n_held_by + 1) * sizeof(*nt));
+                if (!nt)
+                        return false;
+                held_by = nt;
+                t = &held_by[n_held_by++];
+                snprintf(t->tenant, sizeof(t->tenant), "%s", tenant);
+                t->held = 0;
+        }
+        t->held += n;
+        bodies_held += n;
+        return true;
+}
+
+/* Gives back n bytes of `tenant`'s. Under budget_lock. */
+static void release_locked(const char *tenant, size_t n) {
+        tenant_bytes *t = held_of(tenant);
+        bodies_held -= n;
+        if (t && (t->held -= n) == 0)
+                *t = held_by[--n_held_by];
+}
+
+bool gw_budget_take(const char *tenant, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
-        if (ok)
-                bodies_held += n;
+        bool ok = take_locked(tenant, n);
         pthread_mutex_unlock(&budget_lock);
         return ok;
 }
 
-void gw_budget_release(size_t n) {
+void gw_budget_release(const char *tenant, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bodies_held -= n;
+        release_locked(tenant, n);
         pthread_mutex_unlock(&budget_lock);
 }
 
-/* Takes n more bytes of the budget for s's body; false when they are not
- * there. */
+/* Takes n more bytes of the budget for s's body (its tenant's); false
+ * when they are not there. */
 static bool budget_take(parse_state *s, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
-        if (ok) {
-                bodies_held += n;
+        bool ok = take_locked(s->auth.tenant, n);
+        if (ok)
                 s->reserved += n;
-        }
         pthread_mutex_unlock(&budget_lock);
         return ok;
 }
 
 static void budget_release(parse_state *s) {
         pthread_mutex_lock(&budget_lock);
-        bodies_held -= s->reserved;
+        if (s->reserved)
+                release_locked(s->auth.tenant, s->reserved);
         pthread_mutex_unlock(&budget_lock);
         s->reserved = 0;
 }
@@ -192,7 +243,7 @@ static int on_headers_complete(http_parser *p) {
         gw_authenticate(s->cfg, &s->req, &s->auth);
         /* A valid key or token (not /health, which needs none): from now
          * on the connection is not cut to make room for others. */
-        if (s->auth.status == 0 && !gw_conns_keyed(s->slot))
+        if (s->auth.status == 0 && !gw_conns_keyed(s->slot, s->auth.tenant))
                 return s->cut = true, -1;
         /* Then the tenant's rate (rate.c): over it, answered from the head
          * like any refusal, the body unread. */
@@ -201,6 +252,14 @@ static int on_headers_complete(http_parser *p) {
                 snprintf(s->auth.msg, sizeof(s->auth.msg),
                          "rate limit exceeded: tenant %.80s sends more requests a second than the gateway "
                          "allows (--rate); retry later",
+                         s->auth.tenant);
+        }
+        /* And its share of the requests being served (conns.c). */
+        if (s->auth.status == 0 && !(s->begun = gw_conns_begin(s->slot, s->auth.tenant))) {
+                s->auth.status = 429;
+                snprintf(s->auth.msg, sizeof(s->auth.msg),
+                         "tenant %.80s has as many requests in progress at once as one tenant may; retry when "
+                         "one has ended",
                          s->auth.tenant);
         }
         bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
@@ -575,6 +634,8 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                                 break;
                         }
                         gw_route(cfg, &c, &s.req, &s.auth);
+                        if (s.begun)
+                                gw_conns_end(slot);
                         request_clear(&s.req);
                         free(s.url);
                         budget_release(&s);
@@ -600,6 +661,8 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         break;
                 }
         }
+        if (s.begun)
+                gw_conns_end(slot);
         request_clear(&s.req);
         free(s.url);
         budget_release(&s);

@@ -333,6 +333,37 @@ static void test_bodies_of_all_connections_are_bounded(void **state) {
         gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
 }
 
+/* Attack: one tenant's connections each declaring a 64 MiB body and
+ * sending it a byte now and then held the whole bodies budget, and every
+ * other tenant's upload was answered 503. One tenant now holds at most
+ * half of it (always a whole GW_MAX_BODY): past that its own requests
+ * with a body are 503, another tenant's are read. */
+static void test_one_tenant_holds_at_most_half_the_bodies_budget(void **state) {
+        char a[64], b[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, a, sizeof(a)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, b, sizeof(b)), 0);
+        gw_http_set_bodies_max(4 * GW_MAX_BODY);
+        /* team-a's stalled bodies: half the budget. */
+        assert_true(gw_budget_take("team-a", GW_MAX_BODY));
+        assert_true(gw_budget_take("team-a", GW_MAX_BODY));
+        for (int i = 0; i < 2; i++) {
+                int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                                 "Content-Length: 16\r\n\r\n{\"templateID\":1}", i ? b : a);
+                const char *o = exchange(req, (size_t) n);
+                if (i)
+                        assert_non_null(strstr(o, "templateID: wrong type"));
+                else
+                        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        }
+        assert_true(gw_budget_take("team-b", GW_MAX_BODY));
+        assert_false(gw_budget_take("team-a", 1));
+        gw_budget_release("team-a", GW_MAX_BODY);
+        assert_true(gw_budget_take("team-a", 1));
+        gw_budget_release("team-a", GW_MAX_BODY + 1);
+        gw_budget_release("team-b", GW_MAX_BODY);
+        gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
+}
+
 /* Found by review: a JSON body that is not an object (an array, a
  * string) reached key loops that read each member's name, NULL for an
  * array's: POST /sandboxes/ID/pause with [1] crashed the gateway for
@@ -642,17 +673,17 @@ static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **st
                 assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
         for (int i = 0; i < 3; i++)
                 assert_int_equal(admit_from(addr[i], sv[i][1], &s[i]), 0);
-        assert_true(gw_conns_keyed(s[0])); /* the oldest, but keyed */
+        assert_true(gw_conns_keyed(s[0], "team-a")); /* the oldest, but keyed */
         assert_int_equal(admit_from(addr[3], sv[3][1], &s[3]), 0);
         assert_false(was_cut(sv[0][0]));
         assert_true(was_cut(sv[1][0])); /* the oldest without a key */
         assert_false(was_cut(sv[2][0]));
         /* A head with a key that arrives after the cut is not served
          * (gw_serve_conn_slot closes on false). */
-        assert_false(gw_conns_keyed(s[1]));
+        assert_false(gw_conns_keyed(s[1], "team-b"));
         assert_int_equal(gw_conns_held(), 3);
-        assert_true(gw_conns_keyed(s[2]));
-        assert_true(gw_conns_keyed(s[3]));
+        assert_true(gw_conns_keyed(s[2], "team-c"));
+        assert_true(gw_conns_keyed(s[3], "team-d"));
         gw_slot *x = NULL;
         assert_int_equal(admit_from(addr[4], sv[4][1], &x), -EAGAIN);
         assert_null(x);
@@ -663,6 +694,69 @@ static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **st
         assert_int_equal(gw_conns_held(), 0);
         for (int i = 0; i < 5; i++)
                 close(sv[i][0]), close(sv[i][1]);
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+/* Attack: one tenant keying every connection of the table (from as many
+ * addresses as it takes: 8 IPv4 addresses fill 256) kept every other
+ * tenant out, since a keyed connection was never cut. A tenant's keyed
+ * connections past a quarter of the table are now cut, the oldest
+ * first, for a newcomer when every connection is keyed; those within it
+ * are not. */
+static void test_one_tenant_cannot_hold_the_whole_table(void **state) {
+        gw_conns_set_limits(8, 8);
+        static const char *const newcomer[4] = { "team-c", "team-d", "team-e", "team-f" };
+        int sv[13][2];
+        gw_slot *s[13] = {0};
+        for (int i = 0; i < 13; i++)
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
+        /* team-b holds 2 (its share), team-a the other 6. */
+        for (int i = 0; i < 8; i++) {
+                assert_int_equal(admit_from(i < 2 ? "192.0.2.2" : "192.0.2.1", sv[i][1], &s[i]), 0);
+                assert_true(gw_conns_keyed(s[i], i < 2 ? "team-b" : "team-a"));
+        }
+        /* Each newcomer cuts team-a's oldest, until team-a is down to its
+         * share: never team-b's. */
+        for (int i = 8; i < 12; i++) {
+                assert_int_equal(admit_from("192.0.2.3", sv[i][1], &s[i]), 0);
+                assert_true(was_cut(sv[i - 6][0]));
+                assert_true(gw_conns_keyed(s[i], newcomer[i - 8]));
+        }
+        /* Now every tenant is within its share: none is cut. */
+        gw_slot *x = NULL;
+        assert_int_equal(admit_from("192.0.2.4", sv[12][1], &x), -EAGAIN);
+        assert_null(x);
+        for (int i = 0; i < 12; i++)
+                assert_false((i < 2 || i > 5) && was_cut(sv[i][0]));
+        for (int i = 0; i < 12; i++)
+                gw_conns_release(s[i]);
+        assert_int_equal(gw_conns_held(), 0);
+        for (int i = 0; i < 13; i++)
+                close(sv[i][0]), close(sv[i][1]);
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+/* Attack: one key's 256 Start streams (from 9 addresses) held every
+ * daemon connection the daemon allows the gateway's uid
+ * (maxConnectionsPerUser, 256): another tenant's calls were refused by
+ * the daemon. One tenant now has at most a quarter of the table's
+ * requests in progress (each holds a daemon connection or two). */
+static void test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress(void **state) {
+        gw_conns_set_limits(8, 8);
+        gw_slot *s[4];
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(admit_from("192.0.2.1", -1, &s[i]), 0);
+        assert_true(gw_conns_begin(s[0], "team-a"));
+        assert_true(gw_conns_begin(s[1], "team-a"));
+        assert_false(gw_conns_begin(s[2], "team-a"));
+        assert_true(gw_conns_begin(s[3], "team-b"));
+        gw_conns_end(s[0]);
+        assert_true(gw_conns_begin(s[2], "team-a"));
+        assert_false(gw_conns_begin(s[0], "team-a"));
+        for (int i = 0; i < 4; i++) {
+                gw_conns_end(s[i]);
+                gw_conns_release(s[i]);
+        }
         gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
 }
 
@@ -798,6 +892,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_a_request_without_a_valid_key_is_answered_before_its_body, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_bodies_of_all_connections_are_bounded, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_one_tenant_holds_at_most_half_the_bodies_budget, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
@@ -806,6 +901,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_downloads_share_the_bodies_budget, setup, teardown),
                 cmocka_unit_test(test_one_address_holds_at_most_its_share),
                 cmocka_unit_test(test_a_full_table_cuts_the_oldest_connection_without_a_key),
+                cmocka_unit_test(test_one_tenant_cannot_hold_the_whole_table),
+                cmocka_unit_test(test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress),
                 cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
         };
