@@ -123,7 +123,7 @@ bool tenant_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name
 static const char *const mode_names[] = { "allow-all", "deny-all", "custom" };
 
 typedef struct tenant_limits {
-        uint64_t sandboxes, vcpus, disk_mib, snapshots, runtimes; /* UINT64_MAX: no limit */
+        uint64_t sandboxes, vcpus, disk_mib, snapshots, runtimes, volumes; /* UINT64_MAX: no limit */
         bool modes[3];                                  /* by mode_names */
         bool no_userns, local_sources;
         bool runtime_import, snapshot_import, snapshot_export;
@@ -139,6 +139,7 @@ static const struct {
         { "maxDiskMiB", offsetof(tenant_limits, disk_mib) },
         { "maxSnapshots", offsetof(tenant_limits, snapshots) },
         { "maxRuntimes", offsetof(tenant_limits, runtimes) },
+        { "maxVolumes", offsetof(tenant_limits, volumes) },
 };
 #define TENANT_LIMIT_MAX 1000000000ULL
 
@@ -184,11 +185,11 @@ static void apply_limits(const cJSON *o, tenant_limits *l) {
  * namespace never off, no local sources), then tenants.defaults, then
  * tenants.names[NAME]. */
 static void limits_of(const daemon_config *cfg, const tenant *t, tenant_limits *ret) {
-        *ret = (tenant_limits) {
-                .sandboxes = UINT64_MAX, .vcpus = UINT64_MAX, .disk_mib = UINT64_MAX, .snapshots = UINT64_MAX,
-                .runtimes = UINT64_MAX,
-                .modes = { true, true, true },
-        };
+        *ret = (tenant_limits) { .modes = { true, true, true } };
+        /* Every integer limit starts unlimited: one loop over the table, so
+         * that a key added to it can never start at 0 (refusing all). */
+        for (size_t i = 0; i < ELEMENTSOF(int_limits); i++)
+                *(uint64_t *) ((char *) ret + int_limits[i].off) = UINT64_MAX;
         const cJSON *tc = tenants_config(cfg);
         apply_limits(cJSON_GetObjectItemCaseSensitive(tc, "defaults"), ret);
         apply_limits(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "names"), t->name), ret);
@@ -468,6 +469,13 @@ int tenant_check_new_volume(manager *m, rpc_request *req, uint64_t size_mib, sb_
                 return 0;
         tenant_limits l;
         limits_of(m->cfg, &t, &l);
+        uint64_t n = 0;
+        for (const volume *v = m->volumes; v; v = v->next)
+                n += v->owner && tenant_owns(&t, v->owner);
+        if (n + 1 > l.volumes)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " volumes (those being made included), its limit "
+                                  "(daemon.json tenants maxVolumes %" PRIu64 "); delete one first", t.name, n, l.volumes);
         if (l.disk_mib == UINT64_MAX)
                 return 0;
         uint64_t disk = snapshots_disk_mib(m, &t);
@@ -1127,7 +1135,8 @@ static bool dup_key(const cJSON *obj, const cJSON *it) {
 }
 
 #define LIMIT_KEYS                                                                                     \
-        "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, maxRuntimes, networkModes, allowNoUserns, "       \
+        "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, maxRuntimes, maxVolumes, networkModes, "         \
+        "allowNoUserns, "                                                                              \
         "allowLocalSources, "                                                                          \
         "allowRuntimeImport, allowSnapshotImport, allowSnapshotExport, localSourceRoots (tenants.names only)"
 
