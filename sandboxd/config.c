@@ -480,16 +480,7 @@ static int check_path_list(const config_key *k, const cJSON *v, sb_error **ret_e
         const cJSON *it;
         int i = 0;
         cJSON_ArrayForEach(it, v) {
-                const char *s = cJSON_GetStringValue(it);
-                bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
-                for (const char *c = s; ok && *c;) {
-                        while (*c == '/')
-                                c++;
-                        size_t n = strcspn(c, "/");
-                        ok = !((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'));
-                        c += n;
-                }
-                if (!ok)
+                if (!core_path_is_plain_absolute(cJSON_GetStringValue(it)))
                         return sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                             "daemon.json: %s[%d]: must be an absolute directory path other than "
                                             "/ without '.' or '..' components",

@@ -420,6 +420,17 @@ static uint64_t snapshots_disk_mib(manager *m, const tenant *t) {
         return disk;
 }
 
+/* The MiB a tenant holds as maxDiskMiB counts them: its sandboxes' disks
+ * (warm-pool members are nobody's yet) with everything snapshots_disk_mib
+ * adds. */
+static uint64_t disk_in_use_mib(manager *m, const tenant *t) {
+        uint64_t disk = snapshots_disk_mib(m, t);
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && o->owner && tenant_owns(t, o->owner))
+                        disk += o->disk_mib;
+        return disk;
+}
+
 int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb_error **ret_err) {
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);
@@ -478,10 +489,7 @@ int tenant_check_new_volume(manager *m, rpc_request *req, uint64_t size_mib, sb_
                                   "(daemon.json tenants maxVolumes %" PRIu64 "); delete one first", t.name, n, l.volumes);
         if (l.disk_mib == UINT64_MAX)
                 return 0;
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (disk + size_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "sizeMiB: tenant '%s' would have %" PRIu64 " MiB of disk (its sandboxes' disks, its "
@@ -508,10 +516,7 @@ int tenant_check_new_snapshot(manager *m, rpc_request *req, const sandbox *src, 
                 return 0;
         /* A snapshot holds up to its source's disk on the state filesystem:
          * counted against maxDiskMiB with the tenant's sandboxes. */
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (!src->disk_mib || disk + src->disk_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' would have %" PRIu64 " MiB of disk with a snapshot of sandbox %s (its "
@@ -542,10 +547,7 @@ int tenant_check_imported_snapshot(manager *m, rpc_request *req, const snapshot 
                                   "tenant '%s' has a disk limit (daemon.json tenants maxDiskMiB %" PRIu64 "), so an "
                                   "imported snapshot needs a config.resources.diskMiB (import with config) of at least "
                                   "what its layers hold (%" PRIu64 " MiB)", t.name, l.disk_mib, need);
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (disk + mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' would have %" PRIu64 " MiB of disk with this snapshot (its sandboxes' "
@@ -578,10 +580,7 @@ int tenant_disk_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_er
         limits_of(m->cfg, &t, &l);
         if (l.disk_mib == UINT64_MAX)
                 return 0;
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (disk >= l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' has %" PRIu64 " MiB of disk (its sandboxes' disks, its snapshots' and "
@@ -1159,15 +1158,7 @@ static int check_roots(const cJSON *it, const char *where, sb_error **ret_err) {
         int i = 0;
         cJSON_ArrayForEach(p, it) {
                 const char *s = cJSON_GetStringValue(p);
-                bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
-                for (const char *c = s; ok && *c;) {
-                        while (*c == '/')
-                                c++;
-                        size_t n = strcspn(c, "/");
-                        ok = !((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'));
-                        c += n;
-                }
-                if (!ok)
+                if (!core_path_is_plain_absolute(s))
                         return config_error(ret_err, where, "%s.localSourceRoots[%d]: must be an absolute "
                                             "directory path other than / without '.' or '..' components", where, i);
                 struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
