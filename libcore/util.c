@@ -557,6 +557,37 @@ int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *r
         return 0;
 }
 
+static bool path_char(char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+               c == '-' || c == '/' || c == '+' || c == '@' || c == '~';
+}
+
+char *core_redact_path(const char *s, const char *prefix, const char *with) {
+        size_t n = prefix ? strlen(prefix) : 0;
+        while (n > 1 && prefix[n - 1] == '/')
+                n--;
+        if (n <= 1)
+                return strdup(s); /* no prefix, or "/": nothing that names one directory */
+        size_t wn = strlen(with), cap = strlen(s) + 1, out_n = 0;
+        for (const char *p = s; (p = memmem(p, strlen(p), prefix, n)); p += n)
+                cap += wn; /* at most one replacement per occurrence */
+        char *out = malloc(cap);
+        if (!out)
+                return NULL;
+        for (const char *p = s; *p;) {
+                bool starts = (p == s || !path_char(p[-1])) && strncmp(p, prefix, n) == 0 &&
+                              (p[n] == '/' || !path_char(p[n]));
+                if (starts) {
+                        memcpy(out + out_n, with, wn);
+                        out_n += wn;
+                        p += n;
+                } else
+                        out[out_n++] = *p++;
+        }
+        out[out_n] = '\0';
+        return out;
+}
+
 bool core_path_is_plain_absolute(const char *s) {
         bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
         for (const char *c = s; ok && *c;) {

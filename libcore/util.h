@@ -135,6 +135,16 @@ int core_write_file_at(int dirfd, const char *name, const void *data, size_t len
  * tree", ... or strerror(-r). */
 const char *core_beneath_strerror(int r);
 
+/* A copy of `s` with every path that starts with directory `prefix` (an
+ * absolute path; trailing slashes ignored) written with `with` in place of
+ * the prefix: "open /var/lib/sandboxd/x: ..." with prefix /var/lib/sandboxd
+ * and with "<stateDir>" gives "open <stateDir>/x: ...". A match must stand
+ * as a whole path or its leading directories: not inside a longer name
+ * (/var/lib/sandboxd2) nor after other path characters. A NULL, empty or
+ * "/" prefix replaces nothing. Returns a malloc'd string the caller frees,
+ * or NULL when out of memory. */
+char *core_redact_path(const char *s, const char *prefix, const char *with);
+
 /* True when `s` (NUL-terminated, NULL allowed: false) is an absolute path
  * other than "/" (slashes may repeat) with no "." or ".." component, so
  * that comparing two such paths as text compares where they lead before

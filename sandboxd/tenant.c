@@ -1110,8 +1110,26 @@ static void peer_key(const rpc_conn *c, void *userdata, char *buf, size_t size) 
                 snprintf(buf, size, "admin uid %u", (unsigned) rpc_conn_uid(c));
 }
 
+/* A tenant is told nothing of the host's file system (docs/SECURITY.md
+ * 4): an error that names a path under the state or run directory (a
+ * sandbox's image, a volume's mount, a record) says <stateDir> or <runDir>
+ * in its place; an admin reads the path as it is, as the log has it. */
+static void redact_message(const rpc_conn *c, char **message, void *userdata) {
+        manager *m = userdata;
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        if (t.admin)
+                return;
+        char *a = core_redact_path(*message, m->cfg->state_dir, "<stateDir>");
+        char *b = a ? core_redact_path(a, m->cfg->run_dir, "<runDir>") : NULL;
+        free(a);
+        free(*message);
+        *message = b;
+}
+
 void tenant_attach(manager *m, rpc_server *server) {
         rpc_server_set_authorize(server, authorize, m);
+        rpc_server_set_message_filter(server, redact_message, m);
         rpc_server_add_method(server, "session.actAs", method_act_as, m);
         rpc_server_set_peer_key(server, peer_key, m);
 }
