@@ -51,6 +51,7 @@ struct ctr {
         char *name, *runtime;
         cJSON *mounts;          /* as given (source, destination, readOnly) */
         bool read_only_root;
+        bool share_pids;        /* pidNamespace "sandbox" (else its own) */
         uint64_t memory_mib, cpu_millis, pids_max;
         uint64_t created_ms;
         core_cgroup *cg;        /* view of its child cgroup */
@@ -105,6 +106,7 @@ static cJSON *ctr_json(const ctr *c, bool usage) {
         cJSON_AddStringToObject(o, "runtime", c->runtime);
         cJSON_AddItemToObject(o, "mounts", c->mounts ? cJSON_Duplicate(c->mounts, 1) : cJSON_CreateArray());
         cJSON_AddBoolToObject(o, "readOnlyRoot", c->read_only_root);
+        cJSON_AddStringToObject(o, "pidNamespace", c->share_pids ? "sandbox" : "container");
         cJSON *l = cJSON_AddObjectToObject(o, "limits");
         if (c->memory_mib)
                 cJSON_AddNumberToObject(l, "memoryMiB", (double)c->memory_mib);
@@ -177,6 +179,10 @@ void container_adopt(session *s) {
                 c->runtime = strdup(rt);
                 c->mounts = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(o, "mounts"), 1);
                 c->read_only_root = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "readOnlyRoot"));
+                /* A record without it is older than own PID namespaces:
+                 * its container shares the sandbox's. */
+                const char *pns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "pidNamespace"));
+                c->share_pids = !pns || streq(pns, "sandbox");
                 c->memory_mib = num_or0(lim, "memoryMiB");
                 c->cpu_millis = num_or0(lim, "cpuMillis");
                 c->pids_max = num_or0(lim, "pidsMax");
@@ -620,7 +626,7 @@ static int parse_limit(rpc_request *req, const char *field, int64_t min, int64_t
 static void method_create(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
-        const char *name = NULL, *runtime = NULL;
+        const char *name = NULL, *runtime = NULL, *pidns = NULL;
         cJSON *mounts = NULL;
         bool ro = false;
         _cleanup_free_ ctr *c = calloc(1, sizeof(*c));
@@ -630,6 +636,7 @@ static void method_create(rpc_request *req, void *userdata) {
             rpc_param_string(req, "runtime", true, &runtime, &err) < 0 ||
             rpc_param_array(req, "mounts", false, &mounts, &err) < 0 ||
             rpc_param_bool(req, "readOnlyRoot", &ro, &err) < 0 ||
+            rpc_param_string(req, "pidNamespace", false, &pidns, &err) < 0 ||
             parse_limit(req, "memoryMiB", 16, 1 << 20, &c->memory_mib, &err) < 0 ||
             parse_limit(req, "cpuMillis", 10, 1000 * 1024, &c->cpu_millis, &err) < 0 ||
             parse_limit(req, "pidsMax", 1, 1 << 22, &c->pids_max, &err) < 0)
@@ -637,6 +644,13 @@ static void method_create(rpc_request *req, void *userdata) {
         if (!core_name_is_valid(name))
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "name",
                                        "name: must match [a-z0-9][a-z0-9-]{0,62}");
+        /* The CRI's NamespaceOption.pid: CONTAINER (its own, the default)
+         * or POD (the sandbox's, shared by its containers). */
+        if (pidns && !streq(pidns, "container") && !streq(pidns, "sandbox"))
+                return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "pidNamespace",
+                                       "pidNamespace: must be \"container\" (a PID namespace of its own, the "
+                                       "default) or \"sandbox\" (the sandbox's, shared with its other containers)");
+        c->share_pids = pidns && streq(pidns, "sandbox");
         /* One this client may use (a tenant's own or a shared one),
          * imported completely. */
         if (runtime_check(m, req, runtime, "runtime", &err) < 0)
@@ -726,6 +740,7 @@ static void method_create(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(pkt, "action", "create");
         cJSON_AddStringToObject(pkt, "name", name);
         cJSON_AddBoolToObject(pkt, "readOnlyRoot", ro);
+        cJSON_AddBoolToObject(pkt, "ownPids", !c->share_pids);
         cJSON_AddNumberToObject(pkt, "tmpSize", (double)(c->memory_mib ? (c->memory_mib << 20) / 2 : (uint64_t)sb->vcpus << 30));
         if (op) {
                 op->req = req;

@@ -104,7 +104,7 @@ static const schema_field run_params[] = {
 };
 static const schema_field ctr_create_params[] = {
         REQ("sandbox"), REQ("name"), REQ("runtime"), MOUNTS_FIELD,
-        OPT("readOnlyRoot"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
+        OPT("readOnlyRoot"), OPT("pidNamespace"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
 };
 static const schema_field ctr_name_params[] = { REQ("sandbox"), REQ("name"), END };
 static const schema_field ctr_list_params[] = { REQ("sandbox"), END };
@@ -279,6 +279,7 @@ const schema_limit schema_limits[] = {
         { "container.create", "mounts[].destination", LIMIT_PATH_BYTES },
         { "container.create", "mounts[].readOnly", 0 },
         { "container.create", "readOnlyRoot", 0 },
+        { "container.create", "pidNamespace", 0 },
         { "container.create", "memoryMiB", 0 },
         { "container.create", "cpuMillis", 0 },
         { "container.create", "pidsMax", 0 },

@@ -480,3 +480,82 @@ def test_host_mounts_are_asked_by_root_on_the_local_socket_only(world):
         expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()
+
+
+def _pids_of(world, name, marker):
+    """Pids (in the sandbox's PID namespace) of the sandbox's processes
+    whose command line holds marker."""
+    # [x]yz: the pattern, in this shell's own command line, matches not
+    # itself.
+    code, out, err = sh(world, name, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
+                                     "grep -q -- '[%s]%s' && echo ${p#/proc/}; done; true" % (marker[0], marker[1:]),
+                        "--sudo")
+    expect_eq(code, 0, "list the sandbox's processes (%s)" % err)
+    return [int(p) for p in out.split()]
+
+
+def test_containers_have_their_own_pid_namespace_unless_they_share_the_sandboxs(world):
+    """pidNamespace "container" (the default, Kubernetes' default): a
+    container's /proc shows its own processes only, under a PID 1 of its
+    own that holds no capability; another container cannot see, signal or
+    enter a process of it (/proc/PID/root) even as root. pidNamespace
+    "sandbox": containers see each other's processes and roots."""
+    world.stop_sandboxd()
+    world.start_sandboxd()
+    hold = "import sys, time\nopen('/tmp/secret', 'w').write(sys.argv[1])\nprint('up', flush=True)\ntime.sleep(3600)"
+    for userns in _modes():
+        with sandbox_rpc(world, "pidns", userns=userns, networkPolicy="deny-all") as name:
+            for ctr, pidns in (("a", None), ("b", "container"), ("s1", "sandbox"), ("s2", "sandbox")):
+                p = {"sandbox": name, "name": ctr, "runtime": "host"}
+                if pidns:
+                    p["pidNamespace"] = pidns
+                got = rpc_ok(world, "container.create", p)
+                expect_eq(got["pidNamespace"], pidns or "container", "%s's pidNamespace" % ctr)
+            e = _err(world, "container.create", {"sandbox": name, "name": "x", "runtime": "host",
+                                                 "pidNamespace": "host"})
+            expect("pidNamespace" in e["message"], "an unknown pidNamespace is refused naming it", e["message"])
+            cmds = {}
+            for ctr in ("a", "s1"):
+                cmds[ctr] = rpc_ok(world, "command.run", {
+                    "sandbox": name, "container": ctr, "cmd": "python3", "detached": True, "sudo": True,
+                    "args": ["-c", hold, "secret-of-" + ctr]})["cmdId"]
+                poll(lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmds[ctr]}).get("stdout")
+                                              or "") == b"up\n", 30, "%s's process runs" % ctr)
+            [pid_a] = _pids_of(world, name, "secret-of-a")
+            [pid_s1] = _pids_of(world, name, "secret-of-s1")
+            # a sees its own process, under its own PID 1.
+            code, out, err = _run(world, name, "a", "cat /proc/1/comm; grep -l [s]ecret-of-a /proc/[0-9]*/cmdline | "
+                                                    "wc -l; cat /proc/$(pgrep -f [s]ecret-of-a)/root/tmp/secret", sudo=True)
+            expect_eq((code, out), (0, "sandbox-ctrinit\n1\nsecret-of-a"), "a's own view (%s)" % err)
+            # b: none of a's processes, by listing or by a's pid in the
+            # sandbox's namespace, even as root.
+            probe = ("grep -l [s]ecret-of /proc/[0-9]*/cmdline; echo listed=$?; "
+                     "cat /proc/%d/root/tmp/secret; echo root=$?; kill -0 %d; echo kill=$?; "
+                     "cat /proc/%d/root/tmp/secret; echo root_s1=$?" % (pid_a, pid_a, pid_s1))
+            code, out, err = _run(world, name, "b", probe, sudo=True)
+            expect_eq(out, "listed=1\nroot=1\nkill=1\nroot_s1=1\n",
+                      "b sees, signals and enters no process of a or s1 (%s)" % err)
+            code, out, err = _run(world, name, "b", "cat /proc/1/comm; ls -d /proc/[0-9]* | wc -l")
+            expect_eq(out.splitlines()[0], "sandbox-ctrinit", "b's own PID 1 (%s)" % err)
+            expect(int(out.splitlines()[1]) <= 4, "b's /proc lists its own few processes", out)
+            # s2 shares the sandbox's: s1's process and root, and a's too
+            # (a's namespace is a child of the sandbox's).
+            code, out, err = _run(world, name, "s2", "cat /proc/%d/root/tmp/secret; echo; "
+                                                     "grep -c [s]ecret-of-a /proc/%d/cmdline" % (pid_s1, pid_a),
+                                  sudo=True)
+            expect_eq((code, out), (0, "secret-of-s1\n1\n"), "s2 sees s1's and a's processes (%s)" % err)
+            # Each own namespace's PID 1 holds no capability; a's goes
+            # with a's delete, and its process with it.
+            code, out, err = sh(world, name, "for p in $(grep -l '^Name:.sandbox-ctrinit$' /proc/[0-9]*/status); "
+                                             "do grep -E '^Cap(Eff|Prm)' $p; done", "--sudo")
+            caps = [l.split()[1] for l in out.splitlines()]
+            expect(len(caps) == 4 and set(caps) == {"0000000000000000"}, "two PID 1s, with no capability", out)
+            rpc_ok(world, "container.delete", {"sandbox": name, "name": "a"})
+            expect_eq(rpc_ok(world, "command.wait", {"cmdId": cmds["a"]}, 60)["exitCode"], 137,
+                      "a's process went with a")
+            code, out, err = sh(world, name, "grep -l '^Name:.sandbox-ctrinit$' /proc/[0-9]*/status | wc -l", "--sudo")
+            expect_eq(out.strip(), "1", "a's PID 1 went with a, b's is there")
+            code, out, err = _run(world, name, "b", "echo alive")
+            expect_eq(out, "alive\n", "b runs on")
+        leaks.check(world, name)
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
