@@ -738,6 +738,11 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 	if err != nil {
 		return nil, err
 	}
+	pidns, err := specPidNamespace(spec)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	params["pidNamespace"] = pidns
 	if err := s.rpc.call("sandbox.get", map[string]interface{}{"name": s.name}, nil); err != nil {
 		return nil, grpcErr(fmt.Errorf("the pod's sandbox %s (of sandbox container %s): %w", s.name, sandboxID, err))
 	}

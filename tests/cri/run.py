@@ -20,6 +20,7 @@ unmounted, CNI's result cache entries of this run's network are removed;
 the world removes the namespaces (with the bridge and veths), cgroups and
 its temp dir. Exit 1 on any failure.
 """
+import base64
 import gzip
 import hashlib
 import io
@@ -301,7 +302,7 @@ class T:
     pass
 
 
-def pod_config(t, name, annotations=None):
+def pod_config(t, name, annotations=None, pid=None):
     pb = t.cri.pb
     t.seq += 1   # a new uid (and log directory) for each pod, repeated runs too
     uid = "%s-%s-%d" % (name, t.world.id, t.seq)
@@ -311,22 +312,26 @@ def pod_config(t, name, annotations=None):
         metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default", attempt=0),
         hostname=name, log_directory=logdir, annotations=annotations or {},
         linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
-            namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))))
+            namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER if pid is None else pid,
+                                                 ipc=pb.POD))))
 
 
-def run_pod(t, name, annotations=None):
-    cfg = pod_config(t, name, annotations)
+def run_pod(t, name, annotations=None, pid=None):
+    cfg = pod_config(t, name, annotations, pid)
     pid = t.cri.r("RunPodSandbox", config=cfg, runtime_handler=HANDLER).pod_sandbox_id
     t.pods.append(pid)
     return pid, cfg
 
 
-def create_container(t, pod_id, pod_cfg, name, command, args=(), mounts=()):
+def create_container(t, pod_id, pod_cfg, name, command, args=(), mounts=(), linux=None):
+    """linux: a LinuxContainerConfig (the kubelet fills its
+    security_context.namespace_options from the pod's; without it the
+    CRI's defaults, pid POD)."""
     pb = t.cri.pb
     cfg = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name, attempt=0), image=pb.ImageSpec(image=BUSYBOX_IMAGE),
         command=list(command), args=list(args), log_path="%s.log" % name, mounts=list(mounts),
-        linux=pb.LinuxContainerConfig())
+        linux=linux or pb.LinuxContainerConfig())
     return t.cri.r("CreateContainer", pod_sandbox_id=pod_id, config=cfg,
                    sandbox_config=pod_cfg).container_id
 
@@ -528,6 +533,58 @@ def test_two_containers_of_a_pod_talk_over_loopback(t):
     expect(len(made) == 1 and made[0].startswith("pod-"), "one sandbox for the pod, none per container:", made)
     remove_pod(t, pod_id)
     no_pod_left(t, pod_id)
+
+
+def test_containers_have_their_own_pid_namespace_unless_the_pod_shares_it(t):
+    """NamespaceOption pid CONTAINER (Kubernetes' default): container b of
+    the pod sees no process of container a, and cannot open a's root
+    through /proc/PID/root, even knowing a's pid in the pod's namespace;
+    its PID 1 is its own namespace's. pid POD (shareProcessNamespace):
+    b sees a's process and reads a's /tmp through /proc/PID/root."""
+    pb = t.cri.pb
+    find = ("for p in /proc/[0-9]*; do grep -q '[3]601' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done; "
+            "cat /proc/1/comm")
+    for mode in (pb.CONTAINER, pb.POD):
+        pod_id, pod_cfg = run_pod(t, "podpid", pid=mode)
+        linux = pb.LinuxContainerConfig(security_context=pb.LinuxContainerSecurityContext(
+            namespace_options=pb.NamespaceOption(network=pb.POD, pid=mode, ipc=pb.POD)))
+        a = create_container(t, pod_id, pod_cfg, "a", ["sh", "-c", "echo secret-a > /tmp/secret; echo ready; "
+                                                                     "exec sleep 3601"], linux=linux)
+        t.cri.r("StartContainer", container_id=a)
+        b = create_container(t, pod_id, pod_cfg, "b", ["sleep", "3602"], linux=linux)
+        t.cri.r("StartContainer", container_id=b)
+        W.World.wait_until(lambda: os.path.exists(os.path.join(pod_cfg.log_directory, "a.log"))
+                           and log_lines(pod_cfg, "a") == ["ready"], 60, "container a to be ready")
+        in_a = t.cri.r("ExecSync", container_id=a, cmd=["sh", "-c", find], timeout=60)
+        lines = in_a.stdout.decode().split()
+        expect(in_a.exit_code == 0 and len(lines) == 2, "a finds its own process:", in_a)
+        pid_in_a = lines[0]
+        in_b = t.cri.r("ExecSync", container_id=b, cmd=["sh", "-c", find], timeout=60)
+        if mode == pb.CONTAINER:
+            expect_eq((in_a.exit_code, lines[1]), (0, "sandbox-ctrinit"), "a's PID 1 (its comm) is its own namespace's")
+            expect_eq(in_b.stdout, b"sandbox-ctrinit\n", "b lists no process of a, under its own PID 1")
+            # a's pid as the pod's sandbox sees it: from b, neither its
+            # root nor a signal reaches it.
+            ps = t.world.rpc_result("command.run", {"sandbox": shim_made(t, "sandbox.list", "sandboxes")[0],
+                                                    "cmd": "/bin/sh", "sudo": True, "args": ["-c",
+                                                    "grep -l '[3]601' /proc/[0-9]*/cmdline"]})
+            logs = t.world.rpc_result("command.logs", {"cmdId": ps["cmdId"]})
+            out = base64.b64decode(logs.get("stdout") or "").decode()
+            outer = [x.split("/")[2] for x in out.split() if x.split("/")[2].isdigit()]
+            expect(outer, "the pod's sandbox sees a's process:", ps)
+            # (a's pid in its own namespace is b's own process's in b's.)
+            for pid in outer + [pid_in_a]:
+                r = t.cri.r("ExecSync", container_id=b, cmd=["sh", "-c", "cat /proc/%s/root/tmp/secret; "
+                                                             "kill -0 %s && echo signalled" % (pid, pid)], timeout=60)
+                expect(b"secret-a" not in r.stdout and (pid == pid_in_a or b"signalled" not in r.stdout),
+                       "b reaches a's process %s:" % pid, r)
+        else:
+            pids = in_b.stdout.decode().split()[:-1]
+            expect_eq(len(pids), 1, "b sees a's process in the pod's shared namespace (%r)" % in_b.stdout)
+            r = t.cri.r("ExecSync", container_id=b, cmd=["cat", "/proc/%s/root/tmp/secret" % pids[0]], timeout=60)
+            expect_eq((r.exit_code, r.stdout), (0, b"secret-a\n"), "b reads a's /tmp through /proc/PID/root")
+        remove_pod(t, pod_id)
+        no_pod_left(t, pod_id)
 
 
 def test_pod_policy_annotation_admits_and_refuses(t):
