@@ -43,6 +43,9 @@ type note struct {
 	Stream   string `json:"stream"`
 	Data     string `json:"data"`
 	ExitCode *int   `json:"exitCode"`
+	// The OOM killer ended it (at its container's or sandbox's memory
+	// limit): containerd is told (TaskOOM) before its exit.
+	OOMKilled bool `json:"oomKilled"`
 }
 
 // process is the init process ("" exec id) or an exec.
@@ -68,6 +71,7 @@ type process struct {
 	wake      chan struct{}
 	ended     bool          // command.exit seen: the writer reports it once the queue is written
 	exitCode  uint32        // its exit status
+	oomKilled bool          // the OOM killer ended it
 	stdinW    io.Closer     // the stdin FIFO's reader
 	stdinDone chan struct{} // closed when its copy has ended (EOF)
 	stdinWake int           // write end of the copy's wake-up pipe (-1: none)
@@ -171,6 +175,7 @@ func (s *service) deliver(p *process, n note) {
 		s.mu.Lock()
 		p.ended = true
 		p.exitCode = uint32(code)
+		p.oomKilled = n.OOMKilled
 		s.mu.Unlock()
 	} else {
 		s.mu.Lock()
@@ -238,10 +243,12 @@ const followPoll = 100 * time.Millisecond
 // stream) is not recovered.
 func (s *service) follow(p *process) {
 	exited := make(chan int, 1)
+	oom := make(chan bool, 1)
 	go func() {
 		for {
 			var r struct {
-				ExitCode *int `json:"exitCode"`
+				ExitCode  *int `json:"exitCode"`
+				OOMKilled bool `json:"oomKilled"`
 			}
 			err := s.rpc.call("command.wait", map[string]interface{}{"cmdId": p.cmdID}, &r)
 			if err == nil || isReason(err, "not_found") {
@@ -249,6 +256,7 @@ func (s *service) follow(p *process) {
 				if err == nil && r.ExitCode != nil {
 					code = *r.ExitCode
 				}
+				oom <- err == nil && r.OOMKilled
 				exited <- code
 				return
 			}
@@ -285,7 +293,12 @@ func (s *service) follow(p *process) {
 			}
 		}
 		if last {
-			s.deliver(p, note{Method: "command.exit", CmdID: p.cmdID, ExitCode: &code})
+			killed := false
+			select {
+			case killed = <-oom:
+			default:
+			}
+			s.deliver(p, note{Method: "command.exit", CmdID: p.cmdID, ExitCode: &code, OOMKilled: killed})
 			return
 		}
 		select {
@@ -425,6 +438,7 @@ func (s *service) exit(p *process, code uint32) {
 	}
 	p.status = task.StatusStopped
 	p.exitStatus = code
+	oom := p == s.init && p.oomKilled
 	p.exitedAt = time.Now()
 	if p.stdinW != nil {
 		// The copy ends (the FIFO is cut if it never opened).
@@ -450,6 +464,10 @@ func (s *service) exit(p *process, code uint32) {
 	id := p.execID
 	if id == "" {
 		id = s.id
+	}
+	if oom {
+		// The CRI reads it as the container's OOM (reason OOMKilled).
+		s.publish(runtime.TaskOOMEventTopic, &eventstypes.TaskOOM{ContainerID: s.id})
 	}
 	s.publish(runtime.TaskExitEventTopic, &eventstypes.TaskExit{
 		ContainerID: s.id, ID: id, Pid: uint32(os.Getpid()), ExitStatus: code, ExitedAt: p.exitedAt})

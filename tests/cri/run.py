@@ -48,7 +48,7 @@ CNI_BIN = "/usr/lib/cni"
 CNI_CACHE = "/var/lib/cni/results"   # libcni's cache (not configurable in containerd 1.6's CRI)
 BUSYBOX = "/bin/busybox"
 APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "wc", "true", "false",
-           "ip", "hostname", "mount", "test", "grep", "ps", "kill", "dd")
+           "ip", "hostname", "mount", "test", "grep", "ps", "kill", "dd", "tr")
 HANDLER = "sandboxd"
 RUNTIME = "io.containerd.sandboxd.v2"
 K8S_NS = "k8s.io"                 # the CRI plugin's containerd namespace
@@ -445,6 +445,38 @@ def test_container_stats(t):
     expect(st.cpu.usage_core_nano_seconds.value > 0, "CPU time is reported:", st.cpu)
     st2 = t.cri.r("ContainerStats", container_id=idle).stats
     expect(0 < st2.memory.working_set_bytes.value < 32 << 20, "the idle container's memory is its own:", st2.memory)
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed_alone(t):
+    """A container over its own memory limit (64 MiB, its own cgroup in the
+    pod's sandbox) is OOM-killed as that container: its status is EXITED,
+    137, reason OOMKilled; the pod's other container runs on and answers
+    ExecSync, the pod stays ready, and sandboxd counts no kill for it.""" 
+    pb = t.cri.pb
+    pod_id, pod_cfg = run_pod(t, "podoom")
+    calm = create_container(t, pod_id, pod_cfg, "calm", ["sleep", "3600"])
+    t.cri.r("StartContainer", container_id=calm)
+    hog = create_container(t, pod_id, pod_cfg, "hog", ["sh", "-c",
+                           "echo start; x=$(dd if=/dev/zero bs=1M count=256 2>/dev/null | tr '\\0' a); "
+                           "echo survived ${#x}"],
+                           linux=pb.LinuxContainerConfig(resources=pb.LinuxContainerResources(
+                               memory_limit_in_bytes=64 << 20)))
+    t.cri.r("StartContainer", container_id=hog)
+    st = wait_exited(t, hog, 120)
+    expect_eq((st.exit_code, st.reason), (137, "OOMKilled"),
+              "the hog's exit (its log %r)" % log_lines(pod_cfg, "hog"))
+    expect_eq(container_state(t, calm), pb.CONTAINER_RUNNING, "the other container runs on")
+    r = t.cri.r("ExecSync", container_id=calm, cmd=["echo", "alive"], timeout=60)
+    expect_eq((r.exit_code, r.stdout), (0, b"alive\n"), "ExecSync in the other container")
+    expect_eq(t.cri.r("PodSandboxStatus", pod_sandbox_id=pod_id).status.state, pb.SANDBOX_READY,
+              "the pod stays ready")
+    [sb] = shim_made(t, "sandbox.list", "sandboxes")
+    # (The hog's container went with its task's delete, which the CRI
+    # does at its exit.)
+    kills = [c["oomKills"] for c in t.world.rpc_result("container.list", {"sandbox": sb})["containers"]]
+    expect_eq(kills, [0], "the other container counts no OOM kill")
     remove_pod(t, pod_id)
     no_pod_left(t, pod_id)
 
