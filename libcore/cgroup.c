@@ -1311,6 +1311,19 @@ int core_cgroup_peak_read(int fd, uint64_t *ret) {
         return 0;
 }
 
+/* A container's cgroup thawed after its kill (container.pause froze it):
+ * whichever freezer file the hierarchy has. */
+static int thaw_ctr(const char *path) {
+        _cleanup_free_ char *v2 = NULL, *v1 = NULL;
+        if (asprintf(&v2, "%s/cgroup.freeze", path) < 0 || asprintf(&v1, "%s/freezer.state", path) < 0)
+                return -ENOMEM;
+        if (access(v2, F_OK) == 0)
+                (void)write_file(path, "cgroup.freeze", "0");
+        if (access(v1, F_OK) == 0)
+                (void)write_file(path, "freezer.state", "THAWED");
+        return 0;
+}
+
 int core_cgroup_kill_all(core_cgroup *cg) {
         int ret = 0;
         release_holder(cg);
@@ -1339,6 +1352,10 @@ int core_cgroup_kill_all(core_cgroup *cg) {
          * it dies at once instead of running on, and the cgroup can go. */
         if (core_cgroup_frozen(cg) > 0)
                 (void)core_cgroup_freeze(cg, false);
+        /* And its paused containers (container.pause): a v1 freezer child
+         * keeps its own state whatever the session's. */
+        for (size_t i = 0; i < cg->n; i++)
+                (void)for_each_ctr(cg->dirs[i], thaw_ctr);
         return ret;
 }
 

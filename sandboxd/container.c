@@ -117,6 +117,7 @@ static cJSON *ctr_json(const ctr *c, bool usage) {
         cJSON_AddStringToObject(o, "createdAt", core_format_time(c->created_ms, ts, sizeof(ts)));
         if (!usage)
                 return o;
+        cJSON_AddBoolToObject(o, "paused", core_cgroup_frozen(c->cg) > 0);
         core_cgroup_usage u = { UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX };
         (void)core_cgroup_read_usage(c->cg, &u);
         cJSON *uj = cJSON_AddObjectToObject(o, "usage");
@@ -864,9 +865,57 @@ static void method_delete(rpc_request *req, void *userdata) {
                 delete_done(sb->sess, NULL, r, NULL, op);
 }
 
+/* container.pause / container.resume: the container's own cgroup frozen
+ * or thawed (cgroup v2 cgroup.freeze, else the v1 freezer; as
+ * sandbox.pause does for the session, pause.c), its processes only: the
+ * sandbox and its other containers run on. The state is the kernel's
+ * (a restarted daemon finds it there): a freeze of the sandbox and its
+ * thaw leave a paused container paused; delete and the session's end kill
+ * it as any other (core_cgroup_kill_all thaws after the kill). */
+static void method_pause_resume(rpc_request *req, manager *m, bool freeze, rpc_handler self) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *name = NULL;
+        if (rpc_param_string(req, "name", true, &name, &err) < 0)
+                return rpc_reply_sb_error(req, err);
+        sandbox *sb = require_running(req, m, self);
+        if (!sb)
+                return;
+        ctr *c = container_find(sb->sess, name);
+        if (!c)
+                return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "name", "sandbox '%s' has no container '%s'",
+                                       sb->name, name);
+        if (sb->capturing)
+                return rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "sandbox",
+                                       "sandbox '%s': a snapshot or fork of it is being taken; try again in a moment",
+                                       sb->name);
+        int r = core_cgroup_freeze(c->cg, freeze);
+        if (r < 0 && freeze)
+                (void)core_cgroup_freeze(c->cg, false); /* never left half frozen */
+        if (r == -ENOTSUP)
+                return rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "name",
+                                       "container '%s': this host has no cgroup freezer (neither cgroup.freeze nor "
+                                       "the v1 freezer controller)", name);
+        if (r < 0)
+                return rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "container '%s': %s its cgroup: %s", name,
+                                       freeze ? "freeze" : "thaw", strerror(-r));
+        log_info("sandbox '%s': container '%s' %s", sb->name, name,
+                 freeze ? "paused (cgroup frozen)" : "resumed (cgroup thawed)");
+        rpc_reply(req, ctr_json(c, true));
+}
+
+static void method_pause(rpc_request *req, void *userdata) {
+        method_pause_resume(req, userdata, true, method_pause);
+}
+
+static void method_resume(rpc_request *req, void *userdata) {
+        method_pause_resume(req, userdata, false, method_resume);
+}
+
 void container_attach(manager *m, rpc_server *s) {
         rpc_server_add_method(s, "container.create", method_create, m);
         rpc_server_add_method(s, "container.get", method_get, m);
         rpc_server_add_method(s, "container.list", method_list, m);
         rpc_server_add_method(s, "container.delete", method_delete, m);
+        rpc_server_add_method(s, "container.pause", method_pause, m);
+        rpc_server_add_method(s, "container.resume", method_resume, m);
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -1186,12 +1187,13 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
 }
 
-// Pause freezes the container's sandbox (sandbox.pause: its cgroup's freezer).
+// Pause freezes the container's sandbox (sandbox.pause: its cgroup's
+// freezer); a pod's container, its own cgroup only (container.pause).
 func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
 	return s.pauseResume(true)
 }
 
-// Resume thaws it (sandbox.resume).
+// Resume thaws it (sandbox.resume, container.resume).
 func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*ptypes.Empty, error) {
 	return s.pauseResume(false)
 }
@@ -1204,11 +1206,9 @@ func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
 	if err := s.notForPod("pause and resume"); err != nil {
 		return nil, err
 	}
-	if err := s.notForMember("pause and resume (they would freeze the whole pod)"); err != nil {
-		return nil, err
-	}
 	s.mu.Lock()
 	st := p.status
+	member, ctr := s.member, s.ctr
 	s.mu.Unlock()
 	if st == task.StatusStopped || st == task.StatusCreated {
 		return nil, grpcErr(fmt.Errorf("the container is not running: %w", errdefs.ErrFailedPrecondition))
@@ -1217,7 +1217,13 @@ func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
 	if pause {
 		method, topic = "sandbox.pause", runtime.TaskPausedEventTopic
 	}
-	if err := s.rpc.call(method, map[string]interface{}{"name": s.name}, nil); err != nil {
+	params := map[string]interface{}{"name": s.name}
+	if member {
+		// Its own cgroup's freezer: the pod and its other containers run on.
+		method = "container." + strings.TrimPrefix(method, "sandbox.")
+		params = map[string]interface{}{"sandbox": s.name, "name": ctr}
+	}
+	if err := s.rpc.call(method, params, nil); err != nil {
 		return nil, grpcErr(err)
 	}
 	s.mu.Lock()
