@@ -244,6 +244,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if self.proc.poll() is not None:
             raise W.WorldError("containerd exited: %s" % self.log_tail())
 
+    def restart(self):
+        """containerd alone stopped (SIGTERM, as systemd restarts it) and
+        started again on the same root, state and config: the shims, the
+        pods' network namespaces and the snapshots stay."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(30)
+        self.start()
+
     def ctr(self, *args, timeout=120):
         return subprocess.run(["ctr", "--address", self.sock, "-n", K8S_NS] + list(args),
                               capture_output=True, text=True, timeout=timeout,
@@ -506,6 +514,44 @@ def test_sandboxd_kill_9_while_the_pod_runs(t):
         lines = [ln.split(" ", 3)[3] for ln in f.read().splitlines()]
     expect_eq(lines, ["before", "after-restart"], "the CRI log's lines, each once")
     expect_eq(container_state(t, cid), t.cri.pb.CONTAINER_RUNNING, "the container still runs")
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+def test_containerd_restart_while_the_pod_runs(t):
+    """containerd restarted while a pod's two containers run: both are
+    RUNNING afterwards (containerd reconnects to their shims), ExecSync
+    works in each, output written after the restart reaches the CRI log,
+    and StopPodSandbox and RemovePodSandbox leave nothing."""
+    pb = t.cri.pb
+    pod_id, pod_cfg = run_pod(t, "podcr")
+    c1 = create_container(t, pod_id, pod_cfg, "c1", [
+        "sh", "-c", "echo before; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-restart; sleep 3600"])
+    t.cri.r("StartContainer", container_id=c1)
+    c2 = create_container(t, pod_id, pod_cfg, "c2", ["sleep", "3600"])
+    t.cri.r("StartContainer", container_id=c2)
+    logp = os.path.join(pod_cfg.log_directory, "c1.log")
+    W.World.wait_until(lambda: os.path.exists(logp) and "before" in open(logp).read(), 30, "the first line")
+    shims = sorted(t.c.shims())
+    old = t.c.proc.pid
+    t.c.restart()
+    expect(t.c.proc.pid != old and t.c.proc.poll() is None, "a new containerd runs")
+
+    def answers():
+        try:
+            return t.cri.r("PodSandboxStatus", pod_sandbox_id=pod_id).status.state == pb.SANDBOX_READY
+        except t.cri.grpc.RpcError:
+            return False
+    W.World.wait_until(answers, 60, "the CRI to answer again with the pod ready")
+    expect_eq(sorted(t.c.shims()), shims, "the same shims run on")
+    for cid in (c1, c2):
+        expect_eq(container_state(t, cid), pb.CONTAINER_RUNNING, "container %s after the restart" % cid[:12])
+    r = t.cri.r("ExecSync", container_id=c1, cmd=["sh", "-c", "touch /tmp/go; echo exec-ok"], timeout=60)
+    expect_eq((r.exit_code, r.stdout), (0, b"exec-ok\n"), "ExecSync in c1 after the restart (%r)" % r.stderr)
+    r = t.cri.r("ExecSync", container_id=c2, cmd=["echo", "c2-ok"], timeout=60)
+    expect_eq((r.exit_code, r.stdout), (0, b"c2-ok\n"), "ExecSync in c2 after the restart (%r)" % r.stderr)
+    W.World.wait_until(lambda: "after-restart" in open(logp).read(), 30, "output after the restart in the CRI log")
+    expect_eq(log_lines(pod_cfg, "c1"), ["before", "after-restart"], "the CRI log's lines, each once")
     remove_pod(t, pod_id)
     no_pod_left(t, pod_id)
 
