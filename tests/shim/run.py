@@ -1224,7 +1224,8 @@ def _ctr_frozen(t, pod, ctr):
 
 
 def test_pause_and_resume_of_one_pod_container(t):
-    """ctr task pause of a pod's container freezes that container's own
+    """ctr task ps of a pod's container lists its own cgroup's processes;
+    ctr task pause of a pod's container freezes that container's own
     cgroup only: ctr shows it PAUSED, the pod's other container runs and
     takes an exec, the pod's sandbox is not paused; resume thaws it and
     an exec runs in it; paused again, delete -f ends it and nothing is
@@ -1242,6 +1243,13 @@ def test_pause_and_resume_of_one_pod_container(t):
             expect_eq(r.returncode, 0, "ctr run -d of %s: %s" % (cid, r.stderr))
         W.World.wait_until(lambda: c.ctr("task", "ls").stdout.count("RUNNING") >= 3, 20, "the pod's tasks to run")
         a, b = sandbox_name("podp-a"), sandbox_name("podp-b")
+        # ctr task ps: the container's own processes (its cgroup's).
+        r = c.ctr("task", "ps", "podp-a")
+        pids = [int(ln.split()[0]) for ln in r.stdout.splitlines()[1:] if ln.split()[:1] and ln.split()[0].isdigit()]
+        expect(r.returncode == 0 and pids, "ctr task ps of a pod container lists processes:", r.stdout, r.stderr)
+        for pid in pids:
+            with open("/proc/%d/cgroup" % pid) as f:
+                expect("/ctr-%s\n" % a in f.read(), "pid %d of ctr task ps is in a's own cgroup" % pid)
         expect_eq(_ctr_frozen(t, pod, a), (False, False), "a running container's cgroup (frozen, paused)")
         r = c.ctr("task", "pause", "podp-a")
         expect_eq(r.returncode, 0, "ctr task pause of a pod's container: %s" % r.stderr)
