@@ -559,3 +559,61 @@ def test_containers_have_their_own_pid_namespace_unless_they_share_the_sandboxs(
             expect_eq(out, "alive\n", "b runs on")
         leaks.check(world, name)
     expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
+
+
+def test_container_pause_freezes_that_container_only(world):
+    """container.pause freezes the container's own cgroup: a command
+    started in it does not finish until container.resume; the sandbox and
+    another container run on meanwhile; a paused container's delete kills
+    its processes; the freezer state is the kernel's (paused, as read by
+    the host)."""
+    world.stop_sandboxd()
+    world.start_sandboxd()
+    for userns in _modes():
+        with sandbox_rpc(world, "cpause", userns=userns, networkPolicy="deny-all") as name:
+            for ctr in ("a", "b"):
+                rpc_ok(world, "container.create", {"sandbox": name, "name": ctr, "runtime": "host"})
+            # a's process waits for /tmp/go, which only the resume lets it
+            # see (it is frozen meanwhile).
+            cmd = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                                "args": ["-c", "echo up; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+                                                         "echo ran"]})["cmdId"]
+            poll(lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd}).get("stdout") or "") == b"up\n",
+                 30, "a's process runs")
+            got = rpc_ok(world, "container.pause", {"sandbox": name, "name": "a"})
+            expect_eq(got["paused"], True, "container.pause's answer")
+            frozen = []
+            for d in _ctr_cgroups(world, name, "a"):
+                for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+                    if os.path.exists(os.path.join(d, f)):
+                        with open(os.path.join(d, f)) as fh:
+                            frozen.append(fh.read().strip() == yes)
+            expect(True in frozen, "a's cgroup is frozen on the host", frozen)
+            # A new command into the paused container is refused (as runc refuses an exec into a paused one).
+            e = _err(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/true"})
+            expect("paused" in e["message"] and e["data"]["reason"] == "conflict",
+                   "a command into the paused container is refused", e)
+            code, out, err = _run(world, name, "b", "echo b-runs")
+            expect_eq((code, out), (0, "b-runs\n"), "b runs while a is paused (%s)" % err)
+            code, out, _e = sh(world, name, "echo sandbox-runs")
+            expect_eq(out, "sandbox-runs\n", "the sandbox runs while a is paused")
+            expect_eq(rpc_ok(world, "container.get", {"sandbox": name, "name": "b"})["paused"], False, "b is not paused")
+            got = rpc_ok(world, "container.resume", {"sandbox": name, "name": "a"})
+            expect_eq(got["paused"], False, "container.resume's answer")
+            code, out, err = _run(world, name, "a", "touch /tmp/go")
+            expect_eq(code, 0, "a takes a command after the resume (%s)" % err)
+            expect_eq(rpc_ok(world, "command.wait", {"cmdId": cmd}, 60)["exitCode"], 0, "a's process after the resume")
+            # Paused, then deleted: its process is killed, nothing stays frozen.
+            running = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh",
+                                                    "detached": True, "args": ["-c", "sleep 600"]})["cmdId"]
+            rpc_ok(world, "container.pause", {"sandbox": name, "name": "a"})
+            rpc_ok(world, "container.delete", {"sandbox": name, "name": "a"})
+            expect_eq(rpc_ok(world, "command.wait", {"cmdId": running}, 60)["exitCode"], 137,
+                      "the paused container's command was killed by its delete")
+            expect_eq(_ctr_cgroups(world, name, "a"), [], "a's cgroups after its delete")
+            e = _err(world, "container.pause", {"sandbox": name, "name": "a"})
+            expect("no container 'a'" in e["message"], "pause of a deleted container", e["message"])
+            # b paused when the sandbox is deleted: nothing is left.
+            rpc_ok(world, "container.pause", {"sandbox": name, "name": "b"})
+        leaks.check(world, name)
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
