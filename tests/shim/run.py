@@ -1282,6 +1282,49 @@ def test_pause_and_resume_of_one_pod_container(t):
     leaks.check(w, pod)
 
 
+def test_pod_containers_pid_namespace_from_the_spec(t):
+    """A pod's container whose spec's pid namespace has no path (ctr's
+    default, the CRI's CONTAINER) has a PID namespace of its own: another
+    container sees none of its processes, and its own PID 1 is its
+    namespace's; one whose pid namespace names a path (--with-ns pid:...,
+    the CRI's POD) shares the pod sandbox's and sees the first's."""
+    c, w = t.c, t.world
+    pod = pod_name("podn")
+    ann = ("--annotation", "io.kubernetes.cri.container-type=container",
+           "--annotation", "io.kubernetes.cri.sandbox-id=podn")
+    find = "for p in /proc/[0-9]*; do grep -q '[6]01' $p/cmdline 2>/dev/null && echo seen; done; cat /proc/1/comm"
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=podn", "--rootfs", t.rootfs, "podn", "/no/such/pause")
+    expect_eq(r.returncode, 0, "ctr run -d of the pod's sandbox container: %s" % r.stderr)
+    try:
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *ann, "--rootfs", t.rootfs, "podn-a", "sleep", "601")
+        expect_eq(r.returncode, 0, "ctr run -d of podn-a: %s" % r.stderr)
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *ann, "--rootfs", t.rootfs, "podn-b", "sleep", "602")
+        expect_eq(r.returncode, 0, "ctr run -d of podn-b: %s" % r.stderr)
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *ann, "--with-ns", "pid:/proc/1/ns/pid", "--rootfs", t.rootfs,
+                  "podn-s", "sleep", "603")
+        expect_eq(r.returncode, 0, "ctr run -d of podn-s: %s" % r.stderr)
+        W.World.wait_until(lambda: c.ctr("task", "ls").stdout.count("RUNNING") >= 4, 20, "the pod's tasks to run")
+        got = {x["name"]: x["pidNamespace"] for x in w.rpc_result("container.list", {"sandbox": pod})["containers"]}
+        expect_eq((got.get(sandbox_name("podn-a")), got.get(sandbox_name("podn-s"))), ("container", "sandbox"),
+                  "the containers' pidNamespace")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "podn-a", "sh", "-c", find)
+        expect_eq((r.returncode, r.stdout), (0, "seen\nsandbox-ctrinit\n"), "podn-a's own view (%s)" % r.stderr)
+        r = c.ctr("task", "exec", "--exec-id", "e2", "podn-b", "sh", "-c", find)
+        expect_eq((r.returncode, r.stdout), (0, "sandbox-ctrinit\n"), "podn-b sees none of podn-a's (%s)" % r.stderr)
+        r = c.ctr("task", "exec", "--exec-id", "e3", "podn-s", "sh", "-c", find)
+        expect_eq((r.returncode, r.stdout.splitlines()[:1]), (0, ["seen"]),
+                  "podn-s, in the pod's shared namespace, sees podn-a's (%s)" % r.stderr)
+    finally:
+        for cid in ("podn-a", "podn-b", "podn-s", "podn"):
+            c.ctr("task", "delete", "--force", cid)
+            c.ctr("containers", "rm", cid)
+    for cid in ("podn-a", "podn-b", "podn-s", "podn"):
+        no_leak(t, cid)
+    expect(pod not in sandboxes(t), "the pod's sandbox goes with the last of its tasks")
+    leaks.check(w, pod)
+
+
 def test_pod_container_mounts_under_host_mount_roots(t):
     """ctr run --mount into a pod's container: a bind mount whose source
     lies under daemon.json hostMountRoots is there, read-only when asked
