@@ -245,6 +245,17 @@ def test_containers_share_loopback_and_each_ooms_alone(world):
             other = rpc_ok(world, "container.get", {"sandbox": name, "name": "srv"})
             expect(small["oomKills"] >= 1 and other["oomKills"] == 0, "the kill is small's only", small, other)
             expect_eq(small["limits"], {"memoryMiB": 64, "cpuMillis": 500, "pidsMax": 64}, "small's limits")
+            # ... as the kernel holds them, in small's own cgroup: v1's
+            # memory controller, or v2's memory.max (the session delegates
+            # the controllers below it, sandbox-init living in its leaf).
+            held = {}
+            for d in _ctr_cgroups(world, name, "small"):
+                for f in ("memory.limit_in_bytes", "memory.max", "pids.max"):
+                    if os.path.exists(os.path.join(d, f)):
+                        with open(os.path.join(d, f)) as fh:
+                            held[f] = fh.read().strip()
+            expect(held.get("memory.limit_in_bytes", held.get("memory.max")) == str(64 << 20)
+                   and held.get("pids.max") == "64", "small's limits in its cgroup files", held)
             expect(small["usage"]["memoryPeakBytes"] is None or small["usage"]["memoryPeakBytes"] <= 64 << 20,
                    "small's peak within its limit", small["usage"])
             # setns stays refused to commands, in a container or not
