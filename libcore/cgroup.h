@@ -113,11 +113,20 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
 int core_cgroup_update(core_cgroup *cg, const core_cgroup_limits *old, const core_cgroup_limits *limits,
                        sb_error **ret_err);
 
-/* Moves pid into the session cgroup in every hierarchy. */
+/* Moves pid into the session cgroup in every hierarchy (on a v2 one with
+ * controllers, its leaf CORE_CGROUP_INIT, made when missing). */
 int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err);
 
 /* The child cgroup of a session that holds its sandbox-netd. */
 #define CORE_CGROUP_NETD "netd"
+/* The child cgroup of a session that holds sandbox-init and the
+ * sandbox's own commands on a v2 hierarchy with controllers (cgroupfs
+ * driver): the session itself then holds no process, so it can delegate
+ * controllers to its containers' child cgroups (cgroup-v2.rst "no
+ * internal processes"). core_cgroup_attach and core_cgroup_open_v2 place
+ * processes there; elsewhere (v1, a hybrid host's controller-less v2
+ * hierarchy, the systemd driver) they go to the session's directory. */
+#define CORE_CGROUP_INIT "init"
 
 /* Moves pid into the child cgroup `child` of the session (only the names
  * above, -EINVAL otherwise) in every hierarchy, creating it when missing.
@@ -134,7 +143,8 @@ int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_e
  * process cloned into it (core_cgroup_make_child). */
 int core_cgroup_attach_child_v1(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err);
 
-/* Opens the session's cgroup v2 directory (O_DIRECTORY|O_CLOEXEC) for
+/* Opens the session's cgroup v2 directory (its leaf CORE_CGROUP_INIT when
+ * the hierarchy has controllers, made when missing; O_DIRECTORY|O_CLOEXEC) for
  * clone3(CLONE_INTO_CGROUP), which places a child at birth instead of
  * migrating it later: a v2 migration waits for an RCU grace period
  * (cgroup_threadgroup_rwsem), about 10 ms on this class of machine. Returns

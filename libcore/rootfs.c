@@ -317,6 +317,46 @@ static int mask_dirs(int rootfd, sb_error **ret_err) {
         return 0;
 }
 
+static int open_verified_devnull(sb_error **ret_err);
+
+int core_rootfs_mount_proc(int rootfd, sb_error **ret_err) {
+        _cleanup_close_ int devnull = -EBADF;
+        int r = core_rootfs_make_target(rootfd, "/proc", true);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "mount point /proc: %s", core_beneath_strerror(r));
+        if ((r = mount_proc(rootfd, ret_err)) < 0)
+                return r;
+        static const char *const ro_opts[] = {"size=0", "mode=0555", NULL};
+        for (size_t i = 0; i < ELEMENTSOF(masked_dirs); i++) {
+                if (strncmp(masked_dirs[i], "/proc/", 6) != 0)
+                        continue;
+                _cleanup_close_ int t = openat2_beneath(rootfd, masked_dirs[i], O_PATH | O_DIRECTORY);
+                if (t < 0)
+                        continue;
+                r = mount_new(rootfd, "tmpfs", ro_opts,
+                              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                              masked_dirs[i], ret_err);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(masked_files); i++) {
+                if (strncmp(masked_files[i], "/proc/", 6) != 0)
+                        continue;
+                _cleanup_close_ int t = openat2_beneath(rootfd, masked_files[i], O_PATH);
+                if (t == -ENOENT)
+                        continue;
+                if (devnull < 0 && (devnull = open_verified_devnull(ret_err)) < 0)
+                        return devnull;
+                _cleanup_close_ int tree = open_tree(devnull, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+                                                                      AT_EMPTY_PATH);
+                if (tree < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone /dev/null: %m");
+                if ((r = attach(rootfd, tree, masked_files[i], ret_err)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
 /* User namespace: device nodes on a tmpfs mounted there are unusable
  * (SB_I_NODEV) and mknod is refused, so each node is a read-write bind of
  * the host's own node onto an empty file (as bubblewrap does), checked to

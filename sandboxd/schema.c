@@ -104,7 +104,7 @@ static const schema_field run_params[] = {
 };
 static const schema_field ctr_create_params[] = {
         REQ("sandbox"), REQ("name"), REQ("runtime"), MOUNTS_FIELD,
-        OPT("readOnlyRoot"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
+        OPT("readOnlyRoot"), OPT("pidNamespace"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
 };
 static const schema_field ctr_name_params[] = { REQ("sandbox"), REQ("name"), END };
 static const schema_field ctr_list_params[] = { REQ("sandbox"), END };
@@ -160,6 +160,8 @@ const schema_method schema_methods[] = {
         { "container.get", ctr_name_params },
         { "container.list", ctr_list_params },
         { "container.delete", ctr_name_params },
+        { "container.pause", ctr_name_params },
+        { "container.resume", ctr_name_params },
         { "command.write", write_params },
         { "command.closeStdin", cmd_params },
         { "command.resize", resize_params },
@@ -279,6 +281,7 @@ const schema_limit schema_limits[] = {
         { "container.create", "mounts[].destination", LIMIT_PATH_BYTES },
         { "container.create", "mounts[].readOnly", 0 },
         { "container.create", "readOnlyRoot", 0 },
+        { "container.create", "pidNamespace", 0 },
         { "container.create", "memoryMiB", 0 },
         { "container.create", "cpuMillis", 0 },
         { "container.create", "pidsMax", 0 },
@@ -287,6 +290,10 @@ const schema_limit schema_limits[] = {
         { "container.list", "sandbox", LIMIT_NAME_BYTES },
         { "container.delete", "sandbox", LIMIT_NAME_BYTES },
         { "container.delete", "name", LIMIT_NAME_BYTES },
+        { "container.pause", "sandbox", LIMIT_NAME_BYTES },
+        { "container.pause", "name", LIMIT_NAME_BYTES },
+        { "container.resume", "sandbox", LIMIT_NAME_BYTES },
+        { "container.resume", "name", LIMIT_NAME_BYTES },
         { "command.write", "cmdId", LIMIT_ID_BYTES },
         { "command.write", "data", 0 }, /* the line */
         { "command.closeStdin", "cmdId", LIMIT_ID_BYTES },

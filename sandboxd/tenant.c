@@ -776,6 +776,8 @@ static const struct {
         { "container.get", ACCESS_SANDBOX, "sandbox" },
         { "container.list", ACCESS_SANDBOX, "sandbox" },
         { "container.delete", ACCESS_SANDBOX, "sandbox" },
+        { "container.pause", ACCESS_SANDBOX, "sandbox" },
+        { "container.resume", ACCESS_SANDBOX, "sandbox" },
         { "command.write", ACCESS_COMMAND, "cmdId" },
         { "command.closeStdin", ACCESS_COMMAND, "cmdId" },
         { "command.resize", ACCESS_COMMAND, "cmdId" },
