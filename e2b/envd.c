@@ -10,12 +10,18 @@
  * and a pid is found again by listing the sandbox's commands. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <zlib.h>
 #include "e2b/gateway.h"
 
@@ -136,6 +142,174 @@ static unsigned pid_of(const char *cmd_id) {
         return (unsigned) strtoul(tail, NULL, 16) + 1;
 }
 
+/* ---- processes by tag ----
+ *
+ * E2B addresses a process by pid or by the tag its Start gave it
+ * (ProcessSelector); sandboxd's commands have neither. The pid is derived
+ * from the cmdId (pid_of); a tag is kept here, in the gateway, with the
+ * cmdId it names, for the tenant and sandbox of the Start: at most
+ * TAGS_PER_SANDBOX a sandbox (a Start past them: resource_exhausted) and
+ * TAGS_MAX in all (past them the oldest is forgotten). Tags of commands
+ * that ended are dropped at the sandbox's next tagged Start, and all of
+ * them with the gateway's process: a tag names a process only through the
+ * gateway that started it (docs/E2B.md "envd"). */
+#define TAG_MAX_BYTES 256
+#define TAGS_PER_SANDBOX 64
+#define TAGS_MAX 4096
+
+typedef struct tag_entry {
+        char tenant[80], sbx[64], cmd_id[64]; /* cmd_id "" while its Start is starting it */
+        char *tag;
+} tag_entry;
+
+static pthread_mutex_t tags_lock = PTHREAD_MUTEX_INITIALIZER;
+static tag_entry *tags; /* oldest first */
+static size_t n_tags;
+
+static bool tag_match(const tag_entry *t, const char *tenant, const char *sbx) {
+        return !strcmp(t->tenant, tenant) && !strcmp(t->sbx, sbx);
+}
+
+static void tag_remove_at(size_t i) {
+        free(tags[i].tag);
+        memmove(tags + i, tags + i + 1, (n_tags - i - 1) * sizeof(*tags));
+        n_tags--;
+}
+
+/* Whether cmdId `id` is one of the running commands of command.list
+ * answer `list`. */
+static bool running_in(const cJSON *list, const char *id) {
+        const cJSON *cmd;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(list, "commands"))
+                if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) && str_of(cmd, "cmdId") &&
+                    !strcmp(str_of(cmd, "cmdId"), id))
+                        return true;
+        return false;
+}
+
+/* Reserves `tag` for a Start in (tenant, sbx), whose running commands
+ * command.list answered `list` (the tags of the others are dropped
+ * first). 0, -EEXIST (it names a running process, or one starting),
+ * -EUSERS (the sandbox has TAGS_PER_SANDBOX), -ENOMEM. */
+static int tag_reserve(const char *tenant, const char *sbx, const char *tag, const cJSON *list) {
+        int r = 0;
+        size_t mine = 0;
+        pthread_mutex_lock(&tags_lock);
+        for (size_t i = 0; i < n_tags;) {
+                if (tag_match(&tags[i], tenant, sbx) && tags[i].cmd_id[0] && !running_in(list, tags[i].cmd_id)) {
+                        tag_remove_at(i);
+                        continue;
+                }
+                if (tag_match(&tags[i], tenant, sbx)) {
+                        mine++;
+                        if (!strcmp(tags[i].tag, tag))
+                                r = -EEXIST;
+                }
+                i++;
+        }
+        if (!r && mine >= TAGS_PER_SANDBOX)
+                r = -EUSERS;
+        if (!r && n_tags >= TAGS_MAX)
+                tag_remove_at(0);
+        tag_entry *n = r ? NULL : realloc(tags, (n_tags + 1) * sizeof(*tags));
+        if (!r && n) {
+                tags = n;
+                tag_entry *t = &tags[n_tags];
+                *t = (tag_entry) {0};
+                snprintf(t->tenant, sizeof(t->tenant), "%s", tenant);
+                snprintf(t->sbx, sizeof(t->sbx), "%s", sbx);
+                if ((t->tag = strdup(tag)))
+                        n_tags++;
+                else
+                        r = -ENOMEM;
+        } else if (!r)
+                r = -ENOMEM;
+        pthread_mutex_unlock(&tags_lock);
+        return r;
+}
+
+/* Sets the cmdId of a reserved tag (`cmd_id` NULL: drops the tag, its
+ * Start failed). */
+static void tag_set(const char *tenant, const char *sbx, const char *tag, const char *cmd_id) {
+        pthread_mutex_lock(&tags_lock);
+        for (size_t i = 0; i < n_tags; i++)
+                if (tag_match(&tags[i], tenant, sbx) && !strcmp(tags[i].tag, tag)) {
+                        if (cmd_id)
+                                snprintf(tags[i].cmd_id, sizeof(tags[i].cmd_id), "%s", cmd_id);
+                        else
+                                tag_remove_at(i);
+                        break;
+                }
+        pthread_mutex_unlock(&tags_lock);
+}
+
+/* The tag of command `cmd_id` (new string), or NULL. */
+static char *tag_of(const char *tenant, const char *sbx, const char *cmd_id) {
+        char *out = NULL;
+        pthread_mutex_lock(&tags_lock);
+        for (size_t i = 0; i < n_tags && !out; i++)
+                if (tag_match(&tags[i], tenant, sbx) && !strcmp(tags[i].cmd_id, cmd_id))
+                        out = strdup(tags[i].tag);
+        pthread_mutex_unlock(&tags_lock);
+        return out;
+}
+
+/* The cmdId a tag names (into out), or false. */
+static bool tag_lookup(const char *tenant, const char *sbx, const char *tag, char out[64]) {
+        bool found = false;
+        pthread_mutex_lock(&tags_lock);
+        for (size_t i = 0; i < n_tags && !found; i++)
+                if (tag_match(&tags[i], tenant, sbx) && !strcmp(tags[i].tag, tag) && tags[i].cmd_id[0]) {
+                        memcpy(out, tags[i].cmd_id, 64);
+                        found = true;
+                }
+        pthread_mutex_unlock(&tags_lock);
+        return found;
+}
+
+/* The running command a ProcessSelector `sel` ({"pid": N} or {"tag": S})
+ * names, found in command.list answer `list`: 0 with *ret_cmd (new
+ * string) and *ret_tty, *ret_pid; else the HTTP status of the refusal
+ * (400: no selector; 404: no such running process) with msg. */
+static int select_in(const char *tenant, const char *sbx, const cJSON *sel, const cJSON *list, char **ret_cmd,
+                     bool *ret_tty, unsigned *ret_pid, char *msg, size_t msize) {
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(sel, "pid");
+        const char *tag = str_of(sel, "tag");
+        char tag_cmd[64] = "";
+        unsigned want = 0;
+        if (cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX)
+                want = (unsigned) pid->valuedouble;
+        else if (!tag || !*tag) {
+                snprintf(msg, msize, "process.pid or process.tag: required (the process's selector)");
+                return 400;
+        }
+        if (!want && !tag_lookup(tenant, sbx, tag, tag_cmd)) {
+                snprintf(msg, msize, "process with tag '%.100s' not found", tag);
+                return 404;
+        }
+        const cJSON *cmd;
+        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(list, "commands")) {
+                const char *id = str_of(cmd, "cmdId");
+                if (!id || !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) ||
+                    (want ? pid_of(id) != want : strcmp(id, tag_cmd)))
+                        continue;
+                if (!(*ret_cmd = strdup(id))) {
+                        snprintf(msg, msize, "out of memory");
+                        return 500;
+                }
+                if (ret_tty)
+                        *ret_tty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cmd, "tty"));
+                if (ret_pid)
+                        *ret_pid = pid_of(id);
+                return 0;
+        }
+        if (want)
+                snprintf(msg, msize, "process with pid %u not found", want);
+        else
+                snprintf(msg, msize, "process with tag '%.100s' not found", tag);
+        return 404;
+}
+
 /* E2B's user `user` has its home at /home/user, and envd resolves a
  * relative path (and a process without cwd) against the home of the
  * call's user (docs/E2B.md "The base template and its user"): the
@@ -167,6 +341,7 @@ typedef struct start_state {
         const char *tenant, *sbx;
         const char *gone; /* the sandbox ended under the process: the stream's error */
         bool pty;       /* started with a pty: output is E2B's pty data */
+        const char *tag; /* Start's tag, reserved (tag_reserve), or NULL */
         char *id_copy;  /* the command's cmdId, from command.started */
         bool ended;     /* its command.exit was relayed */
 } start_state;
@@ -198,6 +373,8 @@ static void on_command_note(const client_msg *m, void *userdata) {
         if (!strcmp(m->method, "command.started")) {
                 free(s->id_copy);
                 s->id_copy = strdup(cmd_id);
+                if (s->tag)
+                        tag_set(s->tenant, s->sbx, s->tag, cmd_id);
                 ev = cJSON_CreateObject();
                 inner = cJSON_AddObjectToObject(ev, "start");
                 cJSON_AddNumberToObject(inner, "pid", pid_of(cmd_id));
@@ -304,14 +481,18 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         const cJSON *pty = cJSON_GetObjectItemCaseSensitive(req, "pty");
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(pty, "size");
         bool want_stdin = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "stdin"));
-        if (!cmd || user < 0 || cJSON_GetObjectItemCaseSensitive(req, "tag")) {
+        const cJSON *tag_item = cJSON_GetObjectItemCaseSensitive(req, "tag");
+        const char *tag_s = cJSON_GetStringValue(tag_item);
+        bool tag_bad = tag_item && !cJSON_IsNull(tag_item) &&
+                       (!tag_s || !*tag_s || strlen(tag_s) > TAG_MAX_BYTES);
+        if (!cmd || user < 0 || tag_bad) {
                 cJSON_Delete(req);
-                stream_error(c, !cmd || user < 0 ? 400 : 501,
-                             !cmd ? "process.cmd: required"
-                             : user < 0 ? "user: sandboxd has the sandbox user (E2B's user) and root only"
-                                        : "tag: processes by tag are not served by sandboxd-e2b yet");
+                stream_error(c, 400, !cmd ? "process.cmd: required"
+                                     : user < 0 ? "user: sandboxd has the sandbox user (E2B's user) and root only"
+                                                : "tag: a string of 1 to 256 bytes");
                 return;
         }
+        char *tag = tag_s ? strdup(tag_s) : NULL;
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "sandbox", sbx);
         cJSON_AddStringToObject(p, "cmd", cmd);
@@ -363,7 +544,32 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
                 cJSON_Delete(p);
                 stream_error(c, 503, msg ? msg : "sandboxd unavailable");
                 free(msg);
+                free(tag);
                 return;
+        }
+        if (tag) {
+                /* The tag is reserved before the start (another Start with
+                 * it is refused meanwhile) and names the cmdId from
+                 * command.started on. */
+                cJSON *lp = cJSON_CreateObject(), *list = NULL;
+                cJSON_AddStringToObject(lp, "name", sbx);
+                client_error *err = NULL;
+                int tr = client_call(d, "command.list", lp, 60000, NULL, NULL, &list, &err) < 0
+                                 ? -EIO : tag_reserve(tenant, sbx, tag, list);
+                cJSON_Delete(list);
+                if (tr < 0) {
+                        char m[400];
+                        snprintf(m, sizeof(m), tr == -EEXIST ? "tag '%.256s': a running process has it already"
+                                               : tr == -EUSERS ? "tag '%.256s': the sandbox has as many tagged "
+                                                                 "processes as the gateway keeps (64)"
+                                               : "tag '%.256s': cannot list the sandbox's processes", tag);
+                        stream_error(c, tr == -EEXIST ? 409 : tr == -EUSERS ? 429 : err ? gw_status_of(err) : 500, m);
+                        client_error_free(err);
+                        cJSON_Delete(p);
+                        client_free(d);
+                        free(tag);
+                        return;
+                }
         }
         /* Detached, as envd's processes are: one whose caller goes away
          * keeps running (sandboxd would hang up a non-detached one), and
@@ -372,9 +578,12 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
         cJSON_AddBoolToObject(p, "detached", true);
         if (!is_pty && !want_stdin)
                 cJSON_AddStringToObject(p, "stdin", "");
-        start_state s = { .c = c, .pty = is_pty, .cfg = cfg, .tenant = tenant, .sbx = sbx };
+        start_state s = { .c = c, .pty = is_pty, .cfg = cfg, .tenant = tenant, .sbx = sbx, .tag = tag };
         relay_stream(c, d, "command.run", p, on_command_note, &s, &s.ended, false, &s.gone, "unavailable");
+        if (tag && !s.id_copy)
+                tag_set(tenant, sbx, tag, NULL);
         free(s.id_copy);
+        free(tag);
         client_free(d);
 }
 
@@ -407,26 +616,27 @@ static void process_list(const gw_config *cfg, gw_conn *c, const char *tenant, c
                 if (str_of(cmd, "cwd"))
                         cJSON_AddStringToObject(conf, "cwd", str_of(cmd, "cwd"));
                 cJSON_AddNumberToObject(pi, "pid", pid_of(str_of(cmd, "cmdId")));
+                char *tag = str_of(cmd, "cmdId") ? tag_of(tenant, sbx, str_of(cmd, "cmdId")) : NULL;
+                if (tag)
+                        cJSON_AddStringToObject(pi, "tag", tag);
+                free(tag);
                 cJSON_AddItemToArray(arr, pi);
         }
         cJSON_Delete(res);
         gw_send_json(c, 200, out);
 }
 
-/* The cmdId of the running command with E2B pid `pid` (new string), or
- * NULL after answering not_found (or the daemon's error). */
-static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, unsigned pid) {
-        cJSON *res = list_commands(cfg, c, tenant, sbx), *cmd;
+/* The cmdId of the running command ProcessSelector `sel` names (new
+ * string), or NULL after answering (not_found, or the daemon's error). */
+static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const cJSON *sel) {
+        cJSON *res = list_commands(cfg, c, tenant, sbx);
         if (!res)
                 return NULL;
-        char *found = NULL;
-        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(res, "commands"))
-                if (!found && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) &&
-                    pid_of(str_of(cmd, "cmdId")) == pid)
-                        found = strdup(str_of(cmd, "cmdId"));
+        char *found = NULL, msg[200];
+        int st = select_in(tenant, sbx, sel, res, &found, NULL, NULL, msg, sizeof(msg));
         cJSON_Delete(res);
-        if (!found)
-                connect_error(c, 404, "process with pid %u not found", pid);
+        if (st)
+                connect_error(c, st, "%s", msg);
         return found;
 }
 
@@ -506,22 +716,21 @@ static int follow_poll(follow *f, client *d, bool send) {
 static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
                             const char *sbx) {
         cJSON *req = request_message(r, true);
-        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
-        unsigned want = cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX
-                                ? (unsigned) pid->valuedouble : 0;
-        cJSON_Delete(req);
-        if (!want) {
-                stream_error(c, 400, "process.pid: required (processes by tag are not served yet)");
+        const cJSON *sel = cJSON_GetObjectItemCaseSensitive(req, "process");
+        if (!cJSON_GetObjectItemCaseSensitive(sel, "pid") && !str_of(sel, "tag")) {
+                cJSON_Delete(req);
+                stream_error(c, 400, "process.pid or process.tag: required (the process's selector)");
                 return;
         }
         if (++connects > CONNECT_MAX) {
                 connects--;
+                cJSON_Delete(req);
                 stream_error(c, 429, "the gateway follows as many processes (Connect) as it may; retry later");
                 return;
         }
         client *lg = NULL, *w = NULL;
         char *msg = NULL;
-        cJSON *p = cJSON_CreateObject(), *list = NULL, *cmd;
+        cJSON *p = cJSON_CreateObject(), *list = NULL;
         cJSON_AddStringToObject(p, "name", sbx);
         client_error *err = NULL;
         if (gw_daemon_open(cfg, tenant, &lg, &msg) < 0 || gw_daemon_open(cfg, tenant, &w, &msg) < 0) {
@@ -534,17 +743,11 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
                 goto out;
         }
         follow f = { .c = c };
-        char *cmd_id = NULL;
-        cJSON_ArrayForEach(cmd, cJSON_GetObjectItemCaseSensitive(list, "commands"))
-                if (!cmd_id && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cmd, "exitCode")) &&
-                    pid_of(str_of(cmd, "cmdId")) == want) {
-                        cmd_id = strdup(str_of(cmd, "cmdId"));
-                        f.pty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cmd, "tty"));
-                }
-        if (!cmd_id) {
-                char m[80];
-                snprintf(m, sizeof(m), "process with pid %u not found", want);
-                stream_error(c, 404, m);
+        char *cmd_id = NULL, why[200];
+        unsigned want = 0;
+        int st = select_in(tenant, sbx, sel, list, &cmd_id, &f.pty, &want, why, sizeof(why));
+        if (st) {
+                stream_error(c, st, why);
                 goto out;
         }
         f.cmd_id = cmd_id;
@@ -624,6 +827,7 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
         free(cmd_id);
 out:
         connects--;
+        cJSON_Delete(req);
         free(msg);
         client_error_free(err);
         cJSON_Delete(list);
@@ -631,23 +835,11 @@ out:
         client_free(w);
 }
 
-/* The pid of a ProcessSelector ({"pid": N}); 0 (after answering) when it
- * has none: processes by tag are not served. */
-static unsigned selector_pid(gw_conn *c, const cJSON *req) {
-        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(req, "process"), "pid");
-        if (!cJSON_IsNumber(pid) || !(pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX)) {
-                connect_error(c, 400, "process.pid: required (processes by tag are not served yet)");
-                return 0;
-        }
-        return (unsigned) pid->valuedouble;
-}
-
-/* One call on the command with the request's pid: `method` with params
- * {cmdId} plus `extra` (taken; may be NULL). */
+/* One call on the command the request's ProcessSelector names: `method`
+ * with params {cmdId} plus `extra` (taken; may be NULL). */
 static void call_on_pid(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const cJSON *req,
                         const char *method, cJSON *extra, const char *what) {
-        unsigned pid = selector_pid(c, req);
-        char *cmd_id = pid ? find_command(cfg, c, tenant, sbx, pid) : NULL;
+        char *cmd_id = find_command(cfg, c, tenant, sbx, cJSON_GetObjectItemCaseSensitive(req, "process"));
         if (!cmd_id) {
                 cJSON_Delete(extra);
                 return;
@@ -714,6 +906,191 @@ static void process_call(const gw_config *cfg, gw_conn *c, const gw_request *r, 
         } else
                 connect_error(c, 501, "process.Process/%s is not served by sandboxd-e2b yet", op);
         cJSON_Delete(req);
+}
+
+/* ---- process.Process/StreamInput (client stream) ----
+ *
+ * The body is read as it comes (http.c): a start message names the
+ * process (pid or tag), each data message is written to its stdin (or
+ * pty) by command.write on the stream's own daemon connection, in order,
+ * before the next bytes of the body are read; keepalives do nothing. A
+ * message is at most INSTREAM_MSG_MAX bytes, held from the gateway's
+ * budget of bodies while it is read. */
+#define INSTREAM_MSG_MAX ((size_t) 8 << 20)
+
+struct gw_instream {
+        const gw_config *cfg;
+        char tenant[80], sbx[64];
+        client *d;              /* opened at the start message */
+        char *cmd_id;           /* the process, from the start message */
+        unsigned char head[5];
+        size_t head_have;
+        char *msg;              /* the message being read (msg_len bytes) */
+        size_t msg_len, msg_have;
+        int status;             /* the first failure: HTTP status, 0 none */
+        char err[300];
+};
+
+bool gw_instream_wanted(const gw_request *r) {
+        const char *ct = gw_header_get(r, "Content-Type");
+        size_t sl = strlen("application/connect+json");
+        return !strcmp(r->method, "POST") && !strcmp(r->path, "/process.Process/StreamInput") && ct &&
+               !strncasecmp(ct, "application/connect+json", sl) && (!ct[sl] || ct[sl] == ';');
+}
+
+gw_instream *gw_instream_open(const gw_config *cfg, const char *tenant, const char *sandbox) {
+        gw_instream *s = calloc(1, sizeof(*s));
+        if (!s)
+                return NULL;
+        s->cfg = cfg;
+        snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
+        snprintf(s->sbx, sizeof(s->sbx), "%s", sandbox);
+        return s;
+}
+
+static int instream_fail(gw_instream *s, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int instream_fail(gw_instream *s, int status, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->err, sizeof(s->err), fmt, ap);
+        va_end(ap);
+        s->status = status;
+        return -1;
+}
+
+/* Acts on one whole message (s->msg). */
+static int instream_message(gw_instream *s) {
+        cJSON *m = cJSON_ParseWithLength(s->msg, s->msg_len);
+        int r = 0;
+        const cJSON *start = cJSON_GetObjectItemCaseSensitive(m, "start");
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(m, "data");
+        if (!cJSON_IsObject(m))
+                r = instream_fail(s, 400, "a StreamInputRequest message must be a JSON object");
+        else if (cJSON_IsObject(start)) {
+                if (s->cmd_id) {
+                        r = instream_fail(s, 400, "start: sent twice in one stream");
+                        goto out;
+                }
+                char *msg = NULL;
+                if (gw_daemon_open(s->cfg, s->tenant, &s->d, &msg) < 0) {
+                        r = instream_fail(s, 503, "%s", msg ? msg : "sandboxd unavailable");
+                        free(msg);
+                        goto out;
+                }
+                cJSON *p = cJSON_CreateObject(), *list = NULL;
+                cJSON_AddStringToObject(p, "name", s->sbx);
+                client_error *err = NULL;
+                if (client_call(s->d, "command.list", p, 60000, NULL, NULL, &list, &err) < 0)
+                        r = instream_fail(s, gw_status_of(err), "list processes: %s",
+                                          err && err->message ? err->message : "failed");
+                else {
+                        char why[200];
+                        int st = select_in(s->tenant, s->sbx, cJSON_GetObjectItemCaseSensitive(start, "process"),
+                                           list, &s->cmd_id, NULL, NULL, why, sizeof(why));
+                        if (st)
+                                r = instream_fail(s, st, "start: %s", why);
+                }
+                client_error_free(err);
+                cJSON_Delete(list);
+        } else if (cJSON_IsObject(data)) {
+                const cJSON *in = cJSON_GetObjectItemCaseSensitive(data, "input");
+                const char *b64 = str_of(in, "stdin") ? str_of(in, "stdin") : str_of(in, "pty");
+                if (!s->cmd_id) {
+                        r = instream_fail(s, 400, "data: the start message (the process's selector) comes first");
+                        goto out;
+                }
+                if (!b64) {
+                        r = instream_fail(s, 400, "data.input.stdin or data.input.pty (base64) is required");
+                        goto out;
+                }
+                cJSON *p = cJSON_CreateObject();
+                cJSON_AddStringToObject(p, "cmdId", s->cmd_id);
+                cJSON_AddStringToObject(p, "data", b64);
+                client_error *err = NULL;
+                if (client_call(s->d, "command.write", p, 60000, NULL, NULL, NULL, &err) < 0)
+                        r = instream_fail(s, gw_status_of(err), "send input: %s",
+                                          err && err->message ? err->message : "failed");
+                client_error_free(err);
+        } else if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(m, "keepalive")))
+                r = instream_fail(s, 400, "a StreamInputRequest is one of start, data, keepalive");
+out:
+        cJSON_Delete(m);
+        return r;
+}
+
+int gw_instream_feed(gw_instream *s, const char *data, size_t n) {
+        if (s->status)
+                return -1;
+        while (n > 0) {
+                if (s->head_have < 5) {
+                        size_t k = 5 - s->head_have < n ? 5 - s->head_have : n;
+                        memcpy(s->head + s->head_have, data, k);
+                        s->head_have += k, data += k, n -= k;
+                        if (s->head_have < 5)
+                                break;
+                        size_t len = (size_t) s->head[1] << 24 | (size_t) s->head[2] << 16 |
+                                     (size_t) s->head[3] << 8 | s->head[4];
+                        if (s->head[0] != 0)
+                                return instream_fail(s, s->head[0] & 1 ? 501 : 400,
+                                                     "envelope flags %#x: %s", s->head[0],
+                                                     s->head[0] & 1 ? "compressed messages are not served "
+                                                                      "(send Connect-Content-Encoding identity)"
+                                                                    : "a request message has flags 0");
+                        if (len > INSTREAM_MSG_MAX)
+                                return instream_fail(s, 429, "a StreamInput message of %zu bytes: at most %zu",
+                                                     len, INSTREAM_MSG_MAX);
+                        if (!gw_budget_take(len + 1))
+                                return instream_fail(s, 503, "the gateway holds as many request bodies as it "
+                                                             "may; retry");
+                        if (!(s->msg = malloc(len + 1))) {
+                                gw_budget_release(len + 1);
+                                return instream_fail(s, 500, "out of memory");
+                        }
+                        s->msg_len = len;
+                        s->msg_have = 0;
+                }
+                size_t k = s->msg_len - s->msg_have < n ? s->msg_len - s->msg_have : n;
+                memcpy(s->msg + s->msg_have, data, k);
+                s->msg_have += k, data += k, n -= k;
+                if (s->msg_have < s->msg_len)
+                        break;
+                int r = instream_message(s);
+                free(s->msg);
+                s->msg = NULL;
+                gw_budget_release(s->msg_len + 1);
+                s->head_have = 0;
+                if (r < 0)
+                        return -1;
+        }
+        return 0;
+}
+
+void gw_instream_finish(gw_instream *s, gw_conn *c) {
+        if (!s)
+                return;
+        if (c) {
+                if (!s->status && (s->head_have || s->msg))
+                        instream_fail(s, 400, "the body ended inside a message");
+                else if (!s->status && !s->cmd_id)
+                        instream_fail(s, 400, "no start message (the process's selector)");
+                gw_send_chunked_head(c, 200, "application/connect+json");
+                cJSON *end = cJSON_CreateObject();
+                if (s->status) {
+                        cJSON *e = cJSON_AddObjectToObject(end, "error");
+                        cJSON_AddStringToObject(e, "code", connect_status_code(s->status));
+                        cJSON_AddStringToObject(e, "message", s->err);
+                } else
+                        send_envelope(c, 0, cJSON_CreateObject());
+                send_envelope(c, ENV_FLAG_END, end);
+                gw_send_chunked_end(c);
+        }
+        if (s->msg) {
+                free(s->msg);
+                gw_budget_release(s->msg_len + 1);
+        }
+        free(s->cmd_id);
+        client_free(s->d);
+        free(s);
 }
 
 /* ---- filesystem.Filesystem ---- */
@@ -896,11 +1273,25 @@ static int list_into(const gw_config *cfg, gw_conn *c, const char *tenant, const
         return r;
 }
 
+static void create_watcher(const gw_config *cfg, gw_conn *c, const gw_request *r, const cJSON *req, const char *tenant,
+                           const char *sbx);
+static void watcher_events(gw_conn *c, const cJSON *req, const char *tenant, const char *sbx, bool remove);
+
 static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
                        const char *op) {
         cJSON *req = request_message(r, false);
         abs_paths(req, (const char *const[]) { "path", "source", "destination", NULL });
         const char *path = str_of(req, "path");
+        if (!strcmp(op, "CreateWatcher") || !strcmp(op, "GetWatcherEvents") || !strcmp(op, "RemoveWatcher")) {
+                if (!cJSON_IsObject(req))
+                        connect_error(c, 400, "the request must be a JSON object");
+                else if (op[0] == 'C')
+                        create_watcher(cfg, c, r, req, tenant, sbx);
+                else
+                        watcher_events(c, req, tenant, sbx, op[0] == 'R');
+                cJSON_Delete(req);
+                return;
+        }
         if (request_user(r) != 0) {
                 cJSON_Delete(req);
                 connect_error(c, 501, "user: fs calls run as the sandbox user only (sandboxd's fs.* have no root)");
@@ -1023,6 +1414,32 @@ static const char *event_type(const char *t) {
         return NULL;
 }
 
+/* fs.watchEvent params `ev` as E2B's FilesystemEvent (new object): `name`
+ * the path below watched directory `dir`, `type`, and with `entry` the
+ * path's EntryInfo as it is now (none for a path gone by then, as a
+ * removal's). NULL with *lost set for an overflow (events lost). */
+static cJSON *fs_event(const gw_config *cfg, const char *tenant, const char *sbx, const char *dir, bool entry,
+                       user_ids ids, const cJSON *ev, bool *lost) {
+        const char *type = event_type(str_of(ev, "type")), *path = str_of(ev, "path");
+        if (!type) {
+                *lost = true;
+                return NULL;
+        }
+        size_t dl = dir ? strlen(dir) : 0;
+        const char *name = path ? path : "";
+        if (dl && !strncmp(name, dir, dl) && name[dl] == '/')
+                name += dl + 1;
+        cJSON *fe = cJSON_CreateObject();
+        cJSON_AddStringToObject(fe, "name", name);
+        cJSON_AddStringToObject(fe, "type", type);
+        cJSON *st = NULL;
+        if (entry && path && strcmp(type, "EVENT_TYPE_REMOVE") &&
+            gw_daemon_call(cfg, tenant, "fs.stat", path_params(sbx, path), &st, NULL) == 0)
+                cJSON_AddItemToObject(fe, "entry", entry_of(st, ids));
+        cJSON_Delete(st);
+        return fe;
+}
+
 static void on_watch_note(const client_msg *m, void *userdata) {
         watch_state *w = userdata;
         if (!m->method)
@@ -1034,29 +1451,16 @@ static void on_watch_note(const client_msg *m, void *userdata) {
                 msg = cJSON_CreateObject();
                 cJSON_AddObjectToObject(msg, "start");
         } else if (!strcmp(m->method, "fs.watchEvent")) {
-                const char *type = event_type(str_of(m->params, "type")), *path = str_of(m->params, "path");
-                if (!type) {
+                bool lost = false;
+                cJSON *fe = fs_event(w->cfg, w->tenant, w->sbx, w->dir, w->entry, w->ids, m->params, &lost);
+                if (lost) {
                         w->lost = "events were lost (sandboxd's fs.watch overflowed); watch again and list the "
                                   "directory";
                         w->done = true;
                         return;
                 }
-                /* E2B names an event by its path below the watched directory. */
-                size_t dl = w->dir ? strlen(w->dir) : 0;
-                const char *name = path ? path : "";
-                if (dl && !strncmp(name, w->dir, dl) && name[dl] == '/')
-                        name += dl + 1;
                 msg = cJSON_CreateObject();
-                cJSON *fe = cJSON_AddObjectToObject(msg, "filesystem");
-                cJSON_AddStringToObject(fe, "name", name);
-                cJSON_AddStringToObject(fe, "type", type);
-                /* includeEntry: the entry as it is when the event is
-                 * relayed (none for a path gone by then, as a removal). */
-                cJSON *st = NULL;
-                if (w->entry && path && strcmp(type, "EVENT_TYPE_REMOVE") &&
-                    gw_daemon_call(w->cfg, w->tenant, "fs.stat", path_params(w->sbx, path), &st, NULL) == 0)
-                        cJSON_AddItemToObject(fe, "entry", entry_of(st, w->ids));
-                cJSON_Delete(st);
+                cJSON_AddItemToObject(msg, "filesystem", fe);
         }
         if (msg)
                 send_envelope(w->c, 0, msg);
@@ -1111,6 +1515,340 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
         relay_stream(c, d, "fs.watch", p, on_watch_note, &w, &w.done, true, &w.lost, "data_loss");
         free(w.dir);
         client_free(d);
+}
+
+/* ---- CreateWatcher, GetWatcherEvents, RemoveWatcher ----
+ *
+ * The non-streaming watch: CreateWatcher starts fs.watch on a daemon
+ * connection of its own, held by a thread of the gateway that collects
+ * the events (as WatchDir relays them); GetWatcherEvents hands out and
+ * forgets what was collected; RemoveWatcher ends the watch. Bounds: at
+ * most WATCHERS_PER_SANDBOX watchers a sandbox and WATCHERS_MAX in the
+ * gateway (past them resource_exhausted), at most WATCHER_EVENTS events
+ * kept for one (past them the watcher fails with data_loss, never
+ * silently); a watcher not asked for WATCHER_IDLE_S seconds is removed,
+ * and one whose fs.watch ended (its sandbox stopped or went, its
+ * directory was deleted) answers its last events and then, once, why it
+ * ended, and is removed. A watcher is found only with the tenant and
+ * sandbox that made it (its ID is 128 random bits besides). */
+#define WATCHERS_PER_SANDBOX 8
+#define WATCHERS_MAX 128
+#define WATCHER_EVENTS 4096
+#define WATCHER_IDLE_S 600
+
+typedef struct watcher {
+        struct watcher *next;
+        char id[33];
+        char tenant[80], sbx[64];
+        const gw_config *cfg;
+        client *d;              /* the fs.watch connection, the thread's */
+        int64_t watch_id;       /* the fs.watch request's id on d */
+        int wake;               /* eventfd: RemoveWatcher wakes the thread */
+        bool entry;             /* includeEntry */
+        user_ids ids;
+        char *dir;              /* the watched path as fs.watchStarted names it */
+        cJSON *events;          /* collected FilesystemEvents (under watchers_lock) */
+        int n_events;
+        const char *failed;     /* data_loss: events were lost */
+        char *ended;            /* fs.watch answered: why */
+        int64_t asked_ms;       /* when it was made or last asked for events */
+        bool linked;            /* in the table */
+        int refs;               /* the table's and the thread's */
+} watcher;
+
+static pthread_mutex_t watchers_lock = PTHREAD_MUTEX_INITIALIZER;
+static watcher *watchers;
+
+static int64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Drops one reference (under watchers_lock); frees at none. */
+static void watcher_unref(watcher *w) {
+        if (--w->refs > 0)
+                return;
+        client_free(w->d);
+        if (w->wake >= 0)
+                close(w->wake);
+        cJSON_Delete(w->events);
+        free(w->dir);
+        free(w->ended);
+        free(w);
+}
+
+/* Takes w out of the table (under watchers_lock), waking its thread. */
+static void watcher_unlink(watcher *w) {
+        if (!w->linked)
+                return;
+        for (watcher **pp = &watchers; *pp; pp = &(*pp)->next)
+                if (*pp == w) {
+                        *pp = w->next;
+                        break;
+                }
+        w->linked = false;
+        uint64_t one = 1;
+        if (write(w->wake, &one, sizeof(one)) < 0) {
+                /* an eventfd's counter cannot overflow from this */
+        }
+        watcher_unref(w);
+}
+
+static void *watcher_thread(void *arg) {
+        watcher *w = arg;
+        bool watching = true;
+        for (;;) {
+                pthread_mutex_lock(&watchers_lock);
+                bool linked = w->linked;
+                int64_t idle_left = w->asked_ms + (int64_t) WATCHER_IDLE_S * 1000 - mono_ms();
+                if (linked && idle_left <= 0)
+                        watcher_unlink(w);
+                pthread_mutex_unlock(&watchers_lock);
+                if (!linked || idle_left <= 0)
+                        break;
+                struct pollfd pfd[2] = { { .fd = w->wake, .events = POLLIN },
+                                         { .fd = watching ? client_fd(w->d) : -1, .events = POLLIN } };
+                if (!watching || !client_has_pending(w->d)) {
+                        int n = poll(pfd, watching ? 2 : 1, idle_left > INT32_MAX ? INT32_MAX : (int) idle_left);
+                        if (n < 0 && errno != EINTR)
+                                break;
+                        if (n <= 0 || (pfd[0].revents & POLLIN) || !(pfd[1].revents & (POLLIN | POLLHUP | POLLERR)))
+                                continue;
+                }
+                client_msg *m = NULL;
+                int rc = client_next(w->d, 0, &m);
+                if (rc == 0 || rc == -EBADMSG)
+                        continue;
+                cJSON *fe = NULL;
+                bool lost = false;
+                char *end = NULL;
+                if (rc < 0)
+                        end = strdup("the connection to sandboxd closed");
+                else if (m->kind == CLIENT_MSG_NOTIFICATION && m->method && !strcmp(m->method, "fs.watchEvent"))
+                        fe = fs_event(w->cfg, w->tenant, w->sbx, w->dir, w->entry, w->ids, m->params, &lost);
+                else if (m->kind != CLIENT_MSG_NOTIFICATION && m->id == w->watch_id &&
+                         asprintf(&end, "the watch ended: %s",
+                                  m->error && m->error->message ? m->error->message
+                                                                : "its directory or its sandbox went away") < 0)
+                        end = NULL;
+                client_msg_free(m);
+                pthread_mutex_lock(&watchers_lock);
+                if (lost || (fe && w->n_events >= WATCHER_EVENTS))
+                        w->failed = lost ? "events were lost (sandboxd's fs.watch overflowed); make a new watcher "
+                                           "and list the directory"
+                                         : "events were lost: more than 4096 waited to be asked for; make a new "
+                                           "watcher and list the directory";
+                else if (fe) {
+                        cJSON_AddItemToArray(w->events, fe);
+                        w->n_events++;
+                        fe = NULL;
+                }
+                if (end) {
+                        w->ended = end;
+                        watching = false;
+                }
+                pthread_mutex_unlock(&watchers_lock);
+                cJSON_Delete(fe);
+                if (w->failed || end) {
+                        /* The watch is of no more use: closing its
+                         * connection ends it in the daemon. Only this
+                         * thread uses d now. */
+                        watching = false;
+                        client_free(w->d);
+                        w->d = NULL;
+                }
+        }
+        pthread_mutex_lock(&watchers_lock);
+        watcher_unref(w);
+        pthread_mutex_unlock(&watchers_lock);
+        return NULL;
+}
+
+/* The watcher `id` of (tenant, sbx), or NULL; under watchers_lock. */
+static watcher *watcher_find(const char *tenant, const char *sbx, const char *id) {
+        for (watcher *w = watchers; w; w = w->next)
+                if (id && strlen(id) == 32 && CRYPTO_memcmp(w->id, id, 32) == 0 && !strcmp(w->tenant, tenant) &&
+                    !strcmp(w->sbx, sbx))
+                        return w;
+        return NULL;
+}
+
+static void create_watcher(const gw_config *cfg, gw_conn *c, const gw_request *r, const cJSON *req, const char *tenant,
+                           const char *sbx) {
+        const char *path = str_of(req, "path");
+        if (!path || request_user(r) != 0) {
+                connect_error(c, path ? 501 : 400, "%s",
+                              !path ? "path: required" : "watching as root is not served by sandboxd-e2b yet");
+                return;
+        }
+        /* The bounds first, so a caller past them makes no daemon call. */
+        unsigned all = 0, mine = 0;
+        pthread_mutex_lock(&watchers_lock);
+        for (watcher *w = watchers; w; w = w->next, all++)
+                mine += !strcmp(w->tenant, tenant) && !strcmp(w->sbx, sbx);
+        pthread_mutex_unlock(&watchers_lock);
+        if (mine >= WATCHERS_PER_SANDBOX || all >= WATCHERS_MAX) {
+                connect_error(c, 429, "the gateway keeps as many watchers as it may (%s); remove one "
+                                      "(RemoveWatcher) or use WatchDir",
+                              mine >= WATCHERS_PER_SANDBOX ? "8 a sandbox" : "128 in all");
+                return;
+        }
+        cJSON *st = NULL;
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "fs.stat", path_params(sbx, path), &st, &err) < 0 ||
+            strcmp(str_of(st, "type") ? str_of(st, "type") : "", "directory")) {
+                bool missing = err && err->message && strstr(err->message, "No such file");
+                connect_error(c, missing ? 404 : err ? gw_status_of(err) : 400, "watch %.150s: %s", path,
+                              missing ? "no such directory" : err ? "cannot stat it" : "not a directory");
+                client_error_free(err);
+                cJSON_Delete(st);
+                return;
+        }
+        cJSON_Delete(st);
+        watcher *w = calloc(1, sizeof(*w));
+        unsigned char rnd[16];
+        char *msg = NULL;
+        if (!w || RAND_bytes(rnd, sizeof(rnd)) != 1 || (w->wake = eventfd(0, EFD_CLOEXEC)) < 0 ||
+            !(w->events = cJSON_CreateArray())) {
+                if (w && w->wake > 0)
+                        close(w->wake);
+                if (w)
+                        cJSON_Delete(w->events);
+                free(w);
+                connect_error(c, 500, "create watcher: out of resources");
+                return;
+        }
+        for (int i = 0; i < 16; i++)
+                snprintf(w->id + 2 * i, 3, "%02x", rnd[i]);
+        snprintf(w->tenant, sizeof(w->tenant), "%s", tenant);
+        snprintf(w->sbx, sizeof(w->sbx), "%s", sbx);
+        w->cfg = cfg;
+        w->entry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "includeEntry"));
+        w->ids = w->entry ? sandbox_user_ids(cfg, tenant, sbx) : (user_ids) { 1000, 1000 };
+        w->asked_ms = mono_ms();
+        w->refs = 2;
+        if (gw_daemon_open(cfg, tenant, &w->d, &msg) < 0) {
+                connect_error(c, 503, "%s", msg ? msg : "sandboxd unavailable");
+                free(msg);
+                w->refs = 1;
+                watcher_unref(w);
+                return;
+        }
+        /* Answered once the watch is in place (fs.watchStarted): every
+         * change from then on is collected. */
+        cJSON *p = path_params(sbx, path);
+        cJSON_AddBoolToObject(p, "recursive", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "recursive")));
+        w->watch_id = client_send(w->d, "fs.watch", p);
+        const char *fail = w->watch_id > 0 ? NULL : "cannot send to sandboxd";
+        int fail_status = 502;
+        while (!fail && !w->dir) {
+                client_msg *m = NULL;
+                int rc = client_next(w->d, 60000, &m);
+                if (rc == 0 || rc == -EBADMSG)
+                        continue;
+                if (rc < 0)
+                        fail = "sandboxd did not start the watch";
+                else if (m->kind == CLIENT_MSG_NOTIFICATION && m->method && !strcmp(m->method, "fs.watchStarted"))
+                        w->dir = strdup(str_of(m->params, "path") ? str_of(m->params, "path") : path);
+                else if (m->kind != CLIENT_MSG_NOTIFICATION && m->id == w->watch_id) {
+                        fail = "sandboxd ended the watch at its start";
+                        if (m->error) {
+                                fail_status = gw_status_of(m->error);
+                                connect_error(c, fail_status, "watch %.150s: %s", path,
+                                              m->error->message ? m->error->message : "failed");
+                                fail = "";
+                        }
+                }
+                client_msg_free(m);
+        }
+        if (fail) {
+                if (*fail)
+                        connect_error(c, fail_status, "watch %.150s: %s", path, fail);
+                w->refs = 1;
+                watcher_unref(w);
+                return;
+        }
+        pthread_mutex_lock(&watchers_lock);
+        w->next = watchers;
+        watchers = w;
+        w->linked = true;
+        pthread_mutex_unlock(&watchers_lock);
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &attr, watcher_thread, w) != 0) {
+                pthread_mutex_lock(&watchers_lock);
+                watcher_unlink(w);
+                watcher_unref(w);
+                pthread_mutex_unlock(&watchers_lock);
+                pthread_attr_destroy(&attr);
+                connect_error(c, 503, "create watcher: the gateway cannot start its thread");
+                return;
+        }
+        pthread_attr_destroy(&attr);
+        cJSON *out = cJSON_CreateObject();
+        cJSON_AddStringToObject(out, "watcherId", w->id);
+        gw_send_json(c, 200, out);
+}
+
+static void watcher_events(gw_conn *c, const cJSON *req, const char *tenant, const char *sbx, bool remove) {
+        const char *id = str_of(req, "watcherId");
+        if (!id) {
+                connect_error(c, 400, "watcherId: required");
+                return;
+        }
+        pthread_mutex_lock(&watchers_lock);
+        watcher *w = watcher_find(tenant, sbx, id);
+        if (!w) {
+                pthread_mutex_unlock(&watchers_lock);
+                connect_error(c, 404, "watcher %.40s not found (removed, idle %d s, or its watch ended and was "
+                                      "answered)", id, WATCHER_IDLE_S);
+                return;
+        }
+        if (remove) {
+                watcher_unlink(w);
+                pthread_mutex_unlock(&watchers_lock);
+                gw_send_json(c, 200, cJSON_CreateObject());
+                return;
+        }
+        w->asked_ms = mono_ms();
+        cJSON *evs = w->events, *out = NULL;
+        char why[400] = "";
+        int status = 0;
+        if (w->failed) {
+                status = 400; /* data_loss below */
+                snprintf(why, sizeof(why), "%s", w->failed);
+                watcher_unlink(w);
+        } else if (w->n_events == 0 && w->ended) {
+                status = 404;
+                snprintf(why, sizeof(why), "watcher %s: %s", w->id, w->ended);
+                watcher_unlink(w);
+        } else {
+                w->events = cJSON_CreateArray();
+                w->n_events = 0;
+                out = cJSON_CreateObject();
+                cJSON_AddItemToObject(out, "events", evs);
+                if (!w->events) {
+                        w->events = evs;
+                        cJSON_DetachItemViaPointer(out, evs);
+                        cJSON_Delete(out);
+                        out = NULL;
+                        status = 500;
+                        snprintf(why, sizeof(why), "out of memory");
+                }
+        }
+        pthread_mutex_unlock(&watchers_lock);
+        if (out)
+                gw_send_json(c, 200, out);
+        else if (status == 400) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "code", "data_loss");
+                cJSON_AddStringToObject(o, "message", why);
+                gw_send_json(c, 500, o);
+        } else
+                connect_error(c, status, "%s", why);
 }
 
 /* ---- /files ---- */
@@ -1429,10 +2167,30 @@ static void health(const gw_config *cfg, gw_conn *c, const char *tenant, const c
                 gw_send_error(c, 502, "sandbox %s is %s", sbx, cJSON_IsObject(sess) ? "paused" : "not running");
 }
 
+/* GET /envs: the sandbox's environment variables as envd keeps them (the
+ * envVars it was created with): sandbox.get's env. */
+static void envs(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx) {
+        cJSON *p = cJSON_CreateObject(), *res = NULL;
+        cJSON_AddStringToObject(p, "name", sbx);
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0) {
+                gw_send_error(c, gw_status_of(err), "envs: %s", err && err->message ? err->message : "failed");
+                client_error_free(err);
+                return;
+        }
+        cJSON *env = cJSON_DetachItemFromObjectCaseSensitive(res, "env");
+        cJSON_Delete(res);
+        gw_send_json(c, 200, cJSON_IsObject(env) ? env : (cJSON_Delete(env), cJSON_CreateObject()));
+}
+
 void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sandbox) {
         const char *m = r->method, *path = r->path;
         if (!strcmp(path, "/health") && !strcmp(m, "GET")) {
                 health(cfg, c, tenant, sandbox);
+                return;
+        }
+        if (!strcmp(path, "/envs") && !strcmp(m, "GET")) {
+                envs(cfg, c, tenant, sandbox);
                 return;
         }
         if (!strcmp(path, "/files")) {
@@ -1445,8 +2203,8 @@ void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *
                 return;
         }
         if (strcmp(m, "POST") != 0) {
-                gw_send_error(c, 404, "%s %s: not served by sandboxd-e2b's envd (/files, /health and Connect "
-                                      "calls are; /envs is not yet)", m, path);
+                gw_send_error(c, 404, "%s %s: not served by sandboxd-e2b's envd (GET /envs, /health, /files "
+                                      "and the Connect calls are)", m, path);
                 return;
         }
         /* Connect's JSON codec only (a binary, proto, request would be

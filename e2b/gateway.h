@@ -239,6 +239,30 @@ int gw_daemon_call(const gw_config *cfg, const char *tenant, const char *method,
 /* The HTTP status E2B would answer for a daemon error. */
 int gw_status_of(const client_error *e);
 
+/* ---- envd.c: client streams ----
+ *
+ * process.Process/StreamInput is a client stream: its request body is a
+ * sequence of Connect envelopes that ends only with the process's input,
+ * so it is not read whole before it is answered (http.c hands its bytes
+ * over as they come). */
+typedef struct gw_instream gw_instream;
+/* Whether request head `r` (authenticated for an envd) is a client
+ * stream the gateway serves (POST /process.Process/StreamInput with
+ * Content-Type application/connect+json). */
+bool gw_instream_wanted(const gw_request *r);
+/* A new client stream for `tenant`'s sandbox `sandbox` (copied), or NULL
+ * on ENOMEM. */
+gw_instream *gw_instream_open(const gw_config *cfg, const char *tenant, const char *sandbox);
+/* Takes the next `n` bytes of the body: each whole envelope is acted on
+ * at once (start: the process its selector names; data: command.write;
+ * keepalive: nothing). Returns 0, or -1 after the first failure (kept
+ * for gw_instream_finish; the rest of the body is not to be read). */
+int gw_instream_feed(gw_instream *s, const char *data, size_t n);
+/* Answers the stream on `c` (NULL: the caller went away, nothing is
+ * sent): the end-of-stream message with the failure, if any, or an empty
+ * StreamInputResponse; then frees `s` (NULL: nothing). */
+void gw_instream_finish(gw_instream *s, gw_conn *c);
+
 /* ---- control.c / envd.c ---- */
 void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant);
 void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sandbox);

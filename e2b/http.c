@@ -50,6 +50,8 @@ typedef struct parse_state {
         bool refused;   /* answered from the head; the body is not read */
         bool busy;      /* the bodies budget is spent: 503 */
         bool cut;       /* the connection table cut it (conns.c): close */
+        gw_instream *in; /* a client stream (envd.c): its body goes there, not to req.body */
+        bool in_failed; /* ... and it failed: answered, the rest unread */
 } parse_state;
 
 /* ---- the bodies budget (all connections) ---- */
@@ -163,6 +165,8 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
 
 static int on_body(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
+        if (s->in)
+                return gw_instream_feed(s->in, at, n) < 0 ? (s->in_failed = true, -1) : 0;
         if (s->req.body_len + n > GW_MAX_BODY)
                 return s->too_big = true, -1;
         /* A chunked body takes its budget as it comes. */
@@ -206,6 +210,13 @@ static int on_headers_complete(http_parser *p) {
         bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
         if (s->auth.status && has_body)
                 return s->refused = true, -1;
+        /* A client stream (StreamInput): its body is acted on as it comes,
+         * not held (envd.c bounds each message). */
+        if (s->auth.status == 0 && s->auth.envd && gw_instream_wanted(&s->req)) {
+                if (!(s->in = gw_instream_open(s->cfg, s->auth.tenant, s->auth.sandbox)))
+                        return -1;
+                return 0;
+        }
         if (p->content_length != ULLONG_MAX && p->content_length > 0 && !budget_take(s, (size_t) p->content_length))
                 return s->busy = true, -1;
         return 0;
@@ -574,7 +585,10 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                                 gw_send_error(&c, 500, "out of memory");
                                 break;
                         }
-                        gw_route(cfg, &c, &s.req, &s.auth);
+                        if (s.in)
+                                gw_instream_finish(s.in, &c);
+                        else
+                                gw_route(cfg, &c, &s.req, &s.auth);
                         request_clear(&s.req);
                         free(s.url);
                         budget_release(&s);
@@ -588,7 +602,10 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         c.close = true;
                         if (s.cut)
                                 break;
-                        if (s.refused)
+                        if (s.in_failed) {
+                                gw_instream_finish(s.in, &c);
+                                s.in = NULL;
+                        } else if (s.refused)
                                 gw_route(cfg, &c, &s.req, &s.auth);
                         else if (s.busy)
                                 gw_send_error(&c, 503, "the gateway holds as many request bodies as it may; retry");
@@ -603,6 +620,7 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
         request_clear(&s.req);
         free(s.url);
         budget_release(&s);
+        gw_instream_finish(s.in, NULL);
         if (c.ssl) {
                 if (!c.failed)
                         (void) SSL_shutdown(c.ssl);

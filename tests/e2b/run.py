@@ -51,7 +51,7 @@ SDK_TESTS = "e2b-sdk-tests"
 DOC = os.path.join(REPO, "docs", "E2B.md")
 # SANDBOXD_E2B: another build of the gateway (e.g. one with ASan).
 GATEWAY = os.environ.get("SANDBOXD_E2B") or os.path.join(REPO, "build", "sandboxd-e2b")
-PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "caps.py", SDK_TESTS]
+PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "envd.py", "caps.py", SDK_TESTS]
 # Run again over HTTPS (E2B_API_URL=https://...), trusting the test CA.
 TLS_PROGRAMS = ["agent.mjs"]
 NODE_TIMEOUT = int(os.environ.get("E2B_TEST_TIMEOUT", "300"))
