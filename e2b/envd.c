@@ -267,6 +267,16 @@ static bool tag_lookup(const char *tenant, const char *sbx, const char *tag, cha
         return found;
 }
 
+/* Whether ProcessSelector `sel` has a pid (1 to 2^32-1) or a tag (not
+ * empty). */
+static bool selector_ok(const cJSON *sel) {
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(sel, "pid");
+        const char *tag = str_of(sel, "tag");
+        return (cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX) || (tag && *tag);
+}
+
+#define SELECTOR_REQUIRED "process.pid or process.tag: required (the process's selector: a pid of 1 or more, or a tag)"
+
 /* The running command a ProcessSelector `sel` ({"pid": N} or {"tag": S})
  * names, found in command.list answer `list`: 0 with *ret_cmd (new
  * string) and *ret_tty, *ret_pid; else the HTTP status of the refusal
@@ -280,7 +290,7 @@ static int select_in(const char *tenant, const char *sbx, const cJSON *sel, cons
         if (cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble <= UINT32_MAX)
                 want = (unsigned) pid->valuedouble;
         else if (!tag || !*tag) {
-                snprintf(msg, msize, "process.pid or process.tag: required (the process's selector)");
+                snprintf(msg, msize, SELECTOR_REQUIRED);
                 return 400;
         }
         if (!want && !tag_lookup(tenant, sbx, tag, tag_cmd)) {
@@ -629,6 +639,10 @@ static void process_list(const gw_config *cfg, gw_conn *c, const char *tenant, c
 /* The cmdId of the running command ProcessSelector `sel` names (new
  * string), or NULL after answering (not_found, or the daemon's error). */
 static char *find_command(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const cJSON *sel) {
+        if (!selector_ok(sel)) {
+                connect_error(c, 400, SELECTOR_REQUIRED);
+                return NULL;
+        }
         cJSON *res = list_commands(cfg, c, tenant, sbx);
         if (!res)
                 return NULL;
@@ -717,9 +731,9 @@ static void process_connect(const gw_config *cfg, gw_conn *c, const gw_request *
                             const char *sbx) {
         cJSON *req = request_message(r, true);
         const cJSON *sel = cJSON_GetObjectItemCaseSensitive(req, "process");
-        if (!cJSON_GetObjectItemCaseSensitive(sel, "pid") && !str_of(sel, "tag")) {
+        if (!selector_ok(sel)) {
                 cJSON_Delete(req);
-                stream_error(c, 400, "process.pid or process.tag: required (the process's selector)");
+                stream_error(c, 400, SELECTOR_REQUIRED);
                 return;
         }
         if (++connects > CONNECT_MAX) {
@@ -969,6 +983,10 @@ static int instream_message(gw_instream *s) {
         else if (cJSON_IsObject(start)) {
                 if (s->cmd_id) {
                         r = instream_fail(s, 400, "start: sent twice in one stream");
+                        goto out;
+                }
+                if (!selector_ok(cJSON_GetObjectItemCaseSensitive(start, "process"))) {
+                        r = instream_fail(s, 400, "start.%s", SELECTOR_REQUIRED);
                         goto out;
                 }
                 char *msg = NULL;

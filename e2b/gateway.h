@@ -219,6 +219,24 @@ char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandb
  * -EACCES (a bad token, or its tenant has no key left in the file:
  * removing a tenant's last key ends its tokens too). */
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* E2B's signature of a file URL, as the SDK's getSignature() makes it
+ * (packages/js-sdk/src/sandbox/signature.ts): "v1_" and the base64 of
+ * SHA-256("PATH:OP:USER:TOKEN") (":EXP" appended when `exp`, the
+ * signature_expiration, is not NULL), without '=' padding. `op` is
+ * "read" or "write", `user` "" when the URL names none. Into out; 0 or
+ * -errno. */
+#define GW_SIGNATURE_SIZE 64
+int gw_file_signature(const char *path, const char *op, const char *user, const char *token, const char *exp,
+                      char out[GW_SIGNATURE_SIZE]);
+/* The tenant and sandbox whose envd token signed `sig` (compared in
+ * constant time): for `sandbox` (NULL: one of the sandboxes whose tokens
+ * this gateway handed out or accepted lately, at most 1024) the token of
+ * each tenant with a key. 0 with both, -EACCES when none did (or its
+ * tenant has no key left), other -errno when the keys file cannot be
+ * read. The expiration is the caller's to check. */
+int gw_signature_find(const char *keys_path, const char *sandbox, const char *path, const char *op, const char *user,
+                      const char *exp, const char *sig, char *ret_tenant, size_t tsize, char *ret_sandbox,
+                      size_t ssize);
 /* Whether the keys file is private to this uid: 0, -EPERM when another
  * uid could read or write it (group or other mode bits, another owner,
  * not a regular file; then every request it would serve is refused too),

@@ -393,10 +393,13 @@ def check_signatures(sbx, sbx_b):
     # Expired.
     st, out = call("GET", signed("signed.txt", "read", tok, now - 10))
     assert st == 401 and json.loads(out) == {"code": 401, "message": "signature is already expired"}, (st, out)
+    # B's token's signature opens B's own sandbox (which has no signed.txt), never A's.
+    st, out = call("GET", signed("signed.txt", "read", sbx_b["envdAccessToken"]))
+    assert st == 404 and sbx_b["sandboxID"] not in out.decode(), (st, out)
     # Wrong: another path's, a write's used to read, another sandbox's, a made-up one.
     for url, hdr in ((signed("up.txt", "read", tok).replace("path=up.txt", "path=signed.txt"), {}),
-                     (signed("signed.txt", "write", tok).replace("", ""), {}),
-                     (signed("signed.txt", "read", sbx_b["envdAccessToken"]), {}),
+                     (signed("signed.txt", "write", tok), {}),
+                     (signed("signed.txt", "read", tok) + "&username=user", {}),
                      (signed("signed.txt", "read", sbx_b["envdAccessToken"]), {"E2b-Sandbox-Id": sbx["sandboxID"]}),
                      ("/files?path=signed.txt&signature=v1_AAAA", {})):
         st, out = call("GET", url, hdr)
