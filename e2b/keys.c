@@ -10,6 +10,7 @@
  * sandbox opens no other, and the gateway keeps no state for them. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,29 +234,35 @@ static int token_mac(const char *keys_path, const char *tenant, const char *sand
 
 typedef struct seen {
         char tenant[80], sandbox[64], token[160];
+        uint64_t used;  /* when it was last noted: the least is forgotten first */
 } seen;
 
 static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
-static seen seen_tab[SEEN_MAX]; /* least recently used first */
+static seen seen_tab[SEEN_MAX];
 static size_t n_seen;
+static uint64_t seen_clock;
 
 static void seen_note(const char *tenant, const char *sandbox, const char *token) {
         if (strlen(tenant) >= sizeof(seen_tab[0].tenant) || strlen(sandbox) >= sizeof(seen_tab[0].sandbox) ||
             strlen(token) >= sizeof(seen_tab[0].token))
                 return;
         pthread_mutex_lock(&seen_lock);
-        size_t i = 0;
-        while (i < n_seen && (strcmp(seen_tab[i].sandbox, sandbox) || strcmp(seen_tab[i].tenant, tenant)))
-                i++;
+        size_t i = 0, oldest = 0;
+        for (; i < n_seen; i++) {
+                if (!strcmp(seen_tab[i].sandbox, sandbox) && !strcmp(seen_tab[i].tenant, tenant))
+                        break;
+                if (seen_tab[i].used < seen_tab[oldest].used)
+                        oldest = i;
+        }
         if (i == n_seen && n_seen == SEEN_MAX)
-                i = 0; /* the least recently used goes */
+                i = oldest;
         else if (i == n_seen)
                 n_seen++;
-        memmove(seen_tab + i, seen_tab + i + 1, (n_seen - 1 - i) * sizeof(seen));
-        seen *e = &seen_tab[n_seen - 1];
+        seen *e = &seen_tab[i];
         snprintf(e->tenant, sizeof(e->tenant), "%s", tenant);
         snprintf(e->sandbox, sizeof(e->sandbox), "%s", sandbox);
         snprintf(e->token, sizeof(e->token), "%s", token);
+        e->used = ++seen_clock;
         pthread_mutex_unlock(&seen_lock);
 }
 
@@ -353,7 +360,7 @@ int gw_signature_find(const char *keys_path, const char *sandbox, const char *pa
                 snprintf(sbx, sizeof(sbx), "%s", sandbox);
         } else {
                 pthread_mutex_lock(&seen_lock);
-                for (size_t i = n_seen; i-- > 0 && !tenant[0];)
+                for (size_t i = 0; i < n_seen && !tenant[0]; i++)
                         if (signature_is(sig, path, op, user, exp, seen_tab[i].token)) {
                                 snprintf(tenant, sizeof(tenant), "%s", seen_tab[i].tenant);
                                 snprintf(sbx, sizeof(sbx), "%s", seen_tab[i].sandbox);

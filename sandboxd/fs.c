@@ -191,6 +191,7 @@ typedef struct write_op {
         void *data;        /* decoded content of files[index] */
         size_t len, off;
         bool loaded, sent;
+        bool xattrs_sent;  /* the piece in flight carries files[index].xattrs */
 } write_op;
 
 static void write_free(write_op *op) {
@@ -208,6 +209,16 @@ static void write_step(session *s, cJSON *result, int err, const char *message, 
                 write_free(op);
                 return;
         }
+        if (op->xattrs_sent && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "xattrs"))) {
+                /* A sandbox-init from before xattrs ignores the field:
+                 * never a silent success. */
+                rpc_reply_error(op->req, RPC_APP_ERROR, "failed", NULL,
+                                "fs.write: this sandbox's session predates xattrs (its sandbox-init did not set "
+                                "them); restart the sandbox");
+                write_free(op);
+                return;
+        }
+        op->xattrs_sent = false;
         int r = write_next(s, op);
         if (r == 1) {
                 rpc_reply(op->req, NULL);
@@ -251,10 +262,57 @@ static int write_next(session *s, write_op *op) {
                 /* A client's own append continues a file it sends in pieces
                  * (sandboxctl cp); our chunks of one content always do. */
                 cJSON_AddBoolToObject(o, "append", op->sent || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "append")));
+                /* xattrs with the first piece: set once the file is opened. */
+                cJSON *xattrs = cJSON_GetObjectItemCaseSensitive(f, "xattrs");
+                if (!op->sent && xattrs) {
+                        cJSON_AddItemToObject(o, "xattrs", cJSON_Duplicate(xattrs, 1));
+                        op->xattrs_sent = true;
+                }
                 op->off += n;
                 op->sent = true;
                 return agent_fs(s, o, write_step, op);
         }
+}
+
+/* fs.write's files[i].xattrs: {NAME: VALUE}, at most FS_XATTRS, each NAME
+ * `user.` and 1-250 more bytes of printable ASCII, each VALUE a string of
+ * at most FS_XATTR_VALUE bytes of printable ASCII (what fs.stat can show
+ * again). Absent is fine. */
+#define FS_XATTRS 32
+#define FS_XATTR_NAME 255
+#define FS_XATTR_VALUE 4096
+
+static bool printable_ascii(const char *s) {
+        for (; *s; s++)
+                if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+                        return false;
+        return true;
+}
+
+static int validate_xattrs(const cJSON *x, int i, sb_error **ret_err) {
+        char field[96];
+        snprintf(field, sizeof(field), "files[%d].xattrs", i);
+        if (!x)
+                return 0;
+        if (!cJSON_IsObject(x))
+                return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be an object {NAME: VALUE}", field);
+        int n = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, x) {
+                const char *v = cJSON_GetStringValue(e);
+                size_t nl = strlen(e->string);
+                if (++n > FS_XATTRS)
+                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: at most %d attributes", field, FS_XATTRS);
+                if (strncmp(e->string, "user.", 5) != 0 || nl < 6 || nl > FS_XATTR_NAME || !printable_ascii(e->string))
+                        return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                            "%s: '%.64s': a name in the user. namespace (xattr(7)), 6-%d bytes of "
+                                            "printable ASCII", field, e->string, FS_XATTR_NAME);
+                if (!v || strlen(v) > FS_XATTR_VALUE || !printable_ascii(v))
+                        return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                            "%s: '%.64s': its value must be a string of at most %d bytes of "
+                                            "printable ASCII", field, e->string, FS_XATTR_VALUE);
+        }
+        return 0;
 }
 
 static int validate_files(cJSON *files, sb_error **ret_err) {
@@ -265,7 +323,7 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                 snprintf(field, sizeof(field), "files[%d]", i);
                 if (!cJSON_IsObject(f))
                         return sb_error_set(ret_err, -EINVAL, NULL, field,
-                                            "%s: must be an object {path, content, mode?, append?}", field);
+                                            "%s: must be an object {path, content, mode?, append?, xattrs?}", field);
                 const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
                 const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "content"));
                 cJSON *mode = cJSON_GetObjectItemCaseSensitive(f, "mode");
@@ -290,6 +348,8 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                         snprintf(field, sizeof(field), "files[%d].append", i);
                         return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be true or false", field);
                 }
+                if (validate_xattrs(cJSON_GetObjectItemCaseSensitive(f, "xattrs"), i, ret_err) < 0)
+                        return -EINVAL;
                 i++;
         }
         return i;

@@ -114,7 +114,7 @@ static const schema_field cancel_params[] = { REQ("id"), END };
 static const schema_field write_params[] = { REQ("cmdId"), REQ("data"), END };
 static const schema_field resize_params[] = { REQ("cmdId"), REQ("rows"), REQ("cols"), END };
 static const schema_field kill_params[] = { REQ("cmdId"), OPT("signal"), END };
-static const schema_field file_fields[] = { REQ("path"), REQ("content"), OPT("mode"), OPT("append"), END };
+static const schema_field file_fields[] = { REQ("path"), REQ("content"), OPT("mode"), OPT("append"), MAP("xattrs"), END };
 static const schema_field fs_write_params[] = {
         REQ("sandbox"), { .key = "files", .kind = SCHEMA_ARRAY, .required = true, .fields = file_fields }, END,
 };

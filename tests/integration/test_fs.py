@@ -441,3 +441,49 @@ def test_sandboxctl_loads_libarchive_only_for_cp(world):
            "sandboxctl's start-up libraries: %s" % needed)
     with sandbox(world, "lazy", "--deny-all") as name:
         expect_eq(sh_ok(world, name, "echo ok"), "ok\n", "sandboxctl exec without libarchive loaded")
+
+
+def test_fs_write_sets_user_xattrs_and_stat_list_show_them(world):
+    """fs.write xattrs: the file's user.* attributes become exactly those
+    given (set as the sandbox user, other namespaces untouched), fs.stat
+    and fs.list show them; an overwrite with {} clears them; a write
+    without xattrs leaves them; bad names and values are refused naming
+    the field; a file the sandbox user may not write gets none."""
+    with sandbox(world, "fsx", "--deny-all") as name:
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [
+            {"path": "d/x.txt", "content": b64(b"x"), "xattrs": {"user.e2b.author": "mish", "user.k": "v 1"}}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect_eq(st.get("xattrs"), {"user.e2b.author": "mish", "user.k": "v 1"}, "fs.stat xattrs")
+        # Set out of band, seen too; a value that is not printable is left out.
+        sh_ok(world, name, "python3 -c \"import os; os.setxattr('/workspace/d/x.txt', 'user.oob', b'yes'); "
+                           "os.setxattr('/workspace/d/x.txt', 'user.bin', b'\\\\x00\\\\x01')\"")
+        ls = rpc_ok(world, "fs.list", {"sandbox": name, "path": "d"})
+        expect_eq([e.get("xattrs") for e in ls["entries"]],
+                  [{"user.e2b.author": "mish", "user.k": "v 1", "user.oob": "yes"}], "fs.list xattrs")
+        # Without xattrs: left as they are.
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [{"path": "d/x.txt", "content": b64(b"y")}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect_eq(sorted(st.get("xattrs", {})), ["user.e2b.author", "user.k", "user.oob"], "kept without xattrs")
+        # Exactly those given: the rest removed.
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [
+            {"path": "d/x.txt", "content": b64(b"z"), "xattrs": {"user.k": "2"}}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect_eq(st.get("xattrs"), {"user.k": "2"}, "replaced")
+        expect_eq(sh_ok(world, name, "cat /workspace/d/x.txt"), "z", "content written with xattrs")
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [{"path": "d/x.txt", "content": b64(b""), "xattrs": {}}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect("xattrs" not in st, "xattrs {} clears them:", st)
+        for bad, words in (({"trusted.x": "v"}, "user. namespace"), ({"user.": "v"}, "user. namespace"),
+                           ({"user.a": "a\nb"}, "printable ASCII"), ({"user.a": 1}, "printable ASCII"),
+                           ([], "must be an object")):
+            msg = world.rpc("fs.write", {"sandbox": name, "files": [
+                {"path": "d/y.txt", "content": b64(b"y"), "xattrs": bad}]})
+            err = msg.get("error", {})
+            expect(words in err.get("message", ""), "refusal of", bad, "should say", words, err)
+            expect_eq(err.get("data", {}).get("field"), "files[0].xattrs", "the field named")
+        code, _o, _e = sh(world, name, "test -e /workspace/d/y.txt")
+        expect(code != 0, "a refused write made its file")
+        # A file of root's the sandbox user may not write: refused, unchanged.
+        msg = world.rpc("fs.write", {"sandbox": name, "files": [
+            {"path": "/etc/hostname", "content": b64(b"h"), "xattrs": {"user.a": "b"}}]})
+        expect("error" in msg, "xattrs on a file the sandbox user may not write")
