@@ -1155,7 +1155,10 @@ static user_ids sandbox_user_ids(const gw_config *cfg, const char *tenant, const
         return u;
 }
 
-/* A sandboxd Stat as EntryInfo; the sandbox user (`u`) is E2B's `user`. */
+static void add_metadata(cJSON *o, const cJSON *xattrs);
+
+/* A sandboxd Stat as EntryInfo; the sandbox user (`u`) is E2B's `user`;
+ * `metadata` from its user.e2b.* xattrs. */
 static cJSON *entry_of(const cJSON *st, user_ids u) {
         cJSON *e = cJSON_CreateObject();
         const char *type = str_of(st, "type");
@@ -1188,6 +1191,7 @@ static cJSON *entry_of(const cJSON *st, user_ids u) {
         cJSON_AddStringToObject(e, "owner", uid == 0 ? "root" : uid == u.uid ? "user" : id);
         snprintf(id, sizeof(id), "%.0f", gid == gid ? gid : 0);
         cJSON_AddStringToObject(e, "group", gid == 0 ? "root" : gid == u.gid ? "user" : id);
+        add_metadata(e, cJSON_GetObjectItemCaseSensitive(st, "xattrs"));
         return e;
 }
 
@@ -1948,13 +1952,73 @@ out:
         free(user);
 }
 
+/* File metadata (envd 0.6.2) is kept as the file's extended attributes
+ * `user.e2b.KEY` (as envd keeps it): fs.write xattrs, fs.stat xattrs. */
+#define METADATA_XATTR "user.e2b."
+#define METADATA_MAX 32
+#define METADATA_VALUE_MAX 4096
+
+/* The X-Metadata-KEY headers of `r` as fs.write xattrs {"user.e2b.key":
+ * VALUE} (a new object, {} when none), the key lower-cased (header names
+ * are case-insensitive: the SDK's fetch sends them lower-case). NULL with
+ * why when one is not a key E2B allows (HTTP token characters) or its
+ * value not printable ASCII, or past METADATA_MAX. */
+static cJSON *metadata_xattrs(const gw_request *r, char *why, size_t size) {
+        cJSON *x = cJSON_CreateObject();
+        int n = 0;
+        for (size_t i = 0; x && i < r->n_headers; i++) {
+                const char *name = r->headers[i].name, *v = r->headers[i].value ? r->headers[i].value : "";
+                if (!name || strncasecmp(name, "X-Metadata-", 11) != 0)
+                        continue;
+                const char *key = name + 11;
+                char xn[300];
+                size_t kl = strlen(key);
+                bool ok = kl > 0 && kl <= 240 && strlen(v) <= METADATA_VALUE_MAX;
+                for (const char *k = key; ok && *k; k++)
+                        ok = (*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') ||
+                             strchr("!#$%&'*+-.^_`|~", *k);
+                for (const char *k = v; ok && *k; k++)
+                        ok = (unsigned char) *k >= 0x20 && (unsigned char) *k <= 0x7e;
+                if (!ok || ++n > METADATA_MAX) {
+                        snprintf(why, size, "%.80s: %s", name,
+                                 !ok ? "file metadata keys are 1 to 240 HTTP token characters, values at most 4096 "
+                                       "bytes of printable ASCII"
+                                     : "at most 32 metadata keys a file");
+                        cJSON_Delete(x);
+                        return NULL;
+                }
+                snprintf(xn, sizeof(xn), METADATA_XATTR "%s", key);
+                for (char *k = xn; *k; k++)
+                        if (*k >= 'A' && *k <= 'Z')
+                                *k = (char) (*k - 'A' + 'a');
+                cJSON_DeleteItemFromObjectCaseSensitive(x, xn);
+                cJSON_AddStringToObject(x, xn, v);
+        }
+        if (!x)
+                snprintf(why, size, "out of memory");
+        return x;
+}
+
+/* Adds E2B's `metadata` {KEY: VALUE} to `o` from `xattrs` (fs.write's or
+ * fs.stat's): the user.e2b.* ones, the prefix taken off; none when
+ * there are none. */
+static void add_metadata(cJSON *o, const cJSON *xattrs) {
+        const cJSON *e;
+        cJSON *m = NULL;
+        cJSON_ArrayForEach(e, xattrs)
+                if (e->string && !strncmp(e->string, METADATA_XATTR, strlen(METADATA_XATTR)) &&
+                    e->string[strlen(METADATA_XATTR)] && cJSON_IsString(e) &&
+                    (m || (m = cJSON_AddObjectToObject(o, "metadata"))))
+                        cJSON_AddStringToObject(m, e->string + strlen(METADATA_XATTR), e->valuestring);
+}
+
 /* fs.write takes one line of at most maxLineBytes (16 MiB by default):
  * a file goes in pieces of this many bytes, the first one creating or
  * truncating it, the rest appended (as sandboxctl cp sends them). */
 #define WRITE_PIECE ((size_t) 4 << 20)
 
 static int write_file(client *d, const char *sbx, const char *path, const char *data, size_t len,
-                      client_error **ret_err) {
+                      const cJSON *xattrs, client_error **ret_err) {
         size_t off = 0;
         do {
                 size_t n = len - off < WRITE_PIECE ? len - off : WRITE_PIECE;
@@ -1970,6 +2034,8 @@ static int write_file(client *d, const char *sbx, const char *path, const char *
                 cJSON_AddStringToObject(f, "content", b64);
                 if (off > 0)
                         cJSON_AddBoolToObject(f, "append", true);
+                else if (xattrs)
+                        cJSON_AddItemToObject(f, "xattrs", cJSON_Duplicate(xattrs, 1));
                 cJSON_AddItemToArray(files, f);
                 free(b64);
                 int r = client_call(d, "fs.write", p, 10 * 60 * 1000, NULL, NULL, NULL, ret_err);
@@ -2033,7 +2099,7 @@ static int gunzip(const char *in, size_t len, char **ret, size_t *ret_len) {
  * the body is the file at the query's `path`, gzip when Content-Encoding
  * says so. Answers as the multipart upload does. */
 static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
-                             const char *sbx, const char *path) {
+                             const char *sbx, const char *path, const cJSON *xattrs) {
         const char *enc = gw_header_get(r, "Content-Encoding");
         char *plain = NULL;
         size_t plain_len = 0;
@@ -2063,7 +2129,7 @@ static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request 
                 return;
         }
         client_error *err = NULL;
-        if (write_file(d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, &err) < 0) {
+        if (write_file(d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, xattrs, &err) < 0) {
                 gw_send_error(c, gw_status_of(err), "write %s: %s", path, err ? err->message : "failed");
                 client_error_free(err);
         } else {
@@ -2072,6 +2138,7 @@ static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request 
                 cJSON_AddStringToObject(info, "name", slash ? slash + 1 : path);
                 cJSON_AddStringToObject(info, "type", "file");
                 cJSON_AddStringToObject(info, "path", path);
+                add_metadata(info, xattrs);
                 cJSON_AddItemToArray(arr, info);
                 gw_send_json(c, 200, arr);
         }
@@ -2084,22 +2151,22 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         gw_part *parts = NULL;
         size_t n = 0;
         client *d = NULL;
-        cJSON *out_arr = NULL;
+        cJSON *out_arr = NULL, *xattrs = NULL;
         if (user && strcmp(user, "user") && strcmp(user, "sandbox")) {
                 gw_send_error(c, 400, "username: files are written as the sandbox user only");
                 goto out;
         }
-        /* File metadata (X-Metadata-* headers, envd 0.6.2) would need
-         * extended attributes sandboxd's fs.write does not set. */
-        for (size_t i = 0; i < r->n_headers; i++)
-                if (!strncasecmp(r->headers[i].name, "X-Metadata-", 11)) {
-                        gw_send_error(c, 400, "%s: file metadata is not served by sandboxd-e2b (sandboxd's fs.write "
-                                              "sets no extended attributes)", r->headers[i].name);
-                        goto out;
-                }
+        /* File metadata (X-Metadata-* headers, envd 0.6.2): the files'
+         * user.e2b.* extended attributes, exactly those (an upload
+         * without any clears them, as envd's overwrite does). */
+        char why[300];
+        if (!(xattrs = metadata_xattrs(r, why, sizeof(why)))) {
+                gw_send_error(c, 400, "%s", why);
+                goto out;
+        }
         const char *ct = gw_header_get(r, "Content-Type");
         if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
-                files_post_octet(cfg, c, r, tenant, sbx, path);
+                files_post_octet(cfg, c, r, tenant, sbx, path, xattrs);
                 goto out;
         }
         int mp = gw_multipart(r, &parts, &n);
@@ -2136,7 +2203,7 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 }
                 const char *fp = path && n == 1 ? path : parts[i].filename;
                 client_error *err = NULL;
-                if (write_file(d, sbx, fp, parts[i].data, parts[i].len, &err) < 0) {
+                if (write_file(d, sbx, fp, parts[i].data, parts[i].len, xattrs, &err) < 0) {
                         gw_send_error(c, gw_status_of(err), "write %s: %s", fp, err ? err->message : "failed");
                         client_error_free(err);
                         goto out;
@@ -2146,12 +2213,14 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 cJSON_AddStringToObject(info, "name", slash ? slash + 1 : fp);
                 cJSON_AddStringToObject(info, "type", "file");
                 cJSON_AddStringToObject(info, "path", fp);
+                add_metadata(info, xattrs);
                 cJSON_AddItemToArray(out_arr, info);
         }
         gw_send_json(c, 200, out_arr);
         out_arr = NULL;
 out:
         cJSON_Delete(out_arr);
+        cJSON_Delete(xattrs);
         client_free(d);
         for (size_t i = 0; i < n; i++)
                 free(parts[i].filename);

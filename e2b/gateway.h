@@ -21,7 +21,7 @@
 /* The envd version the gateway reports (Sandbox.envdVersion): the SDK's
  * feature gates read it: 0.4.0 and later force no default user; 0.5.2
  * has CloseStdin; 0.5.7 octet-stream uploads (gzip too); 0.6.2 file
- * metadata (refused here, naming it); 0.6.3 WatchDir includeEntry; 0.6.4
+ * metadata (user.e2b.* xattrs); 0.6.3 WatchDir includeEntry; 0.6.4
  * WatchDir allowNetworkMounts. */
 #define GW_ENVD_VERSION "0.6.4"
 

@@ -123,8 +123,14 @@ try {
     /network.maskRequestHost: not served/
   )
   await assert.rejects(Sandbox.createSnapshot(s.sandboxId, { name: 'named' }), /snapshots have IDs, no names/)
-  await assert.rejects(s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b' } }), /file metadata is not served/)
   ok('what is not served yet is refused, naming it')
+
+  // File metadata: the file's user.e2b.* xattrs, the key lower-cased.
+  assert.deepEqual((await s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b', Up: 'c' } })).metadata, { a: 'b', up: 'c' })
+  assert.deepEqual((await s.files.getInfo('/tmp/m.txt')).metadata, { a: 'b', up: 'c' })
+  assert.equal((await s.commands.run('getfattr --only-values -n user.e2b.a /tmp/m.txt || ' +
+    'python3 -c "import os; print(os.getxattr(\'/tmp/m.txt\', \'user.e2b.a\').decode(), end=\'\')"')).stdout, 'b')
+  ok('file metadata: the user.e2b.* extended attributes of the file')
 
   // E2B's user `user`: home /home/user, where relative paths and a
   // process without cwd go.
