@@ -513,10 +513,15 @@ int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, 
          * the fsuid from 0 drops CAP_DAC_OVERRIDE and the other file
          * capabilities for the call (capabilities(7)); back to 0 restores
          * them. */
-        uid_t old_gid = (uid_t)setfsgid(init_user_gid);
-        uid_t old_uid = (uid_t)setfsuid(init_user_uid);
+        bool root = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "sudo"));
+        uid_t old_gid = (uid_t)setfsgid(root ? 0 : init_user_gid);
+        uid_t old_uid = (uid_t)setfsuid(root ? 0 : init_user_uid);
         cJSON *result = NULL;
         int r = dispatch(action, path, req, &result);
+        /* Said back, so the daemon knows this init did it as root (an
+         * older one would ignore the field and act as the sandbox user). */
+        if (r >= 0 && root && result)
+                cJSON_AddBoolToObject(result, "sudo", true);
         (void)setfsuid(old_uid);
         (void)setfsgid((gid_t)old_gid);
         if (r < 0) {
