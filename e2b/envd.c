@@ -1212,11 +1212,11 @@ static cJSON *fs_call(const gw_config *cfg, gw_conn *c, const char *tenant, cons
 }
 
 /* Makes the request's paths (`keys`, NULL-ended) absolute for the
- * sandbox user (abs_path), in place. */
-static void abs_paths(cJSON *req, const char *const *keys) {
+ * sandbox user, or root when `root` (abs_path), in place. */
+static void abs_paths(cJSON *req, const char *const *keys, bool root) {
         for (; *keys; keys++) {
                 const char *v = str_of(req, *keys);
-                char *a = v ? abs_path(v, false) : NULL;
+                char *a = v ? abs_path(v, root) : NULL;
                 if (a)
                         cJSON_ReplaceItemInObjectCaseSensitive(req, *keys, cJSON_CreateString(a));
                 free(a);
@@ -1230,12 +1230,22 @@ static cJSON *path_params(const char *sbx, const char *path) {
         return p;
 }
 
+/* The same for the call's user: root's (E2B's user root) with sudo. */
+static cJSON *path_params_as(const char *sbx, const char *path, bool root) {
+        cJSON *p = path_params(sbx, path);
+        if (root)
+                cJSON_AddBoolToObject(p, "sudo", true);
+        return p;
+}
+
 /* A symlink's target, resolved to an absolute path as envd gives it
  * (readlink -f as the sandbox user: sandboxd's fs.stat does not read
  * links). New string, or NULL when it cannot be read. */
-static char *link_target(const gw_config *cfg, const char *tenant, const char *sbx, const char *path) {
+static char *link_target(const gw_config *cfg, const char *tenant, const char *sbx, const char *path, bool root) {
         cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray(), *res = NULL;
         cJSON_AddStringToObject(p, "sandbox", sbx);
+        if (root)
+                cJSON_AddBoolToObject(p, "sudo", true);
         cJSON_AddStringToObject(p, "cmd", "readlink");
         cJSON_AddItemToArray(args, cJSON_CreateString("-f"));
         cJSON_AddItemToArray(args, cJSON_CreateString("--"));
@@ -1274,8 +1284,8 @@ static char *link_target(const gw_config *cfg, const char *tenant, const char *s
  * directory's entries by name with a subdirectory's right after it (as
  * envd's walk lists them). 0, or -1 after answering. */
 static int list_into(const gw_config *cfg, gw_conn *c, const char *tenant, const char *sbx, const char *path,
-                     int depth, cJSON *arr, size_t *count, user_ids u) {
-        cJSON *res = fs_call(cfg, c, tenant, "fs.list", path_params(sbx, path), "list"), *st;
+                     int depth, cJSON *arr, size_t *count, user_ids u, bool root) {
+        cJSON *res = fs_call(cfg, c, tenant, "fs.list", path_params_as(sbx, path, root), "list"), *st;
         if (!res)
                 return -1;
         int r = 0;
@@ -1288,7 +1298,7 @@ static int list_into(const gw_config *cfg, gw_conn *c, const char *tenant, const
                 cJSON_AddItemToArray(arr, entry_of(st, u));
                 const char *type = str_of(st, "type"), *sub = str_of(st, "path");
                 if (depth > 1 && type && !strcmp(type, "directory") && sub &&
-                    (r = list_into(cfg, c, tenant, sbx, sub, depth - 1, arr, count, u)) < 0)
+                    (r = list_into(cfg, c, tenant, sbx, sub, depth - 1, arr, count, u, root)) < 0)
                         break;
         }
         cJSON_Delete(res);
@@ -1302,7 +1312,9 @@ static void watcher_events(gw_conn *c, const cJSON *req, const char *tenant, con
 static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx,
                        const char *op) {
         cJSON *req = request_message(r, false);
-        abs_paths(req, (const char *const[]) { "path", "source", "destination", NULL });
+        int user = request_user(r);
+        bool root = user == 1;
+        abs_paths(req, (const char *const[]) { "path", "source", "destination", NULL }, root);
         const char *path = str_of(req, "path");
         if (!strcmp(op, "CreateWatcher") || !strcmp(op, "GetWatcherEvents") || !strcmp(op, "RemoveWatcher")) {
                 if (!cJSON_IsObject(req))
@@ -1314,17 +1326,17 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 cJSON_Delete(req);
                 return;
         }
-        if (request_user(r) != 0) {
+        if (user < 0) {
                 cJSON_Delete(req);
-                connect_error(c, 501, "user: fs calls run as the sandbox user only (sandboxd's fs.* have no root)");
+                connect_error(c, 400, "user: sandboxd has the sandbox user (E2B's user) and root only");
                 return;
         }
         cJSON *res = NULL, *out = NULL;
         if (!strcmp(op, "Stat") && path) {
-                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat"))) {
+                if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params_as(sbx, path, root), "stat"))) {
                         cJSON *e = entry_of(res, sandbox_user_ids(cfg, tenant, sbx));
                         const char *type = str_of(res, "type");
-                        char *target = type && !strcmp(type, "symlink") ? link_target(cfg, tenant, sbx, path) : NULL;
+                        char *target = type && !strcmp(type, "symlink") ? link_target(cfg, tenant, sbx, path, root) : NULL;
                         if (target)
                                 cJSON_AddStringToObject(e, "symlinkTarget", target);
                         free(target);
@@ -1340,29 +1352,29 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 size_t count = 0;
                 if (list_into(cfg, c, tenant, sbx, path, depth == depth && depth >= 1 ? (int) depth : 1,
                               cJSON_AddArrayToObject(out, "entries"), &count,
-                              sandbox_user_ids(cfg, tenant, sbx)) < 0) {
+                              sandbox_user_ids(cfg, tenant, sbx), root) < 0) {
                         cJSON_Delete(out);
                         out = NULL;
                 }
         } else if (!strcmp(op, "MakeDir") && path) {
                 cJSON *st = NULL;
                 client_error *err = NULL;
-                if (gw_daemon_call(cfg, tenant, "fs.stat", path_params(sbx, path), &st, &err) == 0) {
+                if (gw_daemon_call(cfg, tenant, "fs.stat", path_params_as(sbx, path, root), &st, &err) == 0) {
                         cJSON_Delete(st);
                         connect_error(c, 409, "path %s already exists", path);
                         goto done;
                 }
                 client_error_free(err);
-                cJSON *p = path_params(sbx, path);
+                cJSON *p = path_params_as(sbx, path, root);
                 cJSON_AddBoolToObject(p, "parents", true);
                 if ((res = fs_call(cfg, c, tenant, "fs.mkdir", p, "make dir"))) {
                         cJSON_Delete(res);
-                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, path), "stat")))
+                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params_as(sbx, path, root), "stat")))
                                 out = cJSON_CreateObject(),
                                 cJSON_AddItemToObject(out, "entry", entry_of(res, sandbox_user_ids(cfg, tenant, sbx)));
                 }
         } else if (!strcmp(op, "Remove") && path) {
-                cJSON *p = path_params(sbx, path);
+                cJSON *p = path_params_as(sbx, path, root);
                 cJSON_AddBoolToObject(p, "recursive", true);
                 /* A missing path is no error, as envd's Remove. */
                 client_error *err = NULL;
@@ -1373,11 +1385,13 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                         daemon_error(c, err, "remove");
                 client_error_free(err);
         } else if (!strcmp(op, "Move") && str_of(req, "source") && str_of(req, "destination")) {
-                /* sandboxd has no fs.move: mv(1) as the sandbox user, whose
-                 * rights are those of every fs.* call. */
+                /* sandboxd has no fs.move: mv(1) as the call's user (root
+                 * with sudo), whose rights are those of its fs.* calls. */
                 cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray();
                 cJSON_AddStringToObject(p, "sandbox", sbx);
                 cJSON_AddStringToObject(p, "cmd", "mv");
+                if (root)
+                        cJSON_AddBoolToObject(p, "sudo", true);
                 cJSON_AddItemToArray(args, cJSON_CreateString("-T"));
                 cJSON_AddItemToArray(args, cJSON_CreateString("--"));
                 cJSON_AddItemToArray(args, cJSON_CreateString(str_of(req, "source")));
@@ -1390,7 +1404,7 @@ static void filesystem(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                                 goto done;
                         }
                         cJSON_Delete(res);
-                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params(sbx, str_of(req, "destination")),
+                        if ((res = fs_call(cfg, c, tenant, "fs.stat", path_params_as(sbx, str_of(req, "destination"), root),
                                            "stat")))
                                 out = cJSON_CreateObject(),
                                 cJSON_AddItemToObject(out, "entry", entry_of(res, sandbox_user_ids(cfg, tenant, sbx)));
@@ -1490,7 +1504,7 @@ static void on_watch_note(const client_msg *m, void *userdata) {
 
 static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
         cJSON *req = request_message(r, true);
-        abs_paths(req, (const char *const[]) { "path", NULL });
+        abs_paths(req, (const char *const[]) { "path", NULL }, false);
         const char *path = str_of(req, "path");
         /* allowNetworkMounts lifts envd's refusal of network mounts;
          * sandboxd's fs.watch has none to lift. */
@@ -1884,23 +1898,34 @@ static size_t download_bytes(double size) {
         return (size_t) size * 4 + 65536;
 }
 
-/* The query's `path` made absolute for the sandbox user (new string;
- * NULL when absent). */
-static char *query_path(const gw_request *r) {
+/* The query's `path` made absolute for the sandbox user or root (new
+ * string; NULL when absent). */
+static char *query_path(const gw_request *r, bool root) {
         char *q = gw_query_get(r, "path");
-        char *a = q ? abs_path(q, false) : NULL;
+        char *a = q ? abs_path(q, root) : NULL;
         free(q);
         return a;
 }
 
+/* The query's `username`: 0 the sandbox user (absent, `user`,
+ * `sandbox`), 1 root, -1 another. */
+static int query_user(const gw_request *r) {
+        char *u = gw_query_get(r, "username");
+        int res = !u || !strcmp(u, "user") || !strcmp(u, "sandbox") ? 0 : !strcmp(u, "root") ? 1 : -1;
+        free(u);
+        return res;
+}
+
 static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
-        char *path = query_path(r), *user = gw_query_get(r, "username");
+        int user = query_user(r);
+        bool root = user == 1;
+        char *path = query_path(r, root);
         client *d = NULL;
         cJSON *res = NULL, *st = NULL;
         size_t held = 0;
-        if (!path || (user && strcmp(user, "user") && strcmp(user, "sandbox"))) {
+        if (!path || user < 0) {
                 gw_send_error(c, 400, "%s", !path ? "path: required"
-                                                  : "username: files are read as the sandbox user only");
+                                                  : "username: sandboxd has the sandbox user (E2B's user) and root only");
                 goto out;
         }
         char *msg = NULL;
@@ -1914,7 +1939,7 @@ static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, con
          * together share the budget of request bodies (a caller cannot
          * make 256 connections each hold a 64 MiB file). */
         client_error *err = NULL;
-        if (client_call(d, "fs.stat", path_params(sbx, path), 60000, NULL, NULL, &st, &err) < 0) {
+        if (client_call(d, "fs.stat", path_params_as(sbx, path, root), 60000, NULL, NULL, &st, &err) < 0) {
                 int code = err && err->message && (strstr(err->message, "No such file") || strstr(err->message, "not found"))
                                    ? 404 : gw_status_of(err);
                 gw_send_error(c, code, "read %s: %s", path, err ? err->message : "failed");
@@ -1927,7 +1952,7 @@ static void files_get(const gw_config *cfg, gw_conn *c, const gw_request *r, con
                 gw_send_error(c, 503, "read %s: the gateway holds as many file bodies as it may; retry", path);
                 goto out;
         }
-        if (client_call(d, "fs.read", path_params(sbx, path), 10 * 60 * 1000, NULL, NULL, &res, &err) < 0) {
+        if (client_call(d, "fs.read", path_params_as(sbx, path, root), 10 * 60 * 1000, NULL, NULL, &res, &err) < 0) {
                 int code = err && err->message && (strstr(err->message, "No such file") || strstr(err->message, "not found"))
                                    ? 404 : gw_status_of(err);
                 gw_send_error(c, code, "read %s: %s", path, err ? err->message : "failed");
@@ -1949,7 +1974,6 @@ out:
         cJSON_Delete(st);
         client_free(d);
         free(path);
-        free(user);
 }
 
 /* File metadata (envd 0.6.2) is kept as the file's extended attributes
@@ -2018,7 +2042,7 @@ static void add_metadata(cJSON *o, const cJSON *xattrs) {
 #define WRITE_PIECE ((size_t) 4 << 20)
 
 static int write_file(client *d, const char *sbx, const char *path, const char *data, size_t len,
-                      const cJSON *xattrs, client_error **ret_err) {
+                      const cJSON *xattrs, bool root, client_error **ret_err) {
         size_t off = 0;
         do {
                 size_t n = len - off < WRITE_PIECE ? len - off : WRITE_PIECE;
@@ -2030,6 +2054,8 @@ static int write_file(client *d, const char *sbx, const char *path, const char *
                 cJSON *p = cJSON_CreateObject(), *files = cJSON_AddArrayToObject(p, "files"),
                       *f = cJSON_CreateObject();
                 cJSON_AddStringToObject(p, "sandbox", sbx);
+                if (root)
+                        cJSON_AddBoolToObject(p, "sudo", true);
                 cJSON_AddStringToObject(f, "path", path);
                 cJSON_AddStringToObject(f, "content", b64);
                 if (off > 0)
@@ -2099,7 +2125,7 @@ static int gunzip(const char *in, size_t len, char **ret, size_t *ret_len) {
  * the body is the file at the query's `path`, gzip when Content-Encoding
  * says so. Answers as the multipart upload does. */
 static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
-                             const char *sbx, const char *path, const cJSON *xattrs) {
+                             const char *sbx, const char *path, const cJSON *xattrs, bool root) {
         const char *enc = gw_header_get(r, "Content-Encoding");
         char *plain = NULL;
         size_t plain_len = 0;
@@ -2129,7 +2155,7 @@ static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request 
                 return;
         }
         client_error *err = NULL;
-        if (write_file(d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, xattrs, &err) < 0) {
+        if (write_file(d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, xattrs, root, &err) < 0) {
                 gw_send_error(c, gw_status_of(err), "write %s: %s", path, err ? err->message : "failed");
                 client_error_free(err);
         } else {
@@ -2147,13 +2173,15 @@ static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request 
 }
 
 static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *sbx) {
-        char *path = query_path(r), *user = gw_query_get(r, "username");
+        int user = query_user(r);
+        bool root = user == 1;
+        char *path = query_path(r, root);
         gw_part *parts = NULL;
         size_t n = 0;
         client *d = NULL;
         cJSON *out_arr = NULL, *xattrs = NULL;
-        if (user && strcmp(user, "user") && strcmp(user, "sandbox")) {
-                gw_send_error(c, 400, "username: files are written as the sandbox user only");
+        if (user < 0) {
+                gw_send_error(c, 400, "username: sandboxd has the sandbox user (E2B's user) and root only");
                 goto out;
         }
         /* File metadata (X-Metadata-* headers, envd 0.6.2): the files'
@@ -2166,7 +2194,7 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         }
         const char *ct = gw_header_get(r, "Content-Type");
         if (ct && !strncasecmp(ct, "application/octet-stream", 24)) {
-                files_post_octet(cfg, c, r, tenant, sbx, path, xattrs);
+                files_post_octet(cfg, c, r, tenant, sbx, path, xattrs, root);
                 goto out;
         }
         int mp = gw_multipart(r, &parts, &n);
@@ -2193,7 +2221,7 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
         out_arr = cJSON_CreateArray();
         for (size_t i = 0; i < n; i++) {
                 if (!(path && n == 1)) {
-                        char *a = abs_path(parts[i].filename, false);
+                        char *a = abs_path(parts[i].filename, root);
                         if (!a) {
                                 gw_send_error(c, 500, "out of memory");
                                 goto out;
@@ -2203,7 +2231,7 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 }
                 const char *fp = path && n == 1 ? path : parts[i].filename;
                 client_error *err = NULL;
-                if (write_file(d, sbx, fp, parts[i].data, parts[i].len, xattrs, &err) < 0) {
+                if (write_file(d, sbx, fp, parts[i].data, parts[i].len, xattrs, root, &err) < 0) {
                         gw_send_error(c, gw_status_of(err), "write %s: %s", fp, err ? err->message : "failed");
                         client_error_free(err);
                         goto out;
@@ -2226,7 +2254,6 @@ out:
                 free(parts[i].filename);
         free(parts);
         free(path);
-        free(user);
 }
 
 /* GET /health with the sandbox's token: 204 while it runs; 502 when it

@@ -98,6 +98,18 @@ try {
   assert.equal((await s.commands.run('id -u', { user: 'root' })).stdout, '0\n')
   ok('commands.run with envs (and the sandbox\'s), cwd, user root')
 
+  // Files as root: relative paths below /root, root's files, a 0600 file
+  // the sandbox user cannot read.
+  await s.files.write('r.txt', 'as root', { user: 'root' })
+  await s.commands.run('chmod 600 /root/r.txt', { user: 'root' })
+  assert.equal(await s.files.read('/root/r.txt', { user: 'root' }), 'as root')
+  const rinfo = await s.files.getInfo('r.txt', { user: 'root' })
+  assert.equal(rinfo.path, '/root/r.txt')
+  assert.equal(rinfo.owner, 'root')
+  await assert.rejects(s.files.read('/root/r.txt'))
+  assert.ok((await s.files.list('/root', { user: 'root' })).some((e) => e.name === 'r.txt'))
+  ok('files as root: written, read, listed and stat\'d under /root; refused to the sandbox user')
+
   assert.equal(await s.pause(), true)
   assert.equal(await s.pause(), false)
   assert.equal((await s.getInfo()).state, 'paused')

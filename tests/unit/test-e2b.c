@@ -882,6 +882,35 @@ static void test_stream_input_is_parsed_as_it_comes(void **state) {
         free(tok);
 }
 
+/* File metadata headers are checked before any daemon call: past 32
+ * keys, or a key that is not an HTTP token, or a value over 4096 bytes,
+ * is a 400 naming the header. */
+static void test_file_metadata_headers_are_checked_first(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        static char req[16384];
+        int n = snprintf(req, sizeof(req), "POST /files?path=a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                         "X-Access-Token: %s\r\nContent-Type: application/octet-stream\r\n", tok);
+        for (int i = 0; i < 33; i++)
+                n += snprintf(req + n, sizeof(req) - (size_t) n, "X-Metadata-k%d: v\r\n", i);
+        n += snprintf(req + n, sizeof(req) - (size_t) n, "Content-Length: 1\r\n\r\nx");
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "at most 32 metadata keys a file"));
+
+        n = snprintf(req, sizeof(req), "POST /files?path=a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                     "X-Access-Token: %s\r\nContent-Type: application/octet-stream\r\nX-Metadata-a: ", tok);
+        memset(req + n, 'v', 4097);
+        n += 4097;
+        n += snprintf(req + n, sizeof(req) - (size_t) n, "\r\nContent-Length: 1\r\n\r\nx");
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "X-Metadata-a: file metadata keys are 1 to 240 HTTP token characters"));
+        free(tok);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -908,6 +937,7 @@ int main(void) {
                 cmocka_unit_test(test_file_signatures_as_the_sdk_makes_them),
                 cmocka_unit_test_setup_teardown(test_signed_file_urls_route_by_their_signature, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_input_is_parsed_as_it_comes, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_file_metadata_headers_are_checked_first, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
