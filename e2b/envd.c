@@ -1805,11 +1805,26 @@ static void create_watcher(const gw_config *cfg, gw_conn *c, const gw_request *r
                 watcher_unref(w);
                 return;
         }
+        /* The bounds again, now exactly (others may have made watchers
+         * meanwhile). */
         pthread_mutex_lock(&watchers_lock);
-        w->next = watchers;
-        watchers = w;
-        w->linked = true;
+        all = mine = 0;
+        for (watcher *o = watchers; o; o = o->next, all++)
+                mine += !strcmp(o->tenant, tenant) && !strcmp(o->sbx, sbx);
+        bool room = mine < WATCHERS_PER_SANDBOX && all < WATCHERS_MAX;
+        if (room) {
+                w->next = watchers;
+                watchers = w;
+                w->linked = true;
+        }
         pthread_mutex_unlock(&watchers_lock);
+        if (!room) {
+                w->refs = 1;
+                watcher_unref(w);
+                connect_error(c, 429, "the gateway keeps as many watchers as it may; remove one (RemoveWatcher) "
+                                      "or use WatchDir");
+                return;
+        }
         pthread_t th;
         pthread_attr_t attr;
         pthread_attr_init(&attr);

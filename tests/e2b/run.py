@@ -13,6 +13,7 @@ with node there, its environment naming the server only through
 E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
 key, for the isolation check); agent.mjs runs once more over HTTPS
 (--tls-cert, a CA of `sandboxctl certs init` that node is told to trust),
+envd.py (python3: envd calls the JS SDK does not make, on the wire),
 caps.py (python3) against a third gateway with a small connection
 table (CAPS_ARGS), and E2B's own JS SDK tests (e2b-sdk-tests/, vitest),
 which print N of M passed and fail the run when a test not listed in
