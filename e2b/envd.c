@@ -2087,6 +2087,80 @@ static int write_file(client *d, const char *sbx, const char *path, const char *
         return 0;
 }
 
+/* A command run as root in the sandbox on connection d (argv: cmd, then
+ * args, NULL-ended): 0 when it exited 0. */
+static int root_run(client *d, const char *sbx, const char *const *argv) {
+        cJSON *p = cJSON_CreateObject(), *args = cJSON_CreateArray(), *res = NULL;
+        cJSON_AddStringToObject(p, "sandbox", sbx);
+        cJSON_AddStringToObject(p, "cmd", argv[0]);
+        for (const char *const *a = argv + 1; *a; a++)
+                cJSON_AddItemToArray(args, cJSON_CreateString(*a));
+        cJSON_AddItemToObject(p, "args", args);
+        cJSON_AddBoolToObject(p, "sudo", true);
+        int r = client_call(d, "command.run", p, 60000, NULL, NULL, &res, NULL) == 0 &&
+                                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "exitCode")) == 0
+                        ? 0 : -EIO;
+        cJSON_Delete(res);
+        return r;
+}
+
+/* envd makes a written file's missing parent directories as root, owned
+ * by the writing user (its EnsureDirs), so E2B's user writes to /0/a.txt;
+ * sandboxd's fs.write makes them as the sandbox user, who may not. After
+ * such a refusal (EACCES) this makes them so: the missing ancestors found
+ * by fs.stat as the sandbox user (none below a directory it cannot search:
+ * only an ENOENT counts), then `mkdir -p` and `chown -R -P` (no symlink
+ * followed) of the topmost one made, as root in the sandbox, the tenant's
+ * own root (E2B's user root). 1 when it made some, 0 when none were
+ * missing (the refusal is another), -EIO when it failed. */
+static int ensure_dirs(const gw_config *cfg, const char *tenant, client *d, const char *sbx, const char *path) {
+        char dir[4096], top[4096] = "", uid[48];
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+                return 0;
+        *slash = 0;
+        char cur[4096];
+        snprintf(cur, sizeof(cur), "%s", dir);
+        for (int depth = 0; depth < 64 && cur[0] && strcmp(cur, "/"); depth++) {
+                cJSON *st = NULL;
+                client_error *err = NULL;
+                int r = client_call(d, "fs.stat", path_params(sbx, cur), 60000, NULL, NULL, &st, &err);
+                bool missing = r < 0 && err && err->message && strstr(err->message, "No such file");
+                cJSON_Delete(st);
+                client_error_free(err);
+                if (!missing)
+                        break;
+                snprintf(top, sizeof(top), "%s", cur);
+                char *up = strrchr(cur, '/');
+                if (!up)
+                        break;
+                *up = 0;
+        }
+        if (!top[0])
+                return 0;
+        user_ids u = sandbox_user_ids(cfg, tenant, sbx);
+        snprintf(uid, sizeof(uid), "%.0f:%.0f", u.uid, u.gid);
+        if (root_run(d, sbx, (const char *const[]) { "mkdir", "-p", "--", dir, NULL }) < 0 ||
+            root_run(d, sbx, (const char *const[]) { "chown", "-R", "-P", "--", uid, top, NULL }) < 0)
+                return -EIO;
+        return 1;
+}
+
+/* write_file, and for the sandbox user once more after ensure_dirs made
+ * the missing parents a refusal came from. */
+static int write_file_as(const gw_config *cfg, const char *tenant, client *d, const char *sbx, const char *path,
+                         const char *data, size_t len, const cJSON *xattrs, bool root, client_error **ret_err) {
+        int r = write_file(d, sbx, path, data, len, xattrs, root, ret_err);
+        if (r < 0 && !root && *ret_err && (*ret_err)->message && strstr((*ret_err)->message, "Permission denied") &&
+            ensure_dirs(cfg, tenant, d, sbx, path) == 1) {
+                client_error_free(*ret_err);
+                *ret_err = NULL;
+                r = write_file(d, sbx, path, data, len, xattrs, root, ret_err);
+        }
+        return r;
+}
+
 /* Inflates the gzip stream `in` (len bytes) into a new buffer of at most
  * GW_MAX_BODY bytes: 0 with *ret, *ret_len; -EINVAL when it is not gzip,
  * -E2BIG past the bound, -ENOMEM. RFC 1952; zlib's inflate with gzip
@@ -2170,7 +2244,8 @@ static void files_post_octet(const gw_config *cfg, gw_conn *c, const gw_request 
                 return;
         }
         client_error *err = NULL;
-        if (write_file(d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, xattrs, root, &err) < 0) {
+        if (write_file_as(cfg, tenant, d, sbx, path, plain ? plain : r->body, plain ? plain_len : r->body_len, xattrs,
+                          root, &err) < 0) {
                 gw_send_error(c, gw_status_of(err), "write %s: %s", path, err ? err->message : "failed");
                 client_error_free(err);
         } else {
@@ -2246,7 +2321,7 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                 }
                 const char *fp = path && n == 1 ? path : parts[i].filename;
                 client_error *err = NULL;
-                if (write_file(d, sbx, fp, parts[i].data, parts[i].len, xattrs, root, &err) < 0) {
+                if (write_file_as(cfg, tenant, d, sbx, fp, parts[i].data, parts[i].len, xattrs, root, &err) < 0) {
                         gw_send_error(c, gw_status_of(err), "write %s: %s", fp, err ? err->message : "failed");
                         client_error_free(err);
                         goto out;

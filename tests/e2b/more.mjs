@@ -110,6 +110,17 @@ try {
   assert.ok((await s.files.list('/root', { user: 'root' })).some((e) => e.name === 'r.txt'))
   ok('files as root: written, read, listed and stat\'d under /root; refused to the sandbox user')
 
+  // As envd: a file's missing parents are made for E2B's user even where
+  // it may not make them (in /), owned by it; a file it may not write is
+  // still refused.
+  await s.files.write('/e2bnew/sub/f.txt', 'made')
+  assert.equal(await s.files.read('/e2bnew/sub/f.txt'), 'made')
+  assert.equal((await s.files.getInfo('/e2bnew')).owner, 'user')
+  assert.equal((await s.files.getInfo('/e2bnew/sub/f.txt')).owner, 'user')
+  await assert.rejects(s.files.write('/etc/hostname', 'x'))
+  await assert.rejects(s.files.write('/root/nope/f.txt', 'x'))
+  ok('a file\'s missing parents are made for the user (as envd), owned by it; other refusals stay')
+
   assert.equal(await s.pause(), true)
   assert.equal(await s.pause(), false)
   assert.equal((await s.getInfo()).state, 'paused')
