@@ -2437,7 +2437,10 @@ void gw_envd(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *
                 }
                 return;
         }
-        if (!strcmp(path, "/process.Process/List"))
+        if (!strcmp(path, "/process.Process/StreamInput"))
+                connect_error(c, 400, "process.Process/StreamInput is a client stream: Content-Type "
+                                      "application/connect+json, its messages in envelopes");
+        else if (!strcmp(path, "/process.Process/List"))
                 process_list(cfg, c, tenant, sandbox);
         else if (!strcmp(path, "/process.Process/SendSignal") || !strcmp(path, "/process.Process/SendInput") ||
                  !strcmp(path, "/process.Process/CloseStdin") || !strcmp(path, "/process.Process/Update"))

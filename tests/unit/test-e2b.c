@@ -879,6 +879,13 @@ static void test_stream_input_is_parsed_as_it_comes(void **state) {
                 assert_non_null(strstr(o, "\"code\":\""));
                 assert_non_null(strstr(o, cases[i].words));
         }
+        /* As a unary call it is refused, saying how to send it. */
+        int n = snprintf(req, sizeof(req), "POST /process.Process/StreamInput HTTP/1.1\r\nHost: x\r\n"
+                         "E2b-Sandbox-Id: sbx-1\r\nX-Access-Token: %s\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 2\r\n\r\n{}", tok);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "is a client stream: Content-Type application/connect+json"));
         free(tok);
 }
 
