@@ -148,13 +148,15 @@ static unsigned pid_of(const char *cmd_id) {
  * (ProcessSelector); sandboxd's commands have neither. The pid is derived
  * from the cmdId (pid_of); a tag is kept here, in the gateway, with the
  * cmdId it names, for the tenant and sandbox of the Start: at most
- * TAGS_PER_SANDBOX a sandbox (a Start past them: resource_exhausted) and
- * TAGS_MAX in all (past them the oldest is forgotten). Tags of commands
+ * TAGS_PER_SANDBOX a sandbox and TAGS_PER_TENANT a tenant (a Start past
+ * them: resource_exhausted) and TAGS_MAX in all (past them the oldest is
+ * forgotten). Tags of commands
  * that ended are dropped at the sandbox's next tagged Start, and all of
  * them with the gateway's process: a tag names a process only through the
  * gateway that started it (docs/E2B.md "envd"). */
 #define TAG_MAX_BYTES 256
 #define TAGS_PER_SANDBOX 64
+#define TAGS_PER_TENANT 1024
 #define TAGS_MAX 4096
 
 typedef struct tag_entry {
@@ -193,13 +195,14 @@ static bool running_in(const cJSON *list, const char *id) {
  * -EUSERS (the sandbox has TAGS_PER_SANDBOX), -ENOMEM. */
 static int tag_reserve(const char *tenant, const char *sbx, const char *tag, const cJSON *list) {
         int r = 0;
-        size_t mine = 0;
+        size_t mine = 0, tenants = 0;
         pthread_mutex_lock(&tags_lock);
         for (size_t i = 0; i < n_tags;) {
                 if (tag_match(&tags[i], tenant, sbx) && tags[i].cmd_id[0] && !running_in(list, tags[i].cmd_id)) {
                         tag_remove_at(i);
                         continue;
                 }
+                tenants += !strcmp(tags[i].tenant, tenant);
                 if (tag_match(&tags[i], tenant, sbx)) {
                         mine++;
                         if (!strcmp(tags[i].tag, tag))
@@ -207,7 +210,7 @@ static int tag_reserve(const char *tenant, const char *sbx, const char *tag, con
                 }
                 i++;
         }
-        if (!r && mine >= TAGS_PER_SANDBOX)
+        if (!r && (mine >= TAGS_PER_SANDBOX || tenants >= TAGS_PER_TENANT))
                 r = -EUSERS;
         if (!r && n_tags >= TAGS_MAX)
                 tag_remove_at(0);
@@ -570,8 +573,9 @@ static void process_start(const gw_config *cfg, gw_conn *c, const gw_request *r,
                 if (tr < 0) {
                         char m[400];
                         snprintf(m, sizeof(m), tr == -EEXIST ? "tag '%.256s': a running process has it already"
-                                               : tr == -EUSERS ? "tag '%.256s': the sandbox has as many tagged "
-                                                                 "processes as the gateway keeps (64)"
+                                               : tr == -EUSERS ? "tag '%.256s': the sandbox (or its tenant) has as "
+                                                                 "many tagged processes as the gateway keeps (64 "
+                                                                 "a sandbox, 1024 a tenant)"
                                                : "tag '%.256s': cannot list the sandbox's processes", tag);
                         stream_error(c, tr == -EEXIST ? 409 : tr == -EUSERS ? 429 : err ? gw_status_of(err) : 500, m);
                         client_error_free(err);
@@ -1559,8 +1563,8 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
  * connection of its own, held by a thread of the gateway that collects
  * the events (as WatchDir relays them); GetWatcherEvents hands out and
  * forgets what was collected; RemoveWatcher ends the watch. Bounds: at
- * most WATCHERS_PER_SANDBOX watchers a sandbox and WATCHERS_MAX in the
- * gateway (past them resource_exhausted), at most WATCHER_EVENTS events
+ * most WATCHERS_PER_SANDBOX watchers a sandbox, WATCHERS_PER_TENANT a
+ * tenant and WATCHERS_MAX in the gateway (past them resource_exhausted), at most WATCHER_EVENTS events
  * kept for one (past them the watcher fails with data_loss, never
  * silently); a watcher not asked for WATCHER_IDLE_S seconds is removed,
  * and one whose fs.watch ended (its sandbox stopped or went, its
@@ -1568,6 +1572,7 @@ static void watch_dir(const gw_config *cfg, gw_conn *c, const gw_request *r, con
  * ended, and is removed. A watcher is found only with the tenant and
  * sandbox that made it (its ID is 128 random bits besides). */
 #define WATCHERS_PER_SANDBOX 8
+#define WATCHERS_PER_TENANT 32
 #define WATCHERS_MAX 128
 #define WATCHER_EVENTS 4096
 #define WATCHER_IDLE_S 600
@@ -1719,15 +1724,18 @@ static void create_watcher(const gw_config *cfg, gw_conn *c, const gw_request *r
                 return;
         }
         /* The bounds first, so a caller past them makes no daemon call. */
-        unsigned all = 0, mine = 0;
+        unsigned all = 0, mine = 0, theirs = 0;
         pthread_mutex_lock(&watchers_lock);
-        for (watcher *w = watchers; w; w = w->next, all++)
+        for (watcher *w = watchers; w; w = w->next, all++) {
                 mine += !strcmp(w->tenant, tenant) && !strcmp(w->sbx, sbx);
+                theirs += !strcmp(w->tenant, tenant);
+        }
         pthread_mutex_unlock(&watchers_lock);
-        if (mine >= WATCHERS_PER_SANDBOX || all >= WATCHERS_MAX) {
+        if (mine >= WATCHERS_PER_SANDBOX || theirs >= WATCHERS_PER_TENANT || all >= WATCHERS_MAX) {
                 connect_error(c, 429, "the gateway keeps as many watchers as it may (%s); remove one "
                                       "(RemoveWatcher) or use WatchDir",
-                              mine >= WATCHERS_PER_SANDBOX ? "8 a sandbox" : "128 in all");
+                              mine >= WATCHERS_PER_SANDBOX ? "8 a sandbox"
+                              : theirs >= WATCHERS_PER_TENANT ? "32 a tenant" : "128 in all");
                 return;
         }
         cJSON *st = NULL;
@@ -1808,10 +1816,12 @@ static void create_watcher(const gw_config *cfg, gw_conn *c, const gw_request *r
         /* The bounds again, now exactly (others may have made watchers
          * meanwhile). */
         pthread_mutex_lock(&watchers_lock);
-        all = mine = 0;
-        for (watcher *o = watchers; o; o = o->next, all++)
+        all = mine = theirs = 0;
+        for (watcher *o = watchers; o; o = o->next, all++) {
                 mine += !strcmp(o->tenant, tenant) && !strcmp(o->sbx, sbx);
-        bool room = mine < WATCHERS_PER_SANDBOX && all < WATCHERS_MAX;
+                theirs += !strcmp(o->tenant, tenant);
+        }
+        bool room = mine < WATCHERS_PER_SANDBOX && theirs < WATCHERS_PER_TENANT && all < WATCHERS_MAX;
         if (room) {
                 w->next = watchers;
                 watchers = w;
