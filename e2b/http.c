@@ -537,8 +537,41 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         gw_serve_conn_slot(cfg, fd, NULL);
 }
 
+/* Bytes and time a connection answered before its request was read
+ * whole is drained for, after the answer, before it is closed. */
+#define LINGER_BYTES ((size_t) 1 << 20)
+#define LINGER_MS 2000
+
+/* A lingering close (as RFC 9112 §9.6 advises): a socket closed with
+ * unread bytes in its receive queue sends a reset, which may make the
+ * peer, still sending its body, drop the answer it was sent (a 401 for a
+ * request refused from its head). So the write side is shut down and
+ * what the peer still sends is read and dropped, at most LINGER_BYTES
+ * for at most LINGER_MS, before the caller closes. */
+static void linger(int fd) {
+        if (shutdown(fd, SHUT_WR) < 0)
+                return;
+        char buf[16384];
+        size_t total = 0;
+        int64_t deadline = now_ms() + LINGER_MS;
+        while (total < LINGER_BYTES) {
+                int64_t left = deadline - now_ms();
+                if (left <= 0)
+                        break;
+                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+                (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                ssize_t n = recv(fd, buf, sizeof(buf), 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                total += (size_t) n;
+        }
+}
+
 void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
         gw_conn c = { .fd = fd };
+        bool unread = false;
         struct timeval tv = { .tv_sec = IDLE_SECONDS };
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -602,6 +635,9 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         c.close = true;
                         if (s.cut)
                                 break;
+                        /* Answered with bytes of the request still unread:
+                         * closed lingering, so the answer is not lost. */
+                        unread = !s.head_too_big;
                         if (s.in_failed) {
                                 gw_instream_finish(s.in, &c);
                                 s.in = NULL;
@@ -626,6 +662,8 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         (void) SSL_shutdown(c.ssl);
                 SSL_free(c.ssl);
         }
+        if (unread && !c.failed)
+                linger(fd);
         /* Released before the close: while the table holds the slot its
          * fd is this socket, so a cut (shutdown) never hits a reused fd. */
         gw_conns_release(slot);

@@ -918,6 +918,64 @@ static void test_file_metadata_headers_are_checked_first(void **state) {
         free(tok);
 }
 
+/* Found by E2B's signing test: a request refused from its head (here an
+ * expired signed upload) was answered and its socket closed with its
+ * body unread, so TCP reset the connection and the client, still sending
+ * its body, failed with "terminated" before it read the answer. Now the
+ * gateway shuts down its side and drains what comes (bounded) before it
+ * closes. Over TCP on loopback: the client reads the answer, then sends
+ * the rest of its body, which must not fail, then sees the end. */
+static void *serve_tcp_thread(void *arg) {
+        int l = (int) (intptr_t) arg;
+        int fd = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+                gw_serve_conn(&http_cfg, fd);
+        return NULL;
+}
+
+static void test_an_answer_before_the_body_is_not_lost_to_a_reset(void **state) {
+        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t al = sizeof(a);
+        assert_int_equal(bind(l, (struct sockaddr *) &a, sizeof(a)), 0);
+        assert_int_equal(listen(l, 1), 0);
+        assert_int_equal(getsockname(l, (struct sockaddr *) &a, &al), 0);
+        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, serve_tcp_thread, (void *) (intptr_t) l), 0);
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_int_equal(connect(c, (struct sockaddr *) &a, sizeof(a)), 0);
+        static const char head[] = "POST /files?path=a&signature=v1_x&signature_expiration=1 HTTP/1.1\r\nHost: x\r\n"
+                                   "Content-Length: 524288\r\n\r\nxxxx";
+        assert_int_equal(send(c, head, sizeof(head) - 1, MSG_NOSIGNAL), (ssize_t) sizeof(head) - 1);
+        static char out[4096];
+        size_t have = 0;
+        ssize_t n;
+        while (!strstr(out, "expired\"}") && (n = recv(c, out + have, sizeof(out) - 1 - have, 0)) > 0) {
+                have += (size_t) n;
+                out[have] = 0;
+        }
+        assert_non_null(strstr(out, "HTTP/1.1 401"));
+        assert_non_null(strstr(out, "signature is already expired"));
+        /* The rest of the body: every piece goes (no reset). */
+        static char piece[16384];
+        memset(piece, 'x', sizeof(piece));
+        size_t left = 524288 - 4;
+        while (left > 0) {
+                size_t k = left < sizeof(piece) ? left : sizeof(piece);
+                n = send(c, piece, k, MSG_NOSIGNAL);
+                assert_true(n > 0);
+                left -= (size_t) n;
+        }
+        shutdown(c, SHUT_WR);
+        while ((n = recv(c, out, sizeof(out), 0)) > 0)
+                ;
+        assert_int_equal(n, 0); /* the end, not a reset */
+        close(c);
+        pthread_join(t, NULL);
+        close(l);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -945,6 +1003,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_signed_file_urls_route_by_their_signature, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_input_is_parsed_as_it_comes, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_file_metadata_headers_are_checked_first, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_an_answer_before_the_body_is_not_lost_to_a_reset, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
