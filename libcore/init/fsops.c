@@ -205,7 +205,7 @@ static int fs_stat(char *path, cJSON **ret) {
  * existing file, whose mode is kept; later chunks append. Only regular files
  * are written: a FIFO or device would block or surprise init. */
 static int fs_write(char *path, const cJSON *req) {
-        int r;
+        int r = 0;
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(req, "mode");
         if (m && !cJSON_IsNull(m) && (!cJSON_IsNumber(m) || m->valuedouble < 0 || m->valuedouble > 07777))
                 return -EINVAL;
@@ -245,8 +245,10 @@ static int fs_write(char *path, const cJSON *req) {
                 return negative_errno();
         /* xattrs: the daemon sends them with a file's first piece. */
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, "xattrs");
-        if (x && (!cJSON_IsObject(x) || (r = set_xattrs(fd, x)) < 0))
-                return x && cJSON_IsObject(x) ? r : -EINVAL;
+        if (x && !cJSON_IsObject(x))
+                return -EINVAL;
+        if (x && (r = set_xattrs(fd, x)) < 0)
+                return r;
         return core_write_all(fd, buf, len);
 }
 
