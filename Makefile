@@ -369,6 +369,10 @@ FUZZ_OBJS     = $(call obj,$(B)/fuzz,$(DAEMON_SRC) $(POLICY_SRC) $(CORE_SRC))
 $(B)/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_FLAGS) -U_FORTIFY_SOURCE -O1 -c $< -o $@
+# The gateway's target links the gateway and its daemon client too.
+$(B)/fuzz/fuzz-e2b: tests/fuzz/fuzz-e2b.c tests/fuzz/fuzz.h $(FUZZ_OBJS) $(call obj,$(B)/fuzz,$(E2B_SRC) $(CLI_SRC))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_FLAGS) -U_FORTIFY_SOURCE -O1 -fsanitize=fuzzer -o $@ $< $(filter %.o,$^) $(LIBS) -lssl -lcrypto -lz
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(FUZZ_OBJS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_FLAGS) -U_FORTIFY_SOURCE -O1 -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS)

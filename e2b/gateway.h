@@ -21,7 +21,7 @@
 /* The envd version the gateway reports (Sandbox.envdVersion): the SDK's
  * feature gates read it: 0.4.0 and later force no default user; 0.5.2
  * has CloseStdin; 0.5.7 octet-stream uploads (gzip too); 0.6.2 file
- * metadata (refused here, naming it); 0.6.3 WatchDir includeEntry; 0.6.4
+ * metadata (user.e2b.* xattrs); 0.6.3 WatchDir includeEntry; 0.6.4
  * WatchDir allowNetworkMounts. */
 #define GW_ENVD_VERSION "0.6.4"
 
@@ -236,6 +236,24 @@ char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandb
  * -EACCES (a bad token, or its tenant has no key left in the file:
  * removing a tenant's last key ends its tokens too). */
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* E2B's signature of a file URL, as the SDK's getSignature() makes it
+ * (packages/js-sdk/src/sandbox/signature.ts): "v1_" and the base64 of
+ * SHA-256("PATH:OP:USER:TOKEN") (":EXP" appended when `exp`, the
+ * signature_expiration, is not NULL), without '=' padding. `op` is
+ * "read" or "write", `user` "" when the URL names none. Into out; 0 or
+ * -errno. */
+#define GW_SIGNATURE_SIZE 64
+int gw_file_signature(const char *path, const char *op, const char *user, const char *token, const char *exp,
+                      char out[GW_SIGNATURE_SIZE]);
+/* The tenant and sandbox whose envd token signed `sig` (compared in
+ * constant time): for `sandbox` (NULL: one of the sandboxes whose tokens
+ * this gateway handed out or accepted lately, at most 1024) the token of
+ * each tenant with a key. 0 with both, -EACCES when none did (or its
+ * tenant has no key left), other -errno when the keys file cannot be
+ * read. The expiration is the caller's to check. */
+int gw_signature_find(const char *keys_path, const char *sandbox, const char *path, const char *op, const char *user,
+                      const char *exp, const char *sig, char *ret_tenant, size_t tsize, char *ret_sandbox,
+                      size_t ssize);
 /* Whether the keys file is private to this uid: 0, -EPERM when another
  * uid could read or write it (group or other mode bits, another owner,
  * not a regular file; then every request it would serve is refused too),
@@ -255,6 +273,30 @@ int gw_daemon_call(const gw_config *cfg, const char *tenant, const char *method,
                    cJSON **ret_result, client_error **ret_err);
 /* The HTTP status E2B would answer for a daemon error. */
 int gw_status_of(const client_error *e);
+
+/* ---- envd.c: client streams ----
+ *
+ * process.Process/StreamInput is a client stream: its request body is a
+ * sequence of Connect envelopes that ends only with the process's input,
+ * so it is not read whole before it is answered (http.c hands its bytes
+ * over as they come). */
+typedef struct gw_instream gw_instream;
+/* Whether request head `r` (authenticated for an envd) is a client
+ * stream the gateway serves (POST /process.Process/StreamInput with
+ * Content-Type application/connect+json). */
+bool gw_instream_wanted(const gw_request *r);
+/* A new client stream for `tenant`'s sandbox `sandbox` (copied), or NULL
+ * on ENOMEM. */
+gw_instream *gw_instream_open(const gw_config *cfg, const char *tenant, const char *sandbox);
+/* Takes the next `n` bytes of the body: each whole envelope is acted on
+ * at once (start: the process its selector names; data: command.write;
+ * keepalive: nothing). Returns 0, or -1 after the first failure (kept
+ * for gw_instream_finish; the rest of the body is not to be read). */
+int gw_instream_feed(gw_instream *s, const char *data, size_t n);
+/* Answers the stream on `c` (NULL: the caller went away, nothing is
+ * sent): the end-of-stream message with the failure, if any, or an empty
+ * StreamInputResponse; then frees `s` (NULL: nothing). */
+void gw_instream_finish(gw_instream *s, gw_conn *c);
 
 /* ---- control.c / envd.c ---- */
 void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant);

@@ -51,6 +51,8 @@ typedef struct parse_state {
         bool busy;      /* the bodies budget is spent: 503 */
         bool cut;       /* the connection table cut it (conns.c): close */
         bool begun;     /* gw_conns_begin took a request of its tenant */
+        gw_instream *in; /* a client stream (envd.c): its body goes there, not to req.body */
+        bool in_failed; /* ... and it failed: answered, the rest unread */
 } parse_state;
 
 /* ---- the bodies budget (all connections) ----
@@ -214,6 +216,8 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
 
 static int on_body(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
+        if (s->in)
+                return gw_instream_feed(s->in, at, n) < 0 ? (s->in_failed = true, -1) : 0;
         if (s->req.body_len + n > GW_MAX_BODY)
                 return s->too_big = true, -1;
         /* A chunked body takes its budget as it comes. */
@@ -265,6 +269,13 @@ static int on_headers_complete(http_parser *p) {
         bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
         if (s->auth.status && has_body)
                 return s->refused = true, -1;
+        /* A client stream (StreamInput): its body is acted on as it comes,
+         * not held (envd.c bounds each message). */
+        if (s->auth.status == 0 && s->auth.envd && gw_instream_wanted(&s->req)) {
+                if (!(s->in = gw_instream_open(s->cfg, s->auth.tenant, s->auth.sandbox)))
+                        return -1;
+                return 0;
+        }
         if (p->content_length != ULLONG_MAX && p->content_length > 0 && !budget_take(s, (size_t) p->content_length))
                 return s->busy = true, -1;
         return 0;
@@ -585,8 +596,41 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         gw_serve_conn_slot(cfg, fd, NULL);
 }
 
+/* Bytes and time a connection answered before its request was read
+ * whole is drained for, after the answer, before it is closed. */
+#define LINGER_BYTES ((size_t) 1 << 20)
+#define LINGER_MS 2000
+
+/* A lingering close (as RFC 9112 §9.6 advises): a socket closed with
+ * unread bytes in its receive queue sends a reset, which may make the
+ * peer, still sending its body, drop the answer it was sent (a 401 for a
+ * request refused from its head). So the write side is shut down and
+ * what the peer still sends is read and dropped, at most LINGER_BYTES
+ * for at most LINGER_MS, before the caller closes. */
+static void linger(int fd) {
+        if (shutdown(fd, SHUT_WR) < 0)
+                return;
+        char buf[16384];
+        size_t total = 0;
+        int64_t deadline = now_ms() + LINGER_MS;
+        while (total < LINGER_BYTES) {
+                int64_t left = deadline - now_ms();
+                if (left <= 0)
+                        break;
+                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+                (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                ssize_t n = recv(fd, buf, sizeof(buf), 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                total += (size_t) n;
+        }
+}
+
 void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
         gw_conn c = { .fd = fd };
+        bool unread = false;
         struct timeval tv = { .tv_sec = IDLE_SECONDS };
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -633,7 +677,10 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                                 gw_send_error(&c, 500, "out of memory");
                                 break;
                         }
-                        gw_route(cfg, &c, &s.req, &s.auth);
+                        if (s.in)
+                                gw_instream_finish(s.in, &c);
+                        else
+                                gw_route(cfg, &c, &s.req, &s.auth);
                         if (s.begun)
                                 gw_conns_end(slot);
                         request_clear(&s.req);
@@ -649,7 +696,13 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         c.close = true;
                         if (s.cut)
                                 break;
-                        if (s.refused)
+                        /* Answered with bytes of the request still unread:
+                         * closed lingering, so the answer is not lost. */
+                        unread = !s.head_too_big;
+                        if (s.in_failed) {
+                                gw_instream_finish(s.in, &c);
+                                s.in = NULL;
+                        } else if (s.refused)
                                 gw_route(cfg, &c, &s.req, &s.auth);
                         else if (s.busy)
                                 gw_send_error(&c, 503, "the gateway holds as many request bodies as it may; retry");
@@ -666,11 +719,14 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
         request_clear(&s.req);
         free(s.url);
         budget_release(&s);
+        gw_instream_finish(s.in, NULL);
         if (c.ssl) {
                 if (!c.failed)
                         (void) SSL_shutdown(c.ssl);
                 SSL_free(c.ssl);
         }
+        if (unread && !c.failed)
+                linger(fd);
         /* Released before the close: while the table holds the slot its
          * fd is this socket, so a cut (shutdown) never hits a reused fd. */
         gw_conns_release(slot);

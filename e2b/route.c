@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "e2b/gateway.h"
 
 /* E2B sandbox IDs are sandboxd names (docs/API.md sandbox.create). */
@@ -41,6 +42,50 @@ static unsigned host_port_id(const char *host, char *id, size_t size) {
         return sandbox_id_ok(id) ? (unsigned) port : 0;
 }
 
+/* A signed file URL (the SDK's downloadUrl()/uploadUrl() of a secure
+ * sandbox): GET (read) or POST (write) /files with `signature`. Fills
+ * ret: the tenant and sandbox of the token that signed it (`sbx` when the
+ * request names one, else found among the sandboxes the gateway knows),
+ * or a 401 naming what is wrong. True when `r` is such a request. */
+static bool signed_files(const gw_config *cfg, const gw_request *r, const char *sbx, gw_auth *ret) {
+        bool get = !strcmp(r->method, "GET"), post = !strcmp(r->method, "POST");
+        if (strcmp(r->path, "/files") || !(get || post))
+                return false;
+        char *sig = gw_query_get(r, "signature");
+        if (!sig)
+                return false;
+        char *exp = gw_query_get(r, "signature_expiration"), *path = gw_query_get(r, "path"),
+             *user = gw_query_get(r, "username");
+        ret->envd = true;
+        char *end = NULL;
+        long long e = exp ? strtoll(exp, &end, 10) : 0;
+        if (exp && (!*exp || *end)) {
+                ret->status = 401;
+                snprintf(ret->msg, sizeof(ret->msg), "signature_expiration: not a number of seconds");
+        } else if (exp && e < (long long) time(NULL)) {
+                /* envd's words, which E2B's SDK tests expect */
+                ret->status = 401;
+                snprintf(ret->msg, sizeof(ret->msg), "signature is already expired");
+        } else {
+                int k = gw_signature_find(cfg->keys_path, sbx, path ? path : "", get ? "read" : "write",
+                                          user ? user : "", exp, sig, ret->tenant, sizeof(ret->tenant), ret->sandbox,
+                                          sizeof(ret->sandbox));
+                if (k < 0) {
+                        ret->tenant[0] = ret->sandbox[0] = 0;
+                        ret->status = k == -EACCES ? 401 : 500;
+                        snprintf(ret->msg, sizeof(ret->msg), "%s",
+                                 k == -EACCES ? "invalid signature: not made with the access token of a sandbox "
+                                                "for this path, operation and user"
+                                              : "the gateway cannot read its keys file");
+                }
+        }
+        free(sig);
+        free(exp);
+        free(path);
+        free(user);
+        return true;
+}
+
 void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret) {
         *ret = (gw_auth) {0};
         const char *sbx = gw_header_get(r, "E2b-Sandbox-Id");
@@ -67,6 +112,9 @@ void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret) {
                 }
                 snprintf(ret->sandbox, sizeof(ret->sandbox), "%s", sbx);
                 const char *tok = gw_header_get(r, "X-Access-Token");
+                /* No token: a signed file URL may stand for it. */
+                if (!tok && signed_files(cfg, r, sbx, ret))
+                        return;
                 /* /health needs no token, as envd's; with the sandbox's
                  * own token it says whether the sandbox runs (envd.c). */
                 if (health && (!tok || gw_envd_token_check(cfg->keys_path, tok, sbx, ret->tenant,
@@ -87,6 +135,11 @@ void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret) {
                 ret->status = 200;
                 return;
         }
+        /* A signed file URL made with E2B_SANDBOX_URL names no sandbox:
+         * its signature says which (without an API key: with one it is a
+         * control API request). */
+        if (!gw_header_get(r, "X-API-Key") && signed_files(cfg, r, NULL, ret))
+                return;
         const char *key = gw_header_get(r, "X-API-Key");
         int k = key ? gw_key_tenant(cfg->keys_path, key, ret->tenant, sizeof(ret->tenant)) : -EACCES;
         if (k == -EACCES) {

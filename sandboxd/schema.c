@@ -114,13 +114,14 @@ static const schema_field cancel_params[] = { REQ("id"), END };
 static const schema_field write_params[] = { REQ("cmdId"), REQ("data"), END };
 static const schema_field resize_params[] = { REQ("cmdId"), REQ("rows"), REQ("cols"), END };
 static const schema_field kill_params[] = { REQ("cmdId"), OPT("signal"), END };
-static const schema_field file_fields[] = { REQ("path"), REQ("content"), OPT("mode"), OPT("append"), END };
+static const schema_field file_fields[] = { REQ("path"), REQ("content"), OPT("mode"), OPT("append"), MAP("xattrs"), END };
 static const schema_field fs_write_params[] = {
-        REQ("sandbox"), { .key = "files", .kind = SCHEMA_ARRAY, .required = true, .fields = file_fields }, END,
+        REQ("sandbox"), { .key = "files", .kind = SCHEMA_ARRAY, .required = true, .fields = file_fields }, OPT("sudo"),
+        END,
 };
-static const schema_field fs_path_params[] = { REQ("sandbox"), REQ("path"), END };
-static const schema_field fs_mkdir_params[] = { REQ("sandbox"), REQ("path"), OPT("parents"), END };
-static const schema_field fs_remove_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
+static const schema_field fs_path_params[] = { REQ("sandbox"), REQ("path"), OPT("sudo"), END };
+static const schema_field fs_mkdir_params[] = { REQ("sandbox"), REQ("path"), OPT("parents"), OPT("sudo"), END };
+static const schema_field fs_remove_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), OPT("sudo"), END };
 static const schema_field fs_tar_params[] = { REQ("sandbox"), REQ("path"), OPT("sudo"), OPT("fd"), END };
 static const schema_field tar_chunk_params[] = { REQ("stream"), REQ("data"), END };
 static const schema_field tar_stream_params[] = { REQ("stream"), END };
@@ -313,18 +314,24 @@ const schema_limit schema_limits[] = {
         { "fs.write", "files[].content", 0 }, /* the line */
         { "fs.write", "files[].mode", 0 },
         { "fs.write", "files[].append", 0 },
+        { "fs.write", "sudo", 0 },
         { "fs.read", "sandbox", LIMIT_NAME_BYTES },
         { "fs.read", "path", LIMIT_PATH_BYTES },
+        { "fs.read", "sudo", 0 },
         { "fs.mkdir", "sandbox", LIMIT_NAME_BYTES },
         { "fs.mkdir", "path", LIMIT_PATH_BYTES },
         { "fs.mkdir", "parents", 0 },
+        { "fs.mkdir", "sudo", 0 },
         { "fs.list", "sandbox", LIMIT_NAME_BYTES },
         { "fs.list", "path", LIMIT_PATH_BYTES },
+        { "fs.list", "sudo", 0 },
         { "fs.stat", "sandbox", LIMIT_NAME_BYTES },
         { "fs.stat", "path", LIMIT_PATH_BYTES },
+        { "fs.stat", "sudo", 0 },
         { "fs.remove", "sandbox", LIMIT_NAME_BYTES },
         { "fs.remove", "path", LIMIT_PATH_BYTES },
         { "fs.remove", "recursive", 0 },
+        { "fs.remove", "sudo", 0 },
         { "fs.watch", "sandbox", LIMIT_NAME_BYTES },
         { "fs.watch", "path", LIMIT_PATH_BYTES },
         { "fs.watch", "recursive", 0 },

@@ -98,6 +98,29 @@ try {
   assert.equal((await s.commands.run('id -u', { user: 'root' })).stdout, '0\n')
   ok('commands.run with envs (and the sandbox\'s), cwd, user root')
 
+  // Files as root: relative paths below /root, root's files, a 0600 file
+  // the sandbox user cannot read.
+  await s.files.write('r.txt', 'as root', { user: 'root' })
+  await s.commands.run('chmod 600 /root/r.txt', { user: 'root' })
+  assert.equal(await s.files.read('/root/r.txt', { user: 'root' }), 'as root')
+  const rinfo = await s.files.getInfo('r.txt', { user: 'root' })
+  assert.equal(rinfo.path, '/root/r.txt')
+  assert.equal(rinfo.owner, 'root')
+  await assert.rejects(s.files.read('/root/r.txt'))
+  assert.ok((await s.files.list('/root', { user: 'root' })).some((e) => e.name === 'r.txt'))
+  ok('files as root: written, read, listed and stat\'d under /root; refused to the sandbox user')
+
+  // As envd: a file's missing parents are made for E2B's user even where
+  // it may not make them (in /), owned by it; a file it may not write is
+  // still refused.
+  await s.files.write('/e2bnew/sub/f.txt', 'made')
+  assert.equal(await s.files.read('/e2bnew/sub/f.txt'), 'made')
+  assert.equal((await s.files.getInfo('/e2bnew')).owner, 'user')
+  assert.equal((await s.files.getInfo('/e2bnew/sub/f.txt')).owner, 'user')
+  await assert.rejects(s.files.write('/etc/hostname', 'x'))
+  await assert.rejects(s.files.write('/root/nope/f.txt', 'x'))
+  ok('a file\'s missing parents are made for the user (as envd), owned by it; other refusals stay')
+
   assert.equal(await s.pause(), true)
   assert.equal(await s.pause(), false)
   assert.equal((await s.getInfo()).state, 'paused')
@@ -123,8 +146,14 @@ try {
     /network.maskRequestHost: not served/
   )
   await assert.rejects(Sandbox.createSnapshot(s.sandboxId, { name: 'named' }), /snapshots have IDs, no names/)
-  await assert.rejects(s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b' } }), /file metadata is not served/)
   ok('what is not served yet is refused, naming it')
+
+  // File metadata: the file's user.e2b.* xattrs, the key lower-cased.
+  assert.deepEqual((await s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b', Up: 'c' } })).metadata, { a: 'b', up: 'c' })
+  assert.deepEqual((await s.files.getInfo('/tmp/m.txt')).metadata, { a: 'b', up: 'c' })
+  assert.equal((await s.commands.run('getfattr --only-values -n user.e2b.a /tmp/m.txt || ' +
+    'python3 -c "import os; print(os.getxattr(\'/tmp/m.txt\', \'user.e2b.a\').decode(), end=\'\')"')).stdout, 'b')
+  ok('file metadata: the user.e2b.* extended attributes of the file')
 
   // E2B's user `user`: home /home/user, where relative paths and a
   // process without cwd go.

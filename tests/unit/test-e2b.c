@@ -171,6 +171,10 @@ static const char *exchange_on(const char *socket_path, const char *req, size_t 
         while ((n = recv(sv[0], out + have, sizeof(out) - 1 - have, 0)) > 0)
                 have += (size_t) n;
         out[have] = 0;
+        /* Connect envelopes hold NUL bytes: made visible to strstr. */
+        for (size_t i = 0; i < have; i++)
+                if (!out[i])
+                        out[i] = '.';
         pthread_join(t, NULL);
         close(sv[0]);
         return out;
@@ -398,7 +402,7 @@ static void test_a_body_that_is_not_an_object_is_refused(void **state) {
         free(tok);
         const char *o = exchange(req, (size_t) n);
         assert_non_null(strstr(o, "HTTP/1.1 400"));
-        assert_non_null(strstr(o, "process.pid: required"));
+        assert_non_null(strstr(o, "process.pid or process.tag: required"));
 }
 
 /* Found by review: a peer sending a byte of a head every 119 s held a
@@ -879,6 +883,193 @@ static void test_a_tenant_over_its_rate_is_answered_429(void **state) {
         gw_rate_set(GW_RATE_DEFAULT, NULL);
 }
 
+/* E2B's signature of a file URL, as the SDK's getSignature() makes it
+ * (the values computed with Python's hashlib and base64). */
+static void test_file_signatures_as_the_sdk_makes_them(void **state) {
+        char sig[GW_SIGNATURE_SIZE];
+        assert_int_equal(gw_file_signature("/home/user/hello.txt", "read", "root", "tok", NULL, sig), 0);
+        assert_string_equal(sig, "v1_TRlHfiNgpf44c8IeZCoou7xiz+m60QkIJ1Pm8NXrjXk");
+        assert_int_equal(gw_file_signature("/home/user/hello.txt", "write", "", "tok", "1700000000", sig), 0);
+        assert_string_equal(sig, "v1_HQ2TqrDxPNUoM6isLbg4tFnU8LazsMAA+I0jWuEiqxI");
+}
+
+/* A signed /files URL is routed by its signature before any daemon call:
+ * expired, wrong, or another sandbox's is 401 naming it; a valid one
+ * (the sandbox's token was handed out by this gateway) goes on to the
+ * daemon, here absent. */
+static void test_signed_file_urls_route_by_their_signature(void **state) {
+        char k[64], sig[GW_SIGNATURE_SIZE], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        static const char expired[] = "GET /files?path=a&signature=v1_x&signature_expiration=1 HTTP/1.1\r\nHost: x\r\n\r\n";
+        const char *o = exchange(expired, sizeof(expired) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "{\"code\":401,\"message\":\"signature is already expired\"}"));
+        static const char wrong[] = "GET /files?path=a&signature=v1_x HTTP/1.1\r\nHost: x\r\n\r\n";
+        o = exchange(wrong, sizeof(wrong) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "invalid signature"));
+
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1"); /* handed out: known */
+        assert_non_null(tok);
+        assert_int_equal(gw_file_signature("a", "read", "", tok, NULL, sig), 0);
+        /* '+' and '/' of base64 percent-encoded, as URLSearchParams does. */
+        char q[200];
+        size_t j = 0;
+        for (const char *c = sig; *c && j < sizeof(q) - 4; c++)
+                j += (size_t) (*c == '+' ? snprintf(q + j, 4, "%%2B") : *c == '/' ? snprintf(q + j, 4, "%%2F")
+                                                                                  : snprintf(q + j, 2, "%c", *c));
+        int n = snprintf(req, sizeof(req), "GET /files?path=a&signature=%s HTTP/1.1\r\nHost: x\r\n\r\n", q);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        assert_non_null(strstr(o, "sandboxd"));
+        /* Naming another sandbox, it is not that sandbox's. */
+        n = snprintf(req, sizeof(req), "GET /files?path=a&signature=%s HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-2\r\n\r\n", q);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        /* Signed to read, not to write. */
+        n = snprintf(req, sizeof(req), "POST /files?path=a&signature=%s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", q);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        free(tok);
+}
+
+/* StreamInput's body is parsed as it comes, a byte at a time too; what
+ * it must not be is refused naming it, before any daemon call. */
+static void test_stream_input_is_parsed_as_it_comes(void **state) {
+        gw_config cfg = { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        static const char keepalive[] = "\0\0\0\0\x10{\"keepalive\":{}}";
+        gw_instream *s = gw_instream_open(&cfg, "team-a", "sbx-1");
+        assert_non_null(s);
+        for (size_t i = 0; i < sizeof(keepalive) - 1; i++)
+                assert_int_equal(gw_instream_feed(s, keepalive + i, 1), 0);
+        static const char data[] = "\0\0\0\0\x23{\"data\":{\"input\":{\"stdin\":\"eA==\"}}}";
+        assert_int_equal(gw_instream_feed(s, data, sizeof(data) - 1), -1);
+        gw_instream_finish(s, NULL);
+
+        char k[64], req[1024];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        static const struct {
+                const char *body;
+                size_t len;
+                const char *words;
+        } cases[] = {
+                { "\0\0\0\0\x23{\"data\":{\"input\":{\"stdin\":\"eA==\"}}}", 40, "the start message (the process's selector) comes first" },
+                { "\x01\0\0\0\x02{}", 7, "compressed messages are not served" },
+                { "\0\x7f\0\0\0", 5, "at most 8388608" },
+                { "\0\0\0\0\x02[]", 7, "must be a JSON object" },
+                { "\0\0\0\0\x10{\"keepalive\":{}}", 21, "no start message" },
+                { "\0\0\0\0\x18{\"start\":{\"process\":{}}}", 29, "start.process.pid or process.tag: required" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int n = snprintf(req, sizeof(req), "POST /process.Process/StreamInput HTTP/1.1\r\nHost: x\r\n"
+                                 "E2b-Sandbox-Id: sbx-1\r\nX-Access-Token: %s\r\nContent-Type: application/connect+json\r\n"
+                                 "Content-Length: %zu\r\n\r\n", tok, cases[i].len);
+                memcpy(req + n, cases[i].body, cases[i].len);
+                const char *o = exchange(req, (size_t) n + cases[i].len);
+                assert_non_null(strstr(o, "HTTP/1.1 200"));
+                assert_non_null(strstr(o, "application/connect+json"));
+                assert_non_null(strstr(o, "\"code\":\""));
+                assert_non_null(strstr(o, cases[i].words));
+        }
+        /* As a unary call it is refused, saying how to send it. */
+        int n = snprintf(req, sizeof(req), "POST /process.Process/StreamInput HTTP/1.1\r\nHost: x\r\n"
+                         "E2b-Sandbox-Id: sbx-1\r\nX-Access-Token: %s\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 2\r\n\r\n{}", tok);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "is a client stream: Content-Type application/connect+json"));
+        free(tok);
+}
+
+/* File metadata headers are checked before any daemon call: past 32
+ * keys, or a key that is not an HTTP token, or a value over 4096 bytes,
+ * is a 400 naming the header. */
+static void test_file_metadata_headers_are_checked_first(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        static char req[16384];
+        int n = snprintf(req, sizeof(req), "POST /files?path=a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                         "X-Access-Token: %s\r\nContent-Type: application/octet-stream\r\n", tok);
+        for (int i = 0; i < 33; i++)
+                n += snprintf(req + n, sizeof(req) - (size_t) n, "X-Metadata-k%d: v\r\n", i);
+        n += snprintf(req + n, sizeof(req) - (size_t) n, "Content-Length: 1\r\n\r\nx");
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "at most 32 metadata keys a file"));
+
+        n = snprintf(req, sizeof(req), "POST /files?path=a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                     "X-Access-Token: %s\r\nContent-Type: application/octet-stream\r\nX-Metadata-a: ", tok);
+        memset(req + n, 'v', 4097);
+        n += 4097;
+        n += snprintf(req + n, sizeof(req) - (size_t) n, "\r\nContent-Length: 1\r\n\r\nx");
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "X-Metadata-a: file metadata keys are 1 to 240 HTTP token characters"));
+        free(tok);
+}
+
+/* Found by E2B's signing test: a request refused from its head (here an
+ * expired signed upload) was answered and its socket closed with its
+ * body unread, so TCP reset the connection and the client, still sending
+ * its body, failed with "terminated" before it read the answer. Now the
+ * gateway shuts down its side and drains what comes (bounded) before it
+ * closes. Over TCP on loopback: the client reads the answer, then sends
+ * the rest of its body, which must not fail, then sees the end. */
+static void *serve_tcp_thread(void *arg) {
+        int l = (int) (intptr_t) arg;
+        int fd = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+                gw_serve_conn(&http_cfg, fd);
+        return NULL;
+}
+
+static void test_an_answer_before_the_body_is_not_lost_to_a_reset(void **state) {
+        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t al = sizeof(a);
+        assert_int_equal(bind(l, (struct sockaddr *) &a, sizeof(a)), 0);
+        assert_int_equal(listen(l, 1), 0);
+        assert_int_equal(getsockname(l, (struct sockaddr *) &a, &al), 0);
+        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, serve_tcp_thread, (void *) (intptr_t) l), 0);
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_int_equal(connect(c, (struct sockaddr *) &a, sizeof(a)), 0);
+        static const char head[] = "POST /files?path=a&signature=v1_x&signature_expiration=1 HTTP/1.1\r\nHost: x\r\n"
+                                   "Content-Length: 524288\r\n\r\nxxxx";
+        assert_int_equal(send(c, head, sizeof(head) - 1, MSG_NOSIGNAL), (ssize_t) sizeof(head) - 1);
+        static char out[4096];
+        size_t have = 0;
+        ssize_t n;
+        while (!strstr(out, "expired\"}") && (n = recv(c, out + have, sizeof(out) - 1 - have, 0)) > 0) {
+                have += (size_t) n;
+                out[have] = 0;
+        }
+        assert_non_null(strstr(out, "HTTP/1.1 401"));
+        assert_non_null(strstr(out, "signature is already expired"));
+        /* The rest of the body: every piece goes (no reset). */
+        static char piece[16384];
+        memset(piece, 'x', sizeof(piece));
+        size_t left = 524288 - 4;
+        while (left > 0) {
+                size_t k = left < sizeof(piece) ? left : sizeof(piece);
+                n = send(c, piece, k, MSG_NOSIGNAL);
+                assert_true(n > 0);
+                left -= (size_t) n;
+        }
+        shutdown(c, SHUT_WR);
+        while ((n = recv(c, out, sizeof(out), 0)) > 0)
+                ;
+        assert_int_equal(n, 0); /* the end, not a reset */
+        close(c);
+        pthread_join(t, NULL);
+        close(l);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -905,6 +1096,11 @@ int main(void) {
                 cmocka_unit_test(test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress),
                 cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
+                cmocka_unit_test(test_file_signatures_as_the_sdk_makes_them),
+                cmocka_unit_test_setup_teardown(test_signed_file_urls_route_by_their_signature, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stream_input_is_parsed_as_it_comes, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_file_metadata_headers_are_checked_first, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_an_answer_before_the_body_is_not_lost_to_a_reset, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
