@@ -68,8 +68,26 @@ static cJSON *to_e2b(const cJSON *sb) {
         cJSON_AddStringToObject(o, "state", paused || (status && !strcmp(status, "paused")) ? "paused" : "running");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         const cJSON *tags = cJSON_GetObjectItemCaseSensitive(sb, "tags");
-        cJSON_AddItemToObject(o, "metadata", tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject());
+        cJSON *md = tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject();
+        /* allowPublicTraffic, kept as a tag (ports.c), is no metadata. */
+        cJSON_DeleteItemFromObjectCaseSensitive(md, GW_PUBLIC_TAG);
+        cJSON_AddItemToObject(o, "metadata", md);
         return o;
+}
+
+/* A Sandbox answer's trafficAccessToken (the sandbox's exposed ports by
+ * host name, ports.c) and domain (--domain, or null: the SDK's own). */
+static void add_traffic(const gw_config *cfg, cJSON *o, const char *tenant, const char *name) {
+        char *tok = name && name[0] ? gw_traffic_token(cfg->keys_path, tenant, name) : NULL;
+        if (tok)
+                cJSON_AddStringToObject(o, "trafficAccessToken", tok);
+        else
+                cJSON_AddNullToObject(o, "trafficAccessToken");
+        free(tok);
+        if (cfg->domain)
+                cJSON_AddStringToObject(o, "domain", cfg->domain);
+        else
+                cJSON_AddNullToObject(o, "domain");
 }
 
 /* ---- network (allowOut/denyOut) -> networkPolicy (docs/POLICY.md) ---- */
@@ -260,10 +278,12 @@ bad:
         return NULL;
 }
 
-/* The network object of NewSandbox: allowOut/denyOut are served; the rest
- * (and rules, apply_rules); egressProxy, maskRequestHost, httpsPorts,
- * allowPublicTraffic false are not yet. 0, or -EINVAL with *ret_msg naming the key. */
-static int network_check(const cJSON *net, char **ret_msg) {
+/* The network object of NewSandbox (`create`) or of PUT .../network:
+ * allowOut/denyOut are served (and rules, apply_rules), allowPublicTraffic
+ * at create (a boolean; create_params keeps it as a tag); egressProxy,
+ * maskRequestHost, httpsPorts are not yet. 0, or -EINVAL with *ret_msg
+ * naming the key. */
+static int network_check(const cJSON *net, bool create, char **ret_msg) {
         const cJSON *it;
         if (!cJSON_IsObject(net)) {
                 *ret_msg = strdup("network: must be an object");
@@ -279,8 +299,14 @@ static int network_check(const cJSON *net, char **ret_msg) {
                         }
                         continue;
                 }
-                if (!strcmp(it->string, "allowPublicTraffic") && !cJSON_IsFalse(it))
-                        continue;
+                if (!strcmp(it->string, "allowPublicTraffic")) {
+                        if (create && (cJSON_IsBool(it) || cJSON_IsNull(it)))
+                                continue;
+                        *ret_msg = strdup(create ? "network.allowPublicTraffic: true or false"
+                                                 : "network.allowPublicTraffic: set at create only (E2B's update "
+                                                   "of the network changes egress)");
+                        return -EINVAL;
+                }
                 if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut, denyOut and rules are)",
                              it->string) < 0)
                         *ret_msg = NULL;
@@ -316,6 +342,11 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                 } else if (!strcmp(k, "metadata") || !strcmp(k, "envVars")) {
                         if (!cJSON_IsObject(it))
                                 goto bad_type;
+                        if (!strcmp(k, "metadata") && cJSON_GetObjectItemCaseSensitive(it, GW_PUBLIC_TAG)) {
+                                gw_send_error(c, 400, "metadata.%s: a name the gateway keeps for "
+                                                      "network.allowPublicTraffic; use another", GW_PUBLIC_TAG);
+                                goto fail;
+                        }
                         cJSON_AddItemToObject(p, strcmp(k, "metadata") ? "env" : "tags", cJSON_Duplicate(it, 1));
                 } else if (!strcmp(k, "allow_internet_access")) {
                         /* false: E2B's denyOut 0.0.0.0/0 (below). */
@@ -332,7 +363,7 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                         }
                 } else if (!strcmp(k, "network")) {
                         char *msg = NULL;
-                        if (network_check(it, &msg) < 0) {
+                        if (network_check(it, true, &msg) < 0) {
                                 gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
                                 free(msg);
                                 goto fail;
@@ -368,6 +399,20 @@ bad_type:
                 cJSON_AddItemToObject(p, "networkPolicy", pol);
         } else if (cJSON_IsTrue(aia))
                 cJSON_AddStringToObject(p, "networkPolicy", "allow-all");
+        /* E2B's allowPublicTraffic (default true): the ports by host name
+         * open to anyone with the URL, kept as a tag ports.c reads. */
+        if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(net, "allowPublicTraffic"))) {
+                cJSON *tags = cJSON_GetObjectItemCaseSensitive(p, "tags");
+                if (!tags)
+                        tags = cJSON_AddObjectToObject(p, "tags");
+                if (cJSON_GetArraySize(tags) >= 5) {
+                        gw_send_error(c, 400, "metadata: at most 4 entries with network.allowPublicTraffic true (the "
+                                              "default): sandboxd keeps 5 tags, one of them the gateway's %s",
+                                      GW_PUBLIC_TAG);
+                        goto fail;
+                }
+                cJSON_AddStringToObject(tags, GW_PUBLIC_TAG, "true");
+        }
         return p;
 fail:
         cJSON_Delete(p);
@@ -453,8 +498,7 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         cJSON_AddStringToObject(o, "clientID", "sandboxd");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "trafficAccessToken");
-        cJSON_AddNullToObject(o, "domain");
+        add_traffic(cfg, o, tenant, name);
         free(tok);
         free(tmpl_copy);
         cJSON_Delete(res);
@@ -476,7 +520,10 @@ static void get_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, co
         cJSON *o = to_e2b(res);
         char *tok = gw_envd_token(cfg->keys_path, tenant, id);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "domain");
+        if (cfg->domain)
+                cJSON_AddStringToObject(o, "domain", cfg->domain);
+        else
+                cJSON_AddNullToObject(o, "domain");
         free(tok);
         cJSON_Delete(res);
         gw_send_json(c, 200, o);
@@ -751,7 +798,7 @@ static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         if (!body)
                 return;
         aia = cJSON_DetachItemFromObjectCaseSensitive(body, "allow_internet_access");
-        if ((aia && !cJSON_IsBool(aia)) || network_check(body, &msg) < 0) {
+        if ((aia && !cJSON_IsBool(aia)) || network_check(body, false, &msg) < 0) {
                 gw_send_error(c, 400, "%s", msg ? msg : "allow_internet_access: true or false");
                 goto out;
         }
@@ -857,8 +904,7 @@ static cJSON *sandbox_reply(const gw_config *cfg, const char *tenant, const char
         cJSON_AddStringToObject(o, "clientID", "sandboxd");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "trafficAccessToken");
-        cJSON_AddNullToObject(o, "domain");
+        add_traffic(cfg, o, tenant, name);
         free(tok);
         return o;
 }
@@ -1185,8 +1231,7 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
         cJSON_AddStringToObject(o, "clientID", "sandboxd");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "trafficAccessToken");
-        cJSON_AddNullToObject(o, "domain");
+        add_traffic(cfg, o, tenant, id);
         free(tok);
         free(tmpl_copy);
         gw_send_json(c, paused ? 201 : 200, o);
