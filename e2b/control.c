@@ -735,9 +735,7 @@ static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant,
 
 
 /* POST /sandboxes/{id}/timeout {"timeout": seconds}: E2B ends the sandbox
- * that long from now. sandboxd moves a running session's end only later
- * (sandbox.extendTimeout), so a later end is served and an earlier one is
- * refused, saying so. */
+ * that long from now, earlier or later than before: sandbox.setTimeout. */
 static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
         cJSON *body = body_object(c, r, false, "{\"timeout\": seconds}");
         if (!body)
@@ -750,41 +748,19 @@ static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         }
         int64_t want_ms = (int64_t) (t->valuedouble * 1000);
         cJSON_Delete(body);
-        cJSON *p = cJSON_CreateObject(), *sb = NULL;
+        cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "name", id);
+        cJSON_AddNumberToObject(p, "timeout", (double) want_ms);
         client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &sb, &err) < 0) {
+        if (gw_daemon_call(cfg, tenant, "sandbox.setTimeout", p, NULL, &err) < 0) {
                 if (gw_status_of(err) == 404)
                         gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else if (err && err->reason && !strcmp(err->reason, "sandbox_stopped"))
+                        gw_send_error(c, 409, "sandbox \"%s\" is not running (no end to move)", id);
                 else
                         reply_daemon_error(c, err, "set timeout");
                 client_error_free(err);
                 return;
-        }
-        int64_t end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
-        cJSON_Delete(sb);
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        int64_t new_end = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + want_ms;
-        if (end < 0) {
-                gw_send_error(c, 409, "sandbox \"%s\" is not running (no end to move)", id);
-                return;
-        }
-        if (new_end < end - 1000) {
-                gw_send_error(c, 400, "timeout: sandboxd cannot end a running sandbox earlier than set "
-                                      "(%lld s from now is before its end); only a later end is served",
-                              (long long) (want_ms / 1000));
-                return;
-        }
-        if (new_end > end) {
-                p = cJSON_CreateObject();
-                cJSON_AddStringToObject(p, "name", id);
-                cJSON_AddNumberToObject(p, "duration", (double) (new_end - end));
-                if (gw_daemon_call(cfg, tenant, "sandbox.extendTimeout", p, NULL, &err) < 0) {
-                        reply_daemon_error(c, err, "set timeout");
-                        client_error_free(err);
-                        return;
-                }
         }
         gw_send(c, 204, NULL, NULL, 0);
 }

@@ -86,6 +86,7 @@ static const schema_field update_params[] = {
 };
 static const schema_field list_params[] = { OPT("namePrefix"), MAP("tags"), OPT("limit"), OPT("cursor"), END };
 static const schema_field extend_params[] = { REQ("name"), REQ("duration"), END };
+static const schema_field set_timeout_params[] = { REQ("name"), REQ("timeout"), END };
 static const schema_field fork_params[] = {
         REQ("sourceSandbox"), OPT("name"),
         { .key = "overrides", .kind = SCHEMA_OBJECT, .fields = overrides_fields }, END,
@@ -142,6 +143,7 @@ const schema_method schema_methods[] = {
         { "sandbox.stop", name_params },
         { "sandbox.delete", name_params },
         { "sandbox.extendTimeout", extend_params },
+        { "sandbox.setTimeout", set_timeout_params },
         { "sandbox.pause", name_params },
         { "sandbox.resume", name_params },
         { "sandbox.fork", fork_params },
@@ -240,6 +242,8 @@ const schema_limit schema_limits[] = {
         { "sandbox.delete", "name", LIMIT_NAME_BYTES },
         { "sandbox.extendTimeout", "name", LIMIT_NAME_BYTES },
         { "sandbox.extendTimeout", "duration", 0 },
+        { "sandbox.setTimeout", "name", LIMIT_NAME_BYTES },
+        { "sandbox.setTimeout", "timeout", 0 },
         { "sandbox.pause", "name", LIMIT_NAME_BYTES },
         { "sandbox.resume", "name", LIMIT_NAME_BYTES },
         { "sandbox.fork", "sourceSandbox", LIMIT_NAME_BYTES },
