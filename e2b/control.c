@@ -468,6 +468,32 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         }
         cJSON *res = NULL;
         client_error *err = NULL;
+        /* A templateID that names a snapshot (its E2B name, GW_NAME_TAG):
+         * the tenant's newest with that name, before a runtime of it. */
+        const char *rt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "runtime"));
+        if (rt && strcmp(rt, "host")) {
+                cJSON *q = cJSON_CreateObject(), *list = NULL;
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "tags"), GW_NAME_TAG, rt);
+                if (gw_daemon_call(cfg, tenant, "snapshot.list", q, &list, &err) < 0) {
+                        reply_daemon_error(c, err, "create sandbox: look up a snapshot of that name");
+                        client_error_free(err);
+                        cJSON_Delete(p);
+                        free(tmpl_copy);
+                        return;
+                }
+                const cJSON *sn, *newest = NULL;
+                cJSON_ArrayForEach(sn, cJSON_GetObjectItemCaseSensitive(list, "snapshots"))
+                        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sn, "expired")))
+                                newest = sn; /* oldest first */
+                const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(newest, "id"));
+                if (sid) {
+                        cJSON_DeleteItemFromObjectCaseSensitive(p, "runtime");
+                        cJSON *src = cJSON_AddObjectToObject(p, "source");
+                        cJSON_AddStringToObject(src, "type", "snapshot");
+                        cJSON_AddStringToObject(src, "snapshotId", sid);
+                }
+                cJSON_Delete(list);
+        }
         if (gw_daemon_call(cfg, tenant, "sandbox.create", p, &res, &err) < 0) {
                 if (err && err->field && !strcmp(err->field, "runtime"))
                         gw_send_error(c, 404, "template '%s' not found: sandboxd has no runtime of that name "
@@ -1021,26 +1047,49 @@ static void get_metrics(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         gw_send_json(c, 200, arr);
 }
 
+/* A snapshot's E2B names (openapi SnapshotInfo names): its tag
+ * GW_NAME_TAG, when it has one. New array. */
+static cJSON *snapshot_names(const cJSON *sn) {
+        cJSON *a = cJSON_CreateArray();
+        const char *n = cJSON_GetStringValue(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sn, "tags"), GW_NAME_TAG));
+        if (n)
+                cJSON_AddItemToArray(a, cJSON_CreateString(n));
+        return a;
+}
+
 /* POST /sandboxes/{id}/snapshots {"name"?}: sandbox.snapshot, the
  * sandbox's filesystem and config kept (its memory is not: a sandbox
  * created from it starts new processes), the sandbox running on. 201
- * {"snapshotID": "snap-…", "names": []}; the ID is a template ID
- * (create from it, DELETE /templates/{ID}). Names are refused: sandboxd's
- * snapshots have IDs only. */
+ * {"snapshotID": "snap-…", "names": [name]}; the ID is a template ID
+ * (create from it, DELETE /templates/{ID}), and so is the name (the
+ * newest snapshot of the tenant with it). The name is the snapshot's tag
+ * GW_NAME_TAG (sandbox.snapshot tags). */
 static void snapshot_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
                              const char *id) {
-        cJSON *body = body_object(c, r, true, "{} (snapshot names are not served)"), *it;
+        cJSON *body = body_object(c, r, true, "{\"name\"?: string}"), *it;
         if (!body)
                 return;
-        cJSON_ArrayForEach(it, body)
-                if (!cJSON_IsNull(it)) {
-                        gw_send_error(c, 400, "%s: not served (sandboxd's snapshots have IDs, no names)", it->string);
-                        cJSON_Delete(body);
-                        return;
+        const char *name = NULL;
+        cJSON_ArrayForEach(it, body) {
+                if (cJSON_IsNull(it))
+                        continue;
+                if (!strcmp(it->string, "name") && cJSON_IsString(it) && it->valuestring[0] &&
+                    strlen(it->valuestring) <= 1024) {
+                        name = it->valuestring;
+                        continue;
                 }
-        cJSON_Delete(body);
+                gw_send_error(c, 400, "%s: %s", it->string,
+                              strcmp(it->string, "name") ? "not served (a snapshot takes a name only)"
+                                                         : "a string of 1 to 1024 bytes");
+                cJSON_Delete(body);
+                return;
+        }
         cJSON *p = cJSON_CreateObject(), *res = NULL;
         cJSON_AddStringToObject(p, "name", id);
+        if (name)
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "tags"), GW_NAME_TAG, name);
+        cJSON_Delete(body);
         client_error *err = NULL;
         if (gw_daemon_call(cfg, tenant, "sandbox.snapshot", p, &res, &err) < 0) {
                 reply_daemon_error(c, err, "snapshot");
@@ -1050,15 +1099,16 @@ static void snapshot_sandbox(const gw_config *cfg, gw_conn *c, const gw_request 
         const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "id"));
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
-        cJSON_AddArrayToObject(o, "names");
+        cJSON_AddItemToObject(o, "names", snapshot_names(res));
         cJSON_Delete(res);
         gw_send_json(c, 201, o);
 }
 
-/* GET /snapshots [?sandboxID=&limit=&nextToken=]: snapshot.list (the
- * tenant's own), newest first, paged as the sandbox list is. */
+/* GET /snapshots [?sandboxID=&name=&limit=&nextToken=]: snapshot.list
+ * (the tenant's own; name: its GW_NAME_TAG), newest first, paged as the
+ * sandbox list is. */
 static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
-        static const char *const known[] = { "sandboxID", "limit", "nextToken" };
+        static const char *const known[] = { "sandboxID", "name", "limit", "nextToken" };
         for (const char *q = r->query; q && *q;) {
                 const char *end = strchr(q, '&');
                 size_t n = end ? (size_t) (end - q) : strlen(q);
@@ -1066,13 +1116,14 @@ static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r
                 for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
                         ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
                 if (!ok) {
-                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (sandboxID, limit, nextToken "
-                                              "are; snapshots have no names)", (int) n, q);
+                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (sandboxID, name, limit, "
+                                              "nextToken are)", (int) n, q);
                         return;
                 }
                 q = end ? end + 1 : NULL;
         }
         char *sbx = gw_query_get(r, "sandboxID"), *limit = gw_query_get(r, "limit"), *token = gw_query_get(r, "nextToken");
+        char *name = gw_query_get(r, "name");
         char *end = NULL;
         long max = limit ? strtol(limit, &end, 10) : 0, from = 0;
         cJSON *p = cJSON_CreateObject(), *res = NULL;
@@ -1084,6 +1135,8 @@ static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r
         }
         if (sbx)
                 cJSON_AddStringToObject(p, "sandbox", sbx);
+        if (name)
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "tags"), GW_NAME_TAG, name);
         client_error *err = NULL;
         if (gw_daemon_call(cfg, tenant, "snapshot.list", p, &res, &err) < 0) {
                 p = NULL;
@@ -1108,7 +1161,7 @@ static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r
                 cJSON *o = cJSON_CreateObject();
                 const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sn, "id"));
                 cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
-                cJSON_AddArrayToObject(o, "names");
+                cJSON_AddItemToObject(o, "names", snapshot_names(sn));
                 cJSON_AddItemToArray(arr, o);
         }
         char extra[64] = "";
@@ -1125,6 +1178,7 @@ out:
         cJSON_Delete(p);
         cJSON_Delete(res);
         free(sbx);
+        free(name);
         free(limit);
         free(token);
 }

@@ -50,6 +50,11 @@ typedef struct gw_config {
  * served only with the sandbox's traffic token (route.c, ports.c). */
 #define GW_PUBLIC_TAG "e2b.publicTraffic"
 
+/* The snapshot tag (sandbox.snapshot tags) that holds a snapshot's E2B
+ * name (POST /sandboxes/{id}/snapshots {"name"}, GET /snapshots?name=,
+ * and a templateID naming it). */
+#define GW_NAME_TAG "e2b.name"
+
 /* One parsed HTTP request (http.c). All strings owned by the request. */
 typedef struct gw_header {
         char *name, *value;

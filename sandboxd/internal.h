@@ -373,6 +373,7 @@ typedef struct snapshot {
         uint64_t created_ms;
         uint64_t expires_ms;      /* 0 = never (sandbox.snapshot's expiration) */
         bool expired;             /* past expires_ms, kept while a sandbox stands on it */
+        cJSON *tags;              /* object of strings (sandbox.snapshot's tags); NULL: none */
         struct snapshot *next;
 } snapshot;
 

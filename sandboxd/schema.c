@@ -91,8 +91,8 @@ static const schema_field fork_params[] = {
         REQ("sourceSandbox"), OPT("name"),
         { .key = "overrides", .kind = SCHEMA_OBJECT, .fields = overrides_fields }, END,
 };
-static const schema_field snapshot_params[] = { REQ("name"), OPT("expiration"), END };
-static const schema_field snapshot_list_params[] = { OPT("sandbox"), END };
+static const schema_field snapshot_params[] = { REQ("name"), OPT("expiration"), MAP("tags"), END };
+static const schema_field snapshot_list_params[] = { OPT("sandbox"), MAP("tags"), END };
 static const schema_field id_params[] = { REQ("id"), END };
 static const schema_field export_params[] = { REQ("id"), REQ("path"), END };
 static const schema_field import_params[] = { REQ("path"), OPT("config"), END };

@@ -127,9 +127,27 @@ try {
     Sandbox.create({ network: { maskRequestHost: 'x.example' } }),
     /network.maskRequestHost: not served/
   )
-  await assert.rejects(Sandbox.createSnapshot(s.sandboxId, { name: 'named' }), /snapshots have IDs, no names/)
   await assert.rejects(s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b' } }), /file metadata is not served/)
   ok('what is not served yet is refused, naming it')
+
+  // Snapshot names (sandbox.snapshot tags): listed by name, and a template.
+  await s.files.write('/home/user/named.txt', 'in the named snapshot')
+  const named = await Sandbox.createSnapshot(s.sandboxId, { name: 'more-named' })
+  try {
+    assert.deepEqual(named.names, ['more-named'])
+    const byName = await Sandbox.listSnapshots({ name: 'more-named' }).nextItems()
+    assert.deepEqual(byName.map((x) => x.snapshotId), [named.snapshotId])
+    assert.equal((await Sandbox.listSnapshots({ name: 'more-named-not' }).nextItems()).length, 0)
+    const fromName = await Sandbox.create('more-named')
+    try {
+      assert.equal(await fromName.files.read('/home/user/named.txt'), 'in the named snapshot')
+    } finally {
+      await fromName.kill()
+    }
+    ok('a named snapshot: its names, listSnapshots by name, and Sandbox.create(name) from it')
+  } finally {
+    await Sandbox.deleteSnapshot(named.snapshotId)
+  }
 
   // E2B's user `user`: home /home/user, where relative paths and a
   // process without cwd go.
