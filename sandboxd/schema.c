@@ -86,7 +86,7 @@ static const schema_field update_params[] = {
 };
 static const schema_field list_params[] = { OPT("namePrefix"), MAP("tags"), OPT("limit"), OPT("cursor"), END };
 static const schema_field extend_params[] = { REQ("name"), REQ("duration"), END };
-static const schema_field set_timeout_params[] = { REQ("name"), REQ("timeout"), END };
+static const schema_field set_timeout_params[] = { REQ("name"), REQ("timeout"), OPT("onTimeout"), END };
 static const schema_field fork_params[] = {
         REQ("sourceSandbox"), OPT("name"),
         { .key = "overrides", .kind = SCHEMA_OBJECT, .fields = overrides_fields }, END,
@@ -244,6 +244,7 @@ const schema_limit schema_limits[] = {
         { "sandbox.extendTimeout", "duration", 0 },
         { "sandbox.setTimeout", "name", LIMIT_NAME_BYTES },
         { "sandbox.setTimeout", "timeout", 0 },
+        { "sandbox.setTimeout", "onTimeout", 16 },
         { "sandbox.pause", "name", LIMIT_NAME_BYTES },
         { "sandbox.resume", "name", LIMIT_NAME_BYTES },
         { "sandbox.fork", "sourceSandbox", LIMIT_NAME_BYTES },
