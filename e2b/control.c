@@ -71,6 +71,7 @@ static cJSON *to_e2b(const cJSON *sb) {
         cJSON *md = tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject();
         /* allowPublicTraffic, kept as a tag (ports.c), is no metadata. */
         cJSON_DeleteItemFromObjectCaseSensitive(md, GW_PUBLIC_TAG);
+        cJSON_DeleteItemFromObjectCaseSensitive(md, GW_AUTORESUME_TAG);
         cJSON_AddItemToObject(o, "metadata", md);
         return o;
 }
@@ -342,9 +343,13 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                 } else if (!strcmp(k, "metadata") || !strcmp(k, "envVars")) {
                         if (!cJSON_IsObject(it))
                                 goto bad_type;
-                        if (!strcmp(k, "metadata") && cJSON_GetObjectItemCaseSensitive(it, GW_PUBLIC_TAG)) {
-                                gw_send_error(c, 400, "metadata.%s: a name the gateway keeps for "
-                                                      "network.allowPublicTraffic; use another", GW_PUBLIC_TAG);
+                        const char *kept = !strcmp(k, "metadata") && cJSON_GetObjectItemCaseSensitive(it, GW_PUBLIC_TAG)
+                                                   ? GW_PUBLIC_TAG
+                                           : !strcmp(k, "metadata") && cJSON_GetObjectItemCaseSensitive(it, GW_AUTORESUME_TAG)
+                                                   ? GW_AUTORESUME_TAG : NULL;
+                        if (kept) {
+                                gw_send_error(c, 400, "metadata.%s: a name the gateway keeps for itself "
+                                                      "(allowPublicTraffic, autoResume); use another", kept);
                                 goto fail;
                         }
                         cJSON_AddItemToObject(p, strcmp(k, "metadata") ? "env" : "tags", cJSON_Duplicate(it, 1));
@@ -357,8 +362,23 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                         if (!cJSON_IsBool(it))
                                 goto bad_type;
                 } else if (!strcmp(k, "autoPause")) {
-                        if (cJSON_IsTrue(it)) {
-                                gw_send_error(c, 400, "autoPause: pause on timeout is not served by sandboxd-e2b yet");
+                        /* true: post_sandboxes sets onTimeout "pause". */
+                        if (!cJSON_IsBool(it))
+                                goto bad_type;
+                } else if (!strcmp(k, "autoPauseMemory")) {
+                        if (cJSON_IsFalse(it)) {
+                                gw_send_error(c, 400, "autoPauseMemory: false (a filesystem-only pause at the timeout) is "
+                                                      "not served: sandboxd pauses with the memory kept");
+                                goto fail;
+                        }
+                        if (!cJSON_IsTrue(it))
+                                goto bad_type;
+                } else if (!strcmp(k, "autoResume")) {
+                        const cJSON *en = cJSON_GetObjectItemCaseSensitive(it, "enabled");
+                        if (!cJSON_IsObject(it) || !cJSON_IsBool(en) || cJSON_GetArraySize(it) != 1)
+                                goto bad_type;
+                        if (cJSON_IsTrue(en) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "autoPause"))) {
+                                gw_send_error(c, 400, "autoResume: enabled only with autoPause true");
                                 goto fail;
                         }
                 } else if (!strcmp(k, "network")) {
@@ -400,18 +420,29 @@ bad_type:
         } else if (cJSON_IsTrue(aia))
                 cJSON_AddStringToObject(p, "networkPolicy", "allow-all");
         /* E2B's allowPublicTraffic (default true): the ports by host name
-         * open to anyone with the URL, kept as a tag ports.c reads. */
-        if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(net, "allowPublicTraffic"))) {
+         * open to anyone with the URL, and autoResume: a request to one of
+         * them resumes the sandbox paused at its timeout; tags ports.c
+         * reads. */
+        bool pub = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(net, "allowPublicTraffic"));
+        bool resume = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(body, "autoResume"),
+                                                                     "enabled"));
+        if (pub || resume) {
                 cJSON *tags = cJSON_GetObjectItemCaseSensitive(p, "tags");
                 if (!tags)
                         tags = cJSON_AddObjectToObject(p, "tags");
-                if (cJSON_GetArraySize(tags) >= 5) {
-                        gw_send_error(c, 400, "metadata: at most 4 entries with network.allowPublicTraffic true (the "
-                                              "default): sandboxd keeps 5 tags, one of them the gateway's %s",
-                                      GW_PUBLIC_TAG);
+                int own = (int) pub + (int) resume;
+                if (cJSON_GetArraySize(tags) > 5 - own) {
+                        gw_send_error(c, 400, "metadata: at most %d entries here: sandboxd keeps 5 tags, and the "
+                                              "gateway keeps %s as %d of them",
+                                      5 - own, pub && resume ? "allowPublicTraffic and autoResume"
+                                                             : pub ? "allowPublicTraffic (true by default)" : "autoResume",
+                                      own);
                         goto fail;
                 }
-                cJSON_AddStringToObject(tags, GW_PUBLIC_TAG, "true");
+                if (pub)
+                        cJSON_AddStringToObject(tags, GW_PUBLIC_TAG, "true");
+                if (resume)
+                        cJSON_AddStringToObject(tags, GW_AUTORESUME_TAG, "true");
         }
         return p;
 fail:
@@ -461,6 +492,7 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         cJSON *p = create_params(c, body);
         const char *tmpl = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "templateID"));
         char *tmpl_copy = strdup(tmpl ? tmpl : "base");
+        bool auto_pause = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "autoPause"));
         cJSON_Delete(body);
         if (!p) {
                 free(tmpl_copy);
@@ -516,6 +548,26 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                 free(tmpl_copy);
                 cJSON_Delete(res);
                 return;
+        }
+        if (name && auto_pause) {
+                /* autoPause: the session pauses at its timeout
+                 * (sandbox.setTimeout onTimeout "pause"), from the same
+                 * timeout on. Fails closed: no sandbox without it. */
+                cJSON *q = cJSON_CreateObject();
+                cJSON_AddStringToObject(q, "name", name);
+                double t = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "timeout"));
+                cJSON_AddNumberToObject(q, "timeout", t == t && t >= 1000 ? t : 1000);
+                cJSON_AddStringToObject(q, "onTimeout", "pause");
+                if (gw_daemon_call(cfg, tenant, "sandbox.setTimeout", q, NULL, &err) < 0) {
+                        cJSON *d = cJSON_CreateObject();
+                        cJSON_AddStringToObject(d, "name", name);
+                        gw_daemon_call(cfg, tenant, "sandbox.delete", d, NULL, NULL);
+                        reply_daemon_error(c, err, "create sandbox: autoPause (sandbox.setTimeout onTimeout pause)");
+                        client_error_free(err);
+                        free(tmpl_copy);
+                        cJSON_Delete(res);
+                        return;
+                }
         }
         char *tok = name ? gw_envd_token(cfg->keys_path, tenant, name) : NULL;
         cJSON *o = cJSON_CreateObject();
@@ -1238,6 +1290,17 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
         if (paused && name_call(cfg, c, tenant, id, "sandbox.resume", "resume") < 0) {
                 free(tmpl_copy);
                 return;
+        }
+        if (paused) {
+                /* A resume past the expiry (a pause at the timeout, autoPause)
+                 * gave the session a new end: extend from that one. */
+                sb = get_or_answer(cfg, c, tenant, id, "connect");
+                if (!sb) {
+                        free(tmpl_copy);
+                        return;
+                }
+                end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
+                cJSON_Delete(sb);
         }
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);

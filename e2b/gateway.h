@@ -49,6 +49,10 @@ typedef struct gw_config {
  * the gateway's create, hidden from `metadata`. Without it a port is
  * served only with the sandbox's traffic token (route.c, ports.c). */
 #define GW_PUBLIC_TAG "e2b.publicTraffic"
+/* The tag of a sandbox made with E2B's autoResume: a request to one of
+ * its exposed ports resumes it when it is paused (ports.c). Hidden from
+ * `metadata` as the one above. */
+#define GW_AUTORESUME_TAG "e2b.autoResume"
 
 /* The snapshot tag (sandbox.snapshot tags) that holds a snapshot's E2B
  * name (POST /sandboxes/{id}/snapshots {"name"}, GET /snapshots?name=,

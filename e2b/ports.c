@@ -431,9 +431,31 @@ void gw_port_proxy(const gw_config *cfg, gw_conn *c, const gw_request *r, const 
         const cJSON *session = cJSON_GetObjectItemCaseSensitive(sb, "session");
         const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "status"));
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(session, "paused"))) {
-                send_proxy_error(c, 502, a->sandbox, a->port,
-                                 "The sandbox is paused: connect to it (resume) to reach its ports");
-                goto out;
+                /* autoResume (a tag of the gateway's create): the request
+                 * resumes it, as its tenant; without it the caller must
+                 * connect first. */
+                const char *ar = cJSON_GetStringValue(
+                        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sb, "tags"), GW_AUTORESUME_TAG));
+                if (!ar || strcmp(ar, "true")) {
+                        send_proxy_error(c, 502, a->sandbox, a->port,
+                                         "The sandbox is paused: connect to it (resume) to reach its ports");
+                        goto out;
+                }
+                cJSON *p = cJSON_CreateObject(), *res = NULL;
+                cJSON_AddStringToObject(p, "name", a->sandbox);
+                client_error *err = NULL;
+                if (gw_daemon_call(cfg, tenant, "sandbox.resume", p, &res, &err) < 0) {
+                        char *m = NULL;
+                        if (asprintf(&m, "autoResume: resume the sandbox: %s", err ? err->message : "failed") < 0)
+                                m = NULL;
+                        send_proxy_error(c, 502, a->sandbox, a->port, m ? m : "autoResume: resume failed");
+                        free(m);
+                        client_error_free(err);
+                        goto out;
+                }
+                cJSON_Delete(sb);
+                sb = res;
+                st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "status"));
         }
         if (!st || strcmp(st, "running")) {
                 send_proxy_error(c, 502, a->sandbox, 0, "The sandbox was not found");

@@ -128,6 +128,8 @@ try {
     /network.maskRequestHost: not served/
   )
   await assert.rejects(s.files.write('/tmp/m.txt', 'x', { metadata: { a: 'b' } }), /file metadata is not served/)
+  await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
+                       /autoPauseMemory: false .* is not served/)
   ok('what is not served yet is refused, naming it')
 
   // Snapshot names (sandbox.snapshot tags): listed by name, and a template.
