@@ -214,6 +214,15 @@ try {
   assert.deepEqual(await closed.json(),
                    { sandboxId: s.sandboxId, message: 'The sandbox is running but port is not open', port: 8001, code: 502 })
   ok('a port nothing listens on: 502, E2B\'s "port is not open"')
+  // Probing: each closed port is taken out of the sandbox's ports again,
+  // so 20 of them (more than sandboxd's 15) never fill the list.
+  for (let port = 9001; port <= 9020; port++) {
+    const r = await fetch(`https://${s.getHost(port)}/`)
+    assert.equal(r.status, 502)
+    assert.equal((await r.json()).message, 'The sandbox is running but port is not open', `port ${port}`)
+  }
+  assert.equal((await fetch(pub + '/who.txt')).status, 200)
+  ok('probing 20 closed ports leaves the sandbox\'s ports as they were')
 
   // An upgrade: every byte after the head goes to the sandbox's port and back.
   await s.files.write('/tmp/echo.py', [
