@@ -104,3 +104,24 @@ def test_on_timeout_pause_pauses_at_the_expiry_and_resume_gives_a_new_timeout(wo
     finally:
         delete(world, name)
     leaks.check(world, name)
+
+
+def test_a_session_paused_at_its_expiry_is_paused_again_after_a_daemon_restart(world):
+    """onTimeout "pause" is kept in the session record: the restart thaws
+    the session (as any paused one) and its past expiry pauses it again,
+    rather than ending it."""
+    name, _c, _o, _e = create(world, "autopause-restart", "--deny-all", "--timeout", "10m")
+    try:
+        rpc_ok(world, "sandbox.setTimeout", {"name": name, "timeout": 1000, "onTimeout": "pause"})
+        poll(lambda: _freezer(world, name) == (True, True), 30, "the session to be paused at its expiry")
+        d = world.daemon
+        d.stop()
+        d.start()
+        poll(lambda: _freezer(world, name) == (True, True), 30, "the session paused again after the restart")
+        sb = rpc_ok(world, "sandbox.get", {"name": name})
+        expect_eq((sb["status"], sb["session"]["onTimeout"]), ("running", "pause"), "after the restart")
+        rpc_ok(world, "sandbox.resume", {"name": name})
+        expect_eq(sh_ok(world, name, "echo awake"), "awake\n", "a command after the resume")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
