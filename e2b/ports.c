@@ -414,6 +414,8 @@ void gw_port_proxy(const gw_config *cfg, gw_conn *c, const gw_request *r, const 
         if (!sb) {
                 if (status == 404)
                         send_proxy_error(c, 502, a->sandbox, 0, "The sandbox was not found");
+                else if (!a->tenant[0]) /* no tenant: nothing of the host's (paths, daemon messages) */
+                        send_error_close(c, 502, "the gateway cannot reach sandboxd; retry later");
                 else
                         send_error_close(c, status, msg ? msg : "get sandbox: failed");
                 goto out;

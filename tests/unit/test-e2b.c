@@ -271,7 +271,8 @@ static void test_host_names_route_envd_and_exposed_ports(void **state) {
         static const char port[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n\r\n";
         o = exchange(port, sizeof(port) - 1);
         assert_non_null(strstr(o, "HTTP/1.1 502"));
-        assert_non_null(strstr(o, "list sandboxes: cannot reach sandboxd"));
+        assert_non_null(strstr(o, "the gateway cannot reach sandboxd; retry later"));
+        assert_null(strstr(o, "/nonexistent")); /* no host path to a caller without a token */
         /* With a traffic token: not the sandbox's (another sandbox's, the
          * envd token, garbage) is 403 from the head, the body unread. */
         char *traffic = gw_traffic_token(keys_path, "team-a", "sbx-1");
