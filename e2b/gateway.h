@@ -41,7 +41,23 @@ typedef struct gw_config {
         const char *socket_path;
         const char *keys_path;
         SSL_CTX *tls;   /* --tls-cert/--tls-key: HTTPS on the listener; NULL: plain HTTP */
+        const char *domain; /* --domain: E2B's sandbox domain (HOST[:PORT]) of PORT-ID.DOMAIN names; NULL: any */
 } gw_config;
+
+/* The tag that marks a sandbox's exposed ports as open to anyone with
+ * their URL (E2B's network.allowPublicTraffic, true by default): set by
+ * the gateway's create, hidden from `metadata`. Without it a port is
+ * served only with the sandbox's traffic token (route.c, ports.c). */
+#define GW_PUBLIC_TAG "e2b.publicTraffic"
+/* The tag of a sandbox made with E2B's autoResume: a request to one of
+ * its exposed ports resumes it when it is paused (ports.c). Hidden from
+ * `metadata` as the one above. */
+#define GW_AUTORESUME_TAG "e2b.autoResume"
+
+/* The snapshot tag (sandbox.snapshot tags) that holds a snapshot's E2B
+ * name (POST /sandboxes/{id}/snapshots {"name"}, GET /snapshots?name=,
+ * and a templateID naming it). */
+#define GW_NAME_TAG "e2b.name"
 
 /* One parsed HTTP request (http.c). All strings owned by the request. */
 typedef struct gw_header {
@@ -208,6 +224,7 @@ bool gw_rate_take(const char *tenant);
 typedef struct gw_auth {
         int status;
         bool envd;              /* E2b-Sandbox-Id named a sandbox: envd */
+        unsigned port;          /* Host PORT-ID.DOMAIN of an exposed port (not envd's): ports.c */
         char tenant[80];
         char sandbox[64];
         char msg[200];
@@ -215,6 +232,29 @@ typedef struct gw_auth {
 void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret);
 /* Serves request `r` whose head gave `auth` (gw_authenticate). */
 void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r, const gw_auth *auth);
+
+/* ---- ports.c ---- */
+
+/* Serves a request to exposed port auth->port of sandbox auth->sandbox
+ * (the Host PORT-ID.DOMAIN, E2B's getHost()): finds the sandbox's tenant
+ * (auth->tenant when a traffic token named it, else the tenant of the
+ * keys file that owns it, which must have made its ports public), makes
+ * the port one of the sandbox's `ports` (sandbox.update) and relays the
+ * request, re-sent from its parsed head, then every byte after it either
+ * way, through the daemon's endpoint of that port, until either side
+ * closes. `rest` (len bytes) is what followed the head in the read.
+ * The connection is not parsed again: it belongs to that port for the
+ * rest of its life. Answers E2B's errors (403, 502 {sandboxId, message,
+ * code}) itself. */
+void gw_port_proxy(const gw_config *cfg, gw_conn *c, const gw_request *r, const gw_auth *auth, int http_minor,
+                   const char *rest, size_t len);
+/* One read from the connection (plain or TLS): >0 bytes, 0 at the end,
+ * <0 on an error (http.c). Bytes buffered by TLS are read before the
+ * socket: gw_conn_pending says how many. */
+ssize_t gw_conn_read(gw_conn *c, char *buf, size_t size);
+size_t gw_conn_pending(gw_conn *c);
+/* Writes all of data to the connection: 0 or -EPIPE. */
+int gw_conn_write(gw_conn *c, const void *data, size_t len);
 
 /* ---- keys.c ---- */
 
@@ -254,6 +294,17 @@ int gw_file_signature(const char *path, const char *op, const char *user, const 
 int gw_signature_find(const char *keys_path, const char *sandbox, const char *path, const char *op, const char *user,
                       const char *exp, const char *sig, char *ret_tenant, size_t tsize, char *ret_sandbox,
                       size_t ssize);
+/* The traffic access token of sandbox `sandbox` for tenant `tenant`
+ * (E2B's trafficAccessToken: it opens the sandbox's exposed ports by host
+ * name, nothing else): "TENANT.HMAC" as the envd token, over a message
+ * of its own, so neither token is ever the other. New string, NULL on
+ * failure. */
+char *gw_traffic_token(const char *keys_path, const char *tenant, const char *sandbox);
+/* Checks a traffic token for `sandbox` as gw_envd_token_check does. */
+int gw_traffic_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* The distinct tenants with a key in the keys file, at most `max` of them
+ * into ret: their count, or -errno when the file cannot be read. */
+int gw_key_tenants(const char *keys_path, char (*ret)[80], size_t max);
 /* Whether the keys file is private to this uid: 0, -EPERM when another
  * uid could read or write it (group or other mode bits, another owner,
  * not a regular file; then every request it would serve is refused too),

@@ -27,6 +27,9 @@
 #include "e2b/gateway.h"
 
 #define HEAD_MAX (64u * 1024)
+
+struct gw_conn;
+static int write_all(struct gw_conn *c, const void *data, size_t len);
 #define HEADERS_MAX 100
 
 struct gw_conn {
@@ -245,6 +248,23 @@ static int on_headers_complete(http_parser *p) {
         if (finish_head(s, p) < 0)
                 return -1;
         gw_authenticate(s->cfg, &s->req, &s->auth);
+        /* An exposed port (ports.c): the head ends the parsing (2: no
+         * body, the rest of the connection is another protocol's), and
+         * what follows is relayed as it comes, never held. A request
+         * without a traffic token is not keyed: its tenant is not known
+         * yet, and ports.c takes that tenant's rate. */
+        if (s->auth.port && s->auth.status == 0) {
+                if (s->auth.tenant[0] && !gw_conns_keyed(s->slot, s->auth.tenant))
+                        return s->cut = true, -1;
+                if (s->auth.tenant[0] && !gw_rate_take(s->auth.tenant)) {
+                        s->auth.status = 429;
+                        snprintf(s->auth.msg, sizeof(s->auth.msg),
+                                 "rate limit exceeded: tenant %.80s sends more requests a second than the gateway "
+                                 "allows (--rate); retry later", s->auth.tenant);
+                        return s->refused = true, -1;
+                }
+                return 2;
+        }
         /* A valid key or token (not /health, which needs none): from now
          * on the connection is not cut to make room for others. */
         if (s->auth.status == 0 && !gw_conns_keyed(s->slot, s->auth.tenant))
@@ -361,6 +381,10 @@ char *gw_query_get(const gw_request *r, const char *key) {
                 p = end ? end + 1 : NULL;
         }
         return NULL;
+}
+
+int gw_conn_write(gw_conn *c, const void *data, size_t len) {
+        return write_all(c, data, len);
 }
 
 static int write_all(gw_conn *c, const void *data, size_t len) {
@@ -576,9 +600,13 @@ static bool set_read_timeout(int fd, bool head_done, int64_t head_deadline) {
         return true;
 }
 
+size_t gw_conn_pending(gw_conn *c) {
+        return c->ssl ? (size_t) SSL_pending(c->ssl) : 0;
+}
+
 /* One read from the connection: plain or TLS. >0 bytes, 0 at the end, <0
  * on an error (a timeout included). */
-static ssize_t conn_read(gw_conn *c, char *buf, size_t size) {
+ssize_t gw_conn_read(gw_conn *c, char *buf, size_t size) {
         if (!c->ssl) {
                 ssize_t n;
                 do
@@ -657,7 +685,7 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                 if (off == have) {
                         ssize_t n = -1;
                         if (set_read_timeout(fd, s.head_done, head_deadline))
-                                n = conn_read(&c, buf, sizeof(buf));
+                                n = gw_conn_read(&c, buf, sizeof(buf));
                         if (n < 0 && !s.head_done && s.head_bytes > 0 && now_ms() >= head_deadline) {
                                 c.close = true;
                                 gw_send_error(&c, 408, "request head not complete within %u s", head_seconds);
@@ -670,6 +698,14 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                 size_t used = http_parser_execute(&p, &settings, buf + off, have - off);
                 off += used;
                 enum http_errno e = HTTP_PARSER_ERRNO(&p);
+                if (s.done && s.auth.port && s.auth.status == 0) {
+                        /* An exposed port: the rest of the connection is
+                         * relayed to it (ports.c), never parsed again. */
+                        if (finish_request(&s) == 0)
+                                gw_port_proxy(cfg, &c, &s.req, &s.auth, p.http_major == 1 ? p.http_minor : 0,
+                                              buf + off, have - off);
+                        break;
+                }
                 if (s.done) {
                         http_parser_pause(&p, 0);
                         c.close = !http_should_keep_alive(&p);

@@ -199,7 +199,11 @@ int gw_key_tenant(const char *keys_path, const char *key, char *ret, size_t size
         return r;
 }
 
-static int token_mac(const char *keys_path, const char *tenant, const char *sandbox, char out[65]) {
+/* HMAC-SHA256 under the keys file's secret over `kind` (NULL: an envd
+ * token, "tenant\nsandbox"; "traffic": a traffic token,
+ * "traffic\ntenant\nsandbox": sandbox names and tenant names hold no
+ * newline, so the two never share a message), as 64 hex digits. */
+static int token_mac(const char *keys_path, const char *kind, const char *tenant, const char *sandbox, char out[65]) {
         unsigned char secret[GW_SECRET_BYTES], md[32];
         unsigned int len = 0;
         char *text = read_keys(keys_path);
@@ -210,7 +214,7 @@ static int token_mac(const char *keys_path, const char *tenant, const char *sand
         if (r < 0)
                 return r;
         char *msg = NULL;
-        if (asprintf(&msg, "%s\n%s", tenant, sandbox) < 0)
+        if ((kind ? asprintf(&msg, "%s\n%s\n%s", kind, tenant, sandbox) : asprintf(&msg, "%s\n%s", tenant, sandbox)) < 0)
                 return -ENOMEM;
         if (!HMAC(EVP_sha256(), secret, sizeof(secret), (unsigned char *) msg, strlen(msg), md, &len) || len != 32)
                 r = -EIO;
@@ -266,13 +270,22 @@ static void seen_note(const char *tenant, const char *sandbox, const char *token
         pthread_mutex_unlock(&seen_lock);
 }
 
-char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandbox) {
+static char *make_token(const char *keys_path, const char *kind, const char *tenant, const char *sandbox) {
         char mac[65];
         char *tok = NULL;
-        if (token_mac(keys_path, tenant, sandbox, mac) < 0 || asprintf(&tok, "%s.%s", tenant, mac) < 0)
+        if (token_mac(keys_path, kind, tenant, sandbox, mac) < 0 || asprintf(&tok, "%s.%s", tenant, mac) < 0)
                 return NULL;
-        seen_note(tenant, sandbox, tok);
+        if (!kind) /* envd tokens only: a traffic token never signs a file URL */
+                seen_note(tenant, sandbox, tok);
         return tok;
+}
+
+char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandbox) {
+        return make_token(keys_path, NULL, tenant, sandbox);
+}
+
+char *gw_traffic_token(const char *keys_path, const char *tenant, const char *sandbox) {
+        return make_token(keys_path, "traffic", tenant, sandbox);
 }
 
 /* Whether the keys file still has a key of `tenant`: a tenant whose last
@@ -291,18 +304,20 @@ static bool tenant_has_key(const char *keys_path, const char *tenant) {
         return found;
 }
 
-int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size) {
+static int token_check(const char *keys_path, const char *kind, const char *token, const char *sandbox, char *ret,
+                       size_t size) {
         const char *dot = token ? strrchr(token, '.') : NULL;
         char tenant[80], mac[65];
         if (!dot || (size_t) (dot - token) >= sizeof(tenant) || strlen(dot + 1) != 64)
                 return -EACCES;
         memcpy(tenant, token, (size_t) (dot - token));
         tenant[dot - token] = 0;
-        if (!gw_tenant_name_ok(tenant) || token_mac(keys_path, tenant, sandbox, mac) < 0 ||
+        if (!gw_tenant_name_ok(tenant) || token_mac(keys_path, kind, tenant, sandbox, mac) < 0 ||
             CRYPTO_memcmp(mac, dot + 1, 64) != 0 || !tenant_has_key(keys_path, tenant))
                 return -EACCES;
         snprintf(ret, size, "%s", tenant);
-        seen_note(tenant, sandbox, token);
+        if (!kind) /* as make_token: envd tokens only */
+                seen_note(tenant, sandbox, token);
         return 0;
 }
 
@@ -350,7 +365,7 @@ int gw_signature_find(const char *keys_path, const char *sandbox, const char *pa
                         if (next)
                                 *next++ = 0;
                         char t[80], h[80], mac[65], tok[160];
-                        if (sscanf(l, "key %79s %79s", t, h) != 2 || token_mac(keys_path, t, sandbox, mac) < 0)
+                        if (sscanf(l, "key %79s %79s", t, h) != 2 || token_mac(keys_path, NULL, t, sandbox, mac) < 0)
                                 continue;
                         snprintf(tok, sizeof(tok), "%s.%s", t, mac);
                         if (signature_is(sig, path, op, user, exp, tok))
@@ -379,4 +394,34 @@ int gw_signature_find(const char *keys_path, const char *sandbox, const char *pa
         snprintf(ret_tenant, tsize, "%s", tenant);
         snprintf(ret_sandbox, ssize, "%s", sbx);
         return 0;
+}
+
+int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size) {
+        return token_check(keys_path, NULL, token, sandbox, ret, size);
+}
+
+int gw_traffic_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size) {
+        return token_check(keys_path, "traffic", token, sandbox, ret, size);
+}
+
+int gw_key_tenants(const char *keys_path, char (*ret)[80], size_t max) {
+        char *text = read_keys(keys_path);
+        if (!text)
+                return -errno;
+        size_t n = 0;
+        for (char *l = text, *next; l && *l && n < max; l = next) {
+                next = strchr(l, '\n');
+                if (next)
+                        *next++ = 0;
+                char t[80], h[80];
+                if (sscanf(l, "key %79s %79s", t, h) != 2 || strlen(h) != 64 || !gw_tenant_name_ok(t))
+                        continue;
+                bool known = false;
+                for (size_t i = 0; i < n && !known; i++)
+                        known = !strcmp(ret[i], t);
+                if (!known)
+                        snprintf(ret[n++], 80, "%s", t);
+        }
+        free(text);
+        return (int) n;
 }

@@ -160,6 +160,7 @@ struct session {
         int net_slot;             /* -1 without network */
         core_cgroup *cg;
         bool paused;              /* frozen by sandbox.pause (pause.c) */
+        bool pause_on_timeout;    /* sandbox.setTimeout onTimeout "pause": its expiry pauses it, not stops */
         uint64_t started_ms;
         sd_event_source *agent_src, *pidfd_src, *expire_src, *kill_src;
         agent_packet *outq, **outq_tail;
@@ -373,6 +374,7 @@ typedef struct snapshot {
         uint64_t created_ms;
         uint64_t expires_ms;      /* 0 = never (sandbox.snapshot's expiration) */
         bool expired;             /* past expires_ms, kept while a sandbox stands on it */
+        cJSON *tags;              /* object of strings (sandbox.snapshot's tags); NULL: none */
         struct snapshot *next;
 } snapshot;
 
@@ -979,6 +981,11 @@ int tar_open_untrusted(int archive_fd, struct archive **ret_rd, struct archive *
 void register_runtime_methods(manager *m, rpc_server *s);
 /* sandbox.pause, sandbox.resume (pause.c). */
 void register_pause_methods(manager *m, rpc_server *s);
+/* sb's session reached its expiry and pauses then (sandbox.setTimeout
+ * onTimeout "pause"): frozen as sandbox.pause does (already paused:
+ * nothing; while a snapshot or fork is taken: tried again 1 s later).
+ * 0, or -errno when it cannot be frozen (the caller stops it instead). */
+int session_pause_at_expiry(sandbox *sb);
 /* The root directory of runtime `name` (<state>/runtimes/<name>). Caller
  * frees; NULL on ENOMEM. */
 char *runtime_dir(const manager *m, const char *name);

@@ -86,12 +86,13 @@ static const schema_field update_params[] = {
 };
 static const schema_field list_params[] = { OPT("namePrefix"), MAP("tags"), OPT("limit"), OPT("cursor"), END };
 static const schema_field extend_params[] = { REQ("name"), REQ("duration"), END };
+static const schema_field set_timeout_params[] = { REQ("name"), REQ("timeout"), OPT("onTimeout"), END };
 static const schema_field fork_params[] = {
         REQ("sourceSandbox"), OPT("name"),
         { .key = "overrides", .kind = SCHEMA_OBJECT, .fields = overrides_fields }, END,
 };
-static const schema_field snapshot_params[] = { REQ("name"), OPT("expiration"), END };
-static const schema_field snapshot_list_params[] = { OPT("sandbox"), END };
+static const schema_field snapshot_params[] = { REQ("name"), OPT("expiration"), MAP("tags"), END };
+static const schema_field snapshot_list_params[] = { OPT("sandbox"), MAP("tags"), END };
 static const schema_field id_params[] = { REQ("id"), END };
 static const schema_field export_params[] = { REQ("id"), REQ("path"), END };
 static const schema_field import_params[] = { REQ("path"), OPT("config"), END };
@@ -143,6 +144,7 @@ const schema_method schema_methods[] = {
         { "sandbox.stop", name_params },
         { "sandbox.delete", name_params },
         { "sandbox.extendTimeout", extend_params },
+        { "sandbox.setTimeout", set_timeout_params },
         { "sandbox.pause", name_params },
         { "sandbox.resume", name_params },
         { "sandbox.fork", fork_params },
@@ -243,6 +245,9 @@ const schema_limit schema_limits[] = {
         { "sandbox.delete", "name", LIMIT_NAME_BYTES },
         { "sandbox.extendTimeout", "name", LIMIT_NAME_BYTES },
         { "sandbox.extendTimeout", "duration", 0 },
+        { "sandbox.setTimeout", "name", LIMIT_NAME_BYTES },
+        { "sandbox.setTimeout", "timeout", 0 },
+        { "sandbox.setTimeout", "onTimeout", 16 },
         { "sandbox.pause", "name", LIMIT_NAME_BYTES },
         { "sandbox.resume", "name", LIMIT_NAME_BYTES },
         { "sandbox.fork", "sourceSandbox", LIMIT_NAME_BYTES },

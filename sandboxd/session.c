@@ -2106,6 +2106,8 @@ void session_stop(sandbox *sb) {
 
 static int on_expire(sd_event_source *src, uint64_t usec, void *userdata) {
         sandbox *sb = userdata;
+        if (sb->sess && sb->sess->pause_on_timeout && session_pause_at_expiry(sb) >= 0)
+                return 0;
         log_info("sandbox '%s': timeout reached; stopping", sb->name);
         session_stop(sb);
         return 0;
@@ -2665,6 +2667,10 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
                 snprintf(s->runtime_version, sizeof(s->runtime_version), "%s",
                          rv && rv[0] && strlen(rv) < sizeof(s->runtime_version) ? rv : "legacy");
         uint64_t expires = rec_u64(rec, "expiresMs");
+        /* A session that pauses at its expiry (sandbox.setTimeout) and was
+         * paused by it: thawed by the restart, its past expiry pauses it
+         * again at once. */
+        s->pause_on_timeout = cJSON_IsTrue(cJSON_GetObjectItem(rec, "pauseOnTimeout"));
         int r = adopt_open(sb, rec, s, ret_err);
         if (r >= 0)
                 r = adopt_network(sb, rec, s, ret_err);

@@ -755,6 +755,7 @@ static const struct {
         { "sandbox.stop", ACCESS_SANDBOX, "name" },
         { "sandbox.delete", ACCESS_SANDBOX, "name" },
         { "sandbox.extendTimeout", ACCESS_SANDBOX, "name" },
+        { "sandbox.setTimeout", ACCESS_SANDBOX, "name" },
         { "sandbox.fork", ACCESS_SANDBOX, "sourceSandbox" },
         { "sandbox.snapshot", ACCESS_SANDBOX, "name" },
         { "sandbox.pause", ACCESS_SANDBOX, "name" },

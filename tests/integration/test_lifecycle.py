@@ -53,6 +53,37 @@ def test_sandbox_timeout_stops_session(world):
     leaks.check(world, name)
 
 
+def test_set_timeout_moves_the_end_earlier_and_later(world):
+    """sandbox.setTimeout: the running session ends `timeout` ms from now,
+    before the end it had (which sandbox.update's timeout and
+    extendTimeout never do) or after it."""
+    name, _c, out, _e = create(world, "settimeout", "--deny-all", "--timeout", "10m")
+    try:
+        first = json.loads(out)["expiresAt"]
+        later = world.rpc_result("sandbox.setTimeout", {"name": name, "timeout": 1200000})
+        expect(later["expiresAt"] > first, "setTimeout 20m: expiresAt", later["expiresAt"], "not after", first)
+        expect_eq(later.get("timeout"), json.loads(out).get("timeout"), "the sandbox's own timeout (unchanged)")
+        bad = world.rpc("sandbox.setTimeout", {"name": name, "timeout": 500})
+        expect_eq((bad.get("error") or {}).get("code"), -32602, "setTimeout 500 ms: error")
+        expect("timeout" in json.dumps(bad["error"]), "the error names timeout:", bad["error"])
+        sooner = world.rpc_result("sandbox.setTimeout", {"name": name, "timeout": 1000})
+        expect(sooner["expiresAt"] < first, "setTimeout 1 s: expiresAt", sooner["expiresAt"], "not before", first)
+
+        def ended():
+            sb, code, _err = get(world, name)
+            if sb is None:
+                return code == 4 and "gone"
+            return sb.get("status") in ("stopped", "failed") and sb["status"]
+        state = poll(ended, 30, "sandbox %s to end 1 s after setTimeout" % name)
+        expect(state in ("gone", "stopped"), "state after the new end:", state)
+        gone = world.rpc("sandbox.setTimeout", {"name": name, "timeout": 60000})
+        expect((gone.get("error") or {}).get("data", {}).get("reason") in ("not_found", "sandbox_stopped"),
+               "setTimeout of an ended sandbox:", gone)
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
 def test_delete_with_running_commands_leaves_nothing(world):
     name, _c, _o, _e = create(world, "leak", "--allow-all")
     try:

@@ -141,9 +141,23 @@ static void test_multipart_parts_with_their_file_names(void **state) {
         assert_int_equal(gw_multipart(&r, &parts, &n), -EINVAL);
 }
 
+/* The tenants a request without a traffic token is looked for among
+ * (ports.c): each tenant of the keys file once. */
+static void test_key_tenants_lists_each_tenant_once(void **state) {
+        char k[64], t[4][80];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_key_tenants(keys_path, t, 4), 2);
+        assert_string_equal(t[0], "team-a");
+        assert_string_equal(t[1], "team-b");
+        assert_int_equal(gw_key_tenants(keys_path, t, 1), 1);
+}
+
 /* ---- HTTP over a socketpair ---- */
 
 static gw_config http_cfg;
+static const char *http_domain; /* --domain of the next exchanges (NULL: any) */
 
 static void *serve_thread(void *arg) {
         gw_serve_conn(&http_cfg, (int) (intptr_t) arg);
@@ -155,7 +169,7 @@ static void *serve_thread(void *arg) {
 static const char *exchange_on(const char *socket_path, const char *req, size_t len) {
         int sv[2];
         assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        http_cfg = (gw_config) { .socket_path = socket_path, .keys_path = keys_path };
+        http_cfg = (gw_config) { .socket_path = socket_path, .keys_path = keys_path, .domain = http_domain };
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, serve_thread, (void *) (intptr_t) sv[1]), 0);
         for (size_t off = 0; off < len;) {
@@ -230,8 +244,11 @@ static void test_http_routes_before_any_daemon_call(void **state) {
 
 /* E2B's host names PORT-ID.DOMAIN: envd's port names the sandbox as
  * E2b-Sandbox-Id would (its token checked the same way); another port is
- * refused naming it; a Host that is not of that form is the control API. */
-static void test_host_names_route_envds_port_only(void **state) {
+ * the sandbox's exposed port (ports.c), opened by its traffic token or,
+ * without one, looked up among the keys file's tenants; a Host that is
+ * not of that form (or of another domain than --domain) is the control
+ * API. */
+static void test_host_names_route_envd_and_exposed_ports(void **state) {
         char k[64], req[512];
         assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
         static const char wrong[] = "POST /process.Process/List HTTP/1.1\r\nHost: 49983-sbx-1.e2b.test\r\n"
@@ -253,10 +270,65 @@ static void test_host_names_route_envds_port_only(void **state) {
         o = exchange(req, (size_t) n);
         assert_non_null(strstr(o, "HTTP/1.1 401"));
 
+        /* An exposed port without a token: its tenant is looked for among
+         * the keys file's (here no daemon answers: 502 naming it). */
         static const char port[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n\r\n";
         o = exchange(port, sizeof(port) - 1);
-        assert_non_null(strstr(o, "HTTP/1.1 501"));
-        assert_non_null(strstr(o, "port 8000 of sandbox sbx-1: exposed ports by host name"));
+        assert_non_null(strstr(o, "HTTP/1.1 502"));
+        assert_non_null(strstr(o, "the gateway cannot reach sandboxd; retry later"));
+        assert_null(strstr(o, "/nonexistent")); /* no host path to a caller without a token */
+        /* With a traffic token: not the sandbox's (another sandbox's, the
+         * envd token, garbage) is 403 from the head, the body unread. */
+        char *traffic = gw_traffic_token(keys_path, "team-a", "sbx-1");
+        char *other = gw_traffic_token(keys_path, "team-a", "sbx-2");
+        char *envd = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(traffic);
+        assert_non_null(other);
+        assert_non_null(envd);
+        assert_string_not_equal(traffic, envd);
+        const char *bad[] = { other, envd, "team-a.00" };
+        for (size_t i = 0; i < 3; i++) {
+                n = snprintf(req, sizeof(req), "POST / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n"
+                             "E2b-Traffic-Access-Token: %s\r\nContent-Length: 5\r\n\r\nhello", bad[i]);
+                o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "HTTP/1.1 403"));
+                assert_non_null(strstr(o, "not the trafficAccessToken of sandbox sbx-1"));
+        }
+        /* Its own: past the head to the daemon as the token's tenant. */
+        n = snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n"
+                     "E2b-Traffic-Access-Token: %s\r\n\r\n", traffic);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 502"));
+        assert_non_null(strstr(o, "get sandbox: cannot reach sandboxd"));
+        /* A traffic token is no envd token. */
+        n = snprintf(req, sizeof(req), "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                     "X-Access-Token: %s\r\nContent-Length: 2\r\n\r\n{}", traffic);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        free(traffic);
+        free(other);
+        free(envd);
+
+        /* With --domain, another domain (or port) is no sandbox's host. */
+        http_domain = "e2b.test:8443";
+        static const char *const foreign[] = { "8000-sbx-1.evil.test", "8000-sbx-1.e2b.test:9", "8000-sbx-1.e2b.test.x" };
+        for (size_t i = 0; i < sizeof(foreign) / sizeof(*foreign); i++) {
+                n = snprintf(req, sizeof(req), "GET /sandboxes HTTP/1.1\r\nHost: %s\r\n\r\n", foreign[i]);
+                o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "X-API-Key: missing"));
+        }
+        static const char two_hosts[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test:8443\r\nHost: x\r\n\r\n";
+        o = exchange(two_hosts, sizeof(two_hosts) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "Host: given 2 times"));
+        static const char absolute[] = "GET http://8000-sbx-2.e2b.test:8443/ HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test:8443\r\n\r\n";
+        o = exchange(absolute, sizeof(absolute) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "not an absolute URL"));
+        static const char ours[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.E2B.test:8443\r\n\r\n";
+        o = exchange(ours, sizeof(ours) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 502"));
+        http_domain = NULL;
 
         /* Not of that form (a bad ID, port 0, no domain): the control API. */
         static const char *const others[] = { "49983-../x.e2b.test", "0-sbx-1.e2b.test", "49983-sbx-1", "127.0.0.1:49983" };
@@ -1078,7 +1150,8 @@ int main(void) {
                 cmocka_unit_test(test_url_decoding),
                 cmocka_unit_test(test_multipart_parts_with_their_file_names),
                 cmocka_unit_test_setup_teardown(test_http_routes_before_any_daemon_call, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_host_names_route_envds_port_only, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_host_names_route_envd_and_exposed_ports, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_key_tenants_lists_each_tenant_once, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_http_limits_answer_and_close, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_request_without_a_valid_key_is_answered_before_its_body, setup,
                                                 teardown),
