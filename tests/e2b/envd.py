@@ -401,10 +401,35 @@ def check_signatures(sbx, sbx_b):
                      (signed("signed.txt", "write", tok), {}),
                      (signed("signed.txt", "read", tok) + "&username=user", {}),
                      (signed("signed.txt", "read", sbx_b["envdAccessToken"]), {"E2b-Sandbox-Id": sbx["sandboxID"]}),
-                     ("/files?path=signed.txt&signature=v1_AAAA", {})):
+                     ("/files?path=signed.txt&signature=v1_AAAA", {}),
+                     # The traffic token (it opens exposed ports, nothing
+                     # else) never signs a file URL, named or not.
+                     (signed("signed.txt", "read", sbx["trafficAccessToken"]), {}),
+                     (signed("signed.txt", "read", sbx["trafficAccessToken"]), {"E2b-Sandbox-Id": sbx["sandboxID"]})):
         st, out = call("GET", url, hdr)
         assert st == 401 and "signature" in json.loads(out)["message"], (url, st, out)
     ok("signed file URLs: read and write without headers, expired and wrong ones refused")
+
+
+def check_traffic_token_signs_nothing():
+    # Right after its create, before any envd call: the create handed out
+    # the sandbox's envd token and its traffic token; a URL signed with the
+    # envd token (the SDK's uploadUrl() as its first call) finds the
+    # sandbox, and one signed with the traffic token (it opens exposed
+    # ports, nothing else) finds nothing.
+    st, c = api("POST", "/sandboxes", {"templateID": "base", "timeout": 300})
+    assert st == 201, (st, c)
+    try:
+        body = (b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"first.txt\"\r\n\r\n"
+                b"first\r\n--XB--\r\n")
+        st, out = call("POST", signed("first.txt", "write", c["envdAccessToken"]),
+                       {"Content-Type": "multipart/form-data; boundary=XB"}, body)
+        assert st == 200, ("a first call signed with the envd token", st, out)
+        st, out = call("GET", signed("first.txt", "read", c["trafficAccessToken"]))
+        assert st == 401 and "signature" in json.loads(out)["message"], (st, out)
+    finally:
+        api("DELETE", "/sandboxes/" + c["sandboxID"])
+    ok("right after a create, its envd token signs file URLs, its traffic token none")
 
 
 def main():
@@ -418,6 +443,7 @@ def main():
         check_stream_input(a)
         wid = check_watchers(a, b)
         check_signatures(a, b)
+        check_traffic_token_signs_nothing()
     finally:
         api("DELETE", "/sandboxes/" + b["sandboxID"], key=KEY_B)
         st, _ = api("DELETE", "/sandboxes/" + a["sandboxID"])
