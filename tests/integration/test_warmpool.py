@@ -105,8 +105,16 @@ def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
         cgroups_a = (got_a.get("session") or {}).get("cgroups") or []
         expect(cgroups_a, "sandbox.get shows a's cgroups: %r" % got_a)
         _rpc(d, "sandbox.delete", {"name": a})
+        # Delete answers once a's session is fenced: no process of it is
+        # left (its `sleep` included); its cgroup goes right after.
         for cg in cgroups_a:
-            expect(not os.path.exists(cg), "a's cgroup %s is removed with it" % cg)
+            try:
+                with open(os.path.join(cg, "cgroup.procs")) as f:
+                    left = f.read().split()
+            except FileNotFoundError:
+                left = []
+            expect(not left, "a's cgroup %s has processes after the delete answered: %r" % (cg, left))
+        poll(lambda: not [cg for cg in cgroups_a if os.path.exists(cg)], 10, "a's cgroups to be removed")
         poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
         sb = _create(d, b)
         expect_eq(_info(d)["adopted"], 2, "both creates were served from the pool")
