@@ -204,6 +204,11 @@ struct session {
          * session that was deny-all all its life sent nothing beyond its
          * own namespace, and its slot goes back at once. */
         bool had_veth;
+        /* Ended at its init's goodbye (agent.c: the agent socket's EOF
+         * during a stop that removes the sandbox), before the kernel
+         * reported init's exit: pidfd stays open for the background
+         * teardown, which waits for that exit (session_kernel_teardown). */
+        bool ended_early;
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
          * generation it judged it under, and only current ones are pinned. */

@@ -2196,6 +2196,23 @@ static void tombstone_remove_background(char *dir, char *run) {
  * first), then, once no process of it is left, its table in a pod's
  * namespace. Every step is tried; errors are logged, never stop the rest. */
 static void session_kernel_teardown(session *s, const char *name) {
+        if (s->ended_early && s->pidfd >= 0) {
+                /* Its init is on its way out (the teardown killed it
+                 * besides): nothing below goes before it is gone. The
+                 * daemon's own child is reaped here; an adopted one's
+                 * pidfd turns readable at its exit. */
+                siginfo_t si;
+                int r;
+                do
+                        r = waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
+                while (r < 0 && errno == EINTR);
+                if (r < 0) {
+                        struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
+                        (void)poll(&p, 1, 30000);
+                }
+                close(s->pidfd);
+                s->pidfd = -EBADF;
+        }
         netd_stop(&s->netd_pid);
         if (s->net_slot >= 0) {
                 char ifname[32];
@@ -2247,8 +2264,11 @@ static void session_kernel_teardown(session *s, const char *name) {
 static void teardown_work(void *userdata) {
         teardown_job *t = userdata;
         if (t->s && t->remove_files) {
+                /* Signalled, not waited for: its init may still be exiting
+                 * (ended_early); the background waits (core_cgroup_kill_all
+                 * before the cgroup goes). */
                 if (t->s->cg)
-                        core_cgroup_kill_all(t->s->cg);
+                        core_cgroup_kill_now(t->s->cg);
                 /* After the kill: no container process writes its upper. */
                 container_session_end(t->s);
         } else if (t->s) {
