@@ -2195,24 +2195,29 @@ static void tombstone_remove_background(char *dir, char *run) {
  * nftables objects and veth, its cgroup (every process in it killed
  * first), then, once no process of it is left, its table in a pod's
  * namespace. Every step is tried; errors are logged, never stop the rest. */
-static void session_kernel_teardown(session *s, const char *name) {
-        if (s->ended_early && s->pidfd >= 0) {
-                /* Its init is on its way out (the teardown killed it
-                 * besides): nothing below goes before it is gone. The
-                 * daemon's own child is reaped here; an adopted one's
-                 * pidfd turns readable at its exit. */
-                siginfo_t si;
-                int r;
-                do
-                        r = waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
-                while (r < 0 && errno == EINTR);
-                if (r < 0) {
-                        struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
-                        (void)poll(&p, 1, 30000);
-                }
-                close(s->pidfd);
-                s->pidfd = -EBADF;
+/* A session that ended early (ended_early): waits until its init, on its
+ * way out and killed besides, is gone, with its namespaces and mounts. The
+ * daemon's own child is reaped here; an adopted one's pidfd turns readable
+ * at its exit. No-op for any other session. */
+static void session_wait_init_gone(session *s) {
+        if (!s->ended_early || s->pidfd < 0)
+                return;
+        siginfo_t si;
+        int r;
+        do
+                r = waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
+        while (r < 0 && errno == EINTR);
+        if (r < 0) {
+                struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
+                (void)poll(&p, 1, 30000);
         }
+        close(s->pidfd);
+        s->pidfd = -EBADF;
+}
+
+static void session_kernel_teardown(session *s, const char *name) {
+        /* Nothing below goes before its init is gone. */
+        session_wait_init_gone(s);
         netd_stop(&s->netd_pid);
         if (s->net_slot >= 0) {
                 char ifname[32];
@@ -2269,7 +2274,11 @@ static void teardown_work(void *userdata) {
                  * before the cgroup goes). */
                 if (t->s->cg)
                         core_cgroup_kill_now(t->s->cg);
-                /* After the kill: no container process writes its upper. */
+                /* After the kill: no container process writes its upper.
+                 * Containers' roots are mounted in init's namespace: their
+                 * files go once it is gone (a rare wait: pods only). */
+                if (t->s->ctrs)
+                        session_wait_init_gone(t->s);
                 container_session_end(t->s);
         } else if (t->s) {
                 session_kernel_teardown(t->s, t->sb->name);
