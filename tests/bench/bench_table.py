@@ -44,7 +44,7 @@ logLevel debug), and what was cut:
     run of both builds: 2.99 -> 1.42 ms (quiet machine), 15-25 -> 4.5-5 ms
     at load 10-19.
   - every delete walked the host's whole conntrack table twice (IPv4 and
-    IPv6: 262144 buckets, ~9 ms of CPU each, 8% of all samples with a
+    IPv6: 262144 buckets, ~9 ms of CPU each, 8%% of all samples with a
     create loop running) to forget the flows of the session's address,
     even for a session that never had a veth. Only sessions that had one
     (or may have: adopted after a restart) are flushed now.
