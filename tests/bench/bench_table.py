@@ -48,6 +48,11 @@ logLevel debug), and what was cut:
     create loop running) to forget the flows of the session's address,
     even for a session that never had a veth. Only sessions that had one
     (or may have: adopted after a restart) are flushed now.
+  - each of the 16 masked directories (/proc/acpi, /sys/fs, ...) was a
+    tmpfs instance of its own, made at the start and torn down at the end
+    of every session; now one empty read-only instance is cloned over
+    each: 0.92 -> 0.57 ms for the masks' setup and teardown in a mount
+    namespace of their own (p50 of 200, interleaved, same machine).
   - not cut: the cold create's own steps (p50 of 20 on a quiet machine:
     disk image and mount 1.5 ms, cgroup 0.3, spawn of init 1.4, nftables
     0.5 ms (not dominant; its ruleset is policy/'s), init's setup of the
