@@ -267,7 +267,8 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
                 if (n == 0) {
                         s->agent_closed = true;
                         sd_event_source_set_enabled(src, SD_EVENT_OFF);
-                        /* A stop that removes the sandbox: init has reaped
+                        /* init is gone or going; the pidfd says when.
+                         * A stop that removes the sandbox: init has reaped
                          * every process of its namespace and closed its
                          * socket on its way out (libcore/init/main.c
                          * finish); its exit (the kernel's teardown of the
@@ -376,7 +377,7 @@ void agent_detach(session *s) {
         if (s->agent_fd >= 0)
                 close(s->agent_fd);
         s->agent_fd = -EBADF;
-        /* An early end keeps it for the teardown (session.h ended_early). */
+        /* An early end keeps it for the teardown (internal.h ended_early). */
         if (s->pidfd >= 0 && !s->ended_early) {
                 close(s->pidfd);
                 s->pidfd = -EBADF;

@@ -2191,10 +2191,6 @@ static void tombstone_remove_background(char *dir, char *run) {
         }
 }
 
-/* What the kernel holds for session s of sandbox `name`: its netd, its
- * nftables objects and veth, its cgroup (every process in it killed
- * first), then, once no process of it is left, its table in a pod's
- * namespace. Every step is tried; errors are logged, never stop the rest. */
 /* A session that ended early (ended_early): waits until its init, on its
  * way out and killed besides, is gone, with its namespaces and mounts. The
  * daemon's own child is reaped here; an adopted one's pidfd turns readable
@@ -2215,6 +2211,10 @@ static void session_wait_init_gone(session *s) {
         s->pidfd = -EBADF;
 }
 
+/* What the kernel holds for session s of sandbox `name`: its netd, its
+ * nftables objects and veth, its cgroup (every process in it killed
+ * first), then, once no process of it is left, its table in a pod's
+ * namespace. Every step is tried; errors are logged, never stop the rest. */
 static void session_kernel_teardown(session *s, const char *name) {
         /* Nothing below goes before its init is gone. */
         session_wait_init_gone(s);
@@ -2257,10 +2257,12 @@ static void session_kernel_teardown(session *s, const char *name) {
  * files renamed aside; the delete answers then, and the rest of the
  * session goes in the background (teardown_background_work).
  *
- * Fenced: its init has exited, so its PID namespace is empty (the kernel
- * kills every process in it before init's exit is reported, pid_namespaces(7)),
- * and the cgroup kill ends whatever else is in its cgroup (its netd);
- * nothing of it runs or sends any more. Renamed aside: the rename of its
+ * Fenced: its PID namespace holds nothing but its init on its way out
+ * (init reaps every process of it before it closes its socket, agent.c;
+ * once init has exited the kernel has killed all of them,
+ * pid_namespaces(7)), and one SIGKILL pass over its cgroup ends whatever
+ * else is there (its netd, init itself); nothing of it runs or sends any
+ * more. Renamed aside: the rename of its
  * state directory to a tombstone is the record that its removal is under
  * way (durable before the answer for a persistent sandbox): a restart at
  * any later point never brings it back, removes the tombstone, sweeps its
