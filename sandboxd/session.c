@@ -2191,22 +2191,29 @@ static void tombstone_remove_background(char *dir, char *run) {
         }
 }
 
+/* How long a deleted session's teardown waits for its init's exit (the
+ * kernel's teardown of its namespaces: milliseconds, longer on a loaded
+ * host); past it the teardown goes on and logs what stays. */
+#define INIT_GONE_WAIT_MS 10000
+
 /* A session that ended early (ended_early): waits until its init, on its
- * way out and killed besides, is gone, with its namespaces and mounts. The
- * daemon's own child is reaped here; an adopted one's pidfd turns readable
- * at its exit. No-op for any other session. */
+ * way out and killed besides, is gone, with its namespaces and mounts
+ * (its pidfd turns readable at its exit, pidfd_open(2)), then reaps it
+ * if it is the daemon's own child (an adopted one is not). Bounded by
+ * INIT_GONE_WAIT_MS. No-op for any other session. */
 static void session_wait_init_gone(session *s) {
         if (!s->ended_early || s->pidfd < 0)
                 return;
-        siginfo_t si;
+        struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
         int r;
         do
-                r = waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED);
+                r = poll(&p, 1, INIT_GONE_WAIT_MS);
         while (r < 0 && errno == EINTR);
-        if (r < 0) {
-                struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
-                (void)poll(&p, 1, 30000);
-        }
+        if (r == 0)
+                log_warning("sandbox-init %d did not exit within %d ms of its session's end", (int)s->pid,
+                            INIT_GONE_WAIT_MS);
+        siginfo_t si;
+        (void)waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED | WNOHANG);
         close(s->pidfd);
         s->pidfd = -EBADF;
 }
