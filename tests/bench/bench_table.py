@@ -53,6 +53,16 @@ logLevel debug), and what was cut:
     of every session; now one empty read-only instance is cloned over
     each: 0.92 -> 0.57 ms for the masks' setup and teardown in a mount
     namespace of their own (p50 of 200, interleaved, same machine).
+  - measured before/after: nine interleaved pairs of runs of the two
+    builds (lifecycle and pool parts) on a shared 2-core machine at load
+    5 to 40, so the absolute figures spread 3x between runs. The pool
+    row's delete went down in every pair (p50 2.99-24.8 ms before,
+    1.42-5.0 after); its cycle ratio 0.56-1.97x before, 0.84-1.47x after
+    (goal 0.5x not met). create_exec_delete_rpc went down in 7 of 9 pairs
+    (e.g. 49.3 -> 23.0 ms), but so did its bwrap peer (15-35 ms before,
+    5.5-19 ms after: the conntrack walks no longer take its CPU), so its
+    ratio stayed 1.8-4x (goal 1.5x not met). exec_rpc is unchanged,
+    1.9-2.3x posix_spawn (goal 1.3x not met).
   - not cut: the cold create's own steps (p50 of 20 on a quiet machine:
     disk image and mount 1.5 ms, cgroup 0.3, spawn of init 1.4, nftables
     0.5 ms (not dominant; its ruleset is policy/'s), init's setup of the
