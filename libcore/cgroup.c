@@ -170,10 +170,12 @@ static int write_u64_or(const char *dir, const char *file, uint64_t v, const cha
         return write_file(dir, file, buf);
 }
 
-/* Kills by reading cgroup.procs until it stays empty: a process may fork
- * between the read and the kill, so one pass is not enough; the rounds are
- * bounded so a fork bomb without a pids limit cannot hold us forever. */
-static int kill_by_procs(const char *dir) {
+/* SIGKILL to every pid in dir/cgroup.procs. With `wait`, re-read until
+ * it stays empty (-EBUSY after KILL_ROUNDS): a process may fork between
+ * the read and the kill, so one pass is not enough; the rounds are bounded
+ * so a fork bomb without a pids limit cannot hold us forever. Without,
+ * one read (core_cgroup_kill_now). */
+static int kill_by_procs_wait(const char *dir, bool wait) {
         _cleanup_free_ char *procs = NULL;
         if (asprintf(&procs, "%s/cgroup.procs", dir) < 0)
                 return -ENOMEM;
@@ -192,11 +194,19 @@ static int kill_by_procs(const char *dir) {
                         if (pid > 0 && kill((pid_t) pid, SIGKILL) == 0)
                                 any = true;
                 }
-                if (!any)
+                if (!any || !wait)
                         return 0;
                 sleep_ms(RETRY_STEP_MS);
         }
         return -EBUSY;
+}
+
+static int kill_by_procs(const char *dir) {
+        return kill_by_procs_wait(dir, true);
+}
+
+static int kill_by_procs_once(const char *dir) {
+        return kill_by_procs_wait(dir, false);
 }
 
 /* v1 memory: memory.memsw.limit_in_bytes (swap accounting, when the kernel
@@ -255,11 +265,15 @@ static int v2_set_limits(const hierarchy *h, const char *dir, const core_cgroup_
 
 /* cgroup.kill (Linux 5.14) kills the whole subtree atomically, forks
  * included; older kernels fall back to the procs loop. */
-static int v2_kill_all(const char *dir) {
+static int v2_kill_all_with(const char *dir, int (*fallback)(const char *)) {
         int r = write_file(dir, "cgroup.kill", "1");
         if (r == -ENOENT || r == -EINVAL || r == -EOPNOTSUPP)
-                return kill_by_procs(dir);
+                return fallback(dir);
         return r;
+}
+
+static int v2_kill_all(const char *dir) {
+        return v2_kill_all_with(dir, kill_by_procs);
 }
 
 static const cgroup_ops ops_v1 = { "v1", v1_set_limits, kill_by_procs };
@@ -1363,13 +1377,15 @@ static int thaw_ctr(const char *path) {
         return 0;
 }
 
-int core_cgroup_kill_all(core_cgroup *cg) {
+static int kill_all(core_cgroup *cg, bool wait) {
         int ret = 0;
+        int (*sweep)(const char *) = wait ? kill_by_procs : kill_by_procs_once;
         release_holder(cg);
         /* The tracking hierarchy first (atomic cgroup.kill when v2), then a
          * sweep of the others in case a process was only partly attached. */
         for (size_t i = 0; i < cg->n; i++) {
-                int r = i == 0 ? state.h[i].ops->kill_all(cg->dirs[i]) : kill_by_procs(cg->dirs[i]);
+                int r = i == 0 && state.h[i].ops == &ops_v2 ? v2_kill_all_with(cg->dirs[i], sweep)
+                        : i == 0 && wait ? state.h[i].ops->kill_all(cg->dirs[i]) : sweep(cg->dirs[i]);
                 if (r < 0 && r != -ENOENT && ret == 0)
                         ret = r;
                 /* v1 kills no subtree (v2's cgroup.kill does, the sweep is
@@ -1378,11 +1394,11 @@ int core_cgroup_kill_all(core_cgroup *cg) {
                         _cleanup_free_ char *dir = NULL;
                         if (asprintf(&dir, "%s/%s", cg->dirs[i], session_children[k]) < 0)
                                 return -ENOMEM;
-                        r = kill_by_procs(dir);
+                        r = sweep(dir);
                         if (r < 0 && r != -ENOENT && ret == 0)
                                 ret = r;
                 }
-                r = for_each_ctr(cg->dirs[i], kill_by_procs);
+                r = for_each_ctr(cg->dirs[i], sweep);
                 if (r < 0 && ret == 0)
                         ret = r;
         }
@@ -1396,6 +1412,14 @@ int core_cgroup_kill_all(core_cgroup *cg) {
         for (size_t i = 0; i < cg->n; i++)
                 (void)for_each_ctr(cg->dirs[i], thaw_ctr);
         return ret;
+}
+
+int core_cgroup_kill_all(core_cgroup *cg) {
+        return kill_all(cg, true);
+}
+
+int core_cgroup_kill_now(core_cgroup *cg) {
+        return kill_all(cg, false);
 }
 
 /* rmdir with a bounded wait: after SIGKILL the kernel still has to reap the

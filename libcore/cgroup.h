@@ -254,6 +254,15 @@ int core_cgroup_peak_read(int fd, uint64_t *ret);
  * reading cgroup.procs repeatedly until empty). */
 int core_cgroup_kill_all(core_cgroup *cg);
 
+/* core_cgroup_kill_all() without waiting: SIGKILL sent once to every
+ * process in the cgroup (cgroup.kill on v2, which also covers a fork under
+ * way; else one read of each cgroup.procs) and a frozen cgroup thawed, so
+ * that no process of it runs user code again; they may still be exiting
+ * on return (kill(2): a pending SIGKILL ends the process before it returns
+ * to user mode). For a session whose PID namespace is already empty but
+ * for its exiting init. Returns 0 or the first negative errno. */
+int core_cgroup_kill_now(core_cgroup *cg);
+
 /* Removes the cgroup directories (after the processes are gone; retries
  * briefly while the kernel reaps). Returns the first error after trying all. */
 int core_cgroup_destroy(core_cgroup *cg);

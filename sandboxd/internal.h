@@ -199,6 +199,17 @@ struct session {
         redo_list logs_waiting;   /* command.logs held until "logs_done" */
         bool listing;             /* adopted, its init's {"ev":"list"} not yet in (command.c) */
         bool has_veth;            /* its veth sbx<net_slot> exists (not under deny-all) */
+        /* It had a veth at some point (or may have: adopted after a
+         * restart), so the host may track flows from its address: its slot
+         * is flushed before reuse (session.c release_slot_after_flush). A
+         * session that was deny-all all its life sent nothing beyond its
+         * own namespace, and its slot goes back at once. */
+        bool had_veth;
+        /* Ended at its init's goodbye (agent.c: the agent socket's EOF
+         * during a stop that removes the sandbox), before the kernel
+         * reported init's exit: pidfd stays open for the background
+         * teardown, which waits for that exit (session_kernel_teardown). */
+        bool ended_early;
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
          * generation it judged it under, and only current ones are pinned. */
@@ -441,6 +452,11 @@ struct manager {
         bool listing_over;        /* the wait timed out: unknown cmdIds are not_found at once */
         bool stopping;            /* the daemon is exiting (manager_stopping) */
         struct warm_pool *warm_pool; /* warmpool.c; NULL when warmPool is off */
+        /* Sessions of deleted sandboxes whose kernel objects (nftables,
+         * veth, cgroup) are being removed after the delete answered
+         * (session.c); a start of a session whose cgroup has the name of
+         * one waits for it. */
+        struct teardown_job *teardowns;
         volume *volumes;          /* volume.c */
         char *volumes_dir;        /* <state>/volumes */
 };

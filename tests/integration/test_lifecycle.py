@@ -158,3 +158,39 @@ def test_delete_answers_then_the_name_is_free_and_its_files_go(world):
     poll(lambda: not [e for e in os.listdir(state) if e == name or tomb.match(e)], 30,
          "the deleted sandboxes' directories and tombstones to go")
     leaks.check(world, name)
+
+
+def test_recreate_at_once_gets_a_whole_session(world):
+    """Delete answers before the session's cgroup, nftables objects and veth
+    are gone (they go in the background): a create of the same name right
+    after the answer, again and again, gets a session of its own that keeps
+    running and reaches the network its policy allows; the old session's
+    removal never takes a piece of the new one, and nothing is left."""
+    import os
+    name = world.name("again")
+    with world.daemon.connect(120) as c:
+        try:
+            for i in range(6):
+                c.result("sandbox.create", {"name": name, "networkPolicy": "allow-all"})
+                c.notes.clear()
+                # A command that runs while the previous session's removal
+                # may still be under way, then one after it.
+                r = c.result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c",
+                             "echo %d > /workspace/n && cat /workspace/n" % i]})
+                c.notes.clear()
+                expect_eq(r.get("exitCode"), 0, "round %d: a command in the new session" % i)
+                got = c.result("sandbox.get", {"name": name})
+                expect_eq(got.get("status"), "running", "round %d: the new session's status" % i)
+                # Its cgroup (the host's view): there, with its init in it.
+                sess = got.get("session") or {}
+                dirs = sess.get("cgroups") or []
+                expect(dirs, "round %d: no cgroups in sandbox.get: %r" % (i, got))
+                for d in dirs:
+                    with open(os.path.join(d, "cgroup.procs")) as f:
+                        procs = f.read().split()
+                    expect(str(sess.get("initPid")) in procs,
+                           "round %d: init %s is not in its cgroup %s (%r)" % (i, sess.get("initPid"), d, procs))
+                c.result("sandbox.delete", {"name": name})
+        finally:
+            c.call("sandbox.delete", {"name": name})
+    leaks.check(world, name)
