@@ -526,6 +526,15 @@ void volumes_free(manager *m);
 volume *manager_find_volume(manager *m, const char *name);
 /* Whether sandbox sb's config names volume `name`. */
 bool volume_mounted_by(const sandbox *sb, const char *name);
+/* A request run again (fn(req, m)) once the teardown holding it is done. */
+typedef void (*teardown_redo)(rpc_request *req, manager *m);
+/* When a deleted sandbox's session that mounted volume `name` is still
+ * being torn down in the background (its clones of the volume live until
+ * its mount namespace goes), holds `req` and returns true: fn(req, m) runs
+ * on the loop thread once that teardown is done (or `req` is answered
+ * unavailable when the daemon is stopping by then). False when none does
+ * (or no memory: the caller goes on). session.c. */
+bool session_teardown_hold(manager *m, const char *name, teardown_redo fn, rpc_request *req);
 /* Validates a create's `volumes` param (NULL or null: none) against the
  * registry: at most VOLUME_MOUNTS_MAX {name, path, readOnly?}, path
  * absolute, not /, without empty, '.' or '..' components, not under /proc,

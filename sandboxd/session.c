@@ -2133,6 +2133,12 @@ typedef struct teardown_job {
         char *cgroup_key; /* the session's cgroup name (sandbox or pool name) */
         start_job **deferred; /* starts of a session whose cgroup has that name, held until it is gone */
         size_t n_deferred;
+        /* The volumes its sandbox mounted (a copy of sb->volumes): the
+         * session's clones keep each busy until its mount namespace goes,
+         * so a volume.delete of one waits (session_teardown_hold). */
+        cJSON *volumes;
+        struct { teardown_redo fn; rpc_request *req; } *held;
+        size_t n_held;
         struct teardown_job *next; /* in m->teardowns */
 } teardown_job;
 
@@ -2461,6 +2467,8 @@ static void teardown_background_work(void *userdata) {
 }
 
 static void teardown_job_free(teardown_job *t) {
+        cJSON_Delete(t->volumes);
+        free(t->held);
         free(t->tombstone);
         free(t->run_tombstone);
         free(t->name);
@@ -2497,7 +2505,36 @@ static void teardown_background_done(void *userdata) {
                 } else
                         start_submit(j);
         }
+        for (size_t i = 0; i < t->n_held; i++) {
+                if (m->stopping)
+                        rpc_reply_error(t->held[i].req, RPC_APP_ERROR, "unavailable", NULL,
+                                        "sandboxd is stopping; retry once it is back");
+                else
+                        t->held[i].fn(t->held[i].req, m);
+        }
         teardown_job_free(t);
+}
+
+bool session_teardown_hold(manager *m, const char *name, teardown_redo fn, rpc_request *req) {
+        for (teardown_job *t = m->teardowns; t; t = t->next) {
+                const cJSON *it;
+                bool mounts = false;
+                cJSON_ArrayForEach(it, t->volumes) {
+                        const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "name"));
+                        mounts |= n && streq(n, name);
+                }
+                if (!mounts)
+                        continue;
+                void *h = realloc(t->held, (t->n_held + 1) * sizeof(*t->held));
+                if (!h)
+                        return false; /* the caller goes on, and finds the volume busy */
+                t->held = h;
+                t->held[t->n_held].fn = fn;
+                t->held[t->n_held].req = req;
+                t->n_held++;
+                return true;
+        }
+        return false;
 }
 
 /* Hands the kernel's part of session s (of sandbox sb, being deleted) to
@@ -2509,8 +2546,9 @@ static void teardown_background(manager *m, sandbox *sb, session *s) {
                 b->s = s;
                 b->name = strdup(sb->name);
                 b->cgroup_key = strdup(s->cgroup_name[0] ? s->cgroup_name : sb->name);
+                b->volumes = sb->volumes ? cJSON_Duplicate(sb->volumes, 1) : NULL;
         }
-        if (!b || !b->name || !b->cgroup_key) {
+        if (!b || !b->name || !b->cgroup_key || (sb->volumes && !b->volumes)) {
                 if (b)
                         teardown_job_free(b);
                 session_kernel_teardown(s, sb->name);
