@@ -426,10 +426,14 @@ bad_type:
         bool pub = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(net, "allowPublicTraffic"));
         bool resume = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(body, "autoResume"),
                                                                      "enabled"));
+        /* Always given, empty too: a create from a snapshot without tags
+         * takes the snapshot's (sandboxd's snapshot config defaults), and a
+         * public sandbox's snapshot would make this one public (and
+         * autoResume) whatever allowPublicTraffic said. */
+        cJSON *tags = cJSON_GetObjectItemCaseSensitive(p, "tags");
+        if (!tags)
+                tags = cJSON_AddObjectToObject(p, "tags");
         if (pub || resume) {
-                cJSON *tags = cJSON_GetObjectItemCaseSensitive(p, "tags");
-                if (!tags)
-                        tags = cJSON_AddObjectToObject(p, "tags");
                 int own = (int) pub + (int) resume;
                 if (cJSON_GetArraySize(tags) > 5 - own) {
                         gw_send_error(c, 400, "metadata: at most %d entries here: sandboxd keeps 5 tags, and the "

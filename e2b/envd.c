@@ -2360,6 +2360,14 @@ static void files_post(const gw_config *cfg, gw_conn *c, const gw_request *r, co
                                       "(application/octet-stream uploads are not served yet)");
                 goto out;
         }
+        /* A query path names the one file written: more parts would go
+         * to their own filenames, a path the request (a signed upload URL
+         * made for that path alone, route.c) was not made for. */
+        if (path && n > 1) {
+                gw_send_error(c, 400, "body: %zu file parts with the query's path; send one, or no path (each "
+                                      "part's filename names its file)", n);
+                goto out;
+        }
         for (size_t i = 0; i < n; i++)
                 if (!(path && n == 1) && (!parts[i].filename || !*parts[i].filename)) {
                         gw_send_error(c, 400, "path: required (the query or each part's filename)");

@@ -390,6 +390,15 @@ def check_signatures(sbx, sbx_b):
     assert st == 200 and json.loads(out)[0]["path"] == "/home/user/up.txt", (st, out)
     st, out = call("GET", signed("up.txt", "read", tok))
     assert (st, out) == (200, b"uploaded"), (st, out)
+    # A signed upload URL writes its path only: more file parts (each
+    # naming a file of its own) are refused, and none is written.
+    body = b"".join(b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n\r\n"
+                    b"other\r\n" % n for n in (b"/home/user/other1.txt", b"/home/user/other2.txt")) + b"--XB--\r\n"
+    st, out = call("POST", signed("up.txt", "write", tok), {"Content-Type": "multipart/form-data; boundary=XB"}, body)
+    assert st == 400 and "path" in json.loads(out)["message"], (st, out)
+    for n in ("other1.txt", "other2.txt"):
+        st, out = call("GET", signed(n, "read", tok))
+        assert st == 404, (n, st, out)
     # Expired.
     st, out = call("GET", signed("signed.txt", "read", tok, now - 10))
     assert st == 401 and json.loads(out) == {"code": 401, "message": "signature is already expired"}, (st, out)
@@ -432,6 +441,29 @@ def check_traffic_token_signs_nothing():
     ok("right after a create, its envd token signs file URLs, its traffic token none")
 
 
+def check_private_from_public_snapshot(sbx):
+    # A sandbox made from a public sandbox's snapshot with
+    # allowPublicTraffic false is private: a port by host name without
+    # its traffic token is refused (a public one would be relayed).
+    st, snap = api("POST", "/sandboxes/%s/snapshots" % sbx["sandboxID"], {"name": "envd-py-public"})
+    assert st == 201, (st, snap)
+    st, c = api("POST", "/sandboxes", {"templateID": "envd-py-public", "timeout": 300,
+                                       "network": {"allowPublicTraffic": False}})
+    try:
+        assert st == 201, (st, c)
+        with connect() as s:
+            s.sendall(("GET / HTTP/1.1\r\nHost: 8000-%s.e2b.test\r\nConnection: close\r\n\r\n"
+                       % c["sandboxID"]).encode())
+            r = Reader(s)
+            st, out = r.status, r.all()
+        assert st == 403 and b"e2b-traffic-access-token: missing" in out, (st, out)
+    finally:
+        if "sandboxID" in c:
+            api("DELETE", "/sandboxes/" + c["sandboxID"])
+        api("DELETE", "/templates/" + snap["snapshotID"])
+    ok("a sandbox made private from a public sandbox's snapshot stays private")
+
+
 def main():
     st, a = api("POST", "/sandboxes", {"templateID": "base", "timeout": 300, "envVars": {"E2B_ENVD_TEST": "v1"}})
     assert st == 201, (st, a)
@@ -444,6 +476,7 @@ def main():
         wid = check_watchers(a, b)
         check_signatures(a, b)
         check_traffic_token_signs_nothing()
+        check_private_from_public_snapshot(a)
     finally:
         api("DELETE", "/sandboxes/" + b["sandboxID"], key=KEY_B)
         st, _ = api("DELETE", "/sandboxes/" + a["sandboxID"])
