@@ -81,6 +81,13 @@ def _table(ns):
     return p.stdout if p.returncode == 0 else None
 
 
+def _table_goes(ns):
+    """The pod's table goes with its deleted sandbox: a delete answers once
+    the session is fenced (its processes killed) and removes its kernel
+    objects, this table included, right after."""
+    W.World.wait_until(lambda: _table(ns) is None, 20, "the pod's table to go after the delete")
+
+
 @contextlib.contextmanager
 def pod_daemon(world):
     """A daemon of this file's config (kubernetes ranges, a non-root admin
@@ -172,7 +179,7 @@ def test_a_pod_sandbox_keeps_the_pods_address_and_its_policy_holds_in_the_kernel
                 expect("re-adopted" in f.read(), "the new sandboxd re-adopted the pod's session")
         finally:
             _delete(world, name)
-        expect(_table(ns) is None, "the pod's table after delete:", _table(ns))
+        _table_goes(ns)
         leaks.check(world, name)
 
 
@@ -205,7 +212,7 @@ def test_a_deny_all_pod_reaches_nothing_and_allow_all_keeps_the_node_closed(worl
             expect_eq(dns(world, name, "api.public.test")["addrs"], [W.PUB_API_ADDR], "allow-all: DNS")
         finally:
             _delete(world, name)
-        expect(_table(ns) is None, "the pod's table after delete")
+        _table_goes(ns)
         leaks.check(world, name)
 
 
@@ -377,5 +384,5 @@ def test_a_pod_cannot_forge_an_inbound_flow_to_answer_through_it(world):
             expect_eq(got, "nothing\n", "what the other pod got from a deny-all pod (script: %s)" % out.strip())
         finally:
             _delete(world, name)
-        expect(_table(ns) is None, "the pod's table after delete")
+        _table_goes(ns)
         leaks.check(world, name)
