@@ -212,6 +212,11 @@ void gw_rate_set(unsigned per_second, int64_t (*now_ms)(void));
 /* Takes one request from `tenant`'s bucket: true when there was one,
  * false when the tenant is over its rate (answer 429). */
 bool gw_rate_take(const char *tenant);
+/* The same for the requests to `tenant`'s public sandboxes' exposed ports
+ * that carry no key or token (anyone with the URL sends them): a bucket
+ * of their own, at the same rate, so that public traffic never spends
+ * the tenant's own (its API and envd calls stay served). */
+bool gw_rate_take_public(const char *tenant);
 
 /* ---- route.c ---- */
 

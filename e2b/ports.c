@@ -425,9 +425,9 @@ void gw_port_proxy(const gw_config *cfg, gw_conn *c, const gw_request *r, const 
                                          "(network.allowPublicTraffic false); send its trafficAccessToken");
                 goto out;
         }
-        if (!a->tenant[0] && !gw_rate_take(tenant)) {
-                send_error_close(c, 429, "rate limit exceeded: the sandbox's tenant receives more requests a second "
-                                         "than the gateway allows (--rate); retry later");
+        if (!a->tenant[0] && !gw_rate_take_public(tenant)) {
+                send_error_close(c, 429, "rate limit exceeded: the sandbox's public ports receive more requests a "
+                                         "second than the gateway allows (--rate); retry later");
                 goto out;
         }
         const cJSON *session = cJSON_GetObjectItemCaseSensitive(sb, "session");

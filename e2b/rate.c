@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdbool.h>
 #include <time.h>
 #include "e2b/gateway.h"
 
@@ -22,6 +23,7 @@
 
 typedef struct bucket {
         char tenant[80];
+        bool public;    /* the tenant's public traffic (gw_rate_take_public), a bucket of its own */
         double tokens;
         int64_t at_ms;  /* when tokens was last brought up to date */
 } bucket;
@@ -47,10 +49,10 @@ void gw_rate_set(unsigned per_second, int64_t (*now_ms)(void)) {
         pthread_mutex_unlock(&lock);
 }
 
-static bucket *bucket_of(const char *tenant, int64_t now) {
+static bucket *bucket_of(const char *tenant, bool public, int64_t now) {
         double burst = 2.0 * rate;
         for (size_t i = 0; i < n_buckets; i++)
-                if (strcmp(buckets[i].tenant, tenant) == 0)
+                if (buckets[i].public == public && strcmp(buckets[i].tenant, tenant) == 0)
                         return &buckets[i];
         size_t at = n_buckets;
         if (n_buckets < BUCKETS)
@@ -61,15 +63,16 @@ static bucket *bucket_of(const char *tenant, int64_t now) {
                                 at = i;
         bucket *b = &buckets[at];
         snprintf(b->tenant, sizeof(b->tenant), "%s", tenant);
+        b->public = public;
         b->tokens = burst;
         b->at_ms = now;
         return b;
 }
 
-bool gw_rate_take(const char *tenant) {
+static bool take(const char *tenant, bool public) {
         pthread_mutex_lock(&lock);
         int64_t now = clock_ms();
-        bucket *b = bucket_of(tenant, now);
+        bucket *b = bucket_of(tenant, public, now);
         double burst = 2.0 * rate;
         if (now > b->at_ms) {
                 b->tokens += (double) (now - b->at_ms) * rate / 1000.0;
@@ -82,4 +85,12 @@ bool gw_rate_take(const char *tenant) {
                 b->tokens -= 1.0;
         pthread_mutex_unlock(&lock);
         return ok;
+}
+
+bool gw_rate_take(const char *tenant) {
+        return take(tenant, false);
+}
+
+bool gw_rate_take_public(const char *tenant) {
+        return take(tenant, true);
 }

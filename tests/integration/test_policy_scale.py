@@ -75,6 +75,9 @@ def test_200_sessions_policies_created_updated_and_deleted_leave_the_ruleset_as_
             # and every later sandbox's directories unreadable inside).
             expect_eq(_umask(world), umask, "the daemon's umask after batch %d" % done)
             done += BATCH
+    # A delete answers once its session is fenced; the session's chains
+    # and sets go right after.
+    W.World.wait_until(lambda: not _session_chains(_ruleset(world)), 120, "every deleted session's chains to go")
     after = _ruleset(world)
     expect_eq(_session_chains(after), [], "session chains after every delete")
     expect_eq(len(after.splitlines()), len(before.splitlines()),

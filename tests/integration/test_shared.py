@@ -227,7 +227,9 @@ def test_netd_runs_in_a_child_of_the_sessions_cgroup_and_goes_with_it(world):
     finally:
         world.ctl("rm", name)
     W.World.wait_until(lambda: not _netd_pids(name), 30, "sandbox-netd of %s gone" % name)
-    expect_eq(_netd_dirs(session), [], "netd cgroups left after delete")
+    # The delete answers once the session is fenced; its cgroups (netd's
+    # child too) go right after.
+    W.World.wait_until(lambda: not _netd_dirs(session), 30, "the netd cgroups of %s to go" % name)
 
 
 def _daemon_mounts_below(d, path):

@@ -955,6 +955,26 @@ static void test_a_tenant_over_its_rate_is_answered_429(void **state) {
         gw_rate_set(GW_RATE_DEFAULT, NULL);
 }
 
+/* Requests to a tenant's public ports without a key (anyone with the
+ * URL) spend a bucket of their own: past it they are refused, and the
+ * tenant's own calls still go through (its kill or timeout are never
+ * locked out by strangers). */
+static void test_public_traffic_does_not_spend_the_tenants_rate(void **state) {
+        frozen_ms = 2000000;
+        gw_rate_set(2, frozen_clock); /* 2 a second, a bucket of 4 */
+        for (int i = 0; i < 4; i++)
+                assert_true(gw_rate_take_public("team-p"));
+        assert_false(gw_rate_take_public("team-p"));
+        for (int i = 0; i < 4; i++)
+                assert_true(gw_rate_take("team-p"));
+        assert_false(gw_rate_take("team-p"));
+        assert_false(gw_rate_take_public("team-p"));
+        frozen_ms += 500;
+        assert_true(gw_rate_take_public("team-p"));
+        assert_true(gw_rate_take("team-p"));
+        gw_rate_set(GW_RATE_DEFAULT, NULL);
+}
+
 /* E2B's signature of a file URL, as the SDK's getSignature() makes it
  * (the values computed with Python's hashlib and base64). */
 static void test_file_signatures_as_the_sdk_makes_them(void **state) {
@@ -1169,6 +1189,7 @@ int main(void) {
                 cmocka_unit_test(test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress),
                 cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
+                cmocka_unit_test(test_public_traffic_does_not_spend_the_tenants_rate),
                 cmocka_unit_test(test_file_signatures_as_the_sdk_makes_them),
                 cmocka_unit_test_setup_teardown(test_signed_file_urls_route_by_their_signature, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stream_input_is_parsed_as_it_comes, setup, teardown),
