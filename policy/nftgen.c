@@ -539,34 +539,9 @@ static int add_ct_mark_eq(struct nftnl_rule *r, uint32_t mark) {
         return k < 0 ? k : pol_nftx_cmp(r, &mark, sizeof(mark));
 }
 
-/* ct <key> & mask != 0 (ct state related, ct status dnat): one helper
- * for the conntrack bit tests the session chains make. */
-static int add_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {
-        uint32_t zero = 0;
-        struct nftnl_expr *e;
-        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, key, NFTNL_EXPR_CT_DREG);
-        if (k < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("bitwise"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
-        }
-        if ((k = pol_nftx_expr(r, e)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("cmp"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
-                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
-        }
-        return pol_nftx_expr(r, e);
-}
-
 /* ct state established,related. */
 static int add_ct_est_rel(struct nftnl_rule *r) {
-        return add_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
+        return pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
 }
 
 /* ct mark set mark: the flow now belongs to this generation. */
@@ -634,14 +609,8 @@ static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
  * reported to them (the sandbox's own next packet of the flow meets the
  * deny chain and its reset). */
 static int add_verdict_or_drop(struct nftnl_rule *r, bool accept, bool drop) {
-        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, accept ? NF_ACCEPT : drop ? NF_DROP : NFT_GOTO);
-                if (!accept && !drop)
-                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
-        }
-        return pol_nftx_expr(r, e);
+        return pol_nftx_verdict(r, accept ? NF_ACCEPT : drop ? NF_DROP : NFT_GOTO,
+                                accept || drop ? NULL : CORE_NFT_DENY_CHAIN);
 }
 
 
@@ -662,8 +631,8 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
         switch (sr->kind) {
         case SR_CT_EST: k = add_ct_est_rel(r); break;
         case SR_CT_MARK: k = add_ct_mark_eq(r, n->mark); break;
-        case SR_CT_DNAT: k = add_ct_bits(r, NFT_CT_STATUS, IPS_DST_NAT); break;
-        case SR_CT_RELATED: k = add_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED)); break;
+        case SR_CT_DNAT: k = pol_nftx_ct_bits(r, NFT_CT_STATUS, IPS_DST_NAT); break;
+        case SR_CT_RELATED: k = pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED)); break;
         case SR_DADDR_SET:
                 k = add_addr_lookup(r, n->set[sr->set], session_sets[sr->set].key_len == 16, reply);
                 break;
