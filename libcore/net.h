@@ -176,14 +176,16 @@ int core_net_monitor_read(int fd);
  * - pins4 / pins6: `type ifname . ipv4_addr` / `ifname . ipv6_addr`, flags
  *   timeout: the DNS pins (one garbage collector for all sessions);
  * - gens: `type ifname . mark`: the session's current flow generation;
- * - genmark: `type ifname : mark`: the same as a map (`ct mark set iifname
- *   map @genmark`);
+ * - genmark, genmark_b: `type ifname : mark`: the generation a flow gets
+ *   when the session's chain of slot a (of slot b) accepts it (`ct mark
+ *   set iifname map @genmark`);
  * - slot_b: `type ifname`: sessions whose chains use the "_b" slot of
  *   their address-range sets. */
 #define CORE_NFT_PINS4_SET "pins4"
 #define CORE_NFT_PINS6_SET "pins6"
 #define CORE_NFT_GENS_SET "gens"
 #define CORE_NFT_GENMARK_MAP "genmark"
+#define CORE_NFT_GENMARK_B_MAP "genmark_b"
 #define CORE_NFT_SLOT_B_SET "slot_b"
 /* nftables' datatype numbers (src/datatype.h) and the width of one field
  * of a concatenation's type (TYPE_BITS): key types `nft list` prints. */

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include "libcore/log.h"
 #include "libcore/net.h"
 #include "libcore/util.h"
 #include "policy/nftexpr.h"
@@ -144,6 +145,8 @@ typedef struct names {
         char ichain[IFNAMSIZ + 2]; /* i_<if>: input, gateway services */
         char nchain[IFNAMSIZ + 2]; /* n_<if>: prerouting, DNS forwarding of allow-all */
         char rchain[IFNAMSIZ + 2]; /* r_<if>: forward, the reply direction of a flow of an older generation */
+        char chain_b[IFNAMSIZ + 4];  /* s_<if>_b: s_<if>'s rules of slot b */
+        char rchain_b[IFNAMSIZ + 4]; /* r_<if>_b: r_<if>'s rules of slot b */
         uint32_t mark;             /* the generation (ct mark) of this change's s_<if> and r_<if> */
         char set[N_SETS][IFNAMSIZ + 16];
         int slot;              /* where the interval sets of this change are: use_slot() */
@@ -185,6 +188,8 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
         snprintf(n->ichain, sizeof(n->ichain), "i_%s", ifname);
         snprintf(n->nchain, sizeof(n->nchain), "n_%s", ifname);
         snprintf(n->rchain, sizeof(n->rchain), "r_%s", ifname);
+        snprintf(n->chain_b, sizeof(n->chain_b), "s_%s_b", ifname);
+        snprintf(n->rchain_b, sizeof(n->rchain_b), "r_%s_b", ifname);
         for (int i = 0; i < N_SETS; i++)
                 snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
         snprintf(n->set[SET_DNS], sizeof(n->set[SET_DNS]), "%s", CORE_NFT_PINS4_SET);
@@ -610,13 +615,17 @@ static int add_gen_check(struct nftnl_rule *r, bool reply) {
         return add_lookup(r, CORE_NFT_GENS_SET, NFT_REG_1, -1, false);
 }
 
-/* ct mark set iifname map @genmark (oifname for the reply direction): the
- * flow now belongs to the session's current generation. */
-static int add_gen_set(struct nftnl_rule *r, bool reply) {
+/* ct mark set iifname map @genmark (genmark_b in the chains of slot b;
+ * oifname for the reply direction): the flow now belongs to the
+ * generation of the slot that judged it. A change writes the new
+ * generation into the map of the slot it moves to and leaves the other's:
+ * a packet that met the old slot's chain while the change was committed
+ * gets the old generation, and is judged again on its next packet. */
+static int add_gen_set(struct nftnl_rule *r, bool reply, int slot) {
         struct nftnl_expr *e;
         int k;
         if ((k = load_if(r, reply, NFT_REG_1)) < 0 ||
-            (k = add_lookup(r, CORE_NFT_GENMARK_MAP, NFT_REG_1, NFT_REG_1, false)) < 0)
+            (k = add_lookup(r, slot ? CORE_NFT_GENMARK_B_MAP : CORE_NFT_GENMARK_MAP, NFT_REG_1, NFT_REG_1, false)) < 0)
                 return k;
         if ((e = nftnl_expr_alloc("ct"))) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_MARK);
@@ -625,11 +634,11 @@ static int add_gen_set(struct nftnl_rule *r, bool reply) {
         return pol_nftx_expr(r, e);
 }
 
-/* iifname @slot_b (slot 1) or iifname != @slot_b (slot 0): the rule that
- * follows looks up the address-range set of that slot. */
-static int add_slot_guard(struct nftnl_rule *r, bool reply, int slot) {
+/* iifname @slot_b (oifname for the reply direction): the session's chains
+ * of slot b are in force. */
+static int add_slot_guard(struct nftnl_rule *r, bool reply) {
         int k = load_if(r, reply, NFT_REG_1);
-        return k < 0 ? k : add_lookup(r, CORE_NFT_SLOT_B_SET, NFT_REG_1, -1, slot == 0);
+        return k < 0 ? k : add_lookup(r, CORE_NFT_SLOT_B_SET, NFT_REG_1, -1, false);
 }
 
 /* meta nfproto ipv4 iifname . ip daddr @pins4 (ipv6 ... ip6 daddr @pins6;
@@ -686,15 +695,16 @@ static int add_verdict_or_drop(struct nftnl_rule *r, bool accept, bool drop) {
 }
 
 
-/* One rule of the session chain (add_session_rules) or gateway_rules, appended to `chain`.
- * `slot`: for a rule that looks up an address-range set, which slot's set
- * (and the slot_b guard that picks it); -1 otherwise. */
-static int build_rule(const session_rule *sr, const char *chain, const names *n, struct in_addr gateway, int slot,
+/* One rule of the session chain (add_session_rules) or gateway_rules, appended to `chain`. */
+static int build_rule(const session_rule *sr, const char *chain, const names *n, struct in_addr gateway,
                       struct nftnl_rule **ret) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
         /* The session's own chains carry its generation; the reply chain
          * judges the remote end, which is the source there. */
-        bool reply = streq(chain, n->rchain), marked = reply || streq(chain, n->chain);
+        bool reply = streq(chain, n->rchain) || streq(chain, n->rchain_b);
+        bool marked = reply || streq(chain, n->chain) || streq(chain, n->chain_b);
+        /* The chains of slot b look up the "_b" sets and mark from genmark_b. */
+        int slot = streq(chain, n->chain_b) || streq(chain, n->rchain_b);
         int k = 0;
         if (!r)
                 return -ENOMEM;
@@ -715,8 +725,7 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
                         break;
                 }
                 slot_set_name(n, sr->set, slot, name, sizeof(name));
-                if ((k = add_slot_guard(r, reply, slot)) >= 0)
-                        k = add_addr_lookup(r, name, v6, reply);
+                k = add_addr_lookup(r, name, v6, reply);
                 break;
         }
         case SR_DPORT: k = add_port(r, sr->l4proto, sr->port, reply); break;
@@ -738,7 +747,7 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
         /* An accepting rule of the session's chains (but the generation
          * check itself) marks the flow with the generation. */
         if (k >= 0 && marked && sr->accept && sr->kind != SR_CT_MARK)
-                k = add_gen_set(r, reply);
+                k = add_gen_set(r, reply, slot);
         if (k < 0 || (k = add_verdict_or_drop(r, sr->accept, reply)) < 0)
                 return k;
         *ret = TAKE_PTR(r);
@@ -891,12 +900,6 @@ static int msg_proxied_elem(core_nft_batch *bt, const names *n, bool add) {
         return msg_elems(bt, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
 }
 
-/* A rule that looks up an address-range set is added once per slot,
- * each behind its slot_b guard (add_slot_guard), so a change only moves
- * the session's element of slot_b. */
-static int msg_rule_slot(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
-                         struct in_addr gateway, int slot);
-
 /* An element of one of the host table's shared keyed sets (libcore/net.h
  * CORE_NFT_PINS4_SET...): the key is the session's interface name
  * (IFNAMSIZ bytes, zero-padded) followed by tail_len bytes of `tail`;
@@ -927,9 +930,9 @@ static int msg_keyed_elem(core_nft_batch *bt, uint16_t type, const char *set, co
         return msg_elems(bt, type, s, seq, buf);
 }
 
-/* The session's generation elements: `"<if>" . mark` in gens and
- * `"<if>" : mark` in genmark (type NEWSETELEM: add; DELSETELEM: delete). */
-static int msg_gen_elems(core_nft_batch *bt, uint16_t type, const names *n, uint32_t mark) {
+/* The session's current generation, `"<if>" . mark` in gens (type
+ * NEWSETELEM: add; DELSETELEM: delete). */
+static int msg_gens(core_nft_batch *bt, uint16_t type, const names *n, uint32_t mark) {
         char text[16];
         int k;
         snprintf(text, sizeof(text), "0x%08x", mark);
@@ -939,7 +942,14 @@ static int msg_gen_elems(core_nft_batch *bt, uint16_t type, const names *n, uint
              (k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, CORE_NFT_GENS_SET, n, &mark, sizeof(mark), NULL, 0, text)) < 0) ||
             (k = msg_keyed_elem(bt, type, CORE_NFT_GENS_SET, n, &mark, sizeof(mark), NULL, 0, text)) < 0)
                 return k;
-        return msg_keyed_elem(bt, type, CORE_NFT_GENMARK_MAP, n, NULL, 0, &mark, 0, NULL);
+        return 0;
+}
+
+/* The generation the chains of `slot` mark flows with, `"<if>" : mark` in
+ * genmark (slot 0) or genmark_b (slot 1); a delete needs no mark. */
+static int msg_genmark(core_nft_batch *bt, uint16_t type, const names *n, uint32_t mark, int slot) {
+        return msg_keyed_elem(bt, type, slot ? CORE_NFT_GENMARK_B_MAP : CORE_NFT_GENMARK_MAP, n, NULL, 0, &mark, 0,
+                              NULL);
 }
 
 /* Empties set `name` (a DELSETELEM without elements: nft's `flush set`). */
@@ -1096,20 +1106,10 @@ static int msg_pins_drop(core_nft_batch *bt, const names *n, if_pins *p, const p
 
 static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
                     struct in_addr gateway) {
-        int k;
-        if (sr->kind != SR_DADDR_SET || !set_is_interval(sr->set))
-                return msg_rule_slot(bt, sr, chain, n, gateway, -1);
-        if ((k = msg_rule_slot(bt, sr, chain, n, gateway, 0)) < 0)
-                return k;
-        return msg_rule_slot(bt, sr, chain, n, gateway, 1);
-}
-
-static int msg_rule_slot(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
-                         struct in_addr gateway, int slot) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
         char gw[INET6_ADDRSTRLEN + 16] = "";
         uint32_t seq;
-        int k = build_rule(sr, chain, n, gateway, slot, &r);
+        int k = build_rule(sr, chain, n, gateway, &r);
         if (k < 0)
                 return k;
         if (sr->kind == SR_GW_DPORT) {
@@ -1121,8 +1121,7 @@ static int msg_rule_slot(core_nft_batch *bt, const session_rule *sr, const char 
                 inet_ntop(AF_INET6, &n->gw6, a, sizeof(a));
                 snprintf(gw, sizeof(gw), "ip6 daddr %s ", a);
         }
-        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s%s%s'", chain,
-                                           slot < 0 ? "" : slot ? "[slot_b] " : "[slot a] ", gw, sr->text);
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s%s'", chain, gw, sr->text);
         if (!buf)
                 return -ENOMEM;
         nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
@@ -1208,9 +1207,11 @@ static int take_mark(uint32_t *ret);
 /* What the session has now, as change() found it. */
 typedef struct current {
         bool elem, input_elem, proxied, nat_elem, reply_elem;
-        bool custom;   /* its genmark element: custom chains in place */
-        uint32_t mark; /* that element's value, the current generation */
-        int slot;      /* custom: the slot of address-range sets in use */
+        bool custom;        /* its genmark element: custom chains in place */
+        uint32_t mark_a;    /* that element's value, slot a's generation */
+        bool has_b;         /* its genmark_b element */
+        uint32_t mark_b;    /* that element's value */
+        int slot;           /* custom: the slot of address-range sets in use */
 } current;
 
 /* Deletes whatever the session has: the map elements (if any) first, since
@@ -1236,12 +1237,17 @@ static int purge(core_nft_batch *bt, const names *n, const current *cur, bool ke
                 return k;
         if (cur->input_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, NULL)) < 0)
                 return k;
+        /* s_ and r_ before their slot-b chains, which their gotos use. */
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain_b)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain_b)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->ichain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->ichain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain)) < 0)
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain_b)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain_b)) < 0)
                 return k;
         for (int i = 0; !keep_ranges && i < N_SETS; i++)
                 for (int slot = 0; set_is_interval(i) && slot < 2; slot++) {
@@ -1250,7 +1256,10 @@ static int purge(core_nft_batch *bt, const names *n, const current *cur, bool ke
                         if ((k = msg_set_drop(bt, name, i)) < 0)
                                 return k;
                 }
-        if (cur->custom && (k = msg_gen_elems(bt, NFT_MSG_DELSETELEM, n, cur->mark)) < 0)
+        if (cur->custom && ((k = msg_gens(bt, NFT_MSG_DELSETELEM, n, cur->slot ? cur->mark_b : cur->mark_a)) < 0 ||
+                            (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, 0)) < 0))
+                return k;
+        if (cur->has_b && (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, 1)) < 0)
                 return k;
         if ((k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0, NULL, 0, NULL)) < 0 ||
             (k = msg_keyed_elem(bt, NFT_MSG_DELSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0, NULL, 0, NULL)) < 0)
@@ -1286,16 +1295,57 @@ static int add_gateway_services(core_nft_batch *bt, const names *n, struct in_ad
  * judged on the remote end as the source, denials dropped) from the packet
  * decision table (see the comment above rule_deny4), after the generation check and what a
  * custom policy never forwards (see rule_ct_mark). */
-static int add_session_rules(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway) {
-        size_t n_steps;
-        const pol_packet_step *steps = pol_packet_steps(&n_steps);
+/* `iifname @slot_b goto <chain_b>` (oifname for the reply direction),
+ * appended to `chain`: the slot is decided once per packet, so a packet
+ * is judged by one slot's sets and marked from that slot's genmark map
+ * whenever a change commits. */
+static int msg_slot_goto(core_nft_batch *bt, const names *n, const char *chain, const char *chain_b) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
+        bool reply = streq(chain, n->rchain);
+        uint32_t seq;
+        int k;
+        if (!r)
+                return -ENOMEM;
+        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
+            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) < 0)
+                return -ENOMEM;
+        if ((k = add_slot_guard(r, reply)) < 0 || (k = pol_nftx_verdict(r, NFT_GOTO, chain_b)) < 0)
+                return k;
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s @slot_b goto %s'", chain,
+                                           reply ? "oifname" : "iifname", chain_b);
+        if (!buf)
+                return -ENOMEM;
+        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
+                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
+        return core_nft_batch_commit(bt);
+}
+
+static int add_steps(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway);
+
+/* s_<if> (chain n->chain, with n->chain_b) or r_<if> (n->rchain, with
+ * n->rchain_b): the generation check and what a custom policy never
+ * forwards, the slot's goto, then the decision table's steps on slot a's
+ * sets; the slot-b chain holds the same steps on the "_b" sets. */
+static int add_session_rules(core_nft_batch *bt, const names *n, const char *chain, const char *chain_b,
+                             struct in_addr gateway) {
         int k;
         if ((k = msg_rule(bt, &rule_ct_mark, chain, n, gateway)) < 0 ||
             (streq(chain, n->rchain) && (k = msg_rule(bt, &rule_related, chain, n, gateway)) < 0) ||
             (k = msg_rule(bt, &rule_ct_dnat, chain, n, gateway)) < 0 ||
             (k = msg_rule(bt, &rule_http, chain, n, gateway)) < 0 ||
-            (k = msg_rule(bt, &rule_https, chain, n, gateway)) < 0)
+            (k = msg_rule(bt, &rule_https, chain, n, gateway)) < 0 ||
+            (k = msg_slot_goto(bt, n, chain, chain_b)) < 0 || (k = add_steps(bt, n, chain, gateway)) < 0)
                 return k;
+        return add_steps(bt, n, chain_b, gateway);
+}
+
+/* The packet decision table's steps (see the comment above rule_deny4),
+ * appended to `chain`. */
+static int add_steps(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway) {
+        size_t n_steps;
+        const pol_packet_step *steps = pol_packet_steps(&n_steps);
+        int k = 0;
         for (size_t i = 0; k >= 0 && i < n_steps; i++) {
                 char text[48];
                 session_rule port = { SR_DPORT, 0, steps[i].l4proto, steps[i].port, false, text };
@@ -1424,12 +1474,15 @@ static int add_custom(core_nft_batch *bt, const names *n, struct in_addr gateway
         const elem_verdict go = { NFT_GOTO, n->chain }, go_reply = { NFT_GOTO, n->rchain };
         int k;
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0 ||
-            (k = msg_gen_elems(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
-            (n->slot && (k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0, NULL, 0, NULL)) < 0))
-                return k;
-        if ((k = add_pins(bt, n, pins, n_pins)) < 0 || (k = add_session_rules(bt, n, n->chain, gateway)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain_b)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain)) < 0 ||
-            (k = add_session_rules(bt, n, n->rchain, gateway)) < 0)
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain_b)) < 0 ||
+            (k = msg_gens(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
+            (k = msg_genmark(bt, NFT_MSG_NEWSETELEM, n, n->mark, 0)) < 0)
+                return k;
+        if ((k = add_pins(bt, n, pins, n_pins)) < 0 ||
+            (k = add_session_rules(bt, n, n->chain, n->chain_b, gateway)) < 0 ||
+            (k = add_session_rules(bt, n, n->rchain, n->rchain_b, gateway)) < 0)
                 return k;
         if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
             (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &go_reply)) < 0 ||
@@ -1541,30 +1594,50 @@ static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, str
 
 /* A custom policy replacing a custom policy: the session's chains, map
  * elements and gateway services stay as they are (they depend on the
- * interface alone), and the change is two element-only batches into sets
- * the change never re-creates: the unused slot's address-range sets
+ * interface alone), and the change is element-only batches into sets the
+ * change never re-creates: the unused slot's address-range sets
  * (stage_interval_sets), then one batch that moves the session to that
- * slot (slot_b), to the new generation (gens, genmark: every flow of an
- * older one is judged again on its next packet) and drops the old
- * policy's DNS pins but the carried ones. No rule, chain or verdict-map
+ * slot (slot_b), to the new generation (gens, and the slot's genmark map:
+ * every flow of an older one is judged again on its next packet) and
+ * drops the old policy's DNS pins but the carried ones, then one that
+ * empties the slot left behind. No rule, chain or verdict-map
  * element is added, so the kernel neither validates the table's chains
  * again nor looks a set up by name among the other sessions' but the
  * session's own six (issue #23). */
 static int change_custom(names *n, const current *cur, const pol_policy *p, const pol_nft_carried_pin *pins,
                          size_t n_pins, if_pins *rec, sb_error **ret_err) {
-        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL, *clear = NULL;
         int slot = 1 - cur->slot, k;
+        bool had = slot ? cur->has_b : true; /* the new slot's genmark element */
         if ((k = stage_interval_sets(n, p, slot, false, ret_err)) < 0)
                 return k;
         if ((k = core_nft_batch_new(&bt)) < 0 ||
             (k = msg_keyed_elem(bt, slot ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0,
                                 NULL, 0, NULL)) < 0 ||
-            (k = msg_gen_elems(bt, NFT_MSG_DELSETELEM, n, cur->mark)) < 0 ||
-            (k = msg_gen_elems(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
+            (k = msg_gens(bt, NFT_MSG_DELSETELEM, n, cur->slot ? cur->mark_b : cur->mark_a)) < 0 ||
+            (k = msg_gens(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
+            (had && (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, slot)) < 0) ||
+            (k = msg_genmark(bt, NFT_MSG_NEWSETELEM, n, n->mark, slot)) < 0 ||
             (k = msg_pins_drop(bt, n, rec, pins, n_pins)) < 0 || (k = add_pins(bt, n, pins, n_pins)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
                                     strerror(-k));
-        return core_nft_batch_send(bt, ret_err);
+        if ((k = core_nft_batch_send(bt, ret_err)) < 0)
+                return k;
+        /* Then the slot left behind is emptied, in a batch of its own: no
+         * packet meets its sets any more (the slot is decided once per
+         * packet), and nothing of the replaced policy stays loaded. Its
+         * failure changes nothing of what is in force: the next change
+         * flushes the slot before filling it anyway. */
+        use_slot(n, cur->slot);
+        k = core_nft_batch_new(&clear);
+        for (int i = 0; k >= 0 && i < N_SETS; i++)
+                if (set_is_interval(i))
+                        k = msg_set_flush(clear, n->set[i]);
+        sb_error *err = NULL;
+        if (k >= 0 && core_nft_batch_send(clear, &err) < 0)
+                log_warning("nftables: empty the unused address sets of %s: %s", n->ifname, err ? err->message : "?");
+        sb_error_free(err);
+        return 0;
 }
 
 static int change_locked(names *n, const pol_policy *p, struct in_addr gateway, const pol_nft_carried_pin *pins,
@@ -1576,13 +1649,16 @@ static int change_locked(names *n, const pol_policy *p, struct in_addr gateway, 
         if (custom && (k = take_mark(&n->mark)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: no flow generation (ct mark) for %s: %s",
                                     n->ifname, strerror(-k));
-        if ((k = map_elem_query(CORE_NFT_GENMARK_MAP, n, &cur.mark, ret_err)) < 0)
+        if ((k = map_elem_query(CORE_NFT_GENMARK_MAP, n, &cur.mark_a, ret_err)) < 0)
                 return k;
         cur.custom = k;
+        if (cur.custom && (k = map_elem_query(CORE_NFT_GENMARK_B_MAP, n, &cur.mark_b, ret_err)) < 0)
+                return k;
+        cur.has_b = cur.custom && k;
+        if (cur.custom && (k = map_elem_exists(CORE_NFT_SLOT_B_SET, n, ret_err)) < 0)
+                return k;
+        cur.slot = cur.custom && k;
         if (custom && cur.custom) {
-                if ((k = map_elem_exists(CORE_NFT_SLOT_B_SET, n, ret_err)) < 0)
-                        return k;
-                cur.slot = k;
                 return change_custom(n, &cur, p, pins, n_pins, rec, ret_err);
         }
         if ((k = map_elem_exists(CORE_NFT_SESSIONS_MAP, n, ret_err)) < 0)

@@ -25,13 +25,14 @@
  *   slot_b says which slot is in force), the element `"<if>" : goto
  *   s_<if>`, and the session's elements of the host table's shared sets
  *   (libcore/net.h): `"<if>" . <generation>` in gens, `"<if>" :
- *   <generation>` in genmark, and its DNS pins `"<if>" . <address>` (with
- *   timeouts) in pins4. The chain, in order (each rule on an address-range
- *   set twice, `iifname != @slot_b ... @deny4` and `iifname @slot_b ...
- *   @deny4_b`):
+ *   <generation>` in genmark (or genmark_b), and its DNS pins `"<if>" .
+ *   <address>` (with timeouts) in pins4. The chain, in order:
  *     iifname . ct mark @gens accept       flows this policy admitted
  *     ct status dnat goto deny             allow-all's DNS forwarding, older
  *     tcp dport 80, 443 goto deny          forwarded, so older than the proxy
+ *     iifname @slot_b goto s_<if>_b        slot b in force: the same steps
+ *                                          on the "_b" sets, marking from
+ *                                          genmark_b, in chain s_<if>_b
  *     ip daddr @deny4 goto deny            subnets.deny beats everything
  *     ip daddr @forbid4 goto deny          rule 5 ranges not named by allow
  *     tcp/udp dport 53, 853 goto deny      no resolver but the DNS filter
@@ -41,13 +42,18 @@
  *     goto deny                            a custom policy denies the rest
  *   Nothing in the chains depends on the policy, only on the interface:
  *   a custom policy replacing a custom policy is element-only (the unused
- *   slot's sets filled, then one batch that moves slot_b, gens, genmark
- *   and the pins), never a rule, chain or verdict-map element, so its cost
- *   does not grow with the number of sessions (issue #23).
+ *   slot's sets filled, then one batch that moves slot_b, gens, the new
+ *   slot's genmark element and the pins, then the old slot emptied),
+ *   never a rule, chain or verdict-map element, so its cost does not grow
+ *   with the number of sessions (issue #23). The slot is decided once per
+ *   packet (the goto), so a packet meeting a change's commit is judged by
+ *   one slot's sets and marked with that slot's generation: the old one,
+ *   judged again on its next packet, or the new one.
  *   where `deny` answers TCP with a reset and anything else with ICMP
  *   admin-prohibited; chain r_<if>, the same for the reply direction of a
  *   flow that fails the generation check (`oifname`, `ip saddr`, `th sport`,
- *   denials `drop`, and `ct state related drop` after the check), and the element
+ *   denials `drop`, and `ct state related drop` after the check; its slot-b
+ *   rules in r_<if>_b), and the element
  *   `"<if>" : goto r_<if>` in `sessions_reply` (allow-all: `accept`;
  *   deny-all: none, the host drops). Also chain i_<if> and the element `"<if>" : jump
  *   i_<if>` in `sessions_input`, which the host input chain consults after

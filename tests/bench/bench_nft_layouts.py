@@ -25,12 +25,13 @@ the daemon sends its batch with libnftnl). Layouts:
   built     what policy/nftgen.c builds now (layout "elements" made
             element-only in full): the session's chains are never
             rewritten; its address-range sets come in two slots, each
-            rule behind `iifname (!=) @slot_b`; its generation is an
-            element of the shared `gens`/`genmark`, its pins of the
-            shared `pins4`, all made before any session's. An update is
-            two batches: flush and fill the unused slot, then move
-            slot_b, gens and genmark (the time is both together). Also a
-            pin into pins4.
+            slot's rules in a chain of its own (`iifname @slot_b goto
+            s_<if>_b`); its generation is an element of the shared
+            `gens` and `genmark`/`genmark_b`, its pins of the shared
+            `pins4`, all made before any session's. An update is three
+            batches: flush and fill the unused slot, move slot_b, gens
+            and the slot's genmark, empty the slot left behind (the time
+            is the three together). Also a pin into pins4.
   concat    no per-session chain or set: shared sets keyed by interface
             and address (`ifname . ipv4_addr`, intervals) matched by one
             chain for every custom session (`iifname . ip daddr @allow4`);
@@ -153,6 +154,7 @@ def built_load(n):
                '"sbx%d" . %d' % (i, i) for i in range(BASE, BASE + n))]),
            blk("map genmark", ["type ifname : mark", "elements = { %s }" % ", ".join(
                '"sbx%d" : %d' % (i, i) for i in range(BASE, BASE + n))]),
+           blk("map genmark_b", ["type ifname : mark"]),
            blk("set slot_b", ["type ifname"])]
     for i in range(BASE, BASE + n):
         p = "s_sbx%d_" % i
@@ -164,16 +166,15 @@ def built_load(n):
                                                       "elements = { 198.51.100.7 }"]),
                     blk("set %sforbid4%s" % (p, slot), ["type ipv4_addr", "flags interval", "elements = { "
                                                         "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16 }"])]
-        mk = "ct mark set iifname map @genmark"
-        rules = ["iifname . ct mark @gens accept"]
-        for name, verdict in (("deny4", "goto deny"), ("forbid4", "goto deny")):
-            rules += ["iifname != @slot_b ip daddr @%s%s %s" % (p, name, verdict),
-                      "iifname @slot_b ip daddr @%s%s_b %s" % (p, name, verdict)]
-        rules += ["meta l4proto { tcp, udp } th dport { 53, 853 } goto deny",
-                  "iifname != @slot_b ip daddr @%sallow4 %s accept" % (p, mk),
-                  "iifname @slot_b ip daddr @%sallow4_b %s accept" % (p, mk),
-                  "udp dport 443 goto deny", "iifname . ip daddr @pins4 %s accept" % mk, "goto deny"]
-        out.append(blk("chain s_sbx%d" % i, rules))
+        def steps(slot):
+            mk = "ct mark set iifname map @genmark%s" % slot
+            return ["ip daddr @%sdeny4%s goto deny" % (p, slot), "ip daddr @%sforbid4%s goto deny" % (p, slot),
+                    "meta l4proto { tcp, udp } th dport { 53, 853 } goto deny",
+                    "ip daddr @%sallow4%s %s accept" % (p, slot, mk),
+                    "udp dport 443 goto deny", "iifname . ip daddr @pins4 %s accept" % mk, "goto deny"]
+        out.append(blk("chain s_sbx%d_b" % i, steps("_b")))
+        out.append(blk("chain s_sbx%d" % i, ["iifname . ct mark @gens accept",
+                                             "iifname @slot_b goto s_sbx%d_b" % i] + steps("")))
         out.append(blk("chain r_sbx%d" % i, reply_rules()))
         out.append(blk("chain i_sbx%d" % i, input_rules(i)))
     el = lambda c: ", ".join('"sbx%d" : jump %s_sbx%d' % (i, c, i) for i in range(BASE, BASE + n))  # noqa: E731
@@ -200,12 +201,15 @@ def built_update(i, gen):
                        "add element %s %sdeny4%s { 198.51.100.%d }" % (t, p, slot, gen % 250),
                        "flush set %s %sforbid4%s" % (t, p, slot),
                        "add element %s %sforbid4%s { 10.0.0.0/8, 172.16.0.0/12 }" % (t, p, slot)]) + "\n"
+    gm = "genmark_b" if slot else "genmark"
     move = "\n".join(['%s element %s slot_b { "sbx%d" }' % ("add" if slot else "delete", t, i),
                       'delete element %s gens { "sbx%d" . %d }' % (t, i, old),
-                      'add element %s gens { "sbx%d" . %d }' % (t, i, new),
-                      'delete element %s genmark { "sbx%d" }' % (t, i),
-                      'add element %s genmark { "sbx%d" : %d }' % (t, i, new)]) + "\n"
-    return [stage, move]
+                      'add element %s gens { "sbx%d" . %d }' % (t, i, new)] +
+                     (['delete element %s %s { "sbx%d" }' % (t, gm, i)] if gen > 1 or not slot else []) +
+                     ['add element %s %s { "sbx%d" : %d }' % (t, gm, i, new)]) + "\n"
+    other = "" if slot else "_b"
+    clear = "\n".join("flush set %s %s%s%s" % (t, p, x, other) for x in ("allow4", "deny4", "forbid4")) + "\n"
+    return [stage, move, clear]
 
 
 def concat_load(n):

@@ -179,38 +179,43 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
          * (source), its denials dropped. */
         const char *head = strstr(out, "chain s_sbx3 {");
         assert_non_null(head);
+        /* Per direction, a chain per slot: the slot is decided once per
+         * packet (`iifname @slot_b goto`), each slot's chain looks up its
+         * own sets and marks from its own genmark map. */
+#define STEPS(dir, sfx, deny, mk)                                                                            \
+        "\t\tip " dir " @s_sbx3_deny4" sfx " " deny "\n\t\tip " dir " @s_sbx3_forbid4" sfx " " deny "\n"        \
+        "\t\tip6 " dir " @s_sbx3_deny6" sfx " " deny "\n\t\tip6 " dir " @s_sbx3_forbid6" sfx " " deny "\n"      \
+        PORTS(deny) "\t\tip " dir " @s_sbx3_allow4" sfx " ct mark set " mk " accept\n"                         \
+        "\t\tip6 " dir " @s_sbx3_allow6" sfx " ct mark set " mk " accept\n"
         const char *rules =
                 "chain s_sbx3 {\n\t\tiifname . ct mark @gens accept\n\t\tct status dnat goto deny\n"
-                "\t\ttcp dport 80 goto deny\n\t\ttcp dport 443 goto deny\n"
-                "\t\tiifname != @slot_b ip daddr @s_sbx3_deny4 goto deny\n\t\tiifname @slot_b ip daddr @s_sbx3_deny4_b goto deny\n"
-                "\t\tiifname != @slot_b ip daddr @s_sbx3_forbid4 goto deny\n\t\tiifname @slot_b ip daddr @s_sbx3_forbid4_b goto deny\n"
-                "\t\tiifname != @slot_b ip6 daddr @s_sbx3_deny6 goto deny\n\t\tiifname @slot_b ip6 daddr @s_sbx3_deny6_b goto deny\n"
-                "\t\tiifname != @slot_b ip6 daddr @s_sbx3_forbid6 goto deny\n\t\tiifname @slot_b ip6 daddr @s_sbx3_forbid6_b goto deny\n"
-                "\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
-                "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n"
-                "\t\tiifname != @slot_b ip daddr @s_sbx3_allow4 ct mark set iifname map @genmark accept\n"
-                "\t\tiifname @slot_b ip daddr @s_sbx3_allow4_b ct mark set iifname map @genmark accept\n"
-                "\t\tiifname != @slot_b ip6 daddr @s_sbx3_allow6 ct mark set iifname map @genmark accept\n"
-                "\t\tiifname @slot_b ip6 daddr @s_sbx3_allow6_b ct mark set iifname map @genmark accept\n"
+                "\t\ttcp dport 80 goto deny\n\t\ttcp dport 443 goto deny\n\t\tiifname @slot_b goto s_sbx3_b\n"
+#define PORTS(deny) "\t\ttcp dport 53 " deny "\n\t\tudp dport 53 " deny "\n\t\ttcp dport 853 " deny "\n\t\tudp dport 853 " deny "\n"
+                STEPS("daddr", "", "goto deny", "iifname map @genmark")
                 "\t\tudp dport 443 goto deny\n"
                 "\t\tiifname . ip daddr @pins4 ct mark set iifname map @genmark accept\n"
-                "\t\tiifname . ip6 daddr @pins6 ct mark set iifname map @genmark accept\n\t\tgoto deny\n\t}";
+                "\t\tiifname . ip6 daddr @pins6 ct mark set iifname map @genmark accept\n\t\tgoto deny\n\t}\n\n"
+                "\tchain s_sbx3_b {\n"
+                STEPS("daddr", "_b", "goto deny", "iifname map @genmark_b")
+                "\t\tudp dport 443 goto deny\n"
+                "\t\tiifname . ip daddr @pins4 ct mark set iifname map @genmark_b accept\n"
+                "\t\tiifname . ip6 daddr @pins6 ct mark set iifname map @genmark_b accept\n\t\tgoto deny\n\t}";
+#undef PORTS
+#define PORTS(deny) "\t\ttcp sport 53 " deny "\n\t\tudp sport 53 " deny "\n\t\ttcp sport 853 " deny "\n\t\tudp sport 853 " deny "\n"
         const char *reply =
                 "chain r_sbx3 {\n\t\toifname . ct mark @gens accept\n\t\tct state related drop\n\t\tct status dnat drop\n"
-                "\t\ttcp sport 80 drop\n\t\ttcp sport 443 drop\n"
-                "\t\toifname != @slot_b ip saddr @s_sbx3_deny4 drop\n\t\toifname @slot_b ip saddr @s_sbx3_deny4_b drop\n"
-                "\t\toifname != @slot_b ip saddr @s_sbx3_forbid4 drop\n\t\toifname @slot_b ip saddr @s_sbx3_forbid4_b drop\n"
-                "\t\toifname != @slot_b ip6 saddr @s_sbx3_deny6 drop\n\t\toifname @slot_b ip6 saddr @s_sbx3_deny6_b drop\n"
-                "\t\toifname != @slot_b ip6 saddr @s_sbx3_forbid6 drop\n\t\toifname @slot_b ip6 saddr @s_sbx3_forbid6_b drop\n"
-                "\t\ttcp sport 53 drop\n\t\tudp sport 53 drop\n"
-                "\t\ttcp sport 853 drop\n\t\tudp sport 853 drop\n"
-                "\t\toifname != @slot_b ip saddr @s_sbx3_allow4 ct mark set oifname map @genmark accept\n"
-                "\t\toifname @slot_b ip saddr @s_sbx3_allow4_b ct mark set oifname map @genmark accept\n"
-                "\t\toifname != @slot_b ip6 saddr @s_sbx3_allow6 ct mark set oifname map @genmark accept\n"
-                "\t\toifname @slot_b ip6 saddr @s_sbx3_allow6_b ct mark set oifname map @genmark accept\n"
+                "\t\ttcp sport 80 drop\n\t\ttcp sport 443 drop\n\t\toifname @slot_b goto r_sbx3_b\n"
+                STEPS("saddr", "", "drop", "oifname map @genmark")
                 "\t\tudp sport 443 drop\n"
                 "\t\toifname . ip saddr @pins4 ct mark set oifname map @genmark accept\n"
-                "\t\toifname . ip6 saddr @pins6 ct mark set oifname map @genmark accept\n\t\tdrop\n\t}";
+                "\t\toifname . ip6 saddr @pins6 ct mark set oifname map @genmark accept\n\t\tdrop\n\t}\n\n"
+                "\tchain r_sbx3_b {\n"
+                STEPS("saddr", "_b", "drop", "oifname map @genmark_b")
+                "\t\tudp sport 443 drop\n"
+                "\t\toifname . ip saddr @pins4 ct mark set oifname map @genmark_b accept\n"
+                "\t\toifname . ip6 saddr @pins6 ct mark set oifname map @genmark_b accept\n\t\tdrop\n\t}";
+#undef PORTS
+#undef STEPS
         if (count(out, rules) != 1)
                 fail_msg("session chain not as expected:\n%s", head);
         if (count(out, reply) != 1)
@@ -231,8 +236,22 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         assert_non_null(before_chain);
         assert_true(count(out, before_chain) == 1); /* the same chains, rules and all, to the end of the listing */
         assert_int_equal(count(out, "set slot_b {\n\t\ttype ifname\n\t\telements = { \"sbx3\" }"), 1);
-        assert_int_equal(count(out, "set s_sbx3_allow4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 203.0.113.0/24 }"), 1);
+        /* The slot left behind emptied: nothing of the replaced policy
+         * stays loaded (203.0.113.0/24 is forbidden again: forbid4_b). */
+        assert_int_equal(count(out, "set s_sbx3_allow4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t}"), 1);
         assert_int_equal(count(out, "set s_sbx3_allow4_b {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 1.1.1.0/24 }"), 1);
+        assert_int_equal(count(out, "203.0.113.0/24"), 1);
+        assert_int_equal(count(out, "8.8.8.0/24"), 0);
+        /* Flows the chains of slot b admit get the new generation. */
+        const char *g2 = strstr(out, "elements = { \"sbx3\" . 0x");
+        unsigned mark2 = 0;
+        assert_non_null(g2);
+        assert_int_equal(sscanf(g2, "elements = { \"sbx3\" . 0x%x }", &mark2), 1);
+        char *gm2 = NULL;
+        assert_true(asprintf(&gm2, "map genmark_b {\n\t\ttype ifname : mark\n\t\telements = { \"sbx3\" : 0x%08x }", mark2) > 0);
+        if (count(out, gm2) != 1)
+                fail_msg("genmark_b not as expected:\n%s", out);
+        free(gm2);
         assert_int_equal(count(out, "\"sbx3\" . 0x"), 1);
         assert_int_equal(count(out, g_mark_text), 0); /* the old generation is gone */
         assert_int_equal(count(out, "\"sbx3\" : goto s_sbx3"), 1);
@@ -245,6 +264,8 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         assert_int_equal(count(out, "set slot_b {\n\t\ttype ifname\n\t}"), 1);
         assert_int_equal(count(out, "set s_sbx3_deny4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 9.9.9.0/24 }"), 1);
         assert_int_equal(count(out, "set s_sbx3_allow4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t}"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4_b {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t}"), 1);
+        assert_int_equal(count(out, "1.1.1.0/24"), 0);
         assert_int_equal(count(out, "8.8.8.0/24"), 0);
         free(out);
 
