@@ -1599,18 +1599,20 @@ static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, str
  * (stage_interval_sets), then one batch that moves the session to that
  * slot (slot_b), to the new generation (gens, and the slot's genmark map:
  * every flow of an older one is judged again on its next packet) and
- * drops the old policy's DNS pins but the carried ones, then one that
- * empties the slot left behind. No rule, chain or verdict-map
+ * drops the old policy's DNS pins but the carried ones, and empties the
+ * slot left behind. No rule, chain or verdict-map
  * element is added, so the kernel neither validates the table's chains
  * again nor looks a set up by name among the other sessions' but the
  * session's own six (issue #23). */
 static int change_custom(names *n, const current *cur, const pol_policy *p, const pol_nft_carried_pin *pins,
                          size_t n_pins, if_pins *rec, sb_error **ret_err) {
-        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL, *clear = NULL;
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         int slot = 1 - cur->slot, k;
         bool had = slot ? cur->has_b : true; /* the new slot's genmark element */
+        names old = *n;
         if ((k = stage_interval_sets(n, p, slot, false, ret_err)) < 0)
                 return k;
+        use_slot(&old, cur->slot);
         if ((k = core_nft_batch_new(&bt)) < 0 ||
             (k = msg_keyed_elem(bt, slot ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0,
                                 NULL, 0, NULL)) < 0 ||
@@ -1621,23 +1623,20 @@ static int change_custom(names *n, const current *cur, const pol_policy *p, cons
             (k = msg_pins_drop(bt, n, rec, pins, n_pins)) < 0 || (k = add_pins(bt, n, pins, n_pins)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
                                     strerror(-k));
-        if ((k = core_nft_batch_send(bt, ret_err)) < 0)
-                return k;
-        /* Then the slot left behind is emptied, in a batch of its own: no
-         * packet meets its sets any more (the slot is decided once per
-         * packet), and nothing of the replaced policy stays loaded. Its
-         * failure changes nothing of what is in force: the next change
-         * flushes the slot before filling it anyway. */
-        use_slot(n, cur->slot);
-        k = core_nft_batch_new(&clear);
+        /* The slot left behind is emptied in the same batch, so nothing of
+         * the replaced policy stays loaded and the change costs two
+         * commits. A packet the old slot's chain was judging as this
+         * commits sees those sets emptied at some point: it can then be
+         * accepted only by a pin, which the new policy allows (the carried
+         * ones, judged again), and is marked with the old slot's
+         * generation, so its flow is judged again on its next packet. */
         for (int i = 0; k >= 0 && i < N_SETS; i++)
                 if (set_is_interval(i))
-                        k = msg_set_flush(clear, n->set[i]);
-        sb_error *err = NULL;
-        if (k >= 0 && core_nft_batch_send(clear, &err) < 0)
-                log_warning("nftables: empty the unused address sets of %s: %s", n->ifname, err ? err->message : "?");
-        sb_error_free(err);
-        return 0;
+                        k = msg_set_flush(bt, old.set[i]);
+        if (k < 0)
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
+                                    strerror(-k));
+        return core_nft_batch_send(bt, ret_err);
 }
 
 static int change_locked(names *n, const pol_policy *p, struct in_addr gateway, const pol_nft_carried_pin *pins,

@@ -43,7 +43,7 @@
  *   Nothing in the chains depends on the policy, only on the interface:
  *   a custom policy replacing a custom policy is element-only (the unused
  *   slot's sets filled, then one batch that moves slot_b, gens, the new
- *   slot's genmark element and the pins, then the old slot emptied),
+ *   slot's genmark element and the pins and empties the old slot),
  *   never a rule, chain or verdict-map element, so its cost does not grow
  *   with the number of sessions (issue #23). The slot is decided once per
  *   packet (the goto), so a packet meeting a change's commit is judged by

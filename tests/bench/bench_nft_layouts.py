@@ -28,10 +28,10 @@ the daemon sends its batch with libnftnl). Layouts:
             slot's rules in a chain of its own (`iifname @slot_b goto
             s_<if>_b`); its generation is an element of the shared
             `gens` and `genmark`/`genmark_b`, its pins of the shared
-            `pins4`, all made before any session's. An update is three
-            batches: flush and fill the unused slot, move slot_b, gens
-            and the slot's genmark, empty the slot left behind (the time
-            is the three together). Also a pin into pins4.
+            `pins4`, all made before any session's. An update is two
+            batches: flush and fill the unused slot, then move slot_b,
+            gens and the slot's genmark and empty the slot left behind
+            (the time is the two together). Also a pin into pins4.
   concat    no per-session chain or set: shared sets keyed by interface
             and address (`ifname . ipv4_addr`, intervals) matched by one
             chain for every custom session (`iifname . ip daddr @allow4`);
@@ -209,7 +209,7 @@ def built_update(i, gen):
                      ['add element %s %s { "sbx%d" : %d }' % (t, gm, i, new)]) + "\n"
     other = "" if slot else "_b"
     clear = "\n".join("flush set %s %s%s%s" % (t, p, x, other) for x in ("allow4", "deny4", "forbid4")) + "\n"
-    return [stage, move, clear]
+    return [stage, move + clear]
 
 
 def concat_load(n):
