@@ -218,23 +218,34 @@ integration-asan: $(BINS) $(B)/asan/bin/sandboxd
 integration-both: $(BINS) $(B)/asan/bin/sandboxd
 	@$(MAKE) --no-print-directory -j2 --output-sync=target integration integration-asan
 
+# make check: the build and the unit tests, then three lanes side by side
+# (the suite in its two modes, each in its own test world, and check-beside:
+# the sanitizer unit runs, the shim and CRI suites, load and the fault
+# matrix, each in its own world too), then the fuzzers two at a time and the
+# SDKs, E2B, systemd and package checks. Every lane runs on a busy machine:
+# a test that fails under load is a bug. Each lane's output is printed whole
+# when it ends (--output-sync).
 check: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
-	@$(MAKE) --no-print-directory unit-asan
-	@$(MAKE) --no-print-directory integration-both
-	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
-	  $(MAKE) --no-print-directory shim-test; else echo "shim tests skipped: containerd or go not installed"; fi
-	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
-	  $(MAKE) --no-print-directory cri-test; else echo "CRI tests skipped: containerd or go not installed"; fi
-	@$(MAKE) --no-print-directory fuzz-short
-	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
-	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
+	@$(MAKE) --no-print-directory -j3 --output-sync=target integration integration-asan check-beside
+	@$(MAKE) --no-print-directory -j2 fuzz-short FUZZ_JOBS=2
 	@$(MAKE) --no-print-directory sdk-ts-check
 	@$(MAKE) --no-print-directory sdk-py-check
 	@$(MAKE) --no-print-directory e2b-test
 	@$(MAKE) --no-print-directory systemd-test SYSTEMD_TEST_ARGS=--if-possible
 	@$(MAKE) --no-print-directory deb-check
+
+# The part of make check that runs beside the integration suite's two modes.
+.PHONY: check-beside
+check-beside: $(BINS) $(UNIT_ASAN)
+	@$(MAKE) --no-print-directory unit-asan
+	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
+	  $(MAKE) --no-print-directory shim-test; else echo "shim tests skipped: containerd or go not installed"; fi
+	@if command -v containerd >/dev/null && command -v $(GO) >/dev/null; then \
+	  $(MAKE) --no-print-directory cri-test; else echo "CRI tests skipped: containerd or go not installed"; fi
+	@$(MAKE) --no-print-directory load LOAD_ARGS=--short
+	@$(MAKE) --no-print-directory faults FAULTS_ARGS=--sample
 
 # The TypeScript SDK: built with its pinned tsc, then its node tests (and
 # examples/agent.ts) against a real sandboxd in the test world.
@@ -349,6 +360,7 @@ deb-check: deb
 # inputs go to build/fuzz/corpus/<target>/, crashes to build/fuzz/crash-*.
 FUZZ_CC      ?= clang-14
 FUZZ_SECONDS ?= 300
+FUZZ_JOBS    ?= 1
 FUZZ_FLAGS   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_SRC     := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
@@ -357,6 +369,10 @@ FUZZ_OBJS     = $(call obj,$(B)/fuzz,$(DAEMON_SRC) $(POLICY_SRC) $(CORE_SRC))
 $(B)/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_FLAGS) -U_FORTIFY_SOURCE -O1 -c $< -o $@
+# The gateway's target links the gateway and its daemon client too.
+$(B)/fuzz/fuzz-e2b: tests/fuzz/fuzz-e2b.c tests/fuzz/fuzz.h $(FUZZ_OBJS) $(call obj,$(B)/fuzz,$(E2B_SRC) $(CLI_SRC))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_FLAGS) -U_FORTIFY_SOURCE -O1 -fsanitize=fuzzer -o $@ $< $(filter %.o,$^) $(LIBS) -lssl -lcrypto -lz
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(FUZZ_OBJS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_FLAGS) -U_FORTIFY_SOURCE -O1 -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS)
@@ -364,9 +380,9 @@ $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(FUZZ_OBJS)
 .PHONY: fuzz-short
 fuzz: $(FUZZ_BINS)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run $(FUZZ_BINS)
-# The short run of make check: 20 s per target.
+# The short run of make check: 20 s per target (FUZZ_JOBS of them at once).
 fuzz-short: $(FUZZ_BINS)
-	@FUZZ_SECONDS=20 tests/fuzz/run $(FUZZ_BINS)
+	@FUZZ_SECONDS=20 FUZZ_JOBS=$(FUZZ_JOBS) tests/fuzz/run $(FUZZ_BINS)
 
 clean:
 	rm -rf $(B)

@@ -12,13 +12,23 @@
  *   - when all `max` are held, the oldest connection that has not yet
  *     presented a valid API key or envd token is cut (shutdown(2): its
  *     thread reads the end and leaves) and the new one takes its place; a
- *     connection that has presented one is never cut for another, and
- *     when every connection has, the new one is refused.
+ *     connection that has presented one is not cut for another while
+ *     its tenant holds no more than a quarter of `max` such connections;
+ *     when every connection has, the oldest one of a tenant holding more
+ *     than that is cut, and when there is none the new one is refused.
+ *   - one tenant has at most a quarter of `max` requests being served at
+ *     once (gw_conns_begin; 429 past it): each holds a daemon connection
+ *     (a Connect two), and the daemon allows the gateway's uid 256 of
+ *     them (maxConnectionsPerUser), so one key's streams could otherwise
+ *     take every daemon connection from the other tenants.
  * So a flood of connections without a key can only push out other
- * connections without a key, the oldest first. */
+ * connections without a key, the oldest first, and one tenant's keyed
+ * connections (from as many addresses as it has) cannot keep every other
+ * tenant out. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,6 +39,9 @@ struct gw_slot {
         unsigned char addr[16]; /* the peer's group (addr_key) */
         int fd;                 /* the connection's socket, open while in the table */
         bool keyed;             /* a valid key or token was presented on it */
+        char tenant[80];        /* whose (when keyed) */
+        bool busy;              /* a request of busy_tenant is being served on it */
+        char busy_tenant[80];
         bool evicted;           /* cut for a newer one: counts no more */
 };
 
@@ -71,6 +84,28 @@ static void unlink_slot(gw_slot *s) {
                 newest = s->prev;
 }
 
+/* Keyed connections one tenant holds that are never cut for another:
+ * a quarter of the table (at least 1). */
+static unsigned tenant_share(void) {
+        return conns_max / 4 ? conns_max / 4 : 1;
+}
+
+/* The oldest keyed connection whose tenant holds more than its share of
+ * keyed connections, or NULL. Under the lock. */
+static gw_slot *over_share_victim(void) {
+        for (gw_slot *o = oldest; o; o = o->next) {
+                if (o->evicted || !o->keyed)
+                        continue;
+                unsigned n = 0;
+                for (gw_slot *x = oldest; x; x = x->next)
+                        if (!x->evicted && x->keyed && !strcmp(x->tenant, o->tenant))
+                                n++;
+                if (n > tenant_share())
+                        return o;
+        }
+        return NULL;
+}
+
 int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_slot **ret) {
         gw_slot *s = calloc(1, sizeof(*s));
         if (!s)
@@ -92,6 +127,8 @@ int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_s
         if (same >= conns_per_addr)
                 r = -EUSERS;
         else if (n_held >= conns_max) {
+                if (!victim)
+                        victim = over_share_victim();
                 if (!victim)
                         r = -EAGAIN;
                 else {
@@ -121,14 +158,43 @@ int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_s
         return 0;
 }
 
-bool gw_conns_keyed(gw_slot *s) {
+bool gw_conns_keyed(gw_slot *s, const char *tenant) {
         if (!s)
                 return true;
         pthread_mutex_lock(&lock);
+        if (!s->keyed)
+                snprintf(s->tenant, sizeof(s->tenant), "%s", tenant ? tenant : "");
         s->keyed = true;
         bool held = !s->evicted;
         pthread_mutex_unlock(&lock);
         return held;
+}
+
+bool gw_conns_begin(gw_slot *s, const char *tenant) {
+        if (!s)
+                return true;
+        pthread_mutex_lock(&lock);
+        /* Cut connections count too: their threads may still hold their
+         * daemon connections. */
+        unsigned n = 0;
+        for (gw_slot *o = oldest; o; o = o->next)
+                if (o->busy && !strcmp(o->busy_tenant, tenant))
+                        n++;
+        bool ok = n < tenant_share();
+        if (ok) {
+                s->busy = true;
+                snprintf(s->busy_tenant, sizeof(s->busy_tenant), "%s", tenant);
+        }
+        pthread_mutex_unlock(&lock);
+        return ok;
+}
+
+void gw_conns_end(gw_slot *s) {
+        if (!s)
+                return;
+        pthread_mutex_lock(&lock);
+        s->busy = false;
+        pthread_mutex_unlock(&lock);
 }
 
 void gw_conns_release(gw_slot *s) {

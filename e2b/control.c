@@ -68,8 +68,27 @@ static cJSON *to_e2b(const cJSON *sb) {
         cJSON_AddStringToObject(o, "state", paused || (status && !strcmp(status, "paused")) ? "paused" : "running");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         const cJSON *tags = cJSON_GetObjectItemCaseSensitive(sb, "tags");
-        cJSON_AddItemToObject(o, "metadata", tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject());
+        cJSON *md = tags ? cJSON_Duplicate(tags, 1) : cJSON_CreateObject();
+        /* allowPublicTraffic, kept as a tag (ports.c), is no metadata. */
+        cJSON_DeleteItemFromObjectCaseSensitive(md, GW_PUBLIC_TAG);
+        cJSON_DeleteItemFromObjectCaseSensitive(md, GW_AUTORESUME_TAG);
+        cJSON_AddItemToObject(o, "metadata", md);
         return o;
+}
+
+/* A Sandbox answer's trafficAccessToken (the sandbox's exposed ports by
+ * host name, ports.c) and domain (--domain, or null: the SDK's own). */
+static void add_traffic(const gw_config *cfg, cJSON *o, const char *tenant, const char *name) {
+        char *tok = name && name[0] ? gw_traffic_token(cfg->keys_path, tenant, name) : NULL;
+        if (tok)
+                cJSON_AddStringToObject(o, "trafficAccessToken", tok);
+        else
+                cJSON_AddNullToObject(o, "trafficAccessToken");
+        free(tok);
+        if (cfg->domain)
+                cJSON_AddStringToObject(o, "domain", cfg->domain);
+        else
+                cJSON_AddNullToObject(o, "domain");
 }
 
 /* ---- network (allowOut/denyOut) -> networkPolicy (docs/POLICY.md) ---- */
@@ -260,10 +279,12 @@ bad:
         return NULL;
 }
 
-/* The network object of NewSandbox: allowOut/denyOut are served; the rest
- * (and rules, apply_rules); egressProxy, maskRequestHost, httpsPorts,
- * allowPublicTraffic false are not yet. 0, or -EINVAL with *ret_msg naming the key. */
-static int network_check(const cJSON *net, char **ret_msg) {
+/* The network object of NewSandbox (`create`) or of PUT .../network:
+ * allowOut/denyOut are served (and rules, apply_rules), allowPublicTraffic
+ * at create (a boolean; create_params keeps it as a tag); egressProxy,
+ * maskRequestHost, httpsPorts are not yet. 0, or -EINVAL with *ret_msg
+ * naming the key. */
+static int network_check(const cJSON *net, bool create, char **ret_msg) {
         const cJSON *it;
         if (!cJSON_IsObject(net)) {
                 *ret_msg = strdup("network: must be an object");
@@ -279,8 +300,14 @@ static int network_check(const cJSON *net, char **ret_msg) {
                         }
                         continue;
                 }
-                if (!strcmp(it->string, "allowPublicTraffic") && !cJSON_IsFalse(it))
-                        continue;
+                if (!strcmp(it->string, "allowPublicTraffic")) {
+                        if (create && (cJSON_IsBool(it) || cJSON_IsNull(it)))
+                                continue;
+                        *ret_msg = strdup(create ? "network.allowPublicTraffic: true or false"
+                                                 : "network.allowPublicTraffic: set at create only (E2B's update "
+                                                   "of the network changes egress)");
+                        return -EINVAL;
+                }
                 if (asprintf(ret_msg, "network.%s: not served by sandboxd-e2b yet (allowOut, denyOut and rules are)",
                              it->string) < 0)
                         *ret_msg = NULL;
@@ -316,6 +343,15 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                 } else if (!strcmp(k, "metadata") || !strcmp(k, "envVars")) {
                         if (!cJSON_IsObject(it))
                                 goto bad_type;
+                        const char *kept = !strcmp(k, "metadata") && cJSON_GetObjectItemCaseSensitive(it, GW_PUBLIC_TAG)
+                                                   ? GW_PUBLIC_TAG
+                                           : !strcmp(k, "metadata") && cJSON_GetObjectItemCaseSensitive(it, GW_AUTORESUME_TAG)
+                                                   ? GW_AUTORESUME_TAG : NULL;
+                        if (kept) {
+                                gw_send_error(c, 400, "metadata.%s: a name the gateway keeps for itself "
+                                                      "(allowPublicTraffic, autoResume); use another", kept);
+                                goto fail;
+                        }
                         cJSON_AddItemToObject(p, strcmp(k, "metadata") ? "env" : "tags", cJSON_Duplicate(it, 1));
                 } else if (!strcmp(k, "allow_internet_access")) {
                         /* false: E2B's denyOut 0.0.0.0/0 (below). */
@@ -326,13 +362,28 @@ static cJSON *create_params(gw_conn *c, const cJSON *body) {
                         if (!cJSON_IsBool(it))
                                 goto bad_type;
                 } else if (!strcmp(k, "autoPause")) {
-                        if (cJSON_IsTrue(it)) {
-                                gw_send_error(c, 400, "autoPause: pause on timeout is not served by sandboxd-e2b yet");
+                        /* true: post_sandboxes sets onTimeout "pause". */
+                        if (!cJSON_IsBool(it))
+                                goto bad_type;
+                } else if (!strcmp(k, "autoPauseMemory")) {
+                        if (cJSON_IsFalse(it)) {
+                                gw_send_error(c, 400, "autoPauseMemory: false (a filesystem-only pause at the timeout) is "
+                                                      "not served: sandboxd pauses with the memory kept");
+                                goto fail;
+                        }
+                        if (!cJSON_IsTrue(it))
+                                goto bad_type;
+                } else if (!strcmp(k, "autoResume")) {
+                        const cJSON *en = cJSON_GetObjectItemCaseSensitive(it, "enabled");
+                        if (!cJSON_IsObject(it) || !cJSON_IsBool(en) || cJSON_GetArraySize(it) != 1)
+                                goto bad_type;
+                        if (cJSON_IsTrue(en) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "autoPause"))) {
+                                gw_send_error(c, 400, "autoResume: enabled only with autoPause true");
                                 goto fail;
                         }
                 } else if (!strcmp(k, "network")) {
                         char *msg = NULL;
-                        if (network_check(it, &msg) < 0) {
+                        if (network_check(it, true, &msg) < 0) {
                                 gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
                                 free(msg);
                                 goto fail;
@@ -368,6 +419,31 @@ bad_type:
                 cJSON_AddItemToObject(p, "networkPolicy", pol);
         } else if (cJSON_IsTrue(aia))
                 cJSON_AddStringToObject(p, "networkPolicy", "allow-all");
+        /* E2B's allowPublicTraffic (default true): the ports by host name
+         * open to anyone with the URL, and autoResume: a request to one of
+         * them resumes the sandbox paused at its timeout; tags ports.c
+         * reads. */
+        bool pub = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(net, "allowPublicTraffic"));
+        bool resume = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(body, "autoResume"),
+                                                                     "enabled"));
+        if (pub || resume) {
+                cJSON *tags = cJSON_GetObjectItemCaseSensitive(p, "tags");
+                if (!tags)
+                        tags = cJSON_AddObjectToObject(p, "tags");
+                int own = (int) pub + (int) resume;
+                if (cJSON_GetArraySize(tags) > 5 - own) {
+                        gw_send_error(c, 400, "metadata: at most %d entries here: sandboxd keeps 5 tags, and the "
+                                              "gateway keeps %s as %d of them",
+                                      5 - own, pub && resume ? "allowPublicTraffic and autoResume"
+                                                             : pub ? "allowPublicTraffic (true by default)" : "autoResume",
+                                      own);
+                        goto fail;
+                }
+                if (pub)
+                        cJSON_AddStringToObject(tags, GW_PUBLIC_TAG, "true");
+                if (resume)
+                        cJSON_AddStringToObject(tags, GW_AUTORESUME_TAG, "true");
+        }
         return p;
 fail:
         cJSON_Delete(p);
@@ -416,6 +492,7 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         cJSON *p = create_params(c, body);
         const char *tmpl = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(body, "templateID"));
         char *tmpl_copy = strdup(tmpl ? tmpl : "base");
+        bool auto_pause = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "autoPause"));
         cJSON_Delete(body);
         if (!p) {
                 free(tmpl_copy);
@@ -423,6 +500,32 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         }
         cJSON *res = NULL;
         client_error *err = NULL;
+        /* A templateID that names a snapshot (its E2B name, GW_NAME_TAG):
+         * the tenant's newest with that name, before a runtime of it. */
+        const char *rt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "runtime"));
+        if (rt && strcmp(rt, "host")) {
+                cJSON *q = cJSON_CreateObject(), *list = NULL;
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(q, "tags"), GW_NAME_TAG, rt);
+                if (gw_daemon_call(cfg, tenant, "snapshot.list", q, &list, &err) < 0) {
+                        reply_daemon_error(c, err, "create sandbox: look up a snapshot of that name");
+                        client_error_free(err);
+                        cJSON_Delete(p);
+                        free(tmpl_copy);
+                        return;
+                }
+                const cJSON *sn, *newest = NULL;
+                cJSON_ArrayForEach(sn, cJSON_GetObjectItemCaseSensitive(list, "snapshots"))
+                        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sn, "expired")))
+                                newest = sn; /* oldest first */
+                const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(newest, "id"));
+                if (sid) {
+                        cJSON_DeleteItemFromObjectCaseSensitive(p, "runtime");
+                        cJSON *src = cJSON_AddObjectToObject(p, "source");
+                        cJSON_AddStringToObject(src, "type", "snapshot");
+                        cJSON_AddStringToObject(src, "snapshotId", sid);
+                }
+                cJSON_Delete(list);
+        }
         if (gw_daemon_call(cfg, tenant, "sandbox.create", p, &res, &err) < 0) {
                 if (err && err->field && !strcmp(err->field, "runtime"))
                         gw_send_error(c, 404, "template '%s' not found: sandboxd has no runtime of that name "
@@ -446,6 +549,26 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
                 cJSON_Delete(res);
                 return;
         }
+        if (name && auto_pause) {
+                /* autoPause: the session pauses at its timeout
+                 * (sandbox.setTimeout onTimeout "pause"), from the same
+                 * timeout on. Fails closed: no sandbox without it. */
+                cJSON *q = cJSON_CreateObject();
+                cJSON_AddStringToObject(q, "name", name);
+                double t = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(res, "timeout"));
+                cJSON_AddNumberToObject(q, "timeout", t == t && t >= 1000 ? t : 1000);
+                cJSON_AddStringToObject(q, "onTimeout", "pause");
+                if (gw_daemon_call(cfg, tenant, "sandbox.setTimeout", q, NULL, &err) < 0) {
+                        cJSON *d = cJSON_CreateObject();
+                        cJSON_AddStringToObject(d, "name", name);
+                        gw_daemon_call(cfg, tenant, "sandbox.delete", d, NULL, NULL);
+                        reply_daemon_error(c, err, "create sandbox: autoPause (sandbox.setTimeout onTimeout pause)");
+                        client_error_free(err);
+                        free(tmpl_copy);
+                        cJSON_Delete(res);
+                        return;
+                }
+        }
         char *tok = name ? gw_envd_token(cfg->keys_path, tenant, name) : NULL;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "templateID", tmpl_copy);
@@ -453,8 +576,7 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
         cJSON_AddStringToObject(o, "clientID", "sandboxd");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "trafficAccessToken");
-        cJSON_AddNullToObject(o, "domain");
+        add_traffic(cfg, o, tenant, name);
         free(tok);
         free(tmpl_copy);
         cJSON_Delete(res);
@@ -476,7 +598,10 @@ static void get_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, co
         cJSON *o = to_e2b(res);
         char *tok = gw_envd_token(cfg->keys_path, tenant, id);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "domain");
+        if (cfg->domain)
+                cJSON_AddStringToObject(o, "domain", cfg->domain);
+        else
+                cJSON_AddNullToObject(o, "domain");
         free(tok);
         cJSON_Delete(res);
         gw_send_json(c, 200, o);
@@ -688,9 +813,7 @@ static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant,
 
 
 /* POST /sandboxes/{id}/timeout {"timeout": seconds}: E2B ends the sandbox
- * that long from now. sandboxd moves a running session's end only later
- * (sandbox.extendTimeout), so a later end is served and an earlier one is
- * refused, saying so. */
+ * that long from now, earlier or later than before: sandbox.setTimeout. */
 static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id) {
         cJSON *body = body_object(c, r, false, "{\"timeout\": seconds}");
         if (!body)
@@ -703,41 +826,19 @@ static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         }
         int64_t want_ms = (int64_t) (t->valuedouble * 1000);
         cJSON_Delete(body);
-        cJSON *p = cJSON_CreateObject(), *sb = NULL;
+        cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "name", id);
+        cJSON_AddNumberToObject(p, "timeout", (double) want_ms);
         client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &sb, &err) < 0) {
+        if (gw_daemon_call(cfg, tenant, "sandbox.setTimeout", p, NULL, &err) < 0) {
                 if (gw_status_of(err) == 404)
                         gw_send_error(c, 404, "sandbox \"%s\" not found", id);
+                else if (err && err->reason && !strcmp(err->reason, "sandbox_stopped"))
+                        gw_send_error(c, 409, "sandbox \"%s\" is not running (no end to move)", id);
                 else
                         reply_daemon_error(c, err, "set timeout");
                 client_error_free(err);
                 return;
-        }
-        int64_t end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
-        cJSON_Delete(sb);
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        int64_t new_end = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + want_ms;
-        if (end < 0) {
-                gw_send_error(c, 409, "sandbox \"%s\" is not running (no end to move)", id);
-                return;
-        }
-        if (new_end < end - 1000) {
-                gw_send_error(c, 400, "timeout: sandboxd cannot end a running sandbox earlier than set "
-                                      "(%lld s from now is before its end); only a later end is served",
-                              (long long) (want_ms / 1000));
-                return;
-        }
-        if (new_end > end) {
-                p = cJSON_CreateObject();
-                cJSON_AddStringToObject(p, "name", id);
-                cJSON_AddNumberToObject(p, "duration", (double) (new_end - end));
-                if (gw_daemon_call(cfg, tenant, "sandbox.extendTimeout", p, NULL, &err) < 0) {
-                        reply_daemon_error(c, err, "set timeout");
-                        client_error_free(err);
-                        return;
-                }
         }
         gw_send(c, 204, NULL, NULL, 0);
 }
@@ -751,7 +852,7 @@ static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         if (!body)
                 return;
         aia = cJSON_DetachItemFromObjectCaseSensitive(body, "allow_internet_access");
-        if ((aia && !cJSON_IsBool(aia)) || network_check(body, &msg) < 0) {
+        if ((aia && !cJSON_IsBool(aia)) || network_check(body, false, &msg) < 0) {
                 gw_send_error(c, 400, "%s", msg ? msg : "allow_internet_access: true or false");
                 goto out;
         }
@@ -857,8 +958,7 @@ static cJSON *sandbox_reply(const gw_config *cfg, const char *tenant, const char
         cJSON_AddStringToObject(o, "clientID", "sandboxd");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "trafficAccessToken");
-        cJSON_AddNullToObject(o, "domain");
+        add_traffic(cfg, o, tenant, name);
         free(tok);
         return o;
 }
@@ -999,26 +1099,49 @@ static void get_metrics(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         gw_send_json(c, 200, arr);
 }
 
+/* A snapshot's E2B names (openapi SnapshotInfo names): its tag
+ * GW_NAME_TAG, when it has one. New array. */
+static cJSON *snapshot_names(const cJSON *sn) {
+        cJSON *a = cJSON_CreateArray();
+        const char *n = cJSON_GetStringValue(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sn, "tags"), GW_NAME_TAG));
+        if (n)
+                cJSON_AddItemToArray(a, cJSON_CreateString(n));
+        return a;
+}
+
 /* POST /sandboxes/{id}/snapshots {"name"?}: sandbox.snapshot, the
  * sandbox's filesystem and config kept (its memory is not: a sandbox
  * created from it starts new processes), the sandbox running on. 201
- * {"snapshotID": "snap-…", "names": []}; the ID is a template ID
- * (create from it, DELETE /templates/{ID}). Names are refused: sandboxd's
- * snapshots have IDs only. */
+ * {"snapshotID": "snap-…", "names": [name]}; the ID is a template ID
+ * (create from it, DELETE /templates/{ID}), and so is the name (the
+ * newest snapshot of the tenant with it). The name is the snapshot's tag
+ * GW_NAME_TAG (sandbox.snapshot tags). */
 static void snapshot_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant,
                              const char *id) {
-        cJSON *body = body_object(c, r, true, "{} (snapshot names are not served)"), *it;
+        cJSON *body = body_object(c, r, true, "{\"name\"?: string}"), *it;
         if (!body)
                 return;
-        cJSON_ArrayForEach(it, body)
-                if (!cJSON_IsNull(it)) {
-                        gw_send_error(c, 400, "%s: not served (sandboxd's snapshots have IDs, no names)", it->string);
-                        cJSON_Delete(body);
-                        return;
+        const char *name = NULL;
+        cJSON_ArrayForEach(it, body) {
+                if (cJSON_IsNull(it))
+                        continue;
+                if (!strcmp(it->string, "name") && cJSON_IsString(it) && it->valuestring[0] &&
+                    strlen(it->valuestring) <= 1024) {
+                        name = it->valuestring;
+                        continue;
                 }
-        cJSON_Delete(body);
+                gw_send_error(c, 400, "%s: %s", it->string,
+                              strcmp(it->string, "name") ? "not served (a snapshot takes a name only)"
+                                                         : "a string of 1 to 1024 bytes");
+                cJSON_Delete(body);
+                return;
+        }
         cJSON *p = cJSON_CreateObject(), *res = NULL;
         cJSON_AddStringToObject(p, "name", id);
+        if (name)
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "tags"), GW_NAME_TAG, name);
+        cJSON_Delete(body);
         client_error *err = NULL;
         if (gw_daemon_call(cfg, tenant, "sandbox.snapshot", p, &res, &err) < 0) {
                 reply_daemon_error(c, err, "snapshot");
@@ -1028,15 +1151,16 @@ static void snapshot_sandbox(const gw_config *cfg, gw_conn *c, const gw_request 
         const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "id"));
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
-        cJSON_AddArrayToObject(o, "names");
+        cJSON_AddItemToObject(o, "names", snapshot_names(res));
         cJSON_Delete(res);
         gw_send_json(c, 201, o);
 }
 
-/* GET /snapshots [?sandboxID=&limit=&nextToken=]: snapshot.list (the
- * tenant's own), newest first, paged as the sandbox list is. */
+/* GET /snapshots [?sandboxID=&name=&limit=&nextToken=]: snapshot.list
+ * (the tenant's own; name: its GW_NAME_TAG), newest first, paged as the
+ * sandbox list is. */
 static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
-        static const char *const known[] = { "sandboxID", "limit", "nextToken" };
+        static const char *const known[] = { "sandboxID", "name", "limit", "nextToken" };
         for (const char *q = r->query; q && *q;) {
                 const char *end = strchr(q, '&');
                 size_t n = end ? (size_t) (end - q) : strlen(q);
@@ -1044,13 +1168,14 @@ static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r
                 for (size_t i = 0; i < sizeof(known) / sizeof(*known); i++)
                         ok |= n > strlen(known[i]) && !strncmp(q, known[i], strlen(known[i])) && q[strlen(known[i])] == '=';
                 if (!ok) {
-                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (sandboxID, limit, nextToken "
-                                              "are; snapshots have no names)", (int) n, q);
+                        gw_send_error(c, 400, "query %.*s: not served by sandboxd-e2b (sandboxID, name, limit, "
+                                              "nextToken are)", (int) n, q);
                         return;
                 }
                 q = end ? end + 1 : NULL;
         }
         char *sbx = gw_query_get(r, "sandboxID"), *limit = gw_query_get(r, "limit"), *token = gw_query_get(r, "nextToken");
+        char *name = gw_query_get(r, "name");
         char *end = NULL;
         long max = limit ? strtol(limit, &end, 10) : 0, from = 0;
         cJSON *p = cJSON_CreateObject(), *res = NULL;
@@ -1062,6 +1187,8 @@ static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r
         }
         if (sbx)
                 cJSON_AddStringToObject(p, "sandbox", sbx);
+        if (name)
+                cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "tags"), GW_NAME_TAG, name);
         client_error *err = NULL;
         if (gw_daemon_call(cfg, tenant, "snapshot.list", p, &res, &err) < 0) {
                 p = NULL;
@@ -1086,7 +1213,7 @@ static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r
                 cJSON *o = cJSON_CreateObject();
                 const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sn, "id"));
                 cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
-                cJSON_AddArrayToObject(o, "names");
+                cJSON_AddItemToObject(o, "names", snapshot_names(sn));
                 cJSON_AddItemToArray(arr, o);
         }
         char extra[64] = "";
@@ -1103,6 +1230,7 @@ out:
         cJSON_Delete(p);
         cJSON_Delete(res);
         free(sbx);
+        free(name);
         free(limit);
         free(token);
 }
@@ -1163,6 +1291,17 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
                 free(tmpl_copy);
                 return;
         }
+        if (paused) {
+                /* A resume past the expiry (a pause at the timeout, autoPause)
+                 * gave the session a new end: extend from that one. */
+                sb = get_or_answer(cfg, c, tenant, id, "connect");
+                if (!sb) {
+                        free(tmpl_copy);
+                        return;
+                }
+                end = parse_time_ms(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(sb, "expiresAt")));
+                cJSON_Delete(sb);
+        }
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
         int64_t want = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + (int64_t) (timeout * 1000);
@@ -1185,8 +1324,7 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
         cJSON_AddStringToObject(o, "clientID", "sandboxd");
         cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        cJSON_AddNullToObject(o, "trafficAccessToken");
-        cJSON_AddNullToObject(o, "domain");
+        add_traffic(cfg, o, tenant, id);
         free(tok);
         free(tmpl_copy);
         gw_send_json(c, paused ? 201 : 200, o);

@@ -21,7 +21,7 @@
 /* The envd version the gateway reports (Sandbox.envdVersion): the SDK's
  * feature gates read it: 0.4.0 and later force no default user; 0.5.2
  * has CloseStdin; 0.5.7 octet-stream uploads (gzip too); 0.6.2 file
- * metadata (refused here, naming it); 0.6.3 WatchDir includeEntry; 0.6.4
+ * metadata (user.e2b.* xattrs); 0.6.3 WatchDir includeEntry; 0.6.4
  * WatchDir allowNetworkMounts. */
 #define GW_ENVD_VERSION "0.6.4"
 
@@ -41,7 +41,23 @@ typedef struct gw_config {
         const char *socket_path;
         const char *keys_path;
         SSL_CTX *tls;   /* --tls-cert/--tls-key: HTTPS on the listener; NULL: plain HTTP */
+        const char *domain; /* --domain: E2B's sandbox domain (HOST[:PORT]) of PORT-ID.DOMAIN names; NULL: any */
 } gw_config;
+
+/* The tag that marks a sandbox's exposed ports as open to anyone with
+ * their URL (E2B's network.allowPublicTraffic, true by default): set by
+ * the gateway's create, hidden from `metadata`. Without it a port is
+ * served only with the sandbox's traffic token (route.c, ports.c). */
+#define GW_PUBLIC_TAG "e2b.publicTraffic"
+/* The tag of a sandbox made with E2B's autoResume: a request to one of
+ * its exposed ports resumes it when it is paused (ports.c). Hidden from
+ * `metadata` as the one above. */
+#define GW_AUTORESUME_TAG "e2b.autoResume"
+
+/* The snapshot tag (sandbox.snapshot tags) that holds a snapshot's E2B
+ * name (POST /sandboxes/{id}/snapshots {"name"}, GET /snapshots?name=,
+ * and a templateID naming it). */
+#define GW_NAME_TAG "e2b.name"
 
 /* One parsed HTTP request (http.c). All strings owned by the request. */
 typedef struct gw_header {
@@ -123,11 +139,14 @@ int gw_multipart(const gw_request *r, gw_part **ret, size_t *ret_n);
 /* Sets that bound (bytes, at least GW_MAX_BODY makes every single body
  * possible); for the tests and main(). */
 void gw_http_set_bodies_max(size_t bytes);
-/* Takes `n` bytes of that budget for a body held outside the parser (a
- * file download, envd.c); false (nothing taken) when they are not there.
- * Each take is given back with gw_budget_release(n). */
-bool gw_budget_take(size_t n);
-void gw_budget_release(size_t n);
+/* Takes `n` bytes of that budget for `tenant`'s body held outside the
+ * parser (a file download, envd.c); false (nothing taken) when they are
+ * not there, in all or in `tenant`'s share: one tenant holds at most half
+ * the budget (but always GW_MAX_BODY), so that one key's stalled bodies
+ * cannot refuse every other tenant's. Each take is given back with
+ * gw_budget_release(tenant, n). */
+bool gw_budget_take(const char *tenant, size_t n);
+void gw_budget_release(const char *tenant, size_t n);
 
 /* Seconds a request's head may take to arrive, from when the gateway
  * begins to wait for it (accept, or the previous answer): past them the
@@ -150,16 +169,30 @@ void gw_conns_set_limits(unsigned max, unsigned per_addr);
  * socket's counts as one address of its own): 0 with *ret (give it back
  * with gw_conns_release, before closing fd). When the table is full the
  * oldest connection that has not presented a valid key or token is cut
- * (shutdown(2) of its socket: its thread sees the end) to make room.
+ * (shutdown(2) of its socket: its thread sees the end) to make room;
+ * when every one has presented a key, the oldest of a tenant holding
+ * more than its share (gw_conns_keyed) is.
  * Errors: -EUSERS, `peer`'s address holds its share already; -EAGAIN,
- * every connection has presented a key (none is cut for a new one);
+ * every connection has presented a key, no tenant past its share;
  * -ENOMEM. Nothing is taken on error. */
 int gw_conns_admit(const struct sockaddr *peer, socklen_t peer_len, int fd, gw_slot **ret);
 /* Marks the connection of `slot` (NULL: nothing) as having presented a
- * valid API key or envd token: it is no longer cut to make room. Returns
+ * valid API key or envd token of `tenant` (the first one presented on it
+ * counts): it is no longer cut to make room for a connection without a
+ * key, nor for any while `tenant` holds at most a quarter of the table
+ * of keyed connections (past that its oldest is cut for a newcomer when
+ * every connection is keyed). Returns
  * false when it was cut already (its head may have arrived just before):
  * the request must not be served, its answer could not be sent. */
-bool gw_conns_keyed(gw_slot *slot);
+bool gw_conns_keyed(gw_slot *slot, const char *tenant);
+/* A request of `tenant` begins on the connection of `slot` (NULL: always
+ * true): false when that tenant has a quarter of the table's requests
+ * (at least 1) being served already (answer 429), for each holds one or
+ * two daemon connections, of which the daemon allows the gateway's uid a
+ * bounded number (daemon.json maxConnectionsPerUser, 256). A true begin
+ * is ended with gw_conns_end(slot) once the request is answered. */
+bool gw_conns_begin(gw_slot *slot, const char *tenant);
+void gw_conns_end(gw_slot *slot);
 /* Gives `slot` (NULL: nothing) back; its fd must still be open. */
 void gw_conns_release(gw_slot *slot);
 /* Connections held now (not counting ones cut and still leaving). */
@@ -191,6 +224,7 @@ bool gw_rate_take(const char *tenant);
 typedef struct gw_auth {
         int status;
         bool envd;              /* E2b-Sandbox-Id named a sandbox: envd */
+        unsigned port;          /* Host PORT-ID.DOMAIN of an exposed port (not envd's): ports.c */
         char tenant[80];
         char sandbox[64];
         char msg[200];
@@ -198,6 +232,29 @@ typedef struct gw_auth {
 void gw_authenticate(const gw_config *cfg, const gw_request *r, gw_auth *ret);
 /* Serves request `r` whose head gave `auth` (gw_authenticate). */
 void gw_route(const gw_config *cfg, gw_conn *c, const gw_request *r, const gw_auth *auth);
+
+/* ---- ports.c ---- */
+
+/* Serves a request to exposed port auth->port of sandbox auth->sandbox
+ * (the Host PORT-ID.DOMAIN, E2B's getHost()): finds the sandbox's tenant
+ * (auth->tenant when a traffic token named it, else the tenant of the
+ * keys file that owns it, which must have made its ports public), makes
+ * the port one of the sandbox's `ports` (sandbox.update) and relays the
+ * request, re-sent from its parsed head, then every byte after it either
+ * way, through the daemon's endpoint of that port, until either side
+ * closes. `rest` (len bytes) is what followed the head in the read.
+ * The connection is not parsed again: it belongs to that port for the
+ * rest of its life. Answers E2B's errors (403, 502 {sandboxId, message,
+ * code}) itself. */
+void gw_port_proxy(const gw_config *cfg, gw_conn *c, const gw_request *r, const gw_auth *auth, int http_minor,
+                   const char *rest, size_t len);
+/* One read from the connection (plain or TLS): >0 bytes, 0 at the end,
+ * <0 on an error (http.c). Bytes buffered by TLS are read before the
+ * socket: gw_conn_pending says how many. */
+ssize_t gw_conn_read(gw_conn *c, char *buf, size_t size);
+size_t gw_conn_pending(gw_conn *c);
+/* Writes all of data to the connection: 0 or -EPIPE. */
+int gw_conn_write(gw_conn *c, const void *data, size_t len);
 
 /* ---- keys.c ---- */
 
@@ -219,6 +276,35 @@ char *gw_envd_token(const char *keys_path, const char *tenant, const char *sandb
  * -EACCES (a bad token, or its tenant has no key left in the file:
  * removing a tenant's last key ends its tokens too). */
 int gw_envd_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* E2B's signature of a file URL, as the SDK's getSignature() makes it
+ * (packages/js-sdk/src/sandbox/signature.ts): "v1_" and the base64 of
+ * SHA-256("PATH:OP:USER:TOKEN") (":EXP" appended when `exp`, the
+ * signature_expiration, is not NULL), without '=' padding. `op` is
+ * "read" or "write", `user` "" when the URL names none. Into out; 0 or
+ * -errno. */
+#define GW_SIGNATURE_SIZE 64
+int gw_file_signature(const char *path, const char *op, const char *user, const char *token, const char *exp,
+                      char out[GW_SIGNATURE_SIZE]);
+/* The tenant and sandbox whose envd token signed `sig` (compared in
+ * constant time): for `sandbox` (NULL: one of the sandboxes whose tokens
+ * this gateway handed out or accepted lately, at most 1024) the token of
+ * each tenant with a key. 0 with both, -EACCES when none did (or its
+ * tenant has no key left), other -errno when the keys file cannot be
+ * read. The expiration is the caller's to check. */
+int gw_signature_find(const char *keys_path, const char *sandbox, const char *path, const char *op, const char *user,
+                      const char *exp, const char *sig, char *ret_tenant, size_t tsize, char *ret_sandbox,
+                      size_t ssize);
+/* The traffic access token of sandbox `sandbox` for tenant `tenant`
+ * (E2B's trafficAccessToken: it opens the sandbox's exposed ports by host
+ * name, nothing else): "TENANT.HMAC" as the envd token, over a message
+ * of its own, so neither token is ever the other. New string, NULL on
+ * failure. */
+char *gw_traffic_token(const char *keys_path, const char *tenant, const char *sandbox);
+/* Checks a traffic token for `sandbox` as gw_envd_token_check does. */
+int gw_traffic_token_check(const char *keys_path, const char *token, const char *sandbox, char *ret, size_t size);
+/* The distinct tenants with a key in the keys file, at most `max` of them
+ * into ret: their count, or -errno when the file cannot be read. */
+int gw_key_tenants(const char *keys_path, char (*ret)[80], size_t max);
 /* Whether the keys file is private to this uid: 0, -EPERM when another
  * uid could read or write it (group or other mode bits, another owner,
  * not a regular file; then every request it would serve is refused too),
@@ -238,6 +324,30 @@ int gw_daemon_call(const gw_config *cfg, const char *tenant, const char *method,
                    cJSON **ret_result, client_error **ret_err);
 /* The HTTP status E2B would answer for a daemon error. */
 int gw_status_of(const client_error *e);
+
+/* ---- envd.c: client streams ----
+ *
+ * process.Process/StreamInput is a client stream: its request body is a
+ * sequence of Connect envelopes that ends only with the process's input,
+ * so it is not read whole before it is answered (http.c hands its bytes
+ * over as they come). */
+typedef struct gw_instream gw_instream;
+/* Whether request head `r` (authenticated for an envd) is a client
+ * stream the gateway serves (POST /process.Process/StreamInput with
+ * Content-Type application/connect+json). */
+bool gw_instream_wanted(const gw_request *r);
+/* A new client stream for `tenant`'s sandbox `sandbox` (copied), or NULL
+ * on ENOMEM. */
+gw_instream *gw_instream_open(const gw_config *cfg, const char *tenant, const char *sandbox);
+/* Takes the next `n` bytes of the body: each whole envelope is acted on
+ * at once (start: the process its selector names; data: command.write;
+ * keepalive: nothing). Returns 0, or -1 after the first failure (kept
+ * for gw_instream_finish; the rest of the body is not to be read). */
+int gw_instream_feed(gw_instream *s, const char *data, size_t n);
+/* Answers the stream on `c` (NULL: the caller went away, nothing is
+ * sent): the end-of-stream message with the failure, if any, or an empty
+ * StreamInputResponse; then frees `s` (NULL: nothing). */
+void gw_instream_finish(gw_instream *s, gw_conn *c);
 
 /* ---- control.c / envd.c ---- */
 void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant);

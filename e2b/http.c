@@ -27,6 +27,9 @@
 #include "e2b/gateway.h"
 
 #define HEAD_MAX (64u * 1024)
+
+struct gw_conn;
+static int write_all(struct gw_conn *c, const void *data, size_t len);
 #define HEADERS_MAX 100
 
 struct gw_conn {
@@ -50,12 +53,27 @@ typedef struct parse_state {
         bool refused;   /* answered from the head; the body is not read */
         bool busy;      /* the bodies budget is spent: 503 */
         bool cut;       /* the connection table cut it (conns.c): close */
+        bool begun;     /* gw_conns_begin took a request of its tenant */
+        gw_instream *in; /* a client stream (envd.c): its body goes there, not to req.body */
+        bool in_failed; /* ... and it failed: answered, the rest unread */
 } parse_state;
 
-/* ---- the bodies budget (all connections) ---- */
+/* ---- the bodies budget (all connections) ----
+ *
+ * One tenant holds at most half of it (but always a whole GW_MAX_BODY):
+ * a tenant whose connections each declare a 64 MiB body and then send it
+ * a byte now and then (each read within the idle bound) held all of it,
+ * and every other tenant's uploads were answered 503. */
+
+typedef struct tenant_bytes {
+        char tenant[80];
+        size_t held;
+} tenant_bytes;
 
 static pthread_mutex_t budget_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t bodies_max = GW_BODIES_MAX_DEFAULT, bodies_held;
+static tenant_bytes *held_by; /* the tenants holding some of it now */
+static size_t n_held_by;
 
 void gw_http_set_bodies_max(size_t bytes) {
         pthread_mutex_lock(&budget_lock);
@@ -63,37 +81,75 @@ void gw_http_set_bodies_max(size_t bytes) {
         pthread_mutex_unlock(&budget_lock);
 }
 
-bool gw_budget_take(size_t n) {
+/* What one tenant may hold. Under budget_lock. */
+static size_t tenant_share(void) {
+        return bodies_max / 2 > GW_MAX_BODY ? bodies_max / 2 : GW_MAX_BODY;
+}
+
+/* `tenant`'s entry (NULL when it holds nothing). Under budget_lock. */
+static tenant_bytes *held_of(const char *tenant) {
+        for (size_t i = 0; i < n_held_by; i++)
+                if (!strcmp(held_by[i].tenant, tenant))
+                        return &held_by[i];
+        return NULL;
+}
+
+/* Takes n bytes for `tenant` when they fit both bounds. Under budget_lock. */
+static bool take_locked(const char *tenant, size_t n) {
+        tenant_bytes *t = held_of(tenant);
+        size_t mine = t ? t->held : 0, share = tenant_share();
+        if (n > bodies_max || bodies_held > bodies_max - n || n > share || mine > share - n)
+                return false;
+        if (!t) {
+                tenant_bytes *nt = realloc(held_by, (n_held_by + 1) * sizeof(*nt));
+                if (!nt)
+                        return false;
+                held_by = nt;
+                t = &held_by[n_held_by++];
+                snprintf(t->tenant, sizeof(t->tenant), "%s", tenant);
+                t->held = 0;
+        }
+        t->held += n;
+        bodies_held += n;
+        return true;
+}
+
+/* Gives back n bytes of `tenant`'s. Under budget_lock. */
+static void release_locked(const char *tenant, size_t n) {
+        tenant_bytes *t = held_of(tenant);
+        bodies_held -= n;
+        if (t && (t->held -= n) == 0)
+                *t = held_by[--n_held_by];
+}
+
+bool gw_budget_take(const char *tenant, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
-        if (ok)
-                bodies_held += n;
+        bool ok = take_locked(tenant, n);
         pthread_mutex_unlock(&budget_lock);
         return ok;
 }
 
-void gw_budget_release(size_t n) {
+void gw_budget_release(const char *tenant, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bodies_held -= n;
+        release_locked(tenant, n);
         pthread_mutex_unlock(&budget_lock);
 }
 
-/* Takes n more bytes of the budget for s's body; false when they are not
- * there. */
+/* Takes n more bytes of the budget for s's body (its tenant's); false
+ * when they are not there. */
 static bool budget_take(parse_state *s, size_t n) {
         pthread_mutex_lock(&budget_lock);
-        bool ok = n <= bodies_max && bodies_held <= bodies_max - n;
-        if (ok) {
-                bodies_held += n;
+        bool ok = take_locked(s->auth.tenant, n);
+        if (ok)
                 s->reserved += n;
-        }
         pthread_mutex_unlock(&budget_lock);
         return ok;
 }
 
 static void budget_release(parse_state *s) {
         pthread_mutex_lock(&budget_lock);
-        bodies_held -= s->reserved;
+        if (s->reserved)
+                release_locked(s->auth.tenant, s->reserved);
         pthread_mutex_unlock(&budget_lock);
         s->reserved = 0;
 }
@@ -163,6 +219,8 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
 
 static int on_body(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
+        if (s->in)
+                return gw_instream_feed(s->in, at, n) < 0 ? (s->in_failed = true, -1) : 0;
         if (s->req.body_len + n > GW_MAX_BODY)
                 return s->too_big = true, -1;
         /* A chunked body takes its budget as it comes. */
@@ -190,9 +248,26 @@ static int on_headers_complete(http_parser *p) {
         if (finish_head(s, p) < 0)
                 return -1;
         gw_authenticate(s->cfg, &s->req, &s->auth);
+        /* An exposed port (ports.c): the head ends the parsing (2: no
+         * body, the rest of the connection is another protocol's), and
+         * what follows is relayed as it comes, never held. A request
+         * without a traffic token is not keyed: its tenant is not known
+         * yet, and ports.c takes that tenant's rate. */
+        if (s->auth.port && s->auth.status == 0) {
+                if (s->auth.tenant[0] && !gw_conns_keyed(s->slot, s->auth.tenant))
+                        return s->cut = true, -1;
+                if (s->auth.tenant[0] && !gw_rate_take(s->auth.tenant)) {
+                        s->auth.status = 429;
+                        snprintf(s->auth.msg, sizeof(s->auth.msg),
+                                 "rate limit exceeded: tenant %.80s sends more requests a second than the gateway "
+                                 "allows (--rate); retry later", s->auth.tenant);
+                        return s->refused = true, -1;
+                }
+                return 2;
+        }
         /* A valid key or token (not /health, which needs none): from now
          * on the connection is not cut to make room for others. */
-        if (s->auth.status == 0 && !gw_conns_keyed(s->slot))
+        if (s->auth.status == 0 && !gw_conns_keyed(s->slot, s->auth.tenant))
                 return s->cut = true, -1;
         /* Then the tenant's rate (rate.c): over it, answered from the head
          * like any refusal, the body unread. */
@@ -203,9 +278,24 @@ static int on_headers_complete(http_parser *p) {
                          "allows (--rate); retry later",
                          s->auth.tenant);
         }
+        /* And its share of the requests being served (conns.c). */
+        if (s->auth.status == 0 && !(s->begun = gw_conns_begin(s->slot, s->auth.tenant))) {
+                s->auth.status = 429;
+                snprintf(s->auth.msg, sizeof(s->auth.msg),
+                         "tenant %.80s has as many requests in progress at once as one tenant may; retry when "
+                         "one has ended",
+                         s->auth.tenant);
+        }
         bool has_body = (p->flags & F_CHUNKED) || (p->content_length != ULLONG_MAX && p->content_length > 0);
         if (s->auth.status && has_body)
                 return s->refused = true, -1;
+        /* A client stream (StreamInput): its body is acted on as it comes,
+         * not held (envd.c bounds each message). */
+        if (s->auth.status == 0 && s->auth.envd && gw_instream_wanted(&s->req)) {
+                if (!(s->in = gw_instream_open(s->cfg, s->auth.tenant, s->auth.sandbox)))
+                        return -1;
+                return 0;
+        }
         if (p->content_length != ULLONG_MAX && p->content_length > 0 && !budget_take(s, (size_t) p->content_length))
                 return s->busy = true, -1;
         return 0;
@@ -291,6 +381,10 @@ char *gw_query_get(const gw_request *r, const char *key) {
                 p = end ? end + 1 : NULL;
         }
         return NULL;
+}
+
+int gw_conn_write(gw_conn *c, const void *data, size_t len) {
+        return write_all(c, data, len);
 }
 
 static int write_all(gw_conn *c, const void *data, size_t len) {
@@ -506,9 +600,13 @@ static bool set_read_timeout(int fd, bool head_done, int64_t head_deadline) {
         return true;
 }
 
+size_t gw_conn_pending(gw_conn *c) {
+        return c->ssl ? (size_t) SSL_pending(c->ssl) : 0;
+}
+
 /* One read from the connection: plain or TLS. >0 bytes, 0 at the end, <0
  * on an error (a timeout included). */
-static ssize_t conn_read(gw_conn *c, char *buf, size_t size) {
+ssize_t gw_conn_read(gw_conn *c, char *buf, size_t size) {
         if (!c->ssl) {
                 ssize_t n;
                 do
@@ -526,8 +624,41 @@ void gw_serve_conn(const gw_config *cfg, int fd) {
         gw_serve_conn_slot(cfg, fd, NULL);
 }
 
+/* Bytes and time a connection answered before its request was read
+ * whole is drained for, after the answer, before it is closed. */
+#define LINGER_BYTES ((size_t) 1 << 20)
+#define LINGER_MS 2000
+
+/* A lingering close (as RFC 9112 §9.6 advises): a socket closed with
+ * unread bytes in its receive queue sends a reset, which may make the
+ * peer, still sending its body, drop the answer it was sent (a 401 for a
+ * request refused from its head). So the write side is shut down and
+ * what the peer still sends is read and dropped, at most LINGER_BYTES
+ * for at most LINGER_MS, before the caller closes. */
+static void linger(int fd) {
+        if (shutdown(fd, SHUT_WR) < 0)
+                return;
+        char buf[16384];
+        size_t total = 0;
+        int64_t deadline = now_ms() + LINGER_MS;
+        while (total < LINGER_BYTES) {
+                int64_t left = deadline - now_ms();
+                if (left <= 0)
+                        break;
+                struct timeval tv = { .tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000 };
+                (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+                ssize_t n = recv(fd, buf, sizeof(buf), 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                total += (size_t) n;
+        }
+}
+
 void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
         gw_conn c = { .fd = fd };
+        bool unread = false;
         struct timeval tv = { .tv_sec = IDLE_SECONDS };
         (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         (void) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -554,7 +685,7 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                 if (off == have) {
                         ssize_t n = -1;
                         if (set_read_timeout(fd, s.head_done, head_deadline))
-                                n = conn_read(&c, buf, sizeof(buf));
+                                n = gw_conn_read(&c, buf, sizeof(buf));
                         if (n < 0 && !s.head_done && s.head_bytes > 0 && now_ms() >= head_deadline) {
                                 c.close = true;
                                 gw_send_error(&c, 408, "request head not complete within %u s", head_seconds);
@@ -567,6 +698,14 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                 size_t used = http_parser_execute(&p, &settings, buf + off, have - off);
                 off += used;
                 enum http_errno e = HTTP_PARSER_ERRNO(&p);
+                if (s.done && s.auth.port && s.auth.status == 0) {
+                        /* An exposed port: the rest of the connection is
+                         * relayed to it (ports.c), never parsed again. */
+                        if (finish_request(&s) == 0)
+                                gw_port_proxy(cfg, &c, &s.req, &s.auth, p.http_major == 1 ? p.http_minor : 0,
+                                              buf + off, have - off);
+                        break;
+                }
                 if (s.done) {
                         http_parser_pause(&p, 0);
                         c.close = !http_should_keep_alive(&p);
@@ -574,7 +713,12 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                                 gw_send_error(&c, 500, "out of memory");
                                 break;
                         }
-                        gw_route(cfg, &c, &s.req, &s.auth);
+                        if (s.in)
+                                gw_instream_finish(s.in, &c);
+                        else
+                                gw_route(cfg, &c, &s.req, &s.auth);
+                        if (s.begun)
+                                gw_conns_end(slot);
                         request_clear(&s.req);
                         free(s.url);
                         budget_release(&s);
@@ -588,7 +732,13 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         c.close = true;
                         if (s.cut)
                                 break;
-                        if (s.refused)
+                        /* Answered with bytes of the request still unread:
+                         * closed lingering, so the answer is not lost. */
+                        unread = !s.head_too_big;
+                        if (s.in_failed) {
+                                gw_instream_finish(s.in, &c);
+                                s.in = NULL;
+                        } else if (s.refused)
                                 gw_route(cfg, &c, &s.req, &s.auth);
                         else if (s.busy)
                                 gw_send_error(&c, 503, "the gateway holds as many request bodies as it may; retry");
@@ -600,14 +750,19 @@ void gw_serve_conn_slot(const gw_config *cfg, int fd, gw_slot *slot) {
                         break;
                 }
         }
+        if (s.begun)
+                gw_conns_end(slot);
         request_clear(&s.req);
         free(s.url);
         budget_release(&s);
+        gw_instream_finish(s.in, NULL);
         if (c.ssl) {
                 if (!c.failed)
                         (void) SSL_shutdown(c.ssl);
                 SSL_free(c.ssl);
         }
+        if (unread && !c.failed)
+                linger(fd);
         /* Released before the close: while the table holds the slot its
          * fd is this socket, so a cut (shutdown) never hits a reused fd. */
         gw_conns_release(slot);

@@ -1,7 +1,7 @@
 /* sandboxd-e2b: E2B's protocols for sandboxd (docs/E2B.md).
  *
  *   sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]
- *                [--max-conns N] [--max-conns-per-addr N] [--rate N]
+ *                [--domain DOMAIN] [--max-conns N] [--max-conns-per-addr N] [--rate N]
  *   sandboxd-e2b key add TENANT --keys FILE
  *
  * Runs as an unprivileged uid named in the daemon's daemon.json
@@ -26,7 +26,7 @@ static gw_config cfg;
 
 static void usage(FILE *f) {
         fprintf(f, "usage: sandboxd-e2b --socket PATH --listen ADDR:PORT --keys FILE [--tls-cert F --tls-key F]\n"
-                   "                    [--max-conns N (256)] [--max-conns-per-addr N (32)] [--rate N (100)]\n"
+                   "                    [--domain DOMAIN] [--max-conns N (256)] [--max-conns-per-addr N (32)] [--rate N (100)]\n"
                    "       sandboxd-e2b key add TENANT --keys FILE\n");
 }
 
@@ -152,6 +152,23 @@ static SSL_CTX *tls_context(const char *cert, const char *key) {
         return ctx;
 }
 
+/* --domain: a DNS name (letters, digits, '-', '.'; no empty label),
+ * optionally ":PORT" (the sandbox URLs' port when not 443). */
+static bool domain_ok(const char *s) {
+        size_t n = strcspn(s, ":");
+        if (n == 0 || n > 253 || s[0] == '.' || s[n - 1] == '.')
+                return false;
+        for (size_t i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+                      s[i] == '-' || (s[i] == '.' && s[i + 1] != '.')))
+                        return false;
+        if (!s[n])
+                return true;
+        char *end;
+        long port = strtol(s + n + 1, &end, 10);
+        return s[n + 1] >= '1' && s[n + 1] <= '9' && !*end && port <= 65535;
+}
+
 /* A count option's value: 1 to 65536, else false. */
 static bool parse_count(const char *s, unsigned *ret) {
         char *end;
@@ -173,7 +190,15 @@ int main(int argc, char **argv) {
                         listen_spec = argv[++i];
                 else if (!strcmp(argv[i], "--keys") && i + 1 < argc)
                         cfg.keys_path = argv[++i];
-                else if (!strcmp(argv[i], "--tls-cert") && i + 1 < argc)
+                else if (!strcmp(argv[i], "--domain") && i + 1 < argc) {
+                        cfg.domain = argv[++i];
+                        if (!domain_ok(cfg.domain)) {
+                                fprintf(stderr, "sandboxd-e2b: --domain '%s': want a DNS name, optionally with "
+                                                ":PORT (E2B's sandbox domain: hosts are PORT-ID.DOMAIN)\n",
+                                        cfg.domain);
+                                return 2;
+                        }
+                } else if (!strcmp(argv[i], "--tls-cert") && i + 1 < argc)
                         tls_cert = argv[++i];
                 else if (!strcmp(argv[i], "--tls-key") && i + 1 < argc)
                         tls_key = argv[++i];

@@ -120,19 +120,22 @@
  *      cgroup.procs files (opened O_WRONLY by sandboxd) of its cgroups
  *   → {"op":"container","action":"create","req":N,"name":S,
  *      "mounts":[{"destination":S,"fd":I}...],"cgroups":[I...],
- *      "readOnlyRoot":B,"tmpSize":BYTES}   I index the queued fds
+ *      "readOnlyRoot":B,"ownPids":B,"tmpSize":BYTES}   I index the queued fds
  *   → {"op":"container","action":"delete"|"list","req":N,"name":S}
  *   ← {"ev":"fs","req":N,"result":{}} (list: {"containers":[S...]})  or
  *      {"ev":"fs","req":N,"errno":E,"message":S}
  *   A create makes the container's mount namespace under the sandbox's
  *   (in a helper init forked before any seccomp filter): the overlay as its
- *   root, the sandbox's /proc, /dev, /sys, /etc/resolv.conf and
- *   /etc/hosts cloned in, a tmpfs /tmp of tmpSize bytes, the mounts at
+ *   root, the sandbox's /dev, /sys, /etc/resolv.conf and /etc/hosts (and
+ *   /proc unless "ownPids") cloned in; with "ownPids" a PID namespace of
+ *   its own whose PID 1 (sandbox-ctrinit, in the container's cgroups)
+ *   mounts a /proc of it with the sandbox's masks; a tmpfs /tmp of tmpSize bytes, the mounts at
  *   their destinations (resolved beneath the new root, no symlink
  *   followed, made when missing), read-only root when asked, pivot_root.
  *   A run with "container":S joins that container's cgroups (writes "0"
  *   to each cgroup.procs fd) and mount namespace (setns) before anything
- *   else in its child. delete only forgets the namespace and fds (sandboxd
+ *   else in its child, which init forks into the container's own PID
+ *   namespace when it has one. delete only forgets the namespace and fds (sandboxd
  *   has killed its processes through its cgroup).
  *
  * Stop:

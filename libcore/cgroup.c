@@ -112,7 +112,7 @@ static const char *const v1_controllers[] = { "pids", "memory", "cpu", "freezer"
 
 /* Child cgroups a session may have (core_cgroup_attach_child): teardown
  * kills and removes these too. */
-static const char *const session_children[] = { CORE_CGROUP_NETD };
+static const char *const session_children[] = { CORE_CGROUP_NETD, CORE_CGROUP_INIT };
 
 /* The containers' child cgroups of session directory `dir`
  * (CORE_CGROUP_CTR_PREFIX + name, core_cgroup_container_create): fn on
@@ -170,10 +170,12 @@ static int write_u64_or(const char *dir, const char *file, uint64_t v, const cha
         return write_file(dir, file, buf);
 }
 
-/* Kills by reading cgroup.procs until it stays empty: a process may fork
- * between the read and the kill, so one pass is not enough; the rounds are
- * bounded so a fork bomb without a pids limit cannot hold us forever. */
-static int kill_by_procs(const char *dir) {
+/* SIGKILL to every pid in dir/cgroup.procs. With `wait`, re-read until
+ * it stays empty (-EBUSY after KILL_ROUNDS): a process may fork between
+ * the read and the kill, so one pass is not enough; the rounds are bounded
+ * so a fork bomb without a pids limit cannot hold us forever. Without,
+ * one read (core_cgroup_kill_now). */
+static int kill_by_procs_wait(const char *dir, bool wait) {
         _cleanup_free_ char *procs = NULL;
         if (asprintf(&procs, "%s/cgroup.procs", dir) < 0)
                 return -ENOMEM;
@@ -192,11 +194,19 @@ static int kill_by_procs(const char *dir) {
                         if (pid > 0 && kill((pid_t) pid, SIGKILL) == 0)
                                 any = true;
                 }
-                if (!any)
+                if (!any || !wait)
                         return 0;
                 sleep_ms(RETRY_STEP_MS);
         }
         return -EBUSY;
+}
+
+static int kill_by_procs(const char *dir) {
+        return kill_by_procs_wait(dir, true);
+}
+
+static int kill_by_procs_once(const char *dir) {
+        return kill_by_procs_wait(dir, false);
 }
 
 /* v1 memory: memory.memsw.limit_in_bytes (swap accounting, when the kernel
@@ -255,11 +265,15 @@ static int v2_set_limits(const hierarchy *h, const char *dir, const core_cgroup_
 
 /* cgroup.kill (Linux 5.14) kills the whole subtree atomically, forks
  * included; older kernels fall back to the procs loop. */
-static int v2_kill_all(const char *dir) {
+static int v2_kill_all_with(const char *dir, int (*fallback)(const char *)) {
         int r = write_file(dir, "cgroup.kill", "1");
         if (r == -ENOENT || r == -EINVAL || r == -EOPNOTSUPP)
-                return kill_by_procs(dir);
+                return fallback(dir);
         return r;
+}
+
+static int v2_kill_all(const char *dir) {
+        return v2_kill_all_with(dir, kill_by_procs);
 }
 
 static const cgroup_ops ops_v1 = { "v1", v1_set_limits, kill_by_procs };
@@ -924,16 +938,52 @@ int core_cgroup_update(core_cgroup *cg, const core_cgroup_limits *old, const cor
         return 0;
 }
 
+/* Whether the session's processes live in its leaf CORE_CGROUP_INIT in
+ * hierarchy i rather than in the session's directory: on a v2 hierarchy
+ * that carries controllers, so that the session can enable them for its
+ * containers' child cgroups (the "no internal processes" rule of
+ * Documentation/admin-guide/cgroup-v2.rst: a cgroup that enables
+ * controllers in cgroup.subtree_control holds no process itself). Not
+ * under the systemd driver (the scope's directory is systemd's to
+ * arrange), nor on v1 hierarchies or a hybrid host's controller-less v2
+ * one, where the rule does not apply. */
+static bool v2_leaf(const core_cgroup *cg, size_t i) {
+        return i < state.n && state.h[i].ops == &ops_v2 && state.h[i].v2_ctl && !cg->unit;
+}
+
+/* The directory the session's own processes go to in hierarchy i (the
+ * leaf made when missing), or NULL when out of memory or it cannot be
+ * made (errno set). Caller frees. */
+static char *process_dir(const core_cgroup *cg, size_t i) {
+        char *d = NULL;
+        if (!v2_leaf(cg, i))
+                return strdup(cg->dirs[i]);
+        if (asprintf(&d, "%s/%s", cg->dirs[i], CORE_CGROUP_INIT) < 0)
+                return NULL;
+        if (mkdir(d, 0755) < 0 && errno != EEXIST) {
+                int e = errno;
+                free(d);
+                errno = e;
+                return NULL;
+        }
+        return d;
+}
+
 static int attach(core_cgroup *cg, pid_t pid, bool skip_v2, sb_error **ret_err) {
         char buf[24];
         snprintf(buf, sizeof(buf), "%d", (int) pid);
         for (size_t i = 0; i < cg->n; i++) {
                 if (skip_v2 && state.h[i].ops == &ops_v2)
                         continue;
-                int r = write_file(cg->dirs[i], "cgroup.procs", buf);
+                _cleanup_free_ char *dir = process_dir(cg, i);
+                if (!dir)
+                        return sb_error_set(ret_err, errno ? negative_errno() : -ENOMEM, NULL, NULL,
+                                            "cgroup '%s': make the leaf %s/%s: %m", cg->name, cg->dirs[i],
+                                            CORE_CGROUP_INIT);
+                int r = write_file(dir, "cgroup.procs", buf);
                 if (r < 0)
                         return sb_error_set(ret_err, r, NULL, NULL, "cgroup '%s': move pid %d into %s: %s",
-                                            cg->name, (int) pid, cg->dirs[i], strerror(-r));
+                                            cg->name, (int) pid, dir, strerror(-r));
         }
         /* The session's first process holds the scope now. */
         release_holder(cg);
@@ -1101,7 +1151,10 @@ int core_cgroup_attach_child_v1(core_cgroup *cg, const char *child, pid_t pid, s
 int core_cgroup_open_v2(const core_cgroup *cg) {
         for (size_t i = 0; cg && i < cg->n; i++)
                 if (state.h[i].ops == &ops_v2) {
-                        int fd = open(cg->dirs[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                        _cleanup_free_ char *dir = process_dir(cg, i);
+                        if (!dir)
+                                return errno ? negative_errno() : -ENOMEM;
+                        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                         return fd < 0 ? negative_errno() : fd;
                 }
         return -ENOENT;
@@ -1311,13 +1364,28 @@ int core_cgroup_peak_read(int fd, uint64_t *ret) {
         return 0;
 }
 
-int core_cgroup_kill_all(core_cgroup *cg) {
+/* A container's cgroup thawed after its kill (container.pause froze it):
+ * whichever freezer file the hierarchy has. */
+static int thaw_ctr(const char *path) {
+        _cleanup_free_ char *v2 = NULL, *v1 = NULL;
+        if (asprintf(&v2, "%s/cgroup.freeze", path) < 0 || asprintf(&v1, "%s/freezer.state", path) < 0)
+                return -ENOMEM;
+        if (access(v2, F_OK) == 0)
+                (void)write_file(path, "cgroup.freeze", "0");
+        if (access(v1, F_OK) == 0)
+                (void)write_file(path, "freezer.state", "THAWED");
+        return 0;
+}
+
+static int kill_all(core_cgroup *cg, bool wait) {
         int ret = 0;
+        int (*sweep)(const char *) = wait ? kill_by_procs : kill_by_procs_once;
         release_holder(cg);
         /* The tracking hierarchy first (atomic cgroup.kill when v2), then a
          * sweep of the others in case a process was only partly attached. */
         for (size_t i = 0; i < cg->n; i++) {
-                int r = i == 0 ? state.h[i].ops->kill_all(cg->dirs[i]) : kill_by_procs(cg->dirs[i]);
+                int r = i == 0 && state.h[i].ops == &ops_v2 ? v2_kill_all_with(cg->dirs[i], sweep)
+                        : i == 0 && wait ? state.h[i].ops->kill_all(cg->dirs[i]) : sweep(cg->dirs[i]);
                 if (r < 0 && r != -ENOENT && ret == 0)
                         ret = r;
                 /* v1 kills no subtree (v2's cgroup.kill does, the sweep is
@@ -1326,11 +1394,11 @@ int core_cgroup_kill_all(core_cgroup *cg) {
                         _cleanup_free_ char *dir = NULL;
                         if (asprintf(&dir, "%s/%s", cg->dirs[i], session_children[k]) < 0)
                                 return -ENOMEM;
-                        r = kill_by_procs(dir);
+                        r = sweep(dir);
                         if (r < 0 && r != -ENOENT && ret == 0)
                                 ret = r;
                 }
-                r = for_each_ctr(cg->dirs[i], kill_by_procs);
+                r = for_each_ctr(cg->dirs[i], sweep);
                 if (r < 0 && ret == 0)
                         ret = r;
         }
@@ -1339,7 +1407,19 @@ int core_cgroup_kill_all(core_cgroup *cg) {
          * it dies at once instead of running on, and the cgroup can go. */
         if (core_cgroup_frozen(cg) > 0)
                 (void)core_cgroup_freeze(cg, false);
+        /* And its paused containers (container.pause): a v1 freezer child
+         * keeps its own state whatever the session's. */
+        for (size_t i = 0; i < cg->n; i++)
+                (void)for_each_ctr(cg->dirs[i], thaw_ctr);
         return ret;
+}
+
+int core_cgroup_kill_all(core_cgroup *cg) {
+        return kill_all(cg, true);
+}
+
+int core_cgroup_kill_now(core_cgroup *cg) {
+        return kill_all(cg, false);
 }
 
 /* rmdir with a bounded wait: after SIGKILL the kernel still has to reap the
@@ -1461,7 +1541,10 @@ int core_cgroup_open(const char *name, pid_t pid, core_cgroup **ret) {
         int r = cgroup_new(name, &cg);
         if (r < 0)
                 return r;
-        if (cg->n == 0 || asprintf(&procs, "%s/cgroup.procs", cg->dirs[0]) < 0)
+        /* Where init lives: the leaf on a v2 hierarchy with controllers
+         * (v2_leaf), else the session's directory. */
+        if (cg->n == 0 || asprintf(&procs, v2_leaf(cg, 0) ? "%s/" CORE_CGROUP_INIT "/cgroup.procs" : "%s/cgroup.procs",
+                                   cg->dirs[0]) < 0)
                 return -ENOMEM;
         if ((r = core_read_file(procs, 1 << 20, &data, NULL)) < 0)
                 return r;
@@ -1586,13 +1669,18 @@ int core_cgroup_container_create(core_cgroup *cg, const char *name, const core_c
         int r = 0;
         for (size_t i = 0; i < v->n && i < state.n && r >= 0; i++) {
                 const hierarchy *h = &state.h[i];
-                /* v2: a child gets limits only when the session delegates
-                 * the controllers to its children, which the kernel allows
-                 * only while the session cgroup itself holds no process
-                 * ("no internal processes", cgroup-v2.rst); sandbox-init
-                 * lives there, so this fails with EBUSY and the container
-                 * is refused when it asks for limits. */
-                if (h->ops == &ops_v2 && (limits->memory_max || limits->pids_max || limits->cpu_quota_pct)) {
+                bool any = limits->memory_max || limits->pids_max || limits->cpu_quota_pct, delegated = false;
+                /* v2: a child has controllers (its limits, memory.current,
+                 * memory.events for its own stats and OOM kills) only when
+                 * the session delegates them to its children, which the
+                 * kernel allows only while the session cgroup itself holds
+                 * no process ("no internal processes", cgroup-v2.rst):
+                 * sandbox-init lives in the leaf CORE_CGROUP_INIT for that
+                 * (v2_leaf). A session whose init is in its own directory
+                 * (the systemd driver's scope, or one started by an older
+                 * daemon) cannot: a container asking for limits is then
+                 * refused, one without gets none of those files. */
+                if (h->ops == &ops_v2 && h->v2_ctl) {
                         char ctl[64] = "";
                         if (h->v2_ctl & CTL_MEMORY)
                                 strcat(ctl, "+memory ");
@@ -1600,10 +1688,17 @@ int core_cgroup_container_create(core_cgroup *cg, const char *name, const core_c
                                 strcat(ctl, "+pids ");
                         if (h->v2_ctl & CTL_CPU)
                                 strcat(ctl, "+cpu ");
-                        if (*ctl && (r = write_file(cg->dirs[i], "cgroup.subtree_control", ctl)) < 0) {
-                                r = sb_error_set(ret_err, r, NULL, NULL,
-                                                 "container limits on cgroup v2: delegate controllers below %s: %s",
-                                                 cg->dirs[i], strerror(-r));
+                        int w = *ctl ? write_file(cg->dirs[i], "cgroup.subtree_control", ctl) : -ENOTSUP;
+                        delegated = w >= 0;
+                        if (w < 0 && any) {
+                                r = sb_error_set(ret_err, w, NULL, NULL,
+                                                 "container limits on cgroup v2: delegate controllers below %s: %s%s",
+                                                 cg->dirs[i], strerror(-w),
+                                                 w == -EBUSY ? " (the sandbox's own processes live in that cgroup, "
+                                                               "not in its leaf '" CORE_CGROUP_INIT "': under the "
+                                                               "systemd driver, or started by an older sandboxd; "
+                                                               "a new session of the sandbox has the leaf)"
+                                                             : "");
                                 break;
                         }
                 }
@@ -1617,13 +1712,12 @@ int core_cgroup_container_create(core_cgroup *cg, const char *name, const core_c
                                          mk == -EEXIST ? "it exists with processes" : strerror(-mk));
                         break;
                 }
-                /* v2 without limits: no controller was delegated, so the
-                 * child has none of their files to write. (v1 cpu: a
-                 * child's quota above its parent's is refused, EINVAL,
-                 * kernel/sched/core.c tg_cfs_schedulable_down; the caller
-                 * bounds it by the session's.) */
-                bool any = limits->memory_max || limits->pids_max || limits->cpu_quota_pct;
-                if ((h->ops != &ops_v2 || any) && (r = h->ops->set_limits(h, v->dirs[i], limits, CTL_ALL)) < 0) {
+                /* v2 with no controller delegated: the child has none of
+                 * their files to write. (v1 cpu: a child's quota above its
+                 * parent's is refused, EINVAL, kernel/sched/core.c
+                 * tg_cfs_schedulable_down; the caller bounds it by the
+                 * session's.) */
+                if ((h->ops != &ops_v2 || delegated) && (r = h->ops->set_limits(h, v->dirs[i], limits, CTL_ALL)) < 0) {
                         r = sb_error_set(ret_err, r, NULL, NULL, "container cgroup: limits of %s: %s", v->dirs[i],
                                          strerror(-r));
                         break;

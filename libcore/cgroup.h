@@ -113,11 +113,20 @@ int core_cgroup_create(const char *name, const core_cgroup_limits *limits, core_
 int core_cgroup_update(core_cgroup *cg, const core_cgroup_limits *old, const core_cgroup_limits *limits,
                        sb_error **ret_err);
 
-/* Moves pid into the session cgroup in every hierarchy. */
+/* Moves pid into the session cgroup in every hierarchy (on a v2 one with
+ * controllers, its leaf CORE_CGROUP_INIT, made when missing). */
 int core_cgroup_attach(core_cgroup *cg, pid_t pid, sb_error **ret_err);
 
 /* The child cgroup of a session that holds its sandbox-netd. */
 #define CORE_CGROUP_NETD "netd"
+/* The child cgroup of a session that holds sandbox-init and the
+ * sandbox's own commands on a v2 hierarchy with controllers (cgroupfs
+ * driver): the session itself then holds no process, so it can delegate
+ * controllers to its containers' child cgroups (cgroup-v2.rst "no
+ * internal processes"). core_cgroup_attach and core_cgroup_open_v2 place
+ * processes there; elsewhere (v1, a hybrid host's controller-less v2
+ * hierarchy, the systemd driver) they go to the session's directory. */
+#define CORE_CGROUP_INIT "init"
 
 /* Moves pid into the child cgroup `child` of the session (only the names
  * above, -EINVAL otherwise) in every hierarchy, creating it when missing.
@@ -134,7 +143,8 @@ int core_cgroup_attach_child(core_cgroup *cg, const char *child, pid_t pid, sb_e
  * process cloned into it (core_cgroup_make_child). */
 int core_cgroup_attach_child_v1(core_cgroup *cg, const char *child, pid_t pid, sb_error **ret_err);
 
-/* Opens the session's cgroup v2 directory (O_DIRECTORY|O_CLOEXEC) for
+/* Opens the session's cgroup v2 directory (its leaf CORE_CGROUP_INIT when
+ * the hierarchy has controllers, made when missing; O_DIRECTORY|O_CLOEXEC) for
  * clone3(CLONE_INTO_CGROUP), which places a child at birth instead of
  * migrating it later: a v2 migration waits for an RCU grace period
  * (cgroup_threadgroup_rwsem), about 10 ms on this class of machine. Returns
@@ -243,6 +253,15 @@ int core_cgroup_peak_read(int fd, uint64_t *ret);
 /* Sends SIGKILL to every process in the cgroup (cgroup.kill on v2, else by
  * reading cgroup.procs repeatedly until empty). */
 int core_cgroup_kill_all(core_cgroup *cg);
+
+/* core_cgroup_kill_all() without waiting: SIGKILL sent once to every
+ * process in the cgroup (cgroup.kill on v2, which also covers a fork under
+ * way; else one read of each cgroup.procs) and a frozen cgroup thawed, so
+ * that no process of it runs user code again; they may still be exiting
+ * on return (kill(2): a pending SIGKILL ends the process before it returns
+ * to user mode). For a session whose PID namespace is already empty but
+ * for its exiting init. Returns 0 or the first negative errno. */
+int core_cgroup_kill_now(core_cgroup *cg);
 
 /* Removes the cgroup directories (after the processes are gone; retries
  * briefly while the kernel reaps). Returns the first error after trying all. */

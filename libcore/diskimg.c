@@ -117,31 +117,9 @@ static int run_mkfs(const char *image, const core_disk_limits *lim, sb_error **r
                         (char *)"lazy_itable_init=1,lazy_journal_init=1,nodiscard",
                         (char *)image,
                         NULL};
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-        posix_spawnattr_t attr;
-        sigset_t none, all;
-        sigemptyset(&none);
-        sigfillset(&all);
-        posix_spawnattr_init(&attr);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &all);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-        pid_t pid;
-        char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-        int r = posix_spawn(&pid, mkfs, &fa, &attr, argv, envp);
-        posix_spawn_file_actions_destroy(&fa);
-        posix_spawnattr_destroy(&attr);
-        if (r != 0)
-                return sb_error_set(ret_err, -r, NULL, NULL, "disk image: run %s: %s", mkfs, strerror(r));
-        int st;
-        while (waitpid(pid, &st, 0) < 0)
-                if (errno != EINTR)
-                        return sb_error_set(ret_err, negative_errno(), NULL, NULL,
-                                            "disk image: wait for mkfs: %m");
+        int st, r = core_run_quiet(mkfs, argv, &st);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: run %s: %s", mkfs, strerror(-r));
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
                 return sb_error_set(ret_err, -EIO, NULL, NULL, "disk image: %s %s failed (status %d)", mkfs,
                                     image, st);

@@ -81,32 +81,10 @@ static int spawn_mkfs(const char *dev, sb_error **ret_err) {
          * filesystems). -f: the device was checked blank just before. */
         char *argv[] = {(char *)"mkfs.btrfs", (char *)"-q", (char *)"-f", (char *)"--mixed",
                         (char *)"-L", (char *)LABEL, (char *)dev, NULL};
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-        posix_spawnattr_t attr;
-        sigset_t none, all;
-        sigemptyset(&none);
-        sigfillset(&all);
-        posix_spawnattr_init(&attr);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &all);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-        pid_t pid;
-        char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-        int r = posix_spawn(&pid, mkfs, &fa, &attr, argv, envp);
-        posix_spawn_file_actions_destroy(&fa);
-        posix_spawnattr_destroy(&attr);
-        if (r != 0)
-                return sb_error_set(ret_err, -r, NULL, "storage.pool", "storage pool: run %s: %s", mkfs,
-                                    strerror(r));
-        int st;
-        while (waitpid(pid, &st, 0) < 0)
-                if (errno != EINTR)
-                        return sb_error_set(ret_err, negative_errno(), NULL, "storage.pool",
-                                            "storage pool: wait for mkfs.btrfs: %m");
+        int st, r = core_run_quiet(mkfs, argv, &st);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, "storage.pool", "storage pool: run %s: %s", mkfs,
+                                    strerror(-r));
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
                 return sb_error_set(ret_err, -EIO, NULL, "storage.pool", "storage pool: %s %s failed (status %d)",
                                     mkfs, dev, st);

@@ -51,9 +51,10 @@ static int attach(int rootfd, int mntfd, const char *dst, sb_error **ret_err) {
 }
 
 /* A fresh filesystem instance (proc, tmpfs, devpts, sysfs) with the given
- * fsconfig string options ("key=value" or "key") and mount attributes. */
-static int mount_new(int rootfd, const char *fstype, const char *const *opts, unsigned attrs,
-                     const char *dst, sb_error **ret_err) {
+ * fsconfig string options ("key=value" or "key") and mount attributes, as
+ * a detached mount: its fd (the caller closes it) or a negative errno.
+ * mount_new() attaches it on dst beneath rootfd. */
+static int make_new(const char *fstype, const char *const *opts, unsigned attrs, sb_error **ret_err) {
         _cleanup_close_ int fsfd = fsopen(fstype, FSOPEN_CLOEXEC);
         if (fsfd < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsopen %s: %m", fstype);
@@ -72,9 +73,17 @@ static int mount_new(int rootfd, const char *fstype, const char *const *opts, un
         }
         if (fsconfig(fsfd, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "create %s: %m", fstype);
-        _cleanup_close_ int mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, attrs);
+        int mnt = fsmount(fsfd, FSMOUNT_CLOEXEC, attrs);
         if (mnt < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "fsmount %s: %m", fstype);
+        return mnt;
+}
+
+static int mount_new(int rootfd, const char *fstype, const char *const *opts, unsigned attrs,
+                     const char *dst, sb_error **ret_err) {
+        _cleanup_close_ int mnt = make_new(fstype, opts, attrs, ret_err);
+        if (mnt < 0)
+                return mnt;
         return attach(rootfd, mnt, dst, ret_err);
 }
 
@@ -302,16 +311,78 @@ static int mask_files(int rootfd, int devnull, sb_error **ret_err) {
         return 0;
 }
 
+/* One empty read-only tmpfs, cloned over each of masked_dirs that exists
+ * (as /dev/null is over masked_files): a bind per directory instead of a
+ * filesystem instance each, which the sandbox's start made and its end
+ * tore down one by one. Every clone keeps the mount's attributes
+ * (read-only, nosuid, nodev, noexec), and nothing can be written to any. */
 static int mask_dirs(int rootfd, sb_error **ret_err) {
         static const char *const ro_opts[] = {"size=0", "mode=0555", NULL};
+        _cleanup_close_ int empty = -EBADF;
         for (size_t i = 0; i < ELEMENTSOF(masked_dirs); i++) {
                 _cleanup_close_ int t = openat2_beneath(rootfd, masked_dirs[i], O_PATH | O_DIRECTORY);
                 if (t < 0)
                         continue;
-                int r = mount_new(rootfd, "tmpfs", ro_opts,
-                                  MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                                  masked_dirs[i], ret_err);
+                if (empty < 0) {
+                        /* The first is the instance itself; the others are
+                         * clones of it, once it is attached (a detached
+                         * mount cannot be cloned before Linux 6.15). */
+                        empty = make_new("tmpfs", ro_opts,
+                                         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                                         ret_err);
+                        if (empty < 0)
+                                return empty;
+                        int r = attach(rootfd, empty, masked_dirs[i], ret_err);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                _cleanup_close_ int tree = open_tree(empty, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+                if (tree < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone the empty tmpfs for %s: %m",
+                                            masked_dirs[i]);
+                int r = attach(rootfd, tree, masked_dirs[i], ret_err);
                 if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int open_verified_devnull(sb_error **ret_err);
+
+int core_rootfs_mount_proc(int rootfd, sb_error **ret_err) {
+        _cleanup_close_ int devnull = -EBADF;
+        int r = core_rootfs_make_target(rootfd, "/proc", true);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "mount point /proc: %s", core_beneath_strerror(r));
+        if ((r = mount_proc(rootfd, ret_err)) < 0)
+                return r;
+        static const char *const ro_opts[] = {"size=0", "mode=0555", NULL};
+        for (size_t i = 0; i < ELEMENTSOF(masked_dirs); i++) {
+                if (strncmp(masked_dirs[i], "/proc/", 6) != 0)
+                        continue;
+                _cleanup_close_ int t = openat2_beneath(rootfd, masked_dirs[i], O_PATH | O_DIRECTORY);
+                if (t < 0)
+                        continue;
+                r = mount_new(rootfd, "tmpfs", ro_opts,
+                              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                              masked_dirs[i], ret_err);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(masked_files); i++) {
+                if (strncmp(masked_files[i], "/proc/", 6) != 0)
+                        continue;
+                _cleanup_close_ int t = openat2_beneath(rootfd, masked_files[i], O_PATH);
+                if (t == -ENOENT)
+                        continue;
+                if (devnull < 0 && (devnull = open_verified_devnull(ret_err)) < 0)
+                        return devnull;
+                _cleanup_close_ int tree = open_tree(devnull, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+                                                                      AT_EMPTY_PATH);
+                if (tree < 0)
+                        return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone /dev/null: %m");
+                if ((r = attach(rootfd, tree, masked_files[i], ret_err)) < 0)
                         return r;
         }
         return 0;

@@ -98,4 +98,15 @@ int core_rootfs_attach_bind(int rootfd, int tree, const char *dst, sb_error **re
  * entry is left as it is. Returns 0 or a negative errno. */
 int core_rootfs_make_target(int rootfd, const char *dst, bool dir);
 
+/* Mounts a new procfs instance at /proc beneath rootfd (made when
+ * missing, no symlink followed): the PID namespace of the calling process
+ * (proc(5): a proc instance shows the mounter's PID namespace), /proc/sys
+ * read-only, and the /proc entries of the sandbox's masks (Docker's masked
+ * paths and the rest core_rootfs_setup hides) behind the verified host
+ * /dev/null or an empty read-only tmpfs, as a sandbox's own /proc has them.
+ * For a container with a PID namespace of its own
+ * (libcore/init/container.c). Returns 0 or a negative errno with *ret_err
+ * naming the step. */
+int core_rootfs_mount_proc(int rootfd, sb_error **ret_err);
+
 void core_rootfs_config_clear(core_rootfs_config *cfg);

@@ -557,6 +557,77 @@ int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *r
         return 0;
 }
 
+static bool path_char(char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+               c == '-' || c == '/' || c == '+' || c == '@' || c == '~';
+}
+
+char *core_redact_path(const char *s, const char *prefix, const char *with) {
+        size_t n = prefix ? strlen(prefix) : 0;
+        while (n > 1 && prefix[n - 1] == '/')
+                n--;
+        if (n <= 1)
+                return strdup(s); /* no prefix, or "/": nothing that names one directory */
+        size_t wn = strlen(with), cap = strlen(s) + 1, out_n = 0;
+        for (const char *p = s; (p = memmem(p, strlen(p), prefix, n)); p += n)
+                cap += wn; /* at most one replacement per occurrence */
+        char *out = malloc(cap);
+        if (!out)
+                return NULL;
+        for (const char *p = s; *p;) {
+                bool starts = (p == s || !path_char(p[-1])) && strncmp(p, prefix, n) == 0 &&
+                              (p[n] == '/' || !path_char(p[n]));
+                if (starts) {
+                        memcpy(out + out_n, with, wn);
+                        out_n += wn;
+                        p += n;
+                } else
+                        out[out_n++] = *p++;
+        }
+        out[out_n] = '\0';
+        return out;
+}
+
+bool core_path_is_plain_absolute(const char *s) {
+        bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
+        for (const char *c = s; ok && *c;) {
+                while (*c == '/')
+                        c++;
+                size_t n = strcspn(c, "/");
+                ok = !((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'));
+                c += n;
+        }
+        return ok;
+}
+
+int core_run_quiet(const char *path, char *const argv[], int *ret_status) {
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        /* As core_spawn_helper: no signal blocked, every one at its default. */
+        posix_spawnattr_t attr;
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        posix_spawnattr_init(&attr);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &all);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        char *const envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+        pid_t pid;
+        int r = posix_spawn(&pid, path, &fa, &attr, argv, envp);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
+        if (r != 0)
+                return -r;
+        while (waitpid(pid, ret_status, 0) < 0)
+                if (errno != EINTR)
+                        return negative_errno();
+        return 0;
+}
+
 /* clone3(2) arguments (include/uapi/linux/sched.h, struct clone_args). */
 struct helper_clone_args {
         uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,

@@ -135,6 +135,31 @@ int core_write_file_at(int dirfd, const char *name, const void *data, size_t len
  * tree", ... or strerror(-r). */
 const char *core_beneath_strerror(int r);
 
+/* A copy of `s` with every path that starts with directory `prefix` (an
+ * absolute path; trailing slashes ignored) written with `with` in place of
+ * the prefix: "open /var/lib/sandboxd/x: ..." with prefix /var/lib/sandboxd
+ * and with "<stateDir>" gives "open <stateDir>/x: ...". A match must stand
+ * as a whole path or its leading directories: not inside a longer name
+ * (/var/lib/sandboxd2) nor after other path characters. A NULL, empty or
+ * "/" prefix replaces nothing. Returns a malloc'd string the caller frees,
+ * or NULL when out of memory. */
+char *core_redact_path(const char *s, const char *prefix, const char *with);
+
+/* True when `s` (NUL-terminated, NULL allowed: false) is an absolute path
+ * other than "/" (slashes may repeat) with no "." or ".." component, so
+ * that comparing two such paths as text compares where they lead before
+ * any symlink (path_resolution(7)). */
+bool core_path_is_plain_absolute(const char *s);
+
+/* Runs the program at `path` (absolute) with `argv` (NULL-terminated),
+ * stdin, stdout and stderr on /dev/null, PATH=/usr/sbin:/usr/bin:/sbin:/bin
+ * as its only environment, no signal blocked and every disposition at its
+ * default, and waits for it (posix_spawn(3), waitpid(2): safe from any
+ * thread). Stores its wait status in *ret_status. Returns 0 once it ended
+ * (whatever its status), or a negative errno when it could not be started
+ * or waited for. */
+int core_run_quiet(const char *path, char *const argv[], int *ret_status);
+
 /* Starts a helper program (sandbox-netd) with stdout on a new pipe whose
  * read end goes to *ret_out, stdin on a second pipe whose write end goes to
  * *ret_in (or /dev/null when ret_in is NULL), stderr inherited, an empty

@@ -265,9 +265,23 @@ static int on_agent_io(sd_event_source *src, int fd, uint32_t revents, void *use
                 }
                 used += (size_t)n;
                 if (n == 0) {
-                        /* init is gone or going; the pidfd says when. */
                         s->agent_closed = true;
                         sd_event_source_set_enabled(src, SD_EVENT_OFF);
+                        /* init is gone or going; the pidfd says when.
+                         * A stop that removes the sandbox: init has reaped
+                         * every process of its namespace and closed its
+                         * socket on its way out (libcore/init/main.c
+                         * finish); its exit (the kernel's teardown of the
+                         * namespaces, milliseconds) is the background
+                         * teardown's to wait for. The teardown kills the
+                         * cgroup before anything else, so whatever closed
+                         * the socket, nothing of the session runs on. */
+                        sandbox *sb = s->sb;
+                        if (s->stopping && (sb->deleting || !sb->persistent) && s->pidfd >= 0) {
+                                s->ended_early = true;
+                                session_ended(s, 0);
+                                return 0;
+                        }
                         break;
                 }
                 buf[n] = 0;
@@ -363,7 +377,9 @@ void agent_detach(session *s) {
         if (s->agent_fd >= 0)
                 close(s->agent_fd);
         s->agent_fd = -EBADF;
-        if (s->pidfd >= 0)
+        /* An early end keeps it for the teardown (internal.h ended_early). */
+        if (s->pidfd >= 0 && !s->ended_early) {
                 close(s->pidfd);
-        s->pidfd = -EBADF;
+                s->pidfd = -EBADF;
+        }
 }

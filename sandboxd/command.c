@@ -969,6 +969,15 @@ static void method_run(rpc_request *req, void *userdata) {
                                 sb->name, p.container);
                 return;
         }
+        /* A paused container (container.pause) would hold the command
+         * frozen before its exec, and the run with it: refused, as runc
+         * refuses an exec into a paused container. */
+        if (p.container && core_cgroup_frozen(container_cgroup(s, p.container)) > 0) {
+                rpc_reply_error(req, RPC_APP_ERROR, "conflict", "container",
+                                "container: container '%s' of sandbox '%s' is paused; container.resume it first",
+                                p.container, sb->name);
+                return;
+        }
         command *c = calloc(1, sizeof(*c));
         c->sb = sb;
         c->sess = s;

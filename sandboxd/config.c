@@ -202,7 +202,7 @@ static const config_key config_keys[] = {
          * replace it (limits apply to new objects, nothing running is
          * touched). */
         { "tenants",          KEY_TENANTS, OFF(tenants), 0, 0,
-          "Tenants (docs/SECURITY.md 4): {\"localAdmins\": [UID...] (non-root uids of the socket group that are admin; every other one is the tenant uid:N), \"gateways\": [UID...] (non-root, non-admin uids whose connections act as one tenant each, named by session.actAs, e.g. sandboxd-e2b's), \"defaults\": LIMITS (every tenant), \"names\": {NAME: LIMITS} (one tenant: uid:N, tag:K=V or a tenant:NAME certificate's NAME)}; LIMITS is {\"maxSandboxes\", \"maxVcpus\", \"maxDiskMiB\", \"maxSnapshots\", \"maxRuntimes\": integer or null (no limit, the default), \"networkModes\": the networkPolicy modes allowed (default all three), \"allowNoUserns\": a create may set userns false (default false), \"allowLocalSources\": path and file:// sources under localSourceRoots (default false), \"allowRuntimeImport\": runtime.import (a tarball under localSourceRoots) and runtime.bootstrap (the daemon's mirror) of runtimes its own (default false), \"allowSnapshotImport\": snapshot.import of a file under localSourceRoots (default false), \"allowSnapshotExport\": snapshot.export of its snapshots into a directory under localSourceRoots (default false), \"localSourceRoots\": in tenants.names only (refused in defaults), the tenant's own absolute, existing directories, none of them another tenant's, that its host paths (the four allow keys above) are confined beneath instead of the top-level localSourceRoots; a remote tenant (TLS, gateway session.actAs) without its own has no host paths at all, a local uid:N tenant without its own has the top-level ones, opened as its uid}.",
+          "Tenants (docs/SECURITY.md 4): {\"localAdmins\": [UID...] (non-root uids of the socket group that are admin; every other one is the tenant uid:N), \"gateways\": [UID...] (non-root, non-admin uids whose connections act as one tenant each, named by session.actAs, e.g. sandboxd-e2b's), \"defaults\": LIMITS (every tenant), \"names\": {NAME: LIMITS} (one tenant: uid:N, tag:K=V or a tenant:NAME certificate's NAME)}; LIMITS is {\"maxSandboxes\", \"maxVcpus\", \"maxDiskMiB\", \"maxSnapshots\", \"maxRuntimes\", \"maxVolumes\": integer or null (no limit, the default), \"networkModes\": the networkPolicy modes allowed (default all three), \"allowNoUserns\": a create may set userns false (default false), \"allowLocalSources\": path and file:// sources under localSourceRoots (default false), \"allowRuntimeImport\": runtime.import (a tarball under localSourceRoots) and runtime.bootstrap (the daemon's mirror) of runtimes its own (default false), \"allowSnapshotImport\": snapshot.import of a file under localSourceRoots (default false), \"allowSnapshotExport\": snapshot.export of its snapshots into a directory under localSourceRoots (default false), \"localSourceRoots\": in tenants.names only (refused in defaults), the tenant's own absolute, existing directories, none of them another tenant's, that its host paths (the four allow keys above) are confined beneath instead of the top-level localSourceRoots; a remote tenant (TLS, gateway session.actAs) without its own has no host paths at all, a local uid:N tenant without its own has the top-level ones, opened as its uid}.",
           "{} (uid 0 alone is admin; tenants unlimited in counts, every network mode, no userns false, no local sources)", .live = true },
         /* docs/KUBERNETES.md "The pod model" step 4: what a pod sandbox
          * (sandbox.create network.netns) may reach of its cluster. Read
@@ -480,16 +480,7 @@ static int check_path_list(const config_key *k, const cJSON *v, sb_error **ret_e
         const cJSON *it;
         int i = 0;
         cJSON_ArrayForEach(it, v) {
-                const char *s = cJSON_GetStringValue(it);
-                bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
-                for (const char *c = s; ok && *c;) {
-                        while (*c == '/')
-                                c++;
-                        size_t n = strcspn(c, "/");
-                        ok = !((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'));
-                        c += n;
-                }
-                if (!ok)
+                if (!core_path_is_plain_absolute(cJSON_GetStringValue(it)))
                         return sb_error_set(ret_err, -EINVAL, NULL, k->name,
                                             "daemon.json: %s[%d]: must be an absolute directory path other than "
                                             "/ without '.' or '..' components",

@@ -51,6 +51,7 @@ struct ctr {
         char *name, *runtime;
         cJSON *mounts;          /* as given (source, destination, readOnly) */
         bool read_only_root;
+        bool share_pids;        /* pidNamespace "sandbox" (else its own) */
         uint64_t memory_mib, cpu_millis, pids_max;
         uint64_t created_ms;
         core_cgroup *cg;        /* view of its child cgroup */
@@ -105,6 +106,7 @@ static cJSON *ctr_json(const ctr *c, bool usage) {
         cJSON_AddStringToObject(o, "runtime", c->runtime);
         cJSON_AddItemToObject(o, "mounts", c->mounts ? cJSON_Duplicate(c->mounts, 1) : cJSON_CreateArray());
         cJSON_AddBoolToObject(o, "readOnlyRoot", c->read_only_root);
+        cJSON_AddStringToObject(o, "pidNamespace", c->share_pids ? "sandbox" : "container");
         cJSON *l = cJSON_AddObjectToObject(o, "limits");
         if (c->memory_mib)
                 cJSON_AddNumberToObject(l, "memoryMiB", (double)c->memory_mib);
@@ -115,6 +117,7 @@ static cJSON *ctr_json(const ctr *c, bool usage) {
         cJSON_AddStringToObject(o, "createdAt", core_format_time(c->created_ms, ts, sizeof(ts)));
         if (!usage)
                 return o;
+        cJSON_AddBoolToObject(o, "paused", core_cgroup_frozen(c->cg) > 0);
         core_cgroup_usage u = { UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX };
         (void)core_cgroup_read_usage(c->cg, &u);
         cJSON *uj = cJSON_AddObjectToObject(o, "usage");
@@ -177,6 +180,10 @@ void container_adopt(session *s) {
                 c->runtime = strdup(rt);
                 c->mounts = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(o, "mounts"), 1);
                 c->read_only_root = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "readOnlyRoot"));
+                /* A record without it is older than own PID namespaces:
+                 * its container shares the sandbox's. */
+                const char *pns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "pidNamespace"));
+                c->share_pids = !pns || streq(pns, "sandbox");
                 c->memory_mib = num_or0(lim, "memoryMiB");
                 c->cpu_millis = num_or0(lim, "cpuMillis");
                 c->pids_max = num_or0(lim, "pidsMax");
@@ -620,7 +627,7 @@ static int parse_limit(rpc_request *req, const char *field, int64_t min, int64_t
 static void method_create(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
-        const char *name = NULL, *runtime = NULL;
+        const char *name = NULL, *runtime = NULL, *pidns = NULL;
         cJSON *mounts = NULL;
         bool ro = false;
         _cleanup_free_ ctr *c = calloc(1, sizeof(*c));
@@ -630,6 +637,7 @@ static void method_create(rpc_request *req, void *userdata) {
             rpc_param_string(req, "runtime", true, &runtime, &err) < 0 ||
             rpc_param_array(req, "mounts", false, &mounts, &err) < 0 ||
             rpc_param_bool(req, "readOnlyRoot", &ro, &err) < 0 ||
+            rpc_param_string(req, "pidNamespace", false, &pidns, &err) < 0 ||
             parse_limit(req, "memoryMiB", 16, 1 << 20, &c->memory_mib, &err) < 0 ||
             parse_limit(req, "cpuMillis", 10, 1000 * 1024, &c->cpu_millis, &err) < 0 ||
             parse_limit(req, "pidsMax", 1, 1 << 22, &c->pids_max, &err) < 0)
@@ -637,6 +645,13 @@ static void method_create(rpc_request *req, void *userdata) {
         if (!core_name_is_valid(name))
                 return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "name",
                                        "name: must match [a-z0-9][a-z0-9-]{0,62}");
+        /* The CRI's NamespaceOption.pid: CONTAINER (its own, the default)
+         * or POD (the sandbox's, shared by its containers). */
+        if (pidns && !streq(pidns, "container") && !streq(pidns, "sandbox"))
+                return rpc_reply_error(req, RPC_INVALID_PARAMS, NULL, "pidNamespace",
+                                       "pidNamespace: must be \"container\" (a PID namespace of its own, the "
+                                       "default) or \"sandbox\" (the sandbox's, shared with its other containers)");
+        c->share_pids = pidns && streq(pidns, "sandbox");
         /* One this client may use (a tenant's own or a shared one),
          * imported completely. */
         if (runtime_check(m, req, runtime, "runtime", &err) < 0)
@@ -726,6 +741,7 @@ static void method_create(rpc_request *req, void *userdata) {
         cJSON_AddStringToObject(pkt, "action", "create");
         cJSON_AddStringToObject(pkt, "name", name);
         cJSON_AddBoolToObject(pkt, "readOnlyRoot", ro);
+        cJSON_AddBoolToObject(pkt, "ownPids", !c->share_pids);
         cJSON_AddNumberToObject(pkt, "tmpSize", (double)(c->memory_mib ? (c->memory_mib << 20) / 2 : (uint64_t)sb->vcpus << 30));
         if (op) {
                 op->req = req;
@@ -849,9 +865,57 @@ static void method_delete(rpc_request *req, void *userdata) {
                 delete_done(sb->sess, NULL, r, NULL, op);
 }
 
+/* container.pause / container.resume: the container's own cgroup frozen
+ * or thawed (cgroup v2 cgroup.freeze, else the v1 freezer; as
+ * sandbox.pause does for the session, pause.c), its processes only: the
+ * sandbox and its other containers run on. The state is the kernel's
+ * (a restarted daemon finds it there): a freeze of the sandbox and its
+ * thaw leave a paused container paused; delete and the session's end kill
+ * it as any other (core_cgroup_kill_all thaws after the kill). */
+static void method_pause_resume(rpc_request *req, manager *m, bool freeze, rpc_handler self) {
+        _cleanup_error_ sb_error *err = NULL;
+        const char *name = NULL;
+        if (rpc_param_string(req, "name", true, &name, &err) < 0)
+                return rpc_reply_sb_error(req, err);
+        sandbox *sb = require_running(req, m, self);
+        if (!sb)
+                return;
+        ctr *c = container_find(sb->sess, name);
+        if (!c)
+                return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "name", "sandbox '%s' has no container '%s'",
+                                       sb->name, name);
+        if (sb->capturing)
+                return rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "sandbox",
+                                       "sandbox '%s': a snapshot or fork of it is being taken; try again in a moment",
+                                       sb->name);
+        int r = core_cgroup_freeze(c->cg, freeze);
+        if (r < 0 && freeze)
+                (void)core_cgroup_freeze(c->cg, false); /* never left half frozen */
+        if (r == -ENOTSUP)
+                return rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "name",
+                                       "container '%s': this host has no cgroup freezer (neither cgroup.freeze nor "
+                                       "the v1 freezer controller)", name);
+        if (r < 0)
+                return rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "container '%s': %s its cgroup: %s", name,
+                                       freeze ? "freeze" : "thaw", strerror(-r));
+        log_info("sandbox '%s': container '%s' %s", sb->name, name,
+                 freeze ? "paused (cgroup frozen)" : "resumed (cgroup thawed)");
+        rpc_reply(req, ctr_json(c, true));
+}
+
+static void method_pause(rpc_request *req, void *userdata) {
+        method_pause_resume(req, userdata, true, method_pause);
+}
+
+static void method_resume(rpc_request *req, void *userdata) {
+        method_pause_resume(req, userdata, false, method_resume);
+}
+
 void container_attach(manager *m, rpc_server *s) {
         rpc_server_add_method(s, "container.create", method_create, m);
         rpc_server_add_method(s, "container.get", method_get, m);
         rpc_server_add_method(s, "container.list", method_list, m);
         rpc_server_add_method(s, "container.delete", method_delete, m);
+        rpc_server_add_method(s, "container.pause", method_pause, m);
+        rpc_server_add_method(s, "container.resume", method_resume, m);
 }

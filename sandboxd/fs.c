@@ -20,6 +20,22 @@ static void reply_fs_error(rpc_request *req, const char *action, const char *pat
                 rpc_reply_error(req, RPC_APP_ERROR, reason, NULL, "fs.%s %s: %s", action, path, strerror(-err));
 }
 
+/* With sudo the operation ran as root only when sandbox-init says so: an
+ * older one ignores the field and would act as the sandbox user. Takes
+ * the mark off the result (NULL: fine); false after answering. */
+static bool sudo_done(rpc_request *req, bool sudo, cJSON *result) {
+        if (!sudo)
+                return true;
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "sudo"))) {
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL,
+                                "fs: this sandbox's session predates sudo for fs.* (its sandbox-init did not run the "
+                                "operation as root); restart the sandbox");
+                return false;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(result, "sudo");
+        return true;
+}
+
 static int check_path(rpc_request *req, const char *field, const char **ret, sb_error **ret_err) {
         int r = rpc_param_string(req, field, true, ret, ret_err);
         if (r < 0)
@@ -35,14 +51,19 @@ static int check_path(rpc_request *req, const char *field, const char **ret, sb_
 typedef struct simple_op {
         rpc_request *req;
         char *action, *path;
+        bool sudo;
 } simple_op;
 
 static void simple_done(session *s, cJSON *result, int err, const char *message, void *userdata) {
         simple_op *op = userdata;
+        cJSON *copy = err >= 0 && result ? cJSON_Duplicate(result, 1) : NULL;
         if (err < 0)
                 reply_fs_error(op->req, op->action, op->path, err, message);
-        else
-                rpc_reply(op->req, result ? cJSON_Duplicate(result, 1) : NULL);
+        else if (sudo_done(op->req, op->sudo, copy)) {
+                rpc_reply(op->req, copy);
+                copy = NULL;
+        }
+        cJSON_Delete(copy);
         free(op->action);
         free(op->path);
         free(op);
@@ -51,9 +72,9 @@ static void simple_done(session *s, cJSON *result, int err, const char *message,
 static void simple_method(rpc_request *req, manager *m, const char *action, rpc_handler self) {
         _cleanup_error_ sb_error *err = NULL;
         const char *path = NULL;
-        bool parents = true, recursive = false;
+        bool parents = true, recursive = false, sudo = false;
         if (check_path(req, "path", &path, &err) < 0 || rpc_param_bool(req, "recursive", &recursive, &err) < 0 ||
-            rpc_param_bool(req, "parents", &parents, &err) < 0) {
+            rpc_param_bool(req, "parents", &parents, &err) < 0 || rpc_param_bool(req, "sudo", &sudo, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -64,11 +85,14 @@ static void simple_method(rpc_request *req, manager *m, const char *action, rpc_
         op->req = req;
         op->action = strdup(action);
         op->path = strdup(path);
+        op->sudo = sudo;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "action", action);
         cJSON_AddStringToObject(o, "path", path);
         cJSON_AddBoolToObject(o, "parents", parents);
         cJSON_AddBoolToObject(o, "recursive", recursive);
+        if (sudo)
+                cJSON_AddBoolToObject(o, "sudo", true);
         int r = agent_fs(sb->sess, o, simple_done, op);
         if (r < 0)
                 simple_done(sb->sess, NULL, r, NULL, op);
@@ -83,6 +107,7 @@ static void method_remove(rpc_request *req, void *m) { simple_method(req, m, "re
 
 typedef struct read_op {
         rpc_request *req;
+        bool sudo;
         char *path;
         char *data;
         size_t len;
@@ -103,6 +128,11 @@ static void read_step(session *s, cJSON *result, int err, const char *message, v
         read_op *op = userdata;
         if (err < 0) {
                 reply_fs_error(op->req, "read", op->path, err, message);
+                read_free(op);
+                return;
+        }
+        if (op->sudo && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "sudo"))) {
+                sudo_done(op->req, true, result);
                 read_free(op);
                 return;
         }
@@ -158,6 +188,8 @@ static int read_next(session *s, read_op *op) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "action", "read");
         cJSON_AddStringToObject(o, "path", op->path);
+        if (op->sudo)
+                cJSON_AddBoolToObject(o, "sudo", true);
         cJSON_AddNumberToObject(o, "offset", (double)op->len);
         return agent_fs(s, o, read_step, op);
 }
@@ -165,7 +197,8 @@ static int read_next(session *s, read_op *op) {
 static void method_read(rpc_request *req, void *userdata) {
         _cleanup_error_ sb_error *err = NULL;
         const char *path = NULL;
-        if (check_path(req, "path", &path, &err) < 0) {
+        bool sudo = false;
+        if (check_path(req, "path", &path, &err) < 0 || rpc_param_bool(req, "sudo", &sudo, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -174,6 +207,7 @@ static void method_read(rpc_request *req, void *userdata) {
                 return;
         read_op *op = calloc(1, sizeof(*op));
         op->req = req;
+        op->sudo = sudo;
         op->path = strdup(path);
         int r = read_next(sb->sess, op);
         if (r < 0) {
@@ -191,6 +225,8 @@ typedef struct write_op {
         void *data;        /* decoded content of files[index] */
         size_t len, off;
         bool loaded, sent;
+        bool xattrs_sent;  /* the piece in flight carries files[index].xattrs */
+        bool sudo;         /* every piece as root */
 } write_op;
 
 static void write_free(write_op *op) {
@@ -205,6 +241,20 @@ static void write_step(session *s, cJSON *result, int err, const char *message, 
         if (err < 0) {
                 cJSON *f = cJSON_GetArrayItem(op->files, op->index);
                 reply_fs_error(op->req, "write", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path")), err, message);
+                write_free(op);
+                return;
+        }
+        if (op->xattrs_sent && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(result, "xattrs"))) {
+                /* A sandbox-init from before xattrs ignores the field:
+                 * never a silent success. */
+                rpc_reply_error(op->req, RPC_APP_ERROR, "failed", NULL,
+                                "fs.write: this sandbox's session predates xattrs (its sandbox-init did not set "
+                                "them); restart the sandbox");
+                write_free(op);
+                return;
+        }
+        op->xattrs_sent = false;
+        if (!sudo_done(op->req, op->sudo, result)) {
                 write_free(op);
                 return;
         }
@@ -251,10 +301,59 @@ static int write_next(session *s, write_op *op) {
                 /* A client's own append continues a file it sends in pieces
                  * (sandboxctl cp); our chunks of one content always do. */
                 cJSON_AddBoolToObject(o, "append", op->sent || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "append")));
+                if (op->sudo)
+                        cJSON_AddBoolToObject(o, "sudo", true);
+                /* xattrs with the first piece: set once the file is opened. */
+                cJSON *xattrs = cJSON_GetObjectItemCaseSensitive(f, "xattrs");
+                if (!op->sent && xattrs) {
+                        cJSON_AddItemToObject(o, "xattrs", cJSON_Duplicate(xattrs, 1));
+                        op->xattrs_sent = true;
+                }
                 op->off += n;
                 op->sent = true;
                 return agent_fs(s, o, write_step, op);
         }
+}
+
+/* fs.write's files[i].xattrs: {NAME: VALUE}, at most FS_XATTRS, each NAME
+ * `user.` and 1-250 more bytes of printable ASCII, each VALUE a string of
+ * at most FS_XATTR_VALUE bytes of printable ASCII (what fs.stat can show
+ * again). Absent is fine. */
+#define FS_XATTRS 32
+#define FS_XATTR_NAME 255
+#define FS_XATTR_VALUE 4096
+
+static bool printable_ascii(const char *s) {
+        for (; *s; s++)
+                if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+                        return false;
+        return true;
+}
+
+static int validate_xattrs(const cJSON *x, int i, sb_error **ret_err) {
+        char field[96];
+        snprintf(field, sizeof(field), "files[%d].xattrs", i);
+        if (!x)
+                return 0;
+        if (!cJSON_IsObject(x))
+                return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be an object {NAME: VALUE}", field);
+        int n = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, x) {
+                const char *v = cJSON_GetStringValue(e);
+                size_t nl = strlen(e->string);
+                if (++n > FS_XATTRS)
+                        return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: at most %d attributes", field, FS_XATTRS);
+                if (strncmp(e->string, "user.", 5) != 0 || nl < 6 || nl > FS_XATTR_NAME || !printable_ascii(e->string))
+                        return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                            "%s: '%.64s': a name in the user. namespace (xattr(7)), 6-%d bytes of "
+                                            "printable ASCII", field, e->string, FS_XATTR_NAME);
+                if (!v || strlen(v) > FS_XATTR_VALUE || !printable_ascii(v))
+                        return sb_error_set(ret_err, -EINVAL, NULL, field,
+                                            "%s: '%.64s': its value must be a string of at most %d bytes of "
+                                            "printable ASCII", field, e->string, FS_XATTR_VALUE);
+        }
+        return 0;
 }
 
 static int validate_files(cJSON *files, sb_error **ret_err) {
@@ -265,7 +364,7 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                 snprintf(field, sizeof(field), "files[%d]", i);
                 if (!cJSON_IsObject(f))
                         return sb_error_set(ret_err, -EINVAL, NULL, field,
-                                            "%s: must be an object {path, content, mode?, append?}", field);
+                                            "%s: must be an object {path, content, mode?, append?, xattrs?}", field);
                 const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
                 const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "content"));
                 cJSON *mode = cJSON_GetObjectItemCaseSensitive(f, "mode");
@@ -290,6 +389,8 @@ static int validate_files(cJSON *files, sb_error **ret_err) {
                         snprintf(field, sizeof(field), "files[%d].append", i);
                         return sb_error_set(ret_err, -EINVAL, NULL, field, "%s: must be true or false", field);
                 }
+                if (validate_xattrs(cJSON_GetObjectItemCaseSensitive(f, "xattrs"), i, ret_err) < 0)
+                        return -EINVAL;
                 i++;
         }
         return i;
@@ -299,7 +400,9 @@ static void method_write(rpc_request *req, void *userdata) {
         _cleanup_error_ sb_error *err = NULL;
         cJSON *files = NULL;
         int count;
-        if (rpc_param_array(req, "files", true, &files, &err) < 0 || (count = validate_files(files, &err)) < 0) {
+        bool sudo = false;
+        if (rpc_param_array(req, "files", true, &files, &err) < 0 || (count = validate_files(files, &err)) < 0 ||
+            rpc_param_bool(req, "sudo", &sudo, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -310,6 +413,7 @@ static void method_write(rpc_request *req, void *userdata) {
         op->req = req;
         op->files = files;
         op->count = count;
+        op->sudo = sudo;
         int r = write_next(sb->sess, op);
         if (r == 1) {
                 rpc_reply(req, NULL);

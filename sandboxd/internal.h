@@ -160,6 +160,7 @@ struct session {
         int net_slot;             /* -1 without network */
         core_cgroup *cg;
         bool paused;              /* frozen by sandbox.pause (pause.c) */
+        bool pause_on_timeout;    /* sandbox.setTimeout onTimeout "pause": its expiry pauses it, not stops */
         uint64_t started_ms;
         sd_event_source *agent_src, *pidfd_src, *expire_src, *kill_src;
         agent_packet *outq, **outq_tail;
@@ -198,6 +199,17 @@ struct session {
         redo_list logs_waiting;   /* command.logs held until "logs_done" */
         bool listing;             /* adopted, its init's {"ev":"list"} not yet in (command.c) */
         bool has_veth;            /* its veth sbx<net_slot> exists (not under deny-all) */
+        /* It had a veth at some point (or may have: adopted after a
+         * restart), so the host may track flows from its address: its slot
+         * is flushed before reuse (session.c release_slot_after_flush). A
+         * session that was deny-all all its life sent nothing beyond its
+         * own namespace, and its slot goes back at once. */
+        bool had_veth;
+        /* Ended at its init's goodbye (agent.c: the agent socket's EOF
+         * during a stop that removes the sandbox), before the kernel
+         * reported init's exit: pidfd stays open for the background
+         * teardown, which waits for that exit (session_kernel_teardown). */
+        bool ended_early;
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
          * generation it judged it under, and only current ones are pinned. */
@@ -373,6 +385,7 @@ typedef struct snapshot {
         uint64_t created_ms;
         uint64_t expires_ms;      /* 0 = never (sandbox.snapshot's expiration) */
         bool expired;             /* past expires_ms, kept while a sandbox stands on it */
+        cJSON *tags;              /* object of strings (sandbox.snapshot's tags); NULL: none */
         struct snapshot *next;
 } snapshot;
 
@@ -439,6 +452,11 @@ struct manager {
         bool listing_over;        /* the wait timed out: unknown cmdIds are not_found at once */
         bool stopping;            /* the daemon is exiting (manager_stopping) */
         struct warm_pool *warm_pool; /* warmpool.c; NULL when warmPool is off */
+        /* Sessions of deleted sandboxes whose kernel objects (nftables,
+         * veth, cgroup) are being removed after the delete answered
+         * (session.c); a start of a session whose cgroup has the name of
+         * one waits for it. */
+        struct teardown_job *teardowns;
         volume *volumes;          /* volume.c */
         char *volumes_dir;        /* <state>/volumes */
 };
@@ -508,6 +526,15 @@ void volumes_free(manager *m);
 volume *manager_find_volume(manager *m, const char *name);
 /* Whether sandbox sb's config names volume `name`. */
 bool volume_mounted_by(const sandbox *sb, const char *name);
+/* A request run again (fn(req, m)) once the teardown holding it is done. */
+typedef void (*teardown_redo)(rpc_request *req, manager *m);
+/* When a deleted sandbox's session that mounted volume `name` is still
+ * being torn down in the background (its clones of the volume live until
+ * its mount namespace goes), holds `req` and returns true: fn(req, m) runs
+ * on the loop thread once that teardown is done (or `req` is answered
+ * unavailable when the daemon is stopping by then). False when none does
+ * (or no memory: the caller goes on). session.c. */
+bool session_teardown_hold(manager *m, const char *name, teardown_redo fn, rpc_request *req);
 /* Validates a create's `volumes` param (NULL or null: none) against the
  * registry: at most VOLUME_MOUNTS_MAX {name, path, readOnly?}, path
  * absolute, not /, without empty, '.' or '..' components, not under /proc,
@@ -979,6 +1006,11 @@ int tar_open_untrusted(int archive_fd, struct archive **ret_rd, struct archive *
 void register_runtime_methods(manager *m, rpc_server *s);
 /* sandbox.pause, sandbox.resume (pause.c). */
 void register_pause_methods(manager *m, rpc_server *s);
+/* sb's session reached its expiry and pauses then (sandbox.setTimeout
+ * onTimeout "pause"): frozen as sandbox.pause does (already paused:
+ * nothing; while a snapshot or fork is taken: tried again 1 s later).
+ * 0, or -errno when it cannot be frozen (the caller stops it instead). */
+int session_pause_at_expiry(sandbox *sb);
 /* The root directory of runtime `name` (<state>/runtimes/<name>). Caller
  * frees; NULL on ENOMEM. */
 char *runtime_dir(const manager *m, const char *name);

@@ -19,6 +19,39 @@
 #include "libcore/util.h"
 #include "sandboxd/internal.h"
 
+/* Freezes or thaws sb's session (on the loop); a freeze that fails is
+ * undone. 0 or -errno (-ENOTSUP: no freezer). */
+static int freeze_session(sandbox *sb, bool freeze) {
+        int r = core_cgroup_freeze(sb->sess->cg, freeze);
+        if (r < 0 && freeze)
+                (void)core_cgroup_freeze(sb->sess->cg, false); /* never left half frozen */
+        if (r >= 0) {
+                sb->sess->paused = freeze;
+                log_info("sandbox '%s': %s", sb->name, freeze ? "paused (cgroup frozen)" : "resumed (cgroup thawed)");
+        }
+        return r;
+}
+
+int session_pause_at_expiry(sandbox *sb) {
+        session *s = sb->sess;
+        if (s->paused)
+                return 0;
+        if (sb->capturing) {
+                /* A snapshot or fork holds the freezer: once it is done. */
+                sd_event_source_set_time_relative(s->expire_src, 1000 * 1000);
+                sd_event_source_set_enabled(s->expire_src, SD_EVENT_ONESHOT);
+                return 0;
+        }
+        int r = freeze_session(sb, true);
+        if (r < 0) {
+                log_warning("sandbox '%s': timeout reached; pausing failed (%s), stopping instead", sb->name,
+                            strerror(-r));
+                return r;
+        }
+        log_info("sandbox '%s': timeout reached; paused (onTimeout pause)", sb->name);
+        return 0;
+}
+
 static void method_pause_resume(rpc_request *req, manager *m, bool freeze) {
         sandbox *sb = sandbox_require_running(req, m, "name", NULL);
         if (!sb)
@@ -33,9 +66,7 @@ static void method_pause_resume(rpc_request *req, manager *m, bool freeze) {
                 rpc_reply(req, sandbox_to_json(sb)); /* already so */
                 return;
         }
-        int r = core_cgroup_freeze(sb->sess->cg, freeze);
-        if (r < 0 && freeze)
-                (void)core_cgroup_freeze(sb->sess->cg, false); /* never left half frozen */
+        int r = freeze_session(sb, freeze);
         if (r == -ENOTSUP) {
                 rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "name",
                                 "sandbox '%s': this host has no cgroup freezer (neither cgroup.freeze nor the "
@@ -47,8 +78,15 @@ static void method_pause_resume(rpc_request *req, manager *m, bool freeze) {
                                 freeze ? "freeze" : "thaw", strerror(-r));
                 return;
         }
-        sb->sess->paused = freeze;
-        log_info("sandbox '%s': %s", sb->name, freeze ? "paused (cgroup frozen)" : "resumed (cgroup thawed)");
+        /* Resumed past its expiry (paused by it, onTimeout "pause"): a
+         * whole timeout from now, as a new session would have. */
+        uint64_t now = core_now_ms();
+        if (!freeze && sb->expires_ms <= now) {
+                sb->expires_ms = now + sb->timeout_ms;
+                (void)restore_save_record(sb->sess);
+                sd_event_source_set_time_relative(sb->sess->expire_src, sb->timeout_ms * 1000);
+                sd_event_source_set_enabled(sb->sess->expire_src, SD_EVENT_ONESHOT);
+        }
         rpc_reply(req, sandbox_to_json(sb));
 }
 

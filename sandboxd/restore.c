@@ -149,6 +149,7 @@ int restore_save_record(const session *s) {
         cJSON_AddNumberToObject(o, "netdRestarts", s->netd_restarts);
         cJSON_AddNumberToObject(o, "startedMs", (double)s->started_ms);
         cJSON_AddNumberToObject(o, "expiresMs", (double)sb->expires_ms);
+        cJSON_AddBoolToObject(o, "pauseOnTimeout", s->pause_on_timeout);
         cJSON_AddBoolToObject(o, "proxyCa", s->proxy_ca);
         cJSON_AddBoolToObject(o, "sandboxTrustsCa", s->sandbox_trusts_ca);
         cJSON_AddBoolToObject(o, "keepsWindows", s->keeps_windows);

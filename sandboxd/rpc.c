@@ -194,6 +194,8 @@ struct rpc_server {
         void *drain_userdata;
         rpc_params_check params_check;
         rpc_authorize_fn authorize;
+        rpc_message_filter_fn message_filter;
+        void *message_filter_userdata;
         rpc_peer_key_fn peer_key;
         void *peer_key_userdata;
         void *authorize_userdata;
@@ -992,6 +994,14 @@ static void cut_message(char *message) {
         memcpy(message + n, "...", 4);
 }
 
+/* The server's message filter (rpc_server_set_message_filter), then the
+ * length cut: what every error message goes through before it is queued. */
+static void finish_message(rpc_conn *c, char **message) {
+        if (*message && c->server && c->server->message_filter)
+                c->server->message_filter(c, message, c->server->message_filter_userdata);
+        cut_message(*message);
+}
+
 static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
                          const char *fmt, va_list ap) _printf_(5, 0);
 static void reply_errorv(rpc_request *req, int code, const char *reason, const char *field,
@@ -1013,7 +1023,7 @@ static void reply_errorv(rpc_request *req, int code, const char *reason, const c
                         cJSON_AddBoolToObject(extra, "completed", false);
                 } else if (vasprintf(&message, fmt, ap) < 0)
                         message = NULL;
-                cut_message(message);
+                finish_message(req->conn, &message);
                 conn_queue(req->conn, error_message_data(TAKE_PTR(req->id), code, reason, field,
                                                          message ? message : "error", extra));
         }
@@ -1048,7 +1058,7 @@ void rpc_reply_unavailable(rpc_request *req, cJSON *data, const char *fmt, ...) 
                 if (vasprintf(&message, fmt, ap) < 0)
                         message = NULL;
                 va_end(ap);
-                cut_message(message);
+                finish_message(req->conn, &message);
                 conn_queue(req->conn, error_message_data(TAKE_PTR(req->id), RPC_APP_ERROR, "unavailable", NULL,
                                                          message ? message : "unavailable", TAKE_PTR(data)));
         }
@@ -1065,7 +1075,7 @@ void rpc_reply_error_data(rpc_request *req, const char *reason, cJSON *data, con
                 if (vasprintf(&message, fmt, ap) < 0)
                         message = NULL;
                 va_end(ap);
-                cut_message(message);
+                finish_message(req->conn, &message);
                 conn_queue(req->conn, error_message_data(TAKE_PTR(req->id), RPC_APP_ERROR, reason, NULL,
                                                          message ? message : reason, TAKE_PTR(data)));
         }
@@ -2197,6 +2207,11 @@ void rpc_server_set_tls_accept(rpc_server *s, rpc_tls_accept_fn fn, rpc_identity
 void rpc_server_set_peer_key(rpc_server *s, rpc_peer_key_fn fn, void *userdata) {
         s->peer_key = fn;
         s->peer_key_userdata = userdata;
+}
+
+void rpc_server_set_message_filter(rpc_server *s, rpc_message_filter_fn fn, void *userdata) {
+        s->message_filter = fn;
+        s->message_filter_userdata = userdata;
 }
 
 void rpc_server_set_authorize(rpc_server *s, rpc_authorize_fn fn, void *userdata) {

@@ -314,6 +314,14 @@ bool rpc_conn_is_tls(const rpc_conn *c);
 /* "ADDR:PORT" of a TLS peer, "uid N pid N" on the Unix socket. Borrowed. */
 const char *rpc_conn_peer(const rpc_conn *c);
 
+/* Called with every error message (rpc_reply_error, rpc_reply_sb_error,
+ * rpc_reply_unavailable, rpc_reply_error_data) before it is sent on
+ * `conn`: the filter may replace *message (a malloc'd string it then owns,
+ * freeing the old one; NULL when out of memory) so that a client is told
+ * only what it may know. Set once. */
+typedef void (*rpc_message_filter_fn)(const rpc_conn *conn, char **message, void *userdata);
+void rpc_server_set_message_filter(rpc_server *s, rpc_message_filter_fn fn, void *userdata);
+
 /* Called for every request after its params passed the schema check and
  * before its handler: 0 lets it run (the hook may change req->params or set
  * req->result_filter), a negative errno refuses it with *ret_err (answered

@@ -86,12 +86,13 @@ static const schema_field update_params[] = {
 };
 static const schema_field list_params[] = { OPT("namePrefix"), MAP("tags"), OPT("limit"), OPT("cursor"), END };
 static const schema_field extend_params[] = { REQ("name"), REQ("duration"), END };
+static const schema_field set_timeout_params[] = { REQ("name"), REQ("timeout"), OPT("onTimeout"), END };
 static const schema_field fork_params[] = {
         REQ("sourceSandbox"), OPT("name"),
         { .key = "overrides", .kind = SCHEMA_OBJECT, .fields = overrides_fields }, END,
 };
-static const schema_field snapshot_params[] = { REQ("name"), OPT("expiration"), END };
-static const schema_field snapshot_list_params[] = { OPT("sandbox"), END };
+static const schema_field snapshot_params[] = { REQ("name"), OPT("expiration"), MAP("tags"), END };
+static const schema_field snapshot_list_params[] = { OPT("sandbox"), MAP("tags"), END };
 static const schema_field id_params[] = { REQ("id"), END };
 static const schema_field export_params[] = { REQ("id"), REQ("path"), END };
 static const schema_field import_params[] = { REQ("path"), OPT("config"), END };
@@ -104,7 +105,7 @@ static const schema_field run_params[] = {
 };
 static const schema_field ctr_create_params[] = {
         REQ("sandbox"), REQ("name"), REQ("runtime"), MOUNTS_FIELD,
-        OPT("readOnlyRoot"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
+        OPT("readOnlyRoot"), OPT("pidNamespace"), OPT("memoryMiB"), OPT("cpuMillis"), OPT("pidsMax"), END,
 };
 static const schema_field ctr_name_params[] = { REQ("sandbox"), REQ("name"), END };
 static const schema_field ctr_list_params[] = { REQ("sandbox"), END };
@@ -114,13 +115,14 @@ static const schema_field cancel_params[] = { REQ("id"), END };
 static const schema_field write_params[] = { REQ("cmdId"), REQ("data"), END };
 static const schema_field resize_params[] = { REQ("cmdId"), REQ("rows"), REQ("cols"), END };
 static const schema_field kill_params[] = { REQ("cmdId"), OPT("signal"), END };
-static const schema_field file_fields[] = { REQ("path"), REQ("content"), OPT("mode"), OPT("append"), END };
+static const schema_field file_fields[] = { REQ("path"), REQ("content"), OPT("mode"), OPT("append"), MAP("xattrs"), END };
 static const schema_field fs_write_params[] = {
-        REQ("sandbox"), { .key = "files", .kind = SCHEMA_ARRAY, .required = true, .fields = file_fields }, END,
+        REQ("sandbox"), { .key = "files", .kind = SCHEMA_ARRAY, .required = true, .fields = file_fields }, OPT("sudo"),
+        END,
 };
-static const schema_field fs_path_params[] = { REQ("sandbox"), REQ("path"), END };
-static const schema_field fs_mkdir_params[] = { REQ("sandbox"), REQ("path"), OPT("parents"), END };
-static const schema_field fs_remove_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), END };
+static const schema_field fs_path_params[] = { REQ("sandbox"), REQ("path"), OPT("sudo"), END };
+static const schema_field fs_mkdir_params[] = { REQ("sandbox"), REQ("path"), OPT("parents"), OPT("sudo"), END };
+static const schema_field fs_remove_params[] = { REQ("sandbox"), REQ("path"), OPT("recursive"), OPT("sudo"), END };
 static const schema_field fs_tar_params[] = { REQ("sandbox"), REQ("path"), OPT("sudo"), OPT("fd"), END };
 static const schema_field tar_chunk_params[] = { REQ("stream"), REQ("data"), END };
 static const schema_field tar_stream_params[] = { REQ("stream"), END };
@@ -142,6 +144,7 @@ const schema_method schema_methods[] = {
         { "sandbox.stop", name_params },
         { "sandbox.delete", name_params },
         { "sandbox.extendTimeout", extend_params },
+        { "sandbox.setTimeout", set_timeout_params },
         { "sandbox.pause", name_params },
         { "sandbox.resume", name_params },
         { "sandbox.fork", fork_params },
@@ -160,6 +163,8 @@ const schema_method schema_methods[] = {
         { "container.get", ctr_name_params },
         { "container.list", ctr_list_params },
         { "container.delete", ctr_name_params },
+        { "container.pause", ctr_name_params },
+        { "container.resume", ctr_name_params },
         { "command.write", write_params },
         { "command.closeStdin", cmd_params },
         { "command.resize", resize_params },
@@ -240,6 +245,9 @@ const schema_limit schema_limits[] = {
         { "sandbox.delete", "name", LIMIT_NAME_BYTES },
         { "sandbox.extendTimeout", "name", LIMIT_NAME_BYTES },
         { "sandbox.extendTimeout", "duration", 0 },
+        { "sandbox.setTimeout", "name", LIMIT_NAME_BYTES },
+        { "sandbox.setTimeout", "timeout", 0 },
+        { "sandbox.setTimeout", "onTimeout", 16 },
         { "sandbox.pause", "name", LIMIT_NAME_BYTES },
         { "sandbox.resume", "name", LIMIT_NAME_BYTES },
         { "sandbox.fork", "sourceSandbox", LIMIT_NAME_BYTES },
@@ -279,6 +287,7 @@ const schema_limit schema_limits[] = {
         { "container.create", "mounts[].destination", LIMIT_PATH_BYTES },
         { "container.create", "mounts[].readOnly", 0 },
         { "container.create", "readOnlyRoot", 0 },
+        { "container.create", "pidNamespace", 0 },
         { "container.create", "memoryMiB", 0 },
         { "container.create", "cpuMillis", 0 },
         { "container.create", "pidsMax", 0 },
@@ -287,6 +296,10 @@ const schema_limit schema_limits[] = {
         { "container.list", "sandbox", LIMIT_NAME_BYTES },
         { "container.delete", "sandbox", LIMIT_NAME_BYTES },
         { "container.delete", "name", LIMIT_NAME_BYTES },
+        { "container.pause", "sandbox", LIMIT_NAME_BYTES },
+        { "container.pause", "name", LIMIT_NAME_BYTES },
+        { "container.resume", "sandbox", LIMIT_NAME_BYTES },
+        { "container.resume", "name", LIMIT_NAME_BYTES },
         { "command.write", "cmdId", LIMIT_ID_BYTES },
         { "command.write", "data", 0 }, /* the line */
         { "command.closeStdin", "cmdId", LIMIT_ID_BYTES },
@@ -306,18 +319,24 @@ const schema_limit schema_limits[] = {
         { "fs.write", "files[].content", 0 }, /* the line */
         { "fs.write", "files[].mode", 0 },
         { "fs.write", "files[].append", 0 },
+        { "fs.write", "sudo", 0 },
         { "fs.read", "sandbox", LIMIT_NAME_BYTES },
         { "fs.read", "path", LIMIT_PATH_BYTES },
+        { "fs.read", "sudo", 0 },
         { "fs.mkdir", "sandbox", LIMIT_NAME_BYTES },
         { "fs.mkdir", "path", LIMIT_PATH_BYTES },
         { "fs.mkdir", "parents", 0 },
+        { "fs.mkdir", "sudo", 0 },
         { "fs.list", "sandbox", LIMIT_NAME_BYTES },
         { "fs.list", "path", LIMIT_PATH_BYTES },
+        { "fs.list", "sudo", 0 },
         { "fs.stat", "sandbox", LIMIT_NAME_BYTES },
         { "fs.stat", "path", LIMIT_PATH_BYTES },
+        { "fs.stat", "sudo", 0 },
         { "fs.remove", "sandbox", LIMIT_NAME_BYTES },
         { "fs.remove", "path", LIMIT_PATH_BYTES },
         { "fs.remove", "recursive", 0 },
+        { "fs.remove", "sudo", 0 },
         { "fs.watch", "sandbox", LIMIT_NAME_BYTES },
         { "fs.watch", "path", LIMIT_PATH_BYTES },
         { "fs.watch", "recursive", 0 },

@@ -1357,7 +1357,7 @@ static int session_veth_add(session *s, sb_error **ret_err) {
         int r = core_veth_create(&s->sb->m->pool, (unsigned)s->net_slot, s->pid, ret_err);
         if (r < 0)
                 return sb_error_prefix(ret_err, "networkPolicy: give the sandbox its network interface");
-        s->has_veth = true;
+        s->has_veth = s->had_veth = true;
         core_fault("update.veth_created");
         return 0;
 }
@@ -1917,6 +1917,7 @@ static void start_done(void *userdata) {
         s->agent_fd = j->spawn.agent_fd;
         s->net_slot = j->slot;
         s->has_veth = j->slot >= 0 && !streq(sandbox_policy_mode(sb), "deny-all");
+        s->had_veth = s->has_veth;
         s->cg = j->cg;
         if (j->slot >= 0)
                 s->gateway = core_net_host_addr(&m->pool, (unsigned)j->slot);
@@ -1979,6 +1980,8 @@ static void start_done(void *userdata) {
                 warmpool_ready(m, sb);
 }
 
+static bool start_wait_for_teardown(manager *m, start_job *j);
+
 int session_start(sandbox *sb, start_job *j) {
         manager *m = sb->m;
         /* Never a silent downgrade: a userns sandbox whose range could not
@@ -2010,6 +2013,11 @@ int session_start(sandbox *sb, start_job *j) {
         sb->starting = true;
         if (!j->fresh)
                 sb->status = "pending";
+        /* A deleted session of the same name still being removed: its
+         * cgroup has the name this one makes (teardown_background_done
+         * submits this start once it is gone). */
+        if (start_wait_for_teardown(m, j))
+                return 0;
         int r = worker_submit(start_work, start_done, j);
         if (r < 0) {
                 sb->starting = false;
@@ -2106,6 +2114,8 @@ void session_stop(sandbox *sb) {
 
 static int on_expire(sd_event_source *src, uint64_t usec, void *userdata) {
         sandbox *sb = userdata;
+        if (sb->sess && sb->sess->pause_on_timeout && session_pause_at_expiry(sb) >= 0)
+                return 0;
         log_info("sandbox '%s': timeout reached; stopping", sb->name);
         session_stop(sb);
         return 0;
@@ -2113,11 +2123,23 @@ static int on_expire(sd_event_source *src, uint64_t usec, void *userdata) {
 
 typedef struct teardown_job {
         manager *m;
-        sandbox *sb;
+        sandbox *sb;      /* NULL in the background part (the sandbox is gone by then) */
         session *s;       /* may be NULL */
         bool remove_files;
         char *tombstone;  /* set by teardown_work: the renamed directory, removed after delete answers */
         char *run_tombstone; /* ... and the renamed run directory */
+        /* The background part (remove_files with a session): */
+        char *name;       /* the sandbox's name, for its log lines */
+        char *cgroup_key; /* the session's cgroup name (sandbox or pool name) */
+        start_job **deferred; /* starts of a session whose cgroup has that name, held until it is gone */
+        size_t n_deferred;
+        /* The volumes its sandbox mounted (a copy of sb->volumes): the
+         * session's clones keep each busy until its mount namespace goes,
+         * so a volume.delete of one waits (session_teardown_hold). */
+        cJSON *volumes;
+        struct { teardown_redo fn; rpc_request *req; } *held;
+        size_t n_held;
+        struct teardown_job *next; /* in m->teardowns */
 } teardown_job;
 
 /* What a delete leaves to remove after its answer: the renamed state and
@@ -2177,45 +2199,107 @@ static void tombstone_remove_background(char *dir, char *run) {
         }
 }
 
-/* Worker thread: everything the kernel holds for the session, then files.
- * Every step is tried; errors are logged, never stop the rest. */
+/* How long a deleted session's teardown waits for its init's exit (the
+ * kernel's teardown of its namespaces: milliseconds, longer on a loaded
+ * host); past it the teardown goes on and logs what stays. */
+#define INIT_GONE_WAIT_MS 10000
+
+/* A session that ended early (ended_early): waits until its init, on its
+ * way out and killed besides, is gone, with its namespaces and mounts
+ * (its pidfd turns readable at its exit, pidfd_open(2)), then reaps it
+ * if it is the daemon's own child (an adopted one is not). Bounded by
+ * INIT_GONE_WAIT_MS. No-op for any other session. */
+static void session_wait_init_gone(session *s) {
+        if (!s->ended_early || s->pidfd < 0)
+                return;
+        struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
+        int r;
+        do
+                r = poll(&p, 1, INIT_GONE_WAIT_MS);
+        while (r < 0 && errno == EINTR);
+        if (r == 0)
+                log_warning("sandbox-init %d did not exit within %d ms of its session's end", (int)s->pid,
+                            INIT_GONE_WAIT_MS);
+        siginfo_t si;
+        (void)waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED | WNOHANG);
+        close(s->pidfd);
+        s->pidfd = -EBADF;
+}
+
+/* What the kernel holds for session s of sandbox `name`: its netd, its
+ * nftables objects and veth, its cgroup (every process in it killed
+ * first), then, once no process of it is left, its table in a pod's
+ * namespace. Every step is tried; errors are logged, never stop the rest. */
+static void session_kernel_teardown(session *s, const char *name) {
+        /* Nothing below goes before its init is gone. */
+        session_wait_init_gone(s);
+        netd_stop(&s->netd_pid);
+        if (s->net_slot >= 0) {
+                char ifname[32];
+                snprintf(ifname, sizeof(ifname), "sbx%d", s->net_slot);
+                _cleanup_error_ sb_error *err = NULL;
+                if (pol_nft_session_remove(ifname, &err) < 0)
+                        log_warning("sandbox '%s': remove its nftables objects: %s", name,
+                                    err ? err->message : "failed");
+                core_veth_delete((unsigned)s->net_slot, NULL);
+        }
+        bool emptied = true;
+        if (s->cg) {
+                core_cgroup_kill_all(s->cg);
+                int r = core_cgroup_destroy(s->cg);
+                if (r < 0) {
+                        emptied = false;
+                        log_warning_errno(r, "sandbox '%s': remove cgroup: %m", name);
+                }
+        }
+        /* A pod's namespace outlives the sandbox (CNI removes it): nothing
+         * of ours stays in it. Last, once no process of the sandbox is left
+         * (its cgroup is gone): without the table the namespace is open, so
+         * it stays while one might still send (fail closed). */
+        if (s->pod_netns >= 0 && emptied) {
+                _cleanup_error_ sb_error *err = NULL;
+                if (pol_pod_remove(s->pod_netns, &err) < 0)
+                        log_warning("sandbox '%s': remove its table in the pod's network namespace: %s", name,
+                                    err ? err->message : "failed");
+        } else if (s->pod_netns >= 0)
+                log_warning("sandbox '%s': its table stays in the pod's network namespace while its "
+                            "cgroup is not empty", name);
+}
+
+/* Worker thread. A stop: everything the kernel holds for the session
+ * (session_kernel_teardown), then the run directory. A delete (or the end
+ * of a sandbox that is not persistent): the session fenced, then its
+ * files renamed aside; the delete answers then, and the rest of the
+ * session goes in the background (teardown_background_work).
+ *
+ * Fenced: its PID namespace holds nothing but its init on its way out
+ * (init reaps every process of it before it closes its socket, agent.c;
+ * once init has exited the kernel has killed all of them,
+ * pid_namespaces(7)), and one SIGKILL pass over its cgroup ends whatever
+ * else is there (its netd, init itself); nothing of it runs or sends any
+ * more. Renamed aside: the rename of its
+ * state directory to a tombstone is the record that its removal is under
+ * way (durable before the answer for a persistent sandbox): a restart at
+ * any later point never brings it back, removes the tombstone, sweeps its
+ * cgroup (reconcile: no record keeps it), re-creates the nftables table
+ * without its objects, and its veth went with its network namespace. */
 static void teardown_work(void *userdata) {
         teardown_job *t = userdata;
-        if (t->s) {
-                netd_stop(&t->s->netd_pid);
-                if (t->s->net_slot >= 0) {
-                        char ifname[32];
-                        snprintf(ifname, sizeof(ifname), "sbx%d", t->s->net_slot);
-                        _cleanup_error_ sb_error *err = NULL;
-                        if (pol_nft_session_remove(ifname, &err) < 0)
-                                log_warning("sandbox '%s': remove its nftables objects: %s", t->sb->name,
-                                            err ? err->message : "failed");
-                        core_veth_delete((unsigned)t->s->net_slot, NULL);
-                }
-                bool emptied = true;
-                if (t->s->cg) {
-                        core_cgroup_kill_all(t->s->cg);
-                        int r = core_cgroup_destroy(t->s->cg);
-                        if (r < 0) {
-                                emptied = false;
-                                log_warning_errno(r, "sandbox '%s': remove cgroup: %m", t->sb->name);
-                        }
-                }
-                /* After the kill: no container process writes its upper. */
+        if (t->s && t->remove_files) {
+                /* Signalled, not waited for: its init may still be exiting
+                 * (ended_early); the background waits (core_cgroup_kill_all
+                 * before the cgroup goes). */
+                if (t->s->cg)
+                        core_cgroup_kill_now(t->s->cg);
+                /* After the kill: no container process writes its upper.
+                 * Containers' roots are mounted in init's namespace: their
+                 * files go once it is gone (a rare wait: pods only). */
+                if (t->s->ctrs)
+                        session_wait_init_gone(t->s);
                 container_session_end(t->s);
-                /* A pod's namespace outlives the sandbox (CNI removes it):
-                 * nothing of ours stays in it. Last, once no process of
-                 * the sandbox is left (its cgroup is gone): without the
-                 * table the namespace is open, so it stays while one
-                 * might still send (fail closed). */
-                if (t->s->pod_netns >= 0 && emptied) {
-                        _cleanup_error_ sb_error *err = NULL;
-                        if (pol_pod_remove(t->s->pod_netns, &err) < 0)
-                                log_warning("sandbox '%s': remove its table in the pod's network namespace: %s",
-                                            t->sb->name, err ? err->message : "failed");
-                } else if (t->s->pod_netns >= 0)
-                        log_warning("sandbox '%s': its table stays in the pod's network namespace while its "
-                                    "cgroup is not empty", t->sb->name);
+        } else if (t->s) {
+                session_kernel_teardown(t->s, t->sb->name);
+                container_session_end(t->s);
         }
         core_fault(t->remove_files ? "delete.torn_down" : "stop.torn_down");
         if (t->remove_files) {
@@ -2346,7 +2430,13 @@ static void release_slot_after_flush(manager *m, int slot) {
  * its network slot (after its flows, release_slot_after_flush), its cgroup
  * handle, its recorded pins. */
 static void session_release(manager *m, session *s) {
-        release_slot_after_flush(m, s->net_slot);
+        /* A session that never had a veth left no flow on the host: the
+         * flush (a walk of the host's whole conntrack table, milliseconds
+         * of CPU) is for those that did. */
+        if (s->had_veth)
+                release_slot_after_flush(m, s->net_slot);
+        else if (s->net_slot >= 0)
+                manager_release_slot(m, s->net_slot);
         core_cgroup_free(s->cg);
         container_forget(s);
         pins_free(&s->pins);
@@ -2358,17 +2448,146 @@ static void session_release(manager *m, session *s) {
         free(s);
 }
 
+/* Frees session s once the kernel no longer holds it. */
+static void session_gone(manager *m, session *s) {
+        bool old_runtime = s->runtime_version[0] && !streq(s->runtime_version, m->host_version);
+        session_release(m, s);
+        /* The last session on an older host runtime version frees it. */
+        if (old_runtime)
+                runtime_host_collect(m);
+}
+
+/* Worker thread: the rest of a deleted sandbox's session, after the
+ * delete answered (teardown_work fenced it). A crash here is finished by
+ * the next start (teardown_work). */
+static void teardown_background_work(void *userdata) {
+        teardown_job *t = userdata;
+        core_fault("delete.fenced");
+        session_kernel_teardown(t->s, t->name);
+}
+
+static void teardown_job_free(teardown_job *t) {
+        cJSON_Delete(t->volumes);
+        free(t->held);
+        free(t->tombstone);
+        free(t->run_tombstone);
+        free(t->name);
+        free(t->cgroup_key);
+        free(t->deferred);
+        free(t);
+}
+
+static void start_submit(start_job *j) {
+        if (worker_submit(start_work, start_done, j) < 0) {
+                start_work(j);
+                start_done(j);
+        }
+}
+
+/* Loop thread: the background part is done; the session is freed and the
+ * starts that waited for its cgroup's name go on. */
+static void teardown_background_done(void *userdata) {
+        teardown_job *t = userdata;
+        manager *m = t->m;
+        for (teardown_job **pp = &m->teardowns; *pp; pp = &(*pp)->next)
+                if (*pp == t) {
+                        *pp = t->next;
+                        break;
+                }
+        session_gone(m, t->s);
+        for (size_t i = 0; i < t->n_deferred; i++) {
+                start_job *j = t->deferred[i];
+                if (m->stopping) {
+                        /* The daemon is exiting (worker_shutdown runs this). */
+                        sb_error_set(&j->err, -ECANCELED, NULL, NULL, "start sandbox '%s': sandboxd is stopping",
+                                     j->sb->name);
+                        start_done(j);
+                } else
+                        start_submit(j);
+        }
+        for (size_t i = 0; i < t->n_held; i++) {
+                if (m->stopping)
+                        rpc_reply_error(t->held[i].req, RPC_APP_ERROR, "unavailable", NULL,
+                                        "sandboxd is stopping; retry once it is back");
+                else
+                        t->held[i].fn(t->held[i].req, m);
+        }
+        teardown_job_free(t);
+}
+
+bool session_teardown_hold(manager *m, const char *name, teardown_redo fn, rpc_request *req) {
+        for (teardown_job *t = m->teardowns; t; t = t->next) {
+                const cJSON *it;
+                bool mounts = false;
+                cJSON_ArrayForEach(it, t->volumes) {
+                        const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "name"));
+                        mounts |= n && streq(n, name);
+                }
+                if (!mounts)
+                        continue;
+                void *h = realloc(t->held, (t->n_held + 1) * sizeof(*t->held));
+                if (!h)
+                        return false; /* the caller goes on, and finds the volume busy */
+                t->held = h;
+                t->held[t->n_held].fn = fn;
+                t->held[t->n_held].req = req;
+                t->n_held++;
+                return true;
+        }
+        return false;
+}
+
+/* Hands the kernel's part of session s (of sandbox sb, being deleted) to
+ * the background; runs it here if no thread or memory can be had. */
+static void teardown_background(manager *m, sandbox *sb, session *s) {
+        teardown_job *b = calloc(1, sizeof(*b));
+        if (b) {
+                b->m = m;
+                b->s = s;
+                b->name = strdup(sb->name);
+                b->cgroup_key = strdup(s->cgroup_name[0] ? s->cgroup_name : sb->name);
+                b->volumes = sb->volumes ? cJSON_Duplicate(sb->volumes, 1) : NULL;
+        }
+        if (!b || !b->name || !b->cgroup_key || (sb->volumes && !b->volumes)) {
+                if (b)
+                        teardown_job_free(b);
+                session_kernel_teardown(s, sb->name);
+                session_gone(m, s);
+                return;
+        }
+        b->next = m->teardowns;
+        m->teardowns = b;
+        if (worker_submit(teardown_background_work, teardown_background_done, b) < 0) {
+                teardown_background_work(b);
+                teardown_background_done(b);
+        }
+}
+
+/* True (and j held) when a session start must wait: the cgroup it makes
+ * (the sandbox's name) is still a deleted session's, being removed in the
+ * background. */
+static bool start_wait_for_teardown(manager *m, start_job *j) {
+        for (teardown_job *t = m->teardowns; t; t = t->next) {
+                if (!streq(t->cgroup_key, j->sb->name))
+                        continue;
+                start_job **d = realloc(t->deferred, (t->n_deferred + 1) * sizeof(*d));
+                if (!d)
+                        return false; /* the start goes on, and fails on the cgroup if it is still there */
+                t->deferred = d;
+                d[t->n_deferred++] = j;
+                return true;
+        }
+        return false;
+}
+
 static void teardown_done(void *userdata) {
         teardown_job *t = userdata;
         sandbox *sb = t->sb;
         manager *m = t->m;
-        if (t->s) {
-                bool old_runtime = t->s->runtime_version[0] && !streq(t->s->runtime_version, m->host_version);
-                session_release(m, t->s);
-                /* The last session on an older host runtime version frees it. */
-                if (old_runtime)
-                        runtime_host_collect(m);
-        }
+        if (t->s && t->remove_files)
+                teardown_background(m, sb, t->s);
+        else if (t->s)
+                session_gone(m, t->s);
         finish_requests(sb, &sb->stop_waiters, false);
         if (!t->remove_files && sb->pending.n && !sb->deleting) {
                 /* Requests that arrived while it stopped want it running. */
@@ -2645,6 +2864,8 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
         }
         s->sb = sb;
         s->adopted = true;
+        /* Whether it ever had a veth is not recorded: assumed. */
+        s->had_veth = true;
         s->pidfd = s->agent_fd = s->netd_out = s->netd_in = s->netns_fd = s->pod_netns = -EBADF;
         s->net_slot = -1;
         s->proxy_ca = cJSON_IsTrue(cJSON_GetObjectItem(rec, "proxyCa"));
@@ -2665,6 +2886,10 @@ int session_adopt(sandbox *sb, sb_error **ret_err) {
                 snprintf(s->runtime_version, sizeof(s->runtime_version), "%s",
                          rv && rv[0] && strlen(rv) < sizeof(s->runtime_version) ? rv : "legacy");
         uint64_t expires = rec_u64(rec, "expiresMs");
+        /* A session that pauses at its expiry (sandbox.setTimeout) and was
+         * paused by it: thawed by the restart, its past expiry pauses it
+         * again at once. */
+        s->pause_on_timeout = cJSON_IsTrue(cJSON_GetObjectItem(rec, "pauseOnTimeout"));
         int r = adopt_open(sb, rec, s, ret_err);
         if (r >= 0)
                 r = adopt_network(sb, rec, s, ret_err);
@@ -2745,6 +2970,8 @@ void sandbox_stop_all(manager *m) {
                 session_detach(s);
                 teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = !sb->persistent};
                 teardown_work(&t);
+                if (t.remove_files)
+                        session_kernel_teardown(s, sb->name);
                 /* The state tombstone is the next start's; the run
                  * directory goes now, as it did before it was renamed. */
                 if (t.run_tombstone)
@@ -3020,6 +3247,7 @@ void session_destroy_now(sandbox *sb) {
         session_detach(s);
         teardown_job t = {.m = m, .sb = sb, .s = s, .remove_files = true};
         teardown_work(&t);
+        session_kernel_teardown(s, sb->name);
         tombstones tb = {.dir = t.tombstone, .run = t.run_tombstone};
         tombstone_work(&tb);
         free(t.tombstone);

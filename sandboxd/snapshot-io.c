@@ -317,6 +317,7 @@ static char *export_record(const snapshot *s) {
         cJSON_DeleteItemFromObject(o, "id");
         cJSON_DeleteItemFromObject(o, "layers");
         cJSON_DeleteItemFromObject(o, "owner"); /* this host's tenants; an import is its importer's */
+        cJSON_DeleteItemFromObject(o, "tags");  /* labels of this host's; an import has its own (none) */
         char *text = cJSON_Print(o);
         cJSON_Delete(o);
         return text;

@@ -37,6 +37,7 @@
 #include "libcore/diskimg.h"
 #include "libcore/pool.h"
 #include "sandboxd/internal.h"
+#include "sandboxd/limits.h"
 #include "sandboxd/tenant.h"
 #include "sandboxd/text.h"
 #include "sandboxd/worker.h"
@@ -110,6 +111,7 @@ void snapshot_free(snapshot *s) {
         free(s->owner);
         cJSON_Delete(s->layers);
         cJSON_Delete(s->config);
+        cJSON_Delete(s->tags);
         free(s);
 }
 
@@ -929,6 +931,7 @@ cJSON *snapshot_json(const snapshot *s) {
         else
                 cJSON_AddNullToObject(o, "expiresAt");
         cJSON_AddBoolToObject(o, "expired", s->expired);
+        cJSON_AddItemToObject(o, "tags", s->tags ? cJSON_Duplicate(s->tags, 1) : cJSON_CreateObject());
         cJSON_AddNumberToObject(o, "layers", cJSON_GetArraySize(s->layers));
         cJSON_AddItemToObject(o, "config", cJSON_Duplicate(s->config, 1));
         return o;
@@ -999,6 +1002,10 @@ static void snapshot_captured(manager *m, rpc_request *req, sandbox *sb, cJSON *
         cJSON *exp = cJSON_GetObjectItemCaseSensitive(req->params, "expiration");
         if (cJSON_IsNumber(exp) && exp->valuedouble > 0)
                 s->expires_ms = s->created_ms + (uint64_t)exp->valuedouble;
+        /* Validated by method_snapshot too. */
+        cJSON *tags = cJSON_GetObjectItemCaseSensitive(req->params, "tags");
+        if (cJSON_IsObject(tags))
+                s->tags = cJSON_Duplicate(tags, 1);
         if (snapshot_save(m, s, &e) < 0) {
                 rpc_reply_sb_error(req, e);
                 snapshot_free(s);
@@ -1019,7 +1026,10 @@ static void method_snapshot(rpc_request *req, void *userdata) {
         _cleanup_error_ sb_error *err = NULL;
         int64_t expiration = 0;
         /* 0 (or absent) = never expires. */
-        if (rpc_param_duration_ms(req, "expiration", false, 0, MAX_EXPIRATION_MS, &expiration, &err) < 0) {
+        cJSON *tags = NULL;
+        if (rpc_param_duration_ms(req, "expiration", false, 0, MAX_EXPIRATION_MS, &expiration, &err) < 0 ||
+            rpc_param_object(req, "tags", false, &tags, &err) < 0 ||
+            (tags && limit_check_map(tags, "tags", &limit_tags, &err) < 0)) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
@@ -1061,15 +1071,27 @@ static void method_snapshot_list(rpc_request *req, void *userdata) {
         manager *m = userdata;
         _cleanup_error_ sb_error *err = NULL;
         const char *of = NULL;
-        if (rpc_param_string(req, "sandbox", false, &of, &err) < 0) {
+        cJSON *tags = NULL;
+        if (rpc_param_string(req, "sandbox", false, &of, &err) < 0 ||
+            rpc_param_object(req, "tags", false, &tags, &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
         cJSON *o = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(o, "snapshots");
-        for (snapshot *s = m->snapshots; s; s = s->next)
-                if ((!of || streq(of, s->sandbox)) && tenant_req_owns(m, req, s->owner))
+        for (snapshot *s = m->snapshots; s; s = s->next) {
+                if ((of && !streq(of, s->sandbox)) || !tenant_req_owns(m, req, s->owner))
+                        continue;
+                /* tags: every given one must match, as sandbox.list's. */
+                bool match = true;
+                cJSON *t;
+                cJSON_ArrayForEach(t, tags) {
+                        const char *have = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(s->tags, t->string));
+                        match = match && have && cJSON_IsString(t) && streq(have, t->valuestring);
+                }
+                if (match)
                         cJSON_AddItemToArray(arr, snapshot_view(s));
+        }
         rpc_reply(req, o);
 }
 
@@ -1215,6 +1237,9 @@ void snapshots_load(manager *m) {
                 s->config = cJSON_IsObject(conf) ? cJSON_Duplicate(conf, 1) : cJSON_CreateObject();
                 s->created_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "createdAt")));
                 s->expires_ms = core_parse_time(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "expiresAt")));
+                /* Absent (records from before snapshot tags): none. */
+                cJSON *tags = cJSON_GetObjectItemCaseSensitive(o, "tags");
+                s->tags = cJSON_IsObject(tags) ? cJSON_Duplicate(tags, 1) : NULL;
                 s->next = m->snapshots;
                 m->snapshots = s;
                 cJSON_Delete(o);

@@ -123,7 +123,7 @@ bool tenant_conn_sees_sandbox(manager *m, const rpc_conn *c, const char *sb_name
 static const char *const mode_names[] = { "allow-all", "deny-all", "custom" };
 
 typedef struct tenant_limits {
-        uint64_t sandboxes, vcpus, disk_mib, snapshots, runtimes; /* UINT64_MAX: no limit */
+        uint64_t sandboxes, vcpus, disk_mib, snapshots, runtimes, volumes; /* UINT64_MAX: no limit */
         bool modes[3];                                  /* by mode_names */
         bool no_userns, local_sources;
         bool runtime_import, snapshot_import, snapshot_export;
@@ -139,6 +139,7 @@ static const struct {
         { "maxDiskMiB", offsetof(tenant_limits, disk_mib) },
         { "maxSnapshots", offsetof(tenant_limits, snapshots) },
         { "maxRuntimes", offsetof(tenant_limits, runtimes) },
+        { "maxVolumes", offsetof(tenant_limits, volumes) },
 };
 #define TENANT_LIMIT_MAX 1000000000ULL
 
@@ -184,11 +185,11 @@ static void apply_limits(const cJSON *o, tenant_limits *l) {
  * namespace never off, no local sources), then tenants.defaults, then
  * tenants.names[NAME]. */
 static void limits_of(const daemon_config *cfg, const tenant *t, tenant_limits *ret) {
-        *ret = (tenant_limits) {
-                .sandboxes = UINT64_MAX, .vcpus = UINT64_MAX, .disk_mib = UINT64_MAX, .snapshots = UINT64_MAX,
-                .runtimes = UINT64_MAX,
-                .modes = { true, true, true },
-        };
+        *ret = (tenant_limits) { .modes = { true, true, true } };
+        /* Every integer limit starts unlimited: one loop over the table, so
+         * that a key added to it can never start at 0 (refusing all). */
+        for (size_t i = 0; i < ELEMENTSOF(int_limits); i++)
+                *(uint64_t *) ((char *) ret + int_limits[i].off) = UINT64_MAX;
         const cJSON *tc = tenants_config(cfg);
         apply_limits(cJSON_GetObjectItemCaseSensitive(tc, "defaults"), ret);
         apply_limits(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "names"), t->name), ret);
@@ -419,6 +420,17 @@ static uint64_t snapshots_disk_mib(manager *m, const tenant *t) {
         return disk;
 }
 
+/* The MiB a tenant holds as maxDiskMiB counts them: its sandboxes' disks
+ * (warm-pool members are nobody's yet) with everything snapshots_disk_mib
+ * adds. */
+static uint64_t disk_in_use_mib(manager *m, const tenant *t) {
+        uint64_t disk = snapshots_disk_mib(m, t);
+        for (const sandbox *o = m->sandboxes; o; o = o->next)
+                if (!o->pooled && o->owner && tenant_owns(t, o->owner))
+                        disk += o->disk_mib;
+        return disk;
+}
+
 int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb_error **ret_err) {
         tenant t;
         tenant_of_conn(m->cfg, req->conn, &t);
@@ -468,12 +480,16 @@ int tenant_check_new_volume(manager *m, rpc_request *req, uint64_t size_mib, sb_
                 return 0;
         tenant_limits l;
         limits_of(m->cfg, &t, &l);
+        uint64_t n = 0;
+        for (const volume *v = m->volumes; v; v = v->next)
+                n += v->owner && tenant_owns(&t, v->owner);
+        if (n + 1 > l.volumes)
+                return over_limit(req, &t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " volumes (those being made included), its limit "
+                                  "(daemon.json tenants maxVolumes %" PRIu64 "); delete one first", t.name, n, l.volumes);
         if (l.disk_mib == UINT64_MAX)
                 return 0;
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (disk + size_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "sizeMiB: tenant '%s' would have %" PRIu64 " MiB of disk (its sandboxes' disks, its "
@@ -500,10 +516,7 @@ int tenant_check_new_snapshot(manager *m, rpc_request *req, const sandbox *src, 
                 return 0;
         /* A snapshot holds up to its source's disk on the state filesystem:
          * counted against maxDiskMiB with the tenant's sandboxes. */
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (!src->disk_mib || disk + src->disk_mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' would have %" PRIu64 " MiB of disk with a snapshot of sandbox %s (its "
@@ -534,10 +547,7 @@ int tenant_check_imported_snapshot(manager *m, rpc_request *req, const snapshot 
                                   "tenant '%s' has a disk limit (daemon.json tenants maxDiskMiB %" PRIu64 "), so an "
                                   "imported snapshot needs a config.resources.diskMiB (import with config) of at least "
                                   "what its layers hold (%" PRIu64 " MiB)", t.name, l.disk_mib, need);
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (disk + mib > l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' would have %" PRIu64 " MiB of disk with this snapshot (its sandboxes' "
@@ -570,10 +580,7 @@ int tenant_disk_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_er
         limits_of(m->cfg, &t, &l);
         if (l.disk_mib == UINT64_MAX)
                 return 0;
-        uint64_t disk = snapshots_disk_mib(m, &t);
-        for (const sandbox *o = m->sandboxes; o; o = o->next)
-                if (!o->pooled && o->owner && tenant_owns(&t, o->owner))
-                        disk += o->disk_mib;
+        uint64_t disk = disk_in_use_mib(m, &t);
         if (disk >= l.disk_mib)
                 return over_limit(req, &t, ret_err,
                                   "tenant '%s' has %" PRIu64 " MiB of disk (its sandboxes' disks, its snapshots' and "
@@ -748,6 +755,7 @@ static const struct {
         { "sandbox.stop", ACCESS_SANDBOX, "name" },
         { "sandbox.delete", ACCESS_SANDBOX, "name" },
         { "sandbox.extendTimeout", ACCESS_SANDBOX, "name" },
+        { "sandbox.setTimeout", ACCESS_SANDBOX, "name" },
         { "sandbox.fork", ACCESS_SANDBOX, "sourceSandbox" },
         { "sandbox.snapshot", ACCESS_SANDBOX, "name" },
         { "sandbox.pause", ACCESS_SANDBOX, "name" },
@@ -769,6 +777,8 @@ static const struct {
         { "container.get", ACCESS_SANDBOX, "sandbox" },
         { "container.list", ACCESS_SANDBOX, "sandbox" },
         { "container.delete", ACCESS_SANDBOX, "sandbox" },
+        { "container.pause", ACCESS_SANDBOX, "sandbox" },
+        { "container.resume", ACCESS_SANDBOX, "sandbox" },
         { "command.write", ACCESS_COMMAND, "cmdId" },
         { "command.closeStdin", ACCESS_COMMAND, "cmdId" },
         { "command.resize", ACCESS_COMMAND, "cmdId" },
@@ -1103,8 +1113,26 @@ static void peer_key(const rpc_conn *c, void *userdata, char *buf, size_t size) 
                 snprintf(buf, size, "admin uid %u", (unsigned) rpc_conn_uid(c));
 }
 
+/* A tenant is told nothing of the host's file system (docs/SECURITY.md
+ * 4): an error that names a path under the state or run directory (a
+ * sandbox's image, a volume's mount, a record) says <stateDir> or <runDir>
+ * in its place; an admin reads the path as it is, as the log has it. */
+static void redact_message(const rpc_conn *c, char **message, void *userdata) {
+        manager *m = userdata;
+        tenant t;
+        tenant_of_conn(m->cfg, c, &t);
+        if (t.admin)
+                return;
+        char *a = core_redact_path(*message, m->cfg->state_dir, "<stateDir>");
+        char *b = a ? core_redact_path(a, m->cfg->run_dir, "<runDir>") : NULL;
+        free(a);
+        free(*message);
+        *message = b;
+}
+
 void tenant_attach(manager *m, rpc_server *server) {
         rpc_server_set_authorize(server, authorize, m);
+        rpc_server_set_message_filter(server, redact_message, m);
         rpc_server_add_method(server, "session.actAs", method_act_as, m);
         rpc_server_set_peer_key(server, peer_key, m);
 }
@@ -1127,7 +1155,8 @@ static bool dup_key(const cJSON *obj, const cJSON *it) {
 }
 
 #define LIMIT_KEYS                                                                                     \
-        "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, maxRuntimes, networkModes, allowNoUserns, "       \
+        "maxSandboxes, maxVcpus, maxDiskMiB, maxSnapshots, maxRuntimes, maxVolumes, networkModes, "         \
+        "allowNoUserns, "                                                                              \
         "allowLocalSources, "                                                                          \
         "allowRuntimeImport, allowSnapshotImport, allowSnapshotExport, localSourceRoots (tenants.names only)"
 
@@ -1150,15 +1179,7 @@ static int check_roots(const cJSON *it, const char *where, sb_error **ret_err) {
         int i = 0;
         cJSON_ArrayForEach(p, it) {
                 const char *s = cJSON_GetStringValue(p);
-                bool ok = s && s[0] == '/' && s[strspn(s, "/")] != '\0';
-                for (const char *c = s; ok && *c;) {
-                        while (*c == '/')
-                                c++;
-                        size_t n = strcspn(c, "/");
-                        ok = !((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'));
-                        c += n;
-                }
-                if (!ok)
+                if (!core_path_is_plain_absolute(s))
                         return config_error(ret_err, where, "%s.localSourceRoots[%d]: must be an absolute "
                                             "directory path other than / without '.' or '..' components", where, i);
                 struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,

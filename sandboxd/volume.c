@@ -680,6 +680,8 @@ static void delete_work(void *userdata) {
         volume_remove_files(j->v->dir);
 }
 
+static void method_delete(rpc_request *req, void *userdata);
+
 static void delete_done(void *userdata) {
         delete_job *j = userdata;
         log_info("volume '%s' deleted", j->v->name);
@@ -687,6 +689,16 @@ static void delete_done(void *userdata) {
         volume_free(j->v);
         rpc_reply(j->req, cJSON_CreateObject());
         free(j);
+}
+
+/* The held delete (method_delete): the volume stayed marked deleting
+ * meanwhile, so no new sandbox mounted it; judged again now. */
+static void delete_again(rpc_request *req, manager *m) {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req->params, "name"));
+        volume *v = name ? manager_find_volume(m, name) : NULL;
+        if (v)
+                v->deleting = false;
+        method_delete(req, m);
 }
 
 static void method_delete(rpc_request *req, void *userdata) {
@@ -714,6 +726,13 @@ static void method_delete(rpc_request *req, void *userdata) {
                 return;
         }
         cJSON_Delete(users);
+        /* A deleted sandbox that mounted it may still hold its clones while
+         * its session is torn down after the delete answered: this delete
+         * runs again once that is done (the volume is then free). */
+        if (session_teardown_hold(m, v->name, delete_again, req)) {
+                v->deleting = true; /* as for the delete itself: nothing new mounts it meanwhile */
+                return;
+        }
         delete_job *j = calloc(1, sizeof(*j));
         if (!j) {
                 rpc_reply_error(req, RPC_INTERNAL_ERROR, NULL, NULL, "out of memory");

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -43,6 +44,9 @@ type note struct {
 	Stream   string `json:"stream"`
 	Data     string `json:"data"`
 	ExitCode *int   `json:"exitCode"`
+	// The OOM killer ended it (at its container's or sandbox's memory
+	// limit): containerd is told (TaskOOM) before its exit.
+	OOMKilled bool `json:"oomKilled"`
 }
 
 // process is the init process ("" exec id) or an exec.
@@ -68,6 +72,7 @@ type process struct {
 	wake      chan struct{}
 	ended     bool          // command.exit seen: the writer reports it once the queue is written
 	exitCode  uint32        // its exit status
+	oomKilled bool          // the OOM killer ended it
 	stdinW    io.Closer     // the stdin FIFO's reader
 	stdinDone chan struct{} // closed when its copy has ended (EOF)
 	stdinWake int           // write end of the copy's wake-up pipe (-1: none)
@@ -171,6 +176,7 @@ func (s *service) deliver(p *process, n note) {
 		s.mu.Lock()
 		p.ended = true
 		p.exitCode = uint32(code)
+		p.oomKilled = n.OOMKilled
 		s.mu.Unlock()
 	} else {
 		s.mu.Lock()
@@ -238,10 +244,12 @@ const followPoll = 100 * time.Millisecond
 // stream) is not recovered.
 func (s *service) follow(p *process) {
 	exited := make(chan int, 1)
+	oom := make(chan bool, 1)
 	go func() {
 		for {
 			var r struct {
-				ExitCode *int `json:"exitCode"`
+				ExitCode  *int `json:"exitCode"`
+				OOMKilled bool `json:"oomKilled"`
 			}
 			err := s.rpc.call("command.wait", map[string]interface{}{"cmdId": p.cmdID}, &r)
 			if err == nil || isReason(err, "not_found") {
@@ -249,6 +257,7 @@ func (s *service) follow(p *process) {
 				if err == nil && r.ExitCode != nil {
 					code = *r.ExitCode
 				}
+				oom <- err == nil && r.OOMKilled
 				exited <- code
 				return
 			}
@@ -285,7 +294,12 @@ func (s *service) follow(p *process) {
 			}
 		}
 		if last {
-			s.deliver(p, note{Method: "command.exit", CmdID: p.cmdID, ExitCode: &code})
+			killed := false
+			select {
+			case killed = <-oom:
+			default:
+			}
+			s.deliver(p, note{Method: "command.exit", CmdID: p.cmdID, ExitCode: &code, OOMKilled: killed})
 			return
 		}
 		select {
@@ -425,6 +439,7 @@ func (s *service) exit(p *process, code uint32) {
 	}
 	p.status = task.StatusStopped
 	p.exitStatus = code
+	oom := p == s.init && p.oomKilled
 	p.exitedAt = time.Now()
 	if p.stdinW != nil {
 		// The copy ends (the FIFO is cut if it never opened).
@@ -450,6 +465,10 @@ func (s *service) exit(p *process, code uint32) {
 	id := p.execID
 	if id == "" {
 		id = s.id
+	}
+	if oom {
+		// The CRI reads it as the container's OOM (reason OOMKilled).
+		s.publish(runtime.TaskOOMEventTopic, &eventstypes.TaskOOM{ContainerID: s.id})
 	}
 	s.publish(runtime.TaskExitEventTopic, &eventstypes.TaskExit{
 		ContainerID: s.id, ID: id, Pid: uint32(os.Getpid()), ExitStatus: code, ExitedAt: p.exitedAt})
@@ -738,6 +757,11 @@ func (s *service) createMember(r *taskAPI.CreateTaskRequest, spec *specs.Spec, s
 	if err != nil {
 		return nil, err
 	}
+	pidns, err := specPidNamespace(spec)
+	if err != nil {
+		return nil, grpcErr(fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument))
+	}
+	params["pidNamespace"] = pidns
 	if err := s.rpc.call("sandbox.get", map[string]interface{}{"name": s.name}, nil); err != nil {
 		return nil, grpcErr(fmt.Errorf("the pod's sandbox %s (of sandbox container %s): %w", s.name, sandboxID, err))
 	}
@@ -1163,12 +1187,13 @@ func (s *service) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAP
 	return &taskAPI.DeleteResponse{Pid: uint32(os.Getpid()), ExitStatus: p.exitStatus, ExitedAt: p.exitedAt}, nil
 }
 
-// Pause freezes the container's sandbox (sandbox.pause: its cgroup's freezer).
+// Pause freezes the container's sandbox (sandbox.pause: its cgroup's
+// freezer); a pod's container, its own cgroup only (container.pause).
 func (s *service) Pause(ctx context.Context, r *taskAPI.PauseRequest) (*ptypes.Empty, error) {
 	return s.pauseResume(true)
 }
 
-// Resume thaws it (sandbox.resume).
+// Resume thaws it (sandbox.resume, container.resume).
 func (s *service) Resume(ctx context.Context, r *taskAPI.ResumeRequest) (*ptypes.Empty, error) {
 	return s.pauseResume(false)
 }
@@ -1181,11 +1206,9 @@ func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
 	if err := s.notForPod("pause and resume"); err != nil {
 		return nil, err
 	}
-	if err := s.notForMember("pause and resume (they would freeze the whole pod)"); err != nil {
-		return nil, err
-	}
 	s.mu.Lock()
 	st := p.status
+	member, ctr := s.member, s.ctr
 	s.mu.Unlock()
 	if st == task.StatusStopped || st == task.StatusCreated {
 		return nil, grpcErr(fmt.Errorf("the container is not running: %w", errdefs.ErrFailedPrecondition))
@@ -1194,7 +1217,13 @@ func (s *service) pauseResume(pause bool) (*ptypes.Empty, error) {
 	if pause {
 		method, topic = "sandbox.pause", runtime.TaskPausedEventTopic
 	}
-	if err := s.rpc.call(method, map[string]interface{}{"name": s.name}, nil); err != nil {
+	params := map[string]interface{}{"name": s.name}
+	if member {
+		// Its own cgroup's freezer: the pod and its other containers run on.
+		method = "container." + strings.TrimPrefix(method, "sandbox.")
+		params = map[string]interface{}{"sandbox": s.name, "name": ctr}
+	}
+	if err := s.rpc.call(method, params, nil); err != nil {
 		return nil, grpcErr(err)
 	}
 	s.mu.Lock()

@@ -632,6 +632,27 @@ func specNetns(spec *specs.Spec, podMember bool) (string, error) {
 	return netns, nil
 }
 
+// specPidNamespace reads the pid entry of linux.namespaces for a pod's
+// container (the CRI's NamespaceOption.pid): without a path a PID
+// namespace of its own (CONTAINER, Kubernetes' default), container.create
+// pidNamespace "container"; with a path (containerd names the pod's
+// sandbox container's, POD: shareProcessNamespace) the pod sandbox's,
+// "sandbox". No pid entry asks for the host's PIDs (hostPID), refused
+// naming linux.namespaces.
+func specPidNamespace(spec *specs.Spec) (string, error) {
+	if spec.Linux != nil {
+		for _, ns := range spec.Linux.Namespaces {
+			if ns.Type == specs.PIDNamespace {
+				if ns.Path != "" {
+					return "sandbox", nil
+				}
+				return "container", nil
+			}
+		}
+	}
+	return "", fmt.Errorf("linux.namespaces: no pid namespace (the host's processes, hostPID) is %s", notSupported)
+}
+
 // containerLimits maps a pod's container's linux.resources to
 // container.create's memoryMiB (memory.limit in whole MiB), cpuMillis
 // (cpu.quota per cpu.period in thousandths of a CPU) and pidsMax

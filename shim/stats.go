@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,9 +74,11 @@ func readKV(dir, file string) map[string]uint64 {
 	return m
 }
 
-// Pids lists the host pids in the session's cgroup (sandbox-init and every
-// process of the container's commands); the init command's entry carries
-// no exec id.
+// Pids lists the host pids in the session's cgroup and the cgroups below
+// it (sandbox-init, sandbox-netd and every process of the container's
+// commands); for a CRI pod's container, those of its own cgroup
+// (ctr-NAME: its commands and, with a PID namespace of its own, that
+// namespace's PID 1). The init command's entry carries no exec id.
 func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.PidsResponse, error) {
 	if _, err := s.get(""); err != nil {
 		return nil, err
@@ -84,15 +87,30 @@ func (s *service) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.Pi
 	if err != nil {
 		return nil, grpcErr(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dirs[0], "cgroup.procs"))
+	top := dirs[0]
+	s.mu.Lock()
+	if s.member {
+		top = filepath.Join(top, "ctr-"+s.ctr)
+	}
+	s.mu.Unlock()
+	var out []*task.ProcessInfo
+	err = filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Fields(string(b)) {
+			if pid, err := strconv.ParseUint(l, 10, 32); err == nil {
+				out = append(out, &task.ProcessInfo{Pid: uint32(pid)})
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, grpcErr(err)
-	}
-	var out []*task.ProcessInfo
-	for _, l := range strings.Fields(string(b)) {
-		if pid, err := strconv.ParseUint(l, 10, 32); err == nil {
-			out = append(out, &task.ProcessInfo{Pid: uint32(pid)})
-		}
 	}
 	return &taskAPI.PidsResponse{Processes: out}, nil
 }

@@ -653,10 +653,20 @@ static pid_t spawn_child(child_args *ca, size_t argc, char **path_env) {
         /* execvpe reads PATH from environ: the child's copy has the
          * command's, init puts its own back right after. */
         char **saved_env = environ;
+        /* A container with a PID namespace of its own: the child starts
+         * in it (init_ctr_pidns_enter). */
+        int entered = init_ctr_pidns_enter(ca->s->ctr);
+        if (entered < 0) {
+                (void)sigprocmask(SIG_SETMASK, &old, NULL);
+                errno = -entered;
+                return -1;
+        }
         environ = path_env;
         pid_t pid = clone(child_main, top, SIGCHLD, ca);
         int saved = errno;
         environ = saved_env;
+        if (entered)
+                init_ctr_pidns_leave();
         (void)sigprocmask(SIG_SETMASK, &old, NULL);
         errno = saved;
         return pid;

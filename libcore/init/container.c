@@ -1,10 +1,24 @@
 /* Containers of a sandbox (docs/API.md "container.*"): each one a mount
  * namespace of its own under the sandbox's, with its own root (an overlay
  * sandboxd built: the container's runtime as the read-only lower, an upper
- * of its own), and everything else of the sandbox shared (network, IPC,
- * UTS, user and PID namespaces). Its commands are init's children like any
- * other; command.c joins them to the namespace (setns) and to the
- * container's cgroup (fds sandboxd opened) before exec.
+ * of its own), a PID namespace of its own unless the request shares the
+ * sandbox's ("ownPids"), and everything else of the sandbox shared
+ * (network, IPC, UTS and user namespaces). Its commands are init's
+ * children like any other; command.c joins them to the namespace (setns),
+ * and to the container's cgroup (fds sandboxd opened) before exec, and
+ * init forks them into the container's PID namespace (spawn_child).
+ *
+ * A PID namespace of its own (the CRI's NamespaceMode CONTAINER, the
+ * Kubernetes default): its PID 1 is a small reaper the creation child
+ * forks right after unsharing it (pid_namespaces(7): the first process
+ * made in a new PID namespace is its init; when it ends, the namespace
+ * accepts no new process). It joins the container's cgroups (a delete of
+ * the container kills it with the rest), mounts the container's own /proc
+ * (a procfs instance shows the PID namespace of the process that mounted
+ * it, proc(5)) with the sandbox's masks, then drops every capability and
+ * closes every fd, and only reaps orphans from then on. A container's
+ * commands thus see their own processes only: no other container's in
+ * /proc, none to signal, ptrace or enter by /proc/PID/root.
  *
  * Who makes the namespace: init runs under the command filter from its
  * first command on (command.c cmd_confine_self), which refuses the mount
@@ -30,6 +44,7 @@
 #include <sys/wait.h>
 #include <linux/openat2.h>
 #include "libcore/agent.h"
+#include "libcore/caps.h"
 #include "libcore/init/init.h"
 #include "libcore/log.h"
 #include "libcore/rootfs.h"
@@ -45,6 +60,7 @@ typedef struct init_container {
         struct init_container *next;
         char *name;
         int mntns;                    /* the container's mount namespace */
+        int pidns;                    /* its own PID namespace, or -EBADF (the sandbox's) */
         int cg[CORE_CTR_CG_MAX];      /* cgroup.procs of its cgroups, one per hierarchy */
         size_t n_cg;
 } init_container;
@@ -53,6 +69,7 @@ static init_container *containers;
 static int pending[CTR_FDS_MAX];
 static size_t n_pending;
 static int helper_sock = -EBADF;
+static int own_pidns = -EBADF;   /* init's own PID namespace */
 
 static void pending_clear(void) {
         for (size_t i = 0; i < n_pending; i++)
@@ -66,6 +83,8 @@ static void ctr_free(init_container *c) {
                 return;
         if (c->mntns >= 0)
                 close(c->mntns);
+        if (c->pidns >= 0)
+                close(c->pidns);
         for (size_t i = 0; i < c->n_cg; i++)
                 close(c->cg[i]);
         free(c->name);
@@ -81,6 +100,28 @@ const init_container *init_ctr_find(const char *name) {
 
 int init_ctr_mntns(const init_container *c) {
         return c->mntns;
+}
+
+int init_ctr_pidns(const init_container *c) {
+        return c->pidns;
+}
+
+int init_ctr_pidns_enter(const init_container *c) {
+        if (!c || c->pidns < 0)
+                return 0;
+        if (own_pidns < 0)
+                return -ENOTSUP;
+        return setns(c->pidns, CLONE_NEWPID) < 0 ? negative_errno() : 1;
+}
+
+void init_ctr_pidns_leave(void) {
+        /* Back to init's own: setns(2) allows the caller's active PID
+         * namespace always; should it fail, every later command would
+         * start in the container's, so init gives up instead. */
+        if (setns(own_pidns, CLONE_NEWPID) < 0) {
+                log_error("setns back to init's own PID namespace: %m");
+                abort();
+        }
 }
 
 size_t init_ctr_cgroups(const init_container *c, const int **ret) {
@@ -159,16 +200,115 @@ static bool tree_is_dir(int tree) {
         return fstat(tree, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* PID 1 of a container's own PID namespace, from its first moments: reaps
+ * what is reparented to it and ends at SIGTERM (a stop of the sandbox) or
+ * SIGKILL (a delete of the container: its cgroup is killed). Holds no fd
+ * and no capability. */
+_noreturn_ static void pid1_main(void) {
+        (void)prctl(PR_SET_NAME, "sandbox-ctrinit");
+        (void)close_range(0, ~0U, 0);
+        (void)core_caps_set(0);
+        /* Blocked signals are queued even for a namespace's init, whose
+         * default dispositions are otherwise ignored (signal(7)). */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGCHLD);
+        sigaddset(&set, SIGTERM);
+        (void)sigprocmask(SIG_SETMASK, &set, NULL);
+        for (;;) {
+                while (waitpid(-1, NULL, WNOHANG) > 0)
+                        ;
+                siginfo_t si;
+                if (sigwaitinfo(&set, &si) == SIGTERM)
+                        _exit(0);
+        }
+}
+
+/* In the creation child, after unshare(CLONE_NEWPID): forks the
+ * namespace's PID 1, which joins the container's cgroups (the request's
+ * "cgroups" indexes into fds), mounts the namespace's /proc beneath rootfd
+ * and reports; then it is pid1_main. Returns 0 once /proc is there, or a
+ * negative errno with msg set (the child, if any, has ended). */
+static int start_pid1(const cJSON *req, int rootfd, int *fds, size_t n_fds, char *msg, size_t msz) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0) {
+                snprintf(msg, msz, "pipe: %m");
+                return negative_errno();
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+                int r = negative_errno();
+                snprintf(msg, msz, "fork the PID namespace's init: %m");
+                close(p[0]);
+                close(p[1]);
+                return r;
+        }
+        if (pid == 0) {
+                char m[512] = "";
+                int r = 0;
+                const cJSON *cg;
+                cJSON_ArrayForEach(cg, cJSON_GetObjectItemCaseSensitive(req, "cgroups")) {
+                        if (!cJSON_IsNumber(cg) || cg->valueint < 1 || (size_t)cg->valueint >= n_fds) {
+                                r = -EINVAL;
+                                snprintf(m, sizeof(m), "\"cgroups\" must index received fds");
+                                break;
+                        }
+                        if (write(fds[cg->valueint], "0", 1) != 1) {
+                                r = negative_errno();
+                                snprintf(m, sizeof(m), "join the container's cgroup: %m");
+                                break;
+                        }
+                }
+                _cleanup_error_ sb_error *err = NULL;
+                if (r >= 0 && (r = core_rootfs_mount_proc(rootfd, &err)) < 0)
+                        snprintf(m, sizeof(m), "/proc of its PID namespace: %s", err ? err->message : strerror(-r));
+                char rep[600];
+                int n = snprintf(rep, sizeof(rep), "%d %s", -r, m);
+                (void)!write(p[1], rep, (size_t)n);
+                if (r < 0)
+                        _exit(1);
+                pid1_main();
+        }
+        close(p[1]);
+        char rep[600];
+        ssize_t n;
+        do
+                n = read(p[0], rep, sizeof(rep) - 1);
+        while (n < 0 && errno == EINTR);
+        close(p[0]);
+        rep[n > 0 ? n : 0] = 0;
+        int err = n > 0 ? atoi(rep) : EIO;
+        if (err) {
+                const char *t = strchr(rep, ' ');
+                snprintf(msg, msz, "%s", t && t[1] ? t + 1 : "the PID namespace's init died");
+                while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                return -err;
+        }
+        return 0;
+}
+
 /* In the creation child: the new namespace, its mounts, pivot_root. On
  * success the child's mount namespace is the container's. `fds` are the
- * request's (overlay first). Returns 0 or a negative errno with msg set. */
-static int build_ns(const cJSON *req, int *fds, size_t n_fds, char *msg, size_t msz) {
+ * request's (overlay first). ret_ns gets the namespace fds: [0] the mount
+ * namespace, [1] the PID namespace when the request asks for its own
+ * ("ownPids"). Returns 0 or a negative errno with msg set. */
+static int build_ns(const cJSON *req, int *fds, size_t n_fds, int ret_ns[2], char *msg, size_t msz) {
+        bool own_pids = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "ownPids"));
         if (n_fds < 1) {
                 snprintf(msg, msz, "no overlay mount came with the request");
                 return -EINVAL;
         }
-        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
-                snprintf(msg, msz, "new mount namespace: %m");
+        if (unshare(CLONE_NEWNS | (own_pids ? CLONE_NEWPID : 0)) < 0 ||
+            mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+                snprintf(msg, msz, "new mount and PID namespaces: %m");
+                return negative_errno();
+        }
+        /* Opened while /proc is still the sandbox's: after pivot_root
+         * it may be the container's own, where this process (not in the
+         * new PID namespace itself) has no /proc/self. */
+        if ((ret_ns[0] = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0) {
+                snprintf(msg, msz, "open the new mount namespace: %m");
                 return negative_errno();
         }
         /* What the container shares with the sandbox, cloned from the
@@ -195,6 +335,12 @@ static int build_ns(const cJSON *req, int *fds, size_t n_fds, char *msg, size_t 
         }
         int trees[ELEMENTSOF(shared)];
         for (size_t i = 0; i < ELEMENTSOF(shared); i++) {
+                /* A PID namespace of its own gets a /proc of its own
+                 * (start_pid1), never the sandbox's. */
+                if (own_pids && streq(shared[i].path, "/proc")) {
+                        trees[i] = -ENOENT;
+                        continue;
+                }
                 int at = core_open_beneath(sbroot, shared[i].path + 1,
                                            O_PATH | O_NOFOLLOW | (shared[i].dir ? O_DIRECTORY : 0), 0);
                 struct stat st;
@@ -271,6 +417,16 @@ static int build_ns(const cJSON *req, int *fds, size_t n_fds, char *msg, size_t 
                 }
                 i++;
         }
+        /* The PID namespace's init first: until it exists the namespace
+         * has no file to open (pid_namespaces(7), pid_for_children). */
+        if (own_pids) {
+                if ((r = start_pid1(req, rootfd, fds, n_fds, msg, msz)) < 0)
+                        return r;
+                if ((ret_ns[1] = open("/proc/self/ns/pid_for_children", O_RDONLY | O_CLOEXEC)) < 0) {
+                        snprintf(msg, msz, "open the new PID namespace: %m");
+                        return negative_errno();
+                }
+        }
         /* readOnlyRoot: the root mount itself, once every mount point on
          * it is made (its submounts keep their own flags). */
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "readOnlyRoot"))) {
@@ -307,15 +463,12 @@ _noreturn_ static void helper_main(int sock) {
                 if (pid == 0) {
                         close(pair[0]);
                         _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, (size_t)n);
-                        r = req ? build_ns(req, fds, n_fds, msg, sizeof(msg)) : -EBADMSG;
-                        int ns = r < 0 ? -1 : open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
-                        if (r >= 0 && ns < 0) {
-                                r = negative_errno();
-                                snprintf(msg, sizeof(msg), "open the new mount namespace: %m");
-                        }
+                        /* [0] the mount namespace, [1] its own PID one. */
+                        int ns[2] = { -EBADF, -EBADF };
+                        r = req ? build_ns(req, fds, n_fds, ns, msg, sizeof(msg)) : -EBADMSG;
                         char reply[1200];
                         snprintf(reply, sizeof(reply), "%d %s", -r, r < 0 ? (*msg ? msg : strerror(-r)) : "");
-                        (void)send_fds(pair[1], reply, &ns, ns >= 0 ? 1 : 0);
+                        (void)send_fds(pair[1], reply, ns, r < 0 ? 0 : ns[1] >= 0 ? 2 : 1);
                         _exit(0);
                 }
                 for (size_t i = 0; i < n_fds; i++)
@@ -344,6 +497,8 @@ _noreturn_ static void helper_main(int sock) {
 
 int init_ctr_helper_start(int keep_a, int keep_b) {
         int pair[2];
+        if (own_pidns < 0)
+                own_pidns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
                 return negative_errno();
         pid_t pid = fork();
@@ -438,7 +593,7 @@ static void ctr_create_fds(init_agent *a, const cJSON *req) {
         _cleanup_free_ init_container *c = calloc(1, sizeof(*c));
         if (!c)
                 return reply(a, req, ENOMEM, NULL, NULL);
-        c->mntns = -EBADF;
+        c->mntns = c->pidns = -EBADF;
         const cJSON *cg;
         cJSON_ArrayForEach(cg, cJSON_GetObjectItemCaseSensitive(req, "cgroups")) {
                 if (!cJSON_IsNumber(cg) || cg->valueint < 1 || (size_t)cg->valueint >= n_pending ||
@@ -447,24 +602,24 @@ static void ctr_create_fds(init_agent *a, const cJSON *req) {
                                 close(c->cg[i]);
                         return reply(a, req, EINVAL, "container: \"cgroups\" must index received fds", NULL);
                 }
-                c->cg[c->n_cg++] = TAKE_FD(pending[cg->valueint]);
+                /* A copy: the helper gets the fd at its index too (the
+                 * PID namespace's init joins the cgroup with it). */
+                int copy = fcntl(pending[cg->valueint], F_DUPFD_CLOEXEC, 3);
+                if (copy < 0) {
+                        int e = errno;
+                        for (size_t i = 0; i < c->n_cg; i++)
+                                close(c->cg[i]);
+                        return reply(a, req, e, NULL, NULL);
+                }
+                c->cg[c->n_cg++] = copy;
         }
-        /* The helper gets every pending fd left, at its index: the
-         * cgroup ones, taken above, are /dev/null placeholders there. */
+        /* The helper gets every pending fd, at its index. */
         int fds[CTR_FDS_MAX];
         size_t n_fds = 0;
         for (size_t i = 0; i < n_pending; i++)
-                fds[n_fds++] = pending[i] >= 0 ? pending[i] : -1;
+                fds[n_fds++] = pending[i];
         _cleanup_free_ char *text = cJSON_PrintUnformatted(req);
-        int r = -ENOMEM;
-        if (text) {
-                /* A taken slot must keep its index: send /dev/null there. */
-                _cleanup_close_ int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                for (size_t i = 0; i < n_fds; i++)
-                        if (fds[i] < 0)
-                                fds[i] = null;
-                r = null < 0 ? negative_errno() : send_fds(helper_sock, text, fds, n_fds);
-        }
+        int r = text ? send_fds(helper_sock, text, fds, n_fds) : -ENOMEM;
         pending_clear();
         int ns = -EBADF;
         if (r >= 0) {
@@ -490,19 +645,24 @@ static void ctr_create_fds(init_agent *a, const cJSON *req) {
                 snprintf(msg, sizeof(msg), "container helper: %s", strerror(-r));
                 return reply(a, req, -r, msg, NULL);
         }
-        for (size_t i = 1; i < n_got; i++)
+        bool own_pids = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "ownPids"));
+        for (size_t i = own_pids ? 2 : 1; i < n_got; i++)
                 close(got[i]);
         ns = n_got ? got[0] : -EBADF;
+        int pidns = own_pids && n_got > 1 ? got[1] : -EBADF;
         int err = atoi(msg);
         const char *text_msg = strchr(msg, ' ');
-        if (err || ns < 0) {
+        if (err || ns < 0 || (own_pids && pidns < 0)) {
                 if (ns >= 0)
                         close(ns);
+                if (pidns >= 0)
+                        close(pidns);
                 for (size_t i = 0; i < c->n_cg; i++)
                         close(c->cg[i]);
                 return reply(a, req, err ? err : EIO, text_msg ? text_msg + 1 : "container creation failed", NULL);
         }
         c->mntns = ns;
+        c->pidns = pidns;
         c->name = strdup(name);
         if (!c->name) {
                 ctr_free(TAKE_PTR(c));

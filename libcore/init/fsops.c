@@ -17,6 +17,7 @@
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include "libcore/agent.h"
 #include "libcore/init/init.h"
@@ -80,6 +81,90 @@ static int mkdir_parents(const char *path, bool include_last) {
         return TAKE_FD(dfd);
 }
 
+/* Extended attributes in the `user.` namespace (xattr(7)): the only ones
+ * fs.* read or write; set and read through an fd of the file opened
+ * here, as the sandbox user (the kernel checks its rights: a file it may
+ * not write gets EACCES, a filesystem without user xattrs ENOTSUP). At
+ * most FS_XATTRS of them, each value at most FS_XATTR_VALUE bytes. */
+#define FS_XATTRS 32
+#define FS_XATTR_VALUE 4096
+#define FS_XATTR_PREFIX "user."
+
+/* Whether `v` (n bytes) is printable US-ASCII: the values fs.stat shows
+ * (a JSON string of anything else would not be the bytes). */
+static bool printable(const char *v, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
+                        return false;
+        return true;
+}
+
+/* Adds "xattrs" {NAME: VALUE} to o: fd's user.* attributes whose values
+ * are printable ASCII (at most FS_XATTRS), when it has any. *bytes grows
+ * by their size. Errors reading them leave them out. */
+static void add_xattrs(cJSON *o, int fd, size_t *bytes) {
+        char list[8192], val[FS_XATTR_VALUE + 1];
+        ssize_t n = flistxattr(fd, list, sizeof(list));
+        if (n <= 0)
+                return;
+        cJSON *x = NULL;
+        int count = 0;
+        for (char *k = list; k < list + n && count < FS_XATTRS; k += strlen(k) + 1) {
+                if (strncmp(k, FS_XATTR_PREFIX, strlen(FS_XATTR_PREFIX)) != 0)
+                        continue;
+                ssize_t v = fgetxattr(fd, k, val, FS_XATTR_VALUE);
+                if (v < 0 || !printable(val, (size_t)v))
+                        continue;
+                val[v] = 0;
+                if (!x && !(x = cJSON_AddObjectToObject(o, "xattrs")))
+                        return;
+                cJSON_AddStringToObject(x, k, val);
+                count++;
+                if (bytes)
+                        *bytes += strlen(k) + (size_t)v + 8;
+        }
+}
+
+/* The xattrs of dfd/name, whose lstat is st: opened (O_NOFOLLOW, no
+ * blocking, no controlling tty) only when it is a regular file or a
+ * directory, and read only when what was opened is still that inode. */
+static void add_xattrs_at(cJSON *o, int dfd, const char *name, const struct stat *st, size_t *bytes) {
+        if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode))
+                return;
+        int fd = open_resolved(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+                                                  (S_ISDIR(st->st_mode) ? O_DIRECTORY : 0), 0);
+        if (fd < 0)
+                return;
+        struct stat now;
+        if (fstat(fd, &now) == 0 && now.st_ino == st->st_ino && now.st_dev == st->st_dev)
+                add_xattrs(o, fd, bytes);
+        close(fd);
+}
+
+/* Makes fd's user.* attributes exactly `want` ({NAME: string}, checked by
+ * the daemon: names under user., values strings): the others removed
+ * first. 0 or a negative errno. */
+static int set_xattrs(int fd, const cJSON *want) {
+        char list[8192];
+        ssize_t n = flistxattr(fd, list, sizeof(list));
+        if (n < 0 && errno != ENOTSUP)
+                return negative_errno();
+        for (char *k = list; n > 0 && k < list + n; k += strlen(k) + 1)
+                if (!strncmp(k, FS_XATTR_PREFIX, strlen(FS_XATTR_PREFIX)) && !cJSON_GetObjectItemCaseSensitive(want, k) &&
+                    fremovexattr(fd, k) < 0 && errno != ENODATA)
+                        return negative_errno();
+        const cJSON *x;
+        cJSON_ArrayForEach(x, want) {
+                const char *v = cJSON_GetStringValue(x);
+                if (!x->string || strncmp(x->string, FS_XATTR_PREFIX, strlen(FS_XATTR_PREFIX)) != 0 || !v ||
+                    strlen(v) > FS_XATTR_VALUE)
+                        return -EINVAL;
+                if (fsetxattr(fd, x->string, v, strlen(v), 0) < 0)
+                        return negative_errno();
+        }
+        return 0;
+}
+
 static const char *type_name(mode_t m) {
         return S_ISREG(m) ? "file" : S_ISDIR(m) ? "directory" : S_ISLNK(m) ? "symlink" : "other";
 }
@@ -111,6 +196,8 @@ static int fs_stat(char *path, cJSON **ret) {
         if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
                 return negative_errno();
         *ret = stat_json(streq(path, "/") ? "/" : name, path, &st);
+        if (*ret)
+                add_xattrs_at(*ret, dfd, name, &st, NULL);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -118,6 +205,7 @@ static int fs_stat(char *path, cJSON **ret) {
  * existing file, whose mode is kept; later chunks append. Only regular files
  * are written: a FIFO or device would block or surprise init. */
 static int fs_write(char *path, const cJSON *req) {
+        int r = 0;
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(req, "mode");
         if (m && !cJSON_IsNull(m) && (!cJSON_IsNumber(m) || m->valuedouble < 0 || m->valuedouble > 07777))
                 return -EINVAL;
@@ -155,6 +243,12 @@ static int fs_write(char *path, const cJSON *req) {
                 return negative_errno();
         if (created && fchmod(fd, mode) < 0)
                 return negative_errno();
+        /* xattrs: the daemon sends them with a file's first piece. */
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(req, "xattrs");
+        if (x && !cJSON_IsObject(x))
+                return -EINVAL;
+        if (x && (r = set_xattrs(fd, x)) < 0)
+                return r;
         return core_write_all(fd, buf, len);
 }
 
@@ -281,6 +375,8 @@ static int fs_list(const char *path, cJSON **ret) {
         cJSON *res = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(res, "entries");
         size_t approx = 64;
+        /* For the entries' xattrs (each checked to be the inode listed). */
+        _cleanup_close_ int dfd = open_resolved(AT_FDCWD, path, O_PATH | O_DIRECTORY, 0);
         for (size_t i = 0; arr && i < n; i++) {
                 _cleanup_free_ char *full = NULL;
                 if (asprintf(&full, "%s%s%s", path, streq(path, "/") ? "" : "/", e[i].name) < 0) {
@@ -288,6 +384,8 @@ static int fs_list(const char *path, cJSON **ret) {
                         break;
                 }
                 cJSON *st = stat_json(e[i].name, full, &e[i].st);
+                if (st && dfd >= 0)
+                        add_xattrs_at(st, dfd, e[i].name, &e[i].st, &approx);
                 if (!st || !cJSON_AddItemToArray(arr, st)) {
                         cJSON_Delete(st);
                         arr = NULL;
@@ -394,6 +492,10 @@ static int dispatch(const char *action, char *path, const cJSON *req, cJSON **re
         if (r < 0)
                 return r;
         *ret = cJSON_CreateObject();
+        /* Said back, so the daemon knows this init set them (an older
+         * one would ignore the field). */
+        if (*ret && streq(action, "write") && cJSON_GetObjectItemCaseSensitive(req, "xattrs"))
+                cJSON_AddBoolToObject(*ret, "xattrs", true);
         return *ret ? 0 : -ENOMEM;
 }
 
@@ -413,10 +515,15 @@ int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, 
          * the fsuid from 0 drops CAP_DAC_OVERRIDE and the other file
          * capabilities for the call (capabilities(7)); back to 0 restores
          * them. */
-        uid_t old_gid = (uid_t)setfsgid(init_user_gid);
-        uid_t old_uid = (uid_t)setfsuid(init_user_uid);
+        bool root = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "sudo"));
+        uid_t old_gid = (uid_t)setfsgid(root ? 0 : init_user_gid);
+        uid_t old_uid = (uid_t)setfsuid(root ? 0 : init_user_uid);
         cJSON *result = NULL;
         int r = dispatch(action, path, req, &result);
+        /* Said back, so the daemon knows this init did it as root (an
+         * older one would ignore the field and act as the sandbox user). */
+        if (r >= 0 && root && result)
+                cJSON_AddBoolToObject(result, "sudo", true);
         (void)setfsuid(old_uid);
         (void)setfsgid((gid_t)old_gid);
         if (r < 0) {

@@ -20,7 +20,10 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
 _noreturn_ static void fs_child(const cJSON *req, const char *workspace, int out_fd, const core_seccomp *filter) {
         cJSON *result = NULL;
         char *message = NULL;
-        int r = init_child_confine(init_user_uid, init_user_gid, out_fd, out_fd, filter);
+        /* sudo: as root, with a command's confinement all the same (as
+         * fs.writeTar's sudo, tar.c). */
+        bool root = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "sudo"));
+        int r = init_child_confine(root ? 0 : init_user_uid, root ? 0 : init_user_gid, out_fd, out_fd, filter);
         if (r < 0) {
                 const char *action = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "action"));
                 if (asprintf(&message, "fs.%s: confine the file operation: %s", action ? action : "?",

@@ -307,4 +307,16 @@ const init_container *init_ctr_find(const char *name);
 /* Its mount namespace fd, and its cgroup.procs fds (*ret, count returned);
  * borrowed, valid until its delete. */
 int init_ctr_mntns(const init_container *c);
+/* The container's own PID namespace (an fd init keeps), or -EBADF when it
+ * shares the sandbox's. */
+int init_ctr_pidns(const init_container *c);
+/* Around the fork of a command of container c (command.c spawn_child):
+ * enter makes init's next children start in c's own PID namespace
+ * (setns(2) CLONE_NEWPID: init itself stays where it is); returns 1 when it
+ * did, 0 when c (or NULL) shares the sandbox's, or a negative errno. leave,
+ * after the fork when enter returned 1, puts init's children back in its
+ * own namespace (aborts init if it cannot: nothing else may start in the
+ * container's by mistake). */
+int init_ctr_pidns_enter(const init_container *c);
+void init_ctr_pidns_leave(void);
 size_t init_ctr_cgroups(const init_container *c, const int **ret);

@@ -20,6 +20,7 @@ unmounted, CNI's result cache entries of this run's network are removed;
 the world removes the namespaces (with the bridge and veths), cgroups and
 its temp dir. Exit 1 on any failure.
 """
+import base64
 import gzip
 import hashlib
 import io
@@ -47,7 +48,7 @@ CNI_BIN = "/usr/lib/cni"
 CNI_CACHE = "/var/lib/cni/results"   # libcni's cache (not configurable in containerd 1.6's CRI)
 BUSYBOX = "/bin/busybox"
 APPLETS = ("sh", "echo", "cat", "sleep", "nc", "id", "ls", "env", "wc", "true", "false",
-           "ip", "hostname", "mount", "test", "grep", "ps", "kill", "dd")
+           "ip", "hostname", "mount", "test", "grep", "ps", "kill", "dd", "tr")
 HANDLER = "sandboxd"
 RUNTIME = "io.containerd.sandboxd.v2"
 K8S_NS = "k8s.io"                 # the CRI plugin's containerd namespace
@@ -243,6 +244,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if self.proc.poll() is not None:
             raise W.WorldError("containerd exited: %s" % self.log_tail())
 
+    def restart(self):
+        """containerd alone stopped (SIGTERM, as systemd restarts it) and
+        started again on the same root, state and config: the shims, the
+        pods' network namespaces and the snapshots stay."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(30)
+        self.start()
+
     def ctr(self, *args, timeout=120):
         return subprocess.run(["ctr", "--address", self.sock, "-n", K8S_NS] + list(args),
                               capture_output=True, text=True, timeout=timeout,
@@ -301,7 +310,7 @@ class T:
     pass
 
 
-def pod_config(t, name, annotations=None):
+def pod_config(t, name, annotations=None, pid=None):
     pb = t.cri.pb
     t.seq += 1   # a new uid (and log directory) for each pod, repeated runs too
     uid = "%s-%s-%d" % (name, t.world.id, t.seq)
@@ -311,22 +320,26 @@ def pod_config(t, name, annotations=None):
         metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default", attempt=0),
         hostname=name, log_directory=logdir, annotations=annotations or {},
         linux=pb.LinuxPodSandboxConfig(security_context=pb.LinuxSandboxSecurityContext(
-            namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER, ipc=pb.POD))))
+            namespace_options=pb.NamespaceOption(network=pb.POD, pid=pb.CONTAINER if pid is None else pid,
+                                                 ipc=pb.POD))))
 
 
-def run_pod(t, name, annotations=None):
-    cfg = pod_config(t, name, annotations)
+def run_pod(t, name, annotations=None, pid=None):
+    cfg = pod_config(t, name, annotations, pid)
     pid = t.cri.r("RunPodSandbox", config=cfg, runtime_handler=HANDLER).pod_sandbox_id
     t.pods.append(pid)
     return pid, cfg
 
 
-def create_container(t, pod_id, pod_cfg, name, command, args=(), mounts=()):
+def create_container(t, pod_id, pod_cfg, name, command, args=(), mounts=(), linux=None):
+    """linux: a LinuxContainerConfig (the kubelet fills its
+    security_context.namespace_options from the pod's; without it the
+    CRI's defaults, pid POD)."""
     pb = t.cri.pb
     cfg = pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=name, attempt=0), image=pb.ImageSpec(image=BUSYBOX_IMAGE),
         command=list(command), args=list(args), log_path="%s.log" % name, mounts=list(mounts),
-        linux=pb.LinuxContainerConfig())
+        linux=linux or pb.LinuxContainerConfig())
     return t.cri.r("CreateContainer", pod_sandbox_id=pod_id, config=cfg,
                    sandbox_config=pod_cfg).container_id
 
@@ -444,6 +457,38 @@ def test_container_stats(t):
     no_pod_left(t, pod_id)
 
 
+def test_a_container_over_its_memory_limit_is_oom_killed_alone(t):
+    """A container over its own memory limit (64 MiB, its own cgroup in the
+    pod's sandbox) is OOM-killed as that container: its status is EXITED,
+    137, reason OOMKilled; the pod's other container runs on and answers
+    ExecSync, the pod stays ready, and sandboxd counts no kill for it.""" 
+    pb = t.cri.pb
+    pod_id, pod_cfg = run_pod(t, "podoom")
+    calm = create_container(t, pod_id, pod_cfg, "calm", ["sleep", "3600"])
+    t.cri.r("StartContainer", container_id=calm)
+    hog = create_container(t, pod_id, pod_cfg, "hog", ["sh", "-c",
+                           "echo start; x=$(dd if=/dev/zero bs=1M count=256 2>/dev/null | tr '\\0' a); "
+                           "echo survived ${#x}"],
+                           linux=pb.LinuxContainerConfig(resources=pb.LinuxContainerResources(
+                               memory_limit_in_bytes=64 << 20)))
+    t.cri.r("StartContainer", container_id=hog)
+    st = wait_exited(t, hog, 120)
+    expect_eq((st.exit_code, st.reason), (137, "OOMKilled"),
+              "the hog's exit (its log %r)" % log_lines(pod_cfg, "hog"))
+    expect_eq(container_state(t, calm), pb.CONTAINER_RUNNING, "the other container runs on")
+    r = t.cri.r("ExecSync", container_id=calm, cmd=["echo", "alive"], timeout=60)
+    expect_eq((r.exit_code, r.stdout), (0, b"alive\n"), "ExecSync in the other container")
+    expect_eq(t.cri.r("PodSandboxStatus", pod_sandbox_id=pod_id).status.state, pb.SANDBOX_READY,
+              "the pod stays ready")
+    [sb] = shim_made(t, "sandbox.list", "sandboxes")
+    # (The hog's container went with its task's delete, which the CRI
+    # does at its exit.)
+    kills = [c["oomKills"] for c in t.world.rpc_result("container.list", {"sandbox": sb})["containers"]]
+    expect_eq(kills, [0], "the other container counts no OOM kill")
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
 def test_sandboxd_kill_9_while_the_pod_runs(t):
     """kill -9 of sandboxd while a pod's container runs (live restore keeps
     its sandbox and command): the container stays RUNNING, ExecSync works
@@ -469,6 +514,44 @@ def test_sandboxd_kill_9_while_the_pod_runs(t):
         lines = [ln.split(" ", 3)[3] for ln in f.read().splitlines()]
     expect_eq(lines, ["before", "after-restart"], "the CRI log's lines, each once")
     expect_eq(container_state(t, cid), t.cri.pb.CONTAINER_RUNNING, "the container still runs")
+    remove_pod(t, pod_id)
+    no_pod_left(t, pod_id)
+
+
+def test_containerd_restart_while_the_pod_runs(t):
+    """containerd restarted while a pod's two containers run: both are
+    RUNNING afterwards (containerd reconnects to their shims), ExecSync
+    works in each, output written after the restart reaches the CRI log,
+    and StopPodSandbox and RemovePodSandbox leave nothing."""
+    pb = t.cri.pb
+    pod_id, pod_cfg = run_pod(t, "podcr")
+    c1 = create_container(t, pod_id, pod_cfg, "c1", [
+        "sh", "-c", "echo before; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-restart; sleep 3600"])
+    t.cri.r("StartContainer", container_id=c1)
+    c2 = create_container(t, pod_id, pod_cfg, "c2", ["sleep", "3600"])
+    t.cri.r("StartContainer", container_id=c2)
+    logp = os.path.join(pod_cfg.log_directory, "c1.log")
+    W.World.wait_until(lambda: os.path.exists(logp) and "before" in open(logp).read(), 30, "the first line")
+    shims = sorted(t.c.shims())
+    old = t.c.proc.pid
+    t.c.restart()
+    expect(t.c.proc.pid != old and t.c.proc.poll() is None, "a new containerd runs")
+
+    def answers():
+        try:
+            return t.cri.r("PodSandboxStatus", pod_sandbox_id=pod_id).status.state == pb.SANDBOX_READY
+        except t.cri.grpc.RpcError:
+            return False
+    W.World.wait_until(answers, 60, "the CRI to answer again with the pod ready")
+    expect_eq(sorted(t.c.shims()), shims, "the same shims run on")
+    for cid in (c1, c2):
+        expect_eq(container_state(t, cid), pb.CONTAINER_RUNNING, "container %s after the restart" % cid[:12])
+    r = t.cri.r("ExecSync", container_id=c1, cmd=["sh", "-c", "touch /tmp/go; echo exec-ok"], timeout=60)
+    expect_eq((r.exit_code, r.stdout), (0, b"exec-ok\n"), "ExecSync in c1 after the restart (%r)" % r.stderr)
+    r = t.cri.r("ExecSync", container_id=c2, cmd=["echo", "c2-ok"], timeout=60)
+    expect_eq((r.exit_code, r.stdout), (0, b"c2-ok\n"), "ExecSync in c2 after the restart (%r)" % r.stderr)
+    W.World.wait_until(lambda: "after-restart" in open(logp).read(), 30, "output after the restart in the CRI log")
+    expect_eq(log_lines(pod_cfg, "c1"), ["before", "after-restart"], "the CRI log's lines, each once")
     remove_pod(t, pod_id)
     no_pod_left(t, pod_id)
 
@@ -528,6 +611,58 @@ def test_two_containers_of_a_pod_talk_over_loopback(t):
     expect(len(made) == 1 and made[0].startswith("pod-"), "one sandbox for the pod, none per container:", made)
     remove_pod(t, pod_id)
     no_pod_left(t, pod_id)
+
+
+def test_containers_have_their_own_pid_namespace_unless_the_pod_shares_it(t):
+    """NamespaceOption pid CONTAINER (Kubernetes' default): container b of
+    the pod sees no process of container a, and cannot open a's root
+    through /proc/PID/root, even knowing a's pid in the pod's namespace;
+    its PID 1 is its own namespace's. pid POD (shareProcessNamespace):
+    b sees a's process and reads a's /tmp through /proc/PID/root."""
+    pb = t.cri.pb
+    find = ("for p in /proc/[0-9]*; do grep -q '[3]601' $p/cmdline 2>/dev/null && echo ${p#/proc/}; done; "
+            "cat /proc/1/comm")
+    for mode in (pb.CONTAINER, pb.POD):
+        pod_id, pod_cfg = run_pod(t, "podpid", pid=mode)
+        linux = pb.LinuxContainerConfig(security_context=pb.LinuxContainerSecurityContext(
+            namespace_options=pb.NamespaceOption(network=pb.POD, pid=mode, ipc=pb.POD)))
+        a = create_container(t, pod_id, pod_cfg, "a", ["sh", "-c", "echo secret-a > /tmp/secret; echo ready; "
+                                                                     "exec sleep 3601"], linux=linux)
+        t.cri.r("StartContainer", container_id=a)
+        b = create_container(t, pod_id, pod_cfg, "b", ["sleep", "3602"], linux=linux)
+        t.cri.r("StartContainer", container_id=b)
+        W.World.wait_until(lambda: os.path.exists(os.path.join(pod_cfg.log_directory, "a.log"))
+                           and log_lines(pod_cfg, "a") == ["ready"], 60, "container a to be ready")
+        in_a = t.cri.r("ExecSync", container_id=a, cmd=["sh", "-c", find], timeout=60)
+        lines = in_a.stdout.decode().split()
+        expect(in_a.exit_code == 0 and len(lines) == 2, "a finds its own process:", in_a)
+        pid_in_a = lines[0]
+        in_b = t.cri.r("ExecSync", container_id=b, cmd=["sh", "-c", find], timeout=60)
+        if mode == pb.CONTAINER:
+            expect_eq((in_a.exit_code, lines[1]), (0, "sandbox-ctrinit"), "a's PID 1 (its comm) is its own namespace's")
+            expect_eq(in_b.stdout, b"sandbox-ctrinit\n", "b lists no process of a, under its own PID 1")
+            # a's pid as the pod's sandbox sees it: from b, neither its
+            # root nor a signal reaches it.
+            ps = t.world.rpc_result("command.run", {"sandbox": shim_made(t, "sandbox.list", "sandboxes")[0],
+                                                    "cmd": "/bin/sh", "sudo": True, "args": ["-c",
+                                                    "grep -l '[3]601' /proc/[0-9]*/cmdline"]})
+            logs = t.world.rpc_result("command.logs", {"cmdId": ps["cmdId"]})
+            out = base64.b64decode(logs.get("stdout") or "").decode()
+            outer = [x.split("/")[2] for x in out.split() if x.split("/")[2].isdigit()]
+            expect(outer, "the pod's sandbox sees a's process:", ps)
+            # (a's pid in its own namespace is b's own process's in b's.)
+            for pid in outer + [pid_in_a]:
+                r = t.cri.r("ExecSync", container_id=b, cmd=["sh", "-c", "cat /proc/%s/root/tmp/secret; "
+                                                             "kill -0 %s && echo signalled" % (pid, pid)], timeout=60)
+                expect(b"secret-a" not in r.stdout and (pid == pid_in_a or b"signalled" not in r.stdout),
+                       "b reaches a's process %s:" % pid, r)
+        else:
+            pids = in_b.stdout.decode().split()[:-1]
+            expect_eq(len(pids), 1, "b sees a's process in the pod's shared namespace (%r)" % in_b.stdout)
+            r = t.cri.r("ExecSync", container_id=b, cmd=["cat", "/proc/%s/root/tmp/secret" % pids[0]], timeout=60)
+            expect_eq((r.exit_code, r.stdout), (0, b"secret-a\n"), "b reads a's /tmp through /proc/PID/root")
+        remove_pod(t, pod_id)
+        no_pod_left(t, pod_id)
 
 
 def test_pod_policy_annotation_admits_and_refuses(t):

@@ -36,6 +36,28 @@ try {
     assert.equal((await listDir(a.envdAccessToken)).status, 200)
     assert.equal((await listDir(b.envdAccessToken)).status, 401)
     console.log('ok - key B\'s sandbox token does not open A\'s envd')
+
+    // Exposed ports by host name: A's private sandbox's port is opened by
+    // its own traffic token only, never by B's sandbox's.
+    const ap = await Sandbox.create({ network: { allowPublicTraffic: false } })
+    try {
+      await ap.commands.run('cd /tmp && python3 -m http.server 8000', { background: true })
+      const url = `https://${ap.getHost(8000)}/`
+      const get = (token) => fetch(url, token ? { headers: { 'e2b-traffic-access-token': token } } : {})
+      for (const end = Date.now() + 20_000; (await get(ap.trafficAccessToken)).status !== 200;) {
+        if (Date.now() > end) throw new Error('http.server of A\'s sandbox did not answer')
+        await new Promise((r) => setTimeout(r, 200))
+      }
+      assert.equal((await get(b.trafficAccessToken)).status, 403)
+      assert.equal((await get(null)).status, 403)
+      // B's own sandbox through A's: B's token names B's sandbox only.
+      const bUrl = `https://${b.getHost(8000)}/`
+      const bGet = await fetch(bUrl, { headers: { 'e2b-traffic-access-token': ap.trafficAccessToken } })
+      assert.equal(bGet.status, 403)
+      console.log('ok - key B\'s traffic token does not open A\'s private port (nor A\'s B\'s)')
+    } finally {
+      await ap.kill()
+    }
   } finally {
     await b.kill()
   }

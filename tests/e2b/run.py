@@ -13,6 +13,7 @@ with node there, its environment naming the server only through
 E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
 key, for the isolation check); agent.mjs runs once more over HTTPS
 (--tls-cert, a CA of `sandboxctl certs init` that node is told to trust),
+envd.py (python3: envd calls the JS SDK does not make, on the wire),
 caps.py (python3) against a third gateway with a small connection
 table (CAPS_ARGS), and E2B's own JS SDK tests (e2b-sdk-tests/, vitest),
 which print N of M passed and fail the run when a test not listed in
@@ -49,12 +50,43 @@ CAPS_ARGS = ("--max-conns", "8", "--max-conns-per-addr", "4")
 # E2B's own JS SDK tests (e2b-sdk-tests/SOURCE.md), run by vitest.
 SDK_TESTS = "e2b-sdk-tests"
 DOC = os.path.join(REPO, "docs", "E2B.md")
+# E2B's sandbox domain of the gateways (--domain): a sandbox's exposed
+# port N is https://N-ID.e2b.test:49984 (the SDK's getHost()), served by
+# the HTTPS gateway; the world's host namespace resolves every name under
+# it to 127.0.0.1 (a dnsmasq of its own at DNS_ADDR, the resolv.conf the
+# programs see).
+DOMAIN = "e2b.test"
+DNS_ADDR = "127.0.0.53"
 # SANDBOXD_E2B: another build of the gateway (e.g. one with ASan).
 GATEWAY = os.environ.get("SANDBOXD_E2B") or os.path.join(REPO, "build", "sandboxd-e2b")
-PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "caps.py", SDK_TESTS]
+PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "envd.py", "caps.py", "connects.py", SDK_TESTS]
 # Run again over HTTPS (E2B_API_URL=https://...), trusting the test CA.
 TLS_PROGRAMS = ["agent.mjs"]
 NODE_TIMEOUT = int(os.environ.get("E2B_TEST_TIMEOUT", "300"))
+
+
+def start_dns(world, d):
+    """A resolver for the programs: every name under DOMAIN is 127.0.0.1
+    (E2B's wildcard DNS for PORT-ID.DOMAIN), nothing else is answered.
+    Returns the resolv.conf to bind over /etc/resolv.conf for them."""
+    world._spawn("e2b-dns", "host", [
+        "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--pid-file=",
+        "--listen-address=" + DNS_ADDR, "--bind-interfaces", "--address=/%s/127.0.0.1" % DOMAIN])
+    resolv = os.path.join(d.dir, "e2b-resolv.conf")
+    with open(resolv, "w") as f:
+        f.write("nameserver %s\n" % DNS_ADDR)
+    world.wait_until(lambda: "127.0.0.1" in subprocess.run(
+        in_world(world, resolv, ["getent", "ahostsv4", "1-x." + DOMAIN]), capture_output=True, text=True).stdout,
+        10, "the e2b.test resolver answers")
+    return resolv
+
+
+def in_world(world, resolv, argv):
+    """argv in the world host's network namespace, in a mount namespace of
+    its own where /etc/resolv.conf is `resolv`."""
+    return ["nsenter", "--net=/run/netns/" + world.host_ns, "--",
+            "unshare", "--mount", "--propagation", "slave", "--",
+            "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolv] + argv
 
 
 def add_key(keys, tenant):
@@ -69,7 +101,8 @@ def start_gateway(world, d, keys, port=PORT, tls=(), extra=()):
     log = open(os.path.join(d.dir, "sandboxd-e2b.log"), "ab")
     argv = ["nsenter", "--net=/run/netns/" + world.host_ns, "--",
             "setpriv", "--reuid=%d" % GATEWAY_UID, "--regid=%d" % NOGROUP, "--clear-groups", "--",
-            GATEWAY, "--socket", d.socket, "--listen", "127.0.0.1:%d" % port, "--keys", keys] + list(tls) + list(extra)
+            GATEWAY, "--socket", d.socket, "--listen", "127.0.0.1:%d" % port, "--keys", keys,
+            "--domain", "%s:%d" % (DOMAIN, TLS_PORT)] + list(tls) + list(extra)
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     log.close()
     # Ready when it accepts (start-up, not a test's synchronisation).
@@ -100,15 +133,15 @@ def known_failures():
     return known
 
 
-def run_sdk_tests(world, env, out):
+def run_sdk_tests(world, resolv, env, out):
     """Runs E2B's SDK tests with vitest (its JSON report to OUT), prints
     N of M, and returns 0 when every test that failed or was skipped is
     listed in docs/E2B.md, and every listed one still fails (a listed
     test that passes is to be taken off the list)."""
-    argv = ["nsenter", "--net=/run/netns/" + world.host_ns, "--", "node",
+    argv = in_world(world, resolv, ["node",
             os.path.join(HERE, "node_modules", "vitest", "vitest.mjs"), "run",
             "--root", os.path.join(HERE, SDK_TESTS), "--reporter=default", "--reporter=json",
-            "--outputFile.json=" + out] + os.environ.get("E2B_VITEST_ARGS", "").split()
+            "--outputFile.json=" + out] + os.environ.get("E2B_VITEST_ARGS", "").split())
     subprocess.run(argv, cwd=os.path.join(HERE, SDK_TESTS), env=env, timeout=NODE_TIMEOUT)
     with open(out) as f:
         report = json.load(f)
@@ -165,8 +198,9 @@ def main(argv):
         key_a, key_b = add_key(keys, "e2b-a"), add_key(keys, "e2b-b")
         os.chown(keys, GATEWAY_UID, NOGROUP)
         certs = os.path.join(d.dir, "e2b-certs")
-        subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--name", "127.0.0.1"], check=True,
-                       capture_output=True)
+        subprocess.run([W.SANDBOXCTL, "certs", "init", certs, "--name", "127.0.0.1", "--name", "*." + DOMAIN],
+                       check=True, capture_output=True)
+        resolv = start_dns(world, d)
         # The gateway's own files: its certificate and key (0600, its own).
         os.chmod(certs, 0o711)
         for f in ("server.pem", "server-key.pem"):
@@ -185,17 +219,17 @@ def main(argv):
                     url = "http://127.0.0.1:%d" % CAPS_PORT
                 env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
                 env.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=key_a, E2B_API_KEY_B=key_b)
-                if tls:
-                    env["NODE_EXTRA_CA_CERTS"] = os.path.join(certs, "ca.pem")
+                # The HTTPS gateway's CA: for E2B_API_URL over HTTPS and for
+                # every sandbox URL (https://PORT-ID.DOMAIN, getHost()).
+                env["NODE_EXTRA_CA_CERTS"] = os.path.join(certs, "ca.pem")
                 name = prog + (" (HTTPS)" if tls else "")
                 print("# %s" % name, flush=True)
                 if prog == SDK_TESTS:
-                    rc = run_sdk_tests(world, env, os.path.join(d.dir, "vitest.json")) or rc
+                    rc = run_sdk_tests(world, resolv, env, os.path.join(d.dir, "vitest.json")) or rc
                     print("%s %s" % ("PASS" if rc == 0 else "FAIL", name), flush=True)
                     continue
                 interp = "python3" if prog.endswith(".py") else "node"
-                p = subprocess.run(["nsenter", "--net=/run/netns/" + world.host_ns, "--", interp, prog],
-                                   cwd=HERE, env=env, timeout=NODE_TIMEOUT)
+                p = subprocess.run(in_world(world, resolv, [interp, prog]), cwd=HERE, env=env, timeout=NODE_TIMEOUT)
                 print("%s %s" % ("PASS" if p.returncode == 0 else "FAIL", name), flush=True)
                 rc = rc or p.returncode
         except subprocess.TimeoutExpired:

@@ -490,6 +490,13 @@ SCENARIOS = {
     # (in the background): a crash there leaves a tombstone that start-up
     # finishes, and the sandbox never comes back.
     "delete.answered": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    # Delete answers once the session is fenced (its processes gone) and
+    # its directories are renamed aside; its nftables objects, veth and
+    # cgroup go after, in the background: a crash there must leave none of
+    # them after the restart, and the sandbox must not come back.
+    "delete.fenced": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.fenced[persistent running]": (s_running({"persistent": True}), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.fenced[stop of not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
     "delete.answered[persistent stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.torn_down[stopped]": (s_stopped, send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "stop.signalled[not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
@@ -578,7 +585,7 @@ SAMPLE = ["container.made", "container.init_deleted", "create.disk_backed", "cre
           "snapshot.copied", "snapshot.copied[stopped]", "snapshot.precopy_copied", "fork.precopy_repeated", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
           "update.veth_created[deny-all to allowlist]",
-          "delete.torn_down", "delete.answered", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
+          "delete.torn_down", "delete.answered", "delete.fenced", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
           "pool.run_renamed", "pool.committed", "volume.create", "volume.delete", "watch.sent",
           "storage.subvolume_made[storage pool fork]", "fork.copied[storage pool stopped]",
           "storage.subvolume_deleted[storage pool]"]
@@ -942,7 +949,8 @@ def run_point(w, label):
         listed = {}
         try:
             listed = check_consistent(w, d, ctx, problems)
-            if point in ("delete.tombstoned", "delete.answered", "delete.removing", "storage.subvolume_deleted") and ctx["target"] in listed:
+            if point in ("delete.tombstoned", "delete.answered", "delete.fenced", "delete.removing",
+                         "storage.subvolume_deleted") and ctx["target"] in listed:
                 problems.append("a delete cut at %s brought sandbox %s back (%s)"
                                 % (point, ctx["target"], listed[ctx["target"]].get("status")))
             if point.startswith("pool."):

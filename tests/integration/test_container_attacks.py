@@ -12,12 +12,12 @@ from common import expect, expect_eq, rpc_ok, sandbox_rpc
 from test_containers import _daemon, _modes
 
 PROBE = r'''
-import ctypes, os, json, errno
+import ctypes, os, json, errno, sys
 l = ctypes.CDLL(None, use_errno=True)
 def err(r):
     return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
-out = {}
-for pid in (1, 2):
+out = {"comm1": open("/proc/1/comm").read().strip()}
+for pid in [int(a) for a in sys.argv[1:]] or (1, 2):
     # PTRACE_ATTACH 16, PTRACE_SEIZE 0x4206
     out["attach%d" % pid] = err(l.ptrace(16, pid, None, None))
     out["seize%d" % pid] = err(l.ptrace(0x4206, pid, None, None))
@@ -53,8 +53,8 @@ print(json.dumps(out, sort_keys=True))
 '''
 
 
-def _cmd(world, name, script, ctr=None):
-    p = {"sandbox": name, "cmd": "python3", "args": ["-c", script], "sudo": True, "detached": True}
+def _cmd(world, name, script, ctr=None, args=()):
+    p = {"sandbox": name, "cmd": "python3", "args": ["-c", script] + list(args), "sudo": True, "detached": True}
     if ctr:
         p["container"] = ctr
     cmd = rpc_ok(world, "command.run", p, 120)["cmdId"]
@@ -70,12 +70,19 @@ def test_root_inside_reaches_neither_init_nor_the_container_helper(world):
         for userns in _modes():
             with sandbox_rpc(world, "catk", userns=userns, networkPolicy="deny-all") as name:
                 rpc_ok(world, "container.create", {"sandbox": name, "name": "c", "runtime": "host"})
-                for where in (None, "c"):
-                    code, out, err = _cmd(world, name, PROBE, where)
+                rpc_ok(world, "container.create", {"sandbox": name, "name": "s", "runtime": "host",
+                                                   "pidNamespace": "sandbox"})
+                # c has a PID namespace of its own: its PID 1 is its
+                # reaper (sandbox-ctrinit), the sandbox's init and helper
+                # are not in it; s shares the sandbox's.
+                for where, pids, comm1 in ((None, (1, 2), "memfd:sandbox-i"), ("c", (1,), "sandbox-ctrinit"),
+                                           ("s", (1, 2), "memfd:sandbox-i")):
+                    code, out, err = _cmd(world, name, PROBE, where, [str(p) for p in pids])
                     print("userns=%s where=%s: %s %s" % (userns, where, out, err[-500:]))
                     expect_eq(code, 0, "probe ran (%s)" % err[-300:])
                     got = json.loads(out)
-                    for pid in (1, 2):
+                    expect_eq(got["comm1"], comm1, "PID 1 seen from %s" % where)
+                    for pid in pids:
                         for k in ("attach", "seize", "vmw", "setns"):
                             expect_eq(got["%s%d" % (k, pid)] != "ok", True, "%s of pid %d refused: %s" % (k, pid, got))
                         expect(got["mem%d" % pid] != "ok", "/proc/%d/mem not writable" % pid, got)

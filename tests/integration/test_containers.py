@@ -245,6 +245,17 @@ def test_containers_share_loopback_and_each_ooms_alone(world):
             other = rpc_ok(world, "container.get", {"sandbox": name, "name": "srv"})
             expect(small["oomKills"] >= 1 and other["oomKills"] == 0, "the kill is small's only", small, other)
             expect_eq(small["limits"], {"memoryMiB": 64, "cpuMillis": 500, "pidsMax": 64}, "small's limits")
+            # ... as the kernel holds them, in small's own cgroup: v1's
+            # memory controller, or v2's memory.max (the session delegates
+            # the controllers below it, sandbox-init living in its leaf).
+            held = {}
+            for d in _ctr_cgroups(world, name, "small"):
+                for f in ("memory.limit_in_bytes", "memory.max", "pids.max"):
+                    if os.path.exists(os.path.join(d, f)):
+                        with open(os.path.join(d, f)) as fh:
+                            held[f] = fh.read().strip()
+            expect(held.get("memory.limit_in_bytes", held.get("memory.max")) == str(64 << 20)
+                   and held.get("pids.max") == "64", "small's limits in its cgroup files", held)
             expect(small["usage"]["memoryPeakBytes"] is None or small["usage"]["memoryPeakBytes"] <= 64 << 20,
                    "small's peak within its limit", small["usage"])
             # setns stays refused to commands, in a container or not
@@ -480,3 +491,140 @@ def test_host_mounts_are_asked_by_root_on_the_local_socket_only(world):
         expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
     finally:
         world.stop_sandboxd()
+
+
+def _pids_of(world, name, marker):
+    """Pids (in the sandbox's PID namespace) of the sandbox's processes
+    whose command line holds marker."""
+    # [x]yz: the pattern, in this shell's own command line, matches not
+    # itself.
+    code, out, err = sh(world, name, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
+                                     "grep -q -- '[%s]%s' && echo ${p#/proc/}; done; true" % (marker[0], marker[1:]),
+                        "--sudo")
+    expect_eq(code, 0, "list the sandbox's processes (%s)" % err)
+    return [int(p) for p in out.split()]
+
+
+def test_containers_have_their_own_pid_namespace_unless_they_share_the_sandboxs(world):
+    """pidNamespace "container" (the default, Kubernetes' default): a
+    container's /proc shows its own processes only, under a PID 1 of its
+    own that holds no capability; another container cannot see, signal or
+    enter a process of it (/proc/PID/root) even as root. pidNamespace
+    "sandbox": containers see each other's processes and roots."""
+    world.stop_sandboxd()
+    world.start_sandboxd()
+    hold = "import sys, time\nopen('/tmp/secret', 'w').write(sys.argv[1])\nprint('up', flush=True)\ntime.sleep(3600)"
+    for userns in _modes():
+        with sandbox_rpc(world, "pidns", userns=userns, networkPolicy="deny-all") as name:
+            for ctr, pidns in (("a", None), ("b", "container"), ("s1", "sandbox"), ("s2", "sandbox")):
+                p = {"sandbox": name, "name": ctr, "runtime": "host"}
+                if pidns:
+                    p["pidNamespace"] = pidns
+                got = rpc_ok(world, "container.create", p)
+                expect_eq(got["pidNamespace"], pidns or "container", "%s's pidNamespace" % ctr)
+            e = _err(world, "container.create", {"sandbox": name, "name": "x", "runtime": "host",
+                                                 "pidNamespace": "host"})
+            expect("pidNamespace" in e["message"], "an unknown pidNamespace is refused naming it", e["message"])
+            cmds = {}
+            for ctr in ("a", "s1"):
+                cmds[ctr] = rpc_ok(world, "command.run", {
+                    "sandbox": name, "container": ctr, "cmd": "python3", "detached": True, "sudo": True,
+                    "args": ["-c", hold, "secret-of-" + ctr]})["cmdId"]
+                poll(lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmds[ctr]}).get("stdout")
+                                              or "") == b"up\n", 30, "%s's process runs" % ctr)
+            [pid_a] = _pids_of(world, name, "secret-of-a")
+            [pid_s1] = _pids_of(world, name, "secret-of-s1")
+            # a sees its own process, under its own PID 1.
+            code, out, err = _run(world, name, "a", "cat /proc/1/comm; grep -l [s]ecret-of-a /proc/[0-9]*/cmdline | "
+                                                    "wc -l; cat /proc/$(pgrep -f [s]ecret-of-a)/root/tmp/secret", sudo=True)
+            expect_eq((code, out), (0, "sandbox-ctrinit\n1\nsecret-of-a"), "a's own view (%s)" % err)
+            # b: none of a's processes, by listing or by a's pid in the
+            # sandbox's namespace, even as root.
+            probe = ("grep -l [s]ecret-of /proc/[0-9]*/cmdline; echo listed=$?; "
+                     "cat /proc/%d/root/tmp/secret; echo root=$?; kill -0 %d; echo kill=$?; "
+                     "cat /proc/%d/root/tmp/secret; echo root_s1=$?" % (pid_a, pid_a, pid_s1))
+            code, out, err = _run(world, name, "b", probe, sudo=True)
+            expect_eq(out, "listed=1\nroot=1\nkill=1\nroot_s1=1\n",
+                      "b sees, signals and enters no process of a or s1 (%s)" % err)
+            code, out, err = _run(world, name, "b", "cat /proc/1/comm; ls -d /proc/[0-9]* | wc -l")
+            expect_eq(out.splitlines()[0], "sandbox-ctrinit", "b's own PID 1 (%s)" % err)
+            expect(int(out.splitlines()[1]) <= 4, "b's /proc lists its own few processes", out)
+            # s2 shares the sandbox's: s1's process and root, and a's too
+            # (a's namespace is a child of the sandbox's).
+            code, out, err = _run(world, name, "s2", "cat /proc/%d/root/tmp/secret; echo; "
+                                                     "grep -c [s]ecret-of-a /proc/%d/cmdline" % (pid_s1, pid_a),
+                                  sudo=True)
+            expect_eq((code, out), (0, "secret-of-s1\n1\n"), "s2 sees s1's and a's processes (%s)" % err)
+            # Each own namespace's PID 1 holds no capability; a's goes
+            # with a's delete, and its process with it.
+            code, out, err = sh(world, name, "for p in $(grep -l '^Name:.sandbox-ctrinit$' /proc/[0-9]*/status); "
+                                             "do grep -E '^Cap(Eff|Prm)' $p; done", "--sudo")
+            caps = [l.split()[1] for l in out.splitlines()]
+            expect(len(caps) == 4 and set(caps) == {"0000000000000000"}, "two PID 1s, with no capability", out)
+            rpc_ok(world, "container.delete", {"sandbox": name, "name": "a"})
+            expect_eq(rpc_ok(world, "command.wait", {"cmdId": cmds["a"]}, 60)["exitCode"], 137,
+                      "a's process went with a")
+            code, out, err = sh(world, name, "grep -l '^Name:.sandbox-ctrinit$' /proc/[0-9]*/status | wc -l", "--sudo")
+            expect_eq(out.strip(), "1", "a's PID 1 went with a, b's is there")
+            code, out, err = _run(world, name, "b", "echo alive")
+            expect_eq(out, "alive\n", "b runs on")
+        leaks.check(world, name)
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
+
+
+def test_container_pause_freezes_that_container_only(world):
+    """container.pause freezes the container's own cgroup: a command
+    started in it does not finish until container.resume; the sandbox and
+    another container run on meanwhile; a paused container's delete kills
+    its processes; the freezer state is the kernel's (paused, as read by
+    the host)."""
+    world.stop_sandboxd()
+    world.start_sandboxd()
+    for userns in _modes():
+        with sandbox_rpc(world, "cpause", userns=userns, networkPolicy="deny-all") as name:
+            for ctr in ("a", "b"):
+                rpc_ok(world, "container.create", {"sandbox": name, "name": ctr, "runtime": "host"})
+            # a's process waits for /tmp/go, which only the resume lets it
+            # see (it is frozen meanwhile).
+            cmd = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                                "args": ["-c", "echo up; while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+                                                         "echo ran"]})["cmdId"]
+            poll(lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd}).get("stdout") or "") == b"up\n",
+                 30, "a's process runs")
+            got = rpc_ok(world, "container.pause", {"sandbox": name, "name": "a"})
+            expect_eq(got["paused"], True, "container.pause's answer")
+            frozen = []
+            for d in _ctr_cgroups(world, name, "a"):
+                for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+                    if os.path.exists(os.path.join(d, f)):
+                        with open(os.path.join(d, f)) as fh:
+                            frozen.append(fh.read().strip() == yes)
+            expect(True in frozen, "a's cgroup is frozen on the host", frozen)
+            # A new command into the paused container is refused (as runc refuses an exec into a paused one).
+            e = _err(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/true"})
+            expect("paused" in e["message"] and e["data"]["reason"] == "conflict",
+                   "a command into the paused container is refused", e)
+            code, out, err = _run(world, name, "b", "echo b-runs")
+            expect_eq((code, out), (0, "b-runs\n"), "b runs while a is paused (%s)" % err)
+            code, out, _e = sh(world, name, "echo sandbox-runs")
+            expect_eq(out, "sandbox-runs\n", "the sandbox runs while a is paused")
+            expect_eq(rpc_ok(world, "container.get", {"sandbox": name, "name": "b"})["paused"], False, "b is not paused")
+            got = rpc_ok(world, "container.resume", {"sandbox": name, "name": "a"})
+            expect_eq(got["paused"], False, "container.resume's answer")
+            code, out, err = _run(world, name, "a", "touch /tmp/go")
+            expect_eq(code, 0, "a takes a command after the resume (%s)" % err)
+            expect_eq(rpc_ok(world, "command.wait", {"cmdId": cmd}, 60)["exitCode"], 0, "a's process after the resume")
+            # Paused, then deleted: its process is killed, nothing stays frozen.
+            running = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh",
+                                                    "detached": True, "args": ["-c", "sleep 600"]})["cmdId"]
+            rpc_ok(world, "container.pause", {"sandbox": name, "name": "a"})
+            rpc_ok(world, "container.delete", {"sandbox": name, "name": "a"})
+            expect_eq(rpc_ok(world, "command.wait", {"cmdId": running}, 60)["exitCode"], 137,
+                      "the paused container's command was killed by its delete")
+            expect_eq(_ctr_cgroups(world, name, "a"), [], "a's cgroups after its delete")
+            e = _err(world, "container.pause", {"sandbox": name, "name": "a"})
+            expect("no container 'a'" in e["message"], "pause of a deleted container", e["message"])
+            # b paused when the sandbox is deleted: nothing is left.
+            rpc_ok(world, "container.pause", {"sandbox": name, "name": "b"})
+        leaks.check(world, name)
+    expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")

@@ -441,3 +441,83 @@ def test_sandboxctl_loads_libarchive_only_for_cp(world):
            "sandboxctl's start-up libraries: %s" % needed)
     with sandbox(world, "lazy", "--deny-all") as name:
         expect_eq(sh_ok(world, name, "echo ok"), "ok\n", "sandboxctl exec without libarchive loaded")
+
+
+def test_fs_write_sets_user_xattrs_and_stat_list_show_them(world):
+    """fs.write xattrs: the file's user.* attributes become exactly those
+    given (set as the sandbox user, other namespaces untouched), fs.stat
+    and fs.list show them; an overwrite with {} clears them; a write
+    without xattrs leaves them; bad names and values are refused naming
+    the field; a file the sandbox user may not write gets none."""
+    with sandbox(world, "fsx", "--deny-all") as name:
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [
+            {"path": "d/x.txt", "content": b64(b"x"), "xattrs": {"user.e2b.author": "mish", "user.k": "v 1"}}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect_eq(st.get("xattrs"), {"user.e2b.author": "mish", "user.k": "v 1"}, "fs.stat xattrs")
+        # Set out of band, seen too; a value that is not printable is left out.
+        sh_ok(world, name, "python3 -c \"import os; os.setxattr('/workspace/d/x.txt', 'user.oob', b'yes'); "
+                           "os.setxattr('/workspace/d/x.txt', 'user.bin', b'\\\\x00\\\\x01')\"")
+        ls = rpc_ok(world, "fs.list", {"sandbox": name, "path": "d"})
+        expect_eq([e.get("xattrs") for e in ls["entries"]],
+                  [{"user.e2b.author": "mish", "user.k": "v 1", "user.oob": "yes"}], "fs.list xattrs")
+        # Without xattrs: left as they are.
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [{"path": "d/x.txt", "content": b64(b"y")}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect_eq(sorted(st.get("xattrs", {})), ["user.e2b.author", "user.k", "user.oob"], "kept without xattrs")
+        # Exactly those given: the rest removed.
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [
+            {"path": "d/x.txt", "content": b64(b"z"), "xattrs": {"user.k": "2"}}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect_eq(st.get("xattrs"), {"user.k": "2"}, "replaced")
+        expect_eq(sh_ok(world, name, "cat /workspace/d/x.txt"), "z", "content written with xattrs")
+        rpc_ok(world, "fs.write", {"sandbox": name, "files": [{"path": "d/x.txt", "content": b64(b""), "xattrs": {}}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "d/x.txt"})
+        expect("xattrs" not in st, "xattrs {} clears them:", st)
+        for bad, words in (({"trusted.x": "v"}, "user. namespace"), ({"user.": "v"}, "user. namespace"),
+                           ({"user.a": "a\nb"}, "printable ASCII"), ({"user.a": 1}, "printable ASCII"),
+                           ([], "must be an object")):
+            msg = world.rpc("fs.write", {"sandbox": name, "files": [
+                {"path": "d/y.txt", "content": b64(b"y"), "xattrs": bad}]})
+            err = msg.get("error", {})
+            expect(words in err.get("message", ""), "refusal of", bad, "should say", words, err)
+            expect_eq(err.get("data", {}).get("field"), "files[0].xattrs", "the field named")
+        code, _o, _e = sh(world, name, "test -e /workspace/d/y.txt")
+        expect(code != 0, "a refused write made its file")
+        # A file of root's the sandbox user may not write: refused, unchanged.
+        msg = world.rpc("fs.write", {"sandbox": name, "files": [
+            {"path": "/etc/hostname", "content": b64(b"h"), "xattrs": {"user.a": "b"}}]})
+        expect("error" in msg, "xattrs on a file the sandbox user may not write")
+
+
+def test_fs_calls_with_sudo_run_as_root_in_the_sandbox(world):
+    """fs.* with sudo: root's files are read and written, what it makes is
+    root's; without sudo the same calls are refused (the sandbox user);
+    sudo does not reach the host (a planted symlink stays inside)."""
+    with sandbox(world, "fssudo", "--deny-all") as name:
+        sh_ok(world, name, "true")
+        msg = world.rpc("fs.write", {"sandbox": name, "files": [{"path": "/root/r.txt", "content": b64(b"r")}]})
+        expect("error" in msg, "the sandbox user wrote into /root")
+        rpc_ok(world, "fs.write", {"sandbox": name, "sudo": True, "files": [
+            {"path": "/root/sub/r.txt", "content": b64(b"root's"), "mode": 0o600, "xattrs": {"user.a": "b"}}]})
+        st = rpc_ok(world, "fs.stat", {"sandbox": name, "path": "/root/sub/r.txt", "sudo": True})
+        expect_eq((st.get("uid"), st.get("gid"), st.get("mode"), st.get("xattrs")), (0, 0, 0o600, {"user.a": "b"}),
+                  "a file written with sudo is root's")
+        r = rpc_ok(world, "fs.read", {"sandbox": name, "path": "/root/sub/r.txt", "sudo": True})
+        expect_eq(base64.b64decode(r["content"]), b"root's", "fs.read with sudo")
+        msg = world.rpc("fs.read", {"sandbox": name, "path": "/root/sub/r.txt"})
+        expect("error" in msg, "the sandbox user read root's 0600 file")
+        ls = rpc_ok(world, "fs.list", {"sandbox": name, "path": "/root/sub", "sudo": True})
+        expect_eq([e["name"] for e in ls["entries"]], ["r.txt"], "fs.list with sudo")
+        rpc_ok(world, "fs.mkdir", {"sandbox": name, "path": "/opt/made", "sudo": True})
+        expect_eq(sh_ok(world, name, "stat -c %u /opt/made").strip(), "0", "fs.mkdir with sudo: root's")
+        rpc_ok(world, "fs.remove", {"sandbox": name, "path": "/root/sub", "recursive": True, "sudo": True})
+        code, _o, _e = sh(world, name, "test -e /root/sub", "--sudo")
+        expect(code != 0, "fs.remove with sudo left /root/sub")
+        msg = world.rpc("fs.stat", {"sandbox": name, "path": "/root", "sudo": "yes"})
+        expect("sudo" in msg.get("error", {}).get("message", ""), "a non-boolean sudo is refused naming it", msg)
+        # Root in the sandbox only: a symlink planted toward / resolves inside.
+        marker = "/tmp/pwned-sudo-%s" % world.id
+        sh_ok(world, name, "ln -s / /workspace/escape")
+        world.rpc("fs.write", {"sandbox": name, "sudo": True, "files": [
+            {"path": "/workspace/escape" + marker, "content": b64(b"x")}]})
+        expect(not os.path.exists(marker), "fs.write with sudo through a symlink reached the host:", marker)

@@ -53,6 +53,37 @@ def test_sandbox_timeout_stops_session(world):
     leaks.check(world, name)
 
 
+def test_set_timeout_moves_the_end_earlier_and_later(world):
+    """sandbox.setTimeout: the running session ends `timeout` ms from now,
+    before the end it had (which sandbox.update's timeout and
+    extendTimeout never do) or after it."""
+    name, _c, out, _e = create(world, "settimeout", "--deny-all", "--timeout", "10m")
+    try:
+        first = json.loads(out)["expiresAt"]
+        later = world.rpc_result("sandbox.setTimeout", {"name": name, "timeout": 1200000})
+        expect(later["expiresAt"] > first, "setTimeout 20m: expiresAt", later["expiresAt"], "not after", first)
+        expect_eq(later.get("timeout"), json.loads(out).get("timeout"), "the sandbox's own timeout (unchanged)")
+        bad = world.rpc("sandbox.setTimeout", {"name": name, "timeout": 500})
+        expect_eq((bad.get("error") or {}).get("code"), -32602, "setTimeout 500 ms: error")
+        expect("timeout" in json.dumps(bad["error"]), "the error names timeout:", bad["error"])
+        sooner = world.rpc_result("sandbox.setTimeout", {"name": name, "timeout": 1000})
+        expect(sooner["expiresAt"] < first, "setTimeout 1 s: expiresAt", sooner["expiresAt"], "not before", first)
+
+        def ended():
+            sb, code, _err = get(world, name)
+            if sb is None:
+                return code == 4 and "gone"
+            return sb.get("status") in ("stopped", "failed") and sb["status"]
+        state = poll(ended, 30, "sandbox %s to end 1 s after setTimeout" % name)
+        expect(state in ("gone", "stopped"), "state after the new end:", state)
+        gone = world.rpc("sandbox.setTimeout", {"name": name, "timeout": 60000})
+        expect((gone.get("error") or {}).get("data", {}).get("reason") in ("not_found", "sandbox_stopped"),
+               "setTimeout of an ended sandbox:", gone)
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
 def test_delete_with_running_commands_leaves_nothing(world):
     name, _c, _o, _e = create(world, "leak", "--allow-all")
     try:
@@ -126,4 +157,40 @@ def test_delete_answers_then_the_name_is_free_and_its_files_go(world):
             c.call("sandbox.delete", {"name": name})
     poll(lambda: not [e for e in os.listdir(state) if e == name or tomb.match(e)], 30,
          "the deleted sandboxes' directories and tombstones to go")
+    leaks.check(world, name)
+
+
+def test_recreate_at_once_gets_a_whole_session(world):
+    """Delete answers before the session's cgroup, nftables objects and veth
+    are gone (they go in the background): a create of the same name right
+    after the answer, again and again, gets a session of its own that keeps
+    running and reaches the network its policy allows; the old session's
+    removal never takes a piece of the new one, and nothing is left."""
+    import os
+    name = world.name("again")
+    with world.daemon.connect(120) as c:
+        try:
+            for i in range(6):
+                c.result("sandbox.create", {"name": name, "networkPolicy": "allow-all"})
+                c.notes.clear()
+                # A command that runs while the previous session's removal
+                # may still be under way, then one after it.
+                r = c.result("command.run", {"sandbox": name, "cmd": "sh", "args": ["-c",
+                             "echo %d > /workspace/n && cat /workspace/n" % i]})
+                c.notes.clear()
+                expect_eq(r.get("exitCode"), 0, "round %d: a command in the new session" % i)
+                got = c.result("sandbox.get", {"name": name})
+                expect_eq(got.get("status"), "running", "round %d: the new session's status" % i)
+                # Its cgroup (the host's view): there, with its init in it.
+                sess = got.get("session") or {}
+                dirs = sess.get("cgroups") or []
+                expect(dirs, "round %d: no cgroups in sandbox.get: %r" % (i, got))
+                for d in dirs:
+                    with open(os.path.join(d, "cgroup.procs")) as f:
+                        procs = f.read().split()
+                    expect(str(sess.get("initPid")) in procs,
+                           "round %d: init %s is not in its cgroup %s (%r)" % (i, sess.get("initPid"), d, procs))
+                c.result("sandbox.delete", {"name": name})
+        finally:
+            c.call("sandbox.delete", {"name": name})
     leaks.check(world, name)

@@ -70,3 +70,58 @@ def test_pause_of_unknown_or_stopped_sandbox(world):
     expect_eq(r.get("error", {}).get("data", {}).get("reason"), "not_found", "pause of an unknown sandbox")
     r = world.rpc("sandbox.resume", {"name": "x", "extra": 1})
     expect_eq(r.get("error", {}).get("code"), -32602, "an unknown parameter of sandbox.resume")
+
+
+def test_on_timeout_pause_pauses_at_the_expiry_and_resume_gives_a_new_timeout(world):
+    """sandbox.setTimeout onTimeout "pause": the expiry freezes the session
+    (kept, paused) instead of ending it; a resume after it gives a whole
+    timeout from then; onTimeout "stop" ends it again."""
+    name, _c, _o, _e = create(world, "autopause", "--deny-all", "--timeout", "10m")
+    try:
+        bad = world.rpc("sandbox.setTimeout", {"name": name, "timeout": 1000, "onTimeout": "sleep"})
+        err = bad.get("error") or {}
+        expect(err.get("code") == -32602 and (err.get("data") or {}).get("field") == "onTimeout",
+               "onTimeout sleep is refused naming onTimeout:", bad)
+        sb = rpc_ok(world, "sandbox.get", {"name": name})
+        expect_eq(sb["session"]["onTimeout"], "stop", "session.onTimeout by default")
+        sb = rpc_ok(world, "sandbox.setTimeout", {"name": name, "timeout": 1000, "onTimeout": "pause"})
+        expect_eq(sb["session"]["onTimeout"], "pause", "session.onTimeout after setTimeout")
+        poll(lambda: _freezer(world, name) == (True, True), 30, "the session to be paused at its expiry")
+        expect_eq(rpc_ok(world, "sandbox.get", {"name": name})["status"], "running", "status of the paused sandbox")
+        expired = rpc_ok(world, "sandbox.get", {"name": name})["expiresAt"]
+        sb = rpc_ok(world, "sandbox.resume", {"name": name})
+        expect_eq(sb["session"]["paused"], False, "resumed")
+        expect(sb["expiresAt"] > expired, "a resume past the expiry gives a new end:", sb["expiresAt"], expired)
+        expect_eq(sh_ok(world, name, "echo awake"), "awake\n", "a command after the resume")
+        rpc_ok(world, "sandbox.setTimeout", {"name": name, "timeout": 1000, "onTimeout": "stop"})
+
+        def ended():
+            r = world.rpc("sandbox.get", {"name": name})
+            if "error" in r:
+                return "gone"
+            return r["result"]["status"] in ("stopped", "failed") and r["result"]["status"]
+        expect(poll(ended, 30, "the session to end at its expiry") in ("gone", "stopped"), "ended")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)
+
+
+def test_a_session_paused_at_its_expiry_is_paused_again_after_a_daemon_restart(world):
+    """onTimeout "pause" is kept in the session record: the restart thaws
+    the session (as any paused one) and its past expiry pauses it again,
+    rather than ending it."""
+    name, _c, _o, _e = create(world, "autopause-restart", "--deny-all", "--timeout", "10m")
+    try:
+        rpc_ok(world, "sandbox.setTimeout", {"name": name, "timeout": 1000, "onTimeout": "pause"})
+        poll(lambda: _freezer(world, name) == (True, True), 30, "the session to be paused at its expiry")
+        d = world.daemon
+        d.stop()
+        d.start()
+        poll(lambda: _freezer(world, name) == (True, True), 30, "the session paused again after the restart")
+        sb = rpc_ok(world, "sandbox.get", {"name": name})
+        expect_eq((sb["status"], sb["session"]["onTimeout"]), ("running", "pause"), "after the restart")
+        rpc_ok(world, "sandbox.resume", {"name": name})
+        expect_eq(sh_ok(world, name, "echo awake"), "awake\n", "a command after the resume")
+    finally:
+        delete(world, name)
+    leaks.check(world, name)

@@ -484,8 +484,11 @@ def until(step, secs):
 out = {}
 def w(n):
     with open("big", "ab") as f:
-        f.write(b"\xa5" * (1 << 20)); f.flush(); os.fsync(f.fileno())
-out["write"] = until(w, budget)
+        f.write(b"\xa5" * (4 << 20)); f.flush(); os.fsync(f.fileno())
+# Writes go on until the quota stops them: the time is only a bound (a
+# busy machine writes the disk's few hundred MiB slowly, and a write that
+# ran out of time proves nothing).
+out["write"] = until(w, budget * 25)
 os.unlink("big")
 def fa(n):
     fd = os.open("fa%d" % n, os.O_CREAT | os.O_WRONLY); os.posix_fallocate(fd, 0, 64 << 20); os.close(fd)

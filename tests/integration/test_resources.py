@@ -288,10 +288,17 @@ def test_sessions_nest_in_the_daemons_delegated_v2_subtree_beside_its_leaf(world
         sess = dirs[0]
         expect(os.path.basename(os.path.dirname(sess)).startswith("sandboxd-sessions-"),
                "the session's parent is the instance's sessions cgroup:", sess)
-        with open(os.path.join(sess, "cgroup.procs")) as f:
+        # With controllers in the v2 hierarchy sandbox-init lives in the
+        # session's leaf "init" (so containers' cgroups can have them),
+        # and the session's own directory holds no process.
+        leaf = os.path.join(sess, "init") if set(offered) & {"pids", "memory", "cpu"} else sess
+        with open(os.path.join(leaf, "cgroup.procs")) as f:
             procs = [int(x) for x in f.read().split()]
-        expect(procs and all(_v2_line(p) == "/" + os.path.relpath(sess, mnt) for p in procs),
+        expect(procs and all(_v2_line(p) == "/" + os.path.relpath(leaf, mnt) for p in procs),
                "the session's processes are in its v2 cgroup:", procs)
+        if leaf != sess:
+            with open(os.path.join(sess, "cgroup.procs")) as f:
+                expect_eq(f.read().split(), [], "processes in the session's own v2 directory")
         for m in W.cgroup_mounts():
             for parent in (os.path.join(m, x) for x in os.listdir(m) if x.startswith("sandboxd-sessions")):
                 expect(not os.path.exists(os.path.join(parent, name)),
@@ -331,7 +338,9 @@ def test_sandbox_init_of_concurrent_creates_is_born_in_each_its_own_session_cgro
             dirs = _session_dirs(world, n)
             expect(dirs, "session cgroups of %s" % n)
             for sess in dirs:
-                with open(os.path.join(sess, "cgroup.procs")) as f:
+                # (its leaf "init" on a v2 hierarchy with controllers)
+                leaf = os.path.join(sess, "init")
+                with open(os.path.join(leaf if os.path.isdir(leaf) else sess, "cgroup.procs")) as f:
                     procs = [int(x) for x in f.read().split()]
                 expect(inits[n] in procs, "sandbox-init %d of %s not in %s:" % (inits[n], n, sess), procs)
                 others = [p for p in procs if p in inits.values() and p != inits[n]]

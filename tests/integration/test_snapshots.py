@@ -273,6 +273,41 @@ def test_snapshot_expiration_is_validated(world):
         delete(world, src)
 
 
+def test_snapshot_tags_label_it_filter_the_list_and_survive_a_restart(world):
+    """sandbox.snapshot tags: shown in Snapshot, snapshot.list's tags filter
+    keeps those with every given tag, checked as a sandbox's tags, kept
+    across a daemon restart."""
+    src, _c, _o, _e = create(world, "stag", "--deny-all")
+    snaps = []
+    try:
+        a = world.rpc_result("sandbox.snapshot", {"name": src, "tags": {"e2b.name": "one", "team": "a"}})
+        snaps.append(a["id"])
+        expect_eq(a.get("tags"), {"e2b.name": "one", "team": "a"}, "tags of the snapshot")
+        b = world.rpc_result("sandbox.snapshot", {"name": src})
+        snaps.append(b["id"])
+        expect_eq(b.get("tags"), {}, "tags of a snapshot without them")
+        for bad in ({"k": 5}, ["a"], {"k%d" % i: "v" for i in range(6)}):
+            r = world.rpc("sandbox.snapshot", {"name": src, "tags": bad})
+            err = r.get("error") or {}
+            expect(err.get("code") == -32602 and "tags" in ((err.get("data") or {}).get("field") or ""),
+                   "tags=%r is refused naming tags:" % (bad,), r)
+
+        def listed(tags):
+            got = world.rpc_result("snapshot.list", {"sandbox": src, "tags": tags})["snapshots"]
+            return sorted(x["id"] for x in got)
+        expect_eq(listed({"e2b.name": "one"}), [a["id"]], "list by e2b.name=one")
+        expect_eq(listed({"e2b.name": "one", "team": "b"}), [], "list by a tag that does not match")
+        expect_eq(listed({}), sorted(snaps), "list with no tags")
+        d = world.daemon
+        d.stop()
+        d.start()
+        expect_eq(listed({"team": "a"}), [a["id"]], "list by team=a after a restart")
+    finally:
+        delete(world, src)
+        for sid in snaps:
+            world.rpc("snapshot.delete", {"id": sid})
+
+
 def test_snapshot_that_expired_while_the_daemon_was_down_is_deleted_at_start(world):
     import time
     src, _c, _o, _e = create(world, "expd", "--deny-all")

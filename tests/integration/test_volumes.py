@@ -276,13 +276,13 @@ def test_another_tenant_cannot_see_mount_or_delete_a_volume(world):
     import test_tenant_room as T
     world.stop_sandboxd()
     d = world.start_sandboxd({"socketGroup": "nogroup", "tenants": {"names": {
-        "uid:%d" % TENANT: {"maxDiskMiB": 4096}}}}, tag="vten")
+        "uid:%d" % TENANT: {"maxDiskMiB": 4096, "maxVolumes": 1}}}}, tag="vten")
     vol = world.name("vadm")
     try:
         rpc_ok(world, "volume.create", {"name": vol, "sizeMiB": 16})
         mine = world.name("vmine")
         sb = world.name("vtsb")
-        get, lst, dele, mount, own, create_taken = T._as(d, [
+        get, lst, dele, mount, own, create_taken, second = T._as(d, [
             {"method": "volume.get", "params": {"name": vol}},
             {"method": "volume.list", "params": {}},
             {"method": "volume.delete", "params": {"name": vol}},
@@ -290,6 +290,7 @@ def test_another_tenant_cannot_see_mount_or_delete_a_volume(world):
                                                     "volumes": [{"name": vol, "path": "/data"}]}},
             {"method": "volume.create", "params": {"name": mine, "sizeMiB": 16}},
             {"method": "volume.create", "params": {"name": vol, "sizeMiB": 16}},
+            {"method": "volume.create", "params": {"name": world.name("vtwo"), "sizeMiB": 16}},
         ])
         expect(_reason(get) in ("not_found", "permission_denied"), "get of another's volume: %s" % get)
         expect_eq([v["name"] for v in lst["result"]["volumes"]], [], "a tenant lists no volume of another")
@@ -297,6 +298,10 @@ def test_another_tenant_cannot_see_mount_or_delete_a_volume(world):
         expect_eq(_reason(mount), "not_found", "mount of another's volume: %s" % json.dumps(mount)[:300])
         expect_eq(own["result"]["owner"], "uid:%d" % TENANT, "the tenant's own volume's owner")
         expect_eq(_reason(create_taken), "already_exists", "a name another holds")
+        # A count bound beside the bytes one: the tenant's second volume is
+        # over its maxVolumes 1, whatever its size.
+        expect_eq(_reason(second), "limit_exceeded", "a volume past maxVolumes: %s" % json.dumps(second)[:300])
+        expect("maxVolumes 1" in second["error"]["message"], "names the limit:", second["error"]["message"])
         rpc_ok(world, "volume.get", {"name": vol})
         expect(vol not in [v["name"] for v in T._as(d, [{"method": "volume.list", "params": {}}])[0]["result"]["volumes"]],
                "still hidden")

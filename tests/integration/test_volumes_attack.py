@@ -5,6 +5,7 @@ file capabilities for another sandbox. Runs in the suite's user-namespace
 mode (SANDBOXD_TEST_USERNS)."""
 import json
 import os
+import subprocess
 
 from common import expect, expect_eq, sh, sh_ok
 from test_volumes import _sandboxes, _volume
@@ -495,3 +496,41 @@ def test_a_volume_the_state_filesystem_cannot_back_is_refused_before_anything_is
                 world.rpc("volume.delete", {"name": name}, 120)
         new = {f: b for f, b in templates().items() if f not in before}
         expect_eq(new, {}, "templates formatted for the refused sizeMiB %d (%.1fs)" % (size, took))
+
+
+def test_a_tenant_is_told_no_host_path_of_the_daemons_state(world):
+    """An error that names a path under the state directory (here a volume
+    whose filesystem an operator unmounted behind the daemon's back) reads
+    <stateDir> in its place for a tenant; an admin reads the path itself."""
+    import test_tenant_room as T
+    world.stop_sandboxd()
+    d = world.start_sandboxd({"socketGroup": "nogroup"}, tag="vpath")
+    vol = world.name("vpath")
+    upper = None
+    try:
+        made = T._as(d, [{"method": "volume.create", "params": {"name": vol, "sizeMiB": 16}}])[0]
+        expect("result" in made, "the tenant's volume:", json.dumps(made)[:300])
+        upper = os.path.join(d.state_dir, "volumes", vol, "upper")
+        source = os.path.join(d.state_dir, "volumes", vol, "disk", "upper")
+        ns = ["nsenter", "-t", str(d.pid), "-m", "--"]  # the daemon's mount namespace
+        subprocess.run(ns + ["test", "-d", source], check=True)
+        subprocess.run(ns + ["umount", "-l", upper], check=True)
+        params = {"networkPolicy": "deny-all", "volumes": [{"name": vol, "path": "/data"}]}
+        mine = T._as(d, [{"method": "sandbox.create", "params": dict(params, name=world.name("vpt"))}])[0]
+        msg = (mine.get("error") or {}).get("message", "")
+        expect(msg, "the tenant's create fails:", json.dumps(mine)[:300])
+        expect(d.state_dir not in msg and "<stateDir>/volumes/" + vol in msg,
+               "the tenant reads <stateDir>, not the host path:", msg)
+        admin = d.rpc("sandbox.create", dict(params, name=world.name("vpa")))
+        amsg = (admin.get("error") or {}).get("message", "")
+        expect(d.state_dir in amsg, "the admin reads the path itself:", amsg)
+        subprocess.run(ns + ["mount", "--bind", source, upper], check=True)
+        upper = None
+        expect("result" in T._as(d, [{"method": "volume.delete", "params": {"name": vol}}])[0], "deleted")
+    finally:
+        if upper:
+            subprocess.run(ns + ["mount", "--bind", os.path.join(os.path.dirname(upper), "disk", "upper"), upper])
+        d.rpc("volume.delete", {"name": vol})
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+test_a_tenant_is_told_no_host_path_of_the_daemons_state.timeout = 300

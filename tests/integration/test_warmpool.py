@@ -104,9 +104,19 @@ def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
         sess_a = got_a["sessions"][-1]["id"]
         cgroups_a = (got_a.get("session") or {}).get("cgroups") or []
         expect(cgroups_a, "sandbox.get shows a's cgroups: %r" % got_a)
+        init_a = str((got_a.get("session") or {}).get("initPid"))
         _rpc(d, "sandbox.delete", {"name": a})
+        # Delete answers once a's session is fenced: no process of it is
+        # left but its init on its way out (the kernel tearing down its
+        # namespaces); its `sleep` is gone. The cgroup goes right after.
         for cg in cgroups_a:
-            expect(not os.path.exists(cg), "a's cgroup %s is removed with it" % cg)
+            try:
+                with open(os.path.join(cg, "cgroup.procs")) as f:
+                    left = [p for p in f.read().split() if p != init_a]
+            except FileNotFoundError:
+                left = []
+            expect(not left, "a's cgroup %s has processes after the delete answered: %r" % (cg, left))
+        poll(lambda: not [cg for cg in cgroups_a if os.path.exists(cg)], 10, "a's cgroups to be removed")
         poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
         sb = _create(d, b)
         expect_eq(_info(d)["adopted"], 2, "both creates were served from the pool")

@@ -1208,6 +1208,123 @@ def test_pod_grouping_by_annotation(t):
     expect(not os.path.exists("/run/containerd-shim-sandboxd-v2/pods/" + pod), "the pod's state is removed")
 
 
+def _ctr_frozen(t, pod, ctr):
+    """A pod container's own cgroup freezer as the kernel reports it (v2
+    cgroup.freeze, else v1 freezer.state), and sandboxd's "paused"."""
+    sb = t.world.rpc_result("sandbox.get", {"name": pod})
+    got = t.world.rpc_result("container.get", {"sandbox": pod, "name": ctr})
+    for d in sb["session"]["cgroups"]:
+        for f, yes in (("cgroup.freeze", "1"), ("freezer.state", "FROZEN")):
+            try:
+                with open(os.path.join(d, "ctr-" + ctr, f)) as fh:
+                    return fh.read().strip() == yes, got["paused"]
+            except OSError:
+                continue
+    raise AssertionError("no freezer in %s's cgroups under %s" % (ctr, sb["session"]["cgroups"]))
+
+
+def test_pause_and_resume_of_one_pod_container(t):
+    """ctr task ps of a pod's container lists its own cgroup's processes;
+    ctr task pause of a pod's container freezes that container's own
+    cgroup only: ctr shows it PAUSED, the pod's other container runs and
+    takes an exec, the pod's sandbox is not paused; resume thaws it and
+    an exec runs in it; paused again, delete -f ends it and nothing is
+    left frozen."""
+    c, w = t.c, t.world
+    pod = pod_name("podp")
+    ann = ("--annotation", "io.kubernetes.cri.container-type=container",
+           "--annotation", "io.kubernetes.cri.sandbox-id=podp")
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=podp", "--rootfs", t.rootfs, "podp", "/no/such/pause")
+    expect_eq(r.returncode, 0, "ctr run -d of the pod's sandbox container: %s" % r.stderr)
+    try:
+        for cid in ("podp-a", "podp-b"):
+            r = c.ctr("run", "-d", "--runtime", RUNTIME, *ann, "--rootfs", t.rootfs, cid, "sleep", "600")
+            expect_eq(r.returncode, 0, "ctr run -d of %s: %s" % (cid, r.stderr))
+        W.World.wait_until(lambda: c.ctr("task", "ls").stdout.count("RUNNING") >= 3, 20, "the pod's tasks to run")
+        a, b = sandbox_name("podp-a"), sandbox_name("podp-b")
+        # ctr task ps: the container's own processes (its cgroup's).
+        r = c.ctr("task", "ps", "podp-a")
+        pids = [int(ln.split()[0]) for ln in r.stdout.splitlines()[1:] if ln.split()[:1] and ln.split()[0].isdigit()]
+        expect(r.returncode == 0 and pids, "ctr task ps of a pod container lists processes:", r.stdout, r.stderr)
+        for pid in pids:
+            with open("/proc/%d/cgroup" % pid) as f:
+                expect("/ctr-%s\n" % a in f.read(), "pid %d of ctr task ps is in a's own cgroup" % pid)
+        expect_eq(_ctr_frozen(t, pod, a), (False, False), "a running container's cgroup (frozen, paused)")
+        r = c.ctr("task", "pause", "podp-a")
+        expect_eq(r.returncode, 0, "ctr task pause of a pod's container: %s" % r.stderr)
+        states = {ln.split()[0]: ln.split()[-1] for ln in c.ctr("task", "ls").stdout.splitlines()[1:]}
+        expect_eq((states.get("podp-a"), states.get("podp-b"), states.get("podp")), ("PAUSED", "RUNNING", "RUNNING"),
+                  "ctr task ls after the pause of podp-a")
+        expect_eq(_ctr_frozen(t, pod, a), (True, True), "the paused container's cgroup (frozen, paused)")
+        expect_eq(_ctr_frozen(t, pod, b), (False, False), "the other container's cgroup (frozen, paused)")
+        expect(not w.rpc_result("sandbox.get", {"name": pod})["session"]["paused"], "the pod's sandbox is not paused")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "podp-b", "echo", "alive")
+        expect_eq((r.returncode, r.stdout), (0, "alive\n"), "an exec in the other container runs (%s)" % r.stderr)
+        r = c.ctr("task", "resume", "podp-a")
+        expect_eq(r.returncode, 0, "ctr task resume: %s" % r.stderr)
+        expect_eq(_ctr_frozen(t, pod, a), (False, False), "the resumed container's cgroup (frozen, paused)")
+        r = c.ctr("task", "exec", "--exec-id", "e2", "podp-a", "echo", "thawed")
+        expect_eq((r.returncode, r.stdout), (0, "thawed\n"), "an exec in the resumed container runs (%s)" % r.stderr)
+        expect_eq(c.ctr("task", "pause", "podp-a").returncode, 0, "pause again")
+        r = c.ctr("task", "delete", "-f", "podp-a")
+        expect_eq(r.returncode, 0, "ctr task delete -f of a paused pod container: %s" % r.stderr)
+        expect(a not in [x["name"] for x in w.rpc_result("container.list", {"sandbox": pod})["containers"]],
+               "the paused container is gone from the pod's sandbox")
+    finally:
+        for cid in ("podp-a", "podp-b", "podp"):
+            c.ctr("task", "resume", cid)
+            c.ctr("task", "delete", "--force", cid)
+            c.ctr("containers", "rm", cid)
+    for cid in ("podp-a", "podp-b", "podp"):
+        no_leak(t, cid)
+    expect(pod not in sandboxes(t), "the pod's sandbox goes with the last of its tasks")
+    leaks.check(w, pod)
+
+
+def test_pod_containers_pid_namespace_from_the_spec(t):
+    """A pod's container whose spec's pid namespace has no path (ctr's
+    default, the CRI's CONTAINER) has a PID namespace of its own: another
+    container sees none of its processes, and its own PID 1 is its
+    namespace's; one whose pid namespace names a path (--with-ns pid:...,
+    the CRI's POD) shares the pod sandbox's and sees the first's."""
+    c, w = t.c, t.world
+    pod = pod_name("podn")
+    ann = ("--annotation", "io.kubernetes.cri.container-type=container",
+           "--annotation", "io.kubernetes.cri.sandbox-id=podn")
+    find = "for p in /proc/[0-9]*; do grep -q '[6]01' $p/cmdline 2>/dev/null && echo seen; done; cat /proc/1/comm"
+    r = c.ctr("run", "-d", "--runtime", RUNTIME, "--annotation", "io.kubernetes.cri.container-type=sandbox",
+              "--annotation", "io.kubernetes.cri.sandbox-id=podn", "--rootfs", t.rootfs, "podn", "/no/such/pause")
+    expect_eq(r.returncode, 0, "ctr run -d of the pod's sandbox container: %s" % r.stderr)
+    try:
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *ann, "--rootfs", t.rootfs, "podn-a", "sleep", "601")
+        expect_eq(r.returncode, 0, "ctr run -d of podn-a: %s" % r.stderr)
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *ann, "--rootfs", t.rootfs, "podn-b", "sleep", "602")
+        expect_eq(r.returncode, 0, "ctr run -d of podn-b: %s" % r.stderr)
+        r = c.ctr("run", "-d", "--runtime", RUNTIME, *ann, "--with-ns", "pid:/proc/1/ns/pid", "--rootfs", t.rootfs,
+                  "podn-s", "sleep", "603")
+        expect_eq(r.returncode, 0, "ctr run -d of podn-s: %s" % r.stderr)
+        W.World.wait_until(lambda: c.ctr("task", "ls").stdout.count("RUNNING") >= 4, 20, "the pod's tasks to run")
+        got = {x["name"]: x["pidNamespace"] for x in w.rpc_result("container.list", {"sandbox": pod})["containers"]}
+        expect_eq((got.get(sandbox_name("podn-a")), got.get(sandbox_name("podn-s"))), ("container", "sandbox"),
+                  "the containers' pidNamespace")
+        r = c.ctr("task", "exec", "--exec-id", "e1", "podn-a", "sh", "-c", find)
+        expect_eq((r.returncode, r.stdout), (0, "seen\nsandbox-ctrinit\n"), "podn-a's own view (%s)" % r.stderr)
+        r = c.ctr("task", "exec", "--exec-id", "e2", "podn-b", "sh", "-c", find)
+        expect_eq((r.returncode, r.stdout), (0, "sandbox-ctrinit\n"), "podn-b sees none of podn-a's (%s)" % r.stderr)
+        r = c.ctr("task", "exec", "--exec-id", "e3", "podn-s", "sh", "-c", find)
+        expect_eq((r.returncode, r.stdout.splitlines()[:1]), (0, ["seen"]),
+                  "podn-s, in the pod's shared namespace, sees podn-a's (%s)" % r.stderr)
+    finally:
+        for cid in ("podn-a", "podn-b", "podn-s", "podn"):
+            c.ctr("task", "delete", "--force", cid)
+            c.ctr("containers", "rm", cid)
+    for cid in ("podn-a", "podn-b", "podn-s", "podn"):
+        no_leak(t, cid)
+    expect(pod not in sandboxes(t), "the pod's sandbox goes with the last of its tasks")
+    leaks.check(w, pod)
+
+
 def test_pod_container_mounts_under_host_mount_roots(t):
     """ctr run --mount into a pod's container: a bind mount whose source
     lies under daemon.json hostMountRoots is there, read-only when asked

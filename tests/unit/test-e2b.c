@@ -141,9 +141,23 @@ static void test_multipart_parts_with_their_file_names(void **state) {
         assert_int_equal(gw_multipart(&r, &parts, &n), -EINVAL);
 }
 
+/* The tenants a request without a traffic token is looked for among
+ * (ports.c): each tenant of the keys file once. */
+static void test_key_tenants_lists_each_tenant_once(void **state) {
+        char k[64], t[4][80];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        assert_int_equal(gw_key_tenants(keys_path, t, 4), 2);
+        assert_string_equal(t[0], "team-a");
+        assert_string_equal(t[1], "team-b");
+        assert_int_equal(gw_key_tenants(keys_path, t, 1), 1);
+}
+
 /* ---- HTTP over a socketpair ---- */
 
 static gw_config http_cfg;
+static const char *http_domain; /* --domain of the next exchanges (NULL: any) */
 
 static void *serve_thread(void *arg) {
         gw_serve_conn(&http_cfg, (int) (intptr_t) arg);
@@ -155,7 +169,7 @@ static void *serve_thread(void *arg) {
 static const char *exchange_on(const char *socket_path, const char *req, size_t len) {
         int sv[2];
         assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        http_cfg = (gw_config) { .socket_path = socket_path, .keys_path = keys_path };
+        http_cfg = (gw_config) { .socket_path = socket_path, .keys_path = keys_path, .domain = http_domain };
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, serve_thread, (void *) (intptr_t) sv[1]), 0);
         for (size_t off = 0; off < len;) {
@@ -171,6 +185,10 @@ static const char *exchange_on(const char *socket_path, const char *req, size_t 
         while ((n = recv(sv[0], out + have, sizeof(out) - 1 - have, 0)) > 0)
                 have += (size_t) n;
         out[have] = 0;
+        /* Connect envelopes hold NUL bytes: made visible to strstr. */
+        for (size_t i = 0; i < have; i++)
+                if (!out[i])
+                        out[i] = '.';
         pthread_join(t, NULL);
         close(sv[0]);
         return out;
@@ -226,8 +244,11 @@ static void test_http_routes_before_any_daemon_call(void **state) {
 
 /* E2B's host names PORT-ID.DOMAIN: envd's port names the sandbox as
  * E2b-Sandbox-Id would (its token checked the same way); another port is
- * refused naming it; a Host that is not of that form is the control API. */
-static void test_host_names_route_envds_port_only(void **state) {
+ * the sandbox's exposed port (ports.c), opened by its traffic token or,
+ * without one, looked up among the keys file's tenants; a Host that is
+ * not of that form (or of another domain than --domain) is the control
+ * API. */
+static void test_host_names_route_envd_and_exposed_ports(void **state) {
         char k[64], req[512];
         assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
         static const char wrong[] = "POST /process.Process/List HTTP/1.1\r\nHost: 49983-sbx-1.e2b.test\r\n"
@@ -249,10 +270,65 @@ static void test_host_names_route_envds_port_only(void **state) {
         o = exchange(req, (size_t) n);
         assert_non_null(strstr(o, "HTTP/1.1 401"));
 
+        /* An exposed port without a token: its tenant is looked for among
+         * the keys file's (here no daemon answers: 502 naming it). */
         static const char port[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n\r\n";
         o = exchange(port, sizeof(port) - 1);
-        assert_non_null(strstr(o, "HTTP/1.1 501"));
-        assert_non_null(strstr(o, "port 8000 of sandbox sbx-1: exposed ports by host name"));
+        assert_non_null(strstr(o, "HTTP/1.1 502"));
+        assert_non_null(strstr(o, "the gateway cannot reach sandboxd; retry later"));
+        assert_null(strstr(o, "/nonexistent")); /* no host path to a caller without a token */
+        /* With a traffic token: not the sandbox's (another sandbox's, the
+         * envd token, garbage) is 403 from the head, the body unread. */
+        char *traffic = gw_traffic_token(keys_path, "team-a", "sbx-1");
+        char *other = gw_traffic_token(keys_path, "team-a", "sbx-2");
+        char *envd = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(traffic);
+        assert_non_null(other);
+        assert_non_null(envd);
+        assert_string_not_equal(traffic, envd);
+        const char *bad[] = { other, envd, "team-a.00" };
+        for (size_t i = 0; i < 3; i++) {
+                n = snprintf(req, sizeof(req), "POST / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n"
+                             "E2b-Traffic-Access-Token: %s\r\nContent-Length: 5\r\n\r\nhello", bad[i]);
+                o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "HTTP/1.1 403"));
+                assert_non_null(strstr(o, "not the trafficAccessToken of sandbox sbx-1"));
+        }
+        /* Its own: past the head to the daemon as the token's tenant. */
+        n = snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test\r\n"
+                     "E2b-Traffic-Access-Token: %s\r\n\r\n", traffic);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 502"));
+        assert_non_null(strstr(o, "get sandbox: cannot reach sandboxd"));
+        /* A traffic token is no envd token. */
+        n = snprintf(req, sizeof(req), "POST /process.Process/List HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                     "X-Access-Token: %s\r\nContent-Length: 2\r\n\r\n{}", traffic);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        free(traffic);
+        free(other);
+        free(envd);
+
+        /* With --domain, another domain (or port) is no sandbox's host. */
+        http_domain = "e2b.test:8443";
+        static const char *const foreign[] = { "8000-sbx-1.evil.test", "8000-sbx-1.e2b.test:9", "8000-sbx-1.e2b.test.x" };
+        for (size_t i = 0; i < sizeof(foreign) / sizeof(*foreign); i++) {
+                n = snprintf(req, sizeof(req), "GET /sandboxes HTTP/1.1\r\nHost: %s\r\n\r\n", foreign[i]);
+                o = exchange(req, (size_t) n);
+                assert_non_null(strstr(o, "X-API-Key: missing"));
+        }
+        static const char two_hosts[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test:8443\r\nHost: x\r\n\r\n";
+        o = exchange(two_hosts, sizeof(two_hosts) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "Host: given 2 times"));
+        static const char absolute[] = "GET http://8000-sbx-2.e2b.test:8443/ HTTP/1.1\r\nHost: 8000-sbx-1.e2b.test:8443\r\n\r\n";
+        o = exchange(absolute, sizeof(absolute) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "not an absolute URL"));
+        static const char ours[] = "GET / HTTP/1.1\r\nHost: 8000-sbx-1.E2B.test:8443\r\n\r\n";
+        o = exchange(ours, sizeof(ours) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 502"));
+        http_domain = NULL;
 
         /* Not of that form (a bad ID, port 0, no domain): the control API. */
         static const char *const others[] = { "49983-../x.e2b.test", "0-sbx-1.e2b.test", "49983-sbx-1", "127.0.0.1:49983" };
@@ -333,6 +409,37 @@ static void test_bodies_of_all_connections_are_bounded(void **state) {
         gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
 }
 
+/* Attack: one tenant's connections each declaring a 64 MiB body and
+ * sending it a byte now and then held the whole bodies budget, and every
+ * other tenant's upload was answered 503. One tenant now holds at most
+ * half of it (always a whole GW_MAX_BODY): past that its own requests
+ * with a body are 503, another tenant's are read. */
+static void test_one_tenant_holds_at_most_half_the_bodies_budget(void **state) {
+        char a[64], b[64], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, a, sizeof(a)), 0);
+        assert_int_equal(gw_key_add("team-b", keys_path, b, sizeof(b)), 0);
+        gw_http_set_bodies_max(4 * GW_MAX_BODY);
+        /* team-a's stalled bodies: half the budget. */
+        assert_true(gw_budget_take("team-a", GW_MAX_BODY));
+        assert_true(gw_budget_take("team-a", GW_MAX_BODY));
+        for (int i = 0; i < 2; i++) {
+                int n = snprintf(req, sizeof(req), "POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                                 "Content-Length: 16\r\n\r\n{\"templateID\":1}", i ? b : a);
+                const char *o = exchange(req, (size_t) n);
+                if (i)
+                        assert_non_null(strstr(o, "templateID: wrong type"));
+                else
+                        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        }
+        assert_true(gw_budget_take("team-b", GW_MAX_BODY));
+        assert_false(gw_budget_take("team-a", 1));
+        gw_budget_release("team-a", GW_MAX_BODY);
+        assert_true(gw_budget_take("team-a", 1));
+        gw_budget_release("team-a", GW_MAX_BODY + 1);
+        gw_budget_release("team-b", GW_MAX_BODY);
+        gw_http_set_bodies_max(GW_BODIES_MAX_DEFAULT);
+}
+
 /* Found by review: a JSON body that is not an object (an array, a
  * string) reached key loops that read each member's name, NULL for an
  * array's: POST /sandboxes/ID/pause with [1] crashed the gateway for
@@ -367,7 +474,7 @@ static void test_a_body_that_is_not_an_object_is_refused(void **state) {
         free(tok);
         const char *o = exchange(req, (size_t) n);
         assert_non_null(strstr(o, "HTTP/1.1 400"));
-        assert_non_null(strstr(o, "process.pid: required"));
+        assert_non_null(strstr(o, "process.pid or process.tag: required"));
 }
 
 /* Found by review: a peer sending a byte of a head every 119 s held a
@@ -642,17 +749,17 @@ static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **st
                 assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
         for (int i = 0; i < 3; i++)
                 assert_int_equal(admit_from(addr[i], sv[i][1], &s[i]), 0);
-        assert_true(gw_conns_keyed(s[0])); /* the oldest, but keyed */
+        assert_true(gw_conns_keyed(s[0], "team-a")); /* the oldest, but keyed */
         assert_int_equal(admit_from(addr[3], sv[3][1], &s[3]), 0);
         assert_false(was_cut(sv[0][0]));
         assert_true(was_cut(sv[1][0])); /* the oldest without a key */
         assert_false(was_cut(sv[2][0]));
         /* A head with a key that arrives after the cut is not served
          * (gw_serve_conn_slot closes on false). */
-        assert_false(gw_conns_keyed(s[1]));
+        assert_false(gw_conns_keyed(s[1], "team-b"));
         assert_int_equal(gw_conns_held(), 3);
-        assert_true(gw_conns_keyed(s[2]));
-        assert_true(gw_conns_keyed(s[3]));
+        assert_true(gw_conns_keyed(s[2], "team-c"));
+        assert_true(gw_conns_keyed(s[3], "team-d"));
         gw_slot *x = NULL;
         assert_int_equal(admit_from(addr[4], sv[4][1], &x), -EAGAIN);
         assert_null(x);
@@ -663,6 +770,69 @@ static void test_a_full_table_cuts_the_oldest_connection_without_a_key(void **st
         assert_int_equal(gw_conns_held(), 0);
         for (int i = 0; i < 5; i++)
                 close(sv[i][0]), close(sv[i][1]);
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+/* Attack: one tenant keying every connection of the table (from as many
+ * addresses as it takes: 8 IPv4 addresses fill 256) kept every other
+ * tenant out, since a keyed connection was never cut. A tenant's keyed
+ * connections past a quarter of the table are now cut, the oldest
+ * first, for a newcomer when every connection is keyed; those within it
+ * are not. */
+static void test_one_tenant_cannot_hold_the_whole_table(void **state) {
+        gw_conns_set_limits(8, 8);
+        static const char *const newcomer[4] = { "team-c", "team-d", "team-e", "team-f" };
+        int sv[13][2];
+        gw_slot *s[13] = {0};
+        for (int i = 0; i < 13; i++)
+                assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]), 0);
+        /* team-b holds 2 (its share), team-a the other 6. */
+        for (int i = 0; i < 8; i++) {
+                assert_int_equal(admit_from(i < 2 ? "192.0.2.2" : "192.0.2.1", sv[i][1], &s[i]), 0);
+                assert_true(gw_conns_keyed(s[i], i < 2 ? "team-b" : "team-a"));
+        }
+        /* Each newcomer cuts team-a's oldest, until team-a is down to its
+         * share: never team-b's. */
+        for (int i = 8; i < 12; i++) {
+                assert_int_equal(admit_from("192.0.2.3", sv[i][1], &s[i]), 0);
+                assert_true(was_cut(sv[i - 6][0]));
+                assert_true(gw_conns_keyed(s[i], newcomer[i - 8]));
+        }
+        /* Now every tenant is within its share: none is cut. */
+        gw_slot *x = NULL;
+        assert_int_equal(admit_from("192.0.2.4", sv[12][1], &x), -EAGAIN);
+        assert_null(x);
+        for (int i = 0; i < 12; i++)
+                assert_false((i < 2 || i > 5) && was_cut(sv[i][0]));
+        for (int i = 0; i < 12; i++)
+                gw_conns_release(s[i]);
+        assert_int_equal(gw_conns_held(), 0);
+        for (int i = 0; i < 13; i++)
+                close(sv[i][0]), close(sv[i][1]);
+        gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
+}
+
+/* Attack: one key's 256 Start streams (from 9 addresses) held every
+ * daemon connection the daemon allows the gateway's uid
+ * (maxConnectionsPerUser, 256): another tenant's calls were refused by
+ * the daemon. One tenant now has at most a quarter of the table's
+ * requests in progress (each holds a daemon connection or two). */
+static void test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress(void **state) {
+        gw_conns_set_limits(8, 8);
+        gw_slot *s[4];
+        for (int i = 0; i < 4; i++)
+                assert_int_equal(admit_from("192.0.2.1", -1, &s[i]), 0);
+        assert_true(gw_conns_begin(s[0], "team-a"));
+        assert_true(gw_conns_begin(s[1], "team-a"));
+        assert_false(gw_conns_begin(s[2], "team-a"));
+        assert_true(gw_conns_begin(s[3], "team-b"));
+        gw_conns_end(s[0]);
+        assert_true(gw_conns_begin(s[2], "team-a"));
+        assert_false(gw_conns_begin(s[0], "team-a"));
+        for (int i = 0; i < 4; i++) {
+                gw_conns_end(s[i]);
+                gw_conns_release(s[i]);
+        }
         gw_conns_set_limits(GW_CONNS_MAX_DEFAULT, GW_CONNS_PER_ADDR_DEFAULT);
 }
 
@@ -785,6 +955,193 @@ static void test_a_tenant_over_its_rate_is_answered_429(void **state) {
         gw_rate_set(GW_RATE_DEFAULT, NULL);
 }
 
+/* E2B's signature of a file URL, as the SDK's getSignature() makes it
+ * (the values computed with Python's hashlib and base64). */
+static void test_file_signatures_as_the_sdk_makes_them(void **state) {
+        char sig[GW_SIGNATURE_SIZE];
+        assert_int_equal(gw_file_signature("/home/user/hello.txt", "read", "root", "tok", NULL, sig), 0);
+        assert_string_equal(sig, "v1_TRlHfiNgpf44c8IeZCoou7xiz+m60QkIJ1Pm8NXrjXk");
+        assert_int_equal(gw_file_signature("/home/user/hello.txt", "write", "", "tok", "1700000000", sig), 0);
+        assert_string_equal(sig, "v1_HQ2TqrDxPNUoM6isLbg4tFnU8LazsMAA+I0jWuEiqxI");
+}
+
+/* A signed /files URL is routed by its signature before any daemon call:
+ * expired, wrong, or another sandbox's is 401 naming it; a valid one
+ * (the sandbox's token was handed out by this gateway) goes on to the
+ * daemon, here absent. */
+static void test_signed_file_urls_route_by_their_signature(void **state) {
+        char k[64], sig[GW_SIGNATURE_SIZE], req[512];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        static const char expired[] = "GET /files?path=a&signature=v1_x&signature_expiration=1 HTTP/1.1\r\nHost: x\r\n\r\n";
+        const char *o = exchange(expired, sizeof(expired) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "{\"code\":401,\"message\":\"signature is already expired\"}"));
+        static const char wrong[] = "GET /files?path=a&signature=v1_x HTTP/1.1\r\nHost: x\r\n\r\n";
+        o = exchange(wrong, sizeof(wrong) - 1);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        assert_non_null(strstr(o, "invalid signature"));
+
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1"); /* handed out: known */
+        assert_non_null(tok);
+        assert_int_equal(gw_file_signature("a", "read", "", tok, NULL, sig), 0);
+        /* '+' and '/' of base64 percent-encoded, as URLSearchParams does. */
+        char q[200];
+        size_t j = 0;
+        for (const char *c = sig; *c && j < sizeof(q) - 4; c++)
+                j += (size_t) (*c == '+' ? snprintf(q + j, 4, "%%2B") : *c == '/' ? snprintf(q + j, 4, "%%2F")
+                                                                                  : snprintf(q + j, 2, "%c", *c));
+        int n = snprintf(req, sizeof(req), "GET /files?path=a&signature=%s HTTP/1.1\r\nHost: x\r\n\r\n", q);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 503"));
+        assert_non_null(strstr(o, "sandboxd"));
+        /* Naming another sandbox, it is not that sandbox's. */
+        n = snprintf(req, sizeof(req), "GET /files?path=a&signature=%s HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-2\r\n\r\n", q);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        /* Signed to read, not to write. */
+        n = snprintf(req, sizeof(req), "POST /files?path=a&signature=%s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", q);
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 401"));
+        free(tok);
+}
+
+/* StreamInput's body is parsed as it comes, a byte at a time too; what
+ * it must not be is refused naming it, before any daemon call. */
+static void test_stream_input_is_parsed_as_it_comes(void **state) {
+        gw_config cfg = { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        static const char keepalive[] = "\0\0\0\0\x10{\"keepalive\":{}}";
+        gw_instream *s = gw_instream_open(&cfg, "team-a", "sbx-1");
+        assert_non_null(s);
+        for (size_t i = 0; i < sizeof(keepalive) - 1; i++)
+                assert_int_equal(gw_instream_feed(s, keepalive + i, 1), 0);
+        static const char data[] = "\0\0\0\0\x23{\"data\":{\"input\":{\"stdin\":\"eA==\"}}}";
+        assert_int_equal(gw_instream_feed(s, data, sizeof(data) - 1), -1);
+        gw_instream_finish(s, NULL);
+
+        char k[64], req[1024];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        static const struct {
+                const char *body;
+                size_t len;
+                const char *words;
+        } cases[] = {
+                { "\0\0\0\0\x23{\"data\":{\"input\":{\"stdin\":\"eA==\"}}}", 40, "the start message (the process's selector) comes first" },
+                { "\x01\0\0\0\x02{}", 7, "compressed messages are not served" },
+                { "\0\x7f\0\0\0", 5, "at most 8388608" },
+                { "\0\0\0\0\x02[]", 7, "must be a JSON object" },
+                { "\0\0\0\0\x10{\"keepalive\":{}}", 21, "no start message" },
+                { "\0\0\0\0\x18{\"start\":{\"process\":{}}}", 29, "start.process.pid or process.tag: required" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                int n = snprintf(req, sizeof(req), "POST /process.Process/StreamInput HTTP/1.1\r\nHost: x\r\n"
+                                 "E2b-Sandbox-Id: sbx-1\r\nX-Access-Token: %s\r\nContent-Type: application/connect+json\r\n"
+                                 "Content-Length: %zu\r\n\r\n", tok, cases[i].len);
+                memcpy(req + n, cases[i].body, cases[i].len);
+                const char *o = exchange(req, (size_t) n + cases[i].len);
+                assert_non_null(strstr(o, "HTTP/1.1 200"));
+                assert_non_null(strstr(o, "application/connect+json"));
+                assert_non_null(strstr(o, "\"code\":\""));
+                assert_non_null(strstr(o, cases[i].words));
+        }
+        /* As a unary call it is refused, saying how to send it. */
+        int n = snprintf(req, sizeof(req), "POST /process.Process/StreamInput HTTP/1.1\r\nHost: x\r\n"
+                         "E2b-Sandbox-Id: sbx-1\r\nX-Access-Token: %s\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 2\r\n\r\n{}", tok);
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "is a client stream: Content-Type application/connect+json"));
+        free(tok);
+}
+
+/* File metadata headers are checked before any daemon call: past 32
+ * keys, or a key that is not an HTTP token, or a value over 4096 bytes,
+ * is a 400 naming the header. */
+static void test_file_metadata_headers_are_checked_first(void **state) {
+        char k[64];
+        assert_int_equal(gw_key_add("team-a", keys_path, k, sizeof(k)), 0);
+        char *tok = gw_envd_token(keys_path, "team-a", "sbx-1");
+        assert_non_null(tok);
+        static char req[16384];
+        int n = snprintf(req, sizeof(req), "POST /files?path=a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                         "X-Access-Token: %s\r\nContent-Type: application/octet-stream\r\n", tok);
+        for (int i = 0; i < 33; i++)
+                n += snprintf(req + n, sizeof(req) - (size_t) n, "X-Metadata-k%d: v\r\n", i);
+        n += snprintf(req + n, sizeof(req) - (size_t) n, "Content-Length: 1\r\n\r\nx");
+        const char *o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "at most 32 metadata keys a file"));
+
+        n = snprintf(req, sizeof(req), "POST /files?path=a HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: sbx-1\r\n"
+                     "X-Access-Token: %s\r\nContent-Type: application/octet-stream\r\nX-Metadata-a: ", tok);
+        memset(req + n, 'v', 4097);
+        n += 4097;
+        n += snprintf(req + n, sizeof(req) - (size_t) n, "\r\nContent-Length: 1\r\n\r\nx");
+        o = exchange(req, (size_t) n);
+        assert_non_null(strstr(o, "HTTP/1.1 400"));
+        assert_non_null(strstr(o, "X-Metadata-a: file metadata keys are 1 to 240 HTTP token characters"));
+        free(tok);
+}
+
+/* Found by E2B's signing test: a request refused from its head (here an
+ * expired signed upload) was answered and its socket closed with its
+ * body unread, so TCP reset the connection and the client, still sending
+ * its body, failed with "terminated" before it read the answer. Now the
+ * gateway shuts down its side and drains what comes (bounded) before it
+ * closes. Over TCP on loopback: the client reads the answer, then sends
+ * the rest of its body, which must not fail, then sees the end. */
+static void *serve_tcp_thread(void *arg) {
+        int l = (int) (intptr_t) arg;
+        int fd = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+                gw_serve_conn(&http_cfg, fd);
+        return NULL;
+}
+
+static void test_an_answer_before_the_body_is_not_lost_to_a_reset(void **state) {
+        int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t al = sizeof(a);
+        assert_int_equal(bind(l, (struct sockaddr *) &a, sizeof(a)), 0);
+        assert_int_equal(listen(l, 1), 0);
+        assert_int_equal(getsockname(l, (struct sockaddr *) &a, &al), 0);
+        http_cfg = (gw_config) { .socket_path = "/nonexistent/sandboxd.sock", .keys_path = keys_path };
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, serve_tcp_thread, (void *) (intptr_t) l), 0);
+        int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_int_equal(connect(c, (struct sockaddr *) &a, sizeof(a)), 0);
+        static const char head[] = "POST /files?path=a&signature=v1_x&signature_expiration=1 HTTP/1.1\r\nHost: x\r\n"
+                                   "Content-Length: 524288\r\n\r\nxxxx";
+        assert_int_equal(send(c, head, sizeof(head) - 1, MSG_NOSIGNAL), (ssize_t) sizeof(head) - 1);
+        static char out[4096];
+        size_t have = 0;
+        ssize_t n;
+        while (!strstr(out, "expired\"}") && (n = recv(c, out + have, sizeof(out) - 1 - have, 0)) > 0) {
+                have += (size_t) n;
+                out[have] = 0;
+        }
+        assert_non_null(strstr(out, "HTTP/1.1 401"));
+        assert_non_null(strstr(out, "signature is already expired"));
+        /* The rest of the body: every piece goes (no reset). */
+        static char piece[16384];
+        memset(piece, 'x', sizeof(piece));
+        size_t left = 524288 - 4;
+        while (left > 0) {
+                size_t k = left < sizeof(piece) ? left : sizeof(piece);
+                n = send(c, piece, k, MSG_NOSIGNAL);
+                assert_true(n > 0);
+                left -= (size_t) n;
+        }
+        shutdown(c, SHUT_WR);
+        while ((n = recv(c, out, sizeof(out), 0)) > 0)
+                ;
+        assert_int_equal(n, 0); /* the end, not a reset */
+        close(c);
+        pthread_join(t, NULL);
+        close(l);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test_setup_teardown(test_a_key_maps_to_its_tenant_and_only_its_hash_is_stored, setup, teardown),
@@ -793,11 +1150,13 @@ int main(void) {
                 cmocka_unit_test(test_url_decoding),
                 cmocka_unit_test(test_multipart_parts_with_their_file_names),
                 cmocka_unit_test_setup_teardown(test_http_routes_before_any_daemon_call, setup, teardown),
-                cmocka_unit_test_setup_teardown(test_host_names_route_envds_port_only, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_host_names_route_envd_and_exposed_ports, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_key_tenants_lists_each_tenant_once, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_http_limits_answer_and_close, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_request_without_a_valid_key_is_answered_before_its_body, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_bodies_of_all_connections_are_bounded, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_one_tenant_holds_at_most_half_the_bodies_budget, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_body_that_is_not_an_object_is_refused, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_head_that_trickles_in_is_cut_off, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_keys_file_others_can_read_is_refused, setup, teardown),
@@ -806,8 +1165,15 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_downloads_share_the_bodies_budget, setup, teardown),
                 cmocka_unit_test(test_one_address_holds_at_most_its_share),
                 cmocka_unit_test(test_a_full_table_cuts_the_oldest_connection_without_a_key),
+                cmocka_unit_test(test_one_tenant_cannot_hold_the_whole_table),
+                cmocka_unit_test(test_one_tenant_has_at_most_a_quarter_of_the_requests_in_progress),
                 cmocka_unit_test_setup_teardown(test_a_connection_with_a_valid_key_keeps_its_place, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_a_tenant_over_its_rate_is_answered_429, setup, teardown),
+                cmocka_unit_test(test_file_signatures_as_the_sdk_makes_them),
+                cmocka_unit_test_setup_teardown(test_signed_file_urls_route_by_their_signature, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stream_input_is_parsed_as_it_comes, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_file_metadata_headers_are_checked_first, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_an_answer_before_the_body_is_not_lost_to_a_reset, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -386,6 +386,30 @@ static void test_lock_holder_names_the_process_and_whether_it_never_exec_d_in_ne
         close(fd);
 }
 
+static void check_redact(const char *in, const char *prefix, const char *want) {
+        char *got = core_redact_path(in, prefix, "<stateDir>");
+        assert_non_null(got);
+        assert_string_equal(got, want);
+        free(got);
+}
+
+static void test_redact_path_replaces_whole_directories_only(void **state) {
+        (void) state;
+        check_redact("open /var/lib/sandboxd/sandboxes/a/disk.img: No space", "/var/lib/sandboxd",
+                     "open <stateDir>/sandboxes/a/disk.img: No space");
+        check_redact("rename '/var/lib/sandboxd/x' to /var/lib/sandboxd", "/var/lib/sandboxd/",
+                     "rename '<stateDir>/x' to <stateDir>");
+        /* Not a longer name, not inside another path. */
+        check_redact("/var/lib/sandboxd2/x /srv/var/lib/sandboxd/y", "/var/lib/sandboxd",
+                     "/var/lib/sandboxd2/x /srv/var/lib/sandboxd/y");
+        check_redact("a:/var/lib/sandboxd(b)", "/var/lib/sandboxd", "a:<stateDir>(b)");
+        /* Nothing to replace with "/", an empty or a NULL prefix. */
+        check_redact("/etc/passwd", "/", "/etc/passwd");
+        check_redact("/etc/passwd", "", "/etc/passwd");
+        check_redact("/etc/passwd", NULL, "/etc/passwd");
+        check_redact("", "/var/lib/sandboxd", "");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_sandbox_names_follow_design_rule),
@@ -401,6 +425,7 @@ int main(void) {
                 cmocka_unit_test(test_beneath_helpers_refuse_every_symlinked_component),
                 cmocka_unit_test(test_tree_copy_keeps_links_as_links_and_reads_nothing_outside),
                 cmocka_unit_test(test_error_keeps_innermost_and_prefixes_context),
+                cmocka_unit_test(test_redact_path_replaces_whole_directories_only),
                 cmocka_unit_test(test_lock_holder_names_the_process_and_whether_it_never_exec_d_in_new_namespaces),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
