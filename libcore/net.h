@@ -169,6 +169,31 @@ int core_net_monitor_read(int fd);
  * that does not pass its session's generation check (policy/nftgen.h): a
  * custom session's `goto r_<if>`, allow-all's `accept`; no element drops. */
 #define CORE_NFT_SESSIONS_REPLY_MAP "sessions_reply"
+/* Shared by every custom session, keyed by its interface (policy/nftgen.h),
+ * so that a policy update is an element-only batch into sets made here,
+ * once, before any session's (a set is found by name with a walk of the
+ * table's list of sets, oldest first):
+ * - pins4 / pins6: `type ifname . ipv4_addr` / `ifname . ipv6_addr`, flags
+ *   timeout: the DNS pins (one garbage collector for all sessions);
+ * - gens: `type ifname . mark`: the session's current flow generation;
+ * - genmark, genmark_b: `type ifname : mark`: the generation a flow gets
+ *   when the session's chain of slot a (of slot b) accepts it (`ct mark
+ *   set iifname map @genmark`);
+ * - slot_b: `type ifname`: sessions whose chains use the "_b" slot of
+ *   their address-range sets. */
+#define CORE_NFT_PINS4_SET "pins4"
+#define CORE_NFT_PINS6_SET "pins6"
+#define CORE_NFT_GENS_SET "gens"
+#define CORE_NFT_GENMARK_MAP "genmark"
+#define CORE_NFT_GENMARK_B_MAP "genmark_b"
+#define CORE_NFT_SLOT_B_SET "slot_b"
+/* nftables' datatype numbers (src/datatype.h) and the width of one field
+ * of a concatenation's type (TYPE_BITS): key types `nft list` prints. */
+#define CORE_NFT_TYPE_IPADDR 7
+#define CORE_NFT_TYPE_IP6ADDR 8
+#define CORE_NFT_TYPE_MARK 19
+#define CORE_NFT_TYPE_IFNAME 41
+#define CORE_NFT_TYPE_BITS 6
 /* The egress proxy's port on each gateway (policy/proxy.h POL_PROXY_PORT;
  * libcore cannot include policy/, so nftgen.c checks the two agree). */
 #define CORE_NFT_PROXY_PORT 3128

@@ -152,6 +152,22 @@ static const char *const host_maps[] = { CORE_NFT_SESSIONS_MAP, CORE_NFT_SESSION
  * elements with the session's other objects. */
 static const char *const host_sets[] = { CORE_NFT_PROXIED_SET };
 
+/* The sets every custom session's chains share (libcore/net.h, before
+ * CORE_NFT_PINS4_SET): keys an interface name and a second field. */
+static const struct keyed_set {
+        const char *name;
+        uint32_t flags, key_type, key_len, data_type, data_len;
+} keyed_sets[] = {
+        { CORE_NFT_PINS4_SET, NFT_SET_TIMEOUT,
+          CORE_NFT_TYPE_IFNAME << CORE_NFT_TYPE_BITS | CORE_NFT_TYPE_IPADDR, IFNAMSIZ + 4, 0, 0 },
+        { CORE_NFT_PINS6_SET, NFT_SET_TIMEOUT,
+          CORE_NFT_TYPE_IFNAME << CORE_NFT_TYPE_BITS | CORE_NFT_TYPE_IP6ADDR, IFNAMSIZ + 16, 0, 0 },
+        { CORE_NFT_GENS_SET, 0, CORE_NFT_TYPE_IFNAME << CORE_NFT_TYPE_BITS | CORE_NFT_TYPE_MARK, IFNAMSIZ + 4, 0, 0 },
+        { CORE_NFT_GENMARK_MAP, NFT_SET_MAP, CORE_NFT_TYPE_IFNAME, IFNAMSIZ, CORE_NFT_TYPE_MARK, 4 },
+        { CORE_NFT_GENMARK_B_MAP, NFT_SET_MAP, CORE_NFT_TYPE_IFNAME, IFNAMSIZ, CORE_NFT_TYPE_MARK, 4 },
+        { CORE_NFT_SLOT_B_SET, 0, CORE_NFT_TYPE_IFNAME, IFNAMSIZ, 0, 0 },
+};
+
 /* DESIGN §5.1 rule 5: a sandbox never reaches the host itself, another
  * sandbox or link-local (cloud metadata), in IPv4 or in any IPv6 form;
  * without an IPv6 pool IPv6 is off (V6_OFF rule: the session chains would
@@ -1356,6 +1372,40 @@ static int batch_map(core_nft_batch *bt, const char *name, bool is_map) {
         return core_nft_batch_commit(bt);
 }
 
+/* One of keyed_sets. The interface name is a host-order string (nft's
+ * BYTEORDER_HOST_ENDIAN, the user data `nft list` reads) only where it is
+ * the whole key; a concatenation's fields nft prints by their types. */
+static int batch_keyed_set(core_nft_batch *bt, const struct keyed_set *ks) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
+        _cleanup_(nftnl_udata_buf_freep) struct nftnl_udata_buf *ud = nftnl_udata_buf_alloc(64);
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "set '%s'", ks->name);
+        if (!s || !ud || !buf)
+                return -ENOMEM;
+        if (ks->key_type == CORE_NFT_TYPE_IFNAME && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_KEYBYTEORDER, 1))
+                return -ENOMEM;
+        /* A mark is a host-order number to nft too (BYTEORDER_HOST_ENDIAN). */
+        if (ks->data_type == CORE_NFT_TYPE_MARK && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_DATABYTEORDER, 1))
+                return -ENOMEM;
+        if (nftnl_udata_buf_len(ud) &&
+            nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud)) < 0)
+                return -ENOMEM;
+        nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+        if (nftnl_set_set_str(s, NFTNL_SET_TABLE, TABLE_NAME) < 0 || nftnl_set_set_str(s, NFTNL_SET_NAME, ks->name) < 0)
+                return -ENOMEM;
+        nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, ks->flags);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, ks->key_type);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, ks->key_len);
+        if (ks->flags & NFT_SET_MAP) {
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, ks->data_type);
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, ks->data_len);
+        }
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSET, NFPROTO_INET, NLM_F_CREATE | NLM_F_ACK, seq);
+        nftnl_set_nlmsg_build_payload(nlh, s);
+        return core_nft_batch_commit(bt);
+}
+
 static int batch_rule(core_nft_batch *bt, const host_rule *hr, const core_net_pool *pool) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
         uint32_t seq;
@@ -1408,6 +1458,9 @@ static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
                         return r;
         for (size_t i = 0; i < ELEMENTSOF(host_sets); i++)
                 if ((r = batch_map(bt, host_sets[i], false)) < 0)
+                        return r;
+        for (size_t i = 0; i < ELEMENTSOF(keyed_sets); i++)
+                if ((r = batch_keyed_set(bt, &keyed_sets[i])) < 0)
                         return r;
         if ((r = batch_meter(bt)) < 0)
                 return r;
@@ -1486,9 +1539,11 @@ static int host_table_intact(struct mnl_socket *nl, const core_net_pool *pool) {
         mnl_attr_put_strz(nlh, NFTA_TABLE_NAME, TABLE_NAME);
         if ((r = nl_get_count(nl, nlh, &n)) < 0)
                 return r;
-        for (size_t i = 0; i < ELEMENTSOF(host_maps) + ELEMENTSOF(host_sets) + 1; i++) {
+        for (size_t i = 0; i < ELEMENTSOF(host_maps) + ELEMENTSOF(host_sets) + ELEMENTSOF(keyed_sets) + 1; i++) {
+                size_t ks = i - ELEMENTSOF(host_maps) - ELEMENTSOF(host_sets);
                 const char *name = i < ELEMENTSOF(host_maps)                         ? host_maps[i]
                                    : i < ELEMENTSOF(host_maps) + ELEMENTSOF(host_sets) ? host_sets[i - ELEMENTSOF(host_maps)]
+                                   : ks < ELEMENTSOF(keyed_sets)                       ? keyed_sets[ks].name
                                                                                       : CORE_NFT_LOGRATE_SET;
                 nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFPROTO_INET, NLM_F_ACK, seq++);
                 mnl_attr_put_strz(nlh, NFTA_SET_TABLE, TABLE_NAME);

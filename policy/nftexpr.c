@@ -41,6 +41,40 @@ int pol_nftx_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint3
         return pol_nftx_expr(r, e);
 }
 
+int pol_nftx_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {
+        uint32_t zero = 0;
+        struct nftnl_expr *e;
+        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, key, NFTNL_EXPR_CT_DREG);
+        if (k < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("bitwise"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(mask));
+                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
+                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
+        }
+        if ((k = pol_nftx_expr(r, e)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("cmp"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
+                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
+        }
+        return pol_nftx_expr(r, e);
+}
+
+int pol_nftx_verdict(struct nftnl_rule *r, int code, const char *chain) {
+        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t) code);
+                if (chain)
+                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain);
+        }
+        return pol_nftx_expr(r, e);
+}
+
 int pol_nftx_key_elem(struct nftnl_set *s, const void *key, size_t len, uint32_t flags, uint64_t timeout_ms) {
         struct nftnl_set_elem *e = nftnl_set_elem_alloc();
         if (!e)

@@ -31,6 +31,16 @@ int pol_nftx_cmp(struct nftnl_rule *r, const void *data, uint32_t len);
  * -ENOMEM. */
 int pol_nftx_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len);
 
+/* Appends `ct <key> & mask != 0` (key NFT_CT_STATE with
+ * NF_CT_STATE_BIT()s: `ct state related`; NFT_CT_STATUS with IPS_*
+ * bits: `ct status dnat`), as nft emits a bit test (bitwise into
+ * register 1, then cmp neq 0). Returns 0 or -ENOMEM. */
+int pol_nftx_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask);
+
+/* Appends a verdict: code NF_ACCEPT, NF_DROP, or NFT_GOTO / NFT_JUMP to
+ * `chain` (copied; NULL for the others). Returns 0 or -ENOMEM. */
+int pol_nftx_verdict(struct nftnl_rule *r, int code, const char *chain);
+
 /* Adds to set s an element with the len-byte key (copied), element flags
  * (NFT_SET_ELEM_INTERVAL_END, ...; 0 for none) and a timeout in
  * milliseconds (0: the set's own). s takes ownership. Returns 0 or

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include "libcore/log.h"
 #include "libcore/net.h"
 #include "libcore/util.h"
 #include "policy/nftexpr.h"
@@ -48,6 +49,8 @@ static const struct {
         [SET_ALLOW] = { "allow4", NFT_SET_INTERVAL, 4, 7 },
         [SET_DENY] = { "deny4", NFT_SET_INTERVAL, 4, 7 },
         [SET_FORBID] = { "forbid4", NFT_SET_INTERVAL, 4, 7 },
+        /* The DNS pins: the host table's shared sets (pins4, pins6, keyed
+         * by interface and address), never one of the session's own. */
         [SET_DNS] = { "dns4", NFT_SET_TIMEOUT, 4, 7 },
         /* IPv6 (DESIGN §5: every rule holds for both families): the same
          * four sets with 16-byte keys. */
@@ -81,11 +84,11 @@ typedef struct session_rule {
 static const session_rule rule_deny4 = { SR_DADDR_SET, SET_DENY, 0, 0, false, "ip daddr @deny4 goto deny" };
 static const session_rule rule_forbid4 = { SR_DADDR_SET, SET_FORBID, 0, 0, false, "ip daddr @forbid4 goto deny" };
 static const session_rule rule_allow4 = { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" };
-static const session_rule rule_dns4 = { SR_DADDR_SET, SET_DNS, 0, 0, true, "ip daddr @dns4 accept" };
+static const session_rule rule_dns4 = { SR_DADDR_SET, SET_DNS, 0, 0, true, "iifname . ip daddr @pins4 accept" };
 static const session_rule rule_deny6 = { SR_DADDR_SET, SET_DENY6, 0, 0, false, "ip6 daddr @deny6 goto deny" };
 static const session_rule rule_forbid6 = { SR_DADDR_SET, SET_FORBID6, 0, 0, false, "ip6 daddr @forbid6 goto deny" };
 static const session_rule rule_allow6 = { SR_DADDR_SET, SET_ALLOW6, 0, 0, true, "ip6 daddr @allow6 accept" };
-static const session_rule rule_dns6 = { SR_DADDR_SET, SET_DNS6, 0, 0, true, "ip6 daddr @dns6 accept" };
+static const session_rule rule_dns6 = { SR_DADDR_SET, SET_DNS6, 0, 0, true, "iifname . ip6 daddr @pins6 accept" };
 static const session_rule rule_rest = { SR_ALL, 0, 0, 0, false, "goto deny" };
 
 /* Flow generations (the session's ct mark, DESIGN §5.1 rule 9). Every
@@ -142,6 +145,8 @@ typedef struct names {
         char ichain[IFNAMSIZ + 2]; /* i_<if>: input, gateway services */
         char nchain[IFNAMSIZ + 2]; /* n_<if>: prerouting, DNS forwarding of allow-all */
         char rchain[IFNAMSIZ + 2]; /* r_<if>: forward, the reply direction of a flow of an older generation */
+        char chain_b[IFNAMSIZ + 4];  /* s_<if>_b: s_<if>'s rules of slot b */
+        char rchain_b[IFNAMSIZ + 4]; /* r_<if>_b: r_<if>'s rules of slot b */
         uint32_t mark;             /* the generation (ct mark) of this change's s_<if> and r_<if> */
         char set[N_SETS][IFNAMSIZ + 16];
         int slot;              /* where the interval sets of this change are: use_slot() */
@@ -183,8 +188,12 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
         snprintf(n->ichain, sizeof(n->ichain), "i_%s", ifname);
         snprintf(n->nchain, sizeof(n->nchain), "n_%s", ifname);
         snprintf(n->rchain, sizeof(n->rchain), "r_%s", ifname);
+        snprintf(n->chain_b, sizeof(n->chain_b), "s_%s_b", ifname);
+        snprintf(n->rchain_b, sizeof(n->rchain_b), "r_%s_b", ifname);
         for (int i = 0; i < N_SETS; i++)
                 snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
+        snprintf(n->set[SET_DNS], sizeof(n->set[SET_DNS]), "%s", CORE_NFT_PINS4_SET);
+        snprintf(n->set[SET_DNS6], sizeof(n->set[SET_DNS6]), "%s", CORE_NFT_PINS6_SET);
         return 0;
 }
 
@@ -194,6 +203,10 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
  * chains at it (see stage_interval_sets). Name of set `id` in `slot`. */
 static bool set_is_interval(enum set_id id) {
         return session_sets[id].flags & NFT_SET_INTERVAL;
+}
+
+static bool set_is_shared(enum set_id id) {
+        return id == SET_DNS || id == SET_DNS6;
 }
 
 static void slot_set_name(const names *n, enum set_id id, int slot, char *buf, size_t size) {
@@ -533,57 +546,9 @@ static void range_text(range x, char *buf, size_t size) {
 
 /* ---- expressions (each returns 0 or -ENOMEM) ---- */
 
-/* ct mark == mark (the register holds it in host order, as nft does). */
-static int add_ct_mark_eq(struct nftnl_rule *r, uint32_t mark) {
-        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_MARK, NFTNL_EXPR_CT_DREG);
-        return k < 0 ? k : pol_nftx_cmp(r, &mark, sizeof(mark));
-}
-
-/* ct <key> & mask != 0 (ct state related, ct status dnat): one helper
- * for the conntrack bit tests the session chains make. */
-static int add_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {
-        uint32_t zero = 0;
-        struct nftnl_expr *e;
-        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, key, NFTNL_EXPR_CT_DREG);
-        if (k < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("bitwise"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
-        }
-        if ((k = pol_nftx_expr(r, e)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("cmp"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
-                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
-        }
-        return pol_nftx_expr(r, e);
-}
-
 /* ct state established,related. */
 static int add_ct_est_rel(struct nftnl_rule *r) {
-        return add_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
-}
-
-/* ct mark set mark: the flow now belongs to this generation. */
-static int add_ct_mark_set(struct nftnl_rule *r, uint32_t mark) {
-        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
-        int k;
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-                nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &mark, sizeof(mark));
-        }
-        if ((k = pol_nftx_expr(r, e)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("ct"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_MARK);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_SREG, NFT_REG_1);
-        }
-        return pol_nftx_expr(r, e);
+        return pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
 }
 
 /* meta nfproto ipv4 ip daddr @set (ipv6 ip6 daddr @set for a 16-byte
@@ -603,6 +568,97 @@ static int add_addr_lookup(struct nftnl_rule *r, const char *set, bool v6, bool 
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
         }
         return pol_nftx_expr(r, e);
+}
+
+/* Loads the session's interface into register `reg` (NFT_REG_1 or
+ * NFT_REG_2, 16 bytes each): the input interface (iifname) for the
+ * sandbox's own packets, the output one (oifname) for the reply direction,
+ * which the host table reaches through `sessions_reply` by oifname. */
+static int load_if(struct nftnl_rule *r, bool reply, uint32_t reg) {
+        struct nftnl_expr *e = nftnl_expr_alloc("meta");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, reply ? NFT_META_OIFNAME : NFT_META_IIFNAME);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, reg);
+        }
+        return pol_nftx_expr(r, e);
+}
+
+/* A lookup of the key from register sreg on in `set`; dreg >= 0: a map
+ * whose value goes there; inv: matches when the key is absent. */
+static int add_lookup(struct nftnl_rule *r, const char *set, uint32_t sreg, int dreg, bool inv) {
+        struct nftnl_expr *e = nftnl_expr_alloc("lookup");
+        if (e) {
+                nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, sreg);
+                if (dreg >= 0)
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_DREG, (uint32_t) dreg);
+                if (inv)
+                        nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
+        }
+        return pol_nftx_expr(r, e);
+}
+
+/* iifname . ct mark @gens (oifname for the reply direction): the flow
+ * carries the session's current generation (the ct mark, in host order
+ * as nft loads it). */
+static int add_gen_check(struct nftnl_rule *r, bool reply) {
+        struct nftnl_expr *e;
+        int k;
+        if ((k = load_if(r, reply, NFT_REG_1)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("ct"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_MARK);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_2);
+        }
+        if ((k = pol_nftx_expr(r, e)) < 0)
+                return k;
+        return add_lookup(r, CORE_NFT_GENS_SET, NFT_REG_1, -1, false);
+}
+
+/* ct mark set iifname map @genmark (genmark_b in the chains of slot b;
+ * oifname for the reply direction): the flow now belongs to the
+ * generation of the slot that judged it. A change writes the new
+ * generation into the map of the slot it moves to and leaves the other's:
+ * a packet that met the old slot's chain while the change was committed
+ * gets the old generation, and is judged again on its next packet. */
+static int add_gen_set(struct nftnl_rule *r, bool reply, int slot) {
+        struct nftnl_expr *e;
+        int k;
+        if ((k = load_if(r, reply, NFT_REG_1)) < 0 ||
+            (k = add_lookup(r, slot ? CORE_NFT_GENMARK_B_MAP : CORE_NFT_GENMARK_MAP, NFT_REG_1, NFT_REG_1, false)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("ct"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_MARK);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_CT_SREG, NFT_REG_1);
+        }
+        return pol_nftx_expr(r, e);
+}
+
+/* iifname @slot_b (oifname for the reply direction): the session's chains
+ * of slot b are in force. */
+static int add_slot_guard(struct nftnl_rule *r, bool reply) {
+        int k = load_if(r, reply, NFT_REG_1);
+        return k < 0 ? k : add_lookup(r, CORE_NFT_SLOT_B_SET, NFT_REG_1, -1, false);
+}
+
+/* meta nfproto ipv4 iifname . ip daddr @pins4 (ipv6 ... ip6 daddr @pins6;
+ * for the reply direction oifname and the source address). */
+static int add_pin_lookup(struct nftnl_rule *r, const char *set, bool v6, bool reply) {
+        uint8_t fam = v6 ? NFPROTO_IPV6 : NFPROTO_IPV4;
+        struct nftnl_expr *e;
+        int k;
+        if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
+            (k = pol_nftx_cmp(r, &fam, 1)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("payload"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_NETWORK_HEADER);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16));
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, v6 ? 16 : 4);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_2);
+        }
+        if ((k = pol_nftx_expr(r, e)) < 0)
+                return k;
+        return add_lookup(r, set, NFT_REG_1, -1, false);
 }
 
 /* meta nfproto ipv4 ip daddr <addr>: as nft emits it. */
@@ -634,14 +690,8 @@ static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
  * reported to them (the sandbox's own next packet of the flow meets the
  * deny chain and its reset). */
 static int add_verdict_or_drop(struct nftnl_rule *r, bool accept, bool drop) {
-        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, accept ? NF_ACCEPT : drop ? NF_DROP : NFT_GOTO);
-                if (!accept && !drop)
-                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, CORE_NFT_DENY_CHAIN);
-        }
-        return pol_nftx_expr(r, e);
+        return pol_nftx_verdict(r, accept ? NF_ACCEPT : drop ? NF_DROP : NFT_GOTO,
+                                accept || drop ? NULL : CORE_NFT_DENY_CHAIN);
 }
 
 
@@ -651,7 +701,10 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
         /* The session's own chains carry its generation; the reply chain
          * judges the remote end, which is the source there. */
-        bool reply = streq(chain, n->rchain), marked = reply || streq(chain, n->chain);
+        bool reply = streq(chain, n->rchain) || streq(chain, n->rchain_b);
+        bool marked = reply || streq(chain, n->chain) || streq(chain, n->chain_b);
+        /* The chains of slot b look up the "_b" sets and mark from genmark_b. */
+        int slot = streq(chain, n->chain_b) || streq(chain, n->rchain_b);
         int k = 0;
         if (!r)
                 return -ENOMEM;
@@ -661,12 +714,20 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
                 return -ENOMEM;
         switch (sr->kind) {
         case SR_CT_EST: k = add_ct_est_rel(r); break;
-        case SR_CT_MARK: k = add_ct_mark_eq(r, n->mark); break;
-        case SR_CT_DNAT: k = add_ct_bits(r, NFT_CT_STATUS, IPS_DST_NAT); break;
-        case SR_CT_RELATED: k = add_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED)); break;
-        case SR_DADDR_SET:
-                k = add_addr_lookup(r, n->set[sr->set], session_sets[sr->set].key_len == 16, reply);
+        case SR_CT_MARK: k = add_gen_check(r, reply); break;
+        case SR_CT_DNAT: k = pol_nftx_ct_bits(r, NFT_CT_STATUS, IPS_DST_NAT); break;
+        case SR_CT_RELATED: k = pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED)); break;
+        case SR_DADDR_SET: {
+                bool v6 = session_sets[sr->set].key_len == 16;
+                char name[sizeof(n->set[0])];
+                if (set_is_shared(sr->set)) {
+                        k = add_pin_lookup(r, n->set[sr->set], v6, reply);
+                        break;
+                }
+                slot_set_name(n, sr->set, slot, name, sizeof(name));
+                k = add_addr_lookup(r, name, v6, reply);
                 break;
+        }
         case SR_DPORT: k = add_port(r, sr->l4proto, sr->port, reply); break;
         case SR_GW_DPORT:
                 if ((k = add_daddr(r, gateway)) >= 0)
@@ -686,7 +747,7 @@ static int build_rule(const session_rule *sr, const char *chain, const names *n,
         /* An accepting rule of the session's chains (but the generation
          * check itself) marks the flow with the generation. */
         if (k >= 0 && marked && sr->accept && sr->kind != SR_CT_MARK)
-                k = add_ct_mark_set(r, n->mark);
+                k = add_gen_set(r, reply, slot);
         if (k < 0 || (k = add_verdict_or_drop(r, sr->accept, reply)) < 0)
                 return k;
         *ret = TAKE_PTR(r);
@@ -839,6 +900,210 @@ static int msg_proxied_elem(core_nft_batch *bt, const names *n, bool add) {
         return msg_elems(bt, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
 }
 
+/* An element of one of the host table's shared keyed sets (libcore/net.h
+ * CORE_NFT_PINS4_SET...): the key is the session's interface name
+ * (IFNAMSIZ bytes, zero-padded) followed by tail_len bytes of `tail`;
+ * `data`: a map element's 4-byte value (genmark); timeout_ms 0: none.
+ * `type` NFT_MSG_NEWSETELEM or NFT_MSG_DELSETELEM; `what` names it in
+ * errors. */
+static int msg_keyed_elem(core_nft_batch *bt, uint16_t type, const char *set, const names *n, const void *tail,
+                          size_t tail_len, const uint32_t *data, uint64_t timeout_ms, const char *what) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(set);
+        struct nftnl_set_elem *e = nftnl_set_elem_alloc();
+        uint8_t key[IFNAMSIZ + 16] = {};
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s%s%s", set, n->ifname, what ? " . " : "",
+                                           what ? what : "");
+        if (!s || !e || !buf || tail_len > 16) {
+                nftnl_set_elem_free(e);
+                return -ENOMEM;
+        }
+        memcpy(key, n->ifname, strlen(n->ifname));
+        if (tail_len)
+                memcpy(key + IFNAMSIZ, tail, tail_len);
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, IFNAMSIZ + tail_len);
+        if (data && type == NFT_MSG_NEWSETELEM)
+                nftnl_set_elem_set(e, NFTNL_SET_ELEM_DATA, data, sizeof(*data));
+        if (timeout_ms && type == NFT_MSG_NEWSETELEM)
+                nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, timeout_ms);
+        nftnl_set_elem_add(s, e);
+        return msg_elems(bt, type, s, seq, buf);
+}
+
+/* The session's current generation, `"<if>" . mark` in gens (type
+ * NEWSETELEM: add; DELSETELEM: delete). */
+static int msg_gens(core_nft_batch *bt, uint16_t type, const names *n, uint32_t mark) {
+        char text[16];
+        int k;
+        snprintf(text, sizeof(text), "0x%08x", mark);
+        /* A delete adds first (no EXCL): whatever gens held, the batch
+         * does not fail on it. */
+        if ((type == NFT_MSG_DELSETELEM &&
+             (k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, CORE_NFT_GENS_SET, n, &mark, sizeof(mark), NULL, 0, text)) < 0) ||
+            (k = msg_keyed_elem(bt, type, CORE_NFT_GENS_SET, n, &mark, sizeof(mark), NULL, 0, text)) < 0)
+                return k;
+        return 0;
+}
+
+/* The generation the chains of `slot` mark flows with, `"<if>" : mark` in
+ * genmark (slot 0) or genmark_b (slot 1); a delete needs no mark. */
+static int msg_genmark(core_nft_batch *bt, uint16_t type, const names *n, uint32_t mark, int slot) {
+        return msg_keyed_elem(bt, type, slot ? CORE_NFT_GENMARK_B_MAP : CORE_NFT_GENMARK_MAP, n, NULL, 0, &mark, 0,
+                              NULL);
+}
+
+/* Empties set `name` (a DELSETELEM without elements: nft's `flush set`). */
+static int msg_set_flush(core_nft_batch *bt, const char *name) {
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "flush set %s", name);
+        if (!buf)
+                return -ENOMEM;
+        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_DELSETELEM, NFPROTO_INET, NLM_F_ACK, seq);
+        mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, CORE_NFT_TABLE);
+        mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, name);
+        return core_nft_batch_commit(bt);
+}
+
+/* ---- the DNS pins of each session, as this process added them ----
+ *
+ * The pins of every custom session share the host table's sets pins4 and
+ * pins6 (one timeout set each, one garbage collector, found by name with a
+ * walk of the table's first few sets whatever the number of sessions), so
+ * a change of policy deletes the session's pins one by one rather than
+ * with a set of its own: they were judged under the old policy (fail
+ * closed). This table holds what was added and is still live; it is
+ * complete, since every pin goes through pol_nft_pin*() or a carried-over
+ * change, and a daemon that starts again starts with an empty host table
+ * (core_net_host_setup). It also bounds each session to POL_NFT_PIN_MAX
+ * live pins, as a set of its own did: a sandbox that floods its DNS filter
+ * with fresh answers gets SERVFAIL, and never fills the others' room.
+ * `pin_lock` also orders a pin against a change of the same session. */
+
+typedef struct pin_rec {
+        pol_addr addr;
+        uint64_t expires_ms; /* CLOCK_MONOTONIC */
+} pin_rec;
+
+typedef struct if_pins {
+        char ifname[IFNAMSIZ];
+        bool custom; /* the session's custom chains are in place */
+        pin_rec *v;
+        size_t n, cap;
+} if_pins;
+
+static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static if_pins *pin_tab; /* one per session interface this process changed */
+static size_t pin_tab_n;
+
+static uint64_t now_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000 + (uint64_t) ts.tv_nsec / 1000000;
+}
+
+/* The session's entry (created when `create`); NULL if none, or out of
+ * memory. Under pin_lock. */
+static if_pins *pins_of(const char *ifname, bool create) {
+        for (size_t i = 0; i < pin_tab_n; i++)
+                if (streq(pin_tab[i].ifname, ifname))
+                        return &pin_tab[i];
+        if (!create)
+                return NULL;
+        if_pins *t = reallocarray(pin_tab, pin_tab_n + 1, sizeof(*t));
+        if (!t)
+                return NULL;
+        pin_tab = t;
+        t[pin_tab_n] = (if_pins) {};
+        snprintf(t[pin_tab_n].ifname, sizeof(t[pin_tab_n].ifname), "%s", ifname);
+        return &t[pin_tab_n++];
+}
+
+/* Drops the entries whose timeout has passed (the kernel no longer
+ * matches them either). */
+static void pins_compact(if_pins *p, uint64_t now) {
+        size_t k = 0;
+        for (size_t i = 0; i < p->n; i++)
+                if (p->v[i].expires_ms > now)
+                        p->v[k++] = p->v[i];
+        p->n = k;
+}
+
+static pin_rec *pins_find(if_pins *p, const pol_addr *a) {
+        size_t len = a->family == AF_INET6 ? 16 : 4;
+        for (size_t i = 0; i < p->n; i++)
+                if (p->v[i].addr.family == a->family && memcmp(p->v[i].addr.bytes, a->bytes, len) == 0)
+                        return &p->v[i];
+        return NULL;
+}
+
+void pol_nft_host_reset(void) {
+        pthread_mutex_lock(&pin_lock);
+        for (size_t i = 0; i < pin_tab_n; i++)
+                free(pin_tab[i].v);
+        free(pin_tab);
+        pin_tab = NULL;
+        pin_tab_n = 0;
+        pthread_mutex_unlock(&pin_lock);
+}
+
+/* Records pin a for ttl_ms: refreshes an existing entry, else adds one.
+ * -ENOSPC when the session already holds POL_NFT_PIN_MAX live pins;
+ * -ENOMEM. */
+static int pins_add(if_pins *p, const pol_addr *a, uint64_t ttl_ms) {
+        uint64_t now = now_ms();
+        pin_rec *r = pins_find(p, a);
+        if (r) {
+                if (now + ttl_ms > r->expires_ms)
+                        r->expires_ms = now + ttl_ms;
+                return 0;
+        }
+        if (p->n == p->cap) {
+                pins_compact(p, now);
+                if (p->n >= POL_NFT_PIN_MAX)
+                        return -ENOSPC;
+        }
+        if (p->n == p->cap) {
+                size_t cap = p->cap ? p->cap * 2 : 16;
+                pin_rec *v = reallocarray(p->v, cap, sizeof(*v));
+                if (!v)
+                        return -ENOMEM;
+                p->v = v;
+                p->cap = cap;
+        }
+        p->v[p->n++] = (pin_rec) { *a, now + ttl_ms };
+        return 0;
+}
+
+/* Deletes the session's live pins from pins4/pins6 in batch bt, but those
+ * in `keep` (n_keep; carried over, added again by the caller). Each is
+ * added first (no EXCL, a short timeout) and then deleted, so one that
+ * expired meanwhile is no error; the batch is one transaction either way. */
+static int msg_pins_drop(core_nft_batch *bt, const names *n, if_pins *p, const pol_nft_carried_pin *keep,
+                         size_t n_keep) {
+        uint64_t now = now_ms();
+        if (!p)
+                return 0;
+        for (size_t i = 0; i < p->n; i++) {
+                const pin_rec *r = &p->v[i];
+                bool v6 = r->addr.family == AF_INET6, kept = false;
+                char text[INET6_ADDRSTRLEN];
+                int k;
+                if (r->expires_ms <= now)
+                        continue;
+                for (size_t j = 0; j < n_keep && !kept; j++)
+                        kept = keep[j].addr.family == r->addr.family &&
+                               memcmp(keep[j].addr.bytes, r->addr.bytes, v6 ? 16 : 4) == 0;
+                if (kept)
+                        continue;
+                inet_ntop(r->addr.family, r->addr.bytes, text, sizeof(text));
+                const char *set = v6 ? CORE_NFT_PINS6_SET : CORE_NFT_PINS4_SET;
+                if ((k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, set, n, r->addr.bytes, v6 ? 16 : 4, NULL, 1000, text)) < 0 ||
+                    (k = msg_keyed_elem(bt, NFT_MSG_DELSETELEM, set, n, r->addr.bytes, v6 ? 16 : 4, NULL, 0, text)) < 0)
+                        return k;
+        }
+        return 0;
+}
+
 static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
                     struct in_addr gateway) {
         _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
@@ -870,7 +1135,31 @@ static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chai
  * differ from any we would add first (accept, goto deny, goto s_<if>), so
  * it is looked up; only the daemon changes session elements, one change at
  * a time. */
+/* The reply to a GETSETELEM of one element: its value (a map's data, 4
+ * bytes) into *data. */
+static int elem_data_cb(const struct nlmsghdr *nlh, void *data) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
+        struct nftnl_set_elems_iter *it;
+        if (!s || nftnl_set_elems_nlmsg_parse(nlh, s) < 0 || !(it = nftnl_set_elems_iter_create(s)))
+                return MNL_CB_ERROR;
+        struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it);
+        uint32_t len = 0;
+        const void *d = e ? nftnl_set_elem_get(e, NFTNL_SET_ELEM_DATA, &len) : NULL;
+        if (d && len == sizeof(uint32_t))
+                memcpy(data, d, sizeof(uint32_t));
+        nftnl_set_elems_iter_destroy(it);
+        return MNL_CB_OK;
+}
+
+static int map_elem_query(const char *map, const names *n, uint32_t *data, sb_error **err);
+
 static int map_elem_exists(const char *map, const names *n, sb_error **err) {
+        return map_elem_query(map, n, NULL, err);
+}
+
+/* map_elem_exists() that also reads a map element's 4-byte value into
+ * *data (data NULL: no value read). */
+static int map_elem_query(const char *map, const names *n, uint32_t *data, sb_error **err) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(map);
         struct mnl_socket *nl = NULL;
         char buf[MNL_SOCKET_BUFFER_SIZE];
@@ -897,7 +1186,7 @@ static int map_elem_exists(const char *map, const names *n, sb_error **err) {
                         core_nft_socket_give(nl, false);
                         return r;
                 }
-                r = mnl_cb_run(buf, (size_t) len, seq, mnl_socket_get_portid(nl), NULL, NULL);
+                r = mnl_cb_run(buf, (size_t) len, seq, mnl_socket_get_portid(nl), data ? elem_data_cb : NULL, data);
         } while (r > MNL_CB_STOP);
         int e = errno;
         /* Answered in full: the ACK (or the error, which replaces it) ends
@@ -915,52 +1204,67 @@ static int map_elem_exists(const char *map, const names *n, sb_error **err) {
 
 static int take_mark(uint32_t *ret);
 
+/* What the session has now, as change() found it. */
+typedef struct current {
+        bool elem, input_elem, proxied, nat_elem, reply_elem;
+        bool custom;        /* its genmark element: custom chains in place */
+        uint32_t mark_a;    /* that element's value, slot a's generation */
+        bool has_b;         /* its genmark_b element */
+        uint32_t mark_b;    /* that element's value */
+        int slot;           /* custom: the slot of address-range sets in use */
+} current;
+
 /* Deletes whatever the session has: the map elements (if any) first, since
  * they reference the chains; then the chains with their rules, which
- * reference the sets; then the sets. Chains and sets are added without
- * EXCL right before their delete, so a missing one is not an error and the
- * batch needs no knowledge of what an earlier change left. */
-static int purge(core_nft_batch *bt, const names *n, bool has_elem, bool has_input_elem, bool proxied,
-                 bool has_nat_elem, bool has_reply_elem, int keep_slot) {
+ * reference the sets; then the sets (the address-range sets of both
+ * slots, unless keep_ranges: a custom policy's new chains use them), its
+ * generation and slot elements and its DNS pins. Chains and sets are
+ * added without EXCL right before their delete, so a missing one is not
+ * an error and the batch needs no knowledge of what an earlier change
+ * left. */
+static int purge(core_nft_batch *bt, const names *n, const current *cur, bool keep_ranges, if_pins *pins) {
         int k;
-        if (has_reply_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, NULL)) < 0)
+        if (cur->reply_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, NULL)) < 0)
                 return k;
-        if (proxied && (k = msg_proxied_elem(bt, n, false)) < 0)
+        if (cur->proxied && (k = msg_proxied_elem(bt, n, false)) < 0)
                 return k;
-        if (has_nat_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, NULL)) < 0)
+        if (cur->nat_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, NULL)) < 0)
                 return k;
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->nchain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->nchain)) < 0)
                 return k;
-        if (has_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, NULL)) < 0)
+        if (cur->elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, NULL)) < 0)
                 return k;
-        if (has_input_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, NULL)) < 0)
+        if (cur->input_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, NULL)) < 0)
                 return k;
+        /* s_ and r_ before their slot-b chains, which their gotos use. */
         if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain_b)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain_b)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->ichain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->ichain)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain)) < 0)
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain_b)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain_b)) < 0)
                 return k;
-        /* The interval sets of both slots but the one this change
-         * filled (keep_slot; -1: none). */
-        for (int i = 0; i < N_SETS; i++) {
-                if (!set_is_interval(i)) {
-                        if ((k = msg_set_drop(bt, n->set[i], i)) < 0)
-                                return k;
-                        continue;
-                }
-                for (int slot = 0; slot < 2; slot++) {
+        for (int i = 0; !keep_ranges && i < N_SETS; i++)
+                for (int slot = 0; set_is_interval(i) && slot < 2; slot++) {
                         char name[sizeof(n->set[i])];
-                        if (slot == keep_slot)
-                                continue;
                         slot_set_name(n, i, slot, name, sizeof(name));
                         if ((k = msg_set_drop(bt, name, i)) < 0)
                                 return k;
                 }
-        }
-        return 0;
+        if (cur->custom && ((k = msg_gens(bt, NFT_MSG_DELSETELEM, n, cur->slot ? cur->mark_b : cur->mark_a)) < 0 ||
+                            (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, 0)) < 0))
+                return k;
+        if (cur->has_b && (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, 1)) < 0)
+                return k;
+        if ((k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0, NULL, 0, NULL)) < 0 ||
+            (k = msg_keyed_elem(bt, NFT_MSG_DELSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0, NULL, 0, NULL)) < 0)
+                return k;
+        return msg_pins_drop(bt, n, pins, NULL, 0);
 }
 
 static int add_ranges(core_nft_batch *bt, const char *set, const ranges *r) {
@@ -991,16 +1295,57 @@ static int add_gateway_services(core_nft_batch *bt, const names *n, struct in_ad
  * judged on the remote end as the source, denials dropped) from the packet
  * decision table (see the comment above rule_deny4), after the generation check and what a
  * custom policy never forwards (see rule_ct_mark). */
-static int add_session_rules(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway) {
-        size_t n_steps;
-        const pol_packet_step *steps = pol_packet_steps(&n_steps);
+/* `iifname @slot_b goto <chain_b>` (oifname for the reply direction),
+ * appended to `chain`: the slot is decided once per packet, so a packet
+ * is judged by one slot's sets and marked from that slot's genmark map
+ * whenever a change commits. */
+static int msg_slot_goto(core_nft_batch *bt, const names *n, const char *chain, const char *chain_b) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
+        bool reply = streq(chain, n->rchain);
+        uint32_t seq;
+        int k;
+        if (!r)
+                return -ENOMEM;
+        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
+            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) < 0)
+                return -ENOMEM;
+        if ((k = add_slot_guard(r, reply)) < 0 || (k = pol_nftx_verdict(r, NFT_GOTO, chain_b)) < 0)
+                return k;
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s @slot_b goto %s'", chain,
+                                           reply ? "oifname" : "iifname", chain_b);
+        if (!buf)
+                return -ENOMEM;
+        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
+                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
+        return core_nft_batch_commit(bt);
+}
+
+static int add_steps(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway);
+
+/* s_<if> (chain n->chain, with n->chain_b) or r_<if> (n->rchain, with
+ * n->rchain_b): the generation check and what a custom policy never
+ * forwards, the slot's goto, then the decision table's steps on slot a's
+ * sets; the slot-b chain holds the same steps on the "_b" sets. */
+static int add_session_rules(core_nft_batch *bt, const names *n, const char *chain, const char *chain_b,
+                             struct in_addr gateway) {
         int k;
         if ((k = msg_rule(bt, &rule_ct_mark, chain, n, gateway)) < 0 ||
             (streq(chain, n->rchain) && (k = msg_rule(bt, &rule_related, chain, n, gateway)) < 0) ||
             (k = msg_rule(bt, &rule_ct_dnat, chain, n, gateway)) < 0 ||
             (k = msg_rule(bt, &rule_http, chain, n, gateway)) < 0 ||
-            (k = msg_rule(bt, &rule_https, chain, n, gateway)) < 0)
+            (k = msg_rule(bt, &rule_https, chain, n, gateway)) < 0 ||
+            (k = msg_slot_goto(bt, n, chain, chain_b)) < 0 || (k = add_steps(bt, n, chain, gateway)) < 0)
                 return k;
+        return add_steps(bt, n, chain_b, gateway);
+}
+
+/* The packet decision table's steps (see the comment above rule_deny4),
+ * appended to `chain`. */
+static int add_steps(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway) {
+        size_t n_steps;
+        const pol_packet_step *steps = pol_packet_steps(&n_steps);
+        int k = 0;
         for (size_t i = 0; k >= 0 && i < n_steps; i++) {
                 char text[48];
                 session_rule port = { SR_DPORT, 0, steps[i].l4proto, steps[i].port, false, text };
@@ -1032,47 +1377,56 @@ static int add_session_rules(core_nft_batch *bt, const names *n, const char *cha
         return k;
 }
 
-/* The carried-over DNS pins (pol_nft_session_apply_pins) into the new
- * dns4/dns6 sets, in the same batch as the rules: a flow to a pinned
- * address that the new policy still allows is re-judged against them on
- * its next packet, so it must never see the sets without them. */
+/* The carried-over DNS pins (pol_nft_session_apply_pins) into the shared
+ * pin sets under the session's interface, in the same batch as the new
+ * generation: a flow to a pinned address that the new policy still
+ * allows is re-judged against them on its next packet, so it must never
+ * see the sets without them. */
 static int add_pins(core_nft_batch *bt, const names *n, const pol_nft_carried_pin *pins, size_t n_pins) {
         for (size_t i = 0; i < n_pins; i++) {
                 bool v6 = pins[i].addr.family == AF_INET6;
-                enum set_id id = v6 ? SET_DNS6 : SET_DNS;
-                _cleanup_(nftnl_set_freep) struct nftnl_set *set = new_set(n->set[id]);
                 char text[INET6_ADDRSTRLEN];
-                uint32_t seq, ttl = pins[i].ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : pins[i].ttl_s;
+                uint32_t ttl = pins[i].ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : pins[i].ttl_s;
                 if (pins[i].addr.family != AF_INET && !v6)
                         continue;
                 inet_ntop(pins[i].addr.family, pins[i].addr.bytes, text, sizeof(text));
-                void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n->set[id], text);
-                if (!set || !buf || pol_nftx_key_elem(set, pins[i].addr.bytes, v6 ? 16 : 4, 0, (uint64_t) ttl * 1000) < 0)
-                        return -ENOMEM;
-                int k = msg_elems(bt, NFT_MSG_NEWSETELEM, set, seq, buf);
+                int k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, n->set[v6 ? SET_DNS6 : SET_DNS], n, pins[i].addr.bytes,
+                                       v6 ? 16 : 4, NULL, (uint64_t) ttl * 1000, text);
                 if (k < 0)
                         return k;
         }
         return 0;
 }
 
-/* Chain, sets with their ranges, rules, then the map element that makes
- * the chain live, and the gateway services: within the batch nothing is
- * visible before the commit. */
+/* Records the carried pins as the session's only ones, once the batch
+ * that put them in is committed. Under pin_lock. */
+static void pins_replace(if_pins *p, const pol_nft_carried_pin *pins, size_t n_pins) {
+        p->n = 0;
+        for (size_t i = 0; i < n_pins; i++) {
+                uint32_t ttl = pins[i].ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : pins[i].ttl_s;
+                if (pins[i].addr.family == AF_INET || pins[i].addr.family == AF_INET6)
+                        (void) pins_add(p, &pins[i].addr, (uint64_t) ttl * 1000); /* at most as many as before */
+        }
+}
+
 /* Rule 9 (DESIGN §5.1): no window where neither policy applies. The
  * kernel makes the elements of an interval set that a transaction fills
- * visible to lookups only as that transaction ends, after the rules added
- * by it already run: a packet meeting the new chain in between misses
- * `@allow4` and is denied although both policies allow it. So the
- * interval sets of a custom policy are filled here, in a batch of their
- * own, committed before the batch that adds the chains looking them up.
- * The slot the session's current chains use cannot be deleted (EBUSY: the
- * batch fails whole and changes nothing), so slot 0 is tried, then slot 1;
- * whatever the slot held before (a change that failed after this batch) is
- * deleted first. Sets nothing references are harmless until the next
- * change or removal deletes them. 0 with n's interval set names pointing
- * at the filled slot, or a negative errno with *ret_err filled. */
-static int stage_interval_sets(names *n, const pol_policy *p, sb_error **ret_err) {
+ * visible to lookups only as that transaction ends, after the rules and
+ * elements added by it already apply: a packet meeting the new policy in
+ * between would miss `@allow4` and be denied although both policies allow
+ * it, or, worse, be judged by ranges of the old one under the new
+ * generation. So the address-range sets of a custom policy are filled
+ * here, in a batch of their own, committed before the batch that points
+ * the session at them. Each session has two slots of them ("s_<if>_allow4"
+ * and "s_<if>_allow4_b"), both looked up by its chains, each rule behind
+ * the guard of its slot (add_slot_guard): the slot the session does not
+ * use (1 - cur->slot) is flushed and filled, an element-only batch, and
+ * the change's second batch moves the session's slot_b element. `create`
+ * (the session has no custom chains yet): both slots are made first, the
+ * one to fill and an empty one, replacing whatever an earlier change left.
+ * Fills `slot`; 0, or a negative errno with *ret_err filled. */
+static int stage_interval_sets(names *n, const pol_policy *p, int slot, bool create, sb_error **ret_err) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         ranges allow = {}, deny = {}, forbid = {};
         ranges6 allow6 = {}, deny6 = {}, forbid6 = {};
         int k;
@@ -1081,42 +1435,28 @@ static int stage_interval_sets(names *n, const pol_policy *p, sb_error **ret_err
             (k = forbidden_ranges(p, &forbid)) < 0 ||
             (k = ranges6_from_cidrs(&allow6, p->subnet_allow, p->n_subnet_allow)) < 0 ||
             (k = ranges6_from_cidrs(&deny6, p->subnet_deny, p->n_subnet_deny)) < 0 ||
-            (k = forbidden_ranges6(p, &forbid6)) < 0) {
-                k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname, strerror(-k));
-                goto out;
-        }
-        for (int slot = 0; slot < 2; slot++) {
-                _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
-                sb_error *err = NULL;
-                use_slot(n, slot);
-                k = core_nft_batch_new(&bt);
+            (k = forbidden_ranges6(p, &forbid6)) < 0 || (k = core_nft_batch_new(&bt)) < 0)
+                goto fail;
+        for (int s2 = 0; create && k >= 0 && s2 < 2; s2++) {
+                use_slot(n, s2);
                 for (int i = 0; k >= 0 && i < N_SETS; i++)
-                        if (set_is_interval(i))
-                                k = msg_set_drop(bt, n->set[i], i);
-                for (int i = 0; k >= 0 && i < N_SETS; i++)
-                        if (set_is_interval(i))
+                        if (set_is_interval(i) && (k = msg_set_drop(bt, n->set[i], i)) >= 0)
                                 k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i);
-                if (k < 0 || (k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 ||
-                    (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 ||
-                    (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0 ||
-                    (k = add_ranges6(bt, n->set[SET_ALLOW6], &allow6)) < 0 ||
-                    (k = add_ranges6(bt, n->set[SET_DENY6], &deny6)) < 0 ||
-                    (k = add_ranges6(bt, n->set[SET_FORBID6], &forbid6)) < 0) {
-                        k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
-                                         strerror(-k));
-                        goto out;
-                }
-                k = core_nft_batch_send(bt, &err);
-                if (k == -EBUSY && slot == 0) {
-                        sb_error_free(err); /* slot 0 is in use: fill slot 1 */
-                        continue;
-                }
-                if (k < 0 && ret_err)
-                        *ret_err = err;
-                else
-                        sb_error_free(err);
-                goto out;
         }
+        use_slot(n, slot);
+        for (int i = 0; !create && k >= 0 && i < N_SETS; i++)
+                if (set_is_interval(i))
+                        k = msg_set_flush(bt, n->set[i]);
+        if (k < 0 || (k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 ||
+            (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 || (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0 ||
+            (k = add_ranges6(bt, n->set[SET_ALLOW6], &allow6)) < 0 ||
+            (k = add_ranges6(bt, n->set[SET_DENY6], &deny6)) < 0 ||
+            (k = add_ranges6(bt, n->set[SET_FORBID6], &forbid6)) < 0)
+                goto fail;
+        k = core_nft_batch_send(bt, ret_err);
+        goto out;
+fail:
+        k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname, strerror(-k));
 out:
         ranges_done(&allow);
         ranges_done(&deny);
@@ -1133,14 +1473,16 @@ static int add_custom(core_nft_batch *bt, const names *n, struct in_addr gateway
                       size_t n_pins) {
         const elem_verdict go = { NFT_GOTO, n->chain }, go_reply = { NFT_GOTO, n->rchain };
         int k;
-        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0)
-                return k;
-        for (int i = 0; i < N_SETS; i++)
-                if (!set_is_interval(i) && (k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i)) < 0)
-                        return k;
-        if ((k = add_pins(bt, n, pins, n_pins)) < 0 || (k = add_session_rules(bt, n, n->chain, gateway)) < 0 ||
+        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0 ||
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain_b)) < 0 ||
             (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain)) < 0 ||
-            (k = add_session_rules(bt, n, n->rchain, gateway)) < 0)
+            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain_b)) < 0 ||
+            (k = msg_gens(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
+            (k = msg_genmark(bt, NFT_MSG_NEWSETELEM, n, n->mark, 0)) < 0)
+                return k;
+        if ((k = add_pins(bt, n, pins, n_pins)) < 0 ||
+            (k = add_session_rules(bt, n, n->chain, n->chain_b, gateway)) < 0 ||
+            (k = add_session_rules(bt, n, n->rchain, n->rchain_b, gateway)) < 0)
                 return k;
         if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
             (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &go_reply)) < 0 ||
@@ -1250,37 +1592,122 @@ static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, str
         return -EINVAL;
 }
 
+/* A custom policy replacing a custom policy: the session's chains, map
+ * elements and gateway services stay as they are (they depend on the
+ * interface alone), and the change is element-only batches into sets the
+ * change never re-creates: the unused slot's address-range sets
+ * (stage_interval_sets), then one batch that moves the session to that
+ * slot (slot_b), to the new generation (gens, and the slot's genmark map:
+ * every flow of an older one is judged again on its next packet) and
+ * drops the old policy's DNS pins but the carried ones, and empties the
+ * slot left behind. No rule, chain or verdict-map
+ * element is added, so the kernel neither validates the table's chains
+ * again nor looks a set up by name among the other sessions' but the
+ * session's own six (issue #23). */
+static int change_custom(names *n, const current *cur, const pol_policy *p, const pol_nft_carried_pin *pins,
+                         size_t n_pins, if_pins *rec, sb_error **ret_err) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        int slot = 1 - cur->slot, k;
+        bool had = slot ? cur->has_b : true; /* the new slot's genmark element */
+        names old = *n;
+        if ((k = stage_interval_sets(n, p, slot, false, ret_err)) < 0)
+                return k;
+        use_slot(&old, cur->slot);
+        if ((k = core_nft_batch_new(&bt)) < 0 ||
+            (k = msg_keyed_elem(bt, slot ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0,
+                                NULL, 0, NULL)) < 0 ||
+            (k = msg_gens(bt, NFT_MSG_DELSETELEM, n, cur->slot ? cur->mark_b : cur->mark_a)) < 0 ||
+            (k = msg_gens(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
+            (had && (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, slot)) < 0) ||
+            (k = msg_genmark(bt, NFT_MSG_NEWSETELEM, n, n->mark, slot)) < 0 ||
+            (k = msg_pins_drop(bt, n, rec, pins, n_pins)) < 0 || (k = add_pins(bt, n, pins, n_pins)) < 0)
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
+                                    strerror(-k));
+        /* The slot left behind is emptied in the same batch, so nothing of
+         * the replaced policy stays loaded and the change costs two
+         * commits. A packet the old slot's chain was judging as this
+         * commits sees those sets emptied at some point: it can then be
+         * accepted only by a pin, which the new policy allows (the carried
+         * ones, judged again), and is marked with the old slot's
+         * generation, so its flow is judged again on its next packet. */
+        for (int i = 0; k >= 0 && i < N_SETS; i++)
+                if (set_is_interval(i))
+                        k = msg_set_flush(bt, old.set[i]);
+        if (k < 0)
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
+                                    strerror(-k));
+        return core_nft_batch_send(bt, ret_err);
+}
+
+static int change_locked(names *n, const pol_policy *p, struct in_addr gateway, const pol_nft_carried_pin *pins,
+                         size_t n_pins, if_pins *rec, sb_error **ret_err) {
+        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        bool custom = p && p->mode == POL_MODE_CUSTOM;
+        current cur = {};
+        int k;
+        if (custom && (k = take_mark(&n->mark)) < 0)
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: no flow generation (ct mark) for %s: %s",
+                                    n->ifname, strerror(-k));
+        if ((k = map_elem_query(CORE_NFT_GENMARK_MAP, n, &cur.mark_a, ret_err)) < 0)
+                return k;
+        cur.custom = k;
+        if (cur.custom && (k = map_elem_query(CORE_NFT_GENMARK_B_MAP, n, &cur.mark_b, ret_err)) < 0)
+                return k;
+        cur.has_b = cur.custom && k;
+        if (cur.custom && (k = map_elem_exists(CORE_NFT_SLOT_B_SET, n, ret_err)) < 0)
+                return k;
+        cur.slot = cur.custom && k;
+        if (custom && cur.custom) {
+                return change_custom(n, &cur, p, pins, n_pins, rec, ret_err);
+        }
+        if ((k = map_elem_exists(CORE_NFT_SESSIONS_MAP, n, ret_err)) < 0)
+                return k;
+        cur.elem = k;
+        if ((k = map_elem_exists(CORE_NFT_SESSIONS_INPUT_MAP, n, ret_err)) < 0)
+                return k;
+        cur.input_elem = k;
+        if ((k = map_elem_exists(CORE_NFT_PROXIED_SET, n, ret_err)) < 0)
+                return k;
+        cur.proxied = k;
+        if ((k = map_elem_exists(CORE_NFT_SESSIONS_NAT_MAP, n, ret_err)) < 0)
+                return k;
+        cur.nat_elem = k;
+        if ((k = map_elem_exists(CORE_NFT_SESSIONS_REPLY_MAP, n, ret_err)) < 0)
+                return k;
+        cur.reply_elem = k;
+        if (custom && (k = stage_interval_sets(n, p, 0, true, ret_err)) < 0)
+                return k;
+        if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, n, &cur, custom, rec)) < 0 ||
+            (k = add_mode(bt, n, p, gateway, pins, n_pins)) < 0)
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
+                                    strerror(-k));
+        return core_nft_batch_send(bt, ret_err);
+}
+
+/* One change of the session's objects, under pin_lock (a pin of the same
+ * session waits for it); on success the session's pin record holds the
+ * carried pins alone. */
 static int change(const char *ifname, const pol_policy *p, struct in_addr gateway, const pol_nft_carried_pin *pins,
                   size_t n_pins, sb_error **ret_err) {
-        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
+        bool custom = p && p->mode == POL_MODE_CUSTOM;
         names n;
-        int k, has_elem, has_input_elem, proxied, has_nat_elem, has_reply_elem;
+        int k;
         if ((k = make_names(ifname, &n, ret_err)) < 0)
                 return k;
         find_gw6(&n);
-        if (p && p->mode == POL_MODE_CUSTOM && (k = take_mark(&n.mark)) < 0)
-                return sb_error_set(ret_err, k, NULL, NULL, "nftables: no flow generation (ct mark) for %s: %s",
-                                    ifname, strerror(-k));
-        if ((has_elem = map_elem_exists(CORE_NFT_SESSIONS_MAP, &n, ret_err)) < 0)
-                return has_elem;
-        if ((has_input_elem = map_elem_exists(CORE_NFT_SESSIONS_INPUT_MAP, &n, ret_err)) < 0)
-                return has_input_elem;
-        if ((proxied = map_elem_exists(CORE_NFT_PROXIED_SET, &n, ret_err)) < 0)
-                return proxied;
-        if ((has_nat_elem = map_elem_exists(CORE_NFT_SESSIONS_NAT_MAP, &n, ret_err)) < 0)
-                return has_nat_elem;
-        if ((has_reply_elem = map_elem_exists(CORE_NFT_SESSIONS_REPLY_MAP, &n, ret_err)) < 0)
-                return has_reply_elem;
-        bool custom = p && p->mode == POL_MODE_CUSTOM;
-        if (custom && (k = stage_interval_sets(&n, p, ret_err)) < 0)
-                return k;
-        if ((k = core_nft_batch_new(&bt)) < 0 ||
-            (k = purge(bt, &n, has_elem, has_input_elem, proxied, has_nat_elem, has_reply_elem,
-                       custom ? n.slot : -1)) < 0 ||
-            (k = add_mode(bt, &n, p, gateway, pins, n_pins)) < 0)
-                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", ifname,
-                                    strerror(-k));
-        return core_nft_batch_send(bt, ret_err);
+        pthread_mutex_lock(&pin_lock);
+        k = change_locked(&n, p, gateway, pins, n_pins, pins_of(ifname, false), ret_err);
+        if (k >= 0) {
+                /* Without memory for a record the session takes no pins
+                 * (pol_nft_pin: -ENOENT): fail closed. */
+                if_pins *rec = pins_of(ifname, custom);
+                if (rec) {
+                        rec->custom = custom;
+                        pins_replace(rec, custom ? pins : NULL, custom ? n_pins : 0);
+                }
+        }
+        pthread_mutex_unlock(&pin_lock);
+        return k;
 }
 
 /* The gateway is where the sandbox's resolv.conf points: a unicast host
@@ -1352,55 +1779,50 @@ static int take_mark(uint32_t *ret) {
         return k;
 }
 
-int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s, sb_error **ret_err) {
+int pol_nft_pin_addr(const char *ifname, const pol_addr *addr, uint32_t ttl_s, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = NULL;
+        bool v6 = addr->family == AF_INET6;
         char text[INET6_ADDRSTRLEN];
-        uint32_t seq;
         names n;
         int k;
         if ((k = make_names(ifname, &n, ret_err)) < 0)
                 return k;
-        inet_ntop(AF_INET6, addr, text, sizeof(text));
+        if (addr->family != AF_INET && !v6)
+                return sb_error_set(ret_err, -EAFNOSUPPORT, NULL, NULL, "nftables: pin for %s: not an IP address",
+                                    ifname);
+        inet_ntop(addr->family, addr->bytes, text, sizeof(text));
         uint64_t ms = (uint64_t) (ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
-        if ((k = core_nft_batch_new(&bt)) < 0 || !(s = new_set(n.set[SET_DNS6])) ||
-            pol_nftx_key_elem(s, addr->s6_addr, 16, 0, ms) < 0)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
-        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n.set[SET_DNS6], text);
-        if (!buf || (k = msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf)) < 0)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
-        return core_nft_batch_send(bt, ret_err);
+        pthread_mutex_lock(&pin_lock);
+        if_pins *rec = pins_of(ifname, false);
+        if (!rec || !rec->custom)
+                k = sb_error_set(ret_err, -ENOENT, NULL, NULL, "nftables: %s has no custom policy: no DNS pin for %s",
+                                 ifname, text);
+        else if ((k = pins_add(rec, addr, ms)) < 0)
+                k = k == -ENOSPC ? sb_error_set(ret_err, k, NULL, NULL,
+                                                "nftables: %s: DNS pin %s: the session holds %d pins, the most it may",
+                                                ifname, text, POL_NFT_PIN_MAX)
+                                 : sb_error_set(ret_err, k, NULL, NULL, "nftables: %s: DNS pin %s: %s", ifname, text,
+                                                strerror(-k));
+        else if ((k = core_nft_batch_new(&bt)) < 0 ||
+                 (k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, n.set[v6 ? SET_DNS6 : SET_DNS], &n, addr->bytes, v6 ? 16 : 4,
+                                     NULL, ms, text)) < 0)
+                k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch: %s", strerror(-k));
+        else
+                k = core_nft_batch_send(bt, ret_err);
+        pthread_mutex_unlock(&pin_lock);
+        return k;
 }
 
-int pol_nft_pin_addr(const char *ifname, const pol_addr *addr, uint32_t ttl_s, sb_error **ret_err) {
-        if (addr->family == AF_INET6) {
-                struct in6_addr a6;
-                memcpy(&a6, addr->bytes, 16);
-                return pol_nft_pin6(ifname, &a6, ttl_s, ret_err);
-        }
-        struct in_addr a4;
-        memcpy(&a4, addr->bytes, 4);
-        return pol_nft_pin(ifname, a4, ttl_s, ret_err);
+int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s, sb_error **ret_err) {
+        pol_addr a = { .family = AF_INET6 };
+        memcpy(a.bytes, addr->s6_addr, 16);
+        return pol_nft_pin_addr(ifname, &a, ttl_s, ret_err);
 }
 
 int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_error **ret_err) {
-        _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = NULL;
-        char text[INET_ADDRSTRLEN];
-        uint32_t seq;
-        names n;
-        int k;
-        if ((k = make_names(ifname, &n, ret_err)) < 0)
-                return k;
-        inet_ntop(AF_INET, &addr, text, sizeof(text));
-        uint64_t ms = (uint64_t) (ttl_s < POL_NFT_PIN_MIN_TTL ? POL_NFT_PIN_MIN_TTL : ttl_s) * 1000;
-        if ((k = core_nft_batch_new(&bt)) < 0 || !(s = new_set(n.set[SET_DNS])) ||
-            pol_nftx_key_elem(s, &addr.s_addr, 4, 0, ms) < 0)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
-        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", n.set[SET_DNS], text);
-        if (!buf || (k = msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf)) < 0)
-                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: build batch: %s", strerror(ENOMEM));
-        return core_nft_batch_send(bt, ret_err);
+        pol_addr a = { .family = AF_INET };
+        memcpy(a.bytes, &addr.s_addr, 4);
+        return pol_nft_pin_addr(ifname, &a, ttl_s, ret_err);
 }
 
 /* ---- ranges for other generators (policy/nftpod.c) ---- */

@@ -19,24 +19,41 @@
  *   pol_nft_set_dns_upstream) and forwarded.
  * - deny-all: the map element `"<if>" : goto deny` (it has no veth in
  *   normal operation; this keeps a stray one closed). No input element.
- * - custom: chain s_<if> and sets s_<if>_allow4, _deny4, _forbid4 (interval
- *   sets, disjoint merged ranges; named with a "_b" suffix every other
- *   change, see pol_nft_session_apply) and _dns4 (timeouts, DNS pins), and the
- *   element `"<if>" : goto s_<if>`. The chain, in order:
- *     ct mark <generation> accept          flows this policy admitted
+ * - custom: chain s_<if> and, in two slots, the sets s_<if>_allow4,
+ *   _deny4, _forbid4 and s_<if>_allow4_b, _deny4_b, _forbid4_b (interval
+ *   sets, disjoint merged ranges; the session's element of the host set
+ *   slot_b says which slot is in force), the element `"<if>" : goto
+ *   s_<if>`, and the session's elements of the host table's shared sets
+ *   (libcore/net.h): `"<if>" . <generation>` in gens, `"<if>" :
+ *   <generation>` in genmark (or genmark_b), and its DNS pins `"<if>" .
+ *   <address>` (with timeouts) in pins4. The chain, in order:
+ *     iifname . ct mark @gens accept       flows this policy admitted
  *     ct status dnat goto deny             allow-all's DNS forwarding, older
  *     tcp dport 80, 443 goto deny          forwarded, so older than the proxy
+ *     iifname @slot_b goto s_<if>_b        slot b in force: the same steps
+ *                                          on the "_b" sets, marking from
+ *                                          genmark_b, in chain s_<if>_b
  *     ip daddr @deny4 goto deny            subnets.deny beats everything
  *     ip daddr @forbid4 goto deny          rule 5 ranges not named by allow
  *     tcp/udp dport 53, 853 goto deny      no resolver but the DNS filter
  *     udp dport 443 goto deny              QUIC: clients fall back to TCP
- *     ip daddr @allow4 ct mark set <generation> accept   subnets.allow
- *     ip daddr @dns4 ct mark set <generation> accept     pinned answers
+ *     ip daddr @allow4 ct mark set iifname map @genmark accept   subnets.allow
+ *     iifname . ip daddr @pins4 ct mark set iifname map @genmark accept   pins
  *     goto deny                            a custom policy denies the rest
+ *   Nothing in the chains depends on the policy, only on the interface:
+ *   a custom policy replacing a custom policy is element-only (the unused
+ *   slot's sets filled, then one batch that moves slot_b, gens, the new
+ *   slot's genmark element and the pins and empties the old slot),
+ *   never a rule, chain or verdict-map element, so its cost does not grow
+ *   with the number of sessions (issue #23). The slot is decided once per
+ *   packet (the goto), so a packet meeting a change's commit is judged by
+ *   one slot's sets and marked with that slot's generation: the old one,
+ *   judged again on its next packet, or the new one.
  *   where `deny` answers TCP with a reset and anything else with ICMP
  *   admin-prohibited; chain r_<if>, the same for the reply direction of a
- *   flow that fails the generation check (`ip saddr`, `th sport`, denials
- *   `drop`, and `ct state related drop` after the check), and the element
+ *   flow that fails the generation check (`oifname`, `ip saddr`, `th sport`,
+ *   denials `drop`, and `ct state related drop` after the check; its slot-b
+ *   rules in r_<if>_b), and the element
  *   `"<if>" : goto r_<if>` in `sessions_reply` (allow-all: `accept`;
  *   deny-all: none, the host drops). Also chain i_<if> and the element `"<if>" : jump
  *   i_<if>` in `sessions_input`, which the host input chain consults after
@@ -57,7 +74,7 @@
  * pol_nft_session_apply() again for every live session.
  *
  * Both families (DESIGN §5): each IPv4 set has its IPv6 twin (s_<if>_allow6,
- * _deny6, _forbid6, _dns6; forbid6 holds the IPv6 rows of the forbidden
+ * _deny6, _forbid6, and the shared pins6; forbid6 holds the IPv6 rows of the forbidden
  * table and every IPv6 form, IPv4-mapped, NAT64, IPv4-compatible, 6to4,
  * of its IPv4 rows, as match.c unwraps them) with its rule right after
  * the IPv4 one (`ip6 daddr @deny6 goto deny` after `ip daddr @deny4 goto
@@ -81,12 +98,14 @@
 /* Creates, or atomically replaces, the objects of session interface
  * `ifname` ("sbx<n>") for policy p: a custom policy's interval sets
  * (allow, deny, forbid) are filled first, in a batch of their own, in the
- * slot the current chains do not use ("s_<if>_allow4" or
- * "s_<if>_allow4_b"); then one batch deletes the old chains, sets and map
- * elements and adds the new ones, so no packet sees both or neither (rule
- * 9; the kernel shows an interval set's elements only as the transaction
- * that filled it ends, after that transaction's rules already run). DNS pins of the old policy are dropped with its set:
- * they were judged under the old policy (fail closed). `gateway` is the
+ * slot the session does not use ("s_<if>_allow4" or "s_<if>_allow4_b");
+ * then one batch moves the session to it and to a new generation (custom
+ * to custom: elements only), or deletes the old chains, sets and map
+ * elements and adds the new ones (any other change), so no packet sees
+ * both or neither (rule 9; the kernel shows an interval set's elements
+ * only as the transaction that filled it ends, after that transaction's
+ * rules and elements already apply). The session's DNS pins are deleted
+ * in the same batch: they were judged under the old policy (fail closed). `gateway` is the
  * host side of the session's veth (core_net_host_addr() of its slot), where
  * the DNS filter answers; only a custom policy uses it, and then it must be
  * a unicast address (-EINVAL otherwise). The host table must exist
@@ -103,7 +122,7 @@ typedef struct pol_nft_carried_pin {
 } pol_nft_carried_pin;
 
 /* pol_nft_session_apply() that also puts `pins` (n_pins, borrowed) into
- * the new policy's dns4/dns6 sets in the same batch (custom policies only;
+ * the shared pin sets (pins4/pins6) in the same batch (custom policies only;
  * the caller passes only pins the new policy allows): flows of an older
  * generation to those addresses meet the new rules with their pins in
  * place. Flow generations: each custom change draws a new ct mark for the
@@ -135,6 +154,14 @@ void pol_nft_set_mark_store(uint32_t next, pol_nft_mark_reserve_fn reserve, void
  * n (core_net_host_addr6()). */
 void pol_nft_set_ipv6_pool(const core_net_pool *pool);
 
+/* The host table was installed anew (core_net_host_setup(), or
+ * core_net_host_ensure() returning 1): every session's objects went with
+ * the old one, so the generator forgets what it recorded of them (each
+ * session's DNS pins, and that it has a custom policy: pol_nft_pin()
+ * answers -ENOENT until the session is applied again). Safe from any
+ * thread. */
+void pol_nft_host_reset(void);
+
 /* Deletes every object of session `ifname`, in both maps; nothing there is
  * success. Its veth, if it still exists, is denied from then on. Returns 0
  * or a negative errno with *ret_err filled. */
@@ -148,15 +175,18 @@ int pol_nft_session_remove(const char *ifname, sb_error **ret_err);
  * applied; safe from any thread. */
 void pol_nft_set_dns_upstream(struct in_addr upstream);
 
-/* Pins `addr` into the session's s_<if>_dns4 set for ttl_s seconds (at
- * least POL_NFT_PIN_MIN_TTL). Re-pinning an address refreshes its timeout
- * on kernels that update element timeouts (Linux 6.10+); older kernels keep
+/* Pins `addr` for the session: the element `"<if>" . <addr>` of the host
+ * table's shared pins4 set, for ttl_s seconds (at least
+ * POL_NFT_PIN_MIN_TTL). Re-pinning an address refreshes its timeout on
+ * kernels that update element timeouts (Linux 6.10+); older kernels keep
  * the first one. The caller has judged the address with
- * pol_check_resolved(). -ENOENT when the session has no custom policy. */
+ * pol_check_resolved(). -ENOENT when the session has no custom policy
+ * (as this process applied it); -ENOSPC when it already holds
+ * POL_NFT_PIN_MAX live pins (the bound a set of its own gave it). */
 int pol_nft_pin(const char *ifname, struct in_addr addr, uint32_t ttl_s, sb_error **ret_err);
 
 /* pol_nft_pin() for an IPv6 address (an accepted AAAA answer): into the
- * session's s_<if>_dns6 set. */
+ * shared pins6 set. */
 int pol_nft_pin6(const char *ifname, const struct in6_addr *addr, uint32_t ttl_s, sb_error **ret_err);
 
 /* pol_nft_pin() or pol_nft_pin6() by the address's family. */

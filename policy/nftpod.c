@@ -68,32 +68,8 @@ static int add_ct_reply(struct nftnl_rule *r) {
         return k < 0 ? k : pol_nftx_cmp(r, &dir, 1);
 }
 
-/* ct state & mask != 0: `ct state related` with IP_CT_RELATED's bit. */
-static int add_ct_state(struct nftnl_rule *r, uint32_t mask) {
-        uint32_t zero = 0;
-        struct nftnl_expr *e;
-        int k = pol_nftx_load(r, "ct", NFTNL_EXPR_CT_KEY, NFT_CT_STATE, NFTNL_EXPR_CT_DREG);
-        if (k < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("bitwise"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof(mask));
-                nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof(zero));
-        }
-        if ((k = pol_nftx_expr(r, e)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("cmp"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_NEQ);
-                nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, &zero, sizeof(zero));
-        }
-        return pol_nftx_expr(r, e);
-}
-
 static int add_ct_related(struct nftnl_rule *r) {
-        return add_ct_state(r, NF_CT_STATE_BIT(IP_CT_RELATED));
+        return pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED));
 }
 
 /* ct state new fib saddr type != local: the first packet of a flow whose
@@ -104,7 +80,7 @@ static int add_ct_related(struct nftnl_rule *r) {
 static int add_new_foreign_saddr(struct nftnl_rule *r) {
         uint32_t local = RTN_LOCAL;
         struct nftnl_expr *e;
-        int k = add_ct_state(r, NF_CT_STATE_BIT(IP_CT_NEW));
+        int k = pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_NEW));
         if (k < 0)
                 return k;
         if ((e = nftnl_expr_alloc("fib"))) {
@@ -169,18 +145,6 @@ static int add_daddr_lookup(struct nftnl_rule *r, const char *set, bool v6) {
         if ((e = nftnl_expr_alloc("lookup"))) {
                 nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
-        }
-        return pol_nftx_expr(r, e);
-}
-
-/* A verdict: NF_ACCEPT, NF_DROP, or NFT_GOTO to `chain`. */
-static int add_verdict(struct nftnl_rule *r, int code, const char *chain) {
-        struct nftnl_expr *e = nftnl_expr_alloc("immediate");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t) code);
-                if (chain)
-                        nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain);
         }
         return pol_nftx_expr(r, e);
 }
@@ -332,7 +296,7 @@ static int put_rule(core_nft_batch *bt, const char *chain, rule_fn build, const 
                 return -ENOMEM;
         if (build && (k = build(r, arg)) < 0)
                 return k;
-        if ((k = add_verdict(r, verdict, to)) < 0)
+        if ((k = pol_nftx_verdict(r, verdict, to)) < 0)
                 return k;
         return msg_rule(bt, chain, r, text);
 }

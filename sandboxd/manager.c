@@ -330,6 +330,7 @@ static int on_nft_event(sd_event_source *src, int fd, uint32_t revents, void *us
         } else if (r == 1) {
                 log_warning("nftables: table inet sandboxd was removed or changed; re-installed it and the "
                             "rules of every session");
+                pol_nft_host_reset();
                 sessions_reapply_rules(m);
         }
         return 0;
@@ -954,6 +955,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
                 sb_error_prefix(ret_err, "nftables");
                 goto fail;
         }
+        pol_nft_host_reset();
         m->have_nft = true;
         /* Fail closed when someone removes our table (`nft flush ruleset`,
          * a restart of the nftables service): re-install it and every

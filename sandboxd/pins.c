@@ -1,8 +1,8 @@
 /* The DNS pins of a running session as sandboxd saw them (name, address,
  * expiry), so that a live policy update keeps what the new policy still
- * allows. The nftables update drops the session's dns4 set (its elements
- * were judged under the old policy, and the set holds addresses, not
- * names); without this table, every established flow to a still-allowed
+ * allows. The nftables update drops the session's pins (they were judged
+ * under the old policy, and the kernel holds addresses, not names);
+ * without this table, every established flow to a still-allowed
  * name would be cut when it meets the new rules, and the sandbox would
  * have to resolve every name again. Each (name, address) pair is judged
  * again with pol_check_resolved() under the new policy and pinned again
@@ -14,11 +14,11 @@
 #include "policy/nftgen.h"
 #include "sandboxd/internal.h"
 
-/* As many as the dns4 set holds (policy/nftgen.c). */
+/* As many as a session may hold pinned (POL_NFT_PIN_MAX, policy/nftgen.c). */
 #define PINS_MAX 16384
 
 struct session_pin {
-        pol_addr addr; /* IPv4 (dns4) or IPv6 (dns6) */
+        pol_addr addr; /* IPv4 (pins4) or IPv6 (pins6) */
         uint64_t expires_ms; /* CLOCK_MONOTONIC */
         char name[POL_NAME_MAX + 1];
 };

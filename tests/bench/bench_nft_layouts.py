@@ -22,6 +22,16 @@ the daemon sends its batch with libnftnl). Layouts:
             batch; no rule, no verdict-map element). Measured at the
             oldest and at the newest session (a set is found by name with
             a walk of the table's list of sets).
+  built     what policy/nftgen.c builds now (layout "elements" made
+            element-only in full): the session's chains are never
+            rewritten; its address-range sets come in two slots, each
+            slot's rules in a chain of its own (`iifname @slot_b goto
+            s_<if>_b`); its generation is an element of the shared
+            `gens` and `genmark`/`genmark_b`, its pins of the shared
+            `pins4`, all made before any session's. An update is two
+            batches: flush and fill the unused slot, then move slot_b,
+            gens and the slot's genmark and empty the slot left behind
+            (the time is the two together). Also a pin into pins4.
   concat    no per-session chain or set: shared sets keyed by interface
             and address (`ifname . ipv4_addr`, intervals) matched by one
             chain for every custom session (`iifname . ip daddr @allow4`);
@@ -136,6 +146,72 @@ def pin(table, set_name, gen):
     return "add element %s %s { 203.0.%d.%d timeout 30s }\n" % (table, set_name, gen // 250 % 250, gen % 250 + 1)
 
 
+def built_load(n):
+    """`built`: policy/nftgen.c's layout (see the module's comment)."""
+    out = ["table inet t {", deny_chain(),
+           blk("set pins4", ["type ifname . ipv4_addr", "flags timeout"]),
+           blk("set gens", ["type ifname . mark", "elements = { %s }" % ", ".join(
+               '"sbx%d" . %d' % (i, i) for i in range(BASE, BASE + n))]),
+           blk("map genmark", ["type ifname : mark", "elements = { %s }" % ", ".join(
+               '"sbx%d" : %d' % (i, i) for i in range(BASE, BASE + n))]),
+           blk("map genmark_b", ["type ifname : mark"]),
+           blk("set slot_b", ["type ifname"])]
+    for i in range(BASE, BASE + n):
+        p = "s_sbx%d_" % i
+        for slot in ("", "_b"):
+            a = "10.%d.%d.0/24" % (i // 250 % 250, i % 250)
+            out += [blk("set %sallow4%s" % (p, slot), ["type ipv4_addr", "flags interval",
+                                                       "elements = { 192.0.2.0/24, %s }" % a]),
+                    blk("set %sdeny4%s" % (p, slot), ["type ipv4_addr", "flags interval",
+                                                      "elements = { 198.51.100.7 }"]),
+                    blk("set %sforbid4%s" % (p, slot), ["type ipv4_addr", "flags interval", "elements = { "
+                                                        "10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16 }"])]
+        def steps(slot):
+            mk = "ct mark set iifname map @genmark%s" % slot
+            return ["ip daddr @%sdeny4%s goto deny" % (p, slot), "ip daddr @%sforbid4%s goto deny" % (p, slot),
+                    "meta l4proto { tcp, udp } th dport { 53, 853 } goto deny",
+                    "ip daddr @%sallow4%s %s accept" % (p, slot, mk),
+                    "udp dport 443 goto deny", "iifname . ip daddr @pins4 %s accept" % mk, "goto deny"]
+        out.append(blk("chain s_sbx%d_b" % i, steps("_b")))
+        out.append(blk("chain s_sbx%d" % i, ["iifname . ct mark @gens accept",
+                                             "iifname @slot_b goto s_sbx%d_b" % i] + steps("")))
+        out.append(blk("chain r_sbx%d" % i, reply_rules()))
+        out.append(blk("chain i_sbx%d" % i, input_rules(i)))
+    el = lambda c: ", ".join('"sbx%d" : jump %s_sbx%d' % (i, c, i) for i in range(BASE, BASE + n))  # noqa: E731
+    out += [blk("map %s" % m, ["type ifname : verdict", "elements = { %s }" % el(c)])
+            for m, c in (("sessions", "s"), ("sessions_reply", "r"), ("sessions_input", "i"))]
+    out += [blk("chain forward", ["type filter hook forward priority 0; policy accept", "iifname vmap @sessions",
+                                  "oifname vmap @sessions_reply", "iifname \"sbx*\" goto deny"]),
+            blk("chain input", ["type filter hook input priority 0; policy accept", "iifname vmap @sessions_input",
+                                "iifname \"sbx*\" goto deny"]), "}"]
+    return "\n".join(out) + "\n"
+
+
+def built_update(i, gen):
+    """The two batches of a custom-to-custom change: the unused slot
+    flushed and filled, then the session moved to it and to generation
+    `mark` (old: the one before)."""
+    p, t = "s_sbx%d_" % i, "inet t"
+    slot = "_b" if gen % 2 == 0 else ""
+    a = "10.%d.%d.0/24" % (gen % 250, i % 250)
+    old, new = (i if gen == 0 else 100000 + gen - 1), 100000 + gen
+    stage = "\n".join(["flush set %s %sallow4%s" % (t, p, slot),
+                       "add element %s %sallow4%s { 192.0.2.0/24, %s }" % (t, p, slot, a),
+                       "flush set %s %sdeny4%s" % (t, p, slot),
+                       "add element %s %sdeny4%s { 198.51.100.%d }" % (t, p, slot, gen % 250),
+                       "flush set %s %sforbid4%s" % (t, p, slot),
+                       "add element %s %sforbid4%s { 10.0.0.0/8, 172.16.0.0/12 }" % (t, p, slot)]) + "\n"
+    gm = "genmark_b" if slot else "genmark"
+    move = "\n".join(['%s element %s slot_b { "sbx%d" }' % ("add" if slot else "delete", t, i),
+                      'delete element %s gens { "sbx%d" . %d }' % (t, i, old),
+                      'add element %s gens { "sbx%d" . %d }' % (t, i, new)] +
+                     (['delete element %s %s { "sbx%d" }' % (t, gm, i)] if gen > 1 or not slot else []) +
+                     ['add element %s %s { "sbx%d" : %d }' % (t, gm, i, new)]) + "\n"
+    other = "" if slot else "_b"
+    clear = "\n".join("flush set %s %s%s%s" % (t, p, x, other) for x in ("allow4", "deny4", "forbid4")) + "\n"
+    return [stage, move + clear]
+
+
 def concat_load(n):
     """`concat`: no per-session chain or set. Shared sets keyed by
     interface and address (`ifname . ipv4_addr`, intervals), one chain for
@@ -227,7 +303,10 @@ def nft_load(ns, text, tmp):
 
 
 def batch_ms(ns, text, tmp):
-    """The kernel time of one nft -f batch: its sendmsg() calls (strace -T)."""
+    """The kernel time of one nft -f batch: its sendmsg() calls (strace -T);
+    a list of batches: their sum."""
+    if isinstance(text, list):
+        return sum(batch_ms(ns, t, tmp) for t in text)
     path = os.path.join(tmp, "upd.nft")
     with open(path, "w") as f:
         f.write(text)
@@ -241,7 +320,7 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=11)
-    ap.add_argument("--only", default="today,elements,concat,tables,netdev")
+    ap.add_argument("--only", default="today,elements,built,concat,tables,netdev")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root")
@@ -261,7 +340,8 @@ def main(argv):
             # Each layout loaded in turn, all N sessions (the tables do not
             # see each other: a layout's numbers are its own table's).
             for lay in layouts:
-                nft_load(ns, {"today": shared_load, "elements": shared_load, "tables": tables_load, "concat": concat_load,
+                nft_load(ns, {"today": shared_load, "elements": shared_load, "built": built_load,
+                              "tables": tables_load, "concat": concat_load,
                               "netdev": netdev_load}[lay](n), tmp)
                 cases = {
                     "today": [("today, newest session", lambda g: today_update(BASE + n - 1, g)),
@@ -270,6 +350,10 @@ def main(argv):
                                  ("elements, oldest session", lambda g: elements_update(BASE, g)),
                                  ("pin, shared table, newest", lambda g: pin("inet t", "s_sbx%d_dns4" % (BASE + n - 1), g)),
                                  ("pin, shared table, oldest", lambda g: pin("inet t", "s_sbx%d_dns4" % BASE, g))],
+                    "built": [("built, newest session", lambda g: built_update(BASE + n - 1, g)),
+                              ("built, oldest session", lambda g: built_update(BASE, g)),
+                              ("pin, shared pins4", lambda g: 'add element inet t pins4 { "sbx%d" . 203.0.%d.%d timeout 30s }\n'
+                               % (BASE + n - 1, g // 250 % 250, g % 250 + 1))],
                     "concat": [("concat, newest session", lambda g: concat_update(BASE + n - 1, g)),
                                ("concat, oldest session", lambda g: concat_update(BASE, g)),
                                ("pin, concat set", lambda g: 'add element inet t dns4 { "sbx%d" . 203.0.%d.%d timeout 30s }\n'

@@ -141,6 +141,8 @@ class SessionTemplate:
                     timeout = any(st.startswith("flags") and "timeout" in st for st in stmts)
                     self.sets.append((kind, name, [st for st in stmts
                                                    if not (timeout and st.startswith("elements"))]))
+            elif any(st.startswith("flags") and "timeout" in st for st in stmts):
+                continue  # the shared DNS pin sets: timeouts, not copied
             else:
                 mine = [e for e in _elements(stmts) if self._mentions(e)]
                 if mine:

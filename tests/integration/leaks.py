@@ -145,7 +145,13 @@ def _nft(world, name):
                 # Host-wide objects have fixed names; per-session ones carry a
                 # slot or id, so any name with a digit outside a base chain
                 # is a session's.
-                bad = not (kind == "chain" and "hook" in obj) and bool(re.search(r"\d", n))
+                # The shared sets keyed by a session's interface (pins4,
+                # pins6, gens, genmark, genmark_b, slot_b: libcore/net.h) are the
+                # host's; an element of one that names a session is left.
+                shared = n in ("pins4", "pins6")
+                bad = not shared and not (kind == "chain" and "hook" in obj) and bool(re.search(r"\d", n))
+                if n in ("pins4", "pins6", "gens", "genmark", "genmark_b", "slot_b") and '"sbx' in json.dumps(obj.get("elem", [])):
+                    problems.append("nft %s %s: elements left: %s" % (kind, n, json.dumps(obj["elem"])[:200]))
             if bad:
                 problems.append("nft %s left: %s" % (kind, n))
     return problems

@@ -317,10 +317,11 @@ def test_a_sandbox_on_a_reused_address_gets_nothing_of_the_flows_of_the_one_befo
 
 
 def _chain_marks(world):
-    """The generation in each session chain (`ct mark <n> accept`)."""
+    """The generation of each custom session: its element of the host
+    table's `gens` set (`"sbx<n>" . <mark>`), which its chains check."""
     import re
-    out = world.run_in_host(["nft", "list", "table", "inet", "sandboxd"]).stdout
-    return {c: int(m, 16) for c, m in re.findall(r"chain (s_sbx\d+) \{\s*ct mark (0x[0-9a-f]+) accept", out)}
+    out = world.run_in_host(["nft", "list", "set", "inet", "sandboxd", "gens"]).stdout
+    return {"s_" + c: int(m, 16) for c, m in re.findall(r'"(sbx\d+)" \. (0x[0-9a-f]+)', out)}
 
 
 def test_generations_are_never_handed_out_twice_across_restarts(world):

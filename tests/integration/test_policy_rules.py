@@ -288,19 +288,14 @@ def test_rule6_mixed_public_and_loopback_answer_is_refused_whole(world):
 
 
 def _pins(world):
-    """{set name: text} of every DNS-pin set in the world host's table."""
-    out = world.run_in_host(["nft", "list", "sets", "table", "inet", "sandboxd"]).stdout
-    sets, cur = {}, None
-    for line in out.splitlines():
-        s = line.strip()
-        if s.startswith("set ") and s.endswith("_dns4 {"):
-            cur = s.split()[1]
-            sets[cur] = ""
-        elif s.startswith("set "):
-            cur = None
-        elif cur:
-            sets[cur] += s + " "
-    return sets
+    """{interface: text of its pins} of the world host's shared IPv4 pin set
+    (`"sbx<n>" . <address> timeout ... expires ...`, one element each)."""
+    import re
+    out = world.run_in_host(["nft", "list", "set", "inet", "sandboxd", "pins4"]).stdout
+    pins = {}
+    for ifname, text in re.findall(r'"(sbx\d+)" \. ([^,}]*)', out):
+        pins[ifname] = pins.get(ifname, "") + text.strip() + " "
+    return pins
 
 
 def test_rule6_accepted_answer_is_pinned_with_the_ttl_floor(world):

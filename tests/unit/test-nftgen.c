@@ -46,6 +46,7 @@ static int setup(void **state) {
         orig_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
         if (orig_netns < 0 || unshare(CLONE_NEWNET) < 0)
                 return -1;
+        pol_nft_host_reset();
         return core_net_host_setup(&p, NULL) < 0 ? -1 : 0;
 }
 
@@ -133,12 +134,19 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"203.0.113.0/24\"],\"deny\":[\"8.8.8.0/24\"]}}");
         char *out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "chain s_sbx3 {"), 1);
-        for (const char *s = "allow4\0deny4\0forbid4\0dns4\0allow6\0deny6\0forbid6\0dns6\0"; *s; s += strlen(s) + 1) {
+        /* Both slots of the address-range sets (each rule looks one up
+         * behind its slot's guard); the DNS pins in the host's shared sets,
+         * none of the session's own. */
+        for (const char *s = "allow4\0deny4\0forbid4\0allow6\0deny6\0forbid6\0"; *s; s += strlen(s) + 1) {
                 char want[64];
                 snprintf(want, sizeof(want), "set s_sbx3_%s {", s);
                 if (count(out, want) != 1)
                         fail_msg("expected once: %s\nin:\n%s", want, out);
+                snprintf(want, sizeof(want), "set s_sbx3_%s_b {", s);
+                if (count(out, want) != 1)
+                        fail_msg("expected once: %s\nin:\n%s", want, out);
         }
+        assert_int_equal(count(out, "s_sbx3_dns"), 0);
         assert_int_equal(count(out, "\"sbx3\" : goto s_sbx3"), 1);
         /* The gateway services: the DNS filter at the gateway, nothing else
          * of the host. */
@@ -151,62 +159,114 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
          * gateway: one element in the host's `proxied` set. */
         if (count(out, "set proxied {\n\t\ttype ifname\n\t\telements = { \"sbx3\" }") != 1)
                 fail_msg("proxied set not as expected:\n%s", out);
-        /* The generation check first (the chain's own ct mark), then what
-         * a custom policy never forwards, then the decision table; every
-         * accept marks the flow with the generation. The reply chain the
-         * same on the remote end (source), its denials dropped. */
-        const char *head = strstr(out, "chain s_sbx3 {\n\t\tct mark 0x");
+        /* The generation: an element of the shared `gens` set and
+         * `genmark` map, not a constant of the chain (a change moves the
+         * elements alone); slot a in use (no slot_b element). */
+        const char *g = strstr(out, "elements = { \"sbx3\" . 0x");
         unsigned mark = 0;
-        assert_non_null(head);
-        assert_int_equal(sscanf(head, "chain s_sbx3 {\n\t\tct mark 0x%x accept", &mark), 1);
+        assert_non_null(g);
+        assert_int_equal(sscanf(g, "elements = { \"sbx3\" . 0x%x }", &mark), 1);
         assert_true(mark != 0);
-        char *rules = NULL, *reply = NULL;
-        assert_true(asprintf(&rules,
-                "chain s_sbx3 {\n\t\tct mark 0x%08x accept\n\t\tct status dnat goto deny\n"
-                "\t\ttcp dport 80 goto deny\n\t\ttcp dport 443 goto deny\n\t\tip daddr @s_sbx3_deny4 goto deny\n"
-                "\t\tip daddr @s_sbx3_forbid4 goto deny\n\t\tip6 daddr @s_sbx3_deny6 goto deny\n"
-                "\t\tip6 daddr @s_sbx3_forbid6 goto deny\n\t\ttcp dport 53 goto deny\n\t\tudp dport 53 goto deny\n"
-                "\t\ttcp dport 853 goto deny\n\t\tudp dport 853 goto deny\n"
-                "\t\tip daddr @s_sbx3_allow4 ct mark set 0x%08x accept\n"
-                "\t\tip6 daddr @s_sbx3_allow6 ct mark set 0x%08x accept\n\t\tudp dport 443 goto deny\n"
-                "\t\tip daddr @s_sbx3_dns4 ct mark set 0x%08x accept\n"
-                "\t\tip6 daddr @s_sbx3_dns6 ct mark set 0x%08x accept\n\t\tgoto deny\n\t}",
-                mark, mark, mark, mark, mark) > 0);
-        assert_true(asprintf(&reply,
-                "chain r_sbx3 {\n\t\tct mark 0x%08x accept\n\t\tct state related drop\n\t\tct status dnat drop\n"
-                "\t\ttcp sport 80 drop\n\t\ttcp sport 443 drop\n\t\tip saddr @s_sbx3_deny4 drop\n"
-                "\t\tip saddr @s_sbx3_forbid4 drop\n\t\tip6 saddr @s_sbx3_deny6 drop\n"
-                "\t\tip6 saddr @s_sbx3_forbid6 drop\n\t\ttcp sport 53 drop\n\t\tudp sport 53 drop\n"
-                "\t\ttcp sport 853 drop\n\t\tudp sport 853 drop\n"
-                "\t\tip saddr @s_sbx3_allow4 ct mark set 0x%08x accept\n"
-                "\t\tip6 saddr @s_sbx3_allow6 ct mark set 0x%08x accept\n\t\tudp sport 443 drop\n"
-                "\t\tip saddr @s_sbx3_dns4 ct mark set 0x%08x accept\n"
-                "\t\tip6 saddr @s_sbx3_dns6 ct mark set 0x%08x accept\n\t\tdrop\n\t}",
-                mark, mark, mark, mark, mark) > 0);
+        char *gm = NULL;
+        assert_true(asprintf(&gm, "elements = { \"sbx3\" : 0x%08x }", mark) > 0);
+        if (count(out, gm) != 1)
+                fail_msg("genmark not as expected:\n%s", out);
+        free(gm);
+        assert_int_equal(count(out, "set slot_b {\n\t\ttype ifname\n\t}"), 1);
+        /* The generation check first, then what a custom policy never
+         * forwards, then the decision table; every accept marks the flow
+         * with the generation. The reply chain the same on the remote end
+         * (source), its denials dropped. */
+        const char *head = strstr(out, "chain s_sbx3 {");
+        assert_non_null(head);
+        /* Per direction, a chain per slot: the slot is decided once per
+         * packet (`iifname @slot_b goto`), each slot's chain looks up its
+         * own sets and marks from its own genmark map. */
+#define STEPS(dir, sfx, deny, mk)                                                                            \
+        "\t\tip " dir " @s_sbx3_deny4" sfx " " deny "\n\t\tip " dir " @s_sbx3_forbid4" sfx " " deny "\n"        \
+        "\t\tip6 " dir " @s_sbx3_deny6" sfx " " deny "\n\t\tip6 " dir " @s_sbx3_forbid6" sfx " " deny "\n"      \
+        PORTS(deny) "\t\tip " dir " @s_sbx3_allow4" sfx " ct mark set " mk " accept\n"                         \
+        "\t\tip6 " dir " @s_sbx3_allow6" sfx " ct mark set " mk " accept\n"
+        const char *rules =
+                "chain s_sbx3 {\n\t\tiifname . ct mark @gens accept\n\t\tct status dnat goto deny\n"
+                "\t\ttcp dport 80 goto deny\n\t\ttcp dport 443 goto deny\n\t\tiifname @slot_b goto s_sbx3_b\n"
+#define PORTS(deny) "\t\ttcp dport 53 " deny "\n\t\tudp dport 53 " deny "\n\t\ttcp dport 853 " deny "\n\t\tudp dport 853 " deny "\n"
+                STEPS("daddr", "", "goto deny", "iifname map @genmark")
+                "\t\tudp dport 443 goto deny\n"
+                "\t\tiifname . ip daddr @pins4 ct mark set iifname map @genmark accept\n"
+                "\t\tiifname . ip6 daddr @pins6 ct mark set iifname map @genmark accept\n\t\tgoto deny\n\t}\n\n"
+                "\tchain s_sbx3_b {\n"
+                STEPS("daddr", "_b", "goto deny", "iifname map @genmark_b")
+                "\t\tudp dport 443 goto deny\n"
+                "\t\tiifname . ip daddr @pins4 ct mark set iifname map @genmark_b accept\n"
+                "\t\tiifname . ip6 daddr @pins6 ct mark set iifname map @genmark_b accept\n\t\tgoto deny\n\t}";
+#undef PORTS
+#define PORTS(deny) "\t\ttcp sport 53 " deny "\n\t\tudp sport 53 " deny "\n\t\ttcp sport 853 " deny "\n\t\tudp sport 853 " deny "\n"
+        const char *reply =
+                "chain r_sbx3 {\n\t\toifname . ct mark @gens accept\n\t\tct state related drop\n\t\tct status dnat drop\n"
+                "\t\ttcp sport 80 drop\n\t\ttcp sport 443 drop\n\t\toifname @slot_b goto r_sbx3_b\n"
+                STEPS("saddr", "", "drop", "oifname map @genmark")
+                "\t\tudp sport 443 drop\n"
+                "\t\toifname . ip saddr @pins4 ct mark set oifname map @genmark accept\n"
+                "\t\toifname . ip6 saddr @pins6 ct mark set oifname map @genmark accept\n\t\tdrop\n\t}\n\n"
+                "\tchain r_sbx3_b {\n"
+                STEPS("saddr", "_b", "drop", "oifname map @genmark_b")
+                "\t\tudp sport 443 drop\n"
+                "\t\toifname . ip saddr @pins4 ct mark set oifname map @genmark_b accept\n"
+                "\t\toifname . ip6 saddr @pins6 ct mark set oifname map @genmark_b accept\n\t\tdrop\n\t}";
+#undef PORTS
+#undef STEPS
         if (count(out, rules) != 1)
                 fail_msg("session chain not as expected:\n%s", head);
         if (count(out, reply) != 1)
                 fail_msg("reply chain not as expected:\n%s", strstr(out, "chain r_sbx3 {") ?: out);
         assert_int_equal(count(out, "\"sbx3\" : goto r_sbx3"), 1);
-        free(rules);
-        free(reply);
-        free(out);
+        char g_mark_text[48];
+        snprintf(g_mark_text, sizeof(g_mark_text), "\"sbx3\" . 0x%08x", mark);
+        char *before = out;
 
-        /* Replace: the new policy's ranges, never the old ones, and still
-         * one of everything; its interval sets in the other slot (filled
-         * in a batch before the one that swaps the chains, rule 9), the
-         * old slot's gone. */
+        /* Replace: the new policy's ranges in the other slot (filled in a
+         * batch before the one that moves the session's slot_b element,
+         * rule 9), the session moved there and to a new generation; the
+         * chains the same ones, never re-created. */
+        const char *before_chain = strstr(before, "chain s_sbx3 {");
         apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"1.1.1.0/24\"]}}");
         out = run("nft list table inet sandboxd");
         assert_int_equal(count(out, "chain s_sbx3 {"), 1);
-        assert_int_equal(count(out, "set s_sbx3_allow4_b {"), 1);
-        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 0);
-        assert_int_equal(count(out, "ip daddr @s_sbx3_allow4_b ct mark set"), 1);
-        assert_int_equal(count(out, "set s_sbx3_dns4 {"), 1);
-        assert_int_equal(count(out, "1.1.1.0/24"), 1);
-        assert_int_equal(count(out, "203.0.113.0/24"), 1); /* forbidden again: in forbid4 only */
+        assert_non_null(before_chain);
+        assert_true(count(out, before_chain) == 1); /* the same chains, rules and all, to the end of the listing */
+        assert_int_equal(count(out, "set slot_b {\n\t\ttype ifname\n\t\telements = { \"sbx3\" }"), 1);
+        /* The slot left behind emptied: nothing of the replaced policy
+         * stays loaded (203.0.113.0/24 is forbidden again: forbid4_b). */
+        assert_int_equal(count(out, "set s_sbx3_allow4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t}"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4_b {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 1.1.1.0/24 }"), 1);
+        assert_int_equal(count(out, "203.0.113.0/24"), 1);
         assert_int_equal(count(out, "8.8.8.0/24"), 0);
+        /* Flows the chains of slot b admit get the new generation. */
+        const char *g2 = strstr(out, "elements = { \"sbx3\" . 0x");
+        unsigned mark2 = 0;
+        assert_non_null(g2);
+        assert_int_equal(sscanf(g2, "elements = { \"sbx3\" . 0x%x }", &mark2), 1);
+        char *gm2 = NULL;
+        assert_true(asprintf(&gm2, "map genmark_b {\n\t\ttype ifname : mark\n\t\telements = { \"sbx3\" : 0x%08x }", mark2) > 0);
+        if (count(out, gm2) != 1)
+                fail_msg("genmark_b not as expected:\n%s", out);
+        free(gm2);
+        assert_int_equal(count(out, "\"sbx3\" . 0x"), 1);
+        assert_int_equal(count(out, g_mark_text), 0); /* the old generation is gone */
         assert_int_equal(count(out, "\"sbx3\" : goto s_sbx3"), 1);
+        free(out);
+        free(before);
+
+        /* And back: slot a again, its old ranges replaced. */
+        apply("{\"allow\":[\"example.com\"],\"subnets\":{\"deny\":[\"9.9.9.0/24\"]}}");
+        out = run("nft list table inet sandboxd");
+        assert_int_equal(count(out, "set slot_b {\n\t\ttype ifname\n\t}"), 1);
+        assert_int_equal(count(out, "set s_sbx3_deny4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = { 9.9.9.0/24 }"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t}"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4_b {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t}"), 1);
+        assert_int_equal(count(out, "1.1.1.0/24"), 0);
+        assert_int_equal(count(out, "8.8.8.0/24"), 0);
         free(out);
 
         apply("\"deny-all\"");
@@ -309,31 +369,29 @@ static void test_overlapping_and_adjacent_prefixes_become_disjoint_ranges(void *
 }
 
 /* The interval sets alternate between two slots, each filled before the
- * swap (rule 9): a third change is back in the first slot, and sets left in
- * the free slot (a change that failed after filling them) are replaced. */
+ * batch that moves the session to it (rule 9): a third change is back in
+ * the first slot, and what the free slot held (the policy before last, or
+ * a change that failed after filling it) is replaced, never merged. */
 static void test_interval_sets_alternate_slots_and_replace_what_a_failed_change_left(void **state) {
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"192.0.2.0/24\"]}}");
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"198.51.100.0/24\"]}}");
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"203.0.113.0/24\"]}}");
         char *out = run("nft list table inet sandboxd");
-        assert_int_equal(count(out, "_b {"), 0);
+        assert_int_equal(count(out, "set slot_b {\n\t\ttype ifname\n\t}"), 1); /* slot a */
         assert_int_equal(count(out, "set s_sbx3_allow4 {"), 1);
-        assert_int_equal(count(out, "ip daddr @s_sbx3_allow4 ct mark set"), 1);
+        assert_int_equal(count(out, "set s_sbx3_allow4_b {"), 1);
         free(out);
         char *allow = set_elements("s_sbx3_allow4");
-        if (!strstr(allow, "203.0.113.0/24") || strstr(allow, "198.51.100.0/24"))
+        if (!strstr(allow, "203.0.113.0/24") || strstr(allow, "198.51.100.0/24") || strstr(allow, "192.0.2.0/24"))
                 fail_msg("allow4: %s", allow);
         free(allow);
         /* Left over in the free slot, with an element of its own. */
-        free(run("nft add set inet sandboxd s_sbx3_allow4_b '{ type ipv4_addr; flags interval; }' && "
-                 "nft add element inet sandboxd s_sbx3_allow4_b '{ 100.64.0.0/10 }'"));
+        free(run("nft add element inet sandboxd s_sbx3_allow4_b '{ 100.64.0.0/10 }'"));
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"192.0.2.0/24\"]}}");
         out = run("nft list table inet sandboxd");
-        assert_int_equal(count(out, "set s_sbx3_allow4 {"), 0);
-        assert_int_equal(count(out, "set s_sbx3_allow4_b {"), 1);
-        assert_int_equal(count(out, "ip daddr @s_sbx3_allow4_b ct mark set"), 1);
+        assert_int_equal(count(out, "set slot_b {\n\t\ttype ifname\n\t\telements = { \"sbx3\" }"), 1);
         allow = set_elements("s_sbx3_allow4_b");
-        if (!strstr(allow, "192.0.2.0/24") || strstr(allow, "100.64.0.0/10"))
+        if (!strstr(allow, "192.0.2.0/24") || strstr(allow, "100.64.0.0/10") || strstr(allow, "198.51.100.0/24"))
                 fail_msg("allow4_b: %s", allow);
         free(allow);
         free(out);
@@ -360,24 +418,56 @@ static void test_pin_adds_address_with_floored_timeout_and_errors_name_the_set(v
         inet_pton(AF_INET, "93.184.216.34", &a);
         assert_int_equal(pol_nft_pin(IF, a, 5, &err), -ENOENT); /* no custom policy yet */
         assert_non_null(err);
-        assert_string_equal(err->message,
-                            "nftables: set s_sbx3_dns4 element 93.184.216.34: No such file or directory");
+        assert_string_equal(err->message, "nftables: sbx3 has no custom policy: no DNS pin for 93.184.216.34");
         sb_error_free(err);
         err = NULL;
 
         apply("{\"allow\":[\"example.com\"]}");
         assert_int_equal(pol_nft_pin(IF, a, 5, &err), 0);
         assert_null(err);
-        char *dns = set_elements("s_sbx3_dns4");
-        if (!strstr(dns, "93.184.216.34 timeout 30s expires"))
-                fail_msg("dns4: %s", dns);
+        char *dns = set_elements("pins4");
+        if (!strstr(dns, "\"sbx3\" . 93.184.216.34 timeout 30s expires"))
+                fail_msg("pins4: %s", dns);
         free(dns);
         inet_pton(AF_INET, "93.184.216.35", &a);
         assert_int_equal(pol_nft_pin(IF, a, 3600, &err), 0);
-        dns = set_elements("s_sbx3_dns4");
-        if (!strstr(dns, "93.184.216.35 timeout 1h expires"))
-                fail_msg("dns4: %s", dns);
+        dns = set_elements("pins4");
+        if (!strstr(dns, "\"sbx3\" . 93.184.216.35 timeout 1h expires"))
+                fail_msg("pins4: %s", dns);
         free(dns);
+        struct in6_addr a6;
+        inet_pton(AF_INET6, "2001:db8::35", &a6);
+        assert_int_equal(pol_nft_pin6(IF, &a6, 60, &err), 0);
+        dns = set_elements("pins6");
+        if (!strstr(dns, "\"sbx3\" . 2001:db8::35 timeout 1m expires"))
+                fail_msg("pins6: %s", dns);
+        free(dns);
+
+        /* A change of policy drops the session's pins (judged under the
+         * old one) but those carried over, in the one batch. */
+        pol_policy *p = policy("{\"allow\":[\"example.com\"]}");
+        pol_nft_carried_pin keep = { .addr = { .family = AF_INET }, .ttl_s = 40 };
+        memcpy(keep.addr.bytes, &a, 4);
+        assert_int_equal(pol_nft_session_apply_pins(IF, p, gateway(), &keep, 1, &err), 0);
+        dns = set_elements("pins4");
+        if (!strstr(dns, "\"sbx3\" . 93.184.216.35") || strstr(dns, "93.184.216.34"))
+                fail_msg("pins4 after a change: %s", dns);
+        free(dns);
+        dns = set_elements("pins6");
+        if (strstr(dns, "2001:db8::35"))
+                fail_msg("pins6 after a change: %s", dns);
+        free(dns);
+        /* And to another mode: none left, and no pin taken. */
+        apply("\"allow-all\"");
+        dns = set_elements("pins4");
+        if (strstr(dns, "sbx3"))
+                fail_msg("pins4 under allow-all: %s", dns);
+        free(dns);
+        assert_int_equal(pol_nft_pin(IF, a, 60, &err), -ENOENT);
+        sb_error_free(err);
+        err = NULL;
+        assert_int_equal(pol_nft_session_apply(IF, p, gateway(), &err), 0);
+        pol_policy_free(p);
 
         assert_int_equal(pol_nft_pin("eth0", a, 60, &err), -EINVAL);
         sb_error_free(err);
@@ -693,6 +783,7 @@ static void test_veth_without_element_is_denied_until_its_policy_is_applied_agai
         free(run("nft flush ruleset"));
         assert_int_equal(core_net_host_ensure(&p, &err), 1);
         assert_null(err);
+        pol_nft_host_reset();
         expect_refused("10.1.1.1", 8080);
         apply("\"allow-all\"");
         expect_reachable('t', "10.1.1.1", 8080);
@@ -794,6 +885,7 @@ static void test_custom_session_http_goes_to_the_proxy_on_its_gateway(void **sta
         free(run("nft flush ruleset"));
         assert_int_equal(core_net_host_ensure(&p, &err), 1);
         assert_null(err);
+        pol_nft_host_reset();
         apply("{\"allow\":[\"example.com\"]}");
         expect_reachable('t', "10.1.1.1", 80);
         accept_original_dst(host_fds[2], orig, sizeof(orig));
@@ -825,12 +917,13 @@ static int reserve_marks(void *userdata, uint32_t next, uint32_t *ret_limit) {
         return 0;
 }
 
+/* The session's generation: its element of the shared `gens` set. */
 static unsigned chain_mark(void) {
-        char *out = run("nft list chain inet sandboxd s_sbx3");
-        const char *at = strstr(out, "ct mark 0x");
+        char *out = run("nft list set inet sandboxd gens");
+        const char *at = strstr(out, "\"sbx3\" . 0x");
         unsigned mark = 0;
         assert_non_null(at);
-        assert_int_equal(sscanf(at, "ct mark 0x%x accept", &mark), 1);
+        assert_int_equal(sscanf(at, "\"sbx3\" . 0x%x", &mark), 1);
         free(out);
         return mark;
 }
