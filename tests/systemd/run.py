@@ -392,7 +392,9 @@ def check_rm_removes_the_scope(c, st):
 def _survived(c, st, what):
     name = st["name"]
     n0 = counter(c, name)
-    expect(n0 > 0, "the sandbox answers after", what)
+    if n0 <= 0:
+        p = ctl(c, "exec", name, "--", "cat", "/workspace/n", check=False)
+        expect(False, "the sandbox answers after", what, "(exec: %d %r %r)" % (p.returncode, p.stdout, p.stderr))
     poll(lambda: counter(c, name) > n0, 30, "the counter keeps counting after " + what)
     got = json.loads(ctl(c, "command", "get", st["cmd"]).stdout)
     expect(got.get("exitCode") is None, "the command still runs after", what, got)
