@@ -504,6 +504,21 @@ int core_write_string(const char *path, const char *s) {
 
 extern char **environ;
 
+/* Initialises *attr so that the child starts with no signal blocked and
+ * every disposition at its default: the caller may block signals for its
+ * own loop (sandboxd blocks SIGTERM, SIGINT and SIGCHLD for sd-event), and
+ * a child that kept them would never see the SIGTERM that stops it. The
+ * caller destroys *attr (posix_spawnattr_destroy). */
+static void spawnattr_clean_signals(posix_spawnattr_t *attr) {
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        posix_spawnattr_init(attr);
+        posix_spawnattr_setsigmask(attr, &none);
+        posix_spawnattr_setsigdefault(attr, &all);
+        posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+}
+
 int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *ret_in, pid_t *ret_pid,
                       sb_error **ret_err) {
         int p[2], q[2] = {-EBADF, -EBADF};
@@ -524,18 +539,8 @@ int core_spawn_helper(const char *path, char *const argv[], int *ret_out, int *r
         posix_spawn_file_actions_adddup2(&fa, p[1], 1);
         /* Everything else of the daemon's is O_CLOEXEC; this makes sure. */
         posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-        /* The caller may block signals for its own loop (sandboxd blocks
-         * SIGTERM, SIGINT and SIGCHLD for sd-event); a helper must start
-         * with none blocked and default dispositions, or it never sees the
-         * SIGTERM that stops it. */
         posix_spawnattr_t attr;
-        sigset_t none, all;
-        sigemptyset(&none);
-        sigfillset(&all);
-        posix_spawnattr_init(&attr);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &all);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        spawnattr_clean_signals(&attr);
         char *const envp[] = {NULL};
         pid_t pid;
         int r = posix_spawn(&pid, path, &fa, &attr, argv, envp);
@@ -606,15 +611,8 @@ int core_run_quiet(const char *path, char *const argv[], int *ret_status) {
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
         posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-        /* As core_spawn_helper: no signal blocked, every one at its default. */
         posix_spawnattr_t attr;
-        sigset_t none, all;
-        sigemptyset(&none);
-        sigfillset(&all);
-        posix_spawnattr_init(&attr);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &all);
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        spawnattr_clean_signals(&attr);
         char *const envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
         pid_t pid;
         int r = posix_spawn(&pid, path, &fa, &attr, argv, envp);
