@@ -38,6 +38,13 @@ the daemon sends its batch with libnftnl). Layouts:
             the update deletes the session's old elements and adds its new
             ones (element-only, and the set walk is the same short one
             whatever N).
+  keyed     no per-session chain or set and no concatenation: shared
+            interval sets of one field (the kernel's rbtree, which keeps
+            its tree across commits) whose key is the session's id
+            followed by the address, so each session's ranges are one
+            stretch of the key space; the update deletes the session's old
+            elements and adds its new ones (element-only; the shared sets
+            are first in the table's list, so found at once).
   tables    one table `inet s_<if>` per session with its own forward base
             chain (`iifname "<if>" jump s`); the update replaces that
             table's chain and sets. Every forwarded packet then walks N
@@ -250,6 +257,56 @@ def concat_update(i, gen):
                       'add element inet t deny4 { "sbx%d" . 198.51.101.%d }' % (i, gen % 250)]) + "\n"
 
 
+def keyed_key(i, v4):
+    """The 16-byte key of session i's IPv4 prefix v4 ("a.b.c.d/len") in a
+    `keyed` set: the session id in the first 4 bytes, 8 zero bytes, then
+    the address, written as an IPv6 prefix of len + 96 bits."""
+    addr, plen = (v4.split("/") + ["32"])[:2]
+    a = [int(x) for x in addr.split(".")]
+    return "%x:%x:0:0:0:0:%x:%x/%d" % (i >> 16, i & 0xffff, a[0] << 8 | a[1], a[2] << 8 | a[3], int(plen) + 96)
+
+
+def keyed_load(n):
+    """`keyed`: no per-session chain or set, and no concatenation: shared
+    interval sets (one field, the kernel's rbtree) whose key is the session
+    id followed by the address, so a session's ranges are one contiguous
+    stretch of the key space; one chain for every custom session. (The
+    daemon would build the key in registers: the id from a map keyed by
+    iifname, then the address; here the chain only references the sets.)"""
+    out = ["table inet t {", deny_chain()]
+    allow, deny = [], []
+    for i in range(BASE, BASE + n):
+        allow += [keyed_key(i, "192.0.2.0/24"), keyed_key(i, "10.%d.%d.0/24" % (i // 250 % 250, i % 250))]
+        deny.append(keyed_key(i, "198.51.100.7"))
+    out += [blk("set allow4", ["type ipv6_addr", "flags interval", "elements = { %s }" % ", ".join(allow)]),
+            blk("set deny4", ["type ipv6_addr", "flags interval", "elements = { %s }" % ", ".join(deny)]),
+            blk("set forbid4", ["type ipv4_addr", "flags interval",
+                                "elements = { 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16 }"]),
+            blk("set dns4", ["type ifname . ipv4_addr", "flags timeout"]),
+            blk("map sid", ["type ifname : mark", "elements = { %s }" % ", ".join(
+                '"sbx%d" : %d' % (i, i) for i in range(BASE, BASE + n))]),
+            blk("chain custom", ["ct state established,related accept", "ip6 daddr @deny4 goto deny",
+                                 "ip daddr @forbid4 goto deny", "meta l4proto { tcp, udp } th dport { 53, 853 } goto deny",
+                                 "ip6 daddr @allow4 accept", "udp dport 443 goto deny",
+                                 "iifname . ip daddr @dns4 accept", "goto deny"]),
+            blk("map sessions", ["type ifname : verdict", "elements = { %s }" % ", ".join(
+                '"sbx%d" : jump custom' % i for i in range(BASE, BASE + n))]),
+            blk("chain forward", ["type filter hook forward priority 0; policy accept", "iifname vmap @sessions",
+                                  "iifname \"sbx*\" goto deny"]), "}"]
+    return "\n".join(out) + "\n"
+
+
+def keyed_update(i, gen):
+    """As concat_update, in the keyed sets."""
+    old_a = "10.%d.%d.0/24" % ((i // 250 % 250, i % 250) if gen == 0 else (100 + (gen - 1) % 100, i % 250))
+    new_a = "10.%d.%d.0/24" % (100 + gen % 100, i % 250)
+    old_d = "198.51.100.7" if gen == 0 else "198.51.101.%d" % ((gen - 1) % 250)
+    return "\n".join(['delete element inet t allow4 { %s }' % keyed_key(i, old_a),
+                      'add element inet t allow4 { %s }' % keyed_key(i, new_a),
+                      'delete element inet t deny4 { %s }' % keyed_key(i, old_d),
+                      'add element inet t deny4 { %s }' % keyed_key(i, "198.51.101.%d" % (gen % 250))]) + "\n"
+
+
 def deny_chain():
     return blk("chain deny", ["meta l4proto tcp reject with tcp reset", "reject with icmpx admin-prohibited"])
 
@@ -320,7 +377,7 @@ def main(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=11)
-    ap.add_argument("--only", default="today,elements,built,concat,tables,netdev")
+    ap.add_argument("--only", default="today,elements,built,concat,keyed,tables,netdev")
     a = ap.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root")
@@ -341,7 +398,7 @@ def main(argv):
             # see each other: a layout's numbers are its own table's).
             for lay in layouts:
                 nft_load(ns, {"today": shared_load, "elements": shared_load, "built": built_load,
-                              "tables": tables_load, "concat": concat_load,
+                              "tables": tables_load, "concat": concat_load, "keyed": keyed_load,
                               "netdev": netdev_load}[lay](n), tmp)
                 cases = {
                     "today": [("today, newest session", lambda g: today_update(BASE + n - 1, g)),
@@ -358,6 +415,8 @@ def main(argv):
                                ("concat, oldest session", lambda g: concat_update(BASE, g)),
                                ("pin, concat set", lambda g: 'add element inet t dns4 { "sbx%d" . 203.0.%d.%d timeout 30s }\n'
                                 % (BASE + n - 1, g // 250 % 250, g % 250 + 1))],
+                    "keyed": [("keyed, newest session", lambda g: keyed_update(BASE + n - 1, g)),
+                              ("keyed, oldest session", lambda g: keyed_update(BASE, g))],
                     "tables": [("tables, newest session", lambda g: own_table_update("inet", "s", BASE + n - 1, g)),
                                ("tables, oldest session", lambda g: own_table_update("inet", "s", BASE, g))],
                     "netdev": [("netdev, newest session",
