@@ -48,7 +48,10 @@ SUITE = "bookworm"
 PACKAGES = ["systemd", "dbus", "libcjson1", "libgit2-1.5", "libarchive13", "libseccomp2", "libcap2",
             "libnl-3-200", "libnl-route-3-200", "libmnl0", "libnftnl11", "libsystemd0", "libcurl4",
             "libpcre2-8-0", "libldns3", "libssl3", "libhttp-parser2.9", "iproute2", "procps"]
-COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; echo tick-$i; sleep 0.2; done"
+# The count is renamed into place: `echo $i > n` empties the file before it
+# writes, and a `cat` in between read nothing (counter() -1: the check
+# failed once in CI though the sandbox answered).
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n.t; mv /workspace/n.t /workspace/n; echo tick-$i; sleep 0.2; done"
 # The container's cgroup layouts: "hybrid" is nspawn's default on a host
 # with v1 controllers (what this host gives), "unified" a cgroup v2 only
 # container (SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1, systemd-nspawn(1)).
