@@ -14,7 +14,9 @@ import world as W
 from common import create, delete, expect, expect_eq, get, poll, rpc_ok, sandbox, sh, sh_ok
 from test_policy_rules import _policy_file, connect, dns
 
-COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n; echo tick-$i; sleep 0.1; done"
+# Renamed into place: `echo $i > n` empties the file before it writes,
+# and a cat in between read nothing.
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /workspace/n.t; mv /workspace/n.t /workspace/n; echo tick-$i; sleep 0.1; done"
 
 
 def _counter(world, name):
