@@ -124,6 +124,9 @@ int ctl_fork(ctl_globals *g, int argc, char **argv);
 int ctl_snapshot(ctl_globals *g, int argc, char **argv);
 int ctl_snapshots(ctl_globals *g, int argc, char **argv);
 
+/* `container ls|pause|resume` (cli/container.c). Returns the exit code. */
+int ctl_container(ctl_globals *g, int argc, char **argv);
+
 /* `command get|wait|kill|logs ID` (cli/command.c). Returns the exit code;
  * `command wait` returns the command's own. */
 int ctl_command(ctl_globals *g, int argc, char **argv);

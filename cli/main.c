@@ -34,6 +34,8 @@ static const char main_help[] =
         "                                list sandboxes (--limit: one page and its next cursor)\n"
         "  get [--resume] NAME           show a sandbox (--resume: resume a stopped persistent one)\n"
         "  extend NAME DURATION          move a running sandbox's expiry later\n"
+        "  set-timeout NAME DURATION [--on-timeout stop|pause]\n"
+        "                                end (or pause) the running session DURATION from now\n"
         "  exec [OPTIONS] NAME -- CMD... run a command in a sandbox: --sudo, --cwd DIR, --env K=V,\n"
         "                                --container C, --timeout D, --detach, -i, -t\n"
         "  command get|wait|kill|logs ID reach a command started with exec --detach\n"
@@ -45,8 +47,9 @@ static const char main_help[] =
         "  update NAME [OPTIONS]         change --timeout, --vcpus, --env, --tag, --port/--no-ports\n"
         "                                or the network policy options of create; shows the sandbox\n"
         "  fork SRC [--name N]           a new sandbox from SRC's current filesystem and config\n"
-        "  snapshot NAME [--expire D]    snapshot a sandbox (files and config); prints the snapshot id\n"
-        "  snapshots [ls|rm ID|export ID FILE|import FILE]\n"
+        "  snapshot NAME [--expire D] [--tag K=V]\n"
+        "                                snapshot a sandbox (files and config); prints the snapshot id\n"
+        "  snapshots [ls [--sandbox NAME] [--tag K=V]|rm ID|export ID FILE|import FILE]\n"
         "                                list (oldest first), delete, export or import snapshots\n"
         "  runtime list|import NAME ROOTFS|bootstrap NAME [--suite S] [--mirror URL]|rm NAME\n"
         "                                root filesystems for --runtime\n"
@@ -54,6 +57,8 @@ static const char main_help[] =
         "                                named volumes for create --volume NAME:/PATH[:ro]\n"
         "  pause NAME                    freeze a sandbox's processes\n"
         "  resume NAME                   thaw a paused sandbox\n"
+        "  container ls SANDBOX|pause SANDBOX NAME|resume SANDBOX NAME\n"
+        "                                list a sandbox's containers, freeze or thaw one\n"
         "  rm [-f] NAME...               delete sandboxes (-f: one already gone is no error)\n"
         "  cp [-r] SRC DST               copy a file, or with -r a directory tree; one side is NAME:PATH\n"
         "  fs ls|stat|mkdir [-p]|rm [-r]|watch [-r] NAME:PATH\n"
@@ -261,6 +266,63 @@ static int cmd_extend(ctl_globals *g, int argc, char **argv) {
                 context = NULL;
         cJSON *result = NULL;
         int r = ctl_call(g, context, "sandbox.extendTimeout", params, &result);
+        if (r != 0)
+                return r;
+        ctl_print_sandbox(g, result);
+        cJSON_Delete(result);
+        return 0;
+}
+
+static const char set_timeout_help[] =
+        "Usage: sandboxctl set-timeout [--json] NAME DURATION [--on-timeout stop|pause]\n\n"
+        "Sets the running session to end DURATION (90s, 5m, 2h, 1d or milliseconds; at\n"
+        "least 1s, at most the daemon's maximum timeout) from now, earlier or later than\n"
+        "it would have, and shows the sandbox. The sandbox's own timeout (that of its\n"
+        "later sessions) is not changed: update changes it.\n"
+        "  --on-timeout stop|pause   what the expiry does: stop ends the session (the\n"
+        "                            default); pause freezes it as pause does, and a\n"
+        "                            resume then gives it a whole timeout. It holds for\n"
+        "                            the rest of the session.\n";
+
+static int cmd_set_timeout(ctl_globals *g, int argc, char **argv) {
+        enum { OPT_ON_TIMEOUT = OPT_FIRST_COMMAND };
+        static const struct option opts[] = {
+                COMMON_OPTIONS, { "on-timeout", required_argument, NULL, OPT_ON_TIMEOUT }, {}
+        };
+        const char *on_timeout = NULL;
+        int opt;
+        optind = 0;
+        while ((opt = ctl_getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+                int r = common_option(g, opt, set_timeout_help);
+                if (r == 0)
+                        return 0;
+                if (r > 0)
+                        continue;
+                if (opt != OPT_ON_TIMEOUT)
+                        return ctl_usage("set-timeout", "set-timeout: unknown option");
+                /* Checked here too, so a typo is a usage error naming the flag. */
+                if (!streq(optarg, "stop") && !streq(optarg, "pause"))
+                        return ctl_usage("set-timeout", "set-timeout: --on-timeout wants stop or pause, got '%s'",
+                                         optarg);
+                on_timeout = optarg;
+        }
+        if (argc - optind != 2)
+                return ctl_usage("set-timeout", argc - optind < 2 ? "set-timeout: want NAME and DURATION" :
+                                 "set-timeout: too many arguments");
+        const char *name = argv[optind], *duration = argv[optind + 1];
+        int64_t ms;
+        if (cli_parse_duration(duration, &ms) < 0)
+                return ctl_usage("set-timeout",
+                                 "set-timeout: bad DURATION '%s' (use 90s, 5m, 2h, 1d or milliseconds)", duration);
+        cJSON *params = name_params(name);
+        cJSON_AddNumberToObject(params, "timeout", (double) ms);
+        if (on_timeout)
+                cJSON_AddStringToObject(params, "onTimeout", on_timeout);
+        _cleanup_free_ char *context = NULL;
+        if (asprintf(&context, "set-timeout %s", name) < 0)
+                context = NULL;
+        cJSON *result = NULL;
+        int r = ctl_call(g, context, "sandbox.setTimeout", params, &result);
         if (r != 0)
                 return r;
         ctl_print_sandbox(g, result);
@@ -1502,6 +1564,7 @@ static const struct {
         { "get", cmd_get },
         { "get-or-create", cmd_get_or_create },
         { "extend", cmd_extend },
+        { "set-timeout", cmd_set_timeout },
         { "exec", ctl_exec },
         { "command", ctl_command },
         { "stop", cmd_stop },
@@ -1522,6 +1585,7 @@ static const struct {
         { "ps", ctl_ps },
         { "pause", cmd_pause },
         { "resume", cmd_resume },
+        { "container", ctl_container },
 };
 
 int main(int argc, char **argv) {

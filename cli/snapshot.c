@@ -11,13 +11,15 @@
 static const struct option common_opts[] = {
         {"socket", required_argument, NULL, 1000}, {"json", no_argument, NULL, 1001},
         {"help", no_argument, NULL, 'h'},          {"name", required_argument, NULL, 1002},
-        {"expire", required_argument, NULL, 1003}, {"config", no_argument, NULL, 1004}, {}};
+        {"expire", required_argument, NULL, 1003}, {"config", no_argument, NULL, 1004},
+        {"tag", required_argument, NULL, 1005},    {"sandbox", required_argument, NULL, 1006}, {}};
 
 /* Parses the common options plus --name (when name_out), --expire (when
- * expire_out) and --config (when config_out); returns -1 to go on, or an
- * exit code (0 after --help). */
+ * expire_out), --config (when config_out), --tag K=V into the object tags
+ * (when not NULL) and --sandbox (when sandbox_out); returns -1 to go on, or
+ * an exit code (0 after --help). */
 static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, const char **name_out,
-                      const char **expire_out, bool *config_out) {
+                      const char **expire_out, bool *config_out, cJSON *tags, const char **sandbox_out) {
         int opt;
         optind = 0;
         while ((opt = ctl_getopt_long(argc, argv, "h", common_opts, NULL)) != -1) {
@@ -42,6 +44,19 @@ static int parse_opts(ctl_globals *g, int argc, char **argv, const char *help, c
                                 *config_out = true;
                                 break;
                         }
+                        return ctl_usage(argv[0], "%s: unknown option", argv[0]);
+                case 1005:
+                        if (tags) {
+                                if (cli_kv_add(tags, optarg) < 0)
+                                        return ctl_usage(argv[0], "%s: --tag wants K=V, got '%s'", argv[0], optarg);
+                                break;
+                        }
+                        return ctl_usage(argv[0], "%s: unknown option", argv[0]);
+                case 1006:
+                        if (sandbox_out) {
+                                *sandbox_out = optarg;
+                                break;
+                        }
                         /* fall through */
                 default: return ctl_usage(argv[0], "%s: unknown option", argv[0]);
                 }
@@ -57,7 +72,7 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
                 "keep running. A stopped (persistent) SRC is forked without copying. The two\n"
                 "never share writable state. Prints the new sandbox's name.\n";
         const char *name = NULL;
-        int r = parse_opts(g, argc, argv, help, &name, NULL, NULL);
+        int r = parse_opts(g, argc, argv, help, &name, NULL, NULL, NULL, NULL);
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
@@ -79,16 +94,19 @@ int ctl_fork(ctl_globals *g, int argc, char **argv) {
 
 int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
-                "Usage: sandboxctl snapshot [--json] NAME [--expire DURATION]\n\n"
+                "Usage: sandboxctl snapshot [--json] NAME [--expire DURATION] [--tag K=V]...\n\n"
                 "Takes a snapshot of sandbox NAME's filesystem and config (network policy, env,\n"
                 "tags, ports, timeout, vCPUs: `create --snapshot ID` restores them unless\n"
                 "given again); a running sandbox "
                 "keeps running. Prints the snapshot id, a source for `create --snapshot ID`.\n"
                 "--expire (90s, 5m, 2h, 7d, or bare milliseconds; at most 365d) deletes the\n"
                 "snapshot that long after it is taken; sandboxes created from it keep their\n"
-                "files, and it is kept, shown as expired, until the last of them is deleted.\n";
+                "files, and it is kept, shown as expired, until the last of them is deleted.\n"
+                "--tag K=V (repeatable, at most 5) labels the snapshot itself (not the\n"
+                "sandbox); `snapshots ls --tag K=V` lists only the snapshots that carry it.\n";
         const char *expire = NULL;
-        int r = parse_opts(g, argc, argv, help, NULL, &expire, NULL);
+        _cleanup_json_ cJSON *tags = cJSON_CreateObject();
+        int r = parse_opts(g, argc, argv, help, NULL, &expire, NULL, tags, NULL);
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
@@ -101,6 +119,8 @@ int ctl_snapshot(ctl_globals *g, int argc, char **argv) {
         cJSON_AddStringToObject(p, "name", argv[optind]);
         if (expire)
                 cJSON_AddNumberToObject(p, "expiration", (double)ms);
+        if (tags->child)
+                cJSON_AddItemToObject(p, "tags", TAKE_PTR(tags));
         cJSON *res = NULL;
         if ((r = ctl_call(g, "snapshot", "sandbox.snapshot", p, &res)) != 0)
                 return r;
@@ -208,11 +228,13 @@ static void sort_by_creation(cJSON *arr) {
 int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
         static const char help[] =
                 "Usage: sandboxctl snapshots [--json]\n"
-                "       sandboxctl snapshots ls|list [--json]\n"
+                "       sandboxctl snapshots ls|list [--json] [--sandbox NAME] [--tag K=V]...\n"
                 "       sandboxctl snapshots rm ID\n"
                 "       sandboxctl snapshots export ID FILE\n"
                 "       sandboxctl snapshots import FILE [--config]\n\n"
                 "Lists snapshots, oldest first (ID SANDBOX CREATED EXPIRES), or deletes one.\n"
+                "ls --sandbox NAME lists only that sandbox's; --tag K=V (repeatable) only\n"
+                "those carrying every given tag (snapshot --tag sets them).\n"
                 "Deleting a snapshot that sandboxes were created from is safe: they keep\n"
                 "their files.\n\n"
                 "export writes snapshot ID to FILE (a new file; zstd tar, gzip when FILE ends\n"
@@ -225,9 +247,14 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 "it sandboxes made from the snapshot get the daemon's defaults and your\n"
                 "options. A file never turns a user namespace off.\n";
         bool config = false;
-        int r = parse_opts(g, argc, argv, help, NULL, NULL, &config);
+        const char *sandbox = NULL;
+        _cleanup_json_ cJSON *tags = cJSON_CreateObject();
+        int r = parse_opts(g, argc, argv, help, NULL, NULL, &config, tags, &sandbox);
         if (r >= 0)
                 return r;
+        bool listing = optind >= argc || streq(argv[optind], "ls") || streq(argv[optind], "list");
+        if (!listing && (tags->child || sandbox))
+                return ctl_usage("snapshots", "snapshots %s: --tag and --sandbox are options of ls", argv[optind]);
         if (optind < argc && streq(argv[optind], "rm")) {
                 if (optind + 2 != argc)
                         return ctl_usage("snapshots", "snapshots rm: give one snapshot ID");
@@ -245,8 +272,13 @@ int ctl_snapshots(ctl_globals *g, int argc, char **argv) {
                 optind++;
         if (optind != argc)
                 return ctl_usage("snapshots", "snapshots: unexpected argument '%s'", argv[optind]);
+        cJSON *p = cJSON_CreateObject();
+        if (sandbox)
+                cJSON_AddStringToObject(p, "sandbox", sandbox);
+        if (tags->child)
+                cJSON_AddItemToObject(p, "tags", TAKE_PTR(tags));
         cJSON *res = NULL;
-        if ((r = ctl_call(g, "snapshots", "snapshot.list", cJSON_CreateObject(), &res)) != 0)
+        if ((r = ctl_call(g, "snapshots", "snapshot.list", p, &res)) != 0)
                 return r;
         cJSON *arr = cJSON_GetObjectItem(res, "snapshots");
         sort_by_creation(arr);

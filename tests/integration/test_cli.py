@@ -9,7 +9,7 @@ import re
 import subprocess
 import tempfile
 
-from common import create, delete, expect, expect_eq, sandbox, tar_bytes
+from common import create, delete, expect, expect_eq, poll, rpc_ok, sandbox, sandbox_rpc, tar_bytes
 
 
 def _detach(world, name, script, *flags):
@@ -164,7 +164,8 @@ def test_runtime_import_sends_a_resolved_path(world):
 
 
 VERBS = ("create", "get-or-create", "ls", "get", "extend", "fs", "exec", "command", "stop", "update", "fork", "snapshot", "snapshots",
-         "runtime", "volume", "rm", "cp", "policy", "events", "daemon", "certs", "top", "ps", "pause", "resume")
+         "runtime", "volume", "rm", "cp", "policy", "events", "daemon", "certs", "top", "ps", "pause", "resume",
+         "set-timeout", "container")
 
 
 def test_help_lists_every_verb_and_only_flags_the_verb_takes(world):
@@ -718,3 +719,110 @@ def test_get_and_ls_show_control_characters_in_tags_escaped(world):
         expect_eq(code, 0, "ls --tag (%s)" % err.strip())
         expect(name in out and not re.search("[\x00-\x08\x0b-\x1f\x7f]", out),
                "ls --tag finds it and prints no control character:", repr(out))
+
+
+def _get(world, name):
+    return json.loads(world.ctl("--json", "get", name, check=True)[1])
+
+
+def test_set_timeout_ends_the_session_sooner_or_pauses_it(world):
+    """set-timeout moves the running session's end to DURATION from now
+    (earlier here) without changing the sandbox's own timeout; at that end
+    a persistent sandbox stops; with --on-timeout pause the session is
+    paused instead, and resume thaws it."""
+    with sandbox(world, "settime", "--deny-all", "--persistent", "--timeout", "10m") as name:
+        before = _expires(world, name)
+        code, out, err = world.ctl("--json", "set-timeout", name, "5m")
+        expect_eq(code, 0, "set-timeout 5m (%s)" % err.strip())
+        got = json.loads(out)
+        expect(got["expiresAt"] < before, "the session ends earlier:", got["expiresAt"], before)
+        expect_eq(got["timeout"], 600000, "the sandbox's own timeout")
+        expect_eq(got["session"]["onTimeout"], "stop", "session.onTimeout")
+        code, out, err = world.ctl("set-timeout", name, "1s")
+        expect_eq(code, 0, "set-timeout 1s (%s)" % err.strip())
+        expect(re.search(r"^expiresAt: ", out, re.M), "set-timeout shows the sandbox:", out)
+        poll(lambda: _get(world, name)["status"] == "stopped", 30, "the sandbox stopped at its new expiry")
+        code, _o, err = world.ctl("set-timeout", name, "1m")
+        expect_eq(code, 1, "set-timeout of a stopped sandbox (%s)" % err.strip())
+        expect("sandbox_stopped" in err or "not running" in err or "stopped" in err,
+               "the error says it is stopped:", err.strip())
+    with sandbox(world, "setpause", "--deny-all", "--timeout", "10m") as name:
+        code, _o, err = world.ctl("set-timeout", name, "1s", "--on-timeout", "later")
+        expect_eq(code, 2, "a bad --on-timeout is a usage error (%s)" % err.strip())
+        expect("--on-timeout" in err, "the error names the flag:", err.strip())
+        code, _o, err = world.ctl("set-timeout", name, "10")
+        expect_eq(code, 2, "a timeout under 1s is refused as a usage error (%s)" % err.strip())
+        code, out, err = world.ctl("--json", "set-timeout", name, "1s", "--on-timeout", "pause")
+        expect_eq(code, 0, "set-timeout --on-timeout pause (%s)" % err.strip())
+        expect_eq(json.loads(out)["session"]["onTimeout"], "pause", "session.onTimeout")
+        poll(lambda: _get(world, name)["session"]["paused"], 30, "the session paused at its expiry")
+        expect_eq(_get(world, name)["status"], "running", "a paused session still runs")
+        code, _o, err = world.ctl("exec", name, "--", "true")
+        expect_eq(code, 1, "exec into the paused sandbox is refused (%s)" % err.strip())
+        world.ctl("resume", name, check=True)
+        code, out, err = world.ctl("exec", name, "--", "echo", "thawed")
+        expect_eq((code, out), (0, "thawed\n"), "exec after resume (%s)" % err.strip())
+    code, _o, err = world.ctl("set-timeout", world.name("nosuch"), "1m")
+    expect_eq(code, 4, "set-timeout of an unknown sandbox (%s)" % err.strip())
+
+
+def test_snapshot_tags_and_snapshots_ls_filters(world):
+    """snapshot --tag labels the snapshot; snapshots ls --tag lists only
+    those that carry every given tag, --sandbox only one sandbox's."""
+    name, _c, _o, _e = create(world, "snaptag", "--deny-all")
+    ids = []
+    tag = world.name("t")
+    try:
+        code, out, err = world.ctl("snapshot", name)
+        expect_eq(code, 0, "snapshot (%s)" % err.strip())
+        ids.append(out.strip())
+        code, out, err = world.ctl("snapshot", name, "--tag", "suite=" + tag, "--tag", "kind=base")
+        expect_eq(code, 0, "snapshot --tag (%s)" % err.strip())
+        ids.append(out.strip())
+        got = json.loads(world.ctl("--json", "snapshots", "ls", "--tag", "suite=" + tag, check=True)[1])["snapshots"]
+        expect_eq([s["id"] for s in got], [ids[1]], "snapshots ls --tag: only the tagged one")
+        expect_eq(got[0]["tags"], {"suite": tag, "kind": "base"}, "its tags")
+        code, out, err = world.ctl("snapshots", "ls", "--tag", "suite=" + tag)
+        expect_eq(code, 0, "snapshots ls --tag (%s)" % err.strip())
+        expect_eq([l.split()[0] for l in out.splitlines()[1:]], [ids[1]], "the table's rows")
+        got = json.loads(world.ctl("--json", "snapshots", "--tag", "suite=" + tag, "--tag", "kind=other",
+                                   check=True)[1])["snapshots"]
+        expect_eq(got, [], "every tag must match")
+        got = json.loads(world.ctl("--json", "snapshots", "ls", "--sandbox", name, check=True)[1])["snapshots"]
+        expect_eq([s["id"] for s in got], ids, "snapshots ls --sandbox: the sandbox's, oldest first")
+        code, _o, err = world.ctl("snapshot", name, "--tag", "novalue")
+        expect_eq(code, 2, "snapshot --tag without = (%s)" % err.strip())
+        code, _o, err = world.ctl("snapshots", "rm", ids[0], "--tag", "a=b")
+        expect_eq(code, 2, "--tag is an option of ls only (%s)" % err.strip())
+    finally:
+        for i in ids:
+            world.ctl("snapshots", "rm", i)
+        delete(world, name)
+
+
+def test_container_pause_and_resume(world):
+    """container pause freezes one container of a sandbox (a command into
+    it is refused) and resume thaws it; container ls shows which."""
+    with sandbox_rpc(world, "ctrcli") as name:
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": "host"})
+        code, out, err = world.ctl("container", "ls", name)
+        expect_eq(code, 0, "container ls (%s)" % err.strip())
+        rows = [l.split() for l in out.splitlines()]
+        expect_eq([r[:3] for r in rows[1:]], [["a", "host", "no"]], "container ls rows")
+        code, out, err = world.ctl("container", "pause", name, "a")
+        expect_eq((code, out), (0, ""), "container pause prints nothing (%s)" % err.strip())
+        expect_eq(rpc_ok(world, "container.get", {"sandbox": name, "name": "a"})["paused"], True, "a is paused")
+        expect_eq(world.ctl("container", "ls", name, check=True)[1].splitlines()[1].split()[2], "yes",
+                  "container ls shows it paused")
+        code, _o, err = world.ctl("exec", "--container", "a", name, "--", "true")
+        expect_eq(code, 1, "exec into the paused container is refused (%s)" % err.strip())
+        expect("paused" in err, "the message says it is paused:", err.strip())
+        code, out, err = world.ctl("--json", "container", "resume", name, "a")
+        expect_eq(code, 0, "container resume (%s)" % err.strip())
+        expect_eq(json.loads(out)["paused"], False, "--json shows the container")
+        code, out, err = world.ctl("exec", "--container", "a", name, "--", "echo", "thawed")
+        expect_eq((code, out), (0, "thawed\n"), "exec after the resume (%s)" % err.strip())
+        code, _o, err = world.ctl("container", "pause", name, "nosuch")
+        expect_eq(code, 4, "pause of an unknown container (%s)" % err.strip())
+        code, _o, err = world.ctl("container", "pause", name)
+        expect_eq(code, 2, "pause without NAME (%s)" % err.strip())
