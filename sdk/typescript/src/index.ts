@@ -8,7 +8,7 @@
  * @module
  */
 export { Sandbox, Snapshot, SandboxFs } from "./sandbox.js";
-export type { WithClient, CallOptions, WriteFileEntry, RunCommandParams, SandboxDirent } from "./sandbox.js";
+export type { WithClient, CallOptions, FsOptions, OnTimeout, WriteFileEntry, RunCommandParams, SandboxDirent } from "./sandbox.js";
 export { Volume } from "./volume.js";
 export { Command, CommandFinished, MAX_CAPTURED_OUTPUT_BYTES } from "./command.js";
 export type { LogLine, SignalName } from "./command.js";

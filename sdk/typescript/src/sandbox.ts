@@ -25,6 +25,15 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/** Options of the file calls: `sudo` runs them as root inside the sandbox instead of the sandbox user. */
+export interface FsOptions extends CallOptions {
+  /** Run as root in the sandbox (a command's `sudo` confinement); files made are root's. */
+  sudo?: boolean;
+}
+
+/** What a session's expiry does ({@link Sandbox.setTimeout}): `stop` ends it, `pause` freezes it as {@link Sandbox.pause}. */
+export type OnTimeout = "stop" | "pause";
+
 /** A file to write with {@link Sandbox.writeFiles}. */
 export interface WriteFileEntry {
   /** The path inside the sandbox (relative paths are under `/workspace`); parents are created. */
@@ -33,6 +42,11 @@ export interface WriteFileEntry {
   content: string | Uint8Array;
   /** Permission bits of a new file (default 0o644). */
   mode?: number;
+  /**
+   * The file's extended attributes in the `user.` namespace become exactly these
+   * (`{ "user.origin": "ci" }`; `{}` removes them all); other namespaces are untouched.
+   */
+  xattrs?: Record<string, string>;
 }
 
 /** Parameters of `runCommand({...})`. */
@@ -71,6 +85,10 @@ function toBuffer(d: string | Uint8Array): Buffer {
 
 function opt(signal: AbortSignal | undefined): { signal?: AbortSignal } {
   return signal ? { signal } : {};
+}
+
+function sudo(options: FsOptions | undefined): { sudo?: true } {
+  return options?.sudo ? { sudo: true } : {};
 }
 
 function strip<T extends Record<string, unknown>>(o: T, drop: string[]): Record<string, unknown> {
@@ -133,6 +151,10 @@ export class Sandbox {
   get runtime(): string { return this.#info.runtime; }
   /** The volumes it mounts, `{ name, path, readOnly? }` each. */
   get volumes(): VolumeMount[] { return this.#info.volumes ?? []; }
+  /** True while the running session is paused ({@link pause}, or its expiry with `onTimeout: "pause"`). */
+  get paused(): boolean { return !!(this.#info.session as { paused?: boolean } | null | undefined)?.paused; }
+  /** What the running session's expiry does (`stop` or `pause`); null when no session runs. */
+  get onTimeout(): OnTimeout | null { return (this.#info.session as { onTimeout?: OnTimeout } | null | undefined)?.onTimeout ?? null; }
   /** The whole Sandbox object as the daemon last sent it. */
   get info(): SandboxInfo { return this.#info; }
 
@@ -281,12 +303,38 @@ export class Sandbox {
   }
 
   /**
-   * Captures the filesystem and config as a snapshot (the sandbox keeps running).
-   * @param params `expiration`: ms from now until the daemon deletes it (0 or absent: never).
+   * Sets when the running session ends: `timeoutMs` from now, earlier or later than it would have.
+   * The sandbox's own `timeout` (of its later sessions) is unchanged: that is {@link update}'s.
+   * @param timeoutMs ms from now (1000 to the daemon's maximum timeout).
+   * @param options `onTimeout`: `"pause"` pauses the session at its expiry instead of ending it
+   *   (kept for the rest of the session; {@link resume} gives it a whole timeout again); `"stop"` ends it.
+   * @throws {SandboxStoppedError} no session runs.
    */
-  async snapshot(params: { expiration?: number; signal?: AbortSignal } = {}): Promise<Snapshot> {
+  async setTimeout(timeoutMs: number, options: CallOptions & { onTimeout?: OnTimeout } = {}): Promise<void> {
+    const p: Record<string, unknown> = { name: this.name, timeout: timeoutMs };
+    if (options.onTimeout !== undefined) p.onTimeout = options.onTimeout;
+    this.#set(await this.client.request<SandboxInfo>("sandbox.setTimeout", p, opt(options.signal)));
+  }
+
+  /** Freezes every process of the running session; commands and file calls are refused until {@link resume}. */
+  async pause(options: CallOptions = {}): Promise<void> {
+    this.#set(await this.client.request<SandboxInfo>("sandbox.pause", { name: this.name }, opt(options.signal)));
+  }
+
+  /** Thaws a paused session (one whose expiry passed gets a whole timeout from now). */
+  async resume(options: CallOptions = {}): Promise<void> {
+    this.#set(await this.client.request<SandboxInfo>("sandbox.resume", { name: this.name }, opt(options.signal)));
+  }
+
+  /**
+   * Captures the filesystem and config as a snapshot (the sandbox keeps running).
+   * @param params `expiration`: ms from now until the daemon deletes it (0 or absent: never);
+   *   `tags`: the snapshot's own labels (at most 5), which {@link Snapshot.list} filters by.
+   */
+  async snapshot(params: { expiration?: number; tags?: Record<string, string>; signal?: AbortSignal } = {}): Promise<Snapshot> {
     const p: Record<string, unknown> = { name: this.name };
     if (params.expiration !== undefined) p.expiration = params.expiration;
+    if (params.tags !== undefined) p.tags = params.tags;
     return new Snapshot(this.client, await this.client.request<SnapshotInfo>("sandbox.snapshot", p, opt(params.signal)));
   }
 
@@ -379,23 +427,25 @@ export class Sandbox {
 
   /**
    * Writes files (parents created), in order. Large contents go in 4 MiB pieces.
-   * @param files `{ path, content, mode? }` each.
+   * @param files `{ path, content, mode?, xattrs? }` each.
+   * @param options `sudo`: written as root in the sandbox.
    */
-  async writeFiles(files: WriteFileEntry[], options: CallOptions = {}): Promise<void> {
+  async writeFiles(files: WriteFileEntry[], options: FsOptions = {}): Promise<void> {
     const small: Record<string, unknown>[] = [];
     const flush = async () => {
-      if (small.length) await this.client.request("fs.write", { sandbox: this.name, files: small.splice(0) }, opt(options.signal));
+      if (small.length) await this.client.request("fs.write", { sandbox: this.name, files: small.splice(0), ...sudo(options) }, opt(options.signal));
     };
     for (const f of files) {
       const b = toBuffer(f.content);
       const first: Record<string, unknown> = { path: f.path, content: b.subarray(0, CHUNK).toString("base64") };
       if (f.mode !== undefined) first.mode = f.mode;
+      if (f.xattrs !== undefined) first.xattrs = f.xattrs; // set with the first piece, before any content
       small.push(first);
       if (b.length <= CHUNK) continue;
       await flush();
       for (let off = CHUNK; off < b.length; off += CHUNK) {
         await this.client.request("fs.write", {
-          sandbox: this.name, files: [{ path: f.path, content: b.subarray(off, off + CHUNK).toString("base64"), append: true }],
+          sandbox: this.name, files: [{ path: f.path, content: b.subarray(off, off + CHUNK).toString("base64"), append: true }], ...sudo(options),
         }, opt(options.signal));
       }
     }
@@ -407,7 +457,7 @@ export class Sandbox {
    * @param file a path, or `{ path }`.
    * @returns a Readable of its bytes, or `null` when it does not exist.
    */
-  async readFile(file: string | { path: string }, options: CallOptions = {}): Promise<Readable | null> {
+  async readFile(file: string | { path: string }, options: FsOptions = {}): Promise<Readable | null> {
     const b = await this.readFileToBuffer(file, options);
     return b === null ? null : Readable.from([b]);
   }
@@ -416,10 +466,10 @@ export class Sandbox {
    * Reads a file (up to 64 MiB) into a Buffer.
    * @returns its bytes, or `null` when it does not exist.
    */
-  async readFileToBuffer(file: string | { path: string }, options: CallOptions = {}): Promise<Buffer | null> {
+  async readFileToBuffer(file: string | { path: string }, options: FsOptions = {}): Promise<Buffer | null> {
     const path = typeof file === "string" ? file : file.path;
     try {
-      const r = await this.client.request<{ content: string }>("fs.read", { sandbox: this.name, path }, opt(options.signal));
+      const r = await this.client.request<{ content: string }>("fs.read", { sandbox: this.name, path, ...sudo(options) }, opt(options.signal));
       return Buffer.from(r.content, "base64");
     } catch (e) {
       if (e instanceof NotFoundError) return null;
@@ -428,8 +478,8 @@ export class Sandbox {
   }
 
   /** Makes a directory and its parents (no error when it exists). */
-  async mkDir(path: string, options: CallOptions = {}): Promise<void> {
-    await this.client.request("fs.mkdir", { sandbox: this.name, path, parents: true }, opt(options.signal));
+  async mkDir(path: string, options: FsOptions = {}): Promise<void> {
+    await this.client.request("fs.mkdir", { sandbox: this.name, path, parents: true, ...sudo(options) }, opt(options.signal));
   }
 
   /**
@@ -495,6 +545,8 @@ export class Snapshot {
   get expiresAt(): Date | null { return this.#info.expiresAt ? new Date(this.#info.expiresAt) : null; }
   /** True once expired (kept while sandboxes stand on it; no longer usable as a source). */
   get expired(): boolean { return !!this.#info.expired; }
+  /** Its own labels (given to {@link Sandbox.snapshot}). */
+  get tags(): Record<string, string> { return this.#info.tags ?? {}; }
   /** The Snapshot object as the daemon sent it. */
   get info(): SnapshotInfo { return this.#info; }
 
@@ -508,13 +560,14 @@ export class Snapshot {
   }
 
   /**
-   * The snapshots, or those of one sandbox.
-   * @param params `sandbox`: only that sandbox's (a name).
+   * The snapshots, or those of one sandbox, or those with given tags.
+   * @param params `sandbox`: only that sandbox's (a name); `tags`: only those carrying every given tag.
    */
-  static async list(params: { sandbox?: string; signal?: AbortSignal } & WithClient = {}): Promise<Snapshot[]> {
+  static async list(params: { sandbox?: string; tags?: Record<string, string>; signal?: AbortSignal } & WithClient = {}): Promise<Snapshot[]> {
     const client = params.client ?? getDefaultClient();
     const p: Record<string, unknown> = {};
     if (params.sandbox !== undefined) p.sandbox = params.sandbox;
+    if (params.tags !== undefined) p.tags = params.tags;
     const r = await client.request<{ snapshots: SnapshotInfo[] }>("snapshot.list", p, opt(params.signal));
     return r.snapshots.map((s) => new Snapshot(client, s));
   }
@@ -539,12 +592,12 @@ export interface SandboxDirent {
   isSymbolicLink(): boolean;
 }
 
-interface RawStat { name: string; path: string; type: SandboxStats["type"]; size: number; mode: number; uid: number; gid: number; mtime: string }
+interface RawStat { name: string; path: string; type: SandboxStats["type"]; size: number; mode: number; uid: number; gid: number; mtime: string; xattrs?: Record<string, string> }
 
 function toStats(s: RawStat): SandboxStats {
   return {
     name: s.name, path: s.path, type: s.type, size: s.size, mode: s.mode, uid: s.uid, gid: s.gid,
-    mtime: new Date(s.mtime),
+    mtime: new Date(s.mtime), xattrs: s.xattrs ?? {},
     isFile: () => s.type === "file", isDirectory: () => s.type === "directory", isSymbolicLink: () => s.type === "symlink",
   };
 }
@@ -552,9 +605,9 @@ function toStats(s: RawStat): SandboxStats {
 /**
  * The sandbox's files with `node:fs/promises` names: `readFile`, `writeFile`,
  * `appendFile`, `readdir`, `stat`, `lstat`, `mkdir`, `rm`, `rmdir`, `unlink`,
- * `access`. Everything runs inside the sandbox as the sandbox user; paths
- * are absolute or relative to `/workspace`. A missing path throws
- * {@link NotFoundError}.
+ * `access`. Everything runs inside the sandbox as the sandbox user (as root
+ * with the option `sudo: true`); paths are absolute or relative to
+ * `/workspace`. A missing path throws {@link NotFoundError}.
  */
 export class SandboxFs {
   readonly #sb: Sandbox;
@@ -573,41 +626,42 @@ export class SandboxFs {
    * @param path the file.
    * @param options an encoding (`"utf8"`) to get a string, else a Buffer.
    */
-  readFile(path: string, options?: { signal?: AbortSignal }): Promise<Buffer>;
+  readFile(path: string, options?: FsOptions): Promise<Buffer>;
   /** Reads a whole file as text. */
-  readFile(path: string, options: BufferEncoding | { encoding: BufferEncoding; signal?: AbortSignal }): Promise<string>;
-  async readFile(path: string, options?: BufferEncoding | { encoding?: BufferEncoding; signal?: AbortSignal }): Promise<Buffer | string> {
-    const o = typeof options === "string" ? { encoding: options } : options ?? {};
-    const r = await this.#call<{ content: string }>("fs.read", { path }, (o as { signal?: AbortSignal }).signal);
+  readFile(path: string, options: BufferEncoding | (FsOptions & { encoding: BufferEncoding })): Promise<string>;
+  async readFile(path: string, options?: BufferEncoding | (FsOptions & { encoding?: BufferEncoding })): Promise<Buffer | string> {
+    const o: FsOptions & { encoding?: BufferEncoding } = typeof options === "string" ? { encoding: options } : options ?? {};
+    const r = await this.#call<{ content: string }>("fs.read", { path, ...sudo(o) }, o.signal);
     const b = Buffer.from(r.content, "base64");
     return o.encoding ? b.toString(o.encoding) : b;
   }
 
   /**
    * Creates or truncates a file (parents created).
-   * @param options `mode` of a new file (default 0o644).
+   * @param options `mode` of a new file (default 0o644); `xattrs`: its `user.*` extended attributes become exactly these.
    */
-  async writeFile(path: string, data: string | Uint8Array, options: { mode?: number; signal?: AbortSignal } = {}): Promise<void> {
+  async writeFile(path: string, data: string | Uint8Array, options: FsOptions & { mode?: number; xattrs?: Record<string, string> } = {}): Promise<void> {
     const e: WriteFileEntry = { path, content: data };
     if (options.mode !== undefined) e.mode = options.mode;
-    await this.#sb.writeFiles([e], opt(options.signal));
+    if (options.xattrs !== undefined) e.xattrs = options.xattrs;
+    await this.#sb.writeFiles([e], { ...opt(options.signal), ...sudo(options) });
   }
 
   /** Appends to an existing file. */
-  async appendFile(path: string, data: string | Uint8Array, options: CallOptions = {}): Promise<void> {
+  async appendFile(path: string, data: string | Uint8Array, options: FsOptions = {}): Promise<void> {
     const b = toBuffer(data);
     for (let off = 0; off < b.length || off === 0; off += CHUNK) {
-      await this.#call("fs.write", { files: [{ path, content: b.subarray(off, off + CHUNK).toString("base64"), append: true }] }, options.signal);
+      await this.#call("fs.write", { files: [{ path, content: b.subarray(off, off + CHUNK).toString("base64"), append: true }], ...sudo(options) }, options.signal);
       if (b.length === 0) break;
     }
   }
 
   /** The names in a directory, sorted. */
-  readdir(path: string, options?: { withFileTypes?: false; signal?: AbortSignal }): Promise<string[]>;
+  readdir(path: string, options?: FsOptions & { withFileTypes?: false }): Promise<string[]>;
   /** The entries of a directory, sorted by name. */
-  readdir(path: string, options: { withFileTypes: true; signal?: AbortSignal }): Promise<SandboxDirent[]>;
-  async readdir(path: string, options: { withFileTypes?: boolean; signal?: AbortSignal } = {}): Promise<string[] | SandboxDirent[]> {
-    const r = await this.#call<{ entries: RawStat[] }>("fs.list", { path }, options.signal);
+  readdir(path: string, options: FsOptions & { withFileTypes: true }): Promise<SandboxDirent[]>;
+  async readdir(path: string, options: FsOptions & { withFileTypes?: boolean } = {}): Promise<string[] | SandboxDirent[]> {
+    const r = await this.#call<{ entries: RawStat[] }>("fs.list", { path, ...sudo(options) }, options.signal);
     if (!options.withFileTypes) return r.entries.map((e) => e.name);
     return r.entries.map((e) => ({
       name: e.name, parentPath: path,
@@ -616,8 +670,8 @@ export class SandboxFs {
   }
 
   /** Metadata of a path without following a final symlink. */
-  async lstat(path: string, options: CallOptions = {}): Promise<SandboxStats> {
-    return toStats(await this.#call<RawStat>("fs.stat", { path }, options.signal));
+  async lstat(path: string, options: FsOptions = {}): Promise<SandboxStats> {
+    return toStats(await this.#call<RawStat>("fs.stat", { path, ...sudo(options) }, options.signal));
   }
 
   /**
@@ -625,14 +679,14 @@ export class SandboxFs {
    * that is a symlink is refused (use {@link lstat}) rather than described
    * as its target.
    */
-  async stat(path: string, options: CallOptions = {}): Promise<SandboxStats> {
+  async stat(path: string, options: FsOptions = {}): Promise<SandboxStats> {
     const s = await this.lstat(path, options);
     if (s.isSymbolicLink()) throw new SandboxError(`stat ${path}: is a symbolic link, which sandbox.fs does not follow; use lstat`, -32602, { reason: "failed", field: "path" });
     return s;
   }
 
   /** Resolves when the path exists; throws {@link NotFoundError} otherwise. */
-  async access(path: string, options: CallOptions = {}): Promise<void> {
+  async access(path: string, options: FsOptions = {}): Promise<void> {
     await this.lstat(path, options);
   }
 
@@ -640,17 +694,17 @@ export class SandboxFs {
    * Makes a directory.
    * @param options `recursive`: parents too, no error when it exists (as node's).
    */
-  async mkdir(path: string, options: { recursive?: boolean; mode?: number; signal?: AbortSignal } = {}): Promise<void> {
-    await this.#call("fs.mkdir", { path, parents: !!options.recursive }, options.signal);
+  async mkdir(path: string, options: FsOptions & { recursive?: boolean; mode?: number } = {}): Promise<void> {
+    await this.#call("fs.mkdir", { path, parents: !!options.recursive, ...sudo(options) }, options.signal);
   }
 
   /**
    * Removes a file or directory.
    * @param options `recursive` for a non-empty directory; `force` ignores a missing path.
    */
-  async rm(path: string, options: { recursive?: boolean; force?: boolean; signal?: AbortSignal } = {}): Promise<void> {
+  async rm(path: string, options: FsOptions & { recursive?: boolean; force?: boolean } = {}): Promise<void> {
     try {
-      await this.#call("fs.remove", { path, recursive: !!options.recursive }, options.signal);
+      await this.#call("fs.remove", { path, recursive: !!options.recursive, ...sudo(options) }, options.signal);
     } catch (e) {
       if (options.force && e instanceof NotFoundError) return;
       throw e;
@@ -658,12 +712,12 @@ export class SandboxFs {
   }
 
   /** Removes an empty directory. */
-  async rmdir(path: string, options: CallOptions = {}): Promise<void> {
-    await this.#call("fs.remove", { path, recursive: false }, options.signal);
+  async rmdir(path: string, options: FsOptions = {}): Promise<void> {
+    await this.#call("fs.remove", { path, recursive: false, ...sudo(options) }, options.signal);
   }
 
   /** Removes a file. */
-  async unlink(path: string, options: CallOptions = {}): Promise<void> {
-    await this.#call("fs.remove", { path, recursive: false }, options.signal);
+  async unlink(path: string, options: FsOptions = {}): Promise<void> {
+    await this.#call("fs.remove", { path, recursive: false, ...sudo(options) }, options.signal);
   }
 }

@@ -194,6 +194,8 @@ export interface SnapshotInfo {
   expiresAt: string | null;
   /** True once expired but kept because sandboxes stand on it. */
   expired: boolean;
+  /** Its own labels (`{}` when none). */
+  tags?: Record<string, string>;
   /** Layers. */
   layers: number;
   /** The sandbox config it captured. */
@@ -389,6 +391,8 @@ export interface SandboxStats {
   gid: number;
   /** Modification time. */
   mtime: Date;
+  /** Its extended attributes in the `user.` namespace with printable values (`{}` when none or unreadable). */
+  xattrs: Record<string, string>;
   /** True for a regular file. */
   isFile(): boolean;
   /** True for a directory. */

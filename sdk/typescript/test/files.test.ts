@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { text } from "node:stream/consumers";
-import { Sandbox, NotFoundError } from "@sandboxd/sdk";
+import { Sandbox, NotFoundError, InvalidParamsError } from "@sandboxd/sdk";
 import { uniqueName } from "./helpers.js";
 
 test("writeFiles, readFile (stream or null), readFileToBuffer, mkDir", async () => {
@@ -53,4 +53,36 @@ test("sandbox.fs has the node:fs/promises names", async () => {
   await fs.rm("d", { recursive: true });
   await fs.rm("d", { force: true });
   await assert.rejects(fs.rm("d"), NotFoundError);
+});
+
+test("writeFiles sets user xattrs that stat shows; {} removes them", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("xattr"), networkPolicy: "deny-all" });
+  await sb.writeFiles([{ path: "x.txt", content: "x", xattrs: { "user.origin": "ci", "user.n": "1" } }]);
+  assert.deepEqual((await sb.fs.stat("x.txt")).xattrs, { "user.origin": "ci", "user.n": "1" });
+  await sb.fs.writeFile("x.txt", "y", { xattrs: { "user.n": "2" } });
+  assert.deepEqual((await sb.fs.stat("x.txt")).xattrs, { "user.n": "2" });
+  await sb.fs.writeFile("x.txt", "z", { xattrs: {} });
+  assert.deepEqual((await sb.fs.stat("x.txt")).xattrs, {});
+  await assert.rejects(sb.writeFiles([{ path: "bad", content: "", xattrs: { "security.x": "1" } }]), (e: unknown) =>
+    e instanceof InvalidParamsError && /files\[0\]\.xattrs/.test(String(e.field)));
+});
+
+test("sudo on file calls: root's files, refused to the sandbox user", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("fsudo"), networkPolicy: "deny-all" });
+  await assert.rejects(sb.fs.writeFile("/etc/sdk-sudo", "no"));
+  await sb.fs.writeFile("/etc/sdk-sudo", "secret", { sudo: true, mode: 0o600 });
+  const st = await sb.fs.stat("/etc/sdk-sudo", { sudo: true });
+  assert.equal(st.uid, 0);
+  await assert.rejects(sb.fs.readFile("/etc/sdk-sudo"));
+  assert.equal(await sb.fs.readFile("/etc/sdk-sudo", { encoding: "utf8", sudo: true }), "secret");
+  assert.equal((await sb.readFileToBuffer("/etc/sdk-sudo", { sudo: true }))?.toString(), "secret");
+  await sb.fs.appendFile("/etc/sdk-sudo", "+more", { sudo: true });
+  await sb.mkDir("/etc/sdk-dir/sub", { sudo: true });
+  assert.deepEqual(await sb.fs.readdir("/etc/sdk-dir", { sudo: true }), ["sub"]);
+  await sb.writeFiles([{ path: "/etc/sdk-dir/sub/f", content: "f" }], { sudo: true });
+  assert.equal((await sb.fs.lstat("/etc/sdk-dir/sub/f")).uid, 0);
+  await assert.rejects(sb.fs.rm("/etc/sdk-dir", { recursive: true }));
+  await sb.fs.rm("/etc/sdk-dir", { recursive: true, sudo: true });
+  await sb.fs.unlink("/etc/sdk-sudo", { sudo: true });
+  await assert.rejects(sb.fs.access("/etc/sdk-sudo", { sudo: true }), NotFoundError);
 });

@@ -200,3 +200,55 @@ test("UnavailableError: a policy update of a paused sandbox is refused for now, 
   }
   assert.equal((await sb.update({ networkPolicy: "allow-all" })).networkPolicy, "allow-all");
 });
+
+test("setTimeout shortens the running session: a persistent sandbox stops soon after, its own timeout unchanged", async () => {
+  const sb = await Sandbox.create({ name: uniqueName("settime"), networkPolicy: "deny-all", persistent: true, timeout: 600_000 });
+  try {
+    const before = sb.expiresAt!.getTime();
+    await sb.setTimeout(300_000);
+    assert.ok(sb.expiresAt!.getTime() < before, "a shorter timeout moved expiresAt earlier");
+    assert.equal(sb.timeout, 600_000, "the sandbox's own timeout is update's, not setTimeout's");
+    assert.equal(sb.onTimeout, "stop");
+    await sb.setTimeout(1000);
+    await until(async () => (await sb.refresh()).status === "stopped", 30_000, () => `a stop at the new expiry (status ${sb.status})`);
+    await assert.rejects(sb.setTimeout(5000), SandboxStoppedError);
+  } finally {
+    await sb.delete();
+  }
+});
+
+test("setTimeout with onTimeout pause pauses the session at its expiry; resume thaws it", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("setpause"), networkPolicy: "deny-all", timeout: 600_000 });
+  await assert.rejects(sb.setTimeout(1000, { onTimeout: "later" as "stop" }), (e: unknown) =>
+    e instanceof InvalidParamsError && e.field === "onTimeout");
+  await sb.setTimeout(1000, { onTimeout: "pause" });
+  assert.equal(sb.onTimeout, "pause");
+  await until(async () => (await sb.refresh()).paused, 30_000, "the session paused at its expiry");
+  assert.equal(sb.status, "running");
+  await assert.rejects(sb.runCommand("true"), UnavailableError);
+  await sb.resume();
+  assert.equal(sb.paused, false);
+  assert.equal(await (await sb.runCommand("echo", ["thawed"])).stdout(), "thawed\n");
+  await sb.pause();
+  assert.equal(sb.paused, true);
+  await sb.resume();
+});
+
+test("snapshot tags: Snapshot.list by tags returns only the tagged snapshot", async () => {
+  await using sb = await Sandbox.create({ name: uniqueName("snaptag"), networkPolicy: "deny-all" });
+  const tag = uniqueName("t");
+  const plain = await sb.snapshot();
+  const tagged = await sb.snapshot({ tags: { suite: tag, kind: "base" } });
+  try {
+    assert.deepEqual(tagged.tags, { suite: tag, kind: "base" });
+    assert.deepEqual(plain.tags, {});
+    const byTag = await Snapshot.list({ tags: { suite: tag } });
+    assert.deepEqual(byTag.map((s) => s.snapshotId), [tagged.snapshotId]);
+    assert.deepEqual(byTag[0].tags, { suite: tag, kind: "base" });
+    assert.deepEqual(await Snapshot.list({ tags: { suite: tag, kind: "other" } }), []);
+    assert.equal((await Snapshot.list({ sandbox: sb.name })).length, 2);
+  } finally {
+    await plain.delete();
+    await tagged.delete();
+  }
+});
