@@ -305,3 +305,25 @@ def test_concurrent_get_or_create_waits_for_the_other_callers_on_create(world, n
                 except NotFoundError:
                     pass
     run(main())
+
+
+def test_async_set_timeout_snapshot_tags_and_sudo(world, name):
+    async def main():
+        async with AsyncSandboxClient(world.daemon.socket) as c:
+            async with await AsyncSandbox.create(name=name, network_policy="deny-all", timeout=600000,
+                                                 client=c) as sb:
+                before = sb.expires_at
+                assert (await sb.set_timeout(120000, on_timeout="pause")).on_timeout == "pause"
+                assert sb.expires_at < before and sb.timeout == 600000
+                snap = await sb.snapshot(tags={"suite": name})
+                try:
+                    got = await AsyncSnapshot.list(tags={"suite": name}, client=c)
+                    assert [s.id for s in got] == [snap.id] and got[0].tags == {"suite": name}
+                finally:
+                    await snap.delete()
+                await sb.fs.write_file("/etc/apy", "a", sudo=True, xattrs={"user.k": "v"})
+                st = await sb.fs.stat("/etc/apy", sudo=True)
+                assert (st["uid"], st.get("xattrs")) == (0, {"user.k": "v"})
+                assert (await sb.pause()).paused is True
+                assert (await sb.resume()).paused is False
+    run(main())

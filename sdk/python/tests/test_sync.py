@@ -609,3 +609,83 @@ def test_a_waiter_takes_over_the_setup_when_the_creator_dies_mid_on_create(world
             Sandbox.get(name, client=client).delete()
         except NotFoundError:
             pass
+
+
+def test_set_timeout_shortens_the_session_and_a_persistent_sandbox_stops(world, client, name):
+    sb = Sandbox.create(name=name, network_policy="deny-all", persistent=True, timeout=600000, client=client)
+    try:
+        before = sb.expires_at
+        sb.set_timeout(300000)
+        assert sb.expires_at < before, "a shorter timeout moves expires_at earlier"
+        assert sb.timeout == 600000, "the sandbox's own timeout is update's"
+        assert sb.on_timeout == "stop"
+        sb.set_timeout(1000)
+        _wait_for(lambda: sb.refresh().status == "stopped", "the stop at the new expiry", 30)
+        assert sb.on_timeout is None
+        with pytest.raises(SandboxStoppedError):
+            sb.set_timeout(5000)
+    finally:
+        sb.delete()
+
+
+def test_set_timeout_on_timeout_pause_pauses_then_resume_thaws(world, client, name):
+    from sandboxd import UnavailableError
+    with Sandbox.create(name=name, network_policy="deny-all", timeout=600000, client=client) as sb:
+        with pytest.raises(InvalidParamsError) as e:
+            sb.set_timeout(1000, on_timeout="later")  # type: ignore[arg-type]
+        assert e.value.field == "onTimeout"
+        sb.set_timeout(1000, on_timeout="pause")
+        assert sb.on_timeout == "pause"
+        _wait_for(lambda: sb.refresh().paused, "the session paused at its expiry", 30)
+        assert sb.status == "running"
+        with pytest.raises(UnavailableError):
+            sb.run_command("true")
+        assert not sb.resume().paused
+        assert sb.run_command("echo", ["thawed"]).stdout() == "thawed\n"
+        assert sb.pause().paused and not sb.resume().paused
+
+
+def test_snapshot_tags_and_list_by_tags(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        plain = sb.snapshot()
+        tagged = sb.snapshot(tags={"suite": name, "kind": "base"})
+        try:
+            assert tagged.tags == {"suite": name, "kind": "base"} and plain.tags == {}
+            got = Snapshot.list(tags={"suite": name}, client=client)
+            assert [s.id for s in got] == [tagged.id] and got[0].tags == tagged.tags
+            assert Snapshot.list(tags={"suite": name, "kind": "other"}, client=client) == []
+            assert sorted(s.id for s in Snapshot.list(sandbox=name, client=client)) == sorted([plain.id, tagged.id])
+        finally:
+            plain.delete()
+            tagged.delete()
+
+
+def test_write_files_xattrs_and_sudo_file_calls(world, client, name):
+    with Sandbox.create(name=name, network_policy="deny-all", client=client) as sb:
+        sb.write_files([{"path": "x.txt", "content": "x", "xattrs": {"user.origin": "ci", "user.n": "1"}}])
+        assert sb.fs.stat("x.txt")["xattrs"] == {"user.origin": "ci", "user.n": "1"}
+        sb.fs.write_file("x.txt", "y", xattrs={"user.n": "2"})
+        assert sb.fs.stat("x.txt")["xattrs"] == {"user.n": "2"}
+        sb.fs.write_file("x.txt", "z", xattrs={})
+        assert sb.fs.stat("x.txt").get("xattrs", {}) == {}
+        with pytest.raises(InvalidParamsError) as e:
+            sb.write_files([{"path": "bad", "content": "", "xattrs": {"security.x": "1"}}])
+        assert e.value.field.startswith("files[0].xattrs")
+
+        with pytest.raises(SandboxError):
+            sb.fs.write_file("/etc/py-sudo", "no")
+        sb.fs.write_file("/etc/py-sudo", "secret", mode=0o600, sudo=True)
+        assert sb.fs.stat("/etc/py-sudo", sudo=True)["uid"] == 0
+        with pytest.raises(SandboxError):
+            sb.fs.read_file("/etc/py-sudo")
+        assert sb.fs.read_text("/etc/py-sudo", sudo=True) == "secret"
+        assert sb.read_file("/etc/py-sudo", sudo=True) == b"secret"
+        sb.mk_dir("/etc/py-dir/sub", sudo=True)
+        assert sb.fs.readdir("/etc/py-dir", sudo=True) == ["sub"]
+        sb.write_files([{"path": "/etc/py-dir/sub/f", "content": "f"}], sudo=True)
+        assert sb.fs.list("/etc/py-dir/sub")[0]["uid"] == 0
+        with pytest.raises(SandboxError):
+            sb.fs.rm("/etc/py-dir", recursive=True)
+        sb.fs.rm("/etc/py-dir", recursive=True, sudo=True)
+        sb.fs.rm("/etc/py-sudo", sudo=True)
+        assert not sb.fs.exists("/etc/py-sudo", sudo=True)

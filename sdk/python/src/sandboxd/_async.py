@@ -337,6 +337,11 @@ class AsyncSnapshot:
     def expires_at(self) -> str | None:
         return self.info.get("expiresAt")
 
+    @property
+    def tags(self) -> dict[str, str]:
+        """The snapshot's own labels (given to ``sb.snapshot(tags=...)``)."""
+        return dict(self.info.get("tags") or {})
+
     @classmethod
     async def get(cls, snapshot_id: str, *, client: AsyncSandboxClient | None = None) -> "AsyncSnapshot":
         """snapshot.get; NotFoundError when there is none."""
@@ -344,11 +349,17 @@ class AsyncSnapshot:
         return cls(await c.call("snapshot.get", {"id": snapshot_id}), c)
 
     @classmethod
-    async def list(cls, *, sandbox: str | None = None,
+    async def list(cls, *, sandbox: str | None = None, tags: Mapping[str, str] | None = None,
                    client: AsyncSandboxClient | None = None) -> list["AsyncSnapshot"]:
-        """snapshot.list (of one sandbox with ``sandbox=``)."""
+        """snapshot.list (of one sandbox with ``sandbox=``; with ``tags=``
+        only those carrying every given tag)."""
         c = client or default_client()
-        r = await c.call("snapshot.list", {"sandbox": sandbox} if sandbox else {})
+        p: dict[str, Any] = {}
+        if sandbox:
+            p["sandbox"] = sandbox
+        if tags:
+            p["tags"] = dict(tags)
+        r = await c.call("snapshot.list", p)
         return [cls(s, c) for s in r.get("snapshots", [])]
 
     async def delete(self) -> None:
@@ -500,44 +511,57 @@ class AsyncFilesystem:
     def __init__(self, sb: "AsyncSandbox") -> None:
         self._sb = sb
 
-    async def read_file(self, path: str) -> bytes:
+    def _params(self, path: str, sudo: bool, **more: Any) -> dict[str, Any]:
+        p: dict[str, Any] = {"sandbox": self._sb.name, "path": path, **more}
+        if sudo:
+            p["sudo"] = True
+        return p
+
+    async def read_file(self, path: str, *, sudo: bool = False) -> bytes:
         """The file's bytes; NotFoundError when it does not exist."""
-        r = await self._sb._call("fs.read", {"sandbox": self._sb.name, "path": path})
+        r = await self._sb._call("fs.read", self._params(path, sudo))
         return base64.b64decode(r.get("content", ""))
 
-    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        return (await self.read_file(path)).decode(encoding)
+    async def read_text(self, path: str, encoding: str = "utf-8", *, sudo: bool = False) -> str:
+        return (await self.read_file(path, sudo=sudo)).decode(encoding)
 
-    async def write_file(self, path: str, content: bytes | str, mode: int | None = None) -> None:
-        """Creates or truncates path (parents are made) with content."""
-        await self._sb.write_files([{"path": path, "content": content, **({"mode": mode} if mode is not None else {})}])
+    async def write_file(self, path: str, content: bytes | str, mode: int | None = None, *,
+                         xattrs: Mapping[str, str] | None = None, sudo: bool = False) -> None:
+        """Creates or truncates path (parents are made) with content;
+        ``xattrs``: its ``user.*`` extended attributes become exactly these."""
+        e: dict[str, Any] = {"path": path, "content": content}
+        if mode is not None:
+            e["mode"] = mode
+        if xattrs is not None:
+            e["xattrs"] = dict(xattrs)
+        await self._sb.write_files([e], sudo=sudo)
 
-    async def readdir(self, path: str) -> list[str]:
+    async def readdir(self, path: str, *, sudo: bool = False) -> list[str]:
         """The names in a directory, sorted."""
-        return [e["name"] for e in await self.list(path)]
+        return [e["name"] for e in await self.list(path, sudo=sudo)]
 
-    async def list(self, path: str) -> list[dict[str, Any]]:
-        """fs.list: a Stat per entry ({name, path, type, size, mode, uid, gid, mtime})."""
-        r = await self._sb._call("fs.list", {"sandbox": self._sb.name, "path": path})
+    async def list(self, path: str, *, sudo: bool = False) -> list[dict[str, Any]]:
+        """fs.list: a Stat per entry ({name, path, type, size, mode, uid, gid, mtime, xattrs?})."""
+        r = await self._sb._call("fs.list", self._params(path, sudo))
         return list(r.get("entries", []))
 
-    async def stat(self, path: str) -> dict[str, Any]:
-        """fs.stat: {name, path, type: file|directory|symlink|other, size, mode, uid, gid, mtime}."""
-        return await self._sb._call("fs.stat", {"sandbox": self._sb.name, "path": path})  # type: ignore[no-any-return]
+    async def stat(self, path: str, *, sudo: bool = False) -> dict[str, Any]:
+        """fs.stat: {name, path, type: file|directory|symlink|other, size, mode, uid, gid, mtime, xattrs?}."""
+        return await self._sb._call("fs.stat", self._params(path, sudo))  # type: ignore[no-any-return]
 
-    async def exists(self, path: str) -> bool:
+    async def exists(self, path: str, *, sudo: bool = False) -> bool:
         try:
-            await self.stat(path)
+            await self.stat(path, sudo=sudo)
             return True
         except NotFoundError:
             return False
 
-    async def mkdir(self, path: str, parents: bool = True) -> None:
-        await self._sb._call("fs.mkdir", {"sandbox": self._sb.name, "path": path, "parents": parents})
+    async def mkdir(self, path: str, parents: bool = True, *, sudo: bool = False) -> None:
+        await self._sb._call("fs.mkdir", self._params(path, sudo, parents=parents))
 
-    async def rm(self, path: str, recursive: bool = False) -> None:
+    async def rm(self, path: str, recursive: bool = False, *, sudo: bool = False) -> None:
         """Removes a file, or a directory (with recursive=True when not empty)."""
-        await self._sb._call("fs.remove", {"sandbox": self._sb.name, "path": path, "recursive": recursive})
+        await self._sb._call("fs.remove", self._params(path, sudo, recursive=recursive))
 
     remove = rm
 
@@ -700,6 +724,16 @@ class AsyncSandbox:
     def volumes(self) -> list[dict[str, Any]]:
         """The volumes it mounts: ``[{"name", "path", "readOnly"?}]``."""
         return [dict(v) for v in self.info.get("volumes") or []]
+
+    @property
+    def paused(self) -> bool:
+        """True while the running session is paused (pause(), or its timeout with on_timeout="pause")."""
+        return bool((self.info.get("session") or {}).get("paused"))
+
+    @property
+    def on_timeout(self) -> str | None:
+        """What the running session's expiry does: "stop" or "pause"; None when no session runs."""
+        return (self.info.get("session") or {}).get("onTimeout")
 
     @property
     def client(self) -> AsyncSandboxClient:
@@ -873,6 +907,30 @@ class AsyncSandbox:
         self.info = await self._call("sandbox.extendTimeout", {"name": self.name, "duration": duration})
         return self
 
+    async def set_timeout(self, timeout: int, *, on_timeout: Literal["stop", "pause"] | None = None) -> "AsyncSandbox":
+        """sandbox.setTimeout: the running session ends ``timeout`` ms from
+        now, earlier or later than it would have; ``on_timeout="pause"``
+        pauses it then instead (kept for the rest of the session), "stop"
+        ends it. The sandbox's own ``timeout`` (of later sessions) is
+        unchanged: that is update(timeout=)."""
+        p: dict[str, Any] = {"name": self.name, "timeout": timeout}
+        if on_timeout is not None:
+            p["onTimeout"] = on_timeout
+        self.info = await self._call("sandbox.setTimeout", p)
+        return self
+
+    async def pause(self) -> "AsyncSandbox":
+        """sandbox.pause: freezes every process of the running session;
+        commands and file calls are refused until resume()."""
+        self.info = await self._call("sandbox.pause", {"name": self.name})
+        return self
+
+    async def resume(self) -> "AsyncSandbox":
+        """sandbox.resume: thaws a paused session (one whose expiry passed
+        gets a whole timeout from now)."""
+        self.info = await self._call("sandbox.resume", {"name": self.name})
+        return self
+
     async def stop(self) -> "AsyncSandbox":
         """Stops the session (a non-persistent sandbox is then deleted)."""
         self.info = await self._call("sandbox.stop", {"name": self.name})
@@ -882,11 +940,15 @@ class AsyncSandbox:
         """Deletes the sandbox and every trace of it."""
         await self._call("sandbox.delete", {"name": self.name})
 
-    async def snapshot(self, *, expiration: int | None = None) -> AsyncSnapshot:
-        """sandbox.snapshot; ``expiration`` in ms from now (None: never)."""
+    async def snapshot(self, *, expiration: int | None = None,
+                       tags: Mapping[str, str] | None = None) -> AsyncSnapshot:
+        """sandbox.snapshot; ``expiration`` in ms from now (None: never);
+        ``tags``: the snapshot's own labels (Snapshot.list(tags=) filters by them)."""
         p: dict[str, Any] = {"name": self.name}
         if expiration is not None:
             p["expiration"] = expiration
+        if tags is not None:
+            p["tags"] = dict(tags)
         return AsyncSnapshot(await self._call("sandbox.snapshot", p), self._client)
 
     async def __aenter__(self) -> "AsyncSandbox":
@@ -995,25 +1057,33 @@ class AsyncSandbox:
                 return out
 
     # ---- files
-    async def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]]) -> None:
-        """fs.write: ``[{"path", "content": bytes|str, "mode"?}]``, in order, parents made."""
+    async def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]], *, sudo: bool = False) -> None:
+        """fs.write: ``[{"path", "content": bytes|str, "mode"?, "xattrs"?}]``,
+        in order, parents made; ``xattrs`` {"user.NAME": value}: the file's
+        ``user.*`` extended attributes become exactly these. ``sudo=True``:
+        written as root in the sandbox, not the sandbox user."""
         out = []
         for f in files:
             e: dict[str, Any] = {"path": f["path"], "content": _b64(f["content"])}
             if f.get("mode") is not None:
                 e["mode"] = f["mode"]
+            if f.get("xattrs") is not None:
+                e["xattrs"] = dict(f["xattrs"])
             out.append(e)
-        await self._call("fs.write", {"sandbox": self.name, "files": out})
+        p: dict[str, Any] = {"sandbox": self.name, "files": out}
+        if sudo:
+            p["sudo"] = True
+        await self._call("fs.write", p)
 
-    async def read_file(self, path: str) -> bytes | None:
+    async def read_file(self, path: str, *, sudo: bool = False) -> bytes | None:
         """The file's bytes, or None when it does not exist."""
         try:
-            return await self.fs.read_file(path)
+            return await self.fs.read_file(path, sudo=sudo)
         except NotFoundError:
             return None
 
-    async def mk_dir(self, path: str, parents: bool = True) -> None:
-        await self.fs.mkdir(path, parents)
+    async def mk_dir(self, path: str, parents: bool = True, *, sudo: bool = False) -> None:
+        await self.fs.mkdir(path, parents, sudo=sudo)
 
     # ---- network
     def domain(self, port: int) -> str:

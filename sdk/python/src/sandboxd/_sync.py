@@ -11,7 +11,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import threading
-from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Literal, Mapping, TypeVar
 
 from ._async import (AsyncCommand, AsyncSandbox, AsyncSnapshot, AsyncVolume, CommandFinished, EventStream, Output,
                      WatchStream, _Hybrid)
@@ -202,15 +202,22 @@ class Snapshot:
     def sandbox(self) -> str:
         return self._a.sandbox
 
+    @property
+    def tags(self) -> dict[str, str]:
+        return self._a.tags
+
     @classmethod
     def get(cls, snapshot_id: str, *, client: SandboxClient | None = None) -> "Snapshot":
         c = _client(client)
         return cls(c._run(AsyncSnapshot.get(snapshot_id, client=c.aio)), c)
 
     @classmethod
-    def list(cls, *, sandbox: str | None = None, client: SandboxClient | None = None) -> list["Snapshot"]:
+    def list(cls, *, sandbox: str | None = None, tags: Mapping[str, str] | None = None,
+             client: SandboxClient | None = None) -> list["Snapshot"]:
+        """snapshot.list (of one sandbox with ``sandbox=``; with ``tags=``
+        only those carrying every given tag)."""
         c = _client(client)
-        return [cls(s, c) for s in c._run(AsyncSnapshot.list(sandbox=sandbox, client=c.aio))]
+        return [cls(s, c) for s in c._run(AsyncSnapshot.list(sandbox=sandbox, tags=tags, client=c.aio))]
 
     def delete(self) -> None:
         self._c._run(self._a.delete())
@@ -389,6 +396,14 @@ class Sandbox:
         return self._a.volumes
 
     @property
+    def paused(self) -> bool:
+        return self._a.paused
+
+    @property
+    def on_timeout(self) -> str | None:
+        return self._a.on_timeout
+
+    @property
     def client(self) -> SandboxClient:
         return self._c
 
@@ -467,6 +482,19 @@ class Sandbox:
         self._c._run(self._a.extend_timeout(duration))
         return self
 
+    def set_timeout(self, timeout: int, *, on_timeout: Literal["stop", "pause"] | None = None) -> "Sandbox":
+        """sandbox.setTimeout (see AsyncSandbox.set_timeout)."""
+        self._c._run(self._a.set_timeout(timeout, on_timeout=on_timeout))
+        return self
+
+    def pause(self) -> "Sandbox":
+        self._c._run(self._a.pause())
+        return self
+
+    def resume(self) -> "Sandbox":
+        self._c._run(self._a.resume())
+        return self
+
     def stop(self) -> "Sandbox":
         self._c._run(self._a.stop())
         return self
@@ -474,8 +502,8 @@ class Sandbox:
     def delete(self) -> None:
         self._c._run(self._a.delete())
 
-    def snapshot(self, *, expiration: int | None = None) -> Snapshot:
-        return Snapshot(self._c._run(self._a.snapshot(expiration=expiration)), self._c)
+    def snapshot(self, *, expiration: int | None = None, tags: Mapping[str, str] | None = None) -> Snapshot:
+        return Snapshot(self._c._run(self._a.snapshot(expiration=expiration, tags=tags)), self._c)
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -503,14 +531,14 @@ class Sandbox:
         """This sandbox's commands the daemon keeps, newest first (command.list, every page)."""
         return [Command(a, self._c, self) for a in self._c._run(self._a.list_commands(limit))]
 
-    def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]]) -> None:
-        self._c._run(self._a.write_files(list(files)))
+    def write_files(self, files: Iterable[FileEntry | Mapping[str, Any]], *, sudo: bool = False) -> None:
+        self._c._run(self._a.write_files(list(files), sudo=sudo))
 
-    def read_file(self, path: str) -> bytes | None:
-        return self._c._run(self._a.read_file(path))
+    def read_file(self, path: str, *, sudo: bool = False) -> bytes | None:
+        return self._c._run(self._a.read_file(path, sudo=sudo))
 
-    def mk_dir(self, path: str, parents: bool = True) -> None:
-        self._c._run(self._a.mk_dir(path, parents))
+    def mk_dir(self, path: str, parents: bool = True, *, sudo: bool = False) -> None:
+        self._c._run(self._a.mk_dir(path, parents, sudo=sudo))
 
     def domain(self, port: int) -> str:
         return self._a.domain(port)

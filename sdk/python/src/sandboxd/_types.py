@@ -98,6 +98,7 @@ class FileEntry(TypedDict, total=False):
     path: str
     content: Union[bytes, str]
     mode: int
+    xattrs: dict[str, str]
 
 
 class Tty(TypedDict):
