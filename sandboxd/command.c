@@ -973,7 +973,7 @@ static void method_run(rpc_request *req, void *userdata) {
          * frozen before its exec, and the run with it: refused, as runc
          * refuses an exec into a paused container. */
         if (p.container && core_cgroup_frozen(container_cgroup(s, p.container)) > 0) {
-                rpc_reply_error(req, RPC_APP_ERROR, "conflict", "container",
+                rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "container",
                                 "container: container '%s' of sandbox '%s' is paused; container.resume it first",
                                 p.container, sb->name);
                 return;

@@ -456,7 +456,7 @@ static void create_done(session *s, cJSON *result, int err, const char *message,
         if (s)
                 pending_drop(s, c->name);
         if (err < 0 || !s || s->stopping || !s->sb->sess) {
-                rpc_reply_error(op->req, RPC_APP_ERROR, err == -EEXIST ? "conflict" : "failed", NULL,
+                rpc_reply_error(op->req, RPC_APP_ERROR, err == -EEXIST ? "already_exists" : "failed", NULL,
                                 "container.create '%s': %s", c->name, message ? message : strerror(err < 0 ? -err : EIO));
                 core_cgroup_kill_all(c->cg);
                 (void)core_cgroup_destroy(c->cg);
@@ -679,10 +679,10 @@ static void method_create(rpc_request *req, void *userdata) {
                 count++;
         count += (unsigned)cJSON_GetArraySize(s->ctr_pending);
         if (container_find(s, name) || name_pending(s, name))
-                return rpc_reply_error(req, RPC_APP_ERROR, "conflict", "name",
+                return rpc_reply_error(req, RPC_APP_ERROR, "already_exists", "name",
                                        "name: sandbox '%s' has a container '%s' already", sb->name, name);
         if (count >= CTR_PER_SANDBOX)
-                return rpc_reply_error(req, RPC_APP_ERROR, "limit", "name",
+                return rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", "name",
                                        "name: sandbox '%s' has %u containers, the most it may have", sb->name, count);
         if (!s->cg)
                 return rpc_reply_error(req, RPC_APP_ERROR, "unavailable", NULL, "sandbox '%s' has no cgroup", sb->name);

@@ -126,7 +126,7 @@ def _body(world, d, root, userns):
             got = [conn.wait(i, 120) for i in ids]
         expect_eq(sorted("error" in g for g in got), [False, True], "one of two racing creates: %s" % got)
         e = [g for g in got if "error" in g][0]["error"]
-        expect_eq(e["data"].get("reason"), "conflict", "the racing create's refusal")
+        expect_eq(e["data"].get("reason"), "already_exists", "the racing create's refusal (a stable reason, as a sandbox name's)")
         # Each its own root: its runtime's marker, its own upper.
         code, out, err = _run(world, name, "a", "cat /etc/runtime-marker; echo x > /mine; cat /mine", sudo=True)
         expect_eq((code, out), (0, rt_a + "\nx\n"), "container a's root (%s)" % err)
@@ -602,7 +602,7 @@ def test_container_pause_freezes_that_container_only(world):
             expect(True in frozen, "a's cgroup is frozen on the host", frozen)
             # A new command into the paused container is refused (as runc refuses an exec into a paused one).
             e = _err(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/true"})
-            expect("paused" in e["message"] and e["data"]["reason"] == "conflict",
+            expect("paused" in e["message"] and e["data"]["reason"] == "unavailable",
                    "a command into the paused container is refused", e)
             code, out, err = _run(world, name, "b", "echo b-runs")
             expect_eq((code, out), (0, "b-runs\n"), "b runs while a is paused (%s)" % err)
