@@ -1278,15 +1278,7 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
                         return;
                 }
         }
-        char *tok = gw_envd_token(cfg->keys_path, tenant, id);
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "templateID", tmpl_copy);
-        cJSON_AddStringToObject(o, "sandboxID", id);
-        cJSON_AddStringToObject(o, "clientID", "sandboxd");
-        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
-        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        add_traffic(cfg, o, tenant, id);
-        free(tok);
+        cJSON *o = sandbox_reply(cfg, tenant, id, tmpl_copy);
         free(tmpl_copy);
         gw_send_json(c, paused ? 201 : 200, o);
 }
