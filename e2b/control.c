@@ -1283,6 +1283,23 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
         gw_send_json(c, paused ? 201 : 200, o);
 }
 
+/* The paths /sandboxes/{id}/VERB served, by verb and method; another
+ * method on one of them is not an E2B endpoint (404). */
+static const struct {
+        const char *verb;
+        const char *method;
+        void (*serve)(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id);
+} verbs[] = {
+        { "timeout", "POST", set_timeout },
+        { "network", "PUT", put_network },
+        { "pause", "POST", pause_sandbox },
+        { "metrics", "GET", get_metrics },
+        { "snapshots", "POST", snapshot_sandbox },
+        { "fork", "POST", fork_sandbox },
+        { "connect", "POST", connect_sandbox },
+        { "resume", "POST", connect_sandbox },
+};
+
 void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         const char *m = r->method, *path = r->path;
         if (!strcmp(path, "/sandboxes") || !strcmp(path, "/v2/sandboxes")) {
@@ -1329,34 +1346,11 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
                 return;
         }
         const char *verb = slash + 1;
-        if (!strcmp(verb, "timeout") && !strcmp(m, "POST")) {
-                set_timeout(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "network") && !strcmp(m, "PUT")) {
-                put_network(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "pause") && !strcmp(m, "POST")) {
-                pause_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "metrics") && !strcmp(m, "GET")) {
-                get_metrics(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "snapshots") && !strcmp(m, "POST")) {
-                snapshot_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "fork") && !strcmp(m, "POST")) {
-                fork_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
-        if ((!strcmp(verb, "connect") || !strcmp(verb, "resume")) && !strcmp(m, "POST")) {
-                connect_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
+        for (size_t i = 0; i < sizeof(verbs) / sizeof(*verbs); i++)
+                if (!strcmp(verb, verbs[i].verb) && !strcmp(m, verbs[i].method)) {
+                        verbs[i].serve(cfg, c, r, tenant, id);
+                        return;
+                }
         for (size_t i = 0; i < sizeof(unserved) / sizeof(*unserved); i++)
                 if (!strcmp(verb, unserved[i].verb)) {
                         gw_send_error(c, 501, "%s", unserved[i].why);
