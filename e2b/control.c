@@ -24,6 +24,38 @@ static int reply_daemon_error(gw_conn *c, const client_error *e, const char *wha
         return gw_send_error(c, gw_status_of(e), "%s: %s", what, e ? e->message : "failed");
 }
 
+/* One daemon call as `tenant`, the client answered here when it fails:
+ * 404 "sandbox \"ID\" not found" when `sandbox_id` is given and the daemon
+ * has no such sandbox of the tenant's, else the daemon's error after
+ * `what` (reply_daemon_error). params: taken. Returns 0 with *ret_result
+ * (new; ret_result may be NULL), or -EIO once answered. */
+static int call_or_answer(const gw_config *cfg, gw_conn *c, const char *tenant, const char *method, cJSON *params,
+                          cJSON **ret_result, const char *sandbox_id, const char *what) {
+        client_error *err = NULL;
+        if (gw_daemon_call(cfg, tenant, method, params, ret_result, &err) >= 0)
+                return 0;
+        if (sandbox_id && gw_status_of(err) == 404)
+                gw_send_error(c, 404, "sandbox \"%s\" not found", sandbox_id);
+        else
+                reply_daemon_error(c, err, what);
+        client_error_free(err);
+        return -EIO;
+}
+
+/* {"name": id}: the params of a call on sandbox `id`. New object. */
+static cJSON *name_params(const char *id) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "name", id);
+        return p;
+}
+
+/* sandbox.get of `id`, answering 404 (or the daemon's error) itself.
+ * Returns the Sandbox (new) or NULL. */
+static cJSON *get_or_answer(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id, const char *what) {
+        cJSON *sb = NULL;
+        return call_or_answer(cfg, c, tenant, "sandbox.get", name_params(id), &sb, id, what) < 0 ? NULL : sb;
+}
+
 /* The request's JSON object body (new), an empty body being {} when
  * `empty_ok`; NULL after answering 400 naming `what`. Every handler takes
  * its body through here: an array, a string or a number has members
@@ -588,17 +620,9 @@ static void post_sandboxes(const gw_config *cfg, gw_conn *c, const gw_request *r
 }
 
 static void get_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
-        cJSON *p = cJSON_CreateObject(), *res = NULL;
-        cJSON_AddStringToObject(p, "name", id);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &res, &err) < 0) {
-                if (gw_status_of(err) == 404)
-                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
-                else
-                        reply_daemon_error(c, err, "get sandbox");
-                client_error_free(err);
+        cJSON *res = get_or_answer(cfg, c, tenant, id, "get sandbox");
+        if (!res)
                 return;
-        }
         cJSON *o = to_e2b(res);
         char *tok = gw_envd_token(cfg->keys_path, tenant, id);
         cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
@@ -801,18 +825,8 @@ out:
 }
 
 static void delete_sandbox(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "name", id);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.delete", p, NULL, &err) < 0) {
-                if (gw_status_of(err) == 404)
-                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
-                else
-                        reply_daemon_error(c, err, "kill sandbox");
-                client_error_free(err);
-                return;
-        }
-        gw_send(c, 204, NULL, NULL, 0);
+        if (call_or_answer(cfg, c, tenant, "sandbox.delete", name_params(id), NULL, id, "kill sandbox") == 0)
+                gw_send(c, 204, NULL, NULL, 0);
 }
 
 
@@ -830,8 +844,7 @@ static void set_timeout(const gw_config *cfg, gw_conn *c, const gw_request *r, c
         }
         int64_t want_ms = (int64_t) (t->valuedouble * 1000);
         cJSON_Delete(body);
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "name", id);
+        cJSON *p = name_params(id);
         cJSON_AddNumberToObject(p, "timeout", (double) want_ms);
         client_error *err = NULL;
         if (gw_daemon_call(cfg, tenant, "sandbox.setTimeout", p, NULL, &err) < 0) {
@@ -869,57 +882,18 @@ static void put_network(const gw_config *cfg, gw_conn *c, const gw_request *r, c
                 gw_send_error(c, 400, "%s", msg ? msg : "network: not served");
                 goto out;
         }
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "name", id);
+        cJSON *p = name_params(id);
         cJSON_AddItemToObject(p, "networkPolicy", pol);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.update", p, NULL, &err) < 0) {
-                if (gw_status_of(err) == 404)
-                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
-                else
-                        reply_daemon_error(c, err, "update network");
-                client_error_free(err);
-                goto out;
-        }
-        gw_send(c, 204, NULL, NULL, 0);
+        if (call_or_answer(cfg, c, tenant, "sandbox.update", p, NULL, id, "update network") == 0)
+                gw_send(c, 204, NULL, NULL, 0);
 out:
         free(msg);
         cJSON_Delete(aia);
         cJSON_Delete(body);
 }
 
-/* sandbox.get of `id`, answering 404 (or the daemon's error) itself.
- * Returns the Sandbox (new) or NULL. */
-static cJSON *get_or_answer(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id, const char *what) {
-        cJSON *p = cJSON_CreateObject(), *sb = NULL;
-        cJSON_AddStringToObject(p, "name", id);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.get", p, &sb, &err) < 0) {
-                if (gw_status_of(err) == 404)
-                        gw_send_error(c, 404, "sandbox \"%s\" not found", id);
-                else
-                        reply_daemon_error(c, err, what);
-                client_error_free(err);
-                return NULL;
-        }
-        return sb;
-}
-
 static bool is_paused(const cJSON *sb) {
         return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sb, "session"), "paused"));
-}
-
-static int name_call(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id, const char *method,
-                     const char *what) {
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "name", id);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, method, p, NULL, &err) < 0) {
-                reply_daemon_error(c, err, what);
-                client_error_free(err);
-                return -EIO;
-        }
-        return 0;
 }
 
 /* POST /sandboxes/{id}/pause {"memory"?}: sandbox.pause freezes the
@@ -948,7 +922,7 @@ static void pause_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *r,
                 gw_send_error(c, 409, "sandbox \"%s\" is already paused", id);
                 return;
         }
-        if (name_call(cfg, c, tenant, id, "sandbox.pause", "pause") == 0)
+        if (call_or_answer(cfg, c, tenant, "sandbox.pause", name_params(id), NULL, NULL, "pause") == 0)
                 gw_send(c, 204, NULL, NULL, 0);
 }
 
@@ -1141,17 +1115,12 @@ static void snapshot_sandbox(const gw_config *cfg, gw_conn *c, const gw_request 
                 cJSON_Delete(body);
                 return;
         }
-        cJSON *p = cJSON_CreateObject(), *res = NULL;
-        cJSON_AddStringToObject(p, "name", id);
+        cJSON *p = name_params(id), *res = NULL;
         if (name)
                 cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "tags"), GW_NAME_TAG, name);
         cJSON_Delete(body);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "sandbox.snapshot", p, &res, &err) < 0) {
-                reply_daemon_error(c, err, "snapshot");
-                client_error_free(err);
+        if (call_or_answer(cfg, c, tenant, "sandbox.snapshot", p, &res, NULL, "snapshot") < 0)
                 return;
-        }
         const char *sid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(res, "id"));
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "snapshotID", sid ? sid : "");
@@ -1193,14 +1162,10 @@ static void list_snapshots(const gw_config *cfg, gw_conn *c, const gw_request *r
                 cJSON_AddStringToObject(p, "sandbox", sbx);
         if (name)
                 cJSON_AddStringToObject(cJSON_AddObjectToObject(p, "tags"), GW_NAME_TAG, name);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "snapshot.list", p, &res, &err) < 0) {
-                p = NULL;
-                reply_daemon_error(c, err, "list snapshots");
-                client_error_free(err);
+        int rc = call_or_answer(cfg, c, tenant, "snapshot.list", p, &res, NULL, "list snapshots");
+        p = NULL; /* taken */
+        if (rc < 0)
                 goto out;
-        }
-        p = NULL;
         cJSON *arr = cJSON_CreateArray(), *sn;
         long i = 0;
         bool more = false;
@@ -1244,13 +1209,8 @@ out:
 static void delete_snapshot(const gw_config *cfg, gw_conn *c, const char *tenant, const char *id) {
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "id", id);
-        client_error *err = NULL;
-        if (gw_daemon_call(cfg, tenant, "snapshot.delete", p, NULL, &err) < 0) {
-                reply_daemon_error(c, err, "delete snapshot");
-                client_error_free(err);
-                return;
-        }
-        gw_send(c, 204, NULL, NULL, 0);
+        if (call_or_answer(cfg, c, tenant, "snapshot.delete", p, NULL, NULL, "delete snapshot") == 0)
+                gw_send(c, 204, NULL, NULL, 0);
 }
 
 /* POST /v2/sandboxes/{id}/connect (and /sandboxes/{id}/connect, and the
@@ -1291,7 +1251,7 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
                 gw_send_error(c, 404, "sandbox \"%s\" is not running", id);
                 return;
         }
-        if (paused && name_call(cfg, c, tenant, id, "sandbox.resume", "resume") < 0) {
+        if (paused && call_or_answer(cfg, c, tenant, "sandbox.resume", name_params(id), NULL, NULL, "resume") < 0) {
                 free(tmpl_copy);
                 return;
         }
@@ -1310,29 +1270,35 @@ static void connect_sandbox(const gw_config *cfg, gw_conn *c, const gw_request *
         clock_gettime(CLOCK_REALTIME, &now);
         int64_t want = (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000 + (int64_t) (timeout * 1000);
         if (want > end) {
-                cJSON *p = cJSON_CreateObject();
-                cJSON_AddStringToObject(p, "name", id);
+                cJSON *p = name_params(id);
                 cJSON_AddNumberToObject(p, "duration", (double) (want - end));
-                client_error *err = NULL;
-                if (gw_daemon_call(cfg, tenant, "sandbox.extendTimeout", p, NULL, &err) < 0) {
-                        reply_daemon_error(c, err, "connect: extend the timeout");
-                        client_error_free(err);
+                if (call_or_answer(cfg, c, tenant, "sandbox.extendTimeout", p, NULL, NULL,
+                                   "connect: extend the timeout") < 0) {
                         free(tmpl_copy);
                         return;
                 }
         }
-        char *tok = gw_envd_token(cfg->keys_path, tenant, id);
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "templateID", tmpl_copy);
-        cJSON_AddStringToObject(o, "sandboxID", id);
-        cJSON_AddStringToObject(o, "clientID", "sandboxd");
-        cJSON_AddStringToObject(o, "envdVersion", GW_ENVD_VERSION);
-        cJSON_AddStringToObject(o, "envdAccessToken", tok ? tok : "");
-        add_traffic(cfg, o, tenant, id);
-        free(tok);
+        cJSON *o = sandbox_reply(cfg, tenant, id, tmpl_copy);
         free(tmpl_copy);
         gw_send_json(c, paused ? 201 : 200, o);
 }
+
+/* The paths /sandboxes/{id}/VERB served, by verb and method; another
+ * method on one of them is not an E2B endpoint (404). */
+static const struct {
+        const char *verb;
+        const char *method;
+        void (*serve)(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant, const char *id);
+} verbs[] = {
+        { "timeout", "POST", set_timeout },
+        { "network", "PUT", put_network },
+        { "pause", "POST", pause_sandbox },
+        { "metrics", "GET", get_metrics },
+        { "snapshots", "POST", snapshot_sandbox },
+        { "fork", "POST", fork_sandbox },
+        { "connect", "POST", connect_sandbox },
+        { "resume", "POST", connect_sandbox },
+};
 
 void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const char *tenant) {
         const char *m = r->method, *path = r->path;
@@ -1380,34 +1346,11 @@ void gw_control(const gw_config *cfg, gw_conn *c, const gw_request *r, const cha
                 return;
         }
         const char *verb = slash + 1;
-        if (!strcmp(verb, "timeout") && !strcmp(m, "POST")) {
-                set_timeout(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "network") && !strcmp(m, "PUT")) {
-                put_network(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "pause") && !strcmp(m, "POST")) {
-                pause_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "metrics") && !strcmp(m, "GET")) {
-                get_metrics(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "snapshots") && !strcmp(m, "POST")) {
-                snapshot_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
-        if (!strcmp(verb, "fork") && !strcmp(m, "POST")) {
-                fork_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
-        if ((!strcmp(verb, "connect") || !strcmp(verb, "resume")) && !strcmp(m, "POST")) {
-                connect_sandbox(cfg, c, r, tenant, id);
-                return;
-        }
+        for (size_t i = 0; i < sizeof(verbs) / sizeof(*verbs); i++)
+                if (!strcmp(verb, verbs[i].verb) && !strcmp(m, verbs[i].method)) {
+                        verbs[i].serve(cfg, c, r, tenant, id);
+                        return;
+                }
         for (size_t i = 0; i < sizeof(unserved) / sizeof(*unserved); i++)
                 if (!strcmp(verb, unserved[i].verb)) {
                         gw_send_error(c, 501, "%s", unserved[i].why);

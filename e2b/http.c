@@ -25,6 +25,7 @@
 #include <http_parser.h>
 #include <openssl/ssl.h>
 #include "e2b/gateway.h"
+#include "libcore/buf.h"
 
 #define HEAD_MAX (64u * 1024)
 
@@ -167,22 +168,11 @@ static void request_clear(gw_request *r) {
         *r = (gw_request) {0};
 }
 
-static int append(char **buf, size_t *len, const char *at, size_t n) {
-        char *p = realloc(*buf, *len + n + 1);
-        if (!p)
-                return -1;
-        memcpy(p + *len, at, n);
-        *len += n;
-        p[*len] = 0;
-        *buf = p;
-        return 0;
-}
-
 static int on_url(http_parser *p, const char *at, size_t n) {
         parse_state *s = p->data;
         if ((s->head_bytes += n) > HEAD_MAX)
                 return s->too_big = s->head_too_big = true, -1;
-        return append(&s->url, &s->url_len, at, n);
+        return core_buf_append(&s->url, &s->url_len, at, n);
 }
 
 static int on_header_field(http_parser *p, const char *at, size_t n) {
@@ -202,7 +192,7 @@ static int on_header_field(http_parser *p, const char *at, size_t n) {
         }
         gw_header *h = &r->headers[r->n_headers - 1];
         size_t len = h->name ? strlen(h->name) : 0;
-        return append(&h->name, &len, at, n);
+        return core_buf_append(&h->name, &len, at, n);
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t n) {
@@ -214,7 +204,7 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
         s->in_value = true;
         gw_header *h = &s->req.headers[s->req.n_headers - 1];
         size_t len = h->value ? strlen(h->value) : 0;
-        return append(&h->value, &len, at, n);
+        return core_buf_append(&h->value, &len, at, n);
 }
 
 static int on_body(http_parser *p, const char *at, size_t n) {
@@ -226,7 +216,7 @@ static int on_body(http_parser *p, const char *at, size_t n) {
         /* A chunked body takes its budget as it comes. */
         if (s->req.body_len + n > s->reserved && !budget_take(s, s->req.body_len + n - s->reserved))
                 return s->busy = true, -1;
-        return append(&s->req.body, &s->req.body_len, at, n);
+        return core_buf_append(&s->req.body, &s->req.body_len, at, n);
 }
 
 static int on_message_complete(http_parser *p) {

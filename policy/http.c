@@ -57,6 +57,7 @@
 #include <sys/socket.h>
 #include <http_parser.h>
 #include <openssl/ssl.h>
+#include "libcore/buf.h"
 #include "libcore/macro.h"
 #include "libcore/util.h"
 #include "policy/proxy.h"
@@ -160,14 +161,7 @@ static int grow(msg *m, char **s, size_t *len, const char *at, size_t n) {
                 m->too_big = true;
                 return -1;
         }
-        char *np = realloc(*s, *len + n + 1);
-        if (!np)
-                return -1;
-        memcpy(np + *len, at, n);
-        *len += n;
-        np[*len] = 0;
-        *s = np;
-        return 0;
+        return core_buf_append(s, len, at, n);
 }
 
 static int on_message_begin(http_parser *p) {

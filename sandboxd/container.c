@@ -770,19 +770,36 @@ static sandbox *require_running(rpc_request *req, manager *m, rpc_handler self) 
         return sb;
 }
 
-static void method_get(rpc_request *req, void *userdata) {
-        manager *m = userdata;
+/* The container a request's "name" names in the sandbox it names (running,
+ * not paused, the caller's own), that sandbox in *ret_sb; NULL once the
+ * request is answered (a bad parameter, no such sandbox or container) or
+ * left to redo (require_running). */
+static ctr *require_container(rpc_request *req, manager *m, rpc_handler redo, sandbox **ret_sb) {
         _cleanup_error_ sb_error *err = NULL;
         const char *name = NULL;
-        if (rpc_param_string(req, "name", true, &name, &err) < 0)
-                return rpc_reply_sb_error(req, err);
-        sandbox *sb = require_running(req, m, method_get);
+        if (rpc_param_string(req, "name", true, &name, &err) < 0) {
+                rpc_reply_sb_error(req, err);
+                return NULL;
+        }
+        sandbox *sb = require_running(req, m, redo);
         if (!sb)
-                return;
+                return NULL;
         ctr *c = container_find(sb->sess, name);
+        if (!c) {
+                rpc_reply_error(req, RPC_APP_ERROR, "not_found", "name", "sandbox '%s' has no container '%s'",
+                                sb->name, name);
+                return NULL;
+        }
+        *ret_sb = sb;
+        return c;
+}
+
+static void method_get(rpc_request *req, void *userdata) {
+        manager *m = userdata;
+        sandbox *sb = NULL;
+        ctr *c = require_container(req, m, method_get, &sb);
         if (!c)
-                return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "name", "sandbox '%s' has no container '%s'",
-                                       sb->name, name);
+                return;
         rpc_reply(req, ctr_json(c, true));
 }
 
@@ -834,17 +851,11 @@ static void delete_done(session *s, cJSON *result, int err, const char *message,
 
 static void method_delete(rpc_request *req, void *userdata) {
         manager *m = userdata;
-        _cleanup_error_ sb_error *err = NULL;
-        const char *name = NULL;
-        if (rpc_param_string(req, "name", true, &name, &err) < 0)
-                return rpc_reply_sb_error(req, err);
-        sandbox *sb = require_running(req, m, method_delete);
-        if (!sb)
-                return;
-        ctr *c = container_find(sb->sess, name);
+        sandbox *sb = NULL;
+        ctr *c = require_container(req, m, method_delete, &sb);
         if (!c)
-                return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "name", "sandbox '%s' has no container '%s'",
-                                       sb->name, name);
+                return;
+        const char *name = c->name;
         /* Its processes first (the whole child cgroup), so nothing holds
          * its namespace or writes its upper once init drops it. */
         int r = core_cgroup_kill_all(c->cg);
@@ -873,17 +884,11 @@ static void method_delete(rpc_request *req, void *userdata) {
  * thaw leave a paused container paused; delete and the session's end kill
  * it as any other (core_cgroup_kill_all thaws after the kill). */
 static void method_pause_resume(rpc_request *req, manager *m, bool freeze, rpc_handler self) {
-        _cleanup_error_ sb_error *err = NULL;
-        const char *name = NULL;
-        if (rpc_param_string(req, "name", true, &name, &err) < 0)
-                return rpc_reply_sb_error(req, err);
-        sandbox *sb = require_running(req, m, self);
-        if (!sb)
-                return;
-        ctr *c = container_find(sb->sess, name);
+        sandbox *sb = NULL;
+        ctr *c = require_container(req, m, self, &sb);
         if (!c)
-                return rpc_reply_error(req, RPC_APP_ERROR, "not_found", "name", "sandbox '%s' has no container '%s'",
-                                       sb->name, name);
+                return;
+        const char *name = c->name;
         if (sb->capturing)
                 return rpc_reply_error(req, RPC_APP_ERROR, "unavailable", "sandbox",
                                        "sandbox '%s': a snapshot or fork of it is being taken; try again in a moment",

@@ -400,6 +400,37 @@ static int over_limit(const rpc_request *req, const tenant *t, sb_error **ret_er
 
 /* ---- limits at registration (sandbox.c, snapshot.c) ---- */
 
+/* The tenant req's connection acts for in *ret_t and its limits in *ret_l;
+ * false (*ret_l untouched) for an admin client, which has none. */
+static bool limited_tenant(manager *m, const rpc_request *req, tenant *ret_t, tenant_limits *ret_l) {
+        tenant_of_conn(m->cfg, req->conn, ret_t);
+        if (ret_t->admin)
+                return false;
+        limits_of(m->cfg, ret_t, ret_l);
+        return true;
+}
+
+/* How many items of list (the daemon's snapshots or volumes: any list of
+ * structs with owner and next) tenant t owns. */
+#define OWNED_COUNT(list, t) ({                                                 \
+        uint64_t _n = 0;                                                        \
+        for (__typeof__(list) _it = (list); _it; _it = _it->next)               \
+                _n += _it->owner && tenant_owns((t), _it->owner);               \
+        _n;                                                                     \
+})
+
+/* One more of what a tenant has `have` of: refused (limit_exceeded) past
+ * its limit, daemon.json tenants `key`. what: the plural the message
+ * names them by. 0 or -EDQUOT. */
+static int check_count(const rpc_request *req, const tenant *t, sb_error **ret_err, uint64_t have,
+                       uint64_t limit, const char *what, const char *key) {
+        if (have + 1 > limit)
+                return over_limit(req, t, ret_err,
+                                  "tenant '%s' has %" PRIu64 " %s, its limit (daemon.json tenants %s %" PRIu64 "); "
+                                  "delete one first", t->name, have, what, key, limit);
+        return 0;
+}
+
 /* The disk a snapshot may hold, in MiB: its source's diskMiB (its top
  * layer is a copy of that disk's upper, no larger), 0 when unbounded. */
 static uint64_t snapshot_disk_mib(const snapshot *s) {
@@ -433,11 +464,9 @@ static uint64_t disk_in_use_mib(manager *m, const tenant *t) {
 
 int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb_error **ret_err) {
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
-                return 0;
         tenant_limits l;
-        limits_of(m->cfg, &t, &l);
+        if (!limited_tenant(m, req, &t, &l))
+                return 0;
         const char *mode = sandbox_policy_mode(sb);
         if (!mode_allowed(&l, mode))
                 return refuse(req, &t, ret_err,
@@ -452,10 +481,9 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
                         disk += o->disk_mib;
                         unbounded |= !o->disk_mib;
                 }
-        if (n + 1 > l.sandboxes)
-                return over_limit(req, &t, ret_err,
-                                  "tenant '%s' has %" PRIu64 " sandboxes, its limit (daemon.json tenants maxSandboxes "
-                                  "%" PRIu64 "); delete one first", t.name, n, l.sandboxes);
+        int r = check_count(req, &t, ret_err, n, l.sandboxes, "sandboxes", "maxSandboxes");
+        if (r < 0)
+                return r;
         if (vcpus + sb->vcpus > l.vcpus)
                 return over_limit(req, &t, ret_err,
                                   "resources.vcpus: tenant '%s' would have %" PRIu64 " vCPUs, over its limit "
@@ -475,18 +503,13 @@ int tenant_check_new_sandbox(manager *m, rpc_request *req, const sandbox *sb, sb
 
 int tenant_check_new_volume(manager *m, rpc_request *req, uint64_t size_mib, sb_error **ret_err) {
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
-                return 0;
         tenant_limits l;
-        limits_of(m->cfg, &t, &l);
-        uint64_t n = 0;
-        for (const volume *v = m->volumes; v; v = v->next)
-                n += v->owner && tenant_owns(&t, v->owner);
-        if (n + 1 > l.volumes)
-                return over_limit(req, &t, ret_err,
-                                  "tenant '%s' has %" PRIu64 " volumes (those being made included), its limit "
-                                  "(daemon.json tenants maxVolumes %" PRIu64 "); delete one first", t.name, n, l.volumes);
+        if (!limited_tenant(m, req, &t, &l))
+                return 0;
+        int r = check_count(req, &t, ret_err, OWNED_COUNT(m->volumes, &t), l.volumes,
+                            "volumes (those being made included)", "maxVolumes");
+        if (r < 0)
+                return r;
         if (l.disk_mib == UINT64_MAX)
                 return 0;
         uint64_t disk = disk_in_use_mib(m, &t);
@@ -500,18 +523,13 @@ int tenant_check_new_volume(manager *m, rpc_request *req, uint64_t size_mib, sb_
 
 int tenant_check_new_snapshot(manager *m, rpc_request *req, const sandbox *src, sb_error **ret_err) {
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
-                return 0;
         tenant_limits l;
-        limits_of(m->cfg, &t, &l);
-        uint64_t n = 0;
-        for (const snapshot *s = m->snapshots; s; s = s->next)
-                n += s->owner && tenant_owns(&t, s->owner);
-        if (n + 1 > l.snapshots)
-                return over_limit(req, &t, ret_err,
-                                  "tenant '%s' has %" PRIu64 " snapshots, its limit (daemon.json tenants maxSnapshots "
-                                  "%" PRIu64 "); delete one first", t.name, n, l.snapshots);
+        if (!limited_tenant(m, req, &t, &l))
+                return 0;
+        int r = check_count(req, &t, ret_err, OWNED_COUNT(m->snapshots, &t), l.snapshots, "snapshots",
+                            "maxSnapshots");
+        if (r < 0)
+                return r;
         if (l.disk_mib == UINT64_MAX || !src)
                 return 0;
         /* A snapshot holds up to its source's disk on the state filesystem:
@@ -529,14 +547,12 @@ int tenant_check_new_snapshot(manager *m, rpc_request *req, const sandbox *src, 
 int tenant_check_imported_snapshot(manager *m, rpc_request *req, const snapshot *s, uint64_t unpacked_bytes,
                                    sb_error **ret_err) {
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
+        tenant_limits l;
+        if (!limited_tenant(m, req, &t, &l))
                 return 0;
         int r = tenant_check_new_snapshot(m, req, NULL, ret_err);
         if (r < 0)
                 return r;
-        tenant_limits l;
-        limits_of(m->cfg, &t, &l);
         if (l.disk_mib == UINT64_MAX)
                 return 0;
         /* Counted as every snapshot is, at its diskMiB, which must hold what
@@ -558,26 +574,18 @@ int tenant_check_imported_snapshot(manager *m, rpc_request *req, const snapshot 
 
 int tenant_check_new_runtime(manager *m, rpc_request *req, unsigned have, sb_error **ret_err) {
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
-                return 0;
         tenant_limits l;
-        limits_of(m->cfg, &t, &l);
-        if ((uint64_t) have + 1 > l.runtimes)
-                return over_limit(req, &t, ret_err,
-                                  "tenant '%s' has %u runtimes (those being made included), its limit (daemon.json "
-                                  "tenants maxRuntimes %" PRIu64 "); delete one first", t.name, have, l.runtimes);
-        return 0;
+        if (!limited_tenant(m, req, &t, &l))
+                return 0;
+        return check_count(req, &t, ret_err, have, l.runtimes, "runtimes (those being made included)", "maxRuntimes");
 }
 
 int tenant_disk_room(manager *m, rpc_request *req, uint64_t *ret_room_mib, sb_error **ret_err) {
         *ret_room_mib = UINT64_MAX;
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
-                return 0;
         tenant_limits l;
-        limits_of(m->cfg, &t, &l);
+        if (!limited_tenant(m, req, &t, &l))
+                return 0;
         if (l.disk_mib == UINT64_MAX)
                 return 0;
         uint64_t disk = disk_in_use_mib(m, &t);
@@ -594,19 +602,13 @@ int tenant_check_room(manager *m, rpc_request *req, const sandbox *snapshot_src,
         if (snapshot_src)
                 return tenant_check_new_snapshot(m, req, snapshot_src, ret_err);
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
-                return 0;
         tenant_limits l;
-        limits_of(m->cfg, &t, &l);
+        if (!limited_tenant(m, req, &t, &l))
+                return 0;
         uint64_t n = 0;
         for (const sandbox *o = m->sandboxes; o; o = o->next)
                 n += !o->pooled && o->owner && tenant_owns(&t, o->owner);
-        if (n + 1 > l.sandboxes)
-                return over_limit(req, &t, ret_err,
-                                  "tenant '%s' has %" PRIu64 " sandboxes, its limit (daemon.json tenants maxSandboxes "
-                                  "%" PRIu64 "); delete one first", t.name, n, l.sandboxes);
-        return 0;
+        return check_count(req, &t, ret_err, n, l.sandboxes, "sandboxes", "maxSandboxes");
 }
 
 /* ---- daemon.info ---- */
@@ -620,11 +622,9 @@ static void add_limit(cJSON *o, const char *key, uint64_t v) {
 
 bool tenant_info(manager *m, const rpc_request *req, cJSON *o) {
         tenant t;
-        tenant_of_conn(m->cfg, req->conn, &t);
-        if (t.admin)
-                return false;
         tenant_limits l;
-        limits_of(m->cfg, &t, &l);
+        if (!limited_tenant(m, req, &t, &l))
+                return false;
         cJSON *to = cJSON_AddObjectToObject(o, "tenant");
         cJSON_AddStringToObject(to, "name", t.name);
         cJSON *lo = cJSON_AddObjectToObject(to, "limits");
@@ -638,7 +638,7 @@ bool tenant_info(manager *m, const rpc_request *req, cJSON *o) {
                 cJSON_AddBoolToObject(lo, bool_limits[i].key, *(const bool *) ((const char *) &l + bool_limits[i].off));
         const cJSON *own = own_roots(m->cfg, &t);
         cJSON_AddItemToObject(lo, "localSourceRoots", own ? cJSON_Duplicate(own, 1) : cJSON_CreateNull());
-        uint64_t n = 0, running = 0, vcpus = 0, disk = snapshots_disk_mib(m, &t), snaps = 0;
+        uint64_t n = 0, running = 0, vcpus = 0, disk = snapshots_disk_mib(m, &t);
         for (const sandbox *sb = m->sandboxes; sb; sb = sb->next)
                 if (!sb->pooled && sb->owner && tenant_owns(&t, sb->owner)) {
                         n++;
@@ -646,19 +646,14 @@ bool tenant_info(manager *m, const rpc_request *req, cJSON *o) {
                         vcpus += sb->vcpus;
                         disk += sb->disk_mib;
                 }
-        for (const snapshot *sn = m->snapshots; sn; sn = sn->next)
-                snaps += sn->owner && tenant_owns(&t, sn->owner);
         cJSON *u = cJSON_AddObjectToObject(to, "usage");
         cJSON_AddNumberToObject(u, "sandboxes", (double) n);
         cJSON_AddNumberToObject(u, "running", (double) running);
         cJSON_AddNumberToObject(u, "vcpus", (double) vcpus);
         cJSON_AddNumberToObject(u, "diskMiB", (double) disk);
-        cJSON_AddNumberToObject(u, "snapshots", (double) snaps);
+        cJSON_AddNumberToObject(u, "snapshots", (double) OWNED_COUNT(m->snapshots, &t));
         cJSON_AddNumberToObject(u, "runtimes", (double) runtimes_owned(m, t.name));
-        unsigned vols = 0;
-        for (const volume *v = m->volumes; v; v = v->next)
-                vols += v->owner && tenant_owns(&t, v->owner);
-        cJSON_AddNumberToObject(u, "volumes", (double) vols);
+        cJSON_AddNumberToObject(u, "volumes", (double) OWNED_COUNT(m->volumes, &t));
         cJSON_AddNumberToObject(o, "sandboxes", (double) n);
         cJSON_AddNumberToObject(o, "running", (double) running);
         return true;

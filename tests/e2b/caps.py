@@ -15,46 +15,13 @@ The gateway accepts in order from one thread, so a connection made after
 another is admitted after it: nothing here waits on time.
 """
 import os
-import socket
 import sys
-import urllib.parse
 
-URL = urllib.parse.urlparse(os.environ["E2B_API_URL"])
+from rawhttp import URL, answer, check, connect
+
 KEY = os.environ["E2B_API_KEY"]
 PER_ADDR = 4
 MAX = 8
-# Only a guard against a hang; no assertion depends on it.
-GUARD_S = 60
-
-
-def connect(src):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(GUARD_S)
-    s.bind((src, 0))
-    s.connect((URL.hostname, URL.port))
-    return s
-
-
-def answer(s):
-    """One answer (head and Content-Length body): (status, body)."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise AssertionError("closed before an answer: %r" % buf)
-        buf += chunk
-    head, body = buf.split(b"\r\n\r\n", 1)
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return int(head.split(b" ")[1]), body
 
 
 def request(s, path, key=None):
@@ -63,12 +30,6 @@ def request(s, path, key=None):
         head += "X-API-Key: %s\r\n" % key
     s.sendall((head + "\r\n").encode())
     return answer(s)
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print("ok - %s" % what, flush=True)
 
 
 def main():

@@ -14,44 +14,13 @@ waits on time.
 """
 import json
 import os
-import socket
 import struct
 import sys
-import urllib.parse
 
-URL = urllib.parse.urlparse(os.environ["E2B_API_URL"])
+from rawhttp import URL, answer, check, connect
+
 KEY_A, KEY_B = os.environ["E2B_API_KEY"], os.environ["E2B_API_KEY_B"]
 CONNECT_MAX, PER_TENANT = 16, 4
-# Only a guard against a hang; no assertion depends on it.
-GUARD_S = 60
-
-
-def connect():
-    s = socket.create_connection((URL.hostname, URL.port), GUARD_S)
-    s.settimeout(GUARD_S)
-    return s
-
-
-def answer(s):
-    """One answer with a Content-Length body: (status, body)."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise AssertionError("closed before an answer: %r" % buf)
-        buf += chunk
-    head, body = buf.split(b"\r\n\r\n", 1)
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return int(head.split(b" ")[1]), body
 
 
 def send(s, method, path, headers, body, ctype="application/json"):
@@ -99,12 +68,6 @@ def stream(sbx, token, method, msg):
     send(s, "POST", "/" + method, {"E2b-Sandbox-Id": sbx, "X-Access-Token": token}, envelope(msg),
          "application/connect+json")
     return s, first_message(s)
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print("ok - %s" % what, flush=True)
 
 
 def sandbox(key):

@@ -2,7 +2,7 @@
  * time formatting, atomic writes, rm -rf that never follows symlinks, the
  * beneath-an-fd helpers (no symlink followed anywhere in a path), the tree
  * copy (libcore/copy.c) that never follows a link out of its source, and
- * the error object's context wrapping. */
+ * the error object's context wrapping, the growing buffer of libcore/buf.h. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include "libcore/buf.h"
 #include "libcore/copy.h"
 #include "libcore/error.h"
 #include "libcore/util.h"
@@ -67,6 +68,20 @@ static void test_base64_rejects_malformed_input(void **state) {
                 assert_int_equal(core_base64_decode(bad[i], &dec, &n), -EINVAL);
                 assert_null(dec);
         }
+}
+
+/* What http_parser hands over in pieces (a URL, a body with NULs) comes
+ * out whole, counted, with a NUL after it. */
+static void test_buf_append_joins_pieces_with_a_nul_after_them(void **state) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0;
+        assert_int_equal(core_buf_append(&buf, &len, "", 0), 0);
+        assert_int_equal(len, 0);
+        assert_string_equal(buf, "");
+        assert_int_equal(core_buf_append(&buf, &len, "/sandboxes", 10), 0);
+        assert_int_equal(core_buf_append(&buf, &len, "/x\0y", 4), 0);
+        assert_int_equal(len, 14);
+        assert_memory_equal(buf, "/sandboxes/x\0y", 15);
 }
 
 static void test_time_is_rfc3339_utc_with_millis(void **state) {
@@ -416,6 +431,7 @@ int main(void) {
                 cmocka_unit_test(test_base64_round_trips_binary),
                 cmocka_unit_test(test_base64_known_vectors_from_rfc4648),
                 cmocka_unit_test(test_base64_rejects_malformed_input),
+                cmocka_unit_test(test_buf_append_joins_pieces_with_a_nul_after_them),
                 cmocka_unit_test(test_time_is_rfc3339_utc_with_millis),
                 cmocka_unit_test(test_atomic_write_replaces_whole_file),
                 cmocka_unit_test(test_write_temps_are_removed_and_nothing_else),
