@@ -1439,6 +1439,12 @@ static int write_ip_forward(const core_net_pool *pool, sb_error **ret_err) {
         return 0;
 }
 
+static const core_nft_extension *extension; /* core_net_host_extend() */
+
+void core_net_host_extend(const core_nft_extension *ext) {
+        extension = ext;
+}
+
 /* The whole table in one batch. add (no EXCL) + delete + add: in one
  * transaction this replaces whatever an earlier run (or a half-deleted
  * table) left, without a window where the host has no rules and without
@@ -1467,6 +1473,8 @@ static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
         for (size_t i = 0; i < ELEMENTSOF(host_rules); i++)
                 if (rule_present(&host_rules[i], pool) && (r = batch_rule(bt, &host_rules[i], pool)) < 0)
                         return r;
+        if (extension && (r = extension->build(bt)) < 0)
+                return r;
         *ret = TAKE_PTR(bt);
         return 0;
 }
@@ -1550,6 +1558,27 @@ static int host_table_intact(struct mnl_socket *nl, const core_net_pool *pool) {
                 mnl_attr_put_strz(nlh, NFTA_SET_NAME, name);
                 if ((r = nl_get_count(nl, nlh, &n)) < 0)
                         return r;
+        }
+        for (size_t i = 0; extension && i < extension->n_sets; i++) {
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFPROTO_INET, NLM_F_ACK, seq++);
+                mnl_attr_put_strz(nlh, NFTA_SET_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_SET_NAME, extension->sets[i]);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+        }
+        for (size_t i = 0; extension && i < extension->n_chains; i++) {
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFPROTO_INET, NLM_F_ACK, seq++);
+                mnl_attr_put_strz(nlh, NFTA_CHAIN_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_CHAIN_NAME, extension->chains[i]);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, seq++);
+                mnl_attr_put_strz(nlh, NFTA_RULE_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_RULE_CHAIN, extension->chains[i]);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+                if (n != extension->rules[i])
+                        return -ESTALE;
         }
         for (size_t i = 0; i < ELEMENTSOF(host_chains); i++) {
                 unsigned want = 0;
@@ -1642,13 +1671,11 @@ static int del_attr_cb(const struct nlattr *a, void *data) {
         return MNL_CB_OK;
 }
 
-/* True for a deletion that weakens the host table: the table itself, one of
- * its host chains, maps or host-chain rules. Session objects ("s_*" forward
- * chains and sets, "i_*" gateway-service input chains, "n_*" DNS-forwarding
- * prerouting chains, "r_*" reply-direction forward chains) are replaced by the
- * daemon itself on every policy change, and set elements come and go with
- * pins and sessions, so neither counts: a session object can only go once
- * its map element is gone, and a missing element means deny. */
+/* True for a deletion that weakens the host table: the table itself, or
+ * any chain, rule or set of it. Sessions own no chain, rule or set (only
+ * elements of the shared sets and maps, which come and go with pins and
+ * sessions, and do not count: a missing element means deny), so no
+ * deletion of the daemon's own does either. */
 static bool weakens_table(const struct nlmsghdr *nlh) {
         uint16_t type = nlh->nlmsg_type;
         const struct nfgenmsg *g = mnl_nlmsg_get_payload(nlh);
@@ -1665,8 +1692,7 @@ static bool weakens_table(const struct nlmsghdr *nlh) {
         (void) mnl_attr_parse(nlh, sizeof(struct nfgenmsg), del_attr_cb, &d);
         if (NFNL_MSG_TYPE(type) == NFT_MSG_DELTABLE)
                 return d.table && streq(d.table, TABLE_NAME);
-        return d.table && streq(d.table, TABLE_NAME) && d.name && strncmp(d.name, "s_", 2) != 0 &&
-               strncmp(d.name, "i_", 2) != 0 && strncmp(d.name, "n_", 2) != 0 && strncmp(d.name, "r_", 2) != 0;
+        return d.table && streq(d.table, TABLE_NAME);
 }
 
 int core_net_monitor_read(int fd) {

@@ -90,6 +90,32 @@
 #include "policy/match.h"
 #include "policy/policy.h"
 
+/* The objects every session shares, made with the host table
+ * (pol_nft_host_extend): the keyed address-range sets (slot b's with the
+ * suffix "_b"), the gateway-service and DNS-forwarding sets, and the chains. */
+#define POL_NFT_ALLOW4_SET "allow4"
+#define POL_NFT_DENY4_SET "deny4"
+#define POL_NFT_FORBID4_SET "forbid4"
+#define POL_NFT_ALLOW6_SET "allow6"
+#define POL_NFT_DENY6_SET "deny6"
+#define POL_NFT_FORBID6_SET "forbid6"
+#define POL_NFT_GW4_SET "gw4"
+#define POL_NFT_GW6_SET "gw6"
+#define POL_NFT_DNSFWD_MAP "dnsfwd"
+#define POL_NFT_CUSTOM_CHAIN "custom"
+#define POL_NFT_CUSTOM_B_CHAIN "custom_b"
+#define POL_NFT_REPLY_CHAIN "reply"
+#define POL_NFT_REPLY_B_CHAIN "reply_b"
+#define POL_NFT_GATEWAY_CHAIN "gateway"
+#define POL_NFT_DNS_FORWARD_CHAIN "dns_forward"
+
+/* Registers the shared objects above with the host table
+ * (core_net_host_extend): from then on core_net_host_setup() and
+ * core_net_host_ensure() make them, generated from the packet decision
+ * table (pol_packet_steps()), in the table's batch. Call once at start,
+ * before the table is set up. */
+void pol_nft_host_extend(void);
+
 /* Floor of a DNS pin's lifetime, seconds (DESIGN §5.1 rule 6). */
 #define POL_NFT_PIN_MIN_TTL 30
 /* Most DNS-pinned addresses a session holds at once (the set's size). */
