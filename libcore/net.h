@@ -193,7 +193,7 @@ int core_net_monitor_read(int fd);
 #define CORE_NFT_SESSIONS_NAT_MAP "sessions_nat"
 /* forward: oifname : verdict, for packets of the reply direction of a flow
  * that does not pass its session's generation check (policy/nftgen.h): a
- * custom session's `goto r_<if>`, allow-all's `accept`; no element drops. */
+ * custom session's `goto reply`, allow-all's `accept`; no element drops. */
 #define CORE_NFT_SESSIONS_REPLY_MAP "sessions_reply"
 /* Shared by every custom session, keyed by its interface (policy/nftgen.h),
  * so that a policy update is an element-only batch into sets made here,

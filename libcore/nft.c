@@ -133,7 +133,7 @@ static const host_chain host_chains[] = {
 
 /* Per-session dispatch (DESIGN §5.2): one hash lookup per packet whatever
  * the number of sessions. `sessions` (forward) maps "sbx<n>" to `accept`
- * (allow-all), `goto s_sbx<n>` (custom) or `goto deny`; an "sbx*" interface
+ * (allow-all), `goto custom` (custom, the shared chain of policy/nftgen.h) or `goto deny`; an "sbx*" interface
  * that is not in it (a leftover veth, or every veth right after the table
  * was re-installed and before the daemon re-applied its sessions) meets
  * the catch-all `goto deny` that follows the lookup: fail closed.
@@ -263,7 +263,7 @@ static const host_rule host_rules[] = {
         { "forward", "forward: sbx* ip6 saddr host side of pool6 drop",
           IF_SBX, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
         /* The reply direction passes by its session's verdict: a custom
-         * session's r_<if> accepts the flows of its current generation (ct
+         * session's elements send to the shared chain reply, which accepts the flows of its current generation (ct
          * mark) and judges older ones again (policy/nftgen.h); allow-all
          * accepts; no element (deny-all, a veth not applied) falls through
          * to the drop below. */
@@ -365,7 +365,7 @@ static const host_rule host_rules[] = {
         /* A custom policy's HTTP and HTTPS go through the proxy whether or
          * not the client honours HTTP(S)_PROXY. `redirect` rewrites the
          * destination to the primary address of the input interface: the
-         * session's own gateway, where its i_<if> chain admits the proxy
+         * session's own gateway, where the shared chain gateway admits the proxy
          * port and nothing else of the host. Only the first packet of a
          * flow passes a nat chain, so the cost is one set lookup per new
          * connection, whatever the number of sessions. */
@@ -377,7 +377,7 @@ static const host_rule host_rules[] = {
           443, CORE_NFT_PROXY_PORT },
         /* An allow-all session's DNS to its own gateway (the resolver its
          * resolv.conf names in every mode) is forwarded to the host's
-         * resolver: `sessions_nat` maps its veth to a chain n_<if> that
+         * resolver: `sessions_nat` maps its veth to the shared chain dns_forward, which
          * DNATs only <gateway>:53 (policy/nftgen.c). A session without an
          * element is not translated. */
         { "prerouting", "prerouting: iifname vmap @" CORE_NFT_SESSIONS_NAT_MAP,
@@ -399,7 +399,7 @@ static const host_rule host_rules[] = {
          * would hang through TCP's retries (a soft error) or fail with
          * ENETUNREACH, and no denial event would be reported. Such packets
          * are judged here, before routing, by the same verdicts as in
-         * forward: the session's element of `sessions` (its s_<if> chain,
+         * forward: the session's element of `sessions` (the shared chain custom,
          * generated from the one packet decision table), link-local and an
          * interface without an element denied. A denial goes to `deny` (a
          * reset, ICMP admin-prohibited, an event) as in forward; what the

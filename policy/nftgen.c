@@ -1408,7 +1408,7 @@ static int msg_pins_drop(core_nft_batch *bt, const names *n, if_pins *p, const p
 /* 1 when `map` (or the plain set `proxied`) holds an element for the
  * interface, 0 when not. A delete
  * of a missing element would fail the whole batch, and its verdict may
- * differ from any we would add first (accept, goto deny, goto s_<if>), so
+ * differ from any we would add first (accept, goto deny, goto custom), so
  * it is looked up; only the daemon changes session elements, one change at
  * a time. */
 /* The reply to a GETSETELEM of one element: its value (a map's data, 4
