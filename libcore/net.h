@@ -205,8 +205,11 @@ int core_net_monitor_read(int fd);
  * - genmark, genmark_b: `type ifname : mark`: the generation a flow gets
  *   when the session's chain of slot a (of slot b) accepts it (`ct mark
  *   set iifname map @genmark`);
- * - slot_b: `type ifname`: sessions whose chains use the "_b" slot of
- *   their address-range sets. */
+ * - slot_b: `type ifname`: sessions whose packets the shared chains
+ *   judge by the "_b" slot of the keyed address-range sets (allow4_b, ...).
+ * The rest of what sessions share (the keyed range sets, gw4/gw6, dnsfwd
+ * and the chains custom, reply, gateway, dns_forward) is policy/nftgen.c's,
+ * added to the table's batch through core_net_host_extend(). */
 #define CORE_NFT_PINS4_SET "pins4"
 #define CORE_NFT_PINS6_SET "pins6"
 #define CORE_NFT_GENS_SET "gens"
