@@ -55,10 +55,10 @@ static const struct {
 } range_sets[N_SETS] = {
         [SET_ALLOW] = { { POL_NFT_ALLOW4_SET, POL_NFT_ALLOW4_SET "_b" }, false },
         [SET_DENY] = { { POL_NFT_DENY4_SET, POL_NFT_DENY4_SET "_b" }, false },
-        [SET_FORBID] = { { POL_NFT_FORBID4_SET, POL_NFT_FORBID4_SET "_b" }, false },
+        [SET_FORBID] = { { POL_NFT_OPENED4_SET, POL_NFT_OPENED4_SET "_b" }, false },
         [SET_ALLOW6] = { { POL_NFT_ALLOW6_SET, POL_NFT_ALLOW6_SET "_b" }, true },
         [SET_DENY6] = { { POL_NFT_DENY6_SET, POL_NFT_DENY6_SET "_b" }, true },
-        [SET_FORBID6] = { { POL_NFT_FORBID6_SET, POL_NFT_FORBID6_SET "_b" }, true },
+        [SET_FORBID6] = { { POL_NFT_OPENED6_SET, POL_NFT_OPENED6_SET "_b" }, true },
 };
 
 #define KEY_LEN(v6) (IFNAMSIZ + ((v6) ? 16 : 4))
@@ -71,7 +71,7 @@ static const struct {
 #define NFT_TYPE_INET_SERVICE 13  /* TYPE_INET_SERVICE */
 #define NFT_BYTEORDER_BIG 2       /* nftables' BYTEORDER_BIG_ENDIAN, as set user data */
 
-enum srule_kind { SR_RANGE, SR_PINS, SR_DPORT, SR_ALL, SR_CT_MARK, SR_CT_DNAT, SR_CT_RELATED };
+enum srule_kind { SR_RANGE, SR_FORBID, SR_PINS, SR_DPORT, SR_ALL, SR_CT_MARK, SR_CT_DNAT, SR_CT_RELATED };
 
 typedef struct session_rule {
         enum srule_kind kind;
@@ -93,11 +93,18 @@ typedef struct session_rule {
  * after it, then the lookup; an interface without an id matches nothing,
  * and the packet meets the chain's final deny. */
 static const session_rule rule_deny4 = { SR_RANGE, SET_DENY, 0, 0, false };
-static const session_rule rule_forbid4 = { SR_RANGE, SET_FORBID, 0, 0, false };
+/* The forbidden ranges are one shared set of addresses (forbid4, the
+ * table's rows as a custom policy without subnets.allow has them), and a
+ * session's elements of opened4 the part of them its subnets.allow opens:
+ * `ip daddr @forbid4 iifname . ip daddr != @opened4 goto deny`. Every
+ * session's forbidden ranges would otherwise be copies of nearly the same
+ * hundred ranges, and the kernel's commit of an interval set costs in
+ * proportion to its size. */
+static const session_rule rule_forbid4 = { SR_FORBID, SET_FORBID, 0, 0, false };
 static const session_rule rule_allow4 = { SR_RANGE, SET_ALLOW, 0, 0, true };
 static const session_rule rule_dns4 = { SR_PINS, SET_DNS, 0, 0, true };
 static const session_rule rule_deny6 = { SR_RANGE, SET_DENY6, 0, 0, false };
-static const session_rule rule_forbid6 = { SR_RANGE, SET_FORBID6, 0, 0, false };
+static const session_rule rule_forbid6 = { SR_FORBID, SET_FORBID6, 0, 0, false };
 static const session_rule rule_allow6 = { SR_RANGE, SET_ALLOW6, 0, 0, true };
 static const session_rule rule_dns6 = { SR_PINS, SET_DNS6, 0, 0, true };
 static const session_rule rule_rest = { SR_ALL, 0, 0, 0, false };
@@ -595,6 +602,21 @@ static int add_range_lookup(struct nftnl_rule *r, enum set_id id, bool reply, in
         return add_lookup(r, range_sets[id].name[slot], NFT_REG_1, -1, false);
 }
 
+/* meta nfproto ipv4 ip daddr @forbid4 iifname . ip daddr != @opened4 (the
+ * "_b" set in the chains of slot b; for the reply direction oifname and
+ * the source): a forbidden address the session's subnets.allow does not
+ * open. */
+static int add_forbid_lookup(struct nftnl_rule *r, enum set_id id, bool reply, int slot) {
+        bool v6 = range_sets[id].v6;
+        int k;
+        if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0 ||
+            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
+                                NFT_REG_2)) < 0 ||
+            (k = add_lookup(r, v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET, NFT_REG_2, -1, false)) < 0)
+                return k;
+        return add_lookup(r, range_sets[id].name[slot], NFT_REG_1, -1, true);
+}
+
 /* iifname . ct mark @gens (oifname for the reply direction): the flow
  * carries the session's current generation (the ct mark, in host order
  * as nft loads it). */
@@ -704,6 +726,7 @@ static int build_rule(const session_rule *sr, const chain_ctx *ctx, struct nftnl
         case SR_CT_DNAT: k = pol_nftx_ct_bits(r, NFT_CT_STATUS, IPS_DST_NAT); break;
         case SR_CT_RELATED: k = pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED)); break;
         case SR_RANGE: k = add_range_lookup(r, sr->set, ctx->reply, ctx->slot); break;
+        case SR_FORBID: k = add_forbid_lookup(r, sr->set, ctx->reply, ctx->slot); break;
         case SR_PINS: k = add_pin_lookup(r, sr->set == SET_DNS6, ctx->reply); break;
         case SR_DPORT: k = add_port(r, sr->l4proto, sr->port, ctx->reply); break;
         case SR_ALL: break;
@@ -1007,16 +1030,20 @@ typedef struct shared_set {
 #define RANGE4(name) { name, NFT_SET_INTERVAL, NFT_TYPE_INTEGER, KEY_LEN(false), NFT_BYTEORDER_BIG, 0, 0, 0 }
 #define RANGE6(name) { name, NFT_SET_INTERVAL, NFT_TYPE_INTEGER, KEY_LEN(true), NFT_BYTEORDER_BIG, 0, 0, 0 }
 
+#define GLOBAL4(name) { name, NFT_SET_INTERVAL, CORE_NFT_TYPE_IPADDR, 4, 0, 0, 0, 0 }
+#define GLOBAL6(name) { name, NFT_SET_INTERVAL, CORE_NFT_TYPE_IP6ADDR, 16, 0, 0, 0, 0 }
+
 /* The key types are for `nft list` alone. A range set's is a big-endian
  * integer: nft takes an interval set of a concatenated type for one of
  * its own, with a field per member (NFT_SET_CONCAT, the kernel's pipapo),
  * and cannot read this one as such; as an integer it prints each range as
  * two numbers, the name's bytes and the address's. */
 static const shared_set shared_sets[] = {
-        RANGE4(POL_NFT_ALLOW4_SET),        RANGE4(POL_NFT_DENY4_SET),        RANGE4(POL_NFT_FORBID4_SET),
-        RANGE6(POL_NFT_ALLOW6_SET),        RANGE6(POL_NFT_DENY6_SET),        RANGE6(POL_NFT_FORBID6_SET),
-        RANGE4(POL_NFT_ALLOW4_SET "_b"),   RANGE4(POL_NFT_DENY4_SET "_b"),   RANGE4(POL_NFT_FORBID4_SET "_b"),
-        RANGE6(POL_NFT_ALLOW6_SET "_b"),   RANGE6(POL_NFT_DENY6_SET "_b"),   RANGE6(POL_NFT_FORBID6_SET "_b"),
+        GLOBAL4(POL_NFT_FORBID4_SET),      GLOBAL6(POL_NFT_FORBID6_SET),
+        RANGE4(POL_NFT_ALLOW4_SET),        RANGE4(POL_NFT_DENY4_SET),        RANGE4(POL_NFT_OPENED4_SET),
+        RANGE6(POL_NFT_ALLOW6_SET),        RANGE6(POL_NFT_DENY6_SET),        RANGE6(POL_NFT_OPENED6_SET),
+        RANGE4(POL_NFT_ALLOW4_SET "_b"),   RANGE4(POL_NFT_DENY4_SET "_b"),   RANGE4(POL_NFT_OPENED4_SET "_b"),
+        RANGE6(POL_NFT_ALLOW6_SET "_b"),   RANGE6(POL_NFT_DENY6_SET "_b"),   RANGE6(POL_NFT_OPENED6_SET "_b"),
         { POL_NFT_GW4_SET, 0, SVC_TYPE(CORE_NFT_TYPE_IPADDR), SVC_KEY_LEN(false), 0, 0, 0, 0 },
         { POL_NFT_GW6_SET, 0, SVC_TYPE(CORE_NFT_TYPE_IP6ADDR), SVC_KEY_LEN(true), 0, 0, 0, 0 },
         { POL_NFT_DNSFWD_MAP, NFT_SET_MAP, SVC_TYPE(CORE_NFT_TYPE_IPADDR), SVC_KEY_LEN(false), 0, CORE_NFT_TYPE_IPADDR,
@@ -1060,6 +1087,11 @@ static void rule_text(const session_rule *sr, const chain_ctx *ctx, char *buf, s
         case SR_RANGE:
                 snprintf(buf, size, "%s . %s %s @%s %s", ifk, range_sets[sr->set].v6 ? "ip6" : "ip", dir,
                          range_sets[sr->set].name[ctx->slot], sr->accept ? "accept" : deny);
+                return;
+        case SR_FORBID:
+                snprintf(buf, size, "%s %s @%s %s . %s %s != @%s %s", range_sets[sr->set].v6 ? "ip6" : "ip", dir,
+                         range_sets[sr->set].v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET, ifk,
+                         range_sets[sr->set].v6 ? "ip6" : "ip", dir, range_sets[sr->set].name[ctx->slot], deny);
                 return;
         case SR_PINS:
                 snprintf(buf, size, "%s . %s %s @%s accept", ifk, sr->set == SET_DNS6 ? "ip6" : "ip", dir,
@@ -1213,13 +1245,63 @@ static const char *const shared_chain_names[] = {
 static unsigned shared_chain_rules[ELEMENTSOF(shared_chain_names)];
 static const char *shared_set_names[ELEMENTSOF(shared_sets)];
 
-/* core_nft_extension.build: the shared sets, then the chains, then their
- * rules (the custom chains' gotos name the slot-b ones). */
+static int global_forbidden(ranges *r4, ranges6 *r6);
+
+/* The shared forbidden sets' elements: every range as its start and end
+ * element (none after the top of the address space), RANGES_PER_MSG ranges
+ * a message. */
+static int msg_global_forbidden(core_nft_batch *bt) {
+        ranges r4 = {};
+        ranges6 r6 = {};
+        int k = global_forbidden(&r4, &r6);
+        for (int v6 = 0; k >= 0 && v6 < 2; v6++) {
+                size_t total = v6 ? r6.n : r4.n;
+                for (size_t first = 0; k >= 0 && first < total; first += RANGES_PER_MSG) {
+                        const char *name = v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET;
+                        _cleanup_(nftnl_set_freep) struct nftnl_set *set = new_set(name);
+                        size_t last = first + RANGES_PER_MSG < total ? first + RANGES_PER_MSG : total;
+                        uint32_t seq;
+                        void *buf = core_nft_batch_reserve(bt, &seq, "set %s: the forbidden ranges", name);
+                        if (!set || !buf) {
+                                k = -ENOMEM;
+                                break;
+                        }
+                        for (size_t i = first; k >= 0 && i < last; i++) {
+                                uint8_t lo[16], end[16];
+                                bool top;
+                                if (v6) {
+                                        u128_to(r6.v[i].lo, lo);
+                                        u128_to(r6.v[i].hi + 1, end);
+                                        top = r6.v[i].hi == U128_MAX;
+                                } else {
+                                        uint32_t l = htonl(r4.v[i].lo), e = htonl(r4.v[i].hi + 1);
+                                        memcpy(lo, &l, 4);
+                                        memcpy(end, &e, 4);
+                                        top = r4.v[i].hi == UINT32_MAX;
+                                }
+                                if (pol_nftx_key_elem(set, lo, v6 ? 16 : 4, 0, 0) < 0 ||
+                                    (!top && pol_nftx_key_elem(set, end, v6 ? 16 : 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+                                        k = -ENOMEM;
+                        }
+                        if (k >= 0)
+                                k = msg_elems(bt, NFT_MSG_NEWSETELEM, set, seq, buf);
+                }
+        }
+        ranges_done(&r4);
+        ranges6_done(&r6);
+        return k;
+}
+
+/* core_nft_extension.build: the shared sets (the forbidden ones filled),
+ * then the chains, then their rules (the custom chains' gotos name the
+ * slot-b ones). */
 static int build_shared(core_nft_batch *bt) {
         int k;
         for (size_t i = 0; i < ELEMENTSOF(shared_sets); i++)
                 if ((k = msg_shared_set(bt, &shared_sets[i])) < 0)
                         return k;
+        if ((k = msg_global_forbidden(bt)) < 0)
+                return k;
         for (size_t i = 0; i < ELEMENTSOF(shared_chain_names); i++)
                 if ((k = msg_shared_chain(bt, shared_chain_names[i])) < 0)
                         return k;
@@ -1491,18 +1573,91 @@ typedef struct current {
         int slot;           /* custom: the slot in force (slot_b) */
 } current;
 
+/* The forbidden ranges of a custom policy without subnets.allow: the
+ * shared sets forbid4 and forbid6, which every custom policy's forbidden
+ * ranges are part of (subnets.allow only opens). 0 or -ENOMEM. */
+static int global_forbidden(ranges *r4, ranges6 *r6) {
+        pol_policy empty = { .mode = POL_MODE_CUSTOM };
+        int k = forbidden_ranges(&empty, r4);
+        return k < 0 ? k : forbidden_ranges6(&empty, r6);
+}
+
+/* a minus b, both sorted and disjoint (ranges_merge), into *out; -EINVAL
+ * when b holds an address a does not; -ENOMEM. */
+static int ranges_minus(const ranges *a, const ranges *b, ranges *out) {
+        for (size_t j = 0; j < b->n; j++) {
+                bool inside = false;
+                for (size_t i = 0; i < a->n && !inside; i++)
+                        inside = a->v[i].lo <= b->v[j].lo && b->v[j].hi <= a->v[i].hi;
+                if (!inside)
+                        return -EINVAL;
+        }
+        for (size_t i = 0; i < a->n; i++) {
+                uint64_t cur = a->v[i].lo;
+                for (size_t j = 0; j < b->n; j++) {
+                        if (b->v[j].hi < cur || b->v[j].lo > a->v[i].hi)
+                                continue;
+                        if (b->v[j].lo > cur && ranges_add(out, (uint32_t) cur, b->v[j].lo - 1) < 0)
+                                return -ENOMEM;
+                        cur = (uint64_t) b->v[j].hi + 1;
+                }
+                if (cur <= a->v[i].hi && ranges_add(out, (uint32_t) cur, a->v[i].hi) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* ranges_minus() for IPv6. */
+static int ranges6_minus(const ranges6 *a, const ranges6 *b, ranges6 *out) {
+        for (size_t j = 0; j < b->n; j++) {
+                bool inside = false;
+                for (size_t i = 0; i < a->n && !inside; i++)
+                        inside = a->v[i].lo <= b->v[j].lo && b->v[j].hi <= a->v[i].hi;
+                if (!inside)
+                        return -EINVAL;
+        }
+        for (size_t i = 0; i < a->n; i++) {
+                u128 cur = a->v[i].lo;
+                bool done = false;
+                for (size_t j = 0; j < b->n && !done; j++) {
+                        if (b->v[j].hi < cur || b->v[j].lo > a->v[i].hi)
+                                continue;
+                        if (b->v[j].lo > cur && ranges6_add(out, cur, b->v[j].lo - 1) < 0)
+                                return -ENOMEM;
+                        if (b->v[j].hi == U128_MAX)
+                                done = true;
+                        else
+                                cur = b->v[j].hi + 1;
+                }
+                if (!done && cur <= a->v[i].hi && ranges6_add(out, cur, a->v[i].hi) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 /* The address ranges of policy p, as the keyed sets hold them: subnets.deny,
- * subnets.allow and the forbidden ranges, both families. 0 or -ENOMEM (s
- * then holds what was made; slot_ranges_done() frees it). */
+ * subnets.allow and the part of the shared forbidden ranges subnets.allow
+ * opens, both families. 0, -EINVAL (a forbidden range outside the shared
+ * sets: the engine and the generator disagree) or -ENOMEM (s then holds
+ * what was made; slot_ranges_done() frees it). */
 static int policy_ranges(const pol_policy *p, slot_ranges *s) {
+        ranges all = {}, mine = {};
+        ranges6 all6 = {}, mine6 = {};
         int k;
         if ((k = ranges_from_cidrs(&s->r4[SET_ALLOW], p->subnet_allow, p->n_subnet_allow)) < 0 ||
             (k = ranges_from_cidrs(&s->r4[SET_DENY], p->subnet_deny, p->n_subnet_deny)) < 0 ||
-            (k = forbidden_ranges(p, &s->r4[SET_FORBID])) < 0 ||
             (k = ranges6_from_cidrs(&s->r6[SET_ALLOW6 - SET_ALLOW6], p->subnet_allow, p->n_subnet_allow)) < 0 ||
-            (k = ranges6_from_cidrs(&s->r6[SET_DENY6 - SET_ALLOW6], p->subnet_deny, p->n_subnet_deny)) < 0)
-                return k;
-        return forbidden_ranges6(p, &s->r6[SET_FORBID6 - SET_ALLOW6]);
+            (k = ranges6_from_cidrs(&s->r6[SET_DENY6 - SET_ALLOW6], p->subnet_deny, p->n_subnet_deny)) < 0 ||
+            (k = global_forbidden(&all, &all6)) < 0 || (k = forbidden_ranges(p, &mine)) < 0 ||
+            (k = forbidden_ranges6(p, &mine6)) < 0 || (k = ranges_minus(&all, &mine, &s->r4[SET_FORBID])) < 0)
+                goto out;
+        k = ranges6_minus(&all6, &mine6, &s->r6[SET_FORBID6 - SET_ALLOW6]);
+out:
+        ranges_done(&all);
+        ranges_done(&mine);
+        ranges6_done(&all6);
+        ranges6_done(&mine6);
+        return k;
 }
 
 /* Deletes whatever the session has: its elements of the dispatch maps (if

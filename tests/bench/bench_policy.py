@@ -118,7 +118,7 @@ def _elements(stmts):
 
 
 CHUNK = 500
-RANGE_SETS = tuple(b + s for b in ("allow4", "deny4", "forbid4", "allow6", "deny6", "forbid6") for s in ("", "_b"))
+RANGE_SETS = tuple(b + s for b in ("allow4", "deny4", "opened4", "allow6", "deny6", "opened6") for s in ("", "_b"))
 
 
 class SessionTemplate:

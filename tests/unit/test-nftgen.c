@@ -217,7 +217,7 @@ static char *set_elements(const char *set) {
 
 /* How many ranges of interface `ifname` the keyed sets of both slots hold. */
 static int keyed_ranges(const char *ifname) {
-        static const char *const sets[] = { "allow4", "deny4", "forbid4", "allow6", "deny6", "forbid6" };
+        static const char *const sets[] = { "allow4", "deny4", "opened4", "allow6", "deny6", "opened6" };
         int n = 0;
         for (size_t i = 0; i < 2 * ELEMENTSOF(sets); i++) {
                 char name[32];
@@ -243,6 +243,9 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         free(e);
         e = set_elements("deny4");
         assert_string_equal(e, "elements = { 8.8.8.0/24 }");
+        free(e);
+        e = set_elements("opened4"); /* a forbidden range subnets.allow names */
+        assert_string_equal(e, "elements = { 203.0.113.0/24 }");
         free(e);
         e = set_elements("allow4_b"); /* slot b: nothing yet */
         assert_string_equal(e, "elements = { }");
@@ -285,8 +288,10 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
          * @slot_b goto`), each slot's chain looks up its own keyed sets and
          * marks from its own genmark map. */
 #define STEPS(ifk, dir, sfx, deny, mk)                                                                             \
-        "\t\t" ifk " . ip " dir " @deny4" sfx " " deny "\n\t\t" ifk " . ip " dir " @forbid4" sfx " " deny "\n"     \
-        "\t\t" ifk " . ip6 " dir " @deny6" sfx " " deny "\n\t\t" ifk " . ip6 " dir " @forbid6" sfx " " deny "\n"   \
+        "\t\t" ifk " . ip " dir " @deny4" sfx " " deny "\n"                                                      \
+        "\t\tip " dir " @forbid4 " ifk " . ip " dir " != @opened4" sfx " " deny "\n"                               \
+        "\t\t" ifk " . ip6 " dir " @deny6" sfx " " deny "\n"                                                     \
+        "\t\tip6 " dir " @forbid6 " ifk " . ip6 " dir " != @opened6" sfx " " deny "\n"                             \
         PORTS(deny) "\t\t" ifk " . ip " dir " @allow4" sfx " ct mark set " mk " accept\n"                          \
         "\t\t" ifk " . ip6 " dir " @allow6" sfx " ct mark set " mk " accept\n"
         const char *rules =
@@ -343,14 +348,14 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         e = set_elements("deny4");
         assert_string_equal(e, "elements = { }");
         free(e);
-        e = set_elements("forbid4");
+        e = set_elements("opened4");
         assert_string_equal(e, "elements = { }");
         free(e);
         e = set_elements("allow4_b");
         assert_string_equal(e, "elements = { 1.1.1.0/24 }");
         free(e);
-        e = set_elements("forbid4_b");
-        assert_non_null(strstr(e, "203.0.113.0/24"));
+        e = set_elements("opened4_b");
+        assert_string_equal(e, "elements = { }");
         free(e);
         /* Flows the chains of slot b admit get the new generation. */
         const char *g2 = strstr(out, "elements = { \"sbx3\" . 0x");
@@ -397,8 +402,10 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
         assert_int_equal(keyed_ranges(IF), 0);
         free(out);
 
-        apply("{\"allow\":[\"example.com\"]}");
-        assert_true(keyed_ranges(IF) > 0);
+        apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"192.0.2.0/24\"],\"deny\":[\"8.8.8.0/24\"]}}");
+        /* allow4, deny4, opened4 (192.0.2.0/24 is forbidden) and opened6 (its
+         * four IPv6 forms) */
+        assert_int_equal(keyed_ranges(IF), 7);
         assert_int_equal(pol_nft_session_remove(IF, &err), 0);
         assert_int_equal(pol_nft_session_remove(IF, &err), 0); /* nothing there: success */
         assert_null(err);
@@ -419,11 +426,12 @@ static void test_apply_replace_and_remove_leave_exactly_the_expected_objects(voi
 static void test_ipv6_sets_hold_the_forbidden_forms_and_the_policys_cidrs(void **state) {
         apply("{\"allow\":[\"example.com\"],\"subnets\":{\"allow\":[\"2a05:5::/64\",\"fd00::/8\"],"
               "\"deny\":[\"2a05:5::13/128\"]}}");
-        char *f = set_elements("forbid6"), *a = set_elements("allow6"), *d = set_elements("deny6");
+        char *f = raw_set("forbid6"), *o = set_elements("opened6"), *a = set_elements("allow6"),
+             *d = set_elements("deny6");
         static const char *const in_forbid[] = {
                 "::/104",                                           /* ::, ::1, compatible 0/8 */
                 "fe80::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",   /* link-local, site-local, multicast */
-                "2001:db8::/32", "fc00::/8",                        /* fd00::/8 is allowed */
+                "2001:db8::/32", "fc00::/7",                        /* fd00::/8 is opened */
                 "::ffff:169.254.0.0/112", "::ffff:10.0.0.0/104", "::169.254.0.0/112",
                 "64:ff9b::a9fe:0/112", "64:ff9b::7f00:0/104", "64:ff9b:1::/48",
                 "2002:a9fe::/32", "2002:7f00::/24", "2002:a00::/24",
@@ -434,14 +442,17 @@ static void test_ipv6_sets_hold_the_forbidden_forms_and_the_policys_cidrs(void *
                         fprintf(stderr, "forbid6: %s\n", f);
                         fail_msg("forbid6 lacks %s", in_forbid[i]);
                 }
-        /* Named by subnets.allow: open; public space is not forbidden. */
-        if (strstr(f, "fd00::/8") || strstr(f, "2a05:"))
-                fail_msg("forbid6 holds an allowed or public range: %s", f);
+        /* Named by subnets.allow: opened for the session; public space is
+         * not forbidden. */
+        assert_string_equal(o, "elements = { fd00::/8 }");
+        if (strstr(f, "2a05:"))
+                fail_msg("forbid6 holds a public range: %s", f);
         if (!strstr(a, "2a05:5::/64") || !strstr(a, "fd00::/8"))
                 fail_msg("allow6: %s", a);
         if (!strstr(d, "2a05:5::13"))
                 fail_msg("deny6: %s", d);
         free(f);
+        free(o);
         free(a);
         free(d);
 }
@@ -470,16 +481,19 @@ static void test_overlapping_and_adjacent_prefixes_become_disjoint_ranges(void *
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"10.0.0.0/25\",\"10.0.0.128/25\",\"192.0.2.0/24\"],"
               "\"deny\":[\"10.0.0.0/8\",\"10.0.0.0/16\",\"10.1.2.3/32\",\"1.2.3.0/24\",\"1.2.4.0/24\"]}}");
         char *deny = set_elements("deny4"), *allow = set_elements("allow4");
-        char *forbid = set_elements("forbid4");
+        char *forbid = raw_set("forbid4"), *opened = set_elements("opened4");
         if (!strstr(deny, "elements = { 1.2.3.0-1.2.4.255, 10.0.0.0/8 }"))
                 fail_msg("deny4: %s", deny);
         if (!strstr(allow, "elements = { 10.0.0.0/24, 192.0.2.0/24 }"))
                 fail_msg("allow4: %s", allow);
         /* The private and documentation ranges that subnets.allow names are
-         * cut out of the forbidden set; the rest of 10/8 stays. */
-        if (!strstr(forbid, "10.0.1.0-10.255.255.255") || strstr(forbid, "192.0.2.0/24") ||
+         * opened (cut out of the shared forbidden ranges for the session
+         * alone); the rest of 10/8 stays forbidden. */
+        if (!strstr(forbid, " 10.0.0.0/8,") || !strstr(forbid, "192.0.2.0/24") ||
             !strstr(forbid, "169.254.0.0/16") || !strstr(forbid, "192.168.0.0/16"))
                 fail_msg("forbid4: %s", forbid);
+        assert_string_equal(opened, "elements = { 10.0.0.0/24, 192.0.2.0/24 }");
+        free(opened);
         free(deny);
         free(allow);
         free(forbid);
@@ -516,17 +530,18 @@ static void test_interval_sets_alternate_slots_and_replace_what_a_failed_change_
 
 static void test_allow_all_subnet_never_opens_loopback_or_metadata(void **state) {
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/0\"]}}");
-        char *forbid = set_elements("forbid4");
+        char *forbid = raw_set("forbid4"), *opened = set_elements("opened4");
         if (!strstr(forbid, "127.0.0.0/8") || !strstr(forbid, "169.254.0.0/16") || !strstr(forbid, "10.0.0.0/8"))
                 fail_msg("forbid4: %s", forbid);
+        assert_string_equal(opened, "elements = { }"); /* 0.0.0.0/0 names no forbidden range */
         free(forbid);
-        /* The host itself stays in forbid4 even where subnets.allow names
+        free(opened);
+        /* The host itself stays forbidden even where subnets.allow names
          * it exactly (the proxy's and the kernel's verdicts agree). */
         apply("{\"allow\":[],\"subnets\":{\"allow\":[\"0.0.0.0/32\",\"127.0.0.0/8\",\"0.1.0.0/16\"]}}");
-        forbid = set_elements("forbid4_b"); /* the second slot: see above */
-        if (!strstr(forbid, "0.0.0.0/8") || !strstr(forbid, "127.0.0.0/8"))
-                fail_msg("forbid4 with the host's ranges in subnets.allow: %s", forbid);
-        free(forbid);
+        opened = set_elements("opened4_b"); /* the second slot: see above */
+        assert_string_equal(opened, "elements = { }");
+        free(opened);
 }
 
 static void test_pin_adds_address_with_floored_timeout_and_errors_name_the_set(void **state) {
