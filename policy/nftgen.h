@@ -27,8 +27,14 @@
  * - deny-all: the element `"<if>" : goto deny` (it has no veth in normal
  *   operation; this keeps a stray one closed). No input element.
  * - custom: its ranges as elements of the keyed interval sets allow4,
- *   deny4, forbid4, allow6, deny6, forbid6 (slot a) or allow4_b ...
- *   forbid6_b (slot b), whose key is the interface name (IFNAMSIZ bytes,
+ *   deny4, opened4, allow6, deny6, opened6 (slot a) or allow4_b ...
+ *   opened6_b (slot b): its subnets.allow, its subnets.deny, and the part
+ *   of the forbidden ranges its subnets.allow opens (the forbidden ranges
+ *   themselves, the same for every session, are the shared address sets
+ *   forbid4 and forbid6, as a custom policy without subnets.allow has
+ *   them, so a session's elements are only what its policy names: the
+ *   kernel's commit of an interval set costs in proportion to its size).
+ *   A keyed set's key is the interface name (IFNAMSIZ bytes,
  *   zero-padded, as `meta iifname` loads it) followed by the address:
  *   one field, no NFT_SET_CONCAT, so the kernel keeps them in its rbtree,
  *   which compares whole keys with memcmp, and each session's ranges are
@@ -50,7 +56,8 @@
  *                                          on the "_b" sets, marking from
  *                                          genmark_b, in chain custom_b
  *     iifname . ip daddr @deny4 goto deny     subnets.deny beats everything
- *     iifname . ip daddr @forbid4 goto deny   rule 5 ranges not named by allow
+ *     ip daddr @forbid4 iifname . ip daddr != @opened4 goto deny
+ *                                          rule 5 ranges not named by allow
  *     tcp/udp dport 53, 853 goto deny      no resolver but the DNS filter
  *     iifname . ip daddr @allow4 ct mark set iifname map @genmark accept
  *     udp dport 443 goto deny              QUIC: clients fall back to TCP
@@ -97,7 +104,7 @@
  * live session.
  *
  * Both families (DESIGN §5): each IPv4 range set has its IPv6 twin
- * (allow6, deny6, forbid6, and the shared pins6; forbid6 holds the IPv6
+ * (allow6, deny6, opened6, forbid6, and the shared pins6; forbid6 holds the IPv6
  * rows of the forbidden table and every IPv6 form, IPv4-mapped, NAT64,
  * IPv4-compatible, 6to4, of its IPv4 rows, as match.c unwraps them) with
  * its rule right after the IPv4 one, and the gateway services admit the
