@@ -86,12 +86,12 @@ typedef struct session_rule {
  * order, so that what nftables enforces and what pol_check_packet() says
  * (denial events, policy.check) cannot differ. Order is precedence
  * (DESIGN §5.1 rules 4-5, §5.2): deny beats every allow; the forbidden
- * ranges beat subnets.allow except where a CIDR names them (already cut
- * out of forbid4); the port steps as the table orders them around
- * subnets.allow. Each range rule builds its key itself: `iifname map
- * @sid` (or @sid_b in the chains of slot b) into a register, the address
- * after it, then the lookup; an interface without an id matches nothing,
- * and the packet meets the chain's final deny. */
+ * ranges beat subnets.allow except where a CIDR names them (opened4); the
+ * port steps as the table orders them around subnets.allow. Each range
+ * rule builds its key itself (the interface into a register, the address
+ * right after it, then the lookup of the slot's set; no register is
+ * relied on across rules); an interface with no range there matches
+ * nothing, and the packet meets the chain's final deny. */
 static const session_rule rule_deny4 = { SR_RANGE, SET_DENY, 0, 0, false };
 /* The forbidden ranges are one shared set of addresses (forbid4, the
  * table's rows as a custom policy without subnets.allow has them), and a
@@ -897,10 +897,10 @@ static int msg_proxied_elem(core_nft_batch *bt, const names *n, bool add) {
 }
 
 /* An element of one of the host table's shared sets keyed by interface
- * (libcore/net.h CORE_NFT_PINS4_SET..., and sid, sid_b, gw4, gw6,
+ * (libcore/net.h CORE_NFT_PINS4_SET..., and gw4, gw6,
  * dnsfwd): the key is the session's interface name (IFNAMSIZ bytes,
  * zero-padded) followed by tail_len bytes of `tail`; `data`: a map
- * element's 4-byte value (genmark, sid, dnsfwd); timeout_ms 0: none.
+ * element's 4-byte value (genmark, dnsfwd); timeout_ms 0: none.
  * `type` NFT_MSG_NEWSETELEM or NFT_MSG_DELSETELEM; `what` names it in
  * errors. */
 static int msg_keyed_elem(core_nft_batch *bt, uint16_t type, const char *set, const names *n, const void *tail,
@@ -1662,8 +1662,8 @@ out:
 
 /* Deletes whatever the session has: its elements of the dispatch maps (if
  * any), of the gateway services and DNS forwarding (as `rec` recorded
- * them), of the keyed range sets in both slots and of sid/sid_b (unless
- * keep_ranges: a custom policy's stage_ranges() has just put them right),
+ * them), of the keyed range sets in both slots (unless keep_ranges: a
+ * custom policy's stage_ranges() has just put them right),
  * its generation and slot elements and its DNS pins. Elements only: no
  * chain, rule or set is a session's. */
 static int purge(core_nft_batch *bt, const names *n, const current *cur, bool keep_ranges, if_pins *rec) {
@@ -1737,13 +1737,13 @@ static void pins_replace(if_pins *p, const pol_nft_carried_pin *pins, size_t n_p
  * miss `@allow4` and be denied although both policies allow it. So a
  * custom policy's ranges are put in here, in a batch of their own,
  * committed before the batch that points the session at them. Each
- * session has two slots of ids (session_id()): the slot the session does
- * not use, whose ids no rule looks up for it yet, takes the new ranges
- * (after whatever an earlier failed change left there, as `rec` recorded
- * it), an element-only batch; the change's second batch moves the
- * session's slot_b element. `create` (the session has no custom policy
- * yet): its sid and sid_b elements are put in too, and slot 1's leftovers
- * deleted. Fills `slot`; 0, or a negative errno with *ret_err filled. */
+ * session has two slots of keyed sets (allow4 and allow4_b, ...): the
+ * slot the session does not use, which no rule looks up for it yet, takes
+ * the new ranges (after whatever an earlier failed change left there, as
+ * `rec` recorded it), an element-only batch; the change's second batch
+ * moves the session's slot_b element. `create` (the session has no custom
+ * policy yet): the other slot's leftovers are deleted too. Fills `slot`;
+ * 0, or a negative errno with *ret_err filled. */
 static int stage_ranges(const names *n, const pol_policy *p, int slot, bool create, if_pins *rec, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         slot_ranges next = {};
