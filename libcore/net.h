@@ -51,6 +51,32 @@ unsigned core_net_pool_slots(const core_net_pool *pool);
  * (extended ACK). */
 int core_net_host_setup(const core_net_pool *pool, sb_error **ret_err);
 
+/* Objects another layer adds to the host table (policy/nftgen.c: the
+ * chains and keyed sets every custom session shares, which it generates
+ * from the policy engine's packet decision table; libcore cannot include
+ * policy/). `build` appends them to the table's batch after the host's own
+ * sets and rules, so they come before any session's object and are found
+ * by name at once; it returns 0 or a negative errno. `chains` (n_chains,
+ * with `rules`: how many rules each holds) and `sets` (n_sets) name them
+ * for core_net_host_ensure(), which re-installs the table when one is
+ * missing or a chain's rule count differs; deleting one of them alarms
+ * core_net_monitor_read() as a host object would. Every pointer is
+ * borrowed for the life of the process. */
+struct core_nft_batch;
+typedef struct core_nft_extension {
+        int (*build)(struct core_nft_batch *bt);
+        const char *const *chains;
+        const unsigned *rules;
+        size_t n_chains;
+        const char *const *sets;
+        size_t n_sets;
+} core_nft_extension;
+
+/* Registers the objects core_net_host_setup() and core_net_host_ensure()
+ * add to the table from then on (NULL: none). Call once, before the
+ * table is set up; not thread-safe against a setup in progress. */
+void core_net_host_extend(const core_nft_extension *ext);
+
 /* Removes the `inet sandboxd` table (daemon shutdown, tests). Missing table
  * is success. */
 int core_net_host_teardown(sb_error **ret_err);
@@ -141,11 +167,11 @@ int core_net_host_ensure(const core_net_pool *pool, sb_error **ret_err);
 int core_net_monitor_open(sb_error **ret_err);
 
 /* Reads every pending notification from a core_net_monitor_open() fd
- * without blocking. Returns 1 when one of them deleted the table, a host
- * chain, a host map or a rule of a host chain (or notifications were lost
- * to an overflow, which may have hidden one), 0 otherwise, or a negative
- * errno. Session objects ("s_*", "i_*") and set elements are ignored: the daemon
- * changes those itself. */
+ * without blocking. Returns 1 when one of them deleted the table, or a
+ * chain, set or rule of it (or notifications were lost to an overflow,
+ * which may have hidden one), 0 otherwise, or a negative errno. Set
+ * elements are ignored: the daemon changes those itself (a session owns
+ * no chain, rule or set, only elements of the shared ones). */
 int core_net_monitor_read(int fd);
 
 /* ---- nftables batches (used by policy/nftgen.c) ----
@@ -167,7 +193,7 @@ int core_net_monitor_read(int fd);
 #define CORE_NFT_SESSIONS_NAT_MAP "sessions_nat"
 /* forward: oifname : verdict, for packets of the reply direction of a flow
  * that does not pass its session's generation check (policy/nftgen.h): a
- * custom session's `goto r_<if>`, allow-all's `accept`; no element drops. */
+ * custom session's `goto reply`, allow-all's `accept`; no element drops. */
 #define CORE_NFT_SESSIONS_REPLY_MAP "sessions_reply"
 /* Shared by every custom session, keyed by its interface (policy/nftgen.h),
  * so that a policy update is an element-only batch into sets made here,
@@ -179,8 +205,11 @@ int core_net_monitor_read(int fd);
  * - genmark, genmark_b: `type ifname : mark`: the generation a flow gets
  *   when the session's chain of slot a (of slot b) accepts it (`ct mark
  *   set iifname map @genmark`);
- * - slot_b: `type ifname`: sessions whose chains use the "_b" slot of
- *   their address-range sets. */
+ * - slot_b: `type ifname`: sessions whose packets the shared chains
+ *   judge by the "_b" slot of the keyed address-range sets (allow4_b, ...).
+ * The rest of what sessions share (the keyed range sets, gw4/gw6, dnsfwd
+ * and the chains custom, reply, gateway, dns_forward) is policy/nftgen.c's,
+ * added to the table's batch through core_net_host_extend(). */
 #define CORE_NFT_PINS4_SET "pins4"
 #define CORE_NFT_PINS6_SET "pins6"
 #define CORE_NFT_GENS_SET "gens"

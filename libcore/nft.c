@@ -133,7 +133,7 @@ static const host_chain host_chains[] = {
 
 /* Per-session dispatch (DESIGN §5.2): one hash lookup per packet whatever
  * the number of sessions. `sessions` (forward) maps "sbx<n>" to `accept`
- * (allow-all), `goto s_sbx<n>` (custom) or `goto deny`; an "sbx*" interface
+ * (allow-all), `goto custom` (custom, the shared chain of policy/nftgen.h) or `goto deny`; an "sbx*" interface
  * that is not in it (a leftover veth, or every veth right after the table
  * was re-installed and before the daemon re-applied its sessions) meets
  * the catch-all `goto deny` that follows the lookup: fail closed.
@@ -263,7 +263,7 @@ static const host_rule host_rules[] = {
         { "forward", "forward: sbx* ip6 saddr host side of pool6 drop",
           IF_SBX, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
         /* The reply direction passes by its session's verdict: a custom
-         * session's r_<if> accepts the flows of its current generation (ct
+         * session's elements send to the shared chain reply, which accepts the flows of its current generation (ct
          * mark) and judges older ones again (policy/nftgen.h); allow-all
          * accepts; no element (deny-all, a veth not applied) falls through
          * to the drop below. */
@@ -365,7 +365,7 @@ static const host_rule host_rules[] = {
         /* A custom policy's HTTP and HTTPS go through the proxy whether or
          * not the client honours HTTP(S)_PROXY. `redirect` rewrites the
          * destination to the primary address of the input interface: the
-         * session's own gateway, where its i_<if> chain admits the proxy
+         * session's own gateway, where the shared chain gateway admits the proxy
          * port and nothing else of the host. Only the first packet of a
          * flow passes a nat chain, so the cost is one set lookup per new
          * connection, whatever the number of sessions. */
@@ -377,7 +377,7 @@ static const host_rule host_rules[] = {
           443, CORE_NFT_PROXY_PORT },
         /* An allow-all session's DNS to its own gateway (the resolver its
          * resolv.conf names in every mode) is forwarded to the host's
-         * resolver: `sessions_nat` maps its veth to a chain n_<if> that
+         * resolver: `sessions_nat` maps its veth to the shared chain dns_forward, which
          * DNATs only <gateway>:53 (policy/nftgen.c). A session without an
          * element is not translated. */
         { "prerouting", "prerouting: iifname vmap @" CORE_NFT_SESSIONS_NAT_MAP,
@@ -399,7 +399,7 @@ static const host_rule host_rules[] = {
          * would hang through TCP's retries (a soft error) or fail with
          * ENETUNREACH, and no denial event would be reported. Such packets
          * are judged here, before routing, by the same verdicts as in
-         * forward: the session's element of `sessions` (its s_<if> chain,
+         * forward: the session's element of `sessions` (the shared chain custom,
          * generated from the one packet decision table), link-local and an
          * interface without an element denied. A denial goes to `deny` (a
          * reset, ICMP admin-prohibited, an event) as in forward; what the
@@ -1439,6 +1439,12 @@ static int write_ip_forward(const core_net_pool *pool, sb_error **ret_err) {
         return 0;
 }
 
+static const core_nft_extension *extension; /* core_net_host_extend() */
+
+void core_net_host_extend(const core_nft_extension *ext) {
+        extension = ext;
+}
+
 /* The whole table in one batch. add (no EXCL) + delete + add: in one
  * transaction this replaces whatever an earlier run (or a half-deleted
  * table) left, without a window where the host has no rules and without
@@ -1467,6 +1473,8 @@ static int build_host_batch(const core_net_pool *pool, core_nft_batch **ret) {
         for (size_t i = 0; i < ELEMENTSOF(host_rules); i++)
                 if (rule_present(&host_rules[i], pool) && (r = batch_rule(bt, &host_rules[i], pool)) < 0)
                         return r;
+        if (extension && (r = extension->build(bt)) < 0)
+                return r;
         *ret = TAKE_PTR(bt);
         return 0;
 }
@@ -1550,6 +1558,27 @@ static int host_table_intact(struct mnl_socket *nl, const core_net_pool *pool) {
                 mnl_attr_put_strz(nlh, NFTA_SET_NAME, name);
                 if ((r = nl_get_count(nl, nlh, &n)) < 0)
                         return r;
+        }
+        for (size_t i = 0; extension && i < extension->n_sets; i++) {
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSET, NFPROTO_INET, NLM_F_ACK, seq++);
+                mnl_attr_put_strz(nlh, NFTA_SET_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_SET_NAME, extension->sets[i]);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+        }
+        for (size_t i = 0; extension && i < extension->n_chains; i++) {
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFPROTO_INET, NLM_F_ACK, seq++);
+                mnl_attr_put_strz(nlh, NFTA_CHAIN_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_CHAIN_NAME, extension->chains[i]);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+                nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, seq++);
+                mnl_attr_put_strz(nlh, NFTA_RULE_TABLE, TABLE_NAME);
+                mnl_attr_put_strz(nlh, NFTA_RULE_CHAIN, extension->chains[i]);
+                if ((r = nl_get_count(nl, nlh, &n)) < 0)
+                        return r;
+                if (n != extension->rules[i])
+                        return -ESTALE;
         }
         for (size_t i = 0; i < ELEMENTSOF(host_chains); i++) {
                 unsigned want = 0;
@@ -1642,13 +1671,11 @@ static int del_attr_cb(const struct nlattr *a, void *data) {
         return MNL_CB_OK;
 }
 
-/* True for a deletion that weakens the host table: the table itself, one of
- * its host chains, maps or host-chain rules. Session objects ("s_*" forward
- * chains and sets, "i_*" gateway-service input chains, "n_*" DNS-forwarding
- * prerouting chains, "r_*" reply-direction forward chains) are replaced by the
- * daemon itself on every policy change, and set elements come and go with
- * pins and sessions, so neither counts: a session object can only go once
- * its map element is gone, and a missing element means deny. */
+/* True for a deletion that weakens the host table: the table itself, or
+ * any chain, rule or set of it. Sessions own no chain, rule or set (only
+ * elements of the shared sets and maps, which come and go with pins and
+ * sessions, and do not count: a missing element means deny), so no
+ * deletion of the daemon's own does either. */
 static bool weakens_table(const struct nlmsghdr *nlh) {
         uint16_t type = nlh->nlmsg_type;
         const struct nfgenmsg *g = mnl_nlmsg_get_payload(nlh);
@@ -1665,8 +1692,7 @@ static bool weakens_table(const struct nlmsghdr *nlh) {
         (void) mnl_attr_parse(nlh, sizeof(struct nfgenmsg), del_attr_cb, &d);
         if (NFNL_MSG_TYPE(type) == NFT_MSG_DELTABLE)
                 return d.table && streq(d.table, TABLE_NAME);
-        return d.table && streq(d.table, TABLE_NAME) && d.name && strncmp(d.name, "s_", 2) != 0 &&
-               strncmp(d.name, "i_", 2) != 0 && strncmp(d.name, "n_", 2) != 0 && strncmp(d.name, "r_", 2) != 0;
+        return d.table && streq(d.table, TABLE_NAME);
 }
 
 int core_net_monitor_read(int fd) {

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_nat.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <libmnl/libmnl.h>
@@ -15,6 +16,7 @@
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
+#include <libnftnl/udata.h>
 #include <net/if.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,128 +30,152 @@
 
 _Static_assert(POL_PROXY_PORT == CORE_NFT_PROXY_PORT, "the prerouting redirect and the proxy agree on the port");
 
-#define NFT_TYPE_IPADDR 7 /* nftables src/datatype.h TYPE_IPADDR */
-#define NFT_TYPE_IFNAME 41
-
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_chain, nftnl_chain_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_rule, nftnl_rule_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set, nftnl_set_free);
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_udata_buf, nftnl_udata_buf_free);
 
-/* ---- the session's objects as data ---- */
+/* ---- the shared objects as data ---- */
 
-enum set_id { SET_ALLOW, SET_DENY, SET_FORBID, SET_DNS, SET_ALLOW6, SET_DENY6, SET_FORBID6, SET_DNS6, N_SETS };
-
-#define NFT_TYPE_IP6ADDR 8 /* nftables src/datatype.h TYPE_IP6ADDR */
+/* The address-range sets every custom session's ranges are elements of
+ * (see nftgen.h), one per slot: interval sets of one field (no
+ * NFT_SET_CONCAT), so the kernel keeps them in its rbtree, which compares
+ * whole keys with memcmp. The key is the session's interface name
+ * (IFNAMSIZ bytes, zero-padded as `meta iifname` loads it) followed by
+ * the address, so each session's ranges are one stretch of the key space.
+ * Every range has its end element, so a lookup never crosses from one
+ * session's stretch into another's; the end of a range running to the
+ * top of the address space carries into the name's last byte, always NUL
+ * in a real name, so it is nobody's key. */
+enum set_id { SET_ALLOW, SET_DENY, SET_FORBID, SET_ALLOW6, SET_DENY6, SET_FORBID6, N_SETS, SET_DNS = N_SETS, SET_DNS6 };
 
 static const struct {
-        const char *suffix;
-        uint32_t flags;
-        uint32_t key_len, key_type;
-} session_sets[N_SETS] = {
-        [SET_ALLOW] = { "allow4", NFT_SET_INTERVAL, 4, 7 },
-        [SET_DENY] = { "deny4", NFT_SET_INTERVAL, 4, 7 },
-        [SET_FORBID] = { "forbid4", NFT_SET_INTERVAL, 4, 7 },
-        /* The DNS pins: the host table's shared sets (pins4, pins6, keyed
-         * by interface and address), never one of the session's own. */
-        [SET_DNS] = { "dns4", NFT_SET_TIMEOUT, 4, 7 },
-        /* IPv6 (DESIGN §5: every rule holds for both families): the same
-         * four sets with 16-byte keys. */
-        [SET_ALLOW6] = { "allow6", NFT_SET_INTERVAL, 16, NFT_TYPE_IP6ADDR },
-        [SET_DENY6] = { "deny6", NFT_SET_INTERVAL, 16, NFT_TYPE_IP6ADDR },
-        [SET_FORBID6] = { "forbid6", NFT_SET_INTERVAL, 16, NFT_TYPE_IP6ADDR },
-        [SET_DNS6] = { "dns6", NFT_SET_TIMEOUT, 16, NFT_TYPE_IP6ADDR },
+        const char *name[2]; /* by slot */
+        bool v6;
+} range_sets[N_SETS] = {
+        [SET_ALLOW] = { { POL_NFT_ALLOW4_SET, POL_NFT_ALLOW4_SET "_b" }, false },
+        [SET_DENY] = { { POL_NFT_DENY4_SET, POL_NFT_DENY4_SET "_b" }, false },
+        [SET_FORBID] = { { POL_NFT_OPENED4_SET, POL_NFT_OPENED4_SET "_b" }, false },
+        [SET_ALLOW6] = { { POL_NFT_ALLOW6_SET, POL_NFT_ALLOW6_SET "_b" }, true },
+        [SET_DENY6] = { { POL_NFT_DENY6_SET, POL_NFT_DENY6_SET "_b" }, true },
+        [SET_FORBID6] = { { POL_NFT_OPENED6_SET, POL_NFT_OPENED6_SET "_b" }, true },
 };
 
-enum srule_kind {
-        SR_CT_EST, SR_DADDR_SET, SR_DPORT, SR_GW_DPORT, SR_GW6_DPORT, SR_ALL, SR_CT_MARK, SR_CT_DNAT, SR_CT_RELATED
-};
+#define KEY_LEN(v6) (IFNAMSIZ + ((v6) ? 16 : 4))
+/* iifname . ip daddr . meta l4proto . th dport, each field padded to 4
+ * bytes as the kernel's registers hold them (gw4, gw6, dnsfwd). */
+#define SVC_KEY_LEN(v6) (IFNAMSIZ + ((v6) ? 16 : 4) + 4 + 4)
+
+#define NFT_TYPE_INTEGER 4        /* nftables src/datatype.h TYPE_INTEGER */
+#define NFT_TYPE_INET_PROTOCOL 12 /* TYPE_INET_PROTOCOL */
+#define NFT_TYPE_INET_SERVICE 13  /* TYPE_INET_SERVICE */
+#define NFT_BYTEORDER_BIG 2       /* nftables' BYTEORDER_BIG_ENDIAN, as set user data */
+
+enum srule_kind { SR_RANGE, SR_FORBID, SR_PINS, SR_DPORT, SR_ALL, SR_CT_MARK, SR_CT_DNAT, SR_CT_RELATED };
 
 typedef struct session_rule {
         enum srule_kind kind;
-        enum set_id set;  /* SR_DADDR_SET */
-        uint8_t l4proto;  /* SR_DPORT, SR_GW_DPORT */
-        uint16_t port;    /* SR_DPORT, SR_GW_DPORT */
+        enum set_id set;  /* SR_RANGE; SR_PINS: SET_DNS or SET_DNS6 */
+        uint8_t l4proto;  /* SR_DPORT */
+        uint16_t port;    /* SR_DPORT */
         bool accept;      /* else goto deny */
-        const char *text; /* names the rule in errors, as nft prints it */
 } session_rule;
 
-/* The session chain s_<if>: the generation check (rule_ct_mark below), then
- * one rule per step of the packet decision table (pol_packet_steps(),
- * policy/match.c), in its order, so that what nftables enforces and what
- * pol_check_packet() says (denial events, policy.check) cannot differ.
- * Order is precedence (DESIGN §5.1 rules 4-5, §5.2): deny beats every
- * allow; the forbidden ranges beat subnets.allow except where a CIDR names
- * them (already cut out of forbid4); the port steps as the table orders
- * them around subnets.allow. */
-static const session_rule rule_deny4 = { SR_DADDR_SET, SET_DENY, 0, 0, false, "ip daddr @deny4 goto deny" };
-static const session_rule rule_forbid4 = { SR_DADDR_SET, SET_FORBID, 0, 0, false, "ip daddr @forbid4 goto deny" };
-static const session_rule rule_allow4 = { SR_DADDR_SET, SET_ALLOW, 0, 0, true, "ip daddr @allow4 accept" };
-static const session_rule rule_dns4 = { SR_DADDR_SET, SET_DNS, 0, 0, true, "iifname . ip daddr @pins4 accept" };
-static const session_rule rule_deny6 = { SR_DADDR_SET, SET_DENY6, 0, 0, false, "ip6 daddr @deny6 goto deny" };
-static const session_rule rule_forbid6 = { SR_DADDR_SET, SET_FORBID6, 0, 0, false, "ip6 daddr @forbid6 goto deny" };
-static const session_rule rule_allow6 = { SR_DADDR_SET, SET_ALLOW6, 0, 0, true, "ip6 daddr @allow6 accept" };
-static const session_rule rule_dns6 = { SR_DADDR_SET, SET_DNS6, 0, 0, true, "iifname . ip6 daddr @pins6 accept" };
-static const session_rule rule_rest = { SR_ALL, 0, 0, 0, false, "goto deny" };
+/* The shared chains' rules after their head: one rule per step of the
+ * packet decision table (pol_packet_steps(), policy/match.c), in its
+ * order, so that what nftables enforces and what pol_check_packet() says
+ * (denial events, policy.check) cannot differ. Order is precedence
+ * (DESIGN §5.1 rules 4-5, §5.2): deny beats every allow; the forbidden
+ * ranges beat subnets.allow except where a CIDR names them (opened4); the
+ * port steps as the table orders them around subnets.allow. Each range
+ * rule builds its key itself (the interface into a register, the address
+ * right after it, then the lookup of the slot's set; no register is
+ * relied on across rules); an interface with no range there matches
+ * nothing, and the packet meets the chain's final deny. */
+static const session_rule rule_deny4 = { SR_RANGE, SET_DENY, 0, 0, false };
+/* The forbidden ranges are one shared set of addresses (forbid4, the
+ * table's rows as a custom policy without subnets.allow has them), and a
+ * session's elements of opened4 the part of them its subnets.allow opens:
+ * `ip daddr @forbid4 iifname . ip daddr != @opened4 goto deny`. Every
+ * session's forbidden ranges would otherwise be copies of nearly the same
+ * hundred ranges, and the kernel's commit of an interval set costs in
+ * proportion to its size. */
+static const session_rule rule_forbid4 = { SR_FORBID, SET_FORBID, 0, 0, false };
+static const session_rule rule_allow4 = { SR_RANGE, SET_ALLOW, 0, 0, true };
+static const session_rule rule_dns4 = { SR_PINS, SET_DNS, 0, 0, true };
+static const session_rule rule_deny6 = { SR_RANGE, SET_DENY6, 0, 0, false };
+static const session_rule rule_forbid6 = { SR_FORBID, SET_FORBID6, 0, 0, false };
+static const session_rule rule_allow6 = { SR_RANGE, SET_ALLOW6, 0, 0, true };
+static const session_rule rule_dns6 = { SR_PINS, SET_DNS6, 0, 0, true };
+static const session_rule rule_rest = { SR_ALL, 0, 0, 0, false };
 
 /* Flow generations (the session's ct mark, DESIGN §5.1 rule 9). Every
- * flow a session chain admits carries the chain's mark, a number drawn
- * fresh for each change (take_mark), and the chain's first rule passes
- * exactly the flows of this generation; a flow admitted under an earlier
- * policy (or under allow-all, which marks nothing) meets the policy rules
- * again on its next packet, in either direction, and is cut at once if
- * they deny it, kept and re-marked if they allow it. So an update is one
- * batch proportional to the one session, with no walk of the conntrack
- * table. Before the policy steps, what a custom policy never forwards
- * whatever its addresses: a flow that allow-all's DNS forwarding
- * translated (ct status dnat: its lookups belong to the DNS filter now)
- * and TCP to ports 80 and 443, which the prerouting chain sends to the
- * egress proxy from the first packet on (so only a flow older than the
- * policy is forwarded there). */
-static const session_rule rule_ct_mark = { SR_CT_MARK, 0, 0, 0, true, "ct mark <generation> accept" };
-static const session_rule rule_ct_dnat = { SR_CT_DNAT, 0, 0, 0, false, "ct status dnat goto deny" };
-/* r_<if> only: a related packet (an ICMP error) of a flow of an older
+ * flow the custom chains admit carries the session's mark, a number drawn
+ * fresh for each change (take_mark), and the chains' first rule passes
+ * exactly the flows of the session's current generation (`iifname . ct
+ * mark @gens`); a flow admitted under an earlier policy (or under
+ * allow-all, which marks nothing) meets the policy rules again on its next
+ * packet, in either direction, and is cut at once if they deny it, kept
+ * and re-marked if they allow it. So an update is elements only, with no
+ * walk of the conntrack table. Before the policy steps, what a custom
+ * policy never forwards whatever its addresses: a flow that allow-all's
+ * DNS forwarding translated (ct status dnat: its lookups belong to the DNS
+ * filter now) and TCP to ports 80 and 443, which the prerouting chain
+ * sends to the egress proxy from the first packet on (so only a flow older
+ * than the policy is forwarded there). */
+static const session_rule rule_ct_mark = { SR_CT_MARK, 0, 0, 0, true };
+static const session_rule rule_ct_dnat = { SR_CT_DNAT, 0, 0, 0, false };
+/* reply only: a related packet (an ICMP error) of a flow of an older
  * generation is dropped, never judged: its source may be any router on the
  * way, and accepting it would mark the whole flow as judged by an address
  * that is not the flow's. The flow's own next packet is judged and, if
  * allowed, marks it; its errors pass from then on. */
-static const session_rule rule_related = { SR_CT_RELATED, 0, 0, 0, false, "ct state related drop" };
-static const session_rule rule_http = { SR_DPORT, 0, IPPROTO_TCP, 80, false, "tcp dport 80 goto deny" };
-static const session_rule rule_https = { SR_DPORT, 0, IPPROTO_TCP, 443, false, "tcp dport 443 goto deny" };
+static const session_rule rule_related = { SR_CT_RELATED, 0, 0, 0, false };
+static const session_rule rule_http = { SR_DPORT, 0, IPPROTO_TCP, 80, false };
+static const session_rule rule_https = { SR_DPORT, 0, IPPROTO_TCP, 443, false };
 
-/* The input chain i_<if> of a custom session, reached by `jump` from the
- * host input chain's `sessions_input` lookup, which comes after `ct state
- * established,related accept` and before input's final rejects. It accepts
- * only the gateway services, and only at the session's own gateway address
- * (SR_GW_DPORT matches `ip daddr <gateway>` first): never the host's other
- * addresses (DESIGN §5.1 rule 5), another session's gateway, a broadcast or
- * IPv6. The last rule denies the rest itself rather than returning, so the
- * chain's meaning does not depend on what follows the lookup. The proxy
- * port takes both the connections the prerouting chain redirected there
- * (TCP 80/443, rewritten to this gateway) and the clients that address it
- * as HTTP(S)_PROXY. */
-static const session_rule gateway_rules[] = {
-        { SR_GW_DPORT, 0, IPPROTO_UDP, 53, true, "udp dport 53 accept" },
-        { SR_GW_DPORT, 0, IPPROTO_TCP, 53, true, "tcp dport 53 accept" },
-        { SR_GW_DPORT, 0, IPPROTO_TCP, POL_PROXY_PORT, true, "tcp dport 3128 accept" },
-        /* IPv6: the proxy only (the prerouting chain redirects the
-         * session's IPv6 TCP 80/443 to its gateway's IPv6 address);
-         * resolv.conf names the IPv4 gateway, so DNS stays IPv4. Only when
-         * the veth has an IPv6 gateway address (gw6_rule). */
-        { SR_GW6_DPORT, 0, IPPROTO_TCP, POL_PROXY_PORT, true, "tcp dport 3128 accept" },
-        { SR_ALL, 0, 0, 0, false, "goto deny" },
+/* The shared chains: which direction they judge (reply: the remote end is
+ * the source, the interface the output one, denials dropped) and which
+ * slot's ids and genmark map their rules use. */
+typedef struct chain_ctx {
+        const char *name;
+        bool reply;
+        int slot;
+} chain_ctx;
+
+static const chain_ctx ch_custom = { POL_NFT_CUSTOM_CHAIN, false, 0 };
+static const chain_ctx ch_custom_b = { POL_NFT_CUSTOM_B_CHAIN, false, 1 };
+static const chain_ctx ch_reply = { POL_NFT_REPLY_CHAIN, true, 0 };
+static const chain_ctx ch_reply_b = { POL_NFT_REPLY_B_CHAIN, true, 1 };
+
+/* A session's gateway services (the input chain `gateway`, reached by
+ * `jump` from the host input chain's `sessions_input` lookup, which comes
+ * after `ct state established,related accept` and before input's final
+ * rejects): the session's elements of gw4 (gw6) name each port it may
+ * reach at its own gateway address, never the host's other addresses
+ * (DESIGN §5.1 rule 5), another session's gateway, a broadcast. The
+ * chain's last rule denies the rest itself rather than returning, so its
+ * meaning does not depend on what follows the lookup. The proxy port takes
+ * both the connections the prerouting chain redirected there (TCP 80/443,
+ * rewritten to this gateway) and the clients that address it as
+ * HTTP(S)_PROXY. IPv6: the proxy only (the prerouting chain redirects the
+ * session's IPv6 TCP 80/443 to its gateway's IPv6 address); resolv.conf
+ * names the IPv4 gateway, so DNS stays IPv4. */
+static const struct {
+        uint8_t l4proto;
+        uint16_t port;
+        bool v6;
+} gateway_services[] = {
+        { IPPROTO_UDP, 53, false },
+        { IPPROTO_TCP, 53, false },
+        { IPPROTO_TCP, POL_PROXY_PORT, false },
+        { IPPROTO_TCP, POL_PROXY_PORT, true },
 };
 
 typedef struct names {
         char ifname[IFNAMSIZ];
-        char chain[IFNAMSIZ + 2];  /* s_<if>: forward */
-        char ichain[IFNAMSIZ + 2]; /* i_<if>: input, gateway services */
-        char nchain[IFNAMSIZ + 2]; /* n_<if>: prerouting, DNS forwarding of allow-all */
-        char rchain[IFNAMSIZ + 2]; /* r_<if>: forward, the reply direction of a flow of an older generation */
-        char chain_b[IFNAMSIZ + 4];  /* s_<if>_b: s_<if>'s rules of slot b */
-        char rchain_b[IFNAMSIZ + 4]; /* r_<if>_b: r_<if>'s rules of slot b */
-        uint32_t mark;             /* the generation (ct mark) of this change's s_<if> and r_<if> */
-        char set[N_SETS][IFNAMSIZ + 16];
-        int slot;              /* where the interval sets of this change are: use_slot() */
+        uint32_t num;          /* n of "sbx<n>" */
+        uint32_t mark;         /* the generation (ct mark) of this change */
         bool has_gw6;          /* the veth's host side has a global IPv6 address */
         struct in6_addr gw6;   /* that address: the session's IPv6 gateway */
 } names;
@@ -164,13 +190,12 @@ void pol_nft_set_ipv6_pool(const core_net_pool *pool) {
 /* The IPv6 gateway of session interface "sbx<slot>": the host side of the
  * slot's /127 (core_net_host_addr6(), the address core_veth_create()
  * gives it). Computed, not looked up, so a change costs the same whatever
- * the number of sessions. None without an IPv6 pool: the gateway chain
- * then admits no IPv6 at all. */
+ * the number of sessions. None without an IPv6 pool: the session then has
+ * no gw6 element. */
 static void find_gw6(names *n) {
-        unsigned long slot = strtoul(n->ifname + 3, NULL, 10);
-        n->has_gw6 = ipv6_pool.prefix6 != 0 && slot < core_net_pool_slots(&ipv6_pool);
+        n->has_gw6 = ipv6_pool.prefix6 != 0 && n->num < core_net_pool_slots(&ipv6_pool);
         if (n->has_gw6)
-                n->gw6 = core_net_host_addr6(&ipv6_pool, (unsigned) slot);
+                n->gw6 = core_net_host_addr6(&ipv6_pool, (unsigned) n->num);
 }
 
 /* Session interfaces are "sbx<n>": the host-wide rules that make the host,
@@ -184,46 +209,8 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
                                     ifname ? ifname : "");
         memset(n, 0, sizeof(*n));
         memcpy(n->ifname, ifname, len);
-        snprintf(n->chain, sizeof(n->chain), "s_%s", ifname);
-        snprintf(n->ichain, sizeof(n->ichain), "i_%s", ifname);
-        snprintf(n->nchain, sizeof(n->nchain), "n_%s", ifname);
-        snprintf(n->rchain, sizeof(n->rchain), "r_%s", ifname);
-        snprintf(n->chain_b, sizeof(n->chain_b), "s_%s_b", ifname);
-        snprintf(n->rchain_b, sizeof(n->rchain_b), "r_%s_b", ifname);
-        for (int i = 0; i < N_SETS; i++)
-                snprintf(n->set[i], sizeof(n->set[i]), "s_%s_%s", ifname, session_sets[i].suffix);
-        snprintf(n->set[SET_DNS], sizeof(n->set[SET_DNS]), "%s", CORE_NFT_PINS4_SET);
-        snprintf(n->set[SET_DNS6], sizeof(n->set[SET_DNS6]), "%s", CORE_NFT_PINS6_SET);
+        n->num = (uint32_t) strtoul(ifname + 3, NULL, 10);
         return 0;
-}
-
-/* The interval sets (allow, deny, forbid) come in two slots, 0 "s_<if>_allow4"
- * and 1 "s_<if>_allow4_b": a change fills the slot the session's chains do
- * not use in a batch of its own, before the batch that points the new
- * chains at it (see stage_interval_sets). Name of set `id` in `slot`. */
-static bool set_is_interval(enum set_id id) {
-        return session_sets[id].flags & NFT_SET_INTERVAL;
-}
-
-static bool set_is_shared(enum set_id id) {
-        return id == SET_DNS || id == SET_DNS6;
-}
-
-static void slot_set_name(const names *n, enum set_id id, int slot, char *buf, size_t size) {
-        snprintf(buf, size, "s_%s_%s%s", n->ifname, session_sets[id].suffix, slot ? "_b" : "");
-}
-
-static void use_slot(names *n, int slot) {
-        for (int i = 0; i < N_SETS; i++)
-                if (set_is_interval(i)) {
-                        /* Through a buffer of its own: the name is made from
-                         * n->ifname, in the same object (snprintf's
-                         * restrict). */
-                        char name[sizeof(n->set[i])];
-                        slot_set_name(n, i, slot, name, sizeof(name));
-                        memcpy(n->set[i], name, sizeof(name));
-                }
-        n->slot = slot;
 }
 
 /* ---- address ranges ---- */
@@ -546,28 +533,35 @@ static void range_text(range x, char *buf, size_t size) {
 
 /* ---- expressions (each returns 0 or -ENOMEM) ---- */
 
-/* ct state established,related. */
-static int add_ct_est_rel(struct nftnl_rule *r) {
-        return pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
-}
-
-/* meta nfproto ipv4 ip daddr @set (ipv6 ip6 daddr @set for a 16-byte
- * set): the nfproto check is the dependency nft adds itself so the payload
- * offset means an IPv4 (IPv6) header. `src`: the source address instead
- * (the reply direction's remote end). */
-static int add_addr_lookup(struct nftnl_rule *r, const char *set, bool v6, bool src) {
-        uint8_t fam = v6 ? NFPROTO_IPV6 : NFPROTO_IPV4;
-        struct nftnl_expr *e;
-        int k;
-        if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = pol_nftx_cmp(r, &fam, 1)) < 0 ||
-            (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (src ? 8 : 24) : (src ? 12 : 16), v6 ? 16 : 4)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("lookup"))) {
-                nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
+/* A `meta` load of key into register dreg. */
+static int add_meta_to(struct nftnl_rule *r, uint32_t key, uint32_t dreg) {
+        struct nftnl_expr *e = nftnl_expr_alloc("meta");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, dreg);
         }
         return pol_nftx_expr(r, e);
+}
+
+/* A payload load of len bytes at offset from header base into register
+ * dreg (the kernel zeroes the rest of a partly written 32-bit register). */
+static int add_payload_to(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg) {
+        struct nftnl_expr *e = nftnl_expr_alloc("payload");
+        if (e) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
+        }
+        return pol_nftx_expr(r, e);
+}
+
+/* meta nfproto ipv4 (ipv6): the dependency nft adds itself so a payload
+ * offset means an IPv4 (IPv6) header. */
+static int add_nfproto(struct nftnl_rule *r, bool v6) {
+        uint8_t fam = v6 ? NFPROTO_IPV6 : NFPROTO_IPV4;
+        int k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG);
+        return k < 0 ? k : pol_nftx_cmp(r, &fam, 1);
 }
 
 /* Loads the session's interface into register `reg` (NFT_REG_1 or
@@ -575,12 +569,7 @@ static int add_addr_lookup(struct nftnl_rule *r, const char *set, bool v6, bool 
  * sandbox's own packets, the output one (oifname) for the reply direction,
  * which the host table reaches through `sessions_reply` by oifname. */
 static int load_if(struct nftnl_rule *r, bool reply, uint32_t reg) {
-        struct nftnl_expr *e = nftnl_expr_alloc("meta");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, reply ? NFT_META_OIFNAME : NFT_META_IIFNAME);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, reg);
-        }
-        return pol_nftx_expr(r, e);
+        return add_meta_to(r, reply ? NFT_META_OIFNAME : NFT_META_IIFNAME, reg);
 }
 
 /* A lookup of the key from register sreg on in `set`; dreg >= 0: a map
@@ -596,6 +585,36 @@ static int add_lookup(struct nftnl_rule *r, const char *set, uint32_t sreg, int 
                         nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
         }
         return pol_nftx_expr(r, e);
+}
+
+/* meta nfproto ipv4 iifname . ip daddr @allow4 (and the like; the "_b"
+ * set in the chains of slot b): the session's interface into NFT_REG_1,
+ * the destination (for the reply direction oifname and the source) right
+ * after it, then the lookup of the 20-byte (IPv6: 32-byte) key in the
+ * keyed set. An interface with no range there matches nothing. */
+static int add_range_lookup(struct nftnl_rule *r, enum set_id id, bool reply, int slot) {
+        bool v6 = range_sets[id].v6;
+        int k;
+        if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0 ||
+            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
+                                NFT_REG_2)) < 0)
+                return k;
+        return add_lookup(r, range_sets[id].name[slot], NFT_REG_1, -1, false);
+}
+
+/* meta nfproto ipv4 ip daddr @forbid4 iifname . ip daddr != @opened4 (the
+ * "_b" set in the chains of slot b; for the reply direction oifname and
+ * the source): a forbidden address the session's subnets.allow does not
+ * open. */
+static int add_forbid_lookup(struct nftnl_rule *r, enum set_id id, bool reply, int slot) {
+        bool v6 = range_sets[id].v6;
+        int k;
+        if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0 ||
+            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
+                                NFT_REG_2)) < 0 ||
+            (k = add_lookup(r, v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET, NFT_REG_2, -1, false)) < 0)
+                return k;
+        return add_lookup(r, range_sets[id].name[slot], NFT_REG_1, -1, true);
 }
 
 /* iifname . ct mark @gens (oifname for the reply direction): the flow
@@ -634,8 +653,8 @@ static int add_gen_set(struct nftnl_rule *r, bool reply, int slot) {
         return pol_nftx_expr(r, e);
 }
 
-/* iifname @slot_b (oifname for the reply direction): the session's chains
- * of slot b are in force. */
+/* iifname @slot_b (oifname for the reply direction): the session's slot
+ * b is in force. */
 static int add_slot_guard(struct nftnl_rule *r, bool reply) {
         int k = load_if(r, reply, NFT_REG_1);
         return k < 0 ? k : add_lookup(r, CORE_NFT_SLOT_B_SET, NFT_REG_1, -1, false);
@@ -643,32 +662,25 @@ static int add_slot_guard(struct nftnl_rule *r, bool reply) {
 
 /* meta nfproto ipv4 iifname . ip daddr @pins4 (ipv6 ... ip6 daddr @pins6;
  * for the reply direction oifname and the source address). */
-static int add_pin_lookup(struct nftnl_rule *r, const char *set, bool v6, bool reply) {
-        uint8_t fam = v6 ? NFPROTO_IPV6 : NFPROTO_IPV4;
-        struct nftnl_expr *e;
+static int add_pin_lookup(struct nftnl_rule *r, bool v6, bool reply) {
         int k;
-        if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = pol_nftx_cmp(r, &fam, 1)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0)
+        if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0 ||
+            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
+                                NFT_REG_2)) < 0)
                 return k;
-        if ((e = nftnl_expr_alloc("payload"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_NETWORK_HEADER);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16));
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, v6 ? 16 : 4);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_2);
-        }
-        if ((k = pol_nftx_expr(r, e)) < 0)
-                return k;
-        return add_lookup(r, set, NFT_REG_1, -1, false);
+        return add_lookup(r, v6 ? CORE_NFT_PINS6_SET : CORE_NFT_PINS4_SET, NFT_REG_1, -1, false);
 }
 
-/* meta nfproto ipv4 ip daddr <addr>: as nft emits it. */
-static int add_daddr(struct nftnl_rule *r, struct in_addr addr) {
-        uint8_t v4 = NFPROTO_IPV4;
+/* meta nfproto ipv4 iifname . ip daddr . meta l4proto . th dport (ipv6:
+ * ip6 daddr) into NFT_REG_1 on: the key of gw4/gw6 and dnsfwd
+ * (SVC_KEY_LEN). */
+static int add_service_key(struct nftnl_rule *r, bool v6) {
         int k;
-        if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-            (k = pol_nftx_cmp(r, &v4, 1)) < 0 || (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 16, 4)) < 0)
+        if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, false, NFT_REG_1)) < 0 ||
+            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, v6 ? 16 : 4, NFT_REG32_04)) < 0 ||
+            (k = add_meta_to(r, NFT_META_L4PROTO, v6 ? NFT_REG32_08 : NFT_REG32_05)) < 0)
                 return k;
-        return pol_nftx_cmp(r, &addr.s_addr, 4);
+        return add_payload_to(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, v6 ? NFT_REG32_09 : NFT_REG32_06);
 }
 
 /* meta l4proto proto th dport port (th sport for `src`). */
@@ -681,10 +693,6 @@ static int add_port(struct nftnl_rule *r, uint8_t proto, uint16_t port, bool src
         return pol_nftx_cmp(r, &be, 2);
 }
 
-static int add_dport(struct nftnl_rule *r, uint8_t proto, uint16_t port) {
-        return add_port(r, proto, port, false);
-}
-
 /* accept, or goto deny; `drop` instead of the deny chain for the reply
  * direction, whose packets come from outside: nothing is answered or
  * reported to them (the sandbox's own next packet of the flow meets the
@@ -694,81 +702,46 @@ static int add_verdict_or_drop(struct nftnl_rule *r, bool accept, bool drop) {
                                 accept || drop ? NULL : CORE_NFT_DENY_CHAIN);
 }
 
+static struct nftnl_rule *new_rule(const char *chain) {
+        struct nftnl_rule *r = nftnl_rule_alloc();
+        if (!r)
+                return NULL;
+        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
+            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) < 0) {
+                nftnl_rule_free(r);
+                return NULL;
+        }
+        return r;
+}
 
-/* One rule of the session chain (add_session_rules) or gateway_rules, appended to `chain`. */
-static int build_rule(const session_rule *sr, const char *chain, const names *n, struct in_addr gateway,
-                      struct nftnl_rule **ret) {
-        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
-        /* The session's own chains carry its generation; the reply chain
-         * judges the remote end, which is the source there. */
-        bool reply = streq(chain, n->rchain) || streq(chain, n->rchain_b);
-        bool marked = reply || streq(chain, n->chain) || streq(chain, n->chain_b);
-        /* The chains of slot b look up the "_b" sets and mark from genmark_b. */
-        int slot = streq(chain, n->chain_b) || streq(chain, n->rchain_b);
+/* One rule of a shared custom chain (ctx), built into *ret. */
+static int build_rule(const session_rule *sr, const chain_ctx *ctx, struct nftnl_rule **ret) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = new_rule(ctx->name);
         int k = 0;
         if (!r)
                 return -ENOMEM;
-        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
-        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
-            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) < 0)
-                return -ENOMEM;
         switch (sr->kind) {
-        case SR_CT_EST: k = add_ct_est_rel(r); break;
-        case SR_CT_MARK: k = add_gen_check(r, reply); break;
+        case SR_CT_MARK: k = add_gen_check(r, ctx->reply); break;
         case SR_CT_DNAT: k = pol_nftx_ct_bits(r, NFT_CT_STATUS, IPS_DST_NAT); break;
         case SR_CT_RELATED: k = pol_nftx_ct_bits(r, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_RELATED)); break;
-        case SR_DADDR_SET: {
-                bool v6 = session_sets[sr->set].key_len == 16;
-                char name[sizeof(n->set[0])];
-                if (set_is_shared(sr->set)) {
-                        k = add_pin_lookup(r, n->set[sr->set], v6, reply);
-                        break;
-                }
-                slot_set_name(n, sr->set, slot, name, sizeof(name));
-                k = add_addr_lookup(r, name, v6, reply);
-                break;
-        }
-        case SR_DPORT: k = add_port(r, sr->l4proto, sr->port, reply); break;
-        case SR_GW_DPORT:
-                if ((k = add_daddr(r, gateway)) >= 0)
-                        k = add_dport(r, sr->l4proto, sr->port);
-                break;
-        case SR_GW6_DPORT: {
-                uint8_t v6 = NFPROTO_IPV6;
-                if ((k = pol_nftx_load(r, "meta", NFTNL_EXPR_META_KEY, NFT_META_NFPROTO, NFTNL_EXPR_META_DREG)) < 0 ||
-                    (k = pol_nftx_cmp(r, &v6, 1)) < 0 || (k = pol_nftx_payload(r, NFT_PAYLOAD_NETWORK_HEADER, 24, 16)) < 0 ||
-                    (k = pol_nftx_cmp(r, n->gw6.s6_addr, 16)) < 0)
-                        break;
-                k = add_dport(r, sr->l4proto, sr->port);
-                break;
-        }
+        case SR_RANGE: k = add_range_lookup(r, sr->set, ctx->reply, ctx->slot); break;
+        case SR_FORBID: k = add_forbid_lookup(r, sr->set, ctx->reply, ctx->slot); break;
+        case SR_PINS: k = add_pin_lookup(r, sr->set == SET_DNS6, ctx->reply); break;
+        case SR_DPORT: k = add_port(r, sr->l4proto, sr->port, ctx->reply); break;
         case SR_ALL: break;
         }
-        /* An accepting rule of the session's chains (but the generation
-         * check itself) marks the flow with the generation. */
-        if (k >= 0 && marked && sr->accept && sr->kind != SR_CT_MARK)
-                k = add_gen_set(r, reply, slot);
-        if (k < 0 || (k = add_verdict_or_drop(r, sr->accept, reply)) < 0)
+        /* An accepting rule (but the generation check itself) marks the
+         * flow with the generation of the slot that judged it. */
+        if (k >= 0 && sr->accept && sr->kind != SR_CT_MARK)
+                k = add_gen_set(r, ctx->reply, ctx->slot);
+        if (k < 0 || (k = add_verdict_or_drop(r, sr->accept, ctx->reply)) < 0)
                 return k;
         *ret = TAKE_PTR(r);
         return 0;
 }
 
 /* ---- messages ---- */
-
-static int msg_chain(core_nft_batch *bt, uint16_t type, uint16_t flags, const char *chain) {
-        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
-        uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "chain %s", chain);
-        if (!c || !buf)
-                return -ENOMEM;
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
-        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, CORE_NFT_TABLE) < 0 ||
-            nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, chain) < 0)
-                return -ENOMEM;
-        nftnl_chain_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq), c);
-        return core_nft_batch_commit(bt);
-}
 
 static struct nftnl_set *new_set(const char *name) {
         struct nftnl_set *s = nftnl_set_alloc();
@@ -782,81 +755,104 @@ static struct nftnl_set *new_set(const char *name) {
         return s;
 }
 
-/* Set `id` of the session under `name` (its name in one slot). */
-static int msg_set_named(core_nft_batch *bt, uint16_t type, uint16_t flags, const char *name, enum set_id id) {
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(name);
-        uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "set %s", name);
-        if (!s || !buf)
-                return -ENOMEM;
-        if (type == NFT_MSG_NEWSET) {
-                nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
-                nftnl_set_set_u32(s, NFTNL_SET_FLAGS, session_sets[id].flags);
-                nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, session_sets[id].key_type);
-                nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, session_sets[id].key_len);
-                /* Bounded: a sandbox that floods its DNS filter with fresh
-                 * answers fills its own pin set, then gets SERVFAIL, never
-                 * an unbounded kernel allocation. */
-                if (id == SET_DNS || id == SET_DNS6)
-                        nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, POL_NFT_PIN_MAX);
-        }
-        nftnl_set_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq), s);
-        return core_nft_batch_commit(bt);
-}
-
-static int msg_set(core_nft_batch *bt, uint16_t type, uint16_t flags, const names *n, enum set_id id) {
-        return msg_set_named(bt, type, flags, n->set[id], id);
-}
-
-/* Deletes set `name` whether it exists or not (added without EXCL first). */
-static int msg_set_drop(core_nft_batch *bt, const char *name, enum set_id id) {
-        int k;
-        if ((k = msg_set_named(bt, NFT_MSG_NEWSET, NLM_F_CREATE, name, id)) < 0)
-                return k;
-        return msg_set_named(bt, NFT_MSG_DELSET, 0, name, id);
-}
-
-/* Adds a built set with its elements as one NEWSETELEM message. */
+/* Adds a built set with its elements as one NEWSETELEM (DELSETELEM)
+ * message. */
 static int msg_elems(core_nft_batch *bt, uint16_t type, struct nftnl_set *s, uint32_t seq, void *buf) {
         nftnl_set_elems_nlmsg_build_payload(
                 nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, (type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0) | NLM_F_ACK, seq), s);
         return core_nft_batch_commit(bt);
 }
 
-/* One interval: its start element and, unless it runs to 255.255.255.255,
- * the end element one past it (NFT_SET_ELEM_INTERVAL_END), nft's own
- * encoding. One message per interval so an error names it. */
-static int msg_range(core_nft_batch *bt, const char *set, range x) {
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(set);
-        char text[40];
-        uint32_t seq, lo = htonl(x.lo), end = htonl(x.hi + 1);
-        range_text(x, text, sizeof(text));
-        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", set, text);
-        if (!s || !buf || pol_nftx_key_elem(s, &lo, 4, 0, 0) < 0 ||
-            (x.hi != UINT32_MAX && pol_nftx_key_elem(s, &end, 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
-                return -ENOMEM;
-        return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
+/* Ranges per NEWSETELEM message: two elements each (start, end), at most
+ * 2 * (4 + 4 + 4 + 20 + 8) bytes with their attributes, well inside the
+ * CORE_NFT_MSG_MAX bytes a message has. */
+#define RANGES_PER_MSG 32
+
+/* The address ranges of one slot of a session: what its elements of the
+ * keyed sets hold (as the kernel has them, or as a change puts them in). */
+typedef struct slot_ranges {
+        ranges r4[3];  /* SET_ALLOW, SET_DENY, SET_FORBID */
+        ranges6 r6[3]; /* SET_ALLOW6, SET_DENY6, SET_FORBID6 */
+} slot_ranges;
+
+static void slot_ranges_done(slot_ranges *s) {
+        for (int i = 0; i < 3; i++) {
+                ranges_done(&s->r4[i]);
+                ranges6_done(&s->r6[i]);
+        }
+        *s = (slot_ranges) {};
 }
 
-/* msg_range() for an IPv6 interval. */
-static int msg_range6(core_nft_batch *bt, const char *set, range6 x) {
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(set);
-        char text[2 * INET6_ADDRSTRLEN + 2];
-        uint8_t lo[16], end[16];
-        uint32_t seq;
-        u128_to(x.lo, lo);
-        u128_to(x.hi + 1, end);
-        range6_text(x, text, sizeof(text));
-        void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s", set, text);
-        if (!s || !buf || pol_nftx_key_elem(s, lo, 16, 0, 0) < 0 ||
-            (x.hi != U128_MAX && pol_nftx_key_elem(s, end, 16, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
-                return -ENOMEM;
-        return msg_elems(bt, NFT_MSG_NEWSETELEM, s, seq, buf);
+static size_t set_count(const slot_ranges *s, enum set_id id) {
+        return range_sets[id].v6 ? s->r6[id - SET_ALLOW6].n : s->r4[id].n;
 }
 
-static int add_ranges6(core_nft_batch *bt, const char *set, const ranges6 *r) {
-        for (size_t i = 0; i < r->n; i++) {
-                int k = msg_range6(bt, set, r->v[i]);
+/* The keys of range i of set `id` in `s` for the session: the start
+ * (name, lo) and the end element (name, hi + 1), the carry of an address
+ * at the top going into the name's last byte (NUL in every real name, so
+ * the key is nobody's). Network order throughout: the rbtree compares keys
+ * with memcmp. */
+static void range_keys(const slot_ranges *s, enum set_id id, size_t i, const names *n, uint8_t *lo, uint8_t *end) {
+        bool top;
+        memset(lo, 0, IFNAMSIZ);
+        memcpy(lo, n->ifname, strlen(n->ifname));
+        memcpy(end, lo, IFNAMSIZ);
+        if (!range_sets[id].v6) {
+                range x = s->r4[id].v[i];
+                uint32_t l = htonl(x.lo), e = htonl(x.hi + 1);
+                memcpy(lo + IFNAMSIZ, &l, 4);
+                memcpy(end + IFNAMSIZ, &e, 4); /* 0.0.0.0 after the top */
+                top = x.hi == UINT32_MAX;
+        } else {
+                range6 x = s->r6[id - SET_ALLOW6].v[i];
+                u128_to(x.lo, lo + IFNAMSIZ);
+                u128_to(x.hi + 1, end + IFNAMSIZ); /* :: after the top */
+                top = x.hi == U128_MAX;
+        }
+        if (top)
+                end[IFNAMSIZ - 1] = 1;
+}
+
+/* Adds (NEWSETELEM) or deletes (DELSETELEM) the session's elements of
+ * keyed set `id` in `slot`: every range as its start and end element,
+ * RANGES_PER_MSG ranges a message. */
+static int msg_ranges(core_nft_batch *bt, uint16_t type, const names *n, int slot, const slot_ranges *s,
+                      enum set_id id) {
+        size_t total = set_count(s, id);
+        bool v6 = range_sets[id].v6;
+        for (size_t first = 0; first < total; first += RANGES_PER_MSG) {
+                _cleanup_(nftnl_set_freep) struct nftnl_set *set = new_set(range_sets[id].name[slot]);
+                size_t last = first + RANGES_PER_MSG < total ? first + RANGES_PER_MSG : total;
+                char text[2 * INET6_ADDRSTRLEN + 2];
+                uint32_t seq;
+                if (v6)
+                        range6_text(s->r6[id - SET_ALLOW6].v[first], text, sizeof(text));
+                else
+                        range_text(s->r4[id].v[first], text, sizeof(text));
+                void *buf = core_nft_batch_reserve(bt, &seq, "set %s: %s %zu range(s) of %s from %s",
+                                                   range_sets[id].name[slot],
+                                                   type == NFT_MSG_NEWSETELEM ? "add" : "delete", last - first,
+                                                   n->ifname, text);
+                if (!set || !buf)
+                        return -ENOMEM;
+                for (size_t i = first; i < last; i++) {
+                        uint8_t lo[KEY_LEN(true)], end[KEY_LEN(true)];
+                        range_keys(s, id, i, n, lo, end);
+                        if (pol_nftx_key_elem(set, lo, KEY_LEN(v6), 0, 0) < 0 ||
+                            pol_nftx_key_elem(set, end, KEY_LEN(v6), NFT_SET_ELEM_INTERVAL_END, 0) < 0)
+                                return -ENOMEM;
+                }
+                int k = msg_elems(bt, type, set, seq, buf);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
+/* msg_ranges() for every keyed set of the slot. */
+static int msg_slot_ranges(core_nft_batch *bt, uint16_t type, const names *n, int slot, const slot_ranges *s) {
+        for (int i = 0; i < N_SETS; i++) {
+                int k = msg_ranges(bt, type, n, slot, s, i);
                 if (k < 0)
                         return k;
         }
@@ -900,21 +896,22 @@ static int msg_proxied_elem(core_nft_batch *bt, const names *n, bool add) {
         return msg_elems(bt, add ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, s, seq, buf);
 }
 
-/* An element of one of the host table's shared keyed sets (libcore/net.h
- * CORE_NFT_PINS4_SET...): the key is the session's interface name
- * (IFNAMSIZ bytes, zero-padded) followed by tail_len bytes of `tail`;
- * `data`: a map element's 4-byte value (genmark); timeout_ms 0: none.
+/* An element of one of the host table's shared sets keyed by interface
+ * (libcore/net.h CORE_NFT_PINS4_SET..., and gw4, gw6,
+ * dnsfwd): the key is the session's interface name (IFNAMSIZ bytes,
+ * zero-padded) followed by tail_len bytes of `tail`; `data`: a map
+ * element's 4-byte value (genmark, dnsfwd); timeout_ms 0: none.
  * `type` NFT_MSG_NEWSETELEM or NFT_MSG_DELSETELEM; `what` names it in
  * errors. */
 static int msg_keyed_elem(core_nft_batch *bt, uint16_t type, const char *set, const names *n, const void *tail,
                           size_t tail_len, const uint32_t *data, uint64_t timeout_ms, const char *what) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(set);
         struct nftnl_set_elem *e = nftnl_set_elem_alloc();
-        uint8_t key[IFNAMSIZ + 16] = {};
+        uint8_t key[IFNAMSIZ + 24] = {};
         uint32_t seq;
         void *buf = core_nft_batch_reserve(bt, &seq, "set %s element %s%s%s", set, n->ifname, what ? " . " : "",
                                            what ? what : "");
-        if (!s || !e || !buf || tail_len > 16) {
+        if (!s || !e || !buf || tail_len > 24) {
                 nftnl_set_elem_free(e);
                 return -ENOMEM;
         }
@@ -952,16 +949,390 @@ static int msg_genmark(core_nft_batch *bt, uint16_t type, const names *n, uint32
                               NULL);
 }
 
-/* Empties set `name` (a DELSETELEM without elements: nft's `flush set`). */
-static int msg_set_flush(core_nft_batch *bt, const char *name) {
+/* The tail of a service key after the interface (SVC_KEY_LEN): the
+ * address, the protocol and the port, each padded to 4 bytes. Returns its
+ * length. */
+static size_t service_tail(const void *addr, bool v6, uint8_t l4proto, uint16_t port, uint8_t *tail) {
+        size_t alen = v6 ? 16 : 4;
+        uint16_t be = htons(port);
+        memset(tail, 0, alen + 8);
+        memcpy(tail, addr, alen);
+        tail[alen] = l4proto;
+        memcpy(tail + alen + 4, &be, 2);
+        return alen + 8;
+}
+
+/* The session's elements of gw4 (and gw6 when it has an IPv6 gateway):
+ * the gateway services at its gateway address. */
+static int msg_gateway(core_nft_batch *bt, uint16_t type, const names *n, struct in_addr gw, bool v6,
+                       const struct in6_addr *gw6) {
+        for (size_t i = 0; i < ELEMENTSOF(gateway_services); i++) {
+                uint8_t tail[24];
+                char text[INET6_ADDRSTRLEN + 32], a[INET6_ADDRSTRLEN];
+                if (gateway_services[i].v6 != v6)
+                        continue;
+                size_t len = service_tail(v6 ? (const void *) gw6->s6_addr : (const void *) &gw.s_addr, v6,
+                                          gateway_services[i].l4proto, gateway_services[i].port, tail);
+                inet_ntop(v6 ? AF_INET6 : AF_INET, v6 ? (const void *) gw6->s6_addr : (const void *) &gw.s_addr, a,
+                          sizeof(a));
+                snprintf(text, sizeof(text), "%s . %s . %u", a,
+                         gateway_services[i].l4proto == IPPROTO_TCP ? "tcp" : "udp", gateway_services[i].port);
+                int k = msg_keyed_elem(bt, type, v6 ? POL_NFT_GW6_SET : POL_NFT_GW4_SET, n, tail, len, NULL, 0, text);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
+/* An allow-all session's elements of dnsfwd: its gateway's UDP and TCP
+ * port 53 : the upstream resolver. */
+static int msg_dnsfwd(core_nft_batch *bt, uint16_t type, const names *n, struct in_addr gw, struct in_addr up) {
+        static const uint8_t protos[] = { IPPROTO_UDP, IPPROTO_TCP };
+        for (size_t i = 0; i < ELEMENTSOF(protos); i++) {
+                uint8_t tail[24];
+                char text[INET_ADDRSTRLEN + 16], a[INET_ADDRSTRLEN];
+                size_t len = service_tail(&gw.s_addr, false, protos[i], 53, tail);
+                inet_ntop(AF_INET, &gw, a, sizeof(a));
+                snprintf(text, sizeof(text), "%s . %s . 53", a, protos[i] == IPPROTO_TCP ? "tcp" : "udp");
+                int k = msg_keyed_elem(bt, type, POL_NFT_DNSFWD_MAP, n, tail, len, &up.s_addr, 0, text);
+                if (k < 0)
+                        return k;
+        }
+        return 0;
+}
+
+/* ---- the shared objects: made with the host table ---- */
+
+static int msg_shared_chain(core_nft_batch *bt, const char *chain) {
+        _cleanup_(nftnl_chain_freep) struct nftnl_chain *c = nftnl_chain_alloc();
         uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "flush set %s", name);
+        void *buf = core_nft_batch_reserve(bt, &seq, "chain %s", chain);
+        if (!c || !buf)
+                return -ENOMEM;
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, CORE_NFT_TABLE) < 0 ||
+            nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, chain) < 0)
+                return -ENOMEM;
+        nftnl_chain_nlmsg_build_payload(
+                nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWCHAIN, NFPROTO_INET, NLM_F_CREATE | NLM_F_ACK, seq), c);
+        return core_nft_batch_commit(bt);
+}
+
+typedef struct shared_set {
+        const char *name;
+        uint32_t flags, key_type, key_len, key_order, data_type, data_len, data_order;
+} shared_set;
+
+#define CONCAT2(a, b) ((a) << CORE_NFT_TYPE_BITS | (b))
+#define SVC_TYPE(ip) \
+        CONCAT2(CONCAT2(CONCAT2(CORE_NFT_TYPE_IFNAME, ip), NFT_TYPE_INET_PROTOCOL), NFT_TYPE_INET_SERVICE)
+
+#define RANGE4(name) { name, NFT_SET_INTERVAL, NFT_TYPE_INTEGER, KEY_LEN(false), NFT_BYTEORDER_BIG, 0, 0, 0 }
+#define RANGE6(name) { name, NFT_SET_INTERVAL, NFT_TYPE_INTEGER, KEY_LEN(true), NFT_BYTEORDER_BIG, 0, 0, 0 }
+
+#define GLOBAL4(name) { name, NFT_SET_INTERVAL, CORE_NFT_TYPE_IPADDR, 4, 0, 0, 0, 0 }
+#define GLOBAL6(name) { name, NFT_SET_INTERVAL, CORE_NFT_TYPE_IP6ADDR, 16, 0, 0, 0, 0 }
+
+/* The key types are for `nft list` alone. A range set's is a big-endian
+ * integer: nft takes an interval set of a concatenated type for one of
+ * its own, with a field per member (NFT_SET_CONCAT, the kernel's pipapo),
+ * and cannot read this one as such; as an integer it prints each range as
+ * two numbers, the name's bytes and the address's. */
+static const shared_set shared_sets[] = {
+        GLOBAL4(POL_NFT_FORBID4_SET),      GLOBAL6(POL_NFT_FORBID6_SET),
+        RANGE4(POL_NFT_ALLOW4_SET),        RANGE4(POL_NFT_DENY4_SET),        RANGE4(POL_NFT_OPENED4_SET),
+        RANGE6(POL_NFT_ALLOW6_SET),        RANGE6(POL_NFT_DENY6_SET),        RANGE6(POL_NFT_OPENED6_SET),
+        RANGE4(POL_NFT_ALLOW4_SET "_b"),   RANGE4(POL_NFT_DENY4_SET "_b"),   RANGE4(POL_NFT_OPENED4_SET "_b"),
+        RANGE6(POL_NFT_ALLOW6_SET "_b"),   RANGE6(POL_NFT_DENY6_SET "_b"),   RANGE6(POL_NFT_OPENED6_SET "_b"),
+        { POL_NFT_GW4_SET, 0, SVC_TYPE(CORE_NFT_TYPE_IPADDR), SVC_KEY_LEN(false), 0, 0, 0, 0 },
+        { POL_NFT_GW6_SET, 0, SVC_TYPE(CORE_NFT_TYPE_IP6ADDR), SVC_KEY_LEN(true), 0, 0, 0, 0 },
+        { POL_NFT_DNSFWD_MAP, NFT_SET_MAP, SVC_TYPE(CORE_NFT_TYPE_IPADDR), SVC_KEY_LEN(false), 0, CORE_NFT_TYPE_IPADDR,
+          4, 0 },
+};
+
+static int msg_shared_set(core_nft_batch *bt, const shared_set *ss) {
+        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(ss->name);
+        _cleanup_(nftnl_udata_buf_freep) struct nftnl_udata_buf *ud = nftnl_udata_buf_alloc(64);
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "set %s", ss->name);
+        if (!s || !ud || !buf)
+                return -ENOMEM;
+        if ((ss->key_order && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_KEYBYTEORDER, ss->key_order)) ||
+            (ss->data_order && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_DATABYTEORDER, ss->data_order)))
+                return -ENOMEM;
+        if (nftnl_udata_buf_len(ud) &&
+            nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud)) < 0)
+                return -ENOMEM;
+        nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, ss->flags);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, ss->key_type);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, ss->key_len);
+        if (ss->flags & NFT_SET_MAP) {
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, ss->data_type);
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, ss->data_len);
+        }
+        nftnl_set_nlmsg_build_payload(
+                nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSET, NFPROTO_INET, NLM_F_CREATE | NLM_F_ACK, seq), s);
+        return core_nft_batch_commit(bt);
+}
+
+/* nft's text of a shared chain's rule, for errors. */
+static void rule_text(const session_rule *sr, const chain_ctx *ctx, char *buf, size_t size) {
+        const char *dir = ctx->reply ? "saddr" : "daddr", *deny = ctx->reply ? "drop" : "goto deny";
+        const char *ifk = ctx->reply ? "oifname" : "iifname";
+        switch (sr->kind) {
+        case SR_CT_MARK: snprintf(buf, size, "%s . ct mark @gens accept", ifk); return;
+        case SR_CT_DNAT: snprintf(buf, size, "ct status dnat %s", deny); return;
+        case SR_CT_RELATED: snprintf(buf, size, "ct state related drop"); return;
+        case SR_RANGE:
+                snprintf(buf, size, "%s . %s %s @%s %s", ifk, range_sets[sr->set].v6 ? "ip6" : "ip", dir,
+                         range_sets[sr->set].name[ctx->slot], sr->accept ? "accept" : deny);
+                return;
+        case SR_FORBID:
+                snprintf(buf, size, "%s %s @%s %s . %s %s != @%s %s", range_sets[sr->set].v6 ? "ip6" : "ip", dir,
+                         range_sets[sr->set].v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET, ifk,
+                         range_sets[sr->set].v6 ? "ip6" : "ip", dir, range_sets[sr->set].name[ctx->slot], deny);
+                return;
+        case SR_PINS:
+                snprintf(buf, size, "%s . %s %s @%s accept", ifk, sr->set == SET_DNS6 ? "ip6" : "ip", dir,
+                         sr->set == SET_DNS6 ? CORE_NFT_PINS6_SET : CORE_NFT_PINS4_SET);
+                return;
+        case SR_DPORT:
+                snprintf(buf, size, "%s %s %u %s", sr->l4proto == IPPROTO_TCP ? "tcp" : "udp",
+                         ctx->reply ? "sport" : "dport", sr->port, deny);
+                return;
+        case SR_ALL: snprintf(buf, size, "%s", deny); return;
+        }
+}
+
+static int msg_add_rule(core_nft_batch *bt, struct nftnl_rule *r, const char *chain, const char *text) {
+        uint32_t seq;
+        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s'", chain, text);
         if (!buf)
                 return -ENOMEM;
-        struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_DELSETELEM, NFPROTO_INET, NLM_F_ACK, seq);
-        mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, CORE_NFT_TABLE);
-        mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, name);
+        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
+                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
         return core_nft_batch_commit(bt);
+}
+
+static int msg_rule(core_nft_batch *bt, const session_rule *sr, const chain_ctx *ctx) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
+        char text[96];
+        int k = build_rule(sr, ctx, &r);
+        if (k < 0)
+                return k;
+        rule_text(sr, ctx, text, sizeof(text));
+        return msg_add_rule(bt, r, ctx->name, text);
+}
+
+/* The packet decision table's steps (see the comment above rule_deny4),
+ * appended to the chain; `count` only counts the rules. */
+static int add_steps(core_nft_batch *bt, const chain_ctx *ctx, unsigned *count) {
+        size_t n_steps;
+        const pol_packet_step *steps = pol_packet_steps(&n_steps);
+        int k = 0;
+        for (size_t i = 0; k >= 0 && i < n_steps; i++) {
+                const session_rule *v[4] = {};
+                session_rule port = { SR_DPORT, 0, steps[i].l4proto, steps[i].port, false };
+                switch (steps[i].kind) {
+                case POL_STEP_ADDRESS_DENY:
+                        v[0] = &rule_deny4, v[1] = &rule_forbid4, v[2] = &rule_deny6, v[3] = &rule_forbid6;
+                        break;
+                case POL_STEP_PORT: v[0] = &port; break;
+                case POL_STEP_SUBNET_ALLOW: v[0] = &rule_allow4, v[1] = &rule_allow6; break;
+                case POL_STEP_DNS_PIN: v[0] = &rule_dns4, v[1] = &rule_dns6; break;
+                case POL_STEP_DEFAULT: v[0] = &rule_rest; break;
+                }
+                for (size_t j = 0; k >= 0 && j < ELEMENTSOF(v) && v[j]; j++) {
+                        if (count)
+                                (*count)++;
+                        else
+                                k = msg_rule(bt, v[j], ctx);
+                }
+        }
+        return k;
+}
+
+/* `iifname @slot_b goto <chain_b>` (oifname for the reply direction): the
+ * slot is decided once per packet, so a packet is judged by one slot's
+ * ranges and marked from that slot's genmark map whenever a change
+ * commits. */
+static int msg_slot_goto(core_nft_batch *bt, const chain_ctx *ctx, const char *chain_b) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = new_rule(ctx->name);
+        char text[64];
+        int k;
+        if (!r)
+                return -ENOMEM;
+        if ((k = add_slot_guard(r, ctx->reply)) < 0 || (k = pol_nftx_verdict(r, NFT_GOTO, chain_b)) < 0)
+                return k;
+        snprintf(text, sizeof(text), "%s @slot_b goto %s", ctx->reply ? "oifname" : "iifname", chain_b);
+        return msg_add_rule(bt, r, ctx->name, text);
+}
+
+/* custom (reply): the generation check and what a custom policy never
+ * forwards, the slot's goto, then the steps with slot a's ids; custom_b
+ * (reply_b) holds the same steps with slot b's. `count`: only count the
+ * rules of the two chains, into count[0] and count[1]. */
+static int add_custom_chains(core_nft_batch *bt, const chain_ctx *ctx, const chain_ctx *ctx_b, unsigned *count) {
+        const session_rule *head[] = { &rule_ct_mark, ctx->reply ? &rule_related : NULL, &rule_ct_dnat, &rule_http,
+                                       &rule_https };
+        int k = 0;
+        for (size_t i = 0; k >= 0 && i < ELEMENTSOF(head); i++)
+                if (head[i])
+                        k = count ? (count[0]++, 0) : msg_rule(bt, head[i], ctx);
+        if (k < 0)
+                return k;
+        if (count)
+                count[0]++;
+        else if ((k = msg_slot_goto(bt, ctx, ctx_b->name)) < 0)
+                return k;
+        if ((k = add_steps(bt, ctx, count)) < 0)
+                return k;
+        return add_steps(bt, ctx_b, count ? &count[1] : NULL);
+}
+
+/* gateway: `iifname . ip daddr . meta l4proto . th dport @gw4 accept`,
+ * the same for IPv6 with gw6, then `goto deny`. */
+static int add_gateway_chain(core_nft_batch *bt) {
+        for (int v6 = 0; v6 < 2; v6++) {
+                _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = new_rule(POL_NFT_GATEWAY_CHAIN);
+                int k;
+                if (!r)
+                        return -ENOMEM;
+                if ((k = add_service_key(r, v6)) < 0 ||
+                    (k = add_lookup(r, v6 ? POL_NFT_GW6_SET : POL_NFT_GW4_SET, NFT_REG_1, -1, false)) < 0 ||
+                    (k = pol_nftx_verdict(r, NF_ACCEPT, NULL)) < 0 ||
+                    (k = msg_add_rule(bt, r, POL_NFT_GATEWAY_CHAIN,
+                                      v6 ? "iifname . ip6 daddr . meta l4proto . th dport @gw6 accept"
+                                         : "iifname . ip daddr . meta l4proto . th dport @gw4 accept")) < 0)
+                        return k;
+        }
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = new_rule(POL_NFT_GATEWAY_CHAIN);
+        int k;
+        if (!r)
+                return -ENOMEM;
+        if ((k = add_verdict_or_drop(r, false, false)) < 0)
+                return k;
+        return msg_add_rule(bt, r, POL_NFT_GATEWAY_CHAIN, "goto deny");
+}
+
+/* dns_forward (prerouting, nat): `dnat ip to iifname . ip daddr . meta
+ * l4proto . th dport map @dnsfwd`: an allow-all session's DNS to its
+ * gateway goes to the resolver its elements name. */
+static int add_dns_forward_chain(core_nft_batch *bt) {
+        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = new_rule(POL_NFT_DNS_FORWARD_CHAIN);
+        struct nftnl_expr *e;
+        int k;
+        if (!r)
+                return -ENOMEM;
+        if ((k = add_service_key(r, false)) < 0 || (k = add_lookup(r, POL_NFT_DNSFWD_MAP, NFT_REG_1, NFT_REG_1, false)) < 0)
+                return k;
+        if ((e = nftnl_expr_alloc("nat"))) {
+                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_TYPE, NFT_NAT_DNAT);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_FAMILY, NFPROTO_IPV4);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN, NFT_REG_1);
+        }
+        if ((k = pol_nftx_expr(r, e)) < 0)
+                return k;
+        return msg_add_rule(bt, r, POL_NFT_DNS_FORWARD_CHAIN,
+                            "dnat ip to iifname . ip daddr . meta l4proto . th dport map @dnsfwd");
+}
+
+static const char *const shared_chain_names[] = {
+        POL_NFT_CUSTOM_CHAIN, POL_NFT_CUSTOM_B_CHAIN, POL_NFT_REPLY_CHAIN,
+        POL_NFT_REPLY_B_CHAIN, POL_NFT_GATEWAY_CHAIN, POL_NFT_DNS_FORWARD_CHAIN,
+};
+static unsigned shared_chain_rules[ELEMENTSOF(shared_chain_names)];
+static const char *shared_set_names[ELEMENTSOF(shared_sets)];
+
+static int global_forbidden(ranges *r4, ranges6 *r6);
+
+/* The shared forbidden sets' elements: every range as its start and end
+ * element (none after the top of the address space), RANGES_PER_MSG ranges
+ * a message. */
+static int msg_global_forbidden(core_nft_batch *bt) {
+        ranges r4 = {};
+        ranges6 r6 = {};
+        int k = global_forbidden(&r4, &r6);
+        for (int v6 = 0; k >= 0 && v6 < 2; v6++) {
+                size_t total = v6 ? r6.n : r4.n;
+                for (size_t first = 0; k >= 0 && first < total; first += RANGES_PER_MSG) {
+                        const char *name = v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET;
+                        _cleanup_(nftnl_set_freep) struct nftnl_set *set = new_set(name);
+                        size_t last = first + RANGES_PER_MSG < total ? first + RANGES_PER_MSG : total;
+                        uint32_t seq;
+                        void *buf = core_nft_batch_reserve(bt, &seq, "set %s: the forbidden ranges", name);
+                        if (!set || !buf) {
+                                k = -ENOMEM;
+                                break;
+                        }
+                        for (size_t i = first; k >= 0 && i < last; i++) {
+                                uint8_t lo[16], end[16];
+                                bool top;
+                                if (v6) {
+                                        u128_to(r6.v[i].lo, lo);
+                                        u128_to(r6.v[i].hi + 1, end);
+                                        top = r6.v[i].hi == U128_MAX;
+                                } else {
+                                        uint32_t l = htonl(r4.v[i].lo), e = htonl(r4.v[i].hi + 1);
+                                        memcpy(lo, &l, 4);
+                                        memcpy(end, &e, 4);
+                                        top = r4.v[i].hi == UINT32_MAX;
+                                }
+                                if (pol_nftx_key_elem(set, lo, v6 ? 16 : 4, 0, 0) < 0 ||
+                                    (!top && pol_nftx_key_elem(set, end, v6 ? 16 : 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+                                        k = -ENOMEM;
+                        }
+                        if (k >= 0)
+                                k = msg_elems(bt, NFT_MSG_NEWSETELEM, set, seq, buf);
+                }
+        }
+        ranges_done(&r4);
+        ranges6_done(&r6);
+        return k;
+}
+
+/* core_nft_extension.build: the shared sets (the forbidden ones filled),
+ * then the chains, then their rules (the custom chains' gotos name the
+ * slot-b ones). */
+static int build_shared(core_nft_batch *bt) {
+        int k;
+        for (size_t i = 0; i < ELEMENTSOF(shared_sets); i++)
+                if ((k = msg_shared_set(bt, &shared_sets[i])) < 0)
+                        return k;
+        if ((k = msg_global_forbidden(bt)) < 0)
+                return k;
+        for (size_t i = 0; i < ELEMENTSOF(shared_chain_names); i++)
+                if ((k = msg_shared_chain(bt, shared_chain_names[i])) < 0)
+                        return k;
+        if ((k = add_custom_chains(bt, &ch_custom, &ch_custom_b, NULL)) < 0 ||
+            (k = add_custom_chains(bt, &ch_reply, &ch_reply_b, NULL)) < 0 || (k = add_gateway_chain(bt)) < 0)
+                return k;
+        return add_dns_forward_chain(bt);
+}
+
+static core_nft_extension extension = {
+        .build = build_shared,
+        .chains = shared_chain_names,
+        .rules = shared_chain_rules,
+        .n_chains = ELEMENTSOF(shared_chain_names),
+        .sets = shared_set_names,
+        .n_sets = ELEMENTSOF(shared_sets),
+};
+
+void pol_nft_host_extend(void) {
+        unsigned c[2] = {}, r[2] = {};
+        (void) add_custom_chains(NULL, &ch_custom, &ch_custom_b, c);
+        (void) add_custom_chains(NULL, &ch_reply, &ch_reply_b, r);
+        shared_chain_rules[0] = c[0];
+        shared_chain_rules[1] = c[1];
+        shared_chain_rules[2] = r[0];
+        shared_chain_rules[3] = r[1];
+        shared_chain_rules[4] = 3;
+        shared_chain_rules[5] = 1;
+        for (size_t i = 0; i < ELEMENTSOF(shared_sets); i++)
+                shared_set_names[i] = shared_sets[i].name;
+        core_net_host_extend(&extension);
 }
 
 /* ---- the DNS pins of each session, as this process added them ----
@@ -986,9 +1357,18 @@ typedef struct pin_rec {
 
 typedef struct if_pins {
         char ifname[IFNAMSIZ];
-        bool custom; /* the session's custom chains are in place */
+        bool custom; /* the session's custom policy is in place */
         pin_rec *v;
         size_t n, cap;
+        /* The session's other elements a change must delete, as the last
+         * committed batch left them (the daemon is the tables' only
+         * writer; a re-installed table starts empty, pol_nft_host_reset):
+         * its ranges in each slot, its gateway services, its DNS
+         * forwarding. */
+        slot_ranges loaded[2];
+        bool gw, gw6, dns;
+        struct in_addr gw_addr, dns_gw, dns_up;
+        struct in6_addr gw6_addr;
 } if_pins;
 
 static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1038,8 +1418,11 @@ static pin_rec *pins_find(if_pins *p, const pol_addr *a) {
 
 void pol_nft_host_reset(void) {
         pthread_mutex_lock(&pin_lock);
-        for (size_t i = 0; i < pin_tab_n; i++)
+        for (size_t i = 0; i < pin_tab_n; i++) {
                 free(pin_tab[i].v);
+                slot_ranges_done(&pin_tab[i].loaded[0]);
+                slot_ranges_done(&pin_tab[i].loaded[1]);
+        }
         free(pin_tab);
         pin_tab = NULL;
         pin_tab_n = 0;
@@ -1104,35 +1487,10 @@ static int msg_pins_drop(core_nft_batch *bt, const names *n, if_pins *p, const p
         return 0;
 }
 
-static int msg_rule(core_nft_batch *bt, const session_rule *sr, const char *chain, const names *n,
-                    struct in_addr gateway) {
-        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = NULL;
-        char gw[INET6_ADDRSTRLEN + 16] = "";
-        uint32_t seq;
-        int k = build_rule(sr, chain, n, gateway, &r);
-        if (k < 0)
-                return k;
-        if (sr->kind == SR_GW_DPORT) {
-                char a[INET_ADDRSTRLEN];
-                inet_ntop(AF_INET, &gateway, a, sizeof(a));
-                snprintf(gw, sizeof(gw), "ip daddr %s ", a);
-        } else if (sr->kind == SR_GW6_DPORT) {
-                char a[INET6_ADDRSTRLEN];
-                inet_ntop(AF_INET6, &n->gw6, a, sizeof(a));
-                snprintf(gw, sizeof(gw), "ip6 daddr %s ", a);
-        }
-        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s%s'", chain, gw, sr->text);
-        if (!buf)
-                return -ENOMEM;
-        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
-                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
-        return core_nft_batch_commit(bt);
-}
-
 /* 1 when `map` (or the plain set `proxied`) holds an element for the
  * interface, 0 when not. A delete
  * of a missing element would fail the whole batch, and its verdict may
- * differ from any we would add first (accept, goto deny, goto s_<if>), so
+ * differ from any we would add first (accept, goto deny, goto custom), so
  * it is looked up; only the daemon changes session elements, one change at
  * a time. */
 /* The reply to a GETSETELEM of one element: its value (a map's data, 4
@@ -1200,6 +1558,7 @@ static int map_elem_query(const char *map, const names *n, uint32_t *data, sb_er
         return 1;
 }
 
+
 /* ---- changes ---- */
 
 static int take_mark(uint32_t *ret);
@@ -1207,22 +1566,107 @@ static int take_mark(uint32_t *ret);
 /* What the session has now, as change() found it. */
 typedef struct current {
         bool elem, input_elem, proxied, nat_elem, reply_elem;
-        bool custom;        /* its genmark element: custom chains in place */
+        bool custom;        /* its genmark element: a custom policy in force */
         uint32_t mark_a;    /* that element's value, slot a's generation */
         bool has_b;         /* its genmark_b element */
         uint32_t mark_b;    /* that element's value */
-        int slot;           /* custom: the slot of address-range sets in use */
+        int slot;           /* custom: the slot in force (slot_b) */
 } current;
 
-/* Deletes whatever the session has: the map elements (if any) first, since
- * they reference the chains; then the chains with their rules, which
- * reference the sets; then the sets (the address-range sets of both
- * slots, unless keep_ranges: a custom policy's new chains use them), its
- * generation and slot elements and its DNS pins. Chains and sets are
- * added without EXCL right before their delete, so a missing one is not
- * an error and the batch needs no knowledge of what an earlier change
- * left. */
-static int purge(core_nft_batch *bt, const names *n, const current *cur, bool keep_ranges, if_pins *pins) {
+/* The forbidden ranges of a custom policy without subnets.allow: the
+ * shared sets forbid4 and forbid6, which every custom policy's forbidden
+ * ranges are part of (subnets.allow only opens). 0 or -ENOMEM. */
+static int global_forbidden(ranges *r4, ranges6 *r6) {
+        pol_policy empty = { .mode = POL_MODE_CUSTOM };
+        int k = forbidden_ranges(&empty, r4);
+        return k < 0 ? k : forbidden_ranges6(&empty, r6);
+}
+
+/* a minus b, both sorted and disjoint (ranges_merge), into *out; -EINVAL
+ * when b holds an address a does not; -ENOMEM. */
+static int ranges_minus(const ranges *a, const ranges *b, ranges *out) {
+        for (size_t j = 0; j < b->n; j++) {
+                bool inside = false;
+                for (size_t i = 0; i < a->n && !inside; i++)
+                        inside = a->v[i].lo <= b->v[j].lo && b->v[j].hi <= a->v[i].hi;
+                if (!inside)
+                        return -EINVAL;
+        }
+        for (size_t i = 0; i < a->n; i++) {
+                uint64_t cur = a->v[i].lo;
+                for (size_t j = 0; j < b->n; j++) {
+                        if (b->v[j].hi < cur || b->v[j].lo > a->v[i].hi)
+                                continue;
+                        if (b->v[j].lo > cur && ranges_add(out, (uint32_t) cur, b->v[j].lo - 1) < 0)
+                                return -ENOMEM;
+                        cur = (uint64_t) b->v[j].hi + 1;
+                }
+                if (cur <= a->v[i].hi && ranges_add(out, (uint32_t) cur, a->v[i].hi) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* ranges_minus() for IPv6. */
+static int ranges6_minus(const ranges6 *a, const ranges6 *b, ranges6 *out) {
+        for (size_t j = 0; j < b->n; j++) {
+                bool inside = false;
+                for (size_t i = 0; i < a->n && !inside; i++)
+                        inside = a->v[i].lo <= b->v[j].lo && b->v[j].hi <= a->v[i].hi;
+                if (!inside)
+                        return -EINVAL;
+        }
+        for (size_t i = 0; i < a->n; i++) {
+                u128 cur = a->v[i].lo;
+                bool done = false;
+                for (size_t j = 0; j < b->n && !done; j++) {
+                        if (b->v[j].hi < cur || b->v[j].lo > a->v[i].hi)
+                                continue;
+                        if (b->v[j].lo > cur && ranges6_add(out, cur, b->v[j].lo - 1) < 0)
+                                return -ENOMEM;
+                        if (b->v[j].hi == U128_MAX)
+                                done = true;
+                        else
+                                cur = b->v[j].hi + 1;
+                }
+                if (!done && cur <= a->v[i].hi && ranges6_add(out, cur, a->v[i].hi) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
+/* The address ranges of policy p, as the keyed sets hold them: subnets.deny,
+ * subnets.allow and the part of the shared forbidden ranges subnets.allow
+ * opens, both families. 0, -EINVAL (a forbidden range outside the shared
+ * sets: the engine and the generator disagree) or -ENOMEM (s then holds
+ * what was made; slot_ranges_done() frees it). */
+static int policy_ranges(const pol_policy *p, slot_ranges *s) {
+        ranges all = {}, mine = {};
+        ranges6 all6 = {}, mine6 = {};
+        int k;
+        if ((k = ranges_from_cidrs(&s->r4[SET_ALLOW], p->subnet_allow, p->n_subnet_allow)) < 0 ||
+            (k = ranges_from_cidrs(&s->r4[SET_DENY], p->subnet_deny, p->n_subnet_deny)) < 0 ||
+            (k = ranges6_from_cidrs(&s->r6[SET_ALLOW6 - SET_ALLOW6], p->subnet_allow, p->n_subnet_allow)) < 0 ||
+            (k = ranges6_from_cidrs(&s->r6[SET_DENY6 - SET_ALLOW6], p->subnet_deny, p->n_subnet_deny)) < 0 ||
+            (k = global_forbidden(&all, &all6)) < 0 || (k = forbidden_ranges(p, &mine)) < 0 ||
+            (k = forbidden_ranges6(p, &mine6)) < 0 || (k = ranges_minus(&all, &mine, &s->r4[SET_FORBID])) < 0)
+                goto out;
+        k = ranges6_minus(&all6, &mine6, &s->r6[SET_FORBID6 - SET_ALLOW6]);
+out:
+        ranges_done(&all);
+        ranges_done(&mine);
+        ranges6_done(&all6);
+        ranges6_done(&mine6);
+        return k;
+}
+
+/* Deletes whatever the session has: its elements of the dispatch maps (if
+ * any), of the gateway services and DNS forwarding (as `rec` recorded
+ * them), of the keyed range sets in both slots (unless keep_ranges: a
+ * custom policy's stage_ranges() has just put them right),
+ * its generation and slot elements and its DNS pins. Elements only: no
+ * chain, rule or set is a session's. */
+static int purge(core_nft_batch *bt, const names *n, const current *cur, bool keep_ranges, if_pins *rec) {
         int k;
         if (cur->reply_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, NULL)) < 0)
                 return k;
@@ -1230,32 +1674,19 @@ static int purge(core_nft_batch *bt, const names *n, const current *cur, bool ke
                 return k;
         if (cur->nat_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, NULL)) < 0)
                 return k;
-        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->nchain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->nchain)) < 0)
+        if (rec->dns && (k = msg_dnsfwd(bt, NFT_MSG_DELSETELEM, n, rec->dns_gw, rec->dns_up)) < 0)
                 return k;
         if (cur->elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, NULL)) < 0)
                 return k;
         if (cur->input_elem && (k = msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, NULL)) < 0)
                 return k;
-        /* s_ and r_ before their slot-b chains, which their gotos use. */
-        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->chain_b)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->chain_b)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->ichain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->ichain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE, n->rchain_b)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_DELCHAIN, 0, n->rchain_b)) < 0)
+        if (rec->gw && (k = msg_gateway(bt, NFT_MSG_DELSETELEM, n, rec->gw_addr, false, NULL)) < 0)
                 return k;
-        for (int i = 0; !keep_ranges && i < N_SETS; i++)
-                for (int slot = 0; set_is_interval(i) && slot < 2; slot++) {
-                        char name[sizeof(n->set[i])];
-                        slot_set_name(n, i, slot, name, sizeof(name));
-                        if ((k = msg_set_drop(bt, name, i)) < 0)
-                                return k;
-                }
+        if (rec->gw6 && (k = msg_gateway(bt, NFT_MSG_DELSETELEM, n, (struct in_addr) {}, true, &rec->gw6_addr)) < 0)
+                return k;
+        for (int slot = 0; !keep_ranges && slot < 2; slot++)
+                if ((k = msg_slot_ranges(bt, NFT_MSG_DELSETELEM, n, slot, &rec->loaded[slot])) < 0)
+                        return k;
         if (cur->custom && ((k = msg_gens(bt, NFT_MSG_DELSETELEM, n, cur->slot ? cur->mark_b : cur->mark_a)) < 0 ||
                             (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, 0)) < 0))
                 return k;
@@ -1264,117 +1695,7 @@ static int purge(core_nft_batch *bt, const names *n, const current *cur, bool ke
         if ((k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0, NULL, 0, NULL)) < 0 ||
             (k = msg_keyed_elem(bt, NFT_MSG_DELSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0, NULL, 0, NULL)) < 0)
                 return k;
-        return msg_pins_drop(bt, n, pins, NULL, 0);
-}
-
-static int add_ranges(core_nft_batch *bt, const char *set, const ranges *r) {
-        for (size_t i = 0; i < r->n; i++) {
-                int k = msg_range(bt, set, r->v[i]);
-                if (k < 0)
-                        return k;
-        }
-        return 0;
-}
-
-/* The input chain i_<if> with its rules, then the `sessions_input`
- * element that jumps to it (a jump, as host_maps in libcore/nft.c
- * requires: input's rejects still follow if the chain ever returns). */
-static int add_gateway_services(core_nft_batch *bt, const names *n, struct in_addr gateway) {
-        const elem_verdict jump = { NFT_JUMP, n->ichain };
-        int k;
-        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->ichain)) < 0)
-                return k;
-        for (size_t i = 0; i < ELEMENTSOF(gateway_rules); i++)
-                if ((gateway_rules[i].kind != SR_GW6_DPORT || n->has_gw6) &&
-                    (k = msg_rule(bt, &gateway_rules[i], n->ichain, n, gateway)) < 0)
-                        return k;
-        return msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, &jump);
-}
-
-/* The rules of s_<if> (chain n->chain) or of r_<if> (n->rchain, the same
- * judged on the remote end as the source, denials dropped) from the packet
- * decision table (see the comment above rule_deny4), after the generation check and what a
- * custom policy never forwards (see rule_ct_mark). */
-/* `iifname @slot_b goto <chain_b>` (oifname for the reply direction),
- * appended to `chain`: the slot is decided once per packet, so a packet
- * is judged by one slot's sets and marked from that slot's genmark map
- * whenever a change commits. */
-static int msg_slot_goto(core_nft_batch *bt, const names *n, const char *chain, const char *chain_b) {
-        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
-        bool reply = streq(chain, n->rchain);
-        uint32_t seq;
-        int k;
-        if (!r)
-                return -ENOMEM;
-        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
-        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
-            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) < 0)
-                return -ENOMEM;
-        if ((k = add_slot_guard(r, reply)) < 0 || (k = pol_nftx_verdict(r, NFT_GOTO, chain_b)) < 0)
-                return k;
-        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: %s @slot_b goto %s'", chain,
-                                           reply ? "oifname" : "iifname", chain_b);
-        if (!buf)
-                return -ENOMEM;
-        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
-                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
-        return core_nft_batch_commit(bt);
-}
-
-static int add_steps(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway);
-
-/* s_<if> (chain n->chain, with n->chain_b) or r_<if> (n->rchain, with
- * n->rchain_b): the generation check and what a custom policy never
- * forwards, the slot's goto, then the decision table's steps on slot a's
- * sets; the slot-b chain holds the same steps on the "_b" sets. */
-static int add_session_rules(core_nft_batch *bt, const names *n, const char *chain, const char *chain_b,
-                             struct in_addr gateway) {
-        int k;
-        if ((k = msg_rule(bt, &rule_ct_mark, chain, n, gateway)) < 0 ||
-            (streq(chain, n->rchain) && (k = msg_rule(bt, &rule_related, chain, n, gateway)) < 0) ||
-            (k = msg_rule(bt, &rule_ct_dnat, chain, n, gateway)) < 0 ||
-            (k = msg_rule(bt, &rule_http, chain, n, gateway)) < 0 ||
-            (k = msg_rule(bt, &rule_https, chain, n, gateway)) < 0 ||
-            (k = msg_slot_goto(bt, n, chain, chain_b)) < 0 || (k = add_steps(bt, n, chain, gateway)) < 0)
-                return k;
-        return add_steps(bt, n, chain_b, gateway);
-}
-
-/* The packet decision table's steps (see the comment above rule_deny4),
- * appended to `chain`. */
-static int add_steps(core_nft_batch *bt, const names *n, const char *chain, struct in_addr gateway) {
-        size_t n_steps;
-        const pol_packet_step *steps = pol_packet_steps(&n_steps);
-        int k = 0;
-        for (size_t i = 0; k >= 0 && i < n_steps; i++) {
-                char text[48];
-                session_rule port = { SR_DPORT, 0, steps[i].l4proto, steps[i].port, false, text };
-                switch (steps[i].kind) {
-                case POL_STEP_ADDRESS_DENY:
-                        if ((k = msg_rule(bt, &rule_deny4, chain, n, gateway)) >= 0 &&
-                            (k = msg_rule(bt, &rule_forbid4, chain, n, gateway)) >= 0 &&
-                            (k = msg_rule(bt, &rule_deny6, chain, n, gateway)) >= 0)
-                                k = msg_rule(bt, &rule_forbid6, chain, n, gateway);
-                        break;
-                case POL_STEP_PORT:
-                        snprintf(text, sizeof(text), "%s dport %u goto deny",
-                                 steps[i].l4proto == IPPROTO_TCP ? "tcp" : "udp", steps[i].port);
-                        k = msg_rule(bt, &port, chain, n, gateway);
-                        break;
-                case POL_STEP_SUBNET_ALLOW:
-                        if ((k = msg_rule(bt, &rule_allow4, chain, n, gateway)) >= 0)
-                                k = msg_rule(bt, &rule_allow6, chain, n, gateway);
-                        break;
-                case POL_STEP_DNS_PIN:
-                        if ((k = msg_rule(bt, &rule_dns4, chain, n, gateway)) >= 0)
-                                k = msg_rule(bt, &rule_dns6, chain, n, gateway);
-                        break;
-                case POL_STEP_DEFAULT:
-                        k = msg_rule(bt, &rule_rest, chain, n, gateway);
-                        break;
-                }
-        }
-        return k;
+        return msg_pins_drop(bt, n, rec, NULL, 0);
 }
 
 /* The carried-over DNS pins (pol_nft_session_apply_pins) into the shared
@@ -1390,8 +1711,8 @@ static int add_pins(core_nft_batch *bt, const names *n, const pol_nft_carried_pi
                 if (pins[i].addr.family != AF_INET && !v6)
                         continue;
                 inet_ntop(pins[i].addr.family, pins[i].addr.bytes, text, sizeof(text));
-                int k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, n->set[v6 ? SET_DNS6 : SET_DNS], n, pins[i].addr.bytes,
-                                       v6 ? 16 : 4, NULL, (uint64_t) ttl * 1000, text);
+                int k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, v6 ? CORE_NFT_PINS6_SET : CORE_NFT_PINS4_SET, n,
+                                       pins[i].addr.bytes, v6 ? 16 : 4, NULL, (uint64_t) ttl * 1000, text);
                 if (k < 0)
                         return k;
         }
@@ -1410,83 +1731,58 @@ static void pins_replace(if_pins *p, const pol_nft_carried_pin *pins, size_t n_p
 }
 
 /* Rule 9 (DESIGN §5.1): no window where neither policy applies. The
- * kernel makes the elements of an interval set that a transaction fills
- * visible to lookups only as that transaction ends, after the rules and
- * elements added by it already apply: a packet meeting the new policy in
- * between would miss `@allow4` and be denied although both policies allow
- * it, or, worse, be judged by ranges of the old one under the new
- * generation. So the address-range sets of a custom policy are filled
- * here, in a batch of their own, committed before the batch that points
- * the session at them. Each session has two slots of them ("s_<if>_allow4"
- * and "s_<if>_allow4_b"), both looked up by its chains, each rule behind
- * the guard of its slot (add_slot_guard): the slot the session does not
- * use (1 - cur->slot) is flushed and filled, an element-only batch, and
- * the change's second batch moves the session's slot_b element. `create`
- * (the session has no custom chains yet): both slots are made first, the
- * one to fill and an empty one, replacing whatever an earlier change left.
- * Fills `slot`; 0, or a negative errno with *ret_err filled. */
-static int stage_interval_sets(names *n, const pol_policy *p, int slot, bool create, sb_error **ret_err) {
+ * kernel may make the elements a transaction adds to an interval set
+ * visible to lookups only as that transaction ends, after its other
+ * elements already apply: a packet meeting the new policy in between would
+ * miss `@allow4` and be denied although both policies allow it. So a
+ * custom policy's ranges are put in here, in a batch of their own,
+ * committed before the batch that points the session at them. Each
+ * session has two slots of keyed sets (allow4 and allow4_b, ...): the
+ * slot the session does not use, which no rule looks up for it yet, takes
+ * the new ranges (after whatever an earlier failed change left there, as
+ * `rec` recorded it), an element-only batch; the change's second batch
+ * moves the session's slot_b element. `create` (the session has no custom
+ * policy yet): the other slot's leftovers are deleted too. Fills `slot`;
+ * 0, or a negative errno with *ret_err filled. */
+static int stage_ranges(const names *n, const pol_policy *p, int slot, bool create, if_pins *rec, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
-        ranges allow = {}, deny = {}, forbid = {};
-        ranges6 allow6 = {}, deny6 = {}, forbid6 = {};
+        slot_ranges next = {};
         int k;
-        if ((k = ranges_from_cidrs(&allow, p->subnet_allow, p->n_subnet_allow)) < 0 ||
-            (k = ranges_from_cidrs(&deny, p->subnet_deny, p->n_subnet_deny)) < 0 ||
-            (k = forbidden_ranges(p, &forbid)) < 0 ||
-            (k = ranges6_from_cidrs(&allow6, p->subnet_allow, p->n_subnet_allow)) < 0 ||
-            (k = ranges6_from_cidrs(&deny6, p->subnet_deny, p->n_subnet_deny)) < 0 ||
-            (k = forbidden_ranges6(p, &forbid6)) < 0 || (k = core_nft_batch_new(&bt)) < 0)
-                goto fail;
-        for (int s2 = 0; create && k >= 0 && s2 < 2; s2++) {
-                use_slot(n, s2);
-                for (int i = 0; k >= 0 && i < N_SETS; i++)
-                        if (set_is_interval(i) && (k = msg_set_drop(bt, n->set[i], i)) >= 0)
-                                k = msg_set(bt, NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL, n, i);
+        if ((k = policy_ranges(p, &next)) < 0 || (k = core_nft_batch_new(&bt)) < 0 ||
+            (k = msg_slot_ranges(bt, NFT_MSG_DELSETELEM, n, slot, &rec->loaded[slot])) < 0 ||
+            (create && (k = msg_slot_ranges(bt, NFT_MSG_DELSETELEM, n, 1 - slot, &rec->loaded[1 - slot])) < 0) ||
+            (k = msg_slot_ranges(bt, NFT_MSG_NEWSETELEM, n, slot, &next)) < 0) {
+                slot_ranges_done(&next);
+                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname, strerror(-k));
         }
-        use_slot(n, slot);
-        for (int i = 0; !create && k >= 0 && i < N_SETS; i++)
-                if (set_is_interval(i))
-                        k = msg_set_flush(bt, n->set[i]);
-        if (k < 0 || (k = add_ranges(bt, n->set[SET_ALLOW], &allow)) < 0 ||
-            (k = add_ranges(bt, n->set[SET_DENY], &deny)) < 0 || (k = add_ranges(bt, n->set[SET_FORBID], &forbid)) < 0 ||
-            (k = add_ranges6(bt, n->set[SET_ALLOW6], &allow6)) < 0 ||
-            (k = add_ranges6(bt, n->set[SET_DENY6], &deny6)) < 0 ||
-            (k = add_ranges6(bt, n->set[SET_FORBID6], &forbid6)) < 0)
-                goto fail;
-        k = core_nft_batch_send(bt, ret_err);
-        goto out;
-fail:
-        k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname, strerror(-k));
-out:
-        ranges_done(&allow);
-        ranges_done(&deny);
-        ranges_done(&forbid);
-        ranges6_done(&allow6);
-        ranges6_done(&deny6);
-        ranges6_done(&forbid6);
-        return k;
+        if ((k = core_nft_batch_send(bt, ret_err)) < 0) {
+                slot_ranges_done(&next);
+                return k;
+        }
+        slot_ranges_done(&rec->loaded[slot]);
+        rec->loaded[slot] = next;
+        if (create)
+                slot_ranges_done(&rec->loaded[1 - slot]);
+        return 0;
 }
 
-/* The rest of a custom policy, after stage_interval_sets(): its chains
- * (looking up the staged sets), the DNS pin sets and the map elements. */
+/* The rest of a custom policy, after stage_ranges(): its generation, the
+ * carried pins, the dispatch elements that send its packets to the shared
+ * chains, its gateway services and its element of `proxied`. */
 static int add_custom(core_nft_batch *bt, const names *n, struct in_addr gateway, const pol_nft_carried_pin *pins,
                       size_t n_pins) {
-        const elem_verdict go = { NFT_GOTO, n->chain }, go_reply = { NFT_GOTO, n->rchain };
+        static const elem_verdict go = { NFT_GOTO, POL_NFT_CUSTOM_CHAIN }, go_reply = { NFT_GOTO, POL_NFT_REPLY_CHAIN };
+        /* A jump, as host_maps in libcore/nft.c requires: input's rejects
+         * still follow if the chain ever returns. */
+        static const elem_verdict jump = { NFT_JUMP, POL_NFT_GATEWAY_CHAIN };
         int k;
-        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->chain_b)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain)) < 0 ||
-            (k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->rchain_b)) < 0 ||
-            (k = msg_gens(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
-            (k = msg_genmark(bt, NFT_MSG_NEWSETELEM, n, n->mark, 0)) < 0)
-                return k;
-        if ((k = add_pins(bt, n, pins, n_pins)) < 0 ||
-            (k = add_session_rules(bt, n, n->chain, n->chain_b, gateway)) < 0 ||
-            (k = add_session_rules(bt, n, n->rchain, n->rchain_b, gateway)) < 0)
-                return k;
-        if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
+        if ((k = msg_gens(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
+            (k = msg_genmark(bt, NFT_MSG_NEWSETELEM, n, n->mark, 0)) < 0 || (k = add_pins(bt, n, pins, n_pins)) < 0 ||
+            (k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &go)) < 0 ||
             (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &go_reply)) < 0 ||
-            (k = add_gateway_services(bt, n, gateway)) < 0)
+            (k = msg_gateway(bt, NFT_MSG_NEWSETELEM, n, gateway, false, NULL)) < 0 ||
+            (n->has_gw6 && (k = msg_gateway(bt, NFT_MSG_NEWSETELEM, n, gateway, true, &n->gw6)) < 0) ||
+            (k = msg_map_elem(bt, CORE_NFT_SESSIONS_INPUT_MAP, n, &jump)) < 0)
                 return k;
         /* Last: the redirect starts once the gateway admits the proxy port
          * (within one batch this only orders the messages; the commit makes
@@ -1499,12 +1795,14 @@ static int add_custom(core_nft_batch *bt, const names *n, struct in_addr gateway
  * A session's resolv.conf names its gateway in every mode, so a live
  * change of mode never has to rewrite a file inside the sandbox. Under a
  * custom policy the DNS filter answers there; under allow-all the
- * gateway's port 53 is translated to the host's resolver, in chain n_<if>:
- *     ip daddr <gateway> udp dport 53 dnat ip to <upstream>
- *     ip daddr <gateway> tcp dport 53 dnat ip to <upstream>
- * and the element `"<if>" : jump n_<if>` of `sessions_nat`. The translated
- * packet is then forwarded (and masqueraded) as the session's own, so the
- * host-wide rules still apply to it. */
+ * gateway's port 53 is translated to the host's resolver by the shared
+ * chain dns_forward:
+ *     dnat ip to iifname . ip daddr . meta l4proto . th dport map @dnsfwd
+ * with the session's elements `"<if>" . <gateway> . udp . 53 : <upstream>`
+ * (and tcp) and its element `"<if>" : jump dns_forward` of
+ * `sessions_nat`. The translated packet is then forwarded (and
+ * masqueraded) as the session's own, so the host-wide rules still apply
+ * to it. */
 
 static uint32_t dns_upstream_be; /* network order; 0: none */
 
@@ -1516,68 +1814,18 @@ static struct in_addr dns_upstream_get(void) {
         return (struct in_addr) { __atomic_load_n(&dns_upstream_be, __ATOMIC_ACQUIRE) };
 }
 
-static int msg_dnat_rule(core_nft_batch *bt, const names *n, struct in_addr gateway, uint8_t proto,
-                         struct in_addr upstream) {
-        _cleanup_(nftnl_rule_freep) struct nftnl_rule *r = nftnl_rule_alloc();
-        char gw[INET_ADDRSTRLEN], up[INET_ADDRSTRLEN];
-        struct nftnl_expr *e;
-        uint32_t seq;
-        int k;
-        if (!r)
-                return -ENOMEM;
-        nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
-        if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, CORE_NFT_TABLE) < 0 ||
-            nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, n->nchain) < 0)
-                return -ENOMEM;
-        if ((k = add_daddr(r, gateway)) < 0 || (k = add_dport(r, proto, 53)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("immediate"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-                nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &upstream.s_addr, 4);
-        }
-        if ((k = pol_nftx_expr(r, e)) < 0)
-                return k;
-        if ((e = nftnl_expr_alloc("nat"))) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_TYPE, NFT_NAT_DNAT);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_FAMILY, NFPROTO_IPV4);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN, NFT_REG_1);
-        }
-        if ((k = pol_nftx_expr(r, e)) < 0)
-                return k;
-        inet_ntop(AF_INET, &gateway, gw, sizeof(gw));
-        inet_ntop(AF_INET, &upstream, up, sizeof(up));
-        void *buf = core_nft_batch_reserve(bt, &seq, "rule '%s: ip daddr %s %s dport 53 dnat ip to %s'", n->nchain,
-                                           gw, proto == IPPROTO_TCP ? "tcp" : "udp", up);
-        if (!buf)
-                return -ENOMEM;
-        nftnl_rule_nlmsg_build_payload(nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWRULE, NFPROTO_INET,
-                                                             NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, seq), r);
-        return core_nft_batch_commit(bt);
-}
-
-/* Chain n_<if> with its two rules, then its `sessions_nat` element; nothing
- * without an upstream (the gateway's port 53 then meets the input chain's
- * rejects: lookups fail at once). */
-static int add_dns_forward(core_nft_batch *bt, const names *n, struct in_addr gateway) {
-        const elem_verdict jump = { NFT_JUMP, n->nchain };
-        struct in_addr upstream = dns_upstream_get();
-        int k;
-        if (!upstream.s_addr)
-                return 0;
-        if ((k = msg_chain(bt, NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, n->nchain)) < 0 ||
-            (k = msg_dnat_rule(bt, n, gateway, IPPROTO_UDP, upstream)) < 0 ||
-            (k = msg_dnat_rule(bt, n, gateway, IPPROTO_TCP, upstream)) < 0)
-                return k;
-        return msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, &jump);
-}
-
 /* What a mode adds after the purge; p NULL: nothing (remove). The reply
  * direction (`sessions_reply`): allow-all accepts it whatever the flow's
- * generation, deny-all has no element, so the host forward chain drops it. */
+ * generation, deny-all has no element, so the host forward chain drops it.
+ * *ret_dns: the upstream an allow-all session's DNS now goes to (0.0.0.0:
+ * none). */
 static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, struct in_addr gateway,
-                    const pol_nft_carried_pin *pins, size_t n_pins) {
+                    const pol_nft_carried_pin *pins, size_t n_pins, struct in_addr *ret_dns) {
         static const elem_verdict accept = { NF_ACCEPT, NULL }, deny = { NFT_GOTO, CORE_NFT_DENY_CHAIN };
+        static const elem_verdict jump_nat = { NFT_JUMP, POL_NFT_DNS_FORWARD_CHAIN };
+        struct in_addr up = dns_upstream_get();
         int k;
+        *ret_dns = (struct in_addr) {};
         if (!p)
                 return 0;
         switch (p->mode) {
@@ -1585,34 +1833,45 @@ static int add_mode(core_nft_batch *bt, const names *n, const pol_policy *p, str
                 if ((k = msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &accept)) < 0 ||
                     (k = msg_map_elem(bt, CORE_NFT_SESSIONS_REPLY_MAP, n, &accept)) < 0)
                         return k;
-                return add_dns_forward(bt, n, gateway);
+                /* Without an upstream the gateway's port 53 meets the input
+                 * chain's rejects: lookups fail at once. */
+                if (!up.s_addr)
+                        return 0;
+                if ((k = msg_dnsfwd(bt, NFT_MSG_NEWSETELEM, n, gateway, up)) < 0 ||
+                    (k = msg_map_elem(bt, CORE_NFT_SESSIONS_NAT_MAP, n, &jump_nat)) < 0)
+                        return k;
+                *ret_dns = up;
+                return 0;
         case POL_MODE_DENY_ALL: return msg_map_elem(bt, CORE_NFT_SESSIONS_MAP, n, &deny);
         case POL_MODE_CUSTOM: return add_custom(bt, n, gateway, pins, n_pins);
         }
         return -EINVAL;
 }
 
-/* A custom policy replacing a custom policy: the session's chains, map
- * elements and gateway services stay as they are (they depend on the
- * interface alone), and the change is element-only batches into sets the
- * change never re-creates: the unused slot's address-range sets
- * (stage_interval_sets), then one batch that moves the session to that
- * slot (slot_b), to the new generation (gens, and the slot's genmark map:
- * every flow of an older one is judged again on its next packet) and
- * drops the old policy's DNS pins but the carried ones, and empties the
- * slot left behind. No rule, chain or verdict-map
- * element is added, so the kernel neither validates the table's chains
- * again nor looks a set up by name among the other sessions' but the
- * session's own six (issue #23). */
+/* A custom policy replacing a custom policy: the dispatch elements and
+ * gateway services stay as they are (they depend on the interface alone),
+ * and the change is two element-only batches: the unused slot's ranges
+ * (stage_ranges), then one batch that moves the session to that slot
+ * (slot_b), to the new generation (gens, and the slot's genmark map: every
+ * flow of an older one is judged again on its next packet), drops the old
+ * policy's DNS pins but the carried ones, and deletes the ranges of the
+ * slot left behind. No rule, chain, set or verdict-map element is added,
+ * and every set is one of the table's first few, found by name at once:
+ * the cost does not grow with the number of sessions (issue #23). */
 static int change_custom(names *n, const current *cur, const pol_policy *p, const pol_nft_carried_pin *pins,
                          size_t n_pins, if_pins *rec, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         int slot = 1 - cur->slot, k;
         bool had = slot ? cur->has_b : true; /* the new slot's genmark element */
-        names old = *n;
-        if ((k = stage_interval_sets(n, p, slot, false, ret_err)) < 0)
+        if ((k = stage_ranges(n, p, slot, false, rec, ret_err)) < 0)
                 return k;
-        use_slot(&old, cur->slot);
+        /* The slot left behind is emptied in the same batch, so nothing of
+         * the replaced policy stays loaded. A packet the old slot's chain
+         * was judging as this commits sees those ranges gone at some point:
+         * it can then be accepted only by a pin, which the new policy
+         * allows (the carried ones, judged again), and is marked with the
+         * old slot's generation, so its flow is judged again on its next
+         * packet. */
         if ((k = core_nft_batch_new(&bt)) < 0 ||
             (k = msg_keyed_elem(bt, slot ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, CORE_NFT_SLOT_B_SET, n, NULL, 0,
                                 NULL, 0, NULL)) < 0 ||
@@ -1620,29 +1879,21 @@ static int change_custom(names *n, const current *cur, const pol_policy *p, cons
             (k = msg_gens(bt, NFT_MSG_NEWSETELEM, n, n->mark)) < 0 ||
             (had && (k = msg_genmark(bt, NFT_MSG_DELSETELEM, n, 0, slot)) < 0) ||
             (k = msg_genmark(bt, NFT_MSG_NEWSETELEM, n, n->mark, slot)) < 0 ||
-            (k = msg_pins_drop(bt, n, rec, pins, n_pins)) < 0 || (k = add_pins(bt, n, pins, n_pins)) < 0)
+            (k = msg_pins_drop(bt, n, rec, pins, n_pins)) < 0 || (k = add_pins(bt, n, pins, n_pins)) < 0 ||
+            (k = msg_slot_ranges(bt, NFT_MSG_DELSETELEM, n, cur->slot, &rec->loaded[cur->slot])) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
                                     strerror(-k));
-        /* The slot left behind is emptied in the same batch, so nothing of
-         * the replaced policy stays loaded and the change costs two
-         * commits. A packet the old slot's chain was judging as this
-         * commits sees those sets emptied at some point: it can then be
-         * accepted only by a pin, which the new policy allows (the carried
-         * ones, judged again), and is marked with the old slot's
-         * generation, so its flow is judged again on its next packet. */
-        for (int i = 0; k >= 0 && i < N_SETS; i++)
-                if (set_is_interval(i))
-                        k = msg_set_flush(bt, old.set[i]);
-        if (k < 0)
-                return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
-                                    strerror(-k));
-        return core_nft_batch_send(bt, ret_err);
+        if ((k = core_nft_batch_send(bt, ret_err)) < 0)
+                return k;
+        slot_ranges_done(&rec->loaded[cur->slot]);
+        return 0;
 }
 
 static int change_locked(names *n, const pol_policy *p, struct in_addr gateway, const pol_nft_carried_pin *pins,
                          size_t n_pins, if_pins *rec, sb_error **ret_err) {
         _cleanup_(core_nft_batch_freep) core_nft_batch *bt = NULL;
         bool custom = p && p->mode == POL_MODE_CUSTOM;
+        struct in_addr dns = {};
         current cur = {};
         int k;
         if (custom && (k = take_mark(&n->mark)) < 0)
@@ -1657,9 +1908,8 @@ static int change_locked(names *n, const pol_policy *p, struct in_addr gateway, 
         if (cur.custom && (k = map_elem_exists(CORE_NFT_SLOT_B_SET, n, ret_err)) < 0)
                 return k;
         cur.slot = cur.custom && k;
-        if (custom && cur.custom) {
+        if (custom && cur.custom)
                 return change_custom(n, &cur, p, pins, n_pins, rec, ret_err);
-        }
         if ((k = map_elem_exists(CORE_NFT_SESSIONS_MAP, n, ret_err)) < 0)
                 return k;
         cur.elem = k;
@@ -1675,16 +1925,29 @@ static int change_locked(names *n, const pol_policy *p, struct in_addr gateway, 
         if ((k = map_elem_exists(CORE_NFT_SESSIONS_REPLY_MAP, n, ret_err)) < 0)
                 return k;
         cur.reply_elem = k;
-        if (custom && (k = stage_interval_sets(n, p, 0, true, ret_err)) < 0)
+        if (custom && (k = stage_ranges(n, p, 0, true, rec, ret_err)) < 0)
                 return k;
         if ((k = core_nft_batch_new(&bt)) < 0 || (k = purge(bt, n, &cur, custom, rec)) < 0 ||
-            (k = add_mode(bt, n, p, gateway, pins, n_pins)) < 0)
+            (k = add_mode(bt, n, p, gateway, pins, n_pins, &dns)) < 0)
                 return sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch for %s: %s", n->ifname,
                                     strerror(-k));
-        return core_nft_batch_send(bt, ret_err);
+        if ((k = core_nft_batch_send(bt, ret_err)) < 0)
+                return k;
+        /* What the batch left, for the next change to delete. */
+        if (!custom)
+                for (int slot = 0; slot < 2; slot++)
+                        slot_ranges_done(&rec->loaded[slot]);
+        rec->gw = custom;
+        rec->gw_addr = gateway;
+        rec->gw6 = custom && n->has_gw6;
+        rec->gw6_addr = n->gw6;
+        rec->dns = dns.s_addr != 0;
+        rec->dns_gw = gateway;
+        rec->dns_up = dns;
+        return 0;
 }
 
-/* One change of the session's objects, under pin_lock (a pin of the same
+/* One change of the session's elements, under pin_lock (a pin of the same
  * session waits for it); on success the session's pin record holds the
  * carried pins alone. */
 static int change(const char *ifname, const pol_policy *p, struct in_addr gateway, const pol_nft_carried_pin *pins,
@@ -1696,15 +1959,12 @@ static int change(const char *ifname, const pol_policy *p, struct in_addr gatewa
                 return k;
         find_gw6(&n);
         pthread_mutex_lock(&pin_lock);
-        k = change_locked(&n, p, gateway, pins, n_pins, pins_of(ifname, false), ret_err);
-        if (k >= 0) {
-                /* Without memory for a record the session takes no pins
-                 * (pol_nft_pin: -ENOENT): fail closed. */
-                if_pins *rec = pins_of(ifname, custom);
-                if (rec) {
-                        rec->custom = custom;
-                        pins_replace(rec, custom ? pins : NULL, custom ? n_pins : 0);
-                }
+        if_pins *rec = pins_of(ifname, true);
+        if (!rec)
+                k = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "nftables: %s: out of memory", ifname);
+        else if ((k = change_locked(&n, p, gateway, pins, n_pins, rec, ret_err)) >= 0) {
+                rec->custom = custom;
+                pins_replace(rec, custom ? pins : NULL, custom ? n_pins : 0);
         }
         pthread_mutex_unlock(&pin_lock);
         return k;
@@ -1712,7 +1972,7 @@ static int change(const char *ifname, const pol_policy *p, struct in_addr gatewa
 
 /* The gateway is where the sandbox's resolv.conf points: a unicast host
  * address. 0.0.0.0, broadcast, loopback or multicast would be a caller bug
- * that points the gateway rules at something other than the veth. */
+ * that points the gateway services at something other than the veth. */
 static bool gateway_valid(struct in_addr gateway) {
         uint32_t a = ntohl(gateway.s_addr);
         return a != INADDR_ANY && a != INADDR_BROADCAST && (a >> 24) != IN_LOOPBACKNET && !IN_MULTICAST(a);
@@ -1804,7 +2064,7 @@ int pol_nft_pin_addr(const char *ifname, const pol_addr *addr, uint32_t ttl_s, s
                                  : sb_error_set(ret_err, k, NULL, NULL, "nftables: %s: DNS pin %s: %s", ifname, text,
                                                 strerror(-k));
         else if ((k = core_nft_batch_new(&bt)) < 0 ||
-                 (k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, n.set[v6 ? SET_DNS6 : SET_DNS], &n, addr->bytes, v6 ? 16 : 4,
+                 (k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, v6 ? CORE_NFT_PINS6_SET : CORE_NFT_PINS4_SET, &n, addr->bytes, v6 ? 16 : 4,
                                      NULL, ms, text)) < 0)
                 k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch: %s", strerror(-k));
         else

@@ -1,86 +1,116 @@
-/* Per-session nftables objects generated from a network policy (DESIGN
- * §5.2): the chains `s_<ifname>` (forward; also prerouting, through the
- * host table's `no_route` chain, for a destination the host cannot route)
- * and `i_<ifname>` (input, the gateway services), the address sets and the session's elements of the
- * host table's `sessions` and `sessions_input` verdict maps, all inside
- * `inet sandboxd` (built by libcore/nft.c), and its element of the
- * `proxied` interface set. Every change is one libnftnl batch sent once; errors name
- * the message that failed ("nftables: set s_sbx3_allow4 element
- * 10.0.0.0/8: File exists").
+/* Per-session nftables elements generated from a network policy (DESIGN
+ * §5.2). No session has a chain, rule or set of its own: everything a
+ * session gets is elements of sets and maps shared by every session, all
+ * inside `inet sandboxd` (built by libcore/nft.c; the shared objects below
+ * are made in the same batch, pol_nft_host_extend(), so they come before
+ * any session's elements and are found by name at once). A change is
+ * element-only and costs the same whatever the number of sessions (issue
+ * #23): the kernel's commit walks every chain of the table, a constant
+ * number now, and each set message finds its set among the table's first
+ * few. Every change is one libnftnl batch sent once (two for a custom
+ * policy, see pol_nft_session_apply); errors name the message that failed
+ * ("nftables: set allow4: add 2 range(s) of sbx3 from 10.0.0.0/8: File
+ * exists").
  *
  * What a session gets, by mode:
- * - allow-all: the map element `"<if>" : accept`; forwarded traffic is
- *   accepted after the host-wide rules (no host, no other sandbox, no
- *   link-local, no IPv6). The element is required: the host forward chain
- *   follows its lookup with `iifname "sbx*" goto deny`, so a veth without
- *   an element is denied, never forwarded. No input element: its DNS to
- *   the gateway is translated to the host's resolver (DNAT in chain
- *   n_<if>, element `"<if>" : jump n_<if>` of `sessions_nat`, see
- *   pol_nft_set_dns_upstream) and forwarded.
- * - deny-all: the map element `"<if>" : goto deny` (it has no veth in
- *   normal operation; this keeps a stray one closed). No input element.
- * - custom: chain s_<if> and, in two slots, the sets s_<if>_allow4,
- *   _deny4, _forbid4 and s_<if>_allow4_b, _deny4_b, _forbid4_b (interval
- *   sets, disjoint merged ranges; the session's element of the host set
- *   slot_b says which slot is in force), the element `"<if>" : goto
- *   s_<if>`, and the session's elements of the host table's shared sets
+ * - allow-all: the elements `"<if>" : accept` of `sessions` and
+ *   `sessions_reply`; forwarded traffic is accepted after the host-wide
+ *   rules (no host, no other sandbox, no link-local, no IPv6). The element
+ *   is required: the host forward chain follows its lookup with `iifname
+ *   "sbx*" goto deny`, so a veth without an element is denied, never
+ *   forwarded. No input element: its DNS to the gateway is translated to
+ *   the host's resolver by the shared chain dns_forward (`dnat ip to
+ *   iifname . ip daddr . meta l4proto . th dport map @dnsfwd`), through
+ *   its elements `"<if>" . <gateway> . udp . 53 : <upstream>` (and tcp) of
+ *   `dnsfwd` and `"<if>" : jump dns_forward` of `sessions_nat` (see
+ *   pol_nft_set_dns_upstream), and forwarded.
+ * - deny-all: the element `"<if>" : goto deny` (it has no veth in normal
+ *   operation; this keeps a stray one closed). No input element.
+ * - custom: its ranges as elements of the keyed interval sets allow4,
+ *   deny4, opened4, allow6, deny6, opened6 (slot a) or allow4_b ...
+ *   opened6_b (slot b): its subnets.allow, its subnets.deny, and the part
+ *   of the forbidden ranges its subnets.allow opens (the forbidden ranges
+ *   themselves, the same for every session, are the shared address sets
+ *   forbid4 and forbid6, as a custom policy without subnets.allow has
+ *   them, so a session's elements are only what its policy names: the
+ *   kernel's commit of an interval set costs in proportion to its size).
+ *   A keyed set's key is the interface name (IFNAMSIZ bytes,
+ *   zero-padded, as `meta iifname` loads it) followed by the address:
+ *   one field, no NFT_SET_CONCAT, so the kernel keeps them in its rbtree,
+ *   which compares whole keys with memcmp, and each session's ranges are
+ *   one stretch of the key space. Every range has its end element (name,
+ *   hi + 1), the end of one running to the top of the address space
+ *   carrying into the name's last byte (always NUL in a real name), so a
+ *   lookup never matches another session's range. Then the elements
+ *   `"<if>" : goto custom` of `sessions`, `"<if>" : goto reply` of
+ *   `sessions_reply`, `"<if>" : jump gateway` of `sessions_input`,
+ *   `"<if>"` of `proxied`, and of the host table's keyed sets
  *   (libcore/net.h): `"<if>" . <generation>` in gens, `"<if>" :
- *   <generation>` in genmark (or genmark_b), and its DNS pins `"<if>" .
- *   <address>` (with timeouts) in pins4. The chain, in order:
+ *   <generation>` in genmark (or genmark_b), its element of slot_b when
+ *   slot b is in force, and its DNS pins `"<if>" . <address>` (with
+ *   timeouts) in pins4/pins6. The shared chain custom, in order:
  *     iifname . ct mark @gens accept       flows this policy admitted
  *     ct status dnat goto deny             allow-all's DNS forwarding, older
  *     tcp dport 80, 443 goto deny          forwarded, so older than the proxy
- *     iifname @slot_b goto s_<if>_b        slot b in force: the same steps
+ *     iifname @slot_b goto custom_b        slot b in force: the same steps
  *                                          on the "_b" sets, marking from
- *                                          genmark_b, in chain s_<if>_b
- *     ip daddr @deny4 goto deny            subnets.deny beats everything
- *     ip daddr @forbid4 goto deny          rule 5 ranges not named by allow
+ *                                          genmark_b, in chain custom_b
+ *     iifname . ip daddr @deny4 goto deny     subnets.deny beats everything
+ *     ip daddr @forbid4 iifname . ip daddr != @opened4 goto deny
+ *                                          rule 5 ranges not named by allow
  *     tcp/udp dport 53, 853 goto deny      no resolver but the DNS filter
+ *     iifname . ip daddr @allow4 ct mark set iifname map @genmark accept
  *     udp dport 443 goto deny              QUIC: clients fall back to TCP
- *     ip daddr @allow4 ct mark set iifname map @genmark accept   subnets.allow
- *     iifname . ip daddr @pins4 ct mark set iifname map @genmark accept   pins
+ *     iifname . ip daddr @pins4 ct mark set iifname map @genmark accept
  *     goto deny                            a custom policy denies the rest
- *   Nothing in the chains depends on the policy, only on the interface:
- *   a custom policy replacing a custom policy is element-only (the unused
- *   slot's sets filled, then one batch that moves slot_b, gens, the new
- *   slot's genmark element and the pins and empties the old slot),
- *   never a rule, chain or verdict-map element, so its cost does not grow
- *   with the number of sessions (issue #23). The slot is decided once per
+ *   (the steps after the slot's goto are the packet decision table's,
+ *   pol_packet_steps(), each IPv4 rule followed by its IPv6 twin). An
+ *   interface with no range in a set matches nothing there and meets the
+ *   final deny: fail closed. A custom policy replacing a custom policy
+ *   is element-only: the unused slot's ranges put in first, then one
+ *   batch that moves slot_b, gens, the new slot's genmark element and the
+ *   pins and deletes the old slot's ranges. The slot is decided once per
  *   packet (the goto), so a packet meeting a change's commit is judged by
- *   one slot's sets and marked with that slot's generation: the old one,
- *   judged again on its next packet, or the new one.
- *   where `deny` answers TCP with a reset and anything else with ICMP
- *   admin-prohibited; chain r_<if>, the same for the reply direction of a
- *   flow that fails the generation check (`oifname`, `ip saddr`, `th sport`,
- *   denials `drop`, and `ct state related drop` after the check; its slot-b
- *   rules in r_<if>_b), and the element
- *   `"<if>" : goto r_<if>` in `sessions_reply` (allow-all: `accept`;
- *   deny-all: none, the host drops). Also chain i_<if> and the element `"<if>" : jump
- *   i_<if>` in `sessions_input`, which the host input chain consults after
+ *   one slot's ranges and marked with that slot's generation: the old
+ *   one, judged again on its next packet, or the new one.
+ *   `deny` answers TCP with a reset and anything else with ICMP
+ *   admin-prohibited. The shared chain reply is the same for the reply
+ *   direction of a flow that fails the generation check (`oifname`, `ip
+ *   saddr`, `th sport`, denials `drop`, and `ct state related drop` after
+ *   the check; its slot-b rules in reply_b). The shared chain gateway,
+ *   which the host input chain reaches through `sessions_input` after
  *   `ct state established,related accept` and before its final rejects:
- *     ip daddr <gateway> udp dport 53 accept   the DNS filter (sandbox-netd)
- *     ip daddr <gateway> tcp dport 53 accept
- *     ip daddr <gateway> tcp dport 3128 accept the egress proxy (sandbox-netd)
- *     goto deny                                the rest of the host stays shut
- *   and the element `"<if>"` in the interface set `proxied`, which the
- *   host table's prerouting (nat) chain looks up to redirect the session's
- *   TCP to ports 80 and 443 to <gateway>:3128 (POL_PROXY_PORT), so HTTP and
- *   HTTPS pass the proxy even from clients that ignore HTTP(S)_PROXY.
+ *     iifname . ip daddr . meta l4proto . th dport @gw4 accept
+ *     iifname . ip6 daddr . meta l4proto . th dport @gw6 accept
+ *     goto deny                            the rest of the host stays shut
+ *   with the session's elements `"<if>" . <gateway> . udp . 53`, tcp 53
+ *   (the DNS filter, sandbox-netd) and tcp 3128 (the egress proxy) in
+ *   gw4, and tcp 3128 at its IPv6 gateway in gw6. The element of
+ *   `proxied` makes the host table's prerouting (nat) chain redirect the
+ *   session's TCP to ports 80 and 443 to <gateway>:3128 (POL_PROXY_PORT),
+ *   so HTTP and HTTPS pass the proxy even from clients that ignore
+ *   HTTP(S)_PROXY.
+ *
+ * The generator keeps in memory, per interface, the elements it must
+ * delete later that it cannot name from the interface alone (each slot's
+ * ranges, the gateway and DNS-forwarding elements) as the last committed
+ * batch left them: the daemon is the table's only writer.
  *
  * The host table holds no session state of its own: after
  * core_net_host_setup(), or core_net_host_ensure() returning 1 (the table
  * was re-installed), every session's elements are gone and its veth is
  * denied in both directions of the host, so the caller must call
- * pol_nft_session_apply() again for every live session.
+ * pol_nft_host_reset() and then pol_nft_session_apply() again for every
+ * live session.
  *
- * Both families (DESIGN §5): each IPv4 set has its IPv6 twin (s_<if>_allow6,
- * _deny6, _forbid6, and the shared pins6; forbid6 holds the IPv6 rows of the forbidden
- * table and every IPv6 form, IPv4-mapped, NAT64, IPv4-compatible, 6to4,
- * of its IPv4 rows, as match.c unwraps them) with its rule right after
- * the IPv4 one (`ip6 daddr @deny6 goto deny` after `ip daddr @deny4 goto
- * deny`, and so on), and the gateway chain admits the proxy port at the
- * veth's IPv6 gateway address too. Without an IPv6 pool the host table
- * denies every IPv6 packet of a session before the dispatch. */
+ * Both families (DESIGN §5): each IPv4 range set has its IPv6 twin
+ * (allow6, deny6, opened6, forbid6, and the shared pins6; forbid6 holds the IPv6
+ * rows of the forbidden table and every IPv6 form, IPv4-mapped, NAT64,
+ * IPv4-compatible, 6to4, of its IPv4 rows, as match.c unwraps them) with
+ * its rule right after the IPv4 one, and the gateway services admit the
+ * proxy port at the veth's IPv6 gateway address too. Without an IPv6 pool
+ * the host table denies every IPv6 packet of a session before the
+ * dispatch. */
 #pragma once
 
 #include <netinet/in.h>
@@ -90,21 +120,48 @@
 #include "policy/match.h"
 #include "policy/policy.h"
 
+/* The objects every session shares, made with the host table
+ * (pol_nft_host_extend): the keyed address-range sets (slot b's with the
+ * suffix "_b"), the gateway-service and DNS-forwarding sets, and the chains. */
+#define POL_NFT_ALLOW4_SET "allow4"
+#define POL_NFT_DENY4_SET "deny4"
+#define POL_NFT_FORBID4_SET "forbid4"
+#define POL_NFT_OPENED4_SET "opened4"
+#define POL_NFT_ALLOW6_SET "allow6"
+#define POL_NFT_DENY6_SET "deny6"
+#define POL_NFT_FORBID6_SET "forbid6"
+#define POL_NFT_OPENED6_SET "opened6"
+#define POL_NFT_GW4_SET "gw4"
+#define POL_NFT_GW6_SET "gw6"
+#define POL_NFT_DNSFWD_MAP "dnsfwd"
+#define POL_NFT_CUSTOM_CHAIN "custom"
+#define POL_NFT_CUSTOM_B_CHAIN "custom_b"
+#define POL_NFT_REPLY_CHAIN "reply"
+#define POL_NFT_REPLY_B_CHAIN "reply_b"
+#define POL_NFT_GATEWAY_CHAIN "gateway"
+#define POL_NFT_DNS_FORWARD_CHAIN "dns_forward"
+
+/* Registers the shared objects above with the host table
+ * (core_net_host_extend): from then on core_net_host_setup() and
+ * core_net_host_ensure() make them, generated from the packet decision
+ * table (pol_packet_steps()), in the table's batch. Call once at start,
+ * before the table is set up. */
+void pol_nft_host_extend(void);
+
 /* Floor of a DNS pin's lifetime, seconds (DESIGN §5.1 rule 6). */
 #define POL_NFT_PIN_MIN_TTL 30
 /* Most DNS-pinned addresses a session holds at once (the set's size). */
 #define POL_NFT_PIN_MAX 16384
 
-/* Creates, or atomically replaces, the objects of session interface
- * `ifname` ("sbx<n>") for policy p: a custom policy's interval sets
- * (allow, deny, forbid) are filled first, in a batch of their own, in the
- * slot the session does not use ("s_<if>_allow4" or "s_<if>_allow4_b");
- * then one batch moves the session to it and to a new generation (custom
- * to custom: elements only), or deletes the old chains, sets and map
- * elements and adds the new ones (any other change), so no packet sees
- * both or neither (rule 9; the kernel shows an interval set's elements
- * only as the transaction that filled it ends, after that transaction's
- * rules and elements already apply). The session's DNS pins are deleted
+/* Creates, or atomically replaces, the elements of session interface
+ * `ifname` ("sbx<n>") for policy p: a custom policy's ranges (allow, deny,
+ * forbid) are put in first, in a batch of their own, in the slot the
+ * session does not use (allow4 or allow4_b, ...); then one batch moves the
+ * session to it and to a new generation and deletes the old slot's ranges
+ * (custom to custom), or deletes the old elements and adds the new ones
+ * (any other change), so no packet sees both or neither (rule 9; the
+ * kernel may show an interval set's new elements only as the transaction
+ * that added them ends, after its other elements already apply). The session's DNS pins are deleted
  * in the same batch: they were judged under the old policy (fail closed). `gateway` is the
  * host side of the session's veth (core_net_host_addr() of its slot), where
  * the DNS filter answers; only a custom policy uses it, and then it must be
@@ -128,7 +185,7 @@ typedef struct pol_nft_carried_pin {
  * place. Flow generations: each custom change draws a new ct mark for the
  * session's chains (pol_nft_set_mark_store); a flow admitted under any
  * other generation is judged again on its next packet in either direction
- * (s_<if> for the sandbox's packets, r_<if> through the host table's
+ * (chain custom for the sandbox's packets, chain reply through the host table's
  * `sessions_reply` map for the replies), and cut at once if the new policy
  * denies it: no conntrack entry needs deleting. -ENOSPC (with *ret_err)
  * when no generation can be reserved. */
@@ -155,14 +212,16 @@ void pol_nft_set_mark_store(uint32_t next, pol_nft_mark_reserve_fn reserve, void
 void pol_nft_set_ipv6_pool(const core_net_pool *pool);
 
 /* The host table was installed anew (core_net_host_setup(), or
- * core_net_host_ensure() returning 1): every session's objects went with
+ * core_net_host_ensure() returning 1): every session's elements went with
  * the old one, so the generator forgets what it recorded of them (each
- * session's DNS pins, and that it has a custom policy: pol_nft_pin()
- * answers -ENOENT until the session is applied again). Safe from any
- * thread. */
+ * session's DNS pins, ranges, gateway and DNS-forwarding elements, and
+ * that it has a custom policy: pol_nft_pin() answers -ENOENT until the
+ * session is applied again). Required before the sessions are applied
+ * again: a change deletes what the record names, and a delete of a
+ * missing element fails its batch. Safe from any thread. */
 void pol_nft_host_reset(void);
 
-/* Deletes every object of session `ifname`, in both maps; nothing there is
+/* Deletes every element of session `ifname`; nothing there is
  * success. Its veth, if it still exists, is denied from then on. Returns 0
  * or a negative errno with *ret_err filled. */
 int pol_nft_session_remove(const char *ifname, sb_error **ret_err);

@@ -951,6 +951,7 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
         if ((r = userns_manager_init(m, ret_err)) < 0)
                 goto fail;
         session_dns_upstream_init();
+        pol_nft_host_extend();
         if ((r = core_net_host_setup(&m->pool, ret_err)) < 0) {
                 sb_error_prefix(ret_err, "nftables");
                 goto fail;

@@ -22,7 +22,8 @@ the daemon sends its batch with libnftnl). Layouts:
             batch; no rule, no verdict-map element). Measured at the
             oldest and at the newest session (a set is found by name with
             a walk of the table's list of sets).
-  built     what policy/nftgen.c builds now (layout "elements" made
+  built     what policy/nftgen.c built before it took layout `keyed`
+            (layout "elements" made
             element-only in full): the session's chains are never
             rewritten; its address-range sets come in two slots, each
             slot's rules in a chain of its own (`iifname @slot_b goto
@@ -38,7 +39,10 @@ the daemon sends its batch with libnftnl). Layouts:
             the update deletes the session's old elements and adds its new
             ones (element-only, and the set walk is the same short one
             whatever N).
-  keyed     no per-session chain or set and no concatenation: shared
+  keyed     (what policy/nftgen.c builds now, keyed by the interface
+            name rather than an id, its forbidden ranges one shared set:
+            docs/POLICY.md) no per-session chain or set and no
+            concatenation: shared
             interval sets of one field (the kernel's rbtree, which keeps
             its tree across commits) whose key is the session's id
             followed by the address, so each session's ranges are one

@@ -117,38 +117,49 @@ def _elements(stmts):
     return []
 
 
+CHUNK = 500
+RANGE_SETS = tuple(b + s for b in ("allow4", "deny4", "opened4", "allow6", "deny6", "opened6") for s in ("", "_b"))
+
+
 class SessionTemplate:
-    """The nftables objects policy/nftgen.c made for one custom-policy
-    session, read from the table (`nft list`), to be copied for
-    interfaces that do not exist. Read, not written out here, so the copies
-    have whatever shape nftgen gives a session now: its sets are in one of
-    two slots ("s_<if>_allow4" or "s_<if>_allow4_b", whichever the
-    session's chains use), its chains s_, r_, i_ (and n_) <if>, and its
-    elements in the shared maps (sessions, sessions_input, ...) and sets
-    (proxied)."""
+    """The nftables elements policy/nftgen.c gave one custom-policy
+    session, read from the table (`nft list`), to be copied for interfaces
+    that do not exist. Read, not written out here, so the copies have
+    whatever shape nftgen gives a session now: no chain or set of its own,
+    only elements of the shared sets and maps, those keyed by its interface
+    name (sessions, sessions_input, sessions_reply, proxied, gens,
+    genmark, gw4, ...) and those of the keyed range sets (allow4, ...,
+    allow4_b, ...), whose keys nft prints as big-endian integers: the
+    name's 16 bytes, then the address."""
 
     def __init__(self, listing, ifname):
         self.ifname = ifname
-        own = re.compile(r"^[srin]_%s(_|$)" % re.escape(ifname))
-        blocks = _blocks(listing)
-        self.sets, self.chains, self.shared = [], [], []
-        for (kind, name), stmts in sorted(blocks.items()):
-            if own.match(name):
-                if kind == "chain":
-                    self.chains.append((name, stmts))
-                else:
-                    # A DNS set's elements carry timeouts: not copied.
-                    timeout = any(st.startswith("flags") and "timeout" in st for st in stmts)
-                    self.sets.append((kind, name, [st for st in stmts
-                                                   if not (timeout and st.startswith("elements"))]))
-            elif any(st.startswith("flags") and "timeout" in st for st in stmts):
+        self.shared, self.ranges = [], []
+        for (kind, name), stmts in sorted(_blocks(listing).items()):
+            if kind == "chain":
+                continue
+            if any(st.startswith("flags") and "timeout" in st for st in stmts):
                 continue  # the shared DNS pin sets: timeouts, not copied
-            else:
-                mine = [e for e in _elements(stmts) if self._mentions(e)]
+            if name in RANGE_SETS:
+                mine = [e for e in _elements(stmts) if self._key_ifname(name, e) == ifname]
                 if mine:
-                    self.shared.append((name, mine))
-        if not self.chains or not self.sets:
+                    self.ranges.append((name, mine))
+                continue
+            mine = [e for e in _elements(stmts) if self._mentions(e)]
+            if mine:
+                self.shared.append((name, mine))
+        if not self.shared or not self.ranges:
             raise SystemExit("bench_policy: no nftables session for %s in the table" % ifname)
+
+    @staticmethod
+    def _klen(set_name):
+        return 16 + (16 if "6" in set_name else 4)
+
+    def _key_ifname(self, set_name, elem):
+        m = re.search(r"\d{30,}", elem)
+        if not m:
+            return None
+        return int(m.group(0)).to_bytes(self._klen(set_name), "big")[:16].rstrip(b"\0").decode("ascii", "replace")
 
     def _mentions(self, text):
         return re.search(r"(?<![0-9A-Za-z])%s(?![0-9])" % re.escape(self.ifname), text) is not None
@@ -156,31 +167,47 @@ class SessionTemplate:
     def _rename(self, text, ifname):
         return re.sub(r"(?<![0-9A-Za-z])%s(?![0-9])" % re.escape(self.ifname), ifname, text)
 
-    def script(self, ifnames, op):
+    def _rekey(self, set_name, elem, ifname):
+        klen, name = self._klen(set_name), ifname.encode().ljust(15, b"\0")
+
+        def one(m):
+            key = int(m.group(0)).to_bytes(klen, "big")
+            return str(int.from_bytes(name + key[15:], "big"))
+        return re.sub(r"\d{30,}", one, elem)
+
+    def script(self, ifnames, op, listing=None):
         """nft -f input that adds (op "add") or deletes (op "delete") a
-        copy of the session for each interface name."""
+        copy of the session for each interface name. A delete needs the
+        table's `listing` as it is now: nft deletes interval elements in
+        time quadratic in the set's size (minutes at 1000 sessions), so the
+        keyed range sets are flushed and given back the elements of every
+        other interface instead, in the same transaction."""
         t = "inet sandboxd"
-        head, body, tail = [], [], []
-        for i in ifnames:
-            r = lambda x: self._rename(x, i)  # noqa: E731
-            if op == "delete":
-                head += ["delete element %s %s { %s }" % (t, m, r(e).split(" : ")[0])
-                         for m, els in self.shared for e in els]
-                body += ["flush chain %s %s" % (t, r(c)) for c, _s in self.chains]
-                body += ["delete chain %s %s" % (t, r(c)) for c, _s in self.chains]
-                tail += ["delete %s %s %s" % (k, t, r(n)) for k, n, _s in self.sets]
-                continue
-            head += ["add %s %s %s { %s; }" % (k, t, r(n), "; ".join(st)) for k, n, st in self.sets]
-            head += ["add chain %s %s" % (t, r(c)) for c, _s in self.chains]
-            body += ["add rule %s %s %s" % (t, r(c), r(rule)) for c, rules in self.chains for rule in rules]
-            tail += ["add element %s %s { %s }" % (t, m, r(e)) for m, els in self.shared for e in els]
-        return "\n".join(head + body + tail) + "\n"
+        out = []
+        if op == "delete":
+            gone = set(ifnames)
+            blocks = _blocks(listing)
+            for m in RANGE_SETS:
+                keep = [e for e in _elements(blocks.get(("set", m), [])) if self._key_ifname(m, e) not in gone]
+                out.append("flush set %s %s" % (t, m))
+                for k in range(0, len(keep), CHUNK):
+                    out.append("add element %s %s { %s }" % (t, m, ", ".join(keep[k:k + CHUNK])))
+        for m, els in (self.ranges if op == "add" else []):
+            copies = [self._rekey(m, e, i) for i in ifnames for e in els]
+            for k in range(0, len(copies), CHUNK):
+                out.append("%s element %s %s { %s }" % (op, t, m, ", ".join(copies[k:k + CHUNK])))
+        for m, els in self.shared:
+            copies = [self._rename(e, i) if op == "add" else self._rename(e, i).split(" : ")[0]
+                      for i in ifnames for e in els]
+            for k in range(0, len(copies), CHUNK):
+                out.append("%s element %s %s { %s }" % (op, t, m, ", ".join(copies[k:k + CHUNK])))
+        return "\n".join(out) + "\n"
 
 
 def custom_session_ifname(listing):
     """The interface of the one custom-policy session in the table (the
-    one whose chain matches against a set of its own)."""
-    found = set(re.findall(r"@s_(sbx\d+)_allow4", listing))
+    one the `sessions` map sends to the shared chain `custom`)."""
+    found = set(re.findall(r'"(sbx\d+)" : goto custom', listing))
     if len(found) != 1:
         raise SystemExit("bench_policy: expected one custom-policy session, found %s" % sorted(found))
     return found.pop()
@@ -272,7 +299,8 @@ def main(argv):
             finally:
                 if fake:
                     nft_file(w, template.script(["sbx%d" % i for i in range(FAKE_BASE, FAKE_BASE + fake)],
-                                                "delete"))
+                                                "delete", w.run_in_host(["nft", "list", "table", "inet",
+                                                                         "sandboxd"]).stdout))
             for x in extra:
                 c.call("sandbox.delete", {"name": x})
             c.call("sandbox.delete", {"name": probe})

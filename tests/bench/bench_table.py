@@ -804,7 +804,8 @@ class Bench:
                     tcp_plain += json.loads(p.stdout.strip().splitlines()[-1])
         finally:
             if fake:
-                nft_file(w, template.script(fake_names(fake), "delete"))
+                nft_file(w, template.script(fake_names(fake), "delete",
+                                            w.run_in_host(["nft", "list", "table", "inet", "sandboxd"]).stdout))
         for x in extra + [probe, direct]:
             c.call("sandbox.delete", {"name": x}, 600)
         c.notes.clear()

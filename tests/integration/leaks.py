@@ -124,6 +124,20 @@ def _cgroups(world, name):
     return problems
 
 
+KEYED_SETS = ("pins4", "pins6", "gens", "genmark", "genmark_b", "slot_b", "gw4", "gw6", "dnsfwd")
+RANGE_SETS = tuple(b + s for b in ("allow4", "deny4", "opened4", "allow6", "deny6", "opened6") for s in ("", "_b"))
+
+
+def _range_key_ifnames(set_name, elems):
+    """The interfaces named by the keys of a keyed range set
+    (policy/nftgen.h): nft prints each key as a big-endian integer, the
+    interface name's 16 bytes, then the address (4 or 16 bytes)."""
+    klen = 16 + (16 if "6" in set_name else 4)
+    for num in re.findall(r"\d{30,}", elems):
+        key = int(num).to_bytes(klen, "big")
+        yield key[:16].rstrip(b"\0\1").decode("ascii", "replace")
+
+
 def _nft(world, name):
     p = world.run_in_host(["nft", "-j", "list", "table", "inet", "sandboxd"])
     if p.returncode != 0:
@@ -146,12 +160,19 @@ def _nft(world, name):
                 # slot or id, so any name with a digit outside a base chain
                 # is a session's.
                 # The shared sets keyed by a session's interface (pins4,
-                # pins6, gens, genmark, genmark_b, slot_b: libcore/net.h) are the
-                # host's; an element of one that names a session is left.
-                shared = n in ("pins4", "pins6")
+                # pins6, gens, genmark, genmark_b, slot_b: libcore/net.h;
+                # gw4, gw6, dnsfwd and the keyed range sets:
+                # policy/nftgen.h) are the host's; an element of one that
+                # names a session is left.
+                shared = n in KEYED_SETS or n in RANGE_SETS or n in ("forbid4", "forbid6")
                 bad = not shared and not (kind == "chain" and "hook" in obj) and bool(re.search(r"\d", n))
-                if n in ("pins4", "pins6", "gens", "genmark", "genmark_b", "slot_b") and '"sbx' in json.dumps(obj.get("elem", [])):
-                    problems.append("nft %s %s: elements left: %s" % (kind, n, json.dumps(obj["elem"])[:200]))
+                elems = json.dumps(obj.get("elem", []))
+                if n in KEYED_SETS and '"sbx' in elems:
+                    problems.append("nft %s %s: elements left: %s" % (kind, n, elems[:200]))
+                if n in RANGE_SETS:
+                    left = sorted(set(_range_key_ifnames(n, elems)))
+                    if left:
+                        problems.append("nft set %s: ranges left of %s" % (n, ", ".join(left)))
             if bad:
                 problems.append("nft %s left: %s" % (kind, n))
     return problems

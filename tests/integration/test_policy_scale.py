@@ -1,7 +1,8 @@
 """The egress policy engine at scale: 200 sessions' policies created,
 updated and deleted leave the nftables ruleset exactly as it started, and
 each policy keeps working while many others are loaded (DESIGN §5.2:
-per-session objects only, nothing left behind)."""
+per-session elements of the shared sets and maps only, nothing left
+behind)."""
 import re
 import time
 
@@ -18,7 +19,21 @@ def _ruleset(world):
 
 
 def _session_chains(text):
-    return sorted(re.findall(r"^\s*chain (s_sbx\d+) \{", text, re.M))
+    """The custom sessions: their elements `"sbx<n>" : goto custom` of the
+    `sessions` map (no session has a chain of its own)."""
+    return sorted(re.findall(r'"(sbx\d+)" : goto custom\b', text))
+
+
+def _deny_addresses(text):
+    """The first address of every range of the keyed sets deny4 and
+    deny4_b (policy/nftgen.h: nft prints a key as a big-endian integer,
+    the interface name's 16 bytes, then the address)."""
+    out = []
+    for m in re.finditer(r"^\tset (deny4|deny4_b) \{\n(.*?)^\t\}", text, re.M | re.S):
+        for num in re.findall(r"(\d{30,})(?:-\d+)?", m.group(2)):
+            a = int(num).to_bytes(20, "big")[16:]
+            out.append(".".join(str(b) for b in a))
+    return out
 
 
 def _pipelined(conn, method, params_list, timeout=300):
@@ -56,15 +71,18 @@ def test_200_sessions_policies_created_updated_and_deleted_leave_the_ruleset_as_
                 made = [n for n, r in zip(names, res) if "result" in r]
                 errs = [r["error"] for r in res if "error" in r]
                 expect_eq(errs, [], "create errors in batch at %d" % done)
-                chains = _session_chains(_ruleset(world))
-                expect_eq(len(chains), BATCH, "session chains with %d custom sessions" % BATCH)
+                text = _ruleset(world)
+                chains = _session_chains(text)
+                expect_eq(len(chains), BATCH, "custom sessions with %d created" % BATCH)
+                loaded = [a for a in _deny_addresses(text) if re.match(r"5\.5\.5\.1\d\d$", a)]
+                expect_eq(len(loaded), BATCH, "subnets.deny elements of %d custom sessions" % BATCH)
                 upd = _pipelined(c, "sandbox.update",
                                  [{"name": n, "networkPolicy": {"allow": ["other.public.test"]}} for n in names])
                 errs = [r["error"] for r in upd if "error" in r]
                 expect_eq(errs, [], "update errors in batch at %d" % done)
                 text = _ruleset(world)
                 expect_eq(_session_chains(text), chains, "session chains after the updates (old ones replaced)")
-                left = re.findall(r"5\.5\.5\.1\d\d", text)
+                left = [a for a in _deny_addresses(text) if re.match(r"5\.5\.5\.1\d\d$", a)]
                 expect_eq(left, [], "subnets.deny elements of the replaced policies still loaded")
                 # The last session of the batch answers by its new policy.
                 last = names[-1]

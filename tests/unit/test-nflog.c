@@ -176,6 +176,8 @@ static int setup(void **state) {
         orig_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
         if (!j || orig_netns < 0 || unshare(CLONE_NEWNET) < 0)
                 goto out;
+        pol_nft_host_extend();
+        pol_nft_host_reset();
         if (core_net_host_setup(&p, &err) < 0 ||
             sh("ip link add lst0 type veth peer name lst1 && ip addr add 192.0.2.1/24 dev lst0 && "
                "ip addr add 169.254.1.1/16 dev lst0 && ip link set lst0 up && ip link set lst1 up") < 0 ||
