@@ -1,20 +1,24 @@
-/* libarchive for sandboxctl, loaded on first use (dlopen) instead of at
+/* libarchive for sandboxctl and sandbox-init, loaded on first use
+ * (dlopen) or when lazy_archive_load says (cli/lazy/archive.h) instead of at
  * every start: the library and what it pulls in (libxml2, ICU, libstdc++,
  * the compressors) cost several milliseconds of loading and relocation per
- * process, which every `sandboxctl exec` paid for a `cp -r` it did not run.
- * Each function below has the prototype of archive.h / archive_entry.h and
- * forwards to the real one, found by dlsym in libarchive's own handle
- * (dlopen(3), dlsym(3)). A missing library is an error naming it, at the
- * first call. Only sandboxctl links this file; the daemon and the tests
- * link libarchive as usual. The list is the archive_* functions the CLI
- * calls (nm -u build/sandboxctl). */
+ * process, which every `sandboxctl exec` paid for a `cp -r` it did not run,
+ * and every sandbox start for a copy it may never make. Each function below
+ * has the prototype of archive.h / archive_entry.h and forwards to the real
+ * one, found by dlsym in libarchive's own handle (dlopen(3), dlsym(3)). A
+ * missing library is an error naming it, at the first call. Only
+ * sandboxctl, sandboxd-e2b and sandbox-init link this file; the daemon and
+ * the tests link libarchive as usual. The list is the archive_* functions
+ * they call (nm -u build/sandboxctl build/sandbox-init). */
 #include <archive.h>
 #include <archive_entry.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "cli/lazy/archive.h"
 
 /* The soname of libarchive 3 (Debian's libarchive13). */
 #define LIBARCHIVE_SONAME "libarchive.so.13"
@@ -26,6 +30,11 @@ static void lazy_open(void) {
         lazy_handle = dlopen(LIBARCHIVE_SONAME, RTLD_NOW | RTLD_LOCAL);
 }
 
+int lazy_archive_load(void) {
+        pthread_once(&lazy_once, lazy_open);
+        return lazy_handle ? 0 : -ENOENT;
+}
+
 /* The address of `name` in libarchive (looked up at each call: dlsym is
  * thread-safe, and nothing is cached to race on); exits with status 1 and a message
  * naming the library when it cannot be had (fail closed: no archive work
@@ -35,8 +44,8 @@ static void *lazy_sym(const char *name) {
         void *p = lazy_handle ? dlsym(lazy_handle, name) : NULL;
         if (!p) {
                 const char *e = dlerror();
-                fprintf(stderr, "sandboxctl: cannot load %s from %s (install libarchive13): %s\n", name,
-                        LIBARCHIVE_SONAME, e ? e : "not found");
+                fprintf(stderr, "%s: cannot load %s from %s (install libarchive13): %s\n",
+                        program_invocation_short_name, name, LIBARCHIVE_SONAME, e ? e : "not found");
                 exit(1);
         }
         return p;
@@ -120,6 +129,10 @@ la_ssize_t archive_read_data(struct archive *a0, void *a1, size_t a2) {
 
 int archive_read_data_block(struct archive *a0, const void **a1, size_t *a2, la_int64_t *a3) {
         return REAL(archive_read_data_block)(a0, a1, a2, a3);
+}
+
+int archive_read_open_fd(struct archive *a0, int a1, size_t a2) {
+        return REAL(archive_read_open_fd)(a0, a1, a2);
 }
 
 int archive_read_disk_descend(struct archive *a0) {
@@ -223,6 +236,10 @@ struct archive *archive_write_new(void) {
 int archive_write_open2(struct archive *a0, void *a1, archive_open_callback *a2, archive_write_callback *a3,
                         archive_close_callback *a4, archive_free_callback *a5) {
         return REAL(archive_write_open2)(a0, a1, a2, a3, a4, a5);
+}
+
+int archive_write_open_fd(struct archive *a0, int a1) {
+        return REAL(archive_write_open_fd)(a0, a1);
 }
 
 int archive_write_set_bytes_per_block(struct archive *a0, int a1) {

@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include "cli/lazy/archive.h"
 #include "libcore/agent.h"
 #include "libcore/init/init.h"
 #include "libcore/log.h"
@@ -24,6 +26,37 @@
 #include "libcore/util.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+/* libarchive (directory copies, tar.c) is loaded on a thread of its own
+ * while init waits for its setup packet and sets up the network, instead
+ * of at exec: its loading and relocation (libxml2, ICU and libstdc++ come
+ * with it) took about 2 ms of CPU before init's first instruction, on
+ * every sandbox start. It must come from the host's root, so the thread is
+ * joined before the root changes (core_rootfs_setup), and a copy's child,
+ * forked after, uses the handle loaded here and loads nothing from the
+ * sandbox's tree (cli/lazy/archive.h). */
+static pthread_t archive_loader;
+static bool archive_loading;
+
+static void *archive_load_main(void *arg) {
+        (void)lazy_archive_load();
+        return NULL;
+}
+
+static void archive_load_start(void) {
+        archive_loading = pthread_create(&archive_loader, NULL, archive_load_main, NULL) == 0;
+}
+
+/* Waits for the loader thread, or loads here if it never started: after
+ * this, init is single-threaded again and libarchive is loaded (or its
+ * absence is recorded) from the root init was started in. */
+static void archive_load_finish(void) {
+        if (archive_loading)
+                (void)pthread_join(archive_loader, NULL);
+        archive_loading = false;
+        if (lazy_archive_load() < 0)
+                log_warning("libarchive could not be loaded: directory copies will fail");
+}
 
 /* Blocking send of one packet, bounded by timeout_ms (setup replies and the
  * last events before exit, when there is no loop left to wait in). */
@@ -227,6 +260,7 @@ static int setup(init_agent *a, sb_error **ret_err) {
         int r = setup_network(req, ret_err);
         if (r < 0)
                 return r;
+        archive_load_finish();
         const cJSON *rootfs = cJSON_GetObjectItemCaseSensitive(req, "rootfs");
         if (rootfs && !cJSON_IsNull(rootfs)) {
                 _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = { .overlay_fd = -EBADF };
@@ -392,6 +426,7 @@ int main(int argc, char **argv) {
                 return 1;
         }
         (void)fcntl(a.sock, F_SETFD, FD_CLOEXEC);
+        archive_load_start();
         take_listen_fd(&a);
         /* The OOM killer picks the largest task of the session's memory
          * cgroup; tmpfs pages (/tmp, /dev/shm) count against the cgroup but
