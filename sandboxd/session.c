@@ -6,6 +6,7 @@
  * them at the next start (session_adopt). */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -1625,6 +1626,21 @@ void sessions_reapply_rules(manager *m) {
         }
 }
 
+/* prepare_dirs on a thread of its own (start_work): its result, the
+ * directory it made and its error, read after the join. */
+typedef struct dirs_job {
+        start_job *j;
+        bool made;
+        int r;
+        sb_error *err;
+} dirs_job;
+
+static void *dirs_thread(void *userdata) {
+        dirs_job *d = userdata;
+        d->r = prepare_dirs(d->j, &d->made, &d->err);
+        return NULL;
+}
+
 /* start_work's cgroup and init: the session's cgroup, its restore
  * socket and sandbox-init cloned into both; j->spawn and j->netns_fd set.
  * Returns 0 or a negative errno with j->err set; what it made is undone
@@ -1677,23 +1693,48 @@ static void start_work(void *userdata) {
         core_fault_stall("create.working");
         step_clock clk;
         step_clock_start(&clk);
-        /* With a user namespace the session's cgroup and init come first:
-         * init's exec (the loading and relocation of its libraries, about
-         * 2 ms of CPU) then runs while this thread makes the directories
-         * and the disk, which mostly wait on the kernel (loop device, ext4
-         * mount). Init waits for its setup packet (setup_init) before it
-         * does anything, and gets every host mount it needs from there as
-         * an fd (userns_overlay, userns_binds, volume_binds), so none made
-         * after its clone is missed. Without one, init mounts the overlay
-         * by its host paths in its own mount namespace, which must be
-         * cloned after the disk is mounted (mount propagation is not
-         * assumed): spawned below. Every failure kills it with its
-         * cgroup. */
+        /* With a user namespace the session's cgroup and init come first,
+         * while a thread of its own makes a new sandbox's directories and
+         * disk (prepare_dirs): the loop device and the ext4 mount wait on
+         * the kernel, the clone makes the namespaces, and init's exec (the
+         * loading of its libraries) runs meanwhile too. The thread is
+         * started before this one steps into the session's cgroups for
+         * the clone (a thread is born in its creator's cgroups) and joined
+         * before anything below, the failure path included. Init waits for
+         * its setup packet (setup_init) before it does anything, and gets
+         * every host mount it needs from there as an fd (userns_overlay,
+         * userns_binds, volume_binds), so none made after its clone is
+         * missed. Without a user namespace init mounts the overlay by its
+         * host paths in its own mount namespace, which must be cloned
+         * after the disk is mounted (mount propagation is not assumed):
+         * spawned below, after the directories. Every failure kills init
+         * with its cgroup. */
         bool early = sb->userns_base != 0;
-        if (early && (r = spawn_session(j, &clk)) < 0)
+        dirs_job dj = {.j = j};
+        pthread_t dirs_tid;
+        /* The run directory first, as restore_listen makes it (0700), so
+         * the thread's rootfs/ below it does not race it to a mode. */
+        if (early && j->fresh && (r = core_mkdir_p(sb->run_dir, 0700)) < 0) {
+                r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", sb->run_dir, strerror(-r));
                 goto fail;
+        }
+        bool dirs_threaded = early && j->fresh && pthread_create(&dirs_tid, NULL, dirs_thread, &dj) == 0;
+        int spawned = early ? spawn_session(j, &clk) : 0;
+        if (dirs_threaded) {
+                pthread_join(dirs_tid, NULL);
+                made_dir = dj.made;
+        }
+        if (spawned < 0) {
+                r = spawned;
+                sb_error_free(dj.err);
+                goto fail;
+        }
         if (j->fresh) {
-                if ((r = prepare_dirs(j, &made_dir, &j->err)) < 0)
+                if (dirs_threaded && (r = dj.r) < 0) {
+                        j->err = TAKE_PTR(dj.err);
+                        goto fail;
+                }
+                if (!dirs_threaded && (r = prepare_dirs(j, &made_dir, &j->err)) < 0)
                         goto fail;
                 step_mark(&clk, "dirs+disk");
                 if ((r = fetch_source(j, &j->err)) < 0)
