@@ -761,6 +761,8 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
         if (cfg->hostname && sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "sethostname: %m");
 
+        if (cfg->before_pivot)
+                cfg->before_pivot();
         /* 3. pivot_root(".", ".") stacks the old root on the new one; detaching
          * it leaves no path back to the host's tree (as runc and crun do). */
         if (fchdir(rootfd) < 0)

@@ -28,13 +28,14 @@
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
 
 /* libarchive (directory copies, tar.c) is loaded on a thread of its own
- * while init waits for its setup packet and sets up the network, instead
- * of at exec: its loading and relocation (libxml2, ICU and libstdc++ come
- * with it) took about 2 ms of CPU before init's first instruction, on
- * every sandbox start. It must come from the host's root, so the thread is
- * joined before the root changes (core_rootfs_setup), and a copy's child,
- * forked after, uses the handle loaded here and loads nothing from the
- * sandbox's tree (cli/lazy/archive.h). */
+ * while init waits for its setup packet and makes the sandbox's network
+ * and mounts, instead of at exec: its loading and relocation (libxml2, ICU
+ * and libstdc++ come with it) took about 2 ms of CPU before init's first
+ * instruction, on every sandbox start. It must come from the host's root,
+ * so the thread is joined right before the root changes (before_pivot of
+ * core_rootfs_setup), and a copy's child, forked after, uses the handle
+ * loaded here and loads nothing from the sandbox's tree
+ * (cli/lazy/archive.h). */
 static pthread_t archive_loader;
 static bool archive_loading;
 
@@ -49,8 +50,13 @@ static void archive_load_start(void) {
 
 /* Waits for the loader thread, or loads here if it never started: after
  * this, init is single-threaded again and libarchive is loaded (or its
- * absence is recorded) from the root init was started in. */
+ * absence is recorded) from the root init was started in. Once; later
+ * calls return at once. */
 static void archive_load_finish(void) {
+        static bool finished;
+        if (finished)
+                return;
+        finished = true;
         if (archive_loading)
                 (void)pthread_join(archive_loader, NULL);
         archive_loading = false;
@@ -260,10 +266,10 @@ static int setup(init_agent *a, sb_error **ret_err) {
         int r = setup_network(req, ret_err);
         if (r < 0)
                 return r;
-        archive_load_finish();
         const cJSON *rootfs = cJSON_GetObjectItemCaseSensitive(req, "rootfs");
         if (rootfs && !cJSON_IsNull(rootfs)) {
-                _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = { .overlay_fd = -EBADF };
+                _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = { .overlay_fd = -EBADF,
+                                                                               .before_pivot = archive_load_finish };
                 cfg.userns = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "userns"));
                 if (cfg.userns && fds.n == 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: \"userns\" needs the overlay mount fd");
@@ -275,6 +281,10 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 if (r < 0)
                         return r;
         }
+        /* Every path of setup that returns 0 waited for the loader: here
+         * when there was no root to change (or its setup failed before the
+         * pivot, then init exits). */
+        archive_load_finish();
         /* After pivot_root: the account files are the sandbox's own. */
         r = init_user_setup(req, rootfs && !cJSON_IsNull(rootfs), ret_err);
         if (r < 0)
