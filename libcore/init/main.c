@@ -455,13 +455,6 @@ int main(int argc, char **argv) {
                 send_setup_reply(a.sock, err ? err->message : strerror(-r));
                 return 1;
         }
-        /* Before any seccomp filter is on init (its first command puts
-         * one there): the helper that makes containers' mount namespaces
-         * needs the mount calls (container.c). Without it, containers
-         * are refused; the sandbox works as before. */
-        r = init_ctr_helper_start(a.sock, a.listen_fd);
-        if (r < 0)
-                log_debug("container helper: %s", strerror(-r));
         if (setup_signals(&a) < 0 || (a.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
                 send_setup_reply(a.sock, "setup: signalfd or epoll failed");
                 return 1;
@@ -479,6 +472,16 @@ int main(int argc, char **argv) {
                 return 1;
         }
         send_setup_reply(a.sock, NULL);
+        /* After the answer (the fork is off the create's path), before the
+         * first request is read and so before any seccomp filter is on
+         * init (its first command puts one there): the helper that makes
+         * containers' mount namespaces needs the mount calls
+         * (container.c). Without it, containers are refused; the sandbox
+         * works as before. */
+        const int helper_close[] = { a.sock, a.listen_fd, a.sigfd, a.epfd };
+        r = init_ctr_helper_start(helper_close, ELEMENTSOF(helper_close));
+        if (r < 0)
+                log_debug("container helper: %s", strerror(-r));
         (void)serve(&a);
         finish(&a);
 }
