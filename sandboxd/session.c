@@ -438,6 +438,12 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddStringToObject(o, "hostname", sb->name);
         /* Half the session's memory (vcpus × 2048 MiB, DESIGN §3). */
         cJSON_AddNumberToObject(o, "tmpSize", (double)((uint64_t)sb->vcpus * 1024ULL * 1024 * 1024));
+        /* libarchive's files, which init opens before its root changes
+         * and loads only for a copy (core_archive_lib_files). */
+        const char *const *libs = core_archive_lib_files();
+        cJSON *al = cJSON_AddArrayToObject(o, "archiveLibs");
+        for (size_t i = 0; al && libs && libs[i]; i++)
+                cJSON_AddItemToArray(al, cJSON_CreateString(libs[i]));
         char *p = NULL;
         if (asprintf(&p, "%s/rootfs", sb->run_dir) >= 0)
                 cJSON_AddStringToObject(o, "rootfs", p);

@@ -7,7 +7,6 @@
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -27,41 +26,52 @@
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
 
-/* libarchive (directory copies, tar.c) is loaded on a thread of its own
- * while init waits for its setup packet and makes the sandbox's network
- * and mounts, instead of at exec: its loading and relocation (libxml2, ICU
- * and libstdc++ come with it) took about 2 ms of CPU before init's first
- * instruction, on every sandbox start. It must come from the host's root,
- * so the thread is joined right before the root changes (before_pivot of
- * core_rootfs_setup), and a copy's child, forked after, uses the handle
- * loaded here and loads nothing from the sandbox's tree
- * (cli/lazy/archive.h). */
-static pthread_t archive_loader;
-static bool archive_loading;
+/* libarchive (directory copies, tar.c) is not loaded at init's start: with
+ * libxml2, ICU and libstdc++ it took about 2.7 ms of CPU on every sandbox
+ * start, for copies most sandboxes never make. sandboxd names its files
+ * (setup "archiveLibs", core_archive_lib_files); init opens them right
+ * before its root changes (before_pivot of core_rootfs_setup), from the
+ * host's tree, and a copy's child loads them from those fds
+ * (cli/lazy/archive.h), never a library of the sandbox's tree. Without
+ * the list, or when a file cannot be opened, copies fail and say so. */
+static char **archive_lib_paths;
+static size_t archive_n_lib_paths;
+static int archive_lib_fds[64];
 
-static void *archive_load_main(void *arg) {
-        (void)lazy_archive_load();
-        return NULL;
-}
-
-static void archive_load_start(void) {
-        archive_loading = pthread_create(&archive_loader, NULL, archive_load_main, NULL) == 0;
-}
-
-/* Waits for the loader thread, or loads here if it never started: after
- * this, init is single-threaded again and libarchive is loaded (or its
- * absence is recorded) from the root init was started in. Once; later
- * calls return at once. */
-static void archive_load_finish(void) {
-        static bool finished;
-        if (finished)
+static void archive_files_open(void) {
+        static bool opened;
+        if (opened)
                 return;
-        finished = true;
-        if (archive_loading)
-                (void)pthread_join(archive_loader, NULL);
-        archive_loading = false;
-        if (lazy_archive_load() < 0)
-                log_warning("libarchive could not be loaded: directory copies will fail");
+        opened = true;
+        size_t n = 0;
+        for (size_t i = 0; i < archive_n_lib_paths && i < ELEMENTSOF(archive_lib_fds); i++) {
+                int fd = open(archive_lib_paths[i], O_RDONLY | O_CLOEXEC);
+                if (fd < 0) {
+                        log_warning("open %s: %m: directory copies will fail", archive_lib_paths[i]);
+                        for (size_t k = 0; k < n; k++)
+                                close(archive_lib_fds[k]);
+                        n = 0;
+                        break;
+                }
+                archive_lib_fds[n++] = fd;
+        }
+        lazy_archive_use_files(archive_lib_fds, n);
+}
+
+static void archive_paths_take(const cJSON *req) {
+        const cJSON *libs = cJSON_GetObjectItemCaseSensitive(req, "archiveLibs");
+        int n = cJSON_IsArray(libs) ? cJSON_GetArraySize(libs) : 0;
+        if (n <= 0 || !(archive_lib_paths = calloc((size_t)n, sizeof(char *))))
+                return;
+        const cJSON *p;
+        cJSON_ArrayForEach(p, libs) {
+                const char *s = cJSON_GetStringValue(p);
+                if (!s || s[0] != '/' || !(archive_lib_paths[archive_n_lib_paths] = strdup(s)))
+                        break;
+                archive_n_lib_paths++;
+        }
+        if (archive_n_lib_paths != (size_t)n)
+                archive_n_lib_paths = 0; /* a malformed list: no copies */
 }
 
 /* Blocking send of one packet, bounded by timeout_ms (setup replies and the
@@ -263,13 +273,14 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "setup: unshare cgroup namespace: %m");
         /* The network first: its sysctls (disable_ipv6) are written through
          * /proc/sys, which is read-only once the sandbox's /proc is mounted. */
+        archive_paths_take(req);
         int r = setup_network(req, ret_err);
         if (r < 0)
                 return r;
         const cJSON *rootfs = cJSON_GetObjectItemCaseSensitive(req, "rootfs");
         if (rootfs && !cJSON_IsNull(rootfs)) {
                 _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = { .overlay_fd = -EBADF,
-                                                                               .before_pivot = archive_load_finish };
+                                                                               .before_pivot = archive_files_open };
                 cfg.userns = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "userns"));
                 if (cfg.userns && fds.n == 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: \"userns\" needs the overlay mount fd");
@@ -281,10 +292,8 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 if (r < 0)
                         return r;
         }
-        /* Every path of setup that returns 0 waited for the loader: here
-         * when there was no root to change (or its setup failed before the
-         * pivot, then init exits). */
-        archive_load_finish();
+        /* Without a root to change the files are opened here. */
+        archive_files_open();
         /* After pivot_root: the account files are the sandbox's own. */
         r = init_user_setup(req, rootfs && !cJSON_IsNull(rootfs), ret_err);
         if (r < 0)
@@ -436,7 +445,6 @@ int main(int argc, char **argv) {
                 return 1;
         }
         (void)fcntl(a.sock, F_SETFD, FD_CLOEXEC);
-        archive_load_start();
         take_listen_fd(&a);
         /* The OOM killer picks the largest task of the session's memory
          * cgroup; tmpfs pages (/tmp, /dev/shm) count against the cgroup but

@@ -75,8 +75,7 @@ def test_root_inside_reaches_neither_init_nor_the_container_helper(world):
                 # c has a PID namespace of its own: its PID 1 is its
                 # reaper (sandbox-ctrinit), the sandbox's init and helper
                 # are not in it; s shares the sandbox's. The helper's PID
-                # is found by its name (PID 3 when init's start-up thread
-                # had PID 2).
+                # is found by its name (PID 2 today, as SECURITY.md says).
                 code, out, err = _cmd(world, name, "import os\n"
                                       "print(' '.join(p for p in os.listdir('/proc') if p.isdigit() and "
                                       "open('/proc/%s/comm' % p).read().strip() == 'sandbox-ctrd'))\n")

@@ -285,9 +285,8 @@ def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
     world.start_sandboxd()
     rt = _import(world, "crt")
     with sandbox_rpc(world, "ctrt", networkPolicy="deny-all") as name:
-        # init's container helper (sandbox-ctrd, init's first child; not
-        # always PID 2: init's start-up thread may have had that number)
-        # blocks and ignores no signal: a stop's SIGTERM ends it at once,
+        # init's container helper (sandbox-ctrd, init's first child: PID 2,
+        # found by its name all the same) blocks and ignores no signal: a stop's SIGTERM ends it at once,
         # not the grace's SIGKILL.
         code, out, err = sh(world, name, "for p in /proc/[0-9]*; do "
                                          "[ \"$(cat $p/comm 2>/dev/null)\" = sandbox-ctrd ] || continue; "
