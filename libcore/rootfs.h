@@ -45,7 +45,7 @@ typedef struct core_rootfs_config {
         size_t n_mounts;
         /* Called once right before pivot_root, when every mount is made,
          * or NULL: what must still see the host's root does its last work
-         * there (sandbox-init waits for its libarchive loader). */
+         * there (sandbox-init opens libarchive's files). */
         void (*before_pivot)(void);
 } core_rootfs_config;
 

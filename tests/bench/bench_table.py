@@ -75,13 +75,17 @@ logLevel debug), and what was cut:
       libxml2, ICU and libstdc++ with it: 2.6 ms of CPU before main()
       against 0.6 without them (perf stat of its bare start; relocation
       and those libraries' initialisers). It starts without them now
-      (same moment: 1.2 against 5.1 ms) and loads libarchive on a thread
-      while it waits for its setup packet and makes its mounts, joined
-      right before pivot_root, so a copy's child never loads a library
-      from the sandbox's tree (test_runtimes: copies in a runtime without
-      libarchive). The thread takes PID 2: the container helper is 3.
-      The load itself still costs 2.7 ms of CPU on that thread; with
-      the first cut alone init waited 1.6 ms for it at the join.
+      (same moment: 1.2 against 5.1 ms). A first version loaded
+      libarchive on a thread during init's setup, joined before
+      pivot_root: the load still took 2.7 ms of CPU there and init waited
+      1.2-1.6 ms for it. Now nothing is loaded until a copy: sandboxd
+      names the files of libarchive and the libraries it needs (its own,
+      dl_iterate_phdr), init opens them before pivot_root, and a copy's
+      child checks them (each DT_NEEDED the soname of a file before it)
+      and dlopen()s them through /proc/self/fd in that order, so the
+      loader never searches the sandbox's tree, whose /lib its root may
+      change (test_runtimes: copies in a runtime without libarchive).
+      A copy pays the 2.7 ms instead of every start.
     * with a user namespace init is cloned first, and a thread makes the
       directories and the disk meanwhile: the loop device and the ext4
       mount (LOOP_CONFIGURE 0.5-8.6 ms and the mount 0.5-12 ms in perf
@@ -103,15 +107,7 @@ logLevel debug), and what was cut:
     cuts): 25.6 ms 3.34x -> 22.6 ms 2.64x, 19.6 ms 2.80x -> 19.3 ms
     2.75x, 20.7 ms 3.15x -> 17.7 ms 2.68x. The overlaps need a free
     core, which this machine often lacks. Goal 1.5x not met.
-  - not cut, the next steps: libarchive not loaded at all until a copy
-    (2.7 ms of CPU off every start). Not by a dlopen inside the sandbox:
-    even the host runtime's /etc/ld.so.cache names /lib paths whose
-    symlink the sandbox's root may replace. The daemon, which has it
-    loaded, could name its files and their dependencies
-    (dl_iterate_phdr); init would open them before pivot_root and a
-    copy's child dlopen them through /proc/self/fd in dependency order,
-    each DT_NEEDED then found loaded by its soname (in a root where no
-    search can find anything else). A spare disk per daemon (the image
+  - not cut, the next steps: a spare disk per daemon (the image
     copied, backed, loop-attached and mounted as a detached fsmount()
     after each create, attached with move_mount by the next: the kernel
     waits off the path, and no CPU for it on the create's; its blocks
