@@ -98,15 +98,17 @@ logLevel debug), and what was cut:
       it forks its container helper (0.2-0.4 ms), which it still does
       before it reads the first request.
     Measured before/after, the two builds interleaved on the shared
-    2-core machine: steps, p50 of 60 creates each at load 2: disk 2.9 ms
-    -> 0.7-1.2 left after the clone, cgroup 0.3 -> 0.5, spawn 2.0 ->
-    2.3-2.6, nftables 0.5-0.7 both, init-setup 4.6-6.1 -> 4.2-5.0; the
-    create alone 14.2 -> 12.0 and 11.6 -> 10.0 ms. create_exec_delete_rpc
-    (--quick --only lifecycle) at load 2: 14.1 ms 2.52x -> 14.7 ms
-    2.54x, 18.4 ms 2.66x -> 12.0 ms 2.18x; at load 6-7 (the first two
-    cuts): 25.6 ms 3.34x -> 22.6 ms 2.64x, 19.6 ms 2.80x -> 19.3 ms
-    2.75x, 20.7 ms 3.15x -> 17.7 ms 2.68x. The overlaps need a free
-    core, which this machine often lacks. Goal 1.5x not met.
+    2-core machine. With the first cuts (the libarchive thread), p50 of
+    60 creates each at load 2: disk 2.9 ms -> 0.7-1.2 left after the
+    clone, cgroup 0.3 -> 0.5, spawn 2.0 -> 2.3-2.6, nftables 0.5-0.7
+    both, init-setup 4.6-6.1 -> 4.2-5.0; the create alone 14.2 -> 12.0
+    and 11.6 -> 10.0 ms; create_exec_delete_rpc (--quick --only
+    lifecycle) at load 6-7: 25.6 ms 3.34x -> 22.6 ms 2.64x, 20.7 ms
+    3.15x -> 17.7 ms 2.68x. All of them, at load 0.6-0.9: the create
+    alone 11.3 -> 10.4 ms; create_exec_delete_rpc 14.2 ms 2.56x -> 12.2
+    ms 1.98x and 14.4 ms 2.57x -> 14.2 ms 2.29x. The overlaps need a
+    free core, which this machine often lacks; a burst of load (16)
+    erased the gain in one set. Goal 1.5x not met.
   - not cut, the next steps: a spare disk per daemon (the image
     copied, backed, loop-attached and mounted as a detached fsmount()
     after each create, attached with move_mount by the next: the kernel
