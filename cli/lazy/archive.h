@@ -4,14 +4,13 @@
 #pragma once
 #include <stddef.h>
 
-/* Loads libarchive now (dlopen(3) of libarchive.so.13 and what it needs,
- * found as the dynamic loader finds them: through the file system root of
- * the calling process as it is now), once per process; later calls and the
- * archive_* functions use what this first call found. Thread-safe. For a
- * process that will change its root (sandbox-init's pivot_root), so that
- * the library comes from the host and never from the new root. Returns 0,
- * or -ENOENT when the library could not be loaded (each archive_* function
- * then exits with status 1 and a message naming it). */
+/* Loads libarchive now, once per process: from the files given to
+ * lazy_archive_use_files, or else by name (dlopen(3) of libarchive.so.13
+ * and what it needs, found as the dynamic loader finds them, through the
+ * process's root); later calls and the archive_* functions use what this
+ * first call found. Thread-safe. Returns 0, or -ENOENT when the library
+ * could not be loaded (lazy_archive_error says why; each archive_*
+ * function then exits with status 1 and a message naming it). */
 int lazy_archive_load(void);
 
 /* Makes the load (lazy_archive_load or the first archive_* call) take
