@@ -138,7 +138,9 @@ $(B)/faults/fault.o: libcore/fault.c
 	$(CC) $(ALL_CFLAGS) -DSANDBOXD_FAULTS -c $< -o $@
 $(B)/faults/sandboxd: $(B)/obj/sandboxd/main.o $(B)/faults/fault.o $(B)/libdaemon.a $(B)/libpolicy.a $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
-$(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/libcore.a
+# sandbox-init loads libarchive on a thread of its own at start, before its
+# root changes (cli/lazy/archive.c, libcore/init/main.c), not at exec.
+$(B)/sandbox-init: $(call obj,$(B)/obj,$(INIT_SRC)) $(B)/obj/cli/lazy/archive.o $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)
 $(B)/sandbox-netd: $(call obj,$(B)/obj,$(NETD_SRC)) $(B)/libpolicy.a $(B)/libcore.a
 	$(CC) $(LDFLAGS_H) -o $@ $^ $(LIBS)

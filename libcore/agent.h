@@ -12,7 +12,12 @@
  *                      "upper":DIR, "work":DIR,
  *                      "binds":[{"src":S,"dst":S,"ro":B}...],
  *                      "netSlot":N|-1, "poolBase":"10.201.0.0", "poolPrefix":16,
- *                      "env":{"K":"V"...}, "tmpSize":BYTES, "userns":B}
+ *                      "env":{"K":"V"...}, "tmpSize":BYTES, "userns":B,
+ *                      "archiveLibs":[PATH...]}
+ *   "archiveLibs" are the host files of libarchive and the libraries it
+ *   needs, each after those it needs (core_archive_lib_files): init opens
+ *   them before its root changes and a copy's child loads libarchive from
+ *   those fds (cli/lazy/archive.h); without them copies fail.
  *   With "userns": true (init is root of its own user namespace) the packet
  *   carries detached mount fds (SCM_RIGHTS): fd 0 of that array is the root
  *   overlay (lower/upper/work are then not mounted by init), and each bind

@@ -4,6 +4,8 @@
  * The clone child is a copy of a multi-threaded process, so between clone()
  * and exec it makes raw syscalls only (no malloc, no locks). */
 #include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <sched.h>
@@ -42,6 +44,97 @@ int core_init_memfd(const char *path, sb_error **ret_err) {
             fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "seal memfd: %m");
         return TAKE_FD(mfd);
+}
+
+/* ---- libarchive's files, for sandbox-init (core_archive_lib_files) ---- */
+
+#define LIB_MAX 64
+#define LIB_NEEDED_MAX 32
+
+typedef struct lib_object {
+        const char *path, *soname;
+        const char *needed[LIB_NEEDED_MAX];
+        size_t n_needed;
+        bool listed;
+} lib_object;
+
+typedef struct lib_table {
+        lib_object o[LIB_MAX];
+        size_t n;
+} lib_table;
+
+/* A dynamic entry's address: relocated in place by the loader on most
+ * architectures, an offset from the load address where it is not. */
+static const char *dyn_ptr(const struct dl_phdr_info *info, ElfW(Addr) p) {
+        return (const char *)(p < info->dlpi_addr ? info->dlpi_addr + p : p);
+}
+
+static int lib_collect(struct dl_phdr_info *info, size_t size, void *userdata) {
+        lib_table *t = userdata;
+        if (!info->dlpi_name || info->dlpi_name[0] != '/' || t->n >= LIB_MAX)
+                return 0;
+        const ElfW(Dyn) *dyn = NULL;
+        for (size_t i = 0; i < info->dlpi_phnum; i++)
+                if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+                        dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+        if (!dyn)
+                return 0;
+        const char *strtab = NULL;
+        for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++)
+                if (d->d_tag == DT_STRTAB)
+                        strtab = dyn_ptr(info, d->d_un.d_ptr);
+        if (!strtab)
+                return 0;
+        lib_object *o = &t->o[t->n++];
+        *o = (lib_object){.path = info->dlpi_name};
+        for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+                if (d->d_tag == DT_SONAME)
+                        o->soname = strtab + d->d_un.d_val;
+                else if (d->d_tag == DT_NEEDED && o->n_needed < LIB_NEEDED_MAX)
+                        o->needed[o->n_needed++] = strtab + d->d_un.d_val;
+        }
+        return 0;
+}
+
+static lib_object *lib_find(lib_table *t, const char *soname) {
+        for (size_t i = 0; i < t->n; i++)
+                if (t->o[i].soname && streq(t->o[i].soname, soname))
+                        return &t->o[i];
+        return NULL;
+}
+
+/* Depth first, each object after what it needs; false when one is missing. */
+static bool lib_order(lib_table *t, lib_object *o, const char **out, size_t *n) {
+        if (o->listed)
+                return true;
+        o->listed = true;
+        for (size_t i = 0; i < o->n_needed; i++) {
+                lib_object *dep = lib_find(t, o->needed[i]);
+                if (!dep || !lib_order(t, dep, out, n))
+                        return false;
+        }
+        if (*n >= LIB_MAX)
+                return false;
+        out[(*n)++] = o->path;
+        return true;
+}
+
+static const char *archive_files[LIB_MAX + 1];
+static bool archive_files_ok;
+static pthread_once_t archive_files_once = PTHREAD_ONCE_INIT;
+
+static void archive_files_find(void) {
+        static lib_table t;
+        dl_iterate_phdr(lib_collect, &t);
+        lib_object *a = lib_find(&t, "libarchive.so.13");
+        size_t n = 0;
+        archive_files_ok = a && lib_order(&t, a, archive_files, &n);
+        archive_files[archive_files_ok ? n : 0] = NULL;
+}
+
+const char *const *core_archive_lib_files(void) {
+        pthread_once(&archive_files_once, archive_files_find);
+        return archive_files_ok ? archive_files : NULL;
 }
 
 /* struct clone_args of <linux/sched.h> (kernel ABI, v2 = 88 bytes), kept

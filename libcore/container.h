@@ -13,6 +13,16 @@
  * Returns the fd (O_CLOEXEC, caller owns) or a negative errno. */
 int core_init_memfd(const char *path, sb_error **ret_err);
 
+/* The files of libarchive and of every library it needs, each after the
+ * ones it needs (as this process loaded them: dl_iterate_phdr(3) and each
+ * object's DT_SONAME and DT_NEEDED), for sandbox-init: it opens them
+ * before its root changes and loads libarchive from those fds when a copy
+ * first needs it (setup packet "archiveLibs", cli/lazy/archive.h), never
+ * at its start. Computed once per process; the array is static, NULL
+ * terminated, and never freed. NULL when libarchive is not loaded here or
+ * a library it needs cannot be found among the loaded ones. */
+const char *const *core_archive_lib_files(void);
+
 typedef struct core_spawn_result {
         pid_t pid;       /* sandbox-init, in the caller's PID namespace */
         int pidfd;       /* CLOEXEC pidfd of pid */

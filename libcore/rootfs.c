@@ -40,14 +40,21 @@ static int openat2_beneath(int rootfd, const char *path, int flags) {
 }
 
 /* Moves the detached mount `mntfd` onto `dst` beneath rootfd. */
-static int attach(int rootfd, int mntfd, const char *dst, sb_error **ret_err) {
-        _cleanup_close_ int target = openat2_beneath(rootfd, dst, O_PATH);
+/* attach() onto a mount point the caller opened beneath the root already
+ * (O_PATH, openat2_beneath): the masks, which open each to see whether it
+ * exists, attach on that fd instead of resolving the path a second time. */
+static int attach_at(int mntfd, int target, const char *dst, sb_error **ret_err) {
         if (target < 0)
                 return sb_error_set(ret_err, target, NULL, NULL, "open mount point %s: %s", dst,
                                     strerror(-target));
         if (move_mount(mntfd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "mount on %s: %m", dst);
         return 0;
+}
+
+static int attach(int rootfd, int mntfd, const char *dst, sb_error **ret_err) {
+        _cleanup_close_ int target = openat2_beneath(rootfd, dst, O_PATH);
+        return attach_at(mntfd, target, dst, ret_err);
 }
 
 /* A fresh filesystem instance (proc, tmpfs, devpts, sysfs) with the given
@@ -304,7 +311,7 @@ static int mask_files(int rootfd, int devnull, sb_error **ret_err) {
                                                                       AT_EMPTY_PATH);
                 if (tree < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone /dev/null: %m");
-                int r = attach(rootfd, tree, masked_files[i], ret_err);
+                int r = attach_at(tree, t, masked_files[i], ret_err);
                 if (r < 0)
                         return r;
         }
@@ -332,7 +339,7 @@ static int mask_dirs(int rootfd, sb_error **ret_err) {
                                          ret_err);
                         if (empty < 0)
                                 return empty;
-                        int r = attach(rootfd, empty, masked_dirs[i], ret_err);
+                        int r = attach_at(empty, t, masked_dirs[i], ret_err);
                         if (r < 0)
                                 return r;
                         continue;
@@ -341,7 +348,7 @@ static int mask_dirs(int rootfd, sb_error **ret_err) {
                 if (tree < 0)
                         return sb_error_set(ret_err, negative_errno(), NULL, NULL, "clone the empty tmpfs for %s: %m",
                                             masked_dirs[i]);
-                int r = attach(rootfd, tree, masked_dirs[i], ret_err);
+                int r = attach_at(tree, t, masked_dirs[i], ret_err);
                 if (r < 0)
                         return r;
         }
@@ -754,6 +761,8 @@ int core_rootfs_setup(const core_rootfs_config *cfg, sb_error **ret_err) {
         if (cfg->hostname && sethostname(cfg->hostname, strlen(cfg->hostname)) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "sethostname: %m");
 
+        if (cfg->before_pivot)
+                cfg->before_pivot();
         /* 3. pivot_root(".", ".") stacks the old root on the new one; detaching
          * it leaves no path back to the host's tree (as runc and crun do). */
         if (fchdir(rootfd) < 0)

@@ -43,6 +43,10 @@ typedef struct core_rootfs_config {
          * each destination made when missing (core_rootfs_make_target). */
         core_bind *mounts;
         size_t n_mounts;
+        /* Called once right before pivot_root, when every mount is made,
+         * or NULL: what must still see the host's root does its last work
+         * there (sandbox-init opens libarchive's files). */
+        void (*before_pivot)(void);
 } core_rootfs_config;
 
 /* Runs in sandbox-init (PID 1 of new mount, PID, UTS, IPC, network and

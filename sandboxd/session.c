@@ -6,6 +6,7 @@
  * them at the next start (session_adopt). */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -437,6 +438,12 @@ static cJSON *setup_packet(start_job *j) {
         cJSON_AddStringToObject(o, "hostname", sb->name);
         /* Half the session's memory (vcpus × 2048 MiB, DESIGN §3). */
         cJSON_AddNumberToObject(o, "tmpSize", (double)((uint64_t)sb->vcpus * 1024ULL * 1024 * 1024));
+        /* libarchive's files, which init opens before its root changes
+         * and loads only for a copy (core_archive_lib_files). */
+        const char *const *libs = core_archive_lib_files();
+        cJSON *al = cJSON_AddArrayToObject(o, "archiveLibs");
+        for (size_t i = 0; al && libs && libs[i]; i++)
+                cJSON_AddItemToArray(al, cJSON_CreateString(libs[i]));
         char *p = NULL;
         if (asprintf(&p, "%s/rootfs", sb->run_dir) >= 0)
                 cJSON_AddStringToObject(o, "rootfs", p);
@@ -1625,8 +1632,59 @@ void sessions_reapply_rules(manager *m) {
         }
 }
 
-/* Worker thread: for a new sandbox its directories, source and config;
- * then the session: cgroup, clone, veth, setup. On failure everything made
+/* prepare_dirs on a thread of its own (start_work): its result, the
+ * directory it made and its error, read after the join. */
+typedef struct dirs_job {
+        start_job *j;
+        bool made;
+        int r;
+        sb_error *err;
+} dirs_job;
+
+static void *dirs_thread(void *userdata) {
+        dirs_job *d = userdata;
+        d->r = prepare_dirs(d->j, &d->made, &d->err);
+        return NULL;
+}
+
+/* start_work's cgroup and init: the session's cgroup, its restore
+ * socket and sandbox-init cloned into both; j->spawn and j->netns_fd set.
+ * Returns 0 or a negative errno with j->err set; what it made is undone
+ * by start_work's failure path. */
+static int spawn_session(start_job *j, step_clock *clk) {
+        sandbox *sb = j->sb;
+        manager *m = j->m;
+        int r;
+        _cleanup_close_ int lfd = -EBADF;
+        core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
+                                  .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
+                                  .cpu_quota_pct = sb->vcpus * 100};
+        if ((r = core_cgroup_create(sb->name, &lim, &j->cg, &j->err)) < 0) {
+                sb_error_prefix(&j->err, "create cgroup");
+                return r;
+        }
+        step_mark(clk, "cgroup");
+        /* The socket a restarted daemon reconnects through (live restore);
+         * init holds the only listening copy once spawned. */
+        if ((lfd = restore_listen(sb->run_dir, &j->err)) < 0)
+                return lfd;
+        /* A pod's namespace, opened again by its path on a resume (the
+         * create opened it when it checked the request). */
+        if (sandbox_is_pod(sb) && j->pod_netns < 0 && (r = pod_netns_reopen(sb, &j->pod_netns, &j->err)) < 0)
+                return r;
+        if ((r = core_spawn_init(m->init_memfd, j->cg, sb->userns_base, lfd, j->pod_netns, &j->spawn, &j->err)) < 0)
+                return r;
+        step_mark(clk, "spawn");
+        char ns[64];
+        snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)j->spawn.pid);
+        if ((j->netns_fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0)
+                return sb_error_set(&j->err, negative_errno(), NULL, NULL, "open %s: %m", ns);
+        return 0;
+}
+
+/* Worker thread: the session's cgroup and init (clone); for a new sandbox
+ * its directories, source and config; then the session's /etc, veth,
+ * rules and setup. On failure everything made
  * here is undone before returning (a resumed sandbox keeps its files). */
 static void start_work(void *userdata) {
         start_job *j = userdata;
@@ -1635,15 +1693,54 @@ static void start_work(void *userdata) {
         char ifname[32];
         snprintf(ifname, sizeof(ifname), "sbx%d", j->slot);
         int r;
-        _cleanup_close_ int lfd = -EBADF;
         bool made_dir = false;
         /* Downloads, clones and copies below stop on a cancellation. */
         core_cancel_bind(&j->cancel);
         core_fault_stall("create.working");
         step_clock clk;
         step_clock_start(&clk);
+        /* With a user namespace the session's cgroup and init come first,
+         * while a thread of its own makes a new sandbox's directories and
+         * disk (prepare_dirs): the loop device and the ext4 mount wait on
+         * the kernel, the clone makes the namespaces, and init's exec (the
+         * loading of its libraries) runs meanwhile too. The thread is
+         * started before this one steps into the session's cgroups for
+         * the clone (a thread is born in its creator's cgroups) and joined
+         * before anything below, the failure path included. Init waits for
+         * its setup packet (setup_init) before it does anything, and gets
+         * every host mount it needs from there as an fd (userns_overlay,
+         * userns_binds, volume_binds), so none made after its clone is
+         * missed. Without a user namespace init mounts the overlay by its
+         * host paths in its own mount namespace, which must be cloned
+         * after the disk is mounted (mount propagation is not assumed):
+         * spawned below, after the directories. Every failure kills init
+         * with its cgroup. */
+        bool early = sb->userns_base != 0;
+        dirs_job dj = {.j = j};
+        pthread_t dirs_tid;
+        /* The run directory first, as restore_listen makes it (0700), so
+         * the thread's rootfs/ below it does not race it to a mode. */
+        if (early && j->fresh && (r = core_mkdir_p(sb->run_dir, 0700)) < 0) {
+                r = sb_error_set(&j->err, r, NULL, NULL, "create %s: %s", sb->run_dir, strerror(-r));
+                goto fail;
+        }
+        bool dirs_threaded = early && j->fresh && pthread_create(&dirs_tid, NULL, dirs_thread, &dj) == 0;
+        int spawned = early ? spawn_session(j, &clk) : 0;
+        if (dirs_threaded) {
+                pthread_join(dirs_tid, NULL);
+                made_dir = dj.made;
+        }
+        if (spawned < 0) {
+                r = spawned;
+                sb_error_free(dj.err);
+                goto fail;
+        }
         if (j->fresh) {
-                if ((r = prepare_dirs(j, &made_dir, &j->err)) < 0)
+                if (dirs_threaded && (r = dj.r) < 0) {
+                        j->err = TAKE_PTR(dj.err);
+                        goto fail;
+                }
+                if (!dirs_threaded && (r = prepare_dirs(j, &made_dir, &j->err)) < 0)
                         goto fail;
                 step_mark(&clk, "dirs+disk");
                 if ((r = fetch_source(j, &j->err)) < 0)
@@ -1691,41 +1788,8 @@ static void start_work(void *userdata) {
         step_mark(&clk, "etc");
         if ((r = ca_prepare(j, &j->err)) < 0)
                 goto fail;
-        core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
-                                  .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
-                                  .cpu_quota_pct = sb->vcpus * 100};
-        if ((r = core_cgroup_create(sb->name, &lim, &j->cg, &j->err)) < 0) {
-                sb_error_prefix(&j->err, "create cgroup");
+        if (!early && (r = spawn_session(j, &clk)) < 0)
                 goto fail;
-        }
-        step_mark(&clk, "cgroup");
-        /* The socket a restarted daemon reconnects through (live restore);
-         * init holds the only listening copy once spawned. */
-        if ((lfd = restore_listen(sb->run_dir, &j->err)) < 0) {
-                r = lfd;
-                goto fail;
-        }
-        /* A pod's namespace, opened again by its path on a resume (the
-         * create opened it when it checked the request). */
-        if (sandbox_is_pod(sb) && j->pod_netns < 0 && (r = pod_netns_reopen(sb, &j->pod_netns, &j->err)) < 0) {
-                close(lfd);
-                lfd = -EBADF;
-                goto fail;
-        }
-        r = core_spawn_init(m->init_memfd, j->cg, sb->userns_base, lfd, j->pod_netns, &j->spawn, &j->err);
-        close(lfd);
-        lfd = -EBADF;
-        if (r < 0)
-                goto fail;
-        step_mark(&clk, "spawn");
-        {
-                char ns[64];
-                snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)j->spawn.pid);
-                if ((j->netns_fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0) {
-                        r = sb_error_set(&j->err, negative_errno(), NULL, NULL, "open %s: %m", ns);
-                        goto fail;
-                }
-        }
         /* The slot's address may have been an earlier session's, whose
          * flows the kernel still tracks (a UDP entry for 30 s or more, an
          * established TCP one for days): the chain accepts established

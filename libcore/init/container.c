@@ -495,7 +495,7 @@ _noreturn_ static void helper_main(int sock) {
         }
 }
 
-int init_ctr_helper_start(int keep_a, int keep_b) {
+int init_ctr_helper_start(const int *close_fds, size_t n_close) {
         int pair[2];
         if (own_pidns < 0)
                 own_pidns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
@@ -509,13 +509,13 @@ int init_ctr_helper_start(int keep_a, int keep_b) {
                 return r;
         }
         if (pid == 0) {
-                /* Nothing of init's but the pair: not the agent socket, nor
-                 * the listening one (keep_a, keep_b are those). */
+                /* Nothing of init's but the pair: not the agent socket,
+                 * the listening one, the signalfd nor the epoll fd
+                 * (close_fds are those). */
                 close(pair[0]);
-                if (keep_a >= 0)
-                        close(keep_a);
-                if (keep_b >= 0)
-                        close(keep_b);
+                for (size_t i = 0; i < n_close; i++)
+                        if (close_fds[i] >= 0)
+                                close(close_fds[i]);
                 /* Default signals, none blocked: a stop's SIGTERM to every
                  * process of the sandbox (agent_begin_stop) ends it at once
                  * instead of at the grace's SIGKILL. */

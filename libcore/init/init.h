@@ -293,9 +293,10 @@ void init_watch_free_dead(void);
 /* container.c: containers of the sandbox (agent.h "container").
  * init_ctr_helper_start forks the unconfined helper that makes their mount
  * namespaces; called once after setup, before any seccomp filter is on
- * init; keep_a/keep_b are init's sockets the helper closes. 0 or a
+ * init (before the first request is read); close_fds are init's fds the
+ * helper closes (its sockets, signalfd and epoll; < 0 skipped). 0 or a
  * negative errno (then container creation answers ENOTSUP). */
-int init_ctr_helper_start(int keep_a, int keep_b);
+int init_ctr_helper_start(const int *close_fds, size_t n_close);
 /* {"op":"ctrfd"} with its one fd (copied): queued for the next create. */
 void init_ctr_fd(init_agent *a, const cJSON *req, int fd);
 /* {"op":"container","action":"create"|"delete"|"list","req":N,...}:

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include "cli/lazy/archive.h"
 #include "libcore/agent.h"
 #include "libcore/init/init.h"
 #include "libcore/log.h"
@@ -24,6 +25,54 @@
 #include "libcore/util.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
+
+/* libarchive (directory copies, tar.c) is not loaded at init's start: with
+ * libxml2, ICU and libstdc++ it took about 2.7 ms of CPU on every sandbox
+ * start, for copies most sandboxes never make. sandboxd names its files
+ * (setup "archiveLibs", core_archive_lib_files); init opens them right
+ * before its root changes (before_pivot of core_rootfs_setup), from the
+ * host's tree, and a copy's child loads them from those fds
+ * (cli/lazy/archive.h), never a library of the sandbox's tree. Without
+ * the list, or when a file cannot be opened, copies fail and say so. */
+static char **archive_lib_paths;
+static size_t archive_n_lib_paths;
+static int archive_lib_fds[64];
+
+static void archive_files_open(void) {
+        static bool opened;
+        if (opened)
+                return;
+        opened = true;
+        size_t n = 0;
+        for (size_t i = 0; i < archive_n_lib_paths && i < ELEMENTSOF(archive_lib_fds); i++) {
+                int fd = open(archive_lib_paths[i], O_RDONLY | O_CLOEXEC);
+                if (fd < 0) {
+                        log_warning("open %s: %m: directory copies will fail", archive_lib_paths[i]);
+                        for (size_t k = 0; k < n; k++)
+                                close(archive_lib_fds[k]);
+                        n = 0;
+                        break;
+                }
+                archive_lib_fds[n++] = fd;
+        }
+        lazy_archive_use_files(archive_lib_fds, n);
+}
+
+static void archive_paths_take(const cJSON *req) {
+        const cJSON *libs = cJSON_GetObjectItemCaseSensitive(req, "archiveLibs");
+        int n = cJSON_IsArray(libs) ? cJSON_GetArraySize(libs) : 0;
+        if (n <= 0 || !(archive_lib_paths = calloc((size_t)n, sizeof(char *))))
+                return;
+        const cJSON *p;
+        cJSON_ArrayForEach(p, libs) {
+                const char *s = cJSON_GetStringValue(p);
+                if (!s || s[0] != '/' || !(archive_lib_paths[archive_n_lib_paths] = strdup(s)))
+                        break;
+                archive_n_lib_paths++;
+        }
+        if (archive_n_lib_paths != (size_t)n)
+                archive_n_lib_paths = 0; /* a malformed list: no copies */
+}
 
 /* Blocking send of one packet, bounded by timeout_ms (setup replies and the
  * last events before exit, when there is no loop left to wait in). */
@@ -224,12 +273,14 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "setup: unshare cgroup namespace: %m");
         /* The network first: its sysctls (disable_ipv6) are written through
          * /proc/sys, which is read-only once the sandbox's /proc is mounted. */
+        archive_paths_take(req);
         int r = setup_network(req, ret_err);
         if (r < 0)
                 return r;
         const cJSON *rootfs = cJSON_GetObjectItemCaseSensitive(req, "rootfs");
         if (rootfs && !cJSON_IsNull(rootfs)) {
-                _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = { .overlay_fd = -EBADF };
+                _cleanup_(core_rootfs_config_clear) core_rootfs_config cfg = { .overlay_fd = -EBADF,
+                                                                               .before_pivot = archive_files_open };
                 cfg.userns = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "userns"));
                 if (cfg.userns && fds.n == 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, NULL, "setup: \"userns\" needs the overlay mount fd");
@@ -241,6 +292,8 @@ static int setup(init_agent *a, sb_error **ret_err) {
                 if (r < 0)
                         return r;
         }
+        /* Without a root to change the files are opened here. */
+        archive_files_open();
         /* After pivot_root: the account files are the sandbox's own. */
         r = init_user_setup(req, rootfs && !cJSON_IsNull(rootfs), ret_err);
         if (r < 0)
@@ -410,13 +463,6 @@ int main(int argc, char **argv) {
                 send_setup_reply(a.sock, err ? err->message : strerror(-r));
                 return 1;
         }
-        /* Before any seccomp filter is on init (its first command puts
-         * one there): the helper that makes containers' mount namespaces
-         * needs the mount calls (container.c). Without it, containers
-         * are refused; the sandbox works as before. */
-        r = init_ctr_helper_start(a.sock, a.listen_fd);
-        if (r < 0)
-                log_debug("container helper: %s", strerror(-r));
         if (setup_signals(&a) < 0 || (a.epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
                 send_setup_reply(a.sock, "setup: signalfd or epoll failed");
                 return 1;
@@ -434,6 +480,16 @@ int main(int argc, char **argv) {
                 return 1;
         }
         send_setup_reply(a.sock, NULL);
+        /* After the answer (the fork is off the create's path), before the
+         * first request is read and so before any seccomp filter is on
+         * init (its first command puts one there): the helper that makes
+         * containers' mount namespaces needs the mount calls
+         * (container.c). Without it, containers are refused; the sandbox
+         * works as before. */
+        const int helper_close[] = { a.sock, a.listen_fd, a.sigfd, a.epfd };
+        r = init_ctr_helper_start(helper_close, ELEMENTSOF(helper_close));
+        if (r < 0)
+                log_debug("container helper: %s", strerror(-r));
         (void)serve(&a);
         finish(&a);
 }

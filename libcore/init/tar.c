@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "cli/lazy/archive.h"
 #include "libcore/agent.h"
 #include "libcore/caps.h"
 #include "libcore/init/init.h"
@@ -138,6 +139,15 @@ _noreturn_ static void child_run(const char *action, const char *path, uid_t uid
                                  int status_fd, const core_seccomp *filter) {
         tarstream_stats st = {};
         char msg[1024] = "";
+        /* libarchive from the files init opened before its root changed
+         * (main.c), while this child still may chroot: before the
+         * confinement, which closes those fds. */
+        if (lazy_archive_load() < 0) {
+                snprintf(msg, sizeof(msg), "fs.%s %s: libarchive could not be loaded: %s", action, path,
+                         lazy_archive_error());
+                report(status_fd, ENOENT, msg, &st);
+                _exit(1);
+        }
         int r = init_child_confine(uid, gid, data_fd, status_fd, filter);
         if (r < 0) {
                 snprintf(msg, sizeof(msg), "fs.%s %s: confine the copy: %s", action, path, strerror(-r));

@@ -63,12 +63,66 @@ logLevel debug), and what was cut:
     5.5-19 ms after: the conntrack walks no longer take its CPU), so its
     ratio stayed 1.8-4x (goal 1.5x not met). exec_rpc is unchanged,
     1.9-2.3x posix_spawn (goal 1.3x not met).
-  - not cut: the cold create's own steps (p50 of 20 on a quiet machine:
-    disk image and mount 1.5 ms, cgroup 0.3, spawn of init 1.4, nftables
-    0.5 ms (not dominant; its ruleset is policy/'s), init's setup of the
-    mounts and pivot_root 4.6 ms); the exec path (client, daemon, init,
-    the command, back: each hop a wakeup; the child's own confinement
-    steps are ~30 cheap syscalls) stays about 2x posix_spawn.
+  - the cold create (issue #23 item 3). Its steps before, p50 of 20 on a
+    quiet machine: disk image and mount 1.5-3.5 ms, cgroup 0.3, spawn of
+    init 1.4-2.9, nftables 0.5-0.9 (policy/'s ruleset), init-setup
+    4.6-6.9 ms. Init's own clock (marks around its setup, sent back in
+    its ready packet for the measurement only) showed where init-setup
+    went: sandbox-init reached main() 10.9 ms after its clone at load 3.5,
+    as late as the daemon's disk, and then needed 2.5 ms (network 0.6,
+    mounts and pivot_root 1.6, the container helper's fork 0.3). Cut:
+    * sandbox-init was linked with libarchive, so every exec loaded
+      libxml2, ICU and libstdc++ with it: 2.6 ms of CPU before main()
+      against 0.6 without them (perf stat of its bare start; relocation
+      and those libraries' initialisers). It starts without them now
+      (same moment: 1.2 against 5.1 ms). A first version loaded
+      libarchive on a thread during init's setup, joined before
+      pivot_root: the load still took 2.7 ms of CPU there and init waited
+      1.2-1.6 ms for it. Now nothing is loaded until a copy: sandboxd
+      names the files of libarchive and the libraries it needs (its own,
+      dl_iterate_phdr), init opens them before pivot_root, and a copy's
+      child checks them (each DT_NEEDED the soname of a file before it)
+      and dlopen()s them through /proc/self/fd in that order, so the
+      loader never searches the sandbox's tree, whose /lib its root may
+      change (test_runtimes: copies in a runtime without libarchive).
+      A copy pays the 2.7 ms instead of every start.
+    * with a user namespace init is cloned first, and a thread makes the
+      directories and the disk meanwhile: the loop device and the ext4
+      mount (LOOP_CONFIGURE 0.5-8.6 ms and the mount 0.5-12 ms in perf
+      trace, longest while the last sandbox's disk is torn down in the
+      background) overlap the clone of five namespaces (1.1-1.6 ms) and
+      init's start. Without a user namespace init mounts the overlay by
+      host paths in its own mount namespace, cloned after the disk.
+    * the 30 masks attach on the fd they open to see the path exists
+      (60 fewer openat2 and close per start); init answers ready before
+      it forks its container helper (0.2-0.4 ms), which it still does
+      before it reads the first request.
+    Measured before/after, the two builds interleaved on the shared
+    2-core machine. With the first cuts (the libarchive thread), p50 of
+    60 creates each at load 2: disk 2.9 ms -> 0.7-1.2 left after the
+    clone, cgroup 0.3 -> 0.5, spawn 2.0 -> 2.3-2.6, nftables 0.5-0.7
+    both, init-setup 4.6-6.1 -> 4.2-5.0; the create alone 14.2 -> 12.0
+    and 11.6 -> 10.0 ms; create_exec_delete_rpc (--quick --only
+    lifecycle) at load 6-7: 25.6 ms 3.34x -> 22.6 ms 2.64x, 20.7 ms
+    3.15x -> 17.7 ms 2.68x. All of them, at load 0.6-0.9: the create
+    alone 11.3 -> 10.4 ms; create_exec_delete_rpc 14.2 ms 2.56x -> 12.2
+    ms 1.98x and 14.4 ms 2.57x -> 14.2 ms 2.29x. The overlaps need a
+    free core, which this machine often lacks; a burst of load (16)
+    erased the gain in one set. Goal 1.5x not met.
+  - not cut, the next steps: a spare disk per daemon (the image
+    copied, backed, loop-attached and mounted as a detached fsmount()
+    after each create, attached with move_mount by the next: the kernel
+    waits off the path, and no CPU for it on the create's; its blocks
+    are held on the state filesystem and a crash leaves an image to
+    sweep). The overlay as an fd in the plain mode too, so init can be
+    cloned first there as well. nftables for a deny-all session
+    (0.5-0.9 ms, policy/). Init's network (0.4-0.6 ms: sysctls, lo up
+    through libnl) and mounts (1.0-1.6 ms, ~80 mount-API calls). Init's
+    exec: clone to main() 3-4 ms on a quiet machine (the clone of five
+    namespaces, the maps, the cgroup v1 moves, execveat, five
+    libraries); bwrap pays for its namespaces too. Outside the steps a
+    create costs 0.25 ms (request to worker, worker to answer). exec_rpc
+    is the exec path's (1.8-2.0x posix_spawn).
 
 Interleaved rounds (one of each operation per round, the order rotating)
 make a burst of load from elsewhere on the machine slow both sides of a

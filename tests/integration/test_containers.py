@@ -285,10 +285,13 @@ def test_exec_in_a_container_with_a_tty_stdin_and_resize(world):
     world.start_sandboxd()
     rt = _import(world, "crt")
     with sandbox_rpc(world, "ctrt", networkPolicy="deny-all") as name:
-        # init's container helper (PID 2) blocks and ignores no signal: a
-        # stop's SIGTERM ends it at once, not the grace's SIGKILL.
-        code, out, err = sh(world, name, "cat /proc/2/comm; sed -n 's/^SigBlk:[[:space:]]*//p; "
-                                         "s/^SigIgn:[[:space:]]*//p' /proc/2/status")
+        # init's container helper (sandbox-ctrd, init's first child: PID 2,
+        # found by its name all the same) blocks and ignores no signal: a stop's SIGTERM ends it at once,
+        # not the grace's SIGKILL.
+        code, out, err = sh(world, name, "for p in /proc/[0-9]*; do "
+                                         "[ \"$(cat $p/comm 2>/dev/null)\" = sandbox-ctrd ] || continue; "
+                                         "cat $p/comm; sed -n 's/^SigBlk:[[:space:]]*//p; "
+                                         "s/^SigIgn:[[:space:]]*//p' $p/status; done")
         expect_eq((code, out), (0, "sandbox-ctrd\n" + "0" * 16 + "\n" + "0" * 16 + "\n"),
                   "the container helper's signals (%s)" % err)
         rpc_ok(world, "container.create", {"sandbox": name, "name": "t", "runtime": "host"})

@@ -129,6 +129,47 @@ def test_imported_runtime_is_the_sandbox_root_with_the_sandbox_user(world):
     leaks.check(world, sb)
 
 
+def test_directory_copies_work_in_a_runtime_without_libarchive(world):
+    """sandbox-init starts without libarchive (and the libxml2, ICU and
+    libstdc++ it pulls in) and loads it on a thread of its own before its
+    root changes: a directory copy into and out of a sandbox whose root is
+    a tree with no libarchive (the tiny runtime: dash and a few coreutils)
+    works, so the library came from the host, never from the sandbox's
+    tree."""
+    out = subprocess.run(["readelf", "-d", W.SANDBOX_INIT], capture_output=True, text=True, check=True).stdout
+    needed = [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+    expect(needed and not [n for n in needed if "archive" in n or "xml" in n or "icu" in n or "stdc++" in n],
+           "sandbox-init's start-up libraries: %s" % needed)
+    rt = world.name("nolibarch")
+    path = _write_tmp(world, _tiny_rootfs_tar(rt))
+    src = os.path.join(world.tmp, "cp-nolibarch")
+    back = os.path.join(world.tmp, "cp-nolibarch-back")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(back, ignore_errors=True)
+    os.makedirs(os.path.join(src, "d"))
+    with open(os.path.join(src, "d", "f.txt"), "w") as f:
+        f.write("copied\n")
+    sb = None
+    try:
+        code, _o, err = world.ctl("runtime", "import", rt, path)
+        expect_eq(code, 0, "runtime import (%s)" % err.strip())
+        sb, _c, _o, _e = create(world, "nolibarch", "--deny-all", "--runtime", rt)
+        code, out, err = sh(world, sb, "test -e /usr/lib/x86_64-linux-gnu/libarchive.so.13 || "
+                                       "test -e /lib/x86_64-linux-gnu/libarchive.so.13 || echo none")
+        expect_eq((code, out), (0, "none\n"), "the runtime has no libarchive (%s)" % err.strip())
+        world.ctl("cp", "-r", src, "%s:/workspace/tree" % sb, check=True)
+        code, out, err = sh(world, sb, "cat /workspace/tree/d/f.txt")
+        expect_eq((code, out), (0, "copied\n"), "the tree copied in (%s)" % err.strip())
+        world.ctl("cp", "-r", "%s:/workspace/tree" % sb, back, check=True)
+        with open(os.path.join(back, "d", "f.txt")) as f:
+            expect_eq(f.read(), "copied\n", "the tree copied out")
+    finally:
+        if sb:
+            delete(world, sb)
+        world.ctl("runtime", "rm", rt)
+    leaks.check(world, sb)
+
+
 def _import_refused(world, tag, entries, names_in_error, outside=()):
     rt = world.name(tag)
     before = sorted(os.listdir(_runtimes_dir(world)))

@@ -20,6 +20,7 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include "libcore/buf.h"
+#include "libcore/container.h"
 #include "libcore/copy.h"
 #include "libcore/error.h"
 #include "libcore/util.h"
@@ -425,6 +426,25 @@ static void test_redact_path_replaces_whole_directories_only(void **state) {
         check_redact("", "/var/lib/sandboxd", "");
 }
 
+/* core_archive_lib_files: this test links libarchive, so the list names
+ * its file last, and each file once, after every library it needs (the
+ * order sandbox-init loads them in without a search). */
+static void test_archive_lib_files_end_with_libarchive_once_each(void **state) {
+        const char *const *f = core_archive_lib_files();
+        assert_non_null(f);
+        size_t n = 0;
+        while (f[n])
+                n++;
+        assert_true(n >= 2);
+        assert_non_null(strstr(f[n - 1], "libarchive.so.13"));
+        for (size_t i = 0; i < n; i++) {
+                assert_int_equal(f[i][0], '/');
+                for (size_t j = i + 1; j < n; j++)
+                        assert_string_not_equal(f[i], f[j]);
+        }
+        assert_ptr_equal(core_archive_lib_files(), f);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_sandbox_names_follow_design_rule),
@@ -443,6 +463,7 @@ int main(void) {
                 cmocka_unit_test(test_error_keeps_innermost_and_prefixes_context),
                 cmocka_unit_test(test_redact_path_replaces_whole_directories_only),
                 cmocka_unit_test(test_lock_holder_names_the_process_and_whether_it_never_exec_d_in_new_namespaces),
+                cmocka_unit_test(test_archive_lib_files_end_with_libarchive_once_each),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
