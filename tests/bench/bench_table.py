@@ -89,12 +89,18 @@ logLevel debug), and what was cut:
     each DONTCOPY area from the child's copy (mas_store_gfp, 5%% of
     init's samples), which takes most of the saving; and a child that
     bound a symbol lazily would walk the missing libraries and fault.
-    The lever left is a spawn that copies no address space (vfork from a
-    process or thread of init that may block while the sandbox user
-    holds the child stopped before its exec, with init falling back to a
-    fork meanwhile); the hops (client, daemon, init, back) and the
-    `started` notification, which wakes the daemon and the client while
-    the command runs, are the rest.
+    The lever left is a spawn that copies no address space: from a
+    process with init's libraries, fork+exec+wait of `true` 0.78-0.89 ms
+    wall (parent 0.15-0.17 ms CPU, child 0.64-0.69) against vfork
+    0.57-0.59 ms (0.04, 0.53-0.56), about 0.25 ms a command, which
+    would bring exec_rpc to about 1.5x, not 1.3x. It needs a spawner
+    that may block while the sandbox user holds the child stopped
+    between its uid change and its exec (a thread of init, or a process
+    forked from it, with init falling back to its fork meanwhile), the
+    child's arguments copied where they outlive cmd_run, and init told
+    the child's pid before its exec (a kill may come first). The hops
+    (client, daemon, init, back) and the `started` notification, which
+    wakes the daemon and the client while the command runs, are the rest.
   - a delete waited for init's exit to close its agent socket, after the
     exit had torn down init's address space. init now closes it (and the
     listening socket) itself once every process of the namespace is
