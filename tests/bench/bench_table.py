@@ -98,7 +98,11 @@ logLevel debug), and what was cut:
     between its uid change and its exec (a thread of init, or a process
     forked from it, with init falling back to its fork meanwhile), the
     child's arguments copied where they outlive cmd_run, and init told
-    the child's pid before its exec (a kill may come first). The hops
+    the child's pid before its exec (a kill may come first); a child
+    sharing init's memory must also take no lock init may need once it
+    is the sandbox user's to stop (core_caps_set mallocs through libcap
+    after the uid change, and a fork of init waits for every malloc
+    arena's lock). The hops
     (client, daemon, init, back) and the `started` notification, which
     wakes the daemon and the client while the command runs, are the rest.
   - a delete waited for init's exit to close its agent socket, after the
