@@ -345,17 +345,6 @@ _noreturn_ static void finish(init_agent *a) {
                         if (send_blocking(a->sock, b->data, b->len, 2000) < 0)
                                 break;
         queue_clear(&a->send_queue);
-        /* The goodbye before the exit, not at it: sandboxd takes the end of
-         * the socket for "nothing of the session runs any more", which
-         * holds from here (every process of the namespace is reaped
-         * above), while the exit closes init's files only after its own
-         * teardown (its address space, some 130 mappings), time a delete
-         * would wait for. The listening socket first: no daemon connects
-         * to a session that is going. */
-        if (a->listen_fd >= 0)
-                close(a->listen_fd);
-        if (a->sock >= 0)
-                close(a->sock);
         _exit(0);
 }
 
