@@ -105,14 +105,14 @@ logLevel debug), and what was cut:
     arena's lock). The hops
     (client, daemon, init, back) and the `started` notification, which
     wakes the daemon and the client while the command runs, are the rest.
-  - a delete waited for init's exit to close its agent socket, after the
-    exit had torn down init's address space. init now closes it (and the
-    listening socket) itself once every process of the namespace is
-    reaped, right before _exit: the goodbye means the same, earlier. A
-    process with init's mappings, time from its last write to the peer's
-    end of file: 0.12 ms (exit) -> 0.02 ms (close, then exit). In the
-    pool cycle the delete did not move beyond the noise (interleaved,
-    60 cycles each, p50: 1.451 -> 1.530 and 1.553 -> 1.462 ms).
+  - tried and not kept: init closing its agent socket (and the listening
+    one) itself right before _exit, once every process of the namespace
+    is reaped, instead of at the exit, which closes its files only after
+    tearing down its address space. A process with init's mappings, time
+    from its last write to the peer's end of file: 0.12 ms (exit) ->
+    0.02 ms (close, then exit); but the pool cycle's delete did not move
+    (interleaved, p50 of 60, 60 and 120 cycles: 1.451 -> 1.530,
+    1.553 -> 1.462, 1.208 -> 1.211 ms).
   - where else the pool row goes (strace of one cycle): the adopt is
     about 120 syscalls on the loop thread (renames, a vfork child for the
     hostname, /etc/hosts and /etc/hostname, five limit writes, five usage
