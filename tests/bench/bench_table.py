@@ -102,9 +102,9 @@ logLevel debug), and what was cut:
     sharing init's memory must also take no lock init may need once it
     is the sandbox user's to stop (core_caps_set mallocs through libcap
     after the uid change, and a fork of init waits for every malloc
-    arena's lock). The hops
-    (client, daemon, init, back) and the `started` notification, which
-    wakes the daemon and the client while the command runs, are the rest.
+    arena's lock). The hops (client, daemon, init, back) and the
+    `started` notification, which wakes the daemon and the client while
+    the command runs, are the rest.
   - tried and not kept: init closing its agent socket (and the listening
     one) itself right before _exit, once every process of the namespace
     is reaped, instead of at the exit, which closes its files only after
