@@ -123,6 +123,60 @@ logLevel debug), and what was cut:
     libraries); bwrap pays for its namespaces too. Outside the steps a
     create costs 0.25 ms (request to worker, worker to answer). exec_rpc
     is the exec path's (1.8-2.0x posix_spawn).
+  - exec into a running sandbox, CPU per `command.run true` (/proc stat
+    of the daemon, init and init's reaped children over interleaved
+    blocks of 500, quiet machine): daemon 0.15-0.17 ms, init 0.41-0.45 ms,
+    the command's process (its child of init until exec, then `true`)
+    0.78-0.87 ms, against 0.59 ms for `true` by posix_spawn on the host.
+    A third of init's own samples are its fork of the child (perf:
+    clone/dup_mmap; init maps 130 areas, about 95 of them the libraries
+    it links for directory copies, netlink and JSON: libarchive, libxml2,
+    ICU, libstdc++, the compressors), and its writes after the fork take
+    copy-on-write faults (_int_free, malloc). Tried and not kept: the
+    loaded segments of every library the child does not call made
+    MADV_DONTFORK (madvise(2)), each other fork of init given them back.
+    A bare fork+exec of `true` from a process with init's libraries:
+    0.68 -> 0.61 ms; in the daemon, interleaved A/B: exec_rpc p50
+    1.453/1.446 -> 1.412/1.421 ms (posix_spawn 0.69), CPU per exec
+    unchanged within the noise (init 0.45 -> 0.43 and 0.41 -> 0.43 ms).
+    Kernel 6.18 copies the whole mapping tree at fork and then clears
+    each DONTCOPY area from the child's copy (mas_store_gfp, 5%% of
+    init's samples), which takes most of the saving; and a child that
+    bound a symbol lazily would walk the missing libraries and fault.
+    The lever left is a spawn that copies no address space: from a
+    process with init's libraries, fork+exec+wait of `true` 0.78-0.89 ms
+    wall (parent 0.15-0.17 ms CPU, child 0.64-0.69) against vfork
+    0.57-0.59 ms (0.04, 0.53-0.56), about 0.25 ms a command, which
+    would bring exec_rpc to about 1.5x, not 1.3x. It needs a spawner
+    that may block while the sandbox user holds the child stopped
+    between its uid change and its exec (a thread of init, or a process
+    forked from it, with init falling back to its fork meanwhile), the
+    child's arguments copied where they outlive cmd_run, and init told
+    the child's pid before its exec (a kill may come first); a child
+    sharing init's memory must also take no lock init may need once it
+    is the sandbox user's to stop (core_caps_set mallocs through libcap
+    after the uid change, and a fork of init waits for every malloc
+    arena's lock). The hops (client, daemon, init, back) and the
+    `started` notification, which wakes the daemon and the client while
+    the command runs, are the rest.
+  - tried and not kept: init closing its agent socket (and the listening
+    one) itself right before _exit, once every process of the namespace
+    is reaped, instead of at the exit, which closes its files only after
+    tearing down its address space. A process with init's mappings, time
+    from its last write to the peer's end of file: 0.12 ms (exit) ->
+    0.02 ms (close, then exit); but the pool cycle's delete did not move
+    (interleaved, p50 of 60, 60 and 120 cycles: 1.451 -> 1.530,
+    1.553 -> 1.462, 1.208 -> 1.211 ms).
+  - where else the pool row goes (strace of one cycle): the adopt is
+    about 120 syscalls on the loop thread (renames, a vfork child for the
+    hostname, /etc/hosts and /etc/hostname, five limit writes, five usage
+    reads for the rebase, config.json, session.json written twice, the
+    second time unchanged); the delete's answer waits for init's SIGTERM
+    round (the container helper, a fork of init, exits and is reaped
+    first), the goodbye, a new worker thread, one kill pass over the five
+    hierarchies of a hybrid cgroup layout (about 60 syscalls) and two
+    renames; the daemon opens memory.oom_control by its full path for
+    each exec (8%% of the daemon's samples per exec, 11 us).
 
 Interleaved rounds (one of each operation per round, the order rotating)
 make a burst of load from elsewhere on the machine slow both sides of a
