@@ -317,6 +317,9 @@ def test_a_sandbox_on_an_earlier_sandboxs_address_gets_none_of_its_flows(world):
         # flushed) or, after a crash, when the next session takes the slot:
         # either way none reaches the heir.
         _rpc(d, "sandbox.delete", {"name": a})
+        # a's slot is free once its flows are flushed, after the answer: on a
+        # busy machine neither refill below took it before this wait.
+        poll(lambda: not _conntrack_from(world, addr_a), 60, "a's flows flushed and its slot given back")
         # The next pooled sessions take the lowest free slots: b's or c's
         # is a's (b's was made before a's delete or after it).
         addrs = {}
@@ -537,6 +540,11 @@ def test_a_deny_all_pool_on_a_runtime_without_ca_trust_serves_every_mode_and_for
         _out(d, a, "bash -c 'for p in 40001 40002 40003; do echo x > /dev/udp/%s/$p; done'; true" % W.PUB_API_ADDR)
         expect(_conntrack_from(world, addr_a), "a's flows are tracked (else this test proves nothing)")
         _rpc(d, "sandbox.delete", {"name": a})
+        # a's slot goes back to the daemon once its flows are flushed, after
+        # the delete answered (session.c release_slot_after_flush): the
+        # refill below takes the lowest free slot, a's only once that is
+        # done (on a busy machine it was not yet, and c got another slot).
+        poll(lambda: not _conntrack_from(world, addr_a), 60, "a's flows flushed and its slot given back")
         # b (deny-all) takes the pooled session; its refill gets a's slot.
         _create(d, b, runtime=rt, networkPolicy="deny-all")
         expect_eq(_info(d)["adopted"], 1, "the deny-all create was served from the pool")
