@@ -212,3 +212,37 @@ def test_runtime_import_never_loads_a_library_of_the_tarball(world):
         expect_eq(marks, [], "code of the tarball ran in sandboxd (import exit %d: %s)" % (code, err.strip()[:200]))
     finally:
         world.ctl("runtime", "rm", rt)
+
+
+SPY = r"""
+end=$(( $(date +%%s) + %(secs)d ))
+while [ $(date +%%s) -lt $end ]; do
+        for d in /proc/[0-9]*; do
+                [ "$d" = /proc/$$ ] && continue
+                ls -l $d/fd 2>/dev/null | grep -E 'libarchive|x86_64-linux-gnu|eventpoll|signalfd|socket:' \
+                        | sed "s#^#$d $(cat $d/comm 2>/dev/null) #"
+        done
+done | sort -u | head -20
+echo spied
+"""
+
+
+def test_copy_children_fds_are_unreadable_by_sandbox_root_while_they_load(world):
+    """While a copy's child loads libarchive (before its confinement) it
+    holds init's fds: the host's library files, the agent socket, init's
+    epoll and signalfd. Root inside (sudo), looking at every process's
+    /proc/PID/fd in a loop while copies run, reads none of them."""
+    tree = _tree(world, "spy")
+    with_sb = create(world, "archspy", "--deny-all")[0]
+    try:
+        spy = world.ctl("exec", "--detach", "--sudo", with_sb, "--", "sh", "-c", SPY % {"secs": 8}, check=True)[1]
+        cid = spy.strip()
+        for i in range(25):
+            world.ctl("cp", "-r", tree, "%s:/workspace/t%d" % (with_sb, i), check=True)
+        code, out, err = world.ctl("command", "wait", cid, timeout=60)
+        code, out, err = world.ctl("command", "logs", cid)
+        expect(out.endswith("spied\n"), "the spy ran to its end", out[-300:], err[-300:])
+        leaked = [l for l in out.splitlines() if l != "spied"]
+        expect_eq(leaked, [], "fds of init's (or a copy's child) seen by root inside")
+    finally:
+        delete(world, with_sb)
