@@ -23,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+#include <linux/magic.h>
 #include "cli/lazy/archive.h"
 
 /* The soname of libarchive 3 (Debian's libarchive13). */
@@ -152,6 +155,20 @@ static void lazy_open_files(void) {
         for (size_t i = 0; i < lazy_n_fds; i++) {
                 char path[64];
                 snprintf(path, sizeof(path), "/proc/self/fd/%d", lazy_fds[i]);
+                /* The path is resolved in the process's root (a sandbox's):
+                 * its /proc must be a procfs and the link the very file of
+                 * the fd, else what the loader opens is whatever file that
+                 * tree has at that path (a host mount at /proc), run here
+                 * before the caller's confinement. */
+                struct statfs sfs;
+                struct stat want, got;
+                if (statfs("/proc/self/fd", &sfs) < 0 || sfs.f_type != PROC_SUPER_MAGIC ||
+                    fstat(lazy_fds[i], &want) < 0 || stat(path, &got) < 0 || want.st_dev != got.st_dev ||
+                    want.st_ino != got.st_ino) {
+                        snprintf(lazy_err, sizeof(lazy_err), "%s is not the library's file (no procfs at /proc)",
+                                 path);
+                        return;
+                }
                 if (!dlopen(path, RTLD_NOW | RTLD_LOCAL)) {
                         snprintf(lazy_err, sizeof(lazy_err), "%s", dlerror());
                         return;

@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <iconv.h>
+#include <langinfo.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
@@ -38,11 +40,31 @@ static char **archive_lib_paths;
 static size_t archive_n_lib_paths;
 static int archive_lib_fds[64];
 
+/* glibc reads its charset conversion configuration (gconv-modules, its
+ * cache) once per process, at the first iconv_open(3), from the process's
+ * root, and dlopen()s the modules it names: libarchive converts member
+ * names (pax headers are UTF-8) in a copy's child, after the root became
+ * the sandbox's, whose gconv files root inside (or the runtime) may
+ * replace with a module of its own. Opened here, before the root changes,
+ * for the conversions a copy makes (the C locale's charset to and from
+ * UTF-8, glibc built-ins): the host's configuration is then the one every
+ * child inherits, and nothing of the sandbox's gconv directory is read. */
+static void gconv_load_host(void) {
+        const char *cs = nl_langinfo(CODESET);
+        const char *pairs[][2] = {{"UTF-8", cs}, {cs, "UTF-8"}};
+        for (size_t i = 0; i < ELEMENTSOF(pairs); i++) {
+                iconv_t cd = iconv_open(pairs[i][0], pairs[i][1]);
+                if (cd != (iconv_t)-1)
+                        (void)iconv_close(cd);
+        }
+}
+
 static void archive_files_open(void) {
         static bool opened;
         if (opened)
                 return;
         opened = true;
+        gconv_load_host();
         size_t n = 0;
         for (size_t i = 0; i < archive_n_lib_paths && i < ELEMENTSOF(archive_lib_fds); i++) {
                 int fd = open(archive_lib_paths[i], O_RDONLY | O_CLOEXEC);
