@@ -605,6 +605,24 @@ bool core_path_is_plain_absolute(const char *s) {
         return ok;
 }
 
+bool core_path_is_within(const char *path, const char *dir) {
+        if (!path || !dir || path[0] != '/' || dir[0] != '/')
+                return false;
+        for (;;) {
+                while (*path == '/')
+                        path++;
+                while (*dir == '/')
+                        dir++;
+                if (!*dir)
+                        return true;
+                size_t n = strcspn(dir, "/");
+                if (strncmp(path, dir, n) != 0 || (path[n] != '/' && path[n] != '\0'))
+                        return false;
+                path += n;
+                dir += n;
+        }
+}
+
 int core_run_quiet(const char *path, char *const argv[], int *ret_status) {
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);

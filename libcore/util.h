@@ -151,6 +151,13 @@ char *core_redact_path(const char *s, const char *prefix, const char *with);
  * any symlink (path_resolution(7)). */
 bool core_path_is_plain_absolute(const char *s);
 
+/* True when the absolute path `path` is the directory `dir` (absolute) or
+ * lies beneath it, compared component by component as text (repeated
+ * slashes count as one; "/proc" holds "/proc/sys" and "//proc/" but not
+ * "/process"). Meant for paths core_path_is_plain_absolute() accepts:
+ * "." and ".." are compared as names, not resolved. NULL: false. */
+bool core_path_is_within(const char *path, const char *dir);
+
 /* Runs the program at `path` (absolute) with `argv` (NULL-terminated),
  * stdin, stdout and stderr on /dev/null, PATH=/usr/sbin:/usr/bin:/sbin:/bin
  * as its only environment, no signal blocked and every disposition at its

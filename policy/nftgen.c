@@ -2067,8 +2067,13 @@ int pol_nft_pin_addr(const char *ifname, const pol_addr *addr, uint32_t ttl_s, s
                  (k = msg_keyed_elem(bt, NFT_MSG_NEWSETELEM, v6 ? CORE_NFT_PINS6_SET : CORE_NFT_PINS4_SET, &n, addr->bytes, v6 ? 16 : 4,
                                      NULL, ms, text)) < 0)
                 k = sb_error_set(ret_err, k, NULL, NULL, "nftables: build batch: %s", strerror(-k));
-        else
-                k = core_nft_batch_send(bt, ret_err);
+        else if ((k = core_nft_batch_send(bt, ret_err)) >= 0)
+                /* The kernel dates the element's timeout from its commit,
+                 * after the record's date above: dated again from the
+                 * ack, the record outlives the element, so an update or
+                 * delete never skips a pin the kernel still holds as one
+                 * it thinks expired (msg_pins_drop). */
+                (void) pins_add(rec, addr, ms);
         pthread_mutex_unlock(&pin_lock);
         return k;
 }

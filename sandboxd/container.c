@@ -39,6 +39,7 @@
 #include "sandboxd/internal.h"
 #include "sandboxd/limits.h"
 #include "sandboxd/tenant.h"
+#include "sandboxd/text.h"
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(cJSON, cJSON_Delete);
 
@@ -519,6 +520,15 @@ static int parse_mounts(manager *m, rpc_request *req, cJSON *mounts, cJSON *pkt_
                                             "%s: must be an absolute path other than / without '.' or '..' components "
                                             "(at most %d bytes)",
                                             f_dst, LIMIT_PATH_BYTES);
+                /* The kernel's filesystems init mounts fresh: a host tree
+                 * over /proc would stand where init and its copy children
+                 * look up /proc/self (as volumes, which /dev refuses too;
+                 * a host mount may bind a file under /dev, as kubelet's
+                 * termination log). */
+                if (core_path_is_within(dst->valuestring, "/proc") || core_path_is_within(dst->valuestring, "/sys"))
+                        return sb_error_set(ret_err, -EINVAL, NULL, f_dst,
+                                            "%s: %s: nothing may be mounted under /proc or /sys (the sandbox's own)",
+                                            f_dst, TEXT_Q(dst->valuestring));
                 if (ro && !cJSON_IsBool(ro))
                         return sb_error_set(ret_err, -EINVAL, NULL, where, "%s.readOnly: must be true or false", where);
                 if (fds->n >= ELEMENTSOF(fds->fd) - 8)

@@ -312,8 +312,7 @@ static int mount_path_check(const char *path, const char *field, sb_error **ret_
                                             TEXT_Q(path));
         }
         for (size_t i = 0; i < ELEMENTSOF(forbidden_prefixes); i++) {
-                size_t n = strlen(forbidden_prefixes[i]);
-                if (strncmp(path, forbidden_prefixes[i], n) == 0 && (path[n] == 0 || path[n] == '/'))
+                if (core_path_is_within(path, forbidden_prefixes[i]))
                         return sb_error_set(ret_err, -EINVAL, NULL, field,
                                             "%s: %s: volumes cannot be mounted under %s", field, TEXT_Q(path),
                                             forbidden_prefixes[i]);

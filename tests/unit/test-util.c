@@ -429,6 +429,20 @@ static void test_redact_path_replaces_whole_directories_only(void **state) {
 /* core_archive_lib_files: this test links libarchive, so the list names
  * its file last, and each file once, after every library it needs (the
  * order sandbox-init loads them in without a search). */
+static void test_path_is_within_compares_whole_components(void **state) {
+        (void)state;
+        assert_true(core_path_is_within("/proc", "/proc"));
+        assert_true(core_path_is_within("/proc/sys/kernel", "/proc"));
+        assert_true(core_path_is_within("//proc//sys/", "/proc"));
+        assert_true(core_path_is_within("/proc/", "/proc/"));
+        assert_true(core_path_is_within("/anything", "/"));
+        assert_false(core_path_is_within("/process", "/proc"));
+        assert_false(core_path_is_within("/pro", "/proc"));
+        assert_false(core_path_is_within("/sys", "/proc"));
+        assert_false(core_path_is_within("proc", "/proc"));
+        assert_false(core_path_is_within(NULL, "/proc"));
+}
+
 static void test_archive_lib_files_end_with_libarchive_once_each(void **state) {
         const char *const *f = core_archive_lib_files();
         assert_non_null(f);
@@ -464,6 +478,7 @@ int main(void) {
                 cmocka_unit_test(test_redact_path_replaces_whole_directories_only),
                 cmocka_unit_test(test_lock_holder_names_the_process_and_whether_it_never_exec_d_in_new_namespaces),
                 cmocka_unit_test(test_archive_lib_files_end_with_libarchive_once_each),
+                cmocka_unit_test(test_path_is_within_compares_whole_components),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
