@@ -248,6 +248,21 @@ void *core_nft_batch_reserve(core_nft_batch *b, uint32_t *ret_seq, const char *f
  * from its nlmsghdr). 0 or -ENOBUFS. */
 int core_nft_batch_commit(core_nft_batch *b);
 
+/* A set (or map) of the host table, as NEWSET needs it: `flags`
+ * (NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT ...), the key's and
+ * (maps) the data's nftables type ids and lengths in bytes, and the byte
+ * orders nft reads from the set's user data to print them (nftables'
+ * enum byteorder: 1 host endian, 2 big endian; 0: not stored). */
+typedef struct core_nft_set_spec {
+        const char *name;
+        uint32_t flags, key_type, key_len, key_order, data_type, data_len, data_order;
+} core_nft_set_spec;
+
+/* Appends a NEWSET of `spec` (borrowed) to the host table (CORE_NFT_TABLE,
+ * family inet) in batch b, labelled "set <name>" for errors. 0, -ENOMEM
+ * or -ENOBUFS. */
+int core_nft_batch_set(core_nft_batch *b, const core_nft_set_spec *spec);
+
 /* Ends the batch, sends it in one sendmsg() and reads every ACK. 0, or the
  * first error with *ret_err naming its message. */
 int core_nft_batch_send(core_nft_batch *b, sb_error **ret_err);

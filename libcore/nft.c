@@ -1372,38 +1372,46 @@ static int batch_map(core_nft_batch *bt, const char *name, bool is_map) {
         return core_nft_batch_commit(bt);
 }
 
-/* One of keyed_sets. The interface name is a host-order string (nft's
- * BYTEORDER_HOST_ENDIAN, the user data `nft list` reads) only where it is
- * the whole key; a concatenation's fields nft prints by their types. */
-static int batch_keyed_set(core_nft_batch *bt, const struct keyed_set *ks) {
+int core_nft_batch_set(core_nft_batch *bt, const core_nft_set_spec *ss) {
         _cleanup_(nftnl_set_freep) struct nftnl_set *s = nftnl_set_alloc();
         _cleanup_(nftnl_udata_buf_freep) struct nftnl_udata_buf *ud = nftnl_udata_buf_alloc(64);
         uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "set '%s'", ks->name);
+        void *buf = core_nft_batch_reserve(bt, &seq, "set '%s'", ss->name);
         if (!s || !ud || !buf)
                 return -ENOMEM;
-        if (ks->key_type == CORE_NFT_TYPE_IFNAME && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_KEYBYTEORDER, 1))
-                return -ENOMEM;
-        /* A mark is a host-order number to nft too (BYTEORDER_HOST_ENDIAN). */
-        if (ks->data_type == CORE_NFT_TYPE_MARK && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_DATABYTEORDER, 1))
+        if ((ss->key_order && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_KEYBYTEORDER, ss->key_order)) ||
+            (ss->data_order && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_DATABYTEORDER, ss->data_order)))
                 return -ENOMEM;
         if (nftnl_udata_buf_len(ud) &&
             nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud)) < 0)
                 return -ENOMEM;
         nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
-        if (nftnl_set_set_str(s, NFTNL_SET_TABLE, TABLE_NAME) < 0 || nftnl_set_set_str(s, NFTNL_SET_NAME, ks->name) < 0)
+        if (nftnl_set_set_str(s, NFTNL_SET_TABLE, TABLE_NAME) < 0 || nftnl_set_set_str(s, NFTNL_SET_NAME, ss->name) < 0)
                 return -ENOMEM;
         nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
-        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, ks->flags);
-        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, ks->key_type);
-        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, ks->key_len);
-        if (ks->flags & NFT_SET_MAP) {
-                nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, ks->data_type);
-                nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, ks->data_len);
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, ss->flags);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, ss->key_type);
+        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, ss->key_len);
+        if (ss->flags & NFT_SET_MAP) {
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, ss->data_type);
+                nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, ss->data_len);
         }
         struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSET, NFPROTO_INET, NLM_F_CREATE | NLM_F_ACK, seq);
         nftnl_set_nlmsg_build_payload(nlh, s);
         return core_nft_batch_commit(bt);
+}
+
+/* One of keyed_sets. The interface name is a host-order string (nft's
+ * BYTEORDER_HOST_ENDIAN, the user data `nft list` reads) only where it is
+ * the whole key; a concatenation's fields nft prints by their types. A
+ * mark is a host-order number to nft too. */
+static int batch_keyed_set(core_nft_batch *bt, const struct keyed_set *ks) {
+        core_nft_set_spec ss = {
+                .name = ks->name, .flags = ks->flags, .key_type = ks->key_type, .key_len = ks->key_len,
+                .key_order = ks->key_type == CORE_NFT_TYPE_IFNAME ? 1 : 0, .data_type = ks->data_type,
+                .data_len = ks->data_len, .data_order = ks->data_type == CORE_NFT_TYPE_MARK ? 1 : 0,
+        };
+        return core_nft_batch_set(bt, &ss);
 }
 
 static int batch_rule(core_nft_batch *bt, const host_rule *hr, const core_net_pool *pool) {

@@ -1018,10 +1018,7 @@ static int msg_shared_chain(core_nft_batch *bt, const char *chain) {
         return core_nft_batch_commit(bt);
 }
 
-typedef struct shared_set {
-        const char *name;
-        uint32_t flags, key_type, key_len, key_order, data_type, data_len, data_order;
-} shared_set;
+typedef core_nft_set_spec shared_set;
 
 #define CONCAT2(a, b) ((a) << CORE_NFT_TYPE_BITS | (b))
 #define SVC_TYPE(ip) \
@@ -1049,32 +1046,6 @@ static const shared_set shared_sets[] = {
         { POL_NFT_DNSFWD_MAP, NFT_SET_MAP, SVC_TYPE(CORE_NFT_TYPE_IPADDR), SVC_KEY_LEN(false), 0, CORE_NFT_TYPE_IPADDR,
           4, 0 },
 };
-
-static int msg_shared_set(core_nft_batch *bt, const shared_set *ss) {
-        _cleanup_(nftnl_set_freep) struct nftnl_set *s = new_set(ss->name);
-        _cleanup_(nftnl_udata_buf_freep) struct nftnl_udata_buf *ud = nftnl_udata_buf_alloc(64);
-        uint32_t seq;
-        void *buf = core_nft_batch_reserve(bt, &seq, "set %s", ss->name);
-        if (!s || !ud || !buf)
-                return -ENOMEM;
-        if ((ss->key_order && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_KEYBYTEORDER, ss->key_order)) ||
-            (ss->data_order && !nftnl_udata_put_u32(ud, NFTNL_UDATA_SET_DATABYTEORDER, ss->data_order)))
-                return -ENOMEM;
-        if (nftnl_udata_buf_len(ud) &&
-            nftnl_set_set_data(s, NFTNL_SET_USERDATA, nftnl_udata_buf_data(ud), nftnl_udata_buf_len(ud)) < 0)
-                return -ENOMEM;
-        nftnl_set_set_u32(s, NFTNL_SET_ID, seq);
-        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, ss->flags);
-        nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, ss->key_type);
-        nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, ss->key_len);
-        if (ss->flags & NFT_SET_MAP) {
-                nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, ss->data_type);
-                nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, ss->data_len);
-        }
-        nftnl_set_nlmsg_build_payload(
-                nftnl_nlmsg_build_hdr(buf, NFT_MSG_NEWSET, NFPROTO_INET, NLM_F_CREATE | NLM_F_ACK, seq), s);
-        return core_nft_batch_commit(bt);
-}
 
 /* nft's text of a shared chain's rule, for errors. */
 static void rule_text(const session_rule *sr, const chain_ctx *ctx, char *buf, size_t size) {
@@ -1298,7 +1269,7 @@ static int msg_global_forbidden(core_nft_batch *bt) {
 static int build_shared(core_nft_batch *bt) {
         int k;
         for (size_t i = 0; i < ELEMENTSOF(shared_sets); i++)
-                if ((k = msg_shared_set(bt, &shared_sets[i])) < 0)
+                if ((k = core_nft_batch_set(bt, &shared_sets[i])) < 0)
                         return k;
         if ((k = msg_global_forbidden(bt)) < 0)
                 return k;
