@@ -14,7 +14,9 @@ E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (E2B_API_KEY_B: the second
 key, for the isolation check); agent.mjs runs once more over HTTPS
 (--tls-cert, a CA of `sandboxctl certs init` that node is told to trust),
 envd.py (python3: envd calls the JS SDK does not make, on the wire),
-caps.py (python3) against a third gateway with a small connection
+verbs.py (python3: every /sandboxes/{id}/VERB route
+with another tenant's id, and the head's limits in pieces), caps.py
+(python3) against a third gateway with a small connection
 table (CAPS_ARGS), and E2B's own JS SDK tests (e2b-sdk-tests/, vitest),
 which print N of M passed and fail the run when a test not listed in
 docs/E2B.md fails or a listed one passes. E2B_TEST_TIMEOUT (s, default
@@ -59,7 +61,7 @@ DOMAIN = "e2b.test"
 DNS_ADDR = "127.0.0.53"
 # SANDBOXD_E2B: another build of the gateway (e.g. one with ASan).
 GATEWAY = os.environ.get("SANDBOXD_E2B") or os.path.join(REPO, "build", "sandboxd-e2b")
-PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "envd.py", "caps.py", "connects.py", SDK_TESTS]
+PROGRAMS = ["agent.mjs", "more.mjs", "isolation.mjs", "envd.py", "caps.py", "connects.py", "verbs.py", SDK_TESTS]
 # Run again over HTTPS (E2B_API_URL=https://...), trusting the test CA.
 TLS_PROGRAMS = ["agent.mjs"]
 NODE_TIMEOUT = int(os.environ.get("E2B_TEST_TIMEOUT", "300"))
