@@ -16,7 +16,6 @@
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
-#include <libnftnl/udata.h>
 #include <net/if.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -33,7 +32,6 @@ _Static_assert(POL_PROXY_PORT == CORE_NFT_PROXY_PORT, "the prerouting redirect a
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_chain, nftnl_chain_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_rule, nftnl_rule_free);
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_set, nftnl_set_free);
-DEFINE_TRIVIAL_CLEANUP_FUNC(struct nftnl_udata_buf, nftnl_udata_buf_free);
 
 /* ---- the shared objects as data ---- */
 
