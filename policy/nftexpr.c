@@ -30,15 +30,19 @@ int pol_nftx_cmp(struct nftnl_rule *r, const void *data, uint32_t len) {
         return pol_nftx_expr(r, e);
 }
 
-int pol_nftx_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len) {
+int pol_nftx_payload_to(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg) {
         struct nftnl_expr *e = nftnl_expr_alloc("payload");
         if (e) {
                 nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
                 nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
         }
         return pol_nftx_expr(r, e);
+}
+
+int pol_nftx_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len) {
+        return pol_nftx_payload_to(r, base, offset, len, NFT_REG_1);
 }
 
 int pol_nftx_ct_bits(struct nftnl_rule *r, uint32_t key, uint32_t mask) {

@@ -31,6 +31,11 @@ int pol_nftx_cmp(struct nftnl_rule *r, const void *data, uint32_t len);
  * -ENOMEM. */
 int pol_nftx_payload(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len);
 
+/* pol_nftx_payload() into register dreg (an NFT_REG_* or NFT_REG32_*; the
+ * kernel zeroes the rest of a partly written 32-bit register), for keys
+ * built from several loads. 0, or -ENOMEM. */
+int pol_nftx_payload_to(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg);
+
 /* Appends `ct <key> & mask != 0` (key NFT_CT_STATE with
  * NF_CT_STATE_BIT()s: `ct state related`; NFT_CT_STATUS with IPS_*
  * bits: `ct status dnat`), as nft emits a bit test (bitwise into

@@ -541,19 +541,6 @@ static int add_meta_to(struct nftnl_rule *r, uint32_t key, uint32_t dreg) {
         return pol_nftx_expr(r, e);
 }
 
-/* A payload load of len bytes at offset from header base into register
- * dreg (the kernel zeroes the rest of a partly written 32-bit register). */
-static int add_payload_to(struct nftnl_rule *r, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg) {
-        struct nftnl_expr *e = nftnl_expr_alloc("payload");
-        if (e) {
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-                nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
-        }
-        return pol_nftx_expr(r, e);
-}
-
 /* meta nfproto ipv4 (ipv6): the dependency nft adds itself so a payload
  * offset means an IPv4 (IPv6) header. */
 static int add_nfproto(struct nftnl_rule *r, bool v6) {
@@ -594,7 +581,7 @@ static int add_range_lookup(struct nftnl_rule *r, enum set_id id, bool reply, in
         bool v6 = range_sets[id].v6;
         int k;
         if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0 ||
-            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
+            (k = pol_nftx_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
                                 NFT_REG_2)) < 0)
                 return k;
         return add_lookup(r, range_sets[id].name[slot], NFT_REG_1, -1, false);
@@ -608,7 +595,7 @@ static int add_forbid_lookup(struct nftnl_rule *r, enum set_id id, bool reply, i
         bool v6 = range_sets[id].v6;
         int k;
         if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0 ||
-            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
+            (k = pol_nftx_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
                                 NFT_REG_2)) < 0 ||
             (k = add_lookup(r, v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET, NFT_REG_2, -1, false)) < 0)
                 return k;
@@ -663,7 +650,7 @@ static int add_slot_guard(struct nftnl_rule *r, bool reply) {
 static int add_pin_lookup(struct nftnl_rule *r, bool v6, bool reply) {
         int k;
         if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, reply, NFT_REG_1)) < 0 ||
-            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
+            (k = pol_nftx_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? (reply ? 8 : 24) : (reply ? 12 : 16), v6 ? 16 : 4,
                                 NFT_REG_2)) < 0)
                 return k;
         return add_lookup(r, v6 ? CORE_NFT_PINS6_SET : CORE_NFT_PINS4_SET, NFT_REG_1, -1, false);
@@ -675,10 +662,10 @@ static int add_pin_lookup(struct nftnl_rule *r, bool v6, bool reply) {
 static int add_service_key(struct nftnl_rule *r, bool v6) {
         int k;
         if ((k = add_nfproto(r, v6)) < 0 || (k = load_if(r, false, NFT_REG_1)) < 0 ||
-            (k = add_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, v6 ? 16 : 4, NFT_REG32_04)) < 0 ||
+            (k = pol_nftx_payload_to(r, NFT_PAYLOAD_NETWORK_HEADER, v6 ? 24 : 16, v6 ? 16 : 4, NFT_REG32_04)) < 0 ||
             (k = add_meta_to(r, NFT_META_L4PROTO, v6 ? NFT_REG32_08 : NFT_REG32_05)) < 0)
                 return k;
-        return add_payload_to(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, v6 ? NFT_REG32_09 : NFT_REG32_06);
+        return pol_nftx_payload_to(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, v6 ? NFT_REG32_09 : NFT_REG32_06);
 }
 
 /* meta l4proto proto th dport port (th sport for `src`). */
