@@ -64,11 +64,21 @@ typedef struct session {
         int64_t run_id;       /* request id of command.run */
         char *cmd_id;         /* known from the run answer or the first notification */
         bool stdin_open;
+        /* One command.write at a time: sandboxd answers each once
+         * sandbox-init has queued it, or refuses it whole (limit_exceeded)
+         * while the command has 16 MiB of input unread; the refused one is
+         * sent again, and nothing after it goes first. */
+        int64_t write_id;     /* the write in flight, 0 when none */
+        char *write_b64;      /* its data, kept for a retry */
+        bool write_retry;     /* refused: send write_b64 again after a pause */
         bool kill_pending;    /* Ctrl-C came before the cmdId was known */
         int interrupts;
         bool done;
         int exit_code;
 } session;
+
+/* Pause before a write refused for a full stdin queue is sent again. */
+#define WRITE_RETRY_MS 20
 
 static int signal_pipe[2] = { -1, -1 };
 static struct termios saved_termios;
@@ -258,7 +268,44 @@ static int on_notification(session *s, const client_msg *m) {
 }
 
 /* Handles a response. Returns 0, or an exit code (> 0) to leave with. */
+static int send_write(session *s) {
+        cJSON *p = cJSON_CreateObject();
+        if (!p)
+                return -ENOMEM;
+        cJSON_AddStringToObject(p, "data", s->write_b64);
+        cJSON_AddStringToObject(p, "cmdId", s->cmd_id);
+        int64_t id = client_send(s->c, "command.write", p);
+        if (id < 0)
+                return (int) id;
+        s->write_id = id;
+        s->write_retry = false;
+        return 0;
+}
+
+static int close_stdin(session *s) {
+        s->stdin_open = false;
+        return send_cmd(s, "command.closeStdin", NULL);
+}
+
+/* The answer to the write in flight. Refused for a full queue: sent
+ * again after a pause. Any other error (the command ended, its stdin
+ * closed) ends our input, as a broken pipe would. */
+static int on_write_answer(session *s, client_msg *m) {
+        s->write_id = 0;
+        if (m->error && m->error->reason && streq(m->error->reason, "limit_exceeded")) {
+                s->write_retry = true;
+                return 0;
+        }
+        free(s->write_b64);
+        s->write_b64 = NULL;
+        if (m->error)
+                s->stdin_open = false;
+        return 0;
+}
+
 static int on_response(session *s, client_msg *m) {
+        if (s->write_id && m->id == s->write_id)
+                return on_write_answer(s, m);
         if (m->id != s->run_id) {
                 /* write/closeStdin/resize/kill: an error there (the command
                  * just ended, say) is not worth more than the exit itself. */
@@ -298,22 +345,19 @@ static int drain_socket(session *s) {
         }
 }
 
-/* Forwards one read of our stdin. EOF closes the command's stdin. */
+/* Forwards one read of our stdin (only while no write is in flight).
+ * EOF closes the command's stdin. */
 static int pump_stdin(session *s) {
-        char buf[65536];
+        char buf[256 * 1024];
         ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
                 return 0;
-        if (n <= 0) {
-                s->stdin_open = false;
-                return send_cmd(s, "command.closeStdin", NULL);
-        }
-        _cleanup_free_ char *b64 = client_base64_encode(buf, (size_t) n);
-        if (!b64)
+        if (n <= 0)
+                return close_stdin(s);
+        s->write_b64 = client_base64_encode(buf, (size_t) n);
+        if (!s->write_b64)
                 return -ENOMEM;
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "data", b64);
-        return send_cmd(s, "command.write", p);
+        return send_write(s);
 }
 
 /* Acts on the signals queued in the self-pipe. Returns 0 or an exit code. */
@@ -355,17 +399,23 @@ static int relay(session *s) {
                         break;
                 /* stdin is read only once the command id is known, since
                  * command.write needs it. */
-                bool want_stdin = s->o->interactive && s->stdin_open && s->cmd_id;
+                bool want_stdin = s->o->interactive && s->stdin_open && s->cmd_id && !s->write_id &&
+                                  !s->write_retry;
                 struct pollfd p[3] = {
                         { .fd = signal_pipe[0], .events = POLLIN },
                         { .fd = client_fd(s->c), .events = POLLIN },
                         { .fd = want_stdin ? STDIN_FILENO : -1, .events = POLLIN },
                 };
-                if (poll(p, 3, -1) < 0) {
+                /* A refused write waits a little for the command to read
+                 * (no event says when it has), output still relayed. */
+                int n = poll(p, 3, s->write_retry ? WRITE_RETRY_MS : -1);
+                if (n < 0) {
                         if (errno == EINTR)
                                 continue;
                         return ctl_error(CLI_EXIT_ERROR, "exec: poll: %m");
                 }
+                if (n == 0 && s->write_retry && send_write(s) < 0)
+                        return ctl_error(CLI_EXIT_UNREACHABLE, "exec: lost sandboxd while sending input");
                 if (p[0].revents && (r = handle_signals(s)) != 0)
                         return r;
                 if (p[2].revents && pump_stdin(s) < 0)
@@ -467,5 +517,6 @@ int ctl_exec(ctl_globals *gp, int argc, char **argv) {
         r = relay(&s);
         restore_terminal();
         free(s.cmd_id);
+        free(s.write_b64);
         return r;
 }

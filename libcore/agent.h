@@ -71,6 +71,19 @@
  *      their last B bytes per stream (0: dropped whole, for its budget);
  *      init cuts its copy the same way
  *   → {"op":"write","id":N,"data":BASE64}   → {"op":"close_stdin","id":N}
+ *   → {"op":"write","id":N,"data":BASE64,"acked":true,"total":T,"req":R}
+ *      an acked write: one client write of T bytes (at most AGENT_STDIN_MAX)
+ *      sent as chunks, each "acked", "total" on its first, "req" on its
+ *      last (one chunk: both).
+ *      init takes the whole write or none of it: when T bytes do not fit
+ *      in what it queues for the command's stdin (AGENT_STDIN_MAX), or the
+ *      stdin is closed, every chunk of that write is dropped and the last
+ *      is answered {"ev":"fs","req":R,"errno":E,"message":S} (ENOBUFS: the
+ *      command is not reading; EPIPE: stdin closed; ESRCH: no such running
+ *      command); else {"ev":"fs","req":R,"result":{}} once all are queued.
+ *      The chunks of one write are sent back to back, nothing between.
+ *      init says it answers such writes with "writeAcks":true in "started"
+ *      and "list"; an older init (no "writeAcks") gets plain writes.
  *   → {"op":"resize","id":N,"rows":R,"cols":C}
  *   → {"op":"kill","id":N,"signal":S}   signal to the command's process group
  *      (S a number or a name, "TERM" or "SIGTERM"; default SIGKILL)
@@ -181,6 +194,9 @@
 #define AGENT_LISTEN_FD 4
 #define AGENT_MAX_PACKET (256 * 1024)
 #define AGENT_FS_CHUNK (128 * 1024)
+/* Bytes of stdin init queues for one command that has not read them yet
+ * (an acked "write" over it is refused whole, see above). */
+#define AGENT_STDIN_MAX (16u * 1024 * 1024)
 /* What an init that keeps a command's window ("window" above) may send of
  * its output beyond the window, not yet credited: one read past it (init
  * checks the window after each read of up to 64 KiB) and what it reads

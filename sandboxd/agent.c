@@ -189,6 +189,8 @@ static void dispatch(session *s, cJSON *msg) {
                         commands_logs_replayed(s);
         }
         else if (streq(ev, "started")) {
+                if (cJSON_IsTrue(cJSON_GetObjectItem(msg, "writeAcks")))
+                        s->write_acks = true;
                 command_on_started(s, cid, packet_int(cJSON_GetObjectItem(msg, "pid"), 1, INT_MAX, 0),
                                    (uint64_t)packet_int(cJSON_GetObjectItem(msg, "window"), 1, INT_MAX, 0));
         } else if (streq(ev, "exit")) {
@@ -198,8 +200,11 @@ static void dispatch(session *s, cJSON *msg) {
                                 cJSON_GetObjectItem(msg, "usage"));
         } else if (streq(ev, "fs"))
                 on_fs_reply(s, msg);
-        else if (streq(ev, "list"))
+        else if (streq(ev, "list")) {
+                if (cJSON_IsTrue(cJSON_GetObjectItem(msg, "writeAcks")))
+                        s->write_acks = true;
                 commands_restore(s, msg);
+        }
         else if (streq(ev, "watch"))
                 fs_watch_on_events(s, cid, msg);
         else if (streq(ev, "watch_end"))

@@ -878,6 +878,17 @@ typedef struct run_params {
         int64_t rows, cols, timeout_ms;
 } run_params;
 
+/* stdin of one request is at most what sandbox-init queues for a command
+ * (agent.h AGENT_STDIN_MAX): more would be cut there, after the request
+ * was answered. */
+static int check_stdin_size(size_t n, const char *field, sb_error **ret_err) {
+        if (n <= AGENT_STDIN_MAX)
+                return 0;
+        return sb_error_set(ret_err, -EINVAL, NULL, field,
+                            "%s: %zu bytes is over the %u MiB a command's stdin takes at once; send it in parts "
+                            "(command.write)", field, n, (unsigned)(AGENT_STDIN_MAX >> 20));
+}
+
 static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret_err) {
         int r;
         p->cwd = "/workspace";
@@ -911,6 +922,8 @@ static int parse_run(rpc_request *req, manager *m, run_params *p, sb_error **ret
                 size_t n;
                 if (core_base64_decode(p->stdin_b64, &d, &n) < 0)
                         return sb_error_set(ret_err, -EINVAL, NULL, "stdin", "stdin: must be base64");
+                if ((r = check_stdin_size(n, "stdin", ret_err)) < 0)
+                        return r;
         }
         return 0;
 }
@@ -1303,6 +1316,80 @@ static command *lookup_live(rpc_request *req, manager *m, rpc_handler redo) {
         return c;
 }
 
+typedef struct write_op {
+        rpc_request *req;
+        char *cmd_id;
+} write_op;
+
+/* sandbox-init's answer to an acked write (agent.h "write"): it took all
+ * of it or none. Its message is not relayed (init is the sandbox's): the
+ * errno picks the daemon's own. */
+static void write_done(session *s, cJSON *result, int err, const char *message, void *userdata) {
+        (void)s, (void)result, (void)message;
+        write_op *op = userdata;
+        if (err == -ENOBUFS)
+                rpc_reply_error(op->req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                                "command %s is not reading its stdin: %u MiB of it wait already, the most kept for "
+                                "one command; nothing of this write was taken, write it again once the command has "
+                                "read some", op->cmd_id, (unsigned)(AGENT_STDIN_MAX >> 20));
+        else if (err == -EPIPE)
+                rpc_reply_error(op->req, RPC_APP_ERROR, "failed", NULL,
+                                "the stdin of command %s is closed; nothing of this write was taken", op->cmd_id);
+        else if (err == -ESHUTDOWN)
+                rpc_reply_error(op->req, RPC_APP_ERROR, "sandbox_stopped", NULL,
+                                "command %s: the sandbox stopped; nothing of this write was taken", op->cmd_id);
+        else if (err < 0)
+                rpc_reply_error(op->req, RPC_APP_ERROR, "failed", NULL, "command %s has already exited",
+                                op->cmd_id);
+        else
+                rpc_reply(op->req, NULL);
+        free(op->cmd_id);
+        free(op);
+}
+
+/* One write whose answer says whether init queued it (agent.h "write"):
+ * chunks back to back, "total" on the first, "req" on the last, so that
+ * init takes the whole write or none and the client hears which. */
+static int write_stdin_acked(command *c, rpc_request *req, const void *data, size_t len) {
+        size_t off = 0;
+        for (;;) {
+                size_t n = len - off < AGENT_FS_CHUNK ? len - off : AGENT_FS_CHUNK;
+                bool last = off + n >= len;
+                cJSON *op = cJSON_CreateObject();
+                _cleanup_free_ char *chunk = core_base64_encode((const char *)data + off, n);
+                if (!op || !chunk) {
+                        cJSON_Delete(op);
+                        return -ENOMEM;
+                }
+                cJSON_AddStringToObject(op, "op", "write");
+                cJSON_AddNumberToObject(op, "id", c->agent_id);
+                cJSON_AddStringToObject(op, "data", chunk);
+                cJSON_AddBoolToObject(op, "acked", true);
+                if (off == 0)
+                        cJSON_AddNumberToObject(op, "total", (double)len);
+                if (!last) {
+                        int r = agent_send(c->sess, op);
+                        if (r < 0)
+                                return r;
+                        off += n;
+                        continue;
+                }
+                write_op *w = calloc(1, sizeof(*w));
+                if (!w || !(w->cmd_id = strdup(c->cmd_id))) {
+                        free(w);
+                        cJSON_Delete(op);
+                        return -ENOMEM;
+                }
+                w->req = req;
+                int r = agent_call(c->sess, op, write_done, w);
+                if (r < 0) {
+                        free(w->cmd_id);
+                        free(w);
+                }
+                return r;
+        }
+}
+
 static void method_write(rpc_request *req, void *userdata) {
         _cleanup_error_ sb_error *err = NULL;
         const char *data = NULL;
@@ -1310,15 +1397,25 @@ static void method_write(rpc_request *req, void *userdata) {
         size_t len;
         if (rpc_param_string(req, "data", true, &data, &err) < 0 ||
             (core_base64_decode(data, &raw, &len) < 0 &&
-             sb_error_set(&err, -EINVAL, NULL, "data", "data: must be base64") < 0)) {
+             sb_error_set(&err, -EINVAL, NULL, "data", "data: must be base64") < 0) ||
+            check_stdin_size(len, "data", &err) < 0) {
                 rpc_reply_sb_error(req, err);
                 return;
         }
         command *c = lookup_live(req, userdata, method_write);
         if (!c)
                 return;
-        write_stdin(c, raw, len);
-        rpc_reply(req, NULL);
+        /* An init of before acked writes queues what it can and drops
+         * the rest, logging it; this daemon's own answers for each. */
+        if (!c->sess->write_acks) {
+                write_stdin(c, raw, len);
+                rpc_reply(req, NULL);
+                return;
+        }
+        int r = write_stdin_acked(c, req, raw, len);
+        if (r < 0)
+                rpc_reply_error(req, RPC_APP_ERROR, "failed", NULL, "command %s: sending to sandbox-init: %s",
+                                c->cmd_id, strerror(-r));
 }
 
 static void method_close_stdin(rpc_request *req, void *userdata) {

@@ -172,6 +172,9 @@ struct session {
          * or it answered a run with a window. A run it answers without one
          * is held to the one this daemon granted all the same (command.c). */
         bool keeps_windows;
+        /* Its init answers each command.write with whether it took it
+         * (agent.h "write"): said in its "started" and "list" events. */
+        bool write_acks;
         bool output_bulk;         /* used its relay budget last turn: lower priority (agent.c) */
         struct in_addr gateway;   /* host side of the veth (network order) */
         pid_t netd_pid;           /* sandbox-netd (custom policies), or 0 */

@@ -2003,6 +2003,7 @@ static void start_done(void *userdata) {
          * is granted: a "started" without one (root inside speaking on
          * init's socket) is held to the window all the same (command.c). */
         s->keeps_windows = true;
+        s->write_acks = true; /* and answers acked writes (agent.h "write") */
         if (runtime_is_host(sb))
                 memcpy(s->runtime_version, m->host_version, sizeof(s->runtime_version));
         sb->sess = s;

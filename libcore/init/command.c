@@ -505,6 +505,7 @@ static void send_started(init_agent *a, init_cmd *c) {
          * then (an older init would answer "credit" as an unknown op). */
         if (c->window)
                 cJSON_AddNumberToObject(ev, "window", (double)c->window);
+        cJSON_AddBoolToObject(ev, "writeAcks", true); /* agent.h "write" */
         (void)agent_send(a, ev);
 }
 
@@ -1255,6 +1256,7 @@ cJSON *cmd_list(init_agent *a) {
                 return NULL;
         }
         cJSON_AddStringToObject(ev, "ev", "list");
+        cJSON_AddBoolToObject(ev, "writeAcks", true); /* agent.h "write" */
         /* One packet (AGENT_MAX_PACKET): running commands first, then
          * finished ones newest first while they fit. A finished command
          * left out is forgotten by the daemon that acks its re-sent exit. */
@@ -1346,19 +1348,76 @@ static int parse_signal(const cJSON *v) {
         return -EINVAL;
 }
 
+/* Answers the last chunk of an acked write (agent.h "write"): {} or errno
+ * with a message naming the command and the limit. */
+static void write_answer(init_agent *a, const cJSON *reqj, int64_t id, int err) {
+        if (!cJSON_IsNumber(reqj))
+                return;
+        _cleanup_(cJSON_Deletep) cJSON *ev = cJSON_CreateObject();
+        if (!ev)
+                return;
+        cJSON_AddStringToObject(ev, "ev", "fs");
+        cJSON_AddNumberToObject(ev, "req", reqj->valuedouble);
+        if (!err)
+                cJSON_AddItemToObject(ev, "result", cJSON_CreateObject());
+        else {
+                char msg[256];
+                if (err == ENOBUFS)
+                        snprintf(msg, sizeof(msg), "command %" PRId64 " is not reading its stdin: %u MiB of it wait "
+                                 "already, the most kept for one command; write again once it has read some",
+                                 id, (unsigned)(INIT_STDIN_MAX >> 20));
+                else if (err == EPIPE)
+                        snprintf(msg, sizeof(msg), "the stdin of command %" PRId64 " is closed", id);
+                else
+                        snprintf(msg, sizeof(msg), "command %" PRId64 " is not running", id);
+                cJSON_AddNumberToObject(ev, "errno", err);
+                cJSON_AddStringToObject(ev, "message", msg);
+        }
+        (void)agent_send(a, ev);
+}
+
+/* A plain write (no "total"/"req", an older daemon's) is refused by the
+ * chunk, with an error event. An acked one is taken whole or not at all:
+ * its first chunk ("total") decides for every chunk of it, since a
+ * client told its write was refused must not find part of it in the
+ * command's input; its last chunk ("req") is answered. */
 static void op_write(init_agent *a, init_cmd *c, const cJSON *req, const cJSON *idj) {
         const char *data = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "data"));
+        const cJSON *reqj = cJSON_GetObjectItemCaseSensitive(req, "req");
         _cleanup_free_ void *buf = NULL;
         size_t len = 0;
-        if (!data || core_base64_decode(data, &buf, &len) < 0)
-                return agent_send_error(a, idj, "write: \"data\" must be base64");
-        if (c->in_fd < 0 || c->in_close_pending)
+        double total = -1;
+        if (!data || core_base64_decode(data, &buf, &len) < 0 ||
+            num_field(req, "total", 0, INIT_STDIN_MAX, -1, &total) < 0)
+                return agent_send_error(a, idj, "write: \"data\" must be base64 and \"total\" a byte count");
+        if (total >= 0) { /* the first chunk of an acked write */
+                c->in_skip = 0;
+                c->in_skip_errno = c->in_fd < 0 || c->in_close_pending ? EPIPE
+                                   : c->in_queue.bytes + (uint64_t)total > INIT_STDIN_MAX ? ENOBUFS : 0;
+                if (c->in_skip_errno)
+                        c->in_skip = (uint64_t)total;
+        }
+        if (c->in_skip) {
+                c->in_skip -= len < c->in_skip ? len : c->in_skip;
+                if (cJSON_IsNumber(reqj))
+                        write_answer(a, reqj, c->id, c->in_skip_errno);
+                return;
+        }
+        if (c->in_fd < 0 || c->in_close_pending) {
+                if (cJSON_IsNumber(reqj))
+                        return write_answer(a, reqj, c->id, EPIPE);
                 return agent_send_error(a, idj, "write: stdin of command %" PRId64 " is closed", c->id);
-        if (c->in_queue.bytes + len > INIT_STDIN_MAX)
+        }
+        if (c->in_queue.bytes + len > INIT_STDIN_MAX) {
+                if (cJSON_IsNumber(reqj))
+                        return write_answer(a, reqj, c->id, ENOBUFS);
                 return agent_send_error(a, idj, "write: command %" PRId64 " is not reading its stdin", c->id);
+        }
         if (len && queue_push(&c->in_queue, buf, len) < 0)
                 return agent_send_error(a, idj, "write: out of memory");
         stdin_flush(a, c);
+        if (cJSON_IsNumber(reqj))
+                write_answer(a, reqj, c->id, 0);
 }
 
 static void op_close_stdin(init_agent *a, init_cmd *c) {
@@ -1391,8 +1450,15 @@ void cmd_op(init_agent *a, const char *op, const cJSON *req) {
         init_cmd *c = cmd_find(a, (int64_t)idj->valuedouble);
         /* kill, resize and close_stdin race with the command's exit as a
          * matter of course; only lost stdin is worth an error. */
-        if (!c && streq(op, "write"))
+        if (!c && streq(op, "write")) {
+                /* An acked write's chunks are answered once, at the last. */
+                const cJSON *reqj = cJSON_GetObjectItemCaseSensitive(req, "req");
+                if (cJSON_IsNumber(reqj))
+                        return write_answer(a, reqj, (int64_t)idj->valuedouble, ESRCH);
+                if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(req, "acked")))
+                        return;
                 return agent_send_error(a, idj, "write: no running command with id %.0f", idj->valuedouble);
+        }
         if (!c)
                 return;
         if (streq(op, "write"))

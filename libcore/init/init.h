@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "libcore/agent.h"
 #include "libcore/error.h"
 
 /* Raw bytes of command output per `output` event (base64 adds a third, so a
@@ -23,7 +24,7 @@
  * credited by sandboxd (agent.h "credit"). */
 #define INIT_WINDOW_MAX (64.0 * 1024 * 1024)
 /* Bound on stdin bytes queued for one command that does not read them. */
-#define INIT_STDIN_MAX (16u * 1024 * 1024)
+#define INIT_STDIN_MAX AGENT_STDIN_MAX
 /* Output read from one stream after its process was reaped: what is in the
  * pipe now is taken, a daemonised grandchild that keeps writing is not. */
 #define INIT_DRAIN_MAX (1u * 1024 * 1024)
@@ -111,6 +112,10 @@ typedef struct init_cmd {
          * the command's streams are not read until credit comes. */
         uint64_t window, unacked;
         bool in_close_pending; /* close stdin once the queue drains */
+        /* An acked write refused at its first chunk: bytes of its chunks
+         * still to come, dropped, and the errno its last one answers. */
+        uint64_t in_skip;
+        int in_skip_errno;
         init_watch w_out, w_err, w_in;
         init_queue in_queue;
         char *meta;            /* sandboxd's opaque "meta" of run, returned by list */
