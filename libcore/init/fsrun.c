@@ -3,6 +3,8 @@
  * itself; the child sends its answer back over a pipe. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,26 @@ _noreturn_ static void fs_child(const cJSON *req, const char *workspace, int out
         _exit(w < 0 ? 1 : 0);
 }
 
+/* How often init looks whether the child it waits for was stopped. */
+#define STOP_CHECK_MS 100
+
+int init_child_await(pid_t pid, int fd) {
+        for (;;) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                int n = poll(&p, 1, STOP_CHECK_MS);
+                if (n > 0)
+                        return 0;
+                if (n < 0 && errno != EINTR)
+                        return negative_errno();
+                siginfo_t si = {};
+                if (waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid &&
+                    (si.si_code == CLD_STOPPED || si.si_code == CLD_TRAPPED)) {
+                        (void)kill(pid, SIGKILL);
+                        return si.si_status > 0 ? si.si_status : SIGSTOP;
+                }
+        }
+}
+
 int init_fs_run(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message) {
         *ret_message = NULL;
         const core_seccomp *filter = NULL;
@@ -71,7 +93,14 @@ int init_fs_run(const cJSON *req, const char *workspace, cJSON **ret_result, cha
         size_t cap = AGENT_MAX_PACKET + 1, len = 0;
         _cleanup_free_ char *buf = malloc(cap + 1);
         r = buf ? 0 : -ENOMEM;
+        int stopped = 0;
         while (r == 0) {
+                /* Never blocks on a child the sandbox stopped (init_child_await). */
+                if (!stopped && (stopped = init_child_await(pid, p[0])) < 0) {
+                        r = stopped;
+                        (void)kill(pid, SIGKILL);
+                        break;
+                }
                 ssize_t n = read(p[0], buf + len, cap - len);
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -103,6 +132,13 @@ int init_fs_run(const cJSON *req, const char *workspace, cJSON **ret_result, cha
                 return -(int)en->valuedouble;
         }
         const char *action = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "action"));
+        if (stopped > 0) {
+                if (asprintf(ret_message, "fs.%s: a process in the sandbox stopped the file operation (signal %s); "
+                             "it was ended, nothing after the stop was done", action ? action : "?",
+                             sigabbrev_np(stopped) ?: "?") < 0)
+                        *ret_message = NULL;
+                return -EINTR;
+        }
         if (asprintf(ret_message, "fs.%s: the file operation ended without an answer (%s %d)",
                      action ? action : "?", WIFSIGNALED(st) ? "signal" : "status",
                      WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st)) < 0)

@@ -249,6 +249,16 @@ int init_fs_handle(const cJSON *req, const char *workspace, cJSON **ret_result, 
  * before this returns. Same contract as init_fs_handle. */
 int init_fs_run(const cJSON *req, const char *workspace, cJSON **ret_result, char **ret_message);
 
+/* fsrun.c: waits until `fd` (the read end of a pipe the child `pid`
+ * writes) is readable, or the child is stopped. init is single-threaded and
+ * every request of the sandbox waits while it blocks; the sandbox user (or
+ * root inside) can SIGSTOP a child that took its uid (kill(2): same real
+ * uid), which would hold init forever. A stopped child is sent SIGKILL, so
+ * its end of the pipe closes. Looks every STOP_CHECK_MS (100 ms). Returns 0
+ * when readable, the stopping signal (> 0) after killing a stopped child,
+ * or a negative errno from poll(2). */
+int init_child_await(pid_t pid, int fd);
+
 /* fsops.c: an agent path made absolute (relative ones under `workspace`),
  * repeated and trailing slashes removed. Caller frees; NULL on ENOMEM. */
 char *init_fs_path(const char *p, const char *workspace);
