@@ -56,6 +56,7 @@ static void flush_queue(session *s) {
                         break;
                 }
                 s->outq = p->next;
+                s->outq_bytes -= p->len;
                 if (p->fd >= 0)
                         close(p->fd);
                 free(p->data);
@@ -81,6 +82,7 @@ static int send_with_fd(session *s, cJSON *json, int fd) {
         p->data = text;
         p->len = len;
         p->fd = fd;
+        s->outq_bytes += len;
         *s->outq_tail = p;
         s->outq_tail = &p->next;
         flush_queue(s);
@@ -89,6 +91,17 @@ static int send_with_fd(session *s, cJSON *json, int fd) {
 
 int agent_send(session *s, cJSON *json) {
         return send_with_fd(s, json, -EBADF);
+}
+
+bool agent_input_refused(session *s, rpc_request *req, size_t bytes) {
+        /* Packets carry base64 (4/3) and some JSON around it. */
+        size_t packed = bytes / 3 * 4 + 4096;
+        if (s->outq_bytes + packed <= AGENT_OUTQ_INPUT_MAX)
+                return false;
+        rpc_reply_error(req, RPC_APP_ERROR, "limit_exceeded", NULL,
+                        "sandbox '%s' is not taking input: %zu MiB wait for its sandbox-init already (limit %u MiB); "
+                        "retry later", s->sb->name, s->outq_bytes >> 20, AGENT_OUTQ_INPUT_MAX >> 20);
+        return true;
 }
 
 int agent_fs(session *s, cJSON *op, agent_fs_cb cb, void *userdata) {
@@ -370,6 +383,7 @@ void agent_detach(session *s) {
                 free(p);
         }
         s->outq_tail = &s->outq;
+        s->outq_bytes = 0;
         fs_watches_session_detached(s);
         /* Pending file operations fail: the sandbox stopped under them. */
         while (s->fs_ops) {

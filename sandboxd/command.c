@@ -977,6 +977,8 @@ static void method_run(rpc_request *req, void *userdata) {
                 return;
         }
         session *s = sb->sess;
+        if (agent_input_refused(s, req, p.stdin_b64 ? strlen(p.stdin_b64) / 4 * 3 : 0))
+                return;
         if (p.container && !container_find(s, p.container)) {
                 rpc_reply_error(req, RPC_APP_ERROR, "not_found", "container", "container: sandbox '%s' has no container '%s'",
                                 sb->name, p.container);
@@ -1404,6 +1406,17 @@ static void method_write(rpc_request *req, void *userdata) {
         }
         command *c = lookup_live(req, userdata, method_write);
         if (!c)
+                return;
+        /* A frozen init reads nothing: the write would wait, held in the
+         * daemon, for a resume that may never come (as command.run and
+         * fs.* are refused, sandbox.c sandbox_require_unpaused). */
+        if (c->sess->paused) {
+                rpc_reply_error(req, RPC_APP_ERROR, "unavailable", NULL,
+                                "command %s: sandbox '%s' is paused (sandbox.pause); resume it (sandbox.resume) first",
+                                c->cmd_id, c->sess->sb->name);
+                return;
+        }
+        if (agent_input_refused(c->sess, req, len))
                 return;
         /* An init of before acked writes queues what it can and drops
          * the rest, logging it; this daemon's own answers for each. */

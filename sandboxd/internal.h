@@ -164,6 +164,7 @@ struct session {
         uint64_t started_ms;
         sd_event_source *agent_src, *pidfd_src, *expire_src, *kill_src;
         agent_packet *outq, **outq_tail;
+        size_t outq_bytes;        /* bytes of the packets in outq (agent_input_refused) */
         unsigned next_cmd_id, next_fs_req;
         agent_fs_op *fs_ops;
         bool stopping, agent_closed;
@@ -740,7 +741,18 @@ void restore_helper_forget(pid_t pid);
 int restore_helpers_sweep(const char *run_dir);
 
 /* agent.c */
+/* Bytes queued for one session's sandbox-init past which input for its
+ * commands (command.write, command.run stdin) is refused: an init that
+ * does not read (frozen, starved) would otherwise have the daemon hold
+ * every write sent to it, outside any cgroup. Above one write of the
+ * largest stdin (AGENT_STDIN_MAX, base64 in its packets) and then some. */
+#define AGENT_OUTQ_INPUT_MAX (64u << 20)
 int agent_attach(session *s, sd_event *event);
+/* Whether `bytes` more of command input for s's sandbox-init would pass
+ * AGENT_OUTQ_INPUT_MAX; when so, answers req with limit_exceeded naming
+ * the sandbox and the limit and returns true. Control packets (kill,
+ * credit, close_stdin) are never held to it. */
+bool agent_input_refused(session *s, rpc_request *req, size_t bytes);
 /* Queues one packet (takes json). */
 int agent_send(session *s, cJSON *json);
 /* Decodes and acts on one packet from sandbox-init (len bytes of JSON, not

@@ -12,6 +12,7 @@ arrival."""
 import base64
 import hashlib
 import os
+import signal
 
 import world as W
 from common import expect, expect_eq, rpc_ok, sandbox
@@ -120,3 +121,61 @@ def test_exec_i_delivers_all_of_a_large_stdin_to_a_slow_reader(world):
         expect_eq(out.split()[0].decode(), hashlib.sha256(data).hexdigest(),
                   "the digest of what the command read (48 MiB sent)")
 test_exec_i_delivers_all_of_a_large_stdin_to_a_slow_reader.timeout = 300
+
+
+def test_a_write_to_a_paused_sandbox_is_refused_at_once(world):
+    # A frozen init reads nothing: each write waited in the daemon's
+    # memory for a resume (96 MiB of writes grew it by 250 MiB), as
+    # command.run and fs.* already knew not to.
+    with sandbox(world, "stdinp", "--deny-all") as name, world.daemon.connect(120) as c:
+        cmd = c.result("command.run", {"sandbox": name, "cmd": "wc", "args": ["-c"], "detached": True})["cmdId"]
+        rpc_ok(world, "sandbox.pause", {"name": name})
+        m = _write(c, cmd, 1 * MIB)
+        err = m.get("error") or {}
+        expect_eq((err.get("data") or {}).get("reason"), "unavailable", "a write while paused: %s" % str(m)[:300])
+        expect("paused" in err.get("message", ""), "the refusal says why:", err.get("message"))
+        rpc_ok(world, "sandbox.resume", {"name": name})
+        expect_eq(_write(c, cmd, 5).get("result"), {}, "a write once resumed")
+        c.result("command.closeStdin", {"cmdId": cmd})
+        expect_eq(c.result("command.wait", {"cmdId": cmd}, 120)["exitCode"], 0, "wc's exit")
+        out = base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd})["stdout"])
+        expect_eq(out.strip(), b"5", "only the write made once resumed reached the command")
+
+
+def test_input_for_an_init_that_reads_nothing_is_bounded_and_refused_legibly(world):
+    # An init that reads nothing from the daemon (stopped here from the
+    # host, as a starved or wedged one would be): writes for its commands
+    # were queued in the daemon without bound, outside any cgroup. Past
+    # 64 MiB queued for it they are refused, naming the limit; what was
+    # taken is all answered once it reads again, and a write answered {}
+    # reached the command whole.
+    with sandbox(world, "stdinq", "--deny-all") as name, world.daemon.connect(300) as c:
+        cmd = c.result("command.run", {"sandbox": name, "cmd": "wc", "args": ["-c"], "detached": True})["cmdId"]
+        init_pid = rpc_ok(world, "sandbox.get", {"name": name})["session"]["initPid"]
+        os.kill(init_pid, signal.SIGSTOP)
+        try:
+            data = base64.b64encode(b"w" * (8 * MIB)).decode()
+            ids = [c.start("command.write", {"cmdId": cmd, "data": data}) for _ in range(12)]
+            # The last ones are refused while init still reads nothing.
+            last = c.wait(ids[-1], 120)
+            err = last.get("error") or {}
+            expect_eq((err.get("data") or {}).get("reason"), "limit_exceeded",
+                      "the 12th write of 8 MiB to an init that reads nothing: %s" % str(last)[:300])
+            expect("is not taking input" in err.get("message", "") and "64 MiB" in err.get("message", ""),
+                   "the refusal names the cause and the limit:", err.get("message"))
+        finally:
+            os.kill(init_pid, signal.SIGCONT)
+        taken = 0
+        for rid in ids[:-1]:
+            m = c.wait(rid, 120)
+            if "result" in m:
+                taken += 8 * MIB
+            else:
+                expect_eq((m["error"].get("data") or {}).get("reason"), "limit_exceeded",
+                          "a write not taken: %s" % str(m)[:300])
+        expect(taken > 0, "some writes were taken")
+        c.result("command.closeStdin", {"cmdId": cmd})
+        expect_eq(c.result("command.wait", {"cmdId": cmd}, 120)["exitCode"], 0, "wc's exit")
+        out = base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd})["stdout"])
+        expect_eq(out.strip(), str(taken).encode(), "bytes wc read: those of the writes answered {}")
+test_input_for_an_init_that_reads_nothing_is_bounded_and_refused_legibly.timeout = 300
