@@ -179,3 +179,29 @@ def test_input_for_an_init_that_reads_nothing_is_bounded_and_refused_legibly(wor
         out = base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd})["stdout"])
         expect_eq(out.strip(), str(taken).encode(), "bytes wc read: those of the writes answered {}")
 test_input_for_an_init_that_reads_nothing_is_bounded_and_refused_legibly.timeout = 300
+
+
+def test_a_command_re_adopted_after_sigkill_takes_acked_writes(world):
+    # A re-adopted session's init says in its command list that it answers
+    # writes: they are answered (not held, not dropped) after a restart,
+    # and a refused one is still refused whole.
+    with sandbox(world, "stdinr", "--deny-all") as name:
+        cmd = rpc_ok(world, "command.run", {"sandbox": name, "cmd": "sh", "detached": True,
+                                            "args": ["-c", WAIT_THEN_COUNT]})["cmdId"]
+        d = world.daemon
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(10)
+        d.start()
+        with d.connect(120) as c:
+            for i in range(2):
+                expect_eq(_write(c, cmd, 8 * MIB).get("result"), {}, "write %d after the restart" % i)
+            # (The pipe holds 64 KiB of the 16 MiB: 1 MiB more does not fit.)
+            m = _write(c, cmd, 1 * MIB)
+            expect_eq(((m.get("error") or {}).get("data") or {}).get("reason"), "limit_exceeded",
+                      "a write past the queue after the restart: %s" % str(m)[:300])
+            world.ctl("exec", name, "--", "touch", "/tmp/go", check=True)
+            c.result("command.closeStdin", {"cmdId": cmd})
+            expect_eq(c.result("command.wait", {"cmdId": cmd}, 120)["exitCode"], 0, "the command's exit")
+        out = base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd})["stdout"])
+        expect_eq(out.strip(), str(16 * MIB).encode(), "bytes the command read")
+test_a_command_re_adopted_after_sigkill_takes_acked_writes.timeout = 300
