@@ -1203,6 +1203,10 @@ static void drain_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
 /* Reaps every child that has exited. As PID 1, init is also the parent of
  * every orphan of the sandbox; those are reaped silently. */
 void cmd_reap(init_agent *a) {
+        /* A child's stop also comes as SIGCHLD: copies and watchers the
+         * sandbox stopped are ended here (init.h init_tar_end_stopped). */
+        init_tar_end_stopped();
+        init_watch_end_stopped();
         for (;;) {
                 int st;
                 /* wait4 for the command's own usage: its rusage covers it

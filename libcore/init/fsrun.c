@@ -47,6 +47,15 @@ _noreturn_ static void fs_child(const cJSON *req, const char *workspace, int out
 /* How often init looks whether the child it waits for was stopped. */
 #define STOP_CHECK_MS 100
 
+int init_child_stopped(pid_t pid) {
+        siginfo_t si = {};
+        /* WNOWAIT: the status stays for the reap (cmd_reap's wait4). */
+        if (pid > 0 && waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid &&
+            (si.si_code == CLD_STOPPED || si.si_code == CLD_TRAPPED))
+                return si.si_status > 0 ? si.si_status : SIGSTOP;
+        return 0;
+}
+
 int init_child_await(pid_t pid, int fd) {
         for (;;) {
                 struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -55,11 +64,10 @@ int init_child_await(pid_t pid, int fd) {
                         return 0;
                 if (n < 0 && errno != EINTR)
                         return negative_errno();
-                siginfo_t si = {};
-                if (waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid &&
-                    (si.si_code == CLD_STOPPED || si.si_code == CLD_TRAPPED)) {
+                int sig = init_child_stopped(pid);
+                if (sig > 0) {
                         (void)kill(pid, SIGKILL);
-                        return si.si_status > 0 ? si.si_status : SIGSTOP;
+                        return sig;
                 }
         }
 }

@@ -259,6 +259,17 @@ int init_fs_run(const cJSON *req, const char *workspace, cJSON **ret_result, cha
  * or a negative errno from poll(2). */
 int init_child_await(pid_t pid, int fd);
 
+/* fsrun.c: the signal that stopped child `pid` (> 0) when it is stopped
+ * now, else 0. The status is left for the reap. */
+int init_child_stopped(pid_t pid);
+
+/* tar.c, watch.c: each copy or watcher child the sandbox stopped (found
+ * when its SIGCHLD comes, from cmd_reap) is sent SIGKILL, so that no
+ * request waits on it forever: a copy then answers with an error naming
+ * the stop, a watch ends as for a watcher the sandbox killed. */
+void init_tar_end_stopped(void);
+void init_watch_end_stopped(void);
+
 /* fsops.c: an agent path made absolute (relative ones under `workspace`),
  * repeated and trailing slashes removed. Caller frees; NULL on ENOMEM. */
 char *init_fs_path(const char *p, const char *workspace);

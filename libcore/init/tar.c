@@ -33,6 +33,7 @@ typedef struct tar_job {
         double req;
         int status_fd; /* read end of the child's status pipe */
         char *action;
+        int stopped;   /* the signal that stopped it, once ended for it */
 } tar_job;
 
 static tar_job *jobs;
@@ -232,6 +233,16 @@ int init_tar_start(init_agent *a, const cJSON *req, int data_fd) {
         return 0;
 }
 
+void init_tar_end_stopped(void) {
+        for (tar_job *j = jobs; j; j = j->next) {
+                int sig = j->stopped ? 0 : init_child_stopped(j->pid);
+                if (sig > 0) {
+                        j->stopped = sig;
+                        (void)kill(j->pid, SIGKILL);
+                }
+        }
+}
+
 bool init_tar_reaped(init_agent *a, pid_t pid, int wstatus) {
         for (tar_job **pp = &jobs; *pp; pp = &(*pp)->next) {
                 tar_job *j = *pp;
@@ -243,7 +254,13 @@ bool init_tar_reaped(init_agent *a, pid_t pid, int wstatus) {
                 close(j->status_fd);
                 int err = 0, off = 0;
                 unsigned long long entries = 0, bytes = 0;
-                if (n <= 0 || (line[n] = 0, sscanf(line, "%d %llu %llu %n", &err, &entries, &bytes, &off) < 3)) {
+                if (j->stopped && n <= 0) {
+                        err = EINTR;
+                        snprintf(line, sizeof(line), "fs.%s: a process in the sandbox stopped the copy (signal %s); "
+                                 "it was ended, part of it may be done", j->action ? j->action : "copy",
+                                 sigabbrev_np(j->stopped) ?: "?");
+                        off = 0;
+                } else if (n <= 0 || (line[n] = 0, sscanf(line, "%d %llu %llu %n", &err, &entries, &bytes, &off) < 3)) {
                         err = EIO;
                         snprintf(line, sizeof(line), "fs.%s: the copy ended without a report (%s %d)",
                                  j->action ? j->action : "copy", WIFSIGNALED(wstatus) ? "signal" : "status",

@@ -748,6 +748,12 @@ void init_watch_on_event(init_agent *a, init_watch *iw) {
         maybe_end(a, w);
 }
 
+void init_watch_end_stopped(void) {
+        for (init_fswatch *w = watches; w; w = w->next)
+                if (w->pid > 0 && init_child_stopped(w->pid) > 0)
+                        (void)kill(w->pid, SIGKILL);
+}
+
 bool init_watch_reaped(init_agent *a, pid_t pid, int wstatus) {
         for (init_fswatch *w = watches; w; w = w->next)
                 if (w->pid == pid) {
