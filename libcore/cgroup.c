@@ -1422,6 +1422,16 @@ int core_cgroup_kill_now(core_cgroup *cg) {
         return kill_all(cg, false);
 }
 
+int core_cgroup_kill_fence(core_cgroup *cg) {
+        /* Every process of a session is cloned into its cgroup of the
+         * tracking hierarchy (CLONE_INTO_CGROUP) and attached to the v1
+         * ones after: none is in a v1 one only, so the v2 kill is all. */
+        if (!cg || cg->n == 0 || state.h[0].ops != &ops_v2)
+                return -EOPNOTSUPP;
+        release_holder(cg);
+        return write_file(cg->dirs[0], "cgroup.kill", "1");
+}
+
 /* rmdir with a bounded wait: after SIGKILL the kernel still has to reap the
  * tasks, and until then the directory is busy. */
 static int rmdir_retry(const char *dir) {

@@ -263,6 +263,20 @@ int core_cgroup_kill_all(core_cgroup *cg);
  * for its exiting init. Returns 0 or the first negative errno. */
 int core_cgroup_kill_now(core_cgroup *cg);
 
+/* SIGKILL to every process of the session at once: cgroup.kill on its
+ * cgroup of the tracking hierarchy (v2, or the unified hierarchy of a
+ * hybrid layout; Documentation/admin-guide/cgroup-v2.rst "cgroup.kill":
+ * every process of the subtree, a fork under way included). On return no
+ * process of the session runs user code again, whether or not its PID
+ * namespace's init reaped them; frozen ones (a v1 freezer) stay frozen
+ * until thawed (core_cgroup_kill_now thaws). No sweep of the v1
+ * hierarchies: every process of a session is in its tracking cgroup.
+ * Returns 0; -EOPNOTSUPP, having done nothing, when the tracking hierarchy
+ * is v1 (a sweep of cgroup.procs can miss a fork under way); or the
+ * negative errno of the write (a kernel before 5.14 has no cgroup.kill:
+ * -ENOENT). */
+int core_cgroup_kill_fence(core_cgroup *cg);
+
 /* Removes the cgroup directories (after the processes are gone; retries
  * briefly while the kernel reaps). Returns the first error after trying all. */
 int core_cgroup_destroy(core_cgroup *cg);

@@ -210,6 +210,9 @@ struct session {
          * reported init's exit: pidfd stays open for the background
          * teardown, which waits for that exit (session_kernel_teardown). */
         bool ended_early;
+        /* Killed whole by sandbox.delete (session_kill: cgroup.kill): no
+         * process of it runs user code again. */
+        bool fenced;
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
          * generation it judged it under, and only current ones are pinned. */
@@ -668,6 +671,14 @@ void start_job_free(start_job *j);
 /* A job for session_start on sb (fresh = a new sandbox). NULL on ENOMEM. */
 start_job *start_job_new(sandbox *sb, bool fresh);
 void session_stop(sandbox *sb);
+/* sandbox.delete's end of the running session of sb, without a grace:
+ * where the kill of the whole session is atomic (core_cgroup_kill_fence)
+ * every process of it gets SIGKILL at once and the session ends here
+ * (session_ended: the teardown that removes the sandbox starts); else, or
+ * while a snapshot or fork copies it, a stop with no grace (init SIGKILLs
+ * what its SIGTERM left and says goodbye). No-op without a session or
+ * once killed. */
+void session_kill(sandbox *sb);
 /* Applies policy p to a running session: its nftables objects in one batch,
  * then its DNS filter restarted on p. On failure nothing changed. */
 int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err);

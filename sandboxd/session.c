@@ -2158,13 +2158,14 @@ static int on_kill_timer(sd_event_source *src, uint64_t usec, void *userdata) {
         return 0;
 }
 
-void session_stop(sandbox *sb) {
+/* A stop: init SIGTERMs every process of the session, waits up to
+ * grace_ms for them, SIGKILLs the rest, reaps them all and exits. */
+static void stop_with_grace(sandbox *sb, uint64_t grace) {
         session *s = sb->sess;
         if (!s || s->stopping)
                 return;
         s->stopping = true;
         set_status(sb, "stopping");
-        uint64_t grace = sb->m->cfg->stop_grace_ms;
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "op", "stop");
         cJSON_AddNumberToObject(op, "graceMs", (double)grace);
@@ -2174,6 +2175,38 @@ void session_stop(sandbox *sb) {
         /* Backstop: init that ignores stop is killed (its PID namespace with it). */
         sd_event_add_time_relative(sb->m->event, &s->kill_src, CLOCK_MONOTONIC, (grace + 3000) * 1000, 0,
                                    on_kill_timer, s);
+}
+
+void session_stop(sandbox *sb) {
+        stop_with_grace(sb, sb->m->cfg->stop_grace_ms);
+}
+
+void session_kill(sandbox *sb) {
+        session *s = sb->sess;
+        if (!s || s->fenced)
+                return;
+        /* A snapshot or fork holds the session frozen and copies its upper
+         * (the kill would thaw it): init stops it once the copy is done. */
+        if (sb->capturing || !s->cg || s->pidfd < 0 || core_cgroup_kill_fence(s->cg) < 0) {
+                stop_with_grace(sb, 0);
+                return;
+        }
+        /* Fenced: every process of the session, init and netd included,
+         * has SIGKILL pending and runs no user code again; the kernel ends
+         * them and the PID namespace in the background (teardown_work). */
+        s->fenced = true;
+        /* Frozen ones (sandbox.pause, container.pause under a v1 freezer)
+         * die once thawed; init's exit, which the teardown waits for,
+         * waits for every process of its namespace. */
+        if (s->paused || s->ctrs)
+                (void)core_cgroup_kill_now(s->cg);
+        s->stopping = true;
+        set_status(sb, "stopping");
+        core_fault("delete.killed");
+        /* Its init's exit (the namespaces torn down, milliseconds) is the
+         * background teardown's to wait for, as at a goodbye (agent.c). */
+        s->ended_early = true;
+        session_ended(s, 0);
 }
 
 static int on_expire(sd_event_source *src, uint64_t usec, void *userdata) {
@@ -2353,7 +2386,7 @@ static void teardown_work(void *userdata) {
                 /* Signalled, not waited for: its init may still be exiting
                  * (ended_early); the background waits (core_cgroup_kill_all
                  * before the cgroup goes). */
-                if (t->s->cg)
+                if (t->s->cg && !t->s->fenced)
                         core_cgroup_kill_now(t->s->cg);
                 /* After the kill: no container process writes its upper.
                  * Containers' roots are mounted in init's namespace: their
@@ -2710,7 +2743,12 @@ void start_teardown(sandbox *sb, session *s, bool remove_files) {
         t->sb = sb;
         t->s = s;
         t->remove_files = remove_files;
-        if (worker_submit(teardown_work, teardown_done, t) < 0) {
+        /* A session killed whole (session_kill) of a sandbox that is not
+         * persistent: what stands before delete's answer is two renames
+         * (no fsync, no wait for init), done here rather than on a thread
+         * whose start and hand-back would cost more. */
+        bool inline_work = remove_files && s && s->fenced && !s->ctrs && !sb->persistent;
+        if (inline_work || worker_submit(teardown_work, teardown_done, t) < 0) {
                 teardown_work(t);
                 teardown_done(t);
         }
