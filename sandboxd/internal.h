@@ -731,6 +731,8 @@ int restore_pidfd(pid_t pid, uint64_t start_time);
 /* SIGKILL to pid if it is still the recorded process and its comm starts
  * with `comm`; waits (2 s at most) until it has exited. */
 void restore_kill_recorded(pid_t pid, uint64_t start_time, const char *comm);
+/* The session record's name in its run directory. */
+#define RESTORE_RECORD_NAME "session.json"
 /* Writes <run_dir>/session.json atomically (0600). */
 int restore_save_record(const session *s);
 /* Parses <run_dir>/session.json; NULL when missing or malformed. */
@@ -1105,8 +1107,8 @@ int session_pool_network(session *s, sb_error **ret_err);
  * removed at adoption: session_pool_relabel, as a deny-all sandbox sees
  * nothing of the host's run directory). */
 bool session_pool_fits(const session *s, const char *mode);
-/* An adopted session's last steps: timeout, ports, record, the "running"
- * event. */
+/* An adopted session's last steps: its timeout timer (for the expiry
+ * already recorded), ports, the "running" event. */
 int session_pool_activate(sandbox *sb);
 /* Kills sb's session and removes everything it and sb hold, now, on the
  * calling thread (daemon exit). */

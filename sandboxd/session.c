@@ -3119,10 +3119,18 @@ static int set_uts_hostname(session *s, const char *name) {
 static int rewrite_etc_in_place(int upper, const char *name, const char *text) {
         char path[64];
         snprintf(path, sizeof(path), "etc/%s", name);
-        _cleanup_close_ int fd = core_open_beneath(upper, path, O_WRONLY | O_TRUNC | O_NOFOLLOW, 0);
+        /* Written over, then cut to its length: not opened with O_TRUNC,
+         * whose truncation to 0 makes ext4 (auto_da_alloc, ext4(5)) start
+         * the file's writeback at its close, a block write on the path of
+         * the create. */
+        _cleanup_close_ int fd = core_open_beneath(upper, path, O_WRONLY | O_NOFOLLOW, 0);
         if (fd < 0)
                 return fd;
-        return core_write_all(fd, text, strlen(text));
+        size_t len = strlen(text);
+        int r = core_write_all(fd, text, len);
+        if (r < 0)
+                return r;
+        return ftruncate(fd, (off_t)len) < 0 ? negative_errno() : 0;
 }
 
 /* Removes the session CA's bundle bind (SANDBOX_CA_BUNDLE) from the mount
@@ -3325,11 +3333,15 @@ int session_pool_network(session *s, sb_error **ret_err) {
 
 int session_pool_activate(sandbox *sb) {
         session *s = sb->sess;
-        int r = session_start_timers(sb);
+        /* Its end is the one adopt() recorded (the record is written once,
+         * before the commit). */
+        uint64_t now = core_now_ms();
+        uint64_t left_ms = sb->expires_ms > now ? sb->expires_ms - now : 0;
+        int r = sd_event_add_time_relative(sb->m->event, &s->expire_src, CLOCK_MONOTONIC, left_ms * 1000, 10 * 1000,
+                                           on_expire, sb);
         _cleanup_error_ sb_error *perr = NULL;
         if (ports_open(s, &perr) < 0)
                 log_warning("sandbox '%s': %s", sb->name, perr ? perr->message : "ports");
-        (void)restore_save_record(s);
         log_info("sandbox '%s' running (from the warm pool, init pid %d, %s)", sb->name, (int)s->pid,
                  sandbox_policy_mode(sb));
         emit_status(sb, "running");
