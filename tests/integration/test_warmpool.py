@@ -93,6 +93,23 @@ def test_create_adopts_a_pooled_session_named_as_the_caller_asked(world):
         _stop_and_check_clean(world, d)
 
 
+def _killed(pid):
+    """Whether process `pid` is gone, exiting (PF_EXITING, 0x4, in the
+    flags of /proc/PID/stat, proc(5); or a zombie), or has SIGKILL pending
+    (the SigPnd/ShdPnd masks of /proc/PID/status, signal 9 = bit 8)."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/%s/status" % pid) as f:
+            st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    # After the comm: state is field 3, flags field 9 (1-based).
+    if fields[0] in ("Z", "X") or int(fields[6]) & 0x4:
+        return True
+    return any(int(st.get(k, "0").strip(), 16) & (1 << 8) for k in ("SigPnd", "ShdPnd"))
+
+
 def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
     d = _pool_daemon(world)
     a, b = world.name("wpa"), world.name("wpb")
@@ -106,16 +123,18 @@ def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
         expect(cgroups_a, "sandbox.get shows a's cgroups: %r" % got_a)
         init_a = str((got_a.get("session") or {}).get("initPid"))
         _rpc(d, "sandbox.delete", {"name": a})
-        # Delete answers once a's session is fenced: no process of it is
-        # left but its init on its way out (the kernel tearing down its
-        # namespaces); its `sleep` is gone. The cgroup goes right after.
+        # Delete answers once a's session is fenced: every process of it
+        # (its `sleep` too) is gone or killed (SIGKILL pending, or already
+        # exiting), so none runs anything again; the kernel ends them and
+        # tears down the namespaces after. The cgroup goes right after.
         for cg in cgroups_a:
             try:
                 with open(os.path.join(cg, "cgroup.procs")) as f:
-                    left = [p for p in f.read().split() if p != init_a]
+                    left = [p for p in f.read().split() if p != init_a and not _killed(p)]
             except FileNotFoundError:
                 left = []
-            expect(not left, "a's cgroup %s has processes after the delete answered: %r" % (cg, left))
+            expect(not left, "a's cgroup %s has processes neither gone nor killed after the delete answered: %r"
+                   % (cg, left))
         poll(lambda: not [cg for cg in cgroups_a if os.path.exists(cg)], 10, "a's cgroups to be removed")
         poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
         sb = _create(d, b)
