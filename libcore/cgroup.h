@@ -234,6 +234,11 @@ typedef struct core_cgroup_usage {
  * cgroupfs reads; returns 0 (a missing figure is UINT64_MAX, not an error). */
 int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret);
 
+/* The cpu_usec figure of core_cgroup_read_usage() alone (one file read
+ * instead of every figure's): microseconds, or UINT64_MAX when the
+ * hierarchies in use keep none. */
+uint64_t core_cgroup_read_cpu_usec(const core_cgroup *cg);
+
 /* Restarts the session's memory high-water mark at its use now, so that
  * later reads count from this moment (what ran in it before is not
  * counted). cgroup v2 (Linux 6.12, cgroup-v2.rst "memory.peak"): a write to

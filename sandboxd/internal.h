@@ -291,6 +291,9 @@ struct sandbox {
         cJSON *volumes;           /* its volume mounts: [{name, path, readOnly}] (volume.c) */
         dev_t pool_rt_dev;        /* pooled: the runtime tree it was made on (stat of runtime_dir) */
         ino_t pool_rt_ino;
+        /* A pooled session's pids.max as its cgroup was made (start_work):
+         * adoption writes the limits only when pidsMax was reloaded since. */
+        uint64_t pool_pids_max;
         sandbox *next;
 };
 

@@ -1663,6 +1663,9 @@ static int spawn_session(start_job *j, step_clock *clk) {
                 sb_error_prefix(&j->err, "create cgroup");
                 return r;
         }
+        /* Read on the loop only once the session is ready (start_done). */
+        if (sb->pooled)
+                sb->pool_pids_max = lim.pids_max;
         step_mark(clk, "cgroup");
         /* The socket a restarted daemon reconnects through (live restore);
          * init holds the only listening copy once spawned. */

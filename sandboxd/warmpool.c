@@ -419,11 +419,14 @@ static int adopt(manager *m, sandbox *p, sandbox *sb, sb_error **ret_err) {
         if ((r = session_pool_relabel(s, ret_err)) < 0)
                 goto undo_run;
         core_fault("pool.relabeled");
-        /* The limits of now (pidsMax may have been reloaded since). */
+        /* The limits of now, when pidsMax was reloaded since the pooled
+         * cgroup was made: its memory and CPU limits are those of 1 vCPU,
+         * as sb's (create_matches). */
         core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
                                   .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
                                   .cpu_quota_pct = sb->vcpus * 100};
-        if ((r = core_cgroup_update(s->cg, &lim, &lim, ret_err)) < 0)
+        if ((p->pool_pids_max != lim.pids_max || sb->vcpus != 1) &&
+            (r = core_cgroup_update(s->cg, &lim, &lim, ret_err)) < 0)
                 goto undo_run;
         if ((r = session_pool_network(s, ret_err)) < 0)
                 goto undo_run;

@@ -7,6 +7,7 @@ import os
 import signal
 
 import leaks
+import world as W
 from common import expect, expect_eq, poll, rpc_ok
 
 POOL = {"warmPool": {"size": 2}}
@@ -443,6 +444,39 @@ def test_pooled_sessions_made_before_a_reload_of_disk_mib_are_replaced(world):
         sb = _create(d, b)
         expect_eq((_info(d)["adopted"], sb["resources"].get("diskMiB")), (1, 128),
                   "the new pooled session, of the new diskMiB, is adopted")
+    finally:
+        for n in (a, b):
+            d.rpc("sandbox.delete", {"name": n})
+        _stop_and_check_clean(world, d)
+
+
+def _pids_max(d, name):
+    """pids.max of sandbox `name`'s session, from its cgroups (the pids
+    controller's: v1, or v2 with it enabled)."""
+    for cg in (_rpc(d, "sandbox.get", {"name": name}).get("session") or {}).get("cgroups") or []:
+        p = os.path.join(cg, "pids.max")
+        if os.path.exists(p):
+            with open(p) as f:
+                return f.read().strip()
+    return None
+
+
+def test_an_adopted_session_has_the_pids_max_of_now(world):
+    from test_reload import _hup, _rewrite
+    d = _pool_daemon(world, {"warmPool": {"size": 1}, "pidsMax": 300})
+    a, b = world.name("wppa"), world.name("wppb")
+    try:
+        _create(d, a)
+        got = _pids_max(d, a)
+        if got is None:
+            raise W.Skip("no pids controller for the sessions")
+        expect_eq(got, "300", "the pooled session's pids.max, as made")
+        poll(lambda: _info(d)["ready"] == 1, 60, "the pool refills")
+        _rewrite(d, pidsMax=400)
+        _hup(d, "reload: ")
+        _create(d, b)
+        expect_eq((_info(d)["adopted"], _pids_max(d, b)), (2, "400"),
+                  "a session pooled before the reload, adopted with the new pidsMax")
     finally:
         for n in (a, b):
             d.rpc("sandbox.delete", {"name": n})
