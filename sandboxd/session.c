@@ -3203,7 +3203,16 @@ int session_pool_relabel(session *s, sb_error **ret_err) {
                 s->proxy_ca = false;
         } else if (s->proxy_ca && streq(sandbox_policy_mode(sb), "deny-all"))
                 s->proxy_ca = false;
-        int r = set_uts_hostname(s, sb->name);
+        /* By init, ahead of any request for the sandbox (it reads them in
+         * order): a message, where a child of the daemon joining the UTS
+         * namespace costs a vfork on the create's path. */
+        cJSON *op = cJSON_CreateObject();
+        int r = -ENOMEM;
+        if (op && cJSON_AddStringToObject(op, "op", "hostname") && cJSON_AddStringToObject(op, "name", sb->name))
+                r = agent_send(s, TAKE_PTR(op));
+        cJSON_Delete(op);
+        if (r < 0)
+                r = set_uts_hostname(s, sb->name);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "set the hostname: %s", strerror(-r));
         _cleanup_free_ char *hosts = NULL, *hostname = NULL;
