@@ -2293,7 +2293,7 @@ static void tombstone_remove_background(char *dir, char *run) {
         }
         t->dir = dir;
         t->run = run;
-        if (worker_submit(tombstone_work, tombstone_done, t) < 0) {
+        if (worker_submit_soon(tombstone_work, tombstone_done, t) < 0) {
                 tombstone_work(t);
                 tombstone_done(t);
         }
@@ -2657,7 +2657,8 @@ static void teardown_background(manager *m, sandbox *sb, session *s) {
         }
         b->next = m->teardowns;
         m->teardowns = b;
-        if (worker_submit(teardown_background_work, teardown_background_done, b) < 0) {
+        /* Started after the delete's answer is written (worker.h). */
+        if (worker_submit_soon(teardown_background_work, teardown_background_done, b) < 0) {
                 teardown_background_work(b);
                 teardown_background_done(b);
         }
