@@ -156,6 +156,12 @@
  *   namespace when it has one. delete only forgets the namespace and fds (sandboxd
  *   has killed its processes through its cgroup).
  *
+ * Hostname:
+ *   → {"op":"hostname","name":S}   sethostname(2) in the sandbox's UTS
+ *      namespace (a warm pool session adopted under its sandbox's name):
+ *      no reply; a failure comes as {"ev":"error","message":S}. Later
+ *      requests see the new name (init reads its socket in order).
+ *
  * Stop:
  *   → {"op":"stop","graceMs":N}   SIGTERM to every process, SIGKILL after
  *      graceMs, then init exits 0.

@@ -1282,7 +1282,8 @@ static int read_u64(const char *dir, const char *file, const char *key, uint64_t
         return 0;
 }
 
-int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
+/* core_cgroup_read_usage(), or with cpu_only its CPU figure alone. */
+static void read_usage(const core_cgroup *cg, bool cpu_only, core_cgroup_usage *ret) {
         core_cgroup_usage u = { .cpu_usec = UINT64_MAX, .memory_bytes = UINT64_MAX,
                                 .memory_peak_bytes = UINT64_MAX, .pids = UINT64_MAX };
         for (size_t i = 0; cg && i < cg->n; i++) {
@@ -1294,6 +1295,8 @@ int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
                          * controller (cgroup-v2.rst "cpu.stat"). */
                         if (u.cpu_usec == UINT64_MAX && read_u64(dir, "cpu.stat", "usage_usec", &n) == 0)
                                 u.cpu_usec = n;
+                        if (cpu_only)
+                                continue;
                         if (h->v2_ctl & CTL_MEMORY) {
                                 if (read_u64(dir, "memory.current", NULL, &n) == 0)
                                         u.memory_bytes = n;
@@ -1302,12 +1305,12 @@ int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
                         }
                         if (h->v2_ctl & CTL_PIDS && read_u64(dir, "pids.current", NULL, &n) == 0)
                                 u.pids = n;
-                } else if (h->controller && streq(h->controller, "memory")) {
+                } else if (!cpu_only && h->controller && streq(h->controller, "memory")) {
                         if (read_u64(dir, "memory.usage_in_bytes", NULL, &n) == 0)
                                 u.memory_bytes = n;
                         if (read_u64(dir, "memory.max_usage_in_bytes", NULL, &n) == 0)
                                 u.memory_peak_bytes = n;
-                } else if (h->controller && streq(h->controller, "pids")) {
+                } else if (!cpu_only && h->controller && streq(h->controller, "pids")) {
                         if (read_u64(dir, "pids.current", NULL, &n) == 0)
                                 u.pids = n;
                 } else if (h->controller && streq(h->controller, "cpu")) {
@@ -1317,7 +1320,17 @@ int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
                 }
         }
         *ret = u;
+}
+
+int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret) {
+        read_usage(cg, false, ret);
         return 0;
+}
+
+uint64_t core_cgroup_read_cpu_usec(const core_cgroup *cg) {
+        core_cgroup_usage u;
+        read_usage(cg, true, &u);
+        return u.cpu_usec;
 }
 
 int core_cgroup_peak_reset(const core_cgroup *cg, int *ret_fd) {
@@ -1420,6 +1433,16 @@ int core_cgroup_kill_all(core_cgroup *cg) {
 
 int core_cgroup_kill_now(core_cgroup *cg) {
         return kill_all(cg, false);
+}
+
+int core_cgroup_kill_fence(core_cgroup *cg) {
+        /* Every process of a session is cloned into its cgroup of the
+         * tracking hierarchy (CLONE_INTO_CGROUP) and attached to the v1
+         * ones after: none is in a v1 one only, so the v2 kill is all. */
+        if (!cg || cg->n == 0 || state.h[0].ops != &ops_v2)
+                return -EOPNOTSUPP;
+        release_holder(cg);
+        return write_file(cg->dirs[0], "cgroup.kill", "1");
 }
 
 /* rmdir with a bounded wait: after SIGKILL the kernel still has to reap the

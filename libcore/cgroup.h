@@ -234,6 +234,11 @@ typedef struct core_cgroup_usage {
  * cgroupfs reads; returns 0 (a missing figure is UINT64_MAX, not an error). */
 int core_cgroup_read_usage(const core_cgroup *cg, core_cgroup_usage *ret);
 
+/* The cpu_usec figure of core_cgroup_read_usage() alone (one file read
+ * instead of every figure's): microseconds, or UINT64_MAX when the
+ * hierarchies in use keep none. */
+uint64_t core_cgroup_read_cpu_usec(const core_cgroup *cg);
+
 /* Restarts the session's memory high-water mark at its use now, so that
  * later reads count from this moment (what ran in it before is not
  * counted). cgroup v2 (Linux 6.12, cgroup-v2.rst "memory.peak"): a write to
@@ -262,6 +267,20 @@ int core_cgroup_kill_all(core_cgroup *cg);
  * to user mode). For a session whose PID namespace is already empty but
  * for its exiting init. Returns 0 or the first negative errno. */
 int core_cgroup_kill_now(core_cgroup *cg);
+
+/* SIGKILL to every process of the session at once: cgroup.kill on its
+ * cgroup of the tracking hierarchy (v2, or the unified hierarchy of a
+ * hybrid layout; Documentation/admin-guide/cgroup-v2.rst "cgroup.kill":
+ * every process of the subtree, a fork under way included). On return no
+ * process of the session runs user code again, whether or not its PID
+ * namespace's init reaped them; frozen ones (a v1 freezer) stay frozen
+ * until thawed (core_cgroup_kill_now thaws). No sweep of the v1
+ * hierarchies: every process of a session is in its tracking cgroup.
+ * Returns 0; -EOPNOTSUPP, having done nothing, when the tracking hierarchy
+ * is v1 (a sweep of cgroup.procs can miss a fork under way); or the
+ * negative errno of the write (a kernel before 5.14 has no cgroup.kill:
+ * -ENOENT). */
+int core_cgroup_kill_fence(core_cgroup *cg);
 
 /* Removes the cgroup directories (after the processes are gone; retries
  * briefly while the kernel reaps). Returns the first error after trying all. */

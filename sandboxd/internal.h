@@ -214,6 +214,9 @@ struct session {
          * reported init's exit: pidfd stays open for the background
          * teardown, which waits for that exit (session_kernel_teardown). */
         bool ended_early;
+        /* Killed whole by sandbox.delete (session_kill: cgroup.kill): no
+         * process of it runs user code again. */
+        bool fenced;
         session_pins pins;        /* DNS pins as netd reported them (pins.c) */
         /* Bumped by every policy update; netd stamps each pin with the
          * generation it judged it under, and only current ones are pinned. */
@@ -292,6 +295,9 @@ struct sandbox {
         cJSON *volumes;           /* its volume mounts: [{name, path, readOnly}] (volume.c) */
         dev_t pool_rt_dev;        /* pooled: the runtime tree it was made on (stat of runtime_dir) */
         ino_t pool_rt_ino;
+        /* A pooled session's pids.max as its cgroup was made (start_work):
+         * adoption writes the limits only when pidsMax was reloaded since. */
+        uint64_t pool_pids_max;
         sandbox *next;
 };
 
@@ -672,6 +678,14 @@ void start_job_free(start_job *j);
 /* A job for session_start on sb (fresh = a new sandbox). NULL on ENOMEM. */
 start_job *start_job_new(sandbox *sb, bool fresh);
 void session_stop(sandbox *sb);
+/* sandbox.delete's end of the running session of sb, without a grace:
+ * where the kill of the whole session is atomic (core_cgroup_kill_fence)
+ * every process of it gets SIGKILL at once and the session ends here
+ * (session_ended: the teardown that removes the sandbox starts); else, or
+ * while a snapshot or fork copies it, a stop with no grace (init SIGKILLs
+ * what its SIGTERM left and says goodbye). No-op without a session or
+ * once killed. */
+void session_kill(sandbox *sb);
 /* Applies policy p to a running session: its nftables objects in one batch,
  * then its DNS filter restarted on p. On failure nothing changed. */
 int session_apply_policy(session *s, const pol_policy *p, sb_error **ret_err);
@@ -724,6 +738,8 @@ int restore_pidfd(pid_t pid, uint64_t start_time);
 /* SIGKILL to pid if it is still the recorded process and its comm starts
  * with `comm`; waits (2 s at most) until it has exited. */
 void restore_kill_recorded(pid_t pid, uint64_t start_time, const char *comm);
+/* The session record's name in its run directory. */
+#define RESTORE_RECORD_NAME "session.json"
 /* Writes <run_dir>/session.json atomically (0600). */
 int restore_save_record(const session *s);
 /* Parses <run_dir>/session.json; NULL when missing or malformed. */
@@ -1109,8 +1125,8 @@ int session_pool_network(session *s, sb_error **ret_err);
  * removed at adoption: session_pool_relabel, as a deny-all sandbox sees
  * nothing of the host's run directory). */
 bool session_pool_fits(const session *s, const char *mode);
-/* An adopted session's last steps: timeout, ports, record, the "running"
- * event. */
+/* An adopted session's last steps: its timeout timer (for the expiry
+ * already recorded), ports, the "running" event. */
 int session_pool_activate(sandbox *sb);
 /* Kills sb's session and removes everything it and sb hold, now, on the
  * calling thread (daemon exit). */

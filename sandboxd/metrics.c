@@ -126,9 +126,9 @@ void metrics_usage_rebase(sandbox *sb) {
         session *s = sb->sess;
         if (!s || !s->cg)
                 return;
-        core_cgroup_usage cu;
         s->usage_rebased = true;
-        s->cpu_base_usec = core_cgroup_read_usage(s->cg, &cu) == 0 && cu.cpu_usec != UINT64_MAX ? cu.cpu_usec : 0;
+        uint64_t cpu = core_cgroup_read_cpu_usec(s->cg);
+        s->cpu_base_usec = cpu != UINT64_MAX ? cpu : 0;
         int fd = -EBADF;
         int r = core_cgroup_peak_reset(s->cg, &fd);
         if (r >= 0 && fd >= 0) {

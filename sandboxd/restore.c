@@ -31,7 +31,7 @@
 #include "sandboxd/metrics.h"
 
 #define AGENT_SOCK_NAME "agent.sock"
-#define RECORD_NAME "session.json"
+#define RECORD_NAME RESTORE_RECORD_NAME
 
 /* sun_path through the directory fd: a run dir path may be longer than the
  * 108 bytes of sun_path. */

@@ -927,7 +927,7 @@ static void method_delete(rpc_request *req, void *userdata) {
                 return;
         sb->deleting = true;
         if (sb->sess)
-                session_stop(sb);
+                session_kill(sb);
         else if (!sb->starting)
                 start_teardown(sb, NULL, true);
         /* Starting: stopped and removed as soon as it runs (start_done). */

@@ -1663,6 +1663,9 @@ static int spawn_session(start_job *j, step_clock *clk) {
                 sb_error_prefix(&j->err, "create cgroup");
                 return r;
         }
+        /* Read on the loop only once the session is ready (start_done). */
+        if (sb->pooled)
+                sb->pool_pids_max = lim.pids_max;
         step_mark(clk, "cgroup");
         /* The socket a restarted daemon reconnects through (live restore);
          * init holds the only listening copy once spawned. */
@@ -2159,13 +2162,14 @@ static int on_kill_timer(sd_event_source *src, uint64_t usec, void *userdata) {
         return 0;
 }
 
-void session_stop(sandbox *sb) {
+/* A stop: init SIGTERMs every process of the session, waits up to
+ * grace_ms for them, SIGKILLs the rest, reaps them all and exits. */
+static void stop_with_grace(sandbox *sb, uint64_t grace) {
         session *s = sb->sess;
         if (!s || s->stopping)
                 return;
         s->stopping = true;
         set_status(sb, "stopping");
-        uint64_t grace = sb->m->cfg->stop_grace_ms;
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "op", "stop");
         cJSON_AddNumberToObject(op, "graceMs", (double)grace);
@@ -2175,6 +2179,38 @@ void session_stop(sandbox *sb) {
         /* Backstop: init that ignores stop is killed (its PID namespace with it). */
         sd_event_add_time_relative(sb->m->event, &s->kill_src, CLOCK_MONOTONIC, (grace + 3000) * 1000, 0,
                                    on_kill_timer, s);
+}
+
+void session_stop(sandbox *sb) {
+        stop_with_grace(sb, sb->m->cfg->stop_grace_ms);
+}
+
+void session_kill(sandbox *sb) {
+        session *s = sb->sess;
+        if (!s || s->fenced)
+                return;
+        /* A snapshot or fork holds the session frozen and copies its upper
+         * (the kill would thaw it): init stops it once the copy is done. */
+        if (sb->capturing || !s->cg || s->pidfd < 0 || core_cgroup_kill_fence(s->cg) < 0) {
+                stop_with_grace(sb, 0);
+                return;
+        }
+        /* Fenced: every process of the session, init and netd included,
+         * has SIGKILL pending and runs no user code again; the kernel ends
+         * them and the PID namespace in the background (teardown_work). */
+        s->fenced = true;
+        /* Frozen ones (sandbox.pause, container.pause under a v1 freezer)
+         * die once thawed; init's exit, which the teardown waits for,
+         * waits for every process of its namespace. */
+        if (s->paused || s->ctrs)
+                (void)core_cgroup_kill_now(s->cg);
+        s->stopping = true;
+        set_status(sb, "stopping");
+        core_fault("delete.killed");
+        /* Its init's exit (the namespaces torn down, milliseconds) is the
+         * background teardown's to wait for, as at a goodbye (agent.c). */
+        s->ended_early = true;
+        session_ended(s, 0);
 }
 
 static int on_expire(sd_event_source *src, uint64_t usec, void *userdata) {
@@ -2258,7 +2294,7 @@ static void tombstone_remove_background(char *dir, char *run) {
         }
         t->dir = dir;
         t->run = run;
-        if (worker_submit(tombstone_work, tombstone_done, t) < 0) {
+        if (worker_submit_soon(tombstone_work, tombstone_done, t) < 0) {
                 tombstone_work(t);
                 tombstone_done(t);
         }
@@ -2354,7 +2390,7 @@ static void teardown_work(void *userdata) {
                 /* Signalled, not waited for: its init may still be exiting
                  * (ended_early); the background waits (core_cgroup_kill_all
                  * before the cgroup goes). */
-                if (t->s->cg)
+                if (t->s->cg && !t->s->fenced)
                         core_cgroup_kill_now(t->s->cg);
                 /* After the kill: no container process writes its upper.
                  * Containers' roots are mounted in init's namespace: their
@@ -2622,7 +2658,8 @@ static void teardown_background(manager *m, sandbox *sb, session *s) {
         }
         b->next = m->teardowns;
         m->teardowns = b;
-        if (worker_submit(teardown_background_work, teardown_background_done, b) < 0) {
+        /* Started after the delete's answer is written (worker.h). */
+        if (worker_submit_soon(teardown_background_work, teardown_background_done, b) < 0) {
                 teardown_background_work(b);
                 teardown_background_done(b);
         }
@@ -2711,7 +2748,12 @@ void start_teardown(sandbox *sb, session *s, bool remove_files) {
         t->sb = sb;
         t->s = s;
         t->remove_files = remove_files;
-        if (worker_submit(teardown_work, teardown_done, t) < 0) {
+        /* A session killed whole (session_kill) of a sandbox that is not
+         * persistent: what stands before delete's answer is two renames
+         * (no fsync, no wait for init), done here rather than on a thread
+         * whose start and hand-back would cost more. */
+        bool inline_work = remove_files && s && s->fenced && !s->ctrs && !sb->persistent;
+        if (inline_work || worker_submit(teardown_work, teardown_done, t) < 0) {
                 teardown_work(t);
                 teardown_done(t);
         }
@@ -3082,10 +3124,18 @@ static int set_uts_hostname(session *s, const char *name) {
 static int rewrite_etc_in_place(int upper, const char *name, const char *text) {
         char path[64];
         snprintf(path, sizeof(path), "etc/%s", name);
-        _cleanup_close_ int fd = core_open_beneath(upper, path, O_WRONLY | O_TRUNC | O_NOFOLLOW, 0);
+        /* Written over, then cut to its length: not opened with O_TRUNC,
+         * whose truncation to 0 makes ext4 (auto_da_alloc, ext4(5)) start
+         * the file's writeback at its close, a block write on the path of
+         * the create. */
+        _cleanup_close_ int fd = core_open_beneath(upper, path, O_WRONLY | O_NOFOLLOW, 0);
         if (fd < 0)
                 return fd;
-        return core_write_all(fd, text, strlen(text));
+        size_t len = strlen(text);
+        int r = core_write_all(fd, text, len);
+        if (r < 0)
+                return r;
+        return ftruncate(fd, (off_t)len) < 0 ? negative_errno() : 0;
 }
 
 /* Removes the session CA's bundle bind (SANDBOX_CA_BUNDLE) from the mount
@@ -3155,7 +3205,16 @@ int session_pool_relabel(session *s, sb_error **ret_err) {
                 s->proxy_ca = false;
         } else if (s->proxy_ca && streq(sandbox_policy_mode(sb), "deny-all"))
                 s->proxy_ca = false;
-        int r = set_uts_hostname(s, sb->name);
+        /* By init, ahead of any request for the sandbox (it reads them in
+         * order): a message, where a child of the daemon joining the UTS
+         * namespace costs a vfork on the create's path. */
+        cJSON *op = cJSON_CreateObject();
+        int r = -ENOMEM;
+        if (op && cJSON_AddStringToObject(op, "op", "hostname") && cJSON_AddStringToObject(op, "name", sb->name))
+                r = agent_send(s, TAKE_PTR(op));
+        cJSON_Delete(op);
+        if (r < 0)
+                r = set_uts_hostname(s, sb->name);
         if (r < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "set the hostname: %s", strerror(-r));
         _cleanup_free_ char *hosts = NULL, *hostname = NULL;
@@ -3288,11 +3347,15 @@ int session_pool_network(session *s, sb_error **ret_err) {
 
 int session_pool_activate(sandbox *sb) {
         session *s = sb->sess;
-        int r = session_start_timers(sb);
+        /* Its end is the one adopt() recorded (the record is written once,
+         * before the commit). */
+        uint64_t now = core_now_ms();
+        uint64_t left_ms = sb->expires_ms > now ? sb->expires_ms - now : 0;
+        int r = sd_event_add_time_relative(sb->m->event, &s->expire_src, CLOCK_MONOTONIC, left_ms * 1000, 10 * 1000,
+                                           on_expire, sb);
         _cleanup_error_ sb_error *perr = NULL;
         if (ports_open(s, &perr) < 0)
                 log_warning("sandbox '%s': %s", sb->name, perr ? perr->message : "ports");
-        (void)restore_save_record(s);
         log_info("sandbox '%s' running (from the warm pool, init pid %d, %s)", sb->name, (int)s->pid,
                  sandbox_policy_mode(sb));
         emit_status(sb, "running");

@@ -376,6 +376,14 @@ static void session_give(sandbox *from, sandbox *to) {
         from->userns_base = 0;
 }
 
+/* Removes dir/name; a file already gone is no error, nor any other
+ * failure (a write over it follows, which reports its own). */
+static void unlink_in(const char *dir, const char *name) {
+        _cleanup_free_ char *path = NULL;
+        if (asprintf(&path, "%s/%s", dir, name) >= 0)
+                (void)unlink(path);
+}
+
 static int rename_noreplace(const char *from, const char *to) {
         return renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) < 0 ? negative_errno() : 0;
 }
@@ -411,11 +419,14 @@ static int adopt(manager *m, sandbox *p, sandbox *sb, sb_error **ret_err) {
         if ((r = session_pool_relabel(s, ret_err)) < 0)
                 goto undo_run;
         core_fault("pool.relabeled");
-        /* The limits of now (pidsMax may have been reloaded since). */
+        /* The limits of now, when pidsMax was reloaded since the pooled
+         * cgroup was made: its memory and CPU limits are those of 1 vCPU,
+         * as sb's (create_matches). */
         core_cgroup_limits lim = {.pids_max = m->cfg->pids_max,
                                   .memory_max = (uint64_t)sb->vcpus * 2048ULL * 1024 * 1024,
                                   .cpu_quota_pct = sb->vcpus * 100};
-        if ((r = core_cgroup_update(s->cg, &lim, &lim, ret_err)) < 0)
+        if ((p->pool_pids_max != lim.pids_max || sb->vcpus != 1) &&
+            (r = core_cgroup_update(s->cg, &lim, &lim, ret_err)) < 0)
                 goto undo_run;
         if ((r = session_pool_network(s, ret_err)) < 0)
                 goto undo_run;
@@ -425,6 +436,14 @@ static int adopt(manager *m, sandbox *p, sandbox *sb, sb_error **ret_err) {
                 goto undo_run;
         }
         metrics_usage_rebase(sb); /* nothing of the refill counts as the sandbox's (kept in the record) */
+        /* The pooled config and record go, and new ones of the same names
+         * are written: a rename over an existing file makes ext4 start the
+         * new one's writeback (auto_da_alloc, ext4(5)), a block write on
+         * the create's path. Nothing reads them before the commit: a
+         * daemon killed before it removes the pooled state directory and
+         * the renamed run directory (reconcile). */
+        unlink_in(sb->dir, "config.json");
+        unlink_in(sb->run_dir, RESTORE_RECORD_NAME);
         if ((r = sandbox_save_config(sb, NULL, ret_err)) < 0 || (r = restore_save_record(s)) < 0) {
                 if (ret_err && !*ret_err)
                         sb_error_set(ret_err, r, NULL, NULL, "write the session record: %s", strerror(-r));

@@ -35,6 +35,10 @@ static struct {
         unsigned running;         /* threads inside work() (under lock) */
         unsigned in_flight;       /* submitted, done() not yet run (loop thread) */
         bool shutting_down;
+        /* worker_submit_soon: jobs whose thread starts after the I/O of
+         * the loop's next poll (loop thread only; linked by ->next). */
+        job *soon_head, *soon_tail;
+        sd_event_source *soon_src;
 } w = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .idle = PTHREAD_COND_INITIALIZER,
@@ -107,13 +111,8 @@ int worker_init(sd_event *event) {
         return 0;
 }
 
-int worker_submit(worker_fn work, worker_fn done, void *userdata) {
-        if (!w.src || w.shutting_down)
-                return -ECANCELED;
-        job *j = calloc(1, sizeof(*j));
-        if (!j)
-                return -ENOMEM;
-        *j = (job) { .work = work, .done = done, .userdata = userdata };
+/* Starts j's thread. Returns 0, or a negative errno (j not taken). */
+static int start_thread(job *j) {
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -125,10 +124,75 @@ int worker_submit(worker_fn work, worker_fn done, void *userdata) {
                 w.running--;
         pthread_mutex_unlock(&w.lock);
         pthread_attr_destroy(&attr);
-        if (r != 0) {
+        return -r;
+}
+
+int worker_submit(worker_fn work, worker_fn done, void *userdata) {
+        if (!w.src || w.shutting_down)
+                return -ECANCELED;
+        job *j = calloc(1, sizeof(*j));
+        if (!j)
+                return -ENOMEM;
+        *j = (job) { .work = work, .done = done, .userdata = userdata };
+        int r = start_thread(j);
+        if (r < 0) {
                 free(j);
-                return -r;
+                return r;
         }
+        w.in_flight++;
+        return 0;
+}
+
+/* Runs the jobs waiting to start: each on a thread of its own, or here (work, then
+ * done) when no thread can be had or the daemon is stopping. */
+static void run_soon_jobs(void) {
+        job *j = w.soon_head;
+        w.soon_head = w.soon_tail = NULL;
+        while (j) {
+                job *next = j->next;
+                j->next = NULL;
+                if (w.shutting_down || start_thread(j) < 0) {
+                        w.in_flight--;
+                        j->work(j->userdata);
+                        if (j->done)
+                                j->done(j->userdata);
+                        free(j);
+                }
+                j = next;
+        }
+}
+
+static int soon_cb(sd_event_source *s, uint64_t usec, void *userdata) {
+        run_soon_jobs();
+        return 0;
+}
+
+int worker_submit_soon(worker_fn work, worker_fn done, void *userdata) {
+        if (!w.src || w.shutting_down)
+                return -ECANCELED;
+        /* A timer due at once, not a defer source: one of those is pending
+         * before the loop even polls, and would run ahead of the I/O the
+         * poll would find (a reply to write). */
+        if (!w.soon_src) {
+                int r = sd_event_add_time_relative(sd_event_source_get_event(w.src), &w.soon_src, CLOCK_MONOTONIC,
+                                                   0, 0, soon_cb, NULL);
+                if (r < 0)
+                        return r;
+                /* Just behind the normal sources (not IDLE: a loop never
+                 * idle under load would never start the job). */
+                (void)sd_event_source_set_priority(w.soon_src, SD_EVENT_PRIORITY_NORMAL + 1);
+        } else if (!w.soon_head && (sd_event_source_set_time_relative(w.soon_src, 0) < 0 ||
+                                    sd_event_source_set_enabled(w.soon_src, SD_EVENT_ONESHOT) < 0))
+                return -EIO;
+        job *j = calloc(1, sizeof(*j));
+        if (!j)
+                return -ENOMEM;
+        *j = (job) { .work = work, .done = done, .userdata = userdata };
+        if (w.soon_tail)
+                w.soon_tail->next = j;
+        else
+                w.soon_head = j;
+        w.soon_tail = j;
         w.in_flight++;
         return 0;
 }
@@ -161,6 +225,9 @@ void worker_shutdown(void) {
         if (!w.src)
                 return;
         w.shutting_down = true;
+        /* Jobs still waiting to start run now, here. */
+        run_soon_jobs();
+        w.soon_src = sd_event_source_disable_unref(w.soon_src);
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
         deadline.tv_sec += WORKER_SHUTDOWN_WAIT_SEC;

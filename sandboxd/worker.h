@@ -22,5 +22,13 @@ int worker_submit(worker_fn work, worker_fn done, void *userdata);
  * does not run). */
 int worker_post(worker_fn fn, void *userdata);
 
+/* worker_submit(), its thread started only once the loop has dispatched
+ * the normal-priority sources its next poll finds (an sd-event timer due
+ * at once, at SD_EVENT_PRIORITY_NORMAL + 1): e.g. after a pending answer is written, for
+ * background work whose start would delay it. Loop thread only. The same
+ * returns; at worker_shutdown() a job still waiting runs there (work, then
+ * done), as does one whose thread cannot be started. */
+int worker_submit_soon(worker_fn work, worker_fn done, void *userdata);
+
 /* Number of jobs started and not yet done. */
 unsigned worker_in_flight(void);

@@ -1,12 +1,15 @@
 /* sandbox-init's side of the agent socket (libcore/agent.h): non-blocking
  * sends with a bounded queue and backpressure on command output, packet
  * receipt and dispatch, epoll registration helpers, and the start of a stop. */
+#include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include "libcore/agent.h"
 #include "libcore/init/init.h"
 #include "libcore/log.h"
@@ -224,6 +227,18 @@ static void handle_list(init_agent *a) {
         cmd_replay_logs(a);
 }
 
+/* {"op":"hostname","name":S} (agent.h "Hostname"): 1-64 bytes, as
+ * sethostname(2) takes them (HOST_NAME_MAX). */
+static void handle_hostname(init_agent *a, const cJSON *req) {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "name"));
+        size_t n = name ? strlen(name) : 0;
+        if (n == 0 || n > HOST_NAME_MAX)
+                return agent_send_error(a, NULL, "hostname: \"name\" must be a string of 1 to %d bytes",
+                                        HOST_NAME_MAX);
+        if (sethostname(name, n) < 0)
+                return agent_send_error(a, NULL, "hostname: sethostname: %s", strerror(errno));
+}
+
 static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
         _cleanup_(cJSON_Deletep) cJSON *req = cJSON_ParseWithLength(buf, len);
         if (!cJSON_IsObject(req))
@@ -247,6 +262,8 @@ static void handle_packet(init_agent *a, const char *buf, size_t len, int fd) {
                 init_ctr_op(a, req);
         else if (streq(o, "list"))
                 handle_list(a);
+        else if (streq(o, "hostname"))
+                handle_hostname(a, req);
         else if (streq(o, "ack"))
                 cmd_ack(a, req);
         else if (streq(o, "credit"))

@@ -167,16 +167,57 @@ logLevel debug), and what was cut:
     0.02 ms (close, then exit); but the pool cycle's delete did not move
     (interleaved, p50 of 60, 60 and 120 cycles: 1.451 -> 1.530,
     1.553 -> 1.462, 1.208 -> 1.211 ms).
-  - where else the pool row goes (strace of one cycle): the adopt is
-    about 120 syscalls on the loop thread (renames, a vfork child for the
-    hostname, /etc/hosts and /etc/hostname, five limit writes, five usage
-    reads for the rebase, config.json, session.json written twice, the
-    second time unchanged); the delete's answer waits for init's SIGTERM
-    round (the container helper, a fork of init, exits and is reaped
-    first), the goodbye, a new worker thread, one kill pass over the five
-    hierarchies of a hybrid cgroup layout (about 60 syscalls) and two
-    renames; the daemon opens memory.oom_control by its full path for
-    each exec (8%% of the daemon's samples per exec, 11 us).
+  - where else the pool row went (strace of one cycle, the daemon's own
+    clock around each step of the adopt, p50 of 40): the adopt was about
+    120 syscalls on the loop thread, 1.1 ms: a vfork child joining the
+    UTS namespace for the hostname (0.10 ms), /etc/hosts and
+    /etc/hostname opened with O_TRUNC, five limit writes (0.07), five
+    usage reads for the rebase (0.08), config.json (0.16) and
+    session.json (0.16) each written by a rename over the pooled file,
+    and session.json again in the activation (0.30 ms, unchanged but for
+    an expiry a few hundred microseconds later). A rename over an
+    existing file, and a close after a truncation to 0, make ext4 start
+    the new file's writeback there (auto_da_alloc, ext4(5)): 3 ms against
+    0.02 for a fresh name, in a loop on the state filesystem. The
+    delete's answer waited for init's SIGTERM round (the container
+    helper, a fork of init, exits and is reaped first), the goodbye, a
+    new worker thread, one kill pass over the five hierarchies of the
+    hybrid cgroup layout (about 60 syscalls) and two renames. Cut:
+    * sandbox.delete kills the session whole at once: cgroup.kill on its
+      cgroup of the tracking hierarchy (the unified one of a hybrid
+      layout) reaches every process of it and a fork under way, so the
+      session is fenced when the write returns; delete no longer gives
+      the stop's grace (sandbox.stop does; docs/API.md). The renames of
+      a sandbox that is not persistent run on the loop (no thread hand-
+      off), and the threads of the background teardown and of the
+      tombstones' removal start after the answer is written
+      (worker_submit_soon: p50 0.30 -> 0.22 and 0.46 -> 0.29 ms for the
+      delete, interleaved pairs of 150). A host with no cgroup.kill keeps
+      init's stop, with no grace. New fault point delete.killed.
+    * the adopt: init sets the hostname (an agent message, read before
+      any later request, instead of the vfork); the pooled config and
+      record are unlinked before new ones are written (the pooled state
+      directory is removed whole if the daemon dies before the commit);
+      /etc/hosts and /etc/hostname written over and cut to length; the
+      record written once (the timeout timer armed for the recorded
+      expiry); the limits written only when pidsMax was reloaded since
+      the pooled cgroup was made; the rebase reads the CPU figure alone.
+    Measured, the two builds interleaved on the shared 2-core machine
+    (load 2.6-4): own A/B, both daemons in one world, each cycle after
+    both pools are full, p50 of 100: create 1.508 -> 0.571 ms, exec
+    1.526 -> 1.361, delete 1.666 -> 0.323, cycle 5.074 -> 2.341 ms.
+    create_exec_delete_pool (--quick --only pool), pairs of runs at load
+    2.6: 5.178 ms 0.80x -> 2.661 ms 0.44x and 4.530 ms 0.77x -> 2.189 ms
+    0.45x (goal 0.5x met); split after: create 0.56-0.83, exec 1.30-1.48,
+    delete 0.28-0.36 ms. With the soon-started threads as well, five
+    pairs at load 6-10 (bwrap 6.8-11.9 ms): 0.72-1.13x before, 0.41-0.60x
+    after (met in two of five); the exec, 1.8-3.5 ms there, is then most
+    of the row. What is left: the exec (the other half of the
+    row: init's fork of the command), and in the create the config and
+    record writes (cJSON and two files), the limits of a reloaded
+    pidsMax, the CA of a networked mode; the daemon opens
+    memory.oom_control by its full path for each exec (8%% of the
+    daemon's samples per exec, 11 us).
 
 Interleaved rounds (one of each operation per round, the order rotating)
 make a burst of load from elsewhere on the machine slow both sides of a

@@ -496,6 +496,12 @@ SCENARIOS = {
     # its directories are renamed aside; its nftables objects, veth and
     # cgroup go after, in the background: a crash there must leave none of
     # them after the restart, and the sandbox must not come back.
+    # Delete kills the whole session at once (cgroup.kill) before anything
+    # else: a crash right after leaves a sandbox whose session is dead; a
+    # sandbox that is not persistent is removed at the restart, a
+    # persistent one comes back stopped (the delete never answered).
+    "delete.killed": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
+    "delete.killed[persistent running]": (s_running({"persistent": True}), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.fenced": (s_running(), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.fenced[persistent running]": (s_running({"persistent": True}), send("sandbox.delete", lambda w, c: {"name": c["target"]})),
     "delete.fenced[stop of not persistent]": (s_running(), send("sandbox.stop", lambda w, c: {"name": c["target"]})),
@@ -587,7 +593,7 @@ SAMPLE = ["container.made", "container.init_deleted", "create.disk_backed", "cre
           "snapshot.copied", "snapshot.copied[stopped]", "snapshot.precopy_copied", "fork.precopy_repeated", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
           "update.veth_created[deny-all to allowlist]",
-          "delete.torn_down", "delete.answered", "delete.fenced", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
+          "delete.torn_down", "delete.answered", "delete.fenced", "delete.killed", "runtime_import.extracted", "create.cancelled", "adopt.logs_replaying",
           "pool.run_renamed", "pool.committed", "volume.create", "volume.delete", "watch.sent",
           "storage.subvolume_made[storage pool fork]", "fork.copied[storage pool stopped]",
           "storage.subvolume_deleted[storage pool]"]

@@ -7,6 +7,7 @@ import os
 import signal
 
 import leaks
+import world as W
 from common import expect, expect_eq, poll, rpc_ok
 
 POOL = {"warmPool": {"size": 2}}
@@ -93,6 +94,23 @@ def test_create_adopts_a_pooled_session_named_as_the_caller_asked(world):
         _stop_and_check_clean(world, d)
 
 
+def _killed(pid):
+    """Whether process `pid` is gone, exiting (PF_EXITING, 0x4, in the
+    flags of /proc/PID/stat, proc(5); or a zombie), or has SIGKILL pending
+    (the SigPnd/ShdPnd masks of /proc/PID/status, signal 9 = bit 8)."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/%s/status" % pid) as f:
+            st = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    # After the comm: state is field 3, flags field 9 (1-based).
+    if fields[0] in ("Z", "X") or int(fields[6]) & 0x4:
+        return True
+    return any(int(st.get(k, "0").strip(), 16) & (1 << 8) for k in ("SigPnd", "ShdPnd"))
+
+
 def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
     d = _pool_daemon(world)
     a, b = world.name("wpa"), world.name("wpb")
@@ -106,16 +124,18 @@ def test_a_pooled_session_carries_nothing_from_one_sandbox_to_the_next(world):
         expect(cgroups_a, "sandbox.get shows a's cgroups: %r" % got_a)
         init_a = str((got_a.get("session") or {}).get("initPid"))
         _rpc(d, "sandbox.delete", {"name": a})
-        # Delete answers once a's session is fenced: no process of it is
-        # left but its init on its way out (the kernel tearing down its
-        # namespaces); its `sleep` is gone. The cgroup goes right after.
+        # Delete answers once a's session is fenced: every process of it
+        # (its `sleep` too) is gone or killed (SIGKILL pending, or already
+        # exiting), so none runs anything again; the kernel ends them and
+        # tears down the namespaces after. The cgroup goes right after.
         for cg in cgroups_a:
             try:
                 with open(os.path.join(cg, "cgroup.procs")) as f:
-                    left = [p for p in f.read().split() if p != init_a]
+                    left = [p for p in f.read().split() if p != init_a and not _killed(p)]
             except FileNotFoundError:
                 left = []
-            expect(not left, "a's cgroup %s has processes after the delete answered: %r" % (cg, left))
+            expect(not left, "a's cgroup %s has processes neither gone nor killed after the delete answered: %r"
+                   % (cg, left))
         poll(lambda: not [cg for cg in cgroups_a if os.path.exists(cg)], 10, "a's cgroups to be removed")
         poll(lambda: _info(d)["ready"] == 2, 60, "the pool refills")
         sb = _create(d, b)
@@ -424,6 +444,39 @@ def test_pooled_sessions_made_before_a_reload_of_disk_mib_are_replaced(world):
         sb = _create(d, b)
         expect_eq((_info(d)["adopted"], sb["resources"].get("diskMiB")), (1, 128),
                   "the new pooled session, of the new diskMiB, is adopted")
+    finally:
+        for n in (a, b):
+            d.rpc("sandbox.delete", {"name": n})
+        _stop_and_check_clean(world, d)
+
+
+def _pids_max(d, name):
+    """pids.max of sandbox `name`'s session, from its cgroups (the pids
+    controller's: v1, or v2 with it enabled)."""
+    for cg in (_rpc(d, "sandbox.get", {"name": name}).get("session") or {}).get("cgroups") or []:
+        p = os.path.join(cg, "pids.max")
+        if os.path.exists(p):
+            with open(p) as f:
+                return f.read().strip()
+    return None
+
+
+def test_an_adopted_session_has_the_pids_max_of_now(world):
+    from test_reload import _hup, _rewrite
+    d = _pool_daemon(world, {"warmPool": {"size": 1}, "pidsMax": 300})
+    a, b = world.name("wppa"), world.name("wppb")
+    try:
+        _create(d, a)
+        got = _pids_max(d, a)
+        if got is None:
+            raise W.Skip("no pids controller for the sessions")
+        expect_eq(got, "300", "the pooled session's pids.max, as made")
+        poll(lambda: _info(d)["ready"] == 1, 60, "the pool refills")
+        _rewrite(d, pidsMax=400)
+        _hup(d, "reload: ")
+        _create(d, b)
+        expect_eq((_info(d)["adopted"], _pids_max(d, b)), (2, "400"),
+                  "a session pooled before the reload, adopted with the new pidsMax")
     finally:
         for n in (a, b):
             d.rpc("sandbox.delete", {"name": n})
