@@ -101,7 +101,8 @@ static const config_key config_keys[] = {
           "The most processes and threads of one sandbox (pids cgroup).", NULL , .live = true },
         { "stopGraceMs",      KEY_U64,    OFF(stop_grace_ms), 0, 600000,
           "How long a stopped sandbox's processes get after SIGTERM before SIGKILL, in milliseconds "
-          "(sandbox.stop and the timeout; sandbox.delete kills at once).", NULL , .live = true },
+          "(sandbox.stop, the timeout, and sandbox.delete of a sandbox with a writable volume or host mount; "
+          "other deletes kill at once).", NULL , .live = true },
         { "commandLogBytes",  KEY_SIZE,   OFF(command_log_bytes), 4 * KIB, 1 * GIB,
           "The bytes of each stream (stdout, stderr) of each command the daemon keeps.", NULL , .live = true },
         { "logBudgetMiB",     KEY_U64,    OFF(log_budget_mib), 1, 1024 * 1024,

@@ -918,6 +918,20 @@ static void method_stop(rpc_request *req, void *userdata) {
         /* Starting: stopped as soon as it runs (start_done). */
 }
 
+/* Whether the sandbox mounts something writable that outlives it (a
+ * volume, a host mount): its processes' last writes there are kept, so a
+ * delete gives them the stop's grace instead of killing at once. */
+static bool writes_beyond_itself(const sandbox *sb) {
+        const cJSON *lists[] = {sb->volumes, sb->mounts};
+        for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++) {
+                const cJSON *it;
+                cJSON_ArrayForEach(it, lists[k])
+                        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "readOnly")))
+                                return true;
+        }
+        return false;
+}
+
 static void method_delete(rpc_request *req, void *userdata) {
         sandbox *sb = lookup(req, userdata);
         if (!sb)
@@ -926,7 +940,9 @@ static void method_delete(rpc_request *req, void *userdata) {
         if (sb->deleting)
                 return;
         sb->deleting = true;
-        if (sb->sess)
+        if (sb->sess && writes_beyond_itself(sb))
+                session_stop(sb);
+        else if (sb->sess)
                 session_kill(sb);
         else if (!sb->starting)
                 start_teardown(sb, NULL, true);
