@@ -1069,6 +1069,15 @@ int core_disk_spare_init(const char *dir, const core_disk_limits *lim, sb_error 
         return 0;
 }
 
+void core_disk_spare_refill(void) {
+        if (!spare.running)
+                return;
+        pthread_mutex_lock(&spare.lock);
+        if (spare.wanted)
+                pthread_cond_signal(&spare.cond);
+        pthread_mutex_unlock(&spare.lock);
+}
+
 void core_disk_spare_stop(void) {
         if (!spare.running)
                 return;
@@ -1094,12 +1103,11 @@ static int spare_take(const char *dir, const core_disk_limits *lim, sb_error **r
         bool fits = spare.path && lim->bytes == spare.lim.bytes && lim->inodes == spare.lim.inodes;
         _cleanup_close_ int mnt = fits ? TAKE_FD(spare.mnt) : -EBADF;
         _cleanup_free_ char *from = fits ? TAKE_PTR(spare.path) : NULL;
-        /* Another one made after this create; after a spare that failed
-         * (no room, say) each create of its size tries again. */
-        if (spare.running && lim->bytes == spare.lim.bytes && lim->inodes == spare.lim.inodes) {
+        /* Another one made once this create is done (core_disk_spare_refill);
+         * after a spare that failed (no room, say) each create of its size
+         * tries again. */
+        if (spare.running && lim->bytes == spare.lim.bytes && lim->inodes == spare.lim.inodes)
                 spare.wanted = true;
-                pthread_cond_signal(&spare.cond);
-        }
         pthread_mutex_unlock(&spare.lock);
         if (!fits)
                 return 1;

@@ -1882,6 +1882,7 @@ static void start_work(void *userdata) {
         if (__atomic_compare_exchange_n(&j->cancel, &expected, START_COMMITTED, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
                 core_cancel_bind(NULL);
+                core_disk_spare_refill(); /* the spare this create took, if any */
                 return;
         }
 fail:
@@ -1920,6 +1921,7 @@ fail:
         }
         core_rm_rf(sb->run_dir);
         sb_error_default_reason(&j->err, "failed");
+        core_disk_spare_refill();
 }
 
 static int on_expire(sd_event_source *s, uint64_t usec, void *userdata);
