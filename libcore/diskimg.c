@@ -957,9 +957,15 @@ static int spare_fsmount(const char *dev) {
  * reserved inodes), relative to the root of mount fd `mnt`, which nothing
  * but the daemon can reach yet. */
 static int spare_fill(int mnt) {
-        if (mkdirat(mnt, "upper", 0755) < 0 || mkdirat(mnt, "work", 0700) < 0 ||
-            mkdirat(mnt, "reserve", 0700) < 0)
-                return negative_errno();
+        /* Modes set outright: the process's umask is not always 022 (the
+         * metrics socket is made under 0177, metrics.c), and this thread
+         * may run at any moment (found: a spare made at start got an
+         * upper/ of 0600, the sandbox's / then untraversable by its user). */
+        static const struct { const char *name; mode_t mode; } dirs[] = {
+                {"upper", 0755}, {"work", 0700}, {"reserve", 0700}};
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+                if (mkdirat(mnt, dirs[i].name, dirs[i].mode) < 0 || fchmodat(mnt, dirs[i].name, dirs[i].mode, 0) < 0)
+                        return negative_errno();
         for (int i = 0; i < RESERVE_INODES; i++) {
                 char name[32];
                 snprintf(name, sizeof(name), "reserve/r%d", i);
