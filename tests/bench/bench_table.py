@@ -144,8 +144,13 @@ logLevel debug), and what was cut:
     builds' daemons alternating in blocks of 25 cycles in one test
     world, p50 of 200 each, bwrap interleaved, load 3-4): create 7.28 ->
     5.87 ms (client's view; steps 6.4 -> 4.6), create_exec_delete_rpc
-    2.08x -> 1.75x and 2.13x -> 1.79x; @@BENCH@@
-    Goal 1.5x not met.
+    2.08x -> 1.75x and 2.13x -> 1.79x; at load 6, p50 of 250: create
+    20.9 -> 14.1 ms, 2.95x -> 2.27x. Without a user namespace (load 7,
+    p50 of 150): create 19.7 -> 13.6 ms (dirs+disk 5.4 -> 0.6), 4.30x ->
+    2.71x. This script (--quick --only lifecycle), four interleaved pairs
+    at load 3.8-5: create_exec_delete_rpc 3.52, 3.17, 2.14, 2.29x before,
+    3.32, 1.75, 2.22, 2.92x after; _cli 3.80-4.03x and 2.65-4.62x: at
+    that load 30 rounds spread wider than the change. Goal 1.5x not met.
   - not cut, the next steps: the overlay as an fd in the plain mode too,
     so init can be cloned first there as well. init-send (0.45-0.55 ms:
     the idmapped overlay and six host-bind clones, the binds the same for
