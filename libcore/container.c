@@ -182,7 +182,12 @@ struct child_args {
 /* A raw syscall of the child: a negative errno, never errno itself (which
  * with CLONE_VM is the cloning thread's, and it runs on meanwhile), and
  * nothing a sanitizer intercepts. */
-static long raw5(long n, long a, long b, long c, long d, long e) {
+/* Not instrumented by ASan (here and in child_main): a child sharing the
+ * daemon's memory must not poison shadow bytes of a stack it never
+ * returns from (the daemon reuses that memory once the child exec'd). */
+#define CHILD_CODE __attribute__((no_sanitize_address))
+
+CHILD_CODE static long raw5(long n, long a, long b, long c, long d, long e) {
 #if defined(__x86_64__)
         register long r10 __asm__("r10") = d;
         register long r8 __asm__("r8") = e;
@@ -199,7 +204,7 @@ static long raw5(long n, long a, long b, long c, long d, long e) {
 }
 #define raw(n, a, b, c) raw5((n), (long)(a), (long)(b), (long)(c), 0, 0)
 
-_noreturn_ static void child_main(void *p) {
+CHILD_CODE _noreturn_ static void child_main(void *p) {
         struct child_args *a = p;
         /* Park every fd we keep above the slots about to be set, so no
          * dup below can clobber one of them. */
