@@ -169,6 +169,13 @@ static int prepare_dirs(start_job *j, bool *made, sb_error **ret_err) {
         if ((r = core_mkdir_p(upper, 0755)) < 0 || (own_work && (r = core_mkdir_p(work, 0700)) < 0) ||
             (r = core_mkdir_p(ws, 0755)) < 0 || (r = core_mkdir_p(rootfs, 0755)) < 0)
                 return sb_error_set(ret_err, r, NULL, NULL, "create sandbox directories: %s", strerror(-r));
+        /* Modes set outright: the process's umask is briefly 0177 while
+         * the metrics socket is bound at start (metrics.c), when a warm
+         * pool's first creates run (found: a workspace of 0600, which the
+         * sandbox user could not enter: "chdir /workspace: permission
+         * denied", test_warmpool). */
+        if (chmod(upper, 0755) < 0 || chmod(ws, 0755) < 0 || chmod(rootfs, 0755) < 0)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chmod sandbox directories: %m");
         if (chown(ws, uid, gid) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "chown workspace: %m");
         return 0;
