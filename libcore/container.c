@@ -167,26 +167,14 @@ struct child_args {
 /* The child's stack (CLONE_VM): it only moves fds and execs. */
 #define CHILD_STACK_SIZE (64 * 1024)
 
-/* Child side of clone(): raw syscalls only, then exec.
- *
- * Its first act is to put the fds it needs at known numbers and close
- * every other one, before it waits for the go byte: a child waiting with a
- * copy of the daemon's table would keep the daemon's locks, its listening
- * socket and the write ends of the other children's sync pipes alive after
- * the daemon died (and those children, holding its write end, would keep
- * it waiting forever). With only its own read end left, the daemon's death
- * closes the last write end: the child reads EOF and exits. Layout: 0-2
- * /dev/null, AGENT_FD, AGENT_LISTEN_FD (or closed), the memfd at
- * AGENT_LISTEN_FD + 1 and the sync read end at AGENT_LISTEN_FD + 2 (both
- * close-on-exec). */
-/* A raw syscall of the child: a negative errno, never errno itself (which
- * with CLONE_VM is the cloning thread's, and it runs on meanwhile), and
- * nothing a sanitizer intercepts. */
 /* Not instrumented by ASan (here and in child_main): a child sharing the
  * daemon's memory must not poison shadow bytes of a stack it never
  * returns from (the daemon reuses that memory once the child exec'd). */
 #define CHILD_CODE __attribute__((no_sanitize_address))
 
+/* A raw syscall of the child: a negative errno, never errno itself (which
+ * with CLONE_VM is the cloning thread's, and it runs on meanwhile), and
+ * nothing a sanitizer intercepts. */
 CHILD_CODE static long raw5(long n, long a, long b, long c, long d, long e) {
 #if defined(__x86_64__)
         register long r10 __asm__("r10") = d;
@@ -204,6 +192,18 @@ CHILD_CODE static long raw5(long n, long a, long b, long c, long d, long e) {
 }
 #define raw(n, a, b, c) raw5((n), (long)(a), (long)(b), (long)(c), 0, 0)
 
+/* Child side of clone(): raw syscalls only, then exec.
+ *
+ * Its first act is to put the fds it needs at known numbers and close
+ * every other one, before it waits for the go byte: a child waiting with a
+ * copy of the daemon's table would keep the daemon's locks, its listening
+ * socket and the write ends of the other children's sync pipes alive after
+ * the daemon died (and those children, holding its write end, would keep
+ * it waiting forever). With only its own read end left, the daemon's death
+ * closes the last write end: the child reads EOF and exits. Layout: 0-2
+ * /dev/null, AGENT_FD, AGENT_LISTEN_FD (or closed), the memfd at
+ * AGENT_LISTEN_FD + 1, the sync read end at AGENT_LISTEN_FD + 2 and the
+ * exec pipe's write end at AGENT_LISTEN_FD + 3 (all three close-on-exec). */
 CHILD_CODE _noreturn_ static void child_main(void *p) {
         struct child_args *a = p;
         /* Park every fd we keep above the slots about to be set, so no
