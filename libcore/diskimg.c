@@ -977,14 +977,14 @@ static int spare_fill(int mnt) {
         return 0;
 }
 
-/* Makes one spare: its mount fd with *ret_path set (malloc'd), or a
- * negative errno with nothing left. Spare thread. */
-static int spare_make(char **ret_path) {
+/* Makes one spare of *lim: its mount fd with *ret_path set (malloc'd), or
+ * a negative errno with nothing left. Spare thread. */
+static int spare_make(const core_disk_limits *lim, char **ret_path) {
         _cleanup_free_ char *path = NULL;
         struct statvfs vfs;
         if (statvfs(spare.dir, &vfs) < 0)
                 return negative_errno();
-        if ((uint64_t)vfs.f_bavail * vfs.f_frsize / SPARE_FREE_FACTOR < spare.lim.bytes)
+        if ((uint64_t)vfs.f_bavail * vfs.f_frsize / SPARE_FREE_FACTOR < lim->bytes)
                 return -ENOSPC;
         if (asprintf(&path, "%s/spare-%d-%lu.img", spare.dir, (int)getpid(), ++spare.made) < 0)
                 return -ENOMEM;
@@ -995,11 +995,11 @@ static int spare_make(char **ret_path) {
         _cleanup_close_ int lfd = -EBADF;
         char dev[300];
         int mnt = -EBADF;
-        int r = ftruncate(fd, (off_t)spare.lim.bytes) < 0 ? negative_errno() : 0;
-        if (r >= 0 && (r = template_clone(fd, &spare.lim, &err)) > 0)
-                r = run_mkfs(path, &spare.lim, &err);
+        int r = ftruncate(fd, (off_t)lim->bytes) < 0 ? negative_errno() : 0;
+        if (r >= 0 && (r = template_clone(fd, lim, &err)) > 0)
+                r = run_mkfs(path, lim, &err);
         if (r >= 0)
-                r = back_fd(fd, spare.lim.bytes);
+                r = back_fd(fd, lim->bytes);
         if (r >= 0)
                 r = new_loop(fd, dev, sizeof(dev), &lfd);
         if (r >= 0 && (mnt = spare_fsmount(dev)) < 0)
@@ -1023,16 +1023,23 @@ static void *spare_thread(void *arg) {
         (void)arg;
         pthread_mutex_lock(&spare.lock);
         for (;;) {
-                while (!spare.stop && (!spare.wanted || spare.path))
+                while (!spare.stop && (!spare.wanted || spare.path || !spare.lim.bytes))
                         pthread_cond_wait(&spare.cond, &spare.lock);
                 if (spare.stop)
                         break;
                 spare.wanted = false;
+                core_disk_limits lim = spare.lim;
                 pthread_mutex_unlock(&spare.lock);
                 char *path = NULL;
-                int mnt = spare_make(&path);
+                int mnt = spare_make(&lim, &path);
                 pthread_mutex_lock(&spare.lock);
-                if (mnt >= 0) {
+                if (mnt >= 0 && (lim.bytes != spare.lim.bytes || lim.inodes != spare.lim.inodes)) {
+                        /* The default size changed meanwhile (a reload). */
+                        close(mnt);
+                        (void)unlink(path);
+                        free(path);
+                        spare.wanted = spare.lim.bytes > 0;
+                } else if (mnt >= 0) {
                         spare.mnt = mnt;
                         spare.path = path;
                 }
@@ -1073,6 +1080,25 @@ int core_disk_spare_init(const char *dir, const core_disk_limits *lim, sb_error 
         }
         spare.running = true;
         return 0;
+}
+
+void core_disk_spare_resize(const core_disk_limits *lim) {
+        if (!spare.running)
+                return;
+        pthread_mutex_lock(&spare.lock);
+        uint64_t bytes = lim && lim->bytes >= CORE_DISK_MIN_BYTES ? lim->bytes : 0;
+        uint64_t inodes = bytes ? lim->inodes : 0;
+        if (bytes != spare.lim.bytes || inodes != spare.lim.inodes) {
+                if (spare.path) {
+                        close(TAKE_FD(spare.mnt));
+                        (void)unlink(spare.path);
+                        free(TAKE_PTR(spare.path));
+                }
+                spare.lim = (core_disk_limits){.bytes = bytes, .inodes = inodes};
+                spare.wanted = bytes > 0;
+                pthread_cond_signal(&spare.cond);
+        }
+        pthread_mutex_unlock(&spare.lock);
 }
 
 void core_disk_spare_refill(void) {

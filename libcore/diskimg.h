@@ -98,6 +98,13 @@ int core_disk_spare_init(const char *dir, const core_disk_limits *lim, sb_error 
  * No-op without a spare thread. */
 void core_disk_spare_refill(void);
 
+/* A new default size for the spare (daemon.json diskMiB changed by a
+ * reload): a ready spare of the old size is removed and one of lim made;
+ * lim NULL or of no size (diskMiB 0) keeps none. No-op when the spare
+ * was never started (a daemon started with diskMiB 0 gets one at its next
+ * start). */
+void core_disk_spare_resize(const core_disk_limits *lim);
+
 /* Stops the spare's thread and removes the spare (its mount, loop device
  * and image). No-op when it was never started. */
 void core_disk_spare_stop(void);

@@ -105,3 +105,32 @@ def test_a_killed_daemon_leaves_only_its_spare_image_which_the_next_start_remove
     finally:
         world.rpc("sandbox.delete", {"name": n}, 60)
     leaks.check(world, n)
+
+
+def test_a_reload_of_disk_mib_replaces_the_spare_with_one_of_the_new_size(world):
+    from test_reload import _hup, _rewrite
+    world.stop_sandboxd()  # one daemon per network namespace
+    d = world.start_sandboxd({"diskMiB": 64}, tag="sparerl")
+    n = world.name("sparerl")
+    try:
+        poll(lambda: _spare_ready(d), 60, "a spare disk is ready")
+        old = _spare_ready(d)
+        expect_eq(os.stat(old).st_size, 64 << 20, "the spare's size before the reload")
+        _rewrite(d, diskMiB=96)
+        _hup(d, "reload: ")
+        poll(lambda: not os.path.exists(old), 30, "the spare of the old size goes")
+        poll(lambda: _spare_ready(d) and os.stat(_spare_ready(d)).st_size == 96 << 20, 60,
+             "a spare of the new size is ready")
+        spare = _spare_ready(d)
+        rpc_ok(world, "sandbox.create", {"name": n, "networkPolicy": "deny-all"}, 120)
+        img = os.path.join(d.state_dir, "sandboxes", n, "disk.img")
+        expect_eq(os.stat(img).st_size, 96 << 20, "the size of the disk after the reload")
+        expect(not os.path.exists(spare), "the create took the spare of the new size")
+        sh_ok(world, n, "echo x > /workspace/f")
+        rpc_ok(world, "sandbox.delete", {"name": n}, 60)
+        leaks.check(world, n)
+    finally:
+        world.stop_sandboxd(d)
+        world.start_sandboxd()
+    # The loop device clears itself just after the mount goes: polled.
+    poll(lambda: not _loops_backed_below(_spare_dir(d)), 30, "no loop device of the stopped daemon's spare")
