@@ -19,6 +19,7 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 #include "libcore/fault.h"
+#include "libcore/diskimg.h"
 #include "libcore/log.h"
 #include "libcore/seccomp.h"
 #include "libcore/util.h"
@@ -198,6 +199,9 @@ static int on_reload_signal(sd_event_source *s, const struct signalfd_siginfo *s
         _cleanup_free_ char *changed = NULL, *kept = NULL;
         daemon_config_apply_live(ctx->cfg, &next, &changed, &kept);
         daemon_config_free(&next);
+        /* The spare disk follows the default disk size (diskimg.h). */
+        core_disk_spare_resize(&(core_disk_limits){.bytes = ctx->cfg->disk_mib << 20,
+                                                   .inodes = ctx->cfg->disk_inodes});
         apply_log_level(ctx->cfg);
         metrics_reconfigure(ctx->cfg);
         if (kept)
