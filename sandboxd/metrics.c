@@ -817,9 +817,11 @@ static int listen_unix(const char *path, gid_t gid) {
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return -errno;
-        mode_t old = umask(0177);  /* no one but root until the chown below */
+        /* No umask(2) around the bind: it is the whole process's, and
+         * another thread creating files meanwhile (a spare disk, a warm
+         * pool's first sandboxes) got its modes. Nobody connects before
+         * listen(), which comes after the owner and mode are set. */
         int r = bind(fd, (struct sockaddr *) &sa, sizeof(sa));
-        umask(old);
         if (r < 0 || chown(path, 0, gid == (gid_t) -1 ? 0 : gid) < 0 || chmod(path, 0660) < 0 || listen(fd, 16) < 0) {
                 r = -errno;
                 close(fd);
