@@ -222,9 +222,9 @@ static const struct keyed_set {
  * not, walks forward until a rule decides it (a flow's later packets too:
  * its generation is checked on each, policy/nftgen.h). A rule that tests
  * `iifname` loads the name (16 bytes) before anything else, so one chain
- * of all the rules cost a sandbox's IPv4 packet 24 rules and 23 name loads
- * before its session's verdict, most of them IPv6 rules it could never
- * match. So forward and input test the input interface once: what comes
+ * of all the rules cost a sandbox's IPv4 packet 22 rules and 23 name loads
+ * before the sessions map, 17 of them IPv6 rules it could never match
+ * (docs/POLICY.md, "Per-packet cost"). So forward and input test the input interface once: what comes
  * from a session veth goes to from_sbx (forward) or in_sbx (input), and
  * the IPv6 rules sit behind one `meta nfproto ipv6` in from_sbx6. The
  * order of the rules a packet meets is unchanged, each chain keeps its
