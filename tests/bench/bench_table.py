@@ -178,6 +178,27 @@ logLevel debug), and what was cut:
     renames; the daemon opens memory.oom_control by its full path for
     each exec (8%% of the daemon's samples per exec, 11 us).
 
+Where tcp_throughput_n's packets spend their time (perf record -a -g
+during the uploads, 1000 sessions; docs/POLICY.md "Per-packet cost"):
+about 28 packets a MiB cross the host (TSO), each judged by the ruleset,
+a flow's later packets too (its generation check). nftables took 6.7%%
+of the transfer's CPU, most of it walking forward: a sandbox's IPv4
+packet met 22 rules and 23 interface-name loads before the sessions map,
+17 of them IPv6 rules. forward and input now send a sandbox's packets to
+from_sbx / in_sbx after one test of the input interface (the IPv6 rules
+behind one nfproto test): 4 rules and 2 name loads, the hooks' share
+4.3%%. A/B of the two builds (a loop of its own, not this script: two
+test worlds of 1000 sessions side by side, 32 MiB uploads sent from the
+sandbox's network namespace, the four transfers of a round interleaved,
+shared 2-core machine): 60 rounds 0.81x -> 0.91x against the plain veth,
+the sandbox's own throughput +7.5%%; 40 rounds 0.85x -> 0.86x (per-round
+ratios 0.86x -> 0.91x), +5.3%%. With forward and unrouted accepting
+everything first (a measurement only) the ratio was 0.92x: the rest is
+the second hop, conntrack and the masquerade. A flowtable is not used:
+an update would have to delete the session's conntrack entries (a walk
+of the table) to cut its flows, and a cut flow would lose its reset and
+denial event.
+
 Interleaved rounds (one of each operation per round, the order rotating)
 make a burst of load from elsewhere on the machine slow both sides of a
 ratio alike. The N sessions are real custom-policy sandboxes plus sessions
