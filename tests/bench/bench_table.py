@@ -188,13 +188,14 @@ packet met 22 rules and 23 interface-name loads before the sessions map,
 from_sbx / in_sbx after one test of the input interface (the IPv6 rules
 behind one nfproto test): 4 rules and 2 name loads, the hooks' share
 4.3%%. A/B of the two builds (a loop of its own, not this script: two
-test worlds of 1000 sessions side by side, 32 MiB uploads sent from the
-sandbox's network namespace, the four transfers of a round interleaved,
-shared 2-core machine): 60 rounds 0.81x -> 0.91x against the plain veth,
-the sandbox's own throughput +7.5%%; 40 rounds 0.85x -> 0.86x (per-round
-ratios 0.86x -> 0.91x), +5.3%%. With forward and unrouted accepting
-everything first (a measurement only) the ratio was 0.92x: the rest is
-the second hop, conntrack and the masquerade. A flowtable is not used:
+test worlds of 1000 sessions side by side, each round's four uploads
+interleaved, nine runs of 40-60 rounds on the shared 2-core machine at
+load 3-18): the sandbox's throughput +5.3%% (median; runs -7.7%% to
++7.5%%), the ratio to the plain veth 0.86x -> 0.87x (runs 0.85x to
+0.95x). This script's own runs, alternating builds: 0.59x, 0.83x before,
+0.78x, 0.80x after (5 uploads each: noise). With forward and unrouted
+accepting everything first (a measurement only) the ratio was 0.92x: the
+rest is the second hop, conntrack and the masquerade. A flowtable is not used:
 an update would have to delete the session's conntrack entries (a walk
 of the table) to cut its flows, and a cut flow would lose its reset and
 denial event.
