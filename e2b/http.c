@@ -26,6 +26,7 @@
 #include <openssl/ssl.h>
 #include "e2b/gateway.h"
 #include "libcore/buf.h"
+#include "libcore/urldecode.h"
 
 #define HEAD_MAX (64u * 1024)
 
@@ -326,33 +327,13 @@ const char *gw_header_get(const gw_request *r, const char *name) {
         return NULL;
 }
 
-static int hexval(int ch) {
-        if (ch >= '0' && ch <= '9')
-                return ch - '0';
-        if (ch >= 'a' && ch <= 'f')
-                return ch - 'a' + 10;
-        if (ch >= 'A' && ch <= 'F')
-                return ch - 'A' + 10;
-        return -1;
-}
-
 char *gw_url_decode(const char *s, size_t len, bool plus) {
-        char *out = malloc(len + 1), *o = out;
+        char *out = malloc(len + 1);
         if (!out)
                 return NULL;
-        for (size_t i = 0; i < len; i++) {
-                int hi, lo;
-                if (s[i] == '%' && i + 2 < len && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
-                        *o++ = (char) (hi * 16 + lo);
-                        i += 2;
-                } else if (plus && s[i] == '+')
-                        *o++ = ' ';
-                else
-                        *o++ = s[i];
-        }
-        *o = 0;
+        size_t n = core_url_decode(s, len, plus, out);
         /* A decoded NUL would cut the string short: refuse it. */
-        if (strlen(out) != (size_t) (o - out)) {
+        if (strlen(out) != n) {
                 free(out);
                 return NULL;
         }

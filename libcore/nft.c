@@ -113,6 +113,14 @@ typedef struct host_chain {
 static const host_chain host_chains[] = {
         { "input", "filter", NF_INET_LOCAL_IN, 0 },
         { "forward", "filter", NF_INET_FORWARD, 0 },
+        /* What forward and input take from a session veth: each base chain
+         * tests the input interface once and sends a sandbox's packets
+         * here, so a packet is judged only by the rules that can match it
+         * (see "Per-packet cost" above host_rules). from_sbx6: the IPv6
+         * ones, with an IPv6 pool. */
+        { "from_sbx", NULL, 0, 0 },
+        { "from_sbx6", NULL, 0, 0 },
+        { "in_sbx", NULL, 0, 0 },
         /* The host's own packets into a sandbox (host_rules below). */
         { "output", "filter", NF_INET_LOCAL_OUT, 0 },
         { "postrouting", "nat", NF_INET_POST_ROUTING, 100 }, /* srcnat */
@@ -208,60 +216,73 @@ static const struct keyed_set {
  *   neighbour discovery, which a veth carrying IPv6 needs.
  * These rules match interfaces and conntrack, not addresses, so they hold
  * for both families of the inet table; the pool rules exist for each pool
- * (V6_ON rules for the IPv6 one). */
+ * (V6_ON rules for the IPv6 one).
+ *
+ * Per-packet cost: every forwarded packet of every flow, established or
+ * not, walks forward until a rule decides it (a flow's later packets too:
+ * its generation is checked on each, policy/nftgen.h). A rule that tests
+ * `iifname` loads the name (16 bytes) before anything else, so one chain
+ * of all the rules cost a sandbox's IPv4 packet 22 rules and 23 name loads
+ * before the sessions map, 17 of them IPv6 rules it could never match
+ * (docs/POLICY.md, "Per-packet cost"). So forward and input test the input interface once: what comes
+ * from a session veth goes to from_sbx (forward) or in_sbx (input), and
+ * the IPv6 rules sit behind one `meta nfproto ipv6` in from_sbx6. The
+ * order of the rules a packet meets is unchanged, each chain keeps its
+ * host_rules order, and nothing from a session veth falls back into the
+ * base chain (`goto`, every such chain ends in a verdict): the rules left
+ * in the base chains after the dispatch see only packets from elsewhere,
+ * and their `!sbx*` tests are implied. */
 static const host_rule host_rules[] = {
         /* The host's own traffic to itself: a host process dialling a
          * gateway address was denied in output already, and the reset
          * that answers it comes back over lo to that pool address. */
         { "input", "input: iif lo accept",
           IF_LO, IF_ANY, 0, ADDR_ANY, false, false, V_ACCEPT },
+        { .chain = "input", .label = "input: sbx* goto in_sbx",
+          .iif = IF_SBX, .verdict = V_GOTO, .to_chain = "in_sbx" },
+        /* Not from a session veth from here on (the rule above). */
         { "input", "input: !sbx* -> pool drop",
-          IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, DADDR_POOL, false, false, V_DROP },
+          IF_ANY, IF_ANY, NFPROTO_IPV4, DADDR_POOL, false, false, V_DROP },
         /* A forged sandbox source from outside would make the host's
          * answer leave through that sandbox's veth as a "reply". */
         { "input", "input: !sbx* pool source drop",
-          IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
+          IF_ANY, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
         { "input", "input: !sbx* -> pool6 drop",
-          IF_NOT_SBX, IF_ANY, 0, DADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
+          IF_ANY, IF_ANY, 0, DADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
         { "input", "input: !sbx* pool6 source drop",
-          IF_NOT_SBX, IF_ANY, 0, SADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
+          IF_ANY, IF_ANY, 0, SADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
         /* IPv6 has no rp_filter: the reverse-path check is a rule (`fib
          * saddr . iif oif missing drop`, the nftables idiom): a source not
          * routed back through the veth it came from (a forged one) is
          * dropped, and so is a sandbox posing as its own gateway (the host
          * sides are the pool's even addresses). */
-        { "input", "input: sbx* ip6 fib saddr . iif oif missing drop",
-          IF_SBX, IF_ANY, 0, SADDR6_RPF_MISSING, false, false, V_DROP, .v6 = V6_ON },
-        { "input", "input: sbx* ip6 saddr host side of pool6 drop",
-          IF_SBX, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
+        { "in_sbx", "in_sbx: ip6 fib saddr . iif oif missing drop",
+          IF_ANY, IF_ANY, 0, SADDR6_RPF_MISSING, false, false, V_DROP, .v6 = V6_ON },
+        { "in_sbx", "in_sbx: ip6 saddr host side of pool6 drop",
+          IF_ANY, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
         /* Neighbour solicitation and advertisement (RFC 4861) to the
          * gateway: the link does not work without them. Router
          * solicitations, MLD reports and the other ICMPv6 control messages
          * a sandbox's stack sends by itself (130-143) are dropped quietly:
          * they are not connection attempts and would flood the denial
          * events. */
-        { .chain = "input", .label = "input: sbx* icmpv6 type 135-136 accept",
-          .iif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 135, .icmp6_hi = 136, .verdict = V_ACCEPT,
-          .v6 = V6_ON },
-        { .chain = "input", .label = "input: sbx* icmpv6 type 130-143 drop",
-          .iif = IF_SBX, .nfproto = NFPROTO_IPV6, .icmp6_lo = 130, .icmp6_hi = 143, .verdict = V_DROP,
-          .v6 = V6_ON },
-        { "input", "input: sbx* ct state established,related accept",
-          IF_SBX, IF_ANY, 0, ADDR_ANY, false, true, V_ACCEPT },
-        { "input", "input: iifname vmap @" CORE_NFT_SESSIONS_INPUT_MAP,
+        { .chain = "in_sbx", .label = "in_sbx: icmpv6 type 135-136 accept",
+          .nfproto = NFPROTO_IPV6, .icmp6_lo = 135, .icmp6_hi = 136, .verdict = V_ACCEPT, .v6 = V6_ON },
+        { .chain = "in_sbx", .label = "in_sbx: icmpv6 type 130-143 drop",
+          .nfproto = NFPROTO_IPV6, .icmp6_lo = 130, .icmp6_hi = 143, .verdict = V_DROP, .v6 = V6_ON },
+        { "in_sbx", "in_sbx: ct state established,related accept",
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, true, V_ACCEPT },
+        { "in_sbx", "in_sbx: iifname vmap @" CORE_NFT_SESSIONS_INPUT_MAP,
           IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_INPUT_MAP },
-        { "input", "input: sbx* goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
-        { "forward", "forward: sbx* -> sbx* goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { "in_sbx", "in_sbx: goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { .chain = "forward", .label = "forward: sbx* goto from_sbx",
+          .iif = IF_SBX, .verdict = V_GOTO, .to_chain = "from_sbx" },
+        /* Not from a session veth from here on (the rule above). */
         { "forward", "forward: !sbx* pool source drop",
-          IF_NOT_SBX, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
+          IF_ANY, IF_ANY, NFPROTO_IPV4, SADDR_POOL, false, false, V_DROP },
         { "forward", "forward: !sbx* pool6 source drop",
-          IF_NOT_SBX, IF_ANY, 0, SADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
-        { "forward", "forward: sbx* ip6 fib saddr . iif oif missing drop",
-          IF_SBX, IF_ANY, 0, SADDR6_RPF_MISSING, false, false, V_DROP, .v6 = V6_ON },
-        { "forward", "forward: sbx* ip6 saddr host side of pool6 drop",
-          IF_SBX, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
+          IF_ANY, IF_ANY, 0, SADDR6_POOL, false, false, V_DROP, .v6 = V6_ON },
         /* The reply direction passes by its session's verdict: a custom
          * session's elements send to the shared chain reply, which accepts the flows of its current generation (ct
          * mark) and judges older ones again (policy/nftgen.h); allow-all
@@ -274,11 +295,32 @@ static const host_rule host_rules[] = {
           .map = CORE_NFT_SESSIONS_REPLY_MAP, .vmap_oif = true },
         { "forward", "forward: -> sbx* drop",
           IF_ANY, IF_SBX, 0, ADDR_ANY, false, false, V_DROP },
-        { "forward", "forward: sbx* -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, NFPROTO_IPV4, DADDR_LINKLOCAL, false, false, V_GOTO_DENY },
-        { "forward", "forward: sbx* ipv6 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, NFPROTO_IPV6, ADDR_ANY, false, false, V_GOTO_DENY, .v6 = V6_OFF },
-        /* With an IPv6 pool: the IPv6 forms of what the IPv4 rules above
+        /* From a session veth (forward's first rule). */
+        { "from_sbx", "from_sbx: -> sbx* goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_SBX, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { .chain = "from_sbx", .label = "from_sbx: ipv6 goto from_sbx6",
+          .nfproto = NFPROTO_IPV6, .verdict = V_GOTO, .to_chain = "from_sbx6", .v6 = V6_ON },
+        { "from_sbx", "from_sbx: ipv6 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, NFPROTO_IPV6, ADDR_ANY, false, false, V_GOTO_DENY, .v6 = V6_OFF },
+        { "from_sbx", "from_sbx: -> 169.254.0.0/16 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, NFPROTO_IPV4, DADDR_LINKLOCAL, false, false, V_GOTO_DENY },
+        /* After every absolute rule above: a session's policy can only
+         * narrow what they leave. */
+        { "from_sbx", "from_sbx: iifname vmap @" CORE_NFT_SESSIONS_MAP,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_MAP },
+        /* Right after the lookup: a session veth the daemon has not (or no
+         * longer) given a verdict is denied, never forwarded by the chain's
+         * policy accept. */
+        { "from_sbx", "from_sbx: goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        /* A sandbox's IPv6 packet (from_sbx's second rule), with an IPv6
+         * pool: the reverse-path check and the gateway's address, as in
+         * in_sbx. */
+        { "from_sbx6", "from_sbx6: ip6 fib saddr . iif oif missing drop",
+          IF_ANY, IF_ANY, 0, SADDR6_RPF_MISSING, false, false, V_DROP, .v6 = V6_ON },
+        { "from_sbx6", "from_sbx6: ip6 saddr host side of pool6 drop",
+          IF_ANY, IF_ANY, 0, SADDR6_POOL_HOST, false, false, V_DROP, .v6 = V6_ON },
+        /* The IPv6 forms of what the IPv4 rules above
          * keep unreachable under every policy (DESIGN §5.1 rule 5; the
          * policy engine's `always` rows, policy/match.c, and the forms of
          * them it unwraps, pol_addr_embedded_v4). Sources: RFC 4291
@@ -297,43 +339,39 @@ static const host_rule host_rules[] = {
          * would not be the last one. IPv4 source routing is off by the
          * kernel's default (accept_source_route=0); this is its IPv6
          * counterpart, for packets the host forwards. */
-        { "forward", "forward: sbx* exthdr rt exists goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, EXTHDR6_ROUTING, false, false, V_GOTO_DENY, .v6 = V6_ON },
-        { "forward", "forward: sbx* -> ::/96 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "::/96" },
-        { "forward", "forward: sbx* -> ::ffff:0:0/96 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "::ffff:0:0/96" },
-        { "forward", "forward: sbx* -> fe80::/10 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "fe80::/10" },
-        { "forward", "forward: sbx* -> 64:ff9b::/104 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::/104" },
-        { "forward", "forward: sbx* -> 64:ff9b::7f00:0/104 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::7f00:0/104" },
-        { "forward", "forward: sbx* -> 64:ff9b::a9fe:0/112 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::a9fe:0/112" },
-        { "forward", "forward: sbx* -> 64:ff9b:1::/48 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b:1::/48" },
-        { "forward", "forward: sbx* -> 2002::/24 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002::/24" },
-        { "forward", "forward: sbx* -> 2002:7f00::/24 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002:7f00::/24" },
-        { "forward", "forward: sbx* -> 2002:a9fe::/32 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002:a9fe::/32" },
-        { "forward", "forward: sbx* -> pool6 goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
-        { "forward", "forward: sbx* -> 6to4 of pool goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_6TO4_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
-        { "forward", "forward: sbx* -> NAT64 of pool goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, DADDR6_NAT64_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
-        /* After every absolute rule above: a session's policy can only
-         * narrow what they leave. */
-        { "forward", "forward: iifname vmap @" CORE_NFT_SESSIONS_MAP,
-          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_MAP },
-        /* Right after the lookup: a session veth the daemon has not (or no
-         * longer) given a verdict is denied, never forwarded by the chain's
-         * policy accept. */
-        { "forward", "forward: sbx* goto " CORE_NFT_DENY_CHAIN,
-          IF_SBX, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY },
+        { "from_sbx6", "from_sbx6: exthdr rt exists goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, EXTHDR6_ROUTING, false, false, V_GOTO_DENY, .v6 = V6_ON },
+        { "from_sbx6", "from_sbx6: -> ::/96 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "::/96" },
+        { "from_sbx6", "from_sbx6: -> ::ffff:0:0/96 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "::ffff:0:0/96" },
+        { "from_sbx6", "from_sbx6: -> fe80::/10 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "fe80::/10" },
+        { "from_sbx6", "from_sbx6: -> 64:ff9b::/104 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::/104" },
+        { "from_sbx6", "from_sbx6: -> 64:ff9b::7f00:0/104 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::7f00:0/104" },
+        { "from_sbx6", "from_sbx6: -> 64:ff9b::a9fe:0/112 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b::a9fe:0/112" },
+        { "from_sbx6", "from_sbx6: -> 64:ff9b:1::/48 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "64:ff9b:1::/48" },
+        { "from_sbx6", "from_sbx6: -> 2002::/24 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002::/24" },
+        { "from_sbx6", "from_sbx6: -> 2002:7f00::/24 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002:7f00::/24" },
+        { "from_sbx6", "from_sbx6: -> 2002:a9fe::/32 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_CIDR, false, false, V_GOTO_DENY, .v6 = V6_ON, .cidr6 = "2002:a9fe::/32" },
+        { "from_sbx6", "from_sbx6: -> pool6 goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
+        { "from_sbx6", "from_sbx6: -> 6to4 of pool goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_6TO4_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
+        { "from_sbx6", "from_sbx6: -> NAT64 of pool goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, DADDR6_NAT64_POOL, false, false, V_GOTO_DENY, .v6 = V6_ON },
+        /* After every absolute rule above, as in from_sbx. */
+        { "from_sbx6", "from_sbx6: iifname vmap @" CORE_NFT_SESSIONS_MAP,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_VMAP, CORE_NFT_SESSIONS_MAP, .v6 = V6_ON },
+        { "from_sbx6", "from_sbx6: goto " CORE_NFT_DENY_CHAIN,
+          IF_ANY, IF_ANY, 0, ADDR_ANY, false, false, V_GOTO_DENY, .v6 = V6_ON },
         /* Any output interface: the reset the deny chain sends a host
          * process that dialled a gateway address travels over lo to a pool
          * address, and is the reply direction of that attempt. */

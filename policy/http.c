@@ -59,6 +59,7 @@
 #include <openssl/ssl.h>
 #include "libcore/buf.h"
 #include "libcore/macro.h"
+#include "libcore/urldecode.h"
 #include "libcore/util.h"
 #include "policy/proxy.h"
 #include "policy/tls-internal.h"
@@ -637,31 +638,6 @@ static void scrub(const conn *c, uint8_t *buf, size_t n) {
 
 /* ---- request matching (rule 7) --------------------------------------------------- */
 
-static int hexval(char ch) {
-        if (ch >= '0' && ch <= '9')
-                return ch - '0';
-        if (ch >= 'a' && ch <= 'f')
-                return ch - 'a' + 10;
-        if (ch >= 'A' && ch <= 'F')
-                return ch - 'A' + 10;
-        return -1;
-}
-
-/* Percent-decodes s[0..n) into out (n + 1 bytes), '+' as space; returns
- * the decoded length. */
-static size_t form_decode(const char *s, size_t n, char *out) {
-        size_t o = 0;
-        for (size_t i = 0; i < n; i++) {
-                if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-                        out[o++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-                        i += 2;
-                } else
-                        out[o++] = s[i] == '+' ? ' ' : s[i];
-        }
-        out[o] = 0;
-        return o;
-}
-
 /* True when some parameter of the query satisfies kv. */
 static bool query_has(const pol_kv *kv, const char *q, size_t qlen) {
         _cleanup_free_ char *k = malloc(qlen + 1), *v = malloc(qlen + 1);
@@ -673,8 +649,8 @@ static bool query_has(const pol_kv *kv, const char *q, size_t qlen) {
                         l++;
                 const char *eq = memchr(q + i, '=', l);
                 size_t kl = eq ? (size_t)(eq - (q + i)) : l;
-                size_t dk = form_decode(q + i, kl, k);
-                size_t dv = eq ? form_decode(eq + 1, l - kl - 1, v) : (v[0] = 0, 0);
+                size_t dk = core_url_decode(q + i, kl, true, k);
+                size_t dv = eq ? core_url_decode(eq + 1, l - kl - 1, true, v) : (v[0] = 0, 0);
                 if (l > 0 && (!kv->key || pol_str_match_test(kv->key, k, dk)) &&
                     (!kv->value || pol_str_match_test(kv->value, v, dv)))
                         return true;

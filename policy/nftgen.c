@@ -211,10 +211,18 @@ static int make_names(const char *ifname, names *n, sb_error **err) {
         return 0;
 }
 
-/* ---- address ranges ---- */
+/* ---- address ranges ----
+ *
+ * One type for both families: an address as an unsigned 128-bit integer
+ * (an IPv4 address in the low 32 bits), so merging, subtracting and
+ * writing ranges is one piece of code; only what differs by family (the
+ * width, the forms an IPv6 address embeds an IPv4 one in) takes `v6`. */
+
+typedef unsigned __int128 u128;
+#define U128_MAX (~(u128) 0)
 
 typedef struct range {
-        uint32_t lo, hi; /* host order, inclusive */
+        u128 lo, hi; /* inclusive */
 } range;
 
 typedef struct ranges {
@@ -222,11 +230,35 @@ typedef struct ranges {
         size_t n, cap;
 } ranges;
 
+/* The highest address and the address length in bytes of a family. */
+static u128 addr_top(bool v6) {
+        return v6 ? U128_MAX : UINT32_MAX;
+}
+
+static size_t addr_len(bool v6) {
+        return v6 ? 16 : 4;
+}
+
+/* An address from / to its addr_len(v6) bytes in network order; addr_to
+ * keeps the low bytes, so the address after an IPv4 top is 0.0.0.0 and
+ * the one after the IPv6 top ::. */
+static u128 addr_from(const uint8_t *b, bool v6) {
+        u128 v = 0;
+        for (size_t i = 0; i < addr_len(v6); i++)
+                v = v << 8 | b[i];
+        return v;
+}
+
+static void addr_to(u128 v, bool v6, uint8_t *b) {
+        for (size_t i = addr_len(v6); i-- > 0; v >>= 8)
+                b[i] = (uint8_t) v;
+}
+
 static void ranges_done(ranges *r) {
         free(r->v);
 }
 
-static int ranges_add(ranges *r, uint32_t lo, uint32_t hi) {
+static int ranges_add(ranges *r, u128 lo, u128 hi) {
         if (r->n == r->cap) {
                 size_t cap = r->cap ? r->cap * 2 : 16;
                 range *v = reallocarray(r->v, cap, sizeof(*v));
@@ -253,145 +285,6 @@ static void ranges_merge(ranges *r) {
                 return; /* v may be NULL */
         qsort(r->v, r->n, sizeof(range), cmp_range);
         for (size_t i = 0; i < r->n; i++) {
-                if (out > 0 && (r->v[out - 1].hi == UINT32_MAX || r->v[i].lo <= r->v[out - 1].hi + 1)) {
-                        if (r->v[i].hi > r->v[out - 1].hi)
-                                r->v[out - 1].hi = r->v[i].hi;
-                        continue;
-                }
-                r->v[out++] = r->v[i];
-        }
-        r->n = out;
-}
-
-static range cidr_range(const pol_cidr *c) {
-        uint32_t a, mask = c->prefix ? ~0u << (32 - c->prefix) : 0;
-        memcpy(&a, c->addr.bytes, 4);
-        a = ntohl(a) & mask;
-        return (range) { a, a | ~mask };
-}
-
-static int ranges_from_cidrs(ranges *r, const pol_cidr *c, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                if (c[i].addr.family != AF_INET)
-                        continue; /* IPv6: see nftgen.h */
-                range x = cidr_range(&c[i]);
-                if (ranges_add(r, x.lo, x.hi) < 0)
-                        return -ENOMEM;
-        }
-        ranges_merge(r);
-        return 0;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-        return x < y ? -1 : x > y;
-}
-
-/* The IPv4 addresses the forbidden-range table and match.c's built-in
- * never list keep unreachable under p
- * (rule 5 as pol_check_address applies it, subnets.deny aside since deny4
- * comes first). The verdict is constant between consecutive boundaries of
- * the table's rows and of the allow CIDRs, so one check per such piece,
- * with match.c itself deciding, gives the exact set. */
-static int forbidden_ranges(const pol_policy *p, ranges *out) {
-        size_t n_rows, n = 0;
-        const pol_range *rows = pol_forbidden_ranges(&n_rows);
-        _cleanup_free_ uint64_t *b = calloc(2 * (n_rows + p->n_subnet_allow) + 1, sizeof(uint64_t));
-        pol_policy q = *p;
-        if (!b)
-                return -ENOMEM;
-        b[n++] = 0;
-        for (size_t i = 0; i < n_rows; i++) {
-                pol_cidr c;
-                char *why = NULL;
-                if (pol_cidr_parse(rows[i].cidr, &c, &why) < 0 || c.addr.family != AF_INET) {
-                        free(why);
-                        continue;
-                }
-                range x = cidr_range(&c);
-                b[n++] = x.lo, b[n++] = (uint64_t) x.hi + 1;
-        }
-        for (size_t i = 0; i < p->n_subnet_allow; i++)
-                if (p->subnet_allow[i].addr.family == AF_INET) {
-                        range x = cidr_range(&p->subnet_allow[i]);
-                        b[n++] = x.lo, b[n++] = (uint64_t) x.hi + 1;
-                }
-        qsort(b, n, sizeof(uint64_t), cmp_u64);
-        q.subnet_deny = NULL;
-        q.n_subnet_deny = 0;
-        for (size_t i = 0; i < n && b[i] <= UINT32_MAX; i++) {
-                if (i + 1 < n && b[i + 1] == b[i])
-                        continue; /* duplicate boundary: the last copy starts the piece */
-                uint64_t end = i + 1 < n ? b[i + 1] - 1 : UINT32_MAX;
-                pol_addr a = { .family = AF_INET };
-                uint32_t be = htonl((uint32_t) b[i]);
-                pol_verdict v;
-                memcpy(a.bytes, &be, 4);
-                /* NEVER: the built-in host rows (0.0.0.0/8, 127.0.0.0/8),
-                 * which no subnets.allow opens, match.c's verdict too. */
-                if (!pol_check_address(&q, &a, NULL, 0, &v) &&
-                    (v.layer == POL_LAYER_FORBIDDEN || v.layer == POL_LAYER_NEVER) &&
-                    ranges_add(out, (uint32_t) b[i], (uint32_t) end) < 0)
-                        return -ENOMEM;
-        }
-        ranges_merge(out);
-        return 0;
-}
-
-/* ---- IPv6 address ranges (the same, on 128-bit integers) ---- */
-
-typedef unsigned __int128 u128;
-#define U128_MAX (~(u128) 0)
-
-typedef struct range6 {
-        u128 lo, hi; /* inclusive */
-} range6;
-
-typedef struct ranges6 {
-        range6 *v;
-        size_t n, cap;
-} ranges6;
-
-static void ranges6_done(ranges6 *r) {
-        free(r->v);
-}
-
-static u128 u128_from(const uint8_t *b) {
-        u128 v = 0;
-        for (int i = 0; i < 16; i++)
-                v = v << 8 | b[i];
-        return v;
-}
-
-static void u128_to(u128 v, uint8_t *b) {
-        for (int i = 15; i >= 0; i--, v >>= 8)
-                b[i] = (uint8_t) v;
-}
-
-static int ranges6_add(ranges6 *r, u128 lo, u128 hi) {
-        if (r->n == r->cap) {
-                size_t cap = r->cap ? r->cap * 2 : 16;
-                range6 *v = reallocarray(r->v, cap, sizeof(*v));
-                if (!v)
-                        return -ENOMEM;
-                r->v = v;
-                r->cap = cap;
-        }
-        r->v[r->n++] = (range6) { lo, hi };
-        return 0;
-}
-
-static int cmp_range6(const void *a, const void *b) {
-        const range6 *x = a, *y = b;
-        return x->lo < y->lo ? -1 : x->lo > y->lo;
-}
-
-static void ranges6_merge(ranges6 *r) {
-        size_t out = 0;
-        if (r->n == 0)
-                return;
-        qsort(r->v, r->n, sizeof(range6), cmp_range6);
-        for (size_t i = 0; i < r->n; i++) {
                 if (out > 0 && (r->v[out - 1].hi == U128_MAX || r->v[i].lo <= r->v[out - 1].hi + 1)) {
                         if (r->v[i].hi > r->v[out - 1].hi)
                                 r->v[out - 1].hi = r->v[i].hi;
@@ -402,26 +295,125 @@ static void ranges6_merge(ranges6 *r) {
         r->n = out;
 }
 
-static range6 cidr_range6(const pol_cidr *c) {
-        u128 mask = c->prefix ? U128_MAX << (128 - c->prefix) : 0, a = u128_from(c->addr.bytes) & mask;
-        return (range6) { a, a | ~mask };
+static range cidr_range(const pol_cidr *c) {
+        bool v6 = c->addr.family == AF_INET6;
+        unsigned bits = v6 ? 128 : 32;
+        u128 mask = c->prefix ? (addr_top(v6) << (bits - c->prefix)) & addr_top(v6) : 0;
+        u128 a = addr_from(c->addr.bytes, v6) & mask;
+        return (range) { a, a | (~mask & addr_top(v6)) };
 }
 
-static int ranges6_from_cidrs(ranges6 *r, const pol_cidr *c, size_t n) {
+/* The CIDRs of c of one family (IPv6: see nftgen.h), merged. */
+static int ranges_from_cidrs(ranges *r, const pol_cidr *c, size_t n, bool v6) {
         for (size_t i = 0; i < n; i++) {
-                if (c[i].addr.family != AF_INET6)
+                if (c[i].addr.family != (v6 ? AF_INET6 : AF_INET))
                         continue;
-                range6 x = cidr_range6(&c[i]);
-                if (ranges6_add(r, x.lo, x.hi) < 0)
+                range x = cidr_range(&c[i]);
+                if (ranges_add(r, x.lo, x.hi) < 0)
                         return -ENOMEM;
         }
-        ranges6_merge(r);
+        ranges_merge(r);
+        return 0;
+}
+
+/* a minus b, both sorted and disjoint (ranges_merge), into *out; -EINVAL
+ * when b holds an address a does not; -ENOMEM. */
+static int ranges_minus(const ranges *a, const ranges *b, ranges *out) {
+        for (size_t j = 0; j < b->n; j++) {
+                bool inside = false;
+                for (size_t i = 0; i < a->n && !inside; i++)
+                        inside = a->v[i].lo <= b->v[j].lo && b->v[j].hi <= a->v[i].hi;
+                if (!inside)
+                        return -EINVAL;
+        }
+        for (size_t i = 0; i < a->n; i++) {
+                u128 cur = a->v[i].lo;
+                bool done = false;
+                for (size_t j = 0; j < b->n && !done; j++) {
+                        if (b->v[j].hi < cur || b->v[j].lo > a->v[i].hi)
+                                continue;
+                        if (b->v[j].lo > cur && ranges_add(out, cur, b->v[j].lo - 1) < 0)
+                                return -ENOMEM;
+                        if (b->v[j].hi == U128_MAX)
+                                done = true;
+                        else
+                                cur = b->v[j].hi + 1;
+                }
+                if (!done && cur <= a->v[i].hi && ranges_add(out, cur, a->v[i].hi) < 0)
+                        return -ENOMEM;
+        }
         return 0;
 }
 
 static int cmp_u128(const void *a, const void *b) {
         u128 x = *(const u128 *) a, y = *(const u128 *) b;
         return x < y ? -1 : x > y;
+}
+
+/* The addresses of one family between the n boundaries b (range starts
+ * and one-past-ends, b[0] = 0; sorted here) that match.c keeps unreachable
+ * under p: the verdict is constant between consecutive boundaries, so one
+ * check per piece, with match.c itself deciding, gives the exact set
+ * (rule 5 as pol_check_address applies it, subnets.deny aside since the
+ * deny sets come first). NEVER: the built-in host rows (0.0.0.0/8,
+ * 127.0.0.0/8), which no subnets.allow opens, match.c's verdict too. */
+static int forbidden_pieces(const pol_policy *p, u128 *b, size_t n, bool v6, ranges *out) {
+        pol_policy q = *p;
+        qsort(b, n, sizeof(u128), cmp_u128);
+        q.subnet_deny = NULL;
+        q.n_subnet_deny = 0;
+        for (size_t i = 0; i < n && b[i] <= addr_top(v6); i++) {
+                if (i + 1 < n && b[i + 1] == b[i])
+                        continue; /* duplicate boundary: the last copy starts the piece */
+                u128 end = i + 1 < n ? b[i + 1] - 1 : addr_top(v6);
+                pol_addr a = { .family = v6 ? AF_INET6 : AF_INET };
+                pol_verdict v;
+                addr_to(b[i], v6, a.bytes);
+                if (!pol_check_address(&q, &a, NULL, 0, &v) &&
+                    (v.layer == POL_LAYER_FORBIDDEN || v.layer == POL_LAYER_NEVER) && ranges_add(out, b[i], end) < 0)
+                        return -ENOMEM;
+        }
+        ranges_merge(out);
+        return 0;
+}
+
+/* Item i of the forbidden-range table's rows (n_rows of them) followed by
+ * p's subnets.allow, into *ret; false for a row that does not parse,
+ * which is then left out. */
+static bool row_or_allow(const pol_policy *p, const pol_range *rows, size_t n_rows, size_t i, pol_cidr *ret) {
+        char *why = NULL;
+        if (i >= n_rows) {
+                *ret = p->subnet_allow[i - n_rows];
+                return true;
+        }
+        if (pol_cidr_parse(rows[i].cidr, ret, &why) < 0) {
+                free(why);
+                return false;
+        }
+        return true;
+}
+
+/* The IPv4 addresses the forbidden-range table and match.c's built-in
+ * never list keep unreachable under p: the boundaries of the table's IPv4
+ * rows and of the IPv4 allow CIDRs (an IPv4 range's one-past-end at the
+ * top is 2^32, past every IPv4 piece). */
+static int forbidden_ranges(const pol_policy *p, ranges *out) {
+        size_t n_rows, n = 0;
+        const pol_range *rows = pol_forbidden_ranges(&n_rows);
+        _cleanup_free_ u128 *b = calloc(2 * (n_rows + p->n_subnet_allow) + 1, sizeof(u128));
+        if (!b)
+                return -ENOMEM;
+        b[n++] = 0;
+        for (size_t i = 0; i < n_rows + p->n_subnet_allow; i++) {
+                pol_cidr c;
+                if (!row_or_allow(p, rows, n_rows, i, &c))
+                        continue;
+                if (c.addr.family != AF_INET)
+                        continue;
+                range x = cidr_range(&c);
+                b[n++] = x.lo, b[n++] = x.hi + 1;
+        }
+        return forbidden_pieces(p, b, n, false, out);
 }
 
 /* The IPv6 prefixes that carry an IPv4 address (pol_addr_embedded_v4:
@@ -443,9 +435,8 @@ static const struct {
 static size_t v4_form_bounds(range x, u128 *b) {
         size_t n = 0;
         for (size_t f = 0; f < ELEMENTSOF(v4_forms); f++) {
-                u128 lo = v4_forms[f].base | (u128) x.lo << v4_forms[f].shift;
-                u128 hi = v4_forms[f].base | (u128) x.hi << v4_forms[f].shift |
-                          (((u128) 1 << v4_forms[f].shift) - 1);
+                u128 lo = v4_forms[f].base | x.lo << v4_forms[f].shift;
+                u128 hi = v4_forms[f].base | x.hi << v4_forms[f].shift | (((u128) 1 << v4_forms[f].shift) - 1);
                 b[n++] = lo;
                 b[n++] = hi + 1;
         }
@@ -454,17 +445,15 @@ static size_t v4_form_bounds(range x, u128 *b) {
 
 /* forbidden_ranges() for IPv6: the IPv6 addresses match.c keeps
  * unreachable under p, its IPv6 rows and every IPv6 form of its IPv4 rows
- * (unwrapped and judged as IPv4, pol_addr_embedded_v4). The verdict is
- * constant between consecutive boundaries of: the IPv6 rows, the IPv6
- * forms of the IPv4 rows, the embedding prefixes themselves (and ::/127,
- * which the IPv4-compatible form excludes), and the allow CIDRs (IPv6, and
- * the IPv6 forms of IPv4 ones, which open the rows they name); one check
- * per piece gives the exact set. */
-static int forbidden_ranges6(const pol_policy *p, ranges6 *out) {
+ * (unwrapped and judged as IPv4, pol_addr_embedded_v4). The boundaries:
+ * the IPv6 rows, the IPv6 forms of the IPv4 rows, the embedding prefixes
+ * themselves (and ::/127, which the IPv4-compatible form excludes), and
+ * the allow CIDRs (IPv6, and the IPv6 forms of IPv4 ones, which open the
+ * rows they name). */
+static int forbidden_ranges6(const pol_policy *p, ranges *out) {
         size_t n_rows, n = 0;
         const pol_range *rows = pol_forbidden_ranges(&n_rows);
         _cleanup_free_ u128 *b = calloc(8 * (n_rows + p->n_subnet_allow) + 32, sizeof(u128));
-        pol_policy q = *p;
         if (!b)
                 return -ENOMEM;
         b[n++] = 0;
@@ -472,59 +461,31 @@ static int forbidden_ranges6(const pol_policy *p, ranges6 *out) {
         n += v4_form_bounds((range) { 0, UINT32_MAX }, b + n); /* the embedding prefixes */
         for (size_t i = 0; i < n_rows + p->n_subnet_allow; i++) {
                 pol_cidr c;
-                if (i < n_rows) {
-                        char *why = NULL;
-                        if (pol_cidr_parse(rows[i].cidr, &c, &why) < 0) {
-                                free(why);
-                                continue;
-                        }
-                } else
-                        c = p->subnet_allow[i - n_rows];
+                if (!row_or_allow(p, rows, n_rows, i, &c))
+                        continue;
+                range x = cidr_range(&c);
                 if (c.addr.family == AF_INET)
-                        n += v4_form_bounds(cidr_range(&c), b + n);
+                        n += v4_form_bounds(x, b + n);
                 else {
-                        range6 x = cidr_range6(&c);
                         b[n++] = x.lo;
                         b[n++] = x.hi + 1; /* wraps to 0 at the top: a duplicate of b[0] */
                 }
         }
-        qsort(b, n, sizeof(u128), cmp_u128);
-        q.subnet_deny = NULL;
-        q.n_subnet_deny = 0;
-        for (size_t i = 0; i < n; i++) {
-                if (i + 1 < n && b[i + 1] == b[i])
-                        continue;
-                u128 end = i + 1 < n ? b[i + 1] - 1 : U128_MAX;
-                pol_addr a = { .family = AF_INET6 };
-                pol_verdict v;
-                u128_to(b[i], a.bytes);
-                if (!pol_check_address(&q, &a, NULL, 0, &v) &&
-                    (v.layer == POL_LAYER_FORBIDDEN || v.layer == POL_LAYER_NEVER) && ranges6_add(out, b[i], end) < 0)
-                        return -ENOMEM;
-        }
-        ranges6_merge(out);
-        return 0;
+        return forbidden_pieces(p, b, n, true, out);
 }
 
-static void range6_text(range6 x, char *buf, size_t size) {
+/* "10.0.0.0/8" when an IPv4 range is one CIDR, else "10.0.0.0-10.0.1.255";
+ * IPv6 always as "lo-hi". */
+static void range_text(range x, bool v6, char *buf, size_t size) {
         char lo[INET6_ADDRSTRLEN], hi[INET6_ADDRSTRLEN];
         uint8_t a[16], c[16];
-        u128_to(x.lo, a);
-        u128_to(x.hi, c);
-        inet_ntop(AF_INET6, a, lo, sizeof(lo));
-        inet_ntop(AF_INET6, c, hi, sizeof(hi));
-        snprintf(buf, size, "%s-%s", lo, hi);
-}
-
-/* "10.0.0.0/8" when the range is one CIDR, else "10.0.0.0-10.0.1.255". */
-static void range_text(range x, char *buf, size_t size) {
-        char lo[INET_ADDRSTRLEN], hi[INET_ADDRSTRLEN];
-        struct in_addr a = { htonl(x.lo) }, b = { htonl(x.hi) };
-        uint32_t span = x.hi - x.lo;
-        inet_ntop(AF_INET, &a, lo, sizeof(lo));
-        inet_ntop(AF_INET, &b, hi, sizeof(hi));
-        if ((span & (span + 1)) == 0 && (x.lo & span) == 0)
-                snprintf(buf, size, "%s/%d", lo, span == UINT32_MAX ? 0 : 32 - __builtin_popcount(span));
+        u128 span = x.hi - x.lo;
+        addr_to(x.lo, v6, a);
+        addr_to(x.hi, v6, c);
+        inet_ntop(v6 ? AF_INET6 : AF_INET, a, lo, sizeof(lo));
+        inet_ntop(v6 ? AF_INET6 : AF_INET, c, hi, sizeof(hi));
+        if (!v6 && (span & (span + 1)) == 0 && (x.lo & span) == 0)
+                snprintf(buf, size, "%s/%d", lo, span == UINT32_MAX ? 0 : 32 - __builtin_popcount((uint32_t) span));
         else
                 snprintf(buf, size, "%s-%s", lo, hi);
 }
@@ -756,20 +717,13 @@ static int msg_elems(core_nft_batch *bt, uint16_t type, struct nftnl_set *s, uin
 /* The address ranges of one slot of a session: what its elements of the
  * keyed sets hold (as the kernel has them, or as a change puts them in). */
 typedef struct slot_ranges {
-        ranges r4[3];  /* SET_ALLOW, SET_DENY, SET_FORBID */
-        ranges6 r6[3]; /* SET_ALLOW6, SET_DENY6, SET_FORBID6 */
+        ranges r[N_SETS]; /* by set_id */
 } slot_ranges;
 
 static void slot_ranges_done(slot_ranges *s) {
-        for (int i = 0; i < 3; i++) {
-                ranges_done(&s->r4[i]);
-                ranges6_done(&s->r6[i]);
-        }
+        for (int i = 0; i < N_SETS; i++)
+                ranges_done(&s->r[i]);
         *s = (slot_ranges) {};
-}
-
-static size_t set_count(const slot_ranges *s, enum set_id id) {
-        return range_sets[id].v6 ? s->r6[id - SET_ALLOW6].n : s->r4[id].n;
 }
 
 /* The keys of range i of set `id` in `s` for the session: the start
@@ -778,23 +732,14 @@ static size_t set_count(const slot_ranges *s, enum set_id id) {
  * the key is nobody's). Network order throughout: the rbtree compares keys
  * with memcmp. */
 static void range_keys(const slot_ranges *s, enum set_id id, size_t i, const names *n, uint8_t *lo, uint8_t *end) {
-        bool top;
+        bool v6 = range_sets[id].v6;
+        range x = s->r[id].v[i];
         memset(lo, 0, IFNAMSIZ);
         memcpy(lo, n->ifname, strlen(n->ifname));
         memcpy(end, lo, IFNAMSIZ);
-        if (!range_sets[id].v6) {
-                range x = s->r4[id].v[i];
-                uint32_t l = htonl(x.lo), e = htonl(x.hi + 1);
-                memcpy(lo + IFNAMSIZ, &l, 4);
-                memcpy(end + IFNAMSIZ, &e, 4); /* 0.0.0.0 after the top */
-                top = x.hi == UINT32_MAX;
-        } else {
-                range6 x = s->r6[id - SET_ALLOW6].v[i];
-                u128_to(x.lo, lo + IFNAMSIZ);
-                u128_to(x.hi + 1, end + IFNAMSIZ); /* :: after the top */
-                top = x.hi == U128_MAX;
-        }
-        if (top)
+        addr_to(x.lo, v6, lo + IFNAMSIZ);
+        addr_to(x.hi + 1, v6, end + IFNAMSIZ); /* 0.0.0.0 (::) after the top */
+        if (x.hi == addr_top(v6))
                 end[IFNAMSIZ - 1] = 1;
 }
 
@@ -803,17 +748,14 @@ static void range_keys(const slot_ranges *s, enum set_id id, size_t i, const nam
  * RANGES_PER_MSG ranges a message. */
 static int msg_ranges(core_nft_batch *bt, uint16_t type, const names *n, int slot, const slot_ranges *s,
                       enum set_id id) {
-        size_t total = set_count(s, id);
+        size_t total = s->r[id].n;
         bool v6 = range_sets[id].v6;
         for (size_t first = 0; first < total; first += RANGES_PER_MSG) {
                 _cleanup_(nftnl_set_freep) struct nftnl_set *set = new_set(range_sets[id].name[slot]);
                 size_t last = first + RANGES_PER_MSG < total ? first + RANGES_PER_MSG : total;
                 char text[2 * INET6_ADDRSTRLEN + 2];
                 uint32_t seq;
-                if (v6)
-                        range6_text(s->r6[id - SET_ALLOW6].v[first], text, sizeof(text));
-                else
-                        range_text(s->r4[id].v[first], text, sizeof(text));
+                range_text(s->r[id].v[first], v6, text, sizeof(text));
                 void *buf = core_nft_batch_reserve(bt, &seq, "set %s: %s %zu range(s) of %s from %s",
                                                    range_sets[id].name[slot],
                                                    type == NFT_MSG_NEWSETELEM ? "add" : "delete", last - first,
@@ -1201,17 +1143,16 @@ static const char *const shared_chain_names[] = {
 static unsigned shared_chain_rules[ELEMENTSOF(shared_chain_names)];
 static const char *shared_set_names[ELEMENTSOF(shared_sets)];
 
-static int global_forbidden(ranges *r4, ranges6 *r6);
+static int global_forbidden(ranges *r4, ranges *r6);
 
 /* The shared forbidden sets' elements: every range as its start and end
  * element (none after the top of the address space), RANGES_PER_MSG ranges
  * a message. */
 static int msg_global_forbidden(core_nft_batch *bt) {
-        ranges r4 = {};
-        ranges6 r6 = {};
-        int k = global_forbidden(&r4, &r6);
+        ranges r[2] = {}; /* IPv4, IPv6 */
+        int k = global_forbidden(&r[0], &r[1]);
         for (int v6 = 0; k >= 0 && v6 < 2; v6++) {
-                size_t total = v6 ? r6.n : r4.n;
+                size_t total = r[v6].n;
                 for (size_t first = 0; k >= 0 && first < total; first += RANGES_PER_MSG) {
                         const char *name = v6 ? POL_NFT_FORBID6_SET : POL_NFT_FORBID4_SET;
                         _cleanup_(nftnl_set_freep) struct nftnl_set *set = new_set(name);
@@ -1224,27 +1165,19 @@ static int msg_global_forbidden(core_nft_batch *bt) {
                         }
                         for (size_t i = first; k >= 0 && i < last; i++) {
                                 uint8_t lo[16], end[16];
-                                bool top;
-                                if (v6) {
-                                        u128_to(r6.v[i].lo, lo);
-                                        u128_to(r6.v[i].hi + 1, end);
-                                        top = r6.v[i].hi == U128_MAX;
-                                } else {
-                                        uint32_t l = htonl(r4.v[i].lo), e = htonl(r4.v[i].hi + 1);
-                                        memcpy(lo, &l, 4);
-                                        memcpy(end, &e, 4);
-                                        top = r4.v[i].hi == UINT32_MAX;
-                                }
-                                if (pol_nftx_key_elem(set, lo, v6 ? 16 : 4, 0, 0) < 0 ||
-                                    (!top && pol_nftx_key_elem(set, end, v6 ? 16 : 4, NFT_SET_ELEM_INTERVAL_END, 0) < 0))
+                                bool top = r[v6].v[i].hi == addr_top(v6);
+                                addr_to(r[v6].v[i].lo, v6, lo);
+                                addr_to(r[v6].v[i].hi + 1, v6, end);
+                                if (pol_nftx_key_elem(set, lo, addr_len(v6), 0, 0) < 0 ||
+                                    (!top && pol_nftx_key_elem(set, end, addr_len(v6), NFT_SET_ELEM_INTERVAL_END, 0) < 0))
                                         k = -ENOMEM;
                         }
                         if (k >= 0)
                                 k = msg_elems(bt, NFT_MSG_NEWSETELEM, set, seq, buf);
                 }
         }
-        ranges_done(&r4);
-        ranges6_done(&r6);
+        ranges_done(&r[0]);
+        ranges_done(&r[1]);
         return k;
 }
 
@@ -1532,63 +1465,10 @@ typedef struct current {
 /* The forbidden ranges of a custom policy without subnets.allow: the
  * shared sets forbid4 and forbid6, which every custom policy's forbidden
  * ranges are part of (subnets.allow only opens). 0 or -ENOMEM. */
-static int global_forbidden(ranges *r4, ranges6 *r6) {
+static int global_forbidden(ranges *r4, ranges *r6) {
         pol_policy empty = { .mode = POL_MODE_CUSTOM };
         int k = forbidden_ranges(&empty, r4);
         return k < 0 ? k : forbidden_ranges6(&empty, r6);
-}
-
-/* a minus b, both sorted and disjoint (ranges_merge), into *out; -EINVAL
- * when b holds an address a does not; -ENOMEM. */
-static int ranges_minus(const ranges *a, const ranges *b, ranges *out) {
-        for (size_t j = 0; j < b->n; j++) {
-                bool inside = false;
-                for (size_t i = 0; i < a->n && !inside; i++)
-                        inside = a->v[i].lo <= b->v[j].lo && b->v[j].hi <= a->v[i].hi;
-                if (!inside)
-                        return -EINVAL;
-        }
-        for (size_t i = 0; i < a->n; i++) {
-                uint64_t cur = a->v[i].lo;
-                for (size_t j = 0; j < b->n; j++) {
-                        if (b->v[j].hi < cur || b->v[j].lo > a->v[i].hi)
-                                continue;
-                        if (b->v[j].lo > cur && ranges_add(out, (uint32_t) cur, b->v[j].lo - 1) < 0)
-                                return -ENOMEM;
-                        cur = (uint64_t) b->v[j].hi + 1;
-                }
-                if (cur <= a->v[i].hi && ranges_add(out, (uint32_t) cur, a->v[i].hi) < 0)
-                        return -ENOMEM;
-        }
-        return 0;
-}
-
-/* ranges_minus() for IPv6. */
-static int ranges6_minus(const ranges6 *a, const ranges6 *b, ranges6 *out) {
-        for (size_t j = 0; j < b->n; j++) {
-                bool inside = false;
-                for (size_t i = 0; i < a->n && !inside; i++)
-                        inside = a->v[i].lo <= b->v[j].lo && b->v[j].hi <= a->v[i].hi;
-                if (!inside)
-                        return -EINVAL;
-        }
-        for (size_t i = 0; i < a->n; i++) {
-                u128 cur = a->v[i].lo;
-                bool done = false;
-                for (size_t j = 0; j < b->n && !done; j++) {
-                        if (b->v[j].hi < cur || b->v[j].lo > a->v[i].hi)
-                                continue;
-                        if (b->v[j].lo > cur && ranges6_add(out, cur, b->v[j].lo - 1) < 0)
-                                return -ENOMEM;
-                        if (b->v[j].hi == U128_MAX)
-                                done = true;
-                        else
-                                cur = b->v[j].hi + 1;
-                }
-                if (!done && cur <= a->v[i].hi && ranges6_add(out, cur, a->v[i].hi) < 0)
-                        return -ENOMEM;
-        }
-        return 0;
 }
 
 /* The address ranges of policy p, as the keyed sets hold them: subnets.deny,
@@ -1597,22 +1477,21 @@ static int ranges6_minus(const ranges6 *a, const ranges6 *b, ranges6 *out) {
  * sets: the engine and the generator disagree) or -ENOMEM (s then holds
  * what was made; slot_ranges_done() frees it). */
 static int policy_ranges(const pol_policy *p, slot_ranges *s) {
-        ranges all = {}, mine = {};
-        ranges6 all6 = {}, mine6 = {};
+        ranges all = {}, mine = {}, all6 = {}, mine6 = {};
         int k;
-        if ((k = ranges_from_cidrs(&s->r4[SET_ALLOW], p->subnet_allow, p->n_subnet_allow)) < 0 ||
-            (k = ranges_from_cidrs(&s->r4[SET_DENY], p->subnet_deny, p->n_subnet_deny)) < 0 ||
-            (k = ranges6_from_cidrs(&s->r6[SET_ALLOW6 - SET_ALLOW6], p->subnet_allow, p->n_subnet_allow)) < 0 ||
-            (k = ranges6_from_cidrs(&s->r6[SET_DENY6 - SET_ALLOW6], p->subnet_deny, p->n_subnet_deny)) < 0 ||
+        if ((k = ranges_from_cidrs(&s->r[SET_ALLOW], p->subnet_allow, p->n_subnet_allow, false)) < 0 ||
+            (k = ranges_from_cidrs(&s->r[SET_DENY], p->subnet_deny, p->n_subnet_deny, false)) < 0 ||
+            (k = ranges_from_cidrs(&s->r[SET_ALLOW6], p->subnet_allow, p->n_subnet_allow, true)) < 0 ||
+            (k = ranges_from_cidrs(&s->r[SET_DENY6], p->subnet_deny, p->n_subnet_deny, true)) < 0 ||
             (k = global_forbidden(&all, &all6)) < 0 || (k = forbidden_ranges(p, &mine)) < 0 ||
-            (k = forbidden_ranges6(p, &mine6)) < 0 || (k = ranges_minus(&all, &mine, &s->r4[SET_FORBID])) < 0)
+            (k = forbidden_ranges6(p, &mine6)) < 0 || (k = ranges_minus(&all, &mine, &s->r[SET_FORBID])) < 0)
                 goto out;
-        k = ranges6_minus(&all6, &mine6, &s->r6[SET_FORBID6 - SET_ALLOW6]);
+        k = ranges_minus(&all6, &mine6, &s->r[SET_FORBID6]);
 out:
         ranges_done(&all);
         ranges_done(&mine);
-        ranges6_done(&all6);
-        ranges6_done(&mine6);
+        ranges_done(&all6);
+        ranges_done(&mine6);
         return k;
 }
 
@@ -2060,48 +1939,43 @@ static int out_add(pol_nft_range **v, size_t *n, int family, const uint8_t *lo, 
         return 0;
 }
 
-static int export_ranges(const ranges *r4, const ranges6 *r6, pol_nft_range **ret, size_t *ret_n) {
+/* r[0] IPv4, r[1] IPv6, into pol_nft_range (network order). */
+static int export_ranges(const ranges r[2], pol_nft_range **ret, size_t *ret_n) {
         _cleanup_free_ pol_nft_range *v = NULL;
         size_t n = 0;
-        for (size_t i = 0; r4 && i < r4->n; i++) {
-                uint32_t lo = htonl(r4->v[i].lo), hi = htonl(r4->v[i].hi);
-                if (out_add(&v, &n, AF_INET, (const uint8_t *) &lo, (const uint8_t *) &hi, 4) < 0)
-                        return -ENOMEM;
-        }
-        for (size_t i = 0; r6 && i < r6->n; i++) {
-                uint8_t lo[16], hi[16];
-                u128_to(r6->v[i].lo, lo);
-                u128_to(r6->v[i].hi, hi);
-                if (out_add(&v, &n, AF_INET6, lo, hi, 16) < 0)
-                        return -ENOMEM;
-        }
+        for (int v6 = 0; v6 < 2; v6++)
+                for (size_t i = 0; i < r[v6].n; i++) {
+                        uint8_t lo[16], hi[16];
+                        addr_to(r[v6].v[i].lo, v6, lo);
+                        addr_to(r[v6].v[i].hi, v6, hi);
+                        if (out_add(&v, &n, v6 ? AF_INET6 : AF_INET, lo, hi, addr_len(v6)) < 0)
+                                return -ENOMEM;
+                }
         *ret = TAKE_PTR(v);
         *ret_n = n;
         return 0;
 }
 
 int pol_nft_forbidden(const pol_policy *p, pol_nft_range **ret, size_t *ret_n) {
-        ranges r4 = {};
-        ranges6 r6 = {};
-        int k = forbidden_ranges(p, &r4);
+        ranges r[2] = {};
+        int k = forbidden_ranges(p, &r[0]);
         if (k >= 0)
-                k = forbidden_ranges6(p, &r6);
+                k = forbidden_ranges6(p, &r[1]);
         if (k >= 0)
-                k = export_ranges(&r4, &r6, ret, ret_n);
-        ranges_done(&r4);
-        ranges6_done(&r6);
+                k = export_ranges(r, ret, ret_n);
+        ranges_done(&r[0]);
+        ranges_done(&r[1]);
         return k;
 }
 
 int pol_nft_cidr_ranges(const pol_cidr *c, size_t n, pol_nft_range **ret, size_t *ret_n) {
-        ranges r4 = {};
-        ranges6 r6 = {};
-        int k = ranges_from_cidrs(&r4, c, n);
+        ranges r[2] = {};
+        int k = ranges_from_cidrs(&r[0], c, n, false);
         if (k >= 0)
-                k = ranges6_from_cidrs(&r6, c, n);
+                k = ranges_from_cidrs(&r[1], c, n, true);
         if (k >= 0)
-                k = export_ranges(&r4, &r6, ret, ret_n);
-        ranges_done(&r4);
-        ranges6_done(&r6);
+                k = export_ranges(r, ret, ret_n);
+        ranges_done(&r[0]);
+        ranges_done(&r[1]);
         return k;
 }

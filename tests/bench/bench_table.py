@@ -260,6 +260,28 @@ logLevel debug), and what was cut:
     memory.oom_control by its full path for each exec (8%% of the
     daemon's samples per exec, 11 us).
 
+Where tcp_throughput_n's packets spend their time (perf record -a -g
+during the uploads, 1000 sessions; docs/POLICY.md "Per-packet cost"):
+about 28 packets a MiB cross the host (TSO), each judged by the ruleset,
+a flow's later packets too (its generation check). nftables took 6.7%%
+of the transfer's CPU, most of it walking forward: a sandbox's IPv4
+packet met 22 rules and 23 interface-name loads before the sessions map,
+17 of them IPv6 rules. forward and input now send a sandbox's packets to
+from_sbx / in_sbx after one test of the input interface (the IPv6 rules
+behind one nfproto test): 4 rules and 2 name loads, the hooks' share
+4.3%%. A/B of the two builds (a loop of its own, not this script: two
+test worlds of 1000 sessions side by side, each round's four uploads
+interleaved, nine runs of 40-60 rounds on the shared 2-core machine at
+load 3-18): the sandbox's throughput +5.3%% (median; runs -7.7%% to
++7.5%%), the ratio to the plain veth 0.86x -> 0.87x (runs 0.85x to
+0.95x). This script's own runs, alternating builds: 0.59x, 0.83x before,
+0.78x, 0.80x after (5 uploads each: noise). With forward and unrouted
+accepting everything first (a measurement only) the ratio was 0.92x: the
+rest is the second hop, conntrack and the masquerade. A flowtable is not used:
+an update would have to delete the session's conntrack entries (a walk
+of the table) to cut its flows, and a cut flow would lose its reset and
+denial event.
+
 Interleaved rounds (one of each operation per round, the order rotating)
 make a burst of load from elsewhere on the machine slow both sides of a
 ratio alike. The N sessions are real custom-policy sandboxes plus sessions

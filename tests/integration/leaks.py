@@ -126,6 +126,9 @@ def _cgroups(world, name):
 
 KEYED_SETS = ("pins4", "pins6", "gens", "genmark", "genmark_b", "slot_b", "gw4", "gw6", "dnsfwd")
 RANGE_SETS = tuple(b + s for b in ("allow4", "deny4", "opened4", "allow6", "deny6", "opened6") for s in ("", "_b"))
+# The host's regular chains whose names carry a digit (libcore/nft.c
+# host_chains): made with the table, never a session's.
+HOST_CHAINS = ("from_sbx6",)
 
 
 def _range_key_ifnames(set_name, elems):
@@ -164,7 +167,8 @@ def _nft(world, name):
                 # gw4, gw6, dnsfwd and the keyed range sets:
                 # policy/nftgen.h) are the host's; an element of one that
                 # names a session is left.
-                shared = n in KEYED_SETS or n in RANGE_SETS or n in ("forbid4", "forbid6")
+                shared = n in KEYED_SETS or n in RANGE_SETS or n in ("forbid4", "forbid6") or \
+                    (kind == "chain" and n in HOST_CHAINS)
                 bad = not shared and not (kind == "chain" and "hook" in obj) and bool(re.search(r"\d", n))
                 elems = json.dumps(obj.get("elem", []))
                 if n in KEYED_SETS and '"sbx' in elems:

@@ -136,7 +136,9 @@ static void test_host_setup_with_an_ipv6_pool_is_intact_and_repaired(void **stat
         assert_null(err);
         assert_int_equal(core_net_host_ensure(&p, &err), 0);
         /* `nft list` shows the NAT66 and the embedded-form rules. */
-        FILE *f = popen("nft list chain inet sandboxd postrouting; nft list chain inet sandboxd forward", "re");
+        FILE *f = popen("nft list chain inet sandboxd postrouting; nft list chain inet sandboxd from_sbx; "
+                        "nft list chain inet sandboxd from_sbx6",
+                        "re");
         char out[16384] = "";
         size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
         if (f)
@@ -144,10 +146,11 @@ static void test_host_setup_with_an_ipv6_pool_is_intact_and_repaired(void **stat
         out[n] = 0;
         if (!strstr(out, "ip6 saddr fd5b:d0c5:6a1e::/64 oifname != \"sbx*\" masquerade") ||
             !strstr(out, "ip6 daddr 64:ff9b::a9fe:0/112") || !strstr(out, "ip6 daddr ::ffff:0.0.0.0/96") ||
-            !strstr(out, "exthdr rt exists") || strstr(out, "meta nfproto ipv6 goto deny"))
+            !strstr(out, "exthdr rt exists") || strstr(out, "meta nfproto ipv6 goto deny") ||
+            !strstr(out, "meta nfproto ipv6 goto from_sbx6\n"))
                 fail_msg("IPv6 rules not as expected:\n%s", out);
-        status = system("nft delete rule inet sandboxd forward handle "
-                        "$(nft -a list chain inet sandboxd forward | awk '/exthdr rt exists/ {print $NF}')");
+        status = system("nft delete rule inet sandboxd from_sbx6 handle "
+                        "$(nft -a list chain inet sandboxd from_sbx6 | awk '/exthdr rt exists/ {print $NF}')");
         assert_int_equal(status, 0);
         assert_int_equal(core_net_host_ensure(&p, &err), 1);
         assert_int_equal(core_net_host_ensure(&p, &err), 0);
@@ -173,14 +176,12 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
         assert_int_equal(status, 0);
         static const char *const expected[] = {
                 "type filter hook input priority filter; policy accept;",
-                "iifname \"sbx*\" ct state established,related accept",
-                "type filter hook forward priority filter; policy accept;",
-                "iifname \"sbx*\" oifname \"sbx*\" goto deny",
-                "iifname \"sbx*\" ip daddr 169.254.0.0/16 goto deny",
-                "iifname \"sbx*\" meta nfproto ipv6 goto deny",
-                /* A session veth without an element in @sessions is denied,
-                 * not left to the policy accept. */
-                "iifname vmap @sessions\n\t\tiifname \"sbx*\" goto deny\n\t}",
+                "type filter hook forward priority filter; policy accept;\n\t\tiifname \"sbx*\" goto from_sbx\n",
+                /* A sandbox's packets meet the host-wide rules, then its
+                 * session's verdict; a session veth without an element in
+                 * @sessions is denied, not left to the policy accept. */
+                "chain from_sbx {\n\t\toifname \"sbx*\" goto deny\n\t\tmeta nfproto ipv6 goto deny\n"
+                "\t\tip daddr 169.254.0.0/16 goto deny\n\t\tiifname vmap @sessions\n\t\tgoto deny\n\t}",
                 /* Before routing: a sandbox's packet to a destination the
                  * host has no route to is judged by the same verdicts as in
                  * forward, so a denial is rejected and logged instead of
@@ -191,17 +192,17 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
                 "chain no_route {\n\t\tfib saddr . iif oif 0 drop\n\t\tip daddr 169.254.0.0/16 goto deny\n\t\tmeta nfproto ipv6 goto deny\n"
                 "\t\tiifname vmap @sessions\n\t\tgoto deny\n\t}",
                 /* Input's host protection: whatever sessions_input leaves. */
-                "iifname vmap @sessions_input\n\t\tiifname \"sbx*\" goto deny\n\t}",
+                "chain in_sbx {\n\t\tct state established,related accept\n\t\tiifname vmap @sessions_input\n"
+                "\t\tgoto deny\n\t}",
                 /* Inbound (DESIGN §5): nothing outside starts a flow to a
                  * sandbox or reaches a gateway address; only the replies
                  * of the sandbox's own flows go out through a veth, and
                  * those by their session's verdict (flow generations). */
-                "iif \"lo\" accept\n\t\tiifname != \"sbx*\" ip daddr 10.201.0.0/16 drop\n"
-                "\t\tiifname != \"sbx*\" ip saddr 10.201.0.0/16 drop\n"
-                "\t\tiifname \"sbx*\" ct state established,related accept",
-                "iifname != \"sbx*\" ip saddr 10.201.0.0/16 drop\n"
+                "iif \"lo\" accept\n\t\tiifname \"sbx*\" goto in_sbx\n\t\tip daddr 10.201.0.0/16 drop\n"
+                "\t\tip saddr 10.201.0.0/16 drop\n\t}",
+                "goto from_sbx\n\t\tip saddr 10.201.0.0/16 drop\n"
                 "\t\toifname \"sbx*\" ct state established,related ct direction reply oifname vmap @sessions_reply\n"
-                "\t\toifname \"sbx*\" drop",
+                "\t\toifname \"sbx*\" drop\n\t}",
                 "type filter hook output priority filter; policy accept;\n"
                 "\t\tct state established,related ct direction reply accept\n"
                 "\t\toifname \"sbx*\" icmpv6 type 133-137 accept\n"
@@ -227,7 +228,7 @@ static void test_host_setup_installs_table_idempotently_and_teardown_removes_it(
         assert_int_equal(count_substr(out, "reject"), 3);
         assert_int_equal(count_substr(out, " log "), 1);
         free(out);
-        out = run_capture("nft --debug=netlink list chain inet sandboxd forward 2>&1", &status);
+        out = run_capture("nft --debug=netlink list chain inet sandboxd from_sbx 2>&1", &status);
         assert_int_equal(status, 0);
         assert_int_equal(count_substr(out, "[ cmp eq reg 1 0x0000000a ]"), 1); /* NFPROTO_IPV6 */
         free(out);
@@ -258,7 +259,7 @@ static void test_flush_ruleset_is_seen_by_the_monitor_and_ensure_reinstalls(void
         assert_int_equal(core_net_monitor_read(fd), 1);
         assert_int_equal(core_net_host_ensure(&p, &err), 1);
         assert_null(err);
-        char *out = run_capture("nft list chain inet sandboxd forward 2>&1", &status);
+        char *out = run_capture("nft list chain inet sandboxd from_sbx 2>&1", &status);
         assert_int_equal(status, 0);
         assert_int_equal(count_substr(out, "iifname vmap @sessions"), 1);
         free(out);
@@ -270,7 +271,7 @@ static void test_flush_ruleset_is_seen_by_the_monitor_and_ensure_reinstalls(void
         assert_int_equal(core_net_monitor_read(fd), 1);
         assert_int_equal(core_net_host_ensure(&p, &err), 1);
         out = run_capture("nft list chain inet sandboxd input 2>&1", &status);
-        assert_int_equal(count_substr(out, "iifname \"sbx*\" goto deny"), 1);
+        assert_int_equal(count_substr(out, "iifname \"sbx*\" goto in_sbx"), 1);
         free(out);
         close(fd);
 }
