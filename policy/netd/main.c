@@ -862,23 +862,37 @@ static int bind_sockets(int *ret_udp, int *ret_tcp) {
         return r;
 }
 
+/* With port 0 the kernel picks UDP's port, which a TCP socket of someone
+ * else may hold: then another pick, a few times, before giving up (a fixed
+ * port asked is tried once). */
 static int bind_sockets_here(int *ret_udp, int *ret_tcp) {
-        _cleanup_close_ int udp = socket(cfg.listen.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        _cleanup_close_ int tcp = socket(cfg.listen.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        int one = 1;
-        if (udp < 0 || tcp < 0)
-                return log_error_errno(negative_errno(), "socket: %m");
-        if (bind(udp, (struct sockaddr *)&cfg.listen, cfg.listen_len) < 0)
-                return log_error_errno(negative_errno(), "bind UDP: %m");
-        socklen_t len = cfg.listen_len;
-        if (getsockname(udp, (struct sockaddr *)&cfg.listen, &len) < 0)
-                return log_error_errno(negative_errno(), "getsockname: %m");
-        (void)setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(tcp, (struct sockaddr *)&cfg.listen, cfg.listen_len) < 0 || listen(tcp, 64) < 0)
-                return log_error_errno(negative_errno(), "bind TCP port %u: %m", endpoint_port(&cfg.listen));
-        *ret_udp = TAKE_FD(udp);
-        *ret_tcp = TAKE_FD(tcp);
-        return 0;
+        bool any_port = endpoint_port(&cfg.listen) == 0;
+        for (int attempt = 0;; attempt++) {
+                _cleanup_close_ int udp = socket(cfg.listen.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                _cleanup_close_ int tcp = socket(cfg.listen.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                struct sockaddr_storage addr = cfg.listen;
+                socklen_t len = cfg.listen_len;
+                int one = 1;
+                if (udp < 0 || tcp < 0)
+                        return log_error_errno(negative_errno(), "socket: %m");
+                if (bind(udp, (struct sockaddr *)&addr, len) < 0)
+                        return log_error_errno(negative_errno(), "bind UDP: %m");
+                if (getsockname(udp, (struct sockaddr *)&addr, &len) < 0)
+                        return log_error_errno(negative_errno(), "getsockname: %m");
+                (void)setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+                if (bind(tcp, (struct sockaddr *)&addr, len) < 0) {
+                        if (errno == EADDRINUSE && any_port && attempt < 32)
+                                continue;
+                        return log_error_errno(negative_errno(), "bind TCP port %u: %m", endpoint_port(&addr));
+                }
+                if (listen(tcp, 64) < 0)
+                        return log_error_errno(negative_errno(), "listen TCP port %u: %m", endpoint_port(&addr));
+                cfg.listen = addr;
+                cfg.listen_len = len;
+                *ret_udp = TAKE_FD(udp);
+                *ret_tcp = TAKE_FD(tcp);
+                return 0;
+        }
 }
 
 /* The proxy's listener and everything it needs that only root can read

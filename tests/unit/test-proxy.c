@@ -890,7 +890,6 @@ static int connect_to(const char *ip, unsigned port) {
 }
 
 static void stop_netd(int out[2]);
-static void stop_netd(int out[2]);
 /* ---- refusals inside TLS (pol_tls_deny): the session CA the sandbox trusts ---- */
 
 static char deny_dir[] = "/tmp/test-proxy-ca-XXXXXX";
@@ -1254,6 +1253,52 @@ static void test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid(voi
         stop_netd(out);
 }
 
+/* With --listen ADDR:0, netd binds UDP where the kernel picks and TCP on
+ * the same number, which a TCP socket may already hold (on a busy host, a
+ * client's local port: "bind TCP port N: Address already in use"). Here
+ * the namespace's ephemeral range is four ports, two of them held by TCP
+ * listeners: each start's first pick is a held one half the time, and
+ * netd must pick again. Eight starts, each ready on a port of its own. */
+static void test_netd_with_port_0_picks_again_when_tcp_holds_the_udp_pick(void **state) {
+        static const char *range = "/proc/sys/net/ipv4/ip_local_port_range";
+        char old[64] = "", line[1024], ip[32];
+        unsigned dport, pport, uid;
+        uint16_t held[2];
+        int fds[2], out[2], tmp = mkstemp(netd_policy);
+        const char *pol = "{\"allow\":[\"a.test\"]}";
+        assert_true(tmp >= 0);
+        assert_int_equal(write(tmp, pol, strlen(pol)), (ssize_t)strlen(pol));
+        close(tmp);
+        int rf = open(range, O_RDWR | O_CLOEXEC);
+        assert_true(rf >= 0);
+        assert_true(read(rf, old, sizeof(old) - 1) > 0);
+        assert_int_equal(pwrite(rf, "40100 40103", 11, 0), 11);
+        for (int i = 0; i < 2; i++) {
+                struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(40100 + i),
+                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+                fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                assert_true(fds[i] >= 0);
+                assert_int_equal(bind(fds[i], (struct sockaddr *)&a, sizeof(a)), 0);
+                assert_int_equal(listen(fds[i], 1), 0);
+                held[i] = 40100 + i;
+        }
+        for (int round = 0; round < 8; round++) {
+                assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+                netd_pid = spawn_netd(out[1]);
+                read_line(out[0], line, sizeof(line));
+                assert_int_equal(sscanf(line, "{\"ready\":true,\"listen\":\"127.0.0.1:%u\",\"proxy\":\"%31[0-9.]:%u\","
+                                              "\"uid\":%u}",
+                                        &dport, ip, &pport, &uid),
+                                 4);
+                assert_true(dport != held[0] && dport != held[1]);
+                stop_netd(out);
+        }
+        for (int i = 0; i < 2; i++)
+                close(fds[i]);
+        assert_int_equal(pwrite(rf, old, strlen(old), 0), (ssize_t)strlen(old));
+        close(rf);
+}
+
 static void stop_netd(int out[2]) {
         int status;
         assert_int_equal(kill(netd_pid, SIGTERM), 0);
@@ -1359,6 +1404,8 @@ int main(void) {
                                                 deny_setup, deny_teardown),
                 cmocka_unit_test_teardown(test_netd_proxy_tunnels_allowed_connect_and_reports_denials, netd_teardown),
                 cmocka_unit_test_teardown(test_netd_reloads_its_policy_on_sighup_and_keeps_it_when_invalid,
+                                          netd_teardown),
+                cmocka_unit_test_teardown(test_netd_with_port_0_picks_again_when_tcp_holds_the_udp_pick,
                                           netd_teardown),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
