@@ -228,3 +228,28 @@ def test_finished_commands_are_forgotten_oldest_first_past_the_bound(world):
             got = c.result("command.get", {"cmdId": running})
             expect_eq(got["exitCode"], None, "the running command is kept: %s" % got)
             c.result("command.kill", {"cmdId": running})
+
+
+def test_command_lookup_follows_execvpe(world):
+    # init finds and starts the program itself (raw execve, no libc in the
+    # child that shares its memory): the search must behave as execvpe(3)
+    # does. PATH in order, an unreadable directory or a non-executable
+    # match skipped for a later one, a script without #! run by /bin/sh,
+    # a missing name 127, a match that cannot run (only EACCES seen) 126,
+    # each with its error.
+    with sandbox(world, "lookup", "--deny-all") as name:
+        sh_ok(world, name, "mkdir -p /tmp/a /tmp/b /tmp/c && chmod 000 /tmp/c && "
+              "printf 'echo from-a\\n' > /tmp/a/prog && "
+              "printf 'echo from-b \"$@\"\\n' > /tmp/b/prog && chmod +x /tmp/b/prog && "
+              "printf 'echo only-readable\\n' > /tmp/a/noexec")
+        code, out, err = world.ctl("exec", "--env", "PATH=/tmp/c:/tmp/a:/tmp/b", name, "--", "prog", "x", "y")
+        expect_eq((code, out), (0, "from-b x y\n"), "the executable match after a non-executable one (%s)"
+                  % err.strip())
+        code, out, err = world.ctl("exec", "--env", "PATH=/tmp/a:/tmp/b", name, "--", "noexec")
+        expect_eq(code, 126, "a match that is not executable (%s %s)" % (out, err))
+        expect("permission denied" in err.lower(), "its error:", err)
+        code, out, err = world.ctl("exec", "--env", "PATH=/tmp/a:/tmp/b", name, "--", "no-such-prog")
+        expect_eq(code, 127, "a name found nowhere (%s %s)" % (out, err))
+        expect("no-such-prog" in err and "no such file" in err.lower(), "its error:", err)
+        code, out, err = world.ctl("exec", name, "--", "/tmp/b/prog", "z")
+        expect_eq((code, out), (0, "from-b z\n"), "a script without #! by its path (%s)" % err.strip())
