@@ -253,3 +253,31 @@ def test_command_lookup_follows_execvpe(world):
         expect("no-such-prog" in err and "no such file" in err.lower(), "its error:", err)
         code, out, err = world.ctl("exec", name, "--", "/tmp/b/prog", "z")
         expect_eq((code, out), (0, "from-b z\n"), "a script without #! by its path (%s)" % err.strip())
+
+
+def test_init_stays_exempt_from_the_oom_killer_while_commands_start(world):
+    # Each command's child sets its own oom_score_adj to 0 (init's -1000
+    # must not be inherited); a child that shares init's memory must not
+    # change init's with it (proc(5): a write to oom_score_adj reaches
+    # every process sharing the address space, unless the writer is a
+    # vfork child). init's score is set from the host here to a value no
+    # command has: -1000 where the host may (CAP_SYS_RESOURCE; inside a
+    # user namespace init cannot lower its own), else 500 (raising needs
+    # no privilege).
+    with sandbox(world, "oomadj", "--deny-all") as name:
+        pid = world.rpc_result("sandbox.get", {"name": name})["session"]["initPid"]
+        want = "-1000"
+        try:
+            with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+                f.write(want)
+        except PermissionError:
+            want = "500"
+            with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+                f.write(want)
+        for _ in range(3):
+            code, out, err = world.ctl("exec", "--sudo", name, "--", "sh", "-c",
+                                       "cat /proc/1/oom_score_adj /proc/self/oom_score_adj")
+            expect_eq((code, out.split()), (0, [want, "0"]), "init's and a command's oom_score_adj (%s)"
+                      % err.strip())
+        with open("/proc/%d/oom_score_adj" % pid) as f:
+            expect_eq(f.read().strip(), want, "init's oom_score_adj seen from the host after the commands")
