@@ -181,6 +181,7 @@ typedef struct spawn_block {
         bool shares_vm;          /* cloned with CLONE_VM (through spawn_launcher) */
         int pidns;               /* a container's PID namespace for the child, or -1 */
         long launched;           /* spawn_launcher's answer: the child's pid or -errno */
+        bool oom_inherited;      /* cloned directly from init, whose oom_score_adj is 0 */
         int report_fd;           /* write end of the report pipe */
         int in_fd, out_fd, err_fd; /* what goes on 0, 1 and 2 (all >= 3) */
         bool tty;                /* out_fd is the pty slave: made the controlling terminal */
@@ -368,9 +369,9 @@ static int child_main(void *arg) {
         (void)R3(SYS_close_range, 4, ~0U, 0);
 
         /* init is exempt from the OOM killer (main.c); its commands must not
-         * inherit that. A child in init's memory has it from
-         * spawn_launcher already: written here, the score would reach
-         * init too. */
+         * inherit that. A child in init's memory has 0 already, from
+         * spawn_launcher or from init itself when init's is 0: written
+         * here, the score would reach init too. */
         int fd;
         if (!b->shares_vm && (r = child_oom_score_zero()) < 0)
                 child_fail(rep, STAGE_CONFINE, r);
@@ -863,6 +864,7 @@ static uint64_t own_bounding = ~0ull;
  * spawn (spawn_shares_vm). */
 static int devnull_fd = -EBADF;
 static int suid_dumpable_fd = -EBADF;
+static int own_oom_fd = -EBADF;
 static uint64_t nondefault;
 static bool spawn_state_ready;
 
@@ -878,6 +880,20 @@ static bool spawn_shares_vm(void) {
         char v[4];
         ssize_t n = pread(suid_dumpable_fd, v, sizeof(v), 0);
         return n >= 1 && (v[0] == '0' || v[0] == '2') && (n == 1 || v[1] == '\n');
+}
+
+/* Whether init's own oom_score_adj is 0, so that a child in its memory
+ * has the score its command must have from the clone and writes none
+ * (spawn_child). init sets -1000 where it may (main.c), which needs
+ * CAP_SYS_RESOURCE of the initial user namespace: inside a user
+ * namespace it stays 0. Read at each spawn through a kept fd, as the
+ * host may change it; unreadable counts as not 0. */
+static bool own_oom_score_zero(void) {
+        if (own_oom_fd < 0)
+                return false;
+        char v[8];
+        ssize_t n = pread(own_oom_fd, v, sizeof(v), 0);
+        return n >= 1 && v[0] == '0' && (n == 1 || v[1] == '\n');
 }
 
 /* Builds the child's block for s: copies of argv, envp, PATH and cwd, the
@@ -961,7 +977,10 @@ static spawn_block *spawn_block_new(const run_spec *s, const core_seccomp *filte
  * parent forever); whether it got to exec comes back through the report
  * pipe, read from init's event loop, whose end of file also frees the
  * block (spawn_report). The pid is known before init reads its next
- * request, so a kill always finds the child. Otherwise (fork semantics)
+ * request, so a kill always finds the child. When init's own score is 0
+ * (always inside a user namespace) and no container's PID namespace is to
+ * be joined, the child needs no launcher: init clones it directly with
+ * CLONE_VM, and it inherits the score of 0. Otherwise (fork semantics)
  * the child is cloned directly with a copy of init's memory. init itself
  * is not dumpable (once): the flag belongs to the address space the child
  * shares. */
@@ -983,7 +1002,13 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                 return -1;
         pid_t pid;
         int saved;
-        if (b->shares_vm) {
+        if (b->shares_vm && own_oom_score_zero() && b->pidns < 0) {
+                /* The child has the score of 0 from the clone, and no PID
+                 * namespace to join: cloned directly, nothing to launch. */
+                b->oom_inherited = true;
+                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, CLONE_VM | SIGCHLD, b);
+                saved = errno;
+        } else if (b->shares_vm) {
                 b->launched = -EIO;
                 pid_t launcher = clone(spawn_launcher, b, CLONE_VM | CLONE_VFORK | SIGCHLD, b);
                 saved = errno;
@@ -1050,6 +1075,7 @@ static int cmd_spawn_state(void) {
         if (fd < 0)
                 return negative_errno();
         devnull_fd = fd;
+        own_oom_fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
         suid_dumpable_fd = open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC);
         if (suid_dumpable_fd < 0)
                 log_debug("fs.suid_dumpable unreadable (%m): commands start with a copy of init's memory");
