@@ -859,7 +859,9 @@ static void conn_update_events(rpc_conn *c) {
         uint32_t ev = 0;
         if (c->open && !c->read_eof && !c->close_after_flush && !c->held && c->out_len - c->out_off <= RPC_OUT_QUEUE_MAX)
                 ev |= EPOLLIN | EPOLLRDHUP;
-        if (c->out_off < c->out_len)
+        /* A close after the flush happens in conn_io_cb: armed even when
+         * conn_queue wrote everything at once. */
+        if (c->out_off < c->out_len || c->close_after_flush)
                 ev |= EPOLLOUT;
         if (c->ssl && !c->handshaking) {
                 if ((ev & EPOLLIN) && SSL_pending(c->ssl) > 0)

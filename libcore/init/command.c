@@ -873,9 +873,13 @@ static bool spawn_state_ready;
  * address space dumpable at the child's uid change, and until the child
  * clears the flag again the sandbox user could ptrace it, init's memory
  * with it (proc(5) /proc/sys/fs/suid_dumpable; kernel/cred.c
- * commit_creds). The child then gets a copy, as a fork would. */
+ * commit_creds). The child then gets a copy, as a fork would; also with
+ * SANDBOX_INIT_SPAWN=copy in init's environment (sandboxd never sets it;
+ * tests/unit/test-init-agent.c runs its command tests both ways). */
+static bool spawn_copy_forced;
+
 static bool spawn_shares_vm(void) {
-        if (!SPAWN_VM_CAPABLE || suid_dumpable_fd < 0)
+        if (!SPAWN_VM_CAPABLE || spawn_copy_forced || suid_dumpable_fd < 0)
                 return false;
         char v[4];
         ssize_t n = pread(suid_dumpable_fd, v, sizeof(v), 0);
@@ -1075,6 +1079,8 @@ static int cmd_spawn_state(void) {
         if (fd < 0)
                 return negative_errno();
         devnull_fd = fd;
+        const char *mode = getenv("SANDBOX_INIT_SPAWN");
+        spawn_copy_forced = mode && streq(mode, "copy");
         own_oom_fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
         suid_dumpable_fd = open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC);
         if (suid_dumpable_fd < 0)
