@@ -683,8 +683,6 @@ static void out_budget_enforce(rpc_server *s) {
         }
 }
 
-static int conn_flush(rpc_conn *c);
-
 /* Appends one encoded message plus '\n' to the write queue. Takes `msg`. */
 static void conn_queue(rpc_conn *c, cJSON *msg) {
         if (!c->open) {
@@ -738,17 +736,6 @@ static void conn_queue(rpc_conn *c, cJSON *msg) {
                 out_budget_enforce(c->server);
         if (!c->open)
                 return; /* dropped for the budget itself */
-        /* Nothing was waiting: written now, while the socket takes it, so
-         * that the common answer costs no EPOLLOUT round through the loop
-         * (two epoll_ctl and a wakeup). Only on a plain, open connection
-         * whose input is still read: closes after a flush and held
-         * connections keep going through conn_io_cb. */
-        if (pending == 0 && !c->ssl && !c->read_eof && !c->close_after_flush && !c->held) {
-                if (conn_flush(c) < 0)
-                        return conn_close_soon(c);
-                if (c->out_off == c->out_len)
-                        return;
-        }
         pending = c->out_len - c->out_off;
         if (pending > RPC_CONN_HIGH_WATER)
                 c->congested = true;
@@ -859,9 +846,7 @@ static void conn_update_events(rpc_conn *c) {
         uint32_t ev = 0;
         if (c->open && !c->read_eof && !c->close_after_flush && !c->held && c->out_len - c->out_off <= RPC_OUT_QUEUE_MAX)
                 ev |= EPOLLIN | EPOLLRDHUP;
-        /* A close after the flush happens in conn_io_cb: armed even when
-         * conn_queue wrote everything at once. */
-        if (c->out_off < c->out_len || c->close_after_flush)
+        if (c->out_off < c->out_len)
                 ev |= EPOLLOUT;
         if (c->ssl && !c->handshaking) {
                 if ((ev & EPOLLIN) && SSL_pending(c->ssl) > 0)

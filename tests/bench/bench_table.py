@@ -161,17 +161,24 @@ logLevel debug), and what was cut:
     reaches every process sharing the writer's mm unless the writer is
     a vfork child: when init's own score is not 0 (it is 0 inside a
     user namespace), a vfork launcher writes it and clones the child
-    with CLONE_PARENT. Also cut: sandboxd writes an answer at once when
-    nothing is queued (each message cost two epoll_ctl and a turn of the
-    loop, three per command.run), and keeps memory.events open per
-    cgroup (the open by full path at each command's start).
+    with CLONE_PARENT. Also cut: sandboxd keeps memory.events open per
+    cgroup (it opened it by full path at each command's start, 8%% of
+    its samples per exec). Tried and not kept: sandboxd writing an
+    answer at once when nothing is queued instead of arming EPOLLOUT
+    (two epoll_ctl and a turn of the loop per message, three messages
+    per command.run): no difference in the ratio (medians 1.43x and
+    1.43x over six blocks each at load 30), and it splits the exit
+    notification and the answer into two writes.
     Measured before/after, the two builds' daemons in alternating blocks
     of 200 commands in one test world, ratio to posix_spawn+wait of true
     in the same block: CLONE_VM child 1.83/1.98/1.75/1.75x ->
     1.54/1.57/1.58/1.57x; all of it, bench_table --quick --only
-    lifecycle, runs of the two builds interleaved: exec_rpc 1.245 ms
-    1.91x and 1.266 ms 1.88x -> 0.984 ms 1.50x (posix_spawn 0.65-0.67),
-    exec_cli 3.44x and 3.53x -> 3.16x. Goal 1.3x not met. What is left
+    lifecycle, runs of the two builds interleaved (four pairs, load 3 to
+    39): exec_rpc 1.245 ms 1.91x, 1.266 ms 1.88x, 1.647 ms 2.07x, 1.612
+    ms 2.27x -> 0.984 ms 1.50x, 0.998 ms 1.45x, 1.073 ms 1.54x (one run
+    beside a build, 2.75x, left out); posix_spawn 0.65-0.80 ms; exec_cli
+    3.44x, 3.53x, 3.71x, 4.51x -> 3.16x, 3.05x, 3.00x. Goals (1.3x,
+    2.5x) not met. What is left
     (perf, 1500 execs of one sandbox): the child before exec costs about
     as much CPU as the exec'd `true` itself: execve's PATH search (three
     failed lookups before /usr/bin), the seccomp no-setns filter loaded
