@@ -181,7 +181,6 @@ typedef struct spawn_block {
         bool shares_vm;          /* cloned with CLONE_VM (through spawn_launcher) */
         int pidns;               /* a container's PID namespace for the child, or -1 */
         long launched;           /* spawn_launcher's answer: the child's pid or -errno */
-        bool oom_inherited;      /* cloned directly from init, whose oom_score_adj is 0 */
         int report_fd;           /* write end of the report pipe */
         int in_fd, out_fd, err_fd; /* what goes on 0, 1 and 2 (all >= 3) */
         bool tty;                /* out_fd is the pty slave: made the controlling terminal */
@@ -982,10 +981,10 @@ static spawn_block *spawn_block_new(const run_spec *s, const core_seccomp *filte
  * pipe, read from init's event loop, whose end of file also frees the
  * block (spawn_report). The pid is known before init reads its next
  * request, so a kill always finds the child. When init's own score is 0
- * (always inside a user namespace) and no container's PID namespace is to
- * be joined, the child needs no launcher: init clones it directly with
- * CLONE_VM, and it inherits the score of 0. Otherwise (fork semantics)
- * the child is cloned directly with a copy of init's memory. init itself
+ * (always inside a user namespace), the child needs no launcher: init
+ * clones it directly with CLONE_VM (in a container's PID namespace if
+ * any, as below), and it inherits the score of 0. Otherwise (fork
+ * semantics) the child is cloned directly with a copy of init's memory. init itself
  * is not dumpable (once): the flag belongs to the address space the child
  * shares. */
 static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
@@ -1006,13 +1005,7 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                 return -1;
         pid_t pid;
         int saved;
-        if (b->shares_vm && own_oom_score_zero() && b->pidns < 0) {
-                /* The child has the score of 0 from the clone, and no PID
-                 * namespace to join: cloned directly, nothing to launch. */
-                b->oom_inherited = true;
-                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, CLONE_VM | SIGCHLD, b);
-                saved = errno;
-        } else if (b->shares_vm) {
+        if (b->shares_vm && !own_oom_score_zero()) {
                 b->launched = -EIO;
                 pid_t launcher = clone(spawn_launcher, b, CLONE_VM | CLONE_VFORK | SIGCHLD, b);
                 saved = errno;
@@ -1021,14 +1014,15 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                 pid = launcher < 0 ? -1 : b->launched < 0 ? (saved = (int)-b->launched, -1) : (pid_t)b->launched;
         } else {
                 /* A container with a PID namespace of its own: the child
-                 * starts in it (init_ctr_pidns_enter). */
+                 * starts in it (init_ctr_pidns_enter); clone returns its
+                 * pid in init's own, which stays init's active one. */
                 int entered = init_ctr_pidns_enter(ctr);
                 if (entered < 0) {
                         (void)sigprocmask(SIG_SETMASK, &old, NULL);
                         errno = -entered;
                         return -1;
                 }
-                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, SIGCHLD, b);
+                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, (b->shares_vm ? CLONE_VM : 0) | SIGCHLD, b);
                 saved = errno;
                 if (entered)
                         init_ctr_pidns_leave();
