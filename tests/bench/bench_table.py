@@ -177,8 +177,10 @@ logLevel debug), and what was cut:
     39): exec_rpc 1.245 ms 1.91x, 1.266 ms 1.88x, 1.647 ms 2.07x, 1.612
     ms 2.27x -> 0.984 ms 1.50x, 0.998 ms 1.45x, 1.073 ms 1.54x (one run
     beside a build, 2.75x, left out); posix_spawn 0.65-0.80 ms; exec_cli
-    3.44x, 3.53x, 3.71x, 4.51x -> 3.16x, 3.05x, 3.00x. Goals (1.3x,
-    2.5x) not met. What is left
+    3.44x, 3.53x, 3.71x, 4.51x -> 3.16x, 3.05x, 3.00x. Two more pairs at
+    load 12-16 spread too far to say anything (posix_spawn itself 0.64
+    to 0.93 ms within a pair, block ratios 0.7-2.0x either way) and are
+    left out. Goals (1.3x, 2.5x) not met. What is left
     (perf, 1500 execs of one sandbox): the child before exec costs about
     as much CPU as the exec'd `true` itself: execve's PATH search (three
     failed lookups before /usr/bin), the seccomp no-setns filter loaded
