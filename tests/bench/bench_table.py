@@ -172,7 +172,9 @@ logLevel debug), and what was cut:
     Measured before/after, the two builds' daemons in alternating blocks
     of 200 commands in one test world, ratio to posix_spawn+wait of true
     in the same block: CLONE_VM child 1.83/1.98/1.75/1.75x ->
-    1.54/1.57/1.58/1.57x; all of it, bench_table --quick --only
+    1.54/1.57/1.58/1.57x; the final sandbox-init (no launcher inside a
+    user namespace), six blocks each at load 3: 1.82/1.85/1.83/1.81/
+    1.80/1.76x -> 1.40/1.38/1.43/1.43/1.40/1.45x; all of it, bench_table --quick --only
     lifecycle, runs of the two builds interleaved (four pairs, load 3 to
     39): exec_rpc 1.245 ms 1.91x, 1.266 ms 1.88x, 1.647 ms 2.07x, 1.612
     ms 2.27x -> 0.984 ms 1.50x, 0.998 ms 1.45x, 1.073 ms 1.54x (one run
