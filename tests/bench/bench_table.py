@@ -184,22 +184,55 @@ logLevel debug), and what was cut:
     each DONTCOPY area from the child's copy (mas_store_gfp, 5%% of
     init's samples), which takes most of the saving; and a child that
     bound a symbol lazily would walk the missing libraries and fault.
-    The lever left is a spawn that copies no address space: from a
-    process with init's libraries, fork+exec+wait of `true` 0.78-0.89 ms
-    wall (parent 0.15-0.17 ms CPU, child 0.64-0.69) against vfork
-    0.57-0.59 ms (0.04, 0.53-0.56), about 0.25 ms a command, which
-    would bring exec_rpc to about 1.5x, not 1.3x. It needs a spawner
-    that may block while the sandbox user holds the child stopped
-    between its uid change and its exec (a thread of init, or a process
-    forked from it, with init falling back to its fork meanwhile), the
-    child's arguments copied where they outlive cmd_run, and init told
-    the child's pid before its exec (a kill may come first); a child
-    sharing init's memory must also take no lock init may need once it
-    is the sandbox user's to stop (core_caps_set mallocs through libcap
-    after the uid change, and a fork of init waits for every malloc
-    arena's lock). The hops (client, daemon, init, back) and the
-    `started` notification, which wakes the daemon and the client while
-    the command runs, are the rest.
+    Done: a spawn that copies no address space (libcore/init/command.c
+    spawn_child). init builds all the child needs in a mapping of its
+    own (guard page, stack, copies of argv, envp, PATH, cwd, the fds,
+    ids, capability data, the signals to reset, the seccomp programs as
+    BPF) and clones it with CLONE_VM and without CLONE_VFORK, every
+    signal blocked; the child makes raw system calls only (no errno, no
+    malloc, no lock: libcap's capset, execvpe and sigaction replaced by
+    their syscalls and a PATH search of its own), resets each handled
+    signal before it unblocks them, and init frees the mapping at the
+    report pipe's end of file (after exec or death) or at the reap, so
+    a child the sandbox user holds stopped costs init nothing. init is
+    not dumpable (the flag is the shared mm's), so a held child cannot
+    be ptraced nor its /proc/PID/mem opened (tests/escape); with
+    fs.suid_dumpable 1, which the kernel would give the mm at the uid
+    change, the child gets a copy as before. A write to oom_score_adj
+    reaches every process sharing the writer's mm unless the writer is
+    a vfork child: when init's own score is not 0 (it is 0 inside a
+    user namespace), a vfork launcher writes it and clones the child
+    with CLONE_PARENT. Also cut: sandboxd keeps memory.events open per
+    cgroup (it opened it by full path at each command's start, 8%% of
+    its samples per exec). Tried and not kept: sandboxd writing an
+    answer at once when nothing is queued instead of arming EPOLLOUT
+    (two epoll_ctl and a turn of the loop per message, three messages
+    per command.run): no difference in the ratio (medians 1.43x and
+    1.43x over six blocks each at load 30), and it splits the exit
+    notification and the answer into two writes.
+    Measured before/after, the two builds' daemons in alternating blocks
+    of 200 commands in one test world, ratio to posix_spawn+wait of true
+    in the same block: CLONE_VM child 1.83/1.98/1.75/1.75x ->
+    1.54/1.57/1.58/1.57x; the final sandbox-init (no launcher inside a
+    user namespace), six blocks each at load 3: 1.82/1.85/1.83/1.81/
+    1.80/1.76x -> 1.40/1.38/1.43/1.43/1.40/1.45x; all of it, bench_table --quick --only
+    lifecycle, runs of the two builds interleaved (four pairs, load 3 to
+    39): exec_rpc 1.245 ms 1.91x, 1.266 ms 1.88x, 1.647 ms 2.07x, 1.612
+    ms 2.27x -> 0.984 ms 1.50x, 0.998 ms 1.45x, 1.073 ms 1.54x (one run
+    beside a build, 2.75x, left out); posix_spawn 0.65-0.80 ms; exec_cli
+    3.44x, 3.53x, 3.71x, 4.51x -> 3.16x, 3.05x, 3.00x. Two more pairs at
+    load 12-16 spread too far to say anything (posix_spawn itself 0.64
+    to 0.93 ms within a pair, block ratios 0.7-2.0x either way) and are
+    left out. Goals (1.3x, 2.5x) not met. What is left
+    (perf, 1500 execs of one sandbox): the child before exec costs about
+    as much CPU as the exec'd `true` itself: execve's PATH search (three
+    failed lookups before /usr/bin), the seccomp no-setns filter loaded
+    and JIT-compiled per child (outer mode, libcore/seccomp.h), 14
+    PR_CAPBSET_DROP commits, setsid; init's four pipes, the clone and
+    wait4; the daemon's JSON (cJSON prints each number with sprintf and
+    reads it back with sscanf); the hops (client, daemon, init, back) and
+    the `started` notification, which wakes the daemon and the client
+    while the command runs.
   - tried and not kept: init closing its agent socket (and the listening
     one) itself right before _exit, once every process of the namespace
     is reaped, instead of at the exit, which closes its files only after

@@ -631,3 +631,24 @@ def test_container_pause_freezes_that_container_only(world):
             rpc_ok(world, "container.pause", {"sandbox": name, "name": "b"})
         leaks.check(world, name)
     expect_eq(world.stop_sandboxd(), 0, "the daemon's exit status (an ASan build's leak check)")
+
+
+def test_a_container_command_starts_in_its_pid_namespace_with_its_own_oom_score(world):
+    """A command of a container with its own PID namespace starts there
+    with an oom_score_adj of 0, and leaves init's as it was, whichever way
+    sandbox-init spawns it: init's score 0 (a child cloned straight into
+    init's memory) or not (set here from the host: a vfork launcher writes
+    the child's score, since a write from a process sharing init's memory
+    would reach init's too)."""
+    for userns in _modes():
+        with sandbox_rpc(world, "ctroom", userns=userns, networkPolicy="deny-all") as name:
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "c", "runtime": "host"})
+            pid = rpc_ok(world, "sandbox.get", {"name": name})["session"]["initPid"]
+            for want in ("0", "500"):
+                with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+                    f.write(want)
+                code, out, err = _run(world, name, "c", "cat /proc/1/comm /proc/self/oom_score_adj", sudo=True)
+                expect_eq((code, out.split()), (0, ["sandbox-ctrinit", "0"]),
+                          "a container command's PID 1 and score with init's at %s (%s)" % (want, err))
+                with open("/proc/%d/oom_score_adj" % pid) as f:
+                    expect_eq(f.read().strip(), want, "init's score after the container command")

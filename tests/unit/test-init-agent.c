@@ -53,6 +53,11 @@ static const char *init_binary(void) {
 /* A listening socket for init's AGENT_LISTEN_FD (spawn), or -1. */
 static int listen_for_spawn = -1;
 
+/* sandbox-init's environment: empty, or SANDBOX_INIT_SPAWN=copy for the
+ * second run of the command tests (each command's child with a copy of
+ * init's memory instead of init's own, command.c spawn_shares_vm). */
+static const char *init_env;
+
 /* In the helper: new namespaces, then a fork so the child is their PID 1.
  * Both die with their parent (PDEATHSIG), so a failed test leaks nothing. */
 _noreturn_ static void helper(int fd, int other) {
@@ -73,7 +78,7 @@ _noreturn_ static void helper(int fd, int other) {
                 if (listen_for_spawn >= 0 && dup2(listen_for_spawn, AGENT_LISTEN_FD) < 0)
                         _exit(102);
                 close_range(listen_for_spawn >= 0 ? AGENT_LISTEN_FD + 1 : AGENT_FD + 1, ~0U, 0);
-                char *argv[] = { (char *)"sandbox-init", NULL }, *envp[] = { NULL };
+                char *argv[] = { (char *)"sandbox-init", NULL }, *envp[] = { (char *)init_env, NULL };
                 execve(init_binary(), argv, envp);
                 _exit(103);
         }
@@ -780,5 +785,10 @@ int main(void) {
                 cmocka_unit_test(test_refuses_to_run_unless_pid_1),
         };
 #undef T
-        return cmocka_run_group_tests_name("init-agent", tests, NULL, NULL);
+        int failed = cmocka_run_group_tests_name("init-agent", tests, NULL, NULL);
+        /* The commands again, each child with a copy of init's memory (the
+         * fallback where fs.suid_dumpable is 1). */
+        init_env = "SANDBOX_INIT_SPAWN=copy";
+        failed += cmocka_run_group_tests_name("init-agent (copied memory)", tests, NULL, NULL);
+        return failed;
 }
