@@ -463,7 +463,8 @@ def test_a_held_command_child_shares_nothing_the_sandbox_user_can_reach(c):
                                "while kill -0 $p 2>/dev/null; do :; done; cat /tmp/held.out" % flag,
                                timeout=60)
         expect(code == 0 and "checked" in out, "the probe ended:", code, out, err)
-        expect("ESCAPED" not in out, "a held command child was reachable:", out[-2000:])
+        expect("ESCAPED" not in out, "a held command child was reachable:",
+               " | ".join(l for l in out.splitlines() if "ESCAPED" in l)[:2000])
         hits = re.findall(r"held: (\d+) checked", out)
         expect(caught and hits and int(hits[0]) >= 3,
                "the probe caught fewer than 3 command children before their exec:", out[-600:])
