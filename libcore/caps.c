@@ -66,6 +66,10 @@ static int caps_put(const struct __user_cap_data_struct data[2]) {
         return syscall(SYS_capset, &hdr, data) < 0 ? negative_errno() : 0;
 }
 
+uint64_t core_caps_known_mask(void) {
+        return caps_known() >= 64 ? ~0ull : BIT(caps_known()) - 1;
+}
+
 uint64_t core_caps_bounding(void) {
         uint64_t m = 0;
         for (unsigned c = 0; c < caps_known(); c++)

@@ -19,6 +19,11 @@ uint64_t core_caps_root_set(void);
 /* The calling thread's bounding set (bit n = capability n). */
 uint64_t core_caps_bounding(void);
 
+/* The capabilities the running kernel knows, as a mask (bit n = capability
+ * n; CAP_LAST_CAP + 1 bits, at most 64). Asked of the kernel once (libcap's
+ * cap_max_bits), so call it before a child that must not allocate runs. */
+uint64_t core_caps_known_mask(void);
+
 /* Step 1, in the child while still root with init's full set, before
  * setresuid: drops every capability not in keep from the bounding set,
  * clears the ambient set and limits the inheritable set to keep. Needs

@@ -82,6 +82,10 @@ struct core_cgroup {
         char *unit;
         pid_t holder;
         int holder_fd;
+        /* memory.events (v2) or memory.oom_control (v1), kept open for
+         * core_cgroup_oom_kills, which sandboxd asks at every command's
+         * start: fd + 1, 0 until opened (set once, atomically). */
+        int oom_fd1;
 };
 
 static core_cgroup_driver driver = CORE_CGROUP_CGROUPFS;
@@ -1247,10 +1251,42 @@ int core_cgroup_parse_oom_kills(const char *text, uint64_t *ret) {
 }
 
 int core_cgroup_oom_kills(const core_cgroup *cg, uint64_t *ret) {
-        _cleanup_free_ char *data = NULL;
-        int r = read_memory_file(cg, "memory.events", "memory.oom_control", 4096, &data);
-        if (r < 0)
-                return r;
+        if (!cg)
+                return -ENOENT;
+        /* The fd is a cache of the handle, not part of its value: set once
+         * whatever thread asks first. */
+        int *slot = &((core_cgroup *)cg)->oom_fd1;
+        int fd = __atomic_load_n(slot, __ATOMIC_ACQUIRE) - 1;
+        if (fd < 0) {
+                fd = -ENOENT;
+                for (size_t i = 0; i < cg->n; i++) {
+                        const hierarchy *h = &state.h[i];
+                        const char *file = h->ops == &ops_v2 ? (h->v2_ctl & CTL_MEMORY ? "memory.events" : NULL)
+                                           : h->controller && streq(h->controller, "memory") ? "memory.oom_control"
+                                           : NULL;
+                        _cleanup_free_ char *path = NULL;
+                        if (!file)
+                                continue;
+                        if (asprintf(&path, "%s/%s", cg->dirs[i], file) < 0)
+                                return -ENOMEM;
+                        fd = open(path, O_RDONLY | O_CLOEXEC);
+                        if (fd < 0)
+                                return negative_errno();
+                        break;
+                }
+                if (fd < 0)
+                        return fd;
+                int expected = 0;
+                if (!__atomic_compare_exchange_n(slot, &expected, fd + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                        close(fd);
+                        fd = expected - 1;
+                }
+        }
+        char data[4096];
+        ssize_t n = pread(fd, data, sizeof(data) - 1, 0);
+        if (n < 0)
+                return negative_errno();
+        data[n] = 0;
         return core_cgroup_parse_oom_kills(data, ret);
 }
 
@@ -1617,6 +1653,8 @@ void core_cgroup_free(core_cgroup *cg) {
         if (!cg)
                 return;
         release_holder(cg);
+        if (cg->oom_fd1 > 0)
+                close(cg->oom_fd1 - 1);
         for (size_t i = 0; i < cg->n; i++)
                 free(cg->dirs[i]);
         free(cg->unit);

@@ -473,6 +473,15 @@ bool core_seccomp_outer(void) {
  * the most restrictive verdict wins, so the pair refuses what the whole
  * default filter refuses). Another ABI passes here: the outer filter kills
  * it. */
+#if defined(__x86_64__)
+static const struct sock_filter no_setns_insns[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setns, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+};
+#endif
+
 static int install_no_setns(void) {
 #if !defined(__x86_64__)
         return -ENOSYS;
@@ -629,6 +638,21 @@ int core_seccomp_install(const core_seccomp *f) {
                 return 0;
         struct sock_fprog prog = { .len = (unsigned short)f->len, .filter = f->insns };
         return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0 ? negative_errno() : 0;
+}
+
+int core_seccomp_programs(const core_seccomp *f, struct sock_fprog progs[2]) {
+        int n = 0;
+        if (outer_mode) {
+#if !defined(__x86_64__)
+                return -ENOSYS;
+#else
+                progs[n++] = (struct sock_fprog){ .len = (unsigned short)ELEMENTSOF(no_setns_insns),
+                                                  .filter = (struct sock_filter *)no_setns_insns };
+#endif
+        }
+        if (f && f != self_installed)
+                progs[n++] = (struct sock_fprog){ .len = (unsigned short)f->len, .filter = f->insns };
+        return n;
 }
 
 int core_seccomp_install_self(const core_seccomp *f) {

@@ -7,6 +7,7 @@
  * with libseccomp into a BPF program; installing it is one prctl, safe in a
  * forked child. */
 #pragma once
+#include <linux/filter.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -103,6 +104,16 @@ int core_seccomp_set_default(core_seccomp *f);
  * core_seccomp_install_self() (the filter is inherited over fork and clone,
  * seccomp(2)), so a child of sandbox-init does not compile it again. */
 int core_seccomp_install(const core_seccomp *f);
+
+/* What core_seccomp_install(f) would load, as programs for
+ * seccomp(SECCOMP_SET_MODE_FILTER) in order, for a child that makes the
+ * calls itself (a CLONE_VM spawn, which must not call libc): the small
+ * no-setns filter in outer mode, then f unless this process runs under f
+ * already (core_seccomp_install_self). Fills progs[0..n-1] (n <= 2) and
+ * returns n, or -ENOSYS where the no-setns filter is not built. The
+ * programs point at memory that lives as long as f and the process
+ * (copy them if the caller may free f). */
+int core_seccomp_programs(const core_seccomp *f, struct sock_fprog progs[2]);
 
 /* Installs f on every thread of the calling process (seccomp(2) with
  * SECCOMP_FILTER_FLAG_TSYNC), for sandbox-init: its children then inherit

@@ -683,6 +683,8 @@ static void out_budget_enforce(rpc_server *s) {
         }
 }
 
+static int conn_flush(rpc_conn *c);
+
 /* Appends one encoded message plus '\n' to the write queue. Takes `msg`. */
 static void conn_queue(rpc_conn *c, cJSON *msg) {
         if (!c->open) {
@@ -736,6 +738,17 @@ static void conn_queue(rpc_conn *c, cJSON *msg) {
                 out_budget_enforce(c->server);
         if (!c->open)
                 return; /* dropped for the budget itself */
+        /* Nothing was waiting: written now, while the socket takes it, so
+         * that the common answer costs no EPOLLOUT round through the loop
+         * (two epoll_ctl and a wakeup). Only on a plain, open connection
+         * whose input is still read: closes after a flush and held
+         * connections keep going through conn_io_cb. */
+        if (pending == 0 && !c->ssl && !c->read_eof && !c->close_after_flush && !c->held) {
+                if (conn_flush(c) < 0)
+                        return conn_close_soon(c);
+                if (c->out_off == c->out_len)
+                        return;
+        }
         pending = c->out_len - c->out_off;
         if (pending > RPC_CONN_HIGH_WATER)
                 c->congested = true;

@@ -18,7 +18,9 @@
 #include <grp.h>
 #include <inttypes.h>
 #include <termios.h>
+#include <linux/capability.h>
 #include <linux/openat2.h>
+#include <linux/seccomp.h>
 #include <sys/syscall.h>
 #include "libcore/agent.h"
 #include "libcore/caps.h"
@@ -111,50 +113,214 @@ static void send_cmd_exit(init_agent *a, const init_cmd *c, const char *error) {
         send_exit_event(a, c->id, c->exit_code, error, c);
 }
 
+static void spawn_release(init_cmd *c);
+
 /* ---- the child side (runs between spawn and exec; no return) ---- */
 
-/* What the parent hands the child. The child runs in a copy of init's
- * memory (spawn_child) and writes its failure report to report_fd, the
- * write end of a close-on-exec pipe: init reads a report, or EOF at the
- * exec, from its event loop (spawn_report), never waiting for it. */
-typedef struct child_args {
-        const run_spec *s;
-        const core_seccomp *filter;
-        int devnull_fd;           /* init's /dev/null (read-only): stdin without -i */
-        const sigset_t *to_reset; /* the signals whose disposition is not SIG_DFL in init */
-        uint64_t bounding; /* init's bounding set, or a superset of it */
-        int slave_fd;
-        const int *in_pipe, *out_pipe, *err_pipe;
-        int report_fd;
-} child_args;
+/* The child shares init's address space until its exec (spawn_child:
+ * clone with CLONE_VM and without CLONE_VFORK, as glibc's posix_spawn does
+ * but without waiting for it). So it runs raw system calls on what its
+ * spawn_block holds and nothing else: no libc wrapper (errno and every
+ * other thread-local variable are init's, and a wrapper may take a lock or
+ * broadcast a uid change to what it believes are its threads), no malloc,
+ * no global written, only its own stack, which is in the block's mapping.
+ * memcpy and strlen are the only libc functions it calls (pure, bound at
+ * load time: -z now). */
+#if defined(__x86_64__)
+#define SPAWN_VM_CAPABLE 1
+/* A system call without errno: returns the result or -errno. */
+static inline long rsys(long n, long a, long b, long c, long d, long e) {
+        register long r10 __asm__("r10") = d, r8 __asm__("r8") = e;
+        long ret;
+        __asm__ volatile("syscall"
+                         : "=a"(ret)
+                         : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                         : "rcx", "r11", "memory");
+        return ret;
+}
+#else
+/* Elsewhere the child gets a copy of init's memory (fork semantics), in
+ * which errno is its own. */
+#define SPAWN_VM_CAPABLE 0
+static long rsys(long n, long a, long b, long c, long d, long e) {
+        long r = syscall(n, a, b, c, d, e);
+        return r < 0 ? -errno : r;
+}
+#endif
+/* The child's mapping: a guard page, the child's stack, spawn_launcher's
+ * stack, then the spawn_block. */
+#define SPAWN_STACK (64 * 1024)
+#define SPAWN_LAUNCHER_STACK (16 * 1024)
+#define R0(n) rsys((n), 0, 0, 0, 0, 0)
+#define R1(n, a) rsys((n), (long)(a), 0, 0, 0, 0)
+#define R2(n, a, b) rsys((n), (long)(a), (long)(b), 0, 0, 0)
+#define R3(n, a, b, c) rsys((n), (long)(a), (long)(b), (long)(c), 0, 0)
+#define R4(n, a, b, c, d) rsys((n), (long)(a), (long)(b), (long)(c), (long)(d), 0)
+#define R5(n, a, b, c, d, e) rsys((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e))
 
-_noreturn_ static void child_fail(child_args *ca, int stage, int err) {
-        child_report rep = { .stage = stage, .err = err };
-        if (ca->report_fd >= 0)
-                (void)!write(ca->report_fd, &rep, sizeof(rep));
-        _exit(127);
+/* The kernel's struct sigaction for rt_sigaction (x86_64 and the generic
+ * layout: handler, flags, restorer, mask of _NSIG bits). */
+struct spawn_ksigaction {
+        void (*handler)(int);
+        unsigned long flags;
+        void (*restorer)(void);
+        uint64_t mask;
+};
+
+/* Everything the child of one command needs, made by the parent before
+ * the clone in a mapping of its own (spawn_block_new: a guard page, the
+ * child's stack, then this block and the strings and arrays it points
+ * to). The parent does not touch the mapping again until the child has
+ * exec'd or died: it is released at the report pipe's end of file, which
+ * the kernel gives only after the child left this address space (exec
+ * switches the mm before it closes the close-on-exec report pipe; exit
+ * drops the mm before it closes the files), or at the child's reap. */
+typedef struct spawn_block {
+        size_t map_len;          /* the whole mapping, guard page included */
+        struct spawn_block *next_free;
+        bool shares_vm;          /* cloned with CLONE_VM (through spawn_launcher) */
+        int pidns;               /* a container's PID namespace for the child, or -1 */
+        long launched;           /* spawn_launcher's answer: the child's pid or -errno */
+        bool oom_inherited;      /* cloned directly from init, whose oom_score_adj is 0 */
+        int report_fd;           /* write end of the report pipe */
+        int in_fd, out_fd, err_fd; /* what goes on 0, 1 and 2 (all >= 3) */
+        bool tty;                /* out_fd is the pty slave: made the controlling terminal */
+        bool ctr;                /* a container's command: join its cgroups and mount namespace */
+        int ctr_mntns;
+        size_t n_cgroups;
+        const int *cgroups;      /* the container's cgroup.procs, one per hierarchy */
+        uid_t uid;
+        gid_t gid;
+        uint64_t drop_bounding;  /* capabilities to drop from the bounding set */
+        uint32_t keep_lo, keep_hi; /* inheritable mask before the uid change */
+        struct __user_cap_data_struct caps[2]; /* permitted/effective/inheritable at the end */
+        uint64_t reset_signals;  /* bit sig-1: disposition to reset to SIG_DFL */
+        int n_progs;
+        struct sock_fprog progs[2]; /* seccomp programs, loaded in order */
+        const char *cwd;
+        bool cwd_given;
+        const char *path;        /* the command's PATH */
+        size_t argc;
+        char **argv, **envp;
+        char **sh_argv;          /* room for a script without #! (argc + 2) */
+} spawn_block;
+
+_noreturn_ static void child_fail(int report_fd, int stage, long r) {
+        child_report rep = { .stage = stage, .err = r < 0 ? (int)-r : EIO };
+        (void)R3(SYS_write, report_fd, &rep, sizeof(rep));
+        for (;;)
+                (void)R1(SYS_exit_group, 127);
 }
 
-/* Puts fd on target unless it is already there (dup2 to itself would keep
- * O_CLOEXEC set). */
-static int move_fd(int fd, int target) {
+/* Puts fd on target unless it is already there (dup3 onto itself fails,
+ * and the fd would keep O_CLOEXEC). */
+static long child_move_fd(int fd, int target) {
         if (fd == target)
-                return fcntl(fd, F_SETFD, 0);
-        return dup2(fd, target) < 0 ? -1 : 0;
+                return R3(SYS_fcntl, fd, F_SETFD, 0);
+        return R3(SYS_dup3, fd, target, 0);
 }
 
-/* chdir(path) refusing every /proc magic link on the way (openat2
- * RESOLVE_NO_MAGICLINKS). Returns 0 or -1 with errno set. */
-static int enter_cwd(const char *path) {
-        struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC, .resolve = RESOLVE_NO_MAGICLINKS };
-        int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+/* execve, and for a file the kernel cannot run (ENOEXEC) /bin/sh with it,
+ * as execvpe(3) does. Returns -errno. */
+static long child_execve(spawn_block *b, const char *file) {
+        long r = R3(SYS_execve, file, b->argv, b->envp);
+        if (r != -ENOEXEC)
+                return r;
+        b->sh_argv[0] = (char *)"/bin/sh";
+        b->sh_argv[1] = (char *)file;
+        for (size_t i = 1; i < b->argc; i++)
+                b->sh_argv[i + 1] = b->argv[i];
+        b->sh_argv[b->argc < 1 ? 2 : b->argc + 1] = NULL;
+        return R3(SYS_execve, "/bin/sh", b->sh_argv, b->envp);
+}
+
+/* execvpe(3)'s search (glibc posix/execvpe.c): a name with a slash as it
+ * is, else each element of PATH in turn (an empty one is the working
+ * directory); EACCES, ENOENT, ESTALE, ENOTDIR, ENODEV and ETIMEDOUT go on
+ * to the next, any other error ends the search; EACCES wins if seen. */
+static long child_exec(spawn_block *b) {
+        const char *file = b->argv[0];
+        if (strchr(file, '/'))
+                return child_execve(b, file);
+        size_t flen = strlen(file);
+        if (flen > NAME_MAX)
+                return -ENAMETOOLONG;
+        char buf[PATH_MAX + NAME_MAX + 2];
+        bool eacces = false;
+        long last = -ENOENT;
+        for (const char *p = b->path;;) {
+                const char *e = strchrnul(p, ':');
+                size_t plen = (size_t)(e - p);
+                if (plen < PATH_MAX) {
+                        memcpy(buf, p, plen);
+                        if (plen)
+                                buf[plen++] = '/';
+                        memcpy(buf + plen, file, flen + 1);
+                        long r = child_execve(b, buf);
+                        switch (-r) {
+                        case EACCES:
+                                eacces = true;
+                                __attribute__((fallthrough));
+                        case ENOENT:
+                        case ESTALE:
+                        case ENOTDIR:
+                        case ENODEV:
+                        case ETIMEDOUT:
+                                last = r;
+                                break;
+                        default:
+                                return r;
+                        }
+                }
+                if (!*e)
+                        break;
+                p = e + 1;
+        }
+        return eacces ? -EACCES : last;
+}
+
+/* oom_score_adj to 0: init is exempt from the OOM killer (main.c), its
+ * commands must not inherit that, or a memory hog would make the whole
+ * session's cgroup unkillable. Raising the score needs no privilege.
+ * Returns 0 or -errno. */
+static long child_oom_score_zero(void) {
+        int fd = (int)R4(SYS_openat, AT_FDCWD, "/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC, 0);
         if (fd < 0)
-                return -1;
-        int r = fchdir(fd);
-        int saved = errno;
-        close(fd);
-        errno = saved;
-        return r;
+                return fd;
+        long r = R3(SYS_write, fd, "0", 1);
+        (void)R1(SYS_close, fd);
+        return r == 1 ? 0 : r < 0 ? r : -EIO;
+}
+
+static int child_main(void *arg);
+
+/* The vfork child of init that starts a command's child in init's memory
+ * (spawn_child). A write to oom_score_adj reaches every process that
+ * shares the writer's address space, init included, unless the writer is
+ * a vfork child (fs/proc/base.c __set_oom_adj): so this one, cloned with
+ * CLONE_VM|CLONE_VFORK, sets its own score to 0, joins a container's PID
+ * namespace for its children, and clones child_main with CLONE_VM and
+ * CLONE_PARENT (init's child, which inherits the score of 0) on the
+ * block's stack, then exits. It runs as init (root, every signal
+ * blocked) for a few system calls: the sandbox user cannot signal it,
+ * so init's wait for it is not theirs to prolong. Its answer, the
+ * child's pid in init's PID namespace or -errno, goes to b->launched.
+ * glibc's clone() is the one libc call (a register-only wrapper; on a
+ * failure it sets the errno of the suspended init thread). */
+static int spawn_launcher(void *arg) {
+        spawn_block *b = arg;
+        long r = 0;
+        if (b->pidns >= 0)
+                r = R2(SYS_setns, b->pidns, CLONE_NEWPID);
+        if (r >= 0)
+                r = child_oom_score_zero();
+        if (r >= 0) {
+                r = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, CLONE_VM | CLONE_PARENT | SIGCHLD, b);
+                if (r < 0)
+                        r = -errno;
+        }
+        b->launched = r;
+        return 0; /* glibc's clone() makes the exit */
 }
 
 /* In the child: stdio, session, identity, cwd, signals, then exec. Every
@@ -162,128 +328,140 @@ static int enter_cwd(const char *path) {
  * what is set up here: fds 0-2 only, its own session, no supplementary
  * groups, no_new_privs, default signal dispositions and an empty mask, the
  * capabilities of its uid (libcore/caps.h) and the seccomp filter
- * (libcore/seccomp.h).
- *
- * The child runs in a copy of init's address space (spawn_child); the
- * identity calls are raw syscalls, because libc's wrappers may broadcast a
- * uid change to every thread of the process they believe they run in. */
+ * (libcore/seccomp.h). Failures go to the report pipe as (stage, errno). */
 static int child_main(void *arg) {
-        child_args *ca = arg;
-        const run_spec *s = ca->s;
+        spawn_block *b = arg;
+        int rep = b->report_fd;
+        long r;
         /* A container's command: into its cgroups first (what it uses from
          * here on is the container's), then its mount namespace, which
          * also makes its root the root and cwd (setns(2)). Before anything
-         * else: core_seccomp_install below refuses setns from then on
-         * (libcore/seccomp.h outer mode), and the identity switch drops the
-         * capabilities setns needs. */
-        if (s->ctr) {
-                const int *cg = NULL;
-                size_t n = init_ctr_cgroups(s->ctr, &cg);
-                for (size_t i = 0; i < n; i++)
-                        if (write(cg[i], "0", 1) != 1)
-                                child_fail(ca, STAGE_CONTAINER, errno);
-                if (setns(init_ctr_mntns(s->ctr), CLONE_NEWNS) < 0)
-                        child_fail(ca, STAGE_CONTAINER, errno);
+         * else: the seccomp filter refuses setns from then on (outer mode),
+         * and the identity switch drops the capabilities setns needs. */
+        if (b->ctr) {
+                for (size_t i = 0; i < b->n_cgroups; i++)
+                        if ((r = R3(SYS_write, b->cgroups[i], "0", 1)) != 1)
+                                child_fail(rep, STAGE_CONTAINER, r);
+                if ((r = R2(SYS_setns, b->ctr_mntns, CLONE_NEWNS)) < 0)
+                        child_fail(rep, STAGE_CONTAINER, r);
         }
-        if (setsid() < 0)
-                child_fail(ca, STAGE_TTY, errno);
-        int in = -1, out, err;
-        if (s->tty) {
-                /* Session leader without a controlling terminal: the pty
-                 * slave becomes its controlling terminal, so job control and
-                 * SIGHUP/SIGWINCH work as in a login shell. */
-                if (ioctl(ca->slave_fd, TIOCSCTTY, 0) < 0)
-                        child_fail(ca, STAGE_TTY, errno);
-                in = out = err = ca->slave_fd;
-        } else {
-                if (s->want_stdin)
-                        in = ca->in_pipe[0];
-                else
-                        in = ca->devnull_fd;
-                out = ca->out_pipe[1];
-                err = ca->err_pipe[1];
-        }
-        /* Descending order is not enough to avoid clobbering in general, but
-         * every source fd here is >= 3 (0-2 are init's /dev/null). */
-        if (move_fd(in, 0) < 0 || move_fd(out, 1) < 0 || move_fd(err, 2) < 0)
-                child_fail(ca, STAGE_STDIO, errno);
+        if ((r = R0(SYS_setsid)) < 0)
+                child_fail(rep, STAGE_TTY, r);
+        /* Session leader without a controlling terminal: the pty slave
+         * becomes its controlling terminal, so job control and SIGHUP and
+         * SIGWINCH work as in a login shell. */
+        if (b->tty && (r = R3(SYS_ioctl, b->out_fd, TIOCSCTTY, 0)) < 0)
+                child_fail(rep, STAGE_TTY, r);
+        /* Every source fd is >= 3 (0-2 are init's /dev/null), so no move
+         * clobbers a later one's source. */
+        if ((r = child_move_fd(b->in_fd, 0)) < 0 || (r = child_move_fd(b->out_fd, 1)) < 0 ||
+            (r = child_move_fd(b->err_fd, 2)) < 0)
+                child_fail(rep, STAGE_STDIO, r);
         /* The report pipe on 3 (close-on-exec: EOF for init at the exec),
          * then no other fd of init (agent socket, other commands' pipes
          * and ptys) may reach the command. The fd table is the child's own
          * copy (no CLONE_FILES), so this closes nothing of init's. */
-        if (ca->report_fd != 3) {
-                if (dup3(ca->report_fd, 3, O_CLOEXEC) < 0)
-                        child_fail(ca, STAGE_STDIO, errno);
-                ca->report_fd = 3;
+        if (rep != 3) {
+                if ((r = R3(SYS_dup3, rep, 3, O_CLOEXEC)) < 0)
+                        child_fail(rep, STAGE_STDIO, r);
+                rep = 3;
         }
-        (void)close_range(4, ~0U, 0);
+        (void)R3(SYS_close_range, 4, ~0U, 0);
+
+        /* init is exempt from the OOM killer (main.c); its commands must not
+         * inherit that. A child in init's memory has 0 already, from
+         * spawn_launcher or from init itself when init's is 0: written
+         * here, the score would reach init too. */
+        int fd;
+        if (!b->shares_vm && (r = child_oom_score_zero()) < 0)
+                child_fail(rep, STAGE_CONFINE, r);
 
         /* Capabilities, step 1, while still root with init's full set:
          * CAP_SETPCAP is needed to shrink the bounding set, and a uid change
-         * would drop it. Not dumpable first: once its capabilities are down
-         * to a root command's, a `sudo` command (same uid) could otherwise
-         * ptrace it and skip the rest of this sequence; until then the
-         * kernel's capability check refuses. Dumpable is a property of the
-         * address space, this child's copy of init's: nothing running as the
-         * sandbox user can read it (/proc/PID/mem, process_vm_readv) after
-         * the uid change either. Exec gives the new program an address
-         * space of its own, dumpable again. */
-        uint64_t keep = core_caps_for_uid(s->uid);
-        /* init is exempt from the OOM killer (main.c); its commands must not
-         * inherit that, or a memory hog would make the whole session's
-         * cgroup unkillable. Raising the score needs no privilege. */
-        if (core_write_string("/proc/self/oom_score_adj", "0") < 0)
-                child_fail(ca, STAGE_CONFINE, errno);
-        int r = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? negative_errno()
-                                                       : core_caps_bound_known(keep, ca->bounding);
-        if (r < 0)
-                child_fail(ca, STAGE_CONFINE, -r);
+         * would drop it. Not dumpable first (init is not either: the flag
+         * belongs to the address space, which this child shares with init
+         * until its exec): once its capabilities are down to a root
+         * command's, a `sudo` command (same uid) could otherwise ptrace it
+         * and skip the rest of this sequence, or read and write init's
+         * memory; after the uid change the kernel sets the flag to
+         * fs.suid_dumpable, which spawn_child checked is not 1. Exec gives
+         * the new program an address space of its own, dumpable again. */
+        if ((r = R5(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0)) < 0)
+                child_fail(rep, STAGE_CONFINE, r);
+        /* PR_CAPBSET_DROP commits new credentials each time: only what
+         * init's bounding set still has (init trims its own). */
+        for (unsigned c = 0; c < 64; c++)
+                if ((b->drop_bounding & (1ull << c)) && (r = R5(SYS_prctl, PR_CAPBSET_DROP, c, 0, 0, 0)) < 0)
+                        child_fail(rep, STAGE_CONFINE, r);
+        /* One call clears the ambient set; EINVAL: no ambient support. */
+        r = R5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        if (r < 0 && r != -EINVAL)
+                child_fail(rep, STAGE_CONFINE, r);
+        struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+        struct __user_cap_data_struct data[2];
+        if ((r = R2(SYS_capget, &hdr, data)) < 0)
+                child_fail(rep, STAGE_CONFINE, r);
+        data[0].inheritable &= b->keep_lo;
+        data[1].inheritable &= b->keep_hi;
+        if ((r = R2(SYS_capset, &hdr, data)) < 0)
+                child_fail(rep, STAGE_CONFINE, r);
 
-        /* Identity: groups first (needs CAP_SETGID), then gid, uid last. */
-        if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, s->gid, s->gid, s->gid) < 0 ||
-            syscall(SYS_setresuid, s->uid, s->uid, s->uid) < 0)
-                child_fail(ca, STAGE_USER, errno);
+        /* Identity: groups first (needs CAP_SETGID), then gid, uid last.
+         * Raw: libc's wrappers would signal init's other threads. */
+        if ((r = R2(SYS_setgroups, 0, NULL)) < 0 || (r = R3(SYS_setresgid, b->gid, b->gid, b->gid)) < 0 ||
+            (r = R3(SYS_setresuid, b->uid, b->uid, b->uid)) < 0)
+                child_fail(rep, STAGE_USER, r);
+        /* Again: the uid change set it to fs.suid_dumpable (2 at most
+         * here, which also refuses the sandbox user). */
+        if ((r = R5(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0)) < 0)
+                child_fail(rep, STAGE_USER, r);
         /* no_new_privs for every command: setuid binaries inside the sandbox
          * cannot raise privileges, and seccomp can be loaded unprivileged. */
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                child_fail(ca, STAGE_USER, errno);
+        if ((r = R5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) < 0)
+                child_fail(rep, STAGE_USER, r);
         /* chdir after the uid change, so the user's own permissions apply.
          * Never through a /proc magic link (/proc/self/fd/N, /proc/1/cwd,
          * /dev/fd/N): those name whatever an fd or a process points at,
          * which is how runc's CVE-2024-21626 reached the host. */
-        if (enter_cwd(s->cwd) < 0) {
-                if (s->cwd_given || chdir("/") < 0)
-                        child_fail(ca, STAGE_CWD, errno);
+        struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC, .resolve = RESOLVE_NO_MAGICLINKS };
+        fd = (int)R4(SYS_openat2, AT_FDCWD, b->cwd, &how, sizeof(how));
+        r = fd;
+        if (fd >= 0) {
+                r = R1(SYS_fchdir, fd);
+                (void)R1(SYS_close, fd);
         }
-        umask(022);
+        if (r < 0 && (b->cwd_given || (r = R1(SYS_chdir, "/")) < 0))
+                child_fail(rep, STAGE_CWD, r);
+        (void)R1(SYS_umask, 022);
 
-        /* Every signal is blocked since the spawn (spawn_child), so none of
-         * init's handlers can run here; reset every disposition init does
-         * not have at SIG_DFL (handlers and SIG_IGN: an ignored signal stays
-         * ignored across exec), then unblock. */
-        struct sigaction dfl = { .sa_handler = SIG_DFL };
-        for (int sig = 1; sig < _NSIG; sig++)
-                if (sigismember(ca->to_reset, sig) == 1 && sigaction(sig, &dfl, NULL) < 0)
-                        child_fail(ca, STAGE_CONFINE, errno);
-        sigset_t none;
-        sigemptyset(&none);
-        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
-                child_fail(ca, STAGE_CONFINE, errno);
+        /* Every signal is blocked since the clone (spawn_child), so none
+         * of init's handlers can run here; each disposition init does not
+         * have at SIG_DFL is reset (handlers, and SIG_IGN, which would
+         * stay across exec), then the mask is emptied. The sighand table
+         * is the child's own (no CLONE_SIGHAND). */
+        struct spawn_ksigaction dfl = { .handler = SIG_DFL };
+        for (int sig = 1; sig <= 64; sig++)
+                if ((b->reset_signals & (1ull << (sig - 1))) &&
+                    (r = R4(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(uint64_t))) < 0)
+                        child_fail(rep, STAGE_CONFINE, r);
+        uint64_t none = 0;
+        if ((r = R4(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(none))) < 0)
+                child_fail(rep, STAGE_CONFINE, r);
 
         /* Capabilities, step 2: permitted, effective and inheritable to
          * exactly the kept set (nothing for the sandbox user). Then seccomp,
-         * last, right before execvpe, so the filter need not allow anything
-         * this sequence still does; it was compiled in the parent before
-         * the spawn (core_seccomp_default caches it), so this only installs
-         * it, and once init runs under it itself (cmd_confine_self) the
-         * child has it already and core_seccomp_install is a no-op. */
-        if ((r = core_caps_set(keep)) < 0 || (r = core_seccomp_install(ca->filter)) < 0)
-                child_fail(ca, STAGE_CONFINE, -r);
+         * last, right before exec, so the filter need not allow anything
+         * this sequence still does: compiled once per init (or handed over
+         * by sandboxd), copied into the block; none left to load once init
+         * runs under it itself (cmd_confine_self), which the clone
+         * inherits. */
+        if ((r = R2(SYS_capset, &hdr, b->caps)) < 0)
+                child_fail(rep, STAGE_CONFINE, r);
+        for (int i = 0; i < b->n_progs; i++)
+                if ((r = R5(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &b->progs[i], 0, 0)) < 0)
+                        child_fail(rep, STAGE_CONFINE, r);
 
-        /* execvpe searches the PATH of environ, which the parent pointed
-         * at the command's PATH for the spawn. */
-        execvpe(s->argv[0], s->argv, s->envp);
-        child_fail(ca, STAGE_EXEC, errno);
+        child_fail(rep, STAGE_EXEC, child_exec(b));
 }
 
 /* ---- the parent side ---- */
@@ -545,6 +723,13 @@ static void spawn_report(init_agent *a, init_cmd *c) {
         watch_clear(a, c->report_fd, &c->report_watched);
         close(c->report_fd);
         c->report_fd = -EBADF;
+        /* End of file: the child exec'd (the kernel closes close-on-exec
+         * files after the switch to the new address space) or died (its
+         * files close after it left its address space); either way it no
+         * longer runs in the spawn mapping. After a report it may still
+         * be on its way out: the mapping waits for the reap. */
+        if (n == 0)
+                spawn_release(c);
         if (n == (ssize_t)sizeof(rep) && rep.stage >= 0) {
                 c->spawn_failed = true;
                 c->spawn_stage = rep.stage;
@@ -554,23 +739,11 @@ static void spawn_report(init_agent *a, init_cmd *c) {
         send_started(a, c);
 }
 
-/* Parent right after the spawn, which returns at once: registers the
- * command, whose "started" (or failed-start exit) follows from its report
- * pipe (spawn_report). */
-static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, int report_fd, int master, int in_pipe[2],
+/* Parent right after the spawn, which returns at once: sets up the listed
+ * command c (its pid and spawn mapping set), whose "started" (or
+ * failed-start exit) follows from its report pipe (spawn_report). */
+static void after_spawn(init_agent *a, init_cmd *c, const run_spec *s, int report_fd, int master, int in_pipe[2],
                         int out_pipe[2], int err_pipe[2]) {
-        init_cmd *c = cmd_new(a, s, pid);
-        if (!c) {
-                (void)kill(pid, SIGKILL); /* reaped silently */
-                (void)kill(-pid, SIGKILL);
-                close(report_fd);
-                close_pair(in_pipe);
-                close_pair(out_pipe);
-                close_pair(err_pipe);
-                if (master >= 0)
-                        close(master);
-                return send_exit(a, s->id, 126, "out of memory");
-        }
         c->report_fd = report_fd;
         (void)set_nonblock(c->report_fd);
         if (s->tty) {
@@ -598,84 +771,269 @@ static void after_spawn(init_agent *a, const run_spec *s, pid_t pid, int report_
         spawn_report(a, c);
 }
 
-/* A stack for the spawned child, kept from one command to the next, with a
- * guard page below it. Sized for child_main and for execvpe, which puts a
- * path buffer and, for a script without #!, an argv copy on the stack.
- * Returns the top of the stack or NULL. */
-static void *spawn_stack(size_t argc) {
-        static char *base;
-        static size_t len;
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        size_t need = 64 * 1024 + PATH_MAX + NAME_MAX + (argc + 3) * sizeof(char *);
-        need = (need + page - 1) / page * page;
-        if (need > len) {
-                if (base)
-                        (void)munmap(base, len + page);
-                len = 0;
-                base = mmap(NULL, need + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-                            -1, 0);
-                if (base == MAP_FAILED) {
-                        base = NULL;
-                        return NULL;
-                }
-                if (mprotect(base, page, PROT_NONE) < 0) {
-                        (void)munmap(base, need + page);
-                        base = NULL;
-                        return NULL;
-                }
-                len = need;
-        }
-        return base + page + len;
+/* The child's mapping: a guard page, its stack, then its spawn_block and
+ * the block's data. Mappings of the usual size are kept for the next
+ * commands (a few), so a spawn usually maps nothing and its stack pages
+ * are in place already. */
+#define SPAWN_STACKS (SPAWN_STACK + SPAWN_LAUNCHER_STACK)
+#define SPAWN_MAP_USUAL (128 * 1024)
+#define SPAWN_KEEP 4
+static spawn_block *spawn_free;
+static unsigned spawn_free_n;
+
+static size_t page_size(void) {
+        static size_t page;
+        if (!page)
+                page = (size_t)sysconf(_SC_PAGESIZE);
+        return page;
 }
 
-/* Starts child_main(ca) as a new process with a copy of init's memory
- * (fork semantics: clone without CLONE_VM or CLONE_VFORK, on the kept
- * stack, which the child has as its own copy) and returns at once with its
- * pid, or -1 with errno set. init never waits for the child: between its
- * uid change and its exec the child is the sandbox user's to signal (a
- * SIGSTOP there held a vfork parent forever), so whether it got to exec
- * comes back through the report pipe in ca, read from init's event loop.
- * init itself is not dumpable (once), as it was when the child shared its
- * memory and made it so. */
-static pid_t spawn_child(child_args *ca, size_t argc, char **path_env) {
-        static bool undumpable;
-        if (!undumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
-                undumpable = true;
-        void *top = spawn_stack(argc);
-        if (!top)
-                return -1;
-        /* Every signal blocked across the spawn: the child resets every
-         * disposition before it unblocks them, so no handler of init runs
-         * in it. */
-        sigset_t all, old;
-        sigfillset(&all);
-        if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
-                return -1;
-        /* execvpe reads PATH from environ: the child's copy has the
-         * command's, init puts its own back right after. */
-        char **saved_env = environ;
-        /* A container with a PID namespace of its own: the child starts
-         * in it (init_ctr_pidns_enter). */
-        int entered = init_ctr_pidns_enter(ca->s->ctr);
-        if (entered < 0) {
-                (void)sigprocmask(SIG_SETMASK, &old, NULL);
-                errno = -entered;
-                return -1;
+/* Returns a block with room for `data` more bytes after it, or NULL with
+ * errno set. The child's stack ends where the block starts. */
+static spawn_block *spawn_block_get(size_t data) {
+        size_t page = page_size();
+        size_t need = page + SPAWN_STACKS + sizeof(spawn_block) + data;
+        need = (need + page - 1) / page * page;
+        size_t len = need <= SPAWN_MAP_USUAL ? SPAWN_MAP_USUAL : need;
+        if (len == SPAWN_MAP_USUAL && spawn_free) {
+                spawn_block *b = spawn_free;
+                spawn_free = b->next_free;
+                spawn_free_n--;
+                return b;
         }
-        environ = path_env;
-        pid_t pid = clone(child_main, top, SIGCHLD, ca);
-        int saved = errno;
-        environ = saved_env;
-        if (entered)
-                init_ctr_pidns_leave();
-        (void)sigprocmask(SIG_SETMASK, &old, NULL);
-        errno = saved;
-        return pid;
+        char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (base == MAP_FAILED)
+                return NULL;
+        if (mprotect(base, page, PROT_NONE) < 0) {
+                int saved = errno;
+                (void)munmap(base, len);
+                errno = saved;
+                return NULL;
+        }
+        spawn_block *b = (spawn_block *)(base + page + SPAWN_STACKS);
+        b->map_len = len;
+        return b;
+}
+
+/* Gives the mapping back (kept for the next command or unmapped). Only
+ * once its child has left it: exec'd, died, or never cloned. */
+static void spawn_block_put(spawn_block *b) {
+        if (!b)
+                return;
+        char *base = (char *)b - SPAWN_STACKS - page_size();
+        if (b->map_len == SPAWN_MAP_USUAL && spawn_free_n < SPAWN_KEEP) {
+                b->next_free = spawn_free;
+                spawn_free = b;
+                spawn_free_n++;
+                return;
+        }
+        (void)munmap(base, b->map_len);
+}
+
+/* Releases c's spawn mapping once its child can no longer run in it. */
+static void spawn_release(init_cmd *c) {
+        spawn_block_put(c->spawn_mem);
+        c->spawn_mem = NULL;
+}
+
+/* Bump allocation inside the block's data (sized beforehand). */
+static void *blk_take(char **cur, size_t n) {
+        *cur = (char *)(((uintptr_t)*cur + 15) & ~(uintptr_t)15);
+        void *p = *cur;
+        *cur += n;
+        return p;
+}
+
+static char *blk_str(char **cur, const char *s) {
+        size_t n = strlen(s) + 1;
+        char *p = blk_take(cur, n);
+        memcpy(p, s, n);
+        return p;
 }
 
 /* init's bounding set, which each child starts from: a superset until
  * trimmed (a bounding set only ever shrinks), then read once. */
 static uint64_t own_bounding = ~0ull;
+
+/* What every command's child needs from init and init can have once,
+ * after setup (cmd_spawn_state): a /dev/null of the sandbox's own, opened
+ * read-only here instead of by each child (a path lookup per command), the
+ * signals whose disposition is not SIG_DFL, so that the child resets those
+ * instead of calling sigaction for all 64 (init sets its dispositions in
+ * setup, main.c setup_signals, and never after; whatever sandboxd's exec
+ * left ignored is seen here too), and fs.suid_dumpable, read at each
+ * spawn (spawn_shares_vm). */
+static int devnull_fd = -EBADF;
+static int suid_dumpable_fd = -EBADF;
+static int own_oom_fd = -EBADF;
+static uint64_t nondefault;
+static bool spawn_state_ready;
+
+/* Whether this spawn may share init's memory (CLONE_VM). Not when
+ * fs.suid_dumpable is 1 (or cannot be read): the kernel then makes the
+ * address space dumpable at the child's uid change, and until the child
+ * clears the flag again the sandbox user could ptrace it, init's memory
+ * with it (proc(5) /proc/sys/fs/suid_dumpable; kernel/cred.c
+ * commit_creds). The child then gets a copy, as a fork would. */
+static bool spawn_shares_vm(void) {
+        if (!SPAWN_VM_CAPABLE || suid_dumpable_fd < 0)
+                return false;
+        char v[4];
+        ssize_t n = pread(suid_dumpable_fd, v, sizeof(v), 0);
+        return n >= 1 && (v[0] == '0' || v[0] == '2') && (n == 1 || v[1] == '\n');
+}
+
+/* Whether init's own oom_score_adj is 0, so that a child in its memory
+ * has the score its command must have from the clone and writes none
+ * (spawn_child). init sets -1000 where it may (main.c), which needs
+ * CAP_SYS_RESOURCE of the initial user namespace: inside a user
+ * namespace it stays 0. Read at each spawn through a kept fd, as the
+ * host may change it; unreadable counts as not 0. */
+static bool own_oom_score_zero(void) {
+        if (own_oom_fd < 0)
+                return false;
+        char v[8];
+        ssize_t n = pread(own_oom_fd, v, sizeof(v), 0);
+        return n >= 1 && v[0] == '0' && (n == 1 || v[1] == '\n');
+}
+
+/* Builds the child's block for s: copies of argv, envp, PATH and cwd, the
+ * fds to put on 0-2, the identity, capabilities, signals to reset and the
+ * seccomp programs. Returns it, or NULL with *ret_err set. */
+static spawn_block *spawn_block_new(const run_spec *s, const core_seccomp *filter, int in_fd, int out_fd,
+                                    int err_fd, int report_fd, int *ret_err) {
+        struct sock_fprog progs[2];
+        int n_progs = core_seccomp_programs(filter, progs);
+        if (n_progs < 0) {
+                *ret_err = n_progs;
+                return NULL;
+        }
+        const int *cg = NULL;
+        size_t n_cg = s->ctr ? init_ctr_cgroups(s->ctr, &cg) : 0;
+        size_t argc = 0, n_env = 0, data = 16 * 8;
+        for (; s->argv[argc]; argc++)
+                data += strlen(s->argv[argc]) + 1 + 16;
+        for (; s->envp[n_env]; n_env++)
+                data += strlen(s->envp[n_env]) + 1 + 16;
+        data += strlen(s->cwd) + strlen(s->path) + 2 + 32;
+        data += (argc + 1 + argc + 2 + n_env + 1) * sizeof(char *) + n_cg * sizeof(int);
+        for (int i = 0; i < n_progs; i++)
+                data += progs[i].len * sizeof(struct sock_filter) + 16;
+        spawn_block *b = spawn_block_get(data);
+        if (!b) {
+                *ret_err = negative_errno();
+                return NULL;
+        }
+        size_t map_len = b->map_len;
+        *b = (spawn_block){ .map_len = map_len, .report_fd = report_fd, .in_fd = in_fd, .out_fd = out_fd,
+                            .err_fd = err_fd, .tty = s->tty, .ctr = s->ctr != NULL, .ctr_mntns = -1, .pidns = -1,
+                            .uid = s->uid, .gid = s->gid, .cwd_given = s->cwd_given, .argc = argc,
+                            .reset_signals = nondefault, .n_progs = n_progs };
+        char *cur = (char *)(b + 1);
+        if (s->ctr) {
+                b->ctr_mntns = init_ctr_mntns(s->ctr);
+                b->pidns = init_ctr_pidns(s->ctr);
+                int *fds = blk_take(&cur, n_cg * sizeof(int));
+                memcpy(fds, cg, n_cg * sizeof(int));
+                b->cgroups = fds;
+                b->n_cgroups = n_cg;
+        }
+        uint64_t known = core_caps_known_mask();
+        uint64_t keep = core_caps_for_uid(s->uid) & known;
+        b->drop_bounding = own_bounding & known & ~keep;
+        b->keep_lo = (uint32_t)keep;
+        b->keep_hi = (uint32_t)(keep >> 32);
+        b->caps[0] = (struct __user_cap_data_struct){ .effective = (uint32_t)keep, .permitted = (uint32_t)keep,
+                                                      .inheritable = (uint32_t)keep };
+        b->caps[1] = (struct __user_cap_data_struct){ .effective = (uint32_t)(keep >> 32),
+                                                      .permitted = (uint32_t)(keep >> 32),
+                                                      .inheritable = (uint32_t)(keep >> 32) };
+        for (int i = 0; i < n_progs; i++) {
+                size_t sz = progs[i].len * sizeof(struct sock_filter);
+                struct sock_filter *q = blk_take(&cur, sz);
+                memcpy(q, progs[i].filter, sz);
+                b->progs[i] = (struct sock_fprog){ .len = progs[i].len, .filter = q };
+        }
+        b->argv = blk_take(&cur, (argc + 1) * sizeof(char *));
+        for (size_t i = 0; i < argc; i++)
+                b->argv[i] = blk_str(&cur, s->argv[i]);
+        b->argv[argc] = NULL;
+        b->sh_argv = blk_take(&cur, (argc + 2) * sizeof(char *));
+        b->envp = blk_take(&cur, (n_env + 1) * sizeof(char *));
+        for (size_t i = 0; i < n_env; i++)
+                b->envp[i] = blk_str(&cur, s->envp[i]);
+        b->envp[n_env] = NULL;
+        b->cwd = blk_str(&cur, s->cwd);
+        b->path = blk_str(&cur, s->path);
+        return b;
+}
+
+/* Starts child_main(b) as a new process and returns at once with its pid,
+ * or -1 with errno set. In init's memory (spawn_shares_vm): through
+ * spawn_launcher, a vfork child of init that lives for a few system calls
+ * as root, which clones the command's child with CLONE_VM (no CLONE_VFORK,
+ * no CLONE_SIGHAND, no CLONE_FILES) and CLONE_PARENT, on the block's
+ * stack. init never waits for that child: between its uid change and its
+ * exec it is the sandbox user's to signal (a SIGSTOP there held a vfork
+ * parent forever); whether it got to exec comes back through the report
+ * pipe, read from init's event loop, whose end of file also frees the
+ * block (spawn_report). The pid is known before init reads its next
+ * request, so a kill always finds the child. When init's own score is 0
+ * (always inside a user namespace) and no container's PID namespace is to
+ * be joined, the child needs no launcher: init clones it directly with
+ * CLONE_VM, and it inherits the score of 0. Otherwise (fork semantics)
+ * the child is cloned directly with a copy of init's memory. init itself
+ * is not dumpable (once): the flag belongs to the address space the child
+ * shares. */
+static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
+        static bool undumpable;
+        if (!undumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
+                undumpable = true;
+        if (!undumpable) {
+                errno = EPERM;
+                return -1;
+        }
+        b->shares_vm = spawn_shares_vm();
+        /* Every signal blocked across the clones: the child resets every
+         * disposition before it unblocks them, so no handler of init runs
+         * in it, on init's memory or not. */
+        sigset_t all, old;
+        sigfillset(&all);
+        if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
+                return -1;
+        pid_t pid;
+        int saved;
+        if (b->shares_vm && own_oom_score_zero() && b->pidns < 0) {
+                /* The child has the score of 0 from the clone, and no PID
+                 * namespace to join: cloned directly, nothing to launch. */
+                b->oom_inherited = true;
+                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, CLONE_VM | SIGCHLD, b);
+                saved = errno;
+        } else if (b->shares_vm) {
+                b->launched = -EIO;
+                pid_t launcher = clone(spawn_launcher, b, CLONE_VM | CLONE_VFORK | SIGCHLD, b);
+                saved = errno;
+                /* The launcher is reaped as any other child of init that
+                 * is no command (cmd_reap). */
+                pid = launcher < 0 ? -1 : b->launched < 0 ? (saved = (int)-b->launched, -1) : (pid_t)b->launched;
+        } else {
+                /* A container with a PID namespace of its own: the child
+                 * starts in it (init_ctr_pidns_enter). */
+                int entered = init_ctr_pidns_enter(ctr);
+                if (entered < 0) {
+                        (void)sigprocmask(SIG_SETMASK, &old, NULL);
+                        errno = -entered;
+                        return -1;
+                }
+                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, SIGCHLD, b);
+                saved = errno;
+                if (entered)
+                        init_ctr_pidns_leave();
+        }
+        (void)sigprocmask(SIG_SETMASK, &old, NULL);
+        errno = saved;
+        return pid;
+}
 
 /* Once per init: the bounding set of init itself shrinks to what a root
  * command may keep. init never execs again, so this takes nothing from it
@@ -694,22 +1052,11 @@ static void trim_own_bounding_set(void) {
         own_bounding = core_caps_bounding();
 }
 
-/* What every command's child needs from init and init can have once,
- * after setup (cmd_spawn_state): a /dev/null of the sandbox's own, opened
- * read-only here instead of by each child (a path lookup per command), and
- * the signals whose disposition is not SIG_DFL, so that the child resets
- * those instead of calling sigaction for all 64. init sets its dispositions
- * in setup (main.c setup_signals) and never after; whatever sandboxd's exec
- * left ignored is seen here too. */
-static int devnull_fd = -EBADF;
-static sigset_t nondefault;
-static bool spawn_state_ready;
-
 static int cmd_spawn_state(void) {
         if (spawn_state_ready)
                 return 0;
-        sigemptyset(&nondefault);
-        for (int sig = 1; sig < _NSIG; sig++) {
+        nondefault = 0;
+        for (int sig = 1; sig < _NSIG && sig <= 64; sig++) {
                 struct sigaction old;
                 if (sig == SIGKILL || sig == SIGSTOP)
                         continue;
@@ -718,24 +1065,28 @@ static int cmd_spawn_state(void) {
                  * means resetting it, as the full reset did. */
                 if (sigaction(sig, NULL, &old) < 0) {
                         if (errno != EINVAL)
-                                sigaddset(&nondefault, sig);
+                                nondefault |= 1ull << (sig - 1);
                         continue;
                 }
                 if (old.sa_handler != SIG_DFL)
-                        sigaddset(&nondefault, sig);
+                        nondefault |= 1ull << (sig - 1);
         }
+        (void)core_caps_known_mask(); /* asked of the kernel once, here */
         int fd = open("/dev/null", O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
                 return negative_errno();
         devnull_fd = fd;
+        own_oom_fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+        suid_dumpable_fd = open("/proc/sys/fs/suid_dumpable", O_RDONLY | O_CLOEXEC);
+        if (suid_dumpable_fd < 0)
+                log_debug("fs.suid_dumpable unreadable (%m): commands start with a copy of init's memory");
         spawn_state_ready = true;
         return 0;
 }
 
 void cmd_prepare(void) {
         trim_own_bounding_set();
-        if (!spawn_stack(0))
-                log_debug("no stack for command children yet: %m");
+        spawn_block_put(spawn_block_get(0));
         int r = cmd_spawn_state();
         if (r < 0)
                 log_debug("no /dev/null for command children yet: %s", strerror(-r));
@@ -768,26 +1119,25 @@ void cmd_run(init_agent *a, const cJSON *req) {
         int report[2] = { -EBADF, -EBADF };
         if (r >= 0 && pipe2(report, O_CLOEXEC) < 0)
                 r = negative_errno();
-        child_args ca = { .s = &s, .bounding = own_bounding, .slave_fd = slave, .in_pipe = in_pipe,
-                          .out_pipe = out_pipe, .err_pipe = err_pipe, .report_fd = report[1] };
+        const core_seccomp *filter = NULL;
         if (r >= 0)
-                r = core_seccomp_default(&ca.filter, NULL);
+                r = core_seccomp_default(&filter, NULL);
         if (r >= 0)
                 cmd_confine_self();
         if (r >= 0)
                 r = cmd_spawn_state();
-        ca.devnull_fd = devnull_fd;
-        ca.to_reset = &nondefault;
-        _cleanup_free_ char *path_var = NULL;
-        if (r >= 0 && asprintf(&path_var, "PATH=%s", s.path) < 0) {
-                path_var = NULL;
+        /* The command is listed before its clone, so that nothing can fail
+         * between the clone and the registration of its pid. */
+        init_cmd *c = r >= 0 ? cmd_new(a, &s, 0) : NULL;
+        if (r >= 0 && !c)
                 r = -ENOMEM;
+        spawn_block *b = NULL;
+        if (r >= 0) {
+                int in = s.tty ? slave : s.want_stdin ? in_pipe[0] : devnull_fd;
+                b = spawn_block_new(&s, filter, in, s.tty ? slave : out_pipe[1], s.tty ? slave : err_pipe[1],
+                                    report[1], &r);
         }
-        char *path_env[2] = { path_var, NULL };
-        size_t argc = 0;
-        while (s.argv[argc])
-                argc++;
-        pid_t pid = r >= 0 ? spawn_child(&ca, argc, path_env) : -1;
+        pid_t pid = r >= 0 ? spawn_child(b, s.ctr) : -1;
         if (r >= 0 && pid < 0)
                 r = negative_errno();
         if (slave >= 0)
@@ -795,6 +1145,9 @@ void cmd_run(init_agent *a, const cJSON *req) {
         if (report[1] >= 0)
                 close(report[1]);
         if (r < 0) {
+                spawn_block_put(b); /* no child ever ran in it */
+                if (c)
+                        cmd_forget(a, c);
                 if (report[0] >= 0)
                         close(report[0]);
                 close_pair(in_pipe);
@@ -806,12 +1159,13 @@ void cmd_run(init_agent *a, const cJSON *req) {
                 snprintf(msg, sizeof(msg), "%s: %s", s.tty ? "open pty" : "start", strerror(-r));
                 return send_exit(a, s.id, 126, msg);
         }
-        after_spawn(a, &s, pid, report[0], master, in_pipe, out_pipe, err_pipe);
+        c->pid = pid;
+        c->spawn_mem = b;
+        after_spawn(a, c, &s, report[0], master, in_pipe, out_pipe, err_pipe);
         /* Unless done ahead (cmd_prepare), after the first command is on
          * its way (its own child dropped everything itself), not before. */
         trim_own_bounding_set();
 }
-
 /* ---- output, stdin, exit ---- */
 
 static void close_stream(init_agent *a, init_cmd *c, enum init_watch_kind k) {
@@ -1130,6 +1484,11 @@ void cmd_free_dead(init_agent *a) {
                 watch_clear(a, c->report_fd, &c->report_watched);
                 if (c->report_fd >= 0)
                         close(c->report_fd);
+                /* Listed commands are forgotten once reaped (or when
+                 * their clone failed, with no mapping): a child that could
+                 * still run in its mapping keeps it. */
+                if (c->reaped || !c->pid)
+                        spawn_release(c);
                 free(c->meta);
                 free(c->argv0);
                 free(c->cwd);
@@ -1226,6 +1585,7 @@ void cmd_reap(init_agent *a) {
                         if (c->pid == pid && !c->reaped) {
                                 c->reaped = true;
                                 c->status = st;
+                                spawn_release(c);
                                 c->has_usage = true;
                                 c->cpu_ms = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000 +
                                             ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) / 1000;

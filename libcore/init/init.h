@@ -129,6 +129,9 @@ typedef struct init_cmd {
         bool spawn_failed;     /* the report said a step before exec failed */
         int spawn_stage, spawn_err;
         char *argv0, *cwd;     /* for the message of a failed start */
+        /* The mapping the child was spawned with (its stack and arguments,
+         * command.c spawn_block), until the child left it: exec or death. */
+        void *spawn_mem;
 } init_cmd;
 
 typedef struct init_agent {

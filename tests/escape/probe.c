@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <arpa/inet.h>
@@ -304,6 +305,98 @@ static void stopper(int secs, const char *until) {
         printf("BLOCKED stopper: %lu stops sent\n", hits);
 }
 
+/* Reads /proc/PID/NAME into buf (NUL-terminated, newline cut); 0 or -1. */
+static int read_proc(int pid, const char *name, char *buf, size_t size) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/%s", pid, name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        ssize_t k = read(fd, buf, size - 1);
+        close(fd);
+        if (k <= 0)
+                return -1;
+        buf[k] = 0;
+        char *nl = strchr(buf, '\n');
+        if (nl)
+                *nl = 0;
+        return 0;
+}
+
+/* Catches new commands' children between their uid change and their exec
+ * (SIGSTOP on the pids just above the last one, as stopper does): a child
+ * still running init's program (its comm is PID 1's) shares init's memory
+ * until its exec. Each one caught: PTRACE_ATTACH, PTRACE_SEIZE,
+ * /proc/PID/mem read-write and read-only, /proc/PID/environ and
+ * process_vm_readv must all be refused; then it gets SIGSEGV, SIGUSR1 and
+ * SIGCONT (signals during the spawn: the child must die of them or exec,
+ * init must go on). Prints "held: N checked". */
+static void held(int secs, const char *until) {
+        printf("PID %d\n", (int)getpid());
+        fflush(stdout);
+        char init_comm[64] = "";
+        if (read_proc(1, "comm", init_comm, sizeof(init_comm)) < 0) {
+                printf("ESCAPED? cannot read /proc/1/comm: %s\n", strerror(errno));
+                escaped = 1;
+                return;
+        }
+        time_t end = time(NULL) + secs;
+        unsigned long checked = 0, n = 0;
+        while (time(NULL) < end) {
+                if ((++n & 1023) == 0 && access(until, F_OK) == 0)
+                        break;
+                char buf[32] = {0};
+                int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        break;
+                ssize_t got = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+                if (got <= 0)
+                        break;
+                int last = atoi(buf);
+                for (int p = last; p <= last + 3; p++) {
+                        if (p <= 1 || p == getpid() || kill(p, SIGSTOP) < 0)
+                                continue;
+                        char comm[64] = "";
+                        if (read_proc(p, "comm", comm, sizeof(comm)) == 0 && strcmp(comm, init_comm) == 0) {
+                                char what[96];
+                                checked++;
+                                snprintf(what, sizeof(what), "ptrace(PTRACE_ATTACH) of a held child");
+                                long r = ptrace(PTRACE_ATTACH, p, 0, 0);
+                                result(r < 0, what);
+                                if (r == 0)
+                                        (void)ptrace(PTRACE_DETACH, p, 0, 0);
+                                r = ptrace(PTRACE_SEIZE, p, 0, 0);
+                                result(r < 0, "ptrace(PTRACE_SEIZE) of a held child");
+                                if (r == 0)
+                                        (void)ptrace(PTRACE_DETACH, p, 0, 0);
+                                char path[64];
+                                snprintf(path, sizeof(path), "/proc/%d/mem", p);
+                                int fd = open(path, O_RDWR | O_CLOEXEC);
+                                result(fd < 0, "open /proc/<held child>/mem read-write");
+                                if (fd >= 0)
+                                        close(fd);
+                                fd = open(path, O_RDONLY | O_CLOEXEC);
+                                result(fd < 0, "open /proc/<held child>/mem read-only");
+                                if (fd >= 0)
+                                        close(fd);
+                                snprintf(path, sizeof(path), "/proc/%d/environ", p);
+                                fd = open(path, O_RDONLY | O_CLOEXEC);
+                                result(fd < 0, "open /proc/<held child>/environ");
+                                if (fd >= 0)
+                                        close(fd);
+                                char one[8];
+                                struct iovec local = { one, sizeof(one) }, remote = { (void *)0x400000, sizeof(one) };
+                                ssize_t k = process_vm_readv(p, &local, 1, &remote, 1, 0);
+                                result(k < 0 && errno != EFAULT, "process_vm_readv of a held child");
+                                (void)kill(p, checked % 2 ? SIGSEGV : SIGUSR1);
+                        }
+                        (void)kill(p, SIGCONT);
+                }
+        }
+        printf("BLOCKED held: %lu checked\n", checked);
+}
+
 static void unix_connect(int argc, char **argv) {
         for (int i = 0; i < argc; i++) {
                 struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -353,6 +446,8 @@ int main(int argc, char **argv) {
                 fds();
         else if (!strcmp(c, "stopper") && argc == 4)
                 stopper(atoi(argv[2]), argv[3]);
+        else if (!strcmp(c, "held") && argc == 4)
+                held(atoi(argv[2]), argv[3]);
         else if (!strcmp(c, "connect"))
                 unix_connect(argc - 2, argv + 2);
         else {

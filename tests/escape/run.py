@@ -420,6 +420,111 @@ def test_the_sandbox_user_cannot_wedge_init_by_stopping_new_commands(c):
                 p.wait()
 
 
+def _execs_while(w, o, argv_tail, until, deadline_s):
+    """Runs the sandbox user's `true` in o in batches of 8 until until()
+    holds or deadline_s passes; returns whether until() held."""
+    argv = [W.SANDBOXCTL, "--socket", w.daemon.socket, "exec", o.name, "--"] + argv_tail
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        batch = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for _ in range(8)]
+        for p in batch:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if until():
+            return True
+    return until()
+
+
+def test_a_held_command_child_shares_nothing_the_sandbox_user_can_reach(c):
+    # sandbox-init clones each command's child with CLONE_VM (its memory
+    # is init's until the exec). The sandbox user may catch it between its
+    # uid change and its exec (SIGSTOP on new pids): PTRACE_ATTACH/SEIZE,
+    # /proc/PID/mem (read-write and read-only), /proc/PID/environ and
+    # process_vm_readv of it must all be refused (init's address space is
+    # not dumpable), and signals sent to it there (SIGSEGV, SIGUSR1) must
+    # kill it or nothing, never init: commands run after it.
+    o = prepare(c.world, c.userns)
+    w = c.world
+    flag = "/tmp/held-done"
+    try:
+        code, out, err = o.run("sh", "-c", "%s held 120 %s > /tmp/held.out 2>&1 &" % (PROBE, flag), sudo=False)
+        expect_eq(code, 0, "start the probe (%s %s)" % (out, err))
+
+        def checked():
+            code, out, _ = o.run("cat", "/tmp/held.out", timeout=30)
+            return "ESCAPED" in out or len(re.findall(r"ptrace\(PTRACE_ATTACH\) of a held child", out)) >= 3
+
+        caught = _execs_while(w, o, ["true"], checked, 90)
+        code, out, err = o.run("sh", "-c", "touch %s; p=$(sed -n 's/^PID //p' /tmp/held.out); "
+                               "while kill -0 $p 2>/dev/null; do :; done; cat /tmp/held.out" % flag,
+                               timeout=60)
+        expect(code == 0 and "checked" in out, "the probe ended:", code, out, err)
+        expect("ESCAPED" not in out, "a held command child was reachable:", out[-2000:])
+        hits = re.findall(r"held: (\d+) checked", out)
+        expect(caught and hits and int(hits[0]) >= 3,
+               "the probe caught fewer than 3 command children before their exec:", out[-600:])
+        code, out, err = o.run("echo", "alive", timeout=30)
+        expect_eq((code, out), (0, "alive\n"), "exec --sudo after the held children (%s)" % err.strip())
+        code, out, err = o.run("echo", "alive", sudo=False, timeout=30)
+        expect_eq((code, out), (0, "alive\n"), "exec as the sandbox user after them (%s)" % err.strip())
+    finally:
+        try:
+            o.run("sh", "-c", "touch %s" % flag, sudo=True, timeout=10)
+            o.run("sh", "-c", "kill -KILL -1", sudo=False, timeout=10)
+        except Exception:
+            pass
+        w.ctl("rm", o.name, timeout=120)
+
+
+def test_a_command_stopped_before_its_exec_is_killed_by_command_kill(c):
+    # A command's child held stopped by the sandbox user before its exec
+    # (init has its pid from the clone on) ends with command.kill, and
+    # its exec's caller gets the exit; init runs other commands meanwhile.
+    o = prepare(c.world, c.userns)
+    w = c.world
+    flag = "/tmp/stopper-done"
+    held = []
+    try:
+        code, out, err = o.run("sh", "-c", "%s stopper 120 %s > /tmp/stopper.out 2>&1 &" % (PROBE, flag),
+                               sudo=False)
+        expect_eq(code, 0, "start the stopper (%s %s)" % (out, err))
+        argv = [W.SANDBOXCTL, "--socket", w.daemon.socket, "exec", o.name, "--", "true"]
+        deadline = time.monotonic() + 60
+        running = []
+        while time.monotonic() < deadline and not running:
+            held += [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL) for _ in range(8)]
+            code, out, err = o.run("echo", "alive", timeout=30)
+            expect_eq((code, out), (0, "alive\n"), "exec --sudo beside stopped children (%s)" % err.strip())
+            cmds = w.rpc_result("command.list", {"name": o.name}).get("commands", [])
+            running = [x for x in cmds if x.get("exitCode") is None and x.get("cmd") == "true"]
+        expect(running, "no command of the sandbox user was held by the stopper")
+        for x in running:
+            w.rpc_result("command.kill", {"cmdId": x["cmdId"], "signal": "SIGKILL"})
+        for x in running:
+            r = w.rpc_result("command.wait", {"cmdId": x["cmdId"]}, timeout=60)
+            expect(r.get("exitCode") == 137 or r.get("exitCode") == 0,
+                   "a held command after command.kill:", r)
+        o.run("sh", "-c", "touch %s" % flag, timeout=30)
+    finally:
+        try:
+            o.run("sh", "-c", "touch %s" % flag, sudo=True, timeout=10)
+            o.run("sh", "-c", "kill -KILL -1", sudo=False, timeout=10)
+        except Exception:
+            pass
+        w.ctl("rm", o.name, timeout=120)
+        for p in held:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def test_dev_holds_only_the_minimal_nodes(c):
     code, out, err = c.run("sh", "-c", "ls -A /dev")
     expect(code == 0, "ls /dev failed:", err)

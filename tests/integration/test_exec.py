@@ -228,3 +228,56 @@ def test_finished_commands_are_forgotten_oldest_first_past_the_bound(world):
             got = c.result("command.get", {"cmdId": running})
             expect_eq(got["exitCode"], None, "the running command is kept: %s" % got)
             c.result("command.kill", {"cmdId": running})
+
+
+def test_command_lookup_follows_execvpe(world):
+    # init finds and starts the program itself (raw execve, no libc in the
+    # child that shares its memory): the search must behave as execvpe(3)
+    # does. PATH in order, an unreadable directory or a non-executable
+    # match skipped for a later one, a script without #! run by /bin/sh,
+    # a missing name 127, a match that cannot run (only EACCES seen) 126,
+    # each with its error.
+    with sandbox(world, "lookup", "--deny-all") as name:
+        sh_ok(world, name, "mkdir -p /tmp/a /tmp/b /tmp/c && chmod 000 /tmp/c && "
+              "printf 'echo from-a\\n' > /tmp/a/prog && "
+              "printf 'echo from-b \"$@\"\\n' > /tmp/b/prog && chmod +x /tmp/b/prog && "
+              "printf 'echo only-readable\\n' > /tmp/a/noexec")
+        code, out, err = world.ctl("exec", "--env", "PATH=/tmp/c:/tmp/a:/tmp/b", name, "--", "prog", "x", "y")
+        expect_eq((code, out), (0, "from-b x y\n"), "the executable match after a non-executable one (%s)"
+                  % err.strip())
+        code, out, err = world.ctl("exec", "--env", "PATH=/tmp/a:/tmp/b", name, "--", "noexec")
+        expect_eq(code, 126, "a match that is not executable (%s %s)" % (out, err))
+        expect("permission denied" in err.lower(), "its error:", err)
+        code, out, err = world.ctl("exec", "--env", "PATH=/tmp/a:/tmp/b", name, "--", "no-such-prog")
+        expect_eq(code, 127, "a name found nowhere (%s %s)" % (out, err))
+        expect("no-such-prog" in err and "no such file" in err.lower(), "its error:", err)
+        code, out, err = world.ctl("exec", name, "--", "/tmp/b/prog", "z")
+        expect_eq((code, out), (0, "from-b z\n"), "a script without #! by its path (%s)" % err.strip())
+
+
+def test_init_stays_exempt_from_the_oom_killer_while_commands_start(world):
+    # Each command's child sets its own oom_score_adj to 0 (init's -1000
+    # must not be inherited); a child that shares init's memory must not
+    # change init's with it (proc(5): a write to oom_score_adj reaches
+    # every process sharing the address space, unless the writer is a
+    # vfork child). init's score is set from the host here to a value no
+    # command has: -1000 where the host may (CAP_SYS_RESOURCE; inside a
+    # user namespace init cannot lower its own), else 500 (raising needs
+    # no privilege).
+    with sandbox(world, "oomadj", "--deny-all") as name:
+        pid = world.rpc_result("sandbox.get", {"name": name})["session"]["initPid"]
+        want = "-1000"
+        try:
+            with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+                f.write(want)
+        except PermissionError:
+            want = "500"
+            with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+                f.write(want)
+        for _ in range(3):
+            code, out, err = world.ctl("exec", "--sudo", name, "--", "sh", "-c",
+                                       "cat /proc/1/oom_score_adj /proc/self/oom_score_adj")
+            expect_eq((code, out.split()), (0, [want, "0"]), "init's and a command's oom_score_adj (%s)"
+                      % err.strip())
+        with open("/proc/%d/oom_score_adj" % pid) as f:
+            expect_eq(f.read().strip(), want, "init's oom_score_adj seen from the host after the commands")
