@@ -15,6 +15,7 @@
 #include <linux/fs.h>
 #include <linux/loop.h>
 #include <pthread.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -735,10 +736,15 @@ int core_disk_backed(const char *dir) {
         return fd_backed(fd) ? 1 : 0;
 }
 
+static int spare_take(const char *dir, const core_disk_limits *lim, sb_error **ret_err);
+
 int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **ret_err) {
         if (!lim || lim->bytes < CORE_DISK_MIN_BYTES)
                 return sb_error_set(ret_err, -EINVAL, NULL, NULL, "disk image: at least %llu MiB",
                                     CORE_DISK_MIN_BYTES >> 20);
+        int taken = spare_take(dir, lim, ret_err);
+        if (taken <= 0)
+                return taken;
         _cleanup_free_ char *img = join(dir, IMAGE);
         if (!img)
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
@@ -896,4 +902,245 @@ void core_disk_reserve_leave(const core_disk_groups *saved) {
                 return;
         if (syscall(SYS_setgroups, (size_t)saved->n, saved->gids) < 0)
                 log_error("disk image: restore this thread's groups: %m");
+}
+
+/* ---- the spare disk ---------------------------------------------------- */
+
+/* One image of the daemon's default size, made ahead of the create that
+ * takes it (core_disk_spare_init): copied from the template, backed,
+ * attached to a loop device and mounted as a detached mount (fsmount(2):
+ * in no mount table, reachable only through the fd held here), its
+ * upper/, work/ and reserve made. A create then renames the image into
+ * its directory and attaches the mount with move_mount(2): the loop
+ * device's configuration and ext4's mount, kernel waits of 1 to 12 ms
+ * under load, are off its path. A crash at any moment leaves only the
+ * image file: the process's fds close with it, so the detached mount goes,
+ * the loop device clears itself (LO_FLAGS_AUTOCLEAR), and the next start
+ * removes every file of the spare directory. */
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        pthread_t tid;
+        bool running, stop, wanted;
+        char *dir;              /* the spare directory (set by init) */
+        core_disk_limits lim;   /* the only size a spare is made of */
+        int mnt;                /* the ready spare's detached mount, or -EBADF */
+        char *path;             /* its image, NULL when none is ready */
+        unsigned long made;     /* a counter for the images' names */
+} spare = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, .mnt = -EBADF};
+
+/* A spare is made only while the state filesystem keeps this many times
+ * its size free besides: it must not take the room of the creates that
+ * ask for another size, nor turn away a create at the edge of a nearly
+ * full filesystem that would have fitted without it. */
+#define SPARE_FREE_FACTOR 4
+
+/* Mounts the loop device dev as a detached ext4 mount with the options of
+ * mount_image; its fd, or a negative errno. */
+static int spare_fsmount(const char *dev) {
+        char id[16];
+        snprintf(id, sizeof(id), "%u", CORE_DISK_RESERVE_ID);
+        _cleanup_close_ int fs = fsopen("ext4", FSOPEN_CLOEXEC);
+        if (fs < 0)
+                return negative_errno();
+        if (fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+            fsconfig(fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0 ||
+            fsconfig(fs, FSCONFIG_SET_STRING, "resuid", id, 0) < 0 ||
+            fsconfig(fs, FSCONFIG_SET_STRING, "resgid", id, 0) < 0 ||
+            fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+                return negative_errno();
+        int mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        return mnt < 0 ? negative_errno() : mnt;
+}
+
+/* What core_disk_create makes inside a new image (upper/, work/ and the
+ * reserved inodes), relative to the root of mount fd `mnt`, which nothing
+ * but the daemon can reach yet. */
+static int spare_fill(int mnt) {
+        /* Modes set outright: the process's umask is not always 022 (the
+         * metrics socket is made under 0177, metrics.c), and this thread
+         * may run at any moment (found: a spare made at start got an
+         * upper/ of 0600, the sandbox's / then untraversable by its user). */
+        static const struct { const char *name; mode_t mode; } dirs[] = {
+                {"upper", 0755}, {"work", 0700}, {"reserve", 0700}};
+        for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+                if (mkdirat(mnt, dirs[i].name, dirs[i].mode) < 0 || fchmodat(mnt, dirs[i].name, dirs[i].mode, 0) < 0)
+                        return negative_errno();
+        for (int i = 0; i < RESERVE_INODES; i++) {
+                char name[32];
+                snprintf(name, sizeof(name), "reserve/r%d", i);
+                int fd = openat(mnt, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (fd < 0)
+                        return negative_errno();
+                close(fd);
+        }
+        return 0;
+}
+
+/* Makes one spare: its mount fd with *ret_path set (malloc'd), or a
+ * negative errno with nothing left. Spare thread. */
+static int spare_make(char **ret_path) {
+        _cleanup_free_ char *path = NULL;
+        struct statvfs vfs;
+        if (statvfs(spare.dir, &vfs) < 0)
+                return negative_errno();
+        if ((uint64_t)vfs.f_bavail * vfs.f_frsize / SPARE_FREE_FACTOR < spare.lim.bytes)
+                return -ENOSPC;
+        if (asprintf(&path, "%s/spare-%d-%lu.img", spare.dir, (int)getpid(), ++spare.made) < 0)
+                return -ENOMEM;
+        _cleanup_close_ int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return negative_errno();
+        _cleanup_error_ sb_error *err = NULL;
+        _cleanup_close_ int lfd = -EBADF;
+        char dev[300];
+        int mnt = -EBADF;
+        int r = ftruncate(fd, (off_t)spare.lim.bytes) < 0 ? negative_errno() : 0;
+        if (r >= 0 && (r = template_clone(fd, &spare.lim, &err)) > 0)
+                r = run_mkfs(path, &spare.lim, &err);
+        if (r >= 0)
+                r = back_fd(fd, spare.lim.bytes);
+        if (r >= 0)
+                r = new_loop(fd, dev, sizeof(dev), &lfd);
+        if (r >= 0 && (mnt = spare_fsmount(dev)) < 0)
+                r = mnt;
+        if (r >= 0)
+                core_fault("disk.spare_mounted");
+        if (r >= 0)
+                r = spare_fill(mnt);
+        if (r < 0) {
+                log_debug_errno(r, "disk image: spare %s: %s", path, err ? err->message : "%m");
+                if (mnt >= 0)
+                        close(mnt);
+                (void)unlink(path);
+                return r;
+        }
+        *ret_path = TAKE_PTR(path);
+        return mnt;
+}
+
+static void *spare_thread(void *arg) {
+        (void)arg;
+        pthread_mutex_lock(&spare.lock);
+        for (;;) {
+                while (!spare.stop && (!spare.wanted || spare.path))
+                        pthread_cond_wait(&spare.cond, &spare.lock);
+                if (spare.stop)
+                        break;
+                spare.wanted = false;
+                pthread_mutex_unlock(&spare.lock);
+                char *path = NULL;
+                int mnt = spare_make(&path);
+                pthread_mutex_lock(&spare.lock);
+                if (mnt >= 0) {
+                        spare.mnt = mnt;
+                        spare.path = path;
+                }
+        }
+        pthread_mutex_unlock(&spare.lock);
+        return NULL;
+}
+
+int core_disk_spare_init(const char *dir, const core_disk_limits *lim, sb_error **ret_err) {
+        if (!lim || lim->bytes < CORE_DISK_MIN_BYTES || spare.running)
+                return sb_error_set(ret_err, -EINVAL, NULL, NULL, "disk image spare: bad size or started twice");
+        int r = core_mkdir_p(dir, 0700);
+        if (r < 0)
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image spare: create %s: %s", dir, strerror(-r));
+        /* A crashed daemon's spare: its mount and loop device went with
+         * it, its image is all that is left. */
+        _cleanup_closedir_ DIR *d = opendir(dir);
+        if (!d)
+                return sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image spare: open %s: %m", dir);
+        for (struct dirent *de; (de = readdir(d));)
+                if (!streq(de->d_name, ".") && !streq(de->d_name, "..") && unlinkat(dirfd(d), de->d_name, 0) < 0 &&
+                    errno != ENOENT)
+                        log_debug_errno(negative_errno(), "disk image spare: remove %s/%s: %m", dir, de->d_name);
+        if (!(spare.dir = strdup(dir)))
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        spare.lim = *lim;
+        spare.wanted = true;
+        /* The thread takes no signal: the daemon's are read from a
+         * signalfd, and the mask is inherited at creation. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        r = -pthread_create(&spare.tid, NULL, spare_thread, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (r < 0) {
+                free(TAKE_PTR(spare.dir));
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image spare: start its thread: %s", strerror(-r));
+        }
+        spare.running = true;
+        return 0;
+}
+
+void core_disk_spare_refill(void) {
+        if (!spare.running)
+                return;
+        pthread_mutex_lock(&spare.lock);
+        if (spare.wanted)
+                pthread_cond_signal(&spare.cond);
+        pthread_mutex_unlock(&spare.lock);
+}
+
+void core_disk_spare_stop(void) {
+        if (!spare.running)
+                return;
+        pthread_mutex_lock(&spare.lock);
+        spare.stop = true;
+        pthread_cond_signal(&spare.cond);
+        pthread_mutex_unlock(&spare.lock);
+        pthread_join(spare.tid, NULL);
+        spare.running = false;
+        if (spare.mnt >= 0)
+                close(TAKE_FD(spare.mnt));
+        if (spare.path)
+                (void)unlink(spare.path);
+        free(TAKE_PTR(spare.path));
+        free(TAKE_PTR(spare.dir));
+}
+
+/* core_disk_create with the spare: 0 when it gave `dir` its disk, 1 when
+ * there is none of lim's size (the caller makes one), or a negative errno
+ * with *ret_err and nothing left in `dir`. */
+static int spare_take(const char *dir, const core_disk_limits *lim, sb_error **ret_err) {
+        pthread_mutex_lock(&spare.lock);
+        bool fits = spare.path && lim->bytes == spare.lim.bytes && lim->inodes == spare.lim.inodes;
+        _cleanup_close_ int mnt = fits ? TAKE_FD(spare.mnt) : -EBADF;
+        _cleanup_free_ char *from = fits ? TAKE_PTR(spare.path) : NULL;
+        /* Another one made once this create is done (core_disk_spare_refill);
+         * after a spare that failed (no room, say) each create of its size
+         * tries again. */
+        if (spare.running && lim->bytes == spare.lim.bytes && lim->inodes == spare.lim.inodes)
+                spare.wanted = true;
+        pthread_mutex_unlock(&spare.lock);
+        if (!fits)
+                return 1;
+        _cleanup_free_ char *img = join(dir, IMAGE), *mp = join(dir, MOUNT);
+        if (!img || !mp) {
+                (void)unlink(from);
+                return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+        }
+        if (renameat2(AT_FDCWD, from, AT_FDCWD, img, RENAME_NOREPLACE) < 0) {
+                int r = negative_errno();
+                (void)unlink(from);
+                if (r == -EXDEV)
+                        return 1; /* another filesystem: made in place */
+                return sb_error_set(ret_err, r, NULL, NULL, "disk image: move the spare to %s: %s", img,
+                                    strerror(-r));
+        }
+        core_fault("create.disk_backed");
+        int r = 0;
+        if (mkdir(mp, 0700) < 0 && errno != EEXIST)
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: mkdir %s: %m", mp);
+        else if (move_mount(mnt, "", AT_FDCWD, mp, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                r = sb_error_set(ret_err, negative_errno(), NULL, NULL, "disk image: attach the spare on %s: %m", mp);
+        else
+                r = bind_dirs(dir, true, ret_err);
+        if (r < 0) {
+                (void)core_disk_detach(dir);
+                (void)unlink(img);
+        }
+        return r;
 }

@@ -77,6 +77,31 @@ int core_disk_create(const char *dir, const core_disk_limits *lim, sb_error **re
  * or a negative errno with *ret_err. */
 int core_disk_templates_init(const char *dir, sb_error **ret_err);
 
+/* Turns on the spare disk: from then on one image of lim (the daemon's
+ * default disk) is kept ready in `dir` (created 0700, a directory only the
+ * daemon writes, on the filesystem of the sandboxes' directories so an
+ * image is renamed into one) by a thread of its own: made from the
+ * template, fully backed, attached to a loop device and mounted as a
+ * detached mount with upper/, work/ and the reserved inodes made, which
+ * core_disk_create of the same size renames into its directory and
+ * attaches (move_mount(2)) instead of making one; the next is made at
+ * core_disk_spare_refill. A spare is made only
+ * while the state filesystem keeps four times its size free besides it.
+ * Deletes every file in `dir` first (a crashed daemon's spare: its mount
+ * and loop device went with the process). Call once at start, after
+ * core_disk_templates_init. Returns 0 or a negative errno with *ret_err. */
+int core_disk_spare_init(const char *dir, const core_disk_limits *lim, sb_error **ret_err);
+
+/* Makes the next spare when a create took the last one (or its making
+ * failed): called once that create is done, so that the spare's kernel work
+ * (the loop device, ext4's mount) does not compete with the rest of it.
+ * No-op without a spare thread. */
+void core_disk_spare_refill(void);
+
+/* Stops the spare's thread and removes the spare (its mount, loop device
+ * and image). No-op when it was never started. */
+void core_disk_spare_stop(void);
+
 /* Gives the image of `dir` every block it lacks (an image made sparse by
  * an earlier version of sandboxd: migration at attach). Returns 1 when the
  * image is (now) fully backed, 0 when `dir` has no image, or a negative

@@ -880,6 +880,18 @@ int manager_new(sd_event *event, const daemon_config *cfg, manager **ret, sb_err
          * sandbox's disk is attached (reconcile). */
         if ((r = storage_pool_init(m, ret_err)) < 0)
                 goto fail;
+        /* The spare disk of the default size (diskimg.h), beside the
+         * sandboxes' directories so it is renamed into one. */
+        if (cfg->disk_mib && !core_pool_enabled()) {
+                _cleanup_free_ char *spare = NULL;
+                core_disk_limits lim = {.bytes = cfg->disk_mib << 20, .inodes = cfg->disk_inodes};
+                if (asprintf(&spare, "%s/disk-spare", cfg->state_dir) < 0) {
+                        r = sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
+                        goto fail;
+                }
+                if ((r = core_disk_spare_init(spare, &lim, ret_err)) < 0)
+                        goto fail;
+        }
         /* The lower layer must be traversable by the sandbox user. */
         /* Snapshot and fork layers hold what root inside a sandbox wrote
          * (setuid-root files included): root-only, like each sandbox's
@@ -1035,6 +1047,7 @@ void manager_free(manager *m) {
                 return;
         sandbox_stop_all(m);
         warmpool_free(m);
+        core_disk_spare_stop();
         commands_listing_free(m);
         while (m->commands) {
                 command *c = m->commands;

@@ -680,8 +680,10 @@ static int volume_binds(start_job *j, cJSON *pkt, setup_fds *fds, sb_error **ret
         return r;
 }
 
-/* Sends the setup packet and waits (bounded) for ready or error. */
-static int setup_init(start_job *j, sb_error **ret_err) {
+/* Sends sandbox-init its setup packet (the mounts it needs as fds with a
+ * user namespace); its answer is setup_wait's. 0 or a negative errno with
+ * *ret_err. */
+static int setup_send(start_job *j, sb_error **ret_err) {
         _cleanup_(setup_fds_close) setup_fds fds = {.n = 0};
         cJSON *pkt = setup_packet(j);
         if (j->sb->userns_base) {
@@ -723,6 +725,13 @@ static int setup_init(start_job *j, sb_error **ret_err) {
                 return sb_error_set(ret_err, -ENOMEM, NULL, NULL, "out of memory");
         if (send_with_fds(j->spawn.agent_fd, text, &fds) < 0)
                 return sb_error_set(ret_err, negative_errno(), NULL, NULL, "send setup to sandbox-init: %m");
+        return 0;
+}
+
+/* Waits for sandbox-init's answer to the setup packet setup_send sent:
+ * 0 once it is ready, else a negative errno with *ret_err (its message,
+ * a timeout, its exit). */
+static int setup_wait(start_job *j, sb_error **ret_err) {
         struct pollfd p = {.fd = j->spawn.agent_fd, .events = POLLIN};
         int r = poll(&p, 1, SETUP_TIMEOUT_MS);
         if (r <= 0)
@@ -1707,7 +1716,7 @@ static void start_work(void *userdata) {
          * started before this one steps into the session's cgroups for
          * the clone (a thread is born in its creator's cgroups) and joined
          * before anything below, the failure path included. Init waits for
-         * its setup packet (setup_init) before it does anything, and gets
+         * its setup packet (setup_send) before it does anything, and gets
          * every host mount it needs from there as an fd (userns_overlay,
          * userns_binds, volume_binds), so none made after its clone is
          * missed. Without a user namespace init mounts the overlay by its
@@ -1828,8 +1837,12 @@ static void start_work(void *userdata) {
                 goto fail;
         }
         /* The session's rules before anything inside can send a packet:
-         * init configures eth0 only after setup below. */
-        if (j->slot >= 0 && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
+         * init configures eth0 only after setup below. A deny-all session
+         * has no veth, nothing but lo to send on: its rules (for the veth
+         * a live update would add) go in while init sets up, after the
+         * setup packet (rules_late), still before the create answers. */
+        bool rules_late = j->slot >= 0 && streq(mode, "deny-all") && !sandbox_is_pod(sb);
+        if (j->slot >= 0 && !rules_late && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
                 goto fail;
         /* A pod: its table inside its namespace, before init runs a thing. */
         if (sandbox_is_pod(sb) && (r = pod_apply_policy(m, j->pod_netns, sb->pol, false, &j->err)) < 0)
@@ -1844,7 +1857,14 @@ static void start_work(void *userdata) {
         if (j->netd_pid > 0)
                 core_fault("netd.started");
         step_mark(&clk, "netd");
-        if ((r = setup_init(j, &j->err)) < 0)
+        if ((r = setup_send(j, &j->err)) < 0)
+                goto fail;
+        step_mark(&clk, "init-send");
+        if (rules_late && (r = pol_nft_session_apply(ifname, sb->pol, gateway, &j->err)) < 0)
+                goto fail;
+        if (rules_late)
+                step_mark(&clk, "net-late");
+        if ((r = setup_wait(j, &j->err)) < 0)
                 goto fail;
         step_mark(&clk, "init-setup");
         log_debug("start '%s': %s", sb->name, clk.line);
@@ -1862,6 +1882,7 @@ static void start_work(void *userdata) {
         if (__atomic_compare_exchange_n(&j->cancel, &expected, START_COMMITTED, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
                 core_cancel_bind(NULL);
+                core_disk_spare_refill(); /* the spare this create took, if any */
                 return;
         }
 fail:
@@ -1900,6 +1921,7 @@ fail:
         }
         core_rm_rf(sb->run_dir);
         sb_error_default_reason(&j->err, "failed");
+        core_disk_spare_refill();
 }
 
 static int on_expire(sd_event_source *s, uint64_t usec, void *userdata);
@@ -3115,7 +3137,7 @@ static int unbind_ca_bundle(session *s) {
 }
 
 /* Binds the session CA's bundle read-only over SANDBOX_CA_BUNDLE in the
- * mount namespace of init, as setup_init does at a cold start: a copy on
+ * mount namespace of init, as setup_send does at a cold start: a copy on
  * a tmpfs of its own (ca_bundle_tree, so no host path shows inside),
  * attached inside by a vfork child that joined init's mount namespace and
  * root (move_mount(2)). */

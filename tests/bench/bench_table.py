@@ -109,20 +109,61 @@ logLevel debug), and what was cut:
     ms 1.98x and 14.4 ms 2.57x -> 14.2 ms 2.29x. The overlaps need a
     free core, which this machine often lacks; a burst of load (16)
     erased the gain in one set. Goal 1.5x not met.
-  - not cut, the next steps: a spare disk per daemon (the image
-    copied, backed, loop-attached and mounted as a detached fsmount()
-    after each create, attached with move_mount by the next: the kernel
-    waits off the path, and no CPU for it on the create's; its blocks
-    are held on the state filesystem and a crash leaves an image to
-    sweep). The overlay as an fd in the plain mode too, so init can be
-    cloned first there as well. nftables for a deny-all session
-    (0.5-0.9 ms, policy/). Init's network (0.4-0.6 ms: sysctls, lo up
-    through libnl) and mounts (1.0-1.6 ms, ~80 mount-API calls). Init's
-    exec: clone to main() 3-4 ms on a quiet machine (the clone of five
-    namespaces, the maps, the cgroup v1 moves, execveat, five
-    libraries); bwrap pays for its namespaces too. Outside the steps a
-    create costs 0.25 ms (request to worker, worker to answer). exec_rpc
-    is the exec path's (1.8-2.0x posix_spawn).
+  - the cold create, second round (issue #23 item 3). Profiled with the
+    step clock, perf trace of the daemon's threads and init's own marks
+    (clock readings in its ready packet, for the measurement only): the
+    disk was still 1.1-2.5 ms past the clone (perf trace: LOOP_CONFIGURE
+    1-98 ms and ext4's mount 0.5-35 ms at load 4-5), init reached main()
+    1.6 ms after the daemon released it, and the clone itself took
+    1.25 ms, 0.75 of it a copy of the daemon's address space (a bare
+    clone3 of the five namespaces: 0.44 ms from a small process, 1.27 ms
+    from one of 18 MiB and 300 mappings, the daemon's size). Cut:
+    * a spare disk (libcore/diskimg.c): one image of the daemon's
+      default size made ahead by a thread of its own (template copy,
+      fallocate, loop device, ext4 mounted as a detached fsmount() with
+      upper/, work/ and the reserve made), which a create renames into
+      its directory and attaches with move_mount: dirs+disk 1.3-2.5 ms
+      -> 0.02. The next spare is made once the create is done (made
+      beside it, it slowed the rest of the create by about what it
+      saved). A kill leaves only the image, removed at the next start
+      (fault point disk.spare_mounted, test_disk_spare). The spare's
+      work still falls in the cycle of this row (the exec after the
+      create went 1.43 -> 1.74 ms while the spare was made), so the row
+      gains less than the create.
+    * sandbox-init's clone shares the daemon's memory (CLONE_VM on a
+      stack of its own, an x86-64 trampoline as glibc's clone(), raw
+      syscalls in the child, signals blocked, the parent waits for the
+      exec through a close-on-exec pipe): no copy of the address space
+      at the clone nor its teardown at the exec; the clone 0.60 ms of a
+      spawn step of 1.7 (v1 moves 0.2, exec wait 0.16), init-setup
+      2.0 -> 1.5 ms.
+    * a deny-all session's nftables rules go in after the setup packet,
+      while init sets up (it has no veth: nothing but lo to send on):
+      0.23-0.3 ms off the path.
+    Measured before/after (the create alone and the row's cycle, the
+    builds' daemons alternating in blocks of 25 cycles in one test
+    world, p50 of 200 each, bwrap interleaved, load 3-4): create 7.28 ->
+    5.87 ms (client's view; steps 6.4 -> 4.6), create_exec_delete_rpc
+    2.08x -> 1.75x and 2.13x -> 1.79x; at load 6, p50 of 250: create
+    20.9 -> 14.1 ms, 2.95x -> 2.27x. Without a user namespace (load 7,
+    p50 of 150): create 19.7 -> 13.6 ms (dirs+disk 5.4 -> 0.6), 4.30x ->
+    2.71x. This script (--quick --only lifecycle), four interleaved pairs
+    at load 3.8-5: create_exec_delete_rpc 3.52, 3.17, 2.14, 2.29x before,
+    3.32, 1.75, 2.22, 2.92x after; _cli 3.80-4.03x and 2.65-4.62x: at
+    that load 30 rounds spread wider than the change. Goal 1.5x not met.
+  - not cut, the next steps: the overlay as an fd in the plain mode too,
+    so init can be cloned first there as well. init-send (0.45-0.55 ms:
+    the idmapped overlay and six host-bind clones, the binds the same for
+    every sandbox). Init's network (0.37 ms: sysctls, lo up through a
+    libnl link dump) and mounts (1.1 ms, ~80 mount-API calls). Init's
+    start: 1.6 ms from its release to main() (execveat, five libraries:
+    linking libseccomp, libcap and libnl statically takes a bare start
+    from 0.94 to 0.70 ms, not done: Debian's policy on static linking).
+    The cgroup (0.3-0.5 ms, five hierarchies here) and the exec wait
+    (0.16 ms: the child's stack could outlive the spawn instead). Outside
+    the steps the daemon adds 0.3 ms (request to worker 0.04, worker to
+    answer 0.22), the client and socket about 0.7. exec_rpc is the exec
+    path's (1.8-2.0x posix_spawn).
   - exec into a running sandbox, CPU per `command.run true` (/proc stat
     of the daemon, init and init's reaped children over interleaved
     blocks of 500, quiet machine): daemon 0.15-0.17 ms, init 0.41-0.45 ms,

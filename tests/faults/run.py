@@ -177,6 +177,33 @@ def daemon_config(label):
     return pool_config(label)
 
 
+def spare_leftovers(d):
+    """What is left of a dead daemon's spare disk (libcore/diskimg.c): an
+    image in <state>/disk-spare not named for the running daemon's pid, or
+    a loop device backed by an image there that no longer exists."""
+    spare = os.path.join(d.state_dir, "disk-spare")
+    out = ["image %s" % x for x in (os.listdir(spare) if os.path.isdir(spare) else [])
+           if not x.startswith("spare-%d-" % d.pid)]
+    for dev in os.listdir("/sys/block"):
+        try:
+            with open("/sys/block/%s/loop/backing_file" % dev) as f:
+                backing = f.read().strip()
+        except OSError:
+            continue
+        if backing.startswith(spare + "/") and (backing.endswith(" (deleted)") or not os.path.exists(backing)):
+            out.append("loop device %s: %s" % (dev, backing))
+    return out
+
+
+def check_spare(d, problems):
+    """After a restart nothing of the dead daemon's spare disk is left (its
+    loop device clears itself just after the process goes: polled)."""
+    try:
+        W.World.wait_until(lambda: not spare_leftovers(d), 30, "the dead daemon's spare disk to go")
+    except W.WorldError:
+        problems.append("the dead daemon's spare disk was left: %s" % spare_leftovers(d)[:4])
+
+
 def check_pool_empty(d, problems):
     """After every sandbox and snapshot is deleted: no subvolume is left
     in the storage pool (the daemon's mount namespace has it mounted)."""
@@ -437,6 +464,9 @@ SCENARIOS = {
     "create.cloned[snapshot]": s_create("snapshot"),
     "create.configured": s_create("tarball"),
     "create.disk_backed": s_create(),
+    # The spare disk (libcore/diskimg.c), made by a thread at start and
+    # after each create: killed once it is mounted, before a create took it.
+    "disk.spare_mounted": (lambda w, d: {"target": w.name("tgt"), "dies_at_start": True}, at_start),
     "create.session_started": s_create(),
     "create.recorded": s_create(),
     "netd.started": s_create(policy=ALLOWLIST),
@@ -582,7 +612,7 @@ SCENARIOS = {
 }
 
 # make check: every operation once, in well under 3 minutes.
-SAMPLE = ["container.made", "container.init_deleted", "create.disk_backed", "create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapshot]", "create.session_started",
+SAMPLE = ["container.made", "container.init_deleted", "create.disk_backed", "disk.spare_mounted", "create.cloned[git]", "create.cloned[tarball]", "create.cloned[snapshot]", "create.session_started",
           "create.recorded", "netd.started", "resume.session_started", "fork.frozen", "fork.copied[stopped]",
           "snapshot.copied", "snapshot.copied[stopped]", "snapshot.precopy_copied", "fork.precopy_repeated", "export.writing", "import.extracted", "update.ports_applied",
           "update.resources_applied", "update.policy_applied", "update.recorded", "stop.signalled",
@@ -972,6 +1002,7 @@ def run_point(w, label):
             problems.append(str(e))
         check_watch(d, ctx, listed, problems)
         check_witness(d, witness, cmd_id, problems)
+        check_spare(d, problems)
         delete_everything(d, problems)
         if "[storage pool" in label:
             check_pool_empty(d, problems)

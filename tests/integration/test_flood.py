@@ -15,7 +15,9 @@ FLOOD = 120
 
 
 def _loops_of(d):
-    """Loop devices whose backing file is below the daemon's state dir."""
+    """Loop devices whose backing file is below the daemon's state dir, the
+    daemon's spare disk (made ahead for the next create) left out."""
+    spare = os.path.join(d.state_dir, "disk-spare") + "/"
     hits = []
     for dev in sorted(os.listdir("/sys/block")):
         if not dev.startswith("loop"):
@@ -25,7 +27,7 @@ def _loops_of(d):
                 backing = f.read().strip()
         except OSError:
             continue
-        if backing.startswith(d.state_dir + "/"):
+        if backing.startswith(d.state_dir + "/") and not backing.startswith(spare):
             hits.append("%s: %s" % (dev, backing))
     return hits
 

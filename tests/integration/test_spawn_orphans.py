@@ -11,9 +11,11 @@ import world as W
 from common import expect, expect_eq, poll
 
 POINT = "spawn.init_waiting"
-# 0-2 /dev/null, the agent socket, the memfd, the sync pipe's read end
-# (and the agent's listening socket when there is one).
-MAX_FDS = 7
+# 0-2 /dev/null, the agent socket, the memfd, the sync pipe's read end,
+# the write end of the pipe whose EOF tells the daemon the child exec'd
+# (libcore/container.c; close-on-exec), and the agent's listening socket
+# when there is one.
+MAX_FDS = 8
 
 
 def _children(pid):
