@@ -147,10 +147,9 @@ static long rsys(long n, long a, long b, long c, long d, long e) {
         return r < 0 ? -errno : r;
 }
 #endif
-/* The child's mapping: a guard page, the child's stack, spawn_launcher's
- * stack, then the spawn_block. */
+/* The child's mapping: a guard page, the child's stack, then the
+ * spawn_block. */
 #define SPAWN_STACK (64 * 1024)
-#define SPAWN_LAUNCHER_STACK (16 * 1024)
 #define R0(n) rsys((n), 0, 0, 0, 0, 0)
 #define R1(n, a) rsys((n), (long)(a), 0, 0, 0, 0)
 #define R2(n, a, b) rsys((n), (long)(a), (long)(b), 0, 0, 0)
@@ -178,10 +177,8 @@ struct spawn_ksigaction {
 typedef struct spawn_block {
         size_t map_len;          /* the whole mapping, guard page included */
         struct spawn_block *next_free;
-        bool shares_vm;          /* cloned with CLONE_VM (through spawn_launcher) */
+        bool shares_vm;          /* cloned with CLONE_VM */
         int pidns;               /* a container's PID namespace for the child, or -1 */
-        long launched;           /* spawn_launcher's answer: the child's pid or -errno */
-        bool oom_inherited;      /* cloned directly from init, whose oom_score_adj is 0 */
         int report_fd;           /* write end of the report pipe */
         int in_fd, out_fd, err_fd; /* what goes on 0, 1 and 2 (all >= 3) */
         bool tty;                /* out_fd is the pty slave: made the controlling terminal */
@@ -292,37 +289,6 @@ static long child_oom_score_zero(void) {
         return r == 1 ? 0 : r < 0 ? r : -EIO;
 }
 
-static int child_main(void *arg);
-
-/* The vfork child of init that starts a command's child in init's memory
- * (spawn_child). A write to oom_score_adj reaches every process that
- * shares the writer's address space, init included, unless the writer is
- * a vfork child (fs/proc/base.c __set_oom_adj): so this one, cloned with
- * CLONE_VM|CLONE_VFORK, sets its own score to 0, joins a container's PID
- * namespace for its children, and clones child_main with CLONE_VM and
- * CLONE_PARENT (init's child, which inherits the score of 0) on the
- * block's stack, then exits. It runs as init (root, every signal
- * blocked) for a few system calls: the sandbox user cannot signal it,
- * so init's wait for it is not theirs to prolong. Its answer, the
- * child's pid in init's PID namespace or -errno, goes to b->launched.
- * glibc's clone() is the one libc call (a register-only wrapper; on a
- * failure it sets the errno of the suspended init thread). */
-static int spawn_launcher(void *arg) {
-        spawn_block *b = arg;
-        long r = 0;
-        if (b->pidns >= 0)
-                r = R2(SYS_setns, b->pidns, CLONE_NEWPID);
-        if (r >= 0)
-                r = child_oom_score_zero();
-        if (r >= 0) {
-                r = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, CLONE_VM | CLONE_PARENT | SIGCHLD, b);
-                if (r < 0)
-                        r = -errno;
-        }
-        b->launched = r;
-        return 0; /* glibc's clone() makes the exit */
-}
-
 /* In the child: stdio, session, identity, cwd, signals, then exec. Every
  * step runs before exec so the new program inherits nothing of init but
  * what is set up here: fds 0-2 only, its own session, no supplementary
@@ -369,9 +335,10 @@ static int child_main(void *arg) {
         (void)R3(SYS_close_range, 4, ~0U, 0);
 
         /* init is exempt from the OOM killer (main.c); its commands must not
-         * inherit that. A child in init's memory has 0 already, from
-         * spawn_launcher or from init itself when init's is 0: written
-         * here, the score would reach init too. */
+         * inherit that. A child in init's memory has 0 already, from init
+         * itself (spawn_child shares init's memory only then): written
+         * here, the score would reach init too (fs/proc/base.c
+         * __set_oom_adj sets it on every process of the address space). */
         int fd;
         if (!b->shares_vm && (r = child_oom_score_zero()) < 0)
                 child_fail(rep, STAGE_CONFINE, r);
@@ -775,7 +742,7 @@ static void after_spawn(init_agent *a, init_cmd *c, const run_spec *s, int repor
  * the block's data. Mappings of the usual size are kept for the next
  * commands (a few), so a spawn usually maps nothing and its stack pages
  * are in place already. */
-#define SPAWN_STACKS (SPAWN_STACK + SPAWN_LAUNCHER_STACK)
+#define SPAWN_STACKS SPAWN_STACK
 #define SPAWN_MAP_USUAL (128 * 1024)
 #define SPAWN_KEEP 4
 static spawn_block *spawn_free;
@@ -969,21 +936,28 @@ static spawn_block *spawn_block_new(const run_spec *s, const core_seccomp *filte
 }
 
 /* Starts child_main(b) as a new process and returns at once with its pid,
- * or -1 with errno set. In init's memory (spawn_shares_vm): through
- * spawn_launcher, a vfork child of init that lives for a few system calls
- * as root, which clones the command's child with CLONE_VM (no CLONE_VFORK,
- * no CLONE_SIGHAND, no CLONE_FILES) and CLONE_PARENT, on the block's
- * stack. init never waits for that child: between its uid change and its
- * exec it is the sandbox user's to signal (a SIGSTOP there held a vfork
- * parent forever); whether it got to exec comes back through the report
- * pipe, read from init's event loop, whose end of file also frees the
- * block (spawn_report). The pid is known before init reads its next
- * request, so a kill always finds the child. When init's own score is 0
- * (always inside a user namespace) and no container's PID namespace is to
- * be joined, the child needs no launcher: init clones it directly with
- * CLONE_VM, and it inherits the score of 0. Otherwise (fork semantics)
- * the child is cloned directly with a copy of init's memory. init itself
- * is not dumpable (once): the flag belongs to the address space the child
+ * or -1 with errno set. init never waits for the child, nor for anything
+ * else a process of the sandbox can stop: root inside holds init's uid
+ * (and CAP_KILL), so any helper of init that init waited for (a vfork
+ * launcher, as once here) could be held with SIGSTOP, and init with it
+ * (every later exec, cp and fs operation). Between its uid change and its
+ * exec the child is the sandbox user's to signal; whether it got to exec
+ * comes back through the report pipe, read from init's event loop, whose
+ * end of file also frees the block (spawn_report). The pid is known before
+ * init reads its next request, so a kill always finds the child.
+ *
+ * The child shares init's memory (CLONE_VM, no CLONE_VFORK, CLONE_SIGHAND
+ * or CLONE_FILES, on the block's stack) only when it needs to write
+ * nothing that would reach init through the shared address space:
+ * fs.suid_dumpable allows it (spawn_shares_vm), init's own oom_score_adj
+ * is 0 (always inside a user namespace), so the child inherits the score
+ * its command must have and writes none (a write reaches every process of
+ * the address space, fs/proc/base.c __set_oom_adj), and no container's
+ * PID namespace is to be joined (setns(CLONE_NEWPID) affects the caller's
+ * later children, so it would have to be done by init or a helper init
+ * waits for). Otherwise (fork semantics) the child is cloned with a copy
+ * of init's memory, in which it writes its own score. init itself is not
+ * dumpable (once): the flag belongs to the address space the child
  * shares. */
 static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
         static bool undumpable;
@@ -993,8 +967,8 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                 errno = EPERM;
                 return -1;
         }
-        b->shares_vm = spawn_shares_vm();
-        /* Every signal blocked across the clones: the child resets every
+        b->shares_vm = spawn_shares_vm() && own_oom_score_zero() && b->pidns < 0;
+        /* Every signal blocked across the clone: the child resets every
          * disposition before it unblocks them, so no handler of init runs
          * in it, on init's memory or not. */
         sigset_t all, old;
@@ -1003,19 +977,9 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                 return -1;
         pid_t pid;
         int saved;
-        if (b->shares_vm && own_oom_score_zero() && b->pidns < 0) {
-                /* The child has the score of 0 from the clone, and no PID
-                 * namespace to join: cloned directly, nothing to launch. */
-                b->oom_inherited = true;
-                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, CLONE_VM | SIGCHLD, b);
+        if (b->shares_vm) {
+                pid = clone(child_main, (char *)b, CLONE_VM | SIGCHLD, b);
                 saved = errno;
-        } else if (b->shares_vm) {
-                b->launched = -EIO;
-                pid_t launcher = clone(spawn_launcher, b, CLONE_VM | CLONE_VFORK | SIGCHLD, b);
-                saved = errno;
-                /* The launcher is reaped as any other child of init that
-                 * is no command (cmd_reap). */
-                pid = launcher < 0 ? -1 : b->launched < 0 ? (saved = (int)-b->launched, -1) : (pid_t)b->launched;
         } else {
                 /* A container with a PID namespace of its own: the child
                  * starts in it (init_ctr_pidns_enter). */
@@ -1025,7 +989,7 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                         errno = -entered;
                         return -1;
                 }
-                pid = clone(child_main, (char *)b - SPAWN_LAUNCHER_STACK, SIGCHLD, b);
+                pid = clone(child_main, (char *)b, SIGCHLD, b);
                 saved = errno;
                 if (entered)
                         init_ctr_pidns_leave();
