@@ -178,7 +178,6 @@ typedef struct spawn_block {
         size_t map_len;          /* the whole mapping, guard page included */
         struct spawn_block *next_free;
         bool shares_vm;          /* cloned with CLONE_VM */
-        int pidns;               /* a container's PID namespace for the child, or -1 */
         int report_fd;           /* write end of the report pipe */
         int in_fd, out_fd, err_fd; /* what goes on 0, 1 and 2 (all >= 3) */
         bool tty;                /* out_fd is the pty slave: made the controlling terminal */
@@ -893,13 +892,12 @@ static spawn_block *spawn_block_new(const run_spec *s, const core_seccomp *filte
         }
         size_t map_len = b->map_len;
         *b = (spawn_block){ .map_len = map_len, .report_fd = report_fd, .in_fd = in_fd, .out_fd = out_fd,
-                            .err_fd = err_fd, .tty = s->tty, .ctr = s->ctr != NULL, .ctr_mntns = -1, .pidns = -1,
+                            .err_fd = err_fd, .tty = s->tty, .ctr = s->ctr != NULL, .ctr_mntns = -1,
                             .uid = s->uid, .gid = s->gid, .cwd_given = s->cwd_given, .argc = argc,
                             .reset_signals = nondefault, .n_progs = n_progs };
         char *cur = (char *)(b + 1);
         if (s->ctr) {
                 b->ctr_mntns = init_ctr_mntns(s->ctr);
-                b->pidns = init_ctr_pidns(s->ctr);
                 int *fds = blk_take(&cur, n_cg * sizeof(int));
                 memcpy(fds, cg, n_cg * sizeof(int));
                 b->cgroups = fds;
@@ -952,8 +950,12 @@ static spawn_block *spawn_block_new(const run_spec *s, const core_seccomp *filte
  * fs.suid_dumpable allows it (spawn_shares_vm), init's own oom_score_adj
  * is 0 (always inside a user namespace), so the child inherits the score
  * its command must have and writes none (a write reaches every process of
- * the address space, fs/proc/base.c __set_oom_adj), and no container's
- * PID namespace is to be joined (setns(CLONE_NEWPID) affects the caller's
+ * the address space, fs/proc/base.c __set_oom_adj), and it is no
+ * container's command: that one joins the container's cgroups, where an
+ * OOM kill of the container that picks it kills every process of its
+ * address space, init included (mm/oom_kill.c __oom_kill_process: root
+ * inside held such children stopped and filled the container's memory),
+ * and may join a PID namespace (setns(CLONE_NEWPID) affects the caller's
  * later children, so it would have to be done by init or a helper init
  * waits for). Otherwise (fork semantics) the child is cloned with a copy
  * of init's memory, in which it writes its own score. init itself is not
@@ -967,7 +969,7 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                 errno = EPERM;
                 return -1;
         }
-        b->shares_vm = spawn_shares_vm() && own_oom_score_zero() && b->pidns < 0;
+        b->shares_vm = spawn_shares_vm() && own_oom_score_zero() && !b->ctr;
         /* Every signal blocked across the clone: the child resets every
          * disposition before it unblocks them, so no handler of init runs
          * in it, on init's memory or not. */
