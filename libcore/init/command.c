@@ -951,8 +951,9 @@ static spawn_block *spawn_block_new(const run_spec *s, const core_seccomp *filte
  * comes back through the report pipe, read from init's event loop, whose
  * end of file also frees the block (spawn_report). The pid is known
  * before init reads its next request, so a kill always finds the child.
- * Otherwise (init exempt from the OOM killer, fork semantics) the child
- * gets a copy of init's memory and sets its own score: no vfork helper,
+ * Otherwise (init exempt from the OOM killer, or a container's command,
+ * fork semantics) the child gets a copy of init's memory and sets its own
+ * score: no vfork helper,
  * which the sandbox's root could stop and so hold init. A container with
  * a PID namespace of its own: the child starts in it. init itself is not
  * dumpable (once): the flag belongs to the address space the child
@@ -965,7 +966,11 @@ static pid_t spawn_child(spawn_block *b, const init_container *ctr) {
                 errno = EPERM;
                 return -1;
         }
-        b->shares_vm = spawn_shares_vm() && own_oom_score_zero();
+        /* Never a container's command: its child joins the container's
+         * cgroups, where an OOM kill that picks it kills every process of
+         * its address space (mm/oom_kill.c __oom_kill_process), init
+         * included. */
+        b->shares_vm = spawn_shares_vm() && own_oom_score_zero() && !b->ctr;
         /* Every signal blocked across the clones: the child resets every
          * disposition before it unblocks them, so no handler of init runs
          * in it, on init's memory or not. */

@@ -305,6 +305,19 @@ static void stopper(int secs, const char *until) {
         printf("BLOCKED stopper: %lu stops sent\n", hits);
 }
 
+/* SIGSTOP to every process it may signal (kill(-1): all but PID 1 and
+ * itself) in a tight loop for `secs` seconds: as root inside, whatever
+ * sandbox-init starts is caught within a few microseconds of its birth.
+ * Prints "stopall: N rounds" (kills that reached at least one process). */
+static void stopall(int secs) {
+        time_t end = time(NULL) + secs;
+        unsigned long hits = 0, n = 0;
+        while ((++n & 255) != 0 || time(NULL) < end)
+                if (kill(-1, SIGSTOP) == 0)
+                        hits++;
+        printf("BLOCKED stopall: %lu rounds\n", hits);
+}
+
 /* Reads /proc/PID/NAME into buf (NUL-terminated, newline cut); 0 or -1. */
 static int read_proc(int pid, const char *name, char *buf, size_t size) {
         char path[64];
@@ -320,6 +333,20 @@ static int read_proc(int pid, const char *name, char *buf, size_t size) {
         char *nl = strchr(buf, '\n');
         if (nl)
                 *nl = 0;
+        return 0;
+}
+
+/* Whether pid is in the stopped state ('T' in /proc/PID/stat) within a
+ * bounded number of looks. */
+static int stopped(int pid) {
+        for (int i = 0; i < 10000; i++) {
+                char st[256];
+                if (read_proc(pid, "stat", st, sizeof(st)) < 0)
+                        return 0;
+                const char *e = strrchr(st, ')');
+                if (e && e[1] == ' ' && e[2] == 'T')
+                        return 1;
+        }
         return 0;
 }
 
@@ -374,6 +401,13 @@ static void held(int secs, const char *until) {
                 for (int p = last; p <= last + 3; p++) {
                         if (p <= 1 || p == getpid() || kill(p, SIGSTOP) < 0)
                                 continue;
+                        /* Only once it is stopped: a child inside its exec
+                         * still has init's comm for a moment after it got
+                         * the new program's (dumpable) memory. */
+                        if (!stopped(p)) {
+                                (void)kill(p, SIGCONT);
+                                continue;
+                        }
                         char comm[64] = "";
                         /* Stopped first, then named: a stopped child does
                          * not exec, so one still named as init is caught
@@ -467,6 +501,8 @@ int main(int argc, char **argv) {
                 fds();
         else if (!strcmp(c, "stopper") && argc == 4)
                 stopper(atoi(argv[2]), argv[3]);
+        else if (!strcmp(c, "stopall") && argc == 3)
+                stopall(atoi(argv[2]));
         else if (!strcmp(c, "held") && argc == 4)
                 held(atoi(argv[2]), argv[3]);
         else if (!strcmp(c, "connect"))

@@ -420,6 +420,70 @@ def test_the_sandbox_user_cannot_wedge_init_by_stopping_new_commands(c):
                 p.wait()
 
 
+def test_root_inside_cannot_wedge_init_by_stopping_new_commands(c):
+    # Finding: where init's oom_score_adj is not 0 (-1000 where main.c
+    # may set it, else what it inherited) or a container's PID
+    # namespace is joined, each command's child was started by a launcher
+    # cloned with CLONE_VFORK, and init waited for it. The launcher runs
+    # as root inside for a few system calls: root inside (same uid,
+    # CAP_KILL) could SIGSTOP it there (a loop over the pids just above the
+    # last one), and init waited forever: every later exec, cp and fs
+    # operation hung. init must never wait on anything a sandbox process
+    # can stop, root inside's included. The stopper (root) stops every new
+    # command too, so init's liveness is read from its answer to the
+    # stopper's own end (command.wait), then from an exec after it.
+    o = prepare(c.world, c.userns)
+    w = c.world
+    started = []
+    try:
+        # init's score as main.c sets it on a host that lets it (-1000),
+        # else one the sandbox's own processes do not have (500): not 0.
+        pid = w.rpc_result("sandbox.get", {"name": o.name})["session"]["initPid"]
+        try:
+            with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+                f.write("-1000")
+        except PermissionError:
+            with open("/proc/%d/oom_score_adj" % pid, "w") as f:
+                f.write("500")
+        code, cid, err = o.run(PROBE, "stopall", "15", flags=("--detach",))
+        cid = cid.strip()
+        expect(code == 0 and cid, "start root's stopper:", code, cid, err)
+        argv = [W.SANDBOXCTL, "--socket", w.daemon.socket, "exec", o.name, "--", "true"]
+
+        def stopper_running():
+            cmds = w.rpc_result("command.list", {"name": o.name}).get("commands", [])
+            return any(x.get("cmdId") == cid and x.get("exitCode") is None for x in cmds)
+
+        # New commands for the stopper to catch while it runs (the daemon
+        # answers command.list from its own state, even with init wedged).
+        # Bounded by the stopper's own 15 seconds (and a few more).
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and stopper_running():
+            batch = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL) for _ in range(4)]
+            started += batch
+            for p in batch:
+                try:
+                    p.wait(max(0.1, min(2, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    pass  # a caught one stays stopped: its own business
+        code, out, err = w.ctl("command", "wait", cid, timeout=60)
+        expect_eq(code, 0, "the stopper's end, as init reports it (%s %s)" % (out.strip(), err.strip()))
+        code, out, err = w.ctl("command", "logs", cid, timeout=30)
+        hits = re.findall(r"stopall: (\d+) rounds", out)
+        expect(hits and int(hits[0]) > 0, "the stopper stopped none of the new commands:", out, err)
+        code, out, err = o.run("echo", "alive", timeout=30)
+        expect_eq((code, out), (0, "alive\n"), "exec --sudo after root's stopper (%s)" % err.strip())
+    finally:
+        w.ctl("rm", o.name, timeout=120)
+        for p in started:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def _execs_while(w, o, argv_tail, until, deadline_s):
     """Runs the sandbox user's `true` in o in batches of 8 until until()
     holds or deadline_s passes; returns whether until() held."""

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 
 import leaks
 import world as W
@@ -636,10 +637,9 @@ def test_container_pause_freezes_that_container_only(world):
 def test_a_container_command_starts_in_its_pid_namespace_with_its_own_oom_score(world):
     """A command of a container with its own PID namespace starts there
     with an oom_score_adj of 0, and leaves init's as it was, whichever way
-    sandbox-init spawns it: init's score 0 (a child cloned straight into
-    init's memory) or not (set here from the host: a vfork launcher writes
-    the child's score, since a write from a process sharing init's memory
-    would reach init's too)."""
+    init's score is: 0, or not (set here from the host; a container's
+    command never shares init's memory, and writes its own score in a copy
+    of it)."""
     for userns in _modes():
         with sandbox_rpc(world, "ctroom", userns=userns, networkPolicy="deny-all") as name:
             rpc_ok(world, "container.create", {"sandbox": name, "name": "c", "runtime": "host"})
@@ -652,3 +652,76 @@ def test_a_container_command_starts_in_its_pid_namespace_with_its_own_oom_score(
                           "a container command's PID 1 and score with init's at %s (%s)" % (want, err))
                 with open("/proc/%d/oom_score_adj" % pid) as f:
                     expect_eq(f.read().strip(), want, "init's score after the container command")
+
+
+# Root inside: SIGSTOP to every process it may signal, for argv[1] seconds.
+_STOPALL = ("import os, signal, sys, time\nend = time.monotonic() + float(sys.argv[1])\nn = 0\n"
+            "while time.monotonic() < end:\n"
+            "    for _ in range(200):\n"
+            "        try:\n            os.kill(-1, signal.SIGSTOP); n += 1\n"
+            "        except ProcessLookupError:\n            pass\n"
+            "print('stops', n, flush=True)\n")
+
+
+def _held_children(world, name):
+    """Processes of the sandbox stopped while still running sandbox-init's
+    program (command children before their exec)."""
+    code, out, err = sh(world, name, "c=$(cat /proc/1/comm); n=0; for p in /proc/[0-9]*; do "
+                                     "[ \"$(cat $p/comm 2>/dev/null)\" = \"$c\" ] && [ ${p#/proc/} != 1 ] && "
+                                     "grep -q '^State:.*T' $p/status 2>/dev/null && n=$((n+1)); done; echo $n",
+                        "--sudo")
+    expect_eq(code, 0, "count held command children (%s)" % err)
+    return int(out.strip() or 0)
+
+
+def test_a_containers_oom_never_kills_the_sandboxs_init(world):
+    """A command's child that shares sandbox-init's memory until its exec,
+    once it has joined a container's cgroup, is a candidate of that
+    container's OOM kills, and the kernel kills every process of a
+    victim's address space (mm/oom_kill.c __oom_kill_process), init's
+    included. Finding: root inside held such children stopped (kill(-1,
+    SIGSTOP) as they started) and filled the container's memory with
+    tmpfs pages, which no process's RSS shows: the held child, with
+    init's RSS, was the victim, and the whole sandbox ended. A container
+    command's child runs in a copy of init's memory."""
+    for userns in _modes():
+        with sandbox_rpc(world, "ctroom", userns=userns, networkPolicy="deny-all") as name:
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "m", "runtime": "host", "memoryMiB": 32,
+                                               "pidNamespace": "sandbox"})
+            # Rounds: a child is caught inside the container's cgroups
+            # only when the stop reaches it after its first system call.
+            for rnd in range(3):
+                _hold_and_fill(world, name, "m")
+                code, out, err = sh(world, name, "echo alive")
+                expect_eq((code, out), (0, "alive\n"), "the sandbox after its container's OOM kills (userns %s, "
+                          "round %d, %s)" % (userns, rnd, err.strip()))
+            sb = rpc_ok(world, "sandbox.get", {"name": name})
+            expect_eq(sb.get("status"), "running", "the sandbox's status after its container's OOM kills")
+
+
+def _hold_and_fill(world, name, ctr):
+    """Root inside container ctr stops every new process for 6 seconds
+    while commands start there, then fills the container's memory with
+    64 MiB of tmpfs pages (by 4 KiB, so the filler's own RSS stays small)."""
+    stop = rpc_ok(world, "command.run", {"sandbox": name, "container": ctr, "cmd": "python3", "detached": True,
+                                         "sudo": True, "args": ["-c", _STOPALL, "6"]})["cmdId"]
+    # Each a Popen: one the stopper holds before its exec stays unanswered.
+    argv = [W.SANDBOXCTL, "--socket", world.daemon.socket, "exec", "--container", ctr, name, "--", "true"]
+    runs = []
+    try:
+        for _ in range(16):
+            runs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL))
+            try:
+                runs[-1].wait(0.3)
+            except subprocess.TimeoutExpired:
+                pass  # held: its own business
+        w = rpc_ok(world, "command.wait", {"cmdId": stop}, 60)
+    finally:
+        for p in runs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    expect_eq(w.get("exitCode"), 0, "root's stopper in the container")
+    expect(_held_children(world, name) >= 1, "no command child was held before its exec")
+    _run(world, name, ctr, "dd if=/dev/zero of=/dev/shm/fill bs=4k count=16384; rm -f /dev/shm/fill", sudo=True)
