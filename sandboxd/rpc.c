@@ -843,13 +843,13 @@ static void conn_check_drained(rpc_conn *c) {
 static void conn_update_events(rpc_conn *c) {
         if (!c->io)
                 return;
-        /* To be closed once its output is written, and written already
-         * (conn_queue sends at once on a plain connection, before its
-         * caller marks it): no EPOLLOUT will come to close it, and its
-         * input is no longer read, so it would stay open, holding an fd
-         * and a slot of its uid's maxConnectionsPerUser, until the peer
-         * hung up (found: a peer refused for its group kept its
-         * connection). */
+        /* To be closed once its output is written, and nothing is left
+         * to write (marked after its last message went out): no EPOLLOUT
+         * will come to close it, and its input is no longer read, so it
+         * would stay open, holding an fd and a slot of its uid's
+         * maxConnectionsPerUser, until the peer hung up (a peer refused
+         * for its group kept its connection while answers were written at
+         * once). */
         if (c->close_after_flush && c->open && !c->ssl && c->out_off == c->out_len) {
                 conn_close_soon(c);
                 return;
