@@ -358,23 +358,6 @@ static int stopped(int pid) {
  * process_vm_readv must all be refused; then it gets SIGSEGV, SIGUSR1 and
  * SIGCONT (signals during the spawn: the child must die of them or exec,
  * init must go on). Prints "held: N checked". */
-/* Whether pid p is in the stopped state (T), after a wait of up to 100
- * ms: a SIGSTOP takes effect on the target's next return to user space,
- * so a child that was inside its execve when signalled stops after the
- * exec, as the new program (which the sandbox user may trace). */
-static int stopped(int p) {
-        for (int i = 0; i < 1000; i++) {
-                char st[512];
-                if (read_proc(p, "stat", st, sizeof(st)) < 0)
-                        return 0;
-                char *rp = strrchr(st, ')');
-                if (rp && rp[1] == ' ' && rp[2] == 'T')
-                        return 1;
-                usleep(100);
-        }
-        return 0;
-}
-
 static void held(int secs, const char *until) {
         printf("PID %d\n", (int)getpid());
         fflush(stdout);
@@ -409,11 +392,7 @@ static void held(int secs, const char *until) {
                                 continue;
                         }
                         char comm[64] = "";
-                        /* Stopped first, then named: a stopped child does
-                         * not exec, so one still named as init is caught
-                         * before its exec and stays so during the checks. */
-                        if (stopped(p) && read_proc(p, "comm", comm, sizeof(comm)) == 0 &&
-                            strcmp(comm, init_comm) == 0) {
+                        if (read_proc(p, "comm", comm, sizeof(comm)) == 0 && strcmp(comm, init_comm) == 0) {
                                 char what[96];
                                 checked++;
                                 snprintf(what, sizeof(what), "ptrace(PTRACE_ATTACH) of a held child");
