@@ -200,9 +200,12 @@ logLevel debug), and what was cut:
     fs.suid_dumpable 1, which the kernel would give the mm at the uid
     change, the child gets a copy as before. A write to oom_score_adj
     reaches every process sharing the writer's mm unless the writer is
-    a vfork child: when init's own score is not 0 (it is 0 inside a
-    user namespace), a vfork launcher writes it and clones the child
-    with CLONE_PARENT. Also cut: sandboxd keeps memory.events open per
+    a vfork child: the child shares init's memory only when init's own
+    score is 0 (inside a user namespace) and it is no container's
+    command (an OOM kill in the container's cgroup would take init with
+    it); otherwise it gets a copy and writes its own score (a vfork
+    launcher, tried first, could be held stopped by root inside and init
+    with it). Also cut: sandboxd keeps memory.events open per
     cgroup (it opened it by full path at each command's start, 8%% of
     its samples per exec). Tried and not kept: sandboxd writing an
     answer at once when nothing is queued instead of arming EPOLLOUT
@@ -213,8 +216,8 @@ logLevel debug), and what was cut:
     Measured before/after, the two builds' daemons in alternating blocks
     of 200 commands in one test world, ratio to posix_spawn+wait of true
     in the same block: CLONE_VM child 1.83/1.98/1.75/1.75x ->
-    1.54/1.57/1.58/1.57x; the final sandbox-init (no launcher inside a
-    user namespace), six blocks each at load 3: 1.82/1.85/1.83/1.81/
+    1.54/1.57/1.58/1.57x; the final sandbox-init (inside a user
+    namespace), six blocks each at load 3: 1.82/1.85/1.83/1.81/
     1.80/1.76x -> 1.40/1.38/1.43/1.43/1.40/1.45x; all of it, bench_table --quick --only
     lifecycle, runs of the two builds interleaved (four pairs, load 3 to
     39): exec_rpc 1.245 ms 1.91x, 1.266 ms 1.88x, 1.647 ms 2.07x, 1.612
