@@ -1125,8 +1125,85 @@ static void test_each_custom_change_gets_a_new_generation_reserved_first(void **
         assert_int_equal(pol_nft_session_remove(IF, NULL), 0);
 }
 
+/* ---- the range arithmetic alone (no namespace needed) ---- */
+
+/* The ranges of cidrs (n of them, parsed here) or, with forbidden, the
+ * forbidden ranges of a custom policy whose subnets.allow they are, each
+ * as "lo-hi" on a line, IPv4 first. */
+static char *ranges_text(const char *const *cidrs, size_t n, bool forbidden) {
+        pol_cidr c[8];
+        pol_nft_range *v = NULL;
+        size_t nv = 0, len = 0;
+        char *out = calloc(1, 16384);
+        assert_non_null(out);
+        assert_true(n <= 8);
+        for (size_t i = 0; i < n; i++) {
+                char *why = NULL;
+                assert_int_equal(pol_cidr_parse(cidrs[i], &c[i], &why), 0);
+        }
+        pol_policy p = { .mode = POL_MODE_CUSTOM, .subnet_allow = c, .n_subnet_allow = n };
+        assert_int_equal(forbidden ? pol_nft_forbidden(&p, &v, &nv) : pol_nft_cidr_ranges(c, n, &v, &nv), 0);
+        for (size_t i = 0; i < nv; i++) {
+                char lo[INET6_ADDRSTRLEN], hi[INET6_ADDRSTRLEN];
+                inet_ntop(v[i].family, v[i].lo, lo, sizeof(lo));
+                inet_ntop(v[i].family, v[i].hi, hi, sizeof(hi));
+                len += (size_t) snprintf(out + len, 16384 - len, "%s-%s\n", lo, hi);
+                assert_true(len < 16384);
+        }
+        free(v);
+        return out;
+}
+
+/* Both families are one integer type inside the generator: each keeps its
+ * own top (255.255.255.255 and ffff:...:ffff end a range, never wrap or
+ * carry into the other family), an IPv4-mapped CIDR stays IPv6, and
+ * overlapping or adjacent CIDRs merge up to the last address. */
+static void test_cidr_ranges_merge_within_each_family_up_to_its_last_address(void **state) {
+        (void) state;
+        static const char *const all[] = { "0.0.0.0/0", "::/0" };
+        static const char *const edges[] = { "255.255.255.255/32", "10.1.0.0/16", "10.0.0.0/8",
+                                              "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", "ffff::/128",
+                                              "::ffff:0:0/96", "10.0.0.0/9", "11.0.0.0/8" };
+        static const char *const adjacent[] = { "10.0.0.0/9", "10.128.0.0/9", "fffe::/16", "ffff::/16" };
+        _cleanup_free_ char *a = ranges_text(all, ELEMENTSOF(all), false);
+        _cleanup_free_ char *e = ranges_text(edges, ELEMENTSOF(edges), false);
+        _cleanup_free_ char *j = ranges_text(adjacent, ELEMENTSOF(adjacent), false);
+        assert_string_equal(a, "0.0.0.0-255.255.255.255\n::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff\n");
+        assert_string_equal(e, "10.0.0.0-11.255.255.255\n255.255.255.255-255.255.255.255\n"
+                               "::ffff:0.0.0.0-::ffff:255.255.255.255\nffff::-ffff::\n"
+                               "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff\n");
+        assert_string_equal(j, "10.0.0.0-10.255.255.255\nfffe::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff\n");
+}
+
+/* subnets.allow opens the forbidden row it names in every form (IPv4,
+ * IPv4-mapped, IPv4-compatible, NAT64, 6to4), never the host rows
+ * (0.0.0.0/8, 127.0.0.0/8) nor, by a wider CIDR, rows it does not name;
+ * the multicast rows run to each family's last address. */
+static void test_forbidden_ranges_open_only_the_named_rows_in_both_families(void **state) {
+        (void) state;
+        static const char *const allow[] = { "10.0.0.0/8", "0.0.0.0/0", "127.0.0.0/8", "::/0" };
+        _cleanup_free_ char *f = ranges_text(allow, ELEMENTSOF(allow), true);
+        static const char *const kept[] = { "0.0.0.0-0.255.255.255\n", "127.0.0.0-127.255.255.255\n",
+                                            "169.254.0.0-169.254.255.255\n", "224.0.0.0-255.255.255.255\n",
+                                            "::ffff:127.0.0.0-::ffff:127.255.255.255\n",
+                                            "::127.0.0.0-::127.255.255.255\n",
+                                            "64:ff9b::7f00:0-64:ff9b::7fff:ffff\n",
+                                            "2002:7f00::-2002:7fff:ffff:ffff:ffff:ffff:ffff:ffff\n",
+                                            "fe80::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff\n" };
+        static const char *const opened[] = { "\n10.0.0.0-", "::ffff:10.0.0.0", "::10.0.0.0", "64:ff9b::a00:0",
+                                              "2002:a00::" };
+        for (size_t i = 0; i < ELEMENTSOF(kept); i++)
+                if (!strstr(f, kept[i]))
+                        fail_msg("forbidden ranges lost %s in:\n%s", kept[i], f);
+        for (size_t i = 0; i < ELEMENTSOF(opened); i++)
+                if (strstr(f, opened[i]))
+                        fail_msg("forbidden ranges still hold %s in:\n%s", opened[i], f);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_cidr_ranges_merge_within_each_family_up_to_its_last_address),
+                cmocka_unit_test(test_forbidden_ranges_open_only_the_named_rows_in_both_families),
                 cmocka_unit_test_setup_teardown(test_custom_session_http_goes_to_the_proxy_on_its_gateway, setup,
                                                 teardown),
                 cmocka_unit_test_setup_teardown(test_apply_replace_and_remove_leave_exactly_the_expected_objects,

@@ -23,6 +23,7 @@
 #include "libcore/container.h"
 #include "libcore/copy.h"
 #include "libcore/error.h"
+#include "libcore/urldecode.h"
 #include "libcore/util.h"
 
 static void test_sandbox_names_follow_design_rule(void **state) {
@@ -459,8 +460,43 @@ static void test_archive_lib_files_end_with_libarchive_once_each(void **state) {
         assert_ptr_equal(core_archive_lib_files(), f);
 }
 
+/* Percent-decoding at its edges (RFC 3986 §2.1): a "%" takes exactly two
+ * hex digits of either case, once (no double decoding); a malformed or
+ * truncated escape stays literal; "%00" is a NUL counted in the length
+ * (callers that want a C string compare with strlen); '+' is a space only
+ * for form data. */
+static void test_url_decode_takes_two_hex_digits_once_and_keeps_the_rest(void **state) {
+        (void) state;
+        static const struct {
+                const char *in;
+                bool plus;
+                const char *out;
+                size_t len;
+        } cases[] = {
+                { "%41%4a%4A", false, "AJJ", 3 },  { "a%2Fb", false, "a/b", 3 },
+                { "%252F", false, "%2F", 3 },     { "%zz%4g%g4", false, "%zz%4g%g4", 9 },
+                { "ab%4", false, "ab%4", 4 },     { "ab%", false, "ab%", 3 },
+                { "%%41", false, "%A", 2 },       { "a+b%2B", true, "a b+", 4 },
+                { "a+b", false, "a+b", 3 },       { "%C0%AF", false, "\xc0\xaf", 2 },
+                { "x%00y", false, "x", 3 },       { "", true, "", 0 },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                size_t n = strlen(cases[i].in);
+                char out[32];
+                size_t got = core_url_decode(cases[i].in, n, cases[i].plus, out);
+                if (got != cases[i].len || strcmp(out, cases[i].out) != 0 || out[got] != 0)
+                        fail_msg("decode \"%s\": %zu \"%s\", want %zu \"%s\"", cases[i].in, got, out, cases[i].len,
+                                 cases[i].out);
+        }
+        /* Only the bytes given: an escape cut by the length is literal. */
+        char out[8];
+        assert_int_equal(core_url_decode("a%41", 3, false, out), 3);
+        assert_string_equal(out, "a%4");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_url_decode_takes_two_hex_digits_once_and_keeps_the_rest),
                 cmocka_unit_test(test_sandbox_names_follow_design_rule),
                 cmocka_unit_test(test_base64_round_trips_binary),
                 cmocka_unit_test(test_base64_known_vectors_from_rfc4648),
