@@ -647,10 +647,17 @@ static int metadata_filter(const char *q, cJSON *tags) {
                         return -EINVAL;
                 }
                 char *k = gw_url_decode(kv, (size_t) (eq - kv), true), *v = gw_url_decode(eq + 1, strlen(eq + 1), true);
-                if (k && v)
+                /* A pair that does not decode (a NUL in it) is refused: left
+                 * out, the filter would match more than was asked. */
+                int r = !k || !v ? -EINVAL : 0;
+                if (r == 0)
                         cJSON_AddStringToObject(tags, k, v);
                 free(k);
                 free(v);
+                if (r < 0) {
+                        free(dup);
+                        return r;
+                }
         }
         free(dup);
         return 0;

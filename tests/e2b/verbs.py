@@ -111,6 +111,11 @@ def main():
         check(control("DELETE", "/templates/" + snap, KEY_A)[0] == 204, "A deletes its snapshot")
         st, lst = control("GET", "/sandboxes", KEY_A)
         check(st == 200 and len(json.loads(lst)) == 1, "A has its one sandbox, no fork of B's: %s" % lst[:300])
+        # A metadata filter whose pair decodes to a NUL is refused, never
+        # dropped (dropped, it listed every sandbox of the tenant).
+        for q in ("k%3Dv%2500", "k%2500%3Dv", "k%3Dv%26j%3D%2500"):
+            st, out = control("GET", "/sandboxes?metadata=" + q, KEY_A)
+            check(st == 400 and b"metadata" in out, "metadata=%s: %d %s" % (q, st, out[:200]))
     finally:
         control("DELETE", "/sandboxes/" + sid, KEY_A)
     heads()
