@@ -82,6 +82,16 @@ bool container_uses_runtime(session *s, const char *name) {
         return false;
 }
 
+bool container_writes_beyond(const session *s) {
+        for (const ctr *c = s ? s->ctrs : NULL; c; c = c->next) {
+                const cJSON *mt;
+                cJSON_ArrayForEach(mt, c->mounts)
+                        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")))
+                                return true;
+        }
+        return false;
+}
+
 core_cgroup *container_cgroup(session *s, const char *name) {
         ctr *c = container_find(s, name);
         return c ? c->cg : NULL;

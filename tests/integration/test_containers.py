@@ -12,7 +12,7 @@ import subprocess
 
 import leaks
 import world as W
-from common import expect, expect_eq, poll, rpc_ok, sandbox_rpc, sh
+from common import create_rpc, expect, expect_eq, poll, rpc_ok, sandbox_rpc, sh
 from test_runtimes import _tiny_rootfs_tar, _write_tmp
 
 
@@ -725,3 +725,34 @@ def _hold_and_fill(world, name, ctr):
     expect_eq(w.get("exitCode"), 0, "root's stopper in the container")
     expect(_held_children(world, name) >= 1, "no command child was held before its exec")
     _run(world, name, ctr, "dd if=/dev/zero of=/dev/shm/fill bs=4k count=16384; rm -f /dev/shm/fill", sudo=True)
+
+
+def test_delete_gives_the_grace_to_a_container_writing_to_a_host_mount(world):
+    """sandbox.delete kills at once only a sandbox that writes nothing
+    that outlives it (docs/API.md sandbox.delete): a container's writable
+    host mount is such a thing, as the sandbox's own is, so its processes
+    get SIGTERM and the grace, and a last write there on SIGTERM is kept.
+    The host directory shows what the container did once delete answered."""
+    if os.environ.get("SANDBOXD_TEST_USERNS", "1") == "0":
+        raise W.Skip("a writable host mount needs a sandbox with a user namespace (container.create mounts)")
+    d, root = _daemon(world, "ctrg")
+    try:
+        rt = _import(world, "crg")
+        out = os.path.join(root, world.name("out"))
+        os.makedirs(out)
+        os.chmod(out, 0o777)
+        name = create_rpc(world, "ctrg", userns=True, networkPolicy="deny-all")
+        try:
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": rt,
+                                               "mounts": [{"source": out, "destination": "/out"}]})
+            script = "trap 'echo term > /out/term; exit 0' TERM; echo up > /out/up; while :; do cat; done"
+            rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                          "sudo": True, "args": ["-c", script]})
+            poll(lambda: os.path.exists(os.path.join(out, "up")), 60, "the container's command to start")
+        finally:
+            rpc_ok(world, "sandbox.delete", {"name": name}, 120)
+        expect(os.path.exists(os.path.join(out, "term")),
+               "the container's SIGTERM handler wrote to its host mount before delete answered")
+        leaks.check(world, name)
+    finally:
+        world.stop_sandboxd()
