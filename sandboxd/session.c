@@ -2196,8 +2196,9 @@ static int on_kill_timer(sd_event_source *src, uint64_t usec, void *userdata) {
  * paused session (sandbox.pause) is thawed first: frozen, init would
  * never read the stop, its processes would get no grace, and under the
  * v1 freezer not even the backstop's SIGKILL would end it (a frozen
- * task's signal stays pending, cgroup-v1/freezer-subsystem.rst). A
- * snapshot or fork in flight keeps its freeze (sb->capturing). */
+ * task's signal stays pending, cgroup-v1/freezer-subsystem.rst); so are
+ * its paused containers (container.pause). A snapshot or fork in flight
+ * keeps its freeze (sb->capturing). */
 static void stop_with_grace(sandbox *sb, uint64_t grace) {
         session *s = sb->sess;
         if (!s || s->stopping)
@@ -2211,6 +2212,8 @@ static void stop_with_grace(sandbox *sb, uint64_t grace) {
                 else
                         s->paused = false;
         }
+        if (!sb->capturing)
+                container_thaw_all(s);
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "op", "stop");
         cJSON_AddNumberToObject(op, "graceMs", (double)grace);
