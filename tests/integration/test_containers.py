@@ -779,3 +779,26 @@ def test_delete_gives_the_grace_to_a_paused_container_writing_to_a_host_mount(wo
     thaws it first, so its SIGTERM handler runs in the grace."""
     expect(_grace_of_a_container_writer(world, True),
            "the paused container's SIGTERM handler wrote to its host mount before delete answered")
+
+
+def test_a_stop_gives_the_grace_to_a_containers_processes(world):
+    """sandbox.stop sends SIGTERM to every process of the sandbox, a
+    container's in its own PID namespace included, and waits the grace
+    (docs/API.md sandbox.stop): the PID 1 of the container's namespace
+    does not end, and take them with it, before they have. The command's
+    SIGTERM handler's output shows in its logs after the stop."""
+    rt = _import(world, "crs")
+    name = create_rpc(world, "ctrs", persistent=True, networkPolicy="deny-all")
+    try:
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+        script = ("trap 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo term; exit 0' TERM; "
+                  "echo up; while :; do cat <&0 & wait $!; done")
+        cmd = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                            "args": ["-c", script]})["cmdId"]
+        logs = lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd}).get("stdout") or "").decode()
+        poll(lambda: logs() == "up\n", 60, "the container's command to start")
+        rpc_ok(world, "sandbox.stop", {"name": name}, 120)
+        expect_eq(logs(), "up\nterm\n", "the command's output after the stop: its SIGTERM handler ran")
+    finally:
+        rpc_ok(world, "sandbox.delete", {"name": name}, 120)
+    leaks.check(world, name)
