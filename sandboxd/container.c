@@ -82,6 +82,27 @@ bool container_uses_runtime(session *s, const char *name) {
         return false;
 }
 
+bool container_writes_beyond(const session *s) {
+        for (const ctr *c = s ? s->ctrs : NULL; c; c = c->next) {
+                const cJSON *mt;
+                cJSON_ArrayForEach(mt, c->mounts)
+                        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(mt, "readOnly")))
+                                return true;
+        }
+        return false;
+}
+
+void container_thaw_all(session *s) {
+        for (ctr *c = s ? s->ctrs : NULL; c; c = c->next) {
+                if (!c->cg || core_cgroup_frozen(c->cg) <= 0)
+                        continue;
+                int r = core_cgroup_freeze(c->cg, false);
+                if (r < 0)
+                        log_warning_errno(r, "sandbox '%s': container '%s': thaw it for its stop: %m", s->sb->name,
+                                          c->name);
+        }
+}
+
 core_cgroup *container_cgroup(session *s, const char *name) {
         ctr *c = container_find(s, name);
         return c ? c->cg : NULL;

@@ -797,6 +797,16 @@ core_cgroup *container_cgroup(session *s, const char *name);
 uint64_t container_memory_limit(session *s, const char *name);
 /* Whether a container of s stands on runtime `name`. */
 bool container_uses_runtime(session *s, const char *name);
+/* Whether a container of session s (NULL: none) has a host mount without
+ * readOnly: a write there outlives the sandbox, so sandbox.delete gives
+ * its processes the stop's grace (docs/API.md sandbox.delete). Creates
+ * still in flight are not counted: no process runs in them yet. */
+bool container_writes_beyond(const session *s);
+/* Thaws every paused container (container.pause) of session s (NULL:
+ * none), for a stop: frozen, their processes would get no SIGTERM in the
+ * grace. Failures are logged (the stop's SIGKILL and the teardown's
+ * kill_all, which thaws, still end them). */
+void container_thaw_all(session *s);
 /* Live restore: the containers recorded for an adopted session. */
 void container_adopt(session *s);
 /* Live restore, once init's agent is attached: asks init for its

@@ -10,8 +10,10 @@
  * are refused while one of those is in flight (sb->capturing), and a
  * capture started while paused keeps the session frozen (snapshot.c). A
  * policy update is refused while paused (sandbox-netd is in the frozen
- * cgroup). Stop and delete kill a paused session as any other
- * (core_cgroup_kill_all thaws after the kill). A daemon restart thaws it
+ * cgroup). A delete that kills at once kills a paused session as any
+ * other (core_cgroup_kill_all thaws after the kill); a stop, and a
+ * delete given the stop's grace, thaw it first (session.c
+ * stop_with_grace). A daemon restart thaws it
  * (session.c, live restore) and it runs again. */
 #include <errno.h>
 #include <string.h>

@@ -919,9 +919,12 @@ static void method_stop(rpc_request *req, void *userdata) {
 }
 
 /* Whether the sandbox mounts something writable that outlives it (a
- * volume, a host mount): its processes' last writes there are kept, so a
- * delete gives them the stop's grace instead of killing at once. */
+ * volume, a host mount of its own or of one of its containers): its
+ * processes' last writes there are kept, so a delete gives them the
+ * stop's grace instead of killing at once. */
 static bool writes_beyond_itself(const sandbox *sb) {
+        if (container_writes_beyond(sb->sess))
+                return true;
         const cJSON *lists[] = {sb->volumes, sb->mounts};
         for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++) {
                 const cJSON *it;

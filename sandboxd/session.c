@@ -2192,13 +2192,28 @@ static int on_kill_timer(sd_event_source *src, uint64_t usec, void *userdata) {
 }
 
 /* A stop: init SIGTERMs every process of the session, waits up to
- * grace_ms for them, SIGKILLs the rest, reaps them all and exits. */
+ * grace_ms for them, SIGKILLs the rest, reaps them all and exits. A
+ * paused session (sandbox.pause) is thawed first: frozen, init would
+ * never read the stop, its processes would get no grace, and under the
+ * v1 freezer not even the backstop's SIGKILL would end it (a frozen
+ * task's signal stays pending, cgroup-v1/freezer-subsystem.rst); so are
+ * its paused containers (container.pause). A snapshot or fork in flight
+ * keeps its freeze (sb->capturing). */
 static void stop_with_grace(sandbox *sb, uint64_t grace) {
         session *s = sb->sess;
         if (!s || s->stopping)
                 return;
         s->stopping = true;
         set_status(sb, "stopping");
+        if (s->paused && !sb->capturing && s->cg) {
+                int r = core_cgroup_freeze(s->cg, false);
+                if (r < 0)
+                        log_warning_errno(r, "sandbox '%s': thaw it for its stop: %m", sb->name);
+                else
+                        s->paused = false;
+        }
+        if (!sb->capturing)
+                container_thaw_all(s);
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "op", "stop");
         cJSON_AddNumberToObject(op, "graceMs", (double)grace);

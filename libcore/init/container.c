@@ -31,6 +31,7 @@
  * the container's root with openat2(RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS),
  * so a symlink the container's image or upper planted fails the creation
  * instead of leading elsewhere. */
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -42,6 +43,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <linux/openat2.h>
 #include "libcore/agent.h"
 #include "libcore/caps.h"
@@ -200,10 +202,27 @@ static bool tree_is_dir(int tree) {
         return fstat(tree, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* How often PID 1 of a container's namespace, stopping, looks whether it
+ * is the last process there (nothing tells it: the namespace's other
+ * processes are children of sandbox-init, not its own). */
+#define PID1_STOP_POLL_NS (10 * 1000 * 1000)
+
+/* Whether the calling PID 1 is the only process of its PID namespace:
+ * kill(2) with pid -1 reaches every process of the caller's namespace
+ * (and those below it) but PID 1 itself, and fails with ESRCH when there
+ * is none (EPERM when there are only some it may not signal). */
+static bool pid1_alone(void) {
+        return kill(-1, 0) < 0 && errno == ESRCH;
+}
+
 /* PID 1 of a container's own PID namespace, from its first moments: reaps
- * what is reparented to it and ends at SIGTERM (a stop of the sandbox) or
- * SIGKILL (a delete of the container: its cgroup is killed). Holds no fd
- * and no capability. */
+ * what is reparented to it, and ends at SIGKILL (a delete of the
+ * container: its cgroup is killed) or, after a SIGTERM (a stop of the
+ * sandbox, sent to every process of it at once), once it is the last
+ * process of its namespace: its exit would SIGKILL the others
+ * (pid_namespaces(7)), cutting the stop's grace short for the
+ * container's processes. sandbox-init's SIGKILL at the grace's end ends
+ * it with them. Holds no fd and no capability. */
 _noreturn_ static void pid1_main(void) {
         (void)prctl(PR_SET_NAME, "sandbox-ctrinit");
         (void)close_range(0, ~0U, 0);
@@ -215,12 +234,19 @@ _noreturn_ static void pid1_main(void) {
         sigaddset(&set, SIGCHLD);
         sigaddset(&set, SIGTERM);
         (void)sigprocmask(SIG_SETMASK, &set, NULL);
+        bool stopping = false;
         for (;;) {
                 while (waitpid(-1, NULL, WNOHANG) > 0)
                         ;
-                siginfo_t si;
-                if (sigwaitinfo(&set, &si) == SIGTERM)
+                if (stopping && pid1_alone())
                         _exit(0);
+                siginfo_t si;
+                if (!stopping) {
+                        stopping = sigwaitinfo(&set, &si) == SIGTERM;
+                        continue;
+                }
+                const struct timespec poll_every = {.tv_sec = 0, .tv_nsec = PID1_STOP_POLL_NS};
+                (void)sigtimedwait(&set, &si, &poll_every);
         }
 }
 

@@ -12,7 +12,7 @@ import subprocess
 
 import leaks
 import world as W
-from common import expect, expect_eq, poll, rpc_ok, sandbox_rpc, sh
+from common import create_rpc, expect, expect_eq, poll, rpc_ok, sandbox_rpc, sh
 from test_runtimes import _tiny_rootfs_tar, _write_tmp
 
 
@@ -725,3 +725,80 @@ def _hold_and_fill(world, name, ctr):
     expect_eq(w.get("exitCode"), 0, "root's stopper in the container")
     expect(_held_children(world, name) >= 1, "no command child was held before its exec")
     _run(world, name, ctr, "dd if=/dev/zero of=/dev/shm/fill bs=4k count=16384; rm -f /dev/shm/fill", sudo=True)
+
+
+def _grace_of_a_container_writer(world, pause):
+    """A container with a writable host mount whose command writes there
+    on SIGTERM (paused with container.pause first when `pause`), then
+    sandbox.delete: whether the write was there once delete answered."""
+    if os.environ.get("SANDBOXD_TEST_USERNS", "1") == "0":
+        raise W.Skip("a writable host mount needs a sandbox with a user namespace (container.create mounts)")
+    d, root = _daemon(world, "ctrg")
+    try:
+        rt = _import(world, "crg")
+        out = os.path.join(root, world.name("out"))
+        os.makedirs(out)
+        os.chmod(out, 0o777)
+        name = create_rpc(world, "ctrg", userns=True, networkPolicy="deny-all")
+        try:
+            rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": rt,
+                                               "mounts": [{"source": out, "destination": "/out"}]})
+            # The handler does some work before its write, as a real one
+            # would (a flush): the grace is for it. The shell waits on a
+            # child (a trapped signal ends the wait at once, whichever of
+            # the two gets SIGTERM first).
+            script = ("trap 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo term > /out/term; exit 0' TERM; "
+                      "echo up > /out/up; while :; do cat <&0 & wait $!; done")
+            rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                          "sudo": True, "args": ["-c", script]})
+            poll(lambda: os.path.exists(os.path.join(out, "up")), 60, "the container's command to start")
+            if pause:
+                expect(rpc_ok(world, "container.pause", {"sandbox": name, "name": "a"}).get("paused"),
+                       "container.pause answers the paused container")
+        finally:
+            rpc_ok(world, "sandbox.delete", {"name": name}, 120)
+        wrote = os.path.exists(os.path.join(out, "term"))
+        leaks.check(world, name)
+        return wrote
+    finally:
+        world.stop_sandboxd()
+
+
+def test_delete_gives_the_grace_to_a_container_writing_to_a_host_mount(world):
+    """sandbox.delete kills at once only a sandbox that writes nothing
+    that outlives it (docs/API.md sandbox.delete): a container's writable
+    host mount is such a thing, as the sandbox's own is, so its processes
+    get SIGTERM and the grace, and a last write there on SIGTERM is kept.
+    The host directory shows what the container did once delete answered."""
+    expect(_grace_of_a_container_writer(world, False),
+           "the container's SIGTERM handler wrote to its host mount before delete answered")
+
+
+def test_delete_gives_the_grace_to_a_paused_container_writing_to_a_host_mount(world):
+    """As above with the container paused (container.pause): the stop
+    thaws it first, so its SIGTERM handler runs in the grace."""
+    expect(_grace_of_a_container_writer(world, True),
+           "the paused container's SIGTERM handler wrote to its host mount before delete answered")
+
+
+def test_a_stop_gives_the_grace_to_a_containers_processes(world):
+    """sandbox.stop sends SIGTERM to every process of the sandbox, a
+    container's in its own PID namespace included, and waits the grace
+    (docs/API.md sandbox.stop): the PID 1 of the container's namespace
+    does not end, and take them with it, before they have. The command's
+    SIGTERM handler's output shows in its logs after the stop."""
+    rt = _import(world, "crs")
+    name = create_rpc(world, "ctrs", persistent=True, networkPolicy="deny-all")
+    try:
+        rpc_ok(world, "container.create", {"sandbox": name, "name": "a", "runtime": rt})
+        script = ("trap 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo term; exit 0' TERM; "
+                  "echo up; while :; do cat <&0 & wait $!; done")
+        cmd = rpc_ok(world, "command.run", {"sandbox": name, "container": "a", "cmd": "/bin/sh", "detached": True,
+                                            "args": ["-c", script]})["cmdId"]
+        logs = lambda: base64.b64decode(rpc_ok(world, "command.logs", {"cmdId": cmd}).get("stdout") or "").decode()
+        poll(lambda: logs() == "up\n", 60, "the container's command to start")
+        rpc_ok(world, "sandbox.stop", {"name": name}, 120)
+        expect_eq(logs(), "up\nterm\n", "the command's output after the stop: its SIGTERM handler ran")
+    finally:
+        rpc_ok(world, "sandbox.delete", {"name": name}, 120)
+    leaks.check(world, name)

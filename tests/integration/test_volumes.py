@@ -8,6 +8,7 @@ import json
 import os
 import signal
 
+import leaks
 import world as W
 from common import expect, expect_eq, poll, sh, sh_ok, rpc_ok
 
@@ -426,4 +427,30 @@ def test_delete_gives_the_grace_to_a_sandbox_writing_to_a_volume(world):
     finally:
         for n in names:
             world.rpc("sandbox.delete", {"name": n}, 120)
+        world.rpc("volume.delete", {"name": vol}, 120)
+
+def test_delete_of_a_paused_sandbox_gives_the_grace_to_its_volume_writer(world):
+    """sandbox.delete of a paused sandbox (sandbox.pause) that writes to a
+    volume gives its processes the stop's grace as it would running
+    (docs/API.md sandbox.delete): it is thawed first, so its process's
+    SIGTERM handler runs and its last write to the volume is kept, and
+    the delete ends (a frozen init never read the stop)."""
+    vol = world.name("vpz")
+    rpc_ok(world, "volume.create", {"name": vol, "sizeMiB": 16})
+    name = world.name("vpzs")
+    try:
+        rpc_ok(world, "sandbox.create", {"name": name, "networkPolicy": "deny-all",
+                                         "volumes": [{"name": vol, "path": "/v"}]}, 180)
+        script = "trap 'echo term > /v/paused; exit 0' TERM; echo up > /v/paused.up; while :; do sleep 0.05; done"
+        world.ctl("exec", "--detach", name, "--", "bash", "-c", script, check=True)
+        poll(lambda: world.ctl("exec", name, "--", "test", "-e", "/v/paused.up")[0] == 0, 30,
+             "the SIGTERM handler set up")
+        rpc_ok(world, "sandbox.pause", {"name": name})
+        rpc_ok(world, "sandbox.delete", {"name": name}, 60)
+        leaks.check(world, name)
+        with _sandboxes(world, ("vpr", {"volumes": [{"name": vol, "path": "/v", "readOnly": True}]})) as (reader,):
+            _code, out, _err = world.ctl("exec", reader, "--", "sh", "-c", "cat /v/paused 2>/dev/null || echo none")
+            expect_eq(out.split(), ["term"], "the SIGTERM handler ran under delete of the paused sandbox")
+    finally:
+        world.rpc("sandbox.delete", {"name": name}, 120)
         world.rpc("volume.delete", {"name": vol}, 120)
