@@ -22,6 +22,7 @@
 #include "libcore/agent.h"
 #include "libcore/container.h"
 #include "libcore/fault.h"
+#include "libcore/rawsys.h"
 #include "libcore/userns.h"
 #include "libcore/util.h"
 
@@ -172,25 +173,7 @@ struct child_args {
  * returns from (the daemon reuses that memory once the child exec'd). */
 #define CHILD_CODE __attribute__((no_sanitize_address))
 
-/* A raw syscall of the child: a negative errno, never errno itself (which
- * with CLONE_VM is the cloning thread's, and it runs on meanwhile), and
- * nothing a sanitizer intercepts. */
-CHILD_CODE static long raw5(long n, long a, long b, long c, long d, long e) {
-#if defined(__x86_64__)
-        register long r10 __asm__("r10") = d;
-        register long r8 __asm__("r8") = e;
-        long ret;
-        __asm__ volatile("syscall"
-                         : "=a"(ret)
-                         : "0"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-                         : "rcx", "r11", "memory");
-        return ret;
-#else
-        long r = syscall(n, a, b, c, d, e);
-        return r < 0 ? -errno : r;
-#endif
-}
-#define raw(n, a, b, c) raw5((n), (long)(a), (long)(b), (long)(c), 0, 0)
+#define raw(n, a, b, c) core_rawsys((n), (long)(a), (long)(b), (long)(c), 0, 0)
 
 /* Child side of clone(): raw syscalls only, then exec.
  *
@@ -254,9 +237,9 @@ CHILD_CODE _noreturn_ static void child_main(void *p) {
         /* The mask sandbox-init always started with (the worker's): the
          * parent blocked every signal for the clone, so that no handler
          * of the daemon's could run here on its memory. */
-        raw5(SYS_rt_sigprocmask, SIG_SETMASK, (long)&a->mask, 0, sizeof(uint64_t), 0);
+        core_rawsys(SYS_rt_sigprocmask, SIG_SETMASK, (long)&a->mask, 0, sizeof(uint64_t), 0);
         /* execveat on the memfd: it is the memfd, not a path, that runs. */
-        raw5(SYS_execveat, CHILD_EXE_FD, (long)"", (long)argv, (long)envp, AT_EMPTY_PATH);
+        core_rawsys(SYS_execveat, CHILD_EXE_FD, (long)"", (long)argv, (long)envp, AT_EMPTY_PATH);
         raw(SYS_exit_group, 127, 0, 0);
         __builtin_unreachable();
 }

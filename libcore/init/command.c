@@ -26,6 +26,7 @@
 #include "libcore/caps.h"
 #include "libcore/init/init.h"
 #include "libcore/log.h"
+#include "libcore/rawsys.h"
 #include "libcore/seccomp.h"
 #include "libcore/util.h"
 
@@ -125,37 +126,19 @@ static void spawn_release(init_cmd *c);
  * broadcast a uid change to what it believes are its threads), no malloc,
  * no global written, only its own stack, which is in the block's mapping.
  * memcpy and strlen are the only libc functions it calls (pure, bound at
- * load time: -z now). */
-#if defined(__x86_64__)
-#define SPAWN_VM_CAPABLE 1
-/* A system call without errno: returns the result or -errno. */
-static inline long rsys(long n, long a, long b, long c, long d, long e) {
-        register long r10 __asm__("r10") = d, r8 __asm__("r8") = e;
-        long ret;
-        __asm__ volatile("syscall"
-                         : "=a"(ret)
-                         : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-                         : "rcx", "r11", "memory");
-        return ret;
-}
-#else
-/* Elsewhere the child gets a copy of init's memory (fork semantics), in
- * which errno is its own. */
-#define SPAWN_VM_CAPABLE 0
-static long rsys(long n, long a, long b, long c, long d, long e) {
-        long r = syscall(n, a, b, c, d, e);
-        return r < 0 ? -errno : r;
-}
-#endif
+ * load time: -z now). Where core_rawsys is not the inline instruction
+ * (libcore/rawsys.h), the child gets a copy of init's memory (fork
+ * semantics), in which errno is its own. */
+#define SPAWN_VM_CAPABLE CORE_RAWSYS_INLINE
 /* The child's mapping: a guard page, the child's stack, then the
  * spawn_block. */
 #define SPAWN_STACK (64 * 1024)
-#define R0(n) rsys((n), 0, 0, 0, 0, 0)
-#define R1(n, a) rsys((n), (long)(a), 0, 0, 0, 0)
-#define R2(n, a, b) rsys((n), (long)(a), (long)(b), 0, 0, 0)
-#define R3(n, a, b, c) rsys((n), (long)(a), (long)(b), (long)(c), 0, 0)
-#define R4(n, a, b, c, d) rsys((n), (long)(a), (long)(b), (long)(c), (long)(d), 0)
-#define R5(n, a, b, c, d, e) rsys((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e))
+#define R0(n) core_rawsys((n), 0, 0, 0, 0, 0)
+#define R1(n, a) core_rawsys((n), (long)(a), 0, 0, 0, 0)
+#define R2(n, a, b) core_rawsys((n), (long)(a), (long)(b), 0, 0, 0)
+#define R3(n, a, b, c) core_rawsys((n), (long)(a), (long)(b), (long)(c), 0, 0)
+#define R4(n, a, b, c, d) core_rawsys((n), (long)(a), (long)(b), (long)(c), (long)(d), 0)
+#define R5(n, a, b, c, d, e) core_rawsys((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e))
 
 /* The kernel's struct sigaction for rt_sigaction (x86_64 and the generic
  * layout: handler, flags, restorer, mask of _NSIG bits). */

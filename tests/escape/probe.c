@@ -299,8 +299,11 @@ static void stopper(int secs, const char *until) {
                 close(fd);
                 int last = k > 0 ? atoi(buf) : 0;
                 for (int p = last; p <= last + 3; p++)
-                        if (p > 1 && p != getpid() && kill(p, SIGSTOP) == 0)
-                                hits++;
+                        if (p > 1 && p != getpid() && kill(p, SIGSTOP) == 0 && hits++ == 0) {
+                                /* For the test to know it has caught one. */
+                                printf("FIRST STOP %d\n", p);
+                                fflush(stdout);
+                        }
         }
         printf("BLOCKED stopper: %lu stops sent\n", hits);
 }

@@ -385,13 +385,22 @@ def test_the_sandbox_user_cannot_wedge_init_by_stopping_new_commands(c):
         # Commands as the sandbox user, each a new pid for the stopper to
         # catch before its exec. Some of them stop (their own business);
         # init must not.
+        # On a busy machine the stopper may start after a batch of execs
+        # is done, or miss a batch: batches go on until it says it stopped
+        # one (each batch bounded; a stopped exec just stays stopped).
         argv = [W.SANDBOXCTL, "--socket", w.daemon.socket, "exec", o.name, "--", "true"]
-        for _ in range(12):
-            hung.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(p.poll() is None for p in hung):
-            time.sleep(0.05)  # polls the execs above, bounded by the deadline
+
+        def caught():
+            return "FIRST STOP" in o.run("cat", "/tmp/stopper.out", timeout=30)[1]
+
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not caught():
+            batch = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL) for _ in range(6)]
+            hung.extend(batch)
+            end = time.monotonic() + 5
+            while time.monotonic() < end and any(p.poll() is None for p in batch):
+                time.sleep(0.05)  # polls the batch's execs, bounded
         code, out, err = o.run("echo", "alive", timeout=30)
         expect_eq((code, out), (0, "alive\n"), "exec --sudo while the sandbox user stops new pids (%s)"
                   % err.strip())
