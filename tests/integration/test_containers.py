@@ -722,7 +722,10 @@ def _hold_and_fill(world, name, ctr):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    expect_eq(w.get("exitCode"), 0, "root's stopper in the container")
+    # 137: the stopper itself was the container's OOM victim (the held
+    # children's memory is charged to the container too, and a busy
+    # machine lets more of them pile up): what matters is init's fate.
+    expect(w.get("exitCode") in (0, 137), "root's stopper in the container ended: %s" % w)
     expect(_held_children(world, name) >= 1, "no command child was held before its exec")
     _run(world, name, ctr, "dd if=/dev/zero of=/dev/shm/fill bs=4k count=16384; rm -f /dev/shm/fill", sudo=True)
 
